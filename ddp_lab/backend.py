@@ -1,0 +1,58 @@
+"""Choosing the process-group backend: gloo for CPUs, NCCL for one GPU per rank.
+
+Introduced in notebooks/00-welcome-and-first-launch.ipynb; compared in
+notebooks/06-backends-and-torchrun.ipynb.
+"""
+
+from __future__ import annotations
+
+from ddp_lab.machine import gpu_count
+
+BACKENDS = ("auto", "gloo", "nccl", "mpi")
+_announced: set[str] = set()
+
+
+def choose_backend(backend: str, nprocs: int, announce: bool = True) -> str:
+    """Resolve 'auto' and check that the backend can run `nprocs` ranks here.
+
+    'auto' picks nccl when NCCL is built in and there is one GPU per rank, else gloo,
+    and prints its choice once per kernel. Asking for what cannot run raises a
+    ValueError that names what was found and what to use instead.
+    """
+    import torch.distributed as dist
+
+    if backend not in BACKENDS:
+        raise ValueError(f"backend={backend!r} is not one of {', '.join(map(repr, BACKENDS))}.")
+    gpus = gpu_count()
+    if backend == "auto":
+        chosen = "nccl" if dist.is_nccl_available() and gpus >= nprocs else "gloo"
+        if announce and chosen not in _announced:
+            _announced.add(chosen)
+            print(f"ddp_lab: backend='auto' chose {chosen!r} for {nprocs} ranks ({_why_auto(chosen, nprocs, gpus)})")
+        return chosen
+    if backend == "nccl":
+        if not dist.is_nccl_available():
+            raise ValueError(
+                "backend='nccl' is not built into this torch (a CPU-only build has gloo only). "
+                "Use backend='gloo', or install the CUDA build of the same torch version on a GPU machine."
+            )
+        if gpus < nprocs:
+            raise ValueError(
+                f"backend='nccl' needs one GPU per rank: nprocs={nprocs} but found {gpus} GPU(s). "
+                f"Use backend='gloo' (works with CPU tensors), or nprocs<={gpus}." if gpus else
+                f"backend='nccl' needs one GPU per rank: nprocs={nprocs} but found no GPU. "
+                "Use backend='gloo', which runs on CPU tensors."
+            )
+    if backend == "mpi" and not dist.is_mpi_available():
+        raise ValueError("backend='mpi' is not built into this torch. Use backend='gloo'.")
+    return backend
+
+
+def _why_auto(chosen: str, nprocs: int, gpus: int) -> str:
+    import torch.distributed as dist
+
+    if chosen == "nccl":
+        return f"{gpus} GPUs with NCCL"
+    if not dist.is_nccl_available():
+        return "this torch has no NCCL: CPU tensors"
+    return f"NCCL needs {nprocs} GPUs, found {gpus}: CPU tensors"

@@ -1,0 +1,127 @@
+"""What `ddp_lab.launch` raises or warns when ranks fail, hang or crash.
+
+Every error carries the failures of *all* ranks, so one cell shows the whole story:
+which rank failed first, its original traceback, and what happened to the others.
+
+Introduced in notebooks/00-welcome-and-first-launch.ipynb.
+"""
+
+from __future__ import annotations
+
+import signal
+from dataclasses import dataclass
+
+
+def describe_exit(returncode: int) -> str:
+    """Say how a process ended: 'exit code 7' or 'signal SIGSEGV (11)'."""
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = "signal"
+        return f"signal {name} ({-returncode})"
+    return f"exit code {returncode}"
+
+
+_SIGNAL_HINTS = {
+    -signal.SIGSEGV: "a segmentation fault: a crash in C/C++ code (or a ctypes/extension bug)",
+    -signal.SIGKILL: "killed from outside: often the kernel's out-of-memory killer",
+    -signal.SIGABRT: "an abort in C++ code (for example 'terminate called ...')",
+    -signal.SIGBUS: "a bus error: often shared memory (/dev/shm) too small",
+}
+
+
+@dataclass
+class RankFailure:
+    """What went wrong on one rank.
+
+    Attributes:
+        rank: the rank.
+        kind: 'raised' (a Python exception), 'crashed' (died without a traceback),
+            'timeout' (still running at the watchdog) or 'stopped' (killed by ddp_lab
+            because another rank failed first).
+        summary: one line, e.g. "raised ValueError: bad shape".
+        details: the original traceback, a stack dump or the last lines of output.
+        exception: the original exception object when it could be sent back, else None.
+        returncode: the process exit status (negative: killed by that signal).
+        secondary: True when the rank failed because a peer failed first (its traceback
+            is kept in `details` but left out of the message).
+    """
+
+    rank: int
+    kind: str
+    summary: str
+    details: str = ""
+    exception: BaseException | None = None
+    returncode: int | None = None
+    secondary: bool = False  # failed only because another rank failed first: no traceback shown
+
+
+class LaunchError(RuntimeError):
+    """One or more ranks of a `ddp_lab.launch` did not return.
+
+    Attributes:
+        failures: {rank: RankFailure} for every rank that raised, crashed, hung or was
+            stopped, in rank order.
+        first_rank: the rank whose failure was seen first (usually the root cause).
+        outputs: each rank's captured stdout+stderr up to the failure.
+    """
+
+    def __init__(self, headline: str, failures: dict[int, RankFailure], first_rank: int | None,
+                 outputs: list[str], hint: str = ""):
+        self.failures = dict(sorted(failures.items()))
+        self.first_rank = first_rank
+        self.outputs = outputs
+        self.hint = hint
+        super().__init__(self._render(headline))
+
+    def _render(self, headline: str) -> str:
+        parts = [headline]
+        first_first = sorted(self.failures.values(), key=lambda f: (f.rank != self.first_rank, f.rank))
+        for failure in first_first:
+            if failure.kind == "stopped":
+                continue
+            first = " (first failure)" if failure.rank == self.first_rank and len(self.failures) > 1 else ""
+            parts.append(f"\n--- rank {failure.rank} {failure.summary}{first} ---")
+            if failure.details and not failure.secondary:
+                parts.append(failure.details.rstrip("\n"))
+        stopped = [r for r, f in self.failures.items() if f.kind == "stopped"]
+        if stopped:
+            who = ", ".join(map(str, stopped))
+            parts.append(f"\n--- rank{'s' if len(stopped) > 1 else ''} {who}: stopped by ddp_lab "
+                         f"after rank {self.first_rank} failed ---")
+        if self.hint:
+            parts.append(f"\nHint: {self.hint}")
+        return "\n".join(parts)
+
+
+class RankFailed(LaunchError):
+    """A rank raised a Python exception inside `fn` (or while receiving it)."""
+
+
+class RankCrashed(LaunchError):
+    """A rank's process died without a Python traceback (os._exit, a signal, a C++ abort)."""
+
+
+class LaunchTimeout(LaunchError):
+    """The watchdog fired: ranks were still running at `timeout` seconds.
+
+    The message holds every running rank's Python stack at that moment.
+    """
+
+
+class ResultNotPicklable(LaunchError, TypeError):
+    """A rank returned a value that cannot be pickled back to the notebook."""
+
+
+class LaunchWarning(RuntimeWarning):
+    """Something odd that did not cost any result, e.g. a rank crashing during exit."""
+
+
+def crash_summary(returncode: int) -> str:
+    """One line saying how a rank died without a traceback, with the likely cause."""
+    hint = _SIGNAL_HINTS.get(returncode)
+    if returncode > 0:
+        hint = "os._exit(), or a library that called exit(); no Python traceback was produced"
+    how = describe_exit(returncode)
+    return f"died with {how} before returning" + (f": {hint}" if hint else "")

@@ -1,0 +1,172 @@
+"""`ddp_lab.launch`: run a function written in a notebook cell on N ranks.
+
+    results = ddp_lab.launch(fn, args=(...), nprocs=4)
+
+works like `torch.multiprocessing.spawn(fn, args, nprocs)` but ships `fn` by value (so it
+may live in a notebook cell), initialises the default process group before `fn` runs,
+prints every rank's output in rank order when the run ends, returns every rank's return
+value, and turns any failure, crash or hang into one exception that names every rank.
+
+Introduced in notebooks/00-welcome-and-first-launch.ipynb.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+from ddp_lab.backend import choose_backend
+from ddp_lab.errors import LaunchWarning, describe_exit
+from ddp_lab.machine import cpu_cores
+from ddp_lab.output import RankOutput, print_in_rank_order
+from ddp_lab.payload import cell_names, notebook_sources, pack_arguments, pack_function
+from ddp_lab.procstart import rank_environment, start_rank, stop_ranks
+from ddp_lab.rendezvous import loopback_store
+from ddp_lab.reports import build_error, read_stacks
+from ddp_lab.results import Results
+from ddp_lab.supervisor import Supervisor
+
+DEFAULT_TIMEOUT = 120.0
+_warned_oversubscribed: set[int] = set()
+
+
+def threads_per_rank(nprocs: int, threads: int | None) -> int | None:
+    """Torch threads for each rank: `threads`, else the user's OMP_NUM_THREADS, else cores // nprocs."""
+    if threads is not None:
+        return threads
+    if "OMP_NUM_THREADS" in os.environ:
+        return None  # the user chose; leave it to them
+    return max(1, cpu_cores() // nprocs)
+
+
+def _validate(fn, args, nprocs, timeout, threads) -> None:
+    if not callable(fn):
+        raise TypeError(
+            f"fn must be a function that takes the rank first, fn(rank, *args); got {type(fn).__name__}. "
+            "Pass the function itself (launch(train)), not its result (launch(train()))."
+        )
+    if not isinstance(args, (tuple, list)):
+        raise TypeError(f"args must be a tuple of extra arguments for fn, got {type(args).__name__}: "
+                        f"write args=({args!r},) for a single argument.")
+    if isinstance(nprocs, bool) or not isinstance(nprocs, int):
+        raise TypeError(f"nprocs must be an int (the number of ranks), got {type(nprocs).__name__}.")
+    if nprocs < 1:
+        raise ValueError(f"nprocs must be at least 1, got {nprocs}: it is the number of ranks to start, e.g. nprocs=2.")
+    if timeout is not None and not (isinstance(timeout, (int, float)) and timeout > 0):
+        raise ValueError(f"timeout must be a positive number of seconds or None (no watchdog), got {timeout!r}.")
+    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
+        raise ValueError(f"threads must be a positive int (torch threads per rank) or None, got {threads!r}.")
+
+
+def _warn_if_oversubscribed(nprocs: int) -> None:
+    cores = cpu_cores()
+    if nprocs > cores and nprocs not in _warned_oversubscribed:
+        _warned_oversubscribed.add(nprocs)
+        warnings.warn(
+            f"nprocs={nprocs} is more than the {cores} CPU cores here: the ranks take turns on the "
+            "cores, so they run slower (results are the same). Each rank gets 1 torch thread.",
+            LaunchWarning, stacklevel=3,
+        )
+
+
+def launch(fn, args=(), nprocs: int = 2, backend: str = "auto", timeout: float | None = DEFAULT_TIMEOUT, *,
+           init_process_group: bool = True, stream: bool = False, threads: int | None = None,
+           env: dict | None = None) -> Results:
+    """Call `fn(rank, *args)` on `nprocs` fresh ranks and return every rank's result.
+
+    Args:
+        fn: a function taking the rank first; may be defined in a notebook cell, a closure
+            or a lambda, and may use classes defined in the notebook.
+        args: extra positional arguments for fn (pickled with cloudpickle).
+        nprocs: number of ranks (processes).
+        backend: 'auto' (nccl with one GPU per rank, else gloo), 'gloo', 'nccl' or 'mpi'.
+        timeout: seconds before the watchdog dumps every rank's stack and stops them;
+            None disables it.
+        init_process_group: False leaves `dist.init_process_group()` to fn (the
+            environment, MASTER_ADDR/MASTER_PORT/RANK/WORLD_SIZE, is set either way).
+        stream: print lines as they arrive (for long runs) instead of rank by rank at the end.
+        threads: torch threads per rank; default: OMP_NUM_THREADS if set, else cores // nprocs.
+        env: extra environment variables for the ranks (e.g. TORCH_DISTRIBUTED_DEBUG).
+
+    Returns:
+        Results: a list, `results[k]` being rank k's return value, with `.outputs`.
+
+    Raises:
+        LaunchError (RankFailed, RankCrashed, LaunchTimeout, ResultNotPicklable): when
+        any rank does not return; the message lists every failing rank.
+
+    Example:
+        >>> def hello(rank):
+        ...     print("hello from", rank)
+        ...     return rank * rank
+        >>> ddp_lab.launch(hello, nprocs=2)
+        [rank 0] hello from 0
+        [rank 1] hello from 1
+        [0, 1]
+
+    Introduced in notebooks/00-welcome-and-first-launch.ipynb.
+    """
+    __tracebackhide__ = True  # IPython and pytest: show the user's cell, not launcher internals
+    _validate(fn, args, nprocs, timeout, threads)
+    chosen = choose_backend(backend, nprocs) if init_process_group else None
+    payload = {
+        "fn": pack_function(fn),
+        "args": pack_arguments(tuple(args)),
+        "sys_path": list(__import__("sys").path),
+        "sources": notebook_sources(),
+        "backend": chosen,
+        "threads": threads_per_rank(nprocs, threads),
+        "pg_timeout": 1800.0 if timeout is None else float(timeout) + 60.0,
+    }
+    _warn_if_oversubscribed(nprocs)
+    extra_env = dict(env or {})
+    if payload["threads"]:
+        extra_env.setdefault("OMP_NUM_THREADS", str(payload["threads"]))
+    names = cell_names()
+
+    with tempfile.TemporaryDirectory(prefix="ddp_lab-") as workdir, \
+            loopback_store(nprocs, payload["pg_timeout"]) as store_env:
+        payload_path = Path(workdir, "payload.pkl")
+        payload_path.write_bytes(pickle.dumps(payload, protocol=pickle.HIGHEST_PROTOCOL))
+        supervisor = Supervisor(nprocs, stream=stream)
+        try:
+            for rank in range(nprocs):
+                rank_env = rank_environment(os.environ, rank, nprocs, {**store_env, **extra_env})
+                supervisor.add(start_rank(rank, rank_env, str(payload_path), str(Path(workdir, f"stacks-{rank}.txt"))))
+            outcome = supervisor.watch(None if timeout is None else time.monotonic() + timeout)
+            stacks = read_stacks(supervisor, workdir) if outcome == "timeout" else {}
+            supervisor.finish()
+        except BaseException:  # KeyboardInterrupt (Jupyter's stop button) included
+            stop_ranks(supervisor.processes, grace=0.5)
+            supervisor.finish()
+            _show_output(supervisor.outputs, stream)
+            raise
+
+    _show_output(supervisor.outputs, stream)
+    if outcome != "ok":
+        raise build_error(supervisor, outcome, stacks, names, timeout) from None
+    return _results(supervisor, chosen)
+
+
+def _show_output(outputs: list[RankOutput], streamed: bool) -> None:
+    if not streamed:
+        print_in_rank_order(outputs)
+
+
+def _results(supervisor: Supervisor, backend: str | None) -> Results:
+    import cloudpickle
+
+    values = [cloudpickle.loads(supervisor.reports[rank]["value"]) for rank in range(supervisor.nprocs)]
+    codes = [supervisor.exits.get(rank, 0) for rank in range(supervisor.nprocs)]
+    for rank, code in enumerate(codes):
+        if code != 0:
+            warnings.warn(
+                f"rank {rank} returned its result, then its process ended with {describe_exit(code)} "
+                "while exiting; all results are complete.", LaunchWarning, stacklevel=3)
+    return Results(values, [output.text() for output in supervisor.outputs], backend, codes)
+
+

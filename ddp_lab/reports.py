@@ -1,0 +1,132 @@
+"""Turning what the ranks reported into one exception that tells the whole story.
+
+Introduced in notebooks/00-welcome-and-first-launch.ipynb ("What a failure looks like").
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+from ddp_lab.errors import (LaunchError, LaunchTimeout, RankCrashed, RankFailed, RankFailure,
+                            ResultNotPicklable, crash_summary)
+from ddp_lab.payload import rename_cells
+from ddp_lab.worker import STACK_SIGNAL
+
+STACK_WAIT_S = 1.0
+_TAIL_LINES = 15
+_PEER_LOST = re.compile(r"Connection closed by peer|Connection reset by peer|Broken pipe")
+
+
+def read_stacks(supervisor, workdir: str) -> dict[int, str]:
+    """Ask every still-running rank to dump its Python stacks (faulthandler) and read them."""
+    running = supervisor.running()
+    for process in running:
+        process.send_signal(STACK_SIGNAL)
+    paths = {p.rank: Path(workdir, f"stacks-{p.rank}.txt") for p in running}
+    deadline = time.monotonic() + STACK_WAIT_S
+    while time.monotonic() < deadline and not all(_size(path) for path in paths.values()):
+        time.sleep(0.02)
+    time.sleep(0.05)  # let a dump that has started finish
+    return {rank: _clean_stack(path.read_text(errors="backslashreplace")) for rank, path in paths.items()}
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def _clean_stack(text: str) -> str:
+    """Drop thread addresses and ddp_lab's own frames from a faulthandler dump."""
+    text = re.sub(r"(Current thread|Thread) 0x[0-9a-f]+", r"\1", text)
+    lines = [line for line in text.splitlines() if "ddp_lab/worker.py" not in line and "<frozen runpy>" not in line]
+    return "\n".join(lines) or "(no Python stack was written: the rank may be stuck outside Python)"
+
+
+def _shorten(text: str, limit: int = 160) -> str:
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def _tail(text: str) -> str:
+    lines = text.splitlines()
+    if not lines:
+        return "(it printed nothing)"
+    shown = lines[-_TAIL_LINES:]
+    head = f"last {len(shown)} of {len(lines)} lines of its output:" if len(lines) > len(shown) else "its output:"
+    return "\n".join([head] + ["  " + line for line in shown])
+
+
+def _raised(rank: int, report: dict, names: dict) -> RankFailure:
+    import cloudpickle
+
+    try:
+        exception = cloudpickle.loads(report["exception"]) if report["exception"] else None
+    except Exception:
+        exception = None
+    first_line = _shorten((report["text"].splitlines() or [""])[0])
+    if report["type"] == "SystemExit":
+        summary = f"called sys.exit({first_line})"
+    elif report["phase"] == "unpickle":
+        summary = f"could not unpickle fn or args: {report['type']}: {first_line}"
+    elif report["phase"] == "setup":
+        summary = f"failed to set up the process group: {report['type']}: {first_line}"
+    else:
+        summary = f"raised {report['type']}" + (f": {first_line}" if first_line else "")
+    return RankFailure(rank, "raised", summary, rename_cells(report["traceback"], names), exception)
+
+
+def _failure(rank: int, supervisor, names: dict) -> RankFailure:
+    report = supervisor.reports.get(rank)
+    code = supervisor.exits.get(rank)
+    if report is None:
+        return RankFailure(rank, "crashed", crash_summary(code), _tail(supervisor.outputs[rank].text()),
+                           returncode=code)
+    if report["kind"] == "unpicklable":
+        return RankFailure(rank, "unpicklable",
+                           f"returned a {report['type']} that cannot be pickled back to the notebook "
+                           f"({report['text']}). Return plain data instead (numbers, tensors, dicts of them).")
+    return _raised(rank, report, names)
+
+
+def _hint(failures: dict[int, RankFailure], first: int, kind: str) -> str:
+    if kind == "timeout":
+        return ("a rank that never returns usually waits in a collective that another rank skipped "
+                "(e.g. all_reduce under `if rank == 0:`). If the work is just slow, pass a larger timeout=.")
+    if kind == "raised" and failures[first].details and "could not unpickle" in failures[first].summary:
+        return ("fn or an argument refers to something a fresh process cannot import (a module only the "
+                "notebook can see, or an object whose class changed). Define it in the notebook or in an "
+                "importable file.")
+    lost_peer = [r for r, f in failures.items() if f.secondary]
+    if lost_peer:
+        return (f"rank(s) {', '.join(map(str, lost_peer))} lost a partner in a collective: they failed "
+                f"because rank {first} had failed first.")
+    return ""
+
+
+def build_error(supervisor, outcome: str, stacks: dict[int, str], names: dict,
+                timeout: float | None) -> LaunchError:
+    """One exception for the whole launch: every failing rank, the first failure first."""
+    nprocs = supervisor.nprocs
+    failures = {rank: _failure(rank, supervisor, names) for rank in supervisor.failed}
+    if outcome == "timeout":
+        for rank, stack in stacks.items():
+            failures[rank] = RankFailure(rank, "timeout", "was still running; its Python stack",
+                                         rename_cells(stack, names))
+        hung = ", ".join(map(str, sorted(stacks)))
+        headline = f"rank(s) {hung} of {nprocs} still running after timeout={timeout:g}s; stopped them."
+        return LaunchTimeout(headline, failures, min(stacks) if stacks else None,
+                             [o.text() for o in supervisor.outputs], _hint(failures, None, "timeout"))
+    first = supervisor.failed[0]
+    for rank, failure in failures.items():
+        failure.secondary = rank != first and bool(_PEER_LOST.search(failure.details or ""))
+    for rank in supervisor.still_running:
+        failures.setdefault(rank, RankFailure(rank, "stopped", "stopped by ddp_lab"))
+    kind = failures[first].kind
+    cls = {"raised": RankFailed, "crashed": RankCrashed, "unpicklable": ResultNotPicklable}[kind]
+    count = len(supervisor.failed)
+    headline = (f"{count} of {nprocs} ranks failed; rank {first} failed first." if count > 1
+                else f"rank {first} of {nprocs} failed.")
+    return cls(headline, failures, first, [o.text() for o in supervisor.outputs], _hint(failures, first, kind))

@@ -1,0 +1,31 @@
+"""What `ddp_lab.launch` returns: every rank's return value, indexable by rank.
+
+Introduced in notebooks/00-welcome-and-first-launch.ipynb.
+"""
+
+from __future__ import annotations
+
+
+class Results(list):
+    """The ranks' return values, `results[k]` being rank k's (a plain list otherwise).
+
+    Attributes:
+        outputs: each rank's captured stdout and stderr as one string, without prefixes.
+        backend: the process-group backend the ranks used (None if they set up their own).
+        returncodes: each rank's exit status (0 normally).
+
+    Example:
+        >>> results = ddp_lab.launch(lambda rank: rank * 10, nprocs=2)
+        >>> results
+        [0, 10]
+    """
+
+    def __init__(self, values, outputs: list[str], backend: str | None, returncodes: list[int]):
+        super().__init__(values)
+        self.outputs = outputs
+        self.backend = backend
+        self.returncodes = returncodes
+
+    def output(self, rank: int) -> str:
+        """Rank `rank`'s captured output (stdout and stderr as they arrived)."""
+        return self.outputs[rank]

@@ -1,0 +1,195 @@
+"""What runs inside each rank: receive `fn`, set up the process group, call `fn(rank, *args)`.
+
+A rank reports exactly once over its control channel (its return value, or what went
+wrong), flushes its output, then waits for the launcher's release and leaves with
+`os._exit`: no interpreter teardown, no `destroy_process_group()`, no C++ static
+destructors racing gloo's threads. That is what made ranks abort with SIGABRT
+("terminate called without an active exception") after DDP training in 10-30% of runs.
+
+Run as `python -m ddp_lab.worker` (cold start) or called in a process forked from the
+zygote (warm start). Rank identity comes from the environment, exactly as torchrun sets it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import faulthandler
+import linecache
+import os
+import pickle
+import signal
+import socket
+import sys
+import traceback
+
+from ddp_lab.channel import send_message
+
+STACK_SIGNAL = signal.SIGUSR1
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(parent_pid: int) -> None:
+    """Ask Linux to SIGKILL this process when the launcher dies (no orphans)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+    except (OSError, AttributeError):  # not Linux: the control channel's EOF still ends us
+        pass
+    if os.getppid() != parent_pid:  # the parent died before prctl took effect
+        os._exit(1)
+
+
+def flush_all_output() -> None:
+    """Flush Python's and C's stdio buffers, so nothing printed is lost at os._exit."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError, AttributeError):
+            pass
+    try:
+        ctypes.CDLL(None).fflush(None)
+    except (OSError, AttributeError):
+        pass
+
+
+def _line_buffer_c_stdout() -> None:
+    """C code's printf goes to a pipe here: make it line-buffered so it arrives promptly."""
+    try:
+        libc = ctypes.CDLL(None)
+        stdout = ctypes.c_void_p.in_dll(libc, "stdout")
+        libc.setvbuf(stdout, None, 1, 0)  # _IOLBF
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
+def _format_traceback(error: BaseException, skip_frames: int) -> str:
+    tb = error.__traceback__
+    for _ in range(skip_frames):
+        tb = tb.tb_next if tb is not None else None
+    return "".join(traceback.format_exception(type(error), error, tb))
+
+
+def _exception_report(error: BaseException, phase: str, skip_frames: int) -> dict:
+    import cloudpickle
+
+    try:
+        exception = cloudpickle.dumps(error)
+    except Exception:
+        exception = None
+    return {
+        "kind": "raised",
+        "phase": phase,
+        "type": type(error).__name__,
+        "text": str(error),
+        "traceback": _format_traceback(error, skip_frames),
+        "exception": exception,
+    }
+
+
+def _load_payload(path: str):
+    with open(path, "rb") as file:
+        payload = pickle.load(file)
+    sys.path[:] = payload["sys_path"]
+    for name, lines in payload["sources"].items():
+        linecache.cache[name] = (sum(map(len, lines)), None, lines, name)
+    import cloudpickle
+
+    return payload, cloudpickle.loads(payload["fn"]), cloudpickle.loads(payload["args"])
+
+
+def _init_process_group(payload: dict) -> None:
+    backend = payload["backend"]
+    if not backend:
+        return
+    import datetime
+
+    import torch
+    import torch.distributed as dist
+
+    if backend == "nccl":
+        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+    timeout = datetime.timedelta(seconds=payload["pg_timeout"])
+    dist.init_process_group(backend, timeout=timeout)
+    _wait_for_all_ranks(timeout)
+
+
+def _wait_for_all_ranks(timeout) -> None:
+    """Start fn only when every rank has finished init_process_group.
+
+    Without this, a rank that fails at once (say os._exit) can break a peer that is still
+    connecting, and the peer's error hides the real one.
+    """
+    from torch.distributed import TCPStore
+
+    rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    store = TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False, timeout=timeout)
+    store.set(f"ddp_lab/ready/{rank}", "1")
+    store.wait([f"ddp_lab/ready/{r}" for r in range(world_size)])
+
+
+def _set_threads(payload: dict) -> None:
+    if payload["threads"]:
+        import torch
+
+        torch.set_num_threads(payload["threads"])
+
+
+def _report_result(channel: socket.socket, value) -> bool:
+    import cloudpickle
+
+    try:
+        data = cloudpickle.dumps(value)
+    except Exception as error:
+        send_message(channel, {
+            "kind": "unpicklable",
+            "type": type(value).__name__,
+            "text": f"{type(error).__name__}: {error}",
+        })
+        return False
+    send_message(channel, {"kind": "returned", "value": data})
+    return True
+
+
+def run_rank(control_fd: int, payload_path: str, stacks_path: str) -> None:
+    """Run one rank to completion and leave with os._exit (never returns)."""
+    channel = socket.socket(fileno=control_fd)
+    stacks = open(stacks_path, "w")  # kept open: faulthandler writes to its fd at the watchdog
+    faulthandler.register(STACK_SIGNAL, file=stacks, all_threads=True)
+    faulthandler.enable(file=sys.stderr, all_threads=True)
+    _line_buffer_c_stdout()
+
+    ok = False
+    phase = "unpickle"
+    try:
+        payload, fn, args = _load_payload(payload_path)
+        phase = "setup"
+        _set_threads(payload)
+        _init_process_group(payload)
+        phase = "fn"
+        value = fn(int(os.environ["RANK"]), *args)
+    except SystemExit as error:
+        if error.code in (0, None) and phase == "fn":
+            ok = _report_result(channel, None)
+        else:
+            send_message(channel, _exception_report(error, phase, skip_frames=1))
+    except BaseException as error:  # noqa: BLE001 - every failure is reported, KeyboardInterrupt too
+        send_message(channel, _exception_report(error, phase, skip_frames=1 if phase == "fn" else 0))
+    else:
+        ok = _report_result(channel, value)
+    flush_all_output()
+    try:
+        channel.recv(1)  # RELEASE once every rank reported, or EOF if the launcher went away
+    except OSError:
+        pass
+    flush_all_output()
+    os._exit(0 if ok else 1)
+
+
+def main() -> None:
+    die_with_parent(int(os.environ["DDP_LAB_PARENT_PID"]))
+    control_fd, payload_path, stacks_path = sys.argv[1:4]
+    run_rank(int(control_fd), payload_path, stacks_path)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,60 @@
+"""Execute notebooks top to bottom in a fresh kernel and store their outputs.
+
+    python tools/execute_notebooks.py notebooks/00-welcome-and-first-launch.ipynb [...]
+
+This is the only way stored outputs are produced: never edit outputs by hand. Cells
+tagged `raises-exception` may raise (their error is stored); any other error aborts.
+Metadata is normalised so re-running gives a clean diff.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+from nbclient import NotebookClient
+
+KERNEL = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
+
+
+def normalise(notebook) -> None:
+    notebook.metadata = {
+        "kernelspec": KERNEL,
+        "language_info": {"name": "python", "version": "3.11"},
+        **({"tags": notebook.metadata["tags"]} if "tags" in notebook.metadata else {}),
+    }
+    for cell in notebook.cells:
+        cell.metadata.pop("execution", None)
+        cell.metadata.pop("ExecuteTime", None)
+        if cell.cell_type == "code":
+            for output in cell.outputs:
+                output.get("metadata", {}).pop("needs_background", None)
+
+
+def execute(path: Path, timeout: int) -> float:
+    notebook = nbformat.read(path, as_version=4)
+    started = time.monotonic()
+    NotebookClient(notebook, timeout=timeout, kernel_name="python3", record_timing=False,
+                   resources={"metadata": {"path": str(path.parent)}}).execute()
+    elapsed = time.monotonic() - started
+    normalise(notebook)
+    nbformat.write(notebook, path)
+    return elapsed
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("notebooks", nargs="+", type=Path)
+    parser.add_argument("--timeout", type=int, default=300, help="seconds per cell")
+    args = parser.parse_args()
+    for path in args.notebooks:
+        print(f"executing {path} ...", flush=True)
+        print(f"  done in {execute(path, args.timeout):.1f} s", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
