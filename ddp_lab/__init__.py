@@ -32,13 +32,18 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
+_SUBPACKAGES = {"checks", "plots", "scripts", "gpu"}  # lesson 06: torchrun jobs, GPU-only cells
+
+
 def __getattr__(name: str):
     if name in _EXPORTS:
         value = getattr(importlib.import_module(_EXPORTS[name]), name)
         globals()[name] = value
         return value
+    if name in _SUBPACKAGES:
+        return importlib.import_module(f"{__name__}.{name}")
     raise AttributeError(f"module 'ddp_lab' has no attribute {name!r}")
 
 
 def __dir__():
-    return sorted(set(globals()) | set(_EXPORTS))
+    return sorted(set(globals()) | set(_EXPORTS) | _SUBPACKAGES)

@@ -15,7 +15,6 @@ from __future__ import annotations
 import os
 import pickle
 import tempfile
-import time
 import warnings
 from pathlib import Path
 
@@ -137,7 +136,7 @@ def launch(fn, args=(), nprocs: int = 2, backend: str = "auto", timeout: float |
             for rank in range(nprocs):
                 rank_env = rank_environment(os.environ, rank, nprocs, {**store_env, **extra_env})
                 supervisor.add(start_rank(rank, rank_env, str(payload_path), str(Path(workdir, f"stacks-{rank}.txt"))))
-            outcome = supervisor.watch(None if timeout is None else time.monotonic() + timeout)
+            outcome = supervisor.watch(timeout)
             stacks = read_stacks(supervisor, workdir) if outcome == "timeout" else {}
             supervisor.finish()
         except BaseException:  # KeyboardInterrupt (Jupyter's stop button) included

@@ -12,6 +12,7 @@ from pathlib import Path
 from ddp_lab.errors import (LaunchError, LaunchTimeout, RankCrashed, RankFailed, RankFailure,
                             ResultNotPicklable, crash_summary)
 from ddp_lab.payload import rename_cells
+from ddp_lab.supervisor import STARTUP_S
 from ddp_lab.worker import STACK_SIGNAL
 
 STACK_WAIT_S = 1.0
@@ -116,12 +117,18 @@ def build_error(supervisor, outcome: str, stacks: dict[int, str], names: dict,
             failures[rank] = RankFailure(rank, "timeout", "was still running; its Python stack",
                                          rename_cells(stack, names))
         hung = ", ".join(map(str, sorted(stacks)))
-        headline = f"rank(s) {hung} of {nprocs} still running after timeout={timeout:g}s; stopped them."
+        if len(supervisor.ready) == nprocs:
+            headline = f"rank(s) {hung} of {nprocs} still running after timeout={timeout:g}s; stopped them."
+        else:
+            headline = (f"rank(s) {hung} of {nprocs} had not finished starting (interpreter, imports, "
+                        f"init_process_group) after {STARTUP_S + timeout:g}s; stopped them.")
         return LaunchTimeout(headline, failures, min(stacks) if stacks else None,
                              [o.text() for o in supervisor.outputs], _hint(failures, None, "timeout"))
-    first = supervisor.failed[0]
-    for rank, failure in failures.items():
-        failure.secondary = rank != first and bool(_PEER_LOST.search(failure.details or ""))
+    lost_peer = {rank for rank, f in failures.items() if f.kind == "raised" and _PEER_LOST.search(f.details)}
+    # The root cause is the first rank that failed on its own, not one that lost a partner.
+    first = next((rank for rank in supervisor.failed if rank not in lost_peer), supervisor.failed[0])
+    for rank in lost_peer - {first}:
+        failures[rank].secondary = True
     for rank in supervisor.still_running:
         failures.setdefault(rank, RankFailure(rank, "stopped", "stopped by ddp_lab"))
     kind = failures[first].kind

@@ -20,6 +20,7 @@ from ddp_lab.channel import RELEASE, receive_message
 from ddp_lab.output import RankOutput, print_line, start_reader
 from ddp_lab.procstart import RankProcess, stop_ranks
 
+STARTUP_S = 120.0  # time allowed to start the interpreters and the process group
 GATHER_S = 0.5  # after a first failure, how long other ranks get to report theirs
 EXIT_WAIT_S = 10.0  # how long a released rank may take to exit before it is killed
 READER_WAIT_S = 2.0  # how long to wait for output pipes to close once processes ended
@@ -36,6 +37,7 @@ class Supervisor:
         self.processes: list[RankProcess] = []
         self.reports: dict[int, dict] = {}
         self.exits: dict[int, int] = {}
+        self.ready: set[int] = set()  # ranks that finished set-up and entered fn
         self.failed: list[int] = []  # ranks in the order their failures were seen
         self.still_running: list[int] = []  # ranks stopped by ddp_lab (failure or timeout)
         self._threads: list[threading.Thread] = []
@@ -56,18 +58,24 @@ class Supervisor:
             self.events.put(("line", rank, (stream, line)))
 
     def _follow(self, process: RankProcess) -> None:
-        try:
-            message = receive_message(process.channel)
-        except (OSError, EOFError, ValueError):
-            message = None
-        if message is not None:
-            self.events.put(("report", process.rank, message))
+        while True:
+            try:
+                message = receive_message(process.channel)
+            except (OSError, EOFError, ValueError):
+                message = None
+            if message is None:
+                break
+            self.events.put(("ready" if message["kind"] == "ready" else "report", process.rank, message))
+            if message["kind"] != "ready":
+                break
         self.events.put(("exit", process.rank, process.wait()))
 
     def _handle(self, event) -> None:
         kind, rank, value = event
         if kind == "line":
             print_line(rank, *value)
+        elif kind == "ready":
+            self.ready.add(rank)
         elif kind == "report":
             self.reports[rank] = value
             if value["kind"] != "returned":
@@ -81,14 +89,23 @@ class Supervisor:
         """Every rank has reported or ended."""
         return all(rank in self.reports or rank in self.exits for rank in range(self.nprocs))
 
-    def watch(self, deadline: float | None) -> str:
-        """Handle events until all ranks returned ('ok'), one failed ('failed') or time ran out ('timeout')."""
-        first_failure_at = None
+    def watch(self, timeout: float | None) -> str:
+        """Handle events until all ranks returned ('ok'), one failed ('failed') or time ran out ('timeout').
+
+        The watchdog gives fn `timeout` seconds from the moment the last rank entered it;
+        starting the interpreters and the process group gets STARTUP_S on top, so a busy
+        machine that starts ranks slowly does not eat into fn's time.
+        """
+        first_failure_at = fn_deadline = None
+        startup_deadline = None if timeout is None else time.monotonic() + STARTUP_S + timeout
         while True:
             if self.failed and first_failure_at is None:
                 first_failure_at = time.monotonic()
             if self._settled():
                 return "failed" if self.failed else "ok"
+            if timeout is not None and fn_deadline is None and len(self.ready) == self.nprocs:
+                fn_deadline = time.monotonic() + timeout
+            deadline = fn_deadline or startup_deadline
             limits = [t for t in (deadline, first_failure_at and first_failure_at + GATHER_S) if t]
             wait = min(limits) - time.monotonic() if limits else None
             if wait is not None and wait <= 0:

@@ -166,6 +166,7 @@ def run_rank(control_fd: int, payload_path: str, stacks_path: str) -> None:
         _set_threads(payload)
         _init_process_group(payload)
         phase = "fn"
+        send_message(channel, {"kind": "ready"})  # the watchdog's clock starts now
         value = fn(int(os.environ["RANK"]), *args)
     except SystemExit as error:
         if error.code in (0, None) and phase == "fn":

@@ -1,0 +1,169 @@
+"""Helpers the lesson checks share: run an answer on real ranks and turn failures into feedback.
+
+A check runs the learner's function on gloo ranks with `ddp_lab.launch` and a short
+timeout, compares what every rank returned in the notebook's process, and raises
+`CheckFailed` with a message that names the rank, the element, expected vs got and the
+likely mistake. A hang (a deadlock) ends at the timeout with a message saying where each
+rank was stuck.
+
+Introduced in notebooks/02-collectives.ipynb.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import warnings
+
+import torch
+
+from ddp_lab.checks import CheckFailed
+
+# Collectives a "build it from send/recv" answer must not call.
+FORBIDDEN = ("all_reduce", "reduce", "broadcast", "all_gather", "all_gather_into_tensor",
+             "all_gather_object", "reduce_scatter", "reduce_scatter_tensor", "all_to_all",
+             "all_to_all_single", "gather", "scatter", "_all_gather_base", "_reduce_scatter_base")
+
+
+class ForbiddenCollective(RuntimeError):
+    """Raised inside a rank when an answer calls a collective it was asked to build by hand."""
+
+
+class CaseFailed(Exception):
+    """Raised inside a rank when the learner's function raised; says for which input.
+
+    Only strings are stored, so the exception pickles back to the notebook unchanged.
+    """
+
+    def __init__(self, case: str, kind: str, message: str):
+        super().__init__(case, kind, message)
+        self.case, self.kind, self.message = case, kind, message
+
+    def __str__(self) -> str:
+        return f"{self.kind}: {self.message} (while {self.case})"
+
+
+@contextlib.contextmanager
+def only_point_to_point():
+    """Inside a rank: make every collective raise, so only send/recv/isend/irecv work."""
+    import torch.distributed as dist
+    import torch.distributed.distributed_c10d as c10d
+
+    saved = {}
+    for module in (dist, c10d):
+        for name in FORBIDDEN:
+            if hasattr(module, name):
+                saved[module, name] = getattr(module, name)
+                setattr(module, name, _forbidden(name))
+    try:
+        yield
+    finally:
+        for (module, name), value in saved.items():
+            setattr(module, name, value)
+
+
+def _forbidden(name: str):
+    def refuse(*args, **kwargs):
+        raise ForbiddenCollective(f"dist.{name} is not allowed in this exercise: build it from "
+                                  "dist.send/dist.recv (or dist.isend/dist.irecv)")
+    return refuse
+
+
+def call_case(fn, case: str, *args):
+    """Call the learner's fn; if it raises, raise CaseFailed naming the input (chained)."""
+    try:
+        return fn(*args)
+    except ForbiddenCollective:
+        raise
+    except Exception as error:
+        raise CaseFailed(case, type(error).__name__, str(error)) from error
+
+
+def run_on_ranks(runner, args: tuple, nprocs: int, timeout: float, what: str):
+    """Launch `runner(rank, *args)` on gloo ranks; turn any failure into CheckFailed.
+
+    Args:
+        runner: a function importable from ddp_lab (it wraps the learner's fn).
+        args: its extra arguments (the learner's function among them).
+        nprocs: number of ranks.
+        timeout: seconds before a hang is declared a deadlock.
+        what: the learner's function name, for messages.
+    """
+    from ddp_lab.errors import LaunchError, LaunchTimeout, LaunchWarning
+    from ddp_lab.launcher import launch
+
+    with warnings.catch_warnings():
+        # nprocs > cores is expected on small machines and says nothing about the answer
+        warnings.filterwarnings("ignore", category=LaunchWarning, message="nprocs=")
+        try:
+            return launch(runner, args=args, nprocs=nprocs, backend="gloo", timeout=timeout)
+        except LaunchTimeout as error:
+            raise CheckFailed(timeout_message(error, what, timeout)) from None
+        except LaunchError as error:
+            raise CheckFailed(failure_message(error, what)) from None
+
+
+_TORCH_CALL = re.compile(r'distributed_c10d\.py", line \d+ in (\w+)')
+
+
+def stuck_in(details: str) -> str | None:
+    """The torch.distributed function a rank's stack dump shows it blocked in (innermost)."""
+    calls = _TORCH_CALL.findall(details)
+    return calls[0] if calls else None
+
+
+def timeout_message(error, what: str, timeout: float) -> str:
+    places = {rank: stuck_in(f.details) for rank, f in error.failures.items() if f.kind == "timeout"}
+    where = ", ".join(f"rank {rank} in dist.{call}" if call else f"rank {rank} outside torch.distributed"
+                      for rank, call in places.items())
+    calls = set(places.values())
+    if calls == {"send"}:
+        hint = ("every rank called a blocking dist.send first, and a send waits until the peer posts "
+                "the matching recv, which no rank ever reaches: a deadlock. Start the send with "
+                "dist.isend (and .wait() after the recv), or let even ranks send first and odd ranks "
+                "receive first.")
+    elif calls == {"recv"}:
+        hint = ("every rank waits in dist.recv for a message nobody sends: check the peers (send to "
+                "(rank + 1) % world_size, receive from (rank - 1) % world_size) and that every recv "
+                "has a matching send.")
+    else:
+        hint = ("the ranks wait for each other: every send needs a matching recv on the peer, with "
+                "the same number of elements; look for a peer index or a step count that differs.")
+    return (f"{what} did not finish within {timeout:g} s, so the check stopped it. Stuck: {where}.\n"
+            f"Hint: {hint}")
+
+
+def failure_message(error, what: str) -> str:
+    rank = error.first_rank
+    failure = error.failures[rank]
+    exception = failure.exception
+    if isinstance(exception, ForbiddenCollective):
+        return f"rank {rank}: {exception}.\nHint: the point of the exercise is to build the collective yourself."
+    if isinstance(exception, CaseFailed):
+        if exception.kind == "NotImplementedError":
+            return (f"{what} is not written yet: it raised NotImplementedError({exception.message!r}).\n"
+                    "Replace the `raise NotImplementedError` line with your answer.")
+        head = failure.details.split("The above exception was the direct cause")[0].rstrip()
+        return (f"rank {rank}: {what} raised {exception.kind}: {exception.message}\n"
+                f"while {exception.case}.\n\n{_last_lines(head, 12)}")
+    return f"rank {rank} failed while running {what}: {failure.summary}\n\n{_last_lines(failure.details, 12)}"
+
+
+def _last_lines(text: str, count: int) -> str:
+    lines = text.rstrip().splitlines()
+    return "\n".join(lines[-count:])
+
+
+def first_mismatch(got: torch.Tensor, expected: torch.Tensor, atol: float = 1e-5, rtol: float = 1e-5):
+    """Index (a tuple) of the first element where got and expected differ, or None."""
+    bad = ~torch.isclose(got, expected, atol=atol, rtol=rtol)
+    if not bad.any():
+        return None
+    return tuple(int(i) for i in bad.nonzero()[0])
+
+
+def describe(value) -> str:
+    """A short description of a returned value, for 'got ...' messages."""
+    if torch.is_tensor(value):
+        return f"a tensor of shape {tuple(value.shape)} and dtype {value.dtype}"
+    return f"{type(value).__name__} {value!r}"[:120]

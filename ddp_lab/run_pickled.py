@@ -1,0 +1,99 @@
+"""The script torchrun starts on every rank: `python -m ddp_lab.run_pickled <job file>`.
+
+    torchrun --standalone --nproc-per-node 2 -m ddp_lab.run_pickled artifacts/06/train.pkl
+
+It does what every torchrun training script does first, then calls the exported function:
+
+1. read the rank's identity from the environment torchrun sets (RANK, LOCAL_RANK,
+   WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT);
+2. pick the device: under NCCL `torch.cuda.set_device(LOCAL_RANK)` (LOCAL_RANK, not
+   RANK: RANK runs over all nodes, GPUs are numbered per node);
+3. `dist.init_process_group(backend)` with the default `env://` init method;
+4. `value = fn(RANK, *args)`, written to `<job>.results/rank-<RANK>.pkl`.
+
+Job files come from `ddp_lab.scripts.export`. Introduced in
+notebooks/06-backends-and-torchrun.ipynb.
+"""
+
+from __future__ import annotations
+
+import linecache
+import os
+import pickle
+import sys
+from pathlib import Path
+
+
+def identity() -> dict[str, int]:
+    """The rank's place in the job, from the variables torchrun sets (as ints)."""
+    names = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE")
+    missing = [name for name in names if name not in os.environ]
+    if missing:
+        raise RuntimeError(
+            f"{', '.join(missing)} not set: start this script with torchrun "
+            "(torchrun --nproc-per-node 2 -m ddp_lab.run_pickled JOB), not with plain python.")
+    return {name.lower(): int(os.environ[name]) for name in names}
+
+
+def resolve_backend(backend: str, local_world_size: int) -> str:
+    """'auto' -> nccl when NCCL is built in and each local rank has its own GPU, else gloo."""
+    import torch
+    import torch.distributed as dist
+
+    if backend != "auto":
+        return backend
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    return "nccl" if dist.is_nccl_available() and gpus >= local_world_size else "gloo"
+
+
+def load_job(path: Path):
+    """Read a job file: restore the notebook's import path and cell sources, unpickle fn and args."""
+    payload = pickle.loads(path.read_bytes())
+    sys.path.extend(entry for entry in payload["sys_path"] if entry not in sys.path)
+    for name, lines in payload["sources"].items():  # tracebacks show the notebook's lines
+        linecache.cache[name] = (sum(map(len, lines)), None, lines, name)
+    import cloudpickle
+
+    return payload["backend"], cloudpickle.loads(payload["fn"]), cloudpickle.loads(payload["args"])
+
+
+def write_result(results_dir: Path, rank: int, world_size: int, value) -> None:
+    """Write rank's value atomically (a reader never sees half a file)."""
+    import cloudpickle
+
+    results_dir.mkdir(parents=True, exist_ok=True)
+    record = {"rank": rank, "world_size": world_size, "value": cloudpickle.dumps(value)}
+    partial = results_dir / f".rank-{rank}.pkl.partial"
+    partial.write_bytes(pickle.dumps(record, protocol=pickle.HIGHEST_PROTOCOL))
+    partial.replace(results_dir / f"rank-{rank}.pkl")
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1:
+        raise SystemExit("usage: torchrun [torchrun options] -m ddp_lab.run_pickled JOB_FILE")
+    import torch
+    import torch.distributed as dist
+
+    job_path = Path(argv[0])
+    me = identity()
+    backend, fn, args = load_job(job_path)
+    backend = resolve_backend(backend, me["local_world_size"])
+    if backend == "nccl":
+        torch.cuda.set_device(me["local_rank"])  # this process's GPU, numbered per node
+    dist.init_process_group(backend)  # env://: MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE
+    value = fn(me["rank"], *args)
+    write_result(job_path.with_name(job_path.stem + ".results"), me["rank"], me["world_size"], value)
+    if dist.is_initialized():
+        dist.barrier()  # nobody leaves while a peer still needs the group
+    # Leave without interpreter teardown, as ddp_lab's own ranks do: C++ destructors of
+    # gloo threads still running after DDP can abort a process that already succeeded
+    # (SIGABRT, "terminate called without an active exception"), which torchrun would
+    # report as a failed job.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()

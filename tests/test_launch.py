@@ -1,0 +1,303 @@
+"""ddp_lab.launch with real gloo ranks: results, output, notebook-style functions, failures."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import _thread
+
+import psutil
+import pytest
+import torch
+
+import ddp_lab
+from ddp_lab import LaunchTimeout, LaunchWarning, RankCrashed, RankFailed, ResultNotPicklable
+
+
+def rank_children() -> list[psutil.Process]:
+    """Processes started by this test process that are still alive (ranks would be)."""
+    return [p for p in psutil.Process().children(recursive=True) if p.is_running()
+            and p.status() != psutil.STATUS_ZOMBIE]
+
+
+@pytest.fixture(autouse=True)
+def no_rank_survives():
+    yield
+    assert rank_children() == [], "a rank process outlived its launch"
+
+
+def square_and_sum(rank, offset):
+    import torch.distributed as dist
+
+    value = torch.tensor([float(rank)])
+    dist.all_reduce(value)
+    print(f"rank {rank} sees sum {value.item():.0f}")
+    return {"rank": rank, "sum": value.item() + offset}
+
+
+def test_returns_every_rank_value_in_rank_order(capsys):
+    results = ddp_lab.launch(square_and_sum, args=(10,), nprocs=3, backend="gloo")
+    assert results == [{"rank": r, "sum": 13.0} for r in range(3)]
+    assert results[2]["rank"] == 2 and results.backend == "gloo"
+    assert results.outputs == [f"rank {r} sees sum 3\n" for r in range(3)]
+    out = capsys.readouterr().out
+    assert out.endswith("[rank 0] rank 0 sees sum 3\n[rank 1] rank 1 sees sum 3\n[rank 2] rank 2 sees sum 3\n")
+
+
+def late_rank_zero(rank):
+    import time
+
+    if rank == 0:
+        time.sleep(0.5)  # rank 1 prints first, yet rank 0 must be printed first
+    print("line one")
+    os.write(1, b"written to fd 1\n")
+    os.write(2, b"written to fd 2\n")
+    subprocess.run(["echo", f"from a subprocess of rank {rank}"], check=True)
+    return rank
+
+
+def test_output_is_captured_at_fd_level_and_printed_rank_by_rank(capsys):
+    ddp_lab.launch(late_rank_zero, nprocs=2, backend="gloo")
+    captured = capsys.readouterr()
+    expected_out = "".join(f"[rank {r}] line one\n[rank {r}] written to fd 1\n[rank {r}] from a subprocess of rank {r}\n"
+                           for r in range(2))
+    assert captured.out.endswith(expected_out)
+    assert captured.err == "[rank 0] written to fd 2\n[rank 1] written to fd 2\n"
+
+
+def report_environment(rank):
+    import torch.distributed as dist
+
+    keys = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+    return {**{k: os.environ[k] for k in keys}, "initialised": dist.is_initialized(),
+            "backend": dist.get_backend(), "threads": torch.get_num_threads(), "pg_rank": dist.get_rank()}
+
+
+def test_ranks_get_torchrun_environment_and_a_process_group():
+    results = ddp_lab.launch(report_environment, nprocs=2, backend="gloo")
+    cores = len(os.sched_getaffinity(0))
+    for rank, env in enumerate(results):
+        assert env["RANK"] == env["LOCAL_RANK"] == str(rank) == str(env["pg_rank"])
+        assert env["WORLD_SIZE"] == "2" and env["MASTER_ADDR"] == "127.0.0.1"
+        assert env["initialised"] and env["backend"] == "gloo"
+        assert env["threads"] == max(1, cores // 2)
+    assert results[0]["MASTER_PORT"] == results[1]["MASTER_PORT"]
+
+
+def init_by_hand(rank):
+    import torch.distributed as dist
+
+    assert not dist.is_initialized()
+    dist.init_process_group("gloo")  # env:// from the launcher's environment
+    value = torch.ones(1)
+    dist.all_reduce(value)
+    return value.item()
+
+
+def test_opting_out_lets_fn_initialise_the_process_group_itself():
+    assert ddp_lab.launch(init_by_hand, nprocs=2, init_process_group=False) == [2.0, 2.0]
+
+
+NOTEBOOK_STYLE = textwrap.dedent('''
+    import ddp_lab, torch
+
+    class Scaler:                        # a class defined in __main__, like a notebook cell
+        def __init__(self, k): self.k = k
+        def __call__(self, x): return x * self.k
+
+    def make_fn(scale):                  # a closure over a __main__ object
+        def fn(rank, extra):
+            import torch.distributed as dist
+            t = torch.tensor([scale(rank + 1.0)])
+            dist.all_reduce(t)
+            return Scaler(t.item() + extra)
+        return fn
+
+    results = ddp_lab.launch(make_fn(Scaler(2)), args=(1,), nprocs=2, backend="gloo")
+    assert [type(r).__name__ for r in results] == ["Scaler", "Scaler"]
+    assert isinstance(results[0], Scaler), "returned instances are of the notebook's own class"
+    assert [r.k for r in results] == [7.0, 7.0]
+    assert ddp_lab.launch(lambda rank: rank * 10, nprocs=2, backend="gloo") == [0, 10]
+    print("ok")
+''')
+
+
+def test_functions_closures_lambdas_and_classes_from_main():
+    """Run as a script, so everything lives in __main__ exactly as in a notebook."""
+    done = subprocess.run([sys.executable, "-c", NOTEBOOK_STYLE], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == "ok"
+
+
+def rank_one_raises(rank):
+    import torch.distributed as dist
+
+    print(f"rank {rank} before the error")
+    if rank == 1:
+        raise ValueError("bad shape on rank 1")
+    dist.barrier()  # rank 0 waits for rank 1 forever: the launcher must stop it
+
+
+def test_a_raising_rank_stops_the_others_and_reports_its_traceback(capsys):
+    with pytest.raises(RankFailed, match=r"rank 1 of 2 failed") as caught:
+        ddp_lab.launch(rank_one_raises, nprocs=2, backend="gloo", timeout=60)
+    error = caught.value
+    assert set(error.failures) == {0, 1}
+    assert error.failures[0].kind == "stopped" and error.failures[1].kind == "raised"
+    assert isinstance(error.failures[1].exception, ValueError)
+    assert 'raise ValueError("bad shape on rank 1")' in str(error)  # the original source line
+    assert "rank 0 before the error" in error.outputs[0]
+    out = capsys.readouterr().out
+    assert "[rank 0] rank 0 before the error\n[rank 1] rank 1 before the error\n" in out
+
+
+def dies(rank, how):
+    import torch.distributed as dist
+
+    print(f"rank {rank} alive")
+    if rank == 1:
+        if how == "os._exit":
+            os._exit(7)
+        os.kill(os.getpid(), {"SIGKILL": signal.SIGKILL, "SIGSEGV": signal.SIGSEGV}[how])
+    dist.barrier()
+
+
+@pytest.mark.parametrize("how, expected", [
+    ("os._exit", r"rank 1 died with exit code 7"),
+    ("SIGKILL", r"rank 1 died with signal SIGKILL \(9\)"),
+    ("SIGSEGV", r"rank 1 died with signal SIGSEGV \(11\)"),
+])
+def test_a_rank_that_dies_without_traceback_is_named_with_its_exit(how, expected):
+    with pytest.raises(RankCrashed, match=expected) as caught:
+        ddp_lab.launch(dies, args=(how,), nprocs=2, backend="gloo", timeout=60)
+    assert caught.value.first_rank == 1
+    assert "rank 1 alive" in caught.value.outputs[1], "output printed before the crash is kept"
+
+
+def skips_the_collective(rank):
+    import torch.distributed as dist
+
+    if rank == 0:
+        dist.all_reduce(torch.ones(1))  # rank 1 never joins
+    return rank
+
+
+def test_watchdog_reports_the_stack_of_a_hung_rank():
+    with pytest.raises(LaunchTimeout, match=r"rank\(s\) 0 of 2 still running after timeout=3s") as caught:
+        ddp_lab.launch(skips_the_collective, nprocs=2, backend="gloo", timeout=3)
+    message = str(caught.value)
+    assert "in skips_the_collective" in message and "in all_reduce" in message
+    assert caught.value.failures[0].kind == "timeout"
+
+
+def sleeps(rank):
+    import time
+
+    print(f"rank {rank} started", flush=True)
+    time.sleep(60)
+
+
+def test_keyboard_interrupt_kills_every_rank_and_keeps_output(capsys):
+    timer = threading.Timer(4.0, _thread.interrupt_main)
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            ddp_lab.launch(sleeps, nprocs=2, backend="gloo", timeout=60)
+    finally:
+        timer.cancel()
+    assert "[rank 0] rank 0 started\n[rank 1] rank 1 started\n" in capsys.readouterr().out
+
+
+def test_bad_inputs_say_how_to_fix_them():
+    with pytest.raises(ValueError, match=r"nprocs must be at least 1, got 0"):
+        ddp_lab.launch(print, nprocs=0)
+    with pytest.raises(TypeError, match=r"Pass the function itself"):
+        ddp_lab.launch(42)
+    with pytest.raises(TypeError, match=r"args\[1\] \(lock\) cannot be sent to the ranks"):
+        ddp_lab.launch(print, args=(1, threading.Lock()))
+    lock = threading.Lock()
+    with pytest.raises(TypeError, match=r"cannot be sent to the ranks.*inside fn"):
+        ddp_lab.launch(lambda rank: lock, nprocs=1)
+    with pytest.raises(ValueError, match=r"backend='nccl'.*(no GPU|not built).*gloo"):
+        ddp_lab.launch(print, backend="nccl")
+    with pytest.raises(ValueError, match=r"timeout must be a positive number"):
+        ddp_lab.launch(print, timeout=-1)
+
+
+def test_an_unpicklable_return_value_names_the_rank():
+    with pytest.raises(ResultNotPicklable, match=r"rank 1 returned a lock that cannot be pickled") as caught:
+        ddp_lab.launch(lambda rank: threading.Lock() if rank == 1 else rank, nprocs=2, backend="gloo")
+    assert isinstance(caught.value, TypeError)
+
+
+def test_auto_backend_is_announced_once(capsys):
+    from ddp_lab import backend
+
+    backend._announced.clear()
+    ddp_lab.launch(lambda rank: rank, nprocs=1)
+    ddp_lab.launch(lambda rank: rank, nprocs=1)
+    out = capsys.readouterr().out
+    assert out.count("ddp_lab: backend='auto' chose 'gloo'") == 1
+
+
+def test_stream_prints_lines_as_they_arrive(capsys):
+    results = ddp_lab.launch(lambda rank: print(f"hi {rank}"), nprocs=2, backend="gloo", stream=True)
+    assert results == [None, None]
+    out = capsys.readouterr().out
+    assert "[rank 0] hi 0\n" in out and "[rank 1] hi 1\n" in out
+
+
+def test_more_ranks_than_cores_warns_about_speed():
+    from ddp_lab import launcher
+
+    launcher._warned_oversubscribed.clear()
+    nprocs = len(os.sched_getaffinity(0)) + 1
+    with pytest.warns(LaunchWarning, match=r"more than the \d+ CPU cores"):
+        assert ddp_lab.launch(lambda rank: rank, nprocs=nprocs, backend="gloo") == list(range(nprocs))
+
+
+def ddp_train(rank):
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    torch.manual_seed(0)
+    model = DDP(torch.nn.Linear(4, 2))
+    optimizer = torch.optim.Adam(model.parameters())
+    for _ in range(3):
+        optimizer.zero_grad()
+        model(torch.randn(8, 4)).pow(2).mean().backward()
+        optimizer.step()
+    weights = model.module.weight.detach().clone()
+    dist.all_reduce(weights)
+    return weights
+
+
+def test_ddp_with_an_optimizer_exits_cleanly_every_time():
+    """The SIGABRT seen after destroy_process_group() + DDP must not happen at the end of a launch."""
+    with _no_warnings():
+        for _ in range(5):
+            results = ddp_lab.launch(ddp_train, nprocs=2, backend="gloo")
+            assert results.returncodes == [0, 0]
+            torch.testing.assert_close(results[0], results[1])
+
+
+class _no_warnings:
+    def __enter__(self):
+        import warnings
+
+        self._catcher = warnings.catch_warnings()
+        self._catcher.__enter__()
+        warnings.simplefilter("error", LaunchWarning)
+
+    def __exit__(self, *exc):
+        return self._catcher.__exit__(*exc)
+
+
+def test_no_store_port_stays_open_after_a_launch():
+    results = ddp_lab.launch(lambda rank: int(os.environ["MASTER_PORT"]), nprocs=1)
+    listening = {c.laddr.port for c in psutil.Process().net_connections("tcp") if c.status == psutil.CONN_LISTEN}
+    assert results[0] not in listening
