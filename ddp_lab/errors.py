@@ -81,7 +81,8 @@ class LaunchError(RuntimeError):
         for failure in first_first:
             if failure.kind == "stopped":
                 continue
-            first = " (first failure)" if failure.rank == self.first_rank and len(self.failures) > 1 else ""
+            several = sum(f.kind != "stopped" for f in self.failures.values()) > 1
+            first = " (first failure)" if failure.rank == self.first_rank and several else ""
             parts.append(f"\n--- rank {failure.rank} {failure.summary}{first} ---")
             if failure.details and not failure.secondary:
                 parts.append(failure.details.rstrip("\n"))
