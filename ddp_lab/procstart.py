@@ -2,8 +2,15 @@
 
 `start_rank` gives back a `RankProcess` whatever the start method: its pid, the read
 ends of its stdout and stderr pipes, the launcher's end of its control channel, and
-`wait()` / `send_signal()`. Cold starts run `python -m ddp_lab.worker` in a fresh
-interpreter (spawn-safe: nothing of the notebook kernel is forked).
+`wait()` / `send_signal()`.
+
+- **Warm** (the default once the kernel has a zygote): fork the rank from the zygote, a
+  clean process that imported torch and nothing else (see zygote.py). ~0.05 s per launch.
+- **Cold** (the first launch of a kernel, or with DDP_LAB_WARM=0): run
+  `python -m ddp_lab.worker` in a fresh interpreter. The first launch then starts the
+  zygote in the background for the next ones.
+
+Neither start method forks the notebook kernel itself.
 
 Introduced in notebooks/00-welcome-and-first-launch.ipynb ("How launch works").
 """
@@ -15,54 +22,35 @@ import signal
 import socket
 import subprocess
 import sys
-from dataclasses import dataclass
+import time
 from pathlib import Path
 
+from ddp_lab.rankprocess import RankProcess
+from ddp_lab.zygote_client import Zygote
+
 _PACKAGE_PARENT = str(Path(__file__).resolve().parent.parent)
+_zygote: Zygote | None = None
 
 
-@dataclass
-class RankProcess:
-    """A started rank, as the launcher sees it."""
+class SpawnedRank(RankProcess):
+    """A rank in a fresh interpreter, started with subprocess (cold start)."""
 
-    rank: int
-    popen: subprocess.Popen
-    channel: socket.socket
-
-    @property
-    def pid(self) -> int:
-        return self.popen.pid
-
-    @property
-    def stdout_fd(self) -> int:
-        return self.popen.stdout.fileno()
+    def __init__(self, rank: int, popen: subprocess.Popen, channel: socket.socket):
+        self.rank, self.popen, self.channel, self.pid = rank, popen, channel, popen.pid
+        self.stdout_fd = os.dup(popen.stdout.fileno())
+        self.stderr_fd = os.dup(popen.stderr.fileno())
+        popen.stdout.close()
+        popen.stderr.close()
 
     @property
-    def stderr_fd(self) -> int:
-        return self.popen.stderr.fileno()
+    def returncode(self) -> int | None:
+        return self.popen.returncode
 
-    def wait(self) -> int:
-        """Block until the process ends; return its exit status (negative: signal)."""
-        return self.popen.wait()
-
-    def poll(self) -> int | None:
-        return self.popen.poll()
-
-    def send_signal(self, signum: int) -> None:
-        """Signal the rank if it is still running (no error if it already ended)."""
-        if self.popen.returncode is None:
-            try:
-                os.kill(self.popen.pid, signum)
-            except ProcessLookupError:
-                pass
-
-    def close(self) -> None:
-        """Release the launcher's ends of the pipes and the channel."""
-        for handle in (self.popen.stdout, self.popen.stderr, self.channel):
-            try:
-                handle.close()
-            except OSError:
-                pass
+    def wait(self, timeout: float | None = None) -> int | None:
+        try:
+            return self.popen.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return None
 
 
 def rank_environment(base: dict, rank: int, world_size: int, extra: dict) -> dict:
@@ -80,12 +68,16 @@ def rank_environment(base: dict, rank: int, world_size: int, extra: dict) -> dic
         "DDP_LAB_PARENT_PID": str(os.getpid()),
     })
     env.update(extra)
+    return with_package_on_path(env)
+
+
+def with_package_on_path(env: dict) -> dict:
+    """Make sure a child interpreter can `import ddp_lab` even if it is not installed."""
     paths = [_PACKAGE_PARENT] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
-    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
-    return env
+    return {**env, "PYTHONPATH": os.pathsep.join(dict.fromkeys(paths))}
 
 
-def start_rank(rank: int, env: dict, payload_path: str, stacks_path: str) -> RankProcess:
+def spawn_rank(rank: int, env: dict, payload_path: str, stacks_path: str) -> SpawnedRank:
     """Start one rank in a fresh interpreter (cold start)."""
     parent_end, child_end = socket.socketpair()
     try:
@@ -106,20 +98,59 @@ def start_rank(rank: int, env: dict, payload_path: str, stacks_path: str) -> Ran
         raise
     finally:
         child_end.close()
-    return RankProcess(rank=rank, popen=popen, channel=parent_end)
+    return SpawnedRank(rank, popen, parent_end)
+
+
+def warm_starts_enabled() -> bool:
+    """Warm starts are on unless DDP_LAB_WARM=0."""
+    return os.environ.get("DDP_LAB_WARM", "1") != "0"
+
+
+def ready_zygote(wait_s: float = 15.0) -> Zygote | None:
+    """The kernel's zygote if it is (or within wait_s becomes) ready; None means start cold."""
+    global _zygote
+    if not warm_starts_enabled():
+        return None
+    if _zygote is not None and not _zygote.alive():
+        _zygote.close()
+        _zygote = None  # died (killed, OOM): start cold now, a new one starts after
+    if _zygote is None:
+        return None
+    return _zygote if _zygote.wait_ready(wait_s) else None
+
+
+def prepare_zygote() -> None:
+    """Start the zygote in the background if there is none (called after a launch)."""
+    global _zygote
+    if warm_starts_enabled() and (_zygote is None or not _zygote.alive()):
+        _zygote = Zygote.start(with_package_on_path({**os.environ, "DDP_LAB_PARENT_PID": str(os.getpid())}))
+
+
+def shutdown_zygote() -> None:
+    """Stop the kernel's zygote (the next launch starts cold)."""
+    global _zygote
+    if _zygote is not None:
+        _zygote.close()
+        _zygote = None
+
+
+def start_rank(rank: int, env: dict, payload_path: str, stacks_path: str) -> RankProcess:
+    """Start one rank: forked from the zygote when one is ready, else a fresh interpreter."""
+    zygote = ready_zygote()
+    if zygote is not None:
+        forked = zygote.fork_rank(rank, env, payload_path, stacks_path, os.getcwd())
+        if forked is not None:
+            return forked
+    return spawn_rank(rank, env, payload_path, stacks_path)
 
 
 def stop_ranks(ranks: list[RankProcess], grace: float = 1.0) -> None:
     """SIGTERM every running rank, wait up to `grace` seconds, then SIGKILL the rest."""
-    import time
-
     for process in ranks:
         process.send_signal(signal.SIGTERM)
     deadline = time.monotonic() + grace
     for process in ranks:
-        try:
-            process.popen.wait(timeout=max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
+        if process.wait(max(0.0, deadline - time.monotonic())) is None:
             process.send_signal(signal.SIGKILL)
     for process in ranks:
-        process.popen.wait()
+        process.wait()

@@ -12,7 +12,6 @@ Introduced in notebooks/00-welcome-and-first-launch.ipynb ("How launch works").
 from __future__ import annotations
 
 import queue
-import subprocess
 import threading
 import time
 
@@ -129,16 +128,14 @@ class Supervisor:
             except OSError:
                 pass
         for process in self.processes:
-            try:
-                process.popen.wait(timeout=EXIT_WAIT_S)
-            except subprocess.TimeoutExpired:
+            if process.wait(EXIT_WAIT_S) is None:
                 stop_ranks([process], grace=0.5)
         deadline = time.monotonic() + READER_WAIT_S
         for thread in self._threads:
             thread.join(max(0.0, deadline - time.monotonic()))
         self._drain()
         for process in self.processes:
-            self.exits.setdefault(process.rank, process.popen.returncode)
+            self.exits.setdefault(process.rank, process.returncode)
         for process in self.processes:
             process.close()
 

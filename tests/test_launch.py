@@ -20,8 +20,14 @@ from ddp_lab import LaunchTimeout, LaunchWarning, RankCrashed, RankFailed, Resul
 
 def rank_children() -> list[psutil.Process]:
     """Processes started by this test process that are still alive (ranks would be)."""
-    return [p for p in psutil.Process().children(recursive=True) if p.is_running()
-            and p.status() != psutil.STATUS_ZOMBIE]
+    alive = []
+    for process in psutil.Process().children(recursive=True):
+        try:
+            if process.status() != psutil.STATUS_ZOMBIE and "ddp_lab.zygote" not in process.cmdline():
+                alive.append(process)
+        except psutil.NoSuchProcess:
+            pass
+    return alive
 
 
 @pytest.fixture(autouse=True)

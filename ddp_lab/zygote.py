@@ -1,0 +1,118 @@
+"""The zygote: a clean, pre-imported process that forks ranks in milliseconds.
+
+Starting a rank cold costs a fresh interpreter plus `import torch` (about a second, more
+with many ranks on few cores). The zygote pays that once per kernel: it imports torch and
+then does nothing else — no tensor op, no thread pool, no CUDA — so forking it is safe
+(forking the *notebook kernel* is not: a child of a process that ran multi-threaded ops
+can hang on its first matmul, and CUDA cannot be used after fork once initialised).
+
+Protocol, over one AF_UNIX SOCK_SEQPACKET socket (one message per packet):
+  launcher -> zygote  ("spawn", request_id, spec) with 3 fds: stdout, stderr, control
+  zygote -> launcher  ("started", request_id, pid)
+  zygote -> launcher  ("exited", pid, returncode)   for every child that ends
+The zygote exits when the launcher closes the socket or dies (PR_SET_PDEATHSIG).
+
+Introduced in notebooks/00b-live-cluster.ipynb.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import random
+import select
+import signal
+import socket
+import sys
+
+MAX_PACKET = 1 << 20
+
+
+def preload() -> None:
+    """Import what every rank needs; run nothing."""
+    import cloudpickle  # noqa: F401
+    import torch  # noqa: F401
+    import torch.distributed  # noqa: F401
+    import torch.nn  # noqa: F401
+
+    import ddp_lab.worker  # noqa: F401
+
+
+def _become_rank(spec: dict, fds: list[int], sock: socket.socket, wakeup: int) -> None:
+    """In the forked child: take the pipes, the environment and the cwd, then run the rank."""
+    from ddp_lab.worker import die_with_parent, run_rank
+
+    signal.set_wakeup_fd(-1)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    sock.close()
+    os.close(wakeup)
+    stdout, stderr, control = fds
+    os.dup2(stdout, 1)
+    os.dup2(stderr, 2)
+    os.close(stdout)
+    os.close(stderr)
+    os.setsid()
+    os.chdir(spec["cwd"])
+    os.environ.clear()
+    os.environ.update(spec["env"])
+    random.seed()  # a fresh process would have its own random state; a fork shares the zygote's
+    if "numpy" in sys.modules:
+        sys.modules["numpy"].random.seed()
+    die_with_parent(os.getppid())
+    run_rank(control, spec["payload_path"], spec["stacks_path"])
+
+
+def _reap(sock: socket.socket) -> None:
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        sock.send(pickle.dumps(("exited", pid, os.waitstatus_to_exitcode(status))))
+
+
+def serve(sock: socket.socket) -> None:
+    """Fork a rank for every request until the launcher goes away."""
+    wakeup_read, wakeup_write = os.pipe()
+    os.set_blocking(wakeup_write, False)
+    signal.set_wakeup_fd(wakeup_write)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    while True:
+        ready, _, _ = select.select([sock, wakeup_read], [], [])
+        if wakeup_read in ready:
+            os.read(wakeup_read, 4096)
+            _reap(sock)
+        if sock in ready:
+            try:
+                data, fds, _, _ = socket.recv_fds(sock, MAX_PACKET, 3)
+            except OSError:
+                data = b""
+            if not data:
+                return
+            _, request_id, spec = pickle.loads(data)
+            pid = os.fork()
+            if pid == 0:
+                try:
+                    _become_rank(spec, fds, sock, wakeup_read)
+                finally:
+                    os._exit(70)
+            for fd in fds:
+                os.close(fd)
+            sock.send(pickle.dumps(("started", request_id, pid)))
+
+
+def main() -> None:
+    from ddp_lab.worker import die_with_parent
+
+    die_with_parent(int(os.environ["DDP_LAB_PARENT_PID"]))
+    sock = socket.socket(fileno=int(sys.argv[1]))
+    preload()
+    sock.send(pickle.dumps(("ready", os.getpid())))
+    serve(sock)
+
+
+if __name__ == "__main__":
+    main()
