@@ -27,12 +27,20 @@ _EXPORTS = {
     "RankFailure": "ddp_lab.errors",
     "doctor": "ddp_lab.machine",
     "rank_device": "ddp_lab.devices",
+    "Cluster": "ddp_lab.cluster",
 }
 
 __all__ = sorted(_EXPORTS)
 
 
 _SUBPACKAGES = {"checks", "plots", "scripts", "gpu"}  # lesson 06: torchrun jobs, GPU-only cells
+
+
+def load_ipython_extension(ipython) -> None:
+    """`%load_ext ddp_lab` registers %%ddp, %ddp_pull and %ddp_shutdown (see ddp_lab.magics)."""
+    from ddp_lab.magics import load_ipython_extension as load
+
+    load(ipython)
 
 
 def __getattr__(name: str):

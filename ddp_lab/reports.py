@@ -17,13 +17,15 @@ from ddp_lab.worker import STACK_SIGNAL
 
 STACK_WAIT_S = 1.0
 _TAIL_LINES = 15
+_HIDDEN_FRAMES = ("ddp_lab/worker.py", "ddp_lab/cluster_rank.py", "ddp_lab/zygote.py", "<frozen runpy>")
 _PEER_LOST = re.compile(r"Connection closed by peer|Connection reset by peer|Broken pipe")
 
 
-def read_stacks(supervisor, workdir: str) -> dict[int, str]:
-    """Ask every still-running rank to dump its Python stacks (faulthandler) and read them."""
-    running = supervisor.running()
+def read_stacks(supervisor, workdir: str, ranks: list[int] | None = None) -> dict[int, str]:
+    """Ask still-running ranks (or just `ranks`) to dump their Python stacks (faulthandler); read them."""
+    running = [p for p in supervisor.running() if ranks is None or p.rank in ranks]
     for process in running:
+        Path(workdir, f"stacks-{process.rank}.txt").write_text("")
         process.send_signal(STACK_SIGNAL)
     paths = {p.rank: Path(workdir, f"stacks-{p.rank}.txt") for p in running}
     deadline = time.monotonic() + STACK_WAIT_S
@@ -43,7 +45,7 @@ def _size(path: Path) -> int:
 def _clean_stack(text: str) -> str:
     """Drop thread addresses and ddp_lab's own frames from a faulthandler dump."""
     text = re.sub(r"(Current thread|Thread) 0x[0-9a-f]+", r"\1", text)
-    lines = [line for line in text.splitlines() if "ddp_lab/worker.py" not in line and "<frozen runpy>" not in line]
+    lines = [line for line in text.splitlines() if not any(f in line for f in _HIDDEN_FRAMES)]
     return "\n".join(lines) or "(no Python stack was written: the rank may be stuck outside Python)"
 
 
@@ -60,7 +62,8 @@ def _tail(text: str) -> str:
     return "\n".join([head] + ["  " + line for line in shown])
 
 
-def _raised(rank: int, report: dict, names: dict) -> RankFailure:
+def raised_failure(rank: int, report: dict, names: dict) -> RankFailure:
+    """A RankFailure from a rank's report of an exception."""
     import cloudpickle
 
     try:
@@ -89,7 +92,7 @@ def _failure(rank: int, supervisor, names: dict) -> RankFailure:
         return RankFailure(rank, "unpicklable",
                            f"returned a {report['type']} that cannot be pickled back to the notebook "
                            f"({report['text']}). Return plain data instead (numbers, tensors, dicts of them).")
-    return _raised(rank, report, names)
+    return raised_failure(rank, report, names)
 
 
 def _hint(failures: dict[int, RankFailure], first: int, kind: str) -> str:

@@ -11,6 +11,10 @@ It does what every torchrun training script does first, then calls the exported 
 3. `dist.init_process_group(backend)` with the default `env://` init method;
 4. `value = fn(RANK, *args)`, written to `<job>.results/rank-<RANK>.pkl`.
 
+`main` is decorated with torch's `@record`, as torchrun's docs advise for every entry
+point: a rank that raises writes its traceback to an error file, and torchrun's failure
+summary shows it under "Root Cause" instead of "To enable traceback see ...".
+
 Job files come from `ddp_lab.scripts.export`. Introduced in
 notebooks/06-backends-and-torchrun.ipynb.
 """
@@ -69,6 +73,7 @@ def write_result(results_dir: Path, rank: int, world_size: int, value) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    """Run the job file named on the command line as this torchrun worker's rank."""
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 1:
         raise SystemExit("usage: torchrun [torchrun options] -m ddp_lab.run_pickled JOB_FILE")
@@ -96,4 +101,6 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from torch.distributed.elastic.multiprocessing.errors import record
+
+    record(main)()

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ddp_lab.payload import notebook_sources, pack_arguments, pack_function
+from ddp_lab.rendezvous import free_port  # noqa: F401  (a rendezvous port for multi-node demos)
 
 TORCHRUN = (sys.executable, "-m", "torch.distributed.run")
 RUNNER = ("-m", "ddp_lab.run_pickled")
@@ -220,7 +221,10 @@ def _failure_message(finished: list[Finished], timeout: float | None) -> str:
             else "a command failed")
     parts = [f"{head}; the end of each log follows."]
     for index, item in enumerate(finished):
-        tail = "\n".join(item.log.rstrip().splitlines()[-25:])
+        lines = item.log.rstrip().splitlines()
+        # torchrun's summary names the rank that failed first, with its traceback (@record)
+        cause = next((i for i, line in enumerate(lines) if line.startswith("Root Cause")), None)
+        tail = "\n".join(lines[cause:][:40] if cause is not None else lines[-25:])
         parts.append(f"--- command {index} ({_exit(item.returncode)}): {shell(item.command)}\n{tail}")
     return "\n".join(parts)
 

@@ -17,7 +17,9 @@ import time
 
 from ddp_lab.channel import RELEASE, receive_message
 from ddp_lab.output import RankOutput, print_line, start_reader
-from ddp_lab.procstart import RankProcess, stop_ranks
+from ddp_lab.procstart import stop_ranks
+from ddp_lab.rankprocess import RankProcess
+from ddp_lab.worker import OUTPUT_MARK
 
 STARTUP_S = 120.0  # time allowed to start the interpreters and the process group
 GATHER_S = 0.5  # after a first failure, how long other ranks get to report theirs
@@ -52,6 +54,9 @@ class Supervisor:
         self._threads.append(follower)
 
     def _on_line(self, rank: int, stream: str, line: str) -> None:
+        if line.startswith(OUTPUT_MARK):
+            self.events.put(("mark", rank, (stream, int(line[len(OUTPUT_MARK):]))))
+            return
         self.outputs[rank].lines.append((stream, line))
         if self.stream:
             self.events.put(("line", rank, (stream, line)))
@@ -64,8 +69,9 @@ class Supervisor:
                 message = None
             if message is None:
                 break
-            self.events.put(("ready" if message["kind"] == "ready" else "report", process.rank, message))
-            if message["kind"] != "ready":
+            kind = message["kind"]
+            self.events.put((kind if kind in ("ready", "reply") else "report", process.rank, message))
+            if kind not in ("ready", "reply"):
                 break
         self.events.put(("exit", process.rank, process.wait()))
 

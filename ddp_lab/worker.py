@@ -25,6 +25,15 @@ import traceback
 from ddp_lab.channel import send_message
 
 STACK_SIGNAL = signal.SIGUSR1
+OUTPUT_MARK = "\x1eddp_lab:end-of-command:"  # a line that tells the launcher a command's output is complete
+_channel: socket.socket | None = None
+
+
+def control_channel() -> socket.socket:
+    """This rank's channel to the launcher (used by the live cluster's command loop)."""
+    if _channel is None:
+        raise RuntimeError("not running inside a ddp_lab rank")
+    return _channel
 _PR_SET_PDEATHSIG = 1
 
 
@@ -69,7 +78,7 @@ def _format_traceback(error: BaseException, skip_frames: int) -> str:
     return "".join(traceback.format_exception(type(error), error, tb))
 
 
-def _exception_report(error: BaseException, phase: str, skip_frames: int) -> dict:
+def exception_report(error: BaseException, phase: str, skip_frames: int) -> dict:
     import cloudpickle
 
     try:
@@ -152,8 +161,9 @@ def _report_result(channel: socket.socket, value) -> bool:
 
 def run_rank(control_fd: int, payload_path: str, stacks_path: str) -> None:
     """Run one rank to completion and leave with os._exit (never returns)."""
-    channel = socket.socket(fileno=control_fd)
-    stacks = open(stacks_path, "w")  # kept open: faulthandler writes to its fd at the watchdog
+    global _channel
+    channel = _channel = socket.socket(fileno=control_fd)
+    stacks = open(stacks_path, "a")  # kept open: faulthandler writes to it at the watchdog
     faulthandler.register(STACK_SIGNAL, file=stacks, all_threads=True)
     faulthandler.enable(file=sys.stderr, all_threads=True)
     _line_buffer_c_stdout()
@@ -172,9 +182,9 @@ def run_rank(control_fd: int, payload_path: str, stacks_path: str) -> None:
         if error.code in (0, None) and phase == "fn":
             ok = _report_result(channel, None)
         else:
-            send_message(channel, _exception_report(error, phase, skip_frames=1))
+            send_message(channel, exception_report(error, phase, skip_frames=1))
     except BaseException as error:  # noqa: BLE001 - every failure is reported, KeyboardInterrupt too
-        send_message(channel, _exception_report(error, phase, skip_frames=1 if phase == "fn" else 0))
+        send_message(channel, exception_report(error, phase, skip_frames=1 if phase == "fn" else 0))
     else:
         ok = _report_result(channel, value)
     flush_all_output()
@@ -193,4 +203,8 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    # Run the copy imported as ddp_lab.worker, not this __main__ one, so that code in the
+    # rank (the live cluster's loop) finds the control channel at ddp_lab.worker.
+    from ddp_lab import worker
+
+    worker.main()

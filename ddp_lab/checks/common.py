@@ -11,8 +11,11 @@ Introduced in notebooks/02-collectives.ipynb.
 
 from __future__ import annotations
 
+import ast
 import contextlib
+import inspect
 import re
+import textwrap
 import warnings
 
 import torch
@@ -77,6 +80,27 @@ def call_case(fn, case: str, *args):
         raise
     except Exception as error:
         raise CaseFailed(case, type(error).__name__, str(error)) from error
+
+
+def ensure_written(fn) -> None:
+    """Fail at once, without starting ranks, if fn is still the exercise's NotImplementedError stub."""
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
+    except (OSError, TypeError, SyntaxError, IndentationError):
+        return  # no source to read (a lambda in a string, a builtin): let the ranks find out
+    node = tree.body[0] if tree.body else None
+    if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return
+    body = node.body
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+        body = body[1:]  # the docstring
+    raised = body[0].exc if len(body) == 1 and isinstance(body[0], ast.Raise) else None
+    call = raised.func if isinstance(raised, ast.Call) else raised
+    if isinstance(call, ast.Name) and call.id == "NotImplementedError":
+        args = raised.args if isinstance(raised, ast.Call) else []
+        hint = args[0].value if args and isinstance(args[0], ast.Constant) else ""
+        raise CheckFailed(f"{fn.__name__} is not written yet: it raised NotImplementedError({hint!r}).\n"
+                          "Replace the `raise NotImplementedError` line with your answer.")
 
 
 def run_on_ranks(runner, args: tuple, nprocs: int, timeout: float, what: str):

@@ -15,7 +15,8 @@ from __future__ import annotations
 import torch
 
 from ddp_lab.checks import CheckFailed, passed
-from ddp_lab.checks.common import call_case, describe, first_mismatch, only_point_to_point, run_on_ranks
+from ddp_lab.checks.common import (call_case, describe, ensure_written, first_mismatch, only_point_to_point,
+                                   run_on_ranks)
 
 WORLD_SIZE = 3
 REDUCE_SIZES = (12, 10, 7, 2)    # 12 divides by 3; the others do not; 2 < world size
@@ -60,6 +61,7 @@ def check_ring_all_reduce(ring_all_reduce, world_size: int = WORLD_SIZE, timeout
 
     Introduced in notebooks/02-collectives.ipynb.
     """
+    ensure_written(ring_all_reduce)
     name = getattr(ring_all_reduce, "__name__", "ring_all_reduce")
     results = run_on_ranks(_all_reduce_runner, (ring_all_reduce, REDUCE_SIZES, world_size),
                            world_size, timeout, name)
@@ -110,6 +112,7 @@ def check_ring_all_gather(ring_all_gather, world_size: int = WORLD_SIZE, timeout
 
     Introduced in notebooks/02-collectives.ipynb.
     """
+    ensure_written(ring_all_gather)
     name = getattr(ring_all_gather, "__name__", "ring_all_gather")
     results = run_on_ranks(_all_gather_runner, (ring_all_gather, GATHER_SIZES, world_size),
                            world_size, timeout, name)

@@ -29,7 +29,7 @@ def _draw(ax, rows: Sequence[Sequence[float] | None], before: Sequence[Sequence[
             continue
         for column, value in enumerate(row):
             ax.add_patch(Rectangle((column, y + 0.1), 0.92, 0.8, color=_origin(value, before), alpha=0.85))
-            ax.text(column + 0.46, y + 0.5, f"{value:g}", ha="center", va="center", fontsize=8, color="white")
+            ax.text(column + 0.46, y + 0.5, f"{value:g}", ha="center", va="center", fontsize=7, color="white")
     ax.set_xlim(-1.6, width + 0.2)
     ax.set_ylim(0, len(rows))
     ax.set_title(title, fontsize=10)
@@ -56,9 +56,10 @@ def before_after(name: str, before: Sequence[Sequence[float] | None], after: Seq
 
     Introduced in notebooks/02-collectives.ipynb.
     """
-    width = max(len(row) for row in (*before, *after) if row is not None)
-    fig, axes = plt.subplots(1, 2, figsize=(2.4 + 0.55 * width * 2, 0.35 + 0.42 * len(before)))
-    _draw(axes[0], before, before, f"{name}: before", width)
-    _draw(axes[1], after, before, "after", width)
+    widths = [max((len(row) for row in rows if row is not None), default=1) for rows in (before, after)]
+    fig, axes = plt.subplots(1, 2, figsize=(min(11.0, 2.4 + 0.6 * sum(widths)), 0.35 + 0.42 * len(before)),
+                             gridspec_kw={"width_ratios": [w + 1.8 for w in widths]})
+    _draw(axes[0], before, before, f"{name}: before", widths[0])
+    _draw(axes[1], after, before, "after", widths[1])
     fig.tight_layout()
     return fig

@@ -1,0 +1,188 @@
+"""Checks for the exercises of notebooks/01-data-vs-model-parallelism.ipynb.
+
+    ddp_lab.checks.lesson01.check_memory_per_device(memory_per_device)
+    ddp_lab.checks.lesson01.check_data_parallel_backward(data_parallel_backward)
+
+Introduced in notebooks/01-data-vs-model-parallelism.ipynb.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ddp_lab.checks import CheckFailed, passed
+from ddp_lab.checks.common import call_case, describe, ensure_written, first_mismatch, run_on_ranks
+from ddp_lab.memory import COMPONENTS, SHARDED, STRATEGIES, memory_per_device
+
+MEMORY_CASES = ((1_000_000, 300_000, 4), (7_000_000_000, 2_000_000_000, 8))
+
+_WHY_FULL = {
+    "params": "every device runs the whole model, so it needs every weight",
+    "grads": "backward produces a gradient for every weight the device holds",
+    "optimizer": "every device updates every weight, so it keeps Adam's state for all of them",
+    "activations": "every device runs the whole batch through its layers",
+}
+
+
+# --- memory arithmetic ---------------------------------------------------------------------
+
+def check_memory_per_device(fn) -> None:
+    """Check `fn(n_params, n_activations, world_size, strategy)` -> {component: bytes}.
+
+    Compared with `ddp_lab.memory.memory_per_device` for every strategy in
+    ('single', 'data', 'model', 'zero1', 'zero2', 'zero3') on two model sizes.
+
+    Introduced in notebooks/01-data-vs-model-parallelism.ipynb.
+    """
+    for n_params, n_activations, world_size in MEMORY_CASES:
+        for strategy in STRATEGIES:
+            call = f"{fn.__name__}({n_params:_}, {n_activations:_}, world_size={world_size}, strategy={strategy!r})"
+            got = fn(n_params, n_activations, world_size, strategy)
+            expected = memory_per_device(n_params, n_activations, world_size, strategy)
+            if not isinstance(got, dict) or set(got) != set(COMPONENTS):
+                keys = sorted(got) if isinstance(got, dict) else None
+                raise CheckFailed(f"{call} should return a dict with keys {list(COMPONENTS)}, got "
+                                  f"{'keys ' + str(keys) if keys is not None else describe(got)}.")
+            if got != expected and all(got[c] * 4 == expected[c] for c in COMPONENTS):
+                raise CheckFailed(f"{call}: expected {expected}, got {got}.\nHint: return bytes, not numbers "
+                                  "of values: fp32 takes 4 bytes per value.")
+            for component in COMPONENTS:
+                if got[component] != expected[component]:
+                    hint = _memory_hint(strategy, component, got[component], expected[component], n_params,
+                                        world_size)
+                    raise CheckFailed(f"{call}[{component!r}]: expected {expected[component]:_} bytes, "
+                                      f"got {got[component]:_}.\nHint: {hint}")
+    passed(f"{fn.__name__} matches the reference for {', '.join(STRATEGIES)} on {len(MEMORY_CASES)} model sizes")
+
+
+def _memory_hint(strategy: str, component: str, got, expected, n_params: int, world_size: int) -> str:
+    sharded = component in SHARDED[strategy]
+    if component == "optimizer" and got * 2 == expected:
+        return ("Adam keeps two values per parameter (exp_avg and exp_avg_sq): 8 bytes per parameter in "
+                "fp32, twice the weights.")
+    if sharded and got == expected * world_size:
+        return (f"under {strategy!r} each device keeps only 1/{world_size} of the {component}: divide by "
+                "world_size.")
+    if not sharded and got * world_size == expected:
+        reason = _WHY_FULL[component]
+        if strategy.startswith("zero"):
+            reason = (f"{strategy} shards only {', '.join(c for c in SHARDED[strategy] if c != 'activations')}"
+                      f" (+ activations, as data parallel does); the {component} stay whole on every device")
+        return f"under {strategy!r} every device holds all the {component}: {reason}."
+    return (f"under {strategy!r}, {component} are {'split across' if sharded else 'whole on every one of'} "
+            f"the {world_size} devices; weights and gradients take 4 bytes per parameter, Adam 8.")
+
+
+# --- data parallel backward ------------------------------------------------------------------
+
+BATCHES = (8, 7)  # 7 does not divide by 2 ranks: shards of 4 and 3
+
+
+def make_model() -> torch.nn.Module:
+    """The small model the data-parallel check trains (the same on every rank)."""
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(3, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
+
+
+def make_batch(size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The batch (x, y) the data-parallel check uses; every rank gets all of it."""
+    generator = torch.Generator().manual_seed(size)
+    return torch.randn(size, 3, generator=generator), torch.randn(size, 1, generator=generator)
+
+
+def _data_parallel_runner(rank: int, fn):
+    reports = []
+    for size in BATCHES:
+        model = make_model()
+        seen = []
+        model.register_forward_pre_hook(lambda module, args: seen.append(args[0].detach().clone()))
+        x, y = make_batch(size)
+        call_case(fn, f"running a batch of {size} samples", model, x, y)
+        grads = [None if p.grad is None else p.grad.detach().clone() for p in model.parameters()]
+        reports.append({"seen": torch.cat(seen) if seen else torch.empty(0, 3), "grads": grads})
+    return reports
+
+
+def _reference_grads(x: torch.Tensor, y: torch.Tensor, weights=None) -> list[torch.Tensor]:
+    """Gradients of the mean squared error; `weights` = per-shard (rows, weight) for a mean of means."""
+    model = make_model()
+    if weights is None:
+        loss = torch.nn.functional.mse_loss(model(x), y)
+    else:
+        loss = sum(w * torch.nn.functional.mse_loss(model(x[rows]), y[rows]) for rows, w in weights)
+    loss.backward()
+    return [p.grad for p in model.parameters()]
+
+
+def _sample_indices(seen: torch.Tensor, x: torch.Tensor) -> list[int]:
+    return [int(i) for row in seen for i in (row == x).all(1).nonzero().flatten()[:1]]
+
+
+def check_data_parallel_backward(fn, world_size: int = 2, timeout: float = 30.0) -> None:
+    """Check `fn(model, x, y)`: each rank runs only its shard, and every rank ends with the full-batch gradient.
+
+    The gradient must equal that of `mse_loss(model(x), y)` over the whole batch (a mean),
+    for a batch of 8 and one of 7 samples on 2 ranks.
+
+    Introduced in notebooks/01-data-vs-model-parallelism.ipynb.
+    """
+    ensure_written(fn)
+    name = getattr(fn, "__name__", "data_parallel_backward")
+    results = run_on_ranks(_data_parallel_runner, (fn,), world_size, timeout, name)
+    names = [n for n, _ in make_model().named_parameters()]
+    for case, size in enumerate(BATCHES):
+        x, y = make_batch(size)
+        shards = [_sample_indices(results[rank][case]["seen"], x) for rank in range(world_size)]
+        _check_shards(shards, size, world_size)
+        expected = _reference_grads(x, y)
+        for rank in range(world_size):
+            for position, (got, want) in enumerate(zip(results[rank][case]["grads"], expected)):
+                _compare_grad(got, want, names[position], position, rank, (x, y), world_size, shards)
+    passed(f"{name}: each of {world_size} ranks used only its shard and holds the full-batch gradient "
+           f"(batches of {' and '.join(map(str, BATCHES))})")
+
+
+def _check_shards(shards: list[list[int]], size: int, world_size: int) -> None:
+    where = f"batch of {size} samples on {world_size} ranks"
+    for rank, shard in enumerate(shards):
+        if len(shard) == size and world_size > 1:
+            raise CheckFailed(f"{where}: rank {rank} ran the model on all {size} samples.\nHint: each rank "
+                              "should take only its shard of the batch, e.g. x.tensor_split(world_size)[rank].")
+    used = [i for shard in shards for i in shard]
+    for i in range(size):
+        owners = [rank for rank, shard in enumerate(shards) if i in shard]
+        if len(owners) > 1 or used.count(i) > 1:
+            raise CheckFailed(f"{where}: sample {i} was used by ranks {owners} (or twice): the shards overlap."
+                              "\nHint: give every sample to exactly one rank.")
+        if not owners:
+            raise CheckFailed(f"{where}: sample {i} was used by no rank (shards: "
+                              f"{[sorted(s) for s in shards]}).\nHint: when the batch does not divide by "
+                              "world_size the shards differ in size; torch.tensor_split covers every sample.")
+
+
+def _compare_grad(got, want, pname, position, rank, batch, world_size, shards) -> None:
+    x, y = batch
+    where = f"batch of {len(x)} samples, rank {rank}, {pname}.grad"
+    if got is None:
+        raise CheckFailed(f"{where} is None.\nHint: call loss.backward() on this rank's shard.")
+    index = first_mismatch(got, want)
+    if index is None:
+        return
+    message = f"{where}{list(index)}: expected {want[index].item():.6f}, got {got[index].item():.6f}."
+    mean_of_means = _reference_grads(x, y, [(s, 1 / world_size) for s in shards if s])
+    own = shards[rank]
+    shard_only = [_reference_grads(x, y, [(own, w)])[position] for w in (1.0, len(own) / len(x))] if own else []
+    if first_mismatch(got, want * world_size) is None:
+        hint = f"this is {world_size}x the right gradient: all_reduce SUMS; divide by world_size for the mean."
+    elif any(first_mismatch(got, g) is None for g in shard_only):
+        hint = ("this is the gradient of this rank's shard alone: combine the ranks' gradients with "
+                "dist.all_reduce after backward.")
+    elif first_mismatch(got, mean_of_means[position]) is None:
+        hint = (f"this is the mean of the ranks' mean losses, which weights a shard of "
+                f"{min(map(len, shards))} samples like one of {max(map(len, shards))}. Weight each rank's loss "
+                f"by its share, len(shard) / len(batch), then SUM the gradients over ranks.")
+    else:
+        hint = ("every rank must end with the gradient of mse_loss over the WHOLE batch: backward on your shard, "
+                "then all_reduce the gradients so they add up to that mean.")
+    raise CheckFailed(f"{message}\nHint: {hint}")
+

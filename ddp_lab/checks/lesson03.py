@@ -1,0 +1,202 @@
+"""Checks for the exercises of notebooks/03-dataparallel.ipynb: DataParallel by hand.
+
+    ddp_lab.checks.lesson03.check_scatter_gather(scatter_batch, gather_outputs)
+    ddp_lab.checks.lesson03.check_data_parallel_loss(data_parallel_loss)
+
+Both run in the notebook's own process (DataParallel is one process with threads).
+
+Introduced in notebooks/03-dataparallel.ipynb.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from ddp_lab.checks import CheckFailed, passed
+from ddp_lab.checks.common import describe
+
+# (batch size, number of devices): uneven splits, and a batch smaller than the devices
+SCATTER_CASES = ((10, 4), (12, 3), (7, 3), (2, 4))
+
+
+def _batch(rows: int) -> tuple[torch.Tensor, ...]:
+    """Three tensors of one batch: inputs, labels, a mask; row i is recognisable in each."""
+    x = torch.arange(rows * 3, dtype=torch.float32).view(rows, 3)
+    labels = torch.arange(rows) * 10
+    mask = torch.arange(rows * 4, dtype=torch.float32).view(rows, 2, 2) / 100
+    return x, labels, mask
+
+
+def _call(fn, what: str, *args):
+    try:
+        return fn(*args)
+    except NotImplementedError as error:
+        raise CheckFailed(f"{what} is not written yet: it raised NotImplementedError({str(error)!r}). "
+                          "Replace the `raise NotImplementedError` line with your answer.") from None
+    except Exception as error:
+        raise CheckFailed(f"{what} raised {type(error).__name__}: {error}") from error
+
+
+def check_scatter_gather(scatter_batch, gather_outputs) -> None:
+    """Check scatter for a batch of several tensors, and gather.
+
+    `scatter_batch(tensors, n)` takes a tuple of tensors with the same first dimension
+    and returns one tuple per device: device k's chunk of every tensor, split along dim 0
+    with `torch.chunk` sizes (like nn.DataParallel). `gather_outputs(outputs)` concatenates
+    the per-device outputs back into one batch along dim 0, in device order.
+
+    Introduced in notebooks/03-dataparallel.ipynb.
+    """
+    for rows, n in SCATTER_CASES:
+        tensors = _batch(rows)
+        case = f"scattering a batch of {rows} rows (3 tensors) over {n} devices"
+        got = _call(scatter_batch, "scatter_batch", tuple(t.clone() for t in tensors), n)
+        _compare_scatter(got, tensors, n, case)
+    for rows, n in sorted(SCATTER_CASES, key=lambda case: case[0] % case[1] != 0):  # an even split first
+        outputs = list(torch.chunk(_batch(rows)[0] * 2, n))
+        got = _call(gather_outputs, "gather_outputs", [o.clone() for o in outputs])
+        expected = torch.cat(outputs)
+        case = f"gathering {len(outputs)} outputs of {[len(o) for o in outputs]} rows"
+        if not torch.is_tensor(got):
+            raise CheckFailed(f"{case}: gather_outputs returned {describe(got)}, expected one tensor.")
+        if got.shape != expected.shape:
+            raise CheckFailed(f"{case}: got shape {tuple(got.shape)}, expected {tuple(expected.shape)}.\n"
+                              "Hint: concatenate along dim 0, the batch dimension (torch.cat(outputs, dim=0)).")
+        if not torch.equal(got, expected):
+            raise CheckFailed(f"{case}: the rows are out of order (row 0 is {got[0].tolist()}, expected "
+                              f"{expected[0].tolist()}).\nHint: concatenate in device order, device 0 first, "
+                              "so the output rows line up with the input rows.")
+    passed("scatter_batch splits every tensor like torch.chunk (3-3-3-1 for 10 over 4) and "
+           "gather_outputs puts the batch back together")
+
+
+def _compare_scatter(got, tensors, n, case) -> None:
+    expected = list(zip(*(torch.chunk(t, n) for t in tensors)))
+    if not isinstance(got, (list, tuple)):
+        raise CheckFailed(f"{case}: scatter_batch returned {describe(got)}, expected a list with one tuple per device.")
+    if len(got) == len(tensors) != len(expected):
+        raise CheckFailed(f"{case}: got {len(got)} entries, one per *tensor*; expected {len(expected)}, one per "
+                          "device.\nHint: return a list over devices whose entry k is a tuple (x_k, labels_k, mask_k) "
+                          "of device k's chunks, e.g. list(zip(*chunked_tensors)).")
+    if len(got) != len(expected):
+        raise CheckFailed(f"{case}: got {len(got)} chunks, expected {len(expected)} (torch.chunk gives "
+                          f"{[len(e[0]) for e in expected]} rows).\nHint: split with torch.chunk(t, n, dim=0); "
+                          "with fewer rows than devices some devices get nothing.")
+    for device, (got_parts, want_parts) in enumerate(zip(got, expected)):
+        if not isinstance(got_parts, (list, tuple)) or len(got_parts) != len(want_parts):
+            raise CheckFailed(f"{case}: device {device} got {describe(got_parts)}, expected a tuple of "
+                              f"{len(want_parts)} tensors (its chunk of every input tensor).")
+        for index, (part, want) in enumerate(zip(got_parts, want_parts)):
+            where = f"{case}: device {device}, tensor {index}"
+            if not torch.is_tensor(part):
+                raise CheckFailed(f"{where}: got {describe(part)}, expected a tensor.")
+            if part.shape != want.shape:
+                sizes = [len(e[0]) for e in expected]
+                got_sizes = [len(g[0]) if isinstance(g, (list, tuple)) and g and torch.is_tensor(g[0]) else "?"
+                             for g in got]
+                hint = ("DataParallel splits like torch.chunk: ceil(B/n) rows per device, the last one "
+                        "smaller; torch.tensor_split balances the sizes instead" if len(part) != len(want)
+                        else "split along dim 0, the batch dimension")
+                raise CheckFailed(f"{where}: got shape {tuple(part.shape)}, expected {tuple(want.shape)} "
+                                  f"(chunk rows {got_sizes}, expected {sizes}).\nHint: {hint}.")
+            if not torch.equal(part, want):
+                raise CheckFailed(f"{where}: right shape, wrong rows (first row {part[0].tolist()}, expected "
+                                  f"{want[0].tolist()}).\nHint: each device takes a contiguous slice of the "
+                                  "batch (device 0 the first rows), the same rows from every tensor.")
+
+
+# --- a DataParallel training step -------------------------------------------------------
+
+BARRIER_SECONDS = 5.0
+_barrier: list[threading.Barrier] = []  # set only while the learner's function runs
+
+
+class _Recorder(nn.Module):
+    """A small MLP whose forward waits until every replica is inside forward at the same time.
+
+    If the replicas run one after the other, the first one waits in vain and the barrier
+    breaks: proof that they did not run in parallel threads.
+    """
+
+    def __init__(self):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(5, 8), nn.Tanh(), nn.Linear(8, 3))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if _barrier:
+            _barrier[0].wait()
+        return self.net(x)
+
+
+_NOT_PARALLEL = (f"the replicas did not run at the same time: the first forward waited {BARRIER_SECONDS:g} s "
+                 "for the others, which never arrived (they run one after the other).\nHint: parallel_apply "
+                 "starts one threading.Thread per replica, starts them all, then joins them all (not start, "
+                 "join, start, join; and not a plain loop).")
+
+
+def _model() -> nn.Module:
+    torch.manual_seed(3)
+    return _Recorder()
+
+
+def check_data_parallel_loss(data_parallel_loss, n_devices: int = 4) -> None:
+    """Check a hand-written DataParallel forward + loss.
+
+    `data_parallel_loss(model, x, y, n)` must scatter x over n devices, replicate the model
+    with differentiable copies of its parameters, run the replicas in one thread each,
+    gather the outputs and return `F.mse_loss(gathered, y)`. The check calls `backward()` on
+    the result and compares the model's gradients with single-process training.
+
+    Introduced in notebooks/03-dataparallel.ipynb.
+    """
+    generator = torch.Generator().manual_seed(5)
+    x, y = torch.randn(10, 5, generator=generator), torch.randn(10, 3, generator=generator)
+    reference = _model()
+    F.mse_loss(reference(x), y).backward()
+    expected_loss = F.mse_loss(reference(x), y).item()
+
+    model = _model()
+    _barrier.append(threading.Barrier(min(n_devices, len(x)), timeout=BARRIER_SECONDS))
+    try:
+        loss = data_parallel_loss(model, x.clone(), y.clone(), n_devices)
+    except threading.BrokenBarrierError:
+        raise CheckFailed(_NOT_PARALLEL) from None
+    except NotImplementedError as error:
+        raise CheckFailed(f"data_parallel_loss is not written yet: it raised NotImplementedError({str(error)!r}). "
+                          "Replace the `raise NotImplementedError` line with your answer.") from None
+    except Exception as error:
+        if _barrier[-1].broken:  # a thread hit the broken barrier and the answer hid it
+            raise CheckFailed(_NOT_PARALLEL) from None
+        raise CheckFailed(f"data_parallel_loss raised {type(error).__name__}: {error}") from error
+    finally:
+        broken = _barrier.pop().broken
+    if broken:
+        raise CheckFailed(_NOT_PARALLEL)
+    if not torch.is_tensor(loss) or loss.numel() != 1:
+        raise CheckFailed(f"data_parallel_loss returned {describe(loss)}, expected the scalar loss tensor.")
+    if not loss.requires_grad:
+        raise CheckFailed("the loss does not require grad: it is not connected to the model's parameters.\n"
+                          "Hint: the replicas' parameters must be differentiable copies (p.clone()), not "
+                          "detached copies or a deepcopy; and do not compute under torch.no_grad().")
+    loss.backward()
+    if all(p.grad is None for p in model.parameters()):
+        raise CheckFailed("after loss.backward() the model's own parameters have no gradient: the gradients "
+                          "stayed in the replicas.\nHint: replicate with differentiable copies "
+                          "({name: p.clone() for name, p in model.named_parameters()}); copy.deepcopy or "
+                          "p.detach() creates new leaf tensors that the model never sees.")
+    if abs(loss.item() - expected_loss) > 1e-5:
+        raise CheckFailed(f"loss {loss.item():.6f}, expected {expected_loss:.6f} (the MSE over the whole batch).\n"
+                          "Hint: gather the outputs and compute the loss once on the gathered batch; a mean of "
+                          "per-chunk losses weights the short last chunk (10 rows over 4 devices: 3-3-3-1) too much.")
+    for (name, p), p_ref in zip(model.named_parameters(), reference.parameters()):
+        if p.grad is None:
+            raise CheckFailed(f"parameter {name!r} got no gradient: replicate every parameter.")
+        if not torch.allclose(p.grad, p_ref.grad, atol=1e-6, rtol=1e-5):
+            ratio = (p.grad.norm() / p_ref.grad.norm()).item()
+            raise CheckFailed(f"gradient of {name!r} differs from single-process training (norm ratio "
+                              f"{ratio:.3f}).\nHint: the loss must be the mean over the gathered batch, once.")
+    passed(f"data_parallel_loss: loss and gradients == single process, replicas ran in {n_devices} threads")

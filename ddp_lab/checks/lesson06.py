@@ -1,0 +1,240 @@
+"""Checks for the exercises of lesson 06 (backends and torchrun).
+
+    ddp_lab.checks.lesson06.check_pick_backend(pick_backend)
+    ddp_lab.checks.lesson06.check_device_and_ddp_kwargs(device_and_ddp_kwargs)
+    ddp_lab.checks.lesson06.check_setup_from_env(setup_from_env)
+
+Introduced in notebooks/06-backends-and-torchrun.ipynb (exercises/06-backends-and-torchrun.ipynb).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import warnings
+
+import torch
+
+from ddp_lab.checks import CheckFailed, passed
+
+_NOT_WRITTEN = "is not written yet: it raised NotImplementedError({!r}).\nReplace the `raise NotImplementedError` line with your answer."
+
+
+def _call(fn, what: str, case: str, *args):
+    """Call the learner's function; turn an exception into feedback that names the input."""
+    try:
+        return fn(*args)
+    except NotImplementedError as error:
+        raise CheckFailed(f"{what} " + _NOT_WRITTEN.format(str(error))) from None
+    except Exception as error:
+        raise CheckFailed(f"{what} raised {type(error).__name__}: {error}\nwhile {case}.") from error
+
+
+# --- exercise 1: pick_backend(gpus, nprocs_per_node, nccl_available) ---------------------
+
+_BACKEND_CASES = [
+    # (gpus on this node, processes per node, NCCL built in) -> expected, why
+    ((0, 2, False), "gloo", "no GPU: CPU tensors need gloo"),
+    ((0, 4, True), "gloo", "a CUDA build of torch on a machine without GPUs has NCCL, but no GPU to run it on"),
+    ((4, 4, True), "nccl", "one GPU per process and NCCL built in: NCCL"),
+    ((8, 4, True), "nccl", "more GPUs than processes is fine: each process still has its own GPU"),
+    ((1, 2, True), "gloo", "NCCL refuses two ranks on one GPU; with fewer GPUs than processes use gloo"),
+    ((4, 4, False), "gloo", "GPUs but a torch without NCCL (e.g. a CPU build or macOS): gloo"),
+]
+
+
+def check_pick_backend(pick_backend) -> None:
+    """Check `pick_backend(gpus, nprocs_per_node, nccl_available) -> 'nccl' | 'gloo'`.
+
+    Introduced in notebooks/06-backends-and-torchrun.ipynb.
+    """
+    for (gpus, nprocs, nccl), expected, why in _BACKEND_CASES:
+        case = f"pick_backend(gpus={gpus}, nprocs_per_node={nprocs}, nccl_available={nccl})"
+        got = _call(pick_backend, "pick_backend", f"calling {case}", gpus, nprocs, nccl)
+        if got != expected:
+            raise CheckFailed(f"{case} returned {got!r}, expected {expected!r}.\nHint: {why}.")
+    passed(f"pick_backend: right on all {len(_BACKEND_CASES)} machines")
+
+
+# --- exercise 2: device_and_ddp_kwargs(backend) -------------------------------------------
+
+@contextlib.contextmanager
+def _environment(**values: str):
+    saved = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def _as_device(value, case: str) -> torch.device:
+    try:
+        return torch.device(value)
+    except (TypeError, RuntimeError) as error:
+        raise CheckFailed(f"{case}: the device {value!r} is not a torch.device ({error}).\n"
+                          "Hint: return torch.device('cpu') or torch.device('cuda', local_rank).") from None
+
+
+def _unpack(result, case: str):
+    if not (isinstance(result, tuple) and len(result) == 2 and isinstance(result[1], dict)):
+        raise CheckFailed(f"{case} returned {result!r}; expected a pair (device, ddp_kwargs) with "
+                          "ddp_kwargs a dict, e.g. (torch.device('cpu'), {}).")
+    return _as_device(result[0], case), result[1]
+
+
+def check_device_and_ddp_kwargs(device_and_ddp_kwargs) -> None:
+    """Check `device_and_ddp_kwargs(backend) -> (device, ddp_kwargs)` on a pretend node.
+
+    The environment is that of global rank 5 = local rank 1 on the second node of a job
+    with 4 processes per node, so RANK and LOCAL_RANK differ.
+
+    Introduced in notebooks/06-backends-and-torchrun.ipynb.
+    """
+    what = "device_and_ddp_kwargs"
+    env = {"RANK": "5", "LOCAL_RANK": "1", "WORLD_SIZE": "8", "LOCAL_WORLD_SIZE": "4", "GROUP_RANK": "1"}
+    where = "(as global rank 5 = local rank 1 on node 1)"
+    with _environment(**env):
+        gloo = _call(device_and_ddp_kwargs, what, f"calling {what}('gloo') {where}", "gloo")
+        nccl = _call(device_and_ddp_kwargs, what, f"calling {what}('nccl') {where}", "nccl")
+    device, kwargs = _unpack(gloo, f"{what}('gloo')")
+    if device.type != "cpu":
+        raise CheckFailed(f"{what}('gloo') chose {device}, expected cpu.\nHint: in this exercise gloo "
+                          "means CPU training (gloo can move CUDA tensors too, but slowly); the model stays on CPU.")
+    if kwargs.get("device_ids") is not None or kwargs.get("output_device") is not None:
+        raise CheckFailed(f"{what}('gloo') returned ddp_kwargs={kwargs!r}, expected {{}}.\nHint: DDP "
+                          "refuses device_ids for a module on the CPU (ValueError); pass no device_ids there.")
+    _check_nccl(what, nccl, where)
+    passed(f"{what}: cpu and {{}} for gloo; cuda:LOCAL_RANK and device_ids=[LOCAL_RANK] for nccl")
+
+
+def _check_nccl(what: str, result, where: str) -> None:
+    device, kwargs = _unpack(result, f"{what}('nccl')")
+    if device.type != "cuda":
+        raise CheckFailed(f"{what}('nccl') chose {device} {where}, expected cuda:1.\nHint: NCCL moves "
+                          "CUDA tensors only: the model and batches must be on this rank's GPU.")
+    if device.index is None:
+        raise CheckFailed(f"{what}('nccl') chose {device} (no index) {where}, expected cuda:1.\nHint: "
+                          "plain 'cuda' means the current device, GPU 0 until set_device is called; name the "
+                          "GPU: torch.device('cuda', local_rank).")
+    if device.index == 5:
+        raise CheckFailed(f"{what}('nccl') chose cuda:5 {where}, expected cuda:1.\nHint: that is RANK, the "
+                          "rank over all nodes; this node has GPUs 0-3 only. GPUs are numbered per node: use "
+                          "LOCAL_RANK.")
+    if device.index != 1:
+        raise CheckFailed(f"{what}('nccl') chose {device} {where}, expected cuda:1.\nHint: read LOCAL_RANK "
+                          "from the environment, as torchrun sets it: int(os.environ['LOCAL_RANK']).")
+    ids = kwargs.get("device_ids")
+    if ids is None:
+        raise CheckFailed(f"{what}('nccl') returned ddp_kwargs={kwargs!r} {where}; expected "
+                          "{'device_ids': [1]}.\nHint: tell DDP which single GPU this replica lives on: "
+                          "device_ids=[local_rank] (the form this lesson asks for).")
+    if not isinstance(ids, (list, tuple)):
+        raise CheckFailed(f"{what}('nccl') returned device_ids={ids!r}; DDP wants a list: [1].\n"
+                          "Hint: device_ids=[local_rank], one entry for a single-GPU replica.")
+    if list(ids) != [1]:
+        kind = " (strings)" if any(isinstance(i, str) for i in ids) else ""
+        raise CheckFailed(f"{what}('nccl') returned device_ids={list(ids)!r}{kind} {where}; expected [1].\n"
+                          "Hint: environment variables are strings: int(os.environ['LOCAL_RANK']), and "
+                          "LOCAL_RANK, not RANK.")
+    output = kwargs.get("output_device")
+    if output is not None:
+        out = torch.device("cuda", output) if isinstance(output, int) else _as_device(output, f"{what}('nccl')")
+        if out != device:
+            raise CheckFailed(f"{what}('nccl') returned output_device={output!r} {where}; leave it out or "
+                              "make it this rank's GPU, 1.")
+
+
+# --- exercise 3: setup_from_env(backend) -------------------------------------------------
+
+# Two "nodes" with one process each: global ranks 0 and 1, both LOCAL_RANK 0.
+_TWO_NODES = {"LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1"}
+_KEYS = ("rank", "local_rank", "world_size")
+
+
+def _setup_runner(rank: int, setup_from_env):
+    """Inside a rank: call the answer, then see whether it built a working process group."""
+    import torch.distributed as dist
+
+    try:
+        info = setup_from_env("gloo")
+    except NotImplementedError as error:
+        return {"error": "NotImplementedError", "message": str(error)}
+    state = {"info": info, "initialized": dist.is_initialized()}
+    if state["initialized"]:
+        state.update(backend=dist.get_backend(), rank=dist.get_rank(), world_size=dist.get_world_size())
+        total = torch.tensor([rank + 1.0])
+        dist.all_reduce(total)  # proves the group connects every rank
+        state["sum"] = total.item()
+    return state
+
+
+def check_setup_from_env(setup_from_env, timeout: float = 30.0) -> None:
+    """Check `setup_from_env(backend) -> {'rank', 'local_rank', 'world_size'}` on 2 real ranks.
+
+    The ranks get torchrun's environment for two nodes of one process each (RANK 0 and 1,
+    LOCAL_RANK 0 on both) and no process group: the answer must create it.
+
+    Introduced in notebooks/06-backends-and-torchrun.ipynb.
+    """
+    from ddp_lab.checks.common import failure_message
+    from ddp_lab.errors import LaunchError, LaunchTimeout, LaunchWarning
+    from ddp_lab.launcher import launch
+
+    what = "setup_from_env"
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", category=LaunchWarning)
+        try:
+            results = launch(_setup_runner, args=(setup_from_env,), nprocs=2, timeout=timeout,
+                             init_process_group=False, env=_TWO_NODES)
+        except LaunchTimeout:
+            raise CheckFailed(
+                f"{what} did not finish within {timeout:g} s on 2 ranks, so the check stopped it.\n"
+                "Hint: the ranks waited for each other in init_process_group. Every rank must pass the "
+                "same world_size (int(os.environ['WORLD_SIZE'])) and its own rank (RANK), and must not "
+                "overwrite MASTER_ADDR/MASTER_PORT: torchrun already set them.") from None
+        except LaunchError as error:
+            raise CheckFailed(failure_message(error, what)) from None
+    for rank, state in enumerate(results):
+        _check_rank(what, rank, state)
+    passed(f"{what}: 2 ranks on 2 nodes joined one gloo group with the right rank, local rank and world size")
+
+
+def _check_rank(what: str, rank: int, state: dict) -> None:
+    if state.get("error") == "NotImplementedError":
+        raise CheckFailed(f"{what} " + _NOT_WRITTEN.format(state["message"]))
+    if not state["initialized"]:
+        raise CheckFailed(f"rank {rank}: after {what}('gloo') there is no process group.\nHint: call "
+                          "dist.init_process_group(backend) inside; with init_method 'env://' (the default) "
+                          "it reads MASTER_ADDR, MASTER_PORT, RANK and WORLD_SIZE.")
+    if state["backend"] != "gloo":
+        raise CheckFailed(f"rank {rank}: the process group uses {state['backend']!r}, expected 'gloo'.\n"
+                          "Hint: pass the backend argument on to init_process_group.")
+    expected = {"rank": rank, "local_rank": 0, "world_size": 2}
+    info = state["info"]
+    if not isinstance(info, dict) or set(_KEYS) - set(info):
+        raise CheckFailed(f"rank {rank}: {what} returned {info!r}; expected a dict with keys "
+                          f"{', '.join(_KEYS)}, e.g. {expected!r}.")
+    for key in _KEYS:
+        got = info[key]
+        if isinstance(got, str):
+            raise CheckFailed(f"rank {rank}: {key} is {got!r}, a string; expected the int {expected[key]}.\n"
+                              f"Hint: environment variables are strings: int(os.environ[{key.upper()!r}]).")
+        if got != expected[key]:
+            hint = {"local_rank": "LOCAL_RANK is the rank on this node (0 on both nodes here); RANK runs over "
+                                  "all nodes. Read os.environ['LOCAL_RANK'].",
+                    "rank": "read os.environ['RANK'], the global rank torchrun gave this process.",
+                    "world_size": "read os.environ['WORLD_SIZE'], the number of processes on all nodes."}[key]
+            raise CheckFailed(f"rank {rank}: {key} = {got!r}, expected {expected[key]} (two nodes, one process "
+                              f"each).\nHint: {hint}")
+    if (state["rank"], state["world_size"]) != (rank, 2):
+        raise CheckFailed(f"rank {rank}: the process group says rank {state['rank']} of {state['world_size']}, "
+                          f"expected rank {rank} of 2.\nHint: pass rank=int(os.environ['RANK']) and "
+                          "world_size=int(os.environ['WORLD_SIZE']), or neither (env:// reads them).")
+    if state["sum"] != 3.0:
+        raise CheckFailed(f"rank {rank}: an all_reduce over your group gave {state['sum']}, expected 3.0: "
+                          "the group does not contain both ranks.")

@@ -1,0 +1,255 @@
+"""`ddp_lab.Cluster`: N ranks that stay alive between cells, each with its own namespace.
+
+    cluster = ddp_lab.Cluster(4)
+    cluster.run_code("x = torch.ones(2) * rank; dist.all_reduce(x)")
+    cluster.pull("x")            # [tensor([6., 6.]), tensor([6., 6.]), ...]
+    cluster.shutdown()
+
+`%%ddp` cells (see magics.py) are a thin layer over this class. An exception on some
+ranks shows their tracebacks and leaves the cluster running; a crash, a hang (the
+watchdog) or an interrupt shuts the cluster down and says how to start a fresh one.
+
+Introduced in notebooks/00b-live-cluster.ipynb.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import pickle
+import queue
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import cloudpickle
+
+from ddp_lab import cluster_rank
+from ddp_lab.backend import choose_backend
+from ddp_lab.channel import send_message
+from ddp_lab.errors import LaunchError, LaunchTimeout, RankCrashed, RankFailed, RankFailure, crash_summary
+from ddp_lab.launcher import DEFAULT_TIMEOUT, threads_per_rank
+from ddp_lab.output import RankOutput, print_in_rank_order
+from ddp_lab.payload import cell_names, notebook_sources, pack_arguments, pack_function, rename_cells
+from ddp_lab.procstart import prepare_zygote, rank_environment, start_rank
+from ddp_lab.rendezvous import loopback_store
+from ddp_lab.reports import build_error, raised_failure, read_stacks
+from ddp_lab.results import Results
+from ddp_lab.supervisor import Supervisor
+
+AFTER_FAILURE_S = 5.0  # once a rank failed, how long the others get before they count as stuck
+FRESH_START = "The cluster was shut down; run the cell again (or ddp_lab.Cluster(...)) to start a fresh one."
+
+
+class Cluster:
+    """A persistent process group of `nprocs` ranks for interactive work.
+
+    Args:
+        nprocs: number of ranks.
+        backend: 'auto', 'gloo', 'nccl' or 'mpi', as for `ddp_lab.launch`.
+        timeout: default watchdog seconds for each command.
+        threads: torch threads per rank (default cores // nprocs).
+        env: extra environment variables for the ranks.
+
+    Example:
+        >>> with ddp_lab.Cluster(2) as cluster:
+        ...     cluster.run_code("t = torch.tensor([rank + 1.0]); dist.all_reduce(t)")
+        ...     cluster.pull("t")
+        [tensor([3.]), tensor([3.])]
+
+    Introduced in notebooks/00b-live-cluster.ipynb.
+    """
+
+    def __init__(self, nprocs: int = 2, backend: str = "auto", timeout: float | None = DEFAULT_TIMEOUT, *,
+                 threads: int | None = None, env: dict | None = None):
+        if isinstance(nprocs, bool) or not isinstance(nprocs, int) or nprocs < 1:
+            raise ValueError(f"nprocs must be a positive int (the number of ranks), got {nprocs!r}.")
+        self.nprocs, self.timeout = nprocs, timeout
+        self.backend = choose_backend(backend, nprocs)
+        self._ids = itertools.count()
+        self._names = cell_names()
+        self._resources = contextlib.ExitStack()
+        self._closed = False
+        try:
+            self._start(threads, env or {})
+        except BaseException:
+            self._teardown()
+            raise
+
+    # -- lifecycle -----------------------------------------------------------------------
+    def _start(self, threads: int | None, env: dict) -> None:
+        self._workdir = self._resources.enter_context(tempfile.TemporaryDirectory(prefix="ddp_lab-cluster-"))
+        store_env = self._resources.enter_context(loopback_store(self.nprocs, 1800.0))
+        threads = threads_per_rank(self.nprocs, threads)
+        payload = {"fn": pack_function(cluster_rank.serve), "args": pack_arguments(()),
+                   "sys_path": list(sys.path), "sources": notebook_sources(), "backend": self.backend,
+                   "threads": threads, "pg_timeout": 1800.0}
+        payload_path = Path(self._workdir, "payload.pkl")
+        payload_path.write_bytes(pickle.dumps(payload))
+        extra = {**store_env, **env, **({"OMP_NUM_THREADS": str(threads)} if threads else {})}
+        self._supervisor = Supervisor(self.nprocs)
+        for rank in range(self.nprocs):
+            self._supervisor.add(start_rank(rank, rank_environment(os.environ, rank, self.nprocs, extra),
+                                            str(payload_path), str(Path(self._workdir, f"stacks-{rank}.txt"))))
+        deadline = time.monotonic() + 120.0 + (self.timeout or 0)
+        while len(self._supervisor.ready) < self.nprocs:
+            if self._supervisor.failed or time.monotonic() > deadline:
+                outcome = "failed" if self._supervisor.failed else "timeout"
+                stacks = read_stacks(self._supervisor, self._workdir) if outcome == "timeout" else {}
+                self._supervisor.finish()
+                raise build_error(self._supervisor, outcome, stacks, self._names, self.timeout)
+            self._next_event(deadline)
+        prepare_zygote()
+
+    @property
+    def alive(self) -> bool:
+        return not self._closed
+
+    def shutdown(self) -> None:
+        """Stop every rank (idempotent). Nothing is left running."""
+        if self._closed:
+            return
+        for process in self._supervisor.processes:
+            try:
+                send_message(process.channel, {"kind": "shutdown"})
+            except OSError:
+                pass
+        self._supervisor.watch(timeout=5.0)
+        self._teardown()
+
+    def _teardown(self) -> None:
+        self._closed = True
+        supervisor = getattr(self, "_supervisor", None)
+        if supervisor is not None:
+            supervisor.finish()
+        self._resources.close()
+
+    def __enter__(self) -> "Cluster":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.shutdown()
+
+    def __del__(self):
+        if not getattr(self, "_closed", True):
+            self._teardown()
+
+    def __repr__(self) -> str:
+        return f"Cluster(nprocs={self.nprocs}, backend={self.backend!r}, {'alive' if self.alive else 'shut down'})"
+
+    # -- commands -------------------------------------------------------------------------
+    def run_code(self, source: str, *, timeout: float | None = None, show: list[int] | None = None,
+                 filename: str | None = None) -> Results:
+        """Run `source` on every rank in its namespace (`rank`, `world_size`, `torch`, `dist` predefined).
+
+        Returns each rank's value of a final expression (None if there is none).
+        """
+        __tracebackhide__ = True
+        command_id = next(self._ids)
+        filename = filename or f"<ddp cell {command_id}>"
+        return self._command({"kind": "exec", "source": source, "filename": filename}, command_id, timeout, show)
+
+    def run(self, fn, *args, timeout: float | None = None, show: list[int] | None = None) -> Results:
+        """Call `fn(rank, *args)` on every rank of the running cluster; return every rank's value."""
+        __tracebackhide__ = True
+        command = {"kind": "call", "fn": pack_function(fn), "args": pack_arguments(args)}
+        return self._command(command, next(self._ids), timeout, show)
+
+    def pull(self, name: str, timeout: float | None = None) -> list:
+        """Bring variable `name` from every rank's namespace back: a list indexed by rank."""
+        __tracebackhide__ = True
+        return list(self._command({"kind": "pull", "name": name}, next(self._ids), timeout, show=[]))
+
+    def _command(self, command: dict, command_id: int, timeout: float | None, show: list[int] | None) -> Results:
+        __tracebackhide__ = True
+        if self._closed:
+            raise RuntimeError(f"this cluster was shut down. {FRESH_START.split('; ', 1)[1].capitalize()}")
+        timeout = self.timeout if timeout is None else timeout
+        starts = [len(output.lines) for output in self._supervisor.outputs]
+        try:
+            for process in self._supervisor.processes:
+                send_message(process.channel, {**command, "id": command_id})
+            replies, problem = self._collect(command_id, timeout)
+        except BaseException:  # KeyboardInterrupt: ranks may be mid-collective, so none can be trusted
+            self._teardown()
+            self._print_new(starts, show)
+            print(f"ddp_lab: interrupted. {FRESH_START}", file=sys.stderr)
+            raise
+        self._print_new(starts, show)
+        if problem is not None:
+            raise problem from None
+        return Results([cloudpickle.loads(replies[r]["value"]) for r in range(self.nprocs)],
+                       [RankOutput(r, o.lines[starts[r]:]).text() for r, o in enumerate(self._supervisor.outputs)],
+                       self.backend, [])
+
+    def _collect(self, command_id: int, timeout: float | None) -> tuple[dict, LaunchError | None]:
+        replies: dict[int, dict] = {}
+        marks: dict[int, set] = {rank: set() for rank in range(self.nprocs)}
+        deadline = None if timeout is None else time.monotonic() + timeout
+        failed_at = None
+        while not all(rank in replies and len(marks[rank]) == 2 for rank in range(self.nprocs)):
+            if self._supervisor.exits:
+                return replies, self._crashed()
+            limit = min(t for t in (deadline, failed_at and failed_at + AFTER_FAILURE_S, float("inf")) if t)
+            if time.monotonic() >= limit:
+                return replies, self._stuck(replies, timeout, failed_at is not None)
+            event = self._next_event(None if limit == float("inf") else limit)
+            if event is None:
+                continue
+            kind, rank, value = event
+            if kind == "reply" and value["id"] == command_id:
+                replies[rank] = value
+                if not value["ok"] and failed_at is None:
+                    failed_at = time.monotonic()
+            elif kind == "mark" and value[1] == command_id:
+                marks[rank].add(value[0])
+        failures = {r: raised_failure(r, reply, self._names) for r, reply in replies.items() if not reply["ok"]}
+        if not failures:
+            return replies, None
+        first = min(failures)
+        count = f"rank {first}" if len(failures) == 1 else f"{len(failures)} ranks ({', '.join(map(str, failures))})"
+        return replies, RankFailed(f"{count} of {self.nprocs} raised; the cluster is still running.",
+                                   failures, first, [o.text() for o in self._supervisor.outputs])
+
+    def _next_event(self, deadline: float | None):
+        """Wait for one event; reports, exits and live lines are recorded by the supervisor."""
+        wait = None if deadline is None else max(0.0, deadline - time.monotonic())
+        try:
+            event = self._supervisor.events.get(timeout=wait)
+        except queue.Empty:
+            return None
+        if event[0] in ("ready", "report", "exit", "line"):
+            self._supervisor._handle(event)
+        return event
+
+    def _crashed(self) -> LaunchError:
+        time.sleep(0.2)  # let the rest of the news arrive
+        crashed = dict(self._supervisor.exits)
+        self._teardown()
+        failures = {r: RankFailure(r, "crashed", crash_summary(code), returncode=code) for r, code in crashed.items()}
+        first = min(failures)
+        return RankCrashed(f"rank {first} of {self.nprocs} died.", failures, first,
+                           [o.text() for o in self._supervisor.outputs], FRESH_START)
+
+    def _stuck(self, replies: dict, timeout: float | None, after_failure: bool) -> LaunchError:
+        waiting = [r for r in range(self.nprocs) if r not in replies]
+        stacks = read_stacks(self._supervisor, self._workdir, waiting)
+        failures = {r: raised_failure(r, reply, self._names) for r, reply in replies.items() if not reply["ok"]}
+        for rank, stack in stacks.items():
+            failures[rank] = RankFailure(rank, "timeout", "was still running; its Python stack",
+                                         rename_cells(stack, self._names))
+        self._teardown()
+        why = (f"{AFTER_FAILURE_S:g}s after another rank failed (probably waiting for it in a collective)"
+               if after_failure else f"after timeout={timeout:g}s")
+        cls = RankFailed if after_failure else LaunchTimeout
+        first = min(r for r in failures if failures[r].kind != "timeout") if after_failure else min(stacks)
+        return cls(f"rank(s) {', '.join(map(str, waiting))} of {self.nprocs} still running {why}.",
+                   failures, first, [o.text() for o in self._supervisor.outputs],
+                   "a rank that never finishes usually waits in a collective another rank skipped. " + FRESH_START)
+
+    def _print_new(self, starts: list[int], show: list[int] | None) -> None:
+        ranks = range(self.nprocs) if show is None else show
+        print_in_rank_order([RankOutput(r, self._supervisor.outputs[r].lines[starts[r]:]) for r in ranks])
+
