@@ -21,8 +21,13 @@ from ddp_lab.cluster import Cluster
 _current: Cluster | None = None
 
 
+class _OptionParser(argparse.ArgumentParser):
+    def error(self, message: str):
+        raise ValueError(f"%%ddp: {message}. Use: %%ddp [-n N] [--backend gloo] [--timeout SECONDS] [--ranks 0,1]")
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="%%ddp", add_help=False)
+    parser = _OptionParser(prog="%%ddp", add_help=False)
     parser.add_argument("-n", "--nprocs", type=int, default=None, help="ranks (default: the running cluster's, else 2)")
     parser.add_argument("--backend", default=None, help="auto, gloo, nccl or mpi")
     parser.add_argument("--timeout", type=float, default=None, help="watchdog seconds for this cell")
@@ -32,11 +37,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def parse_options(line: str) -> argparse.Namespace:
     """Parse `%%ddp` options; a ValueError says what was wrong."""
-    try:
-        options = _parser().parse_args(shlex.split(line))
-    except SystemExit:
-        raise ValueError(f"%%ddp: could not read options {line!r}. Use: %%ddp [-n N] [--backend gloo] "
-                         "[--timeout SECONDS] [--ranks 0,1]") from None
+    options = _parser().parse_args(shlex.split(line))
     if options.ranks is not None:
         options.ranks = [int(r) for r in options.ranks.split(",") if r.strip()]
     return options

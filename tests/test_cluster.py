@@ -1,0 +1,180 @@
+"""Warm launches and the live cluster (`ddp_lab.Cluster`, `%%ddp`) with real gloo ranks."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import _thread
+
+import psutil
+import pytest
+
+import ddp_lab
+from ddp_lab import LaunchTimeout, RankCrashed, RankFailed, procstart
+
+
+def alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def wait_gone(pids, seconds: float = 5.0) -> list[int]:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and any(alive(p) for p in pids):
+        time.sleep(0.05)
+    return [p for p in pids if alive(p)]
+
+
+def rank_pids(cluster) -> list[int]:
+    return [process.pid for process in cluster._supervisor.processes]
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with ddp_lab.Cluster(2, backend="gloo") as live:
+        yield live
+
+
+def test_namespaces_persist_across_commands(cluster, capsys):
+    cluster.run_code("import torch.nn as nn\ntorch.manual_seed(0)\nmodel = nn.Linear(2, 1)\nsteps = 0")
+    cluster.run_code("steps += 1\nprint(f'rank {rank}/{world_size} steps={steps}')")
+    assert capsys.readouterr().out.endswith("[rank 0] rank 0/2 steps=1\n[rank 1] rank 1/2 steps=1\n")
+    models = cluster.pull("model")
+    assert len(models) == 2 and models[0].weight.shape == (1, 2)
+
+
+def test_final_expression_run_and_show(cluster, capsys):
+    assert cluster.run_code("rank * 3") == [0, 3]
+    assert cluster.run(lambda rank, k: rank + k, 10) == [10, 11]
+    cluster.run_code("print('only rank 1 is shown')", show=[1])
+    assert capsys.readouterr().out == "[rank 1] only rank 1 is shown\n"
+
+
+def test_collectives_work_on_the_persistent_group(cluster):
+    values = cluster.run_code("t = torch.tensor([rank + 1.0])\ndist.all_reduce(t)\nt.item()")
+    assert values == [3.0, 3.0]
+
+
+def test_an_exception_on_some_ranks_leaves_the_cluster_usable(cluster):
+    with pytest.raises(RankFailed, match=r"rank 1 of 2 raised; the cluster is still running") as caught:
+        cluster.run_code("if rank == 1:\n    raise KeyError('missing')\nok = True")
+    assert "raise KeyError('missing')" in str(caught.value)
+    assert cluster.alive and cluster.run_code("rank") == [0, 1]
+    with pytest.raises(RankFailed, match=r"name 'nothing_here' is not defined on rank 0"):
+        cluster.pull("nothing_here")
+
+
+def test_trivial_cell_overhead_is_small(cluster):
+    timings = []
+    for _ in range(30):
+        started = time.perf_counter()
+        cluster.run_code("pass")
+        timings.append(time.perf_counter() - started)
+    median = sorted(timings)[len(timings) // 2]
+    print(f"trivial command on 2 ranks: median {median * 1000:.1f} ms")  # measured, not asserted
+
+
+def test_a_stuck_collective_is_caught_and_the_cluster_shut_down():
+    live = ddp_lab.Cluster(2, backend="gloo")
+    pids = rank_pids(live)
+    with pytest.raises(LaunchTimeout, match=r"rank\(s\) 0 of 2 still running after timeout=2s") as caught:
+        live.run_code("if rank == 0:\n    dist.all_reduce(torch.ones(1))", timeout=2)
+    assert "in all_reduce" in str(caught.value) and "start a fresh one" in str(caught.value)
+    assert not live.alive and wait_gone(pids) == []
+    with pytest.raises(RuntimeError, match=r"shut down.*fresh one"):
+        live.run_code("pass")
+
+
+def test_a_crashing_rank_shuts_the_cluster_down():
+    live = ddp_lab.Cluster(2, backend="gloo")
+    pids = rank_pids(live)
+    with pytest.raises(RankCrashed, match=r"rank 1 died with exit code 5"):
+        live.run_code("import os\nif rank == 1:\n    os._exit(5)\ndist.barrier()")
+    assert not live.alive and wait_gone(pids) == []
+
+
+def test_interrupt_shuts_the_cluster_down():
+    live = ddp_lab.Cluster(2, backend="gloo")
+    pids = rank_pids(live)
+    timer = threading.Timer(1.0, _thread.interrupt_main)
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            live.run_code("import time\ntime.sleep(30)")
+    finally:
+        timer.cancel()
+    assert not live.alive and wait_gone(pids) == []
+
+
+def test_shutdown_leaves_no_rank_behind():
+    live = ddp_lab.Cluster(3, backend="gloo")
+    pids = rank_pids(live)
+    live.shutdown()
+    live.shutdown()  # idempotent
+    assert wait_gone(pids) == []
+
+
+def test_warm_launches_fork_from_the_zygote_and_a_dead_zygote_is_replaced():
+    ddp_lab.launch(lambda rank: rank, nprocs=1)  # makes sure a zygote is being prepared
+    zygote = procstart.ready_zygote()
+    assert zygote is not None
+    parents = ddp_lab.launch(lambda rank: os.getppid(), nprocs=2, backend="gloo")
+    assert parents == [zygote.popen.pid] * 2, "warm ranks are children of the zygote"
+    os.kill(zygote.popen.pid, signal.SIGKILL)
+    zygote.popen.wait()
+    assert ddp_lab.launch(lambda rank: rank * 2, nprocs=2, backend="gloo") == [0, 2]  # cold, transparently
+    replacement = procstart.ready_zygote()
+    assert replacement is not None and replacement.popen.pid != zygote.popen.pid
+
+
+def test_forked_ranks_get_their_own_random_state():
+    draws = ddp_lab.launch(lambda rank: __import__("random").random(), nprocs=2, backend="gloo")
+    assert draws[0] != draws[1]
+
+
+def test_the_ddp_magic_in_an_ipython_shell(capsys):
+    from IPython.core.interactiveshell import InteractiveShell
+
+    shell = InteractiveShell.instance()
+    shell.run_line_magic("load_ext", "ddp_lab")
+    result = shell.run_cell("%%ddp -n 2 --backend gloo\nvalue = torch.tensor([float(rank)])\ndist.all_reduce(value)\n"
+                            "print('sum', value.item())")
+    assert result.success, result.error_in_exec
+    assert capsys.readouterr().out.endswith("[rank 0] sum 1.0\n[rank 1] sum 1.0\n")
+    shell.run_cell("pulled = %ddp_pull value")
+    assert [t.item() for t in shell.user_ns["pulled"]] == [1.0, 1.0]
+    result = shell.run_cell("%%ddp --ranks 0\nprint('from', rank)")
+    assert result.success and capsys.readouterr().out == "[rank 0] from 0\n"
+    failed = shell.run_cell("%%ddp --nonsense\npass")
+    assert isinstance(failed.error_in_exec, ValueError)
+    shell.run_line_magic("ddp_shutdown", "")
+
+
+ORPHAN_SCRIPT = textwrap.dedent("""
+    import os, time, ddp_lab
+    from ddp_lab import procstart
+    ddp_lab.launch(lambda rank: rank, nprocs=1, backend="gloo")
+    procstart.ready_zygote()
+    cluster = ddp_lab.Cluster(2, backend="gloo")
+    print(" ".join(str(p.pid) for p in cluster._supervisor.processes), procstart._zygote.popen.pid, flush=True)
+    time.sleep(60)
+""")
+
+
+def test_a_killed_kernel_leaves_no_orphans():
+    """Kernel restart = the kernel process dies: the zygote and every rank must die with it."""
+    kernel = subprocess.Popen([sys.executable, "-c", ORPHAN_SCRIPT], stdout=subprocess.PIPE, text=True)
+    try:
+        pids = [int(p) for p in kernel.stdout.readline().split()]
+        assert len(pids) == 3 and all(alive(p) for p in pids)
+    finally:
+        kernel.kill()
+        kernel.wait()
+    assert wait_gone(pids) == []
