@@ -33,7 +33,7 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-_SUBPACKAGES = {"checks", "plots", "scripts", "gpu"}  # lesson 06: torchrun jobs, GPU-only cells
+_SUBPACKAGES = {"checks", "plots", "scripts", "gpu", "memory"}  # lesson 06: torchrun jobs, GPU-only cells
 
 
 def load_ipython_extension(ipython) -> None:

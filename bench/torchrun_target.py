@@ -1,0 +1,11 @@
+"""Started by torchrun in bench/launch.py: one all_reduce, then print when it finished."""
+
+import time
+
+import torch
+import torch.distributed as dist
+
+dist.init_process_group("gloo")
+dist.all_reduce(torch.ones(1))
+print(f"ALL_REDUCE_DONE {time.time():.6f}", flush=True)
+dist.barrier()

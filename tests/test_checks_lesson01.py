@@ -1,0 +1,150 @@
+"""The lesson 01 checks accept a right answer and reject plausible wrong ones with specific feedback."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+from ddp_lab.checks import CheckFailed
+from ddp_lab.checks.lesson01 import check_data_parallel_backward, check_memory_per_device
+
+# --- memory per device --------------------------------------------------------------------
+
+SPLIT = {
+    "single": set(),
+    "data": {"activations"},
+    "model": {"params", "grads", "optimizer", "activations"},
+    "zero1": {"optimizer", "activations"},
+    "zero2": {"grads", "optimizer", "activations"},
+    "zero3": {"params", "grads", "optimizer", "activations"},
+}
+
+
+def memory_per_device(n_params, n_activations, world_size, strategy, split=SPLIT, adam_states=2, bytes_per=4):
+    """Right answer (with knobs the wrong answers below turn)."""
+    full = {"params": 4 * n_params, "grads": 4 * n_params, "optimizer": 4 * adam_states * n_params,
+            "activations": 4 * n_activations}
+    full = {k: v * bytes_per // 4 for k, v in full.items()}
+    n = 1 if strategy == "single" else world_size
+    return {k: v // n if k in split[strategy] else v for k, v in full.items()}
+
+
+def memory_one_adam_state(n_params, n_activations, world_size, strategy):
+    return memory_per_device(n_params, n_activations, world_size, strategy, adam_states=1)
+
+
+def memory_data_parallel_splits_weights(n_params, n_activations, world_size, strategy):
+    return memory_per_device(n_params, n_activations, world_size, strategy,
+                             split={**SPLIT, "data": {"params", "grads", "optimizer", "activations"}})
+
+
+def memory_zero1_splits_grads(n_params, n_activations, world_size, strategy):
+    return memory_per_device(n_params, n_activations, world_size, strategy,
+                             split={**SPLIT, "zero1": {"grads", "optimizer", "activations"}})
+
+
+def memory_data_keeps_whole_batch(n_params, n_activations, world_size, strategy):
+    return memory_per_device(n_params, n_activations, world_size, strategy, split={**SPLIT, "data": set()})
+
+
+def memory_in_values(n_params, n_activations, world_size, strategy):
+    return {k: v // 4 for k, v in memory_per_device(n_params, n_activations, world_size, strategy).items()}
+
+
+def memory_missing_key(n_params, n_activations, world_size, strategy):
+    result = memory_per_device(n_params, n_activations, world_size, strategy)
+    del result["optimizer"]
+    return result
+
+
+def test_memory_accepts_the_right_answer(capsys):
+    check_memory_per_device(memory_per_device)
+    assert capsys.readouterr().out.startswith("✓ memory_per_device matches the reference")
+
+
+@pytest.mark.parametrize("wrong, feedback", [
+    (memory_one_adam_state, r"strategy='single'\)\['optimizer'\]: expected 8_000_000 bytes, got 4_000_000\.\n"
+                            r"Hint: Adam keeps two values per parameter"),
+    (memory_data_parallel_splits_weights, r"strategy='data'\)\['params'\]: expected 4_000_000 bytes, got 1_000_000"
+                                          r".*\nHint: under 'data' every device holds all the params"),
+    (memory_zero1_splits_grads, r"strategy='zero1'\)\['grads'\].*\nHint: under 'zero1' every device holds all "
+                                r"the grads: zero1 shards only optimizer"),
+    (memory_data_keeps_whole_batch, r"strategy='data'\)\['activations'\].*\nHint: under 'data' each device keeps "
+                                    r"only 1/4 of the activations"),
+    (memory_in_values, r"Hint: return bytes, not numbers of values"),
+    (memory_missing_key, r"should return a dict with keys \['params', 'grads', 'optimizer', 'activations'\]"),
+])
+def test_memory_rejects(wrong, feedback):
+    with pytest.raises(CheckFailed, match=feedback):
+        check_memory_per_device(wrong)
+
+
+# --- data-parallel backward: one launch of 2 ranks per check ----------------------------------
+
+def data_parallel_backward(model, x, y):
+    """Right answer: loss on my shard scaled by its share of the batch, then SUM the gradients."""
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    x_shard, y_shard = x.tensor_split(world_size)[rank], y.tensor_split(world_size)[rank]
+    loss = F.mse_loss(model(x_shard), y_shard) * len(x_shard) / len(x)
+    loss.backward()
+    for p in model.parameters():
+        dist.all_reduce(p.grad)
+
+
+def dp_whole_batch(model, x, y):
+    """Wrong: every rank runs the whole batch (right gradient, no parallelism)."""
+    F.mse_loss(model(x), y).backward()
+
+
+def dp_sum_not_mean(model, x, y):
+    """Wrong: all_reduce sums the per-rank mean gradients and never divides."""
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    F.mse_loss(model(x.tensor_split(world_size)[rank]), y.tensor_split(world_size)[rank]).backward()
+    for p in model.parameters():
+        dist.all_reduce(p.grad)
+
+
+def dp_mean_of_means(model, x, y):
+    """Wrong when shards differ in size: averages the ranks' mean gradients with equal weights."""
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    F.mse_loss(model(x.tensor_split(world_size)[rank]), y.tensor_split(world_size)[rank]).backward()
+    for p in model.parameters():
+        dist.all_reduce(p.grad)
+        p.grad /= world_size
+
+
+def dp_no_all_reduce(model, x, y):
+    """Wrong: forgets to combine the gradients across ranks."""
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    x_shard, y_shard = x.tensor_split(world_size)[rank], y.tensor_split(world_size)[rank]
+    (F.mse_loss(model(x_shard), y_shard) * len(x_shard) / len(x)).backward()
+
+
+def dp_floor_shards(model, x, y):
+    """Wrong: shards of len // world_size drop the last sample of an odd batch."""
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    per = len(x) // world_size
+    x_shard, y_shard = x[rank * per:(rank + 1) * per], y[rank * per:(rank + 1) * per]
+    (F.mse_loss(model(x_shard), y_shard) * len(x_shard) / len(x)).backward()
+    for p in model.parameters():
+        dist.all_reduce(p.grad)
+
+
+def test_data_parallel_accepts_the_right_answer(capsys):
+    check_data_parallel_backward(data_parallel_backward)
+    assert capsys.readouterr().out.startswith("✓ data_parallel_backward: each of 2 ranks used only its shard")
+
+
+@pytest.mark.parametrize("wrong, feedback", [
+    (dp_whole_batch, r"batch of 8 samples on 2 ranks: rank 0 ran the model on all 8 samples"),
+    (dp_sum_not_mean, r"batch of 8 samples, rank 0, 0\.weight\.grad\[0, 0\]: expected .*\n"
+                      r"Hint: this is 2x the right gradient"),
+    (dp_mean_of_means, r"batch of 7 samples, rank 0, .*\nHint: this is the mean of the ranks' mean losses"),
+    (dp_no_all_reduce, r"batch of 8 samples, rank 0, .*\nHint: this is the gradient of this rank's shard alone"),
+    (dp_floor_shards, r"batch of 7 samples on 2 ranks: sample 6 was used by no rank"),
+])
+def test_data_parallel_rejects(wrong, feedback):
+    with pytest.raises(CheckFailed, match=feedback):
+        check_data_parallel_backward(wrong)

@@ -1,0 +1,228 @@
+"""The lesson 06 checks accept right answers and reject plausible wrong ones with specific feedback.
+
+Each wrong answer is a mistake a learner is likely to make; the test pins the part of the
+feedback that names it. The first two checks are pure functions (no processes); the
+third launches 2 gloo ranks (about 1.5 s each, one deadlocking answer waits for the timeout).
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from ddp_lab.checks import CheckFailed
+from ddp_lab.checks.lesson06 import check_device_and_ddp_kwargs, check_pick_backend, check_setup_from_env
+
+DEADLOCK_TIMEOUT = 8.0
+
+
+# --- exercise 1: pick_backend -------------------------------------------------------------
+
+def pick_backend(gpus, nprocs_per_node, nccl_available):
+    """Right answer."""
+    return "nccl" if nccl_available and gpus > 0 and gpus >= nprocs_per_node else "gloo"
+
+
+def pick_any_gpu(gpus, nprocs_per_node, nccl_available):
+    """Wrong: NCCL as soon as there is a GPU, even with two processes per GPU."""
+    return "nccl" if nccl_available and gpus > 0 else "gloo"
+
+
+def pick_ignores_build(gpus, nprocs_per_node, nccl_available):
+    """Wrong: forgets that the torch build may lack NCCL."""
+    return "nccl" if gpus >= nprocs_per_node and gpus > 0 else "gloo"
+
+
+def pick_when_built(gpus, nprocs_per_node, nccl_available):
+    """Wrong: NCCL whenever it is built in (a CUDA torch on a machine without GPUs)."""
+    return "nccl" if nccl_available else "gloo"
+
+
+def pick_not_written(gpus, nprocs_per_node, nccl_available):
+    raise NotImplementedError("NCCL needs NCCL built in")
+
+
+def test_pick_backend_accepts_the_right_answer(capsys):
+    check_pick_backend(pick_backend)
+    assert capsys.readouterr().out.startswith("✓ pick_backend")
+
+
+@pytest.mark.parametrize("wrong, feedback", [
+    (pick_any_gpu, r"gpus=1, nprocs_per_node=2, nccl_available=True\) returned 'nccl'.*refuses two ranks on one GPU"),
+    (pick_ignores_build, r"nccl_available=False\) returned 'nccl'.*torch without NCCL"),
+    (pick_when_built, r"gpus=0, nprocs_per_node=4, nccl_available=True\) returned 'nccl'.*no GPU to run it on"),
+    (pick_not_written, r"pick_backend is not written yet.*NCCL needs NCCL built in"),
+])
+def test_pick_backend_rejects(wrong, feedback):
+    with pytest.raises(CheckFailed, match=f"(?s){feedback}"):
+        check_pick_backend(wrong)
+
+
+# --- exercise 2: device_and_ddp_kwargs ---------------------------------------------------------
+
+def device_and_ddp_kwargs(backend):
+    """Right answer."""
+    if backend != "nccl":
+        return torch.device("cpu"), {}
+    local_rank = int(os.environ["LOCAL_RANK"])
+    return torch.device("cuda", local_rank), {"device_ids": [local_rank]}
+
+
+def device_from_rank(backend):
+    """Wrong: the global RANK picks the GPU."""
+    rank = int(os.environ["RANK"])
+    return (torch.device("cuda", rank), {"device_ids": [rank]}) if backend == "nccl" else (torch.device("cpu"), {})
+
+
+def device_ids_on_cpu(backend):
+    """Wrong: device_ids for the gloo/CPU model too."""
+    local_rank = int(os.environ["LOCAL_RANK"])
+    device = torch.device("cuda", local_rank) if backend == "nccl" else torch.device("cpu")
+    return device, {"device_ids": [local_rank]}
+
+
+def cuda_without_index(backend):
+    """Wrong: plain "cuda" (every rank on GPU 0 unless set_device was called)."""
+    local_rank = int(os.environ["LOCAL_RANK"])
+    return (torch.device("cuda"), {"device_ids": [local_rank]}) if backend == "nccl" else (torch.device("cpu"), {})
+
+
+def device_ids_not_a_list(backend):
+    """Wrong: device_ids=local_rank instead of [local_rank]."""
+    local_rank = int(os.environ["LOCAL_RANK"])
+    return (torch.device("cuda", local_rank), {"device_ids": local_rank}) if backend == "nccl" else (torch.device("cpu"), {})
+
+
+def device_ids_strings(backend):
+    """Wrong: forgets int() on the environment variable."""
+    local_rank = os.environ["LOCAL_RANK"]
+    return (torch.device(f"cuda:{local_rank}"), {"device_ids": [local_rank]}) if backend == "nccl" else (torch.device("cpu"), {})
+
+
+def gpu_for_gloo(backend):
+    """Wrong: always the GPU."""
+    local_rank = int(os.environ["LOCAL_RANK"])
+    return torch.device("cuda", local_rank), {"device_ids": [local_rank]} if backend == "nccl" else {}
+
+
+def returns_only_device(backend):
+    """Wrong: forgets the DDP keyword arguments."""
+    return torch.device("cuda", int(os.environ["LOCAL_RANK"])) if backend == "nccl" else torch.device("cpu")
+
+
+def test_device_and_ddp_kwargs_accepts_the_right_answer(capsys):
+    check_device_and_ddp_kwargs(device_and_ddp_kwargs)
+    assert capsys.readouterr().out.startswith("✓ device_and_ddp_kwargs")
+
+
+@pytest.mark.parametrize("wrong, feedback", [
+    (device_from_rank, r"chose cuda:5 .*that is RANK.*use LOCAL_RANK"),
+    (device_ids_on_cpu, r"\('gloo'\) returned ddp_kwargs=\{'device_ids': \[1\]\}.*refuses device_ids"),
+    (cuda_without_index, r"chose cuda \(no index\).*torch.device\('cuda', local_rank\)"),
+    (device_ids_not_a_list, r"device_ids=1; DDP wants a list"),
+    (device_ids_strings, r"device_ids=\['1'\] \(strings\).*int\(os.environ\['LOCAL_RANK'\]\)"),
+    (gpu_for_gloo, r"\('gloo'\) chose cuda:1, expected cpu"),
+    (returns_only_device, r"expected a pair \(device, ddp_kwargs\)"),
+])
+def test_device_and_ddp_kwargs_rejects(wrong, feedback):
+    with pytest.raises(CheckFailed, match=f"(?s){feedback}"):
+        check_device_and_ddp_kwargs(wrong)
+
+
+def test_device_check_restores_the_environment():
+    before = {name: os.environ.get(name) for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE")}
+    with pytest.raises(CheckFailed):
+        check_device_and_ddp_kwargs(device_from_rank)
+    assert {name: os.environ.get(name) for name in before} == before
+
+
+# --- exercise 3: setup_from_env (2 real ranks) ----------------------------------------------
+
+def setup_from_env(backend):
+    """Right answer."""
+    rank, local_rank = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
+    world_size = int(os.environ["WORLD_SIZE"])
+    dist.init_process_group(backend, rank=rank, world_size=world_size)
+    return {"rank": rank, "local_rank": local_rank, "world_size": world_size}
+
+
+def setup_reads_only(backend):
+    """Wrong: reads the variables but never creates the process group."""
+    return {"rank": int(os.environ["RANK"]), "local_rank": int(os.environ["LOCAL_RANK"]),
+            "world_size": int(os.environ["WORLD_SIZE"])}
+
+
+def setup_local_from_rank(backend):
+    """Wrong: local rank taken from RANK (right on one node, wrong on the second)."""
+    dist.init_process_group(backend)
+    rank = int(os.environ["RANK"])
+    return {"rank": rank, "local_rank": rank, "world_size": int(os.environ["WORLD_SIZE"])}
+
+
+def setup_strings(backend):
+    """Wrong: returns the environment strings."""
+    dist.init_process_group(backend)
+    return {"rank": os.environ["RANK"], "local_rank": os.environ["LOCAL_RANK"], "world_size": os.environ["WORLD_SIZE"]}
+
+
+def setup_nccl(backend):
+    """Wrong: hard-codes NCCL (fails on a machine without it)."""
+    dist.init_process_group("nccl")
+    return setup_reads_only(backend)
+
+
+def setup_wrong_world(backend):
+    """Wrong: world_size from the rank, so the ranks disagree and rank 1 waits forever."""
+    rank = int(os.environ["RANK"])
+    dist.init_process_group(backend, rank=rank, world_size=rank + 1)
+    return {"rank": rank, "local_rank": int(os.environ["LOCAL_RANK"]), "world_size": rank + 1}
+
+
+def setup_not_written(backend):
+    raise NotImplementedError("int(os.environ[...])")
+
+
+def test_setup_from_env_accepts_the_right_answer(capsys):
+    check_setup_from_env(setup_from_env)
+    assert "✓ setup_from_env" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("wrong, feedback", [
+    (setup_reads_only, r"rank 0: after setup_from_env\('gloo'\) there is no process group.*init_process_group"),
+    (setup_local_from_rank, r"rank 1: local_rank = 1, expected 0.*LOCAL_RANK is the rank on this node"),
+    (setup_strings, r"rank 0: rank is '0', a string.*int\(os.environ\['RANK'\]\)"),
+    # CPU build: init_process_group("nccl") raises; CUDA build: the check sees the wrong backend
+    (setup_nccl, r"rank \d( failed while running setup_from_env.*(?i:nccl)|: the process group uses 'nccl')"),
+    (setup_not_written, r"setup_from_env is not written yet"),
+])
+def test_setup_from_env_rejects(wrong, feedback):
+    with pytest.raises(CheckFailed, match=f"(?s){feedback}"):
+        check_setup_from_env(wrong)
+
+
+def test_setup_from_env_ends_a_deadlock_with_a_message():
+    with pytest.raises(CheckFailed, match=r"(?s)did not finish within 8 s.*same world_size"):
+        check_setup_from_env(setup_wrong_world, timeout=DEADLOCK_TIMEOUT)
+
+
+# --- the generated exercise notebook fails every check ------------------------------------
+
+def test_exercise_notebook_stubs_fail_their_checks():
+    from pathlib import Path
+
+    import nbformat
+
+    path = Path(__file__).resolve().parent.parent / "exercises" / "06-backends-and-torchrun.ipynb"
+    cells = nbformat.read(path, as_version=4).cells
+    namespace: dict = {}
+    for cell in cells:  # the setup cell and the three answer cells, as a learner would run them
+        if cell.cell_type == "code" and cell.source.startswith(("import", "def pick_", "def device_", "def setup_")):
+            exec(compile(cell.source, f"{path.name}", "exec"), namespace)
+    checks = [(check_pick_backend, "pick_backend"), (check_device_and_ddp_kwargs, "device_and_ddp_kwargs"),
+              (check_setup_from_env, "setup_from_env")]
+    for check, name in checks:
+        with pytest.raises(CheckFailed, match=f"{name} is not written yet"):
+            check(namespace[name])

@@ -1,0 +1,148 @@
+"""Generate exercises/NN-name.ipynb from solutions/NN-name.ipynb (the single source).
+
+    python tools/make_exercises.py            # regenerate every exercise notebook
+    python tools/make_exercises.py --check    # exit 1 if a committed exercise is stale
+
+In each code cell of a solution notebook, every block
+
+        ### BEGIN SOLUTION
+        ### HINT: slice the batch by rank          <- optional, first line inside
+        ... the answer ...
+        ### END SOLUTION
+
+becomes one line, indented like the BEGIN marker:
+
+        raise NotImplementedError("slice the batch by rank")
+
+All outputs and execution counts are cleared; cell ids, tags and markdown are kept, so
+check cells (tagged `check`) stay exactly as in the solution. A markdown cell may hold a
+block too (for written answers): it becomes "*Your answer here.*" plus the hint.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import re
+import sys
+from pathlib import Path
+
+import nbformat
+
+ROOT = Path(__file__).resolve().parent.parent
+SOLUTIONS = ROOT / "solutions"
+EXERCISES = ROOT / "exercises"
+
+BEGIN = re.compile(r"^(?P<indent>[ \t]*)### BEGIN SOLUTION[ \t]*$")
+END = re.compile(r"^[ \t]*### END SOLUTION[ \t]*$")
+HINT = re.compile(r"^[ \t]*### HINT:[ \t]*(?P<text>.*?)[ \t]*$")
+DEFAULT_HINT = "write your answer here (see the exercise text above)"
+KERNEL = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
+
+
+class SolutionFormatError(ValueError):
+    """A solution notebook has an unbalanced or nested BEGIN/END SOLUTION block."""
+
+
+def stub_source(source: str, *, markdown: bool = False, where: str = "") -> str:
+    """Replace every BEGIN/END SOLUTION block in one cell's source by a stub."""
+    out: list[str] = []
+    lines = source.split("\n")
+    index = 0
+    while index < len(lines):
+        begin = BEGIN.match(lines[index])
+        if END.match(lines[index]):
+            raise SolutionFormatError(f"{where}: '### END SOLUTION' without a BEGIN (line {index + 1})")
+        if not begin:
+            out.append(lines[index])
+            index += 1
+            continue
+        start = index
+        index += 1
+        hint = DEFAULT_HINT
+        if index < len(lines) and HINT.match(lines[index]):
+            hint = HINT.match(lines[index]).group("text") or DEFAULT_HINT
+            index += 1
+        while index < len(lines) and not END.match(lines[index]):
+            if BEGIN.match(lines[index]):
+                raise SolutionFormatError(f"{where}: nested '### BEGIN SOLUTION' (line {index + 1})")
+            index += 1
+        if index == len(lines):
+            raise SolutionFormatError(f"{where}: '### BEGIN SOLUTION' on line {start + 1} has no END")
+        index += 1  # skip END
+        indent = begin.group("indent")
+        if markdown:
+            out.append(f"{indent}*Your answer here.* (Hint: {hint})")
+        else:
+            out.append(f"{indent}raise NotImplementedError({json.dumps(hint, ensure_ascii=False)})")
+    return "\n".join(out)
+
+
+def make_exercise(solution: nbformat.NotebookNode, name: str = "notebook") -> nbformat.NotebookNode:
+    """Return the exercise notebook for a solution notebook (the input is not changed)."""
+    exercise = copy.deepcopy(solution)
+    exercise.metadata = {
+        "kernelspec": KERNEL,
+        "language_info": {"name": "python", "version": "3.11"},
+        **({"tags": solution.metadata["tags"]} if "tags" in solution.metadata else {}),
+    }
+    blocks = 0
+    for number, cell in enumerate(exercise.cells):
+        where = f"{name} cell {number}"
+        if cell.cell_type in ("code", "markdown"):
+            new = stub_source(cell.source, markdown=cell.cell_type == "markdown", where=where)
+            blocks += cell.source.count("### BEGIN SOLUTION")
+            cell.source = new
+        for key in ("execution", "ExecuteTime", "collapsed", "scrolled"):
+            cell.metadata.pop(key, None)
+        if cell.cell_type == "code":
+            cell.outputs = []
+            cell.execution_count = None
+    if blocks == 0:
+        raise SolutionFormatError(f"{name}: no '### BEGIN SOLUTION' block: is it a solution notebook?")
+    return exercise
+
+
+def render(notebook: nbformat.NotebookNode) -> str:
+    """The exact text nbformat writes for a notebook (used to compare files)."""
+    return nbformat.writes(notebook) + "\n"
+
+
+def exercise_text(solution_path: Path) -> str:
+    """The text exercises/<same name> must have, generated from a solution notebook."""
+    solution = nbformat.read(solution_path, as_version=4)
+    return render(make_exercise(solution, name=solution_path.name))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("solutions", nargs="*", type=Path,
+                        help="solution notebooks (default: solutions/*.ipynb)")
+    parser.add_argument("--check", action="store_true",
+                        help="write nothing; exit 1 if any exercise differs from its solution's stub")
+    args = parser.parse_args()
+    paths = args.solutions or sorted(SOLUTIONS.glob("[0-9][0-9]-*.ipynb"))
+    stale = []
+    for path in paths:
+        target = EXERCISES / path.name
+        text = exercise_text(path)
+        current = target.read_text(encoding="utf-8") if target.exists() else None
+        if current == text:
+            continue
+        stale.append(target)
+        if not args.check:
+            target.write_text(text, encoding="utf-8")
+            print(f"wrote {target.relative_to(ROOT)}")
+    orphans = sorted(p for p in EXERCISES.glob("*.ipynb") if not (SOLUTIONS / p.name).exists())
+    for orphan in orphans:
+        print(f"warning: {orphan.relative_to(ROOT)} has no solutions/{orphan.name}", file=sys.stderr)
+    if args.check and stale:
+        for target in stale:
+            print(f"stale: {target.relative_to(ROOT)} (run: python tools/make_exercises.py)", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
