@@ -9,7 +9,9 @@ STAMP  := $(VENV)/.installed
 PORT   ?= 8888
 NBVAL  := --nbval --nbval-current-env --nbval-sanitize-with tests/sanitize.cfg --nbval-cell-timeout=180
 
-.PHONY: setup lab test unit nbval notebooks exercises bench clean
+ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
+
+.PHONY: setup browser lab test unit nbval notebooks exercises bench clean
 
 setup: $(STAMP)
 
@@ -22,9 +24,16 @@ $(STAMP): requirements.txt pyproject.toml
 	touch $(STAMP)
 
 lab: setup
-	$(BIN)/jupyter lab --ServerApp.root_dir=notebooks --port=$(PORT)
+	$(BIN)/jupyter lab --ServerApp.root_dir=notebooks --port=$(PORT) $(ROOT_FLAG)
 
-test: setup
+# Debian's Chromium for tests/test_browser.py (needs root for apt; elsewhere the test skips, except in CI).
+browser:
+	@if [ -x /usr/bin/chromium ]; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null; \
+	else echo "note: no /usr/bin/chromium and no root apt-get: the browser test will be skipped (it fails in CI)"; fi
+
+test: setup browser
 	$(BIN)/python -m pytest -p no:cacheprovider $(NBVAL) tests notebooks solutions
 
 unit: setup

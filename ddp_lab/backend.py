@@ -33,7 +33,7 @@ def choose_backend(backend: str, nprocs: int, announce: bool = True) -> str:
     if backend == "nccl":
         if not dist.is_nccl_available():
             raise ValueError(
-                "backend='nccl' is not built into this torch (a CPU-only build has gloo only). "
+                f"backend='nccl' is not built into this torch (a CPU-only build has gloo only; found {gpus} GPU(s)). "
                 "Use backend='gloo', or install the CUDA build of the same torch version on a GPU machine."
             )
         if gpus < nprocs:

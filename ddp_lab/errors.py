@@ -78,13 +78,19 @@ class LaunchError(RuntimeError):
     def _render(self, headline: str) -> str:
         parts = [headline]
         first_first = sorted(self.failures.values(), key=lambda f: (f.rank != self.first_rank, f.rank))
+        shown: dict[str, int] = {}  # details already printed -> the rank they were printed for
         for failure in first_first:
             if failure.kind == "stopped":
                 continue
-            several = sum(f.kind != "stopped" for f in self.failures.values()) > 1
+            several = sum(f.kind not in ("stopped", "timeout") for f in self.failures.values()) > 1
             first = " (first failure)" if failure.rank == self.first_rank and several else ""
             parts.append(f"\n--- rank {failure.rank} {failure.summary}{first} ---")
-            if failure.details and not failure.secondary:
+            if not failure.details or failure.secondary:
+                continue
+            if failure.details in shown:
+                parts.append(f"(same as rank {shown[failure.details]})")
+            else:
+                shown[failure.details] = failure.rank
                 parts.append(failure.details.rstrip("\n"))
         stopped = [r for r, f in self.failures.items() if f.kind == "stopped"]
         if stopped:
@@ -94,6 +100,11 @@ class LaunchError(RuntimeError):
         if self.hint:
             parts.append(f"\nHint: {self.hint}")
         return "\n".join(parts)
+
+
+    def _render_traceback_(self) -> list[str]:
+        """What IPython shows: the message, not the launcher's own frames."""
+        return [f"{type(self).__name__}: {line}" if i == 0 else line for i, line in enumerate(str(self).splitlines())]
 
 
 class RankFailed(LaunchError):

@@ -54,7 +54,8 @@ def _shorten(text: str, limit: int = 160) -> str:
 
 
 def _tail(text: str) -> str:
-    lines = text.splitlines()
+    lines = [line for line in text.splitlines()
+             if not any(f in line for f in _HIDDEN_FRAMES) and not line.startswith("Extension modules:")]
     if not lines:
         return "(it printed nothing)"
     shown = lines[-_TAIL_LINES:]
@@ -105,7 +106,7 @@ def _hint(failures: dict[int, RankFailure], first: int, kind: str) -> str:
                 "importable file.")
     lost_peer = [r for r, f in failures.items() if f.secondary]
     if lost_peer:
-        return (f"rank(s) {', '.join(map(str, lost_peer))} lost a partner in a collective: they failed "
+        return (f"rank(s) {', '.join(map(str, sorted(lost_peer)))} lost a partner in a collective: they failed "
                 f"because rank {first} had failed first.")
     return ""
 

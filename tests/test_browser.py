@@ -1,0 +1,276 @@
+"""The course in a real JupyterLab in a real browser: lesson 00, Run All Cells, look at the page.
+
+nbval runs notebooks in a bare kernel; learners use JupyterLab. This test starts JupyterLab
+the way the README does (headless, 127.0.0.1, a free port, a random token), drives Debian's
+Chromium with Playwright (nothing is downloaded: `executable_path=/usr/bin/chromium`),
+runs every cell with *Run → Run All Cells*, and checks what a learner would see:
+
+- every code cell ran, and only cells tagged `raises-exception` show an error;
+- the `[rank k]` lines are on the page, rank by rank, and equal the notebook's stored
+  outputs (after tests/sanitize.cfg, as nbval compares them);
+- no kernel or rank process outlives the server.
+
+JupyterLab serves a copy of notebooks/, so the run cannot overwrite stored outputs.
+Screenshots go to artifacts/ (gitignored). Set-up: `apt-get install chromium` and
+`pip install playwright` (no `playwright install`). Missing either skips the test, except
+in CI (CI=true), where it fails.
+"""
+
+from __future__ import annotations
+
+import configparser
+import json
+import os
+import re
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import nbformat
+import psutil
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+ARTIFACTS = REPO / "artifacts"
+CHROMIUM = Path(os.environ.get("DDP_LAB_CHROMIUM", "/usr/bin/chromium"))
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+LESSON = "00-welcome-and-first-launch.ipynb"
+RUN_TIMEOUT_S = 240
+RANK_LINE = re.compile(r"^\[rank (\d+)\] ", re.M)
+
+# Settings a fresh JupyterLab gets: every cell in the DOM (so the page shows all outputs),
+# no autosave, no news or update checks (no network, no toast over the notebook).
+LAB_SETTINGS = {
+    "@jupyterlab/notebook-extension/tracker.jupyterlab-settings": {"windowingMode": "none"},
+    "@jupyterlab/docmanager-extension/plugin.jupyterlab-settings": {"autosave": False},
+    "@jupyterlab/apputils-extension/notification.jupyterlab-settings": {"fetchNews": "false",
+                                                                      "checkForUpdates": False},
+}
+
+
+def require(ok: bool, missing: str) -> None:
+    """Skip when a browser-test dependency is missing; in CI (CI=true) fail instead."""
+    if ok:
+        return
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"browser test cannot run in CI: {missing}", pytrace=False)
+    pytest.skip(f"browser test needs {missing}")
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def wait_for_server(url: str, server: subprocess.Popen, timeout: float = 90) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            raise RuntimeError(f"jupyter lab exited with {server.returncode}")
+        try:
+            with urllib.request.urlopen(url, timeout=2) as reply:
+                if reply.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.2)
+    raise TimeoutError(f"jupyter lab did not answer {url} within {timeout} s")
+
+
+@pytest.fixture
+def sync_playwright():
+    """Playwright's sync API, once Chromium and the playwright package are known to be here."""
+    require(CHROMIUM.exists(), f"Chromium at {CHROMIUM} (apt-get install chromium)")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        require(False, "the playwright package (pip install playwright; no browser download)")
+    return sync_playwright
+
+
+@pytest.fixture
+def jupyterlab(sync_playwright, tmp_path):
+    """A headless JupyterLab on 127.0.0.1 serving a copy of notebooks/.
+
+    Yields (base_url, token, root, remember_processes); call remember_processes() once the
+    kernel runs: those processes must all be gone once the server has shut down.
+    """
+    root = tmp_path / "notebooks"
+    shutil.copytree(REPO / "notebooks", root, ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
+    settings = tmp_path / "lab-settings"
+    for name, values in LAB_SETTINGS.items():
+        (settings / name).parent.mkdir(parents=True, exist_ok=True)
+        (settings / name).write_text(json.dumps(values))
+    port, token = free_port(), secrets.token_hex(16)
+    env = {**os.environ, "JUPYTERLAB_SETTINGS_DIR": str(settings),
+           "JUPYTERLAB_WORKSPACES_DIR": str(tmp_path / "workspaces"),
+           "JUPYTER_CONFIG_DIR": str(tmp_path / "config"), "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime"),
+           "IPYTHONDIR": str(tmp_path / "ipython")}
+    jupyter = Path(sys.executable).with_name("jupyter")
+    log = open(tmp_path / "jupyterlab.log", "w")
+    server = subprocess.Popen(
+        [str(jupyter), "lab", f"--ServerApp.root_dir={root}", f"--port={port}", "--no-browser",
+         f"--ServerApp.token={token}", "--ServerApp.ip=127.0.0.1", "--ServerApp.port_retries=0"]
+        + (["--allow-root"] if os.geteuid() == 0 else []),  # CI containers often run as root
+        env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=REPO)
+    base = f"http://127.0.0.1:{port}"
+    descendants: list[psutil.Process] = []
+    try:
+        wait_for_server(f"{base}/api/status?token={token}", server)
+        yield base, token, root, lambda: descendants.extend(psutil.Process(server.pid).children(recursive=True))
+    finally:
+        server.send_signal(signal.SIGTERM)  # the server shuts its kernels down
+        try:
+            server.wait(30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+        log.close()
+        ARTIFACTS.mkdir(exist_ok=True)
+        shutil.copy(tmp_path / "jupyterlab.log", ARTIFACTS / "browser-jupyterlab.log")
+    assert descendants, "the kernel's processes were never looked at"
+    deadline = time.monotonic() + 10
+    while (survivors := [p for p in descendants if alive(p)]) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not survivors, f"processes outlived JupyterLab: {survivors}"
+
+
+def alive(process: psutil.Process) -> bool:
+    try:
+        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def sanitizers() -> list[tuple[re.Pattern, str]]:
+    """tests/sanitize.cfg, as nbval applies it."""
+    config = configparser.ConfigParser()
+    config.read(REPO / "tests" / "sanitize.cfg")
+    return [(re.compile(config[s]["regex"]), config[s]["replace"]) for s in config.sections()]
+
+
+def rank_lines(text: str, rules) -> list[str]:
+    for pattern, replacement in rules:
+        text = pattern.sub(replacement, text)
+    return [line for line in text.splitlines() if RANK_LINE.match(line)]
+
+
+def cell_text(cell) -> str:
+    """All stream text and error tracebacks of a stored code cell."""
+    parts = []
+    for output in cell.get("outputs", []):
+        if output["output_type"] == "stream":
+            parts.append(output["text"])
+        elif output["output_type"] == "error":
+            parts.append("\n".join(output["traceback"]))
+        elif "text/plain" in output.get("data", {}):
+            parts.append(output["data"]["text/plain"])
+    return "\n".join(parts)
+
+
+def wait_for_idle_kernel(base: str, token: str, notebook: str, timeout: float = 90) -> None:
+    """Wait until the notebook's kernel has started and is idle (JupyterLab's sessions API)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with urllib.request.urlopen(f"{base}/api/sessions?token={token}", timeout=5) as reply:
+            sessions = json.load(reply)
+        if any(s["path"].endswith(notebook) and s["kernel"]["execution_state"] == "idle" for s in sessions):
+            return
+        time.sleep(0.3)
+    raise TimeoutError(f"no idle kernel for {notebook} after {timeout} s: {sessions}")
+
+
+def run_all_cells(page, notebook: str) -> None:
+    """Run → Run All Cells, then wait until every code cell has an execution count."""
+    page.get_by_role("menuitem", name="Run", exact=True).click()
+    page.get_by_role("menuitem", name="Run All Cells", exact=True).click()
+    deadline = time.monotonic() + RUN_TIMEOUT_S
+    while time.monotonic() < deadline:
+        prompts = page.locator(".jp-CodeCell .jp-InputPrompt").all_inner_texts()
+        if prompts and all(re.fullmatch(r"\s*\[\d+\]:\s*", p) for p in prompts):
+            return
+        time.sleep(0.5)
+    raise TimeoutError(f"{notebook}: cells still not run after {RUN_TIMEOUT_S} s: {prompts}")
+
+
+def save_and_read(page, root: Path, notebook: str):
+    """Save the notebook from the browser (Ctrl+S) and read what JupyterLab wrote."""
+    path = root / notebook
+    before = path.stat().st_mtime_ns
+    page.locator(".jp-Notebook").first.click()
+    page.keyboard.press("Control+s")
+    deadline = time.monotonic() + 30
+    while path.stat().st_mtime_ns == before and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert path.stat().st_mtime_ns != before, "JupyterLab did not save the notebook"
+    time.sleep(0.5)
+    return nbformat.read(path, as_version=4)
+
+
+@pytest.mark.timeout(600)
+def test_lesson_00_runs_in_jupyterlab(sync_playwright, jupyterlab):
+    base, token, root, remember_processes = jupyterlab
+    stored = nbformat.read(REPO / "notebooks" / LESSON, as_version=4)
+    ARTIFACTS.mkdir(exist_ok=True)
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch_persistent_context(
+            str(root.parent / "chromium-profile"), executable_path=str(CHROMIUM), headless=True,
+            args=CHROMIUM_FLAGS, viewport={"width": 1400, "height": 1000})
+        try:
+            page = browser.pages[0] if browser.pages else browser.new_page()
+            page.goto(f"{base}/lab/tree/{LESSON}?token={token}")
+            page.locator(".jp-Notebook .jp-CodeCell").first.wait_for(timeout=60_000)
+            wait_for_idle_kernel(base, token, LESSON)
+            run_all_cells(page, LESSON)
+            remember_processes()  # the kernel, its zygote: none may outlive the server
+            first_rank_output = page.locator(".jp-OutputArea-output", has_text="[rank 0]").first
+            first_rank_output.scroll_into_view_if_needed()
+            page.screenshot(path=str(ARTIFACTS / "browser-lesson-00-rank-output.png"))
+            assert first_rank_output.is_visible()
+            outputs = page.locator(".jp-OutputArea-output").all_inner_texts()
+            ran = save_and_read(page, root, LESSON)
+            cells_on_page = page.locator(".jp-Notebook .jp-Cell")
+            assert cells_on_page.count() == len(ran.cells)
+            deliberate = [i for i, c in enumerate(ran.cells) if "raises-exception" in c.metadata.get("tags", [])]
+            for number, index in enumerate(deliberate):
+                failure = cells_on_page.nth(index)
+                failure.scroll_into_view_if_needed()
+                failure.screenshot(path=str(ARTIFACTS / f"browser-lesson-00-deliberate-failure-{number}.png"))
+                shown = failure.inner_text()
+                for error in (o for o in ran.cells[index].outputs if o["output_type"] == "error"):
+                    assert error["ename"] in shown and failure.is_visible()
+        finally:
+            browser.close()
+
+    # every code cell ran; only the lesson's deliberate failures show an error
+    code = [(c, s) for c, s in zip(ran.cells, stored.cells) if c.cell_type == "code"]
+    assert all(c.execution_count is not None for c, _ in code)
+    for cell, _ in code:
+        errors = [o for o in cell.outputs if o["output_type"] == "error"]
+        deliberate = "raises-exception" in cell.metadata.get("tags", [])
+        assert bool(errors) == deliberate, (f"cell {cell.source[:60]!r}: "
+                                            f"{'no error from a raises-exception cell' if deliberate else errors}")
+
+    # the [rank k] lines are on the page, rank by rank, and the same as the stored outputs
+    on_page = [RANK_LINE.findall(text) for text in outputs if RANK_LINE.search(text)]
+    assert on_page, "no [rank k] output on the page"
+    assert any(len(set(ranks)) >= 2 for ranks in on_page)
+    for ranks in on_page:
+        assert [int(r) for r in ranks] == sorted(int(r) for r in ranks), f"ranks out of order: {ranks}"
+    rules = sanitizers()
+    compared = 0
+    for cell, stored_cell in code:
+        if "nbval-ignore-output" in cell.metadata.get("tags", []):
+            continue
+        shown, expected = rank_lines(cell_text(cell), rules), rank_lines(cell_text(stored_cell), rules)
+        assert shown == expected, f"cell {cell.source[:60]!r} shows other [rank k] lines in JupyterLab than stored"
+        compared += bool(expected)
+    assert compared >= 2, "the lesson's stored outputs have (almost) no [rank k] lines to compare"
