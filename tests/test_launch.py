@@ -307,3 +307,21 @@ def test_no_store_port_stays_open_after_a_launch():
     results = ddp_lab.launch(lambda rank: int(os.environ["MASTER_PORT"]), nprocs=1)
     listening = {c.laddr.port for c in psutil.Process().net_connections("tcp") if c.status == psutil.CONN_LISTEN}
     assert results[0] not in listening
+
+
+def aborts_after_returning(rank):
+    import threading
+    import time
+
+    if rank == 0:  # returns at once, then aborts while it waits for rank 1 to report
+        threading.Timer(0.3, os.kill, args=(os.getpid(), signal.SIGABRT)).start()
+        return "rank 0's result"
+    time.sleep(1.5)
+    return "rank 1's result"
+
+
+def test_a_crash_after_returning_is_a_warning_and_loses_nothing():
+    with pytest.warns(LaunchWarning, match=r"rank 0 returned its result, then its process ended with signal SIGABRT"):
+        results = ddp_lab.launch(aborts_after_returning, nprocs=2, backend="gloo")
+    assert results == ["rank 0's result", "rank 1's result"]
+    assert results.returncodes[0] == -signal.SIGABRT
