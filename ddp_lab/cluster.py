@@ -16,13 +16,10 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import os
-import pickle
 import queue
 import sys
 import tempfile
 import time
-from pathlib import Path
 
 import cloudpickle
 
@@ -30,10 +27,10 @@ from ddp_lab import cluster_rank
 from ddp_lab.backend import choose_backend
 from ddp_lab.channel import send_message
 from ddp_lab.errors import LaunchError, LaunchTimeout, RankCrashed, RankFailed, RankFailure, crash_summary
-from ddp_lab.launcher import DEFAULT_TIMEOUT, threads_per_rank
+from ddp_lab.launcher import DEFAULT_TIMEOUT, start_ranks, threads_per_rank
 from ddp_lab.output import RankOutput, print_in_rank_order
-from ddp_lab.payload import cell_names, notebook_sources, pack_arguments, pack_function, rename_cells
-from ddp_lab.procstart import prepare_zygote, rank_environment, start_rank
+from ddp_lab.payload import build_payload, cell_names, pack_arguments, pack_function, rename_cells
+from ddp_lab.procstart import prepare_zygote
 from ddp_lab.rendezvous import loopback_store
 from ddp_lab.reports import build_error, raised_failure, read_stacks
 from ddp_lab.results import Results
@@ -82,17 +79,9 @@ class Cluster:
     def _start(self, threads: int | None, env: dict) -> None:
         self._workdir = self._resources.enter_context(tempfile.TemporaryDirectory(prefix="ddp_lab-cluster-"))
         store_env = self._resources.enter_context(loopback_store(self.nprocs, 1800.0))
-        threads = threads_per_rank(self.nprocs, threads)
-        payload = {"fn": pack_function(cluster_rank.serve), "args": pack_arguments(()),
-                   "sys_path": list(sys.path), "sources": notebook_sources(), "backend": self.backend,
-                   "threads": threads, "pg_timeout": 1800.0}
-        payload_path = Path(self._workdir, "payload.pkl")
-        payload_path.write_bytes(pickle.dumps(payload))
-        extra = {**store_env, **env, **({"OMP_NUM_THREADS": str(threads)} if threads else {})}
+        payload = build_payload(cluster_rank.serve, (), self.backend, threads_per_rank(self.nprocs, threads), 1800.0)
         self._supervisor = Supervisor(self.nprocs)
-        for rank in range(self.nprocs):
-            self._supervisor.add(start_rank(rank, rank_environment(os.environ, rank, self.nprocs, extra),
-                                            str(payload_path), str(Path(self._workdir, f"stacks-{rank}.txt"))))
+        start_ranks(self._supervisor, payload, self._workdir, {**store_env, **env})
         deadline = time.monotonic() + 120.0 + (self.timeout or 0)
         while len(self._supervisor.ready) < self.nprocs:
             if self._supervisor.failed or time.monotonic() > deadline:

@@ -22,7 +22,7 @@ from ddp_lab.backend import choose_backend
 from ddp_lab.errors import LaunchWarning, describe_exit
 from ddp_lab.machine import cpu_cores
 from ddp_lab.output import RankOutput, print_in_rank_order
-from ddp_lab.payload import cell_names, notebook_sources, pack_arguments, pack_function
+from ddp_lab.payload import build_payload, cell_names
 from ddp_lab.procstart import prepare_zygote, rank_environment, start_rank, stop_ranks
 from ddp_lab.rendezvous import loopback_store
 from ddp_lab.reports import build_error, read_stacks
@@ -112,30 +112,16 @@ def launch(fn, args=(), nprocs: int = 2, backend: str = "auto", timeout: float |
     __tracebackhide__ = True  # IPython and pytest: show the user's cell, not launcher internals
     _validate(fn, args, nprocs, timeout, threads)
     chosen = choose_backend(backend, nprocs) if init_process_group else None
-    payload = {
-        "fn": pack_function(fn),
-        "args": pack_arguments(tuple(args)),
-        "sys_path": list(__import__("sys").path),
-        "sources": notebook_sources(),
-        "backend": chosen,
-        "threads": threads_per_rank(nprocs, threads),
-        "pg_timeout": 1800.0 if timeout is None else float(timeout) + 60.0,
-    }
+    pg_timeout = 1800.0 if timeout is None else float(timeout) + 60.0
+    payload = build_payload(fn, args, chosen, threads_per_rank(nprocs, threads), pg_timeout)
     _warn_if_oversubscribed(nprocs)
-    extra_env = dict(env or {})
-    if payload["threads"]:
-        extra_env.setdefault("OMP_NUM_THREADS", str(payload["threads"]))
     names = cell_names()
 
     with tempfile.TemporaryDirectory(prefix="ddp_lab-") as workdir, \
-            loopback_store(nprocs, payload["pg_timeout"]) as store_env:
-        payload_path = Path(workdir, "payload.pkl")
-        payload_path.write_bytes(pickle.dumps(payload, protocol=pickle.HIGHEST_PROTOCOL))
+            loopback_store(nprocs, pg_timeout) as store_env:
         supervisor = Supervisor(nprocs, stream=stream)
         try:
-            for rank in range(nprocs):
-                rank_env = rank_environment(os.environ, rank, nprocs, {**store_env, **extra_env})
-                supervisor.add(start_rank(rank, rank_env, str(payload_path), str(Path(workdir, f"stacks-{rank}.txt"))))
+            start_ranks(supervisor, payload, workdir, {**store_env, **(env or {})})
             outcome = supervisor.watch(timeout)
             stacks = read_stacks(supervisor, workdir) if outcome == "timeout" else {}
             supervisor.finish()
@@ -150,6 +136,17 @@ def launch(fn, args=(), nprocs: int = 2, backend: str = "auto", timeout: float |
     if outcome != "ok":
         raise build_error(supervisor, outcome, stacks, names, timeout) from None
     return _results(supervisor, chosen)
+
+
+def start_ranks(supervisor: Supervisor, payload: dict, workdir: str, extra_env: dict) -> None:
+    """Write the payload into workdir and start every rank under the supervisor's watch."""
+    payload_path = Path(workdir, "payload.pkl")
+    payload_path.write_bytes(pickle.dumps(payload, protocol=pickle.HIGHEST_PROTOCOL))
+    if payload["threads"]:
+        extra_env = {"OMP_NUM_THREADS": str(payload["threads"]), **extra_env}
+    for rank in range(supervisor.nprocs):
+        env = rank_environment(os.environ, rank, supervisor.nprocs, extra_env)
+        supervisor.add(start_rank(rank, env, str(payload_path), str(Path(workdir, f"stacks-{rank}.txt"))))
 
 
 def _show_output(outputs: list[RankOutput], streamed: bool) -> None:

@@ -49,6 +49,19 @@ def pack_arguments(args: tuple) -> bytes:
     return cloudpickle.dumps(tuple(args))
 
 
+def build_payload(fn, args: tuple, backend: str | None, threads: int | None, pg_timeout: float) -> dict:
+    """Everything a rank needs to run `fn(rank, *args)`: packed once, read by every rank."""
+    return {
+        "fn": pack_function(fn),
+        "args": pack_arguments(tuple(args)),
+        "sys_path": list(sys.path),
+        "sources": notebook_sources(),
+        "backend": backend,
+        "threads": threads,
+        "pg_timeout": pg_timeout,
+    }
+
+
 def notebook_sources() -> dict[str, list[str]]:
     """Source lines of code that exists only in memory (notebook cells), by file name."""
     return {
