@@ -34,7 +34,7 @@ from ddp_lab.procstart import prepare_zygote
 from ddp_lab.rendezvous import loopback_store
 from ddp_lab.reports import build_error, raised_failure, read_stacks
 from ddp_lab.results import Results
-from ddp_lab.supervisor import Supervisor
+from ddp_lab.supervisor import POLL_S, Supervisor
 
 AFTER_FAILURE_S = 5.0  # once a rank failed, how long the others get before they count as stuck
 FRESH_START = "The cluster was shut down; run the cell again (or ddp_lab.Cluster(...)) to start a fresh one."
@@ -204,7 +204,7 @@ class Cluster:
 
     def _next_event(self, deadline: float | None):
         """Wait for one event; reports, exits and live lines are recorded by the supervisor."""
-        wait = None if deadline is None else max(0.0, deadline - time.monotonic())
+        wait = POLL_S if deadline is None else min(POLL_S, max(0.0, deadline - time.monotonic()))
         try:
             event = self._supervisor.events.get(timeout=wait)
         except queue.Empty:

@@ -22,7 +22,8 @@ from ddp_lab.rankprocess import RankProcess
 from ddp_lab.worker import OUTPUT_MARK
 
 STARTUP_S = 120.0  # time allowed to start the interpreters and the process group
-GATHER_S = 0.5  # after a first failure, how long other ranks get to report theirs
+GATHER_S = 0.5
+POLL_S = 0.25  # longest uninterrupted wait of the launcher  # after a first failure, how long other ranks get to report theirs
 EXIT_WAIT_S = 10.0  # how long a released rank may take to exit before it is killed
 READER_WAIT_S = 2.0  # how long to wait for output pipes to close once processes ended
 
@@ -112,11 +113,13 @@ class Supervisor:
                 fn_deadline = time.monotonic() + timeout
             deadline = fn_deadline or startup_deadline
             limits = [t for t in (deadline, first_failure_at and first_failure_at + GATHER_S) if t]
-            wait = min(limits) - time.monotonic() if limits else None
-            if wait is not None and wait <= 0:
+            wait = min(limits) - time.monotonic() if limits else POLL_S
+            if wait <= 0:
                 return "failed" if self.failed else "timeout"
             try:
-                self._handle(self.events.get(timeout=wait))
+                # Short waits: an interrupt that is not a real signal (_thread.interrupt_main,
+                # some notebook front-ends) is only seen between waits.
+                self._handle(self.events.get(timeout=min(wait, POLL_S)))
             except queue.Empty:
                 pass
 

@@ -8,7 +8,6 @@ import subprocess
 import sys
 import textwrap
 import threading
-import _thread
 
 import psutil
 import pytest
@@ -208,7 +207,7 @@ def sleeps(rank):
 
 
 def test_keyboard_interrupt_kills_every_rank_and_keeps_output(capsys):
-    timer = threading.Timer(4.0, _thread.interrupt_main)
+    timer = threading.Timer(4.0, os.kill, args=(os.getpid(), signal.SIGINT))  # what Jupyter's stop button sends
     timer.start()
     try:
         with pytest.raises(KeyboardInterrupt):
@@ -285,7 +284,7 @@ def ddp_train(rank):
 def test_ddp_with_an_optimizer_exits_cleanly_every_time():
     """The SIGABRT seen after destroy_process_group() + DDP must not happen at the end of a launch."""
     with _no_warnings():
-        for _ in range(5):
+        for _ in range(3):
             results = ddp_lab.launch(ddp_train, nprocs=2, backend="gloo")
             assert results.returncodes == [0, 0]
             torch.testing.assert_close(results[0], results[1])
