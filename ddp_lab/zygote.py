@@ -31,13 +31,14 @@ MAX_PACKET = 1 << 20
 def preload() -> None:
     """Import what every rank needs; run nothing.
 
-    torch._dynamo is imported lazily by the first DistributedDataParallel(...) and costs
-    1.4 s (800 modules) per rank; imported here once, every warm DDP rank skips it.
-    Importing it starts no thread, so forking stays safe.
+    Not torch._dynamo, although the first DistributedDataParallel(...) of every rank
+    imports it (1.4 s): measured here, ranks forked from a zygote that had imported it
+    deadlocked in destroy_process_group() after DDP in 5 of 8 launches (the main thread
+    joins gloo's run loop holding the GIL while that thread needs the GIL to free a
+    work's thread-local state); without it, 8 of 8 passed.
     """
     import cloudpickle  # noqa: F401
     import torch  # noqa: F401
-    import torch._dynamo  # noqa: F401
     import torch.distributed  # noqa: F401
     import torch.nn  # noqa: F401
     import torch.nn.parallel  # noqa: F401
@@ -48,6 +49,8 @@ def preload() -> None:
 
 def _become_rank(spec: dict, fds: list[int], sock: socket.socket, wakeup: int) -> None:
     """In the forked child: take the pipes, the environment and the cwd, then run the rank."""
+    import torch
+
     from ddp_lab.worker import die_with_parent, run_rank
 
     signal.set_wakeup_fd(-1)
@@ -63,7 +66,9 @@ def _become_rank(spec: dict, fds: list[int], sock: socket.socket, wakeup: int) -
     os.chdir(spec["cwd"])
     os.environ.clear()
     os.environ.update(spec["env"])
-    random.seed()  # a fresh process would have its own random state; a fork shares the zygote's
+    # A fresh process seeds these from the OS; a fork would share the zygote's state.
+    random.seed()
+    torch.seed()
     if "numpy" in sys.modules:
         sys.modules["numpy"].random.seed()
     die_with_parent(os.getppid())

@@ -178,3 +178,30 @@ def test_a_killed_kernel_leaves_no_orphans():
         kernel.kill()
         kernel.wait()
     assert wait_gone(pids) == []
+
+
+def ddp_then_destroy(rank):
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    dist.init_process_group("gloo")
+    model = DistributedDataParallel(torch.nn.Linear(4, 1))
+    model(torch.randn(2, 4)).sum().backward()
+    dist.destroy_process_group()
+    return rank
+
+
+def test_warm_ranks_survive_destroy_process_group_after_ddp():
+    """Regression: with torch._dynamo preloaded in the zygote this deadlocked in 5 of 8 launches."""
+    ddp_lab.launch(lambda rank: rank, nprocs=1)
+    assert procstart.ready_zygote() is not None
+    for _ in range(3):
+        assert ddp_lab.launch(ddp_then_destroy, nprocs=2, init_process_group=False, timeout=30) == [0, 1]
+
+
+def test_warm_ranks_get_their_own_torch_seed():
+    import torch
+
+    draws = [ddp_lab.launch(lambda rank: torch.rand(1).item(), nprocs=2, backend="gloo") for _ in range(2)]
+    assert len({value for pair in draws for value in pair}) == 4, draws
