@@ -1,0 +1,149 @@
+"""The lesson 03 checks accept a right answer and reject plausible wrong ones with specific feedback.
+
+Each wrong answer below is a mistake a learner is likely to make; the test pins the part
+of the feedback that names it. Everything runs in this process (threads, no ranks).
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from ddp_lab.checks import CheckFailed
+from ddp_lab.checks.lesson03 import check_data_parallel_loss, check_scatter_gather
+
+
+# --- scatter / gather ---------------------------------------------------------------------
+
+def scatter_batch(tensors, n):
+    return list(zip(*[torch.chunk(t, n, dim=0) for t in tensors]))
+
+
+def gather_outputs(outputs):
+    return torch.cat(outputs, dim=0)
+
+
+def scatter_tensor_split(tensors, n):
+    """Balanced sizes (3-3-2-2): valid splitting, but not what DataParallel does."""
+    return list(zip(*[torch.tensor_split(t, n, dim=0) for t in tensors]))
+
+
+def scatter_per_tensor(tensors, n):
+    """Forgot to regroup: one list of chunks per tensor instead of one tuple per device."""
+    return [torch.chunk(t, n, dim=0) for t in tensors]
+
+
+def scatter_strided(tensors, n):
+    """Round-robin rows (x[k::n]): right sizes for 12 over 3, wrong rows."""
+    size = -(-len(tensors[0]) // n)
+    return [tuple(t[k::n] for t in tensors) for k in range(n) if k < len(tensors[0])][: -(-len(tensors[0]) // size)]
+
+
+def gather_dim1(outputs):
+    return torch.cat(outputs, dim=1)
+
+
+def gather_reversed(outputs):
+    return torch.cat(outputs[::-1], dim=0)
+
+
+def test_scatter_gather_accepts_the_right_answer(capsys):
+    check_scatter_gather(scatter_batch, gather_outputs)
+    assert capsys.readouterr().out.startswith("✓ scatter_batch")
+
+
+@pytest.mark.parametrize("scatter, gather, feedback", [
+    (scatter_tensor_split, gather_outputs, r"(?s)DataParallel splits like torch.chunk.*tensor_split"),
+    (scatter_per_tensor, gather_outputs, r"one per \*tensor\*; expected 4, one per device"),
+    (scatter_strided, gather_outputs, r"(?s)right shape, wrong rows.*contiguous slice"),
+    (scatter_batch, gather_dim1, r"concatenate along dim 0"),
+    (scatter_batch, gather_reversed, r"(?s)rows are out of order.*device 0 first"),
+])
+def test_scatter_gather_rejects_wrong_answers(scatter, gather, feedback):
+    with pytest.raises(CheckFailed, match=feedback):
+        check_scatter_gather(scatter, gather)
+
+
+def test_scatter_gather_names_an_unwritten_answer():
+    def unwritten(tensors, n):
+        raise NotImplementedError("chunk every tensor")
+    with pytest.raises(CheckFailed, match=r"not written yet.*chunk every tensor"):
+        check_scatter_gather(unwritten, gather_outputs)
+
+
+# --- data-parallel forward + loss ----------------------------------------------------------
+
+def _run_threads(replicas, chunks, parallel=True):
+    outputs, errors = [None] * len(chunks), []
+
+    def work(k):
+        try:
+            module, params = replicas[k]
+            outputs[k] = torch.func.functional_call(module, params, (chunks[k],))
+        except BaseException as error:
+            errors.append(error)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(len(chunks))]
+    if parallel:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    else:
+        for thread in threads:  # start, join, start, join: one at a time
+            thread.start()
+            thread.join()
+    if errors:
+        raise errors[0]
+    return outputs
+
+
+def _replicas(model, chunks, values_only=False):
+    def copy_of(p):
+        return p.detach().clone().requires_grad_() if values_only else p.clone()
+    return [(copy.deepcopy(model), {name: copy_of(p) for name, p in model.named_parameters()}) for _ in chunks]
+
+
+def data_parallel_loss(model, x, y, n):
+    chunks = torch.chunk(x, n)
+    return F.mse_loss(torch.cat(_run_threads(_replicas(model, chunks), chunks)), y)
+
+
+def loss_with_deepcopy_replicas(model, x, y, n):
+    chunks = torch.chunk(x, n)
+    return F.mse_loss(torch.cat(_run_threads(_replicas(model, chunks, values_only=True), chunks)), y)
+
+
+def mean_of_chunk_losses(model, x, y, n):
+    chunks, targets = torch.chunk(x, n), torch.chunk(y, n)
+    outputs = _run_threads(_replicas(model, chunks), chunks)
+    return torch.stack([F.mse_loss(o, t) for o, t in zip(outputs, targets)]).mean()
+
+
+def sequential_threads(model, x, y, n):
+    chunks = torch.chunk(x, n)
+    return F.mse_loss(torch.cat(_run_threads(_replicas(model, chunks), chunks, parallel=False)), y)
+
+
+def no_threads_at_all(model, x, y, n):
+    return F.mse_loss(torch.cat([model(c) for c in torch.chunk(x, n)]), y)
+
+
+def test_data_parallel_loss_accepts_the_right_answer(capsys):
+    check_data_parallel_loss(data_parallel_loss)
+    assert capsys.readouterr().out.startswith("✓ data_parallel_loss")
+
+
+@pytest.mark.parametrize("answer, feedback", [
+    (loss_with_deepcopy_replicas, r"(?s)no gradient: the gradients stayed in the replicas.*deepcopy"),
+    (mean_of_chunk_losses, r"(?s)loss .*expected .*short last chunk"),
+    (sequential_threads, r"(?s)did not run at the same time.*start, join, start, join"),
+    (no_threads_at_all, r"did not run at the same time"),
+])
+def test_data_parallel_loss_rejects_wrong_answers(answer, feedback):
+    with pytest.raises(CheckFailed, match=feedback):
+        check_data_parallel_loss(answer)

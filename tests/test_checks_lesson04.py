@@ -1,0 +1,127 @@
+"""The lesson 04 checks accept a right answer and reject plausible wrong ones with specific feedback.
+
+Each wrong answer below is a mistake a learner is likely to make; the test pins the part
+of the feedback that names it. Every check launches 2 gloo ranks (about 2 s each).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from ddp_lab.checks import CheckFailed
+from ddp_lab.checks.lesson04 import check_average_gradients, check_sync_initial_state
+
+DEADLOCK_TIMEOUT = 10.0
+
+
+# --- average_gradients ----------------------------------------------------------------------
+
+def average_gradients(model):
+    for p in model.parameters():
+        dist.all_reduce(p.grad)
+        p.grad /= dist.get_world_size()
+
+
+def sum_without_dividing(model):
+    for p in model.parameters():
+        dist.all_reduce(p.grad)
+
+
+def divide_without_all_reduce(model):
+    for p in model.parameters():
+        p.grad /= dist.get_world_size()
+
+
+def only_the_first_parameter(model):
+    p = next(model.parameters())
+    dist.all_reduce(p.grad)
+    p.grad /= dist.get_world_size()
+
+
+def average_the_parameters(model):
+    for p in model.parameters():
+        dist.all_reduce(p.data)
+        p.data /= dist.get_world_size()
+
+
+def reduce_op_avg(model):
+    for p in model.parameters():
+        dist.all_reduce(p.grad, op=dist.ReduceOp.AVG)
+
+
+def only_rank_zero_reduces(model):
+    if dist.get_rank() == 0:
+        for p in model.parameters():
+            dist.all_reduce(p.grad)
+            p.grad /= dist.get_world_size()
+
+
+@pytest.mark.parametrize("answer", [average_gradients, reduce_op_avg])
+def test_average_gradients_accepts_right_answers(answer, capsys):
+    check_average_gradients(answer)  # gloo in this torch supports ReduceOp.AVG: also right
+    assert f"✓ {answer.__name__}" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("answer, feedback", [
+    (sum_without_dividing, r"(?s)this is the SUM over ranks.*divide by dist.get_world_size"),
+    (divide_without_all_reduce, r"(?s)divided by the world size: the all_reduce is missing"),
+    (only_the_first_parameter, r"(?s)gradient of '1\.weight'.*still rank 0's own gradient"),
+    (average_the_parameters, r"the parameters themselves were all-reduced"),
+])
+def test_average_gradients_rejects_wrong_answers(answer, feedback):
+    with pytest.raises(CheckFailed, match=feedback):
+        check_average_gradients(answer)
+
+
+def test_average_gradients_ends_a_deadlock_with_a_message():
+    with pytest.raises(CheckFailed, match=r"(?s)did not finish within 10 s.*rank 0 in dist.all_reduce.*every rank"):
+        check_average_gradients(only_rank_zero_reduces, timeout=DEADLOCK_TIMEOUT)
+
+
+# --- sync_initial_state ---------------------------------------------------------------------
+
+def sync_initial_state(model):
+    with torch.no_grad():
+        for tensor in list(model.parameters()) + list(model.buffers()):
+            dist.broadcast(tensor.data, src=0)
+
+
+def parameters_only(model):
+    for p in model.parameters():
+        dist.broadcast(p.data, src=0)
+
+
+def average_instead_of_broadcast(model):
+    with torch.no_grad():
+        for tensor in list(model.parameters()) + list(model.buffers()):
+            if tensor.is_floating_point():
+                dist.all_reduce(tensor)
+                tensor /= dist.get_world_size()
+
+
+def broadcast_from_the_last_rank(model):
+    with torch.no_grad():
+        for tensor in list(model.parameters()) + list(model.buffers()):
+            dist.broadcast(tensor.data, src=dist.get_world_size() - 1)
+
+
+def do_nothing(model):
+    pass
+
+
+def test_sync_initial_state_accepts_the_right_answer(capsys):
+    check_sync_initial_state(sync_initial_state)
+    assert "✓ sync_initial_state" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("answer, feedback", [
+    (parameters_only, r"(?s)buffer '1.running_mean'.*broadcast model.buffers\(\)"),
+    (average_instead_of_broadcast, r"(?s)average over ranks.*not all_reduce"),
+    (broadcast_from_the_last_rank, r"(?s)rank 0 now holds rank 1's value.*src=0"),
+    (do_nothing, r"(?s)rank 1 kept its own starting value"),
+])
+def test_sync_initial_state_rejects_wrong_answers(answer, feedback):
+    with pytest.raises(CheckFailed, match=feedback):
+        check_sync_initial_state(answer)
