@@ -50,6 +50,9 @@ class Cluster:
         threads: torch threads per rank (default cores // nprocs).
         env: extra environment variables for the ranks.
 
+    Stop it with `shutdown()` or a `with` block; ranks still running when the kernel ends
+    die with it.
+
     Example:
         >>> with ddp_lab.Cluster(2) as cluster:
         ...     cluster.run_code("t = torch.tensor([rank + 1.0]); dist.all_reduce(t)")
@@ -120,10 +123,6 @@ class Cluster:
 
     def __exit__(self, *exc) -> None:
         self.shutdown()
-
-    def __del__(self):
-        if not getattr(self, "_closed", True):
-            self._teardown()
 
     def __repr__(self) -> str:
         return f"Cluster(nprocs={self.nprocs}, backend={self.backend!r}, {'alive' if self.alive else 'shut down'})"
