@@ -7,7 +7,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import threading
 import time
 
 import psutil
@@ -99,17 +98,33 @@ def test_a_crashing_rank_shuts_the_cluster_down():
     assert not live.alive and wait_gone(pids) == []
 
 
-def test_interrupt_shuts_the_cluster_down():
-    live = ddp_lab.Cluster(2, backend="gloo")
-    pids = rank_pids(live)
-    timer = threading.Timer(1.0, os.kill, args=(os.getpid(), signal.SIGINT))  # what Jupyter's stop button sends
-    timer.start()
+INTERRUPTED_KERNEL = textwrap.dedent("""
+    import ddp_lab
+    cluster = ddp_lab.Cluster(2, backend="gloo")
+    print(" ".join(str(p.pid) for p in cluster._supervisor.processes), flush=True)
     try:
-        with pytest.raises(KeyboardInterrupt):
-            live.run_code("import time\ntime.sleep(30)")
+        cluster.run_code("import time\\nprint('sleeping', flush=True)\\ntime.sleep(60)")
+    except KeyboardInterrupt:
+        print("interrupted; cluster alive:", cluster.alive, flush=True)
+""")
+
+
+def test_interrupt_shuts_the_cluster_down():
+    """Jupyter's stop button: SIGINT to the kernel's process group while a %%ddp cell runs."""
+    kernel = subprocess.Popen([sys.executable, "-c", INTERRUPTED_KERNEL], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        pids = [int(p) for p in kernel.stdout.readline().split()]
+        time.sleep(1.0)  # the command is running on the ranks
+        os.killpg(kernel.pid, signal.SIGINT)
+        out, err = kernel.communicate(timeout=30)
     finally:
-        timer.cancel()
-    assert not live.alive and wait_gone(pids) == []
+        if kernel.poll() is None:
+            kernel.kill()
+    assert "interrupted; cluster alive: False" in out, (out, err)
+    assert "[rank 0] sleeping" in out, "output printed before the interrupt is shown"
+    assert "start a fresh one" in err
+    assert wait_gone(pids) == []
 
 
 def test_shutdown_leaves_no_rank_behind():
