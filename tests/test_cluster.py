@@ -99,6 +99,10 @@ def test_a_crashing_rank_shuts_the_cluster_down():
 
 
 INTERRUPTED_KERNEL = textwrap.dedent("""
+    import signal
+    # A Jupyter kernel installs its own SIGINT handler; do the same, because a test runner
+    # started in the background (e.g. `cmd &` in a script) passes SIGINT down as ignored.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     import ddp_lab
     cluster = ddp_lab.Cluster(2, backend="gloo")
     print(" ".join(str(p.pid) for p in cluster._supervisor.processes), flush=True)

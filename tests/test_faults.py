@@ -378,7 +378,8 @@ def test_two_launches_at_once_from_two_processes(tmp_path):
 # --- the interrupt button mid-run ---------------------------------------------------------------
 
 INTERRUPTED = textwrap.dedent("""
-    import os, sys, time
+    import os, signal, sys, time
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # as a Jupyter kernel does
     from pathlib import Path
     import psutil
     from ddp_lab.launcher import launch

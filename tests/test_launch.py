@@ -207,6 +207,9 @@ def sleeps(rank):
 
 
 def test_keyboard_interrupt_kills_every_rank_and_keeps_output(capsys):
+    # A Jupyter kernel turns SIGINT into KeyboardInterrupt; a test runner started in the
+    # background may have inherited SIGINT as ignored, so install the handler explicitly.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     timer = threading.Timer(4.0, os.kill, args=(os.getpid(), signal.SIGINT))  # what Jupyter's stop button sends
     timer.start()
     try:
@@ -214,6 +217,7 @@ def test_keyboard_interrupt_kills_every_rank_and_keeps_output(capsys):
             ddp_lab.launch(sleeps, nprocs=2, backend="gloo", timeout=60)
     finally:
         timer.cancel()
+        signal.signal(signal.SIGINT, previous)
     assert "[rank 0] rank 0 started\n[rank 1] rank 1 started\n" in capsys.readouterr().out
 
 
