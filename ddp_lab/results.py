@@ -25,7 +25,3 @@ class Results(list):
         self.outputs = outputs
         self.backend = backend
         self.returncodes = returncodes
-
-    def output(self, rank: int) -> str:
-        """Rank `rank`'s captured output (stdout and stderr as they arrived)."""
-        return self.outputs[rank]
