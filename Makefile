@@ -11,7 +11,7 @@ NBVAL  := --nbval --nbval-current-env --nbval-sanitize-with tests/sanitize.cfg -
 
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
-.PHONY: setup browser lab test unit nbval notebooks exercises bench clean
+.PHONY: setup browser lab test unit nbval gpu notebooks exercises bench clean
 
 setup: $(STAMP)
 
@@ -41,6 +41,10 @@ unit: setup
 
 nbval: setup
 	$(BIN)/python -m pytest -p no:cacheprovider $(NBVAL) notebooks solutions
+
+# On a GPU machine: the GPU suite, and artifacts/gpu-report.md for the README's Hardware section.
+gpu: setup
+	$(BIN)/python tools/gpu_report.py
 
 # Re-produce stored outputs: run each lesson and solution top to bottom in a fresh kernel.
 notebooks: setup

@@ -1,0 +1,59 @@
+"""tools/gpu_report.py: the GPU suite's outcome as Markdown for the README (`make gpu`)."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+GPUS = torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def load_tool():
+    spec = importlib.util.spec_from_file_location("gpu_report", ROOT / "tools" / "gpu_report.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_report_lists_every_gpu_test_with_its_outcome_and_the_machine(tmp_path):
+    out = tmp_path / "gpu-report.md"
+    if GPUS:  # on a GPU machine the whole suite would run: one cheap test is enough here
+        extra = ["-k", "data_parallel"]
+    else:
+        extra = []
+    done = subprocess.run([sys.executable, str(ROOT / "tools" / "gpu_report.py"), "--out", str(out), *extra],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    text = out.read_text()
+    assert text.startswith("### GPU run\n")
+    assert f"torch {torch.__version__}" in text
+    rows = [line for line in text.splitlines() if line.startswith("| `")]
+    if GPUS:
+        assert rows == [next(row for row in rows if "data_parallel" in row)] and "| passed |" in rows[0]
+    else:
+        assert "- GPUs: none visible to torch" in text
+        assert f"- result: {len(rows)} skipped" in text  # every test marked gpu, each with its reason
+        assert len(rows) >= 12 and all("| skipped | needs " in row for row in rows), rows
+        assert any("test_gpu_only_notebook_cells_run[notebooks/03-dataparallel.ipynb]" in row for row in rows)
+
+
+def test_cells_that_wait_for_more_gpus_are_read_from_the_pytest_warning_summary(tmp_path):
+    """A real pytest run whose test warns as the notebook test does on a machine with too few GPUs."""
+    (tmp_path / "test_warns.py").write_text(textwrap.dedent("""
+        import warnings
+
+        def test_notebook():
+            warnings.warn("03-dataparallel.ipynb: ran every GPU cell except cell 29 (needs 2 GPUs): "
+                          "this machine has 1", stacklevel=1)
+    """))
+    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rA", "-W", "always",
+                           str(tmp_path)], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout
+    assert load_tool().warnings_from(done.stdout) == [
+        "03-dataparallel.ipynb: ran every GPU cell except cell 29 (needs 2 GPUs): this machine has 1"]
