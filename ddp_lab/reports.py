@@ -96,7 +96,14 @@ def _failure(rank: int, supervisor, names: dict) -> RankFailure:
     return raised_failure(rank, report, names)
 
 
+_NO_CPU_BACKEND = "No backend type associated with device type cpu"
+
+
 def _hint(failures: dict[int, RankFailure], first: int, kind: str) -> str:
+    if kind == "raised" and _NO_CPU_BACKEND in failures[first].summary:
+        return ("this process group cannot move CPU tensors. NCCL (which backend='auto' picks when there is "
+                "a GPU per rank) moves only CUDA tensors: put tensors and models on ddp_lab.rank_device(), "
+                "or launch with backend='gloo'.")
     if kind == "timeout":
         return ("a rank that never returns usually waits in a collective that another rank skipped "
                 "(e.g. all_reduce under `if rank == 0:`). If the work is just slow, pass a larger timeout=.")

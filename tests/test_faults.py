@@ -459,6 +459,29 @@ def test_nccl_built_in_but_no_gpu(monkeypatch):
         ddp_lab.launch(returns_rank, nprocs=2, backend="nccl")
 
 
+def cpu_tensor_in_a_group_without_cpu_backend(rank):
+    before_fault(rank)
+    dist.init_process_group("cuda:gloo")  # like NCCL: a backend for CUDA tensors only
+    dist.all_reduce(torch.ones(1))
+
+
+def test_cpu_tensors_in_a_cuda_only_group_get_a_hint(capsys):
+    """What a learner on a GPU machine meets when `auto` picked NCCL and the cell uses CPU tensors.
+
+    The CPU build has no NCCL, so a real gloo group registered for CUDA tensors only
+    ("cuda:gloo") produces the very error NCCL gives for a CPU tensor.
+    """
+    with pytest.raises(ddp_lab.RankFailed) as caught:
+        ddp_lab.launch(cpu_tensor_in_a_group_without_cpu_backend, nprocs=2, init_process_group=False, timeout=60)
+    message = str(caught.value)
+    assert "RuntimeError: No backend type associated with device type cpu" in message
+    assert message.endswith("Hint: this process group cannot move CPU tensors. NCCL (which backend='auto' picks "
+                            "when there is a GPU per rank) moves only CUDA tensors: put tensors and models on "
+                            "ddp_lab.rank_device(), or launch with backend='gloo'.")
+    assert_output_kept(caught.value, capsys.readouterr().out)
+    assert_no_ranks_left()
+
+
 def sum_of_ones(rank):
     value = torch.ones(1)
     dist.all_reduce(value)
