@@ -40,7 +40,7 @@ def test_report_lists_every_gpu_test_with_its_outcome_and_the_machine(tmp_path):
         assert "- GPUs: none visible to torch" in text
         assert f"- result: {len(rows)} skipped" in text  # every test marked gpu, each with its reason
         assert len(rows) >= 12 and all("| skipped | needs " in row for row in rows), rows
-        assert any("test_gpu_only_notebook_cells_run[notebooks/03-dataparallel.ipynb]" in row for row in rows)
+        assert any("test_notebook_runs_on_this_gpu_machine[notebooks/03-dataparallel.ipynb]" in row for row in rows)
 
 
 def test_cells_that_wait_for_more_gpus_are_read_from_the_pytest_warning_summary(tmp_path):
