@@ -20,7 +20,7 @@ import os
 import re
 
 REQUIRE_ENV = "DDP_LAB_REQUIRE_GPU"
-_NEEDS = re.compile(r"needs (\d+) CUDA GPUs?, found (\d+)")
+_NEEDS = re.compile(r"needs (\d+) CUDA GPUs?, found \d+")
 
 
 class GPUUnavailable(RuntimeError):
