@@ -5,6 +5,7 @@ wrong), flushes its output, then waits for the launcher's release and leaves wit
 `os._exit`: no interpreter teardown, no `destroy_process_group()`, no C++ static
 destructors racing gloo's threads. That is what made ranks abort with SIGABRT
 ("terminate called without an active exception") after DDP training in 10-30% of runs.
+For the same reason a process group that fn destroys is kept until then (keepalive.py).
 
 Run as `python -m ddp_lab.worker` (cold start) or called in a process forked from the
 zygote (warm start). Rank identity comes from the environment, exactly as torchrun sets it.
@@ -23,6 +24,7 @@ import sys
 import traceback
 
 from ddp_lab.channel import send_message
+from ddp_lab.keepalive import keep_destroyed_groups
 
 STACK_SIGNAL = signal.SIGUSR1
 OUTPUT_MARK = "\x1eddp_lab:end-of-command:"  # a line that tells the launcher a command's output is complete
@@ -103,6 +105,9 @@ def _load_payload(path: str):
         linecache.cache[name] = (sum(map(len, lines)), None, lines, name)
     import cloudpickle
 
+    # Before fn is loaded, so that every destroy_process_group fn reaches keeps the group.
+    # Costs a cold rank whose fn never uses torch 1.5 s of import; warm ranks have torch.
+    keep_destroyed_groups()
     return payload, cloudpickle.loads(payload["fn"]), cloudpickle.loads(payload["args"])
 
 
