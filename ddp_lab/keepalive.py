@@ -6,9 +6,8 @@ with the model when the function returns. Freeing a gloo group joins its worker 
 while the GIL is held; a worker that is still releasing its last collective's tensors
 needs the GIL to do so, and the rank deadlocks (pytorch/pytorch#56297). Measured here:
 two processes running init / DDP / all_reduce / destroy / return in a loop deadlocked
-within 12 rounds; with `del model` before `destroy_process_group()`, or with this module,
-200 of 200 rounds completed. In a notebook lesson it hung a launch in CI about once in
-a few hundred.
+within 1 to 12 rounds; with `del model` before `destroy_process_group()`, or with this
+module, 200 of 200 rounds completed. Lesson 05 hung this way once in CI.
 
 ddp_lab's ranks leave with `os._exit`, so a group kept here is never freed: no join, no
 deadlock. A destroyed group is still shut down and unregistered exactly as torch does it;

@@ -80,8 +80,11 @@ def main(argv: list[str] | None = None) -> None:
     import torch
     import torch.distributed as dist
 
+    from ddp_lab.keepalive import keep_destroyed_groups
+
     job_path = Path(argv[0])
     me = identity()
+    keep_destroyed_groups()  # a group fn destroys while its DDP model lives must not be freed
     backend, fn, args = load_job(job_path)
     backend = resolve_backend(backend, me["local_world_size"])
     if backend == "nccl":

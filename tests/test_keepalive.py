@@ -15,7 +15,7 @@ import ddp_lab
 ROUNDS = 30  # without keepalive, two ranks deadlocked within 1 to 12 rounds here
 
 
-def destroy_while_ddp_lives(rank: int, folder: str, rounds: int) -> int:
+def destroy_while_ddp_lives(rank: int, folder: str, rounds: int, free_model_first: bool = False) -> int:
     import torch
     import torch.distributed as dist
     import torch.nn.functional as F
@@ -33,6 +33,10 @@ def destroy_while_ddp_lives(rank: int, folder: str, rounds: int) -> int:
             optimizer.step()
         totals = torch.ones(2)
         dist.all_reduce(totals)
+        if free_model_first:  # the advice for scripts, with torch's own destroy_process_group
+            del model, optimizer
+            dist.destroy_process_group.__wrapped__()
+            return totals
         dist.destroy_process_group()  # the model still holds the group ...
         return totals  # ... and frees it here, with the function's locals
 
@@ -58,3 +62,10 @@ def test_a_cold_rank_that_imports_torch_itself_keeps_groups_too(tmp_path):
                           cwd=Path(__file__).parents[1])
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[-1] == "[3, 3]"
+
+
+def test_freeing_the_model_before_destroy_is_safe_without_ddp_lab(tmp_path):
+    """What lesson 05 advises for scripts: `del model` first, then torch's destroy_process_group."""
+    kept = ddp_lab.launch(destroy_while_ddp_lives, args=(str(tmp_path), ROUNDS, True), nprocs=2,
+                          init_process_group=False, timeout=60)
+    assert kept == [0, 0]  # nothing was kept: torch freed every group itself
