@@ -42,11 +42,23 @@ def _size(path: Path) -> int:
         return 0
 
 
+OUTSIDE_FN = ("(only ddp_lab's frames: your function has returned and the rank is stuck before "
+              "reporting, most likely in a C++ destructor of its local variables)")
+
+
 def _clean_stack(text: str) -> str:
-    """Drop thread addresses and ddp_lab's own frames from a faulthandler dump."""
-    text = re.sub(r"(Current thread|Thread) 0x[0-9a-f]+", r"\1", text)
-    lines = [line for line in text.splitlines() if not any(f in line for f in _HIDDEN_FRAMES)]
-    return "\n".join(lines) or "(no Python stack was written: the rank may be stuck outside Python)"
+    """Drop thread addresses and ddp_lab's own frames from a faulthandler dump.
+
+    A thread that had frames, all of them ddp_lab's, gets a line saying so instead of none.
+    """
+    text = re.sub(r"(Current thread|Thread) 0x[0-9a-f]+", r"\1", text).strip()
+    threads = []
+    for block in re.split(r"\n(?=(?:Current thread|Thread) )", text) if text else []:
+        header, *frames = [line for line in block.splitlines() if line.strip()]
+        shown = [line for line in frames if not any(f in line for f in _HIDDEN_FRAMES)]
+        threads.append("\n".join([header, *(shown if shown or not frames else [f"  {OUTSIDE_FN}"])]))
+    return "\n\n".join(block for block in threads if block) or \
+        "(no Python stack was written: the rank may be stuck outside Python)"
 
 
 def _shorten(text: str, limit: int = 160) -> str:
@@ -104,6 +116,11 @@ def _hint(failures: dict[int, RankFailure], first: int, kind: str) -> str:
         return ("this process group cannot move CPU tensors. NCCL (which backend='auto' picks when there is "
                 "a GPU per rank) moves only CUDA tensors: put tensors and models on ddp_lab.rank_device(), "
                 "or launch with backend='gloo'.")
+    if kind == "timeout" and any(OUTSIDE_FN in f.details for f in failures.values()):
+        return ("fn returned, but freeing its local variables blocked in C++ code. A known cause: a process "
+                "group freed while its threads still needed Python's GIL (pytorch/pytorch#56297). Free "
+                "models before their process group (`del model, optimizer`, then "
+                "`dist.destroy_process_group()`) before fn returns.")
     if kind == "timeout":
         return ("a rank that never returns usually waits in a collective that another rank skipped "
                 "(e.g. all_reduce under `if rank == 0:`). If the work is just slow, pass a larger timeout=.")

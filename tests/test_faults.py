@@ -10,6 +10,7 @@ notebook cell (and without each rank importing pytest and this module).
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import signal
@@ -211,6 +212,31 @@ def test_rank_skips_a_collective(capsys):
     assert "in all_reduce" in stack and "in skips_the_all_reduce" in stack
     assert "--- rank 1" not in message  # rank 1 returned: it is not blamed
     assert "another rank skipped" in message  # the hint
+    assert_output_kept(error, capsys.readouterr().out)
+    assert_no_ranks_left()
+
+
+class BlocksWhenFreed:
+    """Freeing it sleeps in C (no Python frame), like a C++ destructor that waits for a thread."""
+
+    __del__ = functools.partial(time.sleep, 3600)  # not a method: called with no arguments
+
+
+def hangs_after_returning(rank):
+    before_fault(rank)
+    held = BlocksWhenFreed() if rank == 0 else None  # noqa: F841 - freed when fn returns
+    return rank
+
+
+def test_rank_that_hangs_after_fn_returned(capsys):
+    """The CI hang of lesson 05: fn returned, then a destructor blocked (pytorch/pytorch#56297)."""
+    with pytest.raises(ddp_lab.LaunchTimeout) as caught:
+        ddp_lab.launch(hangs_after_returning, nprocs=2, timeout=3)
+    error, message = caught.value, str(caught.value)
+    assert message.startswith("rank(s) 0 of 2 still running after timeout=3s; stopped them.")
+    stack = message.split("--- rank 0 was still running; its Python stack ---")[1]
+    assert "your function has returned and the rank is stuck before reporting" in stack
+    assert "freeing its local variables blocked in C++ code" in message  # the hint
     assert_output_kept(error, capsys.readouterr().out)
     assert_no_ranks_left()
 
