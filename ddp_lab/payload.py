@@ -62,6 +62,26 @@ def build_payload(fn, args: tuple, backend: str | None, threads: int | None, pg_
     }
 
 
+def unpack(payload: dict, *, replace_sys_path: bool) -> tuple:
+    """In a rank: restore the notebook's import path and cell sources, then unpickle (fn, args).
+
+    `replace_sys_path`: use exactly the notebook's sys.path (ddp_lab's ranks), or add its
+    entries after the process's own (a script under torchrun).
+    """
+    from ddp_lab.keepalive import keep_destroyed_groups
+
+    if replace_sys_path:
+        sys.path[:] = payload["sys_path"]
+    else:
+        sys.path.extend(entry for entry in payload["sys_path"] if entry not in sys.path)
+    for name, lines in payload["sources"].items():  # tracebacks show the notebook's lines
+        linecache.cache[name] = (sum(map(len, lines)), None, lines, name)
+    # Before fn is loaded, so that every destroy_process_group fn reaches keeps the group.
+    # Costs a cold rank whose fn never uses torch 1.5 s of import; warm ranks have torch.
+    keep_destroyed_groups()
+    return cloudpickle.loads(payload["fn"]), cloudpickle.loads(payload["args"])
+
+
 def notebook_sources() -> dict[str, list[str]]:
     """Source lines of code that exists only in memory (notebook cells), by file name."""
     return {

@@ -21,7 +21,6 @@ notebooks/06-backends-and-torchrun.ipynb.
 
 from __future__ import annotations
 
-import linecache
 import os
 import pickle
 import sys
@@ -52,13 +51,10 @@ def resolve_backend(backend: str, local_world_size: int) -> str:
 
 def load_job(path: Path):
     """Read a job file: restore the notebook's import path and cell sources, unpickle fn and args."""
-    payload = pickle.loads(path.read_bytes())
-    sys.path.extend(entry for entry in payload["sys_path"] if entry not in sys.path)
-    for name, lines in payload["sources"].items():  # tracebacks show the notebook's lines
-        linecache.cache[name] = (sum(map(len, lines)), None, lines, name)
-    import cloudpickle
+    from ddp_lab.payload import unpack
 
-    return payload["backend"], cloudpickle.loads(payload["fn"]), cloudpickle.loads(payload["args"])
+    payload = pickle.loads(path.read_bytes())
+    return (payload["backend"], *unpack(payload, replace_sys_path=False))
 
 
 def write_result(results_dir: Path, rank: int, world_size: int, value) -> None:
@@ -80,11 +76,8 @@ def main(argv: list[str] | None = None) -> None:
     import torch
     import torch.distributed as dist
 
-    from ddp_lab.keepalive import keep_destroyed_groups
-
     job_path = Path(argv[0])
     me = identity()
-    keep_destroyed_groups()  # a group fn destroys while its DDP model lives must not be freed
     backend, fn, args = load_job(job_path)
     backend = resolve_backend(backend, me["local_world_size"])
     if backend == "nccl":

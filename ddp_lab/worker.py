@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import ctypes
 import faulthandler
-import linecache
 import os
 import pickle
 import signal
@@ -24,7 +23,6 @@ import sys
 import traceback
 
 from ddp_lab.channel import send_message
-from ddp_lab.keepalive import keep_destroyed_groups
 
 STACK_SIGNAL = signal.SIGUSR1
 OUTPUT_MARK = "\x1eddp_lab:end-of-command:"  # a line that tells the launcher a command's output is complete
@@ -98,17 +96,11 @@ def exception_report(error: BaseException, phase: str, skip_frames: int) -> dict
 
 
 def _load_payload(path: str):
+    from ddp_lab.payload import unpack
+
     with open(path, "rb") as file:
         payload = pickle.load(file)
-    sys.path[:] = payload["sys_path"]
-    for name, lines in payload["sources"].items():
-        linecache.cache[name] = (sum(map(len, lines)), None, lines, name)
-    import cloudpickle
-
-    # Before fn is loaded, so that every destroy_process_group fn reaches keeps the group.
-    # Costs a cold rank whose fn never uses torch 1.5 s of import; warm ranks have torch.
-    keep_destroyed_groups()
-    return payload, cloudpickle.loads(payload["fn"]), cloudpickle.loads(payload["args"])
+    return (payload, *unpack(payload, replace_sys_path=True))
 
 
 def _init_process_group(payload: dict) -> None:
