@@ -28,6 +28,8 @@ _EXPORTS = {
     "doctor": "ddp_lab.machine",
     "rank_device": "ddp_lab.devices",
     "Cluster": "ddp_lab.cluster",
+    "stable_str": "ddp_lab.stable",
+    "UnstableDigits": "ddp_lab.stable",
 }
 
 __all__ = sorted(_EXPORTS)

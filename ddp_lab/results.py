@@ -13,6 +13,9 @@ class Results(list):
         outputs: each rank's captured stdout and stderr as one string, without prefixes.
         backend: the process-group backend the ranks used (None if they set up their own).
         returncodes: each rank's exit status (0 normally).
+        started: how each rank started: "cold" (a new interpreter that imported torch) or
+            "warm" (forked from the kernel's zygote, see notebooks/00b-live-cluster.ipynb);
+            None for a live cluster's commands, whose ranks were started once.
 
     Example:
         >>> results = ddp_lab.launch(lambda rank: rank * 10, nprocs=2)
@@ -20,8 +23,10 @@ class Results(list):
         [0, 10]
     """
 
-    def __init__(self, values, outputs: list[str], backend: str | None, returncodes: list[int]):
+    def __init__(self, values, outputs: list[str], backend: str | None, returncodes: list[int],
+                 started: list[str] | None = None):
         super().__init__(values)
+        self.started = started
         self.outputs = outputs
         self.backend = backend
         self.returncodes = returncodes
