@@ -32,12 +32,13 @@ from ddp_lab.output import RankOutput, print_in_rank_order
 from ddp_lab.payload import build_payload, cell_names, pack_arguments, pack_function, rename_cells
 from ddp_lab.procstart import prepare_zygote
 from ddp_lab.rendezvous import loopback_store
-from ddp_lab.reports import build_error, raised_failure, read_stacks
+from ddp_lab.reports import build_error, raised_failure, read_stacks, timeout_hint
 from ddp_lab.results import Results
 from ddp_lab.supervisor import POLL_S, Supervisor
 
 AFTER_FAILURE_S = 5.0  # once a rank failed, how long the others get before they count as stuck
-FRESH_START = "The cluster was shut down; run the cell again (or ddp_lab.Cluster(...)) to start a fresh one."
+RESTART = "run the cell again (or ddp_lab.Cluster(...)) to start a fresh one."
+FRESH_START = f"The cluster was shut down; {RESTART}"
 
 
 class Cluster:
@@ -153,7 +154,7 @@ class Cluster:
     def _command(self, command: dict, command_id: int, timeout: float | None, show: list[int] | None) -> Results:
         __tracebackhide__ = True
         if self._closed:
-            raise RuntimeError(f"this cluster was shut down. {FRESH_START.split('; ', 1)[1].capitalize()}")
+            raise RuntimeError(f"this cluster was shut down: {RESTART}")
         timeout = self.timeout if timeout is None else timeout
         starts = [len(output.lines) for output in self._supervisor.outputs]
         try:
@@ -235,7 +236,7 @@ class Cluster:
         first = min(r for r in failures if failures[r].kind != "timeout") if after_failure else min(stacks)
         return cls(f"rank(s) {', '.join(map(str, waiting))} of {self.nprocs} still running {why}.",
                    failures, first, [o.text() for o in self._supervisor.outputs],
-                   "a rank that never finishes usually waits in a collective another rank skipped. " + FRESH_START)
+                   f"{timeout_hint(stacks)} {FRESH_START}")
 
     def _print_new(self, starts: list[int], show: list[int] | None) -> None:
         ranks = range(self.nprocs) if show is None else show

@@ -56,6 +56,9 @@ def serve(rank: int) -> None:
     import torch
     import torch.distributed as dist
 
+    from ddp_lab.rendezvous import mark_set_up_by
+
+    mark_set_up_by("cluster")  # a cell's own init_process_group is told this group exists
     channel = control_channel()
     namespace = {"__name__": "__ddp__", "__builtins__": __builtins__, "rank": rank,
                  "world_size": dist.get_world_size(), "torch": torch, "dist": dist}

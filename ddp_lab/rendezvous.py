@@ -1,4 +1,4 @@
-"""The rendezvous store, hosted by the launcher on 127.0.0.1 only.
+"""Where ranks rendezvous: the launcher's store on 127.0.0.1, or wherever fn's own code says.
 
 `init_process_group("env://")` normally makes rank 0 start a TCPStore on MASTER_PORT.
 Measured here: that store listens on every interface ([::]) even with
@@ -8,23 +8,45 @@ to 127.0.0.1 itself, hands it to a TCPStore (`master_listen_fd`), and tells the 
 connect as clients (`TORCHELASTIC_USE_AGENT_STORE=True`). The store outlives every rank,
 so no rank can lose the store by exiting first.
 
-Introduced in notebooks/00-welcome-and-first-launch.ipynb ("How launch works").
+That variable tells torch "some agent hosts the store", for *every* `init_process_group`
+in the rank. Code a learner brings (PyTorch's DDP tutorial sets MASTER_PORT=12355 in its
+`setup()`; others pass `init_method="tcp://..."`) would then wait forever for a store no
+one hosts. So each rank routes its `init_process_group` calls (`route_init_process_group`):
+a call that points at the launcher's store connects to it as above; one that points
+anywhere else runs as under `torch.multiprocessing.spawn`, rank 0 hosting the store.
+
+Introduced in notebooks/00-welcome-and-first-launch.ipynb ("How launch works"); bringing
+your own `setup()` in notebooks/05-ddp-in-practice.ipynb ("Bringing your own script").
 """
 
 from __future__ import annotations
 
 import contextlib
 import datetime
+import errno
+import functools
+import inspect
+import ipaddress
+import os
 import socket
+from urllib.parse import parse_qs, urlparse
 
 LOOPBACK = "127.0.0.1"
+AGENT_STORE = "TORCHELASTIC_USE_AGENT_STORE"
+OWN_STORE = "DDP_LAB_STORE"  # "127.0.0.1:port" of the launcher's store, so a rank can recognise it
 
 
 @contextlib.contextmanager
 def loopback_store(world_size: int, timeout_s: float):
     """Host a TCPStore on 127.0.0.1; yield the environment that points ranks at it."""
+    import torch
     from torch.distributed import TCPStore
 
+    # torch 2.4-2.7: the libuv store (the default since 2.4) cannot take over a listening
+    # socket (NotImplementedError "does not support initialization with an listen fd") until
+    # pytorch PR #150215 (torch 2.8), so those versions get the legacy store.
+    old_torch = tuple(int(part) for part in torch.__version__.split(".")[:2]) < (2, 8)
+    legacy = {"use_libuv": False} if old_torch else {}
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     try:
         listener.bind((LOOPBACK, 0))
@@ -33,14 +55,18 @@ def loopback_store(world_size: int, timeout_s: float):
         store = TCPStore(
             LOOPBACK, port, world_size, is_master=True,
             timeout=datetime.timedelta(seconds=timeout_s),
-            wait_for_workers=False, master_listen_fd=listener.fileno(),
+            wait_for_workers=False, master_listen_fd=listener.fileno(), **legacy,
         )
         listener.detach()  # the store owns the socket now and closes it when deleted
         try:
             yield {
                 "MASTER_ADDR": LOOPBACK,
                 "MASTER_PORT": str(port),
-                "TORCHELASTIC_USE_AGENT_STORE": "True",
+                AGENT_STORE: "True",
+                # as torchrun sets it for every worker: older torch (2.4) reads it whenever
+                # AGENT_STORE is set (KeyError without it) to prefix its keys per restart
+                "TORCHELASTIC_RESTART_COUNT": "0",
+                OWN_STORE: f"{LOOPBACK}:{port}",
             }
         finally:
             del store
@@ -53,3 +79,200 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         probe.bind((LOOPBACK, 0))
         return probe.getsockname()[1]
+
+
+# -- in a rank: route init_process_group -------------------------------------------------
+_set_up_by: str | None = None  # "launch" or "cluster" once ddp_lab initialised the default group
+
+
+def mark_set_up_by(who: str) -> None:
+    """Record that ddp_lab initialised this rank's default group ('launch' or 'cluster')."""
+    global _set_up_by
+    _set_up_by = who
+
+
+def route_init_process_group() -> None:
+    """In a rank: make `init_process_group` rendezvous where its caller points, as under mp.spawn.
+
+    Wraps `torch.distributed.init_process_group` (idempotent). A call aimed at the
+    launcher's store (plain `env://` with ddp_lab's MASTER_ADDR/MASTER_PORT) connects to
+    it as a client; one aimed elsewhere (the learner's own MASTER_PORT, `tcp://`) runs with
+    TORCHELASTIC_USE_AGENT_STORE unset, so rank 0 hosts that store as it would under
+    `torch.multiprocessing.spawn`. `file://` and `store=` are passed through untouched.
+    What cannot work fails at once with the fix: a second initialisation of a group
+    ddp_lab set up, a world_size larger than the ranks started, a port already in use.
+    Called in every rank before fn is unpickled, so every reference fn holds is the wrapper.
+
+    Introduced in notebooks/05-ddp-in-practice.ipynb ("Bringing your own script").
+    """
+    import torch.distributed as dist
+    from torch.distributed import distributed_c10d
+
+    original = distributed_c10d.init_process_group
+    if getattr(original, "ddp_lab_routed", False):
+        return
+    signature = inspect.signature(original)
+
+    @functools.wraps(original)
+    def init_process_group(*args, **kwargs):
+        try:
+            call = signature.bind(*args, **kwargs)
+        except TypeError:
+            return original(*args, **kwargs)  # torch says what is wrong with the call
+        arguments = call.arguments
+        if dist.is_initialized():
+            if _set_up_by is not None:
+                raise ValueError(_twice_message(_set_up_by))
+            return original(*args, **kwargs)  # torch refuses a second default group itself
+        _check_world_size(arguments)
+        address = store_address(arguments)
+        if address is None:
+            return original(*args, **kwargs)
+        if is_own_store(*address):
+            return _join_own_store(original, call, address)
+        return _host_or_join(original, call, address)
+
+    init_process_group.ddp_lab_routed = True
+    distributed_c10d.init_process_group = init_process_group
+    dist.init_process_group = init_process_group
+
+
+_own_store_joins = 0  # how many groups this rank has set up at the launcher's store
+_hosted_ports: set[int] = set()  # ports this rank hosted a store on (kept with destroyed groups)
+
+
+def _join_own_store(original, call: inspect.BoundArguments, address: tuple[str, int]):
+    """Join the launcher's store: as torch does the first time; later groups under fresh keys."""
+    global _own_store_joins
+    joins, _own_store_joins = _own_store_joins, _own_store_joins + 1
+    if joins == 0:
+        return original(*call.args, **call.kwargs)
+    # The store still holds the keys of this rank's earlier group (destroyed since, e.g. by a
+    # tutorial's cleanup() in a %%ddp cell): a new group under the same keys would meet
+    # stale addresses and hang. Same store, a prefix of its own (every rank counts alike).
+    from torch.distributed import PrefixStore, TCPStore
+    from torch.distributed.constants import default_pg_timeout
+
+    arguments = call.arguments
+    timeout = arguments.get("timeout") or default_pg_timeout
+    store = PrefixStore(f"ddp_lab/group{joins}", TCPStore(*address, is_master=False, timeout=timeout))
+    arguments.update(init_method=None, store=store, rank=_rank(arguments),
+                     world_size=_from_query(arguments, "world_size", "WORLD_SIZE"))
+    return original(*call.args, **call.kwargs)
+
+
+def _host_or_join(original, call: inspect.BoundArguments, address: tuple[str, int]):
+    """A store fn chose: rank 0 hosts it, the others connect, as under mp.spawn."""
+    hosts = _rank(call.arguments) == 0
+    if hosts and address[1] in _hosted_ports:
+        raise RuntimeError(_hosted_again_message(address[1]))
+    if hosts and port_in_use(address[1]):  # torch would fail too, less clearly
+        raise RuntimeError(_port_in_use_message(*address))
+    with _agent_store_unset():
+        result = original(*call.args, **call.kwargs)
+    if hosts:
+        _hosted_ports.add(address[1])
+    return result
+
+
+def store_address(arguments: dict) -> tuple[str, int] | None:
+    """(host, port) of the TCP store an init_process_group call would use; None for file://, store=."""
+    if arguments.get("store") is not None:
+        return None
+    url = urlparse(arguments.get("init_method") or "env://")
+    if url.scheme == "tcp":
+        return (url.hostname or "", url.port or 0)
+    if url.scheme == "env":
+        host, port = os.environ.get("MASTER_ADDR", ""), os.environ.get("MASTER_PORT", "")
+        return (host, int(port)) if port.isdigit() else None
+    return None
+
+
+def is_own_store(host: str, port: int) -> bool:
+    """Whether host:port is the launcher's store (its port, on a loopback name)."""
+    own = os.environ.get(OWN_STORE, "")
+    return bool(own) and port == int(own.rsplit(":", 1)[1]) and _is_loopback(host)
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+@contextlib.contextmanager
+def _agent_store_unset():
+    """Let rank 0 host the store itself (torch reads the variable inside init_process_group)."""
+    saved = os.environ.pop(AGENT_STORE, None)
+    try:
+        yield
+    finally:
+        if saved is not None:
+            os.environ[AGENT_STORE] = saved
+
+
+def _from_query(arguments: dict, key: str, env: str) -> int:
+    """rank or world_size of a call: the argument, else the URL's query, else the environment."""
+    value = arguments.get(key, -1)
+    if value is not None and value >= 0:
+        return value
+    query = parse_qs(urlparse(arguments.get("init_method") or "").query)
+    if key in query:
+        return int(query[key][0])
+    return int(os.environ.get(env, "-1"))
+
+
+def _rank(arguments: dict) -> int:
+    return _from_query(arguments, "rank", "RANK")
+
+
+def _check_world_size(arguments: dict) -> None:
+    started = int(os.environ.get("WORLD_SIZE", "0"))
+    asked = _from_query(arguments, "world_size", "WORLD_SIZE")
+    if started and asked > started:
+        raise ValueError(
+            f"init_process_group(world_size={asked}) but ddp_lab started {started} rank(s) (nprocs={started}): "
+            f"the group would wait forever for {asked - started} more. Launch with nprocs={asked}, or pass "
+            f"world_size={started} (as an argument: launch(fn, args=({started},), nprocs={started})).")
+
+
+def port_in_use(port: int) -> bool:
+    """Whether a listening socket could not be bound to `port` on every interface right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as TCPStore does: TIME_WAIT is fine
+        try:
+            probe.bind(("", port))
+        except OSError as error:
+            return error.errno == errno.EADDRINUSE
+    return False
+
+
+def _port_in_use_message(host: str, port: int) -> str:
+    return (f"rank 0 could not host the rendezvous store on port {port} (init_process_group at {host}:{port}): "
+            "the port is in use, by another program or another notebook's launch. Choose another "
+            "MASTER_PORT (or init_method port), or drop your own set-up and let ddp_lab set up the group "
+            "(launch's default init_process_group=True picks a free port on 127.0.0.1).")
+
+
+def _hosted_again_message(port: int) -> str:
+    return (f"rank 0 already hosts a store on port {port}, for a process group this rank set up and destroyed "
+            "earlier: ddp_lab keeps destroyed groups, and with them their stores, until the rank exits, "
+            "because freeing them can deadlock (see ddp_lab/keepalive.py). Set up the group once and keep "
+            "it, or give each new group a port of its own (a new MASTER_PORT or init_method).")
+
+
+def _twice_message(set_up_by: str) -> str:
+    if set_up_by == "cluster":
+        return ("init_process_group() was called in a %%ddp cell, but this cluster's ranks already share a "
+                "default process group, set up when the cluster started (or by an earlier cell) and kept "
+                "across cells (rank, world_size and dist are predefined). Either drop your own set-up and clean-up (e.g. a tutorial's "
+                "setup() and cleanup()) and use the group as it is, or run the function on fresh ranks "
+                "that leave it to you: ddp_lab.launch(fn, args, nprocs, init_process_group=False).")
+    return ("init_process_group() was called, but ddp_lab had already initialised the default process "
+            "group before calling your function (launch's default, init_process_group=True). Either drop "
+            "your own set-up (e.g. a tutorial's setup(); cleanup() may stay) and use the group as it is, "
+            "or launch with init_process_group=False so that your function sets it up: "
+            "ddp_lab.launch(fn, args, nprocs, init_process_group=False).")

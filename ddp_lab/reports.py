@@ -17,7 +17,8 @@ from ddp_lab.worker import STACK_SIGNAL
 
 STACK_WAIT_S = 1.0
 _TAIL_LINES = 15
-_HIDDEN_FRAMES = ("ddp_lab/worker.py", "ddp_lab/cluster_rank.py", "ddp_lab/zygote.py", "<frozen runpy>")
+_HIDDEN_FRAMES = ("ddp_lab/worker.py", "ddp_lab/cluster_rank.py", "ddp_lab/zygote.py", "ddp_lab/rendezvous.py",
+                  "<frozen runpy>")
 _PEER_LOST = re.compile(r"Connection closed by peer|Connection reset by peer|Broken pipe")
 
 
@@ -122,8 +123,7 @@ def _hint(failures: dict[int, RankFailure], first: int, kind: str) -> str:
                 "models before their process group (`del model, optimizer`, then "
                 "`dist.destroy_process_group()`) before fn returns.")
     if kind == "timeout":
-        return ("a rank that never returns usually waits in a collective that another rank skipped "
-                "(e.g. all_reduce under `if rank == 0:`). If the work is just slow, pass a larger timeout=.")
+        return timeout_hint({r: f.details for r, f in failures.items() if f.kind == "timeout"})
     if kind == "raised" and failures[first].details and "could not unpickle" in failures[first].summary:
         return ("fn or an argument refers to something a fresh process cannot import (a module only the "
                 "notebook can see, or an object whose class changed). Define it in the notebook or in an "
@@ -133,6 +133,47 @@ def _hint(failures: dict[int, RankFailure], first: int, kind: str) -> str:
         return (f"rank(s) {', '.join(map(str, sorted(lost_peer)))} lost a partner in a collective: they failed "
                 f"because rank {first} had failed first.")
     return ""
+
+
+_RENDEZVOUS_FRAMES = re.compile(r'torch/distributed/rendezvous\.py"|distributed_c10d\.py", line \d+ in init_process_group')
+_TORCH_COMMS_FRAMES = re.compile(r"torch/distributed/|torch/nn/parallel/")
+
+
+def waiting_in(stack: str) -> str:
+    """Where a stuck rank waits, from its Python stack: 'rendezvous', 'collective' or 'elsewhere'."""
+    if _RENDEZVOUS_FRAMES.search(stack):
+        return "rendezvous"  # inside init_process_group: connecting to the store, waiting for the others
+    if _TORCH_COMMS_FRAMES.search(stack):
+        return "collective"  # all_reduce, barrier, DDP's broadcast of the parameters, new_group, ...
+    return "elsewhere"
+
+
+def timeout_hint(stacks: dict[int, str]) -> str:
+    """The watchdog's hint: the likely cause for ranks stuck in a rendezvous, in a collective, or elsewhere."""
+    where: dict[str, list[int]] = {}
+    for rank, stack in sorted(stacks.items()):
+        where.setdefault(waiting_in(stack), []).append(rank)
+    parts = []
+    if "rendezvous" in where:
+        parts.append(
+            f"rank(s) {', '.join(map(str, where['rendezvous']))} wait inside init_process_group for every rank "
+            "to join the rendezvous. Likely causes: a rank that never calls init_process_group (e.g. under "
+            "`if rank == 0:`), ranks pointing at different addresses (MASTER_ADDR/MASTER_PORT or init_method "
+            "differ between ranks), an address where no rank hosts the store, or a world_size larger than "
+            "the number of ranks.")
+    if "collective" in where:
+        parts.append(
+            f"rank(s) {', '.join(map(str, where['collective']))} wait in a collective: a rank that never returns "
+            "usually waits in a collective that another rank skipped (e.g. all_reduce under `if rank == 0:`) "
+            "or replaced by a different one.")
+    if "elsewhere" in where:
+        parts.append(
+            f"rank(s) {', '.join(map(str, where['elsewhere']))} are not in a torch.distributed call: their stack "
+            "shows where they are (a loop that never ends, or a store of your own waiting for a peer or a key "
+            "that never comes).")
+    if "elsewhere" in where or "collective" in where:
+        parts.append("If the work is just slow, pass a larger timeout=.")
+    return " ".join(parts)
 
 
 def build_error(supervisor, outcome: str, stacks: dict[int, str], names: dict,

@@ -97,9 +97,12 @@ def exception_report(error: BaseException, phase: str, skip_frames: int) -> dict
 
 def _load_payload(path: str):
     from ddp_lab.payload import unpack
+    from ddp_lab.rendezvous import route_init_process_group
 
     with open(path, "rb") as file:
         payload = pickle.load(file)
+    # Before fn is unpickled, so that every init_process_group fn reaches is routed.
+    route_init_process_group()
     return (payload, *unpack(payload, replace_sys_path=True))
 
 
@@ -112,10 +115,13 @@ def _init_process_group(payload: dict) -> None:
     import torch
     import torch.distributed as dist
 
+    from ddp_lab.rendezvous import mark_set_up_by
+
     if backend == "nccl":
         torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
     timeout = datetime.timedelta(seconds=payload["pg_timeout"])
     dist.init_process_group(backend, timeout=timeout)
+    mark_set_up_by("launch")  # so that fn initialising it again is told the fix
     _wait_for_all_ranks(timeout)
 
 
