@@ -89,7 +89,9 @@ def launch(fn, args=(), nprocs: int = 2, backend: str = "auto", timeout: float |
         timeout: seconds before the watchdog dumps every rank's stack and stops them;
             None disables it.
         init_process_group: False leaves `dist.init_process_group()` to fn (the
-            environment, MASTER_ADDR/MASTER_PORT/RANK/WORLD_SIZE, is set either way).
+            environment, MASTER_ADDR/MASTER_PORT/RANK/WORLD_SIZE, is set either way); fn may
+            set its group up any way it would under mp.spawn: env://, its own MASTER_PORT
+            (a tutorial's setup()), tcp://, file://, or a store= (ddp_lab/rendezvous.py).
         stream: print lines as they arrive (for long runs) instead of rank by rank at the end.
         threads: torch threads per rank; default: OMP_NUM_THREADS if set, else cores // nprocs.
         env: extra environment variables for the ranks (e.g. TORCH_DISTRIBUTED_DEBUG).
