@@ -25,7 +25,7 @@ def choose_backend(backend: str, nprocs: int, announce: bool = True) -> str:
         raise ValueError(f"backend={backend!r} is not one of {', '.join(map(repr, BACKENDS))}.")
     gpus = gpu_count()
     if backend == "auto":
-        chosen = "nccl" if dist.is_nccl_available() and gpus >= nprocs else "gloo"
+        chosen = auto_backend(nprocs, gpus)
         if announce and chosen not in _announced:
             _announced.add(chosen)
             print(f"ddp_lab: backend='auto' chose {chosen!r} for {nprocs} ranks ({_why_auto(chosen, nprocs, gpus)})")
@@ -48,6 +48,28 @@ def choose_backend(backend: str, nprocs: int, announce: bool = True) -> str:
     return backend
 
 
+def auto_backend(nprocs: int, gpus: int | None = None) -> str:
+    """What backend='auto' means for `nprocs` ranks on one machine: nccl with a GPU per rank, else gloo.
+
+    nccl needs NCCL built into torch and at least `nprocs` GPUs (`gpus`, default: the
+    CUDA devices torch sees here), because NCCL refuses two ranks on one GPU. `launch`
+    passes the ranks it starts; torchrun's ranks (`ddp_lab.run_pickled`) pass
+    LOCAL_WORLD_SIZE, the ranks on their own node, since GPUs are counted per node.
+    Either way the tensors must then live on `ddp_lab.rank_device()`: NCCL moves only
+    CUDA tensors.
+
+    Example:
+        >>> ddp_lab.backend.auto_backend(2, gpus=0)
+        'gloo'
+
+    Introduced in notebooks/00-welcome-and-first-launch.ipynb.
+    """
+    import torch.distributed as dist
+
+    gpus = gpu_count() if gpus is None else gpus
+    return "nccl" if dist.is_nccl_available() and gpus >= nprocs else "gloo"
+
+
 def _why_auto(chosen: str, nprocs: int, gpus: int) -> str:
     import torch.distributed as dist
 
@@ -55,4 +77,4 @@ def _why_auto(chosen: str, nprocs: int, gpus: int) -> str:
         return f"{gpus} GPUs with NCCL"
     if not dist.is_nccl_available():
         return "this torch has no NCCL: CPU tensors"
-    return f"NCCL needs {nprocs} GPUs, found {gpus}: CPU tensors"
+    return f"NCCL needs {nprocs} GPU{'s' if nprocs > 1 else ''}, found {gpus}: CPU tensors"

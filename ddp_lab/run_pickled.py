@@ -39,14 +39,10 @@ def identity() -> dict[str, int]:
 
 
 def resolve_backend(backend: str, local_world_size: int) -> str:
-    """'auto' -> nccl when NCCL is built in and each local rank has its own GPU, else gloo."""
-    import torch
-    import torch.distributed as dist
+    """'auto' -> what `ddp_lab.launch` picks for this node's ranks: nccl with a GPU per local rank, else gloo."""
+    from ddp_lab.backend import auto_backend
 
-    if backend != "auto":
-        return backend
-    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    return "nccl" if dist.is_nccl_available() and gpus >= local_world_size else "gloo"
+    return auto_backend(local_world_size) if backend == "auto" else backend
 
 
 def load_job(path: Path):

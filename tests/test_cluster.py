@@ -140,7 +140,7 @@ def test_shutdown_leaves_no_rank_behind():
 
 
 def test_warm_launches_fork_from_the_zygote_and_a_dead_zygote_is_replaced():
-    ddp_lab.launch(lambda rank: rank, nprocs=1)  # makes sure a zygote is being prepared
+    ddp_lab.launch(lambda rank: rank, nprocs=1, backend="gloo")  # makes sure a zygote is being prepared
     zygote = procstart.ready_zygote()
     assert zygote is not None
     parents = ddp_lab.launch(lambda rank: os.getppid(), nprocs=2, backend="gloo")
@@ -212,7 +212,7 @@ def ddp_then_destroy(rank):
 
 def test_warm_ranks_survive_destroy_process_group_after_ddp():
     """Regression: with torch._dynamo preloaded in the zygote this deadlocked in 5 of 8 launches."""
-    ddp_lab.launch(lambda rank: rank, nprocs=1)
+    ddp_lab.launch(lambda rank: rank, nprocs=1, backend="gloo")
     assert procstart.ready_zygote() is not None
     for _ in range(3):
         assert ddp_lab.launch(ddp_then_destroy, nprocs=2, init_process_group=False, timeout=30) == [0, 1]

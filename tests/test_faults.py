@@ -5,7 +5,9 @@ process survives the launch (found by the launcher pid in their environment, so 
 count too), and what the ranks printed before the fault is still shown.
 
 The functions the ranks run are shipped by value, exactly like functions typed into a
-notebook cell (and without each rank importing pytest and this module).
+notebook cell (and without each rank importing pytest and this module). Every launch asks
+for gloo: the ranks use CPU tensors, and `auto` would pick NCCL on a machine with a GPU per
+rank (tests/gpu covers that).
 """
 
 from __future__ import annotations
@@ -90,7 +92,7 @@ def segfault_on_rank_1(rank):
 
 def test_rank_raises(capsys):
     with pytest.raises(ddp_lab.RankFailed) as caught:
-        ddp_lab.launch(raises_on_rank_1, nprocs=2, timeout=60)
+        ddp_lab.launch(raises_on_rank_1, nprocs=2, backend="gloo", timeout=60)
     error, message = caught.value, str(caught.value)
     assert message.startswith("rank 1 of 2 failed.")
     first = r"( \(first failure\))?"  # the marker may be added when several ranks are listed
@@ -104,7 +106,7 @@ def test_rank_raises(capsys):
 
 def test_sys_exit(capsys):
     with pytest.raises(ddp_lab.RankFailed) as caught:
-        ddp_lab.launch(sys_exit_on_rank_1, nprocs=2, timeout=60)
+        ddp_lab.launch(sys_exit_on_rank_1, nprocs=2, backend="gloo", timeout=60)
     message = str(caught.value)
     assert message.startswith("rank 1 of 2 failed.")
     first = r"( \(first failure\))?"
@@ -116,7 +118,7 @@ def test_sys_exit(capsys):
 
 def test_os_exit(capsys):
     with pytest.raises(ddp_lab.LaunchError) as caught:
-        ddp_lab.launch(os_exit_on_rank_1, nprocs=2, timeout=60)
+        ddp_lab.launch(os_exit_on_rank_1, nprocs=2, backend="gloo", timeout=60)
     error, message = caught.value, str(caught.value)
     assert "rank 1 died with exit code 7 before returning: os._exit()" in message
     assert error.failures[1].returncode == 7
@@ -128,7 +130,7 @@ def test_os_exit(capsys):
 
 def test_segfault(capsys):
     with pytest.raises(ddp_lab.LaunchError) as caught:
-        ddp_lab.launch(segfault_on_rank_1, nprocs=2, timeout=60)
+        ddp_lab.launch(segfault_on_rank_1, nprocs=2, backend="gloo", timeout=60)
     error, message = caught.value, str(caught.value)
     assert "rank 1 died with signal SIGSEGV (11) before returning: a segmentation fault" in message
     assert error.failures[1].returncode == -signal.SIGSEGV
@@ -171,7 +173,7 @@ def test_sigkill_while_peers_wait_in_all_reduce(capsys, tmp_path, record_propert
     killer = threading.Thread(target=kill_rank_1, daemon=True)
     killer.start()
     with pytest.raises(ddp_lab.LaunchError) as caught:
-        ddp_lab.launch(sleeps_while_peers_wait, args=(str(tmp_path),), nprocs=nprocs, timeout=60)
+        ddp_lab.launch(sleeps_while_peers_wait, args=(str(tmp_path),), nprocs=nprocs, backend="gloo", timeout=60)
     returned_at = time.monotonic()
     killer.join(5)
     error, message = caught.value, str(caught.value)
@@ -204,7 +206,7 @@ def busy_loop(rank):
 def test_rank_skips_a_collective(capsys):
     started = time.monotonic()
     with pytest.raises(ddp_lab.LaunchTimeout) as caught:
-        ddp_lab.launch(skips_the_all_reduce, nprocs=2, timeout=6)
+        ddp_lab.launch(skips_the_all_reduce, nprocs=2, backend="gloo", timeout=6)
     assert time.monotonic() - started < 6 + 15  # watchdog + stack dump + teardown
     error, message = caught.value, str(caught.value)
     assert message.startswith("rank(s) 0 of 2 still running after timeout=6s; stopped them.")
@@ -231,7 +233,7 @@ def hangs_after_returning(rank):
 def test_rank_that_hangs_after_fn_returned(capsys):
     """The CI hang of lesson 05: fn returned, then a destructor blocked (pytorch/pytorch#56297)."""
     with pytest.raises(ddp_lab.LaunchTimeout) as caught:
-        ddp_lab.launch(hangs_after_returning, nprocs=2, timeout=3)
+        ddp_lab.launch(hangs_after_returning, nprocs=2, backend="gloo", timeout=3)
     error, message = caught.value, str(caught.value)
     assert message.startswith("rank(s) 0 of 2 still running after timeout=3s; stopped them.")
     stack = message.split("--- rank 0 was still running; its Python stack ---")[1]
@@ -243,7 +245,7 @@ def test_rank_that_hangs_after_fn_returned(capsys):
 
 def test_busy_loop_without_collective(capsys):
     with pytest.raises(ddp_lab.LaunchTimeout) as caught:
-        ddp_lab.launch(busy_loop, nprocs=2, timeout=6)
+        ddp_lab.launch(busy_loop, nprocs=2, backend="gloo", timeout=6)
     error, message = caught.value, str(caught.value)
     assert message.startswith("rank(s) 0, 1 of 2 still running after timeout=6s; stopped them.")
     for rank in (0, 1):
@@ -278,7 +280,7 @@ def floods_or_writes_bytes(rank):
 
 
 def test_ten_megabytes_and_non_utf8(capsys):
-    results = ddp_lab.launch(floods_or_writes_bytes, nprocs=2, timeout=60)
+    results = ddp_lab.launch(floods_or_writes_bytes, nprocs=2, backend="gloo", timeout=60)
     assert list(results) == [0, 1]
     printed = capsys.readouterr()
     lines = results.outputs[0].splitlines(keepends=True)
@@ -316,7 +318,7 @@ def takes_an_argument(rank, value):
 
 def test_argument_fails_to_unpickle():
     with pytest.raises(ddp_lab.RankFailed) as caught:
-        ddp_lab.launch(takes_an_argument, args=(OnlyInTheNotebook(),), nprocs=2, timeout=60)
+        ddp_lab.launch(takes_an_argument, args=(OnlyInTheNotebook(),), nprocs=2, backend="gloo", timeout=60)
     message = str(caught.value)
     for rank in (0, 1):
         assert (f"--- rank {rank} could not unpickle fn or args: RuntimeError: "
@@ -347,11 +349,11 @@ def resources() -> dict:
 def test_hundred_launches_leak_nothing():
     """A cell run 100 times: processes, file descriptors, threads and sockets stay flat."""
     for _ in range(2):  # the first launch starts cold and leaves a zygote; the second is warm
-        ddp_lab.launch(returns_rank, nprocs=2)
+        ddp_lab.launch(returns_rank, nprocs=2, backend="gloo")
     before = resources()
     started = time.monotonic()
     for _ in range(100):
-        assert list(ddp_lab.launch(returns_rank, nprocs=2)) == [0, 1]
+        assert list(ddp_lab.launch(returns_rank, nprocs=2, backend="gloo")) == [0, 1]
     seconds = time.monotonic() - started
     print(f"100 launches of 2 ranks: {seconds:.1f} s")
     after = resources()
@@ -378,7 +380,7 @@ CONCURRENT = textwrap.dedent("""
     (marker_dir / f"ready-{me}").touch()
     while len(list(marker_dir.glob("ready-*"))) < 2:
         time.sleep(0.005)
-    results = launch(total, nprocs=2, timeout=60)
+    results = launch(total, nprocs=2, backend="gloo", timeout=60)
     print("RESULT", results[0][0], results[1][0], results[0][1], results[1][1])
 """)
 
@@ -423,9 +425,9 @@ INTERRUPTED = textwrap.dedent("""
         return [p for p in psutil.Process().children(recursive=True)
                 if not ("ddp_lab.zygote" in p.cmdline() and p.ppid() == me)]  # the zygote may stay
 
-    launch(lambda rank: rank, nprocs=2)  # an earlier cell: the interrupted launch starts warm
+    launch(lambda rank: rank, nprocs=2, backend="gloo")  # an earlier cell: the interrupted launch starts warm
     try:
-        launch(work, args=(sys.argv[1],), nprocs=2, timeout=None)
+        launch(work, args=(sys.argv[1],), nprocs=2, backend="gloo", timeout=None)
     except KeyboardInterrupt:
         print("KeyboardInterrupt reached the caller", flush=True)
         print("ranks left:", len(ranks_left()), flush=True)
@@ -514,12 +516,12 @@ def sum_of_ones(rank):
     return int(value.item()), torch.get_num_threads()
 
 
-def test_more_ranks_than_cores(monkeypatch):
+def test_more_ranks_than_cores(monkeypatch, capsys):
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
-    monkeypatch.setattr(launcher, "_warned_oversubscribed", set())  # warned once per process
+    monkeypatch.setattr(launcher, "_noted_oversubscribed", set())  # noted once per process
     cores = cpu_cores()
     nprocs = cores + 1
-    with pytest.warns(ddp_lab.LaunchWarning, match=rf"nprocs={nprocs} is more than the {cores} CPU cores"):
-        results = ddp_lab.launch(sum_of_ones, nprocs=nprocs, timeout=120)
+    results = ddp_lab.launch(sum_of_ones, nprocs=nprocs, backend="gloo", timeout=120)
+    assert f"ddp_lab: nprocs={nprocs} is more than the {cores} CPU cores" in capsys.readouterr().out
     assert list(results) == [(nprocs, 1)] * nprocs  # it works, one torch thread per rank
     assert_no_ranks_left()

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
+import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -21,26 +23,32 @@ def load_tool():
     return module
 
 
-def test_report_lists_every_gpu_test_with_its_outcome_and_the_machine(tmp_path):
-    out = tmp_path / "gpu-report.md"
-    if GPUS:  # on a GPU machine the whole suite would run: one cheap test is enough here
-        extra = ["-k", "data_parallel"]
-    else:
-        extra = []
-    done = subprocess.run([sys.executable, str(ROOT / "tools" / "gpu_report.py"), "--out", str(out), *extra],
-                          capture_output=True, text=True, timeout=300)
+def run_report(out: Path, *pytest_args: str, env: dict | None = None) -> str:
+    done = subprocess.run([sys.executable, str(ROOT / "tools" / "gpu_report.py"), "--out", str(out), *pytest_args],
+                          capture_output=True, text=True, timeout=300, env=env)
     assert done.returncode == 0, done.stdout + done.stderr
     text = out.read_text()
     assert text.startswith("### GPU run\n")
     assert f"torch {torch.__version__}" in text
+    return text
+
+
+def test_without_gpus_the_report_lists_every_gpu_test_as_skipped_with_its_reason(tmp_path):
+    """CUDA_VISIBLE_DEVICES="" hides the GPUs of a GPU machine too: the same outcome everywhere."""
+    text = run_report(tmp_path / "gpu-report.md", env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
     rows = [line for line in text.splitlines() if line.startswith("| `")]
-    if GPUS:
-        assert rows == [next(row for row in rows if "data_parallel" in row)] and "| passed |" in rows[0]
-    else:
-        assert "- GPUs: none visible to torch" in text
-        assert f"- result: {len(rows)} skipped" in text  # every test marked gpu, each with its reason
-        assert len(rows) >= 12 and all("| skipped | needs " in row for row in rows), rows
-        assert any("test_notebook_runs_on_this_gpu_machine[notebooks/03-dataparallel.ipynb]" in row for row in rows)
+    assert "- GPUs: none visible to torch" in text
+    assert f"- result: {len(rows)} skipped" in text  # every test marked gpu, each with its reason
+    assert len(rows) >= 12 and all("| skipped | needs " in row for row in rows), rows
+    assert any("test_notebook_runs_on_this_gpu_machine[notebooks/03-dataparallel.ipynb]" in row for row in rows)
+
+
+@pytest.mark.skipif(GPUS < 1, reason=f"needs a CUDA GPU (torch {torch.__version__} sees none)")
+def test_on_a_gpu_machine_the_report_names_the_gpus_and_what_passed(tmp_path):
+    text = run_report(tmp_path / "gpu-report.md", "-k", "data_parallel")  # one cheap test, not the whole suite
+    rows = [line for line in text.splitlines() if line.startswith("| `")]
+    assert f"- GPUs: {GPUS} × " in text
+    assert rows == [next(row for row in rows if "data_parallel" in row)] and "| passed |" in rows[0]
 
 
 def test_cells_that_wait_for_more_gpus_are_read_from_the_pytest_warning_summary(tmp_path):

@@ -15,6 +15,7 @@ import torch
 
 import ddp_lab
 from ddp_lab import LaunchTimeout, LaunchWarning, RankCrashed, RankFailed, ResultNotPicklable
+from ddp_lab.machine import cpu_cores
 
 
 def rank_children() -> list[psutil.Process]:
@@ -84,7 +85,7 @@ def report_environment(rank):
 
 def test_ranks_get_torchrun_environment_and_a_process_group():
     results = ddp_lab.launch(report_environment, nprocs=2, backend="gloo")
-    cores = len(os.sched_getaffinity(0))
+    cores = cpu_cores()  # the affinity mask capped by the cgroup CPU quota, as the launcher counts
     for rank, env in enumerate(results):
         assert env["RANK"] == env["LOCAL_RANK"] == str(rank) == str(env["pg_rank"])
         assert env["WORLD_SIZE"] == "2" and env["MASTER_ADDR"] == "127.0.0.1"
@@ -231,8 +232,6 @@ def test_bad_inputs_say_how_to_fix_them():
     lock = threading.Lock()
     with pytest.raises(TypeError, match=r"cannot be sent to the ranks.*inside fn"):
         ddp_lab.launch(lambda rank: lock, nprocs=1)
-    with pytest.raises(ValueError, match=r"backend='nccl'.*(no GPU|not built).*gloo"):
-        ddp_lab.launch(print, backend="nccl")
     with pytest.raises(ValueError, match=r"timeout must be a positive number"):
         ddp_lab.launch(print, timeout=-1)
 
@@ -243,14 +242,54 @@ def test_an_unpicklable_return_value_names_the_rank():
     assert isinstance(caught.value, TypeError)
 
 
-def test_auto_backend_is_announced_once(capsys):
-    from ddp_lab import backend
+def run_without_gpus(code: str) -> subprocess.CompletedProcess:
+    """Run `code` in a fresh interpreter that sees no GPU, on any machine; its ranks inherit that.
 
-    backend._announced.clear()
-    ddp_lab.launch(lambda rank: rank, nprocs=1)
-    ddp_lab.launch(lambda rank: rank, nprocs=1)
-    out = capsys.readouterr().out
-    assert out.count("ddp_lab: backend='auto' chose 'gloo'") == 1
+    CUDA_VISIBLE_DEVICES="" hides every GPU, but only from a process whose CUDA driver has
+    not started: torch.cuda.is_available() starts it and torch keeps the count for the
+    life of the process. So it is set for a new interpreter from its first line, not in
+    this pytest process, where an earlier test may already have asked.
+    """
+    return subprocess.run([sys.executable, "-c", code], env={**os.environ, "CUDA_VISIBLE_DEVICES": ""},
+                          capture_output=True, text=True, timeout=120)
+
+
+WITHOUT_GPUS = textwrap.dedent("""
+    import torch.distributed as dist
+    import ddp_lab
+    from ddp_lab.machine import gpu_count
+
+    print("GPUs", gpu_count(), "NCCL built in" if dist.is_nccl_available() else "no NCCL")
+    for _ in range(2):
+        print("backend", ddp_lab.launch(lambda rank: rank, nprocs=1).backend)
+    try:
+        ddp_lab.launch(print, backend="nccl")
+    except ValueError as error:
+        print("refused:", error)
+""")
+
+
+def test_without_gpus_auto_announces_gloo_once_and_nccl_is_refused_with_the_fix():
+    """The same on a CPU-only machine and on a GPU machine: the GPUs are hidden on purpose.
+
+    What `auto` does where GPUs are visible is tests/gpu's test_auto_backend_chooses_nccl_with_one_gpu_per_rank.
+    """
+    done = run_without_gpus(WITHOUT_GPUS)
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    announced = [line for line in lines if line.startswith("ddp_lab: backend='auto'")]
+    refused = next(line for line in lines if line.startswith("refused:"))
+    if lines[0] == "GPUs 0 NCCL built in":  # a CUDA build of torch with its GPUs hidden
+        assert announced == ["ddp_lab: backend='auto' chose 'gloo' for 1 ranks (NCCL needs 1 GPU, found 0: CPU tensors)"]
+        assert refused == ("refused: backend='nccl' needs one GPU per rank: nprocs=2 but found no GPU. "
+                           "Use backend='gloo', which runs on CPU tensors.")
+    else:  # a CPU-only build
+        assert lines[0] == "GPUs 0 no NCCL"
+        assert announced == ["ddp_lab: backend='auto' chose 'gloo' for 1 ranks (this torch has no NCCL: CPU tensors)"]
+        assert refused == ("refused: backend='nccl' is not built into this torch (a CPU-only build has gloo only; "
+                           "found 0 GPU(s)). Use backend='gloo', or install the CUDA build of the same torch "
+                           "version on a GPU machine.")
+    assert lines.count("backend gloo") == 2  # announced once, chosen twice
 
 
 def test_stream_prints_lines_as_they_arrive(capsys):
@@ -260,13 +299,17 @@ def test_stream_prints_lines_as_they_arrive(capsys):
     assert "[rank 0] hi 0\n" in out and "[rank 1] hi 1\n" in out
 
 
-def test_more_ranks_than_cores_warns_about_speed():
+def test_more_ranks_than_cores_notes_the_speed_once(capsys):
+    """A printed `ddp_lab:` note (stored notebook outputs drop it), once per nprocs and kernel."""
     from ddp_lab import launcher
 
-    launcher._warned_oversubscribed.clear()
-    nprocs = len(os.sched_getaffinity(0)) + 1
-    with pytest.warns(LaunchWarning, match=r"more than the \d+ CPU cores"):
+    launcher._noted_oversubscribed.clear()
+    nprocs = launcher.cpu_cores() + 1
+    for _ in range(2):
         assert ddp_lab.launch(lambda rank: rank, nprocs=nprocs, backend="gloo") == list(range(nprocs))
+    notes = [line for line in capsys.readouterr().out.splitlines() if "more than the" in line]
+    assert notes == [f"ddp_lab: nprocs={nprocs} is more than the {launcher.cpu_cores()} CPU cores here: the ranks "
+                     "take turns on the cores, so they run slower (results are the same). Each rank gets 1 torch thread."]
 
 
 def ddp_train(rank):
@@ -307,7 +350,7 @@ class _no_warnings:
 
 
 def test_no_store_port_stays_open_after_a_launch():
-    results = ddp_lab.launch(lambda rank: int(os.environ["MASTER_PORT"]), nprocs=1)
+    results = ddp_lab.launch(lambda rank: int(os.environ["MASTER_PORT"]), nprocs=1, backend="gloo")
     listening = {c.laddr.port for c in psutil.Process().net_connections("tcp") if c.status == psutil.CONN_LISTEN}
     assert results[0] not in listening
 

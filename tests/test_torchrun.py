@@ -2,6 +2,10 @@
 
 Each torchrun start costs a few seconds (an agent, then fresh interpreters importing torch),
 so there are three: a standalone run, a two-node run (two agents) and a failing run.
+
+The jobs ask for gloo: their functions use CPU tensors. `auto` would pick NCCL on a machine
+with a GPU per local rank, as `ddp_lab.launch` does (tests/gpu runs that), and the two
+"nodes" here share one machine's GPUs, which NCCL refuses.
 """
 
 from __future__ import annotations
@@ -39,7 +43,7 @@ def make_step(scale):
 @pytest.mark.slow
 def test_standalone_torchrun_gives_what_launch_gives(tmp_path):
     step = make_step(10.0)
-    job = ddp_lab.scripts.export(step, path=tmp_path / "step.pkl")
+    job = ddp_lab.scripts.export(step, path=tmp_path / "step.pkl", backend="gloo")
     command = job.torchrun_command("--standalone", "--nproc-per-node", "2")
     assert ddp_lab.scripts.shell(command) == (
         f"torchrun --standalone --nproc-per-node 2 -m ddp_lab.run_pickled {shlex.quote(str(job.path))}")
@@ -57,7 +61,7 @@ def test_standalone_torchrun_gives_what_launch_gives(tmp_path):
 
 @pytest.mark.slow
 def test_two_nodes_meet_through_a_c10d_rendezvous(tmp_path):
-    job = ddp_lab.scripts.export(make_step(1.0), path=tmp_path / "nodes.pkl")
+    job = ddp_lab.scripts.export(make_step(1.0), path=tmp_path / "nodes.pkl", backend="gloo")
     endpoint = f"127.0.0.1:{ddp_lab.scripts.free_port()}"
     commands = [
         job.torchrun_command("--nnodes", "2", "--nproc-per-node", "1", "--node-rank", str(node),
@@ -67,7 +71,6 @@ def test_two_nodes_meet_through_a_c10d_rendezvous(tmp_path):
     ]
     runs = ddp_lab.scripts.run(commands, env=ONE_THREAD)
     assert [run.returncode for run in runs] == [0, 0]
-    assert "node_rank is only used for static rdzv_backend" in runs[1].log
     results = job.results()
     assert [r["sum"].item() for r in results] == [3.0, 3.0]
     for rank, result in enumerate(results):
@@ -86,7 +89,7 @@ def fail_on_rank_one(rank):
 
 @pytest.mark.slow
 def test_a_failing_rank_raises_with_its_traceback(tmp_path):
-    job = ddp_lab.scripts.export(fail_on_rank_one, path=tmp_path / "fail.pkl")
+    job = ddp_lab.scripts.export(fail_on_rank_one, path=tmp_path / "fail.pkl", backend="gloo")
     with pytest.raises(ScriptFailed, match=r"(?s)a command failed.*exit code 1.*ValueError: rank one says no"):
         ddp_lab.scripts.run([job.torchrun_command("--standalone", "--nproc-per-node", "2")],
                             env=ONE_THREAD, timeout=120)
@@ -112,6 +115,18 @@ def test_run_stops_commands_at_the_timeout():
     with pytest.raises(ScriptFailed, match=r"(?s)did not finish within 0.5 s.*command 0 \(signal SIGTERM \(15\)\).*waiting"):
         ddp_lab.scripts.run([[sys.executable, "-c", "import time; print('waiting', flush=True); time.sleep(60)"]],
                             timeout=0.5)
+
+
+def test_torchrun_ranks_resolve_auto_as_launch_does():
+    """One rule for `auto` (ddp_lab.backend.auto_backend): per node under torchrun, per launch in a notebook."""
+    from ddp_lab.backend import choose_backend
+    from ddp_lab.machine import gpu_count
+    from ddp_lab.run_pickled import resolve_backend
+
+    for local_ranks in (1, 2, gpu_count() + 1):  # on a GPU machine: nccl, then gloo with more ranks than GPUs
+        assert resolve_backend("auto", local_ranks) == choose_backend("auto", local_ranks, announce=False)
+    assert resolve_backend("auto", gpu_count() + 1) == "gloo"
+    assert resolve_backend("gloo", 1) == "gloo"
 
 
 def test_export_rejects_an_unknown_backend(tmp_path):

@@ -193,6 +193,28 @@ def test_torchrun_runs_an_exported_function_on_nccl(tmp_path, cpu_reference):
         assert_same_state(result["state"], cpu_reference)
 
 
+def setup_with_nccl_hard_coded(backend):
+    """A wrong answer to lesson 06's exercise 3: NCCL, whatever backend the caller asks for."""
+    import torch.distributed as dist
+
+    dist.init_process_group("nccl")
+    return {key: int(os.environ[key.upper()]) for key in ("rank", "local_rank", "world_size")}
+
+
+@pytest.mark.gpu
+@needs_nccl
+@needs_gpu
+def test_the_setup_check_names_a_hard_coded_nccl_where_a_gpu_is_visible():
+    """Here init_process_group("nccl") succeeds (NCCL connects lazily, so two ranks may name one
+    GPU): the check must tell the learner which backend their group got, not fail on a CPU tensor.
+    Without GPUs, tests/test_checks_lesson06.py covers the same wrong answer."""
+    from ddp_lab.checks import CheckFailed
+    from ddp_lab.checks.lesson06 import check_setup_from_env
+
+    with pytest.raises(CheckFailed, match=r"rank \d: the process group uses 'nccl', expected 'gloo'"):
+        check_setup_from_env(setup_with_nccl_hard_coded)
+
+
 def test_skip_reason_does_not_initialise_cuda_and_require_gpu_turns_skips_into_errors():
     """Runs everywhere: a fresh interpreter, so CUDA state of this process does not matter."""
     code = ("import torch, ddp_lab, os\n"
