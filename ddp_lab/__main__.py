@@ -1,4 +1,4 @@
-"""Command line: `python -m ddp_lab doctor`."""
+"""Command line: `python -m ddp_lab doctor` and `python -m ddp_lab grade [exercises/]`."""
 
 from __future__ import annotations
 
@@ -6,15 +6,32 @@ import argparse
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ddp_lab", description="ddp-lab course helpers")
-    commands = parser.add_subparsers(dest="command", required=True)
-    commands.add_parser("doctor", help="show what this machine can run (torch, cores, GPUs, backends)")
+    parser = argparse.ArgumentParser(prog="python -m ddp_lab", description="Helpers of the ddp-lab course.")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    commands.add_parser(
+        "doctor", help="show what this machine can run",
+        description="Show what this machine can run: Python and torch versions (and whether the course "
+                    "was proven on that torch), CPU cores, GPUs, the backends built into torch, and how "
+                    "many ranks to launch.")
+    grade = commands.add_parser(
+        "grade", help="run exercise notebooks and show each exercise's state",
+        description="Run each exercise notebook top to bottom in a fresh kernel (past failing cells; "
+                    "the notebooks are never modified) and print one table: notebook, exercise, and "
+                    "✓, ✗ with the check's first line of feedback, or 'not attempted'. Exit status 0 "
+                    "only when every attempted exercise passes.")
+    grade.add_argument("paths", nargs="*", default=["exercises"],
+                       help="exercise notebooks or folders of them (default: exercises)")
+    grade.add_argument("--json", action="store_true", help="print the rows as JSON, for an instructor to collect")
+    grade.add_argument("--timeout", type=int, default=600, help="seconds one cell may run (default 600)")
     args = parser.parse_args(argv)
     if args.command == "doctor":
         from ddp_lab.machine import doctor
 
         doctor()
-    return 0
+        return 0
+    from ddp_lab.checks.grade import main as grade_main
+
+    return grade_main(args.paths, as_json=args.json, timeout=args.timeout)
 
 
 if __name__ == "__main__":

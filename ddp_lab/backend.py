@@ -28,7 +28,8 @@ def choose_backend(backend: str, nprocs: int, announce: bool = True) -> str:
         chosen = auto_backend(nprocs, gpus)
         if announce and chosen not in _announced:
             _announced.add(chosen)
-            print(f"ddp_lab: backend='auto' chose {chosen!r} for {nprocs} ranks ({_why_auto(chosen, nprocs, gpus)})")
+            print(f"ddp_lab: backend='auto' picked {chosen!r} for {nprocs} rank{'s' if nprocs != 1 else ''}: "
+                  f"{_why_auto(chosen, nprocs, gpus)}")
         return chosen
     if backend == "nccl":
         if not dist.is_nccl_available():
@@ -74,7 +75,9 @@ def _why_auto(chosen: str, nprocs: int, gpus: int) -> str:
     import torch.distributed as dist
 
     if chosen == "nccl":
-        return f"{gpus} GPUs with NCCL"
+        return f"NCCL, one of the {gpus} GPUs per rank; put tensors on ddp_lab.rank_device()"
     if not dist.is_nccl_available():
-        return "this torch has no NCCL: CPU tensors"
+        return "this torch has no NCCL, so the ranks exchange CPU tensors over gloo"
+    return (f"NCCL needs {nprocs} GPU{'s' if nprocs > 1 else ''}, found {gpus}, so the ranks exchange "
+            "CPU tensors over gloo")
     return f"NCCL needs {nprocs} GPU{'s' if nprocs > 1 else ''}, found {gpus}: CPU tensors"

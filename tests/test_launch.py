@@ -280,12 +280,14 @@ def test_without_gpus_auto_announces_gloo_once_and_nccl_is_refused_with_the_fix(
     announced = [line for line in lines if line.startswith("ddp_lab: backend='auto'")]
     refused = next(line for line in lines if line.startswith("refused:"))
     if lines[0] == "GPUs 0 NCCL built in":  # a CUDA build of torch with its GPUs hidden
-        assert announced == ["ddp_lab: backend='auto' chose 'gloo' for 1 ranks (NCCL needs 1 GPU, found 0: CPU tensors)"]
+        assert announced == ["ddp_lab: backend='auto' picked 'gloo' for 1 rank: NCCL needs 1 GPU, found 0, "
+                             "so the ranks exchange CPU tensors over gloo"]
         assert refused == ("refused: backend='nccl' needs one GPU per rank: nprocs=2 but found no GPU. "
                            "Use backend='gloo', which runs on CPU tensors.")
     else:  # a CPU-only build
         assert lines[0] == "GPUs 0 no NCCL"
-        assert announced == ["ddp_lab: backend='auto' chose 'gloo' for 1 ranks (this torch has no NCCL: CPU tensors)"]
+        assert announced == ["ddp_lab: backend='auto' picked 'gloo' for 1 rank: this torch has no NCCL, "
+                             "so the ranks exchange CPU tensors over gloo"]
         assert refused == ("refused: backend='nccl' is not built into this torch (a CPU-only build has gloo only; "
                            "found 0 GPU(s)). Use backend='gloo', or install the CUDA build of the same torch "
                            "version on a GPU machine.")

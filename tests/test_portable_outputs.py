@@ -18,7 +18,7 @@ NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb")) + sorted((ROOT / "solut
 SANITIZE = get_sanitize_patterns((ROOT / "tests" / "sanitize.cfg").read_text())
 # what only some machines print: GPU counts and skips, core counts, the backend auto picked
 MACHINE_SPECIFIC = re.compile(r"skipped: needs \d+ CUDA GPU|found \d+ GPU|CUDA GPUs visible|CPU cores|"
-                              r"chose '(gloo|nccl)'|LaunchWarning")
+                              r"(chose|picked) '(gloo|nccl)'|LaunchWarning")
 
 
 def compared_cells(path):
@@ -67,7 +67,7 @@ def test_a_cell_with_a_machine_note_prints_something_else_too(path):
 
 
 def test_the_machine_notes_are_dropped_and_rank_output_is_kept():
-    text = ("ddp_lab: backend='auto' chose 'gloo' for 4 ranks (this torch has no NCCL: CPU tensors)\n"
+    text = ("ddp_lab: backend='auto' picked 'gloo' for 4 ranks: this torch has no NCCL, so …\n"
             "ddp_lab: nprocs=4 is more than the 2 CPU cores here: …\n"
             "[rank 0] ddp_lab: a rank's own line\n[rank 0] hello\n")
     assert sanitized(text) == "[rank 0] ddp_lab: a rank's own line\n[rank 0] hello\n"
