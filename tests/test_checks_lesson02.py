@@ -1,7 +1,9 @@
 """The lesson 02 checks accept a right answer and reject plausible wrong ones with specific feedback.
 
 Each wrong answer below is a mistake a learner is likely to make; the test pins the part
-of the feedback that names it. Every check launches 3 gloo ranks (about 2 s each).
+of the feedback that names it. Every check launches 3 gloo ranks (about 1 s each when the
+ranks start warm). The answers to exercise 3 build on the right answers to exercises 1 and 2,
+as a learner's do.
 """
 
 from __future__ import annotations
@@ -11,123 +13,138 @@ import torch
 import torch.distributed as dist
 
 from ddp_lab.checks import CheckFailed
-from ddp_lab.checks.lesson02 import check_ring_all_gather, check_ring_all_reduce
+from ddp_lab.checks.lesson02 import (REDUCE_SIZES, check_all_reduce_mean, check_ring_all_gather,
+                                     check_ring_reduce_scatter, rank_input)
+from ddp_lab.launcher import launch
 
 DEADLOCK_TIMEOUT = 8.0
 
 
-# --- ring all-reduce (mean) -------------------------------------------------------------
-
-def ring_all_reduce(tensor):
-    """Right answer: reduce-scatter then all-gather around the ring, then divide."""
+def _ring_step(chunks, send_index, recv_index, add=True):
+    """One ring step: send chunks[send_index] to the right, receive from the left into recv_index."""
     rank, world_size = dist.get_rank(), dist.get_world_size()
-    right, left = (rank + 1) % world_size, (rank - 1) % world_size
-    chunks = list(tensor.tensor_split(world_size))
-    for step in range(world_size - 1):           # reduce-scatter
-        send_index, recv_index = (rank - step) % world_size, (rank - step - 1) % world_size
-        incoming = torch.empty_like(chunks[recv_index])
-        request = dist.isend(chunks[send_index].clone(), right)
-        dist.recv(incoming, left)
-        request.wait()
-        chunks[recv_index] += incoming
-    for step in range(world_size - 1):           # all-gather
-        send_index, recv_index = (rank + 1 - step) % world_size, (rank - step) % world_size
-        incoming = torch.empty_like(chunks[recv_index])
-        request = dist.isend(chunks[send_index].clone(), right)
-        dist.recv(incoming, left)
-        request.wait()
-        chunks[recv_index].copy_(incoming)
-    return torch.cat(chunks) / world_size
+    incoming = torch.empty_like(chunks[recv_index])
+    request = dist.isend(chunks[send_index].clone(), (rank + 1) % world_size)
+    dist.recv(incoming, (rank - 1) % world_size)
+    request.wait()
+    chunks[recv_index] = chunks[recv_index] + incoming if add else incoming
 
 
-def ring_sum(tensor):
-    """Wrong: forgets to divide by the world size (sum where the mean was asked)."""
-    return ring_all_reduce(tensor) * dist.get_world_size()
+# --- exercise 1: ring reduce-scatter ---------------------------------------------------------
 
-
-def ring_divisible_only(tensor):
-    """Wrong: equal chunks of len // world_size; the remainder is never reduced."""
+def ring_reduce_scatter(tensor, steps=None, shift=1, split=torch.tensor_split):
+    """Right answer (shift=1, steps=N-1); the knobs make the wrong answers below."""
     rank, world_size = dist.get_rank(), dist.get_world_size()
-    right, left = (rank + 1) % world_size, (rank - 1) % world_size
-    step_size = max(1, len(tensor) // world_size)
-    chunks = [tensor[i * step_size:(i + 1) * step_size] for i in range(world_size)]  # views
-    for step in range(world_size - 1):
-        send_index, recv_index = (rank - step) % world_size, (rank - step - 1) % world_size
-        incoming = torch.empty_like(chunks[recv_index])
-        request = dist.isend(chunks[send_index].clone(), right)
-        dist.recv(incoming, left)
-        request.wait()
-        chunks[recv_index] += incoming
-    for step in range(world_size - 1):
-        send_index, recv_index = (rank + 1 - step) % world_size, (rank - step) % world_size
-        incoming = torch.empty_like(chunks[recv_index])
-        request = dist.isend(chunks[send_index].clone(), right)
-        dist.recv(incoming, left)
-        request.wait()
-        chunks[recv_index].copy_(incoming)
-    return tensor / world_size
+    chunks = list(split(tensor, world_size))
+    for step in range(world_size - 1 if steps is None else steps):
+        _ring_step(chunks, (rank - step - shift) % world_size, (rank - step - shift - 1) % world_size)
+    return chunks
 
 
-def ring_view(tensor):
-    """Wrong: reshapes into (world_size, -1), which raises when the size does not divide."""
-    chunks = tensor.view(dist.get_world_size(), -1)
-    return ring_all_reduce(chunks.flatten())
+def rs_right(tensor):
+    return ring_reduce_scatter(tensor)[dist.get_rank()]
 
 
-def ring_calls_all_reduce(tensor):
-    """Wrong: uses the library collective instead of building it."""
-    dist.all_reduce(tensor)
-    return tensor / dist.get_world_size()
+def rs_lesson_schedule_own_chunk(tensor):
+    """Wrong: the lesson's indices unchanged, then returns chunk `rank` (never received into)."""
+    return ring_reduce_scatter(tensor, shift=0)[dist.get_rank()]
 
 
-def ring_blocking_send_first(tensor):
+def rs_lesson_schedule_finished_chunk(tensor):
+    """Wrong: the lesson's indices, returning the chunk they complete: (rank + 1) % N."""
+    return ring_reduce_scatter(tensor, shift=0)[(dist.get_rank() + 1) % dist.get_world_size()]
+
+
+def rs_one_step_short(tensor):
+    """Wrong: range(world_size - 2), an off-by-one in the loop."""
+    return ring_reduce_scatter(tensor, steps=dist.get_world_size() - 2)[dist.get_rank()]
+
+
+def rs_mean(tensor):
+    """Wrong: divides, as the lesson's all-reduce exercise did (reduce_scatter sums)."""
+    return rs_right(tensor) / dist.get_world_size()
+
+
+def rs_whole_tensor(tensor):
+    """Wrong: returns every chunk, concatenated (as the lesson's ring does at the end)."""
+    return torch.cat(ring_reduce_scatter(tensor))
+
+
+def rs_torch_chunk(tensor):
+    """Wrong: tensor.chunk(N): fewer than N chunks when the tensor is small."""
+    return ring_reduce_scatter(tensor, split=torch.chunk)[dist.get_rank()]
+
+
+def rs_with_library(tensor):
+    """Wrong: calls the collective it should build."""
+    chunks = list(tensor.tensor_split(dist.get_world_size()))
+    out = torch.empty_like(chunks[dist.get_rank()])
+    dist.reduce_scatter(out, chunks)
+    return out
+
+
+def rs_blocking_send_first(tensor):
     """Wrong: every rank does a blocking send before its recv: deadlock."""
     rank, world_size = dist.get_rank(), dist.get_world_size()
-    total = tensor.clone()
-    incoming = torch.empty_like(tensor)
-    passing = tensor.clone()
-    for _ in range(world_size - 1):
-        dist.send(passing, (rank + 1) % world_size)
+    chunks = list(tensor.tensor_split(world_size))
+    for step in range(world_size - 1):
+        send_index, recv_index = (rank - step - 1) % world_size, (rank - step - 2) % world_size
+        incoming = torch.empty_like(chunks[recv_index])
+        dist.send(chunks[send_index], (rank + 1) % world_size)
         dist.recv(incoming, (rank - 1) % world_size)
-        total += incoming
-        passing = incoming.clone()
-    return total / world_size
+        chunks[recv_index] += incoming
+    return chunks[rank]
 
 
-def ring_returns_input(tensor):
-    """Wrong: reduces into a copy but returns the untouched input."""
-    ring_all_reduce(tensor.clone())
-    return tensor
+def rs_stub(tensor):
+    raise NotImplementedError("shift the schedule by one chunk")
 
 
-def ring_stub(tensor):
-    raise NotImplementedError("reduce-scatter, then all-gather")
-
-
-def test_ring_all_reduce_accepts_the_right_answer(capsys):
-    check_ring_all_reduce(ring_all_reduce)
-    assert capsys.readouterr().out.startswith("✓ ring_all_reduce returns the mean")
+def test_ring_reduce_scatter_accepts_the_right_answer(capsys):
+    check_ring_reduce_scatter(rs_right)
+    assert "✓ rs_right gives rank r the sum of chunk r, like dist.reduce_scatter" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("wrong, feedback", [
-    (ring_sum, r"element 0: expected the mean .* got .*\nHint: you returned the SUM over ranks"),
-    (ring_divisible_only, r"size 12 \(divisible by 3\) was right, but 10 is not divisible by 3 and "
-                          r"elements \[9\] are wrong"),
-    (ring_view, r"raised RuntimeError: .*\nwhile reducing a tensor of 10 elements on 3 ranks"),
-    (ring_calls_all_reduce, r"dist\.all_reduce is not allowed in this exercise"),
-    (ring_returns_input, r"the result is this rank's own input, unchanged"),
-    (ring_stub, r"is not written yet: it raised NotImplementedError\('reduce-scatter, then all-gather'\)"),
+    (rs_lesson_schedule_own_chunk, r"rank 0, tensor of 12 .*\nHint: it is this rank's own chunk 0, unchanged.*"
+                                   r"lesson's schedule"),
+    (rs_lesson_schedule_finished_chunk, r"rank 0, tensor of 12 .*\nHint: it is the full sum of chunk 1, not of "
+                                        r"chunk 0\. That is where the lesson's ring ends"),
+    (rs_one_step_short, r"Hint: this rank received 1 time\(s\); a ring reduce-scatter takes N - 1 = 2 steps"),
+    (rs_mean, r"Hint: you returned the MEAN of chunk 0; dist\.reduce_scatter returns the SUM"),
+    (rs_whole_tensor, r"got a tensor of shape \(12,\) .*\nHint: you returned a tensor as large as the input"),
+    (rs_torch_chunk, r"(?s)raised IndexError.*while reduce-scattering a tensor of 2 elements on 3 ranks.*"
+                     r"Hint: with 2 elements on 3 ranks, tensor\.chunk\(3\) returns only 2 chunk\(s\)"),
+    (rs_with_library, r"dist\.reduce_scatter is not allowed in this exercise"),
+    (rs_stub, r"is not written yet: it raised NotImplementedError\('shift the schedule by one chunk'\)"),
 ])
-def test_ring_all_reduce_rejects(wrong, feedback):
+def test_ring_reduce_scatter_rejects(wrong, feedback):
     with pytest.raises(CheckFailed, match=feedback):
-        check_ring_all_reduce(wrong)
+        check_ring_reduce_scatter(wrong)
 
 
-def test_ring_all_reduce_deadlock_ends_with_a_message():
+def test_ring_reduce_scatter_deadlock_ends_with_a_message():
     with pytest.raises(CheckFailed, match=r"(?s)did not finish within 8 s.*rank 0 in dist\.send.*"
                                           r"every rank called a blocking dist\.send first") as caught:
-        check_ring_all_reduce(ring_blocking_send_first, timeout=DEADLOCK_TIMEOUT)
+        check_ring_reduce_scatter(rs_blocking_send_first, timeout=DEADLOCK_TIMEOUT)
     assert "rank 2 in dist.send" in str(caught.value)
+
+
+def _library_reduce_scatter(rank, sizes):
+    chunks = [rank_input(rank, size).tensor_split(dist.get_world_size()) for size in sizes]
+    outs = [torch.empty_like(c[rank]) for c in chunks]
+    for out, parts in zip(outs, chunks):
+        dist.reduce_scatter(out, list(parts))
+    return outs
+
+
+def test_the_reference_is_what_dist_reduce_scatter_gives():
+    """The check's expected chunk (all_reduce, cut by tensor_split) equals dist.reduce_scatter's output."""
+    library = launch(_library_reduce_scatter, args=(REDUCE_SIZES,), nprocs=3, backend="gloo", timeout=60)
+    for case, size in enumerate(REDUCE_SIZES):
+        total = sum(rank_input(rank, size) for rank in range(3))
+        for rank in range(3):
+            torch.testing.assert_close(library[rank][case], total.tensor_split(3)[rank])
 
 
 # --- ring all-gather ---------------------------------------------------------------------
@@ -191,7 +208,7 @@ def gather_blocking(tensor):
 
 def test_ring_all_gather_accepts_the_right_answer(capsys):
     check_ring_all_gather(ring_all_gather)
-    assert capsys.readouterr().out.startswith("✓ ring_all_gather gives every rank")
+    assert "✓ ring_all_gather gives every rank" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("wrong, feedback", [
@@ -207,3 +224,83 @@ def test_ring_all_gather_rejects(wrong, feedback):
 def test_ring_all_gather_deadlock_ends_with_a_message():
     with pytest.raises(CheckFailed, match=r"(?s)did not finish within 8 s.*blocking dist\.send"):
         check_ring_all_gather(gather_blocking, timeout=DEADLOCK_TIMEOUT)
+
+
+# --- exercise 3: an averaging all-reduce from the two ---------------------------------------------
+
+def _gather(tensor):
+    """The right ring all-gather (exercise 2), for the answers below."""
+    return ring_all_gather(tensor)
+
+
+def all_reduce_mean(tensor, pad=True, trim=True, divide=True, gather=True, lesson_layout=False):
+    """Right answer (all knobs at their defaults); each knob turned is one wrong answer below."""
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    sizes = [len(c) for c in tensor.tensor_split(world_size)]
+    owned = (rank + 1) % world_size if lesson_layout else rank
+    mine = ring_reduce_scatter(tensor, shift=0 if lesson_layout else 1)[owned]
+    if not gather:
+        return mine / world_size
+    padded = torch.nn.functional.pad(mine, (0, sizes[0] - len(mine))) if pad else mine
+    pieces = _gather(padded)
+    if trim:
+        pieces = [piece[:size] for piece, size in zip(pieces, sizes)]
+    total = torch.cat(pieces)
+    return total / world_size if divide else total
+
+
+def mean_right(tensor):
+    return all_reduce_mean(tensor)
+
+
+def mean_sum(tensor):
+    """Wrong: forgets to divide by the world size."""
+    return all_reduce_mean(tensor, divide=False)
+
+
+def mean_without_all_gather(tensor):
+    """Wrong: stops after the reduce-scatter (divides its chunk, returns it)."""
+    return all_reduce_mean(tensor, gather=False)
+
+
+def mean_without_padding(tensor):
+    """Wrong: all-gathers the uneven chunks as they are."""
+    return all_reduce_mean(tensor, pad=False)
+
+
+def mean_padding_kept(tensor):
+    """Wrong: pads, but concatenates the padded entries."""
+    return all_reduce_mean(tensor, trim=False)
+
+
+def mean_lesson_layout(tensor):
+    """Wrong: the lesson's reduce-scatter (rank r owns chunk r + 1), concatenated in list order."""
+    return all_reduce_mean(tensor, lesson_layout=True)
+
+
+def mean_before_exercise_1(tensor):
+    """Exercise 3 written while exercise 1 is still the stub: the message names the stub."""
+    return rs_stub(tensor)
+
+
+def test_all_reduce_mean_accepts_the_right_answer(capsys):
+    check_all_reduce_mean(mean_right)
+    assert "✓ mean_right equals dist.all_reduce / world_size on 3 ranks" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("wrong, feedback", [
+    (mean_sum, r"rank 0, tensor of 12 .*\nHint: you returned the SUM over ranks"),
+    (mean_without_all_gather, r"got a tensor of shape \(4,\) .*\nHint: that is chunk 0 only, .* The all-gather "
+                              r"phase is missing"),
+    (mean_without_padding, r"(?s)rank \d failed while running mean_without_padding: .*SIGABRT.*\n"
+                           r"Hint: a recv received a message of another size than its buffer.* pad every reduced "
+                           r"chunk with zeros"),
+    (mean_padding_kept, r"tensor of 10 elements .*\nHint: 12 = 3 x 4 elements for a tensor of 10: the padding is "
+                        r"still there"),
+    (mean_lesson_layout, r"tensor of 12 .*\nHint: every chunk is right but in the wrong place \(position 0 holds "
+                         r"chunk 1"),
+    (mean_before_exercise_1, r"^rs_stub \(called by mean_before_exercise_1\) is not written yet"),
+])
+def test_all_reduce_mean_rejects(wrong, feedback):
+    with pytest.raises(CheckFailed, match=feedback):
+        check_all_reduce_mean(wrong)

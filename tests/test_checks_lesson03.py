@@ -43,6 +43,11 @@ def scatter_strided(tensors, n):
     return [tuple(t[k::n] for t in tensors) for k in range(n) if k < len(tensors[0])][: -(-len(tensors[0]) // size)]
 
 
+def scatter_split_by_size(tensors, n):
+    """torch.split(t, n): n read as a chunk size, not a count (chunks of 4 rows for 10 over 4)."""
+    return list(zip(*[torch.split(t, n) for t in tensors]))
+
+
 def gather_dim1(outputs):
     return torch.cat(outputs, dim=1)
 
@@ -60,6 +65,9 @@ def test_scatter_gather_accepts_the_right_answer(capsys):
     (scatter_tensor_split, gather_outputs, r"(?s)DataParallel splits like torch.chunk.*tensor_split"),
     (scatter_per_tensor, gather_outputs, r"one per \*tensor\*; expected 4, one per device"),
     (scatter_strided, gather_outputs, r"(?s)right shape, wrong rows.*contiguous slice"),
+    (scatter_split_by_size, gather_outputs, r"(?s)10 rows .* over 4 devices: got chunks of \[4, 4, 2\] rows, "
+                                            r"expected \[3, 3, 3, 1\].*torch\.split\(t, 4\) reads 4 as a chunk "
+                                            r"SIZE.*torch\.chunk\(t, 4\) takes the NUMBER of chunks"),
     (scatter_batch, gather_dim1, r"concatenate along dim 0"),
     (scatter_batch, gather_reversed, r"(?s)rows are out of order.*device 0 first"),
 ])

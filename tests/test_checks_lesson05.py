@@ -8,6 +8,7 @@ check launches 2 gloo ranks (about 2 s each).
 from __future__ import annotations
 
 import math
+import random
 
 import pytest
 import torch
@@ -60,18 +61,48 @@ def not_shuffled(n, world_size, rank, epoch, seed=0):
     return _pad(list(range(n)), world_size)[rank::world_size]
 
 
+def contiguous_block(n, world_size, rank, epoch, seed=0):
+    """A valid split of the right permutation, but a block per rank instead of every world_size-th index."""
+    per_rank = math.ceil(n / world_size)
+    return _pad(_perm(n, seed + epoch), world_size)[rank * per_rank:(rank + 1) * per_rank]
+
+
+def pads_with_the_last_indices(n, world_size, rank, epoch, seed=0):
+    perm = _perm(n, seed + epoch)
+    missing = math.ceil(n / world_size) * world_size - n
+    return (perm + perm[n - missing:])[rank::world_size] if missing <= n else shard_indices(n, world_size, rank, epoch,
+                                                                                           seed)
+
+
+def ignores_the_seed(n, world_size, rank, epoch, seed=0):
+    return _pad(_perm(n, epoch), world_size)[rank::world_size]
+
+
+def python_random_shuffle(n, world_size, rank, epoch, seed=0):
+    perm = list(range(n))
+    random.Random(seed + epoch).shuffle(perm)
+    return _pad(perm, world_size)[rank::world_size]
+
+
 def test_shard_indices_accepts_right_answers(capsys):
     check_shard_indices(shard_indices)
     check_shard_indices(torch_distributed_sampler)
-    assert capsys.readouterr().out.count("✓ shard_indices") == 2
+    assert capsys.readouterr().out.count("✓ shard_indices equals DistributedSampler") == 2
 
 
 @pytest.mark.parametrize("answer, feedback", [
-    (no_padding, r"(?s)n=10 over world_size=4: rank 2 got 2 indices, expected ceil\(10/4\) = 3.*pad"),
-    (seeded_with_the_rank, r"(?s)never visited.*SAME permutation.*never the rank"),
-    (ignores_the_epoch, r"(?s)same order in epochs 0, 1, 2.*seed \+ epoch"),
-    (global_random_state, r"(?s)never visited.*generator seeded with seed \+ epoch"),
+    (contiguous_block, r"(?s)rank=0, epoch=0, seed=0\) returned .*contiguous block of the padded permutation "
+                       r"\(padded\[0 \* 6:1 \* 6\]\).*every world_size-th index starting at r"),
+    (no_padding, r"(?s)n=10, world_size=4, rank=2, .*no padding: rank 2 got 2 indices.*\[3, 3, 2, 2\]"),
+    (seeded_with_the_rank, r"(?s)rank=1, .*rank 1 cut a permutation drawn from seed 1, a seed that includes the "
+                           r"rank.*never the rank"),
+    (ignores_the_epoch, r"(?s)n=12, world_size=2, rank=0, epoch=1, seed=0\).*indices of epoch 0: the epoch is "
+                        r"left out of the seed"),
+    (ignores_the_seed, r"(?s)seed=5\).*indices for seed=0: the seed argument \(5\) is ignored"),
+    (global_random_state, r"(?s)two calls with the same arguments gave different indices.*not the global random"),
     (not_shuffled, r"(?s)not shuffled"),
+    (pads_with_the_last_indices, r"(?s)n=10, world_size=4, .*right up to the padding.*FIRST indices"),
+    (python_random_shuffle, r"(?s)split the data validly, but not in DistributedSampler's order.*torch\.randperm"),
 ])
 def test_shard_indices_rejects_wrong_answers(answer, feedback):
     with pytest.raises(CheckFailed, match=feedback):
@@ -117,6 +148,25 @@ def zero_grad_every_micro_batch(ddp_model, micro_batches):
     (F.mse_loss(ddp_model(x_last), y_last) / len(micro_batches)).backward()
 
 
+def forward_outside_no_sync(ddp_model, micro_batches):
+    """Wrong: only the backward inside no_sync (DDP reads the flag in forward)."""
+    *first, (x_last, y_last) = micro_batches
+    for x, y in first:
+        loss = F.mse_loss(ddp_model(x), y) / len(micro_batches)
+        with ddp_model.no_sync():
+            loss.backward()
+    (F.mse_loss(ddp_model(x_last), y_last) / len(micro_batches)).backward()
+
+
+def every_forward_inside_no_sync(ddp_model, micro_batches):
+    """Wrong: all forwards inside no_sync, the last backward outside it."""
+    with ddp_model.no_sync():
+        losses = [F.mse_loss(ddp_model(x), y) / len(micro_batches) for x, y in micro_batches]
+        for loss in losses[:-1]:
+            loss.backward()
+    losses[-1].backward()
+
+
 def steps_inside(ddp_model, micro_batches):
     accumulate_gradients(ddp_model, micro_batches)
     torch.optim.SGD(ddp_model.parameters(), lr=0.1).step()
@@ -133,6 +183,10 @@ def test_accumulate_gradients_accepts_the_right_answer(capsys):
     (loss_not_divided, r"(?s)3 times the big batch's gradient.*divide each micro-batch loss"),
     (zero_grad_every_micro_batch, r"(?s)only the last micro-batch counted"),
     (steps_inside, r"the parameters changed"),
+    (forward_outside_no_sync, r"(?s)3 all-reduces for 3 micro-batches, although 2 backward\(s\) ran inside "
+                              r"`no_sync\(\)`: their forward ran outside it.*Put the forward AND the backward"),
+    (every_forward_inside_no_sync, r"(?s)no all-reduce happened, although a backward ran outside `no_sync\(\)`: "
+                                   r"its forward ran inside it.*forward and backward both outside"),
 ])
 def test_accumulate_gradients_rejects_wrong_answers(answer, feedback):
     with pytest.raises(CheckFailed, match=feedback):

@@ -2,7 +2,7 @@
 
 One module per lesson (`ddp_lab.checks.lesson02`, ...), loaded on first use:
 
-    ddp_lab.checks.lesson02.check_ring_all_reduce(ring_all_reduce)
+    ddp_lab.checks.lesson02.check_ring_reduce_scatter(ring_reduce_scatter)
 
 Every check raises `CheckFailed` (an AssertionError) with a message that names the
 mistake, and prints one line starting with "✓" when the answer is right.

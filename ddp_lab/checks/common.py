@@ -16,7 +16,6 @@ import contextlib
 import inspect
 import re
 import textwrap
-import warnings
 
 import torch
 
@@ -103,7 +102,7 @@ def ensure_written(fn) -> None:
                           "Replace the `raise NotImplementedError` line with your answer.")
 
 
-def run_on_ranks(runner, args: tuple, nprocs: int, timeout: float, what: str):
+def run_on_ranks(runner, args: tuple, nprocs: int, timeout: float, what: str, explain=None):
     """Launch `runner(rank, *args)` on gloo ranks; turn any failure into CheckFailed.
 
     Args:
@@ -112,21 +111,22 @@ def run_on_ranks(runner, args: tuple, nprocs: int, timeout: float, what: str):
         nprocs: number of ranks.
         timeout: seconds before a hang is declared a deadlock.
         what: the learner's function name, for messages.
+        explain: optional `explain(failure) -> str | None` (failure: the first failing rank's
+            `ddp_lab.errors.RankFailure`): a hint naming the likely mistake behind an
+            exception or a crash, added to the message.
     """
-    from ddp_lab.errors import LaunchError, LaunchTimeout, LaunchWarning
+    from ddp_lab.errors import LaunchError, LaunchTimeout
     from ddp_lab.launcher import launch
 
-    with warnings.catch_warnings():
-        # nprocs > cores is expected on small machines and says nothing about the answer
-        warnings.filterwarnings("ignore", category=LaunchWarning, message="nprocs=")
-        try:
-            return launch(runner, args=args, nprocs=nprocs, backend="gloo", timeout=timeout)
-        except LaunchTimeout as error:
-            raise CheckFailed(timeout_message(error, what, timeout)) from None
-        except LaunchError as error:
-            raise CheckFailed(failure_message(error, what)) from None
+    try:
+        return launch(runner, args=args, nprocs=nprocs, backend="gloo", timeout=timeout)
+    except LaunchTimeout as error:
+        raise CheckFailed(timeout_message(error, what, timeout)) from None
+    except LaunchError as error:
+        raise CheckFailed(failure_message(error, what, explain)) from None
 
 
+_FRAME = re.compile(r'File "[^"\n]*", line \d+, in (\w+)')
 _TORCH_CALL = re.compile(r'distributed_c10d\.py", line \d+ in (\w+)')
 
 
@@ -157,17 +157,31 @@ def timeout_message(error, what: str, timeout: float) -> str:
             f"Hint: {hint}")
 
 
-def failure_message(error, what: str) -> str:
+def failure_message(error, what: str, explain=None) -> str:
+    """The CheckFailed text for a launch that failed: rank, exception or crash, its last lines, a hint."""
+    message = _failure_text(error, what)
+    failure = error.failures[error.first_rank]
+    exception = failure.exception
+    settled = isinstance(exception, ForbiddenCollective) or (
+        isinstance(exception, CaseFailed) and exception.kind == "NotImplementedError")  # already say the fix
+    hint = explain(failure) if explain and not settled else None
+    return f"{message}\nHint: {hint}" if hint else message
+
+
+def _failure_text(error, what: str) -> str:
     rank = error.first_rank
     failure = error.failures[rank]
     exception = failure.exception
     if isinstance(exception, ForbiddenCollective):
         return f"rank {rank}: {exception}.\nHint: the point of the exercise is to build the collective yourself."
     if isinstance(exception, CaseFailed):
-        if exception.kind == "NotImplementedError":
-            return (f"{what} is not written yet: it raised NotImplementedError({exception.message!r}).\n"
-                    "Replace the `raise NotImplementedError` line with your answer.")
         head = failure.details.split("The above exception was the direct cause")[0].rstrip()
+        if exception.kind == "NotImplementedError":
+            frames = [f for f in _FRAME.findall(head) if f != "call_case"]  # the answer may call a stub helper
+            called = what in frames and frames[-1] != what  # the stub is a function the answer calls
+            stub = f"{frames[-1]} (called by {what})" if called else what
+            return (f"{stub} is not written yet: it raised NotImplementedError({exception.message!r}).\n"
+                    "Replace the `raise NotImplementedError` line with your answer.")
         return (f"rank {rank}: {what} raised {exception.kind}: {exception.message}\n"
                 f"while {exception.case}.\n\n{_last_lines(head, 12)}")
     return f"rank {rank} failed while running {what}: {failure.summary}\n\n{_last_lines(failure.details, 12)}"

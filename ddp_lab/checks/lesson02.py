@@ -1,22 +1,28 @@
 """Checks for the exercises of notebooks/02-collectives.ipynb: collectives built from send/recv.
 
-    ddp_lab.checks.lesson02.check_ring_all_reduce(ring_all_reduce)
+    ddp_lab.checks.lesson02.check_ring_reduce_scatter(ring_reduce_scatter)
     ddp_lab.checks.lesson02.check_ring_all_gather(ring_all_gather)
+    ddp_lab.checks.lesson02.check_all_reduce_mean(all_reduce_mean)
 
 Each runs the answer on 3 gloo ranks (so sizes 10, 7, 2 do not divide evenly), with every
-collective disabled inside the ranks, and a short timeout that turns a deadlock into a
-message.
+collective disabled inside the ranks while the answer runs, and a short timeout that turns
+a deadlock into a message. The expected results come from the library itself: before the
+answer runs, every rank calls `dist.all_reduce` on the same inputs.
 
 Introduced in notebooks/02-collectives.ipynb.
 """
 
 from __future__ import annotations
 
+import contextlib
+import itertools
+import re
+
 import torch
 
 from ddp_lab.checks import CheckFailed, passed
-from ddp_lab.checks.common import (call_case, describe, ensure_written, first_mismatch, only_point_to_point,
-                                   run_on_ranks)
+from ddp_lab.checks.common import (CaseFailed, call_case, describe, ensure_written, first_mismatch,
+                                   only_point_to_point, run_on_ranks)
 
 WORLD_SIZE = 3
 REDUCE_SIZES = (12, 10, 7, 2)    # 12 divides by 3; the others do not; 2 < world size
@@ -29,18 +35,60 @@ def rank_input(rank: int, size: int) -> torch.Tensor:
     return torch.randn(size, generator=generator)
 
 
+def chunk_sizes(size: int, world_size: int) -> list[int]:
+    """Element counts of `tensor.tensor_split(world_size)` for a tensor of `size` elements."""
+    return [len(chunk) for chunk in torch.empty(size).tensor_split(world_size)]
+
+
 def _returned(value):
     return value.detach().clone() if torch.is_tensor(value) else value
 
 
-def _all_reduce_runner(rank: int, fn, sizes, world_size: int):
-    outputs = []
-    with only_point_to_point():
+@contextlib.contextmanager
+def _counting_receives(counts: list[int]):
+    """Inside a rank: add 1 to counts[-1] for every dist.recv / dist.irecv the answer makes."""
+    import torch.distributed as dist
+    import torch.distributed.distributed_c10d as c10d
+
+    saved = {(module, name): getattr(module, name) for module in (dist, c10d) for name in ("recv", "irecv")}
+    inside = []  # dist.recv calls irecv itself (torch 2.13): count only the answer's own call
+
+    def counting(original):
+        def receive(*args, **kwargs):
+            counts[-1] += not inside
+            inside.append(1)
+            try:
+                return original(*args, **kwargs)
+            finally:
+                inside.pop()
+        return receive
+
+    for (module, name), original in saved.items():
+        setattr(module, name, counting(original))
+    try:
+        yield
+    finally:
+        for (module, name), original in saved.items():
+            setattr(module, name, original)
+
+
+def _reduce_runner(rank: int, fn, sizes, world_size: int, verb: str):
+    """On one rank: the library's all_reduce for every size (the reference), then the answer."""
+    import torch.distributed as dist
+
+    references = []
+    for size in sizes:
+        total = rank_input(rank, size)
+        dist.all_reduce(total)  # SUM over ranks, computed by torch.distributed itself
+        references.append(total)
+    outputs, receives = [], []
+    with only_point_to_point(), _counting_receives(receives):
         for size in sizes:
-            tensor = rank_input(rank, size)
-            out = call_case(fn, f"reducing a tensor of {size} elements on {world_size} ranks", tensor.clone())
+            receives.append(0)
+            out = call_case(fn, f"{verb} a tensor of {size} elements on {world_size} ranks",
+                            rank_input(rank, size).clone())
             outputs.append(_returned(out))
-    return outputs
+    return {"sums": references, "outputs": outputs, "receives": receives}
 
 
 def _all_gather_runner(rank: int, fn, sizes, world_size: int):
@@ -53,59 +101,127 @@ def _all_gather_runner(rank: int, fn, sizes, world_size: int):
     return outputs
 
 
-def check_ring_all_reduce(ring_all_reduce, world_size: int = WORLD_SIZE, timeout: float = 20.0) -> None:
-    """Check a hand-built ring all-reduce that returns the element-wise MEAN over ranks.
+def _close(got, expected) -> bool:
+    return (torch.is_tensor(got) and got.shape == expected.shape
+            and first_mismatch(got.float(), expected.float()) is None)
 
-    `ring_all_reduce(tensor)` runs on every rank with that rank's 1-D tensor and must
-    return the mean of all ranks' tensors, using only send/recv (isend/irecv).
+
+def _case_size(failure) -> int | None:
+    exception = failure.exception
+    found = re.search(r"of (\d+) elements", exception.case) if isinstance(exception, CaseFailed) else None
+    return int(found.group(1)) if found else None
+
+
+def _explain_chunking(failure, world_size: int, size_mismatch: str) -> str | None:
+    """Hints for the failures chunking mistakes cause: a bad chunk index, a recv of the wrong size."""
+    exception = failure.exception
+    size = _case_size(failure)
+    if isinstance(exception, CaseFailed) and exception.kind == "IndexError" and size is not None:
+        if size < world_size:
+            return (f"with {size} elements on {world_size} ranks, tensor.chunk({world_size}) returns only "
+                    f"{len(torch.empty(size).chunk(world_size))} chunk(s), so a chunk index runs past the end: "
+                    f"tensor.tensor_split({world_size}) always returns {world_size} chunks (here some are "
+                    "empty), which is what every rank's index arithmetic assumes.")
+        return "a chunk index ran past the list of chunks: take every chunk index % world_size."
+    if "doesn't match expected size" in failure.details:
+        return size_mismatch
+    return None
+
+
+# --- exercise 1: ring reduce-scatter ------------------------------------------------------------
+
+def check_ring_reduce_scatter(ring_reduce_scatter, world_size: int = WORLD_SIZE, timeout: float = 20.0) -> None:
+    """Check a hand-built reduce-scatter with `dist.reduce_scatter`'s layout.
+
+    `ring_reduce_scatter(tensor)` runs on every rank with that rank's 1-D tensor and must
+    return the SUM over ranks of chunk `rank` of `tensor.tensor_split(world_size)` (only that
+    chunk), using only send/recv (isend/irecv). The expected value is `dist.all_reduce` of
+    the same inputs, cut the same way.
 
     Introduced in notebooks/02-collectives.ipynb.
     """
-    ensure_written(ring_all_reduce)
-    name = getattr(ring_all_reduce, "__name__", "ring_all_reduce")
-    results = run_on_ranks(_all_reduce_runner, (ring_all_reduce, REDUCE_SIZES, world_size),
-                           world_size, timeout, name)
-    right_sizes = []
+    ensure_written(ring_reduce_scatter)
+    name = getattr(ring_reduce_scatter, "__name__", "ring_reduce_scatter")
+    mismatch = ("a recv received a message of another size than its buffer: a rank sent one chunk while "
+                "its right neighbour received into a chunk of another size (10 elements on 3 ranks: chunks "
+                "of 4, 3, 3). What rank r sends in step s, rank r + 1 must receive in step s: the send "
+                "index of rank r must equal the recv index of rank r + 1.")
+    results = run_on_ranks(_reduce_runner, (ring_reduce_scatter, REDUCE_SIZES, world_size, "reduce-scattering"),
+                           world_size, timeout, name,
+                           explain=lambda failure: _explain_chunking(failure, world_size, mismatch))
     for case, size in enumerate(REDUCE_SIZES):
         inputs = [rank_input(rank, size) for rank in range(world_size)]
-        total = torch.stack(inputs).sum(0)
         for rank in range(world_size):
-            _compare_reduction(results[rank][case], total / world_size, total, inputs[rank],
-                               rank, size, world_size, right_sizes)
-        right_sizes.append(size)
-    passed(f"{name} returns the mean on {world_size} ranks for sizes "
-           f"{', '.join(map(str, REDUCE_SIZES))}, using only send/recv")
+            expected = results[rank]["sums"][case].tensor_split(world_size)[rank]
+            _compare_reduce_scatter(results[rank]["outputs"][case], expected, inputs, rank, size, world_size,
+                                    results[rank]["receives"][case])
+    passed(f"{name} gives rank r the sum of chunk r, like dist.reduce_scatter, on {world_size} ranks for "
+           f"sizes {', '.join(map(str, REDUCE_SIZES))}, using only send/recv")
 
 
-def _compare_reduction(got, mean, total, own, rank, size, world_size, right_sizes) -> None:
+def _compare_reduce_scatter(got, expected, inputs, rank, size, world_size, receives) -> None:
     where = f"rank {rank}, tensor of {size} elements on {world_size} ranks"
     if not torch.is_tensor(got):
-        raise CheckFailed(f"{where}: expected a tensor, got {describe(got)}.\n"
-                          "Hint: return the reduced tensor at the end of the function.")
-    if got.shape != mean.shape:
-        raise CheckFailed(f"{where}: expected shape {tuple(mean.shape)}, got {tuple(got.shape)}.\n"
-                          "Hint: return the whole reduced tensor (all chunks), not one chunk.")
-    index = first_mismatch(got.float(), mean)
-    if index is None:
+        raise CheckFailed(f"{where}: expected a tensor (the sum of chunk {rank}), got {describe(got)}.\n"
+                          "Hint: return the reduced chunk at the end of the function.")
+    if _close(got, expected):
         return
-    element = index[0]
-    message = (f"{where}, element {element}: expected the mean {mean[element].item():.6f}, "
-               f"got {got[element].item():.6f}.")
-    if first_mismatch(got.float(), total) is None:
-        hint = (f"you returned the SUM over ranks; the exercise asks for the MEAN: divide by the "
-                f"world size ({world_size}).")
-    elif first_mismatch(got.float(), own) is None:
-        hint = "the result is this rank's own input, unchanged: return the reduced tensor, not the input."
-    elif size % world_size and right_sizes and right_sizes[0] % world_size == 0:
-        wrong = (~torch.isclose(got.float(), mean, atol=1e-5, rtol=1e-5)).nonzero().flatten().tolist()
-        hint = (f"size {right_sizes[0]} (divisible by {world_size}) was right, but {size} is not divisible "
-                f"by {world_size} and elements {wrong} are wrong: the chunks must cover every element "
-                f"even when they differ in size; torch.tensor_split(tensor, world_size) does that.")
+    chunks = [t.tensor_split(world_size) for t in inputs]          # chunks[q][k]: rank q's chunk k
+    sums = [sum(chunks[q][k] for q in range(world_size)) for k in range(world_size)]
+    sizes = chunk_sizes(size, world_size)
+    head = (f"{where}: expected the sum over ranks of chunk {rank} ({sizes[rank]} elements; tensor_split "
+            f"gives chunks of {sizes}), got {describe(got)}")
+    if _close(got, expected / world_size):
+        hint = ("you returned the MEAN of chunk {rank}; dist.reduce_scatter returns the SUM. Leave the "
+                "division for the averaging all-reduce (exercise 3).").format(rank=rank)
+    elif receives < world_size - 1 and (_close(got, chunks[rank][rank]) or _partial(got, chunks, rank, world_size)):
+        hint = (f"this rank received {receives} time(s); a ring reduce-scatter takes N - 1 = {world_size - 1} "
+                f"steps, each receiving one chunk and adding it in, and only the last step (s = N - 2) "
+                f"completes chunk {rank}: run the loop for range(world_size - 1).")
+    elif _close(got, chunks[rank][rank]):
+        hint = (f"it is this rank's own chunk {rank}, unchanged: nothing was ever added into it. With the "
+                f"lesson's schedule rank r sends chunk r in step 0 and never receives into it; shift the "
+                f"schedule so that rank r adds into chunk r in the LAST step (s = N - 2).")
+    elif any(_close(got, sums[k]) for k in range(world_size) if k != rank):
+        other = next(k for k in range(world_size) if k != rank and _close(got, sums[k]))
+        lesson = (" That is where the lesson's ring ends (chunk (r + 1) % N)." if other == (rank + 1) % world_size
+                  else "")
+        hint = (f"it is the full sum of chunk {other}, not of chunk {rank}.{lesson} dist.reduce_scatter gives "
+                f"rank r chunk r: shift every chunk index of the schedule by one, so that in the last step "
+                f"(s = N - 2) rank r adds into chunk r, and return chunks[rank].")
+    elif got.numel() == size:
+        hint = (f"you returned a tensor as large as the input: return only chunk {rank}, the one this rank "
+                "owns after the reduce-scatter (tensor_split's chunk `rank`).")
+    elif _partial(got, chunks, rank, world_size):
+        ranks = _partial(got, chunks, rank, world_size)
+        missing = sorted(set(range(world_size)) - set(ranks))
+        hint = (f"it is the sum over ranks {list(ranks)} only; rank(s) {missing} are missing. A ring "
+                f"reduce-scatter takes N - 1 = {world_size - 1} steps, each adding into the chunk that travels "
+                "on in the next step.")
+    elif got.shape != expected.shape:
+        hint = (f"chunk {rank} of tensor_split({world_size}) has {sizes[rank]} elements: the first "
+                f"{size % world_size} chunks get one extra element when {size} does not divide by "
+                f"{world_size}. Split with tensor.tensor_split(world_size) (not tensor.chunk, not len // N).")
     else:
-        hint = ("after the reduce-scatter phase rank r must own the fully reduced chunk (r + 1) % "
-                "world_size; check which chunk each step sends and which one it adds into.")
-    raise CheckFailed(f"{message}\nHint: {hint}")
+        index = first_mismatch(got.float(), expected.float())
+        head = (f"{where}, element {index[0]} of chunk {rank}: expected the sum {expected[index].item():.6f}, "
+                f"got {got[index].item():.6f}")
+        hint = ("rank r must end with chunk r complete: in step s it adds what arrives into one chunk and "
+                "sends the chunk it completed in the step before; check both indices against the last step "
+                "(s = N - 2), in which rank r adds into chunk r.")
+    raise CheckFailed(f"{head}.\nHint: {hint}")
 
+
+def _partial(got, chunks, rank, world_size) -> tuple[int, ...] | None:
+    """The strict subset of ranks (at least 2) whose chunk `rank` adds up to got, if any."""
+    for count in range(2, world_size):
+        for ranks in itertools.combinations(range(world_size), count):
+            if _close(got, sum(chunks[q][rank] for q in ranks)):
+                return ranks
+    return None
+
+
+# --- exercise 2: ring all-gather -----------------------------------------------------------------
 
 def check_ring_all_gather(ring_all_gather, world_size: int = WORLD_SIZE, timeout: float = 20.0) -> None:
     """Check a hand-built all-gather: `ring_all_gather(tensor)` returns a list whose entry k is rank k's tensor.
@@ -147,3 +263,89 @@ def _compare_gather(got, inputs, rank, size, world_size) -> None:
             hint = (f"entry {source} was never filled with rank {source}'s tensor: a ring all-gather needs "
                     f"world_size - 1 = {world_size - 1} steps, each passing on what arrived in the step before.")
         raise CheckFailed(f"{message}\nHint: {hint}")
+
+
+# --- exercise 3: an averaging all-reduce from the two ---------------------------------------------
+
+def check_all_reduce_mean(all_reduce_mean, world_size: int = WORLD_SIZE, timeout: float = 20.0) -> None:
+    """Check an averaging all-reduce: `all_reduce_mean(tensor)` returns the element-wise MEAN over ranks.
+
+    It runs on every rank with that rank's 1-D tensor and must return what
+    `dist.all_reduce(tensor); tensor / world_size` gives, for sizes that do and do not divide
+    by the world size, using only send/recv (the exercise composes the reduce-scatter and the
+    all-gather built before it).
+
+    Introduced in notebooks/02-collectives.ipynb.
+    """
+    ensure_written(all_reduce_mean)
+    name = getattr(all_reduce_mean, "__name__", "all_reduce_mean")
+    mismatch = ("a recv received a message of another size than its buffer. tensor_split's chunks differ by "
+                "one element when the size does not divide by world_size (10 on 3 ranks: 4, 3, 3), but "
+                "ring_all_gather receives into buffers shaped like this rank's own tensor: pad every reduced "
+                "chunk with zeros to the largest chunk's size before ring_all_gather, and cut entry k back to "
+                "chunk k's size afterwards.")
+    results = run_on_ranks(_reduce_runner, (all_reduce_mean, REDUCE_SIZES, world_size, "averaging"),
+                           world_size, timeout, name,
+                           explain=lambda failure: _explain_chunking(failure, world_size, mismatch))
+    for case, size in enumerate(REDUCE_SIZES):
+        inputs = [rank_input(rank, size) for rank in range(world_size)]
+        for rank in range(world_size):
+            total = results[rank]["sums"][case]
+            _compare_mean(results[rank]["outputs"][case], total, inputs[rank], rank, size, world_size)
+    passed(f"{name} equals dist.all_reduce / world_size on {world_size} ranks for sizes "
+           f"{', '.join(map(str, REDUCE_SIZES))}, using only send/recv")
+
+
+def _compare_mean(got, total, own, rank, size, world_size) -> None:
+    where = f"rank {rank}, tensor of {size} elements on {world_size} ranks"
+    mean = total / world_size
+    if not torch.is_tensor(got):
+        raise CheckFailed(f"{where}: expected a tensor, got {describe(got)}.\n"
+                          "Hint: return the averaged tensor at the end of the function.")
+    if _close(got, mean):
+        return
+    sizes = chunk_sizes(size, world_size)
+    mine = [piece.tensor_split(world_size)[rank] for piece in (mean, total)]
+    head = f"{where}: expected the mean over ranks (shape {tuple(mean.shape)}), got {describe(got)}"
+    if _close(got, total):
+        hint = (f"you returned the SUM over ranks; the exercise asks for the MEAN: divide by the world "
+                f"size ({world_size}).")
+    elif any(_close(got, piece) for piece in mine) and got.numel() != size:
+        hint = (f"that is chunk {rank} only, what this rank owns after the reduce-scatter. The all-gather "
+                f"phase is missing: gather every rank's reduced chunk (ring_all_gather) and concatenate them "
+                f"in rank order.")
+    elif got.numel() == max(sizes) * world_size != size:
+        hint = (f"{got.numel()} = {world_size} x {max(sizes)} elements for a tensor of {size}: the padding is "
+                f"still there. Cut entry k of the gathered list back to chunk k's size ({sizes}) before "
+                "concatenating.")
+    elif _close(got, own):
+        hint = "the result is this rank's own input, unchanged: return the averaged tensor, not the input."
+    elif got.shape != mean.shape:
+        hint = (f"return the whole averaged tensor: the gathered chunks ({sizes} elements) concatenated in "
+                "rank order.")
+    elif _permuted(got, mean, sizes):
+        hint = (f"every chunk is right but in the wrong place ({_permuted(got, mean, sizes)}): entry k of "
+                "ring_all_gather's list is what rank k sent, so rank k must own chunk k after the reduce-scatter "
+                "(exercise 1's layout, not the lesson's chunk (k + 1) % N), and the entries are concatenated in "
+                "list order.")
+    else:
+        index = first_mismatch(got.float(), mean.float())
+        head = (f"{where}, element {index[0]}: expected the mean {mean[index].item():.6f}, "
+                f"got {got[index].item():.6f}")
+        hint = ("run the checks of exercises 1 and 2 first: this one builds on them. Then: reduce-scatter, "
+                "pad your chunk to the largest chunk, all-gather, cut each entry back to its chunk's size, "
+                "concatenate, divide by world_size.")
+    raise CheckFailed(f"{head}.\nHint: {hint}")
+
+
+def _permuted(got, mean, sizes) -> str | None:
+    """'position k holds chunk j, ...' when got is mean's chunks in another order, else None."""
+    pieces, wanted = got.split(sizes), mean.split(sizes)
+    placed = []
+    for position, piece in enumerate(pieces):
+        sources = [k for k, chunk in enumerate(wanted) if _close(piece, chunk)]
+        if not sources:
+            return None
+        placed.append((position, sources[0]))
+    moved = [f"position {p} holds chunk {k}" for p, k in placed if p != k]
+    return ", ".join(moved) or None

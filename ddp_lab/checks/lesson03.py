@@ -78,6 +78,12 @@ def _compare_scatter(got, tensors, n, case) -> None:
     expected = list(zip(*(torch.chunk(t, n) for t in tensors)))
     if not isinstance(got, (list, tuple)):
         raise CheckFailed(f"{case}: scatter_batch returned {describe(got)}, expected a list with one tuple per device.")
+    by_size = [torch.split(t, n) for t in tensors]  # n read as a chunk SIZE: chunks of n rows
+    if not _same(expected, list(zip(*by_size))) and (_same(got, list(zip(*by_size))) or _same(got, by_size)):
+        raise CheckFailed(f"{case}: got chunks of {[len(c) for c in by_size[0]]} rows, expected "
+                          f"{[len(e[0]) for e in expected]} rows on {n} devices.\nHint: torch.split(t, {n}) reads "
+                          f"{n} as a chunk SIZE ({n} rows per chunk); torch.chunk(t, {n}) takes the NUMBER of "
+                          f"chunks, which is what one chunk per device needs.")
     if len(got) == len(tensors) != len(expected):
         raise CheckFailed(f"{case}: got {len(got)} entries, one per *tensor*; expected {len(expected)}, one per "
                           "device.\nHint: return a list over devices whose entry k is a tuple (x_k, labels_k, mask_k) "
@@ -107,6 +113,14 @@ def _compare_scatter(got, tensors, n, case) -> None:
                 raise CheckFailed(f"{where}: right shape, wrong rows (first row {part[0].tolist()}, expected "
                                   f"{want[0].tolist()}).\nHint: each device takes a contiguous slice of the "
                                   "batch (device 0 the first rows), the same rows from every tensor.")
+
+
+def _same(got, expected) -> bool:
+    """True when got has expected's nesting of lists/tuples and equal tensors at the leaves."""
+    if torch.is_tensor(expected):
+        return torch.is_tensor(got) and got.shape == expected.shape and torch.equal(got, expected)
+    return (isinstance(got, (list, tuple)) and len(got) == len(expected)
+            and all(_same(g, e) for g, e in zip(got, expected)))
 
 
 # --- a DataParallel training step -------------------------------------------------------

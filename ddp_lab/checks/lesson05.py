@@ -19,8 +19,33 @@ import torch.nn as nn
 from ddp_lab.checks import CheckFailed, passed
 from ddp_lab.checks.common import call_case, run_on_ranks
 
-# (dataset size, world size): divisible, padded, tiny
-SHARD_CASES = ((12, 2), (10, 4), (7, 3), (3, 4))
+# (dataset size, world size, epoch, seed): divisible, padded, fewer samples than ranks, a later
+# epoch, another seed. Every rank's indices are compared with torch's DistributedSampler.
+SHARD_CASES = ((12, 2, 0, 0), (10, 4, 0, 0), (7, 3, 0, 0), (3, 4, 0, 0), (12, 2, 1, 0), (10, 4, 2, 0),
+               (12, 2, 0, 5), (10, 4, 3, 7))
+
+
+def reference_indices(n: int, world_size: int, rank: int, epoch: int, seed: int = 0, shuffle: bool = True,
+                      drop_last: bool = False) -> list[int]:
+    """What `torch.utils.data.DistributedSampler` gives rank `rank` in epoch `epoch` (the reference).
+
+    Introduced in notebooks/05-ddp-in-practice.ipynb.
+    """
+    from torch.utils.data import DistributedSampler
+
+    sampler = DistributedSampler(range(n), num_replicas=world_size, rank=rank, shuffle=shuffle, seed=seed,
+                                 drop_last=drop_last)
+    sampler.set_epoch(epoch)
+    return list(sampler)
+
+
+def _permutation(n: int, seed: int) -> list[int]:
+    return torch.randperm(n, generator=torch.Generator().manual_seed(seed)).tolist()
+
+
+def _padded(perm: list[int], world_size: int) -> list[int]:
+    total = math.ceil(len(perm) / world_size) * world_size
+    return (perm * math.ceil(total / len(perm)))[:total]
 
 
 def _indices(shard_indices, n: int, world_size: int, rank: int, epoch: int, seed: int = 0) -> list[int]:
@@ -41,47 +66,77 @@ def _indices(shard_indices, n: int, world_size: int, rank: int, epoch: int, seed
 def check_shard_indices(shard_indices) -> None:
     """Check a DistributedSampler written by hand: `shard_indices(n, world_size, rank, epoch, seed)`.
 
-    Every rank must get the same number of indices (pad by repeating indices of the
-    permutation), the ranks together must cover every index with only the padding repeated,
-    the order must be shuffled from `seed + epoch` (the same on every rank, different every
-    epoch), and the same arguments must give the same indices (each rank is a separate process).
+    Every rank's indices must equal what `torch.utils.data.DistributedSampler(range(n),
+    num_replicas=world_size, rank=rank, shuffle=True, seed=seed, drop_last=False)` yields
+    after `set_epoch(epoch)`: a permutation drawn with `torch.randperm` from a generator seeded
+    with `seed + epoch` (the same on every rank), padded with its own first indices up to a
+    multiple of world_size, rank r taking every world_size-th index starting at r. The same
+    arguments must give the same indices (each rank is a separate process). A difference is
+    reported with the mistake that explains it.
 
     Introduced in notebooks/05-ddp-in-practice.ipynb.
     """
-    for n, world_size in SHARD_CASES:
-        shards = [_indices(shard_indices, n, world_size, rank, 0) for rank in range(world_size)]
-        per_rank = math.ceil(n / world_size)
-        where = f"n={n} over world_size={world_size}"
-        for rank, shard in enumerate(shards):
-            if len(shard) != per_rank:
-                raise CheckFailed(f"{where}: rank {rank} got {len(shard)} indices, expected ceil({n}/{world_size}) = "
-                                  f"{per_rank} on every rank (got {[len(s) for s in shards]}).\nHint: pad the "
-                                  "permutation with its first indices up to a multiple of world_size; a rank with "
-                                  "fewer batches would leave the others waiting in all_reduce.")
-        everything = sum(shards, [])
-        missing = sorted(set(range(n)) - set(everything))
-        repeats = len(everything) - len(set(everything))
-        if missing or repeats != per_rank * world_size - n:
-            raise CheckFailed(f"{where}: {len(missing)} indices never visited {missing[:6]}, and {repeats} visited "
-                              f"twice (only the {per_rank * world_size - n} padding indices may repeat).\nHint: every "
-                              "rank must cut the SAME permutation (a generator seeded with seed + epoch, never the "
-                              "rank), rank r taking perm[r::world_size].")
-    again = _indices(shard_indices, 12, 2, 0, 0)
-    if again != _indices(shard_indices, 12, 2, 0, 0):
+    first = _indices(shard_indices, 12, 2, 0, 0)
+    if first != _indices(shard_indices, 12, 2, 0, 0):
         raise CheckFailed("two calls with the same arguments gave different indices; each rank is a separate "
                           "process, so they would draw different permutations.\nHint: use "
                           "torch.Generator().manual_seed(seed + epoch) and torch.randperm(n, generator=g), "
                           "not the global random state.")
-    if again == list(range(0, 12, 2)) or again == list(range(6)):
-        raise CheckFailed(f"rank 0 of 12 samples over 2 ranks got {again}: not shuffled.\nHint: cut a random "
-                          "permutation (torch.randperm with a seeded generator), not range(n).")
-    epochs = [_indices(shard_indices, 12, 2, 0, epoch) for epoch in range(3)]
-    if epochs[0] == epochs[1] or epochs[1] == epochs[2]:
-        raise CheckFailed(f"rank 0 gets the same order in epochs 0, 1, 2: {epochs}.\nHint: seed the permutation "
-                          "with seed + epoch, so every epoch is shuffled differently (this is what set_epoch does).")
-    if _indices(shard_indices, 12, 2, 0, 0, seed=1) == again:
-        raise CheckFailed("seed=1 gives the same indices as seed=0.\nHint: seed the generator with seed + epoch.")
-    passed("shard_indices: equal shards with padding, full coverage, shuffled per epoch, reproducible")
+    for n, world_size, epoch, seed in SHARD_CASES:
+        shards = [_indices(shard_indices, n, world_size, rank, epoch, seed) for rank in range(world_size)]
+        for rank, got in enumerate(shards):
+            expected = reference_indices(n, world_size, rank, epoch, seed)
+            if got != expected:
+                case = f"shard_indices(n={n}, world_size={world_size}, rank={rank}, epoch={epoch}, seed={seed})"
+                raise CheckFailed(f"{case} returned {_short(got)}; DistributedSampler gives {_short(expected)}."
+                                  f"\nHint: {_shard_hint(got, shards, n, world_size, rank, epoch, seed)}")
+    passed("shard_indices equals DistributedSampler on every rank: padded, strided, shuffled per epoch "
+           f"and seed ({len(SHARD_CASES)} cases)")
+
+
+def _short(indices: list[int]) -> str:
+    return str(indices) if len(indices) <= 8 else f"[{', '.join(map(str, indices[:8]))}, ...] ({len(indices)} indices)"
+
+
+def _shard_hint(got, shards, n, world_size, rank, epoch, seed) -> str:
+    """The mistake that explains got: compare it with what each common wrong answer would return."""
+    per_rank = math.ceil(n / world_size)
+    padded = _padded(_permutation(n, seed + epoch), world_size)
+    if got == padded[rank * per_rank:(rank + 1) * per_rank]:
+        return (f"that is a contiguous block of the padded permutation (padded[{rank} * {per_rank}:"
+                f"{rank + 1} * {per_rank}]). DistributedSampler deals the indices out like cards: rank r takes "
+                f"every world_size-th index starting at r, padded[r::world_size].")
+    if got == _permutation(n, seed + epoch)[rank::world_size] and len(got) != per_rank:
+        return (f"no padding: rank {rank} got {len(got)} indices while every rank must get ceil({n}/{world_size}) "
+                f"= {per_rank} (ranks got {[len(s) for s in shards]}). Pad the permutation with its own first "
+                "indices up to a multiple of world_size; a rank with fewer batches would leave the others waiting "
+                "in all_reduce.")
+    if epoch and got == reference_indices(n, world_size, rank, 0, seed):
+        return (f"these are the indices of epoch 0: the epoch is left out of the seed, so every epoch repeats "
+                f"the same order. Seed the generator with seed + epoch (what set_epoch does).")
+    for other in sorted({seed + epoch + rank, seed + rank, rank}):
+        if rank and got == _padded(_permutation(n, other), world_size)[rank::world_size]:
+            return (f"rank {rank} cut a permutation drawn from seed {other}, a seed that includes the rank: every "
+                    "rank draws a different permutation, so the shards overlap and miss samples. Seed with "
+                    "seed + epoch only (never the rank): every rank must cut the SAME permutation.")
+    if got == reference_indices(n, world_size, rank, epoch, seed, shuffle=False):
+        return "not shuffled: cut a permutation from torch.randperm with a seeded generator, not range(n)."
+    if seed and got == reference_indices(n, world_size, rank, epoch, 0):
+        return f"these are the indices for seed=0: the seed argument ({seed}) is ignored. Seed with seed + epoch."
+    if got[:n // world_size] == padded[rank::world_size][:n // world_size] and len(got) == per_rank:
+        return (f"right up to the padding: DistributedSampler pads with the permutation's FIRST indices "
+                f"(padded = perm + perm[:{per_rank * world_size - n}]).")
+    if len(got) != per_rank:
+        return (f"rank {rank} got {len(got)} indices; every rank gets ceil({n}/{world_size}) = {per_rank}: pad "
+                "the permutation with its first indices up to a multiple of world_size (drop_last=False).")
+    everything = sum(shards, [])
+    if set(everything) != set(range(n)):
+        missing = sorted(set(range(n)) - set(everything))
+        return (f"the ranks together never visit {missing[:6]}: every rank must cut the SAME permutation (a "
+                "generator seeded with seed + epoch, never the rank), rank r taking perm[r::world_size].")
+    return ("the ranks split the data validly, but not in DistributedSampler's order: draw the permutation "
+            "with torch.randperm(n, generator=torch.Generator().manual_seed(seed + epoch)) (not random.shuffle "
+            "or numpy), pad it with its first indices, and give rank r padded[r::world_size].")
 
 
 # --- gradient accumulation with no_sync -------------------------------------------------------
@@ -112,12 +167,17 @@ def _accumulate_runner(rank: int, accumulate_gradients) -> dict:
 
     model = DDP(_model())
     model.register_comm_hook(None, counting)
+    # Whether sync was on (False inside no_sync) when each forward started and each backward reached
+    # the first parameter: DDP reads the flag in forward, so the two can disagree.
+    synced: dict[str, list[bool]] = {"forward": [], "backward": []}
+    model.register_forward_pre_hook(lambda module, args: synced["forward"].append(module.require_backward_grad_sync))
+    next(model.parameters()).register_hook(lambda grad: synced["backward"].append(model.require_backward_grad_sync))
     x, y = (t.chunk(WORLD_SIZE)[rank] for t in _data())
     micro = list(zip(x.chunk(MICRO_BATCHES), y.chunk(MICRO_BATCHES)))
     before = [p.detach().clone() for p in model.parameters()]
     call_case(accumulate_gradients, f"accumulating {MICRO_BATCHES} micro-batches on rank {rank}", model, micro)
     return {"grads": [None if p.grad is None else p.grad.clone() for p in model.parameters()],
-            "all_reduces": len(calls),
+            "all_reduces": len(calls), "synced": synced,
             "stepped": any(not torch.equal(b, p.detach()) for b, p in zip(before, model.parameters()))}
 
 
@@ -156,7 +216,15 @@ def check_accumulate_gradients(accumulate_gradients, timeout: float = 30.0) -> N
         if got["stepped"]:
             raise CheckFailed(f"rank {rank}: the parameters changed. Only accumulate the gradients; the "
                               "optimizer step comes after, outside this function.")
+        forwards_off = got["synced"]["forward"].count(False)   # forwards run inside no_sync
+        backwards_off = got["synced"]["backward"].count(False)  # backwards run inside no_sync
         if got["all_reduces"] == 0:
+            if True in got["synced"]["backward"]:
+                raise CheckFailed(f"rank {rank}: no all-reduce happened, although a backward ran outside "
+                                  "`no_sync()`: its forward ran inside it.\nHint: DDP decides in forward whether "
+                                  "the next backward all-reduces (no_sync turns off the flag that DDP's forward "
+                                  "reads), so run the LAST micro-batch's forward and backward both outside "
+                                  "`with model.no_sync():`.")
             raise CheckFailed(f"rank {rank}: no all-reduce happened, so every rank kept its own gradients.\n"
                               "Hint: the LAST micro-batch's backward must run outside `with model.no_sync():`.")
         for index, param_name in enumerate(names):
@@ -177,6 +245,14 @@ def check_accumulate_gradients(accumulate_gradients, timeout: float = 30.0) -> N
                         "backward on F.mse_loss(model(x), y) / len(micro_batches) for each micro-batch")
             raise CheckFailed(f"{where}: got {grad.flatten()[:3].tolist()}, expected "
                               f"{want.flatten()[:3].tolist()}.\nHint: {hint}.")
+        if got["all_reduces"] > 1 and backwards_off > forwards_off:
+            raise CheckFailed(f"rank {rank}: right gradients, but {got['all_reduces']} all-reduces for "
+                              f"{MICRO_BATCHES} micro-batches, although {backwards_off} backward(s) ran inside "
+                              f"`no_sync()`: their forward ran outside it.\nHint: DDP decides in forward whether "
+                              "the next backward all-reduces (no_sync turns off the flag that DDP's forward reads), "
+                              "so a forward outside `with model.no_sync():` all-reduces in its backward even "
+                              "inside it. Put the forward AND the backward of every micro-batch but the last "
+                              "inside no_sync.")
         if got["all_reduces"] > 1:
             raise CheckFailed(f"rank {rank}: right gradients, but {got['all_reduces']} all-reduces for "
                               f"{MICRO_BATCHES} micro-batches.\nHint: run every backward except the last inside "
