@@ -41,7 +41,7 @@ def spawn_target(rank: int, world_size: int, port: int, out_dir: str) -> None:
 
 
 def time_spawn(n: int) -> float:
-    from ddp_lab.rendezvous import free_port
+    from ddp_lab.launcher.rendezvous import free_port
 
     with tempfile.TemporaryDirectory() as out_dir:
         started = time.time()
@@ -66,7 +66,7 @@ def _first_all_reduce(rank: int) -> float:
 
 def time_ddp_lab(n: int, warm: bool) -> float:
     import ddp_lab
-    from ddp_lab import procstart
+    from ddp_lab.launcher import procstart
 
     if warm:
         procstart.prepare_zygote()

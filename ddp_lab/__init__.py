@@ -5,7 +5,17 @@
     results = ddp_lab.launch(fn, nprocs=4) # run a notebook function on 4 ranks
 
 Attributes are imported on first use, so a rank process that imports
-`ddp_lab.worker` does not pay for the rest of the package.
+`ddp_lab.launcher.worker` does not pay for the rest of the package.
+
+The package by concept:
+    launcher/    how ranks start, are watched and report (ddp_lab.launch; lesson 00)
+    cluster/     persistent ranks and the %%ddp magics (ddp_lab.Cluster; lesson 00b)
+    torchrun/    a notebook function as a torchrun job (ddp_lab.scripts; lesson 06)
+    hardware/    what this machine offers, where a rank's tensors go (doctor, rank_device, gpu)
+    checks/      exercise checks and `python -m ddp_lab grade`
+    plots/       the lessons' pictures
+    pipeline_parallel/, tensor_parallel/   helpers of lessons 07 and 08
+    memory.py    memory arithmetic (lesson 01); stable.py: numbers printed alike everywhere
 """
 
 from __future__ import annotations
@@ -15,19 +25,19 @@ import importlib
 __version__ = "0.1.0"
 
 _EXPORTS = {
-    "launch": "ddp_lab.launcher",
-    "DEFAULT_TIMEOUT": "ddp_lab.launcher",
-    "Results": "ddp_lab.results",
-    "LaunchError": "ddp_lab.errors",
-    "RankFailed": "ddp_lab.errors",
-    "RankCrashed": "ddp_lab.errors",
-    "LaunchTimeout": "ddp_lab.errors",
-    "ResultNotPicklable": "ddp_lab.errors",
-    "LaunchWarning": "ddp_lab.errors",
-    "RankFailure": "ddp_lab.errors",
-    "doctor": "ddp_lab.machine",
-    "rank_device": "ddp_lab.devices",
-    "Cluster": "ddp_lab.cluster",
+    "launch": "ddp_lab.launcher.launch",
+    "DEFAULT_TIMEOUT": "ddp_lab.launcher.launch",
+    "Results": "ddp_lab.launcher.results",
+    "LaunchError": "ddp_lab.launcher.errors",
+    "RankFailed": "ddp_lab.launcher.errors",
+    "RankCrashed": "ddp_lab.launcher.errors",
+    "LaunchTimeout": "ddp_lab.launcher.errors",
+    "ResultNotPicklable": "ddp_lab.launcher.errors",
+    "LaunchWarning": "ddp_lab.launcher.errors",
+    "RankFailure": "ddp_lab.launcher.errors",
+    "doctor": "ddp_lab.hardware.machine",
+    "rank_device": "ddp_lab.hardware.devices",
+    "Cluster": "ddp_lab.cluster.live_cluster",
     "stable_str": "ddp_lab.stable",
     "UnstableDigits": "ddp_lab.stable",
 }
@@ -35,12 +45,19 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-_SUBPACKAGES = {"checks", "plots", "scripts", "gpu", "memory"}  # lesson 06: torchrun jobs, GPU-only cells
+# ddp_lab.NAME for learners: the folders' modules under short, stable names
+_SUBPACKAGES = {
+    "checks": "ddp_lab.checks",                # exercise checks, ddp_lab.checks.lessonNN
+    "plots": "ddp_lab.plots",                  # the lessons' pictures
+    "memory": "ddp_lab.memory",                # lesson 01's memory arithmetic
+    "scripts": "ddp_lab.torchrun.scripts",     # lesson 06: a notebook function as a torchrun job
+    "gpu": "ddp_lab.hardware.gpu",             # GPU-only cells: skip with a printed reason
+}
 
 
 def load_ipython_extension(ipython) -> None:
-    """`%load_ext ddp_lab` registers %%ddp, %ddp_pull and %ddp_shutdown (see ddp_lab.magics)."""
-    from ddp_lab.magics import load_ipython_extension as load
+    """`%load_ext ddp_lab` registers %%ddp, %ddp_pull and %ddp_shutdown (see ddp_lab.cluster.magics)."""
+    from ddp_lab.cluster.magics import load_ipython_extension as load
 
     load(ipython)
 
@@ -51,9 +68,9 @@ def __getattr__(name: str):
         globals()[name] = value
         return value
     if name in _SUBPACKAGES:
-        return importlib.import_module(f"{__name__}.{name}")
+        return importlib.import_module(_SUBPACKAGES[name])
     raise AttributeError(f"module 'ddp_lab' has no attribute {name!r}")
 
 
 def __dir__():
-    return sorted(set(globals()) | set(_EXPORTS) | _SUBPACKAGES)
+    return sorted(set(globals()) | set(_EXPORTS) | set(_SUBPACKAGES))

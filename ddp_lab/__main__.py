@@ -25,7 +25,7 @@ def main(argv: list[str] | None = None) -> int:
     grade.add_argument("--timeout", type=int, default=600, help="seconds one cell may run (default 600)")
     args = parser.parse_args(argv)
     if args.command == "doctor":
-        from ddp_lab.machine import doctor
+        from ddp_lab.hardware.machine import doctor
 
         doctor()
         return 0

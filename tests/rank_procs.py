@@ -6,7 +6,7 @@ one, not by its parent alone: an orphan whose parent died has been re-parented, 
 exactly what these tests must catch.
 
 The one ddp_lab process allowed to outlive a launch is the launcher's zygote (a direct
-child of the launching process, `python -m ddp_lab.zygote`, kept for fast warm starts).
+child of the launching process, `python -m ddp_lab.launcher.zygote`, kept for fast warm starts).
 Ranks forked from it share its command line but are its children, not the launcher's.
 """
 
@@ -37,9 +37,9 @@ def _is_ddp_lab(process: psutil.Process) -> bool:
 
 
 def is_zygote(process: psutil.Process, launcher_pids: set[int]) -> bool:
-    """The zygote of one of these launchers: `-m ddp_lab.zygote` whose parent is the launcher."""
+    """The zygote of one of these launchers: `-m ddp_lab.launcher.zygote` whose parent is the launcher."""
     try:
-        return "ddp_lab.zygote" in process.cmdline() and process.ppid() in launcher_pids
+        return "ddp_lab.launcher.zygote" in process.cmdline() and process.ppid() in launcher_pids
     except _GONE:
         return False
 

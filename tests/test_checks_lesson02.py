@@ -15,7 +15,7 @@ import torch.distributed as dist
 from ddp_lab.checks import CheckFailed
 from ddp_lab.checks.lesson02 import (REDUCE_SIZES, check_all_reduce_mean, check_ring_all_gather,
                                      check_ring_reduce_scatter, rank_input)
-from ddp_lab.launcher import launch
+from ddp_lab.launcher.launch import launch
 
 DEADLOCK_TIMEOUT = 8.0
 

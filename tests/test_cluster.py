@@ -13,7 +13,8 @@ import psutil
 import pytest
 
 import ddp_lab
-from ddp_lab import LaunchTimeout, RankCrashed, RankFailed, procstart
+from ddp_lab import LaunchTimeout, RankCrashed, RankFailed
+from ddp_lab.launcher import procstart
 
 
 def alive(pid: int) -> bool:
@@ -177,7 +178,7 @@ def test_the_ddp_magic_in_an_ipython_shell(capsys):
 
 ORPHAN_SCRIPT = textwrap.dedent("""
     import os, time, ddp_lab
-    from ddp_lab import procstart
+    from ddp_lab.launcher import procstart
     ddp_lab.launch(lambda rank: rank, nprocs=1, backend="gloo")
     procstart.ready_zygote()
     cluster = ddp_lab.Cluster(2, backend="gloo")

@@ -1,4 +1,4 @@
-"""ddp_lab.machine.cpu_cores: the affinity mask, capped by the cgroup CPU quota.
+"""ddp_lab.hardware.machine.cpu_cores: the affinity mask, capped by the cgroup CPU quota.
 
 JupyterHub on Kubernetes and `docker --cpus` show every core of the host and cap CPU time
 through the cgroup instead. The cgroup trees here are fake ones in tmp_path, laid out as
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from ddp_lab.machine import MachineReport, cgroup_cpu_quota, cores_allowed, cpu_cores, visible_cores
+from ddp_lab.hardware.machine import MachineReport, cgroup_cpu_quota, cores_allowed, cpu_cores, visible_cores
 
 VISIBLE = visible_cores()
 
@@ -163,7 +163,7 @@ def test_a_process_in_a_real_quota_cgroup_counts_its_quota(real_v1_cpu_cgroup, q
         with open(procs, "w") as handle:
             handle.write(str(os.getpid()))
 
-    done = subprocess.run([sys.executable, "-c", "import ddp_lab.machine as m; print(m.cpu_cores(), m.cgroup_cpu_quota())"],
+    done = subprocess.run([sys.executable, "-c", "import ddp_lab.hardware.machine as m; print(m.cpu_cores(), m.cgroup_cpu_quota())"],
                           capture_output=True, text=True, timeout=60, preexec_fn=join_the_cgroup, check=True)
     cores, cpus = done.stdout.split()
     assert float(cpus) == quota_us / period_us

@@ -30,8 +30,8 @@ import torch
 import torch.distributed as dist
 
 import ddp_lab
-from ddp_lab import launcher
-from ddp_lab.machine import cpu_cores, gpu_count
+from ddp_lab.launcher import launch as launcher
+from ddp_lab.hardware.machine import cpu_cores, gpu_count
 from rank_procs import assert_no_ranks_left, ddp_lab_processes, rank_processes
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -367,7 +367,7 @@ def test_hundred_launches_leak_nothing():
 CONCURRENT = textwrap.dedent("""
     import os, sys, time
     from pathlib import Path
-    from ddp_lab.launcher import launch
+    from ddp_lab.launcher.launch import launch
     import torch.distributed  # imported before the start line, so both start together
 
     def total(rank):
@@ -410,7 +410,7 @@ INTERRUPTED = textwrap.dedent("""
     signal.signal(signal.SIGINT, signal.default_int_handler)  # as a Jupyter kernel does
     from pathlib import Path
     import psutil
-    from ddp_lab.launcher import launch
+    from ddp_lab.launcher.launch import launch
 
     def work(rank, marker_dir):
         import torch, torch.distributed as dist
@@ -423,7 +423,7 @@ INTERRUPTED = textwrap.dedent("""
     def ranks_left():
         me = os.getpid()
         return [p for p in psutil.Process().children(recursive=True)
-                if not ("ddp_lab.zygote" in p.cmdline() and p.ppid() == me)]  # the zygote may stay
+                if not ("ddp_lab.launcher.zygote" in p.cmdline() and p.ppid() == me)]  # the zygote may stay
 
     launch(lambda rank: rank, nprocs=2, backend="gloo")  # an earlier cell: the interrupted launch starts warm
     try:
@@ -479,7 +479,7 @@ def test_nccl_without_gpus():
 
 def test_nccl_built_in_but_no_gpu(monkeypatch):
     """A CUDA build of torch on a machine without GPUs (the CPU build cannot show this)."""
-    from ddp_lab import backend
+    from ddp_lab.launcher import backend
 
     monkeypatch.setattr(dist, "is_nccl_available", lambda: True)
     monkeypatch.setattr(backend, "gpu_count", lambda: 0)

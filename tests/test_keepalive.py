@@ -1,7 +1,7 @@
 """Destroying a process group while a DDP model still holds it must not hang the rank.
 
 Freeing such a gloo group joins its threads under the GIL while one of them may need the
-GIL (pytorch/pytorch#56297); ddp_lab.keepalive keeps destroyed groups until the rank exits.
+GIL (pytorch/pytorch#56297); ddp_lab.launcher.keepalive keeps destroyed groups until the rank exits.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ def destroy_while_ddp_lives(rank: int, folder: str, rounds: int, free_model_firs
     import torch.nn.functional as F
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    from ddp_lab.keepalive import kept_groups
+    from ddp_lab.launcher.keepalive import kept_groups
 
     def one_round(i: int) -> torch.Tensor:
         dist.init_process_group("gloo", init_method=f"file://{folder}/store-{i}", rank=rank, world_size=2)

@@ -15,7 +15,7 @@ import torch
 
 import ddp_lab
 from ddp_lab import LaunchTimeout, LaunchWarning, RankCrashed, RankFailed, ResultNotPicklable
-from ddp_lab.machine import cpu_cores
+from ddp_lab.hardware.machine import cpu_cores
 
 
 def rank_children() -> list[psutil.Process]:
@@ -23,7 +23,7 @@ def rank_children() -> list[psutil.Process]:
     alive = []
     for process in psutil.Process().children(recursive=True):
         try:
-            if process.status() != psutil.STATUS_ZOMBIE and "ddp_lab.zygote" not in process.cmdline():
+            if process.status() != psutil.STATUS_ZOMBIE and "ddp_lab.launcher.zygote" not in process.cmdline():
                 alive.append(process)
         except psutil.NoSuchProcess:
             pass
@@ -257,7 +257,7 @@ def run_without_gpus(code: str) -> subprocess.CompletedProcess:
 WITHOUT_GPUS = textwrap.dedent("""
     import torch.distributed as dist
     import ddp_lab
-    from ddp_lab.machine import gpu_count
+    from ddp_lab.hardware.machine import gpu_count
 
     print("GPUs", gpu_count(), "NCCL built in" if dist.is_nccl_available() else "no NCCL")
     for _ in range(2):
@@ -303,7 +303,7 @@ def test_stream_prints_lines_as_they_arrive(capsys):
 
 def test_more_ranks_than_cores_notes_the_speed_once(capsys):
     """A printed `ddp_lab:` note (stored notebook outputs drop it), once per nprocs and kernel."""
-    from ddp_lab import launcher
+    from ddp_lab.launcher import launch as launcher
 
     launcher._noted_oversubscribed.clear()
     nprocs = launcher.cpu_cores() + 1

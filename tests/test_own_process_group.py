@@ -29,7 +29,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 import ddp_lab
 from ddp_lab import LaunchTimeout, RankFailed
-from ddp_lab.rendezvous import LOOPBACK, OWN_STORE, free_port
+from ddp_lab.launcher.rendezvous import LOOPBACK, OWN_STORE, free_port
 from rank_procs import assert_no_ranks_left, listening_sockets
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # ship fns by value, as from a notebook

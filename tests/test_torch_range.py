@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from ddp_lab.machine import TORCH_RANGE, inspect_machine, torch_in_range
+from ddp_lab.hardware.machine import TORCH_RANGE, inspect_machine, torch_in_range
 
 ROOT = Path(__file__).resolve().parent.parent
 RANGE = ("2.4.1", "2.15")  # explicit, so the cases below do not move when TORCH_RANGE does

@@ -112,11 +112,11 @@ def run_on_ranks(runner, args: tuple, nprocs: int, timeout: float, what: str, ex
         timeout: seconds before a hang is declared a deadlock.
         what: the learner's function name, for messages.
         explain: optional `explain(failure) -> str | None` (failure: the first failing rank's
-            `ddp_lab.errors.RankFailure`): a hint naming the likely mistake behind an
+            `ddp_lab.launcher.errors.RankFailure`): a hint naming the likely mistake behind an
             exception or a crash, added to the message.
     """
-    from ddp_lab.errors import LaunchError, LaunchTimeout
-    from ddp_lab.launcher import launch
+    from ddp_lab.launcher.errors import LaunchError, LaunchTimeout
+    from ddp_lab.launcher.launch import launch
 
     try:
         return launch(runner, args=args, nprocs=nprocs, backend="gloo", timeout=timeout)

@@ -34,8 +34,8 @@ def _rank_batch(rank: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 def _launch(runner, args: tuple, timeout: float, what: str, collective: str):
     """Run `runner` on 2 gloo ranks; turn a failure or a hang into CheckFailed."""
-    from ddp_lab.errors import LaunchError, LaunchTimeout
-    from ddp_lab.launcher import launch
+    from ddp_lab.launcher.errors import LaunchError, LaunchTimeout
+    from ddp_lab.launcher.launch import launch
 
     try:
         return launch(runner, args=args, nprocs=WORLD_SIZE, backend="gloo", timeout=timeout)

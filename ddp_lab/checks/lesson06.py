@@ -184,8 +184,8 @@ def check_setup_from_env(setup_from_env, timeout: float = 30.0) -> None:
     Introduced in notebooks/06-backends-and-torchrun.ipynb.
     """
     from ddp_lab.checks.common import failure_message
-    from ddp_lab.errors import LaunchError, LaunchTimeout, LaunchWarning
-    from ddp_lab.launcher import launch
+    from ddp_lab.launcher.errors import LaunchError, LaunchTimeout, LaunchWarning
+    from ddp_lab.launcher.launch import launch
 
     what = "setup_from_env"
     with warnings.catch_warnings():

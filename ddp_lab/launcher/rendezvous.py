@@ -260,7 +260,7 @@ def _port_in_use_message(host: str, port: int) -> str:
 def _hosted_again_message(port: int) -> str:
     return (f"rank 0 already hosts a store on port {port}, for a process group this rank set up and destroyed "
             "earlier: ddp_lab keeps destroyed groups, and with them their stores, until the rank exits, "
-            "because freeing them can deadlock (see ddp_lab/keepalive.py). Set up the group once and keep "
+            "because freeing them can deadlock (see ddp_lab/launcher/keepalive.py). Set up the group once and keep "
             "it, or give each new group a port of its own (a new MASTER_PORT or init_method).")
 
 

@@ -13,8 +13,8 @@ import subprocess
 import sys
 import threading
 
-from ddp_lab.rankprocess import RankProcess
-from ddp_lab.zygote import MAX_PACKET
+from ddp_lab.launcher.rankprocess import RankProcess
+from ddp_lab.launcher.zygote import MAX_PACKET
 
 
 class ForkedRank(RankProcess):
@@ -55,7 +55,7 @@ class Zygote:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             popen = subprocess.Popen(
-                [sys.executable, "-m", "ddp_lab.zygote", str(theirs.fileno())],
+                [sys.executable, "-m", "ddp_lab.launcher.zygote", str(theirs.fileno())],
                 env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                 pass_fds=(theirs.fileno(),), start_new_session=True, cwd=os.getcwd(),
             )

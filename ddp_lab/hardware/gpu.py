@@ -1,6 +1,6 @@
 """GPU-only notebook cells: run where the hardware exists, skip with a printed reason elsewhere.
 
-    reason = ddp_lab.gpu.skip_reason(gpus=1, nccl=True)
+    reason = ddp_lab.hardware.gpu.skip_reason(gpus=1, nccl=True)
     if reason:
         print(f"skipped: {reason}")
     else:
@@ -40,14 +40,14 @@ def skip_reason(gpus: int = 1, nccl: bool = False) -> str | None:
         GPUUnavailable: when a reason exists and DDP_LAB_REQUIRE_GPU is at least `gpus`.
 
     Example:
-        >>> ddp_lab.gpu.skip_reason(gpus=1)   # on a CPU-only machine
+        >>> ddp_lab.hardware.gpu.skip_reason(gpus=1)   # on a CPU-only machine
         'needs 1 CUDA GPU, found 0'
 
     Introduced in notebooks/06-backends-and-torchrun.ipynb.
     """
     import torch.distributed as dist
 
-    from ddp_lab.machine import gpu_count
+    from ddp_lab.hardware.machine import gpu_count
 
     found = gpu_count()
     reason = None

@@ -15,11 +15,11 @@ import queue
 import threading
 import time
 
-from ddp_lab.channel import RELEASE, receive_message
-from ddp_lab.output import RankOutput, print_line, start_reader
-from ddp_lab.procstart import stop_ranks
-from ddp_lab.rankprocess import RankProcess
-from ddp_lab.worker import OUTPUT_MARK
+from ddp_lab.launcher.channel import RELEASE, receive_message
+from ddp_lab.launcher.output import RankOutput, print_line, start_reader
+from ddp_lab.launcher.procstart import stop_ranks
+from ddp_lab.launcher.rankprocess import RankProcess
+from ddp_lab.launcher.worker import OUTPUT_MARK
 
 STARTUP_S = 120.0  # time allowed to start the interpreters and the process group
 GATHER_S = 0.5

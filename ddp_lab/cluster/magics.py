@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 import shlex
 
-from ddp_lab.cluster import Cluster
+from ddp_lab.cluster.live_cluster import Cluster
 
 _current: Cluster | None = None
 
@@ -100,7 +100,7 @@ def _shell():
 
 
 def _cell_names(shell) -> dict[str, str]:
-    from ddp_lab.payload import cell_names
+    from ddp_lab.launcher.payload import cell_names
 
     return cell_names() if shell is not None else {}
 

@@ -44,14 +44,14 @@ def preload() -> None:
     import torch.nn.parallel  # noqa: F401
     import torch.optim  # noqa: F401
 
-    import ddp_lab.worker  # noqa: F401
+    import ddp_lab.launcher.worker  # noqa: F401
 
 
 def _become_rank(spec: dict, fds: list[int], sock: socket.socket, wakeup: int) -> None:
     """In the forked child: take the pipes, the environment and the cwd, then run the rank."""
     import torch
 
-    from ddp_lab.worker import die_with_parent, run_rank
+    from ddp_lab.launcher.worker import die_with_parent, run_rank
 
     signal.set_wakeup_fd(-1)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
@@ -118,7 +118,7 @@ def serve(sock: socket.socket) -> None:
 
 
 def main() -> None:
-    from ddp_lab.worker import die_with_parent
+    from ddp_lab.launcher.worker import die_with_parent
 
     die_with_parent(int(os.environ["DDP_LAB_PARENT_PID"]))
     sock = socket.socket(fileno=int(sys.argv[1]))

@@ -6,7 +6,7 @@ notebooks/06-backends-and-torchrun.ipynb.
 
 from __future__ import annotations
 
-from ddp_lab.machine import gpu_count
+from ddp_lab.hardware.machine import gpu_count
 
 BACKENDS = ("auto", "gloo", "nccl", "mpi")
 _announced: set[str] = set()
@@ -54,13 +54,13 @@ def auto_backend(nprocs: int, gpus: int | None = None) -> str:
 
     nccl needs NCCL built into torch and at least `nprocs` GPUs (`gpus`, default: the
     CUDA devices torch sees here), because NCCL refuses two ranks on one GPU. `launch`
-    passes the ranks it starts; torchrun's ranks (`ddp_lab.run_pickled`) pass
+    passes the ranks it starts; torchrun's ranks (`ddp_lab.torchrun.run_pickled`) pass
     LOCAL_WORLD_SIZE, the ranks on their own node, since GPUs are counted per node.
     Either way the tensors must then live on `ddp_lab.rank_device()`: NCCL moves only
     CUDA tensors.
 
     Example:
-        >>> ddp_lab.backend.auto_backend(2, gpus=0)
+        >>> ddp_lab.launcher.backend.auto_backend(2, gpus=0)
         'gloo'
 
     Introduced in notebooks/00-welcome-and-first-launch.ipynb.

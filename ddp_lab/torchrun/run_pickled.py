@@ -1,6 +1,6 @@
-"""The script torchrun starts on every rank: `python -m ddp_lab.run_pickled <job file>`.
+"""The script torchrun starts on every rank: `python -m ddp_lab.torchrun.run_pickled <job file>`.
 
-    torchrun --standalone --nproc-per-node 2 -m ddp_lab.run_pickled artifacts/06/train.pkl
+    torchrun --standalone --nproc-per-node 2 -m ddp_lab.torchrun.run_pickled artifacts/06/train.pkl
 
 It does what every torchrun training script does first, then calls the exported function:
 
@@ -15,7 +15,7 @@ It does what every torchrun training script does first, then calls the exported 
 point: a rank that raises writes its traceback to an error file, and torchrun's failure
 summary shows it under "Root Cause" instead of "To enable traceback see ...".
 
-Job files come from `ddp_lab.scripts.export`. Introduced in
+Job files come from `ddp_lab.torchrun.scripts.export`. Introduced in
 notebooks/06-backends-and-torchrun.ipynb.
 """
 
@@ -34,20 +34,20 @@ def identity() -> dict[str, int]:
     if missing:
         raise RuntimeError(
             f"{', '.join(missing)} not set: start this script with torchrun "
-            "(torchrun --nproc-per-node 2 -m ddp_lab.run_pickled JOB), not with plain python.")
+            "(torchrun --nproc-per-node 2 -m ddp_lab.torchrun.run_pickled JOB), not with plain python.")
     return {name.lower(): int(os.environ[name]) for name in names}
 
 
 def resolve_backend(backend: str, local_world_size: int) -> str:
     """'auto' -> what `ddp_lab.launch` picks for this node's ranks: nccl with a GPU per local rank, else gloo."""
-    from ddp_lab.backend import auto_backend
+    from ddp_lab.launcher.backend import auto_backend
 
     return auto_backend(local_world_size) if backend == "auto" else backend
 
 
 def load_job(path: Path):
     """Read a job file: restore the notebook's import path and cell sources, unpickle fn and args."""
-    from ddp_lab.payload import unpack
+    from ddp_lab.launcher.payload import unpack
 
     payload = pickle.loads(path.read_bytes())
     return (payload["backend"], *unpack(payload, replace_sys_path=False))
@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> None:
     """Run the job file named on the command line as this torchrun worker's rank."""
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 1:
-        raise SystemExit("usage: torchrun [torchrun options] -m ddp_lab.run_pickled JOB_FILE")
+        raise SystemExit("usage: torchrun [torchrun options] -m ddp_lab.torchrun.run_pickled JOB_FILE")
     import torch
     import torch.distributed as dist
 

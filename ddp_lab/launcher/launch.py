@@ -18,17 +18,17 @@ import tempfile
 import warnings
 from pathlib import Path
 
-from ddp_lab.backend import choose_backend
-from ddp_lab.errors import LaunchWarning, describe_exit
-from ddp_lab.machine import cpu_cores
-from ddp_lab.output import RankOutput, print_in_rank_order
-from ddp_lab.payload import build_payload, cell_names
-from ddp_lab.procstart import prepare_zygote, rank_environment, start_rank, stop_ranks
-from ddp_lab.rendezvous import loopback_store
-from ddp_lab.reports import build_error, read_stacks
-from ddp_lab.results import Results
-from ddp_lab.supervisor import Supervisor
-from ddp_lab.zygote_client import ForkedRank
+from ddp_lab.launcher.backend import choose_backend
+from ddp_lab.launcher.errors import LaunchWarning, describe_exit
+from ddp_lab.hardware.machine import cpu_cores
+from ddp_lab.launcher.output import RankOutput, print_in_rank_order
+from ddp_lab.launcher.payload import build_payload, cell_names
+from ddp_lab.launcher.procstart import prepare_zygote, rank_environment, start_rank, stop_ranks
+from ddp_lab.launcher.rendezvous import loopback_store
+from ddp_lab.launcher.reports import build_error, read_stacks
+from ddp_lab.launcher.results import Results
+from ddp_lab.launcher.supervisor import Supervisor
+from ddp_lab.launcher.zygote_client import ForkedRank
 
 DEFAULT_TIMEOUT = 120.0
 _noted_oversubscribed: set[int] = set()
@@ -91,7 +91,7 @@ def launch(fn, args=(), nprocs: int = 2, backend: str = "auto", timeout: float |
         init_process_group: False leaves `dist.init_process_group()` to fn (the
             environment, MASTER_ADDR/MASTER_PORT/RANK/WORLD_SIZE, is set either way); fn may
             set its group up any way it would under mp.spawn: env://, its own MASTER_PORT
-            (a tutorial's setup()), tcp://, file://, or a store= (ddp_lab/rendezvous.py).
+            (a tutorial's setup()), tcp://, file://, or a store= (ddp_lab/launcher/rendezvous.py).
         stream: print lines as they arrive (for long runs) instead of rank by rank at the end.
         threads: torch threads per rank; default: OMP_NUM_THREADS if set, else cores // nprocs.
         env: extra environment variables for the ranks (e.g. TORCH_DISTRIBUTED_DEBUG).

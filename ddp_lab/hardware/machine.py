@@ -32,7 +32,7 @@ def cpu_cores(proc_cgroup: Path = PROC_CGROUP, cgroup_root: Path = CGROUP_ROOT) 
         proc_cgroup, cgroup_root: where to read the cgroup from (tests pass fake trees).
 
     Example:
-        >>> ddp_lab.machine.cpu_cores() >= 1
+        >>> ddp_lab.hardware.machine.cpu_cores() >= 1
         True
 
     Introduced in notebooks/00-welcome-and-first-launch.ipynb.
@@ -55,7 +55,7 @@ def cores_allowed(visible: int, quota: float | None) -> int:
     """min(visible, quota rounded up), at least 1: a quota of 1.5 CPUs keeps 2 cores busy.
 
     Example:
-        >>> ddp_lab.machine.cores_allowed(16, 1.5), ddp_lab.machine.cores_allowed(16, None)
+        >>> ddp_lab.hardware.machine.cores_allowed(16, 1.5), ddp_lab.hardware.machine.cores_allowed(16, None)
         (2, 16)
 
     Introduced in notebooks/00-welcome-and-first-launch.ipynb.

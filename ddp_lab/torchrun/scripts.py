@@ -1,12 +1,12 @@
 """Leaving the notebook: run a notebook function as a script under torchrun.
 
-    job = ddp_lab.scripts.export(train, args=(5,), path="artifacts/06/train.pkl")
+    job = ddp_lab.torchrun.scripts.export(train, args=(5,), path="artifacts/06/train.pkl")
     command = job.torchrun_command("--standalone", "--nproc-per-node", "2")
-    ddp_lab.scripts.run([command])      # runs `torchrun ... -m ddp_lab.run_pickled <job>`
+    ddp_lab.torchrun.scripts.run([command])      # runs `torchrun ... -m ddp_lab.torchrun.run_pickled <job>`
     results = job.results()             # rank k's return value is results[k], like launch()
 
 `export` ships the function by value (cloudpickle, as `ddp_lab.launch` does) into a job
-file; `python -m ddp_lab.run_pickled <job>` is the script torchrun starts on every rank:
+file; `python -m ddp_lab.torchrun.run_pickled <job>` is the script torchrun starts on every rank:
 it sets up the process group from the environment torchrun gives it and writes its
 return value next to the job file. The job file is not a substitute for a real
 `train.py` on a cluster (it needs the same Python, torch and ddp_lab on every node, and a
@@ -29,11 +29,11 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from ddp_lab.payload import notebook_sources, pack_arguments, pack_function
-from ddp_lab.rendezvous import free_port  # noqa: F401  (a rendezvous port for multi-node demos)
+from ddp_lab.launcher.payload import notebook_sources, pack_arguments, pack_function
+from ddp_lab.launcher.rendezvous import free_port  # noqa: F401  (a rendezvous port for multi-node demos)
 
 TORCHRUN = (sys.executable, "-m", "torch.distributed.run")
-RUNNER = ("-m", "ddp_lab.run_pickled")
+RUNNER = ("-m", "ddp_lab.torchrun.run_pickled")
 
 
 class ScriptFailed(RuntimeError):
@@ -42,7 +42,7 @@ class ScriptFailed(RuntimeError):
 
 @dataclass
 class ScriptJob:
-    """A function and its arguments saved to `path`, ready for `python -m ddp_lab.run_pickled`."""
+    """A function and its arguments saved to `path`, ready for `python -m ddp_lab.torchrun.run_pickled`."""
 
     path: Path
 
@@ -52,11 +52,11 @@ class ScriptJob:
         return self.path.with_name(self.path.stem + ".results")
 
     def script_args(self) -> list[str]:
-        """The script part of a torchrun command line: `-m ddp_lab.run_pickled <job>`."""
+        """The script part of a torchrun command line: `-m ddp_lab.torchrun.run_pickled <job>`."""
         return [*RUNNER, str(self.path)]
 
     def torchrun_command(self, *torchrun_args: str) -> list[str]:
-        """`torchrun <torchrun_args> -m ddp_lab.run_pickled <job>`, with this Python's torchrun.
+        """`torchrun <torchrun_args> -m ddp_lab.torchrun.run_pickled <job>`, with this Python's torchrun.
 
         Example:
             >>> job.torchrun_command("--standalone", "--nproc-per-node", "2")
@@ -87,7 +87,7 @@ class ScriptJob:
 
 
 def export(fn, args=(), path: str | os.PathLike = "job.pkl", backend: str = "auto") -> ScriptJob:
-    """Save `fn(rank, *args)` to a job file that `python -m ddp_lab.run_pickled` runs.
+    """Save `fn(rank, *args)` to a job file that `python -m ddp_lab.torchrun.run_pickled` runs.
 
     Args:
         fn: a function taking the rank first, as for `ddp_lab.launch` (notebook cells,
@@ -102,8 +102,8 @@ def export(fn, args=(), path: str | os.PathLike = "job.pkl", backend: str = "aut
         ranks' return values with `.results()`.
 
     Example:
-        >>> job = ddp_lab.scripts.export(lambda rank: rank * 10, path="artifacts/job.pkl")
-        >>> ddp_lab.scripts.run([job.torchrun_command("--standalone", "--nproc-per-node", "2")])
+        >>> job = ddp_lab.torchrun.scripts.export(lambda rank: rank * 10, path="artifacts/job.pkl")
+        >>> ddp_lab.torchrun.scripts.run([job.torchrun_command("--standalone", "--nproc-per-node", "2")])
         >>> job.results()
         [0, 10]
 
@@ -230,6 +230,6 @@ def _failure_message(finished: list[Finished], timeout: float | None) -> str:
 
 
 def _exit(returncode: int | None) -> str:
-    from ddp_lab.errors import describe_exit
+    from ddp_lab.launcher.errors import describe_exit
 
     return "still running" if returncode is None else describe_exit(returncode)

@@ -16,8 +16,8 @@ import os
 
 import cloudpickle
 
-from ddp_lab.channel import receive_message, send_message
-from ddp_lab.worker import OUTPUT_MARK, control_channel, exception_report, flush_all_output
+from ddp_lab.launcher.channel import receive_message, send_message
+from ddp_lab.launcher.worker import OUTPUT_MARK, control_channel, exception_report, flush_all_output
 
 
 def _run_source(source: str, filename: str, namespace: dict):
@@ -56,7 +56,7 @@ def serve(rank: int) -> None:
     import torch
     import torch.distributed as dist
 
-    from ddp_lab.rendezvous import mark_set_up_by
+    from ddp_lab.launcher.rendezvous import mark_set_up_by
 
     mark_set_up_by("cluster")  # a cell's own init_process_group is told this group exists
     channel = control_channel()

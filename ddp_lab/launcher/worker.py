@@ -7,7 +7,7 @@ destructors racing gloo's threads. That is what made ranks abort with SIGABRT
 ("terminate called without an active exception") after DDP training in 10-30% of runs.
 For the same reason a process group that fn destroys is kept until then (keepalive.py).
 
-Run as `python -m ddp_lab.worker` (cold start) or called in a process forked from the
+Run as `python -m ddp_lab.launcher.worker` (cold start) or called in a process forked from the
 zygote (warm start). Rank identity comes from the environment, exactly as torchrun sets it.
 """
 
@@ -22,7 +22,7 @@ import socket
 import sys
 import traceback
 
-from ddp_lab.channel import send_message
+from ddp_lab.launcher.channel import send_message
 
 STACK_SIGNAL = signal.SIGUSR1
 OUTPUT_MARK = "\x1eddp_lab:end-of-command:"  # a line that tells the launcher a command's output is complete
@@ -96,8 +96,8 @@ def exception_report(error: BaseException, phase: str, skip_frames: int) -> dict
 
 
 def _load_payload(path: str):
-    from ddp_lab.payload import unpack
-    from ddp_lab.rendezvous import route_init_process_group
+    from ddp_lab.launcher.payload import unpack
+    from ddp_lab.launcher.rendezvous import route_init_process_group
 
     with open(path, "rb") as file:
         payload = pickle.load(file)
@@ -115,7 +115,7 @@ def _init_process_group(payload: dict) -> None:
     import torch
     import torch.distributed as dist
 
-    from ddp_lab.rendezvous import mark_set_up_by
+    from ddp_lab.launcher.rendezvous import mark_set_up_by
 
     if backend == "nccl":
         torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
@@ -206,8 +206,8 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    # Run the copy imported as ddp_lab.worker, not this __main__ one, so that code in the
-    # rank (the live cluster's loop) finds the control channel at ddp_lab.worker.
-    from ddp_lab import worker
+    # Run the copy imported as ddp_lab.launcher.worker, not this __main__ one, so that code in the
+    # rank (the live cluster's loop) finds the control channel at ddp_lab.launcher.worker.
+    from ddp_lab.launcher import worker
 
     worker.main()

@@ -23,18 +23,18 @@ import time
 
 import cloudpickle
 
-from ddp_lab import cluster_rank
-from ddp_lab.backend import choose_backend
-from ddp_lab.channel import send_message
-from ddp_lab.errors import LaunchError, LaunchTimeout, RankCrashed, RankFailed, RankFailure, crash_summary
-from ddp_lab.launcher import DEFAULT_TIMEOUT, start_ranks, threads_per_rank
-from ddp_lab.output import RankOutput, print_in_rank_order
-from ddp_lab.payload import build_payload, cell_names, pack_arguments, pack_function, rename_cells
-from ddp_lab.procstart import prepare_zygote
-from ddp_lab.rendezvous import loopback_store
-from ddp_lab.reports import build_error, raised_failure, read_stacks, timeout_hint
-from ddp_lab.results import Results
-from ddp_lab.supervisor import POLL_S, Supervisor
+from ddp_lab.cluster import rank_loop as cluster_rank
+from ddp_lab.launcher.backend import choose_backend
+from ddp_lab.launcher.channel import send_message
+from ddp_lab.launcher.errors import LaunchError, LaunchTimeout, RankCrashed, RankFailed, RankFailure, crash_summary
+from ddp_lab.launcher.launch import DEFAULT_TIMEOUT, start_ranks, threads_per_rank
+from ddp_lab.launcher.output import RankOutput, print_in_rank_order
+from ddp_lab.launcher.payload import build_payload, cell_names, pack_arguments, pack_function, rename_cells
+from ddp_lab.launcher.procstart import prepare_zygote
+from ddp_lab.launcher.rendezvous import loopback_store
+from ddp_lab.launcher.reports import build_error, raised_failure, read_stacks, timeout_hint
+from ddp_lab.launcher.results import Results
+from ddp_lab.launcher.supervisor import POLL_S, Supervisor
 
 AFTER_FAILURE_S = 5.0  # once a rank failed, how long the others get before they count as stuck
 RESTART = "run the cell again (or ddp_lab.Cluster(...)) to start a fresh one."

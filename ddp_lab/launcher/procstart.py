@@ -7,7 +7,7 @@ ends of its stdout and stderr pipes, the launcher's end of its control channel, 
 - **Warm** (the default once the kernel has a zygote): fork the rank from the zygote, a
   clean process that imported torch and nothing else (see zygote.py). ~0.05 s per launch.
 - **Cold** (the first launch of a kernel, or with DDP_LAB_WARM=0): run
-  `python -m ddp_lab.worker` in a fresh interpreter. The first launch then starts the
+  `python -m ddp_lab.launcher.worker` in a fresh interpreter. The first launch then starts the
   zygote in the background for the next ones.
 
 Neither start method forks the notebook kernel itself.
@@ -25,8 +25,8 @@ import sys
 import time
 from pathlib import Path
 
-from ddp_lab.rankprocess import RankProcess
-from ddp_lab.zygote_client import Zygote
+from ddp_lab.launcher.rankprocess import RankProcess
+from ddp_lab.launcher.zygote_client import Zygote
 
 _PACKAGE_PARENT = str(Path(__file__).resolve().parent.parent)
 _zygote: Zygote | None = None
@@ -82,7 +82,7 @@ def spawn_rank(rank: int, env: dict, payload_path: str, stacks_path: str) -> Spa
     parent_end, child_end = socket.socketpair()
     try:
         popen = subprocess.Popen(
-            [sys.executable, "-m", "ddp_lab.worker", str(child_end.fileno()), payload_path, stacks_path],
+            [sys.executable, "-m", "ddp_lab.launcher.worker", str(child_end.fileno()), payload_path, stacks_path],
             env=env,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,

@@ -9,15 +9,15 @@ import re
 import time
 from pathlib import Path
 
-from ddp_lab.errors import (LaunchError, LaunchTimeout, RankCrashed, RankFailed, RankFailure,
+from ddp_lab.launcher.errors import (LaunchError, LaunchTimeout, RankCrashed, RankFailed, RankFailure,
                             ResultNotPicklable, crash_summary)
-from ddp_lab.payload import rename_cells
-from ddp_lab.supervisor import STARTUP_S
-from ddp_lab.worker import STACK_SIGNAL
+from ddp_lab.launcher.payload import rename_cells
+from ddp_lab.launcher.supervisor import STARTUP_S
+from ddp_lab.launcher.worker import STACK_SIGNAL
 
 STACK_WAIT_S = 1.0
 _TAIL_LINES = 15
-_HIDDEN_FRAMES = ("ddp_lab/worker.py", "ddp_lab/cluster_rank.py", "ddp_lab/zygote.py", "ddp_lab/rendezvous.py",
+_HIDDEN_FRAMES = ("ddp_lab/launcher/worker.py", "ddp_lab/cluster/rank_loop.py", "ddp_lab/launcher/zygote.py", "ddp_lab/launcher/rendezvous.py",
                   "<frozen runpy>")
 _PEER_LOST = re.compile(r"Connection closed by peer|Connection reset by peer|Broken pipe")
 
