@@ -1,4 +1,4 @@
-"""The course in a real JupyterLab in a real browser: lesson 00, Run All Cells, look at the page.
+"""The course in a real JupyterLab in a real browser, as a learner meets it.
 
 nbval runs notebooks in a bare kernel; learners use JupyterLab. This test starts JupyterLab
 the way the README does (headless, 127.0.0.1, a free port, a random token), drives Debian's
@@ -10,7 +10,14 @@ runs every cell with *Run → Run All Cells*, and checks what a learner would se
   outputs (after tests/sanitize.cfg, as nbval compares them);
 - no kernel or rank process outlives the server.
 
-JupyterLab serves a copy of notebooks/, so the run cannot overwrite stored outputs.
+A second test follows a learner's path under `make lab`'s own command line (read from the
+Makefile with `make -n`): the file browser opens on notebooks/, lesson 02's link opens its
+exercise notebook, Run All on the unsolved exercise reaches the last cell and shows every
+check's short feedback, a wrong answer gets the check's message (no frames of ddp_lab's
+checks), the right answer gets the ✓ line.
+
+JupyterLab serves copies (notebooks/, exercises/, solutions/), so the runs cannot overwrite
+stored outputs.
 Screenshots go to artifacts/ (gitignored). Set-up: `apt-get install chromium` and
 `pip install playwright` (no `playwright install`). Missing either skips the test, except
 in CI (CI=true), where it fails.
@@ -19,10 +26,12 @@ in CI (CI=true), where it fails.
 from __future__ import annotations
 
 import configparser
+import contextlib
 import json
 import os
 import re
 import secrets
+import shlex
 import shutil
 import signal
 import socket
@@ -104,11 +113,50 @@ def jupyterlab(sync_playwright, tmp_path):
     """
     root = tmp_path / "notebooks"
     shutil.copytree(REPO / "notebooks", root, ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
+    port = free_port()
+    with serving(tmp_path, ["lab", f"--ServerApp.root_dir={root}", f"--port={port}"]
+                 + (["--allow-root"] if os.geteuid() == 0 else []),  # CI containers often run as root
+                 port, cwd=REPO, log_name="browser-jupyterlab.log") as (base, token, remember_processes):
+        yield base, token, root, remember_processes
+
+
+def make_lab_command(port: int) -> list[str]:
+    """`make lab`'s JupyterLab arguments, as the Makefile has them (`make -n`, set-up not run)."""
+    require(shutil.which("make") is not None, "make (to read `make lab`'s command line)")
+    printed = subprocess.run(["make", "-s", "-n", "-o", "setup", "lab", f"PORT={port}"], cwd=REPO,
+                             capture_output=True, text=True, check=True).stdout.strip().splitlines()
+    argv = shlex.split(printed[-1])
+    assert Path(argv[0]).name == "jupyter" and argv[1] == "lab", f"make lab runs {printed[-1]!r}"
+    return argv[1:]
+
+
+@pytest.fixture
+def course_lab(sync_playwright, tmp_path):
+    """JupyterLab started with `make lab`'s arguments in a copy of the course's notebook folders.
+
+    Yields (base_url, token, root, remember_processes) like `jupyterlab`.
+    """
+    root = tmp_path / "course"
+    for folder in ("notebooks", "exercises", "solutions"):
+        shutil.copytree(REPO / folder, root / folder, ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
+    port = free_port()
+    with serving(tmp_path, make_lab_command(port), port, cwd=root,
+                 log_name="browser-make-lab-jupyterlab.log") as (base, token, remember_processes):
+        yield base, token, root, remember_processes
+
+
+@contextlib.contextmanager
+def serving(tmp_path: Path, arguments: list[str], port: int, cwd: Path, log_name: str):
+    """Run `jupyter <arguments>` headless on 127.0.0.1 with a random token and fresh settings.
+
+    Yields (base_url, token, remember_processes). On exit the server is stopped, its log is
+    copied to artifacts/log_name, and every process remembered must be gone.
+    """
     settings = tmp_path / "lab-settings"
     for name, values in LAB_SETTINGS.items():
         (settings / name).parent.mkdir(parents=True, exist_ok=True)
         (settings / name).write_text(json.dumps(values))
-    port, token = free_port(), secrets.token_hex(16)
+    token = secrets.token_hex(16)
     env = {**os.environ, "JUPYTERLAB_SETTINGS_DIR": str(settings),
            "JUPYTERLAB_WORKSPACES_DIR": str(tmp_path / "workspaces"),
            "JUPYTER_CONFIG_DIR": str(tmp_path / "config"), "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime"),
@@ -116,15 +164,14 @@ def jupyterlab(sync_playwright, tmp_path):
     jupyter = Path(sys.executable).with_name("jupyter")
     log = open(tmp_path / "jupyterlab.log", "w")
     server = subprocess.Popen(
-        [str(jupyter), "lab", f"--ServerApp.root_dir={root}", f"--port={port}", "--no-browser",
-         f"--ServerApp.token={token}", "--ServerApp.ip=127.0.0.1", "--ServerApp.port_retries=0"]
-        + (["--allow-root"] if os.geteuid() == 0 else []),  # CI containers often run as root
-        env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=REPO)
+        [str(jupyter), *arguments, "--no-browser", f"--ServerApp.token={token}", "--ServerApp.ip=127.0.0.1",
+         "--ServerApp.port_retries=0"],
+        env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=cwd)
     base = f"http://127.0.0.1:{port}"
     descendants: list[psutil.Process] = []
     try:
         wait_for_server(f"{base}/api/status?token={token}", server)
-        yield base, token, root, lambda: descendants.extend(psutil.Process(server.pid).children(recursive=True))
+        yield base, token, lambda: descendants.extend(psutil.Process(server.pid).children(recursive=True))
     finally:
         server.send_signal(signal.SIGTERM)  # the server shuts its kernels down
         try:
@@ -134,7 +181,7 @@ def jupyterlab(sync_playwright, tmp_path):
             server.wait()
         log.close()
         ARTIFACTS.mkdir(exist_ok=True)
-        shutil.copy(tmp_path / "jupyterlab.log", ARTIFACTS / "browser-jupyterlab.log")
+        shutil.copy(tmp_path / "jupyterlab.log", ARTIFACTS / log_name)
     assert descendants, "the kernel's processes were never looked at"
     deadline = time.monotonic() + 10
     while (survivors := [p for p in descendants if alive(p)]) and time.monotonic() < deadline:
@@ -187,13 +234,13 @@ def wait_for_idle_kernel(base: str, token: str, notebook: str, timeout: float = 
     raise TimeoutError(f"no idle kernel for {notebook} after {timeout} s: {sessions}")
 
 
-def run_all_cells(page, notebook: str) -> None:
-    """Run → Run All Cells, then wait until every code cell has an execution count."""
+def run_all_cells(page, notebook: str, panel=None) -> None:
+    """Run → Run All Cells, then wait until every code cell (of `panel`, or the page) has an execution count."""
     page.get_by_role("menuitem", name="Run", exact=True).click()
     page.get_by_role("menuitem", name="Run All Cells", exact=True).click()
     deadline = time.monotonic() + RUN_TIMEOUT_S
     while time.monotonic() < deadline:
-        prompts = page.locator(".jp-CodeCell .jp-InputPrompt").all_inner_texts()
+        prompts = (panel or page).locator(".jp-CodeCell .jp-InputPrompt").all_inner_texts()
         if prompts and all(re.fullmatch(r"\s*\[\d+\]:\s*", p) for p in prompts):
             return
         time.sleep(0.5)
@@ -274,3 +321,112 @@ def test_lesson_00_runs_in_jupyterlab(sync_playwright, jupyterlab):
         assert shown == expected, f"cell {cell.source[:60]!r} shows other [rank k] lines in JupyterLab than stored"
         compared += bool(expected)
     assert compared >= 2, "the lesson's stored outputs have (almost) no [rank k] lines to compare"
+
+
+COURSE_LESSON = "notebooks/02-collectives.ipynb"
+COURSE_EXERCISE = "exercises/02-collectives.ipynb"
+INTERNAL_FRAMES = re.compile(r'Traceback|File "|ddp_lab/checks|site-packages')
+# Exercise 1 of exercises/02, answered wrong the way a learner might: each rank returns its own
+# chunk, and the ring (the sum over ranks) is missing.
+WRONG_ANSWER = '''def ring_reduce_scatter(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor.tensor_split(dist.get_world_size())[dist.get_rank()]
+'''
+
+
+def solution_of(solution_cell: str) -> str:
+    """The answer as a learner would type it: the solution cell without the BEGIN/END/HINT markers."""
+    return "\n".join(line for line in solution_cell.splitlines()
+                     if not re.match(r"\s*### (BEGIN SOLUTION|END SOLUTION|HINT:)", line))
+
+
+def type_into_cell(page, cell, text: str) -> None:
+    """Replace a cell's code as if typed (inserted as text, so the editor adds no indent or brackets)."""
+    cell.locator(".cm-content").click()
+    page.keyboard.press("Control+a")
+    page.keyboard.insert_text(text)
+
+
+def run_answer_and_check(page, answer_cell, check_cell, timeout: float = 90) -> str:
+    """Shift+Enter in the answer cell, Shift+Enter again on the check below it; the check's output."""
+    answer_cell.locator(".cm-content").click()
+    page.keyboard.press("Shift+Enter")  # runs the answer, selects the check cell
+    before = check_cell.locator(".jp-InputPrompt").inner_text()
+    page.keyboard.press("Shift+Enter")  # runs the check
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        prompt = check_cell.locator(".jp-InputPrompt").inner_text()
+        if re.fullmatch(r"\s*\[\d+\]:\s*", prompt) and prompt != before:
+            return check_cell.locator(".jp-OutputArea").inner_text()
+        time.sleep(0.3)
+    raise TimeoutError(f"the check did not finish within {timeout} s (prompt {prompt!r})")
+
+
+@pytest.mark.timeout(300)
+def test_learner_path_from_lesson_to_exercise_under_make_lab(sync_playwright, course_lab):
+    base, token, root, remember_processes = course_lab
+    exercise = nbformat.read(root / COURSE_EXERCISE, as_version=4)
+    solution = nbformat.read(REPO / "solutions" / "02-collectives.ipynb", as_version=4)
+    answer_index = next(i for i, c in enumerate(exercise.cells) if c.source.startswith("def ring_reduce_scatter"))
+    check_index = answer_index + 1
+    assert "check" in exercise.cells[check_index].metadata.get("tags", [])
+    checks = [i for i, c in enumerate(exercise.cells) if "check" in c.metadata.get("tags", [])]
+    ARTIFACTS.mkdir(exist_ok=True)
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch_persistent_context(
+            str(root.parent / "chromium-profile"), executable_path=str(CHROMIUM), headless=True,
+            args=CHROMIUM_FLAGS, viewport={"width": 1400, "height": 1000})
+        try:
+            page = browser.pages[0] if browser.pages else browser.new_page()
+            # make lab opens on notebooks/: the lessons are what a learner sees first
+            page.goto(f"{base}/?token={token}")
+            lesson_item = page.locator(".jp-DirListing-item", has_text=Path(COURSE_LESSON).name)
+            lesson_item.wait_for(timeout=60_000)
+            assert page.locator(".jp-FileBrowser .jp-BreadCrumbs").inner_text().strip().strip("/") == "notebooks"
+            page.screenshot(path=str(ARTIFACTS / "browser-make-lab-1-file-browser.png"))
+
+            # the lesson's link at the end opens the exercise notebook (it was a 404 under notebooks/)
+            lesson_item.dblclick()
+            link = page.locator(".jp-RenderedMarkdown a", has_text=COURSE_EXERCISE).first
+            link.wait_for(timeout=60_000)
+            link.scroll_into_view_if_needed()
+            link.click()
+            panel = page.locator(".jp-NotebookPanel", has_text="Exercises 02 · Collective communication")
+            panel.locator(".jp-CodeCell").first.wait_for(timeout=60_000)
+            wait_for_idle_kernel(base, token, COURSE_EXERCISE)
+            remember_processes()
+            page.screenshot(path=str(ARTIFACTS / "browser-make-lab-2-exercise-opened.png"))
+
+            # Run All on the unsolved notebook goes past each failing check to the last cell
+            run_all_cells(page, COURSE_EXERCISE, panel)
+            cells = panel.locator(".jp-Notebook .jp-Cell")
+            assert cells.count() == len(exercise.cells)
+            for index in checks:
+                shown = cells.nth(index).locator(".jp-OutputArea").inner_text()
+                assert "CheckFailed: " in shown and "is not written yet" in shown, f"check cell {index}: {shown}"
+                assert not INTERNAL_FRAMES.search(shown), f"check cell {index} shows internal frames:\n{shown}"
+            cells.nth(checks[-1]).scroll_into_view_if_needed()
+            page.screenshot(path=str(ARTIFACTS / "browser-make-lab-3-run-all-unsolved.png"))
+
+            # a wrong answer: the check's message, what is wrong and the hint, no internal frames
+            answer, check = cells.nth(answer_index), cells.nth(check_index)
+            type_into_cell(page, answer, WRONG_ANSWER)
+            shown = run_answer_and_check(page, answer, check)  # a LaunchWarning may come first (few cores)
+            assert "CheckFailed: " in shown and not INTERNAL_FRAMES.search(shown), shown
+            feedback = shown[shown.index("CheckFailed: "):]
+            assert "expected" in feedback and "Hint:" in feedback and "not written yet" not in feedback, feedback
+            assert len(feedback.splitlines()) <= 12, f"the feedback is not short:\n{feedback}"
+            check.scroll_into_view_if_needed()
+            page.screenshot(path=str(ARTIFACTS / "browser-make-lab-4-wrong-answer.png"))
+
+            # the right answer: the ✓ line and no error
+            type_into_cell(page, answer, solution_of(solution.cells[answer_index].source))
+            shown = run_answer_and_check(page, answer, check)
+            assert any(line.startswith("✓") for line in shown.splitlines()), shown
+            assert "CheckFailed" not in shown and "Error" not in shown, shown
+            check.scroll_into_view_if_needed()
+            page.screenshot(path=str(ARTIFACTS / "browser-make-lab-5-right-answer.png"))
+        finally:
+            browser.close()
+    served = (root.parent / "jupyterlab.log").read_text()  # the server's log so far
+    assert "404 GET /api/contents" not in served, "JupyterLab could not find a notebook the learner opened"

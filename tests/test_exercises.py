@@ -6,12 +6,19 @@ For every solutions/NN-name.ipynb:
 - executing the generated exercise top to bottom in a fresh kernel, every `check` cell
   raises NotImplementedError or CheckFailed, and no other cell fails for another reason
   (cells outside checks may fail only by calling a stub: NotImplementedError, directly or
-  reported by ddp_lab.launch from a rank).
+  reported by ddp_lab.launch from a rank);
+- every cell that fails there is tagged `raises-exception`, so JupyterLab's Run All goes on
+  to the end, and a CheckFailed shows as its message only (no frames of ddp_lab's checks);
+- a stub's hint is wrapped to fit the editor, and the checks still read it back whole;
+- every exercise's intro says how to work through it, `ddp_lab grade` included.
 """
 
 from __future__ import annotations
 
+import ast
 import importlib.util
+import linecache
+import re
 from pathlib import Path
 
 import nbformat
@@ -98,4 +105,69 @@ def test_every_check_fails_on_the_generated_exercise(solution):
         elif errors:
             assert _is_stub_error(errors[0]), (
                 f"{where}a non-check cell failed with {errors[0].ename}: {errors[0].evalue}")
+        if errors:
+            assert "raises-exception" in cell.metadata.get("tags", []), (
+                f"{where}fails on the unsolved exercise but is not tagged raises-exception: JupyterLab's "
+                "Run All would stop there (tools/make_exercises.py tags cells that run an answer)")
+        if errors and errors[0].ename == "CheckFailed":
+            shown = "\n".join(errors[0].traceback)
+            assert shown.startswith("CheckFailed: ") and "Traceback" not in shown and 'File "' not in shown, (
+                f"{where}the notebook shows a traceback instead of the check's message:\n{shown}")
+            assert errors[0].evalue.splitlines()[0] in shown.replace("\n", " ")
     assert checks, f"{solution.name} has no cell tagged 'check'"
+
+
+@pytest.mark.parametrize("solution", SOLUTIONS, ids=names)
+def test_intro_says_how_to_work_through_the_exercises(solution):
+    intro = make_exercises.make_exercise(nbformat.read(solution, as_version=4), name=solution.name).cells[0]
+    assert intro.cell_type == "markdown"
+    assert "Run All Cells" in intro.source, f"{solution.name}: the intro does not say what Run All does"
+    assert f"python -m ddp_lab grade exercises/{solution.name}" in intro.source, (
+        f"{solution.name}: the intro does not show `python -m ddp_lab grade exercises/{solution.name}`")
+
+
+def _hinted_stubs(solution: Path):
+    """(hint, generated stub source) for each function whose whole body is one hinted block."""
+    for cell in nbformat.read(solution, as_version=4).cells:
+        if cell.cell_type != "code" or "### HINT:" not in cell.source:
+            continue
+        stub = make_exercises.stub_source(cell.source)
+        node = ast.parse(stub).body[0]
+        body = node.body if isinstance(node, ast.FunctionDef) else []
+        if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+            body = body[1:]  # the docstring
+        if len(body) == 1 and isinstance(body[0], ast.Raise):  # what ensure_written recognises
+            hint = next(m for m in map(make_exercises.HINT.match, cell.source.splitlines()) if m)
+            yield hint.group("text"), stub
+
+
+def test_long_hints_are_wrapped_to_fit_the_editor():
+    stubs = [stub for solution in SOLUTIONS for _, stub in _hinted_stubs(solution)]
+    wrapped = [stub for stub in stubs if re.search(r"NotImplementedError\(\n", stub)]
+    assert wrapped, "no hint long enough to be wrapped: the wrapping is not exercised"
+    for stub in stubs:
+        for line in stub.splitlines():
+            if "NotImplementedError" in line or line.lstrip().startswith('"'):
+                assert len(line) <= make_exercises.MAX_LINE, f"generated line too long:\n{line}"
+
+
+@pytest.mark.parametrize("solution", SOLUTIONS, ids=names)
+def test_checks_read_back_the_whole_wrapped_hint(solution):
+    """ensure_written reads the stub's hint from its source: wrapped, it must still be one string."""
+    from ddp_lab.checks import CheckFailed
+    from ddp_lab.checks.common import ensure_written
+
+    notebook = nbformat.read(solution, as_version=4)
+    namespace: dict = {}
+    exec(notebook.cells[1].source, namespace)  # the notebook's imports, for the annotations
+    stubs = list(_hinted_stubs(solution))
+    if not stubs:
+        pytest.skip(f"{solution.name} has no hinted function stub")
+    for number, (hint, stub) in enumerate(stubs):
+        filename = f"<exercise {solution.name} stub {number}>"  # inspect.getsource reads it from linecache
+        linecache.cache[filename] = (len(stub), None, stub.splitlines(keepends=True), filename)
+        exec(compile(stub, filename, "exec"), namespace)
+        function = namespace[ast.parse(stub).body[0].name]
+        with pytest.raises(CheckFailed, match="is not written yet") as failure:
+            ensure_written(function)
+        assert f"NotImplementedError({hint!r})" in str(failure.value)

@@ -280,14 +280,14 @@ def test_without_gpus_auto_announces_gloo_once_and_nccl_is_refused_with_the_fix(
     announced = [line for line in lines if line.startswith("ddp_lab: backend='auto'")]
     refused = next(line for line in lines if line.startswith("refused:"))
     if lines[0] == "GPUs 0 NCCL built in":  # a CUDA build of torch with its GPUs hidden
-        assert announced == ["ddp_lab: backend='auto' picked 'gloo' for 1 rank: NCCL needs 1 GPU, found 0, "
-                             "so the ranks exchange CPU tensors over gloo"]
+        assert announced == ["ddp_lab: backend='auto' picked 'gloo' for 1 rank: NCCL needs 1 GPU, found 0; "
+                             "tensors stay on the CPU"]
         assert refused == ("refused: backend='nccl' needs one GPU per rank: nprocs=2 but found no GPU. "
                            "Use backend='gloo', which runs on CPU tensors.")
     else:  # a CPU-only build
         assert lines[0] == "GPUs 0 no NCCL"
-        assert announced == ["ddp_lab: backend='auto' picked 'gloo' for 1 rank: this torch has no NCCL, "
-                             "so the ranks exchange CPU tensors over gloo"]
+        assert announced == ["ddp_lab: backend='auto' picked 'gloo' for 1 rank: this torch has no NCCL; "
+                             "tensors stay on the CPU"]
         assert refused == ("refused: backend='nccl' is not built into this torch (a CPU-only build has gloo only; "
                            "found 0 GPU(s)). Use backend='gloo', or install the CUDA build of the same torch "
                            "version on a GPU machine.")
@@ -310,8 +310,9 @@ def test_more_ranks_than_cores_notes_the_speed_once(capsys):
     for _ in range(2):
         assert ddp_lab.launch(lambda rank: rank, nprocs=nprocs, backend="gloo") == list(range(nprocs))
     notes = [line for line in capsys.readouterr().out.splitlines() if "more than the" in line]
-    assert notes == [f"ddp_lab: nprocs={nprocs} is more than the {launcher.cpu_cores()} CPU cores here: the ranks "
-                     "take turns on the cores, so they run slower (results are the same). Each rank gets 1 torch thread."]
+    assert notes == [f"ddp_lab: nprocs={nprocs} is more than the {launcher.cpu_cores()} CPU cores: "
+                     "ranks take turns (slower, same results)"]
+    assert len(notes[0]) <= 100  # one line in JupyterLab, dropped whole from stored outputs
 
 
 def ddp_train(rank):
@@ -373,3 +374,25 @@ def test_a_crash_after_returning_is_a_warning_and_loses_nothing():
         results = ddp_lab.launch(aborts_after_returning, nprocs=2, backend="gloo")
     assert results == ["rank 0's result", "rank 1's result"]
     assert results.returncodes[0] == -signal.SIGABRT
+
+
+def test_a_launch_error_shows_in_a_notebook_as_short_wrapped_lines():
+    """IPython shows `_render_traceback_`: the message, hints wrapped between words, tracebacks as they are."""
+    def skips_a_collective(rank):
+        import torch.distributed as dist
+
+        if rank == 0:
+            dist.all_reduce(torch.ones(1))
+
+    with pytest.raises(LaunchTimeout) as caught:
+        ddp_lab.launch(skips_a_collective, nprocs=2, backend="gloo", timeout=3)
+    shown = caught.value._render_traceback_()
+    assert shown[0].startswith("LaunchTimeout: rank(s) 0 of 2 still running after timeout=3s")
+    hint = next(line for line in str(caught.value).splitlines() if line.startswith("Hint:"))
+    assert len(hint) > 100  # one long line in the message ...
+    start = shown.index(next(line for line in shown if line.startswith("Hint:")))
+    end = start + 1
+    while " ".join(shown[start:end]) != hint:
+        end += 1
+        assert end <= len(shown), (hint, shown[start:])
+    assert all(len(line) <= 100 for line in shown[start:end])  # ... shown as short lines, words whole

@@ -10,18 +10,33 @@ In each code cell of a solution notebook, every block
         ... the answer ...
         ### END SOLUTION
 
-becomes one line, indented like the BEGIN marker:
+becomes a stub, indented like the BEGIN marker:
 
         raise NotImplementedError("slice the batch by rank")
 
+A hint too long for one line of MAX_LINE characters is wrapped at spaces into adjacent
+string literals, which Python joins into the same one message (the checks read it back):
+
+        raise NotImplementedError(
+            "work backwards from the last step (s = N - 2), where rank r must add into "
+            "chunk r; ..."
+        )
+
 All outputs and execution counts are cleared; cell ids, tags and markdown are kept, so
-check cells (tagged `check`) stay exactly as in the solution. A markdown cell may hold a
-block too (for written answers): it becomes "*Your answer here.*" plus the hint.
+check cells (tagged `check`) keep the solution's code. A markdown cell may hold a block too
+(for written answers): it becomes "*Your answer here.*" plus the hint.
+
+Every code cell that runs an answer gets the tag `raises-exception`: the checks, and cells
+that call a stubbed function (directly or through a function that calls one) or raise a
+stub at top level. JupyterLab's *Run All Cells* stops at the first error except in cells
+with that tag, so on an unsolved notebook it runs every exercise's check and shows all
+their feedback instead of stopping at exercise 1.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import copy
 import json
 import re
@@ -38,6 +53,8 @@ BEGIN = re.compile(r"^(?P<indent>[ \t]*)### BEGIN SOLUTION[ \t]*$")
 END = re.compile(r"^[ \t]*### END SOLUTION[ \t]*$")
 HINT = re.compile(r"^[ \t]*### HINT:[ \t]*(?P<text>.*?)[ \t]*$")
 DEFAULT_HINT = "write your answer here (see the exercise text above)"
+MAX_LINE = 100  # characters per generated line, so a hint does not run off the editor's edge
+RUNS_ANSWER = "raises-exception"  # JupyterLab's Run All goes on past an error in such a cell
 KERNEL = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
 
 
@@ -75,8 +92,34 @@ def stub_source(source: str, *, markdown: bool = False, where: str = "") -> str:
         if markdown:
             out.append(f"{indent}*Your answer here.* (Hint: {hint})")
         else:
-            out.append(f"{indent}raise NotImplementedError({json.dumps(hint, ensure_ascii=False)})")
+            out.extend(raise_stub(indent, hint))
     return "\n".join(out)
+
+
+def raise_stub(indent: str, hint: str) -> list[str]:
+    """The lines of `raise NotImplementedError(hint)`, wrapped to MAX_LINE characters.
+
+    A long hint becomes several string literals, one a line, split after spaces so that
+    joined they give the hint back exactly.
+    """
+    one_line = f"{indent}raise NotImplementedError({_literal(hint)})"
+    if len(one_line) <= MAX_LINE:
+        return [one_line]
+    inner = indent + " " * 4
+    room = max(MAX_LINE - len(inner), 20)
+    pieces: list[str] = []
+    for word in re.findall(r"\S+\s*|\s+", hint):  # each word keeps the spaces after it
+        if pieces and len(_literal(pieces[-1] + word)) <= room:
+            pieces[-1] += word
+        else:
+            pieces.append(word)
+    return [f"{indent}raise NotImplementedError(",
+            *(f"{inner}{_literal(piece)}" for piece in pieces),
+            f"{indent})"]
+
+
+def _literal(text: str) -> str:
+    return json.dumps(text, ensure_ascii=False)
 
 
 def make_exercise(solution: nbformat.NotebookNode, name: str = "notebook") -> nbformat.NotebookNode:
@@ -101,7 +144,56 @@ def make_exercise(solution: nbformat.NotebookNode, name: str = "notebook") -> nb
             cell.execution_count = None
     if blocks == 0:
         raise SolutionFormatError(f"{name}: no '### BEGIN SOLUTION' block: is it a solution notebook?")
+    tag_cells_that_run_answers(exercise)
     return exercise
+
+
+def tag_cells_that_run_answers(exercise: nbformat.NotebookNode) -> None:
+    """Tag `raises-exception` every check cell and every cell whose top level runs a stub."""
+    trees = {index: _parse(cell.source) for index, cell in enumerate(exercise.cells)
+             if cell.cell_type == "code"}
+    defined = {node.name: node for tree in trees.values() for node in tree.body
+               if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+    stubs = {name for name, node in defined.items() if _raises_stub(node)}
+    grown = True
+    while grown:  # a function that calls a stubbed one raises too, when it is called
+        callers = {name for name, node in defined.items() if _names(node) & stubs}
+        grown = not callers <= stubs
+        stubs |= callers
+    for index, tree in trees.items():
+        cell = exercise.cells[index]
+        top = [node for node in tree.body
+               if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
+        runs_stub = any(_raises_stub(node) or _names(node) & stubs for node in top)
+        tags = cell.metadata.get("tags", [])
+        if ("check" in tags or runs_stub) and RUNS_ANSWER not in tags:
+            cell.metadata["tags"] = [*tags, RUNS_ANSWER]
+
+
+def _parse(source: str) -> ast.Module:
+    """A code cell's syntax tree; IPython syntax (magics, `!cmd`) is turned into Python first."""
+    try:
+        return ast.parse(source)
+    except SyntaxError:
+        pass
+    try:
+        from IPython.core.inputtransformer2 import TransformerManager
+
+        return ast.parse(TransformerManager().transform_cell(source))
+    except (ImportError, SyntaxError):
+        return ast.Module(body=[], type_ignores=[])  # cannot tell: leave the cell untagged
+
+
+def _raises_stub(node: ast.AST) -> bool:
+    for raised in (n.exc for n in ast.walk(node) if isinstance(n, ast.Raise)):
+        call = raised.func if isinstance(raised, ast.Call) else raised
+        if isinstance(call, ast.Name) and call.id == "NotImplementedError":
+            return True
+    return False
+
+
+def _names(node: ast.AST) -> set[str]:
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
 
 
 def render(notebook: nbformat.NotebookNode) -> str:

@@ -75,9 +75,8 @@ def _why_auto(chosen: str, nprocs: int, gpus: int) -> str:
     import torch.distributed as dist
 
     if chosen == "nccl":
-        return f"NCCL, one of the {gpus} GPUs per rank; put tensors on ddp_lab.rank_device()"
+        return "a GPU per rank; put tensors on ddp_lab.rank_device()"
     if not dist.is_nccl_available():
-        return "this torch has no NCCL, so the ranks exchange CPU tensors over gloo"
-    return (f"NCCL needs {nprocs} GPU{'s' if nprocs > 1 else ''}, found {gpus}, so the ranks exchange "
-            "CPU tensors over gloo")
+        return "this torch has no NCCL; tensors stay on the CPU"
+    return f"NCCL needs {nprocs} GPU{'s' if nprocs > 1 else ''}, found {gpus}; tensors stay on the CPU"
     return f"NCCL needs {nprocs} GPU{'s' if nprocs > 1 else ''}, found {gpus}: CPU tensors"

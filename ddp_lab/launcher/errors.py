@@ -103,8 +103,33 @@ class LaunchError(RuntimeError):
 
 
     def _render_traceback_(self) -> list[str]:
-        """What IPython shows: the message, not the launcher's own frames."""
-        return [f"{type(self).__name__}: {line}" if i == 0 else line for i, line in enumerate(str(self).splitlines())]
+        """What IPython shows: the message, not the launcher's own frames.
+
+        The headline and the hints are wrapped between words (`wrap_for_notebook`); the
+        ranks' tracebacks are shown as they are.
+        """
+        lines = str(self).splitlines() or [""]
+        lines[0] = f"{type(self).__name__}: {lines[0]}"
+        return [part for i, line in enumerate(lines)
+                for part in (wrap_for_notebook(line) if i == 0 or line.startswith("Hint:") else [line])]
+
+
+NOTEBOOK_WIDTH = 100
+
+
+def wrap_for_notebook(line: str, width: int = NOTEBOOK_WIDTH) -> list[str]:
+    """A long message line as lines of at most `width` characters, broken between words.
+
+    JupyterLab breaks a long output line wherever its window ends, mid-word (its CSS says
+    `word-break: break-all`), so messages meant for a notebook wrap themselves.
+    """
+    import textwrap
+
+    if len(line) <= width:
+        return [line]
+    indent = line[:len(line) - len(line.lstrip())]
+    return textwrap.wrap(line, width, subsequent_indent=indent, break_long_words=False,
+                         break_on_hyphens=False) or [line]
 
 
 class RankFailed(LaunchError):

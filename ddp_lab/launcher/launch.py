@@ -71,8 +71,9 @@ def _note_if_oversubscribed(nprocs: int) -> None:
     cores = cpu_cores()
     if nprocs > cores and nprocs not in _noted_oversubscribed:
         _noted_oversubscribed.add(nprocs)
-        print(f"ddp_lab: nprocs={nprocs} is more than the {cores} CPU cores here: the ranks take turns on the "
-              "cores, so they run slower (results are the same). Each rank gets 1 torch thread.", flush=True)
+        # one line under 100 characters: stored outputs drop it whole (tests/sanitize.cfg)
+        print(f"ddp_lab: nprocs={nprocs} is more than the {cores} CPU cores: ranks take turns (slower, same results)",
+              flush=True)
 
 
 def launch(fn, args=(), nprocs: int = 2, backend: str = "auto", timeout: float | None = DEFAULT_TIMEOUT, *,
