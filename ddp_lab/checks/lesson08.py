@@ -1,0 +1,270 @@
+"""Checks for the exercises of notebooks/08-tensor-parallelism.ipynb: tensor parallelism by hand.
+
+    ddp_lab.checks.lesson08.check_row_parallel_forward(row_parallel_forward)
+    ddp_lab.checks.lesson08.check_copy_to_model_parallel_region(CopyToModelParallelRegion)
+
+Each runs the answer on 2 gloo ranks with a short timeout, so a deadlock ends with a
+message instead of a hang, and compares every rank's result with one process computing
+the same layer unsplit.
+
+Introduced in notebooks/08-tensor-parallelism.ipynb.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from ddp_lab.checks import CheckFailed, passed
+from ddp_lab.checks.common import call_case, describe, ensure_written, failure_message, first_mismatch, stuck_in
+
+WORLD_SIZE = 2
+IN_FEATURES, OUT_FEATURES = 8, 6  # not square: slicing the wrong dimension of the weight fails loudly
+
+
+def _launch(runner, args: tuple, timeout: float, what: str, explain=None):
+    """Run `runner` on 2 gloo ranks; turn a failure or a hang into CheckFailed."""
+    from ddp_lab.launcher.errors import LaunchError, LaunchTimeout
+    from ddp_lab.launcher.launch import launch
+
+    try:
+        return launch(runner, args=args, nprocs=WORLD_SIZE, backend="gloo", timeout=timeout)
+    except LaunchTimeout as error:
+        places = {rank: stuck_in(f.details) for rank, f in error.failures.items() if f.kind == "timeout"}
+        where = ", ".join(f"rank {rank} in dist.{call}" if call else f"rank {rank} outside torch.distributed"
+                          for rank, call in sorted(places.items()))
+        raise CheckFailed(
+            f"{what} did not finish within {timeout:g} s, so the check stopped it. Stuck: {where}.\n"
+            "Hint: dist.all_reduce completes only when every rank calls it: call it on every rank "
+            "(not under `if rank == 0:`), the same number of times.") from None
+    except LaunchError as error:
+        raise CheckFailed(failure_message(error, what, explain)) from None
+
+
+def _where(index: tuple) -> str:
+    return "[" + ", ".join(str(i) for i in index) + "]"
+
+
+def _mismatch(rank: int, what: str, got: torch.Tensor, want: torch.Tensor) -> str:
+    index = first_mismatch(got, want)
+    return (f"rank {rank}, {what}{_where(index)}: got {got[index].item():.4f}, "
+            f"expected {want[index].item():.4f}")
+
+
+# --- row_parallel_forward ------------------------------------------------------------------
+
+def _linear() -> nn.Linear:
+    torch.manual_seed(8)
+    linear = nn.Linear(IN_FEATURES, OUT_FEATURES)
+    with torch.no_grad():
+        linear.bias.add_(1.0)  # a bias far from zero, so adding it twice or never shows
+    return linear
+
+
+def _row_input() -> torch.Tensor:
+    return torch.randn(3, 5, IN_FEATURES, generator=torch.Generator().manual_seed(80))  # (b, s, in)
+
+
+def _row_runner(rank: int, row_parallel_forward) -> object:
+    import torch.distributed as dist
+
+    linear = _linear()
+    x_local = _row_input().chunk(dist.get_world_size(), dim=-1)[rank].clone()  # my input features
+    with torch.no_grad():
+        out = call_case(row_parallel_forward, f"computing a row-parallel nn.Linear({IN_FEATURES}, {OUT_FEATURES}) "
+                        f"on rank {rank} with x_local of shape {tuple(x_local.shape)}",
+                        x_local, linear, rank, dist.get_world_size())
+    return out.detach().clone() if torch.is_tensor(out) else out
+
+
+def _explain_row(failure) -> str | None:
+    text = str(failure.exception) + failure.details
+    if "cannot be multiplied" in text or "size mismatch" in text or "must match the size" in text:
+        return (f"x_local holds only this rank's {IN_FEATURES // WORLD_SIZE} of the {IN_FEATURES} input features, "
+                "so the weight shard must be the matching COLUMNS of linear.weight: nn.Linear stores (out_features, "
+                "in_features), so slice dim=1, e.g. linear.weight.chunk(world_size, dim=1)[rank] (rows, dim=0, "
+                "would be a column-parallel split)")
+    return None
+
+
+def _row_hint(got, rank, expected, partials, bias) -> str:
+    total = sum(partials)
+    candidates = [
+        (expected + (WORLD_SIZE - 1) * bias,
+         f"the bias is in the sum {WORLD_SIZE} times: every rank added it before the all-reduce. Add the bias "
+         "once, after dist.all_reduce"),
+        (total, "the bias is missing: the row-parallel layer keeps the whole bias and adds it once, after the "
+                "all-reduce"),
+        (partials[rank] + bias, f"this is rank {rank}'s own partial sum plus the bias: the partial outputs must be "
+                                "summed over the ranks with dist.all_reduce before adding the bias"),
+        (partials[rank], f"this is rank {rank}'s own partial sum: dist.all_reduce it (SUM over ranks), then add "
+                         "the bias"),
+        (total / WORLD_SIZE + bias, "this is the MEAN of the partial sums: the full output is their SUM (the "
+                                    "default dist.ReduceOp.SUM); do not divide by the world size"),
+    ]
+    for value, hint in candidates:
+        if torch.allclose(got, value, atol=1e-5, rtol=1e-5):
+            return hint
+    return ("expected linear(x) computed from the shards: x_local @ (my columns of linear.weight).T, all-reduced "
+            "(SUM) over the ranks, plus linear.bias once")
+
+
+def check_row_parallel_forward(row_parallel_forward, timeout: float = 30.0) -> None:
+    """Check `row_parallel_forward(x_local, linear, rank, world_size)`: the output of `linear` on every rank.
+
+    Each of 2 ranks gets the same `nn.Linear(8, 6)` and its own half of the input features
+    (`x_local`, shape (3, 5, 4)); every rank must return the full `linear(x)`, shape (3, 5, 6).
+
+    Introduced in notebooks/08-tensor-parallelism.ipynb.
+    """
+    ensure_written(row_parallel_forward)
+    name = getattr(row_parallel_forward, "__name__", "row_parallel_forward")
+    results = _launch(_row_runner, (row_parallel_forward,), timeout, name, explain=_explain_row)
+    linear, x = _linear(), _row_input()
+    with torch.no_grad():
+        expected = linear(x)
+        partials = [xs @ ws.T for xs, ws in zip(x.chunk(WORLD_SIZE, dim=-1), linear.weight.chunk(WORLD_SIZE, dim=1))]
+        bias = linear.bias.detach()
+    for rank in range(WORLD_SIZE):
+        got = results[rank]
+        if not torch.is_tensor(got) or got.shape != expected.shape:
+            raise CheckFailed(f"rank {rank}: {name} returned {describe(got)}; expected the full output, a tensor of "
+                              f"shape {tuple(expected.shape)} (every rank returns all {OUT_FEATURES} output features).")
+        if torch.allclose(got, expected, atol=1e-5, rtol=1e-5):
+            continue
+        raise CheckFailed(f"{_mismatch(rank, 'output', got, expected)}.\n"
+                          f"Hint: {_row_hint(got, rank, expected, partials, bias)}.")
+    passed(f"{name}: every rank returns linear(x) from its {IN_FEATURES // WORLD_SIZE} input features and one "
+           "all-reduce")
+
+
+# --- CopyToModelParallelRegion (Megatron's f) ----------------------------------------------
+
+def _mlp() -> nn.Sequential:
+    torch.manual_seed(9)
+    return nn.Sequential(nn.Linear(6, 8), nn.GELU(), nn.Linear(8, 6))
+
+
+def _f_input() -> torch.Tensor:
+    return torch.randn(4, 6, generator=torch.Generator().manual_seed(90))
+
+
+def _loss_weights() -> torch.Tensor:
+    return torch.randn(4, 6, generator=torch.Generator().manual_seed(91))
+
+
+class _ReduceFromModelParallelRegion(torch.autograd.Function):
+    """The check's own g: all-reduce in forward, identity in backward."""
+
+    @staticmethod
+    def forward(ctx, partial):
+        import torch.distributed as dist
+
+        total = partial.clone()
+        dist.all_reduce(total)
+        return total
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad
+
+
+def _shard_loss(x_in: torch.Tensor, rank: int, world_size: int, reduce) -> torch.Tensor:
+    """The loss of the Megatron MLP computed by `rank` from its shards; `reduce` sums the partial outputs."""
+    mlp = _mlp()
+    w1, b1 = mlp[0].weight.chunk(world_size, dim=0)[rank], mlp[0].bias.chunk(world_size, dim=0)[rank]
+    w2 = mlp[2].weight.chunk(world_size, dim=1)[rank]
+    partial = F.gelu(x_in @ w1.T + b1) @ w2.T
+    return ((reduce(partial) + mlp[2].bias) * _loss_weights()).sum()
+
+
+def _f_runner(rank: int, function_class) -> dict:
+    import torch.distributed as dist
+
+    from ddp_lab.tensor_parallel import count_collectives
+
+    world_size = dist.get_world_size()
+    x = _f_input().requires_grad_()
+    what = f"on rank {rank}"
+    with count_collectives() as forward_calls:
+        y = call_case(function_class.apply, f"calling {function_class.__name__}.apply(x) (forward) {what}", x)
+    if not torch.is_tensor(y):
+        return {"forward": y, "x_grad": None, "calls": (len(forward_calls), 0)}
+    forward_value = y.detach().clone()
+    loss = _shard_loss(y, rank, world_size, _ReduceFromModelParallelRegion.apply)
+    with count_collectives() as backward_calls:
+        call_case(loss.backward, f"running backward through {function_class.__name__} {what}")
+    return {"forward": forward_value, "x_grad": None if x.grad is None else x.grad.clone(),
+            "calls": (len(forward_calls), len(backward_calls))}
+
+
+def _reference_grads() -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """dL/dx of the whole MLP, and each rank's part of it (through its own columns only)."""
+    x = _f_input().requires_grad_()
+    mlp = _mlp()
+    ((mlp(x)) * _loss_weights()).sum().backward()
+    parts = []
+    for rank in range(WORLD_SIZE):
+        x_rank = _f_input().requires_grad_()
+        # identity "reduce": the gradient reaching the partial is the full dL/dz, as after g
+        _shard_loss(x_rank, rank, WORLD_SIZE, lambda partial: partial).backward()
+        parts.append(x_rank.grad)
+    return x.grad, parts
+
+
+def check_copy_to_model_parallel_region(function_class, timeout: float = 30.0) -> None:
+    """Check Megatron's f: a torch.autograd.Function that is the identity forward and all-reduces backward.
+
+    On each of 2 ranks the check computes `y = function_class.apply(x)`, feeds y to the rank's
+    column-parallel half of an MLP, sums the row-parallel partial outputs with its own g, and
+    runs backward. Forward must return x unchanged; `x.grad` must then be the gradient of the
+    whole MLP on every rank.
+
+    Introduced in notebooks/08-tensor-parallelism.ipynb.
+    """
+    name = getattr(function_class, "__name__", "CopyToModelParallelRegion")
+    if not (isinstance(function_class, type) and issubclass(function_class, torch.autograd.Function)):
+        raise CheckFailed(f"{name} is {describe(function_class)}; pass the class itself, a subclass of "
+                          "torch.autograd.Function (not its .apply, not an instance).")
+    results = _launch(_f_runner, (function_class,), timeout, name)
+    x = _f_input()
+    expected, parts = _reference_grads()
+    for rank in range(WORLD_SIZE):
+        result = results[rank]
+        forward = result["forward"]
+        if not torch.is_tensor(forward) or forward.shape != x.shape:
+            raise CheckFailed(f"rank {rank}: forward returned {describe(forward)}; expected x itself, a tensor of "
+                              f"shape {tuple(x.shape)}.")
+        if not torch.allclose(forward, x, atol=1e-6):
+            if torch.allclose(forward, WORLD_SIZE * x, atol=1e-5):
+                hint = ("forward returned the SUM of x over the ranks: f does not communicate in forward (every rank "
+                        "already holds the whole input; that is g's forward). Return x unchanged and all-reduce in "
+                        "backward")
+            else:
+                hint = "f is the identity in forward: return x unchanged"
+            raise CheckFailed(f"{_mismatch(rank, 'forward output', forward, x)} (expected x unchanged).\n"
+                              f"Hint: {hint}.")
+        if result["calls"][0]:
+            raise CheckFailed(f"rank {rank}: forward made {result['calls'][0]} dist.all_reduce call(s). The result "
+                              "is right only because x is the same on every rank: f does not communicate in "
+                              "forward.\nHint: return x unchanged in forward; all-reduce in backward.")
+        got = result["x_grad"]
+        if got is None:
+            raise CheckFailed(f"rank {rank}: x.grad is None after backward: backward must return the gradient "
+                              "for x (dist.all_reduce works in place and returns None: return the tensor you "
+                              "reduced, not the call's result).")
+        if torch.allclose(got, expected, atol=1e-5, rtol=1e-5):
+            continue
+        if torch.allclose(got, parts[rank], atol=1e-5, rtol=1e-5):
+            hint = (f"this is rank {rank}'s own part of dL/dx, through its own columns only: backward must "
+                    "dist.all_reduce the gradient (SUM over ranks) and return it")
+        elif torch.allclose(got, expected / WORLD_SIZE, atol=1e-5, rtol=1e-5):
+            hint = ("this is the MEAN of the ranks' parts: the full gradient is their SUM (the default "
+                    "dist.ReduceOp.SUM); do not divide by the world size")
+        elif torch.allclose(got, expected * WORLD_SIZE, atol=1e-5, rtol=1e-5):
+            hint = f"this is {WORLD_SIZE} times the gradient: all-reduce once, in backward only"
+        else:
+            hint = "backward must return the gradient summed over the ranks: dist.all_reduce(grad), then return it"
+        raise CheckFailed(f"{_mismatch(rank, 'dL/dx', got, expected)}.\nHint: {hint}.")
+    passed(f"{name}: identity in forward, all-reduce in backward; dL/dx equals the unsplit MLP's on every rank")

@@ -1,0 +1,199 @@
+"""The lesson 08 checks accept a right answer and reject plausible wrong ones with specific feedback.
+
+Each wrong answer below is a mistake a learner is likely to make; the test pins the part of
+the feedback that names it (the rank, the element, the mistake). Every check launches 2 gloo
+ranks (a few seconds each).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from ddp_lab.checks import CheckFailed
+from ddp_lab.checks.lesson08 import check_copy_to_model_parallel_region, check_row_parallel_forward
+
+
+# --- row_parallel_forward -------------------------------------------------------------------
+
+def row_parallel_forward(x_local, linear, rank, world_size):
+    partial = x_local @ linear.weight.chunk(world_size, dim=1)[rank].T
+    dist.all_reduce(partial)
+    return partial + linear.bias
+
+
+def bias_on_every_rank(x_local, linear, rank, world_size):
+    out = x_local @ linear.weight.chunk(world_size, dim=1)[rank].T + linear.bias
+    dist.all_reduce(out)
+    return out
+
+
+def no_all_reduce(x_local, linear, rank, world_size):
+    return x_local @ linear.weight.chunk(world_size, dim=1)[rank].T + linear.bias
+
+
+def averaged(x_local, linear, rank, world_size):
+    partial = x_local @ linear.weight.chunk(world_size, dim=1)[rank].T
+    dist.all_reduce(partial)
+    return partial / world_size + linear.bias
+
+
+def no_bias(x_local, linear, rank, world_size):
+    partial = x_local @ linear.weight.chunk(world_size, dim=1)[rank].T
+    dist.all_reduce(partial)
+    return partial
+
+
+def rows_instead_of_columns(x_local, linear, rank, world_size):
+    partial = x_local @ linear.weight.chunk(world_size, dim=0)[rank].T
+    dist.all_reduce(partial)
+    return partial + linear.bias
+
+
+def only_rank_0_reduces(x_local, linear, rank, world_size):
+    partial = x_local @ linear.weight.chunk(world_size, dim=1)[rank].T
+    if rank == 0:
+        dist.all_reduce(partial)
+    return partial + linear.bias
+
+
+def row_stub(x_local, linear, rank, world_size):
+    raise NotImplementedError("my shard is linear.weight.chunk(world_size, dim=1)[rank]")
+
+
+def test_row_parallel_forward_accepts_the_right_answer(capsys):
+    check_row_parallel_forward(row_parallel_forward)
+    assert capsys.readouterr().out.startswith("✓ row_parallel_forward: every rank returns linear(x)")
+
+
+@pytest.mark.parametrize("answer, feedback", [
+    (bias_on_every_rank, r"(?s)rank 0, output\[0, 0, 0\]: got .*, expected .*bias is in the sum 2 times: every "
+                         r"rank added it before the all-reduce"),
+    (no_all_reduce, r"(?s)rank 0, output\[\d+, \d+, \d+\].*rank 0's own partial sum plus the bias.*dist.all_reduce"),
+    (averaged, r"(?s)rank 0, output.*MEAN of the partial sums.*SUM"),
+    (no_bias, r"(?s)rank 0, output\[0, 0, 0\].*the bias is missing.*once, after the all-reduce"),
+    (rows_instead_of_columns, r"(?s)rank \d: rows_instead_of_columns raised RuntimeError.*Hint: x_local holds only "
+                              r"this rank's 4 of the 8 input features.*slice dim=1"),
+    (row_stub, r"row_stub is not written yet: it raised NotImplementedError"),
+])
+def test_row_parallel_forward_rejects_wrong_answers(answer, feedback):
+    with pytest.raises(CheckFailed, match=feedback):
+        check_row_parallel_forward(answer)
+
+
+def test_row_parallel_forward_stops_a_deadlock():
+    with pytest.raises(CheckFailed, match=r"(?s)did not finish within 8 s.*Stuck: rank 0 in dist.all_reduce.*"
+                                          r"not under `if rank == 0:`"):
+        check_row_parallel_forward(only_rank_0_reduces, timeout=8)
+
+
+# --- CopyToModelParallelRegion ------------------------------------------------------------------
+
+class CopyToModelParallelRegion(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x
+
+    @staticmethod
+    def backward(ctx, grad):
+        grad = grad.clone()
+        dist.all_reduce(grad)
+        return grad
+
+
+class WroteG(torch.autograd.Function):
+    """All-reduce in forward, identity in backward: g instead of f."""
+
+    @staticmethod
+    def forward(ctx, x):
+        x = x.clone()
+        dist.all_reduce(x)
+        return x
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad
+
+
+class IdentityBoth(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad
+
+
+class AveragedBackward(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x
+
+    @staticmethod
+    def backward(ctx, grad):
+        grad = grad.clone()
+        dist.all_reduce(grad)
+        return grad / dist.get_world_size()
+
+
+class ReducesInForwardToo(torch.autograd.Function):
+    """Averages x over ranks in forward (a no-op on replicated x, but a wasted collective)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        x = x.clone()
+        dist.all_reduce(x)
+        return x / dist.get_world_size()
+
+    @staticmethod
+    def backward(ctx, grad):
+        grad = grad.clone()
+        dist.all_reduce(grad)
+        return grad
+
+
+class ReturnsTheCall(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x
+
+    @staticmethod
+    def backward(ctx, grad):
+        return dist.all_reduce(grad.clone())  # all_reduce returns None
+
+
+class Stub(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        raise NotImplementedError("every rank already holds the whole input: return it unchanged")
+
+    @staticmethod
+    def backward(ctx, grad):
+        raise NotImplementedError("all-reduce a copy and return it")
+
+
+def test_f_accepts_the_right_answer(capsys):
+    check_copy_to_model_parallel_region(CopyToModelParallelRegion)
+    assert capsys.readouterr().out.startswith("✓ CopyToModelParallelRegion: identity in forward, all-reduce in "
+                                              "backward")
+
+
+@pytest.mark.parametrize("answer, feedback", [
+    (WroteG, r"(?s)rank 0, forward output\[0, 0\]: got .*SUM of x over the ranks: f does not communicate in "
+             r"forward"),
+    (IdentityBoth, r"(?s)rank 0, dL/dx\[\d+, \d+\]: got .*rank 0's own part of dL/dx.*dist.all_reduce"),
+    (AveragedBackward, r"(?s)rank 0, dL/dx\[\d+, \d+\].*MEAN of the ranks' parts"),
+    (ReducesInForwardToo, r"rank 0: forward made 1 dist.all_reduce call"),
+    (ReturnsTheCall, r"(?s)rank 0: x.grad is None after backward.*returns None"),
+    (Stub, r"Stub is not written yet: it raised NotImplementedError\('every rank already holds"),
+])
+def test_f_rejects_wrong_answers(answer, feedback):
+    with pytest.raises(CheckFailed, match=feedback):
+        check_copy_to_model_parallel_region(answer)
+
+
+def test_f_refuses_the_apply_method():
+    with pytest.raises(CheckFailed, match=r"pass the class itself"):
+        check_copy_to_model_parallel_region(CopyToModelParallelRegion.apply)
