@@ -1,0 +1,279 @@
+"""Checks for the exercises of notebooks/07-pipeline-parallelism.ipynb: pipeline parallelism by hand.
+
+    ddp_lab.checks.lesson07.check_one_f_one_b_stage(one_f_one_b_stage)
+    ddp_lab.checks.lesson07.check_idle_fraction(idle_fraction)
+
+The first runs the answer on 3 gloo ranks (a 3-stage pipeline) with a short timeout, so a
+deadlock ends with a message instead of a hang; the second is a plain function of timestamps.
+
+Introduced in notebooks/07-pipeline-parallelism.ipynb.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import warnings
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from ddp_lab.checks import CheckFailed, passed
+from ddp_lab.checks.common import call_case, failure_message, first_mismatch, only_point_to_point, stuck_in
+from ddp_lab.plots.timeline import Span
+
+WORLD_SIZE = 3          # stages, one per rank: a middle stage exists, and a wrong peer shows
+MICROBATCHES = 4
+WIDTH, MICRO = 6, 2     # features; samples per micro-batch
+
+PEERS = ("forward: receive the activation from rank - 1 (the first stage reads inputs[i] instead) and "
+         "send the output to rank + 1 (the last stage computes the loss instead); backward: receive the "
+         "output's gradient from rank + 1 (the last stage starts from its loss) and send x.grad to rank - 1 "
+         "(the first stage sends nothing)")
+
+
+# --- one_f_one_b_stage ----------------------------------------------------------------------
+
+def _model() -> nn.Sequential:
+    torch.manual_seed(7)
+    return nn.Sequential(*[nn.Sequential(nn.Linear(WIDTH, WIDTH), nn.Tanh()) for _ in range(WORLD_SIZE)])
+
+
+def _batch() -> tuple[torch.Tensor, torch.Tensor]:
+    generator = torch.Generator().manual_seed(70)
+    return (torch.randn(MICROBATCHES * MICRO, WIDTH, generator=generator),
+            torch.randn(MICROBATCHES * MICRO, WIDTH, generator=generator))
+
+
+class _CountingStage(nn.Module):
+    """Wraps a stage; counts the micro-batches whose activations it holds (forward done, backward not started)."""
+
+    def __init__(self, inner: nn.Module):
+        super().__init__()
+        self.inner = inner
+        self.live = self.peak = self.forwards = 0
+
+    def forward(self, x):
+        out = self.inner(x)
+        self.forwards += 1
+        if out.requires_grad:
+            self.live += 1
+            self.peak = max(self.peak, self.live)
+            out.register_hook(self._backward_started)  # runs when d loss / d out is known
+        return out
+
+    def _backward_started(self, grad):
+        self.live -= 1
+        return grad
+
+
+def _stage_runner(rank: int, one_f_one_b_stage) -> dict:
+    import torch.distributed as dist
+
+    stage = _CountingStage(_model()[rank])
+    x, y = _batch()
+    inputs, targets = list(x.split(MICRO)), list(y.split(MICRO))
+    case = (f"running stage {rank} of a {dist.get_world_size()}-stage pipeline with "
+            f"{MICROBATCHES} micro-batches on rank {rank}")
+    with only_point_to_point():
+        losses = call_case(one_f_one_b_stage, case, stage, inputs, targets)
+    losses = [] if losses is None else [float(loss) for loss in losses]
+    return {"grads": [None if p.grad is None else p.grad.clone() for p in stage.parameters()],
+            "losses": losses, "peak": stage.peak, "forwards": stage.forwards}
+
+
+def _reference() -> tuple[float, list[list[torch.Tensor]]]:
+    model = _model()
+    x, y = _batch()
+    loss = F.mse_loss(model(x), y)
+    loss.backward()
+    return loss.item(), [[p.grad for p in block.parameters()] for block in model]
+
+
+def _launch(runner, args: tuple, timeout: float, what: str):
+    """Run `runner` on WORLD_SIZE gloo ranks; turn a failure or a hang into CheckFailed."""
+    from ddp_lab.launcher.errors import LaunchError, LaunchTimeout, LaunchWarning
+    from ddp_lab.launcher.launch import launch
+
+    with warnings.catch_warnings():
+        # 3 ranks on a 2-core machine is expected and says nothing about the answer
+        warnings.filterwarnings("ignore", category=LaunchWarning, message="nprocs=")
+        try:
+            return launch(runner, args=args, nprocs=WORLD_SIZE, backend="gloo", timeout=timeout)
+        except LaunchTimeout as error:
+            raise CheckFailed(_timeout_message(error, what, timeout)) from None
+        except LaunchError as error:
+            raise CheckFailed(failure_message(error, what, _explain)) from None
+
+
+def _explain(failure) -> str | None:
+    if re.search(r"\b(i?send|i?recv)\b", failure.details) or "not connected" in failure.details:
+        return f"a send or recv names a rank that is not the neighbour stage. {PEERS}."
+    return None
+
+
+def _timeout_message(error, what: str, timeout: float) -> str:
+    places = {rank: stuck_in(f.details) for rank, f in error.failures.items() if f.kind == "timeout"}
+    where = ", ".join(f"rank {rank} in dist.{call}" if call else f"rank {rank} outside torch.distributed"
+                      for rank, call in places.items())
+    calls = set(places.values())
+    stuck_at_once = calls & {"isend", "irecv"}
+    if stuck_at_once:
+        call = sorted(stuck_at_once)[0]
+        hint = (f"dist.{call} returns at once when its peer is a valid other rank, so a send or recv names a "
+                f"rank that is not the neighbour stage (or no rank at all). {PEERS}.")
+    elif "send" in calls:
+        hint = ("a rank is stuck in a blocking dist.send. In 1F1B two neighbour stages can send at the "
+                "same time (stage s sends the next activation forward while stage s + 1 sends a gradient "
+                "back), and a blocking send waits for the peer's recv: both wait forever. Start every send "
+                "with dist.isend, keep the handles, and call .wait() on each before the function returns.")
+    else:
+        hint = ("every stuck rank waits in dist.recv for a message nobody sends. Check the peers: "
+                f"{PEERS}; and that every stage runs all {MICROBATCHES} forwards and backwards.")
+    return (f"{what} did not finish within {timeout:g} s, so the check stopped it. Stuck: {where}.\n"
+            f"Hint: {hint}")
+
+
+def _compare_grads(rank: int, got: list, want: list) -> None:
+    names = ["weight", "bias"]
+    for name, g, w in zip(names, got, want):
+        where = f"rank {rank} (stage {rank}), gradient of the {name}"
+        if g is None:
+            raise CheckFailed(f"{where} is None: this stage never ran backward. Call out.backward(grad) for "
+                              "every micro-batch (the last stage: loss.backward()).")
+        index = first_mismatch(g, w, atol=1e-6, rtol=1e-5)
+        if index is None:
+            continue
+        if torch.allclose(g, w * MICROBATCHES, atol=1e-6, rtol=1e-5):
+            hint = (f"it is {MICROBATCHES} x the right gradient: the gradients of the micro-batches add up, so "
+                    f"divide each micro-batch's loss by the number of micro-batches ({MICROBATCHES}) "
+                    "before backward, as one process takes the mean over the whole batch")
+        elif torch.allclose(g, w / MICROBATCHES, atol=1e-7, rtol=1e-5):
+            hint = (f"it is the right gradient divided by {MICROBATCHES}: divide the loss by the number of "
+                    "micro-batches once, on the last stage only")
+        else:
+            hint = ("compare with one process on the whole batch: every micro-batch must run forward and "
+                    "backward exactly once, each backward with the gradient of its own micro-batch's output")
+        raise CheckFailed(f"{where}, element {list(index)}: got {g[index].item():.6g}, expected "
+                          f"{w[index].item():.6g}.\nHint: {hint}.")
+
+
+def check_one_f_one_b_stage(one_f_one_b_stage, timeout: float = 30.0) -> None:
+    """Check `one_f_one_b_stage(stage, inputs, targets)` on a 3-stage pipeline over 3 gloo ranks.
+
+    Every rank passes its stage (one Linear + Tanh block), the 4 micro-batch inputs and targets.
+    The check compares every stage's gradients and the losses the last stage returns with one
+    process on the whole batch, and counts how many micro-batches' activations each stage
+    held at once: at most `world_size - rank` in 1F1B.
+
+    Introduced in notebooks/07-pipeline-parallelism.ipynb.
+    """
+    name = getattr(one_f_one_b_stage, "__name__", "one_f_one_b_stage")
+    results = _launch(_stage_runner, (one_f_one_b_stage,), timeout, name)
+    _judge_stage(name, results)
+
+
+def _judge_stage(name: str, results) -> None:
+    ref_loss, ref_grads = _reference()
+    last = WORLD_SIZE - 1
+    for rank in range(WORLD_SIZE):
+        if results[rank]["forwards"] != MICROBATCHES:
+            raise CheckFailed(f"rank {rank}: the stage ran forward {results[rank]['forwards']} times, expected "
+                              f"once per micro-batch ({MICROBATCHES}).")
+    losses = results[last]["losses"]
+    if len(losses) != MICROBATCHES:
+        raise CheckFailed(f"rank {last} (the last stage) returned {len(losses)} losses, expected one per "
+                          f"micro-batch ({MICROBATCHES}); the other stages return [].")
+    total = sum(losses)
+    if not math.isclose(total, ref_loss, rel_tol=1e-5):
+        if math.isclose(total, ref_loss * MICROBATCHES, rel_tol=1e-5):
+            hint = (f"the losses add up to {MICROBATCHES} x the whole batch's mean: divide each micro-batch's "
+                    f"loss by the number of micro-batches ({MICROBATCHES})")
+        else:
+            hint = "each micro-batch's loss is F.mse_loss(stage output, targets[i]) / number of micro-batches"
+        raise CheckFailed(f"rank {last}: the micro-batch losses add up to {total:.6g}, expected the whole "
+                          f"batch's mean loss {ref_loss:.6g}.\nHint: {hint}.")
+    for rank in range(WORLD_SIZE):
+        _compare_grads(rank, results[rank]["grads"], ref_grads[rank])
+    for rank in range(WORLD_SIZE):
+        peak, limit = results[rank]["peak"], WORLD_SIZE - rank
+        if peak > limit:
+            raise CheckFailed(
+                f"rank {rank}: the stage held the activations of {peak} micro-batches at once; 1F1B holds at most "
+                f"{limit} on stage {rank} of {WORLD_SIZE} (GPipe holds all {MICROBATCHES}).\nHint: run only "
+                "world_size - rank - 1 warm-up forwards, then alternate one forward and one backward (oldest "
+                "micro-batch first), then the remaining backwards.")
+    passed(f"{name}: losses and gradients equal one process on the whole batch, and stage r held at most "
+           f"{WORLD_SIZE} - r micro-batches ({WORLD_SIZE} stages, {MICROBATCHES} micro-batches)")
+
+
+# --- idle_fraction ---------------------------------------------------------------------------
+
+def _cases() -> dict[str, list[Span]]:
+    from ddp_lab.pipeline_parallel.schedules import gpipe_actions, ideal_timeline, one_f_one_b_actions
+
+    measured = [  # two ranks, a clock offset, gaps and different end times, as a real run gives
+        Span(0, "forward", 10.0, 11.0, "0"), Span(0, "backward", 13.5, 15.0, "0"),
+        Span(1, "forward", 11.2, 12.0, "0"), Span(1, "backward", 12.1, 13.4, "0"),
+    ]
+    return {
+        "GPipe on 2 stages with 4 micro-batches (ideal times)":
+            ideal_timeline([gpipe_actions(s, 2, 4) for s in range(2)]),
+        "1F1B on 4 stages with 8 micro-batches (ideal times)":
+            ideal_timeline([one_f_one_b_actions(s, 4, 8) for s in range(4)]),
+        "two ranks with measured-looking times": measured,
+    }
+
+
+def _wrong_answers(spans: list[Span]) -> list[tuple[float, str]]:
+    ranks = sorted({s.rank for s in spans})
+    busy = sum(s.end - s.start for s in spans)
+    makespan = max(s.end for s in spans) - min(s.start for s in spans)
+    own = sum(max(s.end for s in spans if s.rank == r) - min(s.start for s in spans if s.rank == r)
+              for r in ranks)
+    right = 1.0 - busy / (len(ranks) * makespan)
+    per_rank_mean = sum(1.0 - sum(s.end - s.start for s in spans if s.rank == r)
+                        / (max(s.end for s in spans if s.rank == r) - min(s.start for s in spans if s.rank == r))
+                        for r in ranks) / len(ranks)
+    return [
+        (1.0 - right, "this is the busy fraction: the idle fraction is 1 - busy / (ranks x makespan)"),
+        (100 * right, "this is a percentage: return a fraction between 0 and 1"),
+        (1.0 - busy / own, "each rank was measured over its own first-start-to-last-end window: use one "
+                           "window for all ranks, from the earliest start on any rank to the latest end on "
+                           "any rank (a rank waiting before its first forward or after its last backward "
+                           "is idle too)"),
+        (per_rank_mean, "each rank was measured over its own first-start-to-last-end window: use one window "
+                        "for all ranks, from the earliest start on any rank to the latest end on any rank"),
+        (1.0 - busy / makespan, "the busy time of all ranks together must be compared with ranks x makespan "
+                                "(every rank could have worked the whole makespan)"),
+    ]
+
+
+def check_idle_fraction(idle_fraction) -> None:
+    """Check `idle_fraction(spans) -> float` on ideal schedules and on measured-looking timestamps.
+
+    Introduced in notebooks/07-pipeline-parallelism.ipynb.
+    """
+    from ddp_lab.pipeline_parallel.schedules import idle_fraction as reference
+
+    name = getattr(idle_fraction, "__name__", "idle_fraction")
+    for case, spans in _cases().items():
+        try:
+            got = idle_fraction(list(spans))
+        except NotImplementedError as error:
+            raise CheckFailed(f"{name} is not written yet: it raised NotImplementedError({str(error)!r}).\n"
+                              "Replace the `raise NotImplementedError` line with your answer.") from None
+        except Exception as error:
+            raise CheckFailed(f"{name} raised {type(error).__name__}: {error}\nwhile computing {case}.") from error
+        try:
+            got = float(got)
+        except (TypeError, ValueError):
+            raise CheckFailed(f"{case}: {name} returned {type(got).__name__} {got!r}, expected a float.") from None
+        want = reference(spans)
+        if math.isclose(got, want, rel_tol=1e-9, abs_tol=1e-9):
+            continue
+        hint = next((text for value, text in _wrong_answers(spans) if math.isclose(got, value, rel_tol=1e-9)),
+                    "idle = 1 - (sum of every span's length) / (number of ranks x (latest end - earliest start))")
+        raise CheckFailed(f"{case}: got {got:.6g}, expected {want:.6g}.\nHint: {hint}.")
+    passed(f"{name}: the idle fraction of ideal GPipe and 1F1B schedules and of measured-looking timestamps")

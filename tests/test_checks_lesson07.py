@@ -1,0 +1,169 @@
+"""The lesson 07 checks accept a right answer and reject plausible wrong ones with specific feedback.
+
+Each wrong answer below is a mistake a learner is likely to make; the test pins the part of
+the feedback that names it. The 1F1B checks launch 3 gloo ranks (a few seconds each; the
+hanging answers run into a 10 s timeout).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+from ddp_lab.checks import CheckFailed
+from ddp_lab.checks.lesson07 import check_idle_fraction, check_one_f_one_b_stage
+from ddp_lab.plots.timeline import Span
+
+DEADLOCK_TIMEOUT = 10.0
+
+
+# --- one_f_one_b_stage ----------------------------------------------------------------------
+
+def make_stage_answer(*, scale=True, blocking=False, grad_peer=-1, act_src=None, warmup=None):
+    """A 1F1B stage with one mistake switched on (the defaults give the right answer)."""
+
+    def one_f_one_b_stage(stage, inputs, targets):
+        rank, world_size = dist.get_rank(), dist.get_world_size()
+        first, last = rank == 0, rank == world_size - 1
+        m, shape = len(inputs), inputs[0].shape
+        saved, sends, losses = {}, [], []
+
+        def send(tensor, dst):
+            if blocking:
+                dist.send(tensor, dst=dst)
+            else:
+                sends.append(dist.isend(tensor, dst=dst))
+
+        def forward(i):
+            if first:
+                x = inputs[i]
+            else:
+                x = torch.empty(shape)
+                dist.recv(x, src=rank - 1 if act_src is None else act_src)
+                x.requires_grad_()
+            out = stage(x)
+            if last:
+                out = F.mse_loss(out, targets[i]) / (m if scale else 1)
+                losses.append(out.detach())
+            else:
+                send(out.detach(), rank + 1)
+            saved[i] = (x, out)
+
+        def backward(i):
+            x, out = saved.pop(i)
+            grad = None
+            if not last:
+                grad = torch.empty(shape)
+                dist.recv(grad, src=rank + 1)
+            out.backward(grad)
+            if not first:
+                send(x.grad, rank + grad_peer)
+
+        w = min(world_size - rank - 1, m) if warmup is None else warmup(m)
+        for i in range(w):
+            forward(i)
+        for i in range(w, m):
+            forward(i)
+            backward(i - w)
+        for i in range(m - w, m):
+            backward(i)
+        for work in sends:
+            work.wait()
+        return losses
+
+    return one_f_one_b_stage
+
+
+def blank_stage(stage, inputs, targets):
+    raise NotImplementedError("write forward(i) and backward(i) helpers")
+
+
+def test_one_f_one_b_accepts_the_right_answer(capsys):
+    answer = make_stage_answer()
+    check_one_f_one_b_stage(answer)
+    assert "✓ one_f_one_b_stage" in capsys.readouterr().out
+
+
+def test_one_f_one_b_blank_says_not_written():
+    with pytest.raises(CheckFailed, match=r"not written yet.*NotImplementedError"):
+        check_one_f_one_b_stage(blank_stage)
+
+
+@pytest.mark.parametrize("mistake, feedback", [
+    (dict(scale=False), r"(?s)add up to 4 x the whole batch's mean.*divide each micro-batch's loss by the number"),
+    (dict(warmup=lambda m: m), r"(?s)rank 0: the stage held the activations of 4 micro-batches.*at most 3.*warm-up"),
+    (dict(grad_peer=+1), r"(?s)names a rank that is not the neighbour stage.*send x.grad to rank - 1"),
+])
+def test_one_f_one_b_rejects_wrong_answers(mistake, feedback):
+    with pytest.raises(CheckFailed, match=feedback):
+        check_one_f_one_b_stage(make_stage_answer(**mistake), timeout=DEADLOCK_TIMEOUT)
+
+
+def test_one_f_one_b_ends_the_blocking_send_deadlock_with_a_hint():
+    with pytest.raises(CheckFailed, match=r"(?s)did not finish within 10 s.*in dist.send.*dist.isend.*\.wait\(\)"):
+        check_one_f_one_b_stage(make_stage_answer(blocking=True), timeout=DEADLOCK_TIMEOUT)
+
+
+def test_one_f_one_b_ends_a_wrong_source_hang_with_the_peers():
+    # receiving every activation from rank 0 (right on 2 ranks) leaves rank 2 waiting forever
+    with pytest.raises(CheckFailed, match=r"(?s)did not finish within 10 s.*in dist.recv.*Check the peers.*rank - 1"):
+        check_one_f_one_b_stage(make_stage_answer(act_src=0), timeout=DEADLOCK_TIMEOUT)
+
+
+# --- idle_fraction ---------------------------------------------------------------------------
+
+def idle_fraction(spans):
+    makespan = max(s.end for s in spans) - min(s.start for s in spans)
+    return 1.0 - sum(s.end - s.start for s in spans) / (len({s.rank for s in spans}) * makespan)
+
+
+def busy_fraction(spans):
+    return 1.0 - idle_fraction(spans)
+
+
+def per_rank_windows(spans):
+    ranks = {s.rank for s in spans}
+    idle = 0.0
+    for rank in ranks:
+        mine = [s for s in spans if s.rank == rank]
+        idle += 1.0 - sum(s.end - s.start for s in mine) / (max(s.end for s in mine) - min(s.start for s in mine))
+    return idle / len(ranks)
+
+
+def as_percentage(spans):
+    return 100 * idle_fraction(spans)
+
+
+def forgets_the_ranks(spans):
+    makespan = max(s.end for s in spans) - min(s.start for s in spans)
+    return 1.0 - sum(s.end - s.start for s in spans) / makespan
+
+
+def blank_idle(spans):
+    raise NotImplementedError("one window for every rank")
+
+
+def test_idle_fraction_accepts_the_right_answer(capsys):
+    check_idle_fraction(idle_fraction)
+    assert "✓ idle_fraction" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("answer, feedback", [
+    (blank_idle, r"not written yet.*NotImplementedError"),
+    (busy_fraction, r"(?s)GPipe on 2 stages.*got 0.8, expected 0.2.*this is the busy fraction"),
+    (per_rank_windows, r"(?s)its own first-start-to-last-end window.*earliest start on any rank"),
+    (as_percentage, r"(?s)this is a percentage"),
+    (forgets_the_ranks, r"(?s)compared with ranks x makespan"),
+])
+def test_idle_fraction_rejects_wrong_answers(answer, feedback):
+    with pytest.raises(CheckFailed, match=feedback):
+        check_idle_fraction(answer)
+
+
+def test_the_measured_case_tells_the_windows_apart():
+    # on the measured-looking case the per-rank window gives another number than the right one
+    spans = [Span(0, "forward", 10.0, 11.0), Span(0, "backward", 13.5, 15.0),
+             Span(1, "forward", 11.2, 12.0), Span(1, "backward", 12.1, 13.4)]
+    assert abs(idle_fraction(spans) - per_rank_windows(spans)) > 0.1
