@@ -1,0 +1,256 @@
+"""Checks for the exercises of notebooks/09-zero-and-fsdp.ipynb.
+
+    ddp_lab.checks.lesson09.check_state_bytes(state_bytes)
+    ddp_lab.checks.lesson09.check_zero1(zero1_init, zero1_step)
+
+The formula check runs in the notebook's process against `ddp_lab.sharding.state_bytes`;
+the ZeRO-1 check trains 3 Adam steps on 2 gloo ranks with a short timeout and compares
+every rank's gradient shards, optimizer state and parameters with one process training on
+the whole batch.
+
+Introduced in notebooks/09-zero-and-fsdp.ipynb.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from ddp_lab.checks import CheckFailed, passed
+from ddp_lab.checks.common import call_case, ensure_written, run_on_ranks
+from ddp_lab.sharding.state_bytes import (COMPONENTS, PRECISIONS, SHARDED_BY_STAGE, optimizer_state_bytes,
+                                          state_bytes_per_rank)
+
+# --- exercise 1: the formula -----------------------------------------------------------------
+
+# (n_params, stage, world_size, precision): fp32 first, so a stage mistake is named before a precision one
+FORMULA_CASES = tuple((n, stage, world_size, "fp32") for n in (1000,) for world_size in (1, 2, 4)
+                      for stage in range(4)) + tuple(
+    (n, stage, world_size, "mixed") for n in (1000,) for world_size in (1, 4) for stage in range(4)) + (
+    (7_000_000_000, 3, 64, "mixed"), (7_000_000_000, 1, 8, "fp32"))
+
+
+def _first_sharding_stage(component: str) -> int:
+    return min(stage for stage, sharded in SHARDED_BY_STAGE.items() if component in sharded)
+
+
+def check_state_bytes(state_bytes) -> None:
+    """Check `state_bytes(n_params, stage, world_size, precision)`: ZeRO's bytes per rank by component.
+
+    It must return {'params': ..., 'grads': ..., 'optimizer': ...} in bytes, equal to
+    `ddp_lab.sharding.state_bytes.state_bytes_per_rank` for every stage (0 = DDP, 1, 2, 3),
+    world size and precision ('fp32': 4 + 4 + 8 bytes per parameter; 'mixed': 2 + 2 + 12).
+
+    Introduced in notebooks/09-zero-and-fsdp.ipynb.
+    """
+    ensure_written(state_bytes)
+    for n_params, stage, world_size, precision in FORMULA_CASES:
+        case = f"state_bytes({n_params}, stage={stage}, world_size={world_size}, precision={precision!r})"
+        try:
+            got = state_bytes(n_params, stage, world_size, precision)
+        except NotImplementedError as error:
+            raise CheckFailed(f"state_bytes is not written yet: it raised NotImplementedError({str(error)!r}).\n"
+                              "Replace the `raise NotImplementedError` line with your answer.") from None
+        except Exception as error:
+            raise CheckFailed(f"{case} raised {type(error).__name__}: {error}") from error
+        want = state_bytes_per_rank(n_params, stage, world_size, precision)
+        if not isinstance(got, dict) or set(got) != set(COMPONENTS):
+            raise CheckFailed(f"{case} returned {str(got)[:100]}; expected a dict with the keys "
+                              f"{list(COMPONENTS)} (bytes of each on one rank), e.g. {want}.")
+        for component in COMPONENTS:
+            if got[component] != want[component]:
+                hint = _formula_hint(component, got[component], n_params, stage, world_size, precision)
+                raise CheckFailed(f"{case}[{component!r}] is {got[component]!r}, expected {want[component]}.\n"
+                                  f"Hint: {hint}")
+    passed(f"state_bytes equals ZeRO's formula for stages 0-3, world sizes 1-64, fp32 and mixed precision "
+           f"({len(FORMULA_CASES)} cases)")
+
+
+def _formula_hint(component: str, got, n_params: int, stage: int, world_size: int, precision: str) -> str:
+    per_param = dict(zip(COMPONENTS, PRECISIONS[precision]))[component]
+    full = n_params * per_param
+    sharded = component in SHARDED_BY_STAGE[stage]
+    first = _first_sharding_stage(component)
+    if world_size > 1 and not sharded and got == full // world_size:
+        return (f"stage {stage} keeps the {component} whole on every rank: only stage {first} and above shard "
+                f"the {component} (1: optimizer state; 2: + gradients; 3: + parameters).")
+    if world_size > 1 and sharded and got == full:
+        return (f"stage {stage} shards the {component}: each rank keeps 1/world_size of them, "
+                f"{full} // {world_size} bytes.")
+    if precision == "mixed" and component == "optimizer" and got * 12 == (full // world_size if sharded else full) * 8:
+        return ("mixed precision's optimizer state is 12 bytes per parameter, not 8: Adam's two fp32 moments (8) "
+                "plus the fp32 master copy of the weights (4), which the optimizer steps.")
+    if precision == "mixed" and component in ("params", "grads") and got == 2 * (full // world_size if sharded else full):
+        return f"in mixed precision the {component} are bf16/fp16: 2 bytes per parameter, not 4."
+    shown = f"{n_params} * {per_param}" + (f" // {world_size}" if sharded else "")
+    return (f"{component} cost {per_param} bytes per parameter in {precision} ({precision!r}: params, grads, "
+            f"optimizer = {PRECISIONS[precision]}), {'divided by world_size' if sharded else 'whole'} at stage "
+            f"{stage}: {shown}.")
+
+
+# --- exercise 2: the ZeRO-1 step -----------------------------------------------------------------
+
+WORLD_SIZE, STEPS, PER_RANK, LR = 2, 3, 4, 1e-2
+
+
+def _model() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 2))
+
+
+def _batches(world_size: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    generator = torch.Generator().manual_seed(3)
+    rows = world_size * PER_RANK
+    return [(torch.randn(rows, 4, generator=generator), torch.randn(rows, 2, generator=generator))
+            for _ in range(STEPS)]
+
+
+def _zero1_runner(rank: int, zero1_init, zero1_step) -> list[dict]:
+    import torch.distributed as dist
+
+    world_size = dist.get_world_size()
+    model = _model()
+    params = list(model.parameters())
+    shards, optimizer = call_case(zero1_init, f"zero1_init(params, rank={rank}, world_size={world_size})",
+                                  params, rank, world_size)
+    if not isinstance(optimizer, torch.optim.Optimizer):
+        raise CaseError(f"zero1_init returned {type(optimizer).__name__} as its optimizer; expected a "
+                        "torch.optim.Optimizer (Adam over this rank's shards)")
+    shards = list(shards)
+    records = []
+    for step, (x, y) in enumerate(_batches(world_size)):
+        for p in params:
+            p.grad = None
+        F.mse_loss(model(x.chunk(world_size)[rank]), y.chunk(world_size)[rank]).backward()
+        before = [p.detach().clone() for p in params]
+        local = [p.grad.detach().clone() for p in params]
+        call_case(zero1_step, f"zero1_step(params, shards, optimizer) on rank {rank}, step {step}",
+                  params, shards, optimizer)
+        records.append({"before": before, "local": local, "params": [p.detach().clone() for p in params],
+                        "shard_grads": [None if s.grad is None else s.grad.detach().clone() for s in shards],
+                        "adam_values": optimizer_state_bytes(optimizer) // 4})
+    return records
+
+
+class CaseError(RuntimeError):
+    """The learner's functions returned something of the wrong kind (raised inside a rank)."""
+
+
+def _reference() -> tuple[list[list[torch.Tensor]], list[list[torch.Tensor]]]:
+    """One process on the whole batch: the mean gradients before each step and the parameters after it."""
+    model = _model()
+    optimizer = torch.optim.Adam(model.parameters(), lr=LR)
+    grads, params = [], []
+    for x, y in _batches(WORLD_SIZE):
+        optimizer.zero_grad()
+        F.mse_loss(model(x), y).backward()
+        grads.append([p.grad.clone() for p in model.parameters()])
+        optimizer.step()
+        params.append([p.detach().clone() for p in model.parameters()])
+    return grads, params
+
+
+def _close(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.shape == b.shape and torch.allclose(a, b, rtol=1e-5, atol=1e-7)
+
+
+def check_zero1(zero1_init, zero1_step, timeout: float = 60.0) -> None:
+    """Check ZeRO stage 1 by hand: `zero1_init(params, rank, world_size)` and `zero1_step(params, shards, optimizer)`.
+
+    On each of 2 ranks, zero1_init returns (shards, optimizer): one fp32 tensor per parameter,
+    this rank's flattened chunk (chunk `rank` of `p.reshape(-1).chunk(world_size)`), and Adam
+    (lr=0.01) over those shards only. After every backward, zero1_step must average the
+    gradients over ranks, give each shard its slice as `.grad`, step, and all-gather the
+    updated shards back into every rank's full parameters. Every rank's parameters must equal
+    one process training on the whole batch, step for step.
+
+    Introduced in notebooks/09-zero-and-fsdp.ipynb.
+    """
+    ensure_written(zero1_init)
+    ensure_written(zero1_step)
+    name = getattr(zero1_step, "__name__", "zero1_step")
+    results = run_on_ranks(_zero1_runner, (zero1_init, zero1_step), WORLD_SIZE, timeout, name)
+    grads, params = _reference()
+    names = [n for n, _ in _model().named_parameters()]
+    n_params = sum(p.numel() for p in _model().parameters())
+    for step in range(STEPS):
+        for rank in range(WORLD_SIZE):
+            _check_step(results[rank][step], rank, step, grads[step], params[step], names, n_params)
+    passed(f"{name}: ZeRO-1 on {WORLD_SIZE} ranks == one process for {STEPS} Adam steps, with Adam state for "
+           f"1/{WORLD_SIZE} of the parameters on each rank")
+
+
+def _check_step(got: dict, rank: int, step: int, grads, params, names, n_params: int) -> None:
+    where = f"rank {rank}, step {step}"
+    full, mine = 2 * n_params, 2 * n_params // WORLD_SIZE
+    if got["adam_values"] == full:
+        raise CheckFailed(f"{where}: the optimizer holds Adam state for all {n_params} parameter values "
+                          f"({full} numbers), expected {mine}: every rank steps the full optimizer.\nHint: "
+                          "ZeRO-1 builds Adam over this rank's shards only, [p.detach().reshape(-1).chunk(world_size)"
+                          "[rank].clone() for p in params], so it keeps 1/world_size of the state.")
+    if got["adam_values"] != mine:
+        raise CheckFailed(f"{where}: the optimizer holds {got['adam_values']} Adam state values, expected {mine} "
+                          f"(exp_avg and exp_avg_sq for this rank's {n_params // WORLD_SIZE} values).\nHint: build "
+                          "torch.optim.Adam over the shards zero1_init returns, one chunk per parameter.")
+    if len(got["shard_grads"]) != len(names):
+        raise CheckFailed(f"{where}: zero1_init returned {len(got['shard_grads'])} shards for {len(names)} "
+                          "parameters; return one shard per parameter, in the order of params.")
+    for index, name in enumerate(names):
+        want = grads[index].reshape(-1).chunk(WORLD_SIZE)[rank]
+        grad = got["shard_grads"][index]
+        local = got["local"][index].reshape(-1).chunk(WORLD_SIZE)[rank]
+        if grad is None:
+            raise CheckFailed(f"{where}: the shard of {name!r} has no .grad when the optimizer steps.\nHint: set "
+                              "s.grad to your slice of the averaged gradient before optimizer.step().")
+        if grad.shape != want.shape:
+            raise CheckFailed(f"{where}: the shard of {name!r} has a gradient of shape {tuple(grad.shape)}, expected "
+                              f"{tuple(want.shape)}: this rank's slice, p.grad.reshape(-1).chunk(world_size)[rank].")
+        if _close(grad, want):
+            continue
+        if _close(grad, want / WORLD_SIZE):
+            hint = (f"it is the average divided by world_size again: the gradients were averaged twice. Divide by "
+                    f"world_size once, after the all_reduce (or slice the sum and divide the slice); Adam hides "
+                    f"the scale in the parameters, so only the gradient shows it")
+        elif _close(grad, want * WORLD_SIZE):
+            hint = "it is the SUM over ranks: divide by world_size after dist.all_reduce, to get DDP's mean"
+        elif _close(grad, local):
+            hint = ("it is this rank's own gradient: all-reduce p.grad over the ranks (and divide by world_size) "
+                    "before taking your slice")
+        else:
+            hint = ("expected chunk `rank` of the averaged gradient: dist.all_reduce(p.grad); p.grad /= world_size; "
+                    "s.grad = p.grad.reshape(-1).chunk(world_size)[rank]")
+        raise CheckFailed(f"{where}: the gradient of the shard of {name!r} is {_short(grad)}, expected "
+                          f"{_short(want)}.\nHint: {hint}.")
+    for index, name in enumerate(names):
+        value, want, before = got["params"][index], params[index], got["before"][index]
+        if _close(value, want):
+            continue
+        raise CheckFailed(f"{where}: parameter {name!r} after the step is {_short(value)}, expected {_short(want)}."
+                          f"\nHint: {_params_hint(value, want, before, rank)}")
+
+
+def _params_hint(value: torch.Tensor, want: torch.Tensor, before: torch.Tensor, rank: int) -> str:
+    got_chunks = value.reshape(-1).chunk(WORLD_SIZE)
+    want_chunks = want.reshape(-1).chunk(WORLD_SIZE)
+    old_chunks = before.reshape(-1).chunk(WORLD_SIZE)
+    if _close(value, before):
+        return ("the parameters did not change: after optimizer.step() all-gather the updated shards into p "
+                "(the optimizer only updated the shards).")
+    source = [next((k for k, w in enumerate(want_chunks) if _close(g, w)), None) for g in got_chunks]
+    if None not in source and source != list(range(WORLD_SIZE)):
+        slots = ", ".join(f"slot {j} holds rank {k}'s shard" for j, k in enumerate(source) if j != k)
+        return (f"the updated shards landed in the wrong slots ({slots}): slot k of the flattened parameter must "
+                "get rank k's shard. all_gather fills its output list in rank order; pass "
+                "list(p.detach().view(-1).chunk(world_size)) as the list, in that order.")
+    if _close(got_chunks[rank], want_chunks[rank]) and all(
+            _close(g, o) for k, (g, o) in enumerate(zip(got_chunks, old_chunks)) if k != rank):
+        return ("only this rank's own slice changed: the other ranks' updated shards never arrived. All-gather "
+                "every rank's shard into the full parameter after the step.")
+    return ("expected one process's Adam step on the whole batch: average the gradients, step your shard, "
+            "all-gather the shards back into p in rank order.")
+
+
+def _short(t: torch.Tensor) -> str:
+    values = [round(v, 6) for v in t.reshape(-1)[:3].tolist()]
+    return f"{values}{' ...' if t.numel() > 3 else ''} (shape {tuple(t.shape)})"

@@ -1,0 +1,49 @@
+"""FSDP2 (`fully_shard`) imported the same way on every supported torch.
+
+Introduced in notebooks/09-zero-and-fsdp.ipynb.
+"""
+
+from __future__ import annotations
+
+
+def fsdp2():
+    """Return `(fully_shard, MixedPrecisionPolicy)` from wherever this torch keeps FSDP2.
+
+    Why a helper: FSDP2 was first published as `torch.distributed._composable.fsdp` (torch
+    2.4) and later became public as `torch.distributed.fsdp.fully_shard` (so in 2.11 and 2.13);
+    the lesson runs on both, so it imports through here instead of naming either path.
+
+    Example:
+        >>> fully_shard, MixedPrecisionPolicy = fsdp2()
+
+    Introduced in notebooks/09-zero-and-fsdp.ipynb.
+    """
+    try:
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard  # newer torch (2.11, 2.13, ...)
+    except ImportError:
+        from torch.distributed._composable.fsdp import MixedPrecisionPolicy, fully_shard  # torch 2.4: only the private path
+    return fully_shard, MixedPrecisionPolicy
+
+
+def fsdp2_cpu_skip_reason() -> str | None:
+    """None when this torch's FSDP2 can train CPU tensors over gloo, else why not (for a printed skip).
+
+    FSDP2 orders its all-gathers and reduce-scatters with streams and events. In torch 2.4 it
+    calls `torch.cuda.current_stream()` whatever the device, so on a machine without a GPU
+    its first forward fails; it runs on CPU once CPU streams have no-op `record_event` and
+    `wait_event` (pytorch PR #145935, early 2025). That is what this checks, rather than a
+    version number. Measured: torch 2.4.1 skips, torch 2.13.0 runs.
+
+    Example:
+        >>> reason = fsdp2_cpu_skip_reason()
+        >>> print(f"skipped: {reason}") if reason else ...
+
+    Introduced in notebooks/09-zero-and-fsdp.ipynb.
+    """
+    import torch
+
+    stream = getattr(torch.cpu, "Stream", None)
+    if stream is not None and hasattr(stream, "record_event") and hasattr(stream, "wait_event"):
+        return None
+    return (f"FSDP2 in torch {torch.__version__} needs CUDA streams even for CPU tensors; it runs on CPU in "
+            "newer torch (CPU streams gained record_event/wait_event in pytorch PR #145935)")
