@@ -11,7 +11,7 @@ NBVAL  := --nbval --nbval-current-env --nbval-sanitize-with tests/sanitize.cfg -
 
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
-.PHONY: setup browser lab test unit nbval gpu notebooks exercises bench clean
+.PHONY: setup browser lab test unit nbval nbval-repeat gpu notebooks exercises bench compat clean
 
 setup: $(STAMP)
 
@@ -23,8 +23,10 @@ $(STAMP): requirements.txt pyproject.toml
 	$(BIN)/python -m pip install --quiet --no-deps -e .
 	touch $(STAMP)
 
+# Serves the whole course (a lesson's ../exercises/ and ../solutions/ links must open) and opens on notebooks/.
+# tests/test_browser.py runs exactly this command line (`make -n -o setup lab`).
 lab: setup
-	$(BIN)/jupyter lab --ServerApp.root_dir=notebooks --port=$(PORT) $(ROOT_FLAG)
+	$(BIN)/jupyter lab --ServerApp.root_dir=. --LabApp.default_url=/lab/tree/notebooks --port=$(PORT) $(ROOT_FLAG)
 
 # Debian's Chromium for tests/test_browser.py (needs root for apt; elsewhere the test skips, except in CI).
 browser:
@@ -33,8 +35,12 @@ browser:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null; \
 	else echo "note: no /usr/bin/chromium and no root apt-get: the browser test will be skipped (it fails in CI)"; fi
 
+# nbval runs NBVAL_RUNS times in all: stored outputs must match on every run, not by luck.
+NBVAL_RUNS ?= 3
+
 test: setup browser
 	$(BIN)/python -m pytest -p no:cacheprovider $(NBVAL) tests notebooks solutions
+	$(MAKE) --no-print-directory nbval-repeat RUNS=$$(( $(NBVAL_RUNS) - 1 ))
 
 unit: setup
 	$(BIN)/python -m pytest -p no:cacheprovider tests
@@ -42,13 +48,71 @@ unit: setup
 nbval: setup
 	$(BIN)/python -m pytest -p no:cacheprovider $(NBVAL) notebooks solutions
 
+# nbval RUNS times in a row (default 3), stopping at the first failure; `taskset -c 0 make nbval-repeat`
+# checks a 1-core machine.
+RUNS ?= 3
+nbval-repeat: setup
+	@for run in $$(seq 1 $(RUNS)); do \
+		echo "== nbval run $$run of $(RUNS)"; \
+		$(BIN)/python -m pytest -p no:cacheprovider -q $(NBVAL) notebooks solutions || exit 1; \
+	done
+
 # On a GPU machine: the GPU suite, and artifacts/gpu-report.md for the README's Hardware section.
+# With wheels/ (from `make gpu-wheels`) it needs no network and keeps the machine's own torch:
+# a venv that sees PYTHON's packages gets everything else from wheels/ and never installs torch.
+# Without wheels/ it installs the pinned requirements (torch included) with `setup`.
+GPU_VENV := .venv-gpu
+WHEELS   := wheels
+
+ifneq ($(wildcard $(WHEELS)/requirements.txt),)
+gpu: $(GPU_VENV)/.installed
+	$(GPU_VENV)/bin/python tools/gpu_report.py
+else
 gpu: setup
 	$(BIN)/python tools/gpu_report.py
+endif
+
+# --system-site-packages shows the venv a system Python's torch; the .pth file also shows it
+# the packages of a PYTHON that is itself a venv (whose own packages --system-site-packages skips).
+$(GPU_VENV)/.installed: $(WHEELS)/requirements.txt pyproject.toml
+	@$(PYTHON) -c 'import torch' 2>/dev/null || { echo "make gpu: $(PYTHON) cannot import torch. It uses the machine's own torch: name the Python that has it, e.g. make gpu PYTHON=/opt/conda/bin/python"; exit 1; }
+	rm -rf $(GPU_VENV)
+	$(PYTHON) -m venv --system-site-packages $(GPU_VENV)
+	$(PYTHON) -c 'import sys; print(*(p for p in sys.path if p.endswith(("site-packages", "dist-packages"))), sep="\n")' \
+		> "$$($(GPU_VENV)/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/machine-packages.pth"
+	$(GPU_VENV)/bin/python -m pip install --quiet --no-index --find-links $(WHEELS) -r $(WHEELS)/requirements.txt \
+		|| { echo "make gpu: wheels/ lacks wheels for this Python: where the index is reachable, run make gpu-wheels PY=$$($(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])')"; exit 1; }
+	$(GPU_VENV)/bin/python -m pip install --quiet --no-index --find-links $(WHEELS) --no-deps -e .
+	$(GPU_VENV)/bin/python -c 'import torch, ddp_lab; print("make gpu: torch", torch.__version__, "from", torch.__file__)'
+	touch $@
+
+# Where the package index is reachable: wheels of everything `make gpu` needs except torch, pinned
+# as in requirements.txt, for CPython $(PY) on x86-64 Linux, into wheels/ (git-ignored). Then copy
+# the checkout with wheels/ to the GPU machine. Run again with PY=3.11 etc. to add other Pythons.
+PY            ?= 3.12
+GPU_PACKAGES  := cloudpickle numpy matplotlib psutil ipykernel nbformat nbclient nbval pytest pytest-timeout
+GPU_PLATFORMS := manylinux_2_28_x86_64 manylinux_2_17_x86_64 manylinux2014_x86_64 manylinux2010_x86_64 manylinux1_x86_64
+
+.PHONY: gpu-wheels
+gpu-wheels:
+	mkdir -p $(WHEELS)
+	grep -E $(foreach name,$(GPU_PACKAGES),-e '^$(name)==') requirements.txt > $(WHEELS)/requirements.partial
+	test "$$(wc -l < $(WHEELS)/requirements.partial)" -eq $(words $(GPU_PACKAGES)) \
+		|| { echo "gpu-wheels: requirements.txt must pin each of $(GPU_PACKAGES) with =="; exit 1; }
+	$(PYTHON) -m pip download --quiet --only-binary=:all: --python-version $(PY) $(GPU_PLATFORMS:%=--platform %) \
+		-d $(WHEELS) -r $(WHEELS)/requirements.partial 'setuptools>=64'
+	mv $(WHEELS)/requirements.partial $(WHEELS)/requirements.txt
+	@echo "$(WHEELS)/: $$(ls $(WHEELS)/*.whl | wc -l) wheels, $$(du -sh $(WHEELS) | cut -f1); on the GPU machine: make gpu"
 
 # Re-produce stored outputs: run each lesson and solution top to bottom in a fresh kernel.
 notebooks: setup
 	$(BIN)/python tools/execute_notebooks.py notebooks/*.ipynb $(wildcard solutions/*.ipynb)
+
+# Every lesson and solution under another torch, in its own venv (~/.cache/ddp-lab/compat):
+#   make compat TORCH=2.4.1   -> table on screen and in artifacts/compat-torch-2.4.1.md
+compat:
+	@test -n "$(TORCH)" || { echo "usage: make compat TORCH=X.Y.Z (a torch release, e.g. 2.4.1)"; exit 2; }
+	$(PYTHON) tools/compat.py $(TORCH)
 
 exercises: setup
 	$(BIN)/python tools/make_exercises.py
@@ -57,4 +121,4 @@ bench: setup
 	$(BIN)/python bench/launch.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache
+	rm -rf $(VENV) $(GPU_VENV) .pytest_cache

@@ -154,7 +154,7 @@ def under_jupyter() -> bool:
 # (`make compat TORCH=X.Y.Z`, README "Torch versions"): from the oldest release to any release
 # of the newest minor. pyproject.toml's floor is the first one. Stored outputs are compared only
 # on requirements.txt's pin.
-TORCH_RANGE = ("2.4.1", "2.15")
+TORCH_RANGE = ("2.8.0", "2.15")
 
 _VERSION = re.compile(r"(\d+(?:\.\d+)*)((?:\.?(?:a|b|rc|dev)\d*)*)(\.post\d+)?", re.IGNORECASE)
 
