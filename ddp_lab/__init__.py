@@ -14,7 +14,7 @@ The package by concept:
     hardware/    what this machine offers, where a rank's tensors go (doctor, rank_device, gpu)
     checks/      exercise checks and `python -m ddp_lab grade`
     plots/       the lessons' pictures
-    pipeline_parallel/, tensor_parallel/   helpers of lessons 07 and 08
+    pipeline_parallel/, tensor_parallel/, sharding/, mesh/   helpers of lessons 07, 08, 09, 10
     memory.py    memory arithmetic (lesson 01); stable.py: numbers printed alike everywhere
 """
 
