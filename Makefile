@@ -35,12 +35,8 @@ browser:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null; \
 	else echo "note: no /usr/bin/chromium and no root apt-get: the browser test will be skipped (it fails in CI)"; fi
 
-# nbval runs NBVAL_RUNS times in all: stored outputs must match on every run, not by luck.
-NBVAL_RUNS ?= 3
-
 test: setup browser
 	$(BIN)/python -m pytest -p no:cacheprovider $(NBVAL) tests notebooks solutions
-	$(MAKE) --no-print-directory nbval-repeat RUNS=$$(( $(NBVAL_RUNS) - 1 ))
 
 unit: setup
 	$(BIN)/python -m pytest -p no:cacheprovider tests
@@ -48,8 +44,8 @@ unit: setup
 nbval: setup
 	$(BIN)/python -m pytest -p no:cacheprovider $(NBVAL) notebooks solutions
 
-# nbval RUNS times in a row (default 3), stopping at the first failure; `taskset -c 0 make nbval-repeat`
-# checks a 1-core machine.
+# nbval RUNS times in a row (default 3), stopping at the first failure: stored outputs must match
+# on every run, not by luck. `taskset -c 0 make nbval-repeat RUNS=1` checks a 1-core machine.
 RUNS ?= 3
 nbval-repeat: setup
 	@for run in $$(seq 1 $(RUNS)); do \
