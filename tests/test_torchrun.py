@@ -43,11 +43,11 @@ def make_step(scale):
 @pytest.mark.slow
 def test_standalone_torchrun_gives_what_launch_gives(tmp_path):
     step = make_step(10.0)
-    job = ddp_lab.torchrun.scripts.export(step, path=tmp_path / "step.pkl", backend="gloo")
+    job = ddp_lab.scripts.export(step, path=tmp_path / "step.pkl", backend="gloo")
     command = job.torchrun_command("--standalone", "--nproc-per-node", "2")
-    assert ddp_lab.torchrun.scripts.shell(command) == (
+    assert ddp_lab.scripts.shell(command) == (
         f"torchrun --standalone --nproc-per-node 2 -m ddp_lab.torchrun.run_pickled {shlex.quote(str(job.path))}")
-    (finished,) = ddp_lab.torchrun.scripts.run([command], env=ONE_THREAD)
+    (finished,) = ddp_lab.scripts.run([command], env=ONE_THREAD)
     assert finished.returncode == 0
     under_torchrun = job.results()
     under_launch = ddp_lab.launch(step, nprocs=2, backend="gloo")
@@ -61,15 +61,15 @@ def test_standalone_torchrun_gives_what_launch_gives(tmp_path):
 
 @pytest.mark.slow
 def test_two_nodes_meet_through_a_c10d_rendezvous(tmp_path):
-    job = ddp_lab.torchrun.scripts.export(make_step(1.0), path=tmp_path / "nodes.pkl", backend="gloo")
-    endpoint = f"127.0.0.1:{ddp_lab.torchrun.scripts.free_port()}"
+    job = ddp_lab.scripts.export(make_step(1.0), path=tmp_path / "nodes.pkl", backend="gloo")
+    endpoint = f"127.0.0.1:{ddp_lab.scripts.free_port()}"
     commands = [
         job.torchrun_command("--nnodes", "2", "--nproc-per-node", "1", "--node-rank", str(node),
                              "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint, "--rdzv-id", "test06",
                              "--rdzv-conf", f"is_host={int(node == 0)}")
         for node in (0, 1)
     ]
-    runs = ddp_lab.torchrun.scripts.run(commands, env=ONE_THREAD)
+    runs = ddp_lab.scripts.run(commands, env=ONE_THREAD)
     assert [run.returncode for run in runs] == [0, 0]
     results = job.results()
     assert [r["sum"].item() for r in results] == [3.0, 3.0]
@@ -89,22 +89,22 @@ def fail_on_rank_one(rank):
 
 @pytest.mark.slow
 def test_a_failing_rank_raises_with_its_traceback(tmp_path):
-    job = ddp_lab.torchrun.scripts.export(fail_on_rank_one, path=tmp_path / "fail.pkl", backend="gloo")
+    job = ddp_lab.scripts.export(fail_on_rank_one, path=tmp_path / "fail.pkl", backend="gloo")
     with pytest.raises(ScriptFailed, match=r"(?s)a command failed.*exit code 1.*ValueError: rank one says no"):
-        ddp_lab.torchrun.scripts.run([job.torchrun_command("--standalone", "--nproc-per-node", "2")],
+        ddp_lab.scripts.run([job.torchrun_command("--standalone", "--nproc-per-node", "2")],
                             env=ONE_THREAD, timeout=120)
     with pytest.raises(FileNotFoundError, match=r"ranks \[1\] of 2 wrote no result|no results"):
         job.results()
 
 
 def test_results_before_running_say_what_to_do(tmp_path):
-    job = ddp_lab.torchrun.scripts.export(lambda rank: rank, path=tmp_path / "idle.pkl")
+    job = ddp_lab.scripts.export(lambda rank: rank, path=tmp_path / "idle.pkl")
     with pytest.raises(FileNotFoundError, match="run the torchrun command first"):
         job.results()
 
 
 def test_runner_without_torchrun_says_how_to_start_it(tmp_path):
-    job = ddp_lab.torchrun.scripts.export(lambda rank: rank, path=tmp_path / "plain.pkl")
+    job = ddp_lab.scripts.export(lambda rank: rank, path=tmp_path / "plain.pkl")
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE")}
     done = subprocess.run([sys.executable, *job.script_args()], env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode != 0
@@ -113,7 +113,7 @@ def test_runner_without_torchrun_says_how_to_start_it(tmp_path):
 
 def test_run_stops_commands_at_the_timeout():
     with pytest.raises(ScriptFailed, match=r"(?s)did not finish within 0.5 s.*command 0 \(signal SIGTERM \(15\)\).*waiting"):
-        ddp_lab.torchrun.scripts.run([[sys.executable, "-c", "import time; print('waiting', flush=True); time.sleep(60)"]],
+        ddp_lab.scripts.run([[sys.executable, "-c", "import time; print('waiting', flush=True); time.sleep(60)"]],
                             timeout=0.5)
 
 
@@ -131,7 +131,7 @@ def test_torchrun_ranks_resolve_auto_as_launch_does():
 
 def test_export_rejects_an_unknown_backend(tmp_path):
     with pytest.raises(ValueError, match="use 'auto', 'gloo' or 'nccl'"):
-        ddp_lab.torchrun.scripts.export(lambda rank: rank, path=tmp_path / "x.pkl", backend="mpi")
+        ddp_lab.scripts.export(lambda rank: rank, path=tmp_path / "x.pkl", backend="mpi")
 
 
 def dry_run_template(*script_args: str) -> tuple[list[str], list[str], str]:

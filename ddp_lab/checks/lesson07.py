@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import math
 import re
-import warnings
 
 import torch
 import torch.nn as nn
@@ -93,18 +92,15 @@ def _reference() -> tuple[float, list[list[torch.Tensor]]]:
 
 def _launch(runner, args: tuple, timeout: float, what: str):
     """Run `runner` on WORLD_SIZE gloo ranks; turn a failure or a hang into CheckFailed."""
-    from ddp_lab.launcher.errors import LaunchError, LaunchTimeout, LaunchWarning
+    from ddp_lab.launcher.errors import LaunchError, LaunchTimeout
     from ddp_lab.launcher.launch import launch
 
-    with warnings.catch_warnings():
-        # 3 ranks on a 2-core machine is expected and says nothing about the answer
-        warnings.filterwarnings("ignore", category=LaunchWarning, message="nprocs=")
-        try:
-            return launch(runner, args=args, nprocs=WORLD_SIZE, backend="gloo", timeout=timeout)
-        except LaunchTimeout as error:
-            raise CheckFailed(_timeout_message(error, what, timeout)) from None
-        except LaunchError as error:
-            raise CheckFailed(failure_message(error, what, _explain)) from None
+    try:
+        return launch(runner, args=args, nprocs=WORLD_SIZE, backend="gloo", timeout=timeout)
+    except LaunchTimeout as error:
+        raise CheckFailed(_timeout_message(error, what, timeout)) from None
+    except LaunchError as error:
+        raise CheckFailed(failure_message(error, what, _explain)) from None
 
 
 def _explain(failure) -> str | None:

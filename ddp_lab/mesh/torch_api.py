@@ -5,46 +5,32 @@ Introduced in notebooks/10-2d-mesh.ipynb.
 
 from __future__ import annotations
 
-import importlib
 import logging
 from types import SimpleNamespace
 
 
 def fsdp_api() -> SimpleNamespace:
-    """FSDP2's names (`fully_shard`, `MixedPrecisionPolicy`), imported from where this torch keeps them.
+    """FSDP2's names (`fully_shard`, `MixedPrecisionPolicy`) and whether FSDP2 runs on CPU here.
 
-    Why a helper: FSDP2 became public as `torch.distributed.fsdp.fully_shard` in torch 2.6;
-    torch 2.4 (the oldest the course supports) has it only under the private
-    `torch.distributed._composable.fsdp`. DTensor's names come from lesson 08's
-    `ddp_lab.tensor_parallel.dtensor_api()`.
-
-    FSDP2 on a CPU mesh also differs: torch 2.4 creates CUDA streams in `fully_shard`'s lazy
-    init whatever the mesh's device (measured on 2.4.1: the first forward raises a CUDA
-    error), so `cpu_reason` says why it cannot run on CPU there (None where it can).
+    Why a helper: FSDP2's import path and its CPU support differ across the torch versions the
+    course supports; lesson 09's `ddp_lab.sharding.fsdp` holds that knowledge in one place
+    (`fsdp2()`, `fsdp2_cpu_skip_reason()`), and this gathers it for lesson 10's cells. DTensor's
+    names come from lesson 08's `ddp_lab.tensor_parallel.dtensor_api()`.
 
     Returns:
-        A namespace with `fully_shard`, `MixedPrecisionPolicy`, `module_path` and `cpu_reason`.
+        A namespace with `fully_shard`, `MixedPrecisionPolicy`, `module_path` and `cpu_reason`
+        (None where FSDP2 can train CPU tensors over gloo, else why not).
 
     Example:
         >>> fsdp_api().fully_shard(model, mesh=mesh["dp"])   # inside a launched rank
 
     Introduced in notebooks/10-2d-mesh.ipynb.
     """
-    public = importlib.import_module("torch.distributed.fsdp")
-    if hasattr(public, "fully_shard"):  # torch >= 2.6: streams come from the mesh's device type
-        module, cpu_reason = public, None
-    else:  # torch 2.4/2.5: lazy init creates torch.cuda.Stream()s whatever the mesh's device
-        module = importlib.import_module("torch.distributed._composable.fsdp")
-        cpu_reason = (f"FSDP2 in torch {torch_version()} needs CUDA even for a CPU mesh (it creates "
-                      "CUDA streams); torch 2.8 and later run it on CPU")
-    return SimpleNamespace(module_path=module.__name__, fully_shard=module.fully_shard,
-                           MixedPrecisionPolicy=module.MixedPrecisionPolicy, cpu_reason=cpu_reason)
+    from ddp_lab.sharding.fsdp import fsdp2, fsdp2_cpu_skip_reason
 
-
-def torch_version() -> str:
-    import torch
-
-    return torch.__version__.split("+")[0]
+    fully_shard, mixed_precision_policy = fsdp2()
+    return SimpleNamespace(module_path=fully_shard.__module__, fully_shard=fully_shard,
+                           MixedPrecisionPolicy=mixed_precision_policy, cpu_reason=fsdp2_cpu_skip_reason())
 
 
 def full_tensor(tensor):

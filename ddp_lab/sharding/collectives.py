@@ -1,6 +1,7 @@
 """The two collectives of sharded training on one flat tensor, named the same on every torch.
 
-Introduced in notebooks/09-zero-and-fsdp.ipynb.
+Introduced in notebooks/02-collectives.ipynb (reduce_scatter); used for ZeRO in
+notebooks/09-zero-and-fsdp.ipynb.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ def reduce_scatter(output: torch.Tensor, input: torch.Tensor, op=dist.ReduceOp.S
     Example:
         >>> reduce_scatter(shard_grad, full_grad.reshape(-1))   # inside a launched rank
 
-    Introduced in notebooks/09-zero-and-fsdp.ipynb.
+    Introduced in notebooks/02-collectives.ipynb.
     """
     collective = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
     collective(output, input, op=op)

@@ -183,8 +183,8 @@ def test_launch_from_a_parent_that_already_initialised_cuda():
 @needs_gpu
 def test_torchrun_runs_an_exported_function_on_nccl(tmp_path, cpu_reference):
     nprocs = min(2, GPUS)
-    job = ddp_lab.torchrun.scripts.export(train, path=tmp_path / "train.pkl")  # backend 'auto': nccl here
-    ddp_lab.torchrun.scripts.run([job.torchrun_command("--standalone", "--nproc-per-node", str(nprocs))],
+    job = ddp_lab.scripts.export(train, path=tmp_path / "train.pkl")  # backend 'auto': nccl here
+    ddp_lab.scripts.run([job.torchrun_command("--standalone", "--nproc-per-node", str(nprocs))],
                         env={"OMP_NUM_THREADS": "1"}, timeout=300)
     results = job.results()
     assert [r["device"] for r in results] == [f"cuda:{rank}" for rank in range(nprocs)]
@@ -218,16 +218,16 @@ def test_the_setup_check_names_a_hard_coded_nccl_where_a_gpu_is_visible():
 def test_skip_reason_does_not_initialise_cuda_and_require_gpu_turns_skips_into_errors():
     """Runs everywhere: a fresh interpreter, so CUDA state of this process does not matter."""
     code = ("import torch, ddp_lab, os\n"
-            f"print(ddp_lab.hardware.gpu.skip_reason(gpus=1), torch.cuda.is_initialized())\n"
+            f"print(ddp_lab.gpu.skip_reason(gpus=1), torch.cuda.is_initialized())\n"
             f"os.environ['DDP_LAB_REQUIRE_GPU'] = '{GPUS + 1}'\n"
-            f"print(ddp_lab.hardware.gpu.skip_reason(gpus={GPUS + 2}))\n"
+            f"print(ddp_lab.gpu.skip_reason(gpus={GPUS + 2}))\n"
             "try:\n"
-            f"    print(ddp_lab.hardware.gpu.skip_reason(gpus={GPUS + 1}))\n"
-            "except ddp_lab.hardware.gpu.GPUUnavailable as error:\n"
+            f"    print(ddp_lab.gpu.skip_reason(gpus={GPUS + 1}))\n"
+            "except ddp_lab.gpu.GPUUnavailable as error:\n"
             "    print('raised:', error)\n"
             "os.environ['DDP_LAB_REQUIRE_GPU'] = 'yes'\n"
             "try:\n"
-            "    ddp_lab.hardware.gpu.skip_reason(gpus=1)\n"
+            "    ddp_lab.gpu.skip_reason(gpus=1)\n"
             "except ValueError as error:\n"
             "    print('refused:', error)\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
@@ -238,8 +238,8 @@ def test_skip_reason_does_not_initialise_cuda_and_require_gpu_turns_skips_into_e
                         f"must run here, but this one cannot: needs {GPUS + 1} CUDA GPU{'s' if GPUS else ''}, "
                         f"found {GPUS}.")
     assert refused == "refused: DDP_LAB_REQUIRE_GPU='yes': set it to a GPU count such as 1 or 8, or unset it."
-    assert ddp_lab.hardware.gpu.needed_gpus(more_than_required) == GPUS + 2
-    assert ddp_lab.hardware.gpu.needed_gpus("needs the NCCL backend, which this torch build does not include") is None
+    assert ddp_lab.gpu.needed_gpus(more_than_required) == GPUS + 2
+    assert ddp_lab.gpu.needed_gpus("needs the NCCL backend, which this torch build does not include") is None
 
 
 def course_notebooks() -> list[Path]:
@@ -271,7 +271,7 @@ def test_notebook_runs_on_this_gpu_machine(path, monkeypatch):
             continue
         text = "".join(output.get("text", "") for output in cell.outputs)
         if "skipped:" in text:
-            needed = ddp_lab.hardware.gpu.needed_gpus(text)
+            needed = ddp_lab.gpu.needed_gpus(text)
             assert needed is not None and needed > GPUS, f"{path.name} cell {index} skipped on a GPU machine: {text}"
             waiting.append(f"cell {index} (needs {needed} GPUs)")
     if waiting:
