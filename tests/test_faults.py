@@ -513,6 +513,7 @@ def test_cpu_tensors_in_a_cuda_only_group_get_a_hint(capsys):
 def sum_of_ones(rank):
     value = torch.ones(1)
     dist.all_reduce(value)
+    print("threads", torch.get_num_threads())  # the note comes with what the ranks print
     return int(value.item()), torch.get_num_threads()
 
 

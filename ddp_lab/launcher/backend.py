@@ -28,8 +28,10 @@ def choose_backend(backend: str, nprocs: int, announce: bool = True) -> str:
         chosen = auto_backend(nprocs, gpus)
         if announce and chosen not in _announced:
             _announced.add(chosen)
-            print(f"ddp_lab: backend='auto' picked {chosen!r} for {nprocs} rank{'s' if nprocs != 1 else ''}: "
-                  f"{_why_auto(chosen, nprocs, gpus)}")
+            from ddp_lab.launcher.output import note  # printed with the ranks' output
+
+            note(f"ddp_lab: backend='auto' picked {chosen!r} for {nprocs} rank{'s' if nprocs != 1 else ''}: "
+                 f"{_why_auto(chosen, nprocs, gpus)}")
         return chosen
     if backend == "nccl":
         if not dist.is_nccl_available():

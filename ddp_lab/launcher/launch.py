@@ -21,7 +21,7 @@ from pathlib import Path
 from ddp_lab.launcher.backend import choose_backend
 from ddp_lab.launcher.errors import LaunchWarning, describe_exit
 from ddp_lab.hardware.machine import cpu_cores
-from ddp_lab.launcher.output import RankOutput, print_in_rank_order
+from ddp_lab.launcher.output import RankOutput, note, print_in_rank_order
 from ddp_lab.launcher.payload import build_payload, cell_names
 from ddp_lab.launcher.procstart import prepare_zygote, rank_environment, start_rank, stop_ranks
 from ddp_lab.launcher.rendezvous import loopback_store
@@ -65,15 +65,14 @@ def _validate(fn, args, nprocs, timeout, threads) -> None:
 def _note_if_oversubscribed(nprocs: int) -> None:
     """Say once per kernel that more ranks than cores run slower.
 
-    A printed `ddp_lab: ` line, not a warning: it depends on the machine, so stored notebook
-    outputs drop such lines (tests/sanitize.cfg) while the results they show do not change.
+    A `ddp_lab: ` note printed with the ranks' output, not a warning: it depends on the
+    machine, so stored notebook outputs drop such lines (tests/sanitize.cfg).
     """
     cores = cpu_cores()
     if nprocs > cores and nprocs not in _noted_oversubscribed:
         _noted_oversubscribed.add(nprocs)
-        # one line under 100 characters: stored outputs drop it whole (tests/sanitize.cfg)
-        print(f"ddp_lab: nprocs={nprocs} is more than the {cores} CPU cores: ranks take turns (slower, same results)",
-              flush=True)
+        # one line under 100 characters, printed with the ranks' output (output.note)
+        note(f"ddp_lab: nprocs={nprocs} is more than the {cores} CPU cores: ranks take turns (slower, same results)")
 
 
 def launch(fn, args=(), nprocs: int = 2, backend: str = "auto", timeout: float | None = DEFAULT_TIMEOUT, *,

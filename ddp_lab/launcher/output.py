@@ -73,8 +73,28 @@ def print_line(rank: int, stream: str, line: str) -> None:
     target.write(prefixed(rank, line))
 
 
+_pending_notes: list[str] = []
+
+
+def note(text: str) -> None:
+    """Queue a one-line machine note ("ddp_lab: ..."), printed with the next rank output.
+
+    Notes depend on the machine (cores, GPUs). Printed only together with what the ranks print
+    on stdout, they never decide whether a notebook cell has any stdout at all, which nbval
+    compares; their lines themselves are dropped by tests/sanitize.cfg.
+    """
+    if text not in _pending_notes:
+        _pending_notes.append(text)
+
+
 def print_in_rank_order(outputs: list[RankOutput]) -> None:
-    """Print every rank's lines, rank 0 first; consecutive lines of a stream in one write."""
+    """Print every rank's lines, rank 0 first; consecutive lines of a stream in one write.
+
+    Pending machine notes (`note`) come first, when some rank printed to stdout.
+    """
+    if _pending_notes and any(stream == "stdout" for output in outputs for stream, _ in output.lines):
+        sys.stdout.write("".join(f"{text}\n" for text in _pending_notes))
+        _pending_notes.clear()
     for output in outputs:
         run_stream, run = None, []
         for stream, line in output.lines + [(None, "")]:
