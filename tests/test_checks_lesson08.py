@@ -13,6 +13,7 @@ import torch.distributed as dist
 
 from ddp_lab.checks import CheckFailed
 from ddp_lab.checks.lesson08 import check_copy_to_model_parallel_region, check_row_parallel_forward
+from tensor_parallel_ops import CopyToModelParallelRegion
 
 
 # --- row_parallel_forward -------------------------------------------------------------------
@@ -89,18 +90,6 @@ def test_row_parallel_forward_stops_a_deadlock():
 
 
 # --- CopyToModelParallelRegion ------------------------------------------------------------------
-
-class CopyToModelParallelRegion(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        return x
-
-    @staticmethod
-    def backward(ctx, grad):
-        grad = grad.clone()
-        dist.all_reduce(grad)
-        return grad
-
 
 class WroteG(torch.autograd.Function):
     """All-reduce in forward, identity in backward: g instead of f."""

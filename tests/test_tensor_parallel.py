@@ -12,18 +12,7 @@ import torch.distributed as dist
 
 import ddp_lab
 from ddp_lab.tensor_parallel import CollectiveCall, count_collectives, dtensor_api
-
-
-class _SumInBackward(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        return x
-
-    @staticmethod
-    def backward(ctx, grad):
-        grad = grad.clone()
-        dist.all_reduce(grad)
-        return grad
+from tensor_parallel_ops import CopyToModelParallelRegion
 
 
 def _counting(rank):
@@ -31,7 +20,7 @@ def _counting(rank):
         dist.all_reduce(torch.ones(3))                          # float32: 12 bytes
         dist.broadcast(torch.zeros(2, 5, dtype=torch.float64), src=0)  # 80 bytes
         x = torch.ones(4, dtype=torch.float16, requires_grad=True)
-        _SumInBackward.apply(x).sum().backward()                # counted inside autograd's backward too
+        CopyToModelParallelRegion.apply(x).sum().backward()                # counted inside autograd's backward too
     dist.all_reduce(torch.ones(1))  # outside the block: not recorded, and the real collective still works
     return {"calls": calls, "restored": dist.all_reduce is dist.distributed_c10d.all_reduce,
             "grad": x.grad}

@@ -102,7 +102,8 @@ def ensure_written(fn) -> None:
                           "Replace the `raise NotImplementedError` line with your answer.")
 
 
-def run_on_ranks(runner, args: tuple, nprocs: int, timeout: float, what: str, explain=None):
+def run_on_ranks(runner, args: tuple, nprocs: int, timeout: float, what: str, explain=None,
+                 timeout_hint=None):
     """Launch `runner(rank, *args)` on gloo ranks; turn any failure into CheckFailed.
 
     Args:
@@ -114,6 +115,9 @@ def run_on_ranks(runner, args: tuple, nprocs: int, timeout: float, what: str, ex
         explain: optional `explain(failure) -> str | None` (failure: the first failing rank's
             `ddp_lab.launcher.errors.RankFailure`): a hint naming the likely mistake behind an
             exception or a crash, added to the message.
+        timeout_hint: what to say about a hang: a string, or `timeout_hint(calls) -> str` given
+            the set of torch.distributed calls the stuck ranks wait in (None: outside
+            torch.distributed); default: the point-to-point hints of lesson 02.
     """
     from ddp_lab.launcher.errors import LaunchError, LaunchTimeout
     from ddp_lab.launcher.launch import launch
@@ -121,7 +125,7 @@ def run_on_ranks(runner, args: tuple, nprocs: int, timeout: float, what: str, ex
     try:
         return launch(runner, args=args, nprocs=nprocs, backend="gloo", timeout=timeout)
     except LaunchTimeout as error:
-        raise CheckFailed(timeout_message(error, what, timeout)) from None
+        raise CheckFailed(timeout_message(error, what, timeout, timeout_hint)) from None
     except LaunchError as error:
         raise CheckFailed(failure_message(error, what, explain)) from None
 
@@ -136,25 +140,32 @@ def stuck_in(details: str) -> str | None:
     return calls[0] if calls else None
 
 
-def timeout_message(error, what: str, timeout: float) -> str:
-    places = {rank: stuck_in(f.details) for rank, f in error.failures.items() if f.kind == "timeout"}
+def timeout_message(error, what: str, timeout: float, hint=None) -> str:
+    """The CheckFailed text for a hang: where each stuck rank waits, and a hint (see run_on_ranks)."""
+    places = {rank: stuck_in(f.details) for rank, f in sorted(error.failures.items()) if f.kind == "timeout"}
     where = ", ".join(f"rank {rank} in dist.{call}" if call else f"rank {rank} outside torch.distributed"
                       for rank, call in places.items())
     calls = set(places.values())
+    if hint is None:
+        hint = _point_to_point_hint(calls)
+    elif callable(hint):
+        hint = hint(calls)
+    return (f"{what} did not finish within {timeout:g} s, so the check stopped it. Stuck: {where}.\n"
+            f"Hint: {hint}")
+
+
+def _point_to_point_hint(calls: set) -> str:
     if calls == {"send"}:
-        hint = ("every rank called a blocking dist.send first, and a send waits until the peer posts "
+        return ("every rank called a blocking dist.send first, and a send waits until the peer posts "
                 "the matching recv, which no rank ever reaches: a deadlock. Start the send with "
                 "dist.isend (and .wait() after the recv), or let even ranks send first and odd ranks "
                 "receive first.")
-    elif calls == {"recv"}:
-        hint = ("every rank waits in dist.recv for a message nobody sends: check the peers (send to "
+    if calls == {"recv"}:
+        return ("every rank waits in dist.recv for a message nobody sends: check the peers (send to "
                 "(rank + 1) % world_size, receive from (rank - 1) % world_size) and that every recv "
                 "has a matching send.")
-    else:
-        hint = ("the ranks wait for each other: every send needs a matching recv on the peer, with "
-                "the same number of elements; look for a peer index or a step count that differs.")
-    return (f"{what} did not finish within {timeout:g} s, so the check stopped it. Stuck: {where}.\n"
-            f"Hint: {hint}")
+    return ("the ranks wait for each other: every send needs a matching recv on the peer, with "
+            "the same number of elements; look for a peer index or a step count that differs.")
 
 
 def failure_message(error, what: str, explain=None) -> str:

@@ -17,7 +17,7 @@ import torch
 import torch.nn as nn
 
 from ddp_lab.checks import CheckFailed, passed
-from ddp_lab.checks.common import call_case, failure_message, stuck_in
+from ddp_lab.checks.common import call_case, run_on_ranks
 
 WORLD_SIZE = 2
 
@@ -32,24 +32,10 @@ def _rank_batch(rank: int) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.randn(6, 3, generator=generator), torch.randn(6, 2, generator=generator)
 
 
-def _launch(runner, args: tuple, timeout: float, what: str, collective: str):
-    """Run `runner` on 2 gloo ranks; turn a failure or a hang into CheckFailed."""
-    from ddp_lab.launcher.errors import LaunchError, LaunchTimeout
-    from ddp_lab.launcher.launch import launch
-
-    try:
-        return launch(runner, args=args, nprocs=WORLD_SIZE, backend="gloo", timeout=timeout)
-    except LaunchTimeout as error:
-        places = {rank: stuck_in(f.details) for rank, f in error.failures.items() if f.kind == "timeout"}
-        where = ", ".join(f"rank {rank} in dist.{call}" if call else f"rank {rank} outside torch.distributed"
-                          for rank, call in places.items())
-        raise CheckFailed(
-            f"{what} did not finish within {timeout:g} s, so the check stopped it. Stuck: {where}.\n"
-            f"Hint: a collective completes only when every rank calls it, with the same arguments "
+def _hang_hint(collective: str) -> str:
+    return ("a collective completes only when every rank calls it, with the same arguments "
             f"(same src, same sizes, same order): call dist.{collective} on every rank, for every tensor, "
-            "not only on some ranks.") from None
-    except LaunchError as error:
-        raise CheckFailed(failure_message(error, what)) from None
+            "not only on some ranks.")
 
 
 # --- average_gradients ------------------------------------------------------------------
@@ -99,7 +85,8 @@ def check_average_gradients(average_gradients, timeout: float = 30.0) -> None:
     Introduced in notebooks/04-ddp-from-scratch.ipynb.
     """
     name = getattr(average_gradients, "__name__", "average_gradients")
-    results = _launch(_average_runner, (average_gradients,), timeout, name, "all_reduce")
+    results = run_on_ranks(_average_runner, (average_gradients,), WORLD_SIZE, timeout, name,
+                           timeout_hint=_hang_hint("all_reduce"))
     names = [n for n, _ in _model(0).named_parameters()]
     local = [results[rank]["local"] for rank in range(WORLD_SIZE)]
     for rank in range(WORLD_SIZE):
@@ -154,7 +141,8 @@ def check_sync_initial_state(sync_initial_state, timeout: float = 30.0) -> None:
     Introduced in notebooks/04-ddp-from-scratch.ipynb.
     """
     name = getattr(sync_initial_state, "__name__", "sync_initial_state")
-    results = _launch(_sync_runner, (sync_initial_state,), timeout, name, "broadcast")
+    results = run_on_ranks(_sync_runner, (sync_initial_state,), WORLD_SIZE, timeout, name,
+                           timeout_hint=_hang_hint("broadcast"))
     starts = [_initial_state(rank).state_dict() for rank in range(WORLD_SIZE)]
     buffers = {n for n, _ in _initial_state(0).named_buffers()}
     for rank in range(WORLD_SIZE):

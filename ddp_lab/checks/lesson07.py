@@ -19,7 +19,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ddp_lab.checks import CheckFailed, passed
-from ddp_lab.checks.common import call_case, failure_message, first_mismatch, only_point_to_point, stuck_in
+from ddp_lab.checks.common import call_case, first_mismatch, only_point_to_point, run_on_ranks
 from ddp_lab.plots.timeline import Span
 
 WORLD_SIZE = 3          # stages, one per rank: a middle stage exists, and a wrong peer shows
@@ -90,45 +90,25 @@ def _reference() -> tuple[float, list[list[torch.Tensor]]]:
     return loss.item(), [[p.grad for p in block.parameters()] for block in model]
 
 
-def _launch(runner, args: tuple, timeout: float, what: str):
-    """Run `runner` on WORLD_SIZE gloo ranks; turn a failure or a hang into CheckFailed."""
-    from ddp_lab.launcher.errors import LaunchError, LaunchTimeout
-    from ddp_lab.launcher.launch import launch
-
-    try:
-        return launch(runner, args=args, nprocs=WORLD_SIZE, backend="gloo", timeout=timeout)
-    except LaunchTimeout as error:
-        raise CheckFailed(_timeout_message(error, what, timeout)) from None
-    except LaunchError as error:
-        raise CheckFailed(failure_message(error, what, _explain)) from None
-
-
 def _explain(failure) -> str | None:
     if re.search(r"\b(i?send|i?recv)\b", failure.details) or "not connected" in failure.details:
         return f"a send or recv names a rank that is not the neighbour stage. {PEERS}."
     return None
 
 
-def _timeout_message(error, what: str, timeout: float) -> str:
-    places = {rank: stuck_in(f.details) for rank, f in error.failures.items() if f.kind == "timeout"}
-    where = ", ".join(f"rank {rank} in dist.{call}" if call else f"rank {rank} outside torch.distributed"
-                      for rank, call in places.items())
-    calls = set(places.values())
+def _hang_hint(calls: set) -> str:
     stuck_at_once = calls & {"isend", "irecv"}
     if stuck_at_once:
         call = sorted(stuck_at_once)[0]
-        hint = (f"dist.{call} returns at once when its peer is a valid other rank, so a send or recv names a "
+        return (f"dist.{call} returns at once when its peer is a valid other rank, so a send or recv names a "
                 f"rank that is not the neighbour stage (or no rank at all). {PEERS}.")
-    elif "send" in calls:
-        hint = ("a rank is stuck in a blocking dist.send. In 1F1B two neighbour stages can send at the "
+    if "send" in calls:
+        return ("a rank is stuck in a blocking dist.send. In 1F1B two neighbour stages can send at the "
                 "same time (stage s sends the next activation forward while stage s + 1 sends a gradient "
                 "back), and a blocking send waits for the peer's recv: both wait forever. Start every send "
                 "with dist.isend, keep the handles, and call .wait() on each before the function returns.")
-    else:
-        hint = ("every stuck rank waits in dist.recv for a message nobody sends. Check the peers: "
-                f"{PEERS}; and that every stage runs all {MICROBATCHES} forwards and backwards.")
-    return (f"{what} did not finish within {timeout:g} s, so the check stopped it. Stuck: {where}.\n"
-            f"Hint: {hint}")
+    return ("every stuck rank waits in dist.recv for a message nobody sends. Check the peers: "
+            f"{PEERS}; and that every stage runs all {MICROBATCHES} forwards and backwards.")
 
 
 def _compare_grads(rank: int, got: list, want: list) -> None:
@@ -166,7 +146,8 @@ def check_one_f_one_b_stage(one_f_one_b_stage, timeout: float = 30.0) -> None:
     Introduced in notebooks/07-pipeline-parallelism.ipynb.
     """
     name = getattr(one_f_one_b_stage, "__name__", "one_f_one_b_stage")
-    results = _launch(_stage_runner, (one_f_one_b_stage,), timeout, name)
+    results = run_on_ranks(_stage_runner, (one_f_one_b_stage,), WORLD_SIZE, timeout, name, _explain,
+                           timeout_hint=_hang_hint)
     _judge_stage(name, results)
 
 

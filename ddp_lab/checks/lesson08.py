@@ -17,29 +17,14 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ddp_lab.checks import CheckFailed, passed
-from ddp_lab.checks.common import call_case, describe, ensure_written, failure_message, first_mismatch, stuck_in
+from ddp_lab.checks.common import call_case, describe, ensure_written, first_mismatch, run_on_ranks
 
 WORLD_SIZE = 2
 IN_FEATURES, OUT_FEATURES = 8, 6  # not square: slicing the wrong dimension of the weight fails loudly
 
 
-def _launch(runner, args: tuple, timeout: float, what: str, explain=None):
-    """Run `runner` on 2 gloo ranks; turn a failure or a hang into CheckFailed."""
-    from ddp_lab.launcher.errors import LaunchError, LaunchTimeout
-    from ddp_lab.launcher.launch import launch
-
-    try:
-        return launch(runner, args=args, nprocs=WORLD_SIZE, backend="gloo", timeout=timeout)
-    except LaunchTimeout as error:
-        places = {rank: stuck_in(f.details) for rank, f in error.failures.items() if f.kind == "timeout"}
-        where = ", ".join(f"rank {rank} in dist.{call}" if call else f"rank {rank} outside torch.distributed"
-                          for rank, call in sorted(places.items()))
-        raise CheckFailed(
-            f"{what} did not finish within {timeout:g} s, so the check stopped it. Stuck: {where}.\n"
-            "Hint: dist.all_reduce completes only when every rank calls it: call it on every rank "
-            "(not under `if rank == 0:`), the same number of times.") from None
-    except LaunchError as error:
-        raise CheckFailed(failure_message(error, what, explain)) from None
+HANG_HINT = ("dist.all_reduce completes only when every rank calls it: call it on every rank "
+             "(not under `if rank == 0:`), the same number of times.")
 
 
 def _where(index: tuple) -> str:
@@ -120,7 +105,8 @@ def check_row_parallel_forward(row_parallel_forward, timeout: float = 30.0) -> N
     """
     ensure_written(row_parallel_forward)
     name = getattr(row_parallel_forward, "__name__", "row_parallel_forward")
-    results = _launch(_row_runner, (row_parallel_forward,), timeout, name, explain=_explain_row)
+    results = run_on_ranks(_row_runner, (row_parallel_forward,), WORLD_SIZE, timeout, name, _explain_row,
+                           timeout_hint=HANG_HINT)
     linear, x = _linear(), _row_input()
     with torch.no_grad():
         expected = linear(x)
@@ -227,7 +213,7 @@ def check_copy_to_model_parallel_region(function_class, timeout: float = 30.0) -
     if not (isinstance(function_class, type) and issubclass(function_class, torch.autograd.Function)):
         raise CheckFailed(f"{name} is {describe(function_class)}; pass the class itself, a subclass of "
                           "torch.autograd.Function (not its .apply, not an instance).")
-    results = _launch(_f_runner, (function_class,), timeout, name)
+    results = run_on_ranks(_f_runner, (function_class,), WORLD_SIZE, timeout, name, timeout_hint=HANG_HINT)
     x = _f_input()
     expected, parts = _reference_grads()
     for rank in range(WORLD_SIZE):
