@@ -36,7 +36,7 @@ browser:
 	else echo "note: no /usr/bin/chromium and no root apt-get: the browser test will be skipped (it fails in CI)"; fi
 
 test: setup browser
-	$(BIN)/python -m pytest -p no:cacheprovider $(NBVAL) tests notebooks solutions
+	$(BIN)/python -m pytest -p no:cacheprovider --durations=25 $(NBVAL) tests notebooks solutions
 
 unit: setup
 	$(BIN)/python -m pytest -p no:cacheprovider tests
