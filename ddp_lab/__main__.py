@@ -1,4 +1,4 @@
-"""Command line: `python -m ddp_lab doctor` and `python -m ddp_lab grade [exercises/]`."""
+"""Command line: `python -m ddp_lab doctor`, `python -m ddp_lab grade [exercises/]` and `python -m ddp_lab plan ...`."""
 
 from __future__ import annotations
 
@@ -23,7 +23,20 @@ def main(argv: list[str] | None = None) -> int:
                        help="exercise notebooks or folders of them (default: exercises)")
     grade.add_argument("--json", action="store_true", help="print the rows as JSON, for an instructor to collect")
     grade.add_argument("--timeout", type=int, default=600, help="seconds one cell may run (default 600)")
+    plan = commands.add_parser(
+        "plan", help="plan a training run: per-GPU memory, step time, tokens/s and MFU of dp x tp x pp x ZeRO plans",
+        description="Plan a training run (lesson 13). With --model and --cluster: search every valid plan, keep "
+                    "those that fit GPU memory and print the fastest; add a strategy (--dp/--tp/--pp/--zero/"
+                    "--recompute ...) to print that plan's memory and time breakdown. Short form: --params 7.5B "
+                    "--dp 64 --zero 3 prints per-GPU parameters, gradients and optimizer state in GB (10^9 bytes).")
+    from ddp_lab.plan.cli import add_arguments
+
+    add_arguments(plan)
     args = parser.parse_args(argv)
+    if args.command == "plan":
+        from ddp_lab.plan.cli import run
+
+        return run(args, plan)
     if args.command == "doctor":
         from ddp_lab.hardware.machine import doctor
 

@@ -1,0 +1,98 @@
+"""Activation memory of a transformer layer, after Korthikanti et al. 2022 (arXiv:2205.05198).
+
+The backward pass of each operation needs some of its forward tensors; counting them for one
+layer (s = sequence, b = micro-batch, h = hidden, a = heads, t = tensor-parallel size, 16-bit
+values = 2 bytes, dropout masks = 1 byte) gives the paper's Sec. 4.1:
+    attention  11 sbh + 5 as^2 b   QKV input 2, Q and K 4, V 2, out-proj input 2, dropout mask 1;
+                                    softmax output 2as^2b, its dropout mask as^2b, dropout output 2as^2b
+    MLP        19 sbh               fc1 input 2, GeLU input 8 (= 2 x 4h), fc2 input 8, dropout mask 1
+    2 norms     4 sbh               each keeps its input
+    total      sbh (34 + 5as/h)
+Tensor parallelism splits what lives between the column- and row-parallel matmuls (24 sbh and
+the 5as^2b scores) but not the 10 sbh around them; sequence parallelism splits those 10 too;
+selective recomputation drops the scores; full recomputation keeps only the layer input. Table 2:
+    no parallelism          sbh (34 + 5as/h)
+    TP                      sbh (10 + 24/t + 5as/(ht))
+    TP + SP                 sbh/t (34 + 5as/h)
+    TP + selective          sbh (10 + 24/t)
+    TP + SP + selective     sbh 34/t
+    full recomputation      2 sbh
+This module sums the terms one by one, so it also covers what the paper's GPT shape fixes:
+grouped-query attention (K, V are 2 s b d_kv each), an FFN of size f (GeLU: 2 tensors of sbf;
+SwiGLU: 4 - gate, up, SiLU(gate), their product - as PyTorch autograd saves them), no dropout
+(no masks, one score tensor of 2as^2b), and fp32 values (4 bytes; masks stay 1 byte).
+
+Introduced in notebooks/13-plan-your-training-run.ipynb.
+"""
+
+from __future__ import annotations
+
+
+def value_bytes(strategy) -> int:
+    """Bytes of one activation value: 2 under bf16/fp16 mixed precision, 4 in fp32."""
+    return 2 if strategy.mixed else 4
+
+
+def layer_activation_bytes(model, strategy) -> int:
+    """Activation bytes one layer keeps for backward, per micro-batch, on one tensor-parallel rank.
+
+    Derived term by term in the module docstring; for a GPT shape (ffn = 4h, kv_heads = heads,
+    GeLU, dropout, 16-bit) it equals Korthikanti et al. 2022, Table 2 in every case.
+
+    Example:
+        >>> from ddp_lab.plan.model import Transformer
+        >>> from ddp_lab.plan.strategy import Strategy
+        >>> gpt = Transformer.preset("gpt3-175b")
+        >>> s, h, a = 2048, 12288, 96
+        >>> layer_activation_bytes(gpt, Strategy()) == s * h * (34 + 5 * a * s // h)
+        True
+
+    Introduced in notebooks/13-plan-your-training-run.ipynb.
+    """
+    s, b, h, a, t = model.seq_len, strategy.micro_batch, model.hidden, model.heads, strategy.tp
+    e = value_bytes(strategy)
+    if strategy.recompute == "full":
+        return e * s * b * h                       # only the layer's input is kept (Table 2: 2sbh)
+    mask = 1 if model.dropout else 0
+    # around the parallel matmuls: 2 norm inputs, QKV input, attention dropout mask, fc1 input, FFN dropout mask
+    outside = s * b * h * (2 * e + e + mask + e + mask)
+    # between column- and row-parallel matmuls: Q, K, V, out-proj input, FFN activations
+    ffn_saved = (4 if model.ffn_kind == "swiglu" else 2) * e * model.ffn_
+    inside = s * b * (e * h + 2 * e * model.kv_dim + e * h + ffn_saved)
+    # attention scores: softmax output (+ its dropout mask and dropout output)
+    scores = 0 if strategy.recompute == "selective" else a * s * s * b * (e + (mask + e if model.dropout else 0))
+    outside_split = t if strategy.sequence_parallel else 1
+    return outside // outside_split + inside // t + scores // t
+
+
+def head_activation_bytes(model, strategy) -> int:
+    """Activation bytes of the output layer on the last stage, per micro-batch (Korthikanti Sec. 4.3).
+
+    Final norm input 2sbh and head input 2sbh (divided by t with sequence parallelism), and the
+    logits kept in fp32 for the cross-entropy, 4sbV/t (vocab-parallel): with SP the paper's
+    4sbh/t (1 + V/h). Only one micro-batch's head is alive at a time.
+    """
+    s, b, h, t = model.seq_len, strategy.micro_batch, model.hidden, strategy.tp
+    e = value_bytes(strategy)
+    around = 2 * e * s * b * h // (t if strategy.sequence_parallel else 1)
+    return around + 4 * s * b * (-(-model.vocab // t))
+
+
+def layers_in_flight(model, strategy, stage: int = 0) -> float:
+    """Layer-micro-batches whose activations pipeline stage `stage` holds at its peak (lesson 07).
+
+    Without pipelining: all layers for one micro-batch (gradient accumulation frees each
+    micro-batch before the next). GPipe: every micro-batch's forward before any backward,
+    m x L/p. 1F1B: stage i holds min(p - i, m) micro-batches of its L/p layers, so stage 0 holds
+    L layers' worth for any p (Narayanan et al. 2021, Sec. 2.2.1; Korthikanti Sec. 4.2.3).
+    Interleaved with v chunks per stage: L (1 + (p - 1)/(p v)) on stage 0 (Korthikanti Sec. 4.2.3).
+    """
+    p, m, L = strategy.pp, strategy.grad_accum, model.layers
+    if p == 1:
+        return float(L)
+    per_stage = L / p
+    if strategy.schedule == "gpipe":
+        return per_stage * m
+    if strategy.schedule == "interleaved":
+        return L * (1 + (p - 1) / (p * strategy.virtual_stages)) if stage == 0 else per_stage * min(p - stage, m)
+    return per_stage * min(p - stage, m)

@@ -1,0 +1,209 @@
+"""The hardware being planned for: a GPU (memory, peak FLOP/s) and a cluster of them (links).
+
+Presets come from public spec sheets (dense tensor-core peaks, no sparsity); bandwidths are per
+GPU and per direction, the figure a ring collective's beta term uses (lesson 02). The one
+calibrated number is `MATMUL_EFFICIENCY` (see its comment): the fraction of peak FLOP/s that
+the transformer's matmuls reach, set once on one published run and used for every GPU.
+
+Introduced in notebooks/13-plan-your-training-run.ipynb.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, replace
+
+GiB = 2**30
+
+# The ONE efficiency factor. Calibrated once, on Narayanan et al. 2021 (arXiv:2104.04473),
+# Table 1, 18.4B row (h 6144, 40 layers, 48 heads, TP 8, PP 1, 256 A100s, batch 1024, 135 TFLOP/s
+# per GPU with full recomputation): `tests/test_plan_published.py::test_calibration_run` solves
+# steptime's model for the factor that reproduces 135 TFLOP/s, rounded to two digits. It then
+# stays fixed: every other published run is a prediction (tests/test_plan_published.py: Table 1
+# within 20 %, BLOOM-176B within 5 %, MT-NLG 530B within 20 %). It absorbs what the model leaves
+# out (non-matmul kernels, the optimizer step, imperfect overlap, NCCL below the link's peak), and
+# it is one number for all GEMM sizes and all GPUs: small models (h ~ 2000) come out up to 18 %
+# too fast, the largest (h > 16000) up to 13 % too slow. H100/H200 use the same factor, unchecked.
+MATMUL_EFFICIENCY = 0.54
+
+
+@dataclass(frozen=True)
+class GPU:
+    """One accelerator: memory (bytes), dense peak FLOP/s per dtype, and the matmul efficiency.
+
+    Example:
+        >>> GPU.preset("a100-80gb").peak_flops["bf16"]
+        312000000000000.0
+
+    Introduced in notebooks/13-plan-your-training-run.ipynb.
+    """
+
+    name: str
+    memory: int
+    peak_flops: dict = field(default_factory=dict)   # {"bf16": ..., "fp16": ..., "fp32": ...} dense FLOP/s
+    matmul_efficiency: float = MATMUL_EFFICIENCY
+
+    def flops(self, precision: str) -> float:
+        """Peak FLOP/s for `precision` ("bf16", "fp16", "fp32"); a ValueError names the ones it has."""
+        if precision not in self.peak_flops:
+            raise ValueError(f"{self.name} has no {precision} peak in its spec ({', '.join(self.peak_flops)}): "
+                             f"train in one of those (e.g. Strategy(precision='fp16') on a T4)")
+        return self.peak_flops[precision]
+
+    def achieved_flops(self, precision: str) -> float:
+        """Peak times matmul_efficiency: what the model's matmuls are predicted to sustain."""
+        return self.flops(precision) * self.matmul_efficiency
+
+    @classmethod
+    def preset(cls, name: str) -> "GPU":
+        """A GPU from GPU_PRESETS by name; KeyError lists the names."""
+        try:
+            return GPU_PRESETS[name.lower()]
+        except KeyError:
+            raise KeyError(f"unknown GPU preset {name!r}; choose one of {', '.join(GPU_PRESETS)}") from None
+
+
+# Memory: the spec sheet's "N GB" taken as N GiB (nvidia-smi shows 81920 MiB for an A100 80GB).
+GPU_PRESETS: dict[str, GPU] = {
+    # NVIDIA T4 datasheet: 16 GB GDDR6, 65 TFLOPS fp16 tensor, 8.1 TFLOPS fp32; no bf16 (Turing)
+    "t4": GPU("T4", 16 * GiB, {"fp16": 65e12, "fp32": 8.1e12}),
+    # NVIDIA A100 datasheet: 312 TFLOPS bf16/fp16 tensor (dense), 19.5 TFLOPS fp32 (non-TF32)
+    "a100-40gb": GPU("A100 40GB", 40 * GiB, {"bf16": 312e12, "fp16": 312e12, "fp32": 19.5e12}),
+    "a100-80gb": GPU("A100 80GB", 80 * GiB, {"bf16": 312e12, "fp16": 312e12, "fp32": 19.5e12}),
+    # NVIDIA H100 SXM datasheet: 1,979 TFLOPS bf16 with sparsity = 989.5 dense; 67 TFLOPS fp32
+    "h100-sxm": GPU("H100 SXM", 80 * GiB, {"bf16": 989.5e12, "fp16": 989.5e12, "fp32": 67e12}),
+    # NVIDIA H200 datasheet: same compute as H100 SXM, 141 GB HBM3e
+    "h200": GPU("H200", 141 * GiB, {"bf16": 989.5e12, "fp16": 989.5e12, "fp32": 67e12}),
+}
+
+# (GPU, GPUs per node, intra-node B/s per GPU per direction, inter-node B/s per GPU per direction)
+_LINKS = {
+    # g4dn.12xlarge-like: 4 T4 on PCIe Gen3 x16 (16 GB/s per direction), 50 Gb/s Ethernet per node
+    "t4": ("t4", 4, 16e9, 50e9 / 8 / 4),
+    # DGX A100: NVLink 3 600 GB/s bidirectional per GPU; 8 x 200 Gb/s HDR InfiniBand (one per GPU)
+    "a100-40gb": ("a100-40gb", 8, 300e9, 200e9 / 8),
+    "a100-80gb": ("a100-80gb", 8, 300e9, 200e9 / 8),
+    # DGX H100 / HGX H200: NVLink 4 900 GB/s bidirectional per GPU; 8 x 400 Gb/s NDR InfiniBand
+    "h100-sxm": ("h100-sxm", 8, 450e9, 400e9 / 8),
+    "h200": ("h200", 8, 450e9, 400e9 / 8),
+}
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """nodes x gpus_per_node GPUs, with per-link bandwidth (bytes/s per GPU, one way) and latency (s).
+
+    `collectives`, when set (by `this_machine()`), maps "all_reduce", "all_gather",
+    "reduce_scatter", "send" to fitted (alpha seconds, beta seconds per byte) at `fitted_ranks`
+    ranks; collectives.py then uses those instead of the ring model.
+
+    Example:
+        >>> Cluster.preset("h100-sxm", nodes=4).gpus
+        32
+
+    Introduced in notebooks/13-plan-your-training-run.ipynb.
+    """
+
+    gpu: GPU
+    gpus_per_node: int
+    nodes: int = 1
+    intra_node_bandwidth: float = 300e9
+    inter_node_bandwidth: float = 25e9
+    intra_node_latency: float = 5e-6     # NCCL's per-step latency over NVLink: a few microseconds
+    inter_node_latency: float = 10e-6    # over InfiniBand: about ten
+    collectives: dict | None = None
+    fitted_ranks: int | None = None
+    name: str = ""
+    overlap_dp_comm: bool = True   # DP communication runs beside backward compute (NCCL on its own SMs/links)
+
+    def __post_init__(self) -> None:
+        if self.gpus_per_node < 1 or self.nodes < 1:
+            raise ValueError(f"a cluster needs gpus_per_node >= 1 and nodes >= 1, got "
+                             f"{self.gpus_per_node} and {self.nodes}")
+
+    @property
+    def gpus(self) -> int:
+        return self.gpus_per_node * self.nodes
+
+    def with_(self, **changes) -> "Cluster":
+        """A copy with some fields changed, e.g. `cluster.with_(nodes=16)`."""
+        return replace(self, **changes)
+
+    @classmethod
+    def preset(cls, name: str, nodes: int = 1) -> "Cluster":
+        """A cluster of `nodes` nodes of a preset GPU ("t4", "a100-40gb", "a100-80gb", "h100-sxm", "h200").
+
+        Example:
+            >>> Cluster.preset("a100-80gb", nodes=2).inter_node_bandwidth
+            25000000000.0
+
+        Introduced in notebooks/13-plan-your-training-run.ipynb.
+        """
+        key = name.lower()
+        if key not in _LINKS:
+            raise KeyError(f"unknown cluster preset {name!r}; choose one of {', '.join(_LINKS)}")
+        gpu, per_node, intra, inter = _LINKS[key]
+        return cls(GPU.preset(gpu), per_node, nodes, intra, inter, name=f"{nodes} x {per_node} {GPU.preset(gpu).name}")
+
+    @classmethod
+    def this_machine(cls, ranks: int = 2, measured: dict | None = None) -> "Cluster":
+        """This machine as a one-node cluster of `ranks` CPU ranks, from measurements.
+
+        Peak FLOP/s is the matmul rate one rank measured (so matmul_efficiency is 1.0), and the
+        collectives use the alpha/beta fitted on gloo at `ranks` ranks, per collective (lesson 02
+        fitted one pair for all; that pair predicts all_reduce 2.5-3.6x too fast). Measuring takes
+        a few seconds and imports torch: ddp_lab.plan.calibrate.measure_this_machine does it.
+
+        Args:
+            ranks: ranks the measurement used (= GPUs of the returned cluster).
+            measured: a dict from `measure_this_machine` to reuse instead of measuring again.
+
+        Example:
+            >>> cluster = Cluster.this_machine(ranks=2)        # doctest: +SKIP
+
+        Introduced in notebooks/13-plan-your-training-run.ipynb.
+        """
+        if measured is None:
+            from ddp_lab.plan.calibrate import measure_this_machine   # imports torch: only here
+
+            measured = measure_this_machine(ranks=ranks)
+        return cls.from_measurements(measured, ranks)
+
+    @classmethod
+    def from_measurements(cls, measured: dict, ranks: int) -> "Cluster":
+        """Build the cluster `this_machine` returns from a measurement dict (pure Python).
+
+        Keys read: "matmul_flops" (FLOP/s of one rank, a float for fp32 or a {dtype: FLOP/s}
+        dict), "collectives" ({name: (alpha_s, beta_s_per_byte)} or {name: {"alpha": ...,
+        "beta": ...}}, n = bytes of the whole tensor: all_gather's output, reduce_scatter's
+        input), optional "memory" (bytes per rank; default this machine's RAM / ranks), "ranks".
+        """
+        flops = measured["matmul_flops"]
+        peak = dict(flops) if isinstance(flops, dict) else {"fp32": float(flops)}
+        memory = measured.get("memory") or _ram_bytes() // ranks
+        fitted = {name: _alpha_beta(value) for name, value in (measured.get("collectives") or {}).items()}
+        send = fitted.get("send", fitted.get("all_reduce", (0.0, 0.0)))
+        bandwidth = 1.0 / send[1] if send[1] > 0 else float("inf")
+        return cls(GPU("CPU rank", int(memory), peak, matmul_efficiency=1.0), gpus_per_node=ranks, nodes=1,
+                   intra_node_bandwidth=bandwidth, inter_node_bandwidth=bandwidth,
+                   intra_node_latency=send[0], inter_node_latency=send[0], collectives=fitted or None,
+                   fitted_ranks=int(measured.get("ranks", ranks)), name=f"this machine, {ranks} ranks",
+                   # gloo on CPU moves bytes with the same cores that compute: no overlap to count on
+                   overlap_dp_comm=False)
+
+
+def _alpha_beta(value) -> tuple[float, float]:
+    if isinstance(value, dict):
+        return float(value["alpha"]), float(value["beta"])
+    alpha, beta = value
+    return float(alpha), float(beta)
+
+
+def _ram_bytes() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):   # not POSIX: a modest default
+        return 8 * GiB
+
+
+PRESET_NAMES = tuple(_LINKS)

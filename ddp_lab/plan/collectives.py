@@ -1,0 +1,92 @@
+"""Time of a collective over a group of GPUs placed on a cluster (lesson 02's alpha-beta model).
+
+A message of n bytes over one link takes alpha + beta n (alpha: latency, beta = 1/bandwidth).
+A ring of N ranks (lesson 02) runs 2(N - 1) such steps of n/N bytes for an all-reduce
+(reduce-scatter, then all-gather) and N - 1 for each half:
+    all_reduce(n)      2(N - 1) alpha + 2(N - 1)/N n beta
+    all_gather(n)       (N - 1) alpha +  (N - 1)/N n beta   (n: the gathered output)
+    reduce_scatter(n)   (N - 1) alpha +  (N - 1)/N n beta   (n: the input before scattering)
+    send(n)                     alpha +            n beta
+A ring moves at the pace of its slowest hop, so a group that spans nodes is costed on the
+inter-node link (NCCL runs one ring per NIC, so each GPU drives its own NIC: the per-GPU
+inter-node bandwidth is the beta), a group inside one node on NVLink.
+
+When the cluster carries fitted per-collective (alpha, beta) - `Cluster.this_machine()`, gloo
+on this machine - those are used instead: lesson 02's single ping-pong fit predicts gloo's
+all_reduce 2.5-3.6x too fast, because a ring step sends and receives at once (two directions
+sharing the same cores) and every collective pays a fixed cost to reach gloo's worker thread
+that a ping-pong does not (see ddp_lab.plan.calibrate). A fit made at F ranks is carried to N
+ranks by the ring's own scaling: alpha by the number of steps, beta by (N - 1)/N.
+
+Introduced in notebooks/13-plan-your-training-run.ipynb.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+KINDS = ("all_reduce", "all_gather", "reduce_scatter", "send")
+
+
+@dataclass(frozen=True)
+class Group:
+    """`size` ranks, `stride` apart in the global rank order.
+
+    The planner numbers ranks as Megatron-LM does: tp fastest, then dp, then pp, so a tp group
+    is `Group(tp, 1)`, a dp group `Group(dp, tp)` and a pp group `Group(pp, tp * dp)`.
+    """
+
+    size: int
+    stride: int = 1
+
+    def spans_nodes(self, gpus_per_node: int) -> bool:
+        """True if the group's ranks are not all inside one node."""
+        return self.size > 1 and self.size * self.stride > gpus_per_node
+
+
+def _ring_steps(kind: str, n_ranks: int) -> tuple[float, float]:
+    """(latency steps, fraction of n through each rank's link) for a ring of n_ranks."""
+    if kind == "send":
+        return 1.0, 1.0
+    half = (n_ranks - 1) / n_ranks
+    return ((2 * (n_ranks - 1), 2 * half) if kind == "all_reduce" else (n_ranks - 1, half))
+
+
+def link(cluster, group: Group) -> tuple[float, float]:
+    """(alpha seconds, beta seconds per byte) of the slowest link the group uses."""
+    if group.spans_nodes(cluster.gpus_per_node):
+        return cluster.inter_node_latency, 1.0 / cluster.inter_node_bandwidth
+    return cluster.intra_node_latency, 1.0 / cluster.intra_node_bandwidth
+
+
+def collective_time(kind: str, nbytes: float, cluster, group: Group) -> float:
+    """Seconds for one collective of `nbytes` (the whole tensor) over `group` on `cluster`.
+
+    Example:
+        >>> from ddp_lab.plan.cluster import Cluster
+        >>> c = Cluster.preset("a100-80gb", nodes=2)
+        >>> t = collective_time("all_reduce", 1e9, c, Group(size=16))   # 1 GB over 2 nodes
+        >>> round(t * 1e3)                                              # 2 * 15/16 * 1e9 / 25e9
+        75
+
+    Introduced in notebooks/13-plan-your-training-run.ipynb.
+    """
+    if kind not in KINDS:
+        raise ValueError(f"unknown collective {kind!r}; choose one of {KINDS}")
+    if group.size <= 1 and kind != "send":
+        return 0.0
+    size = max(group.size, 2)
+    fitted = (cluster.collectives or {}).get(kind)
+    if fitted is not None:
+        return _scaled_fit(kind, nbytes, fitted, cluster.fitted_ranks or size, size)
+    alpha, beta = link(cluster, group)
+    steps, share = _ring_steps(kind, size)
+    return steps * alpha + share * nbytes * beta
+
+
+def _scaled_fit(kind: str, nbytes: float, fitted: tuple[float, float], at: int, size: int) -> float:
+    """A fit t = alpha + beta n made at `at` ranks, carried to `size` ranks with the ring's scaling."""
+    alpha, beta = fitted
+    steps_at, share_at = _ring_steps(kind, max(at, 2))
+    steps, share = _ring_steps(kind, size)
+    return alpha * steps / steps_at + beta * nbytes * share / share_at

@@ -1,0 +1,163 @@
+"""Per-GPU memory of a training plan: model states (ZeRO paper) and activations (Korthikanti et al.).
+
+Model states, per parameter (Rajbhandari et al. 2020, "ZeRO", arXiv:1910.02054, Sec. 3.1):
+mixed-precision Adam keeps 2 bytes of fp16/bf16 weight, 2 of gradient and K = 12 of optimizer
+state (fp32 master weight, momentum, variance): 2 + 2 + 12 = 16 bytes (lesson 09). Plain fp32
+Adam keeps 4 + 4 + 8 (lesson 01). ZeRO stage 1 divides the optimizer state by N_d (the data-
+parallel size), stage 2 also the gradients, stage 3 (= FSDP full sharding) also the weights.
+
+Activations: `activations.py`'s formulas (Korthikanti et al. 2022, Table 2), times the layers
+and micro-batches one pipeline stage holds at its peak (lesson 07).
+
+Introduced in notebooks/13-plan-your-training-run.ipynb.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ddp_lab.plan.activations import head_activation_bytes, layer_activation_bytes, layers_in_flight
+from ddp_lab.plan.strategy import Strategy
+
+
+@dataclass(frozen=True)
+class MemoryBreakdown:
+    """Bytes on one GPU (the most loaded rank), by what they hold.
+
+    Example:
+        >>> MemoryBreakdown(2, 2, 12, 0, 0).model_states
+        16
+
+    Introduced in notebooks/13-plan-your-training-run.ipynb.
+    """
+
+    parameters: int
+    gradients: int
+    optimizer: int
+    activations: int = 0
+    buffers: int = 0
+
+    @property
+    def model_states(self) -> int:
+        """Parameters + gradients + optimizer state."""
+        return self.parameters + self.gradients + self.optimizer
+
+    @property
+    def total(self) -> int:
+        return self.model_states + self.activations + self.buffers
+
+
+def bytes_per_parameter(strategy: Strategy) -> tuple[int, int, int]:
+    """(weight, gradient, optimizer) bytes per parameter: (2, 2, 12) mixed precision, (4, 4, 8) fp32.
+
+    Mixed precision (ZeRO paper Sec. 3.1, K = 12): fp16/bf16 weight and gradient, plus fp32
+    master weight, Adam momentum and variance (3 x 4 bytes). fp32 (lesson 01): weight,
+    gradient, and Adam's exp_avg and exp_avg_sq.
+    """
+    return (2, 2, 12) if strategy.mixed else (4, 4, 8)
+
+
+def model_state_bytes(params: int, strategy: Strategy) -> MemoryBreakdown:
+    """Per-GPU weights, gradients and Adam state for `params` parameters under ZeRO over dp.
+
+    Derivation (ZeRO paper, Sec. 5.1 and Fig. 1): with Psi parameters and N_d = dp ranks,
+        stage 0 (DDP)   (2 + 2 + K) Psi
+        stage 1 (P_os)  2 Psi + 2 Psi + K Psi / N_d
+        stage 2 (P_os+g) 2 Psi + (2 + K) Psi / N_d
+        stage 3 (P_os+g+p) (2 + 2 + K) Psi / N_d
+    The paper's example, Psi = 7.5B, N_d = 64, K = 12: 120, 31.4, 16.6 and 1.9 GB. A sharded
+    count is rounded up (the last rank's shard is padded, as FSDP pads dim 0). `params` is
+    what one model replica holds on this GPU (after tp/pp); activations are 0 here.
+
+    Example:
+        >>> round(model_state_bytes(7_500_000_000, Strategy(dp=64, zero=3)).total / 1e9, 1)
+        1.9
+
+    Introduced in notebooks/13-plan-your-training-run.ipynb.
+    """
+    w, g, o = bytes_per_parameter(strategy)
+    shard = -(-params // strategy.dp)   # ceil: the padded shard one rank holds
+
+    def held(stage: int) -> int:
+        return shard if strategy.zero >= stage else params
+
+    return MemoryBreakdown(parameters=w * held(3), gradients=g * held(2), optimizer=o * held(1))
+
+
+def stage_parameters(model, strategy: Strategy, stage: int) -> int:
+    """Parameters one tensor-parallel rank of pipeline stage `stage` holds (before ZeRO).
+
+    Tensor parallelism (Megatron-LM, Shoeybi et al. 2019, arXiv:1909.08053, Sec. 3; lesson 08)
+    splits every weight matrix and the column-parallel biases (q, k, v, FFN up) by tp; the
+    row-parallel biases (attention out, FFN down) and the norms are replicated. The word
+    embedding and an untied head are vocab-parallel (ceil(V/tp) rows); a learned position table
+    is replicated. Pipeline parallelism (lesson 07) gives each stage layers/pp layers, the
+    embeddings to stage 0 and the final norm and head to the last stage; with tied embeddings and
+    pp > 1 the last stage keeps its own copy of the word embedding as the head (as Megatron-LM
+    does, synchronising the two copies' gradients), so the stages together hold V*h more than
+    `model.parameters()`.
+    """
+    t, h = strategy.tp, model.hidden
+    count = model.layers // strategy.pp * layer_parameters_per_rank(model, t)
+    vocab_rows = -(-model.vocab // t) * h
+    first, last = stage == 0, stage == strategy.pp - 1
+    if first:
+        count += vocab_rows + (model.seq_len * h if model.position == "learned" else 0)
+    if last:
+        count += model.norm_parameters()
+        if not model.tied_embeddings or not first:
+            count += vocab_rows
+    return count
+
+
+def layer_parameters_per_rank(model, tp: int) -> int:
+    """Parameters of one transformer layer on one of `tp` tensor-parallel ranks (see stage_parameters).
+
+    Example:
+        >>> from ddp_lab.plan.model import Transformer
+        >>> gpt = Transformer.preset("gpt2-small")
+        >>> layer_parameters_per_rank(gpt, 1) == gpt.layer_parameters()
+        True
+    """
+    h, kv, f = model.hidden, model.kv_dim, model.ffn_
+    ups = 2 if model.ffn_kind == "swiglu" else 1
+    count = (2 * h * h + 2 * h * kv + (ups + 1) * h * f) // tp + 2 * model.norm_parameters()
+    if model.bias:
+        count += (h + 2 * kv + ups * f) // tp + 2 * h   # column-parallel biases split; row-parallel replicated
+    return count
+
+
+def memory(model, strategy: Strategy) -> MemoryBreakdown:
+    """Bytes on the most loaded GPU: model states, activations and communication buffers.
+
+    Each pipeline stage's rank holds its `stage_parameters` sharded by ZeRO over dp
+    (`model_state_bytes`), its layers' activations (`layers_in_flight` layer-equivalents of
+    Korthikanti et al.'s per-layer bytes; the first stage holds the most micro-batches), and on
+    the last stage the head's activations. Buffers: under ZeRO-3 one layer's gathered weights
+    twice (the current layer and the prefetched next, FSDP's default) plus its unsharded
+    gradients before the reduce-scatter. Left out: CUDA context, allocator fragmentation, NCCL
+    buffers and temporaries; `search` keeps 10 % of GPU memory free for them.
+
+    Example:
+        >>> from ddp_lab.plan.model import Transformer
+        >>> m = memory(Transformer.preset("llama3-8b"), Strategy(dp=8, zero=3, recompute="full"))
+        >>> round(m.model_states / 1e9, 1)
+        16.1
+
+    Introduced in notebooks/13-plan-your-training-run.ipynb.
+    """
+    per_layer_act = layer_activation_bytes(model, strategy)
+    w, g, _ = bytes_per_parameter(strategy)
+    ranks = []
+    for stage in sorted({0, strategy.pp - 1}):
+        states = model_state_bytes(stage_parameters(model, strategy, stage), strategy)
+        acts = round(per_layer_act * layers_in_flight(model, strategy, stage))
+        if stage == strategy.pp - 1:
+            acts += head_activation_bytes(model, strategy)
+        buffers = 0
+        if strategy.zero == 3:
+            layer = layer_parameters_per_rank(model, strategy.tp)
+            buffers = 2 * w * layer + g * layer
+        ranks.append(MemoryBreakdown(states.parameters, states.gradients, states.optimizer, acts, buffers))
+    return max(ranks, key=lambda m: m.total)
+

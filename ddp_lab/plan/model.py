@@ -1,0 +1,201 @@
+"""The model being planned: a decoder-only transformer's shape, its exact parameter count, presets.
+
+Parameter count, layer by layer (h = hidden, f = FFN inner size, d_kv = kv_heads * h / heads):
+    attention   W_q, W_o: h*h each; W_k, W_v: h*d_kv each (GQA when kv_heads < heads)
+                biases (if `bias`): h (q) + 2*d_kv (k, v) + h (o)
+    FFN         "gelu": W_1 (h x f) and W_2 (f x h); "swiglu": gate, up (h x f) and down (f x h)
+                biases (if `bias`): f per up-projection (1 for gelu, 2 for swiglu) + h (down)
+    2 norms     "layernorm": weight + bias (bias only if `bias`); "rmsnorm": weight only
+With h = 12h² + 13h for GPT-style layers (Shoeybi et al. 2019, arXiv:1909.08053; Narayanan et
+al. 2021, arXiv:2104.04473, Sec. 5.1: P = 12lh²(1 + 13/(12h) + (V+s)/(12lh))).
+Around the layers: token embedding V*h, a learned position table s*h ("learned"; none for
+"rope"), one final norm, and an output head V*h unless tied to the embedding.
+
+Introduced in notebooks/13-plan-your-training-run.ipynb.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, replace
+
+FFN_KINDS = ("gelu", "swiglu")
+NORMS = ("layernorm", "rmsnorm")
+POSITIONS = ("learned", "rope")
+
+
+@dataclass(frozen=True)
+class Transformer:
+    """A decoder-only transformer's shape (sizes only; no weights).
+
+    Example:
+        >>> Transformer.preset("gpt2-small").parameters()
+        124439808
+
+    Introduced in notebooks/13-plan-your-training-run.ipynb.
+    """
+
+    name: str
+    layers: int
+    hidden: int
+    heads: int
+    vocab: int
+    seq_len: int
+    ffn: int | None = None        # FFN inner size; None -> 4 * hidden
+    kv_heads: int | None = None   # None -> heads (multi-head attention); fewer -> grouped-query attention
+    ffn_kind: str = "gelu"        # "gelu": 2 matrices; "swiglu": 3 matrices
+    norm: str = "layernorm"
+    bias: bool = True             # biases on every Linear (and on LayerNorm)
+    position: str = "learned"     # "learned": a seq_len x hidden table; "rope": no parameters
+    tied_embeddings: bool = True
+    dropout: bool = True          # dropout after attention scores, attention and FFN (adds 1-byte masks)
+
+    def __post_init__(self) -> None:
+        for field in ("layers", "hidden", "heads", "vocab", "seq_len"):
+            if int(getattr(self, field)) < 1:
+                raise ValueError(f"Transformer.{field} must be a positive integer, got {getattr(self, field)!r}")
+        if self.hidden % self.heads:
+            raise ValueError(f"hidden={self.hidden} is not divisible by heads={self.heads}: "
+                             f"choose heads that divide hidden (head size = hidden / heads)")
+        if self.heads % self.kv_heads_:
+            raise ValueError(f"heads={self.heads} is not divisible by kv_heads={self.kv_heads}: "
+                             f"each kv head serves a whole group of query heads")
+        for field, allowed in (("ffn_kind", FFN_KINDS), ("norm", NORMS), ("position", POSITIONS)):
+            if getattr(self, field) not in allowed:
+                raise ValueError(f"Transformer.{field} must be one of {allowed}, got {getattr(self, field)!r}")
+
+    @property
+    def ffn_(self) -> int:
+        """FFN inner size (4 * hidden unless given)."""
+        return 4 * self.hidden if self.ffn is None else self.ffn
+
+    @property
+    def kv_heads_(self) -> int:
+        """Key/value heads (= heads unless grouped-query attention)."""
+        return self.heads if self.kv_heads is None else self.kv_heads
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden // self.heads
+
+    @property
+    def kv_dim(self) -> int:
+        """Width of the K (and V) projection: kv_heads * head_dim."""
+        return self.kv_heads_ * self.head_dim
+
+    def norm_parameters(self) -> int:
+        """Parameters of one norm: LayerNorm weight (+ bias), RMSNorm weight."""
+        return self.hidden * (2 if self.norm == "layernorm" and self.bias else 1)
+
+    def attention_parameters(self) -> int:
+        h, kv = self.hidden, self.kv_dim
+        return 2 * h * h + 2 * h * kv + ((2 * h + 2 * kv) if self.bias else 0)
+
+    def ffn_parameters(self) -> int:
+        h, f = self.hidden, self.ffn_
+        ups = 2 if self.ffn_kind == "swiglu" else 1
+        return (ups + 1) * h * f + ((ups * f + h) if self.bias else 0)
+
+    def layer_parameters(self) -> int:
+        """Parameters of one transformer layer: attention + FFN + 2 norms (12h² + 13h for GPT).
+
+        Example:
+            >>> Transformer.preset("gpt2-small").layer_parameters() == 12 * 768**2 + 13 * 768
+            True
+        """
+        return self.attention_parameters() + self.ffn_parameters() + 2 * self.norm_parameters()
+
+    def embedding_parameters(self) -> int:
+        """Token embedding plus the learned position table (0 for RoPE)."""
+        return self.vocab * self.hidden + (self.seq_len * self.hidden if self.position == "learned" else 0)
+
+    def head_parameters(self) -> int:
+        """Final norm plus the output projection (0 extra when tied to the embedding)."""
+        return self.norm_parameters() + (0 if self.tied_embeddings else self.vocab * self.hidden)
+
+    def parameters(self) -> int:
+        """Exact parameter count, embeddings included (a tied head counted once).
+
+        Example:
+            >>> Transformer.preset("llama2-7b").parameters()
+            6738415616
+
+        Introduced in notebooks/13-plan-your-training-run.ipynb.
+        """
+        return self.layers * self.layer_parameters() + self.embedding_parameters() + self.head_parameters()
+
+    def with_(self, **changes) -> "Transformer":
+        """A copy with some fields changed, e.g. `model.with_(seq_len=2048)`."""
+        return replace(self, **changes)
+
+    @classmethod
+    def preset(cls, name: str) -> "Transformer":
+        """A public model shape by name (see PRESETS for the list and each shape's source).
+
+        Example:
+            >>> Transformer.preset("llama3-8b").parameters()
+            8030261248
+
+        Introduced in notebooks/13-plan-your-training-run.ipynb.
+        """
+        try:
+            return PRESETS[name.lower()]
+        except KeyError:
+            raise KeyError(f"unknown model preset {name!r}; choose one of {', '.join(PRESETS)} "
+                           f"or build Transformer(name=..., layers=..., hidden=..., heads=..., vocab=..., "
+                           f"seq_len=...)") from None
+
+
+def _llama(name, layers, hidden, heads, kv_heads, ffn, vocab, seq_len):
+    return Transformer(name, layers, hidden, heads, vocab, seq_len, ffn=ffn, kv_heads=kv_heads, ffn_kind="swiglu",
+                       norm="rmsnorm", bias=False, position="rope", tied_embeddings=False, dropout=False)
+
+
+def _megatron(name, layers, hidden, heads):
+    # Narayanan et al. 2021 (arXiv:2104.04473), Table 1 / Sec. 5.1: vocabulary 51,200, sequence 2048
+    return Transformer(name, layers, hidden, heads, vocab=51200, seq_len=2048)
+
+
+PRESETS: dict[str, Transformer] = {
+    # GPT-2 (Radford et al. 2019; Hugging Face config gpt2): 124,439,808 parameters
+    "gpt2-small": Transformer("gpt2-small", 12, 768, 12, vocab=50257, seq_len=1024),
+    # GPT-3 175B (Brown et al. 2020, arXiv:2005.14165, Table 2.1: 96 layers, d_model 12288, 96 heads, context 2048)
+    "gpt3-175b": Transformer("gpt3-175b", 96, 12288, 96, vocab=50257, seq_len=2048),
+    # Llama 2 7B (Touvron et al. 2023, arXiv:2307.09288; config: ffn 11008, vocab 32000, context 4096)
+    "llama2-7b": _llama("llama2-7b", 32, 4096, 32, 32, 11008, 32000, 4096),
+    # Llama 3 8B / 70B (Llama Team 2024, arXiv:2407.21783, Table 3: GQA with 8 kv heads, vocab 128K, ffn 14336 / 28672)
+    "llama3-8b": _llama("llama3-8b", 32, 4096, 32, 8, 14336, 128256, 8192),
+    "llama3-70b": _llama("llama3-70b", 80, 8192, 64, 8, 28672, 128256, 8192),
+    # Megatron-LM weak-scaling models (Narayanan et al. 2021, Table 1)
+    "megatron-1.7b": _megatron("megatron-1.7b", 24, 2304, 24),
+    "megatron-18b": _megatron("megatron-18b", 40, 6144, 48),
+    "megatron-145b": _megatron("megatron-145b", 80, 12288, 96),
+    "megatron-1t": _megatron("megatron-1t", 128, 25600, 160),
+}
+
+_SUFFIX = {"": 1, "K": 10**3, "M": 10**6, "B": 10**9, "G": 10**9, "T": 10**12}
+
+
+def parse_count(text: str | int) -> int:
+    """A count such as "7.5B", "125M", "1.3e9" or "70000" as an integer.
+
+    Suffixes (case-insensitive): K = 10^3, M = 10^6, B or G = 10^9, T = 10^12.
+
+    Example:
+        >>> parse_count("7.5B")
+        7500000000
+
+    Introduced in notebooks/13-plan-your-training-run.ipynb.
+    """
+    if isinstance(text, int):
+        value = text
+    else:
+        match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([a-zA-Z]?)\s*", str(text))
+        suffix = match.group(2).upper() if match else None
+        if not match or suffix not in _SUFFIX:
+            raise ValueError(f"cannot read {text!r} as a count: write a number with an optional suffix "
+                             f"K (10^3), M (10^6), B (10^9) or T (10^12), e.g. 7.5B or 125M")
+        value = round(float(match.group(1)) * _SUFFIX[suffix])
+    if value < 1:
+        raise ValueError(f"a count must be at least 1, got {text!r}")
+    return int(value)

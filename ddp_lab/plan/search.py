@@ -1,0 +1,120 @@
+"""Search: every valid plan for a model on a cluster, kept if it fits memory, ranked by throughput.
+
+Introduced in notebooks/13-plan-your-training-run.ipynb.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+from ddp_lab.plan.memory import MemoryBreakdown, memory
+from ddp_lab.plan.steptime import TimeBreakdown, mfu, step_time, tokens_per_second
+from ddp_lab.plan.strategy import Strategy, check, divisors
+
+# Keep 10 % of GPU memory for what the model leaves out: CUDA context, NCCL buffers,
+# allocator fragmentation, temporaries.
+USABLE_MEMORY = 0.9
+DEFAULT_TOKENS_PER_BATCH = 2**22   # 4M tokens per step, the scale GPT-3 and Llama 3 trained at
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A strategy with its predicted per-GPU memory, step time, tokens/s and MFU.
+
+    Introduced in notebooks/13-plan-your-training-run.ipynb.
+    """
+
+    model: object
+    cluster: object
+    strategy: Strategy
+    memory: MemoryBreakdown
+    time: TimeBreakdown
+    tokens_per_second: float
+    mfu: float
+
+    @property
+    def fits(self) -> bool:
+        """True if the most loaded GPU needs at most USABLE_MEMORY of its memory."""
+        return self.memory.total <= USABLE_MEMORY * self.cluster.gpu.memory
+
+
+def evaluate(model, cluster, strategy: Strategy, tp_across_nodes: bool = False) -> Plan:
+    """Check `strategy` against the model and cluster (errors say the fix) and predict its cost.
+
+    Example:
+        >>> from ddp_lab.plan.cluster import Cluster
+        >>> from ddp_lab.plan.model import Transformer
+        >>> plan = evaluate(Transformer.preset("llama3-8b"), Cluster.preset("h100-sxm", nodes=4),
+        ...                 Strategy(dp=32, zero=3, micro_batch=1, grad_accum=16, recompute="full"))
+        >>> plan.fits
+        True
+
+    Introduced in notebooks/13-plan-your-training-run.ipynb.
+    """
+    check(model, strategy, gpus=cluster.gpus, gpus_per_node=cluster.gpus_per_node, tp_across_nodes=tp_across_nodes)
+    cluster.gpu.flops(strategy.precision)   # raises if the GPU has no such precision
+    time = step_time(model, cluster, strategy)
+    return Plan(model, cluster, strategy, memory(model, strategy), time,
+                tokens_per_second(model, strategy, time), mfu(model, cluster, strategy, time))
+
+
+def candidates(model, cluster, global_batch: int, micro_batches=(1, 2, 4, 8), zero=(0, 1, 2, 3),
+               recompute=("none", "selective", "full"), precision: str = "bf16",
+               tp_across_nodes: bool = False):
+    """Every valid Strategy: dp*tp*pp = GPUs, tp divides the heads (and kv heads) and stays in a
+    node (unless tp_across_nodes), pp divides the layers, dp*micro_batch divides global_batch.
+    Sequence parallelism is tried on and off whenever tp > 1; the schedule is 1F1B."""
+    gpus = cluster.gpus
+    max_tp = gpus if tp_across_nodes else cluster.gpus_per_node
+    for tp in divisors(gpus):
+        if tp > max_tp or model.heads % tp or model.kv_heads_ % tp or model.ffn_ % tp:
+            continue
+        for pp in divisors(gpus // tp):
+            if model.layers % pp:
+                continue
+            dp = gpus // (tp * pp)
+            for stage, mb, rc, sp in itertools.product(zero, micro_batches, recompute, (False, True)):
+                if (sp and tp == 1) or global_batch % (dp * mb):
+                    continue
+                yield Strategy(dp=dp, tp=tp, pp=pp, zero=stage, micro_batch=mb, grad_accum=global_batch // (dp * mb),
+                               sequence_parallel=sp, recompute=rc, precision=precision)
+
+
+def search(model, cluster, top: int | None = 10, global_batch: int | None = None, **options) -> list[Plan]:
+    """Plans that fit GPU memory, fastest first (ties: less memory first).
+
+    Args:
+        model, cluster: what to train, and on what.
+        top: how many plans to return (None: all that fit).
+        global_batch: sequences per step; default 4M tokens (2**22 / seq_len, at least one per GPU).
+        options: passed to `candidates` (micro_batches, zero, recompute, precision, tp_across_nodes).
+
+    Raises:
+        ValueError if no plan fits, with the smallest plan's need and what to change.
+
+    Example:
+        >>> from ddp_lab.plan.cluster import Cluster
+        >>> from ddp_lab.plan.model import Transformer
+        >>> best = search(Transformer.preset("llama3-8b"), Cluster.preset("h100-sxm", nodes=4), top=3)
+        >>> len(best), best[0].tokens_per_second >= best[1].tokens_per_second
+        (3, True)
+
+    Introduced in notebooks/13-plan-your-training-run.ipynb.
+    """
+    if global_batch is None:
+        global_batch = max(DEFAULT_TOKENS_PER_BATCH // model.seq_len, cluster.gpus)
+    plans = [evaluate(model, cluster, s, options.get("tp_across_nodes", False))
+             for s in candidates(model, cluster, global_batch, **options)]
+    if not plans:
+        raise ValueError(f"no valid strategy for {model.name} on {cluster.gpus} GPUs with global batch {global_batch}: "
+                         f"choose a global batch divisible by the number of GPUs")
+    fitting = [p for p in plans if p.fits]
+    if not fitting:
+        smallest = min(plans, key=lambda p: p.memory.total)
+        raise ValueError(f"no plan for {model.name} fits {cluster.gpus} x {cluster.gpu.name} "
+                         f"({cluster.gpu.memory / 1e9:.0f} GB each): the smallest, {smallest.strategy.label()}, needs "
+                         f"{smallest.memory.total / 1e9:.1f} GB per GPU; add nodes, use GPUs with more memory, "
+                         f"or shorten seq_len")
+    fitting.sort(key=lambda p: (-p.tokens_per_second, p.memory.total))
+    return fitting if top is None else fitting[:top]

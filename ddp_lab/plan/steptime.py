@@ -1,0 +1,174 @@
+"""Time of one optimizer step: compute, tensor-parallel communication, pipeline bubble, DP communication.
+
+FLOPs (Narayanan et al. 2021, arXiv:2104.04473, Sec. 5.1 / Appendix). A matmul (m x k) @ (k x n)
+costs 2mkn FLOPs. Per sequence of s tokens a layer's forward pass multiplies by every weight
+matrix once (2 s P_matmul FLOPs, P_matmul = 12h^2 for GPT) and computes the scores QK^T and the
+weighted values (2 x 2 s^2 h); the head adds 2 s h V. Backward costs twice the forward. So,
+for B sequences, l layers and a GPT shape,
+    F = 72 B s l h^2 (1 + s/(6h) + V/(12 l h))       without recomputation (= "model FLOPs")
+    F = 96 B s l h^2 (1 + s/(6h) + V/(16 l h))       full recomputation (one more layer forward)
+the second being the formula Megatron-LM reports TFLOP/s with. Selective recomputation adds
+only the attention-score forward (4 B s^2 h per layer; Korthikanti et al. 2022, Sec. 5).
+This module sums the same terms for any shape (GQA, SwiGLU), so it reduces to those formulas.
+FlashAttention's causal skipping and non-matmul kernels are not counted (as in the papers).
+
+Time (seconds per step), on the rank that finishes last:
+    compute     hardware FLOPs / (GPUs x peak x matmul_efficiency), the work split evenly
+    bubble      compute x (p - 1)/(v m): a fraction (p - 1)/(m + p - 1) of the pipeline's time
+                (lesson 07; GPipe and 1F1B alike; the interleaved schedule divides by v)
+    tp_comm     per layer and micro-batch 2 all-reduces of b s h values forward and 2 backward
+                (Megatron's f and g, lesson 08; with full recomputation 2 more), on the tp group;
+                sequence parallelism swaps each for an all-gather + reduce-scatter of the same
+                bytes: the same ring time. Not overlapped.
+    pp_comm     2 m sends of one micro-batch's activations (b s h / t values per GPU with the
+                scatter/gather of Narayanan Sec. 4.1), on the pp group's link. Not overlapped.
+    dp_comm     ZeRO 0: all-reduce of the gradients; 1, 2: reduce-scatter + all-gather (the same
+                bytes, ZeRO paper Sec. 7); 3: per micro-batch, all-gather the weights twice
+                (forward, backward) and reduce-scatter the gradients (1.5x, ZeRO Sec. 7.2.2).
+                Exposed: ZeRO 0-2 overlap it with the last micro-batch's backward (DDP buckets,
+                lesson 05); ZeRO 3 prefetches, overlapping it with the whole step's compute.
+                On a cluster with overlap_dp_comm=False (this machine: gloo copies bytes with
+                the cores that compute) all of it is exposed.
+
+Introduced in notebooks/13-plan-your-training-run.ipynb.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ddp_lab.plan.activations import value_bytes
+from ddp_lab.plan.collectives import Group, collective_time
+from ddp_lab.plan.memory import bytes_per_parameter, stage_parameters
+
+
+@dataclass(frozen=True)
+class TimeBreakdown:
+    """Seconds per optimizer step, by where they go.
+
+    Example:
+        >>> TimeBreakdown(compute=1.0, tp_comm=0.1, bubble=0.2, dp_comm_exposed=0.05).total
+        1.35
+
+    Introduced in notebooks/13-plan-your-training-run.ipynb.
+    """
+
+    compute: float
+    tp_comm: float
+    bubble: float
+    dp_comm_exposed: float
+    pp_comm: float = 0.0
+
+    @property
+    def total(self) -> float:
+        return self.compute + self.tp_comm + self.bubble + self.dp_comm_exposed + self.pp_comm
+
+
+def layer_forward_flops(model) -> int:
+    """Forward FLOPs of one layer for one sequence: 2 s P_matmul + 4 s^2 h (24 s h^2 + 4 s^2 h for GPT)."""
+    h, kv, f, s = model.hidden, model.kv_dim, model.ffn_, model.seq_len
+    ups = 2 if model.ffn_kind == "swiglu" else 1
+    matmul_params = 2 * h * h + 2 * h * kv + (ups + 1) * h * f
+    return 2 * s * matmul_params + 4 * s * s * h
+
+
+def step_flops(model, strategy, hardware: bool = True) -> int:
+    """FLOPs of one optimizer step over the global batch.
+
+    hardware=False: model FLOPs (forward + backward = 3 forwards, no recomputation), what MFU
+    counts. hardware=True: plus what recomputation repeats (full: a layer forward; selective:
+    the attention scores), what the GPUs execute and Megatron-LM's TFLOP/s count.
+
+    Example:
+        >>> from ddp_lab.plan.model import Transformer
+        >>> from ddp_lab.plan.strategy import Strategy
+        >>> gpt = Transformer.preset("megatron-1.7b")
+        >>> B, s, l, h, V = 512, 2048, 24, 2304, 51200
+        >>> paper = 96 * B * s * l * h**2 * (1 + s / (6 * h) + V / (16 * l * h))
+        >>> ours = step_flops(gpt, Strategy(dp=512, recompute="full"))
+        >>> abs(ours / paper - 1) < 1e-12
+        True
+
+    Introduced in notebooks/13-plan-your-training-run.ipynb.
+    """
+    layer = layer_forward_flops(model)
+    head = 2 * model.seq_len * model.hidden * model.vocab
+    per_sequence = 3 * (model.layers * layer + head)
+    if hardware and strategy.recompute == "full":
+        per_sequence += model.layers * layer
+    elif hardware and strategy.recompute == "selective":
+        per_sequence += model.layers * 4 * model.seq_len ** 2 * model.hidden
+    return strategy.global_batch * per_sequence
+
+
+def step_time(model, cluster, strategy) -> TimeBreakdown:
+    """Predicted seconds per optimizer step, broken down (derivation in the module docstring).
+
+    Example:
+        >>> from ddp_lab.plan.cluster import Cluster
+        >>> from ddp_lab.plan.model import Transformer
+        >>> from ddp_lab.plan.strategy import Strategy
+        >>> t = step_time(Transformer.preset("llama3-8b"), Cluster.preset("h100-sxm", nodes=4),
+        ...               Strategy(dp=4, tp=8, micro_batch=1, grad_accum=128, sequence_parallel=True))
+        >>> t.compute > t.tp_comm > 0
+        True
+
+    Introduced in notebooks/13-plan-your-training-run.ipynb.
+    """
+    p, t, d, m, b = strategy.pp, strategy.tp, strategy.dp, strategy.grad_accum, strategy.micro_batch
+    compute = step_flops(model, strategy) / (strategy.gpus * cluster.gpu.achieved_flops(strategy.precision))
+    bubble = compute * (p - 1) / (strategy.virtual_stages * m)
+
+    activation = b * model.seq_len * model.hidden * value_bytes(strategy)
+    per_layer = 4 + (2 if strategy.recompute == "full" else 0)
+    tp_group = Group(t, 1)
+    tp_comm = model.layers // p * m * per_layer * collective_time("all_reduce", activation, cluster, tp_group)
+    pp_comm = 0.0
+    if p > 1:
+        pp_comm = 2 * m * collective_time("send", activation / t, cluster, Group(p, t * d))
+
+    dp_comm = dp_communication(model, cluster, strategy)
+    if not cluster.overlap_dp_comm:
+        window = 0.0
+    elif strategy.zero == 3:
+        window = compute
+    else:
+        backward_share = (3 / 4) if strategy.recompute == "full" else (2 / 3)
+        window = compute / m * backward_share
+    return TimeBreakdown(compute=compute, tp_comm=tp_comm, bubble=bubble,
+                         dp_comm_exposed=max(0.0, dp_comm - window), pp_comm=pp_comm)
+
+
+def dp_communication(model, cluster, strategy) -> float:
+    """Seconds of data-parallel communication per step, before any overlap (see module docstring)."""
+    if strategy.dp == 1:
+        return 0.0
+    w, g, _ = bytes_per_parameter(strategy)
+    params = max(stage_parameters(model, strategy, 0), stage_parameters(model, strategy, strategy.pp - 1))
+    group = Group(strategy.dp, strategy.tp)
+    if strategy.zero == 0:
+        return collective_time("all_reduce", g * params, cluster, group)
+    if strategy.zero in (1, 2):
+        return (collective_time("reduce_scatter", g * params, cluster, group)
+                + collective_time("all_gather", w * params, cluster, group))
+    per_micro_batch = (2 * collective_time("all_gather", w * params, cluster, group)
+                       + collective_time("reduce_scatter", g * params, cluster, group))
+    return strategy.grad_accum * per_micro_batch
+
+
+def tokens_per_second(model, strategy, time: TimeBreakdown) -> float:
+    """Tokens trained per second: global batch x sequence length / step time."""
+    return strategy.global_batch * model.seq_len / time.total
+
+
+def mfu(model, cluster, strategy, time: TimeBreakdown) -> float:
+    """Model FLOPs utilisation (Chowdhery et al. 2022, PaLM, App. B): model FLOPs / (time x GPUs x peak).
+
+    Recomputed FLOPs do not count: MFU measures useful work, so recomputation lowers it.
+    """
+    return step_flops(model, strategy, hardware=False) / (time.total * strategy.gpus * cluster.gpu.flops(strategy.precision))
+
+
+def tflops_per_gpu(model, strategy, time: TimeBreakdown) -> float:
+    """Achieved hardware TFLOP/s per GPU, recomputation included: the figure Megatron-LM papers report."""
+    return step_flops(model, strategy) / (time.total * strategy.gpus) / 1e12

@@ -1,0 +1,138 @@
+"""How the work is split: data, tensor and pipeline parallel sizes, ZeRO stage, batch, recomputation.
+
+A `Strategy` alone knows nothing of the model; `check(model, strategy, gpus)` says whether the
+two fit together (tp divides the heads, pp divides the layers, ...) and, if not, how to fix it.
+
+Introduced in notebooks/13-plan-your-training-run.ipynb.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+SCHEDULES = ("gpipe", "1f1b", "interleaved")
+RECOMPUTE = ("none", "selective", "full")
+PRECISIONS = ("bf16", "fp16", "fp32")
+
+
+@dataclass(frozen=True)
+class Strategy:
+    """One way to train: dp x tp x pp ranks, ZeRO stage, micro-batches, recomputation, precision.
+
+    The global batch (in sequences) is dp * micro_batch * grad_accum; with pp > 1 the
+    grad_accum micro-batches are the pipeline's micro-batches.
+
+    Example:
+        >>> Strategy(dp=8, tp=4, zero=1, micro_batch=2, grad_accum=16).global_batch
+        256
+
+    Introduced in notebooks/13-plan-your-training-run.ipynb.
+    """
+
+    dp: int = 1
+    tp: int = 1
+    pp: int = 1
+    zero: int = 0                 # 0 (DDP), 1 (optimizer), 2 (+ gradients), 3 (+ parameters = FSDP)
+    micro_batch: int = 1          # sequences per micro-batch per model replica
+    grad_accum: int = 1           # micro-batches per step per replica (= pipeline micro-batches when pp > 1)
+    schedule: str = "1f1b"        # "gpipe", "1f1b", "interleaved" (virtual_stages > 1)
+    virtual_stages: int = 1
+    sequence_parallel: bool = False
+    recompute: str = "none"       # "none", "selective" (attention core only), "full" (whole layer)
+    precision: str = "bf16"       # "bf16"/"fp16": mixed precision, "fp32": everything in fp32
+
+    def __post_init__(self) -> None:
+        for field in ("dp", "tp", "pp", "micro_batch", "grad_accum", "virtual_stages"):
+            value = getattr(self, field)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"Strategy.{field} must be an integer >= 1, got {value!r}")
+        if self.zero not in (0, 1, 2, 3):
+            raise ValueError(f"Strategy.zero must be 0 (DDP), 1, 2 or 3 (FSDP full sharding), got {self.zero!r}")
+        for field, allowed in (("schedule", SCHEDULES), ("recompute", RECOMPUTE), ("precision", PRECISIONS)):
+            if getattr(self, field) not in allowed:
+                raise ValueError(f"Strategy.{field} must be one of {allowed}, got {getattr(self, field)!r}")
+        if self.sequence_parallel and self.tp == 1:
+            raise ValueError("sequence_parallel=True needs tp > 1: sequence parallelism splits the "
+                             "LayerNorm/dropout activations across the tensor-parallel group")
+        if (self.schedule == "interleaved") != (self.virtual_stages > 1):
+            raise ValueError(f"schedule={self.schedule!r} with virtual_stages={self.virtual_stages}: use "
+                             f"schedule='interleaved' exactly when virtual_stages > 1")
+
+    @property
+    def gpus(self) -> int:
+        """Ranks used: dp * tp * pp."""
+        return self.dp * self.tp * self.pp
+
+    @property
+    def global_batch(self) -> int:
+        """Sequences per optimizer step: dp * micro_batch * grad_accum."""
+        return self.dp * self.micro_batch * self.grad_accum
+
+    @property
+    def mixed(self) -> bool:
+        """True for bf16/fp16 mixed precision (half-precision weights + fp32 master copy)."""
+        return self.precision != "fp32"
+
+    def with_(self, **changes) -> "Strategy":
+        """A copy with some fields changed, e.g. `strategy.with_(zero=3)`."""
+        return replace(self, **changes)
+
+    def label(self) -> str:
+        """Short text such as 'dp8 tp4 pp2 z1 mb1x16 sp sel' (the table's first column)."""
+        parts = [f"dp{self.dp}", f"tp{self.tp}", f"pp{self.pp}", f"z{self.zero}",
+                 f"mb{self.micro_batch}x{self.grad_accum}"]
+        if self.virtual_stages > 1:
+            parts.append(f"v{self.virtual_stages}")
+        if self.sequence_parallel:
+            parts.append("sp")
+        parts.append({"none": "-", "selective": "sel", "full": "full"}[self.recompute])
+        return " ".join(parts)
+
+
+def check(model, strategy: Strategy, gpus: int | None = None, gpus_per_node: int | None = None,
+          tp_across_nodes: bool = False) -> None:
+    """Raise ValueError (saying how to fix it) if `strategy` cannot run `model` on `gpus` GPUs.
+
+    Rules: dp*tp*pp == gpus; tp divides heads and kv_heads (each rank owns whole heads,
+    Megatron-LM's column split, lesson 08); tp divides the FFN size and vocab-parallel
+    embedding rows are padded (so no rule on vocab); pp*virtual_stages divides layers
+    (equal stages, lesson 07); tp <= gpus_per_node unless tp_across_nodes.
+
+    Example:
+        >>> from ddp_lab.plan.model import Transformer
+        >>> check(Transformer.preset("llama3-8b"), Strategy(dp=4, tp=8), gpus=32, gpus_per_node=8)
+
+    Introduced in notebooks/13-plan-your-training-run.ipynb.
+    """
+    if gpus is not None and strategy.gpus != gpus:
+        raise ValueError(f"dp*tp*pp = {strategy.dp}*{strategy.tp}*{strategy.pp} = {strategy.gpus} but the "
+                         f"cluster has {gpus} GPUs: choose dp, tp, pp whose product is {gpus}")
+    if model.heads % strategy.tp or model.kv_heads_ % strategy.tp:
+        raise ValueError(f"tp={strategy.tp} does not divide heads={model.heads} (kv_heads={model.kv_heads_}) "
+                         f"of {model.name}: each tensor-parallel rank owns whole heads; use tp in "
+                         f"{divisors(_gcd(model.heads, model.kv_heads_))}")
+    if model.ffn_ % strategy.tp:
+        raise ValueError(f"tp={strategy.tp} does not divide the FFN size {model.ffn_} of {model.name}; "
+                         f"use tp in {divisors(_gcd(model.ffn_, model.heads))[:8]}")
+    stages = strategy.pp * strategy.virtual_stages
+    if model.layers % stages:
+        raise ValueError(f"pp*virtual_stages = {stages} does not divide layers={model.layers} of {model.name}: "
+                         f"stages must hold equal numbers of layers; use pp in {divisors(model.layers)}")
+    if strategy.pp > 1 and strategy.schedule == "interleaved" and strategy.grad_accum % strategy.pp:
+        raise ValueError(f"the interleaved schedule needs micro-batches ({strategy.grad_accum}) divisible by "
+                         f"pp={strategy.pp} (Narayanan et al. 2021); change grad_accum")
+    if gpus_per_node is not None and strategy.tp > gpus_per_node and not tp_across_nodes:
+        raise ValueError(f"tp={strategy.tp} is larger than the {gpus_per_node} GPUs of one node: tensor parallelism "
+                         f"communicates in every layer and belongs on the fast intra-node link; use "
+                         f"tp <= {gpus_per_node} (or pass tp_across_nodes=True to cost it on the inter-node link)")
+
+
+def divisors(n: int) -> list[int]:
+    """Divisors of n in increasing order, e.g. divisors(12) == [1, 2, 3, 4, 6, 12]."""
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def _gcd(a: int, b: int) -> int:
+    while b:
+        a, b = b, a % b
+    return a

@@ -1,0 +1,58 @@
+"""The planner's pictures: per-GPU memory and step time of the best plans, as stacked bars.
+
+Introduced in notebooks/13-plan-your-training-run.ipynb.
+"""
+
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+
+MEMORY_PARTS = (("parameters", "parameters"), ("gradients", "gradients"), ("optimizer", "optimizer state"),
+                ("activations", "activations"), ("buffers", "comm. buffers"))
+TIME_PARTS = (("compute", "compute"), ("tp_comm", "TP comm."), ("bubble", "pipeline bubble"),
+              ("pp_comm", "PP comm."), ("dp_comm_exposed", "exposed DP comm."))
+
+
+def breakdown(plans, top: int = 5):
+    """Two panels of stacked bars for the first `top` plans: memory per GPU (GB) and step time (s).
+
+    The dashed line on the memory panel is the GPU's memory; every bar is labelled with the
+    plan's strategy (dp, tp, pp, ZeRO stage, micro-batch x accumulation, recomputation).
+
+    Args:
+        plans: Plans from `ddp_lab.plan.search` (or `evaluate`), best first.
+        top: how many to draw.
+
+    Returns:
+        the matplotlib Figure.
+
+    Example:
+        >>> from ddp_lab.plan import Cluster, Transformer, search
+        >>> fig = breakdown(search(Transformer.preset("llama3-8b"), Cluster.preset("h100-sxm", nodes=4)))
+
+    Introduced in notebooks/13-plan-your-training-run.ipynb.
+    """
+    shown = list(plans)[:top]
+    if not shown:
+        raise ValueError("no plans to draw: pass the list that ddp_lab.plan.search returned")
+    labels = [p.strategy.label() for p in shown]
+    fig, (mem_ax, time_ax) = plt.subplots(1, 2, figsize=(11, 0.6 * len(shown) + 2.8), sharey=True)
+    _stack(mem_ax, labels, [[getattr(p.memory, k) / 1e9 for p in shown] for k, _ in MEMORY_PARTS], MEMORY_PARTS)
+    mem_ax.axvline(shown[0].cluster.gpu.memory / 1e9, color="k", linestyle="--", linewidth=1)
+    mem_ax.set_xlabel("memory per GPU (GB)")
+    mem_ax.set_title(f"memory ({shown[0].cluster.gpu.name}: dashed)")
+    _stack(time_ax, labels, [[getattr(p.time, k) for p in shown] for k, _ in TIME_PARTS], TIME_PARTS)
+    time_ax.set_xlabel("seconds per step")
+    time_ax.set_title(f"step time ({shown[0].model.name})")
+    mem_ax.invert_yaxis()   # best plan on top
+    fig.tight_layout()
+    return fig
+
+
+def _stack(ax, labels, columns, parts):
+    left = [0.0] * len(labels)
+    for index, (values, (_, name)) in enumerate(zip(columns, parts)):
+        ax.barh(labels, values, left=left, color=f"C{index}", label=name)
+        left = [a + b for a, b in zip(left, values)]
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=3, frameon=False)
+    ax.grid(True, axis="x", alpha=0.3)

@@ -1,0 +1,177 @@
+"""The planner's formulas against independent references: published parameter counts, lesson 01's
+memory arithmetic, lesson 02's ring cost, lesson 07's bubble, and the errors that teach."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from ddp_lab.memory import memory_per_device
+from ddp_lab.plan import (Cluster, Group, Strategy, Transformer, check, collective_time, evaluate,
+                          layers_in_flight, memory, model_state_bytes, parse_count, search, stage_parameters,
+                          step_flops, step_time)
+
+
+# Published parameter counts (Hugging Face model cards / configs; Narayanan et al. 2021 Table 1).
+@pytest.mark.parametrize("name, published", [
+    ("gpt2-small", 124_439_808), ("llama2-7b", 6_738_415_616),
+    ("llama3-8b", 8_030_261_248), ("llama3-70b", 70_553_706_496),
+])
+def test_preset_parameter_counts(name, published):
+    assert Transformer.preset(name).parameters() == published
+
+
+@pytest.mark.parametrize("name, billions", [("megatron-1.7b", 1.7), ("megatron-18b", 18.4),
+                                            ("megatron-145b", 145.6), ("megatron-1t", 1008.0)])
+def test_megatron_table1_parameter_counts(name, billions):
+    assert round(Transformer.preset(name).parameters() / 1e9, 1) == billions
+
+
+@pytest.mark.parametrize("stage", [0, 1, 2, 3])
+def test_fp32_model_states_match_lesson_01(stage):
+    """fp32 Adam 4 + 4 + 8 bytes: the same numbers as lesson 01's ddp_lab.memory (written separately)."""
+    n, world = 1_000_000, 4
+    lesson = memory_per_device(n, 0, world, "data" if stage == 0 else f"zero{stage}")
+    ours = model_state_bytes(n, Strategy(dp=world, zero=stage, precision="fp32"))
+    assert (ours.parameters, ours.gradients, ours.optimizer) == (lesson["params"], lesson["grads"], lesson["optimizer"])
+
+
+def test_stage_parameters_add_up():
+    """Pipeline stages hold every parameter once (untied), or the word embedding twice (tied, as Megatron-LM)."""
+    untied = Transformer.preset("llama2-7b")
+    assert sum(stage_parameters(untied, Strategy(pp=4), s) for s in range(4)) == untied.parameters()
+    tied = Transformer.preset("gpt2-small")
+    extra = tied.vocab * tied.hidden
+    assert sum(stage_parameters(tied, Strategy(pp=4), s) for s in range(4)) == tied.parameters() + extra
+    assert stage_parameters(tied, Strategy(), 0) == tied.parameters()
+
+
+def test_tensor_parallel_shards():
+    """tp = 2 on GPT-2: matrices, column biases and the vocab halve; norms and row biases do not."""
+    gpt = Transformer.preset("gpt2-small")
+    h, V, s, L = 768, 50257, 1024, 12
+    replicated_per_layer = 4 * h + 2 * h          # 2 LayerNorms (weight + bias) + out-proj and fc2 biases
+    split_per_layer = gpt.layer_parameters() - replicated_per_layer
+    expected = L * (split_per_layer // 2 + replicated_per_layer) + (V + 1) // 2 * h + s * h + 2 * h
+    assert stage_parameters(gpt, Strategy(tp=2), 0) == expected
+
+
+def test_ring_model_matches_lesson_02():
+    """Lesson 02: t_allreduce(n) = 2(N - 1) alpha + 2(N - 1)/N n beta, on the link the group spans."""
+    cluster = Cluster.preset("h100-sxm", nodes=2)
+    n = 1e9
+    inside = collective_time("all_reduce", n, cluster, Group(8))
+    across = collective_time("all_reduce", n, cluster, Group(16))
+    assert inside == pytest.approx(2 * 7 * 5e-6 + 2 * 7 / 8 * n / 450e9)
+    assert across == pytest.approx(2 * 15 * 10e-6 + 2 * 15 / 16 * n / 50e9)
+    assert collective_time("all_reduce", n, cluster, Group(2, stride=8)) == pytest.approx(2 * 10e-6 + n / 50e9)
+
+
+def test_fitted_collectives_are_used():
+    """A this_machine()-style cluster answers with each collective's own fit at the fitted ranks."""
+    measured = {"ranks": 2, "matmul_flops": {"fp32": 5e10},
+                "collectives": {"all_reduce": {"alpha": 3e-4, "beta": 6e-10}, "all_gather": (2e-4, 4e-10),
+                                "reduce_scatter": (2.5e-4, 5e-10), "send": (9e-5, 3e-10)}}
+    cluster = Cluster.from_measurements(measured, ranks=2)
+    assert collective_time("all_reduce", 4e6, cluster, Group(2)) == pytest.approx(3e-4 + 6e-10 * 4e6)
+    assert collective_time("all_gather", 4e6, cluster, Group(2)) == pytest.approx(2e-4 + 4e-10 * 4e6)
+    assert collective_time("send", 4e6, cluster, Group(2)) == pytest.approx(9e-5 + 3e-10 * 4e6)
+    model = Transformer("tiny", 2, 64, 4, vocab=128, seq_len=32)
+    time = step_time(model, cluster, Strategy(dp=2, precision="fp32"))
+    grads = 4 * model.parameters()   # fp32 gradients, all-reduced and not overlapped on CPU ranks
+    assert time.dp_comm_exposed == pytest.approx(3e-4 + 6e-10 * grads)
+
+
+def test_bubble_is_lesson_07s_fraction():
+    model, cluster = Transformer.preset("llama3-70b"), Cluster.preset("h100-sxm", nodes=4)
+    for m in (4, 16, 64):
+        t = step_time(model, cluster, Strategy(dp=1, tp=8, pp=4, grad_accum=m, recompute="full"))
+        assert t.bubble / (t.compute + t.bubble) == pytest.approx(3 / (m + 3))
+
+
+def test_flops_without_recomputation():
+    """72 B s l h^2 (1 + s/(6h) + V/(12 l h)): forward + backward, no recomputation (Narayanan et al. 2021)."""
+    model = Transformer.preset("megatron-18b")
+    B, s, l, h, V = 64, 2048, 40, 6144, 51200
+    paper = 72 * B * s * l * h**2 * (1 + s / (6 * h) + V / (12 * l * h))
+    assert step_flops(model, Strategy(dp=64)) == pytest.approx(paper, rel=1e-12)
+
+
+def test_micro_batches_in_flight():
+    """1F1B: stage 0 holds p micro-batches of L/p layers = L layers; GPipe all m of them (lesson 07)."""
+    model = Transformer.preset("gpt3-175b")
+    assert layers_in_flight(model, Strategy(pp=8, grad_accum=32)) == 96
+    assert layers_in_flight(model, Strategy(pp=8, grad_accum=32, schedule="gpipe")) == 96 / 8 * 32
+    assert layers_in_flight(model, Strategy(pp=8, grad_accum=32), stage=7) == 96 / 8
+
+
+def test_recomputation_and_sharding_reduce_memory():
+    model = Transformer.preset("llama3-8b")
+    plain = memory(model, Strategy(dp=8))
+    assert memory(model, Strategy(dp=8, recompute="full")).activations < plain.activations
+    assert memory(model, Strategy(dp=8, zero=3)).model_states < plain.model_states / 7
+
+
+def test_search_returns_valid_fitting_plans_fastest_first():
+    model, cluster = Transformer.preset("llama3-8b"), Cluster.preset("h100-sxm", nodes=4)
+    plans = search(model, cluster, top=None)
+    assert plans and all(p.fits for p in plans)
+    assert all(p.strategy.gpus == 32 and p.strategy.tp <= 8 and p.strategy.global_batch == 512 for p in plans)
+    speeds = [p.tokens_per_second for p in plans]
+    assert speeds == sorted(speeds, reverse=True)
+
+
+def test_nothing_fits_says_what_to_change():
+    with pytest.raises(ValueError, match="add nodes"):
+        search(Transformer.preset("llama3-70b"), Cluster.preset("t4"), precision="fp16")
+
+
+@pytest.mark.parametrize("strategy, gpus, message", [
+    (Strategy(dp=4, tp=3), 12, r"does not divide heads=32 .* use tp in \[1, 2, 4, 8\]"),
+    (Strategy(dp=2, pp=3, tp=2), 12, r"does not divide layers=32 .* use pp in \[1, 2, 4, 8, 16, 32\]"),
+    (Strategy(dp=2), 8, "cluster has 8 GPUs"),
+])
+def test_invalid_strategies_say_the_fix(strategy, gpus, message):
+    with pytest.raises(ValueError, match=message):
+        check(Transformer.preset("llama3-8b"), strategy, gpus=gpus, gpus_per_node=8)
+
+
+def test_tp_beyond_a_node_is_refused_unless_asked():
+    model, cluster = Transformer.preset("gpt3-175b"), Cluster.preset("h100-sxm", nodes=2)
+    with pytest.raises(ValueError, match="larger than the 8 GPUs of one node"):
+        evaluate(model, cluster, Strategy(tp=16))
+    across = evaluate(model, cluster, Strategy(tp=16, recompute="full"), tp_across_nodes=True)
+    inside = evaluate(model, cluster, Strategy(tp=8, dp=2, recompute="full"))
+    assert across.time.tp_comm > 5 * inside.time.tp_comm   # costed on the 50 GB/s inter-node link
+
+
+def test_bad_inputs():
+    with pytest.raises(KeyError, match="llama3-8b"):
+        Transformer.preset("llama9")
+    with pytest.raises(KeyError, match="h100-sxm"):
+        Cluster.preset("b200")
+    with pytest.raises(ValueError, match="suffix"):
+        parse_count("7.5Q")
+    assert parse_count("125M") == 125_000_000
+    with pytest.raises(ValueError, match="sequence_parallel=True needs tp > 1"):
+        Strategy(sequence_parallel=True)
+    with pytest.raises(ValueError, match="precision='fp16'"):
+        evaluate(Transformer.preset("gpt2-small"), Cluster.preset("t4"), Strategy(dp=4))
+
+
+def test_import_does_not_import_torch():
+    code = "import sys, ddp_lab.plan, ddp_lab.plan.cli; assert 'torch' not in sys.modules, 'torch imported'"
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_breakdown_plot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from ddp_lab.plots.plan import breakdown
+
+    plans = search(Transformer.preset("llama3-8b"), Cluster.preset("h100-sxm", nodes=4), top=3)
+    fig = breakdown(plans)
+    assert len(fig.axes) == 2 and len(fig.axes[0].patches) == 3 * 5
