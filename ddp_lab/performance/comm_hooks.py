@@ -1,0 +1,172 @@
+"""DDP communication hooks, measured: the bytes a hook hands to collectives, and when each bucket ran.
+
+DDP calls a comm hook once per gradient bucket during backward: `hook(state, bucket)` gets the
+bucket's flat gradient (`bucket.buffer()`) and returns a Future of the averaged tensor. Its
+own all-reduce (no hook) runs in C++, out of Python's sight, so to count the uncompressed
+baseline register torch's `allreduce_hook`, which does exactly the same in Python.
+
+Bytes are counted by wrapping `torch.distributed`'s collectives inside the rank: what a rank
+*hands* to a collective per step (its payload). A ring all-reduce then puts 2 (W - 1) / W times
+that on the rank's link.
+
+Introduced in notebooks/11-performance-and-scaling.ipynb.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from typing import NamedTuple
+
+import torch
+
+# Collectives a hook may call: the position and keyword of the argument holding what this rank sends.
+COUNTED = {"all_reduce": (0, "tensor"), "all_gather": (1, "tensor"),
+           "all_gather_into_tensor": (1, "input_tensor"), "broadcast": (0, "tensor")}
+
+
+class CollectiveCall(NamedTuple):
+    """One collective this rank called: its name, the dtype and element count it sent, and the bytes."""
+
+    op: str
+    dtype: torch.dtype
+    numel: int
+    nbytes: int
+
+
+class ByteCounter:
+    """Records every collective this rank calls while `counting()` is active; `take()` empties it.
+
+    Example (inside a rank):
+        >>> counter = ByteCounter()
+        >>> with counter.counting():
+        ...     dist.all_reduce(torch.ones(10))
+        >>> counter.take()
+        [CollectiveCall(op='all_reduce', dtype=torch.float32, numel=10, nbytes=40)]
+
+    Introduced in notebooks/11-performance-and-scaling.ipynb.
+    """
+
+    def __init__(self):
+        self.calls: list[CollectiveCall] = []
+        self._lock = threading.Lock()  # PowerSGD calls its second all-reduce from a future's callback thread
+
+    def record(self, op: str, tensors) -> None:
+        tensors = tensors if isinstance(tensors, (list, tuple)) else [tensors]
+        with self._lock:
+            for tensor in tensors:
+                self.calls.append(CollectiveCall(op, tensor.dtype, tensor.numel(), tensor.numel() * tensor.element_size()))
+
+    def take(self) -> list[CollectiveCall]:
+        """The calls recorded since the last take(), oldest first; the record starts empty again."""
+        with self._lock:
+            calls, self.calls = self.calls, []
+        return calls
+
+    @contextlib.contextmanager
+    def counting(self) -> Iterator[ByteCounter]:
+        """Wrap torch.distributed's collectives (module attributes, so hooks that call `dist.all_reduce` are seen)."""
+        import torch.distributed as dist
+        import torch.distributed.distributed_c10d as c10d
+
+        saved = {}
+        for name, (position, keyword) in COUNTED.items():
+            original = getattr(c10d, name, None)
+            if original is None:
+                continue
+            wrapper = self._wrap(name, position, keyword, original)
+            for module in (dist, c10d):
+                saved[module, name] = getattr(module, name)
+                setattr(module, name, wrapper)
+        try:
+            yield self
+        finally:
+            for (module, name), original in saved.items():
+                setattr(module, name, original)
+
+    def _wrap(self, name: str, position: int, keyword: str, original):
+        def counted(*args, **kwargs):
+            sent = args[position] if len(args) > position else kwargs.get(keyword)
+            if sent is not None:
+                self.record(name, sent)
+            return original(*args, **kwargs)
+        counted.__name__ = name
+        return counted
+
+
+def total_bytes(calls: Iterable[CollectiveCall]) -> int:
+    """Sum of the bytes of some recorded calls.
+
+    Introduced in notebooks/11-performance-and-scaling.ipynb.
+    """
+    return sum(call.nbytes for call in calls)
+
+
+class BucketEvent(NamedTuple):
+    """One bucket in one step: its index, its element count, when the hook launched it, when its future completed."""
+
+    index: int
+    numel: int
+    launched: float
+    done: float
+
+
+def timed_hook(hook, events: list[BucketEvent]):
+    """Wrap a comm hook so that every bucket appends a BucketEvent (perf_counter times) to `events`.
+
+    Example (inside a rank):
+        >>> from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+        >>> events = []
+        >>> ddp_model.register_comm_hook(None, timed_hook(allreduce_hook, events))
+
+    Introduced in notebooks/11-performance-and-scaling.ipynb.
+    """
+
+    def timed(state, bucket):
+        index, numel, launched = bucket.index(), bucket.buffer().numel(), time.perf_counter()
+
+        def finished(future):
+            events.append(BucketEvent(index, numel, launched, time.perf_counter()))
+            return future.value()
+
+        return hook(state, bucket).then(finished)
+
+    return timed
+
+
+def hidden_seconds(events: Iterable[BucketEvent], backward_began: float, last_launch: float) -> float:
+    """Seconds of bucket all-reduces that ran while backward was still computing gradients.
+
+    Backward computes until the last bucket is ready (`last_launch`); an all-reduce that runs
+    before that hides behind computation, the rest is exposed (backward waits for it).
+
+    Introduced in notebooks/11-performance-and-scaling.ipynb.
+    """
+    return sum(max(0.0, min(e.done, last_launch) - max(e.launched, backward_began)) for e in events)
+
+
+def powersgd_numel(shapes: Iterable[tuple[int, ...]], rank: int, min_compression_rate: float = 2) -> int:
+    """Values PowerSGD all-reduces per step for gradients of these shapes (after start_powerSGD_iter).
+
+    Each gradient is viewed as an n x m matrix (its first dimension by the rest). It is compressed
+    to P (n x r) and Q (m x r), r = min(n, m, rank), when (n + m) r * min_compression_rate < n m,
+    and then costs (n + m) r values; otherwise (biases, small matrices) it is all-reduced as is.
+    Vogels et al. 2019, https://arxiv.org/abs/1905.13727; torch's powerSGD_hook.
+
+    Example:
+        >>> powersgd_numel([(256, 128), (256,)], rank=2)   # (256 + 128) * 2 + 256
+        1024
+
+    Introduced in notebooks/11-performance-and-scaling.ipynb.
+    """
+    total = 0
+    for shape in shapes:
+        n = shape[0] if shape else 1
+        m = math.prod(shape[1:]) if len(shape) > 1 else 1
+        r = min(n, m, rank)
+        compressed = (n + m) * r
+        total += compressed if compressed * min_compression_rate < n * m else n * m
+    return total

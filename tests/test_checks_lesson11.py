@@ -1,0 +1,96 @@
+"""The lesson 11 check accepts a right int8 comm hook and rejects plausible wrong ones with specific feedback.
+
+Each wrong answer below is a mistake a learner is likely to make; the test pins the part of
+the feedback that names it. Every check launches 2 gloo ranks with DDP (a few seconds each).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from ddp_lab.checks import CheckFailed
+from ddp_lab.checks.lesson11 import check_int8_hook
+
+
+def _done(tensor):
+    future = torch.futures.Future()
+    future.set_result(tensor)
+    return future
+
+
+def int8_hook_async(process_group, bucket):
+    group = process_group if process_group is not None else dist.group.WORLD
+    buffer = bucket.buffer()
+    scale = buffer.abs().max().reshape(1)
+    dist.all_reduce(scale, op=dist.ReduceOp.MAX, group=group)
+    q = torch.round(buffer * (127 / group.size()) / scale).to(torch.int8)
+
+    def decompress(future):
+        return buffer.copy_(future.value()[0].float() * scale / 127)
+
+    return dist.all_reduce(q, group=group, async_op=True).get_future().then(decompress)
+
+
+def stub(process_group, bucket):
+    raise NotImplementedError("quantise, all_reduce, decompress")
+
+
+def scale_ignores_world_size(process_group, bucket):  # each rank uses all 127 levels: the sum overflows
+    buffer = bucket.buffer()
+    scale = buffer.abs().max().reshape(1)
+    dist.all_reduce(scale, op=dist.ReduceOp.MAX)
+    q = torch.round(buffer * 127 / scale).to(torch.int8)
+    dist.all_reduce(q)
+    return _done(buffer.copy_(q.float() * scale / 127 / dist.get_world_size()))
+
+
+def sum_not_mean(process_group, bucket):
+    buffer = bucket.buffer()
+    world_size = dist.get_world_size()
+    scale = buffer.abs().max().reshape(1)
+    dist.all_reduce(scale, op=dist.ReduceOp.MAX)
+    q = torch.round(buffer * (127 / world_size) / scale).to(torch.int8)
+    dist.all_reduce(q)
+    return _done(buffer.copy_(q.float() * scale * world_size / 127))
+
+
+def not_decompressed(process_group, bucket):
+    buffer = bucket.buffer()
+    scale = buffer.abs().max().reshape(1)
+    dist.all_reduce(scale, op=dist.ReduceOp.MAX)
+    q = torch.round(buffer * (127 / dist.get_world_size()) / scale).to(torch.int8)
+    dist.all_reduce(q)
+    return _done(q)
+
+
+def sends_full_fp32(process_group, bucket):
+    buffer = bucket.buffer().div_(dist.get_world_size())
+    dist.all_reduce(buffer)
+    return _done(buffer)
+
+
+def test_accepts_the_right_answer(capsys):
+    # the solution notebook's synchronous version is checked by nbval and tests/test_exercises.py;
+    # this one returns the Future that .then() gives (a torch._C.Future), which must pass too
+    check_int8_hook(int8_hook_async)
+    out = capsys.readouterr().out
+    assert "✓ int8_hook_async: every gradient on both ranks is the mean" in out
+    assert "sending 1,740 of fp32's 6,928 bytes per step (25%)" in out  # 1,732 int8 values + 2 float32 scales
+
+
+def test_a_blank_stub_is_not_written_yet():
+    with pytest.raises(CheckFailed, match=r"stub is not written yet.*NotImplementedError\('quantise"):
+        check_int8_hook(stub)
+
+
+@pytest.mark.parametrize("answer, feedback", [
+    (scale_ignores_world_size, r"(?s)off by about the largest gradient: int8 sums wrap around past 127"),
+    (sum_not_mean, r"(?s)expected the mean over ranks.*this is the SUM over ranks"),
+    (not_decompressed, r"(?s)returned int8 values, not float32: the int8 sums were never decompressed"),
+    (sends_full_fp32, r"(?s)sent 6,928 bytes for 1,732 gradient values, as much as.*uncompressed fp32"),
+])
+def test_rejects_wrong_answers(answer, feedback):
+    with pytest.raises(CheckFailed, match=feedback):
+        check_int8_hook(answer)
