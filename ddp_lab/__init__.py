@@ -52,6 +52,7 @@ _SUBPACKAGES = {
     "memory": "ddp_lab.memory",                # lesson 01's memory arithmetic
     "scripts": "ddp_lab.torchrun.scripts",     # lesson 06: a notebook function as a torchrun job
     "gpu": "ddp_lab.hardware.gpu",             # GPU-only cells: skip with a printed reason
+    "plan": "ddp_lab.plan",                    # lesson 13: the scale planner
 }
 
 

@@ -23,7 +23,7 @@ Introduced in notebooks/13-plan-your-training-run.ipynb.
 from ddp_lab.plan.activations import head_activation_bytes, layer_activation_bytes, layers_in_flight
 from ddp_lab.plan.cluster import GPU, MATMUL_EFFICIENCY, Cluster
 from ddp_lab.plan.collectives import Group, collective_time
-from ddp_lab.plan.memory import MemoryBreakdown, memory, model_state_bytes, stage_parameters
+from ddp_lab.plan.memory import MemoryBreakdown, memory, model_state_bytes, stage_activation_bytes, stage_parameters
 from ddp_lab.plan.model import Transformer, parse_count
 from ddp_lab.plan.report import breakdown, table
 from ddp_lab.plan.search import Plan, evaluate, search
@@ -33,4 +33,4 @@ from ddp_lab.plan.strategy import Strategy, check
 __all__ = ["GPU", "MATMUL_EFFICIENCY", "Cluster", "Group", "MemoryBreakdown", "Plan", "Strategy", "TimeBreakdown",
            "Transformer", "breakdown", "check", "collective_time", "evaluate", "head_activation_bytes",
            "layer_activation_bytes", "layers_in_flight", "memory", "mfu", "model_state_bytes", "parse_count",
-           "search", "stage_parameters", "step_flops", "step_time", "table", "tflops_per_gpu", "tokens_per_second"]
+           "search", "stage_activation_bytes", "stage_parameters", "step_flops", "step_time", "table", "tflops_per_gpu", "tokens_per_second"]

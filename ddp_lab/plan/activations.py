@@ -78,6 +78,29 @@ def head_activation_bytes(model, strategy) -> int:
     return around + 4 * s * b * (-(-model.vocab // t))
 
 
+def embedding_activation_bytes(model, strategy) -> int:
+    """The embedding dropout's 1-byte mask on the first stage, per micro-batch (Korthikanti Sec. 4.3).
+
+    sbh bytes (sbh/t with sequence parallelism); none without dropout. The paper counts it as
+    sbhp/t for the p micro-batches 1F1B keeps in flight on stage 0 (`micro_batches_in_flight`).
+    """
+    if not model.dropout:
+        return 0
+    s, b, h, t = model.seq_len, strategy.micro_batch, model.hidden, strategy.tp
+    return s * b * h // (t if strategy.sequence_parallel else 1)
+
+
+def micro_batches_in_flight(strategy, stage: int = 0) -> int:
+    """Micro-batches whose forward pipeline stage `stage` has run but not yet its backward, at peak.
+
+    1 without pipelining; GPipe: all m; 1F1B (and interleaved): min(p - stage, m) (lesson 07).
+    """
+    p, m = strategy.pp, strategy.grad_accum
+    if p == 1:
+        return 1
+    return m if strategy.schedule == "gpipe" else min(p - stage, m)
+
+
 def layers_in_flight(model, strategy, stage: int = 0) -> float:
     """Layer-micro-batches whose activations pipeline stage `stage` holds at its peak (lesson 07).
 

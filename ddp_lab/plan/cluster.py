@@ -176,7 +176,9 @@ class Cluster:
         Keys read: "matmul_flops" (FLOP/s of one rank, a float for fp32 or a {dtype: FLOP/s}
         dict), "collectives" ({name: (alpha_s, beta_s_per_byte)} or {name: {"alpha": ...,
         "beta": ...}}, n = bytes of the whole tensor: all_gather's output, reduce_scatter's
-        input), optional "memory" (bytes per rank; default this machine's RAM / ranks), "ranks".
+        input), optional "memory" (bytes per rank; default this machine's RAM / ranks), "ranks",
+        optional "matmul_efficiency" (this machine's one calibrated constant: a training step's
+        FLOP/s over the matmul rate, measured by `calibrate.measure_this_machine`; default 1.0).
         """
         flops = measured["matmul_flops"]
         peak = dict(flops) if isinstance(flops, dict) else {"fp32": float(flops)}
@@ -184,7 +186,8 @@ class Cluster:
         fitted = {name: _alpha_beta(value) for name, value in (measured.get("collectives") or {}).items()}
         send = fitted.get("send", fitted.get("all_reduce", (0.0, 0.0)))
         bandwidth = 1.0 / send[1] if send[1] > 0 else float("inf")
-        return cls(GPU("CPU rank", int(memory), peak, matmul_efficiency=1.0), gpus_per_node=ranks, nodes=1,
+        efficiency = float(measured.get("matmul_efficiency", 1.0))
+        return cls(GPU("CPU rank", int(memory), peak, matmul_efficiency=efficiency), gpus_per_node=ranks, nodes=1,
                    intra_node_bandwidth=bandwidth, inter_node_bandwidth=bandwidth,
                    intra_node_latency=send[0], inter_node_latency=send[0], collectives=fitted or None,
                    fitted_ranks=int(measured.get("ranks", ranks)), name=f"this machine, {ranks} ranks",

@@ -13,9 +13,10 @@ inter-node bandwidth is the beta), a group inside one node on NVLink.
 
 When the cluster carries fitted per-collective (alpha, beta) - `Cluster.this_machine()`, gloo
 on this machine - those are used instead: lesson 02's single ping-pong fit predicts gloo's
-all_reduce 2.5-3.6x too fast, because a ring step sends and receives at once (two directions
-sharing the same cores) and every collective pays a fixed cost to reach gloo's worker thread
-that a ping-pong does not (see ddp_lab.plan.calibrate). A fit made at F ranks is carried to N
+all_reduce 2.5-3.6x too fast, mainly because a ring step sends and receives at once (two
+directions copied by the same cores: 1.5-2.2x a one-way send, measured) and because the line's
+bandwidth, set by small and mid-size messages, is too high for MB-sized ones; the sum itself and
+the per-call cost add little (see notebooks/02-collectives.ipynb and ddp_lab.plan.calibrate). A fit made at F ranks is carried to N
 ranks by the ring's own scaling: alpha by the number of steps, beta by (N - 1)/N.
 
 Introduced in notebooks/13-plan-your-training-run.ipynb.

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ddp_lab.plan.activations import head_activation_bytes, layer_activation_bytes, layers_in_flight
+from ddp_lab.plan.activations import (embedding_activation_bytes, head_activation_bytes, layer_activation_bytes,
+                                     layers_in_flight, micro_batches_in_flight)
 from ddp_lab.plan.strategy import Strategy
 
 
@@ -127,6 +128,22 @@ def layer_parameters_per_rank(model, tp: int) -> int:
     return count
 
 
+def stage_activation_bytes(model, strategy: Strategy, stage: int = 0) -> int:
+    """Activation bytes a rank of pipeline stage `stage` holds at its peak (Korthikanti et al. 2022).
+
+    Its layers' per-layer bytes times `layers_in_flight`; on the first stage the embedding
+    dropout mask of every micro-batch in flight; on the last stage the head's activations.
+
+    Introduced in notebooks/13-plan-your-training-run.ipynb.
+    """
+    acts = round(layer_activation_bytes(model, strategy) * layers_in_flight(model, strategy, stage))
+    if stage == 0:
+        acts += embedding_activation_bytes(model, strategy) * micro_batches_in_flight(strategy, 0)
+    if stage == strategy.pp - 1:
+        acts += head_activation_bytes(model, strategy)
+    return acts
+
+
 def memory(model, strategy: Strategy) -> MemoryBreakdown:
     """Bytes on the most loaded GPU: model states, activations and communication buffers.
 
@@ -146,14 +163,11 @@ def memory(model, strategy: Strategy) -> MemoryBreakdown:
 
     Introduced in notebooks/13-plan-your-training-run.ipynb.
     """
-    per_layer_act = layer_activation_bytes(model, strategy)
     w, g, _ = bytes_per_parameter(strategy)
     ranks = []
     for stage in sorted({0, strategy.pp - 1}):
         states = model_state_bytes(stage_parameters(model, strategy, stage), strategy)
-        acts = round(per_layer_act * layers_in_flight(model, strategy, stage))
-        if stage == strategy.pp - 1:
-            acts += head_activation_bytes(model, strategy)
+        acts = stage_activation_bytes(model, strategy, stage)
         buffers = 0
         if strategy.zero == 3:
             layer = layer_parameters_per_rank(model, strategy.tp)

@@ -1,0 +1,233 @@
+"""Checks for the exercises of notebooks/13-plan-your-training-run.ipynb.
+
+    ddp_lab.checks.lesson13.check_model_states_gb(per_gpu_model_states_gb)
+    ddp_lab.checks.lesson13.check_choose_plan(choose_plan)
+
+Both answers are pure Python, so the checks run in the notebook's process (no ranks): the
+first compares the learner's formula with the planner's `model_state_bytes` on several ZeRO
+stages, data-parallel sizes and precisions; the second evaluates the learner's strategy with
+the planner (`ddp_lab.plan.evaluate`) and compares its predicted throughput with the best
+plan `ddp_lab.plan.search` finds. Every failure names the likely mistake.
+
+Introduced in notebooks/13-plan-your-training-run.ipynb.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ddp_lab.checks import CheckFailed, passed
+from ddp_lab.checks.common import ensure_written
+
+GB, GiB = 10**9, 2**30
+PARTS = ("parameters", "gradients", "optimizer")
+FIRST_SHARDED = {"optimizer": 1, "gradients": 2, "parameters": 3}   # the ZeRO stage that starts sharding each
+
+
+def _stub_failure(name: str, error: NotImplementedError) -> CheckFailed:
+    return CheckFailed(f"{name} is not written yet: it raised NotImplementedError({str(error)!r}).\n"
+                       "Replace the `raise NotImplementedError` line with your answer.")
+
+
+# --- exercise 1: model states per GPU, in GB ------------------------------------------------------
+
+# (params, dp, zero, precision): the ZeRO paper's example first, stage mistakes before precision ones;
+# every params divides by dp, so no shard is padded
+MODEL_STATE_CASES = (
+    tuple((7_500_000_000, 64, stage, "bf16") for stage in range(4))
+    + tuple((8_030_261_248, 8, stage, "bf16") for stage in (1, 2, 3))
+    + tuple((7_500_000_000, 64, stage, "fp32") for stage in range(4))
+    + ((1_300_000_000, 1, 3, "fp32"), (70_553_706_496, 256, 3, "bf16"))
+)
+
+
+def check_model_states_gb(per_gpu_model_states_gb) -> None:
+    """Check `per_gpu_model_states_gb(params, dp, zero, precision)` -> {part: GB} against the planner.
+
+    The answer returns {"parameters": ..., "gradients": ..., "optimizer": ...} in GB (10^9 bytes)
+    for one GPU, equal to `ddp_lab.plan.model_state_bytes(params, Strategy(dp=dp, zero=zero,
+    precision=precision))` for ZeRO stages 0-3, several dp sizes, "bf16" and "fp32".
+
+    Introduced in notebooks/13-plan-your-training-run.ipynb.
+    """
+    from ddp_lab.plan import Strategy, model_state_bytes
+
+    ensure_written(per_gpu_model_states_gb)
+    name = getattr(per_gpu_model_states_gb, "__name__", "per_gpu_model_states_gb")
+    for params, dp, zero, precision in MODEL_STATE_CASES:
+        case = f"{name}({params:_}, dp={dp}, zero={zero}, precision={precision!r})"
+        try:
+            got = per_gpu_model_states_gb(params, dp, zero, precision)
+        except NotImplementedError as error:
+            raise _stub_failure(name, error) from None
+        except Exception as error:
+            raise CheckFailed(f"{case} raised {type(error).__name__}: {error}") from error
+        want_bytes = model_state_bytes(params, Strategy(dp=dp, zero=zero, precision=precision))
+        want = {part: getattr(want_bytes, part) / GB for part in PARTS}
+        if not isinstance(got, dict) or set(got) != set(PARTS):
+            raise CheckFailed(f"{case} returned {str(got)[:100]}; expected a dict with the keys {list(PARTS)} "
+                              f"(GB on one GPU), e.g. {_show(want)}.")
+        for part in PARTS:
+            value = got[part]
+            if not isinstance(value, (int, float)) or isinstance(value, bool):
+                raise CheckFailed(f"{case}[{part!r}] is {type(value).__name__} {value!r}; expected a number of GB.")
+            if not math.isclose(value, want[part], rel_tol=1e-9):
+                hint = _model_state_hint(part, value, params, dp, zero, precision)
+                raise CheckFailed(f"{case}[{part!r}] is {value:.6g} GB, expected {want[part]:.6g} GB.\nHint: {hint}")
+    passed(f"{name} equals the planner's model_state_bytes for ZeRO 0-3, dp 1-256, bf16 and fp32 "
+           f"({len(MODEL_STATE_CASES)} cases)")
+
+
+def _show(values: dict) -> str:
+    return "{" + ", ".join(f"{k!r}: {v:.4g}" for k, v in values.items()) + "}"
+
+
+def _model_state_hint(part: str, got: float, params: int, dp: int, zero: int, precision: str) -> str:
+    per_param = dict(zip(PARTS, (2, 2, 12) if precision != "fp32" else (4, 4, 8)))[part]
+    sharded = zero >= FIRST_SHARDED[part]
+    full = params * per_param / GB
+    want = full / dp if sharded else full
+
+    def near(value: float) -> bool:
+        return math.isclose(got, value, rel_tol=1e-6)
+
+    if near(want * GB):
+        return "that is bytes: return GB, i.e. bytes / 10**9."
+    if near(want * GB / GiB):
+        return "that is GiB (2**30 bytes): the planner, the ZeRO paper and spec sheets use GB = 10**9 bytes."
+    if dp > 1 and not sharded and near(full / dp):
+        return (f"ZeRO stage {zero} keeps the {part} whole on every GPU: only stage {FIRST_SHARDED[part]} and above "
+                f"shard the {part} (1: optimizer state; 2: + gradients; 3: + parameters).")
+    if dp > 1 and sharded and near(full):
+        return (f"ZeRO stage {zero} shards the {part} over the {dp} data-parallel GPUs: each keeps 1/dp of them, "
+                f"{params:_} * {per_param} / {dp} bytes.")
+    if part == "optimizer":
+        other = 8 if per_param == 12 else 12
+        if near(want * other / per_param):
+            if precision == "fp32":
+                return ("fp32 Adam keeps 8 bytes per parameter (exp_avg and exp_avg_sq, 4 each): no fp32 master copy, "
+                        "because the weights are already fp32. 12 bytes is mixed precision's count.")
+            return ("mixed precision's optimizer state is 12 bytes per parameter, not 8: Adam's two fp32 moments "
+                    "plus the fp32 master copy of the weights, which the optimizer steps.")
+    if part in ("parameters", "gradients") and precision != "fp32" and near(want * 2):
+        return f"with mixed precision ({precision!r}) the {part} are 16-bit: 2 bytes per parameter, not 4."
+    if part in ("parameters", "gradients") and precision == "fp32" and near(want / 2):
+        return f"in fp32 the {part} take 4 bytes per parameter, not 2."
+    return (f"the {part} cost {per_param} bytes per parameter in {precision!r} ((2, 2, 12) for bf16/fp16, "
+            f"(4, 4, 8) for fp32), {'divided by dp' if sharded else 'whole'} at ZeRO stage {zero}: "
+            f"{params:_} * {per_param}{f' / {dp}' if sharded else ''} / 10**9 GB.")
+
+
+# --- exercise 2: the fastest plan that fits ----------------------------------------------------------
+
+TOLERANCE = 0.05   # within 5 % of the best predicted throughput
+
+
+def _scenarios():
+    from ddp_lab.plan import Cluster, Transformer
+
+    return (
+        (Transformer.preset("llama3-8b"), Cluster.preset("a100-80gb", nodes=2), 256),
+        (Transformer.preset("llama3-70b"), Cluster.preset("a100-80gb", nodes=8), 512),
+    )
+
+
+def check_choose_plan(choose_plan) -> None:
+    """Check `choose_plan(model, cluster, global_batch) -> Strategy` on two models and clusters.
+
+    The strategy must use every GPU (dp * tp * pp = cluster.gpus), keep tensor parallelism inside
+    a node, keep the global batch (dp * micro_batch * grad_accum), fit in 90 % of a GPU's memory
+    as `ddp_lab.plan.evaluate` predicts it, and reach at least 95 % of the tokens/s of the best
+    plan `ddp_lab.plan.search` finds.
+
+    Introduced in notebooks/13-plan-your-training-run.ipynb.
+    """
+    from ddp_lab.plan import Strategy, evaluate, search
+
+    ensure_written(choose_plan)
+    name = getattr(choose_plan, "__name__", "choose_plan")
+    for model, cluster, global_batch in _scenarios():
+        where = f"{model.name} on {cluster.name} ({cluster.gpus} GPUs), global batch {global_batch}"
+        try:
+            strategy = choose_plan(model, cluster, global_batch)
+        except NotImplementedError as error:
+            raise _stub_failure(name, error) from None
+        except Exception as error:
+            raise CheckFailed(f"{name} raised {type(error).__name__}: {error}\nfor {where}.") from error
+        if not isinstance(strategy, Strategy):
+            raise CheckFailed(f"{where}: {name} returned {type(strategy).__name__} {str(strategy)[:80]}; expected a "
+                              f"ddp_lab.plan.Strategy (e.g. the .strategy of the best Plan you found).")
+        label = strategy.label()
+        if strategy.gpus < cluster.gpus:
+            raise CheckFailed(f"{where}: {label} uses dp*tp*pp = {strategy.dp}*{strategy.tp}*{strategy.pp} = "
+                              f"{strategy.gpus} GPUs and leaves {cluster.gpus - strategy.gpus} idle.\nHint: the "
+                              f"product dp * tp * pp must equal cluster.gpus; idle GPUs add nothing to throughput.")
+        if strategy.gpus > cluster.gpus:
+            raise CheckFailed(f"{where}: {label} needs dp*tp*pp = {strategy.gpus} GPUs, but the cluster has "
+                              f"{cluster.gpus}.\nHint: choose dp, tp, pp whose product is cluster.gpus.")
+        if strategy.tp > cluster.gpus_per_node:
+            raise CheckFailed(f"{where}: {label} has tp={strategy.tp}, so every tensor-parallel group spans nodes "
+                              f"of {cluster.gpus_per_node} GPUs.\nHint: TP all-reduces 4 times per layer and "
+                              f"micro-batch on the critical path; keep tp <= cluster.gpus_per_node, on NVLink.")
+        if strategy.global_batch != global_batch:
+            raise CheckFailed(f"{where}: {label} trains dp * micro_batch * grad_accum = {strategy.dp} * "
+                              f"{strategy.micro_batch} * {strategy.grad_accum} = {strategy.global_batch} sequences "
+                              f"per step, not {global_batch}.\nHint: set grad_accum = global_batch // "
+                              f"(dp * micro_batch): a different batch changes what a step is, so tokens/s would "
+                              f"not compare.")
+        try:
+            chosen = evaluate(model, cluster, strategy)
+        except ValueError as error:
+            raise CheckFailed(f"{where}: {label} is not a valid plan: {error}") from None
+        if not chosen.fits:
+            raise CheckFailed(f"{where}: {label} does not fit: {_overflow(chosen)}")
+        best = search(model, cluster, top=1, global_batch=global_batch)[0]
+        if chosen.tokens_per_second < (1 - TOLERANCE) * best.tokens_per_second:
+            raise CheckFailed(f"{where}: {label} fits but is predicted at {chosen.tokens_per_second:,.0f} tokens/s, "
+                              f"{1 - chosen.tokens_per_second / best.tokens_per_second:.0%} below the best plan "
+                              f"{best.strategy.label()} ({best.tokens_per_second:,.0f} tokens/s).\n"
+                              f"Hint: {_slower(chosen, best)}")
+    passed(f"{name}: a plan that fits, uses every GPU, keeps TP inside a node and is within "
+           f"{TOLERANCE:.0%} of the best predicted throughput, on both clusters")
+
+
+MEMORY_ADVICE = {
+    "parameters": "shard the weights: ZeRO-3, or more tp / pp",
+    "gradients": "shard the gradients: ZeRO-2 or 3, or more tp / pp",
+    "optimizer": "shard the optimizer state: ZeRO-1 or higher over dp, or more tp / pp",
+    "activations": "recompute (selective, or full), sequence parallelism with tp, or a smaller micro_batch",
+    "buffers": "ZeRO-3's gathered layers: more tp shrinks each layer",
+}
+
+
+def _overflow(plan) -> str:
+    from ddp_lab.plan.search import USABLE_MEMORY
+
+    m = plan.memory
+    usable = USABLE_MEMORY * plan.cluster.gpu.memory
+    parts = {part: getattr(m, part) for part in MEMORY_ADVICE}
+    largest = max(parts, key=parts.get)
+    shown = ", ".join(f"{part} {value / GB:.1f}" for part, value in parts.items())
+    return (f"{m.total / GB:.1f} GB per GPU ({shown}) > {usable / GB:.1f} GB usable "
+            f"({USABLE_MEMORY:.0%} of {plan.cluster.gpu.memory / GB:.1f} GB).\nHint: the largest term is the "
+            f"{largest} ({parts[largest] / GB:.1f} GB): {MEMORY_ADVICE[largest]}.")
+
+
+TIME_ADVICE = {
+    "compute": "recomputation repeats FLOPs: selective recomputes only the attention scores, full the whole "
+               "forward (about 1/3 more compute); use the least recomputation that fits",
+    "tp_comm": "TP communicates in every layer: a smaller tp (with ZeRO sharding the model states instead)",
+    "bubble": "the pipeline bubble is (pp - 1)/m of compute: a smaller pp or more micro-batches",
+    "pp_comm": "fewer pipeline stages",
+    "dp_comm_exposed": "DP communication not hidden by backward: a ZeRO stage that overlaps it, fewer dp "
+                       "ranks across slow links, or more micro-batches per step",
+}
+
+
+def _slower(chosen, best) -> str:
+    extra = {part: getattr(chosen.time, part) - getattr(best.time, part) for part in TIME_ADVICE}
+    worst = max(extra, key=extra.get)
+    return (f"compare the step-time breakdowns (seconds, yours vs the best): "
+            + ", ".join(f"{part} {getattr(chosen.time, part):.2f} vs {getattr(best.time, part):.2f}"
+                        for part in TIME_ADVICE)
+            + f". Most of the difference is {worst}: {TIME_ADVICE[worst]}.")

@@ -1,0 +1,263 @@
+"""Measure this machine for the planner: the matmul rate one rank gets, and each collective's alpha-beta.
+
+Three measurements decide a step's time here: how fast a rank multiplies matrices, what share
+of that rate a whole transformer training step reaches (`CALIBRATION_SHAPE`), and how long a
+collective of n bytes takes. All are measured on real gloo ranks, started with
+`ddp_lab.launch` exactly as the lessons start them (each rank gets cores // ranks torch
+threads), so the planner's `Cluster.this_machine()` describes the ranks that will train.
+
+Why per-collective fits, not lesson 02's ring formula over a point-to-point alpha-beta: on
+this project's 2-core machine that formula predicts gloo's `all_reduce` 2.5-9x too fast for
+4 MB. Measured here (2 ranks, 1 thread each, medians, several runs under varying load; lesson
+02 shows the cell): a ring step sends and receives at once, and on one machine both directions
+are copied by the same cores, so 2 MB exchanged both ways took 1.5-2.2x a one-way send of 2 MB;
+the ping-pong line's bandwidth (3.4-4.5 GB/s, set by small and middle-sized messages) is more
+than 1-4 MB messages get one way (1.4-2.9 GB/s); a ring of two such exchanges times like
+`dist.all_reduce` itself (gloo takes the same two steps); the sum (0.15 ms for 2 MB) and the
+cost of handing a collective to the process group's worker thread (a one-message `broadcast`
+took 1.1-1.8x a `send`) are small. So each collective gets its own t(n) = alpha + beta * n,
+fitted to its own timings over the sizes training uses.
+
+Introduced in notebooks/13-plan-your-training-run.ipynb.
+"""
+
+from __future__ import annotations
+
+import time
+
+# Message sizes in fp32 values: 4 B ... 4 MB (a small model's gradient bucket is ~1-25 MB).
+COUNTS = (1, 256, 16_384, 131_072, 1_048_576)
+COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "send")
+# Matmul shapes (m, k, n) like a small transformer's: (tokens, hidden) @ (hidden, 4 * hidden), ...
+MATMUL_SHAPES = ((1024, 256, 1024), (1024, 1024, 256), (512, 512, 512))
+
+
+def _median(values):
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    return ordered[middle] if len(ordered) % 2 else 0.5 * (ordered[middle - 1] + ordered[middle])
+
+
+def matmul_rate(dtype, seconds: float = 0.3) -> float:
+    """FLOP/s of this process's matmuls (2 m k n per product), median over `MATMUL_SHAPES` and rounds.
+
+    Introduced in notebooks/13-plan-your-training-run.ipynb.
+    """
+    import torch
+
+    rates = []
+    budget = seconds / len(MATMUL_SHAPES)
+    for m, k, n in MATMUL_SHAPES:
+        a, b = torch.randn(m, k).to(dtype), torch.randn(k, n).to(dtype)
+        a @ b  # warm-up: allocator, kernel choice
+        rounds = []
+        began = time.perf_counter()
+        while time.perf_counter() - began < budget or len(rounds) < 3:
+            start = time.perf_counter()
+            a @ b
+            rounds.append(time.perf_counter() - start)
+        rates.append(2 * m * k * n / _median(rounds))
+    return _median(rates)
+
+
+# The one calibrated constant of `Cluster.this_machine()`: a transformer training step does more
+# than matmuls (softmax, GeLU, dropout's random masks, LayerNorm, Adam, Python's per-op dispatch),
+# and on a CPU at these sizes that costs about as much again as the matmuls. Rather than a factor
+# per configuration, one fixed *calibration* step - one layer of the reference decoder (hidden 256,
+# 4 heads, vocabulary 512, sequence 128), 2 sequences, fp32 Adam, on one rank, no communication -
+# is timed, and its FLOPs (the planner's own count) over its time, divided by the matmul rate,
+# is the `matmul_efficiency` every prediction for this machine uses (the role the one published-run
+# factor plays for GPUs). The configurations the planner is checked on differ from it (2 layers,
+# other batches, split over ranks by DP, ZeRO, TP, PP, with communication).
+CALIBRATION_SHAPE = dict(name="calibrate-1x256", layers=1, hidden=256, heads=4, vocab=512, seq_len=128)
+CALIBRATION_BATCH = 2
+
+
+class TransformerStepProbe:
+    """Times one-rank training steps of the calibration decoder: FLOP/s a rank reaches on transformer work.
+
+    Introduced in notebooks/13-plan-your-training-run.ipynb.
+    """
+
+    def __init__(self):
+        import torch
+
+        from ddp_lab.plan.model import Transformer
+        from ddp_lab.plan.reference import build
+        from ddp_lab.plan.steptime import step_flops
+        from ddp_lab.plan.strategy import Strategy
+
+        shape = Transformer(**CALIBRATION_SHAPE)
+        self.flops = step_flops(shape, Strategy(micro_batch=CALIBRATION_BATCH, precision="fp32"))
+        self.net = build(shape, seed=7).train()
+        self.optimizer = torch.optim.Adam(self.net.parameters(), lr=1e-4)
+        generator = torch.Generator().manual_seed(7)
+        size = (CALIBRATION_BATCH, shape.seq_len)
+        self.ids = torch.randint(0, shape.vocab, size, generator=generator)
+        self.target = torch.randint(0, shape.vocab, size, generator=generator)
+        self.step()  # warm-up: Adam's state, allocator
+
+    def step(self) -> float:
+        began = time.perf_counter()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.net(self.ids, self.target).backward()
+        self.optimizer.step()
+        return time.perf_counter() - began
+
+    def rate(self, steps: int = 3) -> float:
+        """FLOP/s: the planner's FLOPs of one step over the median of `steps` timed steps."""
+        return self.flops / _median([self.step() for _ in range(steps)])
+
+
+def _time_collectives(rank: int, world_size: int, counts, repeats: int) -> dict[str, list[float]]:
+    """Seconds of each collective per size (lower quartile of `repeats` rounds, which interleave them all)."""
+    import torch
+    import torch.distributed as dist
+
+    from ddp_lab.sharding.collectives import all_gather, reduce_scatter
+
+    samples = {(name, n): [] for name in COLLECTIVES for n in counts}
+    buffers = {n: (torch.ones(n), torch.empty(n * world_size), torch.ones(n * world_size)) for n in counts}
+    peer = (rank + 1) % world_size if rank % 2 == 0 else rank - 1
+
+    def run(name, n):
+        value, gathered, full = buffers[n]
+        if name == "all_reduce":        # n values in, n out
+            dist.all_reduce(value)
+        elif name == "all_gather":      # n in, world * n out
+            all_gather(gathered, value)
+        elif name == "reduce_scatter":  # world * n in, n out
+            reduce_scatter(value, full)
+        elif peer < world_size:         # ping-pong between pairs; half a round trip = one send
+            if rank % 2 == 0:
+                dist.send(value, peer)
+                dist.recv(value, peer)
+            else:
+                dist.recv(value, peer)
+                dist.send(value, peer)
+
+    for n in counts:          # warm-up: connections, buffers
+        for name in COLLECTIVES:
+            run(name, n)
+    for _ in range(repeats):
+        for n in counts:
+            for name in COLLECTIVES:
+                dist.barrier()
+                began = time.perf_counter()
+                run(name, n)
+                samples[name, n].append(time.perf_counter() - began)
+    # the lower quartile of the rounds: a burst of load from other programs slows some rounds a
+    # lot (seen: 4 MB all_reduce 4 ms in one round, 11 ms in the next); it shrugs off up to 3 of
+    # 5 bad rounds, while one lucky round cannot set it alone
+    return {name: [sorted(samples[name, n])[len(samples[name, n]) // 4] / (2 if name == "send" else 1)
+                   for n in counts] for name in COLLECTIVES}
+
+
+def _calibration_rank(rank: int, counts, repeats: int, dtypes) -> dict:
+    import torch
+    import torch.distributed as dist
+
+    world_size = dist.get_world_size()
+    dist.barrier()  # every rank multiplies at the same time: the rate a rank gets while all compute
+    rates = {name: matmul_rate(getattr(torch, dtype)) for name, dtype in dtypes.items()}
+    dist.barrier()
+    step_rate = TransformerStepProbe().rate(steps=3)
+    times = _time_collectives(rank, world_size, counts, repeats) if world_size > 1 else {}
+    return {"flops": rates, "step_rate": step_rate, "times": times, "threads": torch.get_num_threads()}
+
+
+def fit_alpha_beta(nbytes, seconds) -> tuple[float, float]:
+    """Fit t = alpha + beta * n by least squares on relative error, alpha and beta kept >= 0.
+
+    Relative error, so a 4-byte message counts as much as a 4 MB one (their times differ
+    a thousandfold). A negative fitted alpha or beta (noise) falls back to the one-term fit.
+
+    Example:
+        >>> alpha, beta = fit_alpha_beta([4, 4_000_000], [1e-4, 1.1e-3])
+        >>> round(alpha * 1e6), round(beta * 1e12)
+        (100, 250)
+
+    Introduced in notebooks/13-plan-your-training-run.ipynb.
+    """
+    import numpy as np
+
+    n, t = np.asarray(nbytes, dtype=float), np.asarray(seconds, dtype=float)
+    design = np.stack([np.ones_like(n), n]) / t
+    (alpha, beta), *_ = np.linalg.lstsq(design.T, np.ones_like(t), rcond=None)
+    if alpha < 0:   # bandwidth alone: t = beta * n, relative least squares
+        alpha, beta = 0.0, float(np.sum(n / t) / np.sum((n / t) ** 2))
+    elif beta < 0:  # latency alone
+        alpha, beta = float(len(t) / np.sum(1 / t)), 0.0
+    return float(alpha), float(beta)
+
+
+def collective_bytes(name: str, count: int, world_size: int, element_size: int = 4) -> int:
+    """The n of a fitted t(n) = alpha + beta * n: bytes of the whole tensor the collective is about.
+
+    all_reduce: the tensor reduced; all_gather: the gathered output (world_size shards);
+    reduce_scatter: the input before scattering (world_size shards); send: the message.
+
+    Introduced in notebooks/13-plan-your-training-run.ipynb.
+    """
+    whole = world_size if name in ("all_gather", "reduce_scatter") else 1
+    return count * whole * element_size
+
+
+def measure_this_machine(ranks: int = 2, repeats: int = 5, counts=COUNTS, timeout: float = 120) -> dict:
+    """Measure the matmul rate a rank gets and fit alpha-beta for each collective on `ranks` gloo ranks.
+
+    Everything runs in one launch of `ranks` processes: first every rank times matmuls at once
+    (the rate a rank gets while the others compute too, with the cores // ranks threads
+    ddp_lab gives it), then the calibration step, then the collectives, interleaved round by
+    round (the lower quartile of `repeats` rounds counts: see `_time_collectives`).
+    About 3-6 s on a lightly loaded 2-core machine and 6-13 s while other programs load it (measured; a cold
+    first launch adds ~1 s).
+
+    Args:
+        ranks: processes in the group (the group size the fits hold for).
+        repeats: timed rounds per collective and size.
+        counts: message sizes in fp32 values.
+        timeout: seconds before the launch gives up (a stuck rank).
+
+    Returns:
+        A dict with
+        - "ranks", "threads" (torch threads per rank), "cores";
+        - "matmul_flops": {"fp32": FLOP/s, "bf16": FLOP/s} per rank, all ranks computing;
+        - "matmul_efficiency": the calibration step's FLOP/s over the fp32 matmul rate (see
+          `CALIBRATION_SHAPE`): the one calibrated constant of this machine's predictions;
+        - "collectives": {name: {"alpha": s, "beta": s/byte, "world": ranks}} for "all_reduce",
+          "all_gather", "reduce_scatter" and "send", where t(n) = alpha + beta * n and n is
+          `collective_bytes(name, ...)`: the whole tensor (all_gather: the output,
+          reduce_scatter: the input, send: the message);
+        - "samples": {name: [(n bytes, seconds), ...]} what was fitted.
+
+    Example:
+        >>> machine = measure_this_machine(ranks=2)                 # doctest: +SKIP
+        >>> machine["collectives"]["all_reduce"]["alpha"] * 1e6    # doctest: +SKIP
+        310.2
+
+    Introduced in notebooks/13-plan-your-training-run.ipynb.
+    """
+    import ddp_lab
+    from ddp_lab.hardware.machine import cpu_cores
+
+    if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 1:
+        raise ValueError(f"ranks must be a positive int (the processes that will train), got {ranks!r}")
+    dtypes = {"fp32": "float32", "bf16": "bfloat16"}
+    results = ddp_lab.launch(_calibration_rank, args=(tuple(counts), repeats, dtypes), nprocs=ranks,
+                             backend="gloo", timeout=timeout)
+    flops = {name: _median([r["flops"][name] for r in results]) for name in dtypes}
+    step_rate = _median([r["step_rate"] for r in results])
+    machine = {"ranks": ranks, "threads": results[0]["threads"], "cores": cpu_cores(),
+               "matmul_flops": flops, "matmul_efficiency": step_rate / flops["fp32"],
+               "collectives": {}, "samples": {}}
+    if ranks == 1:
+        return machine
+    for name in COLLECTIVES:
+        # the slowest rank decides when a collective is over
+        seconds = [max(r["times"][name][i] for r in results) for i in range(len(counts))]
+        nbytes = [collective_bytes(name, c, ranks) for c in counts]
+        alpha, beta = fit_alpha_beta(nbytes, seconds)
+        machine["collectives"][name] = {"alpha": alpha, "beta": beta, "world": ranks}
+        machine["samples"][name] = list(zip(nbytes, seconds))
+    return machine

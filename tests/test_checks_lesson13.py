@@ -1,0 +1,163 @@
+"""The lesson 13 checks accept a right answer and reject plausible wrong ones with specific feedback.
+
+Each wrong answer below is a mistake a learner is likely to make; the test pins the part of
+the feedback that names it. Both checks are pure Python (the planner's arithmetic): no ranks.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from ddp_lab import plan
+from ddp_lab.checks import CheckFailed
+from ddp_lab.checks.lesson13 import check_choose_plan, check_model_states_gb
+from ddp_lab.plan import Strategy
+
+# --- per_gpu_model_states_gb -----------------------------------------------------------------------
+
+PARTS = ("parameters", "gradients", "optimizer")
+PER_PARAM = {"bf16": (2, 2, 12), "fp16": (2, 2, 12), "fp32": (4, 4, 8)}
+
+
+def _states(params, dp, zero, per_param, first_sharded=(3, 2, 1), unit=10**9):
+    return {part: params * size / (dp if zero >= first else 1) / unit
+            for part, size, first in zip(PARTS, per_param, first_sharded)}
+
+
+def per_gpu_model_states_gb(params, dp, zero, precision):
+    return _states(params, dp, zero, PER_PARAM[precision])
+
+
+def blank(params, dp, zero, precision):
+    raise NotImplementedError("bytes per parameter: (2, 2, 12) for bf16, (4, 4, 8) for fp32")
+
+
+def optimizer_not_divided_at_stage_1(params, dp, zero, precision):
+    return _states(params, dp, zero, PER_PARAM[precision], first_sharded=(3, 2, 2))
+
+
+def gradients_divided_at_stage_1(params, dp, zero, precision):
+    return _states(params, dp, zero, PER_PARAM[precision], first_sharded=(3, 1, 1))
+
+
+def parameters_divided_at_stage_2(params, dp, zero, precision):
+    return _states(params, dp, zero, PER_PARAM[precision], first_sharded=(2, 2, 1))
+
+
+def twelve_bytes_in_fp32(params, dp, zero, precision):
+    return _states(params, dp, zero, (4, 4, 12) if precision == "fp32" else PER_PARAM[precision])
+
+
+def in_gib(params, dp, zero, precision):
+    return _states(params, dp, zero, PER_PARAM[precision], unit=2**30)
+
+
+def in_bytes(params, dp, zero, precision):
+    return _states(params, dp, zero, PER_PARAM[precision], unit=1)
+
+
+def a_total(params, dp, zero, precision):
+    return sum(per_gpu_model_states_gb(params, dp, zero, precision).values())
+
+
+def test_model_states_accepts_the_solution(capsys):
+    check_model_states_gb(per_gpu_model_states_gb)
+    assert "✓ per_gpu_model_states_gb equals the planner's model_state_bytes" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("answer, feedback", [
+    (blank, r"blank is not written yet: it raised NotImplementedError\('bytes per parameter"),
+    (optimizer_not_divided_at_stage_1, r"(?s)zero=1, precision='bf16'\)\['optimizer'\] is 90 GB, expected 1.40625 GB"
+                                       r".*stage 1 shards the optimizer over the 64 data-parallel GPUs"),
+    (gradients_divided_at_stage_1, r"(?s)zero=1, precision='bf16'\)\['gradients'\] is 0.234375 GB, expected 15 GB"
+                                   r".*stage 1 keeps the gradients whole on every GPU: only stage 2 and above"),
+    (parameters_divided_at_stage_2, r"(?s)zero=2, precision='bf16'\)\['parameters'\] is 0.234375 GB.*stage 2 keeps "
+                                    r"the parameters whole on every GPU: only stage 3"),
+    (twelve_bytes_in_fp32, r"(?s)zero=0, precision='fp32'\)\['optimizer'\] is 90 GB, expected 60 GB.*fp32 Adam keeps "
+                           r"8 bytes per parameter.*no fp32 master copy"),
+    (in_gib, r"(?s)\['parameters'\] is 13.9698 GB, expected 15 GB.*that is GiB"),
+    (in_bytes, r"(?s)\['parameters'\] is 1.5e\+10 GB.*that is bytes: return GB"),
+    (a_total, r"returned 120.0; expected a dict with the keys \['parameters', 'gradients', 'optimizer'\]"),
+])
+def test_model_states_rejects_wrong_answers(answer, feedback):
+    with pytest.raises(CheckFailed, match=feedback):
+        check_model_states_gb(answer)
+
+
+# --- choose_plan -----------------------------------------------------------------------------------
+
+def choose_plan(model, cluster, global_batch):
+    """The solution: evaluate every candidate, keep the fastest that fits."""
+    best = None
+    for tp, pp in itertools.product(range(1, cluster.gpus_per_node + 1), range(1, cluster.gpus + 1)):
+        if cluster.gpus % (tp * pp):
+            continue
+        dp = cluster.gpus // (tp * pp)
+        for zero, mb, recompute, sp in itertools.product(range(4), (1, 2, 4, 8), ("none", "selective", "full"),
+                                                         (False, True)):
+            if global_batch % (dp * mb) or (sp and tp == 1):
+                continue
+            try:
+                candidate = plan.evaluate(model, cluster, Strategy(
+                    dp=dp, tp=tp, pp=pp, zero=zero, micro_batch=mb, grad_accum=global_batch // (dp * mb),
+                    sequence_parallel=sp, recompute=recompute))
+            except ValueError:
+                continue
+            if candidate.fits and (best is None or candidate.tokens_per_second > best.tokens_per_second):
+                best = candidate
+    return best.strategy
+
+
+def blank_plan(model, cluster, global_batch):
+    raise NotImplementedError("try every dp, tp, pp with plan.evaluate")
+
+
+def plain_ddp(model, cluster, global_batch):
+    return Strategy(dp=cluster.gpus, grad_accum=global_batch // cluster.gpus)
+
+
+def zero3_everywhere_full_recompute(model, cluster, global_batch):
+    return Strategy(dp=cluster.gpus, zero=3, grad_accum=global_batch // cluster.gpus, recompute="full")
+
+
+def tp_over_two_nodes(model, cluster, global_batch):
+    tp = 2 * cluster.gpus_per_node
+    return Strategy(dp=cluster.gpus // tp, tp=tp, grad_accum=global_batch * tp // cluster.gpus)
+
+
+def one_node_only(model, cluster, global_batch):
+    return Strategy(dp=cluster.gpus_per_node // 4, tp=4, zero=3, recompute="selective",
+                    grad_accum=global_batch * 4 // cluster.gpus_per_node)
+
+
+def forgets_the_batch(model, cluster, global_batch):
+    return Strategy(dp=cluster.gpus // 4, tp=4, zero=3, sequence_parallel=True)
+
+
+def returns_the_plan(model, cluster, global_batch):
+    return plan.search(model, cluster, top=1, global_batch=global_batch)[0]
+
+
+def test_choose_plan_accepts_the_solution(capsys):
+    check_choose_plan(choose_plan)
+    assert "✓ choose_plan: a plan that fits, uses every GPU" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("answer, feedback", [
+    (blank_plan, r"blank_plan is not written yet: it raised NotImplementedError\('try every dp"),
+    (plain_ddp, r"(?s)llama3-8b on 2 x 8 A100 80GB.*dp16 tp1 pp1 z0 mb1x16 - does not fit: .* GB per GPU "
+                r"\(parameters 16.1, gradients 16.1, optimizer 96.4, activations .*the largest term is the "
+                r"activations .*: recompute"),
+    (zero3_everywhere_full_recompute, r"(?s)dp16 tp1 pp1 z3 mb1x16 full fits but is predicted at .* tokens/s, \d+% "
+                                      r"below the best plan.*Most of the difference is compute: recomputation"),
+    (tp_over_two_nodes, r"(?s)tp=16, so every tensor-parallel group spans nodes of 8 GPUs.*keep tp <= "
+                        r"cluster.gpus_per_node"),
+    (one_node_only, r"(?s)uses dp\*tp\*pp = 2\*4\*1 = 8 GPUs and leaves 8 idle"),
+    (forgets_the_batch, r"(?s)trains dp \* micro_batch \* grad_accum = 4 \* 1 \* 1 = 4 sequences per step, not 256"),
+    (returns_the_plan, r"returned Plan .*expected a ddp_lab.plan.Strategy"),
+])
+def test_choose_plan_rejects_wrong_answers(answer, feedback):
+    with pytest.raises(CheckFailed, match=feedback):
+        check_choose_plan(answer)

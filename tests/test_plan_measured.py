@@ -1,0 +1,118 @@
+"""The planner against real runs on gloo ranks here (issue 17): the configurations lessons 07-10 run
+(DP, ZeRO-1, ZeRO-2, FSDP2 as ZeRO-3 per layer and as one unit, TP, PP, DP x TP), each trained
+for a few steps.
+
+- model-state bytes per rank: predicted == measured, exactly;
+- activation bytes per rank (saved-tensor hooks): within 10 %;
+- step time with Cluster.this_machine(): within 30 % of the measured median, for every
+  configuration not in validate.STEP_EXCLUDED (which says, with numbers, why those are not).
+About 45-60 s on 2 cores (longer while other programs load them).
+"""
+
+import statistics
+
+import pytest
+
+from ddp_lab.plan import validate as plan_validate
+from ddp_lab.plan.measure import run
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def calibrations():
+    return {}
+
+
+@pytest.fixture(scope="module")
+def rows(calibrations):
+    return plan_validate.validate(steps=3, calibrations=calibrations)
+
+
+def per_rank(rows, attribute):
+    return {row.name: getattr(row, attribute) for row in rows}
+
+
+def test_every_configuration_ran(rows):
+    kinds = {row.kind for row in rows}
+    fsdp2 = {"fsdp2", "fsdp2_layers"} if plan_validate.fsdp2_runs_on_cpu() else set()
+    assert kinds == {"ddp", "zero1", "zero2", "tp", "pp", "dp_tp"} | fsdp2
+    assert set(plan_validate.STEP_EXCLUDED) <= kinds
+
+
+def test_model_states_equal_exactly(rows):
+    assert per_rank(rows, "measured_states") == per_rank(rows, "predicted_states")
+
+
+def test_activations_within_10_percent(rows):
+    errors = {row.name: round(row.activation_error, 4) for row in rows}
+    assert all(abs(e) <= plan_validate.ACTIVATION_TOLERANCE for e in errors.values()), errors
+
+
+def test_step_time_within_30_percent(rows, calibrations):
+    """Timing on a shared machine: a configuration that misses is run twice more, and the median
+    of its three errors counts (one burst of load from another program is not the planner's fault)."""
+    errors = {}
+    for row in rows:
+        if not row.step_claimed:
+            continue
+        attempts = [row.step_error]
+        if abs(row.step_error) > plan_validate.STEP_TOLERANCE:
+            config = next(c for c in plan_validate.default_configs() if c.name == row.name)
+            calibration = calibrations[plan_validate.group_size(config)]
+            attempts += [plan_validate.compare(run(config, steps=3), calibration).step_error
+                         for _ in range(2)]
+        errors[row.name] = round(statistics.median(attempts), 3)
+    print(plan_validate.table(rows))
+    assert all(abs(e) <= plan_validate.STEP_TOLERANCE for e in errors.values()), errors
+
+
+def test_calibration_fits_its_own_timings(calibrations):
+    """Each collective's alpha-beta line passes within 1.5x of the median of its timed sizes."""
+    for ranks, machine in calibrations.items():
+        for name, fit in machine["collectives"].items():
+            misses = [abs(fit["alpha"] + fit["beta"] * n - t) / t for n, t in machine["samples"][name]]
+            assert fit["alpha"] >= 0 and fit["beta"] >= 0
+            assert statistics.median(misses) < 0.5, (ranks, name, fit, machine["samples"][name])
+        assert 0 < machine["matmul_efficiency"] <= 1.5, machine
+
+
+def test_plot_has_a_point_per_configuration(rows):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from ddp_lab.plots.plan_validation import predicted_vs_measured
+
+    figure = predicted_vs_measured(rows)
+    assert [len(ax.get_title()) > 0 for ax in figure.axes] == [True] * 3
+    assert all(len([l for l in ax.lines if l.get_marker() == "o"]) == len(rows) for ax in figure.axes)
+
+
+def _train_each(rank, configs, steps):
+    import torch
+
+    from ddp_lab.plan.measure import _trainer
+
+    trained = {}
+    for config in configs:   # one after the other, in the same ranks (one launch)
+        torch.manual_seed(0)
+        step, _, net = _trainer(rank, config)
+        for _ in range(steps):
+            step()
+        trained[config.kind] = [p.detach().clone() for p in net.parameters()]
+    return trained
+
+
+def test_hand_written_zero_trains_like_ddp():
+    """ZeRO-1 and ZeRO-2 over one flat buffer (measure.FlatZero) give DDP's parameters after 3 Adam steps."""
+    import ddp_lab
+    import torch
+
+    from ddp_lab.plan import Transformer
+
+    tiny = Transformer("tiny", layers=2, hidden=64, heads=4, vocab=128, seq_len=32)
+    configs = [c for c in plan_validate.default_configs(tiny) if c.kind in ("ddp", "zero1", "zero2")]
+    trained = ddp_lab.launch(_train_each, args=(configs, 3), nprocs=2, backend="gloo")[0]
+    for kind in ("zero1", "zero2"):
+        for got, want in zip(trained[kind], trained["ddp"]):
+            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
