@@ -39,8 +39,9 @@ def test_search_table():
     assert result.returncode == 0, result.stderr
     lines = result.stdout.strip().splitlines()
     assert lines[0].split() == ["#", "strategy", "GB/GPU", "step", "s", "tokens/s", "MFU"]
-    rows = lines[2:]
+    rows = [line for line in lines[2:] if re.match(r"\s+\d+ ", line)]
     assert len(rows) == 3 and all(re.match(r"\s+\d+ dp\d+ tp\d+ pp\d+ z\d", row) for row in rows)
+    assert lines[2 + len(rows)].startswith("strategy: dpN tpN ppN")    # the legend follows the rows
 
 
 def test_one_strategy_prints_its_breakdown():

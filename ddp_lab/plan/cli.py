@@ -41,8 +41,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     how.add_argument("--recompute", choices=RECOMPUTE, help="activation recomputation (default none)")
     how.add_argument("--sequence-parallel", dest="sequence_parallel", action="store_true", default=None,
                      help="Megatron sequence parallelism (needs tp > 1)")
-    how.add_argument("--precision", choices=PRECISIONS, default="bf16",
-                     help="bf16/fp16 mixed-precision Adam (2+2+12 bytes/param) or fp32 Adam (4+4+8); default bf16")
+    how.add_argument("--precision", choices=PRECISIONS, default=None,
+                     help="bf16/fp16 mixed-precision Adam (2+2+12 bytes/param) or fp32 Adam (4+4+8); "
+                          "default bf16 (fp16 on a GPU without bf16, e.g. t4)")
     out = parser.add_argument_group("search")
     out.add_argument("--global-batch", dest="global_batch", type=int,
                      help="sequences per step (default: 4M tokens / seq_len)")
@@ -58,6 +59,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             parser.error("give --model and --cluster (or --params COUNT for model-state memory only)")
         model = Transformer.preset(args.model)
         cluster = Cluster.preset(args.cluster, nodes=args.nodes)
+        args.precision = args.precision or ("bf16" if "bf16" in cluster.gpu.peak_flops else "fp16")
         given = {name: getattr(args, name) for name in STRATEGY_FLAGS if getattr(args, name) is not None}
         if given:
             print(breakdown(evaluate(model, cluster, _strategy(model, cluster, args, given))))
@@ -72,7 +74,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 
 def _short_form(args) -> int:
     params = parse_count(args.params)
-    strategy = Strategy(dp=args.dp or 1, zero=args.zero or 0, precision=args.precision)
+    strategy = Strategy(dp=args.dp or 1, zero=args.zero or 0, precision=args.precision or "bf16")
     print(model_states_text(params, strategy))
     return 0
 

@@ -47,7 +47,8 @@ class GPU:
         """Peak FLOP/s for `precision` ("bf16", "fp16", "fp32"); a ValueError names the ones it has."""
         if precision not in self.peak_flops:
             raise ValueError(f"{self.name} has no {precision} peak in its spec ({', '.join(self.peak_flops)}): "
-                             f"train in one of those (e.g. Strategy(precision='fp16') on a T4)")
+                             f"train in one of those: Strategy(precision='fp16'), search(..., precision='fp16') or "
+                             f"--precision fp16 on a T4")
         return self.peak_flops[precision]
 
     def achieved_flops(self, precision: str) -> float:

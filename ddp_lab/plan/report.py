@@ -6,6 +6,9 @@ Introduced in notebooks/13-plan-your-training-run.ipynb.
 from __future__ import annotations
 
 GB = 1e9
+LEGEND = ("strategy: dpN tpN ppN = data-, tensor-, pipeline-parallel sizes; zN = ZeRO stage;\n"
+          "          mbAxB = B micro-batches of A sequences per step; sp = sequence parallel;\n"
+          "          sel/full = selective/full activation recomputation. GB = 10^9 bytes.")
 
 
 def table(plans) -> str:
@@ -24,7 +27,7 @@ def table(plans) -> str:
     for rank, plan in enumerate(plans, 1):
         lines.append(f"{rank:>3} {plan.strategy.label():<34} {plan.memory.total / GB:>7.1f} "
                      f"{plan.time.total:>8.2f} {plan.tokens_per_second:>11,.0f} {plan.mfu:>6.1%}")
-    return "\n".join(lines)
+    return "\n".join(lines + [LEGEND])
 
 
 def breakdown(plan) -> str:

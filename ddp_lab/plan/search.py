@@ -60,11 +60,14 @@ def evaluate(model, cluster, strategy: Strategy, tp_across_nodes: bool = False) 
 
 
 def candidates(model, cluster, global_batch: int, micro_batches=(1, 2, 4, 8), zero=(0, 1, 2, 3),
-               recompute=("none", "selective", "full"), precision: str = "bf16",
+               recompute=("none", "selective", "full"), precision: str | None = None,
                tp_across_nodes: bool = False):
     """Every valid Strategy: dp*tp*pp = GPUs, tp divides the heads (and kv heads) and stays in a
     node (unless tp_across_nodes), pp divides the layers, dp*micro_batch divides global_batch.
-    Sequence parallelism is tried on and off whenever tp > 1; the schedule is 1F1B."""
+    Sequence parallelism is tried on and off whenever tp > 1; the schedule is 1F1B. Precision:
+    bf16 mixed precision where the GPU has it, else fp16 (a T4), unless given."""
+    if precision is None:
+        precision = "bf16" if "bf16" in cluster.gpu.peak_flops else "fp16"
     gpus = cluster.gpus
     max_tp = gpus if tp_across_nodes else cluster.gpus_per_node
     for tp in divisors(gpus):

@@ -78,14 +78,15 @@ class Strategy:
         return replace(self, **changes)
 
     def label(self) -> str:
-        """Short text such as 'dp8 tp4 pp2 z1 mb1x16 sp sel' (the table's first column)."""
+        """Short text such as 'dp8 tp4 pp2 z1 mb1x16 sp sel' (the table's first column; see report.LEGEND)."""
         parts = [f"dp{self.dp}", f"tp{self.tp}", f"pp{self.pp}", f"z{self.zero}",
                  f"mb{self.micro_batch}x{self.grad_accum}"]
         if self.virtual_stages > 1:
             parts.append(f"v{self.virtual_stages}")
         if self.sequence_parallel:
             parts.append("sp")
-        parts.append({"none": "-", "selective": "sel", "full": "full"}[self.recompute])
+        if self.recompute != "none":
+            parts.append({"selective": "sel", "full": "full"}[self.recompute])
         return " ".join(parts)
 
 
