@@ -398,3 +398,19 @@ def test_a_launch_error_shows_in_a_notebook_as_short_wrapped_lines():
         end += 1
         assert end <= len(shown), (hint, shown[start:])
     assert all(len(line) <= 100 for line in shown[start:end])  # ... shown as short lines, words whole
+
+
+def debug_level(rank):
+    import torch.distributed as dist
+
+    return str(dist.get_debug_level())
+
+
+def test_debug_variables_reach_warm_ranks_too():
+    # torch reads TORCH_DISTRIBUTED_DEBUG when torch.distributed is imported: in a warm rank that
+    # was the zygote's import, before the rank had its environment (lesson 12 relies on DETAIL)
+    ddp_lab.launch(debug_level, nprocs=2, backend="gloo")  # the zygote is up: the next ranks are forked
+    detail = ddp_lab.launch(debug_level, nprocs=2, backend="gloo", env={"TORCH_DISTRIBUTED_DEBUG": "DETAIL"})
+    assert detail.started == ["warm", "warm"]
+    assert list(detail) == ["DebugLevel.DETAIL"] * 2
+    assert list(ddp_lab.launch(debug_level, nprocs=2, backend="gloo")) == ["DebugLevel.OFF"] * 2

@@ -97,6 +97,33 @@ def test_a_failing_rank_raises_with_its_traceback(tmp_path):
         job.results()
 
 
+def killed_on_the_first_two_attempts(rank):
+    import signal
+
+    import torch.distributed as dist
+
+    attempt = int(os.environ["TORCHELASTIC_RESTART_COUNT"])
+    value = torch.ones(1)
+    dist.all_reduce(value)  # both ranks connected: their addresses are in torchrun's store
+    if rank == 1 and attempt < 2:
+        os.kill(os.getpid(), signal.SIGKILL)
+    dist.all_reduce(value)
+    return attempt, value.item()
+
+
+@pytest.mark.slow
+def test_restarted_ranks_meet_again_on_the_agents_store(tmp_path):
+    # torchrun >= 2.5 gives every restart the same store and env:// no longer separates the attempts'
+    # keys: a restarted rank could read a peer's address from the attempt that crashed ("Connection
+    # refused", or a hang; 1 restart in 2 here). The runner prefixes its keys per attempt.
+    job = ddp_lab.scripts.export(killed_on_the_first_two_attempts, path=tmp_path / "restart.pkl", backend="gloo")
+    (finished,) = ddp_lab.scripts.run(
+        [job.torchrun_command("--standalone", "--nproc-per-node", "2", "--max-restarts", "2")],
+        env=ONE_THREAD, timeout=120)
+    assert finished.returncode == 0
+    assert job.results() == [(2, 4.0), (2, 4.0)]
+
+
 def test_results_before_running_say_what_to_do(tmp_path):
     job = ddp_lab.scripts.export(lambda rank: rank, path=tmp_path / "idle.pkl")
     with pytest.raises(FileNotFoundError, match="run the torchrun command first"):

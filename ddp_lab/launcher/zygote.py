@@ -66,6 +66,13 @@ def _become_rank(spec: dict, fds: list[int], sock: socket.socket, wakeup: int) -
     os.chdir(spec["cwd"])
     os.environ.clear()
     os.environ.update(spec["env"])
+    # torch reads TORCH_DISTRIBUTED_DEBUG once, when torch.distributed is imported: here that
+    # was the zygote's import, before this rank's environment. Read it again, as a fresh
+    # process would (else launch(env={"TORCH_DISTRIBUTED_DEBUG": "DETAIL"}) is ignored when warm).
+    import torch.distributed as dist
+
+    if dist.is_available():
+        dist.set_debug_level_from_env()
     # A fresh process seeds these from the OS; a fork would share the zygote's state.
     random.seed()
     torch.seed()

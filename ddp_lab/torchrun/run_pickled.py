@@ -8,7 +8,9 @@ It does what every torchrun training script does first, then calls the exported 
    WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT);
 2. pick the device: under NCCL `torch.cuda.set_device(LOCAL_RANK)` (LOCAL_RANK, not
    RANK: RANK runs over all nodes, GPUs are numbered per node);
-3. `dist.init_process_group(backend)` with the default `env://` init method;
+3. `dist.init_process_group(backend)` with the default `env://` init method (under a
+   restarting torchrun: the same store, with keys of their own per attempt; see
+   `init_process_group`);
 4. `value = fn(RANK, *args)`, written to `<job>.results/rank-<RANK>.pkl`.
 
 `main` is decorated with torch's `@record`, as torchrun's docs advise for every entry
@@ -64,6 +66,32 @@ def write_result(results_dir: Path, rank: int, world_size: int, value) -> None:
     partial.replace(results_dir / f"rank-{rank}.pkl")
 
 
+def init_process_group(backend: str, me: dict[str, int]) -> None:
+    """`dist.init_process_group(backend)` from torchrun's variables, with a fresh key space per restart.
+
+    torchrun (torch >= 2.5, c10d rendezvous) hosts the store in its agent and hands the
+    same one to every restart (`TORCHELASTIC_USE_AGENT_STORE=True`), while env:// no
+    longer prefixes the keys per attempt: a restarted rank can read a peer's address from
+    the attempt that crashed and fail to connect ("Connection refused"), or hang
+    (pytorch/pytorch#135712, #167288; here 1 restart in 2 failed). So under the agent's
+    store, connect to it ourselves and prefix every key with the attempt number, as torch
+    < 2.5 did; elsewhere, plain env://.
+    """
+    import datetime
+
+    import torch.distributed as dist
+
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        dist.init_process_group(backend)  # env://: MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE
+        return
+    timeout = datetime.timedelta(minutes=30)  # init_process_group's default for gloo
+    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), me["world_size"],
+                          is_master=False, timeout=timeout)
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    dist.init_process_group(backend, store=dist.PrefixStore(f"/ddp_lab/attempt_{attempt}", store),
+                            rank=me["rank"], world_size=me["world_size"], timeout=timeout)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Run the job file named on the command line as this torchrun worker's rank."""
     argv = sys.argv[1:] if argv is None else argv
@@ -78,7 +106,7 @@ def main(argv: list[str] | None = None) -> None:
     backend = resolve_backend(backend, me["local_world_size"])
     if backend == "nccl":
         torch.cuda.set_device(me["local_rank"])  # this process's GPU, numbered per node
-    dist.init_process_group(backend)  # env://: MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE
+    init_process_group(backend, me)
     value = fn(me["rank"], *args)
     write_result(job_path.with_name(job_path.stem + ".results"), me["rank"], me["world_size"], value)
     if dist.is_initialized():

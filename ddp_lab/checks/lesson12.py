@@ -1,0 +1,209 @@
+"""Checks for the exercise of notebooks/12-debugging-and-fault-tolerance.ipynb.
+
+    ddp_lab.checks.lesson12.check_restartable(train)
+
+`train(rank, directory, total_steps, step_fn)` must be restartable: killed at any step, run
+again with the same `directory`, it must go on from where it stopped and end exactly where a
+run that never stopped ends. The check supplies `step_fn`, which does one data-parallel
+training step and records what the step started from (parameters, momentum, RNG state, the
+batch); it runs `train` three times on 2 gloo ranks: with rank 1 killed (SIGKILL) at the
+start of step CRASH_AT, once more in the same folder, as torchrun would restart it, and once
+uninterrupted. The first record of the resumed run that differs from the uninterrupted
+run's names the piece of state the checkpoint lost.
+
+Introduced in notebooks/12-debugging-and-fault-tolerance.ipynb.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+import torch
+
+from ddp_lab.checks import CheckFailed, passed
+from ddp_lab.checks.common import call_case, ensure_written, failure_message, run_on_ranks
+
+WORLD_SIZE = 2
+TOTAL_STEPS = 9
+CRASH_AT = 7          # epoch 2, second batch: a resume in the middle of an epoch that is not the first
+STEPS_PER_EPOCH = 3   # the exercise's data: 24 samples, 2 ranks, batches of 4
+
+
+def _flat(tensors) -> torch.Tensor:
+    return torch.cat([t.detach().flatten() for t in tensors])
+
+
+def _momentum(model, optimizer) -> torch.Tensor | None:
+    buffers = [optimizer.state.get(p, {}).get("momentum_buffer") for p in model.parameters()]
+    return None if any(b is None for b in buffers) else _flat(buffers)
+
+
+def _train_runner(rank: int, train, directory: str, total_steps: int, crash_at: int | None) -> list[dict]:
+    """On every rank: run the learner's train with a recording step_fn; rank 1 dies at `crash_at`."""
+    import signal
+
+    import torch.distributed as dist
+    import torch.nn.functional as F
+
+    records: list[dict] = []
+
+    def step_fn(step, model, optimizer, x, y):
+        if crash_at is not None and rank == 1 and step == crash_at:
+            os.kill(os.getpid(), signal.SIGKILL)  # like the out-of-memory killer: no exception, no cleanup
+        record = {"step": int(step), "x": x.detach().clone(), "params": _flat(model.parameters()),
+                  "momentum": _momentum(model, optimizer), "rng": torch.get_rng_state()}
+        optimizer.zero_grad()
+        F.mse_loss(model(x), y).backward()
+        for p in model.parameters():  # what DDP does: average the gradients over the ranks
+            dist.all_reduce(p.grad)
+            p.grad /= dist.get_world_size()
+        optimizer.step()
+        record["after"] = _flat(model.parameters())
+        records.append(record)
+
+    call_case(train, f"train(rank={rank}, directory, total_steps={total_steps}, step_fn) on rank {rank}",
+              rank, directory, total_steps, step_fn)
+    return records
+
+
+def _killed_run(train, directory: str, timeout: float, name: str) -> None:
+    """The run in which rank 1 is killed at CRASH_AT: it must end with exactly that crash."""
+    from ddp_lab.launcher.errors import LaunchError, LaunchTimeout, RankCrashed
+    from ddp_lab.launcher.launch import launch
+
+    try:
+        launch(_train_runner, args=(train, directory, TOTAL_STEPS, CRASH_AT), nprocs=WORLD_SIZE,
+               backend="gloo", timeout=timeout)
+    except RankCrashed as error:
+        if error.first_rank == 1:
+            return
+        raise CheckFailed(failure_message(error, name)) from None
+    except LaunchTimeout as error:
+        raise CheckFailed(f"{name} did not finish within {timeout:g} s on its run with rank 1 killed at step "
+                          f"{CRASH_AT}.\n{error}") from None
+    except LaunchError as error:
+        raise CheckFailed(failure_message(error, name)) from None
+    raise CheckFailed(f"{name} finished although rank 1 was to be killed at step {CRASH_AT}: step_fn was never "
+                      f"called with step={CRASH_AT} on rank 1. Call step_fn(step, model, optimizer, x, y) once "
+                      f"for every step 0 .. total_steps - 1.")
+
+
+def _check_uninterrupted(runs: list[list[dict]]) -> None:
+    for rank, records in enumerate(runs):
+        steps = [r["step"] for r in records]
+        if steps != list(range(TOTAL_STEPS)):
+            raise CheckFailed(f"rank {rank}: the uninterrupted run called step_fn with steps {steps}; expected "
+                              f"0, 1, ..., {TOTAL_STEPS - 1}, each once, in order.\nHint: count the steps over "
+                              "all epochs (the global step) and stop at total_steps.")
+
+
+def _batch_hint(rank: int, step: int, got: torch.Tensor, reference: list[dict]) -> str:
+    same = [r["step"] for r in reference if torch.equal(r["x"], got)]
+    if not same:
+        return (f"rank {rank} trained step {step} on a batch the uninterrupted run never used: take the batches "
+                "from the sampler as the uninterrupted run does.")
+    used = same[0]
+    epoch, position = divmod(step, STEPS_PER_EPOCH)
+    if used == step - epoch * STEPS_PER_EPOCH:
+        return (f"rank {rank} trained step {step} (epoch {epoch}) on the batch of step {used}, epoch 0's: the sampler "
+                f"was not set back to epoch {epoch}. Save the epoch (or derive it from the step) and call "
+                "sampler.set_epoch(epoch) before taking its batches.")
+    if used == step - position:
+        return (f"rank {rank} trained step {step} on the batch of step {used}, the first of epoch {epoch}: the resumed "
+                f"run started the epoch from its beginning. Skip the {position} batch(es) of the epoch that were "
+                "already done (save the position in the epoch, or derive it from the step).")
+    return (f"rank {rank} trained step {step} on the batch the uninterrupted run used at step {used}: the data "
+            "stream was not resumed where it stopped (epoch and position in the epoch).")
+
+
+def _difference(rank: int, record: dict, reference: list[dict], other_rank: list[dict]) -> str | None:
+    """What differs between a resumed step and the same step of the uninterrupted run, as feedback."""
+    step = record["step"]
+    want = reference[step]
+    if not torch.equal(record["x"], want["x"]):
+        return _batch_hint(rank, step, record["x"], reference)
+    if not torch.equal(record["params"], want["params"]):
+        return (f"rank {rank}, step {step}: the parameters the resumed run started from differ from the "
+                "uninterrupted run's.\nHint: save model.state_dict() after every step and load it with "
+                "model.load_state_dict() before training again.")
+    if (record["momentum"] is None) != (want["momentum"] is None) or (
+            record["momentum"] is not None and not torch.equal(record["momentum"], want["momentum"])):
+        lost = " (it was empty: the optimizer started fresh)" if record["momentum"] is None else ""
+        return (f"rank {rank}, step {step}: the optimizer's momentum buffers differ from the uninterrupted "
+                f"run's{lost}.\nHint: the optimizer state is part of the checkpoint: save "
+                "optimizer.state_dict() and load it with optimizer.load_state_dict().")
+    if not torch.equal(record["rng"], want["rng"]):
+        if torch.equal(record["rng"], other_rank[step]["rng"]):
+            return (f"rank {rank}, step {step}: rank {rank} resumed with the other rank's RNG state, so its "
+                    "dropout masks are the other rank's.\nHint: every rank has its own random stream (seeded "
+                    "with SEED + rank): each rank must save its own RNG state (a file per rank, or gather "
+                    "them all to rank 0) and restore its own.")
+        return (f"rank {rank}, step {step}: the random number generator's state differs from the uninterrupted "
+                "run's, so the dropout masks differ.\nHint: save torch.get_rng_state() (or "
+                "ddp_lab.fault_tolerance.checkpoint.capture_rng()) after every step and restore it on resume.")
+    return None
+
+
+def _first_difference(resumed: list[list[dict]], reference: list[list[dict]]) -> str | None:
+    """The earliest step at which some rank's resumed run differs (a wrong rank spoils every rank's next step)."""
+    for index in range(len(resumed[0])):
+        for rank in range(WORLD_SIZE):
+            problem = _difference(rank, resumed[rank][index], reference[rank], reference[1 - rank])
+            if problem:
+                return problem
+    return None
+
+
+def check_restartable(train, timeout: float = 60.0) -> None:
+    """Check a restartable `train(rank, directory, total_steps, step_fn)`: killed, restarted, equal to never killed.
+
+    Runs train on 2 gloo ranks three times: with rank 1 killed at the start of step CRASH_AT,
+    again in the killed run's folder (the restart), and uninterrupted in a folder of its own
+    (the reference). The resumed run must start at step CRASH_AT, and every step must start
+    from exactly the uninterrupted run's parameters, momentum, RNG state and batch.
+
+    Introduced in notebooks/12-debugging-and-fault-tolerance.ipynb.
+    """
+    ensure_written(train)
+    name = getattr(train, "__name__", "train")
+    with tempfile.TemporaryDirectory(prefix="ddp_lab-check12-") as root:
+        never, killed = os.path.join(root, "uninterrupted"), os.path.join(root, "killed")
+        os.makedirs(never)
+        os.makedirs(killed)
+        _killed_run(train, killed, timeout, name)
+        saved = sorted(os.listdir(killed))
+        resumed = list(run_on_ranks(_train_runner, (train, killed, TOTAL_STEPS, None), WORLD_SIZE, timeout, name))
+        _check_resumed_steps(resumed, saved, name)
+        reference = list(run_on_ranks(_train_runner, (train, never, TOTAL_STEPS, None), WORLD_SIZE, timeout, name))
+        _check_uninterrupted(reference)
+    problem = _first_difference(resumed, reference)
+    if problem:
+        raise CheckFailed(problem)
+    for rank, records in enumerate(resumed):
+        if not torch.equal(records[-1]["after"], reference[rank][-1]["after"]):
+            raise CheckFailed(f"rank {rank}: the final parameters differ from the uninterrupted run's.")
+    passed(f"{name}: rank 1 killed at step {CRASH_AT}, restarted, resumed at step {CRASH_AT}; every step and the final "
+           "parameters equal the uninterrupted run's, bit for bit, on both ranks")
+
+
+def _check_resumed_steps(resumed: list[list[dict]], saved: list[str], name: str) -> None:
+    """The restarted run must go on at CRASH_AT: not from 0, not one step early or late."""
+    for rank, records in enumerate(resumed):
+        steps = [r["step"] for r in records]
+        if not steps or steps[0] == 0:
+            if not saved:
+                raise CheckFailed(f"rank {rank}: after the crash {name} started again from step 0, and the killed "
+                                  "run left nothing in `directory`.\nHint: save a checkpoint in `directory` after "
+                                  "every step, and load it at the start when it exists.")
+            raise CheckFailed(f"rank {rank}: after the crash {name} started again from step 0, although the killed "
+                              f"run saved {saved} in `directory`.\nHint: at the start, load the checkpoint when it "
+                              "exists and go on from the step it records.")
+        if steps[0] != CRASH_AT:
+            raise CheckFailed(f"rank {rank}: rank 1 was killed at the start of step {CRASH_AT}, after step "
+                              f"{CRASH_AT - 1}'s checkpoint, but the resumed run started at step {steps[0]}.\nHint: "
+                              f"save after every step the number of steps DONE ({CRASH_AT} after step {CRASH_AT - 1}) "
+                              "and start from it.")
+        if steps != list(range(CRASH_AT, TOTAL_STEPS)):
+            raise CheckFailed(f"rank {rank}: the resumed run called step_fn with steps {steps}; expected "
+                              f"{list(range(CRASH_AT, TOTAL_STEPS))}.")

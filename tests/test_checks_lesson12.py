@@ -1,0 +1,148 @@
+"""The lesson 12 check accepts a restartable training function and names what a wrong one lost.
+
+Each wrong answer below is a checkpoint a learner is likely to write; the test pins the part
+of the feedback that names the missing piece. Every check run launches 2 gloo ranks three
+times (uninterrupted, killed at step 7, resumed): a few seconds each.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.utils.data import DistributedSampler
+
+from ddp_lab.checks import CheckFailed
+from ddp_lab.checks.lesson12 import check_restartable
+from ddp_lab.fault_tolerance.checkpoint import atomic_save, capture_rng, restore_rng
+
+SEED, BATCH = 0, 4
+_data = torch.Generator().manual_seed(SEED)
+X = torch.randn(24, 4, generator=_data)
+Y = X @ torch.tensor([[1.0], [-2.0], [0.5], [3.0]]) + 0.1 * torch.randn(24, 1, generator=_data)
+
+
+def make_model():
+    torch.manual_seed(SEED)
+    return nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Dropout(0.25), nn.Linear(8, 1))
+
+
+def _setup(rank):
+    model = make_model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    sampler = DistributedSampler(range(len(X)), num_replicas=dist.get_world_size(), rank=rank, seed=SEED)
+    torch.manual_seed(SEED + rank)
+    return model, optimizer, sampler
+
+
+def _save(path, model, optimizer, step, keep=("model", "optimizer", "rng")):
+    state = {"step": step}
+    if "model" in keep:
+        state["model"] = model.state_dict()
+    if "optimizer" in keep:
+        state["optimizer"] = optimizer.state_dict()
+    if "rng" in keep:
+        state["rng"] = capture_rng()
+    atomic_save(state, path)
+
+
+def _load(path, model, optimizer) -> int:
+    state = torch.load(path, weights_only=False)
+    if "model" in state:
+        model.load_state_dict(state["model"])
+    if "optimizer" in state:
+        optimizer.load_state_dict(state["optimizer"])
+    if "rng" in state:
+        restore_rng(state["rng"])
+    return state["step"]
+
+
+def _restartable(rank, directory, total_steps, step_fn, keep=("model", "optimizer", "rng"), resume=True,
+                 restore_epoch=True):
+    model, optimizer, sampler = _setup(rank)
+    path = os.path.join(directory, f"rank-{rank}.pt")
+    step = _load(path, model, optimizer) if resume and os.path.exists(path) else 0
+    per_epoch = math.ceil(len(sampler) / BATCH)
+    while step < total_steps:
+        epoch, position = divmod(step, per_epoch)
+        sampler.set_epoch(epoch if restore_epoch else 0)
+        for batch in torch.tensor(list(sampler)).split(BATCH)[position:]:
+            if step == total_steps:
+                break
+            step_fn(step, model, optimizer, X[batch], Y[batch])
+            step += 1
+            _save(path, model, optimizer, step, keep)
+            dist.barrier()
+        restore_epoch = True  # the mistake below only concerns the epoch the run resumes in
+
+
+def train(rank, directory, total_steps, step_fn):
+    _restartable(rank, directory, total_steps, step_fn)
+
+
+def train_stub(rank, directory, total_steps, step_fn):
+    raise NotImplementedError("one file per rank ...")
+
+
+def forgets_the_optimizer(rank, directory, total_steps, step_fn):
+    _restartable(rank, directory, total_steps, step_fn, keep=("model", "rng"))
+
+
+def forgets_the_rng(rank, directory, total_steps, step_fn):
+    _restartable(rank, directory, total_steps, step_fn, keep=("model", "optimizer"))
+
+
+def never_loads(rank, directory, total_steps, step_fn):
+    _restartable(rank, directory, total_steps, step_fn, resume=False)
+
+
+def restarts_the_epoch_from_zero(rank, directory, total_steps, step_fn):
+    _restartable(rank, directory, total_steps, step_fn, restore_epoch=False)
+
+
+def rank_zero_saves_for_everyone(rank, directory, total_steps, step_fn):
+    """Lesson 05's pattern, one file written by rank 0: but the RNG state in it is rank 0's."""
+    model, optimizer, sampler = _setup(rank)
+    path = os.path.join(directory, "checkpoint.pt")
+    step = _load(path, model, optimizer) if os.path.exists(path) else 0
+    while step < total_steps:
+        epoch, position = divmod(step, 3)
+        sampler.set_epoch(epoch)
+        for batch in torch.tensor(list(sampler)).split(BATCH)[position:]:
+            if step == total_steps:
+                break
+            step_fn(step, model, optimizer, X[batch], Y[batch])
+            step += 1
+            if rank == 0:
+                _save(path, model, optimizer, step)
+            dist.barrier()
+
+
+def test_accepts_a_restartable_training_function(capsys):
+    check_restartable(train)
+    assert "✓ train: rank 1 killed at step 7, restarted, resumed at step 7" in capsys.readouterr().out
+
+
+def test_the_blank_stub_is_named_without_starting_ranks():
+    with pytest.raises(CheckFailed, match=r"train_stub is not written yet.*NotImplementedError\('one file per rank"):
+        check_restartable(train_stub)
+
+
+@pytest.mark.parametrize("answer, feedback", [
+    (forgets_the_optimizer, r"(?s)rank 0, step 7: the optimizer's momentum buffers differ.*\(it was empty: the "
+                            r"optimizer started fresh\).*optimizer\.state_dict\(\)"),
+    (forgets_the_rng, r"(?s)rank 0, step 7: the random number generator's state differs.*dropout masks differ"),
+    (rank_zero_saves_for_everyone, r"(?s)rank 1, step 7: rank 1 resumed with the other rank's RNG state.*each rank "
+                                   r"must save its own RNG state"),
+    (never_loads, r"(?s)rank 0: after the crash never_loads started again from step 0, although the killed run "
+                  r"saved \['rank-0\.pt', 'rank-1\.pt'\].*load the checkpoint"),
+    (restarts_the_epoch_from_zero, r"(?s)rank 0 trained step 7 \(epoch 2\) on the batch of step 1, epoch 0's: the "
+                                   r"sampler was not set back to epoch 2.*sampler\.set_epoch"),
+])
+def test_rejects_checkpoints_that_lose_state(answer, feedback):
+    with pytest.raises(CheckFailed, match=feedback):
+        check_restartable(answer)
