@@ -15,6 +15,8 @@ The package by concept:
     checks/      exercise checks and `python -m ddp_lab grade`
     plots/       the lessons' pictures
     pipeline_parallel/, tensor_parallel/, sharding/, mesh/   helpers of lessons 07, 08, 09, 10
+    performance/, fault_tolerance/   helpers of lessons 11 and 12
+    plan/        the scale planner (ddp_lab.plan; lesson 13)
     memory.py    memory arithmetic (lesson 01); stable.py: numbers printed alike everywhere
 """
 
