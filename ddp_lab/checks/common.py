@@ -131,18 +131,13 @@ def run_on_ranks(runner, args: tuple, nprocs: int, timeout: float, what: str, ex
 
 
 _FRAME = re.compile(r'File "[^"\n]*", line \d+, in (\w+)')
-_TORCH_CALL = re.compile(r'distributed_c10d\.py", line \d+ in (\w+)')
-
-
-def stuck_in(details: str) -> str | None:
-    """The torch.distributed function a rank's stack dump shows it blocked in (innermost)."""
-    calls = _TORCH_CALL.findall(details)
-    return calls[0] if calls else None
 
 
 def timeout_message(error, what: str, timeout: float, hint=None) -> str:
     """The CheckFailed text for a hang: where each stuck rank waits, and a hint (see run_on_ranks)."""
-    places = {rank: stuck_in(f.details) for rank, f in sorted(error.failures.items()) if f.kind == "timeout"}
+    from ddp_lab.launcher.reports import blocked_in
+
+    places = {rank: blocked_in(f.details) for rank, f in sorted(error.failures.items()) if f.kind == "timeout"}
     where = ", ".join(f"rank {rank} in dist.{call}" if call else f"rank {rank} outside torch.distributed"
                       for rank, call in places.items())
     calls = set(places.values())

@@ -14,21 +14,7 @@ import json
 import re
 
 from ddp_lab.launcher.errors import LaunchError, RankFailure, describe_exit
-from ddp_lab.launcher.reports import waiting_in
-
-# faulthandler lists the innermost frame first: the first torch.distributed function named is
-# the call the rank is blocked in
-_C10D_CALL = re.compile(r'distributed_c10d\.py", line \d+ in (\w+)')
-
-
-def blocked_in(stack: str) -> str | None:
-    """The torch.distributed function a stuck rank's stack shows it waiting in ('all_reduce', 'barrier', ...).
-
-    Introduced in notebooks/12-debugging-and-fault-tolerance.ipynb.
-    """
-    calls = _C10D_CALL.findall(stack)
-    return calls[0] if calls else None
-
+from ddp_lab.launcher.reports import blocked_in, waiting_in
 
 def _exception_name(failure: RankFailure) -> str:
     if failure.exception is not None:

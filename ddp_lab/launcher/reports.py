@@ -139,6 +139,21 @@ _RENDEZVOUS_FRAMES = re.compile(r'torch/distributed/rendezvous\.py"|distributed_
 _TORCH_COMMS_FRAMES = re.compile(r"torch/distributed/|torch/nn/parallel/")
 
 
+# faulthandler lists the innermost frame first: the first torch.distributed function named is
+# the call the rank is blocked in
+_C10D_CALL = re.compile(r'distributed_c10d\.py", line \d+ in (\w+)')
+
+
+def blocked_in(stack: str) -> str | None:
+    """The torch.distributed function a stuck rank's stack shows it waiting in ('all_reduce', 'barrier', ...).
+
+    Used by the exercise checks (their hang messages) and by lesson 12's `rank_report`.
+    Introduced in notebooks/12-debugging-and-fault-tolerance.ipynb.
+    """
+    calls = _C10D_CALL.findall(stack)
+    return calls[0] if calls else None
+
+
 def waiting_in(stack: str) -> str:
     """Where a stuck rank waits, from its Python stack: 'rendezvous', 'collective' or 'elsewhere'."""
     if _RENDEZVOUS_FRAMES.search(stack):

@@ -130,7 +130,9 @@ def all_reduce_seconds(numel: int, repeats: int, group=None, device: str | torch
 def fit_alpha_beta(nbytes: Sequence[float], seconds: Sequence[float]) -> tuple[float, float]:
     """Least squares for t = alpha + beta * n on relative error (small and large messages count alike).
 
-    The same fit as lesson 02's.
+    The same fit as lesson 02's, with alpha and beta kept >= 0: a negative fitted alpha or beta
+    (noise) falls back to the one-term fit. Lesson 13's `Cluster.this_machine()` fits each
+    collective with it too (ddp_lab.plan.calibrate).
 
     Example:
         >>> alpha, beta = fit_alpha_beta([4, 4e6], [1e-4 + 4 * 1e-9, 1e-4 + 4e6 * 1e-9])
@@ -145,6 +147,10 @@ def fit_alpha_beta(nbytes: Sequence[float], seconds: Sequence[float]) -> tuple[f
     times = np.asarray(seconds, dtype=float)
     design = np.stack([np.ones_like(times), sizes]) / times
     (alpha, beta), *_ = np.linalg.lstsq(design.T, np.ones_like(times), rcond=None)
+    if alpha < 0:   # bandwidth alone: t = beta * n, relative least squares
+        alpha, beta = 0.0, float(np.sum(sizes / times) / np.sum((sizes / times) ** 2))
+    elif beta < 0:  # latency alone
+        alpha, beta = float(len(times) / np.sum(1 / times)), 0.0
     return float(alpha), float(beta)
 
 

@@ -166,31 +166,6 @@ def _calibration_rank(rank: int, counts, repeats: int, dtypes) -> dict:
     return {"flops": rates, "step_rate": step_rate, "times": times, "threads": torch.get_num_threads()}
 
 
-def fit_alpha_beta(nbytes, seconds) -> tuple[float, float]:
-    """Fit t = alpha + beta * n by least squares on relative error, alpha and beta kept >= 0.
-
-    Relative error, so a 4-byte message counts as much as a 4 MB one (their times differ
-    a thousandfold). A negative fitted alpha or beta (noise) falls back to the one-term fit.
-
-    Example:
-        >>> alpha, beta = fit_alpha_beta([4, 4_000_000], [1e-4, 1.1e-3])
-        >>> round(alpha * 1e6), round(beta * 1e12)
-        (100, 250)
-
-    Introduced in notebooks/13-plan-your-training-run.ipynb.
-    """
-    import numpy as np
-
-    n, t = np.asarray(nbytes, dtype=float), np.asarray(seconds, dtype=float)
-    design = np.stack([np.ones_like(n), n]) / t
-    (alpha, beta), *_ = np.linalg.lstsq(design.T, np.ones_like(t), rcond=None)
-    if alpha < 0:   # bandwidth alone: t = beta * n, relative least squares
-        alpha, beta = 0.0, float(np.sum(n / t) / np.sum((n / t) ** 2))
-    elif beta < 0:  # latency alone
-        alpha, beta = float(len(t) / np.sum(1 / t)), 0.0
-    return float(alpha), float(beta)
-
-
 def collective_bytes(name: str, count: int, world_size: int, element_size: int = 4) -> int:
     """The n of a fitted t(n) = alpha + beta * n: bytes of the whole tensor the collective is about.
 
@@ -253,6 +228,8 @@ def measure_this_machine(ranks: int = 2, repeats: int = 5, counts=COUNTS, timeou
                "collectives": {}, "samples": {}}
     if ranks == 1:
         return machine
+    from ddp_lab.performance.scaling import fit_alpha_beta   # lesson 02's fit, a helper since lesson 11
+
     for name in COLLECTIVES:
         # the slowest rank decides when a collective is over
         seconds = [max(r["times"][name][i] for r in results) for i in range(len(counts))]
