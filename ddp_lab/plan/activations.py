@@ -49,10 +49,20 @@ def layer_activation_bytes(model, strategy) -> int:
 
     Introduced in notebooks/13-plan-your-training-run.ipynb.
     """
-    s, b, h, a, t = model.seq_len, strategy.micro_batch, model.hidden, model.heads, strategy.tp
-    e = value_bytes(strategy)
+    s, b, h, t = model.seq_len, strategy.micro_batch, model.hidden, strategy.tp
     if strategy.recompute == "full":
-        return e * s * b * h                       # only the layer's input is kept (Table 2: 2sbh)
+        return value_bytes(strategy) * s * b * h   # only the layer's input is kept (Table 2: 2sbh)
+    outside, inside, scores = _layer_parts(model, strategy)
+    if strategy.recompute == "selective":
+        scores = 0
+    outside_split = t if strategy.sequence_parallel else 1
+    return outside // outside_split + inside // t + scores // t
+
+
+def _layer_parts(model, strategy) -> tuple[int, int, int]:
+    """A layer's saved bytes on one rank without TP: (around the parallel matmuls, between them, the scores)."""
+    s, b, h, a = model.seq_len, strategy.micro_batch, model.hidden, model.heads
+    e = value_bytes(strategy)
     mask = 1 if model.dropout else 0
     # around the parallel matmuls: 2 norm inputs, QKV input, attention dropout mask, fc1 input, FFN dropout mask
     outside = s * b * h * (2 * e + e + mask + e + mask)
@@ -60,9 +70,34 @@ def layer_activation_bytes(model, strategy) -> int:
     ffn_saved = (4 if model.ffn_kind == "swiglu" else 2) * e * model.ffn_
     inside = s * b * (e * h + 2 * e * model.kv_dim + e * h + ffn_saved)
     # attention scores: softmax output (+ its dropout mask and dropout output)
-    scores = 0 if strategy.recompute == "selective" else a * s * s * b * (e + (mask + e if model.dropout else 0))
-    outside_split = t if strategy.sequence_parallel else 1
-    return outside // outside_split + inside // t + scores // t
+    scores = a * s * s * b * (e + (mask + e if model.dropout else 0))
+    return outside, inside, scores
+
+
+def replicated_share(model, strategy) -> float:
+    """The share of a layer's elementwise work that every tensor-parallel rank repeats.
+
+    Norms, residual adds, the dropouts after attention and MLP work on the whole b s h tensor on
+    every TP rank; softmax, GeLU, the attention dropout work on this rank's heads and FFN slice
+    only. Elementwise kernels are memory-bound and each tensor a layer saves for backward is
+    written once in forward and read in backward, so the work is taken to be in proportion to
+    the saved bytes: the 10 sbh "around" the parallel matmuls over sbh (34 + 5as/h) for GPT
+    (0.23 for `validate`'s model, 0.088 for Megatron's 18.4B). 0 with sequence parallelism,
+    which splits those too.
+
+    Example:
+        >>> from ddp_lab.plan.model import Transformer
+        >>> from ddp_lab.plan.strategy import Strategy
+        >>> shape = Transformer("t", layers=2, hidden=256, heads=4, vocab=512, seq_len=128)
+        >>> round(replicated_share(shape, Strategy(tp=2)), 3)    # 10 / (34 + 5 * 4 * 128 / 256)
+        0.227
+
+    Introduced in notebooks/13-plan-your-training-run.ipynb.
+    """
+    if strategy.sequence_parallel:
+        return 0.0
+    outside, inside, scores = _layer_parts(model, strategy)
+    return outside / (outside + inside + scores)
 
 
 def head_activation_bytes(model, strategy) -> int:

@@ -109,51 +109,93 @@ class TransformerStepProbe:
         return self.flops / _median([self.step() for _ in range(steps)])
 
 
-def _time_collectives(rank: int, world_size: int, counts, repeats: int) -> dict[str, list[float]]:
-    """Seconds of each collective per size (lower quartile of `repeats` rounds, which interleave them all)."""
+# The compute each timed collective follows, in FLOPs of a (512 x 256) @ (256 x 512) matmul
+# (about 4 ms on one core here, as long as the compute between two of tensor parallelism's
+# all-reduces in `validate`'s model), and how many compute + collective pairs make one round.
+SEGMENT_FLOPS = 5e8
+SEGMENTS_PER_ROUND = 4
+
+
+def _time_collectives(rank: int, world_size: int, counts, repeats: int, group=None) -> dict[str, list[float]]:
+    """Seconds each collective costs inside a training step, per size (median of `repeats` rounds).
+
+    A step issues a collective right after computing, without a barrier: the ranks arrive at
+    different moments, and the first to arrive waits for the slowest and for gloo's threads to
+    wake. So a round is `SEGMENTS_PER_ROUND` times [a fixed matmul segment, then the collective],
+    started together, and the cost of one collective is (the slowest rank's round time - the
+    median rank's compute time) / segments: what the collectives add to a step of that compute.
+    Measured on 2 ranks of this 2-core machine (issue 17): 512 KB all-reduces cost 2-4 ms this way
+    against 0.6 ms started together after a barrier, and a step of Megatron TP (13 such
+    all-reduces) spent 19-31 ms in them.
+    """
     import torch
     import torch.distributed as dist
 
     from ddp_lab.sharding.collectives import all_gather, reduce_scatter
 
+    if group is not None:
+        rank, world_size = dist.get_rank(group), dist.get_world_size(group)
     samples = {(name, n): [] for name in COLLECTIVES for n in counts}
     buffers = {n: (torch.ones(n), torch.empty(n * world_size), torch.ones(n * world_size)) for n in counts}
     peer = (rank + 1) % world_size if rank % 2 == 0 else rank - 1
+    global_peer = dist.get_global_rank(group, peer) if group is not None else peer
+    a, b = torch.randn(512, 256), torch.randn(256, 512)
+    products = max(1, round(SEGMENT_FLOPS / (2 * 512 * 256 * 512)))
+
+    def segment():
+        for _ in range(products):
+            a @ b
 
     def run(name, n):
         value, gathered, full = buffers[n]
         if name == "all_reduce":        # n values in, n out
-            dist.all_reduce(value)
+            dist.all_reduce(value, group=group)
         elif name == "all_gather":      # n in, world * n out
-            all_gather(gathered, value)
+            all_gather(gathered, value, group=group)
         elif name == "reduce_scatter":  # world * n in, n out
-            reduce_scatter(value, full)
+            reduce_scatter(value, full, group=group)
         elif peer < world_size:         # ping-pong between pairs; half a round trip = one send
             if rank % 2 == 0:
-                dist.send(value, peer)
-                dist.recv(value, peer)
+                dist.send(value, global_peer, group=group)
+                dist.recv(value, global_peer, group=group)
             else:
-                dist.recv(value, peer)
-                dist.send(value, peer)
+                dist.recv(value, global_peer, group=group)
+                dist.send(value, global_peer, group=group)
 
     for n in counts:          # warm-up: connections, buffers
         for name in COLLECTIVES:
             run(name, n)
+    segment()
     for _ in range(repeats):
         for n in counts:
             for name in COLLECTIVES:
                 dist.barrier()
-                began = time.perf_counter()
-                run(name, n)
-                samples[name, n].append(time.perf_counter() - began)
-    # the lower quartile of the rounds: a burst of load from other programs slows some rounds a
-    # lot (seen: 4 MB all_reduce 4 ms in one round, 11 ms in the next); it shrugs off up to 3 of
-    # 5 bad rounds, while one lucky round cannot set it alone
-    return {name: [sorted(samples[name, n])[len(samples[name, n]) // 4] / (2 if name == "send" else 1)
-                   for n in counts] for name in COLLECTIVES}
+                began, computing = time.perf_counter(), 0.0
+                for _ in range(SEGMENTS_PER_ROUND):
+                    start = time.perf_counter()
+                    segment()
+                    computing += time.perf_counter() - start
+                    run(name, n)
+                samples[name, n].append((time.perf_counter() - began, computing))
+    return {name: [samples[name, n] for n in counts] for name in COLLECTIVES}
 
 
-def _calibration_rank(rank: int, counts, repeats: int, dtypes) -> dict:
+def _in_step_seconds(rounds_per_rank, name: str) -> float:
+    """One collective's cost in a step from every rank's (round, compute) seconds of each round.
+
+    Per round: the slowest rank's round time minus the median rank's compute, over the segments
+    (a send is half a ping-pong); the median over rounds, so a burst of load from another program
+    in one round does not set it.
+    """
+    per_round = []
+    for rounds in zip(*rounds_per_rank):            # one round, every rank
+        slowest = max(total for total, _ in rounds)
+        computing = _median([compute for _, compute in rounds])
+        per_round.append(max(0.0, slowest - computing) / SEGMENTS_PER_ROUND)
+    return _median(per_round) / (2 if name == "send" else 1)
+
+
+def _calibration_rank(rank: int, counts, repeats: int, dtypes, group_size: int) -> dict:
     import torch
     import torch.distributed as dist
 
@@ -162,7 +204,13 @@ def _calibration_rank(rank: int, counts, repeats: int, dtypes) -> dict:
     rates = {name: matmul_rate(getattr(torch, dtype)) for name, dtype in dtypes.items()}
     dist.barrier()
     step_rate = TransformerStepProbe().rate(steps=3)
-    times = _time_collectives(rank, world_size, counts, repeats) if world_size > 1 else {}
+    group = None
+    if group_size < world_size:   # consecutive ranks, as a tp group of lesson 10's mesh
+        for first in range(0, world_size, group_size):   # every rank creates every group
+            made = dist.new_group(list(range(first, first + group_size)))
+            if first <= rank < first + group_size:
+                group = made
+    times = _time_collectives(rank, world_size, counts, repeats, group) if group_size > 1 else {}
     return {"flops": rates, "step_rate": step_rate, "times": times, "threads": torch.get_num_threads()}
 
 
@@ -178,38 +226,42 @@ def collective_bytes(name: str, count: int, world_size: int, element_size: int =
     return count * whole * element_size
 
 
-def measure_this_machine(ranks: int = 2, repeats: int = 5, counts=COUNTS, timeout: float = 120) -> dict:
+def measure_this_machine(ranks: int = 2, repeats: int = 5, counts=COUNTS, timeout: float = 120,
+                         group: int | None = None) -> dict:
     """Measure the matmul rate a rank gets and fit alpha-beta for each collective on `ranks` gloo ranks.
 
     Everything runs in one launch of `ranks` processes: first every rank times matmuls at once
     (the rate a rank gets while the others compute too, with the cores // ranks threads
-    ddp_lab gives it), then the calibration step, then the collectives, interleaved round by
-    round (the lower quartile of `repeats` rounds counts: see `_time_collectives`).
-    About 3-6 s on a lightly loaded 2-core machine and 6-13 s while other programs load it (measured; a cold
-    first launch adds ~1 s).
+    ddp_lab gives it), then the calibration step, then the collectives as a step issues them,
+    each after a fixed compute segment (`_time_collectives`), round by round (the median of
+    `repeats` rounds counts). About 5-8 s on a lightly loaded 2-core machine, longer while other
+    programs load it (a cold first launch adds ~1 s).
 
     Args:
-        ranks: processes in the group (the group size the fits hold for).
+        ranks: processes (all of them compute at once, as in the run being predicted).
         repeats: timed rounds per collective and size.
         counts: message sizes in fp32 values.
         timeout: seconds before the launch gives up (a stuck rank).
+        group: ranks per process group the collectives run in (default: all `ranks`); e.g.
+            ranks=4, group=2 for DP x TP on 4 processes, whose collectives run in pairs while
+            the other pair computes.
 
     Returns:
         A dict with
-        - "ranks", "threads" (torch threads per rank), "cores";
+        - "ranks", "group", "threads" (torch threads per rank), "cores";
         - "matmul_flops": {"fp32": FLOP/s, "bf16": FLOP/s} per rank, all ranks computing;
         - "matmul_efficiency": the calibration step's FLOP/s over the fp32 matmul rate (see
           `CALIBRATION_SHAPE`): the one calibrated constant of this machine's predictions;
-        - "collectives": {name: {"alpha": s, "beta": s/byte, "world": ranks}} for "all_reduce",
-          "all_gather", "reduce_scatter" and "send", where t(n) = alpha + beta * n and n is
-          `collective_bytes(name, ...)`: the whole tensor (all_gather: the output,
-          reduce_scatter: the input, send: the message);
+        - "collectives": {name: {"alpha": s, "beta": s/byte, "world": group}} for "all_reduce",
+          "all_gather", "reduce_scatter" and "send", where t(n) = alpha + beta * n is what one
+          such collective adds to a training step and n is `collective_bytes(name, ...)`: the
+          whole tensor (all_gather: the output, reduce_scatter: the input, send: the message);
         - "samples": {name: [(n bytes, seconds), ...]} what was fitted.
 
     Example:
         >>> machine = measure_this_machine(ranks=2)                 # doctest: +SKIP
         >>> machine["collectives"]["all_reduce"]["alpha"] * 1e6    # doctest: +SKIP
-        310.2
+        610.2
 
     Introduced in notebooks/13-plan-your-training-run.ipynb.
     """
@@ -218,23 +270,27 @@ def measure_this_machine(ranks: int = 2, repeats: int = 5, counts=COUNTS, timeou
 
     if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 1:
         raise ValueError(f"ranks must be a positive int (the processes that will train), got {ranks!r}")
+    group = ranks if group is None else group
+    if isinstance(group, bool) or not isinstance(group, int) or group < 1 or ranks % group:
+        raise ValueError(f"group must be a positive int that divides ranks={ranks} (ranks per process group), "
+                         f"got {group!r}")
     dtypes = {"fp32": "float32", "bf16": "bfloat16"}
-    results = ddp_lab.launch(_calibration_rank, args=(tuple(counts), repeats, dtypes), nprocs=ranks,
+    results = ddp_lab.launch(_calibration_rank, args=(tuple(counts), repeats, dtypes, group), nprocs=ranks,
                              backend="gloo", timeout=timeout)
     flops = {name: _median([r["flops"][name] for r in results]) for name in dtypes}
     step_rate = _median([r["step_rate"] for r in results])
-    machine = {"ranks": ranks, "threads": results[0]["threads"], "cores": cpu_cores(),
+    machine = {"ranks": ranks, "group": group, "threads": results[0]["threads"], "cores": cpu_cores(),
                "matmul_flops": flops, "matmul_efficiency": step_rate / flops["fp32"],
                "collectives": {}, "samples": {}}
-    if ranks == 1:
+    if group == 1:
         return machine
     from ddp_lab.performance.scaling import fit_alpha_beta   # lesson 02's fit, a helper since lesson 11
 
     for name in COLLECTIVES:
-        # the slowest rank decides when a collective is over
-        seconds = [max(r["times"][name][i] for r in results) for i in range(len(counts))]
-        nbytes = [collective_bytes(name, c, ranks) for c in counts]
+        # the slowest rank decides when a collective is over (all groups: they run at once)
+        seconds = [_in_step_seconds([r["times"][name][i] for r in results], name) for i in range(len(counts))]
+        nbytes = [collective_bytes(name, c, group) for c in counts]
         alpha, beta = fit_alpha_beta(nbytes, seconds)
-        machine["collectives"][name] = {"alpha": alpha, "beta": beta, "world": ranks}
+        machine["collectives"][name] = {"alpha": alpha, "beta": beta, "world": group}
         machine["samples"][name] = list(zip(nbytes, seconds))
     return machine

@@ -42,6 +42,13 @@ class GPU:
     memory: int
     peak_flops: dict = field(default_factory=dict)   # {"bf16": ..., "fp16": ..., "fp32": ...} dense FLOP/s
     matmul_efficiency: float = MATMUL_EFFICIENCY
+    # Share of a one-rank step's time spent outside matmuls (norms, dropout, softmax, residuals,
+    # the optimizer). Only then does tensor parallelism's repeated elementwise work show in a
+    # prediction (steptime). Measured for CPU ranks (1 - matmul_efficiency: the calibration step
+    # runs its matmuls at the measured rate and spends the rest outside them, 0.55-0.7 here).
+    # 0 for the GPU presets: there fused kernels make it small, unknown per GPU, and
+    # MATMUL_EFFICIENCY, calibrated on a TP-8 run, already contains it.
+    elementwise_share: float = 0.0
 
     def flops(self, precision: str) -> float:
         """Peak FLOP/s for `precision` ("bf16", "fp16", "fp32"); a ValueError names the ones it has."""
@@ -178,6 +185,7 @@ class Cluster:
         dict), "collectives" ({name: (alpha_s, beta_s_per_byte)} or {name: {"alpha": ...,
         "beta": ...}}, n = bytes of the whole tensor: all_gather's output, reduce_scatter's
         input), optional "memory" (bytes per rank; default this machine's RAM / ranks), "ranks",
+        optional "group" (the process-group size the collectives were fitted at; default "ranks"),
         optional "matmul_efficiency" (this machine's one calibrated constant: a training step's
         FLOP/s over the matmul rate, measured by `calibrate.measure_this_machine`; default 1.0).
         """
@@ -188,10 +196,12 @@ class Cluster:
         send = fitted.get("send", fitted.get("all_reduce", (0.0, 0.0)))
         bandwidth = 1.0 / send[1] if send[1] > 0 else float("inf")
         efficiency = float(measured.get("matmul_efficiency", 1.0))
-        return cls(GPU("CPU rank", int(memory), peak, matmul_efficiency=efficiency), gpus_per_node=ranks, nodes=1,
+        gpu = GPU("CPU rank", int(memory), peak, matmul_efficiency=efficiency,
+                  elementwise_share=min(1.0, max(0.0, 1.0 - efficiency)))
+        return cls(gpu, gpus_per_node=ranks, nodes=1,
                    intra_node_bandwidth=bandwidth, inter_node_bandwidth=bandwidth,
                    intra_node_latency=send[0], inter_node_latency=send[0], collectives=fitted or None,
-                   fitted_ranks=int(measured.get("ranks", ranks)), name=f"this machine, {ranks} ranks",
+                   fitted_ranks=int(measured.get("group") or measured.get("ranks", ranks)), name=f"this machine, {ranks} ranks",
                    # gloo on CPU moves bytes with the same cores that compute: no overlap to count on
                    overlap_dp_comm=False)
 

@@ -13,18 +13,27 @@ This module sums the same terms for any shape (GQA, SwiGLU), so it reduces to th
 FlashAttention's causal skipping and non-matmul kernels are not counted (as in the papers).
 
 Time (seconds per step), on the rank that finishes last:
-    compute     hardware FLOPs / (GPUs x peak x matmul_efficiency), the work split evenly
+    compute     hardware FLOPs / (GPUs x peak x matmul_efficiency), the work split evenly;
+                except that every TP rank repeats the elementwise work around the parallel
+                matmuls (norms, residuals, dropout): where a cluster knows the share of a step
+                spent outside matmuls (`GPU.elementwise_share`, measured on CPU ranks), compute
+                is multiplied by 1 + share x r x (t - 1), r = `activations.replicated_share`
     bubble      compute x (p - 1)/(v m): a fraction (p - 1)/(m + p - 1) of the pipeline's time
                 (lesson 07; GPipe and 1F1B alike; the interleaved schedule divides by v)
     tp_comm     per layer and micro-batch 2 all-reduces of b s h values forward and 2 backward
                 (Megatron's f and g, lesson 08; with full recomputation 2 more), on the tp group;
                 sequence parallelism swaps each for an all-gather + reduce-scatter of the same
-                bytes: the same ring time. Not overlapped.
+                bytes: the same ring time. Per micro-batch, the vocab-parallel ends add one
+                all-reduce of b s h after the word embedding (first stage), one of the head's
+                input gradient and three of b s fp32 values in the cross-entropy (max, target
+                logit, sum of exponentials; last stage). Not overlapped.
     pp_comm     2 m sends of one micro-batch's activations (b s h / t values per GPU with the
                 scatter/gather of Narayanan Sec. 4.1), on the pp group's link. Not overlapped.
     dp_comm     ZeRO 0: all-reduce of the gradients; 1, 2: reduce-scatter + all-gather (the same
                 bytes, ZeRO paper Sec. 7); 3: per micro-batch, all-gather the weights twice
-                (forward, backward) and reduce-scatter the gradients (1.5x, ZeRO Sec. 7.2.2).
+                (forward, backward) and reduce-scatter the gradients (1.5x, ZeRO Sec. 7.2.2),
+                one unit at a time: per layer and then the rest (fsdp_unit="layer", as FSDP is
+                wrapped in lesson 09), or the whole model at once (fsdp_unit="model").
                 Exposed: ZeRO 0-2 overlap it with the last micro-batch's backward (DDP buckets,
                 lesson 05); ZeRO 3 prefetches, overlapping it with the whole step's compute.
                 On a cluster with overlap_dp_comm=False (this machine: gloo copies bytes with
@@ -37,7 +46,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ddp_lab.plan.activations import value_bytes
+from ddp_lab.plan.activations import replicated_share, value_bytes
 from ddp_lab.plan.collectives import Group, collective_time
 from ddp_lab.plan.memory import bytes_per_parameter, stage_parameters
 
@@ -117,12 +126,14 @@ def step_time(model, cluster, strategy) -> TimeBreakdown:
     """
     p, t, d, m, b = strategy.pp, strategy.tp, strategy.dp, strategy.grad_accum, strategy.micro_batch
     compute = step_flops(model, strategy) / (strategy.gpus * cluster.gpu.achieved_flops(strategy.precision))
+    compute *= 1 + cluster.gpu.elementwise_share * replicated_share(model, strategy) * (t - 1)
     bubble = compute * (p - 1) / (strategy.virtual_stages * m)
 
     activation = b * model.seq_len * model.hidden * value_bytes(strategy)
     per_layer = 4 + (2 if strategy.recompute == "full" else 0)
     tp_group = Group(t, 1)
-    tp_comm = model.layers // p * m * per_layer * collective_time("all_reduce", activation, cluster, tp_group)
+    tp_comm = m * (model.layers // p * per_layer * collective_time("all_reduce", activation, cluster, tp_group)
+                   + vocab_parallel_communication(model, cluster, strategy))
     pp_comm = 0.0
     if p > 1:
         pp_comm = 2 * m * collective_time("send", activation / t, cluster, Group(p, t * d))
@@ -139,6 +150,50 @@ def step_time(model, cluster, strategy) -> TimeBreakdown:
                          dp_comm_exposed=max(0.0, dp_comm - window), pp_comm=pp_comm)
 
 
+def vocab_parallel_communication(model, cluster, strategy) -> float:
+    """Seconds per micro-batch of the tp all-reduces outside the layers (see module docstring).
+
+    The first stage all-reduces its vocab-parallel embedding's output (b s h values); the last
+    stage all-reduces the gradient of the head's input (b s h) and, in the cross-entropy over
+    vocab-parallel logits, three fp32 values per token (Megatron-LM's
+    `vocab_parallel_cross_entropy`). With pp > 1 they sit on different stages: the last one's count.
+    """
+    if strategy.tp == 1:
+        return 0.0
+    group = Group(strategy.tp, 1)
+    tokens = strategy.micro_batch * model.seq_len
+    hidden = collective_time("all_reduce", tokens * model.hidden * value_bytes(strategy), cluster, group)
+    loss = 3 * collective_time("all_reduce", tokens * 4, cluster, group)
+    return (1 if strategy.pp > 1 else 2) * hidden + loss
+
+
+def fsdp_units(model, strategy, stage: int) -> list[int]:
+    """Parameters of each ZeRO-3 unit of pipeline stage `stage` on one tp rank (before sharding).
+
+    fsdp_unit="layer": one unit per transformer layer, then the root with the rest (embeddings,
+    final norm, head), as lesson 09 wraps FSDP2; "model": one unit.
+
+    Example:
+        >>> from ddp_lab.plan.model import Transformer
+        >>> from ddp_lab.plan.strategy import Strategy
+        >>> shape = Transformer("t", layers=2, hidden=256, heads=4, vocab=512, seq_len=128)
+        >>> fsdp_units(shape, Strategy(dp=2, zero=3), 0)
+        [789760, 789760, 164352]
+        >>> fsdp_units(shape, Strategy(dp=2, zero=3, fsdp_unit="model"), 0)
+        [1743872]
+
+    Introduced in notebooks/13-plan-your-training-run.ipynb.
+    """
+    from ddp_lab.plan.memory import layer_parameters_per_rank
+
+    total = stage_parameters(model, strategy, stage)
+    if strategy.fsdp_unit == "model":
+        return [total]
+    layer = layer_parameters_per_rank(model, strategy.tp)
+    layers = model.layers // strategy.pp
+    return [layer] * layers + [total - layers * layer]
+
+
 def dp_communication(model, cluster, strategy) -> float:
     """Seconds of data-parallel communication per step, before any overlap (see module docstring)."""
     if strategy.dp == 1:
@@ -151,8 +206,10 @@ def dp_communication(model, cluster, strategy) -> float:
     if strategy.zero in (1, 2):
         return (collective_time("reduce_scatter", g * params, cluster, group)
                 + collective_time("all_gather", w * params, cluster, group))
-    per_micro_batch = (2 * collective_time("all_gather", w * params, cluster, group)
-                       + collective_time("reduce_scatter", g * params, cluster, group))
+    per_micro_batch = max(
+        sum(2 * collective_time("all_gather", w * unit, cluster, group)
+            + collective_time("reduce_scatter", g * unit, cluster, group) for unit in fsdp_units(model, strategy, stage))
+        for stage in {0, strategy.pp - 1})
     return strategy.grad_accum * per_micro_batch
 
 

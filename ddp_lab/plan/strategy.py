@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
 RECOMPUTE = ("none", "selective", "full")
 PRECISIONS = ("bf16", "fp16", "fp32")
+FSDP_UNITS = ("layer", "model")
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,7 @@ class Strategy:
     sequence_parallel: bool = False
     recompute: str = "none"       # "none", "selective" (attention core only), "full" (whole layer)
     precision: str = "bf16"       # "bf16"/"fp16": mixed precision, "fp32": everything in fp32
+    fsdp_unit: str = "layer"      # ZeRO-3: "layer" (one FSDP unit per layer + the root, lesson 09) or "model"
 
     def __post_init__(self) -> None:
         for field in ("dp", "tp", "pp", "micro_batch", "grad_accum", "virtual_stages"):
@@ -48,7 +50,8 @@ class Strategy:
                 raise ValueError(f"Strategy.{field} must be an integer >= 1, got {value!r}")
         if self.zero not in (0, 1, 2, 3):
             raise ValueError(f"Strategy.zero must be 0 (DDP), 1, 2 or 3 (FSDP full sharding), got {self.zero!r}")
-        for field, allowed in (("schedule", SCHEDULES), ("recompute", RECOMPUTE), ("precision", PRECISIONS)):
+        for field, allowed in (("schedule", SCHEDULES), ("recompute", RECOMPUTE), ("precision", PRECISIONS),
+                               ("fsdp_unit", FSDP_UNITS)):
             if getattr(self, field) not in allowed:
                 raise ValueError(f"Strategy.{field} must be one of {allowed}, got {getattr(self, field)!r}")
         if self.sequence_parallel and self.tp == 1:

@@ -77,7 +77,7 @@ def default_configs(model=None) -> list:
         Config("DP (DDP)", "ddp", model, fp32(dp=2, micro_batch=4)),
         Config("ZeRO-1", "zero1", model, fp32(dp=2, zero=1, micro_batch=4)),
         Config("ZeRO-2", "zero2", model, fp32(dp=2, zero=2, micro_batch=4)),
-        Config("ZeRO-3 (FSDP2)", "fsdp2", model, fp32(dp=2, zero=3, micro_batch=4)),
+        Config("ZeRO-3 (FSDP2)", "fsdp2", model, fp32(dp=2, zero=3, micro_batch=4, fsdp_unit="model")),
         Config("ZeRO-3 (FSDP2/layer)", "fsdp2_layers", model, fp32(dp=2, zero=3, micro_batch=4)),
         Config("TP", "tp", model, fp32(tp=2, micro_batch=4)),
         Config("PP (1F1B)", "pp", model, fp32(pp=2, micro_batch=2, grad_accum=4)),
@@ -169,7 +169,7 @@ def compare(measured, calibration: dict) -> Row:
     """The planner's prediction for a measured run, as a Row.
 
     The cluster is `Cluster.this_machine(measured=...)` from `calibration` (collectives' alpha-beta
-    fitted at the size of the run's groups, `group_size`), with the matmul rate and the calibration step's efficiency
+    fitted as the run issues them, `calibration_key`), with the matmul rate and the calibration step's efficiency
     (`ddp_lab.plan.calibrate.CALIBRATION_SHAPE`) that the run's own ranks measured between its
     timed steps, so that a change of load between calibration and run (other programs on the
     machine) does not count as a prediction error.
@@ -202,9 +202,9 @@ def validate(configs=None, steps: int = 5, calibrations: dict | None = None, att
     Args:
         configs: `measure.Config`s (default: `default_configs()`).
         steps: timed steps per configuration (the median counts).
-        calibrations: {ranks: measure_this_machine(ranks) dict} to reuse, keyed by
-            `group_size(config)`; missing ones are measured and added to it (pass the same dict
-            again to reuse them).
+        calibrations: {(processes, group): measure_this_machine(processes, group=group) dict}
+            to reuse, keyed by `calibration_key(config)`; missing ones are measured and added to
+            it (pass the same dict again to reuse them).
         attempts: runs at most per configuration (1: never repeat).
 
     Returns:
@@ -225,25 +225,33 @@ def validate(configs=None, steps: int = 5, calibrations: dict | None = None, att
     calibrations = {} if calibrations is None else calibrations
     rows = []
     for config in configs:
-        size = group_size(config)
-        if size not in calibrations:
-            calibrations[size] = measure_this_machine(ranks=size)
-        tries = [compare(run(config, steps=steps), calibrations[size])]
+        key = calibration_key(config)
+        if key not in calibrations:
+            calibrations[key] = measure_this_machine(ranks=key[0], group=key[1])
+        tries = [compare(run(config, steps=steps), calibrations[key])]
         if tries[0].step_claimed and abs(tries[0].step_error) > STEP_TOLERANCE:
-            tries += [compare(run(config, steps=steps), calibrations[size]) for _ in range(attempts - 1)]
+            tries += [compare(run(config, steps=steps), calibrations[key]) for _ in range(attempts - 1)]
         median = sorted(tries, key=lambda row: row.step_error)[len(tries) // 2]
         rows.append(replace(median, attempts=len(tries)))
     return rows
 
 
-def group_size(config) -> int:
-    """Ranks in the largest process group of `config` (dp, tp or pp): the size its collectives are fitted at.
+def calibration_key(config) -> tuple[int, int]:
+    """(processes, ranks per process group) the calibration for `config` must run with.
 
-    DP x TP on 4 ranks runs its collectives in groups of 2, so a 2-rank calibration describes
-    them; the load of 4 processes on the cores is in the matmul rates its ranks measure.
+    The collectives are timed as the run issues them: in groups of the size of its largest
+    group (dp, tp or pp), while all of its processes compute. DP x TP on 4 processes runs its
+    collectives in pairs, so it is calibrated as (4, 2): pairs of ranks that wait for a partner
+    who shares the 2 cores with two other processes.
+
+    Example:
+        >>> [calibration_key(c) for c in default_configs()][-1]
+        (4, 2)
+
+    Introduced in notebooks/13-plan-your-training-run.ipynb.
     """
     s = config.strategy
-    return max(2, s.dp, s.tp, s.pp)
+    return config.ranks, max(2, s.dp, s.tp, s.pp)
 
 
 def table(rows) -> str:

@@ -10,7 +10,7 @@ import torch
 import torch.distributed as dist
 
 
-def reduce_scatter(output: torch.Tensor, input: torch.Tensor, op=dist.ReduceOp.SUM) -> None:
+def reduce_scatter(output: torch.Tensor, input: torch.Tensor, op=dist.ReduceOp.SUM, group=None) -> None:
     """Rank k receives in `output` the sum over ranks of chunk k of `input` (input.numel() = world_size * output.numel()).
 
     Why a helper: torch 2.4 to 2.12 call this `dist.reduce_scatter_tensor`; 2.13 adds the
@@ -23,10 +23,10 @@ def reduce_scatter(output: torch.Tensor, input: torch.Tensor, op=dist.ReduceOp.S
     Introduced in notebooks/02-collectives.ipynb.
     """
     collective = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
-    collective(output, input, op=op)
+    collective(output, input, op=op, group=group)
 
 
-def all_gather(output: torch.Tensor, input: torch.Tensor) -> None:
+def all_gather(output: torch.Tensor, input: torch.Tensor, group=None) -> None:
     """Fill `output` (world_size * input.numel() values) with every rank's `input`, in rank order.
 
     Why a helper: `dist.all_gather_into_tensor` (torch 2.4 to 2.12) is `dist.all_gather_single`
@@ -38,4 +38,4 @@ def all_gather(output: torch.Tensor, input: torch.Tensor) -> None:
     Introduced in notebooks/09-zero-and-fsdp.ipynb.
     """
     collective = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
-    collective(output, input)
+    collective(output, input, group=group)
