@@ -127,12 +127,14 @@ def all_reduce_seconds(numel: int, repeats: int, group=None, device: str | torch
     return seconds
 
 
-def fit_alpha_beta(nbytes: Sequence[float], seconds: Sequence[float]) -> tuple[float, float]:
+def fit_alpha_beta(nbytes: Sequence[float], seconds: Sequence[float], relative: bool = True) -> tuple[float, float]:
     """Least squares for t = alpha + beta * n on relative error (small and large messages count alike).
 
     The same fit as lesson 02's, with alpha and beta kept >= 0: a negative fitted alpha or beta
-    (noise) falls back to the one-term fit. Lesson 13's `Cluster.this_machine()` fits each
-    collective with it too (ddp_lab.plan.calibrate).
+    (noise) falls back to the one-term fit. relative=False fits absolute seconds instead, for
+    times that are differences of noisy measurements and may come out near 0 (lesson 13's
+    `Cluster.this_machine()` fits what each collective adds to a step that way, in
+    ddp_lab.plan.calibrate: a step sums seconds, not ratios).
 
     Example:
         >>> alpha, beta = fit_alpha_beta([4, 4e6], [1e-4 + 4 * 1e-9, 1e-4 + 4e6 * 1e-9])
@@ -145,12 +147,13 @@ def fit_alpha_beta(nbytes: Sequence[float], seconds: Sequence[float]) -> tuple[f
 
     sizes = np.asarray(nbytes, dtype=float)
     times = np.asarray(seconds, dtype=float)
-    design = np.stack([np.ones_like(times), sizes]) / times
-    (alpha, beta), *_ = np.linalg.lstsq(design.T, np.ones_like(times), rcond=None)
-    if alpha < 0:   # bandwidth alone: t = beta * n, relative least squares
-        alpha, beta = 0.0, float(np.sum(sizes / times) / np.sum((sizes / times) ** 2))
-    elif beta < 0:  # latency alone
-        alpha, beta = float(len(times) / np.sum(1 / times)), 0.0
+    weights = 1 / times if relative else np.ones_like(times)
+    design = np.stack([np.ones_like(times), sizes]) * weights
+    (alpha, beta), *_ = np.linalg.lstsq(design.T, times * weights, rcond=None)
+    if alpha < 0:   # bandwidth alone: t = beta * n, weighted least squares
+        alpha, beta = 0.0, float(np.sum(sizes * times * weights**2) / np.sum((sizes * weights) ** 2))
+    elif beta < 0:  # latency alone: the harmonic mean (relative), the mean (absolute)
+        alpha, beta = float(len(times) / np.sum(1 / times) if relative else np.mean(times)), 0.0
     return float(alpha), float(beta)
 
 

@@ -116,17 +116,23 @@ SEGMENT_FLOPS = 5e8
 SEGMENTS_PER_ROUND = 4
 
 
-def _time_collectives(rank: int, world_size: int, counts, repeats: int, group=None) -> dict[str, list[float]]:
-    """Seconds each collective costs inside a training step, per size (median of `repeats` rounds).
+def _time_collectives(rank: int, world_size: int, counts, repeats: int, group=None) -> dict:
+    """Seconds each collective adds to a training step, per size: every rank's timed rounds.
 
     A step issues a collective right after computing, without a barrier: the ranks arrive at
     different moments, and the first to arrive waits for the slowest and for gloo's threads to
-    wake. So a round is `SEGMENTS_PER_ROUND` times [a fixed matmul segment, then the collective],
-    started together, and the cost of one collective is (the slowest rank's round time - the
-    median rank's compute time) / segments: what the collectives add to a step of that compute.
-    Measured on 2 ranks of this 2-core machine (issue 17): 512 KB all-reduces cost 2-4 ms this way
-    against 0.6 ms started together after a barrier, and a step of Megatron TP (13 such
-    all-reduces) spent 19-31 ms in them.
+    wake. So each round is `SEGMENTS_PER_ROUND` times [a fixed matmul segment, then the
+    collective], all ranks started together; beside it, rounds of the segments alone. What one
+    collective adds is (slowest rank's round with it - slowest rank's round without) / segments
+    (`_in_step_seconds`). Both kinds of round run with every process computing, as the run
+    being predicted does, so with more ranks than cores the waits another rank fills with its
+    compute do not count twice. Measured on 2 ranks of this 2-core machine (issue 17): 512 KB
+    all-reduces added 2-4 ms to such rounds against 0.6 ms started together after a barrier,
+    and a Megatron TP step (13 all-reduces) spent 19-31 ms in them.
+
+    Returns:
+        {"segments": [seconds of each round without collectives], name: [[seconds of each
+        round with that collective] per size in `counts`]} for this rank.
     """
     import torch
     import torch.distributed as dist
@@ -136,9 +142,10 @@ def _time_collectives(rank: int, world_size: int, counts, repeats: int, group=No
     if group is not None:
         rank, world_size = dist.get_rank(group), dist.get_world_size(group)
     samples = {(name, n): [] for name in COLLECTIVES for n in counts}
+    alone = []
     buffers = {n: (torch.ones(n), torch.empty(n * world_size), torch.ones(n * world_size)) for n in counts}
     peer = (rank + 1) % world_size if rank % 2 == 0 else rank - 1
-    global_peer = dist.get_global_rank(group, peer) if group is not None else peer
+    global_peer = dist.get_global_rank(group, peer) if group is not None and peer < world_size else peer
     a, b = torch.randn(512, 256), torch.randn(256, 512)
     products = max(1, round(SEGMENT_FLOPS / (2 * 512 * 256 * 512)))
 
@@ -162,37 +169,39 @@ def _time_collectives(rank: int, world_size: int, counts, repeats: int, group=No
                 dist.recv(value, global_peer, group=group)
                 dist.send(value, global_peer, group=group)
 
+    def timed_round(name=None, n=None):
+        dist.barrier()
+        began = time.perf_counter()
+        for _ in range(SEGMENTS_PER_ROUND):
+            segment()
+            if name is not None:
+                run(name, n)
+        return time.perf_counter() - began
+
     for n in counts:          # warm-up: connections, buffers
         for name in COLLECTIVES:
             run(name, n)
     segment()
     for _ in range(repeats):
         for n in counts:
+            alone.append(timed_round())
             for name in COLLECTIVES:
-                dist.barrier()
-                began, computing = time.perf_counter(), 0.0
-                for _ in range(SEGMENTS_PER_ROUND):
-                    start = time.perf_counter()
-                    segment()
-                    computing += time.perf_counter() - start
-                    run(name, n)
-                samples[name, n].append((time.perf_counter() - began, computing))
-    return {name: [samples[name, n] for n in counts] for name in COLLECTIVES}
+                samples[name, n].append(timed_round(name, n))
+    times = {name: [samples[name, n] for n in counts] for name in COLLECTIVES}
+    times["segments"] = alone
+    return times
 
 
-def _in_step_seconds(rounds_per_rank, name: str) -> float:
-    """One collective's cost in a step from every rank's (round, compute) seconds of each round.
+def _in_step_seconds(with_collective, without, name: str) -> float:
+    """One collective's cost in a step, from every rank's rounds with it and without it.
 
-    Per round: the slowest rank's round time minus the median rank's compute, over the segments
-    (a send is half a ping-pong); the median over rounds, so a burst of load from another program
-    in one round does not set it.
+    Per kind of round: each round's slowest rank, then the median over rounds (so a burst of
+    load from another program in one round does not set it); the difference over the segments
+    of a round (a send is half a ping-pong).
     """
-    per_round = []
-    for rounds in zip(*rounds_per_rank):            # one round, every rank
-        slowest = max(total for total, _ in rounds)
-        computing = _median([compute for _, compute in rounds])
-        per_round.append(max(0.0, slowest - computing) / SEGMENTS_PER_ROUND)
-    return _median(per_round) / (2 if name == "send" else 1)
+    slowest_with = _median([max(rounds) for rounds in zip(*with_collective)])
+    slowest_without = _median([max(rounds) for rounds in zip(*without)])
+    return max(0.0, slowest_with - slowest_without) / SEGMENTS_PER_ROUND / (2 if name == "send" else 1)
 
 
 def _calibration_rank(rank: int, counts, repeats: int, dtypes, group_size: int) -> dict:
@@ -288,9 +297,10 @@ def measure_this_machine(ranks: int = 2, repeats: int = 5, counts=COUNTS, timeou
 
     for name in COLLECTIVES:
         # the slowest rank decides when a collective is over (all groups: they run at once)
-        seconds = [_in_step_seconds([r["times"][name][i] for r in results], name) for i in range(len(counts))]
+        without = [r["times"]["segments"] for r in results]
+        seconds = [_in_step_seconds([r["times"][name][i] for r in results], without, name) for i in range(len(counts))]
         nbytes = [collective_bytes(name, c, group) for c in counts]
-        alpha, beta = fit_alpha_beta(nbytes, seconds)
+        alpha, beta = fit_alpha_beta(nbytes, seconds, relative=False)
         machine["collectives"][name] = {"alpha": alpha, "beta": beta, "world": group}
         machine["samples"][name] = list(zip(nbytes, seconds))
     return machine

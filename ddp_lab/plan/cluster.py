@@ -123,6 +123,7 @@ class Cluster:
     fitted_ranks: int | None = None
     name: str = ""
     overlap_dp_comm: bool = True   # DP communication runs beside backward compute (NCCL on its own SMs/links)
+    cores: int | None = None       # CPU ranks: the cores they share (None: a GPU per rank)
 
     def __post_init__(self) -> None:
         if self.gpus_per_node < 1 or self.nodes < 1:
@@ -186,6 +187,7 @@ class Cluster:
         "beta": ...}}, n = bytes of the whole tensor: all_gather's output, reduce_scatter's
         input), optional "memory" (bytes per rank; default this machine's RAM / ranks), "ranks",
         optional "group" (the process-group size the collectives were fitted at; default "ranks"),
+        optional "cores" (CPU cores the ranks share),
         optional "matmul_efficiency" (this machine's one calibrated constant: a training step's
         FLOP/s over the matmul rate, measured by `calibrate.measure_this_machine`; default 1.0).
         """
@@ -203,7 +205,7 @@ class Cluster:
                    intra_node_latency=send[0], inter_node_latency=send[0], collectives=fitted or None,
                    fitted_ranks=int(measured.get("group") or measured.get("ranks", ranks)), name=f"this machine, {ranks} ranks",
                    # gloo on CPU moves bytes with the same cores that compute: no overlap to count on
-                   overlap_dp_comm=False)
+                   overlap_dp_comm=False, cores=measured.get("cores"))
 
 
 def _alpha_beta(value) -> tuple[float, float]:

@@ -19,7 +19,11 @@ Time (seconds per step), on the rank that finishes last:
                 spent outside matmuls (`GPU.elementwise_share`, measured on CPU ranks), compute
                 is multiplied by 1 + share x r x (t - 1), r = `activations.replicated_share`
     bubble      compute x (p - 1)/(v m): a fraction (p - 1)/(m + p - 1) of the pipeline's time
-                (lesson 07; GPipe and 1F1B alike; the interleaved schedule divides by v)
+                (lesson 07; GPipe and 1F1B alike; the interleaved schedule divides by v).
+                With more CPU ranks than cores none: the compute rate measured with every rank
+                computing already shares the cores, and a stage that waits leaves its core to
+                another stage's work (measured here: 1F1B on 2 ranks pinned to 1 core took its
+                predicted compute time, no bubble)
     tp_comm     per layer and micro-batch 2 all-reduces of b s h values forward and 2 backward
                 (Megatron's f and g, lesson 08; with full recomputation 2 more), on the tp group;
                 sequence parallelism swaps each for an all-gather + reduce-scatter of the same
@@ -128,6 +132,8 @@ def step_time(model, cluster, strategy) -> TimeBreakdown:
     compute = step_flops(model, strategy) / (strategy.gpus * cluster.gpu.achieved_flops(strategy.precision))
     compute *= 1 + cluster.gpu.elementwise_share * replicated_share(model, strategy) * (t - 1)
     bubble = compute * (p - 1) / (strategy.virtual_stages * m)
+    if cluster.cores is not None and strategy.gpus > cluster.cores:
+        bubble = 0.0   # more CPU ranks than cores: another stage computes while one waits
 
     activation = b * model.seq_len * model.hidden * value_bytes(strategy)
     per_layer = 4 + (2 if strategy.recompute == "full" else 0)
