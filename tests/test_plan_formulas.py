@@ -84,6 +84,66 @@ def test_fitted_collectives_are_used():
     assert time.dp_comm_exposed == pytest.approx(3e-4 + 6e-10 * grads)
 
 
+def _latency_only_machine(elementwise: float = 0.0, cores: int | None = None):
+    """A this_machine()-style cluster whose collectives all cost 1 ms, whatever their size."""
+    fits = {name: (1e-3, 0.0) for name in ("all_reduce", "all_gather", "reduce_scatter", "send")}
+    measured = {"ranks": 2, "matmul_flops": {"fp32": 5e10}, "collectives": fits, "cores": cores,
+                "matmul_efficiency": 1 - elementwise}
+    return Cluster.from_measurements(measured, ranks=2)
+
+
+def test_tp_counts_every_all_reduce_megatron_issues():
+    """Per micro-batch: 4 per layer (f, g), 1 after the vocab-parallel embedding, 1 for the head's
+    input gradient and 3 in the vocab-parallel cross-entropy: 13 for 2 layers, as
+    ddp_lab.plan.reference issues them. With pp = 2 the last stage: 4 per layer + 1 + 3."""
+    model = Transformer("tiny", 2, 64, 4, vocab=128, seq_len=32)
+    cluster = _latency_only_machine()
+    assert step_time(model, cluster, Strategy(tp=2, precision="fp32")).tp_comm == pytest.approx(13e-3)
+    assert step_time(model, cluster, Strategy(tp=2, grad_accum=3, precision="fp32")).tp_comm == pytest.approx(39e-3)
+    four = Transformer("tiny4", 4, 64, 4, vocab=128, seq_len=32)
+    assert step_time(four, cluster.with_(gpus_per_node=4),
+                     Strategy(tp=2, pp=2, precision="fp32")).tp_comm == pytest.approx((2 * 4 + 1 + 3) * 1e-3)
+
+
+def test_zero3_gathers_and_scatters_each_fsdp_unit():
+    """fsdp_unit="layer": 2 all-gathers + 1 reduce-scatter per layer and per root unit; "model": 3 in all."""
+    model = Transformer("tiny", 2, 64, 4, vocab=128, seq_len=32)
+    cluster = _latency_only_machine()
+    per_layer = step_time(model, cluster, Strategy(dp=2, zero=3, precision="fp32"))
+    whole = step_time(model, cluster, Strategy(dp=2, zero=3, precision="fp32", fsdp_unit="model"))
+    assert per_layer.dp_comm_exposed == pytest.approx(3 * 3e-3)
+    assert whole.dp_comm_exposed == pytest.approx(3e-3)
+    with pytest.raises(ValueError, match="fsdp_unit"):
+        Strategy(fsdp_unit="block")
+
+
+def test_tp_ranks_repeat_the_elementwise_work_around_the_parallel_matmuls():
+    """compute(tp=2) = compute with the work split evenly x (1 + share x r x (t - 1)), r from the saved bytes;
+    no change without an elementwise share (the GPU presets) or with sequence parallelism."""
+    from ddp_lab.plan.activations import replicated_share
+
+    model = Transformer("t", 2, 256, 4, vocab=512, seq_len=128)
+    tp = Strategy(tp=2, precision="fp32")
+    as_h = 4 * 128 / 256
+    # Korthikanti: 10 sbh of sbh (34 + 5as/h) in 16-bit; in fp32 (4-byte values, 1-byte masks) 18 of 66 + 9as/h
+    assert replicated_share(model, tp.with_(precision="bf16")) == pytest.approx(10 / (34 + 5 * as_h))
+    r = replicated_share(model, tp)
+    assert r == pytest.approx(18 / (66 + 9 * as_h))
+    even = step_time(model, _latency_only_machine(0.0), tp).compute
+    assert step_time(model, _latency_only_machine(0.6), tp).compute == pytest.approx(even / 0.4 * (1 + 0.6 * r))
+    assert step_time(model, _latency_only_machine(0.6), tp.with_(sequence_parallel=True)).compute == \
+        pytest.approx(even / 0.4)
+    assert Cluster.preset("h100-sxm").gpu.elementwise_share == 0
+
+
+def test_no_bubble_when_cpu_ranks_share_fewer_cores():
+    """Two pipeline stages on one core: a stage that waits leaves the core to the other."""
+    model = Transformer("tiny", 2, 64, 4, vocab=128, seq_len=32)
+    strategy = Strategy(pp=2, grad_accum=4, precision="fp32")
+    assert step_time(model, _latency_only_machine(cores=2), strategy).bubble > 0
+    assert step_time(model, _latency_only_machine(cores=1), strategy).bubble == 0
+
+
 def test_bubble_is_lesson_07s_fraction():
     model, cluster = Transformer.preset("llama3-70b"), Cluster.preset("h100-sxm", nodes=4)
     for m in (4, 16, 64):

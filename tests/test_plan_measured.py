@@ -5,8 +5,8 @@ for a few steps.
 - model-state bytes per rank: predicted == measured, exactly;
 - activation bytes per rank (saved-tensor hooks): within 10 %;
 - step time with Cluster.this_machine(): within 30 % of the measured median, for every
-  configuration not in validate.STEP_EXCLUDED (which says, with numbers, why those are not).
-About 45-60 s on 2 cores (longer while other programs load them).
+  configuration (TP and DP x TP included).
+About 60-80 s on 2 cores (longer while other programs load them).
 """
 
 import statistics
@@ -36,7 +36,6 @@ def test_every_configuration_ran(rows):
     kinds = {row.kind for row in rows}
     fsdp2 = {"fsdp2", "fsdp2_layers"} if plan_validate.fsdp2_runs_on_cpu() else set()
     assert kinds == {"ddp", "zero1", "zero2", "tp", "pp", "dp_tp"} | fsdp2
-    assert set(plan_validate.STEP_EXCLUDED) <= kinds
 
 
 def test_model_states_equal_exactly(rows):
@@ -51,19 +50,24 @@ def test_activations_within_10_percent(rows):
 def test_step_time_within_30_percent(rows):
     """Timing on a shared machine: validate() runs a configuration that misses twice more, and the
     attempt with the median error counts (one burst of load from another program is not the planner's fault)."""
-    errors = {row.name: round(row.step_error, 3) for row in rows if row.step_claimed}
+    errors = {row.name: round(row.step_error, 3) for row in rows}
     print(plan_validate.table(rows))
     assert all(abs(e) <= plan_validate.STEP_TOLERANCE for e in errors.values()), errors
     assert all(row.attempts in (1, 3) for row in rows)
 
 
 def test_calibration_fits_its_own_timings(calibrations):
-    """Each collective's alpha-beta line passes within 1.5x of the median of its timed sizes."""
-    for ranks, machine in calibrations.items():
+    """Each collective's alpha-beta line passes within 50 % (or 1 ms, for what a collective adds
+    to a step is a difference of noisy rounds) of the median of its timed sizes, and a 4-8 MB
+    all-reduce, all-gather or reduce-scatter costs more than a 4-byte one (bytes take time)."""
+    assert set(calibrations) == {(2, 2), (4, 2)}
+    for key, machine in calibrations.items():
         for name, fit in machine["collectives"].items():
-            misses = [abs(fit["alpha"] + fit["beta"] * n - t) / t for n, t in machine["samples"][name]]
+            samples = machine["samples"][name]
+            misses = [abs(fit["alpha"] + fit["beta"] * n - t) / max(t, 1e-3) for n, t in samples]
             assert fit["alpha"] >= 0 and fit["beta"] >= 0
-            assert statistics.median(misses) < 0.5, (ranks, name, fit, machine["samples"][name])
+            assert statistics.median(misses) < 0.5, (key, name, fit, samples)
+            assert name == "send" or samples[-1][1] > samples[0][1], (key, name, samples)
         assert 0 < machine["matmul_efficiency"] <= 1.5, machine
 
 

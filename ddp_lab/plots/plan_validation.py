@@ -13,8 +13,7 @@ def predicted_vs_measured(rows, title: str = "planner vs runs on this machine"):
 
     Each configuration is one point (its most loaded rank for bytes). The shaded band is the
     tolerance the tests hold it to: equal for model states, 10 % for activations, 30 % for the
-    step. Hollow points are configurations whose step time is shown but not claimed
-    (`ddp_lab.plan.validate.STEP_EXCLUDED` says why).
+    step.
 
     Args:
         rows: `ddp_lab.plan.validate.Row`s, e.g. from `validate()`.
@@ -41,9 +40,7 @@ def predicted_vs_measured(rows, title: str = "planner vs runs on this machine"):
             worst = max(range(row.ranks), key=lambda r: row.measured_states[r] + row.measured_activations[r])
             x, y = point(row, worst)
             values += [x, y]
-            hollow = label.startswith("step") and not row.step_claimed
-            ax.plot(x, y, "o", color=f"C{index}", markerfacecolor="none" if hollow else f"C{index}",
-                    markersize=8, label=row.name)
+            ax.plot(x, y, "o", color=f"C{index}", markersize=8, label=row.name)
         low, high = 0.0, max(values) * 1.15
         line = [low, high]
         ax.plot(line, line, "-", color="0.4", linewidth=1)
@@ -57,8 +54,6 @@ def predicted_vs_measured(rows, title: str = "planner vs runs on this machine"):
         ax.set_title(label.split(" (")[0] + ("" if not tolerance else f" (band ±{tolerance:.0%})"), fontsize=10)
         ax.grid(True, alpha=0.3)
     axes[0].legend(fontsize=7, loc="upper left")
-    if any(not row.step_claimed for row in rows):
-        axes[2].text(0.03, 0.97, "hollow: shown, not claimed", transform=axes[2].transAxes, va="top", fontsize=7)
     fig.suptitle(title)
     fig.tight_layout()
     return fig
