@@ -54,6 +54,17 @@ def test_one_strategy_prints_its_breakdown():
     assert "dp4 tp8 pp2 z1" in result.stdout
 
 
+def test_fsdp_unit_layer_gathers_each_layer():
+    """ZeRO-3 gathering one layer at a time pays each collective's latency per layer: more exposed DP
+    communication than one gather of the whole model (same bytes)."""
+    def exposed(unit):
+        result = plan("--model", "llama3-8b", "--cluster", "h100-sxm", "--nodes", "4", "--zero", "3",
+                      "--grad-accum", "16", "--fsdp-unit", unit)
+        assert result.returncode == 0, result.stderr
+        return float(re.search(r"exposed DP communication\s+([0-9.]+)", result.stdout).group(1))
+    assert exposed("layer") > exposed("model") > 0
+
+
 @pytest.mark.parametrize("args, expected", [
     (("--model", "llama9", "--cluster", "h100-sxm"), "llama3-8b"),          # lists the valid presets
     (("--model", "llama3-8b", "--cluster", "b200"), "h100-sxm"),
@@ -61,6 +72,7 @@ def test_one_strategy_prints_its_breakdown():
     (("--model", "llama3-8b", "--cluster", "h100-sxm", "--tp", "3"), "use tp in [1, 2, 4, 8]"),
     (("--model", "llama3-8b", "--cluster", "h100-sxm", "--nodes", "3", "--tp", "6"), "does not divide heads=32"),
     (("--model", "llama3-8b",), "--cluster"),
+    (("--model", "llama3-8b", "--cluster", "h100-sxm", "--fsdp-unit", "block"), "'layer', 'model'"),
 ])
 def test_errors_exit_2_and_say_what_is_valid(args, expected):
     result = plan(*args)
@@ -72,5 +84,6 @@ def test_help_explains_each_flag():
     result = plan("--help")
     assert result.returncode == 0
     for flag in ("--model", "--cluster", "--nodes", "--params", "--dp", "--tp", "--pp", "--zero", "--micro-batch",
-                 "--grad-accum", "--recompute", "--sequence-parallel", "--precision", "--global-batch", "--top"):
+                 "--grad-accum", "--recompute", "--sequence-parallel", "--fsdp-unit", "--precision", "--global-batch",
+                 "--top"):
         assert flag in result.stdout

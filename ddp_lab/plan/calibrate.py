@@ -1,8 +1,8 @@
 """Measure this machine for the planner: the matmul rate one rank gets, and each collective's alpha-beta.
 
 Three measurements decide a step's time here: how fast a rank multiplies matrices, what share
-of that rate a whole transformer training step reaches (`CALIBRATION_SHAPE`), and how long a
-collective of n bytes takes. All are measured on real gloo ranks, started with
+of that rate a whole transformer training step reaches (`CALIBRATION_SHAPE`), and what a
+collective of n bytes adds to a step. All are measured on real gloo ranks, started with
 `ddp_lab.launch` exactly as the lessons start them (each rank gets cores // ranks torch
 threads), so the planner's `Cluster.this_machine()` describes the ranks that will train.
 
@@ -15,8 +15,13 @@ the ping-pong line's bandwidth (3.4-4.5 GB/s, set by small and middle-sized mess
 than 1-4 MB messages get one way (1.4-2.9 GB/s); a ring of two such exchanges times like
 `dist.all_reduce` itself (gloo takes the same two steps); the sum (0.15 ms for 2 MB) and the
 cost of handing a collective to the process group's worker thread (a one-message `broadcast`
-took 1.1-1.8x a `send`) are small. So each collective gets its own t(n) = alpha + beta * n,
-fitted to its own timings over the sizes training uses.
+took 1.1-1.8x a `send`) are small. So each collective gets its own t(n) = alpha + beta * n.
+
+Why timed after compute, not after a barrier: a training step issues its collectives right
+after computing, so the first rank to arrive waits for the slowest, and for gloo's threads to
+wake (`_time_collectives`). Fitted after a barrier, Megatron TP's 13 all-reduces per step were
+predicted at 5 ms and took 19-31 ms of a ~80 ms step here (issue 17): TP, DP x TP and FSDP2
+wrapped per layer, which issue many blocking collectives, came out 1.2-1.9x slower than predicted.
 
 Introduced in notebooks/13-plan-your-training-run.ipynb.
 """

@@ -16,9 +16,10 @@ from ddp_lab.plan.cluster import PRESET_NAMES, Cluster
 from ddp_lab.plan.model import PRESETS, Transformer, parse_count
 from ddp_lab.plan.report import breakdown, model_states_text, table
 from ddp_lab.plan.search import evaluate, search
-from ddp_lab.plan.strategy import PRECISIONS, RECOMPUTE, Strategy, divisors
+from ddp_lab.plan.strategy import FSDP_UNITS, PRECISIONS, RECOMPUTE, Strategy, divisors
 
-STRATEGY_FLAGS = ("dp", "tp", "pp", "zero", "micro_batch", "grad_accum", "recompute", "sequence_parallel")
+STRATEGY_FLAGS = ("dp", "tp", "pp", "zero", "micro_batch", "grad_accum", "recompute", "sequence_parallel",
+                  "fsdp_unit")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -41,6 +42,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     how.add_argument("--recompute", choices=RECOMPUTE, help="activation recomputation (default none)")
     how.add_argument("--sequence-parallel", dest="sequence_parallel", action="store_true", default=None,
                      help="Megatron sequence parallelism (needs tp > 1)")
+    how.add_argument("--fsdp-unit", dest="fsdp_unit", choices=FSDP_UNITS,
+                     help="ZeRO-3: gather one layer at a time (layer, the default, as FSDP is wrapped) or the whole model")
     how.add_argument("--precision", choices=PRECISIONS, default=None,
                      help="bf16/fp16 mixed-precision Adam (2+2+12 bytes/param) or fp32 Adam (4+4+8); "
                           "default bf16 (fp16 on a GPU without bf16, e.g. t4)")

@@ -12,7 +12,8 @@ inter-node link (NCCL runs one ring per NIC, so each GPU drives its own NIC: the
 inter-node bandwidth is the beta), a group inside one node on NVLink.
 
 When the cluster carries fitted per-collective (alpha, beta) - `Cluster.this_machine()`, gloo
-on this machine - those are used instead: lesson 02's single ping-pong fit predicts gloo's
+on this machine, fitted to what each collective adds to a step when issued right after
+compute (ddp_lab.plan.calibrate) - those are used instead: lesson 02's single ping-pong fit predicts gloo's
 all_reduce 2.5-3.6x too fast, mainly because a ring step sends and receives at once (two
 directions copied by the same cores: 1.5-2.2x a one-way send, measured) and because the line's
 bandwidth, set by small and mid-size messages, is too high for MB-sized ones; the sum itself and

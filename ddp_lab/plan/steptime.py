@@ -52,7 +52,7 @@ from dataclasses import dataclass
 
 from ddp_lab.plan.activations import replicated_share, value_bytes
 from ddp_lab.plan.collectives import Group, collective_time
-from ddp_lab.plan.memory import bytes_per_parameter, stage_parameters
+from ddp_lab.plan.memory import bytes_per_parameter, layer_parameters_per_rank, stage_parameters
 
 
 @dataclass(frozen=True)
@@ -190,8 +190,6 @@ def fsdp_units(model, strategy, stage: int) -> list[int]:
 
     Introduced in notebooks/13-plan-your-training-run.ipynb.
     """
-    from ddp_lab.plan.memory import layer_parameters_per_rank
-
     total = stage_parameters(model, strategy, stage)
     if strategy.fsdp_unit == "model":
         return [total]
