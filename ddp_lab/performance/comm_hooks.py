@@ -69,32 +69,10 @@ class ByteCounter:
     @contextlib.contextmanager
     def counting(self) -> Iterator[ByteCounter]:
         """Wrap torch.distributed's collectives (module attributes, so hooks that call `dist.all_reduce` are seen)."""
-        import torch.distributed as dist
-        import torch.distributed.distributed_c10d as c10d
+        from ddp_lab.tensor_parallel.comm import watching_collectives   # lesson 08's wrapping
 
-        saved = {}
-        for name, (position, keyword) in COUNTED.items():
-            original = getattr(c10d, name, None)
-            if original is None:
-                continue
-            wrapper = self._wrap(name, position, keyword, original)
-            for module in (dist, c10d):
-                saved[module, name] = getattr(module, name)
-                setattr(module, name, wrapper)
-        try:
+        with watching_collectives(COUNTED, self.record):
             yield self
-        finally:
-            for (module, name), original in saved.items():
-                setattr(module, name, original)
-
-    def _wrap(self, name: str, position: int, keyword: str, original):
-        def counted(*args, **kwargs):
-            sent = args[position] if len(args) > position else kwargs.get(keyword)
-            if sent is not None:
-                self.record(name, sent)
-            return original(*args, **kwargs)
-        counted.__name__ = name
-        return counted
 
 
 def total_bytes(calls: Iterable[CollectiveCall]) -> int:

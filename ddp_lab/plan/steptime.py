@@ -163,6 +163,9 @@ def vocab_parallel_communication(model, cluster, strategy) -> float:
     stage all-reduces the gradient of the head's input (b s h) and, in the cross-entropy over
     vocab-parallel logits, three fp32 values per token (Megatron-LM's
     `vocab_parallel_cross_entropy`). With pp > 1 they sit on different stages: the last one's count.
+    ddp_lab.plan.reference issues exactly these (13 all-reduces per step for 2 layers with tp = 2).
+
+    Introduced in notebooks/13-plan-your-training-run.ipynb.
     """
     if strategy.tp == 1:
         return 0.0

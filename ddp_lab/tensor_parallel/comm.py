@@ -6,7 +6,7 @@ Introduced in notebooks/08-tensor-parallelism.ipynb.
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator, NamedTuple
+from typing import Callable, Iterator, NamedTuple
 
 # Collectives whose first argument is the tensor the rank contributes (and receives in place).
 IN_PLACE = ("all_reduce", "broadcast")
@@ -46,7 +46,6 @@ def count_collectives(names: tuple[str, ...] = ("all_reduce",)) -> Iterator[list
 
     Introduced in notebooks/08-tensor-parallelism.ipynb.
     """
-    import torch.distributed as dist
     import torch.distributed.distributed_c10d as c10d
 
     unknown = [name for name in names if not hasattr(c10d, name)]
@@ -54,21 +53,59 @@ def count_collectives(names: tuple[str, ...] = ("all_reduce",)) -> Iterator[list
         raise ValueError(f"count_collectives: torch.distributed has no collective named {unknown}; "
                          f"pass names such as {IN_PLACE}.")
     calls: list[CollectiveCall] = []
-    saved = {name: (getattr(dist, name), getattr(c10d, name)) for name in names}
 
-    def recording(name, original):
-        def wrapper(tensor, *args, **kwargs):
-            calls.append(CollectiveCall(name, tuple(tensor.shape), tensor.numel(),
-                                        tensor.numel() * tensor.element_size()))
-            return original(tensor, *args, **kwargs)
-        return wrapper
+    def record(name, tensor):
+        calls.append(CollectiveCall(name, tuple(tensor.shape), tensor.numel(), tensor.numel() * tensor.element_size()))
 
-    for name, (public, defined) in saved.items():
-        setattr(dist, name, recording(name, public))
-        setattr(c10d, name, recording(name, defined))
-    try:
+    with watching_collectives({name: (0, "tensor") for name in names}, record):
         yield calls
+
+
+@contextlib.contextmanager
+def watching_collectives(arguments: dict[str, tuple[int, str]], on_call: Callable) -> Iterator[None]:
+    """Inside a rank: call `on_call(name, sent)` before each of the named collectives runs.
+
+    Wraps `dist.<name>` and its definition in `torch.distributed.distributed_c10d` (module
+    attributes, so code that calls `dist.all_reduce(...)` is seen, autograd Functions and comm
+    hooks included) and puts the originals back when the block ends. Names this torch lacks are
+    skipped (`all_gather_single` exists only from torch 2.13).
+
+    Args:
+        arguments: {collective name: (position, keyword)} of the argument that holds what this
+            rank sends (a tensor, or a list of tensors for the list forms).
+        on_call: called with the collective's name and that argument; calls without it are not passed on.
+
+    Example:
+        >>> seen = []
+        >>> with watching_collectives({"all_reduce": (0, "tensor")}, lambda name, t: seen.append(name)):
+        ...     dist.all_reduce(torch.ones(3))                # inside a launched rank
+        >>> seen
+        ['all_reduce']
+
+    Introduced in notebooks/08-tensor-parallelism.ipynb (under `count_collectives`); lesson 11's
+    `ddp_lab.performance.comm_hooks.ByteCounter` watches DDP comm hooks with it.
+    """
+    import torch.distributed as dist
+    import torch.distributed.distributed_c10d as c10d
+
+    def watched(name, position, keyword, original):
+        def call(*args, **kwargs):
+            sent = args[position] if len(args) > position else kwargs.get(keyword)
+            if sent is not None:
+                on_call(name, sent)
+            return original(*args, **kwargs)
+        call.__name__ = name
+        return call
+
+    saved = {}
+    for name, (position, keyword) in arguments.items():
+        if getattr(c10d, name, None) is None:
+            continue
+        for module in (dist, c10d):
+            saved[module, name] = getattr(module, name)
+            setattr(module, name, watched(name, position, keyword, saved[module, name]))
+    try:
+        yield
     finally:
-        for name, (public, defined) in saved.items():
-            setattr(dist, name, public)
-            setattr(c10d, name, defined)
+        for (module, name), original in saved.items():
+            setattr(module, name, original)
