@@ -29,18 +29,13 @@ Introduced in notebooks/13-plan-your-training-run.ipynb.
 from __future__ import annotations
 
 import time
+from statistics import median
 
 # Message sizes in fp32 values: 4 B ... 4 MB (a small model's gradient bucket is ~1-25 MB).
 COUNTS = (1, 256, 16_384, 131_072, 1_048_576)
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "send")
 # Matmul shapes (m, k, n) like a small transformer's: (tokens, hidden) @ (hidden, 4 * hidden), ...
 MATMUL_SHAPES = ((1024, 256, 1024), (1024, 1024, 256), (512, 512, 512))
-
-
-def _median(values):
-    ordered = sorted(values)
-    middle = len(ordered) // 2
-    return ordered[middle] if len(ordered) % 2 else 0.5 * (ordered[middle - 1] + ordered[middle])
 
 
 def matmul_rate(dtype, seconds: float = 0.3) -> float:
@@ -61,8 +56,8 @@ def matmul_rate(dtype, seconds: float = 0.3) -> float:
             start = time.perf_counter()
             a @ b
             rounds.append(time.perf_counter() - start)
-        rates.append(2 * m * k * n / _median(rounds))
-    return _median(rates)
+        rates.append(2 * m * k * n / median(rounds))
+    return median(rates)
 
 
 # The one calibrated constant of `Cluster.this_machine()`: a transformer training step does more
@@ -111,7 +106,7 @@ class TransformerStepProbe:
 
     def rate(self, steps: int = 3) -> float:
         """FLOP/s: the planner's FLOPs of one step over the median of `steps` timed steps."""
-        return self.flops / _median([self.step() for _ in range(steps)])
+        return self.flops / median([self.step() for _ in range(steps)])
 
 
 # The compute each timed collective follows, in FLOPs of a (512 x 256) @ (256 x 512) matmul
@@ -121,7 +116,7 @@ SEGMENT_FLOPS = 5e8
 SEGMENTS_PER_ROUND = 4
 
 
-def _time_collectives(rank: int, world_size: int, counts, repeats: int, group=None) -> dict:
+def _time_collectives(counts, repeats: int, group=None) -> dict:
     """Seconds each collective adds to a training step, per size: every rank's timed rounds.
 
     A step issues a collective right after computing, without a barrier: the ranks arrive at
@@ -144,8 +139,7 @@ def _time_collectives(rank: int, world_size: int, counts, repeats: int, group=No
 
     from ddp_lab.sharding.collectives import all_gather, reduce_scatter
 
-    if group is not None:
-        rank, world_size = dist.get_rank(group), dist.get_world_size(group)
+    rank, world_size = dist.get_rank(group), dist.get_world_size(group)
     samples = {(name, n): [] for name in COLLECTIVES for n in counts}
     alone = []
     buffers = {n: (torch.ones(n), torch.empty(n * world_size), torch.ones(n * world_size)) for n in counts}
@@ -204,8 +198,8 @@ def _in_step_seconds(with_collective, without, name: str) -> float:
     load from another program in one round does not set it); the difference over the segments
     of a round (a send is half a ping-pong).
     """
-    slowest_with = _median([max(rounds) for rounds in zip(*with_collective)])
-    slowest_without = _median([max(rounds) for rounds in zip(*without)])
+    slowest_with = median([max(rounds) for rounds in zip(*with_collective)])
+    slowest_without = median([max(rounds) for rounds in zip(*without)])
     return max(0.0, slowest_with - slowest_without) / SEGMENTS_PER_ROUND / (2 if name == "send" else 1)
 
 
@@ -219,12 +213,11 @@ def _calibration_rank(rank: int, counts, repeats: int, dtypes, group_size: int) 
     dist.barrier()
     step_rate = TransformerStepProbe().rate(steps=3)
     group = None
-    if group_size < world_size:   # consecutive ranks, as a tp group of lesson 10's mesh
-        for first in range(0, world_size, group_size):   # every rank creates every group
-            made = dist.new_group(list(range(first, first + group_size)))
-            if first <= rank < first + group_size:
-                group = made
-    times = _time_collectives(rank, world_size, counts, repeats, group) if group_size > 1 else {}
+    if group_size < world_size:   # consecutive ranks, as the tp groups of the runs (Megatron order)
+        from ddp_lab.plan.measure import megatron_groups
+
+        _, group = megatron_groups(rank, world_size // group_size, group_size)
+    times = _time_collectives(counts, repeats, group) if group_size > 1 else {}
     return {"flops": rates, "step_rate": step_rate, "times": times, "threads": torch.get_num_threads()}
 
 
@@ -291,8 +284,8 @@ def measure_this_machine(ranks: int = 2, repeats: int = 5, counts=COUNTS, timeou
     dtypes = {"fp32": "float32", "bf16": "bfloat16"}
     results = ddp_lab.launch(_calibration_rank, args=(tuple(counts), repeats, dtypes, group), nprocs=ranks,
                              backend="gloo", timeout=timeout)
-    flops = {name: _median([r["flops"][name] for r in results]) for name in dtypes}
-    step_rate = _median([r["step_rate"] for r in results])
+    flops = {name: median([r["flops"][name] for r in results]) for name in dtypes}
+    step_rate = median([r["step_rate"] for r in results])
     machine = {"ranks": ranks, "group": group, "threads": results[0]["threads"], "cores": cpu_cores(),
                "matmul_flops": flops, "matmul_efficiency": step_rate / flops["fp32"],
                "collectives": {}, "samples": {}}

@@ -18,6 +18,7 @@ from __future__ import annotations
 import time
 import weakref
 from dataclasses import dataclass, field
+from statistics import median_high
 
 import torch
 import torch.distributed as dist
@@ -61,8 +62,7 @@ class Measured:
     @property
     def step_time(self) -> float:
         """Median of the timed steps."""
-        ordered = sorted(self.step_times)
-        return ordered[len(ordered) // 2]
+        return median_high(self.step_times)
 
 
 # ---- counting saved activations --------------------------------------------------------------
@@ -200,8 +200,14 @@ class FlatZero:
 
 
 # ---- one rank ------------------------------------------------------------------------------
-def _groups(rank: int, dp: int, tp: int):
-    """Megatron order, tp fastest: this rank's (dp group, tp group); None for a size-1 axis."""
+def megatron_groups(rank: int, dp: int, tp: int):
+    """Megatron order, tp fastest: this rank's (dp group, tp group); None for a size-1 axis.
+
+    Every rank must call it (each creates every group, in the same order). The calibration
+    (`calibrate.measure_this_machine(ranks, group=)`) times its collectives in the same tp groups.
+
+    Introduced in notebooks/13-plan-your-training-run.ipynb.
+    """
     dp_group = tp_group = None
     for d in range(dp):   # every rank creates every group, in the same order
         ranks = list(range(d * tp, (d + 1) * tp))
@@ -232,7 +238,7 @@ def _trainer(rank: int, config: Config):
     kind = config.kind
     if kind == "pp":
         return _pipeline_trainer(rank, config)
-    dp_group, tp_group = _groups(rank, s.dp, s.tp)
+    dp_group, tp_group = megatron_groups(rank, s.dp, s.tp)
     net = build(config.model, tp_group=tp_group).train()
     ids, target = _batch(config, rank // s.tp, s.micro_batch)
     if kind in ("fsdp2", "fsdp2_layers"):
@@ -359,7 +365,6 @@ def run(config: Config, steps: int = 5, warmup: int = 0, probe_seconds: float = 
     results = ddp_lab.launch(_rank_main, args=(config, steps, warmup, probe_seconds), nprocs=config.ranks,
                              backend="gloo", timeout=timeout)
     slowest = [max(r["times"][i] for r in results) for i in range(steps)]
-    matmul = sorted(rate for r in results for rate, _ in r["rates"])
-    steps_ = sorted(rate for r in results for _, rate in r["rates"])
     return Measured(config, [r["states"] for r in results], [r["activations"] for r in results], slowest,
-                    matmul[len(matmul) // 2], steps_[len(steps_) // 2])
+                    median_high(rate for r in results for rate, _ in r["rates"]),
+                    median_high(rate for r in results for _, rate in r["rates"]))
