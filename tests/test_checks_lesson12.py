@@ -62,9 +62,9 @@ def _load(path, model, optimizer) -> int:
 
 
 def _restartable(rank, directory, total_steps, step_fn, keep=("model", "optimizer", "rng"), resume=True,
-                 restore_epoch=True):
+                 restore_epoch=True, shared=False):
     model, optimizer, sampler = _setup(rank)
-    path = os.path.join(directory, f"rank-{rank}.pt")
+    path = os.path.join(directory, "checkpoint.pt" if shared else f"rank-{rank}.pt")
     step = _load(path, model, optimizer) if resume and os.path.exists(path) else 0
     per_epoch = math.ceil(len(sampler) / BATCH)
     while step < total_steps:
@@ -75,7 +75,8 @@ def _restartable(rank, directory, total_steps, step_fn, keep=("model", "optimize
                 break
             step_fn(step, model, optimizer, X[batch], Y[batch])
             step += 1
-            _save(path, model, optimizer, step, keep)
+            if not shared or rank == 0:
+                _save(path, model, optimizer, step, keep)
             dist.barrier()
         restore_epoch = True  # the mistake below only concerns the epoch the run resumes in
 
@@ -106,20 +107,7 @@ def restarts_the_epoch_from_zero(rank, directory, total_steps, step_fn):
 
 def rank_zero_saves_for_everyone(rank, directory, total_steps, step_fn):
     """Lesson 05's pattern, one file written by rank 0: but the RNG state in it is rank 0's."""
-    model, optimizer, sampler = _setup(rank)
-    path = os.path.join(directory, "checkpoint.pt")
-    step = _load(path, model, optimizer) if os.path.exists(path) else 0
-    while step < total_steps:
-        epoch, position = divmod(step, 3)
-        sampler.set_epoch(epoch)
-        for batch in torch.tensor(list(sampler)).split(BATCH)[position:]:
-            if step == total_steps:
-                break
-            step_fn(step, model, optimizer, X[batch], Y[batch])
-            step += 1
-            if rank == 0:
-                _save(path, model, optimizer, step)
-            dist.barrier()
+    _restartable(rank, directory, total_steps, step_fn, shared=True)
 
 
 def test_accepts_a_restartable_training_function(capsys):

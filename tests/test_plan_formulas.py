@@ -14,6 +14,9 @@ from ddp_lab.plan import (Cluster, Group, Strategy, Transformer, check, collecti
                           step_flops, step_time)
 
 
+TINY = Transformer("tiny", 2, 64, 4, vocab=128, seq_len=32)   # a frozen dataclass: shared by the tests
+
+
 # Published parameter counts (Hugging Face model cards / configs; Narayanan et al. 2021 Table 1).
 @pytest.mark.parametrize("name, published", [
     ("gpt2-small", 124_439_808), ("llama2-7b", 6_738_415_616),
@@ -78,7 +81,7 @@ def test_fitted_collectives_are_used():
     assert collective_time("all_reduce", 4e6, cluster, Group(2)) == pytest.approx(3e-4 + 6e-10 * 4e6)
     assert collective_time("all_gather", 4e6, cluster, Group(2)) == pytest.approx(2e-4 + 4e-10 * 4e6)
     assert collective_time("send", 4e6, cluster, Group(2)) == pytest.approx(9e-5 + 3e-10 * 4e6)
-    model = Transformer("tiny", 2, 64, 4, vocab=128, seq_len=32)
+    model = TINY
     time = step_time(model, cluster, Strategy(dp=2, precision="fp32"))
     grads = 4 * model.parameters()   # fp32 gradients, all-reduced and not overlapped on CPU ranks
     assert time.dp_comm_exposed == pytest.approx(3e-4 + 6e-10 * grads)
@@ -96,7 +99,7 @@ def test_tp_counts_every_all_reduce_megatron_issues():
     """Per micro-batch: 4 per layer (f, g), 1 after the vocab-parallel embedding, 1 for the head's
     input gradient and 3 in the vocab-parallel cross-entropy: 13 for 2 layers, as
     ddp_lab.plan.reference issues them. With pp = 2 the last stage: 4 per layer + 1 + 3."""
-    model = Transformer("tiny", 2, 64, 4, vocab=128, seq_len=32)
+    model = TINY
     cluster = _latency_only_machine()
     assert step_time(model, cluster, Strategy(tp=2, precision="fp32")).tp_comm == pytest.approx(13e-3)
     assert step_time(model, cluster, Strategy(tp=2, grad_accum=3, precision="fp32")).tp_comm == pytest.approx(39e-3)
@@ -107,7 +110,7 @@ def test_tp_counts_every_all_reduce_megatron_issues():
 
 def test_zero3_gathers_and_scatters_each_fsdp_unit():
     """fsdp_unit="layer": 2 all-gathers + 1 reduce-scatter per layer and per root unit; "model": 3 in all."""
-    model = Transformer("tiny", 2, 64, 4, vocab=128, seq_len=32)
+    model = TINY
     cluster = _latency_only_machine()
     per_layer = step_time(model, cluster, Strategy(dp=2, zero=3, precision="fp32"))
     whole = step_time(model, cluster, Strategy(dp=2, zero=3, precision="fp32", fsdp_unit="model"))
@@ -138,7 +141,7 @@ def test_tp_ranks_repeat_the_elementwise_work_around_the_parallel_matmuls():
 
 def test_no_bubble_when_cpu_ranks_share_fewer_cores():
     """Two pipeline stages on one core: a stage that waits leaves the core to the other."""
-    model = Transformer("tiny", 2, 64, 4, vocab=128, seq_len=32)
+    model = TINY
     strategy = Strategy(pp=2, grad_accum=4, precision="fp32")
     assert step_time(model, _latency_only_machine(cores=2), strategy).bubble > 0
     assert step_time(model, _latency_only_machine(cores=1), strategy).bubble == 0

@@ -1,7 +1,8 @@
 """Real torchrun runs of exported notebook-style functions, the two-node rendezvous, the SLURM template.
 
 Each torchrun start costs a few seconds (an agent, then fresh interpreters importing torch),
-so there are three: a standalone run, a two-node run (two agents) and a failing run.
+so there are four: a standalone run, a two-node run (two agents), a failing run and a run
+restarted after a crash.
 
 The jobs ask for gloo: their functions use CPU tensors. `auto` would pick NCCL on a machine
 with a GPU per local rank, as `ddp_lab.launch` does (tests/gpu runs that), and the two
