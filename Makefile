@@ -7,6 +7,19 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 PORT   ?= 8888
+# Tests run in two phases: JOBS pytest-xdist workers share everything that does not time this
+# machine (conftest.py keeps each notebook and each test module whole on one worker, long ones
+# first), then what is marked measures_time (the planner's calibration and step times: lesson 13
+# and tests/test_plan_measured.py) runs alone, so other tests' load cannot skew what it measures.
+# JOBS=auto (default): a worker per usable core; JOBS=N: N workers; JOBS=0: the first phase serially in
+# one process too (for debugging: one test at a time, in collection order).
+JOBS   ?= auto
+PYTEST := $(BIN)/python -m pytest -p no:cacheprovider
+XDIST  := $(if $(filter 0,$(JOBS)),-p no:xdist,-n $(JOBS) --dist loadscope --no-loadscope-reorder)
+# $(call two_phases,ARGS): both phases over ARGS; a phase that selects nothing (exit 5) is fine.
+# The second phase runs even when the first failed; the result fails if either did.
+two_phases = ( $(PYTEST) $(XDIST) -m "not measures_time" $(1); first=$$?; \
+	{ $(PYTEST) -p no:xdist -m measures_time $(1) || test $$? -eq 5; } && exit $$first )
 NBVAL  := --nbval --nbval-current-env --nbval-sanitize-with tests/sanitize.cfg --nbval-cell-timeout=180
 
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
@@ -36,13 +49,13 @@ browser:
 	else echo "note: no /usr/bin/chromium and no root apt-get: the browser test will be skipped (it fails in CI)"; fi
 
 test: setup browser
-	$(BIN)/python -m pytest -p no:cacheprovider --durations=25 $(NBVAL) tests notebooks solutions
+	$(call two_phases,--durations=25 $(NBVAL) tests notebooks solutions)
 
 unit: setup
-	$(BIN)/python -m pytest -p no:cacheprovider tests
+	$(call two_phases,tests)
 
 nbval: setup
-	$(BIN)/python -m pytest -p no:cacheprovider $(NBVAL) notebooks solutions
+	$(call two_phases,$(NBVAL) notebooks solutions)
 
 # nbval RUNS times in a row (default 3), stopping at the first failure: stored outputs must match
 # on every run, not by luck. `taskset -c 0 make nbval-repeat RUNS=1` checks a 1-core machine.
@@ -50,7 +63,7 @@ RUNS ?= 3
 nbval-repeat: setup
 	@for run in $$(seq 1 $(RUNS)); do \
 		echo "== nbval run $$run of $(RUNS)"; \
-		$(BIN)/python -m pytest -p no:cacheprovider -q $(NBVAL) notebooks solutions || exit 1; \
+		$(call two_phases,-q $(NBVAL) notebooks solutions) || exit 1; \
 	done
 
 # On a GPU machine: the GPU suite, and artifacts/gpu-report.md for the README's Hardware section.

@@ -10,7 +10,9 @@ For every solutions/NN-name.ipynb:
 - every cell that fails there is tagged `raises-exception`, so JupyterLab's Run All goes on
   to the end, and a CheckFailed shows as its message only (no frames of ddp_lab's checks);
 - a stub's hint is wrapped to fit the editor, and the checks still read it back whole;
-- every exercise's intro says how to work through it, `ddp_lab grade` included.
+- every exercise's intro says how to work through it, `ddp_lab grade` included;
+- `ddp_lab grade` reads every check of that executed exercise as "not attempted" (the same
+  execution: tests/test_grade.py runs the command itself on one exercise only).
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from pathlib import Path
 import nbformat
 import pytest
 from nbclient import NotebookClient
+
+from ddp_lab.checks import grade
 
 ROOT = Path(__file__).resolve().parent.parent
 SOLUTIONS = sorted((ROOT / "solutions").glob("[0-9][0-9]-*.ipynb"))
@@ -115,6 +119,9 @@ def test_every_check_fails_on_the_generated_exercise(solution):
                 f"{where}the notebook shows a traceback instead of the check's message:\n{shown}")
             assert errors[0].evalue.splitlines()[0] in shown.replace("\n", " ")
     assert checks, f"{solution.name} has no cell tagged 'check'"
+    rows = grade.executed_rows(exercise, solution.stem)
+    assert len(rows) == checks and all(row.result == grade.NOT_ATTEMPTED for row in rows), (
+        f"{solution.name}: grade must read every check of the unsolved exercise as not attempted: {rows}")
 
 
 @pytest.mark.parametrize("solution", SOLUTIONS, ids=names)

@@ -47,6 +47,15 @@ def grade_notebook(path: Path, timeout: int = CELL_TIMEOUT_S) -> list[Row]:
     notebook = nbformat.read(path, as_version=4)
     NotebookClient(notebook, timeout=timeout, kernel_name="python3", allow_errors=True,
                    resources={"metadata": {"path": str(path.parent.resolve())}}).execute()
+    return executed_rows(notebook, path.stem)
+
+
+def executed_rows(notebook, name: str) -> list[Row]:
+    """The rows of an exercise notebook already executed top to bottom (errors allowed).
+
+    `grade_notebook` calls it after executing; tests/test_exercises.py calls it on the
+    generated exercises it executes anyway, so every exercise is graded without a second run.
+    """
     rows, exercise, answer_error = [], "", ""
     for cell in notebook.cells:
         if cell.cell_type == "markdown":
@@ -54,7 +63,7 @@ def grade_notebook(path: Path, timeout: int = CELL_TIMEOUT_S) -> list[Row]:
             if heading:
                 exercise, answer_error = heading.group(1).strip(), ""
         elif "check" in cell.metadata.get("tags", []):
-            rows.append(_row(path.stem, exercise or f"check {len(rows) + 1}", cell, answer_error))
+            rows.append(_row(name, exercise or f"check {len(rows) + 1}", cell, answer_error))
         elif cell.cell_type == "code":
             answer_error = _error_line(cell) or answer_error
     return rows

@@ -1,0 +1,67 @@
+"""How `make test` shares the suite among pytest-xdist workers (issue 23).
+
+A third of the suite waits (kernels and ranks starting, rendezvous, deadlock timeouts), so the
+Makefile runs it on JOBS workers with `--dist loadscope --no-loadscope-reorder`:
+
+- loadscope keeps a scope on one worker: a notebook's cells run in order in one kernel (nbval's
+  documentation asks for loadscope), and a test module's tests share its module-scoped
+  fixtures (a live cluster, a set of trainings), built once;
+- scopes go to workers in the order collected; this hook puts modules with tests marked `slow`
+  first, then the other test modules (up to a minute each), then the notebooks (2-25 s each),
+  each kind in collection order, so short units fill the end instead of one long module
+  running alone after everything else.
+
+(`--dist loadgroup`, which could spread single tests, cannot be used: pytest-xdist 3.8 names a
+group by rewriting `item._nodeid`, which pytest 9 no longer reads.)
+
+`make test` uses `-n auto`, one worker per core this process may use (ddp_lab's own count:
+affinity and cgroup quota, which `taskset -c 0` and `docker --cpus` shrink; xdist's default
+counts the host's cores). On 2 cores a third worker was slower (8 min 20 s against 7 min 26 s
+for the parallel phase: the machine was 97 % busy and every rank waited for a core).
+`make test JOBS=0` runs everything serially in one process, in collection order (for debugging).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+# Notebooks whose asserts time this machine against a model of it (lesson 13 calibrates the
+# machine and asserts predicted step times within 30 % of measured ones): marked measures_time,
+# which the Makefile runs alone after the parallel phase. Tests mark themselves in their module.
+NOTEBOOKS_THAT_MEASURE_TIME = {"notebooks/13-plan-your-training-run.ipynb"}
+
+
+@pytest.hookimpl(optionalhook=True)   # JOBS=0 runs with -p no:xdist, which defines no such hook
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """`-n auto`: as many workers as this process has cores (see the module docstring)."""
+    from ddp_lab.hardware.machine import cpu_cores   # lazy: only xdist's controller needs it
+
+    return cpu_cores()
+
+
+def _scope(item: pytest.Item) -> str:
+    """The unit loadscope keeps on one worker (pytest-xdist's LoadScopeScheduling._split_scope)."""
+    return item.nodeid.rsplit("::", 1)[0]
+
+
+def _start_order(item: pytest.Item) -> int:
+    """0: tests marked slow; 1: every other test; 2: notebooks (nbval: 2-25 s each, a short tail)."""
+    if item.get_closest_marker("slow"):
+        return 0
+    return 2 if item.path.suffix == ".ipynb" else 1
+
+
+def pytest_itemcollected(item: pytest.Item) -> None:
+    """Mark the cells of a notebook that times this machine (before -m selects by marker)."""
+    if item.path.suffix == ".ipynb" and \
+            item.path.relative_to(item.config.rootpath).as_posix() in NOTEBOOKS_THAT_MEASURE_TIME:
+        item.add_marker(pytest.mark.measures_time)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not getattr(config, "workerinput", None):   # only under xdist; a serial run keeps its order
+        return
+    order: dict[str, int] = {}
+    for item in items:   # a scope starts as early as its earliest item would
+        order[_scope(item)] = min(order.get(_scope(item), 2), _start_order(item))
+    items.sort(key=lambda item: order[_scope(item)])   # stable: a scope's items keep their order
