@@ -87,7 +87,10 @@ def test_step_time_within_30_percent(rows):
 def test_calibration_fits_its_own_timings(calibrations, rows):   # rows: validate() fills calibrations
     """Each collective's alpha-beta line passes within 50 % (or 1 ms, for what a collective adds
     to a step is a difference of noisy rounds) of the median of its timed sizes, and a 4-8 MB
-    all-reduce, all-gather or reduce-scatter costs more than a 4-byte one (bytes take time)."""
+    all-reduce, all-gather or reduce-scatter costs more than the median of its smaller sizes
+    (bytes take time). Against the 4-byte size alone it failed once on a quiet machine: that one
+    difference of rounds came out 5.2 ms, above 1 KB's 1.4 ms and 4 MB's 4.9 ms; one noisy point
+    is what the median is for, and sizes that cost the same still fail."""
     assert set(calibrations) == {(2, 2), (4, 2)}
     for key, machine in calibrations.items():
         for name, fit in machine["collectives"].items():
@@ -95,7 +98,8 @@ def test_calibration_fits_its_own_timings(calibrations, rows):   # rows: validat
             misses = [abs(fit["alpha"] + fit["beta"] * n - t) / max(t, 1e-3) for n, t in samples]
             assert fit["alpha"] >= 0 and fit["beta"] >= 0
             assert statistics.median(misses) < 0.5, (key, name, fit, samples)
-            assert name == "send" or samples[-1][1] > samples[0][1], (key, name, samples)
+            smaller = statistics.median(t for _, t in samples[:-1])
+            assert name == "send" or samples[-1][1] > smaller, (key, name, samples)
         assert 0 < machine["matmul_efficiency"] <= 1.5, machine
 
 
