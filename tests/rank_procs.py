@@ -82,13 +82,6 @@ def _describe(process: psutil.Process) -> str:
 EXIT_GRACE_S = 5.0
 
 
-def _running(process: psutil.Process) -> bool:
-    try:
-        return process.status() != psutil.STATUS_ZOMBIE
-    except _GONE:
-        return False
-
-
 def assert_no_ranks_left(launcher_pids: set[int] | None = None) -> None:
     """Fail, naming them, if any rank process of these launchers survived.
 
@@ -97,8 +90,8 @@ def assert_no_ranks_left(launcher_pids: set[int] | None = None) -> None:
     exited was found mid-exit (its command line already empty) and failed the test once. A rank
     that leaked outlives any grace.
     """
-    _, alive = psutil.wait_procs(rank_processes(launcher_pids), timeout=EXIT_GRACE_S)
-    left = [_describe(p) for p in alive if _running(p)]
+    psutil.wait_procs(rank_processes(launcher_pids), timeout=EXIT_GRACE_S)
+    left = [_describe(p) for p in rank_processes(launcher_pids)]   # live ones: zombies and gone left out
     assert not left, "rank processes survived the launch:\n" + "\n".join(left)
 
 

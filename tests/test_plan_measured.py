@@ -16,6 +16,7 @@ train four configurations and calibrate this machine twice, (2, 2) and (4, 2).
 """
 
 import ast
+import functools
 import json
 import re
 import statistics
@@ -36,7 +37,8 @@ def calibrations():
 LESSON_13 = Path(__file__).resolve().parents[1] / "notebooks" / "13-plan-your-training-run.ipynb"
 
 
-def lesson_13_kinds() -> set[str]:
+@functools.cache   # read the notebook once
+def lesson_13_kinds() -> frozenset[str]:
     """The configuration kinds lesson 13's validation cell trains (its `c.kind in (...)` filter)."""
     cells = ["".join(cell["source"]) for cell in json.loads(LESSON_13.read_text())["cells"]
              if cell["cell_type"] == "code"]
@@ -44,7 +46,7 @@ def lesson_13_kinds() -> set[str]:
     assert len(validating) == 1, "lesson 13 should pick its validation configurations in one cell"
     picked = re.search(r"c\.kind in (\([^)]*\))", validating[0])
     assert picked, "lesson 13's validation cell no longer filters `c.kind in (...)`: update this test"
-    return set(ast.literal_eval(picked.group(1)))
+    return frozenset(ast.literal_eval(picked.group(1)))
 
 
 @pytest.fixture(scope="module")
