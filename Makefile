@@ -9,8 +9,8 @@ STAMP  := $(VENV)/.installed
 PORT   ?= 8888
 # Tests run in two phases: JOBS pytest-xdist workers share everything that does not time this
 # machine (conftest.py keeps each notebook and each test module whole on one worker, long ones
-# first), then what is marked measures_time (the planner's calibration and step times: lesson 13
-# and tests/test_plan_measured.py) runs alone, so other tests' load cannot skew what it measures.
+# first), then what is marked measures_time (timings asserted against a model of this machine:
+# lessons 02, 11 and 13, tests/test_plan_measured.py) runs alone, so other tests' load cannot skew them.
 # JOBS=auto (default): a worker per usable core; JOBS=N: N workers; JOBS=0: the first phase serially in
 # one process too (for debugging: one test at a time, in collection order).
 JOBS   ?= auto
