@@ -16,12 +16,11 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import pickle
 import queue
 import sys
 import tempfile
 import time
-
-import cloudpickle
 
 from ddp_lab.cluster import rank_loop as cluster_rank
 from ddp_lab.launcher.backend import choose_backend
@@ -36,6 +35,7 @@ from ddp_lab.launcher.reports import build_error, raised_failure, read_stacks, t
 from ddp_lab.launcher.results import Results
 from ddp_lab.launcher.supervisor import POLL_S, Supervisor
 
+PG_TIMEOUT_S = 1800.0  # the ranks' process-group timeout (torch's default for gloo); the watchdog acts first
 AFTER_FAILURE_S = 5.0  # once a rank failed, how long the others get before they count as stuck
 RESTART = "run the cell again (or ddp_lab.Cluster(...)) to start a fresh one."
 FRESH_START = f"The cluster was shut down; {RESTART}"
@@ -82,8 +82,10 @@ class Cluster:
     # -- lifecycle -----------------------------------------------------------------------
     def _start(self, threads: int | None, env: dict) -> None:
         self._workdir = self._resources.enter_context(tempfile.TemporaryDirectory(prefix="ddp_lab-cluster-"))
-        store_env = self._resources.enter_context(loopback_store(self.nprocs, 1800.0))
-        payload = build_payload(cluster_rank.serve, (), self.backend, threads_per_rank(self.nprocs, threads), 1800.0)
+        store_env = self._resources.enter_context(loopback_store(self.nprocs, PG_TIMEOUT_S))
+        payload = build_payload(cluster_rank.serve, (), self.backend, threads_per_rank(self.nprocs, threads),
+                                PG_TIMEOUT_S)
+        payload["argv"] = [cluster_rank.CELL_MODULE]   # a cell's sys.argv, as __main__'s in a script
         self._supervisor = Supervisor(self.nprocs)
         start_ranks(self._supervisor, payload, self._workdir, {**store_env, **env})
         deadline = time.monotonic() + 120.0 + (self.timeout or 0)
@@ -167,11 +169,25 @@ class Cluster:
             print(f"ddp_lab: interrupted. {FRESH_START}", file=sys.stderr)
             raise
         self._print_new(starts, show)
+        lost = sorted(rank for rank, reply in replies.items() if reply.get("group") is False)
+        if lost and not self._closed:
+            self._regroup(lost)
         if problem is not None:
             raise problem from None
-        return Results([cloudpickle.loads(replies[r]["value"]) for r in range(self.nprocs)],
+        return Results([pickle.loads(replies[r]["value"]) for r in range(self.nprocs)],
                        [RankOutput(r, o.lines[starts[r]:]).text() for r, o in enumerate(self._supervisor.outputs)],
                        self.backend, [])
+
+    def _regroup(self, lost: list[int]) -> None:
+        """After a cell destroyed the default process group on `lost` ranks: a fresh one on every rank."""
+        __tracebackhide__ = True
+        who = "every rank" if len(lost) == self.nprocs else f"rank(s) {', '.join(map(str, lost))}"
+        self._command({"kind": "regroup", "backend": self.backend, "pg_timeout": PG_TIMEOUT_S},
+                      next(self._ids), self.timeout, show=[])
+        print(f"ddp_lab: this cell destroyed the default process group on {who} "
+              "(dist.destroy_process_group()); the cluster made a fresh one on every rank for the next "
+              "cell. Objects built on the old group (a DDP or FSDP model, subgroups) must be built again.",
+              file=sys.stderr)
 
     def _collect(self, command_id: int, timeout: float | None) -> tuple[dict, LaunchError | None]:
         replies: dict[int, dict] = {}

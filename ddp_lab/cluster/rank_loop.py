@@ -13,22 +13,50 @@ from __future__ import annotations
 import ast
 import linecache
 import os
+import sys
+import types
 
 import cloudpickle
 
 from ddp_lab.launcher.channel import receive_message, send_message
+from ddp_lab.launcher.payload import dumps
 from ddp_lab.launcher.worker import OUTPUT_MARK, control_channel, exception_report, flush_all_output
 
 
+CELL_MODULE = "__ddp__"  # the module a %%ddp cell runs in, as a notebook cell runs in __main__
+
+
 def _run_source(source: str, filename: str, namespace: dict):
-    """exec a cell like IPython does: the value of a final expression is returned."""
+    """exec a cell like IPython does: the value of a final expression is returned.
+
+    Compiled with `dont_inherit=True`: this module's `from __future__ import annotations` must
+    not turn the cell's annotations into strings (a `@dataclass` in a cell would then look its
+    field types up in a module it cannot find).
+    """
     linecache.cache[filename] = (len(source), None, source.splitlines(keepends=True), filename)
     tree = ast.parse(source, filename)
     last = tree.body.pop() if tree.body and isinstance(tree.body[-1], ast.Expr) else None
-    exec(compile(tree, filename, "exec"), namespace)
+    exec(compile(tree, filename, "exec", dont_inherit=True), namespace)
     if last is None:
         return None
-    return eval(compile(ast.Expression(last.value), filename, "eval"), namespace)
+    return eval(compile(ast.Expression(last.value), filename, "eval", dont_inherit=True), namespace)
+
+
+def cell_namespace(rank: int, world_size: int) -> dict:
+    """The namespace every %%ddp cell of this rank runs in: a real module, `__ddp__`, in sys.modules.
+
+    Registered in sys.modules so that what looks a class up by its module works there
+    (`dataclasses`, `typing.get_type_hints`, pickle); pickled by value (cloudpickle), as
+    `__main__` is, so a cell's classes and their instances travel back to the notebook.
+    """
+    import torch
+    import torch.distributed as dist
+
+    module = types.ModuleType(CELL_MODULE)
+    sys.modules[CELL_MODULE] = module
+    cloudpickle.register_pickle_by_value(module)
+    module.__dict__.update(rank=rank, world_size=world_size, torch=torch, dist=dist)
+    return module.__dict__
 
 
 def _execute(rank: int, command: dict, namespace: dict):
@@ -38,11 +66,34 @@ def _execute(rank: int, command: dict, namespace: dict):
     if kind == "call":
         fn, args = cloudpickle.loads(command["fn"]), cloudpickle.loads(command["args"])
         return fn(rank, *args)
+    if kind == "regroup":
+        return _regroup(rank, command)
     if kind == "pull":
         if command["name"] not in namespace:
             raise NameError(f"name {command['name']!r} is not defined on rank {rank}")
         return namespace[command["name"]]
     raise ValueError(f"unknown command {kind!r}")
+
+
+def _regroup(rank: int, command: dict) -> None:
+    """Give this rank a fresh default process group, on every rank at once (the "regroup" command).
+
+    Sent by the notebook after a cell destroyed the default group on some rank (how most
+    scripts end: `dist.destroy_process_group()`), so the next cell has one again. A group still
+    alive here is destroyed first: every rank must join the same new one. The keys go under a
+    prefix of their own on the launcher's store, away from the first group's.
+    """
+    import datetime
+
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    timeout = datetime.timedelta(seconds=command["pg_timeout"])
+    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
+                          timeout=timeout)
+    dist.init_process_group(command["backend"], store=dist.PrefixStore(f"ddp_lab/regroup/{command['id']}", store),
+                            rank=rank, world_size=int(os.environ["WORLD_SIZE"]), timeout=timeout)
 
 
 def _mark_end(command_id: int) -> None:
@@ -53,15 +104,13 @@ def _mark_end(command_id: int) -> None:
 
 def serve(rank: int) -> None:
     """Run commands from the launcher until it asks this rank to stop."""
-    import torch
     import torch.distributed as dist
 
     from ddp_lab.launcher.rendezvous import mark_set_up_by
 
     mark_set_up_by("cluster")  # a cell's own init_process_group is told this group exists
     channel = control_channel()
-    namespace = {"__name__": "__ddp__", "__builtins__": __builtins__, "rank": rank,
-                 "world_size": dist.get_world_size(), "torch": torch, "dist": dist}
+    namespace = cell_namespace(rank, dist.get_world_size())
     while True:
         command = receive_message(channel)
         if command is None or command["kind"] == "shutdown":
@@ -70,10 +119,11 @@ def serve(rank: int) -> None:
         exiting = False
         try:
             value = _execute(rank, command, namespace)
-            reply.update(ok=True, value=cloudpickle.dumps(value))
+            reply.update(ok=True, value=dumps(value))
         except BaseException as error:  # noqa: BLE001 - reported to the notebook, the rank lives on
             reply.update(exception_report(error, "fn", skip_frames=_own_frames(error)), kind="reply", ok=False)
             exiting = isinstance(error, SystemExit)
+        reply["group"] = dist.is_initialized()  # False: the cell destroyed the default group
         _mark_end(command["id"])
         send_message(channel, reply)
         if exiting:

@@ -77,7 +77,7 @@ def _note_if_oversubscribed(nprocs: int) -> None:
 
 def launch(fn, args=(), nprocs: int = 2, backend: str = "auto", timeout: float | None = DEFAULT_TIMEOUT, *,
            init_process_group: bool = True, stream: bool = False, threads: int | None = None,
-           env: dict | None = None) -> Results:
+           env: dict | None = None, argv: list[str] | tuple[str, ...] = ()) -> Results:
     """Call `fn(rank, *args)` on `nprocs` fresh ranks and return every rank's result.
 
     Args:
@@ -95,6 +95,8 @@ def launch(fn, args=(), nprocs: int = 2, backend: str = "auto", timeout: float |
         stream: print lines as they arrive (for long runs) instead of rank by rank at the end.
         threads: torch threads per rank; default: OMP_NUM_THREADS if set, else cores // nprocs.
         env: extra environment variables for the ranks (e.g. TORCH_DISTRIBUTED_DEBUG).
+        argv: each rank's command-line arguments: its `sys.argv` is `[fn.__name__, *argv]`, so an
+            argparse-based `main()` parses them as under torchrun (default: none, its defaults).
 
     Returns:
         Results: a list, `results[k]` being rank k's return value, with `.outputs`.
@@ -118,7 +120,7 @@ def launch(fn, args=(), nprocs: int = 2, backend: str = "auto", timeout: float |
     _validate(fn, args, nprocs, timeout, threads)
     chosen = choose_backend(backend, nprocs) if init_process_group else None
     pg_timeout = 1800.0 if timeout is None else float(timeout) + 60.0
-    payload = build_payload(fn, args, chosen, threads_per_rank(nprocs, threads), pg_timeout)
+    payload = build_payload(fn, args, chosen, threads_per_rank(nprocs, threads), pg_timeout, argv)
     _note_if_oversubscribed(nprocs)
     names = cell_names()
 

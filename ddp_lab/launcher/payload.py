@@ -4,6 +4,17 @@
 fresh interpreter cannot resolve for a function typed into a notebook cell. cloudpickle
 ships functions, closures, lambdas and classes from `__main__` *by value* instead.
 
+Objects that stand in for a module (torch.backends.cudnn, .mkldnn and .opt_einsum are
+instances of module subclasses, which plain cloudpickle cannot pickle) travel by import name,
+as modules do: a function that sets `torch.backends.cudnn.benchmark` ships (issue 28).
+
+The notebook's logging set-up travels too (the root logger's stream handlers, their formats
+and levels, and the levels set on named loggers): `logging.basicConfig(level=logging.INFO)` in
+the notebook makes the ranks' `log.info` lines show, as each process of a torchrun job shows
+those of its own `basicConfig`. And each rank gets a `sys.argv` of its own, `[fn's name, *argv]`,
+so an argparse-based `main()` parses what the launch passed (nothing by default) instead of the
+process that started the rank.
+
 We also ship the source lines of notebook cells (IPython keeps them in `linecache`), so a
 rank's traceback shows the offending line, and the map from the kernel's temporary cell
 file names to "Cell In[n]", so tracebacks read like the notebook's own.
@@ -11,11 +22,41 @@ file names to "Cell In[n]", so tracebacks read like the notebook's own.
 
 from __future__ import annotations
 
+import importlib
+import io
 import linecache
+import logging
 import os
 import sys
+import types
 
 import cloudpickle
+
+
+class _Pickler(cloudpickle.Pickler):
+    """cloudpickle, plus module subclasses by import name.
+
+    cloudpickle pickles a module by name only when its type is exactly `types.ModuleType`;
+    torch replaces `torch.backends.cudnn` (and `.mkldnn`, `.opt_einsum`) in `sys.modules` with
+    an instance of a subclass, which it would try to pickle by value and fail.
+    """
+
+    def reducer_override(self, obj):
+        if isinstance(obj, types.ModuleType) and type(obj) is not types.ModuleType \
+                and sys.modules.get(getattr(obj, "__name__", None)) is obj:
+            return importlib.import_module, (obj.__name__,)
+        return super().reducer_override(obj)
+
+
+def dumps(obj) -> bytes:
+    """Pickle `obj` for another process: functions, lambdas and notebook classes by value (cloudpickle).
+
+    Every value that crosses between the notebook and its ranks goes through here; read it back
+    with `pickle.loads` (or `cloudpickle.loads`, the same function).
+    """
+    buffer = io.BytesIO()
+    _Pickler(buffer, protocol=cloudpickle.DEFAULT_PROTOCOL).dump(obj)
+    return buffer.getvalue()
 
 
 def _why(error: BaseException) -> str:
@@ -25,7 +66,7 @@ def _why(error: BaseException) -> str:
 def pack_function(fn) -> bytes:
     """cloudpickle `fn`, or raise a TypeError that says what to change."""
     try:
-        return cloudpickle.dumps(fn)
+        return dumps(fn)
     except Exception as error:
         raise TypeError(
             f"fn={getattr(fn, '__qualname__', fn)!r} cannot be sent to the ranks: it (or something "
@@ -39,27 +80,69 @@ def pack_arguments(args: tuple) -> bytes:
     """cloudpickle `args`, naming the first argument that cannot be pickled."""
     for index, value in enumerate(args):
         try:
-            cloudpickle.dumps(value)
+            dumps(value)
         except Exception as error:
             raise TypeError(
                 f"args[{index}] ({type(value).__name__}) cannot be sent to the ranks: {_why(error)}. "
                 "Pass plain data (numbers, strings, tensors, dicts of them) and build the object "
                 "inside fn."
             ) from error
-    return cloudpickle.dumps(tuple(args))
+    return dumps(tuple(args))
 
 
-def build_payload(fn, args: tuple, backend: str | None, threads: int | None, pg_timeout: float) -> dict:
+def build_payload(fn, args: tuple, backend: str | None, threads: int | None, pg_timeout: float,
+                  argv: list[str] | tuple[str, ...] = ()) -> dict:
     """Everything a rank needs to run `fn(rank, *args)`: packed once, read by every rank."""
+    if isinstance(argv, str) or not all(isinstance(word, str) for word in argv):
+        raise TypeError(f"argv={argv!r}: give a list of strings, the command-line arguments each rank's "
+                        "sys.argv[1:] holds (e.g. argv=['--epochs', '3'] for an argparse-based main).")
     return {
         "fn": pack_function(fn),
         "args": pack_arguments(tuple(args)),
         "sys_path": list(sys.path),
         "sources": notebook_sources(),
+        "logging": logging_setup(),
+        "argv": [getattr(fn, "__name__", "fn"), *argv],
         "backend": backend,
         "threads": threads,
         "pg_timeout": pg_timeout,
     }
+
+
+def logging_setup() -> dict:
+    """What a rank needs to log as this process does: the root's stream handlers and the loggers' levels."""
+    root = logging.getLogger()
+    handlers = [{"stream": "stdout" if handler.stream is sys.stdout else "stderr", "level": handler.level,
+                 "format": getattr(handler.formatter, "_fmt", None), "datefmt": getattr(handler.formatter, "datefmt", None),
+                 "style": _format_style(handler.formatter)}
+                for handler in root.handlers
+                if type(handler) is logging.StreamHandler and handler.stream in (sys.stdout, sys.stderr)]
+    levels = {name: logger.level for name, logger in list(logging.root.manager.loggerDict.items())
+              if isinstance(logger, logging.Logger) and logger.level != logging.NOTSET}
+    return {"root_level": root.level, "handlers": handlers, "levels": levels}
+
+
+def _format_style(formatter: logging.Formatter | None) -> str:
+    """'%', '{' or '$': the style a Formatter was made with (a formatter keeps only its style object)."""
+    style = getattr(formatter, "_style", None)
+    return next((key for key, cls in logging._STYLES.items() if type(style) is cls[0]), "%")
+
+
+def apply_logging_setup(setup: dict) -> None:
+    """In a rank: log as the notebook does (see `logging_setup`); a rank's own basicConfig still works after."""
+    if not setup["handlers"]:
+        return   # the notebook configured no logging: leave the rank's as a fresh process has it
+    root = logging.getLogger()
+    for handler in list(root.handlers):
+        root.removeHandler(handler)
+    for spec in setup["handlers"]:
+        handler = logging.StreamHandler(sys.stdout if spec["stream"] == "stdout" else sys.stderr)
+        handler.setLevel(spec["level"])
+        handler.setFormatter(logging.Formatter(spec["format"], spec["datefmt"], spec["style"]))
+        root.addHandler(handler)
+    root.setLevel(setup["root_level"])
+    for name, level in setup["levels"].items():
+        logging.getLogger(name).setLevel(level)
 
 
 def unpack(payload: dict, *, replace_sys_path: bool) -> tuple:
@@ -76,6 +159,10 @@ def unpack(payload: dict, *, replace_sys_path: bool) -> tuple:
         sys.path.extend(entry for entry in payload["sys_path"] if entry not in sys.path)
     for name, lines in payload["sources"].items():  # tracebacks show the notebook's lines
         linecache.cache[name] = (sum(map(len, lines)), None, lines, name)
+    if "logging" in payload:
+        apply_logging_setup(payload["logging"])
+    if "argv" in payload:   # ddp_lab's ranks; a script under torchrun keeps its own command line
+        sys.argv[:] = payload["argv"]
     # Before fn is loaded, so that every destroy_process_group fn reaches keeps the group.
     # Costs a cold rank whose fn never uses torch 1.5 s of import; warm ranks have torch.
     keep_destroyed_groups()

@@ -79,10 +79,10 @@ def _format_traceback(error: BaseException, skip_frames: int) -> str:
 
 
 def exception_report(error: BaseException, phase: str, skip_frames: int) -> dict:
-    import cloudpickle
+    from ddp_lab.launcher.payload import dumps
 
     try:
-        exception = cloudpickle.dumps(error)
+        exception = dumps(error)
     except Exception:
         exception = None
     return {
@@ -147,10 +147,10 @@ def _set_threads(payload: dict) -> None:
 
 
 def _report_result(channel: socket.socket, value) -> bool:
-    import cloudpickle
+    from ddp_lab.launcher.payload import dumps
 
     try:
-        data = cloudpickle.dumps(value)
+        data = dumps(value)
     except Exception as error:
         send_message(channel, {
             "kind": "unpicklable",

@@ -10,7 +10,8 @@ It does what every torchrun training script does first, then calls the exported 
    RANK: RANK runs over all nodes, GPUs are numbered per node);
 3. `dist.init_process_group(backend)` with the default `env://` init method (under a
    restarting torchrun: the same store, with keys of their own per attempt; see
-   `init_process_group`);
+   `init_process_group`), unless the job was exported with `init_process_group=False`
+   (fn sets up its own group);
 4. `value = fn(RANK, *args)`, written to `<job>.results/rank-<RANK>.pkl`.
 
 `main` is decorated with torch's `@record`, as torchrun's docs advise for every entry
@@ -57,10 +58,10 @@ def load_job(path: Path):
 
 def write_result(results_dir: Path, rank: int, world_size: int, value) -> None:
     """Write rank's value atomically (a reader never sees half a file)."""
-    import cloudpickle
+    from ddp_lab.launcher.payload import dumps
 
     results_dir.mkdir(parents=True, exist_ok=True)
-    record = {"rank": rank, "world_size": world_size, "value": cloudpickle.dumps(value)}
+    record = {"rank": rank, "world_size": world_size, "value": dumps(value)}
     partial = results_dir / f".rank-{rank}.pkl.partial"
     partial.write_bytes(pickle.dumps(record, protocol=pickle.HIGHEST_PROTOCOL))
     partial.replace(results_dir / f"rank-{rank}.pkl")
@@ -103,10 +104,11 @@ def main(argv: list[str] | None = None) -> None:
     job_path = Path(argv[0])
     me = identity()
     backend, fn, args = load_job(job_path)
-    backend = resolve_backend(backend, me["local_world_size"])
-    if backend == "nccl":
-        torch.cuda.set_device(me["local_rank"])  # this process's GPU, numbered per node
-    init_process_group(backend, me)
+    if backend is not None:   # None: exported with init_process_group=False, fn sets up its own group
+        backend = resolve_backend(backend, me["local_world_size"])
+        if backend == "nccl":
+            torch.cuda.set_device(me["local_rank"])  # this process's GPU, numbered per node
+        init_process_group(backend, me)
     value = fn(me["rank"], *args)
     write_result(job_path.with_name(job_path.stem + ".results"), me["rank"], me["world_size"], value)
     if dist.is_initialized():

@@ -86,7 +86,8 @@ class ScriptJob:
         return [cloudpickle.loads(by_rank[rank]["value"]) for rank in range(world_size)]
 
 
-def export(fn, args=(), path: str | os.PathLike = "job.pkl", backend: str = "auto") -> ScriptJob:
+def export(fn, args=(), path: str | os.PathLike = "job.pkl", backend: str = "auto", *,
+           init_process_group: bool = True) -> ScriptJob:
     """Save `fn(rank, *args)` to a job file that `python -m ddp_lab.torchrun.run_pickled` runs.
 
     Args:
@@ -96,6 +97,9 @@ def export(fn, args=(), path: str | os.PathLike = "job.pkl", backend: str = "aut
         path: the job file; results go to `<path stem>.results/` beside it (cleared here).
         backend: 'auto' (nccl when every local rank has its own GPU, else gloo), 'gloo'
             or 'nccl'; the runner initialises the process group with it.
+        init_process_group: False for code that sets up its own group (calls
+            `dist.init_process_group` itself, as a tutorial's `setup()` does): the runner then
+            leaves it to fn, as `ddp_lab.launch(..., init_process_group=False)` does.
 
     Returns:
         ScriptJob: build the torchrun command with `.torchrun_command(...)`, read the
@@ -111,13 +115,16 @@ def export(fn, args=(), path: str | os.PathLike = "job.pkl", backend: str = "aut
     """
     if backend not in ("auto", "gloo", "nccl"):
         raise ValueError(f"backend={backend!r}: use 'auto', 'gloo' or 'nccl'.")
+    if not isinstance(init_process_group, bool):
+        raise TypeError(f"init_process_group={init_process_group!r}: give True (the runner sets up the group) "
+                        "or False (fn calls dist.init_process_group itself).")
     job = ScriptJob(Path(path))
     job.path.parent.mkdir(parents=True, exist_ok=True)
     shutil.rmtree(job.results_dir, ignore_errors=True)
     payload = {
         "fn": pack_function(fn),
         "args": pack_arguments(tuple(args)),
-        "backend": backend,
+        "backend": backend if init_process_group else None,
         "sys_path": list(sys.path),
         "sources": notebook_sources(),
     }
