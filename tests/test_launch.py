@@ -236,6 +236,71 @@ def test_bad_inputs_say_how_to_fix_them():
         ddp_lab.launch(print, timeout=-1)
 
 
+def demo_basic():  # torchrun-style: reads RANK from the environment, takes no rank parameter
+    return int(os.environ["RANK"])
+
+
+def takes_rank_and_steps(rank, steps):
+    return rank * steps
+
+
+@pytest.mark.parametrize("start, kwargs, error, match", [
+    ("launch", {"nprocs": 10**6}, ValueError, r"^nprocs=1000000 is too many: .*use at most 256"),
+    ("launch", {"timeout": float("inf")}, ValueError, r"^timeout=inf is too long: .*or timeout=None"),
+    ("launch", {"timeout": float("nan")}, ValueError, r"^timeout must be a positive number"),
+    ("launch", {"timeout": True}, TypeError, r"^timeout must be a number of seconds or None"),
+    ("launch", {"env": {"OMP_NUM_THREADS": 1}}, TypeError,
+     r"^env\['OMP_NUM_THREADS'\] = 1: environment variables are strings; write env=\{'OMP_NUM_THREADS': '1'\}"),
+    ("launch", {"env": {"RANK": "0"}}, ValueError, r"^env\['RANK'\]: the launcher sets RANK .*nprocs= instead"),
+    ("launch", {"env": {"WORLD_SIZE": "8"}}, ValueError, r"^env\['WORLD_SIZE'\]: the launcher sets WORLD_SIZE"),
+    ("launch", {"env": {"MASTER_PORT": "12355"}}, ValueError,
+     r"^env\['MASTER_PORT'\]: the launcher sets MASTER_PORT .*init_process_group=False"),
+    ("launch", {"fn": demo_basic}, TypeError,
+     r"^fn=demo_basic takes no arguments, but launch calls fn\(rank, \*args\) like mp.spawn: give it a rank "
+     r"parameter, or launch\(lambda rank: demo_basic\(\), ...\)"),
+    ("launch", {"fn": takes_rank_and_steps, "args": ()}, TypeError,
+     r"^fn=takes_rank_and_steps\(rank, steps\) cannot be called as fn\(rank, \*args\) with 0 arg\(s\) in args="),
+    ("launch", {"fn": takes_rank_and_steps, "args": (1, 2)}, TypeError, r"with 2 arg\(s\) in args=.*too many"),
+    ("Cluster", {"nprocs": 10**6}, ValueError, r"^nprocs=1000000 is too many"),
+    ("Cluster", {"timeout": -5}, ValueError, r"^timeout must be a positive number"),
+    ("Cluster", {"env": {"LOCAL_RANK": "1"}}, ValueError, r"^env\['LOCAL_RANK'\]: the launcher sets LOCAL_RANK"),
+])
+def test_bad_arguments_are_refused_in_one_line_before_any_rank_starts(start, kwargs, error, match):
+    if start == "launch":
+        call = lambda: ddp_lab.launch(**{"fn": takes_rank_and_steps, "args": (3,), **kwargs})  # noqa: E731
+    else:
+        call = lambda: ddp_lab.Cluster(**{"backend": "gloo", **kwargs})  # noqa: E731
+    before = {process.pid for process in psutil.Process().children(recursive=True)}  # a zygote may be there
+    with pytest.raises(error, match=match) as caught:
+        call()
+    assert "\n" not in str(caught.value)
+    started = {process.pid for process in psutil.Process().children(recursive=True)} - before
+    assert not started, "nothing may start before the arguments are checked"
+
+
+def test_a_deleted_working_directory_is_named_before_any_rank_starts(tmp_path, monkeypatch):
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    monkeypatch.chdir(gone)
+    gone.rmdir()
+    with pytest.raises(FileNotFoundError, match=r"^the current working directory no longer exists .*os.chdir\("):
+        ddp_lab.launch(takes_rank_and_steps, args=(1,), nprocs=1)
+
+
+def raises_with_a_broken_message(rank):
+    class BrokenMessage(Exception):
+        def __str__(self):
+            raise RuntimeError("no message here")
+
+    raise BrokenMessage()
+
+
+def test_an_exception_whose_message_cannot_be_printed_is_reported_by_its_type():
+    with pytest.raises(RankFailed, match=r"rank 0 raised BrokenMessage: \(its message could not be printed: "
+                                         r"RuntimeError: no message here\)"):
+        ddp_lab.launch(raises_with_a_broken_message, nprocs=1, backend="gloo")
+
+
 def test_an_unpicklable_return_value_names_the_rank():
     with pytest.raises(ResultNotPicklable, match=r"rank 1 returned a lock that cannot be pickled") as caught:
         ddp_lab.launch(lambda rank: threading.Lock() if rank == 1 else rank, nprocs=2, backend="gloo")

@@ -23,6 +23,8 @@ import tempfile
 import time
 
 from ddp_lab.cluster import rank_loop as cluster_rank
+from ddp_lab.launcher.arguments import (check_env, check_nprocs, check_ranks, check_signature, check_threads,
+                                       check_timeout, working_directory)
 from ddp_lab.launcher.backend import choose_backend
 from ddp_lab.launcher.channel import send_message
 from ddp_lab.launcher.errors import LaunchError, LaunchTimeout, RankCrashed, RankFailed, RankFailure, crash_summary
@@ -65,8 +67,11 @@ class Cluster:
 
     def __init__(self, nprocs: int = 2, backend: str = "auto", timeout: float | None = DEFAULT_TIMEOUT, *,
                  threads: int | None = None, env: dict | None = None):
-        if isinstance(nprocs, bool) or not isinstance(nprocs, int) or nprocs < 1:
-            raise ValueError(f"nprocs must be a positive int (the number of ranks), got {nprocs!r}.")
+        check_nprocs(nprocs)
+        check_timeout(timeout)
+        check_threads(threads)
+        check_env(env)
+        working_directory()
         self.nprocs, self.timeout = nprocs, timeout
         self.backend = choose_backend(backend, nprocs)
         self._ids = itertools.count()
@@ -145,6 +150,7 @@ class Cluster:
     def run(self, fn, *args, timeout: float | None = None, show: list[int] | None = None) -> Results:
         """Call `fn(rank, *args)` on every rank of the running cluster; return every rank's value."""
         __tracebackhide__ = True
+        check_signature(fn, args)
         command = {"kind": "call", "fn": pack_function(fn), "args": pack_arguments(args)}
         return self._command(command, next(self._ids), timeout, show)
 
@@ -157,6 +163,9 @@ class Cluster:
         __tracebackhide__ = True
         if self._closed:
             raise RuntimeError(f"this cluster was shut down: {RESTART}")
+        check_timeout(timeout)
+        if show is not None:
+            check_ranks(show, self.nprocs, prefix=f"show={show!r}: ")
         timeout = self.timeout if timeout is None else timeout
         starts = [len(output.lines) for output in self._supervisor.outputs]
         try:

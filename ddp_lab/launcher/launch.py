@@ -18,6 +18,7 @@ import tempfile
 import warnings
 from pathlib import Path
 
+from ddp_lab.launcher.arguments import check_launch
 from ddp_lab.launcher.backend import choose_backend
 from ddp_lab.launcher.errors import LaunchWarning, describe_exit
 from ddp_lab.hardware.machine import cpu_cores
@@ -43,25 +44,6 @@ def threads_per_rank(nprocs: int, threads: int | None) -> int | None:
     return max(1, cpu_cores() // nprocs)
 
 
-def _validate(fn, args, nprocs, timeout, threads) -> None:
-    if not callable(fn):
-        raise TypeError(
-            f"fn must be a function that takes the rank first, fn(rank, *args); got {type(fn).__name__}. "
-            "Pass the function itself (launch(train)), not its result (launch(train()))."
-        )
-    if not isinstance(args, (tuple, list)):
-        raise TypeError(f"args must be a tuple of extra arguments for fn, got {type(args).__name__}: "
-                        f"write args=({args!r},) for a single argument.")
-    if isinstance(nprocs, bool) or not isinstance(nprocs, int):
-        raise TypeError(f"nprocs must be an int (the number of ranks), got {type(nprocs).__name__}.")
-    if nprocs < 1:
-        raise ValueError(f"nprocs must be at least 1, got {nprocs}: it is the number of ranks to start, e.g. nprocs=2.")
-    if timeout is not None and not (isinstance(timeout, (int, float)) and timeout > 0):
-        raise ValueError(f"timeout must be a positive number of seconds or None (no watchdog), got {timeout!r}.")
-    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
-        raise ValueError(f"threads must be a positive int (torch threads per rank) or None, got {threads!r}.")
-
-
 def _note_if_oversubscribed(nprocs: int) -> None:
     """Say once per kernel that more ranks than cores run slower.
 
@@ -84,17 +66,19 @@ def launch(fn, args=(), nprocs: int = 2, backend: str = "auto", timeout: float |
         fn: a function taking the rank first; may be defined in a notebook cell, a closure
             or a lambda, and may use classes defined in the notebook.
         args: extra positional arguments for fn (pickled with cloudpickle).
-        nprocs: number of ranks (processes).
+        nprocs: number of ranks (processes), at most 256 (arguments.MAX_NPROCS).
         backend: 'auto' (nccl with one GPU per rank, else gloo), 'gloo', 'nccl' or 'mpi'.
-        timeout: seconds before the watchdog dumps every rank's stack and stops them;
-            None disables it.
+        timeout: seconds before the watchdog dumps every rank's stack and stops them
+            (above 0, at most 30 days); None disables it.
         init_process_group: False leaves `dist.init_process_group()` to fn (the
             environment, MASTER_ADDR/MASTER_PORT/RANK/WORLD_SIZE, is set either way); fn may
             set its group up any way it would under mp.spawn: env://, its own MASTER_PORT
             (a tutorial's setup()), tcp://, file://, or a store= (ddp_lab/launcher/rendezvous.py).
         stream: print lines as they arrive (for long runs) instead of rank by rank at the end.
         threads: torch threads per rank; default: OMP_NUM_THREADS if set, else cores // nprocs.
-        env: extra environment variables for the ranks (e.g. TORCH_DISTRIBUTED_DEBUG).
+        env: extra environment variables for the ranks (e.g. TORCH_DISTRIBUTED_DEBUG), strings
+            only; not RANK, WORLD_SIZE, MASTER_ADDR/MASTER_PORT and the like, which the
+            launcher sets (arguments.check_env says what to do instead).
         argv: each rank's command-line arguments: its `sys.argv` is `[fn.__name__, *argv]`, so an
             argparse-based `main()` parses them as under torchrun (default: none, its defaults).
 
@@ -102,6 +86,8 @@ def launch(fn, args=(), nprocs: int = 2, backend: str = "auto", timeout: float |
         Results: a list, `results[k]` being rank k's return value, with `.outputs`.
 
     Raises:
+        TypeError, ValueError: a bad argument (checked before any rank starts); the
+        message names the argument and the fix.
         LaunchError (RankFailed, RankCrashed, LaunchTimeout, ResultNotPicklable): when
         any rank does not return; the message lists every failing rank.
 
@@ -117,7 +103,7 @@ def launch(fn, args=(), nprocs: int = 2, backend: str = "auto", timeout: float |
     Introduced in notebooks/00-welcome-and-first-launch.ipynb.
     """
     __tracebackhide__ = True  # IPython and pytest: show the user's cell, not launcher internals
-    _validate(fn, args, nprocs, timeout, threads)
+    check_launch(fn, args, nprocs, timeout, threads, env)
     chosen = choose_backend(backend, nprocs) if init_process_group else None
     pg_timeout = 1800.0 if timeout is None else float(timeout) + 60.0
     payload = build_payload(fn, args, chosen, threads_per_rank(nprocs, threads), pg_timeout, argv)

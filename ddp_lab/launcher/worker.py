@@ -78,6 +78,18 @@ def _format_traceback(error: BaseException, skip_frames: int) -> str:
     return "".join(traceback.format_exception(type(error), error, tb))
 
 
+def _message(error: BaseException) -> str:
+    """str(error), or a note saying why it could not be had: an exception's own __str__ may raise."""
+    try:
+        return str(error)
+    except Exception as broken:  # noqa: BLE001 - any failure of user code here must not lose the report
+        try:
+            why = f"{type(broken).__name__}: {broken}"
+        except Exception:  # noqa: BLE001 - its own message is broken too
+            why = type(broken).__name__
+        return f"(its message could not be printed: {why})"
+
+
 def exception_report(error: BaseException, phase: str, skip_frames: int) -> dict:
     from ddp_lab.launcher.payload import dumps
 
@@ -89,7 +101,7 @@ def exception_report(error: BaseException, phase: str, skip_frames: int) -> dict
         "kind": "raised",
         "phase": phase,
         "type": type(error).__name__,
-        "text": str(error),
+        "text": _message(error),
         "traceback": _format_traceback(error, skip_frames),
         "exception": exception,
     }
