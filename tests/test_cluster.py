@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -174,6 +175,44 @@ def test_the_ddp_magic_in_an_ipython_shell(capsys):
     failed = shell.run_cell("%%ddp --nonsense\npass")
     assert isinstance(failed.error_in_exec, ValueError)
     shell.run_line_magic("ddp_shutdown", "")
+
+
+@pytest.fixture(scope="module")
+def ddp_shell():
+    """An IPython shell with the magics loaded; its live cluster is shut down after the module's tests."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    shell = InteractiveShell.instance()
+    shell.run_line_magic("load_ext", "ddp_lab")
+    yield shell
+    shell.run_line_magic("ddp_shutdown", "")
+
+
+@pytest.mark.parametrize("line, match", [
+    ("--backend glo", r"^%%ddp --backend glo: backend='glo' is not one of 'auto', 'gloo'"),
+    ("--timeout -5", r"^%%ddp --timeout -5.0: timeout must be a positive number"),
+    ("--timeout inf", r"^%%ddp --timeout inf: timeout=inf is too long"),
+    ("-n 0", r"^%%ddp -n 0: nprocs must be at least 1"),
+    ("-n 100000", r"^%%ddp -n 100000: nprocs=100000 is too many"),
+    ("--ranks 9", r"^%%ddp --ranks 9: rank 9 is not a rank of this 2-rank cluster: show ranks from 0 to 1"),
+    ("-n 4 --ranks 5", r"^%%ddp --ranks 5: rank 5 is not a rank of this 4-rank cluster"),
+    ("--ranks one", r"^%%ddp --ranks one: give rank numbers separated by commas"),
+])
+def test_a_bad_ddp_option_is_refused_and_the_live_cluster_survives(line, match, ddp_shell, capsys):
+    """The option is checked before the cell runs and before the cluster is restarted or shut down."""
+    from ddp_lab.cluster import magics
+
+    shell = ddp_shell
+    if magics._current is None or not magics._current.alive or magics._current.nprocs != 2:
+        assert shell.run_cell("%%ddp -n 2 --backend gloo\nkept = rank + 10").success
+    live, pids = magics._current, rank_pids(magics._current)
+    # the cell's source is shown in the traceback; its output ("the cell ran") must not be
+    failed = shell.run_cell(f"%%ddp {line}\nprint('the cell', 'ran')")
+    assert isinstance(failed.error_in_exec, ValueError)
+    assert re.search(match, str(failed.error_in_exec)) and "\n" not in str(failed.error_in_exec)
+    assert "the cell ran" not in capsys.readouterr().out
+    assert magics._current is live and live.alive and rank_pids(live) == pids
+    assert shell.run_cell("%ddp_pull kept").result == [10, 11]
 
 
 ORPHAN_SCRIPT = textwrap.dedent("""

@@ -17,6 +17,8 @@ import argparse
 import shlex
 
 from ddp_lab.cluster.live_cluster import Cluster
+from ddp_lab.launcher.arguments import check_nprocs, check_ranks, check_timeout
+from ddp_lab.launcher.backend import choose_backend
 
 _current: Cluster | None = None
 
@@ -39,14 +41,41 @@ def parse_options(line: str) -> argparse.Namespace:
     """Parse `%%ddp` options; a ValueError says what was wrong."""
     options = _parser().parse_args(shlex.split(line))
     if options.ranks is not None:
-        options.ranks = [int(r) for r in options.ranks.split(",") if r.strip()]
+        try:
+            options.ranks = [int(r) for r in options.ranks.split(",") if r.strip()]
+        except ValueError:
+            raise ValueError(f"%%ddp --ranks {options.ranks}: give rank numbers separated by commas, "
+                             "e.g. --ranks 0 or --ranks 0,2.") from None
     return options
+
+
+def check_options(options: argparse.Namespace) -> None:
+    """Refuse a bad option before the live cluster is started or shut down (its state survives a typo)."""
+    wanted_n = _wanted_nprocs(options.nprocs)
+    checks = [("-n", options.nprocs, lambda: check_nprocs(options.nprocs)),
+              ("--backend", options.backend, lambda: choose_backend(options.backend, wanted_n, announce=False)),
+              ("--timeout", options.timeout, lambda: check_timeout(options.timeout)),
+              ("--ranks", options.ranks, lambda: check_ranks(options.ranks, wanted_n))]
+    for flag, value, check in checks:
+        if value is None:
+            continue
+        try:
+            check()
+        except (TypeError, ValueError) as error:
+            shown = ",".join(map(str, value)) if isinstance(value, list) else value
+            raise ValueError(f"%%ddp {flag} {shown}: {error}") from None
+
+
+def _wanted_nprocs(nprocs: int | None) -> int:
+    if nprocs is not None:
+        return nprocs
+    return _current.nprocs if _current is not None and _current.alive else 2
 
 
 def current_cluster(nprocs: int | None = None, backend: str | None = None) -> Cluster:
     """The cluster `%%ddp` uses, (re)started if it is missing, dead, or of another shape."""
     global _current
-    wanted_n = nprocs or (_current.nprocs if _current and _current.alive else 2)
+    wanted_n = _wanted_nprocs(nprocs)
     if _current is not None and _current.alive:
         if wanted_n == _current.nprocs and (backend is None or backend in ("auto", _current.backend)):
             return _current
@@ -59,6 +88,7 @@ def ddp(line: str, cell: str):
     """%%ddp: run the cell on every rank of the live cluster."""
     __tracebackhide__ = True
     options = parse_options(line)
+    check_options(options)
     cluster = current_cluster(options.nprocs, options.backend)
     shell = _shell()
     # Register the cell like IPython does, so tracebacks say "Cell In[n], line k" (the count
