@@ -17,12 +17,15 @@ def main(argv: list[str] | None = None) -> int:
         "grade", help="run exercise notebooks and show each exercise's state",
         description="Run each exercise notebook top to bottom in a fresh kernel (past failing cells; "
                     "the notebooks are never modified) and print one table: notebook, exercise, and "
-                    "✓, ✗ with the check's first line of feedback, or 'not attempted'. Exit status 0 "
-                    "only when every attempted exercise passes.")
+                    "✓, ✗ with the check's first line of feedback, or 'not attempted'. A notebook that "
+                    "cannot be graded (not a readable notebook, a cell past --timeout, a kernel that died) "
+                    "gets one 'could not run' row saying why, and the others are still graded. Exit status: "
+                    "0 every attempted exercise passes; 1 an answer is wrong; 2 bad usage (no notebooks "
+                    "there, --timeout below 1); 3 a notebook could not be graded (wins over 1).")
     grade.add_argument("paths", nargs="*", default=["exercises"],
                        help="exercise notebooks or folders of them (default: exercises)")
     grade.add_argument("--json", action="store_true", help="print the rows as JSON, for an instructor to collect")
-    grade.add_argument("--timeout", type=int, default=600, help="seconds one cell may run (default 600)")
+    grade.add_argument("--timeout", type=int, default=600, help="seconds one cell may run, at least 1 (default 600)")
     plan = commands.add_parser(
         "plan", help="plan a training run: per-GPU memory, step time, tokens/s and MFU of dp x tp x pp x ZeRO plans",
         description="Plan a training run (lesson 13). With --model and --cluster: search every valid plan, keep "

@@ -90,3 +90,47 @@ def test_bad_paths_say_what_to_give(tmp_path):
 def test_help_says_what_grade_does():
     done = subprocess.run([sys.executable, "-m", "ddp_lab", "grade", "--help"], capture_output=True, text=True)
     assert done.returncode == 0 and "never modified" in done.stdout and "--json" in done.stdout
+    words = " ".join(done.stdout.split())  # argparse wraps the description
+    assert "0 every attempted exercise passes; 1 an answer is wrong; 2 bad usage" in words
+    assert "3 a notebook could not be graded" in words
+
+
+def notebook_of(*cells: str, check: str = "print('✓ it ran')") -> str:
+    """A tiny exercise notebook: an exercise heading, code cells, then a check-tagged cell."""
+    notebook = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_markdown_cell("## Exercise 1 · Run"),
+        *(nbformat.v4.new_code_cell(source) for source in cells),
+        nbformat.v4.new_code_cell(check, metadata={"tags": ["check"]}),
+    ])
+    return nbformat.writes(notebook)
+
+
+def test_a_notebook_that_cannot_run_gets_one_row_and_the_others_are_still_graded(tmp_path):
+    """Broken file, empty file, a cell past --timeout, a dying kernel: one row each, then the next notebook."""
+    whole = notebook_of("x = 1")
+    (tmp_path / "a-truncated.ipynb").write_text(whole[:len(whole) // 2])
+    (tmp_path / "b-empty.ipynb").write_text("")
+    (tmp_path / "c-sleeps.ipynb").write_text(notebook_of("import time\ntime.sleep(30)"))
+    (tmp_path / "d-dies.ipynb").write_text(notebook_of("import os\nos._exit(1)"))
+    (tmp_path / "e-fine.ipynb").write_text(whole)
+
+    code, out = grade(str(tmp_path), "--timeout", "2", "--json")
+    rows = {row["notebook"]: row for row in json.loads(out)}
+    assert code == 3, out  # could not grade: not 1, which says an answer is wrong
+    assert list(rows) == ["a-truncated", "b-empty", "c-sleeps", "d-dies", "e-fine"], out
+    assert rows["e-fine"]["result"] == "✓", out
+    unrun = {name: row["feedback"] for name, row in rows.items() if row["result"] == "could not run"}
+    assert set(unrun) == {"a-truncated", "b-empty", "c-sleeps", "d-dies"}, out
+    assert all("\n" not in feedback for feedback in unrun.values()), out
+    assert unrun["a-truncated"].startswith("not a notebook: its JSON breaks off") and "restore" in unrun["a-truncated"]
+    assert unrun["b-empty"].startswith("not a notebook: the file is empty")
+    assert unrun["c-sleeps"].startswith("a cell ran past --timeout 2 s (cell 2, first line `import time`)")
+    assert rows["c-sleeps"]["exercise"] == "Exercise 1 · Run"
+    assert unrun["d-dies"].startswith("the kernel died running a cell (cell 2, first line `import os`)")
+
+
+@pytest.mark.parametrize("timeout", ["0", "-1"])
+def test_a_timeout_below_one_second_is_refused_in_one_line(timeout, tmp_path):
+    (tmp_path / "fine.ipynb").write_text(notebook_of("x = 1"))  # refused before any kernel starts
+    code, out = grade(str(tmp_path), "--timeout", timeout)
+    assert code == 2 and out == f"--timeout {timeout}: give at least 1 second (how long one cell may run; default 600).\n"

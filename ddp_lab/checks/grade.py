@@ -3,7 +3,13 @@
 Each exercise notebook runs top to bottom in a fresh kernel, past any failing cell, from a
 copy in memory: the learner's file is never written. Every check cell's outcome becomes one
 row: ✓, ✗ with the check's first line of feedback, or "not attempted" (the answer still
-raises the exercise's NotImplementedError).
+raises the exercise's NotImplementedError). A notebook that cannot be graded (a file that is
+not a notebook, a cell past --timeout, a kernel that died) becomes one "could not run" row
+saying why, and grading goes on with the next notebook.
+
+Exit status (main): 0 every attempted exercise passed; 1 an answer is wrong; 2 bad usage (no
+notebooks there, --timeout below 1, nbclient missing); 3 some notebook could not be graded
+(its row says why; this wins over 1, since the table is incomplete).
 
 Introduced in the README's Exercises section (`python -m ddp_lab grade`).
 """
@@ -11,11 +17,13 @@ Introduced in the README's Exercises section (`python -m ddp_lab grade`).
 from __future__ import annotations
 
 import json
+import logging
 import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-PASSED, FAILED, NOT_ATTEMPTED = "✓", "✗", "not attempted"
+PASSED, FAILED, NOT_ATTEMPTED, COULD_NOT_RUN = "✓", "✗", "not attempted", "could not run"
+EXIT_PASSED, EXIT_WRONG, EXIT_USAGE, EXIT_NOT_GRADED = 0, 1, 2, 3
 CELL_TIMEOUT_S = 600  # a whole check, ranks included; each check stops a deadlock itself much sooner
 _EXERCISE_HEADING = re.compile(r"^##\s+(Exercise\b.*)$", re.MULTILINE)
 _NOT_WRITTEN = "is not written yet"
@@ -40,14 +48,72 @@ def grade_paths(paths: list[Path], timeout: int = CELL_TIMEOUT_S) -> list[Row]:
 
 
 def grade_notebook(path: Path, timeout: int = CELL_TIMEOUT_S) -> list[Row]:
-    """Execute one exercise notebook (not saved) and read the outcome of each check cell."""
+    """Execute one exercise notebook (not saved) and read the outcome of each check cell.
+
+    A notebook that cannot be read or run to its end gives one COULD_NOT_RUN row instead.
+    """
     import nbformat
     from nbclient import NotebookClient
+    from nbclient.exceptions import CellTimeoutError, DeadKernelError
 
-    notebook = nbformat.read(path, as_version=4)
-    NotebookClient(notebook, timeout=timeout, kernel_name="python3", allow_errors=True,
-                   resources={"metadata": {"path": str(path.parent.resolve())}}).execute()
+    if timeout < 1:
+        raise ValueError(f"timeout={timeout}: give at least 1 second per cell (the default is {CELL_TIMEOUT_S}).")
+    try:
+        notebook = nbformat.read(path, as_version=4)
+    except Exception as error:  # noqa: BLE001 - whatever stops nbformat, the file is not a notebook we can run
+        return [Row(path.stem, "", COULD_NOT_RUN, f"not a notebook: {_unreadable(path, error)}; restore the "
+                                                  "file (from git, or a fresh copy of exercises/)")]
+    running: list[int] = []  # the index of the cell being executed, for a row saying where it stopped
+    client = NotebookClient(
+        notebook, timeout=timeout, kernel_name="python3", allow_errors=True,
+        resources={"metadata": {"path": str(path.parent.resolve())}},
+        on_cell_execute=lambda cell, cell_index: running.append(cell_index),
+        # a kernel stuck in a cell past --timeout ignores a polite shutdown request, and
+        # jupyter_client would wait 5 s before killing it; nothing is saved, so kill at once
+        shutdown_kernel="immediate",
+        log=_QUIET)  # its log lines repeat what the row says
+    try:
+        client.execute()
+    except CellTimeoutError:
+        return [_stopped(path, notebook, running, f"a cell ran past --timeout {timeout} s",
+                         "fix the answer that never finishes (a loop, a collective another rank skips) "
+                         "or give a larger --timeout")]
+    except DeadKernelError:
+        return [_stopped(path, notebook, running, "the kernel died running a cell",
+                         "os._exit(), a crash in C code or running out of memory; run that cell in Jupyter to see")]
     return executed_rows(notebook, path.stem)
+
+
+_QUIET = logging.getLogger("ddp_lab.grade.nbclient")
+_QUIET.addHandler(logging.NullHandler())
+_QUIET.propagate = False
+
+
+def _unreadable(path: Path, error: Exception) -> str:
+    """Why nbformat could not read `path`, in a few words."""
+    if path.stat().st_size == 0:
+        return "the file is empty"
+    cause = error.__cause__ if isinstance(error.__cause__, json.JSONDecodeError) else error
+    if isinstance(cause, json.JSONDecodeError):
+        return f"its JSON breaks off or is broken ({cause.msg} at line {cause.lineno}, column {cause.colno})"
+    first = (str(error).strip().splitlines() or [""])[0]
+    return f"{type(error).__name__}: {_shorten(first)}"
+
+
+def _stopped(path: Path, notebook, running: list[int], what: str, fix: str) -> Row:
+    """The row of a notebook whose execution stopped in cell `running[-1]`: where, and what to do."""
+    index = running[-1] if running else 0
+    exercise = ""
+    for cell in notebook.cells[:index + 1]:
+        heading = _EXERCISE_HEADING.search(cell.source) if cell.cell_type == "markdown" else None
+        exercise = heading.group(1).strip() if heading else exercise
+    source = notebook.cells[index].source.strip().splitlines() if notebook.cells else []
+    where = f" (cell {index + 1}, first line `{_shorten(source[0], 60)}`)" if source else f" (cell {index + 1})"
+    return Row(path.stem, exercise, COULD_NOT_RUN, f"{what}{where}: {fix}")
+
+
+def _shorten(text: str, limit: int = 100) -> str:
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def executed_rows(notebook, name: str) -> list[Row]:
@@ -124,23 +190,31 @@ def table(rows: list[Row]) -> str:
     for row in [header, *rows]:
         cells = [row.notebook.ljust(widths[0]), row.exercise.ljust(widths[1]), row.result.ljust(widths[2])]
         lines.append("  ".join(cells + [row.feedback]).rstrip())
-    counts = {result: sum(row.result == result for row in rows) for result in (PASSED, FAILED, NOT_ATTEMPTED)}
+    counts = {result: sum(row.result == result for row in rows)
+              for result in (PASSED, FAILED, NOT_ATTEMPTED, COULD_NOT_RUN)}
+    graded = len(rows) - counts[COULD_NOT_RUN]
+    unrun = f"; {counts[COULD_NOT_RUN]} notebook(s) could not run" if counts[COULD_NOT_RUN] else ""
     lines.append(f"{counts[PASSED]} ✓, {counts[FAILED]} ✗, {counts[NOT_ATTEMPTED]} not attempted "
-                 f"({len(rows)} exercises)")
+                 f"({graded} exercises){unrun}")
     return "\n".join(lines)
 
 
 def main(paths: list[str], as_json: bool = False, timeout: int = CELL_TIMEOUT_S) -> int:
-    """Print the grade table (or JSON); 0 only when every attempted exercise passes."""
+    """Print the grade table (or JSON); the exit status is one of EXIT_* (see the module's docstring)."""
+    if timeout < 1:
+        print(f"--timeout {timeout}: give at least 1 second (how long one cell may run; default {CELL_TIMEOUT_S}).")
+        return EXIT_USAGE
     try:
         import nbclient  # noqa: F401  (the course's requirements have it; a bare install may not)
     except ImportError:
         print("grade runs notebooks with nbclient, which is not installed here: pip install nbclient ipykernel")
-        return 2
+        return EXIT_USAGE
     try:
         rows = grade_paths([Path(p) for p in paths], timeout)
     except FileNotFoundError as error:
         print(error)
-        return 2
+        return EXIT_USAGE
     print(json.dumps([asdict(row) for row in rows], ensure_ascii=False, indent=1) if as_json else table(rows))
-    return 1 if any(row.result == FAILED for row in rows) else 0
+    if any(row.result == COULD_NOT_RUN for row in rows):
+        return EXIT_NOT_GRADED
+    return EXIT_WRONG if any(row.result == FAILED for row in rows) else EXIT_PASSED
