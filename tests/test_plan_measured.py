@@ -5,7 +5,9 @@ for a few steps.
 - model-state bytes per rank: predicted == measured, exactly;
 - activation bytes per rank (saved-tensor hooks): within 10 %;
 - step time with Cluster.this_machine(): within 30 % of the measured median, for every
-  configuration (TP and DP x TP included).
+  configuration (TP and DP x TP included) measured while other programs left the cores to the
+  ranks (`Row.timing_comparable`); on a machine that other programs keep busy the step-time and
+  calibration tests skip, saying how many cores those programs kept busy.
 
 Lesson 13 asserts the same three claims for DP, FSDP2 (one unit), TP and PP in its own
 validation cell, which nbval re-runs in CI; this file trains only the rest (ZeRO-1, ZeRO-2,
@@ -24,6 +26,7 @@ from pathlib import Path
 
 import pytest
 
+from ddp_lab.hardware.load import QUIET_CORES
 from ddp_lab.plan import validate as plan_validate
 
 pytestmark = [pytest.mark.slow, pytest.mark.measures_time]   # runs alone: it times this machine
@@ -80,10 +83,15 @@ def test_activations_within_10_percent(rows):
 def test_step_time_within_30_percent(rows):
     """Timing on a shared machine: validate() runs a configuration that misses twice more, and the
     attempt with the median error counts (one burst of load from another program is not the planner's fault)."""
-    errors = {row.name: round(row.step_error, 3) for row in rows}
     print(plan_validate.table(rows))
-    assert all(abs(e) <= plan_validate.STEP_TOLERANCE for e in errors.values()), errors
     assert all(row.attempts in (1, 3) for row in rows)
+    comparable = [row for row in rows if row.timing_comparable]
+    errors = {row.name: round(row.step_error, 3) for row in comparable}
+    assert all(abs(e) <= plan_validate.STEP_TOLERANCE for e in errors.values()), errors
+    if len(comparable) < len(rows):
+        pytest.skip("other programs kept " + ", ".join(f"{row.other_programs:.2f} cores busy during {row.name}"
+                                                      for row in rows if not row.timing_comparable)
+                    + ": those step times are not held against the model, which assumes the cores are the ranks'")
 
 
 def test_calibration_fits_its_own_timings(calibrations, rows):   # rows: validate() fills calibrations
@@ -94,6 +102,10 @@ def test_calibration_fits_its_own_timings(calibrations, rows):   # rows: validat
     difference of rounds came out 5.2 ms, above 1 KB's 1.4 ms and 4 MB's 4.9 ms; one noisy point
     is what the median is for, and sizes that cost the same still fail."""
     assert set(calibrations) == {(2, 2), (4, 2)}
+    busy = {key: machine["other_programs"] for key, machine in calibrations.items()
+            if machine["other_programs"] is not None and machine["other_programs"] >= QUIET_CORES}
+    if busy:
+        pytest.skip(f"other programs kept cores busy while calibrating {busy}: the fits describe their load")
     for key, machine in calibrations.items():
         for name, fit in machine["collectives"].items():
             samples = machine["samples"][name]

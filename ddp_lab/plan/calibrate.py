@@ -31,6 +31,8 @@ from __future__ import annotations
 import time
 from statistics import median
 
+from ddp_lab.hardware.load import OtherPrograms
+
 # Message sizes in fp32 values: 4 B ... 4 MB (a small model's gradient bucket is ~1-25 MB).
 COUNTS = (1, 256, 16_384, 131_072, 1_048_576)
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "send")
@@ -263,7 +265,9 @@ def measure_this_machine(ranks: int = 2, repeats: int = 5, counts=COUNTS, timeou
           "all_gather", "reduce_scatter" and "send", where t(n) = alpha + beta * n is what one
           such collective adds to a training step and n is `collective_bytes(name, ...)`: the
           whole tensor (all_gather: the output, reduce_scatter: the input, send: the message);
-        - "samples": {name: [(n bytes, seconds), ...]} what was fitted.
+        - "samples": {name: [(n bytes, seconds), ...]} what was fitted;
+        - "other_programs": cores other programs kept busy meanwhile (`ddp_lab.hardware.load`;
+          None where unknown): at QUIET_CORES or more the fits describe the load, not the machine.
 
     Example:
         >>> machine = measure_this_machine(ranks=2)                 # doctest: +SKIP
@@ -282,13 +286,14 @@ def measure_this_machine(ranks: int = 2, repeats: int = 5, counts=COUNTS, timeou
         raise ValueError(f"group must be a positive int that divides ranks={ranks} (ranks per process group), "
                          f"got {group!r}")
     dtypes = {"fp32": "float32", "bf16": "bfloat16"}
-    results = ddp_lab.launch(_calibration_rank, args=(tuple(counts), repeats, dtypes, group), nprocs=ranks,
-                             backend="gloo", timeout=timeout)
+    with OtherPrograms() as others:
+        results = ddp_lab.launch(_calibration_rank, args=(tuple(counts), repeats, dtypes, group), nprocs=ranks,
+                                 backend="gloo", timeout=timeout)
     flops = {name: median([r["flops"][name] for r in results]) for name in dtypes}
     step_rate = median([r["step_rate"] for r in results])
     machine = {"ranks": ranks, "group": group, "threads": results[0]["threads"], "cores": cpu_cores(),
                "matmul_flops": flops, "matmul_efficiency": step_rate / flops["fp32"],
-               "collectives": {}, "samples": {}}
+               "collectives": {}, "samples": {}, "other_programs": others.cores}
     if group == 1:
         return machine
     from ddp_lab.performance.scaling import fit_alpha_beta   # lesson 02's fit, a helper since lesson 11
