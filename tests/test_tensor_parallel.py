@@ -12,7 +12,7 @@ import torch.distributed as dist
 
 import ddp_lab
 from ddp_lab.tensor_parallel import CollectiveCall, count_collectives, dtensor_api
-from tensor_parallel_ops import CopyToModelParallelRegion
+from ddp_lab.tensor_parallel.communications import CopyToModelParallelRegion
 
 
 def _counting(rank):

@@ -18,6 +18,7 @@ import torch.nn.functional as F
 
 from ddp_lab.checks import CheckFailed, passed
 from ddp_lab.checks.common import call_case, describe, ensure_written, first_mismatch, run_on_ranks
+from ddp_lab.tensor_parallel.communications import reduce_from_model_parallel_region
 
 WORLD_SIZE = 2
 IN_FEATURES, OUT_FEATURES = 8, 6  # not square: slicing the wrong dimension of the weight fails loudly
@@ -140,22 +141,6 @@ def _loss_weights() -> torch.Tensor:
     return torch.randn(4, 6, generator=torch.Generator().manual_seed(91))
 
 
-class _ReduceFromModelParallelRegion(torch.autograd.Function):
-    """The check's own g: all-reduce in forward, identity in backward."""
-
-    @staticmethod
-    def forward(ctx, partial):
-        import torch.distributed as dist
-
-        total = partial.clone()
-        dist.all_reduce(total)
-        return total
-
-    @staticmethod
-    def backward(ctx, grad):
-        return grad
-
-
 def _shard_loss(x_in: torch.Tensor, rank: int, world_size: int, reduce) -> torch.Tensor:
     """The loss of the Megatron MLP computed by `rank` from its shards; `reduce` sums the partial outputs."""
     mlp = _mlp()
@@ -178,7 +163,7 @@ def _f_runner(rank: int, function_class) -> dict:
     if not torch.is_tensor(y):
         return {"forward": y, "x_grad": None, "calls": (len(forward_calls), 0)}
     forward_value = y.detach().clone()
-    loss = _shard_loss(y, rank, world_size, _ReduceFromModelParallelRegion.apply)
+    loss = _shard_loss(y, rank, world_size, reduce_from_model_parallel_region)
     with count_collectives() as backward_calls:
         call_case(loss.backward, f"running backward through {function_class.__name__} {what}")
     return {"forward": forward_value, "x_grad": None if x.grad is None else x.grad.clone(),

@@ -15,8 +15,9 @@ its activation bytes come out as sbh (34 + 5as/h) per layer in 16-bit. What that
 
 Tensor parallelism is Megatron-LM's (Shoeybi et al. 2019, arXiv:1909.08053, lesson 08): Q/K/V
 and the FFN's first matmul split by columns (whole heads per rank), the output projections by
-rows, `f` (identity forward, all-reduce backward) before and `g` (all-reduce forward) after;
-the word embedding and the cross-entropy are vocab-parallel. Pipeline parallelism cuts the
+rows, `f` (identity forward, all-reduce backward) before and `g` (all-reduce forward) after
+(ddp_lab/tensor_parallel/communications.py); the word embedding and the cross-entropy are
+vocab-parallel (ddp_lab/tensor_parallel/vocab_parallel.py). Pipeline parallelism cuts the
 layers into equal stages (lesson 07); with tied embeddings the last stage keeps its own copy of
 the word embedding as the head, as Megatron-LM does.
 
@@ -28,49 +29,24 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
+
+from ddp_lab.tensor_parallel.communications import copy_to_model_parallel_region, reduce_from_model_parallel_region
+from ddp_lab.tensor_parallel.vocab_parallel import (VocabParallelEmbedding, group_size_and_rank,
+                                                    vocab_parallel_cross_entropy)
 
 DEFAULT_DROPOUT = 0.1
 
 
-# ---- Megatron's f and g (lesson 08) ---------------------------------------------------------
-class _CopyToTP(torch.autograd.Function):
-    """f: identity forward; all-reduce of the gradient over the TP group backward."""
-
-    @staticmethod
-    def forward(ctx, x, group):
-        ctx.group = group
-        return x.view_as(x)  # a view: the next matmul saves the same storage, nothing new
-
-    @staticmethod
-    def backward(ctx, grad):
-        grad = grad.contiguous()
-        dist.all_reduce(grad, group=ctx.group)
-        return grad, None
-
-
-class _ReduceFromTP(torch.autograd.Function):
-    """g: all-reduce of the partial sums forward; identity backward."""
-
-    @staticmethod
-    def forward(ctx, x, group):
-        x = x.contiguous()
-        dist.all_reduce(x, group=group)
-        return x
-
-    @staticmethod
-    def backward(ctx, grad):
-        return grad, None
-
-
 def _f(x, group):
-    return x if group is None else _CopyToTP.apply(x, group)
+    """Megatron's f on the TP group; nothing without tensor parallelism."""
+    return x if group is None else copy_to_model_parallel_region(x, group)
 
 
 def _g(x, group):
-    return x if group is None else _ReduceFromTP.apply(x, group)
+    """Megatron's g on the TP group; nothing without tensor parallelism."""
+    return x if group is None else reduce_from_model_parallel_region(x, group)
 
 
 def _dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
@@ -86,17 +62,12 @@ def _norm(model, width: int) -> nn.Module:
     return nn.LayerNorm(width, bias=model.bias)
 
 
-def _tp(group) -> tuple[int, int]:
-    """(tp size, tp rank) of a group; (1, 0) without one."""
-    return (1, 0) if group is None else (dist.get_world_size(group), dist.get_rank(group))
-
-
 class Attention(nn.Module):
     """Causal self-attention on this TP rank's heads: (b, s, h) -> (b, s, h)."""
 
     def __init__(self, model, dropout: float, tp_group=None):
         super().__init__()
-        t, _ = _tp(tp_group)
+        t, _ = group_size_and_rank(tp_group)
         self.group, self.p = tp_group, dropout
         self.heads, self.kv_heads, self.head_dim = model.heads // t, model.kv_heads_ // t, model.head_dim
         h = model.hidden
@@ -141,7 +112,7 @@ class MLP(nn.Module):
 
     def __init__(self, model, tp_group=None):
         super().__init__()
-        t, _ = _tp(tp_group)
+        t, _ = group_size_and_rank(tp_group)
         self.group, self.swiglu = tp_group, model.ffn_kind == "swiglu"
         h, f = model.hidden, model.ffn_ // t
         self.up = nn.Linear(h, f, bias=model.bias)
@@ -173,68 +144,16 @@ class Block(nn.Module):
         return x + _dropout(self.mlp(self.norm2(x)), self.p, self.training)
 
 
-class VocabEmbedding(nn.Module):
-    """Word embedding whose V rows are split over the TP group (this rank: rows [start, start + V/t))."""
-
-    def __init__(self, vocab: int, hidden: int, tp_group=None):
-        super().__init__()
-        t, r = _tp(tp_group)
-        if vocab % t:
-            raise ValueError(f"vocab={vocab} must divide by the tensor-parallel size {t} here "
-                             "(each rank owns vocab/t rows); choose a vocabulary that divides")
-        self.group, self.rows = tp_group, vocab // t
-        self.start = r * self.rows
-        self.weight = nn.Parameter(torch.randn(self.rows, hidden) * 0.02)
-
-    def forward(self, ids):
-        if self.group is None:
-            return F.embedding(ids, self.weight)
-        outside = (ids < self.start) | (ids >= self.start + self.rows)
-        local = (ids - self.start).masked_fill(outside, 0)
-        return _g(F.embedding(local, self.weight).masked_fill(outside.unsqueeze(-1), 0.0), self.group)
-
-
-class _VocabParallelCrossEntropy(torch.autograd.Function):
-    """Mean cross-entropy over logits split by vocabulary (Megatron-LM): saves the fp32 softmax, 4 sbV/t bytes."""
-
-    @staticmethod
-    def forward(ctx, logits, target, start, group):
-        logits = logits.float()
-        top = logits.max(dim=-1).values
-        dist.all_reduce(top, op=dist.ReduceOp.MAX, group=group)
-        shifted = logits - top.unsqueeze(-1)
-        outside = (target < start) | (target >= start + logits.shape[-1])
-        local = (target - start).masked_fill(outside, 0)
-        picked = shifted.gather(-1, local.unsqueeze(-1)).squeeze(-1).masked_fill(outside, 0.0)
-        dist.all_reduce(picked, group=group)
-        exp = shifted.exp_()
-        total = exp.sum(dim=-1)
-        dist.all_reduce(total, group=group)
-        loss = (total.log() - picked).mean()
-        softmax = exp.div_(total.unsqueeze(-1))
-        ctx.save_for_backward(softmax, local, outside)
-        return loss
-
-    @staticmethod
-    def backward(ctx, grad):
-        softmax, local, outside = ctx.saved_tensors
-        out = softmax.clone()
-        flat = out.view(-1, out.shape[-1])
-        rows = torch.arange(flat.shape[0])
-        flat[rows, local.view(-1)] -= (~outside).view(-1).to(out.dtype)
-        return out * (grad / local.numel()), None, None, None
-
-
 class Head(nn.Module):
     """Final norm, the output projection (vocab-parallel under TP) and the fp32 cross-entropy."""
 
-    def __init__(self, model, tp_group=None, embedding: VocabEmbedding | None = None):
+    def __init__(self, model, tp_group=None, embedding: VocabParallelEmbedding | None = None):
         super().__init__()
         self.group = tp_group
         self.norm = _norm(model, model.hidden)
         # tied: reuse the word embedding (same stage); else own rows (untied, or a later pipeline stage)
         self.tied = embedding
-        self.proj = None if embedding is not None else VocabEmbedding(model.vocab, model.hidden, tp_group)
+        self.proj = None if embedding is not None else VocabParallelEmbedding(model.vocab, model.hidden, tp_group)
 
     @property
     def weight(self):
@@ -247,7 +166,7 @@ class Head(nn.Module):
         if self.group is None:
             return F.cross_entropy(logits.float().flatten(0, 1), target.flatten())
         start = (self.tied if self.tied is not None else self.proj).start
-        return _VocabParallelCrossEntropy.apply(logits, target, start, self.group)
+        return vocab_parallel_cross_entropy(logits, target, start, self.group)
 
 
 class Decoder(nn.Module):
@@ -262,7 +181,7 @@ class Decoder(nn.Module):
         super().__init__()
         self.p, self.first, self.last = dropout, first, last
         layers = range(model.layers) if layers is None else layers
-        self.embed = VocabEmbedding(model.vocab, model.hidden, tp_group) if first else None
+        self.embed = VocabParallelEmbedding(model.vocab, model.hidden, tp_group) if first else None
         self.position = (nn.Parameter(torch.randn(model.seq_len, model.hidden) * 0.01)
                          if first and model.position == "learned" else None)   # replicated under TP
         self.layers = nn.ModuleList(Block(model, dropout, tp_group) for _ in layers)
@@ -309,7 +228,7 @@ def build(model, dtype: torch.dtype = torch.float32, dropout: float | None = Non
         raise ValueError(f"stage must be in 0..stages-1, got stage={stage}, stages={stages}")
     if model.layers % stages:
         raise ValueError(f"layers={model.layers} must divide into {stages} equal pipeline stages")
-    t, _ = _tp(tp_group)
+    t, _ = group_size_and_rank(tp_group)
     if model.heads % t or model.kv_heads_ % t or model.ffn_ % t:
         raise ValueError(f"tp={t} must divide heads={model.heads}, kv_heads={model.kv_heads_} and "
                          f"ffn={model.ffn_}: each rank owns whole heads and an equal slice of the FFN")
