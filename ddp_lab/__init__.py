@@ -51,7 +51,7 @@ __all__ = sorted(_EXPORTS)
 _SUBPACKAGES = {
     "checks": "ddp_lab.checks",                # exercise checks, ddp_lab.checks.lessonNN
     "plots": "ddp_lab.plots",                  # the lessons' pictures
-    "memory": "ddp_lab.memory",                # lesson 01's memory arithmetic
+    "device_memory": "ddp_lab.device_memory",  # lesson 01's memory arithmetic
     "scripts": "ddp_lab.torchrun.scripts",     # lesson 06: a notebook function as a torchrun job
     "gpu": "ddp_lab.hardware.gpu",             # GPU-only cells: skip with a printed reason
     "plan": "ddp_lab.plan",                    # lesson 13: the scale planner

@@ -16,7 +16,7 @@ from ddp_lab.checks.lesson09 import check_state_bytes, check_zero1
 
 # --- state_bytes ------------------------------------------------------------------------------
 
-PER_PARAM = {"fp32": (4, 4, 8), "mixed": (2, 2, 12)}
+PER_PARAM = {"fp32": (4, 4, 8), "bf16": (2, 2, 12)}
 NAMES = ("params", "grads", "optimizer")
 
 
@@ -41,13 +41,13 @@ def never_divides(n_params, stage, world_size, precision="fp32"):
 
 
 def forgets_master_weights(n_params, stage, world_size, precision="fp32"):
-    per_param = {"fp32": (4, 4, 8), "mixed": (2, 2, 8)}[precision]
+    per_param = {"fp32": (4, 4, 8), "bf16": (2, 2, 8)}[precision]
     sharded = NAMES[3 - stage:]
     return {name: n_params * size // (world_size if name in sharded else 1) for name, size in zip(NAMES, per_param)}
 
 
 def mixed_weights_in_fp32(n_params, stage, world_size, precision="fp32"):
-    per_param = {"fp32": (4, 4, 8), "mixed": (4, 4, 12)}[precision]
+    per_param = {"fp32": (4, 4, 8), "bf16": (4, 4, 12)}[precision]
     sharded = NAMES[3 - stage:]
     return {name: n_params * size // (world_size if name in sharded else 1) for name, size in zip(NAMES, per_param)}
 
@@ -67,9 +67,9 @@ def test_state_bytes_accepts_the_solution(capsys):
                               r"grads whole on every rank: only stage 2 and above shard the grads"),
     (never_divides, r"(?s)stage=1, world_size=2.*\['optimizer'\] is 8000, expected 4000.*stage 1 shards the "
                     r"optimizer: each rank keeps 1/world_size"),
-    (forgets_master_weights, r"(?s)precision='mixed'\)\['optimizer'\] is 8000, expected 12000.*12 bytes per "
+    (forgets_master_weights, r"(?s)precision='bf16'\)\['optimizer'\] is 8000, expected 12000.*12 bytes per "
                              r"parameter, not 8.*master copy"),
-    (mixed_weights_in_fp32, r"(?s)precision='mixed'\)\['params'\] is 4000, expected 2000.*params are bf16/fp16: "
+    (mixed_weights_in_fp32, r"(?s)precision='bf16'\)\['params'\] is 4000, expected 2000.*params are bf16/fp16: "
                             r"2 bytes"),
     (returns_a_total, r"returned 16000; expected a dict with the keys \['params', 'grads', 'optimizer'\]"),
 ])

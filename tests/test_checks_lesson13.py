@@ -17,7 +17,7 @@ from ddp_lab.plan import Strategy
 
 # --- per_gpu_model_states_gb -----------------------------------------------------------------------
 
-PARTS = ("parameters", "gradients", "optimizer")
+PARTS = ("params", "grads", "optimizer")
 PER_PARAM = {"bf16": (2, 2, 12), "fp16": (2, 2, 12), "fp32": (4, 4, 8)}
 
 
@@ -70,16 +70,16 @@ def test_model_states_accepts_the_solution(capsys):
 @pytest.mark.parametrize("answer, feedback", [
     (blank, r"blank is not written yet: it raised NotImplementedError\('bytes per parameter"),
     (optimizer_not_divided_at_stage_1, r"(?s)zero=1, precision='bf16'\)\['optimizer'\] is 90 GB, expected 1.40625 GB"
-                                       r".*stage 1 shards the optimizer over the 64 data-parallel GPUs"),
-    (gradients_divided_at_stage_1, r"(?s)zero=1, precision='bf16'\)\['gradients'\] is 0.234375 GB, expected 15 GB"
+                                       r".*stage 1 shards the optimizer state over the 64 data-parallel GPUs"),
+    (gradients_divided_at_stage_1, r"(?s)zero=1, precision='bf16'\)\['grads'\] is 0.234375 GB, expected 15 GB"
                                    r".*stage 1 keeps the gradients whole on every GPU: only stage 2 and above"),
-    (parameters_divided_at_stage_2, r"(?s)zero=2, precision='bf16'\)\['parameters'\] is 0.234375 GB.*stage 2 keeps "
+    (parameters_divided_at_stage_2, r"(?s)zero=2, precision='bf16'\)\['params'\] is 0.234375 GB.*stage 2 keeps "
                                     r"the parameters whole on every GPU: only stage 3"),
     (twelve_bytes_in_fp32, r"(?s)zero=0, precision='fp32'\)\['optimizer'\] is 90 GB, expected 60 GB.*fp32 Adam keeps "
                            r"8 bytes per parameter.*no fp32 master copy"),
-    (in_gib, r"(?s)\['parameters'\] is 13.9698 GB, expected 15 GB.*that is GiB"),
-    (in_bytes, r"(?s)\['parameters'\] is 1.5e\+10 GB.*that is bytes: return GB"),
-    (a_total, r"returned 120.0; expected a dict with the keys \['parameters', 'gradients', 'optimizer'\]"),
+    (in_gib, r"(?s)\['params'\] is 13.9698 GB, expected 15 GB.*that is GiB"),
+    (in_bytes, r"(?s)\['params'\] is 1.5e\+10 GB.*that is bytes: return GB"),
+    (a_total, r"returned 120.0; expected a dict with the keys \['params', 'grads', 'optimizer'\]"),
 ])
 def test_model_states_rejects_wrong_answers(answer, feedback):
     with pytest.raises(CheckFailed, match=feedback):

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from ddp_lab.memory import memory_per_device
+from ddp_lab.device_memory import memory_per_device
 from ddp_lab.plan import (Cluster, Group, Strategy, Transformer, check, collective_time, evaluate,
                           layers_in_flight, memory, model_state_bytes, parse_count, search, stage_parameters,
                           step_flops, step_time)
@@ -34,11 +34,11 @@ def test_megatron_table1_parameter_counts(name, billions):
 
 @pytest.mark.parametrize("stage", [0, 1, 2, 3])
 def test_fp32_model_states_match_lesson_01(stage):
-    """fp32 Adam 4 + 4 + 8 bytes: the same numbers as lesson 01's ddp_lab.memory (written separately)."""
+    """fp32 Adam 4 + 4 + 8 bytes: the same numbers as lesson 01's ddp_lab.device_memory."""
     n, world = 1_000_000, 4
     lesson = memory_per_device(n, 0, world, "data" if stage == 0 else f"zero{stage}")
     ours = model_state_bytes(n, Strategy(dp=world, zero=stage, precision="fp32"))
-    assert (ours.parameters, ours.gradients, ours.optimizer) == (lesson["params"], lesson["grads"], lesson["optimizer"])
+    assert (ours.params, ours.grads, ours.optimizer) == (lesson["params"], lesson["grads"], lesson["optimizer"])
 
 
 def test_stage_parameters_add_up():

@@ -12,7 +12,8 @@ import torch.nn as nn
 
 import ddp_lab
 from ddp_lab.sharding.fsdp import fsdp2, fsdp2_cpu_skip_reason
-from ddp_lab.sharding.state_bytes import model_state_bytes, state_bytes_per_rank, tensor_bytes
+from ddp_lab.instruments.tensor_bytes import measured_state_bytes, tensor_bytes
+from ddp_lab.sharding.state_bytes import state_bytes_per_rank
 
 
 def test_formula_per_stage():
@@ -20,13 +21,13 @@ def test_formula_per_stage():
     assert state_bytes_per_rank(1000, 1, 4) == {"params": 4000, "grads": 4000, "optimizer": 2000}
     assert state_bytes_per_rank(1000, 2, 4) == {"params": 4000, "grads": 1000, "optimizer": 2000}
     assert state_bytes_per_rank(1000, 3, 4) == {"params": 1000, "grads": 1000, "optimizer": 2000}
-    assert state_bytes_per_rank(1000, 0, 1, "mixed") == {"params": 2000, "grads": 2000, "optimizer": 12000}
+    assert state_bytes_per_rank(1000, 0, 1, "bf16") == {"params": 2000, "grads": 2000, "optimizer": 12000}
 
 
 @pytest.mark.parametrize("args, message", [
     ((1000, 4, 2), r"stage must be 0 \(DDP\), 1, 2 or 3"),
     ((1000, 1, 3), r"n_params=1000 must divide evenly by world_size=3"),
-    ((1000, 1, 2, "fp8"), r"precision must be one of \('fp32', 'mixed'\)"),
+    ((1000, 1, 2, "fp8"), r"precision must be one of \('fp32', 'bf16', 'fp16'\)"),
 ])
 def test_formula_refuses_bad_arguments(args, message):
     with pytest.raises(ValueError, match=message):
@@ -36,10 +37,10 @@ def test_formula_refuses_bad_arguments(args, message):
 def test_model_state_bytes_counts_params_grads_and_adam_state():
     model = nn.Linear(4, 2)  # 10 parameters
     optimizer = torch.optim.Adam(model.parameters())
-    assert model_state_bytes(model.parameters(), optimizer) == {"params": 40, "grads": 0, "optimizer": 0}
+    assert measured_state_bytes(model.parameters(), optimizer) == {"params": 40, "grads": 0, "optimizer": 0}
     model(torch.ones(3, 4)).sum().backward()
     optimizer.step()
-    assert model_state_bytes(model.parameters(), optimizer) == {"params": 40, "grads": 40, "optimizer": 80}
+    assert measured_state_bytes(model.parameters(), optimizer) == {"params": 40, "grads": 40, "optimizer": 80}
     assert tensor_bytes(torch.zeros(3, dtype=torch.bfloat16)) == 6
 
 
@@ -69,7 +70,7 @@ def _fsdp_bytes(rank):
     optimizer = torch.optim.Adam(model.parameters())
     model(torch.ones(2, 4)).sum().backward()
     optimizer.step()
-    return model_state_bytes(model.parameters(), optimizer)
+    return measured_state_bytes(model.parameters(), optimizer)
 
 
 @pytest.mark.skipif(fsdp2_cpu_skip_reason() is not None, reason=str(fsdp2_cpu_skip_reason()))

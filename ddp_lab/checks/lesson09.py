@@ -19,16 +19,16 @@ import torch.nn.functional as F
 
 from ddp_lab.checks import CheckFailed, passed
 from ddp_lab.checks.common import call_case, ensure_written, run_on_ranks
-from ddp_lab.sharding.state_bytes import (COMPONENTS, PRECISIONS, SHARDED_BY_STAGE, optimizer_state_bytes,
-                                          state_bytes_per_rank)
+from ddp_lab.instruments.tensor_bytes import optimizer_state_bytes
+from ddp_lab.sharding.state_bytes import BYTES_PER_PARAMETER, COMPONENTS, SHARDED_BY_STAGE, state_bytes_per_rank
 
 # --- exercise 1: the formula -----------------------------------------------------------------
 
 # (n_params, stage, world_size, precision): fp32 first, so a stage mistake is named before a precision one
 FORMULA_CASES = tuple((n, stage, world_size, "fp32") for n in (1000,) for world_size in (1, 2, 4)
                       for stage in range(4)) + tuple(
-    (n, stage, world_size, "mixed") for n in (1000,) for world_size in (1, 4) for stage in range(4)) + (
-    (7_000_000_000, 3, 64, "mixed"), (7_000_000_000, 1, 8, "fp32"))
+    (n, stage, world_size, "bf16") for n in (1000,) for world_size in (1, 4) for stage in range(4)) + (
+    (7_000_000_000, 3, 64, "bf16"), (7_000_000_000, 1, 8, "fp32"))
 
 
 def _first_sharding_stage(component: str) -> int:
@@ -40,7 +40,7 @@ def check_state_bytes(state_bytes) -> None:
 
     It must return {'params': ..., 'grads': ..., 'optimizer': ...} in bytes, equal to
     `ddp_lab.sharding.state_bytes.state_bytes_per_rank` for every stage (0 = DDP, 1, 2, 3),
-    world size and precision ('fp32': 4 + 4 + 8 bytes per parameter; 'mixed': 2 + 2 + 12).
+    world size and precision ('fp32': 4 + 4 + 8 bytes per parameter; 'bf16' mixed precision: 2 + 2 + 12).
 
     Introduced in notebooks/09-zero-and-fsdp.ipynb.
     """
@@ -68,7 +68,7 @@ def check_state_bytes(state_bytes) -> None:
 
 
 def _formula_hint(component: str, got, n_params: int, stage: int, world_size: int, precision: str) -> str:
-    per_param = dict(zip(COMPONENTS, PRECISIONS[precision]))[component]
+    per_param = dict(zip(COMPONENTS, BYTES_PER_PARAMETER[precision]))[component]
     full = n_params * per_param
     sharded = component in SHARDED_BY_STAGE[stage]
     first = _first_sharding_stage(component)
@@ -78,14 +78,14 @@ def _formula_hint(component: str, got, n_params: int, stage: int, world_size: in
     if world_size > 1 and sharded and got == full:
         return (f"stage {stage} shards the {component}: each rank keeps 1/world_size of them, "
                 f"{full} // {world_size} bytes.")
-    if precision == "mixed" and component == "optimizer" and got * 12 == (full // world_size if sharded else full) * 8:
+    if precision != "fp32" and component == "optimizer" and got * 12 == (full // world_size if sharded else full) * 8:
         return ("mixed precision's optimizer state is 12 bytes per parameter, not 8: Adam's two fp32 moments (8) "
                 "plus the fp32 master copy of the weights (4), which the optimizer steps.")
-    if precision == "mixed" and component in ("params", "grads") and got == 2 * (full // world_size if sharded else full):
+    if precision != "fp32" and component in ("params", "grads") and got == 2 * (full // world_size if sharded else full):
         return f"in mixed precision the {component} are bf16/fp16: 2 bytes per parameter, not 4."
     shown = f"{n_params} * {per_param}" + (f" // {world_size}" if sharded else "")
     return (f"{component} cost {per_param} bytes per parameter in {precision} ({precision!r}: params, grads, "
-            f"optimizer = {PRECISIONS[precision]}), {'divided by world_size' if sharded else 'whole'} at stage "
+            f"optimizer = {BYTES_PER_PARAMETER[precision]}), {'divided by world_size' if sharded else 'whole'} at stage "
             f"{stage}: {shown}.")
 
 

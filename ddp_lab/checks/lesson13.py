@@ -20,8 +20,9 @@ from ddp_lab.checks import CheckFailed, passed
 from ddp_lab.checks.common import ensure_written
 
 GB, GiB = 10**9, 2**30
-PARTS = ("parameters", "gradients", "optimizer")
-FIRST_SHARDED = {"optimizer": 1, "gradients": 2, "parameters": 3}   # the ZeRO stage that starts sharding each
+PARTS = ("params", "grads", "optimizer")   # the names of ddp_lab.sharding.state_bytes, as in lesson 09
+FIRST_SHARDED = {"optimizer": 1, "grads": 2, "params": 3}   # the ZeRO stage that starts sharding each
+WORDS = {"params": "parameters", "grads": "gradients", "optimizer": "optimizer state"}
 
 
 def _stub_failure(name: str, error: NotImplementedError) -> CheckFailed:
@@ -44,7 +45,7 @@ MODEL_STATE_CASES = (
 def check_model_states_gb(per_gpu_model_states_gb) -> None:
     """Check `per_gpu_model_states_gb(params, dp, zero, precision)` -> {part: GB} against the planner.
 
-    The answer returns {"parameters": ..., "gradients": ..., "optimizer": ...} in GB (10^9 bytes)
+    The answer returns {"params": ..., "grads": ..., "optimizer": ...} in GB (10^9 bytes)
     for one GPU, equal to `ddp_lab.plan.model_state_bytes(params, Strategy(dp=dp, zero=zero,
     precision=precision))` for ZeRO stages 0-3, several dp sizes, "bf16" and "fp32".
 
@@ -96,10 +97,10 @@ def _model_state_hint(part: str, got: float, params: int, dp: int, zero: int, pr
     if near(want * GB / GiB):
         return "that is GiB (2**30 bytes): the planner, the ZeRO paper and spec sheets use GB = 10**9 bytes."
     if dp > 1 and not sharded and near(full / dp):
-        return (f"ZeRO stage {zero} keeps the {part} whole on every GPU: only stage {FIRST_SHARDED[part]} and above "
-                f"shard the {part} (1: optimizer state; 2: + gradients; 3: + parameters).")
+        return (f"ZeRO stage {zero} keeps the {WORDS[part]} whole on every GPU: only stage {FIRST_SHARDED[part]} and "
+                f"above shard the {WORDS[part]} (1: optimizer state; 2: + gradients; 3: + parameters).")
     if dp > 1 and sharded and near(full):
-        return (f"ZeRO stage {zero} shards the {part} over the {dp} data-parallel GPUs: each keeps 1/dp of them, "
+        return (f"ZeRO stage {zero} shards the {WORDS[part]} over the {dp} data-parallel GPUs: each keeps 1/dp of them, "
                 f"{params:_} * {per_param} / {dp} bytes.")
     if part == "optimizer":
         other = 8 if per_param == 12 else 12
@@ -109,11 +110,11 @@ def _model_state_hint(part: str, got: float, params: int, dp: int, zero: int, pr
                         "because the weights are already fp32. 12 bytes is mixed precision's count.")
             return ("mixed precision's optimizer state is 12 bytes per parameter, not 8: Adam's two fp32 moments "
                     "plus the fp32 master copy of the weights, which the optimizer steps.")
-    if part in ("parameters", "gradients") and precision != "fp32" and near(want * 2):
-        return f"with mixed precision ({precision!r}) the {part} are 16-bit: 2 bytes per parameter, not 4."
-    if part in ("parameters", "gradients") and precision == "fp32" and near(want / 2):
-        return f"in fp32 the {part} take 4 bytes per parameter, not 2."
-    return (f"the {part} cost {per_param} bytes per parameter in {precision!r} ((2, 2, 12) for bf16/fp16, "
+    if part in ("params", "grads") and precision != "fp32" and near(want * 2):
+        return f"with mixed precision ({precision!r}) the {WORDS[part]} are 16-bit: 2 bytes per parameter, not 4."
+    if part in ("params", "grads") and precision == "fp32" and near(want / 2):
+        return f"in fp32 the {WORDS[part]} take 4 bytes per parameter, not 2."
+    return (f"the {WORDS[part]} cost {per_param} bytes per parameter in {precision!r} ((2, 2, 12) for bf16/fp16, "
             f"(4, 4, 8) for fp32), {'divided by dp' if sharded else 'whole'} at ZeRO stage {zero}: "
             f"{params:_} * {per_param}{f' / {dp}' if sharded else ''} / 10**9 GB.")
 
@@ -192,8 +193,8 @@ def check_choose_plan(choose_plan) -> None:
 
 
 MEMORY_ADVICE = {
-    "parameters": "shard the weights: ZeRO-3, or more tp / pp",
-    "gradients": "shard the gradients: ZeRO-2 or 3, or more tp / pp",
+    "params": "shard the weights: ZeRO-3, or more tp / pp",
+    "grads": "shard the gradients: ZeRO-2 or 3, or more tp / pp",
     "optimizer": "shard the optimizer state: ZeRO-1 or higher over dp, or more tp / pp",
     "activations": "recompute (selective, or full), sequence parallelism with tp, or a smaller micro_batch",
     "buffers": "ZeRO-3's gathered layers: more tp shrinks each layer",
@@ -207,10 +208,11 @@ def _overflow(plan) -> str:
     usable = USABLE_MEMORY * plan.cluster.gpu.memory
     parts = {part: getattr(m, part) for part in MEMORY_ADVICE}
     largest = max(parts, key=parts.get)
-    shown = ", ".join(f"{part} {value / GB:.1f}" for part, value in parts.items())
+    label = {"params": "parameters", "grads": "gradients"}
+    shown = ", ".join(f"{label.get(part, part)} {value / GB:.1f}" for part, value in parts.items())
     return (f"{m.total / GB:.1f} GB per GPU ({shown}) > {usable / GB:.1f} GB usable "
             f"({USABLE_MEMORY:.0%} of {plan.cluster.gpu.memory / GB:.1f} GB).\nHint: the largest term is the "
-            f"{largest} ({parts[largest] / GB:.1f} GB): {MEMORY_ADVICE[largest]}.")
+            f"{label.get(largest, largest)} ({parts[largest] / GB:.1f} GB): {MEMORY_ADVICE[largest]}.")
 
 
 TIME_ADVICE = {

@@ -3,7 +3,7 @@
 For each configuration (DP, hand-written ZeRO-1/2, FSDP2 as ZeRO-3 - per layer as lesson 09
 wraps it, or the whole model as one unit -, Megatron TP, 1F1B pipeline, DP x TP) every rank trains `ddp_lab.plan.reference`'s decoder in fp32 with Adam and reports
 - model-state bytes it holds after an optimizer step (parameters, gradients, Adam's exp_avg
-  and exp_avg_sq; lesson 09's `model_state_bytes`, which leaves Adam's scalar `step` out);
+  and exp_avg_sq; lesson 09's `measured_state_bytes`, which leaves Adam's scalar `step` out);
 - activation bytes: the peak, over one whole step, of the bytes of tensors autograd saved for
   backward and still holds, counting each storage once and leaving parameters out
   (`torch.autograd.graph.saved_tensors_hooks`; a saved tensor is released when autograd drops
@@ -193,10 +193,10 @@ class FlatZero:
         self._gather(self.flat, self.shard.detach().clone())
 
     def state_bytes(self) -> dict[str, int]:
-        from ddp_lab.sharding.state_bytes import model_state_bytes
+        from ddp_lab.instruments.tensor_bytes import measured_state_bytes
 
         extra = [self.grad_shard] if self.stage == 2 else []
-        return model_state_bytes(self.params, self.optimizer, extra_grads=extra)
+        return measured_state_bytes(self.params, self.optimizer, extra_grads=extra)
 
 
 # ---- one rank ------------------------------------------------------------------------------
@@ -232,7 +232,7 @@ def _batch(config: Config, data_rank: int, sequences: int):
 def _trainer(rank: int, config: Config):
     """(step function, state-bytes function, this rank's module) for this rank's part of `config`."""
     from ddp_lab.plan.reference import build
-    from ddp_lab.sharding.state_bytes import model_state_bytes
+    from ddp_lab.instruments.tensor_bytes import measured_state_bytes
 
     s = config.strategy
     kind = config.kind
@@ -268,7 +268,7 @@ def _trainer(rank: int, config: Config):
         optimizer.zero_grad(set_to_none=True)
         model(ids, target).backward()
         optimizer.step()
-    return step, lambda: model_state_bytes(net.parameters(), optimizer), net
+    return step, lambda: measured_state_bytes(net.parameters(), optimizer), net
 
 
 def _pipeline_trainer(rank: int, config: Config):
@@ -277,7 +277,7 @@ def _pipeline_trainer(rank: int, config: Config):
 
     from ddp_lab.pipeline_parallel.torch_api import make_schedule, make_stage
     from ddp_lab.plan.reference import build
-    from ddp_lab.sharding.state_bytes import model_state_bytes
+    from ddp_lab.instruments.tensor_bytes import measured_state_bytes
 
     s, m = config.strategy, config.model
     if s.dp != 1 or s.tp != 1:
@@ -309,7 +309,7 @@ def _pipeline_trainer(rank: int, config: Config):
             weight = net.embed.weight if first else net.head.weight
             dist.all_reduce(weight.grad, group=pair)
         optimizer.step()
-    return step, lambda: model_state_bytes(net.parameters(), optimizer), net
+    return step, lambda: measured_state_bytes(net.parameters(), optimizer), net
 
 
 def _rank_main(rank: int, config: Config, steps: int, warmup: int, probe_seconds: float) -> dict:

@@ -19,11 +19,12 @@ from dataclasses import dataclass
 from ddp_lab.plan.activations import (embedding_activation_bytes, head_activation_bytes, layer_activation_bytes,
                                      layers_in_flight, micro_batches_in_flight)
 from ddp_lab.plan.strategy import Strategy
+from ddp_lab.sharding.state_bytes import BYTES_PER_PARAMETER, state_bytes_per_rank
 
 
 @dataclass(frozen=True)
 class MemoryBreakdown:
-    """Bytes on one GPU (the most loaded rank), by what they hold.
+    """Bytes on one GPU (the most loaded rank), by what they hold (the names of `state_bytes_per_rank`).
 
     Example:
         >>> MemoryBreakdown(2, 2, 12, 0, 0).model_states
@@ -32,8 +33,8 @@ class MemoryBreakdown:
     Introduced in notebooks/13-plan-your-training-run.ipynb.
     """
 
-    parameters: int
-    gradients: int
+    params: int
+    grads: int
     optimizer: int
     activations: int = 0
     buffers: int = 0
@@ -41,7 +42,7 @@ class MemoryBreakdown:
     @property
     def model_states(self) -> int:
         """Parameters + gradients + optimizer state."""
-        return self.parameters + self.gradients + self.optimizer
+        return self.params + self.grads + self.optimizer
 
     @property
     def total(self) -> int:
@@ -53,22 +54,19 @@ def bytes_per_parameter(strategy: Strategy) -> tuple[int, int, int]:
 
     Mixed precision (ZeRO paper Sec. 3.1, K = 12): fp16/bf16 weight and gradient, plus fp32
     master weight, Adam momentum and variance (3 x 4 bytes). fp32 (lesson 01): weight,
-    gradient, and Adam's exp_avg and exp_avg_sq.
+    gradient, and Adam's exp_avg and exp_avg_sq. The table is `sharding.state_bytes.BYTES_PER_PARAMETER`.
     """
-    return (2, 2, 12) if strategy.mixed else (4, 4, 8)
+    return BYTES_PER_PARAMETER[strategy.precision]
 
 
 def model_state_bytes(params: int, strategy: Strategy) -> MemoryBreakdown:
     """Per-GPU weights, gradients and Adam state for `params` parameters under ZeRO over dp.
 
-    Derivation (ZeRO paper, Sec. 5.1 and Fig. 1): with Psi parameters and N_d = dp ranks,
-        stage 0 (DDP)   (2 + 2 + K) Psi
-        stage 1 (P_os)  2 Psi + 2 Psi + K Psi / N_d
-        stage 2 (P_os+g) 2 Psi + (2 + K) Psi / N_d
-        stage 3 (P_os+g+p) (2 + 2 + K) Psi / N_d
-    The paper's example, Psi = 7.5B, N_d = 64, K = 12: 120, 31.4, 16.6 and 1.9 GB. A sharded
-    count is rounded up (the last rank's shard is padded, as FSDP pads dim 0). `params` is
-    what one model replica holds on this GPU (after tp/pp); activations are 0 here.
+    ZeRO's formula (`ddp_lab.sharding.state_bytes.state_bytes_per_rank`, lesson 09) with the
+    strategy's stage, dp and precision; a sharded count is rounded up (the last rank's shard is
+    padded, as FSDP pads dim 0). The paper's example, Psi = 7.5B, N_d = 64, K = 12: 120, 31.4,
+    16.6 and 1.9 GB. `params` is what one model replica holds on this GPU (after tp/pp);
+    activations are 0 here.
 
     Example:
         >>> round(model_state_bytes(7_500_000_000, Strategy(dp=64, zero=3)).total / 1e9, 1)
@@ -76,13 +74,7 @@ def model_state_bytes(params: int, strategy: Strategy) -> MemoryBreakdown:
 
     Introduced in notebooks/13-plan-your-training-run.ipynb.
     """
-    w, g, o = bytes_per_parameter(strategy)
-    shard = -(-params // strategy.dp)   # ceil: the padded shard one rank holds
-
-    def held(stage: int) -> int:
-        return shard if strategy.zero >= stage else params
-
-    return MemoryBreakdown(parameters=w * held(3), gradients=g * held(2), optimizer=o * held(1))
+    return MemoryBreakdown(**state_bytes_per_rank(params, strategy.zero, strategy.dp, strategy.precision, padded=True))
 
 
 def stage_parameters(model, strategy: Strategy, stage: int) -> int:
@@ -172,6 +164,6 @@ def memory(model, strategy: Strategy) -> MemoryBreakdown:
         if strategy.zero == 3:
             layer = layer_parameters_per_rank(model, strategy.tp)
             buffers = 2 * w * layer + g * layer
-        ranks.append(MemoryBreakdown(states.parameters, states.gradients, states.optimizer, acts, buffers))
+        ranks.append(MemoryBreakdown(states.params, states.grads, states.optimizer, acts, buffers))
     return max(ranks, key=lambda m: m.total)
 

@@ -40,8 +40,9 @@ def breakdown(plan) -> str:
              f"  global batch {plan.strategy.global_batch} sequences x {plan.model.seq_len} tokens, "
              f"precision {plan.strategy.precision}",
              "  memory per GPU (GB)"]
-    for name in ("parameters", "gradients", "optimizer", "activations", "buffers"):
-        lines.append(f"    {name:<26}{getattr(m, name) / GB:>9.2f}")
+    for name, label in (("params", "parameters"), ("grads", "gradients"), ("optimizer", "optimizer"),
+                        ("activations", "activations"), ("buffers", "buffers")):
+        lines.append(f"    {label:<26}{getattr(m, name) / GB:>9.2f}")
     fits = "fits" if plan.fits else "does NOT fit"
     lines.append(f"    {'total':<26}{m.total / GB:>9.2f}  of {plan.cluster.gpu.memory / GB:.1f} ({fits})")
     lines.append("  step time (s)")
@@ -60,7 +61,7 @@ def model_states_text(params: int, strategy) -> str:
     m = model_state_bytes(params, strategy)
     adam = "mixed-precision Adam (2 + 2 + 12 bytes/param)" if strategy.mixed else "fp32 Adam (4 + 4 + 8 bytes/param)"
     lines = [f"{params / 1e9:g}B parameters, dp={strategy.dp}, ZeRO-{strategy.zero}, {adam}; per GPU:"]
-    for name in ("parameters", "gradients", "optimizer"):
-        lines.append(f"  {name:<12}{getattr(m, name) / GB:>10.2f} GB")
+    for name, label in (("params", "parameters"), ("grads", "gradients"), ("optimizer", "optimizer")):
+        lines.append(f"  {label:<12}{getattr(m, name) / GB:>10.2f} GB")
     lines.append(f"  {'total':<12}{m.model_states / GB:>10.2f} GB")
     return "\n".join(lines)

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from ddp_lab.sharding.state_bytes import PRECISIONS   # "fp32", "bf16", "fp16": one spelling in the package
+
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
 RECOMPUTE = ("none", "selective", "full")
-PRECISIONS = ("bf16", "fp16", "fp32")
 FSDP_UNITS = ("layer", "model")
 
 

@@ -9,7 +9,7 @@ import matplotlib.pyplot as plt
 
 from ddp_lab.plan.search import USABLE_MEMORY
 
-MEMORY_PARTS = (("parameters", "parameters"), ("gradients", "gradients"), ("optimizer", "optimizer state"),
+MEMORY_PARTS = (("params", "parameters"), ("grads", "gradients"), ("optimizer", "optimizer state"),
                 ("activations", "activations"), ("buffers", "comm. buffers"))
 TIME_PARTS = (("compute", "compute"), ("tp_comm", "TP comm."), ("bubble", "pipeline bubble"),
               ("pp_comm", "PP comm."), ("dp_comm_exposed", "exposed DP comm."))

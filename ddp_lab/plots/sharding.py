@@ -25,7 +25,7 @@ def state_bytes_vs_world_size(n_params: int, measured: Mapping[str, tuple[int, M
         measured: {label: (stage, {world_size: measured bytes per rank})}: drawn as points on
             the stage's line, e.g. {"ZeRO-1 by hand": (1, {1: 27712, 2: 20784})}.
         world_sizes: the x axis.
-        precision: 'fp32' or 'mixed' (see `state_bytes_per_rank`).
+        precision: 'fp32', 'bf16' or 'fp16' (see `state_bytes_per_rank`).
 
     Returns:
         the matplotlib Figure.

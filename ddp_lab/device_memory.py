@@ -10,18 +10,20 @@ Introduced in notebooks/01-data-vs-model-parallelism.ipynb.
 
 from __future__ import annotations
 
-COMPONENTS = ("params", "grads", "optimizer", "activations")
-BYTES_PER_VALUE = 4          # fp32
-ADAM_STATES_PER_PARAM = 2    # exp_avg and exp_avg_sq
+from ddp_lab.sharding.state_bytes import BYTES_PER_PARAMETER, SHARDED_BY_STAGE
+from ddp_lab.sharding.state_bytes import COMPONENTS as MODEL_STATES
 
-# Which components each strategy divides by the number of devices.
+COMPONENTS = (*MODEL_STATES, "activations")
+BYTES_PER_VALUE = 4          # fp32
+ADAM_STATES_PER_PARAM = BYTES_PER_PARAMETER["fp32"][2] // BYTES_PER_VALUE   # exp_avg and exp_avg_sq
+
+# Which components each strategy divides by the number of devices. Every data-parallel strategy
+# splits the batch (activations); the ZeRO stages add what lesson 09's formula shards.
 SHARDED = {
     "single": (),
     "data": ("activations",),                                   # each device runs 1/n of the batch
-    "model": ("params", "grads", "optimizer", "activations"),   # each device owns 1/n of the layers
-    "zero1": ("optimizer", "activations"),                      # data + Adam state split
-    "zero2": ("grads", "optimizer", "activations"),             # + gradients split
-    "zero3": ("params", "grads", "optimizer", "activations"),   # + parameters split (FSDP)
+    "model": (*MODEL_STATES, "activations"),                    # each device owns 1/n of the layers
+    **{f"zero{stage}": (*SHARDED_BY_STAGE[stage], "activations") for stage in (1, 2, 3)},
 }
 STRATEGIES = tuple(SHARDED)
 
