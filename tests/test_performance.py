@@ -1,4 +1,4 @@
-"""ddp_lab.performance: byte counts against formulas on real gloo ranks, bucket layouts against DDP, models, profiles.
+"""Lesson 11's helpers (ddp_lab.alpha_beta, data_parallel, instruments): byte counts against formulas on real gloo ranks, bucket layouts against DDP, models, profiles.
 
 One 2-rank launch runs every rank-side measurement (DDP with torch's hooks, a counted
 collective of each kind, the prefix groups, ping-pong and all-reduce timers, a profile);
@@ -13,7 +13,9 @@ import torch.distributed as dist
 import torch.nn as nn
 
 import ddp_lab
-from ddp_lab.performance import buckets, comm_hooks, profiling, scaling
+from ddp_lab import alpha_beta
+from ddp_lab.data_parallel import buckets, compression, scaling
+from ddp_lab.instruments import comm_hooks, profiling, timing
 
 
 def _model() -> nn.Module:
@@ -72,11 +74,11 @@ def _rank_work(rank: int) -> dict:
     view(x).sum().backward()
     out["storages"] = buckets.gradient_storages(view)
 
-    groups = scaling.prefix_groups((1, 2))
-    out["ping"] = scaling.ping_pong_seconds(1 - rank, 1000, repeats=3)
-    out["all_reduce"] = scaling.all_reduce_seconds(1000, repeats=3, group=groups[2])
+    groups = timing.prefix_groups((1, 2))
+    out["ping"] = timing.ping_pong_seconds(1 - rank, 1000, repeats=3)
+    out["all_reduce"] = timing.all_reduce_seconds(1000, repeats=3, group=groups[2])
     if rank == 0:
-        out["alone"] = scaling.all_reduce_seconds(10, repeats=2, group=groups[1])
+        out["alone"] = timing.all_reduce_seconds(10, repeats=2, group=groups[1])
     with profiling.quiet_profile() as prof:
         dist.all_reduce(torch.ones(100))
     out["names"] = profiling.event_names(prof)
@@ -95,7 +97,7 @@ def test_hook_bytes_equal_their_formulas(ranks):
         assert ranks[rank]["fp16"] == [2 * NUMEL] * 4
         powersgd = ranks[rank]["powersgd"]
         assert powersgd[:2] == [4 * NUMEL] * 2  # start_powerSGD_iter=2: plain all-reduce first
-        assert powersgd[2:] == [4 * comm_hooks.powersgd_numel(SHAPES, rank=2)] * 2
+        assert powersgd[2:] == [4 * compression.powersgd_numel(SHAPES, rank=2)] * 2
         assert powersgd[2] < 4 * NUMEL / 5
 
 
@@ -143,10 +145,10 @@ def test_quiet_profile_in_process(capfd):
 
 
 def test_powersgd_numel_compresses_only_what_pays():
-    assert comm_hooks.powersgd_numel([(256, 128), (256,)], rank=2) == (256 + 128) * 2 + 256
-    assert comm_hooks.powersgd_numel([(4, 4)], rank=2) == 16  # (4 + 4) * 2 * 2 >= 16: sent as is
-    assert comm_hooks.powersgd_numel([(8, 3, 3, 3)], rank=1) == 8 + 27  # viewed as 8 x 27: 35 * 2 < 216
-    assert comm_hooks.powersgd_numel([(64, 3, 3, 3)], rank=1) == 64 + 27  # conv weight viewed as 64 x 27
+    assert compression.powersgd_numel([(256, 128), (256,)], rank=2) == (256 + 128) * 2 + 256
+    assert compression.powersgd_numel([(4, 4)], rank=2) == 16  # (4 + 4) * 2 * 2 >= 16: sent as is
+    assert compression.powersgd_numel([(8, 3, 3, 3)], rank=1) == 8 + 27  # viewed as 8 x 27: 35 * 2 < 216
+    assert compression.powersgd_numel([(64, 3, 3, 3)], rank=1) == 64 + 27  # conv weight viewed as 64 x 27
 
 
 def test_bucket_layout_is_greedy_and_validates():
@@ -163,28 +165,28 @@ def test_bucket_layout_is_greedy_and_validates():
 def test_alpha_beta_fit_and_ring_model():
     alpha, beta = 50e-6, 0.5e-9
     sizes = [4, 400, 40_000, 4_000_000]
-    fitted = scaling.fit_alpha_beta(sizes, [alpha + beta * n for n in sizes])
+    fitted = alpha_beta.fit_alpha_beta(sizes, [alpha + beta * n for n in sizes])
     assert fitted == pytest.approx((alpha, beta), rel=1e-6)
-    assert scaling.ring_all_reduce_seconds(1e6, 1, alpha, beta) == 0.0
-    assert scaling.ring_all_reduce_seconds(1e6, 4, alpha, beta) == pytest.approx(6 * alpha + 1.5e6 * beta)
+    assert alpha_beta.ring_all_reduce_seconds(1e6, 1, alpha, beta) == 0.0
+    assert alpha_beta.ring_all_reduce_seconds(1e6, 4, alpha, beta) == pytest.approx(6 * alpha + 1.5e6 * beta)
 
 
 def test_speedup_bound_and_bus_bandwidth():
     assert [scaling.speedup_bound(w, 2) for w in (1, 2, 4)] == [1, 2, 2]
     assert [scaling.speedup_bound(w, 1) for w in (1, 2, 4)] == [1, 1, 1]
     assert scaling.speedup_bound(4, 16) == 4
-    assert scaling.bus_bandwidth(1e9, 0.01, 2) == pytest.approx(1e11)
-    assert scaling.bus_bandwidth(1e9, 0.01, 8) == pytest.approx(1e11 * 14 / 8)
+    assert alpha_beta.bus_bandwidth(1e9, 0.01, 2) == pytest.approx(1e11)
+    assert alpha_beta.bus_bandwidth(1e9, 0.01, 8) == pytest.approx(1e11 * 14 / 8)
 
 
 def test_time_calls_and_median():
-    samples = scaling.time_calls(lambda: sum(range(10_000)), repeats=3, warmup=1)
+    samples = timing.time_calls(lambda: sum(range(10_000)), repeats=3, warmup=1)
     assert len(samples) == 3 and all(wall > 0 and cpu >= 0 for wall, cpu in samples)
-    assert scaling.median_timing([(1.0, 0.5), (3.0, 0.1), (2.0, 0.3)]) == scaling.Timing(2.0, 0.3)
+    assert timing.median_timing([(1.0, 0.5), (3.0, 0.1), (2.0, 0.3)]) == timing.Timing(2.0, 0.3)
     with pytest.raises(ValueError, match="repeats >= 1"):
-        scaling.time_calls(lambda: None, repeats=0)
+        timing.time_calls(lambda: None, repeats=0)
     with pytest.raises(ValueError, match="at least one"):
-        scaling.median_timing([])
+        timing.median_timing([])
 
 
 def test_hidden_seconds_counts_only_overlap_with_compute():

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from ddp_lab.plan import Strategy, Transformer
-from ddp_lab.performance.scaling import fit_alpha_beta
+from ddp_lab.alpha_beta import fit_alpha_beta
 from ddp_lab.plan.calibrate import collective_bytes
 from ddp_lab.plan.measure import SavedTensorCounter
 from ddp_lab.plan.memory import stage_parameters

@@ -76,7 +76,7 @@ def _hook_runner(rank: int, hook) -> dict:
     from torch.nn import functional as F
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    from ddp_lab.performance.comm_hooks import ByteCounter, total_bytes
+    from ddp_lab.instruments.comm_hooks import ByteCounter, total_bytes
 
     plain = _model()
     model = DDP(copy.deepcopy(plain), bucket_cap_mb=BUCKET_CAP_MB)

@@ -296,7 +296,7 @@ def measure_this_machine(ranks: int = 2, repeats: int = 5, counts=COUNTS, timeou
                "collectives": {}, "samples": {}, "other_programs": others.cores}
     if group == 1:
         return machine
-    from ddp_lab.performance.scaling import fit_alpha_beta   # lesson 02's fit, a helper since lesson 11
+    from ddp_lab.alpha_beta import fit_alpha_beta   # lesson 02's fit
 
     for name in COLLECTIVES:
         # the slowest rank decides when a collective is over (all groups: they run at once)

@@ -1,14 +1,8 @@
 """Time of a collective over a group of GPUs placed on a cluster (lesson 02's alpha-beta model).
 
-A message of n bytes over one link takes alpha + beta n (alpha: latency, beta = 1/bandwidth).
-A ring of N ranks (lesson 02) runs 2(N - 1) such steps of n/N bytes for an all-reduce
-(reduce-scatter, then all-gather) and N - 1 for each half:
-    all_reduce(n)      2(N - 1) alpha + 2(N - 1)/N n beta
-    all_gather(n)       (N - 1) alpha +  (N - 1)/N n beta   (n: the gathered output)
-    reduce_scatter(n)   (N - 1) alpha +  (N - 1)/N n beta   (n: the input before scattering)
-    send(n)                     alpha +            n beta
-A ring moves at the pace of its slowest hop, so a group that spans nodes is costed on the
-inter-node link (NCCL runs one ring per NIC, so each GPU drives its own NIC: the per-GPU
+The ring's cost, 2(N - 1) alpha + 2(N - 1)/N n beta for an all-reduce and so on, is
+ddp_lab/alpha_beta.py's; this module picks the link each group uses. A ring moves at the pace
+of its slowest hop, so a group that spans nodes is costed on the inter-node link (NCCL runs one ring per NIC, so each GPU drives its own NIC: the per-GPU
 inter-node bandwidth is the beta), a group inside one node on NVLink.
 
 When the cluster carries fitted per-collective (alpha, beta) - `Cluster.this_machine()`, gloo
@@ -27,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-KINDS = ("all_reduce", "all_gather", "reduce_scatter", "send")
+from ddp_lab.alpha_beta import KINDS, ring_steps
 
 
 @dataclass(frozen=True)
@@ -44,14 +38,6 @@ class Group:
     def spans_nodes(self, gpus_per_node: int) -> bool:
         """True if the group's ranks are not all inside one node."""
         return self.size > 1 and self.size * self.stride > gpus_per_node
-
-
-def _ring_steps(kind: str, n_ranks: int) -> tuple[float, float]:
-    """(latency steps, fraction of n through each rank's link) for a ring of n_ranks."""
-    if kind == "send":
-        return 1.0, 1.0
-    half = (n_ranks - 1) / n_ranks
-    return ((2 * (n_ranks - 1), 2 * half) if kind == "all_reduce" else (n_ranks - 1, half))
 
 
 def link(cluster, group: Group) -> tuple[float, float]:
@@ -82,13 +68,13 @@ def collective_time(kind: str, nbytes: float, cluster, group: Group) -> float:
     if fitted is not None:
         return _scaled_fit(kind, nbytes, fitted, cluster.fitted_ranks or size, size)
     alpha, beta = link(cluster, group)
-    steps, share = _ring_steps(kind, size)
+    steps, share = ring_steps(kind, size)
     return steps * alpha + share * nbytes * beta
 
 
 def _scaled_fit(kind: str, nbytes: float, fitted: tuple[float, float], at: int, size: int) -> float:
     """A fit t = alpha + beta n made at `at` ranks, carried to `size` ranks with the ring's scaling."""
     alpha, beta = fitted
-    steps_at, share_at = _ring_steps(kind, max(at, 2))
-    steps, share = _ring_steps(kind, size)
+    steps_at, share_at = ring_steps(kind, max(at, 2))
+    steps, share = ring_steps(kind, size)
     return alpha * steps / steps_at + beta * nbytes * share / share_at

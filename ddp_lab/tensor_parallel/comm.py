@@ -83,7 +83,7 @@ def watching_collectives(arguments: dict[str, tuple[int, str]], on_call: Callabl
         ['all_reduce']
 
     Introduced in notebooks/08-tensor-parallelism.ipynb (under `count_collectives`); lesson 11's
-    `ddp_lab.performance.comm_hooks.ByteCounter` watches DDP comm hooks with it.
+    `ddp_lab.instruments.comm_hooks.ByteCounter` watches DDP comm hooks with it.
     """
     import torch.distributed as dist
     import torch.distributed.distributed_c10d as c10d

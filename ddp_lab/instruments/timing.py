@@ -1,11 +1,7 @@
-"""Step time vs world size, and the alpha-beta model of an all-reduce.
+"""Timing ranks: wall and CPU time of calls, ping-pongs and all-reduces, the medians that count.
 
-Strong scaling keeps the global batch and splits it over more ranks; weak scaling keeps the
-batch per rank. On W ranks with one torch thread each, a machine with P usable cores runs at
-most min(W, P) of them at once, so no measurement can beat a speedup of min(W, P): that is
-the bound the lesson asserts, whatever the machine. The communication part is modelled as in
-lesson 02: a send of n bytes costs alpha + beta * n, a ring all-reduce on W ranks
-2 (W - 1) alpha + 2 (W - 1) / W * n * beta.
+What lesson 11 measures to hold against the alpha-beta model (ddp_lab/alpha_beta.py) and the
+bound min(W, cores) (ddp_lab/data_parallel/scaling.py).
 
 Introduced in notebooks/11-performance-and-scaling.ipynb.
 """
@@ -125,74 +121,3 @@ def all_reduce_seconds(numel: int, repeats: int, group=None, device: str | torch
         if call:
             seconds.append(time.perf_counter() - began)
     return seconds
-
-
-def fit_alpha_beta(nbytes: Sequence[float], seconds: Sequence[float], relative: bool = True) -> tuple[float, float]:
-    """Least squares for t = alpha + beta * n on relative error (small and large messages count alike).
-
-    The same fit as lesson 02's, with alpha and beta kept >= 0: a negative fitted alpha or beta
-    (noise) falls back to the one-term fit. relative=False fits absolute seconds instead, for
-    times that are differences of noisy measurements and may come out near 0 (lesson 13's
-    `Cluster.this_machine()` fits what each collective adds to a step that way, in
-    ddp_lab.plan.calibrate: a step sums seconds, not ratios).
-
-    Example:
-        >>> alpha, beta = fit_alpha_beta([4, 4e6], [1e-4 + 4 * 1e-9, 1e-4 + 4e6 * 1e-9])
-        >>> round(alpha * 1e6), round(beta * 1e9)
-        (100, 1)
-
-    Introduced in notebooks/02-collectives.ipynb; a package helper since notebooks/11-performance-and-scaling.ipynb.
-    """
-    import numpy as np
-
-    sizes = np.asarray(nbytes, dtype=float)
-    times = np.asarray(seconds, dtype=float)
-    weights = 1 / times if relative else np.ones_like(times)
-    design = np.stack([np.ones_like(times), sizes]) * weights
-    (alpha, beta), *_ = np.linalg.lstsq(design.T, times * weights, rcond=None)
-    if alpha < 0:   # bandwidth alone: t = beta * n, weighted least squares
-        alpha, beta = 0.0, float(np.sum(sizes * times * weights**2) / np.sum((sizes * weights) ** 2))
-    elif beta < 0:  # latency alone: the harmonic mean (relative), the mean (absolute)
-        alpha, beta = float(len(times) / np.sum(1 / times) if relative else np.mean(times)), 0.0
-    return float(alpha), float(beta)
-
-
-def ring_all_reduce_seconds(nbytes: float, world: int, alpha: float, beta: float) -> float:
-    """The alpha-beta model of a ring all-reduce: 2 (W - 1) sends of n / W bytes, one after the other.
-
-    Example:
-        >>> round(ring_all_reduce_seconds(1e6, world=2, alpha=1e-4, beta=1e-9), 6)   # 2 alpha + n beta
-        0.0012
-
-    Introduced in notebooks/02-collectives.ipynb; a package helper since notebooks/11-performance-and-scaling.ipynb.
-    """
-    if world == 1:
-        return 0.0
-    return 2 * (world - 1) * alpha + 2 * (world - 1) / world * nbytes * beta
-
-
-def speedup_bound(world: int, cores: int) -> int:
-    """The most W ranks of one thread each can gain over one rank on `cores` cores: min(W, cores).
-
-    Example:
-        >>> speedup_bound(4, cores=2)
-        2
-
-    Introduced in notebooks/11-performance-and-scaling.ipynb.
-    """
-    return max(1, min(world, cores))
-
-
-def bus_bandwidth(nbytes: float, seconds: float, world: int) -> float:
-    """NCCL-tests' bus bandwidth of an all-reduce, bytes/s: (n / t) * 2 (W - 1) / W.
-
-    The factor makes the number comparable with a link's bandwidth: it is what each rank's
-    link carried in a ring all-reduce, whatever the world size.
-
-    Example:
-        >>> bus_bandwidth(1e9, 0.01, world=2) / 1e9   # GB/s
-        100.0
-
-    Introduced in notebooks/11-performance-and-scaling.ipynb.
-    """
-    return nbytes / seconds * 2 * (world - 1) / world
