@@ -11,6 +11,7 @@ import torch
 import torch.distributed as dist
 
 import ddp_lab
+from ddp_lab.rank_layout import RankLayout
 from ddp_lab.mesh import MeshCall, count_mesh_traffic, fsdp_api, full_tensor, mesh_groups
 from ddp_lab.tensor_parallel import dtensor_api
 
@@ -47,6 +48,8 @@ def test_mesh_groups_are_the_rows_and_columns(results):
     for rank in range(4):
         row, col = divmod(rank, 2)
         assert results[rank]["groups"] == {"dp": [col, col + 2], "tp": [2 * row, 2 * row + 1]}
+        layout = RankLayout(dp=2, tp=2)   # the package's one rank layout predicts torch's mesh
+        assert results[rank]["groups"] == {axis: layout.group_of(axis, rank) for axis in ("dp", "tp")}
         assert "mesh_dim_names" in results[rank]["unnamed"]
 
 

@@ -22,7 +22,7 @@ Introduced in notebooks/13-plan-your-training-run.ipynb.
 
 from ddp_lab.plan.activations import head_activation_bytes, layer_activation_bytes, layers_in_flight
 from ddp_lab.plan.cluster import GPU, MATMUL_EFFICIENCY, Cluster
-from ddp_lab.plan.collectives import Group, collective_time
+from ddp_lab.plan.collectives import Group, collective_time   # Group: ddp_lab.rank_layout
 from ddp_lab.plan.memory import MemoryBreakdown, memory, model_state_bytes, stage_activation_bytes, stage_parameters
 from ddp_lab.plan.model import Transformer, parse_count
 from ddp_lab.plan.report import breakdown, table

@@ -19,25 +19,8 @@ Introduced in notebooks/13-plan-your-training-run.ipynb.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from ddp_lab.alpha_beta import KINDS, ring_steps
-
-
-@dataclass(frozen=True)
-class Group:
-    """`size` ranks, `stride` apart in the global rank order.
-
-    The planner numbers ranks as Megatron-LM does: tp fastest, then dp, then pp, so a tp group
-    is `Group(tp, 1)`, a dp group `Group(dp, tp)` and a pp group `Group(pp, tp * dp)`.
-    """
-
-    size: int
-    stride: int = 1
-
-    def spans_nodes(self, gpus_per_node: int) -> bool:
-        """True if the group's ranks are not all inside one node."""
-        return self.size > 1 and self.size * self.stride > gpus_per_node
+from ddp_lab.rank_layout import Group   # a group as the planner costs it: size and stride
 
 
 def link(cluster, group: Group) -> tuple[float, float]:

@@ -23,6 +23,8 @@ from statistics import median_high
 import torch
 import torch.distributed as dist
 
+from ddp_lab.rank_layout import RankLayout
+
 KINDS = ("ddp", "zero1", "zero2", "fsdp2", "fsdp2_layers", "tp", "pp", "dp_tp")
 
 
@@ -208,18 +210,13 @@ def megatron_groups(rank: int, dp: int, tp: int):
 
     Introduced in notebooks/13-plan-your-training-run.ipynb.
     """
-    dp_group = tp_group = None
-    for d in range(dp):   # every rank creates every group, in the same order
-        ranks = list(range(d * tp, (d + 1) * tp))
-        group = dist.new_group(ranks) if tp > 1 else None
-        if rank in ranks:
-            tp_group = group
-    for t in range(tp):
-        ranks = list(range(t, dp * tp, tp))
-        group = dist.new_group(ranks) if dp > 1 else None
-        if rank in ranks:
-            dp_group = group
-    return dp_group, tp_group
+    layout, mine = RankLayout(dp=dp, tp=tp), {}
+    for axis in ("tp", "dp"):   # every rank creates every group, in the same order
+        for ranks in layout.groups(axis):
+            group = dist.new_group(ranks) if len(ranks) > 1 else None
+            if rank in ranks:
+                mine[axis] = group
+    return mine["dp"], mine["tp"]
 
 
 def _batch(config: Config, data_rank: int, sequences: int):

@@ -51,7 +51,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ddp_lab.plan.activations import replicated_share, value_bytes
-from ddp_lab.plan.collectives import Group, collective_time
+from ddp_lab.plan.collectives import collective_time
 from ddp_lab.plan.memory import bytes_per_parameter, layer_parameters_per_rank, stage_parameters
 
 
@@ -137,12 +137,12 @@ def step_time(model, cluster, strategy) -> TimeBreakdown:
 
     activation = b * model.seq_len * model.hidden * value_bytes(strategy)
     per_layer = 4 + (2 if strategy.recompute == "full" else 0)
-    tp_group = Group(t, 1)
+    tp_group = strategy.layout.group("tp")
     tp_comm = m * (model.layers // p * per_layer * collective_time("all_reduce", activation, cluster, tp_group)
                    + vocab_parallel_communication(model, cluster, strategy))
     pp_comm = 0.0
     if p > 1:
-        pp_comm = 2 * m * collective_time("send", activation / t, cluster, Group(p, t * d))
+        pp_comm = 2 * m * collective_time("send", activation / t, cluster, strategy.layout.group("pp"))
 
     dp_comm = dp_communication(model, cluster, strategy)
     if not cluster.overlap_dp_comm:
@@ -169,7 +169,7 @@ def vocab_parallel_communication(model, cluster, strategy) -> float:
     """
     if strategy.tp == 1:
         return 0.0
-    group = Group(strategy.tp, 1)
+    group = strategy.layout.group("tp")
     tokens = strategy.micro_batch * model.seq_len
     hidden = collective_time("all_reduce", tokens * model.hidden * value_bytes(strategy), cluster, group)
     loss = 3 * collective_time("all_reduce", tokens * 4, cluster, group)
@@ -207,7 +207,7 @@ def dp_communication(model, cluster, strategy) -> float:
         return 0.0
     w, g, _ = bytes_per_parameter(strategy)
     params = max(stage_parameters(model, strategy, 0), stage_parameters(model, strategy, strategy.pp - 1))
-    group = Group(strategy.dp, strategy.tp)
+    group = strategy.layout.group("dp")
     if strategy.zero == 0:
         return collective_time("all_reduce", g * params, cluster, group)
     if strategy.zero in (1, 2):

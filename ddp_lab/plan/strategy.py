@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from ddp_lab.rank_layout import RankLayout
 from ddp_lab.sharding.state_bytes import PRECISIONS   # "fp32", "bf16", "fp16": one spelling in the package
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
@@ -71,6 +72,11 @@ class Strategy:
     def global_batch(self) -> int:
         """Sequences per optimizer step: dp * micro_batch * grad_accum."""
         return self.dp * self.micro_batch * self.grad_accum
+
+    @property
+    def layout(self) -> RankLayout:
+        """Which ranks form the tp, dp and pp groups (Megatron order, tp fastest)."""
+        return RankLayout(dp=self.dp, tp=self.tp, pp=self.pp)
 
     @property
     def mixed(self) -> bool:

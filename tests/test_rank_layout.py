@@ -1,0 +1,40 @@
+"""ddp_lab.rank_layout: the one owner of which ranks form the tp, dp and pp groups (Megatron order)."""
+
+import pytest
+
+from ddp_lab.plan import Strategy
+from ddp_lab.rank_layout import Group, RankLayout
+
+
+def test_megatron_order_tp_fastest_then_dp_then_pp():
+    layout = RankLayout(dp=2, tp=2, pp=2)
+    assert layout.groups("tp") == [[0, 1], [2, 3], [4, 5], [6, 7]]
+    assert layout.groups("dp") == [[0, 2], [1, 3], [4, 6], [5, 7]]
+    assert layout.groups("pp") == [[0, 4], [1, 5], [2, 6], [3, 7]]
+    assert layout.group_of("dp", 5) == [5, 7]
+
+
+def test_every_rank_is_in_exactly_one_group_per_axis():
+    layout = RankLayout(dp=3, tp=4, pp=2)   # unequal degrees: a swapped stride would show
+    for axis in ("tp", "dp", "pp"):
+        members = sorted(r for ranks in layout.groups(axis) for r in ranks)
+        assert members == list(range(24))
+        assert all(len(ranks) == getattr(layout, axis) for ranks in layout.groups(axis))
+
+
+def test_the_planner_costs_the_groups_the_layout_makes():
+    strategy = Strategy(dp=4, tp=8, pp=2)
+    assert strategy.layout.group("tp") == Group(8, 1)
+    assert strategy.layout.group("dp") == Group(4, 8)
+    assert strategy.layout.group("pp") == Group(2, 32)
+    for axis in ("tp", "dp", "pp"):   # size and stride describe the real rank lists
+        group = strategy.layout.group(axis)
+        first = strategy.layout.groups(axis)[0]
+        assert first == [k * group.stride for k in range(group.size)]
+
+
+def test_degrees_must_multiply_to_the_ranks():
+    with pytest.raises(ValueError, match=r"dp x tp x pp = 2 x 2 x 1 = 4, but there are 8 ranks"):
+        RankLayout(dp=2, tp=2).check(8)
+    with pytest.raises(ValueError, match=r"tp=0: each parallel degree must be a positive int"):
+        RankLayout(tp=0)
