@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from ddp_lab.device_memory import memory_per_device
-from ddp_lab.plan import (Cluster, Group, Strategy, Transformer, check, collective_time, evaluate,
+from ddp_lab.plan import (ClusterSpec, Group, Strategy, Transformer, check, collective_time, evaluate,
                           layers_in_flight, memory, model_state_bytes, parse_count, search, stage_parameters,
                           step_flops, step_time)
 
@@ -63,7 +63,7 @@ def test_tensor_parallel_shards():
 
 def test_ring_model_matches_lesson_02():
     """Lesson 02: t_allreduce(n) = 2(N - 1) alpha + 2(N - 1)/N n beta, on the link the group spans."""
-    cluster = Cluster.preset("h100-sxm", nodes=2)
+    cluster = ClusterSpec.preset("h100-sxm", nodes=2)
     n = 1e9
     inside = collective_time("all_reduce", n, cluster, Group(8))
     across = collective_time("all_reduce", n, cluster, Group(16))
@@ -77,7 +77,7 @@ def test_fitted_collectives_are_used():
     measured = {"ranks": 2, "matmul_flops": {"fp32": 5e10},
                 "collectives": {"all_reduce": {"alpha": 3e-4, "beta": 6e-10}, "all_gather": (2e-4, 4e-10),
                                 "reduce_scatter": (2.5e-4, 5e-10), "send": (9e-5, 3e-10)}}
-    cluster = Cluster.from_measurements(measured, ranks=2)
+    cluster = ClusterSpec.from_measurements(measured, ranks=2)
     assert collective_time("all_reduce", 4e6, cluster, Group(2)) == pytest.approx(3e-4 + 6e-10 * 4e6)
     assert collective_time("all_gather", 4e6, cluster, Group(2)) == pytest.approx(2e-4 + 4e-10 * 4e6)
     assert collective_time("send", 4e6, cluster, Group(2)) == pytest.approx(9e-5 + 3e-10 * 4e6)
@@ -92,7 +92,7 @@ def _latency_only_machine(elementwise: float = 0.0, cores: int | None = None):
     fits = {name: (1e-3, 0.0) for name in ("all_reduce", "all_gather", "reduce_scatter", "send")}
     measured = {"ranks": 2, "matmul_flops": {"fp32": 5e10}, "collectives": fits, "cores": cores,
                 "matmul_efficiency": 1 - elementwise}
-    return Cluster.from_measurements(measured, ranks=2)
+    return ClusterSpec.from_measurements(measured, ranks=2)
 
 
 def test_tp_counts_every_all_reduce_megatron_issues():
@@ -136,7 +136,7 @@ def test_tp_ranks_repeat_the_elementwise_work_around_the_parallel_matmuls():
     assert step_time(model, _latency_only_machine(0.6), tp).compute == pytest.approx(even / 0.4 * (1 + 0.6 * r))
     assert step_time(model, _latency_only_machine(0.6), tp.with_(sequence_parallel=True)).compute == \
         pytest.approx(even / 0.4)
-    assert Cluster.preset("h100-sxm").gpu.elementwise_share == 0
+    assert ClusterSpec.preset("h100-sxm").gpu.elementwise_share == 0
 
 
 def test_no_bubble_when_cpu_ranks_share_fewer_cores():
@@ -148,7 +148,7 @@ def test_no_bubble_when_cpu_ranks_share_fewer_cores():
 
 
 def test_bubble_is_lesson_07s_fraction():
-    model, cluster = Transformer.preset("llama3-70b"), Cluster.preset("h100-sxm", nodes=4)
+    model, cluster = Transformer.preset("llama3-70b"), ClusterSpec.preset("h100-sxm", nodes=4)
     for m in (4, 16, 64):
         t = step_time(model, cluster, Strategy(dp=1, tp=8, pp=4, grad_accum=m, recompute="full"))
         assert t.bubble / (t.compute + t.bubble) == pytest.approx(3 / (m + 3))
@@ -178,7 +178,7 @@ def test_recomputation_and_sharding_reduce_memory():
 
 
 def test_search_returns_valid_fitting_plans_fastest_first():
-    model, cluster = Transformer.preset("llama3-8b"), Cluster.preset("h100-sxm", nodes=4)
+    model, cluster = Transformer.preset("llama3-8b"), ClusterSpec.preset("h100-sxm", nodes=4)
     plans = search(model, cluster, top=None)
     assert plans and all(p.fits for p in plans)
     assert all(p.strategy.gpus == 32 and p.strategy.tp <= 8 and p.strategy.global_batch == 512 for p in plans)
@@ -188,7 +188,7 @@ def test_search_returns_valid_fitting_plans_fastest_first():
 
 def test_nothing_fits_says_what_to_change():
     with pytest.raises(ValueError, match="add nodes"):
-        search(Transformer.preset("llama3-70b"), Cluster.preset("t4"), precision="fp16")
+        search(Transformer.preset("llama3-70b"), ClusterSpec.preset("t4"), precision="fp16")
 
 
 @pytest.mark.parametrize("strategy, gpus, message", [
@@ -202,7 +202,7 @@ def test_invalid_strategies_say_the_fix(strategy, gpus, message):
 
 
 def test_tp_beyond_a_node_is_refused_unless_asked():
-    model, cluster = Transformer.preset("gpt3-175b"), Cluster.preset("h100-sxm", nodes=2)
+    model, cluster = Transformer.preset("gpt3-175b"), ClusterSpec.preset("h100-sxm", nodes=2)
     with pytest.raises(ValueError, match="larger than the 8 GPUs of one node"):
         evaluate(model, cluster, Strategy(tp=16))
     across = evaluate(model, cluster, Strategy(tp=16, recompute="full"), tp_across_nodes=True)
@@ -214,14 +214,14 @@ def test_bad_inputs():
     with pytest.raises(KeyError, match="llama3-8b"):
         Transformer.preset("llama9")
     with pytest.raises(KeyError, match="h100-sxm"):
-        Cluster.preset("b200")
+        ClusterSpec.preset("b200")
     with pytest.raises(ValueError, match="suffix"):
         parse_count("7.5Q")
     assert parse_count("125M") == 125_000_000
     with pytest.raises(ValueError, match="sequence_parallel=True needs tp > 1"):
         Strategy(sequence_parallel=True)
     with pytest.raises(ValueError, match="precision='fp16'"):
-        evaluate(Transformer.preset("gpt2-small"), Cluster.preset("t4"), Strategy(dp=4))
+        evaluate(Transformer.preset("gpt2-small"), ClusterSpec.preset("t4"), Strategy(dp=4))
 
 
 def test_import_does_not_import_torch():
@@ -235,6 +235,6 @@ def test_breakdown_plot():
     matplotlib.use("Agg")
     from ddp_lab.plots.plan import breakdown
 
-    plans = search(Transformer.preset("llama3-8b"), Cluster.preset("h100-sxm", nodes=4), top=3)
+    plans = search(Transformer.preset("llama3-8b"), ClusterSpec.preset("h100-sxm", nodes=4), top=3)
     fig = breakdown(plans)
     assert len(fig.axes) == 2 and len(fig.axes[0].patches) == 3 * 5

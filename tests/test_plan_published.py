@@ -23,7 +23,7 @@ import dataclasses
 
 import pytest
 
-from ddp_lab.plan import (MATMUL_EFFICIENCY, Cluster, Strategy, Transformer, layer_activation_bytes,
+from ddp_lab.plan import (MATMUL_EFFICIENCY, ClusterSpec, Strategy, Transformer, layer_activation_bytes,
                           model_state_bytes, step_flops, step_time, tflops_per_gpu)
 
 GB = 1e9
@@ -81,7 +81,7 @@ def _megatron_row(layers, hidden, heads, tp, pp, gpus, batch, micro_batch=1):
     dp = gpus // (tp * pp)
     strategy = Strategy(dp=dp, tp=tp, pp=pp, micro_batch=micro_batch, grad_accum=batch // (dp * micro_batch),
                         recompute="full")
-    return model, Cluster.preset("a100-80gb", nodes=gpus // 8), strategy
+    return model, ClusterSpec.preset("a100-80gb", nodes=gpus // 8), strategy
 
 
 def test_megatron_flops_formula():
@@ -149,7 +149,7 @@ def test_bloom_176b():
     model = Transformer("bloom-176b", 70, 14336, 112, vocab=250880, seq_len=2048, position="rope")
     assert model.parameters() == pytest.approx(176_247e6, rel=1e-4)   # 176,247M published (ALiBi: no position table)
     strategy = Strategy(dp=8, tp=4, pp=12, zero=1, micro_batch=2, grad_accum=128, recompute="full")
-    cluster = Cluster.preset("a100-80gb", nodes=48).with_(inter_node_bandwidth=4 * 100e9 / 8 / 8)
+    cluster = ClusterSpec.preset("a100-80gb", nodes=48).with_(inter_node_bandwidth=4 * 100e9 / 8 / 8)
     assert _tflops(model, cluster, strategy) == pytest.approx(150, rel=0.05)
 
 
@@ -161,5 +161,5 @@ def test_mt_nlg_530b(nodes, published):
     model = Transformer("mt-nlg-530b", 105, 20480, 128, vocab=50272, seq_len=2048)
     dp = nodes // 35
     strategy = Strategy(dp=dp, tp=8, pp=35, micro_batch=1, grad_accum=1920 // dp, recompute="full")
-    got = _tflops(model, Cluster.preset("a100-40gb", nodes=nodes), strategy)
+    got = _tflops(model, ClusterSpec.preset("a100-40gb", nodes=nodes), strategy)
     assert got == pytest.approx(published, rel=0.20)

@@ -125,11 +125,11 @@ TOLERANCE = 0.05   # within 5 % of the best predicted throughput
 
 
 def _scenarios():
-    from ddp_lab.plan import Cluster, Transformer
+    from ddp_lab.plan import ClusterSpec, Transformer
 
     return (
-        (Transformer.preset("llama3-8b"), Cluster.preset("a100-80gb", nodes=2), 256),
-        (Transformer.preset("llama3-70b"), Cluster.preset("a100-80gb", nodes=8), 512),
+        (Transformer.preset("llama3-8b"), ClusterSpec.preset("a100-80gb", nodes=2), 256),
+        (Transformer.preset("llama3-70b"), ClusterSpec.preset("a100-80gb", nodes=8), 512),
     )
 
 

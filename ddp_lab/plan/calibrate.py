@@ -4,7 +4,7 @@ Three measurements decide a step's time here: how fast a rank multiplies matrice
 of that rate a whole transformer training step reaches (`CALIBRATION_SHAPE`), and what a
 collective of n bytes adds to a step. All are measured on real gloo ranks, started with
 `ddp_lab.launch` exactly as the lessons start them (each rank gets cores // ranks torch
-threads), so the planner's `Cluster.this_machine()` describes the ranks that will train.
+threads), so the planner's `ClusterSpec.this_machine()` describes the ranks that will train.
 
 Why per-collective fits, not lesson 02's ring formula over a point-to-point alpha-beta: on
 this project's 2-core machine that formula predicts gloo's `all_reduce` 2.5-9x too fast for
@@ -62,7 +62,7 @@ def matmul_rate(dtype, seconds: float = 0.3) -> float:
     return median(rates)
 
 
-# The one calibrated constant of `Cluster.this_machine()`: a transformer training step does more
+# The one calibrated constant of `ClusterSpec.this_machine()`: a transformer training step does more
 # than matmuls (softmax, GeLU, dropout's random masks, LayerNorm, Adam, Python's per-op dispatch),
 # and on a CPU at these sizes that costs about as much again as the matmuls. Rather than a factor
 # per configuration, one fixed *calibration* step - one layer of the reference decoder (hidden 256,

@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ddp_lab.plan.cluster import PRESET_NAMES, Cluster
+from ddp_lab.plan.cluster_spec import PRESET_NAMES, ClusterSpec
 from ddp_lab.plan.model import PRESETS, Transformer, parse_count
 from ddp_lab.plan.report import breakdown, model_states_text, table
 from ddp_lab.plan.search import evaluate, search
@@ -61,7 +61,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         if args.model is None or args.cluster is None:
             parser.error("give --model and --cluster (or --params COUNT for model-state memory only)")
         model = Transformer.preset(args.model)
-        cluster = Cluster.preset(args.cluster, nodes=args.nodes)
+        cluster = ClusterSpec.preset(args.cluster, nodes=args.nodes)
         args.precision = args.precision or ("bf16" if "bf16" in cluster.gpu.peak_flops else "fp16")
         given = {name: getattr(args, name) for name in STRATEGY_FLAGS if getattr(args, name) is not None}
         if given:

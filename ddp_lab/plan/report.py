@@ -15,8 +15,8 @@ def table(plans) -> str:
     """One line per plan: strategy, memory per GPU (GB = 10^9 bytes), step time, tokens/s, MFU.
 
     Example:
-        >>> from ddp_lab.plan import Cluster, Transformer, search
-        >>> print(table(search(Transformer.preset("llama3-8b"), Cluster.preset("h100-sxm", nodes=4), top=1)))
+        >>> from ddp_lab.plan import ClusterSpec, Transformer, search
+        >>> print(table(search(Transformer.preset("llama3-8b"), ClusterSpec.preset("h100-sxm", nodes=4), top=1)))
         ...                                                       # doctest: +ELLIPSIS
           # strategy ...
 

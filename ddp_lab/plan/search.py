@@ -43,9 +43,9 @@ def evaluate(model, cluster, strategy: Strategy, tp_across_nodes: bool = False) 
     """Check `strategy` against the model and cluster (errors say the fix) and predict its cost.
 
     Example:
-        >>> from ddp_lab.plan.cluster import Cluster
+        >>> from ddp_lab.plan.cluster_spec import ClusterSpec
         >>> from ddp_lab.plan.model import Transformer
-        >>> plan = evaluate(Transformer.preset("llama3-8b"), Cluster.preset("h100-sxm", nodes=4),
+        >>> plan = evaluate(Transformer.preset("llama3-8b"), ClusterSpec.preset("h100-sxm", nodes=4),
         ...                 Strategy(dp=32, zero=3, micro_batch=1, grad_accum=16, recompute="full"))
         >>> plan.fits
         True
@@ -97,9 +97,9 @@ def search(model, cluster, top: int | None = 10, global_batch: int | None = None
         ValueError if no plan fits, with the smallest plan's need and what to change.
 
     Example:
-        >>> from ddp_lab.plan.cluster import Cluster
+        >>> from ddp_lab.plan.cluster_spec import ClusterSpec
         >>> from ddp_lab.plan.model import Transformer
-        >>> best = search(Transformer.preset("llama3-8b"), Cluster.preset("h100-sxm", nodes=4), top=3)
+        >>> best = search(Transformer.preset("llama3-8b"), ClusterSpec.preset("h100-sxm", nodes=4), top=3)
         >>> len(best), best[0].tokens_per_second >= best[1].tokens_per_second
         (3, True)
 

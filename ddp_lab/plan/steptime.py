@@ -118,10 +118,10 @@ def step_time(model, cluster, strategy) -> TimeBreakdown:
     """Predicted seconds per optimizer step, broken down (derivation in the module docstring).
 
     Example:
-        >>> from ddp_lab.plan.cluster import Cluster
+        >>> from ddp_lab.plan.cluster_spec import ClusterSpec
         >>> from ddp_lab.plan.model import Transformer
         >>> from ddp_lab.plan.strategy import Strategy
-        >>> t = step_time(Transformer.preset("llama3-8b"), Cluster.preset("h100-sxm", nodes=4),
+        >>> t = step_time(Transformer.preset("llama3-8b"), ClusterSpec.preset("h100-sxm", nodes=4),
         ...               Strategy(dp=4, tp=8, micro_batch=1, grad_accum=128, sequence_parallel=True))
         >>> t.compute > t.tp_comm > 0
         True

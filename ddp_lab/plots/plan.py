@@ -30,8 +30,8 @@ def breakdown(plans, top: int = 5):
         the matplotlib Figure.
 
     Example:
-        >>> from ddp_lab.plan import Cluster, Transformer, search
-        >>> fig = breakdown(search(Transformer.preset("llama3-8b"), Cluster.preset("h100-sxm", nodes=4)))
+        >>> from ddp_lab.plan import ClusterSpec, Transformer, search
+        >>> fig = breakdown(search(Transformer.preset("llama3-8b"), ClusterSpec.preset("h100-sxm", nodes=4)))
 
     Introduced in notebooks/13-plan-your-training-run.ipynb.
     """

@@ -98,15 +98,17 @@ _LINKS = {
 
 
 @dataclass(frozen=True)
-class Cluster:
-    """nodes x gpus_per_node GPUs, with per-link bandwidth (bytes/s per GPU, one way) and latency (s).
+class ClusterSpec:
+    """The hardware of a cluster being planned for: nodes x gpus_per_node GPUs, with per-link bandwidth
+    (bytes/s per GPU, one way) and latency (s). A description, not running ranks (those are
+    `ddp_lab.Cluster`, lesson 00b).
 
     `collectives`, when set (by `this_machine()`), maps "all_reduce", "all_gather",
     "reduce_scatter", "send" to fitted (alpha seconds, beta seconds per byte) at `fitted_ranks`
     ranks; collectives.py then uses those instead of the ring model.
 
     Example:
-        >>> Cluster.preset("h100-sxm", nodes=4).gpus
+        >>> ClusterSpec.preset("h100-sxm", nodes=4).gpus
         32
 
     Introduced in notebooks/13-plan-your-training-run.ipynb.
@@ -134,16 +136,16 @@ class Cluster:
     def gpus(self) -> int:
         return self.gpus_per_node * self.nodes
 
-    def with_(self, **changes) -> "Cluster":
+    def with_(self, **changes) -> "ClusterSpec":
         """A copy with some fields changed, e.g. `cluster.with_(nodes=16)`."""
         return replace(self, **changes)
 
     @classmethod
-    def preset(cls, name: str, nodes: int = 1) -> "Cluster":
+    def preset(cls, name: str, nodes: int = 1) -> "ClusterSpec":
         """A cluster of `nodes` nodes of a preset GPU ("t4", "a100-40gb", "a100-80gb", "h100-sxm", "h200").
 
         Example:
-            >>> Cluster.preset("a100-80gb", nodes=2).inter_node_bandwidth
+            >>> ClusterSpec.preset("a100-80gb", nodes=2).inter_node_bandwidth
             25000000000.0
 
         Introduced in notebooks/13-plan-your-training-run.ipynb.
@@ -155,7 +157,7 @@ class Cluster:
         return cls(GPU.preset(gpu), per_node, nodes, intra, inter, name=f"{nodes} x {per_node} {GPU.preset(gpu).name}")
 
     @classmethod
-    def this_machine(cls, ranks: int = 2, measured: dict | None = None) -> "Cluster":
+    def this_machine(cls, ranks: int = 2, measured: dict | None = None) -> "ClusterSpec":
         """This machine as a one-node cluster of `ranks` CPU ranks, from measurements.
 
         Peak FLOP/s is the matmul rate one rank measured (so matmul_efficiency is 1.0), and the
@@ -168,7 +170,7 @@ class Cluster:
             measured: a dict from `measure_this_machine` to reuse instead of measuring again.
 
         Example:
-            >>> cluster = Cluster.this_machine(ranks=2)        # doctest: +SKIP
+            >>> cluster = ClusterSpec.this_machine(ranks=2)        # doctest: +SKIP
 
         Introduced in notebooks/13-plan-your-training-run.ipynb.
         """
@@ -179,7 +181,7 @@ class Cluster:
         return cls.from_measurements(measured, ranks)
 
     @classmethod
-    def from_measurements(cls, measured: dict, ranks: int) -> "Cluster":
+    def from_measurements(cls, measured: dict, ranks: int) -> "ClusterSpec":
         """Build the cluster `this_machine` returns from a measurement dict (pure Python).
 
         Keys read: "matmul_flops" (FLOP/s of one rank, a float for fp32 or a {dtype: FLOP/s}
