@@ -69,7 +69,7 @@ def fit_alpha_beta(nbytes: Sequence[float], seconds: Sequence[float], relative: 
     The same fit as lesson 02's, with alpha and beta kept >= 0: a negative fitted alpha or beta
     (noise) falls back to the one-term fit. relative=False fits absolute seconds instead, for
     times that are differences of noisy measurements and may come out near 0 (lesson 13's
-    `Cluster.this_machine()` fits what each collective adds to a step that way, in
+    `calibrate.this_machine()` fits what each collective adds to a step that way, in
     ddp_lab.plan.calibrate: a step sums seconds, not ratios).
 
     Example:

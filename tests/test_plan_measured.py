@@ -4,7 +4,7 @@ for a few steps.
 
 - model-state bytes per rank: predicted == measured, exactly;
 - activation bytes per rank (saved-tensor hooks): within 10 %;
-- step time with ClusterSpec.this_machine(): within 30 % of the measured median, for every
+- step time with calibrate.this_machine(): within 30 % of the measured median, for every
   configuration (TP and DP x TP included) measured while other programs left the cores to the
   ranks (`Row.timing_comparable`); on a machine that other programs keep busy the step-time and
   calibration tests skip, saying how many cores those programs kept busy.

@@ -6,7 +6,7 @@
     plans = plan.search(model, cluster)          # valid plans that fit, fastest first
     print(plan.table(plans[:5]))
 
-Pure Python (importing it does not import torch); only `ClusterSpec.this_machine()` measures,
+Pure Python (importing it does not import torch); only `calibrate.this_machine()` measures,
 through `ddp_lab.plan.calibrate`. The modules, one concept each:
     model.py        the transformer's shape and exact parameter count, presets
     cluster.py      GPUs and clusters (spec-sheet presets; the one calibrated efficiency)

@@ -4,7 +4,7 @@ Three measurements decide a step's time here: how fast a rank multiplies matrice
 of that rate a whole transformer training step reaches (`CALIBRATION_SHAPE`), and what a
 collective of n bytes adds to a step. All are measured on real gloo ranks, started with
 `ddp_lab.launch` exactly as the lessons start them (each rank gets cores // ranks torch
-threads), so the planner's `ClusterSpec.this_machine()` describes the ranks that will train.
+threads), so the planner's `this_machine()` describes the ranks that will train.
 
 Why per-collective fits, not lesson 02's ring formula over a point-to-point alpha-beta: on
 this project's 2-core machine that formula predicts gloo's `all_reduce` 2.5-9x too fast for
@@ -32,6 +32,7 @@ import time
 from statistics import median
 
 from ddp_lab.hardware.load import OtherPrograms
+from ddp_lab.plan.cluster_spec import ClusterSpec
 
 # Message sizes in fp32 values: 4 B ... 4 MB (a small model's gradient bucket is ~1-25 MB).
 COUNTS = (1, 256, 16_384, 131_072, 1_048_576)
@@ -62,7 +63,7 @@ def matmul_rate(dtype, seconds: float = 0.3) -> float:
     return median(rates)
 
 
-# The one calibrated constant of `ClusterSpec.this_machine()`: a transformer training step does more
+# The one calibrated constant of `this_machine()`: a transformer training step does more
 # than matmuls (softmax, GeLU, dropout's random masks, LayerNorm, Adam, Python's per-op dispatch),
 # and on a CPU at these sizes that costs about as much again as the matmuls. Rather than a factor
 # per configuration, one fixed *calibration* step - one layer of the reference decoder (hidden 256,
@@ -307,3 +308,15 @@ def measure_this_machine(ranks: int = 2, repeats: int = 5, counts=COUNTS, timeou
         machine["collectives"][name] = {"alpha": alpha, "beta": beta, "world": group}
         machine["samples"][name] = list(zip(nbytes, seconds))
     return machine
+
+
+def this_machine(ranks: int = 2, measured: dict | None = None) -> ClusterSpec:
+    """This machine as the planner's `ClusterSpec`: `measure_this_machine(ranks)` (or `measured`), then
+    `ClusterSpec.from_measurements`.
+
+    Example:
+        >>> cluster = this_machine(ranks=2)        # doctest: +SKIP
+
+    Introduced in notebooks/13-plan-your-training-run.ipynb.
+    """
+    return ClusterSpec.from_measurements(measure_this_machine(ranks=ranks) if measured is None else measured, ranks)

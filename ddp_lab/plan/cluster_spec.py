@@ -103,7 +103,7 @@ class ClusterSpec:
     (bytes/s per GPU, one way) and latency (s). A description, not running ranks (those are
     `ddp_lab.Cluster`, lesson 00b).
 
-    `collectives`, when set (by `this_machine()`), maps "all_reduce", "all_gather",
+    `collectives`, when set (by `from_measurements()`), maps "all_reduce", "all_gather",
     "reduce_scatter", "send" to fitted (alpha seconds, beta seconds per byte) at `fitted_ranks`
     ranks; collectives.py then uses those instead of the ring model.
 
@@ -157,32 +157,13 @@ class ClusterSpec:
         return cls(GPU.preset(gpu), per_node, nodes, intra, inter, name=f"{nodes} x {per_node} {GPU.preset(gpu).name}")
 
     @classmethod
-    def this_machine(cls, ranks: int = 2, measured: dict | None = None) -> "ClusterSpec":
-        """This machine as a one-node cluster of `ranks` CPU ranks, from measurements.
-
-        Peak FLOP/s is the matmul rate one rank measured (so matmul_efficiency is 1.0), and the
-        collectives use the alpha/beta fitted on gloo at `ranks` ranks, per collective (lesson 02
-        fitted one pair for all; that pair predicts all_reduce 2.5-3.6x too fast). Measuring takes
-        a few seconds and imports torch: ddp_lab.plan.calibrate.measure_this_machine does it.
-
-        Args:
-            ranks: ranks the measurement used (= GPUs of the returned cluster).
-            measured: a dict from `measure_this_machine` to reuse instead of measuring again.
-
-        Example:
-            >>> cluster = ClusterSpec.this_machine(ranks=2)        # doctest: +SKIP
-
-        Introduced in notebooks/13-plan-your-training-run.ipynb.
-        """
-        if measured is None:
-            from ddp_lab.plan.calibrate import measure_this_machine   # imports torch: only here
-
-            measured = measure_this_machine(ranks=ranks)
-        return cls.from_measurements(measured, ranks)
-
-    @classmethod
     def from_measurements(cls, measured: dict, ranks: int) -> "ClusterSpec":
-        """Build the cluster `this_machine` returns from a measurement dict (pure Python).
+        """This machine as a one-node cluster of `ranks` CPU ranks, from a measurement dict (pure Python).
+
+        Peak FLOP/s is the matmul rate one rank measured, and the collectives use the alpha/beta
+        fitted on gloo at `ranks` ranks, per collective (lesson 02 fitted one pair for all; that
+        pair predicts all_reduce 2.5-3.6x too fast). `ddp_lab.plan.calibrate.measure_this_machine`
+        measures the dict (a few seconds, with torch); `calibrate.this_machine()` does both.
 
         Keys read: "matmul_flops" (FLOP/s of one rank, a float for fp32 or a {dtype: FLOP/s}
         dict), "collectives" ({name: (alpha_s, beta_s_per_byte)} or {name: {"alpha": ...,

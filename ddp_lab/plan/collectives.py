@@ -5,7 +5,7 @@ ddp_lab/alpha_beta.py's; this module picks the link each group uses. A ring move
 of its slowest hop, so a group that spans nodes is costed on the inter-node link (NCCL runs one ring per NIC, so each GPU drives its own NIC: the per-GPU
 inter-node bandwidth is the beta), a group inside one node on NVLink.
 
-When the cluster carries fitted per-collective (alpha, beta) - `ClusterSpec.this_machine()`, gloo
+When the cluster carries fitted per-collective (alpha, beta) - `calibrate.this_machine()`, gloo
 on this machine, fitted to what each collective adds to a step when issued right after
 compute (ddp_lab.plan.calibrate) - those are used instead: lesson 02's single ping-pong fit predicts gloo's
 all_reduce 2.5-3.6x too fast, mainly because a ring step sends and receives at once (two

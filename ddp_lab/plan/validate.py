@@ -5,7 +5,7 @@
 - model-state bytes per rank: `memory.model_state_bytes(stage_parameters(...))`, must be equal;
 - activation bytes per rank: Korthikanti et al.'s per-layer bytes times the layers in flight on
   that rank's pipeline stage (plus the head on the last stage), must be within 10 %;
-- step time: `steptime.step_time(model, ClusterSpec.this_machine(...), strategy)`: the step's FLOPs
+- step time: `steptime.step_time(model, calibrate.this_machine(...), strategy)`: the step's FLOPs
   over the measured matmul rate times the machine's one calibrated efficiency
   (`calibrate.CALIBRATION_SHAPE`; TP ranks repeat its elementwise share around the parallel
   matmuls), plus what each collective adds to a step (fitted per collective, timed after
@@ -158,7 +158,7 @@ def predicted_per_rank(model, strategy) -> tuple[list[int], list[int]]:
 def compare(measured, calibration: dict) -> Row:
     """The planner's prediction for a measured run, as a Row.
 
-    The cluster is `ClusterSpec.this_machine(measured=...)` from `calibration` (collectives' alpha-beta
+    The cluster is `ClusterSpec.from_measurements(...)` from `calibration` (collectives' alpha-beta
     fitted as the run issues them, `calibration_key`), with the matmul rate and the calibration step's efficiency
     (`ddp_lab.plan.calibrate.CALIBRATION_SHAPE`) that the run's own ranks measured between its
     timed steps, so that a change of load between calibration and run (other programs on the
@@ -174,7 +174,7 @@ def compare(measured, calibration: dict) -> Row:
     states, acts = predicted_per_rank(model, strategy)
     machine = dict(calibration, matmul_flops={"fp32": measured.matmul_flops},
                    matmul_efficiency=measured.step_flops / measured.matmul_flops)
-    cluster = ClusterSpec.this_machine(ranks=config.ranks, measured=machine)
+    cluster = ClusterSpec.from_measurements(machine, config.ranks)
     time = step_time(model, cluster, strategy)
     return Row(config.name, config.kind, strategy.label(), config.ranks, tuple(states),
                tuple(sum(s.values()) for s in measured.states), tuple(acts), tuple(measured.activations),
