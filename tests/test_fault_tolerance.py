@@ -14,7 +14,7 @@ import torch
 
 import ddp_lab
 from ddp_lab.fault_tolerance.checkpoint import atomic_save, capture_rng, restore_rng
-from ddp_lab.fault_tolerance.diagnose import (FLIGHT_RECORDER_ENV, blocked_in, flight_recorder_entries,
+from ddp_lab.instruments.diagnose import (FLIGHT_RECORDER_ENV, blocked_in, flight_recorder_entries,
                                               monitored_barrier_missing, rank_report)
 
 

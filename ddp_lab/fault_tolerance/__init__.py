@@ -1,5 +1,5 @@
-"""Making distributed training survive failures, and reading the failures it does not survive.
+"""Making distributed training survive failures: atomic checkpoints and per-rank RNG state.
 
-checkpoint.py: atomic checkpoint writes and per-rank RNG state (restartable training);
-diagnose.py: a launch failure digested into one stable line per rank. Introduced in lesson 12.
+checkpoint.py: what a restartable training loop saves and restores. Reading the failures it
+does not survive is the lab's (ddp_lab/instruments/diagnose.py). Introduced in lesson 12.
 """

@@ -102,7 +102,7 @@ def flight_recorder_entries(backend: str = "nccl") -> list[dict] | None:
 
     Introduced in notebooks/12-debugging-and-fault-tolerance.ipynb.
     """
-    import torch._C._distributed_c10d as c10d
+    import torch._C._distributed_c10d as c10d   # lazy: torch, only for the GPU cell that dumps the recorder
 
     names = ("_dump_nccl_trace_json", "_dump_fr_trace_json") if backend == "nccl" else ("_dump_fr_trace_json",)
     dump = next((getattr(c10d, name) for name in names if hasattr(c10d, name)), None)
