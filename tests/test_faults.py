@@ -31,6 +31,7 @@ import torch.distributed as dist
 
 import ddp_lab
 from ddp_lab.launcher import launch as launcher
+from ddp_lab.launcher import output
 from ddp_lab.hardware.machine import cpu_cores, gpu_count
 from rank_procs import assert_no_ranks_left, ddp_lab_processes, rank_processes
 
@@ -522,7 +523,7 @@ def sum_of_ones(rank):
 
 def test_more_ranks_than_cores(monkeypatch, capsys):
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
-    monkeypatch.setattr(launcher, "_noted_oversubscribed", set())  # noted once per process
+    monkeypatch.setattr(output, "_printed_notes", set())  # noted once per process
     cores = cpu_cores()
     nprocs = cores + 1
     results = ddp_lab.launch(sum_of_ones, nprocs=nprocs, backend="gloo", timeout=120)

@@ -366,20 +366,28 @@ def test_stream_prints_lines_as_they_arrive(capsys):
     assert "[rank 0] hi 0\n" in out and "[rank 1] hi 1\n" in out
 
 
-def test_more_ranks_than_cores_notes_the_speed_once(capsys):
-    """A printed `ddp_lab:` note (stored notebook outputs drop it), once per nprocs and kernel."""
+def test_more_ranks_than_cores_notes_the_speed_once(monkeypatch, capsys):
+    """A printed `ddp_lab:` note (stored notebook outputs drop it), once per nprocs and kernel, with the
+    launch it belongs to: on the ranks' stream (stderr if that is all they print), never a later cell's."""
     from ddp_lab.launcher import launch as launcher
+    from ddp_lab.launcher import output
 
-    launcher._noted_oversubscribed.clear()
+    monkeypatch.setattr(output, "_printed_notes", set())
     nprocs = launcher.cpu_cores() + 1
+    note = (f"ddp_lab: nprocs={nprocs} is more than the {launcher.cpu_cores()} CPU cores: "
+            "ranks take turns (slower, same results)")
     assert ddp_lab.launch(lambda rank: rank, nprocs=nprocs, backend="gloo") == list(range(nprocs))
-    assert capsys.readouterr().out == ""  # ranks that print nothing: nothing, on every machine
+    assert capsys.readouterr() == ("", "")  # ranks that print nothing: nothing, on every machine
+    assert ddp_lab.launch(lambda rank: 2 * rank, nprocs=2, backend="gloo") == [0, 2]
+    ddp_lab.launch(lambda rank: print(rank), nprocs=2, backend="gloo")
+    assert "more than the" not in capsys.readouterr().out   # not carried to a later, unrelated launch
+    ddp_lab.launch(lambda rank: print(rank, file=sys.stderr), nprocs=nprocs, backend="gloo")
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.startswith(note + "\n")   # stderr only: the note comes there
     for _ in range(2):
         ddp_lab.launch(lambda rank: print(rank), nprocs=nprocs, backend="gloo")
-    notes = [line for line in capsys.readouterr().out.splitlines() if "more than the" in line]
-    assert notes == [f"ddp_lab: nprocs={nprocs} is more than the {launcher.cpu_cores()} CPU cores: "
-                     "ranks take turns (slower, same results)"]
-    assert len(notes[0]) <= 100  # one line in JupyterLab, dropped whole from stored outputs
+    assert "more than the" not in capsys.readouterr().out   # once per kernel
+    assert len(note) <= 100  # one line in JupyterLab, dropped whole from stored outputs
 
 
 def ddp_train(rank):

@@ -32,7 +32,6 @@ from ddp_lab.launcher.supervisor import Supervisor
 from ddp_lab.launcher.zygote_client import ForkedRank
 
 DEFAULT_TIMEOUT = 120.0
-_noted_oversubscribed: set[int] = set()
 
 
 def threads_per_rank(nprocs: int, threads: int | None) -> int | None:
@@ -51,8 +50,7 @@ def _note_if_oversubscribed(nprocs: int) -> None:
     machine, so stored notebook outputs drop such lines (tests/sanitize.cfg).
     """
     cores = cpu_cores()
-    if nprocs > cores and nprocs not in _noted_oversubscribed:
-        _noted_oversubscribed.add(nprocs)
+    if nprocs > cores:   # output.note prints it once per kernel, with this launch's output
         # one line under 100 characters, printed with the ranks' output (output.note)
         note(f"ddp_lab: nprocs={nprocs} is more than the {cores} CPU cores: ranks take turns (slower, same results)")
 

@@ -74,27 +74,34 @@ def print_line(rank: int, stream: str, line: str) -> None:
 
 
 _pending_notes: list[str] = []
+_printed_notes: set[str] = set()
 
 
 def note(text: str) -> None:
-    """Queue a one-line machine note ("ddp_lab: ..."), printed with the next rank output.
+    """Queue a one-line machine note ("ddp_lab: ...") for the output of the launch about to run.
 
-    Notes depend on the machine (cores, GPUs). Printed only together with what the ranks print
-    on stdout, they never decide whether a notebook cell has any stdout at all, which nbval
-    compares; their lines themselves are dropped by tests/sanitize.cfg.
+    Notes depend on the machine (cores, GPUs). Printed only on a stream the ranks print to
+    (stdout if they print there, else stderr), they never decide whether a notebook cell has
+    some stdout or stderr at all, which nbval compares; their lines themselves are dropped by
+    tests/sanitize.cfg. A note is printed once per kernel; one whose launch printed nothing is
+    dropped with that launch (the next launch it applies to queues it again), never shown
+    under a later cell.
     """
-    if text not in _pending_notes:
+    if text not in _pending_notes and text not in _printed_notes:
         _pending_notes.append(text)
 
 
 def print_in_rank_order(outputs: list[RankOutput]) -> None:
     """Print every rank's lines, rank 0 first; consecutive lines of a stream in one write.
 
-    Pending machine notes (`note`) come first, when some rank printed to stdout.
+    This launch's machine notes (`note`) come first, on the first stream the ranks used.
     """
-    if _pending_notes and any(stream == "stdout" for output in outputs for stream, _ in output.lines):
-        sys.stdout.write("".join(f"{text}\n" for text in _pending_notes))
-        _pending_notes.clear()
+    streams = {stream for output in outputs for stream, _ in output.lines}
+    if _pending_notes and streams:
+        target = sys.stdout if "stdout" in streams else sys.stderr
+        target.write("".join(f"{text}\n" for text in _pending_notes))
+        _printed_notes.update(_pending_notes)
+    _pending_notes.clear()   # never carried to a later launch
     for output in outputs:
         run_stream, run = None, []
         for stream, line in output.lines + [(None, "")]:
