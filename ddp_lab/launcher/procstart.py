@@ -1,11 +1,13 @@
 """Starting rank processes: the one place that decides *how* a rank's process begins.
 
-`start_rank` gives back a `RankProcess` whatever the start method: its pid, the read
-ends of its stdout and stderr pipes, the launcher's end of its control channel, and
-`wait()` / `send_signal()`.
+`start_rank_processes` gives back a `RankProcess` per rank whatever the start method: its
+pid, the read ends of its stdout and stderr pipes, the launcher's end of its control
+channel, and `wait()` / `send_signal()`. `stop_ranks` ends them.
 
-- **Warm** (the default once the kernel has a zygote): fork the rank from the zygote, a
+- **Warm** (the default once the kernel has a zygote): fork the ranks from the zygote, a
   clean process that imported torch and nothing else (see zygote.py). ~0.05 s per launch.
+  A zygote that does not fork them all within FORK_WAIT_S is retired and the launch
+  starts cold.
 - **Cold** (the first launch of a kernel, or with DDP_LAB_WARM=0): run
   `python -m ddp_lab.launcher.worker` in a fresh interpreter. The first launch then starts the
   zygote in the background for the next ones.
