@@ -158,7 +158,7 @@ class LaunchWarning(RuntimeWarning):
 def crash_summary(returncode: int) -> str:
     """One line saying how a rank died without a traceback, with the likely cause."""
     hint = _SIGNAL_HINTS.get(returncode)
-    if returncode > 0:
+    if returncode >= 0:  # 0 too: a process that ends before reporting a result did not return
         hint = "os._exit(), or a library that called exit(); no Python traceback was produced"
     how = describe_exit(returncode)
     return f"died with {how} before returning" + (f": {hint}" if hint else "")

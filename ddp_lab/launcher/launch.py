@@ -22,9 +22,10 @@ from ddp_lab.launcher.arguments import check_launch
 from ddp_lab.launcher.backend import choose_backend
 from ddp_lab.launcher.errors import LaunchWarning, describe_exit
 from ddp_lab.hardware.machine import cpu_cores
+from ddp_lab.launcher.interrupts import interrupts_held
 from ddp_lab.launcher.output import RankOutput, note, print_in_rank_order
 from ddp_lab.launcher.payload import build_payload, cell_names
-from ddp_lab.launcher.procstart import prepare_zygote, rank_environment, start_rank, stop_ranks
+from ddp_lab.launcher.procstart import prepare_zygote, rank_environment, start_rank_processes, stop_ranks
 from ddp_lab.launcher.rendezvous import loopback_store
 from ddp_lab.launcher.reports import build_error, read_stacks
 from ddp_lab.launcher.results import Results
@@ -117,9 +118,10 @@ def launch(fn, args=(), nprocs: int = 2, backend: str = "auto", timeout: float |
             stacks = read_stacks(supervisor, workdir) if outcome == "timeout" else {}
             supervisor.finish()
         except BaseException:  # KeyboardInterrupt (Jupyter's stop button) included
-            stop_ranks(supervisor.processes, grace=0.5)
-            supervisor.finish()
-            _show_output(supervisor.outputs, stream)
+            with interrupts_held():  # pressing it again must not leave ranks or pipes behind
+                stop_ranks(supervisor.processes, grace=0.5)
+                supervisor.finish()
+                _show_output(supervisor.outputs, stream)
             raise
 
     _show_output(supervisor.outputs, stream)
@@ -135,9 +137,10 @@ def start_ranks(supervisor: Supervisor, payload: dict, workdir: str, extra_env: 
     payload_path.write_bytes(pickle.dumps(payload, protocol=pickle.HIGHEST_PROTOCOL))
     if payload["threads"]:
         extra_env = {"OMP_NUM_THREADS": str(payload["threads"]), **extra_env}
-    for rank in range(supervisor.nprocs):
-        env = rank_environment(os.environ, rank, supervisor.nprocs, extra_env)
-        supervisor.add(start_rank(rank, env, str(payload_path), str(Path(workdir, f"stacks-{rank}.txt"))))
+    ranks = range(supervisor.nprocs)
+    start_rank_processes([rank_environment(os.environ, rank, supervisor.nprocs, extra_env) for rank in ranks],
+                         str(payload_path), [str(Path(workdir, f"stacks-{rank}.txt")) for rank in ranks],
+                         supervisor.add)
 
 
 def _show_output(outputs: list[RankOutput], streamed: bool) -> None:

@@ -1,11 +1,13 @@
 """Starting rank processes: the one place that decides *how* a rank's process begins.
 
-`start_rank` gives back a `RankProcess` whatever the start method: its pid, the read
-ends of its stdout and stderr pipes, the launcher's end of its control channel, and
-`wait()` / `send_signal()`.
+`start_rank_processes` gives back a `RankProcess` per rank whatever the start method: its
+pid, the read ends of its stdout and stderr pipes, the launcher's end of its control
+channel, and `wait()` / `send_signal()`. `stop_ranks` ends them.
 
-- **Warm** (the default once the kernel has a zygote): fork the rank from the zygote, a
+- **Warm** (the default once the kernel has a zygote): fork the ranks from the zygote, a
   clean process that imported torch and nothing else (see zygote.py). ~0.05 s per launch.
+  A zygote that does not fork them all within FORK_WAIT_S is retired and the launch
+  starts cold.
 - **Cold** (the first launch of a kernel, or with DDP_LAB_WARM=0): run
   `python -m ddp_lab.launcher.worker` in a fresh interpreter. The first launch then starts the
   zygote in the background for the next ones.
@@ -22,18 +24,22 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
-from ddp_lab.launcher.rankprocess import RankProcess
-from ddp_lab.launcher.zygote_client import Zygote
+from ddp_lab.launcher.rankprocess import RankProcess, end_session
+from ddp_lab.launcher.zygote_client import ForkedRank, Zygote
 
 _PACKAGE_PARENT = str(Path(__file__).resolve().parent.parent)
 _zygote: Zygote | None = None
 
 
 class SpawnedRank(RankProcess):
-    """A rank in a fresh interpreter, started with subprocess (cold start)."""
+    """A rank in a fresh interpreter, started with subprocess (cold start).
+
+    A thread waits for it to end, ends what it left in its session, then reaps it.
+    """
 
     def __init__(self, rank: int, popen: subprocess.Popen, channel: socket.socket):
         self.rank, self.popen, self.channel, self.pid = rank, popen, channel, popen.pid
@@ -41,16 +47,25 @@ class SpawnedRank(RankProcess):
         self.stderr_fd = os.dup(popen.stderr.fileno())
         popen.stdout.close()
         popen.stderr.close()
+        self._exited = threading.Event()
+        threading.Thread(target=self._reap, daemon=True, name=f"ddp_lab-rank{rank}-reaper").start()
 
     @property
     def returncode(self) -> int | None:
-        return self.popen.returncode
+        return self.popen.returncode if self._exited.is_set() else None
+
+    def _reap(self) -> None:
+        try:
+            os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOWAIT)  # ended, not reaped yet
+        except ChildProcessError:
+            pass
+        end_session(self.pid)
+        self.popen.wait()
+        self._exited.set()
 
     def wait(self, timeout: float | None = None) -> int | None:
-        try:
-            return self.popen.wait(timeout)
-        except subprocess.TimeoutExpired:
-            return None
+        self._exited.wait(timeout)
+        return self.returncode
 
 
 def rank_environment(base: dict, rank: int, world_size: int, extra: dict) -> dict:
@@ -107,22 +122,27 @@ def warm_starts_enabled() -> bool:
 
 
 def ready_zygote(wait_s: float = 15.0) -> Zygote | None:
-    """The kernel's zygote if it is (or within wait_s becomes) ready; None means start cold."""
+    """The kernel's zygote if it is (or within wait_s becomes) ready; None means start cold.
+
+    A zygote that died, or did not become ready in time, is retired; a new one starts after
+    the launch (`prepare_zygote`).
+    """
     global _zygote
-    if not warm_starts_enabled():
+    if not warm_starts_enabled() or _zygote is None:
         return None
-    if _zygote is not None and not _zygote.alive():
-        _zygote.close()
-        _zygote = None  # died (killed, OOM): start cold now, a new one starts after
-    if _zygote is None:
-        return None
-    return _zygote if _zygote.wait_ready(wait_s) else None
+    if _zygote.alive() and _zygote.wait_ready(wait_s):
+        return _zygote
+    _zygote.retire(f"was not ready within {wait_s:g}s; ddp_lab ended it")
+    _zygote = None
+    return None
 
 
 def prepare_zygote() -> None:
     """Start the zygote in the background if there is none (called after a launch)."""
     global _zygote
     if warm_starts_enabled() and (_zygote is None or not _zygote.alive()):
+        if _zygote is not None:
+            _zygote.close()
         _zygote = Zygote.start(with_package_on_path({**os.environ, "DDP_LAB_PARENT_PID": str(os.getpid())}))
 
 
@@ -134,23 +154,48 @@ def shutdown_zygote() -> None:
         _zygote = None
 
 
-def start_rank(rank: int, env: dict, payload_path: str, stacks_path: str) -> RankProcess:
-    """Start one rank: forked from the zygote when one is ready, else a fresh interpreter."""
+def start_rank_processes(envs: list[dict], payload_path: str, stacks_paths: list[str], on_started) -> None:
+    """Start rank k with envs[k], calling on_started(process) for each, rank 0 first.
+
+    Forked from the zygote when one is ready and forks them all in time, else each in a
+    fresh interpreter. Forked ranks run only once every rank has started and been passed to
+    on_started, so a start given up half way has touched nothing.
+    """
+    global _zygote
     zygote = ready_zygote()
     if zygote is not None:
-        forked = zygote.fork_rank(rank, env, payload_path, stacks_path, os.getcwd())
+        specs = [{"env": env, "payload_path": payload_path, "stacks_path": stacks, "cwd": os.getcwd()}
+                 for env, stacks in zip(envs, stacks_paths)]
+        forked = zygote.fork_ranks(specs)
         if forked is not None:
-            return forked
-    return spawn_rank(rank, env, payload_path, stacks_path)
+            for process in forked:
+                on_started(process)
+            for process in forked:
+                process.go()
+            return
+        _zygote = None  # retired by fork_ranks; prepare_zygote starts a new one after the launch
+    for rank, (env, stacks) in enumerate(zip(envs, stacks_paths)):
+        on_started(spawn_rank(rank, env, payload_path, stacks))
+
+
+KILL_WAIT_S = 2.0  # after SIGKILL: longer means the zygote that reaps the rank is not answering
 
 
 def stop_ranks(ranks: list[RankProcess], grace: float = 1.0) -> None:
-    """SIGTERM every running rank, wait up to `grace` seconds, then SIGKILL the rest."""
-    for process in ranks:
+    """SIGTERM every running rank, wait up to `grace` seconds, then SIGKILL the rest.
+
+    Returns once each rank's end is known. A forked rank whose end its zygote does not
+    report within KILL_WAIT_S of the SIGKILL means a stalled zygote: it is retired, which
+    ends its ranks too. Call it with interrupts held (interrupts.py) when clean-up must finish.
+    """
+    running = [process for process in ranks if process.returncode is None]
+    for process in running:
         process.send_signal(signal.SIGTERM)
     deadline = time.monotonic() + grace
-    for process in ranks:
+    for process in running:
         if process.wait(max(0.0, deadline - time.monotonic())) is None:
             process.send_signal(signal.SIGKILL)
-    for process in ranks:
-        process.wait()
+    deadline = time.monotonic() + KILL_WAIT_S
+    for process in running:
+        if process.wait(max(0.0, deadline - time.monotonic())) is None and isinstance(process, ForkedRank):
+            process.zygote.retire(f"did not report rank {process.rank}'s end; ddp_lab ended it")

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from ddp_lab.launcher.errors import (LaunchError, LaunchTimeout, RankCrashed, RankFailed, RankFailure,
-                            ResultNotPicklable, crash_summary)
+                            ResultNotPicklable, crash_summary, describe_exit)
 from ddp_lab.launcher.payload import rename_cells
 from ddp_lab.launcher.supervisor import STARTUP_S
 from ddp_lab.launcher.worker import STACK_SIGNAL
@@ -85,8 +85,8 @@ def raised_failure(rank: int, report: dict, names: dict) -> RankFailure:
     except Exception:
         exception = None
     first_line = _shorten((report["text"].splitlines() or [""])[0])
-    if report["type"] == "SystemExit":
-        summary = f"called sys.exit({first_line})"
+    if report["type"] == "SystemExit":  # sys.exit() is sys.exit(None): exit code 0
+        summary = f"called sys.exit({first_line})" + ("" if first_line else " (exit code 0)")
     elif report["phase"] == "unpickle":
         summary = f"could not unpickle fn or args: {report['type']}: {first_line}"
     elif report["phase"] == "setup":
@@ -100,8 +100,11 @@ def _failure(rank: int, supervisor, names: dict) -> RankFailure:
     report = supervisor.reports.get(rank)
     code = supervisor.exits.get(rank)
     if report is None:
-        return RankFailure(rank, "crashed", crash_summary(code), _tail(supervisor.outputs[rank].text()),
-                           returncode=code)
+        process = supervisor.process_of(rank)
+        ended_by = process.ended_by if process is not None else None
+        summary = crash_summary(code) if ended_by is None else \
+            f"died with {describe_exit(code)} before returning: {ended_by}"
+        return RankFailure(rank, "crashed", summary, _tail(supervisor.outputs[rank].text()), returncode=code)
     if report["kind"] == "unpicklable":
         return RankFailure(rank, "unpicklable",
                            f"returned a {report['type']} that cannot be pickled back to the notebook "
@@ -191,6 +194,15 @@ def timeout_hint(stacks: dict[int, str]) -> str:
     return " ".join(parts)
 
 
+def _ended_by_zygote(supervisor) -> str | None:
+    """What ended the ranks' zygote, if that is what ended a failed rank."""
+    for rank in supervisor.failed:
+        process = supervisor.process_of(rank)
+        if rank not in supervisor.reports and process is not None and process.ended_by:
+            return process.ended_by
+    return None
+
+
 def build_error(supervisor, outcome: str, stacks: dict[int, str], names: dict,
                 timeout: float | None) -> LaunchError:
     """One exception for the whole launch: every failing rank, the first failure first."""
@@ -220,4 +232,8 @@ def build_error(supervisor, outcome: str, stacks: dict[int, str], names: dict,
     count = len(supervisor.failed)
     headline = (f"{count} of {nprocs} ranks failed; rank {first} failed first." if count > 1
                 else f"rank {first} of {nprocs} failed.")
+    ended_by = _ended_by_zygote(supervisor)
+    if ended_by:  # not the ranks' fault: say what happened to them, and that a rerun starts afresh
+        headline = (f"{ended_by}, and the rank(s) forked from it died with it: run the cell again "
+                    "(ddp_lab starts a new zygote).")
     return cls(headline, failures, first, [o.text() for o in supervisor.outputs], _hint(failures, first, kind))

@@ -11,11 +11,14 @@ Introduced in notebooks/00-welcome-and-first-launch.ipynb ("How launch works").
 
 from __future__ import annotations
 
+import os
 import queue
+import socket
 import threading
 import time
 
 from ddp_lab.launcher.channel import RELEASE, receive_message
+from ddp_lab.launcher.interrupts import interrupts_held
 from ddp_lab.launcher.output import RankOutput, print_line, start_reader
 from ddp_lab.launcher.procstart import stop_ranks
 from ddp_lab.launcher.rankprocess import RankProcess
@@ -25,7 +28,9 @@ STARTUP_S = 120.0  # time allowed to start the interpreters and the process grou
 GATHER_S = 0.5
 POLL_S = 0.25  # longest uninterrupted wait of the launcher  # after a first failure, how long other ranks get to report theirs
 EXIT_WAIT_S = 10.0  # how long a released rank may take to exit before it is killed
-READER_WAIT_S = 2.0  # how long to wait for output pipes to close once processes ended
+READER_WAIT_S = 1.0  # how long output pipes may stay open once the ranks and their sessions ended
+CUT_OFF = ("ddp_lab: output cut off at the rank's end: a process it started in a session of its own still "
+           "writes here; end such processes before fn returns.\n")
 
 
 class Supervisor:
@@ -42,17 +47,27 @@ class Supervisor:
         self.ready: set[int] = set()  # ranks that finished set-up and entered fn
         self.failed: list[int] = []  # ranks in the order their failures were seen
         self.still_running: list[int] = []  # ranks stopped by ddp_lab (failure or timeout)
-        self._threads: list[threading.Thread] = []
+        self._readers: dict[int, list[threading.Thread]] = {}
+        self._followers: list[threading.Thread] = []
+        self._stop_readers: tuple[int, int] | None = None  # a pipe: written to when readers must stop
+        self._finished = False
 
     def add(self, process: RankProcess) -> None:
         """Start watching a started rank: its two output pipes and its control channel."""
+        if self._stop_readers is None:
+            self._stop_readers = os.pipe()
         self.processes.append(process)
-        for fd, stream in ((process.stdout_fd, "stdout"), (process.stderr_fd, "stderr")):
-            self._threads.append(start_reader(fd, stream, process.rank, self._on_line))
+        self._readers[process.rank] = [
+            start_reader(fd, stream, process.rank, self._on_line, self._stop_readers[0])
+            for fd, stream in ((process.stdout_fd, "stdout"), (process.stderr_fd, "stderr"))]
         follower = threading.Thread(target=self._follow, args=(process,), daemon=True,
                                     name=f"ddp_lab-rank{process.rank}-channel")
         follower.start()
-        self._threads.append(follower)
+        self._followers.append(follower)
+
+    def process_of(self, rank: int) -> RankProcess | None:
+        """The process of `rank` (None if it never started)."""
+        return next((process for process in self.processes if process.rank == rank), None)
 
     def _on_line(self, rank: int, stream: str, line: str) -> None:
         if line.startswith(OUTPUT_MARK):
@@ -128,7 +143,27 @@ class Supervisor:
         return [p for p in self.processes if p.rank not in self.reports and p.rank not in self.exits]
 
     def finish(self) -> None:
-        """Release ranks that reported, stop the rest, wait for all output; idempotent."""
+        """Release ranks that reported, stop the rest, collect all output, close; idempotent.
+
+        Runs to its end whatever the stop button does meanwhile (interrupts_held).
+        """
+        if self._finished:
+            return
+        with interrupts_held():
+            self._end_ranks()
+            self._end_readers()
+            self._end_followers()
+            self._drain()
+            for process in self.processes:
+                self.exits.setdefault(process.rank, process.returncode)
+                process.close()
+            if self._stop_readers is not None:
+                for fd in self._stop_readers:
+                    os.close(fd)
+            self._finished = True
+
+    def _end_ranks(self) -> None:
+        """Stop ranks still running, release those that reported; return once all have ended."""
         self.still_running = sorted(set(self.still_running) | {p.rank for p in self.running()})
         stop_ranks(self.running(), grace=1.0)
         for process in self.processes:
@@ -136,17 +171,37 @@ class Supervisor:
                 process.channel.sendall(RELEASE)
             except OSError:
                 pass
-        for process in self.processes:
-            if process.wait(EXIT_WAIT_S) is None:
-                stop_ranks([process], grace=0.5)
+        deadline = time.monotonic() + EXIT_WAIT_S
+        slow = [p for p in self.processes if p.wait(max(0.0, deadline - time.monotonic())) is None]
+        stop_ranks(slow, grace=0.5)
+
+    def _end_followers(self) -> None:
+        """Each follower ends at its channel's EOF; a channel that a rank's child (a fork that
+        left its session) still holds is shut down, so that no thread reads it after close."""
         deadline = time.monotonic() + READER_WAIT_S
-        for thread in self._threads:
+        for follower in self._followers:
+            follower.join(max(0.0, deadline - time.monotonic()))
+        for process, follower in zip(self.processes, self._followers):
+            if follower.is_alive():
+                try:
+                    process.channel.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+                follower.join()
+
+    def _end_readers(self) -> None:
+        """Wait until every output pipe is at EOF; one still open READER_WAIT_S after the ranks
+        and their sessions ended is held by a process outside them: cut it off, say so."""
+        deadline = time.monotonic() + READER_WAIT_S
+        for thread in (t for threads in self._readers.values() for t in threads):
             thread.join(max(0.0, deadline - time.monotonic()))
-        self._drain()
-        for process in self.processes:
-            self.exits.setdefault(process.rank, process.returncode)
-        for process in self.processes:
-            process.close()
+        held_open = [rank for rank, threads in self._readers.items() if any(t.is_alive() for t in threads)]
+        if held_open:
+            os.write(self._stop_readers[1], b"x")
+        for rank in held_open:
+            for thread in self._readers[rank]:
+                thread.join()  # ends after reading what the pipe holds now
+            self._on_line(rank, "stderr", CUT_OFF)
 
     def _drain(self) -> None:
         """Handle events still queued (late reports, exits, streamed lines)."""

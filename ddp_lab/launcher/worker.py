@@ -193,12 +193,9 @@ def run_rank(control_fd: int, payload_path: str, stacks_path: str) -> None:
         phase = "fn"
         send_message(channel, {"kind": "ready"})  # the watchdog's clock starts now
         value = fn(int(os.environ["RANK"]), *args)
-    except SystemExit as error:
-        if error.code in (0, None) and phase == "fn":
-            ok = _report_result(channel, None)
-        else:
-            send_message(channel, exception_report(error, phase, skip_frames=1))
     except BaseException as error:  # noqa: BLE001 - every failure is reported, KeyboardInterrupt too
+        # sys.exit(0) included: a rank that exits returns no result, and its peers may wait for
+        # it in a collective; reported at once, the launcher stops them (as mp.spawn ends a job)
         send_message(channel, exception_report(error, phase, skip_frames=1 if phase == "fn" else 0))
     else:
         ok = _report_result(channel, value)

@@ -10,7 +10,12 @@ Protocol, over one AF_UNIX SOCK_SEQPACKET socket (one message per packet):
   launcher -> zygote  ("spawn", request_id, spec) with 3 fds: stdout, stderr, control
   zygote -> launcher  ("started", request_id, pid)
   zygote -> launcher  ("exited", pid, returncode)   for every child that ends
-The zygote exits when the launcher closes the socket or dies (PR_SET_PDEATHSIG).
+A forked rank then waits for GO on its control channel before it runs anything: only when
+every rank of the launch has started does the launcher send it. If the zygote stalls or
+dies part way, the launcher ends it, the ranks it did fork die with it (PR_SET_PDEATHSIG)
+without having touched the launch's store, and the launch starts all its ranks cold.
+When a rank ends, the zygote kills what is left of its session before reaping it
+(rankprocess.end_session). The zygote exits when the launcher closes the socket or dies.
 
 Introduced in notebooks/00b-live-cluster.ipynb.
 """
@@ -25,7 +30,10 @@ import signal
 import socket
 import sys
 
+from ddp_lab.launcher.rankprocess import end_session
+
 MAX_PACKET = 1 << 20
+GO = b"G"  # launcher -> forked rank: every rank of the launch has started, run
 
 
 def preload() -> None:
@@ -79,18 +87,27 @@ def _become_rank(spec: dict, fds: list[int], sock: socket.socket, wakeup: int) -
     if "numpy" in sys.modules:
         sys.modules["numpy"].random.seed()
     die_with_parent(os.getppid())
+    try:
+        go = os.read(control, len(GO))
+    except OSError:
+        go = b""
+    if go != GO:  # the launcher gave up on this start (EOF): it starts this rank cold instead
+        os._exit(1)
     run_rank(control, spec["payload_path"], spec["stacks_path"])
 
 
 def _reap(sock: socket.socket) -> None:
+    """Report every rank that ended, after ending what it left running in its session."""
     while True:
         try:
-            pid, status = os.waitpid(-1, os.WNOHANG)
+            ended = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)  # not reaped yet
         except ChildProcessError:
             return
-        if pid == 0:
+        if ended is None or ended.si_pid == 0:
             return
-        sock.send(pickle.dumps(("exited", pid, os.waitstatus_to_exitcode(status))))
+        end_session(ended.si_pid)  # while the pid is unreaped, so no other process can hold it
+        _, status = os.waitpid(ended.si_pid, 0)
+        sock.send(pickle.dumps(("exited", ended.si_pid, os.waitstatus_to_exitcode(status))))
 
 
 def serve(sock: socket.socket) -> None:

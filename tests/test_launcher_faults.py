@@ -1,0 +1,303 @@
+"""Faults of the launcher itself (issue 27): output, the zygote, the stop button, early exits.
+
+Like tests/test_faults.py, on real ranks and real processes: a rank's leftover child that
+keeps writing, a single line of tens of megabytes, a zygote stopped (SIGSTOP) or killed,
+the stop button pressed again while the ranks are slow to die, a rank that calls
+sys.exit(0) while its peer waits in a collective.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import cloudpickle
+import psutil
+import pytest
+import torch
+import torch.distributed as dist
+
+import ddp_lab
+from ddp_lab.launcher import procstart, supervisor, zygote_client
+from ddp_lab.launcher.output import read_lines
+from rank_procs import assert_no_ranks_left
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+def warm_zygote() -> int:
+    """Make sure this process has a ready zygote; its pid."""
+    procstart.prepare_zygote()
+    zygote = procstart.ready_zygote()
+    assert zygote is not None, "the zygote did not start"
+    return zygote.popen.pid
+
+
+def gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+# --- output: a child left writing, a child in its own session, one huge line ------------------
+
+TICKER = "for i in $(seq 40); do echo tick $i; sleep 0.1; done"  # 4 s of output
+
+
+def leaves_a_ticker(rank, pid_file, own_session):
+    if rank == 0:
+        child = subprocess.Popen(["sh", "-c", TICKER], start_new_session=own_session)
+        Path(pid_file).write_text(str(child.pid))
+        time.sleep(0.25)  # a few ticks while the rank runs
+    return rank
+
+
+def prints_twenty_lines(rank):
+    for i in range(20):
+        print(f"line {i} of rank {rank}", flush=True)
+        time.sleep(0.05)  # spread over 1 s, while a leftover ticker would still write
+    return rank
+
+
+def expected_lines(rank: int) -> str:
+    return "".join(f"line {i} of rank {rank}\n" for i in range(20))
+
+
+def test_a_child_left_writing_is_ended_with_its_rank():
+    """The leftover `sh` dies at its rank's end; the next launch gets all its own lines, no ticks.
+
+    Before the fix the old reader thread read the next launch's pipe (same fd number): rank 0
+    lost 19-20 of 20 lines in 4 of 6 trials. Two launches here make a pass by luck unlikely;
+    about 7 s, most of it the first launch of the process starting cold.
+    """
+    pid_file = Path(os.environ.get("TMPDIR", "/tmp"), f"ddp_lab-ticker-{os.getpid()}")
+    first = ddp_lab.launch(leaves_a_ticker, args=(str(pid_file), False), nprocs=2, backend="gloo", timeout=60)
+    ticker = int(pid_file.read_text())
+    pid_file.unlink()
+    assert "tick 1\n" in first.outputs[0]  # what it wrote while the rank ran is kept
+    assert gone(ticker), "the rank's leftover child outlived it"
+    for _ in range(2):
+        results = ddp_lab.launch(prints_twenty_lines, nprocs=2, backend="gloo", timeout=60)
+        assert results.outputs == [expected_lines(0), expected_lines(1)]
+    assert_no_ranks_left()
+
+
+def test_a_child_in_its_own_session_is_cut_off_and_said_so():
+    """A child that left the rank's session cannot be ended with it: its output stops at the rank's end."""
+    pid_file = Path(os.environ.get("TMPDIR", "/tmp"), f"ddp_lab-ticker-{os.getpid()}")
+    started = time.monotonic()
+    try:
+        first = ddp_lab.launch(leaves_a_ticker, args=(str(pid_file), True), nprocs=2, backend="gloo", timeout=60)
+        seconds = time.monotonic() - started
+        assert first.outputs[0].endswith(supervisor.CUT_OFF)
+        assert first.outputs[0].count("ddp_lab: output cut off") == 1
+        assert seconds < 4, f"the launch waited {seconds:.1f} s for the child"  # the child writes for 4 s
+        results = ddp_lab.launch(prints_twenty_lines, nprocs=2, backend="gloo", timeout=60)
+        assert results.outputs == [expected_lines(0), expected_lines(1)]
+    finally:
+        if pid_file.exists():
+            ticker = int(pid_file.read_text())
+            pid_file.unlink()
+            if not gone(ticker):
+                os.kill(ticker, signal.SIGKILL)
+    assert_no_ranks_left()
+
+
+def reader_cpu_seconds(size: int) -> float:
+    """CPU time of read_lines for one line of `size` bytes written into a real pipe."""
+    read_end, write_end = os.pipe()
+
+    def write():
+        block = b"x" * (1 << 16)
+        for _ in range(size // len(block)):
+            os.write(write_end, block)
+        os.write(write_end, b"\n")
+        os.close(write_end)
+
+    lines = []
+    writer = threading.Thread(target=write)
+    writer.start()
+    started = time.thread_time()
+    read_lines(read_end, lines.append)
+    seconds = time.thread_time() - started
+    writer.join()
+    os.close(read_end)
+    assert [len(line) for line in lines] == [size + 1]
+    return seconds
+
+
+def test_reading_output_is_linear_in_its_size():
+    """8 MB vs 32 MB in one line: 4 times the bytes must cost about 4 times the time, not 16.
+
+    Before the fix: 0.9 s and 23 s of reader CPU (each 64 KiB chunk re-joined and re-split the line).
+    """
+    small, large = reader_cpu_seconds(8 << 20), reader_cpu_seconds(32 << 20)
+    print(f"reader CPU: 8 MB {small:.3f} s, 32 MB {large:.3f} s")
+    assert large < 8 * small + 0.25, f"8 MB: {small:.2f} s, 32 MB: {large:.2f} s: not linear"
+    assert large < 2.0
+
+
+# --- a rank exits early ---------------------------------------------------------------------
+
+def exits_early_on_rank_1(rank, how):
+    print(f"rank {rank}: before the exit", flush=True)
+    if rank == 1:
+        sys.exit(0) if how == "sys.exit" else os._exit(0)
+    dist.barrier()  # rank 0 waits here for rank 1
+    return rank
+
+
+@pytest.mark.parametrize("how, summary", [
+    ("sys.exit", "--- rank 1 called sys.exit(0)"),
+    ("os._exit", "--- rank 1 died with exit code 0 before returning: os._exit()"),
+])
+def test_an_early_exit_with_code_0_stops_the_peers_at_once(how, summary):
+    """mp.spawn fails 3.1 s after such an exit; before the fix sys.exit(0) waited for the watchdog."""
+    started = time.monotonic()
+    with pytest.raises(ddp_lab.LaunchError) as caught:
+        ddp_lab.launch(exits_early_on_rank_1, args=(how,), nprocs=2, backend="gloo", timeout=30)
+    seconds = time.monotonic() - started
+    message = str(caught.value)
+    assert caught.value.first_rank == 1, message
+    assert f"{summary}" in message
+    # rank 0 is stopped by ddp_lab, or (os._exit closes rank 1's sockets) fails at once in the barrier
+    assert ("--- rank 0: stopped by ddp_lab after rank 1 failed ---" in message
+            or "rank(s) 0 lost a partner in a collective" in message), message
+    assert seconds < 10, f"{seconds:.1f} s"
+    assert_no_ranks_left()
+
+
+# --- the zygote stalls or dies ------------------------------------------------------------------
+
+def total(rank):
+    value = torch.tensor([rank + 1.0])
+    dist.all_reduce(value)
+    return int(value.item())
+
+
+def test_a_stalled_zygote_is_retired_and_replaced(monkeypatch):
+    """SIGSTOP the zygote: the launch gives it one FORK_WAIT_S, ends it and starts cold; later launches are warm.
+
+    Before the fix: 10 s per rank, then the late reply killed the zygote's listener thread and every
+    later launch of the kernel failed.
+    """
+    monkeypatch.setattr(zygote_client, "FORK_WAIT_S", 1.0, raising=False)
+    stalled = warm_zygote()
+    os.kill(stalled, signal.SIGSTOP)
+    try:
+        started = time.monotonic()
+        results = ddp_lab.launch(total, nprocs=2, backend="gloo", timeout=60)
+        seconds = time.monotonic() - started
+    finally:
+        if not gone(stalled):
+            os.kill(stalled, signal.SIGCONT)
+    assert list(results) == [3, 3] and results.started == ["cold", "cold"]
+    assert seconds < 1.0 + 15, f"{seconds:.1f} s"  # one FORK_WAIT_S, then a cold start
+    assert gone(stalled), "the stalled zygote was not ended"
+    for _ in range(2):
+        results = ddp_lab.launch(total, nprocs=2, backend="gloo", timeout=60)
+        assert list(results) == [3, 3] and results.started == ["warm", "warm"]
+    assert_no_ranks_left()
+
+
+def waits_for_the_zygote_to_die(rank, marker_dir):
+    print(f"rank {rank}: before the fault", flush=True)
+    Path(marker_dir, f"ready-{rank}").touch()
+    time.sleep(60)  # killed with the zygote long before this ends
+
+
+def test_a_dead_zygote_is_named_and_replaced(tmp_path):
+    """Kill the zygote mid-launch: its ranks die with it, the error names it, the next launches work."""
+    zygote = warm_zygote()
+
+    def kill_zygote():
+        deadline = time.monotonic() + 60
+        while len(list(tmp_path.glob("ready-*"))) < 2 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        os.kill(zygote, signal.SIGKILL)
+
+    killer = threading.Thread(target=kill_zygote, daemon=True)
+    killer.start()
+    with pytest.raises(ddp_lab.RankCrashed) as caught:
+        ddp_lab.launch(waits_for_the_zygote_to_die, args=(str(tmp_path),), nprocs=2, backend="gloo", timeout=60)
+    killer.join(5)
+    message = str(caught.value)
+    assert message.startswith(f"the zygote (warm start process, pid {zygote}) died: signal SIGKILL (9), and "
+                              "the rank(s) forked from it died with it: run the cell again"), message
+    assert "out-of-memory" not in message
+    assert "rank 0: before the fault" in caught.value.outputs[0]
+    for _ in range(2):  # the failed launch started a new zygote
+        results = ddp_lab.launch(total, nprocs=2, backend="gloo", timeout=60)
+        assert list(results) == [3, 3] and results.started == ["warm", "warm"]
+    assert_no_ranks_left()
+
+
+# --- the stop button pressed again while the ranks are slow to die ------------------------------
+
+PRESSED_AGAIN = textwrap.dedent("""
+    import os, signal, sys, time
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # as a Jupyter kernel does
+    from pathlib import Path
+    import psutil
+    from ddp_lab.launcher.launch import launch
+
+    def saves_a_checkpoint_on_sigterm(rank, marker_dir):
+        signal.signal(signal.SIGTERM, lambda *_: time.sleep(60))  # a checkpoint that takes long
+        print(f"rank {rank}: before the fault", flush=True)
+        Path(marker_dir, f"ready-{rank}").touch()
+        time.sleep(300)
+
+    def ranks_left():
+        me = os.getpid()
+        return [p for p in psutil.Process().children(recursive=True)
+                if not ("ddp_lab.launcher.zygote" in p.cmdline() and p.ppid() == me)
+                and p.status() != psutil.STATUS_ZOMBIE]
+
+    launch(lambda rank: rank, nprocs=2, backend="gloo")  # an earlier cell: the interrupted launch starts warm
+    fds = psutil.Process().num_fds()
+    try:
+        launch(saves_a_checkpoint_on_sigterm, args=(sys.argv[1],), nprocs=2, backend="gloo", timeout=None)
+    except KeyboardInterrupt:
+        print("KeyboardInterrupt reached the caller", flush=True)
+    print("ranks left:", len(ranks_left()), flush=True)
+    print("fds left:", psutil.Process().num_fds() - fds, flush=True)
+""")
+
+
+def test_stop_pressed_again_during_clean_up(tmp_path):
+    """Three presses 0.2 s apart while ranks sleep in their SIGTERM handler: all ranks and fds are gone.
+
+    Before the fix the second press raised inside the clean-up: the ranks were alive 27 s later.
+    """
+    script = tmp_path / "pressed_again.py"
+    script.write_text(PRESSED_AGAIN)
+    proc = subprocess.Popen([sys.executable, str(script), str(tmp_path)], text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 90
+        while len(list(tmp_path.glob("ready-*"))) < 2 and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.3)
+        for _ in range(3):
+            os.killpg(proc.pid, signal.SIGINT)
+            time.sleep(0.2)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, err
+    assert "KeyboardInterrupt reached the caller" in out
+    assert "ranks left: 0" in out
+    assert "fds left: 0" in out
+    for rank in (0, 1):
+        assert f"[rank {rank}] rank {rank}: before the fault\n" in out
+    assert_no_ranks_left({proc.pid})
