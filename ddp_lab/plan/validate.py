@@ -181,7 +181,8 @@ def compare(measured, calibration: dict) -> Row:
                time.total, measured.step_time, time, measured.matmul_flops)
 
 
-def validate(configs=None, steps: int = 5, calibrations: dict | None = None, attempts: int = 3) -> list[Row]:
+def validate(configs=None, steps: int = 5, calibrations: dict | None = None, attempts: int = 3,
+             progress: bool = False) -> list[Row]:
     """Run every configuration on gloo ranks here and compare it with the planner's prediction.
 
     Timing on a shared machine: a configuration whose step time misses STEP_TOLERANCE
@@ -196,6 +197,8 @@ def validate(configs=None, steps: int = 5, calibrations: dict | None = None, att
             to reuse, keyed by `calibration_key(config)`; missing ones are measured and added to
             it (pass the same dict again to reuse them).
         attempts: runs at most per configuration (1: never repeat).
+        progress: print a line as each configuration starts (a run takes a few seconds each on
+            an idle 2-core machine, much longer on a busy one).
 
     Returns:
         One `Row` per configuration; `ddp_lab.plots.plan_validation.predicted_vs_measured(rows)`
@@ -217,7 +220,11 @@ def validate(configs=None, steps: int = 5, calibrations: dict | None = None, att
     for config in configs:
         key = calibration_key(config)
         if key not in calibrations:
+            if progress:
+                print(f"calibrating this machine: {key[0]} ranks, collectives in groups of {key[1]} ...", flush=True)
             calibrations[key] = measure_this_machine(ranks=key[0], group=key[1])
+        if progress:
+            print(f"training {config.name} for {steps} steps ...", flush=True)
         with OtherPrograms() as others:
             tries = [compare(run(config, steps=steps), calibrations[key])]
             if abs(tries[0].step_error) > STEP_TOLERANCE:
