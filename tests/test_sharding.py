@@ -11,7 +11,7 @@ import torch
 import torch.nn as nn
 
 import ddp_lab
-from ddp_lab.sharding.fsdp import fsdp2, fsdp2_cpu_skip_reason
+from ddp_lab.torch_compat.fsdp import fsdp2, fsdp2_cpu_skip_reason
 from ddp_lab.sharding.state_bytes import model_state_bytes, state_bytes_per_rank, tensor_bytes
 
 
