@@ -11,9 +11,10 @@ import torch
 import torch.distributed as dist
 
 import ddp_lab
+from ddp_lab.mesh import MeshCall, count_mesh_traffic, mesh_groups
 from ddp_lab.rank_layout import RankLayout
-from ddp_lab.mesh import MeshCall, count_mesh_traffic, fsdp_api, full_tensor, mesh_groups
-from ddp_lab.tensor_parallel import dtensor_api
+from ddp_lab.torch_compat.dtensor import dtensor_api, full_tensor
+from ddp_lab.torch_compat.fsdp import fsdp_api
 
 
 def _mesh_and_traffic(rank):

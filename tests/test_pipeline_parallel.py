@@ -12,9 +12,10 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import ddp_lab
-from ddp_lab.pipeline_parallel import schedules, torch_api
+from ddp_lab.pipeline_parallel import schedules
+from ddp_lab.pipeline_parallel.schedules import Span
 from ddp_lab.plots.pipeline import plot_pipelines
-from ddp_lab.plots.timeline import Span
+from ddp_lab.torch_compat import pipelining
 
 SCHEDULES = [schedules.gpipe_actions, schedules.one_f_one_b_actions]
 
@@ -72,7 +73,7 @@ def test_plot_pipelines_draws_panels():
         plot_pipelines({})
 
 
-# --- torch.distributed.pipelining through torch_api, on 2 gloo ranks ------------------------
+# --- torch.distributed.pipelining through torch_compat, on 2 gloo ranks -------------------
 
 WIDTH, BLOCKS, MICRO, M = 8, 4, 2, 4
 
@@ -99,8 +100,8 @@ def _run(rank: int) -> dict:
         model = _model()
         modules = {i: model[i * per:(i + 1) * per] for i in ids}
         x, y = _batch()
-        stages = [torch_api.make_stage(modules[i], i, num_stages, x[:MICRO]) for i in ids]
-        schedule = torch_api.make_schedule(name, stages, M, F.mse_loss)
+        stages = [pipelining.make_stage(modules[i], i, num_stages, x[:MICRO]) for i in ids]
+        schedule = pipelining.make_schedule(name, stages, M, F.mse_loss)
         losses = []
         args = (x,) if 0 in ids else ()
         kwargs = {"target": y, "losses": losses} if num_stages - 1 in ids else {}
@@ -127,20 +128,20 @@ def test_torch_schedules_equal_one_process():
 
 def test_available_schedules_include_those_of_torch_2_4():
     assert {"ScheduleGPipe", "Schedule1F1B", "ScheduleInterleaved1F1B", "ScheduleLoopedBFS"} <= set(
-        torch_api.available_schedules())
+        pipelining.available_schedules())
 
 
 def test_make_schedule_says_what_is_wrong():
     with pytest.raises(ValueError, match="has no pipelining schedule 'ScheduleNope'"):
-        torch_api.make_schedule("ScheduleNope", [], 2, F.mse_loss)
+        pipelining.make_schedule("ScheduleNope", [], 2, F.mse_loss)
     with pytest.raises(ValueError, match="one stage per rank, got 2"):
-        torch_api.make_schedule("Schedule1F1B", [object(), object()], 2, F.mse_loss)
+        pipelining.make_schedule("Schedule1F1B", [object(), object()], 2, F.mse_loss)
 
 
 def _two_receives(rank: int) -> list:
     import torch.distributed as dist
 
-    from ddp_lab.pipeline_parallel.torch_api import _EveryWork
+    from ddp_lab.torch_compat.pipelining import _EveryWork
 
     buffers = [torch.zeros(3), torch.zeros(3)]
     if rank == 0:

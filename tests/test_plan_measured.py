@@ -28,6 +28,7 @@ import pytest
 
 from ddp_lab.hardware.load import QUIET_CORES
 from ddp_lab.plan import validate as plan_validate
+from ddp_lab.torch_compat.fsdp import fsdp2_runs_on_cpu
 
 pytestmark = [pytest.mark.slow, pytest.mark.measures_time]   # runs alone: it times this machine
 
@@ -65,7 +66,7 @@ def per_rank(rows, attribute):
 def test_every_configuration_is_validated_somewhere(rows):
     """Here or in lesson 13's validation cell (whose asserts nbval re-runs), never in neither."""
     here, lesson = {row.kind for row in rows}, lesson_13_kinds()
-    fsdp2 = {"fsdp2", "fsdp2_layers"} if plan_validate.fsdp2_runs_on_cpu() else set()
+    fsdp2 = {"fsdp2", "fsdp2_layers"} if fsdp2_runs_on_cpu() else set()
     assert here | (lesson & {c.kind for c in plan_validate.default_configs()}) == \
         {"ddp", "zero1", "zero2", "tp", "pp", "dp_tp"} | fsdp2
     assert not here & lesson and {"zero1", "zero2", "dp_tp"} <= here

@@ -11,9 +11,9 @@ import torch
 import torch.nn as nn
 
 import ddp_lab
-from ddp_lab.sharding.fsdp import fsdp2, fsdp2_cpu_skip_reason
 from ddp_lab.instruments.tensor_bytes import measured_state_bytes, tensor_bytes
 from ddp_lab.sharding.state_bytes import state_bytes_per_rank
+from ddp_lab.torch_compat.fsdp import fsdp2, fsdp2_cpu_skip_reason
 
 
 def test_formula_per_stage():
@@ -34,7 +34,7 @@ def test_formula_refuses_bad_arguments(args, message):
         state_bytes_per_rank(*args)
 
 
-def test_model_state_bytes_counts_params_grads_and_adam_state():
+def test_measured_state_bytes_counts_params_grads_and_adam_state():
     model = nn.Linear(4, 2)  # 10 parameters
     optimizer = torch.optim.Adam(model.parameters())
     assert measured_state_bytes(model.parameters(), optimizer) == {"params": 40, "grads": 0, "optimizer": 0}

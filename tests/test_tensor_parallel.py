@@ -11,7 +11,8 @@ import torch
 import torch.distributed as dist
 
 import ddp_lab
-from ddp_lab.tensor_parallel import CollectiveCall, count_collectives, dtensor_api
+from ddp_lab.instruments.collectives import CollectiveCall, count_collectives
+from ddp_lab.torch_compat.dtensor import dtensor_api
 from ddp_lab.tensor_parallel.communications import CopyToModelParallelRegion
 
 

@@ -12,7 +12,6 @@ Introduced in notebooks/02-collectives.ipynb.
 from __future__ import annotations
 
 import ast
-import contextlib
 import inspect
 import re
 import textwrap
@@ -20,6 +19,10 @@ import textwrap
 import torch
 
 from ddp_lab.checks import CheckFailed
+from ddp_lab.instruments.collectives import replacing_dist_calls
+from ddp_lab.launcher.errors import LaunchError, LaunchTimeout
+from ddp_lab.launcher.launch import launch
+from ddp_lab.launcher.reports import blocked_in
 
 # Collectives a "build it from send/recv" answer must not call.
 FORBIDDEN = ("all_reduce", "reduce", "broadcast", "all_gather", "all_gather_into_tensor",
@@ -45,30 +48,18 @@ class CaseFailed(Exception):
         return f"{self.kind}: {self.message} (while {self.case})"
 
 
-@contextlib.contextmanager
 def only_point_to_point():
-    """Inside a rank: make every collective raise, so only send/recv/isend/irecv work."""
-    import torch.distributed as dist
-    import torch.distributed.distributed_c10d as c10d
-
-    saved = {}
-    for module in (dist, c10d):
-        for name in FORBIDDEN:
-            if hasattr(module, name):
-                saved[module, name] = getattr(module, name)
-                setattr(module, name, _forbidden(name))
-    try:
-        yield
-    finally:
-        for (module, name), value in saved.items():
-            setattr(module, name, value)
+    """Inside a rank: make every collective raise, so only send/recv/isend/irecv work (a context manager)."""
+    return replacing_dist_calls({name: _forbidden(name) for name in FORBIDDEN})
 
 
 def _forbidden(name: str):
-    def refuse(*args, **kwargs):
-        raise ForbiddenCollective(f"dist.{name} is not allowed in this exercise: build it from "
-                                  "dist.send/dist.recv (or dist.isend/dist.irecv)")
-    return refuse
+    def make(original):
+        def refuse(*args, **kwargs):
+            raise ForbiddenCollective(f"dist.{name} is not allowed in this exercise: build it from "
+                                      "dist.send/dist.recv (or dist.isend/dist.irecv)")
+        return refuse
+    return make
 
 
 def call_case(fn, case: str, *args):
@@ -119,9 +110,6 @@ def run_on_ranks(runner, args: tuple, nprocs: int, timeout: float, what: str, ex
             the set of torch.distributed calls the stuck ranks wait in (None: outside
             torch.distributed); default: the point-to-point hints of lesson 02.
     """
-    from ddp_lab.launcher.errors import LaunchError, LaunchTimeout
-    from ddp_lab.launcher.launch import launch
-
     try:
         return launch(runner, args=args, nprocs=nprocs, backend="gloo", timeout=timeout)
     except LaunchTimeout as error:
@@ -135,8 +123,6 @@ _FRAME = re.compile(r'File "[^"\n]*", line \d+, in (\w+)')
 
 def timeout_message(error, what: str, timeout: float, hint=None) -> str:
     """The CheckFailed text for a hang: where each stuck rank waits, and a hint (see run_on_ranks)."""
-    from ddp_lab.launcher.reports import blocked_in
-
     places = {rank: blocked_in(f.details) for rank, f in sorted(error.failures.items()) if f.kind == "timeout"}
     where = ", ".join(f"rank {rank} in dist.{call}" if call else f"rank {rank} outside torch.distributed"
                       for rank, call in places.items())

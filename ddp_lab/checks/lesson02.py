@@ -14,15 +14,16 @@ Introduced in notebooks/02-collectives.ipynb.
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import re
 
 import torch
+import torch.distributed as dist
 
 from ddp_lab.checks import CheckFailed, passed
 from ddp_lab.checks.common import (CaseFailed, call_case, describe, ensure_written, first_mismatch,
                                    only_point_to_point, run_on_ranks)
+from ddp_lab.instruments.collectives import replacing_dist_calls
 
 WORLD_SIZE = 3
 REDUCE_SIZES = (12, 10, 7, 2)    # 12 divides by 3; the others do not; 2 < world size
@@ -44,13 +45,8 @@ def _returned(value):
     return value.detach().clone() if torch.is_tensor(value) else value
 
 
-@contextlib.contextmanager
 def _counting_receives(counts: list[int]):
-    """Inside a rank: add 1 to counts[-1] for every dist.recv / dist.irecv the answer makes."""
-    import torch.distributed as dist
-    import torch.distributed.distributed_c10d as c10d
-
-    saved = {(module, name): getattr(module, name) for module in (dist, c10d) for name in ("recv", "irecv")}
+    """Inside a rank: add 1 to counts[-1] for every dist.recv / dist.irecv the answer makes (a context manager)."""
     inside = []  # dist.recv calls irecv itself (torch 2.13): count only the answer's own call
 
     def counting(original):
@@ -63,19 +59,11 @@ def _counting_receives(counts: list[int]):
                 inside.pop()
         return receive
 
-    for (module, name), original in saved.items():
-        setattr(module, name, counting(original))
-    try:
-        yield
-    finally:
-        for (module, name), original in saved.items():
-            setattr(module, name, original)
+    return replacing_dist_calls({"recv": counting, "irecv": counting})
 
 
 def _reduce_runner(rank: int, fn, sizes, world_size: int, verb: str):
     """On one rank: the library's all_reduce for every size (the reference), then the answer."""
-    import torch.distributed as dist
-
     references = []
     for size in sizes:
         total = rank_input(rank, size)

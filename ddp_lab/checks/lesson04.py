@@ -11,13 +11,13 @@ Introduced in notebooks/04-ddp-from-scratch.ipynb.
 
 from __future__ import annotations
 
-import contextlib
-
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 from ddp_lab.checks import CheckFailed, passed
 from ddp_lab.checks.common import call_case, run_on_ranks
+from ddp_lab.instruments.collectives import watching_collectives
 
 WORLD_SIZE = 2
 
@@ -40,28 +40,12 @@ def _hang_hint(collective: str) -> str:
 
 # --- average_gradients ------------------------------------------------------------------
 
-@contextlib.contextmanager
 def _recording_all_reduce(pointers: list[int]):
-    """Inside a rank: remember the storage of every tensor passed to dist.all_reduce."""
-    import torch.distributed as dist
-    import torch.distributed.distributed_c10d as c10d
-
-    original = c10d.all_reduce
-
-    def recording(tensor, *args, **kwargs):
-        pointers.append(tensor.data_ptr())
-        return original(tensor, *args, **kwargs)
-
-    dist.all_reduce = c10d.all_reduce = recording
-    try:
-        yield
-    finally:
-        dist.all_reduce = c10d.all_reduce = original
+    """Inside a rank: remember the storage of every tensor passed to dist.all_reduce (a context manager)."""
+    return watching_collectives({"all_reduce": (0, "tensor")}, lambda name, tensor: pointers.append(tensor.data_ptr()))
 
 
 def _average_runner(rank: int, average_gradients) -> dict:
-    from torch.nn import functional as F
-
     model = _model(seed=0)  # the same parameters everywhere, as after a broadcast
     x, y = _rank_batch(rank)
     F.mse_loss(model(x), y).backward()

@@ -15,12 +15,14 @@ import math
 import re
 
 import torch
+import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 
 from ddp_lab.checks import CheckFailed, passed
 from ddp_lab.checks.common import call_case, first_mismatch, only_point_to_point, run_on_ranks
-from ddp_lab.plots.timeline import Span
+from ddp_lab.pipeline_parallel import schedules
+from ddp_lab.pipeline_parallel.schedules import Span, gpipe_actions, ideal_timeline, one_f_one_b_actions
 
 WORLD_SIZE = 3          # stages, one per rank: a middle stage exists, and a wrong peer shows
 MICROBATCHES = 4
@@ -68,8 +70,6 @@ class _CountingStage(nn.Module):
 
 
 def _stage_runner(rank: int, one_f_one_b_stage) -> dict:
-    import torch.distributed as dist
-
     stage = _CountingStage(_model()[rank])
     x, y = _batch()
     inputs, targets = list(x.split(MICRO)), list(y.split(MICRO))
@@ -188,8 +188,6 @@ def _judge_stage(name: str, results) -> None:
 # --- idle_fraction ---------------------------------------------------------------------------
 
 def _cases() -> dict[str, list[Span]]:
-    from ddp_lab.pipeline_parallel.schedules import gpipe_actions, ideal_timeline, one_f_one_b_actions
-
     measured = [  # two ranks, a clock offset, gaps and different end times, as a real run gives
         Span(0, "forward", 10.0, 11.0, "0"), Span(0, "backward", 13.5, 15.0, "0"),
         Span(1, "forward", 11.2, 12.0, "0"), Span(1, "backward", 12.1, 13.4, "0"),
@@ -232,7 +230,7 @@ def check_idle_fraction(idle_fraction) -> None:
 
     Introduced in notebooks/07-pipeline-parallelism.ipynb.
     """
-    from ddp_lab.pipeline_parallel.schedules import idle_fraction as reference
+    reference = schedules.idle_fraction   # the parameter is the learner's idle_fraction
 
     name = getattr(idle_fraction, "__name__", "idle_fraction")
     for case, spans in _cases().items():

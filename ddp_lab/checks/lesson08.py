@@ -153,7 +153,7 @@ def _shard_loss(x_in: torch.Tensor, rank: int, world_size: int, reduce) -> torch
 def _f_runner(rank: int, function_class) -> dict:
     import torch.distributed as dist
 
-    from ddp_lab.tensor_parallel import count_collectives
+    from ddp_lab.instruments.collectives import count_collectives
 
     world_size = dist.get_world_size()
     x = _f_input().requires_grad_()

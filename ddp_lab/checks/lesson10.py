@@ -23,6 +23,8 @@ import torch.nn.functional as F
 
 from ddp_lab.checks import CheckFailed, passed
 from ddp_lab.checks.common import call_case, describe, ensure_written, first_mismatch, run_on_ranks
+from ddp_lab.mesh import count_mesh_traffic, mesh_groups
+from ddp_lab.torch_compat.dtensor import dtensor_api, full_tensor
 
 WORLD_SIZE = 4
 REAL_SHAPES = ((2, 2), (4, 1), (1, 4))          # every (dp, tp) mesh 4 ranks can form
@@ -36,9 +38,6 @@ def _formula(rank: int, dp_size: int, tp_size: int) -> dict[str, list[int]]:
 
 
 def _mesh_runner(rank: int, dp_tp_groups) -> list:
-    from ddp_lab.mesh import mesh_groups
-    from ddp_lab.tensor_parallel import dtensor_api
-
     init_device_mesh = dtensor_api().init_device_mesh
     out = []
     for dp_size, tp_size in REAL_SHAPES:
@@ -143,9 +142,6 @@ def _row_grads(rows: list[int]) -> dict[str, torch.Tensor]:
 
 
 def _grads_runner(rank: int, average_gradients) -> dict:
-    from ddp_lab.mesh import count_mesh_traffic, full_tensor
-    from ddp_lab.tensor_parallel import dtensor_api
-
     api = dtensor_api()
     mesh = api.init_device_mesh("cpu", (DP_SIZE, TP_SIZE), mesh_dim_names=("dp", "tp"))
     model = api.parallelize_module(_model(), mesh["tp"], {"0": api.ColwiseParallel(), "2": api.RowwiseParallel()})

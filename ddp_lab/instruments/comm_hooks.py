@@ -68,7 +68,7 @@ class ByteCounter:
     @contextlib.contextmanager
     def counting(self) -> Iterator[ByteCounter]:
         """Wrap torch.distributed's collectives (module attributes, so hooks that call `dist.all_reduce` are seen)."""
-        from ddp_lab.tensor_parallel.comm import watching_collectives   # lesson 08's wrapping
+        from ddp_lab.instruments.collectives import watching_collectives   # lesson 08's wrapping
 
         with watching_collectives(COUNTED, self.record):
             yield self

@@ -1,5 +1,5 @@
-"""Pipeline parallelism helpers: schedules as action lists, the ideal timeline, bubble and memory counts,
-and one portable way to build torch.distributed.pipelining stages and schedules across torch versions.
+"""Pipeline parallelism helpers: schedules as action lists, the ideal timeline, bubble and memory counts.
 
+torch.distributed.pipelining's stages and schedules across torch versions are `ddp_lab.torch_compat.pipelining`.
 Introduced in notebooks/07-pipeline-parallelism.ipynb.
 """

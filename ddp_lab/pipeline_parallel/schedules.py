@@ -12,11 +12,25 @@ Introduced in notebooks/07-pipeline-parallelism.ipynb.
 
 from __future__ import annotations
 
-from typing import Iterable, Sequence
-
-from ddp_lab.plots.timeline import Span
+from typing import Iterable, NamedTuple, Sequence
 
 Action = tuple  # ("F" | "B", micro-batch index)
+
+
+class Span(NamedTuple):
+    """One bar on a timeline: `rank` spent [start, end) seconds doing `row` (e.g. 'forward', 'all_reduce').
+
+    What `ideal_timeline` makes of a schedule, and what `ddp_lab.plots.timeline` draws (lessons
+    04 and 11 build them from measured times too).
+
+    Introduced in notebooks/04-ddp-from-scratch.ipynb.
+    """
+
+    rank: int
+    row: str
+    start: float
+    end: float
+    label: str = ""
 
 
 def gpipe_actions(stage: int, num_stages: int, num_microbatches: int) -> list[Action]:

@@ -1,7 +1,7 @@
 """Measure this machine for the planner: the matmul rate one rank gets, and each collective's alpha-beta.
 
 Three measurements decide a step's time here: how fast a rank multiplies matrices, what share
-of that rate a whole transformer training step reaches (`CALIBRATION_SHAPE`), and what a
+of that rate a whole transformer training step reaches (`probes.CALIBRATION_SHAPE`), and what a
 collective of n bytes adds to a step. All are measured on real gloo ranks, started with
 `ddp_lab.launch` exactly as the lessons start them (each rank gets cores // ranks torch
 threads), so the planner's `this_machine()` describes the ranks that will train.
@@ -31,87 +31,21 @@ from __future__ import annotations
 import time
 from statistics import median
 
+import torch
+import torch.distributed as dist
+
+import ddp_lab
+from ddp_lab.alpha_beta import fit_alpha_beta   # lesson 02's fit
 from ddp_lab.hardware.load import OtherPrograms
+from ddp_lab.hardware.machine import cpu_cores
 from ddp_lab.plan.cluster_spec import ClusterSpec
+from ddp_lab.plan.measure import megatron_groups
+from ddp_lab.plan.probes import TransformerStepProbe, matmul_rate
+from ddp_lab.sharding.collectives import all_gather, reduce_scatter
 
 # Message sizes in fp32 values: 4 B ... 4 MB (a small model's gradient bucket is ~1-25 MB).
 COUNTS = (1, 256, 16_384, 131_072, 1_048_576)
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "send")
-# Matmul shapes (m, k, n) like a small transformer's: (tokens, hidden) @ (hidden, 4 * hidden), ...
-MATMUL_SHAPES = ((1024, 256, 1024), (1024, 1024, 256), (512, 512, 512))
-
-
-def matmul_rate(dtype, seconds: float = 0.3) -> float:
-    """FLOP/s of this process's matmuls (2 m k n per product), median over `MATMUL_SHAPES` and rounds.
-
-    Introduced in notebooks/13-plan-your-training-run.ipynb.
-    """
-    import torch
-
-    rates = []
-    budget = seconds / len(MATMUL_SHAPES)
-    for m, k, n in MATMUL_SHAPES:
-        a, b = torch.randn(m, k).to(dtype), torch.randn(k, n).to(dtype)
-        a @ b  # warm-up: allocator, kernel choice
-        rounds = []
-        began = time.perf_counter()
-        while time.perf_counter() - began < budget or len(rounds) < 3:
-            start = time.perf_counter()
-            a @ b
-            rounds.append(time.perf_counter() - start)
-        rates.append(2 * m * k * n / median(rounds))
-    return median(rates)
-
-
-# The one calibrated constant of `this_machine()`: a transformer training step does more
-# than matmuls (softmax, GeLU, dropout's random masks, LayerNorm, Adam, Python's per-op dispatch),
-# and on a CPU at these sizes that costs about as much again as the matmuls. Rather than a factor
-# per configuration, one fixed *calibration* step - one layer of the reference decoder (hidden 256,
-# 4 heads, vocabulary 512, sequence 128), 2 sequences, fp32 Adam, on one rank, no communication -
-# is timed, and its FLOPs (the planner's own count) over its time, divided by the matmul rate,
-# is the `matmul_efficiency` every prediction for this machine uses (the role the one published-run
-# factor plays for GPUs). The configurations the planner is checked on differ from it (2 layers,
-# other batches, split over ranks by DP, ZeRO, TP, PP, with communication).
-CALIBRATION_SHAPE = dict(name="calibrate-1x256", layers=1, hidden=256, heads=4, vocab=512, seq_len=128)
-CALIBRATION_BATCH = 2
-
-
-class TransformerStepProbe:
-    """Times one-rank training steps of the calibration decoder: FLOP/s a rank reaches on transformer work.
-
-    Introduced in notebooks/13-plan-your-training-run.ipynb.
-    """
-
-    def __init__(self):
-        import torch
-
-        from ddp_lab.plan.model import Transformer
-        from ddp_lab.plan.reference import build
-        from ddp_lab.plan.steptime import step_flops
-        from ddp_lab.plan.strategy import Strategy
-
-        shape = Transformer(**CALIBRATION_SHAPE)
-        self.flops = step_flops(shape, Strategy(micro_batch=CALIBRATION_BATCH, precision="fp32"))
-        self.net = build(shape, seed=7).train()
-        self.optimizer = torch.optim.Adam(self.net.parameters(), lr=1e-4)
-        generator = torch.Generator().manual_seed(7)
-        size = (CALIBRATION_BATCH, shape.seq_len)
-        self.ids = torch.randint(0, shape.vocab, size, generator=generator)
-        self.target = torch.randint(0, shape.vocab, size, generator=generator)
-        self.step()  # warm-up: Adam's state, allocator
-
-    def step(self) -> float:
-        began = time.perf_counter()
-        self.optimizer.zero_grad(set_to_none=True)
-        self.net(self.ids, self.target).backward()
-        self.optimizer.step()
-        return time.perf_counter() - began
-
-    def rate(self, steps: int = 3) -> float:
-        """FLOP/s: the planner's FLOPs of one step over the median of `steps` timed steps."""
-        return self.flops / median([self.step() for _ in range(steps)])
-
-
 # The compute each timed collective follows, in FLOPs of a (512 x 256) @ (256 x 512) matmul
 # (about 4 ms on one core here, as long as the compute between two of tensor parallelism's
 # all-reduces in `validate`'s model), and how many compute + collective pairs make one round.
@@ -137,11 +71,6 @@ def _time_collectives(counts, repeats: int, group=None) -> dict:
         {"segments": [seconds of each round without collectives], name: [[seconds of each
         round with that collective] per size in `counts`]} for this rank.
     """
-    import torch
-    import torch.distributed as dist
-
-    from ddp_lab.sharding.collectives import all_gather, reduce_scatter
-
     rank, world_size = dist.get_rank(group), dist.get_world_size(group)
     samples = {(name, n): [] for name in COLLECTIVES for n in counts}
     alone = []
@@ -207,9 +136,6 @@ def _in_step_seconds(with_collective, without, name: str) -> float:
 
 
 def _calibration_rank(rank: int, counts, repeats: int, dtypes, group_size: int) -> dict:
-    import torch
-    import torch.distributed as dist
-
     world_size = dist.get_world_size()
     dist.barrier()  # every rank multiplies at the same time: the rate a rank gets while all compute
     rates = {name: matmul_rate(getattr(torch, dtype)) for name, dtype in dtypes.items()}
@@ -217,8 +143,6 @@ def _calibration_rank(rank: int, counts, repeats: int, dtypes, group_size: int) 
     step_rate = TransformerStepProbe().rate(steps=3)
     group = None
     if group_size < world_size:   # consecutive ranks, as the tp groups of the runs (Megatron order)
-        from ddp_lab.plan.measure import megatron_groups
-
         _, group = megatron_groups(rank, world_size // group_size, group_size)
     times = _time_collectives(counts, repeats, group) if group_size > 1 else {}
     return {"flops": rates, "step_rate": step_rate, "times": times, "threads": torch.get_num_threads()}
@@ -261,7 +185,7 @@ def measure_this_machine(ranks: int = 2, repeats: int = 5, counts=COUNTS, timeou
         - "ranks", "group", "threads" (torch threads per rank), "cores";
         - "matmul_flops": {"fp32": FLOP/s, "bf16": FLOP/s} per rank, all ranks computing;
         - "matmul_efficiency": the calibration step's FLOP/s over the fp32 matmul rate (see
-          `CALIBRATION_SHAPE`): the one calibrated constant of this machine's predictions;
+          `probes.CALIBRATION_SHAPE`): the one calibrated constant of this machine's predictions;
         - "collectives": {name: {"alpha": s, "beta": s/byte, "world": group}} for "all_reduce",
           "all_gather", "reduce_scatter" and "send", where t(n) = alpha + beta * n is what one
           such collective adds to a training step and n is `collective_bytes(name, ...)`: the
@@ -277,9 +201,6 @@ def measure_this_machine(ranks: int = 2, repeats: int = 5, counts=COUNTS, timeou
 
     Introduced in notebooks/13-plan-your-training-run.ipynb.
     """
-    import ddp_lab
-    from ddp_lab.hardware.machine import cpu_cores
-
     if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 1:
         raise ValueError(f"ranks must be a positive int (the processes that will train), got {ranks!r}")
     group = ranks if group is None else group
@@ -297,8 +218,6 @@ def measure_this_machine(ranks: int = 2, repeats: int = 5, counts=COUNTS, timeou
                "collectives": {}, "samples": {}, "other_programs": others.cores}
     if group == 1:
         return machine
-    from ddp_lab.alpha_beta import fit_alpha_beta   # lesson 02's fit
-
     for name in COLLECTIVES:
         # the slowest rank decides when a collective is over (all groups: they run at once)
         without = [r["times"]["segments"] for r in results]

@@ -22,8 +22,17 @@ from statistics import median_high
 
 import torch
 import torch.distributed as dist
+import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel
 
+import ddp_lab
+from ddp_lab.instruments.tensor_bytes import measured_state_bytes
+from ddp_lab.plan.probes import TransformerStepProbe, matmul_rate
+from ddp_lab.plan.reference import build
 from ddp_lab.rank_layout import RankLayout
+from ddp_lab.sharding.collectives import all_gather, reduce_scatter
+from ddp_lab.torch_compat.fsdp import fsdp2
+from ddp_lab.torch_compat.pipelining import make_schedule, make_stage
 
 KINDS = ("ddp", "zero1", "zero2", "fsdp2", "fsdp2_layers", "tp", "pp", "dp_tp")
 
@@ -151,8 +160,6 @@ class FlatZero:
     """
 
     def __init__(self, module, stage: int, group=None, lr: float = 1e-3):
-        from ddp_lab.sharding.collectives import all_gather, reduce_scatter
-
         self._gather, self._scatter = all_gather, reduce_scatter
         self.params = list(module.parameters())
         self.stage, self.group = stage, group
@@ -195,8 +202,6 @@ class FlatZero:
         self._gather(self.flat, self.shard.detach().clone())
 
     def state_bytes(self) -> dict[str, int]:
-        from ddp_lab.instruments.tensor_bytes import measured_state_bytes
-
         extra = [self.grad_shard] if self.stage == 2 else []
         return measured_state_bytes(self.params, self.optimizer, extra_grads=extra)
 
@@ -228,9 +233,6 @@ def _batch(config: Config, data_rank: int, sequences: int):
 
 def _trainer(rank: int, config: Config):
     """(step function, state-bytes function, this rank's module) for this rank's part of `config`."""
-    from ddp_lab.plan.reference import build
-    from ddp_lab.instruments.tensor_bytes import measured_state_bytes
-
     s = config.strategy
     kind = config.kind
     if kind == "pp":
@@ -239,8 +241,6 @@ def _trainer(rank: int, config: Config):
     net = build(config.model, tp_group=tp_group).train()
     ids, target = _batch(config, rank // s.tp, s.micro_batch)
     if kind in ("fsdp2", "fsdp2_layers"):
-        from ddp_lab.sharding.fsdp import fsdp2
-
         fully_shard, _ = fsdp2()
         if kind == "fsdp2_layers":   # lesson 09's wrapping: one unit per layer, then the root
             for layer in net.layers:
@@ -256,8 +256,6 @@ def _trainer(rank: int, config: Config):
         return step, zero.state_bytes, net
     model = net
     if kind in ("ddp", "dp_tp") and s.dp > 1:
-        from torch.nn.parallel import DistributedDataParallel
-
         model = DistributedDataParallel(net, process_group=dp_group)
     optimizer = torch.optim.Adam(net.parameters(), lr=1e-3)
 
@@ -270,12 +268,6 @@ def _trainer(rank: int, config: Config):
 
 def _pipeline_trainer(rank: int, config: Config):
     """1F1B over pp stages of the reference (torch.distributed.pipelining via lesson 07's helpers)."""
-    import torch.nn.functional as F
-
-    from ddp_lab.pipeline_parallel.torch_api import make_schedule, make_stage
-    from ddp_lab.plan.reference import build
-    from ddp_lab.instruments.tensor_bytes import measured_state_bytes
-
     s, m = config.strategy, config.model
     if s.dp != 1 or s.tp != 1:
         raise ValueError("the pipeline configuration here runs pp alone (dp = tp = 1)")
@@ -310,8 +302,6 @@ def _pipeline_trainer(rank: int, config: Config):
 
 
 def _rank_main(rank: int, config: Config, steps: int, warmup: int, probe_seconds: float) -> dict:
-    from ddp_lab.plan.calibrate import TransformerStepProbe, matmul_rate
-
     probe = TransformerStepProbe()
     torch.manual_seed(0)
     step, state_bytes, _ = _trainer(rank, config)
@@ -343,7 +333,7 @@ def run(config: Config, steps: int = 5, warmup: int = 0, probe_seconds: float = 
         steps: timed steps (their median is the step time); warmup: untimed steps before them
             (after one step that creates Adam's state and one that counts activations).
         probe_seconds: length of each matmul-rate probe run before every timed step (it is
-            followed by two steps of `calibrate.TransformerStepProbe`).
+            followed by two steps of `probes.TransformerStepProbe`).
 
     Example:
         >>> from ddp_lab.plan.validate import default_configs
@@ -352,8 +342,6 @@ def run(config: Config, steps: int = 5, warmup: int = 0, probe_seconds: float = 
 
     Introduced in notebooks/13-plan-your-training-run.ipynb.
     """
-    import ddp_lab
-
     if config.kind not in KINDS:
         raise ValueError(f"Config.kind must be one of {KINDS}, got {config.kind!r}")
     if config.strategy.precision != "fp32":

@@ -5,6 +5,8 @@ Introduced in notebooks/13-plan-your-training-run.ipynb.
 
 from __future__ import annotations
 
+from ddp_lab.plan.memory import model_state_bytes
+
 GB = 1e9
 LEGEND = ("strategy: dpN tpN ppN = data-, tensor-, pipeline-parallel sizes; zN = ZeRO stage;\n"
           "          mbAxB = B micro-batches of A sequences per step; sp = sequence parallel;\n"
@@ -56,8 +58,6 @@ def breakdown(plan) -> str:
 
 def model_states_text(params: int, strategy) -> str:
     """The short form's answer: per-GPU weights, gradients, optimizer state and their total in GB."""
-    from ddp_lab.plan.memory import model_state_bytes
-
     m = model_state_bytes(params, strategy)
     adam = "mixed-precision Adam (2 + 2 + 12 bytes/param)" if strategy.mixed else "fp32 Adam (4 + 4 + 8 bytes/param)"
     lines = [f"{params / 1e9:g}B parameters, dp={strategy.dp}, ZeRO-{strategy.zero}, {adam}; per GPU:"]

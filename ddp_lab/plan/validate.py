@@ -7,7 +7,7 @@
   that rank's pipeline stage (plus the head on the last stage), must be within 10 %;
 - step time: `steptime.step_time(model, calibrate.this_machine(...), strategy)`: the step's FLOPs
   over the measured matmul rate times the machine's one calibrated efficiency
-  (`calibrate.CALIBRATION_SHAPE`; TP ranks repeat its elementwise share around the parallel
+  (`probes.CALIBRATION_SHAPE`; TP ranks repeat its elementwise share around the parallel
   matmuls), plus what each collective adds to a step (fitted per collective, timed after
   compute as a step issues it: `calibrate._time_collectives`) and the bubble; must be within
   30 % of the measured median, for every configuration.
@@ -27,6 +27,14 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from ddp_lab.hardware.load import QUIET_CORES, OtherPrograms
+from ddp_lab.plan.calibrate import measure_this_machine
+from ddp_lab.plan.cluster_spec import ClusterSpec
+from ddp_lab.plan.measure import Config, run
+from ddp_lab.plan.memory import model_state_bytes, stage_activation_bytes, stage_parameters
+from ddp_lab.plan.model import Transformer
+from ddp_lab.plan.steptime import step_time
+from ddp_lab.plan.strategy import Strategy
+from ddp_lab.torch_compat.fsdp import fsdp2_runs_on_cpu
 
 STATE_TOLERANCE = 0            # bytes: model states must be equal
 ACTIVATION_TOLERANCE = 0.10    # relative
@@ -34,8 +42,6 @@ STEP_TOLERANCE = 0.30          # relative
 
 def validation_model():
     """The small decoder every configuration trains (see the module docstring for why these sizes)."""
-    from ddp_lab.plan.model import Transformer
-
     return Transformer("validate-2x256", layers=2, hidden=256, heads=4, vocab=512, seq_len=128)
 
 
@@ -49,9 +55,6 @@ def default_configs(model=None) -> list:
 
     Introduced in notebooks/13-plan-your-training-run.ipynb.
     """
-    from ddp_lab.plan.measure import Config
-    from ddp_lab.plan.strategy import Strategy
-
     model = validation_model() if model is None else model
 
     def fp32(**fields):
@@ -68,19 +71,6 @@ def default_configs(model=None) -> list:
         Config("DP x TP", "dp_tp", model, fp32(dp=2, tp=2, micro_batch=4)),
     ]
     return [c for c in configs if not c.kind.startswith("fsdp2") or fsdp2_runs_on_cpu()]
-
-
-def fsdp2_runs_on_cpu() -> bool:
-    """Whether this torch's FSDP2 can run CPU tensors at all (torch 2.4 needs CUDA streams; 2.8-2.15 run).
-
-    Lesson 09 runs FSDP2 only from torch 2.13 because older versions' *numbers* differed from one
-    process (`ddp_lab.sharding.fsdp.fsdp2_cpu_skip_reason`); bytes and time, measured here, do
-    not depend on that, and torch 2.8.0 and 2.15.0 gave the same bytes as 2.13.
-    """
-    import torch
-
-    stream = getattr(torch.cpu, "Stream", None)
-    return stream is not None and hasattr(stream, "record_event") and hasattr(stream, "wait_event")
 
 
 @dataclass(frozen=True)
@@ -145,8 +135,6 @@ def predicted_per_rank(model, strategy) -> tuple[list[int], list[int]]:
 
     Introduced in notebooks/13-plan-your-training-run.ipynb.
     """
-    from ddp_lab.plan.memory import model_state_bytes, stage_activation_bytes, stage_parameters
-
     states, acts = [], []
     for rank in range(strategy.gpus):
         stage = _stage_of(rank, strategy)
@@ -160,15 +148,12 @@ def compare(measured, calibration: dict) -> Row:
 
     The cluster is `ClusterSpec.from_measurements(...)` from `calibration` (collectives' alpha-beta
     fitted as the run issues them, `calibration_key`), with the matmul rate and the calibration step's efficiency
-    (`ddp_lab.plan.calibrate.CALIBRATION_SHAPE`) that the run's own ranks measured between its
+    (`ddp_lab.plan.probes.CALIBRATION_SHAPE`) that the run's own ranks measured between its
     timed steps, so that a change of load between calibration and run (other programs on the
     machine) does not count as a prediction error.
 
     Introduced in notebooks/13-plan-your-training-run.ipynb.
     """
-    from ddp_lab.plan.cluster_spec import ClusterSpec
-    from ddp_lab.plan.steptime import step_time
-
     config = measured.config
     model, strategy = config.model, config.strategy
     states, acts = predicted_per_rank(model, strategy)
@@ -211,9 +196,6 @@ def validate(configs=None, steps: int = 5, calibrations: dict | None = None, att
 
     Introduced in notebooks/13-plan-your-training-run.ipynb.
     """
-    from ddp_lab.plan.calibrate import measure_this_machine
-    from ddp_lab.plan.measure import run
-
     configs = default_configs() if configs is None else list(configs)
     calibrations = {} if calibrations is None else calibrations
     rows = []

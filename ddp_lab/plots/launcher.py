@@ -5,10 +5,11 @@ Introduced in notebooks/00-welcome-and-first-launch.ipynb.
 
 from __future__ import annotations
 
+import matplotlib.pyplot as plt
+from matplotlib.patches import FancyBboxPatch
+
 
 def _box(ax, x, y, w, h, text, color):
-    from matplotlib.patches import FancyBboxPatch
-
     ax.add_patch(FancyBboxPatch((x, y), w, h, boxstyle="round,pad=0.02", fc=color, ec="0.3"))
     ax.text(x + w / 2, y + h / 2, text, ha="center", va="center", fontsize=9)
 
@@ -23,8 +24,6 @@ def launch_diagram(nprocs: int = 4):
 
     Introduced in notebooks/00-welcome-and-first-launch.ipynb.
     """
-    import matplotlib.pyplot as plt
-
     fig, ax = plt.subplots(figsize=(10, 4.6))
     ax.set_xlim(0, 10)
     ax.set_ylim(0, 4.6)

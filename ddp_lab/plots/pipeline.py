@@ -7,7 +7,10 @@ from __future__ import annotations
 
 from typing import Iterable, Mapping
 
-from ddp_lab.plots.timeline import Span
+import matplotlib.pyplot as plt
+from matplotlib.patches import Patch
+
+from ddp_lab.pipeline_parallel.schedules import Span
 
 COLOURS = {"forward": "#4c72b0", "backward": "#dd8452"}
 
@@ -32,9 +35,6 @@ def plot_pipelines(panels: Mapping[str, Iterable[Span]], unit: str = "ms"):
 
     Introduced in notebooks/07-pipeline-parallelism.ipynb.
     """
-    import matplotlib.pyplot as plt
-    from matplotlib.patches import Patch
-
     panels = {title: list(spans) for title, spans in panels.items()}
     if not panels or not all(panels.values()):
         raise ValueError("plot_pipelines needs at least one panel, each with at least one Span.")

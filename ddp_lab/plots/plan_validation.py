@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import matplotlib.pyplot as plt
 
+from ddp_lab.plan.validate import ACTIVATION_TOLERANCE, STEP_TOLERANCE
+
 
 def predicted_vs_measured(rows, title: str = "planner vs runs on this machine"):
     """Three panels (model states, activations, step time): measured against predicted, with y = x.
@@ -27,8 +29,6 @@ def predicted_vs_measured(rows, title: str = "planner vs runs on this machine"):
 
     Introduced in notebooks/13-plan-your-training-run.ipynb.
     """
-    from ddp_lab.plan.validate import ACTIVATION_TOLERANCE, STEP_TOLERANCE
-
     fig, axes = plt.subplots(1, 3, figsize=(11, 3.8))
     panels = [("model states (MB)", 0.0, lambda r, i: (r.predicted_states[i] / 1e6, r.measured_states[i] / 1e6)),
               ("activations (MB)", ACTIVATION_TOLERANCE,

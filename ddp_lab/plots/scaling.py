@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+import matplotlib.pyplot as plt
+
 
 def step_time_vs_world(worlds: Sequence[int], strong: Mapping[str, Sequence[float]],
                        weak: Mapping[str, Sequence[float]], cores: int):
@@ -28,8 +30,6 @@ def step_time_vs_world(worlds: Sequence[int], strong: Mapping[str, Sequence[floa
 
     Introduced in notebooks/11-performance-and-scaling.ipynb.
     """
-    import matplotlib.pyplot as plt
-
     fig, axes = plt.subplots(1, 2, figsize=(9.5, 3.6), sharey=False)
     for ax, (title, data, scale) in zip(axes, (("strong scaling: global batch fixed", strong, "strong"),
                                                 ("weak scaling: batch per rank fixed", weak, "weak"))):
@@ -61,8 +61,6 @@ def bucket_sweep(caps_mb: Sequence[float], buckets: Sequence[int], step_seconds:
 
     Introduced in notebooks/11-performance-and-scaling.ipynb.
     """
-    import matplotlib.pyplot as plt
-
     fig, (left, right) = plt.subplots(1, 2, figsize=(9.5, 3.4))
     left.semilogx(caps_mb, buckets, "o-", color="C1")
     left.set_xlabel("bucket_cap_mb")
@@ -90,8 +88,6 @@ def hooks_bytes_and_loss(bytes_per_step: Mapping[str, int], losses: Mapping[str,
 
     Introduced in notebooks/11-performance-and-scaling.ipynb.
     """
-    import matplotlib.pyplot as plt
-
     fig, (left, right) = plt.subplots(1, 2, figsize=(9.5, 3.4))
     names = list(bytes_per_step)
     bars = left.bar(names, [bytes_per_step[n] for n in names], color=[f"C{i}" for i in range(len(names))])

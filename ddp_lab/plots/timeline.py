@@ -6,17 +6,11 @@ all-reduces while backward is still running.
 
 from __future__ import annotations
 
-from typing import Iterable, NamedTuple
+from typing import Iterable
 
+import matplotlib.pyplot as plt
 
-class Span(NamedTuple):
-    """One bar on a timeline: `rank` spent [start, end) seconds doing `row` (e.g. 'all_reduce')."""
-
-    rank: int
-    row: str
-    start: float
-    end: float
-    label: str = ""
+from ddp_lab.pipeline_parallel.schedules import Span
 
 
 _COLOURS = ["#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860"]
@@ -39,8 +33,6 @@ def plot_timeline(spans: Iterable[Span], title: str = "", unit: str = "ms"):
 
     Introduced in notebooks/04-ddp-from-scratch.ipynb.
     """
-    import matplotlib.pyplot as plt
-
     spans = list(spans)
     if not spans:
         raise ValueError("plot_timeline needs at least one Span(rank, row, start, end).")

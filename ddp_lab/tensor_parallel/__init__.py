@@ -1,10 +1,7 @@
-"""Tensor parallelism helpers: the DTensor API across torch versions, and counting collective bytes.
+"""Tensor parallelism (Megatron-LM): f and g, the communication of a column- and row-parallel layer pair,
+and the vocabulary-parallel embedding and cross-entropy.
 
-Learners import them explicitly (`from ddp_lab.tensor_parallel import dtensor_api, count_collectives`).
+DTensor's names across torch versions are in `ddp_lab.torch_compat.dtensor`; counting the
+collectives a rank issues is `ddp_lab.instruments.collectives.count_collectives`.
 Introduced in notebooks/08-tensor-parallelism.ipynb.
 """
-
-from ddp_lab.tensor_parallel.comm import CollectiveCall, count_collectives
-from ddp_lab.tensor_parallel.dtensor import dtensor_api
-
-__all__ = ["CollectiveCall", "count_collectives", "dtensor_api"]

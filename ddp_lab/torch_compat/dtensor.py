@@ -1,4 +1,11 @@
-"""The DTensor API (DeviceMesh, placements, parallelize_module), found where this torch keeps it.
+"""DTensor across torch versions: its names (DeviceMesh, placements, parallelize_module) and a quiet gather.
+
+Which versions differ, and why the branches exist:
+- DTensor became public as `torch.distributed.tensor` in torch 2.5; torch 2.4 keeps it under the
+  private `torch.distributed._tensor` (`dtensor_api`).
+- torch 2.13 logs a warning with a time stamp and a pid when it gathers a `_StridedShard`
+  placement (TP then FSDP2 on one dimension), which would make a lesson's output differ on
+  every run (`full_tensor`).
 
 Introduced in notebooks/08-tensor-parallelism.ipynb.
 """
@@ -6,6 +13,7 @@ Introduced in notebooks/08-tensor-parallelism.ipynb.
 from __future__ import annotations
 
 import importlib
+import logging
 from types import SimpleNamespace
 
 
@@ -31,6 +39,7 @@ def dtensor_api() -> SimpleNamespace:
 
     Introduced in notebooks/08-tensor-parallelism.ipynb.
     """
+    # lazy: importing DTensor takes ~0.6 s, paid only by the ranks and cells that use it (rank start-up cost)
     tensor = importlib.import_module("torch.distributed.tensor")
     if hasattr(tensor, "DTensor"):  # torch >= 2.5
         module, debug = tensor, importlib.import_module("torch.distributed.tensor.debug")
@@ -50,3 +59,26 @@ def dtensor_api() -> SimpleNamespace:
         SequenceParallel=parallel.SequenceParallel, PrepareModuleInput=parallel.PrepareModuleInput,
         loss_parallel=parallel.loss_parallel,
     )
+
+
+def full_tensor(tensor):
+    """The global value of a DTensor (a plain tensor is returned as it is), gathered over every mesh dimension.
+
+    Why a helper: a weight that is sharded by tensor parallelism and then by FSDP2 on the
+    same dimension carries a `_StridedShard` placement, and torch 2.13 logs a warning with a
+    time stamp and a pid on every such gather ("2 sequential all_gather operations will be
+    performed"), which would make a lesson's output differ on every run. The gather itself
+    is correct (the lesson asserts it against one process); only that log line is silenced,
+    for the duration of the call.
+
+    Introduced in notebooks/10-2d-mesh.ipynb.
+    """
+    if not hasattr(tensor, "full_tensor"):
+        return tensor
+    logger = logging.getLogger("torch.distributed.tensor._redistribute")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        return tensor.full_tensor()
+    finally:
+        logger.setLevel(level)

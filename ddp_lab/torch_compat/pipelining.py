@@ -22,6 +22,7 @@ import inspect
 from typing import Callable, Sequence
 
 import torch
+import torch.distributed as dist
 import torch.nn as nn
 
 # Schedules with one stage per rank, and those that take a list of (virtual) stages per rank.
@@ -38,7 +39,7 @@ def available_schedules() -> list[str]:
 
     Introduced in notebooks/07-pipeline-parallelism.ipynb.
     """
-    import torch.distributed.pipelining as pipelining
+    import torch.distributed.pipelining as pipelining  # lazy: ~1 s to import, paid only where a pipeline runs (rank start-up cost)
 
     return [name for name in SINGLE_STAGE + MULTI_STAGE if hasattr(pipelining, name)]
 
@@ -57,7 +58,7 @@ def make_stage(module: nn.Module, stage_index: int, num_stages: int, example_inp
 
     Introduced in notebooks/07-pipeline-parallelism.ipynb.
     """
-    from torch.distributed.pipelining import PipelineStage
+    from torch.distributed.pipelining import PipelineStage  # lazy: as in available_schedules
 
     example = example_input.detach().to(device)
     return PipelineStage(module, stage_index, num_stages, torch.device(device), input_args=(example,))
@@ -82,7 +83,7 @@ def make_schedule(name: str, stages: Sequence, num_microbatches: int, loss_fn: C
 
     Introduced in notebooks/07-pipeline-parallelism.ipynb.
     """
-    import torch.distributed.pipelining as pipelining
+    import torch.distributed.pipelining as pipelining  # lazy: as in available_schedules
 
     if name not in available_schedules():
         raise ValueError(f"torch {torch.__version__} has no pipelining schedule {name!r}; "
@@ -121,11 +122,10 @@ class _EveryWork:
 
 def _wait_on_every_p2p_work() -> None:
     """Backport of pytorch PR #152938 for torch versions without it (see the module docstring)."""
-    from torch.distributed.pipelining import schedules
+    from torch.distributed.pipelining import schedules  # lazy: as in available_schedules
 
     if hasattr(schedules, "_wait_batch_p2p") or getattr(schedules, "_ddp_lab_waits_on_every_work", False):
         return  # fixed in this torch, or already patched in this process
-    import torch.distributed as dist
 
     def batch_p2p(p2p_ops, desc=None):
         return _EveryWork(dist.batch_isend_irecv(p2p_ops)) if p2p_ops else None

@@ -1,4 +1,8 @@
-"""Count what a rank hands to collectives: calls, elements and bytes, measured by wrapping them.
+"""Watch what a rank hands to `torch.distributed`: calls, elements and bytes, seen by wrapping the calls.
+
+The one place that replaces `torch.distributed` functions inside a rank and puts them back
+(`replacing_dist_calls`): counting collectives (lessons 08, 11), and the checks that record
+or refuse what an answer calls (lessons 02, 04).
 
 Introduced in notebooks/08-tensor-parallelism.ipynb.
 """
@@ -7,6 +11,9 @@ from __future__ import annotations
 
 import contextlib
 from typing import Callable, Iterator, NamedTuple
+
+import torch.distributed as dist
+import torch.distributed.distributed_c10d as c10d
 
 # Collectives whose first argument is the tensor the rank contributes (and receives in place).
 IN_PLACE = ("all_reduce", "broadcast")
@@ -46,8 +53,6 @@ def count_collectives(names: tuple[str, ...] = ("all_reduce",)) -> Iterator[list
 
     Introduced in notebooks/08-tensor-parallelism.ipynb.
     """
-    import torch.distributed.distributed_c10d as c10d
-
     unknown = [name for name in names if not hasattr(c10d, name)]
     if unknown:
         raise ValueError(f"count_collectives: torch.distributed has no collective named {unknown}; "
@@ -85,25 +90,53 @@ def watching_collectives(arguments: dict[str, tuple[int, str]], on_call: Callabl
     Introduced in notebooks/08-tensor-parallelism.ipynb (under `count_collectives`); lesson 11's
     `ddp_lab.instruments.comm_hooks.ByteCounter` watches DDP comm hooks with it.
     """
-    import torch.distributed as dist
-    import torch.distributed.distributed_c10d as c10d
+    def watched(name, position, keyword):
+        def wrap(original):
+            def call(*args, **kwargs):
+                sent = args[position] if len(args) > position else kwargs.get(keyword)
+                if sent is not None:
+                    on_call(name, sent)
+                return original(*args, **kwargs)
+            call.__name__ = name
+            return call
+        return wrap
 
-    def watched(name, position, keyword, original):
-        def call(*args, **kwargs):
-            sent = args[position] if len(args) > position else kwargs.get(keyword)
-            if sent is not None:
-                on_call(name, sent)
-            return original(*args, **kwargs)
-        call.__name__ = name
-        return call
+    known = {name: watched(name, *where) for name, where in arguments.items() if getattr(c10d, name, None) is not None}
+    with replacing_dist_calls(known):
+        yield
 
+
+@contextlib.contextmanager
+def replacing_dist_calls(replacements: dict[str, Callable[[Callable], Callable]]) -> Iterator[None]:
+    """Inside a rank: replace `torch.distributed` functions for the block, then put the originals back.
+
+    Each `dist.<name>` and its definition in `torch.distributed.distributed_c10d` become
+    `make(original)` (module attributes, so every caller that looks them up is seen: the
+    learner's code, autograd Functions, comm hooks, and c10d's own functions that call each
+    other, e.g. `recv` calling `irecv`). A name a module lacks is left alone there.
+
+    Args:
+        replacements: {function name: make}, where `make(original)` returns what stands in for it.
+
+    Example:
+        >>> def loud(original):
+        ...     def call(*args, **kwargs):
+        ...         print("all_reduce!")
+        ...         return original(*args, **kwargs)
+        ...     return call
+        >>> with replacing_dist_calls({"all_reduce": loud}):   # inside a launched rank
+        ...     dist.all_reduce(torch.ones(3))
+        all_reduce!
+
+    Introduced in notebooks/02-collectives.ipynb (its checks refuse collectives with it).
+    """
     saved = {}
-    for name, (position, keyword) in arguments.items():
-        if getattr(c10d, name, None) is None:
-            continue
+    for name, make in replacements.items():
         for module in (dist, c10d):
-            saved[module, name] = getattr(module, name)
-            setattr(module, name, watched(name, position, keyword, saved[module, name]))
+            original = getattr(module, name, None)
+            if original is not None:
+                saved[module, name] = original
+                setattr(module, name, make(original))
     try:
         yield
     finally:

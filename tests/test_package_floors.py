@@ -1,0 +1,133 @@
+"""The package's two floors: the course library (what a lesson asks you to read) never imports the lab.
+
+The lab (what a lesson asks you to call: launcher, checks, plots, instruments, torch-version
+shims, the planner's measuring harness) may import the library, not the other way round
+(STYLE.md, "Two floors"). Every module of ddp_lab is read with `ast`, its imports at the top
+and inside functions alike, and classified by FLOORS below.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parent.parent / "ddp_lab"
+
+# The one table: a module's floor is that of the longest prefix it starts with ("ddp_lab.plan."
+# is a folder, "ddp_lab.plan.memory" a module). The façade (ddp_lab/__init__.py, __main__.py)
+# and every package's __init__ may import either floor.
+FLOORS = {
+    # course library
+    "ddp_lab.device_memory": "library",
+    "ddp_lab.alpha_beta": "library",
+    "ddp_lab.rank_layout": "library",
+    "ddp_lab.data_parallel.": "library",
+    "ddp_lab.sharding.": "library",
+    "ddp_lab.tensor_parallel.": "library",
+    "ddp_lab.pipeline_parallel.": "library",
+    "ddp_lab.mesh.": "library",
+    "ddp_lab.fault_tolerance.": "library",
+    "ddp_lab.plan.activations": "library",
+    "ddp_lab.plan.memory": "library",
+    "ddp_lab.plan.steptime": "library",
+    "ddp_lab.plan.collectives": "library",
+    "ddp_lab.plan.model": "library",
+    "ddp_lab.plan.strategy": "library",
+    "ddp_lab.plan.search": "library",
+    "ddp_lab.plan.cluster_spec": "library",
+    # lab
+    "ddp_lab.launcher.": "lab",
+    "ddp_lab.cluster.": "lab",
+    "ddp_lab.torchrun.": "lab",
+    "ddp_lab.hardware.": "lab",
+    "ddp_lab.checks.": "lab",
+    "ddp_lab.plots.": "lab",
+    "ddp_lab.stable": "lab",
+    "ddp_lab.torch_compat.": "lab",
+    "ddp_lab.instruments.": "lab",
+    "ddp_lab.plan.measure": "lab",
+    "ddp_lab.plan.probes": "lab",
+    "ddp_lab.plan.calibrate": "lab",
+    "ddp_lab.plan.validate": "lab",
+    "ddp_lab.plan.reference": "lab",
+    "ddp_lab.plan.cli": "lab",
+    "ddp_lab.plan.report": "lab",
+}
+FACADE = {"ddp_lab", "ddp_lab.__main__"}
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _is_package(path: Path) -> bool:
+    return path.name == "__init__.py"
+
+
+MODULES = {_module_name(path): path for path in sorted(PACKAGE.rglob("*.py"))}
+
+
+def floor(module: str) -> str | None:
+    """'library', 'lab', or None (no entry of FLOORS covers it)."""
+    matches = [prefix for prefix in FLOORS
+               if module == prefix.rstrip(".") or (prefix.endswith(".") and module.startswith(prefix))]
+    return FLOORS[max(matches, key=len)] if matches else None
+
+
+def imported_modules(path: Path, module: str) -> set[str]:
+    """Every ddp_lab module `path` imports, at the top or in a function (`from a import b` counts a.b if it is one)."""
+    found = set()
+    package = module if _is_package(path) else module.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:   # relative: from .x import y
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(anchor + ([base] if base else []))
+            found.add(base)
+            found.update(f"{base}.{alias.name}" for alias in node.names if f"{base}.{alias.name}" in MODULES)
+    return {name for name in found if name == "ddp_lab" or name.startswith("ddp_lab.")}
+
+
+def violations() -> list[str]:
+    """'library module -> lab module' for every import that runs the wrong way."""
+    wrong = []
+    for module, path in MODULES.items():
+        if module in FACADE or _is_package(path) or floor(module) != "library":
+            continue
+        for target in sorted(imported_modules(path, module)):
+            if target in MODULES and not _is_package(MODULES[target]) and floor(target) == "lab":
+                wrong.append(f"{module} -> {target}")
+    return wrong
+
+
+def test_every_module_has_a_floor():
+    unplaced = [module for module, path in MODULES.items()
+                if module not in FACADE and not _is_package(path) and floor(module) is None]
+    assert not unplaced, f"add these modules to FLOORS in tests/test_package_floors.py: {unplaced}"
+
+
+def test_every_floor_entry_names_a_module():
+    stale = [prefix for prefix in FLOORS
+             if not any(m == prefix.rstrip(".") or m.startswith(prefix) for m in MODULES)]
+    assert not stale, f"FLOORS names modules that no longer exist (renamed? update the table): {stale}"
+
+
+def test_the_library_never_imports_the_lab():
+    wrong = violations()
+    assert not wrong, ("course-library modules import lab modules (move what the library needs into the library, "
+                       "or the importing code into the lab):\n  " + "\n  ".join(wrong))
+
+
+def test_the_rule_sees_imports_inside_functions(tmp_path):
+    """Negative control: a function-level import of the lab from a library module is caught."""
+    source = tmp_path / "fake.py"
+    source.write_text("def f():\n    from ddp_lab.checks import common\n    import ddp_lab.plots.timeline\n")
+    found = imported_modules(source, "ddp_lab.sharding.fake")
+    assert {"ddp_lab.checks.common", "ddp_lab.plots.timeline"} <= found
+    assert floor("ddp_lab.sharding.fake") == "library" and floor("ddp_lab.checks.common") == "lab"
+    assert floor("ddp_lab.plan.memory") == "library" and floor("ddp_lab.plan.measure") == "lab"
+
