@@ -263,7 +263,7 @@ def takes_rank_and_steps(rank, steps):
     ("launch", {"fn": takes_rank_and_steps, "args": (1, 2)}, TypeError, r"with 2 arg\(s\) in args=.*too many"),
     ("Cluster", {"nprocs": 10**6}, ValueError, r"^nprocs=1000000 is too many"),
     ("Cluster", {"timeout": -5}, ValueError, r"^timeout must be a positive number"),
-    ("Cluster", {"env": {"LOCAL_RANK": "1"}}, ValueError, r"^env\['LOCAL_RANK'\]: the launcher sets LOCAL_RANK"),
+    ("Cluster", {"env": {"RANK": "1"}}, ValueError, r"^env\['RANK'\]: the launcher sets RANK"),
 ])
 def test_bad_arguments_are_refused_in_one_line_before_any_rank_starts(start, kwargs, error, match):
     if start == "launch":

@@ -25,10 +25,12 @@ MAX_NPROCS = 256
 # None (no watchdog) is the way to say "forever".
 MAX_TIMEOUT_S = 30 * 24 * 3600
 
-# What rank_environment() and loopback_store() set for every rank: an env= entry would override
-# them for all ranks alike (every rank RANK=0, or a store nobody hosts) and hang the rendezvous.
-_RANK_KEYS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK",
-              "ROLE_WORLD_SIZE", "DDP_LAB_PARENT_PID")
+# What rank_environment() and loopback_store() set and the rendezvous reads: an env= entry would
+# override them for all ranks alike (every rank RANK=0, or a store nobody hosts) and hang it.
+# LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK and ROLE_* stay settable: the rendezvous does not read
+# them, and setting them is how one machine plays a multi-node job's environment (lesson 06's
+# check gives 2 ranks LOCAL_RANK=0 each: two "nodes" of one process).
+_RANK_KEYS = ("RANK", "WORLD_SIZE", "DDP_LAB_PARENT_PID")
 _STORE_KEYS = ("MASTER_ADDR", "MASTER_PORT", AGENT_STORE, "TORCHELASTIC_RESTART_COUNT", OWN_STORE)
 
 
