@@ -131,3 +131,13 @@ def test_the_rule_sees_imports_inside_functions(tmp_path):
     assert floor("ddp_lab.sharding.fake") == "library" and floor("ddp_lab.checks.common") == "lab"
     assert floor("ddp_lab.plan.memory") == "library" and floor("ddp_lab.plan.measure") == "lab"
 
+
+def test_every_package_folder_is_installed():
+    """pyproject.toml lists the packages setuptools installs: a folder missing there is missing from
+    every install (`make setup` failed on a fresh clone once when a folder was renamed)."""
+    import tomllib
+
+    listed = set(tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    folders = {_module_name(path) for path in PACKAGE.rglob("__init__.py")}
+    assert listed == folders, f"pyproject.toml lists {sorted(listed - folders)} that do not exist and misses " \
+                              f"{sorted(folders - listed)}"
