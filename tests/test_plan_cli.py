@@ -65,6 +65,20 @@ def test_fsdp_unit_layer_gathers_each_layer():
     assert exposed("layer") > exposed("model") > 0
 
 
+def test_breakdown_shows_total_and_exposed_dp_communication():
+    """Issue 25: 'exposed DP communication 0.000' alone hides how close ZeRO-3's gathers come to the
+    compute that overlaps them; the report prints all of it too, and the difference as hidden."""
+    result = plan("--model", "llama3-8b", "--cluster", "h100-sxm", "--nodes", "4", "--zero", "3",
+                  "--recompute", "full")
+    assert result.returncode == 0, result.stderr
+    exposed = float(re.search(r"exposed DP communication\s+([0-9.]+)", result.stdout).group(1))
+    total, hidden = map(float, re.search(r"DP communication \(total\)\s+([0-9.]+)\s+\(([0-9.]+) hidden",
+                                         result.stdout).groups())
+    assert exposed == 0 and total > 1 and hidden == total      # all hidden, yet seconds of traffic
+    step = float(re.search(r"^    total\s+([0-9.]+)$", result.stdout, re.M).group(1))
+    assert total < step                                        # not added to the step time
+
+
 @pytest.mark.parametrize("args, expected", [
     (("--model", "llama9", "--cluster", "h100-sxm"), "llama3-8b"),          # lists the valid presets
     (("--model", "llama3-8b", "--cluster", "b200"), "h100-sxm"),

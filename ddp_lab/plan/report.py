@@ -31,7 +31,7 @@ def table(plans) -> str:
 
 
 def breakdown(plan) -> str:
-    """One plan's memory per GPU and step time, part by part.
+    """One plan's memory per GPU and step time, part by part, then its DP communication before overlap.
 
     Introduced in notebooks/13-plan-your-training-run.ipynb.
     """
@@ -50,6 +50,10 @@ def breakdown(plan) -> str:
                         ("pp_comm", "PP communication"), ("dp_comm_exposed", "exposed DP communication")):
         lines.append(f"    {label:<26}{getattr(t, name):>9.3f}")
     lines.append(f"    {'total':<26}{t.total:>9.3f}")
+    # All of the DP communication, of which only the exposed part is in the total above: how much
+    # of it compute hides, and how close it comes to being exposed (lessons 05 and 09 overlap it).
+    lines.append(f"  {'DP communication (total)':<28}{t.dp_comm:>9.3f}  "
+                 f"({t.dp_comm - t.dp_comm_exposed:.3f} hidden under compute, not in the step time)")
     lines.append(f"  tokens/s {plan.tokens_per_second:,.0f}   MFU {plan.mfu:.1%}")
     return "\n".join(lines)
 
