@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import argparse
+from ddp_lab.plan.cli import OneLineErrors, add_arguments, run
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ddp_lab", description="Helpers of the ddp-lab course.")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    # Errors are one line (no usage block above them): `python -m ddp_lab plan: error: --dp must be ...`.
+    parser = OneLineErrors(prog="python -m ddp_lab", description="Helpers of the ddp-lab course.")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=OneLineErrors)
     commands.add_parser(
         "doctor", help="show what this machine can run",
         description="Show what this machine can run: Python and torch versions (and whether the course "
@@ -32,13 +33,9 @@ def main(argv: list[str] | None = None) -> int:
                     "those that fit GPU memory and print the fastest; add a strategy (--dp/--tp/--pp/--zero/"
                     "--recompute ...) to print that plan's memory and time breakdown. Short form: --params 7.5B "
                     "--dp 64 --zero 3 prints per-GPU parameters, gradients and optimizer state in GB (10^9 bytes).")
-    from ddp_lab.plan.cli import add_arguments
-
     add_arguments(plan)
     args = parser.parse_args(argv)
     if args.command == "plan":
-        from ddp_lab.plan.cli import run
-
         return run(args, plan)
     if args.command == "doctor":
         from ddp_lab.hardware.machine import doctor

@@ -37,7 +37,7 @@ def test_short_form_fp32():
 def test_search_table():
     result = plan("--model", "llama3-8b", "--cluster", "h100-sxm", "--nodes", "4", "--top", "3")
     assert result.returncode == 0, result.stderr
-    lines = result.stdout.strip().splitlines()
+    lines = result.stdout.strip().splitlines()[2:]     # after the header saying what was searched
     assert lines[0].split() == ["#", "strategy", "GB/GPU", "step", "s", "tokens/s", "MFU"]
     rows = [line for line in lines[2:] if re.match(r"\s+\d+ ", line)]
     assert len(rows) == 3 and all(re.match(r"\s+\d+ dp\d+ tp\d+ pp\d+ z\d", row) for row in rows)
@@ -65,19 +65,93 @@ def test_fsdp_unit_layer_gathers_each_layer():
     assert exposed("layer") > exposed("model") > 0
 
 
-@pytest.mark.parametrize("args, expected", [
-    (("--model", "llama9", "--cluster", "h100-sxm"), "llama3-8b"),          # lists the valid presets
-    (("--model", "llama3-8b", "--cluster", "b200"), "h100-sxm"),
-    (("--params", "7.5Q"), "suffix"),
-    (("--model", "llama3-8b", "--cluster", "h100-sxm", "--tp", "3"), "use tp in [1, 2, 4, 8]"),
-    (("--model", "llama3-8b", "--cluster", "h100-sxm", "--nodes", "3", "--tp", "6"), "does not divide heads=32"),
-    (("--model", "llama3-8b",), "--cluster"),
-    (("--model", "llama3-8b", "--cluster", "h100-sxm", "--fsdp-unit", "block"), "'layer', 'model'"),
+def test_breakdown_shows_total_and_exposed_dp_communication():
+    """Issue 25: 'exposed DP communication 0.000' alone hides how close ZeRO-3's gathers come to the
+    compute that overlaps them; the report prints all of it too, and the difference as hidden."""
+    result = plan("--model", "llama3-8b", "--cluster", "h100-sxm", "--nodes", "4", "--zero", "3",
+                  "--recompute", "full")
+    assert result.returncode == 0, result.stderr
+    exposed = float(re.search(r"exposed DP communication\s+([0-9.]+)", result.stdout).group(1))
+    total, hidden = map(float, re.search(r"DP communication \(total\)\s+([0-9.]+)\s+\(([0-9.]+) hidden",
+                                         result.stdout).groups())
+    assert exposed == 0 and total > 1 and hidden == total      # all hidden, yet seconds of traffic
+    step = float(re.search(r"^    total\s+([0-9.]+)$", result.stdout, re.M).group(1))
+    assert total < step                                        # not added to the step time
+
+
+LLAMA_8B = ("--model", "llama3-8b", "--cluster", "h100-sxm")
+
+
+@pytest.mark.parametrize("args, words", [
+    (("--model", "llama9", "--cluster", "h100-sxm"), ["llama3-8b"]),          # lists the valid presets
+    (("--model", "llama3-8b", "--cluster", "b200"), ["h100-sxm"]),
+    (("--params", "7.5Q"), ["--params", "suffix"]),
+    ((*LLAMA_8B, "--tp", "3"), ["--tp 3", "--tp in [1, 2, 4, 8]"]),
+    ((*LLAMA_8B, "--nodes", "3", "--tp", "6"), ["does not divide heads=32"]),
+    (("--model", "llama3-8b"), ["--cluster"]),
+    ((*LLAMA_8B, "--fsdp-unit", "block"), ["'layer', 'model'"]),
+    # issue 25: each of these ran, silently changed the input, or ended in a traceback
+    ((*LLAMA_8B, "--micro-batch", "0"), ["--micro-batch must be a positive int, got 0"]),
+    ((*LLAMA_8B, "--dp", "0"), ["--dp must be a positive int, got 0"]),
+    ((*LLAMA_8B, "--top", "-3"), ["--top must be a positive int, got -3"]),
+    ((*LLAMA_8B, "--top", "0"), ["--top must be a positive int, got 0"]),
+    ((*LLAMA_8B, "--global-batch", "0"), ["--global-batch must be a positive int, got 0"]),
+    ((*LLAMA_8B, "--nodes", "0"), ["--nodes must be a positive int, got 0"]),
+    ((*LLAMA_8B, "--global-batch", "7", "--zero", "1"), ["--global-batch 7", "use --global-batch 8"]),
+    ((*LLAMA_8B, "--global-batch", "100", "--zero", "1"), ["multiple of dp x micro-batch = 8 x 1", "96 or 104"]),
+    ((*LLAMA_8B, "--grad-accum", "3", "--global-batch", "64"), ["= 24", "--global-batch or --grad-accum"]),
+    ((*LLAMA_8B, "--nodes", "2", "--tp", "16"), ["the 8 kv heads", "use tp in [1, 2, 4, 8]"]),
+    (("--params", "7.5B", *LLAMA_8B, "--tp", "2"), ["drop --model, --cluster, --tp"]),
+    (("--params", "7.5B", "--nodes", "2"), ["drop --nodes"]),
+    ((*LLAMA_8B, "--tp", "8", "--top", "3"), ["--top", "drop"]),
+    ((*LLAMA_8B, "--zero", "0", "--top", "3"), ["--top", "--zero chose one plan"]),
+    ((*LLAMA_8B, "--sequence-parallel"), ["--sequence-parallel needs --tp 2 or more"]),
+    ((*LLAMA_8B, "--fsdp-unit", "model"), ["--fsdp-unit", "--zero 3"]),
+    ((*LLAMA_8B, "--pp", "3"), ["--pp in [1, 2, 4, 8]"]),
+    ((*LLAMA_8B, "--nodes", "3", "--pp", "3"), ["pp=3 does not divide layers=32", "use pp in"]),
+    (("--model", "gpt2-small", "--cluster", "h100-sxm", "--nodes", "3", "--tp", "12"), ["--tp-across-nodes"]),
+    (("--model", "llama3-70b", "--cluster", "t4"), ["add nodes", "shorter sequences"]),
+    ((*LLAMA_8B, "--micro-batch", "two"), ["--micro-batch", "invalid int value"]),
+    ((*LLAMA_8B, "--bogus"), ["unrecognized arguments: --bogus"]),
 ])
-def test_errors_exit_2_and_say_what_is_valid(args, expected):
+def test_bad_input_exits_2_with_one_line_that_names_the_fix(args, words):
+    """Issue 25: argparse-style, one stderr line (no usage block, no traceback) naming the flag and what
+    is valid; no flag that does not exist (pp*virtual_stages, seq_len, Strategy.grad_accum)."""
     result = plan(*args)
-    assert result.returncode == 2
-    assert expected in result.stderr
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert result.stdout == "" and len(result.stderr.splitlines()) == 1, result.stderr
+    assert re.match(r"python -m ddp_lab( plan)?: error: ", result.stderr)
+    for word in words:
+        assert word in result.stderr
+    for name in ("virtual_stages", "seq_len", "Strategy.", "sequence_parallel="):
+        assert name not in result.stderr
+
+
+def test_default_batch_the_strategy_cannot_split_is_said():
+    """dp = 6 (--nodes 3 --pp 4) cannot split the default 512 sequences: 510 are planned, and said so."""
+    result = plan(*LLAMA_8B, "--nodes", "3", "--pp", "4")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("note: global batch 510, the multiple of dp x micro-batch = 6 x 1 = 6 nearest "
+                                    "the default 512")
+    assert "global batch 510 sequences x 8192 tokens" in result.stdout
+
+
+def test_search_says_what_it_searched_and_folds_zero_stages_at_dp1():
+    """Issue 26: the table starts with the model, GPUs, global batch and plan counts; plans that differ only
+    in a ZeRO stage with identical numbers (dp1: nothing to shard) are one row."""
+    result = plan(*LLAMA_8B, "--nodes", "1", "--top", "40")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == "llama3-8b on 1 x 8 H100 SXM = 8 GPUs, global batch 512 sequences x 8192 tokens, bf16"
+    tried, fit = map(int, re.match(r"(\d+) plans tried .*; (\d+) fit in 90% of each GPU's 85.9 GB", lines[1]).groups())
+    assert 0 < fit < tried
+    rows = [line.split() for line in lines if re.match(r"\s+\d+ dp", line)]
+    assert len(rows) == 40
+    numbers = [tuple(row[-4:]) + tuple(w for w in row[1:-4] if not w.startswith("z")) for row in rows]
+    assert len(set(numbers)) == len(numbers)                 # no two rows differ only in the ZeRO stage
+    folded = [row for row in rows if "z0-2" in row or "z0-3" in row]
+    assert folded and all(row[1] == "dp1" for row in folded)
+    assert "z0-2 = ZeRO stages 0 to 2 give identical numbers" in result.stdout
 
 
 def test_help_explains_each_flag():

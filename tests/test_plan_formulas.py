@@ -116,6 +116,7 @@ def test_zero3_gathers_and_scatters_each_fsdp_unit():
     whole = step_time(model, cluster, Strategy(dp=2, zero=3, precision="fp32", fsdp_unit="model"))
     assert per_layer.dp_comm_exposed == pytest.approx(3 * 3e-3)
     assert whole.dp_comm_exposed == pytest.approx(3e-3)
+    assert (per_layer.dp_comm, whole.dp_comm) == (per_layer.dp_comm_exposed, whole.dp_comm_exposed)  # gloo: no overlap
     with pytest.raises(ValueError, match="fsdp_unit"):
         Strategy(fsdp_unit="block")
 
@@ -238,3 +239,16 @@ def test_breakdown_plot():
     plans = search(Transformer.preset("llama3-8b"), ClusterSpec.preset("h100-sxm", nodes=4), top=3)
     fig = breakdown(plans)
     assert len(fig.axes) == 2 and len(fig.axes[0].patches) == 3 * 5
+
+
+def test_time_breakdown_carries_all_dp_communication_and_its_exposed_part():
+    """ZeRO-3 overlaps its gathers with the whole step's compute: exposed = max(0, all - compute), and
+    only the exposed part is in the total (issue 25: the report shows both)."""
+    model, cluster = Transformer.preset("llama3-8b"), ClusterSpec.preset("h100-sxm", nodes=4)
+    exposed = {}
+    for recompute in ("none", "full"):      # the same gathers; full recomputation's longer compute hides them all
+        time = step_time(model, cluster, Strategy(dp=32, zero=3, grad_accum=16, recompute=recompute))
+        assert time.dp_comm_exposed == pytest.approx(max(0.0, time.dp_comm - time.compute))
+        assert time.total == pytest.approx(time.compute + time.dp_comm_exposed)
+        exposed[recompute] = time.dp_comm_exposed
+    assert exposed["none"] > 0 == exposed["full"]

@@ -14,25 +14,32 @@ import sys
 
 from ddp_lab.plan.cluster_spec import PRESET_NAMES, ClusterSpec
 from ddp_lab.plan.model import PRESETS, Transformer, parse_count
-from ddp_lab.plan.report import breakdown, model_states_text, table
-from ddp_lab.plan.search import evaluate, search
-from ddp_lab.plan.strategy import FSDP_UNITS, PRECISIONS, RECOMPUTE, Strategy, divisors
+from ddp_lab.plan.report import breakdown, fold_zero_stages, model_states_text, search_header, table
+from ddp_lab.plan.search import candidates, default_global_batch, evaluate, search
+from ddp_lab.plan.strategy import FSDP_UNITS, PRECISIONS, RECOMPUTE, Strategy, check, divisors
 
 STRATEGY_FLAGS = ("dp", "tp", "pp", "zero", "micro_batch", "grad_accum", "recompute", "sequence_parallel",
                   "fsdp_unit")
+POSITIVE_INTS = ("nodes", "dp", "tp", "pp", "micro_batch", "grad_accum", "global_batch", "top")
+SHORT_FORM_FLAGS = ("params", "dp", "zero", "precision")     # all that --params reads
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The `plan` subcommand's flags (shared by ddp_lab/__main__.py)."""
     what = parser.add_argument_group("what to plan")
-    what.add_argument("--model", help=f"a model preset: {', '.join(PRESETS)}")
-    what.add_argument("--cluster", help=f"a cluster preset (GPU type): {', '.join(PRESET_NAMES)}")
-    what.add_argument("--nodes", type=int, default=1, help="nodes of the cluster (default 1; GPUs per node from the preset)")
+    what.add_argument("--model", type=str.lower, choices=tuple(PRESETS), metavar="MODEL",
+                      help=f"a model preset: {', '.join(PRESETS)}")
+    what.add_argument("--cluster", type=str.lower, choices=PRESET_NAMES, metavar="CLUSTER",
+                      help=f"a cluster preset (GPU type): {', '.join(PRESET_NAMES)}")
+    what.add_argument("--nodes", type=int, help="nodes of the cluster (default 1; GPUs per node from the preset)")
     what.add_argument("--params", help="short form: a parameter count such as 7.5B or 125M; prints per-GPU "
                                        "parameters, gradients and optimizer state (needs only --dp and --zero)")
     how = parser.add_argument_group("a strategy (omit to search all of them)")
     how.add_argument("--dp", type=int, help="data-parallel size")
-    how.add_argument("--tp", type=int, help="tensor-parallel size (divides heads; at most GPUs per node)")
+    how.add_argument("--tp", type=int, help="tensor-parallel size (divides heads and kv heads; at most GPUs per node "
+                                            "unless --tp-across-nodes)")
+    how.add_argument("--tp-across-nodes", dest="tp_across_nodes", action="store_true",
+                     help="allow tp larger than a node, costed on the inter-node link (lesson 13 shows the price)")
     how.add_argument("--pp", type=int, help="pipeline stages (divides layers)")
     how.add_argument("--zero", type=int, choices=(0, 1, 2, 3), help="ZeRO stage: 0 DDP, 1 optimizer, 2 + gradients, "
                                                                     "3 + parameters (FSDP)")
@@ -50,24 +57,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     out = parser.add_argument_group("search")
     out.add_argument("--global-batch", dest="global_batch", type=int,
                      help="sequences per step (default: 4M tokens / seq_len)")
-    out.add_argument("--top", type=int, default=10, help="plans to print (default 10)")
+    out.add_argument("--top", type=int, help="plans to print (default 10; rows that differ only in a ZeRO stage "
+                                             "that changes nothing, at dp1, are one row)")
 
 
 def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    """Carry out `python -m ddp_lab plan`; bad input exits 2 through parser.error with the valid choices."""
+    """Carry out `python -m ddp_lab plan`; bad input exits 2 through parser.error: one line naming the flag."""
     try:
+        _check_flags(args)
         if args.params is not None:
             return _short_form(args)
-        if args.model is None or args.cluster is None:
-            parser.error("give --model and --cluster (or --params COUNT for model-state memory only)")
         model = Transformer.preset(args.model)
-        cluster = ClusterSpec.preset(args.cluster, nodes=args.nodes)
+        cluster = ClusterSpec.preset(args.cluster, nodes=args.nodes or 1)
         args.precision = args.precision or ("bf16" if "bf16" in cluster.gpu.peak_flops else "fp16")
         given = {name: getattr(args, name) for name in STRATEGY_FLAGS if getattr(args, name) is not None}
         if given:
-            print(breakdown(evaluate(model, cluster, _strategy(model, cluster, args, given))))
+            strategy, note = _strategy(model, cluster, args, given)
+            print(note + breakdown(evaluate(model, cluster, strategy, args.tp_across_nodes)))
         else:
-            print(table(search(model, cluster, top=args.top, global_batch=args.global_batch, precision=args.precision)))
+            print(_search_report(model, cluster, args))
         return 0
     except KeyError as error:
         parser.error(error.args[0])
@@ -75,34 +83,134 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         parser.error(str(error))
 
 
+class OneLineErrors(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are one line, `prog: error: message`, and exit status 2.
+
+    argparse prints its whole usage block above an error; for `plan`'s sixteen flags that buries
+    the one line that says what is wrong (issue 25). `--help` still prints the usage.
+
+    Introduced in notebooks/13-plan-your-training-run.ipynb.
+    """
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def _flag(name: str) -> str:
+    """The command-line spelling of an argparse dest: micro_batch -> --micro-batch."""
+    return "--" + name.replace("_", "-")
+
+
+def _given(args, names) -> list[str]:
+    """The flags among `names` on the command line (a store_true flag left off is False, not given)."""
+    return [_flag(name) for name in names if getattr(args, name) is not None and getattr(args, name) is not False]
+
+
+def _check_flags(args) -> None:
+    """Refuse values no plan can have and flags that contradict each other, before any planning."""
+    for name in POSITIVE_INTS:
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            raise ValueError(f"{_flag(name)} must be a positive int, got {value}")
+    if args.params is not None:
+        extra = _given(args, [name for name in vars(args) if name not in SHORT_FORM_FLAGS + ("command",)])
+        if extra:
+            raise ValueError(f"--params prints model-state memory only and takes only --dp, --zero and --precision: "
+                             f"drop {', '.join(extra)} (or drop --params to plan a --model on a --cluster)")
+        return
+    if args.model is None or args.cluster is None:
+        raise ValueError("give --model and --cluster (or --params COUNT for model-state memory only)")
+    strategy = _given(args, STRATEGY_FLAGS)
+    if strategy and args.top is not None:
+        raise ValueError(f"--top ranks the search's plans, but {', '.join(strategy)} chose one plan: "
+                         f"drop --top, or the strategy flags to search")
+    if args.sequence_parallel and (args.tp or 1) == 1:
+        raise ValueError("--sequence-parallel needs --tp 2 or more: it splits activations across the "
+                         "tensor-parallel group")
+    if args.fsdp_unit is not None and args.zero != 3:
+        raise ValueError(f"--fsdp-unit applies to ZeRO-3 only (it says what FSDP gathers at once): "
+                         f"add --zero 3 or drop --fsdp-unit")
+
+
 def _short_form(args) -> int:
-    params = parse_count(args.params)
+    try:
+        params = parse_count(args.params)
+    except ValueError as error:
+        raise ValueError(f"--params {error}") from error
     strategy = Strategy(dp=args.dp or 1, zero=args.zero or 0, precision=args.precision or "bf16")
     print(model_states_text(params, strategy))
     return 0
 
 
-def _strategy(model, cluster, args, given: dict) -> Strategy:
-    """A Strategy from the flags given; dp fills the GPUs left by tp and pp, grad_accum the global batch."""
+def _search_report(model, cluster, args) -> str:
+    """The search's header (what was searched, how many plans fit), then its fastest distinct plans."""
+    global_batch = args.global_batch or default_global_batch(model, cluster)
+    options = {"precision": args.precision, "tp_across_nodes": args.tp_across_nodes}
+    tried = sum(1 for _ in candidates(model, cluster, global_batch, **options))
+    fitting = search(model, cluster, top=None, global_batch=global_batch, **options)
+    rows = fold_zero_stages(fitting)[:args.top or 10]
+    return "\n".join([search_header(model, cluster, global_batch, args.precision, tried, len(fitting)),
+                      table([plan for plan, _ in rows], stages=[zero for _, zero in rows])])
+
+
+def _strategy(model, cluster, args, given: dict) -> tuple[Strategy, str]:
+    """A Strategy from the flags given, and a note for what the CLI chose itself.
+
+    dp fills the GPUs that tp and pp leave; grad_accum makes the global batch: the one given
+    (refused unless dp x micro-batch divides it), else the default rounded to the nearest
+    multiple of dp x micro-batch, said in the note.
+    """
     tp, pp = given.get("tp", 1), given.get("pp", 1)
     if "dp" not in given:
         if cluster.gpus % (tp * pp):
-            valid_tp = [d for d in divisors(cluster.gpus) if d <= cluster.gpus_per_node and not model.heads % d
-                        and not model.kv_heads_ % d]
-            raise ValueError(f"tp*pp = {tp * pp} does not divide the cluster's {cluster.gpus} GPUs: choose tp and pp "
-                             f"whose product divides {cluster.gpus}; for {model.name} use tp in {valid_tp}")
+            raise ValueError(_no_dp_fills(model, cluster, tp, pp, args.tp_across_nodes))
         given["dp"] = cluster.gpus // (tp * pp)
     given.setdefault("micro_batch", 1)
-    if "grad_accum" not in given:
-        batch = args.global_batch or max(2**22 // model.seq_len, given["dp"] * given["micro_batch"])
-        given["grad_accum"] = max(1, batch // (given["dp"] * given["micro_batch"]))
     given["sequence_parallel"] = bool(given.get("sequence_parallel", False))
-    return Strategy(precision=args.precision, **given)
+    strategy = Strategy(precision=args.precision, **{**given, "grad_accum": given.get("grad_accum", 1)})
+    check(model, strategy, gpus=cluster.gpus, gpus_per_node=cluster.gpus_per_node,
+          tp_across_nodes=args.tp_across_nodes)       # dp x tp x pp = GPUs before any batch arithmetic
+    replica = strategy.dp * strategy.micro_batch      # sequences one micro-batch step takes over all replicas
+    split = f"dp x micro-batch = {strategy.dp} x {strategy.micro_batch} = {replica}"
+    if "grad_accum" in given:
+        if args.global_batch not in (None, strategy.global_batch):
+            raise ValueError(f"--global-batch {args.global_batch} disagrees with dp x micro-batch x --grad-accum "
+                             f"= {strategy.dp} x {strategy.micro_batch} x {strategy.grad_accum} = "
+                             f"{strategy.global_batch}: give --global-batch or --grad-accum, not both")
+        return strategy, ""
+    if args.global_batch is not None:
+        if args.global_batch % replica:
+            nearest = " or ".join(map(str, _nearest_multiples(args.global_batch, replica)))
+            raise ValueError(f"--global-batch {args.global_batch} is not a multiple of {split}: "
+                             f"use --global-batch {nearest}")
+        return strategy.with_(grad_accum=args.global_batch // replica), ""
+    default = default_global_batch(model, cluster)
+    batch = min(_nearest_multiples(default, replica), key=lambda b: (abs(b - default), b))
+    note = "" if batch == default else (f"note: global batch {batch}, the multiple of {split} nearest the default "
+                                        f"{default} (4M tokens); --global-batch sets it\n")
+    return strategy.with_(grad_accum=batch // replica), note
+
+
+def _nearest_multiples(value: int, step: int) -> list[int]:
+    """The positive multiples of `step` either side of `value` (just `value` if it is one)."""
+    below = value // step * step
+    return [value] if below == value else [m for m in (below, below + step) if m >= step]
+
+
+def _no_dp_fills(model, cluster, tp: int, pp: int, tp_across_nodes: bool) -> str:
+    """Why --tp x --pp leaves no whole data-parallel size, with the values that would."""
+    max_tp = cluster.gpus if tp_across_nodes else cluster.gpus_per_node
+    valid_tp = [d for d in divisors(cluster.gpus) if d <= max_tp and not model.heads % d
+                and not model.kv_heads_ % d and not model.ffn_ % d]
+    valid_pp = [d for d in divisors(cluster.gpus) if not model.layers % d]
+    return (f"--tp {tp} x --pp {pp} = {tp * pp} does not divide the cluster's {cluster.gpus} GPUs: choose --tp "
+            f"and --pp whose product divides {cluster.gpus} (for {model.name}: --tp in {valid_tp}, --pp in "
+            f"{valid_pp}), or change --nodes")
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point for `python -m ddp_lab.plan.cli` (the package's CLI calls `run`)."""
-    parser = argparse.ArgumentParser(prog="python -m ddp_lab plan")
+    parser = OneLineErrors(prog="python -m ddp_lab plan")
     add_arguments(parser)
     return run(parser.parse_args(argv), parser)
 

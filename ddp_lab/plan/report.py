@@ -6,15 +6,21 @@ Introduced in notebooks/13-plan-your-training-run.ipynb.
 from __future__ import annotations
 
 from ddp_lab.plan.memory import model_state_bytes
+from ddp_lab.plan.search import USABLE_MEMORY
 
 GB = 1e9
 LEGEND = ("strategy: dpN tpN ppN = data-, tensor-, pipeline-parallel sizes; zN = ZeRO stage;\n"
           "          mbAxB = B micro-batches of A sequences per step; sp = sequence parallel;\n"
           "          sel/full = selective/full activation recomputation. GB = 10^9 bytes.")
+FOLDED_LEGEND = ("          z0-2 = ZeRO stages 0 to 2 give identical numbers (at dp1 there is nothing to shard);\n"
+                 "          the row shows the lowest.")
 
 
-def table(plans) -> str:
+def table(plans, stages=None) -> str:
     """One line per plan: strategy, memory per GPU (GB = 10^9 bytes), step time, tokens/s, MFU.
+
+    `stages`, if given, holds for each plan the ZeRO stages its row stands for (from
+    `fold_zero_stages`); a row of several shows them as e.g. 'z0-2'.
 
     Example:
         >>> from ddp_lab.plan import ClusterSpec, Transformer, search
@@ -26,14 +32,67 @@ def table(plans) -> str:
     """
     header = f"{'#':>3} {'strategy':<34} {'GB/GPU':>7} {'step s':>8} {'tokens/s':>11} {'MFU':>6}"
     lines = [header, "-" * len(header)]
-    for rank, plan in enumerate(plans, 1):
-        lines.append(f"{rank:>3} {plan.strategy.label():<34} {plan.memory.total / GB:>7.1f} "
+    stages = stages or [(plan.strategy.zero,) for plan in plans]
+    for rank, (plan, zero) in enumerate(zip(plans, stages), 1):
+        label = plan.strategy.label().replace(f" z{plan.strategy.zero} ", f" {_stages_text(zero)} ", 1)
+        lines.append(f"{rank:>3} {label:<34} {plan.memory.total / GB:>7.1f} "
                      f"{plan.time.total:>8.2f} {plan.tokens_per_second:>11,.0f} {plan.mfu:>6.1%}")
-    return "\n".join(lines + [LEGEND])
+    folded = [FOLDED_LEGEND] if any(len(zero) > 1 for zero in stages) else []
+    return "\n".join(lines + [LEGEND] + folded)
+
+
+def fold_zero_stages(plans) -> list[tuple]:
+    """Plans with one row per set of ZeRO stages that give identical numbers, as (plan, stages) pairs.
+
+    With dp = 1 there is no one to shard with, so ZeRO stages 0-2 (often 3 too) predict the same
+    memory and time: the table would list one plan up to four times. Each group keeps its lowest
+    stage's plan, in the order of `plans` (fastest first from `search`).
+
+    Example:
+        >>> from ddp_lab.plan import ClusterSpec, Transformer, search
+        >>> plans = search(Transformer.preset("llama3-8b"), ClusterSpec.preset("h100-sxm"), top=None)
+        >>> len(fold_zero_stages(plans)) < len(plans)
+        True
+
+    Introduced in notebooks/13-plan-your-training-run.ipynb.
+    """
+    groups: dict = {}
+    for plan in plans:
+        key = (plan.strategy.with_(zero=0), plan.memory, plan.time)
+        groups.setdefault(key, []).append(plan)
+    rows = []
+    for group in groups.values():
+        lowest = min(group, key=lambda plan: plan.strategy.zero)
+        rows.append((lowest, tuple(sorted(plan.strategy.zero for plan in group))))
+    return rows
+
+
+def search_header(model, cluster, global_batch: int, precision: str, tried: int, fitting: int) -> str:
+    """What a search covered: model, GPUs, global batch, precision, plans tried and plans that fit.
+
+    Example:
+        >>> from ddp_lab.plan import ClusterSpec, Transformer
+        >>> print(search_header(Transformer.preset("llama3-8b"), ClusterSpec.preset("h100-sxm"), 512, "bf16", 432, 386))
+        llama3-8b on 1 x 8 H100 SXM = 8 GPUs, global batch 512 sequences x 8192 tokens, bf16
+        432 plans tried (dp x tp x pp, ZeRO 0-3, micro-batch, recomputation, sequence parallel); 386 fit in 90% of each GPU's 85.9 GB
+
+    Introduced in notebooks/13-plan-your-training-run.ipynb.
+    """
+    where = f"{cluster.name} = {cluster.gpus} GPUs" if cluster.name else f"{cluster.gpus} GPUs"
+    return (f"{model.name} on {where}, global batch {global_batch} sequences x {model.seq_len} tokens, {precision}\n"
+            f"{tried} plans tried (dp x tp x pp, ZeRO 0-3, micro-batch, recomputation, sequence parallel); "
+            f"{fitting} fit in {USABLE_MEMORY:.0%} of each GPU's {cluster.gpu.memory / GB:.1f} GB")
+
+
+def _stages_text(stages) -> str:
+    """'z1' for one ZeRO stage, 'z0-2' for a run of them, 'z0,2' otherwise."""
+    if len(stages) > 1 and list(stages) == list(range(stages[0], stages[-1] + 1)):
+        return f"z{stages[0]}-{stages[-1]}"
+    return "z" + ",".join(map(str, stages))
 
 
 def breakdown(plan) -> str:
-    """One plan's memory per GPU and step time, part by part.
+    """One plan's memory per GPU and step time, part by part, then its DP communication before overlap.
 
     Introduced in notebooks/13-plan-your-training-run.ipynb.
     """
@@ -52,6 +111,10 @@ def breakdown(plan) -> str:
                         ("pp_comm", "PP communication"), ("dp_comm_exposed", "exposed DP communication")):
         lines.append(f"    {label:<26}{getattr(t, name):>9.3f}")
     lines.append(f"    {'total':<26}{t.total:>9.3f}")
+    # All of the DP communication, of which only the exposed part is in the total above: how much
+    # of it compute hides, and how close it comes to being exposed (lessons 05 and 09 overlap it).
+    lines.append(f"  {'DP communication (total)':<28}{t.dp_comm:>9.3f}  "
+                 f"({t.dp_comm - t.dp_comm_exposed:.3f} hidden under compute, not in the step time)")
     lines.append(f"  tokens/s {plan.tokens_per_second:,.0f}   MFU {plan.mfu:.1%}")
     return "\n".join(lines)
 

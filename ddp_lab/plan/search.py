@@ -84,6 +84,20 @@ def candidates(model, cluster, global_batch: int, micro_batches=(1, 2, 4, 8), ze
                                sequence_parallel=sp, recompute=rc, precision=precision)
 
 
+def default_global_batch(model, cluster) -> int:
+    """Sequences per step when none is given: 4M tokens (DEFAULT_TOKENS_PER_BATCH / seq_len), at least one per GPU.
+
+    Example:
+        >>> from ddp_lab.plan.cluster_spec import ClusterSpec
+        >>> from ddp_lab.plan.model import Transformer
+        >>> default_global_batch(Transformer.preset("llama3-8b"), ClusterSpec.preset("h100-sxm"))   # 2**22 / 8192
+        512
+
+    Introduced in notebooks/13-plan-your-training-run.ipynb.
+    """
+    return max(DEFAULT_TOKENS_PER_BATCH // model.seq_len, cluster.gpus)
+
+
 def search(model, cluster, top: int | None = 10, global_batch: int | None = None, **options) -> list[Plan]:
     """Plans that fit GPU memory, fastest first (ties: less memory first).
 
@@ -106,7 +120,7 @@ def search(model, cluster, top: int | None = 10, global_batch: int | None = None
     Introduced in notebooks/13-plan-your-training-run.ipynb.
     """
     if global_batch is None:
-        global_batch = max(DEFAULT_TOKENS_PER_BATCH // model.seq_len, cluster.gpus)
+        global_batch = default_global_batch(model, cluster)
     plans = [evaluate(model, cluster, s, options.get("tp_across_nodes", False))
              for s in candidates(model, cluster, global_batch, **options)]
     if not plans:
@@ -118,6 +132,6 @@ def search(model, cluster, top: int | None = 10, global_batch: int | None = None
         raise ValueError(f"no plan for {model.name} fits {cluster.gpus} x {cluster.gpu.name} "
                          f"({cluster.gpu.memory / 1e9:.0f} GB each): the smallest, {smallest.strategy.label()}, needs "
                          f"{smallest.memory.total / 1e9:.1f} GB per GPU; add nodes, use GPUs with more memory, "
-                         f"or shorten seq_len")
+                         f"or train on shorter sequences")
     fitting.sort(key=lambda p: (-p.tokens_per_second, p.memory.total))
     return fitting if top is None else fitting[:top]

@@ -59,9 +59,14 @@ from ddp_lab.plan.memory import bytes_per_parameter, layer_parameters_per_rank, 
 class TimeBreakdown:
     """Seconds per optimizer step, by where they go.
 
+    `dp_comm` is all the step's data-parallel communication; only `dp_comm_exposed`, the part
+    that compute does not hide, adds to `total`. Their difference is what overlap saves: how
+    close ZeRO-3's gathers come to the compute that hides them.
+
     Example:
-        >>> TimeBreakdown(compute=1.0, tp_comm=0.1, bubble=0.2, dp_comm_exposed=0.05).total
-        1.35
+        >>> t = TimeBreakdown(compute=1.0, tp_comm=0.1, bubble=0.2, dp_comm_exposed=0.05, dp_comm=0.8)
+        >>> t.total, t.dp_comm - t.dp_comm_exposed     # 0.75 s of DP communication hidden under compute
+        (1.35, 0.75)
 
     Introduced in notebooks/13-plan-your-training-run.ipynb.
     """
@@ -70,6 +75,7 @@ class TimeBreakdown:
     tp_comm: float
     bubble: float
     dp_comm_exposed: float
+    dp_comm: float                # before overlap; not part of total
     pp_comm: float = 0.0
 
     @property
@@ -153,7 +159,7 @@ def step_time(model, cluster, strategy) -> TimeBreakdown:
         backward_share = (3 / 4) if strategy.recompute == "full" else (2 / 3)
         window = compute / m * backward_share
     return TimeBreakdown(compute=compute, tp_comm=tp_comm, bubble=bubble,
-                         dp_comm_exposed=max(0.0, dp_comm - window), pp_comm=pp_comm)
+                         dp_comm_exposed=max(0.0, dp_comm - window), dp_comm=dp_comm, pp_comm=pp_comm)
 
 
 def vocab_parallel_communication(model, cluster, strategy) -> float:

@@ -118,16 +118,23 @@ def check(model, strategy: Strategy, gpus: int | None = None, gpus_per_node: int
     if gpus is not None and strategy.gpus != gpus:
         raise ValueError(f"dp*tp*pp = {strategy.dp}*{strategy.tp}*{strategy.pp} = {strategy.gpus} but the "
                          f"cluster has {gpus} GPUs: choose dp, tp, pp whose product is {gpus}")
-    if model.heads % strategy.tp or model.kv_heads_ % strategy.tp:
-        raise ValueError(f"tp={strategy.tp} does not divide heads={model.heads} (kv_heads={model.kv_heads_}) "
-                         f"of {model.name}: each tensor-parallel rank owns whole heads; use tp in "
-                         f"{divisors(_gcd(model.heads, model.kv_heads_))}")
+    whole_heads = divisors(_gcd(model.heads, model.kv_heads_))
+    if model.heads % strategy.tp:
+        raise ValueError(f"tp={strategy.tp} does not divide heads={model.heads} of {model.name}: each "
+                         f"tensor-parallel rank owns whole heads; use tp in {whole_heads}")
+    if model.kv_heads_ % strategy.tp:
+        # Grouped-query attention: the kv heads, fewer than the query heads, bound tp first.
+        raise ValueError(f"tp={strategy.tp} does not divide the {model.kv_heads_} kv heads of {model.name} "
+                         f"(grouped-query attention: {model.heads} query heads share {model.kv_heads_} key/value "
+                         f"heads): each tensor-parallel rank owns whole kv heads; use tp in {whole_heads}")
     if model.ffn_ % strategy.tp:
         raise ValueError(f"tp={strategy.tp} does not divide the FFN size {model.ffn_} of {model.name}; "
                          f"use tp in {divisors(_gcd(model.ffn_, model.heads))[:8]}")
     stages = strategy.pp * strategy.virtual_stages
     if model.layers % stages:
-        raise ValueError(f"pp*virtual_stages = {stages} does not divide layers={model.layers} of {model.name}: "
+        what = (f"pp={strategy.pp}" if strategy.virtual_stages == 1 else
+                f"pp x virtual_stages = {strategy.pp} x {strategy.virtual_stages} = {stages}")
+        raise ValueError(f"{what} does not divide layers={model.layers} of {model.name}: "
                          f"stages must hold equal numbers of layers; use pp in {divisors(model.layers)}")
     if strategy.pp > 1 and strategy.schedule == "interleaved" and strategy.grad_accum % strategy.pp:
         raise ValueError(f"the interleaved schedule needs micro-batches ({strategy.grad_accum}) divisible by "
@@ -135,7 +142,8 @@ def check(model, strategy: Strategy, gpus: int | None = None, gpus_per_node: int
     if gpus_per_node is not None and strategy.tp > gpus_per_node and not tp_across_nodes:
         raise ValueError(f"tp={strategy.tp} is larger than the {gpus_per_node} GPUs of one node: tensor parallelism "
                          f"communicates in every layer and belongs on the fast intra-node link; use "
-                         f"tp <= {gpus_per_node} (or pass tp_across_nodes=True to cost it on the inter-node link)")
+                         f"tp <= {gpus_per_node}, or ask to cost it on the inter-node link (tp_across_nodes=True; "
+                         f"--tp-across-nodes on the command line)")
 
 
 def divisors(n: int) -> list[int]:
