@@ -14,6 +14,10 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import psutil
 
@@ -106,3 +110,21 @@ def listening_sockets(pid: int) -> list[tuple[str, str, int]]:
         if tcp_listening or udp_bound:
             found.append(("tcp" if tcp_listening else "udp", conn.laddr.ip, conn.laddr.port))
     return found
+
+
+def start_launching_script(folder: Path, source: str, ready: int = 2, seconds: float = 90) -> subprocess.Popen:
+    """Run `source` as a script (argv[1] = folder) in a session of its own, as a kernel is; return once
+    `ready` of its ranks have written `ready-*` files in `folder` (the tests then signal it like Jupyter's
+    stop button, which sends SIGINT to the kernel's process group)."""
+    script = folder / "launching.py"
+    script.write_text(source)
+    proc = subprocess.Popen([sys.executable, str(script), str(folder)], text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    deadline = time.monotonic() + seconds
+    while len(list(folder.glob("ready-*"))) < ready and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    if proc.poll() is not None:
+        raise AssertionError(f"the script ended before its ranks were ready: {proc.communicate()}")
+    time.sleep(0.3)
+    return proc
+

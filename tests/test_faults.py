@@ -33,7 +33,7 @@ import ddp_lab
 from ddp_lab.launcher import launch as launcher
 from ddp_lab.launcher import output
 from ddp_lab.hardware.machine import cpu_cores, gpu_count
-from rank_procs import assert_no_ranks_left, ddp_lab_processes, rank_processes
+from rank_procs import assert_no_ranks_left, ddp_lab_processes, rank_processes, start_launching_script
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
@@ -440,16 +440,8 @@ INTERRUPTED = textwrap.dedent("""
 
 def test_interrupt_mid_run(tmp_path):
     """Jupyter's stop button sends SIGINT to the kernel's process group: do the same."""
-    script = tmp_path / "interrupted.py"
-    script.write_text(INTERRUPTED)
-    proc = subprocess.Popen([sys.executable, str(script), str(tmp_path)], text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    proc = start_launching_script(tmp_path, INTERRUPTED)
     try:
-        deadline = time.monotonic() + 90
-        while len(list(tmp_path.glob("ready-*"))) < 2 and proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert proc.poll() is None, proc.communicate()
-        time.sleep(0.3)
         os.killpg(proc.pid, signal.SIGINT)
         interrupted_at = time.monotonic()
         out, err = proc.communicate(timeout=30)

@@ -26,7 +26,7 @@ import torch.distributed as dist
 import ddp_lab
 from ddp_lab.launcher import procstart, supervisor, zygote_client
 from ddp_lab.launcher.output import read_lines
-from rank_procs import assert_no_ranks_left
+from rank_procs import assert_no_ranks_left, start_launching_script
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
@@ -276,16 +276,8 @@ def test_stop_pressed_again_during_clean_up(tmp_path):
 
     Before the fix the second press raised inside the clean-up: the ranks were alive 27 s later.
     """
-    script = tmp_path / "pressed_again.py"
-    script.write_text(PRESSED_AGAIN)
-    proc = subprocess.Popen([sys.executable, str(script), str(tmp_path)], text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    proc = start_launching_script(tmp_path, PRESSED_AGAIN)
     try:
-        deadline = time.monotonic() + 90
-        while len(list(tmp_path.glob("ready-*"))) < 2 and proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert proc.poll() is None, proc.communicate()
-        time.sleep(0.3)
         for _ in range(3):
             os.killpg(proc.pid, signal.SIGINT)
             time.sleep(0.2)
