@@ -30,7 +30,6 @@ import torch
 import torch.distributed as dist
 
 import ddp_lab
-from ddp_lab.launcher import launch as launcher
 from ddp_lab.launcher import output
 from ddp_lab.hardware.machine import cpu_cores, gpu_count
 from rank_procs import assert_no_ranks_left, ddp_lab_processes, rank_processes, start_launching_script

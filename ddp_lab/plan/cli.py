@@ -128,8 +128,8 @@ def _check_flags(args) -> None:
         raise ValueError("--sequence-parallel needs --tp 2 or more: it splits activations across the "
                          "tensor-parallel group")
     if args.fsdp_unit is not None and args.zero != 3:
-        raise ValueError(f"--fsdp-unit applies to ZeRO-3 only (it says what FSDP gathers at once): "
-                         f"add --zero 3 or drop --fsdp-unit")
+        raise ValueError("--fsdp-unit applies to ZeRO-3 only (it says what FSDP gathers at once): "
+                         "add --zero 3 or drop --fsdp-unit")
 
 
 def _short_form(args) -> int:

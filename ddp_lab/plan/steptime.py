@@ -134,7 +134,7 @@ def step_time(model, cluster, strategy) -> TimeBreakdown:
 
     Introduced in notebooks/13-plan-your-training-run.ipynb.
     """
-    p, t, d, m, b = strategy.pp, strategy.tp, strategy.dp, strategy.grad_accum, strategy.micro_batch
+    p, t, m, b = strategy.pp, strategy.tp, strategy.grad_accum, strategy.micro_batch
     compute = step_flops(model, strategy) / (strategy.gpus * cluster.gpu.achieved_flops(strategy.precision))
     compute *= 1 + cluster.gpu.elementwise_share * replicated_share(model, strategy) * (t - 1)
     bubble = compute * (p - 1) / (strategy.virtual_stages * m)
