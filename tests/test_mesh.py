@@ -1,4 +1,4 @@
-"""ddp_lab.mesh on real gloo ranks: a mesh's groups, collective bytes per mesh dimension, the FSDP2 import, the plot."""
+"""ddp_lab.course.mesh on real gloo ranks: a mesh's groups, collective bytes per mesh dimension, the FSDP2 import, the plot."""
 
 from __future__ import annotations
 
@@ -11,8 +11,9 @@ import torch
 import torch.distributed as dist
 
 import ddp_lab
-from ddp_lab.mesh import MeshCall, count_mesh_traffic, mesh_groups
-from ddp_lab.rank_layout import RankLayout
+from ddp_lab.course.mesh import mesh_groups
+from ddp_lab.instruments.mesh_traffic import MeshCall, count_mesh_traffic
+from ddp_lab.course.rank_layout import RankLayout
 from ddp_lab.torch_compat.dtensor import dtensor_api, full_tensor
 from ddp_lab.torch_compat.fsdp import fsdp_api
 

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from ddp_lab.device_memory import memory_per_device
+from ddp_lab.course.device_memory import memory_per_device
 from ddp_lab.plan import (ClusterSpec, Group, Strategy, Transformer, check, collective_time, evaluate,
                           layers_in_flight, memory, model_state_bytes, parse_count, search, stage_parameters,
                           step_flops, step_time)
@@ -34,7 +34,7 @@ def test_megatron_table1_parameter_counts(name, billions):
 
 @pytest.mark.parametrize("stage", [0, 1, 2, 3])
 def test_fp32_model_states_match_lesson_01(stage):
-    """fp32 Adam 4 + 4 + 8 bytes: the same numbers as lesson 01's ddp_lab.device_memory."""
+    """fp32 Adam 4 + 4 + 8 bytes: the same numbers as lesson 01's ddp_lab.course.device_memory."""
     n, world = 1_000_000, 4
     lesson = memory_per_device(n, 0, world, "data" if stage == 0 else f"zero{stage}")
     ours = model_state_bytes(n, Strategy(dp=world, zero=stage, precision="fp32"))
@@ -124,7 +124,7 @@ def test_zero3_gathers_and_scatters_each_fsdp_unit():
 def test_tp_ranks_repeat_the_elementwise_work_around_the_parallel_matmuls():
     """compute(tp=2) = compute with the work split evenly x (1 + share x r x (t - 1)), r from the saved bytes;
     no change without an elementwise share (the GPU presets) or with sequence parallelism."""
-    from ddp_lab.plan.activations import replicated_share
+    from ddp_lab.course.plan.activations import replicated_share
 
     model = Transformer("t", 2, 256, 4, vocab=512, seq_len=128)
     tp = Strategy(tp=2, precision="fp32")

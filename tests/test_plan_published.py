@@ -38,7 +38,7 @@ def test_zero_paper_worked_example(stage, published_gb):
 
 # ---- Korthikanti et al. 2022, Table 2: activation bytes per layer ----------------------------
 # The closed forms are typed from the paper's table; the planner sums tensors one by one
-# (ddp_lab/plan/activations.py), so agreement is a real check. Shapes: the paper's Table 3 models
+# (ddp_lab/course/plan/activations.py), so agreement is a real check. Shapes: the paper's Table 3 models
 # (22B, 175B, 530B, 1T: s = 2048, t = 8) and GPT-3 at b = 4.
 SHAPES = [  # (name, layers, hidden, heads, micro_batch, tp)
     ("22B", 48, 6144, 64, 1, 8), ("175B", 96, 12288, 96, 1, 8), ("530B", 105, 20480, 128, 1, 8),

@@ -1,9 +1,9 @@
-"""ddp_lab.rank_layout: the one owner of which ranks form the tp, dp and pp groups (Megatron order)."""
+"""ddp_lab.course.rank_layout: the one owner of which ranks form the tp, dp and pp groups (Megatron order)."""
 
 import pytest
 
 from ddp_lab.plan import Strategy
-from ddp_lab.rank_layout import Group, RankLayout
+from ddp_lab.course.rank_layout import Group, RankLayout
 
 
 def test_megatron_order_tp_fastest_then_dp_then_pp():

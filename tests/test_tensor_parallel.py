@@ -1,4 +1,4 @@
-"""ddp_lab.tensor_parallel: counting collective bytes on real gloo ranks, the DTensor import helper, the plot."""
+"""ddp_lab.course.tensor_parallel: counting collective bytes on real gloo ranks, the DTensor import helper, the plot."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import torch.distributed as dist
 import ddp_lab
 from ddp_lab.instruments.collectives import CollectiveCall, count_collectives
 from ddp_lab.torch_compat.dtensor import dtensor_api
-from ddp_lab.tensor_parallel.communications import CopyToModelParallelRegion
+from ddp_lab.course.tensor_parallel.communications import CopyToModelParallelRegion
 
 
 def _counting(rank):

@@ -1,7 +1,7 @@
 """Timing ranks: wall and CPU time of calls, ping-pongs and all-reduces, the medians that count.
 
-What lesson 11 measures to hold against the alpha-beta model (ddp_lab/alpha_beta.py) and the
-bound min(W, cores) (ddp_lab/data_parallel/scaling.py).
+What lesson 11 measures to hold against the alpha-beta model (ddp_lab/course/alpha_beta.py) and the
+bound min(W, cores) (ddp_lab/course/data_parallel/scaling.py).
 
 Introduced in notebooks/11-performance-and-scaling.ipynb.
 """

@@ -12,11 +12,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ddp_lab.plan.cluster_spec import PRESET_NAMES, ClusterSpec
-from ddp_lab.plan.model import PRESETS, Transformer, parse_count
+from ddp_lab.course.plan.cluster_spec import PRESET_NAMES, ClusterSpec
+from ddp_lab.course.plan.model import PRESETS, Transformer, parse_count
 from ddp_lab.plan.report import breakdown, fold_zero_stages, model_states_text, search_header, table
-from ddp_lab.plan.search import candidates, default_global_batch, evaluate, search
-from ddp_lab.plan.strategy import FSDP_UNITS, PRECISIONS, RECOMPUTE, Strategy, check, divisors
+from ddp_lab.course.plan.search import candidates, default_global_batch, evaluate, search
+from ddp_lab.course.plan.strategy import FSDP_UNITS, PRECISIONS, RECOMPUTE, Strategy, check, divisors
 
 STRATEGY_FLAGS = ("dp", "tp", "pp", "zero", "micro_batch", "grad_accum", "recompute", "sequence_parallel",
                   "fsdp_unit")

@@ -5,8 +5,8 @@ Introduced in notebooks/13-plan-your-training-run.ipynb.
 
 from __future__ import annotations
 
-from ddp_lab.plan.memory import model_state_bytes
-from ddp_lab.plan.search import USABLE_MEMORY
+from ddp_lab.course.plan.memory import model_state_bytes
+from ddp_lab.course.plan.search import USABLE_MEMORY
 
 GB = 1e9
 LEGEND = ("strategy: dpN tpN ppN = data-, tensor-, pipeline-parallel sizes; zN = ZeRO stage;\n"

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import matplotlib.pyplot as plt
 
-from ddp_lab.plan.search import USABLE_MEMORY
+from ddp_lab.course.plan.search import USABLE_MEMORY
 
 MEMORY_PARTS = (("params", "parameters"), ("grads", "gradients"), ("optimizer", "optimizer state"),
                 ("activations", "activations"), ("buffers", "comm. buffers"))

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from ddp_lab.rank_layout import RankLayout
-from ddp_lab.sharding.state_bytes import PRECISIONS   # "fp32", "bf16", "fp16": one spelling in the package
+from ddp_lab.course.rank_layout import RankLayout
+from ddp_lab.course.sharding.state_bytes import PRECISIONS   # "fp32", "bf16", "fp16": one spelling in the package
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
 RECOMPUTE = ("none", "selective", "full")
@@ -110,7 +110,7 @@ def check(model, strategy: Strategy, gpus: int | None = None, gpus_per_node: int
     (equal stages, lesson 07); tp <= gpus_per_node unless tp_across_nodes.
 
     Example:
-        >>> from ddp_lab.plan.model import Transformer
+        >>> from ddp_lab.course.plan.model import Transformer
         >>> check(Transformer.preset("llama3-8b"), Strategy(dp=4, tp=8), gpus=32, gpus_per_node=8)
 
     Introduced in notebooks/13-plan-your-training-run.ipynb.

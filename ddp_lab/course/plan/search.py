@@ -8,9 +8,9 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
-from ddp_lab.plan.memory import MemoryBreakdown, memory
-from ddp_lab.plan.steptime import TimeBreakdown, mfu, step_time, tokens_per_second
-from ddp_lab.plan.strategy import Strategy, check, divisors
+from ddp_lab.course.plan.memory import MemoryBreakdown, memory
+from ddp_lab.course.plan.steptime import TimeBreakdown, mfu, step_time, tokens_per_second
+from ddp_lab.course.plan.strategy import Strategy, check, divisors
 
 # Keep 10 % of GPU memory for what the model leaves out: CUDA context, NCCL buffers,
 # allocator fragmentation, temporaries.
@@ -43,8 +43,8 @@ def evaluate(model, cluster, strategy: Strategy, tp_across_nodes: bool = False) 
     """Check `strategy` against the model and cluster (errors say the fix) and predict its cost.
 
     Example:
-        >>> from ddp_lab.plan.cluster_spec import ClusterSpec
-        >>> from ddp_lab.plan.model import Transformer
+        >>> from ddp_lab.course.plan.cluster_spec import ClusterSpec
+        >>> from ddp_lab.course.plan.model import Transformer
         >>> plan = evaluate(Transformer.preset("llama3-8b"), ClusterSpec.preset("h100-sxm", nodes=4),
         ...                 Strategy(dp=32, zero=3, micro_batch=1, grad_accum=16, recompute="full"))
         >>> plan.fits
@@ -88,8 +88,8 @@ def default_global_batch(model, cluster) -> int:
     """Sequences per step when none is given: 4M tokens (DEFAULT_TOKENS_PER_BATCH / seq_len), at least one per GPU.
 
     Example:
-        >>> from ddp_lab.plan.cluster_spec import ClusterSpec
-        >>> from ddp_lab.plan.model import Transformer
+        >>> from ddp_lab.course.plan.cluster_spec import ClusterSpec
+        >>> from ddp_lab.course.plan.model import Transformer
         >>> default_global_batch(Transformer.preset("llama3-8b"), ClusterSpec.preset("h100-sxm"))   # 2**22 / 8192
         512
 
@@ -111,8 +111,8 @@ def search(model, cluster, top: int | None = 10, global_batch: int | None = None
         ValueError if no plan fits, with the smallest plan's need and what to change.
 
     Example:
-        >>> from ddp_lab.plan.cluster_spec import ClusterSpec
-        >>> from ddp_lab.plan.model import Transformer
+        >>> from ddp_lab.course.plan.cluster_spec import ClusterSpec
+        >>> from ddp_lab.course.plan.model import Transformer
         >>> best = search(Transformer.preset("llama3-8b"), ClusterSpec.preset("h100-sxm", nodes=4), top=3)
         >>> len(best), best[0].tokens_per_second >= best[1].tokens_per_second
         (3, True)

@@ -50,9 +50,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ddp_lab.plan.activations import replicated_share, value_bytes
-from ddp_lab.plan.collectives import collective_time
-from ddp_lab.plan.memory import bytes_per_parameter, layer_parameters_per_rank, stage_parameters
+from ddp_lab.course.plan.activations import replicated_share, value_bytes
+from ddp_lab.course.plan.collectives import collective_time
+from ddp_lab.course.plan.memory import bytes_per_parameter, layer_parameters_per_rank, stage_parameters
 
 
 @dataclass(frozen=True)
@@ -99,8 +99,8 @@ def step_flops(model, strategy, hardware: bool = True) -> int:
     the attention scores), what the GPUs execute and Megatron-LM's TFLOP/s count.
 
     Example:
-        >>> from ddp_lab.plan.model import Transformer
-        >>> from ddp_lab.plan.strategy import Strategy
+        >>> from ddp_lab.course.plan.model import Transformer
+        >>> from ddp_lab.course.plan.strategy import Strategy
         >>> gpt = Transformer.preset("megatron-1.7b")
         >>> B, s, l, h, V = 512, 2048, 24, 2304, 51200
         >>> paper = 96 * B * s * l * h**2 * (1 + s / (6 * h) + V / (16 * l * h))
@@ -124,9 +124,9 @@ def step_time(model, cluster, strategy) -> TimeBreakdown:
     """Predicted seconds per optimizer step, broken down (derivation in the module docstring).
 
     Example:
-        >>> from ddp_lab.plan.cluster_spec import ClusterSpec
-        >>> from ddp_lab.plan.model import Transformer
-        >>> from ddp_lab.plan.strategy import Strategy
+        >>> from ddp_lab.course.plan.cluster_spec import ClusterSpec
+        >>> from ddp_lab.course.plan.model import Transformer
+        >>> from ddp_lab.course.plan.strategy import Strategy
         >>> t = step_time(Transformer.preset("llama3-8b"), ClusterSpec.preset("h100-sxm", nodes=4),
         ...               Strategy(dp=4, tp=8, micro_batch=1, grad_accum=128, sequence_parallel=True))
         >>> t.compute > t.tp_comm > 0
@@ -189,8 +189,8 @@ def fsdp_units(model, strategy, stage: int) -> list[int]:
     final norm, head), as lesson 09 wraps FSDP2; "model": one unit.
 
     Example:
-        >>> from ddp_lab.plan.model import Transformer
-        >>> from ddp_lab.plan.strategy import Strategy
+        >>> from ddp_lab.course.plan.model import Transformer
+        >>> from ddp_lab.course.plan.strategy import Strategy
         >>> shape = Transformer("t", layers=2, hidden=256, heads=4, vocab=512, seq_len=128)
         >>> fsdp_units(shape, Strategy(dp=2, zero=3), 0)
         [789760, 789760, 164352]

@@ -13,7 +13,7 @@ grows with W: large messages scale, many small ones do not (Thakur, Rabenseifner
 bandwidth is the same factor).
 
 Introduced in notebooks/02-collectives.ipynb; lesson 11 fits it to this machine and lesson 13's
-planner (ddp_lab/plan/collectives.py) costs every collective with it.
+planner (ddp_lab/course/plan/collectives.py) costs every collective with it.
 """
 
 from __future__ import annotations

@@ -16,10 +16,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ddp_lab.plan.activations import (embedding_activation_bytes, head_activation_bytes, layer_activation_bytes,
+from ddp_lab.course.plan.activations import (embedding_activation_bytes, head_activation_bytes, layer_activation_bytes,
                                      layers_in_flight, micro_batches_in_flight)
-from ddp_lab.plan.strategy import Strategy
-from ddp_lab.sharding.state_bytes import BYTES_PER_PARAMETER, state_bytes_per_rank
+from ddp_lab.course.plan.strategy import Strategy
+from ddp_lab.course.sharding.state_bytes import BYTES_PER_PARAMETER, state_bytes_per_rank
 
 
 @dataclass(frozen=True)
@@ -62,7 +62,7 @@ def bytes_per_parameter(strategy: Strategy) -> tuple[int, int, int]:
 def model_state_bytes(params: int, strategy: Strategy) -> MemoryBreakdown:
     """Per-GPU weights, gradients and Adam state for `params` parameters under ZeRO over dp.
 
-    ZeRO's formula (`ddp_lab.sharding.state_bytes.state_bytes_per_rank`, lesson 09) with the
+    ZeRO's formula (`ddp_lab.course.sharding.state_bytes.state_bytes_per_rank`, lesson 09) with the
     strategy's stage, dp and precision; a sharded count is rounded up (the last rank's shard is
     padded, as FSDP pads dim 0). The paper's example, Psi = 7.5B, N_d = 64, K = 12: 120, 31.4,
     16.6 and 1.9 GB. `params` is what one model replica holds on this GPU (after tp/pp);
@@ -107,7 +107,7 @@ def layer_parameters_per_rank(model, tp: int) -> int:
     """Parameters of one transformer layer on one of `tp` tensor-parallel ranks (see stage_parameters).
 
     Example:
-        >>> from ddp_lab.plan.model import Transformer
+        >>> from ddp_lab.course.plan.model import Transformer
         >>> gpt = Transformer.preset("gpt2-small")
         >>> layer_parameters_per_rank(gpt, 1) == gpt.layer_parameters()
         True
@@ -148,7 +148,7 @@ def memory(model, strategy: Strategy) -> MemoryBreakdown:
     buffers and temporaries; `search` keeps 10 % of GPU memory free for them.
 
     Example:
-        >>> from ddp_lab.plan.model import Transformer
+        >>> from ddp_lab.course.plan.model import Transformer
         >>> m = memory(Transformer.preset("llama3-8b"), Strategy(dp=8, zero=3, recompute="full"))
         >>> round(m.model_states / 1e9, 1)
         16.1

@@ -77,7 +77,7 @@ def count_mesh_traffic(mesh) -> Iterator[list[MeshCall]]:
     """
     from torch.utils._python_dispatch import TorchDispatchMode
 
-    from ddp_lab.mesh.groups import mesh_groups
+    from ddp_lab.course.mesh.groups import mesh_groups
 
     # matched by the ranks a group spans, not by its name: a second mesh over the same ranks
     # builds new groups, and a DTensor may run its collective in either
