@@ -103,7 +103,7 @@ def test_hook_bytes_equal_their_formulas(ranks):
 
 def test_byte_counter_sees_every_counted_collective_and_restores_torch(ranks):
     calls = ranks[0]["calls"]
-    assert [(c.op, c.dtype, c.numel, c.nbytes) for c in calls] == [
+    assert [(c.name, c.dtype, c.numel, c.nbytes) for c in calls] == [
         ("all_reduce", torch.float32, 3, 12), ("broadcast", torch.float16, 5, 10),
         ("all_gather", torch.float32, 2, 8), ("all_gather_into_tensor", torch.int8, 2, 2)]
     assert comm_hooks.total_bytes(calls) == 32

@@ -30,9 +30,9 @@ def _counting(rank):
 def test_count_collectives_records_every_call_with_its_bytes():
     results = ddp_lab.launch(_counting, nprocs=2, backend="gloo")
     for result in results:
-        assert result["calls"] == [CollectiveCall("all_reduce", (3,), 3, 12),
-                                   CollectiveCall("broadcast", (2, 5), 10, 80),
-                                   CollectiveCall("all_reduce", (4,), 4, 8)]
+        assert result["calls"] == [CollectiveCall("all_reduce", (3,), torch.float32, 3, 12),
+                                   CollectiveCall("broadcast", (2, 5), torch.float64, 10, 80),
+                                   CollectiveCall("all_reduce", (4,), torch.float16, 4, 8)]
         assert result["restored"]
         torch.testing.assert_close(result["grad"], torch.full((4,), 2.0, dtype=torch.float16))
 

@@ -79,7 +79,7 @@ def fit_alpha_beta(nbytes: Sequence[float], seconds: Sequence[float], relative: 
 
     Introduced in notebooks/02-collectives.ipynb; a package helper since notebooks/11-performance-and-scaling.ipynb.
     """
-    import numpy as np
+    import numpy as np  # lazy: only the fit needs numpy; the planner's formulas import this module without it
 
     sizes = np.asarray(nbytes, dtype=float)
     times = np.asarray(seconds, dtype=float)
@@ -91,6 +91,21 @@ def fit_alpha_beta(nbytes: Sequence[float], seconds: Sequence[float], relative: 
     elif beta < 0:  # latency alone: the harmonic mean (relative), the mean (absolute)
         alpha, beta = float(len(times) / np.sum(1 / times) if relative else np.mean(times)), 0.0
     return float(alpha), float(beta)
+
+
+def bandwidth_text(beta: float) -> str:
+    """A fitted beta (seconds per byte) as the bandwidth it means, for printing: '1.71 GB/s'.
+
+    beta = 0 is a real outcome of `fit_alpha_beta`: when larger messages were no slower (a busy
+    machine's noise), the fit keeps latency alone, and 1 / beta would divide by zero.
+
+    Example:
+        >>> bandwidth_text(0.5e-9), bandwidth_text(0.0)
+        ('2.00 GB/s', 'none fitted (larger messages were no slower: a busy machine)')
+
+    Introduced in notebooks/11-performance-and-scaling.ipynb; lesson 13 prints its calibration with it.
+    """
+    return f"{1 / beta / 1e9:.2f} GB/s" if beta > 0 else "none fitted (larger messages were no slower: a busy machine)"
 
 
 def bus_bandwidth(nbytes: float, seconds: float, world: int) -> float:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 from typing import Callable, Iterator, NamedTuple
 
+import torch
 import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 
@@ -20,12 +21,22 @@ IN_PLACE = ("all_reduce", "broadcast")
 
 
 class CollectiveCall(NamedTuple):
-    """One collective call on this rank: its name, the tensor's shape, elements and bytes."""
+    """One collective call on this rank: its name, the tensor's shape and dtype, elements and bytes.
+
+    The one record of a watched call: `count_collectives` (lesson 08) and the comm-hook
+    `ByteCounter` (lesson 11) both fill lists of it.
+    """
 
     name: str
     shape: tuple[int, ...]
+    dtype: torch.dtype
     numel: int
     nbytes: int
+
+    @classmethod
+    def of(cls, name: str, tensor) -> CollectiveCall:
+        """The record of `name` called with `tensor` as what this rank sends."""
+        return cls(name, tuple(tensor.shape), tensor.dtype, tensor.numel(), tensor.numel() * tensor.element_size())
 
 
 @contextlib.contextmanager
@@ -49,7 +60,7 @@ def count_collectives(names: tuple[str, ...] = ("all_reduce",)) -> Iterator[list
         >>> with count_collectives() as calls:      # inside a launched rank
         ...     dist.all_reduce(torch.ones(3))
         >>> calls
-        [CollectiveCall(name='all_reduce', shape=(3,), numel=3, nbytes=12)]
+        [CollectiveCall(name='all_reduce', shape=(3,), dtype=torch.float32, numel=3, nbytes=12)]
 
     Introduced in notebooks/08-tensor-parallelism.ipynb.
     """
@@ -60,7 +71,7 @@ def count_collectives(names: tuple[str, ...] = ("all_reduce",)) -> Iterator[list
     calls: list[CollectiveCall] = []
 
     def record(name, tensor):
-        calls.append(CollectiveCall(name, tuple(tensor.shape), tensor.numel(), tensor.numel() * tensor.element_size()))
+        calls.append(CollectiveCall.of(name, tensor))
 
     with watching_collectives({name: (0, "tensor") for name in names}, record):
         yield calls
