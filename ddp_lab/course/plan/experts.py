@@ -199,6 +199,22 @@ def largest_layer_change(model, strategy) -> int:
     return change if model.moe.dense_layers == 0 else max(0, change)
 
 
+def expert_units(model, strategy, stage: int) -> list[int]:
+    """Routed-expert parameters of each MoE layer of stage `stage` on one rank: ZeRO's units over the edp group.
+
+    Experts sync over the dp x cp / ep ranks that hold the same experts, so they are units of their
+    own (torchtitan wraps them apart for the same reason); fsdp_unit="model" gathers them at once.
+    Empty for a dense model.
+    """
+    held = stage_expert_parameters(model, strategy, stage)
+    if held == 0:
+        return []
+    if strategy.fsdp_unit == "model":
+        return [held]
+    per_layer = layer_change_per_rank(model, strategy)[1]
+    return [per_layer] * stage_moe_layers(model, strategy, stage)
+
+
 # ---- activations ----------------------------------------------------------------------------------
 
 def activation_change(model, strategy, stage: int) -> float:
@@ -221,6 +237,31 @@ def activation_change(model, strategy, stage: int) -> float:
     around = (2 * moe.top_k * model.hidden * e + 4 * moe.experts) / (t if strategy.sequence_parallel else 1)
     tokens = strategy.micro_batch * model.seq_len
     return tokens * (inner + around) * stage_moe_layers(model, strategy, stage) / (model.layers // strategy.pp)
+
+
+# ---- FLOPs -----------------------------------------------------------------------------------------
+
+def forward_flops_change(model) -> int:
+    """Forward FLOPs per sequence the MoE layers add to the dense count: 2 s x (active - dense FFN matmuls).
+
+    Each MoE layer multiplies a token by the router and its top_k routed and shared experts instead
+    of the dense FFN (biases are not matmuls and are left out, as in steptime.layer_forward_flops). 0 if dense.
+
+    Example:
+        >>> from ddp_lab.course.plan.model import Transformer
+        >>> mixtral = Transformer.preset("mixtral-8x7b")   # router 4096 x 8 and one more expert of 3 x 4096 x 14336
+        >>> forward_flops_change(mixtral) == 32 * 2 * 32768 * (4096 * 8 + 3 * 4096 * 14336)
+        True
+
+    Introduced in notebooks/14-mixture-of-experts.ipynb.
+    """
+    moe = model.moe
+    if moe is None:
+        return 0
+    ups = 2 if model.ffn_kind == "swiglu" else 1
+    per_ffn = (ups + 1) * model.hidden                 # matmul parameters per unit of FFN width
+    active = model.hidden * moe.experts + per_ffn * moe.expert_ffn * (moe.top_k + moe.shared_experts)
+    return moe_layers(model) * 2 * model.seq_len * (active - per_ffn * model.ffn_)
 
 
 # ---- the all-to-all -------------------------------------------------------------------------------

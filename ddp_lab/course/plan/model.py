@@ -20,7 +20,7 @@ Introduced in notebooks/13-plan-your-training-run.ipynb.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 
 from ddp_lab.course.plan import experts
 from ddp_lab.course.plan.experts import MoE
@@ -73,6 +73,12 @@ class Transformer:
         if self.moe is not None and not isinstance(self.moe, MoE):
             raise ValueError(f"Transformer.moe must be a MoE(experts=..., top_k=..., expert_ffn=...) or None, "
                              f"got {self.moe!r}")
+
+    def __repr__(self) -> str:
+        # `moe` shows only when set: a dense model prints as it did before experts existed (lesson 13 prints one)
+        shown = (f"{field.name}={getattr(self, field.name)!r}" for field in fields(self)
+                 if field.name != "moe" or self.moe is not None)
+        return f"{type(self).__name__}({', '.join(shown)})"
 
     @property
     def ffn_(self) -> int:
@@ -206,6 +212,10 @@ PRESETS: dict[str, Transformer] = {
     # 2,828,650,496 active ("around 2.8B")
     "deepseek-moe-16b": _mixture("deepseek-moe-16b", 28, 2048, 16, 16, 10944, 102400, 4096,
                                  MoE(64, 6, 1408, shared_experts=2, dense_layers=1)),
+    # Not presets, because their attention is not this class's: Qwen3-30B-A3B (32 heads of 128 on a hidden
+    # size of 2048, so head_dim != hidden / heads, and a norm on every query and key head); DeepSeek-V3
+    # (multi-head latent attention's low-rank query and key/value projections, and a multi-token-prediction
+    # module outside the 671B).
     # Megatron-LM weak-scaling models (Narayanan et al. 2021, Table 1)
     "megatron-1.7b": _megatron("megatron-1.7b", 24, 2304, 24),
     "megatron-18b": _megatron("megatron-18b", 40, 6144, 48),

@@ -99,7 +99,7 @@ class TimeBreakdown:
 def layer_forward_flops(model) -> int:
     """Forward FLOPs of one dense layer for one sequence: 2 s P_matmul + 4 s^2 h (24 s h^2 + 4 s^2 h for GPT).
 
-    A MoE layer's differ by 2 s x (active MoE matmul parameters - the dense FFN's): `moe_forward_flops_change`.
+    A MoE layer's differ by 2 s x (active MoE matmul parameters - the dense FFN's): experts.forward_flops_change.
     """
     h, kv, f, s = model.hidden, model.kv_dim, model.ffn_, model.seq_len
     ups = 2 if model.ffn_kind == "swiglu" else 1
@@ -127,7 +127,7 @@ def step_flops(model, strategy, hardware: bool = True) -> int:
     Introduced in notebooks/13-plan-your-training-run.ipynb.
     """
     layer = layer_forward_flops(model)
-    layers = model.layers * layer + moe_forward_flops_change(model)   # a MoE model: the experts a token uses
+    layers = model.layers * layer + experts.forward_flops_change(model)   # a MoE model: the experts a token uses
     head = 2 * model.seq_len * model.hidden * model.vocab
     per_sequence = 3 * (layers + head)
     if hardware and strategy.recompute == "full":
@@ -135,29 +135,6 @@ def step_flops(model, strategy, hardware: bool = True) -> int:
     elif hardware and strategy.recompute == "selective":
         per_sequence += model.layers * 4 * model.seq_len ** 2 * model.hidden
     return strategy.global_batch * per_sequence
-
-
-def moe_forward_flops_change(model) -> int:
-    """Forward FLOPs per sequence the MoE layers add to the dense count: 2 s x (active - dense FFN matmuls).
-
-    Each MoE layer multiplies a token by the router and its top_k routed and shared experts instead
-    of the dense FFN (biases are not matmuls and are left out, as in layer_forward_flops). 0 if dense.
-
-    Example:
-        >>> from ddp_lab.course.plan.model import Transformer
-        >>> mixtral = Transformer.preset("mixtral-8x7b")   # router 4096 x 8 and one more expert of 3 x 4096 x 14336
-        >>> moe_forward_flops_change(mixtral) == 32 * 2 * 32768 * (4096 * 8 + 3 * 4096 * 14336)
-        True
-
-    Introduced in notebooks/14-mixture-of-experts.ipynb.
-    """
-    moe = model.moe
-    if moe is None:
-        return 0
-    ups = 2 if model.ffn_kind == "swiglu" else 1
-    per_ffn = (ups + 1) * model.hidden                 # matmul parameters per unit of FFN width
-    active = model.hidden * moe.experts + per_ffn * moe.expert_ffn * (moe.top_k + moe.shared_experts)
-    return experts.moe_layers(model) * 2 * model.seq_len * (active - per_ffn * model.ffn_)
 
 
 def step_time(model, cluster, strategy) -> TimeBreakdown:
@@ -247,39 +224,23 @@ def fsdp_units(model, strategy, stage: int) -> list[int]:
         return [total]
     per_stage = model.layers // strategy.pp
     dense = layer_parameters_per_rank(model, strategy.tp)
-    # a MoE layer's replicated part: + router + shared experts - the dense FFN (its routed experts: expert_units)
+    # a MoE layer's replicated part: + router + shared experts - the dense FFN (its routed experts: experts.expert_units)
     replicated = experts.layer_change_per_rank(model, strategy)[0] if model.moe is not None else 0
     units = [dense + (replicated if experts.is_moe_layer(model, i) else 0)
              for i in range(stage * per_stage, (stage + 1) * per_stage)]
     return units + [total - sum(units)]
 
 
-def expert_units(model, strategy, stage: int) -> list[int]:
-    """Routed-expert parameters of each MoE layer of stage `stage` on one rank, ZeRO-3's units over the edp group.
-
-    Experts sync over the dp x cp / ep ranks that hold the same experts, so they are units of their
-    own (torchtitan wraps them apart for the same reason); fsdp_unit="model" gathers them at once.
-    Empty for a dense model.
-    """
-    held = experts.stage_expert_parameters(model, strategy, stage)
-    if held == 0:
-        return []
-    if strategy.fsdp_unit == "model":
-        return [held]
-    per_layer = experts.layer_change_per_rank(model, strategy)[1]
-    return [per_layer] * experts.stage_moe_layers(model, strategy, stage)
-
-
 def dp_communication(model, cluster, strategy) -> float:
     """Seconds of data-parallel communication per step, before any overlap (see module docstring).
 
     Parameters sync over the ranks that hold the same copy: the dense ones (`fsdp_units`) over the
-    dp x cp ranks, a MoE model's routed experts (`expert_units`) over the dp x cp / ep ranks that
+    dp x cp ranks, a MoE model's routed experts (`experts.expert_units`) over the dp x cp / ep ranks that
     hold the same experts; the two times add.
     """
     layout = strategy.layout
     return (_sync_seconds(model, cluster, strategy, fsdp_units, layout.group("dp_cp"))
-            + _sync_seconds(model, cluster, strategy, expert_units, layout.group("edp")))
+            + _sync_seconds(model, cluster, strategy, experts.expert_units, layout.group("edp")))
 
 
 def _sync_seconds(model, cluster, strategy, units_of, group) -> float:

@@ -130,10 +130,10 @@ def check(model, strategy: Strategy, gpus: int | None = None, gpus_per_node: int
     Introduced in notebooks/13-plan-your-training-run.ipynb.
     """
     if gpus is not None and strategy.gpus != gpus:
-        what = "dp*tp*pp" + ("*cp" if strategy.cp > 1 else "")
-        sizes = "*".join(str(d) for d in (strategy.dp, strategy.tp, strategy.pp, strategy.cp)[:4 if strategy.cp > 1 else 3])
-        raise ValueError(f"{what} = {sizes} = {strategy.gpus} but the "
-                         f"cluster has {gpus} GPUs: choose {what.replace('*', ', ')} whose product is {gpus}")
+        names = ["dp", "tp", "pp"] + (["cp"] if strategy.cp > 1 else [])
+        sizes = "*".join(str(getattr(strategy, name)) for name in names)
+        raise ValueError(f"{'*'.join(names)} = {sizes} = {strategy.gpus} but the "
+                         f"cluster has {gpus} GPUs: choose {', '.join(names)} whose product is {gpus}")
     whole_heads = divisors(_gcd(model.heads, model.kv_heads_))
     if model.heads % strategy.tp:
         raise ValueError(f"tp={strategy.tp} does not divide heads={model.heads} of {model.name}: each "
