@@ -2,7 +2,8 @@
 
 Each wrong answer below is a mistake a learner is likely to make; the test pins the part of
 the feedback that names it. The 1F1B checks launch 3 gloo ranks (a few seconds each; the
-hanging answers run into a 10 s timeout).
+three hanging answers run into a 10 s timeout: a blocking send, a send to a rank that does
+not exist, warm-up counts that make neighbours wait for each other).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ DEADLOCK_TIMEOUT = 10.0
 
 # --- one_f_one_b_stage ----------------------------------------------------------------------
 
-def make_stage_answer(*, scale=True, blocking=False, grad_peer=-1, act_src=None, warmup=None):
+def make_stage_answer(*, scale=True, blocking=False, grad_peer=-1, warmup=None, mark_input=True):
     """A 1F1B stage with one mistake switched on (the defaults give the right answer)."""
 
     def one_f_one_b_stage(stage, inputs, targets):
@@ -41,8 +42,9 @@ def make_stage_answer(*, scale=True, blocking=False, grad_peer=-1, act_src=None,
                 x = inputs[i]
             else:
                 x = torch.empty(shape)
-                dist.recv(x, src=rank - 1 if act_src is None else act_src)
-                x.requires_grad_()
+                dist.recv(x, src=rank - 1)
+                if mark_input:
+                    x.requires_grad_()
             out = stage(x)
             if last:
                 out = F.mse_loss(out, targets[i]) / (m if scale else 1)
@@ -61,7 +63,7 @@ def make_stage_answer(*, scale=True, blocking=False, grad_peer=-1, act_src=None,
             if not first:
                 send(x.grad, rank + grad_peer)
 
-        w = min(world_size - rank - 1, m) if warmup is None else warmup(m)
+        w = min(world_size - rank - 1, m) if warmup is None else min(warmup(m, rank, world_size), m)
         for i in range(w):
             forward(i)
         for i in range(w, m):
@@ -93,23 +95,49 @@ def test_one_f_one_b_blank_says_not_written():
 
 @pytest.mark.parametrize("mistake, feedback", [
     (dict(scale=False), r"(?s)add up to 4 x the whole batch's mean.*divide each micro-batch's loss by the number"),
-    (dict(warmup=lambda m: m), r"(?s)rank 0: the stage held the activations of 4 micro-batches.*at most 3.*warm-up"),
-    (dict(grad_peer=+1), r"(?s)names a rank that is not the neighbour stage.*send x.grad to rank - 1"),
+    (dict(warmup=lambda m, r, w: m), r"(?s)stage 0 held 4, stage 1 held 4, stage 2 held 4; 1F1B .* holds 3, 2, 1.*"
+                                     r"as GPipe does"),
+    (dict(warmup=lambda m, r, w: w - r), r"(?s)stage 0 held 4, stage 1 held 3, stage 2 held 2.*one warm-up forward "
+                                         r"too many"),
+    (dict(warmup=lambda m, r, w: 0), r"(?s)stage 0 held 1, stage 1 held 1, stage 2 held 1.*waited for each other.*"
+                                     r"no warm-up"),
+    (dict(mark_input=False), r"(?s)rank [12]: one_f_one_b_stage raised TypeError inside torch.*Hint: a tensor this "
+                             r"rank sent is None.*x.requires_grad_\(\)"),
 ])
 def test_one_f_one_b_rejects_wrong_answers(mistake, feedback):
     with pytest.raises(CheckFailed, match=feedback):
         check_one_f_one_b_stage(make_stage_answer(**mistake), timeout=DEADLOCK_TIMEOUT)
 
 
+def test_the_missing_requires_grad_is_not_blamed_on_the_peers():
+    with pytest.raises(CheckFailed) as failure:
+        check_one_f_one_b_stage(make_stage_answer(mark_input=False), timeout=DEADLOCK_TIMEOUT)
+    message = str(failure.value)
+    assert "neighbour" not in message and "send(x.grad, rank + grad_peer)" in message
+    # the learner's lines and where they entered torch, not torch's own frames
+    assert message.count("distributed_c10d.py") == 1 and "_check_single_tensor" not in message, message
+
+
+def test_one_f_one_b_names_a_send_to_a_rank_that_is_not_a_neighbour():
+    # sending x.grad to rank + 1: the last stage sends to rank 3 of 3, which does not exist (a receive from a
+    # distant rank, e.g. every activation from rank 0, is found by the same reading of the ranks' calls)
+    with pytest.raises(CheckFailed, match=r"(?s)rank 2's call \d+, dist.isend with dst=3, names no rank at all.*"
+                                          r"Hint: a send or recv must name a neighbour stage"):
+        check_one_f_one_b_stage(make_stage_answer(grad_peer=+1), timeout=DEADLOCK_TIMEOUT)
+
+
+def test_one_f_one_b_says_who_waits_for_whom_when_the_order_is_wrong():
+    # warm-up counts reversed (stage r runs r warm-up forwards): stage 0 waits for a gradient before sending
+    # the activation stage 1 waits for; every peer is right, so the message blames the order, not the peers
+    with pytest.raises(CheckFailed, match=r"(?s)did not finish within 10 s.*rank 1 waits for message 2 from rank 0, "
+                                          r"which has sent it 1 and itself waits for message 1 from rank 1.*"
+                                          r"Every send and recv named a neighbour stage.*warm-up forwards"):
+        check_one_f_one_b_stage(make_stage_answer(warmup=lambda m, r, w: r), timeout=DEADLOCK_TIMEOUT)
+
+
 def test_one_f_one_b_ends_the_blocking_send_deadlock_with_a_hint():
     with pytest.raises(CheckFailed, match=r"(?s)did not finish within 10 s.*in dist.send.*dist.isend.*\.wait\(\)"):
         check_one_f_one_b_stage(make_stage_answer(blocking=True), timeout=DEADLOCK_TIMEOUT)
-
-
-def test_one_f_one_b_ends_a_wrong_source_hang_with_the_peers():
-    # receiving every activation from rank 0 (right on 2 ranks) leaves rank 2 waiting forever
-    with pytest.raises(CheckFailed, match=r"(?s)did not finish within 10 s.*in dist.recv.*Check the peers.*rank - 1"):
-        check_one_f_one_b_stage(make_stage_answer(act_src=0), timeout=DEADLOCK_TIMEOUT)
 
 
 # --- idle_fraction ---------------------------------------------------------------------------

@@ -13,8 +13,11 @@ from __future__ import annotations
 
 import ast
 import inspect
+import os
 import re
+import sysconfig
 import textwrap
+import traceback
 
 import torch
 
@@ -37,12 +40,13 @@ class ForbiddenCollective(RuntimeError):
 class CaseFailed(Exception):
     """Raised inside a rank when the learner's function raised; says for which input.
 
-    Only strings are stored, so the exception pickles back to the notebook unchanged.
+    `name` is the learner's function that was called (None: the one the check is named
+    after). Only strings are stored, so the exception pickles back to the notebook unchanged.
     """
 
-    def __init__(self, case: str, kind: str, message: str):
-        super().__init__(case, kind, message)
-        self.case, self.kind, self.message = case, kind, message
+    def __init__(self, case: str, kind: str, message: str, name: str | None = None):
+        super().__init__(case, kind, message, name)
+        self.case, self.kind, self.message, self.name = case, kind, message, name
 
     def __str__(self) -> str:
         return f"{self.kind}: {self.message} (while {self.case})"
@@ -62,14 +66,68 @@ def _forbidden(name: str):
     return make
 
 
-def call_case(fn, case: str, *args):
-    """Call the learner's fn; if it raises, raise CaseFailed naming the input (chained)."""
+def call_case(fn, case: str, *args, name: str | None = None):
+    """Call the learner's fn; if it raises, raise CaseFailed naming the input (chained).
+
+    `name`: the learner's function, for messages, where a check calls more than one (lesson
+    09's zero1_init and zero1_step); by default messages name the function the check is for.
+    """
     try:
         return fn(*args)
     except ForbiddenCollective:
         raise
     except Exception as error:
-        raise CaseFailed(case, type(error).__name__, str(error)) from error
+        raise CaseFailed(case, type(error).__name__, str(error), name) from error
+
+
+# --- whose code raised: the learner's, or a library's (torch's own NotImplementedError is not a stub) ---
+
+_LIBRARY_DIRS = tuple(sorted({os.path.realpath(path) + os.sep for path in (
+    os.path.dirname(torch.__file__), *(sysconfig.get_paths().get(key) for key in ("stdlib", "purelib", "platlib")))
+    if path}, key=len, reverse=True))
+_OWN_DIR = os.path.realpath(os.path.dirname(os.path.dirname(__file__))) + os.sep   # ddp_lab/ itself
+_FRAME_LINE = re.compile(r'^\s*(?:File "(?P<file>[^"\n]*)", line (?P<line>\d+), in (?P<fn>\S+)'
+                         r'|Cell (?P<cell>In ?\[\d*\]), line (?P<cline>\d+), in (?P<cfn>\S+))')
+
+
+def library_of(filename: str) -> str | None:
+    """The installed package a source file belongs to ('torch', 'numpy', 'python' for the stdlib), or None.
+
+    None means the learner's code: a notebook cell, or a file outside the installed packages.
+    """
+    if not filename or filename.startswith("<") or filename.startswith("Cell "):
+        return None
+    path = os.path.realpath(filename)
+    if path.startswith(os.path.realpath(os.path.dirname(torch.__file__)) + os.sep):
+        return "torch"
+    if path.startswith(_OWN_DIR):
+        return "ddp_lab"
+    for directory in _LIBRARY_DIRS:
+        if path.startswith(directory):
+            rest = path[len(directory):].split(os.sep)
+            return rest[0] if "site-packages" in directory or "dist-packages" in directory else "python"
+    return None
+
+
+def raising_library(error: BaseException) -> str | None:
+    """In this process: the library whose code raised `error` (its innermost frame), or None for the learner's."""
+    frames = traceback.extract_tb(error.__traceback__)
+    return library_of(frames[-1].filename) if frames else None
+
+
+def stub_failure(name: str, error: NotImplementedError) -> CheckFailed:
+    """The CheckFailed for an answer that still raises the exercise's NotImplementedError stub."""
+    return CheckFailed(f"{name} is not written yet: it raised NotImplementedError({str(error)!r}).\n"
+                       "Replace the `raise NotImplementedError` line with your answer.")
+
+
+def answer_raised(name: str, error: Exception, case: str) -> CheckFailed:
+    """The CheckFailed for an in-process answer that raised: a stub, or a library's error shown as that library's."""
+    if isinstance(error, NotImplementedError) and raising_library(error) is None:
+        return stub_failure(name, error)
+    library = raising_library(error)
+    inside = f" inside {library}" if library and library != "ddp_lab" else ""
+    return CheckFailed(f"{name} raised {type(error).__name__}{inside}: {error}\nwhile {case}.")
 
 
 def ensure_written(fn) -> None:
@@ -108,7 +166,9 @@ def run_on_ranks(runner, args: tuple, nprocs: int, timeout: float, what: str, ex
             exception or a crash, added to the message.
         timeout_hint: what to say about a hang: a string, or `timeout_hint(calls) -> str` given
             the set of torch.distributed calls the stuck ranks wait in (None: outside
-            torch.distributed); default: the point-to-point hints of lesson 02.
+            torch.distributed), or `timeout_hint(calls, places)` also given {stuck rank: its
+            call}; default: the point-to-point hints of lesson 02. A hint that contains
+            "\nHint: " says first what the ranks did, then the hint.
     """
     try:
         return launch(runner, args=args, nprocs=nprocs, backend="gloo", timeout=timeout)
@@ -116,9 +176,6 @@ def run_on_ranks(runner, args: tuple, nprocs: int, timeout: float, what: str, ex
         raise CheckFailed(timeout_message(error, what, timeout, timeout_hint)) from None
     except LaunchError as error:
         raise CheckFailed(failure_message(error, what, explain)) from None
-
-
-_FRAME = re.compile(r'File "[^"\n]*", line \d+, in (\w+)')
 
 
 def timeout_message(error, what: str, timeout: float, hint=None) -> str:
@@ -130,9 +187,11 @@ def timeout_message(error, what: str, timeout: float, hint=None) -> str:
     if hint is None:
         hint = _point_to_point_hint(calls)
     elif callable(hint):
-        hint = hint(calls)
-    return (f"{what} did not finish within {timeout:g} s, so the check stopped it. Stuck: {where}.\n"
-            f"Hint: {hint}")
+        takes_places = len(inspect.signature(hint).parameters) > 1
+        hint = hint(calls, places) if takes_places else hint(calls)
+    if "\nHint: " not in hint:
+        hint = f"Hint: {hint}"
+    return f"{what} did not finish within {timeout:g} s, so the check stopped it. Stuck: {where}.\n{hint}"
 
 
 def _point_to_point_hint(calls: set) -> str:
@@ -154,8 +213,7 @@ def failure_message(error, what: str, explain=None) -> str:
     message = _failure_text(error, what)
     failure = error.failures[error.first_rank]
     exception = failure.exception
-    settled = isinstance(exception, ForbiddenCollective) or (
-        isinstance(exception, CaseFailed) and exception.kind == "NotImplementedError")  # already say the fix
+    settled = isinstance(exception, ForbiddenCollective) or is_stub(failure)  # these already say the fix
     hint = explain(failure) if explain and not settled else None
     return f"{message}\nHint: {hint}" if hint else message
 
@@ -168,15 +226,69 @@ def _failure_text(error, what: str) -> str:
         return f"rank {rank}: {exception}.\nHint: the point of the exercise is to build the collective yourself."
     if isinstance(exception, CaseFailed):
         head = failure.details.split("The above exception was the direct cause")[0].rstrip()
-        if exception.kind == "NotImplementedError":
-            frames = [f for f in _FRAME.findall(head) if f != "call_case"]  # the answer may call a stub helper
-            called = what in frames and frames[-1] != what  # the stub is a function the answer calls
-            stub = f"{frames[-1]} (called by {what})" if called else what
+        what = exception.name or what
+        frames = parse_frames(head)
+        library = library_of(frames[-1]["file"]) if frames else None
+        if is_stub(failure):
+            yours = [frame["fn"] for frame in frames if frame["fn"] != "call_case"]
+            called = what in yours and yours[-1] != what  # the stub is a function the answer calls
+            stub = f"{yours[-1]} (called by {what})" if called else what
             return (f"{stub} is not written yet: it raised NotImplementedError({exception.message!r}).\n"
                     "Replace the `raise NotImplementedError` line with your answer.")
-        return (f"rank {rank}: {what} raised {exception.kind}: {exception.message}\n"
-                f"while {exception.case}.\n\n{_last_lines(head, 12)}")
+        inside = f" inside {library}" if library and library != "ddp_lab" else ""
+        return (f"rank {rank}: {what} raised {exception.kind}{inside}: {exception.message}\n"
+                f"while {exception.case}.\n{your_frames(head)}").rstrip()
     return f"rank {rank} failed while running {what}: {failure.summary}\n\n{_last_lines(failure.details, 12)}"
+
+
+def is_stub(failure) -> bool:
+    """Whether a rank's failure is the exercise's stub: a NotImplementedError raised by the learner's code.
+
+    torch raises NotImplementedError too (an nn.Module without forward, an operator DTensor
+    cannot shard): raised inside a library, it is that library's error, not an unwritten answer.
+    `failure`: a `ddp_lab.launcher.errors.RankFailure` whose exception is a CaseFailed.
+    """
+    exception = failure.exception
+    if not isinstance(exception, CaseFailed) or exception.kind != "NotImplementedError":
+        return False
+    frames = parse_frames(failure.details.split("The above exception was the direct cause")[0])
+    return not frames or library_of(frames[-1]["file"]) is None
+
+
+def parse_frames(text: str) -> list[dict]:
+    """The frames of a formatted traceback: file (or 'Cell In[n]'), line, function and the source lines shown."""
+    frames: list[dict] = []
+    for line in text.splitlines():
+        match = _FRAME_LINE.match(line)
+        if match:
+            cell = match.group("cell")
+            frames.append({"file": f"Cell {cell}" if cell else match.group("file"),
+                           "line": int(match.group("cline") or match.group("line")),
+                           "fn": match.group("cfn") or match.group("fn"), "text": [line]})
+        elif frames and line.startswith("    "):
+            frames[-1]["text"].append(line)
+        elif frames and line.strip() and not line.startswith(" "):
+            break  # the exception's own line(s) follow the last frame
+    return frames
+
+
+def your_frames(text: str) -> str:
+    """The learner's frames of a rank's traceback, and where it entered a library: the lines that locate a mistake.
+
+    The check's own frames (call_case) and everything inside torch but the first call into it
+    are left out, so a message shows the learner's lines instead of a dozen of torch's.
+    """
+    shown, entered = [], None
+    for frame in parse_frames(text):
+        library = library_of(frame["file"])
+        if library is None:
+            shown.extend(line for line in frame["text"] if set(line.strip()) - set("^~ "))
+            entered = None
+        elif library != "ddp_lab" and entered is None and shown:
+            entered = f"  ... inside {library}: {os.path.basename(frame['file'])}, line {frame['line']}, in {frame['fn']}"
+    if entered:
+        shown.append(entered)
+    return "\n".join(shown)
 
 
 def _last_lines(text: str, count: int) -> str:

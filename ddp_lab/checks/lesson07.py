@@ -12,7 +12,7 @@ Introduced in notebooks/07-pipeline-parallelism.ipynb.
 from __future__ import annotations
 
 import math
-import re
+import tempfile
 
 import torch
 import torch.distributed as dist
@@ -20,7 +20,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ddp_lab.checks import CheckFailed, passed
-from ddp_lab.checks.common import call_case, first_mismatch, only_point_to_point, run_on_ranks
+from ddp_lab.checks.common import answer_raised, call_case, first_mismatch, only_point_to_point, run_on_ranks
+from ddp_lab.checks.p2p_log import log_path, logging_point_to_point, non_neighbour_calls, read_logs, waits
 from ddp_lab.course.pipeline_parallel import schedules
 from ddp_lab.course.pipeline_parallel.schedules import Span, gpipe_actions, ideal_timeline, one_f_one_b_actions
 
@@ -69,13 +70,13 @@ class _CountingStage(nn.Module):
         return grad
 
 
-def _stage_runner(rank: int, one_f_one_b_stage) -> dict:
+def _stage_runner(rank: int, one_f_one_b_stage, log_directory: str) -> dict:
     stage = _CountingStage(_model()[rank])
     x, y = _batch()
     inputs, targets = list(x.split(MICRO)), list(y.split(MICRO))
     case = (f"running stage {rank} of a {dist.get_world_size()}-stage pipeline with "
             f"{MICROBATCHES} micro-batches on rank {rank}")
-    with only_point_to_point():
+    with only_point_to_point(), logging_point_to_point(log_path(log_directory, rank)):
         losses = call_case(one_f_one_b_stage, case, stage, inputs, targets)
     losses = [] if losses is None else [float(loss) for loss in losses]
     return {"grads": [None if p.grad is None else p.grad.clone() for p in stage.parameters()],
@@ -91,24 +92,47 @@ def _reference() -> tuple[float, list[list[torch.Tensor]]]:
 
 
 def _explain(failure) -> str | None:
-    if re.search(r"\b(i?send|i?recv)\b", failure.details) or "not connected" in failure.details:
-        return f"a send or recv names a rank that is not the neighbour stage. {PEERS}."
+    """A hint only where the error itself shows the mistake; otherwise the error and the learner's lines speak."""
+    exception = failure.exception
+    kind, message = getattr(exception, "kind", ""), getattr(exception, "message", "")
+    if kind == "TypeError" and "NoneType" in message and "tensor" in message:
+        if failure.rank == 0:
+            return ("rank 0 handed None to a send: the first stage has no stage before it, so in backward it sends "
+                    "nothing (its input is the batch, inputs[i], which has no .grad).")
+        return ("a tensor this rank sent is None. In backward that is x.grad when the received activation x was "
+                "not marked x.requires_grad_() before the stage ran on it: autograd then keeps no gradient for x.")
+    if "Pair is not connected" in message:
+        return (f"gloo's 'Pair is not connected' means a rank sent to or received from itself: a send or recv names "
+                f"this rank instead of a neighbour stage. {PEERS}.")
     return None
 
 
-def _hang_hint(calls: set) -> str:
-    stuck_at_once = calls & {"isend", "irecv"}
-    if stuck_at_once:
-        call = sorted(stuck_at_once)[0]
-        return (f"dist.{call} returns at once when its peer is a valid other rank, so a send or recv names a "
-                f"rank that is not the neighbour stage (or no rank at all). {PEERS}.")
-    if "send" in calls:
-        return ("a rank is stuck in a blocking dist.send. In 1F1B two neighbour stages can send at the "
-                "same time (stage s sends the next activation forward while stage s + 1 sends a gradient "
-                "back), and a blocking send waits for the peer's recv: both wait forever. Start every send "
-                "with dist.isend, keep the handles, and call .wait() on each before the function returns.")
-    return ("every stuck rank waits in dist.recv for a message nobody sends. Check the peers: "
-            f"{PEERS}; and that every stage runs all {MICROBATCHES} forwards and backwards.")
+def _hang_hint(log_directory: str):
+    """The hang hint of the 1F1B check, from the calls each rank logged (see ddp_lab.checks.p2p_log)."""
+
+    def hint(calls: set, places: dict) -> str:
+        logs = read_logs(log_directory, WORLD_SIZE)
+        if logs is not None:
+            wrong = non_neighbour_calls(logs, WORLD_SIZE)
+            if wrong:
+                return (f"What the ranks did: {'; '.join(wrong)}.\nHint: a send or recv must name a neighbour "
+                        f"stage. {PEERS}.")
+        if "send" in calls:
+            return ("a rank is stuck in a blocking dist.send. In 1F1B two neighbour stages can send at the "
+                    "same time (stage s sends the next activation forward while stage s + 1 sends a gradient "
+                    "back), and a blocking send waits for the peer's recv: both wait forever. Start every send "
+                    "with dist.isend, keep the handles, and call .wait() on each before the function returns.")
+        waiting = waits(logs, set(places)) if logs is not None else []
+        if waiting:
+            return (f"What the ranks did: {'; '.join(waiting)}. Every send and recv named a neighbour stage, so "
+                    "the calls come in an order the neighbours do not match.\nHint: a stage must receive in the "
+                    "order its neighbours send. In 1F1B stage r runs world_size - r - 1 warm-up forwards, then "
+                    "alternates one forward and the backward of the oldest micro-batch, then the remaining "
+                    f"backwards; every stage runs all {MICROBATCHES} forwards and backwards.")
+        return ("every stuck rank waits for a message nobody sends. Check the peers: "
+                f"{PEERS}; and that every stage runs all {MICROBATCHES} forwards and backwards.")
+
+    return hint
 
 
 def _compare_grads(rank: int, got: list, want: list) -> None:
@@ -141,13 +165,16 @@ def check_one_f_one_b_stage(one_f_one_b_stage, timeout: float = 30.0) -> None:
     Every rank passes its stage (one Linear + Tanh block), the 4 micro-batch inputs and targets.
     The check compares every stage's gradients and the losses the last stage returns with one
     process on the whole batch, and counts how many micro-batches' activations each stage
-    held at once: at most `world_size - rank` in 1F1B.
+    held at once: `world_size - rank` in 1F1B (more is GPipe or extra warm-up forwards, fewer
+    is stages that wait instead of working at once). A hang is explained from the sends and
+    receives each rank logged (`ddp_lab.checks.p2p_log`).
 
     Introduced in notebooks/07-pipeline-parallelism.ipynb.
     """
     name = getattr(one_f_one_b_stage, "__name__", "one_f_one_b_stage")
-    results = run_on_ranks(_stage_runner, (one_f_one_b_stage,), WORLD_SIZE, timeout, name, _explain,
-                           timeout_hint=_hang_hint)
+    with tempfile.TemporaryDirectory(prefix="ddp_lab-check07-") as logs:
+        results = run_on_ranks(_stage_runner, (one_f_one_b_stage, logs), WORLD_SIZE, timeout, name, _explain,
+                               timeout_hint=_hang_hint(logs))
     _judge_stage(name, results)
 
 
@@ -173,16 +200,31 @@ def _judge_stage(name: str, results) -> None:
                           f"batch's mean loss {ref_loss:.6g}.\nHint: {hint}.")
     for rank in range(WORLD_SIZE):
         _compare_grads(rank, results[rank]["grads"], ref_grads[rank])
-    for rank in range(WORLD_SIZE):
-        peak, limit = results[rank]["peak"], WORLD_SIZE - rank
-        if peak > limit:
-            raise CheckFailed(
-                f"rank {rank}: the stage held the activations of {peak} micro-batches at once; 1F1B holds at most "
-                f"{limit} on stage {rank} of {WORLD_SIZE} (GPipe holds all {MICROBATCHES}).\nHint: run only "
-                "world_size - rank - 1 warm-up forwards, then alternate one forward and one backward (oldest "
-                "micro-batch first), then the remaining backwards.")
-    passed(f"{name}: losses and gradients equal one process on the whole batch, and stage r held at most "
-           f"{WORLD_SIZE} - r micro-batches ({WORLD_SIZE} stages, {MICROBATCHES} micro-batches)")
+    peaks = [results[rank]["peak"] for rank in range(WORLD_SIZE)]
+    limits = [min(WORLD_SIZE - rank, MICROBATCHES) for rank in range(WORLD_SIZE)]
+    if peaks != limits:
+        held = ", ".join(f"stage {rank} held {peak}" for rank, peak in enumerate(peaks))
+        want = ", ".join(f"{limit}" for limit in limits)
+        if all(peak == min(limit + 1, MICROBATCHES) for peak, limit in zip(peaks, limits)):
+            hint = ("every stage held one micro-batch more than 1F1B does: one warm-up forward too many. Stage r "
+                    "runs world_size - r - 1 warm-up forwards before its first backward")
+        elif peaks[0] == MICROBATCHES and peaks[0] > limits[0]:
+            hint = ("stage 0 held every micro-batch at once, as GPipe does (all forwards, then all backwards). 1F1B "
+                    "starts a backward as soon as it can: world_size - r - 1 warm-up forwards on stage r, then one "
+                    "forward and one backward in turn, then the remaining backwards")
+        elif all(peak <= limit for peak, limit in zip(peaks, limits)):
+            hint = ("the stages held fewer micro-batches than 1F1B, so they waited for each other instead of "
+                    "working at once (with no warm-up, each micro-batch goes through the whole pipeline and back "
+                    "before the next starts). Stage r runs world_size - r - 1 warm-up forwards before its first "
+                    "backward")
+        else:
+            hint = ("stage r runs world_size - r - 1 warm-up forwards, then alternates one forward and the backward "
+                    "of its oldest micro-batch, then the remaining backwards")
+        raise CheckFailed(f"the stages held the activations of this many micro-batches at once: {held}; 1F1B on "
+                          f"{WORLD_SIZE} stages with {MICROBATCHES} micro-batches holds {want} (stage r: "
+                          f"world_size - r).\nHint: {hint}.")
+    passed(f"{name}: losses and gradients equal one process on the whole batch, and stage r held "
+           f"{WORLD_SIZE} - r micro-batches at once ({WORLD_SIZE} stages, {MICROBATCHES} micro-batches)")
 
 
 # --- idle_fraction ---------------------------------------------------------------------------
@@ -236,11 +278,8 @@ def check_idle_fraction(idle_fraction) -> None:
     for case, spans in _cases().items():
         try:
             got = idle_fraction(list(spans))
-        except NotImplementedError as error:
-            raise CheckFailed(f"{name} is not written yet: it raised NotImplementedError({str(error)!r}).\n"
-                              "Replace the `raise NotImplementedError` line with your answer.") from None
         except Exception as error:
-            raise CheckFailed(f"{name} raised {type(error).__name__}: {error}\nwhile computing {case}.") from error
+            raise answer_raised(name, error, f"computing {case}") from None
         try:
             got = float(got)
         except (TypeError, ValueError):

@@ -1,0 +1,122 @@
+"""Which sends and receives each rank made: read after a hang, it says who waits for whom.
+
+A check that runs a send/recv answer (lesson 07's 1F1B stage) logs every point-to-point call
+a rank makes to a file of its own, one line per call, written before the call starts. When
+the ranks hang, the check reads the files back in the notebook's process: a call that names a
+rank that is not a neighbour is evidence of a wrong peer; a rank waiting for message k from a
+peer that sent fewer than k, while the peer itself waits, is evidence of calls in the wrong
+order. The message then says which, instead of guessing from the stacks alone.
+
+Introduced in exercises/07-pipeline-parallelism.ipynb (the 1F1B check).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass
+from typing import Iterator
+
+from ddp_lab.instruments.collectives import replacing_dist_calls
+
+SENDS, RECEIVES = ("send", "isend"), ("recv", "irecv")
+_PEER = {"send": "dst", "isend": "dst", "recv": "src", "irecv": "src"}
+
+
+@dataclass(frozen=True)
+class Call:
+    """One point-to-point call: 'send', 'isend', 'recv' or 'irecv', and the rank it names (None: any)."""
+
+    op: str
+    peer: int | None
+
+
+def log_path(directory: str, rank: int) -> str:
+    """The file rank `rank` logs its calls to."""
+    return os.path.join(directory, f"rank-{rank}.p2p")
+
+
+@contextlib.contextmanager
+def logging_point_to_point(path: str) -> Iterator[None]:
+    """Inside a rank: append 'op peer' to `path` before every send/isend/recv/irecv the block makes; 'returned' at the end.
+
+    Only the outermost call is logged (torch's dist.recv calls dist.irecv itself).
+    """
+    depth = []
+    with open(path, "a", buffering=1, encoding="utf-8") as log:  # line-buffered: a hang still leaves the lines
+        def logged(name):
+            def make(original):
+                def call(*args, **kwargs):
+                    if not depth:
+                        peer = args[1] if len(args) > 1 else kwargs.get(_PEER[name])
+                        log.write(f"{name} {peer if isinstance(peer, int) else '-'}\n")
+                    depth.append(1)
+                    try:
+                        return original(*args, **kwargs)
+                    finally:
+                        depth.pop()
+                return call
+            return make
+
+        with replacing_dist_calls({name: logged(name) for name in _PEER}):
+            yield
+        log.write("returned\n")
+
+
+def read_logs(directory: str, world_size: int) -> dict[int, tuple[list[Call], bool]] | None:
+    """{rank: (its calls in order, whether its function returned)}, or None if a log is missing."""
+    logs = {}
+    for rank in range(world_size):
+        try:
+            with open(log_path(directory, rank), encoding="utf-8") as file:
+                lines = file.read().split("\n")
+        except OSError:
+            return None
+        calls = []
+        for line in lines:
+            op, _, peer = line.partition(" ")
+            if op in _PEER:
+                calls.append(Call(op, int(peer) if peer.lstrip("-").isdigit() else None))
+        logs[rank] = (calls, "returned" in lines)
+    return logs
+
+
+def non_neighbour_calls(logs: dict[int, tuple[list[Call], bool]], world_size: int) -> list[str]:
+    """Each call that names a rank that is not rank - 1 or rank + 1 (itself, a distant rank, none at all)."""
+    found = []
+    for rank, (calls, _) in logs.items():
+        for index, call in enumerate(calls):
+            if call.peer in (rank - 1, rank + 1) and 0 <= call.peer < world_size:
+                continue
+            why = ("itself" if call.peer == rank else "no rank at all" if call.peer is None
+                   or not 0 <= call.peer < world_size else "a rank that is not a neighbour stage")
+            found.append(f"rank {rank}'s call {index + 1}, dist.{call.op} with {_PEER[call.op]}={call.peer}, "
+                         f"names {why}")
+            break
+    return found
+
+
+def waits(logs: dict[int, tuple[list[Call], bool]], stuck: set[int]) -> list[str]:
+    """For each stuck rank whose last call is a receive: which message it waits for, and what its peer did."""
+    said = []
+    for rank in sorted(stuck):
+        calls, _ = logs[rank]
+        if not calls or calls[-1].op not in RECEIVES or calls[-1].peer is None:
+            continue
+        peer = calls[-1].peer
+        wanted = sum(1 for call in calls if call.op in RECEIVES and call.peer == peer)
+        peer_calls, peer_returned = logs.get(peer, ([], False))
+        sent = sum(1 for call in peer_calls if call.op in SENDS and call.peer == rank)
+        if peer_returned:
+            doing = "and returned"
+        elif peer in stuck and peer_calls and peer_calls[-1].op in RECEIVES:
+            doing = (f"and itself waits for message {_count(peer_calls, peer_calls[-1].peer)} from rank "
+                     f"{peer_calls[-1].peer}")
+        else:
+            doing = "and is still running"
+        said.append(f"rank {rank} waits for message {wanted} from rank {peer}, which has sent it {sent} {doing}")
+    return said
+
+
+def _count(calls: list[Call], peer: int | None) -> int:
+    return sum(1 for call in calls if call.op in RECEIVES and call.peer == peer)
