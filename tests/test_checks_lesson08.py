@@ -59,6 +59,32 @@ def only_rank_0_reduces(x_local, linear, rank, world_size):
     return partial + linear.bias
 
 
+def not_transposed(x_local, linear, rank, world_size):
+    partial = x_local @ linear.weight.chunk(world_size, dim=1)[rank]  # (b, s, 4) @ (6, 4): .T forgotten
+    dist.all_reduce(partial)
+    return partial + linear.bias
+
+
+def whole_weight(x_local, linear, rank, world_size):
+    partial = torch.nn.functional.linear(x_local, linear.weight)  # the whole (6, 8) weight on 4 features
+    dist.all_reduce(partial)
+    return partial + linear.bias
+
+
+def module_without_forward(x_local, linear, rank, world_size):
+    class RowParallelLinear(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.weight = linear.weight.chunk(world_size, dim=1)[rank]
+
+        def foward(self, x):  # a typo: nn.Module's own forward raises NotImplementedError
+            partial = x @ self.weight.T
+            dist.all_reduce(partial)
+            return partial + linear.bias
+
+    return RowParallelLinear()(x_local)
+
+
 def row_stub(x_local, linear, rank, world_size):
     raise NotImplementedError("my shard is linear.weight.chunk(world_size, dim=1)[rank]")
 
@@ -74,8 +100,14 @@ def test_row_parallel_forward_accepts_the_right_answer(capsys):
     (no_all_reduce, r"(?s)rank 0, output\[\d+, \d+, \d+\].*rank 0's own partial sum plus the bias.*dist.all_reduce"),
     (averaged, r"(?s)rank 0, output.*MEAN of the partial sums.*SUM"),
     (no_bias, r"(?s)rank 0, output\[0, 0, 0\].*the bias is missing.*once, after the all-reduce"),
-    (rows_instead_of_columns, r"(?s)rank \d: rows_instead_of_columns raised RuntimeError.*Hint: x_local holds only "
-                              r"this rank's 4 of the 8 input features.*slice dim=1"),
+    (rows_instead_of_columns, r"(?s)rank \d: rows_instead_of_columns raised RuntimeError: mat1.*Hint: the "
+                              r"weight you multiplied by is 8x3: 3 of the 6 ROWS.*COLUMNS, the chunk along dim=1"),
+    (not_transposed, r"(?s)rank \d: not_transposed raised RuntimeError.*\(15x4 and 6x4\).*Hint: the shard is right, "
+                     r"6x4.*untransposed: nn.Linear computes x @ weight.T"),
+    (whole_weight, r"(?s)rank \d: whole_weight raised RuntimeError.*\(15x4 and 8x6\).*Hint: the weight you multiplied "
+                   r"by is the whole 6x8 linear.weight"),
+    (module_without_forward, r"(?s)rank \d: module_without_forward raised NotImplementedError inside torch: Module "
+                             r"\[RowParallelLinear\] is missing the required \"forward\" function"),
     (row_stub, r"row_stub is not written yet: it raised NotImplementedError"),
 ])
 def test_row_parallel_forward_rejects_wrong_answers(answer, feedback):
@@ -143,6 +175,22 @@ class ReducesInForwardToo(torch.autograd.Function):
         return grad
 
 
+class BroadcastsInForward(torch.autograd.Function):
+    """A needless broadcast in forward (x is already the same on every rank): the result is right, the traffic not."""
+
+    @staticmethod
+    def forward(ctx, x):
+        x = x.clone()
+        dist.broadcast(x, src=0)
+        return x
+
+    @staticmethod
+    def backward(ctx, grad):
+        grad = grad.clone()
+        dist.all_reduce(grad)
+        return grad
+
+
 class ReturnsTheCall(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x):
@@ -175,6 +223,7 @@ def test_f_accepts_the_right_answer(capsys):
     (IdentityBoth, r"(?s)rank 0, dL/dx\[\d+, \d+\]: got .*rank 0's own part of dL/dx.*dist.all_reduce"),
     (AveragedBackward, r"(?s)rank 0, dL/dx\[\d+, \d+\].*MEAN of the ranks' parts"),
     (ReducesInForwardToo, r"rank 0: forward made 1 dist.all_reduce call"),
+    (BroadcastsInForward, r"(?s)rank 0: forward made 1 dist.broadcast call\(s\).*f does not communicate in forward"),
     (ReturnsTheCall, r"(?s)rank 0: x.grad is None after backward.*returns None"),
     (Stub, r"Stub is not written yet: it raised NotImplementedError\('every rank already holds"),
 ])

@@ -12,13 +12,16 @@ Introduced in notebooks/08-tensor-parallelism.ipynb.
 
 from __future__ import annotations
 
+import re
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 from ddp_lab.checks import CheckFailed, passed
-from ddp_lab.checks.common import call_case, describe, ensure_written, first_mismatch, run_on_ranks
+from ddp_lab.checks.common import FORBIDDEN, call_case, describe, ensure_written, first_mismatch, run_on_ranks
 from ddp_lab.course.tensor_parallel.communications import reduce_from_model_parallel_region
+from ddp_lab.instruments.collectives import replacing_dist_calls
 
 WORLD_SIZE = 2
 IN_FEATURES, OUT_FEATURES = 8, 6  # not square: slicing the wrong dimension of the weight fails loudly
@@ -64,13 +67,28 @@ def _row_runner(rank: int, row_parallel_forward) -> object:
     return out.detach().clone() if torch.is_tensor(out) else out
 
 
+_SHAPES = re.compile(r"shapes cannot be multiplied \((\d+)x(\d+) and (\d+)x(\d+)\)")
+
+
 def _explain_row(failure) -> str | None:
-    text = str(failure.exception) + failure.details
-    if "cannot be multiplied" in text or "size mismatch" in text or "must match the size" in text:
-        return (f"x_local holds only this rank's {IN_FEATURES // WORLD_SIZE} of the {IN_FEATURES} input features, "
-                "so the weight shard must be the matching COLUMNS of linear.weight: nn.Linear stores (out_features, "
-                "in_features), so slice dim=1, e.g. linear.weight.chunk(world_size, dim=1)[rank] (rows, dim=0, "
-                "would be a column-parallel split)")
+    """A hint only when torch's matmul error shows which weight the answer multiplied by."""
+    shapes = _SHAPES.search(getattr(failure.exception, "message", "") or "")
+    if not shapes:
+        return None
+    weight = (int(shapes.group(3)), int(shapes.group(4)))  # the right-hand matrix of x_local @ weight
+    local_in, local_out = IN_FEATURES // WORLD_SIZE, OUT_FEATURES // WORLD_SIZE
+    if weight in ((IN_FEATURES, local_out), (local_out, IN_FEATURES)):
+        return (f"the weight you multiplied by is {weight[0]}x{weight[1]}: {local_out} of the {OUT_FEATURES} ROWS of "
+                f"linear.weight (out_features), a column-parallel split. x_local holds {local_in} of the "
+                f"{IN_FEATURES} input features, and nn.Linear stores (out_features, in_features): take the matching "
+                "COLUMNS, the chunk along dim=1")
+    if weight == (OUT_FEATURES, local_in):
+        return (f"the shard is right, {OUT_FEATURES}x{local_in} (out_features x this rank's in_features), but "
+                "x_local @ shard multiplies by it untransposed: nn.Linear computes x @ weight.T")
+    if weight in ((IN_FEATURES, OUT_FEATURES), (OUT_FEATURES, IN_FEATURES)):
+        return (f"the weight you multiplied by is the whole {OUT_FEATURES}x{IN_FEATURES} linear.weight, but x_local "
+                f"holds only {local_in} of its {IN_FEATURES} input features: cut out the rank's part of the weight "
+                "that meets those features")
     return None
 
 
@@ -150,24 +168,43 @@ def _shard_loss(x_in: torch.Tensor, rank: int, world_size: int, reduce) -> torch
     return ((reduce(partial) + mlp[2].bias) * _loss_weights()).sum()
 
 
+COMMUNICATION = (*FORBIDDEN, "send", "isend", "recv", "irecv", "barrier")  # every torch.distributed call that talks
+
+
+def _recording(names: list):
+    """Inside a rank: append the name of every communicating torch.distributed call to `names` (a context manager)."""
+    inside = []  # only the outermost call: torch's own functions call each other (recv calls irecv)
+
+    def make(name):
+        def wrap(original):
+            def call(*args, **kwargs):
+                if not inside:
+                    names.append(name)
+                inside.append(name)
+                try:
+                    return original(*args, **kwargs)
+                finally:
+                    inside.pop()
+            return call
+        return wrap
+    return replacing_dist_calls({name: make(name) for name in COMMUNICATION})
+
+
 def _f_runner(rank: int, function_class) -> dict:
     import torch.distributed as dist
-
-    from ddp_lab.instruments.collectives import count_collectives
 
     world_size = dist.get_world_size()
     x = _f_input().requires_grad_()
     what = f"on rank {rank}"
-    with count_collectives() as forward_calls:
+    forward_calls: list[str] = []
+    with _recording(forward_calls):
         y = call_case(function_class.apply, f"calling {function_class.__name__}.apply(x) (forward) {what}", x)
     if not torch.is_tensor(y):
-        return {"forward": y, "x_grad": None, "calls": (len(forward_calls), 0)}
+        return {"forward": y, "x_grad": None, "calls": forward_calls}
     forward_value = y.detach().clone()
     loss = _shard_loss(y, rank, world_size, reduce_from_model_parallel_region)
-    with count_collectives() as backward_calls:
-        call_case(loss.backward, f"running backward through {function_class.__name__} {what}")
-    return {"forward": forward_value, "x_grad": None if x.grad is None else x.grad.clone(),
-            "calls": (len(forward_calls), len(backward_calls))}
+    call_case(loss.backward, f"running backward through {function_class.__name__} {what}")
+    return {"forward": forward_value, "x_grad": None if x.grad is None else x.grad.clone(), "calls": forward_calls}
 
 
 def _reference_grads() -> tuple[torch.Tensor, list[torch.Tensor]]:
@@ -216,10 +253,11 @@ def check_copy_to_model_parallel_region(function_class, timeout: float = 30.0) -
                 hint = "f is the identity in forward: return x unchanged"
             raise CheckFailed(f"{_mismatch(rank, 'forward output', forward, x)} (expected x unchanged).\n"
                               f"Hint: {hint}.")
-        if result["calls"][0]:
-            raise CheckFailed(f"rank {rank}: forward made {result['calls'][0]} dist.all_reduce call(s). The result "
-                              "is right only because x is the same on every rank: f does not communicate in "
-                              "forward.\nHint: return x unchanged in forward; all-reduce in backward.")
+        if result["calls"]:
+            made = ", ".join(f"{result['calls'].count(call)} dist.{call}" for call in dict.fromkeys(result["calls"]))
+            raise CheckFailed(f"rank {rank}: forward made {made} call(s). The result is right only because x is the "
+                              "same on every rank: f does not communicate in forward.\nHint: every rank already "
+                              "holds the whole input; the only collective of f is the all-reduce in backward.")
         got = result["x_grad"]
         if got is None:
             raise CheckFailed(f"rank {rank}: x.grad is None after backward: backward must return the gradient "
