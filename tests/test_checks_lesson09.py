@@ -167,6 +167,27 @@ def never_gathers(params, shards, optimizer):
         p.detach().view(-1).chunk(world_size)[rank].copy_(s.detach())  # only its own slot
 
 
+def never_sets_the_shard_grads(params, shards, optimizer):
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    for p, s in zip(params, shards):
+        dist.all_reduce(p.grad)
+        p.grad /= world_size
+        s = p.grad.reshape(-1).chunk(world_size)[rank]  # rebinds the loop variable: the shard's .grad stays None
+    optimizer.step()
+    for p, s in zip(params, shards):
+        dist.all_gather(list(p.detach().view(-1).chunk(world_size)), s.detach())
+
+
+def non_leaf_shards(params, rank, world_size):
+    shards = [p.reshape(-1).chunk(world_size)[rank] for p in params]  # views into p, not independent tensors
+    return shards, torch.optim.Adam(shards, lr=0.01)
+
+
+def returns_the_optimizer_class(params, rank, world_size):
+    shards = [p.detach().reshape(-1).chunk(world_size)[rank].clone().requires_grad_() for p in params]
+    return shards, torch.optim.Adam
+
+
 def test_zero1_accepts_right_answers(capsys):
     check_zero1(zero1_init, zero1_step)
     check_zero1(zero1_init, zero1_step_reduce_scatter)
@@ -184,6 +205,11 @@ def test_zero1_accepts_right_answers(capsys):
     (zero1_init, never_all_reduces, r"(?s)rank 0, step 0: the gradient of the shard.*this rank's own gradient: "
                                     r"all-reduce"),
     (zero1_init, never_gathers, r"(?s)rank 0, step 0: parameter '0.weight'.*only this rank's own slice changed"),
+    (zero1_init, never_sets_the_shard_grads, r"(?s)rank 0, step 0: the shard of '0.weight' has no .grad when the "
+                                             r"optimizer steps, so Adam skipped it"),
+    (non_leaf_shards, zero1_step, r"(?s)rank \d: non_leaf_shards raised ValueError inside torch: can't optimize a "
+                                  r"non-leaf Tensor\nwhile zero1_init\(params, rank=\d, world_size=2\)"),
+    (returns_the_optimizer_class, zero1_step, r"rank 0: returns_the_optimizer_class returned type as its optimizer"),
 ])
 def test_zero1_rejects_wrong_answers(init, step, feedback):
     with pytest.raises(CheckFailed, match=feedback):

@@ -18,7 +18,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ddp_lab.checks import CheckFailed, passed
-from ddp_lab.checks.common import call_case, ensure_written, run_on_ranks
+from ddp_lab.checks.common import answer_raised, call_case, ensure_written, run_on_ranks
 from ddp_lab.instruments.tensor_bytes import optimizer_state_bytes
 from ddp_lab.course.sharding.state_bytes import BYTES_PER_PARAMETER, COMPONENTS, SHARDED_BY_STAGE, state_bytes_per_rank
 
@@ -49,11 +49,8 @@ def check_state_bytes(state_bytes) -> None:
         case = f"state_bytes({n_params}, stage={stage}, world_size={world_size}, precision={precision!r})"
         try:
             got = state_bytes(n_params, stage, world_size, precision)
-        except NotImplementedError as error:
-            raise CheckFailed(f"state_bytes is not written yet: it raised NotImplementedError({str(error)!r}).\n"
-                              "Replace the `raise NotImplementedError` line with your answer.") from None
         except Exception as error:
-            raise CheckFailed(f"{case} raised {type(error).__name__}: {error}") from error
+            raise answer_raised(getattr(state_bytes, "__name__", "state_bytes"), error, f"computing {case}") from None
         want = state_bytes_per_rank(n_params, stage, world_size, precision)
         if not isinstance(got, dict) or set(got) != set(COMPONENTS):
             raise CheckFailed(f"{case} returned {str(got)[:100]}; expected a dict with the keys "
@@ -106,17 +103,18 @@ def _batches(world_size: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
             for _ in range(STEPS)]
 
 
-def _zero1_runner(rank: int, zero1_init, zero1_step) -> list[dict]:
+def _zero1_runner(rank: int, zero1_init, zero1_step) -> dict:
     import torch.distributed as dist
 
     world_size = dist.get_world_size()
     model = _model()
     params = list(model.parameters())
+    init_name, step_name = (getattr(fn, "__name__", default) for fn, default in ((zero1_init, "zero1_init"),
+                                                                               (zero1_step, "zero1_step")))
     shards, optimizer = call_case(zero1_init, f"zero1_init(params, rank={rank}, world_size={world_size})",
-                                  params, rank, world_size)
+                                  params, rank, world_size, name=init_name)
     if not isinstance(optimizer, torch.optim.Optimizer):
-        raise CaseError(f"zero1_init returned {type(optimizer).__name__} as its optimizer; expected a "
-                        "torch.optim.Optimizer (Adam over this rank's shards)")
+        return {"bad_optimizer": type(optimizer).__name__}
     shards = list(shards)
     records = []
     for step, (x, y) in enumerate(_batches(world_size)):
@@ -126,15 +124,11 @@ def _zero1_runner(rank: int, zero1_init, zero1_step) -> list[dict]:
         before = [p.detach().clone() for p in params]
         local = [p.grad.detach().clone() for p in params]
         call_case(zero1_step, f"zero1_step(params, shards, optimizer) on rank {rank}, step {step}",
-                  params, shards, optimizer)
+                  params, shards, optimizer, name=step_name)
         records.append({"before": before, "local": local, "params": [p.detach().clone() for p in params],
                         "shard_grads": [None if s.grad is None else s.grad.detach().clone() for s in shards],
                         "adam_values": optimizer_state_bytes(optimizer) // 4})
-    return records
-
-
-class CaseError(RuntimeError):
-    """The learner's functions returned something of the wrong kind (raised inside a rank)."""
+    return {"records": records}
 
 
 def _reference() -> tuple[list[list[torch.Tensor]], list[list[torch.Tensor]]]:
@@ -170,13 +164,18 @@ def check_zero1(zero1_init, zero1_step, timeout: float = 60.0) -> None:
     ensure_written(zero1_init)
     ensure_written(zero1_step)
     name = getattr(zero1_step, "__name__", "zero1_step")
+    init_name = getattr(zero1_init, "__name__", "zero1_init")
     results = run_on_ranks(_zero1_runner, (zero1_init, zero1_step), WORLD_SIZE, timeout, name)
+    for rank in range(WORLD_SIZE):
+        if "bad_optimizer" in results[rank]:
+            raise CheckFailed(f"rank {rank}: {init_name} returned {results[rank]['bad_optimizer']} as its optimizer; "
+                              "expected a torch.optim.Optimizer (Adam over this rank's shards), as (shards, optimizer).")
     grads, params = _reference()
     names = [n for n, _ in _model().named_parameters()]
     n_params = sum(p.numel() for p in _model().parameters())
     for step in range(STEPS):
         for rank in range(WORLD_SIZE):
-            _check_step(results[rank][step], rank, step, grads[step], params[step], names, n_params)
+            _check_step(results[rank]["records"][step], rank, step, grads[step], params[step], names, n_params)
     passed(f"{name}: ZeRO-1 on {WORLD_SIZE} ranks == one process for {STEPS} Adam steps, with Adam state for "
            f"1/{WORLD_SIZE} of the parameters on each rank")
 
@@ -184,25 +183,31 @@ def check_zero1(zero1_init, zero1_step, timeout: float = 60.0) -> None:
 def _check_step(got: dict, rank: int, step: int, grads, params, names, n_params: int) -> None:
     where = f"rank {rank}, step {step}"
     full, mine = 2 * n_params, 2 * n_params // WORLD_SIZE
+    if len(got["shard_grads"]) != len(names):
+        raise CheckFailed(f"{where}: zero1_init returned {len(got['shard_grads'])} shards for {len(names)} "
+                          "parameters; return one shard per parameter, in the order of params.")
+    missing = [name for name, grad in zip(names, got["shard_grads"]) if grad is None]
+    if missing and got["adam_values"] == 0:
+        raise CheckFailed(f"{where}: the shard of {missing[0]!r} has no .grad when the optimizer steps, so Adam "
+                          "skipped it (it holds no state at all).\nHint: give every shard its slice of the averaged "
+                          "gradient as its .grad before optimizer.step().")
+    if missing:
+        raise CheckFailed(f"{where}: after zero1_step the shard of {missing[0]!r} has no .grad; the check reads the "
+                          "gradient each shard stepped with from it.\nHint: leave the shards' .grad set when "
+                          "zero1_step returns (do not zero or delete them after the step).")
     if got["adam_values"] == full:
         raise CheckFailed(f"{where}: the optimizer holds Adam state for all {n_params} parameter values "
                           f"({full} numbers), expected {mine}: every rank steps the full optimizer.\nHint: "
-                          "ZeRO-1 builds Adam over this rank's shards only, [p.detach().reshape(-1).chunk(world_size)"
-                          "[rank].clone() for p in params], so it keeps 1/world_size of the state.")
+                          "ZeRO-1 builds Adam over this rank's shards only (a flattened chunk of each parameter), "
+                          "so it keeps 1/world_size of the state.")
     if got["adam_values"] != mine:
         raise CheckFailed(f"{where}: the optimizer holds {got['adam_values']} Adam state values, expected {mine} "
                           f"(exp_avg and exp_avg_sq for this rank's {n_params // WORLD_SIZE} values).\nHint: build "
                           "torch.optim.Adam over the shards zero1_init returns, one chunk per parameter.")
-    if len(got["shard_grads"]) != len(names):
-        raise CheckFailed(f"{where}: zero1_init returned {len(got['shard_grads'])} shards for {len(names)} "
-                          "parameters; return one shard per parameter, in the order of params.")
     for index, name in enumerate(names):
         want = grads[index].reshape(-1).chunk(WORLD_SIZE)[rank]
         grad = got["shard_grads"][index]
         local = got["local"][index].reshape(-1).chunk(WORLD_SIZE)[rank]
-        if grad is None:
-            raise CheckFailed(f"{where}: the shard of {name!r} has no .grad when the optimizer steps.\nHint: set "
-                              "s.grad to your slice of the averaged gradient before optimizer.step().")
         if grad.shape != want.shape:
             raise CheckFailed(f"{where}: the shard of {name!r} has a gradient of shape {tuple(grad.shape)}, expected "
                               f"{tuple(want.shape)}: this rank's slice, p.grad.reshape(-1).chunk(world_size)[rank].")
@@ -218,8 +223,8 @@ def _check_step(got: dict, rank: int, step: int, grads, params, names, n_params:
             hint = ("it is this rank's own gradient: all-reduce p.grad over the ranks (and divide by world_size) "
                     "before taking your slice")
         else:
-            hint = ("expected chunk `rank` of the averaged gradient: dist.all_reduce(p.grad); p.grad /= world_size; "
-                    "s.grad = p.grad.reshape(-1).chunk(world_size)[rank]")
+            hint = ("expected this rank's chunk of the flattened gradient averaged over the ranks (the sum over the "
+                    "ranks divided by world_size)")
         raise CheckFailed(f"{where}: the gradient of the shard of {name!r} is {_short(grad)}, expected "
                           f"{_short(want)}.\nHint: {hint}.")
     for index, name in enumerate(names):
