@@ -1,7 +1,9 @@
 """The lesson 10 checks accept a right answer and reject plausible wrong ones with specific feedback.
 
 Each wrong answer below is a mistake a learner is likely to make; the test pins the part of
-the feedback that names it. Every check launches 4 gloo ranks (several seconds each on 2 cores).
+the feedback that names it. The groups check runs wrong answers in this process (they fail on
+the shapes whose sides differ, before any rank starts); the right answer launches 4 gloo
+ranks, and the gradient check 6 (a (dp=3, tp=2) mesh: several seconds each on 2 cores).
 """
 
 from __future__ import annotations
@@ -35,23 +37,63 @@ def off_by_one(rank, dp_size, tp_size):
     return {"dp": [i * tp_size + col for i in range(dp_size)], "tp": [row * tp_size + j for j in range(1, tp_size + 1)]}
 
 
+def divmod_swapped(rank, dp_size, tp_size):
+    col, row = divmod(rank, tp_size)  # (row, col) read the wrong way round
+    return {"dp": [i * tp_size + col for i in range(dp_size)], "tp": [row * tp_size + j for j in range(tp_size)]}
+
+
+def column_steps_by_dp_size(rank, dp_size, tp_size):
+    row, col = divmod(rank, tp_size)
+    return {"dp": [i * dp_size + col for i in range(dp_size)], "tp": [row * tp_size + j for j in range(tp_size)]}
+
+
+def sizes_swapped(rank, dp_size, tp_size):
+    row, col = divmod(rank, tp_size)
+    return {"dp": [i * tp_size + col for i in range(tp_size)], "tp": [row * tp_size + j for j in range(dp_size)]}
+
+
+def row_without_its_start(rank, dp_size, tp_size):
+    row, col = divmod(rank, tp_size)
+    return {"dp": [i * tp_size + col for i in range(dp_size)], "tp": [row + j for j in range(tp_size)]}
+
+
+def something_else(rank, dp_size, tp_size):
+    row, col = divmod(rank, tp_size)
+    return {"dp": [i * tp_size + col for i in range(dp_size)], "tp": sorted({rank, (rank + 1) % (dp_size * tp_size)})}
+
+
 def groups_stub(rank, dp_size, tp_size):
-    raise NotImplementedError("row, col = divmod(rank, tp_size)")
+    raise NotImplementedError("the tp group is the rank's row of the grid")
+
+
+def raises_on_a_shape(rank, dp_size, tp_size):
+    grid = [list(range(r * tp_size, (r + 1) * tp_size)) for r in range(dp_size)]
+    row, col = divmod(rank, dp_size)  # dp_size where tp_size belongs: row runs past the grid
+    return {"dp": [grid[i][col] for i in range(dp_size)], "tp": grid[row]}
 
 
 def test_dp_tp_groups_accepts_the_right_answer(capsys):
     check_dp_tp_groups(dp_tp_groups)
     last = capsys.readouterr().out.splitlines()[-1]  # after ddp_lab's note on machines with fewer than 4 cores
-    assert last.startswith("✓ dp_tp_groups: the groups of every rank match real 4-rank meshes")
+    assert last.startswith("✓ dp_tp_groups: the groups of every rank match DeviceMesh's layout for the shapes")
 
 
 @pytest.mark.parametrize("answer, feedback", [
-    (rows_and_columns_swapped, r"(?s)rank 0 in a \(dp=2, tp=2\) mesh: got dp \[0, 1\], tp \[0, 2\]; expected dp "
-                               r"\[0, 2\], tp \[0, 1\] \(the groups of a real DeviceMesh.*"
-                               r"rows and columns are swapped"),
-    (dimensions_in_wrong_order, r"(?s)rank 0 in a \(dp=4, tp=1\) mesh.*mesh dimensions are in the wrong order.*"
-                                r"row = rank // tp_size"),
-    (off_by_one, r"(?s)rank 0 in a \(dp=2, tp=2\) mesh: got dp \[0, 2\], tp \[1, 2\].*shifted by \+1: an off-by-one"),
+    (rows_and_columns_swapped, r"(?s)rank 0 in a \(dp=2, tp=3\) mesh: got dp \[0, 1, 2\], tp \[0, 3\]; expected dp "
+                               r"\[0, 3\], tp \[0, 1, 2\] \(DeviceMesh's layout.*your dp and tp groups are swapped"),
+    (dimensions_in_wrong_order, r"(?s)rank 0 in a \(dp=2, tp=3\) mesh.*you laid the grid out as \(tp, dp\).*"
+                                r"divmod\(rank, tp_size\)"),
+    (off_by_one, r"(?s)rank 0 in a \(dp=2, tp=3\) mesh: got dp \[0, 3\], tp \[1, 2, 3\].*your tp group starts one "
+                 r"rank late"),
+    (divmod_swapped, r"(?s)rank 1 in a \(dp=2, tp=3\) mesh.*row and column are swapped in divmod"),
+    (column_steps_by_dp_size, r"(?s)rank 0 in a \(dp=2, tp=3\) mesh: got dp \[0, 2\].*your dp group steps by dp_size"),
+    (sizes_swapped, r"(?s)rank 0 in a \(dp=2, tp=3\) mesh: got dp \[0, 3, 6\], tp \[0, 1\].*the group sizes are "
+                    r"swapped"),
+    (row_without_its_start, r"(?s)rank 3 in a \(dp=2, tp=3\) mesh.*your tp group starts at rank `row`"),
+    (something_else, r"(?s)rank 0 in a \(dp=2, tp=3\).*Hint: your tp group is wrong \(the dp groups are right\)\. "
+                     r"In the grid"),
+    (raises_on_a_shape, r"(?s)raises_on_a_shape raised IndexError: list index out of range\nwhile computing the "
+                        r"groups of rank 4 in a \(dp=2, tp=3\) mesh"),
     (groups_stub, r"groups_stub is not written yet: it raised NotImplementedError"),
 ])
 def test_dp_tp_groups_rejects_wrong_answers(answer, feedback):
@@ -72,14 +114,14 @@ def default_group(model, mesh):
     for p in model.parameters():
         grad = p.grad.to_local()
         dist.all_reduce(grad)
-        grad.div_(2)
+        grad.div_(mesh["dp"].size())
 
 
 def within_the_row(model, mesh):
     for p in model.parameters():
         grad = p.grad.to_local()
         dist.all_reduce(grad, group=mesh["tp"].get_group())
-        grad.div_(2)
+        grad.div_(mesh["tp"].size())
 
 
 def summed_not_averaged(model, mesh):
@@ -92,6 +134,13 @@ def divided_by_world_size(model, mesh):
         grad = p.grad.to_local()
         dist.all_reduce(grad, group=mesh["dp"].get_group())
         grad.div_(dist.get_world_size())
+
+
+def divided_by_tp_size(model, mesh):
+    for p in model.parameters():
+        grad = p.grad.to_local()
+        dist.all_reduce(grad, group=mesh["dp"].get_group())
+        grad.div_(mesh["tp"].size())  # the other mesh dimension: equal to the dp size on a square mesh
 
 
 def reduced_a_copy(model, mesh):
@@ -112,11 +161,12 @@ def test_average_gradients_accepts_the_right_answer(capsys):
 
 
 @pytest.mark.parametrize("answer, feedback", [
-    (default_group, r"(?s)rank 0: collectives run by default_group: 4 × all_reduce on other\..*most likely all 4 "
-                    r"ranks \(dist.all_reduce without group=\).*group=mesh\['dp'\].get_group\(\)"),
+    (default_group, r"(?s)rank 0: collectives run by default_group: 4 × all_reduce on other\..*without group=, "
+                    r"dist.all_reduce reduces over all 6 ranks.*the mesh's dp group"),
     (within_the_row, r"(?s)rank 0: collectives run by within_the_row: 4 × all_reduce on tp\..*reduced within the row"),
-    (summed_not_averaged, r"(?s)rank 0, 0.weight.grad\[0, 0\]: got .*, expected .*the SUM over the 2 rows"),
-    (divided_by_world_size, r"(?s)rank 0, 0.weight.grad.*divided by the world size \(4\)"),
+    (summed_not_averaged, r"(?s)rank 0, 0.weight.grad\[0, 0\]: got .*, expected .*the SUM over the 3 rows"),
+    (divided_by_world_size, r"(?s)rank 0, 0.weight.grad.*divided by the world size \(6\)"),
+    (divided_by_tp_size, r"(?s)rank 0, 0.weight.grad.*divided by the tp size \(2\), the size of a row"),
     (reduced_a_copy, r"(?s)rank 0, 0.weight.grad.*row 0's own gradient.*in place"),
     (average_stub, r"average_stub is not written yet: it raised NotImplementedError"),
 ])

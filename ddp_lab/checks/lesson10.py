@@ -3,12 +3,13 @@
     ddp_lab.checks.lesson10.check_dp_tp_groups(dp_tp_groups)
     ddp_lab.checks.lesson10.check_average_gradients(average_gradients)
 
-The first answer runs on 4 gloo ranks against real meshes (`init_device_mesh("cpu", shape,
-mesh_dim_names=("dp", "tp"))` for the shapes 4 ranks can make), then on larger shapes in
-the notebook's process against DeviceMesh's layout, `arange(dp * tp).reshape(dp, tp)`.
-The second trains one step of a tensor-parallel model on a (dp=2, tp=2) mesh, with the
-collectives the answer runs counted per mesh dimension, and compares the gradients with
-one process.
+The first answer runs in the notebook's process on meshes whose sides differ, against
+DeviceMesh's layout `arange(dp * tp).reshape(dp, tp)` (there a mix-up of dp and tp shows),
+then on 4 gloo ranks against real meshes (`init_device_mesh("cpu", shape,
+mesh_dim_names=("dp", "tp"))` for the shapes 4 ranks can make). The second trains one step
+of a tensor-parallel model on a (dp=3, tp=2) mesh of 6 ranks (so dividing by the dp size,
+the tp size and the world size give three different answers), with the collectives the
+answer runs counted per mesh dimension, and compares the gradients with one process.
 
 Introduced in notebooks/10-2d-mesh.ipynb.
 """
@@ -22,7 +23,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ddp_lab.checks import CheckFailed, passed
-from ddp_lab.checks.common import call_case, describe, ensure_written, first_mismatch, run_on_ranks
+from ddp_lab.checks.common import answer_raised, call_case, describe, ensure_written, first_mismatch, run_on_ranks
 from ddp_lab.course.mesh import mesh_groups
 from ddp_lab.instruments.mesh_traffic import count_mesh_traffic
 from ddp_lab.torch_compat.dtensor import dtensor_api, full_tensor
@@ -59,31 +60,55 @@ def _normalise(got):
         return None
 
 
-def _hint(got: dict, want: dict, rank: int, dp_size: int, tp_size: int) -> str:
-    transposed = _formula(rank, tp_size, dp_size)  # the grid laid out as (tp, dp)
-    if dp_size != tp_size and got in (transposed, {"dp": transposed["tp"], "tp": transposed["dp"]}):
-        return ("the mesh dimensions are in the wrong order: the shape is (dp, tp) and the LAST dimension, tp, "
-                "varies fastest (ranks 0, 1, ... fill a row first), so row = rank // tp_size and "
-                "col = rank % tp_size; you divided by dp_size.")
-    if got == {"dp": want["tp"], "tp": want["dp"]}:
-        return ("rows and columns are swapped: the tp group is the ROW of the mesh (the ranks with the same "
-                "rank // tp_size), the dp group the COLUMN (the same rank % tp_size).")
-    for dim, size, what in (("dp", dp_size, "one rank per row"), ("tp", tp_size, "one rank per column")):
-        if len(got[dim]) != size:
-            return (f"your {dim} group has {len(got[dim])} ranks, but a {dim} group has {dim}_size = {size} ({what})"
-                    f"{': an off-by-one in a range()' if abs(len(got[dim]) - size) == 1 else ''}.")
-        shift = {g - w for g, w in zip(got[dim], want[dim])}
-        if len(shift) == 1 and shift != {0}:
-            return (f"your {dim} group is shifted by {shift.pop():+d}: an off-by-one. Ranks are numbered from 0, "
-                    "and row r of the mesh starts at rank r * tp_size.")
-    for dim in ("dp", "tp"):
-        if rank not in got[dim]:
-            return f"rank {rank} is not in its own {dim} group: every rank belongs to one group of each dimension."
-    return ("the tp group of rank r is its row, [row*tp_size + j for j in range(tp_size)], and the dp group its "
-            "column, [i*tp_size + col for i in range(dp_size)], with row, col = divmod(r, tp_size).")
+def _wrong_layouts(rank: int, dp_size: int, tp_size: int) -> list[tuple[tuple[str, ...], dict, str]]:
+    """Plausible wrong answers for one rank: (the dims they set, their groups, the mistake they make)."""
+    row, col = divmod(rank, tp_size)
+    by_dp_row, by_dp_col = divmod(rank, dp_size)
+    return [
+        (("dp", "tp"), {"dp": [i * dp_size + by_dp_col for i in range(tp_size)],
+                        "tp": [by_dp_row * dp_size + j for j in range(dp_size)]},
+         "you laid the grid out as (tp, dp): divmod(rank, dp_size). The shape is (dp, tp) and its LAST dimension, tp, "
+         "varies fastest (ranks 0, 1, ... fill a row first), so the row and column come from divmod(rank, tp_size)."),
+        (("dp", "tp"), {"dp": [row * tp_size + j for j in range(tp_size)], "tp": [i * tp_size + col for i in range(dp_size)]},
+         "your dp and tp groups are swapped: the tp group is the ROW of the mesh (the ranks with the same "
+         "rank // tp_size), the dp group the COLUMN (the same rank % tp_size)."),
+        (("dp", "tp"), {"dp": [i * tp_size + rank // tp_size for i in range(dp_size)],
+                        "tp": [(rank % tp_size) * tp_size + j for j in range(tp_size)]},
+         "row and column are swapped in divmod: divmod(rank, tp_size) gives (row, col) in that order."),
+        (("dp",), {"dp": [i * dp_size + col for i in range(dp_size)]},
+         "your dp group steps by dp_size: the ranks of a column are tp_size apart (one row holds tp_size ranks)."),
+        (("dp", "tp"), {"dp": [i * tp_size + col for i in range(tp_size)], "tp": [row * tp_size + j for j in range(dp_size)]},
+         "the group sizes are swapped: a dp group has dp_size ranks (one per row), a tp group tp_size (one per column)."),
+        (("tp",), {"tp": [row * tp_size + j for j in range(1, tp_size + 1)]},
+         "your tp group starts one rank late: ranks are numbered from 0, and row r starts at rank r * tp_size."),
+        (("tp",), {"tp": [row + j for j in range(tp_size)]},
+         "your tp group starts at rank `row`: row r of the mesh starts at rank r * tp_size."),
+        (("dp",), {"dp": [i * tp_size + col for i in range(1, dp_size + 1)]},
+         "your dp group starts one row late: rows are numbered from 0, so the column starts at rank col."),
+    ]
 
 
-def _compare(name: str, rank: int, shape: tuple[int, int], got, want: dict, source: str) -> None:
+def _hint(answers: dict[int, dict], shape: tuple[int, int]) -> str:
+    """A mistake only when one plausible wrong answer gives exactly the answer's groups on every rank of the shape."""
+    dp_size, tp_size = shape
+    ranks = sorted(answers)
+    for index in range(len(_wrong_layouts(0, dp_size, tp_size))):
+        wrong = {rank: _wrong_layouts(rank, dp_size, tp_size)[index] for rank in ranks}
+        dims, mistake = wrong[ranks[0]][0], wrong[ranks[0]][2]
+        explains = all(answers[rank] is not None and all(answers[rank][dim] == sorted(wrong[rank][1][dim])
+                                                         for dim in dims) for rank in ranks)
+        if explains:
+            return mistake
+    wrong_dims = sorted({dim for rank in ranks for dim in ("dp", "tp")
+                         if answers[rank] is None or answers[rank][dim] != _formula(rank, dp_size, tp_size)[dim]})
+    right = [dim for dim in ("dp", "tp") if dim not in wrong_dims]
+    said = f"your {' and '.join(wrong_dims)} group{'s are' if len(wrong_dims) > 1 else ' is'} wrong" + (
+        f" (the {right[0]} groups are right)" if right else "")
+    return (f"{said}. In the grid arange(dp_size * tp_size).reshape(dp_size, tp_size) the tp group of a rank is its "
+            "row and the dp group its column.")
+
+
+def _compare(name: str, rank: int, shape: tuple[int, int], got, want: dict, source: str, answers: dict) -> None:
     dp_size, tp_size = shape
     normal = _normalise(got)
     if normal is None:
@@ -93,36 +118,53 @@ def _compare(name: str, rank: int, shape: tuple[int, int], got, want: dict, sour
         return
     raise CheckFailed(f"rank {rank} in a (dp={dp_size}, tp={tp_size}) mesh: got dp {normal['dp']}, tp {normal['tp']}; "
                       f"expected dp {want['dp']}, tp {want['tp']} ({source}).\n"
-                      f"Hint: {_hint(normal, want, rank, dp_size, tp_size)}")
+                      f"Hint: {_hint(answers, shape)}")
+
+
+def _answers(dp_tp_groups, name: str, shape: tuple[int, int]) -> dict:
+    """The answer for every rank of a shape, in this process, normalised (None where it is not a groups dict)."""
+    answers = {}
+    for rank in range(shape[0] * shape[1]):
+        case = f"computing the groups of rank {rank} in a (dp={shape[0]}, tp={shape[1]}) mesh"
+        try:
+            got = dp_tp_groups(rank, *shape)
+        except Exception as error:
+            raise answer_raised(name, error, case) from None
+        answers[rank] = (got, _normalise(got))
+    return answers
 
 
 def check_dp_tp_groups(dp_tp_groups, timeout: float = 60.0) -> None:
-    """Check `dp_tp_groups(rank, dp_size, tp_size) -> {"dp": [...], "tp": [...]}` against real meshes.
+    """Check `dp_tp_groups(rank, dp_size, tp_size) -> {"dp": [...], "tp": [...]}` against DeviceMesh's layout and real meshes.
 
-    First on 4 gloo ranks, where every rank compares its answer with the groups torch built
-    for `init_device_mesh("cpu", shape, mesh_dim_names=("dp", "tp"))`, shapes (2, 2), (4, 1)
-    and (1, 4); then for every rank of the shapes (2, 3), (3, 2), (2, 4) and (4, 2).
+    First for every rank of the shapes (2, 3), (3, 2), (2, 4) and (4, 2), whose sides differ,
+    so that a mix-up of dp and tp gives other groups; then on 4 gloo ranks, where every rank
+    compares its answer with the groups torch built for `init_device_mesh("cpu", shape,
+    mesh_dim_names=("dp", "tp"))`, shapes (2, 2), (4, 1) and (1, 4).
 
     Introduced in notebooks/10-2d-mesh.ipynb.
     """
     ensure_written(dp_tp_groups)
     name = getattr(dp_tp_groups, "__name__", "dp_tp_groups")
-    results = run_on_ranks(_mesh_runner, (dp_tp_groups,), WORLD_SIZE, timeout, name)
-    for rank in range(WORLD_SIZE):
-        for shape, real, got in results[rank]:
-            _compare(name, rank, shape, got, real, "the groups of a real DeviceMesh on 4 ranks")
     for shape in MORE_SHAPES:
-        for rank in range(shape[0] * shape[1]):
-            got = call_case(dp_tp_groups, f"computing the groups of rank {rank} in a {shape} mesh", rank, *shape)
-            _compare(name, rank, shape, got, _formula(rank, *shape),
-                     "DeviceMesh's layout arange(dp*tp).reshape(dp, tp)")
-    passed(f"{name}: the groups of every rank match real 4-rank meshes {', '.join(map(str, REAL_SHAPES))} "
-           f"and the shapes {', '.join(map(str, MORE_SHAPES))}")
+        answers = _answers(dp_tp_groups, name, shape)
+        normal = {rank: answer[1] for rank, answer in answers.items()}
+        for rank, (got, _) in answers.items():
+            _compare(name, rank, shape, got, _formula(rank, *shape), "DeviceMesh's layout arange(dp*tp).reshape(dp, tp)",
+                     normal)
+    results = run_on_ranks(_mesh_runner, (dp_tp_groups,), WORLD_SIZE, timeout, name)
+    for shape_index, shape in enumerate(REAL_SHAPES):
+        normal = {rank: _normalise(results[rank][shape_index][2]) for rank in range(WORLD_SIZE)}
+        for rank in range(WORLD_SIZE):
+            _, real, got = results[rank][shape_index]
+            _compare(name, rank, shape, got, real, "the groups of a real DeviceMesh on 4 ranks", normal)
+    passed(f"{name}: the groups of every rank match DeviceMesh's layout for the shapes "
+           f"{', '.join(map(str, MORE_SHAPES))} and real 4-rank meshes {', '.join(map(str, REAL_SHAPES))}")
 
 
 # --- average_gradients: data parallelism across the rows of a (dp, tp) mesh ----------------
 
-DP_SIZE, TP_SIZE, HIDDEN = 2, 2, 4
+DP_SIZE, TP_SIZE, HIDDEN = 3, 2, 4  # dp != tp: dividing by either size, or by both, gives other numbers
 
 
 def _model() -> nn.Sequential:
@@ -158,24 +200,23 @@ def _grads_runner(rank: int, average_gradients) -> dict:
 def _traffic_hint(calls: list[tuple]) -> str | None:
     dims = {dim for dim, _, _ in calls}
     if "other" in dims:
-        return ("your answer ran a collective over a group that is neither a row nor a column of the mesh, most "
-                "likely all 4 ranks (dist.all_reduce without group=): the two ranks of a row hold DIFFERENT shards, "
-                "so only ranks of the same column may be averaged. Pass group=mesh['dp'].get_group().")
+        return (f"your answer ran a collective over a group that is neither a row nor a column of the mesh (without "
+                f"group=, dist.all_reduce reduces over all {DP_SIZE * TP_SIZE} ranks): the ranks of a row hold "
+                "DIFFERENT shards, so only ranks of the same column may be averaged: the mesh's dp group.")
     if "tp" in dims:
         return ("your answer reduced within the row (the tp group): the ranks of a row hold different shards of "
-                "each weight. Average across the rows instead: group=mesh['dp'].get_group().")
+                "each weight. Average across the rows instead: the mesh's dp group.")
     if "dp" not in dims:
-        return ("your answer ran no collective across the rows: each row computed its gradients on its own half of "
-                "the batch; all-reduce every gradient's local shard (p.grad.to_local()) with "
-                "group=mesh['dp'].get_group(), then divide by the dp size.")
+        return ("your answer ran no collective across the rows: each row computed its gradients on its own share of "
+                "the batch; every gradient's local shard (p.grad.to_local()) must be averaged over the mesh's dp group.")
     return None
 
 
 def check_average_gradients(average_gradients, timeout: float = 60.0) -> None:
-    """Check `average_gradients(model, mesh)`: data parallelism across the rows of a (dp=2, tp=2) mesh.
+    """Check `average_gradients(model, mesh)`: data parallelism across the rows of a (dp=3, tp=2) mesh.
 
-    On 4 gloo ranks, a tensor-parallel MLP (column- then row-parallel on `mesh["tp"]`) runs
-    forward and backward on its row's half of the batch; after the answer, every rank's
+    On 6 gloo ranks, a tensor-parallel MLP (column- then row-parallel on `mesh["tp"]`) runs
+    forward and backward on its row's third of the batch; after the answer, every rank's
     gradients (gathered with `full_tensor()`) must equal one process's gradients of the
     mean loss over the full batch. The collectives the answer runs are counted per mesh
     dimension, so a reduction over the wrong group is named.
@@ -202,17 +243,20 @@ def check_average_gradients(average_gradients, timeout: float = 60.0) -> None:
             where = (f"rank {rank}, {param}.grad{list(index)}: got {got[index].item():.5f}, "
                      f"expected {want[index].item():.5f}")
             if torch.allclose(got, want_sum, atol=1e-6, rtol=1e-5):
-                hint = (f"this is the SUM over the {DP_SIZE} rows: each row's loss is already a mean over its half of "
-                        f"the batch, so divide the all-reduced gradient by the dp size ({DP_SIZE}).")
+                hint = (f"this is the SUM over the {DP_SIZE} rows: each row's loss is already a mean over its share "
+                        f"of the batch, so divide the all-reduced gradient by the dp size ({DP_SIZE}).")
             elif torch.allclose(got, want_sum / (DP_SIZE * TP_SIZE), atol=1e-6, rtol=1e-5):
                 hint = (f"this is the sum divided by the world size ({DP_SIZE * TP_SIZE}): only the {DP_SIZE} "
                         "ranks of a column took part, so divide by the dp size, mesh['dp'].size().")
+            elif torch.allclose(got, want_sum / TP_SIZE, atol=1e-6, rtol=1e-5):
+                hint = (f"this is the sum divided by the tp size ({TP_SIZE}), the size of a row: the {DP_SIZE} ranks "
+                        "of a column took part, so divide by the dp size, mesh['dp'].size().")
             elif torch.allclose(got, rows[row][param], atol=1e-6, rtol=1e-5):
                 hint = (f"this is row {row}'s own gradient: the reduction did not change the gradients. All-reduce the "
                         "local shard in place (p.grad.to_local() shares p.grad's memory), or assign the result back.")
             else:
-                hint = ("for every parameter: g = p.grad.to_local(); dist.all_reduce(g, group=mesh['dp'].get_group()); "
-                        "g.div_(mesh['dp'].size()).")
+                hint = (f"expected the mean of the {DP_SIZE} rows' gradients on every rank: each local shard summed over "
+                        "the mesh's dp group, divided by the dp size.")
             raise CheckFailed(f"{where}.\nHint: {hint}")
     passed(f"{name}: every rank's gradients equal one process on the full batch, with all-reduces on the "
            "dp groups only")
