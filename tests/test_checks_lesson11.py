@@ -25,7 +25,7 @@ def int8_hook_async(process_group, bucket):
     buffer = bucket.buffer()
     scale = buffer.abs().max().reshape(1)
     dist.all_reduce(scale, op=dist.ReduceOp.MAX, group=group)
-    q = torch.round(buffer * (127 / group.size()) / scale).to(torch.int8)
+    q = torch.round(buffer / scale * 127 / group.size()).to(torch.int8)
 
     def decompress(future):
         return buffer.copy_(future.value()[0].float() * scale / 127)
@@ -71,9 +71,49 @@ def sends_full_fp32(process_group, bucket):
     return _done(buffer)
 
 
+def _int8_mean(buffer, scale, to_int8=lambda v: torch.round(v).to(torch.int8)):
+    """The exercise's steps 2-4 with a given scale (the mistakes below differ in how they get the scale)."""
+    world_size = dist.get_world_size()
+    q = to_int8(buffer * (127 / world_size) / scale)
+    dist.all_reduce(q)
+    return _done(buffer.copy_(q.float() * scale / 127))
+
+
+def _shared_scale(buffer, op=dist.ReduceOp.MAX, of=torch.Tensor.abs):
+    scale = of(buffer).max().reshape(1)
+    dist.all_reduce(scale, op=op)
+    return scale
+
+
+def truncates(process_group, bucket):
+    buffer = bucket.buffer()
+    return _int8_mean(buffer, _shared_scale(buffer), to_int8=lambda v: v.to(torch.int8))
+
+
+def scale_without_abs(process_group, bucket):
+    buffer = bucket.buffer()
+    return _int8_mean(buffer, _shared_scale(buffer, of=lambda t: t))
+
+
+def own_scale(process_group, bucket):
+    buffer = bucket.buffer()
+    return _int8_mean(buffer, buffer.abs().max())
+
+
+def scale_summed(process_group, bucket):
+    buffer = bucket.buffer()
+    return _int8_mean(buffer, _shared_scale(buffer, op=dist.ReduceOp.SUM))
+
+
+def scale_doubled(process_group, bucket):
+    buffer = bucket.buffer()
+    return _int8_mean(buffer, 2 * _shared_scale(buffer))
+
+
 def test_accepts_the_right_answer(capsys):
     # the solution notebook's synchronous version is checked by nbval and tests/test_exercises.py;
-    # this one returns the Future that .then() gives (a torch._C.Future), which must pass too
+    # this one returns the Future that .then() gives (a torch._C.Future), which must pass too, and
+    # computes q in another order of float operations (its ties may round the other way)
     check_int8_hook(int8_hook_async)
     out = capsys.readouterr().out
     assert "✓ int8_hook_async: every gradient on both ranks is the mean" in out
@@ -86,7 +126,13 @@ def test_a_blank_stub_is_not_written_yet():
 
 
 @pytest.mark.parametrize("answer, feedback", [
-    (scale_ignores_world_size, r"(?s)off by about the largest gradient: int8 sums wrap around past 127"),
+    (scale_ignores_world_size, r"(?s)some sums wrapped around past 127: each rank used all 127 int8 levels"),
+    (truncates, r"(?s)step 0, rank 0, gradient of '[0-9.a-z]+', element \d+: got .*int8 rounding stays within ±.*"
+                r"truncated towards zero"),
+    (scale_without_abs, r"(?s)exactly the values further below zero than the bucket's largest positive value are wrong"),
+    (own_scale, r"(?s)each rank quantised and decompressed with its OWN scale"),
+    (scale_summed, r"(?s)the scale is the SUM of the ranks' largest \|values\|"),
+    (scale_doubled, r"(?s)differ from the mean by more than int8 rounding allows, and not as any common mistake"),
     (sum_not_mean, r"(?s)expected the mean over ranks.*this is the SUM over ranks"),
     (not_decompressed, r"(?s)returned int8 values, not float32: the int8 sums were never decompressed"),
     (sends_full_fp32, r"(?s)sent 6,928 bytes for 1,732 gradient values, as much as.*uncompressed fp32"),
