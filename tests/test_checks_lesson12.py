@@ -97,6 +97,10 @@ def forgets_the_rng(rank, directory, total_steps, step_fn):
     _restartable(rank, directory, total_steps, step_fn, keep=("model", "optimizer"))
 
 
+def forgets_the_model(rank, directory, total_steps, step_fn):
+    _restartable(rank, directory, total_steps, step_fn, keep=("optimizer", "rng"))
+
+
 def never_loads(rank, directory, total_steps, step_fn):
     _restartable(rank, directory, total_steps, step_fn, resume=False)
 
@@ -121,9 +125,14 @@ def test_the_blank_stub_is_named_without_starting_ranks():
 
 
 @pytest.mark.parametrize("answer, feedback", [
-    (forgets_the_optimizer, r"(?s)rank 0, step 7: the optimizer's momentum buffers differ.*\(it was empty: the "
-                            r"optimizer started fresh\).*optimizer\.state_dict\(\)"),
-    (forgets_the_rng, r"(?s)rank 0, step 7: the random number generator's state differs.*dropout masks differ"),
+    (forgets_the_optimizer, r"(?s)rank 0, step 7: the optimizer's momentum buffers are empty: the optimizer started "
+                            r"fresh.*optimizer\.state_dict\(\)"),
+    # the same evidence (the state of a fresh seed) when the RNG state is saved and restored, then seeded over
+    (forgets_the_rng, r"(?s)rank 0, step 7: the resumed run started from the random number generator state the "
+                      r"uninterrupted run had at step 0.*never took effect.*capture_rng.*torch.manual_seed would "
+                      r"overwrite it"),
+    (forgets_the_model, r"(?s)rank 0, step 7: the resumed run started from the parameters the uninterrupted run had "
+                        r"at step 0.*model.load_state_dict"),
     (rank_zero_saves_for_everyone, r"(?s)rank 1, step 7: rank 1 resumed with the other rank's RNG state.*each rank "
                                    r"must save its own RNG state"),
     (never_loads, r"(?s)rank 0: after the crash never_loads started again from step 0, although the killed run "

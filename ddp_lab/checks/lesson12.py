@@ -124,25 +124,52 @@ def _difference(rank: int, record: dict, reference: list[dict], other_rank: list
     if not torch.equal(record["x"], want["x"]):
         return _batch_hint(rank, step, record["x"], reference)
     if not torch.equal(record["params"], want["params"]):
-        return (f"rank {rank}, step {step}: the parameters the resumed run started from differ from the "
-                "uninterrupted run's.\nHint: save model.state_dict() after every step and load it with "
-                "model.load_state_dict() before training again.")
+        return f"rank {rank}, step {step}: {_stale('parameters', 'params', record, reference)}"
     if (record["momentum"] is None) != (want["momentum"] is None) or (
             record["momentum"] is not None and not torch.equal(record["momentum"], want["momentum"])):
-        lost = " (it was empty: the optimizer started fresh)" if record["momentum"] is None else ""
-        return (f"rank {rank}, step {step}: the optimizer's momentum buffers differ from the uninterrupted "
-                f"run's{lost}.\nHint: the optimizer state is part of the checkpoint: save "
-                "optimizer.state_dict() and load it with optimizer.load_state_dict().")
+        if record["momentum"] is None:
+            return (f"rank {rank}, step {step}: the optimizer's momentum buffers are empty: the optimizer started "
+                    "fresh, where the uninterrupted run had momentum from the steps before.\nHint: the optimizer "
+                    "state is part of the checkpoint: save optimizer.state_dict() and load it with "
+                    "optimizer.load_state_dict().")
+        return f"rank {rank}, step {step}: {_stale('momentum buffers', 'momentum', record, reference)}"
     if not torch.equal(record["rng"], want["rng"]):
         if torch.equal(record["rng"], other_rank[step]["rng"]):
             return (f"rank {rank}, step {step}: rank {rank} resumed with the other rank's RNG state, so its "
                     "dropout masks are the other rank's.\nHint: every rank has its own random stream (seeded "
                     "with SEED + rank): each rank must save its own RNG state (a file per rank, or gather "
                     "them all to rank 0) and restore its own.")
-        return (f"rank {rank}, step {step}: the random number generator's state differs from the uninterrupted "
-                "run's, so the dropout masks differ.\nHint: save torch.get_rng_state() (or "
-                "ddp_lab.course.fault_tolerance.checkpoint.capture_rng()) after every step and restore it on resume.")
+        return f"rank {rank}, step {step}: {_stale('random number generator state', 'rng', record, reference)}"
     return None
+
+
+_FIXES = {
+    "params": "save model.state_dict() after every step and load it with model.load_state_dict() on resume",
+    "momentum": "save optimizer.state_dict() after every step and load it with optimizer.load_state_dict() on resume",
+    "rng": "save this rank's RNG state (torch.get_rng_state(), or capture_rng()) after every step and restore it "
+           "on resume, after anything that seeds (torch.manual_seed would overwrite it)",
+}
+
+
+def _stale(what: str, key: str, record: dict, reference: list[dict]) -> str:
+    """What a resumed step started from, said by which step of the uninterrupted run had the same state."""
+    step = record["step"]
+    same = [r["step"] for r in reference if r[key] is not None and torch.equal(r[key], record[key])]
+    after = [r["step"] for r in reference if key == "params" and torch.equal(r["after"], record[key])]
+    if same and same[0] == 0:
+        said = (f"the resumed run started from the {what} the uninterrupted run had at step 0, before any "
+                f"training: the checkpoint's {what} never took effect (not saved, not loaded, or reset after loading)")
+    elif same:
+        said = (f"the resumed run started from the {what} the uninterrupted run had at step {same[0]}, not step "
+                f"{step}: the checkpoint holds them from {step - same[0]} step(s) earlier than the steps done it "
+                "records (save them after the step, together with the step count)")
+    elif after:
+        said = (f"the resumed run started from the {what} the uninterrupted run had after step {after[0]}, not "
+                f"after step {step - 1}")
+    else:
+        said = (f"the resumed run started from {what} that differ from the uninterrupted run's at step {step}, and "
+                "from what it had at every other step")
+    return f"{said}.\nHint: {_FIXES[key]}."
 
 
 def _first_difference(resumed: list[list[dict]], reference: list[list[dict]]) -> str | None:
