@@ -110,6 +110,52 @@ def choose_plan(model, cluster, global_batch):
     return best.strategy
 
 
+def incomplete_search(zeros=range(4), micro_batches=(1, 2, 4, 8), recomputes=("none", "selective", "full"),
+                      sequence_parallel=(False, True), pipelines=True):
+    """The solution's loop with one part of the search space left out (the defaults search all of it)."""
+
+    def choose_plan(model, cluster, global_batch):
+        best = None
+        pps = range(1, cluster.gpus + 1) if pipelines else (1,)
+        for tp, pp in itertools.product(range(1, cluster.gpus_per_node + 1), pps):
+            if cluster.gpus % (tp * pp):
+                continue
+            dp = cluster.gpus // (tp * pp)
+            for zero, mb, recompute, sp in itertools.product(zeros, micro_batches, recomputes, sequence_parallel):
+                if global_batch % (dp * mb) or (sp and tp == 1):
+                    continue
+                try:
+                    candidate = plan.evaluate(model, cluster, Strategy(
+                        dp=dp, tp=tp, pp=pp, zero=zero, micro_batch=mb, grad_accum=global_batch // (dp * mb),
+                        sequence_parallel=sp, recompute=recompute))
+                except ValueError:
+                    continue
+                if candidate.fits and (best is None or candidate.tokens_per_second > best.tokens_per_second):
+                    best = candidate
+        return best.strategy
+
+    return choose_plan
+
+
+BEST_GPT3 = r"11% below the best plan dp8 tp8 pp1 z3 mb8x1 sp sel"
+
+
+@pytest.mark.parametrize("left_out, feedback", [
+    (dict(recomputes=("none",)), rf"(?s)gpt3-175b on 8 x 8 H200 \(64 GPUs\).* fits but .*{BEST_GPT3}.*"
+                                 r"recompute='selective' \(yours 'none'\)"),
+    (dict(zeros=(0,)), rf"(?s)gpt3-175b .*{BEST_GPT3}.*zero=3 \(yours 0\)"),
+    (dict(zeros=(3,)), r"(?s)gpt2-small on 4 x 8 H100 SXM \(32 GPUs\).*28% below the best plan dp8 tp1 pp4 z2 mb1x8.*"
+                       r"zero=2 \(yours 3\)"),
+    (dict(sequence_parallel=(False,)), rf"(?s)gpt3-175b .*{BEST_GPT3}.*sequence_parallel=True \(yours False\)"),
+    (dict(micro_batches=(1,)), rf"(?s)gpt3-175b .*{BEST_GPT3}.*micro_batch=8 \(yours 1\)"),
+    (dict(pipelines=False), r"(?s)gpt2-small .*24% below the best plan dp8 tp1 pp4 z2 mb1x8.*pp=4 \(yours 1\)"),
+])
+def test_choose_plan_fails_searches_that_leave_out_part_of_the_space(left_out, feedback):
+    """Each search that skips one of the options the exercise lists loses one of the check's scenarios."""
+    with pytest.raises(CheckFailed, match=feedback):
+        check_choose_plan(incomplete_search(**left_out))
+
+
 def blank_plan(model, cluster, global_batch):
     raise NotImplementedError("try every dp, tp, pp with plan.evaluate")
 
@@ -145,17 +191,32 @@ def test_choose_plan_accepts_the_solution(capsys):
     assert "✓ choose_plan: a plan that fits, uses every GPU" in capsys.readouterr().out
 
 
+def test_compare_plans_prints_both_breakdowns_and_fails_in_one_line(capsys):
+    from ddp_lab.checks.lesson13 import compare_plans
+    from ddp_lab.plan import ClusterSpec, Transformer
+
+    llama, a100s = Transformer.preset("llama3-8b"), ClusterSpec.preset("a100-80gb", nodes=2)
+    rejected = Strategy(dp=16, zero=3, grad_accum=16, recompute="full")
+    compare_plans(choose_plan, llama, a100s, 256, rejected)
+    out = capsys.readouterr().out
+    assert out.count("tokens/s") == 2 and "dp16 tp1 pp1 z3 mb1x16 full" in out
+    with pytest.raises(CheckFailed, match=r"^blank_plan is not written yet"):
+        compare_plans(blank_plan, llama, a100s, 256, rejected)
+    with pytest.raises(CheckFailed, match=r"^rejected, dp16 tp3 .* is not a valid plan"):
+        compare_plans(choose_plan, llama, a100s, 256, Strategy(dp=16, tp=3, grad_accum=16))
+
+
 @pytest.mark.parametrize("answer, feedback", [
     (blank_plan, r"blank_plan is not written yet: it raised NotImplementedError\('try every dp"),
-    (plain_ddp, r"(?s)llama3-8b on 2 x 8 A100 80GB.*dp16 tp1 pp1 z0 mb1x16 does not fit: .* GB per GPU "
-                r"\(parameters 16.1, gradients 16.1, optimizer 96.4, activations .*the largest term is the "
-                r"activations .*: recompute"),
-    (zero3_everywhere_full_recompute, r"(?s)dp16 tp1 pp1 z3 mb1x16 full fits but is predicted at .* tokens/s, \d+% "
-                                      r"below the best plan.*Most of the difference is compute: recomputation"),
+    (plain_ddp, r"(?s)gpt3-175b on 8 x 8 H200.*dp64 tp1 pp1 z0 mb1x1 does not fit: .* GB per GPU \(parameters "
+                r"349.2, gradients 349.2, optimizer 2095.3, activations .*the largest term is the optimizer .*: shard "
+                r"the optimizer state"),
+    (zero3_everywhere_full_recompute, r"(?s)dp64 tp1 pp1 z3 mb1x1 full fits but is predicted at .* tokens/s, 77% "
+                                      r"below the best plan.*most of the difference is exposed DP communication"),
     (tp_over_two_nodes, r"(?s)tp=16, so every tensor-parallel group spans nodes of 8 GPUs.*keep tp <= "
                         r"cluster.gpus_per_node"),
-    (one_node_only, r"(?s)uses dp\*tp\*pp = 2\*4\*1 = 8 GPUs and leaves 8 idle"),
-    (forgets_the_batch, r"(?s)trains dp \* micro_batch \* grad_accum = 4 \* 1 \* 1 = 4 sequences per step, not 256"),
+    (one_node_only, r"(?s)uses dp\*tp\*pp = 2\*4\*1 = 8 GPUs and leaves 56 idle"),
+    (forgets_the_batch, r"(?s)trains dp \* micro_batch \* grad_accum = 16 \* 1 \* 1 = 16 sequences per step, not 64"),
     (returns_the_plan, r"returned Plan .*expected a ddp_lab.plan.Strategy"),
 ])
 def test_choose_plan_rejects_wrong_answers(answer, feedback):
