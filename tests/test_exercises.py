@@ -10,6 +10,7 @@ For every solutions/NN-name.ipynb:
 - every cell that fails there is tagged `raises-exception`, so JupyterLab's Run All goes on
   to the end, and a CheckFailed shows as its message only (no frames of ddp_lab's checks);
 - a stub's hint is wrapped to fit the editor, and the checks still read it back whole;
+- no stub's hint holds a line of its answer (a hint names the idea and the API, not the code);
 - every exercise's intro says how to work through it, `ddp_lab grade` included;
 - `ddp_lab grade` reads every check of that executed exercise as "not attempted" (the same
   execution: tests/test_grade.py runs the command itself on one exercise only).
@@ -56,9 +57,12 @@ def _errors(cell) -> list:
 
 
 def _is_stub_error(error) -> bool:
-    """A stub was called: directly, or on ranks (ddp_lab.launch reports the rank's NotImplementedError)."""
+    """A stub was called: directly, on ranks (ddp_lab.launch reports the rank's NotImplementedError), or by a
+    ddp_lab helper that says so in one line (exercise 13's compare_plans)."""
     if error.ename == "NotImplementedError":
         return True
+    if error.ename == "CheckFailed":
+        return "is not written yet" in error.evalue
     return error.ename in LAUNCH_ERRORS and "NotImplementedError" in error.evalue
 
 
@@ -178,3 +182,27 @@ def test_checks_read_back_the_whole_wrapped_hint(solution):
         with pytest.raises(CheckFailed, match="is not written yet") as failure:
             ensure_written(function)
         assert f"NotImplementedError({hint!r})" in str(failure.value)
+
+
+def _solution_blocks(solution: Path):
+    """(hint, the answer's code lines) for every BEGIN/END SOLUTION block with a hint."""
+    for cell in nbformat.read(solution, as_version=4).cells:
+        lines = cell.source.splitlines()
+        for start, line in enumerate(lines):
+            if not make_exercises.BEGIN.match(line) or start + 1 >= len(lines):
+                continue
+            hint = make_exercises.HINT.match(lines[start + 1])
+            if not hint:
+                continue
+            end = next(i for i in range(start, len(lines)) if make_exercises.END.match(lines[i]))
+            code = [answer.split("#")[0].strip() for answer in lines[start + 2:end]]
+            yield hint.group("text"), [answer for answer in code if answer]
+
+
+@pytest.mark.parametrize("solution", SOLUTIONS, ids=names)
+def test_no_hint_holds_a_line_of_its_answer(solution):
+    """The feedback a learner sees first (on Run All, every stub's hint) must not hand out the answer."""
+    for hint, answer in _solution_blocks(solution):
+        spelled = [line for line in answer if len(line) >= 12 and line.rstrip(":") in hint
+                   and not re.fullmatch(r"[\w.]+\(\)", line)]  # naming an API without arguments is fine
+        assert not spelled, f"{solution.name}: the hint {hint!r} spells out the answer's line(s) {spelled}"
