@@ -10,11 +10,17 @@ runs every cell with *Run → Run All Cells*, and checks what a learner would se
   outputs (after tests/sanitize.cfg, as nbval compares them);
 - no kernel or rank process outlives the server.
 
-A second test follows a learner's path under `make lab`'s own command line (read from the
-Makefile with `make -n`): the file browser opens on notebooks/, lesson 02's link opens its
-exercise notebook, Run All on the unsolved exercise reaches the last cell and shows every
-check's short feedback, a wrong answer gets the check's message (no frames of ddp_lab's
-checks), the right answer gets the ✓ line.
+A second test follows a learner's path under `make lab`'s own command lines (read from the
+Makefile with `make -n`): my-work/ gets the learner's copies, the file browser opens on
+notebooks/, lesson 02's link opens the learner's copy of its exercise, Run All on the unsolved
+exercise reaches the last cell and shows every check's short feedback, a wrong answer gets the
+check's message (no frames of ddp_lab's checks), the right answer gets the ✓ line.
+
+A third opens every lesson and exercise in one JupyterLab, saving what opening changed, and
+checks with `git status --porcelain` that opening them changed no tracked file: JupyterLab
+rewrites a notebook whose stored metadata differs from what the kernel reports
+(tools/notebook_format.py). The notebooks share one running kernel (a session per notebook
+on the same kernel id), so the test starts one kernel instead of one per notebook.
 
 JupyterLab serves copies (notebooks/, exercises/, solutions/), so the runs cannot overwrite
 stored outputs.
@@ -46,6 +52,11 @@ import psutil
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "tools"))
+import my_work  # noqa: E402  (tools/my_work.py: what make lab does first)
+
+VENV_PYTHON_IN_MAKEFILE = ".venv/bin/python"
+DDP_LAB_VENV_BIN = "DDP_LAB_VENV_BIN"
 ARTIFACTS = REPO / "artifacts"
 CHROMIUM = Path(os.environ.get("DDP_LAB_CHROMIUM", "/usr/bin/chromium"))
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -120,44 +131,63 @@ def jupyterlab(sync_playwright, tmp_path):
         yield base, token, root, remember_processes
 
 
-def make_lab_command(port: int) -> list[str]:
-    """`make lab`'s JupyterLab arguments, as the Makefile has them (`make -n`, set-up not run)."""
+def make_lab_recipe(port: int) -> tuple[list[str], dict[str, str], list[str]]:
+    """`make lab`'s command lines, as the Makefile has them (`make -n`, set-up not run).
+
+    Returns (the commands before JupyterLab, the environment JupyterLab gets, its arguments).
+    """
     require(shutil.which("make") is not None, "make (to read `make lab`'s command line)")
     printed = subprocess.run(["make", "-s", "-n", "-o", "setup", "lab", f"PORT={port}"], cwd=REPO,
-                             capture_output=True, text=True, check=True).stdout.strip().splitlines()
-    argv = shlex.split(printed[-1])
-    assert Path(argv[0]).name == "jupyter" and argv[1] == "lab", f"make lab runs {printed[-1]!r}"
-    return argv[1:]
+                             capture_output=True, text=True, check=True).stdout.replace("\\\n", " ")
+    lines = [line for line in printed.strip().splitlines() if line.strip()]
+    words = shlex.split(lines[-1])
+    env = {}
+    while words and re.fullmatch(r"[A-Z_]+=.*", words[0]):  # VAR=value before the command
+        name, value = words.pop(0).split("=", 1)
+        env[name] = os.path.expandvars(value)
+    assert Path(words[0]).name == "jupyter" and words[1] == "lab", f"make lab runs {lines[-1]!r}"
+    return lines[:-1], env, words[1:]
+
+
+def copy_course(root: Path) -> None:
+    """The course's notebook folders (and .gitignore) copied to root, without checkpoints."""
+    for folder in ("notebooks", "exercises", "solutions"):
+        shutil.copytree(REPO / folder, root / folder, ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
+    shutil.copy(REPO / ".gitignore", root / ".gitignore")
 
 
 @pytest.fixture
 def course_lab(sync_playwright, tmp_path):
-    """JupyterLab started with `make lab`'s arguments in a copy of the course's notebook folders.
+    """JupyterLab started with `make lab`'s commands in a copy of the course's notebook folders.
 
     Yields (base_url, token, root, remember_processes) like `jupyterlab`.
     """
     root = tmp_path / "course"
-    for folder in ("notebooks", "exercises", "solutions"):
-        shutil.copytree(REPO / folder, root / folder, ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
+    copy_course(root)
     port = free_port()
-    with serving(tmp_path, make_lab_command(port), port, cwd=root,
-                 log_name="browser-make-lab-jupyterlab.log") as (base, token, remember_processes):
+    before, env, arguments = make_lab_recipe(port)
+    assert before == [f"{VENV_PYTHON_IN_MAKEFILE} tools/my_work.py"], f"make lab first runs {before}"
+    my_work.make_my_work(root)  # what that command does, in the copy
+    assert env["PATH"].startswith(env[DDP_LAB_VENV_BIN] + ":"), env
+    with serving(tmp_path, arguments, port, cwd=root, log_name="browser-make-lab-jupyterlab.log",
+                 env=env) as (base, token, remember_processes):
         yield base, token, root, remember_processes
 
 
 @contextlib.contextmanager
-def serving(tmp_path: Path, arguments: list[str], port: int, cwd: Path, log_name: str):
+def serving(tmp_path: Path, arguments: list[str], port: int, cwd: Path, log_name: str, env: dict | None = None,
+            settings_extra: dict | None = None):
     """Run `jupyter <arguments>` headless on 127.0.0.1 with a random token and fresh settings.
 
     Yields (base_url, token, remember_processes). On exit the server is stopped, its log is
     copied to artifacts/log_name, and every process remembered must be gone.
     """
     settings = tmp_path / "lab-settings"
-    for name, values in LAB_SETTINGS.items():
+    for name, values in {**LAB_SETTINGS, **(settings_extra or {})}.items():
         (settings / name).parent.mkdir(parents=True, exist_ok=True)
         (settings / name).write_text(json.dumps(values))
     token = secrets.token_hex(16)
-    env = {**os.environ, "JUPYTERLAB_SETTINGS_DIR": str(settings),
+    env = {**os.environ, **(env or {}), "JUPYTERLAB_SETTINGS_DIR": str(settings),
            "JUPYTERLAB_WORKSPACES_DIR": str(tmp_path / "workspaces"),
            "JUPYTER_CONFIG_DIR": str(tmp_path / "config"), "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime"),
            "IPYTHONDIR": str(tmp_path / "ipython")}
@@ -324,7 +354,7 @@ def test_lesson_00_runs_in_jupyterlab(sync_playwright, jupyterlab):
 
 
 COURSE_LESSON = "notebooks/02-collectives.ipynb"
-COURSE_EXERCISE = "exercises/02-collectives.ipynb"
+COURSE_EXERCISE = "my-work/exercises-02-collectives.ipynb"  # the learner's copy: make lab made it
 INTERNAL_FRAMES = re.compile(r'Traceback|File "|ddp_lab/checks|site-packages')
 # Exercise 1 of exercises/02, answered wrong the way a learner might: each rank returns its own
 # chunk, and the ring (the sum over ranks) is missing.
@@ -385,7 +415,7 @@ def test_learner_path_from_lesson_to_exercise_under_make_lab(sync_playwright, co
             assert page.locator(".jp-FileBrowser .jp-BreadCrumbs").inner_text().strip().strip("/") == "notebooks"
             page.screenshot(path=str(ARTIFACTS / "browser-make-lab-1-file-browser.png"))
 
-            # the lesson's link at the end opens the exercise notebook (it was a 404 under notebooks/)
+            # the lesson's link at the end opens the learner's copy of the exercise (not the tracked file)
             lesson_item.dblclick()
             link = page.locator(".jp-RenderedMarkdown a", has_text=COURSE_EXERCISE).first
             link.wait_for(timeout=60_000)
@@ -396,6 +426,8 @@ def test_learner_path_from_lesson_to_exercise_under_make_lab(sync_playwright, co
             wait_for_idle_kernel(base, token, COURSE_EXERCISE)
             remember_processes()
             page.screenshot(path=str(ARTIFACTS / "browser-make-lab-2-exercise-opened.png"))
+            tabs = page.locator(".jp-MainAreaWidget-tab, .lm-DockPanel-tabBar .lm-TabBar-tabLabel").all_inner_texts()
+            assert Path(COURSE_LESSON).name in tabs and Path(COURSE_EXERCISE).name in tabs, tabs  # two names
 
             # Run All on the unsolved notebook goes past each failing check to the last cell
             run_all_cells(page, COURSE_EXERCISE, panel)
@@ -430,3 +462,91 @@ def test_learner_path_from_lesson_to_exercise_under_make_lab(sync_playwright, co
             browser.close()
     served = (root.parent / "jupyterlab.log").read_text()  # the server's log so far
     assert "404 GET /api/contents" not in served, "JupyterLab could not find a notebook the learner opened"
+
+
+# Open each notebook, wait until its kernel answered (JupyterLab then puts the kernel's language_info into the
+# notebook's metadata), save it if that made it dirty (as autosave would), close it; a few at a time, so the
+# page holds few notebooks and the waits overlap. Returns the paths that opening made dirty.
+OPEN_SAVE_CLOSE = """async ([paths, atOnce]) => {
+    const dirty = [];
+    const openOne = async path => {
+        const widget = await window.jupyterapp.commands.execute('docmanager:open', {path});
+        await widget.context.ready;
+        await widget.sessionContext.ready;
+        await widget.sessionContext.session.kernel.info;
+        await new Promise(resolve => setTimeout(resolve, 200));
+        if (widget.model.dirty) {
+            dirty.push(path);
+            await widget.context.save();
+        }
+        widget.dispose();
+    };
+    const queue = [...paths];
+    const worker = async () => { while (queue.length) { await openOne(queue.shift()); } };
+    await Promise.all(Array.from({length: atOnce}, worker));
+    return dirty.sort();
+}"""
+NOTEBOOKS_AT_ONCE = 6
+STALE_CONTROL = "zz-control-with-stale-metadata.ipynb"
+
+
+def api(base: str, token: str, method: str, path: str, body: dict | None = None):
+    """One call of the Jupyter server's REST API."""
+    request = urllib.request.Request(f"{base}{path}?token={token}", method=method,
+                                     data=None if body is None else json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=30) as reply:
+        return json.loads(reply.read() or b"null")
+
+
+def git(root: Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, check=True).stdout
+
+
+@pytest.mark.timeout(300)
+def test_opening_every_notebook_changes_no_tracked_file(sync_playwright, tmp_path):
+    """Every lesson and exercise opened in JupyterLab, saved if that changed it: `git status` stays clean.
+
+    Solutions are written by the same tool as the lessons (tools/execute_notebooks.py), so their metadata is
+    the same; opening them too would add 13 notebooks (about 6 s) and prove nothing more.
+    """
+    root = tmp_path / "course"
+    copy_course(root)
+    my_work.make_my_work(root)
+    # the negative control: a lesson stored with the metadata the tools wrote before, which JupyterLab rewrites
+    control = nbformat.read(root / "notebooks" / LESSON, as_version=4)
+    control.metadata["language_info"] = {"name": "python", "version": "3.11"}
+    nbformat.write(control, root / "notebooks" / STALE_CONTROL)
+    git(root, "init", "-q")
+    git(root, "add", "-A")
+    git(root, "-c", "user.name=test", "-c", "user.email=test@localhost", "commit", "-q", "-m", "the course")
+    tracked_before = git(root, "status", "--porcelain")
+    assert tracked_before == "", tracked_before  # my-work/ is ignored
+    paths = sorted(str(p.relative_to(root)) for folder in ("notebooks", "exercises")
+                   for p in (root / folder).glob("*.ipynb"))
+    port = free_port()
+    arguments = ["lab", f"--ServerApp.root_dir={root}", f"--port={port}", "--LabApp.expose_app_in_browser=True"]
+    with serving(tmp_path, arguments + (["--allow-root"] if os.geteuid() == 0 else []), port, cwd=root,
+                 log_name="browser-open-every-notebook.log") as (base, token, remember):
+        kernel = api(base, token, "POST", "/api/kernels", {"name": "python3"})
+        for path in paths:  # every notebook's session on the one kernel: opening it starts none
+            api(base, token, "POST", "/api/sessions", {"path": path, "type": "notebook", "name": Path(path).name,
+                                                       "kernel": {"id": kernel["id"]}})
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch_persistent_context(
+                str(tmp_path / "chromium-profile"), executable_path=str(CHROMIUM), headless=True,
+                args=CHROMIUM_FLAGS, viewport={"width": 1400, "height": 1000})
+            try:
+                page = browser.pages[0] if browser.pages else browser.new_page()
+                page.goto(f"{base}/lab?token={token}")
+                page.locator(".jp-DirListing").first.wait_for(timeout=60_000)
+                dirty = page.evaluate(OPEN_SAVE_CLOSE, [paths, NOTEBOOKS_AT_ONCE])
+                remember()
+            finally:
+                browser.close()
+    changed = git(root, "status", "--porcelain")
+    control = f"notebooks/{STALE_CONTROL}"
+    assert dirty == [control] and changed == f" M {control}\n", (
+        f"opening the notebooks changed tracked files other than the control {control} (run "
+        f"tools/execute_notebooks.py and tools/make_exercises.py, which store the metadata JupyterLab writes):\n"
+        f"{changed}{dirty}")

@@ -4,7 +4,8 @@
 
 This is the only way stored outputs are produced: never edit outputs by hand. Cells
 tagged `raises-exception` may raise (their error is stored); any other error aborts.
-Metadata is normalised so re-running gives a clean diff.
+Metadata is normalised so re-running gives a clean diff, and stored as JupyterLab writes it
+for the course's kernel (tools/notebook_format.py), so opening a notebook changes nothing.
 """
 
 from __future__ import annotations
@@ -18,15 +19,12 @@ from typing import IO, Callable
 import nbformat
 from nbclient import NotebookClient
 
-KERNEL = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # tools/ (also when loaded by tests/ or tools/compat.py)
+from notebook_format import notebook_metadata  # noqa: E402
 
 
 def normalise(notebook) -> None:
-    notebook.metadata = {
-        "kernelspec": KERNEL,
-        "language_info": {"name": "python", "version": "3.11"},
-        **({"tags": notebook.metadata["tags"]} if "tags" in notebook.metadata else {}),
-    }
+    notebook.metadata = notebook_metadata(notebook.metadata.get("tags"))
     for cell in notebook.cells:
         cell.metadata.pop("execution", None)
         cell.metadata.pop("ExecuteTime", None)

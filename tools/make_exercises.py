@@ -45,6 +45,9 @@ from pathlib import Path
 
 import nbformat
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # tools/ (also when loaded by tests/)
+from notebook_format import notebook_metadata  # noqa: E402
+
 ROOT = Path(__file__).resolve().parent.parent
 SOLUTIONS = ROOT / "solutions"
 EXERCISES = ROOT / "exercises"
@@ -55,7 +58,6 @@ HINT = re.compile(r"^[ \t]*### HINT:[ \t]*(?P<text>.*?)[ \t]*$")
 DEFAULT_HINT = "write your answer here (see the exercise text above)"
 MAX_LINE = 100  # characters per generated line, so a hint does not run off the editor's edge
 RUNS_ANSWER = "raises-exception"  # JupyterLab's Run All goes on past an error in such a cell
-KERNEL = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
 
 
 class SolutionFormatError(ValueError):
@@ -125,11 +127,7 @@ def _literal(text: str) -> str:
 def make_exercise(solution: nbformat.NotebookNode, name: str = "notebook") -> nbformat.NotebookNode:
     """Return the exercise notebook for a solution notebook (the input is not changed)."""
     exercise = copy.deepcopy(solution)
-    exercise.metadata = {
-        "kernelspec": KERNEL,
-        "language_info": {"name": "python", "version": "3.11"},
-        **({"tags": solution.metadata["tags"]} if "tags" in solution.metadata else {}),
-    }
+    exercise.metadata = notebook_metadata(solution.metadata.get("tags"))  # as JupyterLab writes it: opening changes nothing
     blocks = 0
     for number, cell in enumerate(exercise.cells):
         where = f"{name} cell {number}"
