@@ -1,4 +1,4 @@
-"""Command line: `python -m ddp_lab doctor`, `python -m ddp_lab grade [exercises/]` and `python -m ddp_lab plan ...`."""
+"""Command line: `python -m ddp_lab doctor`, `python -m ddp_lab grade [my-work/]` and `python -m ddp_lab plan ...`."""
 
 from __future__ import annotations
 
@@ -23,10 +23,13 @@ def main(argv: list[str] | None = None) -> int:
                     "gets one 'could not run' row saying why, and the others are still graded. Exit status: "
                     "0 every attempted exercise passes; 1 an answer is wrong; 2 bad usage (no notebooks "
                     "there, --timeout below 1); 3 a notebook could not be graded (wins over 1).")
-    grade.add_argument("paths", nargs="*", default=["exercises"],
-                       help="exercise notebooks or folders of them (default: exercises)")
+    grade.add_argument("paths", nargs="*",
+                       help="exercise notebooks or folders of them (default: the course's my-work/, your copies "
+                            "from `make lab`, from any directory; without it, the course's exercises/)")
     grade.add_argument("--json", action="store_true", help="print the rows as JSON, for an instructor to collect")
     grade.add_argument("--timeout", type=int, default=600, help="seconds one cell may run, at least 1 (default 600)")
+    grade.add_argument("--jobs", type=int, default=None,
+                       help="notebooks graded at once (default: one per 4 usable cores, at least 1)")
     plan = commands.add_parser(
         "plan", help="plan a training run: per-GPU memory, step time, tokens/s and MFU of dp x tp x pp x ZeRO plans",
         description="Plan a training run (lesson 13). With --model and --cluster: search every valid plan, keep "
@@ -44,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     from ddp_lab.checks.grade import main as grade_main  # lazy: each command imports only what it runs (grade: nbclient)
 
-    return grade_main(args.paths, as_json=args.json, timeout=args.timeout)
+    return grade_main(args.paths, as_json=args.json, timeout=args.timeout, jobs=args.jobs)
 
 
 if __name__ == "__main__":

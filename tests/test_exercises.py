@@ -11,7 +11,8 @@ For every solutions/NN-name.ipynb:
   to the end, and a CheckFailed shows as its message only (no frames of ddp_lab's checks);
 - a stub's hint is wrapped to fit the editor, and the checks still read it back whole;
 - no stub's hint holds a line of its answer (a hint names the idea and the API, not the code);
-- every exercise's intro says how to work through it, `ddp_lab grade` included;
+- every exercise's intro says how to work through it, `ddp_lab grade` on the learner's copy in my-work/
+  included, and every exercise heading reads `## Exercise N · Title`;
 - `ddp_lab grade` reads every check of that executed exercise as "not attempted" (the same
   execution: tests/test_grade.py runs the command itself on one exercise only).
 """
@@ -133,8 +134,21 @@ def test_intro_says_how_to_work_through_the_exercises(solution):
     intro = make_exercises.make_exercise(nbformat.read(solution, as_version=4), name=solution.name).cells[0]
     assert intro.cell_type == "markdown"
     assert "Run All Cells" in intro.source, f"{solution.name}: the intro does not say what Run All does"
-    assert f"python -m ddp_lab grade exercises/{solution.name}" in intro.source, (
-        f"{solution.name}: the intro does not show `python -m ddp_lab grade exercises/{solution.name}`")
+    assert f"python -m ddp_lab grade my-work/exercises-{solution.name}" in intro.source, (
+        f"{solution.name}: the intro does not show `python -m ddp_lab grade my-work/exercises-{solution.name}`")
+    assert ".venv/bin/python -m ddp_lab grade" in intro.source, f"{solution.name}: the intro does not name the course's Python"
+
+
+EXERCISE_HEADING = re.compile(r"^## Exercise \d+ · [A-Z`]", re.M)
+
+
+@pytest.mark.parametrize("solution", SOLUTIONS, ids=names)
+def test_every_exercise_heading_has_the_same_style(solution):
+    """`## Exercise N · Title` everywhere: grade's rows show the headings, one table in one style."""
+    for cell in nbformat.read(solution, as_version=4).cells:
+        for line in cell.source.splitlines() if cell.cell_type == "markdown" else []:
+            if line.startswith("## Exercise"):
+                assert EXERCISE_HEADING.match(line), f"{solution.name}: {line!r} is not '## Exercise N · Title'"
 
 
 def _hinted_stubs(solution: Path):

@@ -15,9 +15,12 @@ ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
 
 
-def grade(*args: str, cwd: Path = ROOT) -> tuple[int, str]:
+def grade(*args: str, cwd: Path = ROOT, stderr: list | None = None) -> tuple[int, str]:
+    """Run the command; its exit status and stdout (and stderr appended to `stderr`, if given)."""
     done = subprocess.run([sys.executable, "-m", "ddp_lab", "grade", *args], cwd=cwd,
                           capture_output=True, text=True, timeout=900)
+    if stderr is not None:
+        stderr.append(done.stderr)
     return done.returncode, done.stdout
 
 
@@ -25,25 +28,57 @@ def digest(folder: Path) -> dict[str, str]:
     return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.glob("*.ipynb"))}
 
 
-# One exercise, copied into a folder of its own: the command's folder form, --json and "never
-# modified" need no more. That grade reads every check of every shipped exercise as "not
-# attempted" is tests/test_exercises.py's test_every_check_fails_on_the_generated_exercise, on
-# the execution it makes anyway (grading all 13 here again cost 45 s of CI).
-GRADED_EXERCISE = "03-dataparallel.ipynb"
+# Two exercises, copied into a folder of their own, graded two at a time from another directory: the
+# command's folder form, --json, --jobs, the progress lines and "never modified" need no more. That grade
+# reads every check of every shipped exercise as "not attempted" is tests/test_exercises.py's
+# test_every_check_fails_on_the_generated_exercise, on the execution it makes anyway (grading all 13 here
+# again cost 45 s of CI). Lesson 13's checks start no ranks: the second notebook adds about 5 s.
+GRADED_EXERCISES = ("03-dataparallel.ipynb", "13-plan-your-training-run.ipynb")
 
 
-def test_an_unsolved_exercise_is_not_attempted_and_left_untouched(tmp_path):
-    folder = tmp_path / "exercises"
+def test_unsolved_exercises_are_not_attempted_and_left_untouched(tmp_path):
+    folder = tmp_path / "my-work"
     folder.mkdir()
-    shutil.copy(ROOT / "exercises" / GRADED_EXERCISE, folder / GRADED_EXERCISE)
+    for name in GRADED_EXERCISES:
+        shutil.copy(ROOT / "exercises" / name, folder / name)
     (folder / "notes.txt").write_text("not a notebook: grade skips it\n")
     before = digest(folder)
-    code, out = grade(str(folder), "--json")
+    stderr: list = []
+    code, out = grade(str(folder), "--json", "--jobs", "2", cwd=tmp_path, stderr=stderr)
     rows = json.loads(out)
     assert code == 0, out  # nothing attempted, so nothing failed
-    assert {row["notebook"] for row in rows} == {Path(GRADED_EXERCISE).stem}
-    assert len(rows) > 1 and all(row["result"] == "not attempted" for row in rows), rows
+    assert [row["notebook"] for row in rows] == sorted(row["notebook"] for row in rows)  # in the notebooks' order
+    assert {row["notebook"] for row in rows} == {Path(name).stem for name in GRADED_EXERCISES}
+    assert len(rows) > 2 and all(row["result"] == "not attempted" for row in rows), rows
     assert digest(folder) == before
+    progress = stderr[0].splitlines()
+    assert progress[0] == f"grading 2 notebook(s) in {folder}, 2 at a time", stderr
+    assert sorted(line.split(" (")[0] for line in progress[1:]) == [
+        "[1/2] 03-dataparallel: 2 not attempted", "[2/2] 13-plan-your-training-run: 2 not attempted"] or sorted(
+        line.split(" (")[0] for line in progress[1:]) == [
+        "[1/2] 13-plan-your-training-run: 2 not attempted", "[2/2] 03-dataparallel: 2 not attempted"], stderr
+    assert "IPKernelApp" not in stderr[0] + out and "WARNING" not in stderr[0] + out  # the kernels' own logs
+
+
+def test_without_a_path_it_grades_the_courses_my_work_from_anywhere(tmp_path, monkeypatch):
+    from ddp_lab.checks import grade as grading
+
+    monkeypatch.setattr(grading, "COURSE", tmp_path)
+    (tmp_path / "exercises").mkdir()
+    assert grading.default_paths() == [tmp_path / "exercises"]  # before make lab made my-work/
+    (tmp_path / "my-work").mkdir()
+    (tmp_path / "my-work" / "exercises-03-dataparallel.ipynb").write_text("{}")
+    assert grading.default_paths() == [tmp_path / "my-work"]
+    assert grading.default_jobs() >= 1
+
+
+def test_without_nbclient_the_advice_names_the_courses_environment():
+    code = ("import sys; sys.modules['nbclient'] = None\n"  # this Python cannot import nbclient
+            "from ddp_lab.__main__ import main\nraise SystemExit(main(['grade']))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd="/")
+    venv = ROOT / ".venv" / "bin" / "python"
+    assert done.returncode == 2, done
+    assert f"`{venv if venv.exists() else sys.executable} -m ddp_lab grade` (the course's environment" in done.stdout
 
 
 # Every solution passing its checks is proven by nbval (each check cell's stored "✓" line is
@@ -82,7 +117,7 @@ def test_a_wrong_answer_is_shown_with_the_checks_feedback(tmp_path):
 
 def test_bad_paths_say_what_to_give(tmp_path):
     code, out = grade(str(tmp_path / "nowhere"))
-    assert code == 2 and "neither a folder nor a notebook" in out and "grade exercises/" in out
+    assert code == 2 and "neither a folder nor a notebook" in out and "grade my-work/" in out
     code, out = grade(str(tmp_path))
     assert code == 2 and "no .ipynb notebooks" in out
 

@@ -1,4 +1,4 @@
-"""`python -m ddp_lab grade [exercises/]`: every exercise's state in one table, for a classroom.
+"""`python -m ddp_lab grade [my-work/]`: every exercise's state in one table, for a learner or a classroom.
 
 Each exercise notebook runs top to bottom in a fresh kernel, past any failing cell, from a
 copy in memory: the learner's file is never written. Every check cell's outcome becomes one
@@ -6,6 +6,11 @@ row: ✓, ✗ with the check's first line of feedback, or "not attempted" (the a
 raises the exercise's NotImplementedError). A notebook that cannot be graded (a file that is
 not a notebook, a cell past --timeout, a kernel that died) becomes one "could not run" row
 saying why, and grading goes on with the next notebook.
+
+Without a path it grades the course's my-work/ (the learner's copies, `make lab`), found
+from wherever ddp_lab is installed, so it works from any directory; without my-work/, the
+course's exercises/. Several notebooks run at once where the cores allow (--jobs); a line on
+stderr reports each notebook as it finishes (stdout keeps the table, or the JSON).
 
 Exit status (main): 0 every attempted exercise passed; 1 an answer is wrong; 2 bad usage (no
 notebooks there, --timeout below 1, nbclient missing); 3 some notebook could not be graded
@@ -19,14 +24,22 @@ from __future__ import annotations
 import json
 import logging
 import re
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+from ddp_lab.hardware.machine import cpu_cores
 
 PASSED, FAILED, NOT_ATTEMPTED, COULD_NOT_RUN = "✓", "✗", "not attempted", "could not run"
 EXIT_PASSED, EXIT_WRONG, EXIT_USAGE, EXIT_NOT_GRADED = 0, 1, 2, 3
 CELL_TIMEOUT_S = 600  # a whole check, ranks included; each check stops a deadlock itself much sooner
 _EXERCISE_HEADING = re.compile(r"^##\s+(Exercise\b.*)$", re.MULTILINE)
 _NOT_WRITTEN = "is not written yet"
+COURSE = Path(__file__).resolve().parents[2]   # the checkout ddp_lab was installed from (pip install -e .)
+RANKS_PER_NOTEBOOK = 4  # an exercise's checks start up to 6 ranks: about 4 cores per notebook graded at once
 
 
 @dataclass
@@ -39,12 +52,36 @@ class Row:
     feedback: str = ""
 
 
-def grade_paths(paths: list[Path], timeout: int = CELL_TIMEOUT_S) -> list[Row]:
-    """Grade every exercise notebook in `paths` (folders are searched for *.ipynb)."""
-    rows: list[Row] = []
-    for notebook in _notebooks(paths):
-        rows.extend(grade_notebook(notebook, timeout))
-    return rows
+def default_paths() -> list[Path]:
+    """What `grade` grades without a path: the course's my-work/ if `make lab` made it, else its exercises/."""
+    mine = COURSE / "my-work"
+    return [mine if mine.is_dir() and any(mine.glob("*.ipynb")) else COURSE / "exercises"]
+
+
+def default_jobs() -> int:
+    """Notebooks graded at once: one per RANKS_PER_NOTEBOOK usable cores, at least 1 (1 on a 2-core laptop)."""
+    return max(1, cpu_cores() // RANKS_PER_NOTEBOOK)
+
+
+def grade_paths(paths: list[Path], timeout: int = CELL_TIMEOUT_S, jobs: int = 1, progress=None) -> list[Row]:
+    """Grade every exercise notebook in `paths` (folders are searched for *.ipynb), `jobs` at a time.
+
+    `progress(done, total, notebook, rows, seconds)` is called as each notebook finishes. The rows
+    come back in the notebooks' order, whatever order they finished in.
+    """
+    notebooks = _notebooks(paths)
+    finished = []
+
+    def one(notebook: Path) -> list[Row]:
+        started = time.monotonic()
+        rows = grade_notebook(notebook, timeout)
+        finished.append(notebook)
+        if progress:
+            progress(len(finished), len(notebooks), notebook, rows, time.monotonic() - started)
+        return rows
+
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:  # each notebook runs in a kernel of its own
+        return [row for rows in pool.map(one, notebooks) for row in rows]
 
 
 def grade_notebook(path: Path, timeout: int = CELL_TIMEOUT_S) -> list[Row]:
@@ -73,7 +110,7 @@ def grade_notebook(path: Path, timeout: int = CELL_TIMEOUT_S) -> list[Row]:
         shutdown_kernel="immediate",
         log=_QUIET)  # its log lines repeat what the row says
     try:
-        client.execute()
+        client.execute(stderr=subprocess.DEVNULL)  # the kernel's own log ([IPKernelApp] WARNING ...), not the learner's
     except CellTimeoutError:
         return [_stopped(path, notebook, running, f"a cell ran past --timeout {timeout} s",
                          "fix the answer that never finishes (a loop, a collective another rank skips) "
@@ -175,8 +212,8 @@ def _notebooks(paths: list[Path]) -> list[Path]:
         elif path.suffix == ".ipynb" and path.is_file():
             found.append(path)
         else:
-            raise FileNotFoundError(f"{path} is neither a folder nor a notebook (.ipynb): "
-                                    "give the exercises folder, e.g. `python -m ddp_lab grade exercises/`.")
+            raise FileNotFoundError(f"{path} is neither a folder nor a notebook (.ipynb): give a folder of "
+                                    "exercise notebooks or a notebook, e.g. `python -m ddp_lab grade my-work/`.")
     if not found:
         raise FileNotFoundError(f"no .ipynb notebooks in {', '.join(map(str, paths))}.")
     return found
@@ -199,18 +236,42 @@ def table(rows: list[Row]) -> str:
     return "\n".join(lines)
 
 
-def main(paths: list[str], as_json: bool = False, timeout: int = CELL_TIMEOUT_S) -> int:
+def _progress(done: int, total: int, notebook: Path, rows: list[Row], seconds: float) -> None:
+    counts = {result: sum(row.result == result for row in rows) for result in (PASSED, FAILED, NOT_ATTEMPTED)}
+    said = (f"could not run ({rows[0].feedback.split(':')[0]})" if rows and rows[0].result == COULD_NOT_RUN else
+            ", ".join(f"{n} {result}" for result, n in counts.items() if n) or "no checks")
+    print(f"[{done}/{total}] {notebook.stem}: {said} ({seconds:.0f} s)", file=sys.stderr, flush=True)
+
+
+def _course_python() -> str:
+    """How to run the course's Python: its venv if `make lab` made one, else this Python."""
+    venv = COURSE / ".venv" / "bin" / "python"
+    return str(venv) if venv.exists() else sys.executable
+
+
+def main(paths: list[str], as_json: bool = False, timeout: int = CELL_TIMEOUT_S, jobs: int | None = None) -> int:
     """Print the grade table (or JSON); the exit status is one of EXIT_* (see the module's docstring)."""
     if timeout < 1:
         print(f"--timeout {timeout}: give at least 1 second (how long one cell may run; default {CELL_TIMEOUT_S}).")
         return EXIT_USAGE
-    try:
-        import nbclient  # noqa: F401  (the course's requirements have it; a bare install may not)
-    except ImportError:
-        print("grade runs notebooks with nbclient, which is not installed here: pip install nbclient ipykernel")
+    if jobs is not None and jobs < 1:
+        print(f"--jobs {jobs}: grade at least 1 notebook at a time (default: {default_jobs()} here).")
         return EXIT_USAGE
     try:
-        rows = grade_paths([Path(p) for p in paths], timeout)
+        import nbclient  # noqa: F401  (the course's requirements have it; a bare install may not)
+        import ipykernel  # noqa: F401
+    except ImportError as error:
+        print(f"grade runs notebooks in kernels, and this Python ({sys.executable}) lacks {error.name}: run "
+              f"`{_course_python()} -m ddp_lab grade` (the course's environment, made by `make lab`), or install "
+              "nbclient and ipykernel into this one.")
+        return EXIT_USAGE
+    try:
+        notebooks = [Path(p) for p in paths] if paths else default_paths()
+        jobs = jobs or default_jobs()
+        count = len(_notebooks(notebooks))
+        print(f"grading {count} notebook(s) in {', '.join(map(str, notebooks))}, {min(jobs, count)} at a time",
+              file=sys.stderr, flush=True)
+        rows = grade_paths(notebooks, timeout, jobs, progress=_progress)
     except FileNotFoundError as error:
         print(error)
         return EXIT_USAGE
