@@ -241,6 +241,10 @@ def test_breakdown_plot():
     plans = search(Transformer.preset("llama3-8b"), ClusterSpec.preset("h100-sxm", nodes=4), top=3)
     fig = breakdown(plans)
     assert len(fig.axes) == 2 and len(fig.axes[0].patches) == 3 * 5
+    memory, time = ({patch.get_facecolor() for patch in ax.patches} for ax in fig.axes)
+    assert len(memory) == 5 and len(time) == 5 and not memory & time  # one colour per meaning across the panels
+    assert "dotted" in fig.axes[0].get_title() and fig.axes[0].get_legend_handles_labels()[1][:2] == [
+        "H100 SXM: 85.9 GB", "a plan may use 90%"]
 
 
 def test_time_breakdown_carries_all_dp_communication_and_its_exposed_part():

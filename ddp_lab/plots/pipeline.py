@@ -40,7 +40,7 @@ def plot_pipelines(panels: Mapping[str, Iterable[Span]], unit: str = "ms"):
         raise ValueError("plot_pipelines needs at least one panel, each with at least one Span.")
     scale = {"ms": 1e3, "s": 1.0, "slots": 1.0}[unit]
     heights = [len({s.rank for s in spans}) for spans in panels.values()]
-    fig, axes = plt.subplots(len(panels), 1, figsize=(9, 0.5 * sum(heights) + 1.0 * len(panels) + 0.4),
+    fig, axes = plt.subplots(len(panels), 1, figsize=(9, 0.5 * sum(heights) + 1.0 * len(panels) + 0.75),
                              gridspec_kw={"height_ratios": heights}, squeeze=False)
     for ax, (title, spans) in zip(axes[:, 0], panels.items()):
         start = min(s.start for s in spans)
@@ -58,7 +58,9 @@ def plot_pipelines(panels: Mapping[str, Iterable[Span]], unit: str = "ms"):
         ax.set_title(title, fontsize=10)
         ax.set_xlabel("time (slots)" if unit == "slots" else f"time ({unit})")
         ax.grid(axis="x", alpha=0.3)
-    axes[0, 0].legend(handles=[Patch(color=c, label=k) for k, c in COLOURS.items()], loc="upper right",
-                      fontsize=8, ncol=2)
-    fig.tight_layout()
+    # the legend below the panels, outside every axes: inside, it hid the last boxes of rank 0's lane
+    legend_inches = 0.35
+    fig.legend(handles=[Patch(color=c, label=k) for k, c in COLOURS.items()], loc="lower center", fontsize=8,
+               ncol=len(COLOURS), frameon=False)
+    fig.tight_layout(rect=(0, legend_inches / fig.get_figheight(), 1, 1))
     return fig

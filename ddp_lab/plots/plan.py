@@ -15,14 +15,21 @@ TIME_PARTS = (("compute", "compute"), ("tp_comm", "TP comm."), ("bubble", "pipel
               ("pp_comm", "PP comm."), ("dp_comm_exposed", "exposed DP comm."))
 # drawn only when a plan shown has them (experts, context parallelism: lessons 14, 15)
 SPLIT_TIME_PARTS = (("ep_comm", "EP all-to-all"), ("cp_comm_exposed", "exposed CP ring"))
+# One colour per meaning, never reused across the two panels (matplotlib's tab20: a dark and a light shade of
+# ten hues): the memory terms in the dark shades of five hues, the time terms in the other five.
+COLOURS = {"params": "#1f77b4", "grads": "#ff7f0e", "optimizer": "#2ca02c", "activations": "#d62728",
+           "buffers": "#9467bd", "compute": "#8c564b", "tp_comm": "#e377c2", "bubble": "#7f7f7f",
+           "pp_comm": "#bcbd22", "dp_comm_exposed": "#17becf", "ep_comm": "#aec7e8", "cp_comm_exposed": "#ffbb78"}
 
 
 def breakdown(plans, top: int = 5):
     """Two panels of stacked bars for the first `top` plans: memory per GPU (GB) and step time (s).
 
     The dashed line on the memory panel is the GPU's memory, the dotted one the 90 % a plan may
-    use (`search.USABLE_MEMORY`: the rest is for what the model leaves out); every bar is labelled with the
-    plan's strategy (dp, tp, pp, ZeRO stage, micro-batch x accumulation, recomputation).
+    use (`search.USABLE_MEMORY`: the rest is for what the model leaves out), both named in the
+    legend; every bar is labelled with the plan's strategy (dp, tp, pp, ZeRO stage, micro-batch x
+    accumulation, recomputation). Each memory and time term has a colour of its own (`COLOURS`), the
+    same in every figure and never one of the other panel's.
 
     Args:
         plans: Plans from `ddp_lab.plan.search` (or `evaluate`), best first.
@@ -43,16 +50,19 @@ def breakdown(plans, top: int = 5):
     labels = [p.strategy.label() for p in shown]
     fig, (mem_ax, time_ax) = plt.subplots(1, 2, figsize=(11, 0.6 * len(shown) + 2.8), sharey=True)
     _stack(mem_ax, labels, [[getattr(p.memory, k) / 1e9 for p in shown] for k, _ in MEMORY_PARTS], MEMORY_PARTS)
-    gpu_gb = shown[0].cluster.gpu.memory / 1e9
-    mem_ax.axvline(gpu_gb, color="k", linestyle="--", linewidth=1)
-    mem_ax.axvline(USABLE_MEMORY * gpu_gb, color="k", linestyle=":", linewidth=1)
+    gpu = shown[0].cluster.gpu
+    gpu_gb = gpu.memory / 1e9
+    mem_ax.axvline(gpu_gb, color="k", linestyle="--", linewidth=1, label=f"{gpu.name}: {gpu_gb:.1f} GB")
+    mem_ax.axvline(USABLE_MEMORY * gpu_gb, color="k", linestyle=":", linewidth=1,
+                   label=f"a plan may use {USABLE_MEMORY:.0%}")
     mem_ax.set_xlabel("memory per GPU (GB)")
-    mem_ax.set_title(f"memory ({shown[0].cluster.gpu.name}: dashed; a plan fits left of the dotted line)",
-                     fontsize=9)
+    _legend(mem_ax)
+    mem_ax.set_title("memory per GPU: the plans that fit stay left of the dotted line", fontsize=9)
     time_parts = TIME_PARTS + tuple(part for part in SPLIT_TIME_PARTS if any(getattr(p.time, part[0]) for p in shown))
     _stack(time_ax, labels, [[getattr(p.time, k) for p in shown] for k, _ in time_parts], time_parts)
     time_ax.set_xlabel("seconds per step")
-    time_ax.set_title(f"step time ({shown[0].model.name})")
+    _legend(time_ax)
+    time_ax.set_title(f"step time of {shown[0].model.name}, fastest plan on top", fontsize=9)
     mem_ax.invert_yaxis()   # best plan on top
     fig.tight_layout()
     return fig
@@ -60,8 +70,11 @@ def breakdown(plans, top: int = 5):
 
 def _stack(ax, labels, columns, parts):
     left = [0.0] * len(labels)
-    for index, (values, (_, name)) in enumerate(zip(columns, parts)):
-        ax.barh(labels, values, left=left, color=f"C{index}", label=name)
+    for values, (key, name) in zip(columns, parts):
+        ax.barh(labels, values, left=left, color=COLOURS[key], label=name)
         left = [a + b for a, b in zip(left, values)]
-    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=3, frameon=False)
     ax.grid(True, axis="x", alpha=0.3)
+
+
+def _legend(ax) -> None:
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=3, frameon=False)
