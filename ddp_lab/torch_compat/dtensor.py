@@ -28,7 +28,7 @@ def dtensor_api() -> SimpleNamespace:
 
     Returns:
         A namespace with `DTensor`, `DeviceMesh`, `init_device_mesh`, `distribute_tensor`,
-        `distribute_module` (lesson 14),
+        `distribute_module` and `ParallelStyle` (lesson 14),
         `Shard`, `Replicate`, `Partial`, `CommDebugMode` (counts DTensor's collectives),
         `parallelize_module`, `ColwiseParallel`, `RowwiseParallel`, `SequenceParallel`,
         `PrepareModuleInput`, `loss_parallel`, and `module_path` (where DTensor came from).
@@ -55,7 +55,7 @@ def dtensor_api() -> SimpleNamespace:
         distribute_tensor=module.distribute_tensor, distribute_module=module.distribute_module,
         Shard=module.Shard, Replicate=module.Replicate, Partial=module.Partial,
         CommDebugMode=debug.CommDebugMode,
-        parallelize_module=parallel.parallelize_module,
+        parallelize_module=parallel.parallelize_module, ParallelStyle=parallel.ParallelStyle,
         ColwiseParallel=parallel.ColwiseParallel, RowwiseParallel=parallel.RowwiseParallel,
         SequenceParallel=parallel.SequenceParallel, PrepareModuleInput=parallel.PrepareModuleInput,
         loss_parallel=parallel.loss_parallel,

@@ -46,7 +46,8 @@ def run_local_experts(received: torch.Tensor, received_counts: torch.Tensor, exp
     Introduced in notebooks/14-mixture-of-experts.ipynb.
     """
     world_size, per_rank = received_counts.shape
-    local_expert = torch.arange(per_rank).repeat(world_size).repeat_interleave(received_counts.flatten())
+    local_expert = torch.arange(per_rank, device=received.device).repeat(world_size)   # per (source, expert) block
+    local_expert = local_expert.repeat_interleave(received_counts.flatten())           # per received row
     by_expert = torch.argsort(local_expert, stable=True)
     chunks = received[by_expert].split(received_counts.sum(dim=0).tolist())
     outputs = torch.cat([expert(chunk) for expert, chunk in zip(experts, chunks)])
