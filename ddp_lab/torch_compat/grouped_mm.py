@@ -1,4 +1,4 @@
-"""Grouped matrix multiply (one matmul per expert in one call) on every supported torch, and whether it runs on CPU here.
+"""Grouped matrix multiply (one matmul per expert, in one call) on every torch, and whether it runs on CPU here.
 
 Which versions differ, and why the branches exist:
 - `torch.nn.functional.grouped_mm` is the public name in newer torch (2.13 has it);
@@ -56,5 +56,6 @@ def grouped_mm_cpu_skip_reason() -> str | None:
         out.backward(torch.ones_like(out))   # a dense gradient: .sum().backward()'s expanded one is refused
     except (NotImplementedError, RuntimeError) as error:
         first_sentence = str(error).strip().splitlines()[0].split(". ")[0].rstrip(".")
-        return f"torch {torch.__version__} cannot run grouped_mm on CPU tensors ({type(error).__name__}: {first_sentence})"
+        return (f"torch {torch.__version__} cannot run grouped_mm on CPU tensors "
+                f"({type(error).__name__}: {first_sentence})")
     return None

@@ -20,7 +20,7 @@ import torch.nn.functional as F
 
 
 def load_balancing_loss(probs: torch.Tensor, expert: torch.Tensor, num_experts: int) -> torch.Tensor:
-    """N · Σ_i f_i · P_i for router probabilities `probs` (T, E) and choices `expert` (T, k); multiply by α yourself.
+    """N · Σ_i f_i · P_i for router probabilities `probs` (T, E) and choices `expert` (T, k); times α is yours.
 
     Example:
         >>> load_balancing_loss(torch.full((4, 2), 0.5), torch.tensor([[0], [1], [0], [1]]), 2)
