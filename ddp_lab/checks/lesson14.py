@@ -39,7 +39,9 @@ COMBINE_EXPERTS = ([[3, 0], [5, 1], [0, 3], [4, 2], [1, 5]],
 COMBINE_KEPT = ([[1, 1], [1, 0], [0, 0], [1, 1], [1, 1]],
                 [[1, 1], [0, 0], [1, 1], [1, 0], [1, 1], [0, 1]],
                 [[1, 0], [1, 1], [0, 0], [1, 1]])
-OTHER_COLLECTIVES = ("all_gather", "all_gather_into_tensor", "all_reduce", "broadcast", "gather", "scatter")
+# Anything else an answer could exchange counts with: "no collective before the rows" is then a fact.
+OTHER_COLLECTIVES = ("all_gather", "all_gather_into_tensor", "all_gather_object", "all_reduce", "all_to_all",
+                     "broadcast", "gather", "scatter", "send", "recv", "isend", "irecv")
 
 HANG_HINT = ("all_to_all_single is a collective: every rank must call it, the same number of times and in the same "
              "order (first the counts, then the rows), even a rank that sends nothing to anyone.")

@@ -98,7 +98,7 @@ def dispatch(rows: torch.Tensor, expert: torch.Tensor, num_experts: int, group=N
 
     Example:
         >>> sent = dispatch(x[token_index], expert_of_row, num_experts=8)   # inside a rank
-        >>> sent.received.shape[0] == sent.received_counts.sum()
+        >>> sent.received.shape[0] == int(sent.received_counts.sum())
         True
 
     Introduced in notebooks/14-mixture-of-experts.ipynb (its exercise 1).
