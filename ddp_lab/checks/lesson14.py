@@ -23,7 +23,7 @@ import torch.distributed as dist
 from ddp_lab.checks import CheckFailed, passed
 from ddp_lab.checks.common import CaseFailed, call_case, describe, ensure_written, run_on_ranks
 from ddp_lab.checks.split_guard import guarded_all_to_all
-from ddp_lab.course.expert_parallel import Dispatched, dispatch as reference_dispatch
+from ddp_lab.course.expert_parallel import dispatch as reference_dispatch
 from ddp_lab.instruments.collectives import watching_collectives
 
 WORLD_SIZE, NUM_EXPERTS, HIDDEN = 3, 6, 4
