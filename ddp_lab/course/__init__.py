@@ -8,6 +8,7 @@
     tensor_parallel/   Megatron's f and g, the vocabulary-parallel embedding and loss (lesson 08)
     sharding/          ZeRO's model-state bytes per rank (lesson 09)
     mesh/              a device mesh's groups (lesson 10)
+    expert_parallel/   the MoE layer and expert parallelism's dispatch and combine (lesson 14)
     fault_tolerance/   atomic checkpoints and per-rank RNG state (lesson 12)
     plan/              the scale planner's formulas: model, strategy, memory, step time, search (lesson 13)
 
