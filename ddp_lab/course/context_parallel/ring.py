@@ -1,0 +1,169 @@
+"""Ring attention: each rank keeps its queries; key/value blocks travel around the ring of ranks.
+
+At step t rank r holds the keys and values that started on rank (r - t) mod N. It starts
+passing them on to rank r + 1 (dist.isend) and receiving the next block from rank r - 1
+(dist.irecv), attends its queries to the block it holds while they travel, and folds the
+partial result into its running (output, log-sum-exp) with the online-softmax combine. After
+N - 1 passes every query has seen every key (Liu, Zaharia and Abbeel, 2023, "Ring Attention
+with Blockwise Transformers for Near-Infinite Context", arXiv:2310.01889).
+
+The backward runs the ring again: key/value blocks travel as in forward, and the gradients of
+the keys and values travel with them, each rank adding its queries' share, until after N passes
+they are home. What a rank keeps for backward is its own q, k, v, output and log-sum-exp: nothing
+grows with the length of the whole sequence squared.
+
+Causal masking works on chunks (see layout.py): a key chunk after the query chunk is skipped,
+the same chunk gets the triangle, an earlier chunk needs no mask. Works in one process too
+(world size 1, no process group): then it is blockwise attention on one device.
+
+Introduced in notebooks/15-long-sequences.ipynb.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+from ddp_lab.course.context_parallel.layout import Layout, contiguous_chunks
+from ddp_lab.course.context_parallel.online_softmax import block_attention, block_attention_backward, combine
+
+
+def rank_and_world_size() -> tuple[int, int]:
+    """(rank, world size) of the default group; (0, 1) without one, so the ring runs in one process."""
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def start_ring_pass(tensor: torch.Tensor, tag: int = 0) -> tuple[torch.Tensor, list]:
+    """Start sending `tensor` to rank + 1 and receiving the same shape from rank - 1; returns (buffer, works).
+
+    Both calls return at once; compute on what you hold, then `.wait()` on every work before
+    reading the buffer (and before changing `tensor`). Liu et al. 2023 overlap exactly this.
+    Two passes in flight at once (backward: keys/values and their gradients) use different tags.
+
+    Introduced in notebooks/15-long-sequences.ipynb.
+    """
+    rank, world_size = rank_and_world_size()
+    received = torch.empty_like(tensor)
+    works = [dist.isend(tensor.contiguous(), dst=(rank + 1) % world_size, tag=tag),   # to the next rank
+             dist.irecv(received, src=(rank - 1) % world_size, tag=tag)]              # from the previous one
+    return received, works
+
+
+def ring_step(q_parts: list[torch.Tensor], my_chunks: list[int], k: torch.Tensor, v: torch.Tensor,
+              their_chunks: list[int], state: list, scale: float | None = None, log: list | None = None) -> None:
+    """Attend my query chunks to one held key/value block and fold the result into `state` (in place).
+
+    Args:
+        q_parts: my queries, one tensor per chunk in `my_chunks`.
+        k, v: the block held at this step, the chunks `their_chunks` concatenated.
+        state: per query chunk, None or its running (out, lse).
+        log: where to record (query chunk, key chunk, causal, rows, keys) of every block computed.
+
+    Introduced in notebooks/15-long-sequences.ipynb.
+    """
+    for key_chunk, k_part, v_part in zip(their_chunks, k.chunk(len(their_chunks), dim=-2),
+                                         v.chunk(len(their_chunks), dim=-2)):
+        for i, query_chunk in enumerate(my_chunks):
+            if key_chunk > query_chunk:
+                continue                                   # keys in the future of every query: skip the block
+            diagonal = key_chunk == query_chunk            # the causal triangle lies only on the diagonal
+            partial = block_attention(q_parts[i], k_part, v_part, causal=diagonal, scale=scale)
+            state[i] = partial if state[i] is None else combine(*state[i], *partial)
+            if log is not None:
+                log.append((query_chunk, key_chunk, diagonal, q_parts[i].shape[-2], k_part.shape[-2]))
+
+
+def ring_attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: Layout = contiguous_chunks,
+                           scale: float | None = None, log: list | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Causal attention of this rank's queries to the whole sequence's keys: (out, lse) of my rows.
+
+    q, k, v: (..., my tokens, d), this rank's chunks under `layout`, concatenated in its order.
+
+    Introduced in notebooks/15-long-sequences.ipynb.
+    """
+    rank, world_size = rank_and_world_size()
+    my_chunks = layout(rank, world_size)
+    q_parts = list(q.chunk(len(my_chunks), dim=-2))
+    state = [None] * len(my_chunks)
+    kv = torch.stack([k, v])                                # one buffer travels: (2, ..., my tokens, d)
+    for step in range(world_size):
+        if step < world_size - 1:
+            incoming, works = start_ring_pass(kv)           # the next block travels while we compute
+        source = (rank - step) % world_size                 # whose keys and values we hold now
+        ring_step(q_parts, my_chunks, kv[0], kv[1], layout(source, world_size), state, scale, log)
+        if step < world_size - 1:
+            for work in works:
+                work.wait()
+            kv = incoming
+    return torch.cat([out for out, _ in state], dim=-2), torch.cat([lse for _, lse in state], dim=-1)
+
+
+def ring_attention_backward(q, k, v, out, lse, grad_out, layout: Layout = contiguous_chunks,
+                            scale: float | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """dL/dq, dL/dk, dL/dv of this rank's chunks: keys, values and their gradients go around the ring.
+
+    Introduced in notebooks/15-long-sequences.ipynb.
+    """
+    rank, world_size = rank_and_world_size()
+    my_chunks = layout(rank, world_size)
+    parts = [t.chunk(len(my_chunks), dim=-2) for t in (q, out, grad_out)]
+    lse_parts = lse.chunk(len(my_chunks), dim=-1)
+    grad_q = [torch.zeros_like(p) for p in parts[0]]
+    kv, grad_kv = torch.stack([k, v]), torch.zeros(2, *k.shape, dtype=k.dtype, device=k.device)
+    for step in range(world_size):
+        if step < world_size - 1:
+            incoming, works = start_ring_pass(kv)           # keys and values travel ahead, as in forward
+        source = (rank - step) % world_size
+        their_chunks = layout(source, world_size)
+        k_parts, v_parts = kv[0].chunk(len(their_chunks), dim=-2), kv[1].chunk(len(their_chunks), dim=-2)
+        gk_parts, gv_parts = grad_kv[0].chunk(len(their_chunks), dim=-2), grad_kv[1].chunk(len(their_chunks), dim=-2)
+        for j, key_chunk in enumerate(their_chunks):
+            for i, query_chunk in enumerate(my_chunks):
+                if key_chunk > query_chunk:
+                    continue
+                dq, dk, dv = block_attention_backward(parts[0][i], k_parts[j], v_parts[j], parts[1][i], lse_parts[i],
+                                                      parts[2][i], causal=key_chunk == query_chunk, scale=scale)
+                grad_q[i] += dq
+                gk_parts[j].add_(dk)                        # views of grad_kv: the travelling gradient
+                gv_parts[j].add_(dv)
+        grad_kv_home, grad_works = start_ring_pass(grad_kv, tag=1) if world_size > 1 else (grad_kv, [])
+        for work in grad_works + (works if step < world_size - 1 else []):
+            work.wait()
+        grad_kv = grad_kv_home                              # after N passes it is back on its owner
+        if step < world_size - 1:
+            kv = incoming
+    return torch.cat(grad_q, dim=-2), grad_kv[0], grad_kv[1]
+
+
+class RingAttention(torch.autograd.Function):
+    """Causal ring attention with the hand-written ring backward; saves only this rank's q, k, v, out, lse.
+
+    Introduced in notebooks/15-long-sequences.ipynb.
+    """
+
+    @staticmethod
+    def forward(ctx, q, k, v, layout, scale):
+        out, lse = ring_attention_forward(q, k, v, layout, scale)
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.layout, ctx.scale = layout, scale
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        q, k, v, out, lse = ctx.saved_tensors
+        return (*ring_attention_backward(q, k, v, out, lse, grad_out, ctx.layout, ctx.scale), None, None)
+
+
+def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: Layout = contiguous_chunks,
+                   scale: float | None = None) -> torch.Tensor:
+    """Causal attention output of this rank's query chunks, differentiable (RingAttention).
+
+    Example (inside a launched rank, q, k, v: this rank's chunks):
+        >>> out = ring_attention(q, k, v, layout=zigzag_chunks)
+        >>> out.pow(2).sum().backward()             # grads of q, k, v: this rank's chunks
+
+    Introduced in notebooks/15-long-sequences.ipynb.
+    """
+    return RingAttention.apply(q, k, v, layout, scale)
