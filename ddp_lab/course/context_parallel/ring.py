@@ -21,11 +21,28 @@ Introduced in notebooks/15-long-sequences.ipynb.
 
 from __future__ import annotations
 
+import time
+from typing import NamedTuple
+
 import torch
 import torch.distributed as dist
 
 from ddp_lab.course.context_parallel.layout import Layout, contiguous_chunks
 from ddp_lab.course.context_parallel.online_softmax import block_attention, block_attention_backward, combine
+
+
+class ComputedBlock(NamedTuple):
+    """One (query chunk, key chunk) block a rank computed: the score entries its mask left, and its CPU seconds.
+
+    CPU seconds of the calling thread (time.thread_time), where torch runs a rank's CPU ops when
+    it has one thread: time waiting for a core, when ranks outnumber cores, is not counted.
+    """
+
+    query_chunk: int
+    key_chunk: int
+    causal: bool
+    score_entries: int
+    seconds: float
 
 
 def rank_and_world_size() -> tuple[int, int]:
@@ -59,7 +76,7 @@ def ring_step(q_parts: list[torch.Tensor], my_chunks: list[int], k: torch.Tensor
         q_parts: my queries, one tensor per chunk in `my_chunks`.
         k, v: the block held at this step, the chunks `their_chunks` concatenated.
         state: per query chunk, None or its running (out, lse).
-        log: where to record (query chunk, key chunk, causal, rows, keys) of every block computed.
+        log: a list to append a ComputedBlock to for every block computed (None: no record).
 
     Introduced in notebooks/15-long-sequences.ipynb.
     """
@@ -69,10 +86,13 @@ def ring_step(q_parts: list[torch.Tensor], my_chunks: list[int], k: torch.Tensor
             if key_chunk > query_chunk:
                 continue                                   # keys in the future of every query: skip the block
             diagonal = key_chunk == query_chunk            # the causal triangle lies only on the diagonal
+            started = time.thread_time()
             partial = block_attention(q_parts[i], k_part, v_part, causal=diagonal, scale=scale)
             state[i] = partial if state[i] is None else combine(*state[i], *partial)
             if log is not None:
-                log.append((query_chunk, key_chunk, diagonal, q_parts[i].shape[-2], k_part.shape[-2]))
+                rows, keys = q_parts[i].shape[-2], k_part.shape[-2]
+                entries = rows * (rows + 1) // 2 if diagonal else rows * keys
+                log.append(ComputedBlock(query_chunk, key_chunk, diagonal, entries, time.thread_time() - started))
 
 
 def ring_attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: Layout = contiguous_chunks,
