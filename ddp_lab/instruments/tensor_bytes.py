@@ -1,4 +1,5 @@
-"""Counting the bytes a rank really holds: parameters, gradients, optimizer state, DTensor shards.
+"""Counting the bytes a rank really holds: parameters, gradients, optimizer state, DTensor shards,
+and what autograd saves for backward (`saved_for_backward`, lesson 15).
 
 What `ddp_lab.course.sharding.state_bytes.state_bytes_per_rank` predicts is checked against these
 counts (lesson 09 by hand and with FSDP2, lesson 13's planner on real runs).
