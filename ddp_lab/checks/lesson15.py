@@ -245,11 +245,14 @@ def _ring_mistakes() -> list:
     ]
 
 
+WRAP_AROUND = ("wrap it around, send to (rank + 1) % world_size and receive from (rank - 1) % world_size")
+
+
 def _explain_ring(failure) -> str | None:
-    text = str(failure.exception) + failure.details
-    if "Invalid destination" in text or "Invalid source" in text or "not connected" in text:
-        return ("a send or recv names a rank outside the ring: send to (rank + 1) % world_size and receive from "
-                "(rank - 1) % world_size")
+    """A rank that crashed inside isend/irecv: gloo can segfault on a peer outside the group (seen on 2.13)."""
+    call = re.search(r"line \d+ in (isend|irecv|send|recv)\b", failure.details)
+    if call and "SIGSEGV" in failure.summary:
+        return f"the rank crashed inside dist.{call.group(1)}: a peer there is no rank of the ring; {WRAP_AROUND}."
     return None
 
 
@@ -273,8 +276,12 @@ def _ring_hang_hint(error) -> str:
         return ("every rank called a blocking dist.send first, and a send waits for the peer's matching recv, which "
                 "that peer never reaches because it is sending too: a deadlocked ring. Start the sends with "
                 "dist.isend, post the dist.irecv, then .wait() on both.")
+    if calls & {"isend", "irecv"}:
+        call = sorted(calls & {"isend", "irecv"})[0]
+        return (f"dist.{call} returns at once when its peer is another rank of the group, so a peer here is no "
+                f"rank of the ring: {WRAP_AROUND}.")
     waiting = calls <= {None} and all(".wait(" in _stuck_line(stack) for stack in stuck.values())
-    if waiting or calls & {"recv", "irecv"}:
+    if waiting or "recv" in calls:
         where = "in .wait() on an isend/irecv" if waiting else "in dist.recv"
         return (f"the ranks wait {where} for keys and values nobody sends them. Check the peers: every rank "
                 "sends to (rank + 1) % world_size and receives from (rank - 1) % world_size, at every step, as "
