@@ -120,40 +120,59 @@ def ring_attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, la
     return torch.cat([out for out, _ in state], dim=-2), torch.cat([lse for _, lse in state], dim=-1)
 
 
+def ring_backward_step(rows: list, my_chunks: list[int], kv: torch.Tensor, their_chunks: list[int],
+                       grad_q: list[torch.Tensor], grad_kv: torch.Tensor, scale: float | None = None) -> None:
+    """One held block's share of the gradients, added in place: into grad_q (mine) and grad_kv (theirs).
+
+    Args:
+        rows: per query chunk of mine, (q, out, lse, grad_out) of its rows.
+        kv: the held keys and values, (2, ..., their tokens, d); grad_kv: their gradients so far, same shape.
+
+    Introduced in notebooks/15-long-sequences.ipynb.
+    """
+    pieces = len(their_chunks)
+    for j, key_chunk in enumerate(their_chunks):
+        k_part, v_part = kv[0].chunk(pieces, dim=-2)[j], kv[1].chunk(pieces, dim=-2)[j]
+        for i, query_chunk in enumerate(my_chunks):
+            if key_chunk > query_chunk:
+                continue                                    # skipped in forward: no gradient either
+            q, out, lse, grad_out = rows[i]
+            dq, dk, dv = block_attention_backward(q, k_part, v_part, out, lse, grad_out,
+                                                  causal=key_chunk == query_chunk, scale=scale)
+            grad_q[i] += dq
+            grad_kv[0].chunk(pieces, dim=-2)[j].add_(dk)    # chunk() gives views: this adds into grad_kv
+            grad_kv[1].chunk(pieces, dim=-2)[j].add_(dv)
+
+
 def ring_attention_backward(q, k, v, out, lse, grad_out, layout: Layout = contiguous_chunks,
                             scale: float | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """dL/dq, dL/dk, dL/dv of this rank's chunks: keys, values and their gradients go around the ring.
+    """dL/dq, dL/dk, dL/dv of this rank's chunks: keys and values go around the ring again, their gradients with them.
+
+    Keys and values travel ahead as in forward (N - 1 passes); the gradients of the block a rank
+    holds collect every rank's share on the way and travel one pass more, back to their owner.
 
     Introduced in notebooks/15-long-sequences.ipynb.
     """
     rank, world_size = rank_and_world_size()
     my_chunks = layout(rank, world_size)
-    parts = [t.chunk(len(my_chunks), dim=-2) for t in (q, out, grad_out)]
-    lse_parts = lse.chunk(len(my_chunks), dim=-1)
-    grad_q = [torch.zeros_like(p) for p in parts[0]]
-    kv, grad_kv = torch.stack([k, v]), torch.zeros(2, *k.shape, dtype=k.dtype, device=k.device)
+    pieces = len(my_chunks)
+    rows = list(zip(q.chunk(pieces, dim=-2), out.chunk(pieces, dim=-2), lse.chunk(pieces, dim=-1),
+                    grad_out.chunk(pieces, dim=-2)))
+    grad_q = [torch.zeros_like(row[0]) for row in rows]
+    kv = torch.stack([k, v])
+    grad_kv = torch.zeros_like(kv)
     for step in range(world_size):
+        works = []
         if step < world_size - 1:
-            incoming, works = start_ring_pass(kv)           # keys and values travel ahead, as in forward
-        source = (rank - step) % world_size
-        their_chunks = layout(source, world_size)
-        k_parts, v_parts = kv[0].chunk(len(their_chunks), dim=-2), kv[1].chunk(len(their_chunks), dim=-2)
-        gk_parts, gv_parts = grad_kv[0].chunk(len(their_chunks), dim=-2), grad_kv[1].chunk(len(their_chunks), dim=-2)
-        for j, key_chunk in enumerate(their_chunks):
-            for i, query_chunk in enumerate(my_chunks):
-                if key_chunk > query_chunk:
-                    continue
-                dq, dk, dv = block_attention_backward(parts[0][i], k_parts[j], v_parts[j], parts[1][i], lse_parts[i],
-                                                      parts[2][i], causal=key_chunk == query_chunk, scale=scale)
-                grad_q[i] += dq
-                gk_parts[j].add_(dk)                        # views of grad_kv: the travelling gradient
-                gv_parts[j].add_(dv)
-        grad_kv_home, grad_works = start_ring_pass(grad_kv, tag=1) if world_size > 1 else (grad_kv, [])
-        for work in grad_works + (works if step < world_size - 1 else []):
+            kv_next, works = start_ring_pass(kv)            # keys and values travel ahead, as in forward
+        ring_backward_step(rows, my_chunks, kv, layout((rank - step) % world_size, world_size), grad_q, grad_kv, scale)
+        if world_size > 1:
+            grad_kv, grad_works = start_ring_pass(grad_kv, tag=1)   # on with the block; after N passes: home
+            works += grad_works
+        for work in works:
             work.wait()
-        grad_kv = grad_kv_home                              # after N passes it is back on its owner
         if step < world_size - 1:
-            kv = incoming
+            kv = kv_next
     return torch.cat(grad_q, dim=-2), grad_kv[0], grad_kv[1]
 
 
