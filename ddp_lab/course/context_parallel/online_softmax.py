@@ -26,7 +26,8 @@ def block_scores(q: torch.Tensor, k: torch.Tensor, causal: bool, scale: float | 
     """The scaled scores q k^T of one block, with the causal triangle masked (-inf) on a diagonal block.
 
     `causal=True` only where the query block and the key block are the same positions (the
-    diagonal of the causal mask); a key block entirely before the queries needs no mask.
+    diagonal of the causal mask); a key block entirely before the queries needs no mask
+    (the block rules of Ring Attention's causal variant, Liu et al. 2023).
 
     Introduced in notebooks/15-long-sequences.ipynb.
     """
@@ -41,6 +42,8 @@ def block_scores(q: torch.Tensor, k: torch.Tensor, causal: bool, scale: float | 
 def block_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
                     scale: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Attention of a query block to one key/value block: (output normalised within the block, lse).
+
+    The unit FlashAttention (Dao et al., 2022) and Ring Attention (Liu et al., 2023) compute and combine.
 
     Example:
         >>> q, k, v = torch.randn(3, 1, 4, 8).unbind(0)

@@ -72,6 +72,8 @@ def ring_step(q_parts: list[torch.Tensor], my_chunks: list[int], k: torch.Tensor
               their_chunks: list[int], state: list, scale: float | None = None, log: list | None = None) -> None:
     """Attend my query chunks to one held key/value block and fold the result into `state` (in place).
 
+    One step of Ring Attention (Liu et al., 2023): blockwise attention plus the online-softmax combine.
+
     Args:
         q_parts: my queries, one tensor per chunk in `my_chunks`.
         k, v: the block held at this step, the chunks `their_chunks` concatenated.
@@ -98,6 +100,8 @@ def ring_step(q_parts: list[torch.Tensor], my_chunks: list[int], k: torch.Tensor
 def ring_attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: Layout = contiguous_chunks,
                            scale: float | None = None, log: list | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Causal attention of this rank's queries to the whole sequence's keys: (out, lse) of my rows.
+
+    Ring Attention's forward (Liu et al., 2023): N steps, N - 1 passes of the key/value block.
 
     q, k, v: (..., my tokens, d), this rank's chunks under `layout`, concatenated in its order.
 

@@ -22,6 +22,8 @@ import torch.nn.functional as F
 def heads_per_rank(heads: int, world_size: int) -> int:
     """Heads each rank attends to under Ulysses; a ValueError when they do not divide by the degree.
 
+    Jacobs et al. (2023) split attention by heads, so the degree is bounded by the head count.
+
     Example:
         >>> heads_per_rank(8, 4)
         2
@@ -44,6 +46,8 @@ def _all_to_all(send: torch.Tensor) -> torch.Tensor:
 def sequence_to_heads(x: torch.Tensor) -> torch.Tensor:
     """(b, h, s/N, d), all heads of my tokens -> (b, h/N, s, d), all tokens of my heads. One all-to-all.
 
+    DeepSpeed-Ulysses' re-shard before attention (Jacobs et al., 2023).
+
     Introduced in notebooks/15-long-sequences.ipynb.
     """
     world_size = dist.get_world_size()
@@ -55,6 +59,8 @@ def sequence_to_heads(x: torch.Tensor) -> torch.Tensor:
 
 def heads_to_sequence(x: torch.Tensor) -> torch.Tensor:
     """(b, h/N, s, d), all tokens of my heads -> (b, h, s/N, d), all heads of my tokens. One all-to-all.
+
+    DeepSpeed-Ulysses' re-shard after attention (Jacobs et al., 2023).
 
     Introduced in notebooks/15-long-sequences.ipynb.
     """
@@ -91,6 +97,8 @@ class HeadsToSequence(torch.autograd.Function):
 
 def ulysses_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = True) -> torch.Tensor:
     """Attention of sequence-sharded q, k, v (b, h, s/N, d): re-shard to heads, attend, re-shard back.
+
+    DeepSpeed-Ulysses (Jacobs et al., 2023, arXiv:2309.14509).
 
     Four all-to-alls in forward (q, k, v, out) and four in backward, each of the rank's whole
     (b, h, s/N, d) shard, of which (N - 1)/N leaves the rank.
