@@ -42,16 +42,17 @@ def ring_bytes_sent(b: int, h: int, s: int, d: int, world_size: int, element: in
     """Bytes one rank sends in ring attention: {'forward', 'backward'}.
 
     Forward: its key and value blocks (b·h·s/N·d each) travel N - 1 hops. Backward: keys and
-    values again N - 1 hops, plus their gradients N hops (the last one brings them home).
+    values again N - 1 hops, and their gradients N - 1 hops (from the rank after the owner,
+    round to the owner).
 
     Example:
         >>> ring_bytes_sent(b=1, h=4, s=64, d=16, world_size=4)
-        {'forward': 24576, 'backward': 57344}
+        {'forward': 24576, 'backward': 49152}
 
     Introduced in notebooks/15-long-sequences.ipynb.
     """
     block = b * h * (s // world_size) * d * element
-    return {"forward": 2 * (world_size - 1) * block, "backward": (2 * (world_size - 1) + 2 * world_size) * block}
+    return {"forward": 2 * (world_size - 1) * block, "backward": 4 * (world_size - 1) * block}
 
 
 def ulysses_bytes_sent(b: int, h: int, s: int, d: int, world_size: int, element: int = 4) -> dict[str, int]:

@@ -8,8 +8,8 @@ N - 1 passes every query has seen every key (Liu, Zaharia and Abbeel, 2023, "Rin
 with Blockwise Transformers for Near-Infinite Context", arXiv:2310.01889).
 
 The backward runs the ring again: key/value blocks travel as in forward, and the gradients of
-the keys and values travel with them, each rank adding its queries' share, until after N passes
-they are home. What a rank keeps for backward is its own q, k, v, output and log-sum-exp: nothing
+the keys and values follow them, each rank adding its queries' share, until after N - 1 passes
+they reach their owner. What a rank keeps for backward is its own q, k, v, output and log-sum-exp: nothing
 grows with the length of the whole sequence squared.
 
 Causal masking works on chunks (see layout.py): a key chunk after the query chunk is skipped,
@@ -150,10 +150,12 @@ def ring_backward_step(rows: list, my_chunks: list[int], kv: torch.Tensor, their
 
 def ring_attention_backward(q, k, v, out, lse, grad_out, layout: Layout = contiguous_chunks,
                             scale: float | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """dL/dq, dL/dk, dL/dv of this rank's chunks: keys and values go around the ring again, their gradients with them.
+    """dL/dq, dL/dk, dL/dv of this rank's chunks: keys and values go around the ring again, their gradients behind.
 
-    Keys and values travel ahead as in forward (N - 1 passes); the gradients of the block a rank
-    holds collect every rank's share on the way and travel one pass more, back to their owner.
+    Keys and values travel ahead as in forward (N - 1 passes). A block's gradient starts on the
+    rank after its owner, collects each rank's share as it travels with the block, and after
+    N - 1 passes reaches the owner, which kept its own share meanwhile (Megatron-Core's context
+    parallelism sends the same N - 1 gradient blocks).
 
     Introduced in notebooks/15-long-sequences.ipynb.
     """
@@ -164,20 +166,25 @@ def ring_attention_backward(q, k, v, out, lse, grad_out, layout: Layout = contig
                     grad_out.chunk(pieces, dim=-2)))
     grad_q = [torch.zeros_like(row[0]) for row in rows]
     kv = torch.stack([k, v])
-    grad_kv = torch.zeros_like(kv)
+    grad_own, grad_arrived = torch.zeros_like(kv), None
     for step in range(world_size):
         works = []
         if step < world_size - 1:
             kv_next, works = start_ring_pass(kv)            # keys and values travel ahead, as in forward
-        ring_backward_step(rows, my_chunks, kv, layout((rank - step) % world_size, world_size), grad_q, grad_kv, scale)
-        if world_size > 1:
-            grad_kv, grad_works = start_ring_pass(grad_kv, tag=1)   # on with the block; after N passes: home
+        # the gradient of the block held now: mine (kept here), a fresh one, or the one that came with it
+        grad_held = grad_own if step == 0 else torch.zeros_like(kv) if step == 1 else grad_arrived
+        ring_backward_step(rows, my_chunks, kv, layout((rank - step) % world_size, world_size), grad_q, grad_held,
+                           scale)
+        if step > 0:
+            grad_arrived, grad_works = start_ring_pass(grad_held, tag=1)   # on to the next holder
             works += grad_works
         for work in works:
             work.wait()
         if step < world_size - 1:
             kv = kv_next
-    return torch.cat(grad_q, dim=-2), grad_kv[0], grad_kv[1]
+    if world_size > 1:
+        grad_own += grad_arrived                            # my block's gradient from every other rank, home
+    return torch.cat(grad_q, dim=-2), grad_own[0], grad_own[1]
 
 
 class RingAttention(torch.autograd.Function):
