@@ -9,8 +9,8 @@ with Blockwise Transformers for Near-Infinite Context", arXiv:2310.01889).
 
 The backward runs the ring again: key/value blocks travel as in forward, and the gradients of
 the keys and values follow them, each rank adding its queries' share, until after N - 1 passes
-they reach their owner. What a rank keeps for backward is its own q, k, v, output and log-sum-exp: nothing
-grows with the length of the whole sequence squared.
+they reach their owner. What a rank keeps for backward is its own q, k, v, output and
+log-sum-exp: nothing grows with the square of the whole sequence's length.
 
 Causal masking works on chunks (see layout.py): a key chunk after the query chunk is skipped,
 the same chunk gets the triangle, an earlier chunk needs no mask. Works in one process too
