@@ -239,6 +239,29 @@ def test_a_dead_zygote_is_named_and_replaced(tmp_path):
     assert_no_ranks_left()
 
 
+def test_a_zygote_started_in_a_thread_outlives_the_thread():
+    """The zygote is started from ddp_lab's long-lived starter thread, not by the launching thread.
+
+    Before: a zygote ready before its launching thread ended died with it (PR_SET_PDEATHSIG follows
+    the thread), and the next launch started cold.
+    """
+    procstart.shutdown_zygote()
+
+    def first_launches_of_a_thread():
+        ddp_lab.launch(total, nprocs=2, backend="gloo", timeout=60)  # cold; starts the zygote
+        assert procstart.ready_zygote() is not None
+
+    launcher = threading.Thread(target=first_launches_of_a_thread)
+    launcher.start()
+    launcher.join()
+    zygote = procstart._zygote.popen.pid
+    time.sleep(0.3)  # the thread's end, and a death signal it would send, take effect
+    results = ddp_lab.launch(total, nprocs=2, backend="gloo", timeout=60)
+    assert list(results) == [3, 3] and results.started == ["warm", "warm"]
+    assert not gone(zygote) and procstart._zygote.popen.pid == zygote
+    assert_no_ranks_left()
+
+
 # --- the stop button pressed again while the ranks are slow to die ------------------------------
 
 PRESSED_AGAIN = textwrap.dedent("""
