@@ -19,7 +19,6 @@ import itertools
 import pickle
 import queue
 import sys
-import tempfile
 import time
 
 from ddp_lab.cluster import rank_loop as cluster_rank
@@ -29,6 +28,7 @@ from ddp_lab.launcher.backend import choose_backend
 from ddp_lab.launcher.channel import send_message
 from ddp_lab.launcher.errors import (LaunchError, LaunchTimeout, RankCrashed, RankFailed, RankFailure, crash_summary,
                                     exit_with_cause)
+from ddp_lab.launcher.fd_limit import one_line_if_out_of_fds
 from ddp_lab.launcher.launch import DEFAULT_TIMEOUT, start_ranks, threads_per_rank
 from ddp_lab.launcher.output import RankOutput, print_in_rank_order
 from ddp_lab.launcher.payload import build_payload, cell_names, pack_arguments, pack_function, rename_cells
@@ -37,6 +37,7 @@ from ddp_lab.launcher.rendezvous import loopback_store
 from ddp_lab.launcher.reports import build_error, raised_failure, read_stacks, timeout_hint
 from ddp_lab.launcher.results import Results
 from ddp_lab.launcher.supervisor import POLL_S, Supervisor
+from ddp_lab.launcher.workdir import work_folder
 
 PG_TIMEOUT_S = 1800.0  # the ranks' process-group timeout (torch's default for gloo); the watchdog acts first
 AFTER_FAILURE_S = 5.0  # once a rank failed, how long the others get before they count as stuck
@@ -90,14 +91,15 @@ class Cluster:
         self._resources = contextlib.ExitStack()
         self._closed = False
         try:
-            self._start(threads, env or {})
+            with one_line_if_out_of_fds("start the cluster's ranks"):
+                self._start(threads, env or {})
         except BaseException:
             self._teardown()
             raise
 
     # -- lifecycle -----------------------------------------------------------------------
     def _start(self, threads: int | None, env: dict) -> None:
-        self._workdir = self._resources.enter_context(tempfile.TemporaryDirectory(prefix="ddp_lab-cluster-"))
+        self._workdir = self._resources.enter_context(work_folder("ddp_lab-cluster-"))
         store_env = self._resources.enter_context(loopback_store(self.nprocs, PG_TIMEOUT_S))
         payload = build_payload(cluster_rank.serve, (), self.backend, threads_per_rank(self.nprocs, threads),
                                 PG_TIMEOUT_S)

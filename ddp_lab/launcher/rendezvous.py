@@ -38,6 +38,8 @@ import socket
 from pathlib import Path
 from urllib.parse import parse_qs, urlparse
 
+from ddp_lab.launcher.fd_limit import fds_needed_by_a_launch, raise_open_files_limit, require_free_fds
+
 LOOPBACK = "127.0.0.1"
 GLOO_INTERFACE = "GLOO_SOCKET_IFNAME"  # the network interface(s) gloo binds its pairs to
 IFF_LOOPBACK = 0x8  # <net/if.h>: the flag of the loopback interface in /sys/class/net/<name>/flags
@@ -56,6 +58,8 @@ def loopback_store(world_size: int, timeout_s: float):
     # pytorch PR #150215 (torch 2.8), so those versions get the legacy store.
     old_torch = tuple(int(part) for part in torch.__version__.split(".")[:2]) < (2, 8)
     legacy = {"use_libuv": False} if old_torch else {}
+    raise_open_files_limit()  # each connection the store accepts is a file descriptor of this process
+    require_free_fds(fds_needed_by_a_launch(world_size), "host the rendezvous store")
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     try:
         listener.bind((LOOPBACK, 0))
