@@ -7,17 +7,21 @@
 Attributes are imported on first use, so a rank process that imports
 `ddp_lab.launcher.worker` does not pay for the rest of the package.
 
-The package by concept:
+The package in two floors (README's Layout; tests/test_package_floors.py enforces the rule):
+    course/      the course library, what a lesson asks you to read: device_memory, alpha_beta,
+                 rank_layout, data_parallel/, pipeline_parallel/, tensor_parallel/, sharding/,
+                 mesh/, fault_tolerance/, plan/ (the planner's formulas). It never imports the lab.
+    the lab, what a lesson asks you to call:
     launcher/    how ranks start, are watched and report (ddp_lab.launch; lesson 00)
     cluster/     persistent ranks and the %%ddp magics (ddp_lab.Cluster; lesson 00b)
     torchrun/    a notebook function as a torchrun job (ddp_lab.scripts; lesson 06)
     hardware/    what this machine offers, where a rank's tensors go (doctor, rank_device, gpu)
     checks/      exercise checks and `python -m ddp_lab grade`
     plots/       the lessons' pictures
-    pipeline_parallel/, tensor_parallel/, sharding/, mesh/   helpers of lessons 07, 08, 09, 10
-    performance/, fault_tolerance/   helpers of lessons 11 and 12
-    plan/        the scale planner (ddp_lab.plan; lesson 13)
-    memory.py    memory arithmetic (lesson 01); stable.py: numbers printed alike everywhere
+    instruments/ what a rank measures: collectives counted, bytes held, timings, failures read
+    torch_compat/ torch-version shims, one module per API family
+    plan/        the planner's front end and measuring harness (ddp_lab.plan; lesson 13)
+    stable.py    numbers printed alike everywhere
 """
 
 from __future__ import annotations
@@ -51,7 +55,7 @@ __all__ = sorted(_EXPORTS)
 _SUBPACKAGES = {
     "checks": "ddp_lab.checks",                # exercise checks, ddp_lab.checks.lessonNN
     "plots": "ddp_lab.plots",                  # the lessons' pictures
-    "device_memory": "ddp_lab.device_memory",  # lesson 01's memory arithmetic
+    "device_memory": "ddp_lab.course.device_memory",  # lesson 01's memory arithmetic
     "scripts": "ddp_lab.torchrun.scripts",     # lesson 06: a notebook function as a torchrun job
     "gpu": "ddp_lab.hardware.gpu",             # GPU-only cells: skip with a printed reason
     "plan": "ddp_lab.plan",                    # lesson 13: the scale planner
@@ -60,7 +64,7 @@ _SUBPACKAGES = {
 
 def load_ipython_extension(ipython) -> None:
     """`%load_ext ddp_lab` registers %%ddp, %ddp_pull and %ddp_shutdown (see ddp_lab.cluster.magics)."""
-    from ddp_lab.cluster.magics import load_ipython_extension as load
+    from ddp_lab.cluster.magics import load_ipython_extension as load  # lazy: IPython and the cluster load only when %load_ext asks
 
     load(ipython)
 

@@ -38,11 +38,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "plan":
         return run(args, plan)
     if args.command == "doctor":
-        from ddp_lab.hardware.machine import doctor
+        from ddp_lab.hardware.machine import doctor  # lazy: each command imports only what it runs
 
         doctor()
         return 0
-    from ddp_lab.checks.grade import main as grade_main
+    from ddp_lab.checks.grade import main as grade_main  # lazy: each command imports only what it runs (grade: nbclient)
 
     return grade_main(args.paths, as_json=args.json, timeout=args.timeout)
 

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 
 from ddp_lab.checks import CheckFailed
 from ddp_lab.checks.lesson07 import check_idle_fraction, check_one_f_one_b_stage
-from ddp_lab.pipeline_parallel.schedules import Span
+from ddp_lab.course.pipeline_parallel.schedules import Span
 
 DEADLOCK_TIMEOUT = 10.0
 

@@ -13,7 +13,7 @@ import torch.distributed as dist
 
 from ddp_lab.checks import CheckFailed
 from ddp_lab.checks.lesson08 import check_copy_to_model_parallel_region, check_row_parallel_forward
-from ddp_lab.tensor_parallel.communications import CopyToModelParallelRegion
+from ddp_lab.course.tensor_parallel.communications import CopyToModelParallelRegion
 
 
 # --- row_parallel_forward -------------------------------------------------------------------

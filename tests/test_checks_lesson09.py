@@ -98,7 +98,7 @@ def zero1_step(params, shards, optimizer):
 
 def zero1_step_reduce_scatter(params, shards, optimizer):
     """A reduce-scatter instead of all-reduce-then-slice is right too."""
-    from ddp_lab.sharding.collectives import reduce_scatter
+    from ddp_lab.torch_compat.flat_collectives import reduce_scatter
 
     world_size = dist.get_world_size()
     for p, s in zip(params, shards):

@@ -18,7 +18,7 @@ from torch.utils.data import DistributedSampler
 
 from ddp_lab.checks import CheckFailed
 from ddp_lab.checks.lesson12 import check_restartable
-from ddp_lab.fault_tolerance.checkpoint import atomic_save, capture_rng, restore_rng
+from ddp_lab.course.fault_tolerance.checkpoint import atomic_save, capture_rng, restore_rng
 
 SEED, BATCH = 0, 4
 _data = torch.Generator().manual_seed(SEED)

@@ -1,4 +1,4 @@
-"""ddp_lab.fault_tolerance: atomic checkpoints, RNG state, and failed launches digested into stable lines.
+"""ddp_lab.course.fault_tolerance: atomic checkpoints, RNG state, and failed launches digested into stable lines.
 
 The launches are real gloo ranks with short timeouts (lesson 12's failures, a few seconds in all).
 """
@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import ddp_lab
-from ddp_lab.fault_tolerance.checkpoint import atomic_save, capture_rng, restore_rng
+from ddp_lab.course.fault_tolerance.checkpoint import atomic_save, capture_rng, restore_rng
 from ddp_lab.instruments.diagnose import (FLIGHT_RECORDER_ENV, blocked_in, flight_recorder_entries,
                                               monitored_barrier_missing, rank_report)
 

@@ -13,28 +13,12 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "ddp_lab"
 
-# The one table: a module's floor is that of the longest prefix it starts with ("ddp_lab.plan."
-# is a folder, "ddp_lab.plan.memory" a module). The façade (ddp_lab/__init__.py, __main__.py)
+# The one table: a module's floor is that of the longest prefix it starts with ("ddp_lab.course."
+# is a folder, "ddp_lab.stable" a module). The façade (ddp_lab/__init__.py, __main__.py)
 # and every package's __init__ may import either floor.
 FLOORS = {
-    # course library
-    "ddp_lab.device_memory": "library",
-    "ddp_lab.alpha_beta": "library",
-    "ddp_lab.rank_layout": "library",
-    "ddp_lab.data_parallel.": "library",
-    "ddp_lab.sharding.": "library",
-    "ddp_lab.tensor_parallel.": "library",
-    "ddp_lab.pipeline_parallel.": "library",
-    "ddp_lab.mesh.": "library",
-    "ddp_lab.fault_tolerance.": "library",
-    "ddp_lab.plan.activations": "library",
-    "ddp_lab.plan.memory": "library",
-    "ddp_lab.plan.steptime": "library",
-    "ddp_lab.plan.collectives": "library",
-    "ddp_lab.plan.model": "library",
-    "ddp_lab.plan.strategy": "library",
-    "ddp_lab.plan.search": "library",
-    "ddp_lab.plan.cluster_spec": "library",
+    # course library: everything under ddp_lab/course/
+    "ddp_lab.course.": "library",
     # lab
     "ddp_lab.launcher.": "lab",
     "ddp_lab.cluster.": "lab",
@@ -45,13 +29,7 @@ FLOORS = {
     "ddp_lab.stable": "lab",
     "ddp_lab.torch_compat.": "lab",
     "ddp_lab.instruments.": "lab",
-    "ddp_lab.plan.measure": "lab",
-    "ddp_lab.plan.probes": "lab",
-    "ddp_lab.plan.calibrate": "lab",
-    "ddp_lab.plan.validate": "lab",
-    "ddp_lab.plan.reference": "lab",
-    "ddp_lab.plan.cli": "lab",
-    "ddp_lab.plan.report": "lab",
+    "ddp_lab.plan.": "lab",
 }
 FACADE = {"ddp_lab", "ddp_lab.__main__"}
 
@@ -126,10 +104,10 @@ def test_the_rule_sees_imports_inside_functions(tmp_path):
     """Negative control: a function-level import of the lab from a library module is caught."""
     source = tmp_path / "fake.py"
     source.write_text("def f():\n    from ddp_lab.checks import common\n    import ddp_lab.plots.timeline\n")
-    found = imported_modules(source, "ddp_lab.sharding.fake")
+    found = imported_modules(source, "ddp_lab.course.sharding.fake")
     assert {"ddp_lab.checks.common", "ddp_lab.plots.timeline"} <= found
-    assert floor("ddp_lab.sharding.fake") == "library" and floor("ddp_lab.checks.common") == "lab"
-    assert floor("ddp_lab.plan.memory") == "library" and floor("ddp_lab.plan.measure") == "lab"
+    assert floor("ddp_lab.course.sharding.fake") == "library" and floor("ddp_lab.checks.common") == "lab"
+    assert floor("ddp_lab.course.plan.memory") == "library" and floor("ddp_lab.plan.measure") == "lab"
 
 
 def test_every_package_folder_is_installed():

@@ -1,4 +1,4 @@
-"""Lesson 11's helpers (ddp_lab.alpha_beta, data_parallel, instruments): byte counts against formulas on real gloo ranks, bucket layouts against DDP, models, profiles.
+"""Lesson 11's helpers (ddp_lab.course.alpha_beta, data_parallel, instruments): byte counts against formulas on real gloo ranks, bucket layouts against DDP, models, profiles.
 
 One 2-rank launch runs every rank-side measurement (DDP with torch's hooks, a counted
 collective of each kind, the prefix groups, ping-pong and all-reduce timers, a profile);
@@ -13,8 +13,8 @@ import torch.distributed as dist
 import torch.nn as nn
 
 import ddp_lab
-from ddp_lab import alpha_beta
-from ddp_lab.data_parallel import buckets, compression, scaling
+from ddp_lab.course import alpha_beta
+from ddp_lab.course.data_parallel import buckets, compression, scaling
 from ddp_lab.instruments import comm_hooks, profiling, timing
 
 
@@ -103,7 +103,7 @@ def test_hook_bytes_equal_their_formulas(ranks):
 
 def test_byte_counter_sees_every_counted_collective_and_restores_torch(ranks):
     calls = ranks[0]["calls"]
-    assert [(c.op, c.dtype, c.numel, c.nbytes) for c in calls] == [
+    assert [(c.name, c.dtype, c.numel, c.nbytes) for c in calls] == [
         ("all_reduce", torch.float32, 3, 12), ("broadcast", torch.float16, 5, 10),
         ("all_gather", torch.float32, 2, 8), ("all_gather_into_tensor", torch.int8, 2, 2)]
     assert comm_hooks.total_bytes(calls) == 32

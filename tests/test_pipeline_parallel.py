@@ -1,4 +1,4 @@
-"""ddp_lab.pipeline_parallel: schedules, the ideal timeline, and torch.distributed.pipelining on real ranks."""
+"""ddp_lab.course.pipeline_parallel: schedules, the ideal timeline, and torch.distributed.pipelining on real ranks."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import ddp_lab
-from ddp_lab.pipeline_parallel import schedules
-from ddp_lab.pipeline_parallel.schedules import Span
+from ddp_lab.course.pipeline_parallel import schedules
+from ddp_lab.course.pipeline_parallel.schedules import Span
 from ddp_lab.plots.pipeline import plot_pipelines
 from ddp_lab.torch_compat import pipelining
 

@@ -5,10 +5,10 @@ import pytest
 import torch
 
 from ddp_lab.plan import Strategy, Transformer
-from ddp_lab.alpha_beta import fit_alpha_beta
+from ddp_lab.course.alpha_beta import fit_alpha_beta
 from ddp_lab.plan.calibrate import collective_bytes
 from ddp_lab.plan.measure import SavedTensorCounter
-from ddp_lab.plan.memory import stage_parameters
+from ddp_lab.course.plan.memory import stage_parameters
 from ddp_lab.plan.reference import build
 
 GPT = Transformer("tiny-gpt", layers=2, hidden=64, heads=4, vocab=128, seq_len=32)

@@ -1,4 +1,4 @@
-"""ddp_lab.sharding: the byte counters and ZeRO's formula, the portable collectives and FSDP2 import.
+"""ddp_lab.course.sharding: the byte counters and ZeRO's formula, the portable collectives and FSDP2 import.
 
 The collectives run on 2 real gloo ranks and are compared with the definition; the byte
 counter is compared with numel * element_size on plain tensors and on FSDP2's DTensors.
@@ -12,7 +12,7 @@ import torch.nn as nn
 
 import ddp_lab
 from ddp_lab.instruments.tensor_bytes import measured_state_bytes, tensor_bytes
-from ddp_lab.sharding.state_bytes import state_bytes_per_rank
+from ddp_lab.course.sharding.state_bytes import state_bytes_per_rank
 from ddp_lab.torch_compat.fsdp import fsdp2, fsdp2_cpu_skip_reason
 
 
@@ -47,7 +47,7 @@ def test_measured_state_bytes_counts_params_grads_and_adam_state():
 def _collectives(rank):
     import torch.distributed as dist
 
-    from ddp_lab.sharding.collectives import all_gather, reduce_scatter
+    from ddp_lab.torch_compat.flat_collectives import all_gather, reduce_scatter
 
     full = torch.arange(4.0) + 10 * rank                 # rank 0: [0, 1, 2, 3]; rank 1: [10, 11, 12, 13]
     mine = torch.empty(2)

@@ -1,4 +1,4 @@
-"""ddp_lab.tensor_parallel: counting collective bytes on real gloo ranks, the DTensor import helper, the plot."""
+"""ddp_lab.course.tensor_parallel: counting collective bytes on real gloo ranks, the DTensor import helper, the plot."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import torch.distributed as dist
 import ddp_lab
 from ddp_lab.instruments.collectives import CollectiveCall, count_collectives
 from ddp_lab.torch_compat.dtensor import dtensor_api
-from ddp_lab.tensor_parallel.communications import CopyToModelParallelRegion
+from ddp_lab.course.tensor_parallel.communications import CopyToModelParallelRegion
 
 
 def _counting(rank):
@@ -30,9 +30,9 @@ def _counting(rank):
 def test_count_collectives_records_every_call_with_its_bytes():
     results = ddp_lab.launch(_counting, nprocs=2, backend="gloo")
     for result in results:
-        assert result["calls"] == [CollectiveCall("all_reduce", (3,), 3, 12),
-                                   CollectiveCall("broadcast", (2, 5), 10, 80),
-                                   CollectiveCall("all_reduce", (4,), 4, 8)]
+        assert result["calls"] == [CollectiveCall("all_reduce", (3,), torch.float32, 3, 12),
+                                   CollectiveCall("broadcast", (2, 5), torch.float64, 10, 80),
+                                   CollectiveCall("all_reduce", (4,), torch.float16, 4, 8)]
         assert result["restored"]
         torch.testing.assert_close(result["grad"], torch.full((4,), 2.0, dtype=torch.float16))
 

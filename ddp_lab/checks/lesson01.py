@@ -12,7 +12,7 @@ import torch
 
 from ddp_lab.checks import CheckFailed, passed
 from ddp_lab.checks.common import call_case, describe, ensure_written, first_mismatch, run_on_ranks
-from ddp_lab.device_memory import COMPONENTS, SHARDED, STRATEGIES, memory_per_device
+from ddp_lab.course.device_memory import COMPONENTS, SHARDED, STRATEGIES, memory_per_device
 
 MEMORY_CASES = ((1_000_000, 300_000, 4), (7_000_000_000, 2_000_000_000, 8))
 
@@ -29,7 +29,7 @@ _WHY_FULL = {
 def check_memory_per_device(fn) -> None:
     """Check `fn(n_params, n_activations, world_size, strategy)` -> {component: bytes}.
 
-    Compared with `ddp_lab.device_memory.memory_per_device` for every strategy in
+    Compared with `ddp_lab.course.device_memory.memory_per_device` for every strategy in
     ('single', 'data', 'model', 'zero1', 'zero2', 'zero3') on two model sizes.
 
     Introduced in notebooks/01-data-vs-model-parallelism.ipynb.

@@ -21,8 +21,8 @@ import torch.nn.functional as F
 
 from ddp_lab.checks import CheckFailed, passed
 from ddp_lab.checks.common import call_case, first_mismatch, only_point_to_point, run_on_ranks
-from ddp_lab.pipeline_parallel import schedules
-from ddp_lab.pipeline_parallel.schedules import Span, gpipe_actions, ideal_timeline, one_f_one_b_actions
+from ddp_lab.course.pipeline_parallel import schedules
+from ddp_lab.course.pipeline_parallel.schedules import Span, gpipe_actions, ideal_timeline, one_f_one_b_actions
 
 WORLD_SIZE = 3          # stages, one per rank: a middle stage exists, and a wrong peer shows
 MICROBATCHES = 4

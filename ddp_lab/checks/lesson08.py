@@ -18,7 +18,7 @@ import torch.nn.functional as F
 
 from ddp_lab.checks import CheckFailed, passed
 from ddp_lab.checks.common import call_case, describe, ensure_written, first_mismatch, run_on_ranks
-from ddp_lab.tensor_parallel.communications import reduce_from_model_parallel_region
+from ddp_lab.course.tensor_parallel.communications import reduce_from_model_parallel_region
 
 WORLD_SIZE = 2
 IN_FEATURES, OUT_FEATURES = 8, 6  # not square: slicing the wrong dimension of the weight fails loudly

@@ -3,7 +3,7 @@
     ddp_lab.checks.lesson09.check_state_bytes(state_bytes)
     ddp_lab.checks.lesson09.check_zero1(zero1_init, zero1_step)
 
-The formula check runs in the notebook's process against `ddp_lab.sharding.state_bytes`;
+The formula check runs in the notebook's process against `ddp_lab.course.sharding.state_bytes`;
 the ZeRO-1 check trains 3 Adam steps on 2 gloo ranks with a short timeout and compares
 every rank's gradient shards, optimizer state and parameters with one process training on
 the whole batch.
@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from ddp_lab.checks import CheckFailed, passed
 from ddp_lab.checks.common import call_case, ensure_written, run_on_ranks
 from ddp_lab.instruments.tensor_bytes import optimizer_state_bytes
-from ddp_lab.sharding.state_bytes import BYTES_PER_PARAMETER, COMPONENTS, SHARDED_BY_STAGE, state_bytes_per_rank
+from ddp_lab.course.sharding.state_bytes import BYTES_PER_PARAMETER, COMPONENTS, SHARDED_BY_STAGE, state_bytes_per_rank
 
 # --- exercise 1: the formula -----------------------------------------------------------------
 
@@ -39,7 +39,7 @@ def check_state_bytes(state_bytes) -> None:
     """Check `state_bytes(n_params, stage, world_size, precision)`: ZeRO's bytes per rank by component.
 
     It must return {'params': ..., 'grads': ..., 'optimizer': ...} in bytes, equal to
-    `ddp_lab.sharding.state_bytes.state_bytes_per_rank` for every stage (0 = DDP, 1, 2, 3),
+    `ddp_lab.course.sharding.state_bytes.state_bytes_per_rank` for every stage (0 = DDP, 1, 2, 3),
     world size and precision ('fp32': 4 + 4 + 8 bytes per parameter; 'bf16' mixed precision: 2 + 2 + 12).
 
     Introduced in notebooks/09-zero-and-fsdp.ipynb.

@@ -23,7 +23,8 @@ import torch.nn.functional as F
 
 from ddp_lab.checks import CheckFailed, passed
 from ddp_lab.checks.common import call_case, describe, ensure_written, first_mismatch, run_on_ranks
-from ddp_lab.mesh import count_mesh_traffic, mesh_groups
+from ddp_lab.course.mesh import mesh_groups
+from ddp_lab.instruments.mesh_traffic import count_mesh_traffic
 from ddp_lab.torch_compat.dtensor import dtensor_api, full_tensor
 
 WORLD_SIZE = 4

@@ -141,7 +141,7 @@ def _difference(rank: int, record: dict, reference: list[dict], other_rank: list
                     "them all to rank 0) and restore its own.")
         return (f"rank {rank}, step {step}: the random number generator's state differs from the uninterrupted "
                 "run's, so the dropout masks differ.\nHint: save torch.get_rng_state() (or "
-                "ddp_lab.fault_tolerance.checkpoint.capture_rng()) after every step and restore it on resume.")
+                "ddp_lab.course.fault_tolerance.checkpoint.capture_rng()) after every step and restore it on resume.")
     return None
 
 

@@ -202,7 +202,7 @@ MEMORY_ADVICE = {
 
 
 def _overflow(plan) -> str:
-    from ddp_lab.plan.search import USABLE_MEMORY
+    from ddp_lab.course.plan.search import USABLE_MEMORY
 
     m = plan.memory
     usable = USABLE_MEMORY * plan.cluster.gpu.memory

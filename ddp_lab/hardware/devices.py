@@ -16,8 +16,8 @@ def rank_device():
         >>> def fn(rank):
         ...     x = torch.ones(3, device=ddp_lab.rank_device())
     """
-    import torch
-    import torch.distributed as dist
+    import torch  # lazy: `import ddp_lab`, the CLI and the launcher's notebook side stay torch-free (~1 s import)
+    import torch.distributed as dist  # lazy: `import ddp_lab`, the CLI and the launcher's notebook side stay torch-free (~1 s import)
 
     if dist.is_initialized() and dist.get_backend() == "nccl":
         return torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))

@@ -19,6 +19,8 @@ from __future__ import annotations
 import os
 import re
 
+from ddp_lab.hardware.machine import gpu_count
+
 REQUIRE_ENV = "DDP_LAB_REQUIRE_GPU"
 _NEEDS = re.compile(r"needs (\d+) CUDA GPUs?, found \d+")
 
@@ -45,9 +47,8 @@ def skip_reason(gpus: int = 1, nccl: bool = False) -> str | None:
 
     Introduced in notebooks/06-backends-and-torchrun.ipynb.
     """
-    import torch.distributed as dist
+    import torch.distributed as dist  # lazy: `import ddp_lab`, the CLI and the launcher's notebook side stay torch-free (~1 s import)
 
-    from ddp_lab.hardware.machine import gpu_count
 
     found = gpu_count()
     reason = None

@@ -138,7 +138,7 @@ def _ratio(quota: int, period: int) -> float | None:
 
 def gpu_count() -> int:
     """CUDA devices visible to torch (0 on a CPU build). Does not initialise CUDA."""
-    import torch
+    import torch  # lazy: `import ddp_lab`, the CLI and the launcher's notebook side stay torch-free (~1 s import)
 
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
@@ -240,8 +240,8 @@ class MachineReport:
 
 def inspect_machine() -> MachineReport:
     """Collect the doctor's facts without printing them."""
-    import torch
-    import torch.distributed as dist
+    import torch  # lazy: `import ddp_lab`, the CLI and the launcher's notebook side stay torch-free (~1 s import)
+    import torch.distributed as dist  # lazy: `import ddp_lab`, the CLI and the launcher's notebook side stay torch-free (~1 s import)
 
     gpus = [torch.cuda.get_device_name(i) for i in range(gpu_count())]
     backends = {

@@ -22,18 +22,11 @@ from typing import NamedTuple
 
 import torch
 
+from ddp_lab.instruments.collectives import CollectiveCall, watching_collectives   # lesson 08's wrapping
+
 # Collectives a hook may call: the position and keyword of the argument holding what this rank sends.
 COUNTED = {"all_reduce": (0, "tensor"), "all_gather": (1, "tensor"),
            "all_gather_into_tensor": (1, "input_tensor"), "broadcast": (0, "tensor")}
-
-
-class CollectiveCall(NamedTuple):
-    """One collective this rank called: its name, the dtype and element count it sent, and the bytes."""
-
-    op: str
-    dtype: torch.dtype
-    numel: int
-    nbytes: int
 
 
 class ByteCounter:
@@ -44,7 +37,7 @@ class ByteCounter:
         >>> with counter.counting():
         ...     dist.all_reduce(torch.ones(10))
         >>> counter.take()
-        [CollectiveCall(op='all_reduce', dtype=torch.float32, numel=10, nbytes=40)]
+        [CollectiveCall(name='all_reduce', shape=(10,), dtype=torch.float32, numel=10, nbytes=40)]
 
     Introduced in notebooks/11-performance-and-scaling.ipynb.
     """
@@ -57,7 +50,7 @@ class ByteCounter:
         tensors = tensors if isinstance(tensors, (list, tuple)) else [tensors]
         with self._lock:
             for tensor in tensors:
-                self.calls.append(CollectiveCall(op, tensor.dtype, tensor.numel(), tensor.numel() * tensor.element_size()))
+                self.calls.append(CollectiveCall.of(op, tensor))
 
     def take(self) -> list[CollectiveCall]:
         """The calls recorded since the last take(), oldest first; the record starts empty again."""
@@ -68,8 +61,6 @@ class ByteCounter:
     @contextlib.contextmanager
     def counting(self) -> Iterator[ByteCounter]:
         """Wrap torch.distributed's collectives (module attributes, so hooks that call `dist.all_reduce` are seen)."""
-        from ddp_lab.instruments.collectives import watching_collectives   # lesson 08's wrapping
-
         with watching_collectives(COUNTED, self.record):
             yield self
 

@@ -15,6 +15,8 @@ import sys
 from collections.abc import Iterator, Sequence
 from typing import NamedTuple
 
+from torch.profiler import ProfilerActivity, profile
+
 
 @contextlib.contextmanager
 def _stderr_to_devnull() -> Iterator[None]:
@@ -34,7 +36,6 @@ class _QuietProfile:
     """torch.profiler.profile(CPU), whose start and stop do not write kineto's status lines."""
 
     def __init__(self, **kwargs):
-        from torch.profiler import ProfilerActivity, profile
 
         self.profile = profile(activities=[ProfilerActivity.CPU], **kwargs)
 

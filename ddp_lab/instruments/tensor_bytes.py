@@ -1,6 +1,6 @@
 """Counting the bytes a rank really holds: parameters, gradients, optimizer state, DTensor shards.
 
-What `ddp_lab.sharding.state_bytes.state_bytes_per_rank` predicts is checked against these
+What `ddp_lab.course.sharding.state_bytes.state_bytes_per_rank` predicts is checked against these
 counts (lesson 09 by hand and with FSDP2, lesson 13's planner on real runs).
 
 Introduced in notebooks/09-zero-and-fsdp.ipynb.

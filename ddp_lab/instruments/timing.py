@@ -1,7 +1,7 @@
 """Timing ranks: wall and CPU time of calls, ping-pongs and all-reduces, the medians that count.
 
-What lesson 11 measures to hold against the alpha-beta model (ddp_lab/alpha_beta.py) and the
-bound min(W, cores) (ddp_lab/data_parallel/scaling.py).
+What lesson 11 measures to hold against the alpha-beta model (ddp_lab/course/alpha_beta.py) and the
+bound min(W, cores) (ddp_lab/course/data_parallel/scaling.py).
 
 Introduced in notebooks/11-performance-and-scaling.ipynb.
 """
@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import NamedTuple
 
 import torch
+import torch.distributed as dist
 
 
 class Timing(NamedTuple):
@@ -66,7 +67,6 @@ def prefix_groups(sizes: Sequence[int]) -> dict:
 
     Introduced in notebooks/11-performance-and-scaling.ipynb.
     """
-    import torch.distributed as dist
 
     world = dist.get_world_size()
     if any(size < 1 or size > world for size in sizes):
@@ -86,7 +86,6 @@ def ping_pong_seconds(peer: int, numel: int, repeats: int, device: str | torch.d
 
     Introduced in notebooks/11-performance-and-scaling.ipynb (the method of lesson 02).
     """
-    import torch.distributed as dist
 
     device = torch.device(device)
     tensor = torch.ones(numel, device=device)
@@ -108,7 +107,6 @@ def all_reduce_seconds(numel: int, repeats: int, group=None, device: str | torch
 
     Introduced in notebooks/11-performance-and-scaling.ipynb.
     """
-    import torch.distributed as dist
 
     device = torch.device(device)
     tensor = torch.ones(numel, device=device)

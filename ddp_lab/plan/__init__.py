@@ -6,31 +6,35 @@
     plans = plan.search(model, cluster)          # valid plans that fit, fastest first
     print(plan.table(plans[:5]))
 
-Pure Python (importing it does not import torch); only `calibrate.this_machine()` measures,
-through `ddp_lab.plan.calibrate`. The modules, one concept each:
-    model.py        the transformer's shape and exact parameter count, presets
-    cluster.py      GPUs and clusters (spec-sheet presets; the one calibrated efficiency)
-    strategy.py     dp, tp, pp, ZeRO, micro-batches, recomputation; validation
-    memory.py       per-GPU model states (ZeRO paper) and totals; activations.py: Korthikanti et al.
-    collectives.py  time of a collective on the links a group spans (lesson 02's alpha-beta)
-    steptime.py     compute, TP communication, pipeline bubble, exposed DP communication; MFU
-    search.py       enumerate, keep what fits, rank by throughput; report.py: the table
+Two floors. The formulas a learner reads live in the course library, `ddp_lab/course/plan/`
+(model, cluster_spec, strategy, memory, activations, collectives, steptime, search, and experts and
+context_parallel for lessons 14 and 15: pure Python,
+importing them does not import torch); this lab package re-exports their names and adds what runs:
+    report.py       the table and the breakdown a learner prints
     cli.py          `python -m ddp_lab plan ...`
+    calibrate.py    this machine's speeds, measured (`calibrate.this_machine()`)
+    measure.py, probes.py, reference.py, validate.py   the harness that runs real ranks and
+                    compares the formulas with what they measure
 
 Introduced in notebooks/13-plan-your-training-run.ipynb.
 """
 
-from ddp_lab.plan.activations import head_activation_bytes, layer_activation_bytes, layers_in_flight
-from ddp_lab.plan.cluster_spec import GPU, MATMUL_EFFICIENCY, ClusterSpec
-from ddp_lab.plan.collectives import Group, collective_time   # Group: ddp_lab.rank_layout
-from ddp_lab.plan.memory import MemoryBreakdown, memory, model_state_bytes, stage_activation_bytes, stage_parameters
-from ddp_lab.plan.model import Transformer, parse_count
+from ddp_lab.course.plan.activations import head_activation_bytes, layer_activation_bytes, layers_in_flight
+from ddp_lab.course.plan.cluster_spec import GPU, MATMUL_EFFICIENCY, ClusterSpec
+from ddp_lab.course.plan.collectives import Group, collective_time   # Group: ddp_lab.course.rank_layout
+from ddp_lab.course.plan.context_parallel import causal_attention_flops, kv_block_bytes, ring_time
+from ddp_lab.course.plan.experts import MoE, all_to_all_time, dispatch_bytes
+from ddp_lab.course.plan.memory import (MemoryBreakdown, memory, model_state_bytes, stage_activation_bytes,
+                                        stage_parameters, stage_state_bytes)
+from ddp_lab.course.plan.model import Transformer, parse_count
 from ddp_lab.plan.report import breakdown, table
-from ddp_lab.plan.search import Plan, evaluate, search
-from ddp_lab.plan.steptime import TimeBreakdown, mfu, step_flops, step_time, tflops_per_gpu, tokens_per_second
-from ddp_lab.plan.strategy import Strategy, check
+from ddp_lab.course.plan.search import Plan, evaluate, search
+from ddp_lab.course.plan.steptime import TimeBreakdown, mfu, step_flops, step_time, tflops_per_gpu, tokens_per_second
+from ddp_lab.course.plan.strategy import Strategy, check
 
-__all__ = ["GPU", "MATMUL_EFFICIENCY", "ClusterSpec", "Group", "MemoryBreakdown", "Plan", "Strategy", "TimeBreakdown",
-           "Transformer", "breakdown", "check", "collective_time", "evaluate", "head_activation_bytes",
+__all__ = ["GPU", "MATMUL_EFFICIENCY", "ClusterSpec", "Group", "MemoryBreakdown", "MoE", "Plan", "Strategy",
+           "TimeBreakdown", "Transformer", "all_to_all_time", "breakdown", "causal_attention_flops", "check",
+           "collective_time", "dispatch_bytes", "evaluate", "head_activation_bytes", "kv_block_bytes",
            "layer_activation_bytes", "layers_in_flight", "memory", "mfu", "model_state_bytes", "parse_count",
-           "search", "stage_activation_bytes", "stage_parameters", "step_flops", "step_time", "table", "tflops_per_gpu", "tokens_per_second"]
+           "ring_time", "search", "stage_activation_bytes", "stage_parameters", "stage_state_bytes", "step_flops",
+           "step_time", "table", "tflops_per_gpu", "tokens_per_second"]

@@ -35,13 +35,13 @@ import torch
 import torch.distributed as dist
 
 import ddp_lab
-from ddp_lab.alpha_beta import fit_alpha_beta   # lesson 02's fit
+from ddp_lab.course.alpha_beta import fit_alpha_beta   # lesson 02's fit
 from ddp_lab.hardware.load import OtherPrograms
 from ddp_lab.hardware.machine import cpu_cores
-from ddp_lab.plan.cluster_spec import ClusterSpec
+from ddp_lab.course.plan.cluster_spec import ClusterSpec
 from ddp_lab.plan.measure import megatron_groups
 from ddp_lab.plan.probes import TransformerStepProbe, matmul_rate
-from ddp_lab.sharding.collectives import all_gather, reduce_scatter
+from ddp_lab.torch_compat.flat_collectives import all_gather, reduce_scatter
 
 # Message sizes in fp32 values: 4 B ... 4 MB (a small model's gradient bucket is ~1-25 MB).
 COUNTS = (1, 256, 16_384, 131_072, 1_048_576)

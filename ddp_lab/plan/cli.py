@@ -3,6 +3,8 @@
     python -m ddp_lab plan --model llama3-8b --cluster h100-sxm --nodes 4 --top 5
     python -m ddp_lab plan --model llama3-8b --cluster h100-sxm --nodes 4 --tp 8 --dp 4 --zero 1
     python -m ddp_lab plan --params 7.5B --dp 64 --zero 3
+    python -m ddp_lab plan --model mixtral-8x7b --cluster h100-sxm --nodes 8 --ep 8 --top 5
+    python -m ddp_lab plan --model llama3-8b --cluster h100-sxm --nodes 4 --tp 8 --cp 4 --zero 1
 
 Introduced in notebooks/13-plan-your-training-run.ipynb.
 """
@@ -12,16 +14,28 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ddp_lab.plan.cluster_spec import PRESET_NAMES, ClusterSpec
-from ddp_lab.plan.model import PRESETS, Transformer, parse_count
+from ddp_lab.course.plan import context_parallel
+from ddp_lab.course.plan.cluster_spec import PRESET_NAMES, ClusterSpec
+from ddp_lab.course.plan.model import PRESETS, Transformer, parse_count
 from ddp_lab.plan.report import breakdown, fold_zero_stages, model_states_text, search_header, table
-from ddp_lab.plan.search import candidates, default_global_batch, evaluate, search
-from ddp_lab.plan.strategy import FSDP_UNITS, PRECISIONS, RECOMPUTE, Strategy, check, divisors
+from ddp_lab.course.plan.search import candidates, default_global_batch, evaluate, search
+from ddp_lab.course.plan.strategy import FSDP_UNITS, PRECISIONS, RECOMPUTE, Strategy, check, divisors
 
 STRATEGY_FLAGS = ("dp", "tp", "pp", "zero", "micro_batch", "grad_accum", "recompute", "sequence_parallel",
                   "fsdp_unit")
 POSITIVE_INTS = ("nodes", "dp", "tp", "pp", "micro_batch", "grad_accum", "global_batch", "top")
 SHORT_FORM_FLAGS = ("params", "dp", "zero", "precision")     # all that --params reads
+SPLIT_FLAGS = ("cp", "ep")     # a number (the plan's or every searched plan's) or "auto" (searched)
+
+
+def parallel_size(text: str) -> int | str:
+    """--cp/--ep's value: an int, or "auto" to search every size that fits (argparse type)."""
+    if text.strip().lower() == "auto":
+        return "auto"
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid value {text!r}: give a positive int or auto") from None
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -51,6 +65,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="Megatron sequence parallelism (needs tp > 1)")
     how.add_argument("--fsdp-unit", dest="fsdp_unit", choices=FSDP_UNITS,
                      help="ZeRO-3: gather one layer at a time (layer, the default, as FSDP is wrapped) or the whole model")
+    how.add_argument("--cp", type=parallel_size, metavar="N|auto",
+                     help="context-parallel size: ranks that split each sequence (lesson 15; the sequence must "
+                          "split into 2 x cp chunks). With no other strategy flag the search uses it for every plan; "
+                          "auto searches it (default 1)")
+    how.add_argument("--ep", type=parallel_size, metavar="N|auto",
+                     help="expert-parallel size of a mixture-of-experts model (lesson 14): of the dp x cp ranks, how "
+                          "many split the experts (divides the experts and dp x cp). With no other strategy flag the "
+                          "search uses it for every plan; auto searches it (the default for a model with experts)")
     how.add_argument("--precision", choices=PRECISIONS, default=None,
                      help="bf16/fp16 mixed-precision Adam (2+2+12 bytes/param) or fp32 Adam (4+4+8); "
                           "default bf16 (fp16 on a GPU without bf16, e.g. t4)")
@@ -71,7 +93,9 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         cluster = ClusterSpec.preset(args.cluster, nodes=args.nodes or 1)
         args.precision = args.precision or ("bf16" if "bf16" in cluster.gpu.peak_flops else "fp16")
         given = {name: getattr(args, name) for name in STRATEGY_FLAGS if getattr(args, name) is not None}
+        _check_splits(model, cluster, args, given)
         if given:
+            given.update({name: getattr(args, name) for name in SPLIT_FLAGS if getattr(args, name) is not None})
             strategy, note = _strategy(model, cluster, args, given)
             print(note + breakdown(evaluate(model, cluster, strategy, args.tp_across_nodes)))
         else:
@@ -130,6 +154,37 @@ def _check_flags(args) -> None:
     if args.fsdp_unit is not None and args.zero != 3:
         raise ValueError("--fsdp-unit applies to ZeRO-3 only (it says what FSDP gathers at once): "
                          "add --zero 3 or drop --fsdp-unit")
+    for name in SPLIT_FLAGS:
+        value = getattr(args, name)
+        if value is not None and value != "auto" and value < 1:
+            raise ValueError(f"{_flag(name)} must be a positive int or auto, got {value}")
+        if value == "auto" and strategy:
+            raise ValueError(f"{_flag(name)} auto searches {name}, but {', '.join(strategy)} chose one plan: give "
+                             f"{_flag(name)} a number, or drop the strategy flags to search")
+
+
+def _check_splits(model, cluster, args, given: dict) -> None:
+    """Refuse --ep/--cp values no plan of this model on this cluster can have, naming what would do."""
+    ep, cp = args.ep, args.cp
+    if ep not in (None, "auto", 1):
+        if model.moe is None:
+            with_experts = [name for name, preset in PRESETS.items() if preset.moe is not None]
+            raise ValueError(f"--ep {ep} needs a mixture-of-experts model, but {model.name} is dense (no experts to "
+                             f"split): drop --ep, or plan one of {', '.join(with_experts)}")
+        if cluster.gpus % ep or model.moe.experts % ep:
+            valid = [d for d in divisors(model.moe.experts) if not cluster.gpus % d]
+            raise ValueError(f"--ep {ep} must divide the {model.moe.experts} experts of {model.name} and the "
+                             f"cluster's {cluster.gpus} GPUs (expert-parallel ranks are carved out of the data-parallel "
+                             f"ones): use --ep in {valid} or --ep auto")
+    if cp not in (None, "auto", 1):
+        if cluster.gpus % cp:
+            raise ValueError(f"--cp {cp} does not divide the cluster's {cluster.gpus} GPUs: use --cp in "
+                             f"{[d for d in divisors(cluster.gpus) if context_parallel.splits_sequence(model, d)]}")
+        if not context_parallel.splits_sequence(model, cp):
+            valid = [d for d in divisors(cluster.gpus) if context_parallel.splits_sequence(model, d)]
+            raise ValueError(f"--cp {cp}: the sequence of {model.seq_len} tokens does not split into 2 x cp = {2 * cp} "
+                             f"equal chunks (each context-parallel rank takes two, to balance the causal mask); "
+                             f"use --cp in {valid}")
 
 
 def _short_form(args) -> int:
@@ -145,12 +200,14 @@ def _short_form(args) -> int:
 def _search_report(model, cluster, args) -> str:
     """The search's header (what was searched, how many plans fit), then its fastest distinct plans."""
     global_batch = args.global_batch or default_global_batch(model, cluster)
-    options = {"precision": args.precision, "tp_across_nodes": args.tp_across_nodes}
-    tried = sum(1 for _ in candidates(model, cluster, global_batch, **options))
+    options = {"precision": args.precision, "tp_across_nodes": args.tp_across_nodes, "cp": args.cp or 1,
+               "ep": args.ep}
+    tried = list(candidates(model, cluster, global_batch, **options))
     fitting = search(model, cluster, top=None, global_batch=global_batch, **options)
     rows = fold_zero_stages(fitting)[:args.top or 10]
-    return "\n".join([search_header(model, cluster, global_batch, args.precision, tried, len(fitting)),
-                      table([plan for plan, _ in rows], stages=[zero for _, zero in rows])])
+    header = search_header(model, cluster, global_batch, args.precision, len(tried), len(fitting),
+                           cp={s.cp for s in tried}, ep={s.ep for s in tried})
+    return "\n".join([header, table([plan for plan, _ in rows], stages=[zero for _, zero in rows])])
 
 
 def _strategy(model, cluster, args, given: dict) -> tuple[Strategy, str]:
@@ -160,11 +217,11 @@ def _strategy(model, cluster, args, given: dict) -> tuple[Strategy, str]:
     (refused unless dp x micro-batch divides it), else the default rounded to the nearest
     multiple of dp x micro-batch, said in the note.
     """
-    tp, pp = given.get("tp", 1), given.get("pp", 1)
+    tp, pp, cp = given.get("tp", 1), given.get("pp", 1), given.get("cp", 1)
     if "dp" not in given:
-        if cluster.gpus % (tp * pp):
-            raise ValueError(_no_dp_fills(model, cluster, tp, pp, args.tp_across_nodes))
-        given["dp"] = cluster.gpus // (tp * pp)
+        if cluster.gpus % (tp * pp * cp):
+            raise ValueError(_no_dp_fills(model, cluster, tp, pp, args.tp_across_nodes, cp))
+        given["dp"] = cluster.gpus // (tp * pp * cp)
     given.setdefault("micro_batch", 1)
     given["sequence_parallel"] = bool(given.get("sequence_parallel", False))
     strategy = Strategy(precision=args.precision, **{**given, "grad_accum": given.get("grad_accum", 1)})
@@ -197,14 +254,17 @@ def _nearest_multiples(value: int, step: int) -> list[int]:
     return [value] if below == value else [m for m in (below, below + step) if m >= step]
 
 
-def _no_dp_fills(model, cluster, tp: int, pp: int, tp_across_nodes: bool) -> str:
-    """Why --tp x --pp leaves no whole data-parallel size, with the values that would."""
+def _no_dp_fills(model, cluster, tp: int, pp: int, tp_across_nodes: bool, cp: int = 1) -> str:
+    """Why --tp x --pp (x --cp) leaves no whole data-parallel size, with the values that would."""
     max_tp = cluster.gpus if tp_across_nodes else cluster.gpus_per_node
     valid_tp = [d for d in divisors(cluster.gpus) if d <= max_tp and not model.heads % d
                 and not model.kv_heads_ % d and not model.ffn_ % d]
     valid_pp = [d for d in divisors(cluster.gpus) if not model.layers % d]
-    return (f"--tp {tp} x --pp {pp} = {tp * pp} does not divide the cluster's {cluster.gpus} GPUs: choose --tp "
-            f"and --pp whose product divides {cluster.gpus} (for {model.name}: --tp in {valid_tp}, --pp in "
+    product, flags = f"--tp {tp} x --pp {pp}", "--tp and --pp"
+    if cp > 1:
+        product, flags = f"{product} x --cp {cp}", "--tp, --pp and --cp"
+    return (f"{product} = {tp * pp * cp} does not divide the cluster's {cluster.gpus} GPUs: choose {flags} "
+            f"whose product divides {cluster.gpus} (for {model.name}: --tp in {valid_tp}, --pp in "
             f"{valid_pp}), or change --nodes")
 
 

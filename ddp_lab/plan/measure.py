@@ -29,8 +29,8 @@ import ddp_lab
 from ddp_lab.instruments.tensor_bytes import measured_state_bytes
 from ddp_lab.plan.probes import TransformerStepProbe, matmul_rate
 from ddp_lab.plan.reference import build
-from ddp_lab.rank_layout import RankLayout
-from ddp_lab.sharding.collectives import all_gather, reduce_scatter
+from ddp_lab.course.rank_layout import RankLayout
+from ddp_lab.torch_compat.flat_collectives import all_gather, reduce_scatter
 from ddp_lab.torch_compat.fsdp import fsdp2
 from ddp_lab.torch_compat.pipelining import make_schedule, make_stage
 

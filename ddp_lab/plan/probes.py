@@ -14,10 +14,10 @@ from statistics import median
 
 import torch
 
-from ddp_lab.plan.model import Transformer
+from ddp_lab.course.plan.model import Transformer
 from ddp_lab.plan.reference import build
-from ddp_lab.plan.steptime import step_flops
-from ddp_lab.plan.strategy import Strategy
+from ddp_lab.course.plan.steptime import step_flops
+from ddp_lab.course.plan.strategy import Strategy
 
 # Matmul shapes (m, k, n) like a small transformer's: (tokens, hidden) @ (hidden, 4 * hidden), ...
 MATMUL_SHAPES = ((1024, 256, 1024), (1024, 1024, 256), (512, 512, 512))

@@ -16,8 +16,8 @@ its activation bytes come out as sbh (34 + 5as/h) per layer in 16-bit. What that
 Tensor parallelism is Megatron-LM's (Shoeybi et al. 2019, arXiv:1909.08053, lesson 08): Q/K/V
 and the FFN's first matmul split by columns (whole heads per rank), the output projections by
 rows, `f` (identity forward, all-reduce backward) before and `g` (all-reduce forward) after
-(ddp_lab/tensor_parallel/communications.py); the word embedding and the cross-entropy are
-vocab-parallel (ddp_lab/tensor_parallel/vocab_parallel.py). Pipeline parallelism cuts the
+(ddp_lab/course/tensor_parallel/communications.py); the word embedding and the cross-entropy are
+vocab-parallel (ddp_lab/course/tensor_parallel/vocab_parallel.py). Pipeline parallelism cuts the
 layers into equal stages (lesson 07); with tied embeddings the last stage keeps its own copy of
 the word embedding as the head, as Megatron-LM does.
 
@@ -32,8 +32,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ddp_lab.tensor_parallel.communications import copy_to_model_parallel_region, reduce_from_model_parallel_region
-from ddp_lab.tensor_parallel.vocab_parallel import (VocabParallelEmbedding, group_size_and_rank,
+from ddp_lab.course.tensor_parallel.communications import copy_to_model_parallel_region, reduce_from_model_parallel_region
+from ddp_lab.course.tensor_parallel.vocab_parallel import (VocabParallelEmbedding, group_size_and_rank,
                                                     vocab_parallel_cross_entropy)
 
 DEFAULT_DROPOUT = 0.1

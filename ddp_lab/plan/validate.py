@@ -28,12 +28,12 @@ from dataclasses import dataclass, replace
 
 from ddp_lab.hardware.load import QUIET_CORES, OtherPrograms
 from ddp_lab.plan.calibrate import measure_this_machine
-from ddp_lab.plan.cluster_spec import ClusterSpec
+from ddp_lab.course.plan.cluster_spec import ClusterSpec
 from ddp_lab.plan.measure import Config, run
-from ddp_lab.plan.memory import model_state_bytes, stage_activation_bytes, stage_parameters
-from ddp_lab.plan.model import Transformer
-from ddp_lab.plan.steptime import step_time
-from ddp_lab.plan.strategy import Strategy
+from ddp_lab.course.plan.memory import model_state_bytes, stage_activation_bytes, stage_parameters
+from ddp_lab.course.plan.model import Transformer
+from ddp_lab.course.plan.steptime import step_time
+from ddp_lab.course.plan.strategy import Strategy
 from ddp_lab.torch_compat.fsdp import fsdp2_runs_on_cpu
 
 STATE_TOLERANCE = 0            # bytes: model states must be equal

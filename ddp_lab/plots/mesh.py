@@ -15,7 +15,7 @@ def mesh_grid(layout: list[list[int]], groups: dict[int, dict[str, list[int]]], 
               title: str = ""):
     """Draw a 2-D mesh: ranks at their (row, column), and the groups each rank reported, outlined.
 
-    Groups are drawn from what the ranks measured (e.g. with `ddp_lab.mesh.mesh_groups`), not
+    Groups are drawn from what the ranks measured (e.g. with `ddp_lab.course.mesh.mesh_groups`), not
     from a formula: a group of the first dimension is outlined in orange, of the second in
     blue, around the ranks it holds, so a wrong grouping shows as an outline that does not
     follow a column or a row.

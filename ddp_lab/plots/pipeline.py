@@ -10,7 +10,7 @@ from typing import Iterable, Mapping
 import matplotlib.pyplot as plt
 from matplotlib.patches import Patch
 
-from ddp_lab.pipeline_parallel.schedules import Span
+from ddp_lab.course.pipeline_parallel.schedules import Span
 
 COLOURS = {"forward": "#4c72b0", "backward": "#dd8452"}
 
@@ -29,7 +29,7 @@ def plot_pipelines(panels: Mapping[str, Iterable[Span]], unit: str = "ms"):
         The matplotlib Figure.
 
     Example:
-        >>> from ddp_lab.pipeline_parallel.schedules import gpipe_actions, ideal_timeline
+        >>> from ddp_lab.course.pipeline_parallel.schedules import gpipe_actions, ideal_timeline
         >>> fig = plot_pipelines({"GPipe": ideal_timeline([gpipe_actions(s, 2, 4) for s in range(2)])},
         ...                      unit="slots")
 

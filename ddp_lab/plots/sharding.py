@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 
 import matplotlib.pyplot as plt
 
-from ddp_lab.sharding.state_bytes import state_bytes_per_rank
+from ddp_lab.course.sharding.state_bytes import state_bytes_per_rank
 
 STAGE_NAMES = {0: "DDP", 1: "ZeRO-1", 2: "ZeRO-2", 3: "ZeRO-3 / FSDP2"}
 COLOURS = {0: "#4C72B0", 1: "#DD8452", 2: "#55A868", 3: "#C44E52"}

@@ -10,7 +10,7 @@ from typing import Iterable
 
 import matplotlib.pyplot as plt
 
-from ddp_lab.pipeline_parallel.schedules import Span
+from ddp_lab.course.pipeline_parallel.schedules import Span
 
 
 _COLOURS = ["#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860"]

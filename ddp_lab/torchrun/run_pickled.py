@@ -24,10 +24,17 @@ notebooks/06-backends-and-torchrun.ipynb.
 
 from __future__ import annotations
 
+import datetime
 import os
 import pickle
 import sys
 from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from ddp_lab.launcher.backend import auto_backend
+from ddp_lab.launcher.payload import dumps, unpack
 
 
 def identity() -> dict[str, int]:
@@ -43,14 +50,12 @@ def identity() -> dict[str, int]:
 
 def resolve_backend(backend: str, local_world_size: int) -> str:
     """'auto' -> what `ddp_lab.launch` picks for this node's ranks: nccl with a GPU per local rank, else gloo."""
-    from ddp_lab.launcher.backend import auto_backend
 
     return auto_backend(local_world_size) if backend == "auto" else backend
 
 
 def load_job(path: Path):
     """Read a job file: restore the notebook's import path and cell sources, unpickle fn and args."""
-    from ddp_lab.launcher.payload import unpack
 
     payload = pickle.loads(path.read_bytes())
     return (payload["backend"], *unpack(payload, replace_sys_path=False))
@@ -58,7 +63,6 @@ def load_job(path: Path):
 
 def write_result(results_dir: Path, rank: int, world_size: int, value) -> None:
     """Write rank's value atomically (a reader never sees half a file)."""
-    from ddp_lab.launcher.payload import dumps
 
     results_dir.mkdir(parents=True, exist_ok=True)
     record = {"rank": rank, "world_size": world_size, "value": dumps(value)}
@@ -78,9 +82,7 @@ def init_process_group(backend: str, me: dict[str, int]) -> None:
     store, connect to it ourselves and prefix every key with the attempt number, as torch
     < 2.5 did; elsewhere, plain env://.
     """
-    import datetime
 
-    import torch.distributed as dist
 
     if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
         dist.init_process_group(backend)  # env://: MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE
@@ -98,8 +100,6 @@ def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 1:
         raise SystemExit("usage: torchrun [torchrun options] -m ddp_lab.torchrun.run_pickled JOB_FILE")
-    import torch
-    import torch.distributed as dist
 
     job_path = Path(argv[0])
     me = identity()

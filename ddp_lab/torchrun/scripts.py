@@ -25,9 +25,13 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import cloudpickle
+
+from ddp_lab.launcher.errors import describe_exit
 from ddp_lab.launcher.payload import notebook_sources, pack_arguments, pack_function
 from ddp_lab.launcher.rendezvous import free_port  # noqa: F401  (a rendezvous port for multi-node demos)
 from ddp_lab.launcher.workdir import open_private, work_folder
@@ -81,7 +85,6 @@ class ScriptJob:
             raise FileNotFoundError(
                 f"ranks {missing} of {world_size} wrote no result in {self.results_dir}: they failed "
                 "or did not start; read the torchrun log.")
-        import cloudpickle
 
         return [cloudpickle.loads(by_rank[rank]["value"]) for rank in range(world_size)]
 
@@ -194,7 +197,6 @@ def run(commands: list[list[str]], timeout: float = 120.0, env: dict | None = No
 
 def _wait_all(processes: list[subprocess.Popen], timeout: float) -> tuple[bool, bool]:
     """Wait until all end, one fails, or the time is up. Returns (failed, timed_out)."""
-    import time
 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -237,6 +239,5 @@ def _failure_message(finished: list[Finished], timeout: float | None) -> str:
 
 
 def _exit(returncode: int | None) -> str:
-    from ddp_lab.launcher.errors import describe_exit
 
     return "still running" if returncode is None else describe_exit(returncode)

@@ -10,8 +10,8 @@ Introduced in notebooks/01-data-vs-model-parallelism.ipynb.
 
 from __future__ import annotations
 
-from ddp_lab.sharding.state_bytes import BYTES_PER_PARAMETER, SHARDED_BY_STAGE
-from ddp_lab.sharding.state_bytes import COMPONENTS as MODEL_STATES
+from ddp_lab.course.sharding.state_bytes import BYTES_PER_PARAMETER, SHARDED_BY_STAGE
+from ddp_lab.course.sharding.state_bytes import COMPONENTS as MODEL_STATES
 
 COMPONENTS = (*MODEL_STATES, "activations")
 BYTES_PER_VALUE = 4          # fp32

@@ -40,8 +40,8 @@ def layer_activation_bytes(model, strategy) -> int:
     GeLU, dropout, 16-bit) it equals Korthikanti et al. 2022, Table 2 in every case.
 
     Example:
-        >>> from ddp_lab.plan.model import Transformer
-        >>> from ddp_lab.plan.strategy import Strategy
+        >>> from ddp_lab.course.plan.model import Transformer
+        >>> from ddp_lab.course.plan.strategy import Strategy
         >>> gpt = Transformer.preset("gpt3-175b")
         >>> s, h, a = 2048, 12288, 96
         >>> layer_activation_bytes(gpt, Strategy()) == s * h * (34 + 5 * a * s // h)
@@ -86,8 +86,8 @@ def replicated_share(model, strategy) -> float:
     which splits those too.
 
     Example:
-        >>> from ddp_lab.plan.model import Transformer
-        >>> from ddp_lab.plan.strategy import Strategy
+        >>> from ddp_lab.course.plan.model import Transformer
+        >>> from ddp_lab.course.plan.strategy import Strategy
         >>> shape = Transformer("t", layers=2, hidden=256, heads=4, vocab=512, seq_len=128)
         >>> round(replicated_share(shape, Strategy(tp=2)), 3)    # 10 / (34 + 5 * 4 * 128 / 256)
         0.227

@@ -42,6 +42,14 @@ Time (seconds per step), on the rank that finishes last:
                 lesson 05); ZeRO 3 prefetches, overlapping it with the whole step's compute.
                 On a cluster with overlap_dp_comm=False (this machine: gloo copies bytes with
                 the cores that compute) all of it is exposed.
+    ep_comm     expert parallelism's all-to-alls, 4 per MoE layer and micro-batch, not overlapped
+                (experts.py, lesson 14). Expert gradients sync over their own, smaller group.
+    cp_comm     context parallelism's ring of key/value blocks, each send beside one ring step's
+                causal attention; only its exposed part is in the total (context_parallel.py,
+                lesson 15). With cp ranks a micro-batch's activations, and so the TP and PP
+                messages, hold s/cp tokens; the FLOPs do not change, shared by more GPUs.
+FLOPs of a mixture-of-experts model count the experts a token uses (top_k routed + shared), so
+MFU counts active parameters.
 
 Introduced in notebooks/13-plan-your-training-run.ipynb.
 """
@@ -50,9 +58,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ddp_lab.plan.activations import replicated_share, value_bytes
-from ddp_lab.plan.collectives import collective_time
-from ddp_lab.plan.memory import bytes_per_parameter, layer_parameters_per_rank, stage_parameters
+from ddp_lab.course.plan import context_parallel, experts
+from ddp_lab.course.plan.activations import replicated_share, value_bytes
+from ddp_lab.course.plan.collectives import collective_time
+from ddp_lab.course.plan.memory import bytes_per_parameter, layer_parameters_per_rank, stage_parameters
 
 
 @dataclass(frozen=True)
@@ -77,14 +86,21 @@ class TimeBreakdown:
     dp_comm_exposed: float
     dp_comm: float                # before overlap; not part of total
     pp_comm: float = 0.0
+    ep_comm: float = 0.0          # expert parallelism's all-to-alls (not overlapped)
+    cp_comm_exposed: float = 0.0  # the part of the context-parallel ring compute does not hide
+    cp_comm: float = 0.0          # the ring's sends before overlap; not part of total
 
     @property
     def total(self) -> float:
-        return self.compute + self.tp_comm + self.bubble + self.dp_comm_exposed + self.pp_comm
+        return (self.compute + self.tp_comm + self.bubble + self.dp_comm_exposed + self.pp_comm
+                + self.ep_comm + self.cp_comm_exposed)
 
 
 def layer_forward_flops(model) -> int:
-    """Forward FLOPs of one layer for one sequence: 2 s P_matmul + 4 s^2 h (24 s h^2 + 4 s^2 h for GPT)."""
+    """Forward FLOPs of one dense layer for one sequence: 2 s P_matmul + 4 s^2 h (24 s h^2 + 4 s^2 h for GPT).
+
+    A MoE layer's differ by 2 s x (active MoE matmul parameters - the dense FFN's): experts.forward_flops_change.
+    """
     h, kv, f, s = model.hidden, model.kv_dim, model.ffn_, model.seq_len
     ups = 2 if model.ffn_kind == "swiglu" else 1
     matmul_params = 2 * h * h + 2 * h * kv + (ups + 1) * h * f
@@ -99,8 +115,8 @@ def step_flops(model, strategy, hardware: bool = True) -> int:
     the attention scores), what the GPUs execute and Megatron-LM's TFLOP/s count.
 
     Example:
-        >>> from ddp_lab.plan.model import Transformer
-        >>> from ddp_lab.plan.strategy import Strategy
+        >>> from ddp_lab.course.plan.model import Transformer
+        >>> from ddp_lab.course.plan.strategy import Strategy
         >>> gpt = Transformer.preset("megatron-1.7b")
         >>> B, s, l, h, V = 512, 2048, 24, 2304, 51200
         >>> paper = 96 * B * s * l * h**2 * (1 + s / (6 * h) + V / (16 * l * h))
@@ -111,10 +127,11 @@ def step_flops(model, strategy, hardware: bool = True) -> int:
     Introduced in notebooks/13-plan-your-training-run.ipynb.
     """
     layer = layer_forward_flops(model)
+    layers = model.layers * layer + experts.forward_flops_change(model)   # a MoE model: the experts a token uses
     head = 2 * model.seq_len * model.hidden * model.vocab
-    per_sequence = 3 * (model.layers * layer + head)
+    per_sequence = 3 * (layers + head)
     if hardware and strategy.recompute == "full":
-        per_sequence += model.layers * layer
+        per_sequence += layers
     elif hardware and strategy.recompute == "selective":
         per_sequence += model.layers * 4 * model.seq_len ** 2 * model.hidden
     return strategy.global_batch * per_sequence
@@ -124,9 +141,9 @@ def step_time(model, cluster, strategy) -> TimeBreakdown:
     """Predicted seconds per optimizer step, broken down (derivation in the module docstring).
 
     Example:
-        >>> from ddp_lab.plan.cluster_spec import ClusterSpec
-        >>> from ddp_lab.plan.model import Transformer
-        >>> from ddp_lab.plan.strategy import Strategy
+        >>> from ddp_lab.course.plan.cluster_spec import ClusterSpec
+        >>> from ddp_lab.course.plan.model import Transformer
+        >>> from ddp_lab.course.plan.strategy import Strategy
         >>> t = step_time(Transformer.preset("llama3-8b"), ClusterSpec.preset("h100-sxm", nodes=4),
         ...               Strategy(dp=4, tp=8, micro_batch=1, grad_accum=128, sequence_parallel=True))
         >>> t.compute > t.tp_comm > 0
@@ -141,7 +158,7 @@ def step_time(model, cluster, strategy) -> TimeBreakdown:
     if cluster.cores is not None and strategy.gpus > cluster.cores:
         bubble = 0.0   # more CPU ranks than cores: another stage computes while one waits
 
-    activation = b * model.seq_len * model.hidden * value_bytes(strategy)
+    activation = b * (model.seq_len // strategy.cp) * model.hidden * value_bytes(strategy)   # a cp rank's tokens
     per_layer = 4 + (2 if strategy.recompute == "full" else 0)
     tp_group = strategy.layout.group("tp")
     tp_comm = m * (model.layers // p * per_layer * collective_time("all_reduce", activation, cluster, tp_group)
@@ -158,8 +175,11 @@ def step_time(model, cluster, strategy) -> TimeBreakdown:
     else:
         backward_share = (3 / 4) if strategy.recompute == "full" else (2 / 3)
         window = compute / m * backward_share
+    ring, ring_exposed = context_parallel.ring_time(model, cluster, strategy)
     return TimeBreakdown(compute=compute, tp_comm=tp_comm, bubble=bubble,
-                         dp_comm_exposed=max(0.0, dp_comm - window), dp_comm=dp_comm, pp_comm=pp_comm)
+                         dp_comm_exposed=max(0.0, dp_comm - window), dp_comm=dp_comm, pp_comm=pp_comm,
+                         ep_comm=experts.all_to_all_time(model, cluster, strategy),
+                         cp_comm_exposed=ring_exposed, cp_comm=ring)
 
 
 def vocab_parallel_communication(model, cluster, strategy) -> float:
@@ -176,7 +196,7 @@ def vocab_parallel_communication(model, cluster, strategy) -> float:
     if strategy.tp == 1:
         return 0.0
     group = strategy.layout.group("tp")
-    tokens = strategy.micro_batch * model.seq_len
+    tokens = strategy.micro_batch * model.seq_len // strategy.cp
     hidden = collective_time("all_reduce", tokens * model.hidden * value_bytes(strategy), cluster, group)
     loss = 3 * collective_time("all_reduce", tokens * 4, cluster, group)
     return (1 if strategy.pp > 1 else 2) * hidden + loss
@@ -189,8 +209,8 @@ def fsdp_units(model, strategy, stage: int) -> list[int]:
     final norm, head), as lesson 09 wraps FSDP2; "model": one unit.
 
     Example:
-        >>> from ddp_lab.plan.model import Transformer
-        >>> from ddp_lab.plan.strategy import Strategy
+        >>> from ddp_lab.course.plan.model import Transformer
+        >>> from ddp_lab.course.plan.strategy import Strategy
         >>> shape = Transformer("t", layers=2, hidden=256, heads=4, vocab=512, seq_len=128)
         >>> fsdp_units(shape, Strategy(dp=2, zero=3), 0)
         [789760, 789760, 164352]
@@ -199,30 +219,48 @@ def fsdp_units(model, strategy, stage: int) -> list[int]:
 
     Introduced in notebooks/13-plan-your-training-run.ipynb.
     """
-    total = stage_parameters(model, strategy, stage)
+    total = stage_parameters(model, strategy, stage) - experts.stage_expert_parameters(model, strategy, stage)
     if strategy.fsdp_unit == "model":
         return [total]
-    layer = layer_parameters_per_rank(model, strategy.tp)
-    layers = model.layers // strategy.pp
-    return [layer] * layers + [total - layers * layer]
+    per_stage = model.layers // strategy.pp
+    dense = layer_parameters_per_rank(model, strategy.tp)
+    # a MoE layer's replicated part: + router + shared experts - the dense FFN (its routed experts: experts.expert_units)
+    replicated = experts.layer_change_per_rank(model, strategy)[0] if model.moe is not None else 0
+    units = [dense + (replicated if experts.is_moe_layer(model, i) else 0)
+             for i in range(stage * per_stage, (stage + 1) * per_stage)]
+    return units + [total - sum(units)]
 
 
 def dp_communication(model, cluster, strategy) -> float:
-    """Seconds of data-parallel communication per step, before any overlap (see module docstring)."""
-    if strategy.dp == 1:
+    """Seconds of data-parallel communication per step, before any overlap (see module docstring).
+
+    Parameters sync over the ranks that hold the same copy: the dense ones (`fsdp_units`) over the
+    dp x cp ranks, a MoE model's routed experts (`experts.expert_units`) over the dp x cp / ep ranks that
+    hold the same experts; the two times add.
+    """
+    layout = strategy.layout
+    return (_sync_seconds(model, cluster, strategy, fsdp_units, layout.group("dp_cp"))
+            + _sync_seconds(model, cluster, strategy, experts.expert_units, layout.group("edp")))
+
+
+def _sync_seconds(model, cluster, strategy, units_of, group) -> float:
+    """One group's gradient sync per step under the strategy's ZeRO stage; units_of(model, strategy, stage)."""
+    if group.size == 1:
         return 0.0
     w, g, _ = bytes_per_parameter(strategy)
-    params = max(stage_parameters(model, strategy, 0), stage_parameters(model, strategy, strategy.pp - 1))
-    group = strategy.layout.group("dp")
-    if strategy.zero == 0:
-        return collective_time("all_reduce", g * params, cluster, group)
-    if strategy.zero in (1, 2):
+    stages = {0, strategy.pp - 1}
+    if strategy.zero in (0, 1, 2):
+        params = max(sum(units_of(model, strategy, stage)) for stage in stages)
+        if params == 0:
+            return 0.0
+        if strategy.zero == 0:
+            return collective_time("all_reduce", g * params, cluster, group)
         return (collective_time("reduce_scatter", g * params, cluster, group)
                 + collective_time("all_gather", w * params, cluster, group))
     per_micro_batch = max(
         sum(2 * collective_time("all_gather", w * unit, cluster, group)
-            + collective_time("reduce_scatter", g * unit, cluster, group) for unit in fsdp_units(model, strategy, stage))
-        for stage in {0, strategy.pp - 1})
+            + collective_time("reduce_scatter", g * unit, cluster, group) for unit in units_of(model, strategy, stage))
+        for stage in stages)
     return strategy.grad_accum * per_micro_batch
 
 

@@ -5,6 +5,8 @@ Introduced in notebooks/10-2d-mesh.ipynb.
 
 from __future__ import annotations
 
+import torch.distributed as dist
+
 
 def mesh_groups(mesh) -> dict[str, list[int]]:
     """Inside a rank: the global ranks of this rank's process group along each named mesh dimension.
@@ -26,7 +28,6 @@ def mesh_groups(mesh) -> dict[str, list[int]]:
 
     Introduced in notebooks/10-2d-mesh.ipynb.
     """
-    import torch.distributed as dist
 
     names = mesh.mesh_dim_names
     if not names:

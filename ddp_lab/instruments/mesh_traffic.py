@@ -8,6 +8,12 @@ from __future__ import annotations
 import contextlib
 from typing import Iterator, NamedTuple
 
+import torch.distributed as dist
+from torch._C._distributed_c10d import _resolve_process_group
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from ddp_lab.course.mesh.groups import mesh_groups
+
 
 class MeshCall(NamedTuple):
     """One collective on this rank: the mesh dimension its group belongs to, the op, the full buffer's bytes."""
@@ -41,8 +47,6 @@ def _bytes(tensor) -> int:
 
 def _group_ranks(group) -> tuple[int, ...]:
     """The global ranks of a group as a c10d op sees it: a name (functional ops) or a boxed ProcessGroup."""
-    import torch.distributed as dist
-    from torch._C._distributed_c10d import _resolve_process_group
 
     process_group = _resolve_process_group(group) if isinstance(group, str) else dist.ProcessGroup.unbox(group)
     return tuple(sorted(dist.get_process_group_ranks(process_group)))
@@ -75,9 +79,7 @@ def count_mesh_traffic(mesh) -> Iterator[list[MeshCall]]:
 
     Introduced in notebooks/10-2d-mesh.ipynb.
     """
-    from torch.utils._python_dispatch import TorchDispatchMode
 
-    from ddp_lab.mesh.groups import mesh_groups
 
     # matched by the ranks a group spans, not by its name: a second mesh over the same ranks
     # builds new groups, and a DTensor may run its collective in either

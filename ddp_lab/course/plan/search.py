@@ -8,9 +8,10 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
-from ddp_lab.plan.memory import MemoryBreakdown, memory
-from ddp_lab.plan.steptime import TimeBreakdown, mfu, step_time, tokens_per_second
-from ddp_lab.plan.strategy import Strategy, check, divisors
+from ddp_lab.course.plan import context_parallel, experts
+from ddp_lab.course.plan.memory import MemoryBreakdown, memory
+from ddp_lab.course.plan.steptime import TimeBreakdown, mfu, step_time, tokens_per_second
+from ddp_lab.course.plan.strategy import Strategy, check, divisors
 
 # Keep 10 % of GPU memory for what the model leaves out: CUDA context, NCCL buffers,
 # allocator fragmentation, temporaries.
@@ -43,8 +44,8 @@ def evaluate(model, cluster, strategy: Strategy, tp_across_nodes: bool = False) 
     """Check `strategy` against the model and cluster (errors say the fix) and predict its cost.
 
     Example:
-        >>> from ddp_lab.plan.cluster_spec import ClusterSpec
-        >>> from ddp_lab.plan.model import Transformer
+        >>> from ddp_lab.course.plan.cluster_spec import ClusterSpec
+        >>> from ddp_lab.course.plan.model import Transformer
         >>> plan = evaluate(Transformer.preset("llama3-8b"), ClusterSpec.preset("h100-sxm", nodes=4),
         ...                 Strategy(dp=32, zero=3, micro_batch=1, grad_accum=16, recompute="full"))
         >>> plan.fits
@@ -61,35 +62,61 @@ def evaluate(model, cluster, strategy: Strategy, tp_across_nodes: bool = False) 
 
 def candidates(model, cluster, global_batch: int, micro_batches=(1, 2, 4, 8), zero=(0, 1, 2, 3),
                recompute=("none", "selective", "full"), precision: str | None = None,
-               tp_across_nodes: bool = False):
-    """Every valid Strategy: dp*tp*pp = GPUs, tp divides the heads (and kv heads) and stays in a
+               tp_across_nodes: bool = False, cp=(1,), ep=None):
+    """Every valid Strategy: dp*tp*pp*cp = GPUs, tp divides the heads (and kv heads) and stays in a
     node (unless tp_across_nodes), pp divides the layers, dp*micro_batch divides global_batch.
     Sequence parallelism is tried on and off whenever tp > 1; the schedule is 1F1B. Precision:
-    bf16 mixed precision where the GPU has it, else fp16 (a T4), unless given."""
+    bf16 mixed precision where the GPU has it, else fp16 (a T4), unless given.
+
+    cp, ep: the context- and expert-parallel sizes to try, an int, a tuple, or "auto" (every size
+    that fits: cp with 2 x cp chunks of the sequence, ep dividing the experts and dp x cp). cp
+    defaults to 1; ep to "auto" for a mixture-of-experts model (its main parallelism) and 1 otherwise."""
     if precision is None:
         precision = "bf16" if "bf16" in cluster.gpu.peak_flops else "fp16"
     gpus = cluster.gpus
     max_tp = gpus if tp_across_nodes else cluster.gpus_per_node
     for tp in divisors(gpus):
-        if tp > max_tp or model.heads % tp or model.kv_heads_ % tp or model.ffn_ % tp:
+        if (tp > max_tp or model.heads % tp or model.kv_heads_ % tp or model.ffn_ % tp
+                or not experts.splits_for_tp(model, tp)):
             continue
-        for pp in divisors(gpus // tp):
-            if model.layers % pp:
+        for cp_size in _sizes(cp, divisors(gpus // tp)):
+            if not context_parallel.splits_sequence(model, cp_size):
                 continue
-            dp = gpus // (tp * pp)
-            for stage, mb, rc, sp in itertools.product(zero, micro_batches, recompute, (False, True)):
-                if (sp and tp == 1) or global_batch % (dp * mb):
+            for pp in divisors(gpus // (tp * cp_size)):
+                if model.layers % pp:
                     continue
-                yield Strategy(dp=dp, tp=tp, pp=pp, zero=stage, micro_batch=mb, grad_accum=global_batch // (dp * mb),
-                               sequence_parallel=sp, recompute=rc, precision=precision)
+                dp = gpus // (tp * cp_size * pp)
+                for ep_size in _expert_parallel_sizes(model, ep, dp * cp_size):
+                    for stage, mb, rc, sp in itertools.product(zero, micro_batches, recompute, (False, True)):
+                        if (sp and tp == 1) or global_batch % (dp * mb):
+                            continue
+                        yield Strategy(dp=dp, tp=tp, pp=pp, zero=stage, micro_batch=mb,
+                                       grad_accum=global_batch // (dp * mb), sequence_parallel=sp, recompute=rc,
+                                       precision=precision, cp=cp_size, ep=ep_size)
+
+
+def _sizes(wanted, possible: list[int]) -> list[int]:
+    """The sizes of `possible` that `wanted` (an int, a tuple of ints, or "auto": all) asks for."""
+    if wanted == "auto":
+        return possible
+    wanted = (wanted,) if isinstance(wanted, int) else tuple(wanted)
+    return [size for size in possible if size in wanted]
+
+
+def _expert_parallel_sizes(model, ep, dp_cp: int) -> list[int]:
+    """ep sizes to try: those asked for that divide dp x cp and the experts (1 for a dense model)."""
+    if model.moe is None:
+        return [1] if ep in (None, "auto") or 1 in _sizes(ep, [1]) else []
+    possible = [d for d in divisors(dp_cp) if model.moe.experts % d == 0]
+    return _sizes("auto" if ep is None else ep, possible)
 
 
 def default_global_batch(model, cluster) -> int:
     """Sequences per step when none is given: 4M tokens (DEFAULT_TOKENS_PER_BATCH / seq_len), at least one per GPU.
 
     Example:
-        >>> from ddp_lab.plan.cluster_spec import ClusterSpec
-        >>> from ddp_lab.plan.model import Transformer
+        >>> from ddp_lab.course.plan.cluster_spec import ClusterSpec
+        >>> from ddp_lab.course.plan.model import Transformer
         >>> default_global_batch(Transformer.preset("llama3-8b"), ClusterSpec.preset("h100-sxm"))   # 2**22 / 8192
         512
 
@@ -105,14 +132,14 @@ def search(model, cluster, top: int | None = 10, global_batch: int | None = None
         model, cluster: what to train, and on what.
         top: how many plans to return (None: all that fit).
         global_batch: sequences per step; default 4M tokens (2**22 / seq_len, at least one per GPU).
-        options: passed to `candidates` (micro_batches, zero, recompute, precision, tp_across_nodes).
+        options: passed to `candidates` (micro_batches, zero, recompute, precision, tp_across_nodes, cp, ep).
 
     Raises:
         ValueError if no plan fits, with the smallest plan's need and what to change.
 
     Example:
-        >>> from ddp_lab.plan.cluster_spec import ClusterSpec
-        >>> from ddp_lab.plan.model import Transformer
+        >>> from ddp_lab.course.plan.cluster_spec import ClusterSpec
+        >>> from ddp_lab.course.plan.model import Transformer
         >>> best = search(Transformer.preset("llama3-8b"), ClusterSpec.preset("h100-sxm", nodes=4), top=3)
         >>> len(best), best[0].tokens_per_second >= best[1].tokens_per_second
         (3, True)
@@ -124,8 +151,10 @@ def search(model, cluster, top: int | None = 10, global_batch: int | None = None
     plans = [evaluate(model, cluster, s, options.get("tp_across_nodes", False))
              for s in candidates(model, cluster, global_batch, **options)]
     if not plans:
-        raise ValueError(f"no valid strategy for {model.name} on {cluster.gpus} GPUs with global batch {global_batch}: "
-                         f"choose a global batch divisible by the number of GPUs")
+        asked = "".join(f", {name}={options[name]}" for name in ("cp", "ep") if options.get(name) not in (None, 1, (1,)))
+        raise ValueError(f"no valid strategy for {model.name} on {cluster.gpus} GPUs with global batch {global_batch}"
+                         f"{asked}: choose a global batch divisible by the number of GPUs"
+                         + (" and cp/ep sizes that divide them (ep also the experts)" if asked else ""))
     fitting = [p for p in plans if p.fits]
     if not fitting:
         smallest = min(plans, key=lambda p: p.memory.total)

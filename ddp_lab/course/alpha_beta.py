@@ -7,20 +7,22 @@ W - 1 for each half, one after the other:
     all_gather(n)        (W - 1) alpha +   (W - 1)/W n beta   (n: the gathered output)
     reduce_scatter(n)    (W - 1) alpha +   (W - 1)/W n beta   (n: the input before scattering)
     send(n)                      alpha +             n beta
+    all_to_all(n)        (W - 1) alpha +   (W - 1)/W n beta   (n: what one rank sends in all, a 1/W
+                                                               share of it to itself; pairwise exchange)
 With W growing the bandwidth term of an all-reduce tends to 2 n beta while the latency term
 grows with W: large messages scale, many small ones do not (Thakur, Rabenseifner and Gropp
 2005, "Optimization of collective communication operations in MPICH"; NCCL-tests' bus
 bandwidth is the same factor).
 
 Introduced in notebooks/02-collectives.ipynb; lesson 11 fits it to this machine and lesson 13's
-planner (ddp_lab/plan/collectives.py) costs every collective with it.
+planner (ddp_lab/course/plan/collectives.py) costs every collective with it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-KINDS = ("all_reduce", "all_gather", "reduce_scatter", "send")
+KINDS = ("all_reduce", "all_gather", "reduce_scatter", "send", "all_to_all")
 
 
 def ring_steps(kind: str, world: int) -> tuple[float, float]:
@@ -37,6 +39,8 @@ def ring_steps(kind: str, world: int) -> tuple[float, float]:
     if kind == "send":
         return 1.0, 1.0
     half = (world - 1) / world
+    # all_to_all: W - 1 exchanges, each rank sending the 1/W of its buffer meant for one peer
+    # (Thakur et al. 2005's pairwise exchange); the same terms as an all-gather of n.
     return (2 * (world - 1), 2 * half) if kind == "all_reduce" else (world - 1, half)
 
 
@@ -79,7 +83,7 @@ def fit_alpha_beta(nbytes: Sequence[float], seconds: Sequence[float], relative: 
 
     Introduced in notebooks/02-collectives.ipynb; a package helper since notebooks/11-performance-and-scaling.ipynb.
     """
-    import numpy as np
+    import numpy as np  # lazy: only the fit needs numpy; the planner's formulas import this module without it
 
     sizes = np.asarray(nbytes, dtype=float)
     times = np.asarray(seconds, dtype=float)
@@ -91,6 +95,21 @@ def fit_alpha_beta(nbytes: Sequence[float], seconds: Sequence[float], relative: 
     elif beta < 0:  # latency alone: the harmonic mean (relative), the mean (absolute)
         alpha, beta = float(len(times) / np.sum(1 / times) if relative else np.mean(times)), 0.0
     return float(alpha), float(beta)
+
+
+def bandwidth_text(beta: float) -> str:
+    """A fitted beta (seconds per byte) as the bandwidth it means, for printing: '1.71 GB/s'.
+
+    beta = 0 is a real outcome of `fit_alpha_beta`: when larger messages were no slower (a busy
+    machine's noise), the fit keeps latency alone, and 1 / beta would divide by zero.
+
+    Example:
+        >>> bandwidth_text(0.5e-9), bandwidth_text(0.0)
+        ('2.00 GB/s', 'none fitted (larger messages were no slower: a busy machine)')
+
+    Introduced in notebooks/11-performance-and-scaling.ipynb; lesson 13 prints its calibration with it.
+    """
+    return f"{1 / beta / 1e9:.2f} GB/s" if beta > 0 else "none fitted (larger messages were no slower: a busy machine)"
 
 
 def bus_bandwidth(nbytes: float, seconds: float, world: int) -> float:

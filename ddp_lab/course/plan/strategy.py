@@ -1,4 +1,4 @@
-"""How the work is split: data, tensor and pipeline parallel sizes, ZeRO stage, batch, recomputation.
+"""How the work is split: data, tensor, pipeline, context and expert parallel sizes, ZeRO stage, batch, recomputation.
 
 A `Strategy` alone knows nothing of the model; `check(model, strategy, gpus)` says whether the
 two fit together (tp divides the heads, pp divides the layers, ...) and, if not, how to fix it.
@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from ddp_lab.rank_layout import RankLayout
-from ddp_lab.sharding.state_bytes import PRECISIONS   # "fp32", "bf16", "fp16": one spelling in the package
+from ddp_lab.course.plan import context_parallel, experts
+from ddp_lab.course.rank_layout import RankLayout
+from ddp_lab.course.sharding.state_bytes import PRECISIONS   # "fp32", "bf16", "fp16": one spelling in the package
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
 RECOMPUTE = ("none", "selective", "full")
@@ -20,10 +21,14 @@ FSDP_UNITS = ("layer", "model")
 
 @dataclass(frozen=True)
 class Strategy:
-    """One way to train: dp x tp x pp ranks, ZeRO stage, micro-batches, recomputation, precision.
+    """One way to train: dp x tp x pp (x cp) ranks, ZeRO stage, micro-batches, recomputation, precision.
 
     The global batch (in sequences) is dp * micro_batch * grad_accum; with pp > 1 the
-    grad_accum micro-batches are the pipeline's micro-batches.
+    grad_accum micro-batches are the pipeline's micro-batches. cp ranks split each sequence
+    (context parallelism, lesson 15): the world is dp x tp x pp x cp and the batch does not
+    change. ep (expert parallelism, lesson 14) adds no ranks: it splits a MoE model's experts over
+    ep of the dp x cp ranks, so it must divide dp x cp (ddp_lab.course.rank_layout; Megatron-Core
+    and torchtitan carve it out of the data-parallel ranks the same way).
 
     Example:
         >>> Strategy(dp=8, tp=4, zero=1, micro_batch=2, grad_accum=16).global_batch
@@ -44,9 +49,11 @@ class Strategy:
     recompute: str = "none"       # "none", "selective" (attention core only), "full" (whole layer)
     precision: str = "bf16"       # "bf16"/"fp16": mixed precision, "fp32": everything in fp32
     fsdp_unit: str = "layer"      # ZeRO-3: "layer" (one FSDP unit per layer + the root, lesson 09) or "model"
+    cp: int = 1                   # context-parallel size: ranks that split each sequence (lesson 15)
+    ep: int = 1                   # expert-parallel size: of the dp x cp ranks, how many split the experts (lesson 14)
 
     def __post_init__(self) -> None:
-        for field in ("dp", "tp", "pp", "micro_batch", "grad_accum", "virtual_stages"):
+        for field in ("dp", "tp", "pp", "micro_batch", "grad_accum", "virtual_stages", "cp", "ep"):
             value = getattr(self, field)
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"Strategy.{field} must be an integer >= 1, got {value!r}")
@@ -59,14 +66,18 @@ class Strategy:
         if self.sequence_parallel and self.tp == 1:
             raise ValueError("sequence_parallel=True needs tp > 1: sequence parallelism splits the "
                              "LayerNorm/dropout activations across the tensor-parallel group")
+        if (self.dp * self.cp) % self.ep:
+            raise ValueError(f"ep={self.ep} does not divide dp x cp = {self.dp} x {self.cp} = {self.dp * self.cp}: "
+                             f"expert-parallel ranks are carved out of the data- and context-parallel ranks; use ep "
+                             f"in {divisors(self.dp * self.cp)[:10]}")
         if (self.schedule == "interleaved") != (self.virtual_stages > 1):
             raise ValueError(f"schedule={self.schedule!r} with virtual_stages={self.virtual_stages}: use "
                              f"schedule='interleaved' exactly when virtual_stages > 1")
 
     @property
     def gpus(self) -> int:
-        """Ranks used: dp * tp * pp."""
-        return self.dp * self.tp * self.pp
+        """Ranks used: dp * tp * pp * cp (ep adds none)."""
+        return self.dp * self.tp * self.pp * self.cp
 
     @property
     def global_batch(self) -> int:
@@ -75,8 +86,8 @@ class Strategy:
 
     @property
     def layout(self) -> RankLayout:
-        """Which ranks form the tp, dp and pp groups (Megatron order, tp fastest)."""
-        return RankLayout(dp=self.dp, tp=self.tp, pp=self.pp)
+        """Which ranks form the tp, cp, dp, pp (and ep) groups (Megatron order, tp fastest)."""
+        return RankLayout(dp=self.dp, tp=self.tp, pp=self.pp, cp=self.cp, ep=self.ep)
 
     @property
     def mixed(self) -> bool:
@@ -88,9 +99,12 @@ class Strategy:
         return replace(self, **changes)
 
     def label(self) -> str:
-        """Short text such as 'dp8 tp4 pp2 z1 mb1x16 sp sel' (the table's first column; see report.LEGEND)."""
-        parts = [f"dp{self.dp}", f"tp{self.tp}", f"pp{self.pp}", f"z{self.zero}",
-                 f"mb{self.micro_batch}x{self.grad_accum}"]
+        """Short text such as 'dp8 tp4 pp2 z1 mb1x16 sp sel' (the table's first column; see report.LEGEND).
+
+        cp and ep show only when above 1: 'dp8 tp8 cp16 pp16 z2 ...', 'dp8 tp1 pp1 ep8 z1 ...'.
+        """
+        parts = [f"dp{self.dp}", f"tp{self.tp}"] + ([f"cp{self.cp}"] if self.cp > 1 else []) + [f"pp{self.pp}"]
+        parts += ([f"ep{self.ep}"] if self.ep > 1 else []) + [f"z{self.zero}", f"mb{self.micro_batch}x{self.grad_accum}"]
         if self.virtual_stages > 1:
             parts.append(f"v{self.virtual_stages}")
         if self.sequence_parallel:
@@ -110,14 +124,16 @@ def check(model, strategy: Strategy, gpus: int | None = None, gpus_per_node: int
     (equal stages, lesson 07); tp <= gpus_per_node unless tp_across_nodes.
 
     Example:
-        >>> from ddp_lab.plan.model import Transformer
+        >>> from ddp_lab.course.plan.model import Transformer
         >>> check(Transformer.preset("llama3-8b"), Strategy(dp=4, tp=8), gpus=32, gpus_per_node=8)
 
     Introduced in notebooks/13-plan-your-training-run.ipynb.
     """
     if gpus is not None and strategy.gpus != gpus:
-        raise ValueError(f"dp*tp*pp = {strategy.dp}*{strategy.tp}*{strategy.pp} = {strategy.gpus} but the "
-                         f"cluster has {gpus} GPUs: choose dp, tp, pp whose product is {gpus}")
+        names = ["dp", "tp", "pp"] + (["cp"] if strategy.cp > 1 else [])
+        sizes = "*".join(str(getattr(strategy, name)) for name in names)
+        raise ValueError(f"{'*'.join(names)} = {sizes} = {strategy.gpus} but the "
+                         f"cluster has {gpus} GPUs: choose {', '.join(names)} whose product is {gpus}")
     whole_heads = divisors(_gcd(model.heads, model.kv_heads_))
     if model.heads % strategy.tp:
         raise ValueError(f"tp={strategy.tp} does not divide heads={model.heads} of {model.name}: each "
@@ -139,6 +155,8 @@ def check(model, strategy: Strategy, gpus: int | None = None, gpus_per_node: int
     if strategy.pp > 1 and strategy.schedule == "interleaved" and strategy.grad_accum % strategy.pp:
         raise ValueError(f"the interleaved schedule needs micro-batches ({strategy.grad_accum}) divisible by "
                          f"pp={strategy.pp} (Narayanan et al. 2021); change grad_accum")
+    experts.check(model, strategy)            # ep splits whole experts of a MoE model (lesson 14)
+    context_parallel.check(model, strategy)   # cp: 2 x cp equal chunks of the sequence (lesson 15)
     if gpus_per_node is not None and strategy.tp > gpus_per_node and not tp_across_nodes:
         raise ValueError(f"tp={strategy.tp} is larger than the {gpus_per_node} GPUs of one node: tensor parallelism "
                          f"communicates in every layer and belongs on the fast intra-node link; use "

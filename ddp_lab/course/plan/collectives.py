@@ -1,7 +1,7 @@
 """Time of a collective over a group of GPUs placed on a cluster (lesson 02's alpha-beta model).
 
 The ring's cost, 2(N - 1) alpha + 2(N - 1)/N n beta for an all-reduce and so on, is
-ddp_lab/alpha_beta.py's; this module picks the link each group uses. A ring moves at the pace
+ddp_lab/course/alpha_beta.py's; this module picks the link each group uses. A ring moves at the pace
 of its slowest hop, so a group that spans nodes is costed on the inter-node link (NCCL runs one ring per NIC, so each GPU drives its own NIC: the per-GPU
 inter-node bandwidth is the beta), a group inside one node on NVLink.
 
@@ -19,8 +19,8 @@ Introduced in notebooks/13-plan-your-training-run.ipynb.
 
 from __future__ import annotations
 
-from ddp_lab.alpha_beta import KINDS, ring_steps
-from ddp_lab.rank_layout import Group   # a group as the planner costs it: size and stride
+from ddp_lab.course.alpha_beta import KINDS, ring_steps
+from ddp_lab.course.rank_layout import Group   # a group as the planner costs it: size and stride
 
 
 def link(cluster, group: Group) -> tuple[float, float]:
@@ -34,7 +34,7 @@ def collective_time(kind: str, nbytes: float, cluster, group: Group) -> float:
     """Seconds for one collective of `nbytes` (the whole tensor) over `group` on `cluster`.
 
     Example:
-        >>> from ddp_lab.plan.cluster_spec import ClusterSpec
+        >>> from ddp_lab.course.plan.cluster_spec import ClusterSpec
         >>> c = ClusterSpec.preset("a100-80gb", nodes=2)
         >>> t = collective_time("all_reduce", 1e9, c, Group(size=16))   # 1 GB over 2 nodes
         >>> round(t * 1e3)                                              # 2 * 15/16 * 1e9 / 25e9
@@ -52,7 +52,23 @@ def collective_time(kind: str, nbytes: float, cluster, group: Group) -> float:
         return _scaled_fit(kind, nbytes, fitted, cluster.fitted_ranks or size, size)
     alpha, beta = link(cluster, group)
     steps, share = ring_steps(kind, size)
+    if kind == "all_to_all" and group.spans_nodes(cluster.gpus_per_node):
+        return steps * alpha + _all_to_all_bandwidth_term(nbytes, cluster, group)
     return steps * alpha + share * nbytes * beta
+
+
+def _all_to_all_bandwidth_term(nbytes: float, cluster, group: Group) -> float:
+    """Seconds an all-to-all over nodes spends moving bytes: its sends run at once, not round a ring.
+
+    Of the n bytes a rank sends, the share for ranks on other nodes crosses the inter-node link while
+    the share for the node's own ranks moves over NVLink at the same time: the slower sets the time
+    (expert parallelism, lesson 14). A ring's slowest-hop rule would charge all (W - 1)/W n to the
+    inter-node link, about twice too much for an ep group over two nodes.
+    """
+    local = max(1, min(group.size, cluster.gpus_per_node // group.stride))   # the group's ranks in one node
+    across = (group.size - local) / group.size * nbytes / cluster.inter_node_bandwidth
+    inside = (local - 1) / group.size * nbytes / cluster.intra_node_bandwidth
+    return max(across, inside)
 
 
 def _scaled_fit(kind: str, nbytes: float, fitted: tuple[float, float], at: int, size: int) -> float:

@@ -21,7 +21,7 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ddp_lab.tensor_parallel.communications import reduce_from_model_parallel_region
+from ddp_lab.course.tensor_parallel.communications import reduce_from_model_parallel_region
 
 
 def group_size_and_rank(group) -> tuple[int, int]:
