@@ -14,6 +14,7 @@ from ddp_lab.launcher.errors import (LaunchError, LaunchTimeout, RankCrashed, Ra
 from ddp_lab.launcher.payload import rename_cells
 from ddp_lab.launcher.supervisor import STARTUP_S
 from ddp_lab.launcher.worker import STACK_SIGNAL
+from ddp_lab.launcher.workdir import open_private
 
 STACK_WAIT_S = 1.0
 _TAIL_LINES = 15
@@ -26,7 +27,8 @@ def read_stacks(supervisor, workdir: str, ranks: list[int] | None = None) -> dic
     """Ask still-running ranks (or just `ranks`) to dump their Python stacks (faulthandler); read them."""
     running = [p for p in supervisor.running() if ranks is None or p.rank in ranks]
     for process in running:
-        Path(workdir, f"stacks-{process.rank}.txt").write_text("")
+        with open(Path(workdir, f"stacks-{process.rank}.txt"), "w", opener=open_private):
+            pass  # emptied: the dump about to be asked for is the one read
         process.send_signal(STACK_SIGNAL)
     paths = {p.rank: Path(workdir, f"stacks-{p.rank}.txt") for p in running}
     deadline = time.monotonic() + STACK_WAIT_S

@@ -23,6 +23,7 @@ import sys
 import traceback
 
 from ddp_lab.launcher.channel import send_message
+from ddp_lab.launcher.workdir import open_private
 
 STACK_SIGNAL = signal.SIGUSR1
 OUTPUT_MARK = "\x1eddp_lab:end-of-command:"  # a line that tells the launcher a command's output is complete
@@ -178,7 +179,7 @@ def run_rank(control_fd: int, payload_path: str, stacks_path: str) -> None:
     """Run one rank to completion and leave with os._exit (never returns)."""
     global _channel
     channel = _channel = socket.socket(fileno=control_fd)
-    stacks = open(stacks_path, "a")  # kept open: faulthandler writes to it at the watchdog
+    stacks = open(stacks_path, "a", opener=open_private)  # kept open: faulthandler writes to it at the watchdog
     faulthandler.register(STACK_SIGNAL, file=stacks, all_threads=True)
     faulthandler.enable(file=sys.stderr, all_threads=True)
     _line_buffer_c_stdout()
