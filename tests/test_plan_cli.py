@@ -55,26 +55,26 @@ def test_one_strategy_prints_its_breakdown():
 
 
 def test_fsdp_unit_layer_gathers_each_layer():
-    """ZeRO-3 gathering one layer at a time pays each collective's latency per layer: more exposed DP
-    communication than one gather of the whole model (same bytes)."""
+    """ZeRO-3 gathering one layer at a time hides each gather behind the layer before it (issue 25's
+    per-unit overlap); one gather of the whole model has nothing to hide behind: more exposed."""
     def exposed(unit):
         result = plan("--model", "llama3-8b", "--cluster", "h100-sxm", "--nodes", "4", "--zero", "3",
                       "--grad-accum", "16", "--fsdp-unit", unit)
         assert result.returncode == 0, result.stderr
         return float(re.search(r"exposed DP communication\s+([0-9.]+)", result.stdout).group(1))
-    assert exposed("layer") > exposed("model") > 0
+    assert exposed("model") > 5 * exposed("layer") > 0
 
 
 def test_breakdown_shows_total_and_exposed_dp_communication():
-    """Issue 25: 'exposed DP communication 0.000' alone hides how close ZeRO-3's gathers come to the
-    compute that overlaps them; the report prints all of it too, and the difference as hidden."""
+    """Issue 25: 'exposed DP communication' alone hides how close ZeRO-3's gathers come to the compute
+    that overlaps them; the report prints all of it too, and the difference as hidden."""
     result = plan("--model", "llama3-8b", "--cluster", "h100-sxm", "--nodes", "4", "--zero", "3",
                   "--recompute", "full")
     assert result.returncode == 0, result.stderr
     exposed = float(re.search(r"exposed DP communication\s+([0-9.]+)", result.stdout).group(1))
     total, hidden = map(float, re.search(r"DP communication \(total\)\s+([0-9.]+)\s+\(([0-9.]+) hidden",
                                          result.stdout).groups())
-    assert exposed == 0 and total > 1 and hidden == total      # all hidden, yet seconds of traffic
+    assert 0 < exposed < hidden and total == pytest.approx(exposed + hidden, abs=0.002)   # most of it hidden
     step = float(re.search(r"^    total\s+([0-9.]+)$", result.stdout, re.M).group(1))
     assert total < step                                        # not added to the step time
 

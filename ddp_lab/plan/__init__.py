@@ -19,7 +19,8 @@ Introduced in notebooks/13-plan-your-training-run.ipynb.
 """
 
 from ddp_lab.course.plan.activations import head_activation_bytes, layer_activation_bytes, layers_in_flight
-from ddp_lab.course.plan.cluster_spec import GPU, MATMUL_EFFICIENCY, ClusterSpec
+from ddp_lab.course.plan.cluster_spec import GPU, ClusterSpec
+from ddp_lab.course.plan.efficiency import GEMM_EFFICIENCY
 from ddp_lab.course.plan.collectives import Group, collective_time   # Group: ddp_lab.course.rank_layout
 from ddp_lab.course.plan.memory import MemoryBreakdown, memory, model_state_bytes, stage_activation_bytes, stage_parameters
 from ddp_lab.course.plan.model import Transformer, parse_count
@@ -28,7 +29,7 @@ from ddp_lab.course.plan.search import Plan, evaluate, search
 from ddp_lab.course.plan.steptime import TimeBreakdown, mfu, step_flops, step_time, tflops_per_gpu, tokens_per_second
 from ddp_lab.course.plan.strategy import Strategy, check
 
-__all__ = ["GPU", "MATMUL_EFFICIENCY", "ClusterSpec", "Group", "MemoryBreakdown", "Plan", "Strategy", "TimeBreakdown",
+__all__ = ["GPU", "GEMM_EFFICIENCY", "ClusterSpec", "Group", "MemoryBreakdown", "Plan", "Strategy", "TimeBreakdown",
            "Transformer", "breakdown", "check", "collective_time", "evaluate", "head_activation_bytes",
            "layer_activation_bytes", "layers_in_flight", "memory", "mfu", "model_state_bytes", "parse_count",
            "search", "stage_activation_bytes", "stage_parameters", "step_flops", "step_time", "table", "tflops_per_gpu", "tokens_per_second"]

@@ -50,9 +50,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ddp_lab.course.plan.activations import replicated_share, value_bytes
+from ddp_lab.course.plan.activations import value_bytes
 from ddp_lab.course.plan.collectives import collective_time
+from ddp_lab.course.plan.efficiency import head_seconds, layer_seconds, optimizer_seconds
 from ddp_lab.course.plan.memory import bytes_per_parameter, layer_parameters_per_rank, stage_parameters
+from ddp_lab.course.plan.overlap import fsdp_micro_batch, stretch
 
 
 @dataclass(frozen=True)
@@ -115,7 +117,7 @@ def step_flops(model, strategy, hardware: bool = True) -> int:
     per_sequence = 3 * (model.layers * layer + head)
     if hardware and strategy.recompute == "full":
         per_sequence += model.layers * layer
-    elif hardware and strategy.recompute == "selective":
+    elif hardware and strategy.recompute == "selective" and strategy.attention == "eager":
         per_sequence += model.layers * 4 * model.seq_len ** 2 * model.hidden
     return strategy.global_batch * per_sequence
 
@@ -134,32 +136,91 @@ def step_time(model, cluster, strategy) -> TimeBreakdown:
 
     Introduced in notebooks/13-plan-your-training-run.ipynb.
     """
-    p, t, m, b = strategy.pp, strategy.tp, strategy.grad_accum, strategy.micro_batch
-    compute = step_flops(model, strategy) / (strategy.gpus * cluster.gpu.achieved_flops(strategy.precision))
-    compute *= 1 + cluster.gpu.elementwise_share * replicated_share(model, strategy) * (t - 1)
-    bubble = compute * (p - 1) / (strategy.virtual_stages * m)
+    p, t, m, v = strategy.pp, strategy.tp, strategy.grad_accum, strategy.virtual_stages
+    layer = layer_seconds(model, strategy, cluster.gpu)
+    head = head_seconds(model, strategy, cluster.gpu)
+    # the layers of one stage and an even share of the head (as the papers' FLOP count spreads it)
+    per_micro_batch = model.layers // p * layer.total + head.total / p
+    compute = m * per_micro_batch + optimizer_seconds(optimizer_parameters(model, strategy), strategy, cluster.gpu)
+    bubble = m * per_micro_batch * (p - 1) / (v * m)
     if cluster.cores is not None and strategy.gpus > cluster.cores:
         bubble = 0.0   # more CPU ranks than cores: another stage computes while one waits
 
-    activation = b * model.seq_len * model.hidden * value_bytes(strategy)
-    per_layer = 4 + (2 if strategy.recompute == "full" else 0)
-    tp_group = strategy.layout.group("tp")
-    tp_comm = m * (model.layers // p * per_layer * collective_time("all_reduce", activation, cluster, tp_group)
-                   + vocab_parallel_communication(model, cluster, strategy))
+    tp_forward, tp_backward = layer_tp_communication(model, cluster, strategy)
+    tp_comm = m * (model.layers // p * (tp_forward + tp_backward) + vocab_parallel_communication(model, cluster, strategy))
     pp_comm = 0.0
-    if p > 1:
-        pp_comm = 2 * m * collective_time("send", activation / t, cluster, strategy.layout.group("pp"))
+    if p > 1:   # each micro-batch crosses every stage boundary forward and backward, v times when interleaved
+        pp_comm = 2 * m * v * collective_time("send", _activation_bytes(model, strategy) / t, cluster,
+                                              strategy.layout.group("pp"))
 
     dp_comm = dp_communication(model, cluster, strategy)
+    slower = stretch(tp_forward + tp_backward, layer.total, _dp_shares_tp_link(cluster, strategy))
     if not cluster.overlap_dp_comm:
-        window = 0.0
+        exposed = dp_comm
     elif strategy.zero == 3:
-        window = compute
+        exposed = m * zero3_exposed(model, cluster, strategy, layer, head, (tp_forward, tp_backward), slower)
     else:
         backward_share = (3 / 4) if strategy.recompute == "full" else (2 / 3)
-        window = compute / m * backward_share
-    return TimeBreakdown(compute=compute, tp_comm=tp_comm, bubble=bubble,
-                         dp_comm_exposed=max(0.0, dp_comm - window), dp_comm=dp_comm, pp_comm=pp_comm)
+        window = m * per_micro_batch / m * backward_share   # the last micro-batch's backward (DDP's buckets)
+        exposed = max(0.0, dp_comm * slower - window)
+    return TimeBreakdown(compute=compute, tp_comm=tp_comm, bubble=bubble, dp_comm_exposed=exposed, dp_comm=dp_comm,
+                         pp_comm=pp_comm)
+
+
+def _activation_bytes(model, strategy) -> int:
+    """Bytes of one micro-batch's b x s x h activations (what f, g and the pipeline's sends move)."""
+    return strategy.micro_batch * model.seq_len * model.hidden * value_bytes(strategy)
+
+
+def layer_tp_communication(model, cluster, strategy) -> tuple[float, float]:
+    """(forward, backward) seconds of one layer's TP all-reduces for one micro-batch (Megatron's f and g).
+
+    2 all-reduces of b s h values forward, 2 backward, 2 more with full recomputation (its
+    forward again); with sequence parallelism an all-gather + reduce-scatter each, the same ring time.
+    """
+    one = collective_time("all_reduce", _activation_bytes(model, strategy), cluster, strategy.layout.group("tp"))
+    return 2 * one, (4 if strategy.recompute == "full" else 2) * one
+
+
+def _dp_shares_tp_link(cluster, strategy) -> bool:
+    """True if the dp and tp groups both run on NVLink or both across nodes: one link, shared bandwidth."""
+    if strategy.tp == 1 or strategy.dp == 1:
+        return False
+    per_node = cluster.gpus_per_node
+    return strategy.layout.group("dp").spans_nodes(per_node) == strategy.layout.group("tp").spans_nodes(per_node)
+
+
+def zero3_exposed(model, cluster, strategy, layer, head, tp_seconds, slower: float = 1.0) -> float:
+    """Seconds of ZeRO-3 communication per micro-batch that compute does not hide (`overlap.fsdp_micro_batch`).
+
+    fsdp_unit="layer": the per-unit timeline, on the pipeline stage that exposes most;
+    "model": one unit holds everything, so its gathers and scatter wait for, or are waited on
+    by, the whole model's compute: none of it hides.
+    """
+    w, g, _ = bytes_per_parameter(strategy)
+    group = strategy.layout.group("dp")
+    worst = 0.0
+    for stage in sorted({0, strategy.pp - 1}):
+        units = fsdp_units(model, strategy, stage)
+        gather = [slower * collective_time("all_gather", w * unit, cluster, group) for unit in units]
+        scatter = [slower * collective_time("reduce_scatter", g * unit, cluster, group) for unit in units]
+        if strategy.fsdp_unit == "model":
+            worst = max(worst, 2 * gather[0] + scatter[0])
+            continue
+        layers = len(units) - 1                    # fsdp_units: the layers, then the root
+        forward = [0.0] + [layer.forward + tp_seconds[0]] * layers
+        backward = [0.0] + [layer.backward + layer.recompute + tp_seconds[1]] * layers
+        last = stage == strategy.pp - 1
+        middle = head.total + vocab_parallel_communication(model, cluster, strategy) if last else 0.0
+        span = fsdp_micro_batch([gather[-1]] + gather[:-1], [scatter[-1]] + scatter[:-1], forward, backward, middle)
+        worst = max(worst, span - sum(forward) - sum(backward) - middle)
+    return max(0.0, worst)
+
+
+def optimizer_parameters(model, strategy) -> int:
+    """Parameters whose Adam step one GPU computes: its stage's share, divided by dp under ZeRO >= 1."""
+    params = max(stage_parameters(model, strategy, 0), stage_parameters(model, strategy, strategy.pp - 1))
+    return -(-params // strategy.dp) if strategy.zero >= 1 else params
 
 
 def vocab_parallel_communication(model, cluster, strategy) -> float:

@@ -16,6 +16,7 @@ from ddp_lab.course.sharding.state_bytes import PRECISIONS   # "fp32", "bf16", "
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
 RECOMPUTE = ("none", "selective", "full")
 FSDP_UNITS = ("layer", "model")
+ATTENTION = ("flash", "eager")
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,8 @@ class Strategy:
     recompute: str = "none"       # "none", "selective" (attention core only), "full" (whole layer)
     precision: str = "bf16"       # "bf16"/"fp16": mixed precision, "fp32": everything in fp32
     fsdp_unit: str = "layer"      # ZeRO-3: "layer" (one FSDP unit per layer + the root, lesson 09) or "model"
+    attention: str = "flash"      # "flash": fused kernel, no s x s scores kept (Dao et al. 2022); "eager": Korthikanti's
+    fp32_grads: bool = False      # mixed precision with fp32 gradients (Megatron-LM's main_grad, Llama 3): 4 bytes, not 2
 
     def __post_init__(self) -> None:
         for field in ("dp", "tp", "pp", "micro_batch", "grad_accum", "virtual_stages"):
@@ -53,12 +56,15 @@ class Strategy:
         if self.zero not in (0, 1, 2, 3):
             raise ValueError(f"Strategy.zero must be 0 (DDP), 1, 2 or 3 (FSDP full sharding), got {self.zero!r}")
         for field, allowed in (("schedule", SCHEDULES), ("recompute", RECOMPUTE), ("precision", PRECISIONS),
-                               ("fsdp_unit", FSDP_UNITS)):
+                               ("fsdp_unit", FSDP_UNITS), ("attention", ATTENTION)):
             if getattr(self, field) not in allowed:
                 raise ValueError(f"Strategy.{field} must be one of {allowed}, got {getattr(self, field)!r}")
         if self.sequence_parallel and self.tp == 1:
             raise ValueError("sequence_parallel=True needs tp > 1: sequence parallelism splits the "
                              "LayerNorm/dropout activations across the tensor-parallel group")
+        if self.fp32_grads and not self.mixed:
+            raise ValueError("fp32_grads=True keeps 4-byte gradients under bf16/fp16 mixed precision; with "
+                             "precision='fp32' the gradients are fp32 already: drop fp32_grads")
         if (self.schedule == "interleaved") != (self.virtual_stages > 1):
             raise ValueError(f"schedule={self.schedule!r} with virtual_stages={self.virtual_stages}: use "
                              f"schedule='interleaved' exactly when virtual_stages > 1")
@@ -88,7 +94,10 @@ class Strategy:
         return replace(self, **changes)
 
     def label(self) -> str:
-        """Short text such as 'dp8 tp4 pp2 z1 mb1x16 sp sel' (the table's first column; see report.LEGEND)."""
+        """Short text such as 'dp8 tp4 pp2 z1 mb1x16 sp sel' (the table's first column; see report.LEGEND).
+
+        Only what differs from the defaults is named: 'v2' (virtual stages), 'eager' (attention),
+        'g32' (fp32 gradients)."""
         parts = [f"dp{self.dp}", f"tp{self.tp}", f"pp{self.pp}", f"z{self.zero}",
                  f"mb{self.micro_batch}x{self.grad_accum}"]
         if self.virtual_stages > 1:
@@ -97,6 +106,10 @@ class Strategy:
             parts.append("sp")
         if self.recompute != "none":
             parts.append({"selective": "sel", "full": "full"}[self.recompute])
+        if self.attention != "flash":
+            parts.append(self.attention)
+        if self.fp32_grads:
+            parts.append("g32")
         return " ".join(parts)
 
 
