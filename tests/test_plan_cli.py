@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -142,7 +143,8 @@ def test_search_says_what_it_searched_and_folds_zero_stages_at_dp1():
     result = plan(*LLAMA_8B, "--nodes", "1", "--top", "40")
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
-    assert lines[0] == "llama3-8b on 1 x 8 H100 SXM = 8 GPUs, global batch 512 sequences x 8192 tokens, bf16"
+    assert lines[0] == ("llama3-8b on 1 x 8 H100 SXM = 8 GPUs, global batch 512 sequences x 8192 tokens, bf16, "
+                        "flash attention")
     tried, fit = map(int, re.match(r"(\d+) plans tried .*; (\d+) fit in 90% of each GPU's 85.9 GB", lines[1]).groups())
     assert 0 < fit < tried
     rows = [line.split() for line in lines if re.match(r"\s+\d+ dp", line)]
@@ -159,5 +161,128 @@ def test_help_explains_each_flag():
     assert result.returncode == 0
     for flag in ("--model", "--cluster", "--nodes", "--params", "--dp", "--tp", "--pp", "--zero", "--micro-batch",
                  "--grad-accum", "--recompute", "--sequence-parallel", "--fsdp-unit", "--precision", "--global-batch",
-                 "--top"):
+                 "--top", "--hf-config", "--layers", "--hidden", "--heads", "--kv-heads", "--ffn", "--vocab", "--seq-len",
+                 "--virtual-stages", "--memory-reserve", "--attention", "--fp32-grads"):
         assert flag in result.stdout
+
+
+LLAMA3_8B_CONFIG = {   # Meta-Llama-3-8B's config.json, the fields the planner reads (and some it ignores)
+    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_act": "silu", "hidden_size": 4096,
+    "intermediate_size": 14336, "max_position_embeddings": 8192, "num_attention_heads": 32,
+    "num_hidden_layers": 32, "num_key_value_heads": 8, "rms_norm_eps": 1e-05, "rope_theta": 500000.0,
+    "tie_word_embeddings": False, "torch_dtype": "bfloat16", "vocab_size": 128256, "attention_bias": False,
+}
+
+
+def _config(tmp_path, name, content) -> str:
+    folder = tmp_path / name
+    folder.mkdir()
+    path = folder / "config.json"
+    path.write_text(content if isinstance(content, str) else json.dumps(content))
+    return str(path)
+
+
+def _body(output: str) -> str:
+    """A breakdown without its first line (which names the model)."""
+    return output.split("\n", 1)[1]
+
+
+def test_a_model_of_your_own_from_a_config_file_or_shape_flags(tmp_path):
+    """Issue 25: Llama 3 8B's config.json, and the same shape in flags, plan exactly as the preset does."""
+    strategy = ("--cluster", "h100-sxm", "--nodes", "2", "--zero", "3", "--fp32-grads")
+    preset = plan("--model", "llama3-8b", *strategy)
+    from_file = plan("--hf-config", _config(tmp_path, "Meta-Llama-3-8B", LLAMA3_8B_CONFIG), *strategy)
+    from_flags = plan("--layers", "32", "--hidden", "4096", "--heads", "32", "--kv-heads", "8", "--ffn", "14336",
+                      "--vocab", "128256", "--seq-len", "8192", *strategy)
+    assert preset.returncode == from_file.returncode == from_flags.returncode == 0, from_file.stderr + from_flags.stderr
+    assert from_file.stdout.startswith("Meta-Llama-3-8B on 2 x 8 H100 SXM GPUs: dp16 tp1 pp1 z3 mb1x32 g32")
+    assert _body(from_file.stdout) == _body(preset.stdout) == _body(from_flags.stdout)
+    def part(name):
+        return float(re.search(rf"^\s+{name}\s+([0-9.]+)$", preset.stdout, re.M).group(1))
+    assert part("gradients") == pytest.approx(2 * part("parameters"), abs=0.01)     # fp32 gradients
+
+
+def test_shape_flags_change_a_preset():
+    """--seq-len on a preset: the default batch stays 4M tokens, now in 4096-token sequences."""
+    result = plan("--model", "llama3-8b", "--seq-len", "4096", "--cluster", "h100-sxm", "--zero", "1")
+    assert result.returncode == 0, result.stderr
+    assert "global batch 1024 sequences x 4096 tokens" in result.stdout
+
+
+def test_virtual_stages_and_the_memory_reserve():
+    """--virtual-stages runs the interleaved schedule (half the bubble at v = 2); --memory-reserve moves the
+    usable line and the margin the breakdown prints."""
+    flags = ("--model", "llama3-70b", "--cluster", "h100-sxm", "--nodes", "4", "--tp", "8", "--pp", "4",
+             "--recompute", "full")
+
+    def seconds(output, name):
+        return float(re.search(rf"{name}\s+([0-9.]+)", output).group(1))
+    plain, interleaved = plan(*flags), plan(*flags, "--virtual-stages", "2", "--memory-reserve", "0.2")
+    assert plain.returncode == interleaved.returncode == 0, interleaved.stderr
+    assert " v2 " in interleaved.stdout.splitlines()[0] + " "
+    assert seconds(interleaved.stdout, "pipeline bubble") == pytest.approx(seconds(plain.stdout, "pipeline bubble") / 2,
+                                                                           abs=0.002)
+    usable = re.search(r"usable\s+([0-9.]+)\s+\((\d+)%: memory reserve (\d+)%\); margin ([+-][0-9.]+)",
+                       interleaved.stdout).groups()
+    assert (float(usable[0]), usable[1:3]) == (pytest.approx(0.8 * 85.9, abs=0.01), ("80", "20"))
+    assert float(usable[3]) == pytest.approx(float(usable[0]) - gb_total(interleaved.stdout), abs=0.011)
+
+
+def gb_total(output: str) -> float:
+    return float(re.search(r"^    total\s+([0-9.]+)\s+of", output, re.M).group(1))
+
+
+def test_every_bad_model_flag_exits_2_with_one_line(tmp_path):
+    """Issue 25: bad files, shapes and conflicting flags, each refused in one line naming the flag and what is
+    valid, no traceback. One subprocess runs the CLI's main() on every case (as lean as one launch)."""
+    cases = [
+        (("--hf-config", str(tmp_path / "nowhere.json"), "--cluster", "t4"), ["--hf-config", "no such file"]),
+        (("--hf-config", _config(tmp_path, "broken", "{ not json"), "--cluster", "t4"), ["--hf-config", "is not JSON"]),
+        (("--hf-config", _config(tmp_path, "headless", {"hidden_size": 64}), "--cluster", "t4"),
+         ["--hf-config", "num_hidden_layers"]),
+        (("--hf-config", _config(tmp_path, "moe", {**LLAMA3_8B_CONFIG, "num_local_experts": 8}), "--cluster", "t4"),
+         ["num_local_experts", "mixture-of-experts"]),
+        (("--hf-config", _config(tmp_path, "wide", {**LLAMA3_8B_CONFIG, "head_dim": 256}), "--cluster", "t4"),
+         ["head_dim"]),
+        (("--model", "llama3-8b", "--hf-config", "x.json", "--cluster", "t4"), ["--model and --hf-config"]),
+        (("--layers", "4", "--hidden", "256", "--cluster", "t4"), ["add --heads, --ffn, --vocab, --seq-len"]),
+        (("--model", "llama3-8b", "--hidden", "4100", "--cluster", "h100-sxm"), ["--hidden 4100", "--heads 32"]),
+        (("--model", "llama3-8b", "--kv-heads", "5", "--cluster", "h100-sxm"), ["--kv-heads 5", "[1, 2, 4, 8, 16, 32]"]),
+        (("--model", "llama3-8b", "--seq-len", "0", "--cluster", "h100-sxm"), ["--seq-len must be a positive int"]),
+        (("--model", "llama3-8b", "--cluster", "h100-sxm", "--memory-reserve", "1.5"), ["--memory-reserve", "[0, 1)"]),
+        (("--model", "llama3-8b", "--cluster", "h100-sxm", "--memory-reserve", "-0.1"), ["--memory-reserve"]),
+        (("--model", "llama3-8b", "--cluster", "h100-sxm", "--zero", "1", "--virtual-stages", "2"),
+         ["--virtual-stages needs --pp 2 or more"]),
+        (("--model", "llama3-8b", "--cluster", "h100-sxm", "--pp", "4", "--virtual-stages", "3"),
+         ["4 x 3 = 12 does not divide layers=32", "virtual stages in [1, 2, 4, 8]"]),
+        (("--model", "llama3-8b", "--cluster", "h100-sxm", "--pp", "2", "--virtual-stages", "2", "--grad-accum", "3"),
+         ["--grad-accum 3", "multiple of --pp 2"]),
+        (("--model", "llama3-8b", "--cluster", "h100-sxm", "--virtual-stages", "0"), ["--virtual-stages must be"]),
+        (("--model", "llama3-8b", "--cluster", "h100-sxm", "--precision", "fp32", "--fp32-grads"),
+         ["--fp32-grads", "--precision fp32"]),
+        (("--params", "7B", "--seq-len", "2048"), ["drop --seq-len"]),
+        (("--model", "llama3-8b", "--cluster", "h100-sxm", "--attention", "sdpa"), ["'flash', 'eager'"]),
+        (("--model", "llama3-8b"), ["--cluster", "h100-sxm"]),
+    ]
+    driver = (
+        "import contextlib, io, json, sys\n"
+        "from ddp_lab.plan.cli import main\n"
+        "results = []\n"
+        "for argv in json.loads(sys.argv[1]):\n"
+        "    out, err = io.StringIO(), io.StringIO()\n"
+        "    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):\n"
+        "        try:\n"
+        "            code = main(argv)\n"
+        "        except SystemExit as stop:\n"
+        "            code = stop.code\n"
+        "    results.append([code, out.getvalue(), err.getvalue()])\n"
+        "print(json.dumps(results))\n")
+    done = subprocess.run([sys.executable, "-c", driver, json.dumps([list(args) for args, _ in cases])],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr              # a traceback anywhere ends the driver
+    for (args, words), (code, out, err) in zip(cases, json.loads(done.stdout)):
+        assert code == 2 and out == "" and len(err.splitlines()) == 1, (args, code, out, err)
+        assert err.startswith("python -m ddp_lab plan: error: "), err
+        for word in words:
+            assert word in err, (args, err)
+        assert "virtual_stages" not in err and "Transformer." not in err, err

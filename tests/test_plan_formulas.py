@@ -313,3 +313,18 @@ def test_dp_and_tp_on_one_link_share_its_bandwidth():
     assert _dp_shares_tp_link(one_node, strategy)
     assert not _dp_shares_tp_link(one_node.with_(gpus_per_node=4, nodes=2), strategy)
     assert stretch(0.5, 2.0, True) == 1.25 and stretch(0.5, 2.0, False) == 1.0
+
+
+def test_hugging_face_configs_give_the_published_parameter_counts():
+    """GPT-2's config.json (its own key names) and Llama 2 7B's map to the counts their model cards publish."""
+    from ddp_lab.course.plan.hf_config import transformer_from_hf_config
+
+    gpt2 = {"model_type": "gpt2", "activation_function": "gelu_new", "n_embd": 768, "n_head": 12, "n_inner": None,
+            "n_layer": 12, "n_positions": 1024, "resid_pdrop": 0.1, "vocab_size": 50257}
+    llama2 = {"model_type": "llama", "hidden_act": "silu", "hidden_size": 4096, "intermediate_size": 11008,
+              "max_position_embeddings": 4096, "num_attention_heads": 32, "num_hidden_layers": 32,
+              "num_key_value_heads": 32, "rms_norm_eps": 1e-05, "tie_word_embeddings": False, "vocab_size": 32000}
+    assert transformer_from_hf_config(gpt2).parameters() == 124_439_808
+    assert transformer_from_hf_config(llama2).parameters() == 6_738_415_616
+    with pytest.raises(ValueError, match="num_experts = 64: a mixture-of-experts"):
+        transformer_from_hf_config({**llama2, "num_experts": 64})

@@ -10,16 +10,19 @@ for B sequences, l layers and a GPT shape,
 the second being the formula Megatron-LM reports TFLOP/s with. Selective recomputation adds
 only the attention-score forward (4 B s^2 h per layer; Korthikanti et al. 2022, Sec. 5).
 This module sums the same terms for any shape (GQA, SwiGLU), so it reduces to those formulas.
-FlashAttention's causal skipping and non-matmul kernels are not counted (as in the papers).
+These are the FLOPs MFU and the papers' TFLOP/s count; the time of the step (efficiency.py)
+also knows what they leave out: FlashAttention's causal skipping and recomputation, and the
+memory-bound kernels between the matmuls.
 
 Time (seconds per step), on the rank that finishes last:
-    compute     hardware FLOPs / (GPUs x peak x matmul_efficiency), the work split evenly;
-                except that every TP rank repeats the elementwise work around the parallel
-                matmuls (norms, residuals, dropout): where a cluster knows the share of a step
-                spent outside matmuls (`GPU.elementwise_share`, measured on CPU ranks), compute
-                is multiplied by 1 + share x r x (t - 1), r = `activations.replicated_share`
-    bubble      compute x (p - 1)/(v m): a fraction (p - 1)/(m + p - 1) of the pipeline's time
-                (lesson 07; GPipe and 1F1B alike; the interleaved schedule divides by v).
+    compute     per micro-batch, the stage's layers and an even share of the head, each timed by
+                efficiency.py (GEMMs at the GPU's peak x its generation's calibrated efficiency,
+                elementwise work at HBM bandwidth, flash or eager attention, recomputation),
+                times the micro-batches, plus Adam's memory-bound step. On CPU ranks (no HBM
+                figure) every FLOP runs at the measured rate x the calibrated step efficiency,
+                and TP ranks repeat the measured elementwise share (`GPU.elementwise_share`)
+    bubble      the pipeline's compute x (p - 1)/(v m): a fraction (p - 1)/(m + p - 1) of its
+                time (lesson 07; GPipe and 1F1B alike; the interleaved schedule divides by v).
                 With more CPU ranks than cores none: the compute rate measured with every rank
                 computing already shares the cores, and a stage that waits leaves its core to
                 another stage's work (measured here: 1F1B on 2 ranks pinned to 1 core took its
@@ -31,7 +34,7 @@ Time (seconds per step), on the rank that finishes last:
                 all-reduce of b s h after the word embedding (first stage), one of the head's
                 input gradient and three of b s fp32 values in the cross-entropy (max, target
                 logit, sum of exponentials; last stage). Not overlapped.
-    pp_comm     2 m sends of one micro-batch's activations (b s h / t values per GPU with the
+    pp_comm     2 m v sends of one micro-batch's activations (b s h / t values per GPU with the
                 scatter/gather of Narayanan Sec. 4.1), on the pp group's link. Not overlapped.
     dp_comm     ZeRO 0: all-reduce of the gradients; 1, 2: reduce-scatter + all-gather (the same
                 bytes, ZeRO paper Sec. 7); 3: per micro-batch, all-gather the weights twice
@@ -39,9 +42,13 @@ Time (seconds per step), on the rank that finishes last:
                 one unit at a time: per layer and then the rest (fsdp_unit="layer", as FSDP is
                 wrapped in lesson 09), or the whole model at once (fsdp_unit="model").
                 Exposed: ZeRO 0-2 overlap it with the last micro-batch's backward (DDP buckets,
-                lesson 05); ZeRO 3 prefetches, overlapping it with the whole step's compute.
-                On a cluster with overlap_dp_comm=False (this machine: gloo copies bytes with
-                the cores that compute) all of it is exposed.
+                lesson 05); ZeRO 3 unit by unit (overlap.py): each gather behind the unit before
+                it, each scatter behind the units after it, the first gathers and the last
+                scatters exposed; one unit for the whole model hides nothing. Where DP and TP
+                share a link, DP's transfers take longer by the share of time TP's collectives
+                hold it. On a cluster with overlap_dp_comm=False (this machine: gloo copies bytes
+                with the cores that compute) all of it is exposed.
+    `dp_comm` in the breakdown is all of it; only `dp_comm_exposed` adds to the step.
 
 Introduced in notebooks/13-plan-your-training-run.ipynb.
 """

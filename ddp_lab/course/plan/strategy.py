@@ -145,10 +145,12 @@ def check(model, strategy: Strategy, gpus: int | None = None, gpus_per_node: int
                          f"use tp in {divisors(_gcd(model.ffn_, model.heads))[:8]}")
     stages = strategy.pp * strategy.virtual_stages
     if model.layers % stages:
-        what = (f"pp={strategy.pp}" if strategy.virtual_stages == 1 else
-                f"pp x virtual_stages = {strategy.pp} x {strategy.virtual_stages} = {stages}")
-        raise ValueError(f"{what} does not divide layers={model.layers} of {model.name}: "
-                         f"stages must hold equal numbers of layers; use pp in {divisors(model.layers)}")
+        if strategy.virtual_stages == 1:
+            raise ValueError(f"pp={strategy.pp} does not divide layers={model.layers} of {model.name}: "
+                             f"stages must hold equal numbers of layers; use pp in {divisors(model.layers)}")
+        raise ValueError(f"pp x virtual stages = {strategy.pp} x {strategy.virtual_stages} = {stages} does not divide "
+                         f"layers={model.layers} of {model.name}: every virtual stage holds the same number of layers; "
+                         f"use virtual stages in {divisors(model.layers // strategy.pp) if not model.layers % strategy.pp else [1]}")
     if strategy.pp > 1 and strategy.schedule == "interleaved" and strategy.grad_accum % strategy.pp:
         raise ValueError(f"the interleaved schedule needs micro-batches ({strategy.grad_accum}) divisible by "
                          f"pp={strategy.pp} (Narayanan et al. 2021); change grad_accum")
