@@ -231,3 +231,27 @@ RUNS: list[PublishedRun] = [
 
 # One calibration run per GPU generation (efficiency.GEMM_EFFICIENCY); the rest are predictions.
 CALIBRATION = {"ampere": "Megatron 18.4B", "hopper": "MPT-7b 8xH100"}
+
+
+def markdown_table(runs=None) -> str:
+    """Every run with its configuration, published and predicted throughput and error: README's table.
+
+    `python -m ddp_lab.plan.published` prints it, with the summary line under it.
+    """
+    runs = RUNS if runs is None else runs
+    unit = {"tflops": "TFLOP/s/GPU", "model_tflops": "model TFLOP/s/GPU", "tokens_per_gpu": "tokens/s/GPU"}
+    lines = ["| run | source | GPUs | strategy | metric | published | predicted | error |",
+             "|---|---|---:|---|---|---:|---:|---:|"]
+    for run in runs:
+        note = " (calibration)" if run.name in CALIBRATION.values() else ("" if run.scored else " (not scored)")
+        lines.append(f"| {run.name} | {run.source}, {run.table} | {run.strategy.gpus} {run.cluster.gpu.name} | "
+                     f"{run.strategy.label()} | {unit[run.metric]} | {run.published:,.0f} | {predict(run):,.0f} | "
+                     f"{error(run):+.1%}{note} |")
+    result = summary(runs)
+    lines.append(f"\n{result['runs']} predicted runs from {result['sources']} sources: median absolute error "
+                 f"{result['median']:.1%}, largest {result['max']:.1%}.")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(markdown_table())
