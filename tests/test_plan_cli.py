@@ -111,7 +111,7 @@ LLAMA_8B = ("--model", "llama3-8b", "--cluster", "h100-sxm")
     ((*LLAMA_8B, "--pp", "3"), ["--pp in [1, 2, 4, 8]"]),
     ((*LLAMA_8B, "--nodes", "3", "--pp", "3"), ["pp=3 does not divide layers=32", "use pp in"]),
     (("--model", "gpt2-small", "--cluster", "h100-sxm", "--nodes", "3", "--tp", "12"), ["--tp-across-nodes"]),
-    (("--model", "llama3-70b", "--cluster", "t4"), ["add nodes", "shorter sequences"]),
+    (("--model", "llama3-70b", "--cluster", "t4"), ["add nodes", "shorter sequences (--seq-len)"]),
     ((*LLAMA_8B, "--micro-batch", "two"), ["--micro-batch", "invalid int value"]),
     ((*LLAMA_8B, "--bogus"), ["unrecognized arguments: --bogus"]),
 ])

@@ -328,3 +328,22 @@ def test_hugging_face_configs_give_the_published_parameter_counts():
     assert transformer_from_hf_config(llama2).parameters() == 6_738_415_616
     with pytest.raises(ValueError, match="num_experts = 64: a mixture-of-experts"):
         transformer_from_hf_config({**llama2, "num_experts": 64})
+
+
+def test_matmul_efficiency_depends_on_the_shape_and_the_gpu():
+    """Issue 25: no flat efficiency. A layer's FLOPs per second rise with the hidden size (matmuls grow as h^2
+    per token, the memory-bound work as h) and, for the same layer, an H100 reaches a smaller share of its
+    peak than an A100 (3.2x the FLOP/s, 1.6x the memory bandwidth)."""
+    from ddp_lab.course.plan.efficiency import layer_matmul_flops, layer_seconds
+
+    def share_of_peak(hidden, gpu):
+        model = Transformer("gpt", 4, hidden, hidden // 128, vocab=50000, seq_len=2048)
+        strategy = Strategy(micro_batch=1)
+        gemm, core = layer_matmul_flops(model, strategy)
+        flops = 3 * (gemm + core / 2)                      # forward + backward, causal flash attention
+        return flops / layer_seconds(model, strategy, gpu).total / gpu.flops("bf16")
+
+    a100, h100 = ClusterSpec.preset("a100-80gb").gpu, ClusterSpec.preset("h100-sxm").gpu
+    shares = [share_of_peak(h, a100) for h in (1024, 4096, 16384)]
+    assert shares == sorted(shares) and shares[-1] - shares[0] > 0.05
+    assert all(share_of_peak(h, h100) < share_of_peak(h, a100) for h in (1024, 4096, 16384))

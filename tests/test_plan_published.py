@@ -144,3 +144,12 @@ def test_validation_set_and_its_errors():
     assert len({size for size, _ in fsdp}) >= 5 and len({gpus for _, gpus in fsdp}) >= 4
     misses = {r.name for r in RUNS if r.scored and abs(error(r)) > 0.20}
     assert misses <= set(KNOWN_MISSES), misses - set(KNOWN_MISSES)
+
+
+@pytest.mark.parametrize("size, published", [("125m", 125_311_488), ("1b", 1_315_950_592), ("7b", 6_658_859_008),
+                                             ("13b", 12_853_954_560), ("70b", 64_862_437_376)])
+def test_mpt_shapes_have_the_benchmark_tables_parameter_counts(size, published):
+    """The MPT shapes (llm-foundry's yamls) give the NumParams column of MosaicML's tables at sequence 2048."""
+    from ddp_lab.plan.published import mpt
+
+    assert mpt(size).parameters() == published

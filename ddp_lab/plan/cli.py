@@ -118,7 +118,8 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     except KeyError as error:
         parser.error(error.args[0])
     except ValueError as error:
-        parser.error(str(error))
+        # the library's advice names the field; on the command line it is a flag
+        parser.error(str(error).replace("train on shorter sequences", "train on shorter sequences (--seq-len)"))
 
 
 class OneLineErrors(argparse.ArgumentParser):
