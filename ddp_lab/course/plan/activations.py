@@ -63,15 +63,18 @@ def layer_activation_bytes(model, strategy) -> int:
     s, b, h, t = model.seq_len, strategy.micro_batch, model.hidden, strategy.tp
     if strategy.recompute == "full":
         return value_bytes(strategy) * s * b * h   # only the layer's input is kept (Table 2: 2sbh)
-    outside, inside, scores = _layer_parts(model, strategy)
+    outside, inside, scores = layer_parts(model, strategy)
     if strategy.recompute == "selective":
         scores = 0
     outside_split = t if strategy.sequence_parallel else 1
     return outside // outside_split + inside // t + scores // t
 
 
-def _layer_parts(model, strategy) -> tuple[int, int, int]:
-    """A layer's saved bytes on one rank without TP: (around the parallel matmuls, between them, the scores)."""
+def layer_parts(model, strategy) -> tuple[int, int, int]:
+    """A layer's saved bytes on one rank without TP: (around the parallel matmuls, between them, the scores).
+
+    efficiency.py reads them too: the bytes a layer saves are the bytes its memory-bound kernels move.
+    """
     s, b, h, a = model.seq_len, strategy.micro_batch, model.hidden, model.heads
     e = value_bytes(strategy)
     mask = 1 if model.dropout else 0
@@ -110,7 +113,7 @@ def replicated_share(model, strategy) -> float:
     """
     if strategy.sequence_parallel:
         return 0.0
-    outside, inside, scores = _layer_parts(model, strategy)
+    outside, inside, scores = layer_parts(model, strategy)
     return outside / (outside + inside + scores)
 
 

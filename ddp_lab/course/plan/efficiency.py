@@ -6,12 +6,15 @@ A layer's forward pass does two kinds of work (Williams et al. 2009, "Roofline",
                  run at peak x `GEMM_EFFICIENCY[generation]`;
     elementwise  norms, residual adds, activation functions, dropout, softmax, RoPE, the casts
                  around them: memory-bound, they run at the HBM bandwidth of the spec sheet.
-                 Each tensor a layer saves for backward is written once by such a kernel in
-                 forward and read once in backward, where its gradient (the same size) is
-                 written: the bytes moved are taken as the layer's saved activation bytes
-                 (`activations.layer_activation_bytes` without recomputation, Korthikanti et
-                 al. 2022) in forward and twice that in backward.
-Backward costs 2 x the forward GEMMs (input and weight gradients). Attention by kind:
+                 Each tensor a layer saves for backward is written by the kernel that makes
+                 it and read by the one that uses it in forward, read again in backward, where
+                 its gradient (the same size) is written and read: the bytes moved are taken as
+                 2 x the layer's saved activation bytes in forward and 4 x in backward
+                 (`activations.layer_parts` without recomputation, Korthikanti et al. 2022).
+A GEMM also pays a fixed cost per output tile (its pipeline fills before the first multiply),
+amortised over its reduction dimension k: it runs at k / (k + TILE_K) of a long GEMM's rate,
+so the small k of a small model or a wide tensor-parallel split cost more. Backward costs
+2 x the forward GEMMs (input and weight gradients). Attention by kind:
     eager   the s x s scores are computed in full and masked (causal): 4 b s^2 h / t FLOPs
             forward, twice that backward, and their softmax and dropout move 5 a s^2 b / t
             bytes through HBM (Korthikanti's count) - the reason long sequences are slow eagerly;
@@ -49,7 +52,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ddp_lab.course.plan.activations import _layer_parts, head_activation_bytes, replicated_share
+from ddp_lab.course.plan.activations import layer_parts, head_activation_bytes, replicated_share
 
 # The ONE calibrated number per GPU generation (see the module docstring), each set by
 # tests/test_plan_published.py::test_calibration_run on the run named here and then fixed.
@@ -171,7 +174,7 @@ def layer_seconds(model, strategy, gpu) -> WorkSeconds:
         return _flat_layer_seconds(model, strategy, gpu, gemm, core)
     rate = gpu.achieved_flops(strategy.precision)
     bandwidth = gpu.memory_bandwidth
-    outside, inside, scores = _layer_parts(model, strategy.with_(recompute="none"))
+    outside, inside, scores = layer_parts(model, strategy.with_(recompute="none"))
     t = strategy.tp
     traffic = outside / (t if strategy.sequence_parallel else 1) + (inside + scores) / t   # bytes written forward
     if strategy.attention == "flash":

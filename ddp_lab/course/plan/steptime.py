@@ -149,7 +149,7 @@ def step_time(model, cluster, strategy) -> TimeBreakdown:
     # the layers of one stage and an even share of the head (as the papers' FLOP count spreads it)
     per_micro_batch = model.layers // p * layer.total + head.total / p
     compute = m * per_micro_batch + optimizer_seconds(optimizer_parameters(model, strategy), strategy, cluster.gpu)
-    bubble = m * per_micro_batch * (p - 1) / (v * m)
+    bubble = per_micro_batch * (p - 1) / v      # compute x (p - 1)/(v m): p - 1 micro-batches' worth, over v
     if cluster.cores is not None and strategy.gpus > cluster.cores:
         bubble = 0.0   # more CPU ranks than cores: another stage computes while one waits
 
@@ -168,7 +168,7 @@ def step_time(model, cluster, strategy) -> TimeBreakdown:
         exposed = m * zero3_exposed(model, cluster, strategy, layer, head, (tp_forward, tp_backward), slower)
     else:
         backward_share = (3 / 4) if strategy.recompute == "full" else (2 / 3)
-        window = m * per_micro_batch / m * backward_share   # the last micro-batch's backward (DDP's buckets)
+        window = per_micro_batch * backward_share       # the last micro-batch's backward (DDP's buckets)
         exposed = max(0.0, dp_comm * slower - window)
     return TimeBreakdown(compute=compute, tp_comm=tp_comm, bubble=bubble, dp_comm_exposed=exposed, dp_comm=dp_comm,
                          pp_comm=pp_comm)
