@@ -7,13 +7,17 @@
     print(plan.table(plans[:5]))
 
 Two floors. The formulas a learner reads live in the course library, `ddp_lab/course/plan/`
-(model, cluster_spec, strategy, memory, activations, collectives, steptime, search: pure Python,
+(model, hf_config, cluster_spec, strategy, memory, activations, collectives, efficiency, overlap,
+steptime, search: pure Python,
 importing them does not import torch); this lab package re-exports their names and adds what runs:
     report.py       the table and the breakdown a learner prints
     cli.py          `python -m ddp_lab plan ...`
+    model_files.py  a Hugging Face config.json read from disk as a model
     calibrate.py    this machine's speeds, measured (`calibrate.this_machine()`)
     measure.py, probes.py, reference.py, validate.py   the harness that runs real ranks and
                     compares the formulas with what they measure
+    published.py    published training runs, the planner's validation set
+    fullsize.py     a full-size model counted by PyTorch on fake tensors (no memory)
 
 Introduced in notebooks/13-plan-your-training-run.ipynb.
 """
