@@ -11,7 +11,8 @@ Sources:
                Using Megatron-LM", arXiv:2104.04473, Table 1 (Selene, A100 80GB, V = 51,200, s = 2048,
                full recomputation; micro-batch and schedule not stated: 1 and 1F1B assumed)
     bloom      BigScience BLOOM-176B: train/tr11-176B-ml/tr11-176B-ml.slurm (TP 4, PP 12, 48 nodes of
-               8 A100 80GB, micro-batch 2, global batch 2048, bf16, ZeRO-1, recomputation) and the
+               8 A100 80GB, micro-batch 2, global batch 2048, bf16, ZeRO-1, recomputation; 70 layers
+               on 12 stages, the fullest with 6) and the
                training log's "about 150 TFLOPs" (bigscience.notion.site BigScience-176B-Model);
                4 x 100 Gb/s Omni-Path per node
     mt-nlg     Smith et al. 2022, arXiv:2201.11990, Sec. 2.4 (TP 8, PP 35, global batch 1920,

@@ -146,15 +146,18 @@ def step_time(model, cluster, strategy) -> TimeBreakdown:
     p, t, m, v = strategy.pp, strategy.tp, strategy.grad_accum, strategy.virtual_stages
     layer = layer_seconds(model, strategy, cluster.gpu)
     head = head_seconds(model, strategy, cluster.gpu)
-    # the layers of one stage and an even share of the head (as the papers' FLOP count spreads it)
-    per_micro_batch = model.layers // p * layer.total + head.total / p
+    # the layers of the fullest stage (check() asks for equal stages; a published run that split its
+    # layers unevenly, BLOOM's 70 on 12, runs at the pace of its 6-layer stages) and an even share of
+    # the head (as the papers' FLOP count spreads it)
+    stage_layers = -(-model.layers // p)
+    per_micro_batch = stage_layers * layer.total + head.total / p
     compute = m * per_micro_batch + optimizer_seconds(optimizer_parameters(model, strategy), strategy, cluster.gpu)
     bubble = per_micro_batch * (p - 1) / v      # compute x (p - 1)/(v m): p - 1 micro-batches' worth, over v
     if cluster.cores is not None and strategy.gpus > cluster.cores:
         bubble = 0.0   # more CPU ranks than cores: another stage computes while one waits
 
     tp_forward, tp_backward = layer_tp_communication(model, cluster, strategy)
-    tp_comm = m * (model.layers // p * (tp_forward + tp_backward) + vocab_parallel_communication(model, cluster, strategy))
+    tp_comm = m * (stage_layers * (tp_forward + tp_backward) + vocab_parallel_communication(model, cluster, strategy))
     pp_comm = 0.0
     if p > 1:   # each micro-batch crosses every stage boundary forward and backward, v times when interleaved
         pp_comm = 2 * m * v * collective_time("send", _activation_bytes(model, strategy) / t, cluster,
