@@ -118,7 +118,7 @@ KNOWN_MISSES = {
     # DeepSpeed's pipeline engine (MT-NLG) ran 25 % slower than Megatron-LM's own run of the same
     # 530B shape and plan (Narayanan Table 1: 163 TFLOP/s at 2520 GPUs; MT-NLG: 126 at 2240): the software
     # stack, which the planner does not model.
-    "MT-NLG 530B 280 nodes": 0.30, "MT-NLG 530B 350 nodes": 0.32, "MT-NLG 530B 420 nodes": 0.37,
+    "MT-NLG 530B 280 nodes": 0.25, "MT-NLG 530B 350 nodes": 0.26, "MT-NLG 530B 420 nodes": 0.31,
     # Runs without activation checkpointing come out 5-30 % too fast on both generations (MosaicML, IBM),
     # runs with full recomputation within 15 %: something that costs more without recomputation is
     # missing (the small 125M/760M models add the head's and attention's lower efficiency).
@@ -136,7 +136,7 @@ def test_published_run_is_predicted(run):
 
 def test_validation_set_and_its_errors():
     """At least 30 predicted runs from 6 sources on 2 GPU generations, FSDP at several scales, H100s;
-    median absolute error at most 8 % (reached: 7.1 %), and the misses beyond 20 % are the named ones."""
+    median absolute error at most 8 % (reached: 6.4 %), and the misses beyond 20 % are the named ones."""
     result = summary()
     assert result["runs"] >= 30 and result["sources"] >= 6 and result["median"] <= 0.08
     assert {r.cluster.gpu.generation for r in RUNS} >= {"ampere", "hopper"}

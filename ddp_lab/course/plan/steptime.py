@@ -15,8 +15,8 @@ also knows what they leave out: FlashAttention's causal skipping and recomputati
 memory-bound kernels between the matmuls.
 
 Time (seconds per step), on the rank that finishes last:
-    compute     per micro-batch, the stage's layers and an even share of the head, each timed by
-                efficiency.py (GEMMs at the GPU's peak x its generation's calibrated efficiency,
+    compute     per micro-batch, the slowest pipeline stage's work - its layers, and on the last
+                stage the head (output layer and cross-entropy) - each timed by efficiency.py (GEMMs at the GPU's peak x its generation's calibrated efficiency,
                 elementwise work at HBM bandwidth, flash or eager attention, recomputation),
                 times the micro-batches, plus Adam's memory-bound step. On CPU ranks (no HBM
                 figure) every FLOP runs at the measured rate x the calibrated step efficiency,
@@ -146,11 +146,11 @@ def step_time(model, cluster, strategy) -> TimeBreakdown:
     p, t, m, v = strategy.pp, strategy.tp, strategy.grad_accum, strategy.virtual_stages
     layer = layer_seconds(model, strategy, cluster.gpu)
     head = head_seconds(model, strategy, cluster.gpu)
-    # the layers of the fullest stage (check() asks for equal stages; a published run that split its
-    # layers unevenly, BLOOM's 70 on 12, runs at the pace of its 6-layer stages) and an even share of
-    # the head (as the papers' FLOP count spreads it)
+    # the slowest pipeline stage sets the pace: the fullest one (check() asks for equal stages; a
+    # published run that split its layers unevenly, BLOOM's 70 on 12, runs at its 6-layer stages'
+    # pace), and the last stage also runs the head (the output layer and the cross-entropy)
     stage_layers = -(-model.layers // p)
-    per_micro_batch = stage_layers * layer.total + head.total / p
+    per_micro_batch = stage_layers * layer.total + head.total
     compute = m * per_micro_batch + optimizer_seconds(optimizer_parameters(model, strategy), strategy, cluster.gpu)
     bubble = per_micro_batch * (p - 1) / v      # compute x (p - 1)/(v m): p - 1 micro-batches' worth, over v
     if cluster.cores is not None and strategy.gpus > cluster.cores:
