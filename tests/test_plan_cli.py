@@ -114,6 +114,19 @@ LLAMA_8B = ("--model", "llama3-8b", "--cluster", "h100-sxm")
     (("--model", "llama3-70b", "--cluster", "t4"), ["add nodes", "shorter sequences (--seq-len)"]),
     ((*LLAMA_8B, "--micro-batch", "two"), ["--micro-batch", "invalid int value"]),
     ((*LLAMA_8B, "--bogus"), ["unrecognized arguments: --bogus"]),
+    # issues 29, 30: expert- and context-parallel sizes
+    ((*LLAMA_8B, "--ep", "2"), ["--ep 2 needs a mixture-of-experts model", "mixtral-8x7b"]),
+    (("--model", "mixtral-8x7b", "--cluster", "h100-sxm", "--ep", "3"), ["--ep 3 must divide the 8 experts",
+                                                                          "--ep in [1, 2, 4, 8]"]),
+    (("--model", "mixtral-8x7b", "--cluster", "h100-sxm", "--tp", "2", "--ep", "8"), ["ep=8 does not divide dp x cp",
+                                                                                        "use ep in [1, 2, 4]"]),
+    ((*LLAMA_8B, "--ep", "two"), ["--ep", "give a positive int or auto"]),
+    ((*LLAMA_8B, "--cp", "0"), ["--cp must be a positive int or auto, got 0"]),
+    ((*LLAMA_8B, "--cp", "3"), ["--cp 3 does not divide the cluster's 8 GPUs"]),
+    ((*LLAMA_8B, "--nodes", "3", "--cp", "3"), ["2 x cp = 6 equal chunks", "use --cp in [1, 2, 4, 8]"]),
+    ((*LLAMA_8B, "--tp", "2", "--cp", "auto"), ["--cp auto searches cp", "--tp chose one plan"]),
+    ((*LLAMA_8B, "--tp", "4", "--pp", "2", "--cp", "4"), ["--tp 4 x --pp 2 x --cp 4 = 32 does not divide"]),
+    (("--params", "7B", "--ep", "2"), ["drop --ep"]),
 ])
 def test_bad_input_exits_2_with_one_line_that_names_the_fix(args, words):
     """Issue 25: argparse-style, one stderr line (no usage block, no traceback) naming the flag and what
@@ -156,13 +169,31 @@ def test_search_says_what_it_searched_and_folds_zero_stages_at_dp1():
     assert "z0-2 = ZeRO stages 0 to 2 give identical numbers" in result.stdout
 
 
+def test_search_with_experts_and_a_plan_with_context_parallelism():
+    """Issue 29: --ep fixes the expert-parallel size of every plan searched, and says so; issue 30: one plan with
+    --cp shows the tokens per GPU and the ring's time, all of it and the part attention does not hide."""
+    result = plan("--model", "mixtral-8x7b", "--cluster", "h100-sxm", "--nodes", "2", "--ep", "8", "--top", "3")
+    assert result.returncode == 0, result.stderr
+    assert "sequence parallel, interleaving, ep 8);" in result.stdout.splitlines()[1]
+    rows = [line for line in result.stdout.splitlines() if re.match(r"\s+\d+ dp", line)]
+    assert len(rows) == 3 and all(" ep8 " in row for row in rows)
+    assert "epN = expert-parallel size" in result.stdout
+    result = plan(*LLAMA_8B, "--nodes", "4", "--tp", "8", "--cp", "4", "--zero", "1", "--sequence-parallel",
+                  "--recompute", "selective")
+    assert result.returncode == 0, result.stderr
+    assert "dp1 tp8 cp4 pp1 z1" in result.stdout and "cp=4 ranks share each sequence, 2048 tokens per GPU" in result.stdout
+    exposed = float(re.search(r"exposed CP ring \(K/V\)\s+([0-9.]+)", result.stdout).group(1))
+    total, hidden = map(float, re.search(r"CP ring \(total\)\s+([0-9.]+)\s+\(([0-9.]+) hidden", result.stdout).groups())
+    assert 0 < exposed < total and total == pytest.approx(exposed + hidden, abs=0.002)
+
+
 def test_help_explains_each_flag():
     result = plan("--help")
     assert result.returncode == 0
     for flag in ("--model", "--cluster", "--nodes", "--params", "--dp", "--tp", "--pp", "--zero", "--micro-batch",
                  "--grad-accum", "--recompute", "--sequence-parallel", "--fsdp-unit", "--precision", "--global-batch",
                  "--top", "--hf-config", "--layers", "--hidden", "--heads", "--kv-heads", "--ffn", "--vocab", "--seq-len",
-                 "--virtual-stages", "--memory-reserve", "--attention", "--fp32-grads"):
+                 "--virtual-stages", "--memory-reserve", "--attention", "--fp32-grads", "--cp", "--ep"):
         assert flag in result.stdout
 
 

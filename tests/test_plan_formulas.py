@@ -1,5 +1,6 @@
 """The planner's formulas against independent references: published parameter counts, lesson 01's
-memory arithmetic, lesson 02's ring cost, lesson 07's bubble, and the errors that teach."""
+memory arithmetic, lesson 02's ring cost, lesson 07's bubble, experts and context parallelism counted by hand,
+and the errors that teach."""
 
 from __future__ import annotations
 
@@ -9,9 +10,10 @@ import sys
 import pytest
 
 from ddp_lab.course.device_memory import memory_per_device
-from ddp_lab.plan import (ClusterSpec, Group, Strategy, Transformer, check, collective_time, evaluate,
-                          layers_in_flight, memory, model_state_bytes, parse_count, search, stage_parameters,
-                          step_flops, step_time)
+from ddp_lab.course.plan.context_parallel import attention_blocks_per_rank
+from ddp_lab.plan import (ClusterSpec, Group, MoE, Strategy, Transformer, check, collective_time, dispatch_bytes,
+                          evaluate, kv_block_bytes, layers_in_flight, memory, model_state_bytes, parse_count, search,
+                          stage_parameters, step_flops, step_time)
 
 
 TINY = Transformer("tiny", 2, 64, 4, vocab=128, seq_len=32)   # a frozen dataclass: shared by the tests
@@ -347,3 +349,126 @@ def test_matmul_efficiency_depends_on_the_shape_and_the_gpu():
     shares = [share_of_peak(h, a100) for h in (1024, 4096, 16384)]
     assert shares == sorted(shares) and shares[-1] - shares[0] > 0.05
     assert all(share_of_peak(h, h100) < share_of_peak(h, a100) for h in (1024, 4096, 16384))
+
+
+# ---- mixture of experts and expert parallelism (issue 29), context parallelism (issue 30) --------------------
+TINY_MOE = Transformer("tiny-moe", 2, 64, 4, vocab=128, seq_len=32, ffn=96, kv_heads=2, ffn_kind="swiglu",
+                       norm="rmsnorm", bias=False, position="rope", tied_embeddings=False, dropout=False,
+                       moe=MoE(experts=4, top_k=2, expert_ffn=32))
+
+
+def test_moe_parameters_and_per_gpu_state_by_hand():
+    """2 layers of: attention 2*64*64 + 2*64*32, 2 norms of 64, router 64*4, 4 SwiGLU experts of 3*64*32; embedding and
+    head 128*64 each, a final norm. dp=4, ep=2: each rank holds 2 of the 4 experts per layer; ZeRO shards the
+    rest over the 4 ranks, the experts over the 2 that hold the same ones."""
+    expert = 3 * 64 * 32
+    shared_by_all = 2 * (2 * 64 * 64 + 2 * 64 * 32 + 2 * 64 + 64 * 4) + 2 * 128 * 64 + 64
+    assert TINY_MOE.parameters() == shared_by_all + 2 * 4 * expert == 90944
+    assert TINY_MOE.active_parameters() == shared_by_all + 2 * 2 * expert
+    held = 2 * 2 * expert                                     # 2 layers x 2 experts on this rank
+    m = memory(TINY_MOE, Strategy(dp=4, ep=2, zero=1))
+    assert (m.params, m.grads) == (2 * (shared_by_all + held), 2 * (shared_by_all + held))
+    assert m.optimizer == 12 * shared_by_all // 4 + 12 * held // 2      # Adam's 12 bytes over dp vs over dp / ep
+    assert memory(TINY_MOE, Strategy(dp=4, ep=2, zero=3)).params == 2 * (shared_by_all // 4 + held // 2)
+    assert memory(TINY_MOE, Strategy(dp=4, ep=1, zero=1)).params == 2 * TINY_MOE.parameters()   # ep=1: all experts
+
+
+def test_experts_sync_over_their_own_group_and_pay_four_all_to_alls_per_layer():
+    """Latency-only collectives (1 ms per ring step, fitted at 2 ranks): ZeRO-0's all-reduce over the 4 dp ranks
+    (6 steps = 3 ms) for the dense part plus over the 2 ranks holding the same experts (1 ms); an all-to-all over
+    ep=2 is one exchange (1 ms), 4 per MoE layer and micro-batch (dispatch and combine, forward and backward)."""
+    cluster = _latency_only_machine().with_(gpus_per_node=4)
+    time = step_time(TINY_MOE, cluster, Strategy(dp=4, ep=2, grad_accum=3, precision="fp32"))
+    assert time.dp_comm == pytest.approx(3e-3 + 1e-3)
+    assert time.ep_comm == pytest.approx(3 * 2 * 4 * 1e-3)
+    assert time.total == pytest.approx(time.compute + time.dp_comm_exposed + time.ep_comm)
+    full = step_time(TINY_MOE, cluster, Strategy(dp=4, ep=2, recompute="full", precision="fp32"))
+    assert full.ep_comm == pytest.approx(2 * 6 * 1e-3)                   # recomputation repeats the forward's two
+    assert step_time(TINY_MOE, cluster, Strategy(dp=4, precision="fp32")).ep_comm == 0   # ep=1: tokens stay home
+    assert dispatch_bytes(TINY_MOE, Strategy(dp=2, ep=2, micro_batch=2)) == 2 * 32 * 2 * 64 * 2   # b s x top_k x h x bf16
+
+
+def test_mfu_counts_the_active_parameters():
+    """Model FLOPs per token: 2 x the matmul parameters a token meets (active, without the embedding and norms)
+    forward, 3x with backward, plus the attention scores 4 s h per layer (Narayanan et al. 2021)."""
+    mixtral = Transformer.preset("mixtral-8x7b")
+    h, s, L, V = 4096, 32768, 32, 32000
+    matmuls = mixtral.active_parameters() - V * h - (2 * L + 1) * h          # head stays: it is a matmul
+    per_sequence = 3 * (2 * s * matmuls + L * 4 * s * s * h)
+    assert step_flops(mixtral, Strategy(dp=8), hardware=False) == 8 * per_sequence
+
+
+def test_context_parallel_divides_activations_and_tp_messages():
+    """cp=2 ranks hold half of every saved tensor (the scores too: an (s/cp) x s slice) and send half the bytes in
+    each TP all-reduce; the FLOPs, shared by twice the GPUs, do not change."""
+    strategy = Strategy(tp=2, grad_accum=2, precision="fp32")
+    split = strategy.with_(cp=2)
+    assert memory(TINY, split).activations * 2 == memory(TINY, strategy).activations
+    assert memory(TINY, split).model_states == memory(TINY, strategy).model_states
+    fits = {name: (0.0, 1e-9) for name in ("all_reduce", "all_gather", "reduce_scatter", "send")}
+    bandwidth_only = ClusterSpec.from_measurements({"ranks": 4, "matmul_flops": {"fp32": 5e10},
+                                                    "collectives": fits}, ranks=4)
+    assert step_time(TINY, bandwidth_only, split).tp_comm == pytest.approx(
+        step_time(TINY, bandwidth_only, strategy).tp_comm / 2)
+    assert step_flops(TINY, split) == step_flops(TINY, strategy)
+
+
+def test_ring_sends_each_block_forward_and_block_plus_gradient_backward():
+    """Latency-only machine (no overlap, as gloo on CPU): per layer and micro-batch, cp - 1 sends forward and
+    cp - 1 backward (K/V with their gradients in one message): 2 layers x 2 x 3 = 12 ms at cp=4."""
+    time = step_time(TINY, _latency_only_machine(), Strategy(cp=4, precision="fp32"))
+    assert time.cp_comm == time.cp_comm_exposed == pytest.approx(2 * 2 * 3 * 1e-3)
+    assert kv_block_bytes(TINY, Strategy(cp=4, tp=2)) == 2 * (32 // 4) * (64 // 2) * 2
+
+
+def test_the_ring_hides_behind_causal_attention_only_on_long_sequences():
+    """Llama 3 8B, tp 8 in a node, cp 4 across nodes: at 8K tokens a K/V block's send outlasts the causal
+    attention on a block, at 128K attention (O(s^2)) hides the sends (O(s)) (Llama 3 paper, Sec. 3.3.2)."""
+    cluster = ClusterSpec.preset("h100-sxm", nodes=4)
+    strategy = Strategy(tp=8, cp=4, grad_accum=4, sequence_parallel=True, recompute="selective")
+    short = step_time(Transformer.preset("llama3-8b"), cluster, strategy)
+    long = step_time(Transformer.preset("llama3-8b").with_(seq_len=131072), cluster, strategy)
+    assert short.cp_comm_exposed > 0.5 * short.cp_comm
+    assert long.cp_comm > 0 == long.cp_comm_exposed
+    assert attention_blocks_per_rank(4, balanced=False) == [0.5, 1.5, 2.5, 3.5]   # rank 3 does 7x rank 0's work
+    assert sum(attention_blocks_per_rank(4)) == sum(attention_blocks_per_rank(4, balanced=False)) == 4 ** 2 / 2
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda: Strategy(dp=4, ep=3), r"ep=3 does not divide dp x cp = 4 x 1 = 4: .* use ep in \[1, 2, 4\]"),
+    (lambda: check(Transformer.preset("mixtral-8x7b"), Strategy(dp=6, ep=3)), r"does not divide the 8 experts"),
+    (lambda: check(Transformer.preset("llama3-8b"), Strategy(dp=2, ep=2)), r"needs a mixture-of-experts model"),
+    (lambda: check(Transformer.preset("llama3-8b"), Strategy(cp=3)), r"2 x cp = 6 equal chunks"),
+    (lambda: check(Transformer.preset("llama3-8b"), Strategy(dp=2, cp=2), gpus=8), r"dp\*tp\*pp\*cp = 2\*1\*1\*2"),
+    (lambda: MoE(experts=8, top_k=9, expert_ffn=64), r"top_k=9 is more than the 8 experts"),
+])
+def test_expert_and_context_parallel_mistakes_say_the_fix(make, message):
+    with pytest.raises(ValueError, match=message):
+        make()
+
+
+def test_defaults_ep1_cp1_change_no_number():
+    """Every plan a search tried before experts and context parallelism were merged in (issue 25's planner,
+    branch planner25 at 1211d55, before the merge) gives the same memory, time, tokens/s and MFU to the last
+    bit: three searches (Llama 3 70B on 64 H100s, GPT-2 on 16 A100s, a CPU-rank cluster like
+    calibrate.this_machine()'s) fingerprinted field by field with sha256. A planner change that moves any
+    number changes a fingerprint: recompute them and say why in the commit. (Recomputed at the merge: issue
+    25's roofline, per-unit ZeRO-3 overlap, flash attention and interleaved candidates moved every number.)"""
+    import hashlib
+
+    def fingerprint(plans):
+        text = "\n".join(repr((p.strategy.label(), p.memory.params, p.memory.grads, p.memory.optimizer,
+                               p.memory.activations, p.memory.buffers, p.time.compute, p.time.tp_comm, p.time.bubble,
+                               p.time.dp_comm_exposed, p.time.dp_comm, p.time.pp_comm, p.time.total,
+                               p.tokens_per_second, p.mfu)) for p in plans)
+        return hashlib.sha256(text.encode()).hexdigest()[:16], len(plans)
+
+    shape = Transformer("t", 4, 256, 4, vocab=512, seq_len=128)
+    fits = {name: (1e-4, 1e-9) for name in ("all_reduce", "all_gather", "reduce_scatter", "send")}
+    cpu = ClusterSpec.from_measurements({"ranks": 4, "matmul_flops": {"fp32": 5e10}, "collectives": fits, "cores": 2,
+                                         "matmul_efficiency": 0.4, "memory": 2**30}, ranks=4)
+    assert fingerprint(search(Transformer.preset("llama3-70b"), ClusterSpec.preset("h100-sxm", nodes=8),
+                              top=None)) == ("0f73c93019ebaa90", 437)
+    assert fingerprint(search(Transformer.preset("gpt2-small"), ClusterSpec.preset("a100-80gb", nodes=2),
+                              top=None)) == ("43006edc702a477e", 640)
+    assert fingerprint(search(shape, cpu, top=None, precision="fp32")) == ("3b4cece0e02ab290", 384)

@@ -17,6 +17,15 @@ Sources of the numbers in this file (checked against the papers' tables as quote
   MT-NLG 530B (Smith et al. 2022, arXiv:2201.11990, Sec. 2.4: TP 8, PP 35, global batch 1920,
   280/350/420 DGX A100 40GB, 60.1/50.2/44.4 s per iteration = 126/121/113 TFLOP/s per GPU).
 
+- Mixture of experts: Mixtral 8x7B (Jiang et al. 2024, arXiv:2401.04088: "47B ... 13B active"; Mistral AI's
+  announcement of 2023-12-11: "46.7B total parameters but only uses 12.9B parameters per token"; Hugging
+  Face's safetensors total for Mixtral-8x7B: 46,702,792,704); DeepSeekMoE 16B (Dai et al. 2024,
+  arXiv:2401.06066, Sec. 5.1.2: "approximately 16.4B total parameters, with the number of activated
+  parameters around 2.8B"). Each shape from its config.json (model.py cites the fields).
+- Long context: Llama 3 (Llama Team 2024, arXiv:2407.21783), Table 4's third row and Sec. 3.3.2 (read in
+  the paper's text: 16,384 GPUs, TP 8, CP 16, PP 16, DP 4, sequence 131,072, batch size/DP 16, 16M tokens
+  per batch, 380 TFLOP/s per GPU).
+
 ONE efficiency factor per GPU generation (efficiency.GEMM_EFFICIENCY) is calibrated on ONE run each
 (published.CALIBRATION) by `test_calibration_run`; every other run is a prediction.
 """
@@ -28,7 +37,8 @@ import dataclasses
 import pytest
 
 from ddp_lab.course.plan.efficiency import GEMM_EFFICIENCY
-from ddp_lab.plan import Strategy, Transformer, layer_activation_bytes, model_state_bytes, step_flops
+from ddp_lab.plan import (ClusterSpec, Strategy, Transformer, check, layer_activation_bytes, model_state_bytes,
+                          stage_activation_bytes, stage_state_bytes, step_flops, step_time)
 from ddp_lab.plan.published import CALIBRATION, RUNS, error, predict, summary
 
 GB = 1e9
@@ -159,3 +169,66 @@ def test_bloom_shape():
     """BLOOM-176B: 176,247M parameters published (ALiBi: no position table)."""
     bloom = next(r for r in RUNS if r.name == "BLOOM-176B").model
     assert bloom.parameters() == pytest.approx(176_247e6, rel=1e-4)
+
+
+# ---- Mixture of experts: total and active parameters from each model's config ------------------------------
+def test_mixtral_8x7b_parameters():
+    """Counted by hand from config.json: 32 layers of attention (2 x 4096^2 + 2 x 4096 x 1024, 8 kv heads of 128),
+    two RMSNorms, a router 4096 x 8 and 8 SwiGLU experts of 3 x 4096 x 14336; embedding and head 32000 x 4096."""
+    mixtral = Transformer.preset("mixtral-8x7b")
+    expert, attention, norms, router = 3 * 4096 * 14336, 2 * 4096**2 + 2 * 4096 * 1024, 2 * 4096, 4096 * 8
+    around = 2 * 32000 * 4096 + 4096
+    assert mixtral.parameters() == 32 * (attention + norms + router + 8 * expert) + around == 46_702_792_704
+    assert mixtral.active_parameters() == 32 * (attention + norms + router + 2 * expert) + around
+    assert (round(mixtral.parameters() / 1e9, 1), round(mixtral.active_parameters() / 1e9, 1)) == (46.7, 12.9)
+    assert (round(mixtral.parameters() / 1e9), round(mixtral.active_parameters() / 1e9)) == (47, 13)   # the paper
+
+
+def test_deepseek_moe_16b_parameters():
+    """28 layers, the first with a dense FFN of 10944, the other 27 with 64 routed and 2 shared experts of 1408
+    (6 routed per token) and a router 2048 x 64; multi-head attention 4 x 2048^2; vocabulary 102400, untied."""
+    deepseek = Transformer.preset("deepseek-moe-16b")
+    expert, attention, norms = 3 * 2048 * 1408, 4 * 2048**2, 2 * 2048
+    dense_layer = attention + norms + 3 * 2048 * 10944
+    moe_layer = attention + norms + 2048 * 64 + (64 + 2) * expert
+    around = 2 * 102400 * 2048 + 2048
+    assert deepseek.parameters() == dense_layer + 27 * moe_layer + around
+    assert deepseek.active_parameters() == deepseek.parameters() - 27 * (64 - 6) * expert
+    assert (round(deepseek.parameters() / 1e9, 1), round(deepseek.active_parameters() / 1e9, 1)) == (16.4, 2.8)
+
+
+# ---- Long context: Llama 3 405B's CP 16 stage ------------------------------------------------------------
+def test_llama3_405b_long_context_stage_fits_an_h100():
+    """Table 4's third row: TP 8, CP 16, PP 16 at 131,072 tokens, trained on 80 GB H100s, so the planner's memory
+    for it must stay under 80 GiB. DP: the row prints 4, but 8 x 16 x 16 x 4 = 8,192 GPUs and 4 x 16 x 131,072 =
+    8.4M tokens, while the same row says 16,384 GPUs and 16M tokens: both say DP 8, used here (DP 4 only
+    doubles the sharded gradients and optimizer state, +0.35 GB, and fits too).
+
+    Expressed as: Llama 3 balances 126 layers over 16 stages by giving the first and the last stage one layer
+    fewer (Sec. 3.3.2), so pipeline rank 1 holds 8 layers and no embedding or head, and more micro-batches in
+    flight than any later rank. The planner's stages are equal, so the model is planned with 128 layers (16 x 8)
+    and rank 1's memory read: exactly its 8 layers. Assumed: 1F1B without interleaving (Table 4 gives no V),
+    ZeRO-2 (Sec. 3.3.2: FSDP shards optimizer states and gradients; weights are not resharded after forward),
+    FlashAttention, which keeps no score matrix (the planner's selective recomputation keeps the same tensors),
+    sequence parallelism. Not modelled: the fp32 gradient accumulation of Sec. 3.3.2 and any K/V the
+    all-gather variant keeps for backward."""
+    llama = Transformer.preset("llama3-405b")
+    assert llama.parameters() == 405_853_388_800            # Hugging Face's safetensors total for Llama-3.1-405B
+    slots = llama.with_(layers=128, seq_len=131072)
+    long = Strategy(dp=8, tp=8, cp=16, pp=16, zero=2, grad_accum=16, sequence_parallel=True, recompute="selective")
+    check(slots, long, gpus=16384, gpus_per_node=8)
+    assert long.global_batch * slots.seq_len == 16 * 2**20                      # 8 x 16 sequences = 16M tokens
+    states, activations = stage_state_bytes(slots, long, 1), stage_activation_bytes(slots, long, 1)
+    layer = llama.layer_parameters()
+    assert states.params == 2 * 8 * ((layer - 2 * 16384) // 8 + 2 * 16384)   # bf16, 8 layers: split by tp but the norms
+    # a CP-16 rank at 128K holds what a rank of Table 4's 8K row (same TP, PP; 8192 tokens per rank) holds
+    short = long.with_(dp=128, cp=1)
+    assert activations == stage_activation_bytes(slots.with_(seq_len=8192), short, 1)
+    total = states.model_states + activations
+    assert total < 80 * 2**30                                                 # 83.8 GB of 85.9 (flash attention: with its log-sum-exp)
+    assert round(total / 1e9, 1) == 83.8
+    wide = long.with_(dp=4)                                                   # the row as printed
+    assert stage_state_bytes(slots, wide, 1).model_states + activations < 80 * 2**30
+    # the ring's K/V sends (4 MB per step) hide behind causal attention on 8192 x 8192 blocks (Sec. 3.3.2)
+    time = step_time(slots, ClusterSpec.preset("h100-sxm", nodes=2048), long)
+    assert time.cp_comm > 0 == time.cp_comm_exposed

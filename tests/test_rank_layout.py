@@ -38,3 +38,22 @@ def test_degrees_must_multiply_to_the_ranks():
         RankLayout(dp=2, tp=2).check(8)
     with pytest.raises(ValueError, match=r"tp=0: each parallel degree must be a positive int"):
         RankLayout(tp=0)
+
+
+def test_cp_sits_between_tp_and_dp_and_ep_is_carved_out_of_dp_x_cp():
+    """Megatron-Core's order tp-cp-ep-dp-pp on 16 ranks (tp 2, cp 2, dp 2, pp 2, ep 2): a cp group takes every
+    tp-th rank, the dp x cp ranks that hold the same weights every tp-th rank of a pp block, an ep group ep of
+    those, and the ranks holding the same experts every (tp x ep)-th."""
+    layout = RankLayout(dp=2, tp=2, pp=2, cp=2, ep=2)
+    assert layout.world_size == 16
+    assert layout.group_of("cp", 0) == [0, 2] and layout.group_of("dp", 0) == [0, 4]
+    assert layout.group_of("pp", 0) == [0, 8]
+    assert layout.group_of("dp_cp", 1) == [1, 3, 5, 7]
+    assert layout.group_of("ep", 0) == [0, 2] and layout.group_of("edp", 0) == [0, 4]
+    for axis in ("tp", "cp", "dp", "pp", "dp_cp", "ep", "edp"):   # every rank in exactly one group
+        assert sorted(r for ranks in layout.groups(axis) for r in ranks) == list(range(16))
+    assert RankLayout(dp=2, tp=2, pp=2) == RankLayout(dp=2, tp=2, pp=2, cp=1, ep=1)
+    with pytest.raises(ValueError, match=r"ep=3 does not divide dp x cp = 4"):
+        RankLayout(dp=2, cp=2, ep=3)
+    with pytest.raises(ValueError, match=r"dp x tp x pp x cp = 2 x 1 x 1 x 2 = 4, but there are 8 ranks"):
+        RankLayout(dp=2, cp=2).check(8)

@@ -7,6 +7,8 @@ W - 1 for each half, one after the other:
     all_gather(n)        (W - 1) alpha +   (W - 1)/W n beta   (n: the gathered output)
     reduce_scatter(n)    (W - 1) alpha +   (W - 1)/W n beta   (n: the input before scattering)
     send(n)                      alpha +             n beta
+    all_to_all(n)        (W - 1) alpha +   (W - 1)/W n beta   (n: what one rank sends in all, a 1/W
+                                                               share of it to itself; pairwise exchange)
 With W growing the bandwidth term of an all-reduce tends to 2 n beta while the latency term
 grows with W: large messages scale, many small ones do not (Thakur, Rabenseifner and Gropp
 2005, "Optimization of collective communication operations in MPICH"; NCCL-tests' bus
@@ -20,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-KINDS = ("all_reduce", "all_gather", "reduce_scatter", "send")
+KINDS = ("all_reduce", "all_gather", "reduce_scatter", "send", "all_to_all")
 
 
 def ring_steps(kind: str, world: int) -> tuple[float, float]:
@@ -37,6 +39,8 @@ def ring_steps(kind: str, world: int) -> tuple[float, float]:
     if kind == "send":
         return 1.0, 1.0
     half = (world - 1) / world
+    # all_to_all: W - 1 exchanges, each rank sending the 1/W of its buffer meant for one peer
+    # (Thakur et al. 2005's pairwise exchange); the same terms as an all-gather of n.
     return (2 * (world - 1), 2 * half) if kind == "all_reduce" else (world - 1, half)
 
 

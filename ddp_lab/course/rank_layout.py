@@ -1,4 +1,4 @@
-"""Which ranks form each parallel group: the one owner of the rank layout (tp fastest, then dp, then pp).
+"""Which ranks form each parallel group: the one owner of the rank layout (tp fastest, then cp, dp, pp).
 
 With world = dp x tp x pp ranks, Megatron-LM numbers them tensor-parallel fastest (Narayanan et
 al. 2021, arXiv:2104.04473, Sec. 3.3; picotron's `process_group_manager`, torchtitan's
@@ -8,6 +8,19 @@ a dp group takes every tp-th rank, a pp group every (tp x dp)-th. A 2-D `DeviceM
 (lesson 10). This module only computes rank numbers (no torch): lesson 13's planner costs a
 group by its size and stride, and its measurements make the real groups from the same lists.
 
+Context parallelism (cp ranks share one sequence, lesson 15) sits between tp and dp, as in
+Megatron-Core's default order tp-cp-ep-dp-pp (Llama 3 uses [TP, CP, PP, DP], Sec. 3.3.2): world =
+dp x tp x pp x cp, and with cp = 1 every group above is unchanged. Groups that span two axes:
+    dp_cp   the dp x cp ranks that hold the same weights: gradients are reduced, and ZeRO
+            shards, over them (torchtitan's "dp_shard_cp" mesh)
+    ep      expert parallelism (lesson 14) is carved out of those dp x cp ranks, not added to the
+            world: ep consecutive ones (stride tp) split the experts between them, so ep must
+            divide dp x cp (Megatron-Core's expert-model-parallel group; torchtitan's "ep" mesh
+            with etp = tp, which also asks ep to cover all of cp)
+    edp     the dp x cp / ep ranks that hold the same experts: expert gradients are reduced,
+            and ZeRO shards experts, over them (Megatron-Core's expert-data-parallel group,
+            torchtitan's "dp_shard_mod_ep")
+
 Introduced in notebooks/10-2d-mesh.ipynb (rows are tp groups, columns dp groups).
 """
 
@@ -15,7 +28,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-AXES = ("tp", "dp", "pp")   # fastest first
+AXES = ("tp", "cp", "dp", "pp")   # fastest first: world = their product
+SPANNING = ("dp_cp", "ep", "edp")  # groups across two axes (module docstring)
 
 
 @dataclass(frozen=True)
@@ -35,11 +49,13 @@ class Group:
 
 @dataclass(frozen=True)
 class RankLayout:
-    """dp x tp x pp ranks in Megatron order.
+    """dp x tp x pp (x cp) ranks in Megatron order, with ep carved out of the dp x cp ranks.
 
     Example:
         >>> layout = RankLayout(dp=2, tp=2)
         >>> layout.groups("tp"), layout.groups("dp")
+        ([[0, 1], [2, 3]], [[0, 2], [1, 3]])
+        >>> RankLayout(dp=4, ep=2).groups("ep"), RankLayout(dp=4, ep=2).groups("edp")
         ([[0, 1], [2, 3]], [[0, 2], [1, 3]])
 
     Introduced in notebooks/10-2d-mesh.ipynb.
@@ -48,39 +64,57 @@ class RankLayout:
     dp: int = 1
     tp: int = 1
     pp: int = 1
+    cp: int = 1
+    ep: int = 1
 
     def __post_init__(self):
-        for axis in AXES:
+        for axis in AXES + ("ep",):
             size = getattr(self, axis)
             if isinstance(size, bool) or not isinstance(size, int) or size < 1:
                 raise ValueError(f"{axis}={size!r}: each parallel degree must be a positive int")
+        if (self.dp * self.cp) % self.ep:
+            raise ValueError(f"ep={self.ep} does not divide dp x cp = {self.dp * self.cp}: expert-parallel ranks are "
+                             f"carved out of the data- and context-parallel ranks")
 
     @property
     def world_size(self) -> int:
-        return self.dp * self.tp * self.pp
+        return self.dp * self.tp * self.pp * self.cp
 
     def check(self, world_size: int) -> None:
         """Raise unless the degrees multiply to `world_size`, the ranks there are."""
         if self.world_size != world_size:
-            raise ValueError(f"dp x tp x pp = {self.dp} x {self.tp} x {self.pp} = {self.world_size}, but there are "
+            product = (f"dp x tp x pp = {self.dp} x {self.tp} x {self.pp}" if self.cp == 1 else
+                       f"dp x tp x pp x cp = {self.dp} x {self.tp} x {self.pp} x {self.cp}")
+            raise ValueError(f"{product} = {self.world_size}, but there are "
                              f"{world_size} ranks: choose degrees whose product is {world_size}")
 
+    def size(self, axis: str) -> int:
+        """Ranks in one `axis` group (an axis of AXES or a spanning group of SPANNING)."""
+        return {"tp": self.tp, "cp": self.cp, "dp": self.dp, "pp": self.pp, "dp_cp": self.dp * self.cp,
+                "ep": self.ep, "edp": self.dp * self.cp // self.ep}[self._known(axis)]
+
     def stride(self, axis: str) -> int:
-        """Distance in global rank between neighbours of one `axis` group: tp 1, dp tp, pp tp x dp."""
-        if axis not in AXES:
-            raise ValueError(f"axis must be one of {AXES}, got {axis!r}")
-        return {"tp": 1, "dp": self.tp, "pp": self.tp * self.dp}[axis]
+        """Distance in global rank between neighbours of one `axis` group: tp 1, cp tp, dp tp x cp, pp tp x cp x dp."""
+        tp, cp, dp = self.tp, self.cp, self.dp
+        return {"tp": 1, "cp": tp, "dp": tp * cp, "pp": tp * cp * dp, "dp_cp": tp, "ep": tp,
+                "edp": tp * self.ep}[self._known(axis)]
 
     def group(self, axis: str) -> Group:
         """The size and stride of every `axis` group."""
-        return Group(getattr(self, axis), self.stride(axis))
+        return Group(self.size(axis), self.stride(axis))
 
     def groups(self, axis: str) -> list[list[int]]:
         """Every `axis` group's global ranks, in the order every rank must create them."""
-        size, stride = getattr(self, axis), self.stride(axis)
+        size, stride = self.size(axis), self.stride(axis)
         starts = [r for r in range(self.world_size) if (r // stride) % size == 0]
         return [[start + k * stride for k in range(size)] for start in starts]
 
     def group_of(self, axis: str, rank: int) -> list[int]:
         """The ranks of `rank`'s own `axis` group."""
         return next(ranks for ranks in self.groups(axis) if rank in ranks)
+
+    @staticmethod
+    def _known(axis: str) -> str:
+        if axis not in AXES + SPANNING:
+            raise ValueError(f"axis must be one of {AXES + SPANNING}, got {axis!r}")
+        return axis

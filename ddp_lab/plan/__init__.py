@@ -8,7 +8,7 @@
 
 Two floors. The formulas a learner reads live in the course library, `ddp_lab/course/plan/`
 (model, hf_config, cluster_spec, strategy, memory, activations, collectives, efficiency, overlap,
-steptime, search: pure Python,
+steptime, search, and experts and context_parallel for lessons 14 and 15: pure Python,
 importing them does not import torch); this lab package re-exports their names and adds what runs:
     report.py       the table and the breakdown a learner prints
     cli.py          `python -m ddp_lab plan ...`
@@ -26,14 +26,19 @@ from ddp_lab.course.plan.activations import head_activation_bytes, layer_activat
 from ddp_lab.course.plan.cluster_spec import GPU, ClusterSpec
 from ddp_lab.course.plan.efficiency import GEMM_EFFICIENCY
 from ddp_lab.course.plan.collectives import Group, collective_time   # Group: ddp_lab.course.rank_layout
-from ddp_lab.course.plan.memory import MemoryBreakdown, memory, model_state_bytes, stage_activation_bytes, stage_parameters
+from ddp_lab.course.plan.context_parallel import causal_attention_flops, kv_block_bytes, ring_time
+from ddp_lab.course.plan.experts import MoE, all_to_all_time, dispatch_bytes
+from ddp_lab.course.plan.memory import (MemoryBreakdown, memory, model_state_bytes, stage_activation_bytes,
+                                        stage_parameters, stage_state_bytes)
 from ddp_lab.course.plan.model import Transformer, parse_count
 from ddp_lab.plan.report import breakdown, table
 from ddp_lab.course.plan.search import Plan, evaluate, search
 from ddp_lab.course.plan.steptime import TimeBreakdown, mfu, step_flops, step_time, tflops_per_gpu, tokens_per_second
 from ddp_lab.course.plan.strategy import Strategy, check
 
-__all__ = ["GPU", "GEMM_EFFICIENCY", "ClusterSpec", "Group", "MemoryBreakdown", "Plan", "Strategy", "TimeBreakdown",
-           "Transformer", "breakdown", "check", "collective_time", "evaluate", "head_activation_bytes",
+__all__ = ["GPU", "GEMM_EFFICIENCY", "ClusterSpec", "Group", "MemoryBreakdown", "MoE", "Plan", "Strategy",
+           "TimeBreakdown", "Transformer", "all_to_all_time", "breakdown", "causal_attention_flops", "check",
+           "collective_time", "dispatch_bytes", "evaluate", "head_activation_bytes", "kv_block_bytes",
            "layer_activation_bytes", "layers_in_flight", "memory", "mfu", "model_state_bytes", "parse_count",
-           "search", "stage_activation_bytes", "stage_parameters", "step_flops", "step_time", "table", "tflops_per_gpu", "tokens_per_second"]
+           "ring_time", "search", "stage_activation_bytes", "stage_parameters", "stage_state_bytes", "step_flops",
+           "step_time", "table", "tflops_per_gpu", "tokens_per_second"]

@@ -6,6 +6,8 @@
     python -m ddp_lab plan --hf-config path/to/config.json --cluster a100-80gb --nodes 2
     python -m ddp_lab plan --layers 24 --hidden 2048 --heads 16 --ffn 5632 --vocab 32000 --seq-len 4096 --cluster h100-sxm
     python -m ddp_lab plan --params 7.5B --dp 64 --zero 3
+    python -m ddp_lab plan --model mixtral-8x7b --cluster h100-sxm --nodes 8 --ep 8 --top 5
+    python -m ddp_lab plan --model llama3-8b --cluster h100-sxm --nodes 4 --tp 8 --cp 4 --zero 1
 
 Introduced in notebooks/13-plan-your-training-run.ipynb.
 """
@@ -15,6 +17,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from ddp_lab.course.plan import context_parallel
 from ddp_lab.course.plan.cluster_spec import PRESET_NAMES, ClusterSpec
 from ddp_lab.course.plan.model import PRESETS, Transformer, parse_count
 from ddp_lab.course.plan.search import MEMORY_RESERVE, candidates, default_global_batch, evaluate, search
@@ -29,6 +32,17 @@ NEEDED_SHAPE = ("layers", "hidden", "heads", "ffn", "vocab", "seq_len")   # with
 POSITIVE_INTS = ("nodes", "dp", "tp", "pp", "micro_batch", "grad_accum", "global_batch", "top", "virtual_stages",
                  *SHAPE_FLAGS)
 SHORT_FORM_FLAGS = ("params", "dp", "zero", "precision", "fp32_grads")     # all that --params reads
+SPLIT_FLAGS = ("cp", "ep")     # a number (the plan's or every searched plan's) or "auto" (searched)
+
+
+def parallel_size(text: str) -> int | str:
+    """--cp/--ep's value: an int, or "auto" to search every size that fits (argparse type)."""
+    if text.strip().lower() == "auto":
+        return "auto"
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid value {text!r}: give a positive int or auto") from None
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -82,6 +96,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="ZeRO-3: gather one layer at a time (layer, the default, as FSDP is wrapped) or the whole model")
     how.add_argument("--attention", choices=ATTENTION,
                      help="flash (fused, the default: no s x s scores kept) or eager (Korthikanti et al.'s count)")
+    how.add_argument("--cp", type=parallel_size, metavar="N|auto",
+                     help="context-parallel size: ranks that split each sequence (lesson 15; the sequence must "
+                          "split into 2 x cp chunks). With no other strategy flag the search uses it for every plan; "
+                          "auto searches it (default 1)")
+    how.add_argument("--ep", type=parallel_size, metavar="N|auto",
+                     help="expert-parallel size of a mixture-of-experts model (lesson 14): of the dp x cp ranks, how "
+                          "many split the experts (divides the experts and dp x cp). With no other strategy flag the "
+                          "search uses it for every plan; auto searches it (the default for a model with experts)")
     how.add_argument("--precision", choices=PRECISIONS, default=None,
                      help="bf16/fp16 mixed-precision Adam (2+2+12 bytes/param) or fp32 Adam (4+4+8); "
                           "default bf16 (fp16 on a GPU without bf16, e.g. t4)")
@@ -109,7 +131,9 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
                              "they are fp32 already: drop one of them")
         reserve = MEMORY_RESERVE if args.memory_reserve is None else args.memory_reserve
         given = {name: getattr(args, name) for name in STRATEGY_FLAGS if getattr(args, name) is not None}
+        _check_splits(model, cluster, args, given)
         if given and set(given) != {"virtual_stages"}:
+            given.update({name: getattr(args, name) for name in SPLIT_FLAGS if getattr(args, name) is not None})
             strategy, note = _strategy(model, cluster, args, given)
             print(note + breakdown(evaluate(model, cluster, strategy, args.tp_across_nodes, reserve)))
         else:
@@ -190,6 +214,13 @@ def _check_flags(args) -> None:
     if args.virtual_stages is not None and strategy and (args.pp or 1) == 1:
         raise ValueError("--virtual-stages needs --pp 2 or more: it splits each pipeline GPU's layers into "
                          "interleaved chunks")
+    for name in SPLIT_FLAGS:
+        value = getattr(args, name)
+        if value is not None and value != "auto" and value < 1:
+            raise ValueError(f"{_flag(name)} must be a positive int or auto, got {value}")
+        if value == "auto" and strategy:
+            raise ValueError(f"{_flag(name)} auto searches {name}, but {', '.join(strategy)} chose one plan: give "
+                             f"{_flag(name)} a number, or drop the strategy flags to search")
 
 
 def _model(args) -> Transformer:
@@ -218,6 +249,30 @@ def _model(args) -> Transformer:
     return base.with_(**shape) if changes else base
 
 
+def _check_splits(model, cluster, args, given: dict) -> None:
+    """Refuse --ep/--cp values no plan of this model on this cluster can have, naming what would do."""
+    ep, cp = args.ep, args.cp
+    if ep not in (None, "auto", 1):
+        if model.moe is None:
+            with_experts = [name for name, preset in PRESETS.items() if preset.moe is not None]
+            raise ValueError(f"--ep {ep} needs a mixture-of-experts model, but {model.name} is dense (no experts to "
+                             f"split): drop --ep, or plan one of {', '.join(with_experts)}")
+        if cluster.gpus % ep or model.moe.experts % ep:
+            valid = [d for d in divisors(model.moe.experts) if not cluster.gpus % d]
+            raise ValueError(f"--ep {ep} must divide the {model.moe.experts} experts of {model.name} and the "
+                             f"cluster's {cluster.gpus} GPUs (expert-parallel ranks are carved out of the data-parallel "
+                             f"ones): use --ep in {valid} or --ep auto")
+    if cp not in (None, "auto", 1):
+        if cluster.gpus % cp:
+            raise ValueError(f"--cp {cp} does not divide the cluster's {cluster.gpus} GPUs: use --cp in "
+                             f"{[d for d in divisors(cluster.gpus) if context_parallel.splits_sequence(model, d)]}")
+        if not context_parallel.splits_sequence(model, cp):
+            valid = [d for d in divisors(cluster.gpus) if context_parallel.splits_sequence(model, d)]
+            raise ValueError(f"--cp {cp}: the sequence of {model.seq_len} tokens does not split into 2 x cp = {2 * cp} "
+                             f"equal chunks (each context-parallel rank takes two, to balance the causal mask); "
+                             f"use --cp in {valid}")
+
+
 def _short_form(args) -> int:
     try:
         params = parse_count(args.params)
@@ -232,16 +287,16 @@ def _short_form(args) -> int:
 def _search_report(model, cluster, args, reserve: float) -> str:
     """The search's header (what was searched, how many plans fit), then its fastest distinct plans."""
     global_batch = args.global_batch or default_global_batch(model, cluster)
-    options = {"precision": args.precision, "tp_across_nodes": args.tp_across_nodes,
-               "attention": args.attention or "flash", "fp32_grads": args.fp32_grads}
+    options = {"precision": args.precision, "tp_across_nodes": args.tp_across_nodes, "cp": args.cp or 1,
+               "ep": args.ep, "attention": args.attention or "flash", "fp32_grads": args.fp32_grads}
     if args.virtual_stages is not None:
         options["virtual_stages"] = (1, args.virtual_stages)
-    tried = sum(1 for _ in candidates(model, cluster, global_batch, **options))
+    tried = list(candidates(model, cluster, global_batch, **options))
     fitting = search(model, cluster, top=None, global_batch=global_batch, reserve=reserve, **options)
     rows = fold_zero_stages(fitting)[:args.top or 10]
-    return "\n".join([search_header(model, cluster, global_batch, args.precision, tried, len(fitting), reserve,
-                                    options["attention"]),
-                      table([plan for plan, _ in rows], stages=[zero for _, zero in rows])])
+    header = search_header(model, cluster, global_batch, args.precision, len(tried), len(fitting), reserve,
+                           options["attention"], cp={s.cp for s in tried}, ep={s.ep for s in tried})
+    return "\n".join([header, table([plan for plan, _ in rows], stages=[zero for _, zero in rows])])
 
 
 def _strategy(model, cluster, args, given: dict) -> tuple[Strategy, str]:
@@ -251,11 +306,11 @@ def _strategy(model, cluster, args, given: dict) -> tuple[Strategy, str]:
     (refused unless dp x micro-batch divides it), else the default rounded to the nearest
     multiple of dp x micro-batch, said in the note.
     """
-    tp, pp = given.get("tp", 1), given.get("pp", 1)
+    tp, pp, cp = given.get("tp", 1), given.get("pp", 1), given.get("cp", 1)
     if "dp" not in given:
-        if cluster.gpus % (tp * pp):
-            raise ValueError(_no_dp_fills(model, cluster, tp, pp, args.tp_across_nodes))
-        given["dp"] = cluster.gpus // (tp * pp)
+        if cluster.gpus % (tp * pp * cp):
+            raise ValueError(_no_dp_fills(model, cluster, tp, pp, args.tp_across_nodes, cp))
+        given["dp"] = cluster.gpus // (tp * pp * cp)
     given.setdefault("micro_batch", 1)
     given["sequence_parallel"] = bool(given.get("sequence_parallel", False))
     if given.get("virtual_stages", 1) > 1:
@@ -303,14 +358,17 @@ def _nearest_multiples(value: int, step: int) -> list[int]:
     return [value] if below == value else [m for m in (below, below + step) if m >= step]
 
 
-def _no_dp_fills(model, cluster, tp: int, pp: int, tp_across_nodes: bool) -> str:
-    """Why --tp x --pp leaves no whole data-parallel size, with the values that would."""
+def _no_dp_fills(model, cluster, tp: int, pp: int, tp_across_nodes: bool, cp: int = 1) -> str:
+    """Why --tp x --pp (x --cp) leaves no whole data-parallel size, with the values that would."""
     max_tp = cluster.gpus if tp_across_nodes else cluster.gpus_per_node
     valid_tp = [d for d in divisors(cluster.gpus) if d <= max_tp and not model.heads % d
                 and not model.kv_heads_ % d and not model.ffn_ % d]
     valid_pp = [d for d in divisors(cluster.gpus) if not model.layers % d]
-    return (f"--tp {tp} x --pp {pp} = {tp * pp} does not divide the cluster's {cluster.gpus} GPUs: choose --tp "
-            f"and --pp whose product divides {cluster.gpus} (for {model.name}: --tp in {valid_tp}, --pp in "
+    product, flags = f"--tp {tp} x --pp {pp}", "--tp and --pp"
+    if cp > 1:
+        product, flags = f"{product} x --cp {cp}", "--tp, --pp and --cp"
+    return (f"{product} = {tp * pp * cp} does not divide the cluster's {cluster.gpus} GPUs: choose {flags} "
+            f"whose product divides {cluster.gpus} (for {model.name}: --tp in {valid_tp}, --pp in "
             f"{valid_pp}), or change --nodes")
 
 

@@ -15,6 +15,7 @@ LEGEND = ("strategy: dpN tpN ppN = data-, tensor-, pipeline-parallel sizes; zN =
           "          eager = attention not fused (flash otherwise); g32 = fp32 gradients. GB = 10^9 bytes.")
 FOLDED_LEGEND = ("          z0-2 = ZeRO stages 0 to 2 give identical numbers (at dp1 there is nothing to shard);\n"
                  "          the row shows the lowest.")
+SPLIT_LEGEND = "          cpN = context-parallel size (lesson 15); epN = expert-parallel size (lesson 14)."
 
 
 def table(plans, stages=None) -> str:
@@ -31,15 +32,18 @@ def table(plans, stages=None) -> str:
 
     Introduced in notebooks/13-plan-your-training-run.ipynb.
     """
-    header = f"{'#':>3} {'strategy':<34} {'GB/GPU':>7} {'step s':>8} {'tokens/s':>11} {'MFU':>6}"
-    lines = [header, "-" * len(header)]
     stages = stages or [(plan.strategy.zero,) for plan in plans]
-    for rank, (plan, zero) in enumerate(zip(plans, stages), 1):
-        label = plan.strategy.label().replace(f" z{plan.strategy.zero} ", f" {_stages_text(zero)} ", 1)
-        lines.append(f"{rank:>3} {label:<34} {plan.memory.total / GB:>7.1f} "
+    labels = [plan.strategy.label().replace(f" z{plan.strategy.zero} ", f" {_stages_text(zero)} ", 1)
+              for plan, zero in zip(plans, stages)]
+    width = max([34] + [len(label) for label in labels])    # cp/ep plans' labels can be longer
+    header = f"{'#':>3} {'strategy':<{width}} {'GB/GPU':>7} {'step s':>8} {'tokens/s':>11} {'MFU':>6}"
+    lines = [header, "-" * len(header)]
+    for rank, (plan, label) in enumerate(zip(plans, labels), 1):
+        lines.append(f"{rank:>3} {label:<{width}} {plan.memory.total / GB:>7.1f} "
                      f"{plan.time.total:>8.2f} {plan.tokens_per_second:>11,.0f} {plan.mfu:>6.1%}")
     folded = [FOLDED_LEGEND] if any(len(zero) > 1 for zero in stages) else []
-    return "\n".join(lines + [LEGEND] + folded)
+    split = [SPLIT_LEGEND] if any(plan.strategy.cp > 1 or plan.strategy.ep > 1 for plan in plans) else []
+    return "\n".join(lines + [LEGEND] + folded + split)
 
 
 def fold_zero_stages(plans) -> list[tuple]:
@@ -69,8 +73,10 @@ def fold_zero_stages(plans) -> list[tuple]:
 
 
 def search_header(model, cluster, global_batch: int, precision: str, tried: int, fitting: int,
-                  reserve: float = MEMORY_RESERVE, attention: str = "flash") -> str:
+                  reserve: float = MEMORY_RESERVE, attention: str = "flash", cp=(1,), ep=(1,)) -> str:
     """What a search covered: model, GPUs, global batch, precision, plans tried and plans that fit.
+
+    `cp`, `ep`: the context- and expert-parallel sizes the plans tried used, named when not just 1.
 
     Example:
         >>> from ddp_lab.plan import ClusterSpec, Transformer
@@ -81,11 +87,18 @@ def search_header(model, cluster, global_batch: int, precision: str, tried: int,
     Introduced in notebooks/13-plan-your-training-run.ipynb.
     """
     where = f"{cluster.name} = {cluster.gpus} GPUs" if cluster.name else f"{cluster.gpus} GPUs"
+    splits = "".join(f", {name} {_sizes_text(sorted(set(sizes)))}" for name, sizes in (("cp", cp), ("ep", ep))
+                     if set(sizes) != {1})
     return (f"{model.name} on {where}, global batch {global_batch} sequences x {model.seq_len} tokens, {precision}, "
             f"{attention} attention\n"
             f"{tried} plans tried (dp x tp x pp, ZeRO 0-3, micro-batch, recomputation, sequence parallel, "
-            f"interleaving); {fitting} fit in {1 - reserve:.0%} of each GPU's {cluster.gpu.memory / GB:.1f} GB "
+            f"interleaving{splits}); {fitting} fit in {1 - reserve:.0%} of each GPU's {cluster.gpu.memory / GB:.1f} GB "
             f"(memory reserve {reserve:.0%})")
+
+
+def _sizes_text(sizes) -> str:
+    """'1-8' style for the sizes a search tried: '1, 2, 4, 8' reads as their list."""
+    return ", ".join(map(str, sizes)) if sizes else "none"
 
 
 def _stages_text(stages) -> str:
@@ -100,11 +113,12 @@ def breakdown(plan) -> str:
 
     Introduced in notebooks/13-plan-your-training-run.ipynb.
     """
-    m, t = plan.memory, plan.time
-    lines = [f"{plan.model.name} on {plan.cluster.name or plan.cluster.gpus} GPUs: {plan.strategy.label()}",
-             f"  global batch {plan.strategy.global_batch} sequences x {plan.model.seq_len} tokens, "
-             f"precision {plan.strategy.precision}, {plan.strategy.attention} attention",
-             "  memory per GPU (GB)"]
+    m, t, strategy = plan.memory, plan.time, plan.strategy
+    lines = [f"{plan.model.name} on {plan.cluster.name or plan.cluster.gpus} GPUs: {strategy.label()}",
+             f"  global batch {strategy.global_batch} sequences x {plan.model.seq_len} tokens, "
+             f"precision {strategy.precision}, {strategy.attention} attention"]
+    lines += _split_lines(plan)
+    lines.append("  memory per GPU (GB)")
     for name, label in (("params", "parameters"), ("grads", "gradients"), ("optimizer", "optimizer"),
                         ("activations", "activations"), ("buffers", "buffers")):
         lines.append(f"    {label:<26}{getattr(m, name) / GB:>9.2f}")
@@ -114,16 +128,39 @@ def breakdown(plan) -> str:
     lines.append(f"    {'usable':<26}{plan.usable_memory / GB:>9.2f}  ({1 - plan.reserve:.0%}: memory reserve "
                  f"{plan.reserve:.0%}); margin {plan.margin / GB:+.2f}")
     lines.append("  step time (s)")
-    for name, label in (("compute", "compute"), ("tp_comm", "TP communication"), ("bubble", "pipeline bubble"),
-                        ("pp_comm", "PP communication"), ("dp_comm_exposed", "exposed DP communication")):
+    parts = [("compute", "compute"), ("tp_comm", "TP communication"), ("bubble", "pipeline bubble"),
+             ("pp_comm", "PP communication"), ("dp_comm_exposed", "exposed DP communication")]
+    if plan.model.moe is not None:
+        parts.append(("ep_comm", "EP all-to-all"))
+    if strategy.cp > 1:
+        parts.append(("cp_comm_exposed", "exposed CP ring (K/V)"))
+    for name, label in parts:
         lines.append(f"    {label:<26}{getattr(t, name):>9.3f}")
     lines.append(f"    {'total':<26}{t.total:>9.3f}")
     # All of the DP communication, of which only the exposed part is in the total above: how much
     # of it compute hides, and how close it comes to being exposed (lessons 05 and 09 overlap it).
     lines.append(f"  {'DP communication (total)':<28}{t.dp_comm:>9.3f}  "
                  f"({t.dp_comm - t.dp_comm_exposed:.3f} hidden under compute, not in the step time)")
+    if strategy.cp > 1:   # the ring's sends, of which each ring step's attention hides what it can (lesson 15)
+        lines.append(f"  {'CP ring (total)':<28}{t.cp_comm:>9.3f}  "
+                     f"({t.cp_comm - t.cp_comm_exposed:.3f} hidden under attention, not in the step time)")
     lines.append(f"  tokens/s {plan.tokens_per_second:,.0f}   MFU {plan.mfu:.1%}")
     return "\n".join(lines)
+
+
+def _split_lines(plan) -> list[str]:
+    """What experts and context parallelism change, for the breakdown's header (nothing for other plans)."""
+    model, strategy, lines = plan.model, plan.strategy, []
+    if model.moe is not None:
+        moe = model.moe
+        shared = f" + {moe.shared_experts} shared" if moe.shared_experts else ""
+        lines.append(f"  mixture of experts: {model.parameters() / 1e9:.1f}B parameters, "
+                     f"{model.active_parameters() / 1e9:.1f}B active; {moe.experts} experts (top {moe.top_k}{shared}) "
+                     f"over ep={strategy.ep}: {moe.experts // strategy.ep} per GPU")
+    if strategy.cp > 1:
+        lines.append(f"  context parallel: cp={strategy.cp} ranks share each sequence, "
+                     f"{model.seq_len // strategy.cp} tokens per GPU")
+    return lines
 
 
 def model_states_text(params: int, strategy) -> str:

@@ -12,6 +12,8 @@ MEMORY_PARTS = (("params", "parameters"), ("grads", "gradients"), ("optimizer", 
                 ("activations", "activations"), ("buffers", "comm. buffers"))
 TIME_PARTS = (("compute", "compute"), ("tp_comm", "TP comm."), ("bubble", "pipeline bubble"),
               ("pp_comm", "PP comm."), ("dp_comm_exposed", "exposed DP comm."))
+# drawn only when a plan shown has them (experts, context parallelism: lessons 14, 15)
+SPLIT_TIME_PARTS = (("ep_comm", "EP all-to-all"), ("cp_comm_exposed", "exposed CP ring"))
 
 
 def breakdown(plans, top: int = 5):
@@ -46,7 +48,8 @@ def breakdown(plans, top: int = 5):
     mem_ax.set_xlabel("memory per GPU (GB)")
     mem_ax.set_title(f"memory ({shown[0].cluster.gpu.name}: dashed; a plan fits left of the dotted line)",
                      fontsize=9)
-    _stack(time_ax, labels, [[getattr(p.time, k) for p in shown] for k, _ in TIME_PARTS], TIME_PARTS)
+    time_parts = TIME_PARTS + tuple(part for part in SPLIT_TIME_PARTS if any(getattr(p.time, part[0]) for p in shown))
+    _stack(time_ax, labels, [[getattr(p.time, k) for p in shown] for k, _ in time_parts], time_parts)
     time_ax.set_xlabel("seconds per step")
     time_ax.set_title(f"step time ({shown[0].model.name})")
     mem_ax.invert_yaxis()   # best plan on top

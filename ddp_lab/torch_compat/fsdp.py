@@ -13,7 +13,6 @@ Introduced in notebooks/09-zero-and-fsdp.ipynb.
 from __future__ import annotations
 
 import re
-from types import SimpleNamespace
 
 import torch
 
@@ -79,23 +78,3 @@ def fsdp2_cpu_skip_reason() -> str | None:
         return None
     return (f"FSDP2 in torch {torch.__version__} needs CUDA streams even for CPU tensors; it runs on CPU in "
             "newer torch (CPU streams gained record_event/wait_event in pytorch PR #145935)")
-
-
-def fsdp_api() -> SimpleNamespace:
-    """FSDP2's names (`fully_shard`, `MixedPrecisionPolicy`) and whether FSDP2 runs on CPU here, in one namespace.
-
-    `fsdp2()` and `fsdp2_cpu_skip_reason()` gathered for lesson 10's cells, as `dtensor_api()`
-    gathers DTensor's names.
-
-    Returns:
-        A namespace with `fully_shard`, `MixedPrecisionPolicy`, `module_path` and `cpu_reason`
-        (None where FSDP2 can train CPU tensors over gloo, else why not).
-
-    Example:
-        >>> fsdp_api().fully_shard(model, mesh=mesh["dp"])   # inside a launched rank
-
-    Introduced in notebooks/10-2d-mesh.ipynb.
-    """
-    fully_shard, mixed_precision_policy = fsdp2()
-    return SimpleNamespace(module_path=fully_shard.__module__, fully_shard=fully_shard,
-                           MixedPrecisionPolicy=mixed_precision_policy, cpu_reason=fsdp2_cpu_skip_reason())

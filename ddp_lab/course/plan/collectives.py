@@ -69,7 +69,23 @@ def collective_time(kind: str, nbytes: float, cluster, group: Group) -> float:
         return _scaled_fit(kind, nbytes, fitted, cluster.fitted_ranks or size, size)
     alpha, beta = link(cluster, group)
     steps, share = ring_steps(kind, size)
+    if kind == "all_to_all" and group.spans_nodes(cluster.gpus_per_node):
+        return steps * alpha + _all_to_all_bandwidth_term(nbytes, cluster, group)
     return steps * alpha + share * nbytes * beta
+
+
+def _all_to_all_bandwidth_term(nbytes: float, cluster, group: Group) -> float:
+    """Seconds an all-to-all over nodes spends moving bytes: its sends run at once, not round a ring.
+
+    Of the n bytes a rank sends, the share for ranks on other nodes crosses the inter-node link while
+    the share for the node's own ranks moves over NVLink at the same time: the slower sets the time
+    (expert parallelism, lesson 14). A ring's slowest-hop rule would charge all (W - 1)/W n to the
+    inter-node link, about twice too much for an ep group over two nodes.
+    """
+    local = max(1, min(group.size, cluster.gpus_per_node // group.stride))   # the group's ranks in one node
+    across = (group.size - local) / group.size * nbytes / cluster.inter_node_bandwidth
+    inside = (local - 1) / group.size * nbytes / cluster.intra_node_bandwidth
+    return max(across, inside)
 
 
 def _scaled_fit(kind: str, nbytes: float, fitted: tuple[float, float], at: int, size: int) -> float:

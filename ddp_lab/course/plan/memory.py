@@ -9,6 +9,10 @@ parallel size), stage 2 also the gradients, stage 3 (= FSDP full sharding) also 
 Activations: `activations.py`'s formulas (Korthikanti et al. 2022, Table 2), times the layers
 and micro-batches one pipeline stage holds at its peak (lesson 07).
 
+Experts and context parallelism (experts.py, context_parallel.py; lessons 14, 15): ZeRO shards
+each parameter over the ranks that hold the same copy: dense parameters over dp x cp, routed
+experts over dp x cp / ep (`stage_state_bytes`); a cp rank keeps 1/cp of the activations.
+
 Introduced in notebooks/13-plan-your-training-run.ipynb.
 """
 
@@ -16,6 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ddp_lab.course.plan import experts
 from ddp_lab.course.plan.activations import (embedding_activation_bytes, head_activation_bytes, layer_activation_bytes,
                                      layers_in_flight, micro_batches_in_flight)
 from ddp_lab.course.plan.strategy import Strategy
@@ -67,14 +72,14 @@ def bytes_per_parameter(strategy: Strategy) -> tuple[int, int, int]:
     return weight, (4 if strategy.fp32_grads else gradient), optimizer
 
 
-def model_state_bytes(params: int, strategy: Strategy) -> MemoryBreakdown:
+def model_state_bytes(params: int, strategy: Strategy, ranks: int | None = None) -> MemoryBreakdown:
     """Per-GPU weights, gradients and Adam state for `params` parameters under ZeRO over dp.
 
     ZeRO's formula (`ddp_lab.course.sharding.state_bytes.state_bytes_per_rank`, lesson 09) with the
     strategy's stage, dp and precision; a sharded count is rounded up (the last rank's shard is
     padded, as FSDP pads dim 0). The paper's example, Psi = 7.5B, N_d = 64, K = 12: 120, 31.4,
     16.6 and 1.9 GB. `params` is what one model replica holds on this GPU (after tp/pp);
-    activations are 0 here.
+    activations are 0 here. `ranks`: shard over that many ranks instead of dp (stage_state_bytes).
 
     Example:
         >>> round(model_state_bytes(7_500_000_000, Strategy(dp=64, zero=3)).total / 1e9, 1)
@@ -82,10 +87,30 @@ def model_state_bytes(params: int, strategy: Strategy) -> MemoryBreakdown:
 
     Introduced in notebooks/13-plan-your-training-run.ipynb.
     """
-    states = state_bytes_per_rank(params, strategy.zero, strategy.dp, strategy.precision, padded=True)
+    shards = strategy.dp if ranks is None else ranks
+    states = state_bytes_per_rank(params, strategy.zero, shards, strategy.precision, padded=True)
     if strategy.fp32_grads:
         states["grads"] *= 2          # 4-byte gradients where ZeRO's table counts 2
     return MemoryBreakdown(**states)
+
+
+def stage_state_bytes(model, strategy: Strategy, stage: int) -> MemoryBreakdown:
+    """Weights, gradients and optimizer state on one rank of pipeline stage `stage`, ZeRO over the right groups.
+
+    Dense parameters are replicated over the dp x cp ranks (cp ranks hold the same weights), so
+    ZeRO shards them over dp x cp; a rank's routed experts are held by dp x cp / ep ranks and sharded
+    over those (experts.py). With cp = ep = 1 and no experts: `model_state_bytes` of
+    `stage_parameters` over dp.
+
+    Introduced in notebooks/14-mixture-of-experts.ipynb (the planner's model: notebooks/13-plan-your-training-run.ipynb).
+    """
+    routed = experts.stage_expert_parameters(model, strategy, stage)
+    layout = strategy.layout
+    dense = model_state_bytes(stage_parameters(model, strategy, stage) - routed, strategy, layout.size("dp_cp"))
+    if routed == 0:
+        return dense
+    held = model_state_bytes(routed, strategy, layout.size("edp"))
+    return MemoryBreakdown(dense.params + held.params, dense.grads + held.grads, dense.optimizer + held.optimizer)
 
 
 def stage_parameters(model, strategy: Strategy, stage: int) -> int:
@@ -103,6 +128,7 @@ def stage_parameters(model, strategy: Strategy, stage: int) -> int:
     """
     t, h = strategy.tp, model.hidden
     count = model.layers // strategy.pp * layer_parameters_per_rank(model, t)
+    count += experts.stage_parameter_change(model, strategy, stage)     # MoE layers: router and experts (lesson 14)
     vocab_rows = -(-model.vocab // t) * h
     first, last = stage == 0, stage == strategy.pp - 1
     if first:
@@ -140,18 +166,19 @@ def stage_activation_bytes(model, strategy: Strategy, stage: int = 0) -> int:
     Introduced in notebooks/13-plan-your-training-run.ipynb.
     """
     acts = round(layer_activation_bytes(model, strategy) * layers_in_flight(model, strategy, stage))
+    acts += round(experts.activation_change(model, strategy, stage) * layers_in_flight(model, strategy, stage))
     if stage == 0:
         acts += embedding_activation_bytes(model, strategy) * micro_batches_in_flight(strategy, 0)
     if stage == strategy.pp - 1:
         acts += head_activation_bytes(model, strategy)
-    return acts
+    return -(-acts // strategy.cp)     # context parallelism: each cp rank keeps its s/cp tokens' share (lesson 15)
 
 
 def memory(model, strategy: Strategy) -> MemoryBreakdown:
     """Bytes on the most loaded GPU: model states, activations and communication buffers.
 
     Each pipeline stage's rank holds its `stage_parameters` sharded by ZeRO over dp
-    (`model_state_bytes`), its layers' activations (`layers_in_flight` layer-equivalents of
+    (`stage_state_bytes`: over dp x cp, experts over dp x cp / ep), its layers' activations (`layers_in_flight` layer-equivalents of
     Korthikanti et al.'s per-layer bytes; the first stage holds the most micro-batches), and on
     the last stage the head's activations. Buffers: under ZeRO-3 one layer's gathered weights
     twice (the current layer and the prefetched next, FSDP's default) plus its unsharded
@@ -169,11 +196,11 @@ def memory(model, strategy: Strategy) -> MemoryBreakdown:
     w, g, _ = bytes_per_parameter(strategy)
     ranks = []
     for stage in sorted({0, strategy.pp - 1}):
-        states = model_state_bytes(stage_parameters(model, strategy, stage), strategy)
+        states = stage_state_bytes(model, strategy, stage)
         acts = stage_activation_bytes(model, strategy, stage)
         buffers = 0
         if strategy.zero == 3:
-            layer = layer_parameters_per_rank(model, strategy.tp)
+            layer = layer_parameters_per_rank(model, strategy.tp) + experts.largest_layer_change(model, strategy)
             buffers = 2 * w * layer + g * layer
         ranks.append(MemoryBreakdown(states.params, states.grads, states.optimizer, acts, buffers))
     return max(ranks, key=lambda m: m.total)

@@ -10,6 +10,9 @@ With h = 12h² + 13h for GPT-style layers (Shoeybi et al. 2019, arXiv:1909.08053
 al. 2021, arXiv:2104.04473, Sec. 5.1: P = 12lh²(1 + 13/(12h) + (V+s)/(12lh))).
 Around the layers: token embedding V*h, a learned position table s*h ("learned"; none for
 "rope"), one final norm, and an output head V*h unless tied to the embedding.
+A mixture-of-experts model (`moe=MoE(...)`, experts.py, lesson 14) swaps the FFN of its MoE layers
+for a router and experts; `parameters()` counts every expert, `active_parameters()` the ones a
+token uses.
 
 Introduced in notebooks/13-plan-your-training-run.ipynb.
 """
@@ -17,7 +20,10 @@ Introduced in notebooks/13-plan-your-training-run.ipynb.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
+
+from ddp_lab.course.plan import experts
+from ddp_lab.course.plan.experts import MoE
 
 FFN_KINDS = ("gelu", "swiglu")
 NORMS = ("layernorm", "rmsnorm")
@@ -49,6 +55,7 @@ class Transformer:
     position: str = "learned"     # "learned": a seq_len x hidden table; "rope": no parameters
     tied_embeddings: bool = True
     dropout: bool = True          # dropout after attention scores, attention and FFN (adds 1-byte masks)
+    moe: MoE | None = None        # mixture of experts (experts.py): experts, top_k, expert_ffn, shared, dense layers
 
     def __post_init__(self) -> None:
         for field in ("layers", "hidden", "heads", "vocab", "seq_len"):
@@ -63,6 +70,15 @@ class Transformer:
         for field, allowed in (("ffn_kind", FFN_KINDS), ("norm", NORMS), ("position", POSITIONS)):
             if getattr(self, field) not in allowed:
                 raise ValueError(f"Transformer.{field} must be one of {allowed}, got {getattr(self, field)!r}")
+        if self.moe is not None and not isinstance(self.moe, MoE):
+            raise ValueError(f"Transformer.moe must be a MoE(experts=..., top_k=..., expert_ffn=...) or None, "
+                             f"got {self.moe!r}")
+
+    def __repr__(self) -> str:
+        # `moe` shows only when set: a dense model prints as it did before experts existed (lesson 13 prints one)
+        shown = (f"{field.name}={getattr(self, field.name)!r}" for field in fields(self)
+                 if field.name != "moe" or self.moe is not None)
+        return f"{type(self).__name__}({', '.join(shown)})"
 
     @property
     def ffn_(self) -> int:
@@ -97,7 +113,9 @@ class Transformer:
         return (ups + 1) * h * f + ((ups * f + h) if self.bias else 0)
 
     def layer_parameters(self) -> int:
-        """Parameters of one transformer layer: attention + FFN + 2 norms (12h² + 13h for GPT).
+        """Parameters of one dense transformer layer: attention + FFN + 2 norms (12h² + 13h for GPT).
+
+        A MoE layer holds experts.moe_ffn_parameters(model) in place of the FFN.
 
         Example:
             >>> Transformer.preset("gpt2-small").layer_parameters() == 12 * 768**2 + 13 * 768
@@ -122,7 +140,19 @@ class Transformer:
 
         Introduced in notebooks/13-plan-your-training-run.ipynb.
         """
-        return self.layers * self.layer_parameters() + self.embedding_parameters() + self.head_parameters()
+        return (self.layers * self.layer_parameters() + experts.parameter_change(self)
+                + self.embedding_parameters() + self.head_parameters())
+
+    def active_parameters(self) -> int:
+        """Parameters a token is multiplied by: parameters() less the routed experts it skips (MoE).
+
+        Example:
+            >>> Transformer.preset("deepseek-moe-16b").active_parameters()
+            2828650496
+
+        Introduced in notebooks/14-mixture-of-experts.ipynb.
+        """
+        return experts.active_parameters(self)
 
     def with_(self, **changes) -> "Transformer":
         """A copy with some fields changed, e.g. `model.with_(seq_len=2048)`."""
@@ -151,6 +181,10 @@ def _llama(name, layers, hidden, heads, kv_heads, ffn, vocab, seq_len):
                        norm="rmsnorm", bias=False, position="rope", tied_embeddings=False, dropout=False)
 
 
+def _mixture(name, layers, hidden, heads, kv_heads, ffn, vocab, seq_len, moe):
+    return replace(_llama(name, layers, hidden, heads, kv_heads, ffn, vocab, seq_len), moe=moe)
+
+
 def _megatron(name, layers, hidden, heads):
     # Narayanan et al. 2021 (arXiv:2104.04473), Table 1 / Sec. 5.1: vocabulary 51,200, sequence 2048
     return Transformer(name, layers, hidden, heads, vocab=51200, seq_len=2048)
@@ -166,6 +200,22 @@ PRESETS: dict[str, Transformer] = {
     # Llama 3 8B / 70B (Llama Team 2024, arXiv:2407.21783, Table 3: GQA with 8 kv heads, vocab 128K, ffn 14336 / 28672)
     "llama3-8b": _llama("llama3-8b", 32, 4096, 32, 8, 14336, 128256, 8192),
     "llama3-70b": _llama("llama3-70b", 80, 8192, 64, 8, 28672, 128256, 8192),
+    # Llama 3 405B (Table 3: 126 layers, d_model 16384, ffn 53248, 128 heads, 8 kv heads): 405,853,388,800
+    "llama3-405b": _llama("llama3-405b", 126, 16384, 128, 8, 53248, 128256, 8192),
+    # Mixtral 8x7B (Jiang et al. 2024, arXiv:2401.04088; config.json: hidden 4096, intermediate 14336,
+    # 32 layers, 32 heads, 8 kv heads, vocab 32000, num_local_experts 8, num_experts_per_tok 2, 32K context):
+    # 46,702,792,704 total, 12,879,925,248 active ("46.7B total ... 12.9B per token", Mistral AI, 2023-12-11)
+    "mixtral-8x7b": _mixture("mixtral-8x7b", 32, 4096, 32, 8, 14336, 32000, 32768, MoE(8, 2, 14336)),
+    # DeepSeekMoE 16B (Dai et al. 2024, arXiv:2401.06066, Sec. 5.1.2; config.json: hidden 2048, 28 layers, 16
+    # heads, vocab 102400, context 4096, intermediate 10944 (the dense first layer), moe_intermediate 1408,
+    # 64 routed + 2 shared experts, 6 per token, first_k_dense_replace 1): 16,375,728,128 total ("16.4B"),
+    # 2,828,650,496 active ("around 2.8B")
+    "deepseek-moe-16b": _mixture("deepseek-moe-16b", 28, 2048, 16, 16, 10944, 102400, 4096,
+                                 MoE(64, 6, 1408, shared_experts=2, dense_layers=1)),
+    # Not presets, because their attention is not this class's: Qwen3-30B-A3B (32 heads of 128 on a hidden
+    # size of 2048, so head_dim != hidden / heads, and a norm on every query and key head); DeepSeek-V3
+    # (multi-head latent attention's low-rank query and key/value projections, and a multi-token-prediction
+    # module outside the 671B).
     # Megatron-LM weak-scaling models (Narayanan et al. 2021, Table 1)
     "megatron-1.7b": _megatron("megatron-1.7b", 24, 2304, 24),
     "megatron-18b": _megatron("megatron-18b", 40, 6144, 48),

@@ -8,6 +8,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
+from ddp_lab.course.plan import context_parallel, experts
 from ddp_lab.course.plan.memory import MemoryBreakdown, memory
 from ddp_lab.course.plan.steptime import TimeBreakdown, mfu, step_time, tokens_per_second
 from ddp_lab.course.plan.strategy import Strategy, check, divisors
@@ -80,15 +81,19 @@ def evaluate(model, cluster, strategy: Strategy, tp_across_nodes: bool = False,
 
 def candidates(model, cluster, global_batch: int, micro_batches=(1, 2, 4, 8), zero=(0, 1, 2, 3),
                recompute=("none", "selective", "full"), precision: str | None = None,
-               tp_across_nodes: bool = False, virtual_stages=(1, 2), attention: str = "flash",
+               tp_across_nodes: bool = False, cp=(1,), ep=None, virtual_stages=(1, 2), attention: str = "flash",
                fp32_grads: bool = False):
-    """Every valid Strategy: dp*tp*pp = GPUs, tp divides the heads (and kv heads) and stays in a
+    """Every valid Strategy: dp*tp*pp*cp = GPUs, tp divides the heads (and kv heads) and stays in a
     node (unless tp_across_nodes), pp divides the layers, dp*micro_batch divides global_batch.
     Sequence parallelism is tried on and off whenever tp > 1; with pp > 1 the 1F1B schedule and
     the interleaved one with each of `virtual_stages` > 1 that divides the layers per stage (and
     whose micro-batches divide by pp). With flash attention selective recomputation is not tried:
     it keeps what no recomputation keeps (activations.py). Precision: bf16 mixed precision where
     the GPU has it, else fp16 (a T4), unless given.
+
+    cp, ep: the context- and expert-parallel sizes to try, an int, a tuple, or "auto" (every size
+    that fits: cp with 2 x cp chunks of the sequence, ep dividing the experts and dp x cp). cp
+    defaults to 1; ep to "auto" for a mixture-of-experts model (its main parallelism) and 1 otherwise.
 
     Example:
         >>> from ddp_lab.course.plan.cluster_spec import ClusterSpec
@@ -104,23 +109,44 @@ def candidates(model, cluster, global_batch: int, micro_batches=(1, 2, 4, 8), ze
     gpus = cluster.gpus
     max_tp = gpus if tp_across_nodes else cluster.gpus_per_node
     for tp in divisors(gpus):
-        if tp > max_tp or model.heads % tp or model.kv_heads_ % tp or model.ffn_ % tp:
+        if (tp > max_tp or model.heads % tp or model.kv_heads_ % tp or model.ffn_ % tp
+                or not experts.splits_for_tp(model, tp)):
             continue
-        for pp in divisors(gpus // tp):
-            if model.layers % pp:
+        for cp_size in _sizes(cp, divisors(gpus // tp)):
+            if not context_parallel.splits_sequence(model, cp_size):
                 continue
-            dp = gpus // (tp * pp)
-            for stage, mb, rc, sp in itertools.product(zero, micro_batches, recompute, (False, True)):
-                if (sp and tp == 1) or global_batch % (dp * mb):
+            for pp in divisors(gpus // (tp * cp_size)):
+                if model.layers % pp:
                     continue
-                accum = global_batch // (dp * mb)
-                base = Strategy(dp=dp, tp=tp, pp=pp, zero=stage, micro_batch=mb, grad_accum=accum,
-                                sequence_parallel=sp, recompute=rc, precision=precision, attention=attention,
-                                fp32_grads=fp32_grads)
-                yield base
-                for v in virtual_stages:
-                    if v > 1 and pp > 1 and not model.layers % (pp * v) and not accum % pp:
-                        yield base.with_(schedule="interleaved", virtual_stages=v)
+                dp = gpus // (tp * cp_size * pp)
+                for ep_size in _expert_parallel_sizes(model, ep, dp * cp_size):
+                    for stage, mb, rc, sp in itertools.product(zero, micro_batches, recompute, (False, True)):
+                        if (sp and tp == 1) or global_batch % (dp * mb):
+                            continue
+                        accum = global_batch // (dp * mb)
+                        base = Strategy(dp=dp, tp=tp, pp=pp, zero=stage, micro_batch=mb, grad_accum=accum,
+                                        sequence_parallel=sp, recompute=rc, precision=precision, cp=cp_size,
+                                        ep=ep_size, attention=attention, fp32_grads=fp32_grads)
+                        yield base
+                        for v in virtual_stages:
+                            if v > 1 and pp > 1 and not model.layers % (pp * v) and not accum % pp:
+                                yield base.with_(schedule="interleaved", virtual_stages=v)
+
+
+def _sizes(wanted, possible: list[int]) -> list[int]:
+    """The sizes of `possible` that `wanted` (an int, a tuple of ints, or "auto": all) asks for."""
+    if wanted == "auto":
+        return possible
+    wanted = (wanted,) if isinstance(wanted, int) else tuple(wanted)
+    return [size for size in possible if size in wanted]
+
+
+def _expert_parallel_sizes(model, ep, dp_cp: int) -> list[int]:
+    """ep sizes to try: those asked for that divide dp x cp and the experts (1 for a dense model)."""
+    if model.moe is None:
+        return [1] if ep in (None, "auto") or 1 in _sizes(ep, [1]) else []
+    possible = [d for d in divisors(dp_cp) if model.moe.experts % d == 0]
+    return _sizes("auto" if ep is None else ep, possible)
 
 
 def default_global_batch(model, cluster) -> int:
@@ -146,7 +172,7 @@ def search(model, cluster, top: int | None = 10, global_batch: int | None = None
         top: how many plans to return (None: all that fit).
         global_batch: sequences per step; default 4M tokens (2**22 / seq_len, at least one per GPU).
         reserve: share of each GPU's memory kept free (MEMORY_RESERVE).
-        options: passed to `candidates` (micro_batches, zero, recompute, precision, tp_across_nodes,
+        options: passed to `candidates` (micro_batches, zero, recompute, precision, tp_across_nodes, cp, ep,
             virtual_stages, attention, fp32_grads).
 
     Raises:
@@ -166,8 +192,10 @@ def search(model, cluster, top: int | None = 10, global_batch: int | None = None
     plans = [evaluate(model, cluster, s, options.get("tp_across_nodes", False), reserve)
              for s in candidates(model, cluster, global_batch, **options)]
     if not plans:
-        raise ValueError(f"no valid strategy for {model.name} on {cluster.gpus} GPUs with global batch {global_batch}: "
-                         f"choose a global batch divisible by the number of GPUs")
+        asked = "".join(f", {name}={options[name]}" for name in ("cp", "ep") if options.get(name) not in (None, 1, (1,)))
+        raise ValueError(f"no valid strategy for {model.name} on {cluster.gpus} GPUs with global batch {global_batch}"
+                         f"{asked}: choose a global batch divisible by the number of GPUs"
+                         + (" and cp/ep sizes that divide them (ep also the experts)" if asked else ""))
     fitting = [p for p in plans if p.fits]
     if not fitting:
         smallest = min(plans, key=lambda p: p.memory.total)

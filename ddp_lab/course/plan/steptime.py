@@ -49,6 +49,14 @@ Time (seconds per step), on the rank that finishes last:
                 hold it. On a cluster with overlap_dp_comm=False (this machine: gloo copies bytes
                 with the cores that compute) all of it is exposed.
     `dp_comm` in the breakdown is all of it; only `dp_comm_exposed` adds to the step.
+    ep_comm     expert parallelism's all-to-alls, 4 per MoE layer and micro-batch, not overlapped
+                (experts.py, lesson 14). Expert gradients sync over their own, smaller group.
+    cp_comm     context parallelism's ring of key/value blocks, each send beside one ring step's
+                causal attention; only its exposed part is in the total (context_parallel.py,
+                lesson 15). With cp ranks a micro-batch's activations, and so the TP and PP
+                messages, hold s/cp tokens, and each rank does 1/cp of a layer's work.
+FLOPs of a mixture-of-experts model count the experts a token uses (top_k routed + shared), so
+MFU counts active parameters; their time is that of GEMMs at the calibrated rate, shared evenly.
 
 Introduced in notebooks/13-plan-your-training-run.ipynb.
 """
@@ -57,6 +65,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ddp_lab.course.plan import context_parallel, experts
 from ddp_lab.course.plan.activations import value_bytes
 from ddp_lab.course.plan.collectives import collective_time
 from ddp_lab.course.plan.efficiency import head_seconds, layer_seconds, optimizer_seconds
@@ -86,14 +95,21 @@ class TimeBreakdown:
     dp_comm_exposed: float
     dp_comm: float                # before overlap; not part of total
     pp_comm: float = 0.0
+    ep_comm: float = 0.0          # expert parallelism's all-to-alls (not overlapped)
+    cp_comm_exposed: float = 0.0  # the part of the context-parallel ring compute does not hide
+    cp_comm: float = 0.0          # the ring's sends before overlap; not part of total
 
     @property
     def total(self) -> float:
-        return self.compute + self.tp_comm + self.bubble + self.dp_comm_exposed + self.pp_comm
+        return (self.compute + self.tp_comm + self.bubble + self.dp_comm_exposed + self.pp_comm
+                + self.ep_comm + self.cp_comm_exposed)
 
 
 def layer_forward_flops(model) -> int:
-    """Forward FLOPs of one layer for one sequence: 2 s P_matmul + 4 s^2 h (24 s h^2 + 4 s^2 h for GPT)."""
+    """Forward FLOPs of one dense layer for one sequence: 2 s P_matmul + 4 s^2 h (24 s h^2 + 4 s^2 h for GPT).
+
+    A MoE layer's differ by 2 s x (active MoE matmul parameters - the dense FFN's): experts.forward_flops_change.
+    """
     h, kv, f, s = model.hidden, model.kv_dim, model.ffn_, model.seq_len
     ups = 2 if model.ffn_kind == "swiglu" else 1
     matmul_params = 2 * h * h + 2 * h * kv + (ups + 1) * h * f
@@ -120,10 +136,11 @@ def step_flops(model, strategy, hardware: bool = True) -> int:
     Introduced in notebooks/13-plan-your-training-run.ipynb.
     """
     layer = layer_forward_flops(model)
+    layers = model.layers * layer + experts.forward_flops_change(model)   # a MoE model: the experts a token uses
     head = 2 * model.seq_len * model.hidden * model.vocab
-    per_sequence = 3 * (model.layers * layer + head)
+    per_sequence = 3 * (layers + head)
     if hardware and strategy.recompute == "full":
-        per_sequence += model.layers * layer
+        per_sequence += layers
     elif hardware and strategy.recompute == "selective" and strategy.attention == "eager":
         per_sequence += model.layers * 4 * model.seq_len ** 2 * model.hidden
     return strategy.global_batch * per_sequence
@@ -144,13 +161,13 @@ def step_time(model, cluster, strategy) -> TimeBreakdown:
     Introduced in notebooks/13-plan-your-training-run.ipynb.
     """
     p, t, m, v = strategy.pp, strategy.tp, strategy.grad_accum, strategy.virtual_stages
-    layer = layer_seconds(model, strategy, cluster.gpu)
-    head = head_seconds(model, strategy, cluster.gpu)
+    layer = _per_context_rank(layer_seconds(model, strategy, cluster.gpu), strategy.cp)
+    head = _per_context_rank(head_seconds(model, strategy, cluster.gpu), strategy.cp)
     # the slowest pipeline stage sets the pace: the fullest one (check() asks for equal stages; a
     # published run that split its layers unevenly, BLOOM's 70 on 12, runs at its 6-layer stages'
     # pace), and the last stage also runs the head (the output layer and the cross-entropy)
     stage_layers = -(-model.layers // p)
-    per_micro_batch = stage_layers * layer.total + head.total
+    per_micro_batch = stage_layers * layer.total + head.total + _experts_seconds(model, cluster, strategy)
     compute = m * per_micro_batch + optimizer_seconds(optimizer_parameters(model, strategy), strategy, cluster.gpu)
     bubble = per_micro_batch * (p - 1) / v      # compute x (p - 1)/(v m): p - 1 micro-batches' worth, over v
     if cluster.cores is not None and strategy.gpus > cluster.cores:
@@ -173,13 +190,35 @@ def step_time(model, cluster, strategy) -> TimeBreakdown:
         backward_share = (3 / 4) if strategy.recompute == "full" else (2 / 3)
         window = per_micro_batch * backward_share       # the last micro-batch's backward (DDP's buckets)
         exposed = max(0.0, dp_comm * slower - window)
+    ring, ring_exposed = context_parallel.ring_time(model, cluster, strategy)
     return TimeBreakdown(compute=compute, tp_comm=tp_comm, bubble=bubble, dp_comm_exposed=exposed, dp_comm=dp_comm,
-                         pp_comm=pp_comm)
+                         pp_comm=pp_comm, ep_comm=experts.all_to_all_time(model, cluster, strategy),
+                         cp_comm_exposed=ring_exposed, cp_comm=ring)
 
 
 def _activation_bytes(model, strategy) -> int:
-    """Bytes of one micro-batch's b x s x h activations (what f, g and the pipeline's sends move)."""
-    return strategy.micro_batch * model.seq_len * model.hidden * value_bytes(strategy)
+    """Bytes of one micro-batch's b x s x h activations on a rank (s/cp tokens: what f, g and the pipeline send)."""
+    return strategy.micro_batch * (model.seq_len // strategy.cp) * model.hidden * value_bytes(strategy)
+
+
+def _per_context_rank(work, cp: int):
+    """A layer's (or the head's) work on one of cp context-parallel ranks: 1/cp of it (balanced causal split)."""
+    return work if cp == 1 else type(work)(work.forward / cp, work.backward / cp, work.recompute / cp)
+
+
+def _experts_seconds(model, cluster, strategy) -> float:
+    """Seconds per micro-batch the MoE layers add to (or take from) a dense stage's matmuls on one GPU.
+
+    The FLOPs a token's experts add over the dense FFN (`experts.forward_flops_change`), forward,
+    backward (2x) and a full recomputation's forward, shared evenly by the tp x pp x cp GPUs of a
+    replica (as the papers' FLOP count spreads them), at the GPU's calibrated matmul rate.
+    """
+    change = experts.forward_flops_change(model)
+    if not change:
+        return 0.0
+    passes = 3 + (1 if strategy.recompute == "full" else 0)
+    share = strategy.tp * strategy.pp * strategy.cp
+    return strategy.micro_batch * change * passes / share / cluster.gpu.achieved_flops(strategy.precision)
 
 
 def layer_tp_communication(model, cluster, strategy) -> tuple[float, float]:
@@ -197,7 +236,7 @@ def _dp_shares_tp_link(cluster, strategy) -> bool:
     if strategy.tp == 1 or strategy.dp == 1:
         return False
     per_node = cluster.gpus_per_node
-    return strategy.layout.group("dp").spans_nodes(per_node) == strategy.layout.group("tp").spans_nodes(per_node)
+    return strategy.layout.group("dp_cp").spans_nodes(per_node) == strategy.layout.group("tp").spans_nodes(per_node)
 
 
 def zero3_exposed(model, cluster, strategy, layer, head, tp_seconds, slower: float = 1.0) -> float:
@@ -208,12 +247,20 @@ def zero3_exposed(model, cluster, strategy, layer, head, tp_seconds, slower: flo
     by, the whole model's compute: none of it hides.
     """
     w, g, _ = bytes_per_parameter(strategy)
-    group = strategy.layout.group("dp")
+    group, expert_group = strategy.layout.group("dp_cp"), strategy.layout.group("edp")
     worst = 0.0
     for stage in sorted({0, strategy.pp - 1}):
         units = fsdp_units(model, strategy, stage)
         gather = [slower * collective_time("all_gather", w * unit, cluster, group) for unit in units]
         scatter = [slower * collective_time("reduce_scatter", g * unit, cluster, group) for unit in units]
+        # a MoE layer's routed experts: gathered and scattered with their layer, over the ranks holding them
+        moe = iter(experts.expert_units(model, strategy, stage))
+        first = stage * (model.layers // strategy.pp)
+        for k in range(len(units) - 1):
+            if model.moe is not None and experts.is_moe_layer(model, first + k):
+                unit = next(moe)
+                gather[k] += slower * collective_time("all_gather", w * unit, cluster, expert_group)
+                scatter[k] += slower * collective_time("reduce_scatter", g * unit, cluster, expert_group)
         if strategy.fsdp_unit == "model":
             worst = max(worst, 2 * gather[0] + scatter[0])
             continue
@@ -247,7 +294,7 @@ def vocab_parallel_communication(model, cluster, strategy) -> float:
     if strategy.tp == 1:
         return 0.0
     group = strategy.layout.group("tp")
-    tokens = strategy.micro_batch * model.seq_len
+    tokens = strategy.micro_batch * model.seq_len // strategy.cp
     hidden = collective_time("all_reduce", tokens * model.hidden * value_bytes(strategy), cluster, group)
     loss = 3 * collective_time("all_reduce", tokens * 4, cluster, group)
     return (1 if strategy.pp > 1 else 2) * hidden + loss
@@ -270,30 +317,48 @@ def fsdp_units(model, strategy, stage: int) -> list[int]:
 
     Introduced in notebooks/13-plan-your-training-run.ipynb.
     """
-    total = stage_parameters(model, strategy, stage)
+    total = stage_parameters(model, strategy, stage) - experts.stage_expert_parameters(model, strategy, stage)
     if strategy.fsdp_unit == "model":
         return [total]
-    layer = layer_parameters_per_rank(model, strategy.tp)
-    layers = model.layers // strategy.pp
-    return [layer] * layers + [total - layers * layer]
+    per_stage = model.layers // strategy.pp
+    dense = layer_parameters_per_rank(model, strategy.tp)
+    # a MoE layer's replicated part: + router + shared experts - the dense FFN (its routed experts: experts.expert_units)
+    replicated = experts.layer_change_per_rank(model, strategy)[0] if model.moe is not None else 0
+    units = [dense + (replicated if experts.is_moe_layer(model, i) else 0)
+             for i in range(stage * per_stage, (stage + 1) * per_stage)]
+    return units + [total - sum(units)]
 
 
 def dp_communication(model, cluster, strategy) -> float:
-    """Seconds of data-parallel communication per step, before any overlap (see module docstring)."""
-    if strategy.dp == 1:
+    """Seconds of data-parallel communication per step, before any overlap (see module docstring).
+
+    Parameters sync over the ranks that hold the same copy: the dense ones (`fsdp_units`) over the
+    dp x cp ranks, a MoE model's routed experts (`experts.expert_units`) over the dp x cp / ep ranks that
+    hold the same experts; the two times add.
+    """
+    layout = strategy.layout
+    return (_sync_seconds(model, cluster, strategy, fsdp_units, layout.group("dp_cp"))
+            + _sync_seconds(model, cluster, strategy, experts.expert_units, layout.group("edp")))
+
+
+def _sync_seconds(model, cluster, strategy, units_of, group) -> float:
+    """One group's gradient sync per step under the strategy's ZeRO stage; units_of(model, strategy, stage)."""
+    if group.size == 1:
         return 0.0
     w, g, _ = bytes_per_parameter(strategy)
-    params = max(stage_parameters(model, strategy, 0), stage_parameters(model, strategy, strategy.pp - 1))
-    group = strategy.layout.group("dp")
-    if strategy.zero == 0:
-        return collective_time("all_reduce", g * params, cluster, group)
-    if strategy.zero in (1, 2):
+    stages = {0, strategy.pp - 1}
+    if strategy.zero in (0, 1, 2):
+        params = max(sum(units_of(model, strategy, stage)) for stage in stages)
+        if params == 0:
+            return 0.0
+        if strategy.zero == 0:
+            return collective_time("all_reduce", g * params, cluster, group)
         return (collective_time("reduce_scatter", g * params, cluster, group)
                 + collective_time("all_gather", w * params, cluster, group))
     per_micro_batch = max(
         sum(2 * collective_time("all_gather", w * unit, cluster, group)
-            + collective_time("reduce_scatter", g * unit, cluster, group) for unit in fsdp_units(model, strategy, stage))
-        for stage in {0, strategy.pp - 1})
+            + collective_time("reduce_scatter", g * unit, cluster, group) for unit in units_of(model, strategy, stage))
+        for stage in stages)
     return strategy.grad_accum * per_micro_batch
 
 

@@ -1,4 +1,4 @@
-"""How the work is split: data, tensor and pipeline parallel sizes, ZeRO stage, batch, recomputation.
+"""How the work is split: data, tensor, pipeline, context and expert parallel sizes, ZeRO stage, batch, recomputation.
 
 A `Strategy` alone knows nothing of the model; `check(model, strategy, gpus)` says whether the
 two fit together (tp divides the heads, pp divides the layers, ...) and, if not, how to fix it.
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from ddp_lab.course.plan import context_parallel, experts
 from ddp_lab.course.rank_layout import RankLayout
 from ddp_lab.course.sharding.state_bytes import PRECISIONS   # "fp32", "bf16", "fp16": one spelling in the package
 
@@ -21,10 +22,14 @@ ATTENTION = ("flash", "eager")
 
 @dataclass(frozen=True)
 class Strategy:
-    """One way to train: dp x tp x pp ranks, ZeRO stage, micro-batches, recomputation, precision.
+    """One way to train: dp x tp x pp (x cp) ranks, ZeRO stage, micro-batches, recomputation, precision.
 
     The global batch (in sequences) is dp * micro_batch * grad_accum; with pp > 1 the
-    grad_accum micro-batches are the pipeline's micro-batches.
+    grad_accum micro-batches are the pipeline's micro-batches. cp ranks split each sequence
+    (context parallelism, lesson 15): the world is dp x tp x pp x cp and the batch does not
+    change. ep (expert parallelism, lesson 14) adds no ranks: it splits a MoE model's experts over
+    ep of the dp x cp ranks, so it must divide dp x cp (ddp_lab.course.rank_layout; Megatron-Core
+    and torchtitan carve it out of the data-parallel ranks the same way).
 
     Example:
         >>> Strategy(dp=8, tp=4, zero=1, micro_batch=2, grad_accum=16).global_batch
@@ -47,9 +52,11 @@ class Strategy:
     fsdp_unit: str = "layer"      # ZeRO-3: "layer" (one FSDP unit per layer + the root, lesson 09) or "model"
     attention: str = "flash"      # "flash": fused kernel, no s x s scores kept (Dao et al. 2022); "eager": Korthikanti's
     fp32_grads: bool = False      # mixed precision with fp32 gradients (Megatron-LM's main_grad, Llama 3): 4 bytes, not 2
+    cp: int = 1                   # context-parallel size: ranks that split each sequence (lesson 15)
+    ep: int = 1                   # expert-parallel size: of the dp x cp ranks, how many split the experts (lesson 14)
 
     def __post_init__(self) -> None:
-        for field in ("dp", "tp", "pp", "micro_batch", "grad_accum", "virtual_stages"):
+        for field in ("dp", "tp", "pp", "micro_batch", "grad_accum", "virtual_stages", "cp", "ep"):
             value = getattr(self, field)
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"Strategy.{field} must be an integer >= 1, got {value!r}")
@@ -65,14 +72,18 @@ class Strategy:
         if self.fp32_grads and not self.mixed:
             raise ValueError("fp32_grads=True keeps 4-byte gradients under bf16/fp16 mixed precision; with "
                              "precision='fp32' the gradients are fp32 already: drop fp32_grads")
+        if (self.dp * self.cp) % self.ep:
+            raise ValueError(f"ep={self.ep} does not divide dp x cp = {self.dp} x {self.cp} = {self.dp * self.cp}: "
+                             f"expert-parallel ranks are carved out of the data- and context-parallel ranks; use ep "
+                             f"in {divisors(self.dp * self.cp)[:10]}")
         if (self.schedule == "interleaved") != (self.virtual_stages > 1):
             raise ValueError(f"schedule={self.schedule!r} with virtual_stages={self.virtual_stages}: use "
                              f"schedule='interleaved' exactly when virtual_stages > 1")
 
     @property
     def gpus(self) -> int:
-        """Ranks used: dp * tp * pp."""
-        return self.dp * self.tp * self.pp
+        """Ranks used: dp * tp * pp * cp (ep adds none)."""
+        return self.dp * self.tp * self.pp * self.cp
 
     @property
     def global_batch(self) -> int:
@@ -81,8 +92,8 @@ class Strategy:
 
     @property
     def layout(self) -> RankLayout:
-        """Which ranks form the tp, dp and pp groups (Megatron order, tp fastest)."""
-        return RankLayout(dp=self.dp, tp=self.tp, pp=self.pp)
+        """Which ranks form the tp, cp, dp, pp (and ep) groups (Megatron order, tp fastest)."""
+        return RankLayout(dp=self.dp, tp=self.tp, pp=self.pp, cp=self.cp, ep=self.ep)
 
     @property
     def mixed(self) -> bool:
@@ -96,10 +107,11 @@ class Strategy:
     def label(self) -> str:
         """Short text such as 'dp8 tp4 pp2 z1 mb1x16 sp sel' (the table's first column; see report.LEGEND).
 
-        Only what differs from the defaults is named: 'v2' (virtual stages), 'eager' (attention),
-        'g32' (fp32 gradients)."""
-        parts = [f"dp{self.dp}", f"tp{self.tp}", f"pp{self.pp}", f"z{self.zero}",
-                 f"mb{self.micro_batch}x{self.grad_accum}"]
+        Only what differs from the defaults is named: cp and ep above 1 ('dp8 tp8 cp16 pp16 z2 ...',
+        'dp8 tp1 pp1 ep8 z1 ...'), 'v2' (virtual stages), 'eager' (attention), 'g32' (fp32 gradients).
+        """
+        parts = [f"dp{self.dp}", f"tp{self.tp}"] + ([f"cp{self.cp}"] if self.cp > 1 else []) + [f"pp{self.pp}"]
+        parts += ([f"ep{self.ep}"] if self.ep > 1 else []) + [f"z{self.zero}", f"mb{self.micro_batch}x{self.grad_accum}"]
         if self.virtual_stages > 1:
             parts.append(f"v{self.virtual_stages}")
         if self.sequence_parallel:
@@ -129,8 +141,10 @@ def check(model, strategy: Strategy, gpus: int | None = None, gpus_per_node: int
     Introduced in notebooks/13-plan-your-training-run.ipynb.
     """
     if gpus is not None and strategy.gpus != gpus:
-        raise ValueError(f"dp*tp*pp = {strategy.dp}*{strategy.tp}*{strategy.pp} = {strategy.gpus} but the "
-                         f"cluster has {gpus} GPUs: choose dp, tp, pp whose product is {gpus}")
+        names = ["dp", "tp", "pp"] + (["cp"] if strategy.cp > 1 else [])
+        sizes = "*".join(str(getattr(strategy, name)) for name in names)
+        raise ValueError(f"{'*'.join(names)} = {sizes} = {strategy.gpus} but the "
+                         f"cluster has {gpus} GPUs: choose {', '.join(names)} whose product is {gpus}")
     whole_heads = divisors(_gcd(model.heads, model.kv_heads_))
     if model.heads % strategy.tp:
         raise ValueError(f"tp={strategy.tp} does not divide heads={model.heads} of {model.name}: each "
@@ -154,6 +168,8 @@ def check(model, strategy: Strategy, gpus: int | None = None, gpus_per_node: int
     if strategy.pp > 1 and strategy.schedule == "interleaved" and strategy.grad_accum % strategy.pp:
         raise ValueError(f"the interleaved schedule needs micro-batches ({strategy.grad_accum}) divisible by "
                          f"pp={strategy.pp} (Narayanan et al. 2021); change grad_accum")
+    experts.check(model, strategy)            # ep splits whole experts of a MoE model (lesson 14)
+    context_parallel.check(model, strategy)   # cp: 2 x cp equal chunks of the sequence (lesson 15)
     if gpus_per_node is not None and strategy.tp > gpus_per_node and not tp_across_nodes:
         raise ValueError(f"tp={strategy.tp} is larger than the {gpus_per_node} GPUs of one node: tensor parallelism "
                          f"communicates in every layer and belongs on the fast intra-node link; use "

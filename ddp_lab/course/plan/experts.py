@@ -1,0 +1,298 @@
+"""Mixture-of-experts models in the planner: parameter counts, expert-parallel state, the all-to-all.
+
+A mixture-of-experts (MoE) layer replaces the FFN by `experts` FFNs of inner size `expert_ffn`,
+a router (a hidden x experts matrix, no bias) that sends each token to its `top_k` experts, and
+optionally `shared_experts` FFNs of the same size that every token passes through (DeepSeekMoE,
+Dai et al. 2024, arXiv:2401.06066, Sec. 3.2). The first `dense_layers` layers keep a dense FFN of
+the model's `ffn` size (DeepSeekMoE 16B replaces every FFN but the first: "first_k_dense_replace"
+in its config.json). Per MoE layer, with P_e = (ups + 1) h f_e the parameters of one expert
+(ups = 2 for SwiGLU, 1 for GeLU; plus biases where the model has them):
+    parameters   h E (router) + (E + shared) P_e
+    active       h E (router) + (top_k + shared) P_e      what one token multiplies by
+The model's total is its dense count with every MoE layer's FFN swapped for that; the active
+count leaves out the E - top_k routed experts a token skips in each MoE layer.
+
+Expert parallelism (lesson 14; GShard, Lepikhin et al. 2020, arXiv:2006.16668): `ep` ranks carved
+out of the dp x cp ranks (ddp_lab.course.rank_layout: ep divides dp x cp) share out the routed
+experts, E/ep each; everything else (attention, norms, router, shared experts) stays replicated
+over dp x cp. Experts are split by tp as the dense FFN is (expert tensor-parallel size = tp,
+Megatron-Core's default; torchtitan's etp = tp) and the router is replicated (as Megatron-Core's).
+A rank's model state therefore has two parts, each under ZeRO over the ranks that hold the same copy:
+    dense part    over the dp x cp ranks ("dp_cp")
+    expert part   E/ep experts per MoE layer, over the dp x cp / ep ranks holding the same experts ("edp")
+and the data-parallel gradient sync runs once over each group (steptime.dp_communication).
+
+The all-to-all: each MoE layer sends every token's hidden state to its top_k experts (dispatch)
+and brings the results back (combine); backward sends the gradients both ways again: 4 all-to-alls
+per MoE layer and micro-batch, 6 with full recomputation (it repeats the forward). A rank sends
+tokens x top_k x h values in each (tokens: b s / cp, divided by tp with sequence parallelism, whose
+ranks each dispatch their slice of the sequence), costed with lesson 02's alpha-beta model on the
+links the ep group spans (collectives.py). Assumed: balanced routing, the auxiliary loss's aim (no
+capacity-factor padding, no dropped tokens), and no overlap of the all-to-all with compute.
+
+Lesson 14 (notebooks/14-mixture-of-experts.ipynb) introduces the MoE layer and expert parallelism;
+the planner of notebooks/13-plan-your-training-run.ipynb uses this module.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ddp_lab.course.plan.collectives import collective_time
+
+
+@dataclass(frozen=True)
+class MoE:
+    """The mixture-of-experts part of a Transformer (see the module docstring for what each field means).
+
+    Example:
+        >>> MoE(experts=8, top_k=2, expert_ffn=14336)          # Mixtral 8x7B's layers
+        MoE(experts=8, top_k=2, expert_ffn=14336, shared_experts=0, dense_layers=0)
+
+    Introduced in notebooks/14-mixture-of-experts.ipynb.
+    """
+
+    experts: int                  # routed experts per MoE layer
+    top_k: int                    # routed experts each token goes to
+    expert_ffn: int               # inner size of one expert's FFN
+    shared_experts: int = 0       # experts of the same size every token passes through (DeepSeekMoE)
+    dense_layers: int = 0         # the first layers keep a dense FFN of the model's `ffn` size
+
+    def __post_init__(self) -> None:
+        for field in ("experts", "top_k", "expert_ffn"):
+            value = getattr(self, field)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"MoE.{field} must be an integer >= 1, got {value!r}")
+        for field in ("shared_experts", "dense_layers"):
+            value = getattr(self, field)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"MoE.{field} must be an integer >= 0, got {value!r}")
+        if self.top_k > self.experts:
+            raise ValueError(f"MoE.top_k={self.top_k} is more than the {self.experts} experts a token can go to")
+
+
+# ---- parameter counts ---------------------------------------------------------------------------
+
+def _ffn_parameters(model, width: int, tp: int = 1) -> int:
+    """One FFN of inner size `width` on one of `tp` ranks: matrices and column biases split, the row bias not."""
+    ups = 2 if model.ffn_kind == "swiglu" else 1
+    return (ups + 1) * model.hidden * width // tp + ((ups * width // tp + model.hidden) if model.bias else 0)
+
+
+def expert_parameters(model) -> int:
+    """Parameters of one expert: an FFN of inner size expert_ffn (3 h f_e for SwiGLU without biases)."""
+    return _ffn_parameters(model, model.moe.expert_ffn)
+
+
+def moe_layers(model) -> int:
+    """How many layers are MoE layers (0 for a dense model)."""
+    return 0 if model.moe is None else max(0, model.layers - model.moe.dense_layers)
+
+
+def router_parameters(model) -> int:
+    """The router of one MoE layer: a hidden x experts matrix."""
+    return model.hidden * model.moe.experts
+
+
+def moe_ffn_parameters(model) -> int:
+    """Parameters in place of the FFN of one MoE layer: router + routed and shared experts."""
+    moe = model.moe
+    return router_parameters(model) + (moe.experts + moe.shared_experts) * expert_parameters(model)
+
+
+def parameter_change(model) -> int:
+    """What the MoE layers add to the dense count (`Transformer.parameters` adds it; 0 for a dense model)."""
+    if model.moe is None:
+        return 0
+    return moe_layers(model) * (moe_ffn_parameters(model) - model.ffn_parameters())
+
+
+def active_parameters(model) -> int:
+    """Parameters one token is multiplied by: all but the routed experts it skips (= parameters() if dense).
+
+    Example:
+        >>> from ddp_lab.course.plan.model import Transformer
+        >>> Transformer.preset("mixtral-8x7b").active_parameters()
+        12879925248
+
+    Introduced in notebooks/14-mixture-of-experts.ipynb.
+    """
+    skipped = 0 if model.moe is None else moe_layers(model) * (model.moe.experts - model.moe.top_k) * expert_parameters(model)
+    return model.parameters() - skipped
+
+
+# ---- what one rank holds --------------------------------------------------------------------------
+
+def check(model, strategy) -> None:
+    """Raise ValueError (saying the fix) if the experts cannot be split as `strategy` asks."""
+    moe = model.moe
+    if moe is None:
+        if strategy.ep > 1:
+            raise ValueError(f"ep={strategy.ep} needs a mixture-of-experts model, but {model.name} is dense "
+                             f"(no experts to split): use ep=1")
+        return
+    if moe.experts % strategy.ep:
+        valid = [d for d in range(1, moe.experts + 1) if not moe.experts % d and not (strategy.dp * strategy.cp) % d]
+        raise ValueError(f"ep={strategy.ep} does not divide the {moe.experts} experts of {model.name}: each "
+                         f"expert-parallel rank owns whole experts; use ep in {valid}")
+    if moe.expert_ffn % strategy.tp:
+        raise ValueError(f"tp={strategy.tp} does not divide the expert FFN size {moe.expert_ffn} of {model.name}: "
+                         f"experts are split by tp like the dense FFN; choose a tp that divides it")
+
+
+def splits_for_tp(model, tp: int) -> bool:
+    """True if tp can split the experts (the dense model's own tp rules are strategy.check's)."""
+    return model.moe is None or model.moe.expert_ffn % tp == 0
+
+
+def is_moe_layer(model, index: int) -> bool:
+    """True if layer `index` (0-based) is a MoE layer."""
+    return model.moe is not None and index >= model.moe.dense_layers
+
+
+def stage_moe_layers(model, strategy, stage: int) -> int:
+    """MoE layers among pipeline stage `stage`'s layers (stages hold layers // pp consecutive layers)."""
+    per_stage = model.layers // strategy.pp
+    return sum(is_moe_layer(model, i) for i in range(stage * per_stage, (stage + 1) * per_stage))
+
+
+def layer_change_per_rank(model, strategy) -> tuple[int, int]:
+    """(replicated change, routed experts held) of one MoE layer on one rank, against the dense layer.
+
+    The replicated change is router + shared experts (split by tp) - the dense FFN (split by tp);
+    the routed experts held are E/ep experts, each split by tp. A rank's MoE layer therefore holds
+    `memory.layer_parameters_per_rank(model, tp)` + both.
+
+    Example:
+        >>> from ddp_lab.course.plan.model import Transformer
+        >>> from ddp_lab.course.plan.strategy import Strategy
+        >>> mixtral = Transformer.preset("mixtral-8x7b")
+        >>> replicated, held = layer_change_per_rank(mixtral, Strategy(dp=8, ep=8))
+        >>> replicated == 4096 * 8 - 3 * 4096 * 14336, held == 3 * 4096 * 14336   # + router - dense FFN; 1 expert
+        (True, True)
+    """
+    moe, tp = model.moe, strategy.tp
+    replicated = (router_parameters(model) + moe.shared_experts * _ffn_parameters(model, moe.expert_ffn, tp)
+                  - _ffn_parameters(model, model.ffn_, tp))
+    return replicated, moe.experts // strategy.ep * _ffn_parameters(model, moe.expert_ffn, tp)
+
+
+def stage_parameter_change(model, strategy, stage: int) -> int:
+    """What the MoE layers of pipeline stage `stage` add to one rank's dense count (memory.stage_parameters)."""
+    if model.moe is None:
+        return 0
+    return stage_moe_layers(model, strategy, stage) * sum(layer_change_per_rank(model, strategy))
+
+
+def stage_expert_parameters(model, strategy, stage: int) -> int:
+    """Routed-expert parameters one rank of stage `stage` holds: the part ZeRO shards over the edp group."""
+    if model.moe is None:
+        return 0
+    return stage_moe_layers(model, strategy, stage) * layer_change_per_rank(model, strategy)[1]
+
+
+def largest_layer_change(model, strategy) -> int:
+    """How much more than a dense layer the largest layer holds on one rank (ZeRO-3 gathers a layer at a time)."""
+    if moe_layers(model) == 0:
+        return 0
+    change = sum(layer_change_per_rank(model, strategy))   # may be negative: E/ep small experts vs one dense FFN
+    return change if model.moe.dense_layers == 0 else max(0, change)
+
+
+def expert_units(model, strategy, stage: int) -> list[int]:
+    """Routed-expert parameters of each MoE layer of stage `stage` on one rank: ZeRO's units over the edp group.
+
+    Experts sync over the dp x cp / ep ranks that hold the same experts, so they are units of their
+    own (torchtitan wraps them apart for the same reason); fsdp_unit="model" gathers them at once.
+    Empty for a dense model.
+    """
+    held = stage_expert_parameters(model, strategy, stage)
+    if held == 0:
+        return []
+    if strategy.fsdp_unit == "model":
+        return [held]
+    per_layer = layer_change_per_rank(model, strategy)[1]
+    return [per_layer] * stage_moe_layers(model, strategy, stage)
+
+
+# ---- activations ----------------------------------------------------------------------------------
+
+def activation_change(model, strategy, stage: int) -> float:
+    """Activation bytes a layer of stage `stage` keeps beyond a dense layer's, per micro-batch, on one rank.
+
+    Korthikanti et al.'s count (activations.py) keeps, per token, the FFN's inner tensors of width
+    ffn (GeLU: 2, SwiGLU: 4 tensors, split by tp). A MoE layer keeps instead, per token, those of its
+    top_k routed and its shared experts, plus the router's fp32 probabilities (4 E bytes: Mixtral and
+    DeepSeek compute the softmax in fp32), the top_k copies of the hidden state dispatched to the
+    experts and the top_k expert outputs the combine weighs (2 top_k h values: split by tp only with
+    sequence parallelism, like the tensors around the parallel matmuls). Averaged over the stage's
+    layers (dense layers change nothing); 0 with full recomputation (only the layer input is kept).
+    """
+    if model.moe is None or strategy.recompute == "full" or stage_moe_layers(model, strategy, stage) == 0:
+        return 0.0
+    moe, t = model.moe, strategy.tp
+    e = 2 if strategy.mixed else 4
+    per_width = (4 if model.ffn_kind == "swiglu" else 2) * e
+    inner = per_width * ((moe.top_k + moe.shared_experts) * moe.expert_ffn - model.ffn_) / t
+    around = (2 * moe.top_k * model.hidden * e + 4 * moe.experts) / (t if strategy.sequence_parallel else 1)
+    tokens = strategy.micro_batch * model.seq_len
+    return tokens * (inner + around) * stage_moe_layers(model, strategy, stage) / (model.layers // strategy.pp)
+
+
+# ---- FLOPs -----------------------------------------------------------------------------------------
+
+def forward_flops_change(model) -> int:
+    """Forward FLOPs per sequence the MoE layers add to the dense count: 2 s x (active - dense FFN matmuls).
+
+    Each MoE layer multiplies a token by the router and its top_k routed and shared experts instead
+    of the dense FFN (biases are not matmuls and are left out, as in steptime.layer_forward_flops). 0 if dense.
+
+    Example:
+        >>> from ddp_lab.course.plan.model import Transformer
+        >>> mixtral = Transformer.preset("mixtral-8x7b")   # router 4096 x 8 and one more expert of 3 x 4096 x 14336
+        >>> forward_flops_change(mixtral) == 32 * 2 * 32768 * (4096 * 8 + 3 * 4096 * 14336)
+        True
+
+    Introduced in notebooks/14-mixture-of-experts.ipynb.
+    """
+    moe = model.moe
+    if moe is None:
+        return 0
+    ups = 2 if model.ffn_kind == "swiglu" else 1
+    per_ffn = (ups + 1) * model.hidden                 # matmul parameters per unit of FFN width
+    active = model.hidden * moe.experts + per_ffn * moe.expert_ffn * (moe.top_k + moe.shared_experts)
+    return moe_layers(model) * 2 * model.seq_len * (active - per_ffn * model.ffn_)
+
+
+# ---- the all-to-all -------------------------------------------------------------------------------
+
+def dispatch_bytes(model, strategy) -> int:
+    """Bytes one rank sends in one all-to-all of one MoE layer and micro-batch: tokens x top_k x h values.
+
+    Example:
+        >>> from ddp_lab.course.plan.model import Transformer
+        >>> from ddp_lab.course.plan.strategy import Strategy
+        >>> dispatch_bytes(Transformer.preset("mixtral-8x7b").with_(seq_len=4096), Strategy(dp=8, ep=8))
+        67108864
+
+    Introduced in notebooks/14-mixture-of-experts.ipynb.
+    """
+    tokens = strategy.micro_batch * model.seq_len // strategy.cp
+    if strategy.sequence_parallel:
+        tokens //= strategy.tp
+    return tokens * model.moe.top_k * model.hidden * (2 if strategy.mixed else 4)
+
+
+def all_to_all_time(model, cluster, strategy) -> float:
+    """Seconds per step of expert parallelism's all-to-alls on the most loaded pipeline stage (not overlapped).
+
+    Per MoE layer and micro-batch: dispatch and combine forward, both again backward (and the
+    forward's two again under full recomputation), each `dispatch_bytes` from every rank over the
+    ep group. 0 without experts or with ep = 1 (the tokens stay on their rank).
+    """
+    if model.moe is None or strategy.ep == 1:
+        return 0.0
+    per_layer = 4 + (2 if strategy.recompute == "full" else 0)
+    one = collective_time("all_to_all", dispatch_bytes(model, strategy), cluster, strategy.layout.group("ep"))
+    layers = max(stage_moe_layers(model, strategy, stage) for stage in range(strategy.pp))   # the slowest stage
+    return strategy.grad_accum * layers * per_layer * one
