@@ -196,22 +196,21 @@ MEMORY_ADVICE = {
     "params": "shard the weights: ZeRO-3, or more tp / pp",
     "grads": "shard the gradients: ZeRO-2 or 3, or more tp / pp",
     "optimizer": "shard the optimizer state: ZeRO-1 or higher over dp, or more tp / pp",
-    "activations": "recompute (selective, or full), sequence parallelism with tp, or a smaller micro_batch",
+    "activations": "recompute (full; selective only helps eager attention), sequence parallelism with tp, or a "
+                   "smaller micro_batch",
     "buffers": "ZeRO-3's gathered layers: more tp shrinks each layer",
 }
 
 
 def _overflow(plan) -> str:
-    from ddp_lab.course.plan.search import USABLE_MEMORY
-
     m = plan.memory
-    usable = USABLE_MEMORY * plan.cluster.gpu.memory
+    usable = plan.usable_memory
     parts = {part: getattr(m, part) for part in MEMORY_ADVICE}
     largest = max(parts, key=parts.get)
     label = {"params": "parameters", "grads": "gradients"}
     shown = ", ".join(f"{label.get(part, part)} {value / GB:.1f}" for part, value in parts.items())
     return (f"{m.total / GB:.1f} GB per GPU ({shown}) > {usable / GB:.1f} GB usable "
-            f"({USABLE_MEMORY:.0%} of {plan.cluster.gpu.memory / GB:.1f} GB).\nHint: the largest term is the "
+            f"({1 - plan.reserve:.0%} of {plan.cluster.gpu.memory / GB:.1f} GB).\nHint: the largest term is the "
             f"{label.get(largest, largest)} ({parts[largest] / GB:.1f} GB): {MEMORY_ADVICE[largest]}.")
 
 

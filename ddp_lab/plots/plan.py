@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import matplotlib.pyplot as plt
 
-from ddp_lab.course.plan.search import USABLE_MEMORY
 
 MEMORY_PARTS = (("params", "parameters"), ("grads", "gradients"), ("optimizer", "optimizer state"),
                 ("activations", "activations"), ("buffers", "comm. buffers"))
@@ -20,8 +19,8 @@ SPLIT_TIME_PARTS = (("ep_comm", "EP all-to-all"), ("cp_comm_exposed", "exposed C
 def breakdown(plans, top: int = 5):
     """Two panels of stacked bars for the first `top` plans: memory per GPU (GB) and step time (s).
 
-    The dashed line on the memory panel is the GPU's memory, the dotted one the 90 % a plan may
-    use (`search.USABLE_MEMORY`: the rest is for what the model leaves out); every bar is labelled with the
+    The dashed line on the memory panel is the GPU's memory, the dotted one what a plan may use
+    (`Plan.usable_memory`: the memory less the reserve, `search.MEMORY_RESERVE`); every bar is labelled with the
     plan's strategy (dp, tp, pp, ZeRO stage, micro-batch x accumulation, recomputation).
 
     Args:
@@ -45,7 +44,7 @@ def breakdown(plans, top: int = 5):
     _stack(mem_ax, labels, [[getattr(p.memory, k) / 1e9 for p in shown] for k, _ in MEMORY_PARTS], MEMORY_PARTS)
     gpu_gb = shown[0].cluster.gpu.memory / 1e9
     mem_ax.axvline(gpu_gb, color="k", linestyle="--", linewidth=1)
-    mem_ax.axvline(USABLE_MEMORY * gpu_gb, color="k", linestyle=":", linewidth=1)
+    mem_ax.axvline(shown[0].usable_memory / 1e9, color="k", linestyle=":", linewidth=1)
     mem_ax.set_xlabel("memory per GPU (GB)")
     mem_ax.set_title(f"memory ({shown[0].cluster.gpu.name}: dashed; a plan fits left of the dotted line)",
                      fontsize=9)
