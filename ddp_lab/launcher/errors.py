@@ -9,6 +9,7 @@ Introduced in notebooks/00-welcome-and-first-launch.ipynb.
 from __future__ import annotations
 
 import signal
+import textwrap
 from dataclasses import dataclass
 
 
@@ -126,7 +127,6 @@ def wrap_for_notebook(line: str, width: int = NOTEBOOK_WIDTH) -> list[str]:
     JupyterLab breaks a long output line wherever its window ends, mid-word (its CSS says
     `word-break: break-all`), so messages meant for a notebook wrap themselves.
     """
-    import textwrap
 
     if len(line) <= width:
         return [line]

@@ -17,6 +17,8 @@ import pickle
 import warnings
 from pathlib import Path
 
+import cloudpickle
+
 from ddp_lab.launcher.arguments import check_launch
 from ddp_lab.launcher.backend import choose_backend
 from ddp_lab.launcher.errors import LaunchWarning, describe_exit
@@ -157,7 +159,6 @@ def _show_output(outputs: list[RankOutput], streamed: bool) -> None:
 
 
 def _results(supervisor: Supervisor, backend: str | None) -> Results:
-    import cloudpickle
 
     values = [cloudpickle.loads(supervisor.reports[rank]["value"]) for rank in range(supervisor.nprocs)]
     codes = [supervisor.exits.get(rank, 0) for rank in range(supervisor.nprocs)]

@@ -50,8 +50,8 @@ OWN_STORE = "DDP_LAB_STORE"  # "127.0.0.1:port" of the launcher's store, so a ra
 @contextlib.contextmanager
 def loopback_store(world_size: int, timeout_s: float):
     """Host a TCPStore on 127.0.0.1; yield the environment that points ranks at it."""
-    import torch
-    from torch.distributed import TCPStore
+    import torch  # lazy: `import ddp_lab` and the launcher stay torch-free until a launch needs the store (~1 s import)
+    from torch.distributed import TCPStore  # lazy: `import ddp_lab` and the launcher stay torch-free until a launch needs the store (~1 s import)
 
     # torch 2.4-2.7: the libuv store (the default since 2.4) cannot take over a listening
     # socket (NotImplementedError "does not support initialization with an listen fd") until
@@ -150,8 +150,8 @@ def route_init_process_group() -> None:
 
     Introduced in notebooks/05-ddp-in-practice.ipynb ("Bringing your own script").
     """
-    import torch.distributed as dist
-    from torch.distributed import distributed_c10d
+    import torch.distributed as dist  # lazy: `import ddp_lab` and the launcher stay torch-free until a launch needs the store (~1 s import)
+    from torch.distributed import distributed_c10d  # lazy: `import ddp_lab` and the launcher stay torch-free until a launch needs the store (~1 s import)
 
     original = distributed_c10d.init_process_group
     if getattr(original, "ddp_lab_routed", False):
@@ -196,7 +196,7 @@ def _join_own_store(original, call: inspect.BoundArguments, address: tuple[str, 
     # tutorial's cleanup() in a %%ddp cell): a new group under the same keys would meet
     # stale addresses and hang. Same store, a prefix of its own (every rank counts alike).
     from torch.distributed import PrefixStore, TCPStore
-    from torch.distributed.constants import default_pg_timeout
+    from torch.distributed.constants import default_pg_timeout  # lazy: `import ddp_lab` and the launcher stay torch-free until a launch needs the store (~1 s import)
 
     arguments = call.arguments
     timeout = arguments.get("timeout") or default_pg_timeout

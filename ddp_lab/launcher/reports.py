@@ -9,6 +9,8 @@ import re
 import time
 from pathlib import Path
 
+import cloudpickle
+
 from ddp_lab.launcher.errors import (LaunchError, LaunchTimeout, RankCrashed, RankFailed, RankFailure,
                             ResultNotPicklable, crash_summary, describe_exit)
 from ddp_lab.launcher.payload import rename_cells
@@ -80,7 +82,6 @@ def _tail(text: str) -> str:
 
 def raised_failure(rank: int, report: dict, names: dict) -> RankFailure:
     """A RankFailure from a rank's report of an exception."""
-    import cloudpickle
 
     try:
         exception = cloudpickle.loads(report["exception"]) if report["exception"] else None
