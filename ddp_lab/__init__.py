@@ -10,7 +10,8 @@ Attributes are imported on first use, so a rank process that imports
 The package in two floors (README's Layout; tests/test_package_floors.py enforces the rule):
     course/      the course library, what a lesson asks you to read: device_memory, alpha_beta,
                  rank_layout, data_parallel/, pipeline_parallel/, tensor_parallel/, sharding/,
-                 mesh/, fault_tolerance/, plan/ (the planner's formulas). It never imports the lab.
+                 mesh/, fault_tolerance/, context_parallel/, plan/ (the planner's formulas). It never
+                 imports the lab.
     the lab, what a lesson asks you to call:
     launcher/    how ranks start, are watched and report (ddp_lab.launch; lesson 00)
     cluster/     persistent ranks and the %%ddp magics (ddp_lab.Cluster; lesson 00b)

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 import psutil
@@ -213,6 +214,52 @@ def test_a_bad_ddp_option_is_refused_and_the_live_cluster_survives(line, match, 
     assert "the cell ran" not in capsys.readouterr().out
     assert magics._current is live and live.alive and rank_pids(live) == pids
     assert shell.run_cell("%ddp_pull kept").result == [10, 11]
+
+
+def test_a_rank_that_dies_between_cells_is_named_and_the_next_cell_starts_afresh(ddp_shell, capsys):
+    """SIGKILL a rank while no cell runs: the next cell gets one line naming it and how it died.
+
+    Before (issue 27 item 5): "ddp_lab: interrupted..." (nothing was) and a raw BrokenPipeError.
+    """
+    from ddp_lab.cluster import magics
+
+    shell = ddp_shell
+    assert shell.run_cell("%%ddp -n 2 --backend gloo\nkept = rank").success
+    live, pids = magics._current, rank_pids(magics._current)
+    os.kill(pids[1], signal.SIGKILL)
+    assert live._supervisor.process_of(1).wait(10) == -signal.SIGKILL  # reaped: it died before the next cell
+    capsys.readouterr()
+    failed = shell.run_cell("%%ddp\nprint('the cell', 'ran')")
+    error, printed = failed.error_in_exec, capsys.readouterr()
+    assert isinstance(error, RankCrashed), repr(error)
+    assert str(error) == ("rank 1 of 2 died between cells (signal SIGKILL (9): killed from outside: often the "
+                          "kernel's out-of-memory killer); the cluster was shut down: run the cell again "
+                          "(or ddp_lab.Cluster(...)) to start a fresh one."), str(error)
+    assert error.failures[1].returncode == -signal.SIGKILL
+    assert "the cell ran" not in printed.out and "interrupted" not in printed.err
+    assert not live.alive and wait_gone(pids) == []
+    assert shell.run_cell("%%ddp\nrank * 10").success  # a fresh cluster
+    assert magics._current is not live and shell.run_cell("%ddp_pull kept").error_in_exec is not None
+    assert shell.run_cell("%%ddp\nkept = rank + 1").success and shell.run_cell("%ddp_pull kept").result == [1, 2]
+
+
+def test_a_cluster_made_in_a_thread_outlives_the_thread(monkeypatch):
+    """Linux's PR_SET_PDEATHSIG follows the thread that started a process: ranks are started by a
+    thread of ddp_lab's that lives as long as the kernel (starter.py). Cold ranks: started by Popen.
+
+    Before (issue 27 item 5): the ranks died with the thread, the next command raised BrokenPipeError.
+    """
+    monkeypatch.setenv("DDP_LAB_WARM", "0")  # fresh interpreters, started from this process
+    made = {}
+    maker = threading.Thread(target=lambda: made.update(cluster=ddp_lab.Cluster(1, backend="gloo")))
+    maker.start()
+    maker.join()
+    live = made["cluster"]
+    try:
+        time.sleep(0.3)  # the thread's end, and a death signal it would send, take effect
+        assert live.run_code("rank") == [0]
+    finally:
+        live.shutdown()
 
 
 ORPHAN_SCRIPT = textwrap.dedent("""

@@ -8,10 +8,14 @@ sys.exit(0) while its peer waits in a collective.
 
 from __future__ import annotations
 
+import json
 import os
+import resource
 import signal
+import socket
 import subprocess
 import sys
+import tempfile
 import textwrap
 import threading
 import time
@@ -24,11 +28,12 @@ import torch
 import torch.distributed as dist
 
 import ddp_lab
-from ddp_lab.launcher import procstart, supervisor, zygote_client
+from ddp_lab.launcher import procstart, supervisor, workdir, zygote_client
 from ddp_lab.launcher.output import read_lines
 from rank_procs import assert_no_ranks_left, start_launching_script
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
+LOOPBACK = "127.0.0.1"
 
 
 def warm_zygote() -> int:
@@ -237,6 +242,194 @@ def test_a_dead_zygote_is_named_and_replaced(tmp_path):
         results = ddp_lab.launch(total, nprocs=2, backend="gloo", timeout=60)
         assert list(results) == [3, 3] and results.started == ["warm", "warm"]
     assert_no_ranks_left()
+
+
+def test_a_zygote_started_in_a_thread_outlives_the_thread():
+    """The zygote is started from ddp_lab's long-lived starter thread, not by the launching thread.
+
+    Before: a zygote ready before its launching thread ended died with it (PR_SET_PDEATHSIG follows
+    the thread), and the next launch started cold.
+    """
+    procstart.shutdown_zygote()
+
+    def a_thread_that_launched():
+        procstart.prepare_zygote()  # what the thread's first launch does at its end
+        assert procstart.ready_zygote() is not None
+
+    launcher = threading.Thread(target=a_thread_that_launched)
+    launcher.start()
+    launcher.join()
+    zygote = procstart._zygote.popen.pid
+    time.sleep(0.3)  # the thread's end, and a death signal it would send, take effect
+    results = ddp_lab.launch(total, nprocs=2, backend="gloo", timeout=60)
+    assert list(results) == [3, 3] and results.started == ["warm", "warm"]
+    assert not gone(zygote) and procstart._zygote.popen.pid == zygote
+    assert_no_ranks_left()
+
+
+# --- work folders: private, and removed when their kernel was killed ---------------------------
+
+SLEEPING_KERNEL = ("import time, ddp_lab\n"  # no process group: the kernel makes its work folder before it imports torch
+                   "ddp_lab.launch(lambda rank: time.sleep(60), nprocs=1, timeout=None, init_process_group=False)\n")
+
+
+def start_kernels_with_work_folders(temp_dir: Path, count: int) -> list[tuple[subprocess.Popen, Path]]:
+    """`count` kernels (scripts) whose launches keep their ranks running, each with its work folder once made.
+
+    A kernel's folder is the one whose owner.lock it holds open (psutil reads /proc/<pid>/fd).
+    """
+    env = {**os.environ, "TMPDIR": str(temp_dir)}
+    kernels = [subprocess.Popen([sys.executable, "-c", SLEEPING_KERNEL], env=env) for _ in range(count)]
+    folders: dict[int, Path] = {}
+    deadline = time.monotonic() + 60
+    while len(folders) < count and time.monotonic() < deadline and all(k.poll() is None for k in kernels):
+        for kernel in kernels:
+            locks = [Path(f.path) for f in psutil.Process(kernel.pid).open_files()
+                     if Path(f.path).name == workdir.LOCK_NAME]
+            if locks:
+                folders[kernel.pid] = locks[0].parent
+        time.sleep(0.02)
+    if len(folders) < count:
+        for kernel in kernels:
+            kernel.kill()
+        raise AssertionError(f"no locked work folder for every kernel in {temp_dir}: "
+                             f"{list(temp_dir.iterdir())}")
+    return [(kernel, folders[kernel.pid]) for kernel in kernels]
+
+
+def mode(path: Path) -> str:
+    return oct(path.stat().st_mode & 0o777)
+
+
+def test_a_killed_kernels_work_folder_is_removed_by_the_next_launch_and_a_live_ones_kept(tmp_path, monkeypatch):
+    """Kill a kernel mid-launch: its ddp_lab-XXXX/ (the cell's code in payload.pkl) stays, until the next
+    kernel's first launch removes it; the folder of a kernel still running is kept. Files are 0600.
+
+    Before (issue 27 item 9): the folder stayed for good, payload.pkl 0644. The first launch of the test
+    process is played by resetting workdir._cleaned; both kernels are real processes.
+    """
+    temp_dir = tmp_path / "tmp"
+    temp_dir.mkdir()
+    (killed, killed_folder), (alive, alive_folder) = start_kernels_with_work_folders(temp_dir, 2)
+    try:
+        killed.kill()  # SIGKILL: no clean-up runs; its rank dies with it (PR_SET_PDEATHSIG)
+        killed.wait()
+        assert killed_folder.exists()
+        monkeypatch.setattr(tempfile, "tempdir", str(temp_dir))
+        monkeypatch.setattr(workdir, "_cleaned", False)  # as in a fresh kernel
+        seen = {}
+
+        def look_while_the_rank_runs():
+            deadline = time.monotonic() + 60
+            while not list(tmp_path.glob("ready-*")) and time.monotonic() < deadline:
+                time.sleep(0.02)
+            seen["folders"] = set(temp_dir.iterdir())
+            own = seen["folders"] - {alive_folder}
+            seen["modes"] = {path.name: mode(path) for folder in own for path in [folder, *folder.iterdir()]}
+            (tmp_path / "go").touch()
+
+        looker = threading.Thread(target=look_while_the_rank_runs)
+        looker.start()
+        assert list(ddp_lab.launch(waits_for_go, args=(str(tmp_path),), nprocs=1, timeout=60)) == [0]
+        looker.join()
+        assert killed_folder not in seen["folders"] and alive_folder in seen["folders"], seen
+        assert len(seen["folders"]) == 2, seen  # the live kernel's and this launch's
+        assert sorted(seen["modes"].values()) == ["0o600"] * 3 + ["0o700"], seen["modes"]
+        assert set(seen["modes"]) >= {"payload.pkl", "stacks-0.txt", workdir.LOCK_NAME}, seen["modes"]
+        assert set(temp_dir.iterdir()) == {alive_folder}  # this launch removed its own
+        assert all(mode(path) == "0o600" for path in alive_folder.iterdir())
+    finally:
+        alive.kill()
+        alive.wait()
+    assert workdir.remove_abandoned(str(temp_dir)) == [str(alive_folder)]  # once its kernel is gone
+
+
+def waits_for_go(rank, marker_dir):
+    Path(marker_dir, f"ready-{rank}").touch()
+    deadline = time.monotonic() + 60
+    while not Path(marker_dir, "go").exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return rank
+
+
+# --- idle connections to the store: the notebook's file descriptors -----------------------------
+
+STORE_KERNEL = textwrap.dedent("""
+    import datetime, json, resource, sys
+    import ddp_lab
+    from ddp_lab.launcher.rendezvous import loopback_store
+    from torch.distributed import TCPStore
+
+    with loopback_store(1, 60) as store_env:  # hosted as every launch and live cluster hosts its store
+        port = int(store_env["MASTER_PORT"])
+        print(port, resource.getrlimit(resource.RLIMIT_NOFILE)[0], flush=True)
+        for command in sys.stdin:  # sent once the test has opened (or closed) its connections
+            try:
+                if command.strip() == "launch":
+                    answer = list(ddp_lab.launch(lambda rank: rank, nprocs=1, init_process_group=False))
+                else:  # "store": does the store still answer?
+                    client = TCPStore("127.0.0.1", port, is_master=False, timeout=datetime.timedelta(seconds=10))
+                    client.set("still", "here")
+                    answer = client.get("still").decode()
+            except OSError as error:
+                answer = str(error)
+            print(json.dumps(answer), flush=True)
+""")
+KERNEL_FILES = (1024, 2048)  # soft, hard: the soft limit of many Linux desktops
+
+
+def test_idle_connections_to_the_store_do_not_exhaust_the_notebook(tmp_path):
+    """1,021 idle connections to the store: the notebook still launches; past its hard limit, one line says why.
+
+    Before (issue 27 item 9): with the soft limit at 1,024 the notebook ran out of file descriptors
+    ("[Errno 24] Too many open files"). The store raises the soft limit to the hard one (here 2,048).
+    """
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    needed = KERNEL_FILES[1] + 400
+    if hard != resource.RLIM_INFINITY and hard < needed:
+        pytest.skip(f"this test opens {needed} connections; the hard limit of open files here is {hard}")
+    temp_dir = tmp_path / "tmp"
+    temp_dir.mkdir()
+    kernel = subprocess.Popen([sys.executable, "-c", STORE_KERNEL], text=True, stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, env={**os.environ, "DDP_LAB_WARM": "0", "TMPDIR": str(temp_dir)},
+                              preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, KERNEL_FILES))
+    connections = []
+
+    def in_kernel(command):
+        kernel.stdin.write(f"{command}\n")
+        kernel.stdin.flush()
+        return json.loads(kernel.stdout.readline())
+
+    def connect(count):
+        for _ in range(count):
+            try:
+                connections.append(socket.create_connection((LOOPBACK, port), timeout=5))
+            except OSError:  # the kernel is out of descriptors: the store accepts and closes at once
+                pass
+
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, needed + 100), hard))  # for our own connections
+        port, kernel_soft = map(int, kernel.stdout.readline().split())
+        assert kernel_soft == KERNEL_FILES[1]
+        connect(1021)
+        assert in_kernel("launch") == [0]
+        deadline = time.monotonic() + 30
+        while psutil.Process(kernel.pid).num_fds() < KERNEL_FILES[1] and time.monotonic() < deadline:
+            connect(50)  # until every descriptor the kernel may open is a connection to its store
+        message = in_kernel("launch")
+        assert message.startswith("[Errno 24] the notebook has run out of file descriptors (")
+        assert "so ddp_lab could not start the ranks" in message and "\n" not in message, message
+        for connection in connections:
+            connection.close()
+        connections.clear()
+        assert in_kernel("store") == "here"  # the store survived, and the kernel has descriptors again
+        assert list(temp_dir.iterdir()) == []  # the refused launch left no work folder
+    finally:
+        for connection in connections:
+            connection.close()
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+        kernel.kill()
+        kernel.communicate()
 
 
 # --- the stop button pressed again while the ranks are slow to die ------------------------------

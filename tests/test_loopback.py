@@ -2,24 +2,34 @@
 
 A workshop runs on shared networks. torch's own `init_process_group("env://")` makes rank 0
 host a TCPStore that listens on every interface ([::]) even with MASTER_ADDR=127.0.0.1;
-ddp_lab hosts the store itself on a socket bound to 127.0.0.1 (`master_listen_fd`). This
-test looks at the sockets from outside (psutil reads /proc/<pid>/net/tcp{,6} and the fds),
-while the ranks hold their process group open, so it sees what a port scanner would.
+ddp_lab hosts the store itself on a socket bound to 127.0.0.1 (`master_listen_fd`). gloo's
+pairs listen where the hostname resolves, so ddp_lab names the loopback interface in
+GLOO_SOCKET_IFNAME; the namespace test proves it on a machine whose /etc/hosts maps the
+hostname to its network address (as Docker, Kubernetes pods and many cloud VMs do). These
+tests look at the sockets from outside (psutil reads /proc/<pid>/net/tcp{,6} and the fds),
+while the ranks hold their process group open, so they see what a port scanner would.
 """
 
 from __future__ import annotations
 
+import ipaddress
+import json
 import os
+import shutil
 import socket
+import subprocess
 import sys
+import textwrap
 import threading
 import time
 from pathlib import Path
 
 import cloudpickle
+import psutil
 import pytest
 
 import ddp_lab
+from ddp_lab.launcher.rendezvous import loopback_interface
 from rank_procs import ddp_lab_processes, listening_sockets, rank_processes
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # ship fns by value, as from a notebook
@@ -62,26 +72,123 @@ def inspect_during_launch(marker_dir: Path, nprocs: int, seen: dict) -> None:
         Path(marker_dir, "go").touch()
 
 
-@pytest.mark.parametrize("init_self", [False, True], ids=["launcher-initialises", "fn-initialises"])
-def test_every_listening_socket_is_on_loopback(tmp_path, init_self):
-    nprocs = 2
+def launch_and_look(marker_dir: Path, init_self: bool, nprocs: int = 2) -> dict:
+    """Launch ranks that hold their group open; what listened where while they did (`seen`), and more.
+
+    Returns `seen` with the launch's MASTER_ADDR/MASTER_PORT (`store`), how its ranks started
+    (`started`), and every socket that listened beyond loopback (`exposed`).
+    """
     seen: dict = {}
-    inspector = threading.Thread(target=inspect_during_launch, args=(tmp_path, nprocs, seen), daemon=True)
+    inspector = threading.Thread(target=inspect_during_launch, args=(marker_dir, nprocs, seen), daemon=True)
     inspector.start()
     # gloo: NCCL, which `auto` picks with a GPU per rank, opens sockets of its own (its bootstrap)
-    results = ddp_lab.launch(hold_the_group_open, args=(str(tmp_path), init_self), nprocs=nprocs, backend="gloo",
-                             init_process_group=not init_self, timeout=90)
+    results = ddp_lab.launch(hold_the_group_open, args=(str(marker_dir), init_self), nprocs=nprocs,
+                             backend="gloo", init_process_group=not init_self, timeout=90)
     inspector.join(10)
+    seen.update(store=list(results[0]), started=results.started, nprocs=nprocs)
+    if "error" not in seen:
+        everything = seen["launcher"] + [s for group in ("ranks", "helpers")
+                                         for sockets in seen[group].values() for s in sockets]
+        seen["exposed"] = [s for s in everything if not ipaddress.ip_address(s[1]).is_loopback]
+    return seen
+
+
+def assert_only_loopback(seen: dict) -> None:
+    """Every rank was looked at, the launcher hosts the store on 127.0.0.1, nothing listens beyond loopback."""
     assert "error" not in seen, seen.get("error")
-    assert seen["ranks_are_ours"] and len(seen["ranks"]) == nprocs
-    master_addr, master_port = results[0]
+    assert seen["ranks_are_ours"] and len(seen["ranks"]) == seen["nprocs"]
+    master_addr, master_port = seen["store"]
     assert master_addr == LOOPBACK
     # the store the ranks rendezvous at is hosted by the launcher itself, on loopback
-    assert ("tcp", LOOPBACK, master_port) in seen["launcher"], seen["launcher"]
-    everything = seen["launcher"] + [s for group in ("ranks", "helpers")
-                                     for sockets in seen[group].values() for s in sockets]
-    exposed = [s for s in everything if s[1] != LOOPBACK]
-    assert not exposed, f"listening beyond loopback: {exposed} {seen}"
+    assert ("tcp", LOOPBACK, master_port) in [tuple(s) for s in seen["launcher"]], seen["launcher"]
+    assert not seen["exposed"], f"listening beyond loopback: {seen['exposed']} {seen}"
+
+
+@pytest.mark.parametrize("init_self", [False, True], ids=["launcher-initialises", "fn-initialises"])
+def test_every_listening_socket_is_on_loopback(tmp_path, init_self):
+    assert_only_loopback(launch_and_look(tmp_path, init_self))
+
+
+# --- a hostname that resolves to the network address ---------------------------------------------
+
+IN_NAMESPACE = textwrap.dedent("""
+    # Runs in a mount namespace whose /etc/hosts maps this machine's hostname to its network address.
+    import json, socket, sys
+    from pathlib import Path
+    sys.path.insert(0, sys.argv[1])  # tests/
+    from ddp_lab.launcher import procstart
+    import test_loopback
+
+    procstart.prepare_zygote()  # ranks forked from the zygote, as in a notebook after its first launch
+    report = test_loopback.launch_and_look(Path(sys.argv[2]), init_self=False)
+    report["resolves_to"] = socket.gethostbyname(socket.gethostname())
+    print(json.dumps(report))
+""")
+
+
+def network_address() -> str:
+    """An IPv4 address of this machine beyond loopback; else one that is not this machine's (TEST-NET-3).
+
+    gloo binds where the hostname resolves: to the first, every rank listened on the network
+    (before GLOO_SOCKET_IFNAME); to the second, gloo cannot bind at all and the launch failed.
+    """
+    for addresses in psutil.net_if_addrs().values():
+        for address in addresses:
+            if address.family == socket.AF_INET and not ipaddress.ip_address(address.address).is_loopback:
+                return address.address
+    return "203.0.113.7"
+
+
+def run_in_namespace_with_hosts(hosts: str, command: list[str]) -> subprocess.CompletedProcess:
+    """Run `command` in a user and mount namespace (`unshare -rm`) where /etc/hosts reads `hosts`."""
+    hosts_file = Path(os.environ.get("TMPDIR", "/tmp"), f"ddp_lab-hosts-{os.getpid()}")
+    hosts_file.write_text(hosts)
+    try:
+        return subprocess.run(["unshare", "-rm", "sh", "-c", 'mount --bind "$0" /etc/hosts && exec "$@"',
+                               str(hosts_file), *command], capture_output=True, text=True, timeout=120)
+    finally:
+        hosts_file.unlink()
+
+
+def test_ranks_listen_on_loopback_where_the_hostname_resolves_to_the_network(tmp_path):
+    """A launch in a namespace whose /etc/hosts maps the hostname to the network address: only loopback.
+
+    Before GLOO_SOCKET_IFNAME every rank's gloo pairs listened on that address (issue 27 item 3);
+    `tests/test_loopback.py`'s other tests passed only because this machine maps its hostname to
+    127.0.0.1. Skipped where namespaces are not allowed. The ranks are forked from a zygote (a warm
+    start, where the rank's environment replaces the zygote's after torch was imported); a cold start
+    is a fresh interpreter given the same environment. About 5 s, most of it the zygote importing torch.
+    """
+    if shutil.which("unshare") is None:
+        pytest.skip("needs unshare (util-linux) to give a launch its own /etc/hosts")
+    probe = subprocess.run(["unshare", "-rm", "true"], capture_output=True, text=True)
+    if probe.returncode != 0:
+        pytest.skip(f"user and mount namespaces are not allowed here: {probe.stderr.strip()}")
+    address, hostname = network_address(), socket.gethostname()
+    if hostname == "localhost":
+        pytest.skip("this machine's hostname is 'localhost', which must stay on loopback")
+    script = tmp_path / "in_namespace.py"
+    script.write_text(IN_NAMESPACE)
+    done = run_in_namespace_with_hosts(f"127.0.0.1 localhost\n{address} {hostname}\n",
+                                       [sys.executable, str(script), str(Path(__file__).parent), str(tmp_path)])
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["resolves_to"] == address, report  # the namespace's /etc/hosts was the one read
+    assert report["started"] == ["warm", "warm"], report
+    assert_only_loopback(report)
+
+
+def test_a_gloo_interface_the_user_chose_is_kept(monkeypatch):
+    """GLOO_SOCKET_IFNAME: the loopback interface by default; the notebook's own value, or env='s, wins."""
+    def interface(rank):
+        return os.environ.get("GLOO_SOCKET_IFNAME")
+
+    assert loopback_interface() is not None
+    assert list(ddp_lab.launch(interface, nprocs=1, init_process_group=False)) == [loopback_interface()]
+    chosen = ddp_lab.launch(interface, nprocs=1, init_process_group=False, env={"GLOO_SOCKET_IFNAME": "eth7"})
+    assert list(chosen) == ["eth7"]
+    monkeypatch.setenv("GLOO_SOCKET_IFNAME", "eth8")
+    assert list(ddp_lab.launch(interface, nprocs=1, init_process_group=False)) == ["eth8"]
 
 
 def test_the_socket_lister_sees_a_socket_open_to_the_network():

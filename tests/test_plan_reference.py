@@ -105,3 +105,20 @@ def test_collective_bytes_is_the_whole_tensor():
     assert collective_bytes("all_gather", 100, 4) == 1600      # the gathered output
     assert collective_bytes("reduce_scatter", 100, 4) == 1600  # the input before scattering
     assert collective_bytes("send", 100, 4) == 400
+
+
+def test_fused_rmsnorm_equals_torchs():
+    """The reference decoder's RMSNorm (saves input and 1/rms, as fused kernels do) computes nn.RMSNorm's
+    outputs and gradients."""
+    from ddp_lab.plan.reference import FusedRMSNorm
+
+    torch.manual_seed(0)
+    x = torch.randn(2, 5, 16, requires_grad=True)
+    ours, theirs = FusedRMSNorm(16), torch.nn.RMSNorm(16, eps=1e-6)
+    with torch.no_grad():
+        ours.weight.uniform_()
+        theirs.weight.copy_(ours.weight)
+    grads = [torch.autograd.grad(norm(x).pow(2).sum(), [x, norm.weight]) for norm in (ours, theirs)]
+    torch.testing.assert_close(ours(x), theirs(x))
+    for mine, reference in zip(*grads):
+        torch.testing.assert_close(mine, reference)

@@ -19,7 +19,6 @@ import itertools
 import pickle
 import queue
 import sys
-import tempfile
 import time
 
 from ddp_lab.cluster import rank_loop as cluster_rank
@@ -27,7 +26,9 @@ from ddp_lab.launcher.arguments import (check_env, check_nprocs, check_ranks, ch
                                        check_timeout, working_directory)
 from ddp_lab.launcher.backend import choose_backend
 from ddp_lab.launcher.channel import send_message
-from ddp_lab.launcher.errors import LaunchError, LaunchTimeout, RankCrashed, RankFailed, RankFailure, crash_summary
+from ddp_lab.launcher.errors import (LaunchError, LaunchTimeout, RankCrashed, RankFailed, RankFailure, crash_summary,
+                                    exit_with_cause)
+from ddp_lab.launcher.fd_limit import one_line_if_out_of_fds
 from ddp_lab.launcher.launch import DEFAULT_TIMEOUT, start_ranks, threads_per_rank
 from ddp_lab.launcher.output import RankOutput, print_in_rank_order
 from ddp_lab.launcher.payload import build_payload, cell_names, pack_arguments, pack_function, rename_cells
@@ -36,11 +37,21 @@ from ddp_lab.launcher.rendezvous import loopback_store
 from ddp_lab.launcher.reports import build_error, raised_failure, read_stacks, timeout_hint
 from ddp_lab.launcher.results import Results
 from ddp_lab.launcher.supervisor import POLL_S, Supervisor
+from ddp_lab.launcher.workdir import work_folder
 
 PG_TIMEOUT_S = 1800.0  # the ranks' process-group timeout (torch's default for gloo); the watchdog acts first
 AFTER_FAILURE_S = 5.0  # once a rank failed, how long the others get before they count as stuck
+EXIT_NEWS_S = 2.0  # after a rank's channel closed: how long its exit status may take to arrive
 RESTART = "run the cell again (or ddp_lab.Cluster(...)) to start a fresh one."
 FRESH_START = f"The cluster was shut down; {RESTART}"
+
+
+class _RankGone(Exception):
+    """A command could not be sent: the rank's end of its channel is closed (the rank died)."""
+
+    def __init__(self, rank: int):
+        super().__init__(rank)
+        self.rank = rank
 
 
 class Cluster:
@@ -75,18 +86,20 @@ class Cluster:
         self.nprocs, self.timeout = nprocs, timeout
         self.backend = choose_backend(backend, nprocs)
         self._ids = itertools.count()
+        self._ended_at = [0] * nprocs  # each rank's output lines up to the end of the last command
         self._names = cell_names()
         self._resources = contextlib.ExitStack()
         self._closed = False
         try:
-            self._start(threads, env or {})
+            with one_line_if_out_of_fds("start the cluster's ranks"):
+                self._start(threads, env or {})
         except BaseException:
             self._teardown()
             raise
 
     # -- lifecycle -----------------------------------------------------------------------
     def _start(self, threads: int | None, env: dict) -> None:
-        self._workdir = self._resources.enter_context(tempfile.TemporaryDirectory(prefix="ddp_lab-cluster-"))
+        self._workdir = self._resources.enter_context(work_folder("ddp_lab-cluster-"))
         store_env = self._resources.enter_context(loopback_store(self.nprocs, PG_TIMEOUT_S))
         payload = build_payload(cluster_rank.serve, (), self.backend, threads_per_rank(self.nprocs, threads),
                                 PG_TIMEOUT_S)
@@ -167,16 +180,26 @@ class Cluster:
         if show is not None:
             check_ranks(show, self.nprocs, prefix=f"show={show!r}: ")
         timeout = self.timeout if timeout is None else timeout
+        self._take_queued_events()
+        if self._supervisor.exits:  # a rank died since the last command (killed, out of memory, a thread's exit)
+            raise self._died_between_commands() from None
         starts = [len(output.lines) for output in self._supervisor.outputs]
         try:
-            for process in self._supervisor.processes:
-                send_message(process.channel, {**command, "id": command_id})
+            self._send_to_every_rank({**command, "id": command_id})
             replies, problem = self._collect(command_id, timeout)
-        except BaseException:  # KeyboardInterrupt: ranks may be mid-collective, so none can be trusted
+        except KeyboardInterrupt:  # ranks may be mid-collective, so none can be trusted
             self._teardown()
             self._print_new(starts, show)
             print(f"ddp_lab: interrupted. {FRESH_START}", file=sys.stderr)
             raise
+        except _RankGone as gone:
+            raise self._died_between_commands(gone.rank) from None
+        except BaseException:
+            self._teardown()
+            self._print_new(starts, show)
+            print(f"ddp_lab: {FRESH_START}", file=sys.stderr)
+            raise
+        self._ended_at = [len(output.lines) for output in self._supervisor.outputs]
         self._print_new(starts, show)
         lost = sorted(rank for rank, reply in replies.items() if reply.get("group") is False)
         if lost and not self._closed:
@@ -186,6 +209,47 @@ class Cluster:
         return Results([pickle.loads(replies[r]["value"]) for r in range(self.nprocs)],
                        [RankOutput(r, o.lines[starts[r]:]).text() for r, o in enumerate(self._supervisor.outputs)],
                        self.backend, [])
+
+    def _send_to_every_rank(self, command: dict) -> None:
+        """Send a command to each rank; a rank whose channel is closed has died (_RankGone)."""
+        for process in self._supervisor.processes:
+            try:
+                send_message(process.channel, command)
+            except (BrokenPipeError, ConnectionResetError):
+                raise _RankGone(process.rank) from None
+
+    def _take_queued_events(self) -> None:
+        """Handle what happened since the last command: above all, ranks that ended."""
+        while self._next_event(time.monotonic()) is not None:
+            pass
+
+    def _died_between_commands(self, gone: int | None = None) -> RankCrashed:
+        """A one-line error for ranks that died while no command ran (`gone`: one whose channel was
+        found closed); the cluster is shut down, and what the dead ranks printed since the last
+        command (a fault handler's dump) is shown."""
+        deadline = time.monotonic() + EXIT_NEWS_S  # a closed channel: its exit is on the way
+        while not self._supervisor.exits and time.monotonic() < deadline:
+            self._next_event(deadline)
+        time.sleep(0.2)  # let the rest of the news arrive
+        self._take_queued_events()
+        crashed: dict[int, int | None] = dict(sorted(self._supervisor.exits.items())) or {gone: None}
+        self._teardown()  # after this every rank counts as exited: `crashed` was read before
+        dead = list(crashed)
+        print_in_rank_order([RankOutput(r, self._supervisor.outputs[r].lines[self._ended_at[r]:]) for r in dead])
+
+        def how_it_ended(code: int | None) -> str:
+            return "its exit status did not arrive" if code is None else exit_with_cause(code)
+
+        if len(dead) == 1:
+            who, how = f"rank {dead[0]}", how_it_ended(crashed[dead[0]])
+        else:
+            who = f"ranks {', '.join(map(str, dead))}"
+            how = "; ".join(f"rank {rank}: {how_it_ended(code)}" for rank, code in crashed.items())
+        failures = {r: RankFailure(r, "crashed", f"died between cells ({how_it_ended(code)})", returncode=code)
+                    for r, code in crashed.items()}
+        return RankCrashed(f"{who} of {self.nprocs} died between cells ({how}); the cluster was shut down: "
+                           f"{RESTART}", failures, dead[0], [o.text() for o in self._supervisor.outputs],
+                           headline_only=True)
 
     def _regroup(self, lost: list[int]) -> None:
         """After a cell destroyed the default process group on `lost` ranks: a fresh one on every rank."""

@@ -19,6 +19,7 @@ import shlex
 from ddp_lab.cluster.live_cluster import Cluster
 from ddp_lab.launcher.arguments import check_nprocs, check_ranks, check_timeout
 from ddp_lab.launcher.backend import choose_backend
+from ddp_lab.launcher.payload import cell_names
 
 _current: Cluster | None = None
 
@@ -123,14 +124,13 @@ def ddp_shutdown(line: str = "") -> None:
 
 def _shell():
     try:
-        from IPython import get_ipython
+        from IPython import get_ipython  # lazy: tests and scripts import the magics without an IPython shell
     except ImportError:
         return None
     return get_ipython()
 
 
 def _cell_names(shell) -> dict[str, str]:
-    from ddp_lab.launcher.payload import cell_names
 
     return cell_names() if shell is not None else {}
 

@@ -11,6 +11,7 @@ Introduced in notebooks/00b-live-cluster.ipynb.
 from __future__ import annotations
 
 import ast
+import datetime
 import linecache
 import os
 import sys
@@ -49,8 +50,8 @@ def cell_namespace(rank: int, world_size: int) -> dict:
     (`dataclasses`, `typing.get_type_hints`, pickle); pickled by value (cloudpickle), as
     `__main__` is, so a cell's classes and their instances travel back to the notebook.
     """
-    import torch
-    import torch.distributed as dist
+    import torch  # lazy: a rank imports torch only once it runs (the zygote before forking); the notebook side stays torch-free
+    import torch.distributed as dist  # lazy: a rank imports torch only once it runs (the zygote before forking); the notebook side stays torch-free
 
     module = types.ModuleType(CELL_MODULE)
     sys.modules[CELL_MODULE] = module
@@ -83,9 +84,8 @@ def _regroup(rank: int, command: dict) -> None:
     alive here is destroyed first: every rank must join the same new one. The keys go under a
     prefix of their own on the launcher's store, away from the first group's.
     """
-    import datetime
 
-    import torch.distributed as dist
+    import torch.distributed as dist  # lazy: a rank imports torch only once it runs (the zygote before forking); the notebook side stays torch-free
 
     if dist.is_initialized():
         dist.destroy_process_group()
@@ -104,9 +104,9 @@ def _mark_end(command_id: int) -> None:
 
 def serve(rank: int) -> None:
     """Run commands from the launcher until it asks this rank to stop."""
-    import torch.distributed as dist
+    import torch.distributed as dist  # lazy: a rank imports torch only once it runs (the zygote before forking); the notebook side stays torch-free
 
-    from ddp_lab.launcher.rendezvous import mark_set_up_by
+    from ddp_lab.launcher.rendezvous import mark_set_up_by  # lazy: rendezvous imports torch at use; a rank loads it after its channel is up
 
     mark_set_up_by("cluster")  # a cell's own init_process_group is told this group exists
     channel = control_channel()

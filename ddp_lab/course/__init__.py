@@ -8,7 +8,9 @@
     tensor_parallel/   Megatron's f and g, the vocabulary-parallel embedding and loss (lesson 08)
     sharding/          ZeRO's model-state bytes per rank (lesson 09)
     mesh/              a device mesh's groups (lesson 10)
+    expert_parallel/   the MoE layer and expert parallelism's dispatch and combine (lesson 14)
     fault_tolerance/   atomic checkpoints and per-rank RNG state (lesson 12)
+    context_parallel/  ring attention, zig-zag, Ulysses: attention over a split sequence (lesson 15)
     plan/              the scale planner's formulas: model, strategy, memory, step time, search (lesson 13)
 
 Nothing here imports the lab (launcher, checks, plots, instruments, torch_compat, ...):

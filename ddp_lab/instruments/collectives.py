@@ -4,7 +4,7 @@ The one place that replaces `torch.distributed` functions inside a rank and puts
 (`replacing_dist_calls`): counting collectives (lessons 08, 11), and the checks that record
 or refuse what an answer calls (lessons 02, 04).
 
-Introduced in notebooks/08-tensor-parallelism.ipynb.
+Introduced in notebooks/08-tensor-parallelism.ipynb; lesson 14 counts its all-to-alls with it.
 """
 
 from __future__ import annotations
@@ -18,6 +18,8 @@ import torch.distributed.distributed_c10d as c10d
 
 # Collectives whose first argument is the tensor the rank contributes (and receives in place).
 IN_PLACE = ("all_reduce", "broadcast")
+# Collectives whose first argument is the output buffer: where what the rank sends is instead.
+SENT_ARGUMENT = {"all_to_all_single": (1, "input")}
 
 
 class CollectiveCall(NamedTuple):
@@ -46,12 +48,14 @@ def count_collectives(names: tuple[str, ...] = ("all_reduce",)) -> Iterator[list
     Wraps `dist.<name>` (and its definition in `distributed_c10d`) for the duration of the
     block, so code that calls `dist.all_reduce(t)` (autograd Functions included, in forward
     and in backward) is counted with `t.numel() * t.element_size()` bytes, the payload the
-    rank hands over. Collectives torch issues internally through other paths (DTensor's
+    rank hands over. For `all_to_all_single(output, input, ...)` that payload is `input`
+    (`SENT_ARGUMENT`; lesson 14), every other name's is its first argument. Collectives torch issues internally through other paths (DTensor's
     functional collectives, DDP's C++ reducer) are not seen: count those with
     `CommDebugMode` (see `dtensor_api`).
 
     Args:
-        names: which collectives to wrap; each takes the tensor as its first argument.
+        names: which collectives to wrap; each takes the tensor it sends as its first argument,
+            except those in `SENT_ARGUMENT`.
 
     Yields:
         The list that fills with one `CollectiveCall` per call.
@@ -73,7 +77,7 @@ def count_collectives(names: tuple[str, ...] = ("all_reduce",)) -> Iterator[list
     def record(name, tensor):
         calls.append(CollectiveCall.of(name, tensor))
 
-    with watching_collectives({name: (0, "tensor") for name in names}, record):
+    with watching_collectives({name: SENT_ARGUMENT.get(name, (0, "tensor")) for name in names}, record):
         yield calls
 
 

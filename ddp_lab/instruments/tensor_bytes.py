@@ -1,4 +1,5 @@
-"""Counting the bytes a rank really holds: parameters, gradients, optimizer state, DTensor shards.
+"""Counting the bytes a rank really holds: parameters, gradients, optimizer state, DTensor shards,
+and what autograd saves for backward (`saved_for_backward`, lesson 15).
 
 What `ddp_lab.course.sharding.state_bytes.state_bytes_per_rank` predicts is checked against these
 counts (lesson 09 by hand and with FSDP2, lesson 13's planner on real runs).
@@ -8,7 +9,8 @@ Introduced in notebooks/09-zero-and-fsdp.ipynb.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import contextlib
+from collections.abc import Iterable, Iterator
 
 import torch
 
@@ -64,3 +66,43 @@ def optimizer_state_bytes(optimizer: torch.optim.Optimizer) -> int:
     """
     return sum(tensor_bytes(value) for state in optimizer.state.values() for name, value in state.items()
                if torch.is_tensor(value) and name != "step")
+
+
+class SavedTensors(dict):
+    """{storage address: bytes} of the tensors autograd saved for backward; `.total` is their sum.
+
+    Introduced in notebooks/15-long-sequences.ipynb.
+    """
+
+    @property
+    def total(self) -> int:
+        return sum(self.values())
+
+
+@contextlib.contextmanager
+def saved_for_backward() -> Iterator[SavedTensors]:
+    """Record every tensor autograd saves for backward inside the block, each storage once.
+
+    Uses `torch.autograd.graph.saved_tensors_hooks`: every tensor an operation keeps for its
+    backward (and every `ctx.save_for_backward` of a custom Function) passes through the pack
+    hook. A view shares its base's storage, so `k` and `k.transpose(-2, -1)` count once, and a
+    tensor saved by two operations (softmax's output, which the next matmul saves too) counts once.
+
+    Example:
+        >>> x = torch.randn(4, 4, requires_grad=True)
+        >>> with saved_for_backward() as saved:
+        ...     y = (x @ x).sum()
+        >>> saved.total          # x, once (saved as both operands of the matmul)
+        64
+
+    Introduced in notebooks/15-long-sequences.ipynb.
+    """
+    saved = SavedTensors()
+
+    def pack(tensor: torch.Tensor) -> torch.Tensor:
+        storage = tensor.untyped_storage()
+        saved[storage.data_ptr()] = storage.nbytes()
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        yield saved

@@ -19,7 +19,7 @@ def choose_backend(backend: str, nprocs: int, announce: bool = True) -> str:
     and prints its choice once per kernel. Asking for what cannot run raises a
     ValueError that names what was found and what to use instead.
     """
-    import torch.distributed as dist
+    import torch.distributed as dist  # lazy: `import ddp_lab` and the launcher stay torch-free until a launch needs the store (~1 s import)
 
     if backend not in BACKENDS:
         raise ValueError(f"backend={backend!r} is not one of {', '.join(map(repr, BACKENDS))}.")
@@ -67,14 +67,14 @@ def auto_backend(nprocs: int, gpus: int | None = None) -> str:
 
     Introduced in notebooks/00-welcome-and-first-launch.ipynb.
     """
-    import torch.distributed as dist
+    import torch.distributed as dist  # lazy: `import ddp_lab` and the launcher stay torch-free until a launch needs the store (~1 s import)
 
     gpus = gpu_count() if gpus is None else gpus
     return "nccl" if dist.is_nccl_available() and gpus >= nprocs else "gloo"
 
 
 def _why_auto(chosen: str, nprocs: int, gpus: int) -> str:
-    import torch.distributed as dist
+    import torch.distributed as dist  # lazy: `import ddp_lab` and the launcher stay torch-free until a launch needs the store (~1 s import)
 
     if chosen == "nccl":
         return "a GPU per rank; put tensors on ddp_lab.rank_device()"

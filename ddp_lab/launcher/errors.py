@@ -9,6 +9,7 @@ Introduced in notebooks/00-welcome-and-first-launch.ipynb.
 from __future__ import annotations
 
 import signal
+import textwrap
 from dataclasses import dataclass
 
 
@@ -65,15 +66,18 @@ class LaunchError(RuntimeError):
             stopped, in rank order.
         first_rank: the rank whose failure was seen first (usually the root cause).
         outputs: each rank's captured stdout+stderr up to the failure.
+
+    With headline_only=True the message is the headline alone (one line, e.g. a live-cluster
+    rank that died between cells); `failures` still holds every rank's failure.
     """
 
     def __init__(self, headline: str, failures: dict[int, RankFailure], first_rank: int | None,
-                 outputs: list[str], hint: str = ""):
+                 outputs: list[str], hint: str = "", *, headline_only: bool = False):
         self.failures = dict(sorted(failures.items()))
         self.first_rank = first_rank
         self.outputs = outputs
         self.hint = hint
-        super().__init__(self._render(headline))
+        super().__init__(headline if headline_only else self._render(headline))
 
     def _render(self, headline: str) -> str:
         parts = [headline]
@@ -123,7 +127,6 @@ def wrap_for_notebook(line: str, width: int = NOTEBOOK_WIDTH) -> list[str]:
     JupyterLab breaks a long output line wherever its window ends, mid-word (its CSS says
     `word-break: break-all`), so messages meant for a notebook wrap themselves.
     """
-    import textwrap
 
     if len(line) <= width:
         return [line]
@@ -153,6 +156,12 @@ class ResultNotPicklable(LaunchError, TypeError):
 
 class LaunchWarning(RuntimeWarning):
     """Something odd that did not cost any result, e.g. a rank crashing during exit."""
+
+
+def exit_with_cause(returncode: int) -> str:
+    """'signal SIGKILL (9): killed from outside: often ...', or 'exit code 3': how a process ended, and why."""
+    hint = _SIGNAL_HINTS.get(returncode)
+    return describe_exit(returncode) + (f": {hint}" if hint else "")
 
 
 def crash_summary(returncode: int) -> str:

@@ -29,8 +29,8 @@ def keep_destroyed_groups() -> None:
     Called once in every rank before the user's function is loaded, so that a reference
     to `destroy_process_group` inside that function resolves to the wrapper. Idempotent.
     """
-    import torch.distributed as dist
-    from torch.distributed import distributed_c10d
+    import torch.distributed as dist  # lazy: a rank imports torch only once it runs (the zygote before forking); the notebook side stays torch-free
+    from torch.distributed import distributed_c10d  # lazy: a rank imports torch only once it runs (the zygote before forking); the notebook side stays torch-free
 
     original = distributed_c10d.destroy_process_group
     if getattr(original, "keeps_destroyed_groups", False):

@@ -14,13 +14,15 @@ from __future__ import annotations
 
 import os
 import pickle
-import tempfile
 import warnings
 from pathlib import Path
+
+import cloudpickle
 
 from ddp_lab.launcher.arguments import check_launch
 from ddp_lab.launcher.backend import choose_backend
 from ddp_lab.launcher.errors import LaunchWarning, describe_exit
+from ddp_lab.launcher.fd_limit import one_line_if_out_of_fds
 from ddp_lab.hardware.machine import cpu_cores
 from ddp_lab.launcher.interrupts import interrupts_held
 from ddp_lab.launcher.output import RankOutput, note, print_in_rank_order
@@ -30,6 +32,7 @@ from ddp_lab.launcher.rendezvous import loopback_store
 from ddp_lab.launcher.reports import build_error, read_stacks
 from ddp_lab.launcher.results import Results
 from ddp_lab.launcher.supervisor import Supervisor
+from ddp_lab.launcher.workdir import open_private, work_folder
 from ddp_lab.launcher.zygote_client import ForkedRank
 
 DEFAULT_TIMEOUT = 120.0
@@ -103,14 +106,20 @@ def launch(fn, args=(), nprocs: int = 2, backend: str = "auto", timeout: float |
     """
     __tracebackhide__ = True  # IPython and pytest: show the user's cell, not launcher internals
     check_launch(fn, args, nprocs, timeout, threads, env)
+    with one_line_if_out_of_fds("start the ranks"):
+        return _launch(fn, args, nprocs, backend, timeout, init_process_group, stream, threads, env, argv)
+
+
+def _launch(fn, args, nprocs, backend, timeout, init_process_group, stream, threads, env, argv) -> Results:
+    """launch() once its arguments were checked."""
+    __tracebackhide__ = True
     chosen = choose_backend(backend, nprocs) if init_process_group else None
     pg_timeout = 1800.0 if timeout is None else float(timeout) + 60.0
     payload = build_payload(fn, args, chosen, threads_per_rank(nprocs, threads), pg_timeout, argv)
     _note_if_oversubscribed(nprocs)
     names = cell_names()
 
-    with tempfile.TemporaryDirectory(prefix="ddp_lab-") as workdir, \
-            loopback_store(nprocs, pg_timeout) as store_env:
+    with work_folder() as workdir, loopback_store(nprocs, pg_timeout) as store_env:
         supervisor = Supervisor(nprocs, stream=stream)
         try:
             start_ranks(supervisor, payload, workdir, {**store_env, **(env or {})})
@@ -134,7 +143,8 @@ def launch(fn, args=(), nprocs: int = 2, backend: str = "auto", timeout: float |
 def start_ranks(supervisor: Supervisor, payload: dict, workdir: str, extra_env: dict) -> None:
     """Write the payload into workdir and start every rank under the supervisor's watch."""
     payload_path = Path(workdir, "payload.pkl")
-    payload_path.write_bytes(pickle.dumps(payload, protocol=pickle.HIGHEST_PROTOCOL))
+    with open(payload_path, "wb", opener=open_private) as file:  # the cell's code: for the user's eyes only
+        file.write(pickle.dumps(payload, protocol=pickle.HIGHEST_PROTOCOL))
     if payload["threads"]:
         extra_env = {"OMP_NUM_THREADS": str(payload["threads"]), **extra_env}
     ranks = range(supervisor.nprocs)
@@ -149,7 +159,6 @@ def _show_output(outputs: list[RankOutput], streamed: bool) -> None:
 
 
 def _results(supervisor: Supervisor, backend: str | None) -> Results:
-    import cloudpickle
 
     values = [cloudpickle.loads(supervisor.reports[rank]["value"]) for rank in range(supervisor.nprocs)]
     codes = [supervisor.exits.get(rank, 0) for rank in range(supervisor.nprocs)]

@@ -151,7 +151,7 @@ def unpack(payload: dict, *, replace_sys_path: bool) -> tuple:
     `replace_sys_path`: use exactly the notebook's sys.path (ddp_lab's ranks), or add its
     entries after the process's own (a script under torchrun).
     """
-    from ddp_lab.launcher.keepalive import keep_destroyed_groups
+    from ddp_lab.launcher.keepalive import keep_destroyed_groups  # lazy: keepalive patches torch.distributed, needed only when a payload is unpacked in a rank
 
     if replace_sys_path:
         sys.path[:] = payload["sys_path"]

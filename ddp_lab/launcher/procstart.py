@@ -12,7 +12,9 @@ channel, and `wait()` / `send_signal()`. `stop_ranks` ends them.
   `python -m ddp_lab.launcher.worker` in a fresh interpreter. The first launch then starts the
   zygote in the background for the next ones.
 
-Neither start method forks the notebook kernel itself.
+Neither start method forks the notebook kernel itself. Both start their processes (a cold
+rank, the zygote) from one long-lived thread (starter.py), so that ranks outlive the thread
+that launched them.
 
 Introduced in notebooks/00-welcome-and-first-launch.ipynb ("How launch works").
 """
@@ -29,6 +31,7 @@ import time
 from pathlib import Path
 
 from ddp_lab.launcher.rankprocess import RankProcess, end_session
+from ddp_lab.launcher.starter import start_process
 from ddp_lab.launcher.zygote_client import ForkedRank, Zygote
 
 _PACKAGE_PARENT = str(Path(__file__).resolve().parent.parent)
@@ -96,7 +99,7 @@ def spawn_rank(rank: int, env: dict, payload_path: str, stacks_path: str) -> Spa
     """Start one rank in a fresh interpreter (cold start)."""
     parent_end, child_end = socket.socketpair()
     try:
-        popen = subprocess.Popen(
+        popen = start_process(
             [sys.executable, "-m", "ddp_lab.launcher.worker", str(child_end.fileno()), payload_path, stacks_path],
             env=env,
             stdin=subprocess.DEVNULL,

@@ -15,6 +15,12 @@ one hosts. So each rank routes its `init_process_group` calls (`route_init_proce
 a call that points at the launcher's store connects to it as above; one that points
 anywhere else runs as under `torch.multiprocessing.spawn`, rank 0 hosting the store.
 
+gloo's own sockets (the pairs that carry every collective) listen where the machine's
+hostname resolves, not where MASTER_ADDR points: measured, with the hostname mapped to the
+network address in /etc/hosts (as in Docker, Kubernetes/JupyterHub pods and many cloud VMs),
+every rank listened on that address. `loopback_store` therefore also names the loopback
+interface in GLOO_SOCKET_IFNAME (`gloo_on_loopback`), unless the user chose an interface.
+
 Introduced in notebooks/00-welcome-and-first-launch.ipynb ("How launch works"); bringing
 your own `setup()` in notebooks/05-ddp-in-practice.ipynb ("Bringing your own script").
 """
@@ -29,9 +35,14 @@ import inspect
 import ipaddress
 import os
 import socket
+from pathlib import Path
 from urllib.parse import parse_qs, urlparse
 
+from ddp_lab.launcher.fd_limit import fds_needed_by_a_launch, raise_open_files_limit, require_free_fds
+
 LOOPBACK = "127.0.0.1"
+GLOO_INTERFACE = "GLOO_SOCKET_IFNAME"  # the network interface(s) gloo binds its pairs to
+IFF_LOOPBACK = 0x8  # <net/if.h>: the flag of the loopback interface in /sys/class/net/<name>/flags
 AGENT_STORE = "TORCHELASTIC_USE_AGENT_STORE"
 OWN_STORE = "DDP_LAB_STORE"  # "127.0.0.1:port" of the launcher's store, so a rank can recognise it
 
@@ -39,14 +50,16 @@ OWN_STORE = "DDP_LAB_STORE"  # "127.0.0.1:port" of the launcher's store, so a ra
 @contextlib.contextmanager
 def loopback_store(world_size: int, timeout_s: float):
     """Host a TCPStore on 127.0.0.1; yield the environment that points ranks at it."""
-    import torch
-    from torch.distributed import TCPStore
+    import torch  # lazy: `import ddp_lab` and the launcher stay torch-free until a launch needs the store (~1 s import)
+    from torch.distributed import TCPStore  # lazy: `import ddp_lab` and the launcher stay torch-free until a launch needs the store (~1 s import)
 
     # torch 2.4-2.7: the libuv store (the default since 2.4) cannot take over a listening
     # socket (NotImplementedError "does not support initialization with an listen fd") until
     # pytorch PR #150215 (torch 2.8), so those versions get the legacy store.
     old_torch = tuple(int(part) for part in torch.__version__.split(".")[:2]) < (2, 8)
     legacy = {"use_libuv": False} if old_torch else {}
+    raise_open_files_limit()  # each connection the store accepts is a file descriptor of this process
+    require_free_fds(fds_needed_by_a_launch(world_size), "host the rendezvous store")
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     try:
         listener.bind((LOOPBACK, 0))
@@ -67,11 +80,43 @@ def loopback_store(world_size: int, timeout_s: float):
                 # AGENT_STORE is set (KeyError without it) to prefix its keys per restart
                 "TORCHELASTIC_RESTART_COUNT": "0",
                 OWN_STORE: f"{LOOPBACK}:{port}",
+                **gloo_on_loopback(),
             }
         finally:
             del store
     finally:
         listener.close()
+
+
+@functools.lru_cache(maxsize=1)
+def loopback_interface() -> str | None:
+    """The name of this machine's loopback network interface ('lo' on Linux), or None if none is found.
+
+    Linux marks it with IFF_LOOPBACK in /sys/class/net/<name>/flags (any name works); elsewhere,
+    or where /sys is not readable, the usual names 'lo' and 'lo0' (macOS, BSD) are taken.
+    """
+    try:
+        names = [name for _, name in socket.if_nameindex()]
+    except OSError:
+        return None
+    for name in names:
+        try:
+            if int(Path("/sys/class/net", name, "flags").read_text(), 16) & IFF_LOOPBACK:
+                return name
+        except (OSError, ValueError):
+            continue
+    return next((name for name in names if name in ("lo", "lo0")), None)
+
+
+def gloo_on_loopback() -> dict:
+    """{GLOO_SOCKET_IFNAME: the loopback interface}, or {} where the user set it (or no loopback is found).
+
+    A value in `launch(env=...)` wins as well: the launcher's env= entries are applied after this.
+    """
+    interface = loopback_interface()
+    if interface is None or GLOO_INTERFACE in os.environ:
+        return {}
+    return {GLOO_INTERFACE: interface}
 
 
 def free_port() -> int:
@@ -105,8 +150,8 @@ def route_init_process_group() -> None:
 
     Introduced in notebooks/05-ddp-in-practice.ipynb ("Bringing your own script").
     """
-    import torch.distributed as dist
-    from torch.distributed import distributed_c10d
+    import torch.distributed as dist  # lazy: `import ddp_lab` and the launcher stay torch-free until a launch needs the store (~1 s import)
+    from torch.distributed import distributed_c10d  # lazy: `import ddp_lab` and the launcher stay torch-free until a launch needs the store (~1 s import)
 
     original = distributed_c10d.init_process_group
     if getattr(original, "ddp_lab_routed", False):
@@ -151,7 +196,7 @@ def _join_own_store(original, call: inspect.BoundArguments, address: tuple[str, 
     # tutorial's cleanup() in a %%ddp cell): a new group under the same keys would meet
     # stale addresses and hang. Same store, a prefix of its own (every rank counts alike).
     from torch.distributed import PrefixStore, TCPStore
-    from torch.distributed.constants import default_pg_timeout
+    from torch.distributed.constants import default_pg_timeout  # lazy: `import ddp_lab` and the launcher stay torch-free until a launch needs the store (~1 s import)
 
     arguments = call.arguments
     timeout = arguments.get("timeout") or default_pg_timeout

@@ -9,11 +9,14 @@ import re
 import time
 from pathlib import Path
 
+import cloudpickle
+
 from ddp_lab.launcher.errors import (LaunchError, LaunchTimeout, RankCrashed, RankFailed, RankFailure,
                             ResultNotPicklable, crash_summary, describe_exit)
 from ddp_lab.launcher.payload import rename_cells
 from ddp_lab.launcher.supervisor import STARTUP_S
 from ddp_lab.launcher.worker import STACK_SIGNAL
+from ddp_lab.launcher.workdir import open_private
 
 STACK_WAIT_S = 1.0
 _TAIL_LINES = 15
@@ -26,7 +29,8 @@ def read_stacks(supervisor, workdir: str, ranks: list[int] | None = None) -> dic
     """Ask still-running ranks (or just `ranks`) to dump their Python stacks (faulthandler); read them."""
     running = [p for p in supervisor.running() if ranks is None or p.rank in ranks]
     for process in running:
-        Path(workdir, f"stacks-{process.rank}.txt").write_text("")
+        with open(Path(workdir, f"stacks-{process.rank}.txt"), "w", opener=open_private):
+            pass  # emptied: the dump about to be asked for is the one read
         process.send_signal(STACK_SIGNAL)
     paths = {p.rank: Path(workdir, f"stacks-{p.rank}.txt") for p in running}
     deadline = time.monotonic() + STACK_WAIT_S
@@ -78,7 +82,6 @@ def _tail(text: str) -> str:
 
 def raised_failure(rank: int, report: dict, names: dict) -> RankFailure:
     """A RankFailure from a rank's report of an exception."""
-    import cloudpickle
 
     try:
         exception = cloudpickle.loads(report["exception"]) if report["exception"] else None

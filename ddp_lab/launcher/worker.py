@@ -14,6 +14,7 @@ zygote (warm start). Rank identity comes from the environment, exactly as torchr
 from __future__ import annotations
 
 import ctypes
+import datetime
 import faulthandler
 import os
 import pickle
@@ -23,6 +24,7 @@ import sys
 import traceback
 
 from ddp_lab.launcher.channel import send_message
+from ddp_lab.launcher.workdir import open_private
 
 STACK_SIGNAL = signal.SIGUSR1
 OUTPUT_MARK = "\x1eddp_lab:end-of-command:"  # a line that tells the launcher a command's output is complete
@@ -91,7 +93,7 @@ def _message(error: BaseException) -> str:
 
 
 def exception_report(error: BaseException, phase: str, skip_frames: int) -> dict:
-    from ddp_lab.launcher.payload import dumps
+    from ddp_lab.launcher.payload import dumps  # lazy: worker.py is the first module a rank imports; payload and rendezvous follow when fn arrives
 
     try:
         exception = dumps(error)
@@ -108,8 +110,8 @@ def exception_report(error: BaseException, phase: str, skip_frames: int) -> dict
 
 
 def _load_payload(path: str):
-    from ddp_lab.launcher.payload import unpack
-    from ddp_lab.launcher.rendezvous import route_init_process_group
+    from ddp_lab.launcher.payload import unpack  # lazy: worker.py is the first module a rank imports; payload and rendezvous follow when fn arrives
+    from ddp_lab.launcher.rendezvous import route_init_process_group  # lazy: worker.py is the first module a rank imports; payload and rendezvous follow when fn arrives
 
     with open(path, "rb") as file:
         payload = pickle.load(file)
@@ -122,12 +124,11 @@ def _init_process_group(payload: dict) -> None:
     backend = payload["backend"]
     if not backend:
         return
-    import datetime
 
-    import torch
-    import torch.distributed as dist
+    import torch  # lazy: a rank imports torch only once it runs (the zygote before forking); the notebook side stays torch-free
+    import torch.distributed as dist  # lazy: a rank imports torch only once it runs (the zygote before forking); the notebook side stays torch-free
 
-    from ddp_lab.launcher.rendezvous import mark_set_up_by
+    from ddp_lab.launcher.rendezvous import mark_set_up_by  # lazy: worker.py is the first module a rank imports; payload and rendezvous follow when fn arrives
 
     if backend == "nccl":
         torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
@@ -143,7 +144,7 @@ def _wait_for_all_ranks(timeout) -> None:
     Without this, a rank that fails at once (say os._exit) can break a peer that is still
     connecting, and the peer's error hides the real one.
     """
-    from torch.distributed import TCPStore
+    from torch.distributed import TCPStore  # lazy: a rank imports torch only once it runs (the zygote before forking); the notebook side stays torch-free
 
     rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     store = TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False, timeout=timeout)
@@ -153,13 +154,13 @@ def _wait_for_all_ranks(timeout) -> None:
 
 def _set_threads(payload: dict) -> None:
     if payload["threads"]:
-        import torch
+        import torch  # lazy: a rank imports torch only once it runs (the zygote before forking); the notebook side stays torch-free
 
         torch.set_num_threads(payload["threads"])
 
 
 def _report_result(channel: socket.socket, value) -> bool:
-    from ddp_lab.launcher.payload import dumps
+    from ddp_lab.launcher.payload import dumps  # lazy: worker.py is the first module a rank imports; payload and rendezvous follow when fn arrives
 
     try:
         data = dumps(value)
@@ -178,7 +179,7 @@ def run_rank(control_fd: int, payload_path: str, stacks_path: str) -> None:
     """Run one rank to completion and leave with os._exit (never returns)."""
     global _channel
     channel = _channel = socket.socket(fileno=control_fd)
-    stacks = open(stacks_path, "a")  # kept open: faulthandler writes to it at the watchdog
+    stacks = open(stacks_path, "a", opener=open_private)  # kept open: faulthandler writes to it at the watchdog
     faulthandler.register(STACK_SIGNAL, file=stacks, all_threads=True)
     faulthandler.enable(file=sys.stderr, all_threads=True)
     _line_buffer_c_stdout()

@@ -57,9 +57,9 @@ def preload() -> None:
 
 def _become_rank(spec: dict, fds: list[int], sock: socket.socket, wakeup: int) -> None:
     """In the forked child: take the pipes, the environment and the cwd, then run the rank."""
-    import torch
+    import torch  # lazy: the zygote imports torch here, timed, before it forks any rank
 
-    from ddp_lab.launcher.worker import die_with_parent, run_rank
+    from ddp_lab.launcher.worker import die_with_parent, run_rank  # lazy: the zygote process loads the rank side; its notebook-side client never does
 
     signal.set_wakeup_fd(-1)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
@@ -142,7 +142,7 @@ def serve(sock: socket.socket) -> None:
 
 
 def main() -> None:
-    from ddp_lab.launcher.worker import die_with_parent
+    from ddp_lab.launcher.worker import die_with_parent  # lazy: the zygote process loads the rank side; its notebook-side client never does
 
     die_with_parent(int(os.environ["DDP_LAB_PARENT_PID"]))
     sock = socket.socket(fileno=int(sys.argv[1]))

@@ -22,6 +22,7 @@ import time
 
 from ddp_lab.launcher.errors import describe_exit
 from ddp_lab.launcher.rankprocess import RankProcess, end_session
+from ddp_lab.launcher.starter import start_process
 from ddp_lab.launcher.zygote import GO, MAX_PACKET
 
 FORK_WAIT_S = 5.0  # for all the ranks of one launch; a healthy zygote forks 8 ranks in ~0.1 s
@@ -99,7 +100,7 @@ class Zygote:
         """Start a zygote process; it becomes ready once torch is imported (about a second)."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
-            popen = subprocess.Popen(
+            popen = start_process(  # from the starter thread: it outlives the thread that launched
                 [sys.executable, "-m", "ddp_lab.launcher.zygote", str(theirs.fileno())],
                 env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                 pass_fds=(theirs.fileno(),), start_new_session=True, cwd=os.getcwd(),

@@ -2,6 +2,9 @@
 
     python -m ddp_lab plan --model llama3-8b --cluster h100-sxm --nodes 4 --top 5
     python -m ddp_lab plan --model llama3-8b --cluster h100-sxm --nodes 4 --tp 8 --dp 4 --zero 1
+    python -m ddp_lab plan --model llama3-70b --seq-len 4096 --cluster h100-sxm --nodes 8 --pp 4 --virtual-stages 2
+    python -m ddp_lab plan --hf-config path/to/config.json --cluster a100-80gb --nodes 2
+    python -m ddp_lab plan --layers 24 --hidden 2048 --heads 16 --ffn 5632 --vocab 32000 --seq-len 4096 --cluster h100-sxm
     python -m ddp_lab plan --params 7.5B --dp 64 --zero 3
     python -m ddp_lab plan --model mixtral-8x7b --cluster h100-sxm --nodes 8 --ep 8 --top 5
     python -m ddp_lab plan --model llama3-8b --cluster h100-sxm --nodes 4 --tp 8 --cp 4 --zero 1
@@ -17,14 +20,18 @@ import sys
 from ddp_lab.course.plan import context_parallel
 from ddp_lab.course.plan.cluster_spec import PRESET_NAMES, ClusterSpec
 from ddp_lab.course.plan.model import PRESETS, Transformer, parse_count
+from ddp_lab.course.plan.search import MEMORY_RESERVE, candidates, default_global_batch, evaluate, search
+from ddp_lab.course.plan.strategy import ATTENTION, FSDP_UNITS, PRECISIONS, RECOMPUTE, Strategy, check, divisors
+from ddp_lab.plan.model_files import read_hf_config
 from ddp_lab.plan.report import breakdown, fold_zero_stages, model_states_text, search_header, table
-from ddp_lab.course.plan.search import candidates, default_global_batch, evaluate, search
-from ddp_lab.course.plan.strategy import FSDP_UNITS, PRECISIONS, RECOMPUTE, Strategy, check, divisors
 
 STRATEGY_FLAGS = ("dp", "tp", "pp", "zero", "micro_batch", "grad_accum", "recompute", "sequence_parallel",
-                  "fsdp_unit")
-POSITIVE_INTS = ("nodes", "dp", "tp", "pp", "micro_batch", "grad_accum", "global_batch", "top")
-SHORT_FORM_FLAGS = ("params", "dp", "zero", "precision")     # all that --params reads
+                  "fsdp_unit", "virtual_stages")
+SHAPE_FLAGS = ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "seq_len")
+NEEDED_SHAPE = ("layers", "hidden", "heads", "ffn", "vocab", "seq_len")   # without --model or --hf-config
+POSITIVE_INTS = ("nodes", "dp", "tp", "pp", "micro_batch", "grad_accum", "global_batch", "top", "virtual_stages",
+                 *SHAPE_FLAGS)
+SHORT_FORM_FLAGS = ("params", "dp", "zero", "precision", "fp32_grads")     # all that --params reads
 SPLIT_FLAGS = ("cp", "ep")     # a number (the plan's or every searched plan's) or "auto" (searched)
 
 
@@ -40,14 +47,32 @@ def parallel_size(text: str) -> int | str:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The `plan` subcommand's flags (shared by ddp_lab/__main__.py)."""
-    what = parser.add_argument_group("what to plan")
+    what = parser.add_argument_group("what to plan (a model: --model, --hf-config, or the shape flags)")
     what.add_argument("--model", type=str.lower, choices=tuple(PRESETS), metavar="MODEL",
                       help=f"a model preset: {', '.join(PRESETS)}")
-    what.add_argument("--cluster", type=str.lower, choices=PRESET_NAMES, metavar="CLUSTER",
-                      help=f"a cluster preset (GPU type): {', '.join(PRESET_NAMES)}")
-    what.add_argument("--nodes", type=int, help="nodes of the cluster (default 1; GPUs per node from the preset)")
-    what.add_argument("--params", help="short form: a parameter count such as 7.5B or 125M; prints per-GPU "
-                                       "parameters, gradients and optimizer state (needs only --dp and --zero)")
+    what.add_argument("--hf-config", dest="hf_config", metavar="PATH",
+                      help="a Hugging Face config.json (num_hidden_layers, hidden_size, num_attention_heads, "
+                           "num_key_value_heads, intermediate_size, vocab_size, max_position_embeddings, "
+                           "tie_word_embeddings)")
+    shape = parser.add_argument_group("model shape: change --model's or --hf-config's, or give all but --kv-heads "
+                                      "for a Llama-style model of your own (SwiGLU, RMSNorm, RoPE, no biases, untied)")
+    shape.add_argument("--layers", type=int, help="transformer layers")
+    shape.add_argument("--hidden", type=int, help="hidden size (divisible by --heads)")
+    shape.add_argument("--heads", type=int, help="attention heads")
+    shape.add_argument("--kv-heads", dest="kv_heads", type=int,
+                       help="key/value heads (grouped-query attention; divides --heads; default --heads)")
+    shape.add_argument("--ffn", type=int, help="FFN inner size")
+    shape.add_argument("--vocab", type=int, help="vocabulary size")
+    shape.add_argument("--seq-len", dest="seq_len", type=int, help="tokens per training sequence")
+    where = parser.add_argument_group("where")
+    where.add_argument("--cluster", type=str.lower, choices=PRESET_NAMES, metavar="CLUSTER",
+                       help=f"a cluster preset (GPU type): {', '.join(PRESET_NAMES)}")
+    where.add_argument("--nodes", type=int, help="nodes of the cluster (default 1; GPUs per node from the preset)")
+    where.add_argument("--memory-reserve", dest="memory_reserve", type=float,
+                       help=f"share of each GPU's memory a plan may not use, kept for the CUDA context, NCCL and "
+                            f"fragmentation (default {MEMORY_RESERVE:g}; 0 <= value < 1)")
+    where.add_argument("--params", help="short form: a parameter count such as 7.5B or 125M; prints per-GPU "
+                                        "parameters, gradients and optimizer state (needs only --dp and --zero)")
     how = parser.add_argument_group("a strategy (omit to search all of them)")
     how.add_argument("--dp", type=int, help="data-parallel size")
     how.add_argument("--tp", type=int, help="tensor-parallel size (divides heads and kv heads; at most GPUs per node "
@@ -55,16 +80,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     how.add_argument("--tp-across-nodes", dest="tp_across_nodes", action="store_true",
                      help="allow tp larger than a node, costed on the inter-node link (lesson 13 shows the price)")
     how.add_argument("--pp", type=int, help="pipeline stages (divides layers)")
+    how.add_argument("--virtual-stages", dest="virtual_stages", type=int,
+                     help="interleaved 1F1B: model chunks per pipeline GPU (needs --pp 2 or more; pp x this divides "
+                          "the layers). In a search: also try interleaving with this many (default 2)")
     how.add_argument("--zero", type=int, choices=(0, 1, 2, 3), help="ZeRO stage: 0 DDP, 1 optimizer, 2 + gradients, "
                                                                     "3 + parameters (FSDP)")
     how.add_argument("--micro-batch", dest="micro_batch", type=int, help="sequences per micro-batch (default 1)")
     how.add_argument("--grad-accum", dest="grad_accum", type=int,
                      help="micro-batches per step (= pipeline micro-batches; default: from --global-batch)")
-    how.add_argument("--recompute", choices=RECOMPUTE, help="activation recomputation (default none)")
+    how.add_argument("--recompute", choices=RECOMPUTE, help="activation recomputation (default none; selective "
+                                                           "changes nothing with flash attention)")
     how.add_argument("--sequence-parallel", dest="sequence_parallel", action="store_true", default=None,
                      help="Megatron sequence parallelism (needs tp > 1)")
     how.add_argument("--fsdp-unit", dest="fsdp_unit", choices=FSDP_UNITS,
                      help="ZeRO-3: gather one layer at a time (layer, the default, as FSDP is wrapped) or the whole model")
+    how.add_argument("--attention", choices=ATTENTION,
+                     help="flash (fused, the default: no s x s scores kept) or eager (Korthikanti et al.'s count)")
     how.add_argument("--cp", type=parallel_size, metavar="N|auto",
                      help="context-parallel size: ranks that split each sequence (lesson 15; the sequence must "
                           "split into 2 x cp chunks). With no other strategy flag the search uses it for every plan; "
@@ -76,6 +107,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     how.add_argument("--precision", choices=PRECISIONS, default=None,
                      help="bf16/fp16 mixed-precision Adam (2+2+12 bytes/param) or fp32 Adam (4+4+8); "
                           "default bf16 (fp16 on a GPU without bf16, e.g. t4)")
+    how.add_argument("--fp32-grads", dest="fp32_grads", action="store_true",
+                     help="mixed precision with fp32 gradient accumulation and reduction (Megatron-LM, Llama 3): "
+                          "2+4+12 bytes/param")
     out = parser.add_argument_group("search")
     out.add_argument("--global-batch", dest="global_batch", type=int,
                      help="sequences per step (default: 4M tokens / seq_len)")
@@ -89,22 +123,27 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         _check_flags(args)
         if args.params is not None:
             return _short_form(args)
-        model = Transformer.preset(args.model)
+        model = _model(args)
         cluster = ClusterSpec.preset(args.cluster, nodes=args.nodes or 1)
         args.precision = args.precision or ("bf16" if "bf16" in cluster.gpu.peak_flops else "fp16")
+        if args.fp32_grads and args.precision == "fp32":
+            raise ValueError("--fp32-grads keeps fp32 gradients under bf16/fp16 mixed precision; with --precision fp32 "
+                             "they are fp32 already: drop one of them")
+        reserve = MEMORY_RESERVE if args.memory_reserve is None else args.memory_reserve
         given = {name: getattr(args, name) for name in STRATEGY_FLAGS if getattr(args, name) is not None}
         _check_splits(model, cluster, args, given)
-        if given:
+        if given and set(given) != {"virtual_stages"}:
             given.update({name: getattr(args, name) for name in SPLIT_FLAGS if getattr(args, name) is not None})
             strategy, note = _strategy(model, cluster, args, given)
-            print(note + breakdown(evaluate(model, cluster, strategy, args.tp_across_nodes)))
+            print(note + breakdown(evaluate(model, cluster, strategy, args.tp_across_nodes, reserve)))
         else:
-            print(_search_report(model, cluster, args))
+            print(_search_report(model, cluster, args, reserve))
         return 0
     except KeyError as error:
         parser.error(error.args[0])
     except ValueError as error:
-        parser.error(str(error))
+        # the library's advice names the field; on the command line it is a flag
+        parser.error(str(error).replace("train on shorter sequences", "train on shorter sequences (--seq-len)"))
 
 
 class OneLineErrors(argparse.ArgumentParser):
@@ -136,15 +175,33 @@ def _check_flags(args) -> None:
         value = getattr(args, name)
         if value is not None and value < 1:
             raise ValueError(f"{_flag(name)} must be a positive int, got {value}")
+    if args.memory_reserve is not None and not 0 <= args.memory_reserve < 1:
+        raise ValueError(f"--memory-reserve is the share of GPU memory kept free: a fraction in [0, 1) such as 0.1, "
+                         f"got {args.memory_reserve:g}")
     if args.params is not None:
         extra = _given(args, [name for name in vars(args) if name not in SHORT_FORM_FLAGS + ("command",)])
         if extra:
-            raise ValueError(f"--params prints model-state memory only and takes only --dp, --zero and --precision: "
-                             f"drop {', '.join(extra)} (or drop --params to plan a --model on a --cluster)")
+            raise ValueError(f"--params prints model-state memory only and takes only --dp, --zero, --precision and "
+                             f"--fp32-grads: drop {', '.join(extra)} (or drop --params to plan a model on a --cluster)")
+        if args.fp32_grads and args.precision == "fp32":
+            raise ValueError("--fp32-grads keeps fp32 gradients under bf16/fp16 mixed precision; with --precision fp32 "
+                             "they are fp32 already: drop one of them")
         return
-    if args.model is None or args.cluster is None:
-        raise ValueError("give --model and --cluster (or --params COUNT for model-state memory only)")
-    strategy = _given(args, STRATEGY_FLAGS)
+    if args.model is not None and args.hf_config is not None:
+        raise ValueError("--model and --hf-config both name a model: give one (shape flags such as --seq-len "
+                         "change either)")
+    if args.model is None and args.hf_config is None:
+        missing = [_flag(name) for name in NEEDED_SHAPE if getattr(args, name) is None]
+        if missing and len(missing) < len(NEEDED_SHAPE):
+            raise ValueError(f"a model of your own needs {', '.join(_flag(n) for n in NEEDED_SHAPE)} (--kv-heads "
+                             f"optional): add {', '.join(missing)}, or start from --model or --hf-config")
+        if missing:
+            raise ValueError("give a model: --model (a preset), --hf-config (a config.json) or its shape (--layers, "
+                             "--hidden, --heads, --ffn, --vocab, --seq-len); and --cluster "
+                             "(or --params COUNT for model-state memory only)")
+    if args.cluster is None:
+        raise ValueError(f"give --cluster, the GPUs to plan for: one of {', '.join(PRESET_NAMES)}")
+    strategy = _given(args, [name for name in STRATEGY_FLAGS if name != "virtual_stages"])
     if strategy and args.top is not None:
         raise ValueError(f"--top ranks the search's plans, but {', '.join(strategy)} chose one plan: "
                          f"drop --top, or the strategy flags to search")
@@ -154,6 +211,9 @@ def _check_flags(args) -> None:
     if args.fsdp_unit is not None and args.zero != 3:
         raise ValueError("--fsdp-unit applies to ZeRO-3 only (it says what FSDP gathers at once): "
                          "add --zero 3 or drop --fsdp-unit")
+    if args.virtual_stages is not None and strategy and (args.pp or 1) == 1:
+        raise ValueError("--virtual-stages needs --pp 2 or more: it splits each pipeline GPU's layers into "
+                         "interleaved chunks")
     for name in SPLIT_FLAGS:
         value = getattr(args, name)
         if value is not None and value != "auto" and value < 1:
@@ -161,6 +221,32 @@ def _check_flags(args) -> None:
         if value == "auto" and strategy:
             raise ValueError(f"{_flag(name)} auto searches {name}, but {', '.join(strategy)} chose one plan: give "
                              f"{_flag(name)} a number, or drop the strategy flags to search")
+
+
+def _model(args) -> Transformer:
+    """The model the flags describe: a preset or a config.json, with any shape flags applied; or the shape alone."""
+    changes = {name: getattr(args, name) for name in SHAPE_FLAGS if getattr(args, name) is not None}
+    if args.model is not None:
+        base = Transformer.preset(args.model)
+    elif args.hf_config is not None:
+        try:
+            base = read_hf_config(args.hf_config)
+        except ValueError as error:
+            raise ValueError(f"--hf-config {error}") from None
+    else:
+        base = Transformer("custom", 1, 1, 1, 1, 1, ffn_kind="swiglu", norm="rmsnorm", bias=False, position="rope",
+                           tied_embeddings=False, dropout=False)
+    shape = {name: changes.get(name, getattr(base, name)) for name in SHAPE_FLAGS}
+    if shape["kv_heads"] is None or ("heads" in changes and "kv_heads" not in changes and args.model is None
+                                     and args.hf_config is None):
+        shape["kv_heads"] = shape["heads"]
+    if shape["hidden"] % shape["heads"]:
+        raise ValueError(f"--hidden {shape['hidden']} is not divisible by --heads {shape['heads']}: each head is "
+                         f"hidden / heads wide; use --heads in {divisors(shape['hidden'])[:12]}")
+    if shape["heads"] % shape["kv_heads"]:
+        raise ValueError(f"--kv-heads {shape['kv_heads']} does not divide --heads {shape['heads']}: each key/value "
+                         f"head serves a whole group of query heads; use --kv-heads in {divisors(shape['heads'])}")
+    return base.with_(**shape) if changes else base
 
 
 def _check_splits(model, cluster, args, given: dict) -> None:
@@ -192,21 +278,24 @@ def _short_form(args) -> int:
         params = parse_count(args.params)
     except ValueError as error:
         raise ValueError(f"--params {error}") from error
-    strategy = Strategy(dp=args.dp or 1, zero=args.zero or 0, precision=args.precision or "bf16")
+    strategy = Strategy(dp=args.dp or 1, zero=args.zero or 0, precision=args.precision or "bf16",
+                        fp32_grads=args.fp32_grads)
     print(model_states_text(params, strategy))
     return 0
 
 
-def _search_report(model, cluster, args) -> str:
+def _search_report(model, cluster, args, reserve: float) -> str:
     """The search's header (what was searched, how many plans fit), then its fastest distinct plans."""
     global_batch = args.global_batch or default_global_batch(model, cluster)
     options = {"precision": args.precision, "tp_across_nodes": args.tp_across_nodes, "cp": args.cp or 1,
-               "ep": args.ep}
+               "ep": args.ep, "attention": args.attention or "flash", "fp32_grads": args.fp32_grads}
+    if args.virtual_stages is not None:
+        options["virtual_stages"] = (1, args.virtual_stages)
     tried = list(candidates(model, cluster, global_batch, **options))
-    fitting = search(model, cluster, top=None, global_batch=global_batch, **options)
+    fitting = search(model, cluster, top=None, global_batch=global_batch, reserve=reserve, **options)
     rows = fold_zero_stages(fitting)[:args.top or 10]
-    header = search_header(model, cluster, global_batch, args.precision, len(tried), len(fitting),
-                           cp={s.cp for s in tried}, ep={s.ep for s in tried})
+    header = search_header(model, cluster, global_batch, args.precision, len(tried), len(fitting), reserve,
+                           options["attention"], cp={s.cp for s in tried}, ep={s.ep for s in tried})
     return "\n".join([header, table([plan for plan, _ in rows], stages=[zero for _, zero in rows])])
 
 
@@ -224,8 +313,12 @@ def _strategy(model, cluster, args, given: dict) -> tuple[Strategy, str]:
         given["dp"] = cluster.gpus // (tp * pp * cp)
     given.setdefault("micro_batch", 1)
     given["sequence_parallel"] = bool(given.get("sequence_parallel", False))
-    strategy = Strategy(precision=args.precision, **{**given, "grad_accum": given.get("grad_accum", 1)})
-    check(model, strategy, gpus=cluster.gpus, gpus_per_node=cluster.gpus_per_node,
+    if given.get("virtual_stages", 1) > 1:
+        given["schedule"] = "interleaved"
+    strategy = Strategy(precision=args.precision, attention=args.attention or "flash", fp32_grads=args.fp32_grads,
+                        **{**given, "grad_accum": given.get("grad_accum", 1)})
+    check(model, strategy.with_(grad_accum=strategy.pp),   # the micro-batches are checked below, with the batch
+          gpus=cluster.gpus, gpus_per_node=cluster.gpus_per_node,
           tp_across_nodes=args.tp_across_nodes)       # dp x tp x pp = GPUs before any batch arithmetic
     replica = strategy.dp * strategy.micro_batch      # sequences one micro-batch step takes over all replicas
     split = f"dp x micro-batch = {strategy.dp} x {strategy.micro_batch} = {replica}"
@@ -234,18 +327,29 @@ def _strategy(model, cluster, args, given: dict) -> tuple[Strategy, str]:
             raise ValueError(f"--global-batch {args.global_batch} disagrees with dp x micro-batch x --grad-accum "
                              f"= {strategy.dp} x {strategy.micro_batch} x {strategy.grad_accum} = "
                              f"{strategy.global_batch}: give --global-batch or --grad-accum, not both")
-        return strategy, ""
+        return _interleaving_fits(strategy), ""
+    if strategy.virtual_stages > 1:   # the interleaved schedule takes micro-batches in groups of pp
+        replica *= strategy.pp
+        split = f"dp x micro-batch x pp = {strategy.dp} x {strategy.micro_batch} x {strategy.pp} = {replica}"
     if args.global_batch is not None:
         if args.global_batch % replica:
             nearest = " or ".join(map(str, _nearest_multiples(args.global_batch, replica)))
             raise ValueError(f"--global-batch {args.global_batch} is not a multiple of {split}: "
                              f"use --global-batch {nearest}")
-        return strategy.with_(grad_accum=args.global_batch // replica), ""
+        return strategy.with_(grad_accum=args.global_batch // (strategy.dp * strategy.micro_batch)), ""
     default = default_global_batch(model, cluster)
     batch = min(_nearest_multiples(default, replica), key=lambda b: (abs(b - default), b))
     note = "" if batch == default else (f"note: global batch {batch}, the multiple of {split} nearest the default "
                                         f"{default} (4M tokens); --global-batch sets it\n")
-    return strategy.with_(grad_accum=batch // replica), note
+    return strategy.with_(grad_accum=batch // (strategy.dp * strategy.micro_batch)), note
+
+
+def _interleaving_fits(strategy: Strategy) -> Strategy:
+    """Refuse --virtual-stages with a number of micro-batches the interleaved schedule cannot take."""
+    if strategy.virtual_stages > 1 and strategy.grad_accum % strategy.pp:
+        raise ValueError(f"--virtual-stages needs the micro-batches (--grad-accum {strategy.grad_accum}) to be a "
+                         f"multiple of --pp {strategy.pp} (the interleaved schedule runs them in groups of pp)")
+    return strategy
 
 
 def _nearest_multiples(value: int, step: int) -> list[int]:

@@ -126,7 +126,10 @@ class SavedTensorCounter:
         if self._is_parameter(tensor) or self._is_parameter(local):
             return tensor
         storage = local.untyped_storage()
-        pointer, nbytes = storage.data_ptr(), storage.nbytes()
+        # The storage's identity, not its data pointer: fake and meta tensors (ddp_lab.plan.fullsize
+        # counts a full-size model with them) all have data pointer 0, but each its own StorageImpl,
+        # which `_cdata` addresses (torch.multiprocessing's StorageWeakRef keys storages the same way).
+        pointer, nbytes = storage._cdata, storage.nbytes()
         entry = self.live.setdefault(pointer, [0, nbytes])
         if entry[0] == 0:
             self.current += nbytes

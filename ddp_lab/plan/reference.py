@@ -11,7 +11,13 @@ its activation bytes come out as sbh (34 + 5as/h) per layer in 16-bit. What that
   `F.dropout` on CPU multiplies by a noise tensor of the input's dtype and saves *that*
   (at::dropout takes the fused path only on accelerators), 2-4 bytes per value instead of 1;
 - logits cast to fp32 before the cross-entropy (as Megatron-LM does): the log-softmax output
-  kept for backward is the paper's 4 sbV bytes.
+  kept for backward is the paper's 4 sbV bytes;
+- grouped-query attention by broadcasting each K/V head over its query heads (a view), not by
+  copying K and V to every query head (`repeat_interleave` would save the copies: 4x K and V
+  for Llama 3's 8 kv heads of 32);
+- RMSNorm as fused kernels run it (`FusedRMSNorm`: saves its input and one fp32 1/rms per
+  token); `nn.RMSNorm` on CPU is composed of elementwise ops and saves an fp32 copy and the
+  normalised output besides.
 
 Tensor parallelism is Megatron-LM's (Shoeybi et al. 2019, arXiv:1909.08053, lesson 08): Q/K/V
 and the FFN's first matmul split by columns (whole heads per rank), the output projections by
@@ -58,8 +64,41 @@ def _dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
 
 def _norm(model, width: int) -> nn.Module:
     if model.norm == "rmsnorm":
-        return nn.RMSNorm(width)
+        return FusedRMSNorm(width)
     return nn.LayerNorm(width, bias=model.bias)
+
+
+class _RMSNormFunction(torch.autograd.Function):
+    """y = x / rms(x) * w, rms over the last dimension in fp32; saves x and 1/rms, as fused kernels do."""
+
+    @staticmethod
+    def forward(ctx, x, weight, eps):
+        inverse_rms = torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + eps)     # (..., 1) fp32
+        ctx.save_for_backward(x, weight, inverse_rms)
+        return (x.float() * inverse_rms).to(x.dtype) * weight
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, weight, inverse_rms = ctx.saved_tensors
+        normed = x.float() * inverse_rms
+        grad_normed = grad.float() * weight.float()
+        # d/dx of x * r(x), r = (mean(x^2) + eps)^(-1/2): r * (g - normed * mean(g * normed))
+        grad_x = inverse_rms * (grad_normed - normed * (grad_normed * normed).mean(-1, keepdim=True))
+        grad_weight = (grad.float() * normed).reshape(-1, x.shape[-1]).sum(0).to(weight.dtype)
+        return grad_x.to(x.dtype), grad_weight, None
+
+
+class FusedRMSNorm(nn.Module):
+    """RMSNorm (Zhang and Sennrich 2019) that keeps for backward what a fused GPU kernel keeps: its input and
+    one fp32 1/rms per token (Korthikanti et al.'s count: the norm's input). Same outputs as `nn.RMSNorm`."""
+
+    def __init__(self, width: int, eps: float = 1e-6):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(width))
+
+    def forward(self, x):
+        return _RMSNormFunction.apply(x, self.weight, self.eps)
 
 
 class Attention(nn.Module):
@@ -87,12 +126,12 @@ class Attention(nn.Module):
         q, k, v = (z.view(b, s, -1, d).transpose(1, 2) for z in (q, k, v))   # (b, heads, s, d)
         if self.rope:
             q, k = _rotate(q), _rotate(k)
-        if self.kv_heads != self.heads:                         # grouped-query: share each K/V head
-            k = k.repeat_interleave(self.heads // self.kv_heads, dim=1)
-            v = v.repeat_interleave(self.heads // self.kv_heads, dim=1)
+        group = self.heads // self.kv_heads                     # grouped-query: query heads per K/V head
+        q = q.reshape(b, self.kv_heads, group, s, d)            # (b, kv_heads, group, s, d)
+        k, v = k.unsqueeze(2), v.unsqueeze(2)                   # (b, kv_heads, 1, s, d): broadcast, not copied
         scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(d)) + self.causal[:s, :s].to(q.dtype)
-        probs = _dropout(torch.softmax(scores, dim=-1), self.p, self.training)   # (b, heads, s, s)
-        context = (probs @ v).transpose(1, 2).reshape(b, s, self.heads * d)     # (b, s, h/t)
+        probs = _dropout(torch.softmax(scores, dim=-1), self.p, self.training)   # (b, kv_heads, group, s, s)
+        context = (probs @ v).reshape(b, self.heads, s, d).transpose(1, 2).reshape(b, s, self.heads * d)
         y = _g(self.out(context), self.group)                   # row-parallel partial sums, all-reduced
         return y if self.out_bias is None else y + self.out_bias
 

@@ -6,12 +6,13 @@ Introduced in notebooks/13-plan-your-training-run.ipynb.
 from __future__ import annotations
 
 from ddp_lab.course.plan.memory import model_state_bytes
-from ddp_lab.course.plan.search import USABLE_MEMORY
+from ddp_lab.course.plan.search import MEMORY_RESERVE
 
 GB = 1e9
 LEGEND = ("strategy: dpN tpN ppN = data-, tensor-, pipeline-parallel sizes; zN = ZeRO stage;\n"
-          "          mbAxB = B micro-batches of A sequences per step; sp = sequence parallel;\n"
-          "          sel/full = selective/full activation recomputation. GB = 10^9 bytes.")
+          "          mbAxB = B micro-batches of A sequences per step; vN = interleaved 1F1B, N stages per GPU;\n"
+          "          sp = sequence parallel; sel/full = selective/full activation recomputation;\n"
+          "          eager = attention not fused (flash otherwise); g32 = fp32 gradients. GB = 10^9 bytes.")
 FOLDED_LEGEND = ("          z0-2 = ZeRO stages 0 to 2 give identical numbers (at dp1 there is nothing to shard);\n"
                  "          the row shows the lowest.")
 SPLIT_LEGEND = "          cpN = context-parallel size (lesson 15); epN = expert-parallel size (lesson 14)."
@@ -72,7 +73,7 @@ def fold_zero_stages(plans) -> list[tuple]:
 
 
 def search_header(model, cluster, global_batch: int, precision: str, tried: int, fitting: int,
-                  cp=(1,), ep=(1,)) -> str:
+                  reserve: float = MEMORY_RESERVE, attention: str = "flash", cp=(1,), ep=(1,)) -> str:
     """What a search covered: model, GPUs, global batch, precision, plans tried and plans that fit.
 
     `cp`, `ep`: the context- and expert-parallel sizes the plans tried used, named when not just 1.
@@ -80,17 +81,19 @@ def search_header(model, cluster, global_batch: int, precision: str, tried: int,
     Example:
         >>> from ddp_lab.plan import ClusterSpec, Transformer
         >>> print(search_header(Transformer.preset("llama3-8b"), ClusterSpec.preset("h100-sxm"), 512, "bf16", 432, 386))
-        llama3-8b on 1 x 8 H100 SXM = 8 GPUs, global batch 512 sequences x 8192 tokens, bf16
-        432 plans tried (dp x tp x pp, ZeRO 0-3, micro-batch, recomputation, sequence parallel); 386 fit in 90% of each GPU's 85.9 GB
+        llama3-8b on 1 x 8 H100 SXM = 8 GPUs, global batch 512 sequences x 8192 tokens, bf16, flash attention
+        432 plans tried (dp x tp x pp, ZeRO 0-3, micro-batch, recomputation, sequence parallel, interleaving); 386 fit in 90% of each GPU's 85.9 GB (memory reserve 10%)
 
     Introduced in notebooks/13-plan-your-training-run.ipynb.
     """
     where = f"{cluster.name} = {cluster.gpus} GPUs" if cluster.name else f"{cluster.gpus} GPUs"
     splits = "".join(f", {name} {_sizes_text(sorted(set(sizes)))}" for name, sizes in (("cp", cp), ("ep", ep))
                      if set(sizes) != {1})
-    return (f"{model.name} on {where}, global batch {global_batch} sequences x {model.seq_len} tokens, {precision}\n"
-            f"{tried} plans tried (dp x tp x pp, ZeRO 0-3, micro-batch, recomputation, sequence parallel{splits}); "
-            f"{fitting} fit in {USABLE_MEMORY:.0%} of each GPU's {cluster.gpu.memory / GB:.1f} GB")
+    return (f"{model.name} on {where}, global batch {global_batch} sequences x {model.seq_len} tokens, {precision}, "
+            f"{attention} attention\n"
+            f"{tried} plans tried (dp x tp x pp, ZeRO 0-3, micro-batch, recomputation, sequence parallel, "
+            f"interleaving{splits}); {fitting} fit in {1 - reserve:.0%} of each GPU's {cluster.gpu.memory / GB:.1f} GB "
+            f"(memory reserve {reserve:.0%})")
 
 
 def _sizes_text(sizes) -> str:
@@ -113,7 +116,7 @@ def breakdown(plan) -> str:
     m, t, strategy = plan.memory, plan.time, plan.strategy
     lines = [f"{plan.model.name} on {plan.cluster.name or plan.cluster.gpus} GPUs: {strategy.label()}",
              f"  global batch {strategy.global_batch} sequences x {plan.model.seq_len} tokens, "
-             f"precision {strategy.precision}"]
+             f"precision {strategy.precision}, {strategy.attention} attention"]
     lines += _split_lines(plan)
     lines.append("  memory per GPU (GB)")
     for name, label in (("params", "parameters"), ("grads", "gradients"), ("optimizer", "optimizer"),
@@ -121,6 +124,9 @@ def breakdown(plan) -> str:
         lines.append(f"    {label:<26}{getattr(m, name) / GB:>9.2f}")
     fits = "fits" if plan.fits else "does NOT fit"
     lines.append(f"    {'total':<26}{m.total / GB:>9.2f}  of {plan.cluster.gpu.memory / GB:.1f} ({fits})")
+    # The line a plan must stay under, and by how much it does: the reserve is a rule of thumb (search.py).
+    lines.append(f"    {'usable':<26}{plan.usable_memory / GB:>9.2f}  ({1 - plan.reserve:.0%}: memory reserve "
+                 f"{plan.reserve:.0%}); margin {plan.margin / GB:+.2f}")
     lines.append("  step time (s)")
     parts = [("compute", "compute"), ("tp_comm", "TP communication"), ("bubble", "pipeline bubble"),
              ("pp_comm", "PP communication"), ("dp_comm_exposed", "exposed DP communication")]

@@ -57,8 +57,8 @@ def default_configs(model=None) -> list:
     """
     model = validation_model() if model is None else model
 
-    def fp32(**fields):
-        return Strategy(precision="fp32", **fields)
+    def fp32(**fields):   # the reference decoder computes attention eagerly (reference.py): Korthikanti's case
+        return Strategy(precision="fp32", attention="eager", **fields)
 
     configs = [
         Config("DP (DDP)", "ddp", model, fp32(dp=2, micro_batch=4)),

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import matplotlib.pyplot as plt
 
-from ddp_lab.course.plan.search import USABLE_MEMORY
 
 MEMORY_PARTS = (("params", "parameters"), ("grads", "gradients"), ("optimizer", "optimizer state"),
                 ("activations", "activations"), ("buffers", "comm. buffers"))
@@ -25,8 +24,8 @@ COLOURS = {"params": "#1f77b4", "grads": "#ff7f0e", "optimizer": "#2ca02c", "act
 def breakdown(plans, top: int = 5):
     """Two panels of stacked bars for the first `top` plans: memory per GPU (GB) and step time (s).
 
-    The dashed line on the memory panel is the GPU's memory, the dotted one the 90 % a plan may
-    use (`search.USABLE_MEMORY`: the rest is for what the model leaves out), both named in the
+    The dashed line on the memory panel is the GPU's memory, the dotted one what a plan may use
+    (`Plan.usable_memory`: the memory less the reserve, `search.MEMORY_RESERVE`), both named in the
     legend; every bar is labelled with the plan's strategy (dp, tp, pp, ZeRO stage, micro-batch x
     accumulation, recomputation). Each memory and time term has a colour of its own (`COLOURS`), the
     same in every figure and never one of the other panel's.
@@ -53,8 +52,8 @@ def breakdown(plans, top: int = 5):
     gpu = shown[0].cluster.gpu
     gpu_gb = gpu.memory / 1e9
     mem_ax.axvline(gpu_gb, color="k", linestyle="--", linewidth=1, label=f"{gpu.name}: {gpu_gb:.1f} GB")
-    mem_ax.axvline(USABLE_MEMORY * gpu_gb, color="k", linestyle=":", linewidth=1,
-                   label=f"a plan may use {USABLE_MEMORY:.0%}")
+    mem_ax.axvline(shown[0].usable_memory / 1e9, color="k", linestyle=":", linewidth=1,
+                   label=f"a plan may use {shown[0].usable_memory / gpu.memory:.0%}")
     mem_ax.set_xlabel("memory per GPU (GB)")
     _legend(mem_ax)
     mem_ax.set_title("memory per GPU: the plans that fit stay left of the dotted line", fontsize=9)

@@ -5,6 +5,7 @@ torch versions the course supports (2.4 ... 2.15), so lessons and the lab call o
     fsdp.py        FSDP2's fully_shard (private path in 2.4) and whether it runs on CPU here
     pipelining.py  torch.distributed.pipelining stages and schedules (arguments and a p2p fix differ)
     flat_collectives.py  reduce_scatter and all_gather on one flat tensor (renamed in 2.13)
+    grouped_mm.py  one matmul per expert in one call (private name in 2.8, no CPU kernel there)
 
 Each module's docstring says which versions differ and why its branch exists.
 """

@@ -28,6 +28,7 @@ def dtensor_api() -> SimpleNamespace:
 
     Returns:
         A namespace with `DTensor`, `DeviceMesh`, `init_device_mesh`, `distribute_tensor`,
+        `distribute_module` and `ParallelStyle` (lesson 14),
         `Shard`, `Replicate`, `Partial`, `CommDebugMode` (counts DTensor's collectives),
         `parallelize_module`, `ColwiseParallel`, `RowwiseParallel`, `SequenceParallel`,
         `PrepareModuleInput`, `loss_parallel`, and `module_path` (where DTensor came from).
@@ -51,10 +52,10 @@ def dtensor_api() -> SimpleNamespace:
     return SimpleNamespace(
         module_path=module.__name__,
         DTensor=module.DTensor, DeviceMesh=mesh.DeviceMesh, init_device_mesh=mesh.init_device_mesh,
-        distribute_tensor=module.distribute_tensor,
+        distribute_tensor=module.distribute_tensor, distribute_module=module.distribute_module,
         Shard=module.Shard, Replicate=module.Replicate, Partial=module.Partial,
         CommDebugMode=debug.CommDebugMode,
-        parallelize_module=parallel.parallelize_module,
+        parallelize_module=parallel.parallelize_module, ParallelStyle=parallel.ParallelStyle,
         ColwiseParallel=parallel.ColwiseParallel, RowwiseParallel=parallel.RowwiseParallel,
         SequenceParallel=parallel.SequenceParallel, PrepareModuleInput=parallel.PrepareModuleInput,
         loss_parallel=parallel.loss_parallel,

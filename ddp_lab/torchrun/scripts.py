@@ -25,7 +25,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +34,7 @@ import cloudpickle
 from ddp_lab.launcher.errors import describe_exit
 from ddp_lab.launcher.payload import notebook_sources, pack_arguments, pack_function
 from ddp_lab.launcher.rendezvous import free_port  # noqa: F401  (a rendezvous port for multi-node demos)
+from ddp_lab.launcher.workdir import open_private, work_folder
 
 TORCHRUN = (sys.executable, "-m", "torch.distributed.run")
 RUNNER = ("-m", "ddp_lab.torchrun.run_pickled")
@@ -173,11 +173,11 @@ def run(commands: list[list[str]], timeout: float = 120.0, env: dict | None = No
     Introduced in notebooks/06-backends-and-torchrun.ipynb.
     """
     full_env = {**os.environ, **(env or {})}
-    with tempfile.TemporaryDirectory(prefix="ddp_lab-run-") as logs_dir:
+    with work_folder("ddp_lab-run-") as logs_dir:  # private, and removed even if the kernel dies
         started = []
         try:
             for index, command in enumerate(commands):
-                log = open(Path(logs_dir, f"{index}.log"), "w+b")
+                log = open(Path(logs_dir, f"{index}.log"), "w+b", opener=open_private)
                 started.append((subprocess.Popen(
                     command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                     env=full_env, start_new_session=True), log))  # own group: stop children too

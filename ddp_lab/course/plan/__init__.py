@@ -1,12 +1,15 @@
 """The scale planner's formulas: pure Python, no torch, nothing measured (lesson 13).
 
     model.py        the transformer's shape and exact parameter count, presets
-    cluster_spec.py GPUs and clusters (spec-sheet presets; the one calibrated efficiency)
-    strategy.py     dp, tp, pp, cp, ep, ZeRO, micro-batches, recomputation; validation
+    hf_config.py    a Hugging Face config.json (already read into a dict) as a model shape
+    cluster_spec.py GPUs and clusters (spec-sheet presets: peak FLOP/s, HBM bandwidth, links)
+    strategy.py     dp, tp, pp, cp, ep, ZeRO, micro-batches, recomputation, attention kind; validation
     memory.py       per-GPU model states (ZeRO paper) and totals; activations.py: Korthikanti et al.
     collectives.py  time of a collective on the links a group spans (lesson 02's alpha-beta)
+    efficiency.py   how long a layer takes on a GPU: a roofline, one calibrated constant per generation
+    overlap.py      how much of ZeRO-3's communication hides: the per-unit two-stream timeline
     steptime.py     compute, TP communication, pipeline bubble, exposed DP communication; MFU
-    search.py       enumerate, keep what fits, rank by throughput
+    search.py       enumerate, keep what fits (the memory reserve), rank by throughput
     experts.py      mixture-of-experts models: total and active parameters, expert-parallel state, all-to-all (lesson 14)
     context_parallel.py   the sequence split over cp ranks: activations, the ring's K/V traffic, causal FLOPs (lesson 15)
 

@@ -22,6 +22,14 @@ grouped-query attention (K, V are 2 s b d_kv each), an FFN of size f (GeLU: 2 te
 SwiGLU: 4 - gate, up, SiLU(gate), their product - as PyTorch autograd saves them), no dropout
 (no masks, one score tensor of 2as^2b), and fp32 values (4 bytes; masks stay 1 byte).
 
+That is attention as Korthikanti et al. ran it, `Strategy(attention="eager")`: the scores are
+materialised and saved. Fused attention (FlashAttention, Dao et al. 2022, arXiv:2205.14135;
+PyTorch's scaled_dot_product_attention on GPUs), the default `attention="flash"`, never writes
+the s x s matrix: it keeps Q, K, V and the output (already counted above) and one fp32
+log-sum-exp per head and token, 4 a s b bytes, and recomputes the scores block by block in
+backward (dropout from a saved RNG state: no mask). So with flash attention there are no
+scores to drop, and selective recomputation keeps exactly what no recomputation keeps.
+
 Introduced in notebooks/13-plan-your-training-run.ipynb.
 """
 
@@ -37,14 +45,17 @@ def layer_activation_bytes(model, strategy) -> int:
     """Activation bytes one layer keeps for backward, per micro-batch, on one tensor-parallel rank.
 
     Derived term by term in the module docstring; for a GPT shape (ffn = 4h, kv_heads = heads,
-    GeLU, dropout, 16-bit) it equals Korthikanti et al. 2022, Table 2 in every case.
+    GeLU, dropout, 16-bit) and eager attention it equals Korthikanti et al. 2022, Table 2 in
+    every case; flash attention replaces the 5as^2b of scores by a 4asb log-sum-exp.
 
     Example:
         >>> from ddp_lab.course.plan.model import Transformer
         >>> from ddp_lab.course.plan.strategy import Strategy
         >>> gpt = Transformer.preset("gpt3-175b")
         >>> s, h, a = 2048, 12288, 96
-        >>> layer_activation_bytes(gpt, Strategy()) == s * h * (34 + 5 * a * s // h)
+        >>> layer_activation_bytes(gpt, Strategy(attention="eager")) == s * h * (34 + 5 * a * s // h)
+        True
+        >>> layer_activation_bytes(gpt, Strategy()) == s * h * 34 + 4 * a * s
         True
 
     Introduced in notebooks/13-plan-your-training-run.ipynb.
@@ -52,15 +63,18 @@ def layer_activation_bytes(model, strategy) -> int:
     s, b, h, t = model.seq_len, strategy.micro_batch, model.hidden, strategy.tp
     if strategy.recompute == "full":
         return value_bytes(strategy) * s * b * h   # only the layer's input is kept (Table 2: 2sbh)
-    outside, inside, scores = _layer_parts(model, strategy)
+    outside, inside, scores = layer_parts(model, strategy)
     if strategy.recompute == "selective":
         scores = 0
     outside_split = t if strategy.sequence_parallel else 1
     return outside // outside_split + inside // t + scores // t
 
 
-def _layer_parts(model, strategy) -> tuple[int, int, int]:
-    """A layer's saved bytes on one rank without TP: (around the parallel matmuls, between them, the scores)."""
+def layer_parts(model, strategy) -> tuple[int, int, int]:
+    """A layer's saved bytes on one rank without TP: (around the parallel matmuls, between them, the scores).
+
+    efficiency.py reads them too: the bytes a layer saves are the bytes its memory-bound kernels move.
+    """
     s, b, h, a = model.seq_len, strategy.micro_batch, model.hidden, model.heads
     e = value_bytes(strategy)
     mask = 1 if model.dropout else 0
@@ -69,6 +83,9 @@ def _layer_parts(model, strategy) -> tuple[int, int, int]:
     # between column- and row-parallel matmuls: Q, K, V, out-proj input, FFN activations
     ffn_saved = (4 if model.ffn_kind == "swiglu" else 2) * e * model.ffn_
     inside = s * b * (e * h + 2 * e * model.kv_dim + e * h + ffn_saved)
+    if strategy.attention == "flash":
+        # fused attention: one fp32 log-sum-exp per head and token instead of the s x s scores
+        return outside, inside + 4 * a * s * b, 0
     # attention scores: softmax output (+ its dropout mask and dropout output)
     scores = a * s * s * b * (e + (mask + e if model.dropout else 0))
     return outside, inside, scores
@@ -89,14 +106,14 @@ def replicated_share(model, strategy) -> float:
         >>> from ddp_lab.course.plan.model import Transformer
         >>> from ddp_lab.course.plan.strategy import Strategy
         >>> shape = Transformer("t", layers=2, hidden=256, heads=4, vocab=512, seq_len=128)
-        >>> round(replicated_share(shape, Strategy(tp=2)), 3)    # 10 / (34 + 5 * 4 * 128 / 256)
+        >>> round(replicated_share(shape, Strategy(tp=2, attention="eager")), 3)    # 10 / (34 + 5 * 4 * 128 / 256)
         0.227
 
     Introduced in notebooks/13-plan-your-training-run.ipynb.
     """
     if strategy.sequence_parallel:
         return 0.0
-    outside, inside, scores = _layer_parts(model, strategy)
+    outside, inside, scores = layer_parts(model, strategy)
     return outside / (outside + inside + scores)
 
 

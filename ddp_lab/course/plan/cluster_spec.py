@@ -1,9 +1,9 @@
-"""The hardware being planned for: a GPU (memory, peak FLOP/s) and a cluster of them (links).
+"""The hardware being planned for: a GPU (memory, peak FLOP/s, HBM bandwidth) and a cluster of them (links).
 
 Presets come from public spec sheets (dense tensor-core peaks, no sparsity); bandwidths are per
 GPU and per direction, the figure a ring collective's beta term uses (lesson 02). The one
-calibrated number is `MATMUL_EFFICIENCY` (see its comment): the fraction of peak FLOP/s that
-the transformer's matmuls reach, set once on one published run and used for every GPU.
+calibrated number per GPU generation is `efficiency.GEMM_EFFICIENCY` (see that module): the
+fraction of peak FLOP/s the transformer's matmuls reach, set once on one named published run.
 
 Introduced in notebooks/13-plan-your-training-run.ipynb.
 """
@@ -13,23 +13,14 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field, replace
 
-GiB = 2**30
+from ddp_lab.course.plan.efficiency import efficiency_of
 
-# The ONE efficiency factor. Calibrated once, on Narayanan et al. 2021 (arXiv:2104.04473),
-# Table 1, 18.4B row (h 6144, 40 layers, 48 heads, TP 8, PP 1, 256 A100s, batch 1024, 135 TFLOP/s
-# per GPU with full recomputation): `tests/test_plan_published.py::test_calibration_run` solves
-# steptime's model for the factor that reproduces 135 TFLOP/s, rounded to two digits. It then
-# stays fixed: every other published run is a prediction (tests/test_plan_published.py: Table 1
-# within 20 %, BLOOM-176B within 5 %, MT-NLG 530B within 20 %). It absorbs what the model leaves
-# out (non-matmul kernels, the optimizer step, imperfect overlap, NCCL below the link's peak), and
-# it is one number for all GEMM sizes and all GPUs: small models (h ~ 2000) come out up to 18 %
-# too fast, the largest (h > 16000) up to 13 % too slow. H100/H200 use the same factor, unchecked.
-MATMUL_EFFICIENCY = 0.54
+GiB = 2**30
 
 
 @dataclass(frozen=True)
 class GPU:
-    """One accelerator: memory (bytes), dense peak FLOP/s per dtype, and the matmul efficiency.
+    """One accelerator: memory (bytes), dense peak FLOP/s per dtype, HBM bandwidth, and the matmul efficiency.
 
     Example:
         >>> GPU.preset("a100-80gb").peak_flops["bf16"]
@@ -41,14 +32,19 @@ class GPU:
     name: str
     memory: int
     peak_flops: dict = field(default_factory=dict)   # {"bf16": ..., "fp16": ..., "fp32": ...} dense FLOP/s
-    matmul_efficiency: float = MATMUL_EFFICIENCY
+    matmul_efficiency: float | None = None   # None: the generation's calibrated GEMM_EFFICIENCY
+    memory_bandwidth: float | None = None    # HBM bytes/s (spec sheet); None (CPU ranks): no roofline, see efficiency.py
+    generation: str = ""                     # "ampere", "hopper", "turing": picks the calibrated efficiency
     # Share of a one-rank step's time spent outside matmuls (norms, dropout, softmax, residuals,
     # the optimizer). Only then does tensor parallelism's repeated elementwise work show in a
     # prediction (steptime). Measured for CPU ranks (1 - matmul_efficiency: the calibration step
     # runs its matmuls at the measured rate and spends the rest outside them, 0.55-0.7 here).
-    # 0 for the GPU presets: there fused kernels make it small, unknown per GPU, and
-    # MATMUL_EFFICIENCY, calibrated on a TP-8 run, already contains it.
+    # 0 for the GPU presets: there efficiency.py counts the elementwise work from the bytes it moves.
     elementwise_share: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.matmul_efficiency is None:
+            object.__setattr__(self, "matmul_efficiency", efficiency_of(self.generation))
 
     def flops(self, precision: str) -> float:
         """Peak FLOP/s for `precision` ("bf16", "fp16", "fp32"); a ValueError names the ones it has."""
@@ -73,15 +69,20 @@ class GPU:
 
 # Memory: the spec sheet's "N GB" taken as N GiB (nvidia-smi shows 81920 MiB for an A100 80GB).
 GPU_PRESETS: dict[str, GPU] = {
-    # NVIDIA T4 datasheet: 16 GB GDDR6, 65 TFLOPS fp16 tensor, 8.1 TFLOPS fp32; no bf16 (Turing)
-    "t4": GPU("T4", 16 * GiB, {"fp16": 65e12, "fp32": 8.1e12}),
-    # NVIDIA A100 datasheet: 312 TFLOPS bf16/fp16 tensor (dense), 19.5 TFLOPS fp32 (non-TF32)
-    "a100-40gb": GPU("A100 40GB", 40 * GiB, {"bf16": 312e12, "fp16": 312e12, "fp32": 19.5e12}),
-    "a100-80gb": GPU("A100 80GB", 80 * GiB, {"bf16": 312e12, "fp16": 312e12, "fp32": 19.5e12}),
-    # NVIDIA H100 SXM datasheet: 1,979 TFLOPS bf16 with sparsity = 989.5 dense; 67 TFLOPS fp32
-    "h100-sxm": GPU("H100 SXM", 80 * GiB, {"bf16": 989.5e12, "fp16": 989.5e12, "fp32": 67e12}),
-    # NVIDIA H200 datasheet: same compute as H100 SXM, 141 GB HBM3e
-    "h200": GPU("H200", 141 * GiB, {"bf16": 989.5e12, "fp16": 989.5e12, "fp32": 67e12}),
+    # NVIDIA T4 datasheet: 16 GB GDDR6 at 320 GB/s, 65 TFLOPS fp16 tensor, 8.1 TFLOPS fp32; no bf16 (Turing)
+    "t4": GPU("T4", 16 * GiB, {"fp16": 65e12, "fp32": 8.1e12}, memory_bandwidth=320e9, generation="turing"),
+    # NVIDIA A100 datasheet: 312 TFLOPS bf16/fp16 tensor (dense), 19.5 TFLOPS fp32 (non-TF32);
+    # HBM2 1,555 GB/s (40GB SXM), HBM2e 2,039 GB/s (80GB SXM)
+    "a100-40gb": GPU("A100 40GB", 40 * GiB, {"bf16": 312e12, "fp16": 312e12, "fp32": 19.5e12},
+                     memory_bandwidth=1555e9, generation="ampere"),
+    "a100-80gb": GPU("A100 80GB", 80 * GiB, {"bf16": 312e12, "fp16": 312e12, "fp32": 19.5e12},
+                     memory_bandwidth=2039e9, generation="ampere"),
+    # NVIDIA H100 SXM datasheet: 1,979 TFLOPS bf16 with sparsity = 989.5 dense; 67 TFLOPS fp32; HBM3 3.35 TB/s
+    "h100-sxm": GPU("H100 SXM", 80 * GiB, {"bf16": 989.5e12, "fp16": 989.5e12, "fp32": 67e12},
+                    memory_bandwidth=3.35e12, generation="hopper"),
+    # NVIDIA H200 datasheet: same compute as H100 SXM, 141 GB HBM3e at 4.8 TB/s
+    "h200": GPU("H200", 141 * GiB, {"bf16": 989.5e12, "fp16": 989.5e12, "fp32": 67e12},
+                memory_bandwidth=4.8e12, generation="hopper"),
 }
 
 # (GPU, GPUs per node, intra-node B/s per GPU per direction, inter-node B/s per GPU per direction)

@@ -2,8 +2,8 @@
 
 The ring's cost, 2(N - 1) alpha + 2(N - 1)/N n beta for an all-reduce and so on, is
 ddp_lab/course/alpha_beta.py's; this module picks the link each group uses. A ring moves at the pace
-of its slowest hop, so a group that spans nodes is costed on the inter-node link (NCCL runs one ring per NIC, so each GPU drives its own NIC: the per-GPU
-inter-node bandwidth is the beta), a group inside one node on NVLink.
+of its slowest hop, so a group that spans nodes is costed on the inter-node network (at the
+bandwidth of the NICs its GPUs in one node drive together: `link`), a group inside one node on NVLink.
 
 When the cluster carries fitted per-collective (alpha, beta) - `calibrate.this_machine()`, gloo
 on this machine, fitted to what each collective adds to a step when issued right after
@@ -24,9 +24,26 @@ from ddp_lab.course.rank_layout import Group   # a group as the planner costs it
 
 
 def link(cluster, group: Group) -> tuple[float, float]:
-    """(alpha seconds, beta seconds per byte) of the slowest link the group uses."""
-    if group.spans_nodes(cluster.gpus_per_node):
-        return cluster.inter_node_latency, 1.0 / cluster.inter_node_bandwidth
+    """(alpha seconds, beta seconds per byte) of the slowest link the group's rings use.
+
+    Inside a node: NVLink. Across nodes, NCCL runs one ring per NIC (a channel per NIC: on a
+    DGX each GPU has its own), so a group with k GPUs in each node drives k NICs at once and
+    its rings cross the node boundary at k x the per-GPU network bandwidth, at most NVLink's:
+    a data-parallel group of whole nodes moves at up to 8 x 50 GB/s on a DGX H100, one GPU per
+    node (a dp group beside tp = 8) at 50 GB/s (nccl-tests' bus bandwidth across nodes scales
+    the same way).
+
+    Example:
+        >>> from ddp_lab.course.plan.cluster_spec import ClusterSpec
+        >>> c = ClusterSpec.preset("h100-sxm", nodes=2)
+        >>> [round(1 / link(c, g)[1] / 1e9) for g in (Group(8), Group(16), Group(2, stride=8))]   # GB/s
+        [450, 400, 50]
+    """
+    per_node = cluster.gpus_per_node
+    if group.spans_nodes(per_node):
+        nics = max(1, min(group.size, per_node // group.stride))   # the group's GPUs in one node
+        bandwidth = min(cluster.intra_node_bandwidth, nics * cluster.inter_node_bandwidth)
+        return cluster.inter_node_latency, 1.0 / bandwidth
     return cluster.intra_node_latency, 1.0 / cluster.intra_node_bandwidth
 
 
@@ -36,9 +53,9 @@ def collective_time(kind: str, nbytes: float, cluster, group: Group) -> float:
     Example:
         >>> from ddp_lab.course.plan.cluster_spec import ClusterSpec
         >>> c = ClusterSpec.preset("a100-80gb", nodes=2)
-        >>> t = collective_time("all_reduce", 1e9, c, Group(size=16))   # 1 GB over 2 nodes
-        >>> round(t * 1e3)                                              # 2 * 15/16 * 1e9 / 25e9
-        75
+        >>> t = collective_time("all_reduce", 1e9, c, Group(size=2, stride=8))   # 1 GB, one GPU in each of 2 nodes
+        >>> round(t * 1e3)                                                       # 2 * 1/2 * 1e9 / 25e9 s, in ms
+        40
 
     Introduced in notebooks/13-plan-your-training-run.ipynb.
     """

@@ -60,8 +60,16 @@ def bytes_per_parameter(strategy: Strategy) -> tuple[int, int, int]:
     Mixed precision (ZeRO paper Sec. 3.1, K = 12): fp16/bf16 weight and gradient, plus fp32
     master weight, Adam momentum and variance (3 x 4 bytes). fp32 (lesson 01): weight,
     gradient, and Adam's exp_avg and exp_avg_sq. The table is `sharding.state_bytes.BYTES_PER_PARAMETER`.
+    With `fp32_grads` the gradients are accumulated and reduced in fp32 (Megatron-LM's main_grad
+    buffer; Llama 3, arXiv:2407.21783, Sec. 3.3.2): (2, 4, 12), 18 bytes per parameter. (Megatron-LM's
+    docs count 20 with fp16 weights, which also keep an fp16 gradient beside the fp32 one.)
+
+    Example:
+        >>> bytes_per_parameter(Strategy(fp32_grads=True))
+        (2, 4, 12)
     """
-    return BYTES_PER_PARAMETER[strategy.precision]
+    weight, gradient, optimizer = BYTES_PER_PARAMETER[strategy.precision]
+    return weight, (4 if strategy.fp32_grads else gradient), optimizer
 
 
 def model_state_bytes(params: int, strategy: Strategy, ranks: int | None = None) -> MemoryBreakdown:
@@ -80,7 +88,10 @@ def model_state_bytes(params: int, strategy: Strategy, ranks: int | None = None)
     Introduced in notebooks/13-plan-your-training-run.ipynb.
     """
     shards = strategy.dp if ranks is None else ranks
-    return MemoryBreakdown(**state_bytes_per_rank(params, strategy.zero, shards, strategy.precision, padded=True))
+    states = state_bytes_per_rank(params, strategy.zero, shards, strategy.precision, padded=True)
+    if strategy.fp32_grads:
+        states["grads"] *= 2          # 4-byte gradients where ZeRO's table counts 2
+    return MemoryBreakdown(**states)
 
 
 def stage_state_bytes(model, strategy: Strategy, stage: int) -> MemoryBreakdown:

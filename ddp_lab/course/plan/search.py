@@ -13,9 +13,14 @@ from ddp_lab.course.plan.memory import MemoryBreakdown, memory
 from ddp_lab.course.plan.steptime import TimeBreakdown, mfu, step_time, tokens_per_second
 from ddp_lab.course.plan.strategy import Strategy, check, divisors
 
-# Keep 10 % of GPU memory for what the model leaves out: CUDA context, NCCL buffers,
-# allocator fragmentation, temporaries.
-USABLE_MEMORY = 0.9
+# The memory reserve: the share of each GPU's memory a plan may not use, kept for what `memory()`
+# leaves out - the CUDA context and cuBLAS workspaces (about 0.5-1 GB), NCCL's buffers, the caching
+# allocator's fragmentation, and temporaries such as a GEMM's output before it is saved. A plan fits
+# if its counted bytes stay within (1 - reserve) of the GPU's memory; the margin is what is left.
+# 10 % (8 GB of an 80 GB GPU) is a rule of thumb, not a measurement: a plan within a few GB of the
+# line should be tried before it is trusted. evaluate(reserve=...), search(reserve=...) and the CLI's
+# --memory-reserve change it.
+MEMORY_RESERVE = 0.10
 DEFAULT_TOKENS_PER_BATCH = 2**22   # 4M tokens per step, the scale GPT-3 and Llama 3 trained at
 
 
@@ -33,14 +38,26 @@ class Plan:
     time: TimeBreakdown
     tokens_per_second: float
     mfu: float
+    reserve: float = MEMORY_RESERVE
+
+    @property
+    def usable_memory(self) -> float:
+        """Bytes a plan may use on each GPU: its memory less the reserve (see MEMORY_RESERVE)."""
+        return (1 - self.reserve) * self.cluster.gpu.memory
+
+    @property
+    def margin(self) -> float:
+        """Bytes left on the most loaded GPU within the usable memory (negative: does not fit by that much)."""
+        return self.usable_memory - self.memory.total
 
     @property
     def fits(self) -> bool:
-        """True if the most loaded GPU needs at most USABLE_MEMORY of its memory."""
-        return self.memory.total <= USABLE_MEMORY * self.cluster.gpu.memory
+        """True if the most loaded GPU needs at most the usable memory (GPU memory less the reserve)."""
+        return self.margin >= 0
 
 
-def evaluate(model, cluster, strategy: Strategy, tp_across_nodes: bool = False) -> Plan:
+def evaluate(model, cluster, strategy: Strategy, tp_across_nodes: bool = False,
+             reserve: float = MEMORY_RESERVE) -> Plan:
     """Check `strategy` against the model and cluster (errors say the fix) and predict its cost.
 
     Example:
@@ -55,24 +72,40 @@ def evaluate(model, cluster, strategy: Strategy, tp_across_nodes: bool = False) 
     """
     check(model, strategy, gpus=cluster.gpus, gpus_per_node=cluster.gpus_per_node, tp_across_nodes=tp_across_nodes)
     cluster.gpu.flops(strategy.precision)   # raises if the GPU has no such precision
+    if not 0 <= reserve < 1:
+        raise ValueError(f"reserve={reserve!r}: the share of GPU memory kept free must be in [0, 1), e.g. 0.1")
     time = step_time(model, cluster, strategy)
     return Plan(model, cluster, strategy, memory(model, strategy), time,
-                tokens_per_second(model, strategy, time), mfu(model, cluster, strategy, time))
+                tokens_per_second(model, strategy, time), mfu(model, cluster, strategy, time), reserve)
 
 
 def candidates(model, cluster, global_batch: int, micro_batches=(1, 2, 4, 8), zero=(0, 1, 2, 3),
                recompute=("none", "selective", "full"), precision: str | None = None,
-               tp_across_nodes: bool = False, cp=(1,), ep=None):
+               tp_across_nodes: bool = False, cp=(1,), ep=None, virtual_stages=(1, 2), attention: str = "flash",
+               fp32_grads: bool = False):
     """Every valid Strategy: dp*tp*pp*cp = GPUs, tp divides the heads (and kv heads) and stays in a
     node (unless tp_across_nodes), pp divides the layers, dp*micro_batch divides global_batch.
-    Sequence parallelism is tried on and off whenever tp > 1; the schedule is 1F1B. Precision:
-    bf16 mixed precision where the GPU has it, else fp16 (a T4), unless given.
+    Sequence parallelism is tried on and off whenever tp > 1; with pp > 1 the 1F1B schedule and
+    the interleaved one with each of `virtual_stages` > 1 that divides the layers per stage (and
+    whose micro-batches divide by pp). With flash attention selective recomputation is not tried:
+    it keeps what no recomputation keeps (activations.py). Precision: bf16 mixed precision where
+    the GPU has it, else fp16 (a T4), unless given.
 
     cp, ep: the context- and expert-parallel sizes to try, an int, a tuple, or "auto" (every size
     that fits: cp with 2 x cp chunks of the sequence, ep dividing the experts and dp x cp). cp
-    defaults to 1; ep to "auto" for a mixture-of-experts model (its main parallelism) and 1 otherwise."""
+    defaults to 1; ep to "auto" for a mixture-of-experts model (its main parallelism) and 1 otherwise.
+
+    Example:
+        >>> from ddp_lab.course.plan.cluster_spec import ClusterSpec
+        >>> from ddp_lab.course.plan.model import Transformer
+        >>> plans = list(candidates(Transformer.preset("llama3-8b"), ClusterSpec.preset("h100-sxm"), 64))
+        >>> any(s.virtual_stages == 2 for s in plans), any(s.recompute == "selective" for s in plans)
+        (True, False)
+    """
     if precision is None:
         precision = "bf16" if "bf16" in cluster.gpu.peak_flops else "fp16"
+    if attention == "flash":
+        recompute = tuple(rc for rc in recompute if rc != "selective")
     gpus = cluster.gpus
     max_tp = gpus if tp_across_nodes else cluster.gpus_per_node
     for tp in divisors(gpus):
@@ -90,9 +123,14 @@ def candidates(model, cluster, global_batch: int, micro_batches=(1, 2, 4, 8), ze
                     for stage, mb, rc, sp in itertools.product(zero, micro_batches, recompute, (False, True)):
                         if (sp and tp == 1) or global_batch % (dp * mb):
                             continue
-                        yield Strategy(dp=dp, tp=tp, pp=pp, zero=stage, micro_batch=mb,
-                                       grad_accum=global_batch // (dp * mb), sequence_parallel=sp, recompute=rc,
-                                       precision=precision, cp=cp_size, ep=ep_size)
+                        accum = global_batch // (dp * mb)
+                        base = Strategy(dp=dp, tp=tp, pp=pp, zero=stage, micro_batch=mb, grad_accum=accum,
+                                        sequence_parallel=sp, recompute=rc, precision=precision, cp=cp_size,
+                                        ep=ep_size, attention=attention, fp32_grads=fp32_grads)
+                        yield base
+                        for v in virtual_stages:
+                            if v > 1 and pp > 1 and not model.layers % (pp * v) and not accum % pp:
+                                yield base.with_(schedule="interleaved", virtual_stages=v)
 
 
 def _sizes(wanted, possible: list[int]) -> list[int]:
@@ -125,14 +163,17 @@ def default_global_batch(model, cluster) -> int:
     return max(DEFAULT_TOKENS_PER_BATCH // model.seq_len, cluster.gpus)
 
 
-def search(model, cluster, top: int | None = 10, global_batch: int | None = None, **options) -> list[Plan]:
+def search(model, cluster, top: int | None = 10, global_batch: int | None = None,
+           reserve: float = MEMORY_RESERVE, **options) -> list[Plan]:
     """Plans that fit GPU memory, fastest first (ties: less memory first).
 
     Args:
         model, cluster: what to train, and on what.
         top: how many plans to return (None: all that fit).
         global_batch: sequences per step; default 4M tokens (2**22 / seq_len, at least one per GPU).
-        options: passed to `candidates` (micro_batches, zero, recompute, precision, tp_across_nodes, cp, ep).
+        reserve: share of each GPU's memory kept free (MEMORY_RESERVE).
+        options: passed to `candidates` (micro_batches, zero, recompute, precision, tp_across_nodes, cp, ep,
+            virtual_stages, attention, fp32_grads).
 
     Raises:
         ValueError if no plan fits, with the smallest plan's need and what to change.
@@ -148,7 +189,7 @@ def search(model, cluster, top: int | None = 10, global_batch: int | None = None
     """
     if global_batch is None:
         global_batch = default_global_batch(model, cluster)
-    plans = [evaluate(model, cluster, s, options.get("tp_across_nodes", False))
+    plans = [evaluate(model, cluster, s, options.get("tp_across_nodes", False), reserve)
              for s in candidates(model, cluster, global_batch, **options)]
     if not plans:
         asked = "".join(f", {name}={options[name]}" for name in ("cp", "ep") if options.get(name) not in (None, 1, (1,)))
@@ -159,8 +200,8 @@ def search(model, cluster, top: int | None = 10, global_batch: int | None = None
     if not fitting:
         smallest = min(plans, key=lambda p: p.memory.total)
         raise ValueError(f"no plan for {model.name} fits {cluster.gpus} x {cluster.gpu.name} "
-                         f"({cluster.gpu.memory / 1e9:.0f} GB each): the smallest, {smallest.strategy.label()}, needs "
-                         f"{smallest.memory.total / 1e9:.1f} GB per GPU; add nodes, use GPUs with more memory, "
-                         f"or train on shorter sequences")
+                         f"({cluster.gpu.memory / 1e9:.0f} GB each, {1 - reserve:.0%} usable): the smallest, "
+                         f"{smallest.strategy.label()}, needs {smallest.memory.total / 1e9:.1f} GB per GPU; add nodes, "
+                         f"use GPUs with more memory, or train on shorter sequences")
     fitting.sort(key=lambda p: (-p.tokens_per_second, p.memory.total))
     return fitting if top is None else fitting[:top]

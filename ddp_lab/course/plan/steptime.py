@@ -10,16 +10,19 @@ for B sequences, l layers and a GPT shape,
 the second being the formula Megatron-LM reports TFLOP/s with. Selective recomputation adds
 only the attention-score forward (4 B s^2 h per layer; Korthikanti et al. 2022, Sec. 5).
 This module sums the same terms for any shape (GQA, SwiGLU), so it reduces to those formulas.
-FlashAttention's causal skipping and non-matmul kernels are not counted (as in the papers).
+These are the FLOPs MFU and the papers' TFLOP/s count; the time of the step (efficiency.py)
+also knows what they leave out: FlashAttention's causal skipping and recomputation, and the
+memory-bound kernels between the matmuls.
 
 Time (seconds per step), on the rank that finishes last:
-    compute     hardware FLOPs / (GPUs x peak x matmul_efficiency), the work split evenly;
-                except that every TP rank repeats the elementwise work around the parallel
-                matmuls (norms, residuals, dropout): where a cluster knows the share of a step
-                spent outside matmuls (`GPU.elementwise_share`, measured on CPU ranks), compute
-                is multiplied by 1 + share x r x (t - 1), r = `activations.replicated_share`
-    bubble      compute x (p - 1)/(v m): a fraction (p - 1)/(m + p - 1) of the pipeline's time
-                (lesson 07; GPipe and 1F1B alike; the interleaved schedule divides by v).
+    compute     per micro-batch, the slowest pipeline stage's work - its layers, and on the last
+                stage the head (output layer and cross-entropy) - each timed by efficiency.py (GEMMs at the GPU's peak x its generation's calibrated efficiency,
+                elementwise work at HBM bandwidth, flash or eager attention, recomputation),
+                times the micro-batches, plus Adam's memory-bound step. On CPU ranks (no HBM
+                figure) every FLOP runs at the measured rate x the calibrated step efficiency,
+                and TP ranks repeat the measured elementwise share (`GPU.elementwise_share`)
+    bubble      the pipeline's compute x (p - 1)/(v m): a fraction (p - 1)/(m + p - 1) of its
+                time (lesson 07; GPipe and 1F1B alike; the interleaved schedule divides by v).
                 With more CPU ranks than cores none: the compute rate measured with every rank
                 computing already shares the cores, and a stage that waits leaves its core to
                 another stage's work (measured here: 1F1B on 2 ranks pinned to 1 core took its
@@ -31,7 +34,7 @@ Time (seconds per step), on the rank that finishes last:
                 all-reduce of b s h after the word embedding (first stage), one of the head's
                 input gradient and three of b s fp32 values in the cross-entropy (max, target
                 logit, sum of exponentials; last stage). Not overlapped.
-    pp_comm     2 m sends of one micro-batch's activations (b s h / t values per GPU with the
+    pp_comm     2 m v sends of one micro-batch's activations (b s h / t values per GPU with the
                 scatter/gather of Narayanan Sec. 4.1), on the pp group's link. Not overlapped.
     dp_comm     ZeRO 0: all-reduce of the gradients; 1, 2: reduce-scatter + all-gather (the same
                 bytes, ZeRO paper Sec. 7); 3: per micro-batch, all-gather the weights twice
@@ -39,17 +42,21 @@ Time (seconds per step), on the rank that finishes last:
                 one unit at a time: per layer and then the rest (fsdp_unit="layer", as FSDP is
                 wrapped in lesson 09), or the whole model at once (fsdp_unit="model").
                 Exposed: ZeRO 0-2 overlap it with the last micro-batch's backward (DDP buckets,
-                lesson 05); ZeRO 3 prefetches, overlapping it with the whole step's compute.
-                On a cluster with overlap_dp_comm=False (this machine: gloo copies bytes with
-                the cores that compute) all of it is exposed.
+                lesson 05); ZeRO 3 unit by unit (overlap.py): each gather behind the unit before
+                it, each scatter behind the units after it, the first gathers and the last
+                scatters exposed; one unit for the whole model hides nothing. Where DP and TP
+                share a link, DP's transfers take longer by the share of time TP's collectives
+                hold it. On a cluster with overlap_dp_comm=False (this machine: gloo copies bytes
+                with the cores that compute) all of it is exposed.
+    `dp_comm` in the breakdown is all of it; only `dp_comm_exposed` adds to the step.
     ep_comm     expert parallelism's all-to-alls, 4 per MoE layer and micro-batch, not overlapped
                 (experts.py, lesson 14). Expert gradients sync over their own, smaller group.
     cp_comm     context parallelism's ring of key/value blocks, each send beside one ring step's
                 causal attention; only its exposed part is in the total (context_parallel.py,
                 lesson 15). With cp ranks a micro-batch's activations, and so the TP and PP
-                messages, hold s/cp tokens; the FLOPs do not change, shared by more GPUs.
+                messages, hold s/cp tokens, and each rank does 1/cp of a layer's work.
 FLOPs of a mixture-of-experts model count the experts a token uses (top_k routed + shared), so
-MFU counts active parameters.
+MFU counts active parameters; their time is that of GEMMs at the calibrated rate, shared evenly.
 
 Introduced in notebooks/13-plan-your-training-run.ipynb.
 """
@@ -59,9 +66,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ddp_lab.course.plan import context_parallel, experts
-from ddp_lab.course.plan.activations import replicated_share, value_bytes
+from ddp_lab.course.plan.activations import value_bytes
 from ddp_lab.course.plan.collectives import collective_time
+from ddp_lab.course.plan.efficiency import head_seconds, layer_seconds, optimizer_seconds
 from ddp_lab.course.plan.memory import bytes_per_parameter, layer_parameters_per_rank, stage_parameters
+from ddp_lab.course.plan.overlap import fsdp_micro_batch, stretch
 
 
 @dataclass(frozen=True)
@@ -132,7 +141,7 @@ def step_flops(model, strategy, hardware: bool = True) -> int:
     per_sequence = 3 * (layers + head)
     if hardware and strategy.recompute == "full":
         per_sequence += layers
-    elif hardware and strategy.recompute == "selective":
+    elif hardware and strategy.recompute == "selective" and strategy.attention == "eager":
         per_sequence += model.layers * 4 * model.seq_len ** 2 * model.hidden
     return strategy.global_batch * per_sequence
 
@@ -151,35 +160,124 @@ def step_time(model, cluster, strategy) -> TimeBreakdown:
 
     Introduced in notebooks/13-plan-your-training-run.ipynb.
     """
-    p, t, m, b = strategy.pp, strategy.tp, strategy.grad_accum, strategy.micro_batch
-    compute = step_flops(model, strategy) / (strategy.gpus * cluster.gpu.achieved_flops(strategy.precision))
-    compute *= 1 + cluster.gpu.elementwise_share * replicated_share(model, strategy) * (t - 1)
-    bubble = compute * (p - 1) / (strategy.virtual_stages * m)
+    p, t, m, v = strategy.pp, strategy.tp, strategy.grad_accum, strategy.virtual_stages
+    layer = _per_context_rank(layer_seconds(model, strategy, cluster.gpu), strategy.cp)
+    head = _per_context_rank(head_seconds(model, strategy, cluster.gpu), strategy.cp)
+    # the slowest pipeline stage sets the pace: the fullest one (check() asks for equal stages; a
+    # published run that split its layers unevenly, BLOOM's 70 on 12, runs at its 6-layer stages'
+    # pace), and the last stage also runs the head (the output layer and the cross-entropy)
+    stage_layers = -(-model.layers // p)
+    per_micro_batch = stage_layers * layer.total + head.total + _experts_seconds(model, cluster, strategy)
+    compute = m * per_micro_batch + optimizer_seconds(optimizer_parameters(model, strategy), strategy, cluster.gpu)
+    bubble = per_micro_batch * (p - 1) / v      # compute x (p - 1)/(v m): p - 1 micro-batches' worth, over v
     if cluster.cores is not None and strategy.gpus > cluster.cores:
         bubble = 0.0   # more CPU ranks than cores: another stage computes while one waits
 
-    activation = b * (model.seq_len // strategy.cp) * model.hidden * value_bytes(strategy)   # a cp rank's tokens
-    per_layer = 4 + (2 if strategy.recompute == "full" else 0)
-    tp_group = strategy.layout.group("tp")
-    tp_comm = m * (model.layers // p * per_layer * collective_time("all_reduce", activation, cluster, tp_group)
-                   + vocab_parallel_communication(model, cluster, strategy))
+    tp_forward, tp_backward = layer_tp_communication(model, cluster, strategy)
+    tp_comm = m * (stage_layers * (tp_forward + tp_backward) + vocab_parallel_communication(model, cluster, strategy))
     pp_comm = 0.0
-    if p > 1:
-        pp_comm = 2 * m * collective_time("send", activation / t, cluster, strategy.layout.group("pp"))
+    if p > 1:   # each micro-batch crosses every stage boundary forward and backward, v times when interleaved
+        pp_comm = 2 * m * v * collective_time("send", _activation_bytes(model, strategy) / t, cluster,
+                                              strategy.layout.group("pp"))
 
     dp_comm = dp_communication(model, cluster, strategy)
+    slower = stretch(tp_forward + tp_backward, layer.total, _dp_shares_tp_link(cluster, strategy))
     if not cluster.overlap_dp_comm:
-        window = 0.0
+        exposed = dp_comm
     elif strategy.zero == 3:
-        window = compute
+        exposed = m * zero3_exposed(model, cluster, strategy, layer, head, (tp_forward, tp_backward), slower)
     else:
         backward_share = (3 / 4) if strategy.recompute == "full" else (2 / 3)
-        window = compute / m * backward_share
+        window = per_micro_batch * backward_share       # the last micro-batch's backward (DDP's buckets)
+        exposed = max(0.0, dp_comm * slower - window)
     ring, ring_exposed = context_parallel.ring_time(model, cluster, strategy)
-    return TimeBreakdown(compute=compute, tp_comm=tp_comm, bubble=bubble,
-                         dp_comm_exposed=max(0.0, dp_comm - window), dp_comm=dp_comm, pp_comm=pp_comm,
-                         ep_comm=experts.all_to_all_time(model, cluster, strategy),
+    return TimeBreakdown(compute=compute, tp_comm=tp_comm, bubble=bubble, dp_comm_exposed=exposed, dp_comm=dp_comm,
+                         pp_comm=pp_comm, ep_comm=experts.all_to_all_time(model, cluster, strategy),
                          cp_comm_exposed=ring_exposed, cp_comm=ring)
+
+
+def _activation_bytes(model, strategy) -> int:
+    """Bytes of one micro-batch's b x s x h activations on a rank (s/cp tokens: what f, g and the pipeline send)."""
+    return strategy.micro_batch * (model.seq_len // strategy.cp) * model.hidden * value_bytes(strategy)
+
+
+def _per_context_rank(work, cp: int):
+    """A layer's (or the head's) work on one of cp context-parallel ranks: 1/cp of it (balanced causal split)."""
+    return work if cp == 1 else type(work)(work.forward / cp, work.backward / cp, work.recompute / cp)
+
+
+def _experts_seconds(model, cluster, strategy) -> float:
+    """Seconds per micro-batch the MoE layers add to (or take from) a dense stage's matmuls on one GPU.
+
+    The FLOPs a token's experts add over the dense FFN (`experts.forward_flops_change`), forward,
+    backward (2x) and a full recomputation's forward, shared evenly by the tp x pp x cp GPUs of a
+    replica (as the papers' FLOP count spreads them), at the GPU's calibrated matmul rate.
+    """
+    change = experts.forward_flops_change(model)
+    if not change:
+        return 0.0
+    passes = 3 + (1 if strategy.recompute == "full" else 0)
+    share = strategy.tp * strategy.pp * strategy.cp
+    return strategy.micro_batch * change * passes / share / cluster.gpu.achieved_flops(strategy.precision)
+
+
+def layer_tp_communication(model, cluster, strategy) -> tuple[float, float]:
+    """(forward, backward) seconds of one layer's TP all-reduces for one micro-batch (Megatron's f and g).
+
+    2 all-reduces of b s h values forward, 2 backward, 2 more with full recomputation (its
+    forward again); with sequence parallelism an all-gather + reduce-scatter each, the same ring time.
+    """
+    one = collective_time("all_reduce", _activation_bytes(model, strategy), cluster, strategy.layout.group("tp"))
+    return 2 * one, (4 if strategy.recompute == "full" else 2) * one
+
+
+def _dp_shares_tp_link(cluster, strategy) -> bool:
+    """True if the dp and tp groups both run on NVLink or both across nodes: one link, shared bandwidth."""
+    if strategy.tp == 1 or strategy.dp == 1:
+        return False
+    per_node = cluster.gpus_per_node
+    return strategy.layout.group("dp_cp").spans_nodes(per_node) == strategy.layout.group("tp").spans_nodes(per_node)
+
+
+def zero3_exposed(model, cluster, strategy, layer, head, tp_seconds, slower: float = 1.0) -> float:
+    """Seconds of ZeRO-3 communication per micro-batch that compute does not hide (`overlap.fsdp_micro_batch`).
+
+    fsdp_unit="layer": the per-unit timeline, on the pipeline stage that exposes most;
+    "model": one unit holds everything, so its gathers and scatter wait for, or are waited on
+    by, the whole model's compute: none of it hides.
+    """
+    w, g, _ = bytes_per_parameter(strategy)
+    group, expert_group = strategy.layout.group("dp_cp"), strategy.layout.group("edp")
+    worst = 0.0
+    for stage in sorted({0, strategy.pp - 1}):
+        units = fsdp_units(model, strategy, stage)
+        gather = [slower * collective_time("all_gather", w * unit, cluster, group) for unit in units]
+        scatter = [slower * collective_time("reduce_scatter", g * unit, cluster, group) for unit in units]
+        # a MoE layer's routed experts: gathered and scattered with their layer, over the ranks holding them
+        moe = iter(experts.expert_units(model, strategy, stage))
+        first = stage * (model.layers // strategy.pp)
+        for k in range(len(units) - 1):
+            if model.moe is not None and experts.is_moe_layer(model, first + k):
+                unit = next(moe)
+                gather[k] += slower * collective_time("all_gather", w * unit, cluster, expert_group)
+                scatter[k] += slower * collective_time("reduce_scatter", g * unit, cluster, expert_group)
+        if strategy.fsdp_unit == "model":
+            worst = max(worst, 2 * gather[0] + scatter[0])
+            continue
+        layers = len(units) - 1                    # fsdp_units: the layers, then the root
+        forward = [0.0] + [layer.forward + tp_seconds[0]] * layers
+        backward = [0.0] + [layer.backward + layer.recompute + tp_seconds[1]] * layers
+        last = stage == strategy.pp - 1
+        middle = head.total + vocab_parallel_communication(model, cluster, strategy) if last else 0.0
+        span = fsdp_micro_batch([gather[-1]] + gather[:-1], [scatter[-1]] + scatter[:-1], forward, backward, middle)
+        worst = max(worst, span - sum(forward) - sum(backward) - middle)
+    return max(0.0, worst)
+
+
+def optimizer_parameters(model, strategy) -> int:
+    """Parameters whose Adam step one GPU computes: its stage's share, divided by dp under ZeRO >= 1."""
+    params = max(stage_parameters(model, strategy, 0), stage_parameters(model, strategy, strategy.pp - 1))
+    return -(-params // strategy.dp) if strategy.zero >= 1 else params
 
 
 def vocab_parallel_communication(model, cluster, strategy) -> float:

@@ -17,6 +17,7 @@ from ddp_lab.course.sharding.state_bytes import PRECISIONS   # "fp32", "bf16", "
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
 RECOMPUTE = ("none", "selective", "full")
 FSDP_UNITS = ("layer", "model")
+ATTENTION = ("flash", "eager")
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,8 @@ class Strategy:
     recompute: str = "none"       # "none", "selective" (attention core only), "full" (whole layer)
     precision: str = "bf16"       # "bf16"/"fp16": mixed precision, "fp32": everything in fp32
     fsdp_unit: str = "layer"      # ZeRO-3: "layer" (one FSDP unit per layer + the root, lesson 09) or "model"
+    attention: str = "flash"      # "flash": fused kernel, no s x s scores kept (Dao et al. 2022); "eager": Korthikanti's
+    fp32_grads: bool = False      # mixed precision with fp32 gradients (Megatron-LM's main_grad, Llama 3): 4 bytes, not 2
     cp: int = 1                   # context-parallel size: ranks that split each sequence (lesson 15)
     ep: int = 1                   # expert-parallel size: of the dp x cp ranks, how many split the experts (lesson 14)
 
@@ -60,12 +63,15 @@ class Strategy:
         if self.zero not in (0, 1, 2, 3):
             raise ValueError(f"Strategy.zero must be 0 (DDP), 1, 2 or 3 (FSDP full sharding), got {self.zero!r}")
         for field, allowed in (("schedule", SCHEDULES), ("recompute", RECOMPUTE), ("precision", PRECISIONS),
-                               ("fsdp_unit", FSDP_UNITS)):
+                               ("fsdp_unit", FSDP_UNITS), ("attention", ATTENTION)):
             if getattr(self, field) not in allowed:
                 raise ValueError(f"Strategy.{field} must be one of {allowed}, got {getattr(self, field)!r}")
         if self.sequence_parallel and self.tp == 1:
             raise ValueError("sequence_parallel=True needs tp > 1: sequence parallelism splits the "
                              "LayerNorm/dropout activations across the tensor-parallel group")
+        if self.fp32_grads and not self.mixed:
+            raise ValueError("fp32_grads=True keeps 4-byte gradients under bf16/fp16 mixed precision; with "
+                             "precision='fp32' the gradients are fp32 already: drop fp32_grads")
         if (self.dp * self.cp) % self.ep:
             raise ValueError(f"ep={self.ep} does not divide dp x cp = {self.dp} x {self.cp} = {self.dp * self.cp}: "
                              f"expert-parallel ranks are carved out of the data- and context-parallel ranks; use ep "
@@ -101,7 +107,8 @@ class Strategy:
     def label(self) -> str:
         """Short text such as 'dp8 tp4 pp2 z1 mb1x16 sp sel' (the table's first column; see report.LEGEND).
 
-        cp and ep show only when above 1: 'dp8 tp8 cp16 pp16 z2 ...', 'dp8 tp1 pp1 ep8 z1 ...'.
+        Only what differs from the defaults is named: cp and ep above 1 ('dp8 tp8 cp16 pp16 z2 ...',
+        'dp8 tp1 pp1 ep8 z1 ...'), 'v2' (virtual stages), 'eager' (attention), 'g32' (fp32 gradients).
         """
         parts = [f"dp{self.dp}", f"tp{self.tp}"] + ([f"cp{self.cp}"] if self.cp > 1 else []) + [f"pp{self.pp}"]
         parts += ([f"ep{self.ep}"] if self.ep > 1 else []) + [f"z{self.zero}", f"mb{self.micro_batch}x{self.grad_accum}"]
@@ -111,6 +118,10 @@ class Strategy:
             parts.append("sp")
         if self.recompute != "none":
             parts.append({"selective": "sel", "full": "full"}[self.recompute])
+        if self.attention != "flash":
+            parts.append(self.attention)
+        if self.fp32_grads:
+            parts.append("g32")
         return " ".join(parts)
 
 
@@ -148,10 +159,12 @@ def check(model, strategy: Strategy, gpus: int | None = None, gpus_per_node: int
                          f"use tp in {divisors(_gcd(model.ffn_, model.heads))[:8]}")
     stages = strategy.pp * strategy.virtual_stages
     if model.layers % stages:
-        what = (f"pp={strategy.pp}" if strategy.virtual_stages == 1 else
-                f"pp x virtual_stages = {strategy.pp} x {strategy.virtual_stages} = {stages}")
-        raise ValueError(f"{what} does not divide layers={model.layers} of {model.name}: "
-                         f"stages must hold equal numbers of layers; use pp in {divisors(model.layers)}")
+        if strategy.virtual_stages == 1:
+            raise ValueError(f"pp={strategy.pp} does not divide layers={model.layers} of {model.name}: "
+                             f"stages must hold equal numbers of layers; use pp in {divisors(model.layers)}")
+        raise ValueError(f"pp x virtual stages = {strategy.pp} x {strategy.virtual_stages} = {stages} does not divide "
+                         f"layers={model.layers} of {model.name}: every virtual stage holds the same number of layers; "
+                         f"use virtual stages in {divisors(model.layers // strategy.pp) if not model.layers % strategy.pp else [1]}")
     if strategy.pp > 1 and strategy.schedule == "interleaved" and strategy.grad_accum % strategy.pp:
         raise ValueError(f"the interleaved schedule needs micro-batches ({strategy.grad_accum}) divisible by "
                          f"pp={strategy.pp} (Narayanan et al. 2021); change grad_accum")

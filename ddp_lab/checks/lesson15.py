@@ -1,0 +1,414 @@
+"""Checks for the exercises of notebooks/15-long-sequences.ipynb: ring attention by hand.
+
+    ddp_lab.checks.lesson15.check_combine(combine_partial_attention)
+    ddp_lab.checks.lesson15.check_ring_attention(ring_attention)
+    ddp_lab.checks.lesson15.check_zigzag_chunks(zigzag_chunks)
+
+The combine and the zig-zag assignment are plain functions, checked in this process. The ring
+runs on 3 gloo ranks (a middle rank exists, and a peer or block off by one shows) with a short
+timeout, so a deadlocked ring ends with a message instead of a hang; every rank's output is
+compared with one process, and a wrong one with what each likely mistake would give.
+
+Introduced in notebooks/15-long-sequences.ipynb.
+"""
+
+from __future__ import annotations
+
+import linecache
+import re
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+from ddp_lab.checks import CheckFailed, passed
+from ddp_lab.checks.common import (call_case, describe, ensure_written, failure_message, first_mismatch,
+                                   only_point_to_point, timeout_message)
+from ddp_lab.course.context_parallel.layout import block_entries
+from ddp_lab.course.context_parallel.online_softmax import block_attention, combine
+from ddp_lab.instruments.collectives import replacing_dist_calls
+from ddp_lab.launcher.errors import LaunchError, LaunchTimeout
+from ddp_lab.launcher.launch import launch
+from ddp_lab.launcher.reports import blocked_in
+
+RING_SIZE = 3                     # ranks in the ring check
+BATCH, HEADS, ROWS, DIM = 1, 2, 4, 3   # ROWS tokens per rank; DIM != ROWS so a transposed block fails loudly
+
+
+def _close(got, want, atol=1e-5, rtol=1e-4) -> bool:
+    return torch.is_tensor(got) and got.shape == want.shape and bool(torch.allclose(got, want, atol=atol, rtol=rtol))
+
+
+def _where(index: tuple) -> str:
+    return "[" + ", ".join(str(i) for i in index) + "]"
+
+
+def _not_written(name: str, error: NotImplementedError) -> CheckFailed:
+    return CheckFailed(f"{name} is not written yet: it raised NotImplementedError({str(error)!r}).\n"
+                       "Replace the `raise NotImplementedError` line with your answer.")
+
+
+# --- combine_partial_attention ---------------------------------------------------------------
+
+def _partials(seed: int, blocks: int, score_scale: float) -> tuple[torch.Tensor, list]:
+    """One query block (2 x 3 heads x 5 rows) against `blocks` key blocks of different sizes; returns (full, partials)."""
+    generator = torch.Generator().manual_seed(seed)
+    q = torch.randn(2, 3, 5, 4, generator=generator) * score_scale      # (b, h, sq, d): sq = 5 != d = 4
+    sizes = [3, 6, 2][:blocks]
+    k = torch.randn(2, 3, sum(sizes), 4, generator=generator)
+    v = torch.randn(2, 3, sum(sizes), 4, generator=generator) + 1.0     # outputs away from zero: a wrong weight shows
+    full = block_attention(q, k, v)
+    parts = [block_attention(q, kb, vb) for kb, vb in zip(k.split(sizes, dim=-2), v.split(sizes, dim=-2))]
+    return full, parts
+
+
+def _combine_cases() -> dict:
+    return {
+        "combining two partial results with small scores": _partials(150, 2, 1.0),
+        "combining two partial results with large scores (lse up to ~160: exp(lse) overflows float32)":
+            _partials(151, 2, 40.0),
+        "folding three partial results left to right, as a ring of 3 ranks does": _partials(152, 3, 1.0),
+    }
+
+
+def _combine_hints(parts) -> list:
+    """(out, lse, hint) that a likely mistake gives for two partial results."""
+    (out_a, lse_a), (out_b, lse_b) = parts[:2]
+    right_out, right_lse = combine(out_a, lse_a, out_b, lse_b)
+    weight_a, weight_b = torch.exp(lse_a - right_lse).unsqueeze(-1), torch.exp(lse_b - right_lse).unsqueeze(-1)
+    return [
+        (out_a + out_b, None, "the partial outputs were added as they are: each is normalised over its own keys "
+                              "only, so weigh each by its share of the total, exp(lse_x - lse)"),
+        ((out_a + out_b) / 2, None, "the partial outputs were averaged: equal weights are right only when both "
+                                    "blocks have the same softmax denominator; weigh each by exp(lse_x - lse)"),
+        (weight_b * out_a + weight_a * out_b, None,
+         "the weights are swapped: out_a must be scaled by exp(lse_a - lse), its own block's share"),
+        (right_out, torch.maximum(lse_a, lse_b),
+         "the output is right, but the combined lse is the larger of the two: it must be log(exp(lse_a) + "
+         "exp(lse_b)) (torch.logaddexp), or the next combine weighs this result wrongly"),
+        (right_out, lse_a + lse_b, "the output is right, but the lse were added: logs of sums do not add, the "
+                                   "combined lse is log(exp(lse_a) + exp(lse_b)) (torch.logaddexp)"),
+    ]
+
+
+def check_combine(combine_partial_attention) -> None:
+    """Check `combine_partial_attention(out_a, lse_a, out_b, lse_b) -> (out, lse)` against attention over all keys.
+
+    out: (2, 3, 5, 4) per block, lse: (2, 3, 5). Cases: small scores, large scores (lse up to ~160, where
+    exponentiating an lse overflows float32), and three blocks folded left to right.
+
+    Introduced in notebooks/15-long-sequences.ipynb.
+    """
+    name = getattr(combine_partial_attention, "__name__", "combine_partial_attention")
+    for case, ((full_out, full_lse), parts) in _combine_cases().items():
+        try:
+            got_out, got_lse = parts[0]
+            for out_b, lse_b in parts[1:]:
+                result = combine_partial_attention(got_out.clone(), got_lse.clone(), out_b.clone(), lse_b.clone())
+                if not (isinstance(result, (tuple, list)) and len(result) == 2):
+                    raise CheckFailed(f"{case}: {name} returned {describe(result)}; expected a pair (out, lse).")
+                got_out, got_lse = result
+        except NotImplementedError as error:
+            raise _not_written(name, error) from None
+        except CheckFailed:
+            raise
+        except RuntimeError as error:
+            hint = ""
+            if "must match the size" in str(error):
+                hint = ("\nHint: lse has one value per query row, shape (..., rows), and out has (..., rows, d): "
+                        "give the weights a last dimension of size 1 (unsqueeze(-1)) so they scale whole rows.")
+            raise CheckFailed(f"{name} raised RuntimeError: {error}\nwhile {case}.{hint}") from None
+        _judge_combine(name, case, parts, got_out, got_lse, full_out, full_lse)
+    passed(f"{name}: two and three partial results combine to attention over all keys, "
+           "with large scores too (no overflow)")
+
+
+def _judge_combine(name, case, parts, got_out, got_lse, full_out, full_lse) -> None:
+    if not torch.is_tensor(got_out) or got_out.shape != full_out.shape:
+        raise CheckFailed(f"{case}: the output is {describe(got_out)}; expected shape {tuple(full_out.shape)}, "
+                          "the shape of each partial output.")
+    if not torch.is_tensor(got_lse) or got_lse.shape != full_lse.shape:
+        raise CheckFailed(f"{case}: the lse is {describe(got_lse)}; expected shape {tuple(full_lse.shape)}, "
+                          "one value per query row like each partial lse.")
+    if not (torch.isfinite(got_out).all() and torch.isfinite(got_lse).all()):
+        raise CheckFailed(f"{case}: the result holds inf or nan.\nHint: exp(lse) overflows float32 above lse ~ 88: "
+                          "never exponentiate an lse on its own; subtract the running maximum (or the combined "
+                          "lse) first, e.g. exp(lse_a - lse) with lse = torch.logaddexp(lse_a, lse_b).")
+    if _close(got_out, full_out) and _close(got_lse, full_lse):
+        return
+    if len(parts) == 2:
+        for out, lse, hint in _combine_hints(parts):
+            if _close(got_out, out) and (lse is None or _close(got_lse, lse)):
+                raise CheckFailed(f"{case}: {_first_difference(got_out, got_lse, full_out, full_lse)}.\nHint: {hint}.")
+    elif _close(got_out, _fold_with_max_lse(parts)):
+        raise CheckFailed(f"{case}: {_first_difference(got_out, got_lse, full_out, full_lse)}.\nHint: two blocks "
+                          "combine right, but the lse you return is not log(exp(lse_a) + exp(lse_b)), so the third "
+                          "block is weighed against the wrong total: return lse = torch.logaddexp(lse_a, lse_b).")
+    raise CheckFailed(f"{case}: {_first_difference(got_out, got_lse, full_out, full_lse)}.\nHint: out = "
+                      "exp(lse_a - lse) * out_a + exp(lse_b - lse) * out_b with lse = log(exp(lse_a) + exp(lse_b)), "
+                      "the weights broadcast over each row's d features.")
+
+
+def _fold_with_max_lse(parts) -> torch.Tensor:
+    out, lse = parts[0]
+    for out_b, lse_b in parts[1:]:
+        out, _ = combine(out, lse, out_b, lse_b)
+        lse = torch.maximum(lse, lse_b)
+    return out
+
+
+def _first_difference(got_out, got_lse, full_out, full_lse) -> str:
+    index = first_mismatch(got_out, full_out, atol=1e-5, rtol=1e-4)
+    if index is not None:
+        return (f"out{_where(index)} is {got_out[index].item():.5g}, expected {full_out[index].item():.5g} "
+                "(attention over all keys at once)")
+    index = first_mismatch(got_lse, full_lse, atol=1e-5, rtol=1e-4)
+    return f"lse{_where(index)} is {got_lse[index].item():.5g}, expected {full_lse[index].item():.5g}"
+
+
+# --- ring_attention --------------------------------------------------------------------------
+
+def _ring_inputs() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    generator = torch.Generator().manual_seed(153)
+    return tuple(torch.randn(BATCH, HEADS, RING_SIZE * ROWS, DIM, generator=generator) for _ in range(3))
+
+
+def _counting_sends(sent: list):
+    """Inside a rank: record the bytes of every dist.send / dist.isend (a send that calls isend counts once)."""
+    inside = []
+
+    def make(original):
+        def call(*args, **kwargs):
+            tensor = args[0] if args else kwargs.get("tensor")
+            if not inside and torch.is_tensor(tensor):
+                sent.append(tensor.numel() * tensor.element_size())
+            inside.append(True)
+            try:
+                return original(*args, **kwargs)
+            finally:
+                inside.pop()
+        return call
+
+    return replacing_dist_calls({"send": make, "isend": make})
+
+
+def _ring_runner(rank: int, ring_attention) -> dict:
+    q, k, v = (t.chunk(dist.get_world_size(), dim=-2)[rank].clone() for t in _ring_inputs())
+    case = (f"running on rank {rank} of {dist.get_world_size()} with q, k, v of shape {tuple(q.shape)} "
+            "(this rank's contiguous block of the sequence)")
+    sent: list = []
+    with torch.no_grad(), only_point_to_point(), _counting_sends(sent):
+        out = call_case(ring_attention, case, q, k, v)
+    return {"out": out.detach().clone() if torch.is_tensor(out) else out, "sent": sum(sent)}
+
+
+def _simulated(rank: int, believed_source, attends, masks) -> torch.Tensor:
+    """Rank `rank`'s output when it takes the block held at step t for rank believed_source(rank, t)'s.
+
+    The block really held at step t started on rank (rank - t) mod N; attends(rank, source) and
+    masks(rank, source) are the answer's rules for which blocks to use and where to put the triangle.
+    """
+    q, k, v = (t.chunk(RING_SIZE, dim=-2) for t in _ring_inputs())
+    state = None
+    for step in range(RING_SIZE):
+        held, source = (rank - step) % RING_SIZE, believed_source(rank, step)
+        if attends(rank, source):
+            partial = block_attention(q[rank], k[held], v[held], causal=masks(rank, source))
+            state = partial if state is None else combine(*state, *partial)
+    return state[0] if state is not None else torch.zeros_like(q[rank])
+
+
+def _ring_mistakes() -> list:
+    came_from = lambda rank, step: (rank - step) % RING_SIZE          # noqa: E731 (a rule table)
+    off_by_one = lambda rank, step: (rank + step) % RING_SIZE         # noqa: E731
+    return [
+        ((came_from, lambda r, s: True, lambda r, s: r == s),
+         "keys from later ranks were attended to: with a causal mask a block from a rank after yours (source > "
+         "rank) lies wholly in the future of your queries, so skip it"),
+        ((came_from, lambda r, s: s <= r, lambda r, s: True),
+         "the causal triangle was applied to every block: it belongs only on the diagonal block (your own, source "
+         "== rank); every key of an earlier rank's block is in the past of all your queries"),
+        ((came_from, lambda r, s: True, lambda r, s: True),
+         "the causal triangle was applied to every block, and no block was skipped: mask only your own block "
+         "(source == rank), attend fully to earlier ranks' blocks, skip later ones"),
+        ((came_from, lambda r, s: s <= r, lambda r, s: False),
+         "your own block was attended to without the causal triangle: on the diagonal block, query i may see key "
+         "j only for j <= i (block_attention(..., causal=True))"),
+        ((came_from, lambda r, s: True, lambda r, s: False),
+         "no causal mask at all: this is bidirectional attention; skip later ranks' blocks and mask your own"),
+        ((off_by_one, lambda r, s: s <= r, lambda r, s: r == s),
+         f"the block you hold at step t was taken to come from rank (rank + t) mod {RING_SIZE}: blocks travel to "
+         "rank + 1, so at step t you hold the keys that started on rank (rank - t) mod world_size"),
+        ((came_from, lambda r, s: s == r, lambda r, s: True),
+         "only your own block was attended to: the other ranks' keys and values never reached your queries; "
+         "pass them around the ring for world_size - 1 steps"),
+    ]
+
+
+WRAP_AROUND = ("wrap it around, send to (rank + 1) % world_size and receive from (rank - 1) % world_size")
+
+
+def _explain_ring(failure) -> str | None:
+    """A rank that crashed inside isend/irecv: gloo can segfault on a peer outside the group (seen on 2.13)."""
+    call = re.search(r"line \d+ in (isend|irecv|send|recv)\b", failure.details)
+    if call and "SIGSEGV" in failure.summary:
+        return f"the rank crashed inside dist.{call.group(1)}: a peer there is no rank of the ring; {WRAP_AROUND}."
+    return None
+
+
+_TOP_FRAME = re.compile(r'File "([^"]+)", line (\d+) in \w+')
+
+
+def _stuck_line(stack: str) -> str:
+    """The source line a stuck rank's innermost Python frame was running ('' if unknown).
+
+    The answer was defined in this process (a notebook cell or a test file), so its lines are
+    in linecache here even though the rank ran them.
+    """
+    frame = _TOP_FRAME.search(stack.split("Current thread")[-1])
+    return linecache.getline(frame.group(1), int(frame.group(2))).strip() if frame else ""
+
+
+def _ring_hang_hint(error) -> str:
+    stuck = {rank: failure.details for rank, failure in error.failures.items() if failure.kind == "timeout"}
+    calls = {blocked_in(stack) for stack in stuck.values()}
+    if calls == {"send"}:
+        return ("every rank called a blocking dist.send first, and a send waits for the peer's matching recv, which "
+                "that peer never reaches because it is sending too: a deadlocked ring. Start the sends with "
+                "dist.isend, post the dist.irecv, then .wait() on both.")
+    if calls & {"isend", "irecv"}:
+        call = sorted(calls & {"isend", "irecv"})[0]
+        return (f"dist.{call} returns at once when its peer is another rank of the group, so a peer here is no "
+                f"rank of the ring: {WRAP_AROUND}.")
+    waiting = calls <= {None} and all(".wait(" in _stuck_line(stack) for stack in stuck.values())
+    if waiting or "recv" in calls:
+        where = "in .wait() on an isend/irecv" if waiting else "in dist.recv"
+        return (f"the ranks wait {where} for keys and values nobody sends them. Check the peers: every rank "
+                "sends to (rank + 1) % world_size and receives from (rank - 1) % world_size, at every step, as "
+                "many receives as sends.")
+    return ("the ranks wait for each other: every send needs a matching receive on the peer, the same number of "
+            "times and with the same shape.")
+
+
+def check_ring_attention(ring_attention, timeout: float = 30.0) -> None:
+    """Check `ring_attention(q, k, v) -> out` (causal) on a ring of 3 gloo ranks, send/recv only.
+
+    Rank r gets the r-th contiguous block of q, k and v, shape (1, 2, 4, 3): 4 tokens of a
+    12-token sequence. Every rank's output must equal its rows of one process's causal
+    attention, and each rank must send its key and value blocks world_size - 1 times.
+
+    Introduced in notebooks/15-long-sequences.ipynb.
+    """
+    ensure_written(ring_attention)
+    name = getattr(ring_attention, "__name__", "ring_attention")
+    try:
+        results = launch(_ring_runner, args=(ring_attention,), nprocs=RING_SIZE, backend="gloo", timeout=timeout)
+    except LaunchTimeout as error:   # the stuck lines are read here, so not through run_on_ranks
+        raise CheckFailed(timeout_message(error, name, timeout, _ring_hang_hint(error))) from None
+    except LaunchError as error:
+        raise CheckFailed(failure_message(error, name, _explain_ring)) from None
+    _judge_ring(name, results)
+
+
+def _judge_ring(name: str, results) -> None:
+    """Compare what every rank of the ring returned and sent with one process; CheckFailed naming the mistake."""
+    q, k, v = _ring_inputs()
+    expected = F.scaled_dot_product_attention(q, k, v, is_causal=True).chunk(RING_SIZE, dim=-2)
+    for rank in range(RING_SIZE):
+        got = results[rank]["out"]
+        if not torch.is_tensor(got) or got.shape != expected[rank].shape:
+            raise CheckFailed(f"rank {rank}: {name} returned {describe(got)}; expected this rank's output rows, "
+                              f"shape {tuple(expected[rank].shape)} like q.")
+        if _close(got, expected[rank]):
+            continue
+        index = first_mismatch(got, expected[rank], atol=1e-5, rtol=1e-4)
+        where = (f"rank {rank}, out{_where(index)}: got {got[index].item():.5g}, expected "
+                 f"{expected[rank][index].item():.5g} (one process's causal attention)")
+        hint = next((text for rule, text in _ring_mistakes() if _close(got, _simulated(rank, *rule))),
+                    "at step t you hold the keys and values of rank (rank - t) mod world_size: attend to them fully "
+                    "if that rank is before yours, with the causal triangle if it is yours, not at all if it is "
+                    "after; fold each partial result in with combine")
+        raise CheckFailed(f"{where}.\nHint: {hint}.")
+    block = BATCH * HEADS * ROWS * DIM * 4
+    want = 2 * (RING_SIZE - 1) * block
+    for rank in range(RING_SIZE):
+        sent = results[rank]["sent"]
+        if sent != want:
+            blocks = sent / block
+            raise CheckFailed(
+                f"rank {rank} sent {sent} bytes ({blocks:g} blocks of {block} bytes); the ring needs "
+                f"{want}: its key and value blocks, world_size - 1 = {RING_SIZE - 1} hops each.\nHint: "
+                + ("after the last step every rank has seen every block: the last pass is not needed."
+                   if sent > want else "send both k and v at every step but the last."))
+    passed(f"{name}: every rank's causal attention equals one process on a ring of {RING_SIZE}, "
+           f"sending {want} bytes (k and v, {RING_SIZE - 1} hops)")
+
+
+# --- zigzag_chunks ---------------------------------------------------------------------------
+
+def _llama(rank: int, world_size: int) -> list[int]:
+    return [rank, 2 * world_size - 1 - rank]
+
+
+def check_zigzag_chunks(zigzag_chunks) -> None:
+    """Check `zigzag_chunks(rank, world_size) -> [early chunk, late chunk]` of 2·world_size chunks, for 2 to 8 ranks.
+
+    Rank r must hold chunks r and 2·world_size - 1 - r, in sequence order (Llama 3's layout),
+    so that every rank does the same causal work.
+
+    Introduced in notebooks/15-long-sequences.ipynb.
+    """
+    name = getattr(zigzag_chunks, "__name__", "zigzag_chunks")
+    for world_size in (2, 3, 4, 8):
+        got = {}
+        for rank in range(world_size):
+            try:
+                chunks = zigzag_chunks(rank, world_size)
+            except NotImplementedError as error:
+                raise _not_written(name, error) from None
+            except Exception as error:
+                raise CheckFailed(f"{name}({rank}, {world_size}) raised {type(error).__name__}: {error}") from None
+            try:
+                got[rank] = [int(c) for c in chunks]
+            except (TypeError, ValueError):
+                raise CheckFailed(f"{name}({rank}, {world_size}) returned {describe(chunks)}; expected a list of "
+                                  "two chunk indices.") from None
+        _judge_zigzag(name, world_size, got)
+    passed(f"{name}: rank r holds chunks r and 2N - 1 - r of 2N, and every rank does the same causal work "
+           "(2, 3, 4 and 8 ranks)")
+
+
+def _judge_zigzag(name: str, world_size: int, got: dict) -> None:
+    chunks, want = 2 * world_size, {rank: _llama(rank, world_size) for rank in range(world_size)}
+    if got == want:
+        return
+    table = ", ".join(f"rank {rank}: {got[rank]}" for rank in range(world_size))
+    head = f"{world_size} ranks ({chunks} chunks): got {table}; expected " + \
+        ", ".join(f"rank {rank}: {want[rank]}" for rank in range(world_size))
+    if any(len(c) != 2 for c in got.values()):
+        raise CheckFailed(f"{head}.\nHint: every rank holds exactly two chunks, one early and one late.")
+    every = sorted(c for pair in got.values() for c in pair)
+    if every != list(range(chunks)):
+        outside = sorted({c for c in every if not 0 <= c < chunks})
+        hint = (f"chunks are numbered 0 to {chunks - 1}: the mirror of chunk r is {chunks - 1} - r, not {chunks} - r"
+                if outside else
+                "every chunk must be held by exactly one rank: some are held twice, others by nobody")
+        raise CheckFailed(f"{head}.\nHint: {hint}.")
+    if all(sorted(got[rank]) == want[rank] for rank in got):
+        raise CheckFailed(f"{head}.\nHint: the right chunks, but not in sequence order: list the early chunk first, "
+                          "so the rank's tokens stay in the order they have in the sequence.")
+    work = [_work(got[rank], world_size) for rank in range(world_size)]
+    if len(set(work)) > 1:
+        shape = ("contiguous pairs" if all(got[r] == [2 * r, 2 * r + 1] for r in got) else
+                 f"chunk r paired with chunk r + {world_size}" if all(got[r] == [r, r + world_size] for r in got)
+                 else "this pairing")
+        raise CheckFailed(f"{head}.\nHint: with {shape} the causal work per rank is {work} score entries (chunks of "
+                          "one token): unbalanced. Pair an early chunk with its mirror from "
+                          f"the end, r with {chunks - 1} - r, so the two add up to the same work on every rank.")
+    raise CheckFailed(f"{head}.\nHint: balanced, but the pairing is reversed: rank 0 holds the first and the last "
+                      f"chunk (0 and {chunks - 1}), rank r holds r and {chunks - 1} - r, as in Llama 3.")
+
+
+def _work(pair: list[int], world_size: int) -> int:
+    """Causal score entries of a rank holding `pair`, with chunks of one token."""
+    return sum(block_entries(mine, key, 1) for mine in pair for key in range(2 * world_size))

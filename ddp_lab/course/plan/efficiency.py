@@ -1,0 +1,237 @@
+"""How long a GPU takes for one transformer layer: a roofline per kind of work, one constant per GPU generation.
+
+A layer's forward pass does two kinds of work (Williams et al. 2009, "Roofline", CACM 52(4)):
+    matmuls      the weight GEMMs (2 b s P_matmul / t FLOPs on a tensor-parallel rank) and the
+                 attention core (4 b s^2 h / t: Q K^T and the weighted V), compute-bound: they
+                 run at peak x `GEMM_EFFICIENCY[generation]`;
+    elementwise  norms, residual adds, activation functions, dropout, softmax, RoPE, the casts
+                 around them: memory-bound, they run at the HBM bandwidth of the spec sheet.
+                 Each tensor a layer saves for backward is written by the kernel that makes
+                 it and read by the one that uses it in forward, read again in backward, where
+                 its gradient (the same size) is written and read: the bytes moved are taken as
+                 2 x the layer's saved activation bytes in forward and 4 x in backward
+                 (`activations.layer_parts` without recomputation, Korthikanti et al. 2022).
+A GEMM also pays a fixed cost per output tile (its pipeline fills before the first multiply),
+amortised over its reduction dimension k: it runs at k / (k + TILE_K) of a long GEMM's rate,
+so the small k of a small model or a wide tensor-parallel split cost more. Backward costs
+2 x the forward GEMMs (input and weight gradients). Attention by kind:
+    eager   the s x s scores are computed in full and masked (causal): 4 b s^2 h / t FLOPs
+            forward, twice that backward, and their softmax and dropout move 5 a s^2 b / t
+            bytes through HBM (Korthikanti's count) - the reason long sequences are slow eagerly;
+    flash   FlashAttention (Dao et al. 2022, arXiv:2205.14135; Dao 2023, arXiv:2307.08691)
+            skips the blocks a causal mask zeroes (half the FLOPs) and recomputes Q K^T in
+            backward: 2.5 x the forward FLOPs, not 2 (5 matmuls of s^2 d instead of 4);
+            no s x s tensor ever reaches HBM.
+Recomputation repeats forward work in backward: "full" the whole layer's forward; "selective"
+(eager only) the attention core and its softmax/dropout traffic; with flash there is nothing
+left to recompute selectively.
+
+Why this shape of model. MFU rises with model size in published runs (Narayanan et al. 2021,
+Table 1: 137 TFLOP/s per A100 at h = 2304 to 163 at h = 25600) and is lower on H100s than on
+A100s for the same code (MosaicML's llm-foundry benchmarks: about 57 % vs 40 % MFU with FSDP):
+the matmuls grow as h^2 per token, the elementwise traffic as h, and an H100's peak FLOP/s
+grew 3.2x over an A100's while its HBM bandwidth grew 1.6x. Tensor parallelism makes it
+worse: the 10 sbh around the parallel matmuls (norms, residuals, dropout) are not divided by t
+unless sequence parallelism splits them too.
+
+The constant. `GEMM_EFFICIENCY[generation]` is the fraction of peak the matmuls sustain,
+absorbing what the model leaves out (kernel launch gaps, wave quantisation, the GEMMs' own
+epilogues, imperfect overlap of the optimizer and collectives). It is set once per GPU
+generation, on ONE published run named beside it, by
+`tests/test_plan_published.py::test_calibration_run` (bisection, rounded to 2 digits); every
+other published run is a prediction (README, "How far to trust the planner").
+
+CPU ranks (lesson 13's measured runs) have no HBM figure: there every FLOP runs at the
+measured matmul rate times the machine's calibrated step efficiency, and TP ranks repeat the
+measured elementwise share (`GPU.elementwise_share`), as `calibrate.this_machine()` measures.
+
+Introduced in notebooks/13-plan-your-training-run.ipynb.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ddp_lab.course.plan.activations import layer_parts, head_activation_bytes, replicated_share
+
+# The ONE calibrated number per GPU generation (see the module docstring), each set by
+# tests/test_plan_published.py::test_calibration_run on the run named here and then fixed.
+GEMM_EFFICIENCY = {
+    # Narayanan et al. 2021 (arXiv:2104.04473), Table 1, the 18.4B row: h 6144, 40 layers, 48 heads,
+    # TP 8, PP 1, 256 A100 80GB, batch 1024, full recomputation, eager attention: 135 TFLOP/s per GPU.
+    "ampere": 0.69,
+    # MosaicML llm-foundry, scripts/train/benchmarking/README.md, table "H100 80GB BF16", MPT-13B row at
+    # sequence 2048 on 8 GPUs: FSDP FULL_SHARD, micro-batch 2, no activation checkpointing, flash
+    # attention, 38,336 tokens/s (39.79 % MFU).
+    "hopper": 0.50,
+}
+CALIBRATION_RUNS = {
+    "ampere": "Narayanan et al. 2021, Table 1, 18.4B (TP 8, 256 A100 80GB): 135 TFLOP/s per GPU",
+    "hopper": "MosaicML llm-foundry benchmarks, H100 80GB BF16, MPT-13B, seq 2048, 8 GPUs: 38,336 tokens/s",
+}
+# Turing (T4) has no published run with a stated configuration in the validation set: it borrows
+# Ampere's constant, unchecked (the planner says so nowhere else: treat T4 step times as rough).
+UNCALIBRATED_FALLBACK = "ampere"
+
+# HBM traffic of the elementwise kernels, in multiples of the bytes a layer saves for backward: in
+# forward each saved tensor is written by the kernel that makes it and read by the one that uses it
+# (2); in backward it is read again and its gradient, the same size, is written and read (3, and one
+# more read of the incoming gradient: 4).
+TRAFFIC_FORWARD = 2
+# A GEMM computes its output in tiles; each tile first fills a pipeline of k-slices and ends by
+# writing its results, a fixed cost that is amortised over the reduction dimension k: the time
+# of TILE_K more steps of k. CUTLASS's default Ampere bf16 kernel (tile 128 x 256 x 64, 3 stages)
+# loads 2 k-slices of 64 before its first multiply: TILE_K = 128. So a GEMM runs at
+# k / (k + 128) of the rate a long one reaches: 86 % at k = 768, 97 % at k = 4096.
+TILE_K = 128
+TRAFFIC_BACKWARD = 4
+
+# Optimizer step (Adam), bytes moved per parameter it updates: read the gradient (2, or 4 in fp32),
+# read and write the fp32 master weight, momentum and variance (3 x 8), write the 16-bit weight (2).
+ADAM_BYTES_MIXED = 2 + 3 * 8 + 2
+ADAM_BYTES_FP32 = 4 + 3 * 8
+
+
+def efficiency_of(generation: str) -> float:
+    """The calibrated matmul efficiency of a GPU generation ("ampere", "hopper"; others borrow Ampere's).
+
+    Example:
+        >>> efficiency_of("hopper") < efficiency_of("ampere")
+        True
+
+    Introduced in notebooks/13-plan-your-training-run.ipynb.
+    """
+    return GEMM_EFFICIENCY.get(generation, GEMM_EFFICIENCY[UNCALIBRATED_FALLBACK])
+
+
+@dataclass(frozen=True)
+class WorkSeconds:
+    """Seconds of one piece of work on one GPU for one micro-batch: forward, backward, recomputation.
+
+    Introduced in notebooks/13-plan-your-training-run.ipynb.
+    """
+
+    forward: float
+    backward: float
+    recompute: float = 0.0
+
+    @property
+    def total(self) -> float:
+        return self.forward + self.backward + self.recompute
+
+
+def layer_matmul_flops(model, strategy) -> tuple[float, float]:
+    """(weight-GEMM FLOPs, attention-core FLOPs) of one layer's forward, per micro-batch, on one TP rank.
+
+    The attention core is counted in full (4 b s^2 h / t, the papers' convention); the caller
+    halves it for causal flash attention.
+    """
+    h, kv, f, s, b, t = model.hidden, model.kv_dim, model.ffn_, model.seq_len, strategy.micro_batch, strategy.tp
+    ups = 2 if model.ffn_kind == "swiglu" else 1
+    matmul_params = 2 * h * h + 2 * h * kv + (ups + 1) * h * f
+    return 2 * b * s * matmul_params / t, 4 * b * s * s * h / t
+
+
+def layer_gemms(model, strategy) -> list[tuple[float, int, int]]:
+    """One layer's weight GEMMs on one TP rank: (forward FLOPs, forward k, input-gradient k) each.
+
+    k is the reduction dimension: QKV and FFN up reduce over h, the row-parallel out-projection
+    and FFN down over h/t and f/t (Megatron's split, lesson 08); each input gradient reduces over
+    the forward's output width. The weight gradient reduces over the b s tokens (long: no tile cost).
+    """
+    h, kv, f, t = model.hidden, model.kv_dim, model.ffn_, strategy.tp
+    tokens = strategy.micro_batch * model.seq_len
+    ups = 2 if model.ffn_kind == "swiglu" else 1
+    qkv = (h + 2 * kv) // t
+    return [(2 * tokens * h * qkv, h, qkv),                       # Q, K, V
+            (2 * tokens * (h // t) * h, h // t, h),               # attention output projection
+            (2 * tokens * h * ups * (f // t), h, f // t),         # FFN up (and gate)
+            (2 * tokens * (f // t) * h, f // t, h)]               # FFN down
+
+
+def gemm_seconds(flops: float, k: int, rate: float) -> float:
+    """Seconds of a GEMM of `flops` with reduction dimension k: the tile cost adds TILE_K of k (module docstring)."""
+    return flops / rate * (1 + TILE_K / k)
+
+
+def layer_seconds(model, strategy, gpu) -> WorkSeconds:
+    """Seconds of one transformer layer for one micro-batch on one tensor-parallel rank (module docstring).
+
+    Example:
+        >>> from ddp_lab.course.plan.cluster_spec import GPU
+        >>> from ddp_lab.course.plan.model import Transformer
+        >>> from ddp_lab.course.plan.strategy import Strategy
+        >>> llama, h100 = Transformer.preset("llama3-8b"), GPU.preset("h100-sxm")
+        >>> flash = layer_seconds(llama, Strategy(), h100)
+        >>> eager = layer_seconds(llama, Strategy(attention="eager"), h100)
+        >>> flash.total < eager.total      # no s x s traffic, half the causal FLOPs
+        True
+
+    Introduced in notebooks/13-plan-your-training-run.ipynb.
+    """
+    gemm, core = layer_matmul_flops(model, strategy)
+    if gpu.memory_bandwidth is None:
+        return _flat_layer_seconds(model, strategy, gpu, gemm, core)
+    rate = gpu.achieved_flops(strategy.precision)
+    bandwidth = gpu.memory_bandwidth
+    outside, inside, scores = layer_parts(model, strategy.with_(recompute="none"))
+    t = strategy.tp
+    traffic = outside / (t if strategy.sequence_parallel else 1) + (inside + scores) / t   # bytes written forward
+    if strategy.attention == "flash":
+        core_forward, core_backward = core / 2, 2.5 * core / 2       # causal blocks skipped; Q K^T recomputed
+    else:
+        core_forward, core_backward = core, 2 * core
+    gemms = layer_gemms(model, strategy)
+    forward_gemms = sum(gemm_seconds(flops, k, rate) for flops, k, _ in gemms)
+    backward_gemms = sum(gemm_seconds(flops, k_grad, rate) + flops / rate for flops, _, k_grad in gemms)
+    forward = forward_gemms + core_forward / rate + TRAFFIC_FORWARD * traffic / bandwidth
+    backward = backward_gemms + core_backward / rate + TRAFFIC_BACKWARD * traffic / bandwidth
+    if strategy.recompute == "full":
+        recompute = forward
+    elif strategy.recompute == "selective" and strategy.attention == "eager":
+        recompute = core_forward / rate + TRAFFIC_FORWARD * scores / t / bandwidth
+    else:
+        recompute = 0.0
+    return WorkSeconds(forward, backward, recompute)
+
+
+def head_seconds(model, strategy, gpu) -> WorkSeconds:
+    """Seconds of the output layer (final norm, vocab-parallel head, cross-entropy) for one micro-batch.
+
+    GEMM 2 b s h V / t forward, twice that backward; the fp32 logits and the norm's tensors
+    (`activations.head_activation_bytes`) written forward, read and their gradients written backward.
+    """
+    gemm = 2 * strategy.micro_batch * model.seq_len * model.hidden * -(-model.vocab // strategy.tp)
+    if gpu.memory_bandwidth is None:
+        scale = _flat_scale(model, strategy, gpu)
+        return WorkSeconds(gemm / gpu.achieved_flops(strategy.precision) * scale,
+                           2 * gemm / gpu.achieved_flops(strategy.precision) * scale)
+    rate = gpu.achieved_flops(strategy.precision)
+    traffic = head_activation_bytes(model, strategy) / gpu.memory_bandwidth
+    vocab = -(-model.vocab // strategy.tp)
+    return WorkSeconds(gemm_seconds(gemm, model.hidden, rate) + TRAFFIC_FORWARD * traffic,
+                       gemm_seconds(gemm, vocab, rate) + gemm / rate + TRAFFIC_BACKWARD * traffic)
+
+
+def optimizer_seconds(parameters: int, strategy, gpu) -> float:
+    """Seconds of Adam's step over the `parameters` this GPU updates (its optimizer shard): memory-bound.
+
+    0 on CPU ranks, whose calibrated step efficiency already contains the optimizer.
+    """
+    if gpu.memory_bandwidth is None:
+        return 0.0
+    per_parameter = (ADAM_BYTES_MIXED + (2 if strategy.fp32_grads else 0)) if strategy.mixed else ADAM_BYTES_FP32
+    return parameters * per_parameter / gpu.memory_bandwidth
+
+
+def _flat_scale(model, strategy, gpu) -> float:
+    """CPU ranks: TP ranks repeat the elementwise share of the work around the parallel matmuls."""
+    return 1 + gpu.elementwise_share * replicated_share(model, strategy) * (strategy.tp - 1)
+
+
+def _flat_layer_seconds(model, strategy, gpu, gemm: float, core: float) -> WorkSeconds:
+    """CPU ranks: every FLOP at the measured rate x the calibrated step efficiency (the papers' FLOP count)."""
+    rate = gpu.achieved_flops(strategy.precision) / _flat_scale(model, strategy, gpu)
+    forward = gemm + core
+    recompute = {"full": forward, "selective": core if strategy.attention == "eager" else 0.0}.get(strategy.recompute, 0.0)
+    return WorkSeconds(forward / rate, 2 * forward / rate, recompute / rate)

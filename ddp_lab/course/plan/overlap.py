@@ -1,0 +1,82 @@
+"""How much of ZeRO-3's (FSDP's) communication compute hides: a two-stream timeline, unit by unit.
+
+ZeRO-3 (Rajbhandari et al. 2020, Sec. 5.3) and FSDP (Zhao et al. 2023, arXiv:2304.11277,
+Sec. 3.3-3.4; lesson 09) keep each unit's weights sharded and, per micro-batch, all-gather a
+unit before its forward, all-gather it again before its backward, and reduce-scatter its
+gradients after its backward. The collectives run on their own stream beside the compute
+stream, so they overlap compute, but only where the schedule allows:
+    forward   the gather of unit k+1 runs while unit k computes (prefetch); at most two units
+              are gathered at a time (FSDP's rate limiter: unit k+1's gather waits until unit
+              k-1's forward has freed its weights), and the first gather (the root: embeddings
+              and head) has nothing to hide behind;
+    backward  the gather of unit k-1 is issued when unit k's backward starts and the
+              reduce-scatter of unit k when it ends, so the scatters overlap the backward of the
+              units before them; the last reduce-scatter (the root's) is exposed.
+One communication stream serves the gathers and scatters in the order FSDP issues them; the
+step of a micro-batch ends when both streams are done. The model's step time is compute plus
+what is left over: `exposed = makespan - compute`.
+
+DP and TP traffic that share a link (both inside one node on NVLink, or both across nodes on
+the NICs) share its bandwidth: a TP collective sits in the compute stream's critical path and
+takes the link while it runs, so the DP stream moves its bytes only in the rest of each layer's
+time: its transfers take (1 + tp_seconds / compute_seconds) times longer (`stretch`).
+
+Introduced in notebooks/13-plan-your-training-run.ipynb.
+"""
+
+from __future__ import annotations
+
+
+def fsdp_micro_batch(gather: list[float], scatter: list[float], forward: list[float], backward: list[float],
+                     middle: float = 0.0) -> float:
+    """Seconds from a micro-batch's first gather to its last reduce-scatter on one GPU (module docstring).
+
+    Index 0 is the root unit (embeddings, final norm, head: gathered first, scattered last),
+    1..n the layers in forward order. `forward[i]`/`backward[i]`: the unit's compute on the
+    compute stream (TP collectives included); `middle`: the head's forward and backward, run
+    between the last layer's forward and its backward with the root's weights still gathered.
+    `gather[i]` is one all-gather of unit i (issued twice), `scatter[i]` its reduce-scatter.
+
+    Example:
+        >>> # 2 layers of 1 s compute each way, collectives of 0.5 s (root 0.1 s): 4 s of compute, and exposed
+        >>> # the root's gather, layer 1's gather (nothing computes before it), layer 1's and the root's scatters
+        >>> round(fsdp_micro_batch([0.1, 0.5, 0.5], [0.1, 0.5, 0.5], [0.0, 1.0, 1.0], [0.0, 1.0, 1.0]), 6)
+        5.2
+
+    Introduced in notebooks/13-plan-your-training-run.ipynb.
+    """
+    layers = len(forward) - 1
+    comm = gather[0]                     # the root's gather: nothing computes before it
+    clock = comm + forward[0]
+    forward_end = {0: clock}
+    for k in range(1, layers + 1):
+        buffer_free = forward_end.get(k - 2, 0.0)          # two units gathered at a time
+        comm = max(comm, buffer_free) + gather[k]
+        clock = max(clock, comm) + forward[k]
+        forward_end[k] = clock
+    clock += middle
+    gathered = {layers: max(comm, forward_end[layers - 1] if layers > 1 else 0.0) + gather[layers]} if layers else {}
+    if layers:
+        comm = gathered[layers]
+    for k in range(layers, 0, -1):
+        start = max(clock, gathered[k])
+        if k > 1:                                          # prefetch the next unit's weights
+            comm = max(comm, start) + gather[k - 1]
+            gathered[k - 1] = comm
+        clock = start + backward[k]
+        comm = max(comm, clock) + scatter[k]               # this unit's gradients
+    clock += backward[0]
+    comm = max(comm, clock) + scatter[0]                   # the root's gradients: exposed
+    return max(clock, comm)
+
+
+def stretch(tp_seconds: float, compute_seconds: float, shared_link: bool) -> float:
+    """Factor by which DP transfers slow down when TP collectives take the same link part of the time.
+
+    Example:
+        >>> stretch(0.2, 1.0, shared_link=True), stretch(0.2, 1.0, shared_link=False)
+        (1.2, 1.0)
+    """
+    if not shared_link or compute_seconds <= 0:
+        return 1.0
+    return 1.0 + tp_seconds / compute_seconds

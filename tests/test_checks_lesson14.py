@@ -1,0 +1,344 @@
+"""The lesson 14 checks accept a right answer and reject plausible wrong ones with specific feedback.
+
+Each wrong answer below is a mistake a learner is likely to make; the test pins the part of the
+feedback that names it, and a hint fires only on its own mistake (every answer gets a different
+hint, the right ones none). To keep launches few, all answers of one exercise run in one launch
+(`run_*_answers`) and each is judged alone (`judge_*`), exactly as the public check judges its one
+answer; the public checks themselves run end to end in the solution notebook (nbval) and below on
+the deadlocks, which stop at a 5 s timeout. Three batches, two deadlocks: about 25 s on 2 cores.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from ddp_lab.checks import CheckFailed
+from ddp_lab.checks import lesson14
+from ddp_lab.course.expert_parallel import Dispatched, all_to_all
+from ddp_lab.course.expert_parallel import combine as library_combine
+from ddp_lab.course.expert_parallel import dispatch as library_dispatch
+
+
+# --- dispatch ---------------------------------------------------------------------------------
+
+def _exchange(rows_per_expert):
+    received = torch.empty_like(rows_per_expert)
+    dist.all_to_all_single(received, rows_per_expert)
+    return received.view(dist.get_world_size(), -1)
+
+
+def _sorted_and_counted(expert, num_experts, key=None):
+    order = torch.argsort(expert if key is None else key, stable=True)
+    per_expert = torch.bincount(expert, minlength=num_experts)
+    return order, per_expert, per_expert.view(dist.get_world_size(), -1).sum(dim=1)
+
+
+def dispatch(rows, expert, num_experts, group=None):
+    order, per_expert, sent = _sorted_and_counted(expert, num_experts)
+    received_counts = _exchange(per_expert)
+    received = rows.new_empty((int(received_counts.sum()), rows.shape[1]))
+    dist.all_to_all_single(received, rows[order], received_counts.sum(dim=1).tolist(), sent.tolist())
+    return Dispatched(received, received_counts, sent, order)
+
+
+def counts_never_exchanged(rows, expert, num_experts, group=None):
+    order, per_expert, sent = _sorted_and_counted(expert, num_experts)
+    received = torch.empty_like(rows)
+    dist.all_to_all_single(received, rows[order], sent.tolist(), sent.tolist())
+    return Dispatched(received, per_expert.view(dist.get_world_size(), -1), sent, order)
+
+
+def splits_swapped(rows, expert, num_experts, group=None):
+    order, per_expert, sent = _sorted_and_counted(expert, num_experts)
+    received_counts = _exchange(per_expert)
+    received = rows.new_empty((int(received_counts.sum()), rows.shape[1]))
+    dist.all_to_all_single(received, rows[order], sent.tolist(), received_counts.sum(dim=1).tolist())
+    return Dispatched(received, received_counts, sent, order)
+
+
+def own_counts_as_output_splits(rows, expert, num_experts, group=None):
+    order, per_expert, sent = _sorted_and_counted(expert, num_experts)
+    received_counts = _exchange(per_expert)
+    received = rows.new_empty((int(sent.sum()), rows.shape[1]))
+    dist.all_to_all_single(received, rows[order], sent.tolist(), sent.tolist())
+    return Dispatched(received, received_counts, sent, order)
+
+
+def rows_not_sorted(rows, expert, num_experts, group=None):
+    order, per_expert, sent = _sorted_and_counted(expert, num_experts)
+    received_counts = _exchange(per_expert)
+    received = rows.new_empty((int(received_counts.sum()), rows.shape[1]))
+    dist.all_to_all_single(received, rows, received_counts.sum(dim=1).tolist(), sent.tolist())
+    return Dispatched(received, received_counts, sent, order)
+
+
+def sorted_by_rank_only(rows, expert, num_experts, group=None):
+    order, per_expert, sent = _sorted_and_counted(expert, num_experts, key=expert // (num_experts // dist.get_world_size()))
+    received_counts = _exchange(per_expert)
+    received = rows.new_empty((int(received_counts.sum()), rows.shape[1]))
+    dist.all_to_all_single(received, rows[order], received_counts.sum(dim=1).tolist(), sent.tolist())
+    return Dispatched(received, received_counts, sent, order)
+
+
+def counts_per_expert_returned(rows, expert, num_experts, group=None):
+    received, received_counts, sent, order = dispatch(rows, expert, num_experts)
+    return Dispatched(received, received_counts, torch.bincount(expert, minlength=num_experts), order)
+
+
+DISPATCH_ANSWERS = {
+    dispatch: None,
+    library_dispatch: None,
+    counts_never_exchanged: r"(?s)rank 0, all_to_all_single call 1 \(the rows\): output_split_sizes=\[3, 2, 2\], but "
+                            r"the ranks send this rank \[3, 1, 3\].*no collective call before sending its rows.*"
+                            r"Exchange the per-expert counts first",
+    splits_swapped: r"(?s)rank 1, all_to_all_single call 2 \(the rows\): input_split_sizes=\[2, 2, 2\] add up to 6, "
+                    r"but the input has 5 rows.*Hint: the two split lists are swapped",
+    own_counts_as_output_splits: r"(?s)rank 0, all_to_all_single call 2.*Hint: output_split_sizes equals your own "
+                                 r"input_split_sizes",
+    rows_not_sorted: r"(?s)rank 0, received row 0: got row 0 of rank 0, expected row 1 of rank 0.*original order: "
+                     r"send rows\[order\]",
+    sorted_by_rank_only: r"(?s)rank 0: the experts of your rows in `order` are \[0, 1, 0, .*grouped by rank but not "
+                         r"by expert",
+    counts_per_expert_returned: r"(?s)rank 0: sent_counts \[2, 1, 0, 2, 1, 1\], expected \[3, 2, 2\].*counts per "
+                                r"expert; sent_counts has one entry per RANK",
+}
+
+
+@pytest.fixture(scope="module")
+def dispatch_results():
+    answers = tuple(DISPATCH_ANSWERS)
+    return dict(zip(answers, lesson14.run_dispatch_answers(answers)))
+
+
+@pytest.mark.parametrize("answer", DISPATCH_ANSWERS, ids=lambda answer: answer.__name__)
+def test_dispatch_feedback(dispatch_results, answer):
+    feedback = DISPATCH_ANSWERS[answer]
+    if feedback is None:
+        assert lesson14.judge_dispatch(answer.__name__, dispatch_results[answer]).startswith(
+            f"{answer.__name__}: counts exchanged first, then every rank's rows reached")
+    else:
+        with pytest.raises(CheckFailed, match=feedback):
+            lesson14.judge_dispatch(answer.__name__, dispatch_results[answer])
+
+
+def rank_0_returns_early(rows, expert, num_experts, group=None):
+    if dist.get_rank() == 0:
+        return None
+    return dispatch(rows, expert, num_experts)
+
+
+def test_dispatch_stops_a_deadlock():
+    with pytest.raises(CheckFailed, match=r"(?s)rank_0_returns_early did not finish within 5 s.*Stuck: rank 1 in "
+                                          r"dist\.all_to_all_single.*every rank must call it"):
+        lesson14.check_dispatch(rank_0_returns_early, timeout=5)
+
+
+# --- combine ----------------------------------------------------------------------------------
+
+def _back(expert_output, dispatched, swap=False):
+    splits = [dispatched.sent_counts.tolist(), dispatched.received_counts.sum(dim=1).tolist()]
+    return all_to_all(expert_output, *(splits[::-1] if swap else splits))
+
+
+def combine(expert_output, dispatched, token_index, gates, x, group=None):
+    rows = _back(expert_output, dispatched)[dispatched.order.argsort()]
+    return x.index_add(0, token_index, rows * gates.unsqueeze(-1))
+
+
+def reverse_splits_not_swapped(expert_output, dispatched, token_index, gates, x, group=None):
+    rows = _back(expert_output, dispatched, swap=True)[dispatched.order.argsort()]
+    return x.index_add(0, token_index, rows * gates.unsqueeze(-1))
+
+
+def gates_forgotten(expert_output, dispatched, token_index, gates, x, group=None):
+    return x.index_add(0, token_index, _back(expert_output, dispatched)[dispatched.order.argsort()])
+
+
+def gates_twice(expert_output, dispatched, token_index, gates, x, group=None):
+    weighted = _back(expert_output * 1, dispatched)[dispatched.order.argsort()] * gates.unsqueeze(-1)
+    return x.index_add(0, token_index, weighted * gates.unsqueeze(-1))
+
+
+def dropped_tokens_zero(expert_output, dispatched, token_index, gates, x, group=None):
+    rows = _back(expert_output, dispatched)[dispatched.order.argsort()]
+    y = torch.zeros_like(x).index_add(0, token_index, rows * gates.unsqueeze(-1))
+    routed = token_index.unique()
+    y[routed] += x[routed]                      # the residual only where an expert took the token
+    return y
+
+
+def residual_forgotten(expert_output, dispatched, token_index, gates, x, group=None):
+    rows = _back(expert_output, dispatched)[dispatched.order.argsort()]
+    return torch.zeros_like(x).index_add(0, token_index, rows * gates.unsqueeze(-1))
+
+
+def assigned_not_added(expert_output, dispatched, token_index, gates, x, group=None):
+    rows = _back(expert_output, dispatched)[dispatched.order.argsort()]
+    y = x.clone()
+    y[token_index] = x[token_index] + rows * gates.unsqueeze(-1)
+    return y
+
+
+def sort_not_undone(expert_output, dispatched, token_index, gates, x, group=None):
+    return x.index_add(0, token_index, _back(expert_output, dispatched) * gates.unsqueeze(-1))
+
+
+def sorted_twice(expert_output, dispatched, token_index, gates, x, group=None):
+    rows = _back(expert_output, dispatched)[dispatched.order]
+    return x.index_add(0, token_index, rows * gates.unsqueeze(-1))
+
+
+COMBINE_ANSWERS = {
+    combine: None,
+    library_combine: None,
+    reverse_splits_not_swapped: r"(?s)rank 0, all_to_all_single call 1: input_split_sizes=\[2, 2, 3\] add up to 7, "
+                                r"but the input has 6 rows.*the reverse trip swaps the split lists",
+    gates_forgotten: r"(?s)rank 0, token 0: got .*the gate weights are missing",
+    gates_twice: r"(?s)rank 0, token 0: got .*the gates are applied twice",
+    dropped_tokens_zero: r"(?s)rank 0, token 2: got \[0.0, 0.0, 0.0, 0.0\].*a dropped token must leave the layer as it "
+                         r"came in",
+    residual_forgotten: r"(?s)rank 0, token 0: got .*the residual is missing",
+    assigned_not_added: r"(?s)rank 0, token 0: got .*got only one expert's output.*index_add",
+    sort_not_undone: r"(?s)rank 0, token \d: got .*undo the sort with the inverse of dispatched.order",
+    sorted_twice: r"(?s)rank 0, token \d: got .*back\[order\] applies the permutation a second time",
+}
+
+
+@pytest.fixture(scope="module")
+def combine_results():
+    answers = tuple(COMBINE_ANSWERS)
+    return dict(zip(answers, lesson14.run_combine_answers(answers)))
+
+
+@pytest.mark.parametrize("answer", COMBINE_ANSWERS, ids=lambda answer: answer.__name__)
+def test_combine_feedback(combine_results, answer):
+    feedback = COMBINE_ANSWERS[answer]
+    if feedback is None:
+        assert lesson14.judge_combine(answer.__name__, combine_results[answer]).startswith(
+            f"{answer.__name__}: expert outputs came back")
+    else:
+        with pytest.raises(CheckFailed, match=feedback):
+            lesson14.judge_combine(answer.__name__, combine_results[answer])
+
+
+def test_combine_inputs_tell_the_mistakes_apart():
+    """On every rank the wrong answers' outputs differ from the right one and from each other."""
+    for rank in range(lesson14.WORLD_SIZE):
+        candidates = lesson14._combine_candidates(rank)
+        outputs = [value for key, value in candidates.items() if key != "dropped"]
+        for i, a in enumerate(outputs):
+            for b in outputs[i + 1:]:
+                assert not torch.allclose(a, b, atol=1e-4), rank
+        assert candidates["dropped"].any(), rank                    # a token that lost both assignments
+
+
+# --- reduce_gradients ---------------------------------------------------------------------------
+
+def reduce_gradients(replicated, expert, dp_group):
+    for p in replicated:
+        dist.all_reduce(p.grad)
+    for p in expert:
+        dist.all_reduce(p.grad, group=dp_group)
+
+
+def experts_over_every_rank(replicated, expert, dp_group):
+    for p in [*replicated, *expert]:
+        dist.all_reduce(p.grad)
+
+
+def experts_not_reduced(replicated, expert, dp_group):
+    for p in replicated:
+        dist.all_reduce(p.grad)
+
+
+def averaged_like_ddp(replicated, expert, dp_group):
+    for p in replicated:
+        dist.all_reduce(p.grad)
+        p.grad /= dist.get_world_size()
+    for p in expert:
+        dist.all_reduce(p.grad, group=dp_group)
+        p.grad /= dist.get_world_size(dp_group)
+
+
+def replicated_over_dp_group(replicated, expert, dp_group):
+    for p in [*replicated, *expert]:
+        dist.all_reduce(p.grad, group=dp_group)
+
+
+REDUCE_ANSWERS = {
+    reduce_gradients: None,
+    experts_over_every_rank: r"(?s)rank 0, expert parameter 0.*summed over all 4 ranks: ranks 0 and 1 hold DIFFERENT "
+                             r"experts",
+    experts_not_reduced: r"(?s)rank 0, expert parameter 0.*not all-reduced: the other rank of your dp group",
+    averaged_like_ddp: r"(?s)rank 0, replicated parameter 0.*this is the mean.*do not divide",
+    replicated_over_dp_group: r"(?s)rank 0, replicated parameter 0.*summed over dp_group only: every rank holds them",
+}
+
+
+@pytest.fixture(scope="module")
+def reduce_results():
+    answers = tuple(REDUCE_ANSWERS)
+    return dict(zip(answers, lesson14.run_reduce_answers(answers)))
+
+
+@pytest.mark.parametrize("answer", REDUCE_ANSWERS, ids=lambda answer: answer.__name__)
+def test_reduce_gradients_feedback(reduce_results, answer):
+    feedback = REDUCE_ANSWERS[answer]
+    if feedback is None:
+        assert lesson14.judge_reduce(answer.__name__, reduce_results[answer]).startswith(
+            f"{answer.__name__}: replicated gradients summed over all 4 ranks")
+    else:
+        with pytest.raises(CheckFailed, match=feedback):
+            lesson14.judge_reduce(answer.__name__, reduce_results[answer])
+
+
+def experts_only_on_rank_0(replicated, expert, dp_group):
+    for p in replicated:
+        dist.all_reduce(p.grad)
+    if dist.get_rank() == 0:
+        for p in expert:
+            dist.all_reduce(p.grad, group=dp_group)
+
+
+def test_reduce_gradients_stops_a_deadlock():
+    with pytest.raises(CheckFailed, match=r"(?s)experts_only_on_rank_0 did not finish within 5 s.*Stuck: rank 0 in "
+                                          r"dist\.all_reduce\..*every rank must all-reduce every gradient"):
+        lesson14.check_reduce_gradients(experts_only_on_rank_0, timeout=5)
+
+
+# --- stubs and feedback that names each mistake once ---------------------------------------------
+
+def dispatch_stub(rows, expert, num_experts, group=None):
+    raise NotImplementedError("argsort the experts")
+
+
+def combine_stub(expert_output, dispatched, token_index, gates, x, group=None):
+    raise NotImplementedError("the reverse all_to_all_single")
+
+
+def reduce_stub(replicated, expert, dp_group):
+    raise NotImplementedError("dist.all_reduce with SUM")
+
+
+@pytest.mark.parametrize("check, stub", [(lesson14.check_dispatch, dispatch_stub),
+                                         (lesson14.check_combine, combine_stub),
+                                         (lesson14.check_reduce_gradients, reduce_stub)])
+def test_a_stub_is_named_without_starting_ranks(check, stub):
+    with pytest.raises(CheckFailed, match=rf"{stub.__name__} is not written yet: it raised NotImplementedError"):
+        check(stub)
+
+
+@pytest.mark.parametrize("answers, judge, results", [(DISPATCH_ANSWERS, lesson14.judge_dispatch, "dispatch_results"),
+                                                     (COMBINE_ANSWERS, lesson14.judge_combine, "combine_results"),
+                                                     (REDUCE_ANSWERS, lesson14.judge_reduce, "reduce_results")])
+def test_each_wrong_answer_gets_its_own_hint(request, answers, judge, results):
+    hints = []
+    for answer, feedback in answers.items():
+        if feedback is None:
+            continue
+        with pytest.raises(CheckFailed) as failure:
+            judge(answer.__name__, request.getfixturevalue(results)[answer])
+        hints.append(str(failure.value).split("Hint: ", 1)[1])
+    assert len(set(hints)) == len(hints), hints

@@ -1,0 +1,208 @@
+"""The lesson 15 checks reject plausible wrong answers with feedback that names the mistake, and only it.
+
+Each wrong answer below is a mistake a learner is likely to make; the test pins the part of the
+feedback that names it, and that no other mistake's hint appears. The combine and zig-zag checks
+run in this process (milliseconds). The ring's eight mistaken answers run in one launch of 3
+gloo ranks (the check's own runner, then its judge); the three hanging rings go through the check
+itself and each runs into an 8 s timeout (about 30 s for the module on 2 busy cores: a hang can
+only be proven by waiting for it). The right answers' ✓ is proven by nbval of
+solutions/15-long-sequences.ipynb, so it is not run again here.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from ddp_lab.checks import CheckFailed
+from ddp_lab.checks.lesson15 import RING_SIZE, _judge_ring, _ring_runner, check_combine, check_ring_attention, check_zigzag_chunks
+from ddp_lab.course.context_parallel.online_softmax import block_attention, combine
+from ddp_lab.launcher.launch import launch
+
+DEADLOCK_TIMEOUT = 8.0  # a cold start of 3 ranks on a busy 2-core machine takes seconds: stuck ranks must have got there
+COMBINE_HINTS = ("added as they are", "averaged", "weights are swapped", "is the larger of the two",
+                 "lse were added", "overflows float32", "unsqueeze(-1)", "the third block")
+RING_HINTS = ("later ranks were attended", "applied to every block: it belongs", "and no block was skipped",
+              "without the causal triangle", "no causal mask at all", "(rank + t) mod", "never reached your queries",
+              "last pass is not needed")
+ZIGZAG_HINTS = ("not in sequence order", "unbalanced", "pairing is reversed", "numbered 0 to",
+                "held by exactly one rank")
+
+
+def _raises_only(check, answer, hints: tuple, expected: str, **kwargs) -> None:
+    """The check fails with `expected` in its message, and with no other mistake's hint."""
+    with pytest.raises(CheckFailed) as failure:
+        check(answer, **kwargs)
+    message = str(failure.value)
+    assert expected in message, message
+    others = [hint for hint in hints if hint != expected and hint in message]
+    assert not others, f"other hints fired too: {others}\n{message}"
+
+
+# --- combine ---------------------------------------------------------------------------------
+
+def combine_right(out_a, lse_a, out_b, lse_b):
+    lse = torch.logaddexp(lse_a, lse_b)
+    return torch.exp(lse_a - lse).unsqueeze(-1) * out_a + torch.exp(lse_b - lse).unsqueeze(-1) * out_b, lse
+
+
+def combine_unscaled(out_a, lse_a, out_b, lse_b):
+    return out_a + out_b, torch.logaddexp(lse_a, lse_b)
+
+
+def combine_averaged(out_a, lse_a, out_b, lse_b):
+    return (out_a + out_b) / 2, torch.logaddexp(lse_a, lse_b)
+
+
+def combine_swapped(out_a, lse_a, out_b, lse_b):
+    lse = torch.logaddexp(lse_a, lse_b)
+    return torch.exp(lse_b - lse).unsqueeze(-1) * out_a + torch.exp(lse_a - lse).unsqueeze(-1) * out_b, lse
+
+
+def combine_without_the_max(out_a, lse_a, out_b, lse_b):
+    total = torch.exp(lse_a) + torch.exp(lse_b)   # no running max subtracted: overflows for large scores
+    out = (torch.exp(lse_a).unsqueeze(-1) * out_a + torch.exp(lse_b).unsqueeze(-1) * out_b) / total.unsqueeze(-1)
+    return out, torch.log(total)
+
+
+def combine_max_lse(out_a, lse_a, out_b, lse_b):
+    out, _ = combine_right(out_a, lse_a, out_b, lse_b)
+    return out, torch.maximum(lse_a, lse_b)
+
+
+def combine_added_lse(out_a, lse_a, out_b, lse_b):
+    out, _ = combine_right(out_a, lse_a, out_b, lse_b)
+    return out, lse_a + lse_b
+
+
+def combine_no_unsqueeze(out_a, lse_a, out_b, lse_b):
+    lse = torch.logaddexp(lse_a, lse_b)
+    return torch.exp(lse_a - lse) * out_a + torch.exp(lse_b - lse) * out_b, lse
+
+
+def combine_stub(out_a, lse_a, out_b, lse_b):
+    raise NotImplementedError("weigh each output by its share")
+
+
+@pytest.mark.parametrize("answer, expected", [
+    (combine_unscaled, "added as they are"),
+    (combine_averaged, "averaged"),
+    (combine_swapped, "weights are swapped"),
+    (combine_without_the_max, "overflows float32"),
+    (combine_max_lse, "is the larger of the two"),
+    (combine_added_lse, "lse were added"),
+    (combine_no_unsqueeze, "unsqueeze(-1)"),
+])
+def test_combine_names_each_mistake_and_only_it(answer, expected):
+    _raises_only(check_combine, answer, COMBINE_HINTS, expected)
+
+
+def test_combine_stub_says_not_written():
+    with pytest.raises(CheckFailed, match=r"combine_stub is not written yet.*weigh each output"):
+        check_combine(combine_stub)
+
+
+# --- ring_attention --------------------------------------------------------------------------
+
+def make_ring(*, skip_future=True, mask=lambda rank, source: rank == source, source_of=None, blocking=False,
+              passes=None, recv_from=-1, steps=None, wrap=True):
+    """A ring attention answer with one mistake switched on (the defaults give the right answer)."""
+
+    def ring_attention(q, k, v):
+        rank, world_size = dist.get_rank(), dist.get_world_size()
+        state = None
+        for step in range(world_size if steps is None else steps):
+            source = (rank - step) % world_size if source_of is None else source_of(rank, step, world_size)
+            if source <= rank or not skip_future:
+                partial = block_attention(q, k, v, causal=mask(rank, source))
+                state = partial if state is None else combine(*state, *partial)
+            if step < (world_size - 1 if passes is None else passes):
+                received_k, received_v = torch.empty_like(k), torch.empty_like(v)
+                if blocking:
+                    dist.send(k, dst=(rank + 1) % world_size)
+                    dist.send(v, dst=(rank + 1) % world_size)
+                    dist.recv(received_k, src=(rank + recv_from) % world_size)
+                    dist.recv(received_v, src=(rank + recv_from) % world_size)
+                else:
+                    size = world_size if wrap else world_size + 1   # no wrap: rank + 1 past the last rank
+                    works = [dist.isend(k, dst=(rank + 1) % size), dist.isend(v, dst=(rank + 1) % size),
+                             dist.irecv(received_k, src=(rank + recv_from) % size),
+                             dist.irecv(received_v, src=(rank + recv_from) % size)]
+                    for work in works:
+                        work.wait()
+                k, v = received_k, received_v
+        return state[0]
+
+    return ring_attention
+
+
+RING_MISTAKES = [
+    (dict(skip_future=False), "later ranks were attended"),
+    (dict(mask=lambda rank, source: True), "applied to every block: it belongs"),
+    (dict(skip_future=False, mask=lambda rank, source: True), "and no block was skipped"),
+    (dict(mask=lambda rank, source: False), "without the causal triangle"),
+    (dict(skip_future=False, mask=lambda rank, source: False), "no causal mask at all"),
+    (dict(source_of=lambda rank, step, world_size: (rank + step) % world_size), "(rank + t) mod"),
+    (dict(steps=1), "never reached your queries"),
+    (dict(passes=3), "last pass is not needed"),
+]
+
+
+@pytest.fixture(scope="module")
+def mistaken_rings() -> list:
+    """What every rank returned and sent for each mistaken answer: one launch of 3 ranks runs them all."""
+    answers = [make_ring(**mistake) for mistake, _ in RING_MISTAKES]
+
+    def run_all(rank, answers):   # nested, so cloudpickle ships it by value to the ranks
+        return [_ring_runner(rank, answer) for answer in answers]
+
+    per_rank = launch(run_all, args=(answers,), nprocs=RING_SIZE, backend="gloo", timeout=60)
+    return [[results[index] for results in per_rank] for index in range(len(answers))]
+
+
+@pytest.mark.parametrize("index", range(len(RING_MISTAKES)), ids=[hint for _, hint in RING_MISTAKES])
+def test_ring_names_each_mistake_and_only_it(mistaken_rings, index):
+    expected = RING_MISTAKES[index][1]
+    _raises_only(lambda results: _judge_ring("ring_attention", results), mistaken_rings[index], RING_HINTS, expected)
+
+
+def test_ring_stops_the_blocking_send_deadlock_with_a_hint():
+    with pytest.raises(CheckFailed, match=r"(?s)did not finish within 8 s.*in dist.send.*deadlocked ring.*dist.isend"):
+        check_ring_attention(make_ring(blocking=True), timeout=DEADLOCK_TIMEOUT)
+
+
+def test_ring_stops_a_wrong_source_with_the_peers():
+    # receiving from rank + 1 while sending to rank + 1: every rank waits for a block nobody sends it
+    with pytest.raises(CheckFailed, match=r"(?s)did not finish within 8 s.*in .wait\(\) on an isend/irecv.*Check the peers.*\(rank - 1\) % world_size"):
+        check_ring_attention(make_ring(recv_from=+1), timeout=DEADLOCK_TIMEOUT)
+
+
+# --- zigzag_chunks ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("answer, expected", [
+    (lambda rank, n: [2 * n - 1 - rank, rank], "not in sequence order"),
+    (lambda rank, n: [2 * rank, 2 * rank + 1], "unbalanced"),
+    (lambda rank, n: [rank, rank + n], "unbalanced"),
+    (lambda rank, n: [n - 1 - rank, n + rank], "pairing is reversed"),
+    (lambda rank, n: [rank, 2 * n - rank], "numbered 0 to"),
+    (lambda rank, n: [rank, rank], "held by exactly one rank"),
+])
+def test_zigzag_names_each_mistake_and_only_it(answer, expected):
+    _raises_only(check_zigzag_chunks, answer, ZIGZAG_HINTS, expected)
+
+
+def test_zigzag_accepts_the_right_answer_and_names_contiguous_pairs(capsys):
+    check_zigzag_chunks(lambda rank, n: [rank, 2 * n - 1 - rank])
+    assert "✓" in capsys.readouterr().out
+    with pytest.raises(CheckFailed, match=r"contiguous pairs the causal work per rank is \[3, 7\]"):
+        check_zigzag_chunks(lambda rank, n: [2 * rank, 2 * rank + 1])
+
+
+def test_ring_names_a_peer_outside_the_ring_whether_it_hangs_or_crashes():
+    # rank + 1 without % world_size: the last rank sends to a rank that does not exist. Gloo then
+    # either waits in isend/irecv (a hang) or segfaults in irecv (seen on 2.13, about one run in
+    # five): both must end with the wrap-around hint
+    with pytest.raises(CheckFailed, match=r"(?s)(did not finish within 8 s.*returns at once|crashed inside dist\.i?(send|recv))"
+                                          r".*no rank of the ring.*\(rank \+ 1\) % world_size"):
+        check_ring_attention(make_ring(wrap=False), timeout=DEADLOCK_TIMEOUT)
