@@ -55,7 +55,6 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tools"))
 import my_work  # noqa: E402  (tools/my_work.py: what make lab does first)
 
-from test_exercises import NOT_YET_ON_THE_NEW_TOOLS  # noqa: E402
 
 VENV_PYTHON_IN_MAKEFILE = ".venv/bin/python"
 DDP_LAB_VENV_BIN = "DDP_LAB_VENV_BIN"
@@ -548,10 +547,7 @@ def test_opening_every_notebook_changes_no_tracked_file(sync_playwright, tmp_pat
                 browser.close()
     changed = git(root, "status", "--porcelain")
     control = f"notebooks/{STALE_CONTROL}"
-    # lessons 14 and 15 and their exercises still carry the old metadata: see tests/test_exercises.py's
-    # NOT_YET_ON_THE_NEW_TOOLS (listed here exactly, so this fails once they follow and the list must go)
-    stale = sorted([control] + [f"{folder}/{name}" for folder in ("notebooks", "exercises")
-                                for name in NOT_YET_ON_THE_NEW_TOOLS if (root / folder / name).exists()])
+    stale = [control]
     assert dirty == stale and changed == "".join(f" M {path}\n" for path in stale), (
         f"opening the notebooks changed tracked files other than the control {control} (run "
         f"tools/execute_notebooks.py and tools/make_exercises.py, which store the metadata JupyterLab writes):\n"

@@ -48,19 +48,6 @@ def _load_generator():
 make_exercises = _load_generator()
 names = [path.name for path in SOLUTIONS]
 
-# Lessons 14 and 15 were written on branches of their own while issue 26 changed what the tools write (the
-# metadata JupyterLab writes, intros that point at the learner's copy in my-work/). They follow once their
-# intros name my-work/exercises-NN-name.ipynb, their solutions are re-executed with tools/execute_notebooks.py
-# and their exercises regenerated. Strict: the mark fails as soon as they follow, so it cannot outlive its reason.
-NOT_YET_ON_THE_NEW_TOOLS = {"14-mixture-of-experts.ipynb", "15-long-sequences.ipynb"}
-NEW_TOOLS = "written before tools/notebook_format.py and my-work/ (issue 26): re-execute and regenerate"
-
-
-def _marked(solutions):
-    """The solutions, those of NOT_YET_ON_THE_NEW_TOOLS expected to fail (strictly)."""
-    return [pytest.param(path, id=path.name, marks=pytest.mark.xfail(strict=True, reason=NEW_TOOLS))
-            if path.name in NOT_YET_ON_THE_NEW_TOOLS else pytest.param(path, id=path.name) for path in solutions]
-
 
 def _is_check(cell) -> bool:
     return cell.cell_type == "code" and "check" in cell.metadata.get("tags", [])
@@ -84,7 +71,7 @@ def test_there_are_solutions():
     assert SOLUTIONS, "no solutions/NN-*.ipynb found"
 
 
-@pytest.mark.parametrize("solution", _marked(SOLUTIONS))
+@pytest.mark.parametrize("solution", SOLUTIONS, ids=lambda path: path.name)
 def test_committed_exercise_equals_generated(solution):
     target = EXERCISES / solution.name
     assert target.exists(), f"{target.name} missing: run `python tools/make_exercises.py`"
@@ -142,7 +129,7 @@ def test_every_check_fails_on_the_generated_exercise(solution):
         f"{solution.name}: grade must read every check of the unsolved exercise as not attempted: {rows}")
 
 
-@pytest.mark.parametrize("solution", _marked(SOLUTIONS))
+@pytest.mark.parametrize("solution", SOLUTIONS, ids=lambda path: path.name)
 def test_intro_says_how_to_work_through_the_exercises(solution):
     intro = make_exercises.make_exercise(nbformat.read(solution, as_version=4), name=solution.name).cells[0]
     assert intro.cell_type == "markdown"
