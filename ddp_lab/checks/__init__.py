@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import importlib
 
+from ddp_lab.launcher.errors import wrap_for_notebook
+
 
 class CheckFailed(AssertionError):
     """An exercise answer is wrong; the message says where and what to look at.
@@ -29,7 +31,6 @@ class CheckFailed(AssertionError):
         Long lines are wrapped between words: JupyterLab breaks a long
         output line wherever the window ends, mid-word (its CSS says `word-break: break-all`).
         """
-        from ddp_lab.launcher.errors import wrap_for_notebook
 
         lines = str(self).splitlines() or [""]
         lines[0] = f"{type(self).__name__}: {lines[0]}".rstrip()

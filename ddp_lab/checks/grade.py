@@ -89,9 +89,9 @@ def grade_notebook(path: Path, timeout: int = CELL_TIMEOUT_S) -> list[Row]:
 
     A notebook that cannot be read or run to its end gives one COULD_NOT_RUN row instead.
     """
-    import nbformat
-    from nbclient import NotebookClient
-    from nbclient.exceptions import CellTimeoutError, DeadKernelError
+    import nbformat  # lazy: only grading runs notebooks; the checks a lesson imports need no nbclient
+    from nbclient import NotebookClient  # lazy: only grading runs notebooks; the checks a lesson imports need no nbclient
+    from nbclient.exceptions import CellTimeoutError, DeadKernelError  # lazy: only grading runs notebooks; the checks a lesson imports need no nbclient
 
     if timeout < 1:
         raise ValueError(f"timeout={timeout}: give at least 1 second per cell (the default is {CELL_TIMEOUT_S}).")

@@ -15,6 +15,10 @@ import math
 
 import torch
 import torch.nn as nn
+from torch.utils.data import DistributedSampler
+from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.nn import functional as F
 
 from ddp_lab.checks import CheckFailed, passed
 from ddp_lab.checks.common import call_case, run_on_ranks
@@ -31,7 +35,6 @@ def reference_indices(n: int, world_size: int, rank: int, epoch: int, seed: int 
 
     Introduced in notebooks/05-ddp-in-practice.ipynb.
     """
-    from torch.utils.data import DistributedSampler
 
     sampler = DistributedSampler(range(n), num_replicas=world_size, rank=rank, shuffle=shuffle, seed=seed,
                                  drop_last=drop_last)
@@ -156,8 +159,6 @@ def _data() -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def _accumulate_runner(rank: int, accumulate_gradients) -> dict:
-    from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
-    from torch.nn.parallel import DistributedDataParallel as DDP
 
     calls: list[int] = []
 
@@ -182,7 +183,6 @@ def _accumulate_runner(rank: int, accumulate_gradients) -> dict:
 
 
 def _reference() -> dict[str, list[torch.Tensor]]:
-    from torch.nn import functional as F
 
     x, y = _data()
     out = {}

@@ -14,8 +14,12 @@ import os
 import warnings
 
 import torch
+import torch.distributed as dist
 
 from ddp_lab.checks import CheckFailed, passed
+from ddp_lab.checks.common import failure_message
+from ddp_lab.launcher.errors import LaunchError, LaunchTimeout, LaunchWarning
+from ddp_lab.launcher.launch import launch
 
 _NOT_WRITTEN = "is not written yet: it raised NotImplementedError({!r}).\nReplace the `raise NotImplementedError` line with your answer."
 
@@ -158,7 +162,6 @@ _KEYS = ("rank", "local_rank", "world_size")
 
 def _setup_runner(rank: int, setup_from_env):
     """Inside a rank: call the answer, then see whether it built a working process group."""
-    import torch.distributed as dist
 
     try:
         info = setup_from_env("gloo")
@@ -183,9 +186,6 @@ def check_setup_from_env(setup_from_env, timeout: float = 30.0) -> None:
 
     Introduced in notebooks/06-backends-and-torchrun.ipynb.
     """
-    from ddp_lab.checks.common import failure_message
-    from ddp_lab.launcher.errors import LaunchError, LaunchTimeout, LaunchWarning
-    from ddp_lab.launcher.launch import launch
 
     what = "setup_from_env"
     with warnings.catch_warnings():

@@ -17,6 +17,7 @@ import re
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+import torch.distributed as dist
 
 from ddp_lab.checks import CheckFailed, passed
 from ddp_lab.checks.common import FORBIDDEN, call_case, describe, ensure_written, first_mismatch, run_on_ranks
@@ -56,7 +57,6 @@ def _row_input() -> torch.Tensor:
 
 
 def _row_runner(rank: int, row_parallel_forward) -> object:
-    import torch.distributed as dist
 
     linear = _linear()
     x_local = _row_input().chunk(dist.get_world_size(), dim=-1)[rank].clone()  # my input features
@@ -191,7 +191,6 @@ def _recording(names: list):
 
 
 def _f_runner(rank: int, function_class) -> dict:
-    import torch.distributed as dist
 
     world_size = dist.get_world_size()
     x = _f_input().requires_grad_()

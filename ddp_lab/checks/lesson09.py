@@ -16,6 +16,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+import torch.distributed as dist
 
 from ddp_lab.checks import CheckFailed, passed
 from ddp_lab.checks.common import answer_raised, call_case, ensure_written, run_on_ranks
@@ -104,7 +105,6 @@ def _batches(world_size: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
 
 
 def _zero1_runner(rank: int, zero1_init, zero1_step) -> dict:
-    import torch.distributed as dist
 
     world_size = dist.get_world_size()
     model = _model()

@@ -14,9 +14,12 @@ from __future__ import annotations
 
 import torch
 import torch.nn as nn
+from torch.nn import functional as F
+from torch.nn.parallel import DistributedDataParallel as DDP
 
 from ddp_lab.checks import CheckFailed, passed
 from ddp_lab.checks.common import call_case, ensure_written, run_on_ranks
+from ddp_lab.instruments.comm_hooks import ByteCounter, total_bytes
 
 WORLD_SIZE = 2
 BUCKET_CAP_MB = 0.002  # two buckets after DDP's rebuild, for this small model
@@ -75,10 +78,7 @@ def _checked(hook, rank: int, answers: list, step: list, names: dict):
 
 
 def _hook_runner(rank: int, hook) -> dict:
-    from torch.nn import functional as F
-    from torch.nn.parallel import DistributedDataParallel as DDP
 
-    from ddp_lab.instruments.comm_hooks import ByteCounter, total_bytes
 
     model = DDP(_model(), bucket_cap_mb=BUCKET_CAP_MB)
     names = {id(p): name for name, p in model.module.named_parameters()}

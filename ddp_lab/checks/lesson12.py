@@ -17,12 +17,17 @@ Introduced in notebooks/12-debugging-and-fault-tolerance.ipynb.
 from __future__ import annotations
 
 import os
+import signal
 import tempfile
 
 import torch
+import torch.distributed as dist
+import torch.nn.functional as F
 
 from ddp_lab.checks import CheckFailed, passed
 from ddp_lab.checks.common import call_case, ensure_written, failure_message, run_on_ranks
+from ddp_lab.launcher.errors import LaunchError, LaunchTimeout, RankCrashed
+from ddp_lab.launcher.launch import launch
 
 WORLD_SIZE = 2
 TOTAL_STEPS = 9
@@ -41,10 +46,7 @@ def _momentum(model, optimizer) -> torch.Tensor | None:
 
 def _train_runner(rank: int, train, directory: str, total_steps: int, crash_at: int | None) -> list[dict]:
     """On every rank: run the learner's train with a recording step_fn; rank 1 dies at `crash_at`."""
-    import signal
 
-    import torch.distributed as dist
-    import torch.nn.functional as F
 
     records: list[dict] = []
 
@@ -69,8 +71,6 @@ def _train_runner(rank: int, train, directory: str, total_steps: int, crash_at: 
 
 def _killed_run(train, directory: str, timeout: float, name: str) -> None:
     """The run in which rank 1 is killed at CRASH_AT: it must end with exactly that crash."""
-    from ddp_lab.launcher.errors import LaunchError, LaunchTimeout, RankCrashed
-    from ddp_lab.launcher.launch import launch
 
     try:
         launch(_train_runner, args=(train, directory, TOTAL_STEPS, CRASH_AT), nprocs=WORLD_SIZE,

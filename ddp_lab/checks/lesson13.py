@@ -18,6 +18,7 @@ import math
 
 from ddp_lab.checks import CheckFailed, passed
 from ddp_lab.checks.common import answer_raised, ensure_written
+from ddp_lab.plan import ClusterSpec, Strategy, Transformer, breakdown, evaluate, model_state_bytes, search
 
 GB, GiB = 10**9, 2**30
 PARTS = ("params", "grads", "optimizer")   # the names of ddp_lab.sharding.state_bytes, as in lesson 09
@@ -46,7 +47,6 @@ def check_model_states_gb(per_gpu_model_states_gb) -> None:
 
     Introduced in notebooks/13-plan-your-training-run.ipynb.
     """
-    from ddp_lab.plan import Strategy, model_state_bytes
 
     ensure_written(per_gpu_model_states_gb)
     name = getattr(per_gpu_model_states_gb, "__name__", "per_gpu_model_states_gb")
@@ -123,7 +123,6 @@ def _scenarios():
     ZeRO, sequence parallelism, micro-batches above 1 or tensor parallelism costs 8-23 %; GPT-2 small on 32 H100,
     where ZeRO-3 everywhere loses 41 %; GPT-3 175B on 64 A100 at a larger batch, where no pipeline loses 15 %;
     Llama 3 70B on 64 A100 40GB, where nothing fits without full recomputation."""
-    from ddp_lab.plan import ClusterSpec, Transformer
 
     return (
         (Transformer.preset("gpt3-175b"), ClusterSpec.preset("h200", nodes=8), 64),
@@ -143,7 +142,6 @@ def check_choose_plan(choose_plan) -> None:
 
     Introduced in notebooks/13-plan-your-training-run.ipynb.
     """
-    from ddp_lab.plan import Strategy, evaluate, search
 
     ensure_written(choose_plan)
     name = getattr(choose_plan, "__name__", "choose_plan")
@@ -245,7 +243,6 @@ def compare_plans(choose_plan, model, cluster, global_batch: int, rejected) -> N
 
     Introduced in exercises/13-plan-your-training-run.ipynb.
     """
-    from ddp_lab.plan import Strategy, breakdown, evaluate
 
     ensure_written(choose_plan)
     name = getattr(choose_plan, "__name__", "choose_plan")
