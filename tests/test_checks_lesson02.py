@@ -17,6 +17,9 @@ from ddp_lab.checks.lesson02 import (REDUCE_SIZES, check_all_reduce_mean, check_
                                      check_ring_reduce_scatter, rank_input)
 from ddp_lab.launcher.launch import launch
 
+# The right answers are proven once, by nbval of solutions/02-*.ipynb (its check cells store ✓):
+# this file tries the wrong ones and the cases the solution does not cover.
+
 DEADLOCK_TIMEOUT = 8.0
 
 
@@ -98,11 +101,6 @@ def rs_blocking_send_first(tensor):
 
 def rs_stub(tensor):
     raise NotImplementedError("shift the schedule by one chunk")
-
-
-def test_ring_reduce_scatter_accepts_the_right_answer(capsys):
-    check_ring_reduce_scatter(rs_right)
-    assert "✓ rs_right gives rank r the sum of chunk r, like dist.reduce_scatter" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("wrong, feedback", [
@@ -206,11 +204,6 @@ def gather_blocking(tensor):
     return gathered
 
 
-def test_ring_all_gather_accepts_the_right_answer(capsys):
-    check_ring_all_gather(ring_all_gather)
-    assert "✓ ring_all_gather gives every rank" in capsys.readouterr().out
-
-
 @pytest.mark.parametrize("wrong, feedback", [
     (gather_in_arrival_order, r"rank 0, .*: entry 1, element 0: .*\nHint: entry 1 holds rank 2's tensor"),
     (gather_one_step, r"entry \d was never filled .* needs world_size - 1 = 2 steps"),
@@ -281,11 +274,6 @@ def mean_lesson_layout(tensor):
 def mean_before_exercise_1(tensor):
     """Exercise 3 written while exercise 1 is still the stub: the message names the stub."""
     return rs_stub(tensor)
-
-
-def test_all_reduce_mean_accepts_the_right_answer(capsys):
-    check_all_reduce_mean(mean_right)
-    assert "✓ mean_right equals dist.all_reduce / world_size on 3 ranks" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("wrong, feedback", [

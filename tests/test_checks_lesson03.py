@@ -16,6 +16,9 @@ import torch.nn.functional as F
 from ddp_lab.checks import CheckFailed
 from ddp_lab.checks.lesson03 import check_data_parallel_loss, check_scatter_gather
 
+# The right answers are proven once, by nbval of solutions/03-*.ipynb (its check cells store ✓):
+# this file tries the wrong ones and the cases the solution does not cover.
+
 
 # --- scatter / gather ---------------------------------------------------------------------
 
@@ -54,11 +57,6 @@ def gather_dim1(outputs):
 
 def gather_reversed(outputs):
     return torch.cat(outputs[::-1], dim=0)
-
-
-def test_scatter_gather_accepts_the_right_answer(capsys):
-    check_scatter_gather(scatter_batch, gather_outputs)
-    assert capsys.readouterr().out.startswith("✓ scatter_batch")
 
 
 @pytest.mark.parametrize("scatter, gather, feedback", [
@@ -139,11 +137,6 @@ def sequential_threads(model, x, y, n):
 
 def no_threads_at_all(model, x, y, n):
     return F.mse_loss(torch.cat([model(c) for c in torch.chunk(x, n)]), y)
-
-
-def test_data_parallel_loss_accepts_the_right_answer(capsys):
-    check_data_parallel_loss(data_parallel_loss)
-    assert capsys.readouterr().out.startswith("✓ data_parallel_loss")
 
 
 @pytest.mark.parametrize("answer, feedback", [

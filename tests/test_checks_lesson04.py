@@ -13,6 +13,9 @@ import torch.distributed as dist
 from ddp_lab.checks import CheckFailed
 from ddp_lab.checks.lesson04 import check_average_gradients, check_sync_initial_state
 
+# The right answers are proven once, by nbval of solutions/04-*.ipynb (its check cells store ✓):
+# this file tries the wrong ones and the cases the solution does not cover.
+
 DEADLOCK_TIMEOUT = 10.0
 
 
@@ -109,11 +112,6 @@ def broadcast_from_the_last_rank(model):
 
 def do_nothing(model):
     pass
-
-
-def test_sync_initial_state_accepts_the_right_answer(capsys):
-    check_sync_initial_state(sync_initial_state)
-    assert "✓ sync_initial_state" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("answer, feedback", [

@@ -18,6 +18,9 @@ from torch.utils.data import DistributedSampler
 from ddp_lab.checks import CheckFailed
 from ddp_lab.checks.lesson05 import check_accumulate_gradients, check_shard_indices
 
+# The right answers are proven once, by nbval of solutions/05-*.ipynb (its check cells store ✓):
+# this file tries the wrong ones and the cases the solution does not cover.
+
 
 # --- shard_indices --------------------------------------------------------------------------
 
@@ -170,11 +173,6 @@ def every_forward_inside_no_sync(ddp_model, micro_batches):
 def steps_inside(ddp_model, micro_batches):
     accumulate_gradients(ddp_model, micro_batches)
     torch.optim.SGD(ddp_model.parameters(), lr=0.1).step()
-
-
-def test_accumulate_gradients_accepts_the_right_answer(capsys):
-    check_accumulate_gradients(accumulate_gradients)
-    assert "✓ accumulate_gradients" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("answer, feedback", [

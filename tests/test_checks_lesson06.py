@@ -16,6 +16,9 @@ import torch.distributed as dist
 from ddp_lab.checks import CheckFailed
 from ddp_lab.checks.lesson06 import check_device_and_ddp_kwargs, check_pick_backend, check_setup_from_env
 
+# The right answers are proven once, by nbval of solutions/06-*.ipynb (its check cells store ✓):
+# this file tries the wrong ones and the cases the solution does not cover.
+
 DEADLOCK_TIMEOUT = 8.0
 
 
@@ -183,11 +186,6 @@ def setup_wrong_world(backend):
 
 def setup_not_written(backend):
     raise NotImplementedError("int(os.environ[...])")
-
-
-def test_setup_from_env_accepts_the_right_answer(capsys):
-    check_setup_from_env(setup_from_env)
-    assert "✓ setup_from_env" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("wrong, feedback", [

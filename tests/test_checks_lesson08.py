@@ -15,6 +15,9 @@ from ddp_lab.checks import CheckFailed
 from ddp_lab.checks.lesson08 import check_copy_to_model_parallel_region, check_row_parallel_forward
 from ddp_lab.course.tensor_parallel.communications import CopyToModelParallelRegion
 
+# The right answers are proven once, by nbval of solutions/08-*.ipynb (its check cells store ✓):
+# this file tries the wrong ones and the cases the solution does not cover.
+
 
 # --- row_parallel_forward -------------------------------------------------------------------
 
@@ -87,11 +90,6 @@ def module_without_forward(x_local, linear, rank, world_size):
 
 def row_stub(x_local, linear, rank, world_size):
     raise NotImplementedError("my shard is linear.weight.chunk(world_size, dim=1)[rank]")
-
-
-def test_row_parallel_forward_accepts_the_right_answer(capsys):
-    check_row_parallel_forward(row_parallel_forward)
-    assert capsys.readouterr().out.startswith("✓ row_parallel_forward: every rank returns linear(x)")
 
 
 @pytest.mark.parametrize("answer, feedback", [
@@ -209,12 +207,6 @@ class Stub(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         raise NotImplementedError("all-reduce a copy and return it")
-
-
-def test_f_accepts_the_right_answer(capsys):
-    check_copy_to_model_parallel_region(CopyToModelParallelRegion)
-    assert capsys.readouterr().out.startswith("✓ CopyToModelParallelRegion: identity in forward, all-reduce in "
-                                              "backward")
 
 
 @pytest.mark.parametrize("answer, feedback", [

@@ -14,6 +14,9 @@ import torch.distributed as dist
 from ddp_lab.checks import CheckFailed
 from ddp_lab.checks.lesson10 import check_average_gradients, check_dp_tp_groups
 
+# The right answers are proven once, by nbval of solutions/10-*.ipynb (its check cells store ✓):
+# this file tries the wrong ones and the cases the solution does not cover.
+
 
 # --- dp_tp_groups ---------------------------------------------------------------------------
 
@@ -152,12 +155,6 @@ def reduced_a_copy(model, mesh):
 
 def average_stub(model, mesh):
     raise NotImplementedError("all-reduce p.grad.to_local() in the dp group")
-
-
-def test_average_gradients_accepts_the_right_answer(capsys):
-    check_average_gradients(average_gradients)
-    last = capsys.readouterr().out.splitlines()[-1]
-    assert last.startswith("✓ average_gradients: every rank's gradients equal one process")
 
 
 @pytest.mark.parametrize("answer, feedback", [

@@ -20,6 +20,9 @@ from ddp_lab.checks import CheckFailed
 from ddp_lab.checks.lesson12 import check_restartable
 from ddp_lab.course.fault_tolerance.checkpoint import atomic_save, capture_rng, restore_rng
 
+# The right answers are proven once, by nbval of solutions/12-*.ipynb (its check cells store ✓):
+# this file tries the wrong ones and the cases the solution does not cover.
+
 SEED, BATCH = 0, 4
 _data = torch.Generator().manual_seed(SEED)
 X = torch.randn(24, 4, generator=_data)
@@ -112,11 +115,6 @@ def restarts_the_epoch_from_zero(rank, directory, total_steps, step_fn):
 def rank_zero_saves_for_everyone(rank, directory, total_steps, step_fn):
     """Lesson 05's pattern, one file written by rank 0: but the RNG state in it is rank 0's."""
     _restartable(rank, directory, total_steps, step_fn, shared=True)
-
-
-def test_accepts_a_restartable_training_function(capsys):
-    check_restartable(train)
-    assert "✓ train: rank 1 killed at step 7, restarted, resumed at step 7" in capsys.readouterr().out
 
 
 def test_the_blank_stub_is_named_without_starting_ranks():
