@@ -38,6 +38,20 @@ def ring_attention_saved_bytes(b: int, h: int, s: int, d: int, world_size: int, 
     return element * b * h * rows * (4 * d + 1)
 
 
+def kv_block_bytes(b: int, h: int, s: int, d: int, world_size: int, element: int = 4) -> int:
+    """Bytes of one rank's key and value blocks, what each ring hop passes on: 2 · b·h·(s/N)·d values.
+
+    The planner (lesson 13's `ddp_lab.plan`, `--cp`) sends the same block per hop.
+
+    Example:
+        >>> kv_block_bytes(b=1, h=4, s=64, d=16, world_size=4)
+        8192
+
+    Introduced in notebooks/15-long-sequences.ipynb.
+    """
+    return 2 * b * h * (s // world_size) * d * element
+
+
 def ring_bytes_sent(b: int, h: int, s: int, d: int, world_size: int, element: int = 4) -> dict[str, int]:
     """Bytes one rank sends in ring attention: {'forward', 'backward'}.
 
@@ -51,8 +65,8 @@ def ring_bytes_sent(b: int, h: int, s: int, d: int, world_size: int, element: in
 
     Introduced in notebooks/15-long-sequences.ipynb.
     """
-    block = b * h * (s // world_size) * d * element
-    return {"forward": 2 * (world_size - 1) * block, "backward": 4 * (world_size - 1) * block}
+    hop = kv_block_bytes(b, h, s, d, world_size, element)
+    return {"forward": (world_size - 1) * hop, "backward": 2 * (world_size - 1) * hop}
 
 
 def ulysses_bytes_sent(b: int, h: int, s: int, d: int, world_size: int, element: int = 4) -> dict[str, int]:

@@ -37,6 +37,7 @@ notebooks/13-plan-your-training-run.ipynb uses this module.
 
 from __future__ import annotations
 
+from ddp_lab.course.context_parallel.costs import kv_block_bytes as _kv_block_bytes
 from ddp_lab.course.plan.collectives import collective_time
 
 
@@ -101,8 +102,9 @@ def kv_block_bytes(model, strategy) -> int:
 
     Introduced in notebooks/15-long-sequences.ipynb.
     """
-    return 2 * strategy.micro_batch * (model.seq_len // strategy.cp) * (model.kv_dim // strategy.tp) * (
-        2 if strategy.mixed else 4)
+    # lesson 15's formula (one home): every key/value head this rank holds counted as one "head" of kv_dim / tp features
+    return _kv_block_bytes(b=strategy.micro_batch, h=1, s=model.seq_len, d=model.kv_dim // strategy.tp,
+                          world_size=strategy.cp, element=2 if strategy.mixed else 4)
 
 
 def ring_time(model, cluster, strategy) -> tuple[float, float]:
