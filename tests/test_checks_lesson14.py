@@ -106,6 +106,15 @@ DISPATCH_ANSWERS = {
 }
 
 
+def assert_judged(judge, answer, result, feedback, accepted):
+    """A batched answer judged alone: the right one passes with `accepted`'s words, a wrong one matches `feedback`."""
+    if feedback is None:
+        assert judge(answer.__name__, result).startswith(accepted)
+    else:
+        with pytest.raises(CheckFailed, match=feedback):
+            judge(answer.__name__, result)
+
+
 @pytest.fixture(scope="module")
 def dispatch_results():
     answers = tuple(DISPATCH_ANSWERS)
@@ -114,13 +123,8 @@ def dispatch_results():
 
 @pytest.mark.parametrize("answer", DISPATCH_ANSWERS, ids=lambda answer: answer.__name__)
 def test_dispatch_feedback(dispatch_results, answer):
-    feedback = DISPATCH_ANSWERS[answer]
-    if feedback is None:
-        assert lesson14.judge_dispatch(answer.__name__, dispatch_results[answer]).startswith(
-            f"{answer.__name__}: counts exchanged first, then every rank's rows reached")
-    else:
-        with pytest.raises(CheckFailed, match=feedback):
-            lesson14.judge_dispatch(answer.__name__, dispatch_results[answer])
+    assert_judged(lesson14.judge_dispatch, answer, dispatch_results[answer], DISPATCH_ANSWERS[answer],
+                  accepted=f"{answer.__name__}: counts exchanged first, then every rank's rows reached")
 
 
 def rank_0_returns_early(rows, expert, num_experts, group=None):
@@ -214,13 +218,8 @@ def combine_results():
 
 @pytest.mark.parametrize("answer", COMBINE_ANSWERS, ids=lambda answer: answer.__name__)
 def test_combine_feedback(combine_results, answer):
-    feedback = COMBINE_ANSWERS[answer]
-    if feedback is None:
-        assert lesson14.judge_combine(answer.__name__, combine_results[answer]).startswith(
-            f"{answer.__name__}: expert outputs came back")
-    else:
-        with pytest.raises(CheckFailed, match=feedback):
-            lesson14.judge_combine(answer.__name__, combine_results[answer])
+    assert_judged(lesson14.judge_combine, answer, combine_results[answer], COMBINE_ANSWERS[answer],
+                  accepted=f"{answer.__name__}: expert outputs came back")
 
 
 def test_combine_inputs_tell_the_mistakes_apart():
@@ -285,13 +284,8 @@ def reduce_results():
 
 @pytest.mark.parametrize("answer", REDUCE_ANSWERS, ids=lambda answer: answer.__name__)
 def test_reduce_gradients_feedback(reduce_results, answer):
-    feedback = REDUCE_ANSWERS[answer]
-    if feedback is None:
-        assert lesson14.judge_reduce(answer.__name__, reduce_results[answer]).startswith(
-            f"{answer.__name__}: replicated gradients summed over all 4 ranks")
-    else:
-        with pytest.raises(CheckFailed, match=feedback):
-            lesson14.judge_reduce(answer.__name__, reduce_results[answer])
+    assert_judged(lesson14.judge_reduce, answer, reduce_results[answer], REDUCE_ANSWERS[answer],
+                  accepted=f"{answer.__name__}: replicated gradients summed over all 4 ranks")
 
 
 def experts_only_on_rank_0(replicated, expert, dp_group):

@@ -212,14 +212,19 @@ def judge_dispatch(name: str, results: list[dict]) -> str:
             f"splits ({[int(t.sum()) for t in truth['received']]} rows received)")
 
 
+def _check_one(answer, default_name: str, run_answers, judge, timeout: float) -> None:
+    """What every public check of this lesson does: refuse a stub, run the one answer on ranks, judge it."""
+    ensure_written(answer)
+    name = getattr(answer, "__name__", default_name)
+    passed(judge(name, run_answers((answer,), timeout, name)[0]))
+
+
 def check_dispatch(dispatch, timeout: float = 30.0) -> None:
     """Check `dispatch(rows, expert, num_experts)` on 3 ranks: the counts exchange and the uneven all-to-all.
 
     Introduced in notebooks/14-mixture-of-experts.ipynb.
     """
-    ensure_written(dispatch)
-    name = getattr(dispatch, "__name__", "dispatch")
-    passed(judge_dispatch(name, run_dispatch_answers((dispatch,), timeout, name)[0]))
+    _check_one(dispatch, "dispatch", run_dispatch_answers, judge_dispatch, timeout)
 
 
 # --- combine ----------------------------------------------------------------------------------
@@ -337,9 +342,7 @@ def check_combine(combine, timeout: float = 30.0) -> None:
 
     Introduced in notebooks/14-mixture-of-experts.ipynb.
     """
-    ensure_written(combine)
-    name = getattr(combine, "__name__", "combine")
-    passed(judge_combine(name, run_combine_answers((combine,), timeout, name)[0]))
+    _check_one(combine, "combine", run_combine_answers, judge_combine, timeout)
 
 
 # --- reduce_gradients (EP × DP) ---------------------------------------------------------------
@@ -425,6 +428,4 @@ def check_reduce_gradients(reduce_gradients, timeout: float = 30.0) -> None:
 
     Introduced in notebooks/14-mixture-of-experts.ipynb.
     """
-    ensure_written(reduce_gradients)
-    name = getattr(reduce_gradients, "__name__", "reduce_gradients")
-    passed(judge_reduce(name, run_reduce_answers((reduce_gradients,), timeout, name)[0]))
+    _check_one(reduce_gradients, "reduce_gradients", run_reduce_answers, judge_reduce, timeout)
