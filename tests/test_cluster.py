@@ -298,7 +298,7 @@ def ddp_then_destroy(rank):
 
 
 def test_warm_ranks_survive_destroy_process_group_after_ddp():
-    """Regression: with torch._dynamo preloaded in the zygote this deadlocked in 5 of 8 launches."""
+    """The zygote preloads torch._dynamo; before keepalive.py this deadlocked in 5 of 8 launches (pytorch#56297)."""
     ddp_lab.launch(lambda rank: rank, nprocs=1, backend="gloo")
     assert procstart.ready_zygote() is not None
     for _ in range(3):

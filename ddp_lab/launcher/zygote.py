@@ -39,15 +39,22 @@ GO = b"G"  # launcher -> forked rank: every rank of the launch has started, run
 def preload() -> None:
     """Import what every rank needs; run nothing.
 
-    Not torch._dynamo, although the first DistributedDataParallel(...) of every rank
-    imports it (1.4 s): measured here, ranks forked from a zygote that had imported it
-    deadlocked in destroy_process_group() after DDP in 5 of 8 launches (the main thread
-    joins gloo's run loop holding the GIL while that thread needs the GIL to free a
-    work's thread-local state); without it, 8 of 8 passed.
+    torch._dynamo included: the first DistributedDataParallel(...), fully_shard(...) or DTensor
+    op of every rank imports it (800 modules, sympy among them: 1.5-4 s of a core per rank on
+    this 2-core machine), so a rank forked without it paid that on every launch. Measured here
+    (2026-11-26, load ~7): a 2-rank DDP launch 6.5 s without, 0.27 s with; importing it starts
+    no thread and touches no CUDA. An earlier session saw ranks forked with it preloaded
+    deadlock in destroy_process_group() after DDP (5 of 8); that was pytorch#56297 (freeing a
+    gloo group joins its threads while holding the GIL), which keepalive.py has avoided since:
+    60 DDP launches, half of them destroying their group, passed with it preloaded.
+    Pipelining and distributed checkpointing (lessons 07, 12) are small, and preloaded too.
     """
     import cloudpickle  # noqa: F401
     import torch  # noqa: F401
+    import torch._dynamo  # noqa: F401
     import torch.distributed  # noqa: F401
+    import torch.distributed.checkpoint  # noqa: F401
+    import torch.distributed.pipelining  # noqa: F401
     import torch.nn  # noqa: F401
     import torch.nn.parallel  # noqa: F401
     import torch.optim  # noqa: F401
