@@ -355,6 +355,92 @@ def test_matmul_efficiency_depends_on_the_shape_and_the_gpu():
     assert all(share_of_peak(h, h100) < share_of_peak(h, a100) for h in (1024, 4096, 16384))
 
 
+
+# ---- the memory-bound kernels' bytes (traffic.py's op table), counted by hand ------------------------------------
+def _bytes_by_name(ops, place=None):
+    """{op name: (forward bytes, backward bytes)} summed over repeated rows (the two norms, the two adds)."""
+    table = {}
+    for op in ops:
+        if place is None or op.place == place:
+            forward, backward = table.get(op.name, (0, 0))
+            table[op.name] = (forward + op.forward, backward + op.backward)
+    return table
+
+
+def test_op_table_for_gpt2_small_by_hand():
+    """GPT-2 small's layer (h 768, f 3072, 12 heads, s 1024), micro-batch 2, bf16 (e = 2 bytes), 1-byte dropout
+    masks, per token: a norm reads and writes e h forward and, in its two backward kernels (input and weight
+    gradients), reads the gradient and the input twice and writes e h; GeLU reads and writes e f forward, reads
+    e f twice and writes e f backward; a dropout reads e h and writes e h + a mask, backward reads both and writes
+    e h; a residual add reads 2 e h and writes e h, both ways. Flash attention moves no score bytes here; eager
+    adds the fused softmax (2 e a s forward, 3 e a s backward) and its dropout. Every row is checked, so a term
+    dropped from traffic.py fails here."""
+    from ddp_lab.course.plan.traffic import layer_ops, rank_bytes
+
+    gpt2 = Transformer.preset("gpt2-small")
+    h, f, a, s, b = 768, 3072, 12, 1024, 2
+    tokens = b * s
+    flash = Strategy(micro_batch=b)
+    assert _bytes_by_name(layer_ops(gpt2, flash)) == {
+        "norm": (2 * tokens * 4 * h, 2 * tokens * 10 * h), "GeLU": (tokens * 4 * f, tokens * 6 * f),
+        "dropout": (2 * tokens * 5 * h, 2 * tokens * 5 * h), "residual add": (2 * tokens * 6 * h, 2 * tokens * 6 * h)}
+    eager = _bytes_by_name(layer_ops(gpt2, flash.with_(attention="eager")), place="scores")
+    assert eager == {"softmax": (tokens * 4 * a * s, tokens * 6 * a * s),
+                     "attention dropout": (tokens * 5 * a * s, tokens * 5 * a * s)}
+    forward, backward, again = rank_bytes(layer_ops(gpt2, flash), flash)
+    assert (forward, backward, again) == (tokens * 46 * h, tokens * 66 * h, 0)
+    # tensor parallelism splits GeLU (inside the parallel matmuls) by t, not the norms, dropouts and adds around
+    # them, unless sequence parallelism splits those too
+    tp = flash.with_(tp=4)
+    assert rank_bytes(layer_ops(gpt2, tp), tp)[0] == tokens * (8 * h + 4 * f // 4 + 10 * h + 12 * h)
+    sp = tp.with_(sequence_parallel=True)
+    assert rank_bytes(layer_ops(gpt2, sp), sp)[0] == tokens * 46 * h // 4
+    # full recomputation runs every forward row again; selective (eager) only the score rows
+    assert rank_bytes(layer_ops(gpt2, flash), flash, "full")[2] == forward
+    selective = flash.with_(attention="eager", recompute="selective")
+    assert rank_bytes(layer_ops(gpt2, selective), selective, "selective")[2] == tokens * (4 + 5) * a * s
+
+
+def test_op_table_for_a_llama_layer_and_the_head_by_hand():
+    """Llama 2 7B's layer (RMSNorm, RoPE on Q and K, SwiGLU as PyTorch runs it: SiLU, then the product; no
+    dropout), bf16, and GPT-2 small's output layer: the final norm, the bf16 logits cast to fp32 (2 + 4 bytes
+    per value, both ways), the log-softmax (two reads and a write of fp32 values, both ways) and the loss's
+    dense gradient (4 bytes per value); in fp32 there is no cast."""
+    from ddp_lab.course.plan.traffic import head_ops, layer_ops
+
+    llama = Transformer.preset("llama2-7b")
+    h, f, kv, s = 4096, 11008, 4096, 4096
+    assert _bytes_by_name(layer_ops(llama, Strategy())) == {
+        "norm": (2 * s * 4 * h, 2 * s * 10 * h), "RoPE": (s * 4 * (h + kv), s * 4 * (h + kv)),
+        "SwiGLU": (s * (4 + 6) * f, s * (12 + 6) * f), "residual add": (2 * s * 6 * h, 2 * s * 6 * h)}
+    gpt2, V = Transformer.preset("gpt2-small"), 50257
+    tokens = 1024
+    assert _bytes_by_name(head_ops(gpt2, Strategy())) == {
+        "final norm": (tokens * 4 * 768, tokens * 10 * 768), "logits to fp32": (tokens * 6 * V, tokens * 6 * V),
+        "log-softmax": (tokens * 12 * V, tokens * 12 * V), "loss gradient": (0, tokens * 4 * V)}
+    assert "logits to fp32" not in _bytes_by_name(head_ops(gpt2, Strategy(precision="fp32")))
+
+
+def test_layer_time_charges_the_op_tables_bytes_at_hbm_bandwidth():
+    """On a GPU with (nearly) unlimited FLOP/s, a layer's and the head's time is their op tables' bytes over the
+    HBM bandwidth: forward, backward and a full recomputation's forward again."""
+    from ddp_lab.course.plan.cluster_spec import GPU
+    from ddp_lab.course.plan.efficiency import head_seconds, layer_seconds
+    from ddp_lab.course.plan.traffic import head_ops, layer_ops, rank_bytes
+
+    bandwidth = 1e12
+    fast = GPU("no-flops", 80 * 2**30, {"bf16": 1e40}, memory_bandwidth=bandwidth, generation="ampere")
+    gpt2 = Transformer.preset("gpt2-small")
+    for strategy in (Strategy(recompute="full"), Strategy(tp=2, attention="eager", recompute="selective")):
+        forward, backward, again = rank_bytes(layer_ops(gpt2, strategy), strategy, strategy.recompute)
+        time = layer_seconds(gpt2, strategy, fast)
+        assert (time.forward, time.backward, time.recompute) == pytest.approx(
+            (forward / bandwidth, backward / bandwidth, again / bandwidth), rel=1e-9)
+        head_forward, head_backward, _ = rank_bytes(head_ops(gpt2, strategy), strategy)
+        head = head_seconds(gpt2, strategy, fast)
+        assert (head.forward, head.backward) == pytest.approx((head_forward / bandwidth, head_backward / bandwidth),
+                                                              rel=1e-9)
+
 # ---- mixture of experts and expert parallelism (issue 29), context parallelism (issue 30) --------------------
 TINY_MOE = Transformer("tiny-moe", 2, 64, 4, vocab=128, seq_len=32, ffn=96, kv_heads=2, ffn_kind="swiglu",
                        norm="rmsnorm", bias=False, position="rope", tied_embeddings=False, dropout=False,
@@ -457,7 +543,9 @@ def test_defaults_ep1_cp1_change_no_number():
     bit: three searches (Llama 3 70B on 64 H100s, GPT-2 on 16 A100s, a CPU-rank cluster like
     calibrate.this_machine()'s) fingerprinted field by field with sha256. A planner change that moves any
     number changes a fingerprint: recompute them and say why in the commit. (Recomputed at the merge: issue
-    25's roofline, per-unit ZeRO-3 overlap, flash attention and interleaved candidates moved every number.)"""
+    25's roofline, per-unit ZeRO-3 overlap, flash attention and interleaved candidates moved every number; recomputed
+    again when the memory-bound kernels' bytes came from traffic.py's op table: every GPU number moved, the CPU
+    cluster's fingerprint did not.)"""
     import hashlib
 
     def fingerprint(plans):
@@ -472,7 +560,7 @@ def test_defaults_ep1_cp1_change_no_number():
     cpu = ClusterSpec.from_measurements({"ranks": 4, "matmul_flops": {"fp32": 5e10}, "collectives": fits, "cores": 2,
                                          "matmul_efficiency": 0.4, "memory": 2**30}, ranks=4)
     assert fingerprint(search(Transformer.preset("llama3-70b"), ClusterSpec.preset("h100-sxm", nodes=8),
-                              top=None)) == ("0f73c93019ebaa90", 437)
+                              top=None)) == ("f8ca60069d9e61c6", 437)
     assert fingerprint(search(Transformer.preset("gpt2-small"), ClusterSpec.preset("a100-80gb", nodes=2),
-                              top=None)) == ("43006edc702a477e", 640)
+                              top=None)) == ("da54702401f888c6", 640)
     assert fingerprint(search(shape, cpu, top=None, precision="fp32")) == ("3b4cece0e02ab290", 384)

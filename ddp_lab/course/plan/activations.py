@@ -73,7 +73,8 @@ def layer_activation_bytes(model, strategy) -> int:
 def layer_parts(model, strategy) -> tuple[int, int, int]:
     """A layer's saved bytes on one rank without TP: (around the parallel matmuls, between them, the scores).
 
-    efficiency.py reads them too: the bytes a layer saves are the bytes its memory-bound kernels move.
+    `replicated_share` reads them too (CPU ranks); a GPU's memory-bound kernels move the bytes of traffic.py's
+    op table instead.
     """
     s, b, h, a = model.seq_len, strategy.micro_batch, model.hidden, model.heads
     e = value_bytes(strategy)
