@@ -65,10 +65,12 @@ LESSON = "00-welcome-and-first-launch.ipynb"
 RUN_TIMEOUT_S = 240
 RANK_LINE = re.compile(r"^\[rank (\d+)\] ", re.M)
 
-# Settings a fresh JupyterLab gets: every cell in the DOM (so the page shows all outputs),
-# no autosave, no news or update checks (no network, no toast over the notebook).
+# Settings a fresh JupyterLab gets: every cell in the DOM (so the page shows all outputs; a test that needs no
+# outputs on the page asks for windowing, Lab.new_page), no autosave, no news or update checks (no network, no
+# toast over the notebook).
+NOTEBOOK_SETTINGS = "@jupyterlab/notebook-extension/tracker.jupyterlab-settings"
 LAB_SETTINGS = {
-    "@jupyterlab/notebook-extension/tracker.jupyterlab-settings": {"windowingMode": "none"},
+    NOTEBOOK_SETTINGS: {"windowingMode": "none"},
     "@jupyterlab/docmanager-extension/plugin.jupyterlab-settings": {"autosave": False},
     "@jupyterlab/apputils-extension/notification.jupyterlab-settings": {"fetchNews": "false",
                                                                       "checkForUpdates": False},
@@ -161,7 +163,12 @@ class Lab:
     remember_processes: object  # call once a test's kernel runs: its processes must be gone after the server
     browser: object  # a Playwright persistent browser context
 
-    def new_page(self):
+    def new_page(self, windowing: str = "none"):
+        """A new tab; JupyterLab loaded in it attaches every cell to the page ("none") or only those in view ("full").
+
+        Opening the 35 notebooks of the last test took 40 s of CPU with every cell attached, 15 s with "full".
+        """
+        (self.log.parent / "lab-settings" / NOTEBOOK_SETTINGS).write_text(json.dumps({"windowingMode": windowing}))
         return self.browser.new_page()
 
 
@@ -491,14 +498,14 @@ def test_lesson_00_runs_in_jupyterlab(lab):
     assert compared >= 2, "the lesson's stored outputs have (almost) no [rank k] lines to compare"
 
 
-# Open each notebook, wait until JupyterLab has put its kernel's kernelspec and language_info into the notebook's
+# Open each notebook in a background tab (nothing to lay out or paint), wait until JupyterLab has put its kernel's kernelspec and language_info into the notebook's
 # metadata (the kernel reports another Python version, so the notebook becomes dirty), edit a cell where asked, save
 # what is dirty (as autosave would), close it; a few at a time, so the page holds few notebooks and the waits
 # overlap. Returns the paths that opening made dirty.
 OPEN_SAVE_CLOSE = """async ([paths, edit, kernelName, atOnce]) => {
     const dirty = [];
     const openOne = async path => {
-        const widget = await window.jupyterapp.commands.execute('docmanager:open', {path});
+        const widget = await window.jupyterapp.commands.execute('docmanager:open', {path, options: {activate: false}});
         await widget.context.ready;
         await widget.sessionContext.ready;
         const info = await widget.sessionContext.session.kernel.info;
@@ -556,7 +563,7 @@ def test_opening_every_notebook_on_another_python_changes_no_tracked_file(lab):
     for path in paths:  # every notebook's session on the one kernel: opening it starts none
         api(lab.base, lab.token, "POST", "/api/sessions", {"path": path, "type": "notebook", "name": Path(path).name,
                                                            "kernel": {"id": kernel["id"]}})
-    page = lab.new_page()
+    page = lab.new_page(windowing="full")  # this test reads no cell from the page
     try:
         page.goto(f"{lab.base}/lab?token={lab.token}&reset")
         page.locator(".jp-DirListing").first.wait_for(timeout=60_000)
