@@ -150,6 +150,8 @@ OTHER_PYTHON_START = ("import ipykernel.ipkernel as k; "
                       "from ipykernel import kernelapp; kernelapp.launch_new_instance()")
 EDITED_CONTROL = "notebooks/zz-control-edited-in-the-page.ipynb"  # a course notebook the page edits: saved modified
 OUTSIDE_CONTROL = "zz-control-outside-the-course-folders/00.ipynb"  # no hook there: JupyterLab rewrites its metadata
+SAME_PYTHON = "solutions/02-collectives.ipynb"  # opened on the course's own kernel: not even marked modified
+STORED_KEYS = ("kernelspec", "language_info")
 
 
 @dataclass
@@ -498,23 +500,27 @@ def test_lesson_00_runs_in_jupyterlab(lab):
     assert compared >= 2, "the lesson's stored outputs have (almost) no [rank k] lines to compare"
 
 
-# Open each notebook in a background tab (nothing to lay out or paint), wait until JupyterLab has put its kernel's kernelspec and language_info into the notebook's
-# metadata (the kernel reports another Python version, so the notebook becomes dirty), edit a cell where asked, save
-# what is dirty (as autosave would), close it; a few at a time, so the page holds few notebooks and the waits
-# overlap. Returns the paths that opening made dirty.
-OPEN_SAVE_CLOSE = """async ([paths, edit, kernelName, atOnce]) => {
+# Open each notebook in a background tab (nothing to lay out or paint), wait until JupyterLab has put its kernel's
+# kernelspec and language_info into the notebook's metadata (a kernel reporting another Python version makes the
+# notebook dirty), edit a cell where asked, save what is dirty (as autosave would), close it; a few at a time, so
+# the page holds few notebooks and the waits overlap. `kernels` maps each path to its session's kernel name.
+# Returns the paths that opening made dirty.
+OPEN_SAVE_CLOSE = """async ([paths, edit, kernels, atOnce]) => {
     const dirty = [];
     const openOne = async path => {
         const widget = await window.jupyterapp.commands.execute('docmanager:open', {path, options: {activate: false}});
         await widget.context.ready;
         await widget.sessionContext.ready;
-        const info = await widget.sessionContext.session.kernel.info;
+        const kernel = widget.sessionContext.session.kernel;
+        const info = await kernel.info;
+        await kernel.spec;
         const model = widget.model;
         const took = () => model.getMetadata('language_info')?.version === info.language_info.version
-            && model.getMetadata('kernelspec')?.name === kernelName;
+            && model.getMetadata('kernelspec')?.name === kernels[path];
         for (let waited = 0; !took() && waited < 20000; waited += 20) {
             await new Promise(resolve => setTimeout(resolve, 20));
         }
+        await new Promise(resolve => setTimeout(resolve, 100));  // a notebook already right: JupyterLab's update settles
         if (edit.includes(path)) {
             model.cells.get(0).sharedModel.setSource('# edited in JupyterLab\\n' + model.cells.get(0).sharedModel.getSource());
         }
@@ -552,25 +558,38 @@ def test_opening_every_notebook_on_another_python_changes_no_tracked_file(lab):
     JupyterLab puts the kernel's kernelspec and language_info into every notebook it opens; make lab's pre-save
     hook (tools/notebook_format.py, keep_stored_metadata) saves a course notebook with the metadata it is stored
     with. Solutions are written by the same tool as the lessons (tools/execute_notebooks.py) and saved through the
-    same hook; opening them too would add 16 notebooks (about 6 s) and prove nothing more.
+    same hook; opening them too would add 16 notebooks (about 6 s) and prove nothing more. One solution is opened on
+    the course's own kernel instead: JupyterLab does not even mark it modified (the tools store the metadata it
+    writes for the course's kernel, so opening a notebook outside make lab on this Python changes nothing either),
+    and every lesson and exercise stores the same kernelspec and language_info as that solution.
     """
     root = lab.root
     assert git(root, "status", "--porcelain") == ""  # my-work/ (what the other tests ran and saved) is ignored
     paths = sorted(str(p.relative_to(root)) for folder in ("notebooks", "exercises")
                    for p in (root / folder).glob("*.ipynb")) + [OUTSIDE_CONTROL]
     stored = {path: (root / path).stat().st_mtime_ns for path in paths}
-    kernel = api(lab.base, lab.token, "POST", "/api/kernels", {"name": OTHER_PYTHON_KERNEL})
-    for path in paths:  # every notebook's session on the one kernel: opening it starts none
+    course_kernel = next((s["kernel"] for s in api(lab.base, lab.token, "GET", "/api/sessions")
+                          if s["kernel"]["name"] == "python3"), None)  # one the other tests started, if they ran
+    kernels = {"python3": course_kernel or api(lab.base, lab.token, "POST", "/api/kernels", {"name": "python3"}),
+               OTHER_PYTHON_KERNEL: api(lab.base, lab.token, "POST", "/api/kernels", {"name": OTHER_PYTHON_KERNEL})}
+    names = {**{path: OTHER_PYTHON_KERNEL for path in paths}, SAME_PYTHON: "python3"}
+    for path, name in names.items():  # every notebook's session on one of the two kernels: opening it starts none
         api(lab.base, lab.token, "POST", "/api/sessions", {"path": path, "type": "notebook", "name": Path(path).name,
-                                                           "kernel": {"id": kernel["id"]}})
+                                                           "kernel": {"id": kernels[name]["id"]}})
     page = lab.new_page(windowing="full")  # this test reads no cell from the page
     try:
         page.goto(f"{lab.base}/lab?token={lab.token}&reset")
         page.locator(".jp-DirListing").first.wait_for(timeout=60_000)
-        dirty = page.evaluate(OPEN_SAVE_CLOSE, [paths, [EDITED_CONTROL], OTHER_PYTHON_KERNEL, NOTEBOOKS_AT_ONCE])
+        dirty = page.evaluate(OPEN_SAVE_CLOSE, [[*paths, SAME_PYTHON], [EDITED_CONTROL], names, NOTEBOOKS_AT_ONCE])
         lab.remember_processes()
     finally:
         page.close()
+    # on the course's kernel JupyterLab changes nothing, and every lesson and exercise is stored like that solution
+    same = nbformat.read(root / SAME_PYTHON, as_version=4).metadata
+    assert SAME_PYTHON not in dirty, f"{SAME_PYTHON} opened on the course's kernel was marked modified"
+    differ = [p for p in paths if p != OUTSIDE_CONTROL and {k: nbformat.read(root / p, as_version=4).metadata.get(k)
+                                                            for k in STORED_KEYS} != {k: same[k] for k in STORED_KEYS}]
+    assert not differ, f"stored with other kernel metadata than JupyterLab writes (tools/execute_notebooks.py): {differ}"
     # the premise: JupyterLab rewrote every notebook's metadata for the other Python, and every one was saved
     assert dirty == sorted(paths), f"opened but not rewritten for the other Python: {sorted(set(paths) - set(dirty))}"
     unsaved = [path for path in paths if (root / path).stat().st_mtime_ns == stored[path]]
@@ -581,8 +600,7 @@ def test_opening_every_notebook_on_another_python_changes_no_tracked_file(lab):
     edited = nbformat.read(root / EDITED_CONTROL, as_version=4)
     assert edited.cells[0].source.startswith("# edited in JupyterLab")
     original = nbformat.read(REPO / "notebooks" / LESSON, as_version=4).metadata
-    assert {k: edited.metadata[k] for k in ("kernelspec", "language_info")} == \
-        {k: original[k] for k in ("kernelspec", "language_info")}
+    assert {k: edited.metadata[k] for k in STORED_KEYS} == {k: original[k] for k in STORED_KEYS}
     changed = git(root, "status", "--porcelain")
     expected = "".join(f" M {path}\n" for path in sorted([EDITED_CONTROL, OUTSIDE_CONTROL]))
     assert changed == expected, (
