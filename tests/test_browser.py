@@ -568,6 +568,8 @@ def test_opening_every_notebook_on_another_python_changes_no_tracked_file(lab):
     paths = sorted(str(p.relative_to(root)) for folder in ("notebooks", "exercises")
                    for p in (root / folder).glob("*.ipynb")) + [OUTSIDE_CONTROL]
     stored = {path: (root / path).stat().st_mtime_ns for path in paths}
+    metadata = {path: {k: nbformat.read(root / path, as_version=4).metadata.get(k) for k in STORED_KEYS}
+                for path in [*paths, SAME_PYTHON]}
     course_kernel = next((s["kernel"] for s in api(lab.base, lab.token, "GET", "/api/sessions")
                           if s["kernel"]["name"] == "python3"), None)  # one the other tests started, if they ran
     kernels = {"python3": course_kernel or api(lab.base, lab.token, "POST", "/api/kernels", {"name": "python3"}),
@@ -585,15 +587,19 @@ def test_opening_every_notebook_on_another_python_changes_no_tracked_file(lab):
     finally:
         page.close()
     # on the course's kernel JupyterLab changes nothing, and every lesson and exercise is stored like that solution
-    same = nbformat.read(root / SAME_PYTHON, as_version=4).metadata
     assert SAME_PYTHON not in dirty, f"{SAME_PYTHON} opened on the course's kernel was marked modified"
-    differ = [p for p in paths if p != OUTSIDE_CONTROL and {k: nbformat.read(root / p, as_version=4).metadata.get(k)
-                                                            for k in STORED_KEYS} != {k: same[k] for k in STORED_KEYS}]
+    differ = [path for path in paths if metadata[path] != metadata[SAME_PYTHON]]
     assert not differ, f"stored with other kernel metadata than JupyterLab writes (tools/execute_notebooks.py): {differ}"
     # the premise: JupyterLab rewrote every notebook's metadata for the other Python, and every one was saved
     assert dirty == sorted(paths), f"opened but not rewritten for the other Python: {sorted(set(paths) - set(dirty))}"
     unsaved = [path for path in paths if (root / path).stat().st_mtime_ns == stored[path]]
     assert not unsaved, f"not saved: {unsaved}"
+    changed = git(root, "status", "--porcelain")
+    expected = "".join(f" M {path}\n" for path in sorted([EDITED_CONTROL, OUTSIDE_CONTROL]))
+    assert changed == expected, (
+        f"opening the course's notebooks on another Python changed tracked files other than the controls "
+        f"{EDITED_CONTROL} and {OUTSIDE_CONTROL} (make lab's pre-save hook keeps their stored metadata: "
+        f"tools/jupyter-config/, tools/notebook_format.py):\n{changed}")
     # the controls: without the hook JupyterLab writes the other Python's metadata; an edit is saved, the metadata kept
     outside = nbformat.read(root / OUTSIDE_CONTROL, as_version=4).metadata
     assert outside.language_info.version == OTHER_PYTHON_VERSION and outside.kernelspec.name == OTHER_PYTHON_KERNEL
@@ -601,9 +607,3 @@ def test_opening_every_notebook_on_another_python_changes_no_tracked_file(lab):
     assert edited.cells[0].source.startswith("# edited in JupyterLab")
     original = nbformat.read(REPO / "notebooks" / LESSON, as_version=4).metadata
     assert {k: edited.metadata[k] for k in STORED_KEYS} == {k: original[k] for k in STORED_KEYS}
-    changed = git(root, "status", "--porcelain")
-    expected = "".join(f" M {path}\n" for path in sorted([EDITED_CONTROL, OUTSIDE_CONTROL]))
-    assert changed == expected, (
-        f"opening the course's notebooks on another Python changed tracked files other than the controls "
-        f"{EDITED_CONTROL} and {OUTSIDE_CONTROL} (make lab's pre-save hook keeps their stored metadata: "
-        f"tools/jupyter-config/, tools/notebook_format.py):\n{changed}")
