@@ -146,7 +146,8 @@ def copy_course(root: Path) -> None:
 OTHER_PYTHON_KERNEL = "other-python"
 OTHER_PYTHON_VERSION = "3.99.0"
 OTHER_PYTHON_START = ("import ipykernel.ipkernel as k; "
-                      f"k.IPythonKernel.language_info = {{**k.IPythonKernel.language_info, 'version': '{OTHER_PYTHON_VERSION}'}}; "
+                      "k.IPythonKernel.language_info = "
+                      f"{{**k.IPythonKernel.language_info, 'version': '{OTHER_PYTHON_VERSION}'}}; "
                       "from ipykernel import kernelapp; kernelapp.launch_new_instance()")
 EDITED_CONTROL = "notebooks/zz-control-edited-in-the-page.ipynb"  # a course notebook the page edits: saved modified
 OUTSIDE_CONTROL = "zz-control-outside-the-course-folders/00.ipynb"  # no hook there: JupyterLab rewrites its metadata
@@ -517,12 +518,16 @@ OPEN_SAVE_CLOSE = """async ([paths, edit, kernels, atOnce]) => {
         const model = widget.model;
         const took = () => model.getMetadata('language_info')?.version === info.language_info.version
             && model.getMetadata('kernelspec')?.name === kernels[path];
-        for (let waited = 0; !took() && waited < 20000; waited += 20) {
+        let waited = 0;
+        for (; !took() && waited < 20000; waited += 20) {
             await new Promise(resolve => setTimeout(resolve, 20));
         }
-        await new Promise(resolve => setTimeout(resolve, 100));  // a notebook already right: JupyterLab's update settles
+        if (waited === 0) {  // stored as the kernel reports it: give JupyterLab's update a moment to (not) mark it
+            await new Promise(resolve => setTimeout(resolve, 100));
+        }
         if (edit.includes(path)) {
-            model.cells.get(0).sharedModel.setSource('# edited in JupyterLab\\n' + model.cells.get(0).sharedModel.getSource());
+            const first = model.cells.get(0).sharedModel;
+            first.setSource('# edited in JupyterLab\\n' + first.getSource());
         }
         if (model.dirty) {
             dirty.push(path);
