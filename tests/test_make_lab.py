@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -89,6 +90,35 @@ def test_copies_made_before_copies_were_recorded_are_never_overwritten(tmp_path)
     assert copied == [] and kept == [answered, untouched] and sources(answered)[0] == "my answer"
     assert len(notes) == 1 and notes[0].startswith("my-work/exercises-01-first.ipynb: kept your edited copy")
     assert my_work.make_my_work(tmp_path)[2] == []  # said once
+
+
+MARKDOWN_LINK = re.compile(r"\]\(([^)\s#]+)(?:#[^)]*)?\)")
+
+
+def test_every_link_in_the_copies_opens_from_my_work(tmp_path):
+    """The course's own lessons and exercises copied as make lab does: each relative link leads to a file that exists.
+
+    A link into my-work/ must find the copy there (another lesson, the learner's exercise); any other (../solutions/,
+    ../ddp_lab/, ../templates/) must find the course's file.
+    """
+    for folder in ("notebooks", "exercises"):
+        shutil.copytree(REPO / folder, tmp_path / folder)
+    my_work.make_my_work(tmp_path)
+    broken, checked = [], 0
+    for copy in sorted((tmp_path / "my-work").glob("*.ipynb")):
+        for cell in json.loads(copy.read_text())["cells"]:
+            if cell["cell_type"] != "markdown":
+                continue
+            for target in MARKDOWN_LINK.findall("".join(cell["source"])):
+                if re.match(r"[a-z]+:", target):  # https:, mailto:
+                    continue
+                resolved = (copy.parent / target).resolve()
+                inside = resolved.is_relative_to(tmp_path / "my-work")
+                found = resolved.exists() if inside else (REPO / resolved.relative_to(tmp_path)).exists()
+                checked += 1
+                if not found:
+                    broken.append(f"{copy.name}: {target}")
+    assert checked > 50 and not broken, broken
 
 
 def test_git_ignores_my_work():

@@ -81,7 +81,7 @@ def make_my_work(root: Path = ROOT) -> tuple[list[Path], list[Path], list[str]]:
     record = read_notebook(target / RECORD) or {}
     copied, kept, notes = [], [], []
     for folder in COURSE_FOLDERS:
-        for course_notebook in sorted((root / folder).glob("[0-9][0-9]-*.ipynb")):
+        for course_notebook in sorted((root / folder).glob("[0-9][0-9]*.ipynb")):
             copy = target / copy_name(course_notebook)
             source = f"{folder}/{course_notebook.name}"
             course = json.loads(course_notebook.read_text(encoding="utf-8"))
