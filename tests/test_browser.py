@@ -18,13 +18,17 @@ fixture: one server and one browser start instead of three, each test in a page 
   stays clean, because make lab's pre-save hook keeps the stored kernel metadata
   (tools/notebook_format.py); two controls show the test can see a change: a notebook outside the
   course's folders is rewritten by JupyterLab as it would be without the hook, and a course
-  notebook whose cell the page edits is saved modified, keeping its stored metadata.
+  notebook whose cell the page edits is saved modified, keeping its stored metadata; a solution
+  opened on the course's own kernel is not even marked modified (the tools store the metadata
+  JupyterLab writes).
 
 No kernel or rank process may outlive the server. Working in copies, the runs cannot overwrite
 stored outputs. Screenshots and the server's log go to artifacts/ (gitignored). Set-up:
 `apt-get install chromium` and `pip install playwright` (no `playwright install`): `make browser`.
-Missing either skips the tests, except in CI (CI=true), where they fail. The three took 59 s on a
-quiet 2-core machine with three servers; the shared server is what keeps them near 30 s.
+Missing either skips the tests, except in CI (CI=true), where they fail. Cost, measured back to
+back on the shared 2-core machine (load 7-11 from other work): 126 s for the three with a server
+and browser each and every notebook drawn whole, 61 s with this module's shared server and browser
+and the last test's notebooks opened in background tabs with cells drawn only in view.
 """
 
 from __future__ import annotations
@@ -212,15 +216,14 @@ def lab(tmp_path_factory):
 
 
 @contextlib.contextmanager
-def serving(tmp_path: Path, arguments: list[str], port: int, cwd: Path, log_name: str, env: dict | None = None,
-            settings_extra: dict | None = None):
+def serving(tmp_path: Path, arguments: list[str], port: int, cwd: Path, log_name: str, env: dict | None = None):
     """Run `jupyter <arguments>` headless on 127.0.0.1 with a random token and fresh settings.
 
     Yields (base_url, token, remember_processes). On exit the server is stopped, its log is
     copied to artifacts/log_name, and every process remembered must be gone.
     """
     settings = tmp_path / "lab-settings"
-    for name, values in {**LAB_SETTINGS, **(settings_extra or {})}.items():
+    for name, values in LAB_SETTINGS.items():
         (settings / name).parent.mkdir(parents=True, exist_ok=True)
         (settings / name).write_text(json.dumps(values))
     token = secrets.token_hex(16)
