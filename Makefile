@@ -36,23 +36,28 @@ $(STAMP): requirements.txt pyproject.toml
 	$(BIN)/python -m pip install --quiet --no-deps -e .
 	touch $(STAMP)
 
-# Serves the whole course (a lesson's ../my-work/, ../exercises/ and ../solutions/ links must open) and opens
-# on notebooks/. First my-work/ gets a copy of every exercise not copied yet (git-ignored, never overwritten:
-# tools/my_work.py). JupyterLab's terminals start the learner's shell with .venv/bin first on PATH after its
-# start-up files (tools/lab-terminal/shell.sh), so `python -m ddp_lab grade` there runs the course's Python.
-# tests/test_browser.py runs exactly these command lines (`make -n -o setup lab`).
-LAB_ENV := DDP_LAB_VENV_BIN="$(CURDIR)/$(BIN)" VIRTUAL_ENV="$(CURDIR)/$(VENV)" PATH="$(CURDIR)/$(BIN):$$PATH"
+# Serves the whole course (links to ../my-work/, ../exercises/ and ../solutions/ must open) and opens on
+# my-work/: tools/my_work.py first copies every lesson and exercise there (git-ignored; a copy the learner
+# edited is kept, an unedited one refreshed after a git pull), so running and editing never changes a tracked
+# file. Saving a course notebook keeps its stored kernel metadata (tools/jupyter-config/, a pre-save hook),
+# so opening one on another Python changes nothing. JupyterLab's terminals start the learner's shell with
+# .venv/bin first on PATH after its start-up files (tools/lab-terminal/shell.sh), so `python -m ddp_lab grade`
+# there runs the course's Python. tests/test_browser.py runs exactly these command lines (`make -n -o setup lab`).
+LAB_ENV := DDP_LAB_VENV_BIN="$(CURDIR)/$(BIN)" VIRTUAL_ENV="$(CURDIR)/$(VENV)" PATH="$(CURDIR)/$(BIN):$$PATH" \
+	JUPYTER_CONFIG_PATH="$(CURDIR)/tools/jupyter-config"
 lab: setup
 	$(BIN)/python tools/my_work.py
-	$(LAB_ENV) $(BIN)/jupyter lab --ServerApp.root_dir=. --LabApp.default_url=/lab/tree/notebooks --port=$(PORT) \
+	$(LAB_ENV) $(BIN)/jupyter lab --ServerApp.root_dir=. --LabApp.default_url=/lab/tree/my-work --port=$(PORT) \
 		--ServerApp.terminado_settings='{"shell_command": ["$(CURDIR)/tools/lab-terminal/shell.sh"]}' $(ROOT_FLAG)
 
-# Debian's Chromium for tests/test_browser.py (needs root for apt; elsewhere the test skips, except in CI).
+# Debian's Chromium for tests/test_browser.py and zsh for the zsh terminal test in tests/test_make_lab.py (needs
+# root for apt; elsewhere those tests skip, except in CI). zsh adds about 10 s to a fresh set-up (measured here).
+BROWSER_PACKAGES = $(strip $(if $(wildcard /usr/bin/chromium),,chromium) $(if $(wildcard /usr/bin/zsh),,zsh))
 browser:
-	@if [ -x /usr/bin/chromium ]; then :; \
+	@if [ -z "$(BROWSER_PACKAGES)" ]; then :; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null; \
-	else echo "note: no /usr/bin/chromium and no root apt-get: the browser test will be skipped (it fails in CI)"; fi
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(BROWSER_PACKAGES) >/dev/null; \
+	else echo "note: no $(BROWSER_PACKAGES) and no root apt-get: the browser and zsh terminal tests will be skipped (they fail in CI)"; fi
 
 test: setup browser
 	$(call two_phases,--durations=25 $(NBVAL) tests notebooks solutions)

@@ -42,6 +42,7 @@ def test_unsolved_exercises_are_not_attempted_and_left_untouched(tmp_path):
     for name in GRADED_EXERCISES:
         shutil.copy(ROOT / "exercises" / name, folder / name)
     (folder / "notes.txt").write_text("not a notebook: grade skips it\n")
+    shutil.copy(ROOT / "notebooks" / "01-data-vs-model-parallelism.ipynb", folder)  # a lesson's copy: no checks, skipped
     before = digest(folder)
     stderr: list = []
     code, out = grade(str(folder), "--json", "--jobs", "2", cwd=tmp_path, stderr=stderr)

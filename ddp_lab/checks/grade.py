@@ -7,7 +7,8 @@ raises the exercise's NotImplementedError). A notebook that cannot be graded (a 
 not a notebook, a cell past --timeout, a kernel that died) becomes one "could not run" row
 saying why, and grading goes on with the next notebook.
 
-Without a path it grades the course's my-work/ (the learner's copies, `make lab`), found
+In a folder it grades the notebooks with check cells (my-work/ holds the learner's copies of the
+lessons too). Without a path it grades the course's my-work/ (the learner's copies, `make lab`), found
 from wherever ddp_lab is installed, so it works from any directory; without my-work/, the
 course's exercises/. Several notebooks run at once where the cores allow (--jobs); a line on
 stderr reports each notebook as it finishes (stdout keeps the table, or the JSON).
@@ -204,11 +205,21 @@ def _error_line(cell) -> str:
     return f"{error[0]}: {lines[0]}" if lines else error[0]
 
 
+def _has_check_cells(notebook: Path) -> bool:
+    """Whether a notebook has a cell tagged `check` (an exercise); one that cannot be read counts, to get its row."""
+    try:
+        cells = json.loads(notebook.read_text(encoding="utf-8")).get("cells", [])
+        return any("check" in cell.get("metadata", {}).get("tags", []) for cell in cells)
+    except (OSError, ValueError, AttributeError):
+        return True
+
+
 def _notebooks(paths: list[Path]) -> list[Path]:
+    """The notebooks to grade: those named, and in each folder those with check cells (my-work/ holds lessons too)."""
     found = []
     for path in paths:
         if path.is_dir():
-            found.extend(sorted(p for p in path.glob("*.ipynb") if not p.name.startswith(".")))
+            found.extend(sorted(p for p in path.glob("*.ipynb") if not p.name.startswith(".") and _has_check_cells(p)))
         elif path.suffix == ".ipynb" and path.is_file():
             found.append(path)
         else:
