@@ -59,7 +59,10 @@ browser:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(BROWSER_PACKAGES) >/dev/null; \
 	else echo "note: no $(BROWSER_PACKAGES) and no root apt-get: the browser and zsh terminal tests will be skipped (they fail in CI)"; fi
 
-test: setup browser
+# set-up and the browser packages install side by side (pip and apt-get: on a fresh machine apt's ~10 s
+# hide behind pip's ~45 s)
+test:
+	@$(MAKE) --no-print-directory -j2 setup browser
 	$(call two_phases,--durations=25 $(NBVAL) tests notebooks solutions)
 
 unit: setup
