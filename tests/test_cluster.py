@@ -297,10 +297,22 @@ def ddp_then_destroy(rank):
     return rank
 
 
-def test_warm_ranks_survive_destroy_process_group_after_ddp():
-    """The zygote preloads torch._dynamo; before keepalive.py this deadlocked in 5 of 8 launches (pytorch#56297)."""
-    ddp_lab.launch(lambda rank: rank, nprocs=1, backend="gloo")
+def zygote_had_dynamo(rank):
+    import sys
+
+    return "torch._dynamo" in sys.modules   # before this function imported anything
+
+
+def test_the_zygote_learns_what_its_ranks_import():
+    """A fresh zygote lacks torch._dynamo; after one launch whose ranks built DDP (which imports it), the
+    ranks of the next launches fork with it, and survive destroy_process_group() after DDP (with it
+    preloaded this deadlocked in 5 of 8 launches before keepalive.py: pytorch#56297)."""
+    procstart.shutdown_zygote()
+    ddp_lab.launch(zygote_had_dynamo, nprocs=1, backend="gloo")   # cold: starts a fresh zygote
     assert procstart.ready_zygote() is not None
+    assert ddp_lab.launch(zygote_had_dynamo, nprocs=2, backend="gloo") == [False, False]
+    assert ddp_lab.launch(ddp_then_destroy, nprocs=2, init_process_group=False, timeout=30) == [0, 1]
+    assert ddp_lab.launch(zygote_had_dynamo, nprocs=2, backend="gloo") == [True, True]
     for _ in range(3):
         assert ddp_lab.launch(ddp_then_destroy, nprocs=2, init_process_group=False, timeout=30) == [0, 1]
 

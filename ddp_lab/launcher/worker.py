@@ -175,6 +175,23 @@ def _report_result(channel: socket.socket, value) -> bool:
     return True
 
 
+# A rank forked by the zygote: (the zygote's pipe, the zygote.LEARNED_IMPORTS it lacked at the fork).
+# The rank writes there which of those it imported, so the zygote imports them for later launches.
+report_imports_to: tuple[int, tuple[str, ...]] | None = None
+
+
+def _report_learned_imports() -> None:
+    if report_imports_to is None:
+        return
+    fd, watched = report_imports_to
+    imported = [name for name in watched if name in sys.modules]
+    if imported:
+        try:
+            os.write(fd, ("\n".join(imported) + "\n").encode())   # < PIPE_BUF: one atomic write
+        except OSError:   # the pipe is full or the zygote is gone: the next rank imports them itself
+            pass
+
+
 def run_rank(control_fd: int, payload_path: str, stacks_path: str) -> None:
     """Run one rank to completion and leave with os._exit (never returns)."""
     global _channel
@@ -197,8 +214,10 @@ def run_rank(control_fd: int, payload_path: str, stacks_path: str) -> None:
     except BaseException as error:  # noqa: BLE001 - every failure is reported, KeyboardInterrupt too
         # sys.exit(0) included: a rank that exits returns no result, and its peers may wait for
         # it in a collective; reported at once, the launcher stops them (as mp.spawn ends a job)
+        _report_learned_imports()
         send_message(channel, exception_report(error, phase, skip_frames=1 if phase == "fn" else 0))
     else:
+        _report_learned_imports()   # before the result: the zygote has read it before the launch returns
         ok = _report_result(channel, value)
     flush_all_output()
     try:

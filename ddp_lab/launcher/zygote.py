@@ -22,6 +22,7 @@ Introduced in notebooks/00b-live-cluster.ipynb.
 
 from __future__ import annotations
 
+import importlib
 import os
 import pickle
 import random
@@ -36,25 +37,28 @@ MAX_PACKET = 1 << 20
 GO = b"G"  # launcher -> forked rank: every rank of the launch has started, run
 
 
-def preload() -> None:
-    """Import what every rank needs; run nothing.
+# Modules a rank may import that are slow to import and safe to import before a fork (they start
+# no thread and touch no CUDA: checked on torch 2.13 by patching torch.cuda's entry points during
+# the import). The zygote does not import them up front: once one of its ranks has (the rank
+# writes the names to the zygote's pipe before it ends), the zygote imports them, so the ranks of
+# later launches fork with them. torch._dynamo is what every rank's first DistributedDataParallel(...),
+# fully_shard(...) or DTensor op imports: 800 modules, sympy among them, 1.5-4 s of a core per rank
+# on this 2-core machine; pipelining and distributed checkpointing (lessons 07, 12) are smaller.
+# Measured here (2026-11-26, load ~7): a warm 2-rank DDP launch 6.5 s with a zygote that lacks
+# torch._dynamo, 0.27 s with one that has it; lessons 05 and 10's check tests 92 s -> 33 s.
+# Importing it in every zygote up front cost 1.5 s of CPU per kernel that never needs it (an
+# unsolved exercise: 18 s -> 25-30 s for three). An earlier session saw ranks forked with it
+# preloaded deadlock in destroy_process_group() after DDP (5 of 8); that was pytorch#56297
+# (freeing a gloo group joins its threads while holding the GIL), which keepalive.py has
+# avoided since: 60 DDP launches, half of them destroying their group, passed with it preloaded.
+LEARNED_IMPORTS = ("torch._dynamo", "torch.distributed.checkpoint", "torch.distributed.pipelining")
 
-    torch._dynamo included: the first DistributedDataParallel(...), fully_shard(...) or DTensor
-    op of every rank imports it (800 modules, sympy among them: 1.5-4 s of a core per rank on
-    this 2-core machine), so a rank forked without it paid that on every launch. Measured here
-    (2026-11-26, load ~7): a 2-rank DDP launch 6.5 s without, 0.27 s with; importing it starts
-    no thread and touches no CUDA. An earlier session saw ranks forked with it preloaded
-    deadlock in destroy_process_group() after DDP (5 of 8); that was pytorch#56297 (freeing a
-    gloo group joins its threads while holding the GIL), which keepalive.py has avoided since:
-    60 DDP launches, half of them destroying their group, passed with it preloaded.
-    Pipelining and distributed checkpointing (lessons 07, 12) are small, and preloaded too.
-    """
+
+def preload() -> None:
+    """Import what every rank needs; run nothing. (LEARNED_IMPORTS come later, once a rank needs them.)"""
     import cloudpickle  # noqa: F401
     import torch  # noqa: F401
-    import torch._dynamo  # noqa: F401
     import torch.distributed  # noqa: F401
-    import torch.distributed.checkpoint  # noqa: F401
-    import torch.distributed.pipelining  # noqa: F401
     import torch.nn  # noqa: F401
     import torch.nn.parallel  # noqa: F401
     import torch.optim  # noqa: F401
@@ -62,16 +66,19 @@ def preload() -> None:
     import ddp_lab.launcher.worker  # noqa: F401
 
 
-def _become_rank(spec: dict, fds: list[int], sock: socket.socket, wakeup: int) -> None:
+def _become_rank(spec: dict, fds: list[int], sock: socket.socket, wakeup: int, learned: tuple[int, int]) -> None:
     """In the forked child: take the pipes, the environment and the cwd, then run the rank."""
     import torch  # lazy: the zygote imports torch here, timed, before it forks any rank
 
-    from ddp_lab.launcher.worker import die_with_parent, run_rank  # lazy: the zygote process loads the rank side; its notebook-side client never does
+    from ddp_lab.launcher import worker  # lazy: the zygote process loads the rank side; its notebook-side client never does
+    from ddp_lab.launcher.worker import die_with_parent, run_rank  # lazy: as above
 
     signal.set_wakeup_fd(-1)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     sock.close()
     os.close(wakeup)
+    os.close(learned[0])
+    worker.report_imports_to = (learned[1], tuple(name for name in LEARNED_IMPORTS if name not in sys.modules))
     stdout, stderr, control = fds
     os.dup2(stdout, 1)
     os.dup2(stderr, 2)
@@ -117,18 +124,33 @@ def _reap(sock: socket.socket) -> None:
         sock.send(pickle.dumps(("exited", ended.si_pid, os.waitstatus_to_exitcode(status))))
 
 
+def _import_learned(learned_read: int) -> None:
+    """Import the LEARNED_IMPORTS that ranks wrote to the pipe (one name per line) and this process lacks."""
+    names = set(os.read(learned_read, 4096).decode(errors="replace").split())
+    for name in LEARNED_IMPORTS:
+        if name in names and name not in sys.modules:
+            try:
+                importlib.import_module(name)
+            except Exception:  # noqa: BLE001 - a rank imports it itself then, as without the zygote's help
+                pass
+
+
 def serve(sock: socket.socket) -> None:
     """Fork a rank for every request until the launcher goes away."""
     wakeup_read, wakeup_write = os.pipe()
     os.set_blocking(wakeup_write, False)
+    learned_read, learned_write = os.pipe()   # ranks -> zygote: LEARNED_IMPORTS they imported
+    os.set_blocking(learned_write, False)
     signal.set_wakeup_fd(wakeup_write)
     signal.signal(signal.SIGCHLD, lambda *_: None)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     while True:
-        ready, _, _ = select.select([sock, wakeup_read], [], [])
+        ready, _, _ = select.select([sock, wakeup_read, learned_read], [], [])
         if wakeup_read in ready:
             os.read(wakeup_read, 4096)
             _reap(sock)
+        if learned_read in ready:
+            _import_learned(learned_read)
         if sock in ready:
             try:
                 data, fds, _, _ = socket.recv_fds(sock, MAX_PACKET, 3)
@@ -140,7 +162,7 @@ def serve(sock: socket.socket) -> None:
             pid = os.fork()
             if pid == 0:
                 try:
-                    _become_rank(spec, fds, sock, wakeup_read)
+                    _become_rank(spec, fds, sock, wakeup_read, (learned_read, learned_write))
                 finally:
                     os._exit(70)
             for fd in fds:
