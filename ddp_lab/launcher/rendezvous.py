@@ -27,12 +27,14 @@ costs a reverse DNS lookup: torch's client connects over IPv6 first (socket.cpp,
 `prefer_ipv6`), so "127.0.0.1" becomes `::ffff:127.0.0.1`, and it names that address with
 getnameinfo() (`formatSockAddr`, for its log lines) whatever the log level. /etc/hosts never
 answers the v4-mapped form (glibc matches IPv4 lines to IPv4 lookups only), so every connection
-sends a PTR query for 1.0.0.127.in-addr.arpa to the nameserver, and where the nameserver drops
-one (measured in a sandbox whose DNS rate-limits: 1 query in ~50 in bursts), glibc waits 5 s
-before asking again: a 0.2 s warm launch took 5 s. No address avoids it (a v4 or v6 literal,
-or "localhost", is looked up alike) and torch has no setting for it (torch >= 2.9 only stops
-looking up after a lookup *fails*, pytorch#159596), so ddp_lab makes as few connections as it
-can: one per rank, and the launcher's own.
+sends a PTR query for 1.0.0.127.in-addr.arpa to the nameserver; where the nameserver drops one
+(measured in a sandbox whose DNS rate-limits: about 50 queries in a burst pass, the next is
+dropped), glibc asks again after 5 s, and a 0.2 s warm launch takes 5 s. No address avoids it (a
+v4 or v6 literal, or "localhost", is looked up alike) and torch has no setting for it (torch
+2.13 stops looking up only after a lookup *fails*, pytorch#159596). RES_OPTIONS=timeout:1 would
+shorten the wait to 1 s, but for every lookup of the learner's own code in the rank too, so it
+is not set. ddp_lab therefore makes as few connections as it can: one per rank, and the one the
+hosting TCPStore makes to itself in the notebook (torch always connects its own client).
 
 Introduced in notebooks/00-welcome-and-first-launch.ipynb ("How launch works"); bringing
 your own `setup()` in notebooks/05-ddp-in-practice.ipynb ("Bringing your own script").
