@@ -7,8 +7,8 @@ query costs glibc a 5 s wait: measured here, about one warm launch in ten took 5
 store and shares it (`ddp_lab.launcher.rendezvous.own_store`). This test counts the queries a
 real warm launch sends, in a user, mount and network namespace whose /etc/resolv.conf points at
 a counting nameserver run by the test (skipped with the reason where namespaces are not allowed,
-or where the resolver does not read /etc/resolv.conf). About 5 s, most of it importing torch in
-the launcher and the zygote.
+or where the resolver does not read /etc/resolv.conf). About 3-4 s (measured at load 5 on
+2 cores), most of it importing torch in the launcher and the zygote.
 """
 
 from __future__ import annotations
