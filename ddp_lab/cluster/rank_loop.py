@@ -87,11 +87,12 @@ def _regroup(rank: int, command: dict) -> None:
 
     import torch.distributed as dist  # lazy: a rank imports torch only once it runs (the zygote before forking); the notebook side stays torch-free
 
+    from ddp_lab.launcher.rendezvous import own_store  # lazy: rendezvous imports torch at use; a rank loads it after its channel is up
+
     if dist.is_initialized():
         dist.destroy_process_group()
     timeout = datetime.timedelta(seconds=command["pg_timeout"])
-    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
-                          timeout=timeout)
+    store = own_store(timeout)  # the rank's connection to the launcher's store: a new one costs a DNS lookup
     dist.init_process_group(command["backend"], store=dist.PrefixStore(f"ddp_lab/regroup/{command['id']}", store),
                             rank=rank, world_size=int(os.environ["WORLD_SIZE"]), timeout=timeout)
 

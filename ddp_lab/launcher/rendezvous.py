@@ -21,6 +21,21 @@ network address in /etc/hosts (as in Docker, Kubernetes/JupyterHub pods and many
 every rank listened on that address. `loopback_store` therefore also names the loopback
 interface in GLOO_SOCKET_IFNAME (`gloo_on_loopback`), unless the user chose an interface.
 
+A rank opens one connection to the launcher's store and shares it (`own_store`): every
+group it sets up there and ddp_lab's own start-up barrier use it. Each TCPStore connection
+costs a reverse DNS lookup: torch's client connects over IPv6 first (socket.cpp,
+`prefer_ipv6`), so "127.0.0.1" becomes `::ffff:127.0.0.1`, and it names that address with
+getnameinfo() (`formatSockAddr`, for its log lines) whatever the log level. /etc/hosts never
+answers the v4-mapped form (glibc matches IPv4 lines to IPv4 lookups only), so every connection
+sends a PTR query for 1.0.0.127.in-addr.arpa to the nameserver; where the nameserver drops one
+(measured in a sandbox whose DNS rate-limits: about 50 queries in a burst pass, the next is
+dropped), glibc asks again after 5 s, and a 0.2 s warm launch takes 5 s. No address avoids it (a
+v4 or v6 literal, or "localhost", is looked up alike) and torch has no setting for it (torch
+2.13 stops looking up only after a lookup *fails*, pytorch#159596). RES_OPTIONS=timeout:1 would
+shorten the wait to 1 s, but for every lookup of the learner's own code in the rank too, so it
+is not set. ddp_lab therefore makes as few connections as it can: one per rank, and the one the
+hosting TCPStore makes to itself in the notebook (torch always connects its own client).
+
 Introduced in notebooks/00-welcome-and-first-launch.ipynb ("How launch works"); bringing
 your own `setup()` in notebooks/05-ddp-in-practice.ipynb ("Bringing your own script").
 """
@@ -183,24 +198,46 @@ def route_init_process_group() -> None:
 
 
 _own_store_joins = 0  # how many groups this rank has set up at the launcher's store
+_own_store_client = None  # this rank's one connection to the launcher's store (`own_store`)
 _hosted_ports: set[int] = set()  # ports this rank hosted a store on (kept with destroyed groups)
 
 
+def own_store(timeout: datetime.timedelta):
+    """In a rank: its one connection to the launcher's store (a TCPStore client), opened on first use.
+
+    Every group the rank sets up at the launcher's store, the launcher's start-up barrier and the
+    live cluster's regroup share it: each new connection costs torch a reverse DNS lookup, which
+    stalls 5 s whenever the nameserver drops the query (see the module docstring). `timeout`
+    becomes the store's timeout for what follows.
+
+    Introduced in notebooks/00-welcome-and-first-launch.ipynb ("How launch works").
+    """
+    global _own_store_client
+    from torch.distributed import TCPStore  # lazy: `import ddp_lab` and the launcher stay torch-free until a launch needs the store (~1 s import)
+
+    if _own_store_client is None:
+        host, port = os.environ[OWN_STORE].rsplit(":", 1)
+        _own_store_client = TCPStore(host, int(port), is_master=False, timeout=timeout)
+    else:
+        _own_store_client.set_timeout(timeout)
+    return _own_store_client
+
+
 def _join_own_store(original, call: inspect.BoundArguments, address: tuple[str, int]):
-    """Join the launcher's store: as torch does the first time; later groups under fresh keys."""
+    """Join the launcher's store over the rank's one connection, each group under keys of its own.
+
+    A rank may set up a group, destroy it (e.g. a tutorial's cleanup() in a %%ddp cell) and set
+    up another: the store still holds the first group's keys, and a new group under the same
+    keys would meet stale addresses and hang. So group N of a rank uses the prefix
+    ddp_lab/groupN (every rank counts alike).
+    """
     global _own_store_joins
-    joins, _own_store_joins = _own_store_joins, _own_store_joins + 1
-    if joins == 0:
-        return original(*call.args, **call.kwargs)
-    # The store still holds the keys of this rank's earlier group (destroyed since, e.g. by a
-    # tutorial's cleanup() in a %%ddp cell): a new group under the same keys would meet
-    # stale addresses and hang. Same store, a prefix of its own (every rank counts alike).
-    from torch.distributed import PrefixStore, TCPStore
+    from torch.distributed import PrefixStore
     from torch.distributed.constants import default_pg_timeout  # lazy: `import ddp_lab` and the launcher stay torch-free until a launch needs the store (~1 s import)
 
+    joins, _own_store_joins = _own_store_joins, _own_store_joins + 1
     arguments = call.arguments
-    timeout = arguments.get("timeout") or default_pg_timeout
-    store = PrefixStore(f"ddp_lab/group{joins}", TCPStore(*address, is_master=False, timeout=timeout))
+    store = PrefixStore(f"ddp_lab/group{joins}", own_store(arguments.get("timeout") or default_pg_timeout))
     arguments.update(init_method=None, store=store, rank=_rank(arguments),
                      world_size=_from_query(arguments, "world_size", "WORLD_SIZE"))
     return original(*call.args, **call.kwargs)

@@ -144,10 +144,10 @@ def _wait_for_all_ranks(timeout) -> None:
     Without this, a rank that fails at once (say os._exit) can break a peer that is still
     connecting, and the peer's error hides the real one.
     """
-    from torch.distributed import TCPStore  # lazy: a rank imports torch only once it runs (the zygote before forking); the notebook side stays torch-free
+    from ddp_lab.launcher.rendezvous import own_store  # lazy: worker.py is the first module a rank imports; payload and rendezvous follow when fn arrives
 
     rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    store = TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False, timeout=timeout)
+    store = own_store(timeout)  # the connection init_process_group opened: a new one costs a DNS lookup
     store.set(f"ddp_lab/ready/{rank}", "1")
     store.wait([f"ddp_lab/ready/{r}" for r in range(world_size)])
 
