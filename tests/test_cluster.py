@@ -303,18 +303,41 @@ def zygote_had_dynamo(rank):
     return "torch._dynamo" in sys.modules   # before this function imported anything
 
 
+def compile_disabled(rank):
+    import torch._dynamo
+
+    return torch._dynamo.config.disable   # TORCH_COMPILE_DISABLE, read when torch._dynamo is imported
+
+
+def threads(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as status:
+        return int(next(line for line in status if line.startswith("Threads:")).split()[1])
+
+
 def test_the_zygote_learns_what_its_ranks_import():
-    """A fresh zygote lacks torch._dynamo; after one launch whose ranks built DDP (which imports it), the
-    ranks of the next launches fork with it, and survive destroy_process_group() after DDP (with it
-    preloaded this deadlocked in 5 of 8 launches before keepalive.py: pytorch#56297)."""
+    """A fresh zygote lacks torch._dynamo; after a launch whose ranks built DDP (which imports it), a
+    successor zygote imports it in the background and takes over, with no more threads than its
+    predecessor; its ranks survive destroy_process_group() after DDP (with torch._dynamo preloaded
+    this deadlocked in 5 of 8 launches before keepalive.py: pytorch#56297), and a launch that sets a
+    variable torch._dynamo reads at import starts cold and obeys it."""
     procstart.shutdown_zygote()
     ddp_lab.launch(zygote_had_dynamo, nprocs=1, backend="gloo")   # cold: starts a fresh zygote
-    assert procstart.ready_zygote() is not None
+    first = procstart.ready_zygote()
+    assert first is not None and first.imports == ()
+    first_threads = threads(first.popen.pid)
     assert ddp_lab.launch(zygote_had_dynamo, nprocs=2, backend="gloo") == [False, False]
     assert ddp_lab.launch(ddp_then_destroy, nprocs=2, init_process_group=False, timeout=30) == [0, 1]
+    assert "torch._dynamo" in first.learned and procstart._successor is not None
+    assert procstart._successor.wait_ready(60)
+    # importing it started no thread (forking stays safe): both counted when just ready (import torch leaves one)
+    assert threads(procstart._successor.popen.pid) <= first_threads
     assert ddp_lab.launch(zygote_had_dynamo, nprocs=2, backend="gloo") == [True, True]
+    second = procstart.ready_zygote()
+    assert second is not first and "torch._dynamo" in second.imports and not first.alive()
     for _ in range(3):
         assert ddp_lab.launch(ddp_then_destroy, nprocs=2, init_process_group=False, timeout=30) == [0, 1]
+    assert ddp_lab.launch(compile_disabled, nprocs=2, backend="gloo") == [False, False]
+    assert ddp_lab.launch(compile_disabled, nprocs=2, backend="gloo", env={"TORCH_COMPILE_DISABLE": "1"}) == [True, True]
 
 
 def test_warm_ranks_get_their_own_torch_seed():

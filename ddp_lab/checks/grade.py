@@ -226,7 +226,8 @@ def _notebooks(paths: list[Path]) -> list[Path]:
             raise FileNotFoundError(f"{path} is neither a folder nor a notebook (.ipynb): give a folder of "
                                     "exercise notebooks or a notebook, e.g. `python -m ddp_lab grade my-work/`.")
     if not found:
-        raise FileNotFoundError(f"no .ipynb notebooks in {', '.join(map(str, paths))}.")
+        raise FileNotFoundError(f"no exercise notebooks (with cells tagged `check`) in {', '.join(map(str, paths))}: "
+                                "grade your copies, `python -m ddp_lab grade my-work/`, or exercises/.")
     return found
 
 

@@ -5,7 +5,8 @@ pid, the read ends of its stdout and stderr pipes, the launcher's end of its con
 channel, and `wait()` / `send_signal()`. `stop_ranks` ends them.
 
 - **Warm** (the default once the kernel has a zygote): fork the ranks from the zygote, a
-  clean process that imported torch and nothing else (see zygote.py). ~0.05 s per launch.
+  clean process that imported torch (and, once its ranks needed them, zygote.LEARNED_IMPORTS)
+  and ran nothing (see zygote.py). ~0.05 s per launch.
   A zygote that does not fork them all within FORK_WAIT_S is retired and the launch
   starts cold.
 - **Cold** (the first launch of a kernel, or with DDP_LAB_WARM=0): run
@@ -36,6 +37,12 @@ from ddp_lab.launcher.zygote_client import ForkedRank, Zygote
 
 _PACKAGE_PARENT = str(Path(__file__).resolve().parent.parent)
 _zygote: Zygote | None = None
+_successor: Zygote | None = None   # a zygote importing what _zygote's ranks learned, until it takes over
+
+# Variables that torch._dynamo and torch._inductor read once, when imported (their config modules): a
+# zygote that imported them forks ranks only for launches that agree with it on these, else the
+# launch starts cold (as launch(env={"TORCH_COMPILE_DISABLE": "1"}) must be obeyed).
+IMPORT_TIME_PREFIXES = ("TORCHDYNAMO", "TORCHINDUCTOR", "TORCH_COMPILE", "TORCH_LOGS", "TORCH_TRACE")
 
 
 class SpawnedRank(RankProcess):
@@ -131,6 +138,7 @@ def ready_zygote(wait_s: float = 15.0) -> Zygote | None:
     the launch (`prepare_zygote`).
     """
     global _zygote
+    _adopt_successor()
     if not warm_starts_enabled() or _zygote is None:
         return None
     if _zygote.alive() and _zygote.wait_ready(wait_s):
@@ -140,21 +148,49 @@ def ready_zygote(wait_s: float = 15.0) -> Zygote | None:
     return None
 
 
-def prepare_zygote() -> None:
-    """Start the zygote in the background if there is none (called after a launch)."""
-    global _zygote
-    if warm_starts_enabled() and (_zygote is None or not _zygote.alive()):
+def _zygote_environment(imports: tuple[str, ...] = ()) -> dict:
+    env = {**os.environ, "DDP_LAB_PARENT_PID": str(os.getpid())}
+    if imports:
+        env["DDP_LAB_ZYGOTE_IMPORTS"] = ",".join(imports)
+    return with_package_on_path(env)
+
+
+def _adopt_successor() -> None:
+    """Let the successor take over once it is ready and the old zygote has no rank alive (its
+    ranks die with it: a live cluster's ranks keep it until the cluster ends)."""
+    global _zygote, _successor
+    if _successor is None:
+        return
+    if not _successor.alive():
+        _successor.close()
+        _successor = None
+    elif _successor.is_ready() and (_zygote is None or _zygote.live_ranks() == 0):
         if _zygote is not None:
             _zygote.close()
-        _zygote = Zygote.start(with_package_on_path({**os.environ, "DDP_LAB_PARENT_PID": str(os.getpid())}))
+        _zygote, _successor = _successor, None
+
+
+def prepare_zygote() -> None:
+    """Start the zygote in the background if there is none (called after a launch); if its ranks
+    imported zygote.LEARNED_IMPORTS it lacks, start a successor that imports them, in the background."""
+    global _zygote, _successor
+    if not warm_starts_enabled():
+        return
+    if _zygote is None or not _zygote.alive():
+        if _zygote is not None:
+            _zygote.close()
+        _zygote = Zygote.start(_zygote_environment())
+    elif _successor is None and _zygote.learned - set(_zygote.imports):
+        _successor = Zygote.start(_zygote_environment(tuple(sorted(set(_zygote.imports) | _zygote.learned))))
 
 
 def shutdown_zygote() -> None:
     """Stop the kernel's zygote (the next launch starts cold)."""
-    global _zygote
-    if _zygote is not None:
-        _zygote.close()
-        _zygote = None
+    global _zygote, _successor
+    for zygote in (_zygote, _successor):
+        if zygote is not None:
+            zygote.close()
+    _zygote = _successor = None
 
 
 def start_rank_processes(envs: list[dict], payload_path: str, stacks_paths: list[str], on_started) -> None:
@@ -166,6 +202,8 @@ def start_rank_processes(envs: list[dict], payload_path: str, stacks_paths: list
     """
     global _zygote
     zygote = ready_zygote()
+    if zygote is not None and zygote.imports and _differs_at_import(zygote.env, envs[0]):
+        zygote = None   # its imports read variables this launch sets otherwise: start cold, obeying them
     if zygote is not None:
         specs = [{"env": env, "payload_path": payload_path, "stacks_path": stacks, "cwd": os.getcwd()}
                  for env, stacks in zip(envs, stacks_paths)]
@@ -179,6 +217,11 @@ def start_rank_processes(envs: list[dict], payload_path: str, stacks_paths: list
         _zygote = None  # retired by fork_ranks; prepare_zygote starts a new one after the launch
     for rank, (env, stacks) in enumerate(zip(envs, stacks_paths)):
         on_started(spawn_rank(rank, env, payload_path, stacks))
+
+
+def _differs_at_import(zygote_env: dict, rank_env: dict) -> bool:
+    keys = {key for env in (zygote_env, rank_env) for key in env if key.startswith(IMPORT_TIME_PREFIXES)}
+    return any(zygote_env.get(key) != rank_env.get(key) for key in keys)
 
 
 KILL_WAIT_S = 2.0  # after SIGKILL: longer means the zygote that reaps the rank is not answering

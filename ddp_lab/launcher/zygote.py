@@ -39,18 +39,20 @@ GO = b"G"  # launcher -> forked rank: every rank of the launch has started, run
 
 # Modules a rank may import that are slow to import and safe to import before a fork (they start
 # no thread and touch no CUDA: checked on torch 2.13 by patching torch.cuda's entry points during
-# the import). The zygote does not import them up front: once one of its ranks has (the rank
-# writes the names to the zygote's pipe before it ends), the zygote imports them, so the ranks of
-# later launches fork with them. torch._dynamo is what every rank's first DistributedDataParallel(...),
-# fully_shard(...) or DTensor op imports: 800 modules, sympy among them, 1.5-4 s of a core per rank
-# on this 2-core machine; pipelining and distributed checkpointing (lessons 07, 12) are smaller.
-# Measured here (2026-11-26, load ~7): a warm 2-rank DDP launch 6.5 s with a zygote that lacks
-# torch._dynamo, 0.27 s with one that has it; lessons 05 and 10's check tests 92 s -> 33 s.
-# Importing it in every zygote up front cost 1.5 s of CPU per kernel that never needs it (an
-# unsolved exercise: 18 s -> 25-30 s for three). An earlier session saw ranks forked with it
-# preloaded deadlock in destroy_process_group() after DDP (5 of 8); that was pytorch#56297
-# (freeing a gloo group joins its threads while holding the GIL), which keepalive.py has
-# avoided since: 60 DDP launches, half of them destroying their group, passed with it preloaded.
+# the import; tests/test_cluster.py checks the thread count). A zygote does not import them up
+# front: its ranks write the names they imported to its pipe before they report, it tells the
+# launcher ("learned"), and after that launch the launcher starts a successor zygote that imports
+# them (DDP_LAB_ZYGOTE_IMPORTS) in the background; the successor takes over once it is ready and
+# the old one has no rank alive (procstart.py). A zygote never imports while it serves: an import
+# of seconds there delayed its reports of ranks' exits past stop_ranks' wait, and it was retired.
+# torch._dynamo is what every rank's first DistributedDataParallel(...), fully_shard(...) or DTensor
+# op imports: 800 modules, sympy among them, 1.5-4 s of a core per rank on this 2-core machine;
+# pipelining and distributed checkpointing (lessons 07, 12) are smaller. Importing them in every
+# zygote up front cost 1.5 s of CPU per kernel that never needs them (three unsolved exercises:
+# 18 s -> 25-30 s). An earlier session saw ranks forked with torch._dynamo preloaded deadlock in
+# destroy_process_group() after DDP (5 of 8); that was pytorch#56297 (freeing a gloo group joins
+# its threads while holding the GIL), which keepalive.py has avoided since: 60 DDP launches, half
+# of them destroying their group, passed with it preloaded.
 LEARNED_IMPORTS = ("torch._dynamo", "torch.distributed.checkpoint", "torch.distributed.pipelining")
 
 
@@ -124,15 +126,27 @@ def _reap(sock: socket.socket) -> None:
         sock.send(pickle.dumps(("exited", ended.si_pid, os.waitstatus_to_exitcode(status))))
 
 
-def _import_learned(learned_read: int) -> None:
-    """Import the LEARNED_IMPORTS that ranks wrote to the pipe (one name per line) and this process lacks."""
-    names = set(os.read(learned_read, 4096).decode(errors="replace").split())
-    for name in LEARNED_IMPORTS:
-        if name in names and name not in sys.modules:
+def import_learned(names: str) -> tuple[str, ...]:
+    """Import those of the comma-separated names that are LEARNED_IMPORTS (a successor zygote, before
+    it is ready); returns the ones imported. One that fails to import is left to the ranks."""
+    imported = []
+    for name in names.split(","):
+        if name in LEARNED_IMPORTS:
             try:
                 importlib.import_module(name)
-            except Exception:  # noqa: BLE001 - a rank imports it itself then, as without the zygote's help
+                imported.append(name)
+            except Exception:  # noqa: BLE001 - a rank imports it itself then, as without the zygote
                 pass
+    return tuple(imported)
+
+
+def _tell_learned(learned_read: int, sock: socket.socket, told: set) -> None:
+    """Pass on the LEARNED_IMPORTS ranks wrote to the pipe (a name per line) that this zygote lacks, once each."""
+    names = set(os.read(learned_read, 4096).decode(errors="replace").split())
+    new = sorted(name for name in names if name in LEARNED_IMPORTS and name not in sys.modules and name not in told)
+    if new:
+        told.update(new)
+        sock.send(pickle.dumps(("learned", tuple(new))))
 
 
 def serve(sock: socket.socket) -> None:
@@ -144,13 +158,14 @@ def serve(sock: socket.socket) -> None:
     signal.set_wakeup_fd(wakeup_write)
     signal.signal(signal.SIGCHLD, lambda *_: None)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    told: set = set()
     while True:
         ready, _, _ = select.select([sock, wakeup_read, learned_read], [], [])
         if wakeup_read in ready:
             os.read(wakeup_read, 4096)
             _reap(sock)
         if learned_read in ready:
-            _import_learned(learned_read)
+            _tell_learned(learned_read, sock, told)
         if sock in ready:
             try:
                 data, fds, _, _ = socket.recv_fds(sock, MAX_PACKET, 3)
@@ -176,7 +191,8 @@ def main() -> None:
     die_with_parent(int(os.environ["DDP_LAB_PARENT_PID"]))
     sock = socket.socket(fileno=int(sys.argv[1]))
     preload()
-    sock.send(pickle.dumps(("ready", os.getpid())))
+    imported = import_learned(os.environ.get("DDP_LAB_ZYGOTE_IMPORTS", ""))
+    sock.send(pickle.dumps(("ready", os.getpid(), imported)))
     serve(sock)
 
 

@@ -92,6 +92,9 @@ class Zygote:
         self._early_exits: dict[int, int] = {}
         self._retired_because: str | None = None
         self._closed = False
+        self.imports: tuple[str, ...] = ()   # zygote.LEARNED_IMPORTS it imported before it was ready
+        self.learned: set[str] = set()   # those its ranks imported and it lacks (a successor imports them)
+        self.env: dict[str, str] = {}   # the environment it started with (Zygote.start)
         self._listener = threading.Thread(target=self._listen, daemon=True, name="ddp_lab-zygote")
         self._listener.start()
 
@@ -107,7 +110,17 @@ class Zygote:
             )
         finally:
             theirs.close()
-        return cls(popen, ours)
+        zygote = cls(popen, ours)
+        zygote.env = dict(env)
+        return zygote
+
+    def live_ranks(self) -> int:
+        """Ranks it forked (or was asked to) that have not ended."""
+        with self._lock:
+            return len(self._ranks) + len(self._pending)
+
+    def is_ready(self) -> bool:
+        return self._ready.is_set() and self.alive()
 
     @property
     def name(self) -> str:
@@ -130,7 +143,10 @@ class Zygote:
                 break
             kind, key, value = (pickle.loads(data) + (None,))[:3]
             if kind == "ready":
+                self.imports = tuple(value or ())
                 self._ready.set()
+            elif kind == "learned":
+                self.learned.update(key)
             elif kind == "started":
                 self._on_started(key, value)
             elif kind == "exited":
