@@ -120,7 +120,7 @@ def test_bad_paths_say_what_to_give(tmp_path):
     code, out = grade(str(tmp_path / "nowhere"))
     assert code == 2 and "neither a folder nor a notebook" in out and "grade my-work/" in out
     code, out = grade(str(tmp_path))
-    assert code == 2 and "no .ipynb notebooks" in out
+    assert code == 2 and "no exercise notebooks" in out
 
 
 def test_help_says_what_grade_does():
