@@ -180,8 +180,8 @@ def prepare_zygote() -> None:
         if _zygote is not None:
             _zygote.close()
         _zygote = Zygote.start(_zygote_environment())
-    elif _successor is None and _zygote.learned - set(_zygote.imports):
-        _successor = Zygote.start(_zygote_environment(tuple(sorted(set(_zygote.imports) | _zygote.learned))))
+    elif _successor is None and _zygote.learned - _zygote.asked:
+        _successor = Zygote.start(_zygote_environment(tuple(sorted(_zygote.asked | _zygote.learned))))
 
 
 def shutdown_zygote() -> None:

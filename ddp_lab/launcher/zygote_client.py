@@ -95,6 +95,7 @@ class Zygote:
         self.imports: tuple[str, ...] = ()   # zygote.LEARNED_IMPORTS it imported before it was ready
         self.learned: set[str] = set()   # those its ranks imported and it lacks (a successor imports them)
         self.env: dict[str, str] = {}   # the environment it started with (Zygote.start)
+        self.asked: frozenset[str] = frozenset()   # the imports it was asked for (one that failed is not asked again)
         self._listener = threading.Thread(target=self._listen, daemon=True, name="ddp_lab-zygote")
         self._listener.start()
 
@@ -112,6 +113,7 @@ class Zygote:
             theirs.close()
         zygote = cls(popen, ours)
         zygote.env = dict(env)
+        zygote.asked = frozenset(filter(None, env.get("DDP_LAB_ZYGOTE_IMPORTS", "").split(",")))
         return zygote
 
     def live_ranks(self) -> int:
