@@ -144,7 +144,7 @@ def test_shutdown_leaves_no_rank_behind():
 
 def test_warm_launches_fork_from_the_zygote_and_a_dead_zygote_is_replaced():
     ddp_lab.launch(lambda rank: rank, nprocs=1, backend="gloo")  # makes sure a zygote is being prepared
-    zygote = procstart.ready_zygote()
+    zygote = procstart.settled_zygote()
     assert zygote is not None
     parents = ddp_lab.launch(lambda rank: os.getppid(), nprocs=2, backend="gloo")
     assert parents == [zygote.popen.pid] * 2, "warm ranks are children of the zygote"

@@ -30,6 +30,7 @@ import torch
 import torch.distributed as dist
 
 import ddp_lab
+from ddp_lab.launcher import procstart
 from ddp_lab.launcher import output
 from ddp_lab.hardware.machine import cpu_cores, gpu_count
 from rank_procs import assert_no_ranks_left, ddp_lab_processes, rank_processes, start_launching_script
@@ -353,6 +354,7 @@ def test_hundred_launches_leak_nothing():
     launches (the loop is 100 warm launches of 2 ranks, each a fork, a rendezvous and an exit)."""
     for _ in range(2):  # the first launch starts cold and leaves a zygote; the second is warm
         ddp_lab.launch(returns_rank, nprocs=2, backend="gloo")
+    procstart.settled_zygote()   # a successor an earlier test's DDP launch started has taken over (zygote.py)
     before = resources()
     started = time.monotonic()
     for _ in range(100):

@@ -39,7 +39,7 @@ LOOPBACK = "127.0.0.1"
 def warm_zygote() -> int:
     """Make sure this process has a ready zygote; its pid."""
     procstart.prepare_zygote()
-    zygote = procstart.ready_zygote()
+    zygote = procstart.settled_zygote()   # not one a successor replaces at the next launch
     assert zygote is not None, "the zygote did not start"
     return zygote.popen.pid
 

@@ -148,6 +148,14 @@ def ready_zygote(wait_s: float = 15.0) -> Zygote | None:
     return None
 
 
+def settled_zygote(wait_s: float = 60.0) -> Zygote | None:
+    """The zygote the next launch forks from, for code that acts on it (tests kill or stop it): a successor
+    being prepared is first waited for and takes over, so it cannot take over between this call and the launch."""
+    if _successor is not None:
+        _successor.wait_ready(wait_s)
+    return ready_zygote()
+
+
 def _zygote_environment(imports: tuple[str, ...] = ()) -> dict:
     env = {**os.environ, "DDP_LAB_PARENT_PID": str(os.getpid())}
     if imports:
