@@ -345,3 +345,14 @@ def test_warm_ranks_get_their_own_torch_seed():
 
     draws = [ddp_lab.launch(lambda rank: torch.rand(1).item(), nprocs=2, backend="gloo") for _ in range(2)]
     assert len({value for pair in draws for value in pair}) == 4, draws
+
+
+def test_variables_the_notebook_gained_since_the_zygote_started_keep_launches_warm(monkeypatch):
+    """Importing torch._inductor in the notebook sets TORCHINDUCTOR_CACHE_DIR there, after the zygote started: the
+    ranks get it from the environment either way, so the launch stays warm (only env= variables read at import
+    make a launch cold: test_the_zygote_learns_what_its_ranks_import)."""
+    ddp_lab.launch(ddp_then_destroy, nprocs=2, init_process_group=False, timeout=30)   # the zygote learns torch._dynamo
+    zygote = procstart.settled_zygote()
+    assert zygote is not None and zygote.imports
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", "/tmp/gained-after-the-zygote-started")
+    assert ddp_lab.launch(zygote_had_dynamo, nprocs=2, backend="gloo").started == ["warm", "warm"]

@@ -228,8 +228,11 @@ def start_rank_processes(envs: list[dict], payload_path: str, stacks_paths: list
 
 
 def _differs_at_import(zygote_env: dict, rank_env: dict) -> bool:
-    keys = {key for env in (zygote_env, rank_env) for key in env if key.startswith(IMPORT_TIME_PREFIXES)}
-    return any(zygote_env.get(key) != rank_env.get(key) for key in keys)
+    """Whether the launch's env= sets a variable read at import otherwise than the zygote had it. Only what
+    env= sets counts: the notebook's own environment may gain such variables after the zygote started (importing
+    torch._inductor sets TORCHINDUCTOR_CACHE_DIR in the importing process), and those the ranks get anyway."""
+    return any(value != zygote_env.get(key) for key, value in rank_env.items()
+               if key.startswith(IMPORT_TIME_PREFIXES) and value != os.environ.get(key))
 
 
 KILL_WAIT_S = 2.0  # after SIGKILL: longer means the zygote that reaps the rank is not answering
