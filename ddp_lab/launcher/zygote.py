@@ -73,7 +73,6 @@ def _become_rank(spec: dict, fds: list[int], sock: socket.socket, wakeup: int, l
     import torch  # lazy: the zygote imports torch here, timed, before it forks any rank
 
     from ddp_lab.launcher import worker  # lazy: the zygote process loads the rank side; its notebook-side client never does
-    from ddp_lab.launcher.worker import die_with_parent, run_rank  # lazy: as above
 
     signal.set_wakeup_fd(-1)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
@@ -102,14 +101,14 @@ def _become_rank(spec: dict, fds: list[int], sock: socket.socket, wakeup: int, l
     torch.seed()
     if "numpy" in sys.modules:
         sys.modules["numpy"].random.seed()
-    die_with_parent(os.getppid())
+    worker.die_with_parent(os.getppid())
     try:
         go = os.read(control, len(GO))
     except OSError:
         go = b""
     if go != GO:  # the launcher gave up on this start (EOF): it starts this rank cold instead
         os._exit(1)
-    run_rank(control, spec["payload_path"], spec["stacks_path"])
+    worker.run_rank(control, spec["payload_path"], spec["stacks_path"])
 
 
 def _reap(sock: socket.socket) -> None:
