@@ -15,7 +15,7 @@ Sources of the numbers in this file (checked against the papers' tables as quote
   --checkpoint-activations, BF16Optimizer = ZeRO-1; "training throughput: about 150 TFLOPs",
   bigscience.notion.site BigScience-176B-Model; 4 x 100 Gb/s Omni-Path per node);
   MT-NLG 530B (Smith et al. 2022, arXiv:2201.11990, Sec. 2.4: TP 8, PP 35, global batch 1920,
-  280/350/420 DGX A100 40GB, 60.1/50.2/44.4 s per iteration = 126/121/113 TFLOP/s per GPU).
+  280/350/420 DGX A100 80GB nodes, 60.1/50.2/44.4 s per iteration = 126/121/113 TFLOP/s per GPU).
 
 - Mixture of experts: Mixtral 8x7B (Jiang et al. 2024, arXiv:2401.04088: "47B ... 13B active"; Mistral AI's
   announcement of 2023-12-11: "46.7B total parameters but only uses 12.9B parameters per token"; Hugging
@@ -130,11 +130,11 @@ KNOWN_MISSES = {
     # 530B shape and plan (Narayanan Table 1: 163 TFLOP/s at 2520 GPUs; MT-NLG: 126 at 2240): the software
     # stack, which the planner does not model.
     "MT-NLG 530B 280 nodes": 0.24, "MT-NLG 530B 350 nodes": 0.25, "MT-NLG 530B 420 nodes": 0.30,
-    # Runs without activation checkpointing come out 4-32 % too fast (MosaicML, IBM); cause not found: the
-    # memory-bound kernels' bytes, counted (traffic.py), are not it, and neither is a fixed cost per step (the
-    # seconds they miss range from 0.04 to 0.57 per step within MosaicML's runs alone).
-    "MPT-125m 8xA100": 0.25, "MPT-760m 8xH100": 0.27, "IBM Llama 2 7B 128xA100": 0.25,
-    "IBM Llama 2 7B 96xH100": 0.35,
+    # Runs without activation checkpointing come out 2-30 % too fast (MosaicML, IBM); cause not found: the
+    # memory-bound kernels' bytes, counted (traffic.py), are not it, nor FlashAttention's own rate
+    # (efficiency.FLASH_ATTENTION_UTILIZATION, which brought MosaicML's 125M on A100 and IBM's 7B on A100 within
+    # 20 %), nor a fixed cost per step (the seconds they miss range from 0.03 to 0.51 per step within MosaicML's runs).
+    "MPT-760m 8xH100": 0.24, "IBM Llama 2 7B 96xH100": 0.31,
 }
 
 
@@ -149,13 +149,14 @@ def test_validation_set_and_its_errors():
     """At least 30 predicted runs from 6 sources on 2 GPU generations, FSDP at several scales, H100s; the
     median and largest absolute error reached, and the misses beyond 20 % are the named ones.
 
-    Issue 25's targets are a median of at most 8 % and no run beyond 20 %: NOT met. The median is 8.9 % since
-    the memory-bound kernels' bytes are counted op by op (traffic.py; 6.4 % with the earlier rule of thumb,
-    which charged about twice those bytes), the largest error 31.5 % (IBM's Llama 2 7B on 96 H100s). A change
-    to the model that moves these numbers must update them here, in README's table and in lesson 13."""
+    Issue 25's targets are a median of at most 8 % and no run beyond 20 %: NOT met. The median is 8.4 % and the
+    largest error 30.0 % (IBM's Llama 2 7B on 96 H100s) with flash attention at its published share of peak
+    (8.9 % and 31.5 % with it at the GEMMs' rate; 6.4 % median with the earlier rule of thumb for the memory-bound
+    kernels, which charged about twice the bytes traffic.py counts). A change to the model that moves these
+    numbers must update them here, in README's table and in lesson 13."""
     result = summary()
     assert result["runs"] >= 30 and result["sources"] >= 6
-    assert (round(result["median"], 3), round(result["max"], 3)) == (0.089, 0.315)
+    assert (round(result["median"], 3), round(result["max"], 3)) == (0.084, 0.3)
     assert {r.cluster.gpu.generation for r in RUNS} >= {"ampere", "hopper"}
     fsdp = {(r.model.parameters() // 10**9, r.strategy.gpus) for r in RUNS if r.strategy.zero == 3}
     assert len({size for size, _ in fsdp}) >= 5 and len({gpus for _, gpus in fsdp}) >= 4

@@ -16,7 +16,10 @@ Sources:
                training log's "about 150 TFLOPs" (bigscience.notion.site BigScience-176B-Model);
                4 x 100 Gb/s Omni-Path per node
     mt-nlg     Smith et al. 2022, arXiv:2201.11990, Sec. 2.4 (TP 8, PP 35, global batch 1920,
-               280/350/420 DGX A100 40GB: 60.1/50.2/44.4 s per iteration = 126/121/113 TFLOP/s)
+               280/350/420 DGX A100 nodes: 60.1/50.2/44.4 s per iteration = 126/121/113 TFLOP/s); the
+               GPUs are A100 80GB (Selene, 8 x 80 GB per DGX: the paper's hardware paragraph and
+               Microsoft Research's announcement, Oct. 2021; an earlier version here took 40 GB, on
+               which the planner finds the 530B plan does not fit)
     mosaicml   MosaicML llm-foundry, scripts/train/benchmarking/README.md, tables "A100 80GB with
                1600 Gbps node-node interconnect (RoCE)" and "H100 80GB BF16": every row at sequence
                length 2048 with amp_bf16 (MPT shapes of scripts/train/yamls/pretrain/mpt-*.yaml;
@@ -198,7 +201,7 @@ RUNS: list[PublishedRun] = [
                  Strategy(dp=8, tp=4, pp=12, zero=1, micro_batch=2, grad_accum=128, recompute="full",
                           attention="eager"), "tflops", 150),
     *[PublishedRun(f"MT-NLG 530B {nodes} nodes", "mt-nlg", "Sec. 2.4",
-                   _gpt("mt-nlg-530b", 105, 20480, 128, vocab=50272), ClusterSpec.preset("a100-40gb", nodes=nodes),
+                   _gpt("mt-nlg-530b", 105, 20480, 128, vocab=50272), ClusterSpec.preset("a100-80gb", nodes=nodes),
                    Strategy(dp=nodes // 35, tp=8, pp=35, micro_batch=1, grad_accum=1920 // (nodes // 35),
                             recompute="full", attention="eager"), "tflops", published, "micro-batch 1, 1F1B")
       for nodes, published in ((280, 126), (350, 121), (420, 113))],

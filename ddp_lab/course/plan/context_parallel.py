@@ -39,6 +39,7 @@ from __future__ import annotations
 
 from ddp_lab.course.context_parallel.costs import kv_block_bytes as _kv_block_bytes
 from ddp_lab.course.plan.collectives import collective_time
+from ddp_lab.course.plan.efficiency import attention_seconds
 
 
 def splits_sequence(model, cp: int) -> bool:
@@ -119,7 +120,7 @@ def ring_time(model, cluster, strategy) -> tuple[float, float]:
         return 0.0, 0.0
     group = strategy.layout.group("cp")
     block = kv_block_bytes(model, strategy)
-    step_compute = causal_attention_flops(model, strategy) / cp / cluster.gpu.achieved_flops(strategy.precision)
+    step_compute = attention_seconds(causal_attention_flops(model, strategy) / cp, cluster.gpu, strategy)
     passes = [(1, 1)] * (2 if strategy.recompute == "full" else 1) + [(2, 2)]   # (blocks sent, compute) per step
     every, exposed = 0.0, 0.0
     for blocks, work in passes:

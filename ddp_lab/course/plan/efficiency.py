@@ -19,7 +19,14 @@ so the small k of a small model or a wide tensor-parallel split cost more. Backw
     flash   FlashAttention (Dao et al. 2022, arXiv:2205.14135; Dao 2023, arXiv:2307.08691)
             skips the blocks a causal mask zeroes (half the FLOPs) and recomputes Q K^T in
             backward: 2.5 x the forward FLOPs, not 2 (5 matmuls of s^2 d instead of 4);
-            no s x s tensor ever reaches HBM.
+            no s x s tensor ever reaches HBM. Its kernel does not run at the GEMMs' rate: its
+            softmax (exponentials on the special-function units) sits between its two matmuls,
+            so it runs at the share of peak its authors measured for it on each generation,
+            `FLASH_ATTENTION_UTILIZATION` (published, not calibrated): FlashAttention-2 reaches
+            50-73 % of an A100's peak but only 35 % of an H100's, whose tensor cores grew 3.2x
+            while its special-function units did not keep pace (FlashAttention-3's reason to exist).
+            That matters most where attention is most of the work: short models, long sequences
+            (lesson 15).
 Recomputation repeats forward work in backward: "full" the whole layer's forward; "selective"
 (eager only) the attention core and its softmax/dropout traffic; with flash there is nothing
 left to recompute selectively.
@@ -68,11 +75,23 @@ GEMM_EFFICIENCY = {
     # MosaicML llm-foundry, scripts/train/benchmarking/README.md, table "H100 80GB BF16", MPT-7B row at
     # sequence 2048 on 8 GPUs: FSDP FULL_SHARD, micro-batch 6, no activation checkpointing, flash
     # attention, 10,643 tokens/s per GPU (published.py's "MPT-7b 8xH100").
-    "hopper": 0.48,
+    "hopper": 0.49,
 }
 CALIBRATION_RUNS = {
     "ampere": "Narayanan et al. 2021, Table 1, 18.4B (TP 8, 256 A100 80GB): 135 TFLOP/s per GPU",
     "hopper": "MosaicML llm-foundry benchmarks, H100 80GB BF16, MPT-7B, seq 2048, 8 GPUs: 10,643 tokens/s per GPU",
+}
+# FlashAttention-2's share of the GPU's dense peak, fwd and bwd alike (published kernel measurements,
+# not calibrated; `attention_seconds`). A generation without an entry runs its attention core at the
+# GEMM rate (a T4 has no FlashAttention-2 kernel: PyTorch's SDPA takes its memory-efficient kernel there).
+FLASH_ATTENTION_UTILIZATION = {
+    # Dao 2023, "FlashAttention-2", arXiv:2307.08691, abstract: "reaching 50-73% of the theoretical
+    # maximum FLOPs/s on A100". The low end: a training step's causal 2-4K-token sequences and its
+    # backward pass sit at the bottom of the paper's benchmarks, whose top is long non-causal forward passes.
+    "ampere": 0.50,
+    # Shah et al. 2024, "FlashAttention-3", arXiv:2407.08608, abstract: "FlashAttention-2 achieving only
+    # 35% utilization on the H100 GPU" (FlashAttention-3 reaches up to 75 %; the runs here predate it).
+    "hopper": 0.35,
 }
 # Turing (T4) has no published run with a stated configuration in the validation set: it borrows
 # Ampere's constant, unchecked (the planner says so nowhere else: treat T4 step times as rough).
@@ -148,6 +167,28 @@ def layer_gemms(model, strategy) -> list[tuple[float, int, int]]:
             (2 * tokens * (f // t) * h, f // t, h)]               # FFN down
 
 
+def attention_seconds(flops: float, gpu, strategy) -> float:
+    """Seconds of `flops` of the attention core (Q K^T and the weighted V) on `gpu` for `strategy`.
+
+    Eager attention's cores are batched GEMMs: the calibrated GEMM rate. Flash attention runs at
+    FlashAttention-2's published share of peak where the generation has one
+    (`FLASH_ATTENTION_UTILIZATION`), otherwise at the GEMM rate.
+
+    Example:
+        >>> from ddp_lab.course.plan.cluster_spec import GPU
+        >>> from ddp_lab.course.plan.strategy import Strategy
+        >>> h100 = GPU.preset("h100-sxm")
+        >>> round(attention_seconds(989e12, h100, Strategy()), 2)     # 35 % of 989 TFLOP/s
+        2.86
+
+    Introduced in notebooks/13-plan-your-training-run.ipynb.
+    """
+    utilization = FLASH_ATTENTION_UTILIZATION.get(gpu.generation) if strategy.attention == "flash" else None
+    if utilization is None:
+        return flops / gpu.achieved_flops(strategy.precision)
+    return flops / (gpu.flops(strategy.precision) * utilization)
+
+
 def gemm_seconds(flops: float, k: int, rate: float) -> float:
     """Seconds of a GEMM of `flops` with reduction dimension k: the tile cost adds TILE_K of k (module docstring)."""
     return flops / rate * (1 + TILE_K / k)
@@ -181,12 +222,12 @@ def layer_seconds(model, strategy, gpu) -> WorkSeconds:
     forward_gemms = sum(gemm_seconds(flops, k, rate) for flops, k, _ in gemms)
     backward_gemms = sum(gemm_seconds(flops, k_grad, rate) + flops / rate for flops, _, k_grad in gemms)
     moved_forward, moved_backward, moved_again = rank_bytes(layer_ops(model, strategy), strategy, strategy.recompute)
-    forward = forward_gemms + core_forward / rate + moved_forward / bandwidth
-    backward = backward_gemms + core_backward / rate + moved_backward / bandwidth
+    forward = forward_gemms + attention_seconds(core_forward, gpu, strategy) + moved_forward / bandwidth
+    backward = backward_gemms + attention_seconds(core_backward, gpu, strategy) + moved_backward / bandwidth
     if strategy.recompute == "full":
         recompute = forward
     elif strategy.recompute == "selective" and strategy.attention == "eager":
-        recompute = core_forward / rate + moved_again / bandwidth
+        recompute = attention_seconds(core_forward, gpu, strategy) + moved_again / bandwidth
     else:
         recompute = 0.0
     return WorkSeconds(forward, backward, recompute)
