@@ -317,3 +317,44 @@ def test_every_bad_model_flag_exits_2_with_one_line(tmp_path):
         for word in words:
             assert word in err, (args, err)
         assert "virtual_stages" not in err and "Transformer." not in err, err
+
+
+def _readme_examples():
+    """README's `$ python -m ddp_lab plan ...` lines, each with the output lines README shows under it: a list of
+    segments, one per run of lines between the `...` lines that stand for what README leaves out."""
+    from pathlib import Path
+
+    lines = (Path(__file__).resolve().parents[1] / "README.md").read_text().splitlines()
+    examples = []
+    for at, line in enumerate(lines):
+        if line.startswith("$ python -m ddp_lab plan"):
+            shown = []
+            for below in lines[at + 1:]:
+                if below.startswith("$ ") or below == "```" or below == "":
+                    break
+                shown.append(below)
+            segments = [[]]
+            for below in shown:
+                segments.append([]) if below == "..." else segments[-1].append(below)
+            examples.append((line[len("$ python -m ddp_lab "):], [s for s in segments if s]))
+    return examples
+
+
+def test_readme_examples_are_what_the_cli_prints(capsys):
+    """Every example in README's planner section is the CLI's real output: each shown run of lines appears, in
+    order and whole, in what the command prints now (a planner change that moves a number fails here until
+    README is updated from a real run)."""
+    import shlex
+
+    from ddp_lab.__main__ import main
+
+    examples = _readme_examples()
+    assert len(examples) >= 4
+    for command, segments in examples:
+        assert main(shlex.split(command)) == 0, command
+        printed, at = capsys.readouterr().out.splitlines(), 0
+        for segment in segments:
+            starts = [i for i in range(at, len(printed) - len(segment) + 1) if printed[i:i + len(segment)] == segment]
+            assert starts, f"README shows for `{command}`:\n" + "\n".join(segment) + "\nthe CLI prints:\n" + \
+                "\n".join(printed)
+            at = starts[0] + len(segment)
