@@ -45,9 +45,9 @@ epilogues, imperfect overlap of the optimizer and collectives, host-side time). 
 elementwise work: that was tested (issue 25) by counting each kernel's bytes instead of the
 earlier rule of thumb (2 x and 4 x the saved activation bytes, which also charged the GEMMs'
 own inputs and outputs as elementwise traffic: 204 h bytes per token for GPT-2 small's layer, against
-the table's 112 h); the
-runs the planner predicts too fast did not come closer, and part of what they lose does not
-depend on the GPU at all (README, "How far to trust the planner"). It is set once per GPU
+the table's 112 h): the runs the planner predicts too fast did not come closer, and their cause
+is not found (README, "How far to trust the planner"). Nor is it the attention kernel's rate,
+which is published per generation, not fitted (`FLASH_ATTENTION_UTILIZATION`). It is set once per GPU
 generation, on ONE published run named beside it, by
 `tests/test_plan_published.py::test_calibration_run` (bisection, rounded to 2 digits); every
 other published run is a prediction (README, "How far to trust the planner").
