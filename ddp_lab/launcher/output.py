@@ -106,11 +106,12 @@ def is_torch_log_noise(stream: str, line: str) -> bool:
     """Whether a rank's output line is torch's own log noise, which the launcher drops.
 
     Only one line shape is dropped, whole: the note gloo's TCP transport writes to stdout
-    (`std::cout`) once per process group it connects, on every rank, in torch 2.8 and 2.9
-    (measured on 2.8.0; 2.13.0 and 2.15.0 print nothing: gloo made it an INFO log, off by
-    default, with `GLOO_LOG_LEVEL` in pytorch/gloo#467):
+    (`std::cout`) on every rank for every process group it connects,
 
         [Gloo] Rank 0 is connected to 3 peer ranks. Expected number of connected peer ranks is : 3
+
+    in torch 2.8.0 (measured; public logs of 2.9.1 show it too). 2.13.0 and 2.15.0 print
+    nothing: gloo made it an INFO log, off by default (`GLOO_LOG_LEVEL`, pytorch/gloo#467).
 
     It is dropped because it would stand in a cell's output (and in `Results.outputs`) among
     the rank's own prints on those versions only, so the same lesson would print differently
@@ -118,6 +119,8 @@ def is_torch_log_noise(stream: str, line: str) -> bool:
     Kept: the same note when the counts differ (some peers are not connected: it may explain
     a hang), anything on stderr, and any line with other text around it, so a learner's own
     prints and real errors always reach the cell.
+
+    Introduced with the launcher in notebooks/00-welcome-and-first-launch.ipynb.
     """
     match = _GLOO_CONNECTED.fullmatch(line) if stream == "stdout" else None
     return match is not None and match.group(1) == match.group(2)
