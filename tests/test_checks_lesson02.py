@@ -13,8 +13,8 @@ import torch
 import torch.distributed as dist
 
 from ddp_lab.checks import CheckFailed
-from ddp_lab.checks.lesson02 import (REDUCE_SIZES, check_all_reduce_mean, check_ring_all_gather,
-                                     check_ring_reduce_scatter, rank_input)
+from ddp_lab.checks.lesson02 import (REDUCE_SIZES, _recv_got_another_size, check_all_reduce_mean,
+                                     check_ring_all_gather, check_ring_reduce_scatter, rank_input)
 from ddp_lab.launcher.launch import launch
 
 # The right answers are proven once, by nbval of solutions/02-*.ipynb (its check cells store ✓):
@@ -292,3 +292,16 @@ def mean_before_exercise_1(tensor):
 def test_all_reduce_mean_rejects(wrong, feedback):
     with pytest.raises(CheckFailed, match=feedback):
         check_all_reduce_mean(wrong)
+
+
+@pytest.mark.parametrize("abort", [
+    # torch 2.8.0's rank output (the failed condition alone), then 2.13.0's and 2.15.0's
+    "what():  [enforce fail at gloo/transport/tcp/pair.cc:456] op.preamble.length <= op.nbytes. 16 vs 12\n",
+    "what():  [enforce fail at gloo/transport/tcp/pair.cc:456] op.preamble.length <= op.nbytes. 16 vs 12. "
+    "Received data size doesn't match expected size. Is there a distributed collective mismatch in your code?\n",
+])
+def test_the_size_mismatch_hint_knows_gloos_abort_on_every_torch_in_the_range(abort):
+    """mean_without_padding above proves the hint on the running torch; these are the abort lines the
+    ranks print across the declared range, so CI on the pinned torch also covers the oldest one."""
+    assert _recv_got_another_size(f"terminate called after throwing an instance of 'gloo::EnforceNotMet'\n  {abort}")
+    assert not _recv_got_another_size("RuntimeError: Connection closed by peer [127.0.0.1]:29500\n")

@@ -75,6 +75,28 @@ def test_output_is_captured_at_fd_level_and_printed_rank_by_rank(capsys):
     assert captured.err == "[rank 0] written to fd 2\n[rank 1] written to fd 2\n"
 
 
+GLOO_NOTE = "[Gloo] Rank 0 is connected to {} peer ranks. Expected number of connected peer ranks is : 1\n"
+
+
+def writes_gloo_notes(rank):
+    os.write(1, GLOO_NOTE.format(1).encode())  # the shape gloo's std::cout writes on torch 2.8
+    print("mine", GLOO_NOTE.format(1), end="", flush=True)  # a learner's line around it
+    os.write(1, GLOO_NOTE.format(0).encode())  # a peer not connected: may explain a hang
+    os.write(2, GLOO_NOTE.format(1).encode())
+    return rank
+
+
+def test_only_gloos_all_connected_note_is_dropped_from_rank_output(capsys):
+    """torch 2.8's gloo prints that note on every rank (output.is_torch_log_noise); on 2.13 and 2.15
+    it prints none, so this writes the lines itself, once as gloo does and in shapes that stay."""
+    results = ddp_lab.launch(writes_gloo_notes, nprocs=1, init_process_group=False)
+    kept = ["mine " + GLOO_NOTE.format(1), GLOO_NOTE.format(0), GLOO_NOTE.format(1)]
+    assert sorted(results.outputs[0].splitlines(keepends=True)) == sorted(kept)  # the two pipes interleave
+    captured = capsys.readouterr()
+    assert captured.out.endswith(f"[rank 0] {kept[0]}[rank 0] {kept[1]}")
+    assert captured.err == f"[rank 0] {kept[2]}"
+
+
 def report_environment(rank):
     import torch.distributed as dist
 

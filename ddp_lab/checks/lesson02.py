@@ -111,9 +111,20 @@ def _explain_chunking(failure, world_size: int, size_mismatch: str) -> str | Non
                     f"tensor.tensor_split({world_size}) always returns {world_size} chunks (here some are "
                     "empty), which is what every rank's index arithmetic assumes.")
         return "a chunk index ran past the list of chunks: take every chunk index % world_size."
-    if "doesn't match expected size" in failure.details:
+    if _recv_got_another_size(failure.details):
         return size_mismatch
     return None
+
+
+def _recv_got_another_size(rank_output: str) -> bool:
+    """Whether a rank aborted because a message was longer than the buffer its recv posted.
+
+    gloo then fails an enforce in its TCP transport (`op.preamble.length <= op.nbytes. 16 vs
+    12`) and the rank dies with SIGABRT. torch 2.13.0 and 2.15.0 add "Received data size
+    doesn't match expected size"; torch 2.8.0 prints the failed condition alone, so both are
+    looked for.
+    """
+    return "op.preamble.length <= op.nbytes" in rank_output or "doesn't match expected size" in rank_output
 
 
 # --- exercise 1: ring reduce-scatter ------------------------------------------------------------

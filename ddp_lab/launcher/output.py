@@ -2,7 +2,8 @@
 
 A rank's fd 1 and fd 2 are pipes, so everything it writes arrives here: `print`, Python
 warnings, C++ log lines, output of subprocesses it starts. Reader threads split the bytes
-into lines (undecodable bytes are kept as `\\xNN` escapes) and hand them to the launcher.
+into lines (undecodable bytes are kept as `\\xNN` escapes) and hand them to the launcher,
+which keeps all but one shape of torch's own log noise (`is_torch_log_noise`).
 The launcher prints them from the notebook's own process, which is why they show up in a
 cell even where the kernel does not capture child output (nbval, some hosted notebooks).
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import codecs
 import os
+import re
 import select
 import sys
 import threading
@@ -94,6 +96,34 @@ class _LineSplitter:
         if final and self.pieces:
             self.on_line("".join(self.pieces))
             self.pieces.clear()
+
+
+_GLOO_CONNECTED = re.compile(
+    r"\[Gloo\] Rank \d+ is connected to (\d+) peer ranks\. Expected number of connected peer ranks is : (\d+)\n")
+
+
+def is_torch_log_noise(stream: str, line: str) -> bool:
+    """Whether a rank's output line is torch's own log noise, which the launcher drops.
+
+    Only one line shape is dropped, whole: the note gloo's TCP transport writes to stdout
+    (`std::cout`) on every rank for every process group it connects,
+
+        [Gloo] Rank 0 is connected to 3 peer ranks. Expected number of connected peer ranks is : 3
+
+    in torch 2.8.0 (measured; public logs of 2.9.1 show it too). 2.13.0 and 2.15.0 print
+    nothing: gloo made it an INFO log, off by default (`GLOO_LOG_LEVEL`, pytorch/gloo#467).
+
+    It is dropped because it would stand in a cell's output (and in `Results.outputs`) among
+    the rank's own prints on those versions only, so the same lesson would print differently
+    across the declared torch range, and it says nothing the launch does not already prove.
+    Kept: the same note when the counts differ (some peers are not connected: it may explain
+    a hang), anything on stderr, and any line with other text around it, so a learner's own
+    prints and real errors always reach the cell.
+
+    Introduced with the launcher in notebooks/00-welcome-and-first-launch.ipynb.
+    """
+    match = _GLOO_CONNECTED.fullmatch(line) if stream == "stdout" else None
+    return match is not None and match.group(1) == match.group(2)
 
 
 def start_reader(fd: int, stream: str, rank: int, deliver, stop_fd: int | None = None) -> threading.Thread:

@@ -19,7 +19,7 @@ import time
 
 from ddp_lab.launcher.channel import RELEASE, receive_message
 from ddp_lab.launcher.interrupts import interrupts_held
-from ddp_lab.launcher.output import RankOutput, print_line, start_reader
+from ddp_lab.launcher.output import RankOutput, is_torch_log_noise, print_line, start_reader
 from ddp_lab.launcher.procstart import stop_ranks
 from ddp_lab.launcher.rankprocess import RankProcess
 from ddp_lab.launcher.worker import OUTPUT_MARK
@@ -72,6 +72,8 @@ class Supervisor:
     def _on_line(self, rank: int, stream: str, line: str) -> None:
         if line.startswith(OUTPUT_MARK):
             self.events.put(("mark", rank, (stream, int(line[len(OUTPUT_MARK):]))))
+            return
+        if is_torch_log_noise(stream, line):
             return
         self.outputs[rank].lines.append((stream, line))
         if self.stream:
