@@ -320,8 +320,9 @@ def test_every_bad_model_flag_exits_2_with_one_line(tmp_path):
 
 
 def _readme_examples():
-    """README's `$ python -m ddp_lab plan ...` lines, each with the output lines README shows under it: a list of
-    segments, one per run of lines between the `...` lines that stand for what README leaves out."""
+    """README's `$ python -m ddp_lab plan ...` lines, each with the output README shows under it (up to the next
+    `$ ` line or the closing fence, blank lines included): a list of segments, the runs of lines between the `...`
+    lines that stand for what README leaves out, and whether the output's first and last lines are shown."""
     from pathlib import Path
 
     lines = (Path(__file__).resolve().parents[1] / "README.md").read_text().splitlines()
@@ -330,31 +331,49 @@ def _readme_examples():
         if line.startswith("$ python -m ddp_lab plan"):
             shown = []
             for below in lines[at + 1:]:
-                if below.startswith("$ ") or below == "```" or below == "":
+                if below.startswith("$ ") or below.startswith("```"):
                     break
                 shown.append(below)
+            while shown and shown[-1] == "":      # the blank line that separates two examples
+                shown.pop()
             segments = [[]]
             for below in shown:
                 segments.append([]) if below == "..." else segments[-1].append(below)
-            examples.append((line[len("$ python -m ddp_lab "):], [s for s in segments if s]))
+            head, tail = bool(segments[0]), bool(segments[-1])
+            examples.append((line[len("$ python -m ddp_lab "):], [s for s in segments if s], head, tail))
     return examples
 
 
 def test_readme_examples_are_what_the_cli_prints(capsys):
     """Every example in README's planner section is the CLI's real output: each shown run of lines appears, in
-    order and whole, in what the command prints now (a planner change that moves a number fails here until
-    README is updated from a real run)."""
+    order and whole, in what the command prints now, starting at its first line and ending at its last unless
+    README shows `...` there (a planner change that moves a number fails here until README is updated from a
+    real run)."""
     import shlex
 
     from ddp_lab.__main__ import main
 
     examples = _readme_examples()
     assert len(examples) >= 4
-    for command, segments in examples:
+    for command, segments, head, tail in examples:
         assert main(shlex.split(command)) == 0, command
-        printed, at = capsys.readouterr().out.splitlines(), 0
-        for segment in segments:
+        printed, at = capsys.readouterr().out.rstrip("\n").splitlines(), 0
+        for number, segment in enumerate(segments):
             starts = [i for i in range(at, len(printed) - len(segment) + 1) if printed[i:i + len(segment)] == segment]
+            if number == 0 and head:
+                starts = [i for i in starts if i == 0]
+            if number == len(segments) - 1 and tail:
+                starts = [i for i in starts if i + len(segment) == len(printed)]
             assert starts, f"README shows for `{command}`:\n" + "\n".join(segment) + "\nthe CLI prints:\n" + \
                 "\n".join(printed)
             at = starts[0] + len(segment)
+
+
+def test_readme_validation_table_is_what_published_prints():
+    """README's table of published runs and its summary line are `python -m ddp_lab.plan.published`'s output."""
+    from pathlib import Path
+
+    from ddp_lab.plan.published import markdown_table
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    assert markdown_table() in readme

@@ -513,12 +513,22 @@ def test_ring_sends_each_block_forward_and_block_plus_gradient_backward():
 
 def test_the_ring_hides_behind_causal_attention_only_on_long_sequences():
     """Llama 3 8B, tp 8 in a node, cp 4 across nodes: at 8K tokens a K/V block's send outlasts the causal
-    attention on a block, at 128K attention (O(s^2)) hides the sends (O(s)) (Llama 3 paper, Sec. 3.3.2)."""
+    attention on a block in forward (backward's 2.5x the attention, flash, hides most of its two sends), so
+    about half the ring is exposed; at 128K attention (O(s^2)) hides the sends (O(s)) (Llama 3 paper, Sec. 3.3.2)."""
+    from ddp_lab.course.plan.collectives import collective_time
+    from ddp_lab.course.plan.context_parallel import causal_attention_flops, kv_block_bytes
+    from ddp_lab.course.plan.efficiency import attention_seconds
+
     cluster = ClusterSpec.preset("h100-sxm", nodes=4)
     strategy = Strategy(tp=8, cp=4, grad_accum=4, sequence_parallel=True, recompute="selective")
     short = step_time(Transformer.preset("llama3-8b"), cluster, strategy)
     long = step_time(Transformer.preset("llama3-8b").with_(seq_len=131072), cluster, strategy)
-    assert short.cp_comm_exposed > 0.5 * short.cp_comm
+    for seq_len, send_outlasts_attention in ((8192, True), (131072, False)):
+        model = Transformer.preset("llama3-8b").with_(seq_len=seq_len)
+        send = collective_time("send", kv_block_bytes(model, strategy), cluster, strategy.layout.group("cp"))
+        attention = attention_seconds(causal_attention_flops(model, strategy) / 4, cluster.gpu, strategy)
+        assert (send > attention) == send_outlasts_attention
+    assert 0.4 * short.cp_comm < short.cp_comm_exposed < 0.6 * short.cp_comm
     assert long.cp_comm > 0 == long.cp_comm_exposed
     assert attention_blocks_per_rank(4, balanced=False) == [0.5, 1.5, 2.5, 3.5]   # rank 3 does 7x rank 0's work
     assert sum(attention_blocks_per_rank(4)) == sum(attention_blocks_per_rank(4, balanced=False)) == 4 ** 2 / 2
@@ -569,7 +579,8 @@ def test_defaults_ep1_cp1_change_no_number():
 def test_flash_attention_runs_at_its_published_share_of_peak_not_the_gemm_constant():
     """Flash attention's seconds come from FlashAttention-2's published utilization (A100 50 %, H100 35 %), so
     they do not move with the calibrated GEMM constant; eager attention's batched GEMMs do. On an H100 the
-    kernel is slower than the GEMMs (35 % against 49 % of peak), on an A100 too (50 % against 68 %)."""
+    kernel is slower than the GEMMs (35 % against 49 % of peak), on an A100 too (50 % against 68 %). Where
+    FlashAttention-2 has no kernel (Turing, fp32) the core runs at the GEMM rate."""
     import dataclasses
 
     from ddp_lab.course.plan.efficiency import FLASH_ATTENTION_UTILIZATION, attention_seconds
@@ -586,3 +597,5 @@ def test_flash_attention_runs_at_its_published_share_of_peak_not_the_gemm_consta
         assert attention_seconds(flops, gpu, flash) > attention_seconds(flops, gpu, eager)
     t4 = ClusterSpec.preset("t4").gpu        # no FlashAttention-2 kernel on Turing: the GEMM rate
     assert attention_seconds(flops, t4, Strategy(precision="fp16")) == flops / t4.achieved_flops("fp16")
+    a100 = ClusterSpec.preset("a100-80gb").gpu   # nor in fp32: FlashAttention-2 is a bf16/fp16 kernel
+    assert attention_seconds(flops, a100, Strategy(precision="fp32")) == flops / a100.achieved_flops("fp32")

@@ -117,8 +117,9 @@ def is_torch_log_noise(stream: str, line: str) -> bool:
     the rank's own prints on those versions only, so the same lesson would print differently
     across the declared torch range, and it says nothing the launch does not already prove.
     Kept: the same note when the counts differ (some peers are not connected: it may explain
-    a hang), anything on stderr, and any line with other text around it, so a learner's own
-    prints and real errors always reach the cell.
+    a hang), anything on stderr, and any line with other text around it: every line that is
+    not exactly that note on stdout reaches the cell, so real errors and a learner's own prints
+    do (unless a learner prints that very note).
 
     Introduced with the launcher in notebooks/00-welcome-and-first-launch.ipynb.
     """

@@ -21,7 +21,9 @@ each send hidden behind the attention on the block that arrived before it.
                   d_kv / t values); backward, cp - 1 sends of K/V and of their gradients; full
                   recomputation repeats the forward's. On the cp group's link (collectives.py).
     hidden?       each send overlaps the attention of one ring step: causal, 1/2 x 4 b (s/cp)^2 h / t
-                  FLOPs forward and twice that backward, at the GPU's achieved rate. Exposed per
+                  FLOPs forward and 2.5 x that backward with flash attention (2 x eager:
+                  `efficiency.attention_backward_factor`), at attention's rate
+                  (`efficiency.attention_seconds`). Exposed per
                   pass: (cp - 1) x max(0, send - compute); all of it on a cluster whose communication
                   does not overlap compute (overlap_dp_comm=False: gloo on CPU ranks).
     FLOPs         steptime.step_flops keeps Megatron's count, every s^2 score entry (the papers' and
@@ -39,7 +41,7 @@ from __future__ import annotations
 
 from ddp_lab.course.context_parallel.costs import kv_block_bytes as _kv_block_bytes
 from ddp_lab.course.plan.collectives import collective_time
-from ddp_lab.course.plan.efficiency import attention_seconds
+from ddp_lab.course.plan.efficiency import attention_backward_factor, attention_seconds
 
 
 def splits_sequence(model, cp: int) -> bool:
@@ -112,8 +114,9 @@ def ring_time(model, cluster, strategy) -> tuple[float, float]:
     """(all, exposed) seconds per step of the ring's key/value sends on the most loaded pipeline stage.
 
     Per layer and micro-batch, forward: cp - 1 sends of `kv_block_bytes`, each beside one ring
-    step's causal attention; backward: cp - 1 sends of the block and its gradient beside twice the
-    compute; full recomputation: a second forward. (0.0, 0.0) with cp = 1.
+    step's causal attention; backward: cp - 1 sends of the block and its gradient beside the
+    step's backward attention (2.5 x the forward with flash); full recomputation: a second
+    forward. (0.0, 0.0) with cp = 1.
     """
     cp = strategy.cp
     if cp == 1:
@@ -121,7 +124,8 @@ def ring_time(model, cluster, strategy) -> tuple[float, float]:
     group = strategy.layout.group("cp")
     block = kv_block_bytes(model, strategy)
     step_compute = attention_seconds(causal_attention_flops(model, strategy) / cp, cluster.gpu, strategy)
-    passes = [(1, 1)] * (2 if strategy.recompute == "full" else 1) + [(2, 2)]   # (blocks sent, compute) per step
+    passes = [(1, 1)] * (2 if strategy.recompute == "full" else 1) + [(2, attention_backward_factor(strategy))]
+    # (blocks sent, compute relative to one forward step) per pass
     every, exposed = 0.0, 0.0
     for blocks, work in passes:
         send = collective_time("send", blocks * block, cluster, group)

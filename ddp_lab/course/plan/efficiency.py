@@ -2,8 +2,10 @@
 
 A layer's forward pass does two kinds of work (Williams et al. 2009, "Roofline", CACM 52(4)):
     matmuls      the weight GEMMs (2 b s P_matmul / t FLOPs on a tensor-parallel rank) and the
-                 attention core (4 b s^2 h / t: Q K^T and the weighted V), compute-bound: they
-                 run at peak x `GEMM_EFFICIENCY[generation]`;
+                 attention core (4 b s^2 h / t: Q K^T and the weighted V), compute-bound: the
+                 GEMMs (and eager attention's batched GEMMs) run at peak x
+                 `GEMM_EFFICIENCY[generation]`, flash attention at its own published share of
+                 peak (below);
     elementwise  norms, residual adds, activation functions, dropout, softmax, RoPE, the fp32
                  cross-entropy: memory-bound, they run at the HBM bandwidth of the spec sheet,
                  for the bytes each kernel reads and writes: traffic.py's op table, forward,
@@ -20,12 +22,12 @@ so the small k of a small model or a wide tensor-parallel split cost more. Backw
             skips the blocks a causal mask zeroes (half the FLOPs) and recomputes Q K^T in
             backward: 2.5 x the forward FLOPs, not 2 (5 matmuls of s^2 d instead of 4);
             no s x s tensor ever reaches HBM. Its kernel does not run at the GEMMs' rate: its
-            softmax (exponentials on the special-function units) sits between its two matmuls,
-            so it runs at the share of peak its authors measured for it on each generation,
-            `FLASH_ATTENTION_UTILIZATION` (published, not calibrated): FlashAttention-2 reaches
-            50-73 % of an A100's peak but only 35 % of an H100's, whose tensor cores grew 3.2x
-            while its special-function units did not keep pace (FlashAttention-3's reason to exist).
-            That matters most where attention is most of the work: short models, long sequences
+            softmax sits between its two matmuls, so it runs at the share of peak its authors
+            measured for it on each generation, `FLASH_ATTENTION_UTILIZATION` (published, not
+            calibrated; bf16/fp16 only, FlashAttention-2 has no fp32 kernel): FlashAttention-2
+            reaches 50-73 % of an A100's peak but only 35 % of an H100's (it does not use
+            Hopper's asynchronous tensor cores and TMA: FlashAttention-3's abstract). That
+            matters most where attention is most of the work: short models, long sequences
             (lesson 15).
 Recomputation repeats forward work in backward: "full" the whole layer's forward; "selective"
 (eager only) the attention core and its softmax/dropout traffic; with flash there is nothing
@@ -81,9 +83,10 @@ CALIBRATION_RUNS = {
     "ampere": "Narayanan et al. 2021, Table 1, 18.4B (TP 8, 256 A100 80GB): 135 TFLOP/s per GPU",
     "hopper": "MosaicML llm-foundry benchmarks, H100 80GB BF16, MPT-7B, seq 2048, 8 GPUs: 10,643 tokens/s per GPU",
 }
-# FlashAttention-2's share of the GPU's dense peak, fwd and bwd alike (published kernel measurements,
-# not calibrated; `attention_seconds`). A generation without an entry runs its attention core at the
-# GEMM rate (a T4 has no FlashAttention-2 kernel: PyTorch's SDPA takes its memory-efficient kernel there).
+# FlashAttention-2's share of the GPU's dense bf16/fp16 peak, fwd and bwd alike (published kernel
+# measurements, not calibrated; `attention_seconds`). A generation without an entry, and fp32 (no
+# FlashAttention-2 kernel), run the attention core at the GEMM rate (a T4 has no FlashAttention-2
+# kernel: PyTorch's SDPA takes its memory-efficient kernel there).
 FLASH_ATTENTION_UTILIZATION = {
     # Dao 2023, "FlashAttention-2", arXiv:2307.08691, abstract: "reaching 50-73% of the theoretical
     # maximum FLOPs/s on A100". The low end: a training step's causal 2-4K-token sequences and its
@@ -91,8 +94,14 @@ FLASH_ATTENTION_UTILIZATION = {
     "ampere": 0.50,
     # Shah et al. 2024, "FlashAttention-3", arXiv:2407.08608, abstract: "FlashAttention-2 achieving only
     # 35% utilization on the H100 GPU" (FlashAttention-3 reaches up to 75 %; the runs here predate it).
+    # The abstract gives one figure, taken as it is; the same low-end rule as Ampere's would give less
+    # (third-party transcriptions of that paper's plots put FlashAttention-2's causal forward and its
+    # backward at 2K tokens near 30 %, not checked against the PDF here): H100 attention may be a little
+    # slower than this. At 0.32 the validation median would be 7.5 %, at 0.30 8.5 % (the GEMM constant
+    # re-set each time): the choice is stated, not tuned.
     "hopper": 0.35,
 }
+FLASH_PRECISIONS = ("bf16", "fp16")   # FlashAttention-2's kernels; fp32 attention runs at the GEMM rate
 # Turing (T4) has no published run with a stated configuration in the validation set: it borrows
 # Ampere's constant, unchecked (the planner says so nowhere else: treat T4 step times as rough).
 UNCALIBRATED_FALLBACK = "ampere"
@@ -167,11 +176,20 @@ def layer_gemms(model, strategy) -> list[tuple[float, int, int]]:
             (2 * tokens * (f // t) * h, f // t, h)]               # FFN down
 
 
+def attention_backward_factor(strategy) -> float:
+    """Backward FLOPs of the attention core over its forward's: 2 eager (dQ, dK, dV from saved scores), 2.5 flash
+    (Q K^T recomputed: 5 matmuls of s^2 d instead of 4; Dao 2023, arXiv:2307.08691).
+
+    Introduced in notebooks/13-plan-your-training-run.ipynb.
+    """
+    return 2.5 if strategy.attention == "flash" else 2.0
+
+
 def attention_seconds(flops: float, gpu, strategy) -> float:
     """Seconds of `flops` of the attention core (Q K^T and the weighted V) on `gpu` for `strategy`.
 
-    Eager attention's cores are batched GEMMs: the calibrated GEMM rate. Flash attention runs at
-    FlashAttention-2's published share of peak where the generation has one
+    Eager attention's cores are batched GEMMs: the calibrated GEMM rate. Flash attention in bf16
+    or fp16 runs at FlashAttention-2's published share of peak where the generation has one
     (`FLASH_ATTENTION_UTILIZATION`), otherwise at the GEMM rate.
 
     Example:
@@ -183,7 +201,8 @@ def attention_seconds(flops: float, gpu, strategy) -> float:
 
     Introduced in notebooks/13-plan-your-training-run.ipynb.
     """
-    utilization = FLASH_ATTENTION_UTILIZATION.get(gpu.generation) if strategy.attention == "flash" else None
+    flash = strategy.attention == "flash" and strategy.precision in FLASH_PRECISIONS
+    utilization = FLASH_ATTENTION_UTILIZATION.get(gpu.generation) if flash else None
     if utilization is None:
         return flops / gpu.achieved_flops(strategy.precision)
     return flops / (gpu.flops(strategy.precision) * utilization)
@@ -215,9 +234,10 @@ def layer_seconds(model, strategy, gpu) -> WorkSeconds:
     rate = gpu.achieved_flops(strategy.precision)
     bandwidth = gpu.memory_bandwidth
     if strategy.attention == "flash":
-        core_forward, core_backward = core / 2, 2.5 * core / 2       # causal blocks skipped; Q K^T recomputed
+        core_forward = core / 2                                      # causal blocks skipped
     else:
-        core_forward, core_backward = core, 2 * core
+        core_forward = core
+    core_backward = attention_backward_factor(strategy) * core_forward
     gemms = layer_gemms(model, strategy)
     forward_gemms = sum(gemm_seconds(flops, k, rate) for flops, k, _ in gemms)
     backward_gemms = sum(gemm_seconds(flops, k_grad, rate) + flops / rate for flops, _, k_grad in gemms)
