@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from torch.utils.data import DistributedSampler
 
 from ddp_lab.checks import CheckFailed
+from ddp_lab.checks import lesson05
 from ddp_lab.checks.lesson05 import check_accumulate_gradients, check_shard_indices
 
 # The right answers are proven once, by nbval of solutions/05-*.ipynb (its check cells store ✓):
@@ -189,3 +190,14 @@ def steps_inside(ddp_model, micro_batches):
 def test_accumulate_gradients_rejects_wrong_answers(answer, feedback):
     with pytest.raises(CheckFailed, match=feedback):
         check_accumulate_gradients(answer)
+
+
+def accumulate_gradients_stub(ddp_model, micro_batches):
+    raise NotImplementedError("no_sync for all but the last")
+
+
+def test_a_stub_is_named_not_written_before_any_rank_starts(monkeypatch):
+    """An unsolved exercise's check answers at once (what Run All on the exercise meets): a stub is not run on ranks."""
+    monkeypatch.setattr(lesson05, "run_on_ranks", None)   # starting ranks would raise TypeError
+    with pytest.raises(CheckFailed, match=r"^accumulate_gradients_stub is not written yet: it raised NotImplementedError"):
+        check_accumulate_gradients(accumulate_gradients_stub)

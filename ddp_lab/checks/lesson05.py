@@ -21,7 +21,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.nn import functional as F
 
 from ddp_lab.checks import CheckFailed, passed
-from ddp_lab.checks.common import call_case, run_on_ranks
+from ddp_lab.checks.common import call_case, ensure_written, run_on_ranks
 
 # (dataset size, world size, epoch, seed): divisible, padded, fewer samples than ranks, a later
 # epoch, another seed. Every rank's indices are compared with torch's DistributedSampler.
@@ -207,6 +207,7 @@ def check_accumulate_gradients(accumulate_gradients, timeout: float = 30.0) -> N
 
     Introduced in notebooks/05-ddp-in-practice.ipynb.
     """
+    ensure_written(accumulate_gradients)
     name = getattr(accumulate_gradients, "__name__", "accumulate_gradients")
     results = run_on_ranks(_accumulate_runner, (accumulate_gradients,), WORLD_SIZE, timeout, name)
     reference = _reference()
