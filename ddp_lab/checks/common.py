@@ -135,9 +135,10 @@ def answer_raised(name: str, error: Exception, case: str) -> CheckFailed:
 STUB_PREAMBLE = (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.Import, ast.ImportFrom, ast.Pass, ast.FunctionDef)
 
 
-def ensure_written(fn) -> None:
+def ensure_written(fn, name: str | None = None) -> None:
     """Fail at once, without starting ranks, if fn is still the exercise's NotImplementedError stub: its body
-    (after a docstring) ends in `raise NotImplementedError(...)` with only STUB_PREAMBLE statements above it."""
+    (after a docstring) ends in `raise NotImplementedError(...)` with only STUB_PREAMBLE statements above it.
+    `name`: what the message calls it (default: fn's own name; a method is named by its class)."""
     try:
         tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
     except (OSError, TypeError, SyntaxError, IndentationError):
@@ -154,7 +155,7 @@ def ensure_written(fn) -> None:
     if isinstance(call, ast.Name) and call.id == "NotImplementedError":
         args = raised.args if isinstance(raised, ast.Call) else []
         hint = args[0].value if args and isinstance(args[0], ast.Constant) else ""
-        raise CheckFailed(f"{fn.__name__} is not written yet: it raised NotImplementedError({hint!r}).\n"
+        raise CheckFailed(f"{name or fn.__name__} is not written yet: it raised NotImplementedError({hint!r}).\n"
                           "Replace the `raise NotImplementedError` line with your answer.")
 
 
