@@ -207,10 +207,10 @@ def busy_loop(rank):
 def test_rank_skips_a_collective(capsys):
     started = time.monotonic()
     with pytest.raises(ddp_lab.LaunchTimeout) as caught:
-        ddp_lab.launch(skips_the_all_reduce, nprocs=2, backend="gloo", timeout=6)
-    assert time.monotonic() - started < 6 + 15  # watchdog + stack dump + teardown
+        ddp_lab.launch(skips_the_all_reduce, nprocs=2, backend="gloo", timeout=3)   # from when both ranks entered fn
+    assert time.monotonic() - started < 3 + 15  # watchdog + stack dump + teardown
     error, message = caught.value, str(caught.value)
-    assert message.startswith("rank(s) 0 of 2 still running after timeout=6s; stopped them.")
+    assert message.startswith("rank(s) 0 of 2 still running after timeout=3s; stopped them.")
     stack = message.split("--- rank 0 was still running; its Python stack ---")[1]
     assert "in all_reduce" in stack and "in skips_the_all_reduce" in stack
     assert "--- rank 1" not in message  # rank 1 returned: it is not blamed
@@ -246,9 +246,9 @@ def test_rank_that_hangs_after_fn_returned(capsys):
 
 def test_busy_loop_without_collective(capsys):
     with pytest.raises(ddp_lab.LaunchTimeout) as caught:
-        ddp_lab.launch(busy_loop, nprocs=2, backend="gloo", timeout=6)
+        ddp_lab.launch(busy_loop, nprocs=2, backend="gloo", timeout=3)   # from when both ranks entered fn
     error, message = caught.value, str(caught.value)
-    assert message.startswith("rank(s) 0, 1 of 2 still running after timeout=6s; stopped them.")
+    assert message.startswith("rank(s) 0, 1 of 2 still running after timeout=3s; stopped them.")
     for rank in (0, 1):
         assert "in busy_loop" in error.failures[rank].details
     assert "in busy_loop" in message  # shown once; a rank with the same stack says "(same as rank 0)"
