@@ -23,6 +23,8 @@ for the parallel phase: the machine was 97 % busy and every rank waited for a co
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 # Notebooks whose asserts time this machine against a model of it, which assumes the ranks have
@@ -37,6 +39,11 @@ NOTEBOOKS_THAT_MEASURE_TIME = {
     "notebooks/11-performance-and-scaling.ipynb",
     "notebooks/13-plan-your-training-run.ipynb",
 }
+
+
+# The one lesson whose asserts are about how ranks start (cold, then warm once the zygote is ready): it runs with
+# the zygote a learner's kernel starts, which learns its imports from the ranks.
+NOTEBOOKS_THAT_SHOW_THE_ZYGOTE_WARM_UP = {"notebooks/00b-live-cluster.ipynb"}
 
 
 @pytest.hookimpl(optionalhook=True)   # JOBS=0 runs with -p no:xdist, which defines no such hook
@@ -73,3 +80,31 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:   # a scope starts as early as its earliest item would
         order[_scope(item)] = min(order.get(_scope(item), 2), _start_order(item))
     items.sort(key=lambda item: order[_scope(item)])   # stable: a scope's items keep their order
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_setup(item: pytest.Item):
+    """A notebook's kernel starts with DDP_LAB_ZYGOTE_IMPORTS set to the launcher's LEARNED_IMPORTS.
+
+    Its zygote then imports torch._dynamo (what every rank's first DDP, FSDP2 or DTensor op imports) when it
+    starts, as the successor zygote of a learner's kernel does once ranks needed it: otherwise each notebook's
+    first such launches import it in every rank, and a successor zygote imports it once more. Measured on the
+    shared 2-core machine, nbval of lessons 05, 09, 10 and solutions 09, 12: 70-72 s of CPU -> 48-53 s. What the
+    notebooks print and assert does not depend on it; the zygote's learning is tested in tests/test_cluster.py,
+    on every test worker's own launches, and by lesson 00b, which keeps the learner's default. nbval starts the
+    kernel in the setup of a notebook's first cell (the variable is only set meanwhile, so tests and the
+    kernels they start keep the default).
+    """
+    if item.path.suffix != ".ipynb" or \
+            item.path.relative_to(item.config.rootpath).as_posix() in NOTEBOOKS_THAT_SHOW_THE_ZYGOTE_WARM_UP:
+        yield
+        return
+    from ddp_lab.launcher.zygote import LEARNED_IMPORTS   # lazy: only notebook items need it
+
+    before = os.environ.get("DDP_LAB_ZYGOTE_IMPORTS")
+    os.environ["DDP_LAB_ZYGOTE_IMPORTS"] = before or ",".join(LEARNED_IMPORTS)
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ["DDP_LAB_ZYGOTE_IMPORTS"]

@@ -11,6 +11,7 @@ import torch
 import torch.distributed as dist
 
 from ddp_lab.checks import CheckFailed
+from ddp_lab.checks import lesson04
 from ddp_lab.checks.lesson04 import check_average_gradients, check_sync_initial_state
 
 # The right answers are proven once, by nbval of solutions/04-*.ipynb (its check cells store ✓):
@@ -123,3 +124,22 @@ def do_nothing(model):
 def test_sync_initial_state_rejects_wrong_answers(answer, feedback):
     with pytest.raises(CheckFailed, match=feedback):
         check_sync_initial_state(answer)
+
+
+# --- the exercise's stubs ------------------------------------------------------------------------
+
+def average_gradients_stub(model):
+    raise NotImplementedError("sum over the ranks, then divide")
+
+
+def sync_initial_state_stub(model):
+    raise NotImplementedError("broadcast from rank 0")
+
+
+@pytest.mark.parametrize("check, stub", [(check_average_gradients, average_gradients_stub),
+                                         (check_sync_initial_state, sync_initial_state_stub)])
+def test_a_stub_is_named_not_written_before_any_rank_starts(check, stub, monkeypatch):
+    """An unsolved exercise's check answers at once (what Run All on the exercise meets): a stub is not run on ranks."""
+    monkeypatch.setattr(lesson04, "run_on_ranks", None)   # starting ranks would raise TypeError
+    with pytest.raises(CheckFailed, match=rf"^{stub.__name__} is not written yet: it raised NotImplementedError"):
+        check(stub)

@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from torch.utils.data import DistributedSampler
 
 from ddp_lab.checks import CheckFailed
+from ddp_lab.checks import lesson05
 from ddp_lab.checks.lesson05 import check_accumulate_gradients, check_shard_indices
 
 # The right answers are proven once, by nbval of solutions/05-*.ipynb (its check cells store ✓):
@@ -175,7 +176,7 @@ def steps_inside(ddp_model, micro_batches):
     torch.optim.SGD(ddp_model.parameters(), lr=0.1).step()
 
 
-@pytest.mark.parametrize("answer, feedback", [
+ACCUMULATE_MISTAKES = [
     (sync_every_micro_batch, r"(?s)right gradients, but 3 all-reduces.*no_sync"),
     (everything_inside_no_sync, r"(?s)no all-reduce happened.*LAST micro-batch"),
     (loss_not_divided, r"(?s)3 times the big batch's gradient.*divide each micro-batch loss"),
@@ -185,7 +186,28 @@ def steps_inside(ddp_model, micro_batches):
                               r"`no_sync\(\)`: their forward ran outside it.*Put the forward AND the backward"),
     (every_forward_inside_no_sync, r"(?s)no all-reduce happened, although a backward ran outside `no_sync\(\)`: "
                                    r"its forward ran inside it.*forward and backward both outside"),
-])
-def test_accumulate_gradients_rejects_wrong_answers(answer, feedback):
+]
+
+
+@pytest.fixture(scope="module")
+def accumulate_results():
+    """Every mistaken answer run by the check's own runner, one after the other in one launch of 2 ranks."""
+    answers = tuple(answer for answer, _ in ACCUMULATE_MISTAKES)
+    return dict(zip(answers, lesson05.run_accumulate_gradients_answers(answers)))
+
+
+@pytest.mark.parametrize("answer, feedback", ACCUMULATE_MISTAKES, ids=[answer.__name__ for answer, _ in ACCUMULATE_MISTAKES])
+def test_accumulate_gradients_rejects_wrong_answers(answer, feedback, accumulate_results):
     with pytest.raises(CheckFailed, match=feedback):
-        check_accumulate_gradients(answer)
+        lesson05.judge_accumulate_gradients(answer.__name__, accumulate_results[answer])
+
+
+def accumulate_gradients_stub(ddp_model, micro_batches):
+    raise NotImplementedError("no_sync for all but the last")
+
+
+def test_a_stub_is_named_not_written_before_any_rank_starts(monkeypatch):
+    """An unsolved exercise's check answers at once (what Run All on the exercise meets): a stub is not run on ranks."""
+    monkeypatch.setattr(lesson05, "run_on_ranks", None)   # starting ranks would raise TypeError
+    with pytest.raises(CheckFailed, match=r"^accumulate_gradients_stub is not written yet: it raised NotImplementedError"):
+        check_accumulate_gradients(accumulate_gradients_stub)

@@ -14,6 +14,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from ddp_lab.checks import CheckFailed
+from ddp_lab.checks import lesson07
 from ddp_lab.checks.lesson07 import check_idle_fraction, check_one_f_one_b_stage
 from ddp_lab.course.pipeline_parallel.schedules import Span
 
@@ -91,6 +92,27 @@ def test_one_f_one_b_accepts_the_right_answer(capsys):
 def test_one_f_one_b_blank_says_not_written():
     with pytest.raises(CheckFailed, match=r"not written yet.*NotImplementedError"):
         check_one_f_one_b_stage(blank_stage)
+
+
+def stub_with_its_preamble(stage, inputs, targets):
+    """The exercise's stub: it names the rank and the shapes, then raises (the raise can never be skipped)."""
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    first, last = rank == 0, rank == world_size - 1
+    raise NotImplementedError("write forward(i) and backward(i) helpers")
+
+
+def answers_only_the_last_stage(stage, inputs, targets):
+    if dist.get_rank() == dist.get_world_size() - 1:
+        return []
+    raise NotImplementedError("the other stages")   # may be skipped: an answer, however wrong, not a stub
+
+
+def test_the_exercises_stub_is_refused_before_any_rank_starts(monkeypatch):
+    monkeypatch.setattr(lesson07, "run_on_ranks", None)   # starting ranks would raise TypeError
+    with pytest.raises(CheckFailed, match=r"^stub_with_its_preamble is not written yet: it raised NotImplementedError"):
+        check_one_f_one_b_stage(stub_with_its_preamble)
+    with pytest.raises(TypeError):   # not a stub: the check goes on to start ranks
+        check_one_f_one_b_stage(answers_only_the_last_stage)
 
 
 @pytest.mark.parametrize("mistake, feedback", [

@@ -12,6 +12,7 @@ import torch
 import torch.distributed as dist
 
 from ddp_lab.checks import CheckFailed
+from ddp_lab.checks import lesson08
 from ddp_lab.checks.lesson08 import check_copy_to_model_parallel_region, check_row_parallel_forward
 from ddp_lab.course.tensor_parallel.communications import CopyToModelParallelRegion
 
@@ -222,6 +223,12 @@ class Stub(torch.autograd.Function):
 def test_f_rejects_wrong_answers(answer, feedback):
     with pytest.raises(CheckFailed, match=feedback):
         check_copy_to_model_parallel_region(answer)
+
+
+def test_f_refuses_the_stub_before_any_rank_starts(monkeypatch):
+    monkeypatch.setattr(lesson08, "run_on_ranks", None)   # starting ranks would raise TypeError
+    with pytest.raises(CheckFailed, match=r"^Stub is not written yet: it raised NotImplementedError\('every rank"):
+        check_copy_to_model_parallel_region(Stub)
 
 
 def test_f_refuses_the_apply_method():

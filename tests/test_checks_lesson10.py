@@ -3,7 +3,8 @@
 Each wrong answer below is a mistake a learner is likely to make; the test pins the part of
 the feedback that names it. The groups check runs wrong answers in this process (they fail on
 the shapes whose sides differ, before any rank starts); the right answer launches 4 gloo
-ranks, and the gradient check 6 (a (dp=3, tp=2) mesh: several seconds each on 2 cores).
+ranks. The gradient check's six mistaken answers run one after the other in one launch of 6 ranks
+(a (dp=3, tp=2) mesh) through the check's own runner, and each is judged by the check's own judge.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import pytest
 import torch.distributed as dist
 
 from ddp_lab.checks import CheckFailed
+from ddp_lab.checks import lesson10
 from ddp_lab.checks.lesson10 import check_average_gradients, check_dp_tp_groups
 
 # The right answers are proven once, by nbval of solutions/10-*.ipynb (its check cells store ✓):
@@ -157,7 +159,7 @@ def average_stub(model, mesh):
     raise NotImplementedError("all-reduce p.grad.to_local() in the dp group")
 
 
-@pytest.mark.parametrize("answer, feedback", [
+AVERAGE_MISTAKES = [
     (default_group, r"(?s)rank 0: collectives run by default_group: 4 × all_reduce on other\..*without group=, "
                     r"dist.all_reduce reduces over all 6 ranks.*the mesh's dp group"),
     (within_the_row, r"(?s)rank 0: collectives run by within_the_row: 4 × all_reduce on tp\..*reduced within the row"),
@@ -165,8 +167,24 @@ def average_stub(model, mesh):
     (divided_by_world_size, r"(?s)rank 0, 0.weight.grad.*divided by the world size \(6\)"),
     (divided_by_tp_size, r"(?s)rank 0, 0.weight.grad.*divided by the tp size \(2\), the size of a row"),
     (reduced_a_copy, r"(?s)rank 0, 0.weight.grad.*row 0's own gradient.*in place"),
-    (average_stub, r"average_stub is not written yet: it raised NotImplementedError"),
-])
-def test_average_gradients_rejects_wrong_answers(answer, feedback):
+]
+
+
+@pytest.fixture(scope="module")
+def average_gradients_results():
+    """Every mistaken answer run by the check's own runner, one after the other in one launch of 6 ranks (one
+    launch each cost about 1.2 s here)."""
+    answers = tuple(answer for answer, _ in AVERAGE_MISTAKES)
+    return dict(zip(answers, lesson10.run_average_gradients_answers(answers)))
+
+
+@pytest.mark.parametrize("answer, feedback", AVERAGE_MISTAKES, ids=[answer.__name__ for answer, _ in AVERAGE_MISTAKES])
+def test_average_gradients_rejects_wrong_answers(answer, feedback, average_gradients_results):
     with pytest.raises(CheckFailed, match=feedback):
-        check_average_gradients(answer)
+        lesson10.judge_average_gradients(answer.__name__, average_gradients_results[answer])
+
+
+def test_average_gradients_stub_says_not_written_before_any_rank_starts(monkeypatch):
+    monkeypatch.setattr(lesson10, "run_on_ranks", None)   # starting ranks would raise TypeError
+    with pytest.raises(CheckFailed, match=r"^average_stub is not written yet: it raised NotImplementedError"):
+        check_average_gradients(average_stub)

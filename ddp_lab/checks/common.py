@@ -130,8 +130,15 @@ def answer_raised(name: str, error: Exception, case: str) -> CheckFailed:
     return CheckFailed(f"{name} raised {type(error).__name__}{inside}: {error}\nwhile {case}.")
 
 
-def ensure_written(fn) -> None:
-    """Fail at once, without starting ranks, if fn is still the exercise's NotImplementedError stub."""
+# What an exercise's stub may keep above its `raise NotImplementedError` (lesson 07's names the rank and the shapes):
+# statements that can neither return nor skip the raise, so the function can only ever raise it.
+STUB_PREAMBLE = (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.Import, ast.ImportFrom, ast.Pass, ast.FunctionDef)
+
+
+def ensure_written(fn, name: str | None = None) -> None:
+    """Fail at once, without starting ranks, if fn is still the exercise's NotImplementedError stub: its body
+    (after a docstring) ends in `raise NotImplementedError(...)` with only STUB_PREAMBLE statements above it.
+    `name`: what the message calls it (default: fn's own name; a method is named by its class)."""
     try:
         tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
     except (OSError, TypeError, SyntaxError, IndentationError):
@@ -142,12 +149,13 @@ def ensure_written(fn) -> None:
     body = node.body
     if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
         body = body[1:]  # the docstring
-    raised = body[0].exc if len(body) == 1 and isinstance(body[0], ast.Raise) else None
+    stub = body and isinstance(body[-1], ast.Raise) and all(isinstance(line, STUB_PREAMBLE) for line in body[:-1])
+    raised = body[-1].exc if stub else None
     call = raised.func if isinstance(raised, ast.Call) else raised
     if isinstance(call, ast.Name) and call.id == "NotImplementedError":
         args = raised.args if isinstance(raised, ast.Call) else []
         hint = args[0].value if args and isinstance(args[0], ast.Constant) else ""
-        raise CheckFailed(f"{fn.__name__} is not written yet: it raised NotImplementedError({hint!r}).\n"
+        raise CheckFailed(f"{name or fn.__name__} is not written yet: it raised NotImplementedError({hint!r}).\n"
                           "Replace the `raise NotImplementedError` line with your answer.")
 
 

@@ -270,6 +270,12 @@ def main(paths: list[str], as_json: bool = False, timeout: int = CELL_TIMEOUT_S,
         print(f"--jobs {jobs}: grade at least 1 notebook at a time (default: {default_jobs()} here).")
         return EXIT_USAGE
     try:
+        notebooks = [Path(p) for p in paths] if paths else default_paths()
+        count = len(_notebooks(notebooks))   # a bad path is answered before nbclient's import (about 2 s here)
+    except FileNotFoundError as error:
+        print(error)
+        return EXIT_USAGE
+    try:
         import nbclient  # noqa: F401  (the course's requirements have it; a bare install may not)
         import ipykernel  # noqa: F401
     except ImportError as error:
@@ -278,9 +284,7 @@ def main(paths: list[str], as_json: bool = False, timeout: int = CELL_TIMEOUT_S,
               "nbclient and ipykernel into this one.")
         return EXIT_USAGE
     try:
-        notebooks = [Path(p) for p in paths] if paths else default_paths()
         jobs = jobs or default_jobs()
-        count = len(_notebooks(notebooks))
         print(f"grading {count} notebook(s) in {', '.join(map(str, notebooks))}, {min(jobs, count)} at a time",
               file=sys.stderr, flush=True)
         rows = grade_paths(notebooks, timeout, jobs, progress=_progress)

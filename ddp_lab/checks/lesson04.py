@@ -16,7 +16,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ddp_lab.checks import CheckFailed, passed
-from ddp_lab.checks.common import call_case, run_on_ranks
+from ddp_lab.checks.common import call_case, ensure_written, run_on_ranks
 from ddp_lab.instruments.collectives import watching_collectives
 
 WORLD_SIZE = 2
@@ -68,6 +68,7 @@ def check_average_gradients(average_gradients, timeout: float = 30.0) -> None:
 
     Introduced in notebooks/04-ddp-from-scratch.ipynb.
     """
+    ensure_written(average_gradients)
     name = getattr(average_gradients, "__name__", "average_gradients")
     results = run_on_ranks(_average_runner, (average_gradients,), WORLD_SIZE, timeout, name,
                            timeout_hint=_hang_hint("all_reduce"))
@@ -124,6 +125,7 @@ def check_sync_initial_state(sync_initial_state, timeout: float = 30.0) -> None:
 
     Introduced in notebooks/04-ddp-from-scratch.ipynb.
     """
+    ensure_written(sync_initial_state)
     name = getattr(sync_initial_state, "__name__", "sync_initial_state")
     results = run_on_ranks(_sync_runner, (sync_initial_state,), WORLD_SIZE, timeout, name,
                            timeout_hint=_hang_hint("broadcast"))

@@ -21,7 +21,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.nn import functional as F
 
 from ddp_lab.checks import CheckFailed, passed
-from ddp_lab.checks.common import call_case, run_on_ranks
+from ddp_lab.checks.common import call_case, ensure_written, run_on_ranks
 
 # (dataset size, world size, epoch, seed): divisible, padded, fewer samples than ranks, a later
 # epoch, another seed. Every rank's indices are compared with torch's DistributedSampler.
@@ -158,7 +158,19 @@ def _data() -> tuple[torch.Tensor, torch.Tensor]:
     return torch.randn(rows, 3, generator=generator), torch.randn(rows, 1, generator=generator)
 
 
-def _accumulate_runner(rank: int, accumulate_gradients) -> dict:
+def _accumulate_runner(rank: int, answers: tuple) -> list[dict]:
+    """Each answer in turn, each on a DDP model of its own."""
+    return [_accumulate_one(rank, accumulate_gradients) for accumulate_gradients in answers]
+
+
+def run_accumulate_gradients_answers(answers: tuple, timeout: float = 30.0,
+                                     name: str = "accumulate_gradients") -> list[list[dict]]:
+    """Run each answer once on the same 2 ranks (one launch); [answer][rank] -> its gradients, all-reduces and flags."""
+    results = run_on_ranks(_accumulate_runner, (tuple(answers),), WORLD_SIZE, timeout, name)
+    return [[results[rank][index] for rank in range(WORLD_SIZE)] for index in range(len(answers))]
+
+
+def _accumulate_one(rank: int, accumulate_gradients) -> dict:
 
     calls: list[int] = []
 
@@ -207,8 +219,14 @@ def check_accumulate_gradients(accumulate_gradients, timeout: float = 30.0) -> N
 
     Introduced in notebooks/05-ddp-in-practice.ipynb.
     """
+    ensure_written(accumulate_gradients)
     name = getattr(accumulate_gradients, "__name__", "accumulate_gradients")
-    results = run_on_ranks(_accumulate_runner, (accumulate_gradients,), WORLD_SIZE, timeout, name)
+    passed(judge_accumulate_gradients(name, run_accumulate_gradients_answers((accumulate_gradients,), timeout, name)[0]))
+
+
+def judge_accumulate_gradients(name: str, results: list[dict]) -> str:
+    """The ✓ line for one answer's results on every rank (`run_accumulate_gradients_answers`), or CheckFailed naming
+    its mistake."""
     reference = _reference()
     names = [n for n, _ in _model().named_parameters()]
     for rank in range(WORLD_SIZE):
@@ -257,4 +275,4 @@ def check_accumulate_gradients(accumulate_gradients, timeout: float = 30.0) -> N
             raise CheckFailed(f"rank {rank}: right gradients, but {got['all_reduces']} all-reduces for "
                               f"{MICRO_BATCHES} micro-batches.\nHint: run every backward except the last inside "
                               "`with model.no_sync():`, so DDP communicates once.")
-    passed(f"{name}: {MICRO_BATCHES} micro-batches == one big batch, with 1 all-reduce instead of {MICRO_BATCHES}")
+    return f"{name}: {MICRO_BATCHES} micro-batches == one big batch, with 1 all-reduce instead of {MICRO_BATCHES}"

@@ -20,7 +20,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ddp_lab.checks import CheckFailed, passed
-from ddp_lab.checks.common import answer_raised, call_case, first_mismatch, only_point_to_point, run_on_ranks
+from ddp_lab.checks.common import answer_raised, call_case, ensure_written, first_mismatch, only_point_to_point, run_on_ranks
 from ddp_lab.checks.p2p_log import log_path, logging_point_to_point, non_neighbour_calls, read_logs, waits
 from ddp_lab.course.pipeline_parallel import schedules
 from ddp_lab.course.pipeline_parallel.schedules import Span, gpipe_actions, ideal_timeline, one_f_one_b_actions
@@ -171,6 +171,7 @@ def check_one_f_one_b_stage(one_f_one_b_stage, timeout: float = 30.0) -> None:
 
     Introduced in notebooks/07-pipeline-parallelism.ipynb.
     """
+    ensure_written(one_f_one_b_stage)
     name = getattr(one_f_one_b_stage, "__name__", "one_f_one_b_stage")
     with tempfile.TemporaryDirectory(prefix="ddp_lab-check07-") as logs:
         results = run_on_ranks(_stage_runner, (one_f_one_b_stage, logs), WORLD_SIZE, timeout, name, _explain,

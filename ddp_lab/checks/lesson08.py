@@ -234,6 +234,7 @@ def check_copy_to_model_parallel_region(function_class, timeout: float = 30.0) -
     if not (isinstance(function_class, type) and issubclass(function_class, torch.autograd.Function)):
         raise CheckFailed(f"{name} is {describe(function_class)}; pass the class itself, a subclass of "
                           "torch.autograd.Function (not its .apply, not an instance).")
+    ensure_written(function_class.forward, name)   # the exercise's stub raises in forward: refused before ranks start
     results = run_on_ranks(_f_runner, (function_class,), WORLD_SIZE, timeout, name, timeout_hint=HANG_HINT)
     x = _f_input()
     expected, parts = _reference_grads()

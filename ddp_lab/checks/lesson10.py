@@ -184,17 +184,28 @@ def _row_grads(rows: list[int]) -> dict[str, torch.Tensor]:
     return {name: p.grad.clone() for name, p in model.named_parameters()}
 
 
-def _grads_runner(rank: int, average_gradients) -> dict:
+def _grads_runner(rank: int, answers: tuple) -> list[dict]:
+    """Each answer in turn on the same mesh: a fresh tensor-parallel MLP, forward and backward, then the answer."""
     api = dtensor_api()
     mesh = api.init_device_mesh("cpu", (DP_SIZE, TP_SIZE), mesh_dim_names=("dp", "tp"))
-    model = api.parallelize_module(_model(), mesh["tp"], {"0": api.ColwiseParallel(), "2": api.RowwiseParallel()})
-    x = _batch().chunk(DP_SIZE)[mesh["dp"].get_local_rank()]   # my row's half of the batch
-    F.mse_loss(model(x), torch.zeros(()).expand_as(x), reduction="mean").backward()
-    with count_mesh_traffic(mesh) as calls:
-        call_case(average_gradients, f"averaging the gradients of rank {rank} in a (dp={DP_SIZE}, tp={TP_SIZE}) mesh",
-                  model, mesh)
-    return {"grads": {name: full_tensor(p.grad).detach().clone() for name, p in model.named_parameters()},
-            "calls": [tuple(call) for call in calls]}
+    x = _batch().chunk(DP_SIZE)[mesh["dp"].get_local_rank()]   # my row's third of the batch
+    results = []
+    for average_gradients in answers:
+        model = api.parallelize_module(_model(), mesh["tp"], {"0": api.ColwiseParallel(), "2": api.RowwiseParallel()})
+        F.mse_loss(model(x), torch.zeros(()).expand_as(x), reduction="mean").backward()
+        with count_mesh_traffic(mesh) as calls:
+            call_case(average_gradients, f"averaging the gradients of rank {rank} in a (dp={DP_SIZE}, tp={TP_SIZE}) "
+                      "mesh", model, mesh)
+        results.append({"grads": {name: full_tensor(p.grad).detach().clone() for name, p in model.named_parameters()},
+                        "calls": [tuple(call) for call in calls]})
+    return results
+
+
+def run_average_gradients_answers(answers: tuple, timeout: float = 60.0,
+                                  name: str = "average_gradients") -> list[list[dict]]:
+    """Run each answer once on the same 6 ranks (one launch); [answer][rank] -> its gradients and collectives."""
+    results = run_on_ranks(_grads_runner, (tuple(answers),), DP_SIZE * TP_SIZE, timeout, name)
+    return [[results[rank][index] for rank in range(DP_SIZE * TP_SIZE)] for index in range(len(answers))]
 
 
 def _traffic_hint(calls: list[tuple]) -> str | None:
@@ -225,7 +236,12 @@ def check_average_gradients(average_gradients, timeout: float = 60.0) -> None:
     """
     ensure_written(average_gradients)
     name = getattr(average_gradients, "__name__", "average_gradients")
-    results = run_on_ranks(_grads_runner, (average_gradients,), DP_SIZE * TP_SIZE, timeout, name)
+    passed(judge_average_gradients(name, run_average_gradients_answers((average_gradients,), timeout, name)[0]))
+
+
+def judge_average_gradients(name: str, results: list[dict]) -> str:
+    """The ✓ line for one answer's results on every rank (`run_average_gradients_answers`), or CheckFailed naming its
+    mistake."""
     rows = [_row_grads([row]) for row in range(DP_SIZE)]
     for rank in range(DP_SIZE * TP_SIZE):
         hint = _traffic_hint(results[rank]["calls"])
@@ -258,5 +274,5 @@ def check_average_gradients(average_gradients, timeout: float = 60.0) -> None:
                 hint = (f"expected the mean of the {DP_SIZE} rows' gradients on every rank: each local shard summed over "
                         "the mesh's dp group, divided by the dp size.")
             raise CheckFailed(f"{where}.\nHint: {hint}")
-    passed(f"{name}: every rank's gradients equal one process on the full batch, with all-reduces on the "
-           "dp groups only")
+    return (f"{name}: every rank's gradients equal one process on the full batch, with all-reduces on the "
+            "dp groups only")
