@@ -23,7 +23,8 @@ XDIST  := $(if $(filter 0,$(JOBS)),-p no:xdist,-n $(JOBS) --dist loadscope --no-
 # DDP/FSDP2/DTensor launches of lessons 11 and 13 and tests/test_plan_measured.py make every rank import
 # torch._dynamo, then a successor zygote imports it again in the background while later runs are timed.
 # Measured on the shared 2-core machine (load 2-3), the whole timing phase: 98-116 s -> 77-83 s of CPU.
-# The zygote's learning itself is tested in tests/test_cluster.py and by every notebook of the first phase.
+# The zygote's learning itself is tested in tests/test_cluster.py, by every test worker's own launches and by lesson
+# 00b's notebook (conftest.py starts the other notebooks' kernels with the same variable).
 LEARNED_IMPORTS := from ddp_lab.launcher.zygote import LEARNED_IMPORTS; print(",".join(LEARNED_IMPORTS))
 two_phases = ( $(PYTEST) $(XDIST) -m "not measures_time" $(1); first=$$?; \
 	{ DDP_LAB_ZYGOTE_IMPORTS="$$($(BIN)/python -c '$(LEARNED_IMPORTS)')" \
