@@ -208,6 +208,6 @@ def accumulate_gradients_stub(ddp_model, micro_batches):
 
 def test_a_stub_is_named_not_written_before_any_rank_starts(monkeypatch):
     """An unsolved exercise's check answers at once (what Run All on the exercise meets): a stub is not run on ranks."""
-    monkeypatch.setattr(lesson05, "run_on_ranks", None)   # starting ranks would raise TypeError
+    monkeypatch.setattr(lesson05, "run_answers_on_ranks", None)   # starting ranks would raise TypeError
     with pytest.raises(CheckFailed, match=r"^accumulate_gradients_stub is not written yet: it raised NotImplementedError"):
         check_accumulate_gradients(accumulate_gradients_stub)

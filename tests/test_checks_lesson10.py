@@ -185,6 +185,6 @@ def test_average_gradients_rejects_wrong_answers(answer, feedback, average_gradi
 
 
 def test_average_gradients_stub_says_not_written_before_any_rank_starts(monkeypatch):
-    monkeypatch.setattr(lesson10, "run_on_ranks", None)   # starting ranks would raise TypeError
+    monkeypatch.setattr(lesson10, "run_answers_on_ranks", None)   # starting ranks would raise TypeError
     with pytest.raises(CheckFailed, match=r"^average_stub is not written yet: it raised NotImplementedError"):
         check_average_gradients(average_stub)

@@ -21,7 +21,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.nn import functional as F
 
 from ddp_lab.checks import CheckFailed, passed
-from ddp_lab.checks.common import call_case, ensure_written, run_on_ranks
+from ddp_lab.checks.common import call_case, ensure_written, run_answers_on_ranks
 
 # (dataset size, world size, epoch, seed): divisible, padded, fewer samples than ranks, a later
 # epoch, another seed. Every rank's indices are compared with torch's DistributedSampler.
@@ -166,8 +166,7 @@ def _accumulate_runner(rank: int, answers: tuple) -> list[dict]:
 def run_accumulate_gradients_answers(answers: tuple, timeout: float = 30.0,
                                      name: str = "accumulate_gradients") -> list[list[dict]]:
     """Run each answer once on the same 2 ranks (one launch); [answer][rank] -> its gradients, all-reduces and flags."""
-    results = run_on_ranks(_accumulate_runner, (tuple(answers),), WORLD_SIZE, timeout, name)
-    return [[results[rank][index] for rank in range(WORLD_SIZE)] for index in range(len(answers))]
+    return run_answers_on_ranks(_accumulate_runner, answers, WORLD_SIZE, timeout, name)
 
 
 def _accumulate_one(rank: int, accumulate_gradients) -> dict:

@@ -23,7 +23,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ddp_lab.checks import CheckFailed, passed
-from ddp_lab.checks.common import answer_raised, call_case, describe, ensure_written, first_mismatch, run_on_ranks
+from ddp_lab.checks.common import (answer_raised, call_case, describe, ensure_written, first_mismatch,
+                                   run_answers_on_ranks, run_on_ranks)
 from ddp_lab.course.mesh import mesh_groups
 from ddp_lab.instruments.mesh_traffic import count_mesh_traffic
 from ddp_lab.torch_compat.dtensor import dtensor_api, full_tensor
@@ -204,8 +205,7 @@ def _grads_runner(rank: int, answers: tuple) -> list[dict]:
 def run_average_gradients_answers(answers: tuple, timeout: float = 60.0,
                                   name: str = "average_gradients") -> list[list[dict]]:
     """Run each answer once on the same 6 ranks (one launch); [answer][rank] -> its gradients and collectives."""
-    results = run_on_ranks(_grads_runner, (tuple(answers),), DP_SIZE * TP_SIZE, timeout, name)
-    return [[results[rank][index] for rank in range(DP_SIZE * TP_SIZE)] for index in range(len(answers))]
+    return run_answers_on_ranks(_grads_runner, answers, DP_SIZE * TP_SIZE, timeout, name)
 
 
 def _traffic_hint(calls: list[tuple]) -> str | None:

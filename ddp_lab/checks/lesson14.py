@@ -21,7 +21,7 @@ import torch
 import torch.distributed as dist
 
 from ddp_lab.checks import CheckFailed, passed
-from ddp_lab.checks.common import CaseFailed, call_case, describe, ensure_written, run_on_ranks
+from ddp_lab.checks.common import CaseFailed, call_case, describe, ensure_written, run_answers_on_ranks
 from ddp_lab.checks.split_guard import guarded_all_to_all
 from ddp_lab.course.expert_parallel import dispatch as reference_dispatch
 from ddp_lab.instruments.collectives import watching_collectives
@@ -105,9 +105,8 @@ def _dispatch_runner(rank: int, answers: tuple) -> list[dict]:
 
 def run_dispatch_answers(answers: tuple, timeout: float = 30.0, name: str = "dispatch") -> list[list[dict]]:
     """Run each answer once on the same 3 ranks (one launch); [answer][rank] -> what the rank saw."""
-    results = run_on_ranks(_dispatch_runner, (tuple(answers),), WORLD_SIZE, timeout, name, _explain,
-                           timeout_hint=HANG_HINT)
-    return [[results[rank][index] for rank in range(WORLD_SIZE)] for index in range(len(answers))]
+    return run_answers_on_ranks(_dispatch_runner, answers, WORLD_SIZE, timeout, name, explain=_explain,
+                                timeout_hint=HANG_HINT)
 
 
 def _dispatch_truth() -> dict:
@@ -257,9 +256,8 @@ def _combine_runner(rank: int, answers: tuple) -> list[dict]:
 
 def run_combine_answers(answers: tuple, timeout: float = 30.0, name: str = "combine") -> list[list[dict]]:
     """Run each answer once on the same 3 ranks (one launch); [answer][rank] -> what the rank saw."""
-    results = run_on_ranks(_combine_runner, (tuple(answers),), WORLD_SIZE, timeout, name, _explain,
-                           timeout_hint=HANG_HINT)
-    return [[results[rank][index] for rank in range(WORLD_SIZE)] for index in range(len(answers))]
+    return run_answers_on_ranks(_combine_runner, answers, WORLD_SIZE, timeout, name, explain=_explain,
+                                timeout_hint=HANG_HINT)
 
 
 def _combine_candidates(rank: int) -> dict:
@@ -382,11 +380,10 @@ def _reduce_runner(rank: int, answers: tuple) -> list[dict]:
 
 def run_reduce_answers(answers: tuple, timeout: float = 30.0, name: str = "reduce_gradients") -> list[list[dict]]:
     """Run each answer once on the same 4 ranks (one launch); [answer][rank] -> its gradients afterwards."""
-    results = run_on_ranks(_reduce_runner, (tuple(answers),), DP_SIZE * EP_SIZE, timeout, name,
-                           timeout_hint=("every rank must all-reduce every gradient, the same ones in the same order: "
+    return run_answers_on_ranks(_reduce_runner, answers, DP_SIZE * EP_SIZE, timeout, name,
+                                timeout_hint=("every rank must all-reduce every gradient, the same ones in the same order: "
                                          "the replicated ones over all ranks (the default group), the experts' over "
                                          "dp_group, whose two ranks both make the call."))
-    return [[results[rank][index] for rank in range(DP_SIZE * EP_SIZE)] for index in range(len(answers))]
 
 
 def judge_reduce(name: str, results: list[dict]) -> str:
