@@ -98,6 +98,21 @@ def test_a_failing_rank_raises_with_its_traceback(tmp_path):
         job.results()
 
 
+def test_the_failure_message_shows_every_failed_rank_not_only_the_root_cause():
+    """torchrun's summary calls the failure it observed first the root cause; when the failing rank's peer dies in
+    a barrier it broke, that is the peer (fresh-clone CI saw it: rank 0's "Connection closed by peer" as root cause,
+    rank 1's ValueError under "Failures:" above it). The message keeps both sections. The log is torchrun's
+    summary format (torch/distributed/elastic/multiprocessing/errors, ChildFailedError)."""
+    from ddp_lab.torchrun.scripts import Finished, _failure_message
+
+    summary = ["worker output", "=" * 60, "ddp_lab.torchrun.run_pickled FAILED", "-" * 60, "Failures:", "[1]:",
+               "  rank      : 1 (local_rank: 1)", "  traceback : Traceback (most recent call last):",
+               "    ValueError: rank one says no", "-" * 60, "Root Cause (first observed failure):", "[0]:",
+               "  rank      : 0 (local_rank: 0)", "  RuntimeError: Connection closed by peer", "=" * 60]
+    message = _failure_message([Finished(["torchrun"], 1, "\n".join(summary))], None)
+    assert "ValueError: rank one says no" in message and "Root Cause" in message and "worker output" not in message
+
+
 def killed_on_the_first_two_attempts(rank):
     import signal
 

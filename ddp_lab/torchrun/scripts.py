@@ -231,9 +231,12 @@ def _failure_message(finished: list[Finished], timeout: float | None) -> str:
     parts = [f"{head}; the end of each log follows."]
     for index, item in enumerate(finished):
         lines = item.log.rstrip().splitlines()
-        # torchrun's summary names the rank that failed first, with its traceback (@record)
+        # torchrun's summary (@record) gives each failed rank's traceback: "Failures:" (the others) above "Root
+        # Cause", the failure it observed first, which can be a peer's (a barrier broken when the failing rank
+        # died) rather than the rank whose error caused it: both sections are shown.
         cause = next((i for i, line in enumerate(lines) if line.startswith("Root Cause")), None)
-        tail = "\n".join(lines[cause:][:40] if cause is not None else lines[-25:])
+        others = next((i for i, line in enumerate(lines[:cause]) if line.startswith("Failures:")), cause)
+        tail = "\n".join(lines[others:cause + 40] if cause is not None else lines[-25:])
         parts.append(f"--- command {index} ({_exit(item.returncode)}): {shell(item.command)}\n{tail}")
     return "\n".join(parts)
 
