@@ -38,6 +38,7 @@ import ddp_lab
 from ddp_lab.course.alpha_beta import fit_alpha_beta   # lesson 02's fit
 from ddp_lab.hardware.load import OtherPrograms
 from ddp_lab.hardware.machine import cpu_cores
+from ddp_lab.launcher.procstart import settled_zygote
 from ddp_lab.course.plan.cluster_spec import ClusterSpec
 from ddp_lab.plan.measure import megatron_groups
 from ddp_lab.plan.probes import TransformerStepProbe, matmul_rate
@@ -208,6 +209,7 @@ def measure_this_machine(ranks: int = 2, repeats: int = 5, counts=COUNTS, timeou
         raise ValueError(f"group must be a positive int that divides ranks={ranks} (ranks per process group), "
                          f"got {group!r}")
     dtypes = {"fp32": "float32", "bf16": "bfloat16"}
+    settled_zygote()   # no successor zygote importing in the background while the collectives are timed
     with OtherPrograms() as others:
         results = ddp_lab.launch(_calibration_rank, args=(tuple(counts), repeats, dtypes, group), nprocs=ranks,
                                  backend="gloo", timeout=timeout)

@@ -27,6 +27,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 import ddp_lab
 from ddp_lab.instruments.tensor_bytes import measured_state_bytes
+from ddp_lab.launcher.procstart import settled_zygote
 from ddp_lab.plan.probes import TransformerStepProbe, matmul_rate
 from ddp_lab.plan.reference import build
 from ddp_lab.course.rank_layout import RankLayout
@@ -350,6 +351,7 @@ def run(config: Config, steps: int = 5, warmup: int = 0, probe_seconds: float = 
     if config.strategy.precision != "fp32":
         raise ValueError(f"these runs train in fp32 on CPU; give the strategy precision='fp32' "
                          f"(got {config.strategy.precision!r}) so the planner predicts the same thing")
+    settled_zygote()   # no successor zygote importing in the background while the steps are timed
     results = ddp_lab.launch(_rank_main, args=(config, steps, warmup, probe_seconds), nprocs=config.ranks,
                              backend="gloo", timeout=timeout)
     slowest = [max(r["times"][i] for r in results) for i in range(steps)]

@@ -170,10 +170,13 @@ def validate(configs=None, steps: int = 5, calibrations: dict | None = None, att
              progress: bool = False) -> list[Row]:
     """Run every configuration on gloo ranks here and compare it with the planner's prediction.
 
-    Timing on a shared machine: a configuration whose step time misses STEP_TOLERANCE
-    is run `attempts - 1` more times, and the attempt with the median step error is returned
-    (one burst of load from another program is not the planner's fault; a planner that is
-    wrong misses every time). Bytes are the same in every attempt.
+    Timing on a shared machine: a configuration whose step time misses STEP_TOLERANCE is run
+    `attempts - 1` more times, and the attempt with the median step error is returned (one burst
+    of load is not the planner's fault; a planner that is wrong misses every time). The repeats
+    come after every configuration's first run, taking turns, so a burst that lasts several runs
+    does not decide every attempt of one configuration (fresh-clone CI once failed with ZeRO-2's
+    three back-to-back attempts all 50 % slow, while ZeRO-1 before them was within 4 %). Bytes
+    are the same in every attempt.
 
     Args:
         configs: `measure.Config`s (default: `default_configs()`).
@@ -186,8 +189,8 @@ def validate(configs=None, steps: int = 5, calibrations: dict | None = None, att
             an idle 2-core machine, much longer on a busy one).
 
     Returns:
-        One `Row` per configuration; `ddp_lab.plots.plan_validation.predicted_vs_measured(rows)`
-        draws them.
+        One `Row` per configuration, in the order of `configs`;
+        `ddp_lab.plots.plan_validation.predicted_vs_measured(rows)` draws them.
 
     Example:
         >>> rows = validate()                                  # doctest: +SKIP
@@ -198,23 +201,33 @@ def validate(configs=None, steps: int = 5, calibrations: dict | None = None, att
     """
     configs = default_configs() if configs is None else list(configs)
     calibrations = {} if calibrations is None else calibrations
-    rows = []
-    for config in configs:
+    tries = {}    # config index -> [Row per attempt, each with the cores other programs kept busy meanwhile]
+
+    def attempt(index: int, note: str = "") -> None:
+        config = configs[index]
+        if progress:
+            print(f"training {config.name} for {steps} steps{note} ...", flush=True)
+        with OtherPrograms() as others:
+            row = compare(run(config, steps=steps), calibrations[calibration_key(config)])
+        tries.setdefault(index, []).append(replace(row, other_programs=others.cores))
+
+    for index, config in enumerate(configs):
         key = calibration_key(config)
         if key not in calibrations:
             if progress:
                 print(f"calibrating this machine: {key[0]} ranks, collectives in groups of {key[1]} ...", flush=True)
             calibrations[key] = measure_this_machine(ranks=key[0], group=key[1])
-        if progress:
-            print(f"training {config.name} for {steps} steps ...", flush=True)
-        with OtherPrograms() as others:
-            tries = [compare(run(config, steps=steps), calibrations[key])]
-            if abs(tries[0].step_error) > STEP_TOLERANCE:
-                tries += [compare(run(config, steps=steps), calibrations[key]) for _ in range(attempts - 1)]
-        median = sorted(tries, key=lambda row: row.step_error)[len(tries) // 2]
-        worst = max((c for c in (others.cores, calibrations[key].get("other_programs")) if c is not None),
-                    default=None)
-        rows.append(replace(median, attempts=len(tries), other_programs=worst))
+        attempt(index)
+    missed = [index for index in tries if abs(tries[index][0].step_error) > STEP_TOLERANCE]
+    for round_ in range(2, attempts + 1):
+        for index in missed:
+            attempt(index, f" again (attempt {round_} of {attempts}: its first missed)")
+    rows = []
+    for index, config in enumerate(configs):
+        median = sorted(tries[index], key=lambda row: row.step_error)[len(tries[index]) // 2]
+        worst = max((c for c in (median.other_programs, calibrations[calibration_key(config)].get("other_programs"))
+                     if c is not None), default=None)
+        rows.append(replace(median, attempts=len(tries[index]), other_programs=worst))
     return rows
 
 

@@ -1,0 +1,32 @@
+"""validate()'s repeats on a shared machine cannot hide a planner that is wrong (ddp_lab/plan/validate.py).
+
+A configuration whose step time misses is run again, after every configuration's first run and
+taking turns, and the attempt with the median error counts. Here the planner is made wrong on
+purpose for one configuration only: a calibration whose all-gather and reduce-scatter each cost
+a whole second (ZeRO-1 issues both every step; DDP issues neither) predicts ZeRO-1 about 2 s per
+step against the ~0.1 s the ranks take. Real gloo runs; no timing is asserted, so it may run
+beside other tests (it is not `measures_time`): a 20x miss stays a miss under any load.
+"""
+
+import pytest
+
+from ddp_lab.plan import validate as plan_validate
+
+pytestmark = pytest.mark.slow
+
+
+def test_a_wrong_prediction_misses_every_attempt_and_its_repeats_come_after_the_others(capsys):
+    configs = {c.kind: c for c in plan_validate.default_configs()}
+    wrong_for_zero = {"ranks": 2, "group": 2, "matmul_flops": {"fp32": 1e10},
+                      "collectives": {"all_reduce": {"alpha": 1e-3, "beta": 1e-9}, "send": {"alpha": 1e-4, "beta": 1e-9},
+                                      "all_gather": {"alpha": 1.0, "beta": 1e-9},
+                                      "reduce_scatter": {"alpha": 1.0, "beta": 1e-9}}}
+    rows = plan_validate.validate([configs["zero1"], configs["ddp"]], steps=1,
+                                  calibrations={(2, 2): wrong_for_zero}, progress=True)
+    zero, ddp = rows
+    assert zero.attempts == 3 and zero.step_error < -0.9, plan_validate.table(rows)   # missed all three times
+    assert zero.states_equal and ddp.states_equal     # bytes do not depend on the attempt
+    started = [line.split(" for ")[0].removeprefix("training ") for line in capsys.readouterr().out.splitlines()
+               if line.startswith("training ")]
+    # ZeRO-1's repeats wait for DDP's first run (and take turns with DDP's, if DDP missed under load too)
+    assert started[:3] == ["ZeRO-1", "DP (DDP)", "ZeRO-1"] and started.count("ZeRO-1") == 3, started
