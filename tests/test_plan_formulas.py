@@ -11,6 +11,7 @@ import pytest
 
 from ddp_lab.course.device_memory import memory_per_device
 from ddp_lab.course.plan.context_parallel import attention_blocks_per_rank
+from ddp_lab.course.plan.overlap import OVERLAP_SLOWDOWN
 from ddp_lab.plan import (ClusterSpec, Group, MoE, Strategy, Transformer, check, collective_time, dispatch_bytes,
                           evaluate, kv_block_bytes, layers_in_flight, memory, model_state_bytes, parse_count, search,
                           stage_parameters, step_flops, step_time)
@@ -256,7 +257,7 @@ def test_breakdown_plot():
     fig = breakdown(plans)
     assert len(fig.axes) == 2 and len(fig.axes[0].patches) == 3 * 5
     memory, time = ({patch.get_facecolor() for patch in ax.patches} for ax in fig.axes)
-    assert len(memory) == 5 and len(time) == 5 and not memory & time  # one colour per meaning across the panels
+    assert len(memory) == 5 and len(time) == 6 and not memory & time  # one colour per meaning across the panels
     assert "dotted" in fig.axes[0].get_title() and fig.axes[0].get_legend_handles_labels()[1][:2] == [
         "H100 SXM: 85.9 GB", "a plan may use 90%"]
 
@@ -268,7 +269,8 @@ def test_time_breakdown_carries_all_dp_communication_and_its_exposed_part():
     model, cluster = Transformer.preset("llama3-8b"), ClusterSpec.preset("h100-sxm", nodes=4)
     for recompute in ("none", "full"):
         time = step_time(model, cluster, Strategy(dp=32, zero=3, grad_accum=16, recompute=recompute))
-        assert time.total == pytest.approx(time.compute + time.dp_comm_exposed)
+        assert time.total == pytest.approx(time.compute + time.dp_comm_exposed + time.overlap_slowdown)
+        assert time.overlap_slowdown == pytest.approx(OVERLAP_SLOWDOWN * (time.dp_comm - time.dp_comm_exposed))
         assert 0 < time.dp_comm_exposed < time.dp_comm / 2
 
 
@@ -555,7 +557,8 @@ def test_defaults_ep1_cp1_change_no_number():
     number changes a fingerprint: recompute them and say why in the commit. (Recomputed at the merge: issue
     25's roofline, per-unit ZeRO-3 overlap, flash attention and interleaved candidates moved every number; recomputed
     again when the memory-bound kernels' bytes came from traffic.py's op table, and when flash attention ran at
-    FlashAttention-2's published share of peak: every GPU number moved, the CPU cluster's fingerprint did not.)"""
+    FlashAttention-2's published share of peak, and when hidden communication slowed the compute beside it
+    (overlap.OVERLAP_SLOWDOWN): every GPU number moved, the CPU cluster's fingerprint did not.)"""
     import hashlib
 
     def fingerprint(plans):
@@ -570,9 +573,9 @@ def test_defaults_ep1_cp1_change_no_number():
     cpu = ClusterSpec.from_measurements({"ranks": 4, "matmul_flops": {"fp32": 5e10}, "collectives": fits, "cores": 2,
                                          "matmul_efficiency": 0.4, "memory": 2**30}, ranks=4)
     assert fingerprint(search(Transformer.preset("llama3-70b"), ClusterSpec.preset("h100-sxm", nodes=8),
-                              top=None)) == ("d09c9a9e5f6adda4", 437)
+                              top=None)) == ("7b209aa4e3d3a370", 437)
     assert fingerprint(search(Transformer.preset("gpt2-small"), ClusterSpec.preset("a100-80gb", nodes=2),
-                              top=None)) == ("17e520c56c10ec07", 640)
+                              top=None)) == ("c88208698951bbf4", 640)
     assert fingerprint(search(shape, cpu, top=None, precision="fp32")) == ("3b4cece0e02ab290", 384)
 
 

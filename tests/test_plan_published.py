@@ -130,11 +130,13 @@ KNOWN_MISSES = {
     # 530B shape and plan (Narayanan Table 1: 163 TFLOP/s at 2520 GPUs; MT-NLG: 126 at 2240): the software
     # stack, which the planner does not model.
     "MT-NLG 530B 280 nodes": 0.24, "MT-NLG 530B 350 nodes": 0.25, "MT-NLG 530B 420 nodes": 0.30,
-    # Runs without activation checkpointing come out 2-30 % too fast (MosaicML, IBM); cause not found: the
-    # memory-bound kernels' bytes, counted (traffic.py), are not it, nor FlashAttention's own rate
-    # (efficiency.FLASH_ATTENTION_UTILIZATION, which brought MosaicML's 125M on A100 and IBM's 7B on A100 within
-    # 20 %), nor a fixed cost per step (the seconds they miss range from 0.03 to 0.51 per step within MosaicML's runs).
-    "MPT-760m 8xH100": 0.24, "IBM Llama 2 7B 96xH100": 0.31,
+    # MosaicML's 760M on 8 H100s: published 8 % below the same model on 16 H100s (63,147 vs 68,551 tokens/s per
+    # GPU, twice the gradient accumulation), which the planner finds alike. Runs without activation checkpointing
+    # come out 1-24 % too fast (MosaicML, IBM, torchtitan); cause not found: the memory-bound kernels' bytes,
+    # counted (traffic.py), are not it, nor FlashAttention's own rate (efficiency.FLASH_ATTENTION_UTILIZATION), nor
+    # a fixed cost per step (the seconds they miss range from 0.04 to 0.34 per step within MosaicML's runs). The
+    # cost of hiding communication (overlap.OVERLAP_SLOWDOWN) brought IBM's Llama 2 7B on 96 H100s from +30 % to +19 %.
+    "MPT-760m 8xH100": 0.25,
 }
 
 
@@ -149,14 +151,15 @@ def test_validation_set_and_its_errors():
     """At least 30 predicted runs from 6 sources on 2 GPU generations, FSDP at several scales, H100s; the
     median and largest absolute error reached, and the misses beyond 20 % are the named ones.
 
-    Issue 25's targets are a median of at most 8 % and no run beyond 20 %: NOT met. The median is 8.4 % and the
-    largest error 30.0 % (IBM's Llama 2 7B on 96 H100s) with flash attention at its published share of peak
-    (8.9 % and 31.5 % with it at the GEMMs' rate; 6.4 % median with the earlier rule of thumb for the memory-bound
-    kernels, which charged about twice the bytes traffic.py counts). A change to the model that moves these
-    numbers must update them here, in README's table and in lesson 13."""
+    Issue 25's targets are a median of at most 8 % and no run beyond 20 %: the median is met (7.3 %), the largest
+    error is not (29.1 %, MT-NLG's 420 nodes). It was 8.4 % and 30.0 % before compute beside hidden communication
+    paid the published 18.9 % slowdown (overlap.OVERLAP_SLOWDOWN), 8.9 % and 31.5 % with flash attention at the
+    GEMMs' rate, 6.4 % median with the earlier rule of thumb for the memory-bound kernels (which charged about twice
+    the bytes traffic.py counts). A change to the model that moves these numbers must update them here, in README's
+    table and in lesson 13."""
     result = summary()
     assert result["runs"] >= 30 and result["sources"] >= 6
-    assert (round(result["median"], 3), round(result["max"], 3)) == (0.084, 0.3)
+    assert (round(result["median"], 3), round(result["max"], 3)) == (0.073, 0.291)
     assert {r.cluster.gpu.generation for r in RUNS} >= {"ampere", "hopper"}
     fsdp = {(r.model.parameters() // 10**9, r.strategy.gpus) for r in RUNS if r.strategy.zero == 3}
     assert len({size for size, _ in fsdp}) >= 5 and len({gpus for _, gpus in fsdp}) >= 4
@@ -244,11 +247,11 @@ def test_llama3_405b_long_context_stage_fits_an_h100():
 
 def test_llama3_405b_moves_with_its_unstated_interleaving():
     """Why Llama 3 405B is listed but not scored (lesson 13, README): Table 4 does not state the pipeline's
-    interleaving depth, and the prediction moves from -36 % (none) to -15 % (8 virtual stages of one layer) on
-    8,192 GPUs, -47 % to -14 % on 16,384."""
+    interleaving depth, and the prediction moves from -35 % (none) to -14 % (8 virtual stages of one layer) on
+    8,192 GPUs, -46 % to -13 % on 16,384."""
     llama3 = [run for run in RUNS if run.source == "llama3"]
     assert [run.scored for run in llama3] == [False, False]
-    for run, expected in zip(llama3, [(-0.36, -0.15), (-0.47, -0.14)]):
+    for run, expected in zip(llama3, [(-0.35, -0.14), (-0.46, -0.13)]):
         errors = [error(dataclasses.replace(run, strategy=dataclasses.replace(
                       run.strategy, virtual_stages=v, schedule="interleaved" if v > 1 else "1f1b"))) for v in (1, 8)]
         assert tuple(round(e, 2) for e in errors) == expected, (run.name, errors)

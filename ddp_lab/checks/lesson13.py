@@ -216,7 +216,8 @@ def _overflow(plan) -> str:
 
 
 TIME_PARTS = {"compute": "compute", "tp_comm": "TP communication", "bubble": "the pipeline bubble",
-              "pp_comm": "PP communication", "dp_comm_exposed": "exposed DP communication"}
+              "pp_comm": "PP communication", "dp_comm_exposed": "exposed DP communication",
+              "overlap_slowdown": "the overlap slowdown"}
 STRATEGY_FIELDS = ("dp", "tp", "pp", "zero", "micro_batch", "recompute", "sequence_parallel")
 
 

@@ -11,14 +11,17 @@ import matplotlib.pyplot as plt
 MEMORY_PARTS = (("params", "parameters"), ("grads", "gradients"), ("optimizer", "optimizer state"),
                 ("activations", "activations"), ("buffers", "comm. buffers"))
 TIME_PARTS = (("compute", "compute"), ("tp_comm", "TP comm."), ("bubble", "pipeline bubble"),
-              ("pp_comm", "PP comm."), ("dp_comm_exposed", "exposed DP comm."))
+              ("pp_comm", "PP comm."), ("dp_comm_exposed", "exposed DP comm."),
+              ("overlap_slowdown", "overlap slowdown"))
 # drawn only when a plan shown has them (experts, context parallelism: lessons 14, 15)
 SPLIT_TIME_PARTS = (("ep_comm", "EP all-to-all"), ("cp_comm_exposed", "exposed CP ring"))
 # One colour per meaning, never reused across the two panels (matplotlib's tab20: a dark and a light shade of
-# ten hues): the memory terms in the dark shades of five hues, the time terms in the other five.
+# ten hues): the memory terms in the dark shades of five hues, the time terms in the other five, then light
+# shades (the overlap slowdown: compute's, which it slows; EP's and CP's).
 COLOURS = {"params": "#1f77b4", "grads": "#ff7f0e", "optimizer": "#2ca02c", "activations": "#d62728",
            "buffers": "#9467bd", "compute": "#8c564b", "tp_comm": "#e377c2", "bubble": "#7f7f7f",
-           "pp_comm": "#bcbd22", "dp_comm_exposed": "#17becf", "ep_comm": "#aec7e8", "cp_comm_exposed": "#ffbb78"}
+           "pp_comm": "#bcbd22", "dp_comm_exposed": "#17becf", "ep_comm": "#aec7e8", "cp_comm_exposed": "#ffbb78",
+           "overlap_slowdown": "#c49c94"}
 
 
 def breakdown(plans, top: int = 5):

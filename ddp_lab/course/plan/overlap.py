@@ -21,10 +21,40 @@ the NICs) share its bandwidth: a TP collective sits in the compute stream's crit
 takes the link while it runs, so the DP stream moves its bytes only in the rest of each layer's
 time: its transfers take (1 + tp_seconds / compute_seconds) times longer (`stretch`).
 
+Hiding is not free. A collective's kernels run on the GPU's own SMs and memory bandwidth, so the
+compute beside them runs slower than alone, as measured on A100s and H100s (`OVERLAP_SLOWDOWN`).
+The step pays that share of every second of communication compute hides (`overlap_slowdown`;
+`TimeBreakdown.overlap_slowdown`, part of the step time).
+
 Introduced in notebooks/13-plan-your-training-run.ipynb.
 """
 
 from __future__ import annotations
+
+# How much slower compute runs while a collective overlaps it, as a share of the overlapped time.
+# Published, not fitted: "Characterizing Compute-Communication Overlap in GPU-Accelerated Distributed
+# Deep Learning: Performance and Power Implications" (arXiv:2507.03114, 2025), abstract: "overlapping
+# computation and communication can result in an average computational slowdown of 18.9%, with a
+# maximum of 40.0%" (GPT and LLaMA models on 4 A100s, H100s, MI250s and MI210s, against the same
+# compute with no communication beside it). The average is taken; GPUs only (gloo on CPU ranks does
+# not overlap: `ClusterSpec.overlap_dp_comm`).
+OVERLAP_SLOWDOWN = 0.189
+
+
+def overlap_slowdown(hidden_seconds: float) -> float:
+    """Seconds the step loses because compute ran beside `hidden_seconds` of communication it hid.
+
+    The compute that shared the GPU with those collectives took OVERLAP_SLOWDOWN longer; the
+    timeline that decided what was hidden is not re-run with the slower compute (which would hide
+    a little more): a first-order correction.
+
+    Example:
+        >>> round(overlap_slowdown(1.0), 3)    # 1 s of gathers hidden under compute costs 0.189 s
+        0.189
+
+    Introduced in notebooks/13-plan-your-training-run.ipynb.
+    """
+    return OVERLAP_SLOWDOWN * max(0.0, hidden_seconds)
 
 
 def fsdp_micro_batch(gather: list[float], scatter: list[float], forward: list[float], backward: list[float],

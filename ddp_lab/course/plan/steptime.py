@@ -48,11 +48,16 @@ Time (seconds per step), on the rank that finishes last:
                 share a link, DP's transfers take longer by the share of time TP's collectives
                 hold it. On a cluster with overlap_dp_comm=False (this machine: gloo copies bytes
                 with the cores that compute) all of it is exposed.
-    `dp_comm` in the breakdown is all of it; only `dp_comm_exposed` adds to the step.
+    `dp_comm` in the breakdown is all of it; only `dp_comm_exposed` adds to the step (and the
+    overlap slowdown below, for the part compute hides).
+    overlap_slowdown  what hiding costs: compute beside a collective runs OVERLAP_SLOWDOWN (18.9 %,
+                published: overlap.py) slower, so every second of DP or CP communication that
+                compute hides adds 0.189 s. Not on CPU ranks (gloo does not overlap).
     ep_comm     expert parallelism's all-to-alls, 4 per MoE layer and micro-batch, not overlapped
                 (experts.py, lesson 14). Expert gradients sync over their own, smaller group.
     cp_comm     context parallelism's ring of key/value blocks, each send beside one ring step's
-                causal attention; only its exposed part is in the total (context_parallel.py,
+                causal attention; only its exposed part is in the total, plus the overlap slowdown of the part
+                attention hides (context_parallel.py,
                 lesson 15). With cp ranks a micro-batch's activations, and so the TP and PP
                 messages, hold s/cp tokens, and each rank does 1/cp of a layer's work.
 FLOPs of a mixture-of-experts model count the experts a token uses (top_k routed + shared), so
@@ -70,7 +75,7 @@ from ddp_lab.course.plan.activations import value_bytes
 from ddp_lab.course.plan.collectives import collective_time
 from ddp_lab.course.plan.efficiency import head_seconds, layer_seconds, optimizer_seconds
 from ddp_lab.course.plan.memory import bytes_per_parameter, layer_parameters_per_rank, stage_parameters
-from ddp_lab.course.plan.overlap import fsdp_micro_batch, stretch
+from ddp_lab.course.plan.overlap import fsdp_micro_batch, overlap_slowdown, stretch
 
 
 @dataclass(frozen=True)
@@ -79,7 +84,8 @@ class TimeBreakdown:
 
     `dp_comm` is all the step's data-parallel communication; only `dp_comm_exposed`, the part
     that compute does not hide, adds to `total`. Their difference is what overlap saves: how
-    close ZeRO-3's gathers come to the compute that hides them.
+    close ZeRO-3's gathers come to the compute that hides them. Hiding costs `overlap_slowdown`
+    (the compute beside a collective runs slower: overlap.OVERLAP_SLOWDOWN), which is in `total`.
 
     Example:
         >>> t = TimeBreakdown(compute=1.0, tp_comm=0.1, bubble=0.2, dp_comm_exposed=0.05, dp_comm=0.8)
@@ -93,16 +99,17 @@ class TimeBreakdown:
     tp_comm: float
     bubble: float
     dp_comm_exposed: float
-    dp_comm: float                # before overlap; not part of total
+    dp_comm: float                # before overlap; not part of total (its hidden part: overlap_slowdown)
     pp_comm: float = 0.0
     ep_comm: float = 0.0          # expert parallelism's all-to-alls (not overlapped)
     cp_comm_exposed: float = 0.0  # the part of the context-parallel ring compute does not hide
-    cp_comm: float = 0.0          # the ring's sends before overlap; not part of total
+    cp_comm: float = 0.0          # the ring's sends before overlap; not part of total (as dp_comm)
+    overlap_slowdown: float = 0.0  # compute slowed by the communication it hides (overlap.overlap_slowdown)
 
     @property
     def total(self) -> float:
         return (self.compute + self.tp_comm + self.bubble + self.dp_comm_exposed + self.pp_comm
-                + self.ep_comm + self.cp_comm_exposed)
+                + self.ep_comm + self.cp_comm_exposed + self.overlap_slowdown)
 
 
 def layer_forward_flops(model) -> int:
@@ -191,9 +198,10 @@ def step_time(model, cluster, strategy) -> TimeBreakdown:
         window = per_micro_batch * backward_share       # the last micro-batch's backward (DDP's buckets)
         exposed = max(0.0, dp_comm * slower - window)
     ring, ring_exposed = context_parallel.ring_time(model, cluster, strategy)
+    hidden = (dp_comm - exposed if cluster.overlap_dp_comm else 0.0) + (ring - ring_exposed)
     return TimeBreakdown(compute=compute, tp_comm=tp_comm, bubble=bubble, dp_comm_exposed=exposed, dp_comm=dp_comm,
                          pp_comm=pp_comm, ep_comm=experts.all_to_all_time(model, cluster, strategy),
-                         cp_comm_exposed=ring_exposed, cp_comm=ring)
+                         cp_comm_exposed=ring_exposed, cp_comm=ring, overlap_slowdown=overlap_slowdown(hidden))
 
 
 def _activation_bytes(model, strategy) -> int:
