@@ -109,10 +109,9 @@ def test_megatron_flops_formula():
         assert flops / (gpus * seconds) / 1e12 == pytest.approx(published, abs=0.6)
 
 
-@pytest.mark.parametrize("generation", sorted(CALIBRATION))
-def test_calibration_run(generation):
-    """How GEMM_EFFICIENCY[generation] was set: the value that makes its one calibration run predict the
-    published throughput, found by bisection and rounded to 2 digits."""
+def calibrated_efficiency(generation: str) -> float:
+    """The GEMM efficiency that makes the generation's one calibration run predict its published throughput,
+    found by bisection and rounded to 2 digits: how GEMM_EFFICIENCY was set."""
     run = next(r for r in RUNS if r.name == CALIBRATION[generation])
     assert run.cluster.gpu.generation == generation
     low, high = 0.1, 1.0
@@ -120,7 +119,31 @@ def test_calibration_run(generation):
         middle = (low + high) / 2
         cluster = run.cluster.with_(gpu=dataclasses.replace(run.cluster.gpu, matmul_efficiency=middle))
         low, high = (middle, high) if predict(run, cluster) < run.published else (low, middle)
-    assert round(low, 2) == GEMM_EFFICIENCY[generation]
+    return round(low, 2)
+
+
+@pytest.mark.parametrize("generation", sorted(CALIBRATION))
+def test_calibration_run(generation):
+    """GEMM_EFFICIENCY[generation] is the value its one calibration run calls for."""
+    assert calibrated_efficiency(generation) == GEMM_EFFICIENCY[generation]
+
+
+def test_the_overlap_slowdown_is_the_published_average_and_the_result_is_not_tuned_to_it(monkeypatch):
+    """overlap.OVERLAP_SLOWDOWN is arXiv:2507.03114's average (18.9 %), not fitted. The validation median with
+    hiding free (0), at that average and at the paper's maximum (40 %), each with the GEMM constants re-set on
+    their calibration runs as the rule says: the median target (8 %) is met at the average and at the maximum,
+    missed with hiding free. README ("How far to trust the planner") and lesson 13 quote these numbers."""
+    from ddp_lab.course.plan import overlap
+
+    assert overlap.OVERLAP_SLOWDOWN == 0.189
+    medians = {}
+    for slowdown in (0.0, 0.189, 0.40):
+        monkeypatch.setattr(overlap, "OVERLAP_SLOWDOWN", slowdown)
+        constants = {generation: calibrated_efficiency(generation) for generation in CALIBRATION}
+        runs = [dataclasses.replace(r, cluster=r.cluster.with_(gpu=dataclasses.replace(
+                    r.cluster.gpu, matmul_efficiency=constants[r.cluster.gpu.generation]))) for r in RUNS]
+        medians[slowdown] = round(summary(runs)["median"], 3)
+    assert medians == {0.0: 0.084, 0.189: 0.073, 0.40: 0.078}
 
 
 # Runs the model misses by more than 20 %, each with the bound it reaches and what it leaves out.

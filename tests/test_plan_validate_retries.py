@@ -24,7 +24,8 @@ def test_a_wrong_prediction_misses_every_attempt_and_its_repeats_come_after_the_
     rows = plan_validate.validate([configs["zero1"], configs["ddp"]], steps=1,
                                   calibrations={(2, 2): wrong_for_zero}, progress=True)
     zero, ddp = rows
-    assert zero.attempts == 3 and zero.step_error < -0.9, plan_validate.table(rows)   # missed all three times
+    # missed all three times (about -0.95: a step of ~0.1 s against ~2 s predicted; -0.3 is the tolerance)
+    assert zero.attempts == 3 and zero.step_error < -plan_validate.STEP_TOLERANCE, plan_validate.table(rows)
     assert zero.states_equal and ddp.states_equal     # bytes do not depend on the attempt
     started = [line.split(" for ")[0].removeprefix("training ") for line in capsys.readouterr().out.splitlines()
                if line.startswith("training ")]

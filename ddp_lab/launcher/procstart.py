@@ -154,8 +154,10 @@ def settled_zygote(wait_s: float = 60.0) -> Zygote | None:
     waited for and takes over, so it cannot take over between this call and the launch, nor import in
     the background while the launch's ranks are timed (measured here: a successor's imports took 2 s of
     CPU during one 2-rank ZeRO-2 run on 2 cores and made its step 2x slower)."""
-    if _successor is not None:
-        _successor.wait_ready(wait_s)
+    global _successor
+    if _successor is not None and not _successor.wait_ready(wait_s):   # stuck importing: do not wait for it again
+        _successor.close()
+        _successor = None
     return ready_zygote()
 
 

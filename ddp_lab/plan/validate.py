@@ -27,6 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from ddp_lab.hardware.load import QUIET_CORES, OtherPrograms
+from ddp_lab.launcher.procstart import settled_zygote
 from ddp_lab.plan.calibrate import measure_this_machine
 from ddp_lab.course.plan.cluster_spec import ClusterSpec
 from ddp_lab.plan.measure import Config, run
@@ -207,6 +208,7 @@ def validate(configs=None, steps: int = 5, calibrations: dict | None = None, att
         config = configs[index]
         if progress:
             print(f"training {config.name} for {steps} steps{note} ...", flush=True)
+        settled_zygote()   # before the load window: waiting for the launcher's background imports is not a load
         with OtherPrograms() as others:
             row = compare(run(config, steps=steps), calibrations[calibration_key(config)])
         tries.setdefault(index, []).append(replace(row, other_programs=others.cores))

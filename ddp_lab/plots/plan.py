@@ -11,10 +11,10 @@ import matplotlib.pyplot as plt
 MEMORY_PARTS = (("params", "parameters"), ("grads", "gradients"), ("optimizer", "optimizer state"),
                 ("activations", "activations"), ("buffers", "comm. buffers"))
 TIME_PARTS = (("compute", "compute"), ("tp_comm", "TP comm."), ("bubble", "pipeline bubble"),
-              ("pp_comm", "PP comm."), ("dp_comm_exposed", "exposed DP comm."),
-              ("overlap_slowdown", "overlap slowdown"))
-# drawn only when a plan shown has them (experts, context parallelism: lessons 14, 15)
-SPLIT_TIME_PARTS = (("ep_comm", "EP all-to-all"), ("cp_comm_exposed", "exposed CP ring"))
+              ("pp_comm", "PP comm."), ("dp_comm_exposed", "exposed DP comm."))
+# drawn only when a plan shown has them (experts, context parallelism: lessons 14, 15; hidden communication on GPUs)
+SPLIT_TIME_PARTS = (("ep_comm", "EP all-to-all"), ("cp_comm_exposed", "exposed CP ring"),
+                    ("overlap_slowdown", "overlap slowdown"))
 # One colour per meaning, never reused across the two panels (matplotlib's tab20: a dark and a light shade of
 # ten hues): the memory terms in the dark shades of five hues, the time terms in the other five, then light
 # shades (the overlap slowdown: compute's, which it slows; EP's and CP's).

@@ -22,7 +22,7 @@ takes the link while it runs, so the DP stream moves its bytes only in the rest 
 time: its transfers take (1 + tp_seconds / compute_seconds) times longer (`stretch`).
 
 Hiding is not free. A collective's kernels run on the GPU's own SMs and memory bandwidth, so the
-compute beside them runs slower than alone, as measured on A100s and H100s (`OVERLAP_SLOWDOWN`).
+compute beside them runs slower than alone, as measured on NVIDIA and AMD GPUs (`OVERLAP_SLOWDOWN`).
 The step pays that share of every second of communication compute hides (`overlap_slowdown`;
 `TimeBreakdown.overlap_slowdown`, part of the step time).
 
@@ -35,8 +35,8 @@ from __future__ import annotations
 # Published, not fitted: "Characterizing Compute-Communication Overlap in GPU-Accelerated Distributed
 # Deep Learning: Performance and Power Implications" (arXiv:2507.03114, 2025), abstract: "overlapping
 # computation and communication can result in an average computational slowdown of 18.9%, with a
-# maximum of 40.0%" (GPT and LLaMA models on 4 A100s, H100s, MI250s and MI210s, against the same
-# compute with no communication beside it). The average is taken; GPUs only (gloo on CPU ranks does
+# maximum of 40.0%" (the abstract of v1: GPT and LLaMA models on 4 GPUs, NVIDIA A100s and H100s and AMD
+# MI250s and MI210s, against the same compute with no communication beside it). The average is taken; GPUs only (gloo on CPU ranks does
 # not overlap: `ClusterSpec.overlap_dp_comm`).
 OVERLAP_SLOWDOWN = 0.189
 

@@ -198,7 +198,9 @@ def step_time(model, cluster, strategy) -> TimeBreakdown:
         window = per_micro_batch * backward_share       # the last micro-batch's backward (DDP's buckets)
         exposed = max(0.0, dp_comm * slower - window)
     ring, ring_exposed = context_parallel.ring_time(model, cluster, strategy)
-    hidden = (dp_comm - exposed if cluster.overlap_dp_comm else 0.0) + (ring - ring_exposed)
+    # hidden: the seconds the collectives run beside compute, DP's stretched by TP's share of their link as in `exposed`
+    hidden_dp = max(0.0, dp_comm * slower - exposed) if cluster.overlap_dp_comm else 0.0
+    hidden = hidden_dp + max(0.0, ring - ring_exposed)
     return TimeBreakdown(compute=compute, tp_comm=tp_comm, bubble=bubble, dp_comm_exposed=exposed, dp_comm=dp_comm,
                          pp_comm=pp_comm, ep_comm=experts.all_to_all_time(model, cluster, strategy),
                          cp_comm_exposed=ring_exposed, cp_comm=ring, overlap_slowdown=overlap_slowdown(hidden))
