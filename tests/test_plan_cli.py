@@ -193,7 +193,8 @@ def test_help_explains_each_flag():
     for flag in ("--model", "--cluster", "--nodes", "--params", "--dp", "--tp", "--pp", "--zero", "--micro-batch",
                  "--grad-accum", "--recompute", "--sequence-parallel", "--fsdp-unit", "--precision", "--global-batch",
                  "--top", "--hf-config", "--layers", "--hidden", "--heads", "--kv-heads", "--ffn", "--vocab", "--seq-len",
-                 "--virtual-stages", "--memory-reserve", "--attention", "--fp32-grads", "--cp", "--ep"):
+                 "--virtual-stages", "--memory-reserve", "--attention", "--fp32-grads", "--cp", "--ep",
+                 "--overlap-slowdown"):
         assert flag in result.stdout
 
 
@@ -259,6 +260,24 @@ def test_virtual_stages_and_the_memory_reserve():
     assert float(usable[3]) == pytest.approx(float(usable[0]) - gb_total(interleaved.stdout), abs=0.011)
 
 
+def test_the_overlap_slowdown_is_an_option():
+    """--overlap-slowdown sets what hiding costs (default overlap.OVERLAP_SLOWDOWN): at 0 the breakdown's overlap
+    slowdown is 0 and the step shorter by what it was; the DP traffic and what compute hides do not change."""
+    flags = ("--model", "llama3-8b", "--cluster", "h100-sxm", "--nodes", "4", "--zero", "3")
+    default, free = plan(*flags), plan(*flags, "--overlap-slowdown", "0")
+    assert default.returncode == free.returncode == 0, free.stderr
+
+    def seconds(output, name):   # a step-time line: the label, then the seconds alone (memory's total says "of")
+        return float(re.search(rf"^\s+{name}\s+([0-9.]+)$", output, re.M).group(1))
+    hidden = float(re.search(r"\(([0-9.]+) hidden under compute", default.stdout).group(1))
+    assert seconds(default.stdout, "overlap slowdown") == pytest.approx(0.189 * hidden, abs=0.002)
+    assert seconds(free.stdout, "overlap slowdown") == 0
+    assert seconds(free.stdout, "total") == pytest.approx(
+        seconds(default.stdout, "total") - seconds(default.stdout, "overlap slowdown"), abs=0.002)
+    assert re.search(r"DP communication \(total\).*", free.stdout).group(0) == \
+        re.search(r"DP communication \(total\).*", default.stdout).group(0)
+
+
 def gb_total(output: str) -> float:
     return float(re.search(r"^    total\s+([0-9.]+)\s+of", output, re.M).group(1))
 
@@ -282,6 +301,8 @@ def test_every_bad_model_flag_exits_2_with_one_line(tmp_path):
         (("--model", "llama3-8b", "--seq-len", "0", "--cluster", "h100-sxm"), ["--seq-len must be a positive int"]),
         (("--model", "llama3-8b", "--cluster", "h100-sxm", "--memory-reserve", "1.5"), ["--memory-reserve", "[0, 1)"]),
         (("--model", "llama3-8b", "--cluster", "h100-sxm", "--memory-reserve", "-0.1"), ["--memory-reserve"]),
+        (("--model", "llama3-8b", "--cluster", "h100-sxm", "--overlap-slowdown", "1.2"), ["--overlap-slowdown", "[0, 1)"]),
+        (("--model", "llama3-8b", "--cluster", "h100-sxm", "--overlap-slowdown", "-0.1"), ["--overlap-slowdown", "0.189"]),
         (("--model", "llama3-8b", "--cluster", "h100-sxm", "--zero", "1", "--virtual-stages", "2"),
          ["--virtual-stages needs --pp 2 or more"]),
         (("--model", "llama3-8b", "--cluster", "h100-sxm", "--pp", "4", "--virtual-stages", "3"),

@@ -19,6 +19,7 @@ import sys
 
 from ddp_lab.course.plan import context_parallel
 from ddp_lab.course.plan.cluster_spec import PRESET_NAMES, ClusterSpec
+from ddp_lab.course.plan.overlap import OVERLAP_SLOWDOWN
 from ddp_lab.course.plan.model import PRESETS, Transformer, parse_count
 from ddp_lab.course.plan.search import MEMORY_RESERVE, candidates, default_global_batch, evaluate, search
 from ddp_lab.course.plan.strategy import ATTENTION, FSDP_UNITS, PRECISIONS, RECOMPUTE, Strategy, check, divisors
@@ -71,6 +72,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     where.add_argument("--memory-reserve", dest="memory_reserve", type=float,
                        help=f"share of each GPU's memory a plan may not use, kept for the CUDA context, NCCL and "
                             f"fragmentation (default {MEMORY_RESERVE:g}; 0 <= value < 1)")
+    where.add_argument("--overlap-slowdown", dest="overlap_slowdown", type=float,
+                       help=f"how much slower compute runs beside the DP/CP communication it hides (default "
+                            f"{OVERLAP_SLOWDOWN:g}, the average arXiv:2507.03114 measured; 0: hiding is free; "
+                            f"0 <= value < 1)")
     where.add_argument("--params", help="short form: a parameter count such as 7.5B or 125M; prints per-GPU "
                                         "parameters, gradients and optimizer state (needs only --dp and --zero)")
     how = parser.add_argument_group("a strategy (omit to search all of them)")
@@ -125,6 +130,8 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             return _short_form(args)
         model = _model(args)
         cluster = ClusterSpec.preset(args.cluster, nodes=args.nodes or 1)
+        if args.overlap_slowdown is not None:
+            cluster = cluster.with_(overlap_slowdown=args.overlap_slowdown)
         args.precision = args.precision or ("bf16" if "bf16" in cluster.gpu.peak_flops else "fp16")
         if args.fp32_grads and args.precision == "fp32":
             raise ValueError("--fp32-grads keeps fp32 gradients under bf16/fp16 mixed precision; with --precision fp32 "
@@ -178,6 +185,9 @@ def _check_flags(args) -> None:
     if args.memory_reserve is not None and not 0 <= args.memory_reserve < 1:
         raise ValueError(f"--memory-reserve is the share of GPU memory kept free: a fraction in [0, 1) such as 0.1, "
                          f"got {args.memory_reserve:g}")
+    if args.overlap_slowdown is not None and not 0 <= args.overlap_slowdown < 1:
+        raise ValueError(f"--overlap-slowdown is how much slower compute runs beside the communication it hides: a "
+                         f"fraction in [0, 1) such as {OVERLAP_SLOWDOWN:g}, got {args.overlap_slowdown:g}")
     if args.params is not None:
         extra = _given(args, [name for name in vars(args) if name not in SHORT_FORM_FLAGS + ("command",)])
         if extra:

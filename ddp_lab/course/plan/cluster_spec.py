@@ -14,6 +14,7 @@ import os
 from dataclasses import dataclass, field, replace
 
 from ddp_lab.course.plan.efficiency import efficiency_of
+from ddp_lab.course.plan.overlap import OVERLAP_SLOWDOWN
 
 GiB = 2**30
 
@@ -127,11 +128,17 @@ class ClusterSpec:
     name: str = ""
     overlap_dp_comm: bool = True   # DP communication runs beside backward compute (NCCL on its own SMs/links)
     cores: int | None = None       # CPU ranks: the cores they share (None: a GPU per rank)
+    # how much slower compute runs beside the communication it hides (overlap.py: the published average by
+    # default; a cluster whose own profile says otherwise - NCCL on fewer SMs, copy-engine collectives - sets its own)
+    overlap_slowdown: float = OVERLAP_SLOWDOWN
 
     def __post_init__(self) -> None:
         if self.gpus_per_node < 1 or self.nodes < 1:
             raise ValueError(f"a cluster needs gpus_per_node >= 1 and nodes >= 1, got "
                              f"{self.gpus_per_node} and {self.nodes}")
+        if not 0 <= self.overlap_slowdown < 1:
+            raise ValueError(f"overlap_slowdown is how much slower compute runs beside the communication it hides: a "
+                             f"fraction in [0, 1) such as {OVERLAP_SLOWDOWN}, got {self.overlap_slowdown:g}")
 
     @property
     def gpus(self) -> int:

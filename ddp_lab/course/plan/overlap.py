@@ -41,10 +41,11 @@ from __future__ import annotations
 OVERLAP_SLOWDOWN = 0.189
 
 
-def overlap_slowdown(hidden_seconds: float) -> float:
+def overlap_slowdown(hidden_seconds: float, share: float = OVERLAP_SLOWDOWN) -> float:
     """Seconds the step loses because compute ran beside `hidden_seconds` of communication it hid.
 
-    The compute that shared the GPU with those collectives took OVERLAP_SLOWDOWN longer; the
+    The compute that shared the GPU with those collectives took `share` longer (a cluster's
+    `ClusterSpec.overlap_slowdown`, by default OVERLAP_SLOWDOWN); the
     timeline that decided what was hidden is not re-run with the slower compute (which would hide
     a little more): a first-order correction.
 
@@ -54,7 +55,7 @@ def overlap_slowdown(hidden_seconds: float) -> float:
 
     Introduced in notebooks/13-plan-your-training-run.ipynb.
     """
-    return OVERLAP_SLOWDOWN * max(0.0, hidden_seconds)
+    return share * max(0.0, hidden_seconds)
 
 
 def fsdp_micro_batch(gather: list[float], scatter: list[float], forward: list[float], backward: list[float],

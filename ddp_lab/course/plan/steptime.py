@@ -50,9 +50,10 @@ Time (seconds per step), on the rank that finishes last:
                 with the cores that compute) all of it is exposed.
     `dp_comm` in the breakdown is all of it; only `dp_comm_exposed` adds to the step (and the
     overlap slowdown below, for the part compute hides).
-    overlap_slowdown  what hiding costs: compute beside a collective runs OVERLAP_SLOWDOWN (18.9 %,
-                published: overlap.py) slower, so every second of DP or CP communication that
-                compute hides adds 0.189 s. Not on CPU ranks (gloo does not overlap).
+    overlap_slowdown  what hiding costs: compute beside a collective runs the cluster's
+                `overlap_slowdown` (by default OVERLAP_SLOWDOWN, 18.9 %, published: overlap.py)
+                slower, so every second of DP or CP communication that compute hides adds 0.189 s.
+                Not on CPU ranks (gloo does not overlap).
     ep_comm     expert parallelism's all-to-alls, 4 per MoE layer and micro-batch, not overlapped
                 (experts.py, lesson 14). Expert gradients sync over their own, smaller group.
     cp_comm     context parallelism's ring of key/value blocks, each send beside one ring step's
@@ -203,7 +204,8 @@ def step_time(model, cluster, strategy) -> TimeBreakdown:
     hidden = hidden_dp + max(0.0, ring - ring_exposed)
     return TimeBreakdown(compute=compute, tp_comm=tp_comm, bubble=bubble, dp_comm_exposed=exposed, dp_comm=dp_comm,
                          pp_comm=pp_comm, ep_comm=experts.all_to_all_time(model, cluster, strategy),
-                         cp_comm_exposed=ring_exposed, cp_comm=ring, overlap_slowdown=overlap_slowdown(hidden))
+                         cp_comm_exposed=ring_exposed, cp_comm=ring,
+                         overlap_slowdown=overlap_slowdown(hidden, cluster.overlap_slowdown))
 
 
 def _activation_bytes(model, strategy) -> int:
