@@ -35,9 +35,10 @@ from __future__ import annotations
 # Published, not fitted: "Characterizing Compute-Communication Overlap in GPU-Accelerated Distributed
 # Deep Learning: Performance and Power Implications" (arXiv:2507.03114, 2025), abstract: "overlapping
 # computation and communication can result in an average computational slowdown of 18.9%, with a
-# maximum of 40.0%" (the abstract of v1: GPT and LLaMA models on 4 GPUs, NVIDIA A100s and H100s and AMD
-# MI250s and MI210s, against the same compute with no communication beside it). The average is taken; GPUs only (gloo on CPU ranks does
-# not overlap: `ClusterSpec.overlap_dp_comm`).
+# maximum of 40.0%" (the abstract of v1: GPT and LLaMA models on 4 GPUs, NVIDIA A100s and H100s and
+# AMD MI250s and MI210s, against the same compute with no communication beside it). The average is
+# taken, the default of `ClusterSpec.overlap_slowdown`; GPUs only (gloo on CPU ranks does not
+# overlap: `ClusterSpec.overlap_dp_comm`).
 OVERLAP_SLOWDOWN = 0.189
 
 
@@ -45,9 +46,9 @@ def overlap_slowdown(hidden_seconds: float, share: float = OVERLAP_SLOWDOWN) -> 
     """Seconds the step loses because compute ran beside `hidden_seconds` of communication it hid.
 
     The compute that shared the GPU with those collectives took `share` longer (a cluster's
-    `ClusterSpec.overlap_slowdown`, by default OVERLAP_SLOWDOWN); the
-    timeline that decided what was hidden is not re-run with the slower compute (which would hide
-    a little more): a first-order correction.
+    `ClusterSpec.overlap_slowdown`, by default OVERLAP_SLOWDOWN); the timeline that decided what
+    was hidden is not re-run with the slower compute (which would hide a little more): a
+    first-order correction.
 
     Example:
         >>> round(overlap_slowdown(1.0), 3)    # 1 s of gathers hidden under compute costs 0.189 s

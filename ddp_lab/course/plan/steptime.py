@@ -57,10 +57,10 @@ Time (seconds per step), on the rank that finishes last:
     ep_comm     expert parallelism's all-to-alls, 4 per MoE layer and micro-batch, not overlapped
                 (experts.py, lesson 14). Expert gradients sync over their own, smaller group.
     cp_comm     context parallelism's ring of key/value blocks, each send beside one ring step's
-                causal attention; only its exposed part is in the total, plus the overlap slowdown of the part
-                attention hides (context_parallel.py,
-                lesson 15). With cp ranks a micro-batch's activations, and so the TP and PP
-                messages, hold s/cp tokens, and each rank does 1/cp of a layer's work.
+                causal attention; only its exposed part is in the total, and the overlap slowdown
+                of the part attention hides (context_parallel.py, lesson 15). With cp ranks a
+                micro-batch's activations, and so the TP and PP messages, hold s/cp tokens, and
+                each rank does 1/cp of a layer's work.
 FLOPs of a mixture-of-experts model count the experts a token uses (top_k routed + shared), so
 MFU counts active parameters; their time is that of GEMMs at the calibrated rate, shared evenly.
 
