@@ -381,9 +381,9 @@ def _reduce_runner(rank: int, answers: tuple) -> list[dict]:
 def run_reduce_answers(answers: tuple, timeout: float = 30.0, name: str = "reduce_gradients") -> list[list[dict]]:
     """Run each answer once on the same 4 ranks (one launch); [answer][rank] -> its gradients afterwards."""
     return run_answers_on_ranks(_reduce_runner, answers, DP_SIZE * EP_SIZE, timeout, name,
-                                timeout_hint=("every rank must all-reduce every gradient, the same ones in the same order: "
-                                         "the replicated ones over all ranks (the default group), the experts' over "
-                                         "dp_group, whose two ranks both make the call."))
+                                timeout_hint=("every rank must all-reduce every gradient, the same ones in the same "
+                                              "order: the replicated ones over all ranks (the default group), the "
+                                              "experts' over dp_group, whose two ranks both make the call."))
 
 
 def judge_reduce(name: str, results: list[dict]) -> str:

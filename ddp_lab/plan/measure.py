@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 
 import ddp_lab
+from ddp_lab.hardware.load import OtherPrograms
 from ddp_lab.instruments.tensor_bytes import measured_state_bytes
 from ddp_lab.launcher.procstart import settled_zygote
 from ddp_lab.plan.probes import TransformerStepProbe, matmul_rate
@@ -70,6 +71,7 @@ class Measured:
     step_times: list = field(default_factory=list)   # per timed step, the slowest rank's seconds
     matmul_flops: float = 0.0                         # fp32 FLOP/s a rank got between the timed steps (median)
     step_flops: float = 0.0                           # FLOP/s of the calibration step between the timed steps
+    other_programs: float | None = None               # cores other programs kept busy during the launch (None: unknown)
 
     @property
     def step_time(self) -> float:
@@ -351,10 +353,11 @@ def run(config: Config, steps: int = 5, warmup: int = 0, probe_seconds: float = 
     if config.strategy.precision != "fp32":
         raise ValueError(f"these runs train in fp32 on CPU; give the strategy precision='fp32' "
                          f"(got {config.strategy.precision!r}) so the planner predicts the same thing")
-    settled_zygote()   # no successor zygote importing in the background while the steps are timed
-    results = ddp_lab.launch(_rank_main, args=(config, steps, warmup, probe_seconds), nprocs=config.ranks,
-                             backend="gloo", timeout=timeout)
+    settled_zygote()   # no successor zygote importing in the background while the steps are timed (nor in the window)
+    with OtherPrograms() as others:
+        results = ddp_lab.launch(_rank_main, args=(config, steps, warmup, probe_seconds), nprocs=config.ranks,
+                                 backend="gloo", timeout=timeout)
     slowest = [max(r["times"][i] for r in results) for i in range(steps)]
     return Measured(config, [r["states"] for r in results], [r["activations"] for r in results], slowest,
                     median_high(rate for r in results for rate, _ in r["rates"]),
-                    median_high(rate for r in results for _, rate in r["rates"]))
+                    median_high(rate for r in results for _, rate in r["rates"]), others.cores)

@@ -26,8 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from ddp_lab.hardware.load import QUIET_CORES, OtherPrograms
-from ddp_lab.launcher.procstart import settled_zygote
+from ddp_lab.hardware.load import QUIET_CORES
 from ddp_lab.plan.calibrate import measure_this_machine
 from ddp_lab.course.plan.cluster_spec import ClusterSpec
 from ddp_lab.plan.measure import Config, run
@@ -202,16 +201,15 @@ def validate(configs=None, steps: int = 5, calibrations: dict | None = None, att
     """
     configs = default_configs() if configs is None else list(configs)
     calibrations = {} if calibrations is None else calibrations
-    tries = {}    # config index -> [Row per attempt, each with the cores other programs kept busy meanwhile]
+    tries = {}    # config index -> [Row per attempt, each with the cores other programs kept busy during its run]
 
     def attempt(index: int, note: str = "") -> None:
         config = configs[index]
         if progress:
             print(f"training {config.name} for {steps} steps{note} ...", flush=True)
-        settled_zygote()   # before the load window: waiting for the launcher's background imports is not a load
-        with OtherPrograms() as others:
-            row = compare(run(config, steps=steps), calibrations[calibration_key(config)])
-        tries.setdefault(index, []).append(replace(row, other_programs=others.cores))
+        measured = run(config, steps=steps)
+        row = compare(measured, calibrations[calibration_key(config)])
+        tries.setdefault(index, []).append(replace(row, other_programs=measured.other_programs))
 
     for index, config in enumerate(configs):
         key = calibration_key(config)
