@@ -94,6 +94,7 @@ class Row:
     matmul_flops: float               # the rate the prediction used (FLOP/s per rank)
     attempts: int = 1                 # runs of this configuration (see `validate`); this row is the median one
     other_programs: float | None = None  # cores other programs kept busy meanwhile (None: unknown)
+    attempt_errors: tuple = ()        # every attempt's step error, in the order they ran
 
     @property
     def timing_comparable(self) -> bool:
@@ -175,15 +176,22 @@ def validate(configs=None, steps: int = 5, calibrations: dict | None = None, att
     of load is not the planner's fault; a planner that is wrong misses every time). The repeats
     come after every configuration's first run, taking turns, so a burst that lasts several runs
     does not decide every attempt of one configuration (fresh-clone CI once failed with ZeRO-2's
-    three back-to-back attempts all 50 % slow, while ZeRO-1 before them was within 4 %). Bytes
-    are the same in every attempt.
+    three back-to-back attempts all 50 % slow, while ZeRO-1 before them was within 4 %). Before
+    each round of repeats the calibrations validate() measured itself are measured again: the
+    machine the repeat is predicted for is the machine of that moment (fresh-clone CI once
+    failed with DP x TP 39 % slow in three attempts, ZeRO-2 and ZeRO-3 just before them within
+    9 %, no other program visible; the compute is measured between the timed steps, so what
+    the older calibration could not describe is the step's collectives, about 60 ms of the
+    175 predicted). A calibration the caller passed is the caller's to test and is kept.
+    Bytes are the same in every attempt.
 
     Args:
         configs: `measure.Config`s (default: `default_configs()`).
         steps: timed steps per configuration (the median counts).
         calibrations: {(processes, group): measure_this_machine(processes, group=group) dict}
             to reuse, keyed by `calibration_key(config)`; missing ones are measured and added to
-            it (pass the same dict again to reuse them).
+            it, and replaced by a fresh measurement before a round of repeats that needs them
+            (pass the same dict again to reuse them: then they are the caller's, kept).
         attempts: runs at most per configuration (1: never repeat).
         progress: print a line as each configuration starts (a run takes a few seconds each on
             an idle 2-core machine, much longer on a busy one).
@@ -201,33 +209,40 @@ def validate(configs=None, steps: int = 5, calibrations: dict | None = None, att
     """
     configs = default_configs() if configs is None else list(configs)
     calibrations = {} if calibrations is None else calibrations
-    tries = {}    # config index -> [Row per attempt, each with the cores other programs kept busy during its run]
+    given = set(calibrations)   # the caller's: never measured again
+    tries = {}    # config index -> [Row per attempt, each with the cores other programs kept busy meanwhile]
+
+    def calibrate(key, note: str = "") -> None:
+        if progress:
+            print(f"calibrating this machine{note}: {key[0]} ranks, collectives in groups of {key[1]} ...", flush=True)
+        calibrations[key] = measure_this_machine(ranks=key[0], group=key[1])
 
     def attempt(index: int, note: str = "") -> None:
         config = configs[index]
         if progress:
             print(f"training {config.name} for {steps} steps{note} ...", flush=True)
         measured = run(config, steps=steps)
-        row = compare(measured, calibrations[calibration_key(config)])
-        tries.setdefault(index, []).append(replace(row, other_programs=measured.other_programs))
+        calibration = calibrations[calibration_key(config)]
+        row = compare(measured, calibration)
+        loads = [c for c in (measured.other_programs, calibration.get("other_programs")) if c is not None]
+        tries.setdefault(index, []).append(replace(row, other_programs=max(loads, default=None)))
 
     for index, config in enumerate(configs):
-        key = calibration_key(config)
-        if key not in calibrations:
-            if progress:
-                print(f"calibrating this machine: {key[0]} ranks, collectives in groups of {key[1]} ...", flush=True)
-            calibrations[key] = measure_this_machine(ranks=key[0], group=key[1])
+        if calibration_key(config) not in calibrations:
+            calibrate(calibration_key(config))
         attempt(index)
     missed = [index for index in tries if abs(tries[index][0].step_error) > STEP_TOLERANCE]
     for round_ in range(2, attempts + 1):
+        for key in dict.fromkeys(calibration_key(configs[index]) for index in missed):
+            if key not in given:
+                calibrate(key, " again")
         for index in missed:
             attempt(index, f" again (attempt {round_} of {attempts}: its first missed)")
     rows = []
-    for index, config in enumerate(configs):
+    for index in range(len(configs)):
         median = sorted(tries[index], key=lambda row: row.step_error)[len(tries[index]) // 2]
-        worst = max((c for c in (median.other_programs, calibrations[calibration_key(config)].get("other_programs"))
-                     if c is not None), default=None)
-        rows.append(replace(median, attempts=len(tries[index]), other_programs=worst))
+        rows.append(replace(median, attempts=len(tries[index]),
+                            attempt_errors=tuple(row.step_error for row in tries[index])))
     return rows
 
 
@@ -264,5 +279,5 @@ def table(rows) -> str:
             f"{row.predicted_activations[worst] / 1e6:12.3f}/{row.measured_activations[worst] / 1e6:<12.3f} "
             f"{row.activation_error:+6.1%} {row.predicted_step * 1e3:9.1f}/{row.measured_step * 1e3:<9.1f} "
             f"{row.step_error:+6.1%}"
-            f"{f' (median of {row.attempts} runs)' if row.attempts > 1 else ''}")
+            f"{f' (median of {row.attempts} runs: ' + ', '.join(f'{e:+.0%}' for e in row.attempt_errors) + ')' if row.attempts > 1 else ''}")
     return "\n".join(lines)
