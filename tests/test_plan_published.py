@@ -151,7 +151,7 @@ def test_the_overlap_slowdown_is_the_published_average_and_the_result_is_not_tun
 KNOWN_MISSES = {
     # DeepSpeed's pipeline engine (MT-NLG) ran 23 % slower than Megatron-LM's own run of the same
     # 530B shape and plan (Narayanan Table 1: 163 TFLOP/s at 2520 GPUs; MT-NLG: 126 at 2240): the software
-    # stack, which the planner does not model.
+    # stack, which the planner does not model; what it loses is mostly fixed per step (the test above).
     "MT-NLG 530B 280 nodes": 0.24, "MT-NLG 530B 350 nodes": 0.25, "MT-NLG 530B 420 nodes": 0.30,
     # MosaicML's 760M on 8 H100s: published 8 % below the same model on 16 H100s (63,147 vs 68,551 tokens/s per
     # GPU, twice the gradient accumulation), which the planner finds alike. Runs without activation checkpointing
@@ -161,6 +161,29 @@ KNOWN_MISSES = {
     # cost of hiding communication (overlap.OVERLAP_SLOWDOWN) brought IBM's Llama 2 7B on 96 H100s from +30 % to +19 %.
     "MPT-760m 8xH100": 0.25,
 }
+
+
+def test_what_mt_nlg_loses_is_mostly_fixed_per_step():
+    """MT-NLG's published iteration times (Sec. 2.4: 60.1, 50.2 and 44.4 s on 280, 350 and 420 nodes) against its
+    micro-batches per pipeline (1920 / dp = 240, 192, 160) lie on a line, 0.197 s per micro-batch plus 12.7 s per
+    step; the planner's line for the same plans is 0.179 s plus 5.9 s (1F1B's bubble, 34 micro-batch slots = 5.7 s,
+    and the DP all-reduce). So of the 9.9 s per step the planner misses at 420 nodes, 6.7 s do not depend on the
+    micro-batches: about 1.2 bubbles more than 1F1B's (DeepSpeed's pipeline engine, or a fixed cost the paper does not
+    name), and 10 % more per micro-batch. Three points: this locates the miss, it does not explain it."""
+    from statistics import linear_regression
+
+    runs = [r for r in RUNS if r.source == "mt-nlg"]
+    micro_batches = [r.strategy.grad_accum for r in runs]
+    published = dict(zip((240, 192, 160), (60.1, 50.2, 44.4)))
+    slope, fixed = linear_regression(micro_batches, [published[m] for m in micro_batches])
+    assert max(abs(slope * m + fixed - published[m]) for m in micro_batches) < 0.6   # a line, to the paper's rounding
+    times = [step_time(r.model, r.cluster, r.strategy) for r in runs]
+    model_slope, model_fixed = linear_regression(micro_batches, [t.total for t in times])
+    assert (round(slope, 3), round(fixed, 1), round(model_slope, 3), round(model_fixed, 1)) == (0.197, 12.7, 0.179, 5.9)
+    assert {round(t.bubble, 1) for t in times} == {5.7}
+    worst = runs[micro_batches.index(160)]
+    missed = published[160] - step_time(worst.model, worst.cluster, worst.strategy).total
+    assert round(missed, 1) == 9.9 and round(fixed - model_fixed, 1) == 6.7
 
 
 @pytest.mark.parametrize("run", [r for r in RUNS if r.scored and r.name not in CALIBRATION.values()],
