@@ -24,7 +24,7 @@ from ddp_lab.course.plan.model import PRESETS, Transformer, parse_count
 from ddp_lab.course.plan.search import MEMORY_RESERVE, candidates, default_global_batch, evaluate, search
 from ddp_lab.course.plan.strategy import ATTENTION, FSDP_UNITS, PRECISIONS, RECOMPUTE, Strategy, check, divisors
 from ddp_lab.plan.model_files import read_hf_config
-from ddp_lab.plan.report import breakdown, fold_zero_stages, model_states_text, search_header, table
+from ddp_lab.plan.report import accuracy_text, breakdown, fold_zero_stages, model_states_text, search_header, table
 
 STRATEGY_FLAGS = ("dp", "tp", "pp", "zero", "micro_batch", "grad_accum", "recompute", "sequence_parallel",
                   "fsdp_unit", "virtual_stages")
@@ -143,6 +143,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             given.update({name: getattr(args, name) for name in SPLIT_FLAGS if getattr(args, name) is not None})
             strategy, note = _strategy(model, cluster, args, given)
             print(note + breakdown(evaluate(model, cluster, strategy, args.tp_across_nodes, reserve)))
+            print(accuracy_text(cluster))
         else:
             print(_search_report(model, cluster, args, reserve))
         return 0
@@ -306,7 +307,8 @@ def _search_report(model, cluster, args, reserve: float) -> str:
     rows = fold_zero_stages(fitting)[:args.top or 10]
     header = search_header(model, cluster, global_batch, args.precision, len(tried), len(fitting), reserve,
                            options["attention"], cp={s.cp for s in tried}, ep={s.ep for s in tried})
-    return "\n".join([header, table([plan for plan, _ in rows], stages=[zero for _, zero in rows])])
+    plans = [plan for plan, _ in rows]
+    return "\n".join([header, table(plans, stages=[zero for _, zero in rows]), accuracy_text(cluster, plans)])
 
 
 def _strategy(model, cluster, args, given: dict) -> tuple[Strategy, str]:

@@ -6,7 +6,9 @@ Introduced in notebooks/13-plan-your-training-run.ipynb.
 from __future__ import annotations
 
 from ddp_lab.course.plan.memory import model_state_bytes
+from ddp_lab.course.plan.overlap import OVERLAP_SLOWDOWN
 from ddp_lab.course.plan.search import MEMORY_RESERVE
+from ddp_lab.plan.published import RUNS, summary
 
 GB = 1e9
 LEGEND = ("strategy: dpN tpN ppN = data-, tensor-, pipeline-parallel sizes; zN = ZeRO stage;\n"
@@ -172,4 +174,45 @@ def model_states_text(params: int, strategy) -> str:
     for name, label in (("params", "parameters"), ("grads", "gradients"), ("optimizer", "optimizer")):
         lines.append(f"  {label:<12}{getattr(m, name) / GB:>10.2f} GB")
     lines.append(f"  {'total':<12}{m.model_states / GB:>10.2f} GB")
+    return "\n".join(lines)
+
+
+def accuracy_text(cluster, plans=None) -> str:
+    """How far to trust the numbers printed above it: the planner's error on published runs of the same GPU generation.
+
+    The throughput of the published runs (`ddp_lab.plan.published`, README's table) against the
+    planner's prediction for them, on the cluster's GPU generation: the median and the largest
+    error. With `plans` (fastest first, as `search` gives them), the plans whose step time is
+    within that median of the fastest are named: the planner cannot rank them (lesson 13: the
+    margin decides). A generation no published run checks (a T4) says so. The figures hold for
+    the planner's defaults (the overlap slowdown of a cluster changed with --overlap-slowdown
+    moves them).
+
+    Example:
+        >>> from ddp_lab.plan import ClusterSpec
+        >>> print(accuracy_text(ClusterSpec.preset("h100-sxm")))         # doctest: +ELLIPSIS
+        accuracy: on ... published H100 runs the predicted throughput was off by ... (median), ... at most ...
+
+    Introduced in notebooks/13-plan-your-training-run.ipynb.
+    """
+    checked = [run for run in RUNS if run.cluster.gpu.generation == cluster.gpu.generation]
+    if not checked or cluster.gpu.memory_bandwidth is None:
+        everywhere = summary()
+        return (f"accuracy: no published run checks {cluster.gpu.name} GPUs (README's table: A100 and H100 runs, "
+                f"median error {everywhere['median']:.1%}): treat these numbers as rough")
+    errors = summary(checked)
+    family = checked[0].cluster.gpu.name.split()[0]
+    lines = [f"accuracy: on {errors['runs']} published {family} runs the predicted throughput was off by "
+             f"{errors['median']:.1%} (median), {errors['max']:.1%} at most (README, \"How far to trust the planner\")"]
+    if cluster.overlap_slowdown != OVERLAP_SLOWDOWN:
+        lines.append(f"          with the default overlap slowdown ({OVERLAP_SLOWDOWN}), not the {cluster.overlap_slowdown} "
+                     f"given here")
+    if plans:
+        fastest = plans[0].time.total
+        ties = next((k for k, plan in enumerate(plans) if plan.time.total > fastest * (1 + errors["median"])),
+                    len(plans))
+        if ties > 1:
+            more = " (all shown)" if ties == len(plans) else ""
+            lines.append(f"          plans 1-{ties}{more} are within {errors['median']:.1%} of the fastest, less than that "
+                         f"median error: the planner cannot rank them (prefer the larger memory margin)")
     return "\n".join(lines)
