@@ -13,8 +13,10 @@ Lesson 13 asserts the same three claims for DP, FSDP2 (one unit), TP and PP in i
 validation cell, which nbval re-runs in CI; this file trains only the rest (ZeRO-1, ZeRO-2,
 FSDP2 per layer, DP x TP), and test_every_configuration_is_validated_somewhere reads the lesson's
 cell to prove that together they cover every configuration. Training all eight here again cost
-about 40 s of CI. About 25-40 s on 2 cores (longer while other programs load them): it must
-train four configurations (5 timed steps each) and calibrate this machine twice, (2, 2) and (4, 2).
+about 40 s of CI. About 30-45 s on 2 cores (longer while other programs load them): it must
+train four configurations (5 timed steps each) and calibrate this machine twice, (2, 2) and (4, 2);
+a configuration that misses adds two runs and two calibrations of its kind (about 15-25 s), and
+test_calibration_fits_its_own_timings checks the latest calibration of each kind.
 """
 
 import ast

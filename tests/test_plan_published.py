@@ -151,7 +151,8 @@ def test_the_overlap_slowdown_is_the_published_average_and_the_result_is_not_tun
 KNOWN_MISSES = {
     # DeepSpeed's pipeline engine (MT-NLG) ran 23 % slower than Megatron-LM's own run of the same
     # 530B shape and plan (Narayanan Table 1: 163 TFLOP/s at 2520 GPUs; MT-NLG: 126 at 2240): the software
-    # stack, which the planner does not model; what it loses is mostly fixed per step (the test above).
+    # stack, which the planner does not model; what it loses is mostly not proportional to its micro-batches
+    # (the test below).
     "MT-NLG 530B 280 nodes": 0.24, "MT-NLG 530B 350 nodes": 0.25, "MT-NLG 530B 420 nodes": 0.30,
     # MosaicML's 760M on 8 H100s: published 8 % below the same model on 16 H100s (63,147 vs 68,551 tokens/s per
     # GPU, twice the gradient accumulation), which the planner finds alike. Runs without activation checkpointing
@@ -163,27 +164,35 @@ KNOWN_MISSES = {
 }
 
 
-def test_what_mt_nlg_loses_is_mostly_fixed_per_step():
+def test_what_mt_nlg_loses_is_mostly_not_proportional_to_its_micro_batches():
     """MT-NLG's published iteration times (Sec. 2.4: 60.1, 50.2 and 44.4 s on 280, 350 and 420 nodes) against its
-    micro-batches per pipeline (1920 / dp = 240, 192, 160) lie on a line, 0.197 s per micro-batch plus 12.7 s per
-    step; the planner's line for the same plans is 0.179 s plus 5.9 s (1F1B's bubble, 34 micro-batch slots = 5.7 s,
-    and the DP all-reduce). So of the 9.9 s per step the planner misses at 420 nodes, 6.7 s do not depend on the
-    micro-batches: about 1.2 bubbles more than 1F1B's (DeepSpeed's pipeline engine, or a fixed cost the paper does not
-    name), and 10 % more per micro-batch. Three points: this locates the miss, it does not explain it."""
-    from statistics import linear_regression
+    micro-batches per pipeline (1920 / dp = 240, 192, 160) fit a line of 0.197 s per micro-batch plus 12.7 s per step
+    (within 0.32 s of each time; standard errors 0.007 s and 1.4 s: three points leave one degree of freedom); the
+    planner's line for the same plans is 0.179 s plus 5.9 s (1F1B's bubble, 34 micro-batch slots = 5.7 s, and the DP
+    all-reduce). So of the 9.9 s per step the planner misses at 420 nodes, 6.7 +- 1.4 s are not proportional to
+    the micro-batches, more than half of the miss even one standard error down; the rest is 10 % more per
+    micro-batch. The micro-batches fall as the nodes grow (m = 1920 x 35 / nodes), so a cost growing with the
+    nodes would show here as well: about one bubble more than 1F1B's (DeepSpeed's pipeline engine) or a cost of
+    the larger runs the paper does not name. This locates the miss, it does not explain it."""
+    from statistics import linear_regression, mean
 
     runs = [r for r in RUNS if r.source == "mt-nlg"]
     micro_batches = [r.strategy.grad_accum for r in runs]
     published = dict(zip((240, 192, 160), (60.1, 50.2, 44.4)))
-    slope, fixed = linear_regression(micro_batches, [published[m] for m in micro_batches])
-    assert max(abs(slope * m + fixed - published[m]) for m in micro_batches) < 0.6   # a line, to the paper's rounding
-    times = [step_time(r.model, r.cluster, r.strategy) for r in runs]
-    model_slope, model_fixed = linear_regression(micro_batches, [t.total for t in times])
+    times = [published[m] for m in micro_batches]
+    slope, fixed = linear_regression(micro_batches, times)
+    residuals = [t - (slope * m + fixed) for m, t in zip(micro_batches, times)]
+    spread = sum((m - mean(micro_batches)) ** 2 for m in micro_batches)
+    variance = sum(r * r for r in residuals) / (len(runs) - 2)
+    fixed_error = (variance * (1 / len(runs) + mean(micro_batches) ** 2 / spread)) ** 0.5
+    assert max(map(abs, residuals)) < 0.32 and round(fixed_error, 1) == 1.4
+    model = [step_time(r.model, r.cluster, r.strategy) for r in runs]
+    model_slope, model_fixed = linear_regression(micro_batches, [t.total for t in model])
     assert (round(slope, 3), round(fixed, 1), round(model_slope, 3), round(model_fixed, 1)) == (0.197, 12.7, 0.179, 5.9)
-    assert {round(t.bubble, 1) for t in times} == {5.7}
-    worst = runs[micro_batches.index(160)]
-    missed = published[160] - step_time(worst.model, worst.cluster, worst.strategy).total
+    assert {round(t.bubble, 1) for t in model} == {5.7}
+    missed = published[160] - model[micro_batches.index(160)].total
     assert round(missed, 1) == 9.9 and round(fixed - model_fixed, 1) == 6.7
+    assert fixed - fixed_error - model_fixed > missed / 2
 
 
 @pytest.mark.parametrize("run", [r for r in RUNS if r.scored and r.name not in CALIBRATION.values()],

@@ -142,8 +142,9 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         if given and set(given) != {"virtual_stages"}:
             given.update({name: getattr(args, name) for name in SPLIT_FLAGS if getattr(args, name) is not None})
             strategy, note = _strategy(model, cluster, args, given)
-            print(note + breakdown(evaluate(model, cluster, strategy, args.tp_across_nodes, reserve)))
-            print(accuracy_text(cluster))
+            plan = evaluate(model, cluster, strategy, args.tp_across_nodes, reserve)
+            print(note + breakdown(plan))
+            print(accuracy_text(cluster, [plan]))
         else:
             print(_search_report(model, cluster, args, reserve))
         return 0

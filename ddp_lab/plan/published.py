@@ -103,9 +103,14 @@ def error(run: PublishedRun) -> float:
     return predict(run) / run.published - 1
 
 
+def predictions(runs=None) -> list[PublishedRun]:
+    """The runs that test the planner: scored, and not a calibration run (which sets a constant, so it scores 0)."""
+    return [r for r in (RUNS if runs is None else runs) if r.scored and r.name not in CALIBRATION.values()]
+
+
 def summary(runs=None) -> dict:
     """Median and largest absolute error over the predicted (not calibration) runs, and how many runs."""
-    runs = [r for r in (RUNS if runs is None else runs) if r.scored and r.name not in CALIBRATION.values()]
+    runs = predictions(runs)
     errors = [abs(error(r)) for r in runs]
     return {"runs": len(runs), "median": statistics.median(errors), "max": max(errors),
             "sources": len({r.source for r in runs})}

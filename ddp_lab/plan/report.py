@@ -8,7 +8,7 @@ from __future__ import annotations
 from ddp_lab.course.plan.memory import model_state_bytes
 from ddp_lab.course.plan.overlap import OVERLAP_SLOWDOWN
 from ddp_lab.course.plan.search import MEMORY_RESERVE
-from ddp_lab.plan.published import RUNS, summary
+from ddp_lab.plan.published import RUNS, predictions, summary
 
 GB = 1e9
 LEGEND = ("strategy: dpN tpN ppN = data-, tensor-, pipeline-parallel sizes; zN = ZeRO stage;\n"
@@ -18,6 +18,8 @@ LEGEND = ("strategy: dpN tpN ppN = data-, tensor-, pipeline-parallel sizes; zN =
 FOLDED_LEGEND = ("          z0-2 = ZeRO stages 0 to 2 give identical numbers (at dp1 there is nothing to shard);\n"
                  "          the row shows the lowest.")
 SPLIT_LEGEND = "          cpN = context-parallel size (lesson 15); epN = expert-parallel size (lesson 14)."
+# The ways a plan splits a model beyond data parallelism, as accuracy_text names them (Strategy fields).
+SPLITS = (("tensor", "tp"), ("pipeline", "pp"), ("context", "cp"), ("expert", "ep"))
 
 
 def table(plans, stages=None) -> str:
@@ -177,42 +179,47 @@ def model_states_text(params: int, strategy) -> str:
     return "\n".join(lines)
 
 
-def accuracy_text(cluster, plans=None) -> str:
+def accuracy_text(cluster, plans=()) -> str:
     """How far to trust the numbers printed above it: the planner's error on published runs of the same GPU generation.
 
-    The throughput of the published runs (`ddp_lab.plan.published`, README's table) against the
-    planner's prediction for them, on the cluster's GPU generation: the median and the largest
-    error. With `plans` (fastest first, as `search` gives them), the plans whose step time is
-    within that median of the fastest are named: the planner cannot rank them (lesson 13: the
-    margin decides). A generation no published run checks (a T4) says so. The figures hold for
-    the planner's defaults (the overlap slowdown of a cluster changed with --overlap-slowdown
-    moves them).
+    The throughput the planner predicts for the published runs (`ddp_lab.plan.published`, README's
+    table) against what they published, on the cluster's GPU generation: how many runs, the median
+    and the largest error, and which parallelisms those runs used. A plan shown that splits the
+    model in a way no published run of the generation does (tensor, pipeline, context or expert
+    parallelism) is said to be less certain (every H100 run in the set is data-parallel). A generation no published run checks (a T4)
+    is called rough. The figures hold for the planner's defaults: a cluster given another overlap
+    slowdown (--overlap-slowdown) is told so.
 
     Example:
         >>> from ddp_lab.plan import ClusterSpec
-        >>> print(accuracy_text(ClusterSpec.preset("h100-sxm")))         # doctest: +ELLIPSIS
-        accuracy: on ... published H100 runs the predicted throughput was off by ... (median), ... at most ...
+        >>> print(accuracy_text(ClusterSpec.preset("a100-80gb")))         # doctest: +ELLIPSIS
+        accuracy: on ... published A100 runs (data, tensor and pipeline parallel) the predicted
+                  throughput was off by ...% (median), ...% at most (README, "How far to trust the planner")
 
-    Introduced in notebooks/13-plan-your-training-run.ipynb.
+    Printed by `python -m ddp_lab plan` (README, "The scale planner"); lesson 13 asks how far to trust the planner.
     """
-    checked = [run for run in RUNS if run.cluster.gpu.generation == cluster.gpu.generation]
-    if not checked or cluster.gpu.memory_bandwidth is None:
-        everywhere = summary()
-        return (f"accuracy: no published run checks {cluster.gpu.name} GPUs (README's table: A100 and H100 runs, "
-                f"median error {everywhere['median']:.1%}): treat these numbers as rough")
-    errors = summary(checked)
-    family = checked[0].cluster.gpu.name.split()[0]
-    lines = [f"accuracy: on {errors['runs']} published {family} runs the predicted throughput was off by "
-             f"{errors['median']:.1%} (median), {errors['max']:.1%} at most (README, \"How far to trust the planner\")"]
+    runs = predictions([run for run in RUNS if run.cluster.gpu.generation == cluster.gpu.generation])
+    if not runs or cluster.gpu.memory_bandwidth is None:
+        families = sorted({_family(run) for run in predictions()})
+        return (f"accuracy: no published run checks {cluster.gpu.name} GPUs (README's table: {' and '.join(families)} runs,\n"
+                f"          median error {summary()['median']:.1%}): treat these numbers as rough")
+    errors, family = summary(runs), _family(runs[0])
+    axes = ["data"] + [name for name, axis in SPLITS if any(getattr(r.strategy, axis) > 1 for r in runs)]
+    covered = "data-parallel only" if axes == ["data"] else f"{', '.join(axes[:-1])} and {axes[-1]} parallel"
+    lines = [f"accuracy: on {errors['runs']} published {family} runs ({covered}) the predicted",
+             f"          throughput was off by {errors['median']:.1%} (median), {errors['max']:.1%} at most "
+             f"(README, \"How far to trust the planner\")"]
+    unchecked = [name for name, axis in SPLITS
+                 if name not in axes and any(getattr(plan.strategy, axis) > 1 for plan in plans)]
+    if unchecked:
+        lines.append(f"          no published {family} run checks {' or '.join(unchecked)} parallelism: "
+                     f"those plans are less certain")
     if cluster.overlap_slowdown != OVERLAP_SLOWDOWN:
-        lines.append(f"          with the default overlap slowdown ({OVERLAP_SLOWDOWN}), not the {cluster.overlap_slowdown} "
-                     f"given here")
-    if plans:
-        fastest = plans[0].time.total
-        ties = next((k for k, plan in enumerate(plans) if plan.time.total > fastest * (1 + errors["median"])),
-                    len(plans))
-        if ties > 1:
-            more = " (all shown)" if ties == len(plans) else ""
-            lines.append(f"          plans 1-{ties}{more} are within {errors['median']:.1%} of the fastest, less than that "
-                         f"median error: the planner cannot rank them (prefer the larger memory margin)")
+        lines.append(f"          (with the default overlap slowdown, {OVERLAP_SLOWDOWN}, not the "
+                     f"{cluster.overlap_slowdown} given here)")
     return "\n".join(lines)
+
+
+def _family(run) -> str:
+    """'A100', 'H100': the first word of a published run's GPU name."""
+    return run.cluster.gpu.name.split()[0]

@@ -172,7 +172,8 @@ def validate(configs=None, steps: int = 5, calibrations: dict | None = None, att
     """Run every configuration on gloo ranks here and compare it with the planner's prediction.
 
     Timing on a shared machine: a configuration whose step time misses STEP_TOLERANCE is run
-    `attempts - 1` more times, and the attempt with the median step error is returned (one burst
+    `attempts - 1` more times, and the attempt with the median step error among those timed on
+    a quiet machine (`Row.timing_comparable`; all, if none was) is returned (one burst
     of load is not the planner's fault; a planner that is wrong misses every time). The repeats
     come after every configuration's first run, taking turns, so a burst that lasts several runs
     does not decide every attempt of one configuration (fresh-clone CI once failed with ZeRO-2's
@@ -180,9 +181,8 @@ def validate(configs=None, steps: int = 5, calibrations: dict | None = None, att
     each round of repeats the calibrations validate() measured itself are measured again: the
     machine the repeat is predicted for is the machine of that moment (fresh-clone CI once
     failed with DP x TP 39 % slow in three attempts, ZeRO-2 and ZeRO-3 just before them within
-    9 %, no other program visible; the compute is measured between the timed steps, so what
-    the older calibration could not describe is the step's collectives, about 60 ms of the
-    175 predicted). A calibration the caller passed is the caller's to test and is kept.
+    9 %, no other program visible; the compute is measured between the timed steps, so the part
+    a stale calibration can miss is the step's collectives, about 60 ms of the 175 predicted). A calibration the caller passed is the caller's to test and is kept.
     Bytes are the same in every attempt.
 
     Args:
@@ -240,7 +240,10 @@ def validate(configs=None, steps: int = 5, calibrations: dict | None = None, att
             attempt(index, f" again (attempt {round_} of {attempts}: its first missed)")
     rows = []
     for index in range(len(configs)):
-        median = sorted(tries[index], key=lambda row: row.step_error)[len(tries[index]) // 2]
+        # the median of the attempts timed on a quiet machine (of all, if none was): one busy attempt in the
+        # middle must not turn two quiet misses into a row that is not compared
+        counted = [row for row in tries[index] if row.timing_comparable] or tries[index]
+        median = sorted(counted, key=lambda row: row.step_error)[len(counted) // 2]
         rows.append(replace(median, attempts=len(tries[index]),
                             attempt_errors=tuple(row.step_error for row in tries[index])))
     return rows
@@ -273,11 +276,12 @@ def table(rows) -> str:
              f"{'err':>6s} {'step ms pred/meas':>19s} {'err':>6s}"]
     for row in rows:
         worst = max(range(row.ranks), key=lambda r: row.measured_states[r] + row.measured_activations[r])
+        errors = ", ".join(f"{error:+.0%}" for error in row.attempt_errors)
+        repeats = f" (median of {row.attempts} runs: {errors})" if row.attempts > 1 else ""
         lines.append(
             f"{row.name:22s} {row.ranks:5d} "
             f"{row.predicted_states[worst] / 1e6:10.3f}/{row.measured_states[worst] / 1e6:<10.3f} "
             f"{row.predicted_activations[worst] / 1e6:12.3f}/{row.measured_activations[worst] / 1e6:<12.3f} "
             f"{row.activation_error:+6.1%} {row.predicted_step * 1e3:9.1f}/{row.measured_step * 1e3:<9.1f} "
-            f"{row.step_error:+6.1%}"
-            f"{f' (median of {row.attempts} runs: ' + ', '.join(f'{e:+.0%}' for e in row.attempt_errors) + ')' if row.attempts > 1 else ''}")
+            f"{row.step_error:+6.1%}{repeats}")
     return "\n".join(lines)
