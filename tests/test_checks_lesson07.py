@@ -8,6 +8,8 @@ not exist, warm-up counts that make neighbours wait for each other).
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 import torch.distributed as dist
@@ -142,7 +144,9 @@ def test_the_missing_requires_grad_is_not_blamed_on_the_peers():
 
 def test_one_f_one_b_names_a_send_to_a_rank_that_is_not_a_neighbour():
     # sending x.grad to rank + 1: the last stage sends to rank 3 of 3, which does not exist (a receive from a
-    # distant rank, e.g. every activation from rank 0, is found by the same reading of the ranks' calls)
+    # distant rank, e.g. every activation from rank 0, is found by the same reading of the ranks' calls). Gloo
+    # then waits in isend (a hang) or segfaults there (seen once in fresh-clone CI, torch 2.13): both must name
+    # the call and give the neighbour hint
     with pytest.raises(CheckFailed, match=r"(?s)rank 2's call \d+, dist.isend with dst=3, names no rank at all.*"
                                           r"Hint: a send or recv must name a neighbour stage"):
         check_one_f_one_b_stage(make_stage_answer(grad_peer=+1), timeout=DEADLOCK_TIMEOUT)
@@ -217,3 +221,26 @@ def test_the_measured_case_tells_the_windows_apart():
     spans = [Span(0, "forward", 10.0, 11.0), Span(0, "backward", 13.5, 15.0),
              Span(1, "forward", 11.2, 12.0), Span(1, "backward", 12.1, 13.4)]
     assert abs(idle_fraction(spans) - per_rank_windows(spans)) > 0.1
+
+
+def test_a_crash_inside_a_send_is_explained_from_the_logged_calls(tmp_path):
+    """The crash path of the 1F1B check, without waiting for gloo to segfault (it does so only sometimes): rank 2's
+    log shows an isend to rank 3 of 3, and its failure is a SIGSEGV inside isend, as fresh-clone CI saw. A crash
+    elsewhere, or logs whose peers are all neighbours, get no peer hint."""
+    from ddp_lab.checks.p2p_log import log_path
+    from ddp_lab.launcher.errors import RankFailure, crash_summary
+
+    calls = {0: ["isend 1", "recv 1"], 1: ["recv 0", "isend 2", "recv 2", "isend 0"], 2: ["recv 1", "isend 3"]}
+    for rank, lines in calls.items():
+        Path(log_path(str(tmp_path), rank)).write_text("\n".join(lines) + "\n")
+    in_isend = ('File "/x/torch/distributed/distributed_c10d.py", line 2652 in isend\n'
+                'File "/x/ddp_lab/checks/p2p_log.py", line 55 in call\n')
+    crash = RankFailure(2, "crashed", crash_summary(-11), details=in_isend, returncode=-11)
+    explain = lesson07._explainer(str(tmp_path))
+    assert explain(crash) == ("What the ranks did: rank 2's call 2, dist.isend with dst=3, names no rank at all.\n"
+                              f"Hint: a send or recv must name a neighbour stage. {lesson07.PEERS}.")
+    elsewhere = RankFailure(2, "crashed", crash_summary(-11), details='File "/x/model.py", line 3 in forward\n',
+                            returncode=-11)
+    assert explain(elsewhere) is None
+    Path(log_path(str(tmp_path), 2)).write_text("recv 1\nisend 1\n")
+    assert explain(crash) is None

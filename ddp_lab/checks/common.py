@@ -182,7 +182,8 @@ def run_on_ranks(runner, args: tuple, nprocs: int, timeout: float, what: str, ex
         what: the learner's function name, for messages.
         explain: optional `explain(failure) -> str | None` (failure: the first failing rank's
             `ddp_lab.launcher.errors.RankFailure`): a hint naming the likely mistake behind an
-            exception or a crash, added to the message.
+            exception or a crash, added to the message (one that contains "\nHint: " says first
+            what the ranks did, then the hint, as `timeout_hint`).
         timeout_hint: what to say about a hang: a string, or `timeout_hint(calls) -> str` given
             the set of torch.distributed calls the stuck ranks wait in (None: outside
             torch.distributed), or `timeout_hint(calls, places)` also given {stuck rank: its
@@ -234,6 +235,8 @@ def failure_message(error, what: str, explain=None) -> str:
     exception = failure.exception
     settled = isinstance(exception, ForbiddenCollective) or is_stub(failure)  # these already say the fix
     hint = explain(failure) if explain and not settled else None
+    if hint and "\nHint: " in hint:   # it says first what the ranks did, then the hint (as timeout_message)
+        return f"{message}\n{hint}"
     return f"{message}\nHint: {hint}" if hint else message
 
 

@@ -21,7 +21,8 @@ import torch.nn.functional as F
 
 from ddp_lab.checks import CheckFailed, passed
 from ddp_lab.checks.common import answer_raised, call_case, ensure_written, first_mismatch, only_point_to_point, run_on_ranks
-from ddp_lab.checks.p2p_log import log_path, logging_point_to_point, non_neighbour_calls, read_logs, waits
+from ddp_lab.checks.p2p_log import (crashed_in, log_path, logging_point_to_point, non_neighbour_calls, read_logs,
+                                   waits)
 from ddp_lab.course.pipeline_parallel import schedules
 from ddp_lab.course.pipeline_parallel.schedules import Span, gpipe_actions, ideal_timeline, one_f_one_b_actions
 
@@ -107,16 +108,34 @@ def _explain(failure) -> str | None:
     return None
 
 
+def _wrong_peers(logs) -> str | None:
+    """What the ranks did and the hint, where a logged send or recv names a rank that is not a neighbour stage."""
+    wrong = non_neighbour_calls(logs, WORLD_SIZE) if logs is not None else []
+    if not wrong:
+        return None
+    return f"What the ranks did: {'; '.join(wrong)}.\nHint: a send or recv must name a neighbour stage. {PEERS}."
+
+
+def _explainer(log_directory: str):
+    """The failure hint of the 1F1B check: a rank that crashed in a send or recv (gloo on a peer that is no rank:
+    p2p_log.crashed_in) is explained from the logged calls, as a hang is; any other failure by `_explain`."""
+
+    def explain(failure) -> str | None:
+        if crashed_in(failure):
+            return _wrong_peers(read_logs(log_directory, WORLD_SIZE)) or _explain(failure)
+        return _explain(failure)
+
+    return explain
+
+
 def _hang_hint(log_directory: str):
     """The hang hint of the 1F1B check, from the calls each rank logged (see ddp_lab.checks.p2p_log)."""
 
     def hint(calls: set, places: dict) -> str:
         logs = read_logs(log_directory, WORLD_SIZE)
-        if logs is not None:
-            wrong = non_neighbour_calls(logs, WORLD_SIZE)
-            if wrong:
-                return (f"What the ranks did: {'; '.join(wrong)}.\nHint: a send or recv must name a neighbour "
-                        f"stage. {PEERS}.")
+        wrong = _wrong_peers(logs)
+        if wrong:
+            return wrong
         if "send" in calls:
             return ("a rank is stuck in a blocking dist.send. In 1F1B two neighbour stages can send at the "
                     "same time (stage s sends the next activation forward while stage s + 1 sends a gradient "
@@ -166,15 +185,15 @@ def check_one_f_one_b_stage(one_f_one_b_stage, timeout: float = 30.0) -> None:
     The check compares every stage's gradients and the losses the last stage returns with one
     process on the whole batch, and counts how many micro-batches' activations each stage
     held at once: `world_size - rank` in 1F1B (more is GPipe or extra warm-up forwards, fewer
-    is stages that wait instead of working at once). A hang is explained from the sends and
-    receives each rank logged (`ddp_lab.checks.p2p_log`).
+    is stages that wait instead of working at once). A hang, or a rank that crashed inside a send
+    or recv, is explained from the sends and receives each rank logged (`ddp_lab.checks.p2p_log`).
 
     Introduced in notebooks/07-pipeline-parallelism.ipynb.
     """
     ensure_written(one_f_one_b_stage)
     name = getattr(one_f_one_b_stage, "__name__", "one_f_one_b_stage")
     with tempfile.TemporaryDirectory(prefix="ddp_lab-check07-") as logs:
-        results = run_on_ranks(_stage_runner, (one_f_one_b_stage, logs), WORLD_SIZE, timeout, name, _explain,
+        results = run_on_ranks(_stage_runner, (one_f_one_b_stage, logs), WORLD_SIZE, timeout, name, _explainer(logs),
                                timeout_hint=_hang_hint(logs))
     _judge_stage(name, results)
 

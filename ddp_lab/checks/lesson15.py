@@ -22,6 +22,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from ddp_lab.checks import CheckFailed, passed
+from ddp_lab.checks.p2p_log import crashed_in
 from ddp_lab.checks.common import (call_case, describe, ensure_written, failure_message, first_mismatch,
                                    only_point_to_point, timeout_message)
 from ddp_lab.course.context_parallel.layout import block_entries
@@ -249,11 +250,9 @@ WRAP_AROUND = ("wrap it around, send to (rank + 1) % world_size and receive from
 
 
 def _explain_ring(failure) -> str | None:
-    """A rank that crashed inside isend/irecv: gloo can segfault on a peer outside the group (seen on 2.13)."""
-    call = re.search(r"line \d+ in (isend|irecv|send|recv)\b", failure.details)
-    if call and "SIGSEGV" in failure.summary:
-        return f"the rank crashed inside dist.{call.group(1)}: a peer there is no rank of the ring; {WRAP_AROUND}."
-    return None
+    """A rank that crashed inside isend/irecv: gloo can segfault on a peer outside the group (p2p_log.crashed_in)."""
+    call = crashed_in(failure)
+    return f"the rank crashed inside dist.{call}: a peer there is no rank of the ring; {WRAP_AROUND}." if call else None
 
 
 _TOP_FRAME = re.compile(r'File "([^"]+)", line (\d+) in \w+')

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -21,6 +22,7 @@ from ddp_lab.instruments.collectives import replacing_dist_calls
 
 SENDS, RECEIVES = ("send", "isend"), ("recv", "irecv")
 _PEER = {"send": "dst", "isend": "dst", "recv": "src", "irecv": "src"}
+_CALL_FRAME = re.compile(r"line \d+ in (isend|irecv|send|recv)\b")
 
 
 @dataclass(frozen=True)
@@ -120,3 +122,16 @@ def waits(logs: dict[int, tuple[list[Call], bool]], stuck: set[int]) -> list[str
 
 def _count(calls: list[Call], peer: int | None) -> int:
     return sum(1 for call in calls if call.op in RECEIVES and call.peer == peer)
+
+
+def crashed_in(failure) -> str | None:
+    """The point-to-point call a rank segfaulted in ('isend', 'recv', ...), or None.
+
+    Gloo does not check the peer of a send or receive: one that names no rank of the group
+    (rank + 1 on the last rank) reads past its list of peers, and the rank either waits forever
+    or dies with SIGSEGV inside the call (both seen with torch 2.13: lesson 15's ring about one
+    run in five, lesson 07's pipeline in a fresh-clone CI run). A check must explain the crash
+    as it explains the hang. `failure`: a `ddp_lab.launcher.errors.RankFailure`.
+    """
+    call = _CALL_FRAME.search(failure.details)
+    return call.group(1) if call and "SIGSEGV" in failure.summary else None
