@@ -225,22 +225,30 @@ def test_the_measured_case_tells_the_windows_apart():
 
 def test_a_crash_inside_a_send_is_explained_from_the_logged_calls(tmp_path):
     """The crash path of the 1F1B check, without waiting for gloo to segfault (it does so only sometimes): rank 2's
-    log shows an isend to rank 3 of 3, and its failure is a SIGSEGV inside isend, as fresh-clone CI saw. A crash
-    elsewhere, or logs whose peers are all neighbours, get no peer hint."""
-    from ddp_lab.checks.p2p_log import log_path
-    from ddp_lab.launcher.errors import RankFailure, crash_summary
+    log shows an isend to rank 3 of 3, and it died of SIGSEGV inside isend, as fresh-clone CI saw. The message says
+    what the ranks did, then one hint; the same holds when the output tail lost the isend frame. Logs whose peers
+    are all neighbours, or a rank killed by another signal, get no peer hint."""
+    from ddp_lab.checks.common import failure_message
+    from ddp_lab.checks.p2p_log import crashed_in, log_path
+    from ddp_lab.launcher.errors import RankCrashed, RankFailure, crash_summary
 
     calls = {0: ["isend 1", "recv 1"], 1: ["recv 0", "isend 2", "recv 2", "isend 0"], 2: ["recv 1", "isend 3"]}
     for rank, lines in calls.items():
         Path(log_path(str(tmp_path), rank)).write_text("\n".join(lines) + "\n")
     in_isend = ('File "/x/torch/distributed/distributed_c10d.py", line 2652 in isend\n'
-                'File "/x/ddp_lab/checks/p2p_log.py", line 55 in call\n')
+                'File "/x/ddp_lab/checks/p2p_log.py", line 55 in call\n'
+                'File "/x/tests/test_checks_lesson07.py", line 39 in send\n')
     crash = RankFailure(2, "crashed", crash_summary(-11), details=in_isend, returncode=-11)
+    assert crashed_in(crash) == "isend"     # torch's frame, not the answer's own function named send
     explain = lesson07._explainer(str(tmp_path))
-    assert explain(crash) == ("What the ranks did: rank 2's call 2, dist.isend with dst=3, names no rank at all.\n"
-                              f"Hint: a send or recv must name a neighbour stage. {lesson07.PEERS}.")
-    elsewhere = RankFailure(2, "crashed", crash_summary(-11), details='File "/x/model.py", line 3 in forward\n',
-                            returncode=-11)
-    assert explain(elsewhere) is None
+    said = ("What the ranks did: rank 2's call 2, dist.isend with dst=3, names no rank at all.\n"
+            f"Hint: a send or recv must name a neighbour stage. {lesson07.PEERS}.")
+    assert explain(crash) == said
+    message = failure_message(RankCrashed("rank 2 crashed", {2: crash}, 2, ["", "", ""]), "one_f_one_b_stage", explain)
+    assert message.endswith("\n" + said) and message.count("Hint:") == 1, message
+    frame_lost = RankFailure(2, "crashed", crash_summary(-11), details="", returncode=-11)
+    assert crashed_in(frame_lost) is None and explain(frame_lost) == said
+    killed = RankFailure(2, "crashed", crash_summary(-9), details=in_isend, returncode=-9)
+    assert crashed_in(killed) is None and explain(killed) is None
     Path(log_path(str(tmp_path), 2)).write_text("recv 1\nisend 1\n")
     assert explain(crash) is None

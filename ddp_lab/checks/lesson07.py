@@ -21,8 +21,8 @@ import torch.nn.functional as F
 
 from ddp_lab.checks import CheckFailed, passed
 from ddp_lab.checks.common import answer_raised, call_case, ensure_written, first_mismatch, only_point_to_point, run_on_ranks
-from ddp_lab.checks.p2p_log import (crashed_in, log_path, logging_point_to_point, non_neighbour_calls, read_logs,
-                                   waits)
+from ddp_lab.checks.p2p_log import (log_path, logging_point_to_point, non_neighbour_calls, read_logs,
+                                   segfaulted, waits)
 from ddp_lab.course.pipeline_parallel import schedules
 from ddp_lab.course.pipeline_parallel.schedules import Span, gpipe_actions, ideal_timeline, one_f_one_b_actions
 
@@ -117,11 +117,12 @@ def _wrong_peers(logs) -> str | None:
 
 
 def _explainer(log_directory: str):
-    """The failure hint of the 1F1B check: a rank that crashed in a send or recv (gloo on a peer that is no rank:
-    p2p_log.crashed_in) is explained from the logged calls, as a hang is; any other failure by `_explain`."""
+    """The failure hint of the 1F1B check: a rank that segfaulted (gloo on a peer that is no rank: p2p_log.segfaulted)
+    is explained from the logged calls where they show a send or recv naming no neighbour, as a hang is (the stack
+    dump may have lost the frame of the call); any other failure by `_explain`."""
 
     def explain(failure) -> str | None:
-        if crashed_in(failure):
+        if segfaulted(failure):
             return _wrong_peers(read_logs(log_directory, WORLD_SIZE)) or _explain(failure)
         return _explain(failure)
 

@@ -22,9 +22,9 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from ddp_lab.checks import CheckFailed, passed
-from ddp_lab.checks.p2p_log import crashed_in
 from ddp_lab.checks.common import (call_case, describe, ensure_written, failure_message, first_mismatch,
                                    only_point_to_point, timeout_message)
+from ddp_lab.checks.p2p_log import crashed_in
 from ddp_lab.course.context_parallel.layout import block_entries
 from ddp_lab.course.context_parallel.online_softmax import block_attention, combine
 from ddp_lab.instruments.collectives import replacing_dist_calls

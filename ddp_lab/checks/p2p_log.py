@@ -1,8 +1,9 @@
-"""Which sends and receives each rank made: read after a hang, it says who waits for whom.
+"""Which sends and receives each rank made: read after a hang or a crash, it says who waits for whom.
 
 A check that runs a send/recv answer (lesson 07's 1F1B stage) logs every point-to-point call
 a rank makes to a file of its own, one line per call, written before the call starts. When
-the ranks hang, the check reads the files back in the notebook's process: a call that names a
+the ranks hang (or one dies inside a send or recv: `segfaulted`), the check reads the files
+back in the notebook's process: a call that names a
 rank that is not a neighbour is evidence of a wrong peer; a rank waiting for message k from a
 peer that sent fewer than k, while the peer itself waits, is evidence of calls in the wrong
 order. The message then says which, instead of guessing from the stacks alone.
@@ -15,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import signal
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -22,7 +24,7 @@ from ddp_lab.instruments.collectives import replacing_dist_calls
 
 SENDS, RECEIVES = ("send", "isend"), ("recv", "irecv")
 _PEER = {"send": "dst", "isend": "dst", "recv": "src", "irecv": "src"}
-_CALL_FRAME = re.compile(r"line \d+ in (isend|irecv|send|recv)\b")
+_CALL_FRAME = re.compile(r'distributed_c10d\.py", line \d+ in (isend|irecv|send|recv)\b')   # torch's own frame
 
 
 @dataclass(frozen=True)
@@ -124,14 +126,24 @@ def _count(calls: list[Call], peer: int | None) -> int:
     return sum(1 for call in calls if call.op in RECEIVES and call.peer == peer)
 
 
-def crashed_in(failure) -> str | None:
-    """The point-to-point call a rank segfaulted in ('isend', 'recv', ...), or None.
+def segfaulted(failure) -> bool:
+    """Whether a rank died of SIGSEGV. `failure`: a `ddp_lab.launcher.errors.RankFailure`.
 
     Gloo does not check the peer of a send or receive: one that names no rank of the group
     (rank + 1 on the last rank) reads past its list of peers, and the rank either waits forever
     or dies with SIGSEGV inside the call (both seen with torch 2.13: lesson 15's ring about one
     run in five, lesson 07's pipeline in a fresh-clone CI run). A check must explain the crash
-    as it explains the hang. `failure`: a `ddp_lab.launcher.errors.RankFailure`.
+    as it explains the hang: from the calls each rank logged (lesson 07), or from the call the
+    crash happened in (`crashed_in`, lesson 15).
     """
-    call = _CALL_FRAME.search(failure.details)
-    return call.group(1) if call and "SIGSEGV" in failure.summary else None
+    return failure.kind == "crashed" and failure.returncode == -signal.SIGSEGV
+
+
+def crashed_in(failure) -> str | None:
+    """The torch.distributed point-to-point call a rank segfaulted in ('isend', 'recv', ...), or None.
+
+    Read from torch's own frame in the crash's stack dump (distributed_c10d.py), which the output
+    tail may have cut: None then, as for a crash elsewhere (see `segfaulted`).
+    """
+    call = _CALL_FRAME.search(failure.details) if segfaulted(failure) else None
+    return call.group(1) if call else None

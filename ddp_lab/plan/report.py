@@ -186,9 +186,9 @@ def accuracy_text(cluster, plans=()) -> str:
     table) against what they published, on the cluster's GPU generation: how many runs, the median
     and the largest error, and which parallelisms those runs used. A plan shown that splits the
     model in a way no published run of the generation does (tensor, pipeline, context or expert
-    parallelism) is said to be less certain (every H100 run in the set is data-parallel). A generation no published run checks (a T4)
-    is called rough. The figures hold for the planner's defaults: a cluster given another overlap
-    slowdown (--overlap-slowdown) is told so.
+    parallelism) is said to be less certain (every H100 run in the set is data-parallel). A
+    generation no published run checks (a T4) is called rough. The figures hold for the
+    planner's defaults: a cluster given another overlap slowdown (--overlap-slowdown) is told so.
 
     Example:
         >>> from ddp_lab.plan import ClusterSpec
@@ -201,8 +201,9 @@ def accuracy_text(cluster, plans=()) -> str:
     runs = predictions([run for run in RUNS if run.cluster.gpu.generation == cluster.gpu.generation])
     if not runs or cluster.gpu.memory_bandwidth is None:
         families = sorted({_family(run) for run in predictions()})
-        return (f"accuracy: no published run checks {cluster.gpu.name} GPUs (README's table: {' and '.join(families)} runs,\n"
-                f"          median error {summary()['median']:.1%}): treat these numbers as rough")
+        return (f"accuracy: no published run checks {cluster.gpu.name} GPUs (README's table: "
+                f"{' and '.join(families)} runs,\n          median error {summary()['median']:.1%}): "
+                "treat these numbers as rough")
     errors, family = summary(runs), _family(runs[0])
     axes = ["data"] + [name for name, axis in SPLITS if any(getattr(r.strategy, axis) > 1 for r in runs)]
     covered = "data-parallel only" if axes == ["data"] else f"{', '.join(axes[:-1])} and {axes[-1]} parallel"

@@ -182,8 +182,9 @@ def validate(configs=None, steps: int = 5, calibrations: dict | None = None, att
     machine the repeat is predicted for is the machine of that moment (fresh-clone CI once
     failed with DP x TP 39 % slow in three attempts, ZeRO-2 and ZeRO-3 just before them within
     9 %, no other program visible; the compute is measured between the timed steps, so the part
-    a stale calibration can miss is the step's collectives, about 60 ms of the 175 predicted). A calibration the caller passed is the caller's to test and is kept.
-    Bytes are the same in every attempt.
+    a stale calibration can miss is the step's collectives, about 60 ms of the 175 predicted).
+    A calibration the caller passed is the caller's to test and is kept. Bytes are the same in
+    every attempt.
 
     Args:
         configs: `measure.Config`s (default: `default_configs()`).
@@ -277,7 +278,7 @@ def table(rows) -> str:
     for row in rows:
         worst = max(range(row.ranks), key=lambda r: row.measured_states[r] + row.measured_activations[r])
         errors = ", ".join(f"{error:+.0%}" for error in row.attempt_errors)
-        repeats = f" (median of {row.attempts} runs: {errors})" if row.attempts > 1 else ""
+        repeats = f" ({row.attempts} runs: {errors}; the median of the quiet ones)" if row.attempts > 1 else ""
         lines.append(
             f"{row.name:22s} {row.ranks:5d} "
             f"{row.predicted_states[worst] / 1e6:10.3f}/{row.measured_states[worst] / 1e6:<10.3f} "
