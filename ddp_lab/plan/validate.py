@@ -92,9 +92,13 @@ class Row:
     measured_step: float
     predicted_time: object            # the planner's TimeBreakdown
     matmul_flops: float               # the rate the prediction used (FLOP/s per rank)
-    attempts: int = 1                 # runs of this configuration (see `validate`); this row is the median one
     other_programs: float | None = None  # cores other programs kept busy meanwhile (None: unknown)
-    attempt_errors: tuple = ()        # every attempt's step error, in the order they ran
+    attempt_errors: tuple = ()        # every attempt's step error, in the order they ran (see `validate`)
+
+    @property
+    def attempts(self) -> int:
+        """Runs of this configuration (`validate` repeats one that misses); this row is the median one."""
+        return len(self.attempt_errors) or 1
 
     @property
     def timing_comparable(self) -> bool:
@@ -245,8 +249,7 @@ def validate(configs=None, steps: int = 5, calibrations: dict | None = None, att
         # middle must not turn two quiet misses into a row that is not compared
         counted = [row for row in tries[index] if row.timing_comparable] or tries[index]
         median = sorted(counted, key=lambda row: row.step_error)[len(counted) // 2]
-        rows.append(replace(median, attempts=len(tries[index]),
-                            attempt_errors=tuple(row.step_error for row in tries[index])))
+        rows.append(replace(median, attempt_errors=tuple(row.step_error for row in tries[index])))
     return rows
 
 
