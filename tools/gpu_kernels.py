@@ -1,0 +1,237 @@
+"""Measure, on the GPU of this machine, the rates the planner assumes for one transformer layer.
+
+    python tools/gpu_kernels.py [--out artifacts/gpu-kernels.json]
+
+The planner (`ddp_lab/course/plan/efficiency.py`, lesson 13) predicts a layer's time from three
+assumptions; this measures each on a real GPU, with the shapes of the published runs it predicts
+(`ddp_lab/plan/published.py`, the runs on this GPU's preset):
+    gemm       bf16 GEMMs of m = 16384 tokens, n = 8192, reduction k from 256 to 8192: does the
+               rate fall with small k as k / (k + TILE_K) says (the per-tile cost)?
+    attention  PyTorch's flash kernel (`scaled_dot_product_attention`, causal, bf16) forward and
+               backward at each run's micro-batch, heads and head size, its FLOPs counted as the
+               planner counts them (causal half of 4 b s^2 h, backward 2.5 x forward): the share of
+               peak it reaches (the planner: FlashAttention-2's published 35 % on an H100).
+    layer      one whole layer as plain PyTorch builds it (the run's norms, biases, FFN kind, flash
+               attention; full recomputation with torch.utils.checkpoint where the run used it),
+               forward and backward in bf16 at the run's micro-batch, against `layer_seconds`.
+Times are CUDA-event medians of 7 repetitions after 3 warm-ups. The JSON keeps the machine (GPU,
+torch, CUDA) with every number; `tests/test_plan_published.py` reads the committed copy
+(`ddp_lab/plan/measured/`) and README's "How far to trust the planner" says what it showed.
+Nothing here is fitted into the planner.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+from ddp_lab.course.plan.efficiency import TILE_K, attention_backward_factor, layer_seconds  # noqa: E402
+from ddp_lab.plan import published  # noqa: E402
+
+PRESET_OF = {"H100": "h100-sxm", "A100": "a100-80gb", "H200": "h200"}
+
+
+def timed(fn, warmups: int = 3, repeats: int = 7) -> float:
+    """Median seconds of fn() on the GPU (CUDA events around each call)."""
+    for _ in range(warmups):
+        fn()
+    torch.cuda.synchronize()
+    seconds = []
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        torch.cuda.synchronize()
+        seconds.append(start.elapsed_time(end) / 1000)
+    return statistics.median(seconds)
+
+
+def gemm_sweep(peak: float) -> list[dict]:
+    m, n = 16384, 8192
+    rows = []
+    for k in (256, 512, 768, 1024, 1536, 2048, 3072, 4096, 8192):
+        a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+        b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16)
+        seconds = timed(lambda: a @ b)
+        rows.append({"m": m, "n": n, "k": k, "seconds": seconds, "share_of_peak": 2 * m * n * k / seconds / peak})
+    return rows
+
+
+def flash_context():
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    return sdpa_kernel([SDPBackend.FLASH_ATTENTION])
+
+
+def attention(model, micro_batch: int, peak: float) -> dict:
+    heads, dim, s = model.heads, model.head_dim, model.seq_len
+    kv = model.kv_heads_
+    q = torch.randn(micro_batch, heads, s, dim, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    k = torch.randn(micro_batch, kv, s, dim, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    v = torch.randn(micro_batch, kv, s, dim, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    extra = {"enable_gqa": True} if kv != heads else {}
+    grad = torch.randn(micro_batch, heads, s, dim, device="cuda", dtype=torch.bfloat16)
+    with flash_context():
+        forward = timed(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True, **extra))
+
+        def both():
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=True, **extra)
+            out.backward(grad)
+        together = timed(both)
+    flops_forward = 4 * micro_batch * s * s * model.hidden / 2
+    flops_backward = 2.5 * flops_forward
+    backward = together - forward
+    return {"head_dim": dim, "heads": heads, "micro_batch": micro_batch,
+            "forward_seconds": forward, "backward_seconds": backward,
+            "forward_share": flops_forward / forward / peak, "backward_share": flops_backward / backward / peak,
+            "share": (flops_forward + flops_backward) / together / peak}
+
+
+class Layer(torch.nn.Module):
+    """One pre-norm decoder layer of `model`'s shape (attention with flash SDPA, GELU or SwiGLU FFN)."""
+
+    def __init__(self, model):
+        super().__init__()
+        h, kv, f, bias = model.hidden, model.kv_dim, model.ffn_, model.bias
+        norm = (lambda: torch.nn.LayerNorm(h, bias=bias)) if model.norm == "layernorm" else (lambda: torch.nn.RMSNorm(h))
+        self.model = model
+        self.norm1, self.norm2 = norm(), norm()
+        self.qkv = torch.nn.Linear(h, h + 2 * kv, bias=bias)
+        self.out = torch.nn.Linear(h, h, bias=bias)
+        ups = 2 if model.ffn_kind == "swiglu" else 1
+        self.up = torch.nn.Linear(h, ups * f, bias=bias)
+        self.down = torch.nn.Linear(f, h, bias=bias)
+        if model.position == "rope":
+            position = torch.arange(model.seq_len, dtype=torch.float32)
+            inverse = 1.0 / (10000 ** (torch.arange(0, model.head_dim, 2, dtype=torch.float32) / model.head_dim))
+            angles = torch.outer(position, inverse)
+            self.register_buffer("cos", torch.cat([angles.cos(), angles.cos()], -1), persistent=False)
+            self.register_buffer("sin", torch.cat([angles.sin(), angles.sin()], -1), persistent=False)
+
+    def _rope(self, x):
+        half = x.shape[-1] // 2
+        rotated = torch.cat([-x[..., half:], x[..., :half]], -1)
+        return x * self.cos.to(x.dtype) + rotated * self.sin.to(x.dtype)
+
+    def forward(self, x):
+        m = self.model
+        b, s, h = x.shape
+        q, k, v = self.qkv(self.norm1(x)).split([h, m.kv_dim, m.kv_dim], dim=-1)
+        q = q.view(b, s, m.heads, m.head_dim).transpose(1, 2)
+        k = k.view(b, s, m.kv_heads_, m.head_dim).transpose(1, 2)
+        v = v.view(b, s, m.kv_heads_, m.head_dim).transpose(1, 2)
+        if m.position == "rope":
+            q, k = self._rope(q), self._rope(k)
+        extra = {"enable_gqa": True} if m.kv_heads_ != m.heads else {}
+        with flash_context():
+            a = F.scaled_dot_product_attention(q, k, v, is_causal=True, **extra)
+        x = x + self.out(a.transpose(1, 2).reshape(b, s, h))
+        up = self.up(self.norm2(x))
+        if m.ffn_kind == "swiglu":
+            gate, value = up.chunk(2, dim=-1)
+            up = F.silu(gate) * value
+        else:
+            up = F.gelu(up)
+        return x + self.down(up)
+
+
+def layer(run, gpu) -> dict:
+    model, strategy = run.model, run.strategy
+    block = Layer(model).to("cuda", torch.bfloat16)
+    x = torch.randn(strategy.micro_batch, model.seq_len, model.hidden, device="cuda", dtype=torch.bfloat16,
+                    requires_grad=True)
+    grad = torch.randn_like(x)
+    full = strategy.recompute == "full"
+
+    def step():
+        if full:
+            y = torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False)
+        else:
+            y = block(x)
+        y.backward(grad)
+    seconds = timed(step)
+    predicted = layer_seconds(model, strategy, gpu)
+    return {"run": run.name, "model": model.name, "micro_batch": strategy.micro_batch, "recompute": strategy.recompute,
+            "measured_seconds": seconds, "planner_seconds": predicted.total,
+            "planner_over_measured": predicted.total / seconds,
+            "gemm_share_measured": _layer_gemm_flops(model, strategy) / seconds / gpu.flops("bf16")}
+
+
+def _layer_gemm_flops(model, strategy) -> float:
+    """The layer's weight-GEMM FLOPs for forward + backward (+ the recomputed forward): 6 (or 8) x 2 b s P."""
+    h, kv, f = model.hidden, model.kv_dim, model.ffn_
+    ups = 2 if model.ffn_kind == "swiglu" else 1
+    forward = 2 * strategy.micro_batch * model.seq_len * (2 * h * h + 2 * h * kv + (ups + 1) * h * f)
+    return forward * (4 if strategy.recompute == "full" else 3)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=ROOT / "artifacts" / "gpu-kernels.json")
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        print("gpu_kernels: no CUDA GPU visible to torch; nothing to measure")
+        return 2
+    name = torch.cuda.get_device_name(0)
+    preset = next((PRESET_OF[key] for key in PRESET_OF if key in name), None)
+    if preset is None:
+        print(f"gpu_kernels: no planner preset for {name}; the planner has {sorted(set(PRESET_OF.values()))}")
+        return 2
+    runs = [r for r in published.RUNS if r.cluster.gpu.name == published.ClusterSpec.preset(preset).gpu.name
+            and r.strategy.tp == 1 and r.strategy.pp == 1]
+    gpu = runs[0].cluster.gpu if runs else published.ClusterSpec.preset(preset).gpu
+    peak = gpu.flops("bf16")
+    result = {"machine": {"gpu": name, "preset": preset, "peak_bf16": peak, "torch": torch.__version__,
+                          "cuda": torch.version.cuda, "python": platform.python_version(),
+                          "capability": ".".join(map(str, torch.cuda.get_device_capability(0)))},
+              "planner": {"tile_k": TILE_K,
+                          "gemm_efficiency": gpu.matmul_efficiency,
+                          "attention_backward_factor": attention_backward_factor(runs[0].strategy) if runs else None}}
+    result["gemm"] = gemm_sweep(peak)
+    for row in result["gemm"]:
+        print(f"gemm k={row['k']:5d}: {row['share_of_peak']:.3f} of peak")
+    seen, result["attention"], result["layer"] = set(), [], []
+    for run in runs:
+        key = (run.model.name, run.strategy.micro_batch)
+        if key not in seen:
+            seen.add(key)
+            row = attention(run.model, run.strategy.micro_batch, peak)
+            row["model"] = run.model.name
+            result["attention"].append(row)
+            print(f"attention {run.model.name} mb{run.strategy.micro_batch} d{row['head_dim']}: "
+                  f"fwd {row['forward_share']:.3f} bwd {row['backward_share']:.3f} of peak")
+        key = (run.model.name, run.strategy.micro_batch, run.strategy.recompute)
+        if key not in {(r["model"], r["micro_batch"], r["recompute"]) for r in result["layer"]}:
+            try:
+                row = layer(run, gpu)
+            except torch.cuda.OutOfMemoryError as error:
+                row = {"run": run.name, "model": run.model.name, "micro_batch": run.strategy.micro_batch,
+                       "recompute": run.strategy.recompute, "error": str(error).splitlines()[0]}
+            result["layer"].append(row)
+            torch.cuda.empty_cache()
+            print(f"layer {run.name}: " + (f"measured {row['measured_seconds'] * 1e3:.2f} ms, planner "
+                  f"{row['planner_seconds'] * 1e3:.2f} ms" if "error" not in row else row["error"]))
+    for size, micro_batch in (("125m", 32), ("350m", 32)):   # head size 64 (every H100 run above has 128)
+        row = attention(published.mpt(size), micro_batch, peak)
+        row["model"] = f"mpt-{size}"
+        result["attention"].append(row)
+        print(f"attention mpt-{size} mb{micro_batch} d{row['head_dim']}: "
+              f"fwd {row['forward_share']:.3f} bwd {row['backward_share']:.3f} of peak")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
