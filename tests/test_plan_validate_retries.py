@@ -33,11 +33,17 @@ def test_a_wrong_planner_misses_every_attempt_on_fresh_calibrations_and_its_repe
         return replace(time, dp_comm=time.dp_comm * 100, dp_comm_exposed=time.dp_comm_exposed * 100)
 
     used = []     # (kind, the calibration each attempt was predicted from), kept alive so `is` compares them
+    threads = []  # torch threads per rank of every run
     compare = plan_validate.compare
 
     def recording(measured, calibration):
         used.append((measured.config.kind, calibration))
+        threads.append(measured.threads)
         return compare(measured, calibration)
+
+    # the launcher's default would give each rank OMP_NUM_THREADS threads: timed runs and calibrations take one
+    # whatever the machine (measure.RANK_THREADS; 8 per rank on a 16-core machine made lesson 13's predictions miss)
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
 
     monkeypatch.setattr(plan_validate, "step_time", wrong_for_zero1)
     monkeypatch.setattr(plan_validate, "compare", recording)
@@ -60,6 +66,7 @@ def test_a_wrong_planner_misses_every_attempt_on_fresh_calibrations_and_its_repe
     # each of ZeRO-1's attempts was predicted from its own calibration, the last of them the one kept
     zero_calibrations = [calibration for kind, calibration in used if kind == "zero1"]
     assert len({id(c) for c in zero_calibrations}) == 3 and zero_calibrations[-1] is calibrations[(2, 2)]
+    assert set(threads) == {1} and {c["threads"] for _, c in used} == {1}, (threads, [c["threads"] for _, c in used])
 
     # a calibration the caller passes is the caller's to test: kept through the repeats, never measured again
     given = dict(calibrations)

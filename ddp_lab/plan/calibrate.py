@@ -3,8 +3,8 @@
 Three measurements decide a step's time here: how fast a rank multiplies matrices, what share
 of that rate a whole transformer training step reaches (`probes.CALIBRATION_SHAPE`), and what a
 collective of n bytes adds to a step. All are measured on real gloo ranks, started with
-`ddp_lab.launch` exactly as the lessons start them (each rank gets cores // ranks torch
-threads), so the planner's `this_machine()` describes the ranks that will train.
+`ddp_lab.launch` exactly as the runs it predicts (`measure.run`: one torch thread per rank,
+`measure.RANK_THREADS`), so the planner's `this_machine()` describes the ranks that will train.
 
 Why per-collective fits, not lesson 02's ring formula over a point-to-point alpha-beta: on
 this project's 2-core machine that formula predicts gloo's `all_reduce` 2.5-9x too fast for
@@ -40,7 +40,7 @@ from ddp_lab.hardware.load import OtherPrograms
 from ddp_lab.hardware.machine import cpu_cores
 from ddp_lab.launcher.procstart import settled_zygote
 from ddp_lab.course.plan.cluster_spec import ClusterSpec
-from ddp_lab.plan.measure import megatron_groups
+from ddp_lab.plan.measure import RANK_THREADS, megatron_groups
 from ddp_lab.plan.probes import TransformerStepProbe, matmul_rate
 from ddp_lab.torch_compat.flat_collectives import all_gather, reduce_scatter
 
@@ -166,8 +166,8 @@ def measure_this_machine(ranks: int = 2, repeats: int = 5, counts=COUNTS, timeou
     """Measure the matmul rate a rank gets and fit alpha-beta for each collective on `ranks` gloo ranks.
 
     Everything runs in one launch of `ranks` processes: first every rank times matmuls at once
-    (the rate a rank gets while the others compute too, with the cores // ranks threads
-    ddp_lab gives it), then the calibration step, then the collectives as a step issues them,
+    (the rate a rank gets while the others compute too, with the one thread `measure.RANK_THREADS`
+    gives it), then the calibration step, then the collectives as a step issues them,
     each after a fixed compute segment (`_time_collectives`), round by round (the median of
     `repeats` rounds counts). About 5-8 s on a lightly loaded 2-core machine, longer while other
     programs load it (a cold first launch adds ~1 s).
@@ -212,7 +212,7 @@ def measure_this_machine(ranks: int = 2, repeats: int = 5, counts=COUNTS, timeou
     settled_zygote()   # no successor zygote importing in the background while the collectives are timed
     with OtherPrograms() as others:
         results = ddp_lab.launch(_calibration_rank, args=(tuple(counts), repeats, dtypes, group), nprocs=ranks,
-                                 backend="gloo", timeout=timeout)
+                                 backend="gloo", timeout=timeout, threads=RANK_THREADS)
     flops = {name: median([r["flops"][name] for r in results]) for name in dtypes}
     step_rate = median([r["step_rate"] for r in results])
     machine = {"ranks": ranks, "group": group, "threads": results[0]["threads"], "cores": cpu_cores(),

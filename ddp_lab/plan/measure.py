@@ -39,6 +39,16 @@ from ddp_lab.torch_compat.pipelining import make_schedule, make_stage
 KINDS = ("ddp", "zero1", "zero2", "fsdp2", "fsdp2_layers", "tp", "pp", "dp_tp")
 
 
+# torch threads per rank in every timed run and calibration, on any machine. The launcher's default
+# (cores // ranks) gave each of 2 ranks 8 threads on a 16-core GPU host (2026-11-26, torch 2.11):
+# there lesson 13's predictions missed ZeRO-3 by -69 to -73 % and TP by +68 to +83 % in three
+# attempts each, while with one thread per rank (this project's 2-core machine, CI) all eight
+# configurations come within 30 %. Why, not confirmed: most likely many threads per rank make
+# compute fast next to gloo's collectives and leave gloo's threads competing with the ranks' own.
+# With one thread each, the experiment is the one the model was built and checked on, whatever
+# the cores (not yet re-run on a many-core machine).
+RANK_THREADS = 1
+
 @dataclass(frozen=True)
 class Config:
     """One small run: a model shape, a strategy (what the planner sees) and how it is implemented.
@@ -72,6 +82,7 @@ class Measured:
     matmul_flops: float = 0.0                         # fp32 FLOP/s a rank got between the timed steps (median)
     step_flops: float = 0.0                           # FLOP/s of the calibration step between the timed steps
     other_programs: float | None = None               # cores other programs kept busy during the launch (None: unknown)
+    threads: int = 0                                  # torch threads each rank had (RANK_THREADS)
 
     @property
     def step_time(self) -> float:
@@ -327,7 +338,8 @@ def _rank_main(rank: int, config: Config, steps: int, warmup: int, probe_seconds
         began = time.perf_counter()
         step()
         times.append(time.perf_counter() - began)
-    return {"states": state_bytes(), "activations": counter.peak, "times": times, "rates": rates}
+    return {"states": state_bytes(), "activations": counter.peak, "times": times, "rates": rates,
+            "threads": torch.get_num_threads()}
 
 
 def run(config: Config, steps: int = 5, warmup: int = 0, probe_seconds: float = 0.06,
@@ -356,8 +368,9 @@ def run(config: Config, steps: int = 5, warmup: int = 0, probe_seconds: float = 
     settled_zygote()   # no successor zygote importing in the background while the steps are timed (nor in the window)
     with OtherPrograms() as others:
         results = ddp_lab.launch(_rank_main, args=(config, steps, warmup, probe_seconds), nprocs=config.ranks,
-                                 backend="gloo", timeout=timeout)
+                                 backend="gloo", timeout=timeout, threads=RANK_THREADS)
     slowest = [max(r["times"][i] for r in results) for i in range(steps)]
     return Measured(config, [r["states"] for r in results], [r["activations"] for r in results], slowest,
                     median_high(rate for r in results for rate, _ in r["rates"]),
-                    median_high(rate for r in results for _, rate in r["rates"]), others.cores)
+                    median_high(rate for r in results for _, rate in r["rates"]), others.cores,
+                    max(r["threads"] for r in results))
