@@ -88,7 +88,9 @@ def main() -> int:
     args, pytest_args = parser.parse_known_args()
     args.out.parent.mkdir(parents=True, exist_ok=True)
     junit = args.out.with_suffix(".xml")
-    command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-m", "gpu", "-rA", "-W", "always",
+    # -v names each test as it ends: a run stopped at a time limit writes no JUnit report, and its log then
+    # still says which tests failed (the first H100 run of 2026-11-26 lost two failures' names that way)
+    command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-m", "gpu", "-v", "-rA", "-W", "always",
                f"--junitxml={junit}", str(ROOT / "tests" / "gpu"), *pytest_args]
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
     sys.stdout.write(done.stdout)

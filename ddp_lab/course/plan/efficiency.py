@@ -22,13 +22,14 @@ so the small k of a small model or a wide tensor-parallel split cost more. Backw
             skips the blocks a causal mask zeroes (half the FLOPs) and recomputes Q K^T in
             backward: 2.5 x the forward FLOPs, not 2 (5 matmuls of s^2 d instead of 4);
             no s x s tensor ever reaches HBM. Its kernel does not run at the GEMMs' rate: its
-            softmax sits between its two matmuls, so it runs at the share of peak its authors
-            measured for it on each generation, `FLASH_ATTENTION_UTILIZATION` (published, not
-            calibrated; bf16/fp16 only, FlashAttention-2 has no fp32 kernel): FlashAttention-2
-            reaches 50-73 % of an A100's peak but only 35 % of an H100's (it does not use
-            Hopper's asynchronous tensor cores and TMA: FlashAttention-3's abstract). That
-            matters most where attention is most of the work: short models, long sequences
-            (lesson 15).
+            softmax sits between its two matmuls, so it runs at the share of peak measured for
+            it on each generation, `FLASH_ATTENTION_UTILIZATION` (measured, not calibrated to
+            any run; bf16/fp16 only, FlashAttention-2 has no fp32 kernel): FlashAttention-2
+            reaches 50-73 % of an A100's peak (its paper) but only 35 % of an H100's at best
+            (it does not use Hopper's asynchronous tensor cores and TMA: FlashAttention-3's
+            abstract), and 18-26 % in the causal training shapes of the H100 runs the planner
+            is checked on (measured: tools/gpu_kernels.py). That matters most where attention
+            is most of the work: short models, long sequences (lesson 15).
 Recomputation repeats forward work in backward: "full" the whole layer's forward; "selective"
 (eager only) the attention core and its softmax/dropout traffic; with flash there is nothing
 left to recompute selectively.
@@ -77,14 +78,14 @@ GEMM_EFFICIENCY = {
     # MosaicML llm-foundry, scripts/train/benchmarking/README.md, table "H100 80GB BF16", MPT-7B row at
     # sequence 2048 on 8 GPUs: FSDP FULL_SHARD, micro-batch 6, no activation checkpointing, flash
     # attention, 10,643 tokens/s per GPU (published.py's "MPT-7b 8xH100").
-    "hopper": 0.50,
+    "hopper": 0.52,
 }
 CALIBRATION_RUNS = {
     "ampere": "Narayanan et al. 2021, Table 1, 18.4B (TP 8, 256 A100 80GB): 135 TFLOP/s per GPU",
     "hopper": "MosaicML llm-foundry benchmarks, H100 80GB BF16, MPT-7B, seq 2048, 8 GPUs: 10,643 tokens/s per GPU",
 }
-# FlashAttention-2's share of the GPU's dense bf16/fp16 peak, fwd and bwd alike (published kernel
-# measurements, not calibrated; `attention_seconds`). A generation without an entry, and fp32 (no
+# FlashAttention-2's share of the GPU's dense bf16/fp16 peak, fwd and bwd alike (kernel measurements:
+# published for Ampere, measured on an H100 for Hopper; never fitted to a run; `attention_seconds`). A generation without an entry, and fp32 (no
 # FlashAttention-2 kernel), run the attention core at the GEMM rate (a T4 has no FlashAttention-2
 # kernel: PyTorch's SDPA takes its memory-efficient kernel there).
 FLASH_ATTENTION_UTILIZATION = {
@@ -92,14 +93,18 @@ FLASH_ATTENTION_UTILIZATION = {
     # maximum FLOPs/s on A100". The low end: a training step's causal 2-4K-token sequences and its
     # backward pass sit at the bottom of the paper's benchmarks, whose top is long non-causal forward passes.
     "ampere": 0.50,
-    # Shah et al. 2024, "FlashAttention-3", arXiv:2407.08608, abstract: "FlashAttention-2 achieving only
-    # 35% utilization on the H100 GPU" (FlashAttention-3 reaches up to 75 %; the runs here predate it).
-    # The abstract gives one figure, taken as it is; the same low-end rule as Ampere's would give less
-    # (third-party transcriptions of that paper's plots put FlashAttention-2's causal forward and its
-    # backward at 2K tokens near 30 %, not checked against the PDF here): H100 attention may be a little
-    # slower than this. At 0.32 the validation median would be 7.1 %, at 0.30 7.2 % (the GEMM constant
-    # re-set each time; 7.3 % at 0.35): the choice is stated, not tuned.
-    "hopper": 0.35,
+    # Measured on an H100 SXM (2026-11-26, torch 2.11, PyTorch's flash kernel, which is FlashAttention-2):
+    # tools/gpu_kernels.py times scaled_dot_product_attention, causal, bf16, forward and backward, at the
+    # micro-batch, heads and head size (128) of each H100 run in published.py, its FLOPs counted as
+    # here (causal half, backward 2.5 x): 0.18-0.26 of peak, median 0.21 (ddp_lab/plan/measured/
+    # h100-sxm-kernels.json; forward alone 0.21-0.31, backward 0.17-0.25; head size 64: 0.17-0.20).
+    # The published figure, "FlashAttention-2 achieving only 35% utilization on the H100 GPU" (Shah et
+    # al. 2024, "FlashAttention-3", arXiv:2407.08608, abstract), is its best case, long non-causal
+    # forward passes; the planner used it until that measurement, which moved MosaicML's 760M on 8 H100s
+    # from +24 % to +18 % and the validation median from 7.3 % to 6.8 % (the GEMM constant re-set on its
+    # calibration run, as the rule requires: 0.50 -> 0.52). Measured once, on one machine: the spread
+    # over shapes (0.18-0.26) is what one number leaves out.
+    "hopper": 0.21,
 }
 FLASH_PRECISIONS = ("bf16", "fp16")   # FlashAttention-2's kernels; fp32 attention runs at the GEMM rate
 # Turing (T4) has no published run with a stated configuration in the validation set: it borrows
@@ -189,15 +194,15 @@ def attention_seconds(flops: float, gpu, strategy) -> float:
     """Seconds of `flops` of the attention core (Q K^T and the weighted V) on `gpu` for `strategy`.
 
     Eager attention's cores are batched GEMMs: the calibrated GEMM rate. Flash attention in bf16
-    or fp16 runs at FlashAttention-2's published share of peak where the generation has one
+    or fp16 runs at FlashAttention-2's measured share of peak where the generation has one
     (`FLASH_ATTENTION_UTILIZATION`), otherwise at the GEMM rate.
 
     Example:
         >>> from ddp_lab.course.plan.cluster_spec import GPU
         >>> from ddp_lab.course.plan.strategy import Strategy
         >>> h100 = GPU.preset("h100-sxm")
-        >>> round(attention_seconds(989e12, h100, Strategy()), 2)     # 35 % of 989 TFLOP/s
-        2.86
+        >>> round(attention_seconds(989e12, h100, Strategy()), 2)     # 21 % of 989 TFLOP/s
+        4.76
 
     Introduced in notebooks/13-plan-your-training-run.ipynb.
     """
