@@ -88,7 +88,9 @@ def _rank_work(rank: int) -> dict:
 
 @pytest.fixture(scope="module")
 def ranks():
-    return ddp_lab.launch(_rank_work, nprocs=2, backend="gloo", threads=1)
+    # CPU ranks with the GPUs hidden: torch's PowerSGD hook calls torch.cuda.synchronize on the gradients' device
+    # whenever a GPU exists, which raises for CPU tensors (seen on an H100 host in lesson 11's cell)
+    return ddp_lab.launch(_rank_work, nprocs=2, backend="gloo", threads=1, env={"CUDA_VISIBLE_DEVICES": ""})
 
 
 def test_hook_bytes_equal_their_formulas(ranks):

@@ -134,18 +134,40 @@ def test_calibration_run(generation):
 
 # What tools/gpu_kernels.py measured on an H100 SXM (2026-11-26, torch 2.11+cu130): GEMM rates against k, PyTorch's
 # flash attention kernel at every H100 run's shapes, one whole layer per run. Committed as measured; never edited.
+# Its planner_seconds fields were computed with the constants of that day (GEMM 0.50, flash 0.35); the tests
+# below recompute the planner's side. That run's attention backward also added q, k and v's gradients into
+# .grad, and its GEMM intervals held one kernel each (tools/gpu_kernels.py now does neither).
 H100_KERNELS = Path(published.__file__).parent / "measured" / "h100-sxm-kernels.json"
+
+
+def h100_attention_shares(data) -> dict:
+    """Each measured shape's share of peak, forward and backward, with the three gradient adds of that run's
+    backward taken out at the planner's own HBM bandwidth (2 bytes read twice and written once per element of
+    q, k and v)."""
+    h100 = ClusterSpec.preset("h100-sxm").gpu
+    models = {r.model.name: r.model for r in RUNS}
+    models.update({f"mpt-{size}": published.mpt(size) for size in ("125m", "350m")})
+    shares = {}
+    for row in data["attention"]:
+        model, b = models[row["model"]], row["micro_batch"]
+        adds = 3 * 2 * b * model.seq_len * (model.hidden + 2 * model.kv_dim) / h100.memory_bandwidth
+        forward_flops = 4 * b * model.seq_len ** 2 * model.hidden / 2
+        seconds = row["forward_seconds"] + row["backward_seconds"] - adds
+        shares[row["model"], b] = 3.5 * forward_flops / seconds / h100.flops("bf16")
+    return shares
 
 
 def test_hopper_flash_attention_runs_at_the_share_measured_on_an_h100():
     """FLASH_ATTENTION_UTILIZATION["hopper"] is the median share of peak PyTorch's flash kernel (FlashAttention-2)
     reached on an H100 SXM, causal, bf16, forward and backward, at the (model, micro-batch) of each H100 run here,
-    rounded to 2 digits: measured, not fitted to any run's throughput. Every such run has its measurement (a run
-    added without one fails here). The spread over those shapes is 0.18-0.26, head size 64 runs lower, and even
-    the fastest forward pass stays under the published 35 % (FlashAttention-3's abstract: FlashAttention-2's best
-    on an H100, long non-causal forward passes). The same file checks the per-tile GEMM cost: k / (k + TILE_K) of
-    the longest GEMM's rate is within 3 % of the measured rate for k >= 1024 (every H100 run's GEMMs reduce over
-    k >= 1536) and 3-11 % too fast for k = 256-768, where the real cost per tile is larger than TILE_K."""
+    rounded to 2 digits, once the gradient adds that run's backward also timed are taken out (3-11 % of it, at the
+    planner's own HBM bandwidth; as timed, with them, the median is 0.21): measured, not fitted to any run's
+    throughput. Every such run has its measurement (a run added without one fails here). Over those shapes the
+    share spreads from 0.19 to 0.27, head size 64 runs lower, and even the fastest forward pass stays under the
+    published 35 % (FlashAttention-3's abstract: FlashAttention-2's best on an H100, long non-causal forward
+    passes). The same file checks the per-tile GEMM cost: k / (k + TILE_K) of the longest GEMM's rate is within
+    3 % of the measured rate for k >= 1536 (every H100 run's GEMMs reduce over k >= 1536); below that, each timed
+    interval held one short kernel and its launch, so the sweep cannot tell the tile cost from the launch."""
     data = json.loads(H100_KERNELS.read_text())
     h100 = ClusterSpec.preset("h100-sxm").gpu
     assert data["machine"]["preset"] == "h100-sxm" and data["machine"]["peak_bf16"] == h100.flops("bf16")
@@ -153,52 +175,66 @@ def test_hopper_flash_attention_runs_at_the_share_measured_on_an_h100():
               if r.cluster.gpu.generation == "hopper" and r.strategy.tp == r.strategy.pp == 1}
     measured = {(row["model"], row["micro_batch"]): row for row in data["attention"]}
     assert shapes <= set(measured), shapes - set(measured)
-    shares = [measured[shape]["share"] for shape in shapes]
-    assert round(statistics.median(shares), 2) == FLASH_ATTENTION_UTILIZATION["hopper"] == 0.21
-    assert 0.17 < min(shares) < 0.19 and 0.25 < max(shares) < 0.27, sorted(shares)
+    corrected = h100_attention_shares(data)
+    shares = [corrected[shape] for shape in shapes]
+    assert round(statistics.median(shares), 2) == FLASH_ATTENTION_UTILIZATION["hopper"] == 0.23
+    assert round(statistics.median(measured[shape]["share"] for shape in shapes), 2) == 0.21     # as timed
+    assert 0.19 < min(shares) < 0.20 and 0.26 < max(shares) < 0.27, sorted(shares)
     assert all(measured[shape]["head_dim"] == 128 for shape in shapes)
-    assert all(row["share"] < 0.21 for row in data["attention"] if row["head_dim"] == 64)
+    assert all(share < 0.23 for (model, _), share in corrected.items() if measured[model, _]["head_dim"] == 64)
     assert max(row["forward_share"] for row in data["attention"]) < 0.35
     gemm = {row["k"]: row["share_of_peak"] for row in data["gemm"]}
     longest = max(gemm)
     for k, share in gemm.items():
         tiled = gemm[longest] * (k / (k + TILE_K)) / (longest / (longest + TILE_K))
-        assert (abs(tiled / share - 1) < 0.03) if k >= 1024 else (0.03 < tiled / share - 1 < 0.11), (k, tiled, share)
+        if k >= 1536:
+            assert abs(tiled / share - 1) < 0.03, (k, tiled, share)
 
 
-def test_what_the_planner_still_misses_on_h100s_is_in_its_layer_time():
+def test_what_the_planner_still_misses_on_h100s_is_outside_the_bare_layer():
     """One layer of each H100 run's shape, timed alone on an H100 (forward and backward, with torch.utils.checkpoint
-    where the run recomputed), against the planner's layer_seconds for it: the planner's layer takes 1.17-1.30 x
-    the measured one without recomputation and 1.30-1.46 x with full recomputation (1.30 at the calibration run,
-    MPT-7B: the calibrated constant charges per FLOP what a bare layer does not spend, so recomputation's extra
-    FLOPs pay that charge too). Over the predicted runs whose layer was timed, that ratio and the run's error
-    correlate at r = -0.93: where the planner's layer is slow against the real one, the run is predicted slow.
+    where the run recomputed), against the planner's layer_seconds for it: the planner's layer takes 1.15-1.29 x
+    the measured one without recomputation and 1.29-1.45 x with full recomputation (1.29 at the calibration run,
+    MPT-7B). The planner's layer is slower than the bare one everywhere because its calibrated constant charges
+    per FLOP what a step spends outside the layer's kernels; recomputation adds FLOPs, so it adds that charge too.
+    Over the predicted runs, one per measured shape, the ratio and the run's error correlate at r = -0.93 (within
+    the runs without recomputation -0.66, within those with it -0.81; over all 22 predicted H100 runs, shapes
+    shared, -0.87). The timed backward also added the parameters' gradients into .grad (about 1-2 % of a layer).
     README ("How far to trust the planner") quotes these numbers."""
     from ddp_lab.course.plan.efficiency import layer_seconds
 
     data = json.loads(H100_KERNELS.read_text())
     by_name = {r.name: r for r in RUNS}
-    ratios = {}
-    for row in data["layer"]:
-        run = by_name[row["run"]]
-        ratios[run.name] = layer_seconds(run.model, run.strategy, run.cluster.gpu).total / row["measured_seconds"]
-    plain = [ratio for name, ratio in ratios.items() if by_name[name].strategy.recompute == "none"]
-    full = [ratio for name, ratio in ratios.items() if by_name[name].strategy.recompute == "full"]
-    assert len(plain) + len(full) == len(ratios) == 15
-    assert (round(min(plain), 2), round(max(plain), 2)) == (1.17, 1.30)
-    assert (round(min(full), 2), round(max(full), 2)) == (1.30, 1.46)
-    assert round(ratios[CALIBRATION["hopper"]], 2) == 1.30
-    predicted = [name for name in ratios if name != CALIBRATION["hopper"]]
-    r = statistics.correlation([ratios[name] for name in predicted], [error(by_name[name]) for name in predicted])
-    assert len(predicted) == 14 and round(r, 2) == -0.93
+    shape = lambda run: (run.model.name, run.strategy.micro_batch, run.strategy.recompute)      # noqa: E731
+    h100 = [r for r in RUNS if r.cluster.gpu.generation == "hopper" and r.strategy.tp == r.strategy.pp == 1]
+    timed = {shape(by_name[row["run"]]): row["measured_seconds"] for row in data["layer"]}
+    assert {shape(r) for r in h100} <= set(timed), {shape(r) for r in h100} - set(timed)
+    ratio = {r.name: layer_seconds(r.model, r.strategy, r.cluster.gpu).total / timed[shape(r)] for r in h100}
+    named = {by_name[row["run"]].name for row in data["layer"]}           # one run per measured shape
+    plain = [ratio[name] for name in named if by_name[name].strategy.recompute == "none"]
+    full = [ratio[name] for name in named if by_name[name].strategy.recompute == "full"]
+    assert len(plain) + len(full) == len(named) == 15
+    assert (round(min(plain), 2), round(max(plain), 2)) == (1.15, 1.29)
+    assert (round(min(full), 2), round(max(full), 2)) == (1.29, 1.45)
+    assert round(ratio[CALIBRATION["hopper"]], 2) == 1.29
+
+    def r(names):
+        return round(statistics.correlation([ratio[n] for n in names], [error(by_name[n]) for n in names]), 2)
+
+    predicted = [name for name in named if name != CALIBRATION["hopper"]]
+    assert len(predicted) == 14 and r(predicted) == -0.93
+    assert r([n for n in predicted if by_name[n].strategy.recompute == "none"]) == -0.66
+    assert r([n for n in predicted if by_name[n].strategy.recompute == "full"]) == -0.81
+    everyone = [r_.name for r_ in h100 if r_.name != CALIBRATION["hopper"]]
+    assert len(everyone) == 22 and r(everyone) == -0.87
 
 
 def test_the_overlap_slowdown_is_the_published_average_and_the_result_is_not_tuned_to_it():
     """overlap.OVERLAP_SLOWDOWN is arXiv:2507.03114's average (18.9 %), not fitted. The validation median with
     hiding free (0), at that average and at the paper's maximum (40 %), each with the GEMM constants re-set on
     their calibration runs as the rule says: the median target (8 %) is met at all three since H100 attention runs
-    at its measured rate (before: 8.4 % with hiding free, 7.3 % at the average, 7.8 % at the maximum), so the
-    average is kept as published, not for what it does to the median. README ("How far to trust the planner")
+    at its measured rate (7.3 % with hiding free, 6.6 % at the average, 6.4 % at the maximum; before: 8.4 %, 7.3 %
+    and 7.8 %), so the average is kept because it is the published one, not for what it does to the median. README ("How far to trust the planner")
     and lesson 13 quote these numbers."""
     from ddp_lab.course.plan.overlap import OVERLAP_SLOWDOWN
 
@@ -210,7 +246,7 @@ def test_the_overlap_slowdown_is_the_published_average_and_the_result_is_not_tun
         runs = [dataclasses.replace(r, cluster=r.cluster.with_(gpu=dataclasses.replace(
                     r.cluster.gpu, matmul_efficiency=constants[r.cluster.gpu.generation]))) for r in runs]
         medians[slowdown] = round(summary(runs)["median"], 3)
-    assert medians == {0.0: 0.067, 0.189: 0.068, 0.40: 0.062}
+    assert medians == {0.0: 0.073, 0.189: 0.066, 0.40: 0.064}
 
 
 # Runs the model misses by more than 20 %, each with the bound it reaches and what it leaves out.
@@ -221,6 +257,11 @@ KNOWN_MISSES = {
     # stack, which the planner does not model; what it loses is mostly not proportional to its micro-batches
     # (the test below).
     "MT-NLG 530B 280 nodes": 0.24, "MT-NLG 530B 350 nodes": 0.25, "MT-NLG 530B 420 nodes": 0.30,
+    # MosaicML's 760M on 8 H100s: published 8 % below the same model on 16 H100s (63,147 vs 68,551 tokens/s per
+    # GPU, twice the gradient accumulation), which the planner finds alike; +20.2 % (+24 % before H100 flash
+    # attention ran at its measured rate). Runs without activation checkpointing come out fast, those with it
+    # slow: test_what_the_planner_still_misses_on_h100s_is_outside_the_bare_layer.
+    "MPT-760m 8xH100": 0.21,
 }
 
 
@@ -266,17 +307,17 @@ def test_validation_set_and_its_errors():
     """At least 30 predicted runs from 6 sources on 2 GPU generations, FSDP at several scales, H100s; the
     median and largest absolute error reached, and the misses beyond 20 % are the named ones.
 
-    Issue 25's targets are a median of at most 8 % and no run beyond 20 %: the median is met (6.8 %), the largest
-    error is not (29.1 %, MT-NLG's 420 nodes). It was 7.3 % (and MosaicML's 760M on 8 H100s +24 %) before H100
-    flash attention ran at its measured rate (efficiency.FLASH_ATTENTION_UTILIZATION, 0.21 instead of the
-    published 0.35), 8.4 % and 30.0 % before compute beside hidden communication
+    Issue 25's targets are a median of at most 8 % and no run beyond 20 %: the median is met (6.6 %), the largest
+    error is not (29.1 %, MT-NLG's 420 nodes; MosaicML's 760M on 8 H100s +20.2 %). It was 7.3 % (and that 760M
+    run +24 %) before H100 flash attention ran at its measured rate (efficiency.FLASH_ATTENTION_UTILIZATION, 0.23
+    instead of the published 0.35), 8.4 % and 30.0 % before compute beside hidden communication
     paid the published 18.9 % slowdown (overlap.OVERLAP_SLOWDOWN), 8.9 % and 31.5 % with flash attention at the
     GEMMs' rate, 6.4 % median with the earlier rule of thumb for the memory-bound kernels (which charged about twice
     the bytes traffic.py counts). A change to the model that moves these numbers must update them here, in README's
     table and in lesson 13."""
     result = summary()
     assert result["runs"] >= 30 and result["sources"] >= 6
-    assert (round(result["median"], 3), round(result["max"], 3)) == (0.068, 0.291)
+    assert (round(result["median"], 3), round(result["max"], 3)) == (0.066, 0.291)
     assert {r.cluster.gpu.generation for r in RUNS} >= {"ampere", "hopper"}
     fsdp = {(r.model.parameters() // 10**9, r.strategy.gpus) for r in RUNS if r.strategy.zero == 3}
     assert len({size for size, _ in fsdp}) >= 5 and len({gpus for _, gpus in fsdp}) >= 4
@@ -364,11 +405,11 @@ def test_llama3_405b_long_context_stage_fits_an_h100():
 
 def test_llama3_405b_moves_with_its_unstated_interleaving():
     """Why Llama 3 405B is listed but not scored (lesson 13, README): Table 4 does not state the pipeline's
-    interleaving depth, and the prediction moves from -35 % (none) to -14 % (8 virtual stages of one layer) on
-    8,192 GPUs, -46 % to -13 % on 16,384."""
+    interleaving depth, and the prediction moves from -34 % (none) to -13 % (8 virtual stages of one layer) on
+    8,192 GPUs, -46 % to -12 % on 16,384."""
     llama3 = [run for run in RUNS if run.source == "llama3"]
     assert [run.scored for run in llama3] == [False, False]
-    for run, expected in zip(llama3, [(-0.35, -0.14), (-0.46, -0.13)]):
+    for run, expected in zip(llama3, [(-0.34, -0.13), (-0.46, -0.12)]):
         errors = [error(dataclasses.replace(run, strategy=dataclasses.replace(
                       run.strategy, virtual_stages=v, schedule="interleaved" if v > 1 else "1f1b"))) for v in (1, 8)]
         assert tuple(round(e, 2) for e in errors) == expected, (run.name, errors)

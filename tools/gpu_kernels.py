@@ -6,18 +6,27 @@ The planner (`ddp_lab/course/plan/efficiency.py`, lesson 13) predicts a layer's 
 assumptions; this measures each on a real GPU, with the shapes of the published runs it predicts
 (`ddp_lab/plan/published.py`, the runs on this GPU's preset):
     gemm       bf16 GEMMs of m = 16384 tokens, n = 8192, reduction k from 256 to 8192: does the
-               rate fall with small k as k / (k + TILE_K) says (the per-tile cost)?
+               rate fall with small k as k / (k + TILE_K) says (the per-tile cost)? Each timed
+               interval holds GEMM_REPEATS back-to-back GEMMs, so one launch's host overhead
+               (10-20 us) is not charged to one short kernel.
     attention  PyTorch's flash kernel (`scaled_dot_product_attention`, causal, bf16) forward and
                backward at each run's micro-batch, heads and head size, its FLOPs counted as the
                planner counts them (causal half of 4 b s^2 h, backward 2.5 x forward): the share of
-               peak it reaches (the planner: FlashAttention-2's published 35 % on an H100).
+               peak it reaches. The gradients are returned, not accumulated into .grad (a training
+               step passes them on to the projections).
     layer      one whole layer as plain PyTorch builds it (the run's norms, biases, FFN kind, flash
                attention; full recomputation with torch.utils.checkpoint where the run used it),
                forward and backward in bf16 at the run's micro-batch, against `layer_seconds`.
 Times are CUDA-event medians of 7 repetitions after 3 warm-ups. The JSON keeps the machine (GPU,
-torch, CUDA) with every number; `tests/test_plan_published.py` reads the committed copy
-(`ddp_lab/plan/measured/`) and README's "How far to trust the planner" says what it showed.
-Nothing here is fitted into the planner.
+torch, CUDA) and the planner's constants at the time with every number; `tests/test_plan_published.py`
+reads the committed copy (`ddp_lab/plan/measured/`), and README's "How far to trust the planner"
+says what it showed. The planner's Hopper flash-attention share is the median of the attention rows
+(efficiency.FLASH_ATTENTION_UTILIZATION); nothing is fitted to a run's throughput.
+
+The committed file of 2026-11-26 was measured before two fixes above: its GEMM intervals held one
+kernel each (a launch's overhead is up to ~10 % of the k = 256 kernel), and its attention backward
+also added q, k and v's gradients into .grad (three elementwise adds, 3-11 % of the backward;
+the test takes them out at the planner's own HBM bandwidth).
 """
 
 from __future__ import annotations
@@ -35,10 +44,22 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from ddp_lab.course.plan.efficiency import TILE_K, attention_backward_factor, layer_seconds  # noqa: E402
+from ddp_lab.course.plan.efficiency import (FLASH_ATTENTION_UTILIZATION, TILE_K,  # noqa: E402
+                                            attention_backward_factor, layer_seconds)
 from ddp_lab.plan import published  # noqa: E402
 
-PRESET_OF = {"H100": "h100-sxm", "A100": "a100-80gb", "H200": "h200"}
+GEMM_REPEATS = 20
+
+
+def preset_of(name: str) -> str | None:
+    """The planner's GPU preset for a CUDA device name, or None (a PCIe or NVL H100 has another peak)."""
+    if "H100" in name:
+        return "h100-sxm" if ("HBM3" in name or "SXM" in name) else None
+    if "H200" in name:
+        return "h200"
+    if "A100" in name:
+        return "a100-80gb" if "80GB" in name else "a100-40gb" if "40GB" in name else None
+    return None
 
 
 def timed(fn, warmups: int = 3, repeats: int = 7) -> float:
@@ -63,7 +84,7 @@ def gemm_sweep(peak: float) -> list[dict]:
     for k in (256, 512, 768, 1024, 1536, 2048, 3072, 4096, 8192):
         a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
         b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16)
-        seconds = timed(lambda: a @ b)
+        seconds = timed(lambda: [a @ b for _ in range(GEMM_REPEATS)]) / GEMM_REPEATS
         rows.append({"m": m, "n": n, "k": k, "seconds": seconds, "share_of_peak": 2 * m * n * k / seconds / peak})
     return rows
 
@@ -86,7 +107,7 @@ def attention(model, micro_batch: int, peak: float) -> dict:
 
         def both():
             out = F.scaled_dot_product_attention(q, k, v, is_causal=True, **extra)
-            out.backward(grad)
+            torch.autograd.grad(out, (q, k, v), grad)
         together = timed(both)
     flops_forward = 4 * micro_batch * s * s * model.hidden / 2
     flops_backward = 2.5 * flops_forward
@@ -154,6 +175,8 @@ def layer(run, gpu) -> dict:
     full = strategy.recompute == "full"
 
     def step():
+        block.zero_grad(set_to_none=True)      # a step's first backward writes the gradients, adds nothing
+        x.grad = None
         if full:
             y = torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False)
         else:
@@ -165,10 +188,11 @@ def layer(run, gpu) -> dict:
             "measured_seconds": seconds, "planner_seconds": predicted.total,
             "planner_over_measured": predicted.total / seconds,
             "gemm_share_measured": _layer_gemm_flops(model, strategy) / seconds / gpu.flops("bf16")}
+    # gemm_share_measured: the layer's weight-GEMM FLOPs over the whole layer's time, as a share of peak
 
 
 def _layer_gemm_flops(model, strategy) -> float:
-    """The layer's weight-GEMM FLOPs for forward + backward (+ the recomputed forward): 6 (or 8) x 2 b s P."""
+    """The layer's weight-GEMM FLOPs for forward + backward (+ the recomputed forward): 3 (or 4) x 2 b s P."""
     h, kv, f = model.hidden, model.kv_dim, model.ffn_
     ups = 2 if model.ffn_kind == "swiglu" else 1
     forward = 2 * strategy.micro_batch * model.seq_len * (2 * h * h + 2 * h * kv + (ups + 1) * h * f)
@@ -183,9 +207,9 @@ def main() -> int:
         print("gpu_kernels: no CUDA GPU visible to torch; nothing to measure")
         return 2
     name = torch.cuda.get_device_name(0)
-    preset = next((PRESET_OF[key] for key in PRESET_OF if key in name), None)
+    preset = preset_of(name)
     if preset is None:
-        print(f"gpu_kernels: no planner preset for {name}; the planner has {sorted(set(PRESET_OF.values()))}")
+        print(f"gpu_kernels: no planner preset for {name} (presets: H100 SXM, H200, A100 40/80 GB)")
         return 2
     runs = [r for r in published.RUNS if r.cluster.gpu.name == published.ClusterSpec.preset(preset).gpu.name
             and r.strategy.tp == 1 and r.strategy.pp == 1]
@@ -196,6 +220,7 @@ def main() -> int:
                           "capability": ".".join(map(str, torch.cuda.get_device_capability(0)))},
               "planner": {"tile_k": TILE_K,
                           "gemm_efficiency": gpu.matmul_efficiency,
+                          "flash_attention_utilization": FLASH_ATTENTION_UTILIZATION.get(gpu.generation),
                           "attention_backward_factor": attention_backward_factor(runs[0].strategy) if runs else None}}
     result["gemm"] = gemm_sweep(peak)
     for row in result["gemm"]:
