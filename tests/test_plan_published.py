@@ -164,8 +164,7 @@ def test_hopper_flash_attention_runs_at_the_share_measured_on_an_h100():
     planner's own HBM bandwidth; as timed, with them, the median is 0.21): measured, not fitted to any run's
     throughput. Every such run has its measurement (a run added without one fails here). Over those shapes the
     share spreads from 0.19 to 0.27, head size 64 runs lower, and even the fastest forward pass stays under the
-    published 35 % (FlashAttention-3's abstract: FlashAttention-2's best on an H100, long non-causal forward
-    passes). The same file checks the per-tile GEMM cost: k / (k + TILE_K) of the longest GEMM's rate is within
+    published 35 % (FlashAttention-3's abstract, FlashAttention-2 on an H100, shapes not given). The same file checks the per-tile GEMM cost: k / (k + TILE_K) of the longest GEMM's rate is within
     3 % of the measured rate for k >= 1536 (every H100 run's GEMMs reduce over k >= 1536); below that, each timed
     interval held one short kernel and its launch, so the sweep cannot tell the tile cost from the launch."""
     data = json.loads(H100_KERNELS.read_text())

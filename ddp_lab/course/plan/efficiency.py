@@ -102,8 +102,8 @@ FLASH_ATTENTION_UTILIZATION = {
     # the shares are 0.19-0.27 of peak, median 0.23 (as timed, with the adds: median 0.21; forward alone
     # 0.21-0.31; head size 64 lower). tests/test_plan_published.py derives this number from the file.
     # The published figure, "FlashAttention-2 achieving only 35% utilization on the H100 GPU" (Shah et
-    # al. 2024, "FlashAttention-3", arXiv:2407.08608, abstract), is its best case, long non-causal
-    # forward passes; the planner used it until that measurement. Measured once, on one machine, with
+    # al. 2024, "FlashAttention-3", arXiv:2407.08608, abstract), gives no shapes; the training shapes
+    # measured here reach less, forward passes alone too (at most 0.31); the planner used it until then. Measured once, on one machine, with
     # torch 2.11's kernel, at 2-4K tokens: longer sequences (lesson 15's 8K and 128K) likely run at a
     # higher share, which this one number does not know.
     "hopper": 0.23,
