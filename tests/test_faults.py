@@ -149,7 +149,8 @@ def test_segfault(capsys):
 
 def sleeps_while_peers_wait(rank, marker_dir):
     before_fault(rank)
-    Path(marker_dir, f"ready-{rank}").write_text(str(os.getpid()))
+    Path(marker_dir, f".ready-{rank}").write_text(str(os.getpid()))   # whole, then renamed: never read half-written
+    os.replace(Path(marker_dir, f".ready-{rank}"), Path(marker_dir, f"ready-{rank}"))
     if rank == 1:
         time.sleep(300)  # killed from outside long before this ends
     dist.all_reduce(torch.ones(1))  # ranks 0 and 2 wait here for rank 1

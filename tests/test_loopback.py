@@ -45,7 +45,10 @@ def hold_the_group_open(rank, marker_dir, init_self):
     if init_self:
         dist.init_process_group("gloo")  # env://, pointed by the launcher at its store
     dist.all_reduce(torch.ones(1))  # gloo connects a full mesh of pairs on first use
-    Path(marker_dir, f"ready-{rank}").write_text(str(os.getpid()))
+    # written whole, then renamed: the inspector reads the pid as soon as the name appears (a plain write_text
+    # once let it read an empty file: "invalid literal for int() with base 10: ''" in a fresh-clone CI run here)
+    Path(marker_dir, f".ready-{rank}").write_text(str(os.getpid()))
+    os.replace(Path(marker_dir, f".ready-{rank}"), Path(marker_dir, f"ready-{rank}"))
     deadline = time.monotonic() + 60
     while not Path(marker_dir, "go").exists() and time.monotonic() < deadline:
         time.sleep(0.02)

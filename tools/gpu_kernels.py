@@ -52,11 +52,11 @@ GEMM_REPEATS = 20
 
 
 def preset_of(name: str) -> str | None:
-    """The planner's GPU preset for a CUDA device name, or None (a PCIe or NVL H100 has another peak)."""
+    """The planner's GPU preset for a CUDA device name, or None (a PCIe or NVL part, or a GH200, differs from it)."""
     if "H100" in name:
         return "h100-sxm" if ("HBM3" in name or "SXM" in name) else None
     if "H200" in name:
-        return "h200"
+        return "h200" if not ("NVL" in name or "GH200" in name) else None
     if "A100" in name:
         return "a100-80gb" if "80GB" in name else "a100-40gb" if "40GB" in name else None
     return None
@@ -187,8 +187,8 @@ def layer(run, gpu) -> dict:
     return {"run": run.name, "model": model.name, "micro_batch": strategy.micro_batch, "recompute": strategy.recompute,
             "measured_seconds": seconds, "planner_seconds": predicted.total,
             "planner_over_measured": predicted.total / seconds,
+            # the layer's weight-GEMM FLOPs over the whole layer's time, as a share of peak
             "gemm_share_measured": _layer_gemm_flops(model, strategy) / seconds / gpu.flops("bf16")}
-    # gemm_share_measured: the layer's weight-GEMM FLOPs over the whole layer's time, as a share of peak
 
 
 def _layer_gemm_flops(model, strategy) -> float:
@@ -222,6 +222,7 @@ def main() -> int:
                           "gemm_efficiency": gpu.matmul_efficiency,
                           "flash_attention_utilization": FLASH_ATTENTION_UTILIZATION.get(gpu.generation),
                           "attention_backward_factor": attention_backward_factor(runs[0].strategy) if runs else None}}
+    result["attention_gradients_accumulated"] = False    # the file of 2026-11-26 did (tests take them out)
     result["gemm"] = gemm_sweep(peak)
     for row in result["gemm"]:
         print(f"gemm k={row['k']:5d}: {row['share_of_peak']:.3f} of peak")

@@ -25,9 +25,9 @@ so the small k of a small model or a wide tensor-parallel split cost more. Backw
             softmax sits between its two matmuls, so it runs at the share of peak measured for
             it on each generation, `FLASH_ATTENTION_UTILIZATION` (measured, not calibrated to
             any run; bf16/fp16 only, FlashAttention-2 has no fp32 kernel): FlashAttention-2
-            reaches 50-73 % of an A100's peak (its paper) but only 35 % of an H100's at best
-            (it does not use Hopper's asynchronous tensor cores and TMA: FlashAttention-3's
-            abstract), and 19-27 % in the causal training shapes of the H100 runs the planner
+            reaches 50-73 % of an A100's peak (its paper) but 35 % of an H100's (FlashAttention-3's
+            abstract, shapes not given: it does not use Hopper's asynchronous tensor cores and
+            TMA), and 19-27 % in the causal training shapes of the H100 runs the planner
             is checked on (measured: tools/gpu_kernels.py). That matters most where attention
             is most of the work: short models, long sequences (lesson 15).
 Recomputation repeats forward work in backward: "full" the whole layer's forward; "selective"
@@ -99,7 +99,8 @@ FLASH_ATTENTION_UTILIZATION = {
     # counted as here (causal half, backward 2.5 x) (ddp_lab/plan/measured/h100-sxm-kernels.json). That run's
     # backward also added q, k and v's gradients into .grad, three elementwise adds a training step does not
     # do (the tool no longer does); taken out at the planner's own HBM bandwidth (3-11 % of the backward),
-    # the shares are 0.19-0.27 of peak, median 0.23 (as timed, with the adds: median 0.21; forward alone
+    # the shares are 0.19-0.27 of peak, median 0.23 (0.2318; 0.2342 if the adds ran at 3.0 TB/s, so 0.23 is
+    # the low end; as timed, with the adds: median 0.21; forward alone
     # 0.21-0.31; head size 64 lower). tests/test_plan_published.py derives this number from the file.
     # The published figure, "FlashAttention-2 achieving only 35% utilization on the H100 GPU" (Shah et
     # al. 2024, "FlashAttention-3", arXiv:2407.08608, abstract), gives no shapes; the training shapes
