@@ -40,7 +40,8 @@ from pathlib import Path
 
 import pytest
 
-from ddp_lab.course.plan.efficiency import FLASH_ATTENTION_UTILIZATION, GEMM_EFFICIENCY, TILE_K
+from ddp_lab.course.plan.efficiency import (FLASH_ATTENTION_UTILIZATION, GEMM_EFFICIENCY, TILE_K,
+                                            attention_backward_factor, layer_matmul_flops)
 from ddp_lab.plan import (ClusterSpec, Strategy, Transformer, check, layer_activation_bytes, model_state_bytes,
                           stage_activation_bytes, stage_state_bytes, step_flops, step_time)
 from ddp_lab.plan import published
@@ -154,9 +155,10 @@ def h100_attention_shares(data) -> dict:
         adds = 3 * 2 * b * model.seq_len * (model.hidden + 2 * model.kv_dim) / h100.memory_bandwidth
         if not data.get("attention_gradients_accumulated", True):
             adds = 0.0
-        forward_flops = 4 * b * model.seq_len ** 2 * model.hidden / 2
+        flash = Strategy(micro_batch=b)               # the planner's count: causal half, backward 2.5 x the forward
+        forward_flops = layer_matmul_flops(model, flash)[1] / 2
         seconds = row["forward_seconds"] + row["backward_seconds"] - adds
-        shares[row["model"], b] = 3.5 * forward_flops / seconds / h100.flops("bf16")
+        shares[row["model"], b] = (1 + attention_backward_factor(flash)) * forward_flops / seconds / h100.flops("bf16")
     return shares
 
 

@@ -45,8 +45,8 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 from ddp_lab.course.plan.efficiency import (FLASH_ATTENTION_UTILIZATION, TILE_K,  # noqa: E402
-                                            attention_backward_factor, layer_seconds)
-from ddp_lab.plan import published  # noqa: E402
+                                            attention_backward_factor, layer_matmul_flops, layer_seconds)
+from ddp_lab.plan import Strategy, published  # noqa: E402
 
 GEMM_REPEATS = 20
 
@@ -109,8 +109,9 @@ def attention(model, micro_batch: int, peak: float) -> dict:
             out = F.scaled_dot_product_attention(q, k, v, is_causal=True, **extra)
             torch.autograd.grad(out, (q, k, v), grad)
         together = timed(both)
-    flops_forward = 4 * micro_batch * s * s * model.hidden / 2
-    flops_backward = 2.5 * flops_forward
+    flash = Strategy(micro_batch=micro_batch)                  # the planner's FLOP count: causal half, backward 2.5 x
+    flops_forward = layer_matmul_flops(model, flash)[1] / 2
+    flops_backward = attention_backward_factor(flash) * flops_forward
     backward = together - forward
     return {"head_dim": dim, "heads": heads, "micro_batch": micro_batch,
             "forward_seconds": forward, "backward_seconds": backward,
@@ -188,15 +189,8 @@ def layer(run, gpu) -> dict:
             "measured_seconds": seconds, "planner_seconds": predicted.total,
             "planner_over_measured": predicted.total / seconds,
             # the layer's weight-GEMM FLOPs over the whole layer's time, as a share of peak
-            "gemm_share_measured": _layer_gemm_flops(model, strategy) / seconds / gpu.flops("bf16")}
-
-
-def _layer_gemm_flops(model, strategy) -> float:
-    """The layer's weight-GEMM FLOPs for forward + backward (+ the recomputed forward): 3 (or 4) x 2 b s P."""
-    h, kv, f = model.hidden, model.kv_dim, model.ffn_
-    ups = 2 if model.ffn_kind == "swiglu" else 1
-    forward = 2 * strategy.micro_batch * model.seq_len * (2 * h * h + 2 * h * kv + (ups + 1) * h * f)
-    return forward * (4 if strategy.recompute == "full" else 3)
+            "gemm_share_measured": layer_matmul_flops(model, strategy)[0] * (4 if full else 3) / seconds
+                                   / gpu.flops("bf16")}
 
 
 def main() -> int:
@@ -226,33 +220,28 @@ def main() -> int:
     result["gemm"] = gemm_sweep(peak)
     for row in result["gemm"]:
         print(f"gemm k={row['k']:5d}: {row['share_of_peak']:.3f} of peak")
-    seen, result["attention"], result["layer"] = set(), [], []
+    # one measurement per shape: attention per (model, micro-batch), a layer per (model, micro-batch, recomputation)
+    attention_shapes = {(r.model.name, r.strategy.micro_batch): r.model for r in runs}
+    attention_shapes.update({(f"mpt-{size}", 32): published.mpt(size) for size in ("125m", "350m")})   # head size 64
+    layer_runs = {}
     for run in runs:
-        key = (run.model.name, run.strategy.micro_batch)
-        if key not in seen:
-            seen.add(key)
-            row = attention(run.model, run.strategy.micro_batch, peak)
-            row["model"] = run.model.name
-            result["attention"].append(row)
-            print(f"attention {run.model.name} mb{run.strategy.micro_batch} d{row['head_dim']}: "
-                  f"fwd {row['forward_share']:.3f} bwd {row['backward_share']:.3f} of peak")
-        key = (run.model.name, run.strategy.micro_batch, run.strategy.recompute)
-        if key not in {(r["model"], r["micro_batch"], r["recompute"]) for r in result["layer"]}:
-            try:
-                row = layer(run, gpu)
-            except torch.cuda.OutOfMemoryError as error:
-                row = {"run": run.name, "model": run.model.name, "micro_batch": run.strategy.micro_batch,
-                       "recompute": run.strategy.recompute, "error": str(error).splitlines()[0]}
-            result["layer"].append(row)
-            torch.cuda.empty_cache()
-            print(f"layer {run.name}: " + (f"measured {row['measured_seconds'] * 1e3:.2f} ms, planner "
-                  f"{row['planner_seconds'] * 1e3:.2f} ms" if "error" not in row else row["error"]))
-    for size, micro_batch in (("125m", 32), ("350m", 32)):   # head size 64 (every H100 run above has 128)
-        row = attention(published.mpt(size), micro_batch, peak)
-        row["model"] = f"mpt-{size}"
+        layer_runs.setdefault((run.model.name, run.strategy.micro_batch, run.strategy.recompute), run)
+    result["attention"], result["layer"] = [], []
+    for (model_name, micro_batch), model in attention_shapes.items():
+        row = {**attention(model, micro_batch, peak), "model": model_name}
         result["attention"].append(row)
-        print(f"attention mpt-{size} mb{micro_batch} d{row['head_dim']}: "
+        print(f"attention {model_name} mb{micro_batch} d{row['head_dim']}: "
               f"fwd {row['forward_share']:.3f} bwd {row['backward_share']:.3f} of peak")
+    for run in layer_runs.values():
+        try:
+            row = layer(run, gpu)
+        except torch.cuda.OutOfMemoryError as error:
+            row = {"run": run.name, "model": run.model.name, "micro_batch": run.strategy.micro_batch,
+                   "recompute": run.strategy.recompute, "error": str(error).splitlines()[0]}
+        result["layer"].append(row)
+        torch.cuda.empty_cache()
+        print(f"layer {run.name}: " + (f"measured {row['measured_seconds'] * 1e3:.2f} ms, planner "
+              f"{row['planner_seconds'] * 1e3:.2f} ms" if "error" not in row else row["error"]))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1) + "\n")
     print(f"wrote {args.out}")
