@@ -125,7 +125,7 @@ BEST_GPT3 = r"below the best plan dp32 tp2 pp1 z3 mb2x1 sp \("
     (dict(recomputes=("none", "selective")), r"(?s)choose_plan raised AttributeError: 'NoneType' object has no "
                                              r"attribute 'strategy'\nwhile choosing a plan for llama3-70b on 8 x 8 "
                                              r"A100 40GB.*your search ended without a plan"),
-    (dict(zeros=(0,)), rf"(?s)gpt3-175b on 8 x 8 H200 \(64 GPUs\).* fits but .*\b15% {BEST_GPT3}.*zero=3 \(yours 0\)"),
+    (dict(zeros=(0,)), rf"(?s)gpt3-175b on 8 x 8 H200 \(64 GPUs\).* fits but .*\b14% {BEST_GPT3}.*zero=3 \(yours 0\)"),
     (dict(zeros=(3,)), r"(?s)gpt2-small on 4 x 8 H100 SXM \(32 GPUs\).*\b43% below the best plan dp32 tp1 pp1 z2 mb1x2.*"
                        r"zero=2 \(yours 3\)"),
     (dict(sequence_parallel=(False,)), rf"(?s)gpt3-175b .*\b15% {BEST_GPT3}.*sequence_parallel=True \(yours False\)"),

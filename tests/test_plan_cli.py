@@ -391,13 +391,15 @@ def test_readme_examples_are_what_the_cli_prints(capsys):
 
 
 def test_readme_validation_table_is_what_published_prints():
-    """README's table of published runs and its summary line are `python -m ddp_lab.plan.published`'s output."""
+    """README's tables of published runs and of the sequence sweep, with their summary lines, are
+    `python -m ddp_lab.plan.published`'s output."""
     from pathlib import Path
 
-    from ddp_lab.plan.published import markdown_table
+    from ddp_lab.plan.published import markdown_table, sweep_table
 
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
     assert markdown_table() in readme
+    assert sweep_table() in readme
 
 
 def test_every_plan_says_how_far_to_trust_it(capsys):

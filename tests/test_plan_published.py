@@ -162,16 +162,68 @@ def h100_attention_shares(data) -> dict:
     return shares
 
 
-def test_hopper_flash_attention_runs_at_the_share_measured_on_an_h100():
-    """FLASH_ATTENTION_UTILIZATION["hopper"] is the median share of peak PyTorch's flash kernel (FlashAttention-2)
-    reached on an H100 SXM, causal, bf16, forward and backward, at the (model, micro-batch) of each H100 run here,
-    rounded to 2 digits, once the gradient adds that run's backward also timed are taken out (3-11 % of it, at the
-    planner's own HBM bandwidth; as timed, with them, the median is 0.21): measured, not fitted to any run's
-    throughput. Every such run has its measurement (a run added without one fails here). Over those shapes the
-    share spreads from 0.19 to 0.27, head size 64 runs lower, and even the fastest forward pass stays under the
-    published 35 % (FlashAttention-3's abstract, FlashAttention-2 on an H100, shapes not given). The same file checks the per-tile GEMM cost: k / (k + TILE_K) of the longest GEMM's rate is within
-    3 % of the measured rate for k >= 1536 (every H100 run's GEMMs reduce over k >= 1536); below that, each timed
-    interval held one short kernel and its launch, so the sweep cannot tell the tile cost from the launch."""
+def test_flash_attention_runs_at_the_rate_the_published_sequence_sweep_shows():
+    """FLASH_ATTENTION_UTILIZATION is, per generation, the median over models of the rate attention ran at along
+    MosaicML's sequence-length sweep (published.attention_share_fits: 7 models on A100s, 5 on H100s, each fitted to
+    3-5 rows at 4K-64K tokens with residuals within 2 %), rounded: A100 0.31 (per model 0.30-0.34), H100 0.17
+    (0.17-0.19). None of those rows is a scored run, so the validation set does not grade the number it set.
+    Both are below what the kernels reach alone (FlashAttention-2's paper: 50-73 % of an A100; PyTorch's
+    FlashAttention-2 timed on an H100 at the H100 runs' shapes: median 0.23, next test); with those numbers the
+    sweep's long rows come out up to 56 % (A100) and 29 % (H100) too fast, with these the rows without
+    recomputation are within 7.3 %."""
+    fits = published.attention_share_fits()
+    for generation, expected, models in (("ampere", 0.31, 7), ("hopper", 0.17, 5)):
+        mine = [f for f in fits if f.generation == generation]
+        assert len(mine) == models and all(f.runs >= 3 for f in mine)
+        assert round(published.attention_share(generation), 2) == FLASH_ATTENTION_UTILIZATION[generation] == expected
+        assert all(f.worst < 0.021 for f in mine), [(f.model, f.worst) for f in mine]
+        median = statistics.median(f.share for f in mine)
+        assert all(abs(f.share / median - 1) < 0.11 for f in mine), [(f.model, f.share) for f in mine]
+    assert not {r.name for r in published.SEQUENCE_SWEEP} & {r.name for r in RUNS}
+    assert min(r.model.seq_len for r in published.SEQUENCE_SWEEP) == 4096
+
+    def worst_at(shares):
+        runs = [dataclasses.replace(r, cluster=r.cluster.with_(gpu=dataclasses.replace(
+                    r.cluster.gpu, flash_attention_share=shares[r.cluster.gpu.generation])))
+                for r in published.SEQUENCE_SWEEP]
+        return {g: max(error(r) for r in runs if r.cluster.gpu.generation == g) for g in shares}
+
+    kernels = worst_at({"ampere": 0.50, "hopper": 0.23})
+    assert kernels["ampere"] > 0.55 and kernels["hopper"] > 0.28, kernels
+    plain = [error(r) for r in published.SEQUENCE_SWEEP if r.strategy.recompute == "none"]
+    assert len(plain) == 32 and max(map(abs, plain)) < 0.075
+
+
+def test_the_sweep_follows_sequence_length_and_charges_recomputation_too_much():
+    """The planner on the 59 sweep rows: median error 3.6 %; without recomputation within 7.3 % from 4K to 32K-64K
+    tokens (the attention rate came from these rows, the rest of the step did not); with full recomputation
+    slow, median -9.7 %, down to -16.6 %, except MPT-30B at 8K with micro-batch 1 (+21 % A100, +15 % H100). The
+    fits say the same: their time outside attention is 0.82-0.85 x the planner's for the models that recompute (the
+    planner charges 18-22 % too much there), 0.98-1.11 x for those that do not (AttentionFit.other). The H100 layer test below finds recomputation
+    over-charged in the bare layer too."""
+    sweep = published.SEQUENCE_SWEEP
+    assert len(sweep) == 59 and round(statistics.median(abs(error(r)) for r in sweep), 3) == 0.036
+    full = [error(r) for r in sweep if r.strategy.recompute == "full"]
+    assert round(statistics.median(full), 3) == -0.097 and round(min(full), 3) == -0.166
+    assert {r.name for r in sweep if r.strategy.recompute == "full" and error(r) > 0} == \
+        {"MPT-30b 8K 8xA100", "MPT-30b 8K 8xH100"}
+    fits = published.attention_share_fits()
+    assert all(0.82 <= f.other <= 0.86 for f in fits if f.recompute == "full")
+    assert all(0.98 <= f.other <= 1.11 for f in fits if f.recompute == "none")
+
+
+def test_pytorchs_flash_kernel_alone_runs_faster_on_an_h100_than_inside_the_published_steps():
+    """What PyTorch's flash kernel (FlashAttention-2) reached alone on an H100 SXM, causal, bf16, forward and
+    backward, at the (model, micro-batch) of each H100 run here, its FLOPs counted as the planner counts them:
+    median 0.23 of peak (0.19-0.27) once the gradient adds that run's backward also timed are taken out (3-11 % of
+    it, at the planner's own HBM bandwidth; as timed, with them, 0.21); head size 64 runs lower; even the fastest
+    forward pass stays under FlashAttention-3's published 35 % for FlashAttention-2 on an H100. Inside MosaicML's
+    training steps attention ran at 0.17 (the test above): the kernel alone is about a third faster, so a kernel
+    benchmark overstates what attention gets in a step (the planner used 0.23 until the sweep was read). Every H100
+    run has its measurement (a run added without one fails here). The same file checks the per-tile GEMM cost:
+    k / (k + TILE_K) of the longest GEMM's rate is within 3 % of the measured rate for k >= 1536 (every H100 run's
+    GEMMs reduce over k >= 1536); below that, each timed interval held one short kernel and its launch, so the
+    sweep cannot tell the tile cost from the launch."""
     data = json.loads(H100_KERNELS.read_text())
     h100 = ClusterSpec.preset("h100-sxm").gpu
     assert data["machine"]["preset"] == "h100-sxm" and data["machine"]["peak_bf16"] == h100.flops("bf16")
@@ -181,9 +233,10 @@ def test_hopper_flash_attention_runs_at_the_share_measured_on_an_h100():
     assert shapes <= set(measured), shapes - set(measured)
     corrected = h100_attention_shares(data)
     shares = [corrected[shape] for shape in shapes]
-    assert round(statistics.median(shares), 2) == FLASH_ATTENTION_UTILIZATION["hopper"] == 0.23
+    assert round(statistics.median(shares), 2) == 0.23
     assert round(statistics.median(measured[shape]["share"] for shape in shapes), 2) == 0.21     # as timed
     assert 0.19 < min(shares) < 0.20 and 0.26 < max(shares) < 0.27, sorted(shares)
+    assert statistics.median(shares) / FLASH_ATTENTION_UTILIZATION["hopper"] > 1.3
     assert all(measured[shape]["head_dim"] == 128 for shape in shapes)
     assert all(share < 0.23 for (model, _), share in corrected.items() if measured[model, _]["head_dim"] == 64)
     assert max(row["forward_share"] for row in data["attention"]) < 0.35
@@ -197,13 +250,13 @@ def test_hopper_flash_attention_runs_at_the_share_measured_on_an_h100():
 
 def test_what_the_planner_still_misses_on_h100s_is_outside_the_bare_layer():
     """One layer of each H100 run's shape, timed alone on an H100 (forward and backward, with torch.utils.checkpoint
-    where the run recomputed), against the planner's layer_seconds for it: the planner's layer takes 1.15-1.29 x
-    the measured one without recomputation and 1.29-1.45 x with full recomputation (1.29 at the calibration run,
+    where the run recomputed), against the planner's layer_seconds for it: the planner's layer takes 1.18-1.29 x
+    the measured one without recomputation and 1.30-1.42 x with full recomputation (1.29 at the calibration run,
     MPT-7B). The planner's layer is slower than the bare one everywhere because its calibrated constant charges
     per FLOP what a step spends outside the layer's kernels; recomputation adds FLOPs, so it adds that charge too.
-    Over the predicted runs, one per measured shape, the ratio and the run's error correlate at r = -0.93 (within
-    the runs without recomputation -0.66, within those with it -0.81; over all 22 predicted H100 runs, shapes
-    shared, -0.87). The timed backward also added the parameters' gradients into .grad (about 1-4 % of a layer,
+    Over the predicted runs, one per measured shape, the ratio and the run's error correlate at r = -0.92 (within
+    the runs without recomputation -0.71, within those with it -0.80; over all 22 predicted H100 runs, shapes
+    shared, -0.85). The timed backward also added the parameters' gradients into .grad (about 1-4 % of a layer,
     most at micro-batch 2-3).
     README ("How far to trust the planner") quotes these numbers."""
     from ddp_lab.course.plan.efficiency import layer_seconds
@@ -219,27 +272,29 @@ def test_what_the_planner_still_misses_on_h100s_is_outside_the_bare_layer():
     plain = [ratio[name] for name in named if by_name[name].strategy.recompute == "none"]
     full = [ratio[name] for name in named if by_name[name].strategy.recompute == "full"]
     assert len(plain) + len(full) == len(named) == 15
-    assert (round(min(plain), 2), round(max(plain), 2)) == (1.15, 1.29)
-    assert (round(min(full), 2), round(max(full), 2)) == (1.29, 1.45)
+    assert (round(min(plain), 2), round(max(plain), 2)) == (1.18, 1.29)
+    assert (round(min(full), 2), round(max(full), 2)) == (1.30, 1.42)
     assert round(ratio[CALIBRATION["hopper"]], 2) == 1.29
 
     def r(names):
         return round(statistics.correlation([ratio[n] for n in names], [error(by_name[n]) for n in names]), 2)
 
     predicted = [name for name in named if name != CALIBRATION["hopper"]]
-    assert len(predicted) == 14 and r(predicted) == -0.93
-    assert r([n for n in predicted if by_name[n].strategy.recompute == "none"]) == -0.66
-    assert r([n for n in predicted if by_name[n].strategy.recompute == "full"]) == -0.81
+    assert len(predicted) == 14 and r(predicted) == -0.92
+    assert r([n for n in predicted if by_name[n].strategy.recompute == "none"]) == -0.71
+    assert r([n for n in predicted if by_name[n].strategy.recompute == "full"]) == -0.80
     everyone = [r_.name for r_ in h100 if r_.name != CALIBRATION["hopper"]]
-    assert len(everyone) == 22 and r(everyone) == -0.87
+    assert len(everyone) == 22 and r(everyone) == -0.85
 
 
 def test_the_overlap_slowdown_is_the_published_average_and_the_result_is_not_tuned_to_it():
     """overlap.OVERLAP_SLOWDOWN is arXiv:2507.03114's average (18.9 %), not fitted. The validation median with
     hiding free (0), at that average and at the paper's maximum (40 %), each with the GEMM constants re-set on
-    their calibration runs as the rule says: the median target (8 %) is met at all three since H100 attention runs
-    at its measured rate (7.3 % with hiding free, 6.6 % at the average, 6.4 % at the maximum; before: 8.4 %, 7.3 %
-    and 7.8 %), so the average is kept because it is the published one, not for what it does to the median. README ("How far to trust the planner")
+    their calibration runs as the rule says: the median target (8 %) is met at all three since attention runs at
+    the rate the sequence sweep shows (5.9 % with hiding free, 5.5 % at the average, 5.3 % at the maximum; with the
+    H100 kernel's 0.23 and FlashAttention-2's published 0.50: 7.3 %, 6.6 %, 6.4 %; before H100 attention was
+    measured: 8.4 %, 7.3 % and 7.8 %), so the average is kept because it is the published one, not for what it
+    does to the median. README ("How far to trust the planner")
     and lesson 13 quote these numbers."""
     from ddp_lab.course.plan.overlap import OVERLAP_SLOWDOWN
 
@@ -251,7 +306,7 @@ def test_the_overlap_slowdown_is_the_published_average_and_the_result_is_not_tun
         runs = [dataclasses.replace(r, cluster=r.cluster.with_(gpu=dataclasses.replace(
                     r.cluster.gpu, matmul_efficiency=constants[r.cluster.gpu.generation]))) for r in runs]
         medians[slowdown] = round(summary(runs)["median"], 3)
-    assert medians == {0.0: 0.073, 0.189: 0.066, 0.40: 0.064}
+    assert medians == {0.0: 0.059, 0.189: 0.055, 0.40: 0.053}
 
 
 # Runs the model misses by more than 20 %, each with the bound it reaches and what it leaves out.
@@ -262,11 +317,6 @@ KNOWN_MISSES = {
     # stack, which the planner does not model; what it loses is mostly not proportional to its micro-batches
     # (the test below).
     "MT-NLG 530B 280 nodes": 0.24, "MT-NLG 530B 350 nodes": 0.25, "MT-NLG 530B 420 nodes": 0.30,
-    # MosaicML's 760M on 8 H100s: published 8 % below the same model on 16 H100s (63,147 vs 68,551 tokens/s per
-    # GPU, twice the gradient accumulation), which the planner finds alike; +20.2 % (+24 % before H100 flash
-    # attention ran at its measured rate). Runs without activation checkpointing come out fast, those with it
-    # slow: test_what_the_planner_still_misses_on_h100s_is_outside_the_bare_layer.
-    "MPT-760m 8xH100": 0.21,
 }
 
 
@@ -312,17 +362,19 @@ def test_validation_set_and_its_errors():
     """At least 30 predicted runs from 6 sources on 2 GPU generations, FSDP at several scales, H100s; the
     median and largest absolute error reached, and the misses beyond 20 % are the named ones.
 
-    Issue 25's targets are a median of at most 8 % and no run beyond 20 %: the median is met (6.6 %), the largest
-    error is not (29.1 %, MT-NLG's 420 nodes; MosaicML's 760M on 8 H100s +20.2 %). It was 7.3 % (and that 760M
-    run +24 %) before H100 flash attention ran at its measured rate (efficiency.FLASH_ATTENTION_UTILIZATION, 0.23
-    instead of the published 0.35), 8.4 % and 30.0 % before compute beside hidden communication
+    Issue 25's targets are a median of at most 8 % and no run beyond 20 %: the median is met (5.5 %), the largest
+    error is not (29.1 %, MT-NLG's 420 nodes; every run but MT-NLG's three is within 16 %: MosaicML's 760M on 8
+    H100s +16.0 %). It was 6.6 % (and that 760M run +20.2 %) with flash attention at the kernels' rates (A100 0.50,
+    FlashAttention-2's paper; H100 0.23, timed alone) instead of the rates MosaicML's sequence sweep shows inside a
+    step (efficiency.FLASH_ATTENTION_UTILIZATION, 0.31 and 0.17), 7.3 % (760M +24 %) with H100 attention at the
+    published 0.35, 8.4 % and 30.0 % before compute beside hidden communication
     paid the published 18.9 % slowdown (overlap.OVERLAP_SLOWDOWN), 8.9 % and 31.5 % with flash attention at the
     GEMMs' rate, 6.4 % median with the earlier rule of thumb for the memory-bound kernels (which charged about twice
     the bytes traffic.py counts). A change to the model that moves these numbers must update them here, in README's
     table and in lesson 13."""
     result = summary()
     assert result["runs"] >= 30 and result["sources"] >= 6
-    assert (round(result["median"], 3), round(result["max"], 3)) == (0.066, 0.291)
+    assert (round(result["median"], 3), round(result["max"], 3)) == (0.055, 0.291)
     assert {r.cluster.gpu.generation for r in RUNS} >= {"ampere", "hopper"}
     fsdp = {(r.model.parameters() // 10**9, r.strategy.gpus) for r in RUNS if r.strategy.zero == 3}
     assert len({size for size, _ in fsdp}) >= 5 and len({gpus for _, gpus in fsdp}) >= 4

@@ -20,8 +20,9 @@ assumptions; this measures each on a real GPU, with the shapes of the published 
 Times are CUDA-event medians of 7 repetitions after 3 warm-ups. The JSON keeps the machine (GPU,
 torch, CUDA) and the planner's constants at the time with every number; `tests/test_plan_published.py`
 reads the committed copy (`ddp_lab/plan/measured/`), and README's "How far to trust the planner"
-says what it showed. The planner's Hopper flash-attention share is the median of the attention rows
-(efficiency.FLASH_ATTENTION_UTILIZATION); nothing is fitted to a run's throughput.
+says what it showed. The attention rows are the kernel alone: the planner's flash share
+(efficiency.FLASH_ATTENTION_UTILIZATION) is what attention got inside published training steps, lower;
+the test compares the two. Nothing here is fitted to a run's throughput.
 
 The committed file of 2026-11-26 was measured before two fixes above: its GEMM intervals held one
 kernel each (a launch's overhead is up to ~10 % of the k = 256 kernel), and its attention backward

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field, replace
 
-from ddp_lab.course.plan.efficiency import efficiency_of
+from ddp_lab.course.plan.efficiency import FLASH_ATTENTION_UTILIZATION, efficiency_of
 from ddp_lab.course.plan.overlap import OVERLAP_SLOWDOWN
 
 GiB = 2**30
@@ -42,10 +42,15 @@ class GPU:
     # runs its matmuls at the measured rate and spends the rest outside them, 0.55-0.7 here).
     # 0 for the GPU presets: there efficiency.py counts the elementwise work from the bytes it moves.
     elementwise_share: float = 0.0
+    # Flash attention's share of peak (efficiency.FLASH_ATTENTION_UTILIZATION): None takes the generation's;
+    # a generation without one (and CPU ranks) runs the attention core at the GEMM rate.
+    flash_attention_share: float | None = None
 
     def __post_init__(self) -> None:
         if self.matmul_efficiency is None:
             object.__setattr__(self, "matmul_efficiency", efficiency_of(self.generation))
+        if self.flash_attention_share is None:
+            object.__setattr__(self, "flash_attention_share", FLASH_ATTENTION_UTILIZATION.get(self.generation))
 
     def flops(self, precision: str) -> float:
         """Peak FLOP/s for `precision` ("bf16", "fp16", "fp32"); a ValueError names the ones it has."""

@@ -4,8 +4,8 @@ A layer's forward pass does two kinds of work (Williams et al. 2009, "Roofline",
     matmuls      the weight GEMMs (2 b s P_matmul / t FLOPs on a tensor-parallel rank) and the
                  attention core (4 b s^2 h / t: Q K^T and the weighted V), compute-bound: the
                  GEMMs (and eager attention's batched GEMMs) run at peak x
-                 `GEMM_EFFICIENCY[generation]`, flash attention at its own published share of
-                 peak (below);
+                 `GEMM_EFFICIENCY[generation]`, flash attention at its own share of peak
+                 (below);
     elementwise  norms, residual adds, activation functions, dropout, softmax, RoPE, the fp32
                  cross-entropy: memory-bound, they run at the HBM bandwidth of the spec sheet,
                  for the bytes each kernel reads and writes: traffic.py's op table, forward,
@@ -22,14 +22,15 @@ so the small k of a small model or a wide tensor-parallel split cost more. Backw
             skips the blocks a causal mask zeroes (half the FLOPs) and recomputes Q K^T in
             backward: 2.5 x the forward FLOPs, not 2 (5 matmuls of s^2 d instead of 4);
             no s x s tensor ever reaches HBM. Its kernel does not run at the GEMMs' rate: its
-            softmax sits between its two matmuls, so it runs at the share of peak measured for
-            it on each generation, `FLASH_ATTENTION_UTILIZATION` (measured, not calibrated to
-            any run; bf16/fp16 only, FlashAttention-2 has no fp32 kernel): FlashAttention-2
-            reaches 50-73 % of an A100's peak (its paper) but 35 % of an H100's (FlashAttention-3's
-            abstract, shapes not given: it does not use Hopper's asynchronous tensor cores and
-            TMA), and 19-27 % in the causal training shapes of the H100 runs the planner
-            is checked on (measured: tools/gpu_kernels.py). That matters most where attention
-            is most of the work: short models, long sequences (lesson 15).
+            softmax sits between its two matmuls, so it runs at its own share of peak on each
+            generation, `FLASH_ATTENTION_UTILIZATION` (bf16/fp16 only, FlashAttention-2 has no
+            fp32 kernel): the rate attention ran at inside published training steps, read off a
+            sequence-length sweep (below), lower than the kernels reach alone: FlashAttention-2
+            50-73 % of an A100's peak (its paper), 35 % of an H100's (FlashAttention-3's abstract,
+            shapes not given: it does not use Hopper's asynchronous tensor cores and TMA), 19-27 %
+            in the causal training shapes of the H100 runs the planner is checked on (timed:
+            tools/gpu_kernels.py). That matters most where attention is most of the work: small
+            models, long sequences (lesson 15).
 Recomputation repeats forward work in backward: "full" the whole layer's forward; "selective"
 (eager only) the attention core and its softmax/dropout traffic; with flash there is nothing
 left to recompute selectively.
@@ -50,7 +51,8 @@ earlier rule of thumb (2 x and 4 x the saved activation bytes, which also charge
 own inputs and outputs as elementwise traffic: 204 h bytes per token for GPT-2 small's layer, against
 the table's 112 h): the runs the planner predicts too fast did not come closer, and their cause
 is not found (README, "How far to trust the planner"). Nor is it the attention kernel's rate,
-which is published per generation, not fitted (`FLASH_ATTENTION_UTILIZATION`). It is set once per GPU
+which is read per generation off the slope of a published sequence-length sweep, not off any run's
+throughput level (`FLASH_ATTENTION_UTILIZATION`). It is set once per GPU
 generation, on ONE published run named beside it, by
 `tests/test_plan_published.py::test_calibration_run` (bisection, rounded to 2 digits); every
 other published run is a prediction (README, "How far to trust the planner").
@@ -78,36 +80,29 @@ GEMM_EFFICIENCY = {
     # MosaicML llm-foundry, scripts/train/benchmarking/README.md, table "H100 80GB BF16", MPT-7B row at
     # sequence 2048 on 8 GPUs: FSDP FULL_SHARD, micro-batch 6, no activation checkpointing, flash
     # attention, 10,643 tokens/s per GPU (published.py's "MPT-7b 8xH100").
-    "hopper": 0.52,
+    "hopper": 0.54,
 }
 CALIBRATION_RUNS = {
     "ampere": "Narayanan et al. 2021, Table 1, 18.4B (TP 8, 256 A100 80GB): 135 TFLOP/s per GPU",
     "hopper": "MosaicML llm-foundry benchmarks, H100 80GB BF16, MPT-7B, seq 2048, 8 GPUs: 10,643 tokens/s per GPU",
 }
-# FlashAttention-2's share of the GPU's dense bf16/fp16 peak, fwd and bwd alike (kernel measurements:
-# published for Ampere, measured on an H100 for Hopper; never fitted to a run; `attention_seconds`). A generation without an entry, and fp32 (no
-# FlashAttention-2 kernel), run the attention core at the GEMM rate (a T4 has no FlashAttention-2
-# kernel: PyTorch's SDPA takes its memory-efficient kernel there).
+# Flash attention's share of the GPU's dense bf16/fp16 peak inside a training step, fwd and bwd alike
+# (`attention_seconds`). A generation without an entry, and fp32 (no FlashAttention-2 kernel), run the attention
+# core at the GEMM rate (a T4 has no FlashAttention-2 kernel: PyTorch's SDPA takes its memory-efficient kernel).
+# Source, both generations: MosaicML's llm-foundry benchmark tables (scripts/train/benchmarking/README.md), the
+# same models on 8 GPUs at 4K-64K tokens (ddp_lab.plan.published.SEQUENCE_SWEEP). Along one model's rows a token's
+# work outside attention stays put while its attention grows with the sequence, so the slope of time per token
+# against attention FLOPs is attention's rate in those steps; fitted per model (published.attention_share_fits,
+# residuals within 2 %), the median over 7 models on A100s and 5 on H100s, rounded. Not fitted to any run's error:
+# the slope is set by how throughput falls with length, and the 2,048-token runs the planner is scored on are
+# not among the rows. The kernels alone run faster, which is why the planner no longer takes their numbers:
+# FlashAttention-2's paper reports 50-73 % of an A100's peak (Dao 2023, arXiv:2307.08691, abstract) and an H100
+# timed here ran PyTorch's FlashAttention-2 at 19-27 % (median 23 %) in the causal shapes of the H100 runs
+# (tools/gpu_kernels.py; ddp_lab/plan/measured/h100-sxm-kernels.json). With those numbers the planner predicted
+# the sweep's 32K-64K rows up to 56 % (A100) and 28 % (H100) too fast (README, "How far to trust the planner").
 FLASH_ATTENTION_UTILIZATION = {
-    # Dao 2023, "FlashAttention-2", arXiv:2307.08691, abstract: "reaching 50-73% of the theoretical
-    # maximum FLOPs/s on A100". The low end: a training step's causal 2-4K-token sequences and its
-    # backward pass sit at the bottom of the paper's benchmarks, whose top is long non-causal forward passes.
-    "ampere": 0.50,
-    # Measured on an H100 SXM (2026-11-26, torch 2.11, PyTorch's flash kernel, which is FlashAttention-2):
-    # tools/gpu_kernels.py times scaled_dot_product_attention, causal, bf16, forward and backward, at the
-    # micro-batch, heads and head size (128) of each H100 run in published.py (2-4K tokens), its FLOPs
-    # counted as here (causal half, backward 2.5 x) (ddp_lab/plan/measured/h100-sxm-kernels.json). That run's
-    # backward also added q, k and v's gradients into .grad, three elementwise adds a training step does not
-    # do (the tool no longer does); taken out at the planner's own HBM bandwidth (3-11 % of the backward),
-    # the shares are 0.19-0.27 of peak, median 0.23 (0.2318; 0.2342 if the adds ran at 3.0 TB/s, so 0.23 is
-    # the low end; as timed, with the adds: median 0.21; forward alone
-    # 0.21-0.31; head size 64 lower). tests/test_plan_published.py derives this number from the file.
-    # The published figure, "FlashAttention-2 achieving only 35% utilization on the H100 GPU" (Shah et
-    # al. 2024, "FlashAttention-3", arXiv:2407.08608, abstract), gives no shapes; the training shapes
-    # measured here reach less, forward passes alone too (at most 0.31); the planner used it until then. Measured once, on one machine, with
-    # torch 2.11's kernel, at 2-4K tokens: longer sequences (lesson 15's 8K and 128K) likely run at a
-    # higher share, which this one number does not know.
-    "hopper": 0.23,
+    "ampere": 0.31,   # per-model slopes 0.30-0.34 (7 models, 125M-13B)
+    "hopper": 0.17,   # per-model slopes 0.17-0.19 (5 models, 760M-13B)
 }
 FLASH_PRECISIONS = ("bf16", "fp16")   # FlashAttention-2's kernels; fp32 attention runs at the GEMM rate
 # Turing (T4) has no published run with a stated configuration in the validation set: it borrows
@@ -210,7 +205,7 @@ def attention_seconds(flops: float, gpu, strategy) -> float:
     Introduced in notebooks/13-plan-your-training-run.ipynb.
     """
     flash = strategy.attention == "flash" and strategy.precision in FLASH_PRECISIONS
-    utilization = FLASH_ATTENTION_UTILIZATION.get(gpu.generation) if flash else None
+    utilization = gpu.flash_attention_share if flash else None
     if utilization is None:
         return flops / gpu.achieved_flops(strategy.precision)
     return flops / (gpu.flops(strategy.precision) * utilization)
