@@ -278,8 +278,9 @@ def test_the_overlap_slowdown_counts_dp_traffic_as_stretched_by_a_shared_link():
     """Where DP and TP share a link, DP's transfers take longer (overlap.stretch) and compute hides them for that
     longer time: the slowdown counts the stretched time, so it stays above 0 even where more than the unstretched
     traffic is exposed (a review found it 0 for 320 such GPT-2 plans on 2 A100 nodes). A cluster sets its own
-    share; out of [0, 1) it is refused in one line. (512-token sequences: at GPT-2's 1024 the layers hide all
-    but 97 % of the unstretched traffic since flash attention runs at the rate MosaicML's sweep shows.)"""
+    share; out of [0, 1) it is refused in one line. (512-token sequences: at GPT-2's 1024, since flash attention
+    runs at the rate MosaicML's sweep shows, the layers are long enough that 97 % of the unstretched traffic is
+    exposed, no longer more than all of it.)"""
     model, cluster = Transformer.preset("gpt2-small").with_(seq_len=512), ClusterSpec.preset("a100-80gb", nodes=2)
     strategy = Strategy(dp=2, tp=4, pp=2, zero=3, grad_accum=2048, sequence_parallel=True, recompute="full")
     time = step_time(model, cluster, strategy)
@@ -532,8 +533,9 @@ def test_ring_sends_each_block_forward_and_block_plus_gradient_backward():
 def test_the_ring_hides_behind_causal_attention_only_on_long_sequences():
     """Llama 3 8B, tp 8 in a node, cp 4 across nodes: at 8K tokens a K/V block's send outlasts the causal
     attention on a block in forward (backward's 2.5x the attention, flash, hides most of its two sends), so
-    part of the ring is exposed (about a fifth with H100 attention at its measured 23 % of peak; about half
-    at the published 35 %); at 128K attention (O(s^2)) hides the sends (O(s)) (Llama 3 paper, Sec. 3.3.2)."""
+    part of the ring is exposed (6.6 % with H100 attention at the 17 % of peak MosaicML's published steps show;
+    about a fifth at the 23 % PyTorch's kernel reaches alone, about half at FlashAttention-3's published 35 %);
+    at 128K attention (O(s^2)) hides the sends (O(s)) (Llama 3 paper, Sec. 3.3.2)."""
     from ddp_lab.course.plan.collectives import collective_time
     from ddp_lab.course.plan.context_parallel import causal_attention_flops, kv_block_bytes
     from ddp_lab.course.plan.efficiency import attention_seconds
@@ -547,7 +549,7 @@ def test_the_ring_hides_behind_causal_attention_only_on_long_sequences():
         send = collective_time("send", kv_block_bytes(model, strategy), cluster, strategy.layout.group("cp"))
         attention = attention_seconds(causal_attention_flops(model, strategy) / 4, cluster.gpu, strategy)
         assert (send > attention) == send_outlasts_attention
-    assert 0.05 * short.cp_comm < short.cp_comm_exposed < 0.25 * short.cp_comm
+    assert 0.06 * short.cp_comm < short.cp_comm_exposed < 0.07 * short.cp_comm
     assert long.cp_comm > 0 == long.cp_comm_exposed
     assert attention_blocks_per_rank(4, balanced=False) == [0.5, 1.5, 2.5, 3.5]   # rank 3 does 7x rank 0's work
     assert sum(attention_blocks_per_rank(4)) == sum(attention_blocks_per_rank(4, balanced=False)) == 4 ** 2 / 2

@@ -298,9 +298,12 @@ class AttentionFit:
     """The rate flash attention ran at along one model's rows of `SEQUENCE_SWEEP` (one GPU, one recomputation).
 
     Each row's published seconds per token are fitted as `other` x the planner's seconds outside attention plus
-    the planner's attention seconds at 100 % of peak over `share` (least squares, no intercept): `share` is the
-    fraction of peak FLOP/s the attention kernels sustained inside these training steps, `other` their seconds
-    outside attention over the planner's (1: the planner's are right), `worst` the largest relative residual.
+    the planner's attention seconds at 100 % of peak over `share` (least squares on seconds, no intercept, so the
+    long rows weigh most): `share` is what each attention FLOP cost inside these training steps, as a share of
+    peak FLOP/s (it also takes in any per-token cost that grows with the sequence and that the planner does not
+    model), `other` their seconds outside attention over the planner's (1: the planner's are right), `worst` the
+    largest residual relative to its row. A fit of 3 rows has one degree of freedom left: its residuals say
+    little.
 
     Introduced in notebooks/13-plan-your-training-run.ipynb.
     """
@@ -363,7 +366,10 @@ def attention_share_fits(runs=None, minimum: int = 3) -> list[AttentionFit]:
 
 
 def attention_share(generation: str, runs=None) -> float:
-    """The median `AttentionFit.share` of a GPU generation: efficiency.FLASH_ATTENTION_UTILIZATION's source."""
+    """The median `AttentionFit.share` of a GPU generation: efficiency.FLASH_ATTENTION_UTILIZATION's source.
+
+    Introduced in notebooks/13-plan-your-training-run.ipynb.
+    """
     return statistics.median(f.share for f in attention_share_fits(runs) if f.generation == generation)
 
 
@@ -391,6 +397,8 @@ def sweep_table() -> str:
     """The sequence sweep's rate fits and every row with the planner's error: README's second table.
 
     `python -m ddp_lab.plan.published` prints it under the validation table.
+
+    Introduced in notebooks/13-plan-your-training-run.ipynb.
     """
     lines = ["| GPU | model | recomputation | rows | attention's share of peak | their time outside attention / the planner's "
              "| worst residual |", "|---|---|---|---:|---:|---:|---:|"]

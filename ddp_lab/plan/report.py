@@ -8,7 +8,7 @@ from __future__ import annotations
 from ddp_lab.course.plan.memory import model_state_bytes
 from ddp_lab.course.plan.overlap import OVERLAP_SLOWDOWN
 from ddp_lab.course.plan.search import MEMORY_RESERVE
-from ddp_lab.plan.published import RUNS, predictions, summary
+from ddp_lab.plan.published import RUNS, SEQUENCE_SWEEP, error, predictions, summary
 
 GB = 1e9
 LEGEND = ("strategy: dpN tpN ppN = data-, tensor-, pipeline-parallel sizes; zN = ZeRO stage;\n"
@@ -187,8 +187,11 @@ def accuracy_text(cluster, plans=()) -> str:
     and the largest error, and which parallelisms those runs used. A plan shown that splits the
     model in a way no published run of the generation does (tensor, pipeline, context or expert
     parallelism) is said to be less certain (every H100 run in the set is data-parallel). A
-    generation no published run checks (a T4) is called rough. The figures hold for the
-    planner's defaults: a cluster given another overlap slowdown (--overlap-slowdown) is told so.
+    generation no published run checks (a T4) is called rough. A plan for longer sequences than the
+    scored runs train on is told how the planner did on MosaicML's sequence sweep of the generation
+    (which its attention rate comes from), or, beyond the sweep's longest, that no published run
+    checks it. The figures hold for the planner's defaults: a cluster given another overlap
+    slowdown (--overlap-slowdown) is told so.
 
     Example:
         >>> from ddp_lab.plan import ClusterSpec
@@ -215,10 +218,28 @@ def accuracy_text(cluster, plans=()) -> str:
     if unchecked:
         lines.append(f"          no published {family} run checks {' or '.join(unchecked)} parallelism: "
                      f"those plans are less certain")
+    lines += _sequence_lines(runs, plans, family)
     if cluster.overlap_slowdown != OVERLAP_SLOWDOWN:
         lines.append(f"          (with the default overlap slowdown, {OVERLAP_SLOWDOWN}, not the "
                      f"{cluster.overlap_slowdown} given here)")
     return "\n".join(lines)
+
+
+def _sequence_lines(runs, plans, family) -> list[str]:
+    """What the published runs say about the longest sequence among `plans`, when it is longer than theirs."""
+    longest = max((plan.model.seq_len for plan in plans), default=0)
+    if longest <= max(run.model.seq_len for run in runs):
+        return []
+    sweep = [run for run in SEQUENCE_SWEEP if run.cluster.gpu.generation == runs[0].cluster.gpu.generation]
+    top = max(run.model.seq_len for run in sweep)
+    if longest > top:
+        return [f"          {longest:,}-token sequences: no published {family} run trains on more than {top:,}: "
+                "those plans are less certain"]
+    by = {rc: [error(run) for run in sweep if run.strategy.recompute == rc] for rc in ("none", "full")}
+    return [f"          {longest:,}-token sequences: on MosaicML's {family} runs at "
+            f"{min(run.model.seq_len for run in sweep) // 1024}K-{top // 1024}K tokens (they set attention's rate)",
+            f"          the planner was {min(by['none']):+.0%} to {max(by['none']):+.0%} off without recomputation, "
+            f"{min(by['full']):+.0%} to {max(by['full']):+.0%} with it"]
 
 
 def _family(run) -> str:

@@ -92,14 +92,24 @@ CALIBRATION_RUNS = {
 # Source, both generations: MosaicML's llm-foundry benchmark tables (scripts/train/benchmarking/README.md), the
 # same models on 8 GPUs at 4K-64K tokens (ddp_lab.plan.published.SEQUENCE_SWEEP). Along one model's rows a token's
 # work outside attention stays put while its attention grows with the sequence, so the slope of time per token
-# against attention FLOPs is attention's rate in those steps; fitted per model (published.attention_share_fits,
-# residuals within 2 %), the median over 7 models on A100s and 5 on H100s, rounded. Not fitted to any run's error:
-# the slope is set by how throughput falls with length, and the 2,048-token runs the planner is scored on are
-# not among the rows. The kernels alone run faster, which is why the planner no longer takes their numbers:
+# against attention FLOPs is attention's cost in those steps, as a share of peak; fitted per model
+# (published.attention_share_fits: least squares with one free scale per model for the rest of the step, residuals
+# within 2 %), the median over 7 models on A100s and 5 on H100s, rounded. So this is a second number per
+# generation fitted to published runs, beside GEMM_EFFICIENCY's one calibration run: it is set by how throughput
+# falls with length, not by any run's level, and none of the sweep's rows is scored (the scored MosaicML runs are
+# the same tables' 2,048-token rows, of the same models: not independent of it in source, only in rows). It also
+# takes in any other per-token cost that grows with the sequence and that the planner does not model. The
+# kernels alone run faster, which is why the planner no longer takes their numbers:
 # FlashAttention-2's paper reports 50-73 % of an A100's peak (Dao 2023, arXiv:2307.08691, abstract) and an H100
 # timed here ran PyTorch's FlashAttention-2 at 19-27 % (median 23 %) in the causal shapes of the H100 runs
-# (tools/gpu_kernels.py; ddp_lab/plan/measured/h100-sxm-kernels.json). With those numbers the planner predicted
-# the sweep's 32K-64K rows up to 56 % (A100) and 28 % (H100) too fast (README, "How far to trust the planner").
+# (tools/gpu_kernels.py; ddp_lab/plan/measured/h100-sxm-kernels.json; at 2-4K tokens, where a kernel runs below
+# its long-sequence rate, while the slope comes mostly from the 16K-64K rows). With those numbers the planner predicted
+# the sweep's 32K-64K rows up to 56 % (A100) and 29 % (H100) too fast (README, "How far to trust the planner").
+# The tables do not name the attention kernel: llm-foundry's benchmark script set MPT's attn_impl from its own
+# default, "triton" (MosaicML's Triton FlashAttention) in its early versions and "flash" (the flash-attn package,
+# FlashAttention-2) once it installed gpu-flash2, so the A100 rows may be Triton's. Runs on PyTorch's own
+# FlashAttention-2 (SDPA) agree with the same number where they do not recompute: torchtitan's Llama 2 13B on 64
+# A100s +6.8 % -> +1.4 %, IBM's Llama 2 7B on 128 A100s +8.5 % -> +2.4 % (50 % -> 31 %; tests/test_plan_published.py).
 FLASH_ATTENTION_UTILIZATION = {
     "ampere": 0.31,   # per-model slopes 0.30-0.34 (7 models, 125M-13B)
     "hopper": 0.17,   # per-model slopes 0.17-0.19 (5 models, 760M-13B)
@@ -192,15 +202,16 @@ def attention_seconds(flops: float, gpu, strategy) -> float:
     """Seconds of `flops` of the attention core (Q K^T and the weighted V) on `gpu` for `strategy`.
 
     Eager attention's cores are batched GEMMs: the calibrated GEMM rate. Flash attention in bf16
-    or fp16 runs at FlashAttention-2's measured share of peak where the generation has one
-    (`FLASH_ATTENTION_UTILIZATION`), otherwise at the GEMM rate.
+    or fp16 runs at the GPU's flash share of peak (`GPU.flash_attention_share`: its generation's
+    `FLASH_ATTENTION_UTILIZATION` unless the GPU carries its own) where it has one, otherwise at
+    the GEMM rate.
 
     Example:
         >>> from ddp_lab.course.plan.cluster_spec import GPU
         >>> from ddp_lab.course.plan.strategy import Strategy
         >>> h100 = GPU.preset("h100-sxm")
-        >>> round(attention_seconds(989e12, h100, Strategy()), 2)     # 23 % of 989 TFLOP/s
-        4.35
+        >>> round(attention_seconds(989e12, h100, Strategy()), 2)     # 17 % of 989 TFLOP/s
+        5.88
 
     Introduced in notebooks/13-plan-your-training-run.ipynb.
     """
