@@ -231,15 +231,16 @@ def _sequence_lines(runs, plans, family) -> list[str]:
     if longest <= max(run.model.seq_len for run in runs):
         return []
     sweep = [run for run in SEQUENCE_SWEEP if run.cluster.gpu.generation == runs[0].cluster.gpu.generation]
-    top = max(run.model.seq_len for run in sweep)
+    top = max((run.model.seq_len for run in sweep), default=0)
     if longest > top:
-        return [f"          {longest:,}-token sequences: no published {family} run trains on more than {top:,}: "
-                "those plans are less certain"]
+        return [f"          {longest:,}-token sequences: no scored {family} run is as long, nor MosaicML's sweep "
+                f"(to {top:,}): those plans are less certain"]
     by = {rc: [error(run) for run in sweep if run.strategy.recompute == rc] for rc in ("none", "full")}
+    ranges = [f"{min(errors):+.1%} to {max(errors):+.1%} {label}" for (rc, errors), label
+              in zip(by.items(), ("without recomputation", "with it")) if errors]
     return [f"          {longest:,}-token sequences: on MosaicML's {family} runs at "
             f"{min(run.model.seq_len for run in sweep) // 1024}K-{top // 1024}K tokens (they set attention's rate)",
-            f"          the planner was {min(by['none']):+.0%} to {max(by['none']):+.0%} off without recomputation, "
-            f"{min(by['full']):+.0%} to {max(by['full']):+.0%} with it"]
+            f"          the planner was off by {', '.join(ranges)}"]
 
 
 def _family(run) -> str:
