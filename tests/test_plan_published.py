@@ -183,9 +183,7 @@ def test_flash_attention_runs_at_the_rate_the_published_sequence_sweep_shows():
     assert min(r.model.seq_len for r in published.SEQUENCE_SWEEP) == 4096
 
     def worst_at(shares):
-        runs = [dataclasses.replace(r, cluster=r.cluster.with_(gpu=dataclasses.replace(
-                    r.cluster.gpu, flash_attention_share=shares[r.cluster.gpu.generation])))
-                for r in published.SEQUENCE_SWEEP]
+        runs = [published.with_flash_share(r, shares[r.cluster.gpu.generation]) for r in published.SEQUENCE_SWEEP]
         return {g: max(error(r) for r in runs if r.cluster.gpu.generation == g) for g in shares}
 
     kernels = worst_at({"ampere": 0.50, "hopper": 0.23})
@@ -196,10 +194,8 @@ def test_flash_attention_runs_at_the_rate_the_published_sequence_sweep_shows():
     # version); A100 runs on PyTorch's FlashAttention-2 without recomputation agree with the sweep's number too.
     for name, at_paper, now in (("torchtitan Llama 2 13B", 0.068, 0.014), ("IBM Llama 2 7B 128xA100", 0.085, 0.024)):
         run = next(r for r in RUNS if r.name == name)
-        paper = dataclasses.replace(run.cluster.gpu, flash_attention_share=0.50)
         assert run.strategy.recompute == "none" and run.strategy.attention == "flash"
-        assert (round(error(dataclasses.replace(run, cluster=run.cluster.with_(gpu=paper))), 3), round(error(run), 3)) \
-            == (at_paper, now)
+        assert (round(error(published.with_flash_share(run, 0.50)), 3), round(error(run), 3)) == (at_paper, now)
 
 
 def test_the_sweep_follows_sequence_length_and_charges_recomputation_too_much():

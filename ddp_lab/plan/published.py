@@ -317,18 +317,20 @@ class AttentionFit:
     worst: float
 
 
-def _per_token_parts(run: PublishedRun) -> tuple[float, float]:
-    """The planner's seconds per token for `run` outside attention and in attention at 100 % of peak.
+def with_flash_share(run: PublishedRun, share: float) -> PublishedRun:
+    """`run` on GPUs whose flash attention runs at `share` of peak (GPU.flash_attention_share): another rate to try."""
+    gpu = dataclasses.replace(run.cluster.gpu, flash_attention_share=share)
+    return dataclasses.replace(run, cluster=run.cluster.with_(gpu=gpu))
 
-    The step time is R + A / share in the flash share (nothing else in it depends on the share when the
-    communication hides, as it does for 8 GPUs in a node): two evaluations give R and A.
+
+def _per_token_parts(run: PublishedRun) -> tuple[float, float]:
+    """The planner's seconds per token for `run` (a tokens_per_gpu run) outside attention and in attention at 100 % of peak.
+
+    The seconds per token are R + A / share in the flash share (nothing else in them depends on the share when
+    the communication hides, as it does for 8 GPUs in a node): two predictions give R and A.
     """
-    def total(share):
-        gpu = dataclasses.replace(run.cluster.gpu, flash_attention_share=share)
-        return step_time(run.model, run.cluster.with_(gpu=gpu), run.strategy).total
-    at_full, at_half = total(1.0), total(0.5)
-    tokens = run.strategy.global_batch * run.model.seq_len / run.strategy.gpus
-    return (2 * at_full - at_half) / tokens, (at_half - at_full) / tokens
+    at_full, at_half = (1 / predict(with_flash_share(run, share)) for share in (1.0, 0.5))
+    return 2 * at_full - at_half, at_half - at_full
 
 
 def attention_share_fits(runs=None, minimum: int = 3) -> list[AttentionFit]:

@@ -235,9 +235,11 @@ def _sequence_lines(runs, plans, family) -> list[str]:
     if longest > top:
         return [f"          {longest:,}-token sequences: no scored {family} run is as long, nor MosaicML's sweep "
                 f"(to {top:,}): those plans are less certain"]
-    by = {rc: [error(run) for run in sweep if run.strategy.recompute == rc] for rc in ("none", "full")}
-    ranges = [f"{min(errors):+.1%} to {max(errors):+.1%} {label}" for (rc, errors), label
-              in zip(by.items(), ("without recomputation", "with it")) if errors]
+    ranges = []
+    for recompute, label in (("none", "without recomputation"), ("full", "with it")):
+        errors = [error(run) for run in sweep if run.strategy.recompute == recompute]
+        if errors:
+            ranges.append(f"{min(errors):+.1%} to {max(errors):+.1%} {label}")
     return [f"          {longest:,}-token sequences: on MosaicML's {family} runs at "
             f"{min(run.model.seq_len for run in sweep) // 1024}K-{top // 1024}K tokens (they set attention's rate)",
             f"          the planner was off by {', '.join(ranges)}"]
