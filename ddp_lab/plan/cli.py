@@ -95,6 +95,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="micro-batches per step (= pipeline micro-batches; default: from --global-batch)")
     how.add_argument("--recompute", choices=RECOMPUTE, help="activation recomputation (default none; selective "
                                                            "changes nothing with flash attention)")
+    how.add_argument("--checkpoint-early-stop", dest="checkpoint_early_stop", action="store_true",
+                     help="full recomputation as PyTorch's non-reentrant checkpoint runs it (torchtitan, FSDP's "
+                          "checkpoint_wrapper, use_reentrant=False): it stops before the FFN's down projection. "
+                          "Default: Megatron-LM's and DeepSpeed's, which re-run the whole layer. Needs --recompute "
+                          "full, or in a search applies to the plans that recompute fully")
     how.add_argument("--sequence-parallel", dest="sequence_parallel", action="store_true", default=None,
                      help="Megatron sequence parallelism (needs tp > 1)")
     how.add_argument("--fsdp-unit", dest="fsdp_unit", choices=FSDP_UNITS,
@@ -300,7 +305,8 @@ def _search_report(model, cluster, args, reserve: float) -> str:
     """The search's header (what was searched, how many plans fit), then its fastest distinct plans."""
     global_batch = args.global_batch or default_global_batch(model, cluster)
     options = {"precision": args.precision, "tp_across_nodes": args.tp_across_nodes, "cp": args.cp or 1,
-               "ep": args.ep, "attention": args.attention or "flash", "fp32_grads": args.fp32_grads}
+               "ep": args.ep, "attention": args.attention or "flash", "fp32_grads": args.fp32_grads,
+               "checkpoint_early_stop": args.checkpoint_early_stop}
     if args.virtual_stages is not None:
         options["virtual_stages"] = (1, args.virtual_stages)
     tried = list(candidates(model, cluster, global_batch, **options))
@@ -328,7 +334,11 @@ def _strategy(model, cluster, args, given: dict) -> tuple[Strategy, str]:
     given["sequence_parallel"] = bool(given.get("sequence_parallel", False))
     if given.get("virtual_stages", 1) > 1:
         given["schedule"] = "interleaved"
+    if args.checkpoint_early_stop and given.get("recompute") != "full":
+        raise ValueError(f"--checkpoint-early-stop describes how full recomputation runs; this plan has --recompute "
+                         f"{given.get('recompute', 'none')}: add --recompute full or drop --checkpoint-early-stop")
     strategy = Strategy(precision=args.precision, attention=args.attention or "flash", fp32_grads=args.fp32_grads,
+                        checkpoint_early_stop=args.checkpoint_early_stop,
                         **{**given, "grad_accum": given.get("grad_accum", 1)})
     check(model, strategy.with_(grad_accum=strategy.pp),   # the micro-batches are checked below, with the batch
           gpus=cluster.gpus, gpus_per_node=cluster.gpus_per_node,

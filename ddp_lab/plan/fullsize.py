@@ -77,6 +77,36 @@ def layer_saved_bytes(model, micro_batch: int = 1, dtype: torch.dtype = torch.bf
         return counter.peak
 
 
+def recomputed_flops(model, early_stop: bool, micro_batch: int = 1) -> int:
+    """FLOPs one layer's full recomputation repeats, counted by PyTorch's FlopCounterMode under fake tensors.
+
+    One layer of the reference decoder, forward and backward wrapped in `torch.utils.checkpoint`,
+    minus the same without it. early_stop=True: the non-reentrant checkpoint (use_reentrant=False,
+    FSDP's checkpoint_wrapper, torchtitan), which stops recomputing once every tensor backward saved
+    is made again (PyTorch >= 2.1); early_stop=False: the reentrant one, which re-runs the whole
+    layer as Megatron-LM's and DeepSpeed's checkpoints do. Compare with `step_flops` of a one-layer
+    model, hardware minus model FLOPs (efficiency.recompute_skips_last_gemm).
+
+    Introduced in notebooks/13-plan-your-training-run.ipynb.
+    """
+    from torch.utils.checkpoint import checkpoint
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with torch.device("meta"):
+        net = build(model.with_(layers=1), dtype=torch.bfloat16)
+    layer = net.layers[0]
+    counted = {}
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        layer.to_empty(device="cpu")
+        for recompute in (False, True):
+            x = torch.empty(micro_batch, model.seq_len, model.hidden, dtype=torch.bfloat16, requires_grad=True)
+            with FlopCounterMode(display=False) as flops:
+                y = checkpoint(layer, x, use_reentrant=not early_stop) if recompute else layer(x)
+                y.sum().backward()
+            counted[recompute] = flops.get_total_flops()
+    return counted[True] - counted[False]
+
+
 def _local_bytes(tensor) -> int:
     local = tensor.to_local() if hasattr(tensor, "to_local") else tensor   # a DTensor's shard on this rank
     return local.numel() * local.element_size()

@@ -26,15 +26,19 @@ Sources:
                length 2048 with amp_bf16; SEQUENCE_SWEEP: their 8-GPU rows at 4096-65536 (MPT shapes of
                scripts/train/yamls/pretrain/mpt-*.yaml; FSDP FULL_SHARD = ZeRO-3 per block, flash
                attention, "DEFAULT" mixed precision reduces gradients in fp32; activation
-               checkpointing = full recomputation)
+               checkpointing = full recomputation by PyTorch's non-reentrant checkpoint:
+               submit_benchmarks.py sets activation_checkpointing_reentrant False; the tables do not
+               give the PyTorch version, early stop (PyTorch >= 2.1) assumed: checkpoint_early_stop)
     torchtitan pytorch/torchtitan docs/performance.md (2024 version), 64 A100 80GB, FSDP2 per layer,
                the runs whose activation checkpointing is "no" or "full" (selective layer/op
-               checkpointing recomputes parts of layers the planner cannot express)
+               checkpointing recomputes parts of layers the planner cannot express); "full" wraps each
+               block in ptd_checkpoint_wrapper: PyTorch's non-reentrant checkpoint, early stop
     ibm        Team PyTorch at IBM and Meta 2024, "Maximizing training throughput using PyTorch FSDP"
                (pytorch.org/blog/maximizing-training), Table 1: Llama 2 7B/34B/70B shapes, FSDP, batch 2
                of 4096 tokens per GPU, SDPA flash attention, on 128 A100 80GB (400 Gbps per node) and
                96 H100 80GB (800 Gbps per node); the rows with activation checkpointing "No" or "Yes"
-               (13B's "selective" checkpoints every n-th block, n not given)
+               (13B's "selective" checkpoints every n-th block, n not given); "Yes" is fms-fsdp's
+               checkpoint_wrapper with CheckpointImpl.NO_REENTRANT (fms_fsdp/policies/ac_handler.py): early stop
     llama3     Llama Team 2024, "The Llama 3 Herd of Models", arXiv:2407.21783, Table 4: Llama 3 405B,
                TP 8, PP 16, 8192 or 16384 H100s, 16M tokens per batch of 8192-token sequences: 430
                and 400 TFLOP/s per GPU (BF16 MFU 43 % and 41 %: model FLOPs, no recomputation).
@@ -150,7 +154,8 @@ def mpt(size: str, seq_len: int = 2048) -> Transformer:
 
 def _mosaic(gpu, size, gpus, micro_batch, grad_accum, checkpointing, published, mixed="DEFAULT"):
     strategy = Strategy(dp=gpus, zero=3, micro_batch=micro_batch, grad_accum=grad_accum,
-                        recompute="full" if checkpointing else "none", fp32_grads=mixed == "DEFAULT")
+                        recompute="full" if checkpointing else "none", checkpoint_early_stop=checkpointing,
+                        fp32_grads=mixed == "DEFAULT")
     table = {"a100-80gb": "A100 80GB table", "h100-sxm": "H100 80GB BF16 table"}[gpu]
     return PublishedRun(f"MPT-{size} {gpus}x{gpu.split('-')[0].upper()}", "mosaicml", table, mpt(size),
                         ClusterSpec.preset(gpu, nodes=max(1, gpus // 8)), strategy, "tokens_per_gpu", published,
@@ -163,7 +168,8 @@ def _llama2(name, layers, hidden, heads, ffn):
 
 
 def _titan(name, model, micro_batch, recompute, published):
-    strategy = Strategy(dp=64, zero=3, micro_batch=micro_batch, recompute=recompute)
+    strategy = Strategy(dp=64, zero=3, micro_batch=micro_batch, recompute=recompute,
+                        checkpoint_early_stop=recompute == "full")
     return PublishedRun(name, "torchtitan", "docs/performance.md, 64 A100 80GB", model,
                         ClusterSpec.preset("a100-80gb", nodes=8), strategy, "tokens_per_gpu", published,
                         "inter-node links: 200 Gb/s per GPU (not stated)")
@@ -172,7 +178,7 @@ def _titan(name, model, micro_batch, recompute, published):
 def _ibm(name, model, recompute, gpu, published):
     gpus, per_node = {"a100-80gb": (128, 400e9), "h100-sxm": (96, 800e9)}[gpu]
     cluster = ClusterSpec.preset(gpu, nodes=gpus // 8).with_(inter_node_bandwidth=per_node / 8 / 8)
-    strategy = Strategy(dp=gpus, zero=3, micro_batch=2, recompute=recompute)
+    strategy = Strategy(dp=gpus, zero=3, micro_batch=2, recompute=recompute, checkpoint_early_stop=recompute == "full")
     return PublishedRun(f"IBM {name} {gpus}x{gpu.split('-')[0].upper()}", "ibm", "Table 1", model, cluster, strategy,
                         "tokens_per_gpu", published, "FSDP over all GPUs (the table does not say HSDP or FSDP)")
 
@@ -250,7 +256,8 @@ CALIBRATION = {"ampere": "Megatron 18.4B", "hopper": "MPT-7b 8xH100"}
 
 def _sweep(gpu, size, seq_len, micro_batch, grad_accum, checkpointing, published):
     strategy = Strategy(dp=8, zero=3, micro_batch=micro_batch, grad_accum=grad_accum,
-                        recompute="full" if checkpointing else "none", fp32_grads=True)
+                        recompute="full" if checkpointing else "none", checkpoint_early_stop=checkpointing,
+                        fp32_grads=True)
     table = {"a100-80gb": "A100 80GB table", "h100-sxm": "H100 80GB BF16 table"}[gpu]
     return PublishedRun(f"MPT-{size} {seq_len // 1024}K 8x{gpu.split('-')[0].upper()}", "mosaicml", table,
                         mpt(size, seq_len), ClusterSpec.preset(gpu, nodes=1), strategy, "tokens_per_gpu", published)

@@ -18,6 +18,8 @@ LEGEND = ("strategy: dpN tpN ppN = data-, tensor-, pipeline-parallel sizes; zN =
 FOLDED_LEGEND = ("          z0-2 = ZeRO stages 0 to 2 give identical numbers (at dp1 there is nothing to shard);\n"
                  "          the row shows the lowest.")
 SPLIT_LEGEND = "          cpN = context-parallel size (lesson 15); epN = expert-parallel size (lesson 14)."
+EARLY_STOP_LEGEND = ("          full-es = full recomputation that stops before the FFN's down projection "
+                     "(PyTorch's non-reentrant checkpoint).")
 # The ways a plan splits a model beyond data parallelism, as accuracy_text names them (Strategy fields).
 SPLITS = (("tensor", "tp"), ("pipeline", "pp"), ("context", "cp"), ("expert", "ep"))
 
@@ -47,7 +49,8 @@ def table(plans, stages=None) -> str:
                      f"{plan.time.total:>8.2f} {plan.tokens_per_second:>11,.0f} {plan.mfu:>6.1%}")
     folded = [FOLDED_LEGEND] if any(len(zero) > 1 for zero in stages) else []
     split = [SPLIT_LEGEND] if any(plan.strategy.cp > 1 or plan.strategy.ep > 1 for plan in plans) else []
-    return "\n".join(lines + [LEGEND] + folded + split)
+    early = [EARLY_STOP_LEGEND] if any(plan.strategy.checkpoint_early_stop for plan in plans) else []
+    return "\n".join(lines + [LEGEND] + folded + split + early)
 
 
 def fold_zero_stages(plans) -> list[tuple]:

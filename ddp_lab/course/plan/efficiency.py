@@ -33,7 +33,12 @@ so the small k of a small model or a wide tensor-parallel split cost more. Backw
             models, long sequences (lesson 15).
 Recomputation repeats forward work in backward: "full" the whole layer's forward; "selective"
 (eager only) the attention core and its softmax/dropout traffic; with flash there is nothing
-left to recompute selectively.
+left to recompute selectively. How much of the forward "full" repeats depends on who recomputes
+(`recompute_skips_last_gemm`): Megatron-LM's and DeepSpeed's checkpoints, and PyTorch's reentrant
+one, re-run the whole layer; PyTorch's non-reentrant checkpoint (torch.utils.checkpoint with
+use_reentrant=False, FSDP's checkpoint_wrapper, torchtitan, llm-foundry) stops as soon as it has
+recomputed every tensor backward needs (early stop, PyTorch >= 2.1), so the layer's last GEMM, the
+FFN's down projection, whose output backward never needs, is not run again.
 
 Why this shape of model. MFU rises with model size in published runs (Narayanan et al. 2021,
 Table 1: 137 TFLOP/s per A100 at h = 2304 to 163 at h = 25600) and is lower on H100s than on
@@ -227,6 +232,23 @@ def gemm_seconds(flops: float, k: int, rate: float) -> float:
     return flops / rate * (1 + TILE_K / k)
 
 
+def recompute_skips_last_gemm(model, strategy) -> bool:
+    """True when full recomputation leaves out the layer's last GEMM, the FFN's down projection.
+
+    PyTorch's non-reentrant checkpoint stops recomputing once it has re-made every tensor backward
+    saved (`torch.utils.checkpoint.set_checkpoint_early_stop`, on by default since PyTorch 2.1).
+    Backward needs the down projection's input, not its output, so the GEMM is skipped, and with it
+    the all-reduce that follows it under tensor parallelism, unless something after it saves a
+    tensor: dropout saves its mask (model.dropout), a mixture-of-experts layer's combine saves the
+    experts' outputs (model.moe). Counted by PyTorch itself in `ddp_lab.plan.fullsize.recomputed_flops`
+    (tests/test_plan_fullsize.py). Megatron-LM's and DeepSpeed's checkpoints re-run the whole layer:
+    `Strategy.checkpoint_early_stop` is False for them.
+
+    Introduced in notebooks/13-plan-your-training-run.ipynb.
+    """
+    return strategy.recompute == "full" and strategy.checkpoint_early_stop and not model.dropout and model.moe is None
+
+
 def layer_seconds(model, strategy, gpu) -> WorkSeconds:
     """Seconds of one transformer layer for one micro-batch on one tensor-parallel rank (module docstring).
 
@@ -260,6 +282,9 @@ def layer_seconds(model, strategy, gpu) -> WorkSeconds:
     backward = backward_gemms + attention_seconds(core_backward, gpu, strategy) + moved_backward / bandwidth
     if strategy.recompute == "full":
         recompute = forward
+        if recompute_skips_last_gemm(model, strategy):
+            down_flops, down_k, _ = gemms[-1]
+            recompute -= gemm_seconds(down_flops, down_k, rate)
     elif strategy.recompute == "selective" and strategy.attention == "eager":
         recompute = attention_seconds(core_forward, gpu, strategy) + moved_again / bandwidth
     else:
@@ -306,4 +331,6 @@ def _flat_layer_seconds(model, strategy, gpu, gemm: float, core: float) -> WorkS
     rate = gpu.achieved_flops(strategy.precision) / _flat_scale(model, strategy, gpu)
     forward = gemm + core
     recompute = {"full": forward, "selective": core if strategy.attention == "eager" else 0.0}.get(strategy.recompute, 0.0)
+    if recompute_skips_last_gemm(model, strategy):
+        recompute -= layer_gemms(model, strategy)[-1][0]
     return WorkSeconds(forward / rate, 2 * forward / rate, recompute / rate)

@@ -74,7 +74,7 @@ from dataclasses import dataclass
 from ddp_lab.course.plan import context_parallel, experts
 from ddp_lab.course.plan.activations import value_bytes
 from ddp_lab.course.plan.collectives import collective_time
-from ddp_lab.course.plan.efficiency import head_seconds, layer_seconds, optimizer_seconds
+from ddp_lab.course.plan.efficiency import head_seconds, layer_seconds, optimizer_seconds, recompute_skips_last_gemm
 from ddp_lab.course.plan.memory import bytes_per_parameter, layer_parameters_per_rank, stage_parameters
 from ddp_lab.course.plan.overlap import fsdp_micro_batch, overlap_slowdown, stretch
 
@@ -149,6 +149,8 @@ def step_flops(model, strategy, hardware: bool = True) -> int:
     per_sequence = 3 * (layers + head)
     if hardware and strategy.recompute == "full":
         per_sequence += layers
+        if recompute_skips_last_gemm(model, strategy):     # PyTorch's early stop: the FFN down projection not re-run
+            per_sequence -= model.layers * 2 * model.seq_len * model.ffn_ * model.hidden
     elif hardware and strategy.recompute == "selective" and strategy.attention == "eager":
         per_sequence += model.layers * 4 * model.seq_len ** 2 * model.hidden
     return strategy.global_batch * per_sequence
@@ -237,10 +239,13 @@ def layer_tp_communication(model, cluster, strategy) -> tuple[float, float]:
     """(forward, backward) seconds of one layer's TP all-reduces for one micro-batch (Megatron's f and g).
 
     2 all-reduces of b s h values forward, 2 backward, 2 more with full recomputation (its
-    forward again); with sequence parallelism an all-gather + reduce-scatter each, the same ring time.
+    forward again; 1 when it stops before the FFN's down projection, whose all-reduce follows it:
+    efficiency.recompute_skips_last_gemm); with sequence parallelism an all-gather + reduce-scatter
+    each, the same ring time.
     """
     one = collective_time("all_reduce", _activation_bytes(model, strategy), cluster, strategy.layout.group("tp"))
-    return 2 * one, (4 if strategy.recompute == "full" else 2) * one
+    again = (1 if recompute_skips_last_gemm(model, strategy) else 2) if strategy.recompute == "full" else 0
+    return 2 * one, (2 + again) * one
 
 
 def _dp_shares_tp_link(cluster, strategy) -> bool:

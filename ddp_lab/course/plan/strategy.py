@@ -54,6 +54,8 @@ class Strategy:
     fp32_grads: bool = False      # mixed precision with fp32 gradients (Megatron-LM's main_grad, Llama 3): 4 bytes, not 2
     cp: int = 1                   # context-parallel size: ranks that split each sequence (lesson 15)
     ep: int = 1                   # expert-parallel size: of the dp x cp ranks, how many split the experts (lesson 14)
+    checkpoint_early_stop: bool = False   # full recomputation by PyTorch's non-reentrant checkpoint, which stops
+                                          # once backward's tensors exist (efficiency.recompute_skips_last_gemm)
 
     def __post_init__(self) -> None:
         for field in ("dp", "tp", "pp", "micro_batch", "grad_accum", "virtual_stages", "cp", "ep"):
@@ -72,6 +74,10 @@ class Strategy:
         if self.fp32_grads and not self.mixed:
             raise ValueError("fp32_grads=True keeps 4-byte gradients under bf16/fp16 mixed precision; with "
                              "precision='fp32' the gradients are fp32 already: drop fp32_grads")
+        if self.checkpoint_early_stop and self.recompute != "full":
+            raise ValueError(f"checkpoint_early_stop=True describes full recomputation by PyTorch's non-reentrant "
+                             f"checkpoint; with recompute={self.recompute!r} there is no recomputation for it to stop: "
+                             f"use recompute='full' or drop checkpoint_early_stop")
         if (self.dp * self.cp) % self.ep:
             raise ValueError(f"ep={self.ep} does not divide dp x cp = {self.dp} x {self.cp} = {self.dp * self.cp}: "
                              f"expert-parallel ranks are carved out of the data- and context-parallel ranks; use ep "
@@ -108,7 +114,8 @@ class Strategy:
         """Short text such as 'dp8 tp4 pp2 z1 mb1x16 sp sel' (the table's first column; see report.LEGEND).
 
         Only what differs from the defaults is named: cp and ep above 1 ('dp8 tp8 cp16 pp16 z2 ...',
-        'dp8 tp1 pp1 ep8 z1 ...'), 'v2' (virtual stages), 'eager' (attention), 'g32' (fp32 gradients).
+        'dp8 tp1 pp1 ep8 z1 ...'), 'v2' (virtual stages), 'eager' (attention), 'g32' (fp32 gradients), 'full-es'
+        (full recomputation that stops early: PyTorch's non-reentrant checkpoint).
         """
         parts = [f"dp{self.dp}", f"tp{self.tp}"] + ([f"cp{self.cp}"] if self.cp > 1 else []) + [f"pp{self.pp}"]
         parts += ([f"ep{self.ep}"] if self.ep > 1 else []) + [f"z{self.zero}", f"mb{self.micro_batch}x{self.grad_accum}"]
@@ -117,7 +124,7 @@ class Strategy:
         if self.sequence_parallel:
             parts.append("sp")
         if self.recompute != "none":
-            parts.append({"selective": "sel", "full": "full"}[self.recompute])
+            parts.append({"selective": "sel", "full": "full-es" if self.checkpoint_early_stop else "full"}[self.recompute])
         if self.attention != "flash":
             parts.append(self.attention)
         if self.fp32_grads:
