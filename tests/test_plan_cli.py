@@ -315,6 +315,8 @@ def test_every_bad_model_flag_exits_2_with_one_line(tmp_path):
         (("--model", "llama3-8b", "--cluster", "h100-sxm", "--zero", "3", "--checkpoint-early-stop"),
          ["--checkpoint-early-stop", "--recompute none", "add --recompute full"]),
         (("--params", "7B", "--checkpoint-early-stop"), ["drop --checkpoint-early-stop"]),
+        (("--model", "llama3-8b", "--cluster", "h100-sxm", "--recompute", "selective", "--checkpoint-early-stop"),
+         ["--recompute selective recomputes no whole layer", "use --recompute full"]),
         (("--params", "7B", "--seq-len", "2048"), ["drop --seq-len"]),
         (("--model", "llama3-8b", "--cluster", "h100-sxm", "--attention", "sdpa"), ["'flash', 'eager'"]),
         (("--model", "llama3-8b"), ["--cluster", "h100-sxm"]),
@@ -471,5 +473,10 @@ def test_pytorchs_checkpoint_recomputes_less_and_the_plan_says_so():
     search = plan("--model", "llama3-70b", "--cluster", "h100-sxm", "--nodes", "4", "--checkpoint-early-stop",
                   "--top", "40")
     assert search.returncode == 0, search.stderr
-    assert "full-es" in search.stdout and "full-es = full recomputation that stops before" in search.stdout
+    assert "full-es" in search.stdout and "full-es = full recomputation by PyTorch's non-reentrant checkpoint" in search.stdout
     assert not re.search(r"\bfull\b(?!-es)", search.stdout.split("strategy:")[0])
+    gpt = plan("--model", "gpt2-small", "--cluster", "t4", "--dp", "4", "--recompute", "full", "--checkpoint-early-stop")
+    assert gpt.returncode == 0 and gpt.stdout.startswith("note: in gpt2-small dropout follows the FFN's down "
+                                                        "projection"), gpt.stdout
+    assert _body(gpt.stdout.split("\n", 1)[1]) == _body(plan("--model", "gpt2-small", "--cluster", "t4", "--dp", "4",
+                                                             "--recompute", "full").stdout)

@@ -628,3 +628,26 @@ def test_flash_attention_runs_at_its_own_share_of_peak_not_the_gemm_constant():
     assert attention_seconds(flops, t4, Strategy(precision="fp16")) == flops / t4.achieved_flops("fp16")
     a100 = ClusterSpec.preset("a100-80gb").gpu   # nor in fp32: FlashAttention-2 is a bf16/fp16 kernel
     assert attention_seconds(flops, a100, Strategy(precision="fp32")) == flops / a100.achieved_flops("fp32")
+
+
+@pytest.mark.parametrize("sequence_parallel, again", [(False, 1.0), (True, 1.5)])
+def test_recomputation_that_stops_early_skips_the_collective_after_the_ffn(sequence_parallel, again):
+    """PyTorch's checkpoint stops before the FFN's down projection, so the recomputed forward leaves out what follows
+    it: the second all-reduce without sequence parallelism (1 of 2 again), the last reduce-scatter with it (an
+    all-gather, a reduce-scatter and an all-gather again: 1.5 all-reduces' ring time). A dropout model re-runs all
+    (efficiency.recompute_skips_last_gemm)."""
+    from ddp_lab.course.plan.steptime import layer_tp_communication
+
+    cluster = ClusterSpec.preset("h100-sxm")
+    llama = Transformer.preset("llama3-8b")
+    plain = Strategy(dp=2, tp=4, micro_batch=1, sequence_parallel=sequence_parallel)
+    forward, backward = layer_tp_communication(llama, cluster, plain)
+    one = forward / 2
+    whole = layer_tp_communication(llama, cluster, plain.with_(recompute="full"))[1]
+    early = layer_tp_communication(llama, cluster, plain.with_(recompute="full", checkpoint_early_stop=True))[1]
+    assert backward == pytest.approx(2 * one) and whole == pytest.approx(4 * one)
+    assert early == pytest.approx((2 + again) * one)
+    gpt = Transformer.preset("gpt2-small")          # dropout after the down projection: nothing skipped
+    dropout = Strategy(dp=2, tp=4, sequence_parallel=sequence_parallel, recompute="full", checkpoint_early_stop=True)
+    assert layer_tp_communication(gpt, cluster, dropout)[1] == pytest.approx(
+        layer_tp_communication(gpt, cluster, dropout.with_(checkpoint_early_stop=False))[1])

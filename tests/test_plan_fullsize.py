@@ -7,7 +7,6 @@ from __future__ import annotations
 import pytest
 
 from ddp_lab.course.plan.steptime import step_flops
-
 from ddp_lab.plan import Strategy, Transformer, layer_activation_bytes, model_state_bytes
 from ddp_lab.plan.fullsize import fsdp2_state_bytes, layer_saved_bytes, recomputed_flops
 from ddp_lab.torch_compat.fsdp import fsdp2_runs_on_cpu

@@ -96,10 +96,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     how.add_argument("--recompute", choices=RECOMPUTE, help="activation recomputation (default none; selective "
                                                            "changes nothing with flash attention)")
     how.add_argument("--checkpoint-early-stop", dest="checkpoint_early_stop", action="store_true",
-                     help="full recomputation as PyTorch's non-reentrant checkpoint runs it (torchtitan, FSDP's "
-                          "checkpoint_wrapper, use_reentrant=False): it stops before the FFN's down projection. "
-                          "Default: Megatron-LM's and DeepSpeed's, which re-run the whole layer. Needs --recompute "
-                          "full, or in a search applies to the plans that recompute fully")
+                     help="full recomputation as PyTorch >= 2.1's non-reentrant checkpoint runs it "
+                          "(torch.utils.checkpoint(use_reentrant=False), FSDP's checkpoint_wrapper, torchtitan): it "
+                          "stops before the FFN's down projection, unless dropout or experts follow it. Default: "
+                          "the whole layer again, as Megatron-LM, DeepSpeed and use_reentrant=True do. Needs "
+                          "--recompute full, or in a search applies to the plans that recompute fully")
     how.add_argument("--sequence-parallel", dest="sequence_parallel", action="store_true", default=None,
                      help="Megatron sequence parallelism (needs tp > 1)")
     how.add_argument("--fsdp-unit", dest="fsdp_unit", choices=FSDP_UNITS,
@@ -142,16 +143,18 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             raise ValueError("--fp32-grads keeps fp32 gradients under bf16/fp16 mixed precision; with --precision fp32 "
                              "they are fp32 already: drop one of them")
         reserve = MEMORY_RESERVE if args.memory_reserve is None else args.memory_reserve
+        no_effect = _early_stop_changes_nothing(model) if args.checkpoint_early_stop else ""
         given = {name: getattr(args, name) for name in STRATEGY_FLAGS if getattr(args, name) is not None}
         _check_splits(model, cluster, args, given)
         if given and set(given) != {"virtual_stages"}:
             given.update({name: getattr(args, name) for name in SPLIT_FLAGS if getattr(args, name) is not None})
             strategy, note = _strategy(model, cluster, args, given)
             plan = evaluate(model, cluster, strategy, args.tp_across_nodes, reserve)
-            print(note + breakdown(plan))
+            print(no_effect + note + breakdown(plan))
             print(accuracy_text(cluster, [plan]))
         else:
-            print(_search_report(model, cluster, args, reserve))
+            report = _search_report(model, cluster, args, reserve)
+            print(no_effect + report)
         return 0
     except KeyError as error:
         parser.error(error.args[0])
@@ -195,6 +198,9 @@ def _check_flags(args) -> None:
     if args.overlap_slowdown is not None and not 0 <= args.overlap_slowdown < 1:
         raise ValueError(f"--overlap-slowdown is how much slower compute runs beside the communication it hides: a "
                          f"fraction in [0, 1) such as {OVERLAP_SLOWDOWN:g}, got {args.overlap_slowdown:g}")
+    if args.checkpoint_early_stop and args.recompute not in (None, "full"):
+        raise ValueError(f"--checkpoint-early-stop describes how full recomputation runs; --recompute {args.recompute} "
+                         f"recomputes no whole layer: use --recompute full or drop --checkpoint-early-stop")
     if args.params is not None:
         extra = _given(args, [name for name in vars(args) if name not in SHORT_FORM_FLAGS + ("command",)])
         if extra:
@@ -288,6 +294,15 @@ def _check_splits(model, cluster, args, given: dict) -> None:
             raise ValueError(f"--cp {cp}: the sequence of {model.seq_len} tokens does not split into 2 x cp = {2 * cp} "
                              f"equal chunks (each context-parallel rank takes two, to balance the causal mask); "
                              f"use --cp in {valid}")
+
+
+def _early_stop_changes_nothing(model) -> str:
+    """A note when PyTorch's checkpoint re-runs this model's whole layer anyway (efficiency.recompute_skips_last_gemm)."""
+    if not model.dropout and model.moe is None:
+        return ""
+    after = "dropout" if model.dropout else "its experts' combine"
+    return (f"note: in {model.name} {after} follows the FFN's down projection and saves a tensor for backward, so "
+            f"PyTorch's checkpoint re-runs the whole layer: --checkpoint-early-stop changes nothing\n")
 
 
 def _short_form(args) -> int:

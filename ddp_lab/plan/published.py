@@ -26,9 +26,12 @@ Sources:
                length 2048 with amp_bf16; SEQUENCE_SWEEP: their 8-GPU rows at 4096-65536 (MPT shapes of
                scripts/train/yamls/pretrain/mpt-*.yaml; FSDP FULL_SHARD = ZeRO-3 per block, flash
                attention, "DEFAULT" mixed precision reduces gradients in fp32; activation
-               checkpointing = full recomputation by PyTorch's non-reentrant checkpoint:
-               submit_benchmarks.py sets activation_checkpointing_reentrant False; the tables do not
-               give the PyTorch version, early stop (PyTorch >= 2.1) assumed: checkpoint_early_stop)
+               checkpointing = full recomputation. The amp_bf16 rows (the H100 table, the A100 rows but
+               70B's, the sweep) came with commit b2a43a147 (2023-10-19), whose sweep.sh ran the image
+               mosaicml/pytorch:2.1.0 and whose MPT yamls set activation_checkpointing_reentrant: false:
+               PyTorch's non-reentrant checkpoint with early stop (checkpoint_early_stop). The two 70B
+               A100 rows (bf16, PURE) were in the table by c6cfb4284 (2023-07-21), before PyTorch 2.1:
+               the whole layer again)
     torchtitan pytorch/torchtitan docs/performance.md (2024 version), 64 A100 80GB, FSDP2 per layer,
                the runs whose activation checkpointing is "no" or "full" (selective layer/op
                checkpointing recomputes parts of layers the planner cannot express); "full" wraps each
@@ -153,9 +156,10 @@ def mpt(size: str, seq_len: int = 2048) -> Transformer:
 
 
 def _mosaic(gpu, size, gpus, micro_batch, grad_accum, checkpointing, published, mixed="DEFAULT"):
+    # the DEFAULT (amp_bf16) rows ran PyTorch 2.1.0's non-reentrant checkpoint, the older PURE rows an earlier PyTorch
     strategy = Strategy(dp=gpus, zero=3, micro_batch=micro_batch, grad_accum=grad_accum,
-                        recompute="full" if checkpointing else "none", checkpoint_early_stop=checkpointing,
-                        fp32_grads=mixed == "DEFAULT")
+                        recompute="full" if checkpointing else "none",
+                        checkpoint_early_stop=checkpointing and mixed == "DEFAULT", fp32_grads=mixed == "DEFAULT")
     table = {"a100-80gb": "A100 80GB table", "h100-sxm": "H100 80GB BF16 table"}[gpu]
     return PublishedRun(f"MPT-{size} {gpus}x{gpu.split('-')[0].upper()}", "mosaicml", table, mpt(size),
                         ClusterSpec.preset(gpu, nodes=max(1, gpus // 8)), strategy, "tokens_per_gpu", published,
@@ -322,6 +326,12 @@ class AttentionFit:
     share: float
     other: float
     worst: float
+
+
+def with_checkpoint_early_stop(run: PublishedRun, early_stop: bool) -> PublishedRun:
+    """`run` with its full recomputation charged as PyTorch's non-reentrant checkpoint runs it (True) or as the whole
+    layer again (False): Strategy.checkpoint_early_stop, the other assumption to try."""
+    return dataclasses.replace(run, strategy=run.strategy.with_(checkpoint_early_stop=early_stop))
 
 
 def with_flash_share(run: PublishedRun, share: float) -> PublishedRun:

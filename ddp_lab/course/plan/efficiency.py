@@ -36,7 +36,7 @@ Recomputation repeats forward work in backward: "full" the whole layer's forward
 left to recompute selectively. How much of the forward "full" repeats depends on who recomputes
 (`recompute_skips_last_gemm`): Megatron-LM's and DeepSpeed's checkpoints, and PyTorch's reentrant
 one, re-run the whole layer; PyTorch's non-reentrant checkpoint (torch.utils.checkpoint with
-use_reentrant=False, FSDP's checkpoint_wrapper, torchtitan, llm-foundry) stops as soon as it has
+use_reentrant=False, FSDP's checkpoint_wrapper, torchtitan, llm-foundry's MPT yamls) stops as soon as it has
 recomputed every tensor backward needs (early stop, PyTorch >= 2.1), so the layer's last GEMM, the
 FFN's down projection, whose output backward never needs, is not run again.
 
@@ -191,7 +191,18 @@ def layer_gemms(model, strategy) -> list[tuple[float, int, int]]:
     return [(2 * tokens * h * qkv, h, qkv),                       # Q, K, V
             (2 * tokens * (h // t) * h, h // t, h),               # attention output projection
             (2 * tokens * h * ups * (f // t), h, f // t),         # FFN up (and gate)
-            (2 * tokens * (f // t) * h, f // t, h)]               # FFN down
+            ffn_down_gemm(model, strategy)]
+
+
+def ffn_down_gemm(model, strategy) -> tuple[float, int, int]:
+    """The FFN's down projection on one TP rank, the layer's last GEMM: (forward FLOPs, forward k, input-gradient k).
+
+    Row-parallel (lesson 08): it reduces over this rank's f/t. PyTorch's non-reentrant checkpoint does not run it
+    again (`recompute_skips_last_gemm`).
+    """
+    h, f, t = model.hidden, model.ffn_, strategy.tp
+    tokens = strategy.micro_batch * model.seq_len
+    return 2 * tokens * (f // t) * h, f // t, h
 
 
 def attention_backward_factor(strategy) -> float:
@@ -238,9 +249,10 @@ def recompute_skips_last_gemm(model, strategy) -> bool:
     PyTorch's non-reentrant checkpoint stops recomputing once it has re-made every tensor backward
     saved (`torch.utils.checkpoint.set_checkpoint_early_stop`, on by default since PyTorch 2.1).
     Backward needs the down projection's input, not its output, so the GEMM is skipped, and with it
-    the all-reduce that follows it under tensor parallelism, unless something after it saves a
-    tensor: dropout saves its mask (model.dropout), a mixture-of-experts layer's combine saves the
-    experts' outputs (model.moe). Counted by PyTorch itself in `ddp_lab.plan.fullsize.recomputed_flops`
+    the all-reduce (or, with sequence parallelism, the reduce-scatter) that follows it under tensor
+    parallelism, unless something after it saves a tensor: dropout saves its mask (model.dropout),
+    a mixture-of-experts layer's combine saves the experts' outputs (model.moe). The residual add
+    after it is not re-run either; the planner leaves its few bytes per token in (traffic.rank_bytes). Counted by PyTorch itself in `ddp_lab.plan.fullsize.recomputed_flops`
     (tests/test_plan_fullsize.py). Megatron-LM's and DeepSpeed's checkpoints re-run the whole layer:
     `Strategy.checkpoint_early_stop` is False for them.
 
@@ -283,7 +295,7 @@ def layer_seconds(model, strategy, gpu) -> WorkSeconds:
     if strategy.recompute == "full":
         recompute = forward
         if recompute_skips_last_gemm(model, strategy):
-            down_flops, down_k, _ = gemms[-1]
+            down_flops, down_k, _ = ffn_down_gemm(model, strategy)
             recompute -= gemm_seconds(down_flops, down_k, rate)
     elif strategy.recompute == "selective" and strategy.attention == "eager":
         recompute = attention_seconds(core_forward, gpu, strategy) + moved_again / bandwidth
@@ -332,5 +344,5 @@ def _flat_layer_seconds(model, strategy, gpu, gemm: float, core: float) -> WorkS
     forward = gemm + core
     recompute = {"full": forward, "selective": core if strategy.attention == "eager" else 0.0}.get(strategy.recompute, 0.0)
     if recompute_skips_last_gemm(model, strategy):
-        recompute -= layer_gemms(model, strategy)[-1][0]
+        recompute -= ffn_down_gemm(model, strategy)[0]
     return WorkSeconds(forward / rate, 2 * forward / rate, recompute / rate)

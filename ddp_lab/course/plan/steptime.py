@@ -128,8 +128,9 @@ def step_flops(model, strategy, hardware: bool = True) -> int:
     """FLOPs of one optimizer step over the global batch.
 
     hardware=False: model FLOPs (forward + backward = 3 forwards, no recomputation), what MFU
-    counts. hardware=True: plus what recomputation repeats (full: a layer forward; selective:
-    the attention scores), what the GPUs execute and Megatron-LM's TFLOP/s count.
+    counts. hardware=True: plus what recomputation repeats (full: a layer forward, less the FFN's
+    down projection where PyTorch's checkpoint stops early, efficiency.recompute_skips_last_gemm;
+    selective: the attention scores), what the GPUs execute and Megatron-LM's TFLOP/s count.
 
     Example:
         >>> from ddp_lab.course.plan.model import Transformer
@@ -149,7 +150,7 @@ def step_flops(model, strategy, hardware: bool = True) -> int:
     per_sequence = 3 * (layers + head)
     if hardware and strategy.recompute == "full":
         per_sequence += layers
-        if recompute_skips_last_gemm(model, strategy):     # PyTorch's early stop: the FFN down projection not re-run
+        if recompute_skips_last_gemm(model, strategy):     # the FFN down projection (ffn_down_gemm) not re-run
             per_sequence -= model.layers * 2 * model.seq_len * model.ffn_ * model.hidden
     elif hardware and strategy.recompute == "selective" and strategy.attention == "eager":
         per_sequence += model.layers * 4 * model.seq_len ** 2 * model.hidden
@@ -239,12 +240,15 @@ def layer_tp_communication(model, cluster, strategy) -> tuple[float, float]:
     """(forward, backward) seconds of one layer's TP all-reduces for one micro-batch (Megatron's f and g).
 
     2 all-reduces of b s h values forward, 2 backward, 2 more with full recomputation (its
-    forward again; 1 when it stops before the FFN's down projection, whose all-reduce follows it:
-    efficiency.recompute_skips_last_gemm); with sequence parallelism an all-gather + reduce-scatter
-    each, the same ring time.
+    forward again); with sequence parallelism an all-gather + reduce-scatter each, the same ring
+    time. Recomputation that stops before the FFN's down projection (efficiency.recompute_skips_last_gemm)
+    leaves out what follows it: the second all-reduce (1 again, not 2), with sequence parallelism
+    the last reduce-scatter, half a ring (1.5 again).
     """
     one = collective_time("all_reduce", _activation_bytes(model, strategy), cluster, strategy.layout.group("tp"))
-    again = (1 if recompute_skips_last_gemm(model, strategy) else 2) if strategy.recompute == "full" else 0
+    again = 2.0 if strategy.recompute == "full" else 0.0
+    if recompute_skips_last_gemm(model, strategy):
+        again -= 0.5 if strategy.sequence_parallel else 1.0
     return 2 * one, (2 + again) * one
 
 

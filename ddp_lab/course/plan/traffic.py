@@ -36,7 +36,9 @@ Fused attention (FlashAttention, the default) moves no s x s tensor: its Q, K, V
 through HBM once per kernel, counted as its FLOPs' time. Eager attention's softmax is Megatron's
 fused scale-mask-softmax (one read, one write; PyTorch's unfused scale, mask and softmax would be
 three). The backward of each row recomputes nothing; "full" recomputation runs every forward row
-again, "selective" (eager attention) the score rows.
+again (also where PyTorch's checkpoint stops before the FFN's down projection: the residual add
+after it, a few h bytes per token, stays counted; efficiency.recompute_skips_last_gemm), "selective"
+(eager attention) the score rows.
 
 Introduced in notebooks/13-plan-your-training-run.ipynb.
 """
