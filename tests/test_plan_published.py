@@ -190,8 +190,8 @@ def test_flash_attention_runs_at_the_rate_the_published_sequence_sweep_shows():
     assert kernels["ampere"] > 0.55 and kernels["hopper"] > 0.28, kernels
     plain = [error(r) for r in published.SEQUENCE_SWEEP if r.strategy.recompute == "none"]
     assert len(plain) == 32 and max(map(abs, plain)) < 0.075
-    # The tables do not name the kernel (MosaicML's Triton FlashAttention or FlashAttention-2, by the script's
-    # version); A100 runs on PyTorch's FlashAttention-2 without recomputation agree with the sweep's number too.
+    # MosaicML's steps ran MPT's Triton FlashAttention (the submit script's default attn_impl); A100 runs on
+    # PyTorch's FlashAttention-2 without recomputation agree with the sweep's number too.
     for name, at_paper, now in (("torchtitan Llama 2 13B", 0.068, 0.014), ("IBM Llama 2 7B 128xA100", 0.085, 0.024)):
         run = next(r for r in RUNS if r.name == name)
         assert run.strategy.recompute == "none" and run.strategy.attention == "flash"
@@ -206,7 +206,7 @@ def test_the_sweep_follows_sequence_length_and_charges_recomputation_too_much():
     fits say the same: their time outside attention is 0.89-0.92 x the planner's for the models that recompute (the
     planner charges 8-12 % too much there), 0.98-1.11 x for those that do not (AttentionFit.other). Before the planner
     knew that PyTorch's non-reentrant checkpoint stops before the FFN's down projection (Strategy.checkpoint_early_stop:
-    these rows' sweep.sh ran PyTorch 2.1.0 and the MPT yamls ask for the non-reentrant checkpoint, published.py) the
+    these rows' sweep.sh names PyTorch 2.1.0 and the MPT yamls ask for the non-reentrant checkpoint, published.py) the
     recomputing rows were -9.7 % (median) and the fits 0.82-0.85 x: early stop explains a little under half of the
     fits' over-charge (1.18-1.22 x -> 1.09-1.12 x), a quarter of the rows' median error. The H100 layer test below
     finds the rest in the bare layer too."""
@@ -230,10 +230,11 @@ def test_pytorchs_flash_kernel_alone_runs_faster_on_an_h100_than_inside_the_publ
     median 0.23 of peak (0.19-0.27) once the gradient adds that run's backward also timed are taken out (3-11 % of
     it, at the planner's own HBM bandwidth; as timed, with them, 0.21); head size 64 runs lower; even the fastest
     forward pass stays under FlashAttention-3's published 35 % for FlashAttention-2 on an H100. Inside MosaicML's
-    training steps attention ran at 0.17 (the test above): the kernel alone is about a third faster, although it
+    training steps attention, MPT's Triton FlashAttention there, ran at 0.17 (the test above): PyTorch's kernel
+    alone is about a third faster, although it
     was timed at 2-4K tokens, where a kernel runs below its long-sequence rate, and the slope comes mostly from
-    16-64K rows; a kernel benchmark promises more than a step gets (the planner used 0.23 until the sweep was
-    read). Every H100
+    16-64K rows; a benchmark of another kernel, alone, promises more than those steps got (the planner used 0.23
+    until the sweep was read). Every H100
     run has its measurement (a run added without one fails here). The same file checks the per-tile GEMM cost:
     k / (k + TILE_K) of the longest GEMM's rate is within 3 % of the measured rate for k >= 1536 (every H100 run's
     GEMMs reduce over k >= 1536); below that, each timed interval held one short kernel and its launch, so the

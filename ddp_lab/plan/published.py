@@ -27,11 +27,13 @@ Sources:
                scripts/train/yamls/pretrain/mpt-*.yaml; FSDP FULL_SHARD = ZeRO-3 per block, flash
                attention, "DEFAULT" mixed precision reduces gradients in fp32; activation
                checkpointing = full recomputation. The amp_bf16 rows (the H100 table, the A100 rows but
-               70B's, the sweep) came with commit b2a43a147 (2023-10-19), whose sweep.sh ran the image
-               mosaicml/pytorch:2.1.0 and whose MPT yamls set activation_checkpointing_reentrant: false:
-               PyTorch's non-reentrant checkpoint with early stop (checkpoint_early_stop). The two 70B
-               A100 rows (bf16, PURE) were in the table by c6cfb4284 (2023-07-21), before PyTorch 2.1:
-               the whole layer again)
+               70B's, the sweep) came with commit b2a43a147 (2023-10-19), whose sweep.sh names the image
+               mosaicml/pytorch:2.1.0 for the runs it lists, whose submit script pins llm-foundry v0.3.0
+               (torch < 2.1.1) and reads the MPT yamls, which set activation_checkpointing_reentrant:
+               false: PyTorch's non-reentrant checkpoint with early stop (checkpoint_early_stop). The two
+               70B A100 rows (bf16, PURE) were in the table by 300cc5c58 (2023-05-03, image
+               mosaicml/pytorch:1.13.1), before PyTorch 2.1: the whole layer again. Attention: MPT's
+               Triton FlashAttention, the submit script's default attn_impl)
     torchtitan pytorch/torchtitan docs/performance.md (2024 version), 64 A100 80GB, FSDP2 per layer,
                the runs whose activation checkpointing is "no" or "full" (selective layer/op
                checkpointing recomputes parts of layers the planner cannot express); "full" wraps each
@@ -155,11 +157,12 @@ def mpt(size: str, seq_len: int = 2048) -> Transformer:
     return Transformer(f"mpt-{size}", layers, hidden, heads, vocab=50368, seq_len=seq_len, dropout=False)
 
 
-def _mosaic(gpu, size, gpus, micro_batch, grad_accum, checkpointing, published, mixed="DEFAULT"):
-    # the DEFAULT (amp_bf16) rows ran PyTorch 2.1.0's non-reentrant checkpoint, the older PURE rows an earlier PyTorch
+def _mosaic(gpu, size, gpus, micro_batch, grad_accum, checkpointing, published, mixed="DEFAULT",
+            pytorch_2_1=True):
+    # pytorch_2_1: the run's non-reentrant checkpoint stopped early (the b2a43a147 rows); the older 70B rows did not
     strategy = Strategy(dp=gpus, zero=3, micro_batch=micro_batch, grad_accum=grad_accum,
                         recompute="full" if checkpointing else "none",
-                        checkpoint_early_stop=checkpointing and mixed == "DEFAULT", fp32_grads=mixed == "DEFAULT")
+                        checkpoint_early_stop=checkpointing and pytorch_2_1, fp32_grads=mixed == "DEFAULT")
     table = {"a100-80gb": "A100 80GB table", "h100-sxm": "H100 80GB BF16 table"}[gpu]
     return PublishedRun(f"MPT-{size} {gpus}x{gpu.split('-')[0].upper()}", "mosaicml", table, mpt(size),
                         ClusterSpec.preset(gpu, nodes=max(1, gpus // 8)), strategy, "tokens_per_gpu", published,
@@ -228,7 +231,7 @@ RUNS: list[PublishedRun] = [
         ("125m", 8, 40, 2, False, 142830), ("125m", 8, 32, 2, False, 141737), ("350m", 8, 32, 2, False, 58782),
         ("760m", 8, 24, 2, False, 32434), ("1b", 8, 14, 4, False, 20513), ("3b", 8, 10, 2, False, 10811),
         ("7b", 8, 6, 2, False, 4641), ("13b", 8, 2, 3, False, 2262), ("30b", 8, 3, 21, True, 916))],
-    *[_mosaic("a100-80gb", "70b", gpus, mb, accum, True, published, mixed="PURE")
+    *[_mosaic("a100-80gb", "70b", gpus, mb, accum, True, published, mixed="PURE", pytorch_2_1=False)
       for gpus, mb, accum, published in ((64, 8, 4, 410), (32, 2, 16, 373))],
     # MosaicML, H100 80GB BF16, sequence 2048
     *[_mosaic("h100-sxm", *row) for row in (

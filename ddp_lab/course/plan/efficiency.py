@@ -104,15 +104,16 @@ CALIBRATION_RUNS = {
 # falls with length, not by any run's level, and none of the sweep's rows is scored (the scored MosaicML runs are
 # the same tables' 2,048-token rows, of the same models: not independent of it in source, only in rows). It also
 # takes in any other per-token cost that grows with the sequence and that the planner does not model. The
-# kernels alone run faster, which is why the planner no longer takes their numbers:
+# FlashAttention-2 kernels alone run faster, which is why the planner no longer takes their numbers:
 # FlashAttention-2's paper reports 50-73 % of an A100's peak (Dao 2023, arXiv:2307.08691, abstract) and an H100
 # timed here ran PyTorch's FlashAttention-2 at 19-27 % (median 23 %) in the causal shapes of the H100 runs
 # (tools/gpu_kernels.py; ddp_lab/plan/measured/h100-sxm-kernels.json; at 2-4K tokens, where a kernel runs below
 # its long-sequence rate, while the slope comes mostly from the 16K-64K rows). With those numbers the planner predicted
 # the sweep's 32K-64K rows up to 56 % (A100) and 29 % (H100) too fast (README, "How far to trust the planner").
-# The tables do not name the attention kernel: llm-foundry's benchmark script set MPT's attn_impl from its own
-# default, "triton" (MosaicML's Triton FlashAttention) in its early versions and "flash" (the flash-attn package,
-# FlashAttention-2) once it installed gpu-flash2, so the A100 rows may be Triton's. Runs on PyTorch's own
+# The kernel in those steps was MPT's Triton FlashAttention, not FlashAttention-2: the rows came with llm-foundry
+# commit b2a43a147, whose submit_benchmarks.py defaults attn_impl to "triton" (llmfoundry/models/layers/
+# flash_attn_triton.py), as the MPT yamls do, and whose sweep.sh does not override it. So the kernels above are
+# other kernels, and their gap to these rates is not only what a step costs a kernel. Runs on PyTorch's own
 # FlashAttention-2 (SDPA) agree with the same number where they do not recompute: torchtitan's Llama 2 13B on 64
 # A100s +6.8 % -> +1.4 %, IBM's Llama 2 7B on 128 A100s +8.5 % -> +2.4 % (50 % -> 31 %; tests/test_plan_published.py).
 FLASH_ATTENTION_UTILIZATION = {
@@ -252,8 +253,8 @@ def recompute_skips_last_gemm(model, strategy) -> bool:
     the all-reduce (or, with sequence parallelism, the reduce-scatter) that follows it under tensor
     parallelism, unless something after it saves a tensor: dropout saves its mask (model.dropout),
     a mixture-of-experts layer's combine saves the experts' outputs (model.moe). The residual add
-    after it is not re-run either; the planner leaves its few bytes per token in (traffic.rank_bytes). Counted by PyTorch itself in `ddp_lab.plan.fullsize.recomputed_flops`
-    (tests/test_plan_fullsize.py). Megatron-LM's and DeepSpeed's checkpoints re-run the whole layer:
+    after it is not re-run either; the planner leaves its few bytes per token in (traffic.rank_bytes).
+    Counted by PyTorch itself in `ddp_lab.plan.fullsize.recomputed_flops` (tests/test_plan_fullsize.py). Megatron-LM's and DeepSpeed's checkpoints re-run the whole layer:
     `Strategy.checkpoint_early_stop` is False for them.
 
     Introduced in notebooks/13-plan-your-training-run.ipynb.
