@@ -153,8 +153,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             print(no_effect + note + breakdown(plan))
             print(accuracy_text(cluster, [plan]))
         else:
-            report = _search_report(model, cluster, args, reserve)
-            print(no_effect + report)
+            print(no_effect + _search_report(model, cluster, args, reserve))
         return 0
     except KeyError as error:
         parser.error(error.args[0])

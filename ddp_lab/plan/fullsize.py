@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.utils.checkpoint import checkpoint
+from torch.utils.flop_counter import FlopCounterMode
 
 from ddp_lab.plan.measure import SavedTensorCounter
 from ddp_lab.plan.reference import build
@@ -89,9 +91,6 @@ def recomputed_flops(model, early_stop: bool, micro_batch: int = 1) -> int:
 
     Introduced in notebooks/13-plan-your-training-run.ipynb.
     """
-    from torch.utils.checkpoint import checkpoint
-    from torch.utils.flop_counter import FlopCounterMode
-
     with torch.device("meta"):
         net = build(model.with_(layers=1), dtype=torch.bfloat16)
     layer = net.layers[0]

@@ -254,8 +254,9 @@ def recompute_skips_last_gemm(model, strategy) -> bool:
     parallelism, unless something after it saves a tensor: dropout saves its mask (model.dropout),
     a mixture-of-experts layer's combine saves the experts' outputs (model.moe). The residual add
     after it is not re-run either; the planner leaves its few bytes per token in (traffic.rank_bytes).
-    Counted by PyTorch itself in `ddp_lab.plan.fullsize.recomputed_flops` (tests/test_plan_fullsize.py). Megatron-LM's and DeepSpeed's checkpoints re-run the whole layer:
-    `Strategy.checkpoint_early_stop` is False for them.
+    Counted by PyTorch itself in `ddp_lab.plan.fullsize.recomputed_flops` (tests/test_plan_fullsize.py).
+    Megatron-LM's and DeepSpeed's checkpoints re-run the whole layer: `Strategy.checkpoint_early_stop`
+    is False for them.
 
     Introduced in notebooks/13-plan-your-training-run.ipynb.
     """
