@@ -458,7 +458,8 @@ def test_every_plan_says_how_far_to_trust_it(capsys):
 def test_pytorchs_checkpoint_recomputes_less_and_the_plan_says_so():
     """--checkpoint-early-stop: full recomputation as PyTorch's non-reentrant checkpoint runs it, without the FFN's
     down projection (efficiency.recompute_skips_last_gemm): the same plan computes less, is labelled full-es, and a
-    search's table explains the label; without --recompute full it is refused (above)."""
+    search's table explains the label; without --recompute full it is refused (above). A model whose dropout follows
+    that GEMM gets a note and plans labelled and charged as plain full recomputation."""
     base = ("--model", "llama3-70b", "--cluster", "h100-sxm", "--nodes", "8", "--dp", "64", "--zero", "3",
             "--recompute", "full")
     whole, early = plan(*base), plan(*base, "--checkpoint-early-stop")
@@ -478,5 +479,9 @@ def test_pytorchs_checkpoint_recomputes_less_and_the_plan_says_so():
     gpt = plan("--model", "gpt2-small", "--cluster", "t4", "--dp", "4", "--recompute", "full", "--checkpoint-early-stop")
     assert gpt.returncode == 0 and gpt.stdout.startswith("note: in gpt2-small dropout follows the FFN's down "
                                                         "projection"), gpt.stdout
-    assert _body(gpt.stdout.split("\n", 1)[1]) == _body(plan("--model", "gpt2-small", "--cluster", "t4", "--dp", "4",
-                                                             "--recompute", "full").stdout)
+    plain = plan("--model", "gpt2-small", "--cluster", "t4", "--dp", "4", "--recompute", "full").stdout
+    assert gpt.stdout.split("\n", 1)[1] == plain     # labelled full, not full-es: charged the whole layer, as it runs
+    dropout_search = plan("--model", "gpt2-small", "--cluster", "t4", "--nodes", "2", "--checkpoint-early-stop",
+                          "--top", "40")
+    assert dropout_search.returncode == 0, dropout_search.stderr
+    assert " full " in dropout_search.stdout and "full-es" not in dropout_search.stdout

@@ -19,6 +19,7 @@ import sys
 
 from ddp_lab.course.plan import context_parallel
 from ddp_lab.course.plan.cluster_spec import PRESET_NAMES, ClusterSpec
+from ddp_lab.course.plan.efficiency import early_stop_can_skip_last_gemm
 from ddp_lab.course.plan.overlap import OVERLAP_SLOWDOWN
 from ddp_lab.course.plan.model import PRESETS, Transformer, parse_count
 from ddp_lab.course.plan.search import MEMORY_RESERVE, candidates, default_global_batch, evaluate, search
@@ -296,8 +297,9 @@ def _check_splits(model, cluster, args, given: dict) -> None:
 
 
 def _early_stop_changes_nothing(model) -> str:
-    """A note when PyTorch's checkpoint re-runs this model's whole layer anyway (efficiency.recompute_skips_last_gemm)."""
-    if not model.dropout and model.moe is None:
+    """A note when PyTorch's checkpoint re-runs this model's whole layer anyway (efficiency.early_stop_can_skip_last_gemm):
+    the plans are then labelled and charged as plain full recomputation."""
+    if early_stop_can_skip_last_gemm(model):
         return ""
     after = "dropout" if model.dropout else "its experts' combine"
     return (f"note: in {model.name} {after} follows the FFN's down projection and saves a tensor for backward, so "
@@ -352,7 +354,7 @@ def _strategy(model, cluster, args, given: dict) -> tuple[Strategy, str]:
         raise ValueError(f"--checkpoint-early-stop describes how full recomputation runs; this plan has --recompute "
                          f"{given.get('recompute', 'none')}: add --recompute full or drop --checkpoint-early-stop")
     strategy = Strategy(precision=args.precision, attention=args.attention or "flash", fp32_grads=args.fp32_grads,
-                        checkpoint_early_stop=args.checkpoint_early_stop,
+                        checkpoint_early_stop=args.checkpoint_early_stop and early_stop_can_skip_last_gemm(model),
                         **{**given, "grad_accum": given.get("grad_accum", 1)})
     check(model, strategy.with_(grad_accum=strategy.pp),   # the micro-batches are checked below, with the batch
           gpus=cluster.gpus, gpus_per_node=cluster.gpus_per_node,

@@ -19,7 +19,7 @@ FOLDED_LEGEND = ("          z0-2 = ZeRO stages 0 to 2 give identical numbers (at
                  "          the row shows the lowest.")
 SPLIT_LEGEND = "          cpN = context-parallel size (lesson 15); epN = expert-parallel size (lesson 14)."
 EARLY_STOP_LEGEND = ("          full-es = full recomputation by PyTorch's non-reentrant checkpoint: it stops before the "
-                     "FFN's down projection\n          (unless dropout or experts follow it).")
+                     "FFN's down projection.")
 # The ways a plan splits a model beyond data parallelism, as accuracy_text names them (Strategy fields).
 SPLITS = (("tensor", "tp"), ("pipeline", "pp"), ("context", "cp"), ("expert", "ep"))
 

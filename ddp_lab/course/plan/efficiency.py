@@ -260,7 +260,17 @@ def recompute_skips_last_gemm(model, strategy) -> bool:
 
     Introduced in notebooks/13-plan-your-training-run.ipynb.
     """
-    return strategy.recompute == "full" and strategy.checkpoint_early_stop and not model.dropout and model.moe is None
+    return strategy.recompute == "full" and strategy.checkpoint_early_stop and early_stop_can_skip_last_gemm(model)
+
+
+def early_stop_can_skip_last_gemm(model) -> bool:
+    """True when nothing after the FFN's down projection saves a tensor for backward (no dropout, no experts'
+    combine), so PyTorch's early-stopping checkpoint can leave that GEMM out (`recompute_skips_last_gemm`).
+
+    Where it is False, `Strategy.checkpoint_early_stop` changes nothing; the search and the CLI leave it
+    off for such a model, so no plan is labelled as skipping what it re-runs.
+    """
+    return not model.dropout and model.moe is None
 
 
 def layer_seconds(model, strategy, gpu) -> WorkSeconds:

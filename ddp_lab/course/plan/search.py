@@ -9,6 +9,7 @@ import itertools
 from dataclasses import dataclass
 
 from ddp_lab.course.plan import context_parallel, experts
+from ddp_lab.course.plan.efficiency import early_stop_can_skip_last_gemm
 from ddp_lab.course.plan.memory import MemoryBreakdown, memory
 from ddp_lab.course.plan.steptime import TimeBreakdown, mfu, step_time, tokens_per_second
 from ddp_lab.course.plan.strategy import Strategy, check, divisors
@@ -90,7 +91,8 @@ def candidates(model, cluster, global_batch: int, micro_batches=(1, 2, 4, 8), ze
     whose micro-batches divide by pp). With flash attention selective recomputation is not tried:
     it keeps what no recomputation keeps (activations.py). Precision: bf16 mixed precision where
     the GPU has it, else fp16 (a T4), unless given. checkpoint_early_stop: the plans with full
-    recomputation recompute as PyTorch's non-reentrant checkpoint does (Strategy.checkpoint_early_stop).
+    recomputation recompute as PyTorch's non-reentrant checkpoint does (Strategy.checkpoint_early_stop;
+    left off for a model whose dropout or experts make that checkpoint re-run the whole layer).
 
     cp, ep: the context- and expert-parallel sizes to try, an int, a tuple, or "auto" (every size
     that fits: cp with 2 x cp chunks of the sequence, ep dividing the experts and dp x cp). cp
@@ -107,6 +109,7 @@ def candidates(model, cluster, global_batch: int, micro_batches=(1, 2, 4, 8), ze
         precision = "bf16" if "bf16" in cluster.gpu.peak_flops else "fp16"
     if attention == "flash":
         recompute = tuple(rc for rc in recompute if rc != "selective")
+    checkpoint_early_stop = checkpoint_early_stop and early_stop_can_skip_last_gemm(model)
     gpus = cluster.gpus
     max_tp = gpus if tp_across_nodes else cluster.gpus_per_node
     for tp in divisors(gpus):
