@@ -172,7 +172,7 @@ def compare(measured, calibration: dict) -> Row:
 
 
 def validate(configs=None, steps: int = 5, calibrations: dict | None = None, attempts: int = 3,
-             progress: bool = False) -> list[Row]:
+             progress: bool = False, calibration_repeats: int = 5) -> list[Row]:
     """Run every configuration on gloo ranks here and compare it with the planner's prediction.
 
     Timing on a shared machine: a configuration whose step time misses STEP_TOLERANCE is run
@@ -200,6 +200,8 @@ def validate(configs=None, steps: int = 5, calibrations: dict | None = None, att
         attempts: runs at most per configuration (1: never repeat).
         progress: print a line as each configuration starts (a run takes a few seconds each on
             an idle 2-core machine, much longer on a busy one).
+        calibration_repeats: timed rounds per collective and size in each calibration
+            (`measure_this_machine`'s `repeats`; fewer: a quicker, noisier fit).
 
     Returns:
         One `Row` per configuration, in the order of `configs`;
@@ -220,7 +222,7 @@ def validate(configs=None, steps: int = 5, calibrations: dict | None = None, att
     def calibrate(key, note: str = "") -> None:
         if progress:
             print(f"calibrating this machine{note}: {key[0]} ranks, collectives in groups of {key[1]} ...", flush=True)
-        calibrations[key] = measure_this_machine(ranks=key[0], group=key[1])
+        calibrations[key] = measure_this_machine(ranks=key[0], group=key[1], repeats=calibration_repeats)
 
     def attempt(index: int, note: str = "") -> None:
         config = configs[index]
