@@ -26,9 +26,10 @@ MATMUL_SHAPES = ((1024, 256, 1024), (1024, 1024, 256), (512, 512, 512))
 def matmul_rate(dtype, seconds: float = 0.3) -> float:
     """FLOP/s of this process's matmuls (2 m k n per product), median over `MATMUL_SHAPES` and rounds.
 
-    Each shape is timed for `seconds / 3`, at least one round after a warm-up. A dtype the CPU has no
-    fast kernel for takes one round per shape: bf16 on a CPU without AVX-512 BF16 ran at 1.2 GFLOP/s
-    here (fp32: 65), 0.2-0.4 s a product, so three rounds a shape took 5 s of every calibration.
+    Each shape is timed for `seconds / 3` and at least three rounds after a warm-up, or one round
+    where one product alone outlasts that budget: bf16 on a CPU without AVX-512 BF16 ran at
+    1.2 GFLOP/s here (fp32: 65), 0.2-0.4 s a product, so three rounds a shape took 5 s of every
+    calibration.
 
     Introduced in notebooks/13-plan-your-training-run.ipynb.
     """
@@ -39,7 +40,8 @@ def matmul_rate(dtype, seconds: float = 0.3) -> float:
         a @ b  # warm-up: allocator, kernel choice
         rounds = []
         began = time.perf_counter()
-        while not rounds or time.perf_counter() - began < budget:
+        # three rounds at least, unless one product alone outlasts the shape's budget
+        while not rounds or time.perf_counter() - began < budget or (len(rounds) < 3 and rounds[0] < budget):
             start = time.perf_counter()
             a @ b
             rounds.append(time.perf_counter() - start)
