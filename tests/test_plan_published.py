@@ -231,11 +231,10 @@ def test_pytorchs_flash_kernel_alone_runs_faster_on_an_h100_than_inside_the_publ
     it, at the planner's own HBM bandwidth; as timed, with them, 0.21); head size 64 runs lower; even the fastest
     forward pass stays under FlashAttention-3's published 35 % for FlashAttention-2 on an H100. Inside MosaicML's
     training steps attention, MPT's Triton FlashAttention there, ran at 0.17 (the test above): PyTorch's kernel
-    alone is about a third faster, although it
-    was timed at 2-4K tokens, where a kernel runs below its long-sequence rate, and the slope comes mostly from
-    16-64K rows; a benchmark of another kernel, alone, promises more than those steps got (the planner used 0.23
-    until the sweep was read). Every H100
-    run has its measurement (a run added without one fails here). The same file checks the per-tile GEMM cost:
+    alone is about a third faster, although it was timed at 2-4K tokens, where a kernel runs below its
+    long-sequence rate, and the slope comes mostly from 16-64K rows; a benchmark of another kernel, alone,
+    promises more than those steps got (the planner used 0.23 until the sweep was read). Every H100 run has its
+    measurement (a run added without one fails here). The same file checks the per-tile GEMM cost:
     k / (k + TILE_K) of the longest GEMM's rate is within 3 % of the measured rate for k >= 1536 (every H100 run's
     GEMMs reduce over k >= 1536); below that, each timed interval held one short kernel and its launch, so the
     sweep cannot tell the tile cost from the launch."""
