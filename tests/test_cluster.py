@@ -321,11 +321,12 @@ def test_the_zygote_learns_what_its_ranks_import():
     this deadlocked in 5 of 8 launches before keepalive.py: pytorch#56297), and a launch that sets a
     variable torch._dynamo reads at import starts cold and obeys it."""
     procstart.shutdown_zygote()
-    ddp_lab.launch(zygote_had_dynamo, nprocs=1, backend="gloo")   # cold: starts a fresh zygote
+    procstart.prepare_zygote()   # a fresh zygote, as a kernel's first launch starts
     first = procstart.ready_zygote()
     assert first is not None and first.imports == ()
     first_threads = threads(first.popen.pid)
-    assert ddp_lab.launch(zygote_had_dynamo, nprocs=2, backend="gloo") == [False, False]
+    launched = ddp_lab.launch(zygote_had_dynamo, nprocs=2, backend="gloo")
+    assert launched == [False, False] and launched.started == ["warm", "warm"] and procstart.ready_zygote() is first
     assert ddp_lab.launch(ddp_then_destroy, nprocs=2, init_process_group=False, timeout=30) == [0, 1]
     assert "torch._dynamo" in first.learned and procstart._successor is not None
     assert procstart._successor.wait_ready(60)

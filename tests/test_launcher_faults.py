@@ -53,13 +53,19 @@ def gone(pid: int) -> bool:
 
 # --- output: a child left writing, a child in its own session, one huge line ------------------
 
-TICKER = "for i in $(seq 40); do echo tick $i; sleep 0.1; done"  # 4 s of output
+# 4 s of output; after its first line it creates the file named by its $0, so the rank knows it has written one
+TICKER = 'for i in $(seq 40); do echo tick $i; [ "$i" = 1 ] && : > "$0"; sleep 0.1; done'
 
 
 def leaves_a_ticker(rank, pid_file, own_session):
     if rank == 0:
-        child = subprocess.Popen(["sh", "-c", TICKER], start_new_session=own_session)
+        ticked = f"{pid_file}.ticked"
+        child = subprocess.Popen(["sh", "-c", TICKER, ticked], start_new_session=own_session)
         Path(pid_file).write_text(str(child.pid))
+        deadline = time.monotonic() + 30
+        while not os.path.exists(ticked) and time.monotonic() < deadline:   # under load sh may start late
+            time.sleep(0.01)
+        os.unlink(ticked)
         time.sleep(0.25)  # a few ticks while the rank runs
     return rank
 
@@ -80,7 +86,7 @@ def test_a_child_left_writing_is_ended_with_its_rank():
 
     Before the fix the old reader thread read the next launch's pipe (same fd number): rank 0
     lost 19-20 of 20 lines in 4 of 6 trials. Two launches here make a pass by luck unlikely;
-    about 7 s, most of it the first launch of the process starting cold.
+    about 5 s, most of it the process's first launch waiting for its zygote.
     """
     pid_file = Path(os.environ.get("TMPDIR", "/tmp"), f"ddp_lab-ticker-{os.getpid()}")
     first = ddp_lab.launch(leaves_a_ticker, args=(str(pid_file), False), nprocs=2, backend="gloo", timeout=60)

@@ -240,6 +240,10 @@ def test_bad_inputs():
         Strategy(sequence_parallel=True)
     with pytest.raises(ValueError, match="precision='fp16'"):
         evaluate(Transformer.preset("gpt2-small"), ClusterSpec.preset("t4"), Strategy(dp=4))
+    from ddp_lab.plan.calibrate import measure_this_machine   # refused before any rank starts
+    for precisions in (("bf16",), ("fp32", "fp8")):
+        with pytest.raises(ValueError, match="precisions must include 'fp32' and name only"):
+            measure_this_machine(precisions=precisions)
 
 
 def test_import_does_not_import_torch():

@@ -4,14 +4,15 @@
 pid, the read ends of its stdout and stderr pipes, the launcher's end of its control
 channel, and `wait()` / `send_signal()`. `stop_ranks` ends them.
 
-- **Warm** (the default once the kernel has a zygote): fork the ranks from the zygote, a
-  clean process that imported torch (and, once its ranks needed them, zygote.LEARNED_IMPORTS)
-  and ran nothing (see zygote.py). ~0.05 s per launch.
-  A zygote that does not fork them all within FORK_WAIT_S is retired and the launch
-  starts cold.
-- **Cold** (the first launch of a kernel, or with DDP_LAB_WARM=0): run
-  `python -m ddp_lab.launcher.worker` in a fresh interpreter. The first launch then starts the
-  zygote in the background for the next ones.
+- **Warm** (the default): fork the ranks from the zygote, a clean process that imported torch
+  (and, once its ranks needed them, zygote.LEARNED_IMPORTS) and ran nothing (see zygote.py).
+  ~0.05 s per launch. A kernel's first launch starts the zygote and waits for its import: one
+  interpreter imports torch for all the ranks, where starting them cold would import it once per
+  rank (and then once more in the zygote the next launches need). A zygote that does not fork
+  them all within FORK_WAIT_S is retired and the launch starts cold.
+- **Cold** (with DDP_LAB_WARM=0, or when the zygote died, stalled or did not get ready in time):
+  run `python -m ddp_lab.launcher.worker` in a fresh interpreter per rank. A new zygote then
+  starts in the background for the next launches.
 
 Neither start method forks the notebook kernel itself. Both start their processes (a cold
 rank, the zygote) from one long-lived thread (starter.py), so that ranks outlive the thread
@@ -126,6 +127,12 @@ def spawn_rank(rank: int, env: dict, payload_path: str, stacks_path: str) -> Spa
     return SpawnedRank(rank, popen, parent_end)
 
 
+# How long a process's first launch waits for the zygote it has just started (its `import torch`, and the
+# LEARNED_IMPORTS named in DDP_LAB_ZYGOTE_IMPORTS): starting the ranks cold instead would run that import once
+# per rank, so waiting is cheaper however slow the import is; the bound only catches a zygote that hangs.
+FIRST_ZYGOTE_WAIT_S = 60.0
+
+
 def warm_starts_enabled() -> bool:
     """Warm starts are on unless DDP_LAB_WARM=0."""
     return os.environ.get("DDP_LAB_WARM", "1") != "0"
@@ -209,12 +216,15 @@ def shutdown_zygote() -> None:
 def start_rank_processes(envs: list[dict], payload_path: str, stacks_paths: list[str], on_started) -> None:
     """Start rank k with envs[k], calling on_started(process) for each, rank 0 first.
 
-    Forked from the zygote when one is ready and forks them all in time, else each in a
-    fresh interpreter. Forked ranks run only once every rank has started and been passed to
+    Forked from the zygote when one is ready and forks them all in time (a process's first launch
+    starts the zygote and waits for it), else each in a fresh interpreter. Forked ranks run only once every rank has started and been passed to
     on_started, so a start given up half way has touched nothing.
     """
     global _zygote
-    zygote = ready_zygote()
+    first = _zygote is None and _successor is None and warm_starts_enabled()
+    if first:   # this process's first launch (or the first since shutdown_zygote): start the zygote and fork from it
+        prepare_zygote()
+    zygote = ready_zygote(FIRST_ZYGOTE_WAIT_S if first else 15.0)
     if zygote is not None and zygote.imports and _differs_at_import(zygote.env, envs[0]):
         zygote = None   # its imports read variables this launch sets otherwise: start cold, obeying them
     if zygote is not None:

@@ -161,8 +161,11 @@ def collective_bytes(name: str, count: int, world_size: int, element_size: int =
     return count * whole * element_size
 
 
+PRECISIONS = {"fp32": "float32", "bf16": "bfloat16"}   # the matmul rates measure_this_machine can time
+
+
 def measure_this_machine(ranks: int = 2, repeats: int = 5, counts=COUNTS, timeout: float = 120,
-                         group: int | None = None) -> dict:
+                         group: int | None = None, precisions: tuple[str, ...] = ("fp32", "bf16")) -> dict:
     """Measure the matmul rate a rank gets and fit alpha-beta for each collective on `ranks` gloo ranks.
 
     Everything runs in one launch of `ranks` processes: first every rank times matmuls at once
@@ -170,7 +173,9 @@ def measure_this_machine(ranks: int = 2, repeats: int = 5, counts=COUNTS, timeou
     gives it), then the calibration step, then the collectives as a step issues them,
     each after a fixed compute segment (`_time_collectives`), round by round (the median of
     `repeats` rounds counts). About 5-8 s on a lightly loaded 2-core machine, longer while other
-    programs load it (a cold first launch adds ~1 s).
+    programs load it (a kernel's first launch also waits for its zygote to import torch, ~1 s); a CPU
+    without AVX-512 BF16 adds about 2.4 s for the bf16 rate (leave "bf16" out of `precisions` when only
+    fp32 is planned for, as `validate` does).
 
     Args:
         ranks: processes (all of them compute at once, as in the run being predicted).
@@ -180,11 +185,13 @@ def measure_this_machine(ranks: int = 2, repeats: int = 5, counts=COUNTS, timeou
         group: ranks per process group the collectives run in (default: all `ranks`); e.g.
             ranks=4, group=2 for DP x TP on 4 processes, whose collectives run in pairs while
             the other pair computes.
+        precisions: the matmul rates to time ("fp32" always; "bf16" for plans in bf16 on this machine).
 
     Returns:
         A dict with
         - "ranks", "group", "threads" (torch threads per rank), "cores";
-        - "matmul_flops": {"fp32": FLOP/s, "bf16": FLOP/s} per rank, all ranks computing;
+        - "matmul_flops": {"fp32": FLOP/s, "bf16": FLOP/s} per rank, all ranks computing (those in
+          `precisions`);
         - "matmul_efficiency": the calibration step's FLOP/s over the fp32 matmul rate (see
           `probes.CALIBRATION_SHAPE`): the one calibrated constant of this machine's predictions;
         - "collectives": {name: {"alpha": s, "beta": s/byte, "world": group}} for "all_reduce",
@@ -208,7 +215,9 @@ def measure_this_machine(ranks: int = 2, repeats: int = 5, counts=COUNTS, timeou
     if isinstance(group, bool) or not isinstance(group, int) or group < 1 or ranks % group:
         raise ValueError(f"group must be a positive int that divides ranks={ranks} (ranks per process group), "
                          f"got {group!r}")
-    dtypes = {"fp32": "float32", "bf16": "bfloat16"}
+    if "fp32" not in precisions or set(precisions) - set(PRECISIONS):
+        raise ValueError(f"precisions must include 'fp32' and name only {sorted(PRECISIONS)}, got {precisions!r}")
+    dtypes = {name: PRECISIONS[name] for name in precisions}
     settled_zygote()   # no successor zygote importing in the background while the collectives are timed
     with OtherPrograms() as others:
         results = ddp_lab.launch(_calibration_rank, args=(tuple(counts), repeats, dtypes, group), nprocs=ranks,

@@ -222,7 +222,9 @@ def validate(configs=None, steps: int = 5, calibrations: dict | None = None, att
     def calibrate(key, note: str = "") -> None:
         if progress:
             print(f"calibrating this machine{note}: {key[0]} ranks, collectives in groups of {key[1]} ...", flush=True)
-        calibrations[key] = measure_this_machine(ranks=key[0], group=key[1], repeats=calibration_repeats)
+        # fp32 only: compare() predicts every run from the fp32 rate its own ranks measured
+        calibrations[key] = measure_this_machine(ranks=key[0], group=key[1], repeats=calibration_repeats,
+                                                 precisions=("fp32",))
 
     def attempt(index: int, note: str = "") -> None:
         config = configs[index]
