@@ -35,7 +35,7 @@ def launch_diagram(nprocs: int = 4):
     for rank in range(nprocs):
         x = 0.3 + rank * width
         _box(ax, x, 0.4, width - 0.35, 1.3,
-             f"rank {rank}\nfresh python\nfn({rank}, *args)\nprocess group", "#e2f0d9")
+             f"rank {rank}\nown process\nfn({rank}, *args)\nprocess group", "#e2f0d9")
         centre = x + (width - 0.35) / 2
         ax.annotate("", xy=(centre - 0.2, 1.7), xytext=(1.3 + rank * 1.9 / max(1, nprocs - 1), 3.3),
                     arrowprops=dict(arrowstyle="<|-|>", color="#1f4e79", lw=1.1))
