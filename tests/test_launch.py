@@ -519,8 +519,8 @@ FIRST_LAUNCH_SCRIPT = textwrap.dedent("""
 
 def test_a_processs_first_launch_forks_its_ranks_from_the_zygote_it_starts():
     """One interpreter (the zygote, which later launches use too) imports torch for all four ranks, where cold
-    ranks would import it four times (src: procstart.start_rank_processes; lesson 00b). DDP_LAB_WARM=0's cold
-    ranks: tests/test_own_process_group.py and tests/test_cluster.py."""
+    ranks would import it four times (procstart.start_rank_processes; lesson 00b). Cold ranks (DDP_LAB_WARM=0):
+    tests/test_own_process_group.py and tests/test_cluster.py."""
     done = subprocess.run([sys.executable, "-c", FIRST_LAUNCH_SCRIPT], capture_output=True, text=True, timeout=120,
                           env={k: v for k, v in os.environ.items() if k != "DDP_LAB_WARM"})
     assert done.returncode == 0, done.stderr

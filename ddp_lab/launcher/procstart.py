@@ -217,8 +217,9 @@ def start_rank_processes(envs: list[dict], payload_path: str, stacks_paths: list
     """Start rank k with envs[k], calling on_started(process) for each, rank 0 first.
 
     Forked from the zygote when one is ready and forks them all in time (a process's first launch
-    starts the zygote and waits for it), else each in a fresh interpreter. Forked ranks run only once every rank has started and been passed to
-    on_started, so a start given up half way has touched nothing.
+    starts the zygote and waits for it), else each in a fresh interpreter. Forked ranks run only
+    once every rank has started and been passed to on_started, so a start given up half way has
+    touched nothing.
     """
     global _zygote
     first = _zygote is None and _successor is None and warm_starts_enabled()

@@ -173,7 +173,7 @@ def measure_this_machine(ranks: int = 2, repeats: int = 5, counts=COUNTS, timeou
     gives it), then the calibration step, then the collectives as a step issues them,
     each after a fixed compute segment (`_time_collectives`), round by round (the median of
     `repeats` rounds counts). About 5-8 s on a lightly loaded 2-core machine, longer while other
-    programs load it (a kernel's first launch also waits for its zygote to import torch, ~1 s); a CPU
+    programs load it (a process's first launch also waits for its zygote to import torch: ~2 s); a CPU
     without AVX-512 BF16 adds about 2.4 s for the bf16 rate (leave "bf16" out of `precisions` when only
     fp32 is planned for, as `validate` does).
 
