@@ -93,6 +93,11 @@ def test_a_child_left_writing_is_ended_with_its_rank():
     ticker = int(pid_file.read_text())
     pid_file.unlink()
     assert "tick 1\n" in first.outputs[0]  # what it wrote while the rank ran is kept
+    # a warm rank's session is ended by the zygote as it reaps the rank, which may come just after launch returns;
+    # 1 s is well inside the ticker's own 4 s, so a ticker nobody ended still fails
+    deadline = time.monotonic() + 1.0
+    while not gone(ticker) and time.monotonic() < deadline:
+        time.sleep(0.02)
     assert gone(ticker), "the rank's leftover child outlived it"
     for _ in range(2):
         results = ddp_lab.launch(prints_twenty_lines, nprocs=2, backend="gloo", timeout=60)
