@@ -134,7 +134,7 @@ def _launch(fn, args, nprocs, backend, timeout, init_process_group, stream, thre
             raise
 
     _show_output(supervisor.outputs, stream)
-    prepare_zygote()  # the next launch forks its ranks from it: ~0.1 s instead of seconds
+    prepare_zygote()  # a successor importing what the ranks learned, or a new zygote if this one died
     if outcome != "ok":
         raise build_error(supervisor, outcome, stacks, names, timeout) from None
     return _results(supervisor, chosen)
