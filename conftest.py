@@ -24,6 +24,10 @@ for the parallel phase: the machine was 97 % busy and every rank waited for a co
 from __future__ import annotations
 
 import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -108,3 +112,17 @@ def pytest_runtest_setup(item: pytest.Item):
     finally:
         if before is None:
             del os.environ["DDP_LAB_ZYGOTE_IMPORTS"]
+
+
+# Kernels started by this test process (nbval's, tests/test_exercises.py's) are forked from a template that has
+# imported torch: tests/forked_kernels.py says how and why. DDP_LAB_FORKED_KERNELS=0 starts every kernel the ordinary way.
+def pytest_configure(config: pytest.Config) -> None:
+    if os.environ.get("DDP_LAB_FORKED_KERNELS", "1") == "0":
+        return
+    sys.path.insert(0, str(Path(__file__).resolve().parent / "tests"))
+    import forked_kernels   # lazy: tests/ is on sys.path only from here
+    sys.path.pop(0)
+
+    directory = tempfile.mkdtemp(prefix="ddp-lab-kernels-")
+    template = forked_kernels.install(directory)
+    config.add_cleanup(lambda: (template.close(), shutil.rmtree(directory, ignore_errors=True)))
