@@ -253,6 +253,11 @@ class Template:
             self.process = None
 
 
+def from_a_template(cmdline: list[str]) -> bool:
+    """Whether a process with this command line is a template or a kernel it forked (they share the command line)."""
+    return "--template" in cmdline and any(arg.endswith("forked_kernels.py") for arg in cmdline)
+
+
 def install(directory: str) -> Template:
     """Start the kernels jupyter_client starts in this process through a template in `directory` (conftest.py).
     The ordinary launch stays reachable as `launch_kernel.ordinary`."""

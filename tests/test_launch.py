@@ -17,13 +17,18 @@ import ddp_lab
 from ddp_lab import LaunchTimeout, LaunchWarning, RankCrashed, RankFailed, ResultNotPicklable
 from ddp_lab.hardware.machine import cpu_cores
 
+import forked_kernels
+
 
 def rank_children() -> list[psutil.Process]:
-    """Processes started by this test process that are still alive (ranks would be)."""
+    """Processes started by this test process that are still alive (ranks would be), but for zygotes and the suite's
+    kernel template with the kernels it forked for this test process's notebooks (tests/forked_kernels.py)."""
     alive = []
     for process in psutil.Process().children(recursive=True):
         try:
-            if process.status() != psutil.STATUS_ZOMBIE and "ddp_lab.launcher.zygote" not in process.cmdline():
+            cmdline = process.cmdline()
+            if process.status() != psutil.STATUS_ZOMBIE and "ddp_lab.launcher.zygote" not in cmdline \
+                    and not forked_kernels.from_a_template(cmdline):
                 alive.append(process)
         except psutil.NoSuchProcess:
             pass
