@@ -166,6 +166,9 @@ def serve(path: str) -> None:
                 relay.close()
                 continue
             differs = _differs_at_import(dict(os.environ), request["env"])
+            if os.environ.get("DDP_LAB_FORKED_KERNELS_LOG"):   # for maintainers: which kernels forked, which did not
+                with open(os.environ["DDP_LAB_FORKED_KERNELS_LOG"], "a") as log:
+                    print(os.getpid(), "ordinary start, differs in:" if differs else "forked", *differs, file=log)
             if differs:
                 _send(relay, ("exec", differs))
                 relay.close()
@@ -226,14 +229,17 @@ def relay(path: str, argv: list[str]) -> None:
 class Template:
     """The template process of one test process, started with the first kernel it serves."""
 
-    def __init__(self, directory: str) -> None:
+    def __init__(self, directory: str, env: dict | None = None) -> None:
         self.path = os.path.join(directory, "kernel-template.sock")
+        self.env = dict(os.environ if env is None else env)   # the template's: as the test process had it here
         self.process: subprocess.Popen | None = None
 
     def start(self) -> None:
-        """Start the template with this process's environment and wait until it has imported (no-op if started)."""
+        """Start the template and wait until it has imported (no-op if started). It starts with the environment the
+        Template was made with, not the one of the test that happens to start the first kernel (a test's
+        monkeypatched variable would make every later kernel differ from the template and start the ordinary way)."""
         if self.process is None:
-            self.process = subprocess.Popen([sys.executable, __file__, "--template", self.path],
+            self.process = subprocess.Popen([sys.executable, __file__, "--template", self.path], env=self.env,
                                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True)
             self.process.stdout.readline()   # "ready" (or EOF if it failed: relays then exec their kernels)
 

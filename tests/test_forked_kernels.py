@@ -27,7 +27,8 @@ print(json.dumps(dict(
     parent_pid_set=bool(os.environ.get("JPY_PARENT_PID")), variables=sorted(set(os.environ) - {"JPY_PARENT_PID"}),
     sigint=str(signal.getsignal(signal.SIGINT)), sigpipe=str(signal.getsignal(signal.SIGPIPE)),
     sigchld=str(signal.getsignal(signal.SIGCHLD)), sigterm=str(signal.getsignal(signal.SIGTERM)),
-    threads=sorted(thread.name for thread in threading.enumerate()), pid=os.getpid())))
+    threads=sorted(thread.name for thread in threading.enumerate()), pid=os.getpid(),
+    random=__import__("random").random(), numpy_random=__import__("numpy").random.random())))
 """
 
 
@@ -63,12 +64,18 @@ def run_probe(cwd) -> dict:
 
 def test_a_forked_kernel_sees_what_an_ordinary_one_sees(template, tmp_path, monkeypatch):
     forked = run_probe(tmp_path)
+    # a second kernel from the same template draws other random numbers, as a new interpreter does (random reseeds
+    # itself in a forked child; torch's import leaves numpy.random to the kernel)
+    again = run_probe(tmp_path)
     monkeypatch.setattr(local_provisioner, "launch_kernel", ordinary_launch)
     ordinary = run_probe(tmp_path)
     assert forked.pop("torch_imported") and not ordinary.pop("torch_imported")
     assert "relay-lifeline" in forked["threads"]
     forked["threads"].remove("relay-lifeline")
-    forked.pop("pid"), ordinary.pop("pid")
+    assert again["random"] != forked["random"] and again["numpy_random"] != forked["numpy_random"]
+    for probe in (forked, ordinary):
+        for key in ("pid", "random", "numpy_random"):
+            probe.pop(key)
     assert forked == ordinary
 
 
@@ -108,11 +115,16 @@ def test_a_killed_relay_ends_its_kernel(template, tmp_path):
 
 
 def test_an_environment_torch_could_read_starts_the_ordinary_way(template, tmp_path, monkeypatch):
-    monkeypatch.setenv("OMP_NUM_THREADS", "3")   # read by torch's thread pool; the template was not started with it
-    template.start()
-    monkeypatch.setenv("OMP_NUM_THREADS", "2")
-    probe = run_probe(tmp_path)
+    made_with = os.environ.get("OMP_NUM_THREADS")
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")   # read by torch's thread pool; the template was not made with it
+    probe = run_probe(tmp_path)                  # the first kernel: the template starts now
     assert not probe["torch_imported"] and "relay-lifeline" not in probe["threads"]
+    if made_with is None:   # the environment the template was made with: later kernels fork again
+        monkeypatch.delenv("OMP_NUM_THREADS")
+    else:
+        monkeypatch.setenv("OMP_NUM_THREADS", made_with)
+    probe = run_probe(tmp_path)
+    assert probe["torch_imported"] and "relay-lifeline" in probe["threads"]
 
 
 def test_conftest_forks_the_suites_kernels():
