@@ -2,30 +2,32 @@
 
 Every notebook nbval checks and every exercise tests/test_exercises.py executes runs in a fresh
 kernel, and every kernel's first cell imports torch: about 3 s of a core on the 2-core CI machine,
-and some 50 kernels in `make test` (measured with a sampler of /proc: kernels used 250 s of the
-run's 1250 s of CPU). conftest.py starts those kernels through this module:
+and some 50 kernels in `make test` (a sampler of /proc over a whole fresh-clone run, 2026-11-27:
+kernels used 250 s of the run's 1250 s of CPU). conftest.py starts those kernels through this module:
 
-- a *template*, one per test process, started with it: a Python that imports what every kernel
-  imports (torch, ipykernel's kernel application) and runs nothing else, no tensor op and no
-  thread, so forking it is safe (the reason ddp_lab's zygote can fork ranks: launcher/zygote.py);
+- a *template*, one per test process, started with its first kernel: a Python that imports torch
+  and runs nothing else, no tensor op and no thread, so forking it is safe (the reason ddp_lab's
+  zygote can fork ranks: ddp_lab/launcher/zygote.py);
 - the kernel command jupyter_client starts, `python -m ipykernel_launcher -f CONNECTION`, becomes
   `python tests/forked_kernels.py SOCKET -m ipykernel_launcher -f CONNECTION`: a *relay* of a few
   milliseconds' start-up that hands its environment, working directory, standard streams and
   command line to the template, which forks a child that becomes the kernel the way
   `python -m ipykernel_launcher` would (a new session, sys.path[0] the working directory,
-  ipykernel_launcher run as __main__). The relay stays the process jupyter_client knows: it
-  passes every signal it gets on to the kernel's process group (an interrupt reaches the kernel
-  and its zygote, as jupyter_client's own killpg does), exits with the kernel's status, and when
-  the relay is killed the kernel kills its own process group (it watches a pipe only the relay
-  holds open).
+  ipykernel_launcher run as __main__; ipykernel itself is imported after the fork, as it reads
+  JPY_PARENT_PID when imported). The relay stays the process jupyter_client knows: it passes every
+  signal it gets on to the kernel's process group (an interrupt reaches the kernel and its zygote,
+  as jupyter_client's own killpg does), exits with the kernel's status, and when the relay is killed
+  the kernel kills its own process group (it watches a pipe only the relay holds open). A kernel
+  leaves without the interpreter's teardown (after its threads, atexit handlers and a flush), which
+  took 0.7 s of a core in every kernel that had imported torch, forked or not.
 
-A kernel whose environment differs from the template's in anything but the variables jupyter_client
-sets for a kernel (JPY_*) and DDP_LAB_ZYGOTE_IMPORTS (read when a launch starts its zygote, not at
-import), or that finds no template, starts the ordinary way: the relay execs the command it was
-given. What a notebook prints cannot depend on the template: a forked kernel has run no cell, and
-modules imported before the fork are not names in the notebook (a cell that uses torch without
-importing it still fails). Learners' kernels (`make lab`), tests/test_browser.py's JupyterLab and
-`ddp_lab grade` start the ordinary way.
+A kernel whose environment differs from the template's in anything but KERNEL_ONLY_VARIABLES, or
+that finds no template, starts the ordinary way: the relay execs the command it was given
+(DDP_LAB_FORKED_KERNELS_LOG=FILE has the template say which kernels it forked and which not, and why).
+What a notebook prints cannot depend on the template: a forked kernel has run no cell, and modules
+imported before the fork are not names in the notebook (a cell that uses torch without importing it
+still fails); tests/test_forked_kernels.py compares one with an ordinary kernel. Learners' kernels
+(`make lab`), tests/test_browser.py's JupyterLab and `ddp_lab grade` start the ordinary way.
 """
 
 from __future__ import annotations
@@ -44,8 +46,11 @@ import threading
 
 # Variables that may differ between the template's environment and a kernel's, none of them read by `import torch`:
 # jupyter_client's (JPY_PARENT_PID, JPY_SESSION_NAME, ...), the terminal size nbval gives its kernels, the test pytest
-# is running, and the launcher's, read when a launch starts its zygote. Any other difference: an ordinary start.
-KERNEL_ONLY_VARIABLES = ("COLUMNS", "LINES", "PYTEST_CURRENT_TEST", "DDP_LAB_ZYGOTE_IMPORTS")
+# is running, the launcher's (read when a launch starts its zygote), and the cache directory torch's inductor writes
+# into the environment of a process that used it (a test process, after any test that compiles or traces: in
+# fresh-clone CI 45 of 52 kernels differed in it alone; inductor is not imported by `import torch`). Any other
+# difference: an ordinary start.
+KERNEL_ONLY_VARIABLES = ("COLUMNS", "LINES", "PYTEST_CURRENT_TEST", "DDP_LAB_ZYGOTE_IMPORTS", "TORCHINDUCTOR_CACHE_DIR")
 _LENGTH = struct.Struct("!I")
 _FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
 

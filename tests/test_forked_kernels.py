@@ -123,6 +123,7 @@ def test_an_environment_torch_could_read_starts_the_ordinary_way(template, tmp_p
         monkeypatch.delenv("OMP_NUM_THREADS")
     else:
         monkeypatch.setenv("OMP_NUM_THREADS", made_with)
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))   # what inductor writes into a test process's environment
     probe = run_probe(tmp_path)
     assert probe["torch_imported"] and "relay-lifeline" in probe["threads"]
 
