@@ -1,6 +1,6 @@
 """The test suite's forked kernels (tests/forked_kernels.py) are the kernels `python -m ipykernel_launcher` starts.
 
-Real kernels through jupyter_client, one started the ordinary way and one forked from a template of this test's own:
+Real kernels through jupyter_client, one started the ordinary way and others forked from a template of this module's own:
 what a cell sees is the same (sys.path, argv, working directory, environment, session, signal handlers, threads but the
 relay's lifeline), torch is imported before any cell imports it, an interrupt reaches the cell, a killed kernel leaves
 no process behind, and a kernel whose environment differs where `import torch` could read it starts the ordinary way.
@@ -8,6 +8,7 @@ no process behind, and a kernel whose environment differs where `import torch` c
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -36,30 +37,48 @@ print(json.dumps(dict(
 ordinary_launch = getattr(local_provisioner.launch_kernel, "ordinary", local_provisioner.launch_kernel)
 
 
-@pytest.fixture
-def template(tmp_path, monkeypatch):
-    """A template of this test's own, and kernels started through it (whatever conftest.py installed)."""
-    template = forked_kernels.Template(str(tmp_path))
-    monkeypatch.setattr(local_provisioner, "launch_kernel",
-                        lambda cmd, **kwargs: ordinary_launch(template.kernel_command(cmd), **kwargs))
+@pytest.fixture(scope="module")
+def module_template(tmp_path_factory):
+    """A template of this module's own (one: each imports torch, 3 s of a core), made with the test process's
+    environment as it is here; kernels start through it in the tests that ask for `template`."""
+    template = forked_kernels.Template(str(tmp_path_factory.mktemp("template")))
     yield template
     template.close()
 
 
-def run_probe(cwd) -> dict:
+@pytest.fixture
+def template(module_template, monkeypatch):
+    """Kernels this test starts go through the module's template (whatever conftest.py installed)."""
+    monkeypatch.setattr(local_provisioner, "launch_kernel",
+                        lambda cmd, **kwargs: ordinary_launch(module_template.kernel_command(cmd), **kwargs))
+    return module_template
+
+
+@contextlib.contextmanager
+def kernel(cwd, shut_down: bool = True):
+    """A kernel started by jupyter_client in `cwd` (through whatever launch_kernel is installed), and its client."""
     manager = KernelManager(kernel_name="python3")
     manager.start_kernel(cwd=str(cwd))
     client = manager.client()
     client.start_channels()
     try:
         client.wait_for_ready(timeout=60)
-        printed = []
-        client.execute_interactive(PROBE, timeout=60,
-                                   output_hook=lambda message: printed.append(message["content"].get("text", "")))
-        return json.loads("".join(printed))
+        yield manager, client
     finally:
         client.stop_channels()
-        manager.shutdown_kernel()
+        if shut_down:
+            manager.shutdown_kernel()
+
+
+def printed(client, code: str) -> str:
+    out = []
+    client.execute_interactive(code, timeout=60, output_hook=lambda message: out.append(message["content"].get("text", "")))
+    return "".join(out)
+
+
+def run_probe(cwd) -> dict:
+    with kernel(cwd) as (_, client):
+        return json.loads(printed(client, PROBE))
 
 
 def test_a_forked_kernel_sees_what_an_ordinary_one_sees(template, tmp_path, monkeypatch):
@@ -80,52 +99,40 @@ def test_a_forked_kernel_sees_what_an_ordinary_one_sees(template, tmp_path, monk
 
 
 def test_an_interrupt_reaches_the_forked_kernels_cell(template, tmp_path):
-    manager = KernelManager(kernel_name="python3")
-    manager.start_kernel(cwd=str(tmp_path))
-    client = manager.client()
-    client.start_channels()
-    try:
-        client.wait_for_ready(timeout=60)
+    with kernel(tmp_path) as (manager, client):
         client.execute("import time; time.sleep(60)")
         time.sleep(1)
         manager.interrupt_kernel()
         reply = client.get_shell_msg(timeout=20)
         assert reply["content"]["status"] == "error" and reply["content"]["ename"] == "KeyboardInterrupt"
-    finally:
-        client.stop_channels()
-        manager.shutdown_kernel()
 
 
 def test_a_killed_relay_ends_its_kernel(template, tmp_path):
-    manager = KernelManager(kernel_name="python3")
-    manager.start_kernel(cwd=str(tmp_path))
-    client = manager.client()
-    client.start_channels()
-    try:
-        client.wait_for_ready(timeout=60)
-        printed = []
-        client.execute_interactive("import os; print(os.getpid())", timeout=30,
-                                   output_hook=lambda message: printed.append(message["content"].get("text", "")))
-        kernel = psutil.Process(int("".join(printed)))
-        assert kernel.pid != manager.provisioner.pid   # forked by the template, not the relay jupyter_client started
-    finally:
-        client.stop_channels()
+    with kernel(tmp_path, shut_down=False) as (manager, client):
+        forked = psutil.Process(int(printed(client, "import os; print(os.getpid())")))
+        assert forked.pid != manager.provisioner.pid   # forked by the template, not the relay jupyter_client started
     manager.shutdown_kernel(now=True)   # SIGKILL to the relay's process group: the kernel is not in it
-    kernel.wait(timeout=10)             # psutil.TimeoutExpired if the kernel outlived its relay
+    forked.wait(timeout=10)             # psutil.TimeoutExpired if the kernel outlived its relay
 
 
-def test_an_environment_torch_could_read_starts_the_ordinary_way(template, tmp_path, monkeypatch):
+def test_an_environment_torch_could_read_starts_the_ordinary_way(tmp_path, monkeypatch):
+    own = forked_kernels.Template(str(tmp_path))   # its own: it must start with this test's first kernel
+    monkeypatch.setattr(local_provisioner, "launch_kernel",
+                        lambda cmd, **kwargs: ordinary_launch(own.kernel_command(cmd), **kwargs))
     made_with = os.environ.get("OMP_NUM_THREADS")
-    monkeypatch.setenv("OMP_NUM_THREADS", "3")   # read by torch's thread pool; the template was not made with it
-    probe = run_probe(tmp_path)                  # the first kernel: the template starts now
-    assert not probe["torch_imported"] and "relay-lifeline" not in probe["threads"]
-    if made_with is None:   # the environment the template was made with: later kernels fork again
-        monkeypatch.delenv("OMP_NUM_THREADS")
-    else:
-        monkeypatch.setenv("OMP_NUM_THREADS", made_with)
-    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))   # what inductor writes into a test process's environment
-    probe = run_probe(tmp_path)
-    assert probe["torch_imported"] and "relay-lifeline" in probe["threads"]
+    try:
+        monkeypatch.setenv("OMP_NUM_THREADS", "3")   # read by torch's thread pool; the template was not made with it
+        probe = run_probe(tmp_path)                  # the first kernel: the template starts now
+        assert not probe["torch_imported"] and "relay-lifeline" not in probe["threads"]
+        if made_with is None:   # the environment the template was made with: later kernels fork again
+            monkeypatch.delenv("OMP_NUM_THREADS")
+        else:
+            monkeypatch.setenv("OMP_NUM_THREADS", made_with)
+        monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))   # inductor writes it into a test process's
+        probe = run_probe(tmp_path)
+        assert probe["torch_imported"] and "relay-lifeline" in probe["threads"]
+    finally:
+        own.close()
 
 
 def test_conftest_forks_the_suites_kernels():
