@@ -164,7 +164,11 @@ def serve(path: str) -> None:
                 relay.close()
         if listener in readable:
             relay, _ = listener.accept()
-            request, fds = _receive(relay, max_fds=4)
+            try:
+                request, fds = _receive(relay, max_fds=4)
+            except OSError:   # the relay died while connecting (killed): nothing to start
+                relay.close()
+                continue
             if request is None or len(fds) != 4:
                 for fd in fds:
                     os.close(fd)
@@ -175,7 +179,10 @@ def serve(path: str) -> None:
                 with open(os.environ["DDP_LAB_FORKED_KERNELS_LOG"], "a") as log:
                     print(os.getpid(), "ordinary start, differs in:" if differs else "forked", *differs, file=log)
             if differs:
-                _send(relay, ("exec", differs))
+                try:
+                    _send(relay, ("exec", differs))
+                except OSError:
+                    pass
                 relay.close()
             else:
                 pid = os.fork()
@@ -186,7 +193,10 @@ def serve(path: str) -> None:
                     os.close(wakeup_w)
                     _become_kernel(request, fds)
                 relays[pid] = relay
-                _send(relay, ("started", pid))
+                try:
+                    _send(relay, ("started", pid))
+                except OSError:   # the relay died meanwhile: the kernel's lifeline ends it
+                    pass
             for fd in fds:
                 os.close(fd)
 
