@@ -23,6 +23,7 @@ for the parallel phase: the machine was 97 % busy and every rank waited for a co
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import sys
@@ -86,36 +87,77 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items.sort(key=lambda item: order[_scope(item)])   # stable: a scope's items keep their order
 
 
+@contextlib.contextmanager
+def notebook_kernel_variables():
+    """The environment a notebook's kernel starts with: DDP_LAB_ZYGOTE_IMPORTS set to the launcher's LEARNED_IMPORTS,
+    and (unless DDP_LAB_FORKED_KERNELS=0) DDP_LAB_ZYGOTE_RELAY, so that its zygotes are forked from a template that
+    imported the same (see below).
+
+    Its zygote then has torch._dynamo (what every rank's first DDP, FSDP2 or DTensor op imports) when it starts, as the
+    successor zygote of a learner's kernel does once ranks needed it: otherwise each notebook's first such launches
+    import it in every rank, and a successor zygote imports it once more. Measured on the shared 2-core machine, nbval
+    of lessons 05, 09, 10 and solutions 09, 12: 70-72 s of CPU -> 48-53 s (before zygotes were forked; now it costs a
+    zygote nothing). What the notebooks print and assert does not depend on it; the zygote's learning is tested in
+    tests/test_cluster.py, on every test worker's own launches, and by lesson 00b, which keeps the learner's default.
+    The variables are set only while the kernel starts, so tests and the kernels they start keep the default.
+    """
+    from ddp_lab.launcher.zygote import LEARNED_IMPORTS   # lazy: only kernels' tests need it
+
+    variables = {"DDP_LAB_ZYGOTE_IMPORTS": os.environ.get("DDP_LAB_ZYGOTE_IMPORTS") or ",".join(LEARNED_IMPORTS)}
+    if _template_directory:
+        variables["DDP_LAB_ZYGOTE_RELAY"] = _zygote_template(variables["DDP_LAB_ZYGOTE_IMPORTS"]).zygote_relay()
+    before = {name: os.environ.get(name) for name in variables}
+    os.environ.update(variables)
+    try:
+        yield
+    finally:
+        for name, value in before.items():
+            if value is None:
+                del os.environ[name]
+            else:
+                os.environ[name] = value
+
+
+@pytest.fixture
+def notebook_kernel_environment():
+    """notebook_kernel_variables() for a test that starts a notebook's kernel itself (tests/test_exercises.py)."""
+    with notebook_kernel_variables():
+        yield
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_setup(item: pytest.Item):
-    """A notebook's kernel starts with DDP_LAB_ZYGOTE_IMPORTS set to the launcher's LEARNED_IMPORTS.
-
-    Its zygote then imports torch._dynamo (what every rank's first DDP, FSDP2 or DTensor op imports) when it
-    starts, as the successor zygote of a learner's kernel does once ranks needed it: otherwise each notebook's
-    first such launches import it in every rank, and a successor zygote imports it once more. Measured on the
-    shared 2-core machine, nbval of lessons 05, 09, 10 and solutions 09, 12: 70-72 s of CPU -> 48-53 s. What the
-    notebooks print and assert does not depend on it; the zygote's learning is tested in tests/test_cluster.py,
-    on every test worker's own launches, and by lesson 00b, which keeps the learner's default. nbval starts the
-    kernel in the setup of a notebook's first cell (the variable is only set meanwhile, so tests and the
-    kernels they start keep the default).
-    """
+    """nbval starts a notebook's kernel in the setup of its first cell: with notebook_kernel_variables(), but for
+    lesson 00b's (it shows the zygote's warm-up: its kernel starts as a learner's does)."""
     if item.path.suffix != ".ipynb" or \
             item.path.relative_to(item.config.rootpath).as_posix() in NOTEBOOKS_THAT_SHOW_THE_ZYGOTE_WARM_UP:
         yield
         return
-    from ddp_lab.launcher.zygote import LEARNED_IMPORTS   # lazy: only notebook items need it
-
-    before = os.environ.get("DDP_LAB_ZYGOTE_IMPORTS")
-    os.environ["DDP_LAB_ZYGOTE_IMPORTS"] = before or ",".join(LEARNED_IMPORTS)
-    try:
+    with notebook_kernel_variables():
         yield
-    finally:
-        if before is None:
-            del os.environ["DDP_LAB_ZYGOTE_IMPORTS"]
 
 
 # Kernels started by this test process (nbval's, tests/test_exercises.py's) are forked from a template that has
-# imported torch: tests/forked_kernels.py says how and why. DDP_LAB_FORKED_KERNELS=0 starts every kernel the ordinary way.
+# imported torch, and the zygotes of nbval's kernels (but lesson 00b's) from a template that has imported what they
+# import: tests/forked_kernels.py says how and why. DDP_LAB_FORKED_KERNELS=0 starts every kernel and zygote the
+# ordinary way.
+_template_directory: list[str] = []   # this process's templates' directory, once pytest_configure made it
+_zygote_templates: dict = {}   # DDP_LAB_ZYGOTE_IMPORTS -> the zygote template (forked_kernels.Template) for it
+
+
+def _zygote_template(imports: str):
+    """This process's zygote template for kernels whose zygotes import `imports` (one per set asked for)."""
+    from ddp_lab.launcher.procstart import with_package_on_path   # lazy: only notebook items need it
+
+    if imports not in _zygote_templates:
+        import forked_kernels
+
+        env = with_package_on_path({**os.environ, "DDP_LAB_ZYGOTE_IMPORTS": imports})   # what its zygotes get
+        folder = tempfile.mkdtemp(prefix="zygote-", dir=_template_directory[0])
+        _zygote_templates[imports] = forked_kernels.Template(folder, env, zygote=True)
+    return _zygote_templates[imports]
+
+
 def pytest_configure(config: pytest.Config) -> None:
     if os.environ.get("DDP_LAB_FORKED_KERNELS", "1") == "0":
         return
@@ -125,4 +167,13 @@ def pytest_configure(config: pytest.Config) -> None:
 
     directory = tempfile.mkdtemp(prefix="ddp-lab-kernels-")
     template = forked_kernels.install(directory)
-    config.add_cleanup(lambda: (template.close(), shutil.rmtree(directory, ignore_errors=True)))
+    _template_directory.append(directory)
+
+    def close() -> None:
+        for started in (template, *_zygote_templates.values()):
+            started.close()
+        _zygote_templates.clear()
+        _template_directory.clear()
+        shutil.rmtree(directory, ignore_errors=True)
+
+    config.add_cleanup(close)

@@ -37,6 +37,7 @@ import os
 import pickle
 import runpy
 import select
+import shlex
 import signal
 import socket
 import struct
@@ -50,7 +51,15 @@ import threading
 # into the environment of a process that used it (a test process, after any test that compiles or traces: in
 # fresh-clone CI 45 of 52 kernels differed in it alone; inductor is not imported by `import torch`). Any other
 # difference: an ordinary start.
-KERNEL_ONLY_VARIABLES = ("COLUMNS", "LINES", "PYTEST_CURRENT_TEST", "DDP_LAB_ZYGOTE_IMPORTS", "TORCHINDUCTOR_CACHE_DIR")
+KERNEL_ONLY_VARIABLES = ("COLUMNS", "LINES", "PYTEST_CURRENT_TEST", "DDP_LAB_ZYGOTE_IMPORTS", "DDP_LAB_ZYGOTE_RELAY",
+                         "TORCHINDUCTOR_CACHE_DIR")
+# A zygote's environment is its kernel's, plus the launcher's DDP_LAB_PARENT_PID (the kernel's pid), and a kernel's has
+# what ipykernel sets in it for pagers, terminals, matplotlib and its debugger (no file of torch, sympy or cloudpickle
+# reads any of them; a zygote never imports matplotlib). DDP_LAB_ZYGOTE_IMPORTS must name what the zygote template
+# imported (zygote.import_learned): a zygote asked for other imports starts the ordinary way.
+ZYGOTE_ONLY_VARIABLES = (*KERNEL_ONLY_VARIABLES, "DDP_LAB_PARENT_PID", "MPLBACKEND", "CLICOLOR", "CLICOLOR_FORCE",
+                         "FORCE_COLOR", "GIT_PAGER", "PAGER", "PYDEVD_USE_FRAME_EVAL", "TERM")
+ZYGOTE_MODULE = "ddp_lab.launcher.zygote"
 _LENGTH = struct.Struct("!I")
 _FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
 
@@ -75,18 +84,26 @@ def _receive(sock: socket.socket, max_fds: int = 0):
     return pickle.loads(data), fds
 
 
-def _differs_at_import(template_env: dict, kernel_env: dict) -> list[str]:
-    """The variables whose difference could change what the kernel's imports did."""
-    keys = set(template_env) | set(kernel_env)
-    return sorted(key for key in keys if template_env.get(key) != kernel_env.get(key)
-                  and not key.startswith("JPY_") and key not in KERNEL_ONLY_VARIABLES)
+def _differs_at_import(template_env: dict, request_env: dict, zygote: bool) -> list[str]:
+    """The variables whose difference could change what the template's imports did, for a kernel or a zygote."""
+    allowed = ZYGOTE_ONLY_VARIABLES if zygote else KERNEL_ONLY_VARIABLES
+    keys = set(template_env) | set(request_env)
+    differs = sorted(key for key in keys if template_env.get(key) != request_env.get(key)
+                     and not key.startswith("JPY_") and key not in allowed)
+    if zygote and _names(template_env) != _names(request_env):
+        differs.append("DDP_LAB_ZYGOTE_IMPORTS")
+    return differs
+
+
+def _names(env: dict) -> frozenset[str]:
+    return frozenset(filter(None, env.get("DDP_LAB_ZYGOTE_IMPORTS", "").split(",")))
 
 
 # ----------------------------------------------------------------------------------- the template
 
-def _become_kernel(request: dict, fds: list[int]) -> None:
-    """In the forked child: the process `python -m ipykernel_launcher ...` would have been. Never returns."""
-    stdin, stdout, stderr, lifeline = fds
+def _take_over(request: dict, stdin: int, stdout: int, stderr: int) -> None:
+    """In the forked child: the session, standard streams, working directory, environment and signal handlers
+    a fresh interpreter started with the request's would have."""
     os.setsid()
     for fd, target in ((stdin, 0), (stdout, 1), (stderr, 2)):
         os.dup2(fd, target)
@@ -99,23 +116,19 @@ def _become_kernel(request: dict, fds: list[int]) -> None:
         signal.signal(signum, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)   # as in a fresh interpreter
 
-    def watch_relay() -> None:   # EOF: the relay is gone (killed): end this kernel and its group
-        while os.read(lifeline, 1):
-            pass
-        os.killpg(0, signal.SIGKILL)
 
-    threading.Thread(target=watch_relay, name="relay-lifeline", daemon=True).start()
-    _python, _m, module, *arguments = request["argv"]
+def _run_module_and_leave(module: str, arguments: list[str]) -> None:
+    """Run `module` as `python -m module arguments` runs it, then leave as the interpreter would up to its teardown:
+    wait for non-daemon threads, run atexit handlers, flush. The teardown itself (freeing every module's objects) is
+    left out: nothing a test reads comes after it, and with torch imported it took 0.7 s of a core per kernel here
+    (forked or not). Never returns."""
     sys.argv = ["-m", *arguments]   # runpy sets argv[0] to the module's file, as -m does
-    sys.path[0] = os.getcwd()       # what -m puts first; ipykernel_launcher removes it
+    sys.path[0] = os.getcwd()       # what -m puts first (ipykernel_launcher removes it)
     try:
         runpy.run_module(module, run_name="__main__", alter_sys=True)
         code = 0
     except SystemExit as stop:
         code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
-    # The interpreter's exit up to its teardown: wait for non-daemon threads, run atexit handlers, flush.
-    # The teardown itself (freeing every module's objects) is left out: nothing a test reads comes after it, and
-    # with torch imported it took 0.7 s of a core per kernel here (forked or not).
     for thread in threading.enumerate():
         if thread is not threading.main_thread() and not thread.daemon:
             thread.join()
@@ -125,30 +138,79 @@ def _become_kernel(request: dict, fds: list[int]) -> None:
     os._exit(code)
 
 
-def serve(path: str) -> None:
-    """The template: import, then fork a kernel for every relay that connects; exit when stdin closes."""
-    # torch only: what every course notebook imports first, and reads no variable a kernel's environment adds. Not
-    # ipykernel (0.5 s): its IPKernelApp reads JPY_PARENT_PID when imported, so it is imported by the kernel.
-    import torch  # noqa: F401
+def _become_kernel(request: dict, fds: list[int]) -> None:
+    """In the forked child: the process `python -m ipykernel_launcher ...` would have been. Never returns."""
+    stdin, stdout, stderr, lifeline = fds
+    _take_over(request, stdin, stdout, stderr)
 
+    def watch_relay() -> None:   # EOF: the relay is gone (killed): end this kernel and its group
+        while os.read(lifeline, 1):
+            pass
+        os.killpg(0, signal.SIGKILL)
+
+    threading.Thread(target=watch_relay, name="relay-lifeline", daemon=True).start()
+    _python, _m, module, *arguments = request["argv"]
+    _run_module_and_leave(module, arguments)
+
+
+def _become_zygote(request: dict, fds: list[int]) -> None:
+    """In the forked child: the process `python -m ddp_lab.launcher.zygote FD` would have been. Never returns.
+
+    No thread watches the relay here (a zygote forks ranks: it must not have threads); the template kills this
+    child's group when the relay's connection closes first (`serve`). The zygote dies with its parent
+    (worker.die_with_parent): that is the template now, which ends with the test process.
+    """
+    stdin, stdout, stderr, lifeline, launcher_socket = fds
+    os.close(lifeline)
+    _take_over(request, stdin, stdout, stderr)
+    os.environ["DDP_LAB_PARENT_PID"] = str(os.getppid())
+    sys.modules.pop(ZYGOTE_MODULE, None)   # imported by the template's preload; `-m` runs a fresh copy as __main__
+    _python, _m, module, *arguments = request["argv"]
+    _run_module_and_leave(module, [*arguments[:-1], str(launcher_socket)])   # the socket's number in this process
+
+
+def _import_for(zygote: bool) -> None:
+    """What the template imports before it forks anything."""
+    if zygote:
+        # What a zygote imports before it is ready (zygote.main): its preload, then the LEARNED_IMPORTS its
+        # environment names. They start no thread (zygote.py), so forking this process is as safe as forking a zygote.
+        from ddp_lab.launcher import zygote
+
+        zygote.preload()
+        zygote.import_learned(os.environ.get("DDP_LAB_ZYGOTE_IMPORTS", ""))
+    else:
+        # torch only: what every course notebook imports first, and reads no variable a kernel's environment adds. Not
+        # ipykernel (0.5 s): its IPKernelApp reads JPY_PARENT_PID when imported, so it is imported by the kernel.
+        import torch  # noqa: F401
+
+
+def serve(path: str, zygote: bool) -> None:
+    """The template: listen, import, then fork a kernel (or a zygote) for every relay that connects; exit when stdin
+    closes. It listens before it imports, so a relay that connects meanwhile waits for the import, not for nothing."""
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     if os.path.exists(path):
         os.unlink(path)
     listener.bind(path)
-    listener.listen(8)
+    listener.listen(16)
+    print("listening", flush=True)
+    _import_for(zygote)
     wakeup_r, wakeup_w = os.pipe()
     os.set_blocking(wakeup_w, False)
     signal.set_wakeup_fd(wakeup_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)
-    relays: dict[int, socket.socket] = {}   # kernel pid -> its relay's connection
-    print("ready", flush=True)
+    relays: dict[int, socket.socket] = {}   # forked child's pid -> its relay's connection, until either ends
     while True:
-        readable, _, _ = select.select([listener, wakeup_r, sys.stdin], [], [])
+        readable, _, _ = select.select([listener, wakeup_r, sys.stdin, *relays.values()], [], [])
         if sys.stdin in readable and not os.read(sys.stdin.fileno(), 1 << 10):
             return   # the test process is gone: its kernels' relays (its children) end them
         if wakeup_r in readable:
             os.read(wakeup_r, 1 << 10)
-        while relays:
+        for pid, relay in list(relays.items()):   # a relay that closed first was killed: end what it stood for
+            if relay in readable and not _receive_nothing(relay):
+                _kill_group(pid)
+                relay.close()
+                del relays[pid]
+        while True:
             try:
                 pid, status = os.waitpid(-1, os.WNOHANG)
             except ChildProcessError:
@@ -165,19 +227,20 @@ def serve(path: str) -> None:
         if listener in readable:
             relay, _ = listener.accept()
             try:
-                request, fds = _receive(relay, max_fds=4)
+                request, fds = _receive(relay, max_fds=5)
             except OSError:   # the relay died while connecting (killed): nothing to start
                 relay.close()
                 continue
-            if request is None or len(fds) != 4:
+            if request is None or len(fds) != (5 if zygote else 4):
                 for fd in fds:
                     os.close(fd)
                 relay.close()
                 continue
-            differs = _differs_at_import(dict(os.environ), request["env"])
-            if os.environ.get("DDP_LAB_FORKED_KERNELS_LOG"):   # for maintainers: which kernels forked, which did not
+            differs = _differs_at_import(dict(os.environ), request["env"], zygote)
+            if os.environ.get("DDP_LAB_FORKED_KERNELS_LOG"):   # for maintainers: what was forked, what not
                 with open(os.environ["DDP_LAB_FORKED_KERNELS_LOG"], "a") as log:
-                    print(os.getpid(), "ordinary start, differs in:" if differs else "forked", *differs, file=log)
+                    print(os.getpid(), "zygote" if zygote else "kernel",
+                          "ordinary start, differs in:" if differs else "forked", *differs, file=log)
             if differs:
                 try:
                     _send(relay, ("exec", differs))
@@ -191,25 +254,46 @@ def serve(path: str) -> None:
                         sock.close()
                     os.close(wakeup_r)
                     os.close(wakeup_w)
-                    _become_kernel(request, fds)
+                    (_become_zygote if zygote else _become_kernel)(request, fds)
                 relays[pid] = relay
                 try:
                     _send(relay, ("started", pid))
-                except OSError:   # the relay died meanwhile: the kernel's lifeline ends it
+                except OSError:   # the relay died meanwhile: its connection's EOF ends the child
                     pass
             for fd in fds:
                 os.close(fd)
 
 
+def _receive_nothing(relay: socket.socket) -> bool:
+    """False when the relay's connection has closed (a relay sends nothing after its request)."""
+    try:
+        return bool(relay.recv(1))
+    except OSError:
+        return False
+
+
+def _kill_group(pid: int) -> None:
+    """SIGKILL the group of a forked child the template has not reaped yet (so the pid is still its child's)."""
+    for kill in (os.kill, os.killpg):   # the pid too: a child killed before its setsid leads no group yet
+        try:
+            kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
 # -------------------------------------------------------------------------------------- the relay
 
 def relay(path: str, argv: list[str]) -> None:
-    """Have the template fork the kernel `argv` describes, and stand for it until it exits."""
+    """Have the template fork the kernel (or zygote) `argv` describes, and stand for it until it exits."""
+    fds = [0, 1, 2]
+    if argv[1:3] == ["-m", ZYGOTE_MODULE]:   # started by a kernel's launcher, as zygote_client.Zygote.start says
+        _die_with_launcher()
+        fds.append(int(argv[-1]))   # the launcher's socket, passed to the zygote by its number
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     lifeline_r, lifeline_w = os.pipe()
     try:
         sock.connect(path)
-        _send(sock, {"argv": argv, "env": dict(os.environ), "cwd": os.getcwd()}, (0, 1, 2, lifeline_r))
+        _send(sock, {"argv": argv, "env": dict(os.environ), "cwd": os.getcwd()}, (*fds[:3], lifeline_r, *fds[3:]))
         os.close(lifeline_r)
         reply, _ = _receive(sock)
     except OSError:
@@ -239,24 +323,38 @@ def relay(path: str, argv: list[str]) -> None:
     sys.exit(os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 1)   # lifeline_w closes only now
 
 
+def _die_with_launcher() -> None:
+    """A zygote's relay dies with the launcher that started it, as the zygote itself would (worker.die_with_parent:
+    SIGKILL when the parent ends); the template then ends the zygote it forked."""
+    import ctypes   # lazy: only a zygote's relay
+
+    ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0)   # PR_SET_PDEATHSIG
+    if os.getppid() != int(os.environ.get("DDP_LAB_PARENT_PID", os.getppid())):
+        os._exit(1)   # the launcher ended before prctl took effect
+
+
 # ------------------------------------------------------------------------ used by conftest.py
 
 class Template:
-    """The template process of one test process, started with the first kernel it serves."""
+    """A template process of one test process: for kernels, or for the zygotes of its notebooks' kernels.
+    Started with the first kernel (zygote) it serves."""
 
-    def __init__(self, directory: str, env: dict | None = None) -> None:
-        self.path = os.path.join(directory, "kernel-template.sock")
+    def __init__(self, directory: str, env: dict | None = None, zygote: bool = False) -> None:
+        self.zygote = zygote
+        self.path = os.path.join(directory, "zygote-template.sock" if zygote else "kernel-template.sock")
         self.env = dict(os.environ if env is None else env)   # the template's: as the test process had it here
         self.process: subprocess.Popen | None = None
 
     def start(self) -> None:
-        """Start the template and wait until it has imported (no-op if started). It starts with the environment the
-        Template was made with, not the one of the test that happens to start the first kernel (a test's
-        monkeypatched variable would make every later kernel differ from the template and start the ordinary way)."""
+        """Start the template and wait until it listens (no-op if started); relays that connect before it has imported
+        wait for the import. It starts with the environment the Template was made with, not the one of the test that
+        happens to start the first kernel (a test's monkeypatched variable would make every later kernel differ from
+        the template and start the ordinary way)."""
         if self.process is None:
-            self.process = subprocess.Popen([sys.executable, __file__, "--template", self.path], env=self.env,
-                                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True)
-            self.process.stdout.readline()   # "ready" (or EOF if it failed: relays then exec their kernels)
+            command = [sys.executable, __file__, "--template", self.path] + (["--zygote"] if self.zygote else [])
+            self.process = subprocess.Popen(command, env=self.env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                            start_new_session=True)
+            self.process.stdout.readline()   # "listening" (or EOF if it failed: relays then exec their commands)
 
     def kernel_command(self, cmd: list[str]) -> list[str]:
         """The relay's command for jupyter_client's `cmd`, or `cmd` itself where it is not this Python's
@@ -266,6 +364,11 @@ class Template:
             return cmd
         self.start()
         return [sys.executable, __file__, self.path, *cmd[1:]]
+
+    def zygote_relay(self) -> str:
+        """DDP_LAB_ZYGOTE_RELAY for a kernel whose zygotes this template forks (zygote_client.zygote_python)."""
+        self.start()
+        return shlex.join([sys.executable, __file__, self.path])
 
     def close(self) -> None:
         if self.process is not None:
@@ -297,6 +400,6 @@ def install(directory: str) -> Template:
 
 if __name__ == "__main__":
     if sys.argv[1] == "--template":
-        serve(sys.argv[2])
+        serve(sys.argv[2], zygote="--zygote" in sys.argv[3:])
     else:
         relay(sys.argv[1], [sys.executable, *sys.argv[2:]])

@@ -98,7 +98,7 @@ def test_solution_checks_passed_in_stored_outputs(solution):
 
 
 @pytest.mark.parametrize("solution", SOLUTIONS, ids=names)
-def test_every_check_fails_on_the_generated_exercise(solution):
+def test_every_check_fails_on_the_generated_exercise(solution, notebook_kernel_environment):
     exercise = make_exercises.make_exercise(nbformat.read(solution, as_version=4), name=solution.name)
     NotebookClient(exercise, timeout=120, kernel_name="python3", allow_errors=True,
                    resources={"metadata": {"path": str(EXERCISES)}}).execute()

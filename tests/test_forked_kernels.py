@@ -135,6 +135,98 @@ def test_an_environment_torch_could_read_starts_the_ordinary_way(tmp_path, monke
         own.close()
 
 
+# What a rank sees, and where it came from, for the kernel's launch (ranks_probe)
+RANKS_PROBE = """
+import json, os, signal, sys, threading
+import ddp_lab
+from ddp_lab.launcher import procstart
+
+def probe(rank):
+    import os, random, signal, sys, threading
+    return dict(path=sys.path, cwd=os.getcwd(), variables=sorted(set(os.environ) - {"DDP_LAB_ZYGOTE_RELAY"}),
+                argv=sys.argv, main=sys.modules["__main__"].__spec__.name, zygote=os.getppid(),
+                dynamo="torch._dynamo" in sys.modules, sigint=str(signal.getsignal(signal.SIGINT)),
+                sigchld=str(signal.getsignal(signal.SIGCHLD)), threads=sorted(t.name for t in threading.enumerate()),
+                session_leader=os.getsid(0) == os.getpid(), random=random.random())
+
+launched = ddp_lab.launch(probe, nprocs=2)
+launched = ddp_lab.launch(probe, nprocs=2)   # a zygote's first ranks are forked too; the second launch is the usual one
+with open(f"/proc/{launched[0]['zygote']}/cmdline") as cmdline:
+    zygote_cmdline = cmdline.read().split("\\0")
+print(json.dumps(dict(ranks=list(launched), started=launched.started, relay=procstart._zygote.popen.pid,
+                      imports=procstart._zygote.imports, zygote_cmdline=zygote_cmdline)))
+"""
+
+
+@pytest.fixture(scope="module")
+def zygote_template(tmp_path_factory):
+    """A zygote template of this module's own, made as conftest.py makes the suite's for its notebooks' kernels."""
+    from ddp_lab.launcher.procstart import with_package_on_path
+    from ddp_lab.launcher.zygote import LEARNED_IMPORTS
+
+    env = with_package_on_path({**os.environ, "DDP_LAB_ZYGOTE_IMPORTS": ",".join(LEARNED_IMPORTS)})
+    template = forked_kernels.Template(str(tmp_path_factory.mktemp("zygotes")), env, zygote=True)
+    yield template
+    template.close()
+
+
+def ranks_probe(cwd, monkeypatch, relay: str | None, imports: str) -> dict:
+    """Two launches in a kernel whose zygotes start through `relay` (None: the ordinary way), asked for `imports`."""
+    monkeypatch.setenv("DDP_LAB_ZYGOTE_IMPORTS", imports)
+    if relay is None:
+        monkeypatch.delenv("DDP_LAB_ZYGOTE_RELAY", raising=False)
+    else:
+        monkeypatch.setenv("DDP_LAB_ZYGOTE_RELAY", relay)
+    with kernel(cwd) as (_, client):
+        return json.loads(printed(client, RANKS_PROBE))
+
+
+def test_a_forked_zygotes_ranks_see_what_an_ordinary_zygotes_ranks_see(template, zygote_template, tmp_path,
+                                                                        monkeypatch):
+    """A kernel with DDP_LAB_ZYGOTE_RELAY (as conftest.py starts notebooks' kernels) gets its zygote forked from the
+    template, and the ranks forked from it see what ranks of a zygote started the ordinary way see; a zygote asked
+    for imports the template did not make starts the ordinary way, through the same relay."""
+    every = zygote_template.env["DDP_LAB_ZYGOTE_IMPORTS"]
+    forked = ranks_probe(tmp_path, monkeypatch, zygote_template.zygote_relay(), every)
+    ordinary = ranks_probe(tmp_path, monkeypatch, None, every)
+    other_imports = ranks_probe(tmp_path, monkeypatch, zygote_template.zygote_relay(), "")
+    for probe in (forked, ordinary, other_imports):
+        assert probe["started"] == ["warm", "warm"], probe["started"]
+    assert forked["ranks"][0]["zygote"] != forked["relay"] and forked_kernels.from_a_template(forked["zygote_cmdline"])
+    assert not forked_kernels.from_a_template(ordinary["zygote_cmdline"])
+    assert ordinary["ranks"][0]["zygote"] == ordinary["relay"]           # the zygote launch() started itself
+    assert other_imports["ranks"][0]["zygote"] == other_imports["relay"]   # the relay exec'd the ordinary zygote
+    assert forked["imports"] == ordinary["imports"] == every.split(",") and not other_imports["imports"]
+    assert forked["ranks"][0]["random"] != forked["ranks"][1]["random"]   # each rank reseeds, forked or not
+    for probe in (forked, ordinary, other_imports):
+        probe.pop("zygote_cmdline")
+        for rank in probe["ranks"]:
+            for key in ("zygote", "random"):
+                rank.pop(key)
+    assert forked["ranks"] == ordinary["ranks"]
+    for rank in other_imports["ranks"]:
+        assert not rank.pop("dynamo")
+    assert [{**rank, "dynamo": True} for rank in other_imports["ranks"]] == ordinary["ranks"]
+
+
+def test_a_forked_zygote_ends_with_its_relay_and_its_kernel(template, zygote_template, tmp_path, monkeypatch):
+    """launch() retires a zygote by killing the process it started (here the relay): the template then ends the zygote
+    it forked; a kernel that ends takes its relay (PR_SET_PDEATHSIG) and so its zygote with it."""
+    monkeypatch.setenv("DDP_LAB_ZYGOTE_IMPORTS", zygote_template.env["DDP_LAB_ZYGOTE_IMPORTS"])
+    monkeypatch.setenv("DDP_LAB_ZYGOTE_RELAY", zygote_template.zygote_relay())
+    zygote_pid = "import ddp_lab, os; print(ddp_lab.launch(lambda rank: os.getppid(), nprocs=1)[0])"
+    with kernel(tmp_path, shut_down=False) as (manager, client):
+        first = psutil.Process(int(printed(client, zygote_pid)))
+        assert forked_kernels.from_a_template(first.cmdline())
+        printed(client, "from ddp_lab.launcher import procstart; procstart._zygote.retire('the test retired it')")
+        first.wait(timeout=10)   # psutil.TimeoutExpired if the zygote outlived its relay
+        printed(client, zygote_pid)   # cold: the retired zygote is replaced after this launch
+        second = psutil.Process(int(printed(client, zygote_pid)))
+        assert second.pid != first.pid and forked_kernels.from_a_template(second.cmdline())
+    manager.shutdown_kernel(now=True)
+    second.wait(timeout=10)
+
+
 def test_conftest_forks_the_suites_kernels():
     """`make test` runs with conftest.py's template unless DDP_LAB_FORKED_KERNELS=0 (then this test skips)."""
     if os.environ.get("DDP_LAB_FORKED_KERNELS", "1") == "0":

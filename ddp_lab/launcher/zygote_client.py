@@ -13,6 +13,7 @@ import itertools
 import os
 import pickle
 import select
+import shlex
 import signal
 import socket
 import subprocess
@@ -78,6 +79,16 @@ class _Request:
         self.ours.close()
 
 
+def zygote_python(env: dict) -> list[str]:
+    """The command that runs the zygote's `-m ddp_lab.launcher.zygote FD`: this Python, or where the zygote's
+    environment sets DDP_LAB_ZYGOTE_RELAY, that command line (split as a shell would). The test suite sets it in
+    its notebook kernels: tests/forked_kernels.py's relay has a process that has already imported what a zygote
+    imports fork it (or, where it cannot, runs this Python's command itself), so that each kernel's zygote does
+    not import torch again. A learner's kernel never sets it."""
+    relay = env.get("DDP_LAB_ZYGOTE_RELAY")
+    return shlex.split(relay) if relay else [sys.executable]
+
+
 class Zygote:
     """A running zygote process and the thread that listens to it."""
 
@@ -105,7 +116,7 @@ class Zygote:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             popen = start_process(  # from the starter thread: it outlives the thread that launched
-                [sys.executable, "-m", "ddp_lab.launcher.zygote", str(theirs.fileno())],
+                [*zygote_python(env), "-m", "ddp_lab.launcher.zygote", str(theirs.fileno())],
                 env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                 pass_fds=(theirs.fileno(),), start_new_session=True, cwd=os.getcwd(),
             )
