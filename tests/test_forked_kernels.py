@@ -100,10 +100,13 @@ def test_a_forked_kernel_sees_what_an_ordinary_one_sees(template, tmp_path, monk
 
 def test_an_interrupt_reaches_the_forked_kernels_cell(template, tmp_path):
     with kernel(tmp_path) as (manager, client):
-        client.execute("import time; time.sleep(60)")
-        time.sleep(1)
+        request = client.execute("import time; print('sleeping', flush=True); time.sleep(60)")
+        while client.get_iopub_msg(timeout=30)["content"].get("text", "") != "sleeping\n":   # the cell runs
+            pass
         manager.interrupt_kernel()
         reply = client.get_shell_msg(timeout=20)
+        while reply["parent_header"].get("msg_id") != request:   # not a kernel_info_reply: a kernel that was slow
+            reply = client.get_shell_msg(timeout=20)              # to start got more than one while it started
         assert reply["content"]["status"] == "error" and reply["content"]["ename"] == "KeyboardInterrupt"
 
 
@@ -149,8 +152,7 @@ def probe(rank):
                 sigchld=str(signal.getsignal(signal.SIGCHLD)), threads=sorted(t.name for t in threading.enumerate()),
                 session_leader=os.getsid(0) == os.getpid(), random=random.random())
 
-launched = ddp_lab.launch(probe, nprocs=2)
-launched = ddp_lab.launch(probe, nprocs=2)   # a zygote's first ranks are forked too; the second launch is the usual one
+launched = ddp_lab.launch(probe, nprocs=2)   # the kernel's first launch: forked from the zygote it starts
 with open(f"/proc/{launched[0]['zygote']}/cmdline") as cmdline:
     zygote_cmdline = cmdline.read().split("\\0")
 print(json.dumps(dict(ranks=list(launched), started=launched.started, relay=procstart._zygote.popen.pid,
@@ -171,7 +173,7 @@ def zygote_template(tmp_path_factory):
 
 
 def ranks_probe(cwd, monkeypatch, relay: str | None, imports: str) -> dict:
-    """Two launches in a kernel whose zygotes start through `relay` (None: the ordinary way), asked for `imports`."""
+    """A launch in a kernel whose zygotes start through `relay` (None: the ordinary way), asked for `imports`."""
     monkeypatch.setenv("DDP_LAB_ZYGOTE_IMPORTS", imports)
     if relay is None:
         monkeypatch.delenv("DDP_LAB_ZYGOTE_RELAY", raising=False)
