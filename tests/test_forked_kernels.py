@@ -160,16 +160,12 @@ print(json.dumps(dict(ranks=list(launched), started=launched.started, relay=proc
 """
 
 
-@pytest.fixture(scope="module")
-def zygote_template(tmp_path_factory):
-    """A zygote template of this module's own, made as conftest.py makes the suite's for its notebooks' kernels."""
-    from ddp_lab.launcher.procstart import with_package_on_path
-    from ddp_lab.launcher.zygote import LEARNED_IMPORTS
-
-    env = with_package_on_path({**os.environ, "DDP_LAB_ZYGOTE_IMPORTS": ",".join(LEARNED_IMPORTS)})
-    template = forked_kernels.Template(str(tmp_path_factory.mktemp("zygotes")), env, zygote=True)
-    yield template
-    template.close()
+@pytest.fixture
+def zygote_relay(notebook_kernel_environment) -> str:
+    """The suite's zygote template (conftest.py's, which this worker's notebooks' kernels use after this test)."""
+    if "DDP_LAB_ZYGOTE_RELAY" not in os.environ:
+        pytest.skip("DDP_LAB_FORKED_KERNELS=0: zygotes start the ordinary way")
+    return os.environ["DDP_LAB_ZYGOTE_RELAY"]
 
 
 def ranks_probe(cwd, monkeypatch, relay: str | None, imports: str) -> dict:
@@ -183,15 +179,14 @@ def ranks_probe(cwd, monkeypatch, relay: str | None, imports: str) -> dict:
         return json.loads(printed(client, RANKS_PROBE))
 
 
-def test_a_forked_zygotes_ranks_see_what_an_ordinary_zygotes_ranks_see(template, zygote_template, tmp_path,
-                                                                        monkeypatch):
+def test_a_forked_zygotes_ranks_see_what_an_ordinary_zygotes_ranks_see(template, zygote_relay, tmp_path, monkeypatch):
     """A kernel with DDP_LAB_ZYGOTE_RELAY (as conftest.py starts notebooks' kernels) gets its zygote forked from the
     template, and the ranks forked from it see what ranks of a zygote started the ordinary way see; a zygote asked
     for imports the template did not make starts the ordinary way, through the same relay."""
-    every = zygote_template.env["DDP_LAB_ZYGOTE_IMPORTS"]
-    forked = ranks_probe(tmp_path, monkeypatch, zygote_template.zygote_relay(), every)
+    every = os.environ["DDP_LAB_ZYGOTE_IMPORTS"]
+    forked = ranks_probe(tmp_path, monkeypatch, zygote_relay, every)
     ordinary = ranks_probe(tmp_path, monkeypatch, None, every)
-    other_imports = ranks_probe(tmp_path, monkeypatch, zygote_template.zygote_relay(), "")
+    other_imports = ranks_probe(tmp_path, monkeypatch, zygote_relay, "")
     for probe in (forked, ordinary, other_imports):
         assert probe["started"] == ["warm", "warm"], probe["started"]
     assert forked["ranks"][0]["zygote"] != forked["relay"] and forked_kernels.from_a_template(forked["zygote_cmdline"])
@@ -211,11 +206,9 @@ def test_a_forked_zygotes_ranks_see_what_an_ordinary_zygotes_ranks_see(template,
     assert [{**rank, "dynamo": True} for rank in other_imports["ranks"]] == ordinary["ranks"]
 
 
-def test_a_forked_zygote_ends_with_its_relay_and_its_kernel(template, zygote_template, tmp_path, monkeypatch):
+def test_a_forked_zygote_ends_with_its_relay_and_its_kernel(template, zygote_relay, tmp_path):
     """launch() retires a zygote by killing the process it started (here the relay): the template then ends the zygote
     it forked; a kernel that ends takes its relay (PR_SET_PDEATHSIG) and so its zygote with it."""
-    monkeypatch.setenv("DDP_LAB_ZYGOTE_IMPORTS", zygote_template.env["DDP_LAB_ZYGOTE_IMPORTS"])
-    monkeypatch.setenv("DDP_LAB_ZYGOTE_RELAY", zygote_template.zygote_relay())
     zygote_pid = "import ddp_lab, os; print(ddp_lab.launch(lambda rank: os.getppid(), nprocs=1)[0])"
     with kernel(tmp_path, shut_down=False) as (manager, client):
         first = psutil.Process(int(printed(client, zygote_pid)))
