@@ -33,6 +33,7 @@ still fails); tests/test_forked_kernels.py compares one with an ordinary kernel.
 from __future__ import annotations
 
 import atexit
+import importlib
 import os
 import pickle
 import runpy
@@ -60,6 +61,9 @@ KERNEL_ONLY_VARIABLES = ("COLUMNS", "LINES", "PYTEST_CURRENT_TEST", "DDP_LAB_ZYG
 ZYGOTE_ONLY_VARIABLES = (*KERNEL_ONLY_VARIABLES, "DDP_LAB_PARENT_PID", "MPLBACKEND", "CLICOLOR", "CLICOLOR_FORCE",
                          "FORCE_COLOR", "GIT_PAGER", "PAGER", "PYDEVD_USE_FRAME_EVAL", "TERM")
 ZYGOTE_MODULE = "ddp_lab.launcher.zygote"
+# Imported by ipykernel and matplotlib.pyplot (kernel templates import them first: _import_for)
+KERNEL_DEPENDENCIES = ("IPython", "zmq", "tornado", "jupyter_client", "traitlets", "comm", "PIL.Image", "pyparsing",
+                       "dateutil", "kiwisolver", "cycler", "contourpy", "fontTools")
 _LENGTH = struct.Struct("!I")
 _FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
 
@@ -179,9 +183,18 @@ def _import_for(zygote: bool) -> None:
         zygote.preload()
         zygote.import_learned(os.environ.get("DDP_LAB_ZYGOTE_IMPORTS", ""))
     else:
-        # torch only: what every course notebook imports first, and reads no variable a kernel's environment adds. Not
-        # ipykernel (0.5 s): its IPKernelApp reads JPY_PARENT_PID when imported, so it is imported by the kernel.
+        # torch, what every course notebook imports first, and what ipykernel and matplotlib.pyplot import from other
+        # packages (0.5 s of a core here, half of their own import). Not ipykernel itself: its IPKernelApp reads
+        # JPY_PARENT_PID when imported; not matplotlib: it reads MPLBACKEND, which ipykernel sets in its kernel. None of
+        # these reads a variable the kernels' environments may add (KERNEL_ONLY_VARIABLES, JPY_*) when imported, and
+        # none starts a thread (checked on this machine's versions). One that is not installed is left to the kernel.
         import torch  # noqa: F401
+
+        for name in KERNEL_DEPENDENCIES:
+            try:
+                importlib.import_module(name)
+            except ImportError:
+                pass
 
 
 def serve(path: str, zygote: bool) -> None:
