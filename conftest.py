@@ -87,6 +87,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items.sort(key=lambda item: order[_scope(item)])   # stable: a scope's items keep their order
 
 
+def notebook_kernel_values() -> dict[str, str]:
+    """The variables notebook_kernel_variables() sets, and their values (starting this process's zygote template)."""
+    from ddp_lab.launcher.zygote import LEARNED_IMPORTS   # lazy: only kernels' tests need it
+
+    variables = {"DDP_LAB_ZYGOTE_IMPORTS": os.environ.get("DDP_LAB_ZYGOTE_IMPORTS") or ",".join(LEARNED_IMPORTS)}
+    if _template_directory:
+        variables["DDP_LAB_ZYGOTE_RELAY"] = _zygote_template(variables["DDP_LAB_ZYGOTE_IMPORTS"]).zygote_relay()
+    return variables
+
+
 @contextlib.contextmanager
 def notebook_kernel_variables():
     """The environment a notebook's kernel starts with: DDP_LAB_ZYGOTE_IMPORTS set to the launcher's LEARNED_IMPORTS,
@@ -101,11 +111,7 @@ def notebook_kernel_variables():
     tests/test_cluster.py, on every test worker's own launches, and by lesson 00b, which keeps the learner's default.
     The variables are set only while the kernel starts, so tests and the kernels they start keep the default.
     """
-    from ddp_lab.launcher.zygote import LEARNED_IMPORTS   # lazy: only kernels' tests need it
-
-    variables = {"DDP_LAB_ZYGOTE_IMPORTS": os.environ.get("DDP_LAB_ZYGOTE_IMPORTS") or ",".join(LEARNED_IMPORTS)}
-    if _template_directory:
-        variables["DDP_LAB_ZYGOTE_RELAY"] = _zygote_template(variables["DDP_LAB_ZYGOTE_IMPORTS"]).zygote_relay()
+    variables = notebook_kernel_values()
     before = {name: os.environ.get(name) for name in variables}
     os.environ.update(variables)
     try:
@@ -123,6 +129,28 @@ def notebook_kernel_environment():
     """notebook_kernel_variables() for a test that starts a notebook's kernel itself (tests/test_exercises.py)."""
     with notebook_kernel_variables():
         yield
+
+
+@pytest.fixture
+def notebook_kernel_settings() -> dict[str, str]:
+    """notebook_kernel_values(), not set: for a test that sets them itself with monkeypatch (mixing the two would
+    leave them set in the test process: monkeypatch restores what it found when it changed them)."""
+    return notebook_kernel_values()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item: pytest.Item):
+    """A test that leaves DDP_LAB_ZYGOTE_RELAY set errors in its teardown: this process's own later launches would
+    fork their zygotes from the template, whose ranks tests/rank_procs.py cannot tell as a launcher's (their
+    /proc environ is the template's)."""
+    yield
+    if "DDP_LAB_ZYGOTE_RELAY" in os.environ and not _relay_was_set:
+        del os.environ["DDP_LAB_ZYGOTE_RELAY"]
+        raise AssertionError(f"{item.nodeid} left DDP_LAB_ZYGOTE_RELAY set in the test process (set it with monkeypatch "
+                             "from conftest.py's notebook_kernel_settings, or with notebook_kernel_environment alone)")
+
+
+_relay_was_set = "DDP_LAB_ZYGOTE_RELAY" in os.environ
 
 
 @pytest.hookimpl(hookwrapper=True)

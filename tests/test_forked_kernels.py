@@ -161,11 +161,14 @@ print(json.dumps(dict(ranks=list(launched), started=launched.started, relay=proc
 
 
 @pytest.fixture
-def zygote_relay(notebook_kernel_environment) -> str:
-    """The suite's zygote template (conftest.py's, which this worker's notebooks' kernels use after this test)."""
-    if "DDP_LAB_ZYGOTE_RELAY" not in os.environ:
+def zygote_relay(notebook_kernel_settings, monkeypatch) -> str:
+    """The suite's zygote template (conftest.py's, which this worker's notebooks' kernels use after this test), and
+    its imports set for the kernels this test starts."""
+    if "DDP_LAB_ZYGOTE_RELAY" not in notebook_kernel_settings:
         pytest.skip("DDP_LAB_FORKED_KERNELS=0: zygotes start the ordinary way")
-    return os.environ["DDP_LAB_ZYGOTE_RELAY"]
+    for name, value in notebook_kernel_settings.items():
+        monkeypatch.setenv(name, value)
+    return notebook_kernel_settings["DDP_LAB_ZYGOTE_RELAY"]
 
 
 def ranks_probe(cwd, monkeypatch, relay: str | None, imports: str) -> dict:
