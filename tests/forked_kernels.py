@@ -1,4 +1,4 @@
-"""Notebook kernels for the test suite, forked from a process that has already imported torch.
+"""Notebook kernels (and their zygotes) for the test suite, forked from a process that has already imported torch.
 
 Every notebook nbval checks and every exercise tests/test_exercises.py executes runs in a fresh
 kernel, and every kernel's first cell imports torch: about 3 s of a core on the 2-core CI machine,
@@ -6,8 +6,9 @@ and some 50 kernels in `make test` (a sampler of /proc over a whole fresh-clone 
 kernels used 250 s of the run's 1250 s of CPU). conftest.py starts those kernels through this module:
 
 - a *template*, one per test process, started with its first kernel: a Python that imports torch
-  and runs nothing else, no tensor op and no thread, so forking it is safe (the reason ddp_lab's
-  zygote can fork ranks: ddp_lab/launcher/zygote.py);
+  (and KERNEL_DEPENDENCIES, what ipykernel and matplotlib import from other packages) and runs
+  nothing else, no tensor op and no thread, so forking it is safe (the reason ddp_lab's zygote can
+  fork ranks: ddp_lab/launcher/zygote.py);
 - the kernel command jupyter_client starts, `python -m ipykernel_launcher -f CONNECTION`, becomes
   `python tests/forked_kernels.py SOCKET -m ipykernel_launcher -f CONNECTION`: a *relay* of a few
   milliseconds' start-up that hands its environment, working directory, standard streams and
@@ -21,9 +22,21 @@ kernels used 250 s of the run's 1250 s of CPU). conftest.py starts those kernels
   leaves without the interpreter's teardown (after its threads, atexit handlers and a flush), which
   took 0.7 s of a core in every kernel that had imported torch, forked or not.
 
-A kernel whose environment differs from the template's in anything but KERNEL_ONLY_VARIABLES, or
-that finds no template, starts the ordinary way: the relay execs the command it was given
-(DDP_LAB_FORKED_KERNELS_LOG=FILE has the template say which kernels it forked and which not, and why).
+The same for the kernels' zygotes (ddp_lab/launcher/zygote.py: every kernel's first launch starts one, which imports
+torch and what ranks of DDP, FSDP2 or DTensor import, about 4-5 s of a core here; 35 of them in `make test`, 2026-11-27).
+conftest.py starts a *zygote template* per test process, which imports what a zygote imports (zygote.preload and the
+LEARNED_IMPORTS named in DDP_LAB_ZYGOTE_IMPORTS), and gives the notebooks' kernels DDP_LAB_ZYGOTE_RELAY, the relay's
+command: ddp_lab's launcher then starts its zygote as `RELAY -m ddp_lab.launcher.zygote FD` (zygote_client.zygote_python)
+instead of `python -m ...`, and the template forks the zygote, handing it the launcher's socket FD. What the launcher
+knows as its zygote process is the relay: the relay dies with the launcher (PR_SET_PDEATHSIG, as a zygote does), and
+when the relay ends first (ddp_lab retires a zygote by killing it) the template kills the zygote's group; the zygote
+itself dies with the template (its parent) and ends when the launcher's socket closes, as ever. Only notebooks' kernels
+get the variable: a test process's own launches keep the ordinary zygote, whose pid, children and /proc environ the
+launcher tests inspect (tests/rank_procs.py), and conftest.py fails a test that leaves the variable set.
+
+A kernel (or zygote) whose environment differs from the template's in anything but KERNEL_ONLY_VARIABLES
+(ZYGOTE_ONLY_VARIABLES), or that finds no template, starts the ordinary way: the relay execs the command it was given
+(DDP_LAB_FORKED_KERNELS_LOG=FILE has the template say which kernels and zygotes it forked and which not, and why).
 What a notebook prints cannot depend on the template: a forked kernel has run no cell, and modules
 imported before the fork are not names in the notebook (a cell that uses torch without importing it
 still fails); tests/test_forked_kernels.py compares one with an ordinary kernel. Learners' kernels

@@ -4,6 +4,9 @@ Real kernels through jupyter_client, one started the ordinary way and others for
 what a cell sees is the same (sys.path, argv, working directory, environment, session, signal handlers, threads but the
 relay's lifeline), torch is imported before any cell imports it, an interrupt reaches the cell, a killed kernel leaves
 no process behind, and a kernel whose environment differs where `import torch` could read it starts the ordinary way.
+A notebook kernel's zygote forked from the suite's zygote template forks ranks that see what an ordinary zygote's see,
+a zygote asked for other imports starts the ordinary way, and a forked zygote ends when ddp_lab retires it and when
+its kernel ends.
 """
 
 from __future__ import annotations

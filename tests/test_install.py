@@ -9,8 +9,10 @@ the doctor. A subpackage missing from pyproject.toml's package list fails here.
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -84,3 +86,13 @@ def test_installed_copy_launches_ranks_and_runs_the_doctor_away_from_the_checkou
                             capture_output=True, text=True, timeout=120)
     assert doctor.returncode == 0, doctor.stderr
     assert torch.__version__ in doctor.stdout
+
+
+def test_the_makefiles_torch_dependencies_are_torchs():
+    """`make setup` installs TORCH_DEPENDENCIES beside torch's wheel (names only): each must be a requirement of the
+    installed torch, or the set-up installs a package nothing asked for (one torch adds is installed by the third
+    install, which checks the whole set)."""
+    listed = re.search(r"^TORCH_DEPENDENCIES := (.*)$", (ROOT / "Makefile").read_text(), re.M).group(1).split()
+    required = {re.split(r"[ ;<>=!~\[]", requirement, maxsplit=1)[0].lower()
+                for requirement in importlib.metadata.requires("torch") or () if "extra ==" not in requirement}
+    assert listed and set(listed) <= required, set(listed) - required
