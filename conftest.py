@@ -29,6 +29,7 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
+from unittest import mock
 
 import pytest
 
@@ -134,17 +135,8 @@ def notebook_kernel_variables():
     tests/test_cluster.py, on every test worker's own launches, and by lesson 00b, which keeps the learner's default.
     The variables are set only while the kernel starts, so tests and the kernels they start keep the default.
     """
-    variables = notebook_kernel_values()
-    before = {name: os.environ.get(name) for name in variables}
-    os.environ.update(variables)
-    try:
+    with mock.patch.dict(os.environ, notebook_kernel_values()):   # the whole environment as it was, afterwards
         yield
-    finally:
-        for name, value in before.items():
-            if value is None:
-                del os.environ[name]
-            else:
-                os.environ[name] = value
 
 
 @pytest.fixture
