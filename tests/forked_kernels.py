@@ -328,6 +328,8 @@ def relay(path: str, argv: list[str]) -> None:
     if reply is None or reply[0] != "started":   # no template, or an environment it cannot serve
         os.execv(sys.executable, [sys.executable, *argv[1:]])
     kernel = reply[1]
+    for fd in fds[3:]:   # the launcher's socket is the zygote's now: the launcher must see EOF when the zygote ends
+        os.close(fd)
 
     def forward(signum, _frame) -> None:
         try:
