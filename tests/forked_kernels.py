@@ -314,7 +314,10 @@ def relay(path: str, argv: list[str]) -> None:
     """Have the template fork the kernel (or zygote) `argv` describes, and stand for it until it exits."""
     fds = [0, 1, 2]
     if argv[1:3] == ["-m", ZYGOTE_MODULE]:   # started by a kernel's launcher, as zygote_client.Zygote.start says
-        _die_with_launcher()
+        # dies with the launcher that started it, as the zygote itself would; the template then ends the zygote
+        from ddp_lab.launcher.worker import die_with_parent   # lazy: only a zygote's relay (no torch: worker.py)
+
+        die_with_parent(int(os.environ["DDP_LAB_PARENT_PID"]))
         fds.append(int(argv[-1]))   # the launcher's socket, passed to the zygote by its number
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     lifeline_r, lifeline_w = os.pipe()
@@ -350,16 +353,6 @@ def relay(path: str, argv: list[str]) -> None:
         signal.signal(os.WTERMSIG(status), signal.SIG_DFL)
         os.kill(os.getpid(), os.WTERMSIG(status))
     sys.exit(os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 1)   # lifeline_w closes only now
-
-
-def _die_with_launcher() -> None:
-    """A zygote's relay dies with the launcher that started it, as the zygote itself would (worker.die_with_parent:
-    SIGKILL when the parent ends); the template then ends the zygote it forked."""
-    import ctypes   # lazy: only a zygote's relay
-
-    ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0)   # PR_SET_PDEATHSIG
-    if os.getppid() != int(os.environ.get("DDP_LAB_PARENT_PID", os.getppid())):
-        os._exit(1)   # the launcher ended before prctl took effect
 
 
 # ------------------------------------------------------------------------ used by conftest.py
