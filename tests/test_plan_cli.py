@@ -287,6 +287,7 @@ def test_every_bad_model_flag_exits_2_with_one_line(tmp_path):
     valid, no traceback. One subprocess runs the CLI's main() on every case (as lean as one launch)."""
     cases = [
         (("--hf-config", str(tmp_path / "nowhere.json"), "--cluster", "t4"), ["--hf-config", "no such file"]),
+        (("--hf-config", "", "--cluster", "t4"), ["--hf-config '' names no file"]),
         (("--hf-config", _config(tmp_path, "broken", "{ not json"), "--cluster", "t4"), ["--hf-config", "is not JSON"]),
         (("--hf-config", _config(tmp_path, "headless", {"hidden_size": 64}), "--cluster", "t4"),
          ["--hf-config", "num_hidden_layers"]),
@@ -320,6 +321,22 @@ def test_every_bad_model_flag_exits_2_with_one_line(tmp_path):
         (("--params", "7B", "--seq-len", "2048"), ["drop --seq-len"]),
         (("--model", "llama3-8b", "--cluster", "h100-sxm", "--attention", "sdpa"), ["'flash', 'eager'"]),
         (("--model", "llama3-8b"), ["--cluster", "h100-sxm"]),
+        # sizes beyond any model or cluster: a hidden size of 10^400 overflowed a float (a traceback), 10^30 layers
+        # or 10^12 nodes never finished (model.LARGEST, cli.LARGEST_NODES)
+        (("--hf-config", _config(tmp_path, "huge", {**LLAMA3_8B_CONFIG, "hidden_size": 10**400}), "--cluster", "t4"),
+         ["--hf-config", "hidden_size = about 10^400", "at most 1,000,000"]),
+        (("--hf-config", _config(tmp_path, "deep", {**LLAMA3_8B_CONFIG, "num_hidden_layers": 10**30}), "--cluster",
+          "t4"), ["num_hidden_layers = about 10^30", "at most 10,000"]),
+        (("--model", "llama3-8b", "--layers", str(10**30), "--cluster", "h100-sxm", "--dp", "8"),
+         ["--layers about 10^30 is more than the planner models: at most 10,000"]),
+        (("--model", "llama3-8b", "--seq-len", str(2 * 10**9), "--cluster", "h100-sxm"),
+         ["--seq-len 2,000,000,000", "at most 1,000,000,000"]),
+        (("--model", "llama3-8b", "--cluster", "h100-sxm", "--nodes", str(10**12), "--top", "1"),
+         ["--nodes 1,000,000,000,000", "at most 1,000,000"]),
+        (("--params", "1e400"), ["--params '1e400' is more than the planner models", "1000T"]),
+        (("--params", "2000T"), ["1000T"]),
+        (("--hf-config", _config(tmp_path, "quoted", {**LLAMA3_8B_CONFIG, "tie_word_embeddings": "false"}),
+          "--cluster", "t4"), ["tie_word_embeddings = 'false': true or false is needed"]),
     ]
     driver = (
         "import contextlib, io, json, sys\n"

@@ -21,7 +21,7 @@ from ddp_lab.course.plan import context_parallel
 from ddp_lab.course.plan.cluster_spec import PRESET_NAMES, ClusterSpec
 from ddp_lab.course.plan.efficiency import early_stop_can_skip_last_gemm
 from ddp_lab.course.plan.overlap import OVERLAP_SLOWDOWN
-from ddp_lab.course.plan.model import PRESETS, Transformer, parse_count
+from ddp_lab.course.plan.model import LARGEST, PRESETS, Transformer, parse_count, size_text
 from ddp_lab.course.plan.search import MEMORY_RESERVE, candidates, default_global_batch, evaluate, search
 from ddp_lab.course.plan.strategy import ATTENTION, FSDP_UNITS, PRECISIONS, RECOMPUTE, Strategy, check, divisors
 from ddp_lab.plan.model_files import read_hf_config
@@ -35,6 +35,9 @@ POSITIVE_INTS = ("nodes", "dp", "tp", "pp", "micro_batch", "grad_accum", "global
                  *SHAPE_FLAGS)
 SHORT_FORM_FLAGS = ("params", "dp", "zero", "precision", "fp32_grads")     # all that --params reads
 SPLIT_FLAGS = ("cp", "ep")     # a number (the plan's or every searched plan's) or "auto" (searched)
+# 8 million GPUs, some 80x the largest clusters built; the search over a million nodes takes about 5 s here
+# (over 10^12 it never ended). The shape flags' limits are the model's (model.LARGEST).
+LARGEST_NODES = 10**6
 
 
 def parallel_size(text: str) -> int | str:
@@ -192,6 +195,10 @@ def _check_flags(args) -> None:
         value = getattr(args, name)
         if value is not None and value < 1:
             raise ValueError(f"{_flag(name)} must be a positive int, got {value}")
+    for name, largest in (*LARGEST.items(), ("nodes", LARGEST_NODES)):
+        value = getattr(args, name)
+        if value is not None and value > largest:
+            raise ValueError(f"{_flag(name)} {size_text(value)} is more than the planner models: at most {largest:,}")
     if args.memory_reserve is not None and not 0 <= args.memory_reserve < 1:
         raise ValueError(f"--memory-reserve is the share of GPU memory kept free: a fraction in [0, 1) such as 0.1, "
                          f"got {args.memory_reserve:g}")

@@ -33,6 +33,8 @@ def read_hf_config(path: str | Path, name: str | None = None) -> Transformer:
 
     Introduced in notebooks/13-plan-your-training-run.ipynb.
     """
+    if not str(path).strip():    # Path("") is the current folder: say what was given instead
+        raise ValueError("'' names no file: give the path of a config.json")
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")

@@ -25,7 +25,7 @@ Introduced in notebooks/13-plan-your-training-run.ipynb.
 
 from __future__ import annotations
 
-from ddp_lab.course.plan.model import Transformer
+from ddp_lab.course.plan.model import LARGEST, Transformer, size_text
 
 FIELDS = {   # planner field: the config.json keys that may hold it, first found wins
     "layers": ("num_hidden_layers", "n_layer"),
@@ -64,11 +64,11 @@ def transformer_from_hf_config(config: dict, name: str = "hf-model") -> Transfor
         key = next((k for k in keys if config.get(k) is not None), None)
         if key is None:
             raise ValueError(f"no {' or '.join(keys)}: a decoder's config.json gives its {field} there")
-        shape[field] = _positive_int(config, key)
-    kv_heads = _positive_int(config, "num_key_value_heads") if config.get("num_key_value_heads") is not None \
-        else shape["heads"]
+        shape[field] = _positive_int(config, key, LARGEST[field])
+    kv_heads = _positive_int(config, "num_key_value_heads", LARGEST["kv_heads"]) \
+        if config.get("num_key_value_heads") is not None else shape["heads"]
     ffn_key = next((k for k in ("intermediate_size", "n_inner") if config.get(k) is not None), None)
-    ffn = _positive_int(config, ffn_key) if ffn_key else 4 * shape["hidden"]
+    ffn = _positive_int(config, ffn_key, LARGEST["ffn"]) if ffn_key else 4 * shape["hidden"]
     if shape["hidden"] % shape["heads"]:
         raise ValueError(f"hidden size {shape['hidden']} is not divisible by {shape['heads']} attention heads")
     head_dim = config.get("head_dim")
@@ -80,19 +80,31 @@ def transformer_from_hf_config(config: dict, name: str = "hf-model") -> Transfor
     gpt2_style = "n_layer" in config or "n_positions" in config
     activation = str(config.get("hidden_act", config.get("activation_function", "gelu"))).lower()
     rms = "rms_norm_eps" in config
-    bias = bool(config.get("attention_bias", config.get("mlp_bias", False))) if not gpt2_style else True
+    bias = _true_or_false(config, "attention_bias" if "attention_bias" in config else "mlp_bias", False) \
+        if not gpt2_style else True
     return Transformer(name, ffn=ffn, kv_heads=kv_heads,
                        ffn_kind="swiglu" if activation in ("silu", "swish") and not gpt2_style else "gelu",
                        norm="rmsnorm" if rms else "layernorm", bias=bias,
                        position="learned" if gpt2_style else "rope",
-                       tied_embeddings=bool(config.get("tie_word_embeddings", True)),
+                       tied_embeddings=_true_or_false(config, "tie_word_embeddings", True),
                        dropout=any(_number(config, key, default=0) > 0 for key in DROPOUT_KEYS), **shape)
 
 
-def _positive_int(config: dict, key: str) -> int:
+def _positive_int(config: dict, key: str, largest: int) -> int:
     value = config[key]
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"{key} = {value!r}: a positive integer is needed")
+    if value > largest:
+        raise ValueError(f"{key} = {size_text(value)}: more than the planner models (at most {largest:,})")
+    return value
+
+
+def _true_or_false(config: dict, key: str, default: bool) -> bool:
+    value = config.get(key, default)
+    if value is None:
+        return default
+    if not isinstance(value, bool):   # the string "false" is truthy: reading it as True would plan another model
+        raise ValueError(f"{key} = {value!r}: true or false is needed (JSON's, without quotes)")
     return value
 
 

@@ -28,6 +28,18 @@ from ddp_lab.course.plan.experts import MoE
 FFN_KINDS = ("gelu", "swiglu")
 NORMS = ("layernorm", "rmsnorm")
 POSITIONS = ("learned", "rope")
+# The largest value of each shape field the planner takes: orders of magnitude beyond any model trained
+# (Llama 3 405B: 126 layers, hidden 16,384, 128 heads, FFN 53,248, a 128K vocabulary), small enough that
+# every count stays a finite float and a search stays quick (10,000 layers: about 9 s). Larger values are
+# refused with a message, not computed (a hidden size of 10^400 overflowed a float; 10^30 layers never ended).
+LARGEST = {"layers": 10**4, "hidden": 10**6, "heads": 10**5, "kv_heads": 10**5, "ffn": 10**7, "vocab": 10**8,
+           "seq_len": 10**9}
+LARGEST_COUNT = 10**15    # parse_count's limit: 1000T parameters
+
+
+def size_text(value: int) -> str:
+    """An integer as an error message shows it: with thousands separators, or its order of magnitude past 10^15."""
+    return f"{value:,}" if abs(value) < 10**15 else f"about 10^{len(str(abs(value))) - 1}"
 
 
 @dataclass(frozen=True)
@@ -61,6 +73,11 @@ class Transformer:
         for field in ("layers", "hidden", "heads", "vocab", "seq_len"):
             if int(getattr(self, field)) < 1:
                 raise ValueError(f"Transformer.{field} must be a positive integer, got {getattr(self, field)!r}")
+        for field, largest in LARGEST.items():
+            value = getattr(self, field)
+            if value is not None and value > largest:
+                raise ValueError(f"Transformer.{field} = {size_text(value)} is more than the planner models: "
+                                 f"at most {largest:,}")
         if self.hidden % self.heads:
             raise ValueError(f"hidden={self.hidden} is not divisible by heads={self.heads}: "
                              f"choose heads that divide hidden (head size = hidden / heads)")
@@ -245,7 +262,10 @@ def parse_count(text: str | int) -> int:
         if not match or suffix not in _SUFFIX:
             raise ValueError(f"cannot read {text!r} as a count: write a number with an optional suffix "
                              f"K (10^3), M (10^6), B (10^9) or T (10^12), e.g. 7.5B or 125M")
-        value = round(float(match.group(1)) * _SUFFIX[suffix])
+        value = float(match.group(1)) * _SUFFIX[suffix]     # inf for 1e400: refused before round()
+    if value > LARGEST_COUNT:
+        raise ValueError(f"{text!r} is more than the planner models: at most 10^15 (1000T)")
+    value = round(value)
     if value < 1:
         raise ValueError(f"a count must be at least 1, got {text!r}")
     return int(value)
