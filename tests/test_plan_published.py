@@ -182,12 +182,12 @@ def test_flash_attention_runs_at_the_rate_the_published_sequence_sweep_shows():
     assert not {r.name for r in published.SEQUENCE_SWEEP} & {r.name for r in RUNS}
     assert min(r.model.seq_len for r in published.SEQUENCE_SWEEP) == 4096
 
-    def worst_at(shares):
-        runs = [published.with_flash_share(r, shares[r.cluster.gpu.generation]) for r in published.SEQUENCE_SWEEP]
-        return {g: max(error(r) for r in runs if r.cluster.gpu.generation == g) for g in shares}
+    def worst_long_row_at(shares):   # the sweep's 32K-64K-token rows, as README and lesson 13 say
+        runs = [published.with_flash_share(r, shares[r.cluster.gpu.generation]) for r in published.SEQUENCE_SWEEP
+                if r.model.seq_len >= 32768]
+        return {g: round(max(error(r) for r in runs if r.cluster.gpu.generation == g), 2) for g in shares}
 
-    kernels = worst_at({"ampere": 0.50, "hopper": 0.23})
-    assert kernels["ampere"] > 0.55 and kernels["hopper"] > 0.28, kernels
+    assert worst_long_row_at({"ampere": 0.50, "hopper": 0.23}) == {"ampere": 0.56, "hopper": 0.29}
     plain = [error(r) for r in published.SEQUENCE_SWEEP if r.strategy.recompute == "none"]
     assert len(plain) == 32 and max(map(abs, plain)) < 0.075
     # MosaicML's steps ran MPT's Triton FlashAttention (the submit script's default attn_impl); A100 runs on

@@ -198,7 +198,7 @@ def _llama3_405b(gpus, dp, published):
                         tied_embeddings=False, dropout=False)
     strategy = Strategy(dp=dp, tp=8, pp=16, zero=2, micro_batch=1, grad_accum=2048 // dp, sequence_parallel=True,
                         fp32_grads=True)
-    return PublishedRun(f"Llama 3 405B {gpus} GPUs", "llama3", "Table 4", model,
+    return PublishedRun(f"Llama 3 405B {gpus} GPUs", "llama3", f"Table 4: {published} x 128/126", model,
                         ClusterSpec.preset("h100-sxm", nodes=gpus // 8), strategy, "model_tflops",
                         published * 128 / 126,   # the 126-layer model's FLOPs in the 128-layer model's time
                         "micro-batch 1, 1F1B without interleaving (depth not stated), no recomputation, "

@@ -8,7 +8,6 @@ from __future__ import annotations
 from ddp_lab.course.plan.memory import model_state_bytes
 from ddp_lab.course.plan.overlap import OVERLAP_SLOWDOWN
 from ddp_lab.course.plan.search import MEMORY_RESERVE
-from ddp_lab.plan.published import RUNS, SEQUENCE_SWEEP, error, predictions, summary
 
 GB = 1e9
 LEGEND = ("strategy: dpN tpN ppN = data-, tensor-, pipeline-parallel sizes; zN = ZeRO stage;\n"
@@ -204,6 +203,10 @@ def accuracy_text(cluster, plans=()) -> str:
 
     Printed by `python -m ddp_lab plan` (README, "The scale planner"); lesson 13 asks how far to trust the planner.
     """
+    # imported here, not at the top: ddp_lab.plan imports this module, and `python -m ddp_lab.plan.published`
+    # (README's table) would otherwise find its own module imported before it runs (runpy's RuntimeWarning)
+    from ddp_lab.plan.published import RUNS, predictions, summary
+
     runs = predictions([run for run in RUNS if run.cluster.gpu.generation == cluster.gpu.generation])
     if not runs or cluster.gpu.memory_bandwidth is None:
         families = sorted({_family(run) for run in predictions()})
@@ -230,6 +233,7 @@ def accuracy_text(cluster, plans=()) -> str:
 
 def _sequence_lines(runs, plans, family) -> list[str]:
     """What the published runs say about the longest sequence among `plans`, when it is longer than theirs."""
+    from ddp_lab.plan.published import SEQUENCE_SWEEP, error    # imported here: see accuracy_text
     longest = max((plan.model.seq_len for plan in plans), default=0)
     if longest <= max(run.model.seq_len for run in runs):
         return []
