@@ -5,7 +5,7 @@ Fixed-size buffers per expert (Switch Transformer, Fedus et al. 2022, Sec. 2.2, 
     capacity = ceil(capacity_factor · k · tokens / experts)
 
 A capacity factor of 1 is exactly the fair share; Switch trains with 1.0 to 2.0 (its Table 1
-compares 1.0 and 1.25). An expert asked for more takes the first `capacity` assignments in
+compares 1.0, 1.25 and 2.0). An expert asked for more takes the first `capacity` assignments in
 queue order, GShard's (Lepikhin et al. 2020, Algorithm 1): every token's first choice queues
 before any second choice, tokens in order within a choice. A dropped assignment contributes
 nothing; the token still leaves the layer through the residual connection, y = x + ...
