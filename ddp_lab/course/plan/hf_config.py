@@ -100,18 +100,19 @@ def _positive_int(config: dict, key: str, largest: int) -> int:
 
 
 def _true_or_false(config: dict, key: str, default: bool) -> bool:
-    value = config.get(key, default)
-    if value is None:
-        return default
-    if not isinstance(value, bool):   # the string "false" is truthy: reading it as True would plan another model
-        raise ValueError(f"{key} = {value!r}: true or false is needed (JSON's, without quotes)")
-    return value
+    # the string "false" is truthy: reading it as True would plan another model
+    return _optional(config, key, default, (bool,), "true or false is needed (JSON's, without quotes)")
 
 
 def _number(config: dict, key: str, default: float) -> float:
+    return _optional(config, key, default, (int, float), "a number is needed")
+
+
+def _optional(config: dict, key: str, default, kinds: tuple, needed: str):
+    """config[key] if it is one of `kinds` (a bool counts only where bool is named), `default` if absent or null."""
     value = config.get(key, default)
     if value is None:
         return default
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"{key} = {value!r}: a number is needed")
+    if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
+        raise ValueError(f"{key} = {value!r}: {needed}")
     return value
