@@ -87,15 +87,16 @@ def monitored_barrier_missing(message: str) -> list[int] | None:
     return sorted({int(rank) for group in found for rank in re.findall(r"\d+", group)})
 
 
-FLIGHT_RECORDER_ENV = {"TORCH_FR_BUFFER_SIZE": "2000"}  # entries kept per rank; read when a group is created
+FLIGHT_RECORDER_ENV = {"TORCH_FR_BUFFER_SIZE": "2000"}  # entries kept per rank (torch 2.13's default); read when a group is created
 
 
 def flight_recorder_entries(backend: str = "nccl") -> list[dict] | None:
     """This rank's flight-recorder entries (oldest first), or None where this torch has no recorder.
 
     The flight recorder keeps the last collectives every process group started (name, sizes,
-    sequence number, state), so a hung job can be dumped and compared rank by rank. It records
-    only when `TORCH_FR_BUFFER_SIZE` (FLIGHT_RECORDER_ENV) was set before the group was made.
+    sequence number, state), so a hung job can be dumped and compared rank by rank. It keeps as
+    many entries as `TORCH_FR_BUFFER_SIZE` says when the group is made (FLIGHT_RECORDER_ENV sets 2000,
+    torch 2.13's default, so that older releases, which may keep none by default, record too).
     Torch builds name the dump differently: CUDA builds have `_dump_nccl_trace_json` for NCCL,
     every build from 2.8 has `_dump_fr_trace_json` (which also sees gloo's entries, though they
     stay 'scheduled' there); this is the one place that chooses.

@@ -175,7 +175,7 @@ class ClusterSpec:
 
         Peak FLOP/s is the matmul rate one rank measured, and the collectives use the alpha/beta
         fitted on gloo at `ranks` ranks, per collective (lesson 02 fitted one pair for all; that
-        pair predicts all_reduce 2.5-3.6x too fast). `ddp_lab.plan.calibrate.measure_this_machine`
+        pair predicts all_reduce 2.5-9x too fast for 4 MB). `ddp_lab.plan.calibrate.measure_this_machine`
         measures the dict (a few seconds, with torch); `calibrate.this_machine()` does both.
 
         Keys read: "matmul_flops" (FLOP/s of one rank, a float for fp32 or a {dtype: FLOP/s}
