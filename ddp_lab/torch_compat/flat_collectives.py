@@ -10,6 +10,19 @@ import torch
 import torch.distributed as dist
 
 
+def all_gather_name() -> str:
+    """The name of `dist`'s flat all-gather in this torch, the one FSDP2 calls: count it with
+    `ddp_lab.instruments.collectives.count_collectives((all_gather_name(),))`.
+
+    Example:
+        >>> all_gather_name() in ("all_gather_single", "all_gather_into_tensor")
+        True
+
+    Introduced in notebooks/09-zero-and-fsdp.ipynb.
+    """
+    return "all_gather_single" if hasattr(dist, "all_gather_single") else "all_gather_into_tensor"
+
+
 def reduce_scatter(output: torch.Tensor, input: torch.Tensor, op=dist.ReduceOp.SUM, group=None) -> None:
     """Rank k receives in `output` the sum over ranks of chunk k of `input` (input.numel() = world_size * output.numel()).
 
@@ -37,5 +50,5 @@ def all_gather(output: torch.Tensor, input: torch.Tensor, group=None) -> None:
 
     Introduced in notebooks/09-zero-and-fsdp.ipynb.
     """
-    collective = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+    collective = getattr(dist, all_gather_name())
     collective(output, input, group=group)
