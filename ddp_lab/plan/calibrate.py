@@ -10,12 +10,12 @@ Why per-collective fits, not lesson 02's ring formula over a point-to-point alph
 this project's 2-core machine that formula predicts gloo's `all_reduce` 2.5-9x too fast for
 4 MB. Measured here (2 ranks, 1 thread each, medians, several runs under varying load; lesson
 02 shows the cell): a ring step sends and receives at once, and on one machine both directions
-are copied by the same cores, so 2 MB exchanged both ways took 1.5-2.2x a one-way send of 2 MB;
-the ping-pong line's bandwidth (3.4-4.5 GB/s, set by small and middle-sized messages) is more
+are copied by the same cores, so 2 MB exchanged both ways took 1.5-3.8x a one-way send of 2 MB;
+the ping-pong line's bandwidth (3.4-4.6 GB/s, set by small and middle-sized messages) is more
 than 1-4 MB messages get one way (1.4-2.9 GB/s); a ring of two such exchanges times like
 `dist.all_reduce` itself (gloo takes the same two steps); the sum (0.15 ms for 2 MB) and the
 cost of handing a collective to the process group's worker thread (a one-message `broadcast`
-took 1.1-1.8x a `send`) are small. So each collective gets its own t(n) = alpha + beta * n.
+took 0.6-1.8x a `send`) are small. So each collective gets its own t(n) = alpha + beta * n.
 
 Why timed after compute, not after a barrier: a training step issues its collectives right
 after computing, so the first rank to arrive waits for the slowest, and for gloo's threads to

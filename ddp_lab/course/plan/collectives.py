@@ -9,7 +9,7 @@ When the cluster carries fitted per-collective (alpha, beta) - `calibrate.this_m
 on this machine, fitted to what each collective adds to a step when issued right after
 compute (ddp_lab.plan.calibrate) - those are used instead: lesson 02's single ping-pong fit predicts gloo's
 all_reduce 2.5-9x too fast for 4 MB, mainly because a ring step sends and receives at once (two
-directions copied by the same cores: 1.5-2.2x a one-way send, measured) and because the line's
+directions copied by the same cores: 1.5-3.8x a one-way send, measured) and because the line's
 bandwidth, set by small and mid-size messages, is too high for MB-sized ones; the sum itself and
 the per-call cost add little (see notebooks/02-collectives.ipynb and ddp_lab.plan.calibrate). A fit made at F ranks is carried to N
 ranks by the ring's own scaling: alpha by the number of steps, beta by (N - 1)/N.
