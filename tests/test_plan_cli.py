@@ -302,6 +302,7 @@ def test_every_bad_model_flag_exits_2_with_one_line(tmp_path):
         (("--model", "llama3-8b", "--seq-len", "0", "--cluster", "h100-sxm"), ["--seq-len must be a positive int"]),
         (("--model", "llama3-8b", "--cluster", "h100-sxm", "--memory-reserve", "1.5"), ["--memory-reserve", "[0, 1)"]),
         (("--model", "llama3-8b", "--cluster", "h100-sxm", "--memory-reserve", "-0.1"), ["--memory-reserve"]),
+        (("--model", "llama3-8b", "--cluster", "h100-sxm", "--memory-reserve", "0.999"), ["0.1% usable"]),  # not "0%"
         (("--model", "llama3-8b", "--cluster", "h100-sxm", "--overlap-slowdown", "1.2"), ["--overlap-slowdown", "[0, 1)"]),
         (("--model", "llama3-8b", "--cluster", "h100-sxm", "--overlap-slowdown", "-0.1"), ["--overlap-slowdown", "0.189"]),
         (("--model", "llama3-8b", "--cluster", "h100-sxm", "--zero", "1", "--virtual-stages", "2"),

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from ddp_lab.course.plan.memory import model_state_bytes
 from ddp_lab.course.plan.overlap import OVERLAP_SLOWDOWN
-from ddp_lab.course.plan.search import MEMORY_RESERVE
+from ddp_lab.course.plan.search import MEMORY_RESERVE, percent_text
 
 GB = 1e9
 LEGEND = ("strategy: dpN tpN ppN = data-, tensor-, pipeline-parallel sizes; zN = ZeRO stage;\n"
@@ -98,8 +98,8 @@ def search_header(model, cluster, global_batch: int, precision: str, tried: int,
     return (f"{model.name} on {where}, global batch {global_batch} sequences x {model.seq_len} tokens, {precision}, "
             f"{attention} attention\n"
             f"{tried} plans tried (dp x tp x pp, ZeRO 0-3, micro-batch, recomputation, sequence parallel, "
-            f"interleaving{splits}); {fitting} fit in {1 - reserve:.0%} of each GPU's {cluster.gpu.memory / GB:.1f} GB "
-            f"(memory reserve {reserve:.0%})")
+            f"interleaving{splits}); {fitting} fit in {percent_text(1 - reserve)} of each GPU's {cluster.gpu.memory / GB:.1f} GB "
+            f"(memory reserve {percent_text(reserve)})")
 
 
 def _sizes_text(sizes) -> str:
@@ -131,8 +131,8 @@ def breakdown(plan) -> str:
     fits = "fits" if plan.fits else "does NOT fit"
     lines.append(f"    {'total':<26}{m.total / GB:>9.2f}  of {plan.cluster.gpu.memory / GB:.1f} ({fits})")
     # The line a plan must stay under, and by how much it does: the reserve is a rule of thumb (search.py).
-    lines.append(f"    {'usable':<26}{plan.usable_memory / GB:>9.2f}  ({1 - plan.reserve:.0%}: memory reserve "
-                 f"{plan.reserve:.0%}); margin {plan.margin / GB:+.2f}")
+    lines.append(f"    {'usable':<26}{plan.usable_memory / GB:>9.2f}  ({percent_text(1 - plan.reserve)}: memory reserve "
+                 f"{percent_text(plan.reserve)}); margin {plan.margin / GB:+.2f}")
     lines.append("  step time (s)")
     parts = [("compute", "compute"), ("tp_comm", "TP communication"), ("bubble", "pipeline bubble"),
              ("pp_comm", "PP communication"), ("dp_comm_exposed", "exposed DP communication")]

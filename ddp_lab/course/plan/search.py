@@ -25,6 +25,11 @@ MEMORY_RESERVE = 0.10
 DEFAULT_TOKENS_PER_BATCH = 2**22   # 4M tokens per step, the scale GPT-3 and Llama 3 trained at
 
 
+def percent_text(share: float) -> str:
+    """A share of memory as a percentage, with the decimals it needs: 0.1 -> "10%", 0.001 -> "0.1%" (not "0%")."""
+    return f"{round(100 * share, 2):g}%"
+
+
 @dataclass(frozen=True)
 class Plan:
     """A strategy with its predicted per-GPU memory, step time, tokens/s and MFU.
@@ -205,7 +210,7 @@ def search(model, cluster, top: int | None = 10, global_batch: int | None = None
     if not fitting:
         smallest = min(plans, key=lambda p: p.memory.total)
         raise ValueError(f"no plan for {model.name} fits {cluster.gpus} x {cluster.gpu.name} "
-                         f"({cluster.gpu.memory / 1e9:.0f} GB each, {1 - reserve:.0%} usable): the smallest, "
+                         f"({cluster.gpu.memory / 1e9:.0f} GB each, {percent_text(1 - reserve)} usable): the smallest, "
                          f"{smallest.strategy.label()}, needs {smallest.memory.total / 1e9:.1f} GB per GPU; add nodes, "
                          f"use GPUs with more memory, or train on shorter sequences")
     fitting.sort(key=lambda p: (-p.tokens_per_second, p.memory.total))
