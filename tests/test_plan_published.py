@@ -377,8 +377,8 @@ def _with_micro_batch(run, micro_batch):
 
 
 def test_a_micro_batch_of_two_would_be_the_bubble_mt_nlg_misses():
-    """MT-NLG's entry assumes micro-batch 1, as the Megatron-LM runs of Table 1 do (the sections it cites give
-    TP, PP, the global batch and the iteration times, not the micro-batch). The part of the miss that does not
+    """MT-NLG's entry assumes micro-batch 1, as the Megatron-LM runs of Table 1 do (its `assumed` field lists the
+    micro-batch among what Sec. 2.4 does not state; Sec. 2.4 gives TP, PP, the global batch and the iteration times). The part of the miss that does not
     scale with the micro-batches (the test above: 6.7 +- 1.4 s) is one 1F1B bubble's size (5.7 s), and a bubble
     grows with the micro-batch: at 2 sequences per micro-batch (same global batch, half the micro-batches) it is
     11.4 s and the three errors come out flat across the scales, +9 % to +12 %, the 10 % per micro-batch the fit
