@@ -299,7 +299,6 @@ def _receive_nothing(relay: socket.socket) -> bool:
 
 
 def _kill_group(pid: int) -> None:
-    open("/tmp/killgroup.log", "a").write(f"kill {pid}\n")
     """SIGKILL the group of a forked child the template has not reaped yet (so the pid is still its child's)."""
     for kill in (os.kill, os.killpg):   # the pid too: a child killed before its setsid leads no group yet
         try:
