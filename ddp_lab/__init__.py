@@ -7,22 +7,11 @@
 Attributes are imported on first use, so a rank process that imports
 `ddp_lab.launcher.worker` does not pay for the rest of the package.
 
-The package in two floors (README's Layout; tests/test_package_floors.py enforces the rule):
-    course/      the course library, what a lesson asks you to read: device_memory, alpha_beta,
-                 rank_layout, data_parallel/, pipeline_parallel/, tensor_parallel/, sharding/,
-                 mesh/, fault_tolerance/, context_parallel/, plan/ (the planner's formulas). It never
-                 imports the lab.
-    the lab, what a lesson asks you to call:
-    launcher/    how ranks start, are watched and report (ddp_lab.launch; lesson 00)
-    cluster/     persistent ranks and the %%ddp magics (ddp_lab.Cluster; lesson 00b)
-    torchrun/    a notebook function as a torchrun job (ddp_lab.scripts; lesson 06)
-    hardware/    what this machine offers, where a rank's tensors go (doctor, rank_device, gpu)
-    checks/      exercise checks and `python -m ddp_lab grade`
-    plots/       the lessons' pictures
-    instruments/ what a rank measures: collectives counted, bytes held, timings, failures read
-    torch_compat/ torch-version shims, one module per API family
-    plan/        the planner's front end and measuring harness (ddp_lab.plan; lesson 13)
-    stable.py    numbers printed alike everywhere
+The package in two floors: course/, the course library, what a lesson asks you to read (the
+formulas and algorithms of each lesson, the planner's arithmetic), which never imports the lab;
+and the lab, what a lesson asks you to call (launcher/, cluster/, torchrun/, hardware/, checks/,
+plots/, instruments/, torch_compat/, plan/). README's Layout says what each folder holds;
+tests/test_package_floors.py enforces the rule.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""tools/gpu_report.py: the GPU suite's outcome as Markdown for the README (`make gpu`)."""
+"""tools/gpu_report.py: the GPU suite's outcome as Markdown for docs/hardware-and-gpu.md (`make gpu`)."""
 
 from __future__ import annotations
 

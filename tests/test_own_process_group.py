@@ -147,7 +147,7 @@ def test_the_tutorials_demo_basic_runs_unchanged(start, capsys):
         torch.testing.assert_close(state1[name], expected[name])
     forked = parent0 != os.getpid() and parent1 != os.getpid()  # warm ranks are the zygote's children
     assert forked == (start == "warm")
-    # What listens where (README, Safety): rank 0 hosts the tutorial's store on its fixed port,
+    # What listens where (docs/ddp-lab.md, Safety): rank 0 hosts the tutorial's store on its fixed port,
     # as under mp.spawn, on every interface; ddp_lab's own store stays on 127.0.0.1.
     learner_store = [s for s in listening["rank"] if s[2] == int(TUTORIAL_PORT)]
     assert learner_store and all(s[1] in ("::", "0.0.0.0") for s in learner_store), listening["rank"]

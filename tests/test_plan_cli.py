@@ -363,43 +363,48 @@ def test_every_bad_model_flag_exits_2_with_one_line(tmp_path):
         assert "virtual_stages" not in err and "Transformer." not in err, err
 
 
+PLANNER_DOCS = ("README.md", "docs/planner.md")   # where the planner's examples and tables are shown
+
+
 def _readme_examples():
-    """README's `$ python -m ddp_lab plan ...` lines, each with the output README shows under it (up to the next
-    `$ ` line or the closing fence, blank lines included): a list of segments, the runs of lines between the `...`
-    lines that stand for what README leaves out, and whether the output's first and last lines are shown."""
+    """The `$ python -m ddp_lab plan ...` lines of README and docs/planner.md, each with the output shown under it (up
+    to the next `$ ` line or the closing fence, blank lines included): a list of segments, the runs of lines between
+    the `...` lines that stand for what the page leaves out, and whether the output's first and last lines are shown."""
     from pathlib import Path
 
-    lines = (Path(__file__).resolve().parents[1] / "README.md").read_text().splitlines()
+    root = Path(__file__).resolve().parents[1]
     examples = []
-    for at, line in enumerate(lines):
-        if line.startswith("$ python -m ddp_lab plan"):
-            shown = []
-            for below in lines[at + 1:]:
-                if below.startswith("$ ") or below.startswith("```"):
-                    break
-                shown.append(below)
-            while shown and shown[-1] == "":      # the blank line that separates two examples
-                shown.pop()
-            segments = [[]]
-            for below in shown:
-                segments.append([]) if below == "..." else segments[-1].append(below)
-            head, tail = bool(segments[0]), bool(segments[-1])
-            examples.append((line[len("$ python -m ddp_lab "):], [s for s in segments if s], head, tail))
+    for page in PLANNER_DOCS:
+        lines = (root / page).read_text().splitlines()
+        for at, line in enumerate(lines):
+            if line.startswith("$ python -m ddp_lab plan"):
+                shown = []
+                for below in lines[at + 1:]:
+                    if below.startswith("$ ") or below.startswith("```"):
+                        break
+                    shown.append(below)
+                while shown and shown[-1] == "":      # the blank line that separates two examples
+                    shown.pop()
+                segments = [[]]
+                for below in shown:
+                    segments.append([]) if below == "..." else segments[-1].append(below)
+                head, tail = bool(segments[0]), bool(segments[-1])
+                examples.append((page, line[len("$ python -m ddp_lab "):], [s for s in segments if s], head, tail))
     return examples
 
 
 def test_readme_examples_are_what_the_cli_prints(capsys):
-    """Every example in README's planner section is the CLI's real output: each shown run of lines appears, in
-    order and whole, in what the command prints now, starting at its first line and ending at its last unless
-    README shows `...` there (a planner change that moves a number fails here until README is updated from a
+    """Every planner example in README and docs/planner.md is the CLI's real output: each shown run of lines appears,
+    in order and whole, in what the command prints now, starting at its first line and ending at its last unless
+    the page shows `...` there (a planner change that moves a number fails here until the page is updated from a
     real run)."""
     import shlex
 
     from ddp_lab.__main__ import main
 
     examples = _readme_examples()
-    assert len(examples) >= 4
-    for command, segments, head, tail in examples:
+    assert len(examples) >= 4 and {page for page, *_ in examples} == set(PLANNER_DOCS)
+    for page, command, segments, head, tail in examples:
         assert main(shlex.split(command)) == 0, command
         printed, at = capsys.readouterr().out.rstrip("\n").splitlines(), 0
         for number, segment in enumerate(segments):
@@ -408,21 +413,76 @@ def test_readme_examples_are_what_the_cli_prints(capsys):
                 starts = [i for i in starts if i == 0]
             if number == len(segments) - 1 and tail:
                 starts = [i for i in starts if i + len(segment) == len(printed)]
-            assert starts, f"README shows for `{command}`:\n" + "\n".join(segment) + "\nthe CLI prints:\n" + \
+            assert starts, f"{page} shows for `{command}`:\n" + "\n".join(segment) + "\nthe CLI prints:\n" + \
                 "\n".join(printed)
             at = starts[0] + len(segment)
 
 
-def test_readme_validation_table_is_what_published_prints():
-    """README's tables of published runs and of the sequence sweep, with their summary lines, are
+def test_docs_validation_table_is_what_published_prints():
+    """docs/planner.md's tables of published runs and of the sequence sweep, with their summary lines, are
     `python -m ddp_lab.plan.published`'s output."""
     from pathlib import Path
 
     from ddp_lab.plan.published import markdown_table, sweep_table
 
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    assert markdown_table() in readme
-    assert sweep_table() in readme
+    page = (Path(__file__).resolve().parents[1] / "docs" / "planner.md").read_text()
+    assert markdown_table() in page
+    assert sweep_table() in page
+
+
+def test_trust_by_family_is_what_the_published_runs_say():
+    """The ranges docs/planner.md's table "How far to trust it, by model family and GPU" and README's summary give
+    for each family are the published runs' errors: every range printed in the table's row is recomputed here."""
+    import re
+    from pathlib import Path
+
+    from ddp_lab.plan.published import RUNS, SEQUENCE_SWEEP, error, predictions, summary
+
+    root = Path(__file__).resolve().parents[1]
+    page, readme = (root / "docs" / "planner.md").read_text(), (root / "README.md").read_text()
+    rows = {line.split("|")[1].strip(): line for line in page.splitlines() if re.match(r"\| \S", line)}
+
+    def span(runs):
+        errors = [error(r) for r in runs]
+        return f"{min(errors):+.1%} to {max(errors):+.1%}"
+
+    scored = predictions()
+    a100, h100 = ([r for r in scored if r.cluster.gpu.generation == g] for g in ("ampere", "hopper"))
+    megatron = [r for r in a100 if r.source in ("megatron", "bloom")]
+    fsdp_a100 = [r for r in a100 if r.source in ("mosaicml", "torchtitan", "ibm")]
+    fsdp_h100_mid = [r for r in h100 if r.model.name in ("llama2-7b", "mpt-13b")]
+    fsdp_h100 = [r for r in h100 if r not in fsdp_h100_mid and r.name != "MPT-760m 8xH100"]
+    llama3 = [r for r in RUNS if not r.scored]
+    assert len(megatron) == 10 and len(fsdp_a100) == 17 and len(fsdp_h100_mid) == 5 and len(fsdp_h100) == 16
+    assert len(a100) + len(h100) == summary()["runs"] == 52 and len(llama3) == 2
+    expected = {
+        "Megatron-LM dense, TP × PP (Megatron Table 1, BLOOM)": span(megatron),
+        "FSDP / ZeRO-3 dense, data-parallel (MosaicML, torchtitan, IBM)": span(fsdp_a100),
+        "FSDP / ZeRO-3 dense, data-parallel, up to 3B and 30-70B (MosaicML, IBM)": span(fsdp_h100),
+        "FSDP dense at 7-13B (IBM Llama 2 7B, MPT-13B)": span(fsdp_h100_mid),
+        "DeepSpeed pipeline engine (MT-NLG 530B)": span([r for r in a100 if r.source == "mt-nlg"]),
+    }
+    for family, errors in expected.items():
+        assert errors in rows[family], (family, errors, rows[family])
+    outlier = next(r for r in h100 if r.name == "MPT-760m 8xH100")
+    assert f"{error(outlier):+.1%}" in rows["FSDP / ZeRO-3 dense, data-parallel, up to 3B and 30-70B (MosaicML, IBM)"]
+    llama3_errors = sorted(round(abs(error(r)) * 100) for r in llama3)
+    assert llama3_errors == [34, 46], llama3_errors        # no interleaving; 8 virtual stages: test_plan_published.py
+    plain = [r for r in SEQUENCE_SWEEP if r.strategy.recompute == "none"]
+    full = [r for r in SEQUENCE_SWEEP if r.strategy.recompute != "none"]
+    assert f"{max(abs(error(r)) for r in plain):.1%}" == "7.3%" and span(full) == "-10.4% to +29.4%"
+    assert "within 7.3% without recomputation; -10.4% to +29.4% with it" in rows[
+        "long sequences, 4K-64K tokens (MosaicML's sweep, sets attention's rate)"]
+    generations = {g: summary([r for r in RUNS if r.cluster.gpu.generation == g]) for g in ("ampere", "hopper")}
+    for g, words in (("ampere", "30 A100 runs"), ("hopper", "22 H100 runs")):
+        assert f"on {words} the median error is {generations[g]['median']:.1%}, the largest {generations[g]['max']:.1%}" \
+            in " ".join(page.split()), g
+    # README's summary quotes the same ranges
+    flat = " ".join(readme.split())
+    for family in ("Megatron-LM dense, TP × PP (Megatron Table 1, BLOOM)",
+                   "FSDP / ZeRO-3 dense, data-parallel (MosaicML, torchtitan, IBM)"):
+        assert expected[family] in flat, family
+    assert f"median {generations['hopper']['median']:.1%} over 22 runs" in flat
 
 
 def test_every_plan_says_how_far_to_trust_it(capsys):

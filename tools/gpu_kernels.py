@@ -19,7 +19,7 @@ assumptions; this measures each on a real GPU, with the shapes of the published 
                forward and backward in bf16 at the run's micro-batch, against `layer_seconds`.
 Times are CUDA-event medians of 7 repetitions after 3 warm-ups. The JSON keeps the machine (GPU,
 torch, CUDA) and the planner's constants at the time with every number; `tests/test_plan_published.py`
-reads the committed copy (`ddp_lab/plan/measured/`), and README's "How far to trust the planner"
+reads the committed copy (`ddp_lab/plan/measured/`), and docs/planner.md
 says what it showed. The attention rows are the kernel alone: the planner's flash share
 (efficiency.FLASH_ATTENTION_UTILIZATION) is what attention got inside published training steps, lower;
 the test compares the two. Nothing here is fitted to a run's throughput.

@@ -1,12 +1,12 @@
-"""Run the GPU suite and write what ran, on which GPU, as Markdown for the README.
+"""Run the GPU suite and write what ran, on which GPU, as Markdown for docs/hardware-and-gpu.md.
 
     python tools/gpu_report.py [--out artifacts/gpu-report.md] [pytest args ...]
 
 `make gpu` runs this. It runs `pytest -m gpu tests/gpu` with a JUnit XML report, then
 writes the machine (date, GPU models, torch / CUDA / NCCL versions, driver) and every
 test's outcome, with the reason of each skip and the warnings of the notebook test
-(GPU cells that need more GPUs than the machine has). The README's Hardware section is
-filled from this file, never by hand. Exits with pytest's status.
+(GPU cells that need more GPUs than the machine has). docs/hardware-and-gpu.md's report of
+what has run on a GPU is filled from this file, never by hand. Exits with pytest's status.
 """
 
 from __future__ import annotations

@@ -6,8 +6,8 @@ modified by merely opening it (a tracked file changed, `git pull` refused). ipyk
 the `language_info` below, with the Python version it runs on; tools/execute_notebooks.py and
 tools/make_exercises.py store exactly that, so opening a notebook on the course's Python
 changes nothing. On another Python (another version number) JupyterLab still rewrites it, so
-`make lab` also runs JupyterLab with keep_stored_metadata as its pre-save hook
-(tools/jupyter-config/jupyter_server_config.py): a course notebook keeps the kernelspec and
+`make lab` also runs JupyterLab with keep_stored_metadata as a pre-save hook
+(tools/jupyter-config/course_notebook_metadata.py, a server extension): a course notebook keeps the kernelspec and
 language_info it is stored with, whatever kernel it was opened with. tests/test_browser.py opens
 every lesson and exercise with a kernel that reports another Python version and checks that git
 sees no change.

@@ -151,7 +151,7 @@ def under_jupyter() -> bool:
 
 
 # The torch releases every lesson and solution has run on, top to bottom with every assert
-# (`make compat TORCH=X.Y.Z`, README "Torch versions"): from the oldest release to any release
+# (`make compat TORCH=X.Y.Z`, docs/torch-versions.md): from the oldest release to any release
 # of the newest minor. pyproject.toml's floor is the first one. Stored outputs are compared only
 # on requirements.txt's pin.
 TORCH_RANGE = ("2.8.0", "2.15")

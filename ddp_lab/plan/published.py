@@ -1,4 +1,4 @@
-"""Published training runs with stated configurations: the planner's validation set (lesson 13, README).
+"""Published training runs with stated configurations: the planner's validation set (lesson 13, docs/planner.md).
 
 Each run names its source and table, the model shape, the cluster, the strategy as the source
 states it (and what it does not state, which we had to assume), and the throughput it
@@ -396,7 +396,7 @@ def attention_share(generation: str, runs=None) -> float:
 
 
 def markdown_table(runs=None) -> str:
-    """Every run with its configuration, published and predicted throughput and error: README's table.
+    """Every run with its configuration, published and predicted throughput and error: docs/planner.md's table.
 
     `python -m ddp_lab.plan.published` prints it, with the summary line under it.
     """
@@ -416,7 +416,7 @@ def markdown_table(runs=None) -> str:
 
 
 def sweep_table() -> str:
-    """The sequence sweep's rate fits and every row with the planner's error: README's second table.
+    """The sequence sweep's rate fits and every row with the planner's error: docs/planner.md's second table.
 
     `python -m ddp_lab.plan.published` prints it under the validation table.
 

@@ -1,4 +1,4 @@
-"""Plans as fixed-width text: the table the CLI and README print, and one plan's breakdown.
+"""Plans as fixed-width text: the table the CLI prints (README and docs/planner.md show it), and one plan's breakdown.
 
 Introduced in notebooks/13-plan-your-training-run.ipynb.
 """
@@ -184,8 +184,8 @@ def model_states_text(params: int, strategy) -> str:
 def accuracy_text(cluster, plans=()) -> str:
     """How far to trust the numbers printed above it: the planner's error on published runs of the same GPU generation.
 
-    The throughput the planner predicts for the published runs (`ddp_lab.plan.published`, README's
-    table) against what they published, on the cluster's GPU generation: how many runs, the median
+    The throughput the planner predicts for the published runs (`ddp_lab.plan.published`, the
+    table in docs/planner.md) against what they published, on the cluster's GPU generation: how many runs, the median
     and the largest error, and which parallelisms those runs used. A plan shown that splits the
     model in a way no published run of the generation does (tensor, pipeline, context or expert
     parallelism) is said to be less certain (every H100 run in the set is data-parallel). A
@@ -201,10 +201,10 @@ def accuracy_text(cluster, plans=()) -> str:
         accuracy: on ... published A100 runs (data, tensor and pipeline parallel) the predicted
                   throughput was off by ...% (median), ...% at most (README, "How far to trust the planner")
 
-    Printed by `python -m ddp_lab plan` (README, "The scale planner"); lesson 13 asks how far to trust the planner.
+    Printed by `python -m ddp_lab plan` (docs/planner.md); lesson 13 asks how far to trust the planner.
     """
     # imported here, not at the top: ddp_lab.plan imports this module, and `python -m ddp_lab.plan.published`
-    # (README's table) would otherwise find its own module imported before it runs (runpy's RuntimeWarning)
+    # (docs/planner.md's tables) would otherwise find its own module imported before it runs (runpy's RuntimeWarning)
     from ddp_lab.plan.published import RUNS, predictions, summary
 
     runs = predictions([run for run in RUNS if run.cluster.gpu.generation == cluster.gpu.generation])

@@ -1,7 +1,7 @@
 """The GPU paths of the course, run on a real GPU: `pytest -m gpu tests/gpu`.
 
 Without CUDA every test marked `gpu` is skipped with the reason. CI has no GPU, so these
-run only when someone runs them on a GPU machine; the README's Hardware section records
+run only when someone runs them on a GPU machine; docs/hardware-and-gpu.md records
 what ran where.
 
 NCCL refuses two ranks on one GPU ("Duplicate GPU detected"), so on a single-GPU machine

@@ -55,12 +55,12 @@ elementwise work: that was tested (issue 25) by counting each kernel's bytes ins
 earlier rule of thumb (2 x and 4 x the saved activation bytes, which also charged the GEMMs'
 own inputs and outputs as elementwise traffic: 204 h bytes per token for GPT-2 small's layer, against
 the table's 112 h): the runs the planner predicts too fast did not come closer, and their cause
-is not found (README, "How far to trust the planner"). Nor is it the attention kernel's rate,
+is not found (docs/planner.md, "Where it misses, and why"). Nor is it the attention kernel's rate,
 which is read per generation off the slope of a published sequence-length sweep, not off any run's
 throughput level (`FLASH_ATTENTION_UTILIZATION`). It is set once per GPU
 generation, on ONE published run named beside it, by
 `tests/test_plan_published.py::test_calibration_run` (bisection, rounded to 2 digits); every
-other published run is a prediction (README, "How far to trust the planner").
+other published run is a prediction (docs/planner.md).
 
 CPU ranks (lesson 13's measured runs) have no HBM figure: there every FLOP runs at the
 measured matmul rate times the machine's calibrated step efficiency, and TP ranks repeat the
@@ -109,7 +109,7 @@ CALIBRATION_RUNS = {
 # timed here ran PyTorch's FlashAttention-2 at 19-27 % (median 23 %) in the causal shapes of the H100 runs
 # (tools/gpu_kernels.py; ddp_lab/plan/measured/h100-sxm-kernels.json; at 2-4K tokens, where a kernel runs below
 # its long-sequence rate, while the slope comes mostly from the 16K-64K rows). With those numbers the planner predicted
-# the sweep's 32K-64K rows up to 56 % (A100) and 29 % (H100) too fast (README, "How far to trust the planner").
+# the sweep's 32K-64K rows up to 56 % (A100) and 29 % (H100) too fast (docs/planner.md).
 # The kernel in those steps was MPT's Triton FlashAttention, not FlashAttention-2: the rows came with llm-foundry
 # commit b2a43a147, whose submit_benchmarks.py defaults attn_impl to "triton" (llmfoundry/models/layers/
 # flash_attn_triton.py), as the MPT yamls do, and whose sweep.sh does not override it. So the kernels above are
