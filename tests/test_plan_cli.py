@@ -529,7 +529,7 @@ def test_every_plan_says_how_far_to_trust_it(capsys):
                       "--overlap-slowdown", "0")[-1] == \
         "          (with the default overlap slowdown, 0.189, not the 0.0 given here)"
     t4 = last_lines("--model", "gpt2-small", "--cluster", "t4")
-    assert t4[-2].startswith("accuracy: no published run checks T4 GPUs (README's table: A100 and H100 runs,")
+    assert t4[-2].startswith("accuracy: no published run checks T4 GPUs (docs/planner.md's table: A100 and H100 runs,")
     assert t4[-1].endswith("treat these numbers as rough")
 
 

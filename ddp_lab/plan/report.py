@@ -210,7 +210,7 @@ def accuracy_text(cluster, plans=()) -> str:
     runs = predictions([run for run in RUNS if run.cluster.gpu.generation == cluster.gpu.generation])
     if not runs or cluster.gpu.memory_bandwidth is None:
         families = sorted({_family(run) for run in predictions()})
-        return (f"accuracy: no published run checks {cluster.gpu.name} GPUs (README's table: "
+        return (f"accuracy: no published run checks {cluster.gpu.name} GPUs (docs/planner.md's table: "
                 f"{' and '.join(families)} runs,\n          median error {summary()['median']:.1%}): "
                 "treat these numbers as rough")
     errors, family = summary(runs), _family(runs[0])
