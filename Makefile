@@ -38,7 +38,7 @@ TORCH_DEPENDENCIES := filelock fsspec jinja2 networkx sympy typing-extensions
 
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
-.PHONY: setup browser lab test unit nbval nbval-repeat gpu notebooks exercises bench compat clean
+.PHONY: setup browser lab test unit nbval nbval-repeat gpu notebooks exercises bench compat clean site
 
 setup: $(STAMP)
 
@@ -105,7 +105,7 @@ nbval-repeat: setup
 		$(call two_phases,-q $(NBVAL) notebooks solutions) || exit 1; \
 	done
 
-# On a GPU machine: the GPU suite, and artifacts/gpu-report.md for the README's Hardware section.
+# On a GPU machine: the GPU suite, and artifacts/gpu-report.md for docs/hardware-and-gpu.md.
 # With wheels/ (from `make gpu-wheels`) it needs no network and keeps the machine's own torch:
 # a venv that sees PYTHON's packages gets everything else from wheels/ and never installs torch.
 # Without wheels/ it installs the pinned requirements (torch included) with `setup`.
@@ -168,6 +168,16 @@ compat:
 
 exercises: setup
 	$(BIN)/python tools/make_exercises.py
+
+# The course as a static website in site/_build/html (git-ignored; open its index.html): the home page site/index.md,
+# every lesson and exercise with its stored outputs (nothing is run), built by Sphinx with MyST-NB from copies of the
+# notebooks (site/conf.py says why and what differs from the files). `make site SITE_DIR=DIR` builds in DIR.
+SITE_DIR := site/_build
+site: setup
+	rm -rf $(SITE_DIR)/source && mkdir -p $(SITE_DIR)/source/notebooks $(SITE_DIR)/source/exercises
+	cp -p site/index.md $(SITE_DIR)/source/ && cp -p notebooks/*.ipynb $(SITE_DIR)/source/notebooks/ \
+		&& cp -p exercises/*.ipynb $(SITE_DIR)/source/exercises/
+	$(BIN)/python -m sphinx -q -W --keep-going -j auto -c site $(SITE_DIR)/source $(SITE_DIR)/html -d $(SITE_DIR)/doctrees
 
 bench: setup
 	$(BIN)/python bench/launch.py
