@@ -1,4 +1,4 @@
-# ddp-lab: two commands do everything on a fresh machine with Python >= 3.10.
+# ddp-lab: two commands do everything on a fresh machine with Python >= 3.11 (the pinned numpy 2.4 needs it; the package alone installs on 3.10).
 #   make lab    create .venv, install the pinned requirements and ddp_lab, open JupyterLab
 #   make test   same set-up if needed, then the unit tests and nbval over notebooks/ and solutions/
 
@@ -43,7 +43,7 @@ ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 setup: $(STAMP)
 
 $(STAMP): requirements.txt pyproject.toml
-	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 10), "ddp-lab needs Python >= 3.10"'
+	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "make lab and make test need Python >= 3.11 (the pinned numpy, matplotlib and Sphinx need it); on 3.10 install the package alone: pip install ."'
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	@# torch, the largest wheel (about 20 s of a core to unpack and compile here), installs beside the other
