@@ -72,6 +72,44 @@ def test_an_exception_on_some_ranks_leaves_the_cluster_usable(cluster):
         cluster.pull("nothing_here")
 
 
+@pytest.mark.parametrize("command, error, match", [
+    (lambda c: c.run(5), TypeError, r"^fn must be a function .*Pass the function itself \(cluster.run\(train\)\)"),
+    (lambda c: c.run_code(123), TypeError, r"^source must be a string of Python code, got int: e.g. cluster.run_code"),
+    (lambda c: c.pull(123), TypeError, r"^name must be a variable name as a string, got int 123: e.g. cluster.pull"),
+    (lambda c: c.pull("model.weight"), ValueError, r"^name 'model.weight' is not a variable name"),
+])
+def test_a_bad_command_is_refused_in_one_line_before_it_reaches_the_ranks(cluster, command, error, match, capsys):
+    sent = cluster._supervisor.outputs[0].lines[:]
+    with pytest.raises(error, match=match) as caught:
+        command(cluster)
+    assert "\n" not in str(caught.value)
+    assert cluster._supervisor.outputs[0].lines == sent and capsys.readouterr().out == ""
+    assert cluster.alive and cluster.run_code("rank") == [0, 1]
+
+
+def test_status_answers_at_once_while_a_rank_is_busy(cluster):
+    """status() asks no rank: rank 1 sleeping in a cell is shown as running it, rank 0 as idle."""
+    busy = threading.Thread(target=cluster.run_code, args=("import time\ntime.sleep(1.0)",),
+                            kwargs={"only": [1], "filename": "<the sleeping cell>"})
+    busy.start()
+    try:
+        time.sleep(0.3)
+        started = time.monotonic()
+        statuses = cluster.status()
+        took = time.monotonic() - started
+    finally:
+        busy.join()
+    assert took < 0.4, f"status took {took:.2f} s: it waited for the busy rank"
+    idle, running = statuses
+    assert [s.pid for s in statuses] == rank_pids(cluster) and idle.alive and running.alive
+    assert idle.doing == "idle" and idle.seconds is None
+    assert running.doing == "running <the sleeping cell>" and 0.2 < running.seconds < 1.0, running
+    assert all(s.rss > 50 * 2**20 for s in statuses)  # a rank has torch imported: well over 50 MB
+    assert re.fullmatch(r"rank 1  pid \d+  alive  running <the sleeping cell> for \d\.\d s  RSS \d+ MB",
+                        running.line()), running.line()
+    assert cluster.status()[1].doing == "idle"
+
+
 def test_trivial_cell_overhead_is_small(cluster):
     timings = []
     for _ in range(30):
@@ -109,28 +147,50 @@ INTERRUPTED_KERNEL = textwrap.dedent("""
     import ddp_lab
     cluster = ddp_lab.Cluster(2, backend="gloo")
     print(" ".join(str(p.pid) for p in cluster._supervisor.processes), flush=True)
-    try:
-        cluster.run_code("import time\\nprint('sleeping', flush=True)\\ntime.sleep(60)")
-    except KeyboardInterrupt:
-        print("interrupted; cluster alive:", cluster.alive, flush=True)
+    cluster.run_code("kept = rank + 10")
+
+    def interrupted(source):
+        print("running", flush=True)
+        try:
+            cluster.run_code(source)
+        except KeyboardInterrupt:
+            print("interrupted; cluster alive:", cluster.alive, flush=True)
+
+    interrupted("import time\\nprint('sleeping', flush=True)\\ntime.sleep(60)")
+    print("kept:", cluster.run_code("kept"), flush=True)
+    interrupted("import time\\nif rank == 0:\\n    time.sleep(60)\\nelse:\\n    dist.all_reduce(torch.ones(1))")
 """)
 
 
-def test_interrupt_shuts_the_cluster_down():
-    """Jupyter's stop button: SIGINT to the kernel's process group while a %%ddp cell runs."""
+def test_interrupt_keeps_the_cluster_unless_a_rank_is_stuck_in_a_collective():
+    """Jupyter's stop button (SIGINT to the kernel's process group) during %%ddp cells.
+
+    A rank in Python code raises KeyboardInterrupt there and the cluster keeps its ranks and
+    variables; a rank blocked in a collective that its interrupted peer never joins cannot be
+    interrupted: after the grace period one line says so and the cluster is shut down.
+    """
     kernel = subprocess.Popen([sys.executable, "-c", INTERRUPTED_KERNEL], stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         pids = [int(p) for p in kernel.stdout.readline().split()]
-        time.sleep(1.0)  # the command is running on the ranks
-        os.killpg(kernel.pid, signal.SIGINT)
+        printed = []
+        for _ in range(2):
+            while (line := kernel.stdout.readline()) not in ("running\n", ""):
+                printed.append(line)
+            time.sleep(0.7)  # the cell is running on the ranks
+            os.killpg(kernel.pid, signal.SIGINT)
         out, err = kernel.communicate(timeout=30)
     finally:
         if kernel.poll() is None:
             kernel.kill()
-    assert "interrupted; cluster alive: False" in out, (out, err)
-    assert "[rank 0] sleeping" in out, "output printed before the interrupt is shown"
-    assert "start a fresh one" in err
+    first, second = "".join(printed), out
+    assert "[rank 0] sleeping" in first, "output printed before the interrupt is shown"
+    assert "interrupted; cluster alive: True\nkept: [10, 11]\n" in first, (out, err)
+    assert "[rank 0] interrupted at <ddp cell 1>, line 3, in <module>\n" in err, err
+    assert "ddp_lab: interrupted; the cluster keeps its ranks and their variables." in err
+    assert "interrupted; cluster alive: False" in second, (out, err)
+    assert re.search(r"ddp_lab: rank\(s\) 1 of 2 still running \d\.\ds after the interrupt, in all_reduce, waiting for "
+                     r"ranks that were interrupted before they joined it\. The cluster was shut down;", err), err
     assert wait_gone(pids) == []
 
 
@@ -198,6 +258,11 @@ def ddp_shell():
     ("--ranks 9", r"^%%ddp --ranks 9: rank 9 is not a rank of this 2-rank cluster: show ranks from 0 to 1"),
     ("-n 4 --ranks 5", r"^%%ddp --ranks 5: rank 5 is not a rank of this 4-rank cluster"),
     ("--ranks one", r"^%%ddp --ranks one: give rank numbers separated by commas"),
+    ("--only 5", r"^%%ddp --only 5: rank 5 is not a rank of this 2-rank cluster: run on ranks from 0 to 1"),
+    ("--only ,", r"^%%ddp --only \(no rank\): no rank given: name the ranks to run on"),
+    ("-n two", r"^%%ddp: argument -n/--nprocs: 'two' is not a whole number: give the number of ranks, e.g. -n 4"),
+    ("--timeout soon", r"^%%ddp: argument --timeout: 'soon' is not a number of seconds"),
+    ("--ranks '0", r"^%%ddp --ranks '0: no closing quotation: close the quote"),
 ])
 def test_a_bad_ddp_option_is_refused_and_the_live_cluster_survives(line, match, ddp_shell, capsys):
     """The option is checked before the cell runs and before the cluster is restarted or shut down."""
@@ -211,9 +276,44 @@ def test_a_bad_ddp_option_is_refused_and_the_live_cluster_survives(line, match, 
     failed = shell.run_cell(f"%%ddp {line}\nprint('the cell', 'ran')")
     assert isinstance(failed.error_in_exec, ValueError)
     assert re.search(match, str(failed.error_in_exec)) and "\n" not in str(failed.error_in_exec)
+    error = failed.error_in_exec  # no chained argparse/shlex traceback is shown above the line
+    assert error.__cause__ is None and (error.__context__ is None or error.__suppress_context__)
     assert "the cell ran" not in capsys.readouterr().out
     assert magics._current is live and live.alive and rank_pids(live) == pids
     assert shell.run_cell("%ddp_pull kept").result == [10, 11]
+
+
+def test_only_runs_the_cell_on_some_ranks_and_a_collective_there_names_the_ranks_left_out(ddp_shell, capsys):
+    """--only 0,2: ranks 0 and 2 run the cell, rank 1 keeps its namespace; a collective needs rank 1 too."""
+    from ddp_lab.cluster import magics
+
+    shell = ddp_shell
+    assert shell.run_cell("%%ddp -n 3 --backend gloo\nx = rank").success
+    capsys.readouterr()
+    assert shell.run_cell("%%ddp --only 0,2\nx = x + 100\nprint('ran')").success
+    assert capsys.readouterr().out == "[rank 0] ran\n[rank 2] ran\n"
+    assert shell.run_cell("%ddp_pull x").result == [100, 1, 102]
+    assert magics._current.run_code("rank * 2", only=[1]) == [None, 2, None]
+    live, pids = magics._current, rank_pids(magics._current)
+    failed = shell.run_cell("%%ddp --only 0,2 --timeout 1\nx = x + 1\ndist.all_reduce(torch.ones(1))")
+    error = failed.error_in_exec
+    assert isinstance(error, LaunchTimeout), repr(error)
+    assert str(error).startswith("rank(s) 0, 2 of 3 waited 1s in all_reduce, which rank(s) 1 did not join: the cell "
+                                 "ran on rank(s) 0, 2 only (--only / only=), and a collective on the default group "
+                                 "needs every rank. Drop --only to run the cell on every rank."), str(error)
+    assert "\n" not in str(error) and "in all_reduce" in error.failures[0].details
+    assert not live.alive and wait_gone(pids) == []
+
+
+def test_the_help_says_how_ranks_and_only_differ(ddp_shell, capsys):
+    from ddp_lab.cluster import magics
+
+    assert ddp_shell.run_cell("%%ddp --help\nprint('the cell', 'ran')").success
+    shown = " ".join(capsys.readouterr().out.split())
+    assert "--ranks RANKS whose output to show" in shown and "every rank still runs the cell" in shown
+    assert "--only ONLY which ranks run the cell" in shown and "drop --only for cells that communicate" in shown
+    assert "the cell ran" not in shown
+    assert "--ranks chooses whose output is shown" in magics.ddp.__doc__ and "--only chooses" in magics.ddp.__doc__
 
 
 def test_a_rank_that_dies_between_cells_is_named_and_the_next_cell_starts_afresh(ddp_shell, capsys):
@@ -229,6 +329,9 @@ def test_a_rank_that_dies_between_cells_is_named_and_the_next_cell_starts_afresh
     os.kill(pids[1], signal.SIGKILL)
     assert live._supervisor.process_of(1).wait(10) == -signal.SIGKILL  # reaped: it died before the next cell
     capsys.readouterr()
+    lines = repr(shell.run_line_magic("ddp_status", "")).splitlines()
+    assert re.fullmatch(rf"rank 0  pid {pids[0]}  alive  idle  RSS \d+ MB", lines[0]), lines
+    assert lines[1].startswith(f"rank 1  pid {pids[1]}  dead"), lines
     failed = shell.run_cell("%%ddp\nprint('the cell', 'ran')")
     error, printed = failed.error_in_exec, capsys.readouterr()
     assert isinstance(error, RankCrashed), repr(error)

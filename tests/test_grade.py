@@ -170,3 +170,58 @@ def test_a_timeout_below_one_second_is_refused_in_one_line(timeout, tmp_path):
     (tmp_path / "fine.ipynb").write_text(notebook_of("x = 1"))  # refused before any kernel starts
     code, out = grade(str(tmp_path), "--timeout", timeout)
     assert code == 2 and out == f"--timeout {timeout}: give at least 1 second (how long one cell may run; default 600).\n"
+
+
+# Deleting check cells must not make exercises vanish from the table. These read the stored outputs of an
+# executed solution (every check ✓) instead of running it: no kernel, milliseconds.
+def solution_without(*checks: str, replace: str | None = None):
+    """solutions/03-dataparallel.ipynb as executed, without the check cells that call `checks` (or, with
+    `replace`, those cells' source replaced by it)."""
+    notebook = nbformat.read(ROOT / "solutions" / "03-dataparallel.ipynb", as_version=4)
+    kept = []
+    for cell in notebook.cells:
+        if "check" in cell.metadata.get("tags", []) and any(check in cell.source for check in checks):
+            if replace is None:
+                continue
+            cell.source = replace
+        kept.append(cell)
+    notebook.cells = kept
+    return notebook
+
+
+def results(rows) -> list[tuple[str, str]]:
+    return [(row.exercise.split(" · ")[0], row.result) for row in rows]
+
+
+def test_every_exercise_the_course_lists_gets_a_row_even_without_its_check_cell():
+    from ddp_lab.checks import grade as grading
+
+    name = "exercises-03-dataparallel"  # the learner's copy in my-work/
+    whole = grading.executed_rows(solution_without(), name)
+    assert results(whole) == [("Exercise 1", "✓"), ("Exercise 2", "✓")]  # the control: nothing deleted
+    one_gone = grading.executed_rows(solution_without("check_scatter_gather"), name)
+    assert results(one_gone) == [("Exercise 1", "✗"), ("Exercise 2", "✓")], one_gone
+    assert one_gone[0].feedback == ("its check cell is missing (deleted, or its `check` tag removed): restore it "
+                                    "from the course's exercises/03-dataparallel.ipynb")
+    all_gone = grading.executed_rows(solution_without("check_scatter_gather", "check_data_parallel_loss"), name)
+    assert results(all_gone) == [("Exercise 1", "✗"), ("Exercise 2", "✗")], all_gone
+    assert grading.table(all_gone).endswith("0 ✓, 2 ✗, 0 not attempted (2 exercises)")  # main's exit status: 1
+    faked = grading.executed_rows(solution_without("check_data_parallel_loss", replace="print('✓ fine')"), name)
+    assert results(faked) == [("Exercise 1", "✓"), ("Exercise 2", "✗")], faked
+    assert faked[1].feedback.startswith("its check cell no longer calls "
+                                        "ddp_lab.checks.lesson03.check_data_parallel_loss(...): restore it")
+    # a notebook that is not one of the course's is graded by the check cells it has, as before
+    assert grading.executed_rows(solution_without("check_scatter_gather"), "my-own-notebook")[0].result == "✓"
+
+
+def test_a_folder_includes_a_course_exercise_whose_check_cells_were_all_deleted(tmp_path):
+    from ddp_lab.checks import grade as grading
+
+    no_checks = solution_without("check_scatter_gather", "check_data_parallel_loss")
+    nbformat.write(no_checks, tmp_path / "exercises-03-dataparallel.ipynb")
+    shutil.copy(ROOT / "notebooks" / "03-dataparallel.ipynb", tmp_path)  # the lesson's copy: no exercises, skipped
+    assert grading._notebooks([tmp_path]) == [tmp_path / "exercises-03-dataparallel.ipynb"]
+    assert len(grading._notebooks([ROOT / "exercises"])) == len(list((ROOT / "solutions").glob("*.ipynb")))
+    with pytest.raises(FileNotFoundError, match="no exercise notebooks"):
+        grading._notebooks([ROOT / "notebooks"])  # the lessons have none
+

@@ -288,9 +288,16 @@ def takes_rank_and_steps(rank, steps):
     ("launch", {"fn": takes_rank_and_steps, "args": ()}, TypeError,
      r"^fn=takes_rank_and_steps\(rank, steps\) cannot be called as fn\(rank, \*args\) with 0 arg\(s\) in args="),
     ("launch", {"fn": takes_rank_and_steps, "args": (1, 2)}, TypeError, r"with 2 arg\(s\) in args=.*too many"),
+    ("launch", {"env": {"NCCL_DEBUG": "INFO\0"}}, ValueError,
+     r"^env\['NCCL_DEBUG'\] = 'INFO\\x00' holds a NUL byte .*remove it"),
+    ("launch", {"argv": None}, TypeError, r"^argv=None: give a list of strings \(it is NoneType\).*argv=\[\] for none"),
+    ("launch", {"argv": 5}, TypeError, r"^argv=5: give a list of strings \(it is int\)"),
+    ("launch", {"argv": "--epochs 3"}, TypeError, r"^argv='--epochs 3': give a list of strings \(it is str\)"),
+    ("launch", {"argv": ["--epochs", 3]}, TypeError, r"^argv=\['--epochs', 3\]: give a list of strings \(argv\[1\] is int\)"),
     ("Cluster", {"nprocs": 10**6}, ValueError, r"^nprocs=1000000 is too many"),
     ("Cluster", {"timeout": -5}, ValueError, r"^timeout must be a positive number"),
     ("Cluster", {"env": {"RANK": "1"}}, ValueError, r"^env\['RANK'\]: the launcher sets RANK"),
+    ("Cluster", {"env": {"A": "\0"}}, ValueError, r"^env\['A'\] = '\\x00' holds a NUL byte"),
 ])
 def test_bad_arguments_are_refused_in_one_line_before_any_rank_starts(start, kwargs, error, match):
     if start == "launch":

@@ -1,14 +1,17 @@
-"""Launch latency: a warm launch asks the nameserver as little as it can (one lookup per store connection).
+"""Launch latency: a warm launch asks the nameserver as little as it can, and a dropped query does not stall it.
 
 torch's TCPStore client names the address it connects to with a reverse DNS lookup (the
 v4-mapped `::ffff:127.0.0.1`, which /etc/hosts never answers), and a nameserver that drops the
-query costs glibc a 5 s wait: measured here (a sandbox whose DNS drops a query after a burst of
-about 50), 16 of 380 warm launches took 5.1-5.3 s instead of 0.2-0.3 s with two launch loops at once. ddp_lab cannot stop torch's lookup, so each rank opens one connection to the launcher's
-store and shares it (`ddp_lab.launcher.rendezvous.own_store`). This test counts the queries a
-real warm launch sends, in a user, mount and network namespace whose /etc/resolv.conf points at
-a counting nameserver run by the test (skipped with the reason where namespaces are not allowed,
-or where the resolver does not read /etc/resolv.conf). About 3-4 s (measured at load 5 on
-2 cores), most of it importing torch in the launcher and the zygote.
+query costs glibc a 5 s wait: measured here (a sandbox whose DNS rate-limits), 16 of 380 warm
+launches took 5.1-5.3 s instead of 0.2-0.3 s with two launch loops at once.
+ddp_lab cannot stop torch's lookup, so each rank opens one connection to the launcher's store
+and shares it (`ddp_lab.launcher.rendezvous.own_store`), and every store connection is hedged
+(`rendezvous.hedged`: tried again beside the first after 0.1 s). This test counts the queries a
+real warm launch sends, then drops two and times a launch, in a user, mount and network
+namespace whose /etc/resolv.conf points at a nameserver run by the test (skipped with the
+reason where namespaces are not allowed, or where the resolver does not read /etc/resolv.conf).
+About 3-4 s (measured at load 5 on 2 cores), most of it importing torch in the launcher and the
+zygote.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ import pytest
 
 IN_NAMESPACE = textwrap.dedent(r"""
     # Runs in a user, mount and network namespace whose /etc/resolv.conf names 127.0.0.1.
-    import fcntl, json, socket, struct, threading
+    import fcntl, json, socket, struct, threading, time
     from ddp_lab.launcher import procstart
     import ddp_lab
 
@@ -35,6 +38,7 @@ IN_NAMESPACE = textwrap.dedent(r"""
         fcntl.ioctl(control, 0x8914, struct.pack("16sH14x", b"lo", flags | 0x1))  # IFF_UP
 
     queries = []
+    drop = set()  # the numbers (1, 2, ... in `queries`) of the queries to drop, as a rate-limiting nameserver does
 
     def answer_every_query(server):
         # A nameserver that knows no name: it records each query's name and answers NXDOMAIN.
@@ -45,6 +49,8 @@ IN_NAMESPACE = textwrap.dedent(r"""
                 labels.append(data[at + 1:at + 1 + data[at]].decode())
                 at += 1 + data[at]
             queries.append(".".join(labels))
+            if len(queries) in drop:
+                continue
             flags = 0x8183  # a response, recursion desired and available, NXDOMAIN
             server.sendto(data[:2] + struct.pack(">HHHHH", flags, 1, 0, 0, 0) + data[12:at + 5], peer)
 
@@ -62,7 +68,17 @@ IN_NAMESPACE = textwrap.dedent(r"""
     procstart.prepare_zygote()  # ranks forked from the zygote, as in a notebook after its first launch
     del queries[:]
     results = ddp_lab.launch(fn, nprocs=2, backend="gloo")
-    print(json.dumps({"control": seen_by_control, "launch": list(queries), "started": results.started}))
+    counted = list(queries)
+    # Drop the launcher's first lookup (its store's own connection: query 1; its hedge is query 2)
+    # and a rank's first (query 3): unhedged, each would cost glibc's 5 s wait.
+    del queries[:]
+    drop.update({1, 3})
+    started = time.monotonic()
+    dropping = ddp_lab.launch(fn, nprocs=2, backend="gloo")
+    seconds = time.monotonic() - started
+    print(json.dumps({"control": seen_by_control, "launch": counted, "started": results.started,
+                      "dropped": sorted(n for n in drop if n <= len(queries)), "seconds": seconds,
+                      "dropping_started": dropping.started}))
 """)
 
 
@@ -79,7 +95,8 @@ def run_in_namespace_with_nameserver(script: Path) -> subprocess.CompletedProces
 
 
 def test_a_warm_launch_makes_one_lookup_per_store_connection(tmp_path):
-    """A 2-rank warm launch sends at most 3 reverse lookups: the launcher's store and one connection per rank.
+    """A 2-rank warm launch sends at most 3 reverse lookups: the launcher's store and one connection per rank;
+    and when the nameserver drops some, the launch still takes well under glibc's 5 s retry.
 
     Before `own_store` every rank connected twice (its group, then the start-up barrier): 5
     queries for 2 ranks, 9 for 4. Each is the PTR query for 1.0.0.127.in-addr.arpa that torch's
@@ -103,3 +120,38 @@ def test_a_warm_launch_makes_one_lookup_per_store_connection(tmp_path):
     # at most one per connection: the launcher's own to its store, and one per rank (torch may look up less)
     assert set(report["launch"]) <= {"1.0.0.127.in-addr.arpa"}, report
     assert len(report["launch"]) <= 1 + 2, f"a store connection beyond one per rank: {report}"
+    # a dropped query costs a hedge (rendezvous.HEDGE_AFTER_S, 0.1 s), not glibc's 5 s wait; bound loose for CI load
+    assert report["dropped"] == [1, 3] and report["dropping_started"] == ["warm", "warm"], report
+    assert report["seconds"] < 3.0, f"a dropped lookup stalled the launch: {report}"
+
+
+def test_hedged_uses_a_second_try_when_the_first_stalls_and_raises_only_when_every_try_failed():
+    """`rendezvous.hedged` on its own (no nameserver needed): a stalled first try costs HEDGE_AFTER_S."""
+    import threading
+    import time
+
+    from ddp_lab.launcher.rendezvous import HEDGE_AFTER_S, hedged
+
+    released = threading.Event()
+    calls = []
+
+    def first_stalls():
+        calls.append(len(calls))
+        if len(calls) == 1:
+            released.wait(10)  # as a lookup whose query was dropped
+            return "first"
+        return "second"
+
+    started = time.monotonic()
+    try:
+        assert hedged(first_stalls) == "second"
+        assert time.monotonic() - started < HEDGE_AFTER_S + 1.0
+    finally:
+        released.set()
+    assert hedged(lambda: "at once") == "at once"
+
+    def fails():
+        raise ConnectionRefusedError("no store there")
+
+    with pytest.raises(ConnectionRefusedError, match="no store there"):
+        hedged(fails)

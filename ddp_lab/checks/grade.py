@@ -3,28 +3,31 @@
 Each exercise notebook runs top to bottom in a fresh kernel, past any failing cell, from a
 copy in memory: the learner's file is never written. Every check cell's outcome becomes one
 row: ✓, ✗ with the check's first line of feedback, or "not attempted" (the answer still
-raises the exercise's NotImplementedError). A notebook that cannot be graded (a file that is
-not a notebook, a cell past --timeout, a kernel that died) becomes one "could not run" row
-saying why, and grading goes on with the next notebook.
+raises the exercise's NotImplementedError). Which exercises a notebook of the course must hold
+comes from the course's own list (exercise_list.py, read from solutions/): an exercise whose
+check cell was deleted, or no longer calls its check, is a ✗ row saying so, not a row left out.
+A notebook that cannot be graded (a file that is not a notebook, a cell past --timeout, a
+kernel that died) becomes one "could not run" row saying why, and grading goes on with the
+next notebook.
 
-In a folder it grades the notebooks with check cells (my-work/ holds the learner's copies of the
-lessons too). Without a path it grades the course's my-work/ (the learner's copies, `make lab`), found
-from wherever ddp_lab is installed, so it works from any directory; without my-work/, the
-course's exercises/. Several notebooks run at once where the cores allow (--jobs); a line on
-stderr reports each notebook as it finishes (stdout keeps the table, or the JSON).
+In a folder it grades the course's exercise notebooks and any other notebook with check cells
+(my-work/ holds the learner's copies of the lessons too). Without a path it grades the course's
+my-work/ (the learner's copies, `make lab`), found from wherever ddp_lab is installed, so it
+works from any directory; without my-work/, the course's exercises/. Several notebooks run at
+once where the cores allow (--jobs); a line on stderr reports each notebook as it finishes
+(stdout keeps the table, or the JSON).
 
 Exit status (main): 0 every attempted exercise passed; 1 an answer is wrong; 2 bad usage (no
 notebooks there, --timeout below 1, nbclient missing); 3 some notebook could not be graded
 (its row says why; this wins over 1, since the table is incomplete).
 
-Introduced in the README's Exercises section (`python -m ddp_lab grade`).
+Introduced in the README's "Working in the course" section (`python -m ddp_lab grade`).
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import re
 import subprocess
 import sys
 import time
@@ -32,12 +35,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from ddp_lab.checks.exercise_list import EXERCISE_HEADING, calls, course_name, expected_exercises
 from ddp_lab.hardware.machine import cpu_cores
 
 PASSED, FAILED, NOT_ATTEMPTED, COULD_NOT_RUN = "✓", "✗", "not attempted", "could not run"
 EXIT_PASSED, EXIT_WRONG, EXIT_USAGE, EXIT_NOT_GRADED = 0, 1, 2, 3
 CELL_TIMEOUT_S = 600  # a whole check, ranks included; each check stops a deadlock itself much sooner
-_EXERCISE_HEADING = re.compile(r"^##\s+(Exercise\b.*)$", re.MULTILINE)
 _NOT_WRITTEN = "is not written yet"
 COURSE = Path(__file__).resolve().parents[2]   # the checkout ddp_lab was installed from (pip install -e .)
 RANKS_PER_NOTEBOOK = 4  # an exercise's checks start up to 6 ranks: about 4 cores per notebook graded at once
@@ -143,7 +146,7 @@ def _stopped(path: Path, notebook, running: list[int], what: str, fix: str) -> R
     index = running[-1] if running else 0
     exercise = ""
     for cell in notebook.cells[:index + 1]:
-        heading = _EXERCISE_HEADING.search(cell.source) if cell.cell_type == "markdown" else None
+        heading = EXERCISE_HEADING.search(cell.source) if cell.cell_type == "markdown" else None
         exercise = heading.group(1).strip() if heading else exercise
     source = notebook.cells[index].source.strip().splitlines() if notebook.cells else []
     where = f" (cell {index + 1}, first line `{_shorten(source[0], 60)}`)" if source else f" (cell {index + 1})"
@@ -159,18 +162,52 @@ def executed_rows(notebook, name: str) -> list[Row]:
 
     `grade_notebook` calls it after executing; tests/test_exercises.py calls it on the
     generated exercises it executes anyway, so every exercise is graded without a second run.
+    A notebook of the course's exercises gets one row per exercise the course lists for it
+    (exercise_list.py), in the course's order: an exercise without its check cell is a ✗ row.
     """
-    rows, exercise, answer_error = [], "", ""
+    checks, exercise, answer_error = [], "", ""  # (exercise heading, check cell, row) of every check cell
     for cell in notebook.cells:
         if cell.cell_type == "markdown":
-            heading = _EXERCISE_HEADING.search(cell.source)
+            heading = EXERCISE_HEADING.search(cell.source)
             if heading:
                 exercise, answer_error = heading.group(1).strip(), ""
         elif "check" in cell.metadata.get("tags", []):
-            rows.append(_row(name, exercise or f"check {len(rows) + 1}", cell, answer_error))
+            checks.append((exercise, cell, _row(name, exercise or f"check {len(checks) + 1}", cell, answer_error)))
         elif cell.cell_type == "code":
             answer_error = _error_line(cell) or answer_error
-    return rows
+    expected = expected_exercises(name, notebook.cells, COURSE / "solutions")
+    if expected is None:
+        return [row for _, _, row in checks]
+    return _course_rows(name, expected, checks)
+
+
+def _course_rows(name: str, expected, checks: list) -> list[Row]:
+    """One row per exercise of the course's list, then any other check cell the notebook has.
+
+    A check cell belongs to the exercise whose check it calls. An exercise none calls gets a ✗
+    row: its check cell is missing (deleted, or its `check` tag removed), or the check cell under
+    its heading was changed to call something else.
+    """
+    rows, used = [], set()
+    restore = f"restore it from the course's exercises/{course_name(name)}.ipynb"
+
+    def first_unused(belongs) -> int | None:
+        return next((i for i, check in enumerate(checks) if i not in used and belongs(*check)), None)
+
+    for exercise in expected:
+        calling = first_unused(lambda heading, cell, row: exercise.check in calls(cell.source))
+        under_heading = first_unused(lambda heading, cell, row: heading == exercise.heading)
+        if calling is not None:
+            used.add(calling)
+            rows.append(checks[calling][2])
+        elif under_heading is not None:
+            used.add(under_heading)
+            rows.append(Row(name, exercise.heading, FAILED,
+                            f"its check cell no longer calls ddp_lab.checks.{exercise.check}(...): {restore}"))
+        else:
+            rows.append(Row(name, exercise.heading, FAILED,
+                            f"its check cell is missing (deleted, or its `check` tag removed): {restore}"))
+    return rows + [row for i, (_, _, row) in enumerate(checks) if i not in used]
 
 
 def _row(notebook: str, exercise: str, check_cell, answer_error: str) -> Row:
@@ -205,11 +242,13 @@ def _error_line(cell) -> str:
     return f"{error[0]}: {lines[0]}" if lines else error[0]
 
 
-def _has_check_cells(notebook: Path) -> bool:
-    """Whether a notebook has a cell tagged `check` (an exercise); one that cannot be read counts, to get its row."""
+def _is_exercise_notebook(notebook: Path) -> bool:
+    """Whether a notebook has a cell tagged `check` or is one of the course's exercise notebooks (its check
+    cells deleted, perhaps); one that cannot be read counts, to get its row."""
     try:
         cells = json.loads(notebook.read_text(encoding="utf-8")).get("cells", [])
-        return any("check" in cell.get("metadata", {}).get("tags", []) for cell in cells)
+        return any("check" in cell.get("metadata", {}).get("tags", []) for cell in cells) or \
+            expected_exercises(notebook.stem, cells, COURSE / "solutions") is not None
     except (OSError, ValueError, AttributeError):
         return True
 
@@ -219,7 +258,8 @@ def _notebooks(paths: list[Path]) -> list[Path]:
     found = []
     for path in paths:
         if path.is_dir():
-            found.extend(sorted(p for p in path.glob("*.ipynb") if not p.name.startswith(".") and _has_check_cells(p)))
+            found.extend(sorted(p for p in path.glob("*.ipynb")
+                                if not p.name.startswith(".") and _is_exercise_notebook(p)))
         elif path.suffix == ".ipynb" and path.is_file():
             found.append(path)
         else:

@@ -1,8 +1,10 @@
 """IPython magics for the live cluster: `%load_ext ddp_lab`, then
 
     %%ddp -n 4                 run this cell on every rank of a 4-rank cluster
-    %%ddp --ranks 0            ... but show only rank 0's output
+    %%ddp --ranks 0            ... but show only rank 0's output (every rank runs it)
+    %%ddp --only 0,2           run this cell on ranks 0 and 2 only (the others wait, unchanged)
     %ddp_pull loss             bring `loss` back from every rank (a list by rank)
+    %ddp_status                one line per rank: alive, pid, what it is doing, its memory
     %ddp_shutdown              stop the cluster
 
 The cluster starts on first use and lives until `%ddp_shutdown`, a different `-n` or
@@ -17,6 +19,7 @@ import argparse
 import shlex
 
 from ddp_lab.cluster.live_cluster import Cluster
+from ddp_lab.cluster.status import StatusReport
 from ddp_lab.launcher.arguments import check_nprocs, check_ranks, check_timeout
 from ddp_lab.launcher.backend import choose_backend
 from ddp_lab.launcher.payload import cell_names
@@ -24,46 +27,96 @@ from ddp_lab.launcher.payload import cell_names
 _current: Cluster | None = None
 
 
+USAGE = "%%ddp [-n N] [--backend gloo] [--timeout SECONDS] [--ranks 0,1] [--only 0,1]"
+
+
 class _OptionParser(argparse.ArgumentParser):
     def error(self, message: str):
-        raise ValueError(f"%%ddp: {message}. Use: %%ddp [-n N] [--backend gloo] [--timeout SECONDS] [--ranks 0,1]")
+        raise ValueError(f"%%ddp: {message}. Use: {USAGE} (%%ddp --help says more)")
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = _OptionParser(prog="%%ddp", add_help=False)
-    parser.add_argument("-n", "--nprocs", type=int, default=None, help="ranks (default: the running cluster's, else 2)")
+    parser = _OptionParser(prog="%%ddp", usage=USAGE.replace("%", "%%"), add_help=False,  # argparse %-formats it
+                           description="Run the cell on the ranks of the live cluster, each in its own namespace.")
+    parser.add_argument("-n", "--nprocs", type=_whole_number, default=None,
+                        help="ranks (default: the running cluster's, else 2)")
     parser.add_argument("--backend", default=None, help="auto, gloo, nccl or mpi")
-    parser.add_argument("--timeout", type=float, default=None, help="watchdog seconds for this cell")
-    parser.add_argument("--ranks", default=None, help="whose output to show, e.g. 0 or 0,2 (default: all)")
+    parser.add_argument("--timeout", type=_seconds, default=None, help="watchdog seconds for this cell")
+    parser.add_argument("--ranks", default=None,
+                        help="whose output to show, e.g. 0 or 0,2 (default: all); every rank still runs the cell")
+    parser.add_argument("--only", default=None,
+                        help="which ranks run the cell, e.g. 0 or 0,2 (default: all); the others skip it, their "
+                             "variables unchanged. A collective on the default group needs every rank: drop "
+                             "--only for cells that communicate")
+    parser.add_argument("-h", "--help", action="store_true", help="show this help and run nothing")
     return parser
 
 
+def help_text() -> str:
+    """What `%%ddp --help` prints: every option, and how --ranks and --only differ."""
+    return _parser().format_help()
+
+
+def _whole_number(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number: give the number of ranks, "
+                                         "e.g. -n 4") from None
+
+
+def _seconds(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds, e.g. --timeout 60") from None
+
+
 def parse_options(line: str) -> argparse.Namespace:
-    """Parse `%%ddp` options; a ValueError says what was wrong."""
-    options = _parser().parse_args(shlex.split(line))
-    if options.ranks is not None:
-        try:
-            options.ranks = [int(r) for r in options.ranks.split(",") if r.strip()]
-        except ValueError:
-            raise ValueError(f"%%ddp --ranks {options.ranks}: give rank numbers separated by commas, "
-                             "e.g. --ranks 0 or --ranks 0,2.") from None
+    """Parse `%%ddp` options; a one-line ValueError says what was wrong."""
+    __tracebackhide__ = True
+    try:
+        words = shlex.split(line)
+    except ValueError as error:  # shlex's "No closing quotation"
+        raise ValueError(f"%%ddp {line.strip()}: {str(error).lower()}: close the quote, or drop it "
+                         "(no %%ddp option needs quotes).") from None
+    try:
+        options = _parser().parse_args(words)
+    except ValueError as error:  # _OptionParser.error's message, raised inside argparse's own handler
+        raise ValueError(str(error)) from None
+    options.ranks = _rank_list("--ranks", options.ranks)
+    options.only = _rank_list("--only", options.only)
     return options
+
+
+def _rank_list(flag: str, text: str | None) -> list[int] | None:
+    """'0,2' -> [0, 2] (None stays None)."""
+    __tracebackhide__ = True
+    if text is None:
+        return None
+    try:
+        return [int(r) for r in text.split(",") if r.strip()]
+    except ValueError:
+        raise ValueError(f"%%ddp {flag} {text}: give rank numbers separated by commas, "
+                         f"e.g. {flag} 0 or {flag} 0,2.") from None
 
 
 def check_options(options: argparse.Namespace) -> None:
     """Refuse a bad option before the live cluster is started or shut down (its state survives a typo)."""
+    __tracebackhide__ = True
     wanted_n = _wanted_nprocs(options.nprocs)
     checks = [("-n", options.nprocs, lambda: check_nprocs(options.nprocs)),
               ("--backend", options.backend, lambda: choose_backend(options.backend, wanted_n, announce=False)),
               ("--timeout", options.timeout, lambda: check_timeout(options.timeout)),
-              ("--ranks", options.ranks, lambda: check_ranks(options.ranks, wanted_n))]
+              ("--ranks", options.ranks, lambda: check_ranks(options.ranks, wanted_n)),
+              ("--only", options.only, lambda: check_ranks(options.only, wanted_n, purpose="run on"))]
     for flag, value, check in checks:
         if value is None:
             continue
         try:
             check()
         except (TypeError, ValueError) as error:
-            shown = ",".join(map(str, value)) if isinstance(value, list) else value
+            shown = (",".join(map(str, value)) or "(no rank)") if isinstance(value, list) else value
             raise ValueError(f"%%ddp {flag} {shown}: {error}") from None
 
 
@@ -86,9 +139,18 @@ def current_cluster(nprocs: int | None = None, backend: str | None = None) -> Cl
 
 
 def ddp(line: str, cell: str):
-    """%%ddp: run the cell on every rank of the live cluster."""
+    """%%ddp [-n N] [--backend B] [--timeout S] [--ranks 0,1] [--only 0,1]: run the cell on the live cluster's ranks.
+
+    --ranks chooses whose output is shown: every rank runs the cell. --only chooses which ranks
+    run it: the others skip it and keep their variables; a collective needs every rank, so a cell
+    that communicates fails with --only (at the watchdog, naming the ranks left out).
+    `%%ddp --help` lists every option.
+    """
     __tracebackhide__ = True
     options = parse_options(line)
+    if options.help:
+        print(help_text())
+        return
     check_options(options)
     cluster = current_cluster(options.nprocs, options.backend)
     shell = _shell()
@@ -96,7 +158,7 @@ def ddp(line: str, cell: str):
     # has already moved on to the next cell while this one runs).
     filename = shell.compile.cache(cell, shell.execution_count - 1) if shell is not None else None
     cluster._names.update(_cell_names(shell))
-    cluster.run_code(cell, timeout=options.timeout, show=options.ranks, filename=filename)
+    cluster.run_code(cell, timeout=options.timeout, show=options.ranks, filename=filename, only=options.only)
 
 
 def ddp_pull(line: str):
@@ -104,7 +166,7 @@ def ddp_pull(line: str):
     __tracebackhide__ = True
     name = line.strip()
     if not name.isidentifier():
-        raise ValueError(f"%ddp_pull needs one variable name, got {line!r}.")
+        raise ValueError(f"%ddp_pull needs one variable name, got {line!r}: e.g. %ddp_pull loss.")
     if _current is None or not _current.alive:
         raise RuntimeError("no live cluster: run a %%ddp cell first.")
     values = _current.pull(name)
@@ -112,6 +174,20 @@ def ddp_pull(line: str):
     if shell is not None:
         shell.user_ns[name] = values
     return values
+
+
+def ddp_status(line: str = "") -> StatusReport | None:
+    """%ddp_status: one line per rank (alive or not, pid, idle or running what for how long, memory).
+
+    It asks no rank anything, so a rank busy in a cell (or stuck) does not hold it up. Returns
+    the statuses (`statuses = %ddp_status`), a list of `ddp_lab.cluster.status.RankStatus`.
+    """
+    if line.strip():
+        raise ValueError(f"%ddp_status takes no arguments, got {line.strip()!r}: write %ddp_status.")
+    if _current is None or not _current.alive:
+        print("no live cluster: run a %%ddp cell first.")
+        return None
+    return _current.status()
 
 
 def ddp_shutdown(line: str = "") -> None:
@@ -139,4 +215,5 @@ def load_ipython_extension(ipython) -> None:
     """Register the magics (`%load_ext ddp_lab`)."""
     ipython.register_magic_function(ddp, "cell", "ddp")
     ipython.register_magic_function(ddp_pull, "line", "ddp_pull")
+    ipython.register_magic_function(ddp_status, "line", "ddp_status")
     ipython.register_magic_function(ddp_shutdown, "line", "ddp_shutdown")

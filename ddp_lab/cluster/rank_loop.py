@@ -3,7 +3,8 @@
 A rank keeps one namespace for its whole life, so models, optimizers and tensors made
 in one `%%ddp` cell are there in the next. For every command it runs the code, then
 writes an end-of-command mark on stdout and stderr (so the launcher knows it has all of
-the command's output) and replies with the value or the exception.
+the command's output) and replies with the value or the exception. Around each command it
+writes a status record (status.py), which `%ddp_status` reads without waiting for the rank.
 
 Introduced in notebooks/00b-live-cluster.ipynb.
 """
@@ -14,17 +15,30 @@ import ast
 import datetime
 import linecache
 import os
+import signal
 import sys
 import types
 
 import cloudpickle
 
+from ddp_lab.cluster.status import write_record
 from ddp_lab.launcher.channel import receive_message, send_message
 from ddp_lab.launcher.payload import dumps
 from ddp_lab.launcher.worker import OUTPUT_MARK, control_channel, exception_report, flush_all_output
 
 
 CELL_MODULE = "__ddp__"  # the module a %%ddp cell runs in, as a notebook cell runs in __main__
+_in_command = False  # True while a command's code runs: only then does SIGINT interrupt it
+
+
+def _interrupt_the_command(signum, frame) -> None:
+    """SIGINT from the notebook (its stop button): a KeyboardInterrupt in the command's code, as in a kernel.
+
+    Between commands it is ignored: the interrupt was meant for a command that has just ended,
+    and the loop that waits for the next one must not die of it.
+    """
+    if _in_command:
+        raise KeyboardInterrupt
 
 
 def _run_source(source: str, filename: str, namespace: dict):
@@ -103,8 +117,9 @@ def _mark_end(command_id: int) -> None:
         os.write(fd, f"{OUTPUT_MARK}{command_id}\n".encode())
 
 
-def serve(rank: int) -> None:
-    """Run commands from the launcher until it asks this rank to stop."""
+def serve(rank: int, status_folder: str | None = None) -> None:
+    """Run commands from the launcher until it asks this rank to stop (recording each in `status_folder`)."""
+    global _in_command
     import torch.distributed as dist  # lazy: a rank imports torch only once it runs (the zygote before forking); the notebook side stays torch-free
 
     from ddp_lab.launcher.rendezvous import mark_set_up_by  # lazy: rendezvous imports torch at use; a rank loads it after its channel is up
@@ -112,23 +127,41 @@ def serve(rank: int) -> None:
     mark_set_up_by("cluster")  # a cell's own init_process_group is told this group exists
     channel = control_channel()
     namespace = cell_namespace(rank, dist.get_world_size())
+    signal.signal(signal.SIGINT, _interrupt_the_command)
+    _record(status_folder, rank, None)
     while True:
         command = receive_message(channel)
         if command is None or command["kind"] == "shutdown":
             return
         reply = {"kind": "reply", "id": command["id"]}
         exiting = False
+        _record(status_folder, rank, command)
         try:
-            value = _execute(rank, command, namespace)
+            _in_command = True
+            try:
+                value = _execute(rank, command, namespace)
+            finally:
+                _in_command = False
             reply.update(ok=True, value=dumps(value))
         except BaseException as error:  # noqa: BLE001 - reported to the notebook, the rank lives on
             reply.update(exception_report(error, "fn", skip_frames=_own_frames(error)), kind="reply", ok=False)
             exiting = isinstance(error, SystemExit)
+        _record(status_folder, rank, None)
         reply["group"] = dist.is_initialized()  # False: the cell destroyed the default group
         _mark_end(command["id"])
         send_message(channel, reply)
         if exiting:
             return
+
+
+def _record(folder: str | None, rank: int, command: dict | None) -> None:
+    """Write the rank's status record (what `%ddp_status` shows); a failure to write costs only the status."""
+    if folder is None:
+        return
+    try:
+        write_record(folder, rank, command)
+    except OSError:
+        pass
 
 
 def _own_frames(error: BaseException) -> int:

@@ -1,4 +1,4 @@
-"""Checking what `launch()`, `ddp_lab.Cluster` and `%%ddp` are given, before anything starts.
+"""Checking what `launch()`, `ddp_lab.Cluster` (made, and given commands) and `%%ddp` get, before anything starts.
 
 Every check raises a one-line TypeError or ValueError that names the argument and the fix,
 so a typo costs nothing: no rank is started and a live cluster is not shut down.
@@ -66,12 +66,16 @@ def check_threads(threads) -> None:
         raise ValueError(f"threads must be a positive int (torch threads per rank) or None, got {threads!r}.")
 
 
-def check_ranks(ranks, nprocs: int, prefix: str = "") -> None:
-    """ranks (whose output a live-cluster command shows) must be ranks of the cluster."""
+def check_ranks(ranks, nprocs: int, prefix: str = "", purpose: str = "show") -> None:
+    """ranks (whose output a live-cluster command shows, or which ranks run it) must be ranks of the cluster."""
+    if isinstance(ranks, (str, bytes)) or not hasattr(ranks, "__iter__"):
+        raise TypeError(f"{prefix}give a list of ranks, e.g. [0] or [0, {nprocs - 1}].")
     wrong = [r for r in ranks if isinstance(r, bool) or not isinstance(r, int) or not 0 <= r < nprocs]
     if wrong:
         raise ValueError(f"{prefix}rank {wrong[0]!r} is not a rank of this {nprocs}-rank cluster: "
-                         f"show ranks from 0 to {nprocs - 1}, e.g. 0 or 0,{nprocs - 1}.")
+                         f"{purpose} ranks from 0 to {nprocs - 1}, e.g. 0 or 0,{nprocs - 1}.")
+    if purpose == "run on" and not list(ranks):
+        raise ValueError(f"{prefix}no rank given: name the ranks to run on, e.g. 0 or 0,{nprocs - 1}.")
 
 
 def check_env(env) -> None:
@@ -88,6 +92,9 @@ def check_env(env) -> None:
         if not isinstance(value, str):
             raise TypeError(f"env[{key!r}] = {value!r}: environment variables are strings; "
                             f"write env={{{key!r}: {str(value)!r}}}.")
+        if "\0" in value:  # the C environment ends a value at its first NUL: exec refuses it
+            raise ValueError(f"env[{key!r}] = {value!r} holds a NUL byte ('\\0'), which no environment variable "
+                             "can hold: remove it (to pass bytes, encode them, e.g. base64).")
         if key in _RANK_KEYS:
             raise ValueError(f"env[{key!r}]: the launcher sets {key} for every rank from nprocs= "
                              "(RANK 0..nprocs-1, WORLD_SIZE=nprocs); choose the number of ranks with nprocs= instead.")
@@ -132,13 +139,47 @@ def working_directory() -> str:
             from error
 
 
-def check_launch(fn, args, nprocs, timeout, threads, env) -> None:
-    """Every check of `launch()`'s arguments, in the order a reader meets them."""
+def check_fn(fn, call: str = "launch") -> None:
+    """fn must be callable: the function itself, not its result (`call` names the API in the fix)."""
     if not callable(fn):
         raise TypeError(
             f"fn must be a function that takes the rank first, fn(rank, *args); got {type(fn).__name__}. "
-            "Pass the function itself (launch(train)), not its result (launch(train()))."
-        )
+            f"Pass the function itself ({call}(train)), not its result ({call}(train())).")
+
+
+def check_argv(argv) -> None:
+    """argv must be a list (or tuple) of strings: each rank's sys.argv[1:]."""
+    if isinstance(argv, (list, tuple)) and all(isinstance(word, str) for word in argv):
+        return
+    if isinstance(argv, (list, tuple)):
+        index = next(i for i, word in enumerate(argv) if not isinstance(word, str))
+        got = f"argv[{index}] is {type(argv[index]).__name__}"
+    else:
+        got = f"it is {type(argv).__name__}"
+    raise TypeError(f"argv={argv!r}: give a list of strings ({got}), the command-line arguments each rank's "
+                    "sys.argv[1:] holds (e.g. argv=['--epochs', '3'] for an argparse-based main; argv=[] for none).")
+
+
+def check_source(source) -> None:
+    """A live-cluster cell's source must be a string of Python code."""
+    if not isinstance(source, str):
+        raise TypeError(f"source must be a string of Python code, got {type(source).__name__}: "
+                        "e.g. cluster.run_code('x = rank * 2'); to call a function use cluster.run(fn).")
+
+
+def check_variable_name(name) -> None:
+    """What `Cluster.pull` brings back must be named by a variable name, a string."""
+    if not isinstance(name, str):
+        raise TypeError(f"name must be a variable name as a string, got {type(name).__name__} {name!r}: "
+                        "e.g. cluster.pull('loss').")
+    if not name.isidentifier():
+        raise ValueError(f"name {name!r} is not a variable name: give one name defined on the ranks, "
+                         "e.g. cluster.pull('loss') (for part of it, pull the whole variable).")
+
+
+def check_launch(fn, args, nprocs, timeout, threads, env, argv=()) -> None:
+    """Every check of `launch()`'s arguments, in the order a reader meets them."""
+    check_fn(fn)
     if not isinstance(args, (tuple, list)):
         raise TypeError(f"args must be a tuple of extra arguments for fn, got {type(args).__name__}: "
                         f"write args=({args!r},) for a single argument.")
@@ -147,4 +188,5 @@ def check_launch(fn, args, nprocs, timeout, threads, env) -> None:
     check_timeout(timeout)
     check_threads(threads)
     check_env(env)
+    check_argv(argv)
     working_directory()

@@ -105,7 +105,7 @@ def launch(fn, args=(), nprocs: int = 2, backend: str = "auto", timeout: float |
     Introduced in notebooks/00-welcome-and-first-launch.ipynb.
     """
     __tracebackhide__ = True  # IPython and pytest: show the user's cell, not launcher internals
-    check_launch(fn, args, nprocs, timeout, threads, env)
+    check_launch(fn, args, nprocs, timeout, threads, env, argv)
     with one_line_if_out_of_fds("start the ranks"):
         return _launch(fn, args, nprocs, backend, timeout, init_process_group, stream, threads, env, argv)
 

@@ -93,9 +93,6 @@ def pack_arguments(args: tuple) -> bytes:
 def build_payload(fn, args: tuple, backend: str | None, threads: int | None, pg_timeout: float,
                   argv: list[str] | tuple[str, ...] = ()) -> dict:
     """Everything a rank needs to run `fn(rank, *args)`: packed once, read by every rank."""
-    if isinstance(argv, str) or not all(isinstance(word, str) for word in argv):
-        raise TypeError(f"argv={argv!r}: give a list of strings, the command-line arguments each rank's "
-                        "sys.argv[1:] holds (e.g. argv=['--epochs', '3'] for an argparse-based main).")
     return {
         "fn": pack_function(fn),
         "args": pack_arguments(tuple(args)),

@@ -28,13 +28,20 @@ costs a reverse DNS lookup: torch's client connects over IPv6 first (socket.cpp,
 getnameinfo() (`formatSockAddr`, for its log lines) whatever the log level. /etc/hosts never
 answers the v4-mapped form (glibc matches IPv4 lines to IPv4 lookups only), so every connection
 sends a PTR query for 1.0.0.127.in-addr.arpa to the nameserver; where the nameserver drops one
-(measured in a sandbox whose DNS rate-limits: about 50 queries in a burst pass, the next is
-dropped), glibc asks again after 5 s, and a 0.2 s warm launch takes 5 s. No address avoids it (a
-v4 or v6 literal, or "localhost", is looked up alike) and torch has no setting for it (torch
-2.13 stops looking up only after a lookup *fails*, pytorch#159596). RES_OPTIONS=timeout:1 would
-shorten the wait to 1 s, but for every lookup of the learner's own code in the rank too, so it
-is not set. ddp_lab therefore makes as few connections as it can: one per rank, and the one the
-hosting TCPStore makes to itself in the notebook (torch always connects its own client).
+(measured in a sandbox whose DNS rate-limits: of lookups sent 100 a second, 2 in 300 were
+dropped; at 30 a second, none of 150), glibc asks again after 5 s, and a 0.1 s warm launch
+takes 5.1 s. No address avoids it (a v4 or v6 literal, or "localhost", is looked up alike) and
+torch has no setting for it (torch 2.13 stops looking up only after a lookup *fails*,
+pytorch#159596). RES_OPTIONS cannot help: glibc reads it once for the whole process, so the
+learner's own lookups would change too (and timeout:1 still costs 1 s). ddp_lab therefore
+makes as few connections as it can, one per rank and the one the hosting TCPStore makes to
+itself in the notebook (torch always connects its own client), and hedges each (`hedged`): a
+connection not made within HEDGE_AFTER_S is tried again beside the first, and whichever is made
+first is used ("hedged requests": Dean and Barroso, "The Tail at Scale", CACM 56(2), 2013). A
+dropped lookup then costs HEDGE_AFTER_S, not 5 s. Measured on 2 cores (2026-12-03), warm 4-rank
+launches while another process sent 60 lookups a second (so that the nameserver dropped some of
+the launches' own): without hedging 16 of 300 took 5.2-5.6 s; hedged, the slowest of 600 took
+0.31 s (median 0.15 s).
 
 Introduced in notebooks/00-welcome-and-first-launch.ipynb ("How launch works"); bringing
 your own `setup()` in notebooks/05-ddp-in-practice.ipynb ("Bringing your own script").
@@ -49,7 +56,9 @@ import functools
 import inspect
 import ipaddress
 import os
+import queue
 import socket
+import threading
 from pathlib import Path
 from urllib.parse import parse_qs, urlparse
 
@@ -60,6 +69,46 @@ GLOO_INTERFACE = "GLOO_SOCKET_IFNAME"  # the network interface(s) gloo binds its
 IFF_LOOPBACK = 0x8  # <net/if.h>: the flag of the loopback interface in /sys/class/net/<name>/flags
 AGENT_STORE = "TORCHELASTIC_USE_AGENT_STORE"
 OWN_STORE = "DDP_LAB_STORE"  # "127.0.0.1:port" of the launcher's store, so a rank can recognise it
+# A store connection takes 0.5 ms (median of 300 here, its reverse lookup included); one whose
+# lookup the nameserver dropped takes 5 s (glibc asks again after 5 s). Past this, a second try
+# starts: 200 times the median, so that a slow-but-working connection on a loaded machine is
+# rarely doubled, and short enough that two dropped lookups in one launch still cost under 1 s.
+HEDGE_AFTER_S = 0.1
+
+
+def hedged(connect, hedge_after: float = HEDGE_AFTER_S):
+    """`connect()`'s result; if it has not returned within `hedge_after` s, a second `connect()` runs beside it.
+
+    The first to succeed is returned; the other's result, when it comes, is dropped (a TCPStore
+    closes its connection when it is freed). Each runs in a daemon thread (torch releases the
+    GIL while it connects), so a try stuck in a lookup keeps no process from exiting. An
+    exception is raised only once every try has failed (the first one's).
+    """
+    outcomes: queue.SimpleQueue = queue.SimpleQueue()
+
+    def attempt():
+        try:
+            outcomes.put((True, connect()))
+        except BaseException as error:  # noqa: BLE001 - handed to the caller's thread
+            outcomes.put((False, error))
+
+    threading.Thread(target=attempt, name="ddp_lab-store-connect", daemon=True).start()
+    tries = 1
+    try:
+        succeeded, value = outcomes.get(timeout=hedge_after)
+    except queue.Empty:
+        threading.Thread(target=attempt, name="ddp_lab-store-connect-hedge", daemon=True).start()
+        tries = 2
+        succeeded, value = outcomes.get()
+    first_error = None
+    for _ in range(tries - 1):
+        if succeeded:
+            break
+        first_error = first_error or value
+        succeeded, value = outcomes.get()
+    if succeeded:
+        return value
+    raise first_error or value
 
 
 @contextlib.contextmanager
@@ -75,32 +124,37 @@ def loopback_store(world_size: int, timeout_s: float):
     legacy = {"use_libuv": False} if old_torch else {}
     raise_open_files_limit()  # each connection the store accepts is a file descriptor of this process
     require_free_fds(fds_needed_by_a_launch(world_size), "host the rendezvous store")
-    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    try:
-        listener.bind((LOOPBACK, 0))
-        listener.listen(max(128, world_size * 4))
-        port = listener.getsockname()[1]
-        store = TCPStore(
-            LOOPBACK, port, world_size, is_master=True,
-            timeout=datetime.timedelta(seconds=timeout_s),
-            wait_for_workers=False, master_listen_fd=listener.fileno(), **legacy,
-        )
-        listener.detach()  # the store owns the socket now and closes it when deleted
+
+    def host() -> tuple:
+        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         try:
-            yield {
-                "MASTER_ADDR": LOOPBACK,
-                "MASTER_PORT": str(port),
-                AGENT_STORE: "True",
-                # as torchrun sets it for every worker: older torch (2.4) reads it whenever
-                # AGENT_STORE is set (KeyError without it) to prefix its keys per restart
-                "TORCHELASTIC_RESTART_COUNT": "0",
-                OWN_STORE: f"{LOOPBACK}:{port}",
-                **gloo_on_loopback(),
-            }
+            listener.bind((LOOPBACK, 0))
+            listener.listen(max(128, world_size * 4))
+            port = listener.getsockname()[1]
+            store = TCPStore(
+                LOOPBACK, port, world_size, is_master=True,
+                timeout=datetime.timedelta(seconds=timeout_s),
+                wait_for_workers=False, master_listen_fd=listener.fileno(), **legacy,
+            )
+            listener.detach()  # the store owns the socket now and closes it when deleted
+            return store, port
         finally:
-            del store
+            listener.close()  # a no-op once detached
+
+    store, port = hedged(host)  # the store connects its own client: a lookup (module docstring)
+    try:
+        yield {
+            "MASTER_ADDR": LOOPBACK,
+            "MASTER_PORT": str(port),
+            AGENT_STORE: "True",
+            # as torchrun sets it for every worker: older torch (2.4) reads it whenever
+            # AGENT_STORE is set (KeyError without it) to prefix its keys per restart
+            "TORCHELASTIC_RESTART_COUNT": "0",
+            OWN_STORE: f"{LOOPBACK}:{port}",
+            **gloo_on_loopback(),
+        }
     finally:
-        listener.close()
+        del store
 
 
 @functools.lru_cache(maxsize=1)
@@ -207,8 +261,8 @@ def own_store(timeout: datetime.timedelta):
 
     Every group the rank sets up at the launcher's store, the launcher's start-up barrier and the
     live cluster's regroup share it: each new connection costs torch a reverse DNS lookup, which
-    stalls 5 s whenever the nameserver drops the query (see the module docstring). `timeout`
-    becomes the store's timeout for what follows.
+    stalls 5 s whenever the nameserver drops the query (see the module docstring); the one
+    connection is `hedged`. `timeout` becomes the store's timeout for what follows.
 
     Introduced in notebooks/00-welcome-and-first-launch.ipynb ("How launch works").
     """
@@ -217,7 +271,7 @@ def own_store(timeout: datetime.timedelta):
 
     if _own_store_client is None:
         host, port = os.environ[OWN_STORE].rsplit(":", 1)
-        _own_store_client = TCPStore(host, int(port), is_master=False, timeout=timeout)
+        _own_store_client = hedged(lambda: TCPStore(host, int(port), is_master=False, timeout=timeout))
     else:
         _own_store_client.set_timeout(timeout)
     return _own_store_client

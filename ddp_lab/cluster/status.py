@@ -1,0 +1,117 @@
+"""What each rank of a live cluster is doing, read without asking the rank (`Cluster.status`, `%ddp_status`).
+
+A rank busy in a cell cannot answer a command until the cell ends, so nothing here goes through
+its command loop. Each rank writes a small record (rank_loop.py calls `write_record`) into the
+cluster's private work folder when a command starts and when it ends; the notebook reads the
+records, and asks the operating system (psutil) whether each rank's process is alive and how
+much memory it holds. Reading never waits for a rank.
+
+Introduced in notebooks/00b-live-cluster.ipynb.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+from ddp_lab.launcher.errors import describe_exit
+
+_DOING = {"call": "running cluster.run(...)", "pull": "sending a variable back",
+          "regroup": "making a new process group"}
+
+
+def record_path(folder: str, rank: int) -> Path:
+    return Path(folder, f"status-{rank}.json")
+
+
+def write_record(folder: str, rank: int, command: dict | None) -> None:
+    """In a rank: record that it now runs `command` (None: idle), replacing the last record at once."""
+    record = {"pid": os.getpid(), "since": time.time()}
+    if command is not None:
+        record.update(kind=command["kind"], id=command["id"], filename=command.get("filename"))
+    path = record_path(folder, rank)
+    temporary = path.with_suffix(".tmp")
+    temporary.write_text(json.dumps(record))
+    os.replace(temporary, path)  # a reader sees the old record or the new one, never half of one
+
+
+@dataclass
+class RankStatus:
+    """One rank as `%ddp_status` shows it.
+
+    Attributes:
+        rank, pid: the rank and its process id.
+        alive: whether its process is running.
+        doing: 'idle', 'running Cell In[7]', 'starting' (not yet in its command loop), ... ('' if dead).
+        seconds: for how long it has been doing it (None when idle or unknown).
+        rss: its resident memory in bytes (None if dead).
+        ended: how a dead rank ended ('exit code 1', 'signal SIGKILL (9)'), else ''.
+    """
+
+    rank: int
+    pid: int
+    alive: bool
+    doing: str
+    seconds: float | None
+    rss: int | None
+    ended: str = ""
+
+    def line(self) -> str:
+        """'rank 1  pid 4242  alive  running Cell In[7] for 3.2 s  RSS 310 MB'."""
+        head = f"rank {self.rank}  pid {self.pid}"
+        if not self.alive:
+            return f"{head}  dead" + (f" ({self.ended})" if self.ended else "")
+        doing = self.doing + (f" for {self.seconds:.1f} s" if self.seconds is not None else "")
+        memory = f"  RSS {self.rss / 2**20:.0f} MB" if self.rss is not None else ""
+        return f"{head}  alive  {doing}{memory}"
+
+
+class StatusReport(list):
+    """A list of RankStatus, shown as one line per rank (what `%ddp_status` displays)."""
+
+    def __repr__(self) -> str:
+        return "\n".join(status.line() for status in self)
+
+    def _repr_pretty_(self, printer, cycle: bool) -> None:  # IPython's display
+        printer.text(repr(self))
+
+
+def rank_status(rank: int, pid: int, exit_code: int | None, folder: str, names: dict[str, str]) -> RankStatus:
+    """The status of one rank: its process from the system, what it does from its last record."""
+    rss = _rss(pid) if exit_code is None else None
+    if rss is None:
+        return RankStatus(rank, pid, False, "", None, None, describe_exit(exit_code) if exit_code is not None else "")
+    record = _read(record_path(folder, rank))
+    if record is None or record.get("pid") != pid:  # it has not reached its command loop yet
+        return RankStatus(rank, pid, True, "starting", None, rss)
+    if "kind" not in record:
+        return RankStatus(rank, pid, True, "idle", None, rss)
+    if record["kind"] == "exec":
+        filename = record.get("filename") or f"command {record['id']}"
+        doing = f"running {names.get(filename, filename)}"
+    else:
+        doing = _DOING.get(record["kind"], f"running a {record['kind']} command")
+    return RankStatus(rank, pid, True, doing, max(0.0, time.time() - record["since"]), rss)
+
+
+def _rss(pid: int) -> int | None:
+    """The process's resident memory in bytes, or None if it is gone (or a zombie)."""
+    try:
+        process = psutil.Process(pid)
+        if process.status() == psutil.STATUS_ZOMBIE:
+            return None
+        return process.memory_info().rss
+    except psutil.Error:
+        return None
+
+
+def _read(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
