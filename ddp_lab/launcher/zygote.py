@@ -49,9 +49,9 @@ GO = b"G"  # launcher -> forked rank: every rank of the launch has started, run
 # op imports: 800 modules, sympy among them, 1.5-4 s of a core per rank on this 2-core machine;
 # pipelining and distributed checkpointing (lessons 07, 12) are smaller. Importing them in every
 # zygote up front cost 1.5 s of CPU per kernel that never needs them (three unsolved exercises:
-# 18 s -> 25-30 s). An earlier session saw ranks forked with torch._dynamo preloaded deadlock in
-# destroy_process_group() after DDP (5 of 8); that was pytorch#56297 (freeing a gloo group joins
-# its threads while holding the GIL), which keepalive.py has avoided since: 60 DDP launches, half
+# 18 s -> 25-30 s). Ranks forked with torch._dynamo preloaded can deadlock in
+# destroy_process_group() after DDP (5 of 8 without keepalive.py): pytorch#56297 (freeing a gloo
+# group joins its threads while holding the GIL), which keepalive.py avoids: 60 DDP launches, half
 # of them destroying their group, passed with it preloaded.
 LEARNED_IMPORTS = ("torch._dynamo", "torch.distributed.checkpoint", "torch.distributed.pipelining")
 
