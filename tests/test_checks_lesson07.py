@@ -216,6 +216,29 @@ def test_idle_fraction_rejects_wrong_answers(answer, feedback):
         check_idle_fraction(answer)
 
 
+def the_package_answer(spans):
+    from ddp_lab.course.pipeline_parallel.schedules import idle_fraction as packaged
+    return packaged(spans)
+
+
+def crashes_on_its_own_line(spans):
+    ranks = sorted({s.rank for s in spans})
+    last = max(s.end for s in spans if s.rank == len(ranks))   # ranks count from 0: no span has rank len(ranks)
+    return last
+
+
+def test_idle_fraction_refuses_the_package_answer_and_shows_the_learners_own_error():
+    with pytest.raises(CheckFailed, match=r"^the_package_answer calls ddp_lab\.course\.pipeline_parallel\.schedules\."
+                                          r"idle_fraction, the package's own answer to this exercise"):
+        check_idle_fraction(the_package_answer)
+    with pytest.raises(CheckFailed) as failure:
+        check_idle_fraction(crashes_on_its_own_line)
+    message = str(failure.value)
+    assert message.startswith("crashes_on_its_own_line raised ValueError: max() "), message
+    assert "while computing GPipe" in message, message
+    assert "last = max(s.end for s in spans if s.rank == len(ranks))" in message and "Hint" not in message, message
+
+
 def test_the_measured_case_tells_the_windows_apart():
     # on the measured-looking case the per-rank window gives another number than the right one
     spans = [Span(0, "forward", 10.0, 11.0), Span(0, "backward", 13.5, 15.0),

@@ -1,8 +1,10 @@
 """The lesson 08 checks accept a right answer and reject plausible wrong ones with specific feedback.
 
 Each wrong answer below is a mistake a learner is likely to make; the test pins the part of
-the feedback that names it (the rank, the element, the mistake). Every check launches 2 gloo
-ranks (a few seconds each).
+the feedback that names it (the rank, the element, the mistake). The answers that return run one
+after the other in one launch of 2 gloo ranks per exercise (`run_*_answers`), each judged alone
+(`judge_*`) as the public check judges its one answer; an answer that raises ends its launch, so
+each of those runs alone through the public check.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import torch.distributed as dist
 from ddp_lab.checks import CheckFailed
 from ddp_lab.checks import lesson08
 from ddp_lab.checks.lesson08 import check_copy_to_model_parallel_region, check_row_parallel_forward
-from ddp_lab.course.tensor_parallel.communications import CopyToModelParallelRegion
+from ddp_lab.course.tensor_parallel.communications import CopyToModelParallelRegion, copy_to_model_parallel_region
 
 # The right answers are proven once, by nbval of solutions/08-*.ipynb (its check cells store ✓):
 # this file tries the wrong ones and the cases the solution does not cover.
@@ -89,16 +91,39 @@ def module_without_forward(x_local, linear, rank, world_size):
     return RowParallelLinear()(x_local)
 
 
+def splits_its_input_again(x_local, linear, rank, world_size):
+    mine = x_local.chunk(world_size, dim=-1)[rank]   # x_local is already this rank's part
+    partial = mine @ linear.weight.chunk(world_size, dim=1)[rank].T
+    dist.all_reduce(partial)
+    return partial + linear.bias
+
+
 def row_stub(x_local, linear, rank, world_size):
     raise NotImplementedError("my shard is linear.weight.chunk(world_size, dim=1)[rank]")
 
 
-@pytest.mark.parametrize("answer, feedback", [
+ROW_MISTAKES = [   # answers that return (not raise): they run one after the other in one launch
     (bias_on_every_rank, r"(?s)rank 0, output\[0, 0, 0\]: got .*, expected .*bias is in the sum 2 times: every "
                          r"rank added it before the all-reduce"),
     (no_all_reduce, r"(?s)rank 0, output\[\d+, \d+, \d+\].*rank 0's own partial sum plus the bias.*dist.all_reduce"),
     (averaged, r"(?s)rank 0, output.*MEAN of the partial sums.*SUM"),
     (no_bias, r"(?s)rank 0, output\[0, 0, 0\].*the bias is missing.*once, after the all-reduce"),
+]
+
+
+@pytest.fixture(scope="module")
+def row_results():
+    answers = tuple(answer for answer, _ in ROW_MISTAKES)
+    return dict(zip(answers, lesson08.run_row_answers(answers)))
+
+
+@pytest.mark.parametrize("answer, feedback", ROW_MISTAKES, ids=[answer.__name__ for answer, _ in ROW_MISTAKES])
+def test_row_parallel_forward_names_wrong_outputs(answer, feedback, row_results):
+    with pytest.raises(CheckFailed, match=feedback):
+        lesson08.judge_row(answer.__name__, row_results[answer])
+
+
+@pytest.mark.parametrize("answer, feedback", [   # each raises on the ranks, which ends its launch: one launch each
     (rows_instead_of_columns, r"(?s)rank \d: rows_instead_of_columns raised RuntimeError: mat1.*Hint: the "
                               r"weight you multiplied by is 8x3: 3 of the 6 ROWS.*COLUMNS, the chunk along dim=1"),
     (not_transposed, r"(?s)rank \d: not_transposed raised RuntimeError.*\(15x4 and 6x4\).*Hint: the shard is right, "
@@ -107,6 +132,10 @@ def row_stub(x_local, linear, rank, world_size):
                    r"by is the whole 6x8 linear.weight"),
     (module_without_forward, r"(?s)rank \d: module_without_forward raised NotImplementedError inside torch: Module "
                              r"\[RowParallelLinear\] is missing the required \"forward\" function"),
+    (splits_its_input_again, r"(?s)rank \d: splits_its_input_again raised RuntimeError: .*\(15x2 and 4x6\).*"
+                             r"partial = mine @ linear.weight.*Hint: the input you multiplied has 2 features, but "
+                             r"x_local already is this rank's part of the input \(4 of the 8 features\): you split it "
+                             r"again"),
     (row_stub, r"row_stub is not written yet: it raised NotImplementedError"),
 ])
 def test_row_parallel_forward_rejects_wrong_answers(answer, feedback):
@@ -200,6 +229,34 @@ class ReturnsTheCall(torch.autograd.Function):
         return dist.all_reduce(grad.clone())  # all_reduce returns None
 
 
+class ScattersInForward(torch.autograd.Function):
+    """Splits x over the ranks in forward (Megatron's scatter), which f must not."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.chunk(dist.get_world_size(), dim=-1)[dist.get_rank()].contiguous()
+
+    @staticmethod
+    def backward(ctx, grad):
+        parts = [torch.empty_like(grad) for _ in range(dist.get_world_size())]
+        dist.all_gather(parts, grad.contiguous())
+        return torch.cat(parts, dim=-1)
+
+
+class SubclassesThePackages(CopyToModelParallelRegion):
+    pass
+
+
+class BackwardCallsThePackages(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x
+
+    @staticmethod
+    def backward(ctx, grad):
+        return copy_to_model_parallel_region(grad)   # the package's f, not written here
+
+
 class Stub(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x):
@@ -210,7 +267,7 @@ class Stub(torch.autograd.Function):
         raise NotImplementedError("all-reduce a copy and return it")
 
 
-@pytest.mark.parametrize("answer, feedback", [
+F_MISTAKES = [   # all run one after the other in one launch of 2 ranks
     (WroteG, r"(?s)rank 0, forward output\[0, 0\]: got .*SUM of x over the ranks: f does not communicate in "
              r"forward"),
     (IdentityBoth, r"(?s)rank 0, dL/dx\[\d+, \d+\]: got .*rank 0's own part of dL/dx.*dist.all_reduce"),
@@ -218,15 +275,42 @@ class Stub(torch.autograd.Function):
     (ReducesInForwardToo, r"rank 0: forward made 1 dist.all_reduce call"),
     (BroadcastsInForward, r"(?s)rank 0: forward made 1 dist.broadcast call\(s\).*f does not communicate in forward"),
     (ReturnsTheCall, r"(?s)rank 0: x.grad is None after backward.*returns None"),
+    # the check's own code never runs backward on what a scattering forward returned: the learner's mistake is named
+    (ScattersInForward, r"(?s)^rank 0: forward returned a tensor of shape \(4, 3\) and dtype torch.float32; expected x "
+                        r"itself, a tensor of shape \(4, 6\)\.\nHint: this is the rank's chunk of x: f does not split "
+                        r"its input"),
+    # found on the ranks: backward runs there (the class itself is not the package's)
+    (BackwardCallsThePackages, r"^BackwardCallsThePackages calls ddp_lab.course.tensor_parallel.communications."
+                               r"copy_to_model_parallel_region, the package's own answer"),
+]
+
+
+@pytest.fixture(scope="module")
+def f_results():
+    answers = tuple(answer for answer, _ in F_MISTAKES)
+    return dict(zip(answers, lesson08.run_f_answers(answers)))
+
+
+@pytest.mark.parametrize("answer, feedback", F_MISTAKES, ids=[answer.__name__ for answer, _ in F_MISTAKES])
+def test_f_names_wrong_answers(answer, feedback, f_results):
+    with pytest.raises(CheckFailed, match=feedback):
+        lesson08.judge_f(answer.__name__, f_results[answer])
+
+
+@pytest.mark.parametrize("answer, feedback", [   # refused before any rank starts
     (Stub, r"Stub is not written yet: it raised NotImplementedError\('every rank already holds"),
+    (CopyToModelParallelRegion, r"^CopyToModelParallelRegion is \(or subclasses\) ddp_lab.course.tensor_parallel."
+                                r"communications.CopyToModelParallelRegion, the package's own answer"),
+    (SubclassesThePackages, r"^SubclassesThePackages is \(or subclasses\) ddp_lab.course.tensor_parallel"),
 ])
-def test_f_rejects_wrong_answers(answer, feedback):
+def test_f_refuses_wrong_answers_before_any_rank_starts(answer, feedback, monkeypatch):
+    monkeypatch.setattr(lesson08, "run_answers_on_ranks", None)   # starting ranks would raise TypeError
     with pytest.raises(CheckFailed, match=feedback):
         check_copy_to_model_parallel_region(answer)
 
 
 def test_f_refuses_the_stub_before_any_rank_starts(monkeypatch):
-    monkeypatch.setattr(lesson08, "run_on_ranks", None)   # starting ranks would raise TypeError
+    monkeypatch.setattr(lesson08, "run_answers_on_ranks", None)   # starting ranks would raise TypeError
     with pytest.raises(CheckFailed, match=r"^Stub is not written yet: it raised NotImplementedError\('every rank"):
         check_copy_to_model_parallel_region(Stub)
 

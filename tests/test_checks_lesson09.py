@@ -1,8 +1,10 @@
 """The lesson 09 checks accept a right answer and reject plausible wrong ones with specific feedback.
 
 Each wrong answer below is a mistake a learner is likely to make; the test pins the part of
-the feedback that names it. The formula check runs in this process; the ZeRO-1 check
-launches 2 gloo ranks (a few seconds each).
+the feedback that names it. The formula check runs in this process; the ZeRO-1 answers that
+return run one after the other in one launch of 2 gloo ranks (`run_zero1_answers`), each judged
+alone (`judge_zero1`) as the public check judges its one answer; an answer that raises ends its
+launch, so it runs alone through the public check.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ import torch
 import torch.distributed as dist
 
 from ddp_lab.checks import CheckFailed
+from ddp_lab.checks import lesson09
+from ddp_lab.checks.common import division_into_a_new_tensor
 from ddp_lab.checks.lesson09 import check_state_bytes, check_zero1
 
 # --- state_bytes ------------------------------------------------------------------------------
@@ -56,6 +60,11 @@ def returns_a_total(n_params, stage, world_size, precision="fp32"):
     return sum(state_bytes(n_params, stage, world_size, precision).values())
 
 
+def the_package_formula(n_params, stage, world_size, precision="fp32"):
+    from ddp_lab.course.sharding.state_bytes import state_bytes_per_rank
+    return state_bytes_per_rank(n_params, stage, world_size, precision)
+
+
 def test_state_bytes_accepts_the_solution(capsys):
     check_state_bytes(state_bytes)
     assert "✓ state_bytes equals ZeRO's formula" in capsys.readouterr().out
@@ -72,6 +81,8 @@ def test_state_bytes_accepts_the_solution(capsys):
     (mixed_weights_in_fp32, r"(?s)precision='bf16'\)\['params'\] is 4000, expected 2000.*params are bf16/fp16: "
                             r"2 bytes"),
     (returns_a_total, r"returned 16000; expected a dict with the keys \['params', 'grads', 'optimizer'\]"),
+    (the_package_formula, r"^the_package_formula calls ddp_lab.course.sharding.state_bytes.state_bytes_per_rank, the "
+                          r"package's own answer to this exercise"),
 ])
 def test_state_bytes_rejects_wrong_answers(answer, feedback):
     with pytest.raises(CheckFailed, match=feedback):
@@ -183,23 +194,62 @@ def non_leaf_shards(params, rank, world_size):
     return shards, torch.optim.Adam(shards, lr=0.01)
 
 
+def optimizer_over_the_parameters(params, rank, world_size):
+    shards = [p.detach().reshape(-1).chunk(world_size)[rank].clone().requires_grad_() for p in params]
+    return shards, torch.optim.Adam(params, lr=0.01)   # the right shards, but Adam over every full parameter
+
+
+def unflattened_shards(params, rank, world_size):
+    shards = [p.detach().chunk(world_size)[rank].clone().requires_grad_() for p in params]   # rows, not flat
+    return shards, torch.optim.Adam(shards, lr=0.01)
+
+
+def learning_rate_ten_times_too_small(params, rank, world_size):
+    shards = [p.detach().reshape(-1).chunk(world_size)[rank].clone().requires_grad_() for p in params]
+    return shards, torch.optim.Adam(shards, lr=0.001)
+
+
+def divides_into_a_new_tensor(params, shards, optimizer):
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    for p, s in zip(params, shards):
+        dist.all_reduce(p.grad)
+        mean = p.grad / world_size   # a new tensor; the slice below is taken from the sum
+        s.grad = p.grad.reshape(-1).chunk(world_size)[rank]
+    optimizer.step()
+    for p, s in zip(params, shards):
+        dist.all_gather(list(p.detach().view(-1).chunk(world_size)), s.detach())
+
+
 def returns_the_optimizer_class(params, rank, world_size):
     shards = [p.detach().reshape(-1).chunk(world_size)[rank].clone().requires_grad_() for p in params]
     return shards, torch.optim.Adam
 
 
-def test_zero1_accepts_right_answers(capsys):
-    check_zero1(zero1_init, zero1_step)
-    check_zero1(zero1_init, zero1_step_reduce_scatter)
-    assert capsys.readouterr().out.count("ZeRO-1 on 2 ranks == one process for 3 Adam steps") == 2
+def test_zero1_accepts_a_reduce_scatter(zero1_results):
+    # the solution's all-reduce-then-slice is proven by nbval of solutions/09-zero-and-fsdp.ipynb
+    judged = lesson09.judge_zero1("zero1_step_reduce_scatter", "zero1_init",
+                                  zero1_results[(zero1_init, zero1_step_reduce_scatter)])
+    assert judged.startswith("zero1_step_reduce_scatter: ZeRO-1 on 2 ranks == one process for 3 Adam steps")
 
 
-@pytest.mark.parametrize("init, step, feedback", [
-    (zero1_init, blank_zero1_step, r"blank_zero1_step is not written yet: it raised NotImplementedError"),
+ZERO1_MISTAKES = [   # answers that return (not raise): they run one after the other in one launch of 2 ranks
     (zero1_init, averages_twice, r"(?s)rank 0, step 0: the gradient of the shard of '0.weight'.*the gradients were "
                                  r"averaged twice"),
-    (full_optimizer_init, full_optimizer_step, r"(?s)rank 0, step 0: the optimizer holds Adam state for all 58 "
-                                               r"parameter values.*every rank steps the full optimizer"),
+    (full_optimizer_init, full_optimizer_step, r"(?s)^rank 0: full_optimizer_init's shard of '0.weight' is the whole "
+                                               r"parameter, shape \(8, 4\): every rank would hold and step the full "
+                                               r"optimizer"),
+    (optimizer_over_the_parameters, zero1_step, r"(?s)rank 0, step 0: the optimizer holds Adam state for all "
+                                                r"58 parameter values.*every rank steps the full optimizer"),
+    # found in zero1_init's shards, before zero1_step trips over their shape
+    (unflattened_shards, zero1_step, r"(?s)^rank 0: unflattened_shards's shard of '0.weight' is a tensor of shape "
+                                     r"\(4, 4\).*expected shape \(16,\).*Hint: it holds the right values, but chunked "
+                                     r"along the parameter's first dimension: flatten the parameter first"),
+    (learning_rate_ten_times_too_small, zero1_step, r"(?s)rank 0, step 0: parameter '0.weight'.*Hint: every value "
+                                                    r"moved 0.1 times as far as one process's Adam step, and your "
+                                                    r"optimizer's learning rate is 0.001: the check's Adam uses "
+                                                    r"lr=0.01"),
+    (zero1_init, divides_into_a_new_tensor, r"(?s)rank 0, step 0: the gradient of the shard.*it is the SUM over ranks. "
+                                            r"Your line `mean = p.grad / world_size` divides into a NEW tensor"),
     (zero1_init, gathers_into_the_wrong_slots, r"(?s)rank 0, step 0: parameter '0.weight'.*wrong slots \(slot 0 "
                                                r"holds rank 1's shard, slot 1 holds rank 0's shard\)"),
     (zero1_init, never_all_reduces, r"(?s)rank 0, step 0: the gradient of the shard.*this rank's own gradient: "
@@ -207,9 +257,28 @@ def test_zero1_accepts_right_answers(capsys):
     (zero1_init, never_gathers, r"(?s)rank 0, step 0: parameter '0.weight'.*only this rank's own slice changed"),
     (zero1_init, never_sets_the_shard_grads, r"(?s)rank 0, step 0: the shard of '0.weight' has no .grad when the "
                                              r"optimizer steps, so Adam skipped it"),
+    (returns_the_optimizer_class, zero1_step, r"rank 0: returns_the_optimizer_class returned type as its optimizer"),
+]
+
+
+@pytest.fixture(scope="module")
+def zero1_results():
+    answers = ((zero1_init, zero1_step_reduce_scatter), *((init, step) for init, step, _ in ZERO1_MISTAKES))
+    return dict(zip(answers, lesson09.run_zero1_answers(answers)))
+
+
+@pytest.mark.parametrize("init, step, feedback", ZERO1_MISTAKES,
+                         ids=[f"{init.__name__}-{step.__name__}" for init, step, _ in ZERO1_MISTAKES])
+def test_zero1_names_wrong_answers(init, step, feedback, zero1_results):
+    with pytest.raises(CheckFailed, match=feedback):
+        lesson09.judge_zero1(step.__name__, init.__name__, zero1_results[(init, step)],
+                             division_into_a_new_tensor(step))
+
+
+@pytest.mark.parametrize("init, step, feedback", [   # a stub (refused before ranks start), and an answer that raises
+    (zero1_init, blank_zero1_step, r"blank_zero1_step is not written yet: it raised NotImplementedError"),
     (non_leaf_shards, zero1_step, r"(?s)rank \d: non_leaf_shards raised ValueError inside torch: can't optimize a "
                                   r"non-leaf Tensor\nwhile zero1_init\(params, rank=\d, world_size=2\)"),
-    (returns_the_optimizer_class, zero1_step, r"rank 0: returns_the_optimizer_class returned type as its optimizer"),
 ])
 def test_zero1_rejects_wrong_answers(init, step, feedback):
     with pytest.raises(CheckFailed, match=feedback):

@@ -3,7 +3,7 @@
 Each wrong answer below is a mistake a learner is likely to make; the test pins the part of
 the feedback that names it. The groups check runs wrong answers in this process (they fail on
 the shapes whose sides differ, before any rank starts); the right answer launches 4 gloo
-ranks. The gradient check's six mistaken answers run one after the other in one launch of 6 ranks
+ranks. The gradient check's eight mistaken answers run one after the other in one launch of 6 ranks
 (a (dp=3, tp=2) mesh) through the check's own runner, and each is judged by the check's own judge.
 """
 
@@ -14,6 +14,7 @@ import torch.distributed as dist
 
 from ddp_lab.checks import CheckFailed
 from ddp_lab.checks import lesson10
+from ddp_lab.checks.common import division_into_a_new_tensor
 from ddp_lab.checks.lesson10 import check_average_gradients, check_dp_tp_groups
 
 # The right answers are proven once, by nbval of solutions/10-*.ipynb (its check cells store ✓):
@@ -77,6 +78,12 @@ def raises_on_a_shape(rank, dp_size, tp_size):
     return {"dp": [grid[i][col] for i in range(dp_size)], "tp": grid[row]}
 
 
+def the_package_layout(rank, dp_size, tp_size):
+    from ddp_lab.course.rank_layout import RankLayout
+    layout = RankLayout(dp=dp_size, tp=tp_size)
+    return {"dp": layout.group_of("dp", rank), "tp": layout.group_of("tp", rank)}
+
+
 def test_dp_tp_groups_accepts_the_right_answer(capsys):
     check_dp_tp_groups(dp_tp_groups)
     last = capsys.readouterr().out.splitlines()[-1]  # after ddp_lab's note on machines with fewer than 4 cores
@@ -100,6 +107,8 @@ def test_dp_tp_groups_accepts_the_right_answer(capsys):
     (raises_on_a_shape, r"(?s)raises_on_a_shape raised IndexError: list index out of range\nwhile computing the "
                         r"groups of rank 4 in a \(dp=2, tp=3\) mesh"),
     (groups_stub, r"groups_stub is not written yet: it raised NotImplementedError"),
+    (the_package_layout, r"^the_package_layout calls ddp_lab.course.rank_layout.RankLayout.group_of, the package's own "
+                         r"answer to this exercise"),
 ])
 def test_dp_tp_groups_rejects_wrong_answers(answer, feedback):
     with pytest.raises(CheckFailed, match=feedback):
@@ -155,6 +164,20 @@ def reduced_a_copy(model, mesh):
         grad = grad / mesh["dp"].size()
 
 
+def divides_into_a_new_tensor(model, mesh):
+    for p in model.parameters():
+        grad = p.grad.to_local()
+        dist.all_reduce(grad, group=mesh["dp"].get_group())
+        grad = grad / mesh["dp"].size()   # a new tensor: p.grad keeps the sum
+
+
+def reduces_a_full_tensor_copy(model, mesh):
+    for p in model.parameters():
+        grad = p.grad.full_tensor()   # an all-gather over tp, into a new tensor
+        dist.all_reduce(grad, group=mesh["dp"].get_group())
+        grad.div_(mesh["dp"].size())
+
+
 def average_stub(model, mesh):
     raise NotImplementedError("all-reduce p.grad.to_local() in the dp group")
 
@@ -167,6 +190,10 @@ AVERAGE_MISTAKES = [
     (divided_by_world_size, r"(?s)rank 0, 0.weight.grad.*divided by the world size \(6\)"),
     (divided_by_tp_size, r"(?s)rank 0, 0.weight.grad.*divided by the tp size \(2\), the size of a row"),
     (reduced_a_copy, r"(?s)rank 0, 0.weight.grad.*row 0's own gradient.*in place"),
+    (divides_into_a_new_tensor, r"(?s)rank 0, 0.weight.grad\[0, 0\]: got .*the SUM over the 3 rows. Your line `grad = "
+                                r"grad / mesh\[\"dp\"\].size\(\)` divides into a NEW tensor"),
+    # full_tensor()'s all-gather runs on tp: it sums nothing, so it is not "reduced within the row"
+    (reduces_a_full_tensor_copy, r"(?s)^rank 0, 0.weight.grad.*row 0's own gradient.*in place"),
 ]
 
 
@@ -181,7 +208,8 @@ def average_gradients_results():
 @pytest.mark.parametrize("answer, feedback", AVERAGE_MISTAKES, ids=[answer.__name__ for answer, _ in AVERAGE_MISTAKES])
 def test_average_gradients_rejects_wrong_answers(answer, feedback, average_gradients_results):
     with pytest.raises(CheckFailed, match=feedback):
-        lesson10.judge_average_gradients(answer.__name__, average_gradients_results[answer])
+        lesson10.judge_average_gradients(answer.__name__, average_gradients_results[answer],
+                                         division_into_a_new_tensor(answer))
 
 
 def test_average_gradients_stub_says_not_written_before_any_rank_starts(monkeypatch):

@@ -65,14 +65,15 @@ def _load(path, model, optimizer) -> int:
 
 
 def _restartable(rank, directory, total_steps, step_fn, keep=("model", "optimizer", "rng"), resume=True,
-                 restore_epoch=True, shared=False):
+                 restore_epoch=True, shared=False, set_epoch=True):
     model, optimizer, sampler = _setup(rank)
     path = os.path.join(directory, "checkpoint.pt" if shared else f"rank-{rank}.pt")
     step = _load(path, model, optimizer) if resume and os.path.exists(path) else 0
     per_epoch = math.ceil(len(sampler) / BATCH)
     while step < total_steps:
         epoch, position = divmod(step, per_epoch)
-        sampler.set_epoch(epoch if restore_epoch else 0)
+        if set_epoch:
+            sampler.set_epoch(epoch if restore_epoch else 0)
         for batch in torch.tensor(list(sampler)).split(BATCH)[position:]:
             if step == total_steps:
                 break
@@ -117,6 +118,11 @@ def rank_zero_saves_for_everyone(rank, directory, total_steps, step_fn):
     _restartable(rank, directory, total_steps, step_fn, shared=True)
 
 
+def never_sets_the_epoch(rank, directory, total_steps, step_fn):
+    """Resumes exactly, but every epoch of every run is epoch 0's order: not train_plain's run."""
+    _restartable(rank, directory, total_steps, step_fn, set_epoch=False)
+
+
 def test_the_blank_stub_is_named_without_starting_ranks():
     with pytest.raises(CheckFailed, match=r"train_stub is not written yet.*NotImplementedError\('one file per rank"):
         check_restartable(train_stub)
@@ -137,6 +143,8 @@ def test_the_blank_stub_is_named_without_starting_ranks():
                   r"saved \['rank-0\.pt', 'rank-1\.pt'\].*load the checkpoint"),
     (restarts_the_epoch_from_zero, r"(?s)rank 0 trained step 7 \(epoch 2\) on the batch of step 1, epoch 0's: the "
                                    r"sampler was not set back to epoch 2.*sampler\.set_epoch"),
+    (never_sets_the_epoch, r"(?s)^rank 0: the uninterrupted run trained every epoch on epoch 0's batches, in the same "
+                           r"order.*sampler\.set_epoch\(epoch\)"),
 ])
 def test_rejects_checkpoints_that_lose_state(answer, feedback):
     with pytest.raises(CheckFailed, match=feedback):

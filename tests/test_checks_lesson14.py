@@ -5,7 +5,8 @@ feedback that names it, and a hint fires only on its own mistake (every answer g
 hint, the right ones none). To keep launches few, all answers of one exercise run in one launch
 (`run_*_answers`) and each is judged alone (`judge_*`), exactly as the public check judges its one
 answer; the public checks themselves run end to end in the solution notebook (nbval) and below on
-the deadlocks, which stop at a 5 s timeout. Three batches, two deadlocks: about 25 s on 2 cores.
+the deadlocks, which stop at a 5 s timeout, and on the one answer that raises (it ends its
+launch, so it runs alone). Three batches, two deadlocks, one more launch: about 25 s on 2 cores.
 """
 
 from __future__ import annotations
@@ -82,14 +83,36 @@ def sorted_by_rank_only(rows, expert, num_experts, group=None):
     return Dispatched(received, received_counts, sent, order)
 
 
+def counts_without_minlength(rows, expert, num_experts, group=None):
+    order = torch.argsort(expert, stable=True)
+    per_expert = torch.bincount(expert)   # max(expert) + 1 entries: short on a rank without the last expert
+    sent = per_expert.view(dist.get_world_size(), -1).sum(dim=1)
+    received_counts = _exchange(per_expert)
+    received = rows.new_empty((int(received_counts.sum()), rows.shape[1]))
+    dist.all_to_all_single(received, rows[order], received_counts.sum(dim=1).tolist(), sent.tolist())
+    return Dispatched(received, received_counts, sent, order)
+
+
+def counts_without_minlength_exchanged_first(rows, expert, num_experts, group=None):
+    order = torch.argsort(expert, stable=True)
+    per_expert = torch.bincount(expert)
+    received_counts = _exchange(per_expert)   # the short counts meet the collective before any view
+    sent = per_expert.view(dist.get_world_size(), -1).sum(dim=1)
+    received = rows.new_empty((int(received_counts.sum()), rows.shape[1]))
+    dist.all_to_all_single(received, rows[order], received_counts.sum(dim=1).tolist(), sent.tolist())
+    return Dispatched(received, received_counts, sent, order)
+
+
 def counts_per_expert_returned(rows, expert, num_experts, group=None):
     received, received_counts, sent, order = dispatch(rows, expert, num_experts)
     return Dispatched(received, received_counts, torch.bincount(expert, minlength=num_experts), order)
 
 
+PACKAGE_ANSWER = r"^{name} calls ddp_lab.course.expert_parallel.dispatch.{called}, the package's own answer"
+
 DISPATCH_ANSWERS = {
     dispatch: None,
-    library_dispatch: None,
+    library_dispatch: PACKAGE_ANSWER.format(name="dispatch", called="dispatch"),
     counts_never_exchanged: r"(?s)rank 0, all_to_all_single call 1 \(the rows\): output_split_sizes=\[3, 2, 2\], but "
                             r"the ranks send this rank \[3, 1, 3\].*no collective call before sending its rows.*"
                             r"Exchange the per-expert counts first",
@@ -103,6 +126,9 @@ DISPATCH_ANSWERS = {
                          r"by expert",
     counts_per_expert_returned: r"(?s)rank 0: sent_counts \[2, 1, 0, 2, 1, 1\], expected \[3, 2, 2\].*counts per "
                                 r"expert; sent_counts has one entry per RANK",
+    counts_without_minlength_exchanged_first: r"(?s)^rank 1, all_to_all_single call 1 \(the counts\): .*the input has 5 "
+                                              r"rows.*Hint: rank 1 has no row for the last expert, and its counts "
+                                              r"have 5 entries",
 }
 
 
@@ -125,6 +151,15 @@ def dispatch_results():
 def test_dispatch_feedback(dispatch_results, answer):
     assert_judged(lesson14.judge_dispatch, answer, dispatch_results[answer], DISPATCH_ANSWERS[answer],
                   accepted=f"{answer.__name__}: counts exchanged first, then every rank's rows reached")
+
+
+def test_dispatch_names_counts_taken_without_minlength():
+    # an answer that raises ends its launch, so it runs alone: rank 1 has no row for the last expert
+    with pytest.raises(CheckFailed, match=r"(?s)^rank 1: counts_without_minlength raised RuntimeError: shape '\[3, -1\]' "
+                                          r"is invalid for input of size 5.*per_expert.view.*Hint: rank 1 has no row for "
+                                          r"the last expert, and its counts have 5 entries, not num_experts = 6.*"
+                                          r"minlength=num_experts"):
+        lesson14.check_dispatch(counts_without_minlength)
 
 
 def rank_0_returns_early(rows, expert, num_experts, group=None):
@@ -196,7 +231,7 @@ def sorted_twice(expert_output, dispatched, token_index, gates, x, group=None):
 
 COMBINE_ANSWERS = {
     combine: None,
-    library_combine: None,
+    library_combine: PACKAGE_ANSWER.format(name="combine", called="combine"),
     reverse_splits_not_swapped: r"(?s)rank 0, all_to_all_single call 1: input_split_sizes=\[2, 2, 3\] add up to 7, "
                                 r"but the input has 6 rows.*the reverse trip swaps the split lists",
     gates_forgotten: r"(?s)rank 0, token 0: got .*the gate weights are missing",
@@ -266,8 +301,16 @@ def replicated_over_dp_group(replicated, expert, dp_group):
         dist.all_reduce(p.grad, group=dp_group)
 
 
+def paired_by_zip(replicated, expert, dp_group):
+    for r, e in zip(replicated, expert):   # stops at the shorter list
+        dist.all_reduce(r.grad)
+        dist.all_reduce(e.grad, group=dp_group)
+
+
 REDUCE_ANSWERS = {
     reduce_gradients: None,
+    paired_by_zip: r"(?s)^rank 0, replicated parameter 2: not all-reduced, though replicated parameters 0 to 1 and "
+                   r"every expert one were.*zip\(replicated, expert\) stops at the shorter list",
     experts_over_every_rank: r"(?s)rank 0, expert parameter 0.*summed over all 4 ranks: ranks 0 and 1 hold DIFFERENT "
                              r"experts",
     experts_not_reduced: r"(?s)rank 0, expert parameter 0.*not all-reduced: the other rank of your dp group",

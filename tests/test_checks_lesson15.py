@@ -2,7 +2,7 @@
 
 Each wrong answer below is a mistake a learner is likely to make; the test pins the part of the
 feedback that names it, and that no other mistake's hint appears. The combine and zig-zag checks
-run in this process (milliseconds). The ring's eight mistaken answers run in one launch of 3
+run in this process (milliseconds). The ring's ten mistaken answers run in one launch of 3
 gloo ranks (the check's own runner, then its judge); the three hanging rings go through the check
 itself and each runs into an 8 s timeout (about 30 s for the module on 2 busy cores: a hang can
 only be proven by waiting for it). The right answers' ✓ is proven by nbval of
@@ -22,12 +22,13 @@ from ddp_lab.launcher.launch import launch
 
 DEADLOCK_TIMEOUT = 8.0  # a cold start of 3 ranks on a busy 2-core machine takes seconds: stuck ranks must have got there
 COMBINE_HINTS = ("added as they are", "averaged", "weights are swapped", "is the larger of the two",
-                 "lse were added", "overflows float32", "unsqueeze(-1)", "the third block")
+                 "lse were added", "never exponentiate an lse on its own", "safe only where lse_a >= lse_b",
+                 "safe only where lse_b >= lse_a", "unsqueeze(-1)", "the third block", "the package's own answer")
 RING_HINTS = ("later ranks were attended", "applied to every block: it belongs", "and no block was skipped",
               "without the causal triangle", "no causal mask at all", "(rank + t) mod", "never reached your queries",
-              "last pass is not needed")
+              "last pass is not needed", "travel the other way round the ring", "the package's own answer")
 ZIGZAG_HINTS = ("not in sequence order", "unbalanced", "pairing is reversed", "numbered 0 to",
-                "held by exactly one rank")
+                "held by exactly one rank", "the package's own answer")
 
 
 def _raises_only(check, answer, hints: tuple, expected: str, **kwargs) -> None:
@@ -81,6 +82,25 @@ def combine_no_unsqueeze(out_a, lse_a, out_b, lse_b):
     return torch.exp(lse_a - lse) * out_a + torch.exp(lse_b - lse) * out_b, lse
 
 
+def combine_log1p_safe_for_a(out_a, lse_a, out_b, lse_b):
+    lse = lse_a + torch.log1p(torch.exp(lse_b - lse_a))   # overflows where lse_b - lse_a > 88.7
+    return torch.exp(lse_a - lse).unsqueeze(-1) * out_a + torch.exp(lse_b - lse).unsqueeze(-1) * out_b, lse
+
+
+def combine_log1p_safe_for_b(out_a, lse_a, out_b, lse_b):
+    lse = lse_b + torch.log1p(torch.exp(lse_a - lse_b))   # overflows where lse_a - lse_b > 88.7
+    return torch.exp(lse_a - lse).unsqueeze(-1) * out_a + torch.exp(lse_b - lse).unsqueeze(-1) * out_b, lse
+
+
+def combine_logsumexp_over_heads(out_a, lse_a, out_b, lse_b):
+    lse = torch.stack([lse_a, lse_b]).logsumexp(dim=-1)   # over the rows, not the two blocks: shape (2, 2, 3)
+    return torch.exp(lse_a - lse).unsqueeze(-1) * out_a + torch.exp(lse_b - lse).unsqueeze(-1) * out_b, lse
+
+
+def combine_the_packages(out_a, lse_a, out_b, lse_b):
+    return combine(out_a, lse_a, out_b, lse_b)
+
+
 def combine_stub(out_a, lse_a, out_b, lse_b):
     raise NotImplementedError("weigh each output by its share")
 
@@ -89,13 +109,26 @@ def combine_stub(out_a, lse_a, out_b, lse_b):
     (combine_unscaled, "added as they are"),
     (combine_averaged, "averaged"),
     (combine_swapped, "weights are swapped"),
-    (combine_without_the_max, "overflows float32"),
+    (combine_without_the_max, "never exponentiate an lse on its own"),
+    (combine_log1p_safe_for_a, "safe only where lse_a >= lse_b"),
+    (combine_log1p_safe_for_b, "safe only where lse_b >= lse_a"),
     (combine_max_lse, "is the larger of the two"),
     (combine_added_lse, "lse were added"),
     (combine_no_unsqueeze, "unsqueeze(-1)"),
+    (combine_the_packages, "the package's own answer"),
 ])
 def test_combine_names_each_mistake_and_only_it(answer, expected):
     _raises_only(check_combine, answer, COMBINE_HINTS, expected)
+
+
+def test_combine_shows_an_error_in_the_learners_code_without_a_borrowed_hint():
+    # a size mismatch that is not a (rows,) weight meeting (rows, d) outputs: no unsqueeze hint, the learner's line
+    with pytest.raises(CheckFailed) as failure:
+        check_combine(combine_logsumexp_over_heads)
+    message = str(failure.value)
+    assert message.startswith("combine_logsumexp_over_heads raised RuntimeError: The size of tensor a (5) must match "
+                              "the size of tensor b (3)"), message
+    assert "torch.exp(lse_a - lse).unsqueeze(-1) * out_a" in message and "Hint" not in message, message
 
 
 def test_combine_stub_says_not_written():
@@ -106,10 +139,13 @@ def test_combine_stub_says_not_written():
 # --- ring_attention --------------------------------------------------------------------------
 
 def make_ring(*, skip_future=True, mask=lambda rank, source: rank == source, source_of=None, blocking=False,
-              passes=None, recv_from=-1, steps=None, wrap=True):
+              passes=None, send_to=+1, recv_from=-1, steps=None, wrap=True, package=False):
     """A ring attention answer with one mistake switched on (the defaults give the right answer)."""
 
     def ring_attention(q, k, v):
+        if package:
+            from ddp_lab.course.context_parallel.ring import ring_attention as packaged
+            return packaged(q, k, v)
         rank, world_size = dist.get_rank(), dist.get_world_size()
         state = None
         for step in range(world_size if steps is None else steps):
@@ -126,7 +162,7 @@ def make_ring(*, skip_future=True, mask=lambda rank, source: rank == source, sou
                     dist.recv(received_v, src=(rank + recv_from) % world_size)
                 else:
                     size = world_size if wrap else world_size + 1   # no wrap: rank + 1 past the last rank
-                    works = [dist.isend(k, dst=(rank + 1) % size), dist.isend(v, dst=(rank + 1) % size),
+                    works = [dist.isend(k, dst=(rank + send_to) % size), dist.isend(v, dst=(rank + send_to) % size),
                              dist.irecv(received_k, src=(rank + recv_from) % size),
                              dist.irecv(received_v, src=(rank + recv_from) % size)]
                     for work in works:
@@ -146,6 +182,8 @@ RING_MISTAKES = [
     (dict(source_of=lambda rank, step, world_size: (rank + step) % world_size), "(rank + t) mod"),
     (dict(steps=1), "never reached your queries"),
     (dict(passes=3), "last pass is not needed"),
+    (dict(send_to=-1, recv_from=+1), "travel the other way round the ring"),   # on 3 ranks: (rank + t) mod looks alike
+    (dict(package=True), "the package's own answer"),
 ]
 
 
@@ -180,7 +218,13 @@ def test_ring_stops_a_wrong_source_with_the_peers():
 
 # --- zigzag_chunks ---------------------------------------------------------------------------
 
+def zigzag_of_the_package(rank, world_size):
+    from ddp_lab.course.context_parallel.layout import zigzag_chunks
+    return zigzag_chunks(rank, world_size)
+
+
 @pytest.mark.parametrize("answer, expected", [
+    (zigzag_of_the_package, "the package's own answer"),
     (lambda rank, n: [2 * n - 1 - rank, rank], "not in sequence order"),
     (lambda rank, n: [2 * rank, 2 * rank + 1], "unbalanced"),
     (lambda rank, n: [rank, rank + n], "unbalanced"),

@@ -12,12 +12,14 @@ Introduced in notebooks/02-collectives.ipynb.
 from __future__ import annotations
 
 import ast
+import contextlib
 import inspect
 import os
 import re
 import sysconfig
 import textwrap
 import traceback
+from typing import Iterator
 
 import torch
 
@@ -25,6 +27,7 @@ from ddp_lab.checks import CheckFailed
 from ddp_lab.instruments.collectives import replacing_dist_calls
 from ddp_lab.launcher.errors import LaunchError, LaunchTimeout
 from ddp_lab.launcher.launch import launch
+from ddp_lab.launcher.payload import cell_names, rename_cells
 from ddp_lab.launcher.reports import blocked_in
 
 # Collectives a "build it from send/recv" answer must not call.
@@ -121,13 +124,132 @@ def stub_failure(name: str, error: NotImplementedError) -> CheckFailed:
                        "Replace the `raise NotImplementedError` line with your answer.")
 
 
-def answer_raised(name: str, error: Exception, case: str) -> CheckFailed:
-    """The CheckFailed for an in-process answer that raised: a stub, or a library's error shown as that library's."""
+def answer_raised(name: str, error: Exception, case: str, hint: str | None = None) -> CheckFailed:
+    """The CheckFailed for an in-process answer that raised: a stub, or the error with the learner's lines.
+
+    Like a rank's error (`failure_message`): what raised (a library's error named as that library's), for
+    which input, then the learner's own frames, where the error happened in their code. `hint`: a line
+    naming the mistake, given only where the error itself shows it.
+    """
     if isinstance(error, NotImplementedError) and raising_library(error) is None:
         return stub_failure(name, error)
     library = raising_library(error)
     inside = f" inside {library}" if library and library != "ddp_lab" else ""
-    return CheckFailed(f"{name} raised {type(error).__name__}{inside}: {error}\nwhile {case}.")
+    frames = your_frames(rename_cells("".join(traceback.format_exception(error)), cell_names()))
+    where = f"\n{frames}" if frames else ""
+    return CheckFailed(f"{name} raised {type(error).__name__}{inside}: {error}\nwhile {case}.{where}"
+                       + (f"\nHint: {hint}" if hint else ""))
+
+
+# --- an answer that calls the package's own answer to its exercise ---------------------------------
+
+class PackageAnswerCalled(BaseException):
+    """Raised by a package answer that `watching_calls` armed: the learner's function called it.
+
+    A BaseException, so an answer's `except Exception` (a search that skips plans which raise) lets it through.
+    """
+
+
+_TRIPPED: list = []   # the code objects of the armed answers that were called
+
+
+def _tripwire(*args, **kwargs):
+    """The body an armed package answer runs instead of its own (it runs with that function's module globals)."""
+    import sys as system   # lazy: the globals here are the package module's, not this one's
+    common = system.modules["ddp_lab.checks.common"]
+    common._TRIPPED.append(system._getframe().f_code)
+    raise common.PackageAnswerCalled()
+
+
+@contextlib.contextmanager
+def watching_calls(functions) -> Iterator[list[str]]:
+    """Inside the block: the names ('module.qualname') of those of `functions` that it called, directly or
+    through anything it calls (a context manager).
+
+    A check wraps the learner's call in it with the package's own answer to the exercise: an answer that
+    returns ddp_lab's `combine(...)` would pass every comparison without being written. For the block, each
+    function's code is replaced by one that records the call and raises PackageAnswerCalled (nothing runs
+    slower: no tracing); the block then ends there, the exception is swallowed, and the names are in the
+    list. Read it first: whatever the block was to set may be unset. A function with a closure is not watched.
+    """
+    armed: dict = {}
+    names: dict = {}
+    for function in functions:
+        function = inspect.unwrap(function)
+        code = getattr(function, "__code__", None)
+        if code is None or code.co_freevars or function in armed:
+            continue
+        wire = _tripwire.__code__.replace(co_name=code.co_name, co_filename=code.co_filename,
+                                          co_firstlineno=code.co_firstlineno)
+        names[wire] = f"{function.__module__}.{function.__qualname__}"
+        armed[function] = code
+        function.__code__ = wire
+    called: list[str] = []
+    _TRIPPED.clear()
+    try:
+        yield called
+    except PackageAnswerCalled:
+        pass
+    finally:
+        for function, code in armed.items():
+            function.__code__ = code
+        called.extend(dict.fromkeys(names[code] for code in _TRIPPED if code in names))
+        _TRIPPED.clear()
+
+
+def package_answer_used(name: str, called: list[str], how: str = "calls") -> CheckFailed:
+    """The CheckFailed for an answer that called the package's own answer (`watching_calls` found `called`), or
+    (how="is") that is it (`answer_of`)."""
+    return CheckFailed(f"{name} {how} {called[0]}, the package's own answer to this exercise, so the check cannot "
+                       "tell whether your code would be right.\nHint: write it yourself from the lesson's idea (the "
+                       "package's version is there to read and compare with once yours passes).")
+
+
+def answer_of(fn, references) -> str | None:
+    """The reference among `references` that `fn` is, or whose subclass it is (a class), by name; else None."""
+    for reference in references:
+        if fn is reference or (isinstance(fn, type) and isinstance(reference, type) and issubclass(fn, reference)):
+            return f"{reference.__module__}.{reference.__qualname__}"
+    return None
+
+
+# --- evidence in the learner's source --------------------------------------------------------------
+
+def division_into_a_new_tensor(fn) -> str | None:
+    """The first line of fn's source that divides a reduced gradient into a NEW tensor bound to a plain name
+    (`grad = grad / n`, `mean = p.grad / n`, `g = g.div(n)`), or None.
+
+    Evidence for a check whose answer left a gradient as the sum over ranks: such a line did divide, but
+    the gradient the check reads is still the tensor all_reduce changed in place. Counted only where the
+    divided value is a gradient (its text names "grad") or a tensor the function all-reduces.
+    """
+    try:
+        source = textwrap.dedent(inspect.getsource(fn))
+        tree = ast.parse(source)
+    except (OSError, TypeError, SyntaxError, IndentationError):
+        return None
+    reduced = {ast.unparse(node.args[0]) for node in ast.walk(tree)
+               if isinstance(node, ast.Call) and node.args and ast.unparse(node.func).endswith("all_reduce")}
+    found = []
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Assign) and all(isinstance(target, ast.Name) for target in node.targets)):
+            continue
+        value = node.value
+        if isinstance(value, ast.BinOp) and isinstance(value.op, ast.Div):
+            divided = value.left
+        elif isinstance(value, ast.Call) and ast.unparse(value.func).split(".")[-1] in ("div", "true_divide", "divide"):
+            method = isinstance(value.func, ast.Attribute) and ast.unparse(value.func.value) != "torch"
+            # g.div(n) divides g; torch.div(g, n) and div(g, n) their first argument
+            divided = value.func.value if method else (value.args[0] if value.args else None)
+        else:
+            continue
+        text = ast.unparse(divided) if divided is not None else ""
+        if "grad" in text or text in reduced:
+            found.append(node)
+    if not found:
+        return None
+    return ast.get_source_segment(source, min(found, key=lambda node: (node.lineno, node.col_offset)))
+
 
 
 # What an exercise's stub may keep above its `raise NotImplementedError` (lesson 07's names the rank and the shapes):

@@ -4,7 +4,8 @@
     ddp_lab.checks.lesson07.check_idle_fraction(idle_fraction)
 
 The first runs the answer on 3 gloo ranks (a 3-stage pipeline) with a short timeout, so a
-deadlock ends with a message instead of a hang; the second is a plain function of timestamps.
+deadlock ends with a message instead of a hang; the second is a plain function of timestamps
+(an answer that calls the package's own `idle_fraction` is refused).
 
 Introduced in notebooks/07-pipeline-parallelism.ipynb.
 """
@@ -20,7 +21,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ddp_lab.checks import CheckFailed, passed
-from ddp_lab.checks.common import answer_raised, call_case, ensure_written, first_mismatch, only_point_to_point, run_on_ranks
+from ddp_lab.checks.common import (answer_raised, call_case, ensure_written, first_mismatch, only_point_to_point,
+                                   package_answer_used, run_on_ranks, watching_calls)
 from ddp_lab.checks.p2p_log import (log_path, logging_point_to_point, non_neighbour_calls, read_logs,
                                    segfaulted, waits)
 from ddp_lab.course.pipeline_parallel import schedules
@@ -295,12 +297,17 @@ def check_idle_fraction(idle_fraction) -> None:
     """
     reference = schedules.idle_fraction   # the parameter is the learner's idle_fraction
 
+    ensure_written(idle_fraction)
     name = getattr(idle_fraction, "__name__", "idle_fraction")
     for case, spans in _cases().items():
+        got = None
         try:
-            got = idle_fraction(list(spans))
+            with watching_calls((reference,)) as called:
+                got = idle_fraction(list(spans))
         except Exception as error:
             raise answer_raised(name, error, f"computing {case}") from None
+        if called:
+            raise package_answer_used(name, called)
         try:
             got = float(got)
         except (TypeError, ValueError):

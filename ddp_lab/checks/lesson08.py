@@ -5,7 +5,9 @@
 
 Each runs the answer on 2 gloo ranks with a short timeout, so a deadlock ends with a
 message instead of a hang, and compares every rank's result with one process computing
-the same layer unsplit.
+the same layer unsplit. `run_*_answers` runs several answers in one launch and `judge_*` turns
+one answer's results into feedback: the checks are the two in a row, tests batch answers. The package's own f (`CopyToModelParallelRegion`), passed, subclassed or
+called, is refused.
 
 Introduced in notebooks/08-tensor-parallelism.ipynb.
 """
@@ -20,8 +22,10 @@ import torch.nn.functional as F
 import torch.distributed as dist
 
 from ddp_lab.checks import CheckFailed, passed
-from ddp_lab.checks.common import FORBIDDEN, call_case, describe, ensure_written, first_mismatch, run_on_ranks
-from ddp_lab.course.tensor_parallel.communications import reduce_from_model_parallel_region
+from ddp_lab.checks.common import (FORBIDDEN, answer_of, call_case, describe, ensure_written, first_mismatch,
+                                   package_answer_used, run_answers_on_ranks, watching_calls)
+from ddp_lab.course.tensor_parallel.communications import (CopyToModelParallelRegion, copy_to_model_parallel_region,
+                                                           reduce_from_model_parallel_region)
 from ddp_lab.instruments.collectives import replacing_dist_calls
 
 WORLD_SIZE = 2
@@ -56,15 +60,23 @@ def _row_input() -> torch.Tensor:
     return torch.randn(3, 5, IN_FEATURES, generator=torch.Generator().manual_seed(80))  # (b, s, in)
 
 
-def _row_runner(rank: int, row_parallel_forward) -> object:
+def _row_runner(rank: int, answers: tuple) -> list:
+    outputs = []
+    for row_parallel_forward in answers:
+        linear = _linear()
+        x_local = _row_input().chunk(dist.get_world_size(), dim=-1)[rank].clone()  # my input features
+        with torch.no_grad():
+            out = call_case(row_parallel_forward, f"computing a row-parallel nn.Linear({IN_FEATURES}, "
+                            f"{OUT_FEATURES}) on rank {rank} with x_local of shape {tuple(x_local.shape)}",
+                            x_local, linear, rank, dist.get_world_size())
+        outputs.append(out.detach().clone() if torch.is_tensor(out) else out)
+    return outputs
 
-    linear = _linear()
-    x_local = _row_input().chunk(dist.get_world_size(), dim=-1)[rank].clone()  # my input features
-    with torch.no_grad():
-        out = call_case(row_parallel_forward, f"computing a row-parallel nn.Linear({IN_FEATURES}, {OUT_FEATURES}) "
-                        f"on rank {rank} with x_local of shape {tuple(x_local.shape)}",
-                        x_local, linear, rank, dist.get_world_size())
-    return out.detach().clone() if torch.is_tensor(out) else out
+
+def run_row_answers(answers: tuple, timeout: float = 30.0, name: str = "row_parallel_forward") -> list[list]:
+    """Run each answer once on the same 2 ranks (one launch); [answer][rank] -> what it returned there."""
+    return run_answers_on_ranks(_row_runner, answers, WORLD_SIZE, timeout, name, explain=_explain_row,
+                                timeout_hint=HANG_HINT)
 
 
 _SHAPES = re.compile(r"shapes cannot be multiplied \((\d+)x(\d+) and (\d+)x(\d+)\)")
@@ -77,6 +89,10 @@ def _explain_row(failure) -> str | None:
         return None
     weight = (int(shapes.group(3)), int(shapes.group(4)))  # the right-hand matrix of x_local @ weight
     local_in, local_out = IN_FEATURES // WORLD_SIZE, OUT_FEATURES // WORLD_SIZE
+    if int(shapes.group(2)) == local_in // WORLD_SIZE:    # the left-hand matrix: the input, split once more
+        return (f"the input you multiplied has {local_in // WORLD_SIZE} features, but x_local already is this rank's "
+                f"part of the input ({local_in} of the {IN_FEATURES} features): you split it again. Multiply "
+                "x_local as it is by the matching columns of linear.weight")
     if weight in ((IN_FEATURES, local_out), (local_out, IN_FEATURES)):
         return (f"the weight you multiplied by is {weight[0]}x{weight[1]}: {local_out} of the {OUT_FEATURES} ROWS of "
                 f"linear.weight (out_features), a column-parallel split. x_local holds {local_in} of the "
@@ -124,8 +140,11 @@ def check_row_parallel_forward(row_parallel_forward, timeout: float = 30.0) -> N
     """
     ensure_written(row_parallel_forward)
     name = getattr(row_parallel_forward, "__name__", "row_parallel_forward")
-    results = run_on_ranks(_row_runner, (row_parallel_forward,), WORLD_SIZE, timeout, name, _explain_row,
-                           timeout_hint=HANG_HINT)
+    passed(judge_row(name, run_row_answers((row_parallel_forward,), timeout, name)[0]))
+
+
+def judge_row(name: str, results: list) -> str:
+    """Feedback for one row_parallel_forward answer's per-rank outputs: raise CheckFailed, or return the ✓ text."""
     linear, x = _linear(), _row_input()
     with torch.no_grad():
         expected = linear(x)
@@ -140,8 +159,7 @@ def check_row_parallel_forward(row_parallel_forward, timeout: float = 30.0) -> N
             continue
         raise CheckFailed(f"{_mismatch(rank, 'output', got, expected)}.\n"
                           f"Hint: {_row_hint(got, rank, expected, partials, bias)}.")
-    passed(f"{name}: every rank returns linear(x) from its {IN_FEATURES // WORLD_SIZE} input features and one "
-           "all-reduce")
+    return f"{name}: every rank returns linear(x) from its {IN_FEATURES // WORLD_SIZE} input features and one all-reduce"
 
 
 # --- CopyToModelParallelRegion (Megatron's f) ----------------------------------------------
@@ -190,19 +208,38 @@ def _recording(names: list):
     return replacing_dist_calls({name: make(name) for name in COMMUNICATION})
 
 
-def _f_runner(rank: int, function_class) -> dict:
+# The package's own f (an answer that calls it is not checked)
+F_ANSWERS = (CopyToModelParallelRegion, copy_to_model_parallel_region)
 
+
+def _f_runner(rank: int, answers: tuple) -> list[dict]:
+    return [_f_one(rank, function_class) for function_class in answers]
+
+
+def run_f_answers(answers: tuple, timeout: float = 30.0, name: str = "CopyToModelParallelRegion") -> list[list[dict]]:
+    """Run each class once on the same 2 ranks (one launch); [answer][rank] -> its forward, dL/dx and calls."""
+    return run_answers_on_ranks(_f_runner, answers, WORLD_SIZE, timeout, name, timeout_hint=HANG_HINT)
+
+
+def _f_one(rank: int, function_class) -> dict:
     world_size = dist.get_world_size()
     x = _f_input().requires_grad_()
     what = f"on rank {rank}"
     forward_calls: list[str] = []
-    with _recording(forward_calls):
+    watched = (CopyToModelParallelRegion.forward, CopyToModelParallelRegion.backward, copy_to_model_parallel_region)
+    y = None
+    with _recording(forward_calls), watching_calls(watched) as called:
         y = call_case(function_class.apply, f"calling {function_class.__name__}.apply(x) (forward) {what}", x)
-    if not torch.is_tensor(y):
-        return {"forward": y, "x_grad": None, "calls": forward_calls}
+    if called:
+        return {"called": called}
+    if not torch.is_tensor(y) or y.shape != x.shape:   # the judge says what forward returned; no backward
+        return {"forward": y.detach().clone() if torch.is_tensor(y) else y, "x_grad": None, "calls": forward_calls}
     forward_value = y.detach().clone()
     loss = _shard_loss(y, rank, world_size, reduce_from_model_parallel_region)
-    call_case(loss.backward, f"running backward through {function_class.__name__} {what}")
+    with watching_calls(watched) as called:
+        call_case(loss.backward, f"running backward through {function_class.__name__} {what}")
+    if called:
+        return {"called": called}
     return {"forward": forward_value, "x_grad": None if x.grad is None else x.grad.clone(), "calls": forward_calls}
 
 
@@ -220,6 +257,10 @@ def _reference_grads() -> tuple[torch.Tensor, list[torch.Tensor]]:
     return x.grad, parts
 
 
+def _close_to(got: torch.Tensor, want: torch.Tensor) -> bool:
+    return got.shape == want.shape and torch.allclose(got, want, atol=1e-6)
+
+
 def check_copy_to_model_parallel_region(function_class, timeout: float = 30.0) -> None:
     """Check Megatron's f: a torch.autograd.Function that is the identity forward and all-reduces backward.
 
@@ -234,16 +275,30 @@ def check_copy_to_model_parallel_region(function_class, timeout: float = 30.0) -
     if not (isinstance(function_class, type) and issubclass(function_class, torch.autograd.Function)):
         raise CheckFailed(f"{name} is {describe(function_class)}; pass the class itself, a subclass of "
                           "torch.autograd.Function (not its .apply, not an instance).")
+    reference = answer_of(function_class, F_ANSWERS)
+    if reference:
+        raise package_answer_used(name, [reference], "is (or subclasses)")
     ensure_written(function_class.forward, name)   # the exercise's stub raises in forward: refused before ranks start
-    results = run_on_ranks(_f_runner, (function_class,), WORLD_SIZE, timeout, name, timeout_hint=HANG_HINT)
+    passed(judge_f(name, run_f_answers((function_class,), timeout, name)[0]))
+
+
+def judge_f(name: str, results: list[dict]) -> str:
+    """Feedback for one f answer's per-rank results (`run_f_answers`): raise CheckFailed, or return the ✓ text."""
     x = _f_input()
     expected, parts = _reference_grads()
+    called = next((result["called"] for result in results if "called" in result), None)
+    if called:
+        raise package_answer_used(name, called)
     for rank in range(WORLD_SIZE):
         result = results[rank]
         forward = result["forward"]
         if not torch.is_tensor(forward) or forward.shape != x.shape:
+            scattered = torch.is_tensor(forward) and any(
+                _close_to(forward, x.chunk(WORLD_SIZE, dim=dim)[rank]) for dim in range(x.dim()))
+            hint = ("\nHint: this is the rank's chunk of x: f does not split its input (that is Megatron's scatter). "
+                    "Every rank needs the whole x: its column-parallel layer splits the WEIGHTS." if scattered else "")
             raise CheckFailed(f"rank {rank}: forward returned {describe(forward)}; expected x itself, a tensor of "
-                              f"shape {tuple(x.shape)}.")
+                              f"shape {tuple(x.shape)}.{hint}")
         if not torch.allclose(forward, x, atol=1e-6):
             if torch.allclose(forward, WORLD_SIZE * x, atol=1e-5):
                 hint = ("forward returned the SUM of x over the ranks: f does not communicate in forward (every rank "
@@ -276,4 +331,4 @@ def check_copy_to_model_parallel_region(function_class, timeout: float = 30.0) -
         else:
             hint = "backward must return the gradient summed over the ranks: dist.all_reduce(grad), then return it"
         raise CheckFailed(f"{_mismatch(rank, 'dL/dx', got, expected)}.\nHint: {hint}.")
-    passed(f"{name}: identity in forward, all-reduce in backward; dL/dx equals the unsplit MLP's on every rank")
+    return f"{name}: identity in forward, all-reduce in backward; dL/dx equals the unsplit MLP's on every rank"

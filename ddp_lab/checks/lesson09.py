@@ -6,7 +6,8 @@
 The formula check runs in the notebook's process against `ddp_lab.course.sharding.state_bytes`;
 the ZeRO-1 check trains 3 Adam steps on 2 gloo ranks with a short timeout and compares
 every rank's gradient shards, optimizer state and parameters with one process training on
-the whole batch.
+the whole batch (the shards zero1_init returns are checked before zero1_step runs). The formula
+check refuses an answer that calls the package's own `state_bytes_per_rank`.
 
 Introduced in notebooks/09-zero-and-fsdp.ipynb.
 """
@@ -19,7 +20,8 @@ import torch.nn.functional as F
 import torch.distributed as dist
 
 from ddp_lab.checks import CheckFailed, passed
-from ddp_lab.checks.common import answer_raised, call_case, ensure_written, run_on_ranks
+from ddp_lab.checks.common import (answer_raised, call_case, describe, division_into_a_new_tensor, ensure_written,
+                                   package_answer_used, run_answers_on_ranks, watching_calls)
 from ddp_lab.instruments.tensor_bytes import optimizer_state_bytes
 from ddp_lab.course.sharding.state_bytes import BYTES_PER_PARAMETER, COMPONENTS, SHARDED_BY_STAGE, state_bytes_per_rank
 
@@ -48,10 +50,14 @@ def check_state_bytes(state_bytes) -> None:
     ensure_written(state_bytes)
     for n_params, stage, world_size, precision in FORMULA_CASES:
         case = f"state_bytes({n_params}, stage={stage}, world_size={world_size}, precision={precision!r})"
+        got = None
         try:
-            got = state_bytes(n_params, stage, world_size, precision)
+            with watching_calls((state_bytes_per_rank,)) as called:
+                got = state_bytes(n_params, stage, world_size, precision)
         except Exception as error:
             raise answer_raised(getattr(state_bytes, "__name__", "state_bytes"), error, f"computing {case}") from None
+        if called:
+            raise package_answer_used(getattr(state_bytes, "__name__", "state_bytes"), called)
         want = state_bytes_per_rank(n_params, stage, world_size, precision)
         if not isinstance(got, dict) or set(got) != set(COMPONENTS):
             raise CheckFailed(f"{case} returned {str(got)[:100]}; expected a dict with the keys "
@@ -104,8 +110,16 @@ def _batches(world_size: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
             for _ in range(STEPS)]
 
 
-def _zero1_runner(rank: int, zero1_init, zero1_step) -> dict:
+def _zero1_runner(rank: int, answers: tuple) -> list[dict]:
+    return [_zero1_one(rank, zero1_init, zero1_step) for zero1_init, zero1_step in answers]
 
+
+def run_zero1_answers(answers: tuple, timeout: float = 60.0, name: str = "zero1_step") -> list[list[dict]]:
+    """Run each (zero1_init, zero1_step) pair once on the same 2 ranks (one launch); [answer][rank] -> its records."""
+    return run_answers_on_ranks(_zero1_runner, answers, WORLD_SIZE, timeout, name)
+
+
+def _zero1_one(rank: int, zero1_init, zero1_step) -> dict:
     world_size = dist.get_world_size()
     model = _model()
     params = list(model.parameters())
@@ -116,6 +130,19 @@ def _zero1_runner(rank: int, zero1_init, zero1_step) -> dict:
     if not isinstance(optimizer, torch.optim.Optimizer):
         return {"bad_optimizer": type(optimizer).__name__}
     shards = list(shards)
+    names = [name for name, _ in model.named_parameters()]
+    for name, p, shard in zip(names, params, shards):   # found here, before zero1_step trips over it
+        want = p.detach().reshape(-1).chunk(world_size)[rank]
+        if not torch.is_tensor(shard) or shard.shape != want.shape or not torch.equal(shard.detach(), want):
+            if torch.is_tensor(shard) and shard.shape == p.shape and torch.equal(shard.detach(), p.detach()):
+                kind = "whole"
+            elif (torch.is_tensor(shard) and shard.numel() == want.numel()
+                  and torch.equal(shard.detach().reshape(-1), p.detach().chunk(world_size)[rank].reshape(-1))):
+                kind = "unflattened"
+            else:
+                kind = "other"
+            return {"bad_shard": (name, describe(shard), tuple(p.shape), tuple(want.shape), kind)}
+    kind, lrs = type(optimizer).__name__, sorted({group.get("lr") for group in optimizer.param_groups}, key=str)
     records = []
     for step, (x, y) in enumerate(_batches(world_size)):
         for p in params:
@@ -127,7 +154,7 @@ def _zero1_runner(rank: int, zero1_init, zero1_step) -> dict:
                   params, shards, optimizer, name=step_name)
         records.append({"before": before, "local": local, "params": [p.detach().clone() for p in params],
                         "shard_grads": [None if s.grad is None else s.grad.detach().clone() for s in shards],
-                        "adam_values": optimizer_state_bytes(optimizer) // 4})
+                        "adam_values": optimizer_state_bytes(optimizer) // 4, "optimizer": kind, "lr": lrs})
     return {"records": records}
 
 
@@ -165,22 +192,46 @@ def check_zero1(zero1_init, zero1_step, timeout: float = 60.0) -> None:
     ensure_written(zero1_step)
     name = getattr(zero1_step, "__name__", "zero1_step")
     init_name = getattr(zero1_init, "__name__", "zero1_init")
-    results = run_on_ranks(_zero1_runner, (zero1_init, zero1_step), WORLD_SIZE, timeout, name)
+    results = run_zero1_answers(((zero1_init, zero1_step),), timeout, name)[0]
+    passed(judge_zero1(name, init_name, results, division_into_a_new_tensor(zero1_step)))
+
+
+def judge_zero1(name: str, init_name: str, results: list[dict], division: str | None = None) -> str:
+    """Feedback for one (zero1_init, zero1_step) answer's per-rank results (`run_zero1_answers`): raise CheckFailed,
+    or return the ✓ text. `division`: a line of zero1_step that divides a gradient into a new tensor
+    (`division_into_a_new_tensor`), evidence for a gradient left as the sum."""
     for rank in range(WORLD_SIZE):
         if "bad_optimizer" in results[rank]:
             raise CheckFailed(f"rank {rank}: {init_name} returned {results[rank]['bad_optimizer']} as its optimizer; "
                               "expected a torch.optim.Optimizer (Adam over this rank's shards), as (shards, optimizer).")
+        if "bad_shard" in results[rank]:
+            param, got, whole, shape, kind = results[rank]["bad_shard"]
+            if kind == "whole":
+                raise CheckFailed(f"rank {rank}: {init_name}'s shard of {param!r} is the whole parameter, shape "
+                                  f"{whole}: every rank would hold and step the full optimizer.\nHint: ZeRO-1 gives "
+                                  f"each rank chunk {rank} of each flattened parameter (shape {shape}) and builds Adam "
+                                  "over those shards only, so every rank keeps 1/world_size of its state.")
+            hint = ("it holds the right values, but chunked along the parameter's first dimension: flatten the "
+                    "parameter first, so the shard lines up with the slice of the flattened gradient that "
+                    f"{name} gives it" if kind == "unflattened" else
+                    "each shard is this rank's chunk of the flattened parameter, an independent copy")
+            raise CheckFailed(f"rank {rank}: {init_name}'s shard of {param!r} is {got}; expected shape {shape}, chunk "
+                              f"{rank} of p.reshape(-1).chunk(world_size).\nHint: {hint}.")
     grads, params = _reference()
     names = [n for n, _ in _model().named_parameters()]
     n_params = sum(p.numel() for p in _model().parameters())
     for step in range(STEPS):
         for rank in range(WORLD_SIZE):
-            _check_step(results[rank]["records"][step], rank, step, grads[step], params[step], names, n_params)
-    passed(f"{name}: ZeRO-1 on {WORLD_SIZE} ranks == one process for {STEPS} Adam steps, with Adam state for "
-           f"1/{WORLD_SIZE} of the parameters on each rank")
+            _check_step(results[rank]["records"][step], rank, step, grads[step], params[step], names, n_params,
+                        division)
+    return (f"{name}: ZeRO-1 on {WORLD_SIZE} ranks == one process for {STEPS} Adam steps, with Adam state for "
+            f"1/{WORLD_SIZE} of the parameters on each rank")
 
 
-def _check_step(got: dict, rank: int, step: int, grads, params, names, n_params: int) -> None:
+def _check_step(got: dict, rank: int, step: int, grads, params, names, n_params: int,
+                division: str | None = None) -> None:
+    """CheckFailed at the first thing rank `rank` got wrong in step `step`. `division`: a line of zero1_step that
+    divides a gradient into a new tensor (`division_into_a_new_tensor`), evidence for a gradient left as the sum."""
     where = f"rank {rank}, step {step}"
     full, mine = 2 * n_params, 2 * n_params // WORLD_SIZE
     if len(got["shard_grads"]) != len(names):
@@ -201,9 +252,10 @@ def _check_step(got: dict, rank: int, step: int, grads, params, names, n_params:
                           "ZeRO-1 builds Adam over this rank's shards only (a flattened chunk of each parameter), "
                           "so it keeps 1/world_size of the state.")
     if got["adam_values"] != mine:
+        kind = f" (yours is {got['optimizer']})" if got["optimizer"] != "Adam" else ""
         raise CheckFailed(f"{where}: the optimizer holds {got['adam_values']} Adam state values, expected {mine} "
                           f"(exp_avg and exp_avg_sq for this rank's {n_params // WORLD_SIZE} values).\nHint: build "
-                          "torch.optim.Adam over the shards zero1_init returns, one chunk per parameter.")
+                          f"torch.optim.Adam{kind} over the shards zero1_init returns, one chunk per parameter.")
     for index, name in enumerate(names):
         want = grads[index].reshape(-1).chunk(WORLD_SIZE)[rank]
         grad = got["shard_grads"][index]
@@ -217,6 +269,10 @@ def _check_step(got: dict, rank: int, step: int, grads, params, names, n_params:
             hint = (f"it is the average divided by world_size again: the gradients were averaged twice. Divide by "
                     f"world_size once, after the all_reduce (or slice the sum and divide the slice); Adam hides "
                     f"the scale in the parameters, so only the gradient shows it")
+        elif _close(grad, want * WORLD_SIZE) and division:
+            hint = (f"it is the SUM over ranks. Your line `{division}` divides into a NEW tensor, and the shard's "
+                    "gradient is sliced from p.grad, which still holds the sum: divide in place (p.grad /= "
+                    "world_size) or slice the divided tensor")
         elif _close(grad, want * WORLD_SIZE):
             hint = "it is the SUM over ranks: divide by world_size after dist.all_reduce, to get DDP's mean"
         elif _close(grad, local):
@@ -232,16 +288,26 @@ def _check_step(got: dict, rank: int, step: int, grads, params, names, n_params:
         if _close(value, want):
             continue
         raise CheckFailed(f"{where}: parameter {name!r} after the step is {_short(value)}, expected {_short(want)}."
-                          f"\nHint: {_params_hint(value, want, before, rank)}")
+                          f"\nHint: {_params_hint(value, want, before, rank, got)}")
 
 
-def _params_hint(value: torch.Tensor, want: torch.Tensor, before: torch.Tensor, rank: int) -> str:
+def _params_hint(value: torch.Tensor, want: torch.Tensor, before: torch.Tensor, rank: int, got: dict) -> str:
     got_chunks = value.reshape(-1).chunk(WORLD_SIZE)
     want_chunks = want.reshape(-1).chunk(WORLD_SIZE)
     old_chunks = before.reshape(-1).chunk(WORLD_SIZE)
     if _close(value, before):
         return ("the parameters did not change: after optimizer.step() all-gather the updated shards into p "
                 "(the optimizer only updated the shards).")
+    moved, want_moved = value - before, want - before
+    scale = float((moved * want_moved).sum() / (want_moved * want_moved).sum())
+    if not 0.98 < scale < 1.02 and torch.allclose(moved, scale * want_moved, rtol=1e-3, atol=1e-7):
+        lr = got["lr"][0] if len(got["lr"]) == 1 else got["lr"]
+        if got["lr"] != [LR]:
+            return (f"every value moved {scale:.3g} times as far as one process's Adam step, and your optimizer's "
+                    f"learning rate is {lr}: the check's Adam uses lr={LR} (Adam's step is proportional to lr).")
+        return (f"every value moved {scale:.3g} times as far as one process's Adam step with the same lr: something "
+                "scales the update itself (scaling the gradients would not: Adam's step does not change when its "
+                "gradient is scaled).")
     source = [next((k for k, w in enumerate(want_chunks) if _close(g, w)), None) for g in got_chunks]
     if None not in source and source != list(range(WORLD_SIZE)):
         slots = ", ".join(f"slot {j} holds rank {k}'s shard" for j, k in enumerate(source) if j != k)

@@ -9,7 +9,8 @@ then on 4 gloo ranks against real meshes (`init_device_mesh("cpu", shape,
 mesh_dim_names=("dp", "tp"))` for the shapes 4 ranks can make). The second trains one step
 of a tensor-parallel model on a (dp=3, tp=2) mesh of 6 ranks (so dividing by the dp size,
 the tp size and the world size give three different answers), with the collectives the
-answer runs counted per mesh dimension, and compares the gradients with one process.
+answer runs counted per mesh dimension, and compares the gradients with one process. An answer
+that calls the package's `RankLayout` for its groups is refused.
 
 Introduced in notebooks/10-2d-mesh.ipynb.
 """
@@ -23,13 +24,17 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ddp_lab.checks import CheckFailed, passed
-from ddp_lab.checks.common import (answer_raised, call_case, describe, ensure_written, first_mismatch,
-                                   run_answers_on_ranks, run_on_ranks)
+from ddp_lab.checks.common import (answer_raised, call_case, describe, division_into_a_new_tensor, ensure_written,
+                                   first_mismatch, package_answer_used, run_answers_on_ranks, run_on_ranks,
+                                   watching_calls)
 from ddp_lab.course.mesh import mesh_groups
+from ddp_lab.course.rank_layout import RankLayout
 from ddp_lab.instruments.mesh_traffic import count_mesh_traffic
 from ddp_lab.torch_compat.dtensor import dtensor_api, full_tensor
 
 WORLD_SIZE = 4
+# The package's own answer to the groups exercise (an answer that calls it is not checked)
+GROUPS_ANSWERS = (RankLayout.group_of, RankLayout.groups, RankLayout.group)
 REAL_SHAPES = ((2, 2), (4, 1), (1, 4))          # every (dp, tp) mesh 4 ranks can form
 MORE_SHAPES = ((2, 3), (3, 2), (2, 4), (4, 2))  # not square: rows and columns differ in length
 
@@ -127,10 +132,14 @@ def _answers(dp_tp_groups, name: str, shape: tuple[int, int]) -> dict:
     answers = {}
     for rank in range(shape[0] * shape[1]):
         case = f"computing the groups of rank {rank} in a (dp={shape[0]}, tp={shape[1]}) mesh"
+        got = None
         try:
-            got = dp_tp_groups(rank, *shape)
+            with watching_calls(GROUPS_ANSWERS) as called:
+                got = dp_tp_groups(rank, *shape)
         except Exception as error:
             raise answer_raised(name, error, case) from None
+        if called:
+            raise package_answer_used(name, called)
         answers[rank] = (got, _normalise(got))
     return answers
 
@@ -209,7 +218,7 @@ def run_average_gradients_answers(answers: tuple, timeout: float = 60.0,
 
 
 def _traffic_hint(calls: list[tuple]) -> str | None:
-    dims = {dim for dim, _, _ in calls}
+    dims = {dim for dim, op, _ in calls if "reduce" in op}   # an all-gather (full_tensor()) sums nothing
     if "other" in dims:
         return (f"your answer ran a collective over a group that is neither a row nor a column of the mesh (without "
                 f"group=, dist.all_reduce reduces over all {DP_SIZE * TP_SIZE} ranks): the ranks of a row hold "
@@ -236,12 +245,14 @@ def check_average_gradients(average_gradients, timeout: float = 60.0) -> None:
     """
     ensure_written(average_gradients)
     name = getattr(average_gradients, "__name__", "average_gradients")
-    passed(judge_average_gradients(name, run_average_gradients_answers((average_gradients,), timeout, name)[0]))
+    passed(judge_average_gradients(name, run_average_gradients_answers((average_gradients,), timeout, name)[0],
+                                   division_into_a_new_tensor(average_gradients)))
 
 
-def judge_average_gradients(name: str, results: list[dict]) -> str:
+def judge_average_gradients(name: str, results: list[dict], division: str | None = None) -> str:
     """The ✓ line for one answer's results on every rank (`run_average_gradients_answers`), or CheckFailed naming its
-    mistake."""
+    mistake. `division`: a line of the answer that divides a gradient into a new tensor
+    (`division_into_a_new_tensor`), evidence for gradients left as the sum."""
     rows = [_row_grads([row]) for row in range(DP_SIZE)]
     for rank in range(DP_SIZE * TP_SIZE):
         hint = _traffic_hint(results[rank]["calls"])
@@ -258,7 +269,11 @@ def judge_average_gradients(name: str, results: list[dict]) -> str:
             index = first_mismatch(got, want, atol=1e-6)
             where = (f"rank {rank}, {param}.grad{list(index)}: got {got[index].item():.5f}, "
                      f"expected {want[index].item():.5f}")
-            if torch.allclose(got, want_sum, atol=1e-6, rtol=1e-5):
+            if torch.allclose(got, want_sum, atol=1e-6, rtol=1e-5) and division:
+                hint = (f"this is the SUM over the {DP_SIZE} rows. Your line `{division}` divides into a NEW tensor "
+                        "and leaves the gradient as all_reduce made it: divide in place (grad.div_(...) or grad /= "
+                        "...) on the local shard, which shares p.grad's memory.")
+            elif torch.allclose(got, want_sum, atol=1e-6, rtol=1e-5):
                 hint = (f"this is the SUM over the {DP_SIZE} rows: each row's loss is already a mean over its share "
                         f"of the batch, so divide the all-reduced gradient by the dp size ({DP_SIZE}).")
             elif torch.allclose(got, want_sum / (DP_SIZE * TP_SIZE), atol=1e-6, rtol=1e-5):

@@ -96,6 +96,13 @@ def _check_uninterrupted(runs: list[list[dict]]) -> None:
             raise CheckFailed(f"rank {rank}: the uninterrupted run called step_fn with steps {steps}; expected "
                               f"0, 1, ..., {TOTAL_STEPS - 1}, each once, in order.\nHint: count the steps over "
                               "all epochs (the global step) and stop at total_steps.")
+    for rank, records in enumerate(runs):   # a run that never reshuffles resumes "right", but is not train_plain's run
+        batches = [r["x"] for r in records]
+        if all(torch.equal(batches[step], batches[step % STEPS_PER_EPOCH]) for step in range(TOTAL_STEPS)):
+            raise CheckFailed(f"rank {rank}: the uninterrupted run trained every epoch on epoch 0's batches, in the "
+                              "same order: its sampler never learned the epoch.\nHint: call sampler.set_epoch(epoch) "
+                              "before taking an epoch's batches, as train_plain does (DistributedSampler shuffles "
+                              "with seed + epoch), and on resume set the epoch the checkpoint's step falls in.")
 
 
 def _batch_hint(rank: int, step: int, got: torch.Tensor, reference: list[dict]) -> str:

@@ -7,7 +7,8 @@ Both answers are pure Python, so the checks run in the notebook's process (no ra
 first compares the learner's formula with the planner's `model_state_bytes` on several ZeRO
 stages, data-parallel sizes and precisions; the second evaluates the learner's strategy with
 the planner (`ddp_lab.plan.evaluate`) and compares its predicted throughput with the best
-plan `ddp_lab.plan.search` finds. Every failure names the likely mistake.
+plan `ddp_lab.plan.search` finds. Every failure names the likely mistake; an answer that calls
+the planner's own answer (`model_state_bytes`, `search`, `candidates`) is refused.
 
 Introduced in notebooks/13-plan-your-training-run.ipynb.
 """
@@ -17,13 +18,17 @@ from __future__ import annotations
 import math
 
 from ddp_lab.checks import CheckFailed, passed
-from ddp_lab.checks.common import answer_raised, ensure_written
+from ddp_lab.checks.common import answer_raised, ensure_written, package_answer_used, watching_calls
+from ddp_lab.course.plan.search import candidates
 from ddp_lab.plan import ClusterSpec, Strategy, Transformer, breakdown, evaluate, model_state_bytes, search
 
 GB, GiB = 10**9, 2**30
 PARTS = ("params", "grads", "optimizer")   # the names of ddp_lab.sharding.state_bytes, as in lesson 09
 FIRST_SHARDED = {"optimizer": 1, "grads": 2, "params": 3}   # the ZeRO stage that starts sharding each
 WORDS = {"params": "parameters", "grads": "gradients", "optimizer": "optimizer state"}
+# The planner's own answers to the exercises (an answer that calls one is not checked)
+MODEL_STATES_ANSWERS = (model_state_bytes,)
+CHOOSE_PLAN_ANSWERS = (search, candidates)
 
 
 # --- exercise 1: model states per GPU, in GB ------------------------------------------------------
@@ -52,10 +57,14 @@ def check_model_states_gb(per_gpu_model_states_gb) -> None:
     name = getattr(per_gpu_model_states_gb, "__name__", "per_gpu_model_states_gb")
     for params, dp, zero, precision in MODEL_STATE_CASES:
         case = f"{name}({params:_}, dp={dp}, zero={zero}, precision={precision!r})"
+        got = None
         try:
-            got = per_gpu_model_states_gb(params, dp, zero, precision)
+            with watching_calls(MODEL_STATES_ANSWERS) as called:
+                got = per_gpu_model_states_gb(params, dp, zero, precision)
         except Exception as error:
             raise answer_raised(name, error, f"computing {case}") from None
+        if called:
+            raise package_answer_used(name, called)
         want_bytes = model_state_bytes(params, Strategy(dp=dp, zero=zero, precision=precision))
         want = {part: getattr(want_bytes, part) / GB for part in PARTS}
         if not isinstance(got, dict) or set(got) != set(PARTS):
@@ -118,22 +127,25 @@ TOLERANCE = 0.05   # within 5 % of the best predicted throughput
 
 
 def _scenarios():
-    """Four runs whose best plans differ, chosen so that each plausible incomplete search loses one of them
-    by more than TOLERANCE (tests/test_checks_lesson13.py tries them): GPT-3 175B on 64 H200, where leaving out
-    ZeRO, sequence parallelism or micro-batches above 1 costs 13-15 %; GPT-2 small on 32 H100, where ZeRO-3
-    everywhere loses 44 %; GPT-3 175B on 64 A100 at a larger batch, where no pipeline loses 17 %;
-    Llama 3 70B on 64 A100 40GB, where nothing fits without full recomputation."""
+    """Five runs whose best plans differ, chosen so that each plausible incomplete search loses one of them
+    by more than TOLERANCE (tests/test_checks_lesson13.py tries them), the cheapest to search first: GPT-3 175B
+    on 64 H200, where leaving out ZeRO, sequence parallelism or micro-batches above 1 costs 13-15 %; Llama 3
+    70B on 64 A100 40GB, where nothing fits without full recomputation; Llama 3 70B on 32 H100 at a small
+    batch, whose best plan is tensor parallelism over a whole node (tp = 8): a search that stops at
+    tp = gpus_per_node - 1 loses 19 %, ZeRO-3 everywhere 8 %; GPT-2 small on 32 H100, where ZeRO-3 everywhere
+    loses 44 %; GPT-3 175B on 64 A100 at a larger batch, where no pipeline loses 17 %."""
 
     return (
         (Transformer.preset("gpt3-175b"), ClusterSpec.preset("h200", nodes=8), 64),
+        (Transformer.preset("llama3-70b"), ClusterSpec.preset("a100-40gb", nodes=8), 64),
+        (Transformer.preset("llama3-70b"), ClusterSpec.preset("h100-sxm", nodes=4), 8),
         (Transformer.preset("gpt2-small"), ClusterSpec.preset("h100-sxm", nodes=4), 64),
         (Transformer.preset("gpt3-175b"), ClusterSpec.preset("a100-80gb", nodes=8), 256),
-        (Transformer.preset("llama3-70b"), ClusterSpec.preset("a100-40gb", nodes=8), 64),
     )
 
 
 def check_choose_plan(choose_plan) -> None:
-    """Check `choose_plan(model, cluster, global_batch) -> Strategy` on four runs (models, clusters, batches).
+    """Check `choose_plan(model, cluster, global_batch) -> Strategy` on five runs (models, clusters, batches).
 
     The strategy must use every GPU (dp * tp * pp = cluster.gpus), keep tensor parallelism inside
     a node, keep the global batch (dp * micro_batch * grad_accum), fit in 90 % of a GPU's memory
@@ -147,15 +159,19 @@ def check_choose_plan(choose_plan) -> None:
     name = getattr(choose_plan, "__name__", "choose_plan")
     for model, cluster, global_batch in _scenarios():
         where = f"{model.name} on {cluster.name} ({cluster.gpus} GPUs), global batch {global_batch}"
+        strategy = None
         try:
-            strategy = choose_plan(model, cluster, global_batch)
+            with watching_calls(CHOOSE_PLAN_ANSWERS) as called:
+                strategy = choose_plan(model, cluster, global_batch)
         except Exception as error:
-            failure = answer_raised(name, error, f"choosing a plan for {where}")
+            hint = None
             if isinstance(error, AttributeError) and "'NoneType'" in str(error):  # best = None ... best.strategy
-                failure = CheckFailed(f"{failure}\nHint: your search ended without a plan (None): none of the "
-                                      "candidates it tried fits this run. plan.search(model, cluster, top=1, "
-                                      "global_batch=global_batch)[0].strategy shows one that does.")
-            raise failure from None
+                hint = ("your search ended without a plan (None): none of the candidates it tried fits this run. "
+                        "plan.search(model, cluster, top=1, global_batch=global_batch), run in a cell of its own, "
+                        "shows one that does.")
+            raise answer_raised(name, error, f"choosing a plan for {where}", hint) from None
+        if called:
+            raise package_answer_used(name, called)
         if not isinstance(strategy, Strategy):
             raise CheckFailed(f"{where}: {name} returned {type(strategy).__name__} {str(strategy)[:80]}; expected a "
                               f"ddp_lab.plan.Strategy (e.g. the .strategy of the best Plan you found).")

@@ -5,32 +5,45 @@
     ddp_lab.checks.lesson14.check_reduce_gradients(reduce_gradients)
 
 The first two run the answer on 3 gloo ranks with 6 experts (2 per rank) and token counts
-chosen so that every rank sends and receives a different number of rows, and they guard every
+chosen so that every rank sends and receives a different number of rows (and one rank has no row
+for the last expert, where counts taken without minlength come out short), and they guard every
 `all_to_all_single` (`ddp_lab.checks.split_guard`): split sizes that do not fit together are
 reported on every rank at once, with what was passed and what the peers send, instead of a
-hang or a crash. The third runs on 4 ranks laid out (dp=2, ep=2). A hang ends at the timeout
-with a hint. `run_*_answers` runs several answers in one launch and `judge_*` turns one
-answer's results into feedback: the checks are the two in a row, tests batch answers.
+hang or a crash. The third runs on 4 ranks laid out (dp=2, ep=2), with three replicated
+parameters and two expert ones (a loop over both lists at once misses one). A hang ends at the
+timeout with a hint. An answer that calls the package's own dispatch or combine is refused.
+`run_*_answers` runs several answers in one launch and `judge_*` turns one answer's results
+into feedback: the checks are the two in a row, tests batch answers.
 
 Introduced in notebooks/14-mixture-of-experts.ipynb.
 """
 
 from __future__ import annotations
 
+import re
+
 import torch
 import torch.distributed as dist
 
 from ddp_lab.checks import CheckFailed, passed
-from ddp_lab.checks.common import CaseFailed, call_case, describe, ensure_written, run_answers_on_ranks
+from ddp_lab.checks.common import (CaseFailed, call_case, describe, ensure_written, package_answer_used,
+                                   run_answers_on_ranks, watching_calls)
 from ddp_lab.checks.split_guard import guarded_all_to_all
+from ddp_lab.course.expert_parallel import combine as reference_combine
 from ddp_lab.course.expert_parallel import dispatch as reference_dispatch
+from ddp_lab.course.expert_parallel import exchange_counts
 from ddp_lab.instruments.collectives import watching_collectives
 
 WORLD_SIZE, NUM_EXPERTS, HIDDEN = 3, 6, 4
 PER_RANK = NUM_EXPERTS // WORLD_SIZE
 # Rank r's rows go to these experts: every rank sends and receives different counts, and the rows a
-# rank sends to one rank belong to both of its experts, in mixed order.
-DISPATCH_EXPERTS = ([3, 0, 5, 1, 3, 4, 0], [5, 2, 2, 0, 4], [1, 4, 2, 1, 3, 5, 0])
+# rank sends to one rank mostly belong to both of its experts, in mixed order. Rank 1 has no row for the
+# last expert, so counts taken without minlength (torch.bincount(expert)) come out one short there.
+DISPATCH_EXPERTS = ([3, 0, 5, 1, 3, 4, 0], [4, 2, 2, 0, 4], [1, 4, 2, 1, 3, 5, 0])
+SHORT_RANK = next(rank for rank, experts in enumerate(DISPATCH_EXPERTS) if NUM_EXPERTS - 1 not in experts)
+# The package's own answers to the exercises (an answer that calls one is not checked)
+DISPATCH_ANSWERS = (reference_dispatch, exchange_counts)
+COMBINE_ANSWERS = (reference_combine,)
 # For combine: each rank's tokens, their two experts and which assignments were kept (a token of
 # every rank lost both, one lost its second).
 COMBINE_EXPERTS = ([[3, 0], [5, 1], [0, 3], [4, 2], [1, 5]],
@@ -67,19 +80,31 @@ def _plain(value):
     return value.detach().clone() if torch.is_tensor(value) else describe(value)
 
 
-def _run_guarded(fn, case: str, *args) -> dict:
-    """Call the answer with its all-to-alls guarded and its other collectives listed; SplitMismatch is a result."""
+def _run_guarded(fn, case: str, *args, answers: tuple = ()) -> dict:
+    """Call the answer with its all-to-alls guarded and its other collectives listed; SplitMismatch is a result.
+
+    `answers`: the package's own answers to the exercise; those the answer called are listed ("called").
+    """
     others: list[tuple[int, str]] = []
+    value, error = None, None
     with guarded_all_to_all() as calls, torch.no_grad(), \
             watching_collectives({name: (0, "tensor") for name in OTHER_COLLECTIVES},
-                                 lambda name, sent: others.append((len(calls), name))):
+                                 lambda name, sent: others.append((len(calls), name))), \
+            watching_calls(answers) as called:
         try:
             value, error = _plain(call_case(fn, case, *args)), None
         except CaseFailed as failure:
             if failure.kind != "SplitMismatch":   # every rank raises SplitMismatch together; anything else is a failure
                 raise
             value, error = None, failure.message
-    return {"value": value, "error": error, "calls": calls, "others": others}
+    return {"value": value, "error": error, "calls": calls, "others": others, "called": list(called)}
+
+
+def _package_answer(name: str, results: list[dict]) -> None:
+    """CheckFailed if the answer called the package's own answer on some rank."""
+    called = next((result.get("called") for result in results if result.get("called")), None)
+    if called:
+        raise package_answer_used(name, called)
 
 
 def _first_split_problem(results: list[dict]) -> int | None:
@@ -88,8 +113,22 @@ def _first_split_problem(results: list[dict]) -> int | None:
     return next((rank for rank in failed if results[rank]["calls"][-1].problem), failed[0] if failed else None)
 
 
+MINLENGTH_HINT = ("rank {rank} has no row for the last expert, and its counts have {short} entries, not num_experts = "
+                  "{experts}: torch.bincount(expert) gives max(expert) + 1 of them. Pass minlength=num_experts, so "
+                  "every rank counts every expert (zeros included)")
+_INVALID_SIZE = re.compile(r"invalid for input of size (\d+)")
+
+
+def _short_count() -> int:
+    """How many experts torch.bincount without minlength counts on SHORT_RANK."""
+    return max(DISPATCH_EXPERTS[SHORT_RANK]) + 1
+
+
 def _explain(failure) -> str | None:
     text = str(failure.exception) + failure.details
+    size = _INVALID_SIZE.search(text)
+    if failure.rank == SHORT_RANK and size and int(size.group(1)) == _short_count():
+        return MINLENGTH_HINT.format(rank=SHORT_RANK, short=_short_count(), experts=NUM_EXPERTS) + "."
     if "Split sizes doesn't match" in text or "split_sizes" in text:
         return SPLITS_HINT
     return None
@@ -100,7 +139,7 @@ def _explain(failure) -> str | None:
 def _dispatch_runner(rank: int, answers: tuple) -> list[dict]:
     expert = torch.tensor(DISPATCH_EXPERTS[rank])
     return [_run_guarded(answer, f"dispatching rank {rank}'s {len(expert)} rows", _rows(rank, len(expert)),
-                         expert.clone(), NUM_EXPERTS) for answer in answers]
+                         expert.clone(), NUM_EXPERTS, answers=DISPATCH_ANSWERS) for answer in answers]
 
 
 def run_dispatch_answers(answers: tuple, timeout: float = 30.0, name: str = "dispatch") -> list[list[dict]]:
@@ -123,7 +162,9 @@ def _split_feedback(rank: int, result: dict, truth: dict, rows_call: str) -> str
     sent, received = truth["sent"][rank].tolist(), truth["received"][rank].sum(dim=1).tolist()
     message = (f"rank {rank}, all_to_all_single call {len(result['calls'])} ({rows_call}): {call.problem}.")
     earlier = len(result["calls"]) - 1 + sum(index < len(result["calls"]) for index, _ in result["others"])
-    if call.input_splits == received and call.output_splits == sent:
+    if rows_call == "the counts" and rank == SHORT_RANK and call.input_shape == (_short_count(),):
+        hint = MINLENGTH_HINT.format(rank=rank, short=_short_count(), experts=NUM_EXPERTS) + "."
+    elif call.input_splits == received and call.output_splits == sent:
         hint = ("the two split lists are swapped. " + SPLITS_HINT)
     elif rows_call.startswith("the rows") and earlier == 0:
         hint = ("this rank made no collective call before sending its rows, so it cannot know how many rows the "
@@ -140,8 +181,12 @@ def _split_feedback(rank: int, result: dict, truth: dict, rows_call: str) -> str
 
 def judge_dispatch(name: str, results: list[dict]) -> str:
     """Feedback for one dispatch answer's per-rank results: raise CheckFailed, or return the ✓ text."""
+    _package_answer(name, results)
     truth = _dispatch_truth()
     rank = _first_split_problem(results)
+    short = results[SHORT_RANK]
+    if rank is not None and short["error"] and short["calls"][-1].input_shape == (_short_count(),):
+        rank = SHORT_RANK   # its counts came out short: the other ranks' problems follow from it
     if rank is not None:
         rows_call = "the rows" if len(results[rank]["calls"][-1].input_shape) > 1 else "the counts"
         raise CheckFailed(_split_feedback(rank, results[rank], truth, rows_call))
@@ -251,7 +296,7 @@ def _combine_runner(rank: int, answers: tuple) -> list[dict]:
     owner_experts = torch.arange(PER_RANK).repeat(WORLD_SIZE).repeat_interleave(sent.received_counts.flatten())
     expert_output = _expert_function(rank * PER_RANK + owner_experts, sent.received)
     return [_run_guarded(answer, f"combining on rank {rank}", expert_output.clone(), sent, token_index.clone(),
-                         gates.clone(), x.clone()) for answer in answers]
+                         gates.clone(), x.clone(), answers=COMBINE_ANSWERS) for answer in answers]
 
 
 def run_combine_answers(answers: tuple, timeout: float = 30.0, name: str = "combine") -> list[list[dict]]:
@@ -297,6 +342,7 @@ COMBINE_HINTS = {
 
 def judge_combine(name: str, results: list[dict]) -> str:
     """Feedback for one combine answer's per-rank results: raise CheckFailed, or return the ✓ text."""
+    _package_answer(name, results)
     rank = _first_split_problem(results)
     if rank is not None:
         call = results[rank]["calls"][-1]
@@ -346,7 +392,8 @@ def check_combine(combine, timeout: float = 30.0) -> None:
 # --- reduce_gradients (EP × DP) ---------------------------------------------------------------
 
 DP_SIZE, EP_SIZE = 2, 2
-REPLICATED_SHAPES, EXPERT_SHAPES = ((3,), (2, 2)), ((2, 3), (3,))
+# three replicated parameters, two expert ones: a loop over zip(replicated, expert) misses one
+REPLICATED_SHAPES, EXPERT_SHAPES = ((3,), (2, 2), (4,)), ((2, 3), (3,))
 
 
 def _local_grads(rank: int) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
@@ -389,10 +436,13 @@ def run_reduce_answers(answers: tuple, timeout: float = 30.0, name: str = "reduc
 def judge_reduce(name: str, results: list[dict]) -> str:
     """Feedback for one reduce_gradients answer's per-rank results: raise CheckFailed, or return the ✓ text."""
     local = [_local_grads(rank) for rank in range(DP_SIZE * EP_SIZE)]
-    everyone = [[sum(local[r][part][i] for r in range(DP_SIZE * EP_SIZE)) for i in range(2)] for part in (0, 1)]
+    counts = (len(REPLICATED_SHAPES), len(EXPERT_SHAPES))
+    everyone = [[sum(local[r][part][i] for r in range(DP_SIZE * EP_SIZE)) for i in range(counts[part])]
+                for part in (0, 1)]
     for rank, result in enumerate(results):
         column = next(ranks for ranks in _dp_groups() if rank in ranks)
-        over_dp = [[sum(local[r][part][i] for r in column) for i in range(2)] for part in (0, 1)]
+        over_dp = [[sum(local[r][part][i] for r in column) for i in range(counts[part])] for part in (0, 1)]
+        _zip_feedback(rank, result, local[rank], everyone[0], over_dp[1])
         for part, what in ((0, "replicated"), (1, "expert")):
             want = everyone[0] if part == 0 else over_dp[1]
             for i, got in enumerate(result[what]):
@@ -418,6 +468,25 @@ def judge_reduce(name: str, results: list[dict]) -> str:
                                   f"Hint: {hint}.")
     return (f"{name}: replicated gradients summed over all {DP_SIZE * EP_SIZE} ranks, expert gradients over their "
             "dp group")
+
+
+def _zip_feedback(rank: int, result: dict, local, replicated_sum, expert_sum) -> None:
+    """CheckFailed if exactly the parameters past the shorter list's length were left unreduced (a zip of the two
+    lists stops there), and every one before them is right."""
+    shorter = min(len(REPLICATED_SHAPES), len(EXPERT_SHAPES))
+    longer, what, want = ((0, "replicated", replicated_sum) if len(REPLICATED_SHAPES) > len(EXPERT_SHAPES)
+                          else (1, "expert", expert_sum))
+    got = result[what]
+    right = all(torch.allclose(got[i], want[i], atol=1e-5) for i in range(shorter))
+    left = all(torch.allclose(got[i], local[longer][i], atol=1e-5) for i in range(shorter, len(got)))
+    other = result["expert" if longer == 0 else "replicated"]
+    other_want = expert_sum if longer == 0 else replicated_sum
+    if right and left and all(torch.allclose(g, w, atol=1e-5) for g, w in zip(other, other_want)):
+        raise CheckFailed(f"rank {rank}, {what} parameter {shorter}: not all-reduced, though {what} parameters 0 to "
+                          f"{shorter - 1} and every {'expert' if longer == 0 else 'replicated'} one were.\nHint: "
+                          f"there are {len(REPLICATED_SHAPES)} replicated parameters and {len(EXPERT_SHAPES)} expert "
+                          "ones, and a loop over zip(replicated, expert) stops at the shorter list: loop over each "
+                          "list on its own.")
 
 
 def check_reduce_gradients(reduce_gradients, timeout: float = 30.0) -> None:

@@ -7,7 +7,9 @@
 The combine and the zig-zag assignment are plain functions, checked in this process. The ring
 runs on 3 gloo ranks (a middle rank exists, and a peer or block off by one shows) with a short
 timeout, so a deadlocked ring ends with a message instead of a hang; every rank's output is
-compared with one process, and a wrong one with what each likely mistake would give.
+compared with one process, and a wrong one with what each likely mistake would give. An
+answer that calls the package's own `combine`, ring attention or `zigzag_chunks` is refused
+(the ring exercise calls `combine` as a tool).
 
 Introduced in notebooks/15-long-sequences.ipynb.
 """
@@ -22,9 +24,10 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from ddp_lab.checks import CheckFailed, passed
-from ddp_lab.checks.common import (call_case, describe, ensure_written, failure_message, first_mismatch,
-                                   only_point_to_point, timeout_message)
+from ddp_lab.checks.common import (answer_raised, call_case, describe, ensure_written, failure_message, first_mismatch,
+                                   only_point_to_point, package_answer_used, timeout_message, watching_calls)
 from ddp_lab.checks.p2p_log import crashed_in
+from ddp_lab.course.context_parallel import layout, ring
 from ddp_lab.course.context_parallel.layout import block_entries
 from ddp_lab.course.context_parallel.online_softmax import block_attention, combine
 from ddp_lab.instruments.collectives import replacing_dist_calls
@@ -33,7 +36,12 @@ from ddp_lab.launcher.launch import launch
 from ddp_lab.launcher.reports import blocked_in
 
 RING_SIZE = 3                     # ranks in the ring check
+ROWS_Q, DIM_Q = 5, 4              # the combine cases' query rows and features (out: (2, 3, 5, 4), lse: (2, 3, 5))
 BATCH, HEADS, ROWS, DIM = 1, 2, 4, 3   # ROWS tokens per rank; DIM != ROWS so a transposed block fails loudly
+# The package's own answers to the exercises (an answer that calls one is not checked)
+COMBINE_ANSWERS = (combine,)
+RING_ANSWERS = (ring.ring_attention, ring.ring_attention_forward, ring.ring_step)
+ZIGZAG_ANSWERS = (layout.zigzag_chunks,)
 
 
 def _close(got, want, atol=1e-5, rtol=1e-4) -> bool:
@@ -44,32 +52,35 @@ def _where(index: tuple) -> str:
     return "[" + ", ".join(str(i) for i in index) + "]"
 
 
-def _not_written(name: str, error: NotImplementedError) -> CheckFailed:
-    return CheckFailed(f"{name} is not written yet: it raised NotImplementedError({str(error)!r}).\n"
-                       "Replace the `raise NotImplementedError` line with your answer.")
-
-
 # --- combine_partial_attention ---------------------------------------------------------------
 
 def _partials(seed: int, blocks: int, score_scale: float) -> tuple[torch.Tensor, list]:
     """One query block (2 x 3 heads x 5 rows) against `blocks` key blocks of different sizes; returns (full, partials)."""
     generator = torch.Generator().manual_seed(seed)
-    q = torch.randn(2, 3, 5, 4, generator=generator) * score_scale      # (b, h, sq, d): sq = 5 != d = 4
+    q = torch.randn(2, 3, ROWS_Q, DIM_Q, generator=generator) * score_scale   # (b, h, sq, d): sq = 5 != d = 4
     sizes = [3, 6, 2][:blocks]
-    k = torch.randn(2, 3, sum(sizes), 4, generator=generator)
-    v = torch.randn(2, 3, sum(sizes), 4, generator=generator) + 1.0     # outputs away from zero: a wrong weight shows
+    k = torch.randn(2, 3, sum(sizes), DIM_Q, generator=generator)
+    v = torch.randn(2, 3, sum(sizes), DIM_Q, generator=generator) + 1.0     # outputs away from zero: a wrong weight shows
     full = block_attention(q, k, v)
     parts = [block_attention(q, kb, vb) for kb, vb in zip(k.split(sizes, dim=-2), v.split(sizes, dim=-2))]
     return full, parts
 
 
 def _combine_cases() -> dict:
+    """Small scores; large ones, where some rows have both lse above 88.7 (exp(lse) overflows float32) and others
+    one lse above the other by more than that, each way round (a combine safe in one direction only fails); three
+    blocks folded as a ring of 3 ranks does."""
     return {
         "combining two partial results with small scores": _partials(150, 2, 1.0),
-        "combining two partial results with large scores (lse up to ~160: exp(lse) overflows float32)":
-            _partials(151, 2, 40.0),
+        "combining two partial results with large scores (lse up to ~170: exp(lse) overflows float32)":
+            _partials(160, 2, 60.0),
         "folding three partial results left to right, as a ring of 3 ranks does": _partials(152, 3, 1.0),
     }
+
+
+def _overflows(x: torch.Tensor) -> torch.Tensor:
+    """Where exp(x) is inf in float32 (x above ~88.72)."""
+    return torch.isinf(torch.exp(x.float()))
 
 
 def _combine_hints(parts) -> list:
@@ -95,33 +106,43 @@ def _combine_hints(parts) -> list:
 def check_combine(combine_partial_attention) -> None:
     """Check `combine_partial_attention(out_a, lse_a, out_b, lse_b) -> (out, lse)` against attention over all keys.
 
-    out: (2, 3, 5, 4) per block, lse: (2, 3, 5). Cases: small scores, large scores (lse up to ~160, where
-    exponentiating an lse overflows float32), and three blocks folded left to right.
+    out: (2, 3, 5, 4) per block, lse: (2, 3, 5). Cases: small scores, large scores (lse up to ~170, where
+    exponentiating an lse, or a difference of two lse taken the wrong way round, overflows float32), and three
+    blocks folded left to right.
 
     Introduced in notebooks/15-long-sequences.ipynb.
     """
+    ensure_written(combine_partial_attention)
     name = getattr(combine_partial_attention, "__name__", "combine_partial_attention")
     for case, ((full_out, full_lse), parts) in _combine_cases().items():
-        try:
-            got_out, got_lse = parts[0]
-            for out_b, lse_b in parts[1:]:
-                result = combine_partial_attention(got_out.clone(), got_lse.clone(), out_b.clone(), lse_b.clone())
-                if not (isinstance(result, (tuple, list)) and len(result) == 2):
-                    raise CheckFailed(f"{case}: {name} returned {describe(result)}; expected a pair (out, lse).")
-                got_out, got_lse = result
-        except NotImplementedError as error:
-            raise _not_written(name, error) from None
-        except CheckFailed:
-            raise
-        except RuntimeError as error:
-            hint = ""
-            if "must match the size" in str(error):
-                hint = ("\nHint: lse has one value per query row, shape (..., rows), and out has (..., rows, d): "
-                        "give the weights a last dimension of size 1 (unsqueeze(-1)) so they scale whole rows.")
-            raise CheckFailed(f"{name} raised RuntimeError: {error}\nwhile {case}.{hint}") from None
+        got_out, got_lse = parts[0]
+        for out_b, lse_b in parts[1:]:
+            result = None
+            try:
+                with watching_calls(COMBINE_ANSWERS) as called:
+                    result = combine_partial_attention(got_out.clone(), got_lse.clone(), out_b.clone(), lse_b.clone())
+            except Exception as error:
+                raise answer_raised(name, error, case, _combine_error_hint(error)) from None
+            if called:
+                raise package_answer_used(name, called)
+            if not (isinstance(result, (tuple, list)) and len(result) == 2):
+                raise CheckFailed(f"{case}: {name} returned {describe(result)}; expected a pair (out, lse).")
+            got_out, got_lse = result
         _judge_combine(name, case, parts, got_out, got_lse, full_out, full_lse)
     passed(f"{name}: two and three partial results combine to attention over all keys, "
            "with large scores too (no overflow)")
+
+
+_SIZES = re.compile(r"size of tensor a \((\d+)\) must match the size of tensor b \((\d+)\)")
+
+
+def _combine_error_hint(error: Exception) -> str | None:
+    """The unsqueeze hint, only where torch's error shows a (rows,) weight meeting a (rows, d) output."""
+    sizes = _SIZES.search(str(error))
+    if sizes and {int(sizes.group(1)), int(sizes.group(2))} == {ROWS_Q, DIM_Q}:
+        return ("lse has one value per query row, shape (..., rows), and out has (..., rows, d): give the weights a "
+                "last dimension of size 1 (unsqueeze(-1)) so they scale whole rows.")
+    return None
 
 
 def _judge_combine(name, case, parts, got_out, got_lse, full_out, full_lse) -> None:
@@ -132,9 +153,7 @@ def _judge_combine(name, case, parts, got_out, got_lse, full_out, full_lse) -> N
         raise CheckFailed(f"{case}: the lse is {describe(got_lse)}; expected shape {tuple(full_lse.shape)}, "
                           "one value per query row like each partial lse.")
     if not (torch.isfinite(got_out).all() and torch.isfinite(got_lse).all()):
-        raise CheckFailed(f"{case}: the result holds inf or nan.\nHint: exp(lse) overflows float32 above lse ~ 88: "
-                          "never exponentiate an lse on its own; subtract the running maximum (or the combined "
-                          "lse) first, e.g. exp(lse_a - lse) with lse = torch.logaddexp(lse_a, lse_b).")
+        raise CheckFailed(f"{case}: {_overflow_feedback(parts, got_out, got_lse)}")
     if _close(got_out, full_out) and _close(got_lse, full_lse):
         return
     if len(parts) == 2:
@@ -148,6 +167,29 @@ def _judge_combine(name, case, parts, got_out, got_lse, full_out, full_lse) -> N
     raise CheckFailed(f"{case}: {_first_difference(got_out, got_lse, full_out, full_lse)}.\nHint: out = "
                       "exp(lse_a - lse) * out_a + exp(lse_b - lse) * out_b with lse = log(exp(lse_a) + exp(lse_b)), "
                       "the weights broadcast over each row's d features.")
+
+
+def _overflow_feedback(parts, got_out, got_lse) -> str:
+    """Which rows hold inf or nan, and the overflow that gives exactly those rows (two blocks), as feedback."""
+    bad = ~(torch.isfinite(got_out).all(dim=-1) & torch.isfinite(got_lse))
+    rows = int(bad.sum())
+    said = f"the result holds inf or nan in {rows} of its {bad.numel()} query rows"
+    safe = ("subtract the larger of the two first, so that no exponent is positive: lse = torch.logaddexp(lse_a, "
+            "lse_b), then exp(lse_a - lse) and exp(lse_b - lse)")
+    if len(parts) == 2:
+        (_, lse_a), (_, lse_b) = parts
+        for high, low in (("lse_b", "lse_a"), ("lse_a", "lse_b")):
+            ahead = _overflows(lse_b - lse_a) if high == "lse_b" else _overflows(lse_a - lse_b)
+            if bool(ahead.any()) and torch.equal(bad, ahead):
+                return (f"{said}: exactly those where {high} exceeds {low} by more than 88.7, where "
+                        f"exp({high} - {low}) overflows float32.\nHint: your combine is safe only where {low} >= "
+                        f"{high} (as in log1p(exp({high} - {low}))); {safe}.")
+        alone = _overflows(lse_a) | _overflows(lse_b)
+        if torch.equal(bad, alone):
+            return (f"{said}: exactly those where an lse is above 88.7, where exp(lse) overflows float32.\nHint: never "
+                    f"exponentiate an lse on its own; {safe}.")
+    return (f"{said}: some exponent exceeded 88.7, where exp overflows float32.\nHint: never exponentiate an lse, "
+            f"or a difference of two that can be positive; {safe}.")
 
 
 def _fold_with_max_lse(parts) -> torch.Tensor:
@@ -175,14 +217,15 @@ def _ring_inputs() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
 
 
 def _counting_sends(sent: list):
-    """Inside a rank: record the bytes of every dist.send / dist.isend (a send that calls isend counts once)."""
+    """Inside a rank: record (bytes, dst) of every dist.send / dist.isend (a send that calls isend counts once)."""
     inside = []
 
     def make(original):
         def call(*args, **kwargs):
             tensor = args[0] if args else kwargs.get("tensor")
+            dst = args[1] if len(args) > 1 else kwargs.get("dst")
             if not inside and torch.is_tensor(tensor):
-                sent.append(tensor.numel() * tensor.element_size())
+                sent.append((tensor.numel() * tensor.element_size(), dst))
             inside.append(True)
             try:
                 return original(*args, **kwargs)
@@ -194,25 +237,30 @@ def _counting_sends(sent: list):
 
 
 def _ring_runner(rank: int, ring_attention) -> dict:
-    q, k, v = (t.chunk(dist.get_world_size(), dim=-2)[rank].clone() for t in _ring_inputs())
-    case = (f"running on rank {rank} of {dist.get_world_size()} with q, k, v of shape {tuple(q.shape)} "
+    world_size = dist.get_world_size()
+    q, k, v = (t.chunk(world_size, dim=-2)[rank].clone() for t in _ring_inputs())
+    case = (f"running on rank {rank} of {world_size} with q, k, v of shape {tuple(q.shape)} "
             "(this rank's contiguous block of the sequence)")
     sent: list = []
-    with torch.no_grad(), only_point_to_point(), _counting_sends(sent):
+    out = None
+    with torch.no_grad(), only_point_to_point(), _counting_sends(sent), watching_calls(RING_ANSWERS) as called:
         out = call_case(ring_attention, case, q, k, v)
-    return {"out": out.detach().clone() if torch.is_tensor(out) else out, "sent": sum(sent)}
+    steps = sorted({(dst - rank) % world_size for _, dst in sent if isinstance(dst, int)})
+    return {"out": out.detach().clone() if torch.is_tensor(out) else out, "sent": sum(size for size, _ in sent),
+            "steps": steps, "called": list(called)}
 
 
-def _simulated(rank: int, believed_source, attends, masks) -> torch.Tensor:
+def _simulated(rank: int, believed_source, attends, masks, direction: int = +1) -> torch.Tensor:
     """Rank `rank`'s output when it takes the block held at step t for rank believed_source(rank, t)'s.
 
-    The block really held at step t started on rank (rank - t) mod N; attends(rank, source) and
-    masks(rank, source) are the answer's rules for which blocks to use and where to put the triangle.
+    The block really held at step t started on rank (rank - t) mod N (blocks sent to rank + 1; direction -1:
+    to rank - 1, so rank (rank + t) mod N); attends(rank, source) and masks(rank, source) are the answer's rules
+    for which blocks to use and where to put the triangle.
     """
     q, k, v = (t.chunk(RING_SIZE, dim=-2) for t in _ring_inputs())
     state = None
     for step in range(RING_SIZE):
-        held, source = (rank - step) % RING_SIZE, believed_source(rank, step)
+        held, source = (rank - direction * step) % RING_SIZE, believed_source(rank, step)
         if attends(rank, source):
             partial = block_attention(q[rank], k[held], v[held], causal=masks(rank, source))
             state = partial if state is None else combine(*state, *partial)
@@ -313,6 +361,10 @@ def _judge_ring(name: str, results) -> None:
     """Compare what every rank of the ring returned and sent with one process; CheckFailed naming the mistake."""
     q, k, v = _ring_inputs()
     expected = F.scaled_dot_product_attention(q, k, v, is_causal=True).chunk(RING_SIZE, dim=-2)
+    called = next((result["called"] for result in results if result.get("called")), None)
+    if called:
+        raise package_answer_used(name, called)
+    backwards = all(result.get("steps") == [RING_SIZE - 1] for result in results)   # every send went to rank - 1
     for rank in range(RING_SIZE):
         got = results[rank]["out"]
         if not torch.is_tensor(got) or got.shape != expected[rank].shape:
@@ -323,10 +375,20 @@ def _judge_ring(name: str, results) -> None:
         index = first_mismatch(got, expected[rank], atol=1e-5, rtol=1e-4)
         where = (f"rank {rank}, out{_where(index)}: got {got[index].item():.5g}, expected "
                  f"{expected[rank][index].item():.5g} (one process's causal attention)")
-        hint = next((text for rule, text in _ring_mistakes() if _close(got, _simulated(rank, *rule))),
-                    "at step t you hold the keys and values of rank (rank - t) mod world_size: attend to them fully "
-                    "if that rank is before yours, with the causal triangle if it is yours, not at all if it is "
-                    "after; fold each partial result in with combine")
+        if backwards and _close(got, _simulated(rank, lambda r, t: (r - t) % RING_SIZE, lambda r, source: source <= r,
+                                                 lambda r, source: source == r, direction=-1)):
+            hint = ("every rank sent its keys and values to rank - 1, so blocks travel the other way round the ring: "
+                    "at step t you hold the block of rank (rank + t) % world_size, not (rank - t) as your answer "
+                    "takes it. Send to (rank + 1) % world_size and receive from (rank - 1) % world_size")
+        elif backwards:
+            hint = ("every rank sent its keys and values to rank - 1, so at step t you hold the block of rank "
+                    "(rank + t) % world_size (the exercise's ring sends to rank + 1: (rank - t)). Attend to a block "
+                    "fully if its rank is before yours, with the causal triangle if it is yours, not at all if after")
+        else:
+            hint = next((text for rule, text in _ring_mistakes() if _close(got, _simulated(rank, *rule))),
+                        "at step t you hold the keys and values of rank (rank - t) mod world_size: attend to them "
+                        "fully if that rank is before yours, with the causal triangle if it is yours, not at all if "
+                        "it is after; fold each partial result in with combine")
         raise CheckFailed(f"{where}.\nHint: {hint}.")
     block = BATCH * HEADS * ROWS * DIM * 4
     want = 2 * (RING_SIZE - 1) * block
@@ -357,16 +419,19 @@ def check_zigzag_chunks(zigzag_chunks) -> None:
 
     Introduced in notebooks/15-long-sequences.ipynb.
     """
+    ensure_written(zigzag_chunks)
     name = getattr(zigzag_chunks, "__name__", "zigzag_chunks")
     for world_size in (2, 3, 4, 8):
         got = {}
         for rank in range(world_size):
+            chunks = None
             try:
-                chunks = zigzag_chunks(rank, world_size)
-            except NotImplementedError as error:
-                raise _not_written(name, error) from None
+                with watching_calls(ZIGZAG_ANSWERS) as called:
+                    chunks = zigzag_chunks(rank, world_size)
             except Exception as error:
-                raise CheckFailed(f"{name}({rank}, {world_size}) raised {type(error).__name__}: {error}") from None
+                raise answer_raised(name, error, f"computing {name}({rank}, {world_size})") from None
+            if called:
+                raise package_answer_used(name, called)
             try:
                 got[rank] = [int(c) for c in chunks]
             except (TypeError, ValueError):
