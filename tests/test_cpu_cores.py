@@ -168,3 +168,15 @@ def test_a_process_in_a_real_quota_cgroup_counts_its_quota(real_v1_cpu_cgroup, q
     cores, cpus = done.stdout.split()
     assert float(cpus) == quota_us / period_us
     assert int(cores) == min(VISIBLE, -(-quota_us // period_us))
+
+
+def test_doctor_reports_this_torch_gloo_and_a_rank_count():
+    """What lesson 00 reads off `ddp_lab.doctor()` (its checks of the report itself live here): the torch running,
+    gloo built in, at least one recommended rank."""
+    import torch
+
+    from ddp_lab.hardware.machine import doctor
+
+    report = doctor()
+    assert report.torch == torch.__version__
+    assert report.backends["gloo"] and report.recommended_nprocs >= 1

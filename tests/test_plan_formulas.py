@@ -655,3 +655,40 @@ def test_recomputation_that_stops_early_skips_the_collective_after_the_ffn(seque
     dropout = Strategy(dp=2, tp=4, sequence_parallel=sequence_parallel, recompute="full", checkpoint_early_stop=True)
     assert layer_tp_communication(gpt, cluster, dropout)[1] == pytest.approx(
         layer_tp_communication(gpt, cluster, dropout.with_(checkpoint_early_stop=False))[1])
+
+
+def test_what_lesson_13_shows_of_model_states_recomputation_and_flash_attention():
+    """Llama 3 8B as lesson 13 plans it. Model states: 2 + 2 + 12 bytes per parameter, the same from memory() and
+    model_state_bytes(); with ZeRO-3 over 8 ranks each holds 1/8 (the shard rounded up). On 8 GPUs with ZeRO-3, full
+    recomputation keeps under a tenth of the activations; flash attention keeps what eager keeps after selective
+    recomputation plus one fp32 log-sum-exp per head and token per layer, and full recomputation the same with either.
+    On 32 H100s: with flash attention selective recomputation changes nothing; computed eagerly it costs the scores'
+    forward of every layer per micro-batch; PyTorch's early-stopping checkpoint keeps the same tensors as the
+    whole-layer one."""
+    import math
+
+    from ddp_lab.course.plan.efficiency import layer_seconds
+
+    llama = Transformer.preset("llama3-8b")
+    params = llama.parameters()
+    one_gpu = memory(llama, Strategy())
+    assert (one_gpu.params, one_gpu.grads, one_gpu.optimizer) == (2 * params, 2 * params, 12 * params)
+    assert one_gpu.model_states == model_state_bytes(params, Strategy()).total
+    assert memory(llama, Strategy(dp=8, zero=3)).model_states == 16 * math.ceil(params / 8)
+    kept = {(attention, recompute): memory(llama, Strategy(dp=8, zero=3, recompute=recompute, attention=attention))
+            for attention in ("eager", "flash") for recompute in ("none", "selective", "full")}
+    assert kept["eager", "full"].activations < kept["eager", "none"].activations / 10
+    assert kept["flash", "none"] == kept["flash", "selective"]
+    assert kept["flash", "none"].activations - kept["eager", "selective"].activations == \
+        llama.layers * 4 * llama.heads * llama.seq_len
+    assert kept["flash", "full"].activations == kept["eager", "full"].activations
+    cluster = ClusterSpec.preset("h100-sxm", nodes=4)
+    base = Strategy(dp=32, zero=3, grad_accum=16)
+    runs = {(attention, recompute): evaluate(llama, cluster, base.with_(attention=attention, recompute=recompute))
+            for attention in ("flash", "eager") for recompute in ("none", "selective", "full")}
+    assert runs["flash", "selective"].time == runs["flash", "none"].time
+    recompute = layer_seconds(llama, base.with_(attention="eager", recompute="selective"), cluster.gpu).recompute
+    extra = runs["eager", "selective"].time.compute - runs["eager", "none"].time.compute
+    assert extra == pytest.approx(base.grad_accum * llama.layers * recompute, rel=1e-9)
+    early = evaluate(llama, cluster, base.with_(recompute="full", checkpoint_early_stop=True))
+    assert early.memory.total == runs["flash", "full"].memory.total

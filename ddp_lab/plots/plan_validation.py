@@ -15,7 +15,9 @@ def predicted_vs_measured(rows, title: str = "planner vs runs on this machine"):
 
     Each configuration is one point (its most loaded rank for bytes). The shaded band is the
     tolerance the tests hold it to: equal for model states, 10 % for activations, 30 % for the
-    step.
+    step. A step time measured while other programs kept the cores busy (`Row.timing_comparable`
+    false: the ranks waited for the scheduler) is drawn hollow and grey, and the panel's legend
+    says it was not compared.
 
     Args:
         rows: `ddp_lab.plan.validate.Row`s, e.g. from `validate()`.
@@ -40,7 +42,11 @@ def predicted_vs_measured(rows, title: str = "planner vs runs on this machine"):
             worst = max(range(row.ranks), key=lambda r: row.measured_states[r] + row.measured_activations[r])
             x, y = point(row, worst)
             values += [x, y]
-            ax.plot(x, y, "o", color=f"C{index}", markersize=8, label=row.name)
+            if ax is axes[2] and not row.timing_comparable:   # the scheduler's waiting, not the plan's step
+                ax.plot(x, y, "o", color="0.5", markerfacecolor="none", markersize=8,
+                        label="timed while other programs kept the cores busy: not compared")
+            else:
+                ax.plot(x, y, "o", color=f"C{index}", markersize=8, label=row.name)
         low, high = 0.0, max(values) * 1.15
         line = [low, high]
         ax.plot(line, line, "-", color="0.4", linewidth=1)
@@ -54,6 +60,9 @@ def predicted_vs_measured(rows, title: str = "planner vs runs on this machine"):
         ax.set_title(label.split(" (")[0] + ("" if not tolerance else f" (band ±{tolerance:.0%})"), fontsize=10)
         ax.grid(True, alpha=0.3)
     axes[0].legend(fontsize=7, loc="upper left")
+    busy = [line for line in axes[2].lines if line.get_markerfacecolor() == "none"]
+    if busy:
+        axes[2].legend(handles=busy[:1], fontsize=7, loc="upper left")
     fig.suptitle(title)
     fig.tight_layout()
     return fig
