@@ -5,7 +5,8 @@ options, keep their settings in a `@dataclass` and end with `dist.destroy_proces
 Each of those broke under ddp_lab while it worked under torchrun or `mp.spawn`. One notebook,
 executed once in a fresh kernel by nbclient (functions defined in a cell live in the kernel's
 `__main__`, as a learner's do), holds one cell per pattern; each test reads its cell's output.
-The torchrun half of item 6 (a self-initialising function exported as a script) is the last test.
+The torchrun half of item 6 (a self-initialising function exported as a script) is
+tests/test_torchrun.py's, sharing that file's one torchrun start.
 """
 
 from __future__ import annotations
@@ -32,7 +33,17 @@ def tf32(rank):
 
 print("backends", list(ddp_lab.launch(tf32, nprocs=2, backend="gloo")))
 """,
-    # 5. logging configured in the notebook reaches the ranks
+    # 5. without logging set up in the notebook, a rank's own basicConfig decides (as in a script) ...
+    "own logging": """
+def own(rank):
+    import logging
+
+    logging.basicConfig(level=logging.INFO, format="%(name)s says %(message)s")
+    logging.getLogger("worker").info("hello from %d", rank)
+
+print("own", ddp_lab.launch(own, nprocs=2, backend="gloo").outputs)
+""",
+    # ... and logging configured in the notebook reaches the ranks
     "logging": """
 logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
 log = logging.getLogger("train")
@@ -146,43 +157,12 @@ def test_a_cell_that_destroys_the_group_is_told_and_the_next_has_one(executed):
     assert out == "[rank 0] sum after a partial destroy 3.0\n[rank 1] sum after a partial destroy 3.0\n"
 
 
-def test_a_ranks_own_basic_config_works():
-    """Without logging set up in the launching process, a rank's own basicConfig decides (as in a script)."""
-    def own(rank):
-        import logging
-
-        logging.basicConfig(level=logging.INFO, format="%(name)s says %(message)s")
-        logging.getLogger("worker").info("hello from %d", rank)
-
-    assert ddp_lab.launch(own, nprocs=2, backend="gloo").outputs == ["worker says hello from 0\n",
-                                                                     "worker says hello from 1\n"]
+def test_a_ranks_own_basic_config_works(executed):
+    """Without logging set up in the notebook, a rank's own basicConfig decides (as in a script)."""
+    out, _ = _text(executed["own logging"])
+    assert out == "own ['worker says hello from 0\\n', 'worker says hello from 1\\n']\n"
 
 
 def test_argv_must_be_a_list_of_strings():
     with pytest.raises(TypeError, match=r"argv='--epochs 3': give a list of strings"):
         ddp_lab.launch(lambda rank: rank, argv="--epochs 3")
-
-
-def tutorial_style(rank, world_size):
-    """PyTorch's DDP tutorial: the function sets up and tears down its own group."""
-    import os
-
-    import torch
-    import torch.distributed as dist
-
-    os.environ.setdefault("MASTER_ADDR", "localhost")
-    dist.init_process_group("gloo", rank=rank, world_size=world_size)
-    value = torch.tensor([rank + 1.0])
-    dist.all_reduce(value)
-    dist.destroy_process_group()
-    return value.item()
-
-
-@pytest.mark.slow
-def test_a_self_initialising_function_exports_and_runs_under_torchrun(tmp_path):
-    assert ddp_lab.launch(tutorial_style, args=(2,), nprocs=2, init_process_group=False) == [3.0, 3.0]
-    job = ddp_lab.scripts.export(tutorial_style, args=(2,), path=tmp_path / "tutorial.pkl", init_process_group=False)
-    (finished,) = ddp_lab.scripts.run([job.torchrun_command("--standalone", "--nproc-per-node", "2")],
-                                      env={"OMP_NUM_THREADS": "1"})
-    assert finished.returncode == 0, finished.log
-    assert job.results() == [3.0, 3.0]

@@ -1,20 +1,36 @@
-"""Real torchrun runs of exported notebook-style functions, the two-node rendezvous, the SLURM template.
+"""Real torchrun runs of exported notebook-style functions, the SLURM template.
 
-Each torchrun start costs a few seconds (an agent, then fresh interpreters importing torch),
-so there are four: a standalone run, a two-node run (two agents), a failing run and a run
-restarted after a crash.
+Each torchrun start costs about 10 s of CPU on the 2-core reference machine (an agent, then
+fresh interpreters importing torch), so this file starts torchrun once: a function that sets up
+its own group (PyTorch's DDP tutorial style, exported with `init_process_group=False`), whose
+rank 1 raises after rank 0 has finished; two tests read that run (the torchrun half of
+tests/test_real_code.py's item 6, and a failing rank's traceback). What nbval already runs is
+not run again here:
+- lesson 06 (notebooks/06-backends-and-torchrun.ipynb, sections 3 and 4) runs `torchrun
+  --standalone` with the runner's process group (its command line, every rank's RANK,
+  LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE and GROUP_RANK, the results read back and equal to
+  `ddp_lab.launch`'s) and two "nodes" through a c10d rendezvous (GROUP_RANK 0 and 1, one process
+  per node, the same results);
+- lesson 12 (notebooks/12-debugging-and-fault-tolerance.ipynb, section 6) has a rank SIGKILLed
+  after DDP connected both, under `--max-restarts 1`: the restarted ranks meet again on the
+  agent's store (torchrun >= 2.5 gives every restart the same store, and env:// no longer
+  separates the attempts' keys: a restarted rank could read a peer's address from the attempt
+  that crashed, "Connection refused" or a hang, 1 restart in 2 before `run_pickled` prefixed
+  its keys per attempt), train on and end with the uninterrupted run's parameters.
+Closures shipped by value: tests/test_launch.py (`export` packs functions as `launch` does).
 
 The jobs ask for gloo: their functions use CPU tensors. `auto` would pick NCCL on a machine
-with a GPU per local rank, as `ddp_lab.launch` does (tests/gpu runs that), and the two
-"nodes" here share one machine's GPUs, which NCCL refuses.
+with a GPU per local rank, as `ddp_lab.launch` does (tests/gpu runs that).
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -29,73 +45,71 @@ TEMPLATE = ROOT / "templates" / "slurm" / "train.sbatch"
 ONE_THREAD = {"OMP_NUM_THREADS": "1"}
 
 
-def make_step(scale):
-    """A closure, as a notebook cell would define it: shipped by value, not by reference."""
-    def step(rank):
-        import torch.distributed as dist
+def own_group_then_rank_one_fails(rank, world_size, folder):
+    """PyTorch's DDP tutorial style (the function sets up and tears down its own group), then rank 1 raises: only
+    once rank 0 has ended, and 1 s later (torchrun looks at its workers every 0.1 s), so that rank 1's error is the
+    job's failure only if rank 0 ended with exit code 0."""
+    import time
 
-        value = torch.tensor([float(rank + 1)]) * scale
-        dist.all_reduce(value)
-        names = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK")
-        return {"sum": value, "backend": dist.get_backend(), "env": {n: os.environ[n] for n in names}}
-    return step
+    import psutil
+    import torch.distributed as dist
+
+    if rank == 0:
+        Path(folder, "rank-0.pid").write_text(str(os.getpid()))
+    os.environ.setdefault("MASTER_ADDR", "localhost")   # torchrun set it (and MASTER_PORT): env:// as in the tutorial
+    dist.init_process_group("gloo", rank=rank, world_size=world_size)
+    value = torch.tensor([rank + 1.0])
+    dist.all_reduce(value)
+    dist.destroy_process_group()
+    if rank == 0:
+        return value.item()
+
+    def ended(pid):
+        try:
+            return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return True
+
+    peer = int(Path(folder, "rank-0.pid").read_text())   # written before rank 0's all_reduce
+    deadline = time.monotonic() + 60
+    while not ended(peer) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    time.sleep(1.0)   # a rank 0 that had failed would have the group stopped by now
+    raise ValueError(f"rank one says no (its all_reduce gave {value.item()})")
 
 
-@pytest.mark.slow
-def test_standalone_torchrun_gives_what_launch_gives(tmp_path):
-    step = make_step(10.0)
-    job = ddp_lab.scripts.export(step, path=tmp_path / "step.pkl", backend="gloo")
+@pytest.fixture(scope="module")
+def own_group_job(tmp_path_factory):
+    """(the job, the ScriptFailed it ended with): the one torchrun start of this file, shared by two tests."""
+    folder = tmp_path_factory.mktemp("torchrun")
+    job = ddp_lab.scripts.export(own_group_then_rank_one_fails, args=(2, str(folder)), path=folder / "job.pkl",
+                                 init_process_group=False)
     command = job.torchrun_command("--standalone", "--nproc-per-node", "2")
     assert ddp_lab.scripts.shell(command) == (
         f"torchrun --standalone --nproc-per-node 2 -m ddp_lab.torchrun.run_pickled {shlex.quote(str(job.path))}")
-    (finished,) = ddp_lab.scripts.run([command], env=ONE_THREAD)
-    assert finished.returncode == 0
-    under_torchrun = job.results()
-    under_launch = ddp_lab.launch(step, nprocs=2, backend="gloo")
-    assert len(under_torchrun) == 2
-    for rank, (a, b) in enumerate(zip(under_torchrun, under_launch)):
-        torch.testing.assert_close(a["sum"], b["sum"])
-        assert a["sum"].item() == 30.0 and a["backend"] == "gloo"
-        assert a["env"] == {"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": "2",
-                            "LOCAL_WORLD_SIZE": "2", "GROUP_RANK": "0"} == b["env"]
+    with pytest.raises(ScriptFailed) as failed:
+        ddp_lab.scripts.run([command], env=ONE_THREAD, timeout=120)
+    return job, str(failed.value)
 
 
 @pytest.mark.slow
-def test_two_nodes_meet_through_a_c10d_rendezvous(tmp_path):
-    job = ddp_lab.scripts.export(make_step(1.0), path=tmp_path / "nodes.pkl", backend="gloo")
-    endpoint = f"127.0.0.1:{ddp_lab.scripts.free_port()}"
-    commands = [
-        job.torchrun_command("--nnodes", "2", "--nproc-per-node", "1", "--node-rank", str(node),
-                             "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint, "--rdzv-id", "test06",
-                             "--rdzv-conf", f"is_host={int(node == 0)}")
-        for node in (0, 1)
-    ]
-    runs = ddp_lab.scripts.run(commands, env=ONE_THREAD)
-    assert [run.returncode for run in runs] == [0, 0]
-    results = job.results()
-    assert [r["sum"].item() for r in results] == [3.0, 3.0]
-    for rank, result in enumerate(results):
-        assert result["env"] == {"RANK": str(rank), "LOCAL_RANK": "0", "WORLD_SIZE": "2",
-                                 "LOCAL_WORLD_SIZE": "1", "GROUP_RANK": str(rank)}
-
-
-def fail_on_rank_one(rank):
-    if rank == 1:
-        raise ValueError("rank one says no")
-    import torch.distributed as dist
-
-    dist.barrier()
-    return rank
-
-
-@pytest.mark.slow
-def test_a_failing_rank_raises_with_its_traceback(tmp_path):
-    job = ddp_lab.scripts.export(fail_on_rank_one, path=tmp_path / "fail.pkl", backend="gloo")
-    with pytest.raises(ScriptFailed, match=r"(?s)a command failed.*exit code 1.*ValueError: rank one says no"):
-        ddp_lab.scripts.run([job.torchrun_command("--standalone", "--nproc-per-node", "2")],
-                            env=ONE_THREAD, timeout=120)
-    with pytest.raises(FileNotFoundError, match=r"ranks \[1\] of 2 wrote no result|no results"):
+def test_a_failing_rank_raises_with_its_traceback(own_group_job):
+    job, message = own_group_job
+    assert re.search(r"(?s)a command failed.*exit code 1.*ValueError: rank one says no", message), message
+    with pytest.raises(FileNotFoundError, match=r"ranks \[1\] of 2 wrote no result"):   # rank 0 wrote its own
         job.results()
+
+
+@pytest.mark.slow
+def test_a_self_initialising_function_exports_and_runs_under_torchrun(own_group_job):
+    """The runner leaves the group to fn (exported with init_process_group=False), which sets it up from torchrun's
+    environment: rank 1's all_reduce in it added both ranks' values; rank 0 returned, its result was written, and it
+    ended with exit code 0 (after fn destroyed its group there is no barrier to wait in), or torchrun would have
+    stopped rank 1 before its ValueError. The same kind of function under `ddp_lab.launch(...,
+    init_process_group=False)` is tests/test_own_process_group.py's (the tutorial's demo_basic, env://)."""
+    job, message = own_group_job
+    assert "ValueError: rank one says no (its all_reduce gave 3.0)" in message, message
+    assert sorted(path.name for path in job.results_dir.iterdir()) == ["rank-0.pkl"]
 
 
 def test_the_failure_message_shows_every_failed_rank_not_only_the_root_cause():
@@ -113,51 +127,41 @@ def test_the_failure_message_shows_every_failed_rank_not_only_the_root_cause():
     assert "ValueError: rank one says no" in message and "Root Cause" in message and "worker output" not in message
 
 
-def killed_on_the_first_two_attempts(rank):
-    import signal
-
-    import torch.distributed as dist
-
-    attempt = int(os.environ["TORCHELASTIC_RESTART_COUNT"])
-    value = torch.ones(1)
-    dist.all_reduce(value)  # both ranks connected: their addresses are in torchrun's store
-    if rank == 1 and attempt < 2:
-        os.kill(os.getpid(), signal.SIGKILL)
-    dist.all_reduce(value)
-    return attempt, value.item()
-
-
-@pytest.mark.slow
-def test_restarted_ranks_meet_again_on_the_agents_store(tmp_path):
-    # torchrun >= 2.5 gives every restart the same store and env:// no longer separates the attempts'
-    # keys: a restarted rank could read a peer's address from the attempt that crashed ("Connection
-    # refused", or a hang; 1 restart in 2 here). The runner prefixes its keys per attempt.
-    job = ddp_lab.scripts.export(killed_on_the_first_two_attempts, path=tmp_path / "restart.pkl", backend="gloo")
-    (finished,) = ddp_lab.scripts.run(
-        [job.torchrun_command("--standalone", "--nproc-per-node", "2", "--max-restarts", "2")],
-        env=ONE_THREAD, timeout=120)
-    assert finished.returncode == 0
-    assert job.results() == [(2, 4.0), (2, 4.0)]
-
-
 def test_results_before_running_say_what_to_do(tmp_path):
     job = ddp_lab.scripts.export(lambda rank: rank, path=tmp_path / "idle.pkl")
     with pytest.raises(FileNotFoundError, match="run the torchrun command first"):
         job.results()
 
 
-def test_runner_without_torchrun_says_how_to_start_it(tmp_path):
+def test_runner_without_torchrun_says_how_to_start_it(tmp_path, monkeypatch):
+    """What `python -m ddp_lab.torchrun.run_pickled JOB` raises first when torchrun did not start it: its main(), called
+    here rather than in a fresh interpreter that would import torch (about 2.5 s of a core) to raise it; the torchrun
+    job above runs the same main() through that `-m` and shows a rank's exception in ScriptFailed."""
+    from ddp_lab.torchrun.run_pickled import main
+
     job = ddp_lab.scripts.export(lambda rank: rank, path=tmp_path / "plain.pkl")
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE")}
-    done = subprocess.run([sys.executable, *job.script_args()], env=env, capture_output=True, text=True, timeout=60)
-    assert done.returncode != 0
-    assert "RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE not set: start this script with torchrun" in done.stderr
+    for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(name, raising=False)   # (a main() that went on would fail in init_process_group)
+    with pytest.raises(RuntimeError, match=r"^RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE not set: start this "
+                                           r"script with torchrun \(torchrun --nproc-per-node 2 -m "):
+        main([str(job.path)])
 
 
 def test_run_stops_commands_at_the_timeout():
     with pytest.raises(ScriptFailed, match=r"(?s)did not finish within 0.5 s.*command 0 \(signal SIGTERM \(15\)\).*waiting"):
         ddp_lab.scripts.run([[sys.executable, "-c", "import time; print('waiting', flush=True); time.sleep(60)"]],
                             timeout=0.5)
+
+
+def test_a_failure_waits_for_the_others_to_speak_not_for_a_clock():
+    """Commands still running after one failed get up to 2 s to print their side; none left: no wait."""
+    with pytest.raises(ScriptFailed, match=r"(?s)command 0 \(exit code 3\).*command 1 \(exit code 0\).*peer gone"):
+        ddp_lab.scripts.run([[sys.executable, "-c", "import sys; sys.exit(3)"],
+                             [sys.executable, "-c", "import time; time.sleep(0.5); print('peer gone')"]])
+    started = time.monotonic()
+    with pytest.raises(ScriptFailed, match=r"command 0 \(exit code 3\)"):
+        ddp_lab.scripts.run([[sys.executable, "-c", "import sys; sys.exit(3)"]])
+    assert time.monotonic() - started < 2.0
 
 
 def test_torchrun_ranks_resolve_auto_as_launch_does():

@@ -196,13 +196,19 @@ def run(commands: list[list[str]], timeout: float = 120.0, env: dict | None = No
 
 
 def _wait_all(processes: list[subprocess.Popen], timeout: float) -> tuple[bool, bool]:
-    """Wait until all end, one fails, or the time is up. Returns (failed, timed_out)."""
+    """Wait until all end, one fails, or the time is up. Returns (failed, timed_out).
+
+    After a failure the others still running get up to 2 s to notice and print their side of the
+    story (another node's torchrun sees its peer gone); once all have ended there is nothing to wait for.
+    """
 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         codes = [process.poll() for process in processes]
         if any(code not in (None, 0) for code in codes):
-            time.sleep(2.0)  # let the others notice and print their side of the story
+            noticed = time.monotonic() + 2.0
+            while time.monotonic() < noticed and any(process.poll() is None for process in processes):
+                time.sleep(0.05)
             return True, False
         if all(code == 0 for code in codes):
             return False, False
