@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import matplotlib.pyplot as plt
-from matplotlib.patches import Rectangle
+from matplotlib.patches import Patch, Rectangle
 
 RANK_COLOURS = ["#4C72B0", "#DD8452", "#55A868", "#C44E52", "#8172B3", "#937860", "#DA8BC3", "#8C8C8C"]
 MIXED = "#BBBBBB"  # a value that came from several ranks (a reduction)
@@ -57,9 +57,17 @@ def before_after(name: str, before: Sequence[Sequence[float] | None], after: Seq
     Introduced in notebooks/02-collectives.ipynb.
     """
     widths = [max((len(row) for row in rows if row is not None), default=1) for rows in (before, after)]
-    fig, axes = plt.subplots(1, 2, figsize=(min(11.0, 2.4 + 0.6 * sum(widths)), 0.35 + 0.42 * len(before)),
+    legend_height = 0.3  # inches below the panels for the colour key
+    height = 0.35 + 0.42 * len(before) + legend_height
+    fig, axes = plt.subplots(1, 2, figsize=(min(11.0, 2.4 + 0.6 * sum(widths)), height),
                              gridspec_kw={"width_ratios": [w + 1.8 for w in widths]})
     _draw(axes[0], before, before, f"{name}: before", widths[0])
     _draw(axes[1], after, before, "after", widths[1])
-    fig.tight_layout()
+    colours = {_origin(value, before) for rows in (before, after) for row in rows if row is not None for value in row}
+    key = [Patch(color=colour, alpha=0.85, label=f"from rank {rank}")
+           for rank, colour in enumerate(RANK_COLOURS[:len(before)]) if colour in colours]
+    if MIXED in colours:
+        key.append(Patch(color=MIXED, alpha=0.85, label="a sum of several ranks' values"))
+    fig.legend(handles=key, loc="lower center", ncol=len(key), fontsize=7, frameon=False)
+    fig.tight_layout(rect=(0, legend_height / height, 1, 1))
     return fig
