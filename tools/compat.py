@@ -29,7 +29,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 # what executing a notebook needs; the rest of requirements.txt serves JupyterLab, nbval, tests
-PACKAGES = ("cloudpickle", "numpy", "matplotlib", "psutil", "ipykernel", "nbformat", "nbclient")
+PACKAGES = ("cloudpickle", "numpy", "matplotlib", "psutil", "tqdm", "ipykernel", "nbformat", "nbclient")
 KERNEL_NAME = "ddp-lab-compat"
 
 

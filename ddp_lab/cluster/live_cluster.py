@@ -5,61 +5,42 @@
     cluster.pull("x")            # [tensor([6., 6.]), tensor([6., 6.]), ...]
     cluster.shutdown()
 
-`%%ddp` cells (see magics.py) are a thin layer over this class. An exception on some
-ranks shows their tracebacks and leaves the cluster running; a crash, a hang (the
-watchdog) or an interrupt shuts the cluster down and says how to start a fresh one.
+`%%ddp` cells (see magics.py) are a thin layer over this class, and this class over a
+`RankGroup` (launcher/rank_group.py: start, watch, hang and crash reports, stop), the one
+`ddp_lab.launch` drives too; one command is watched by command.py. An exception on some ranks
+shows their tracebacks and leaves the cluster running; an interrupt stops the cell and keeps
+the ranks; a crash or a hang (the watchdog) shuts the cluster down and says how to start a
+fresh one.
 
 Introduced in notebooks/00b-live-cluster.ipynb.
 """
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import pickle
-import queue
-import re
-import signal
 import sys
 import time
 
 from ddp_lab.cluster import rank_loop as cluster_rank
+from ddp_lab.cluster.command import FRESH_START, RESTART, CommandWatch
 from ddp_lab.cluster.status import StatusReport, rank_status
 from ddp_lab.launcher.arguments import (check_env, check_fn, check_nprocs, check_ranks, check_signature,
                                        check_source, check_threads, check_timeout, check_variable_name,
                                        working_directory)
 from ddp_lab.launcher.backend import choose_backend
-from ddp_lab.launcher.channel import send_message
-from ddp_lab.launcher.errors import (LaunchError, LaunchTimeout, RankCrashed, RankFailed, RankFailure, crash_summary,
-                                    exit_with_cause)
+from ddp_lab.launcher.errors import RankCrashed, exit_with_cause
 from ddp_lab.launcher.fd_limit import one_line_if_out_of_fds
-from ddp_lab.launcher.launch import DEFAULT_TIMEOUT, start_ranks, threads_per_rank
+from ddp_lab.launcher.launch import DEFAULT_TIMEOUT, threads_per_rank
 from ddp_lab.launcher.output import RankOutput, print_in_rank_order
-from ddp_lab.launcher.payload import build_payload, cell_names, pack_arguments, pack_function, rename_cells
+from ddp_lab.launcher.payload import build_payload, cell_names, pack_arguments, pack_function
 from ddp_lab.launcher.procstart import prepare_zygote
-from ddp_lab.launcher.rendezvous import loopback_store
-from ddp_lab.launcher.reports import (blocked_in, build_error, raised_failure, read_stacks, timeout_hint,
-                                     waiting_in)
+from ddp_lab.launcher.progress import LiveLines
+from ddp_lab.launcher.rank_group import RankGone, RankGroup
 from ddp_lab.launcher.results import Results
-from ddp_lab.launcher.supervisor import POLL_S, Supervisor
-from ddp_lab.launcher.workdir import work_folder
 
 PG_TIMEOUT_S = 1800.0  # the ranks' process-group timeout (torch's default for gloo); the watchdog acts first
-AFTER_FAILURE_S = 5.0  # once a rank failed, how long the others get before they count as stuck
 EXIT_NEWS_S = 2.0  # after a rank's channel closed: how long its exit status may take to arrive
-INTERRUPT_GRACE_S = 3.0  # after an interrupt: how long a rank may take to stop before it counts as stuck
-INTERRUPT_CHECK_S = 0.5  # after an interrupt: how often the ranks still running are looked at (their stacks)
-_STILL_RUNNING = object()  # _collect's answer when ranks still run at its deadline after an interrupt
-RESTART = "run the cell again (or ddp_lab.Cluster(...)) to start a fresh one."
-FRESH_START = f"The cluster was shut down; {RESTART}"
-
-
-class _RankGone(Exception):
-    """A command could not be sent: the rank's end of its channel is closed (the rank died)."""
-
-    def __init__(self, rank: int):
-        super().__init__(rank)
-        self.rank = rank
 
 
 class Cluster:
@@ -96,7 +77,7 @@ class Cluster:
         self._ids = itertools.count()
         self._ended_at = [0] * nprocs  # each rank's output lines up to the end of the last command
         self._names = cell_names()
-        self._resources = contextlib.ExitStack()
+        self._supervisor = RankGroup(nprocs)  # the ranks' life: started, watched, reported on, stopped there
         self._closed = False
         try:
             with one_line_if_out_of_fds("start the cluster's ranks"):
@@ -107,21 +88,12 @@ class Cluster:
 
     # -- lifecycle -----------------------------------------------------------------------
     def _start(self, threads: int | None, env: dict) -> None:
-        self._workdir = self._resources.enter_context(work_folder("ddp_lab-cluster-"))
-        store_env = self._resources.enter_context(loopback_store(self.nprocs, PG_TIMEOUT_S))
+        self._workdir = self._supervisor.open_work_folder("ddp_lab-cluster-")
         payload = build_payload(cluster_rank.serve, (self._workdir,), self.backend,
                                 threads_per_rank(self.nprocs, threads), PG_TIMEOUT_S)
         payload["argv"] = [cluster_rank.CELL_MODULE]   # a cell's sys.argv, as __main__'s in a script
-        self._supervisor = Supervisor(self.nprocs)
-        start_ranks(self._supervisor, payload, self._workdir, {**store_env, **env})
-        deadline = time.monotonic() + 120.0 + (self.timeout or 0)
-        while len(self._supervisor.ready) < self.nprocs:
-            if self._supervisor.failed or time.monotonic() > deadline:
-                outcome = "failed" if self._supervisor.failed else "timeout"
-                stacks = read_stacks(self._supervisor, self._workdir) if outcome == "timeout" else {}
-                self._supervisor.finish()
-                raise build_error(self._supervisor, outcome, stacks, self._names, self.timeout)
-            self._next_event(deadline)
+        self._supervisor.start(payload, env, PG_TIMEOUT_S)
+        self._supervisor.wait_until_ready(self.timeout, self._names)
         prepare_zygote()
 
     @property
@@ -132,20 +104,17 @@ class Cluster:
         """Stop every rank (idempotent). Nothing is left running."""
         if self._closed:
             return
-        for process in self._supervisor.processes:
+        for rank in range(self.nprocs):
             try:
-                send_message(process.channel, {"kind": "shutdown"})
-            except OSError:
+                self._supervisor.send({"kind": "shutdown"}, [rank])
+            except (OSError, RankGone):
                 pass
         self._supervisor.watch(timeout=5.0)
         self._teardown()
 
     def _teardown(self) -> None:
         self._closed = True
-        supervisor = getattr(self, "_supervisor", None)
-        if supervisor is not None:
-            supervisor.finish()
-        self._resources.close()
+        self._supervisor.stop()
 
     def status(self) -> StatusReport:
         """Each rank's process (alive, pid, memory) and what it is doing, without waiting for a busy rank.
@@ -159,6 +128,10 @@ class Cluster:
         exits = dict(self._supervisor.exits)
         return StatusReport(rank_status(p.rank, p.pid, exits.get(p.rank), self._workdir, self._names)
                             for p in self._supervisor.processes)
+
+    def name_cells(self, names: dict[str, str]) -> None:
+        """Name code in tracebacks as the notebook does ('Cell In[5]'): `payload.cell_names()`'s mapping."""
+        self._names.update(names)
 
     def __enter__(self) -> "Cluster":
         return self
@@ -213,19 +186,18 @@ class Cluster:
             check_ranks(only, self.nprocs, prefix=f"only={only!r}: ", purpose="run on")
         running = list(range(self.nprocs)) if only is None else sorted(set(only))
         timeout = self.timeout if timeout is None else timeout
-        self._take_queued_events()
+        self._supervisor.take_queued_events()
         if self._supervisor.exits:  # a rank died since the last command (killed, out of memory, a thread's exit)
             raise self._died_between_commands() from None
         starts = [len(output.lines) for output in self._supervisor.outputs]
-        replies: dict[int, dict] = {}
-        marks: dict[int, set] = {rank: set() for rank in range(self.nprocs)}
-        sent: list[int] = []
+        watch = CommandWatch(self._supervisor, command_id, running, self._names, self._teardown)
+        self._supervisor.set_live(LiveLines(show))
         try:
-            self._send_to_every_rank({**command, "id": command_id}, running, sent)
-            problem = self._collect(command_id, timeout, running, replies, marks)
+            watch.send(command)
+            problem = watch.collect(timeout)
         except KeyboardInterrupt:
-            self._interrupt(command_id, sent, replies, marks, starts, show)  # raises KeyboardInterrupt
-        except _RankGone as gone:
+            self._interrupted(watch, starts, show)  # raises KeyboardInterrupt
+        except RankGone as gone:
             raise self._died_between_commands(gone.rank) from None
         except BaseException:
             self._teardown()
@@ -234,32 +206,37 @@ class Cluster:
             raise
         self._ended_at = [len(output.lines) for output in self._supervisor.outputs]
         self._print_new(starts, show)
-        lost = sorted(rank for rank, reply in replies.items() if reply.get("group") is False)
+        lost = watch.lost_group()
         if lost and not self._closed:
             self._regroup(lost)
         if problem is not None:
             raise problem from None
-        return Results([pickle.loads(replies[r]["value"]) if r in replies else None for r in range(self.nprocs)],
+        return Results([pickle.loads(watch.replies[r]["value"]) if r in watch.replies else None
+                        for r in range(self.nprocs)],
                        [RankOutput(r, o.lines[starts[r]:]).text() for r, o in enumerate(self._supervisor.outputs)],
                        self.backend, [])
 
-    def _send_to_every_rank(self, command: dict, ranks: list[int] | None = None, sent: list[int] | None = None) -> None:
-        """Send a command to each rank (or each of `ranks`), noting each in `sent`; a rank whose channel is
-        closed has died (_RankGone)."""
-        for process in self._supervisor.processes:
-            if ranks is not None and process.rank not in ranks:
-                continue
-            try:
-                send_message(process.channel, command)
-            except (BrokenPipeError, ConnectionResetError):
-                raise _RankGone(process.rank) from None
-            if sent is not None:
-                sent.append(process.rank)
-
-    def _take_queued_events(self) -> None:
-        """Handle what happened since the last command: above all, ranks that ended."""
-        while self._next_event(time.monotonic()) is not None:
-            pass
+    def _interrupted(self, watch: CommandWatch, starts: list[int], show: list[int] | None) -> None:
+        """Jupyter's stop button during a command (command.CommandWatch.interrupt): the ranks' code is
+        interrupted and the cluster kept, unless a rank does not stop (then it is shut down). Raises
+        KeyboardInterrupt either way, after one line per rank."""
+        __tracebackhide__ = True
+        try:
+            problem = watch.interrupt()
+        except KeyboardInterrupt:  # pressed again before the ranks stopped: none can be trusted
+            self._teardown()
+            self._print_new(starts, show)
+            print(f"ddp_lab: interrupted twice. {FRESH_START}", file=sys.stderr)
+            raise
+        self._ended_at = [len(output.lines) for output in self._supervisor.outputs]
+        self._print_new(starts, show)
+        if self._closed:
+            print(f"ddp_lab: {problem}", file=sys.stderr)
+            raise KeyboardInterrupt
+        for note in watch.interrupted_notes():
+            print(note, file=sys.stderr)
+        print("ddp_lab: interrupted; the cluster keeps its ranks and their variables.", file=sys.stderr)
+        raise KeyboardInterrupt
 
     def _died_between_commands(self, gone: int | None = None) -> RankCrashed:
         """A one-line error for ranks that died while no command ran (`gone`: one whose channel was
@@ -267,9 +244,9 @@ class Cluster:
         command (a fault handler's dump) is shown."""
         deadline = time.monotonic() + EXIT_NEWS_S  # a closed channel: its exit is on the way
         while not self._supervisor.exits and time.monotonic() < deadline:
-            self._next_event(deadline)
+            self._supervisor.next_event(deadline)
         time.sleep(0.2)  # let the rest of the news arrive
-        self._take_queued_events()
+        self._supervisor.take_queued_events()
         crashed: dict[int, int | None] = dict(sorted(self._supervisor.exits.items())) or {gone: None}
         self._teardown()  # after this every rank counts as exited: `crashed` was read before
         dead = list(crashed)
@@ -283,11 +260,9 @@ class Cluster:
         else:
             who = f"ranks {', '.join(map(str, dead))}"
             how = "; ".join(f"rank {rank}: {how_it_ended(code)}" for rank, code in crashed.items())
-        failures = {r: RankFailure(r, "crashed", f"died between cells ({how_it_ended(code)})", returncode=code)
-                    for r, code in crashed.items()}
-        return RankCrashed(f"{who} of {self.nprocs} died between cells ({how}); the cluster was shut down: "
-                           f"{RESTART}", failures, dead[0], [o.text() for o in self._supervisor.outputs],
-                           headline_only=True)
+        return self._supervisor.crash_report(
+            f"{who} of {self.nprocs} died between cells ({how}); the cluster was shut down: {RESTART}", crashed,
+            summary=lambda code: f"died between cells ({how_it_ended(code)})", headline_only=True)
 
     def _regroup(self, lost: list[int]) -> None:
         """After a cell destroyed the default process group on `lost` ranks: a fresh one on every rank."""
@@ -300,182 +275,8 @@ class Cluster:
               "cell. Objects built on the old group (a DDP or FSDP model, subgroups) must be built again.",
               file=sys.stderr)
 
-    def _collect(self, command_id: int, timeout: float | None, running: list[int], replies: dict[int, dict],
-                 marks: dict[int, set], interrupted: bool = False) -> LaunchError | None:
-        """Wait until every rank in `running` replied and its output is complete (filling `replies`, `marks`).
-
-        Returns None, or the error to raise: ranks that raised (the cluster lives on), a crash, or
-        ranks still running at the watchdog (`timeout`). After an interrupt, ranks still running at
-        `timeout` give _STILL_RUNNING instead (the caller decides).
-        """
-        deadline = None if timeout is None else time.monotonic() + timeout
-        failed_at = None
-        while not all(rank in replies and len(marks[rank]) == 2 for rank in running):
-            if self._supervisor.exits:
-                return self._crashed()
-            limit = min(t for t in (deadline, failed_at and failed_at + AFTER_FAILURE_S, float("inf")) if t)
-            if time.monotonic() >= limit:
-                if interrupted:
-                    return _STILL_RUNNING
-                return self._stuck(replies, timeout, failed_at is not None, running)
-            event = self._next_event(None if limit == float("inf") else limit)
-            if event is None:
-                continue
-            kind, rank, value = event
-            if kind == "reply" and value["id"] == command_id:
-                replies[rank] = value
-                if not value["ok"] and failed_at is None:
-                    failed_at = time.monotonic()
-            elif kind == "mark" and value[1] == command_id:
-                marks[rank].add(value[0])
-        failures = {r: raised_failure(r, reply, self._names) for r, reply in replies.items() if not reply["ok"]}
-        if not failures:
-            return None
-        first = min(failures)
-        count = f"rank {first}" if len(failures) == 1 else f"{len(failures)} ranks ({', '.join(map(str, failures))})"
-        return RankFailed(f"{count} of {self.nprocs} raised; the cluster is still running.",
-                          failures, first, [o.text() for o in self._supervisor.outputs])
-
-    def _interrupt(self, command_id: int, running: list[int], replies: dict[int, dict], marks: dict[int, set],
-                   starts: list[int], show: list[int] | None) -> None:
-        """Jupyter's stop button during a command: a KeyboardInterrupt in every rank still running it.
-
-        `running`: the ranks the command was sent to (all it was meant for, unless the interrupt
-        came while it was being sent).
-
-        Each rank's cell raises KeyboardInterrupt where it is (rank_loop.py: between commands a
-        rank ignores SIGINT), and the ranks, their variables and their process group stay. A rank
-        that does not stop within INTERRUPT_GRACE_S is blocked in C++ code, most likely a collective
-        whose peers were interrupted before they joined it: then the cluster is shut down. A rank
-        left alone in a collective (every other rank is out of the command) cannot finish it, so
-        it is not waited for. Raises KeyboardInterrupt either way, after one line per rank.
-        """
-        __tracebackhide__ = True
-        for process in self._supervisor.processes:
-            if process.rank in running and process.rank not in replies:
-                process.send_signal(signal.SIGINT)
-        grace_ends = time.monotonic() + INTERRUPT_GRACE_S
-        try:
-            while True:
-                step = max(0.0, min(INTERRUPT_CHECK_S, grace_ends - time.monotonic()))
-                problem = self._collect(command_id, step, running, replies, marks, interrupted=True)
-                if problem is not _STILL_RUNNING:
-                    break
-                waiting = [r for r in running if r not in replies]
-                stacks = read_stacks(self._supervisor, self._workdir, waiting)
-                alone_in_a_collective = len(waiting) == 1 and waiting_in(stacks.get(waiting[0], "")) == "collective"
-                if alone_in_a_collective or time.monotonic() >= grace_ends:
-                    problem = self._still_running_after_interrupt(stacks, time.monotonic() - grace_ends
-                                                                  + INTERRUPT_GRACE_S)
-                    break
-        except KeyboardInterrupt:  # pressed again before the ranks stopped: none can be trusted
-            self._teardown()
-            self._print_new(starts, show)
-            print(f"ddp_lab: interrupted twice. {FRESH_START}", file=sys.stderr)
-            raise
-        self._ended_at = [len(output.lines) for output in self._supervisor.outputs]
-        self._print_new(starts, show)
-        if self._closed:
-            print(f"ddp_lab: {problem}", file=sys.stderr)
-            raise KeyboardInterrupt
-        for rank in running:
-            print(f"[rank {rank}] {_interrupted_where(replies[rank], self._names)}", file=sys.stderr)
-        print("ddp_lab: interrupted; the cluster keeps its ranks and their variables.", file=sys.stderr)
-        raise KeyboardInterrupt
-
-    def _still_running_after_interrupt(self, stacks: dict[int, str], seconds: float) -> LaunchError:
-        """Ranks that did not stop after an interrupt (their `stacks`): one line, and the cluster shut down."""
-        waiting = sorted(stacks)
-        calls = sorted({blocked_in(stack) for stack in stacks.values() if blocked_in(stack)})
-        where = (f"in {', '.join(calls)}, waiting for ranks that were interrupted before they joined it" if calls
-                 else "in C++ code, where Python cannot interrupt it")
-        failures = {r: RankFailure(r, "timeout", "was still running; its Python stack",
-                                   rename_cells(stack, self._names)) for r, stack in stacks.items()}
-        self._teardown()
-        return LaunchTimeout(f"rank(s) {_listed(waiting)} of {self.nprocs} still running {seconds:.1f}s after the "
-                             f"interrupt, {where}. {FRESH_START}", failures, min(waiting),
-                             [o.text() for o in self._supervisor.outputs], headline_only=True)
-
-    def _next_event(self, deadline: float | None):
-        """Wait for one event; reports, exits and live lines are recorded by the supervisor."""
-        wait = POLL_S if deadline is None else min(POLL_S, max(0.0, deadline - time.monotonic()))
-        try:
-            event = self._supervisor.events.get(timeout=wait)
-        except queue.Empty:
-            return None
-        if event[0] in ("ready", "report", "exit", "line"):
-            self._supervisor._handle(event)
-        return event
-
-    def _crashed(self) -> LaunchError:
-        time.sleep(0.2)  # let the rest of the news arrive
-        crashed = dict(self._supervisor.exits)
-        self._teardown()
-        failures = {r: RankFailure(r, "crashed", crash_summary(code), returncode=code) for r, code in crashed.items()}
-        first = min(failures)
-        return RankCrashed(f"rank {first} of {self.nprocs} died.", failures, first,
-                           [o.text() for o in self._supervisor.outputs], FRESH_START)
-
-    def _stuck(self, replies: dict, timeout: float | None, after_failure: bool, running: list[int]) -> LaunchError:
-        waiting = [r for r in running if r not in replies]
-        stacks = read_stacks(self._supervisor, self._workdir, waiting)
-        left_out = [r for r in range(self.nprocs) if r not in running]
-        if left_out and not after_failure and any(waiting_in(stack) == "collective" for stack in stacks.values()):
-            return self._left_out(stacks, timeout, running, left_out)
-        failures = {r: raised_failure(r, reply, self._names) for r, reply in replies.items() if not reply["ok"]}
-        for rank, stack in stacks.items():
-            failures[rank] = RankFailure(rank, "timeout", "was still running; its Python stack",
-                                         rename_cells(stack, self._names))
-        self._teardown()
-        why = (f"{AFTER_FAILURE_S:g}s after another rank failed (probably waiting for it in a collective)"
-               if after_failure else f"after timeout={timeout:g}s")
-        cls = RankFailed if after_failure else LaunchTimeout
-        first = min(r for r in failures if failures[r].kind != "timeout") if after_failure else min(stacks)
-        return cls(f"rank(s) {', '.join(map(str, waiting))} of {self.nprocs} still running {why}.",
-                   failures, first, [o.text() for o in self._supervisor.outputs],
-                   f"{timeout_hint(stacks)} {FRESH_START}")
-
-    def _left_out(self, stacks: dict[int, str], timeout: float | None, running: list[int],
-                  left_out: list[int]) -> LaunchTimeout:
-        """One line for an `only` cell stuck in a collective that the ranks it left out never joined.
-
-        `.failures` keeps each stuck rank's stack.
-        """
-        failures = {r: RankFailure(r, "timeout", "was still running; its Python stack",
-                                   rename_cells(stack, self._names)) for r, stack in stacks.items()}
-        self._teardown()
-        calls = sorted({blocked_in(stack) or "a collective" for stack in stacks.values()})
-        return LaunchTimeout(
-            f"rank(s) {_listed(stacks)} of {self.nprocs} waited {timeout:g}s in {', '.join(calls)}, which rank(s) "
-            f"{_listed(left_out)} did not join: the cell ran on rank(s) {_listed(running)} only (--only / only=), "
-            "and a collective on the default group needs every rank. Drop --only to run the cell on every rank. "
-            f"{FRESH_START}", failures, min(stacks), [o.text() for o in self._supervisor.outputs], headline_only=True)
-
     def _print_new(self, starts: list[int], show: list[int] | None) -> None:
+        if self._supervisor.live is not None:
+            self._supervisor.live.close()  # progress lines end in the output printed here
         ranks = range(self.nprocs) if show is None else show
         print_in_rank_order([RankOutput(r, self._supervisor.outputs[r].lines[starts[r]:]) for r in ranks])
-
-
-def _listed(ranks) -> str:
-    return ", ".join(map(str, sorted(ranks)))
-
-
-_FRAME = re.compile(r'^\s*(?:File "(?P<file>[^"]+)"|(?P<cell>Cell In\[\d+\])), (?P<rest>line \d+.*)$')
-
-
-def _interrupted_where(reply: dict, names: dict[str, str]) -> str:
-    """A rank's note after an interrupt: 'interrupted at Cell In[5], line 3, in <module>', or how it ended.
-
-    The place is the innermost frame of the cell's own code (a notebook cell, `<ddp cell N>`),
-    else the innermost frame outside ddp_lab's command loop (the signal handler's frame).
-    """
-    if reply["ok"]:
-        return "had finished the cell"
-    if reply["type"] != "KeyboardInterrupt":
-        return f"raised {reply['type']}: {(reply['text'].splitlines() or [''])[0]}"
-    frames = [(match["file"] or match["cell"], match["rest"]) for line in
-              rename_cells(reply["traceback"], names).splitlines() if (match := _FRAME.match(line))]
-    frames = [(where, rest) for where, rest in frames if where != cluster_rank.__file__]
-    in_cells = [(where, rest) for where, rest in frames if where.startswith(("Cell In[", "<ddp cell"))]
-    shown = (in_cells or frames)[-1:]
-    return f"interrupted at {shown[0][0]}, {shown[0][1]}" if shown else "interrupted"

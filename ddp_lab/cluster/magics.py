@@ -157,7 +157,7 @@ def ddp(line: str, cell: str):
     # Register the cell like IPython does, so tracebacks say "Cell In[n], line k" (the count
     # has already moved on to the next cell while this one runs).
     filename = shell.compile.cache(cell, shell.execution_count - 1) if shell is not None else None
-    cluster._names.update(_cell_names(shell))
+    cluster.name_cells(_cell_names(shell))
     cluster.run_code(cell, timeout=options.timeout, show=options.ranks, filename=filename, only=options.only)
 
 

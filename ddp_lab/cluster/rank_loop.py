@@ -22,9 +22,9 @@ import types
 import cloudpickle
 
 from ddp_lab.cluster.status import write_record
-from ddp_lab.launcher.channel import receive_message, send_message
+from ddp_lab.launcher.channel import OUTPUT_MARK, receive_message, send_message
 from ddp_lab.launcher.payload import dumps
-from ddp_lab.launcher.worker import OUTPUT_MARK, control_channel, exception_report, flush_all_output
+from ddp_lab.launcher.worker import control_channel, exception_report, flush_all_output
 
 
 CELL_MODULE = "__ddp__"  # the module a %%ddp cell runs in, as a notebook cell runs in __main__

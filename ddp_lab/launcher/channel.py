@@ -3,17 +3,25 @@
 Each rank gets one end of a `socket.socketpair()`. The rank sends exactly one report
 (its return value or its exception); the launcher answers with one byte that lets the
 rank exit once every rank has reported. If the launcher dies, the rank reads EOF and
-exits too, so no rank outlives its notebook.
+exits too, so no rank outlives its notebook. A live cluster's rank instead answers
+commands on it, one reply each (cluster/rank_loop.py).
+
+Besides the channel, two signals travel between the launcher and a rank, and both sides
+import them from here: STACK_SIGNAL asks a rank to dump its Python stacks (the hang report),
+OUTPUT_MARK ends a command's output on a live cluster rank's stdout and stderr.
 """
 
 from __future__ import annotations
 
 import pickle
+import signal
 import socket
 import struct
 
 _HEADER = struct.Struct("!Q")
-RELEASE = b"R"
+RELEASE = b"R"  # the launcher's answer to a report: the rank may exit
+STACK_SIGNAL = signal.SIGUSR1  # a rank dumps every thread's Python stack (faulthandler) into its stacks file
+OUTPUT_MARK = "\x1eddp_lab:end-of-command:"  # + the command's id: a line that tells the launcher a command's output is complete
 
 
 def send_message(sock: socket.socket, message: dict) -> None:

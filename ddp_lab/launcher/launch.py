@@ -13,26 +13,22 @@ Introduced in notebooks/00-welcome-and-first-launch.ipynb.
 from __future__ import annotations
 
 import os
-import pickle
 import warnings
-from pathlib import Path
 
 import cloudpickle
 
+from ddp_lab.hardware.machine import cpu_cores
 from ddp_lab.launcher.arguments import check_launch
 from ddp_lab.launcher.backend import choose_backend
 from ddp_lab.launcher.errors import LaunchWarning, describe_exit
 from ddp_lab.launcher.fd_limit import one_line_if_out_of_fds
-from ddp_lab.hardware.machine import cpu_cores
 from ddp_lab.launcher.interrupts import interrupts_held
 from ddp_lab.launcher.output import RankOutput, note, print_in_rank_order
 from ddp_lab.launcher.payload import build_payload, cell_names
-from ddp_lab.launcher.procstart import prepare_zygote, rank_environment, start_rank_processes, stop_ranks
-from ddp_lab.launcher.rendezvous import loopback_store
-from ddp_lab.launcher.reports import build_error, read_stacks
+from ddp_lab.launcher.procstart import prepare_zygote
+from ddp_lab.launcher.progress import LiveLines
+from ddp_lab.launcher.rank_group import RankGroup
 from ddp_lab.launcher.results import Results
-from ddp_lab.launcher.supervisor import Supervisor
-from ddp_lab.launcher.workdir import open_private, work_folder
 from ddp_lab.launcher.zygote_client import ForkedRank
 
 DEFAULT_TIMEOUT = 120.0
@@ -119,38 +115,23 @@ def _launch(fn, args, nprocs, backend, timeout, init_process_group, stream, thre
     _note_if_oversubscribed(nprocs)
     names = cell_names()
 
-    with work_folder() as workdir, loopback_store(nprocs, pg_timeout) as store_env:
-        supervisor = Supervisor(nprocs, stream=stream)
-        try:
-            start_ranks(supervisor, payload, workdir, {**store_env, **(env or {})})
-            outcome = supervisor.watch(timeout)
-            stacks = read_stacks(supervisor, workdir) if outcome == "timeout" else {}
-            supervisor.finish()
-        except BaseException:  # KeyboardInterrupt (Jupyter's stop button) included
-            with interrupts_held():  # pressing it again must not leave ranks or pipes behind
-                stop_ranks(supervisor.processes, grace=0.5)
-                supervisor.finish()
-                _show_output(supervisor.outputs, stream)
-            raise
+    group = RankGroup(nprocs, stream=stream, live=LiveLines() if stream else None)
+    try:
+        group.start(payload, env or {}, pg_timeout)
+        outcome = group.watch(timeout)
+        stacks = group.stacks() if outcome == "timeout" else {}
+        group.stop()
+    except BaseException:  # KeyboardInterrupt (Jupyter's stop button) included
+        with interrupts_held():  # pressing it again must not leave ranks or pipes behind
+            group.stop(grace=0.5)
+            _show_output(group.outputs, stream)
+        raise
 
-    _show_output(supervisor.outputs, stream)
+    _show_output(group.outputs, stream)
     prepare_zygote()  # a successor importing what the ranks learned, or a new zygote if this one died
     if outcome != "ok":
-        raise build_error(supervisor, outcome, stacks, names, timeout) from None
-    return _results(supervisor, chosen)
-
-
-def start_ranks(supervisor: Supervisor, payload: dict, workdir: str, extra_env: dict) -> None:
-    """Write the payload into workdir and start every rank under the supervisor's watch."""
-    payload_path = Path(workdir, "payload.pkl")
-    with open(payload_path, "wb", opener=open_private) as file:  # the cell's code: for the user's eyes only
-        file.write(pickle.dumps(payload, protocol=pickle.HIGHEST_PROTOCOL))
-    if payload["threads"]:
-        extra_env = {"OMP_NUM_THREADS": str(payload["threads"]), **extra_env}
-    ranks = range(supervisor.nprocs)
-    start_rank_processes([rank_environment(os.environ, rank, supervisor.nprocs, extra_env) for rank in ranks],
-                         str(payload_path), [str(Path(workdir, f"stacks-{rank}.txt")) for rank in ranks],
-                         supervisor.add)
+        raise group.error(outcome, stacks, names, timeout) from None
+    return _results(group, chosen)
 
 
 def _show_output(outputs: list[RankOutput], streamed: bool) -> None:
@@ -158,16 +139,13 @@ def _show_output(outputs: list[RankOutput], streamed: bool) -> None:
         print_in_rank_order(outputs)
 
 
-def _results(supervisor: Supervisor, backend: str | None) -> Results:
-
-    values = [cloudpickle.loads(supervisor.reports[rank]["value"]) for rank in range(supervisor.nprocs)]
-    codes = [supervisor.exits.get(rank, 0) for rank in range(supervisor.nprocs)]
+def _results(group: RankGroup, backend: str | None) -> Results:
+    values = [cloudpickle.loads(group.reports[rank]["value"]) for rank in range(group.nprocs)]
+    codes = [group.exits.get(rank, 0) for rank in range(group.nprocs)]
     for rank, code in enumerate(codes):
         if code != 0:
             warnings.warn(
                 f"rank {rank} returned its result, then its process ended with {describe_exit(code)} "
                 "while exiting; all results are complete.", LaunchWarning, stacklevel=3)
-    started = ["warm" if isinstance(process, ForkedRank) else "cold" for process in supervisor.processes]
-    return Results(values, [output.text() for output in supervisor.outputs], backend, codes, started)
-
-
+    started = ["warm" if isinstance(process, ForkedRank) else "cold" for process in group.processes]
+    return Results(values, group.texts(), backend, codes, started)

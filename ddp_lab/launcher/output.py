@@ -21,6 +21,8 @@ import sys
 import threading
 from dataclasses import dataclass, field
 
+from ddp_lab.launcher.progress import last_rewrite
+
 _CHUNK = 1 << 16
 _READS_AFTER_STOP = 64  # at most 4 MiB read after a stop: a pipe holds 64 KiB unless enlarged
 
@@ -37,17 +39,18 @@ class RankOutput:
         return "".join(line for _, line in self.lines)
 
 
-def read_lines(fd: int, on_line, stop_fd: int | None = None) -> bool:
+def read_lines(fd: int, on_line, stop_fd: int | None = None, on_progress=None) -> bool:
     """Read a pipe to EOF, calling on_line(text) for each line (the last may lack '\\n').
 
-    Linear in the output's size however long its lines (`_LineSplitter`).
+    Linear in the output's size however long its lines (`_LineSplitter`). A line still being
+    rewritten with '\\r' (a progress bar) is also handed to on_progress(text) as it changes.
 
     When `stop_fd` becomes readable (the launcher gave up waiting for EOF: something outside
     the rank, a process it started in a session of its own, still holds the pipe), what is
     in the pipe at that moment is read, and reading stops. Returns False if it stopped so
     (cut off), True at EOF.
     """
-    lines = _LineSplitter(on_line)
+    lines = _LineSplitter(on_line, on_progress)
     poller = select.poll()
     poller.register(fd, select.POLLIN)
     if stop_fd is not None:
@@ -76,11 +79,14 @@ class _LineSplitter:
 
     A line is kept as the list of its pieces and joined once, when its '\\n' arrives:
     growing one string and splitting all of it again for every 64 KiB chunk made a single
-    32 MB line cost 23 s of CPU, quadratic in its length.
+    32 MB line cost 23 s of CPU, quadratic in its length. Of a line rewritten with '\\r' only
+    what a later '\\r' did not overwrite is kept (progress.last_rewrite), so a progress bar
+    updated for hours holds one update, and each new state goes to on_progress.
     """
 
-    def __init__(self, on_line):
+    def __init__(self, on_line, on_progress=None):
         self.on_line = on_line
+        self.on_progress = on_progress
         self.decoder = codecs.getincrementaldecoder("utf-8")(errors="backslashreplace")
         self.pieces: list[str] = []  # the line being read, not yet ended by '\\n'
 
@@ -92,10 +98,24 @@ class _LineSplitter:
             for line in complete:
                 self.on_line(line + "\n")
         if rest:
-            self.pieces.append(rest)
+            self._keep(rest)
         if final and self.pieces:
             self.on_line("".join(self.pieces))
             self.pieces.clear()
+
+    def _keep(self, rest: str) -> None:
+        """Add the start of an unfinished line; one rewritten with '\\r' goes to on_progress too."""
+        if "\r" not in rest:
+            self.pieces.append(rest)
+            return
+        start = last_rewrite(rest)
+        if start >= 0:  # what came before that '\r', in this chunk or earlier ones, is overwritten
+            self.pieces = [rest[start:]]
+        else:
+            self.pieces.append(rest)
+        if self.on_progress is not None:
+            self.pieces = ["".join(self.pieces)]
+            self.on_progress(self.pieces[0])
 
 
 _GLOO_CONNECTED = re.compile(
@@ -127,13 +147,16 @@ def is_torch_log_noise(stream: str, line: str) -> bool:
     return match is not None and match.group(1) == match.group(2)
 
 
-def start_reader(fd: int, stream: str, rank: int, deliver, stop_fd: int | None = None) -> threading.Thread:
+def start_reader(fd: int, stream: str, rank: int, deliver, stop_fd: int | None = None,
+                 progress=None) -> threading.Thread:
     """Start a daemon thread that calls deliver(rank, stream, line) for every line of fd.
 
-    The thread ends at EOF, or soon after `stop_fd` becomes readable (see `read_lines`).
+    `progress(rank, stream, text)`, if given, gets each new state of a line being rewritten with
+    '\\r'. The thread ends at EOF, or soon after `stop_fd` becomes readable (see `read_lines`).
     """
+    on_progress = None if progress is None else (lambda text: progress(rank, stream, text))
     thread = threading.Thread(
-        target=read_lines, args=(fd, lambda line: deliver(rank, stream, line), stop_fd),
+        target=read_lines, args=(fd, lambda line: deliver(rank, stream, line), stop_fd, on_progress),
         name=f"ddp_lab-rank{rank}-{stream}", daemon=True,
     )
     thread.start()

@@ -1,69 +1,27 @@
 """Turning what the ranks reported into one exception that tells the whole story.
 
+The one home of the reports on a rank group's failures, for `launch()` and the live cluster
+alike: `build_error` (a launch: every failing rank, the first failure first), `hang_report`
+(ranks still running when they should have ended, with their Python stacks and what those
+suggest) and `crash_report` (ranks that died).
+
 Introduced in notebooks/00-welcome-and-first-launch.ipynb ("What a failure looks like").
 """
 
 from __future__ import annotations
 
 import re
-import time
-from pathlib import Path
 
 import cloudpickle
 
 from ddp_lab.launcher.errors import (LaunchError, LaunchTimeout, RankCrashed, RankFailed, RankFailure,
-                            ResultNotPicklable, crash_summary, describe_exit)
+                                    ResultNotPicklable, crash_summary, describe_exit)
 from ddp_lab.launcher.payload import rename_cells
+from ddp_lab.launcher.stacks import HIDDEN_FRAMES, OUTSIDE_FN
 from ddp_lab.launcher.supervisor import STARTUP_S
-from ddp_lab.launcher.worker import STACK_SIGNAL
-from ddp_lab.launcher.workdir import open_private
 
-STACK_WAIT_S = 1.0
 _TAIL_LINES = 15
-_HIDDEN_FRAMES = ("ddp_lab/launcher/worker.py", "ddp_lab/cluster/rank_loop.py", "ddp_lab/launcher/zygote.py", "ddp_lab/launcher/rendezvous.py",
-                  "<frozen runpy>")
 _PEER_LOST = re.compile(r"Connection closed by peer|Connection reset by peer|Broken pipe")
-
-
-def read_stacks(supervisor, workdir: str, ranks: list[int] | None = None) -> dict[int, str]:
-    """Ask still-running ranks (or just `ranks`) to dump their Python stacks (faulthandler); read them."""
-    running = [p for p in supervisor.running() if ranks is None or p.rank in ranks]
-    for process in running:
-        with open(Path(workdir, f"stacks-{process.rank}.txt"), "w", opener=open_private):
-            pass  # emptied: the dump about to be asked for is the one read
-        process.send_signal(STACK_SIGNAL)
-    paths = {p.rank: Path(workdir, f"stacks-{p.rank}.txt") for p in running}
-    deadline = time.monotonic() + STACK_WAIT_S
-    while time.monotonic() < deadline and not all(_size(path) for path in paths.values()):
-        time.sleep(0.02)
-    time.sleep(0.05)  # let a dump that has started finish
-    return {rank: _clean_stack(path.read_text(errors="backslashreplace")) for rank, path in paths.items()}
-
-
-def _size(path: Path) -> int:
-    try:
-        return path.stat().st_size
-    except OSError:
-        return 0
-
-
-OUTSIDE_FN = ("(only ddp_lab's frames: your function has returned and the rank is stuck before "
-              "reporting, most likely in a C++ destructor of its local variables)")
-
-
-def _clean_stack(text: str) -> str:
-    """Drop thread addresses and ddp_lab's own frames from a faulthandler dump.
-
-    A thread that had frames, all of them ddp_lab's, gets a line saying so instead of none.
-    """
-    text = re.sub(r"(Current thread|Thread) 0x[0-9a-f]+", r"\1", text).strip()
-    threads = []
-    for block in re.split(r"\n(?=(?:Current thread|Thread) )", text) if text else []:
-        header, *frames = [line for line in block.splitlines() if line.strip()]
-        shown = [line for line in frames if not any(f in line for f in _HIDDEN_FRAMES)]
-        threads.append("\n".join([header, *(shown if shown or not frames else [f"  {OUTSIDE_FN}"])]))
-    return "\n\n".join(block for block in threads if block) or \
-        "(no Python stack was written: the rank may be stuck outside Python)"
 
 
 def _shorten(text: str, limit: int = 160) -> str:
@@ -72,7 +30,7 @@ def _shorten(text: str, limit: int = 160) -> str:
 
 def _tail(text: str) -> str:
     lines = [line for line in text.splitlines()
-             if not any(f in line for f in _HIDDEN_FRAMES) and not line.startswith("Extension modules:")]
+             if not any(f in line for f in HIDDEN_FRAMES) and not line.startswith("Extension modules:")]
     if not lines:
         return "(it printed nothing)"
     shown = lines[-_TAIL_LINES:]
@@ -212,17 +170,12 @@ def build_error(supervisor, outcome: str, stacks: dict[int, str], names: dict,
     nprocs = supervisor.nprocs
     failures = {rank: _failure(rank, supervisor, names) for rank in supervisor.failed}
     if outcome == "timeout":
-        for rank, stack in stacks.items():
-            failures[rank] = RankFailure(rank, "timeout", "was still running; its Python stack",
-                                         rename_cells(stack, names))
-        hung = ", ".join(map(str, sorted(stacks)))
         if len(supervisor.ready) == nprocs:
-            headline = f"rank(s) {hung} of {nprocs} still running after timeout={timeout:g}s; stopped them."
+            headline = still_running(stacks, nprocs, f"after timeout={timeout:g}s; stopped them.")
         else:
-            headline = (f"rank(s) {hung} of {nprocs} had not finished starting (interpreter, imports, "
+            headline = (f"rank(s) {listed(stacks)} of {nprocs} had not finished starting (interpreter, imports, "
                         f"init_process_group) after {STARTUP_S + timeout:g}s; stopped them.")
-        return LaunchTimeout(headline, failures, min(stacks) if stacks else None,
-                             [o.text() for o in supervisor.outputs], _hint(failures, None, "timeout"))
+        return hang_report(headline, stacks, names, [o.text() for o in supervisor.outputs], raised=failures)
     lost_peer = {rank for rank, f in failures.items() if f.kind == "raised" and _PEER_LOST.search(f.details)}
     # The root cause is the first rank that failed on its own, not one that lost a partner.
     first = next((rank for rank in supervisor.failed if rank not in lost_peer), supervisor.failed[0])
@@ -240,3 +193,40 @@ def build_error(supervisor, outcome: str, stacks: dict[int, str], names: dict,
         headline = (f"{ended_by}, and the rank(s) forked from it died with it: run the cell again "
                     "(ddp_lab starts a new zygote).")
     return cls(headline, failures, first, [o.text() for o in supervisor.outputs], _hint(failures, first, kind))
+
+
+def listed(ranks) -> str:
+    """'0, 2, 3': ranks in order, as the reports name them."""
+    return ", ".join(map(str, sorted(ranks)))
+
+
+def still_running(ranks, nprocs: int, how: str) -> str:
+    """A hang report's headline: 'rank(s) 0, 2 of 4 still running {how}'."""
+    return f"rank(s) {listed(ranks)} of {nprocs} still running {how}"
+
+
+def hang_report(headline: str, stacks: dict[int, str], names: dict, outputs: list[str], *,
+                raised: dict[int, RankFailure] | None = None, hint: str | None = None, cls=LaunchTimeout,
+                first: int | None = None, headline_only: bool = False) -> LaunchError:
+    """The one exception for ranks still running when they should have ended (the watchdog, an
+    interrupt they did not stop at): each one's Python stack (`stacks`, cells named as the notebook
+    names them), after the failures of ranks that raised (`raised`).
+
+    `hint` defaults to what the stacks suggest (a rendezvous, a collective, elsewhere: `timeout_hint`);
+    `first` to the lowest stuck rank.
+    """
+    failures = {**(raised or {}), **{rank: RankFailure(rank, "timeout", "was still running; its Python stack",
+                                                       rename_cells(stack, names)) for rank, stack in stacks.items()}}
+    if hint is None:
+        hint = _hint(failures, None, "timeout")
+    if first is None and stacks:
+        first = min(stacks)
+    return cls(headline, failures, first, outputs, hint, headline_only=headline_only)
+
+
+def crash_report(headline: str, exits: dict[int, int | None], outputs: list[str], *, summary=crash_summary,
+                 hint: str = "", headline_only: bool = False) -> RankCrashed:
+    """The one exception for ranks that died (`exits`: rank -> exit status, None if it did not arrive),
+    each described by `summary(status)`."""
+    failures = {rank: RankFailure(rank, "crashed", summary(code), returncode=code) for rank, code in exits.items()}
+    return RankCrashed(headline, failures, min(failures), outputs, hint, headline_only=headline_only)

@@ -1,10 +1,11 @@
-"""Watching the ranks of one launch: reports, exits, output, the first failure, the watchdog.
+"""Watching the ranks of one rank group: reports, exits, output, the first failure, the watchdog.
 
-Threads turn everything that happens into events on one queue — a line of output, a
-rank's report (its result or its exception), a process exit — and `Supervisor.watch`
-handles them one at a time in the launcher's thread, so all decisions are made in one
-place: every rank returned; a rank failed (wait a moment for the others to report, then
-stop the rest); or the deadline passed.
+Threads turn everything that happens into events on one queue — a line of output (or a new
+state of a progress line), a rank's report (its result or its exception), a process exit —
+and `Supervisor.watch` (or `next_event`, one at a time) handles them in the launcher's
+thread, so all decisions are made in one place: every rank returned; a rank failed (wait a
+moment for the others to report, then stop the rest); or the deadline passed. The
+`RankGroup` (rank_group.py) that owns the group's life is the only user of this class.
 
 Introduced in notebooks/00-welcome-and-first-launch.ipynb ("How launch works").
 """
@@ -17,12 +18,12 @@ import socket
 import threading
 import time
 
-from ddp_lab.launcher.channel import RELEASE, receive_message
+from ddp_lab.launcher.channel import OUTPUT_MARK, RELEASE, receive_message
 from ddp_lab.launcher.interrupts import interrupts_held
 from ddp_lab.launcher.output import RankOutput, is_torch_log_noise, print_line, start_reader
 from ddp_lab.launcher.procstart import stop_ranks
+from ddp_lab.launcher.progress import LiveLines, visible_text
 from ddp_lab.launcher.rankprocess import RankProcess
-from ddp_lab.launcher.worker import OUTPUT_MARK
 
 STARTUP_S = 120.0  # time allowed to start the interpreters and the process group
 GATHER_S = 0.5
@@ -36,9 +37,10 @@ CUT_OFF = ("ddp_lab: output cut off at the rank's end: a process it started in a
 class Supervisor:
     """Collects what the ranks of one launch report, and ends them when the time comes."""
 
-    def __init__(self, nprocs: int, stream: bool = False):
+    def __init__(self, nprocs: int, stream: bool = False, live: LiveLines | None = None):
         self.nprocs = nprocs
         self.stream = stream
+        self.live = live  # where lines being rewritten with '\r' are shown while the ranks run
         self.events: queue.Queue = queue.Queue()
         self.outputs = [RankOutput(rank) for rank in range(nprocs)]
         self.processes: list[RankProcess] = []
@@ -58,7 +60,7 @@ class Supervisor:
             self._stop_readers = os.pipe()
         self.processes.append(process)
         self._readers[process.rank] = [
-            start_reader(fd, stream, process.rank, self._on_line, self._stop_readers[0])
+            start_reader(fd, stream, process.rank, self._on_line, self._stop_readers[0], self._on_progress)
             for fd, stream in ((process.stdout_fd, "stdout"), (process.stderr_fd, "stderr"))]
         follower = threading.Thread(target=self._follow, args=(process,), daemon=True,
                                     name=f"ddp_lab-rank{process.rank}-channel")
@@ -70,14 +72,27 @@ class Supervisor:
         return next((process for process in self.processes if process.rank == rank), None)
 
     def _on_line(self, rank: int, stream: str, line: str) -> None:
-        if line.startswith(OUTPUT_MARK):
-            self.events.put(("mark", rank, (stream, int(line[len(OUTPUT_MARK):]))))
+        """A line from a reader thread; one rewritten with '\r' is kept as it ends (progress.visible_text)."""
+        at = line.find(OUTPUT_MARK)
+        if at >= 0 and line.endswith("\n"):  # a command's end, after any unfinished line (print(..., end=""))
+            if at > 0:
+                self._on_line(rank, stream, line[:at])
+            self.events.put(("mark", rank, (stream, int(line[at + len(OUTPUT_MARK):]))))
             return
-        if is_torch_log_noise(stream, line):
+        if "\r" in line:
+            line = visible_text(line)
+            if self.live is not None:
+                self.events.put(("progress", rank, (stream, None)))  # no longer live: printed as a line
+        if not line or is_torch_log_noise(stream, line):
             return
         self.outputs[rank].lines.append((stream, line))
         if self.stream:
             self.events.put(("line", rank, (stream, line)))
+
+    def _on_progress(self, rank: int, stream: str, text: str) -> None:
+        """A new state of a line a rank is rewriting with '\r', from a reader thread."""
+        if self.live is not None:
+            self.events.put(("progress", rank, (stream, text)))
 
     def _follow(self, process: RankProcess) -> None:
         while True:
@@ -93,10 +108,29 @@ class Supervisor:
                 break
         self.events.put(("exit", process.rank, process.wait()))
 
+    def next_event(self, wait: float):
+        """Wait at most `wait` seconds for one event and handle it; return it (None if none came).
+
+        Reports, exits, ready notes and lines are recorded here; the live display of progress
+        lines is refreshed after every wait.
+        """
+        try:
+            event = self.events.get(timeout=max(0.0, wait))
+        except queue.Empty:
+            event = None
+        if event is not None:
+            self._handle(event)
+        if self.live is not None:
+            self.live.refresh()
+        return event
+
     def _handle(self, event) -> None:
         kind, rank, value = event
         if kind == "line":
             print_line(rank, *value)
+        elif kind == "progress":
+            if self.live is not None:
+                self.live.update(rank, *value)
         elif kind == "ready":
             self.ready.add(rank)
         elif kind == "report":
@@ -133,12 +167,9 @@ class Supervisor:
             wait = min(limits) - time.monotonic() if limits else POLL_S
             if wait <= 0:
                 return "failed" if self.failed else "timeout"
-            try:
-                # Short waits: an interrupt that is not a real signal (_thread.interrupt_main,
-                # some notebook front-ends) is only seen between waits.
-                self._handle(self.events.get(timeout=min(wait, POLL_S)))
-            except queue.Empty:
-                pass
+            # Short waits: an interrupt that is not a real signal (_thread.interrupt_main,
+            # some notebook front-ends) is only seen between waits.
+            self.next_event(min(wait, POLL_S))
 
     def running(self) -> list[RankProcess]:
         """Ranks that neither reported nor ended."""
@@ -156,6 +187,8 @@ class Supervisor:
             self._end_readers()
             self._end_followers()
             self._drain()
+            if self.live is not None:
+                self.live.close()
             for process in self.processes:
                 self.exits.setdefault(process.rank, process.returncode)
                 process.close()

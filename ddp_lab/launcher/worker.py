@@ -23,11 +23,9 @@ import socket
 import sys
 import traceback
 
-from ddp_lab.launcher.channel import send_message
+from ddp_lab.launcher.channel import STACK_SIGNAL, send_message
 from ddp_lab.launcher.workdir import open_private
 
-STACK_SIGNAL = signal.SIGUSR1
-OUTPUT_MARK = "\x1eddp_lab:end-of-command:"  # a line that tells the launcher a command's output is complete
 _channel: socket.socket | None = None
 
 

@@ -1,0 +1,188 @@
+"""One command on a live cluster's ranks (a `%%ddp` cell, `run`, `pull`): sent, watched, interrupted.
+
+A command is done when every rank it was sent to has replied and written its end-of-command
+mark on stdout and stderr (so all of its output has arrived). Until then `CommandWatch` handles
+the rank group's events: a rank that died, ranks still running at the watchdog (or a few seconds
+after another rank failed), or Jupyter's stop button, which interrupts the ranks' code and
+leaves the cluster up unless a rank does not stop. The reports themselves are the rank group's
+(launcher/reports.py); this module only says what happened to the cell.
+
+Introduced in notebooks/00b-live-cluster.ipynb.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+from ddp_lab.launcher.errors import LaunchError, LaunchTimeout, RankFailed
+from ddp_lab.launcher.payload import rename_cells
+from ddp_lab.launcher.rank_group import RankGroup
+from ddp_lab.launcher.reports import (blocked_in, listed, raised_failure, still_running, timeout_hint,
+                                     waiting_in)
+
+AFTER_FAILURE_S = 5.0  # once a rank failed, how long the others get before they count as stuck
+INTERRUPT_GRACE_S = 3.0  # after an interrupt: how long a rank may take to stop before it counts as stuck
+INTERRUPT_CHECK_S = 0.5  # after an interrupt: how often the ranks still running are looked at (their stacks)
+STILL_RUNNING = object()  # collect's answer when ranks still run at its deadline after an interrupt
+RESTART = "run the cell again (or ddp_lab.Cluster(...)) to start a fresh one."
+FRESH_START = f"The cluster was shut down; {RESTART}"
+
+
+class CommandWatch:
+    """Sending one command to the ranks in `running` and watching it until they all finished it.
+
+    Args:
+        group: the cluster's ranks.
+        command_id: the command's number (its replies and marks carry it).
+        running: the ranks that run it.
+        names: the notebook's names for its cells (tracebacks say "Cell In[5]").
+        shut_down: ends the cluster; called before an error that leaves no cluster behind.
+    """
+
+    def __init__(self, group: RankGroup, command_id: int, running: list[int], names: dict, shut_down):
+        self.group, self.command_id, self.running, self.names = group, command_id, running, names
+        self.nprocs = group.nprocs
+        self.replies: dict[int, dict] = {}
+        self.marks: dict[int, set] = {rank: set() for rank in range(self.nprocs)}
+        self.sent: list[int] = []  # the ranks the command reached
+        self._shut_down = shut_down
+
+    def send(self, command: dict) -> None:
+        """Send the command to every rank in `running` (RankGone if one has died)."""
+        self.group.send({**command, "id": self.command_id}, self.running, self.sent)
+
+    def collect(self, timeout: float | None, interrupted: bool = False):
+        """Wait until every rank in `running` replied and its output is complete.
+
+        Returns None, or the error to raise: ranks that raised (the cluster lives on), a crash, or
+        ranks still running at the watchdog (`timeout`). After an interrupt, ranks still running at
+        `timeout` give STILL_RUNNING instead (the caller decides).
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        failed_at = None
+        while not all(rank in self.replies and len(self.marks[rank]) == 2 for rank in self.running):
+            if self.group.exits:
+                return self._crashed()
+            limit = min(t for t in (deadline, failed_at and failed_at + AFTER_FAILURE_S, float("inf")) if t)
+            if time.monotonic() >= limit:
+                if interrupted:
+                    return STILL_RUNNING
+                return self._stuck(timeout, failed_at is not None)
+            event = self.group.next_event(None if limit == float("inf") else limit)
+            if event is None:
+                continue
+            kind, rank, value = event
+            if kind == "reply" and value["id"] == self.command_id:
+                self.replies[rank] = value
+                if not value["ok"] and failed_at is None:
+                    failed_at = time.monotonic()
+            elif kind == "mark" and value[1] == self.command_id:
+                self.marks[rank].add(value[0])
+        failures = {r: raised_failure(r, reply, self.names) for r, reply in self.replies.items() if not reply["ok"]}
+        if not failures:
+            return None
+        first = min(failures)
+        count = f"rank {first}" if len(failures) == 1 else f"{len(failures)} ranks ({', '.join(map(str, failures))})"
+        return RankFailed(f"{count} of {self.nprocs} raised; the cluster is still running.",
+                          failures, first, self.group.texts())
+
+    def interrupt(self) -> LaunchError | None:
+        """Jupyter's stop button: a KeyboardInterrupt in every rank the command reached that still runs it.
+
+        Each rank's code raises KeyboardInterrupt where it is (rank_loop.py: between commands a
+        rank ignores SIGINT), and the ranks, their variables and their process group stay. A rank
+        that does not stop within INTERRUPT_GRACE_S is blocked in C++ code, most likely a collective
+        whose peers were interrupted before they joined it: then the cluster is shut down and the
+        one-line error saying so is returned. A rank left alone in a collective (every other rank is
+        out of the command) cannot finish it, so it is not waited for.
+        """
+        self.running = running = self.sent  # from now on, the ranks the command reached
+        self.group.interrupt([rank for rank in running if rank not in self.replies])
+        grace_ends = time.monotonic() + INTERRUPT_GRACE_S
+        while True:
+            step = max(0.0, min(INTERRUPT_CHECK_S, grace_ends - time.monotonic()))
+            problem = self.collect(step, interrupted=True)
+            if problem is not STILL_RUNNING:
+                return problem
+            waiting = [r for r in running if r not in self.replies]
+            stacks = self.group.stacks(waiting)
+            alone_in_a_collective = len(waiting) == 1 and waiting_in(stacks.get(waiting[0], "")) == "collective"
+            if alone_in_a_collective or time.monotonic() >= grace_ends:
+                return self._still_running_after_interrupt(stacks, time.monotonic() - grace_ends + INTERRUPT_GRACE_S)
+
+    def interrupted_notes(self) -> list[str]:
+        """One line per rank after an interrupt: where its code was interrupted, or how it ended."""
+        return [f"[rank {rank}] {_interrupted_where(self.replies[rank], self.names)}" for rank in self.running]
+
+    def lost_group(self) -> list[int]:
+        """The ranks whose cell destroyed the default process group."""
+        return sorted(rank for rank, reply in self.replies.items() if reply.get("group") is False)
+
+    # -- what happened to the cell ----------------------------------------------------------
+    def _crashed(self) -> LaunchError:
+        time.sleep(0.2)  # let the rest of the news arrive
+        crashed = dict(self.group.exits)
+        self._shut_down()
+        return self.group.crash_report(f"rank {min(crashed)} of {self.nprocs} died.", crashed, hint=FRESH_START)
+
+    def _stuck(self, timeout: float | None, after_failure: bool) -> LaunchError:
+        waiting = [r for r in self.running if r not in self.replies]
+        stacks = self.group.stacks(waiting)
+        left_out = [r for r in range(self.nprocs) if r not in self.running]
+        if left_out and not after_failure and any(waiting_in(stack) == "collective" for stack in stacks.values()):
+            return self._left_out(stacks, timeout, left_out)
+        raised = {r: raised_failure(r, reply, self.names) for r, reply in self.replies.items() if not reply["ok"]}
+        self._shut_down()
+        why = (f"{AFTER_FAILURE_S:g}s after another rank failed (probably waiting for it in a collective)"
+               if after_failure else f"after timeout={timeout:g}s")
+        return self.group.hang_report(
+            still_running(waiting, self.nprocs, f"{why}."), stacks, self.names, raised=raised,
+            hint=f"{timeout_hint(stacks)} {FRESH_START}", cls=RankFailed if after_failure else LaunchTimeout,
+            first=min(raised) if after_failure else None)
+
+    def _left_out(self, stacks: dict[int, str], timeout: float | None, left_out: list[int]) -> LaunchError:
+        """One line for an `only` cell stuck in a collective that the ranks it left out never joined.
+
+        `.failures` keeps each stuck rank's stack.
+        """
+        self._shut_down()
+        calls = sorted({blocked_in(stack) or "a collective" for stack in stacks.values()})
+        return self.group.hang_report(
+            f"rank(s) {listed(stacks)} of {self.nprocs} waited {timeout:g}s in {', '.join(calls)}, which rank(s) "
+            f"{listed(left_out)} did not join: the cell ran on rank(s) {listed(self.running)} only (--only / only=), "
+            "and a collective on the default group needs every rank. Drop --only to run the cell on every rank. "
+            f"{FRESH_START}", stacks, self.names, hint="", headline_only=True)
+
+    def _still_running_after_interrupt(self, stacks: dict[int, str], seconds: float) -> LaunchError:
+        """Ranks that did not stop after an interrupt (their `stacks`): one line, and the cluster shut down."""
+        calls = sorted({blocked_in(stack) for stack in stacks.values() if blocked_in(stack)})
+        where = (f"in {', '.join(calls)}, waiting for ranks that were interrupted before they joined it" if calls
+                 else "in C++ code, where Python cannot interrupt it")
+        self._shut_down()
+        return self.group.hang_report(
+            still_running(stacks, self.nprocs, f"{seconds:.1f}s after the interrupt, {where}. {FRESH_START}"),
+            stacks, self.names, hint="", headline_only=True)
+
+
+RANK_LOOP_FILE = str(Path(__file__).with_name("rank_loop.py"))  # the ranks' command loop: its frames are hidden
+_FRAME = re.compile(r'^\s*(?:File "(?P<file>[^"]+)"|(?P<cell>Cell In\[\d+\])), (?P<rest>line \d+.*)$')
+
+
+def _interrupted_where(reply: dict, names: dict[str, str]) -> str:
+    """A rank's note after an interrupt: 'interrupted at Cell In[5], line 3, in <module>', or how it ended.
+
+    The place is the innermost frame of the cell's own code (a notebook cell, `<ddp cell N>`),
+    else the innermost frame outside ddp_lab's command loop (the signal handler's frame).
+    """
+    if reply["ok"]:
+        return "had finished the cell"
+    if reply["type"] != "KeyboardInterrupt":
+        return f"raised {reply['type']}: {(reply['text'].splitlines() or [''])[0]}"
+    frames = [(match["file"] or match["cell"], match["rest"]) for line in
+              rename_cells(reply["traceback"], names).splitlines() if (match := _FRAME.match(line))]
+    frames = [(where, rest) for where, rest in frames if where != RANK_LOOP_FILE]
+    in_cells = [(where, rest) for where, rest in frames if where.startswith(("Cell In[", "<ddp cell"))]
+    shown = (in_cells or frames)[-1:]
+    return f"interrupted at {shown[0][0]}, {shown[0][1]}" if shown else "interrupted"

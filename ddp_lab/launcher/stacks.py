@@ -1,0 +1,65 @@
+"""Asking stuck ranks where they are: every thread's Python stack, dumped by faulthandler on a signal.
+
+Each rank registers faulthandler for channel.STACK_SIGNAL, writing into a stacks file of its
+own in the launch's private work folder (worker.run_rank). The hang report reads those files,
+without ddp_lab's own frames, so that a learner sees the frames of their code and of torch.
+
+Introduced in notebooks/00-welcome-and-first-launch.ipynb ("What a failure looks like").
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+from ddp_lab.launcher.channel import STACK_SIGNAL
+from ddp_lab.launcher.rankprocess import RankProcess
+from ddp_lab.launcher.workdir import open_private
+
+STACK_WAIT_S = 1.0  # how long ranks get to write their stacks
+HIDDEN_FRAMES = ("ddp_lab/launcher/worker.py", "ddp_lab/cluster/rank_loop.py", "ddp_lab/launcher/zygote.py",
+                 "ddp_lab/launcher/rendezvous.py", "<frozen runpy>")
+OUTSIDE_FN = ("(only ddp_lab's frames: your function has returned and the rank is stuck before "
+              "reporting, most likely in a C++ destructor of its local variables)")
+
+
+def stacks_path(workdir: str, rank: int) -> Path:
+    """The file rank `rank` dumps its stacks into."""
+    return Path(workdir, f"stacks-{rank}.txt")
+
+
+def read_stacks(processes: list[RankProcess], workdir: str) -> dict[int, str]:
+    """Ask these ranks to dump their Python stacks (faulthandler); read them, by rank."""
+    for process in processes:
+        with open(stacks_path(workdir, process.rank), "w", opener=open_private):
+            pass  # emptied: the dump about to be asked for is the one read
+        process.send_signal(STACK_SIGNAL)
+    paths = {p.rank: stacks_path(workdir, p.rank) for p in processes}
+    deadline = time.monotonic() + STACK_WAIT_S
+    while time.monotonic() < deadline and not all(_size(path) for path in paths.values()):
+        time.sleep(0.02)
+    time.sleep(0.05)  # let a dump that has started finish
+    return {rank: _clean_stack(path.read_text(errors="backslashreplace")) for rank, path in paths.items()}
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def _clean_stack(text: str) -> str:
+    """Drop thread addresses and ddp_lab's own frames from a faulthandler dump.
+
+    A thread that had frames, all of them ddp_lab's, gets a line saying so instead of none.
+    """
+    text = re.sub(r"(Current thread|Thread) 0x[0-9a-f]+", r"\1", text).strip()
+    threads = []
+    for block in re.split(r"\n(?=(?:Current thread|Thread) )", text) if text else []:
+        header, *frames = [line for line in block.splitlines() if line.strip()]
+        shown = [line for line in frames if not any(f in line for f in HIDDEN_FRAMES)]
+        threads.append("\n".join([header, *(shown if shown or not frames else [f"  {OUTSIDE_FN}"])]))
+    return "\n\n".join(block for block in threads if block) or \
+        "(no Python stack was written: the rank may be stuck outside Python)"
