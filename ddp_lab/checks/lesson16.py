@@ -1,0 +1,293 @@
+"""Checks for the exercises of notebooks/16-communicate-less.ipynb: DiLoCo by hand, recovery from a peer.
+
+    ddp_lab.checks.lesson16.check_train_diloco(train_diloco)
+    ddp_lab.checks.lesson16.check_recover_from_peer(recover_from_peer)
+
+Both run on gloo ranks with a short timeout, so an answer where some ranks skip a collective ends
+with a message instead of a hang. DiLoCo runs on 2 replicas, each with its own batches, for 2
+rounds of 3 inner steps; every rank's final parameters are compared with one process simulating
+both replicas, and a wrong result with what each likely mistake gives (pseudo-gradient's sign,
+a sum for a mean, the outer momentum reset each round, the inner AdamW state averaged or made
+anew, plain momentum for Nesterov, the replicas left at their local weights). Recovery runs on 3
+ranks, rank 0 returning with stale weights and no optimizer state, ranks 1 and 2 healthy.
+
+Introduced in notebooks/16-communicate-less.ipynb.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+
+from ddp_lab.checks import CheckFailed, passed
+from ddp_lab.checks.common import call_case, describe, ensure_written, run_on_ranks, watching_calls
+from ddp_lab.course.communicate_less import diloco, quorum
+from ddp_lab.instruments.collectives import watching_collectives
+
+REPLICAS, INNER_STEPS, ROUNDS = 2, 3, 2
+INNER_LR, OUTER_LR, OUTER_MOMENTUM = 0.01, 0.7, 0.9
+QUORUM, SOURCE = 3, 1            # recovery: rank 0 returns, ranks 1 and 2 are healthy; the exercise names rank 1
+DILOCO_ANSWERS = (diloco.DiLoCo.sync, diloco.average_over_replicas)
+RECOVER_ANSWERS = (quorum.recover_from_peer,)
+SEEN = {"all_reduce": (0, "tensor"), "all_gather": (1, "tensor"), "broadcast": (0, "tensor"),
+        "broadcast_object_list": (0, "object_list")}
+
+
+def make_model(seed: int = 0) -> nn.Module:
+    """The exercises' model: 3 inputs, 4 hidden units (tanh), 1 output; the same weights on every rank."""
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 1))
+
+
+def replica_batches(rank: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Replica `rank`'s ROUNDS * INNER_STEPS batches of (x, y): 5 samples each, its own region of the inputs."""
+    generator = torch.Generator().manual_seed(160 + rank)
+    batches = []
+    for _ in range(ROUNDS * INNER_STEPS):
+        x = torch.randn(5, 3, generator=generator) + (1.0 if rank else -1.0)
+        batches.append((x, torch.sin(x.sum(dim=1, keepdim=True))))
+    return batches
+
+
+def _params_bytes() -> int:
+    return sum(p.numel() * p.element_size() for p in make_model().parameters())
+
+
+# --- train_diloco ----------------------------------------------------------------------------
+
+def simulate_diloco(sign: float = 1.0, mean: bool = True, reset_outer: bool = False, average_inner: bool = False,
+                    fresh_inner: bool = False, nesterov: bool = True, keep_local: bool = False) -> list[list]:
+    """Both replicas' final parameters, simulated in one process; the flags give the likely mistakes."""
+    models = [make_model() for _ in range(REPLICAS)]
+    inner = [torch.optim.AdamW(m.parameters(), lr=INNER_LR) for m in models]
+    global_params = [p.detach().clone() for p in models[0].parameters()]
+    outer = torch.optim.SGD(global_params, lr=OUTER_LR, momentum=OUTER_MOMENTUM, nesterov=nesterov)
+    data = [replica_batches(rank) for rank in range(REPLICAS)]
+    for round_ in range(ROUNDS):
+        for step in range(round_ * INNER_STEPS, (round_ + 1) * INNER_STEPS):
+            for rank, model in enumerate(models):
+                inner[rank].zero_grad()
+                F.mse_loss(model(data[rank][step][0]), data[rank][step][1]).backward()
+                inner[rank].step()
+        with torch.no_grad():
+            if reset_outer:
+                outer = torch.optim.SGD(global_params, lr=OUTER_LR, momentum=OUTER_MOMENTUM, nesterov=nesterov)
+            for i, g in enumerate(global_params):
+                total = sum(sign * (g - list(m.parameters())[i]) for m in models)
+                g.grad = total / REPLICAS if mean else total
+            outer.step()
+            outer.zero_grad(set_to_none=True)
+            if average_inner:
+                for states in zip(*(list(opt.state.values()) for opt in inner)):
+                    for key in ("exp_avg", "exp_avg_sq"):
+                        averaged = sum(s[key] for s in states) / REPLICAS
+                        for s in states:
+                            s[key] = averaged.clone()
+            if not keep_local:
+                for model in models:
+                    for p, g in zip(model.parameters(), global_params):
+                        p.copy_(g)
+        if fresh_inner:
+            inner = [torch.optim.AdamW(m.parameters(), lr=INNER_LR) for m in models]
+    return [[p.detach().clone() for p in m.parameters()] for m in models]
+
+
+DILOCO_MISTAKES = (
+    ({"sign": -1.0}, "the pseudo-gradient has the wrong sign: it is θ_global − θ_local (the outer optimizer "
+                     "subtracts it, as it does a gradient), not θ_local − θ_global"),
+    ({"mean": False}, "the pseudo-gradients were summed, not averaged: divide the all-reduced sum by the world size"),
+    ({"reset_outer": True}, "the outer momentum starts again every round: make the outer SGD once, before the "
+                            "loop, so its momentum buffer lasts across rounds"),
+    ({"average_inner": True}, "the inner AdamW state was averaged across replicas: DiLoCo sends only the "
+                              "pseudo-gradient; each replica keeps its own inner optimizer state"),
+    ({"fresh_inner": True}, "the inner AdamW is made anew every round: make it once, so its moments carry over"),
+    ({"nesterov": False}, "the outer SGD uses plain momentum: DiLoCo's outer optimizer is SGD with nesterov=True"),
+    ({"keep_local": True}, "after the outer step the replicas keep their local weights: copy θ_global into every "
+                           "replica's parameters, so the next round starts from it"),
+)
+
+
+def _diloco_runner(rank: int, train_diloco) -> dict:
+    model, sent = make_model(), []
+    case = (f"running on rank {rank} of {dist.get_world_size()} with {ROUNDS * INNER_STEPS} batches and "
+            f"inner_steps={INNER_STEPS}")
+    with watching_collectives(SEEN, lambda name, what: sent.append((name, _nbytes(what)))), \
+            watching_calls(DILOCO_ANSWERS) as called:
+        call_case(train_diloco, case, model, replica_batches(rank), INNER_STEPS)
+    return {"params": [p.detach().clone() for p in model.parameters()], "sent": sent, "called": list(called)}
+
+
+def _nbytes(what) -> int:
+    items = what if isinstance(what, (list, tuple)) else [what]
+    return sum(t.numel() * t.element_size() for t in items if torch.is_tensor(t))
+
+
+def _diloco_hang_hint(calls: set) -> str:
+    return ("some replicas wait in a collective the others never call. Every replica runs the outer step at the "
+            "same steps, with the same collectives in the same order: no `if rank == 0:` around an all-reduce, "
+            "and a sync condition that depends only on the step.")
+
+
+def check_train_diloco(train_diloco, timeout: float = 30.0) -> None:
+    """Check `train_diloco(model, batches, inner_steps)` on 2 gloo replicas against one process.
+
+    Each replica trains its own batches for 2 rounds of 3 inner steps (AdamW, lr 0.01) with an
+    outer SGD (lr 0.7, momentum 0.9, Nesterov) on the averaged pseudo-gradient; afterwards every
+    replica's model must hold the global parameters, and each replica must have sent one model's
+    worth of bytes per round.
+
+    Introduced in notebooks/16-communicate-less.ipynb.
+    """
+    ensure_written(train_diloco)
+    name = getattr(train_diloco, "__name__", "train_diloco")
+    results = run_on_ranks(_diloco_runner, (train_diloco,), REPLICAS, timeout, name, timeout_hint=_diloco_hang_hint)
+    judge_diloco(name, results)
+
+
+def judge_diloco(name: str, results) -> None:
+    """Compare what every replica ended with and sent with one process; CheckFailed naming the mistake."""
+    called = next((r["called"] for r in results if r.get("called")), None)
+    if called:
+        raise CheckFailed(f"{name} calls {called[0]}, the package's own answer to this exercise, so the check "
+                          "cannot tell whether your code would be right.\nHint: write the outer step yourself.")
+    want = simulate_diloco()
+    for rank, result in enumerate(results):
+        got = result["params"]
+        if all(torch.allclose(g, w, atol=1e-5, rtol=1e-4) for g, w in zip(got, want[rank])):
+            continue
+        index = next(i for i, (g, w) in enumerate(zip(got, want[rank])) if not torch.allclose(g, w, atol=1e-5,
+                                                                                            rtol=1e-4))
+        where = (f"rank {rank}: parameter {index} (shape {tuple(want[rank][index].shape)}) differs from one process's "
+                 f"DiLoCo: got {describe(got[index].flatten()[:3])} ..., expected "
+                 f"{describe(want[rank][index].flatten()[:3])} ...")
+        hint = next((text for flags, text in DILOCO_MISTAKES
+                     if all(torch.allclose(g, w, atol=1e-5, rtol=1e-4)
+                            for g, w in zip(got, simulate_diloco(**flags)[rank]))), None)
+        if hint is None:
+            hint = _traffic_hint(results[rank]["sent"]) or (
+                "each round: H inner AdamW steps, then Δ = θ_global − θ_local averaged over the replicas "
+                "(all_reduce, divided by the world size) as the .grad of θ_global, one step of SGD(lr=0.7, "
+                "momentum=0.9, nesterov=True) made once, and θ_global copied into the model")
+        raise CheckFailed(f"{where}.\nHint: {hint}.")
+    per_round = _params_bytes()
+    for rank, result in enumerate(results):
+        sent = sum(nbytes for _, nbytes in result["sent"])
+        if sent != per_round * ROUNDS:
+            hint = _traffic_hint(result["sent"]) or "all-reduce each pseudo-gradient once per round, nothing else"
+            raise CheckFailed(f"rank {rank} handed {sent} bytes to collectives over {ROUNDS} rounds; DiLoCo sends "
+                              f"one pseudo-gradient per round: {per_round} bytes each, {per_round * ROUNDS} in all."
+                              f"\nHint: {hint}.")
+    passed(f"{name}: 2 replicas, {ROUNDS} rounds of {INNER_STEPS} AdamW steps, outer Nesterov SGD on the averaged "
+           f"pseudo-gradient == one process; {per_round * ROUNDS} bytes sent per replica ({ROUNDS} x the model)")
+
+
+def _traffic_hint(sent: list) -> str | None:
+    """A hint only where the bytes show it: about three models' worth per round is the model plus AdamW's moments."""
+    total, per_round = sum(nbytes for _, nbytes in sent), _params_bytes() * ROUNDS
+    if total >= 3 * per_round:
+        return ("your replicas sent about three models' worth per round: the inner AdamW's moments went along with "
+                "the pseudo-gradient. DiLoCo sends only the pseudo-gradient; each replica keeps its own inner state")
+    if total > per_round:
+        return (f"your replicas sent {total} bytes, more than one pseudo-gradient ({per_round // ROUNDS} bytes) "
+                "per round")
+    return None
+
+
+# --- recover_from_peer -----------------------------------------------------------------------
+
+def _healthy_replica() -> tuple[nn.Module, torch.optim.Optimizer]:
+    """Two SGD steps with momentum: the state healthy ranks hold (the same on each)."""
+    model = make_model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    for x, y in replica_batches(0)[:2]:
+        optimizer.zero_grad()
+        F.mse_loss(model(x), y).backward()
+        optimizer.step()
+    return model, optimizer
+
+
+def _one_more_step(model, optimizer) -> list:
+    x, y = replica_batches(1)[0]
+    optimizer.zero_grad()
+    F.mse_loss(model(x), y).backward()
+    optimizer.step()
+    return [p.detach().clone() for p in model.parameters()]
+
+
+def _recover_runner(rank: int, recover) -> dict:
+    if rank == 0:                                     # returning: stale weights, an optimizer without state
+        model = make_model(seed=7)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    else:
+        model, optimizer = _healthy_replica()
+    case = f"running on rank {rank} of {dist.get_world_size()} with source_rank={SOURCE}"
+    with watching_calls(RECOVER_ANSWERS) as called:
+        call_case(recover, case, model, optimizer, SOURCE)
+    after = [p.detach().clone() for p in model.parameters()]
+    momentum = bool(optimizer.state) and all("momentum_buffer" in s for s in optimizer.state.values())
+    return {"params": after, "stepped": _one_more_step(model, optimizer), "momentum": momentum,
+            "called": list(called)}
+
+
+def _recover_hang_hint(calls: set, places: dict) -> str:
+    waiting = sorted(rank for rank, call in places.items() if call)
+    return (f"ranks {waiting} wait in a collective that the other ranks never call. A broadcast is a collective: "
+            "every member of the quorum calls it, the healthy ones (which send) and the recovering one (which "
+            "receives), with the same source rank.")
+
+
+def check_recover_from_peer(recover_from_peer, timeout: float = 30.0) -> None:
+    """Check `recover_from_peer(model, optimizer, source_rank)` on 3 gloo ranks.
+
+    Rank 0 returns with stale weights and an optimizer without state; ranks 1 and 2 are healthy
+    (two SGD steps with momentum). Every rank calls the answer with source_rank=1; afterwards
+    every rank must hold rank 1's weights and momentum, so that one more step gives the same
+    weights everywhere.
+
+    Introduced in notebooks/16-communicate-less.ipynb.
+    """
+    ensure_written(recover_from_peer)
+    name = getattr(recover_from_peer, "__name__", "recover_from_peer")
+    results = run_on_ranks(_recover_runner, (recover_from_peer,), QUORUM, timeout, name,
+                           timeout_hint=_recover_hang_hint)
+    judge_recovery(name, results)
+
+
+def judge_recovery(name: str, results) -> None:
+    """Compare every rank's state after recovery with the healthy state; CheckFailed naming the mistake."""
+    called = next((r["called"] for r in results if r.get("called")), None)
+    if called:
+        raise CheckFailed(f"{name} calls {called[0]}, the package's own answer to this exercise, so the check "
+                          "cannot tell whether your code would be right.\nHint: write it yourself.")
+    healthy_model, healthy_optimizer = _healthy_replica()
+    healthy = [p.detach().clone() for p in healthy_model.parameters()]
+    healthy_next = _one_more_step(healthy_model, healthy_optimizer)
+    stale = [p.detach().clone() for p in make_model(seed=7).parameters()]
+    same = lambda a, b: all(torch.allclose(x, y, atol=1e-6) for x, y in zip(a, b))   # noqa: E731
+    spoiled = [rank for rank in range(1, len(results)) if same(results[rank]["params"], stale)]
+    if spoiled:                                     # a healthy replica received the returning one's weights
+        raise CheckFailed(f"rank {spoiled[0]}, a healthy replica, now holds the returning replica's stale weights "
+                          f"(rank 0's), not rank {SOURCE}'s.\nHint: they were sent from rank 0, the recovering "
+                          "one; send from source_rank, the healthy peer.")
+    for rank, result in enumerate(results):
+        if same(result["params"], healthy):
+            continue
+        if same(result["params"], stale):
+            hint = ("the recovering replica kept its stale weights: it must load what the healthy peer sent "
+                    "(model.load_state_dict) before the next step")
+        else:
+            hint = "after recovery every rank must hold source_rank's model parameters, unchanged"
+        raise CheckFailed(f"rank {rank}: after {name} its parameters differ from the healthy replica's "
+                          f"(rank {SOURCE}).\nHint: {hint}.")
+    for rank, result in enumerate(results):
+        if not same(result["stepped"], healthy_next):
+            hint = ("the weights arrived but the optimizer's momentum did not: the next SGD step starts its momentum "
+                    "from zero. Send optimizer.state_dict() too and load it" if not result["momentum"] else
+                    "the weights arrived, but the optimizer state differs from the healthy peer's: load its "
+                    "optimizer.state_dict()")
+            raise CheckFailed(f"rank {rank}: one SGD step after recovery gives other weights than the healthy "
+                              f"replica's.\nHint: {hint}.")
+    passed(f"{name}: the returning replica (rank 0) holds rank {SOURCE}'s weights and momentum; one more step "
+           "agrees on all 3 ranks")

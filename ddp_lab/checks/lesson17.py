@@ -1,0 +1,332 @@
+"""Checks for the exercises of notebooks/17-compile-and-low-precision.ipynb: loss scaling and FP8 scaling.
+
+    ddp_lab.checks.lesson17.check_unscale_clip_and_step(unscale_clip_and_step)
+    ddp_lab.checks.lesson17.check_to_fp8(to_fp8)
+
+The scaled step runs on 2 gloo ranks, each holding its shard of a model's gradient (as under
+FSDP or ZeRO): once with an overflow on rank 1 only, once with a gradient under the clipping
+threshold, once above it, where rank 0's shard alone is under it and rank 1's alone is over.
+Each wrong result is compared with what each likely mistake gives. The FP8 cast is a plain
+function, checked in this process on a tensor whose outlier row holds a negative largest value,
+with rows != columns, so a scale over the wrong dimension, or a max without abs, shows. An answer
+that calls the package's own answer is refused.
+
+Introduced in notebooks/17-compile-and-low-precision.ipynb.
+"""
+
+from __future__ import annotations
+
+import re
+
+import torch
+import torch.nn as nn
+
+from ddp_lab.checks import CheckFailed, passed
+from ddp_lab.checks.common import answer_raised, call_case, describe, ensure_written, failure_message, package_answer_used, \
+    timeout_message, watching_calls
+from ddp_lab.course.low_precision import fp8, loss_scaling
+from ddp_lab.launcher.errors import LaunchError, LaunchTimeout
+from ddp_lab.launcher.launch import launch
+from ddp_lab.launcher.reports import blocked_in
+
+WORLD = 2
+SCALE, MAX_NORM, LR = 2.0 ** 10, 1.0, 1.0
+SHARD_ROWS, COLS = 3, 4            # each rank: a (3, 4) weight shard and a (3,) bias shard
+# Norms of each rank's shard of the *true* gradient, per case: in "clipped", rank 0's alone is under MAX_NORM
+SHARD_NORMS = {"under max_norm": (0.2, 0.45), "clipped": (0.5, 2.5)}
+SCALER_ANSWERS = (loss_scaling.AgreedLossScaler.unscale_clip_and_step, loss_scaling.found_inf_on_any_rank,
+                  loss_scaling.global_grad_norm, loss_scaling.clip_sharded_)
+FP8_ANSWERS = (fp8.to_fp8, fp8.amax, fp8.scale_for)
+
+
+# --- unscale_clip_and_step -------------------------------------------------------------------
+
+def _true_grads(case: str, rank: int) -> list[torch.Tensor]:
+    """This rank's shard of the true (unscaled) gradient: weight (3, 4) and bias (3,), with the case's norm."""
+    generator = torch.Generator().manual_seed(170 + rank)
+    grads = [torch.randn(SHARD_ROWS, COLS, generator=generator), torch.randn(SHARD_ROWS, generator=generator)]
+    if case == "overflow on rank 1":
+        return grads
+    norm = torch.sqrt(sum(g.pow(2).sum() for g in grads))
+    return [g * (SHARD_NORMS[case][rank] / norm) for g in grads]
+
+
+def _start_params(rank: int) -> list[torch.Tensor]:
+    generator = torch.Generator().manual_seed(180 + rank)
+    return [torch.randn(SHARD_ROWS, COLS, generator=generator), torch.randn(SHARD_ROWS, generator=generator)]
+
+
+# The overflow last: an answer whose ranks take different paths there leaves one rank waiting in a collective,
+# and the others have nothing after it that could pair with it (see _scaler_hang_hint).
+CASES = ("under max_norm", "clipped", "overflow on rank 1")
+
+
+def _scaler_runner(rank: int, answer) -> dict:
+    results, called = {}, []
+    for case in CASES:
+        params = [nn.Parameter(p.clone()) for p in _start_params(rank)]
+        for param, grad in zip(params, _true_grads(case, rank)):
+            param.grad = grad * SCALE                          # the scaled gradient backward would leave
+        if case == "overflow on rank 1" and rank == 1:
+            params[0].grad[1, 2] = float("inf")
+        optimizer = torch.optim.SGD(params, lr=LR)
+        stepped = None
+        with watching_calls(SCALER_ANSWERS) as called_here:
+            stepped = call_case(answer, f"the case '{case}' (scale {SCALE:g}, max_norm {MAX_NORM})", params,
+                                optimizer, SCALE, MAX_NORM)
+        called.extend(called_here)
+        results[case] = {"stepped": stepped, "params": [p.detach().clone() for p in params]}
+    return {"cases": results, "called": called}
+
+
+def scaler_runs(rank: int, answers: list) -> list[dict]:
+    """Several answers' runs in one launch (the tests' negative controls): one `_scaler_runner` result each."""
+    return [_scaler_runner(rank, answer) for answer in answers]
+
+
+def check_unscale_clip_and_step(unscale_clip_and_step, timeout: float = 30.0) -> None:
+    """Check `unscale_clip_and_step(params, optimizer, scale, max_norm) -> bool` on 2 gloo ranks.
+
+    Each rank's `params` are its shard of the model (a (3, 4) weight and a (3,) bias) whose `.grad` holds
+    `scale` times the true gradient; `optimizer` is SGD with lr 1. Cases: an inf in rank 1's shard only
+    (no rank may step); a gradient whose global norm is under max_norm (a plain step); one over it
+    (every shard scaled by max_norm / global norm).
+
+    Introduced in notebooks/17-compile-and-low-precision.ipynb.
+    """
+    ensure_written(unscale_clip_and_step)
+    name = getattr(unscale_clip_and_step, "__name__", "unscale_clip_and_step")
+    try:
+        results = launch(_scaler_runner, args=(unscale_clip_and_step,), nprocs=WORLD, backend="gloo", timeout=timeout)
+    except LaunchTimeout as error:
+        raise CheckFailed(timeout_message(error, name, timeout, _scaler_hang_hint(error))) from None
+    except LaunchError as error:
+        raise CheckFailed(failure_message(error, name)) from None
+    judge_scaler(name, results)
+    passed(f"{name}: an overflow on one rank skips the step on both; unscaled gradients clipped by the norm over "
+           "both ranks' shards")
+
+
+def _scaler_hang_hint(error) -> str | None:
+    """A rank still in a collective while another rank returned: the ranks took different paths."""
+    stuck = {rank: failure.details for rank, failure in error.failures.items() if failure.kind == "timeout"}
+    calls = {blocked_in(stack) for stack in stuck.values()} - {None}
+    if not stuck or len(stuck) == WORLD or not calls:
+        return None
+    waiting, done = sorted(stuck), sorted(set(range(WORLD)) - set(stuck))
+    return (f"rank(s) {done} returned while rank(s) {waiting} still wait in dist.{sorted(calls)[0]} inside your "
+            "function: the ranks did not make the same collective calls. The last case puts an inf in rank 1's shard "
+            "only; if rank 1 decides alone to skip, it never joins the collective rank 0 calls next (the norm's "
+            "all-reduce). Agree on the overflow first (all_reduce of a found-inf flag with ReduceOp.MAX), so every "
+            "rank takes the same path.")
+
+
+def _stepped_by(case: str, rank: int, coefficient: float) -> list[torch.Tensor]:
+    return [p - LR * coefficient * g for p, g in zip(_start_params(rank), _true_grads(case, rank))]
+
+
+def _norm(case: str, how: str = "global") -> list[float]:
+    """Per rank, the norm a clipping rule used: the global one, each shard's own, or the shards' norms added."""
+    local = list(SHARD_NORMS[case])
+    if how == "local":
+        return local
+    if how == "added":
+        return [sum(local)] * WORLD
+    return [sum(n * n for n in local) ** 0.5] * WORLD
+
+
+def _coefficient(norm: float, threshold: float = MAX_NORM) -> float:
+    return min(1.0, threshold / (norm + 1e-6))
+
+
+def _step_mistakes(case: str) -> list:
+    """(per-rank gradient coefficients, hint) a likely mistake gives in this case."""
+    global_norm = _norm(case)
+    return [
+        ([SCALE] * WORLD, "the gradients were never divided by the scale: the optimizer stepped with scale times "
+                          "the true gradient. Unscale (grad / scale) first."),
+        ([_coefficient(SCALE * n) for n in global_norm],
+         "the gradients were clipped before they were unscaled: the norm compared with max_norm was scale times "
+         "the true one, so the step came out far too small. Divide by the scale first, then clip."),
+        ([MAX_NORM / n for n in global_norm],
+         "the step has norm max_norm although the true gradient's norm is below it: either the clipping ran on "
+         "gradients still multiplied by the scale, or its coefficient was not capped at 1."),
+        ([_coefficient(n) for n in _norm(case, "local")],
+         "each rank clipped by the norm of its own shard: the model's gradient norm is over both shards, "
+         "sqrt(sum over ranks of each shard's squared norm): all_reduce the squared norm before the square root."),
+        ([_coefficient(n) for n in _norm(case, "added")],
+         "the shards' norms were added: squared norms add over disjoint shards, norms do not (all_reduce the "
+         "squares, then take the square root)."),
+        ([_coefficient(n / WORLD ** 0.5) for n in global_norm],
+         "the squared norms were averaged over the ranks: the shards are parts of one gradient, so their squares "
+         "add (all_reduce with SUM, no division)."),
+    ]
+
+
+def _matches(got: list, want: list) -> bool:
+    return all(torch.is_tensor(g) and g.shape == w.shape and torch.allclose(g, w, rtol=1e-4, atol=1e-6)
+               for g, w in zip(got, want))
+
+
+def judge_scaler(name: str, results) -> None:
+    """Compare every rank's stepped flag and parameters with the right step; CheckFailed naming the mistake."""
+    called = next((result["called"] for result in results if result.get("called")), None)
+    if called:
+        raise package_answer_used(name, called)
+    overflow = [result["cases"]["overflow on rank 1"] for result in results]
+    stepped = [case["stepped"] for case in overflow]
+    if not all(isinstance(flag, bool) for flag in stepped):
+        raise CheckFailed(f"{name} returned {describe(stepped[0])} on rank 0; expected True (stepped) or False.")
+    if stepped == [True, False]:
+        raise CheckFailed(f"with an inf in rank 1's shard only, rank 0 stepped and rank 1 skipped: the ranks now "
+                          "hold shards of different steps.\nHint: the skip was decided per rank from its own shard; "
+                          "all-reduce the found-inf flag (ReduceOp.MAX) so every rank skips together.")
+    if any(stepped):
+        raise CheckFailed(f"with an inf in rank 1's shard, {name} returned True on ranks "
+                          f"{[r for r, flag in enumerate(stepped) if flag]}: a step with an overflowed gradient must "
+                          "be skipped on every rank.")
+    for rank, case in enumerate(overflow):
+        if not _matches(case["params"], _start_params(rank)):
+            raise CheckFailed(f"with an inf in rank 1's shard, {name} returned False on rank {rank} but the "
+                              "parameters changed: a skipped step leaves them as they were (no optimizer.step()).")
+    for case in (case for case in CASES if case != "overflow on rank 1"):
+        _judge_step(name, case, [result["cases"][case] for result in results])
+
+
+def _judge_step(name: str, case: str, got: list) -> None:
+    flags = [result["stepped"] for result in got]
+    if flags != [True] * WORLD:
+        raise CheckFailed(f"no overflow ({case}): {name} returned {flags} on ranks 0 and 1; expected True on both.")
+    want = [_stepped_by(case, rank, _coefficient(_norm(case)[rank])) for rank in range(WORLD)]
+    if all(_matches(result["params"], want[rank]) for rank, result in enumerate(got)):
+        return
+    rank = next(r for r, result in enumerate(got) if not _matches(result["params"], want[r]))
+    weight = got[rank]["params"][0]
+    where = (f"no overflow, gradient norm {'over' if case == 'clipped' else 'under'} max_norm ({case}): rank {rank}'s "
+             f"weight[0, 0] after the step is {weight[0, 0].item():.6g}, expected {want[rank][0][0, 0].item():.6g}")
+    for coefficients, hint in _step_mistakes(case):
+        mistaken = [_stepped_by(case, r, coefficients[r]) for r in range(WORLD)]
+        if all(_matches(result["params"], mistaken[r]) for r, result in enumerate(got)):
+            raise CheckFailed(f"{where}.\nHint: {hint}")
+    raise CheckFailed(f"{where} (SGD, lr 1: the parameters minus the unscaled, clipped gradient).")
+
+
+# --- to_fp8 ----------------------------------------------------------------------------------
+
+FP8_ROWS, FP8_COLS = 6, 10
+
+
+def _fp8_input() -> torch.Tensor:
+    """(6, 10) activations-like values; row 2 an outlier whose largest magnitude is negative."""
+    x = torch.randn(FP8_ROWS, FP8_COLS, generator=torch.Generator().manual_seed(171))
+    x[2] *= 40.0
+    x[2, 3] = -200.0
+    x[4] *= 0.01
+    return x
+
+
+FP8_CASES = (("activation", False), ("activation", True), ("weight", False), ("gradient", False), ("gradient", True))
+
+
+def _case_name(role: str, rowwise: bool) -> str:
+    return f"to_fp8(x, role={role!r}, rowwise={rowwise}) on a (6, 10) tensor with an outlier row"
+
+
+_SIZES = re.compile(r"size of tensor a \((\d+)\) must match the size of tensor b \((\d+)\)")
+
+
+def _fp8_error_hint(error: Exception) -> str | None:
+    sizes = _SIZES.search(str(error))
+    if sizes and {int(sizes.group(1)), int(sizes.group(2))} == {FP8_ROWS, FP8_COLS}:
+        return ("a per-row amax of shape (rows,) met the (rows, cols) tensor: keep the reduced dimension "
+                "(keepdim=True), so the scale has shape (rows, 1) and scales whole rows.")
+    return None
+
+
+def check_to_fp8(to_fp8) -> None:
+    """Check `to_fp8(x, role, rowwise) -> (x_fp8, scale)` in this process.
+
+    role "weight" or "activation" -> float8_e4m3fn, "gradient" -> float8_e5m2; scale = the format's largest
+    value / amax, amax = max |x| over the whole tensor (scale shape ()) or, rowwise, over each row (the last
+    dimension, scale shape (rows, 1)); x_fp8 = x * scale in that format.
+
+    Introduced in notebooks/17-compile-and-low-precision.ipynb.
+    """
+    ensure_written(to_fp8)
+    name = getattr(to_fp8, "__name__", "to_fp8")
+    x = _fp8_input()
+    for role, rowwise in FP8_CASES:
+        case = _case_name(role, rowwise)
+        try:
+            with watching_calls(FP8_ANSWERS) as called:
+                result = to_fp8(x.clone(), role, rowwise)
+        except Exception as error:
+            raise answer_raised(name, error, case, _fp8_error_hint(error)) from None
+        if called:
+            raise package_answer_used(name, called)
+        if not (isinstance(result, (tuple, list)) and len(result) == 2 and all(map(torch.is_tensor, result))):
+            raise CheckFailed(f"{case}: {name} returned {describe(result)}; expected a pair of tensors (x_fp8, scale).")
+        _judge_fp8(name, case, x, role, rowwise, *result)
+    passed(f"{name}: e4m3 for weights and activations, e5m2 for gradients, scaled by amax per tensor and per row")
+
+
+def _judge_fp8(name: str, case: str, x: torch.Tensor, role: str, rowwise: bool, x_fp8, scale) -> None:
+    dtype = fp8.FORMAT_FOR_ROLE[role]
+    if x_fp8.dtype != dtype:
+        other = fp8.E5M2 if dtype == fp8.E4M3 else fp8.E4M3
+        if x_fp8.dtype == other and role == "gradient":
+            hint = ("gradients take e5m2 (float8_e5m2): they span more orders of magnitude than weights and "
+                    "activations, and e5m2 has the range (max 57344); e4m3's precision is for the forward.")
+        elif x_fp8.dtype == other:
+            hint = ("weights and activations take e4m3 (float8_e4m3fn): more precision (3 mantissa bits) for "
+                    "bounded values; e5m2's range is for gradients.")
+        else:
+            hint = "x_fp8 must be the FP8 tensor itself (cast with .to(dtype)), not a dequantized copy."
+        raise CheckFailed(f"{case}: x_fp8 has dtype {x_fp8.dtype}, expected {dtype}.\nHint: {hint}")
+    want_amax = x.abs().amax(dim=-1, keepdim=True) if rowwise else x.abs().amax()
+    want_scale = fp8.fp8_max(dtype) / want_amax
+    if scale.shape != want_scale.shape:
+        raise CheckFailed(f"{case}: the scale has shape {tuple(scale.shape)}, expected {tuple(want_scale.shape)}."
+                          f"\nHint: {_shape_hint(tuple(scale.shape), rowwise)}")
+    if not torch.allclose(scale.float(), want_scale, rtol=1e-5):
+        raise CheckFailed(f"{case}: scale {_first(scale)} where fp8_max / amax = {_first(want_scale)}."
+                          f"\nHint: {_scale_hint(x, dtype, rowwise, scale.float())}")
+    back = x_fp8.float() / want_scale
+    smallest = torch.finfo(dtype).tiny * torch.finfo(dtype).eps        # the smallest subnormal: 2^-9, 2^-16
+    bound = (torch.finfo(dtype).eps / 2 + 1e-6) * x.abs() + smallest / want_scale
+    if not ((back - x).abs() <= bound).all():
+        raise CheckFailed(f"{case}: x_fp8 / scale is not x rounded to {dtype}: x_fp8 must be (x * scale) cast to "
+                          f"{dtype}.")
+
+
+def _first(t: torch.Tensor) -> str:
+    return f"{t.reshape(-1)[0].item():.6g}" + (" (first row)" if t.numel() > 1 else "")
+
+
+def _shape_hint(shape: tuple, rowwise: bool) -> str:
+    if not rowwise and shape == (FP8_ROWS, 1):
+        return "rowwise=False asks for one scale for the whole tensor: amax over every element, shape ()."
+    if rowwise and shape in ((), (1,), (1, 1)):
+        return "rowwise=True asks for one scale per row: amax over the last dimension (dim=-1, keepdim=True)."
+    if rowwise and shape in ((FP8_COLS,), (1, FP8_COLS)):
+        return ("amax over the wrong dimension: that is one scale per column. A row's scale comes from that row's "
+                "values: amax over the last dimension, dim=-1, keepdim=True -> (rows, 1).")
+    if rowwise and shape == (FP8_ROWS,):
+        return "keep the reduced dimension (keepdim=True): shape (rows, 1) scales whole rows."
+    return "per tensor: shape (); per row: amax over the last dimension with keepdim=True, shape (rows, 1)."
+
+
+def _scale_hint(x: torch.Tensor, dtype: torch.dtype, rowwise: bool, scale: torch.Tensor) -> str:
+    largest = fp8.fp8_max(dtype)
+    amax = x.abs().amax(dim=-1, keepdim=True) if rowwise else x.abs().amax()
+    signed = x.amax(dim=-1, keepdim=True) if rowwise else x.amax()
+    if torch.allclose(scale, amax / largest, rtol=1e-5):
+        return ("the scale is inverted: it must map amax onto the format's largest value, "
+                "scale = fp8_max / amax (x * scale <= fp8_max).")
+    if torch.allclose(scale, largest / signed, rtol=1e-5):
+        return "amax is the largest absolute value, max(|x|): x.max() misses a larger negative value (row 2 has -200)."
+    other = fp8.E5M2 if dtype == fp8.E4M3 else fp8.E4M3
+    if torch.allclose(scale, fp8.fp8_max(other) / amax, rtol=1e-5):
+        return (f"the scale used the other format's largest value ({fp8.fp8_max(other):g}); {dtype} goes up to "
+                f"{largest:g} (torch.finfo(dtype).max).")
+    return "scale = torch.finfo(dtype).max / amax, with amax = max(|x|) over the tensor or each row."

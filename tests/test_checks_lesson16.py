@@ -1,0 +1,158 @@
+"""The lesson 16 checks reject plausible wrong answers with feedback that names the mistake, and only it.
+
+Each wrong answer below is a mistake a learner is likely to make; the test pins the part of the
+feedback that names it, and that no other mistake's hint appears. The DiLoCo answers run in one
+launch of 2 gloo ranks (the check's own runner, then its judge), the recovery answers in one
+launch of 3; one DiLoCo answer that hangs goes through the check itself and runs into a short
+timeout (a hang can only be proven by waiting for it).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+from ddp_lab.checks import CheckFailed
+from ddp_lab.checks.lesson16 import (QUORUM, REPLICAS, _diloco_runner, _recover_hang_hint, _recover_runner,
+                                     check_train_diloco, judge_diloco, judge_recovery)
+from ddp_lab.launcher.launch import launch
+
+DEADLOCK_TIMEOUT = 3.0   # the hint does not depend on where the ranks wait, so a short wait suffices
+DILOCO_HINTS = ("wrong sign", "summed, not averaged", "starts again every round", "inner AdamW state was averaged",
+                "made anew every round", "plain momentum", "keep their local weights", "package's own answer")
+RECOVER_HINTS = ("sent from rank 0, the recovering one", "kept its stale weights", "momentum did not",
+                 "package's own answer")
+
+
+def _diloco(model, batches, inner_steps, sign=1.0, mean=True, reset_outer=False, average_inner=False,
+            fresh_inner=False, nesterov=True, keep_local=False, only_rank0=False):
+    """A DiLoCo loop with one mistake switched on by its flag (the right answer with none)."""
+    world_size = dist.get_world_size()
+    inner = torch.optim.AdamW(model.parameters(), lr=0.01)
+    global_params = [p.detach().clone() for p in model.parameters()]
+    outer = torch.optim.SGD(global_params, lr=0.7, momentum=0.9, nesterov=nesterov)
+    for step, (x, y) in enumerate(batches):
+        inner.zero_grad()
+        F.mse_loss(model(x), y).backward()
+        inner.step()
+        if (step + 1) % inner_steps:
+            continue
+        with torch.no_grad():
+            if reset_outer:
+                outer = torch.optim.SGD(global_params, lr=0.7, momentum=0.9, nesterov=nesterov)
+            for g, p in zip(global_params, model.parameters()):
+                delta = sign * (g - p)
+                if not only_rank0 or dist.get_rank() == 0:
+                    dist.all_reduce(delta)
+                g.grad = delta / world_size if mean else delta
+            outer.step()
+            outer.zero_grad(set_to_none=True)
+            if average_inner:
+                for state in inner.state.values():
+                    for key in ("exp_avg", "exp_avg_sq"):
+                        dist.all_reduce(state[key])
+                        state[key] /= world_size
+            if not keep_local:
+                for g, p in zip(global_params, model.parameters()):
+                    p.copy_(g)
+        if fresh_inner:
+            inner = torch.optim.AdamW(model.parameters(), lr=0.01)
+
+
+DILOCO_ANSWERS = [({}, None), ({"sign": -1.0}, "wrong sign"), ({"mean": False}, "summed, not averaged"),
+                  ({"reset_outer": True}, "starts again every round"),
+                  ({"average_inner": True}, "inner AdamW state was averaged"),
+                  ({"fresh_inner": True}, "made anew every round"), ({"nesterov": False}, "plain momentum"),
+                  ({"keep_local": True}, "keep their local weights")]
+
+
+def _run_diloco_answers(rank: int) -> list:
+    def answer(flags):
+        def train_diloco(model, batches, inner_steps):
+            return _diloco(model, batches, inner_steps, **flags)
+        return train_diloco
+    return [_diloco_runner(rank, answer(flags)) for flags, _ in DILOCO_ANSWERS]
+
+
+@pytest.fixture(scope="module")
+def diloco_results():
+    per_rank = launch(_run_diloco_answers, nprocs=REPLICAS, backend="gloo", timeout=60)
+    return [[per_rank[rank][i] for rank in range(REPLICAS)] for i in range(len(DILOCO_ANSWERS))]
+
+
+def _fails_with_only(judge, results, hints, expected):
+    with pytest.raises(CheckFailed) as failure:
+        judge("answer", results)
+    message = str(failure.value)
+    assert expected in message, message
+    others = [hint for hint in hints if hint != expected and hint in message]
+    assert not others, f"other hints fired too: {others}\n{message}"
+
+
+@pytest.mark.parametrize("index", range(len(DILOCO_ANSWERS)))
+def test_diloco_names_each_mistake_and_only_it(diloco_results, index, capsys):
+    expected = DILOCO_ANSWERS[index][1]
+    if expected is None:
+        judge_diloco("answer", diloco_results[index])
+        assert capsys.readouterr().out.startswith("✓ answer: 2 replicas")
+    else:
+        _fails_with_only(judge_diloco, diloco_results[index], DILOCO_HINTS, expected)
+
+
+def test_diloco_inner_state_mistake_is_also_seen_in_the_bytes(diloco_results):
+    sent = sum(n for _, n in diloco_results[4][0]["sent"])
+    right = sum(n for _, n in diloco_results[0][0]["sent"])
+    assert sent == 3 * right      # the pseudo-gradient plus AdamW's two moments, every round
+
+
+def test_diloco_stops_a_deadlock_with_a_hint():
+    def train_diloco(model, batches, inner_steps):
+        _diloco(model, batches, inner_steps, only_rank0=True)
+    with pytest.raises(CheckFailed) as failure:
+        check_train_diloco(train_diloco, timeout=DEADLOCK_TIMEOUT)
+    message = str(failure.value)
+    assert "did not finish within" in message and "no `if rank == 0:` around an all-reduce" in message, message
+
+
+def _recover(model, optimizer, source_rank, src=None, load=True, optimizer_too=True):
+    state = [{"model": model.state_dict(), "optimizer": optimizer.state_dict()}]
+    dist.broadcast_object_list(state, src=source_rank if src is None else src)
+    if dist.get_rank() != source_rank and load:
+        model.load_state_dict(state[0]["model"])
+        if optimizer_too:
+            optimizer.load_state_dict(state[0]["optimizer"])
+
+
+RECOVER_ANSWERS = [({}, None), ({"src": 0}, "sent from rank 0, the recovering one"),
+                   ({"load": False}, "kept its stale weights"), ({"optimizer_too": False}, "momentum did not")]
+
+
+def _run_recover_answers(rank: int) -> list:
+    def answer(flags):
+        def recover_from_peer(model, optimizer, source_rank):
+            return _recover(model, optimizer, source_rank, **flags)
+        return recover_from_peer
+    return [_recover_runner(rank, answer(flags)) for flags, _ in RECOVER_ANSWERS]
+
+
+@pytest.fixture(scope="module")
+def recover_results():
+    per_rank = launch(_run_recover_answers, nprocs=QUORUM, backend="gloo", timeout=60)
+    return [[per_rank[rank][i] for rank in range(QUORUM)] for i in range(len(RECOVER_ANSWERS))]
+
+
+@pytest.mark.parametrize("index", range(len(RECOVER_ANSWERS)))
+def test_recovery_names_each_mistake_and_only_it(recover_results, index, capsys):
+    expected = RECOVER_ANSWERS[index][1]
+    if expected is None:
+        judge_recovery("answer", recover_results[index])
+        assert capsys.readouterr().out.startswith("✓ answer: the returning replica")
+    else:
+        _fails_with_only(judge_recovery, recover_results[index], RECOVER_HINTS, expected)
+
+
+def test_recovery_hang_hint_names_the_waiting_ranks():
+    hint = _recover_hang_hint({"broadcast_object_list"}, {0: "broadcast_object_list", 1: None, 2: None})
+    assert "ranks [0] wait" in hint and "every member of the quorum calls it" in hint

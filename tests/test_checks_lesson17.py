@@ -1,0 +1,246 @@
+"""The lesson 17 checks reject plausible wrong answers with feedback that names the mistake, and only it.
+
+Each wrong answer below is a mistake a learner is likely to make; the test pins the part of the
+feedback that names it, and that no other mistake's hint appears. The FP8 check runs in this
+process (milliseconds); the loss-scaled steps of every mistaken answer run in one launch of 2 gloo
+ranks and are judged by the check's own judge. The right answers' ✓ is proven by nbval of
+solutions/17-compile-and-low-precision.ipynb, so it is not run again here.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from ddp_lab.checks import CheckFailed
+from ddp_lab.checks.lesson17 import WORLD, check_to_fp8, judge_scaler, scaler_runs
+from ddp_lab.course.low_precision import fp8
+from ddp_lab.course.low_precision.loss_scaling import AgreedLossScaler
+from ddp_lab.launcher.launch import launch
+
+SCALER_HINTS = ("decided per rank", "never divided by the scale", "clipped before they were unscaled",
+                "not capped at 1", "norm of its own shard", "norms were added", "averaged over the ranks",
+                "must be skipped on every rank", "the package's own answer")
+FP8_HINTS = ("gradients take e5m2", "weights and activations take e4m3", "wrong dimension", "keep the reduced dimension",
+             "inverted", "x.max() misses", "other format's largest", "one scale per row", "one scale for the whole",
+             "the package's own answer")
+
+
+def _fails_with_only(message: str, expected: str, hints: tuple) -> None:
+    assert expected in message, message
+    others = [hint for hint in hints if hint != expected and hint in message]
+    assert not others, f"other hints fired too: {others}\n{message}"
+
+
+# --- unscale_clip_and_step: mistaken answers, run together on 2 ranks ---------------------------
+
+def _unscale(params, scale):
+    for p in params:
+        p.grad.div_(scale)
+
+
+def _agreed_inf(params) -> bool:
+    flag = torch.tensor([0.0 if all(torch.isfinite(p.grad).all() for p in params) else 1.0])
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+    return bool(flag.item())
+
+
+def _clip(params, max_norm, squares_reduce="sum", cap=True):
+    squares = sum(p.grad.pow(2).sum() for p in params).reshape(1)
+    if squares_reduce != "local":
+        dist.all_reduce(squares)
+    if squares_reduce == "mean":
+        squares /= dist.get_world_size()
+    norm = squares.sqrt().item()
+    coefficient = max_norm / (norm + 1e-6)
+    if norm > max_norm or not cap:
+        for p in params:
+            p.grad.mul_(coefficient)
+
+
+def step_per_rank_inf(params, optimizer, scale, max_norm):
+    _clip(params, max_norm * scale)                                # clip the scaled gradients at max_norm * scale
+    _unscale(params, scale)
+    if not all(torch.isfinite(p.grad).all() for p in params):    # my shard only
+        return False
+    optimizer.step()
+    return True
+
+
+def step_never_unscaled(params, optimizer, scale, max_norm):
+    if _agreed_inf(params):
+        return False
+    optimizer.step()
+    return True
+
+
+def step_clip_before_unscale(params, optimizer, scale, max_norm):
+    if _agreed_inf(params):
+        return False
+    _clip(params, max_norm)
+    _unscale(params, scale)
+    optimizer.step()
+    return True
+
+
+def step_uncapped(params, optimizer, scale, max_norm):
+    _unscale(params, scale)
+    if _agreed_inf(params):
+        return False
+    _clip(params, max_norm, cap=False)
+    optimizer.step()
+    return True
+
+
+def step_local_norm(params, optimizer, scale, max_norm):
+    _unscale(params, scale)
+    if _agreed_inf(params):
+        return False
+    torch.nn.utils.clip_grad_norm_(params, max_norm)              # this rank's shard only
+    optimizer.step()
+    return True
+
+
+def step_added_norms(params, optimizer, scale, max_norm):
+    _unscale(params, scale)
+    if _agreed_inf(params):
+        return False
+    norm = torch.stack([p.grad.norm() for p in params]).norm().reshape(1)
+    dist.all_reduce(norm)                                          # norms summed, not squares
+    if norm.item() > max_norm:
+        for p in params:
+            p.grad.mul_(max_norm / (norm.item() + 1e-6))
+    optimizer.step()
+    return True
+
+
+def step_averaged_squares(params, optimizer, scale, max_norm):
+    _unscale(params, scale)
+    if _agreed_inf(params):
+        return False
+    _clip(params, max_norm, squares_reduce="mean")
+    optimizer.step()
+    return True
+
+
+def step_ignores_overflow(params, optimizer, scale, max_norm):
+    _unscale(params, scale)
+    _clip(params, max_norm)
+    optimizer.step()
+    return True
+
+
+def step_with_the_package(params, optimizer, scale, max_norm):
+    return AgreedLossScaler(scale=scale).unscale_clip_and_step(params, optimizer, max_norm)
+
+
+SCALER_MISTAKES = [
+    (step_per_rank_inf, "decided per rank"),
+    (step_never_unscaled, "never divided by the scale"),
+    (step_clip_before_unscale, "clipped before they were unscaled"),
+    (step_uncapped, "not capped at 1"),
+    (step_local_norm, "norm of its own shard"),
+    (step_added_norms, "norms were added"),
+    (step_averaged_squares, "averaged over the ranks"),
+    (step_ignores_overflow, "must be skipped on every rank"),
+    (step_with_the_package, "the package's own answer"),
+]
+
+
+@pytest.fixture(scope="module")
+def scaler_results():
+    answers = [answer for answer, _ in SCALER_MISTAKES]
+    per_rank = launch(scaler_runs, args=(answers,), nprocs=WORLD, backend="gloo", timeout=30)
+    return {answer.__name__: [per_rank[rank][i] for rank in range(WORLD)] for i, answer in enumerate(answers)}
+
+
+@pytest.mark.parametrize("answer, expected", SCALER_MISTAKES, ids=[a.__name__ for a, _ in SCALER_MISTAKES])
+def test_scaler_check_names_each_mistake_and_only_it(scaler_results, answer, expected):
+    with pytest.raises(CheckFailed) as failure:
+        judge_scaler(answer.__name__, scaler_results[answer.__name__])
+    _fails_with_only(str(failure.value), expected, SCALER_HINTS)
+
+
+# --- to_fp8 ----------------------------------------------------------------------------------
+
+def _format(role):
+    return torch.float8_e5m2 if role == "gradient" else torch.float8_e4m3fn
+
+
+def _cast(x, dtype, amax):
+    scale = torch.finfo(dtype).max / amax
+    return (x * scale).to(dtype), scale
+
+
+def fp8_swapped(x, role, rowwise):
+    dtype = torch.float8_e4m3fn if role == "gradient" else torch.float8_e5m2
+    return _cast(x, dtype, x.abs().amax(dim=-1, keepdim=True) if rowwise else x.abs().amax())
+
+
+def fp8_gradients_e4m3(x, role, rowwise):
+    return _cast(x, torch.float8_e4m3fn, x.abs().amax(dim=-1, keepdim=True) if rowwise else x.abs().amax())
+
+
+def fp8_columns(x, role, rowwise):
+    return _cast(x, _format(role), x.abs().amax(dim=0, keepdim=True) if rowwise else x.abs().amax())
+
+
+def fp8_no_keepdim(x, role, rowwise):
+    return _cast(x, _format(role), x.abs().amax(dim=-1) if rowwise else x.abs().amax())
+
+
+def fp8_inverted(x, role, rowwise):
+    dtype = _format(role)
+    amax = x.abs().amax(dim=-1, keepdim=True) if rowwise else x.abs().amax()
+    scale = amax / torch.finfo(dtype).max
+    return (x * scale).to(dtype), scale
+
+
+def fp8_max_without_abs(x, role, rowwise):
+    return _cast(x, _format(role), x.amax(dim=-1, keepdim=True) if rowwise else x.amax())
+
+
+def fp8_e4m3_max_for_all(x, role, rowwise):
+    dtype = _format(role)
+    amax = x.abs().amax(dim=-1, keepdim=True) if rowwise else x.abs().amax()
+    scale = 448.0 / amax
+    return (x * scale).to(dtype), scale
+
+
+def fp8_always_per_tensor(x, role, rowwise):
+    return _cast(x, _format(role), x.abs().amax())
+
+
+def fp8_always_per_row(x, role, rowwise):
+    return _cast(x, _format(role), x.abs().amax(dim=-1, keepdim=True))
+
+
+def fp8_the_packages(x, role, rowwise):
+    return fp8.to_fp8(x, role, rowwise)
+
+
+@pytest.mark.parametrize("answer, expected", [
+    (fp8_swapped, "weights and activations take e4m3"),
+    (fp8_gradients_e4m3, "gradients take e5m2"),
+    (fp8_columns, "wrong dimension"),
+    (fp8_no_keepdim, "keep the reduced dimension"),
+    (fp8_inverted, "inverted"),
+    (fp8_max_without_abs, "x.max() misses"),
+    (fp8_e4m3_max_for_all, "other format's largest"),
+    (fp8_always_per_tensor, "one scale per row"),
+    (fp8_always_per_row, "one scale for the whole"),
+    (fp8_the_packages, "the package's own answer"),
+])
+def test_fp8_check_names_each_mistake_and_only_it(answer, expected):
+    with pytest.raises(CheckFailed) as failure:
+        check_to_fp8(answer)
+    _fails_with_only(str(failure.value), expected, FP8_HINTS)
+
+
+def test_fp8_check_says_a_stub_is_not_written():
+    def to_fp8(x, role, rowwise):
+        raise NotImplementedError("pick the format from the role")
+
+    with pytest.raises(CheckFailed, match="not written yet"):
+        check_to_fp8(to_fp8)
