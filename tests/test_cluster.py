@@ -16,6 +16,7 @@ import pytest
 
 import ddp_lab
 from ddp_lab import LaunchTimeout, RankCrashed, RankFailed
+from ddp_lab.cluster.status import STACK_WAIT_S
 from ddp_lab.launcher import procstart
 
 
@@ -87,27 +88,47 @@ def test_a_bad_command_is_refused_in_one_line_before_it_reaches_the_ranks(cluste
     assert cluster.alive and cluster.run_code("rank") == [0, 1]
 
 
-def test_status_answers_at_once_while_a_rank_is_busy(cluster):
-    """status() asks no rank: rank 1 sleeping in a cell is shown as running it, rank 0 as idle."""
-    busy = threading.Thread(target=cluster.run_code, args=("import time\ntime.sleep(1.0)",),
-                            kwargs={"only": [1], "filename": "<the sleeping cell>"})
+def test_status_names_the_collective_a_busy_rank_waits_in_without_waiting_for_it(cluster):
+    """status() never waits for a command: rank 0 waits in all_reduce for rank 1, which sleeps.
+
+    A rank that has run its command for over ASK_AFTER_S is asked for its stack (the hang report's
+    signal): rank 0 is shown in all_reduce at its line of the cell, rank 1 (in time.sleep) in no
+    collective. A rank that cannot answer (stopped with SIGSTOP) costs status its bounded wait
+    and is shown without a collective; the cell still ends with the right sum.
+    """
+    cell = "import time\nt = torch.ones(1)\nif rank == 1:\n    time.sleep(1.5)\ndist.all_reduce(t)\nt.item()"
+    values = {}
+    busy = threading.Thread(target=lambda: values.update(sum=cluster.run_code(cell, filename="<the waiting cell>")))
     busy.start()
     try:
-        time.sleep(0.3)
+        time.sleep(0.7)
         started = time.monotonic()
         statuses = cluster.status()
         took = time.monotonic() - started
+        os.kill(rank_pids(cluster)[0], signal.SIGSTOP)
+        try:
+            started = time.monotonic()
+            unanswered = cluster.status()
+            took_unanswered = time.monotonic() - started
+        finally:
+            os.kill(rank_pids(cluster)[0], signal.SIGCONT)
     finally:
         busy.join()
-    assert took < 0.4, f"status took {took:.2f} s: it waited for the busy rank"
-    idle, running = statuses
-    assert [s.pid for s in statuses] == rank_pids(cluster) and idle.alive and running.alive
-    assert idle.doing == "idle" and idle.seconds is None
-    assert running.doing == "running <the sleeping cell>" and 0.2 < running.seconds < 1.0, running
+    assert took < STACK_WAIT_S, f"status took {took:.2f} s although both ranks wrote their stacks at once"
+    assert STACK_WAIT_S <= took_unanswered < STACK_WAIT_S + 0.25, f"status took {took_unanswered:.2f} s"
+    waiting, sleeping = statuses
+    assert [s.pid for s in statuses] == rank_pids(cluster) and waiting.alive and sleeping.alive
+    assert waiting.doing == sleeping.doing == "running <the waiting cell>" and 0.5 < waiting.seconds < 1.5, waiting
+    assert (waiting.collective, waiting.cell_line) == ("all_reduce", 5), waiting
+    assert (sleeping.collective, sleeping.cell_line) == ("", None), sleeping
     assert all(s.rss > 50 * 2**20 for s in statuses)  # a rank has torch imported: well over 50 MB
-    assert re.fullmatch(r"rank 1  pid \d+  alive  running <the sleeping cell> for \d\.\d s  RSS \d+ MB",
-                        running.line()), running.line()
-    assert cluster.status()[1].doing == "idle"
+    assert re.fullmatch(r"rank 0  pid \d+  alive  running <the waiting cell> for \d\.\d s, in all_reduce \(line 5\)"
+                        r"  RSS \d+ MB", waiting.line()), waiting.line()
+    assert re.fullmatch(r"rank 1  pid \d+  alive  running <the waiting cell> for \d\.\d s  RSS \d+ MB",
+                        sleeping.line()), sleeping.line()
+    assert unanswered[0].doing == "running <the waiting cell>" and unanswered[0].collective == "", unanswered[0]
+    assert values["sum"] == [2.0, 2.0]
+    assert [(s.doing, s.seconds, s.collective) for s in cluster.status()] == [("idle", None, "")] * 2
 
 
 def test_trivial_cell_overhead_is_small(cluster):

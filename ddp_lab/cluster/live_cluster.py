@@ -24,7 +24,7 @@ import time
 
 from ddp_lab.cluster import rank_loop as cluster_rank
 from ddp_lab.cluster.command import FRESH_START, RESTART, CommandWatch
-from ddp_lab.cluster.status import StatusReport, rank_status
+from ddp_lab.cluster.status import StatusReport, cluster_status
 from ddp_lab.launcher.arguments import (check_env, check_fn, check_nprocs, check_ranks, check_signature,
                                        check_source, check_threads, check_timeout, check_variable_name,
                                        working_directory)
@@ -120,14 +120,14 @@ class Cluster:
         """Each rank's process (alive, pid, memory) and what it is doing, without waiting for a busy rank.
 
         Reads the record each rank writes as a command starts and ends (status.py) and asks the
-        operating system about the process: it never sends the ranks a command. `%ddp_status`
-        prints it, one line per rank.
+        operating system about the process: it never sends the ranks a command. A rank running a
+        command for over half a second is asked for its stack (a signal, as the hang report asks),
+        to name the collective it waits in; that takes at most about 0.5 s, and a rank that does not
+        answer in time is shown without it. `%ddp_status` prints it, one line per rank.
         """
         if self._closed:
             raise RuntimeError(f"this cluster was shut down: {RESTART}")
-        exits = dict(self._supervisor.exits)
-        return StatusReport(rank_status(p.rank, p.pid, exits.get(p.rank), self._workdir, self._names)
-                            for p in self._supervisor.processes)
+        return cluster_status(self._supervisor.processes, dict(self._supervisor.exits), self._workdir, self._names)
 
     def name_cells(self, names: dict[str, str]) -> None:
         """Name code in tracebacks as the notebook does ('Cell In[5]'): `payload.cell_names()`'s mapping."""

@@ -4,7 +4,7 @@
     %%ddp --ranks 0            ... but show only rank 0's output (every rank runs it)
     %%ddp --only 0,2           run this cell on ranks 0 and 2 only (the others wait, unchanged)
     %ddp_pull loss             bring `loss` back from every rank (a list by rank)
-    %ddp_status                one line per rank: alive, pid, what it is doing, its memory
+    %ddp_status                one line per rank: alive, pid, what it is doing (which collective), its memory
     %ddp_shutdown              stop the cluster
 
 The cluster starts on first use and lives until `%ddp_shutdown`, a different `-n` or
@@ -177,9 +177,12 @@ def ddp_pull(line: str):
 
 
 def ddp_status(line: str = "") -> StatusReport | None:
-    """%ddp_status: one line per rank (alive or not, pid, idle or running what for how long, memory).
+    """%ddp_status: one line per rank (alive or not, pid, idle or running what for how long, the
+    collective it waits in, memory).
 
-    It asks no rank anything, so a rank busy in a cell (or stuck) does not hold it up. Returns
+    It sends no rank a command, so a rank busy in a cell (or stuck) does not hold it up: a rank
+    running a cell for over half a second is asked for its stack by a signal, and one that does
+    not write it within a bounded wait (about 0.5 s) is shown without its collective. Returns
     the statuses (`statuses = %ddp_status`), a list of `ddp_lab.cluster.status.RankStatus`.
     """
     if line.strip():

@@ -4,7 +4,11 @@ A rank busy in a cell cannot answer a command until the cell ends, so nothing he
 its command loop. Each rank writes a small record (rank_loop.py calls `write_record`) into the
 cluster's private work folder when a command starts and when it ends; the notebook reads the
 records, and asks the operating system (psutil) whether each rank's process is alive and how
-much memory it holds. Reading never waits for a rank.
+much memory it holds. A rank that has run its command for more than ASK_AFTER_S is also asked
+for its Python stack the way the hang report asks (launcher/stacks.py: a signal, and faulthandler
+writes the stack even from inside a C++ collective), to name the torch.distributed call it is
+in (reports.blocked_in). That wait is bounded by STACK_WAIT_S: a rank that does not answer in
+time is shown without it. Nothing here waits for a rank's command to end.
 
 Introduced in notebooks/00b-live-cluster.ipynb.
 """
@@ -20,9 +24,14 @@ from pathlib import Path
 import psutil
 
 from ddp_lab.launcher.errors import describe_exit
+from ddp_lab.launcher.rankprocess import RankProcess
+from ddp_lab.launcher.reports import blocked_in
+from ddp_lab.launcher.stacks import line_in, read_stacks
 
 _DOING = {"call": "running cluster.run(...)", "pull": "sending a variable back",
           "regroup": "making a new process group"}
+ASK_AFTER_S = 0.5  # a rank that has run its command this long is asked for its stack (which collective)
+STACK_WAIT_S = 0.4  # how long those ranks get to write it: with the read, status waits at most ~0.5 s
 
 
 def record_path(folder: str, rank: int) -> Path:
@@ -51,6 +60,9 @@ class RankStatus:
         seconds: for how long it has been doing it (None when idle or unknown).
         rss: its resident memory in bytes (None if dead).
         ended: how a dead rank ended ('exit code 1', 'signal SIGKILL (9)'), else ''.
+        collective: the torch.distributed call its stack shows it in ('all_reduce', 'barrier'), else ''
+            (not in one, running for under ASK_AFTER_S, or it did not write its stack in time).
+        cell_line: the line of the running cell that made that call (None if unknown).
     """
 
     rank: int
@@ -60,13 +72,17 @@ class RankStatus:
     seconds: float | None
     rss: int | None
     ended: str = ""
+    collective: str = ""
+    cell_line: int | None = None
 
     def line(self) -> str:
-        """'rank 1  pid 4242  alive  running Cell In[7] for 3.2 s  RSS 310 MB'."""
+        """'rank 1  pid 4242  alive  running Cell In[7] for 3.2 s, in all_reduce (line 4)  RSS 310 MB'."""
         head = f"rank {self.rank}  pid {self.pid}"
         if not self.alive:
             return f"{head}  dead" + (f" ({self.ended})" if self.ended else "")
         doing = self.doing + (f" for {self.seconds:.1f} s" if self.seconds is not None else "")
+        if self.collective:
+            doing += f", in {self.collective}" + (f" (line {self.cell_line})" if self.cell_line is not None else "")
         memory = f"  RSS {self.rss / 2**20:.0f} MB" if self.rss is not None else ""
         return f"{head}  alive  {doing}{memory}"
 
@@ -81,12 +97,27 @@ class StatusReport(list):
         printer.text(repr(self))
 
 
-def rank_status(rank: int, pid: int, exit_code: int | None, folder: str, names: dict[str, str]) -> RankStatus:
-    """The status of one rank: its process from the system, what it does from its last record."""
+def cluster_status(processes: list[RankProcess], exits: dict[int, int], folder: str,
+                   names: dict[str, str]) -> StatusReport:
+    """Every rank's status; ranks running a command for over ASK_AFTER_S also say which collective they are in."""
+    records = {p.rank: _read(record_path(folder, p.rank)) for p in processes}
+    statuses = {p.rank: rank_status(p.rank, p.pid, exits.get(p.rank), records[p.rank], names) for p in processes}
+    busy = [p for p in processes if statuses[p.rank].alive and (statuses[p.rank].seconds or 0) > ASK_AFTER_S]
+    if busy:
+        for rank, stack in read_stacks(busy, folder, wait=STACK_WAIT_S).items():
+            status, filename = statuses[rank], records[rank].get("filename")
+            status.collective = blocked_in(stack) or ""
+            if status.collective and filename:
+                status.cell_line = line_in(stack, filename)
+    return StatusReport(statuses[p.rank] for p in processes)
+
+
+def rank_status(rank: int, pid: int, exit_code: int | None, record: dict | None,
+                names: dict[str, str]) -> RankStatus:
+    """The status of one rank: its process from the system, what it does from its last `record`."""
     rss = _rss(pid) if exit_code is None else None
     if rss is None:
         return RankStatus(rank, pid, False, "", None, None, describe_exit(exit_code) if exit_code is not None else "")
-    record = _read(record_path(folder, rank))
     if record is None or record.get("pid") != pid:  # it has not reached its command loop yet
         return RankStatus(rank, pid, True, "starting", None, rss)
     if "kind" not in record:

@@ -2,7 +2,8 @@
 
 Each rank registers faulthandler for channel.STACK_SIGNAL, writing into a stacks file of its
 own in the launch's private work folder (worker.run_rank). The hang report reads those files,
-without ddp_lab's own frames, so that a learner sees the frames of their code and of torch.
+without ddp_lab's own frames, so that a learner sees the frames of their code and of torch;
+`%ddp_status` reads them too (with a shorter wait), to say which collective a busy rank is in.
 
 Introduced in notebooks/00-welcome-and-first-launch.ipynb ("What a failure looks like").
 """
@@ -29,18 +30,29 @@ def stacks_path(workdir: str, rank: int) -> Path:
     return Path(workdir, f"stacks-{rank}.txt")
 
 
-def read_stacks(processes: list[RankProcess], workdir: str) -> dict[int, str]:
-    """Ask these ranks to dump their Python stacks (faulthandler); read them, by rank."""
+def read_stacks(processes: list[RankProcess], workdir: str, wait: float = STACK_WAIT_S) -> dict[int, str]:
+    """Ask these ranks to dump their Python stacks (faulthandler); read them, by rank.
+
+    Waits at most `wait` seconds (plus 0.05 s for a dump under way to end); a rank that has not
+    written by then is read as "(no Python stack was written: ...)".
+    """
     for process in processes:
         with open(stacks_path(workdir, process.rank), "w", opener=open_private):
             pass  # emptied: the dump about to be asked for is the one read
         process.send_signal(STACK_SIGNAL)
     paths = {p.rank: stacks_path(workdir, p.rank) for p in processes}
-    deadline = time.monotonic() + STACK_WAIT_S
+    deadline = time.monotonic() + wait
     while time.monotonic() < deadline and not all(_size(path) for path in paths.values()):
         time.sleep(0.02)
     time.sleep(0.05)  # let a dump that has started finish
     return {rank: _clean_stack(path.read_text(errors="backslashreplace")) for rank, path in paths.items()}
+
+
+def line_in(stack: str, filename: str) -> int | None:
+    """The line at which a stack from read_stacks shows code from `filename` (its innermost frame
+    there, as faulthandler lists the innermost frame first); None if no frame is in that file."""
+    found = re.search(rf'File "{re.escape(filename)}", line (\d+)', stack)
+    return int(found[1]) if found else None
 
 
 def _size(path: Path) -> int:
