@@ -38,8 +38,8 @@ def test_short_form_fp32():
 def test_search_table():
     result = plan("--model", "llama3-8b", "--cluster", "h100-sxm", "--nodes", "4", "--top", "3")
     assert result.returncode == 0, result.stderr
-    lines = result.stdout.strip().splitlines()[2:]     # after the header saying what was searched
-    assert lines[0].split() == ["#", "strategy", "GB/GPU", "step", "s", "tokens/s", "MFU"]
+    lines = result.stdout.strip().splitlines()[3:]     # after the header saying what was searched, and the model
+    assert lines[0].split() == ["#", "strategy", "GB/GPU", "margin", "step", "s", "tokens/s", "MFU", "vs", "best"]
     rows = [line for line in lines[2:] if re.match(r"\s+\d+ ", line)]
     assert len(rows) == 3 and all(re.match(r"\s+\d+ dp\d+ tp\d+ pp\d+ z\d", row) for row in rows)
     assert lines[2 + len(rows)].startswith("strategy: dpN tpN ppN")    # the legend follows the rows
@@ -85,7 +85,7 @@ LLAMA_8B = ("--model", "llama3-8b", "--cluster", "h100-sxm")
 
 @pytest.mark.parametrize("args, words", [
     (("--model", "llama9", "--cluster", "h100-sxm"), ["llama3-8b"]),          # lists the valid presets
-    (("--model", "llama3-8b", "--cluster", "b200"), ["h100-sxm"]),
+    (("--model", "llama3-8b", "--cluster", "x100"), ["h100-sxm"]),
     (("--params", "7.5Q"), ["--params", "suffix"]),
     ((*LLAMA_8B, "--tp", "3"), ["--tp 3", "--tp in [1, 2, 4, 8]"]),
     ((*LLAMA_8B, "--nodes", "3", "--tp", "6"), ["does not divide heads=32"]),
@@ -158,11 +158,12 @@ def test_search_says_what_it_searched_and_folds_zero_stages_at_dp1():
     lines = result.stdout.splitlines()
     assert lines[0] == ("llama3-8b on 1 x 8 H100 SXM = 8 GPUs, global batch 512 sequences x 8192 tokens, bf16, "
                         "flash attention")
-    tried, fit = map(int, re.match(r"(\d+) plans tried .*; (\d+) fit in 90% of each GPU's 85.9 GB", lines[1]).groups())
+    assert lines[1] == "model: 8.03B parameters; 8,192-token sequences (the preset's; --seq-len sets it)"
+    tried, fit = map(int, re.match(r"(\d+) plans tried .*; (\d+) fit in 90% of each GPU's 85.9 GB", lines[2]).groups())
     assert 0 < fit < tried
     rows = [line.split() for line in lines if re.match(r"\s+\d+ dp", line)]
     assert len(rows) == 80
-    numbers = [tuple(row[-4:]) + tuple(w for w in row[1:-4] if not w.startswith("z")) for row in rows]
+    numbers = [tuple(w for w in row[1:] if not w.startswith("z")) for row in rows]
     assert len(set(numbers)) == len(numbers)                 # no two rows differ only in the ZeRO stage
     folded = [row for row in rows if "z0-2" in row or "z0-3" in row]
     assert folded and all(row[1] == "dp1" for row in folded)
@@ -174,7 +175,7 @@ def test_search_with_experts_and_a_plan_with_context_parallelism():
     --cp shows the tokens per GPU and the ring's time, all of it and the part attention does not hide."""
     result = plan("--model", "mixtral-8x7b", "--cluster", "h100-sxm", "--nodes", "2", "--ep", "8", "--top", "3")
     assert result.returncode == 0, result.stderr
-    assert "sequence parallel, interleaving, ep 8);" in result.stdout.splitlines()[1]
+    assert "sequence parallel, interleaving, ep 8);" in result.stdout.splitlines()[2]
     rows = [line for line in result.stdout.splitlines() if re.match(r"\s+\d+ dp", line)]
     assert len(rows) == 3 and all(" ep8 " in row for row in rows)
     assert "epN = expert-parallel size" in result.stdout
@@ -219,6 +220,11 @@ def _body(output: str) -> str:
     return output.split("\n", 1)[1]
 
 
+def _numbers(output: str) -> str:
+    """A breakdown from its memory on (what the model line and its note precede)."""
+    return output[output.index("  memory per GPU"):]
+
+
 def test_a_model_of_your_own_from_a_config_file_or_shape_flags(tmp_path):
     """Issue 25: Llama 3 8B's config.json, and the same shape in flags, plan exactly as the preset does."""
     strategy = ("--cluster", "h100-sxm", "--nodes", "2", "--zero", "3", "--fp32-grads")
@@ -228,7 +234,12 @@ def test_a_model_of_your_own_from_a_config_file_or_shape_flags(tmp_path):
                       "--vocab", "128256", "--seq-len", "8192", *strategy)
     assert preset.returncode == from_file.returncode == from_flags.returncode == 0, from_file.stderr + from_flags.stderr
     assert from_file.stdout.startswith("Meta-Llama-3-8B on 2 x 8 H100 SXM GPUs: dp16 tp1 pp1 z3 mb1x32 g32")
-    assert _body(from_file.stdout) == _body(preset.stdout) == _body(from_flags.stdout)
+    count = "  model: 8.03B parameters; 8,192-token sequences"
+    assert _body(preset.stdout).splitlines()[1] == count + " (the preset's; --seq-len sets it)"
+    assert _body(from_flags.stdout).splitlines()[1] == count + " (--seq-len)"
+    assert _body(from_file.stdout).splitlines()[1:3] == [
+        count, "  note: planned at max_position_embeddings 8,192 tokens; pass --seq-len for the length you will train"]
+    assert _numbers(from_file.stdout) == _numbers(preset.stdout) == _numbers(from_flags.stdout)
     def part(name):
         return float(re.search(rf"^\s+{name}\s+([0-9.]+)$", preset.stdout, re.M).group(1))
     assert part("gradients") == pytest.approx(2 * part("parameters"), abs=0.01)     # fp32 gradients
@@ -292,9 +303,12 @@ def test_every_bad_model_flag_exits_2_with_one_line(tmp_path):
         (("--hf-config", _config(tmp_path, "headless", {"hidden_size": 64}), "--cluster", "t4"),
          ["--hf-config", "num_hidden_layers"]),
         (("--hf-config", _config(tmp_path, "moe", {**LLAMA3_8B_CONFIG, "num_local_experts": 8}), "--cluster", "t4"),
-         ["num_local_experts", "mixture-of-experts"]),
-        (("--hf-config", _config(tmp_path, "wide", {**LLAMA3_8B_CONFIG, "head_dim": 256}), "--cluster", "t4"),
-         ["head_dim"]),
+         ["num_local_experts = 8", "num_experts_per_tok"]),
+        (("--hf-config", _config(tmp_path, "latent", {**LLAMA3_8B_CONFIG, "kv_lora_rank": 512}), "--cluster", "t4"),
+         ["kv_lora_rank = 512", "multi-head latent attention"]),
+        (("--model", "llama3-8b", "--cluster", "h100-sxm", "--plot", "breakdown.svg"), ["--plot", ".png"]),
+        (("--model", "llama3-8b", "--cluster", "h100-sxm", "--plot", str(tmp_path / "nowhere" / "a.png")),
+         ["--plot", "no folder"]),
         (("--model", "llama3-8b", "--hf-config", "x.json", "--cluster", "t4"), ["--model and --hf-config"]),
         (("--layers", "4", "--hidden", "256", "--cluster", "t4"), ["add --heads, --ffn, --vocab, --seq-len"]),
         (("--model", "llama3-8b", "--hidden", "4100", "--cluster", "h100-sxm"), ["--hidden 4100", "--heads 32"]),
@@ -563,3 +577,58 @@ def test_pytorchs_checkpoint_recomputes_less_and_the_plan_says_so():
                           "--top", "40")
     assert dropout_search.returncode == 0, dropout_search.stderr
     assert " full " in dropout_search.stdout and "full-es" not in dropout_search.stdout
+
+
+def test_the_table_helps_choose_margin_ties_and_assumptions(capsys):
+    """Issue 47: each row shows the GB it leaves per GPU (usable memory less its own) and its throughput against
+    the best; rows within the planner's stated error of the best (its median error on the published runs of the
+    GPU generation, report.stated_error) are marked tie, and a line says how many and which leaves most memory;
+    what the plans assume (the search's micro-batch and recomputation, balanced routing for experts) is printed."""
+    from ddp_lab.__main__ import main
+    from ddp_lab.course.plan.cluster_spec import ClusterSpec
+    from ddp_lab.plan.decision import stated_error
+
+    assert main(["plan", "--model", "llama3-70b", "--cluster", "h100-sxm", "--nodes", "8", "--top", "8"]) == 0
+    out = capsys.readouterr().out
+    tie, source = stated_error(ClusterSpec.preset("h100-sxm"))
+    assert source.startswith("the planner's median error on ") and 0 < tie < 0.2
+    rows = re.findall(r"^\s+\d+ (\S+(?: \S+)*?)\s+([0-9.]+)\s+(-?[0-9.]+)\s+[0-9.]+\s+([0-9,]+)\s+[0-9.]+%\s+(.*)$",
+                      out, re.M)
+    assert len(rows) == 8 and rows[0][4] == "best"
+    best = float(rows[0][3].replace(",", ""))
+    for label, total, margin, tokens, versus in rows:
+        assert float(margin) == pytest.approx(0.9 * 85.9 - float(total), abs=0.11)   # usable 77.3 GB less the plan
+        change = float(tokens.replace(",", "")) / best - 1
+        if versus != "best":
+            assert versus == f"{change:+.1%}" + (" tie" if abs(change) <= tie else ""), (label, versus)
+    assert "tie" in out.split("strategy:")[0]
+    assert re.search(rf"^ties: \d+ more plans within {tie:.1%} of the best \({re.escape(source)}\):$", out, re.M)
+    assert "assumes: the micro-batch (mbAxB) and recomputation" in out and "balanced routing" not in out
+    assert main(["plan", "--model", "mixtral-8x7b", "--cluster", "h100-sxm", "--nodes", "8", "--dp", "64",
+                 "--ep", "8", "--zero", "1", "--micro-batch", "2", "--recompute", "full"]) == 0
+    out = capsys.readouterr().out
+    assert "assumes: micro-batch 2 (--micro-batch), recomputation full (--recompute);" in out
+    assert "balanced routing: each expert gets its share of the tokens" in out
+    assert "  model: 46.7B parameters, 12.9B active per token (8 experts, top 2); 32,768-token sequences" in out
+
+
+def test_help_has_worked_examples_and_gpus_per_node(capsys):
+    from ddp_lab.course.plan.cluster_spec import PRESET_NAMES, ClusterSpec
+    from ddp_lab.plan.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert all(f"{name} ({ClusterSpec.preset(name).gpus_per_node})" in text for name in PRESET_NAMES)
+    examples = text.split("examples:")[1]
+    assert examples.count("python -m ddp_lab plan") == 3 and "--seq-len" in examples and "--plot" in examples
+
+
+def test_plot_writes_the_breakdown_as_a_png(tmp_path, capsys):
+    """--plot FILE draws lesson 13's memory and step-time bars (ddp_lab.plots.plan.breakdown) of the plan given."""
+    from ddp_lab.plan.cli import main
+
+    path = tmp_path / "plan.png"
+    assert main(["--model", "gpt2-small", "--cluster", "t4", "--dp", "4", "--plot", str(path)]) == 0
+    assert capsys.readouterr().out.rstrip().endswith(f"plot: {path} (memory per GPU and step time of the plan)")
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 10_000

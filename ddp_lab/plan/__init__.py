@@ -11,6 +11,7 @@ Two floors. The formulas a learner reads live in the course library, `ddp_lab/co
 steptime, search, and experts and context_parallel for lessons 14 and 15: pure Python,
 importing them does not import torch); this lab package re-exports their names and adds what runs:
     report.py       the table and the breakdown a learner prints
+    decision.py     what helps choose between plans: parameters read, margin, ties, assumptions
     cli.py          `python -m ddp_lab plan ...`
     model_files.py  a Hugging Face config.json read from disk as a model
     calibrate.py    this machine's speeds, measured (`calibrate.this_machine()`)

@@ -24,20 +24,36 @@ from ddp_lab.course.plan.overlap import OVERLAP_SLOWDOWN
 from ddp_lab.course.plan.model import LARGEST, PRESETS, Transformer, parse_count, size_text
 from ddp_lab.course.plan.search import MEMORY_RESERVE, candidates, default_global_batch, evaluate, search
 from ddp_lab.course.plan.strategy import ATTENTION, FSDP_UNITS, PRECISIONS, RECOMPUTE, Strategy, check, divisors
+from ddp_lab.plan.cli_plot import PLOTTED, check_plot_file, draw
+from ddp_lab.plan.cli_regions import cross_region, regions_note
 from ddp_lab.plan.model_files import read_hf_config
+from ddp_lab.plan.decision import assumptions_text, stated_error, ties_text
 from ddp_lab.plan.report import accuracy_text, breakdown, fold_zero_stages, model_states_text, search_header, table
 
 STRATEGY_FLAGS = ("dp", "tp", "pp", "zero", "micro_batch", "grad_accum", "recompute", "sequence_parallel",
-                  "fsdp_unit", "virtual_stages")
+                  "fsdp_unit", "virtual_stages", "tp_comm_overlap", "overlap_param_gather", "first_stage_layers",
+                  "last_stage_layers", "sync_every", "replicas", "sync_precision", "expert_tp")
 SHAPE_FLAGS = ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "seq_len")
 NEEDED_SHAPE = ("layers", "hidden", "heads", "ffn", "vocab", "seq_len")   # without --model or --hf-config
 POSITIVE_INTS = ("nodes", "dp", "tp", "pp", "micro_batch", "grad_accum", "global_batch", "top", "virtual_stages",
+                 "first_stage_layers", "last_stage_layers", "sync_every", "replicas", "region_nodes", "expert_tp",
                  *SHAPE_FLAGS)
 SHORT_FORM_FLAGS = ("params", "dp", "zero", "precision", "fp32_grads")     # all that --params reads
 SPLIT_FLAGS = ("cp", "ep")     # a number (the plan's or every searched plan's) or "auto" (searched)
 # 8 million GPUs, some 80x the largest clusters built; the search over a million nodes takes about 5 s here
 # (over 10^12 it never ended). The shape flags' limits are the model's (model.LARGEST).
 LARGEST_NODES = 10**6
+EXAMPLES = """examples:
+  # the fastest plans for Llama 3 8B on 4 nodes of 8 H100s, at 4,096-token sequences
+  python -m ddp_lab plan --model llama3-8b --seq-len 4096 --cluster h100-sxm --nodes 4 --top 5
+
+  # a downloaded model's config.json; say the length you will train (else max_position_embeddings)
+  python -m ddp_lab plan --hf-config Qwen2.5-7B/config.json --seq-len 8192 --cluster a100-80gb --nodes 2
+
+  # one plan's memory and step time, part by part, drawn to a PNG
+  python -m ddp_lab plan --model mixtral-8x7b --cluster h100-sxm --nodes 8 --tp 2 --ep 8 --zero 1 \\
+      --recompute full --plot mixtral.png
+"""
 
 
 def parallel_size(text: str) -> int | str:
@@ -56,9 +72,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     what.add_argument("--model", type=str.lower, choices=tuple(PRESETS), metavar="MODEL",
                       help=f"a model preset: {', '.join(PRESETS)}")
     what.add_argument("--hf-config", dest="hf_config", metavar="PATH",
-                      help="a Hugging Face config.json (num_hidden_layers, hidden_size, num_attention_heads, "
-                           "num_key_value_heads, intermediate_size, vocab_size, max_position_embeddings, "
-                           "tie_word_embeddings)")
+                      help="a Hugging Face config.json of the Llama, Mistral/Mixtral, Qwen2/Qwen3 (and -MoE), "
+                           "DeepSeekMoE or GPT-2 family, with experts and head_dim; keys the planner cannot express "
+                           "(multi-head latent attention, a sliding window) are refused. Planned at its "
+                           "max_position_embeddings unless --seq-len says the length you will train")
     shape = parser.add_argument_group("model shape: change --model's or --hf-config's, or give all but --kv-heads "
                                       "for a Llama-style model of your own (SwiGLU, RMSNorm, RoPE, no biases, untied)")
     shape.add_argument("--layers", type=int, help="transformer layers")
@@ -71,7 +88,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     shape.add_argument("--seq-len", dest="seq_len", type=int, help="tokens per training sequence")
     where = parser.add_argument_group("where")
     where.add_argument("--cluster", type=str.lower, choices=PRESET_NAMES, metavar="CLUSTER",
-                       help=f"a cluster preset (GPU type): {', '.join(PRESET_NAMES)}")
+                       help="a cluster preset (GPU type, GPUs per node): " + ", ".join(
+                           f"{name} ({ClusterSpec.preset(name).gpus_per_node})" for name in PRESET_NAMES))
     where.add_argument("--nodes", type=int, help="nodes of the cluster (default 1; GPUs per node from the preset)")
     where.add_argument("--memory-reserve", dest="memory_reserve", type=float,
                        help=f"share of each GPU's memory a plan may not use, kept for the CUDA context, NCCL and "
@@ -80,6 +98,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help=f"how much slower compute runs beside the DP/CP communication it hides (default "
                             f"{OVERLAP_SLOWDOWN:g}, the average arXiv:2507.03114 measured; 0: hiding is free; "
                             f"0 <= value < 1)")
+    where.add_argument("--region-nodes", dest="region_nodes", type=int, metavar="N",
+                       help="a cross-region link: the nodes form regions of N consecutive nodes (data centres)")
+    where.add_argument("--cross-region-gbps", dest="cross_region_gbps", type=float, metavar="GBPS",
+                       help="the link between regions, Gb/s each way per region (default 100)")
+    where.add_argument("--cross-region-latency-ms", dest="cross_region_latency_ms", type=float, metavar="MS",
+                       help="its latency in ms (default 50)")
     where.add_argument("--params", help="short form: a parameter count such as 7.5B or 125M; prints per-GPU "
                                         "parameters, gradients and optimizer state (needs only --dp and --zero)")
     how = parser.add_argument_group("a strategy (omit to search all of them)")
@@ -119,17 +143,41 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="expert-parallel size of a mixture-of-experts model (lesson 14): of the dp x cp ranks, how "
                           "many split the experts (divides the experts and dp x cp). With no other strategy flag the "
                           "search uses it for every plan; auto searches it (the default for a model with experts)")
+    how.add_argument("--expert-tp", dest="expert_tp", type=int, metavar="N",
+                     help="the routed experts' own tensor-parallel size, dividing --tp (Megatron-Core's "
+                          "--expert-tensor-parallel-size; default --tp): --expert-tp 1 leaves tp x cp x dp ranks for --ep")
     how.add_argument("--precision", choices=PRECISIONS, default=None,
                      help="bf16/fp16 mixed-precision Adam (2+2+12 bytes/param) or fp32 Adam (4+4+8); "
                           "default bf16 (fp16 on a GPU without bf16, e.g. t4)")
     how.add_argument("--fp32-grads", dest="fp32_grads", action="store_true",
                      help="mixed precision with fp32 gradient accumulation and reduction (Megatron-LM, Llama 3): "
                           "2+4+12 bytes/param")
+    how.add_argument("--tp-comm-overlap", dest="tp_comm_overlap", action="store_true", default=None,
+                     help="run sequence parallelism's all-gathers/reduce-scatters in chunks beside the GEMMs "
+                          "(Megatron-LM's --tp-comm-overlap; needs --sequence-parallel)")
+    how.add_argument("--overlap-param-gather", dest="overlap_param_gather", action="store_true", default=None,
+                     help="ZeRO-1/2: gather the updated weights beside the next forward (Megatron-LM's "
+                          "--overlap-param-gather) instead of after the optimizer")
+    how.add_argument("--first-stage-layers", dest="first_stage_layers", type=int, metavar="N",
+                     help="uneven pipeline: layers of the first stage (the middle stages share the rest)")
+    how.add_argument("--last-stage-layers", dest="last_stage_layers", type=int, metavar="N",
+                     help="uneven pipeline: layers of the last stage (Llama 3 405B: 126 layers on 16 stages, 7 and 7)")
+    how.add_argument("--sync-every", dest="sync_every", type=int, metavar="H",
+                     help="DiLoCo-style outer sync: replicas exchange pseudo-gradients once every H steps (with "
+                          "--replicas R, default every dp rank a replica)")
+    how.add_argument("--replicas", type=int, metavar="R", help="DiLoCo replicas (divides dp); see --sync-every")
+    how.add_argument("--sync-precision", dest="sync_precision", choices=("fp32", "bf16", "int8"),
+                     help="the pseudo-gradient on the wire at each outer sync (default fp32; INTELLECT-1: int8)")
     out = parser.add_argument_group("search")
     out.add_argument("--global-batch", dest="global_batch", type=int,
                      help="sequences per step (default: 4M tokens / seq_len)")
     out.add_argument("--top", type=int, help="plans to print (default 10; rows that differ only in a ZeRO stage "
                                              "that changes nothing, at dp1, are one row)")
+    out.add_argument("--plot", metavar="FILE.png",
+                     help=f"also draw the memory and step-time breakdown as a PNG: the given plan, or the best "
+                          f"with the next rows printed (at most {PLOTTED})")
+    parser.epilog = EXAMPLES
+    parser.formatter_class = ExamplesAsWritten
 
 
 def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
@@ -139,9 +187,11 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         if args.params is not None:
             return _short_form(args)
         model = _model(args)
+        seq_source = _sequence_source(args, model)
         cluster = ClusterSpec.preset(args.cluster, nodes=args.nodes or 1)
         if args.overlap_slowdown is not None:
             cluster = cluster.with_(overlap_slowdown=args.overlap_slowdown)
+        cluster = cross_region(cluster, args)
         args.precision = args.precision or ("bf16" if "bf16" in cluster.gpu.peak_flops else "fp16")
         if args.fp32_grads and args.precision == "fp32":
             raise ValueError("--fp32-grads keeps fp32 gradients under bf16/fp16 mixed precision; with --precision fp32 "
@@ -154,16 +204,28 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             given.update({name: getattr(args, name) for name in SPLIT_FLAGS if getattr(args, name) is not None})
             strategy, note = _strategy(model, cluster, args, given)
             plan = evaluate(model, cluster, strategy, args.tp_across_nodes, reserve)
-            print(no_effect + note + breakdown(plan))
+            print(no_effect + note + regions_note(model, cluster, strategy) + breakdown(plan, seq_source))
+            print(assumptions_text([plan], chosen=False))
             print(accuracy_text(cluster, [plan]))
+            drawn = [plan]
         else:
-            print(no_effect + _search_report(model, cluster, args, reserve))
+            report, drawn = _search_report(model, cluster, args, reserve, seq_source)
+            print(no_effect + report)
+        if args.plot is not None:
+            draw(drawn, args.plot)
         return 0
     except KeyError as error:
         parser.error(error.args[0])
     except ValueError as error:
         # the library's advice names the field; on the command line it is a flag
         parser.error(str(error).replace("train on shorter sequences", "train on shorter sequences (--seq-len)"))
+
+
+class ExamplesAsWritten(argparse.HelpFormatter):
+    """argparse's help layout, except that a text with line breaks of its own (the examples) is printed as written."""
+
+    def _fill_text(self, text, width, indent):
+        return text if "\n" in text else super()._fill_text(text, width, indent)
 
 
 class OneLineErrors(argparse.ArgumentParser):
@@ -217,6 +279,8 @@ def _check_flags(args) -> None:
             raise ValueError("--fp32-grads keeps fp32 gradients under bf16/fp16 mixed precision; with --precision fp32 "
                              "they are fp32 already: drop one of them")
         return
+    if args.plot is not None:
+        check_plot_file(args.plot)
     if args.model is not None and args.hf_config is not None:
         raise ValueError("--model and --hf-config both name a model: give one (shape flags such as --seq-len "
                          "change either)")
@@ -260,7 +324,7 @@ def _model(args) -> Transformer:
         base = Transformer.preset(args.model)
     elif args.hf_config is not None:
         try:
-            base = read_hf_config(args.hf_config)
+            base = read_hf_config(args.hf_config, seq_len=args.seq_len)
         except ValueError as error:
             raise ValueError(f"--hf-config {error}") from None
     else:
@@ -270,7 +334,7 @@ def _model(args) -> Transformer:
     if shape["kv_heads"] is None or ("heads" in changes and "kv_heads" not in changes and args.model is None
                                      and args.hf_config is None):
         shape["kv_heads"] = shape["heads"]
-    if shape["hidden"] % shape["heads"]:
+    if shape["hidden"] % shape["heads"] and base.head_size is None:
         raise ValueError(f"--hidden {shape['hidden']} is not divisible by --heads {shape['heads']}: each head is "
                          f"hidden / heads wide; use --heads in {divisors(shape['hidden'])[:12]}")
     if shape["heads"] % shape["kv_heads"]:
@@ -324,8 +388,19 @@ def _short_form(args) -> int:
     return 0
 
 
-def _search_report(model, cluster, args, reserve: float) -> str:
-    """The search's header (what was searched, how many plans fit), then its fastest distinct plans."""
+def _sequence_source(args, model) -> str | None:
+    """Where the planned sequence length came from, for the model line (report.model_text)."""
+    if args.seq_len is not None:
+        return "--seq-len"
+    if args.hf_config is not None:
+        return (f"planned at max_position_embeddings {model.seq_len:,} tokens; pass --seq-len for the length you "
+                f"will train")
+    return "the preset's; --seq-len sets it" if args.model is not None else None
+
+
+def _search_report(model, cluster, args, reserve: float, seq_source: str | None = None) -> tuple[str, list]:
+    """The search's header (what was searched, how many plans fit), its fastest distinct plans with the margin and
+    ties, what they assume and how far to trust them; and the plans printed."""
     global_batch = args.global_batch or default_global_batch(model, cluster)
     options = {"precision": args.precision, "tp_across_nodes": args.tp_across_nodes, "cp": args.cp or 1,
                "ep": args.ep, "attention": args.attention or "flash", "fp32_grads": args.fp32_grads,
@@ -334,11 +409,16 @@ def _search_report(model, cluster, args, reserve: float) -> str:
         options["virtual_stages"] = (1, args.virtual_stages)
     tried = list(candidates(model, cluster, global_batch, **options))
     fitting = search(model, cluster, top=None, global_batch=global_batch, reserve=reserve, **options)
-    rows = fold_zero_stages(fitting)[:args.top or 10]
+    folded = fold_zero_stages(fitting)
+    rows = folded[:args.top or 10]
     header = search_header(model, cluster, global_batch, args.precision, len(tried), len(fitting), reserve,
-                           options["attention"], cp={s.cp for s in tried}, ep={s.ep for s in tried})
+                           options["attention"], cp={s.cp for s in tried}, ep={s.ep for s in tried},
+                           seq_source=seq_source)
     plans = [plan for plan, _ in rows]
-    return "\n".join([header, table(plans, stages=[zero for _, zero in rows]), accuracy_text(cluster, plans)])
+    tie, source = stated_error(cluster)
+    return "\n".join([header, table(plans, stages=[zero for _, zero in rows], tie=tie),
+                      ties_text([plan for plan, _ in folded], tie, source), assumptions_text(plans, chosen=True),
+                      accuracy_text(cluster, plans)]), plans
 
 
 def _strategy(model, cluster, args, given: dict) -> tuple[Strategy, str]:
@@ -355,6 +435,9 @@ def _strategy(model, cluster, args, given: dict) -> tuple[Strategy, str]:
         given["dp"] = cluster.gpus // (tp * pp * cp)
     given.setdefault("micro_batch", 1)
     given["sequence_parallel"] = bool(given.get("sequence_parallel", False))
+    if "sync_every" in given:
+        given.setdefault("replicas", given["dp"])      # every dp rank a DiLoCo replica unless --replicas says
+
     if given.get("virtual_stages", 1) > 1:
         given["schedule"] = "interleaved"
     if args.checkpoint_early_stop and given.get("recompute") != "full":

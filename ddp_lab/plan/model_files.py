@@ -15,11 +15,12 @@ from ddp_lab.course.plan.hf_config import transformer_from_hf_config
 from ddp_lab.course.plan.model import Transformer
 
 
-def read_hf_config(path: str | Path, name: str | None = None) -> Transformer:
+def read_hf_config(path: str | Path, name: str | None = None, seq_len: int | None = None) -> Transformer:
     """The `Transformer` a Hugging Face config.json describes; ValueError says what is wrong with the file.
 
     `name` defaults to the file's folder (a downloaded model keeps config.json in a folder named
-    after it), or the file's stem.
+    after it), or the file's stem. `seq_len`: the training length to plan (None: the config's
+    max_position_embeddings).
 
     Example:
         >>> import json, tempfile, pathlib
@@ -50,6 +51,6 @@ def read_hf_config(path: str | Path, name: str | None = None) -> Transformer:
         raise ValueError(f"{path} is not JSON (line {error.lineno}: {error.msg})") from None
     default = path.parent.name if path.name == "config.json" and path.parent.name else path.stem
     try:
-        return transformer_from_hf_config(config, name or default)
+        return transformer_from_hf_config(config, name or default, seq_len)
     except ValueError as error:
         raise ValueError(f"{path}: {error}") from None

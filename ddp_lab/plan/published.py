@@ -49,7 +49,7 @@ Sources:
                and 400 TFLOP/s per GPU (BF16 MFU 43 % and 41 %: model FLOPs, no recomputation).
                Listed, not scored: the paper uses an interleaved schedule without giving its depth,
                and the prediction moves from -34 % (no interleaving) to -13 % (8 virtual stages of one
-               layer each) on 8,192 GPUs, from -46 % to -12 % on 16,384 (16 micro-batches for 16 stages)
+               layer each) on 8,192 GPUs, from -46 % to -13 % on 16,384 (16 micro-batches for 16 stages)
 
 Introduced in notebooks/13-plan-your-training-run.ipynb.
 """

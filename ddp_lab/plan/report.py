@@ -8,12 +8,14 @@ from __future__ import annotations
 from ddp_lab.course.plan.memory import model_state_bytes
 from ddp_lab.course.plan.overlap import OVERLAP_SLOWDOWN
 from ddp_lab.course.plan.search import MEMORY_RESERVE, percent_text
+from ddp_lab.plan.decision import family_name, model_text, versus_best
 
 GB = 1e9
 LEGEND = ("strategy: dpN tpN ppN = data-, tensor-, pipeline-parallel sizes; zN = ZeRO stage;\n"
           "          mbAxB = B micro-batches of A sequences per step; vN = interleaved 1F1B, N stages per GPU;\n"
           "          sp = sequence parallel; sel/full = selective/full activation recomputation;\n"
-          "          eager = attention not fused (flash otherwise); g32 = fp32 gradients. GB = 10^9 bytes.")
+          "          eager = attention not fused (flash otherwise); g32 = fp32 gradients. GB = 10^9 bytes;\n"
+          "          margin = GB per GPU left under the usable line (the GPU's memory less the reserve).")
 FOLDED_LEGEND = ("          z0-2 = ZeRO stages 0 to 2 give identical numbers (at dp1 there is nothing to shard);\n"
                  "          the row shows the lowest.")
 SPLIT_LEGEND = "          cpN = context-parallel size (lesson 15); epN = expert-parallel size (lesson 14)."
@@ -23,11 +25,14 @@ EARLY_STOP_LEGEND = ("          full-es = full recomputation by PyTorch's non-re
 SPLITS = (("tensor", "tp"), ("pipeline", "pp"), ("context", "cp"), ("expert", "ep"))
 
 
-def table(plans, stages=None) -> str:
-    """One line per plan: strategy, memory per GPU (GB = 10^9 bytes), step time, tokens/s, MFU.
+def table(plans, stages=None, tie: float | None = None) -> str:
+    """One line per plan: strategy, memory per GPU and the margin left (GB = 10^9 bytes), step time, tokens/s, MFU.
 
     `stages`, if given, holds for each plan the ZeRO stages its row stands for (from
-    `fold_zero_stages`); a row of several shows them as e.g. 'z0-2'.
+    `fold_zero_stages`); a row of several shows them as e.g. 'z0-2'. The margin is what a plan
+    leaves of the usable memory (`Plan.margin`: the GPU's memory less the reserve, less the plan's).
+    `tie`, if given (a share such as 0.056, the planner's stated error: `decision.stated_error`), adds a
+    column with each plan's throughput against the first's, marking `tie` those within it.
 
     Example:
         >>> from ddp_lab.plan import ClusterSpec, Transformer, search
@@ -41,11 +46,13 @@ def table(plans, stages=None) -> str:
     labels = [plan.strategy.label().replace(f" z{plan.strategy.zero} ", f" {_stages_text(zero)} ", 1)
               for plan, zero in zip(plans, stages)]
     width = max([34] + [len(label) for label in labels])    # cp/ep plans' labels can be longer
-    header = f"{'#':>3} {'strategy':<{width}} {'GB/GPU':>7} {'step s':>8} {'tokens/s':>11} {'MFU':>6}"
+    header = f"{'#':>3} {'strategy':<{width}} {'GB/GPU':>7} {'margin':>7} {'step s':>8} {'tokens/s':>11} {'MFU':>6}"
+    header += f" {'vs best':>10}" if tie is not None else ""
     lines = [header, "-" * len(header)]
     for rank, (plan, label) in enumerate(zip(plans, labels), 1):
-        lines.append(f"{rank:>3} {label:<{width}} {plan.memory.total / GB:>7.1f} "
-                     f"{plan.time.total:>8.2f} {plan.tokens_per_second:>11,.0f} {plan.mfu:>6.1%}")
+        lines.append(f"{rank:>3} {label:<{width}} {plan.memory.total / GB:>7.1f} {plan.margin / GB:>7.1f} "
+                     f"{plan.time.total:>8.2f} {plan.tokens_per_second:>11,.0f} {plan.mfu:>6.1%}"
+                     + (f" {versus_best(plan, plans[0], tie):>10}" if tie is not None else ""))
     folded = [FOLDED_LEGEND] if any(len(zero) > 1 for zero in stages) else []
     split = [SPLIT_LEGEND] if any(plan.strategy.cp > 1 or plan.strategy.ep > 1 for plan in plans) else []
     early = [EARLY_STOP_LEGEND] if any(plan.strategy.checkpoint_early_stop for plan in plans) else []
@@ -79,15 +86,18 @@ def fold_zero_stages(plans) -> list[tuple]:
 
 
 def search_header(model, cluster, global_batch: int, precision: str, tried: int, fitting: int,
-                  reserve: float = MEMORY_RESERVE, attention: str = "flash", cp=(1,), ep=(1,)) -> str:
-    """What a search covered: model, GPUs, global batch, precision, plans tried and plans that fit.
+                  reserve: float = MEMORY_RESERVE, attention: str = "flash", cp=(1,), ep=(1,),
+                  seq_source: str | None = None) -> str:
+    """What a search covered: model, GPUs, global batch, precision, parameters, plans tried and plans that fit.
 
     `cp`, `ep`: the context- and expert-parallel sizes the plans tried used, named when not just 1.
+    `seq_source`: where the sequence length came from (`model_text`).
 
     Example:
         >>> from ddp_lab.plan import ClusterSpec, Transformer
         >>> print(search_header(Transformer.preset("llama3-8b"), ClusterSpec.preset("h100-sxm"), 512, "bf16", 432, 386))
         llama3-8b on 1 x 8 H100 SXM = 8 GPUs, global batch 512 sequences x 8192 tokens, bf16, flash attention
+        model: 8.03B parameters; 8,192-token sequences
         432 plans tried (dp x tp x pp, ZeRO 0-3, micro-batch, recomputation, sequence parallel, interleaving); 386 fit in 90% of each GPU's 85.9 GB (memory reserve 10%)
 
     Introduced in notebooks/13-plan-your-training-run.ipynb.
@@ -96,7 +106,7 @@ def search_header(model, cluster, global_batch: int, precision: str, tried: int,
     splits = "".join(f", {name} {_sizes_text(sorted(set(sizes)))}" for name, sizes in (("cp", cp), ("ep", ep))
                      if set(sizes) != {1})
     return (f"{model.name} on {where}, global batch {global_batch} sequences x {model.seq_len} tokens, {precision}, "
-            f"{attention} attention\n"
+            f"{attention} attention\n{model_text(model, seq_source)}\n"
             f"{tried} plans tried (dp x tp x pp, ZeRO 0-3, micro-batch, recomputation, sequence parallel, "
             f"interleaving{splits}); {fitting} fit in {percent_text(1 - reserve)} of each GPU's {cluster.gpu.memory / GB:.1f} GB "
             f"(memory reserve {percent_text(reserve)})")
@@ -114,15 +124,18 @@ def _stages_text(stages) -> str:
     return "z" + ",".join(map(str, stages))
 
 
-def breakdown(plan) -> str:
+def breakdown(plan, seq_source: str | None = None) -> str:
     """One plan's memory per GPU and step time, part by part, then its DP communication before overlap.
+
+    `seq_source`: where the sequence length came from, for the model line (`model_text`).
 
     Introduced in notebooks/13-plan-your-training-run.ipynb.
     """
     m, t, strategy = plan.memory, plan.time, plan.strategy
     lines = [f"{plan.model.name} on {plan.cluster.name or plan.cluster.gpus} GPUs: {strategy.label()}",
              f"  global batch {strategy.global_batch} sequences x {plan.model.seq_len} tokens, "
-             f"precision {strategy.precision}, {strategy.attention} attention"]
+             f"precision {strategy.precision}, {strategy.attention} attention",
+             *("  " + line for line in model_text(plan.model, seq_source).splitlines())]
     lines += _split_lines(plan)
     lines.append("  memory per GPU (GB)")
     for name, label in (("params", "parameters"), ("grads", "gradients"), ("optimizer", "optimizer"),
@@ -140,6 +153,8 @@ def breakdown(plan) -> str:
         parts.append(("ep_comm", "EP all-to-all"))
     if strategy.cp > 1:
         parts.append(("cp_comm_exposed", "exposed CP ring (K/V)"))
+    if strategy.replicas > 1:   # DiLoCo replicas' pseudo-gradient all-reduce, per step
+        parts.append(("outer_sync", f"outer sync (1/{strategy.sync_every})"))
     parts.append(("overlap_slowdown", "overlap slowdown"))   # compute beside hidden collectives (overlap.py)
     for name, label in parts:
         lines.append(f"    {label:<26}{getattr(t, name):>9.3f}")
@@ -161,9 +176,9 @@ def _split_lines(plan) -> list[str]:
     if model.moe is not None:
         moe = model.moe
         shared = f" + {moe.shared_experts} shared" if moe.shared_experts else ""
-        lines.append(f"  mixture of experts: {model.parameters() / 1e9:.1f}B parameters, "
-                     f"{model.active_parameters() / 1e9:.1f}B active; {moe.experts} experts (top {moe.top_k}{shared}) "
-                     f"over ep={strategy.ep}: {moe.experts // strategy.ep} per GPU")
+        lines.append(f"  mixture of experts: {moe.experts} experts (top {moe.top_k}{shared}) "
+                     f"over ep={strategy.ep}: {moe.experts // strategy.ep} per GPU"
+                     + (f", each split expert_tp={strategy.expert_tp} ways" if strategy.expert_tp is not None else ""))
     if strategy.cp > 1:
         lines.append(f"  context parallel: cp={strategy.cp} ranks share each sequence, "
                      f"{model.seq_len // strategy.cp} tokens per GPU")
@@ -209,11 +224,11 @@ def accuracy_text(cluster, plans=()) -> str:
 
     runs = predictions([run for run in RUNS if run.cluster.gpu.generation == cluster.gpu.generation])
     if not runs or cluster.gpu.memory_bandwidth is None:
-        families = sorted({_family(run) for run in predictions()})
+        families = sorted({family_name(run) for run in predictions()})
         return (f"accuracy: no published run checks {cluster.gpu.name} GPUs (docs/planner.md's table: "
                 f"{' and '.join(families)} runs,\n          median error {summary()['median']:.1%}): "
                 "treat these numbers as rough")
-    errors, family = summary(runs), _family(runs[0])
+    errors, family = summary(runs), family_name(runs[0])
     axes = ["data"] + [name for name, axis in SPLITS if any(getattr(r.strategy, axis) > 1 for r in runs)]
     covered = "data-parallel only" if axes == ["data"] else f"{', '.join(axes[:-1])} and {axes[-1]} parallel"
     lines = [f"accuracy: on {errors['runs']} published {family} runs ({covered}) the predicted",
@@ -225,6 +240,8 @@ def accuracy_text(cluster, plans=()) -> str:
         lines.append(f"          no published {family} run checks {' or '.join(unchecked)} parallelism: "
                      f"those plans are less certain")
     lines += _sequence_lines(runs, plans, family)
+    # Here go the planner's errors by model family on the held-out published runs (those it was not fitted on),
+    # from the validation set's summary function, for the families among `plans`.
     if cluster.overlap_slowdown != OVERLAP_SLOWDOWN:
         lines.append(f"          (with the default overlap slowdown, {OVERLAP_SLOWDOWN}, not the "
                      f"{cluster.overlap_slowdown} given here)")
@@ -250,8 +267,3 @@ def _sequence_lines(runs, plans, family) -> list[str]:
     return [f"          {longest:,}-token sequences: on MosaicML's {family} runs at "
             f"{min(run.model.seq_len for run in sweep) // 1024}K-{top // 1024}K tokens (they set attention's rate)",
             f"          the planner was off by {', '.join(ranges)}"]
-
-
-def _family(run) -> str:
-    """'A100', 'H100': the first word of a published run's GPU name."""
-    return run.cluster.gpu.name.split()[0]

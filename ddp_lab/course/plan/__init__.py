@@ -7,7 +7,11 @@
     memory.py       per-GPU model states (ZeRO paper) and totals; activations.py: Korthikanti et al.
     collectives.py  time of a collective on the links a group spans (lesson 02's alpha-beta)
     efficiency.py   how long a layer takes on a GPU: a roofline, one calibrated constant per generation
-    overlap.py      how much of ZeRO-3's communication hides: the per-unit two-stream timeline
+    overlap.py      how much communication compute hides: ZeRO-3's per-unit timeline, ZeRO 0-2's buckets, chunks
+    dp_sync.py      data-parallel traffic per step (ZeRO 0-3) and the part compute does not hide
+    tp_overlap.py   tensor-parallel collectives beside their GEMMs (--tp-comm-overlap)
+    pipeline_stages.py    layers per pipeline stage: equal, or the first and last stage their own
+    outer_sync.py   DiLoCo-style replicas synced every H steps: traffic, outer optimizer state
     steptime.py     compute, TP communication, pipeline bubble, exposed DP communication; MFU
     search.py       enumerate, keep what fits (the memory reserve), rank by throughput
     experts.py      mixture-of-experts models: total and active parameters, expert-parallel state, all-to-all (lesson 14)

@@ -16,7 +16,7 @@ selective recomputation drops the scores; full recomputation keeps only the laye
     TP + SP                 sbh/t (34 + 5as/h)
     TP + selective          sbh (10 + 24/t)
     TP + SP + selective     sbh 34/t
-    full recomputation      2 sbh
+    full recomputation      2 sbh (2 sbh/t with SP: the checkpointed layer input is the sequence-split tensor)
 This module sums the terms one by one, so it also covers what the paper's GPT shape fixes:
 grouped-query attention (K, V are 2 s b d_kv each), an FFN of size f (GeLU: 2 tensors of sbf;
 SwiGLU: 4 - gate, up, SiLU(gate), their product - as PyTorch autograd saves them), no dropout
@@ -34,6 +34,8 @@ Introduced in notebooks/13-plan-your-training-run.ipynb.
 """
 
 from __future__ import annotations
+
+from ddp_lab.course.plan import pipeline_stages
 
 
 def value_bytes(strategy) -> int:
@@ -62,7 +64,9 @@ def layer_activation_bytes(model, strategy) -> int:
     """
     s, b, h, t = model.seq_len, strategy.micro_batch, model.hidden, strategy.tp
     if strategy.recompute == "full":
-        return value_bytes(strategy) * s * b * h   # only the layer's input is kept (Table 2: 2sbh)
+        # only the layer's input is kept (Table 2: 2sbh); with sequence parallelism that input lives split along the
+        # sequence between layers, and Megatron-LM checkpoints the split tensor: 2sbh/t per rank
+        return value_bytes(strategy) * s * b * h // (t if strategy.sequence_parallel else 1)
     outside, inside, scores = layer_parts(model, strategy)
     if strategy.recompute == "selective":
         scores = 0
@@ -81,9 +85,9 @@ def layer_parts(model, strategy) -> tuple[int, int, int]:
     mask = 1 if model.dropout else 0
     # around the parallel matmuls: 2 norm inputs, QKV input, attention dropout mask, fc1 input, FFN dropout mask
     outside = s * b * h * (2 * e + e + mask + e + mask)
-    # between column- and row-parallel matmuls: Q, K, V, out-proj input, FFN activations
+    # between column- and row-parallel matmuls: Q, K, V, out-proj input (d_q wide: heads x head_dim), FFN activations
     ffn_saved = (4 if model.ffn_kind == "swiglu" else 2) * e * model.ffn_
-    inside = s * b * (e * h + 2 * e * model.kv_dim + e * h + ffn_saved)
+    inside = s * b * (e * model.q_dim + 2 * e * model.kv_dim + e * model.q_dim + ffn_saved)
     if strategy.attention == "flash":
         # fused attention: one fp32 log-sum-exp per head and token instead of the s x s scores
         return outside, inside + 4 * a * s * b, 0
@@ -162,11 +166,12 @@ def layers_in_flight(model, strategy, stage: int = 0) -> float:
     m x L/p. 1F1B: stage i holds min(p - i, m) micro-batches of its L/p layers, so stage 0 holds
     L layers' worth for any p (Narayanan et al. 2021, Sec. 2.2.1; Korthikanti Sec. 4.2.3).
     Interleaved with v chunks per stage: L (1 + (p - 1)/(p v)) on stage 0 (Korthikanti Sec. 4.2.3).
+    Uneven stages (pipeline_stages): the stage's own layers times its micro-batches in flight.
     """
     p, m, L = strategy.pp, strategy.grad_accum, model.layers
     if p == 1:
         return float(L)
-    per_stage = L / p
+    per_stage = pipeline_stages.stage_layers(model, strategy)[stage] if pipeline_stages.uneven(strategy) else L / p
     if strategy.schedule == "gpipe":
         return per_stage * m
     if strategy.schedule == "interleaved":

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field, replace
 
-from ddp_lab.course.plan.efficiency import FLASH_ATTENTION_UTILIZATION, efficiency_of
+from ddp_lab.course.plan.efficiency import efficiency_of, flash_share_of
 from ddp_lab.course.plan.overlap import OVERLAP_SLOWDOWN
 
 GiB = 2**30
@@ -32,10 +32,10 @@ class GPU:
 
     name: str
     memory: int
-    peak_flops: dict = field(default_factory=dict)   # {"bf16": ..., "fp16": ..., "fp32": ...} dense FLOP/s
+    peak_flops: dict = field(default_factory=dict)   # {"bf16": ..., "fp16": ..., "fp32": ..., "fp8": ...} dense FLOP/s
     matmul_efficiency: float | None = None   # None: the generation's calibrated GEMM_EFFICIENCY
     memory_bandwidth: float | None = None    # HBM bytes/s (spec sheet); None (CPU ranks): no roofline, see efficiency.py
-    generation: str = ""                     # "ampere", "hopper", "turing": picks the calibrated efficiency
+    generation: str = ""                     # "ampere", "hopper", "turing", "blackwell": picks the calibrated efficiency
     # Share of a one-rank step's time spent outside matmuls (norms, dropout, softmax, residuals,
     # the optimizer). Only then does tensor parallelism's repeated elementwise work show in a
     # prediction (steptime). Measured for CPU ranks (1 - matmul_efficiency: the calibration step
@@ -50,12 +50,13 @@ class GPU:
         if self.matmul_efficiency is None:
             object.__setattr__(self, "matmul_efficiency", efficiency_of(self.generation))
         if self.flash_attention_share is None:
-            object.__setattr__(self, "flash_attention_share", FLASH_ATTENTION_UTILIZATION.get(self.generation))
+            object.__setattr__(self, "flash_attention_share", flash_share_of(self.generation))
 
     def flops(self, precision: str) -> float:
-        """Peak FLOP/s for `precision` ("bf16", "fp16", "fp32"); a ValueError names the ones it has."""
+        """Peak FLOP/s for `precision` ("bf16", "fp16", "fp32", "fp8"); a ValueError names the ones it has."""
         if precision not in self.peak_flops:
-            raise ValueError(f"{self.name} has no {precision} peak in its spec ({', '.join(self.peak_flops)}): "
+            hint = " (FP8 tensor cores start with Hopper: h100-sxm, h200, b200, gb200)" if precision == "fp8" else ""
+            raise ValueError(f"{self.name} has no {precision} peak in its spec ({', '.join(self.peak_flops)}){hint}: "
                              f"train in one of those: Strategy(precision='fp16'), search(..., precision='fp16') or "
                              f"--precision fp16 on a T4")
         return self.peak_flops[precision]
@@ -83,12 +84,22 @@ GPU_PRESETS: dict[str, GPU] = {
                      memory_bandwidth=1555e9, generation="ampere"),
     "a100-80gb": GPU("A100 80GB", 80 * GiB, {"bf16": 312e12, "fp16": 312e12, "fp32": 19.5e12},
                      memory_bandwidth=2039e9, generation="ampere"),
-    # NVIDIA H100 SXM datasheet: 1,979 TFLOPS bf16 with sparsity = 989.5 dense; 67 TFLOPS fp32; HBM3 3.35 TB/s
-    "h100-sxm": GPU("H100 SXM", 80 * GiB, {"bf16": 989.5e12, "fp16": 989.5e12, "fp32": 67e12},
+    # NVIDIA H100 SXM datasheet: 1,979 TFLOPS bf16 with sparsity = 989.5 dense; 3,958 TFLOPS fp8 with sparsity =
+    # 1,979 dense; 67 TFLOPS fp32; HBM3 3.35 TB/s
+    "h100-sxm": GPU("H100 SXM", 80 * GiB, {"bf16": 989.5e12, "fp16": 989.5e12, "fp32": 67e12, "fp8": 1979e12},
                     memory_bandwidth=3.35e12, generation="hopper"),
     # NVIDIA H200 datasheet: same compute as H100 SXM, 141 GB HBM3e at 4.8 TB/s
-    "h200": GPU("H200", 141 * GiB, {"bf16": 989.5e12, "fp16": 989.5e12, "fp32": 67e12},
+    "h200": GPU("H200", 141 * GiB, {"bf16": 989.5e12, "fp16": 989.5e12, "fp32": 67e12, "fp8": 1979e12},
                 memory_bandwidth=4.8e12, generation="hopper"),
+    # NVIDIA DGX B200 datasheet / HGX B200 specifications, per GPU (the system's figures over 8): FP8 72 PFLOPS with
+    # sparsity = 4.5 dense per GPU, BF16/FP16 2.25 dense, FP32 600 TFLOPS / 8 = 75; 1,440 GB HBM3e at 64 TB/s = 180 GB
+    # at 8 TB/s. Uncalibrated: its GEMM efficiency and flash share are Hopper's (efficiency.is_calibrated).
+    "b200": GPU("B200", 180 * GiB, {"bf16": 2.25e15, "fp16": 2.25e15, "fp32": 75e12, "fp8": 4.5e15},
+                memory_bandwidth=8e12, generation="blackwell"),
+    # NVIDIA GB200 NVL72 specifications, per GPU (the rack's figures over 72): FP8 720 PFLOPS with sparsity = 5 dense,
+    # BF16/FP16 360 = 2.5 dense, FP32 5,760 TFLOPS = 80; 13.4 TB HBM3e at 576 TB/s = 186 GB at 8 TB/s. Uncalibrated.
+    "gb200": GPU("GB200", 186 * GiB, {"bf16": 2.5e15, "fp16": 2.5e15, "fp32": 80e12, "fp8": 5e15},
+                 memory_bandwidth=8e12, generation="blackwell"),
 }
 
 # (GPU, GPUs per node, intra-node B/s per GPU per direction, inter-node B/s per GPU per direction)
@@ -101,6 +112,11 @@ _LINKS = {
     # DGX H100 / HGX H200: NVLink 4 900 GB/s bidirectional per GPU; 8 x 400 Gb/s NDR InfiniBand
     "h100-sxm": ("h100-sxm", 8, 450e9, 400e9 / 8),
     "h200": ("h200", 8, 450e9, 400e9 / 8),
+    # DGX B200: NVLink 5 1.8 TB/s bidirectional per GPU; 8 x 400 Gb/s ConnectX-7 (DGX B200 datasheet)
+    "b200": ("b200", 8, 900e9, 400e9 / 8),
+    # GB200 NVL72: one NVLink 5 domain of 72 GPUs (130 TB/s / 72 = 1.8 TB/s bidirectional each); racks joined by
+    # 400 Gb/s per GPU (ConnectX-7, the NVL72 reference design's compute fabric)
+    "gb200": ("gb200", 72, 900e9, 400e9 / 8),
 }
 
 
@@ -136,6 +152,12 @@ class ClusterSpec:
     # how much slower compute runs beside the communication it hides (overlap.py: the published average by
     # default; a cluster whose own profile says otherwise - NCCL on fewer SMs, copy-engine collectives - sets its own)
     overlap_slowdown: float = OVERLAP_SLOWDOWN
+    # a cross-region link: the nodes form regions (data centres) of region_nodes consecutive nodes each, joined by a
+    # slow link of cross_region_bandwidth bytes/s each way per region (all its GPUs together) and cross_region_latency
+    # seconds; a group whose ranks span regions moves at that link's pace (collectives.link). None: one region.
+    region_nodes: int | None = None
+    cross_region_bandwidth: float = 100e9 / 8        # 100 Gb/s
+    cross_region_latency: float = 0.05               # seconds one way (a default: set your link's)
 
     def __post_init__(self) -> None:
         if self.gpus_per_node < 1 or self.nodes < 1:
@@ -144,10 +166,22 @@ class ClusterSpec:
         if not 0 <= self.overlap_slowdown < 1:
             raise ValueError(f"overlap_slowdown is how much slower compute runs beside the communication it hides: a "
                              f"fraction in [0, 1) such as {OVERLAP_SLOWDOWN}, got {self.overlap_slowdown:g}")
+        if self.region_nodes is not None and (self.region_nodes < 1 or self.nodes % self.region_nodes):
+            raise ValueError(f"region_nodes={self.region_nodes} must divide the {self.nodes} nodes: regions hold equal "
+                             f"numbers of consecutive nodes; use region_nodes in "
+                             f"{[d for d in range(1, self.nodes + 1) if self.nodes % d == 0]}")
+        if self.cross_region_bandwidth <= 0 or self.cross_region_latency < 0:
+            raise ValueError(f"a cross-region link needs bandwidth > 0 and latency >= 0, got "
+                             f"{self.cross_region_bandwidth:g} B/s and {self.cross_region_latency:g} s")
 
     @property
     def gpus(self) -> int:
         return self.gpus_per_node * self.nodes
+
+    @property
+    def region_gpus(self) -> int | None:
+        """GPUs in one region (None: the cluster is one region)."""
+        return None if self.region_nodes is None else self.region_nodes * self.gpus_per_node
 
     def with_(self, **changes) -> "ClusterSpec":
         """A copy with some fields changed, e.g. `cluster.with_(nodes=16)`."""

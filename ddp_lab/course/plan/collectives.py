@@ -3,7 +3,9 @@
 The ring's cost, 2(N - 1) alpha + 2(N - 1)/N n beta for an all-reduce and so on, is
 ddp_lab/course/alpha_beta.py's; this module picks the link each group uses. A ring moves at the pace
 of its slowest hop, so a group that spans nodes is costed on the inter-node network (at the
-bandwidth of the NICs its GPUs in one node drive together: `link`), a group inside one node on NVLink.
+bandwidth of the NICs its GPUs in one node drive together: `link`), a group inside one node on NVLink,
+and a group that spans regions (data centres joined by a slow link: `ClusterSpec.region_nodes`) on
+its share of that link.
 
 When the cluster carries fitted per-collective (alpha, beta) - `calibrate.this_machine()`, gloo
 on this machine, fitted to what each collective adds to a step when issued right after
@@ -40,11 +42,45 @@ def link(cluster, group: Group) -> tuple[float, float]:
         [450, 400, 50]
     """
     per_node = cluster.gpus_per_node
+    if spans_regions(cluster, group):
+        return _cross_region_link(cluster, group)
     if group.spans_nodes(per_node):
         nics = max(1, min(group.size, per_node // group.stride))   # the group's GPUs in one node
         bandwidth = min(cluster.intra_node_bandwidth, nics * cluster.inter_node_bandwidth)
         return cluster.inter_node_latency, 1.0 / bandwidth
     return cluster.intra_node_latency, 1.0 / cluster.intra_node_bandwidth
+
+
+def spans_regions(cluster, group: Group) -> bool:
+    """True if the group's ranks sit in more than one region of the cluster (`ClusterSpec.region_nodes`)."""
+    region = getattr(cluster, "region_gpus", None)
+    return region is not None and group.spans_nodes(region)
+
+
+def axes_across_regions(cluster, layout) -> list[str]:
+    """The parallel axes whose groups cross the link between regions (empty for a cluster of one region).
+
+    Example:
+        >>> from ddp_lab.course.plan.cluster_spec import ClusterSpec
+        >>> from ddp_lab.course.rank_layout import RankLayout
+        >>> two_sites = ClusterSpec.preset("h100-sxm", nodes=4).with_(region_nodes=2)
+        >>> axes_across_regions(two_sites, RankLayout(dp=4, tp=8))
+        ['dp']
+    """
+    return [axis for axis in ("tp", "cp", "dp", "pp") if spans_regions(cluster, layout.group(axis))]
+
+
+def _cross_region_link(cluster, group: Group) -> tuple[float, float]:
+    """(alpha, beta) of a group whose ring crosses the link between regions.
+
+    Every group of the same axis crosses it at once (the cluster holds cluster.gpus / group.size of them,
+    each ring crossing each region boundary once each way), so each ring gets that share of the
+    region's link, at most what it would get inside the region.
+    """
+    rings = max(1, cluster.gpus // group.size)
+    inside_alpha, inside_beta = link(cluster.with_(region_nodes=None), group)
+    bandwidth = min(1.0 / inside_beta, cluster.cross_region_bandwidth / rings)
+    return max(inside_alpha, cluster.cross_region_latency), 1.0 / bandwidth
 
 
 def collective_time(kind: str, nbytes: float, cluster, group: Group) -> float:
@@ -69,7 +105,7 @@ def collective_time(kind: str, nbytes: float, cluster, group: Group) -> float:
         return _scaled_fit(kind, nbytes, fitted, cluster.fitted_ranks or size, size)
     alpha, beta = link(cluster, group)
     steps, share = ring_steps(kind, size)
-    if kind == "all_to_all" and group.spans_nodes(cluster.gpus_per_node):
+    if kind == "all_to_all" and group.spans_nodes(cluster.gpus_per_node) and not spans_regions(cluster, group):
         return steps * alpha + _all_to_all_bandwidth_term(nbytes, cluster, group)
     return steps * alpha + share * nbytes * beta
 

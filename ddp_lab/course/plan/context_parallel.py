@@ -78,8 +78,8 @@ def attention_blocks_per_rank(cp: int, balanced: bool = True) -> list[float]:
 def causal_attention_flops(model, strategy) -> float:
     """Forward FLOPs of one layer's attention scores and weighted values, per micro-batch, on one rank, causal.
 
-    QK^T and the weighted sum over V cost 2 x 2 s^2 h per sequence with every score entry; the
-    causal mask leaves half: 2 b s^2 h, shared by the tp x cp ranks (balanced).
+    QK^T and the weighted sum over V cost 2 x 2 s^2 d_q per sequence with every score entry; the
+    causal mask leaves half: 2 b s^2 d_q, shared by the tp x cp ranks (balanced).
 
     Example:
         >>> from ddp_lab.course.plan.model import Transformer
@@ -90,7 +90,7 @@ def causal_attention_flops(model, strategy) -> float:
 
     Introduced in notebooks/15-long-sequences.ipynb.
     """
-    return 2 * strategy.micro_batch * model.seq_len ** 2 * model.hidden / (strategy.cp * strategy.tp)
+    return 2 * strategy.micro_batch * model.seq_len ** 2 * model.q_dim / (strategy.cp * strategy.tp)
 
 
 def kv_block_bytes(model, strategy) -> int:

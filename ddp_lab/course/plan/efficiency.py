@@ -14,7 +14,10 @@ A layer's forward pass does two kinds of work (Williams et al. 2009, "Roofline",
 A GEMM also pays a fixed cost per output tile (its pipeline fills before the first multiply),
 amortised over its reduction dimension k: it runs at k / (k + TILE_K) of a long GEMM's rate,
 so the small k of a small model or a wide tensor-parallel split cost more. Backward costs
-2 x the forward GEMMs (input and weight gradients). Attention by kind:
+2 x the forward GEMMs (input and weight gradients). Under precision="fp8" the weight GEMMs run at
+the FP8 peak (precision.linear_rate) and their operands' scaling and casts are memory-bound bytes;
+the attention core and the head stay bf16 (precision.py). A MoE layer's experts are timed by
+expert_compute.py. Attention by kind:
     eager   the s x s scores are computed in full and masked (causal): 4 b s^2 h / t FLOPs
             forward, twice that backward, and their softmax and dropout read and write the
             s x s tensors through HBM (traffic.py) - the reason long sequences are slow eagerly;
@@ -74,6 +77,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ddp_lab.course.plan.activations import replicated_share
+from ddp_lab.course.plan.precision import cast_bytes, compute_precision, linear_rate
 from ddp_lab.course.plan.traffic import head_ops, layer_ops, rank_bytes
 
 # The ONE calibrated number per GPU generation (see the module docstring), each set by
@@ -122,8 +126,28 @@ FLASH_ATTENTION_UTILIZATION = {
 }
 FLASH_PRECISIONS = ("bf16", "fp16")   # FlashAttention-2's kernels; fp32 attention runs at the GEMM rate
 # Turing (T4) has no published run with a stated configuration in the validation set: it borrows
-# Ampere's constant, unchecked (the planner says so nowhere else: treat T4 step times as rough).
+# Ampere's constant, unchecked (treat T4 step times as rough). Blackwell (B200, GB200) has no calibration run
+# either: it borrows Hopper's GEMM efficiency and flash share (the same kernels' software generation), unchecked;
+# `is_calibrated` says so, and a plan on such a GPU should say its step time is uncalibrated.
 UNCALIBRATED_FALLBACK = "ampere"
+BORROWED_GENERATION = {"blackwell": "hopper"}   # uncalibrated generations that borrow another's constants
+
+
+def is_calibrated(generation: str) -> bool:
+    """True if the generation's GEMM efficiency was set on a published run of its own (module docstring).
+
+    Example:
+        >>> is_calibrated("hopper"), is_calibrated("blackwell")
+        (True, False)
+
+    Introduced in notebooks/13-plan-your-training-run.ipynb.
+    """
+    return generation in GEMM_EFFICIENCY
+
+
+def flash_share_of(generation: str) -> float | None:
+    """Flash attention's share of peak for a generation (its own, or the one it borrows), None without a kernel."""
+    return FLASH_ATTENTION_UTILIZATION.get(generation, FLASH_ATTENTION_UTILIZATION.get(BORROWED_GENERATION.get(generation)))
 
 # A GEMM computes its output in tiles; each tile first fills a pipeline of k-slices and ends by
 # writing its results, a fixed cost that is amortised over the reduction dimension k: the time
@@ -139,15 +163,19 @@ ADAM_BYTES_FP32 = 4 + 3 * 8
 
 
 def efficiency_of(generation: str) -> float:
-    """The calibrated matmul efficiency of a GPU generation ("ampere", "hopper"; others borrow Ampere's).
+    """The calibrated matmul efficiency of a GPU generation ("ampere", "hopper"; Blackwell borrows Hopper's,
+    any other Ampere's: `is_calibrated` is False for them).
 
     Example:
         >>> efficiency_of("hopper") < efficiency_of("ampere")
         True
+        >>> efficiency_of("blackwell") == efficiency_of("hopper")      # uncalibrated: borrowed
+        True
 
     Introduced in notebooks/13-plan-your-training-run.ipynb.
     """
-    return GEMM_EFFICIENCY.get(generation, GEMM_EFFICIENCY[UNCALIBRATED_FALLBACK])
+    fallback = BORROWED_GENERATION.get(generation, UNCALIBRATED_FALLBACK)
+    return GEMM_EFFICIENCY.get(generation, GEMM_EFFICIENCY[fallback])
 
 
 @dataclass(frozen=True)
@@ -169,13 +197,14 @@ class WorkSeconds:
 def layer_matmul_flops(model, strategy) -> tuple[float, float]:
     """(weight-GEMM FLOPs, attention-core FLOPs) of one layer's forward, per micro-batch, on one TP rank.
 
-    The attention core is counted in full (4 b s^2 h / t, the papers' convention); the caller
+    The attention core is counted in full (4 b s^2 d_q / t, the papers' convention; d_q = heads x head_dim = h
+    unless the model's head_size says otherwise); the caller
     halves it for causal flash attention.
     """
-    h, kv, f, s, b, t = model.hidden, model.kv_dim, model.ffn_, model.seq_len, strategy.micro_batch, strategy.tp
+    h, q, f, s, b, t = model.hidden, model.q_dim, model.ffn_, model.seq_len, strategy.micro_batch, strategy.tp
     ups = 2 if model.ffn_kind == "swiglu" else 1
-    matmul_params = 2 * h * h + 2 * h * kv + (ups + 1) * h * f
-    return 2 * b * s * matmul_params / t, 4 * b * s * s * h / t
+    matmul_params = model.attention_matmul_parameters() + (ups + 1) * h * f
+    return 2 * b * s * matmul_params / t, 4 * b * s * s * q / t
 
 
 def layer_gemms(model, strategy) -> list[tuple[float, int, int]]:
@@ -185,12 +214,12 @@ def layer_gemms(model, strategy) -> list[tuple[float, int, int]]:
     and FFN down over h/t and f/t (Megatron's split, lesson 08); each input gradient reduces over
     the forward's output width. The weight gradient reduces over the b s tokens (long: no tile cost).
     """
-    h, kv, f, t = model.hidden, model.kv_dim, model.ffn_, strategy.tp
+    h, q, kv, f, t = model.hidden, model.q_dim, model.kv_dim, model.ffn_, strategy.tp
     tokens = strategy.micro_batch * model.seq_len
     ups = 2 if model.ffn_kind == "swiglu" else 1
-    qkv = (h + 2 * kv) // t
+    qkv = (q + 2 * kv) // t
     return [(2 * tokens * h * qkv, h, qkv),                       # Q, K, V
-            (2 * tokens * (h // t) * h, h // t, h),               # attention output projection
+            (2 * tokens * (q // t) * h, q // t, h),               # attention output projection
             (2 * tokens * h * ups * (f // t), h, f // t),         # FFN up (and gate)
             ffn_down_gemm(model, strategy)]
 
@@ -232,11 +261,12 @@ def attention_seconds(flops: float, gpu, strategy) -> float:
 
     Introduced in notebooks/13-plan-your-training-run.ipynb.
     """
-    flash = strategy.attention == "flash" and strategy.precision in FLASH_PRECISIONS
+    precision = compute_precision(strategy)          # FP8 training keeps attention in bf16 (precision.py)
+    flash = strategy.attention == "flash" and precision in FLASH_PRECISIONS
     utilization = gpu.flash_attention_share if flash else None
     if utilization is None:
-        return flops / gpu.achieved_flops(strategy.precision)
-    return flops / (gpu.flops(strategy.precision) * utilization)
+        return flops / gpu.achieved_flops(precision)
+    return flops / (gpu.flops(precision) * utilization)
 
 
 def gemm_seconds(flops: float, k: int, rate: float) -> float:
@@ -291,7 +321,7 @@ def layer_seconds(model, strategy, gpu) -> WorkSeconds:
     gemm, core = layer_matmul_flops(model, strategy)
     if gpu.memory_bandwidth is None:
         return _flat_layer_seconds(model, strategy, gpu, gemm, core)
-    rate = gpu.achieved_flops(strategy.precision)
+    rate = linear_rate(gpu, strategy)                 # the linear GEMMs: FP8's peak under precision="fp8"
     bandwidth = gpu.memory_bandwidth
     if strategy.attention == "flash":
         core_forward = core / 2                                      # causal blocks skipped
@@ -302,6 +332,10 @@ def layer_seconds(model, strategy, gpu) -> WorkSeconds:
     forward_gemms = sum(gemm_seconds(flops, k, rate) for flops, k, _ in gemms)
     backward_gemms = sum(gemm_seconds(flops, k_grad, rate) + flops / rate for flops, _, k_grad in gemms)
     moved_forward, moved_backward, moved_again = rank_bytes(layer_ops(model, strategy), strategy, strategy.recompute)
+    tokens = strategy.micro_batch * model.seq_len
+    casts = [cast_bytes(tokens, k, n, strategy) for _, k, n in gemms]     # FP8's scaling and casts; 0 otherwise
+    moved_forward += sum(forward_cast for forward_cast, _ in casts)
+    moved_backward += sum(backward_cast for _, backward_cast in casts)
     forward = forward_gemms + attention_seconds(core_forward, gpu, strategy) + moved_forward / bandwidth
     backward = backward_gemms + attention_seconds(core_backward, gpu, strategy) + moved_backward / bandwidth
     if strategy.recompute == "full":
@@ -323,11 +357,12 @@ def head_seconds(model, strategy, gpu) -> WorkSeconds:
     log-softmax move the bytes of `traffic.head_ops` at the HBM bandwidth.
     """
     gemm = 2 * strategy.micro_batch * model.seq_len * model.hidden * -(-model.vocab // strategy.tp)
+    precision = compute_precision(strategy)           # the output head stays bf16 under FP8 (precision.py)
     if gpu.memory_bandwidth is None:
         scale = _flat_scale(model, strategy, gpu)
-        return WorkSeconds(gemm / gpu.achieved_flops(strategy.precision) * scale,
-                           2 * gemm / gpu.achieved_flops(strategy.precision) * scale)
-    rate = gpu.achieved_flops(strategy.precision)
+        return WorkSeconds(gemm / gpu.achieved_flops(precision) * scale,
+                           2 * gemm / gpu.achieved_flops(precision) * scale)
+    rate = gpu.achieved_flops(precision)
     moved_forward, moved_backward, _ = rank_bytes(head_ops(model, strategy), strategy)
     vocab = -(-model.vocab // strategy.tp)
     return WorkSeconds(gemm_seconds(gemm, model.hidden, rate) + moved_forward / gpu.memory_bandwidth,

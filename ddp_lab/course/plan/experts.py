@@ -16,7 +16,8 @@ Expert parallelism (lesson 14; GShard, Lepikhin et al. 2020, arXiv:2006.16668): 
 out of the dp x cp ranks (ddp_lab.course.rank_layout: ep divides dp x cp) share out the routed
 experts, E/ep each; everything else (attention, norms, router, shared experts) stays replicated
 over dp x cp. Experts are split by tp as the dense FFN is (expert tensor-parallel size = tp,
-Megatron-Core's default; torchtitan's etp = tp) and the router is replicated (as Megatron-Core's).
+Megatron-Core's default; torchtitan's etp = tp), or by a smaller `expert_tp` with ep then carved out
+of tp x cp x dp / expert_tp ranks (expert_tp.py); the router is replicated (as Megatron-Core's).
 A rank's model state therefore has two parts, each under ZeRO over the ranks that hold the same copy:
     dense part    over the dp x cp ranks ("dp_cp")
     expert part   E/ep experts per MoE layer, over the dp x cp / ep ranks holding the same experts ("edp")
@@ -38,6 +39,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ddp_lab.course.plan import expert_tp
 from ddp_lab.course.plan.collectives import collective_time
 
 
@@ -130,14 +132,23 @@ def check(model, strategy) -> None:
         if strategy.ep > 1:
             raise ValueError(f"ep={strategy.ep} needs a mixture-of-experts model, but {model.name} is dense "
                              f"(no experts to split): use ep=1")
+        if strategy.expert_tp is not None:
+            raise ValueError(f"expert_tp={strategy.expert_tp} splits a mixture-of-experts model's experts, but "
+                             f"{model.name} is dense: drop expert_tp")
         return
     if moe.experts % strategy.ep:
         valid = [d for d in range(1, moe.experts + 1) if not moe.experts % d and not (strategy.dp * strategy.cp) % d]
         raise ValueError(f"ep={strategy.ep} does not divide the {moe.experts} experts of {model.name}: each "
                          f"expert-parallel rank owns whole experts; use ep in {valid}")
-    if moe.expert_ffn % strategy.tp:
+    etp = expert_tp.size(strategy)
+    if moe.expert_ffn % etp and strategy.expert_tp is None:
         raise ValueError(f"tp={strategy.tp} does not divide the expert FFN size {moe.expert_ffn} of {model.name}: "
-                         f"experts are split by tp like the dense FFN; choose a tp that divides it")
+                         f"experts are split by tp like the dense FFN; choose a tp that divides it, or a smaller "
+                         f"expert_tp (--expert-tp) that does")
+    if moe.expert_ffn % etp:
+        raise ValueError(f"expert_tp={etp} does not divide the expert FFN size {moe.expert_ffn} of {model.name}: each "
+                         f"expert-tensor-parallel rank takes an equal slice; use expert_tp in "
+                         f"{[d for d in range(1, strategy.tp + 1) if not strategy.tp % d and not moe.expert_ffn % d]}")
 
 
 def splits_for_tp(model, tp: int) -> bool:
@@ -160,7 +171,8 @@ def layer_change_per_rank(model, strategy) -> tuple[int, int]:
     """(replicated change, routed experts held) of one MoE layer on one rank, against the dense layer.
 
     The replicated change is router + shared experts (split by tp) - the dense FFN (split by tp);
-    the routed experts held are E/ep experts, each split by tp. A rank's MoE layer therefore holds
+    the routed experts held are E/ep experts, each split by the experts' tp (expert_tp.size: tp unless
+    `expert_tp` is given). A rank's MoE layer therefore holds
     `memory.layer_parameters_per_rank(model, tp)` + both.
 
     Example:
@@ -174,7 +186,7 @@ def layer_change_per_rank(model, strategy) -> tuple[int, int]:
     moe, tp = model.moe, strategy.tp
     replicated = (router_parameters(model) + moe.shared_experts * _ffn_parameters(model, moe.expert_ffn, tp)
                   - _ffn_parameters(model, model.ffn_, tp))
-    return replicated, moe.experts // strategy.ep * _ffn_parameters(model, moe.expert_ffn, tp)
+    return replicated, moe.experts // strategy.ep * _ffn_parameters(model, moe.expert_ffn, expert_tp.size(strategy))
 
 
 def stage_parameter_change(model, strategy, stage: int) -> int:
@@ -280,6 +292,8 @@ def dispatch_bytes(model, strategy) -> int:
     tokens = strategy.micro_batch * model.seq_len // strategy.cp
     if strategy.sequence_parallel:
         tokens //= strategy.tp
+    else:      # the tp ranks' copies of the tokens, shared out among their tp / etp expert groups (expert_tp.py)
+        tokens = tokens * expert_tp.size(strategy) // strategy.tp
     return tokens * model.moe.top_k * model.hidden * (2 if strategy.mixed else 4)
 
 
@@ -293,6 +307,6 @@ def all_to_all_time(model, cluster, strategy) -> float:
     if model.moe is None or strategy.ep == 1:
         return 0.0
     per_layer = 4 + (2 if strategy.recompute == "full" else 0)
-    one = collective_time("all_to_all", dispatch_bytes(model, strategy), cluster, strategy.layout.group("ep"))
+    one = collective_time("all_to_all", dispatch_bytes(model, strategy), cluster, expert_tp.group(strategy, "ep"))
     layers = max(stage_moe_layers(model, strategy, stage) for stage in range(strategy.pp))   # the slowest stage
     return strategy.grad_accum * layers * per_layer * one

@@ -20,9 +20,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ddp_lab.course.plan import experts
+from ddp_lab.course.plan import expert_tp, experts, outer_sync, pipeline_stages
 from ddp_lab.course.plan.activations import (embedding_activation_bytes, head_activation_bytes, layer_activation_bytes,
                                      layers_in_flight, micro_batches_in_flight)
+from ddp_lab.course.plan.precision import gathered_parameter_bytes, state_precision
 from ddp_lab.course.plan.strategy import Strategy
 from ddp_lab.course.sharding.state_bytes import BYTES_PER_PARAMETER, state_bytes_per_rank
 
@@ -68,7 +69,7 @@ def bytes_per_parameter(strategy: Strategy) -> tuple[int, int, int]:
         >>> bytes_per_parameter(Strategy(fp32_grads=True))
         (2, 4, 12)
     """
-    weight, gradient, optimizer = BYTES_PER_PARAMETER[strategy.precision]
+    weight, gradient, optimizer = BYTES_PER_PARAMETER[state_precision(strategy.precision)]   # fp8: bf16's states
     return weight, (4 if strategy.fp32_grads else gradient), optimizer
 
 
@@ -88,7 +89,7 @@ def model_state_bytes(params: int, strategy: Strategy, ranks: int | None = None)
     Introduced in notebooks/13-plan-your-training-run.ipynb.
     """
     shards = strategy.dp if ranks is None else ranks
-    states = state_bytes_per_rank(params, strategy.zero, shards, strategy.precision, padded=True)
+    states = state_bytes_per_rank(params, strategy.zero, shards, state_precision(strategy.precision), padded=True)
     if strategy.fp32_grads:
         states["grads"] *= 2          # 4-byte gradients where ZeRO's table counts 2
     return MemoryBreakdown(**states)
@@ -109,7 +110,7 @@ def stage_state_bytes(model, strategy: Strategy, stage: int) -> MemoryBreakdown:
     dense = model_state_bytes(stage_parameters(model, strategy, stage) - routed, strategy, layout.size("dp_cp"))
     if routed == 0:
         return dense
-    held = model_state_bytes(routed, strategy, layout.size("edp"))
+    held = model_state_bytes(routed, strategy, expert_tp.group(strategy, "edp").size)
     return MemoryBreakdown(dense.params + held.params, dense.grads + held.grads, dense.optimizer + held.optimizer)
 
 
@@ -127,7 +128,7 @@ def stage_parameters(model, strategy: Strategy, stage: int) -> int:
     `model.parameters()`.
     """
     t, h = strategy.tp, model.hidden
-    count = model.layers // strategy.pp * layer_parameters_per_rank(model, t)
+    count = pipeline_stages.stage_layers(model, strategy)[stage] * layer_parameters_per_rank(model, t)
     count += experts.stage_parameter_change(model, strategy, stage)     # MoE layers: router and experts (lesson 14)
     vocab_rows = -(-model.vocab // t) * h
     first, last = stage == 0, stage == strategy.pp - 1
@@ -148,13 +149,35 @@ def layer_parameters_per_rank(model, tp: int) -> int:
         >>> gpt = Transformer.preset("gpt2-small")
         >>> layer_parameters_per_rank(gpt, 1) == gpt.layer_parameters()
         True
+        >>> qwen = Transformer("q", 1, 2048, 32, 1000, 128, kv_heads=4, head_size=128, qk_norm=True, qkv_bias=True)
+        >>> layer_parameters_per_rank(qwen, 1) == qwen.layer_parameters()
+        True
     """
-    h, kv, f = model.hidden, model.kv_dim, model.ffn_
+    h, q, kv, f = model.hidden, model.q_dim, model.kv_dim, model.ffn_
     ups = 2 if model.ffn_kind == "swiglu" else 1
-    count = (2 * h * h + 2 * h * kv + (ups + 1) * h * f) // tp + 2 * model.norm_parameters()
+    count = (model.attention_matmul_parameters() + (ups + 1) * h * f) // tp + 2 * model.norm_parameters()
     if model.bias:
-        count += (h + 2 * kv + ups * f) // tp + 2 * h   # column-parallel biases split; row-parallel replicated
+        count += (q + 2 * kv + ups * f) // tp + 2 * h   # column-parallel biases split; row-parallel replicated
+    elif model.qkv_bias:
+        count += (q + 2 * kv) // tp                     # Qwen2: biases on Q, K, V only, column-parallel
+    if model.qk_norm:
+        count += 2 * model.head_dim                     # one head_dim-wide norm weight for Q, one for K, on every rank
     return count
+
+
+def layer_other_parameters(model, tp: int, moe_layer: bool = False) -> int:
+    """Parameters of one layer on one tp rank that are not a linear layer's weight matrix (ZeRO-3 gathers them in 16 bits).
+
+    The norms, the biases, the query/key norms and, in a MoE layer, the router: what FP8 training leaves in bf16
+    (precision.py); the rest of a layer is matrices of linear layers (attention, FFN, experts).
+
+    Example:
+        >>> from ddp_lab.course.plan.model import Transformer
+        >>> layer_other_parameters(Transformer.preset("gpt2-small"), 1) == 13 * 768   # 4 norm, 9 bias vectors of h
+        True
+    """
+    other = layer_parameters_per_rank(model, tp) - model.layer_matmul_parameters() // tp
+    return other + (experts.router_parameters(model) if moe_layer else 0)
 
 
 def stage_activation_bytes(model, strategy: Strategy, stage: int = 0) -> int:
@@ -181,9 +204,13 @@ def memory(model, strategy: Strategy) -> MemoryBreakdown:
     (`stage_state_bytes`: over dp x cp, experts over dp x cp / ep), its layers' activations (`layers_in_flight` layer-equivalents of
     Korthikanti et al.'s per-layer bytes; the first stage holds the most micro-batches), and on
     the last stage the head's activations. Buffers: under ZeRO-3 one layer's gathered weights
-    twice (the current layer and the prefetched next, FSDP's default) plus its unsharded
-    gradients before the reduce-scatter. Left out: CUDA context, allocator fragmentation, NCCL
-    buffers and temporaries; `search` keeps 10 % of GPU memory free for them.
+    twice (the current layer and the prefetched next, FSDP's default; under FP8 its linear weights
+    gathered at 1 byte each, precision.gathered_parameter_bytes) plus its unsharded gradients
+    before the reduce-scatter. The stages checked are the first, the last and, with
+    uneven stages, the second (pipeline_stages.stages_to_check). With DiLoCo replicas (outer_sync)
+    ZeRO shards over one replica's ranks, and the outer optimizer's 8 bytes per held parameter
+    count as optimizer state. Left out: CUDA context, allocator fragmentation, NCCL buffers and
+    temporaries; `search` keeps 10 % of GPU memory free for them.
 
     Example:
         >>> from ddp_lab.course.plan.model import Transformer
@@ -194,14 +221,18 @@ def memory(model, strategy: Strategy) -> MemoryBreakdown:
     Introduced in notebooks/13-plan-your-training-run.ipynb.
     """
     w, g, _ = bytes_per_parameter(strategy)
+    inner = outer_sync.inner_strategy(strategy)       # DiLoCo replicas: ZeRO shards inside one replica
+    outer = outer_sync.outer_state_bytes(model, strategy)
     ranks = []
-    for stage in sorted({0, strategy.pp - 1}):
-        states = stage_state_bytes(model, strategy, stage)
+    for stage in pipeline_stages.stages_to_check(strategy):
+        states = stage_state_bytes(model, inner, stage)
         acts = stage_activation_bytes(model, strategy, stage)
         buffers = 0
         if strategy.zero == 3:
             layer = layer_parameters_per_rank(model, strategy.tp) + experts.largest_layer_change(model, strategy)
-            buffers = 2 * w * layer + g * layer
-        ranks.append(MemoryBreakdown(states.params, states.grads, states.optimizer, acts, buffers))
+            other = layer_other_parameters(model, strategy.tp, experts.moe_layers(model) > 0)
+            gathered = gathered_parameter_bytes(strategy) * (layer - other) + w * other   # FP8: 1 byte per weight
+            buffers = 2 * gathered + g * layer
+        ranks.append(MemoryBreakdown(states.params, states.grads, states.optimizer + outer, acts, buffers))
     return max(ranks, key=lambda m: m.total)
 

@@ -1,8 +1,10 @@
 """The model being planned: a decoder-only transformer's shape, its exact parameter count, presets.
 
-Parameter count, layer by layer (h = hidden, f = FFN inner size, d_kv = kv_heads * h / heads):
-    attention   W_q, W_o: h*h each; W_k, W_v: h*d_kv each (GQA when kv_heads < heads)
-                biases (if `bias`): h (q) + 2*d_kv (k, v) + h (o)
+Parameter count, layer by layer (h = hidden, f = FFN inner size, d = head_dim, h / heads unless
+`head_size` is given; d_q = heads * d, = h unless head_size says otherwise; d_kv = kv_heads * d):
+    attention   W_q, W_o: h*d_q each; W_k, W_v: h*d_kv each (GQA when kv_heads < heads)
+                biases (if `bias`): d_q (q) + 2*d_kv (k, v) + h (o); `qkv_bias` alone: d_q + 2*d_kv (Qwen2)
+                `qk_norm`: an RMSNorm weight of d on the queries and one on the keys (Qwen3)
     FFN         "gelu": W_1 (h x f) and W_2 (f x h); "swiglu": gate, up (h x f) and down (f x h)
                 biases (if `bias`): f per up-projection (1 for gelu, 2 for swiglu) + h (down)
     2 norms     "layernorm": weight + bias (bias only if `bias`); "rmsnorm": weight only
@@ -68,6 +70,9 @@ class Transformer:
     tied_embeddings: bool = True
     dropout: bool = True          # dropout after attention scores, attention and FFN (adds 1-byte masks)
     moe: MoE | None = None        # mixture of experts (experts.py): experts, top_k, expert_ffn, shared, dense layers
+    head_size: int | None = None  # width of one attention head; None -> hidden / heads (Qwen3-30B-A3B: 128 on 2048 / 32)
+    qkv_bias: bool = False        # biases on the Q, K and V projections only (Qwen2; `bias` puts them everywhere)
+    qk_norm: bool = False         # an RMSNorm over each query and key head (Qwen3, OLMo 2)
 
     def __post_init__(self) -> None:
         for field in ("layers", "hidden", "heads", "vocab", "seq_len"):
@@ -78,9 +83,13 @@ class Transformer:
             if value is not None and value > largest:
                 raise ValueError(f"Transformer.{field} = {size_text(value)} is more than the planner models: "
                                  f"at most {largest:,}")
-        if self.hidden % self.heads:
+        if self.head_size is not None and (isinstance(self.head_size, bool) or not isinstance(self.head_size, int)
+                                           or not 1 <= self.head_size <= self.hidden):
+            raise ValueError(f"Transformer.head_size must be an integer from 1 to hidden={self.hidden} (or None: "
+                             f"hidden / heads), got {self.head_size!r}")
+        if self.hidden % self.heads and self.head_size is None:
             raise ValueError(f"hidden={self.hidden} is not divisible by heads={self.heads}: "
-                             f"choose heads that divide hidden (head size = hidden / heads)")
+                             f"choose heads that divide hidden (head size = hidden / heads), or give head_size")
         if self.heads % self.kv_heads_:
             raise ValueError(f"heads={self.heads} is not divisible by kv_heads={self.kv_heads}: "
                              f"each kv head serves a whole group of query heads")
@@ -94,7 +103,7 @@ class Transformer:
     def __repr__(self) -> str:
         # `moe` shows only when set: a dense model prints as it did before experts existed (lesson 13 prints one)
         shown = (f"{field.name}={getattr(self, field.name)!r}" for field in fields(self)
-                 if field.name != "moe" or self.moe is not None)
+                 if field.name not in OPTIONAL_FIELDS or getattr(self, field.name) != OPTIONAL_FIELDS[field.name])
         return f"{type(self).__name__}({', '.join(shown)})"
 
     @property
@@ -109,7 +118,13 @@ class Transformer:
 
     @property
     def head_dim(self) -> int:
-        return self.hidden // self.heads
+        """Width of one attention head: head_size if given, else hidden / heads."""
+        return self.hidden // self.heads if self.head_size is None else self.head_size
+
+    @property
+    def q_dim(self) -> int:
+        """Width of the Q projection and of the attention output: heads * head_dim (= hidden unless head_size is given)."""
+        return self.heads * self.head_dim
 
     @property
     def kv_dim(self) -> int:
@@ -120,9 +135,28 @@ class Transformer:
         """Parameters of one norm: LayerNorm weight (+ bias), RMSNorm weight."""
         return self.hidden * (2 if self.norm == "layernorm" and self.bias else 1)
 
+    def attention_matmul_parameters(self) -> int:
+        """Weights of one layer's attention matrices: W_q and W_o (h x d_q each), W_k and W_v (h x d_kv each).
+
+        What a token is multiplied by in attention (its FLOPs are 2 per weight); 4h² for multi-head attention.
+        """
+        h, q, kv = self.hidden, self.q_dim, self.kv_dim
+        return 2 * h * q + 2 * h * kv
+
+    def layer_matmul_parameters(self) -> int:
+        """Weights of one dense layer's matrices (attention and FFN): 2 s of these FLOPs per sequence, forward.
+
+        Example:
+            >>> Transformer.preset("gpt2-small").layer_matmul_parameters() == 12 * 768**2
+            True
+        """
+        ups = 2 if self.ffn_kind == "swiglu" else 1
+        return self.attention_matmul_parameters() + (ups + 1) * self.hidden * self.ffn_
+
     def attention_parameters(self) -> int:
-        h, kv = self.hidden, self.kv_dim
-        return 2 * h * h + 2 * h * kv + ((2 * h + 2 * kv) if self.bias else 0)
+        h, q, kv = self.hidden, self.q_dim, self.kv_dim
+        biases = (q + 2 * kv + h) if self.bias else (q + 2 * kv) if self.qkv_bias else 0
+        return self.attention_matmul_parameters() + biases + (2 * self.head_dim if self.qk_norm else 0)
 
     def ffn_parameters(self) -> int:
         h, f = self.hidden, self.ffn_
@@ -229,16 +263,18 @@ PRESETS: dict[str, Transformer] = {
     # 2,828,650,496 active ("around 2.8B")
     "deepseek-moe-16b": _mixture("deepseek-moe-16b", 28, 2048, 16, 16, 10944, 102400, 4096,
                                  MoE(64, 6, 1408, shared_experts=2, dense_layers=1)),
-    # Not presets, because their attention is not this class's: Qwen3-30B-A3B (32 heads of 128 on a hidden
-    # size of 2048, so head_dim != hidden / heads, and a norm on every query and key head); DeepSeek-V3
-    # (multi-head latent attention's low-rank query and key/value projections, and a multi-token-prediction
-    # module outside the 671B).
+    # Qwen3-30B-A3B (32 heads of 128 on a hidden size of 2048, a norm on every query and key head) is read from
+    # its config.json (hf_config.py: head_size, qk_norm). Not expressible: DeepSeek-V3 (multi-head latent
+    # attention's low-rank query and key/value projections, and a multi-token-prediction module outside the 671B).
     # Megatron-LM weak-scaling models (Narayanan et al. 2021, Table 1)
     "megatron-1.7b": _megatron("megatron-1.7b", 24, 2304, 24),
     "megatron-18b": _megatron("megatron-18b", 40, 6144, 48),
     "megatron-145b": _megatron("megatron-145b", 80, 12288, 96),
     "megatron-1t": _megatron("megatron-1t", 128, 25600, 160),
 }
+
+# Fields shown by repr only when set (a dense Llama-style model prints as it did before they existed).
+OPTIONAL_FIELDS = {"moe": None, "head_size": None, "qkv_bias": False, "qk_norm": False}
 
 _SUFFIX = {"": 1, "K": 10**3, "M": 10**6, "B": 10**9, "G": 10**9, "T": 10**12}
 

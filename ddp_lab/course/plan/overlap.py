@@ -1,4 +1,5 @@
-"""How much of ZeRO-3's (FSDP's) communication compute hides: a two-stream timeline, unit by unit.
+"""How much communication compute hides: ZeRO-3's (FSDP's) two-stream timeline unit by unit, ZeRO 0-2's
+gradient buckets and weight gathers, and tensor parallelism's chunked collectives.
 
 ZeRO-3 (Rajbhandari et al. 2020, Sec. 5.3) and FSDP (Zhao et al. 2023, arXiv:2304.11277,
 Sec. 3.3-3.4; lesson 09) keep each unit's weights sharded and, per micro-batch, all-gather a
@@ -20,6 +21,15 @@ DP and TP traffic that share a link (both inside one node on NVLink, or both acr
 the NICs) share its bandwidth: a TP collective sits in the compute stream's critical path and
 takes the link while it runs, so the DP stream moves its bytes only in the rest of each layer's
 time: its transfers take (1 + tp_seconds / compute_seconds) times longer (`stretch`).
+
+ZeRO 0-2 move their gradients once per step, after the last micro-batch's backward of each bucket
+(`bucketed_exposed`): a bucket per layer, reduced while the layers before it compute their backward;
+the last bucket, and what runs longer than the backward left, is exposed. Under 1F1B a later stage
+finishes its backward earlier and has the rest of the pipeline's flush to hide in. ZeRO-1/2's
+all-gather of the updated weights follows the optimizer: exposed, or, as Megatron-LM's
+--overlap-param-gather does, issued at once and waited for bucket by bucket in the next step's
+first forward (`prefetched_exposed`). Tensor parallelism's all-gathers and reduce-scatters can run
+in chunks beside the GEMMs that consume or produce them (`chunked_exposed`; tp_overlap.py).
 
 Hiding is not free. A collective's kernels run on the GPU's own SMs and memory bandwidth, so the
 compute beside them runs slower than alone, as measured on NVIDIA and AMD GPUs (`OVERLAP_SLOWDOWN`).
@@ -112,3 +122,64 @@ def stretch(tp_seconds: float, compute_seconds: float, shared_link: bool) -> flo
     if not shared_link or compute_seconds <= 0:
         return 1.0
     return 1.0 + tp_seconds / compute_seconds
+
+
+def bucketed_exposed(comm: list[float], compute: list[float], window: float = 0.0) -> float:
+    """Seconds the gradient buckets' reduction runs past the end of backward (ZeRO 0-2, DDP's buckets).
+
+    Bucket i is issued when its compute piece `compute[i]` ends (backward order); one communication
+    stream runs the buckets in order (PyTorch DDP, lesson 05; Megatron-LM's --overlap-grad-reduce,
+    one bucket per layer as NeMo's Communication Overlap guide describes it, "exposing only one DP
+    communication chunk"). `window`: compute the step still waits for after this stage's last piece
+    (under 1F1B, stage s ends its last backward s micro-batch backwards before stage 0 does).
+
+    Example:
+        >>> bucketed_exposed([0.5, 0.5, 0.5], [1.0, 1.0, 1.0])   # the last bucket has nothing left to hide behind
+        0.5
+        >>> bucketed_exposed([0.5, 0.5, 0.5], [1.0, 1.0, 1.0], window=1.0)
+        0.0
+    """
+    clock = comm_end = 0.0
+    for seconds, work in zip(comm, compute):
+        clock += work
+        comm_end = max(comm_end, clock) + seconds
+    return max(0.0, comm_end - clock - window)
+
+
+def prefetched_exposed(comm: list[float], compute: list[float], window: float = 0.0) -> float:
+    """Seconds compute waits for buckets issued together at the step's start, bucket i needed before `compute[i]`.
+
+    ZeRO-1/2's all-gather of the updated weights run beside the next step's first forward
+    (Megatron-LM's --overlap-param-gather): the first bucket is always waited for. `window`: seconds
+    the stage would wait anyway before its first forward (stage s of a 1F1B pipeline starts s micro-batch
+    forwards after stage 0).
+
+    Example:
+        >>> prefetched_exposed([0.5, 0.5, 0.5], [1.0, 1.0, 1.0])
+        0.5
+        >>> prefetched_exposed([0.5, 0.5, 0.5], [1.0, 1.0, 1.0], window=0.5)
+        0.0
+    """
+    comm_end, clock = 0.0, window
+    for seconds, work in zip(comm, compute):
+        comm_end += seconds
+        clock = max(clock, comm_end) + work
+    return max(0.0, clock - window - sum(compute))
+
+
+def chunked_exposed(comm: float, gemm: float, chunks: int) -> float:
+    """Seconds of a collective that a GEMM run beside it in `chunks` pieces does not hide.
+
+    Megatron-LM's --tp-comm-overlap (Transformer Engine's userbuffers; NeMo's Communication Overlap
+    guide: the all-gather becomes "multiple steps of input P2P ring exchanges", the reduce-scatter
+    "multiple steps of GEMM output P2P ring exchanges followed by a reduction") splits the GEMM and
+    its collective into chunks, one per tensor-parallel rank: each chunk's transfer runs beside
+    another chunk's GEMM. One chunk's transfer has no GEMM beside it (the pipeline's fill or drain),
+    and where the transfer outlasts the GEMM the rest shows too.
+
+    Example:
+        >>> chunked_exposed(0.8, 1.0, 8), round(chunked_exposed(1.6, 1.0, 8), 3)
+        (0.1, 0.725)
+    """
+    chunks = max(1, chunks)
+    return comm / chunks + max(0.0, comm - gemm) * (chunks - 1) / chunks

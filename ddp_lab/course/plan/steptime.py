@@ -3,7 +3,7 @@
 FLOPs (Narayanan et al. 2021, arXiv:2104.04473, Sec. 5.1 / Appendix). A matmul (m x k) @ (k x n)
 costs 2mkn FLOPs. Per sequence of s tokens a layer's forward pass multiplies by every weight
 matrix once (2 s P_matmul FLOPs, P_matmul = 12h^2 for GPT) and computes the scores QK^T and the
-weighted values (2 x 2 s^2 h); the head adds 2 s h V. Backward costs twice the forward. So,
+weighted values (2 x 2 s^2 d_q, d_q = heads x head_dim = h unless head_size is given); the head adds 2 s h V. Backward costs twice the forward. So,
 for B sequences, l layers and a GPT shape,
     F = 72 B s l h^2 (1 + s/(6h) + V/(12 l h))       without recomputation (= "model FLOPs")
     F = 96 B s l h^2 (1 + s/(6h) + V/(16 l h))       full recomputation (one more layer forward)
@@ -33,7 +33,10 @@ Time (seconds per step), on the rank that finishes last:
                 bytes: the same ring time. Per micro-batch, the vocab-parallel ends add one
                 all-reduce of b s h after the word embedding (first stage), one of the head's
                 input gradient and three of b s fp32 values in the cross-entropy (max, target
-                logit, sum of exponentials; last stage). Not overlapped.
+                logit, sum of exponentials; last stage). Not overlapped, unless tp_comm_overlap
+                (Megatron-LM's --tp-comm-overlap) runs each layer's collectives in chunks beside
+                their GEMMs: then only what tp_overlap.py finds exposed counts, and the part hidden
+                pays the overlap slowdown below.
     pp_comm     2 m v sends of one micro-batch's activations (b s h / t values per GPU with the
                 scatter/gather of Narayanan Sec. 4.1), on the pp group's link. Not overlapped.
     dp_comm     ZeRO 0: all-reduce of the gradients; 1, 2: reduce-scatter + all-gather (the same
@@ -41,15 +44,21 @@ Time (seconds per step), on the rank that finishes last:
                 (forward, backward) and reduce-scatter the gradients (1.5x, ZeRO Sec. 7.2.2),
                 one unit at a time: per layer and then the rest (fsdp_unit="layer", as FSDP is
                 wrapped in lesson 09), or the whole model at once (fsdp_unit="model").
-                Exposed: ZeRO 0-2 overlap it with the last micro-batch's backward (DDP buckets,
-                lesson 05); ZeRO 3 unit by unit (overlap.py): each gather behind the unit before
-                it, each scatter behind the units after it, the first gathers and the last
-                scatters exposed; one unit for the whole model hides nothing. Where DP and TP
+                Exposed (dp_sync.py): ZeRO 0-2 reduce one bucket per layer during the last
+                micro-batch's backward (DDP buckets, lesson 05), the last bucket shown, and ZeRO-1/2
+                gather the updated weights after the optimizer (exposed) or, with
+                overlap_param_gather, beside the next forward; ZeRO 3 unit by unit (overlap.py):
+                each gather behind the unit before it, each scatter behind the units after it, the
+                first gathers and the last scatters exposed; one unit for the whole model hides
+                nothing. Where DP and TP
                 share a link, DP's transfers take longer by the share of time TP's collectives
                 hold it. On a cluster with overlap_dp_comm=False (this machine: gloo copies bytes
                 with the cores that compute) all of it is exposed.
     `dp_comm` in the breakdown is all of it; only `dp_comm_exposed` adds to the step (and the
-    overlap slowdown below, for the part compute hides).
+    overlap slowdown below, for the part compute hides). With DiLoCo replicas (outer_sync.py)
+    this is the sync inside one replica.
+    outer_sync  DiLoCo replicas' pseudo-gradient all-reduce, once every sync_every steps, blocking:
+                1/sync_every of it per step (outer_sync.py).
     overlap_slowdown  what hiding costs: compute beside a collective runs the cluster's
                 `overlap_slowdown` (by default OVERLAP_SLOWDOWN, 18.9 %, published: overlap.py)
                 slower, so every second of DP or CP communication that compute hides adds 0.189 s.
@@ -62,7 +71,7 @@ Time (seconds per step), on the rank that finishes last:
                 micro-batch's activations, and so the TP and PP messages, hold s/cp tokens, and
                 each rank does 1/cp of a layer's work.
 FLOPs of a mixture-of-experts model count the experts a token uses (top_k routed + shared), so
-MFU counts active parameters; their time is that of GEMMs at the calibrated rate, shared evenly.
+MFU counts active parameters; their time is expert_compute.py's: grouped GEMMs, router, permutation.
 
 Introduced in notebooks/13-plan-your-training-run.ipynb.
 """
@@ -71,12 +80,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ddp_lab.course.plan import context_parallel, experts
+from ddp_lab.course.plan import context_parallel, expert_compute, experts, outer_sync, pipeline_stages, tp_overlap
 from ddp_lab.course.plan.activations import value_bytes
 from ddp_lab.course.plan.collectives import collective_time
 from ddp_lab.course.plan.efficiency import head_seconds, layer_seconds, optimizer_seconds, recompute_skips_last_gemm
-from ddp_lab.course.plan.memory import bytes_per_parameter, layer_parameters_per_rank, stage_parameters
-from ddp_lab.course.plan.overlap import fsdp_micro_batch, overlap_slowdown, stretch
+from ddp_lab.course.plan.dp_sync import (_dp_shares_tp_link, dp_communication, fsdp_units,  # noqa: F401 (re-exported)
+                                         zero3_exposed, zero12_exposed)
+from ddp_lab.course.plan.memory import stage_parameters
+from ddp_lab.course.plan.overlap import overlap_slowdown, stretch
+from ddp_lab.course.plan.precision import compute_precision   # MFU of an FP8 run: against the bf16 peak
 
 
 @dataclass(frozen=True)
@@ -106,22 +118,29 @@ class TimeBreakdown:
     cp_comm_exposed: float = 0.0  # the part of the context-parallel ring compute does not hide
     cp_comm: float = 0.0          # the ring's sends before overlap; not part of total (as dp_comm)
     overlap_slowdown: float = 0.0  # compute slowed by the communication it hides (overlap.overlap_slowdown)
+    outer_sync: float = 0.0       # DiLoCo replicas' pseudo-gradient all-reduce, per step (1/H of one; outer_sync.py)
 
     @property
     def total(self) -> float:
         return (self.compute + self.tp_comm + self.bubble + self.dp_comm_exposed + self.pp_comm
-                + self.ep_comm + self.cp_comm_exposed + self.overlap_slowdown)
+                + self.ep_comm + self.cp_comm_exposed + self.overlap_slowdown + self.outer_sync)
 
 
 def layer_forward_flops(model) -> int:
-    """Forward FLOPs of one dense layer for one sequence: 2 s P_matmul + 4 s^2 h (24 s h^2 + 4 s^2 h for GPT).
+    """Forward FLOPs of one dense layer for one sequence: 2 s P_matmul + 4 s^2 d_q (24 s h^2 + 4 s^2 h for GPT).
 
-    A MoE layer's differ by 2 s x (active MoE matmul parameters - the dense FFN's): experts.forward_flops_change.
+    d_q = heads x head_dim, the width QK^T and the weighted values run at (= h unless head_size says otherwise:
+    Qwen3-30B-A3B's 32 heads of 128 on a hidden size of 2048 give 4096). A MoE layer's differ by 2 s x (active MoE
+    matmul parameters - the dense FFN's): experts.forward_flops_change.
+
+    Example:
+        >>> from ddp_lab.course.plan.model import Transformer
+        >>> gpt = Transformer("t", layers=1, hidden=256, heads=4, vocab=512, seq_len=128)
+        >>> layer_forward_flops(gpt) == 24 * 128 * 256**2 + 4 * 128**2 * 256
+        True
     """
-    h, kv, f, s = model.hidden, model.kv_dim, model.ffn_, model.seq_len
-    ups = 2 if model.ffn_kind == "swiglu" else 1
-    matmul_params = 2 * h * h + 2 * h * kv + (ups + 1) * h * f
-    return 2 * s * matmul_params + 4 * s * s * h
+    s = model.seq_len
+    return 2 * s * model.layer_matmul_parameters() + 4 * s * s * model.q_dim
 
 
 def step_flops(model, strategy, hardware: bool = True) -> int:
@@ -153,7 +172,7 @@ def step_flops(model, strategy, hardware: bool = True) -> int:
         if recompute_skips_last_gemm(model, strategy):     # the FFN down projection (ffn_down_gemm) not re-run
             per_sequence -= model.layers * 2 * model.seq_len * model.ffn_ * model.hidden
     elif hardware and strategy.recompute == "selective" and strategy.attention == "eager":
-        per_sequence += model.layers * 4 * model.seq_len ** 2 * model.hidden
+        per_sequence += model.layers * 4 * model.seq_len ** 2 * model.q_dim
     return strategy.global_batch * per_sequence
 
 
@@ -174,41 +193,53 @@ def step_time(model, cluster, strategy) -> TimeBreakdown:
     p, t, m, v = strategy.pp, strategy.tp, strategy.grad_accum, strategy.virtual_stages
     layer = _per_context_rank(layer_seconds(model, strategy, cluster.gpu), strategy.cp)
     head = _per_context_rank(head_seconds(model, strategy, cluster.gpu), strategy.cp)
-    # the slowest pipeline stage sets the pace: the fullest one (check() asks for equal stages; a
-    # published run that split its layers unevenly, BLOOM's 70 on 12, runs at its 6-layer stages'
-    # pace), and the last stage also runs the head (the output layer and the cross-entropy)
-    stage_layers = -(-model.layers // p)
-    per_micro_batch = stage_layers * layer.total + head.total + _experts_seconds(model, cluster, strategy)
+    # the slowest pipeline stage sets the pace: the fullest one (equal stages, or the first and last given:
+    # pipeline_stages; a published run that split its layers unevenly, BLOOM's 70 on 12, runs at its 6-layer
+    # stages' pace), and the last stage also runs the head (the output layer and the cross-entropy)
+    tp_forward, tp_backward = layer_tp_communication(model, cluster, strategy)
+    vocab_tp = vocab_parallel_communication(model, cluster, strategy)
+    per_layer = layer.total + tp_forward + tp_backward
+    if pipeline_stages.uneven(strategy):
+        counts = pipeline_stages.stage_layers(model, strategy)
+        stage_layers, has_head = max(((n, i == p - 1) for i, n in enumerate(counts)),
+                                     key=lambda stage: stage[0] * per_layer + (head.total + vocab_tp) * stage[1])
+    else:
+        stage_layers, has_head = -(-model.layers // p), True
+    per_micro_batch = (stage_layers * layer.total + (head.total if has_head else 0.0)
+                       + expert_compute.seconds_per_micro_batch(model, cluster, strategy))
     compute = m * per_micro_batch + optimizer_seconds(optimizer_parameters(model, strategy), strategy, cluster.gpu)
     bubble = per_micro_batch * (p - 1) / v      # compute x (p - 1)/(v m): p - 1 micro-batches' worth, over v
     if cluster.cores is not None and strategy.gpus > cluster.cores:
         bubble = 0.0   # more CPU ranks than cores: another stage computes while one waits
 
-    tp_forward, tp_backward = layer_tp_communication(model, cluster, strategy)
-    tp_comm = m * (stage_layers * (tp_forward + tp_backward) + vocab_parallel_communication(model, cluster, strategy))
+    tp_all = tp_forward + tp_backward
+    if strategy.tp_comm_overlap and cluster.overlap_dp_comm:     # chunked beside the GEMMs (tp_overlap.py)
+        tp_forward, tp_backward = tp_overlap.layer_exposed(model, cluster, strategy, _tp_all_reduce(model, cluster, strategy))
+    tp_hidden = m * stage_layers * max(0.0, tp_all - tp_forward - tp_backward)
+    tp_comm = m * (stage_layers * (tp_forward + tp_backward) + vocab_tp)
     pp_comm = 0.0
     if p > 1:   # each micro-batch crosses every stage boundary forward and backward, v times when interleaved
         pp_comm = 2 * m * v * collective_time("send", _activation_bytes(model, strategy) / t, cluster,
                                               strategy.layout.group("pp"))
 
-    dp_comm = dp_communication(model, cluster, strategy)
-    slower = stretch(tp_forward + tp_backward, layer.total, _dp_shares_tp_link(cluster, strategy))
+    inner = outer_sync.inner_strategy(strategy)      # DiLoCo replicas: the per-step sync stays inside one replica
+    dp_comm = dp_communication(model, cluster, inner)
+    slower = stretch(tp_all, layer.total, _dp_shares_tp_link(cluster, inner))   # TP holds the link, hidden or not
     if not cluster.overlap_dp_comm:
         exposed = dp_comm
     elif strategy.zero == 3:
-        exposed = m * zero3_exposed(model, cluster, strategy, layer, head, (tp_forward, tp_backward), slower)
+        exposed = m * zero3_exposed(model, cluster, inner, layer, head, (tp_forward, tp_backward), slower, vocab_tp)
     else:
-        backward_share = (3 / 4) if strategy.recompute == "full" else (2 / 3)
-        window = per_micro_batch * backward_share       # the last micro-batch's backward (DDP's buckets)
-        exposed = max(0.0, dp_comm * slower - window)
+        exposed = zero12_exposed(model, cluster, inner, layer, head, (tp_forward, tp_backward), slower)
     ring, ring_exposed = context_parallel.ring_time(model, cluster, strategy)
     # hidden: the seconds the collectives run beside compute, DP's stretched by TP's share of their link as in `exposed`
     hidden_dp = max(0.0, dp_comm * slower - exposed) if cluster.overlap_dp_comm else 0.0
-    hidden = hidden_dp + max(0.0, ring - ring_exposed)
+    hidden = hidden_dp + max(0.0, ring - ring_exposed) + tp_hidden
     return TimeBreakdown(compute=compute, tp_comm=tp_comm, bubble=bubble, dp_comm_exposed=exposed, dp_comm=dp_comm,
                          pp_comm=pp_comm, ep_comm=experts.all_to_all_time(model, cluster, strategy),
                          cp_comm_exposed=ring_exposed, cp_comm=ring,
-                         overlap_slowdown=overlap_slowdown(hidden, cluster.overlap_slowdown))
+                         overlap_slowdown=overlap_slowdown(hidden, cluster.overlap_slowdown),
+                         outer_sync=outer_sync.seconds_per_step(model, cluster, strategy))
 
 
 def _activation_bytes(model, strategy) -> int:
@@ -221,21 +252,6 @@ def _per_context_rank(work, cp: int):
     return work if cp == 1 else type(work)(work.forward / cp, work.backward / cp, work.recompute / cp)
 
 
-def _experts_seconds(model, cluster, strategy) -> float:
-    """Seconds per micro-batch the MoE layers add to (or take from) a dense stage's matmuls on one GPU.
-
-    The FLOPs a token's experts add over the dense FFN (`experts.forward_flops_change`), forward,
-    backward (2x) and a full recomputation's forward, shared evenly by the tp x pp x cp GPUs of a
-    replica (as the papers' FLOP count spreads them), at the GPU's calibrated matmul rate.
-    """
-    change = experts.forward_flops_change(model)
-    if not change:
-        return 0.0
-    passes = 3 + (1 if strategy.recompute == "full" else 0)
-    share = strategy.tp * strategy.pp * strategy.cp
-    return strategy.micro_batch * change * passes / share / cluster.gpu.achieved_flops(strategy.precision)
-
-
 def layer_tp_communication(model, cluster, strategy) -> tuple[float, float]:
     """(forward, backward) seconds of one layer's TP all-reduces for one micro-batch (Megatron's f and g).
 
@@ -245,60 +261,22 @@ def layer_tp_communication(model, cluster, strategy) -> tuple[float, float]:
     leaves out what follows it: the second all-reduce (1 again, not 2), with sequence parallelism
     the last reduce-scatter, half a ring (1.5 again).
     """
-    one = collective_time("all_reduce", _activation_bytes(model, strategy), cluster, strategy.layout.group("tp"))
+    one = _tp_all_reduce(model, cluster, strategy)
     again = 2.0 if strategy.recompute == "full" else 0.0
     if recompute_skips_last_gemm(model, strategy):
         again -= 0.5 if strategy.sequence_parallel else 1.0
     return 2 * one, (2 + again) * one
 
 
-def _dp_shares_tp_link(cluster, strategy) -> bool:
-    """True if the dp and tp groups both run on NVLink or both across nodes: one link, shared bandwidth."""
-    if strategy.tp == 1 or strategy.dp == 1:
-        return False
-    per_node = cluster.gpus_per_node
-    return strategy.layout.group("dp_cp").spans_nodes(per_node) == strategy.layout.group("tp").spans_nodes(per_node)
-
-
-def zero3_exposed(model, cluster, strategy, layer, head, tp_seconds, slower: float = 1.0) -> float:
-    """Seconds of ZeRO-3 communication per micro-batch that compute does not hide (`overlap.fsdp_micro_batch`).
-
-    fsdp_unit="layer": the per-unit timeline, on the pipeline stage that exposes most;
-    "model": one unit holds everything, so its gathers and scatter wait for, or are waited on
-    by, the whole model's compute: none of it hides.
-    """
-    w, g, _ = bytes_per_parameter(strategy)
-    group, expert_group = strategy.layout.group("dp_cp"), strategy.layout.group("edp")
-    worst = 0.0
-    for stage in sorted({0, strategy.pp - 1}):
-        units = fsdp_units(model, strategy, stage)
-        gather = [slower * collective_time("all_gather", w * unit, cluster, group) for unit in units]
-        scatter = [slower * collective_time("reduce_scatter", g * unit, cluster, group) for unit in units]
-        # a MoE layer's routed experts: gathered and scattered with their layer, over the ranks holding them
-        moe = iter(experts.expert_units(model, strategy, stage))
-        first = stage * (model.layers // strategy.pp)
-        for k in range(len(units) - 1):
-            if model.moe is not None and experts.is_moe_layer(model, first + k):
-                unit = next(moe)
-                gather[k] += slower * collective_time("all_gather", w * unit, cluster, expert_group)
-                scatter[k] += slower * collective_time("reduce_scatter", g * unit, cluster, expert_group)
-        if strategy.fsdp_unit == "model":
-            worst = max(worst, 2 * gather[0] + scatter[0])
-            continue
-        layers = len(units) - 1                    # fsdp_units: the layers, then the root
-        forward = [0.0] + [layer.forward + tp_seconds[0]] * layers
-        backward = [0.0] + [layer.backward + layer.recompute + tp_seconds[1]] * layers
-        last = stage == strategy.pp - 1
-        middle = head.total + vocab_parallel_communication(model, cluster, strategy) if last else 0.0
-        span = fsdp_micro_batch([gather[-1]] + gather[:-1], [scatter[-1]] + scatter[:-1], forward, backward, middle)
-        worst = max(worst, span - sum(forward) - sum(backward) - middle)
-    return max(0.0, worst)
+def _tp_all_reduce(model, cluster, strategy) -> float:
+    """Seconds of one all-reduce of a micro-batch's b s h activations on the tp group."""
+    return collective_time("all_reduce", _activation_bytes(model, strategy), cluster, strategy.layout.group("tp"))
 
 
 def optimizer_parameters(model, strategy) -> int:
-    """Parameters whose Adam step one GPU computes: its stage's share, divided by dp under ZeRO >= 1."""
-    params = max(stage_parameters(model, strategy, 0), stage_parameters(model, strategy, strategy.pp - 1))
-    return -(-params // strategy.dp) if strategy.zero >= 1 else params
+    """Parameters whose Adam step one GPU computes: its stage's share, divided by dp (a DiLoCo replica's) under ZeRO >= 1."""
+    params = max(stage_parameters(model, strategy, stage) for stage in pipeline_stages.stages_to_check(strategy))
+    return -(-params // (strategy.dp // strategy.replicas)) if strategy.zero >= 1 else params
 
 
 def vocab_parallel_communication(model, cluster, strategy) -> float:
@@ -321,68 +299,6 @@ def vocab_parallel_communication(model, cluster, strategy) -> float:
     return (1 if strategy.pp > 1 else 2) * hidden + loss
 
 
-def fsdp_units(model, strategy, stage: int) -> list[int]:
-    """Parameters of each ZeRO-3 unit of pipeline stage `stage` on one tp rank (before sharding).
-
-    fsdp_unit="layer": one unit per transformer layer, then the root with the rest (embeddings,
-    final norm, head), as lesson 09 wraps FSDP2; "model": one unit.
-
-    Example:
-        >>> from ddp_lab.course.plan.model import Transformer
-        >>> from ddp_lab.course.plan.strategy import Strategy
-        >>> shape = Transformer("t", layers=2, hidden=256, heads=4, vocab=512, seq_len=128)
-        >>> fsdp_units(shape, Strategy(dp=2, zero=3), 0)
-        [789760, 789760, 164352]
-        >>> fsdp_units(shape, Strategy(dp=2, zero=3, fsdp_unit="model"), 0)
-        [1743872]
-
-    Introduced in notebooks/13-plan-your-training-run.ipynb.
-    """
-    total = stage_parameters(model, strategy, stage) - experts.stage_expert_parameters(model, strategy, stage)
-    if strategy.fsdp_unit == "model":
-        return [total]
-    per_stage = model.layers // strategy.pp
-    dense = layer_parameters_per_rank(model, strategy.tp)
-    # a MoE layer's replicated part: + router + shared experts - the dense FFN (its routed experts: experts.expert_units)
-    replicated = experts.layer_change_per_rank(model, strategy)[0] if model.moe is not None else 0
-    units = [dense + (replicated if experts.is_moe_layer(model, i) else 0)
-             for i in range(stage * per_stage, (stage + 1) * per_stage)]
-    return units + [total - sum(units)]
-
-
-def dp_communication(model, cluster, strategy) -> float:
-    """Seconds of data-parallel communication per step, before any overlap (see module docstring).
-
-    Parameters sync over the ranks that hold the same copy: the dense ones (`fsdp_units`) over the
-    dp x cp ranks, a MoE model's routed experts (`experts.expert_units`) over the dp x cp / ep ranks that
-    hold the same experts; the two times add.
-    """
-    layout = strategy.layout
-    return (_sync_seconds(model, cluster, strategy, fsdp_units, layout.group("dp_cp"))
-            + _sync_seconds(model, cluster, strategy, experts.expert_units, layout.group("edp")))
-
-
-def _sync_seconds(model, cluster, strategy, units_of, group) -> float:
-    """One group's gradient sync per step under the strategy's ZeRO stage; units_of(model, strategy, stage)."""
-    if group.size == 1:
-        return 0.0
-    w, g, _ = bytes_per_parameter(strategy)
-    stages = {0, strategy.pp - 1}
-    if strategy.zero in (0, 1, 2):
-        params = max(sum(units_of(model, strategy, stage)) for stage in stages)
-        if params == 0:
-            return 0.0
-        if strategy.zero == 0:
-            return collective_time("all_reduce", g * params, cluster, group)
-        return (collective_time("reduce_scatter", g * params, cluster, group)
-                + collective_time("all_gather", w * params, cluster, group))
-    per_micro_batch = max(
-        sum(2 * collective_time("all_gather", w * unit, cluster, group)
-            + collective_time("reduce_scatter", g * unit, cluster, group) for unit in units_of(model, strategy, stage))
-        for stage in stages)
-    return strategy.grad_accum * per_micro_batch
-
-
 def tokens_per_second(model, strategy, time: TimeBreakdown) -> float:
     """Tokens trained per second: global batch x sequence length / step time."""
     return strategy.global_batch * model.seq_len / time.total
@@ -393,7 +309,7 @@ def mfu(model, cluster, strategy, time: TimeBreakdown) -> float:
 
     Recomputed FLOPs do not count: MFU measures useful work, so recomputation lowers it.
     """
-    return step_flops(model, strategy, hardware=False) / (time.total * strategy.gpus * cluster.gpu.flops(strategy.precision))
+    return step_flops(model, strategy, hardware=False) / (time.total * strategy.gpus * cluster.gpu.flops(compute_precision(strategy)))
 
 
 def tflops_per_gpu(model, strategy, time: TimeBreakdown) -> float:

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from ddp_lab.course.plan import context_parallel, experts
+from ddp_lab.course.plan import context_parallel, expert_tp, experts, outer_sync, pipeline_stages
 from ddp_lab.course.rank_layout import RankLayout
-from ddp_lab.course.sharding.state_bytes import PRECISIONS   # "fp32", "bf16", "fp16": one spelling in the package
+from ddp_lab.course.plan.precision import PRECISIONS   # "fp32", "bf16", "fp16" (ZeRO's table) and "fp8"
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
 RECOMPUTE = ("none", "selective", "full")
@@ -29,7 +29,8 @@ class Strategy:
     (context parallelism, lesson 15): the world is dp x tp x pp x cp and the batch does not
     change. ep (expert parallelism, lesson 14) adds no ranks: it splits a MoE model's experts over
     ep of the dp x cp ranks, so it must divide dp x cp (ddp_lab.course.rank_layout; Megatron-Core
-    and torchtitan carve it out of the data-parallel ranks the same way).
+    and torchtitan carve it out of the data-parallel ranks the same way); with an expert_tp below tp,
+    out of the tp x cp x dp / expert_tp ranks the experts are laid out over (expert_tp.py).
 
     Example:
         >>> Strategy(dp=8, tp=4, zero=1, micro_batch=2, grad_accum=16).global_batch
@@ -48,7 +49,7 @@ class Strategy:
     virtual_stages: int = 1
     sequence_parallel: bool = False
     recompute: str = "none"       # "none", "selective" (attention core only), "full" (whole layer)
-    precision: str = "bf16"       # "bf16"/"fp16": mixed precision, "fp32": everything in fp32
+    precision: str = "bf16"       # "bf16"/"fp16": mixed precision, "fp32": everything in fp32, "fp8": linear GEMMs in FP8 (precision.py)
     fsdp_unit: str = "layer"      # ZeRO-3: "layer" (one FSDP unit per layer + the root, lesson 09) or "model"
     attention: str = "flash"      # "flash": fused kernel, no s x s scores kept (Dao et al. 2022); "eager": Korthikanti's
     fp32_grads: bool = False      # mixed precision with fp32 gradients (Megatron-LM's main_grad, Llama 3): 4 bytes, not 2
@@ -56,9 +57,21 @@ class Strategy:
     ep: int = 1                   # expert-parallel size: of the dp x cp ranks, how many split the experts (lesson 14)
     checkpoint_early_stop: bool = False   # full recomputation by PyTorch's non-reentrant checkpoint, which stops
                                           # once backward's tensors exist (efficiency.recompute_skips_last_gemm)
+    tp_comm_overlap: bool = False  # sequence parallelism's all-gathers/reduce-scatters run in chunks beside the GEMMs
+                                   # (Megatron-LM's --tp-comm-overlap; tp_overlap.py)
+    overlap_param_gather: bool = False    # ZeRO-1/2: the weights' all-gather after the optimizer runs beside the next
+                                          # step's first forward (Megatron-LM's --overlap-param-gather); else exposed
+    first_stage_layers: int | None = None   # uneven pipeline: layers of the first stage (Megatron-LM's
+    last_stage_layers: int | None = None    # --decoder-first/last-pipeline-num-layers); None: an equal share
+    sync_every: int = 1           # DiLoCo-style outer sync: replicas exchange pseudo-gradients once every H steps
+    replicas: int = 1             # of the dp ranks, how many DiLoCo replicas (each dp / replicas ranks, synced every step)
+    sync_precision: str = "fp32"  # the pseudo-gradient on the wire: "fp32", "bf16" or "int8" (INTELLECT-1)
+    expert_tp: int | None = None  # routed experts' tensor-parallel size, dividing tp (Megatron-Core's
+                                  # --expert-tensor-parallel-size; expert_tp.py); None: the attention's tp
 
     def __post_init__(self) -> None:
-        for field in ("dp", "tp", "pp", "micro_batch", "grad_accum", "virtual_stages", "cp", "ep"):
+        for field in ("dp", "tp", "pp", "micro_batch", "grad_accum", "virtual_stages", "cp", "ep", "sync_every",
+                      "replicas"):
             value = getattr(self, field)
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"Strategy.{field} must be an integer >= 1, got {value!r}")
@@ -78,10 +91,9 @@ class Strategy:
             raise ValueError(f"checkpoint_early_stop=True describes full recomputation by PyTorch's non-reentrant "
                              f"checkpoint; with recompute={self.recompute!r} there is no recomputation for it to stop: "
                              f"use recompute='full' or drop checkpoint_early_stop")
-        if (self.dp * self.cp) % self.ep:
-            raise ValueError(f"ep={self.ep} does not divide dp x cp = {self.dp} x {self.cp} = {self.dp * self.cp}: "
-                             f"expert-parallel ranks are carved out of the data- and context-parallel ranks; use ep "
-                             f"in {divisors(self.dp * self.cp)[:10]}")
+        expert_tp.check_fields(self)      # ep divides dp x cp, or tp x cp x dp / expert_tp when that is given
+        _check_communication(self)
+        pipeline_stages.check_fields(self)
         if (self.schedule == "interleaved") != (self.virtual_stages > 1):
             raise ValueError(f"schedule={self.schedule!r} with virtual_stages={self.virtual_stages}: use "
                              f"schedule='interleaved' exactly when virtual_stages > 1")
@@ -98,8 +110,13 @@ class Strategy:
 
     @property
     def layout(self) -> RankLayout:
-        """Which ranks form the tp, cp, dp, pp (and ep) groups (Megatron order, tp fastest)."""
-        return RankLayout(dp=self.dp, tp=self.tp, pp=self.pp, cp=self.cp, ep=self.ep)
+        """Which ranks form the tp, cp, dp, pp (and ep) groups (Megatron order, tp fastest).
+
+        The experts' groups are expert_tp.group's; they equal this layout's "ep" and "edp" when expert_tp is the
+        attention's tp, and an expert_tp below it (ep beyond dp x cp) has them only there.
+        """
+        ep = self.ep if expert_tp.size(self) == self.tp else 1
+        return RankLayout(dp=self.dp, tp=self.tp, pp=self.pp, cp=self.cp, ep=ep)
 
     @property
     def mixed(self) -> bool:
@@ -114,11 +131,15 @@ class Strategy:
         """Short text such as 'dp8 tp4 pp2 z1 mb1x16 sp sel' (the table's first column; see report.LEGEND).
 
         Only what differs from the defaults is named: cp and ep above 1 ('dp8 tp8 cp16 pp16 z2 ...',
-        'dp8 tp1 pp1 ep8 z1 ...'), 'v2' (virtual stages), 'eager' (attention), 'g32' (fp32 gradients), 'full-es'
-        (full recomputation that stops early: PyTorch's non-reentrant checkpoint).
+        'dp8 tp1 pp1 ep8 z1 ...'), 'etp1' (the experts' own tensor-parallel size), 'v2' (virtual stages), 'eager' (attention), 'g32' (fp32 gradients), 'full-es'
+        (full recomputation that stops early: PyTorch's non-reentrant checkpoint), 'tpo' (TP communication
+        overlapped), 'opg' (ZeRO-1/2 parameter gather overlapped), 'L7/7' (the first and last pipeline stages' layers),
+        'r14/100-int8' (14 DiLoCo replicas synced every 100 steps, int8 pseudo-gradients).
         """
         parts = [f"dp{self.dp}", f"tp{self.tp}"] + ([f"cp{self.cp}"] if self.cp > 1 else []) + [f"pp{self.pp}"]
-        parts += ([f"ep{self.ep}"] if self.ep > 1 else []) + [f"z{self.zero}", f"mb{self.micro_batch}x{self.grad_accum}"]
+        parts += [f"ep{self.ep}"] if self.ep > 1 else []
+        parts += [f"etp{self.expert_tp}"] if expert_tp.size(self) != self.tp else []
+        parts += [f"z{self.zero}", f"mb{self.micro_batch}x{self.grad_accum}"]
         if self.virtual_stages > 1:
             parts.append(f"v{self.virtual_stages}")
         if self.sequence_parallel:
@@ -129,6 +150,15 @@ class Strategy:
             parts.append(self.attention)
         if self.fp32_grads:
             parts.append("g32")
+        if self.tp_comm_overlap:
+            parts.append("tpo")
+        if self.overlap_param_gather:
+            parts.append("opg")
+        if self.first_stage_layers is not None or self.last_stage_layers is not None:
+            parts.append(f"L{pipeline_stages.describe(self)}")
+        if self.replicas > 1:
+            parts.append(f"r{self.replicas}/{self.sync_every}" + ("" if self.sync_precision == "fp32" else
+                                                                   f"-{self.sync_precision}"))
         return " ".join(parts)
 
 
@@ -139,7 +169,8 @@ def check(model, strategy: Strategy, gpus: int | None = None, gpus_per_node: int
     Rules: dp*tp*pp == gpus; tp divides heads and kv_heads (each rank owns whole heads,
     Megatron-LM's column split, lesson 08); tp divides the FFN size and vocab-parallel
     embedding rows are padded (so no rule on vocab); pp*virtual_stages divides layers
-    (equal stages, lesson 07); tp <= gpus_per_node unless tp_across_nodes.
+    (equal stages, lesson 07; or the first and last stage given, `pipeline_stages`); tp <= gpus_per_node
+    unless tp_across_nodes.
 
     Example:
         >>> from ddp_lab.course.plan.model import Transformer
@@ -165,7 +196,9 @@ def check(model, strategy: Strategy, gpus: int | None = None, gpus_per_node: int
         raise ValueError(f"tp={strategy.tp} does not divide the FFN size {model.ffn_} of {model.name}; "
                          f"use tp in {divisors(_gcd(model.ffn_, model.heads))[:8]}")
     stages = strategy.pp * strategy.virtual_stages
-    if model.layers % stages:
+    if pipeline_stages.uneven(strategy):
+        pipeline_stages.check(model, strategy)      # first/last stage given: the rest split evenly
+    elif model.layers % stages:
         if strategy.virtual_stages == 1:
             raise ValueError(f"pp={strategy.pp} does not divide layers={model.layers} of {model.name}: "
                              f"stages must hold equal numbers of layers; use pp in {divisors(model.layers)}")
@@ -182,6 +215,19 @@ def check(model, strategy: Strategy, gpus: int | None = None, gpus_per_node: int
                          f"communicates in every layer and belongs on the fast intra-node link; use "
                          f"tp <= {gpus_per_node}, or ask to cost it on the inter-node link (tp_across_nodes=True; "
                          f"--tp-across-nodes on the command line)")
+
+
+def _check_communication(strategy: Strategy) -> None:
+    """The communication options' own rules (tp_comm_overlap, overlap_param_gather, the outer sync)."""
+    if strategy.tp_comm_overlap and not strategy.sequence_parallel:
+        raise ValueError("tp_comm_overlap=True overlaps sequence parallelism's all-gathers and reduce-scatters with "
+                         "the GEMMs beside them (Megatron-LM asks for --sequence-parallel with --tp-comm-overlap): "
+                         "set sequence_parallel=True (--sequence-parallel), or drop tp_comm_overlap")
+    if strategy.overlap_param_gather and strategy.zero not in (1, 2):
+        raise ValueError(f"overlap_param_gather=True overlaps ZeRO-1/2's all-gather of the updated weights with the "
+                         f"next forward; zero={strategy.zero} has no such gather (ZeRO-3 gathers unit by unit "
+                         f"anyway): use zero=1 or 2, or drop overlap_param_gather")
+    outer_sync.check_fields(strategy)
 
 
 def divisors(n: int) -> list[int]:

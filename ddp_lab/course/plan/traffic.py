@@ -7,12 +7,13 @@ Is All You Need", MLSys, measured these kernels at 0.2 % of a BERT layer's FLOPs
 time in PyTorch). This module lists those kernels, one row each, with the tensors each reads and
 writes, as PyTorch's eager kernels and Megatron-LM's fused ones run them. Per token, with
 e = bytes of a value (2 in bf16/fp16, 4 in fp32), m = bytes of a dropout mask (1; 0 without
-dropout), h = hidden, f = FFN inner size, d_kv = the K (and V) width, a = heads, s = sequence,
+dropout), h = hidden, f = FFN inner size, d_q = the Q width (heads x head_dim), d_kv = the K (and V) width,
+a = heads, s = sequence,
 V = vocabulary; "read" and "written" in bytes:
 
     op (per layer)          where    forward: read / written       backward: read / written
     norm (x 2)              around   e h / e h                     2 x 2 e h (grad, input) / e h
-    RoPE on Q and K         inside   e (h + d_kv) / e (h + d_kv)    e (h + d_kv) / e (h + d_kv)
+    RoPE on Q and K         inside   e (d_q + d_kv) / e (d_q + d_kv) e (d_q + d_kv) / e (d_q + d_kv)
     softmax (eager)         scores   e a s / e a s                 2 e a s (grad, probs) / e a s
     dropout (eager scores)  scores   e a s / (e + m) a s            (e + m) a s / e a s
     activation, GeLU        inside   e f / e f                     2 e f (grad, input) / e f
@@ -94,7 +95,7 @@ def layer_ops(model, strategy) -> list[OpBytes]:
     norm = op("norm", "around", e * h + e * h, 4 * e * h + e * h)
     ops = [norm, norm]
     if model.position == "rope":
-        width = h + kv
+        width = model.q_dim + kv      # rotates Q and K
         ops.append(op("RoPE", "inside", 2 * e * width, 2 * e * width))
     if strategy.attention == "eager":
         scores = model.heads * model.seq_len

@@ -1,0 +1,243 @@
+"""Data-parallel communication: what ZeRO 0-3 move per step over the ranks that hold the same weights, and what shows.
+
+Bytes (ZeRO paper, Rajbhandari et al. 2020, Sec. 7): ZeRO 0 all-reduces the gradients; 1 and 2
+reduce-scatter them and all-gather the updated weights (the same bytes); 3, per micro-batch,
+all-gathers the weights twice (forward, backward) and reduce-scatters the gradients (1.5x, Sec.
+7.2.2), one unit at a time: per layer and then the rest (fsdp_unit="layer", as FSDP is wrapped in
+lesson 09), or the whole model at once (fsdp_unit="model"). Dense parameters sync over the dp x cp
+ranks, a MoE model's routed experts over the dp x cp / ep ranks that hold the same experts.
+
+What compute hides (overlap.py): ZeRO 3 unit by unit, each gather behind the unit before it, each
+scatter behind the units after it (`zero3_exposed`); ZeRO 0-2 one bucket per layer reduced during
+the last micro-batch's backward, the weights' gather exposed or, with `overlap_param_gather`,
+behind the next forward (`zero12_exposed`). Where DP and TP share a link, DP's transfers take
+longer by the share of time TP's collectives hold it (`_dp_shares_tp_link`, overlap.stretch).
+
+Introduced in notebooks/13-plan-your-training-run.ipynb.
+"""
+
+from __future__ import annotations
+
+from ddp_lab.course.plan import expert_tp, experts, pipeline_stages
+from ddp_lab.course.plan.collectives import collective_time
+from ddp_lab.course.plan.memory import (bytes_per_parameter, layer_other_parameters, layer_parameters_per_rank,
+                                        stage_parameters)
+from ddp_lab.course.plan.overlap import bucketed_exposed, fsdp_micro_batch, prefetched_exposed
+from ddp_lab.course.plan.precision import gathered_parameter_bytes
+
+
+def dp_communication(model, cluster, strategy) -> float:
+    """Seconds of data-parallel communication per step, before any overlap (see module docstring).
+
+    Parameters sync over the ranks that hold the same copy: the dense ones (`fsdp_units`) over the
+    dp x cp ranks, a MoE model's routed experts (`experts.expert_units`) over the dp x cp / ep ranks that
+    hold the same experts; the two times add.
+    """
+    layout = strategy.layout
+    return (_sync_seconds(model, cluster, strategy, fsdp_units, gathered_unit_bytes, layout.group("dp_cp"))
+            + _sync_seconds(model, cluster, strategy, experts.expert_units, gathered_expert_bytes,
+                            expert_tp.group(strategy, "edp")))
+
+
+def _sync_seconds(model, cluster, strategy, units_of, gathered_of, group) -> float:
+    """One group's gradient sync per step under the strategy's ZeRO stage.
+
+    units_of(model, strategy, stage): parameters per unit; gathered_of(...): bytes each unit's ZeRO-3 all-gather moves.
+    """
+    if group.size == 1:
+        return 0.0
+    w, g, _ = bytes_per_parameter(strategy)
+    stages = pipeline_stages.stages_to_check(strategy)
+    if strategy.zero in (0, 1, 2):
+        params = max(sum(units_of(model, strategy, stage)) for stage in stages)
+        if params == 0:
+            return 0.0
+        if strategy.zero == 0:
+            return collective_time("all_reduce", g * params, cluster, group)
+        return (collective_time("reduce_scatter", g * params, cluster, group)
+                + collective_time("all_gather", w * params, cluster, group))
+    per_micro_batch = max(
+        sum(2 * collective_time("all_gather", gathered, cluster, group)
+            + collective_time("reduce_scatter", g * unit, cluster, group)
+            for unit, gathered in zip(units_of(model, strategy, stage), gathered_of(model, strategy, stage)))
+        for stage in stages)
+    return strategy.grad_accum * per_micro_batch
+
+
+def fsdp_units(model, strategy, stage: int) -> list[int]:
+    """Parameters of each ZeRO-3 unit of pipeline stage `stage` on one tp rank (before sharding).
+
+    fsdp_unit="layer": one unit per transformer layer, then the root with the rest (embeddings,
+    final norm, head), as lesson 09 wraps FSDP2; "model": one unit.
+
+    Example:
+        >>> from ddp_lab.course.plan.model import Transformer
+        >>> from ddp_lab.course.plan.strategy import Strategy
+        >>> shape = Transformer("t", layers=2, hidden=256, heads=4, vocab=512, seq_len=128)
+        >>> fsdp_units(shape, Strategy(dp=2, zero=3), 0)
+        [789760, 789760, 164352]
+        >>> fsdp_units(shape, Strategy(dp=2, zero=3, fsdp_unit="model"), 0)
+        [1743872]
+
+    Introduced in notebooks/13-plan-your-training-run.ipynb.
+    """
+    total = stage_parameters(model, strategy, stage) - experts.stage_expert_parameters(model, strategy, stage)
+    if strategy.fsdp_unit == "model":
+        return [total]
+    first = pipeline_stages.first_layer(model, strategy, stage)
+    dense = layer_parameters_per_rank(model, strategy.tp)
+    # a MoE layer's replicated part: + router + shared experts - the dense FFN (its routed experts: experts.expert_units)
+    replicated = experts.layer_change_per_rank(model, strategy)[0] if model.moe is not None else 0
+    units = [dense + (replicated if experts.is_moe_layer(model, i) else 0)
+             for i in range(first, first + pipeline_stages.stage_layers(model, strategy)[stage])]
+    return units + [total - sum(units)]
+
+
+def gathered_unit_bytes(model, strategy, stage: int) -> list[int]:
+    """Bytes each `fsdp_units` unit's ZeRO-3 all-gather moves: 16-bit weights, FP8 linear weights at 1 byte each.
+
+    Under FP8 with ZeRO-3 (precision.gathered_parameter_bytes: FSDP2's float8 all-gather) a layer's matrices travel
+    in FP8 and its norms, biases and router (`memory.layer_other_parameters`) in bf16; the root (embeddings, final
+    norm, output head) stays bf16.
+
+    Example:
+        >>> from ddp_lab.course.plan.model import Transformer
+        >>> from ddp_lab.course.plan.strategy import Strategy
+        >>> shape = Transformer("t", layers=2, hidden=256, heads=4, vocab=512, seq_len=128)
+        >>> gathered_unit_bytes(shape, Strategy(dp=2, zero=3), 0)
+        [1579520, 1579520, 328704]
+        >>> gathered_unit_bytes(shape, Strategy(dp=2, zero=3, precision="fp8"), 0)   # 12 x 256^2 weights at 1 byte
+        [793088, 793088, 328704]
+    """
+    units = fsdp_units(model, strategy, stage)
+    w = bytes_per_parameter(strategy)[0]
+    saved = w - gathered_parameter_bytes(strategy)         # 1 byte per linear weight under FP8, else 0
+    if saved == 0:
+        return [w * unit for unit in units]
+    first = pipeline_stages.first_layer(model, strategy, stage)
+    layers = range(first, first + pipeline_stages.stage_layers(model, strategy)[stage])
+    dense = layer_parameters_per_rank(model, strategy.tp)
+    replicated = experts.layer_change_per_rank(model, strategy)[0] if model.moe is not None else 0
+    linear = [dense + (replicated if experts.is_moe_layer(model, i) else 0)
+              - layer_other_parameters(model, strategy.tp, experts.is_moe_layer(model, i)) for i in layers]
+    if strategy.fsdp_unit == "model":
+        return [w * units[0] - saved * sum(linear)]
+    return [w * unit - saved * weights for unit, weights in zip(units, linear + [0])]
+
+
+def gathered_expert_bytes(model, strategy, stage: int) -> list[int]:
+    """Bytes each `experts.expert_units` unit's ZeRO-3 all-gather moves: the experts' matrices, 1 byte each under FP8."""
+    return [gathered_parameter_bytes(strategy) * unit for unit in experts.expert_units(model, strategy, stage)]
+
+
+def _dp_shares_tp_link(cluster, strategy) -> bool:
+    """True if the dp and tp groups both run on NVLink or both across nodes: one link, shared bandwidth."""
+    if strategy.tp == 1 or strategy.dp == 1:
+        return False
+    per_node = cluster.gpus_per_node
+    return strategy.layout.group("dp_cp").spans_nodes(per_node) == strategy.layout.group("tp").spans_nodes(per_node)
+
+
+def zero3_exposed(model, cluster, strategy, layer, head, tp_seconds, slower: float = 1.0, head_tp: float = 0.0) -> float:
+    """Seconds of ZeRO-3 communication per micro-batch that compute does not hide (`overlap.fsdp_micro_batch`).
+
+    fsdp_unit="layer": the per-unit timeline, on the pipeline stage that exposes most;
+    "model": one unit holds everything, so its gathers and scatter wait for, or are waited on
+    by, the whole model's compute: none of it hides. `head_tp`: the last stage's vocab-parallel
+    all-reduces per micro-batch (steptime.vocab_parallel_communication), run with the head.
+    """
+    w, g, _ = bytes_per_parameter(strategy)
+    worst = 0.0
+    for stage in pipeline_stages.stages_to_check(strategy):
+        gather = unit_seconds(model, cluster, strategy, stage, "all_gather", w, slower)
+        scatter = unit_seconds(model, cluster, strategy, stage, "reduce_scatter", g, slower)
+        if strategy.fsdp_unit == "model":
+            worst = max(worst, 2 * gather[0] + scatter[0])
+            continue
+        layers = len(gather) - 1                   # fsdp_units: the layers, then the root
+        forward = [0.0] + [layer.forward + tp_seconds[0]] * layers
+        backward = [0.0] + [layer.backward + layer.recompute + tp_seconds[1]] * layers
+        middle = head.total + head_tp if stage == strategy.pp - 1 else 0.0
+        span = fsdp_micro_batch([gather[-1]] + gather[:-1], [scatter[-1]] + scatter[:-1], forward, backward, middle)
+        worst = max(worst, span - sum(forward) - sum(backward) - middle)
+    return max(0.0, worst)
+
+
+def _head_share(model, strategy, stage: int) -> float:
+    """The share of stage `stage`'s root unit that is the output layer (its gradients are ready first in backward).
+
+    The last stage's root is the final norm and the head; with one stage it also holds the embedding, whose
+    gradients come last (a tied embedding is one matrix: it completes with the embedding). The first stage of
+    a pipeline holds only the embedding.
+    """
+    if stage != strategy.pp - 1:
+        return 0.0
+    if strategy.pp > 1:
+        return 1.0
+    if model.tied_embeddings:
+        return 0.0
+    root = fsdp_units(model, strategy, stage)[-1]
+    head = -(-model.vocab // strategy.tp) * model.hidden + model.norm_parameters()
+    return min(1.0, head / root) if root else 0.0
+
+
+def unit_seconds(model, cluster, strategy, stage: int, kind: str, per_parameter: int, slower: float = 1.0) -> list[float]:
+    """Seconds of one `kind` collective per unit of `fsdp_units` (layers, then the root) on stage `stage`.
+
+    Dense units over the dp x cp ranks; a MoE layer's routed experts with their layer, over the ranks holding
+    them (the edp group); each stretched by `slower` (overlap.stretch). ZeRO-3's gathers move
+    `gathered_unit_bytes` (FP8 linear weights at 1 byte), whatever `per_parameter` says.
+    """
+    group, expert_group = strategy.layout.group("dp_cp"), expert_tp.group(strategy, "edp")
+    units = fsdp_units(model, strategy, stage)
+    expert_bytes = [per_parameter * unit for unit in experts.expert_units(model, strategy, stage)]
+    dense_bytes = [per_parameter * unit for unit in units]
+    if kind == "all_gather" and strategy.zero == 3:
+        dense_bytes = gathered_unit_bytes(model, strategy, stage)
+        expert_bytes = gathered_expert_bytes(model, strategy, stage)
+    seconds = [slower * collective_time(kind, size, cluster, group) for size in dense_bytes]
+    moe = iter(expert_bytes)
+    first = pipeline_stages.first_layer(model, strategy, stage)
+    for k in range(len(units) - 1):
+        if model.moe is not None and experts.is_moe_layer(model, first + k):
+            seconds[k] += slower * collective_time(kind, next(moe), cluster, expert_group)
+    return seconds
+
+
+def zero12_exposed(model, cluster, strategy, layer, head, tp_seconds, slower: float = 1.0) -> float:
+    """Seconds per step of ZeRO 0-2 communication compute does not hide (overlap.py's bucket timelines).
+
+    Gradients: one bucket per layer (and the root: the head's first on the last stage, the
+    embedding's last on the first), reduced (all-reduce for ZeRO 0, reduce-scatter for 1 and 2) as
+    the last micro-batch's backward frees them (`overlap.bucketed_exposed`); stage s of a 1F1B
+    pipeline has s more micro-batch backwards of the stages before it to hide in. Weights (ZeRO 1
+    and 2): the all-gather after the optimizer, exposed, or with `overlap_param_gather` waited for
+    bucket by bucket in the next step's first forward (`overlap.prefetched_exposed`), stage s starting
+    s micro-batch forwards late anyway. fsdp_unit="model": one bucket, nothing hides.
+    """
+    w, g, _ = bytes_per_parameter(strategy)
+    reduce_kind = "all_reduce" if strategy.zero == 0 else "reduce_scatter"
+    reduce_worst = gather_worst = 0.0
+    for stage in pipeline_stages.stages_to_check(strategy):
+        reduce = unit_seconds(model, cluster, strategy, stage, reduce_kind, g, slower)
+        gather = unit_seconds(model, cluster, strategy, stage, "all_gather", w, slower) if strategy.zero else []
+        if strategy.fsdp_unit == "model":
+            reduce_worst, gather_worst = max(reduce_worst, sum(reduce)), max(gather_worst, sum(gather))
+            continue
+        layers = len(reduce) - 1
+        share = _head_share(model, strategy, stage)       # of the root unit: the head, done first in backward
+        backward_each = layer.backward + layer.recompute + tp_seconds[1]
+        # backward order: the head, the layers last to first, the embedding (each root part only where the stage has it)
+        order = [share * reduce[-1]] + reduce[layers - 1::-1] + [(1 - share) * reduce[-1]]
+        work = [head.backward if share else 0.0] + [backward_each] * layers + [0.0]
+        flush = stage * (layers * backward_each)
+        reduce_worst = max(reduce_worst, bucketed_exposed(order, work, window=flush))
+        if gather and strategy.overlap_param_gather:
+            forward_each = layer.forward + tp_seconds[0]
+            order = [(1 - share) * gather[-1]] + gather[:layers] + [share * gather[-1]]
+            work = [0.0] + [forward_each] * layers + [head.forward if share else 0.0]
+            warm_up = stage * (layers * forward_each)
+            gather_worst = max(gather_worst, prefetched_exposed(order, work, window=warm_up))
+        elif gather:
+            gather_worst = max(gather_worst, sum(gather))
+    return reduce_worst + gather_worst

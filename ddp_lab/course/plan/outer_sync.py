@@ -1,0 +1,116 @@
+"""DiLoCo-style outer synchronisation: data-parallel replicas that exchange pseudo-gradients once every H steps.
+
+DiLoCo (Douillard et al. 2023, arXiv:2311.08105, Algorithm 1) trains k replicas apart: each takes
+H inner optimizer steps (AdamW) on its own data, then the replicas all-reduce the pseudo-gradient
+Delta = theta_global - theta_local (the average of how far each moved) and an outer optimizer
+(SGD with Nesterov momentum) applies it to the global parameters. Between syncs the replicas
+exchange nothing, so data-parallel traffic falls by H. INTELLECT-1 (Jaghouar et al. 2024,
+arXiv:2412.01152) trained a 10B model across three continents this way: FSDP inside each node,
+DiLoCo between nodes (the abstract's "hybrid DiLoCo-FSDP2"), H = 100 inner steps (its model card),
+and the pseudo-gradient sent as int8: "a 400x reduction in communication bandwidth compared to
+traditional data-parallel training" (abstract), 100 steps x 4 bytes (fp32) / 1 byte (int8).
+
+The planner's view, `Strategy(dp=..., replicas=R, sync_every=H, sync_precision=...)`:
+    inner   the dp ranks split into R replicas of dp / R consecutive dp ranks; inside a replica
+            everything is as before (ZeRO over dp / R x cp ranks, gradients reduced every step),
+            `inner_strategy`;
+    outer   every H steps each rank all-reduces the pseudo-gradient of the parameters whose
+            optimizer state it holds (its ZeRO shard; all of its stage's with ZeRO 0) with the
+            ranks holding the same shard in the other replicas (`outer_group`: R ranks,
+            tp x cp x dp / R apart), blocking (INTELLECT-1 synchronised blocking); the step time
+            carries 1/H of it (`TimeBreakdown.outer_sync`);
+    memory  the outer optimizer keeps, for the same parameters, the fp32 global copy theta_global
+            and its Nesterov momentum: 8 bytes per parameter (`outer_state_bytes`; INTELLECT-1
+            keeps them in CPU memory, which the planner does not model: it counts them on the GPU).
+A slow link between the replicas (a cross-region link, `ClusterSpec.region_nodes`) is what makes
+this worth it: collectives.py costs a group that spans regions on that link.
+
+Introduced in notebooks/16-communicate-less.ipynb (the planner itself: notebooks/13-plan-your-training-run.ipynb).
+"""
+
+from __future__ import annotations
+
+from ddp_lab.course.plan import pipeline_stages
+from ddp_lab.course.plan.collectives import collective_time
+from ddp_lab.course.rank_layout import Group
+
+SYNC_BYTES = {"fp32": 4, "bf16": 2, "int8": 1}    # bytes of one pseudo-gradient value on the wire
+OUTER_STATE_BYTES = 4 + 4                          # fp32 global parameters + fp32 Nesterov momentum
+
+
+def check_fields(strategy) -> None:
+    """The outer sync's own rules (Strategy.__post_init__)."""
+    if strategy.sync_precision not in SYNC_BYTES:
+        raise ValueError(f"Strategy.sync_precision must be one of {tuple(SYNC_BYTES)}, got {strategy.sync_precision!r}")
+    if strategy.dp % strategy.replicas:
+        raise ValueError(f"replicas={strategy.replicas} does not divide dp={strategy.dp}: each DiLoCo replica holds "
+                         f"dp / replicas data-parallel ranks; use replicas in "
+                         f"{[d for d in range(1, strategy.dp + 1) if strategy.dp % d == 0]}")
+    if strategy.replicas == 1 and (strategy.sync_every > 1 or strategy.sync_precision != "fp32"):
+        raise ValueError(f"sync_every={strategy.sync_every} (sync_precision={strategy.sync_precision!r}) describes an "
+                         f"outer sync between DiLoCo replicas, but replicas=1: set replicas to the number of replicas "
+                         f"(--replicas; dividing dp), or drop sync_every and sync_precision")
+    if strategy.replicas > 1 and (strategy.dp // strategy.replicas * strategy.cp) % strategy.ep:
+        raise ValueError(f"ep={strategy.ep} does not divide a replica's dp x cp = {strategy.dp // strategy.replicas} x "
+                         f"{strategy.cp}: expert parallelism stays inside one replica; use fewer replicas or a smaller ep")
+
+
+def inner_strategy(strategy):
+    """The strategy one replica runs: dp / replicas data-parallel ranks, no outer sync (itself without replicas).
+
+    Example:
+        >>> from ddp_lab.course.plan.strategy import Strategy
+        >>> inner_strategy(Strategy(dp=112, zero=3, replicas=14, sync_every=100)).dp
+        8
+    """
+    if strategy.replicas == 1:
+        return strategy
+    return strategy.with_(dp=strategy.dp // strategy.replicas, replicas=1, sync_every=1, sync_precision="fp32")
+
+
+def outer_group(strategy) -> Group:
+    """The ranks that hold the same shard in every replica: replicas ranks, tp x cp x dp / replicas apart."""
+    return Group(strategy.replicas, strategy.tp * strategy.cp * (strategy.dp // strategy.replicas))
+
+
+def synced_parameters(model, strategy) -> int:
+    """Parameters whose pseudo-gradient one rank all-reduces at each outer sync: those it keeps optimizer state for.
+
+    The most loaded pipeline stage's, sharded by ZeRO >= 1 over a replica's dp x cp ranks (memory.stage_state_bytes).
+    """
+    from ddp_lab.course.plan import memory   # lazy: memory imports strategy.py, which imports this module
+    inner = inner_strategy(strategy)
+    per_parameter = memory.bytes_per_parameter(strategy)[2]
+    return max(memory.stage_state_bytes(model, inner, stage).optimizer // per_parameter
+               for stage in pipeline_stages.stages_to_check(strategy))
+
+
+def wire_bytes_per_step(model, strategy) -> float:
+    """Bytes one rank puts into the outer all-reduce per training step: its pseudo-gradient / sync_every.
+
+    Example (INTELLECT-1's 400x, module docstring):
+        >>> from ddp_lab.course.plan.model import Transformer
+        >>> from ddp_lab.course.plan.strategy import Strategy
+        >>> model = Transformer.preset("llama3-8b")
+        >>> diloco = Strategy(dp=14, replicas=14, sync_every=100, sync_precision="int8")
+        >>> round(synced_parameters(model, diloco) * 4 / wire_bytes_per_step(model, diloco))
+        400
+    """
+    if strategy.replicas == 1:
+        return 0.0
+    return synced_parameters(model, strategy) * SYNC_BYTES[strategy.sync_precision] / strategy.sync_every
+
+
+def seconds_per_step(model, cluster, strategy) -> float:
+    """Seconds per training step the outer sync adds: one blocking all-reduce over `outer_group`, every sync_every steps."""
+    if strategy.replicas == 1:
+        return 0.0
+    nbytes = synced_parameters(model, strategy) * SYNC_BYTES[strategy.sync_precision]
+    return collective_time("all_reduce", nbytes, cluster, outer_group(strategy)) / strategy.sync_every
+
+
+def outer_state_bytes(model, strategy) -> int:
+    """Bytes of the outer optimizer's state on one GPU: fp32 global parameters and Nesterov momentum (8 per parameter)."""
+    if strategy.replicas == 1:
+        return 0
+    return OUTER_STATE_BYTES * synced_parameters(model, strategy)

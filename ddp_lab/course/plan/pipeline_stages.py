@@ -1,0 +1,96 @@
+"""How many layers each pipeline stage holds: equal shares, or a first and last stage of their own size.
+
+A pipeline runs at the pace of its slowest stage (lesson 07). The first stage also holds the word
+embedding and the most micro-batches in flight (1F1B keeps p of them there), the last one the
+output layer and the cross-entropy, so frameworks let those two hold fewer layers:
+Megatron-LM's `--decoder-first-pipeline-num-layers` and `--decoder-last-pipeline-num-layers`, and
+Llama 3 405B's 126 layers on 16 stages, "one Transformer layer less on the first and the last
+stage" (Llama Team 2024, arXiv:2407.21783, Sec. 3.3.2): 7 + 14 x 8 + 7. The middle stages share
+the rest equally. `Strategy(first_stage_layers=7, last_stage_layers=7)`; the CLI's
+`--first-stage-layers`, `--last-stage-layers`.
+
+Introduced in notebooks/13-plan-your-training-run.ipynb.
+"""
+
+from __future__ import annotations
+
+
+def uneven(strategy) -> bool:
+    """True if the strategy gives the first or the last stage its own number of layers."""
+    return strategy.first_stage_layers is not None or strategy.last_stage_layers is not None
+
+
+def check_fields(strategy) -> None:
+    """The fields' own rules (Strategy.__post_init__): positive, and only with a pipeline of plain stages."""
+    for name in ("first_stage_layers", "last_stage_layers"):
+        value = getattr(strategy, name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise ValueError(f"Strategy.{name} must be None (an equal share) or an integer >= 1, got {value!r}")
+    if uneven(strategy) and strategy.pp < 3:
+        raise ValueError(f"first_stage_layers/last_stage_layers set a first and a last stage apart from the middle "
+                         f"ones, which needs pp >= 3, got pp={strategy.pp}: use pp >= 3 or equal stages")
+    if uneven(strategy) and strategy.virtual_stages > 1:
+        raise ValueError("uneven first and last stages are modelled without interleaving: use virtual_stages=1 "
+                         "or equal stages")
+
+
+def check(model, strategy) -> None:
+    """Raise ValueError (saying how to fix it) unless the middle stages can share the remaining layers equally."""
+    if model.moe is not None:
+        raise ValueError(f"uneven pipeline stages are modelled for dense models; {model.name} has experts: "
+                         f"drop first_stage_layers/last_stage_layers (--first-stage-layers/--last-stage-layers)")
+    first, last = _ends(model, strategy)
+    middle = model.layers - first - last
+    if middle < strategy.pp - 2 or middle % (strategy.pp - 2):
+        raise ValueError(f"{model.layers} layers minus the first stage's {first} and the last stage's {last} leave "
+                         f"{middle}, which the {strategy.pp - 2} middle stages cannot share equally: choose first and "
+                         f"last stage layers so that {model.layers} - first - last is a positive multiple of "
+                         f"{strategy.pp - 2}")
+
+
+def _ends(model, strategy) -> tuple[int, int]:
+    share = model.layers // strategy.pp
+    first = share if strategy.first_stage_layers is None else strategy.first_stage_layers
+    last = share if strategy.last_stage_layers is None else strategy.last_stage_layers
+    return first, last
+
+
+def stage_layers(model, strategy) -> list[int]:
+    """Layers of each of the pp stages, first to last.
+
+    Example:
+        >>> from ddp_lab.course.plan.model import Transformer
+        >>> from ddp_lab.course.plan.strategy import Strategy
+        >>> llama = Transformer.preset("llama3-405b")            # 126 layers
+        >>> counts = stage_layers(llama, Strategy(pp=16, first_stage_layers=7, last_stage_layers=7))
+        >>> counts[:3], counts[-1], sum(counts)
+        ([7, 8, 8], 7, 126)
+
+    Introduced in notebooks/13-plan-your-training-run.ipynb.
+    """
+    p = strategy.pp
+    if not uneven(strategy):
+        return [model.layers // p] * p
+    first, last = _ends(model, strategy)
+    return [first] + [(model.layers - first - last) // (p - 2)] * (p - 2) + [last]
+
+
+def first_layer(model, strategy, stage: int) -> int:
+    """Index (0-based) of stage `stage`'s first layer."""
+    return sum(stage_layers(model, strategy)[:stage])
+
+
+def stages_to_check(strategy) -> list[int]:
+    """The stages whose memory can be the largest: the first, the last, and with uneven stages the second
+    (a full middle stage holding p - 1 micro-batches in flight under 1F1B: Llama 3's most loaded rank)."""
+    stages = {0, strategy.pp - 1}
+    if uneven(strategy):
+        stages.add(1)
+    return sorted(stages)
+
+
+def describe(strategy) -> str:
+    """'7/7' for a strategy's label: the first and the last stage's layers ('=' where an equal share)."""
+    first = "=" if strategy.first_stage_layers is None else str(strategy.first_stage_layers)
+    last = "=" if strategy.last_stage_layers is None else str(strategy.last_stage_layers)
+    return f"{first}/{last}"

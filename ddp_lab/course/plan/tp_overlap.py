@@ -1,0 +1,62 @@
+"""Tensor-parallel communication beside the GEMMs: what Megatron-LM's --tp-comm-overlap leaves exposed.
+
+With sequence parallelism (Korthikanti et al. 2022, arXiv:2205.05198, Sec. 4.2.2) each of Megatron's
+f and g (lesson 08) is an all-gather before a column-parallel GEMM and a reduce-scatter after a
+row-parallel one: per layer and micro-batch, forward,
+    all-gather  -> QKV GEMM              reduce-scatter <- attention output GEMM
+    all-gather  -> FFN up (gate) GEMM    reduce-scatter <- FFN down GEMM
+and backward the mirror image: the all-gather of the output gradient before the row-parallel
+GEMMs' input gradient, the reduce-scatter of the column-parallel GEMMs' input gradient beside their
+weight gradient. Without overlap each waits for the other (steptime's tp_comm). With
+`Strategy(tp_comm_overlap=True)` (Megatron-LM's --tp-comm-overlap, Transformer Engine's
+userbuffers; NeMo's Communication Overlap guide) a collective the GEMM depends on, or that depends
+on the GEMM, runs "pipelined": in tp chunks, one chunk's transfer beside another chunk's GEMM
+(`overlap.chunked_exposed`), so one chunk stays exposed, and so does whatever the collective takes
+beyond its GEMM (a slow link, a small GEMM). One with no dependency on the GEMM beside it (the
+reduce-scatter of a column-parallel layer's input gradient beside its weight gradient) runs "bulk":
+only what outlasts the GEMM shows.
+The all-reduces outside the layers (the vocab-parallel embedding and cross-entropy) are not
+overlapped. The hidden part costs the overlap slowdown like any communication compute hides
+(overlap.OVERLAP_SLOWDOWN); on CPU ranks (gloo, `ClusterSpec.overlap_dp_comm=False`) nothing hides.
+
+Introduced in notebooks/13-plan-your-training-run.ipynb.
+"""
+
+from __future__ import annotations
+
+from ddp_lab.course.plan.efficiency import gemm_seconds, layer_gemms, recompute_skips_last_gemm
+from ddp_lab.course.plan.overlap import chunked_exposed
+
+
+def layer_exposed(model, cluster, strategy, one: float) -> tuple[float, float]:
+    """(forward, backward) exposed seconds of one layer's TP collectives per micro-batch under tp_comm_overlap.
+
+    `one`: one all-reduce of the layer's b s h activations on the tp group; with sequence parallelism
+    an all-gather or a reduce-scatter takes half of it (the ring's two halves, lesson 02). The backward
+    includes a full recomputation's forward collectives (less the FFN down projection's reduce-scatter
+    where PyTorch's checkpoint stops early, efficiency.recompute_skips_last_gemm).
+
+    Example:
+        >>> from ddp_lab.course.plan.cluster_spec import ClusterSpec
+        >>> from ddp_lab.course.plan.model import Transformer
+        >>> from ddp_lab.course.plan.strategy import Strategy
+        >>> llama, h100 = Transformer.preset("llama3-70b"), ClusterSpec.preset("h100-sxm")
+        >>> plain = Strategy(dp=1, tp=8, sequence_parallel=True)
+        >>> forward, backward = layer_exposed(llama, h100, plain.with_(tp_comm_overlap=True), 1e-3)
+        >>> forward < 1e-3 and backward < 1e-3     # without overlap: 2 ms each way (2 all-gathers + 2 reduce-scatters)
+        True
+    """
+    rate = cluster.gpu.achieved_flops(strategy.precision)
+    half = one / 2
+    qkv, out, up, down = layer_gemms(model, strategy)
+    forward_gemms = [gemm_seconds(flops, k, rate) for flops, k, _ in (qkv, out, up, down)]
+    weight_grads = [flops / rate for flops, _, _ in (qkv, up)]                  # beside the reduce-scatters
+    input_grads = [gemm_seconds(flops, k_grad, rate) for flops, _, k_grad in (out, down)]   # beside the all-gathers
+    t = strategy.tp
+    forward_each = [chunked_exposed(half, gemm, t) for gemm in forward_gemms]
+    forward = sum(forward_each)
+    backward = (sum(max(0.0, half - gemm) for gemm in weight_grads)                     # bulk
+                + sum(chunked_exposed(half, gemm, t) for gemm in input_grads))           # pipelined
+    if strategy.recompute == "full":
+        backward += forward - (forward_each[3] if recompute_skips_last_gemm(model, strategy) else 0.0)
+    return forward, backward

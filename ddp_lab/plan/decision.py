@@ -1,0 +1,117 @@
+"""What a reader needs to choose between plans: the parameters read, the margin and ties, what a plan assumes.
+
+The planner's numbers carry an error (README, "How far to trust the planner"); plans closer than it
+are ties, chosen between by the memory they leave and by simplicity. `report` prints these lines
+under its table and breakdown; the CLI (`python -m ddp_lab plan`) prints them for every plan.
+
+Introduced in notebooks/13-plan-your-training-run.ipynb.
+"""
+
+from __future__ import annotations
+
+from ddp_lab.course.plan.search import percent_text
+
+GB = 1e9
+
+
+def versus_best(plan, best, tie: float) -> str:
+    """'best', or a plan's throughput against the best's: '-1.1% tie' when within the stated error `tie`."""
+    if plan is best:
+        return "best"
+    change = plan.tokens_per_second / best.tokens_per_second - 1
+    text = f"{change:+.1%}" if abs(change) >= 0.0005 else "0.0%"    # not "-0.0%" for a hair slower
+    return text + (" tie" if abs(change) <= tie else "")
+
+
+def ties_text(plans, tie: float, source: str) -> str:
+    """How many plans are as good as the best within the stated error, and what to choose them by.
+
+    `plans`: every plan that fits, best first (one per row of the table); `tie` and `source`: the
+    error and where it comes from (`stated_error`).
+    """
+    best = plans[0].tokens_per_second
+    tied = [plan for plan in plans[1:] if abs(plan.tokens_per_second / best - 1) <= tie]
+    if not tied:
+        return f"ties: no other plan is within {tie:.1%} of the best ({source})"
+    roomiest = max([plans[0], *tied], key=lambda plan: plan.margin)
+    return (f"ties: {len(tied)} more plan{'s' if len(tied) > 1 else ''} within {tie:.1%} of the best ({source}):\n"
+            f"      the planner cannot tell them apart; the most memory left among them: {roomiest.strategy.label()}, "
+            f"{roomiest.margin / GB:.1f} GB")
+
+
+def stated_error(cluster) -> tuple[float, str]:
+    """The error the planner states for plans on `cluster`: (share, where it comes from), for marking ties.
+
+    The median error of the published runs on the cluster's GPU generation (`accuracy_text` prints
+    the same figure); for a GPU no published run checks, the median over all of them. This is the
+    one place a finer figure (by model family and parallelism) plugs in.
+    """
+    from ddp_lab.plan.published import RUNS, predictions, summary    # lazy: see report.accuracy_text (published imports ddp_lab.plan)
+
+    runs = predictions([run for run in RUNS if run.cluster.gpu.generation == cluster.gpu.generation])
+    if not runs or cluster.gpu.memory_bandwidth is None:
+        overall = summary()
+        return overall["median"], f"the planner's median error on all {overall['runs']} published runs"
+    errors = summary(runs)
+    return errors["median"], f"the planner's median error on {errors['runs']} published {family_name(runs[0])} runs"
+
+
+def count_text(count: int) -> str:
+    """A parameter count to three significant figures: 8030261248 -> '8.03B', 124439808 -> '124M'."""
+    for scale, suffix in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K")):
+        if count >= scale:
+            return f"{count / scale:.3g}{suffix}"
+    return str(count)
+
+
+def model_text(model, seq_source: str | None = None) -> str:
+    """The model line of every plan and search: parameters (total and active, with experts) and the sequence length.
+
+    `seq_source` says where the sequence length came from (the CLI's `_sequence_source`): shown
+    after the length, or as a note of its own when it starts "planned at" (a length the user did
+    not choose, such as a config's max_position_embeddings).
+
+    Example:
+        >>> from ddp_lab.plan import Transformer
+        >>> print(model_text(Transformer.preset("mixtral-8x7b")))
+        model: 46.7B parameters, 12.9B active per token (8 experts, top 2); 32,768-token sequences
+    """
+    line = f"model: {count_text(model.parameters())} parameters"
+    if model.moe is not None:
+        moe = model.moe
+        shared = f" + {moe.shared_experts} shared" if moe.shared_experts else ""
+        dense = f", first {moe.dense_layers} layer{'s' if moe.dense_layers > 1 else ''} dense" \
+            if moe.dense_layers else ""
+        line += (f", {count_text(model.active_parameters())} active per token ({moe.experts} experts, "
+                 f"top {moe.top_k}{shared}{dense})")
+    if model.head_size is not None:
+        line += f", heads of {model.head_dim}"
+    if seq_source and seq_source.startswith("planned at"):    # a note of its own: the length is a guess
+        return f"{line}; {model.seq_len:,}-token sequences\nnote: {seq_source}"
+    return f"{line}; {model.seq_len:,}-token sequences" + (f" ({seq_source})" if seq_source else "")
+
+
+def assumptions_text(plans, chosen: bool) -> str:
+    """What the numbers above rest on: the micro-batch and recomputation, balanced routing, what memory leaves out.
+
+    `chosen`: True when a search chose the micro-batch and recomputation (each row shows its own),
+    False for one plan given by the flags (its values, and the flags that change them).
+    """
+    plan = plans[0]
+    if chosen:
+        parts = ["the micro-batch (mbAxB) and recomputation (full, sel; none if unmarked) each row shows, chosen by "
+                 "the search"]
+    else:
+        s = plan.strategy
+        parts = [f"micro-batch {s.micro_batch} (--micro-batch), recomputation {s.recompute} (--recompute)"]
+    if plan.model.moe is not None:
+        parts.append("balanced routing: each expert gets its share of the tokens (no capacity padding, no "
+                     "dropped tokens)")
+    parts.append(f"{percent_text(plan.reserve)} of each GPU's memory kept for what is not counted (CUDA context, "
+                 f"NCCL buffers, fragmentation; --memory-reserve)")
+    return "assumes: " + ";\n         ".join(parts)
+
+
+def family_name(run) -> str:
+    """'A100', 'H100': the first word of a published run's GPU name."""
+    return run.cluster.gpu.name.split()[0]

@@ -1,0 +1,137 @@
+"""Hugging Face config.json files of the common families read as planner models, and what is refused.
+
+tests/hf_configs/<model>/config.json are the models' public config.json files on the Hugging Face
+hub (huggingface.co/<org>/<model>/blob/main/config.json), typed in as published:
+    meta-llama/Meta-Llama-3-8B, mistralai/Mixtral-8x7B-v0.1, mistralai/Mistral-7B-v0.1, Qwen/Qwen2.5-7B,
+    Qwen/Qwen3-8B, Qwen/Qwen3-30B-A3B, Qwen/Qwen1.5-MoE-A2.7B, deepseek-ai/deepseek-moe-16b-base,
+    deepseek-ai/DeepSeek-V2-Lite.
+The parameter counts they must give are the publishers' (model cards and papers, cited per case).
+Pure Python, in process: no subprocess, no torch.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ddp_lab.course.plan.hf_config import transformer_from_hf_config
+from ddp_lab.course.plan.model import Transformer
+from ddp_lab.plan.cli import main
+from ddp_lab.plan.model_files import read_hf_config
+
+CONFIGS = Path(__file__).resolve().parent / "hf_configs"
+
+
+def config(name: str) -> dict:
+    return json.loads((CONFIGS / name / "config.json").read_text())
+
+
+def model(name: str, **options) -> Transformer:
+    return read_hf_config(CONFIGS / name / "config.json", **options)
+
+
+# (model, published total, published active, source), in billions as published; active None: dense
+PUBLISHED = [
+    ("Meta-Llama-3-8B", "8.03", None, "Llama 3 model card: 8.03B (safetensors count)"),
+    ("Mixtral-8x7B-v0.1", "46.7", "12.9", "Mistral AI, 2023-12-11: 46.7B total, 12.9B per token"),
+    ("Qwen2.5-7B", "7.61", None, "Qwen2.5-7B model card: 7.61B"),
+    ("Qwen3-8B", "8.2", None, "Qwen3-8B model card: 8.2B"),
+    ("Qwen3-30B-A3B", "30.5", "3.3", "Qwen3-30B-A3B model card: 30.5B total, 3.3B activated"),
+    ("Qwen1.5-MoE-A2.7B", "14.3", "2.7", "Qwen1.5-MoE-A2.7B model card: 14.3B total, 2.7B activated"),
+    ("deepseek-moe-16b-base", "16.4", "2.8", "Dai et al. 2024, arXiv:2401.06066, Sec. 5.1.2: 16.4B, about 2.8B"),
+]
+
+
+def within_last_digit(count: int, published: str) -> bool:
+    """`count` within one unit of the published figure's last digit: 3.353B is '3.3' (the card truncates)."""
+    unit = 10 ** -len(published.split(".")[1])
+    return abs(count / 1e9 - float(published)) < unit
+
+
+@pytest.mark.parametrize("name, total, active, source", PUBLISHED, ids=[row[0] for row in PUBLISHED])
+def test_each_family_reads_to_its_published_parameter_count(name, total, active, source):
+    """Total (and active, with experts) parameters to the publisher's last digit."""
+    read = model(name)
+    assert within_last_digit(read.parameters(), total), (read.parameters(), source)
+    assert within_last_digit(read.active_parameters(), active or total), (read.active_parameters(), source)
+    assert (read.moe is None) == (active is None)
+
+
+def test_llama3_8b_and_mixtral_within_one_percent():
+    """Issue 47's check that the file was read right: 8.03B; 46.7B total and 12.9B active."""
+    mixtral = model("Mixtral-8x7B-v0.1")
+    assert model("Meta-Llama-3-8B").parameters() == pytest.approx(8.03e9, rel=0.01)
+    assert mixtral.parameters() == pytest.approx(46.7e9, rel=0.01)
+    assert mixtral.active_parameters() == pytest.approx(12.9e9, rel=0.01)
+
+
+def test_the_presets_are_their_config_files_exactly():
+    """The Llama 3 8B, Mixtral and DeepSeekMoE presets cite these config.json files: the same shape, the same count."""
+    for name, preset in (("Meta-Llama-3-8B", "llama3-8b"), ("Mixtral-8x7B-v0.1", "mixtral-8x7b"),
+                         ("deepseek-moe-16b-base", "deepseek-moe-16b")):
+        assert model(name).with_(name=preset) == Transformer.preset(preset), name
+
+
+def test_what_each_family_builds_beyond_its_keys():
+    """Qwen2 has Q, K, V biases; Qwen3 a norm on each query and key head; head_dim when it differs from hidden/heads;
+    Qwen-MoE's one wide shared expert as whole experts; DeepSeekMoE's dense first layer."""
+    qwen2, qwen3, moe3 = model("Qwen2.5-7B"), model("Qwen3-8B"), model("Qwen3-30B-A3B")
+    assert qwen2.qkv_bias and not qwen2.bias and qwen2.parameters() == 7_615_616_512      # 7.61B, to the unit
+    assert qwen3.qk_norm and qwen3.head_size is None and qwen3.parameters() == 8_190_735_360
+    assert moe3.head_size == 128 and moe3.q_dim == 4096 != moe3.hidden                   # 32 heads of 128 on 2048
+    # attention weights: W_q and W_o are 2048 x 4096, W_k and W_v 2048 x 512 (a wrong head width gives 12.6M)
+    assert moe3.attention_matmul_parameters() == 2 * 2048 * 4096 + 2 * 2048 * 512
+    assert model("Qwen1.5-MoE-A2.7B").moe.shared_experts == 4                              # 5632 / 1408
+    assert model("deepseek-moe-16b-base").moe.dense_layers == 1
+    only = {**config("Qwen3-30B-A3B"), "mlp_only_layers": [0, 1]}
+    assert transformer_from_hf_config(only).moe.dense_layers == 2
+
+
+def test_the_training_length_replaces_max_position_embeddings():
+    assert model("Qwen2.5-7B").seq_len == 131072
+    assert model("Qwen2.5-7B", seq_len=8192).seq_len == 8192
+    # Mistral 7B's 4,096-token window: refused at its 32K maximum, read at the window's length
+    assert model("Mistral-7B-v0.1", seq_len=4096).parameters() == pytest.approx(7.24e9, rel=0.01)   # model card: 7.24B
+
+
+REFUSED = [   # (config, the words the one line must hold)
+    (config("DeepSeek-V2-Lite"), ["kv_lora_rank = 512", "multi-head latent attention"]),
+    (config("Mistral-7B-v0.1"), ["sliding_window = 4,096", "32,768 tokens planned", "--seq-len 4096"]),
+    ({**config("Meta-Llama-3-8B"), "num_dense_layers": 2}, ["num_dense_layers = 2", "does not read"]),
+    ({**config("Meta-Llama-3-8B"), "model_type": "gemma"}, ["model_type = 'gemma'", "shape flags"]),
+    ({**config("Mixtral-8x7B-v0.1"), "num_experts_per_tok": None}, ["num_experts_per_tok"]),
+    ({**config("Qwen3-30B-A3B"), "decoder_sparse_step": 2}, ["decoder_sparse_step = 2", "every 2 layers"]),
+    ({**config("Qwen3-30B-A3B"), "mlp_only_layers": [3, 7]}, ["mlp_only_layers = [3, 7]", "first ones"]),
+    ({**config("Qwen1.5-MoE-A2.7B"), "shared_expert_intermediate_size": 5000}, ["shared_expert_intermediate_size"]),
+    ({**config("Meta-Llama-3-8B"), "layer_types": ["sliding_attention", "full_attention"] * 16}, ["layer_types"]),
+    ({**config("Meta-Llama-3-8B"), "attention_bias": True, "mlp_bias": False}, ["attention_bias = true"]),
+]
+
+
+@pytest.mark.parametrize("content, words", REFUSED, ids=[words[0] for _, words in REFUSED])
+def test_what_the_planner_cannot_express_is_refused_in_one_line_naming_the_key(content, words):
+    with pytest.raises(ValueError) as refused:
+        transformer_from_hf_config(content, seq_len=None)
+    message = str(refused.value)
+    assert "\n" not in message and all(word in message for word in words), message
+
+
+def test_the_cli_prints_the_count_and_where_the_sequence_length_came_from(capsys):
+    """Issue 47: every search and plan says the parameters read (so a misread file shows) and, for a config,
+    that max_position_embeddings was planned unless --seq-len says the training length."""
+    path = str(CONFIGS / "Qwen2.5-7B" / "config.json")
+    assert main(["--hf-config", path, "--cluster", "h100-sxm", "--nodes", "8", "--dp", "64", "--zero", "3",
+                 "--recompute", "full"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[2] == "  model: 7.62B parameters; 131,072-token sequences"
+    assert out[3] == ("  note: planned at max_position_embeddings 131,072 tokens; pass --seq-len for the length "
+                      "you will train")
+    mixtral = str(CONFIGS / "Mixtral-8x7B-v0.1" / "config.json")
+    assert main(["--hf-config", mixtral, "--seq-len", "4096", "--cluster", "h100-sxm", "--nodes", "2", "--ep", "8",
+                 "--top", "2"]) == 0
+    out = capsys.readouterr().out
+    assert ("model: 46.7B parameters, 12.9B active per token (8 experts, top 2); 4,096-token sequences (--seq-len)"
+            in out.splitlines())
+    assert "balanced routing" in out

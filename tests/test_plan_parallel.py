@@ -1,0 +1,229 @@
+"""The planner's parallelism, communication and memory mechanics (ddp_lab.course.plan): one cheap test each.
+
+Pure Python, no ranks: the saved layer input under full recomputation and sequence parallelism, tensor-parallel
+communication overlap, ZeRO 0-2's bucketed gradient sync and overlapped weight gather, uneven pipeline stages,
+DiLoCo-style outer sync and a cross-region link, the experts' own tensor-parallel size. Each checks the direction
+of its effect and, where a paper states one, the published number.
+"""
+
+import pytest
+
+from ddp_lab.course.plan import expert_compute, expert_tp, experts, outer_sync, pipeline_stages
+from ddp_lab.course.plan.activations import head_activation_bytes, layer_activation_bytes
+from ddp_lab.course.plan.cluster_spec import ClusterSpec
+from ddp_lab.course.plan.collectives import collective_time, spans_regions
+from ddp_lab.course.plan.memory import memory, stage_activation_bytes, stage_state_bytes
+from ddp_lab.course.plan.model import Transformer
+from ddp_lab.course.plan.overlap import bucketed_exposed, chunked_exposed, prefetched_exposed
+from ddp_lab.course.plan.steptime import step_time
+from ddp_lab.course.plan.strategy import Strategy, check
+from ddp_lab.course.rank_layout import Group
+from ddp_lab.plan.cli import main
+
+GiB = 2**30
+LLAMA3_405B = Transformer.preset("llama3-405b").with_(seq_len=8192)     # 126 layers
+H100 = ClusterSpec.preset("h100-sxm", nodes=1024)
+
+
+def _llama3_8k(**changes) -> Strategy:
+    """Llama 3 405B's 8K-token stage on 8,192 H100s (Llama 3 paper, arXiv:2407.21783, Table 4: TP 8, PP 16, DP 64,
+    16M tokens per step; Sec. 3.3.2: FSDP sharding optimizer state and gradients, fp32 gradient accumulation,
+    the first and last stage one layer fewer)."""
+    base = dict(dp=64, tp=8, pp=16, zero=2, grad_accum=32, sequence_parallel=True, fp32_grads=True,
+                first_stage_layers=7, last_stage_layers=7)
+    return Strategy(**{**base, **changes})
+
+
+# ---- 1. memory: the saved layer input under full recomputation ---------------------------------------------------
+def test_full_recomputation_with_sequence_parallelism_keeps_a_tp_th_of_the_layer_input():
+    """Korthikanti et al. 2022 (arXiv:2205.05198), Table 2: full recomputation keeps 2sbh per layer; with sequence
+    parallelism the input between layers is split along the sequence and Megatron-LM checkpoints that shard: 2sbh/t."""
+    llama = Transformer.preset("llama3-70b")
+    s, h = llama.seq_len, llama.hidden
+    full = Strategy(tp=8, recompute="full")
+    assert layer_activation_bytes(llama, full) == 2 * s * h                              # TP alone: the whole input
+    assert layer_activation_bytes(llama, full.with_(sequence_parallel=True)) == 2 * s * h // 8
+    # torchtitan's Llama 3.1 70B, FSDP 32 x TP 8, 16 sequences of 8,192 per micro-batch, full checkpointing, trained
+    # on 96 GB H100s (pytorch/torchtitan docs/performance.md, 2024-12-26 version, the float8/async-TP table): its
+    # layer inputs were counted whole, 80 x 16 x 2sbh = 172 GB, and the plan at 190 GB per GPU
+    plan = Strategy(dp=32, tp=8, zero=3, micro_batch=16, recompute="full", sequence_parallel=True)
+    layers = memory(llama, plan).activations - head_activation_bytes(llama, plan)
+    assert layers == 80 * 16 * 2 * s * h // 8
+    assert memory(llama, plan).total < 40e9 < 96e9
+
+
+def test_llama3_405b_8k_without_checkpointing_fits_an_h100_once_its_stages_are_uneven():
+    """Llama 3 trained its 8K-token stage without activation checkpointing (Sec. 3.3.2), 126 layers on 16 stages
+    with the first and last one layer fewer. Planned with 128 equal layers, stage 0 (8 layers, 16 micro-batches in
+    flight, the embedding) came to 90 GB, over the 80 GiB of an H100. With its real stages the most loaded rank is
+    stage 1 (8 layers, 15 micro-batches in flight) and fits the GPU; it does not fit the search's 10 % reserve (the
+    planner counts SwiGLU's four saved tensors of width ffn as PyTorch autograd saves them; a fused SwiGLU keeps two)."""
+    strategy = _llama3_8k()
+    check(LLAMA3_405B, strategy, gpus=8192, gpus_per_node=8)
+    stand_in = LLAMA3_405B.with_(layers=128)
+    equal = strategy.with_(first_stage_layers=None, last_stage_layers=None)
+    assert memory(stand_in, equal).total > 80 * GiB
+    loads = {stage: stage_state_bytes(LLAMA3_405B, strategy, stage).model_states
+             + stage_activation_bytes(LLAMA3_405B, strategy, stage) for stage in (0, 1, 15)}
+    assert max(loads, key=loads.get) == 1
+    assert 0.9 * 80 * GiB < memory(LLAMA3_405B, strategy).total == loads[1] < 80 * GiB
+
+
+# ---- 2. tensor-parallel communication overlap ----------------------------------------------------------------------
+def test_tp_comm_overlap_hides_all_but_a_chunk_and_needs_sequence_parallelism():
+    """--tp-comm-overlap: each collective runs in tp chunks beside its GEMM; one chunk (and whatever outlasts the
+    GEMM) stays exposed, and a slow link exposes more."""
+    assert chunked_exposed(1.0, 2.0, 8) == 1.0 / 8                    # the GEMM is longer: one chunk of 8 shows
+    assert chunked_exposed(2.0, 1.0, 8) == pytest.approx(2 / 8 + 1.0 * 7 / 8)
+    llama = Transformer.preset("llama3-70b")
+    plain = Strategy(dp=8, tp=8, zero=1, grad_accum=16, sequence_parallel=True)
+    cluster = ClusterSpec.preset("h100-sxm", nodes=8)
+    before, after = step_time(llama, cluster, plain), step_time(llama, cluster, plain.with_(tp_comm_overlap=True))
+    assert after.tp_comm < 0.5 * before.tp_comm and after.total < before.total
+    assert after.overlap_slowdown > before.overlap_slowdown                  # hiding is not free
+    slow = cluster.with_(intra_node_bandwidth=25e9)                            # a PCIe-class link: the GEMMs hide less
+    assert (step_time(llama, slow, plain.with_(tp_comm_overlap=True)).tp_comm
+            / step_time(llama, slow, plain).tp_comm) > after.tp_comm / before.tp_comm
+    with pytest.raises(ValueError, match="--sequence-parallel with --tp-comm-overlap"):
+        Strategy(tp=8, tp_comm_overlap=True)
+
+
+# ---- 3. ZeRO 0-2: gradient buckets and the weights' gather ---------------------------------------------------------
+def test_zero12_buckets_expose_one_chunk_and_the_param_gather_overlaps_the_next_forward():
+    """NeMo's Communication Overlap guide: the DP sync, "chunked by the granularity of a Transformer layer", "exposes
+    only one DP communication chunk" when the layers' compute is the longer; Megatron-LM's --overlap-param-gather
+    moves ZeRO-1/2's weight all-gather from after the optimizer to beside the next forward."""
+    assert bucketed_exposed([0.3] * 4, [1.0] * 4) == pytest.approx(0.3)  # one chunk
+    assert bucketed_exposed([2.0] * 4, [1.0] * 4) == pytest.approx(5.0)   # the link is the bottleneck: 8 - 3
+    assert bucketed_exposed([0.3] * 4, [1.0] * 4, window=0.3) == 0.0     # a later stage: the pipeline's flush hides it
+    assert prefetched_exposed([0.3] * 4, [1.0] * 4) == pytest.approx(0.3)  # the first layer's weights are waited for
+    llama, cluster = Transformer.preset("llama3-8b"), ClusterSpec.preset("h100-sxm", nodes=4)
+    zero1 = Strategy(dp=32, zero=1, grad_accum=4)
+    exposed = step_time(llama, cluster, zero1).dp_comm_exposed
+    overlapped = step_time(llama, cluster, zero1.with_(overlap_param_gather=True)).dp_comm_exposed
+    assert 0 < overlapped < exposed
+    with pytest.raises(ValueError, match="use zero=1 or 2"):
+        Strategy(dp=8, zero=3, overlap_param_gather=True)
+
+
+# ---- 4. uneven pipeline stages ---------------------------------------------------------------------------------------
+def test_uneven_stages_llama3_126_layers_on_16():
+    """Llama 3 405B: 126 layers, 16 stages, the first and the last one layer fewer (Sec. 3.3.2): 7 + 14 x 8 + 7. The
+    slowest stage sets the pace, so dropping a layer from the last stage (which also runs the head) speeds the step."""
+    strategy = _llama3_8k()
+    assert pipeline_stages.stage_layers(LLAMA3_405B, strategy) == [7] + [8] * 14 + [7]
+    assert strategy.label().endswith("L7/7")
+    even_last = step_time(LLAMA3_405B.with_(layers=127), H100, strategy.with_(last_stage_layers=8))
+    assert step_time(LLAMA3_405B, H100, strategy).total < even_last.total
+    with pytest.raises(ValueError, match="cannot share equally"):
+        check(LLAMA3_405B, strategy.with_(first_stage_layers=6), gpus=8192)
+    with pytest.raises(ValueError, match="needs pp >= 3"):
+        Strategy(pp=2, first_stage_layers=3)
+
+
+# ---- 5. DiLoCo outer sync and a cross-region link ------------------------------------------------------------------
+def test_diloco_int8_every_100_steps_sends_400x_less_than_data_parallel_fp32():
+    """INTELLECT-1 (Jaghouar et al. 2024, arXiv:2412.01152, abstract): DiLoCo and an int8 all-reduce of the
+    pseudo-gradients give "a 400x reduction in communication bandwidth compared to traditional data-parallel
+    training"; its model card (Hugging Face, PrimeIntellect/INTELLECT-1): "trained using the DiLoCo algorithms with
+    100 inner steps". 100 steps x 4 bytes (fp32) / 1 byte = 400. Its layout (the abstract's "hybrid DiLoCo-FSDP2"):
+    FSDP inside a node of 8 H100s, DiLoCo between up to 14 nodes."""
+    model = Transformer.preset("llama3-8b")
+    diloco = Strategy(dp=112, zero=3, replicas=14, sync_every=100, sync_precision="int8")
+    shard = outer_sync.synced_parameters(model, diloco)
+    assert shard == -(-model.parameters() // 8)                       # the node's FSDP shard, not the model
+    fp32_every_step = 4 * shard
+    assert fp32_every_step / outer_sync.wire_bytes_per_step(model, diloco) == 400
+    assert outer_sync.outer_group(diloco).stride == 8                 # the same shard in every other node
+
+
+def test_outer_sync_amortises_and_its_optimizer_state_is_counted():
+    """Outer sync over a slow link: the per-step cost falls as 1/H; the outer Nesterov momentum and the fp32 global
+    copy (DiLoCo, Douillard et al. 2023, arXiv:2311.08105, Algorithm 1) add 8 bytes per held parameter."""
+    model = Transformer.preset("llama3-8b")
+    cluster = ClusterSpec.preset("h100-sxm", nodes=14).with_(region_nodes=1, cross_region_bandwidth=1e9 / 8)
+    ddp_like = Strategy(dp=112, zero=3)
+    h10, h100 = (ddp_like.with_(replicas=14, sync_every=h) for h in (10, 100))
+    assert step_time(model, cluster, h10).outer_sync == pytest.approx(10 * step_time(model, cluster, h100).outer_sync)
+    assert step_time(model, cluster, h100).total < step_time(model, cluster, ddp_like).total / 100
+    extra = memory(model, h100).optimizer - stage_state_bytes(model, ddp_like.with_(dp=8), 0).optimizer
+    assert extra == 8 * outer_sync.synced_parameters(model, h100)
+    with pytest.raises(ValueError, match="replicas=1"):
+        Strategy(dp=8, sync_every=10)
+
+
+def test_a_cross_region_link_slows_the_groups_that_cross_it():
+    """Regions of whole nodes: the tp group (inside a node) never crosses; a dp group spanning regions shares the
+    region's link with every other dp group."""
+    cluster = ClusterSpec.preset("h100-sxm", nodes=4).with_(region_nodes=2, cross_region_bandwidth=100e9 / 8)
+    strategy = Strategy(dp=4, tp=8)
+    tp, dp = strategy.layout.group("tp"), strategy.layout.group("dp")
+    assert not spans_regions(cluster, tp) and spans_regions(cluster, dp)
+    one_region = cluster.with_(region_nodes=None)
+    assert collective_time("all_reduce", 1e9, cluster, dp) > 10 * collective_time("all_reduce", 1e9, one_region, dp)
+    with pytest.raises(ValueError, match="must divide the 4 nodes"):
+        cluster.with_(region_nodes=3)
+
+
+def test_the_cli_takes_the_new_options_and_refuses_bad_ones_in_one_line(capsys):
+    args = ["--model", "llama3-8b", "--cluster", "h100-sxm", "--nodes", "2", "--tp", "8"]
+    assert main(args + ["--sequence-parallel", "--tp-comm-overlap", "--zero", "1", "--overlap-param-gather"]) == 0
+    assert "tpo opg" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as stop:
+        main(args + ["--tp-comm-overlap"])
+    assert stop.value.code == 2 and "--sequence-parallel" in capsys.readouterr().err.splitlines()[-1]
+    assert main(args + ["--zero", "1", "--sync-every", "50", "--sync-precision", "int8", "--region-nodes", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "r2/50-int8" in out and "across it: the DiLoCo replicas' outer sync" in out
+
+
+def test_the_breakdown_prints_the_outer_sync_and_its_lines_add_up_to_the_total(capsys):
+    args = ["--model", "llama3-8b", "--cluster", "h100-sxm", "--nodes", "2", "--tp", "8", "--zero", "1",
+            "--sync-every", "50", "--region-nodes", "1"]
+    assert main(args) == 0
+    lines = capsys.readouterr().out.splitlines()
+    start = lines.index("  step time (s)") + 1
+    end = next(i for i in range(start, len(lines)) if lines[i].split()[0] == "total")
+    parts = {line[:30].strip(): float(line.split()[-1]) for line in lines[start:end]}
+    assert parts["outer sync (1/50)"] > 0
+    assert sum(parts.values()) == pytest.approx(float(lines[end].split()[-1]), abs=0.001 * len(parts))
+
+
+# ---- 6. expert tensor parallelism ----------------------------------------------------------------------------------
+def test_expert_tp_splits_the_experts_apart_from_attention_as_megatron_lays_them_out():
+    """Megatron-Core's --expert-tensor-parallel-size: Mixtral 8x7B on 8 GPUs, tp 4 (dp 2). With etp = tp the experts
+    split 4 ways and ep fits in dp = 2; with etp 1 the 8 ranks split the experts, ep up to 8, one whole expert each."""
+    mixtral = Transformer.preset("mixtral-8x7b").with_(seq_len=4096)
+    expert = 3 * 4096 * 14336                                         # one SwiGLU expert, no biases
+    etp4 = Strategy(dp=2, tp=4, ep=2, zero=1)                         # expert_tp left to tp: 4
+    etp1 = etp4.with_(ep=8, expert_tp=1)
+    assert experts.layer_change_per_rank(mixtral, etp4)[1] == 4 * expert // 4
+    assert experts.layer_change_per_rank(mixtral, etp1)[1] == 1 * expert             # the same bytes per rank
+    assert experts.layer_change_per_rank(mixtral, etp4.with_(expert_tp=1))[1] == 4 * expert   # ep 2: 4 whole experts
+    assert memory(mixtral, etp1).model_states == memory(mixtral, etp4).model_states
+    assert memory(mixtral, etp4.with_(expert_tp=1)).model_states > memory(mixtral, etp4).model_states
+    # all-to-all: without sequence parallelism each rank dispatches etp / tp of its replica's b s top_k h values
+    tokens = 4096 * 2 * 4096 * 2                                      # b s top_k h x 2 bytes
+    assert experts.dispatch_bytes(mixtral, etp4) == tokens and experts.dispatch_bytes(mixtral, etp1) == tokens // 4
+    sp = dict(sequence_parallel=True)
+    assert experts.dispatch_bytes(mixtral, etp1.with_(**sp)) == experts.dispatch_bytes(mixtral, etp4.with_(**sp))
+    assert expert_tp.group(etp1, "ep") == Group(8, 1) and expert_tp.group(etp4, "ep") == Group(2, 4)
+    assert expert_tp.group(etp4, "edp") == etp4.layout.group("edp")   # etp = tp: the rank layout's groups
+    # per rank the expert GEMMs do the same FLOPs: tokens x width x experts held
+    assert (expert_compute.tokens_per_expert(mixtral, etp1) * 14336 * 1
+            == expert_compute.tokens_per_expert(mixtral, etp4) * 14336 / 4 * 4)
+    for bad, match in (({"expert_tp": 3}, "does not divide tp=4"), ({"ep": 8}, "or a smaller expert_tp"),
+                       ({"ep": 16, "expert_tp": 1}, "does not divide tp x cp x dp")):
+        with pytest.raises(ValueError, match=match):
+            etp4.with_(**bad)
+    with pytest.raises(ValueError, match="dense: drop expert_tp"):
+        check(Transformer.preset("llama3-8b"), etp1.with_(ep=1))
+
+
+def test_the_cli_takes_expert_tp_and_refuses_a_bad_one_in_one_line(capsys):
+    args = ["--model", "mixtral-8x7b", "--cluster", "h100-sxm", "--tp", "4", "--sequence-parallel", "--zero", "1"]
+    assert main(args + ["--expert-tp", "1", "--ep", "8"]) == 0
+    assert "ep8 etp1" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as stop:
+        main(args + ["--expert-tp", "3"])
+    assert stop.value.code == 2 and "use expert_tp in [1, 2, 4]" in capsys.readouterr().err.splitlines()[-1]
