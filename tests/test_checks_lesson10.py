@@ -1,10 +1,13 @@
-"""The lesson 10 checks accept a right answer and reject plausible wrong ones with specific feedback.
+"""The lesson 10 checks reject plausible wrong answers with specific feedback.
 
 Each wrong answer below is a mistake a learner is likely to make; the test pins the part of
 the feedback that names it. The groups check runs wrong answers in this process (they fail on
-the shapes whose sides differ, before any rank starts); the right answer launches 4 gloo
-ranks. The gradient check's eight mistaken answers run one after the other in one launch of 6 ranks
-(a (dp=3, tp=2) mesh) through the check's own runner, and each is judged by the check's own judge.
+the shapes whose sides differ, before any rank starts). The gradient check's eight mistaken
+answers run one after the other in one launch of 6 ranks (a (dp=3, tp=2) mesh) through the
+check's own runner, and each is judged by the check's own judge. That each check accepts a right
+answer (for the groups: on 4 gloo ranks against real DeviceMeshes) is proven by nbval of
+solutions/10-2d-mesh.ipynb, whose check cells store the ✓ lines; running the groups check's right
+answer here too cost a second 4-rank launch (about 9 s of CPU).
 """
 
 from __future__ import annotations
@@ -22,11 +25,6 @@ from ddp_lab.checks.lesson10 import check_average_gradients, check_dp_tp_groups
 
 
 # --- dp_tp_groups ---------------------------------------------------------------------------
-
-def dp_tp_groups(rank, dp_size, tp_size):
-    row, col = divmod(rank, tp_size)
-    return {"dp": [i * tp_size + col for i in range(dp_size)], "tp": [row * tp_size + j for j in range(tp_size)]}
-
 
 def rows_and_columns_swapped(rank, dp_size, tp_size):
     row, col = divmod(rank, tp_size)
@@ -82,12 +80,6 @@ def the_package_layout(rank, dp_size, tp_size):
     from ddp_lab.course.rank_layout import RankLayout
     layout = RankLayout(dp=dp_size, tp=tp_size)
     return {"dp": layout.group_of("dp", rank), "tp": layout.group_of("tp", rank)}
-
-
-def test_dp_tp_groups_accepts_the_right_answer(capsys):
-    check_dp_tp_groups(dp_tp_groups)
-    last = capsys.readouterr().out.splitlines()[-1]  # after ddp_lab's note on machines with fewer than 4 cores
-    assert last.startswith("✓ dp_tp_groups: the groups of every rank match DeviceMesh's layout for the shapes")
 
 
 @pytest.mark.parametrize("answer, feedback", [

@@ -84,6 +84,24 @@ def run_probe(cwd) -> dict:
         return json.loads(printed(client, PROBE))
 
 
+def test_an_environment_torch_could_read_starts_the_ordinary_way(template, tmp_path, monkeypatch):
+    """The first test of the module's template (a template of its own cost one more import of torch, 3 s of a core):
+    its first kernel, whose environment differs, starts the template, which starts with the environment it was made
+    with, so that the next kernel, started with that environment, is forked."""
+    assert template.process is None, "this test must be the first to start the module's template: keep it first"
+    made_with = template.env.get("OMP_NUM_THREADS")
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")   # read by torch's thread pool; the template was not made with it
+    probe = run_probe(tmp_path)                  # the first kernel: the template starts now
+    assert not probe["torch_imported"] and "relay-lifeline" not in probe["threads"]
+    if made_with is None:   # the environment the template was made with: later kernels fork again
+        monkeypatch.delenv("OMP_NUM_THREADS")
+    else:
+        monkeypatch.setenv("OMP_NUM_THREADS", made_with)
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))   # inductor writes it into a test process's
+    probe = run_probe(tmp_path)
+    assert probe["torch_imported"] and "relay-lifeline" in probe["threads"]
+
+
 def test_a_forked_kernel_sees_what_an_ordinary_one_sees(template, tmp_path, monkeypatch):
     forked = run_probe(tmp_path)
     # a second kernel from the same template draws other random numbers, as a new interpreter does (random reseeds
@@ -119,26 +137,6 @@ def test_a_killed_relay_ends_its_kernel(template, tmp_path):
         assert forked.pid != manager.provisioner.pid   # forked by the template, not the relay jupyter_client started
     manager.shutdown_kernel(now=True)   # SIGKILL to the relay's process group: the kernel is not in it
     forked.wait(timeout=10)             # psutil.TimeoutExpired if the kernel outlived its relay
-
-
-def test_an_environment_torch_could_read_starts_the_ordinary_way(tmp_path, monkeypatch):
-    own = forked_kernels.Template(str(tmp_path))   # its own: it must start with this test's first kernel
-    monkeypatch.setattr(local_provisioner, "launch_kernel",
-                        lambda cmd, **kwargs: ordinary_launch(own.kernel_command(cmd), **kwargs))
-    made_with = os.environ.get("OMP_NUM_THREADS")
-    try:
-        monkeypatch.setenv("OMP_NUM_THREADS", "3")   # read by torch's thread pool; the template was not made with it
-        probe = run_probe(tmp_path)                  # the first kernel: the template starts now
-        assert not probe["torch_imported"] and "relay-lifeline" not in probe["threads"]
-        if made_with is None:   # the environment the template was made with: later kernels fork again
-            monkeypatch.delenv("OMP_NUM_THREADS")
-        else:
-            monkeypatch.setenv("OMP_NUM_THREADS", made_with)
-        monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))   # inductor writes it into a test process's
-        probe = run_probe(tmp_path)
-        assert probe["torch_imported"] and "relay-lifeline" in probe["threads"]
-    finally:
-        own.close()
 
 
 # What a rank sees, and where it came from, for the kernel's launch (ranks_probe)

@@ -23,8 +23,14 @@ def load_tool():
     return module
 
 
+# The GPU suite and the warning test below use no nbval; loading its plugin (nbformat, jsonschema and its format
+# checkers) cost each pytest these tests start 3-4 s of a core here, more than half of its CPU time.
+WITHOUT_NBVAL = ("-p", "no:nbval")
+
+
 def run_report(out: Path, *pytest_args: str, env: dict | None = None) -> str:
-    done = subprocess.run([sys.executable, str(ROOT / "tools" / "gpu_report.py"), "--out", str(out), *pytest_args],
+    done = subprocess.run([sys.executable, str(ROOT / "tools" / "gpu_report.py"), "--out", str(out), *WITHOUT_NBVAL,
+                           *pytest_args],
                           capture_output=True, text=True, timeout=300, env=env)
     assert done.returncode == 0, done.stdout + done.stderr
     text = out.read_text()
@@ -60,8 +66,8 @@ def test_cells_that_wait_for_more_gpus_are_read_from_the_pytest_warning_summary(
             warnings.warn("03-dataparallel.ipynb: ran every GPU cell except cell 29 (needs 2 GPUs): "
                           "this machine has 1", stacklevel=1)
     """))
-    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rA", "-W", "always",
-                           str(tmp_path)], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *WITHOUT_NBVAL, "-rA", "-W",
+                           "always", str(tmp_path)], capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert done.returncode == 0, done.stdout
     assert load_tool().warnings_from(done.stdout) == [
         "03-dataparallel.ipynb: ran every GPU cell except cell 29 (needs 2 GPUs): this machine has 1"]
