@@ -1,4 +1,5 @@
-"""Command line: `python -m ddp_lab doctor`, `python -m ddp_lab grade [my-work/]` and `python -m ddp_lab plan ...`."""
+"""Command line: `python -m ddp_lab doctor`, `python -m ddp_lab grade [my-work/]`, `python -m ddp_lab plan ...`
+and `python -m ddp_lab status`."""
 
 from __future__ import annotations
 
@@ -37,9 +38,22 @@ def main(argv: list[str] | None = None) -> int:
                     "--recompute ...) to print that plan's memory and time breakdown. Short form: --params 7.5B "
                     "--dp 64 --zero 3 prints per-GPU parameters, gradients and optimizer state in GB (10^9 bytes).")
     add_arguments(plan)
+    commands.add_parser(
+        "status", help="show what each rank of your live clusters is doing, from a terminal while a cell runs",
+        description="For every live cluster (%%ddp, ddp_lab.Cluster) of your kernels: one line per rank, as "
+                    "%ddp_status prints it (alive or not, pid, idle or running which cell for how long, the "
+                    "collective it waits in, its memory). Run it in a terminal (JupyterLab: File > New > "
+                    "Terminal) while a cell seems stuck: the kernel itself cannot run %ddp_status until the "
+                    "cell ends. It sends the ranks no command; a busy rank is asked for its stack by a signal "
+                    "and waited for at most about half a second. Says 'no live cluster' when there is none.")
     args = parser.parse_args(argv)
     if args.command == "plan":
         return run(args, plan)
+    if args.command == "status":
+        from ddp_lab.cluster.status import show_live_clusters  # lazy: each command imports only what it runs
+
+        show_live_clusters()
+        return 0
     if args.command == "doctor":
         from ddp_lab.hardware.machine import doctor  # lazy: each command imports only what it runs
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import threading
 import time
@@ -16,7 +18,10 @@ import pytest
 
 import ddp_lab
 from ddp_lab import LaunchTimeout, RankCrashed, RankFailed
+from ddp_lab.__main__ import main as command_line
+from ddp_lab.cluster.registry import CLUSTER_PREFIX, ENTRY_NAME, Registration
 from ddp_lab.cluster.status import STACK_WAIT_S
+from ddp_lab.launcher.workdir import LOCK_NAME
 from ddp_lab.launcher import procstart
 
 
@@ -88,16 +93,21 @@ def test_a_bad_command_is_refused_in_one_line_before_it_reaches_the_ranks(cluste
     assert cluster.alive and cluster.run_code("rank") == [0, 1]
 
 
-def test_status_names_the_collective_a_busy_rank_waits_in_without_waiting_for_it(cluster):
+def test_status_names_the_collective_a_busy_rank_waits_in_without_waiting_for_it(cluster, tmp_path):
     """status() never waits for a command: rank 0 waits in all_reduce for rank 1, which sleeps.
 
     A rank that has run its command for over ASK_AFTER_S is asked for its stack (the hang report's
     signal): rank 0 is shown in all_reduce at its line of the cell, rank 1 (in time.sleep) in no
-    collective. A rank that cannot answer (stopped with SIGSTOP) costs status its bounded wait
-    and is shown without a collective; the cell still ends with the right sum.
+    collective; the cell is named as the notebook names it. A rank that cannot answer (stopped
+    with SIGSTOP) costs status its bounded wait and is shown without a collective; the cell still
+    ends with the right sum. From a terminal (another process, as while the kernel is busy in the
+    cell), `python -m ddp_lab status` shows the same lines under the cluster's headline.
     """
-    cell = "import time\nt = torch.ones(1)\nif rank == 1:\n    time.sleep(1.5)\ndist.all_reduce(t)\nt.item()"
+    release = tmp_path / "release"  # rank 1 sleeps until it exists
+    cell = (f"import os, time\nt = torch.ones(1)\nwhile rank == 1 and not os.path.exists({str(release)!r}):\n"
+            "    time.sleep(0.01)\ndist.all_reduce(t)\nt.item()")
     values = {}
+    cluster.name_cells({"<the waiting cell>": "Cell In[7]"})  # as %%ddp names a notebook's cell
     busy = threading.Thread(target=lambda: values.update(sum=cluster.run_code(cell, filename="<the waiting cell>")))
     busy.start()
     try:
@@ -112,21 +122,30 @@ def test_status_names_the_collective_a_busy_rank_waits_in_without_waiting_for_it
             took_unanswered = time.monotonic() - started
         finally:
             os.kill(rank_pids(cluster)[0], signal.SIGCONT)
+        terminal = subprocess.run([sys.executable, "-m", "ddp_lab", "status"], capture_output=True, text=True,
+                                  timeout=30)
     finally:
+        release.touch()
         busy.join()
     assert took < STACK_WAIT_S, f"status took {took:.2f} s although both ranks wrote their stacks at once"
     assert STACK_WAIT_S <= took_unanswered < STACK_WAIT_S + 0.25, f"status took {took_unanswered:.2f} s"
     waiting, sleeping = statuses
     assert [s.pid for s in statuses] == rank_pids(cluster) and waiting.alive and sleeping.alive
-    assert waiting.doing == sleeping.doing == "running <the waiting cell>" and 0.5 < waiting.seconds < 1.5, waiting
+    assert waiting.doing == sleeping.doing == "running Cell In[7]" and 0.5 < waiting.seconds < 1.5, waiting
     assert (waiting.collective, waiting.cell_line) == ("all_reduce", 5), waiting
     assert (sleeping.collective, sleeping.cell_line) == ("", None), sleeping
     assert all(s.rss > 50 * 2**20 for s in statuses)  # a rank has torch imported: well over 50 MB
-    assert re.fullmatch(r"rank 0  pid \d+  alive  running <the waiting cell> for \d\.\d s, in all_reduce \(line 5\)"
+    assert re.fullmatch(r"rank 0  pid \d+  alive  running Cell In\[7\] for \d\.\d s, in all_reduce \(line 5\)"
                         r"  RSS \d+ MB", waiting.line()), waiting.line()
-    assert re.fullmatch(r"rank 1  pid \d+  alive  running <the waiting cell> for \d\.\d s  RSS \d+ MB",
+    assert re.fullmatch(r"rank 1  pid \d+  alive  running Cell In\[7\] for \d\.\d s  RSS \d+ MB",
                         sleeping.line()), sleeping.line()
-    assert unanswered[0].doing == "running <the waiting cell>" and unanswered[0].collective == "", unanswered[0]
+    assert unanswered[0].doing == "running Cell In[7]" and unanswered[0].collective == "", unanswered[0]
+    shown = [without_clock(line) for line in terminal.stdout.splitlines()]
+    assert without_clock(waiting.line()) in shown, (terminal.stdout, terminal.stderr)
+    first = shown.index(without_clock(waiting.line()))
+    assert shown[first + 1] == without_clock(sleeping.line()), terminal.stdout
+    assert shown[first - 1].startswith(f"cluster of 2 ranks (gloo), started by pid {os.getpid()}, up "), \
+        terminal.stdout
     assert values["sum"] == [2.0, 2.0]
     assert [(s.doing, s.seconds, s.collective) for s in cluster.status()] == [("idle", None, "")] * 2
 
@@ -215,12 +234,53 @@ def test_interrupt_keeps_the_cluster_unless_a_rank_is_stuck_in_a_collective():
     assert wait_gone(pids) == []
 
 
-def test_shutdown_leaves_no_rank_behind():
+def without_clock(line: str) -> str:
+    """A status line without what changes from one reading to the next (seconds, memory)."""
+    return re.sub(r"RSS \d+ MB", "RSS _ MB", re.sub(r"for \d+\.\d s", "for _ s", line))
+
+
+def plant_ended_clusters(folder) -> None:
+    """Work folders of clusters whose kernel has ended, as a killed kernel leaves them: one whose lock
+    is free (its kernel pid, this process's, runs on: the lock alone tells), one without a lock
+    whose kernel pid is now another process (this one, started later than that kernel)."""
+    for name, lock in (("lock-free", True), ("no-lock", False)):
+        path = folder / f"{CLUSTER_PREFIX}{name}"
+        path.mkdir()
+        if lock:
+            (path / LOCK_NAME).touch()
+        Registration(str(path), 2, "gloo", [], {})  # this process as the kernel, no ranks
+        if not lock:
+            entry = json.loads((path / ENTRY_NAME).read_text())
+            entry["kernel_started"] -= 3600
+            (path / ENTRY_NAME).write_text(json.dumps(entry))
+
+
+def test_shutdown_leaves_no_rank_behind_nor_a_listed_cluster(monkeypatch, tmp_path, capsys):
+    """`python -m ddp_lab status` lists a live cluster (idle ranks) until its shutdown, then says there
+    is none; clusters whose kernel has ended are never listed."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # this test's work folders only, whatever else runs
     live = ddp_lab.Cluster(3, backend="gloo")
     pids = rank_pids(live)
+    assert live.run_code("rank") == [0, 1, 2]  # each rank has written its record since: idle, not starting
+    plant_ended_clusters(tmp_path)
+    assert command_line(["status"]) == 0
+    shown = capsys.readouterr().out.splitlines()
+    assert len(shown) == 4, shown
+    assert shown[0].startswith(f"cluster of 3 ranks (gloo), started by pid {os.getpid()}, up "), shown
+    for rank, (pid, line) in enumerate(zip(pids, shown[1:])):
+        assert re.fullmatch(rf"rank {rank}  pid {pid}  alive  idle  RSS \d+ MB", line), shown
     live.shutdown()
     live.shutdown()  # idempotent
     assert wait_gone(pids) == []
+    assert command_line(["status"]) == 0
+    assert capsys.readouterr().out.startswith("no live cluster: no kernel of yours runs one now")
+
+
+def test_the_command_line_lists_the_status_command(capsys):
+    with pytest.raises(SystemExit) as ended:
+        command_line(["--help"])
+    assert ended.value.code == 0
+    assert re.search(r"\n    status +show what each rank of your live clusters is doing", capsys.readouterr().out)
 
 
 def test_warm_launches_fork_from_the_zygote_and_a_dead_zygote_is_replaced():

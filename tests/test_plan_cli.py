@@ -505,7 +505,8 @@ def test_every_plan_says_how_far_to_trust_it(capsys):
     in a way none of them does is called less certain (the H100 runs are all data-parallel); a plan for longer
     sequences than the scored runs' gets the planner's errors on MosaicML's sequence sweep (8K: within 7.3 % without
     recomputation, 15 % either way with it), or beyond the sweep's 64K is called less certain; another overlap
-    slowdown than the one those figures hold for is said; a T4, which no published run checks, is called rough."""
+    slowdown than the one those figures hold for is said; a T4, which no published run checks, is called rough; last,
+    the held-out runs' errors of each family among the plans shown (tests/test_plan_held_out.py checks the figures)."""
     from ddp_lab.__main__ import main
     from ddp_lab.plan.published import RUNS, summary
 
@@ -517,8 +518,12 @@ def test_every_plan_says_how_far_to_trust_it(capsys):
                 "(README, \"How far to trust the planner\")")
 
     def last_lines(*argv, count=3):
+        """The lines before the held-out figures, which end every answer: one line per family of the plans shown."""
         assert main(["plan", *argv]) == 0
-        return capsys.readouterr().out.rstrip("\n").splitlines()[-count:]
+        lines = capsys.readouterr().out.rstrip("\n").splitlines()
+        held_out = [line for line in lines if line.startswith("          held out, ")]
+        assert held_out and lines[-len(held_out):] == held_out and len(set(held_out)) == len(held_out)
+        return lines[:-len(held_out)][-count:]
 
     sweep_h100 = ["          8,192-token sequences: on MosaicML's H100 runs at 4K-64K tokens (they set attention's rate)",
                   "          the planner was off by -2.1% to +7.3% without recomputation, -8.8% to +22.2% with it"]

@@ -10,7 +10,8 @@
 `ddp_lab.launch` drives too; one command is watched by command.py. An exception on some ranks
 shows their tracebacks and leaves the cluster running; an interrupt stops the cell and keeps
 the ranks; a crash or a hang (the watchdog) shuts the cluster down and says how to start a
-fresh one.
+fresh one. While it runs, the cluster describes itself in its work folder (registry.py), so that
+`python -m ddp_lab status` in a terminal shows its ranks while the kernel is busy in a cell.
 
 Introduced in notebooks/00b-live-cluster.ipynb.
 """
@@ -24,6 +25,7 @@ import time
 
 from ddp_lab.cluster import rank_loop as cluster_rank
 from ddp_lab.cluster.command import FRESH_START, RESTART, CommandWatch
+from ddp_lab.cluster.registry import CLUSTER_PREFIX, Registration
 from ddp_lab.cluster.status import StatusReport, cluster_status
 from ddp_lab.launcher.arguments import (check_env, check_fn, check_nprocs, check_ranks, check_signature,
                                        check_source, check_threads, check_timeout, check_variable_name,
@@ -78,6 +80,7 @@ class Cluster:
         self._ended_at = [0] * nprocs  # each rank's output lines up to the end of the last command
         self._names = cell_names()
         self._supervisor = RankGroup(nprocs)  # the ranks' life: started, watched, reported on, stopped there
+        self._registration: Registration | None = None  # what `python -m ddp_lab status` reads
         self._closed = False
         try:
             with one_line_if_out_of_fds("start the cluster's ranks"):
@@ -88,12 +91,14 @@ class Cluster:
 
     # -- lifecycle -----------------------------------------------------------------------
     def _start(self, threads: int | None, env: dict) -> None:
-        self._workdir = self._supervisor.open_work_folder("ddp_lab-cluster-")
+        self._workdir = self._supervisor.open_work_folder(CLUSTER_PREFIX)
         payload = build_payload(cluster_rank.serve, (self._workdir,), self.backend,
                                 threads_per_rank(self.nprocs, threads), PG_TIMEOUT_S)
         payload["argv"] = [cluster_rank.CELL_MODULE]   # a cell's sys.argv, as __main__'s in a script
         self._supervisor.start(payload, env, PG_TIMEOUT_S)
         self._supervisor.wait_until_ready(self.timeout, self._names)
+        self._registration = Registration(self._workdir, self.nprocs, self.backend, self._supervisor.processes,
+                                          self._names)
         prepare_zygote()
 
     @property
@@ -104,6 +109,7 @@ class Cluster:
         """Stop every rank (idempotent). Nothing is left running."""
         if self._closed:
             return
+        self._unregister()
         for rank in range(self.nprocs):
             try:
                 self._supervisor.send({"kind": "shutdown"}, [rank])
@@ -114,7 +120,14 @@ class Cluster:
 
     def _teardown(self) -> None:
         self._closed = True
+        self._unregister()
         self._supervisor.stop()
+
+    def _unregister(self) -> None:
+        """No longer listed by `python -m ddp_lab status` (the cluster is being shut down)."""
+        if self._registration is not None:
+            self._registration.remove()
+            self._registration = None
 
     def status(self) -> StatusReport:
         """Each rank's process (alive, pid, memory) and what it is doing, without waiting for a busy rank.
@@ -123,7 +136,8 @@ class Cluster:
         operating system about the process: it never sends the ranks a command. A rank running a
         command for over half a second is asked for its stack (a signal, as the hang report asks),
         to name the collective it waits in; that takes at most about 0.5 s, and a rank that does not
-        answer in time is shown without it. `%ddp_status` prints it, one line per rank.
+        answer in time is shown without it. `%ddp_status` prints it, one line per rank;
+        `python -m ddp_lab status` prints the same lines in a terminal while the kernel is busy.
         """
         if self._closed:
             raise RuntimeError(f"this cluster was shut down: {RESTART}")
@@ -132,6 +146,8 @@ class Cluster:
     def name_cells(self, names: dict[str, str]) -> None:
         """Name code in tracebacks as the notebook does ('Cell In[5]'): `payload.cell_names()`'s mapping."""
         self._names.update(names)
+        if self._registration is not None:
+            self._registration.name_cells(self._names)  # a terminal's status names cells as the notebook does
 
     def __enter__(self) -> "Cluster":
         return self

@@ -10,6 +10,10 @@ writes the stack even from inside a C++ collective), to name the torch.distribut
 in (reports.blocked_in). That wait is bounded by STACK_WAIT_S: a rank that does not answer in
 time is shown without it. Nothing here waits for a rank's command to end.
 
+The same lines are shown from outside the kernel, by `python -m ddp_lab status` in a terminal
+(`show_live_clusters`), for every live cluster of the user's kernels (found through
+registry.py): a kernel busy in a stuck cell cannot run `%ddp_status` itself.
+
 Introduced in notebooks/00b-live-cluster.ipynb.
 """
 
@@ -17,12 +21,14 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
 
+from ddp_lab.cluster.registry import ListedCluster, live_clusters
 from ddp_lab.launcher.errors import describe_exit
 from ddp_lab.launcher.rankprocess import RankProcess
 from ddp_lab.launcher.reports import blocked_in
@@ -97,11 +103,15 @@ class StatusReport(list):
         printer.text(repr(self))
 
 
-def cluster_status(processes: list[RankProcess], exits: dict[int, int], folder: str,
+def cluster_status(processes: list[RankProcess], exits: dict[int, int | None], folder: str,
                    names: dict[str, str]) -> StatusReport:
-    """Every rank's status; ranks running a command for over ASK_AFTER_S also say which collective they are in."""
+    """Every rank's status; ranks running a command for over ASK_AFTER_S also say which collective they are in.
+
+    `exits`: the ranks known to have ended, with their exit status (None: how is unknown).
+    """
     records = {p.rank: _read(record_path(folder, p.rank)) for p in processes}
-    statuses = {p.rank: rank_status(p.rank, p.pid, exits.get(p.rank), records[p.rank], names) for p in processes}
+    statuses = {p.rank: rank_status(p.rank, p.pid, p.rank in exits, exits.get(p.rank), records[p.rank], names)
+                for p in processes}
     busy = [p for p in processes if statuses[p.rank].alive and (statuses[p.rank].seconds or 0) > ASK_AFTER_S]
     if busy:
         for rank, stack in read_stacks(busy, folder, wait=STACK_WAIT_S).items():
@@ -112,10 +122,10 @@ def cluster_status(processes: list[RankProcess], exits: dict[int, int], folder: 
     return StatusReport(statuses[p.rank] for p in processes)
 
 
-def rank_status(rank: int, pid: int, exit_code: int | None, record: dict | None,
+def rank_status(rank: int, pid: int, ended: bool, exit_code: int | None, record: dict | None,
                 names: dict[str, str]) -> RankStatus:
     """The status of one rank: its process from the system, what it does from its last `record`."""
-    rss = _rss(pid) if exit_code is None else None
+    rss = None if ended else _rss(pid)
     if rss is None:
         return RankStatus(rank, pid, False, "", None, None, describe_exit(exit_code) if exit_code is not None else "")
     if record is None or record.get("pid") != pid:  # it has not reached its command loop yet
@@ -128,6 +138,37 @@ def rank_status(rank: int, pid: int, exit_code: int | None, record: dict | None,
     else:
         doing = _DOING.get(record["kind"], f"running a {record['kind']} command")
     return RankStatus(rank, pid, True, doing, max(0.0, time.time() - record["since"]), rss)
+
+
+class _RankSeenFromOutside(RankProcess):
+    """A rank of a cluster another process (a kernel) started: known by its pid, enough to ask for its stack."""
+
+    def __init__(self, rank: int, pid: int, ended: bool):
+        self.rank, self.pid = rank, pid
+        self.returncode = 0 if ended else None  # an ended rank is never signalled (its pid may be another's now)
+
+
+def listed_cluster_status(cluster: ListedCluster) -> StatusReport:
+    """`cluster_status` for a cluster found by registry.live_clusters, from any process of the same user."""
+    ended = {rank.rank: None for rank in cluster.ranks if not rank.running()}
+    processes = [_RankSeenFromOutside(rank.rank, rank.pid, rank.rank in ended) for rank in cluster.ranks]
+    return cluster_status(processes, ended, cluster.folder, cluster.names)
+
+
+def show_live_clusters(temp_dir: str | None = None) -> int:
+    """Print every live cluster of this user's kernels: a headline, then `%ddp_status`'s line per rank.
+
+    What `python -m ddp_lab status` runs; it waits for no rank (see `cluster_status`). Returns
+    the number of clusters shown.
+    """
+    clusters = live_clusters(temp_dir)
+    if not clusters:
+        print("no live cluster: no kernel of yours runs one now (a %%ddp cell or ddp_lab.Cluster(...) "
+              f"starts one; looked in {temp_dir or tempfile.gettempdir()}).")
+    for number, cluster in enumerate(clusters):
+        print(("\n" if number else "") + cluster.headline(), flush=True)
+        print(repr(listed_cluster_status(cluster)), flush=True)
+    return len(clusters)
 
 
 def _rss(pid: int) -> int | None:

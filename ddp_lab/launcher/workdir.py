@@ -10,7 +10,8 @@ ends. The first work folder of every process (the next kernel's first launch) re
 folders of the temp dir whose lock nobody holds (`remove_abandoned`). A folder of a live
 kernel is never removed: its lock is held. pids play no part, so neither pid reuse nor
 containers that share /tmp with pid namespaces of their own can make a live folder look
-abandoned.
+abandoned. Any process can ask the same lock whether a folder's owner still runs (`owner_alive`:
+`python -m ddp_lab status` lists only the clusters of live kernels).
 
 Introduced in notebooks/00-welcome-and-first-launch.ipynb ("How launch works").
 """
@@ -102,6 +103,28 @@ def remove_abandoned(folder: str | None = None) -> list[str]:
         if ours and _remove_if_unlocked(entry.path):
             removed.append(entry.path)
     return removed
+
+
+def owner_alive(path: str) -> bool | None:
+    """Whether the process that made work folder `path` still runs: its owner.lock is held.
+
+    None when the folder has no owner.lock (a file system without flock, or a folder not made
+    here): the lock cannot tell. Locking an abandoned folder's lock for a moment to find out is
+    harmless; it is released at once, and the folder is left for `remove_abandoned`.
+    """
+    try:
+        fd = os.open(os.path.join(path, LOCK_NAME), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:  # held: its owner is alive
+        return True
+    except OSError:  # no flock here after all
+        return None
+    finally:
+        os.close(fd)  # closing the only descriptor of a lock this process took releases it
+    return False
 
 
 def _remove_if_unlocked(path: str) -> bool:

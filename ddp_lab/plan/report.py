@@ -208,7 +208,8 @@ def accuracy_text(cluster, plans=()) -> str:
     scored runs train on is told how the planner did on MosaicML's sequence sweep of the generation
     (which its attention rate comes from), or, beyond the sweep's longest, that no published run
     checks it. The figures hold for the planner's defaults: a cluster given another overlap
-    slowdown (--overlap-slowdown) is told so.
+    slowdown (--overlap-slowdown) is told so. Last, for each family among `plans` (ddp_lab.plan.held_out's
+    rules), the planner's error on the published runs of that family it was never fitted on.
 
     Example:
         >>> from ddp_lab.plan import ClusterSpec
@@ -225,9 +226,9 @@ def accuracy_text(cluster, plans=()) -> str:
     runs = predictions([run for run in RUNS if run.cluster.gpu.generation == cluster.gpu.generation])
     if not runs or cluster.gpu.memory_bandwidth is None:
         families = sorted({family_name(run) for run in predictions()})
-        return (f"accuracy: no published run checks {cluster.gpu.name} GPUs (docs/planner.md's table: "
-                f"{' and '.join(families)} runs,\n          median error {summary()['median']:.1%}): "
-                "treat these numbers as rough")
+        return "\n".join([f"accuracy: no published run checks {cluster.gpu.name} GPUs (docs/planner.md's table: "
+                          f"{' and '.join(families)} runs,\n          median error {summary()['median']:.1%}): "
+                          "treat these numbers as rough", *_held_out_lines(cluster, plans)])
     errors, family = summary(runs), family_name(runs[0])
     axes = ["data"] + [name for name, axis in SPLITS if any(getattr(r.strategy, axis) > 1 for r in runs)]
     covered = "data-parallel only" if axes == ["data"] else f"{', '.join(axes[:-1])} and {axes[-1]} parallel"
@@ -240,12 +241,17 @@ def accuracy_text(cluster, plans=()) -> str:
         lines.append(f"          no published {family} run checks {' or '.join(unchecked)} parallelism: "
                      f"those plans are less certain")
     lines += _sequence_lines(runs, plans, family)
-    # Here go the planner's errors by model family on the held-out published runs (those it was not fitted on),
-    # from the validation set's summary function, for the families among `plans`.
     if cluster.overlap_slowdown != OVERLAP_SLOWDOWN:
         lines.append(f"          (with the default overlap slowdown, {OVERLAP_SLOWDOWN}, not the "
                      f"{cluster.overlap_slowdown} given here)")
-    return "\n".join(lines)
+    return "\n".join(lines + _held_out_lines(cluster, plans))
+
+
+def _held_out_lines(cluster, plans) -> list[str]:
+    """The planner's error on held-out published runs (never fitted on) of each family among `plans`."""
+    from ddp_lab.plan import held_out    # imported here: see accuracy_text
+    families = dict.fromkeys(held_out.plan_family(plan.model, cluster, plan.strategy) for plan in plans)
+    return [f"          {held_out.family_line(family)}" for family in families]
 
 
 def _sequence_lines(runs, plans, family) -> list[str]:
