@@ -21,13 +21,14 @@ from ddp_lab.launcher.launch import launch
 
 DEADLOCK_TIMEOUT = 3.0   # the hint does not depend on where the ranks wait, so a short wait suffices
 DILOCO_HINTS = ("wrong sign", "summed, not averaged", "starts again every round", "inner AdamW state was averaged",
-                "made anew every round", "plain momentum", "keep their local weights", "package's own answer")
+                "made anew every round", "plain momentum", "keep their local weights", "package's own answer",
+                "a model's worth per inner step")
 RECOVER_HINTS = ("sent from rank 0, the recovering one", "kept its stale weights", "momentum did not",
                  "package's own answer")
 
 
 def _diloco(model, batches, inner_steps, sign=1.0, mean=True, reset_outer=False, average_inner=False,
-            fresh_inner=False, nesterov=True, keep_local=False, only_rank0=False):
+            fresh_inner=False, nesterov=True, keep_local=False, only_rank0=False, every_step=False):
     """A DiLoCo loop with one mistake switched on by its flag (the right answer with none)."""
     world_size = dist.get_world_size()
     inner = torch.optim.AdamW(model.parameters(), lr=0.01)
@@ -37,6 +38,11 @@ def _diloco(model, batches, inner_steps, sign=1.0, mean=True, reset_outer=False,
         inner.zero_grad()
         F.mse_loss(model(x), y).backward()
         inner.step()
+        if every_step:      # LocalSGD at H = 1 inside the inner loop: the replicas average after every step
+            with torch.no_grad():
+                for p in model.parameters():
+                    dist.all_reduce(p)
+                    p /= world_size
         if (step + 1) % inner_steps:
             continue
         with torch.no_grad():
@@ -65,7 +71,8 @@ DILOCO_ANSWERS = [({}, None), ({"sign": -1.0}, "wrong sign"), ({"mean": False}, 
                   ({"reset_outer": True}, "starts again every round"),
                   ({"average_inner": True}, "inner AdamW state was averaged"),
                   ({"fresh_inner": True}, "made anew every round"), ({"nesterov": False}, "plain momentum"),
-                  ({"keep_local": True}, "keep their local weights")]
+                  ({"keep_local": True}, "keep their local weights"),
+                  ({"every_step": True}, "a model's worth per inner step")]
 
 
 def _run_diloco_answers(rank: int) -> list:
@@ -113,7 +120,7 @@ def test_diloco_stops_a_deadlock_with_a_hint():
     with pytest.raises(CheckFailed) as failure:
         check_train_diloco(train_diloco, timeout=DEADLOCK_TIMEOUT)
     message = str(failure.value)
-    assert "did not finish within" in message and "no `if rank == 0:` around an all-reduce" in message, message
+    assert "did not finish within" in message and "a collective under a condition on the rank" in message, message
 
 
 def _recover(model, optimizer, source_rank, src=None, load=True, optimizer_too=True):

@@ -40,7 +40,7 @@ def wait_gone(pids, seconds: float = 5.0) -> list[int]:
 
 
 def rank_pids(cluster) -> list[int]:
-    return [process.pid for process in cluster._supervisor.processes]
+    return [process.pid for process in cluster._group.processes]
 
 
 @pytest.fixture(scope="module")
@@ -85,11 +85,11 @@ def test_an_exception_on_some_ranks_leaves_the_cluster_usable(cluster):
     (lambda c: c.pull("model.weight"), ValueError, r"^name 'model.weight' is not a variable name"),
 ])
 def test_a_bad_command_is_refused_in_one_line_before_it_reaches_the_ranks(cluster, command, error, match, capsys):
-    sent = cluster._supervisor.outputs[0].lines[:]
+    sent = cluster._group.outputs[0].lines[:]
     with pytest.raises(error, match=match) as caught:
         command(cluster)
     assert "\n" not in str(caught.value)
-    assert cluster._supervisor.outputs[0].lines == sent and capsys.readouterr().out == ""
+    assert cluster._group.outputs[0].lines == sent and capsys.readouterr().out == ""
     assert cluster.alive and cluster.run_code("rank") == [0, 1]
 
 
@@ -186,7 +186,7 @@ INTERRUPTED_KERNEL = textwrap.dedent("""
     signal.signal(signal.SIGINT, signal.default_int_handler)
     import ddp_lab
     cluster = ddp_lab.Cluster(2, backend="gloo")
-    print(" ".join(str(p.pid) for p in cluster._supervisor.processes), flush=True)
+    print(" ".join(str(p.pid) for p in cluster._group.processes), flush=True)
     cluster.run_code("kept = rank + 10")
 
     def interrupted(source):
@@ -408,7 +408,7 @@ def test_a_rank_that_dies_between_cells_is_named_and_the_next_cell_starts_afresh
     assert shell.run_cell("%%ddp -n 2 --backend gloo\nkept = rank").success
     live, pids = magics._current, rank_pids(magics._current)
     os.kill(pids[1], signal.SIGKILL)
-    assert live._supervisor.process_of(1).wait(10) == -signal.SIGKILL  # reaped: it died before the next cell
+    assert live._group.process_of(1).wait(10) == -signal.SIGKILL  # reaped: it died before the next cell
     capsys.readouterr()
     lines = repr(shell.run_line_magic("ddp_status", "")).splitlines()
     assert re.fullmatch(rf"rank 0  pid {pids[0]}  alive  idle  RSS \d+ MB", lines[0]), lines
@@ -452,7 +452,7 @@ ORPHAN_SCRIPT = textwrap.dedent("""
     ddp_lab.launch(lambda rank: rank, nprocs=1, backend="gloo")
     procstart.ready_zygote()
     cluster = ddp_lab.Cluster(2, backend="gloo")
-    print(" ".join(str(p.pid) for p in cluster._supervisor.processes), procstart._zygote.popen.pid, flush=True)
+    print(" ".join(str(p.pid) for p in cluster._group.processes), procstart._zygote.popen.pid, flush=True)
     time.sleep(60)
 """)
 

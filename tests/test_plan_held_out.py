@@ -1,6 +1,6 @@
 """The held-out validation (ddp_lab/plan/held_out.py): published runs the planner was never fitted on, by family.
 
-What holds is asserted; the issue's goal (median <= 10 %, no family's median beyond 15 %) is asserted for the
+What holds is asserted; the goal (median <= 10 %, no family's median beyond 15 %) is asserted for the
 families that meet it and marked xfail, with the measured number, for those that do not yet. The xfails are
 strict: a family that comes within the goal fails here until it is moved to MEETS_GOAL, so the goal cannot be
 met (or lost) unseen. Pure Python, well under a second.

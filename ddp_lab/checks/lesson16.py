@@ -26,7 +26,7 @@ from ddp_lab.checks.common import call_case, describe, ensure_written, run_on_ra
 from ddp_lab.course.communicate_less import diloco, quorum
 from ddp_lab.instruments.collectives import watching_collectives
 
-REPLICAS, INNER_STEPS, ROUNDS = 2, 3, 2
+REPLICAS, INNER_STEPS, ROUNDS = 2, 4, 2   # 4 inner steps: a per-step all-reduce (4x) never looks like AdamW's moments (3x)
 INNER_LR, OUTER_LR, OUTER_MOMENTUM = 0.01, 0.7, 0.9
 QUORUM, SOURCE = 3, 1            # recovery: rank 0 returns, ranks 1 and 2 are healthy; the exercise names rank 1
 DILOCO_ANSWERS = (diloco.DiLoCo.sync, diloco.average_over_replicas)
@@ -125,9 +125,11 @@ def _nbytes(what) -> int:
 
 
 def _diloco_hang_hint(calls: set) -> str:
-    return ("some replicas wait in a collective the others never call. Every replica runs the outer step at the "
-            "same steps, with the same collectives in the same order: no `if rank == 0:` around an all-reduce, "
-            "and a sync condition that depends only on the step.")
+    names = sorted(call for call in calls if call)
+    seen = f" (they wait in {', '.join(names)})" if names else ""
+    return (f"some replicas wait in a collective the others never call{seen}. Every replica runs the outer step "
+            "at the same steps, with the same collectives in the same order: a collective under a condition on the "
+            "rank, or a sync condition that is not the same on every replica, leaves the others waiting.")
 
 
 def check_train_diloco(train_diloco, timeout: float = 30.0) -> None:
@@ -184,11 +186,16 @@ def judge_diloco(name: str, results) -> None:
 
 
 def _traffic_hint(sent: list) -> str | None:
-    """A hint only where the bytes show it: about three models' worth per round is the model plus AdamW's moments."""
+    """A hint only where the bytes show it: three models per round are the pseudo-gradient plus AdamW's two moments;
+    a model per inner step (and maybe the pseudo-gradient) is an all-reduce inside the inner loop."""
     total, per_round = sum(nbytes for _, nbytes in sent), _params_bytes() * ROUNDS
-    if total >= 3 * per_round:
-        return ("your replicas sent about three models' worth per round: the inner AdamW's moments went along with "
+    if total == 3 * per_round:
+        return ("your replicas sent three models' worth per round: the inner AdamW's moments went along with "
                 "the pseudo-gradient. DiLoCo sends only the pseudo-gradient; each replica keeps its own inner state")
+    if total in (INNER_STEPS * per_round, (INNER_STEPS + 1) * per_round):
+        return (f"your replicas sent a model's worth per inner step ({INNER_STEPS} per round): an all-reduce inside "
+                "the inner loop, as DDP or LocalSGD at H = 1 would do. Between outer steps DiLoCo's replicas "
+                "exchange nothing")
     if total > per_round:
         return (f"your replicas sent {total} bytes, more than one pseudo-gradient ({per_round // ROUNDS} bytes) "
                 "per round")

@@ -281,7 +281,8 @@ def _judge_fp8(name: str, case: str, x: torch.Tensor, role: str, rowwise: bool, 
             hint = ("weights and activations take e4m3 (float8_e4m3fn): more precision (3 mantissa bits) for "
                     "bounded values; e5m2's range is for gradients.")
         else:
-            hint = "x_fp8 must be the FP8 tensor itself (cast with .to(dtype)), not a dequantized copy."
+            hint = (f"return the scaled values cast to the FP8 format with .to({dtype}); a {x_fp8.dtype} tensor "
+                    "is not stored in FP8.")
         raise CheckFailed(f"{case}: x_fp8 has dtype {x_fp8.dtype}, expected {dtype}.\nHint: {hint}")
     want_amax = x.abs().amax(dim=-1, keepdim=True) if rowwise else x.abs().amax()
     want_scale = fp8.fp8_max(dtype) / want_amax

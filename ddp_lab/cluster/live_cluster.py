@@ -79,7 +79,7 @@ class Cluster:
         self._ids = itertools.count()
         self._ended_at = [0] * nprocs  # each rank's output lines up to the end of the last command
         self._names = cell_names()
-        self._supervisor = RankGroup(nprocs)  # the ranks' life: started, watched, reported on, stopped there
+        self._group = RankGroup(nprocs)  # the ranks' life: started, watched, reported on, stopped there
         self._registration: Registration | None = None  # what `python -m ddp_lab status` reads
         self._closed = False
         try:
@@ -91,13 +91,13 @@ class Cluster:
 
     # -- lifecycle -----------------------------------------------------------------------
     def _start(self, threads: int | None, env: dict) -> None:
-        self._workdir = self._supervisor.open_work_folder(CLUSTER_PREFIX)
+        self._workdir = self._group.open_work_folder(CLUSTER_PREFIX)
         payload = build_payload(cluster_rank.serve, (self._workdir,), self.backend,
                                 threads_per_rank(self.nprocs, threads), PG_TIMEOUT_S)
         payload["argv"] = [cluster_rank.CELL_MODULE]   # a cell's sys.argv, as __main__'s in a script
-        self._supervisor.start(payload, env, PG_TIMEOUT_S)
-        self._supervisor.wait_until_ready(self.timeout, self._names)
-        self._registration = Registration(self._workdir, self.nprocs, self.backend, self._supervisor.processes,
+        self._group.start(payload, env, PG_TIMEOUT_S)
+        self._group.wait_until_ready(self.timeout, self._names)
+        self._registration = Registration(self._workdir, self.nprocs, self.backend, self._group.processes,
                                           self._names)
         prepare_zygote()
 
@@ -112,16 +112,16 @@ class Cluster:
         self._unregister()
         for rank in range(self.nprocs):
             try:
-                self._supervisor.send({"kind": "shutdown"}, [rank])
+                self._group.send({"kind": "shutdown"}, [rank])
             except (OSError, RankGone):
                 pass
-        self._supervisor.watch(timeout=5.0)
+        self._group.watch(timeout=5.0)
         self._teardown()
 
     def _teardown(self) -> None:
         self._closed = True
         self._unregister()
-        self._supervisor.stop()
+        self._group.stop()
 
     def _unregister(self) -> None:
         """No longer listed by `python -m ddp_lab status` (the cluster is being shut down)."""
@@ -141,7 +141,7 @@ class Cluster:
         """
         if self._closed:
             raise RuntimeError(f"this cluster was shut down: {RESTART}")
-        return cluster_status(self._supervisor.processes, dict(self._supervisor.exits), self._workdir, self._names)
+        return cluster_status(self._group.processes, dict(self._group.exits), self._workdir, self._names)
 
     def name_cells(self, names: dict[str, str]) -> None:
         """Name code in tracebacks as the notebook does ('Cell In[5]'): `payload.cell_names()`'s mapping."""
@@ -202,12 +202,12 @@ class Cluster:
             check_ranks(only, self.nprocs, prefix=f"only={only!r}: ", purpose="run on")
         running = list(range(self.nprocs)) if only is None else sorted(set(only))
         timeout = self.timeout if timeout is None else timeout
-        self._supervisor.take_queued_events()
-        if self._supervisor.exits:  # a rank died since the last command (killed, out of memory, a thread's exit)
+        self._group.take_queued_events()
+        if self._group.exits:  # a rank died since the last command (killed, out of memory, a thread's exit)
             raise self._died_between_commands() from None
-        starts = [len(output.lines) for output in self._supervisor.outputs]
-        watch = CommandWatch(self._supervisor, command_id, running, self._names, self._teardown)
-        self._supervisor.set_live(LiveLines(show))
+        starts = [len(output.lines) for output in self._group.outputs]
+        watch = CommandWatch(self._group, command_id, running, self._names, self._teardown)
+        self._group.set_live(LiveLines(show))
         try:
             watch.send(command)
             problem = watch.collect(timeout)
@@ -220,7 +220,7 @@ class Cluster:
             self._print_new(starts, show)
             print(f"ddp_lab: {FRESH_START}", file=sys.stderr)
             raise
-        self._ended_at = [len(output.lines) for output in self._supervisor.outputs]
+        self._ended_at = [len(output.lines) for output in self._group.outputs]
         self._print_new(starts, show)
         lost = watch.lost_group()
         if lost and not self._closed:
@@ -229,7 +229,7 @@ class Cluster:
             raise problem from None
         return Results([pickle.loads(watch.replies[r]["value"]) if r in watch.replies else None
                         for r in range(self.nprocs)],
-                       [RankOutput(r, o.lines[starts[r]:]).text() for r, o in enumerate(self._supervisor.outputs)],
+                       [RankOutput(r, o.lines[starts[r]:]).text() for r, o in enumerate(self._group.outputs)],
                        self.backend, [])
 
     def _interrupted(self, watch: CommandWatch, starts: list[int], show: list[int] | None) -> None:
@@ -244,7 +244,7 @@ class Cluster:
             self._print_new(starts, show)
             print(f"ddp_lab: interrupted twice. {FRESH_START}", file=sys.stderr)
             raise
-        self._ended_at = [len(output.lines) for output in self._supervisor.outputs]
+        self._ended_at = [len(output.lines) for output in self._group.outputs]
         self._print_new(starts, show)
         if self._closed:
             print(f"ddp_lab: {problem}", file=sys.stderr)
@@ -259,14 +259,14 @@ class Cluster:
         found closed); the cluster is shut down, and what the dead ranks printed since the last
         command (a fault handler's dump) is shown."""
         deadline = time.monotonic() + EXIT_NEWS_S  # a closed channel: its exit is on the way
-        while not self._supervisor.exits and time.monotonic() < deadline:
-            self._supervisor.next_event(deadline)
+        while not self._group.exits and time.monotonic() < deadline:
+            self._group.next_event(deadline)
         time.sleep(0.2)  # let the rest of the news arrive
-        self._supervisor.take_queued_events()
-        crashed: dict[int, int | None] = dict(sorted(self._supervisor.exits.items())) or {gone: None}
+        self._group.take_queued_events()
+        crashed: dict[int, int | None] = dict(sorted(self._group.exits.items())) or {gone: None}
         self._teardown()  # after this every rank counts as exited: `crashed` was read before
         dead = list(crashed)
-        print_in_rank_order([RankOutput(r, self._supervisor.outputs[r].lines[self._ended_at[r]:]) for r in dead])
+        print_in_rank_order([RankOutput(r, self._group.outputs[r].lines[self._ended_at[r]:]) for r in dead])
 
         def how_it_ended(code: int | None) -> str:
             return "its exit status did not arrive" if code is None else exit_with_cause(code)
@@ -276,7 +276,7 @@ class Cluster:
         else:
             who = f"ranks {', '.join(map(str, dead))}"
             how = "; ".join(f"rank {rank}: {how_it_ended(code)}" for rank, code in crashed.items())
-        return self._supervisor.crash_report(
+        return self._group.crash_report(
             f"{who} of {self.nprocs} died between cells ({how}); the cluster was shut down: {RESTART}", crashed,
             summary=lambda code: f"died between cells ({how_it_ended(code)})", headline_only=True)
 
@@ -292,7 +292,7 @@ class Cluster:
               file=sys.stderr)
 
     def _print_new(self, starts: list[int], show: list[int] | None) -> None:
-        if self._supervisor.live is not None:
-            self._supervisor.live.close()  # progress lines end in the output printed here
+        if self._group.live is not None:
+            self._group.live.close()  # progress lines end in the output printed here
         ranks = range(self.nprocs) if show is None else show
-        print_in_rank_order([RankOutput(r, self._supervisor.outputs[r].lines[starts[r]:]) for r in ranks])
+        print_in_rank_order([RankOutput(r, self._group.outputs[r].lines[starts[r]:]) for r in ranks])

@@ -5,7 +5,7 @@ own in the launch's private work folder (worker.run_rank). The hang report reads
 without ddp_lab's own frames, so that a learner sees the frames of their code and of torch;
 `%ddp_status` reads them too (with a shorter wait), to say which collective a busy rank is in.
 
-Introduced in notebooks/00-welcome-and-first-launch.ipynb ("What a failure looks like").
+Introduced in notebooks/00-welcome-and-first-launch.ipynb ("What a rank failure looks like").
 """
 
 from __future__ import annotations

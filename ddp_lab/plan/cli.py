@@ -415,7 +415,7 @@ def _search_report(model, cluster, args, reserve: float, seq_source: str | None 
                            options["attention"], cp={s.cp for s in tried}, ep={s.ep for s in tried},
                            seq_source=seq_source)
     plans = [plan for plan, _ in rows]
-    tie, source = stated_error(cluster)
+    tie, source = stated_error(cluster, plans[0] if plans else None)
     return "\n".join([header, table(plans, stages=[zero for _, zero in rows], tie=tie),
                       ties_text([plan for plan, _ in folded], tie, source), assumptions_text(plans, chosen=True),
                       accuracy_text(cluster, plans)]), plans

@@ -39,21 +39,33 @@ def ties_text(plans, tie: float, source: str) -> str:
             f"{roomiest.margin / GB:.1f} GB")
 
 
-def stated_error(cluster) -> tuple[float, str]:
+def stated_error(cluster, best=None) -> tuple[float, str]:
     """The error the planner states for plans on `cluster`: (share, where it comes from), for marking ties.
 
-    The median error of the published runs on the cluster's GPU generation (`accuracy_text` prints
-    the same figure); for a GPU no published run checks, the median over all of them. This is the
-    one place a finer figure (by model family and parallelism) plugs in.
+    The larger of two medians: the published runs' on the cluster's GPU generation, which the
+    planner's constants were set or checked on (`accuracy_text` prints the same figure; for a GPU
+    no published run checks, all of them), and, for the family of the `best` plan, the held-out
+    runs' (`ddp_lab.plan.held_out`: runs it was never fitted on, the fairer estimate of its error).
     """
-    from ddp_lab.plan.published import RUNS, predictions, summary    # lazy: see report.accuracy_text (published imports ddp_lab.plan)
+    # lazy: see report.accuracy_text (published imports ddp_lab.plan)
+    from ddp_lab.plan import held_out
+    from ddp_lab.plan.published import RUNS, predictions, summary
 
     runs = predictions([run for run in RUNS if run.cluster.gpu.generation == cluster.gpu.generation])
     if not runs or cluster.gpu.memory_bandwidth is None:
         overall = summary()
-        return overall["median"], f"the planner's median error on all {overall['runs']} published runs"
-    errors = summary(runs)
-    return errors["median"], f"the planner's median error on {errors['runs']} published {family_name(runs[0])} runs"
+        error, source = overall["median"], f"the planner's median error on all {overall['runs']} published runs"
+    else:
+        errors = summary(runs)
+        error = errors["median"]
+        source = f"the planner's median error on {errors['runs']} published {family_name(runs[0])} runs"
+    if best is not None:
+        family = held_out.plan_family(best.model, cluster, best.strategy)
+        row = next(r for r in held_out.by_family() if r.family == family)
+        if row.median is not None and row.median > error:
+            runs_text = f"{row.runs} held-out published run{'s' if row.runs > 1 else ''}"
+            error, source = row.median, f"the planner's median error on {runs_text} of its family"
+    return error, source
 
 
 def count_text(count: int) -> str:

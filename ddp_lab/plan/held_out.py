@@ -9,12 +9,12 @@ The split, decided before any of these runs was predicted:
     seen       a run here that a mechanism's module or its tests compares with (a check, even without fitting, is
                a look at its error): listed in SEEN with where, scored apart, never in the held-out figures. A run
                is moved to SEEN, never back, and a constant fitted to a run removes it from this set.
-The goal (issue "The planner right across model families and GPUs"): on the held-out runs a median absolute
+The goal: on the held-out runs a median absolute
 error of at most 10 %, and no family's median beyond 15 %.
 
 Families, the first rule that matches: a B200 or GB200 run; mixture of experts with at most 16 experts ("coarse") or
-more ("fine-grained"); Llama 3 405B on 8,192 GPUs or more; context parallelism or sequences of 32K tokens or
-more; TP of 4 or more on H100s (or H200s); TP or PP on A100s; FP8; the rest (FSDP/data-parallel).
+more ("fine-grained"); Llama 3 405B on 8,192 GPUs or more without context parallelism; context parallelism
+or sequences of 32K tokens or more; TP of 4 or more on H100s (or H200s); TP or PP on A100s; FP8; the rest (FSDP/data-parallel).
 `plan_family` puts a plan in one the same way, so the CLI can say how far its family's runs trust it.
 
 A run naming a planner feature not there yet (a Strategy or Transformer field, the "fp8" precision, a GPU

@@ -9,13 +9,13 @@ yet (`Strategy(precision="fp8")`, `tp_comm_overlap`, `head_size`, a GPU preset):
 and says which field is missing.
 
 Runs left out, and why: Korthikanti et al. 2022's Table 4 iteration times and Narayanan et al. 2021's ZeRO-3
-comparison (their text was not at hand to check, so no number from them is written here); Llama 3 405B and
+comparison (no number from them is written here without their text to check it against); Llama 3 405B and
 Qwen3-235B-A22B in the Megatron-Bridge tables (126 and 94 layers over 64 and 32 virtual stages, a layout the
 tables do not give); DeepSeek-V3 and Kimi K2 (multi-head latent attention, not modelled); NeMo's long-sequence
 table (docs/source/performance/performance_long_sequence.md: no global batch or micro-batch stated); the
 GB200 Llama 3 70B rows (their recipe offloads 40 layers' activations to the CPU, not modelled); the
-Qwen2-57B-A14B rows of "MoE Parallel Folding" (Liu et al. 2025, arXiv:2504.14960): its tables were not at
-hand; torchtitan's float8 "rowwise" rows (the planner's FP8 is tensorwise scaling). Where torchtitan's tables
+Qwen2-57B-A14B rows of "MoE Parallel Folding" (Liu et al. 2025, arXiv:2504.14960): no number from its tables is
+written here without their text; torchtitan's float8 "rowwise" rows (the planner's FP8 is tensorwise scaling). Where torchtitan's tables
 give a run with and without torch.compile, the one without is kept (the planner does not model kernel fusion);
 where every row compiles, the rows are kept with a note.
 

@@ -27,7 +27,7 @@ Checked against torchtitan's published FP8 run (benchmarks/llama3_h100_202412_to
 on 8 H100s, FSDP + torch.compile 6,667 tokens/s per GPU, + Float8 8,532, memory 77.0 -> 76.8 GiB) in
 tests/test_plan_mechanics.py.
 
-Introduced in notebooks/13-plan-your-training-run.ipynb.
+Introduced in notebooks/17-compile-and-low-precision.ipynb (the planner: notebooks/13-plan-your-training-run.ipynb).
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ def state_precision(precision: str) -> str:
         >>> state_precision("fp8"), state_precision("fp16")
         ('bf16', 'fp16')
 
-    Introduced in notebooks/13-plan-your-training-run.ipynb.
+    Introduced in notebooks/17-compile-and-low-precision.ipynb (the planner: notebooks/13-plan-your-training-run.ipynb).
     """
     return "bf16" if precision == FP8 else precision
 
@@ -91,7 +91,7 @@ def linear_rate(gpu, strategy) -> float:
         >>> round(linear_rate(h100, Strategy(precision="fp8")) / linear_rate(h100, Strategy()), 2)
         1.76
 
-    Introduced in notebooks/13-plan-your-training-run.ipynb.
+    Introduced in notebooks/17-compile-and-low-precision.ipynb (the planner: notebooks/13-plan-your-training-run.ipynb).
     """
     rate = gpu.achieved_flops(matmul_precision(strategy))
     return rate * FP8_GEMM_RELATIVE_EFFICIENCY if fp8_matmuls(strategy) else rate
@@ -109,7 +109,7 @@ def gathered_parameter_bytes(strategy, linear: bool = True) -> int:
         >>> gathered_parameter_bytes(Strategy(zero=3, precision="fp8")), gathered_parameter_bytes(Strategy(zero=3))
         (1, 2)
 
-    Introduced in notebooks/13-plan-your-training-run.ipynb.
+    Introduced in notebooks/17-compile-and-low-precision.ipynb (the planner: notebooks/13-plan-your-training-run.ipynb).
     """
     if fp8_matmuls(strategy) and strategy.zero == 3 and linear:
         return 1
