@@ -309,7 +309,7 @@ def run_on_ranks(runner, args: tuple, nprocs: int, timeout: float, what: str, ex
         timeout_hint: what to say about a hang: a string, or `timeout_hint(calls) -> str` given
             the set of torch.distributed calls the stuck ranks wait in (None: outside
             torch.distributed), or `timeout_hint(calls, places)` also given {stuck rank: its
-            call}; default: the point-to-point hints of lesson 02. A hint that contains
+            call}, which may return None; default (and for None): the point-to-point hints of lesson 02. A hint that contains
             "\nHint: " says first what the ranks did, then the hint.
     """
     try:
@@ -326,11 +326,11 @@ def timeout_message(error, what: str, timeout: float, hint=None) -> str:
     where = ", ".join(f"rank {rank} in dist.{call}" if call else f"rank {rank} outside torch.distributed"
                       for rank, call in places.items())
     calls = set(places.values())
-    if hint is None:
-        hint = _point_to_point_hint(calls)
-    elif callable(hint):
+    if callable(hint):
         takes_places = len(inspect.signature(hint).parameters) > 1
         hint = hint(calls, places) if takes_places else hint(calls)
+    if hint is None:
+        hint = _point_to_point_hint(calls)
     if "\nHint: " not in hint:
         hint = f"Hint: {hint}"
     return f"{what} did not finish within {timeout:g} s, so the check stopped it. Stuck: {where}.\n{hint}"

@@ -22,12 +22,9 @@ import torch
 import torch.nn as nn
 
 from ddp_lab.checks import CheckFailed, passed
-from ddp_lab.checks.common import answer_raised, call_case, describe, ensure_written, failure_message, package_answer_used, \
-    timeout_message, watching_calls
+from ddp_lab.checks.common import (answer_raised, call_case, describe, ensure_written, package_answer_used, run_on_ranks,
+                                   watching_calls)
 from ddp_lab.course.low_precision import fp8, loss_scaling
-from ddp_lab.launcher.errors import LaunchError, LaunchTimeout
-from ddp_lab.launcher.launch import launch
-from ddp_lab.launcher.reports import blocked_in
 
 WORLD = 2
 SCALE, MAX_NORM, LR = 2.0 ** 10, 1.0, 1.0
@@ -96,21 +93,19 @@ def check_unscale_clip_and_step(unscale_clip_and_step, timeout: float = 30.0) ->
     """
     ensure_written(unscale_clip_and_step)
     name = getattr(unscale_clip_and_step, "__name__", "unscale_clip_and_step")
-    try:
-        results = launch(_scaler_runner, args=(unscale_clip_and_step,), nprocs=WORLD, backend="gloo", timeout=timeout)
-    except LaunchTimeout as error:
-        raise CheckFailed(timeout_message(error, name, timeout, _scaler_hang_hint(error))) from None
-    except LaunchError as error:
-        raise CheckFailed(failure_message(error, name)) from None
+    results = run_on_ranks(_scaler_runner, (unscale_clip_and_step,), WORLD, timeout, name,
+                           timeout_hint=_scaler_hang_hint)
     judge_scaler(name, results)
     passed(f"{name}: an overflow on one rank skips the step on both; unscaled gradients clipped by the norm over "
            "both ranks' shards")
 
 
-def _scaler_hang_hint(error) -> str | None:
-    """A rank still in a collective while another rank returned: the ranks took different paths."""
-    stuck = {rank: failure.details for rank, failure in error.failures.items() if failure.kind == "timeout"}
-    calls = {blocked_in(stack) for stack in stuck.values()} - {None}
+def _scaler_hang_hint(calls: set, places: dict) -> str | None:
+    """A rank still in a collective while another rank returned: the ranks took different paths.
+
+    `places`: {stuck rank: the collective it waits in, or None} (checks.common.run_on_ranks).
+    """
+    stuck, calls = places, calls - {None}
     if not stuck or len(stuck) == WORLD or not calls:
         return None
     waiting, done = sorted(stuck), sorted(set(range(WORLD)) - set(stuck))

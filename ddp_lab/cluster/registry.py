@@ -17,14 +17,13 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 import time
 from dataclasses import dataclass, field
 
 import psutil
 
 from ddp_lab.launcher.rankprocess import RankProcess
-from ddp_lab.launcher.workdir import open_private, owner_alive
+from ddp_lab.launcher.workdir import open_private, own_folders, owner_alive
 
 CLUSTER_PREFIX = "ddp_lab-cluster-"  # a live cluster's work folder: ddp_lab-cluster-XXXX/ in the temp dir
 ENTRY_NAME = "cluster.json"
@@ -130,21 +129,8 @@ def live_clusters(temp_dir: str | None = None) -> list[ListedCluster]:
     the kernel process named in the file still runs. Folders being made or shut down (no
     cluster.json) and unreadable files are skipped.
     """
-    found = []
-    try:
-        entries = list(os.scandir(temp_dir or tempfile.gettempdir()))
-    except OSError:
-        return found
-    for entry in entries:
-        try:
-            ours = (entry.name.startswith(CLUSTER_PREFIX) and entry.is_dir(follow_symlinks=False)
-                    and entry.stat(follow_symlinks=False).st_uid == os.getuid())
-        except OSError:
-            continue
-        listed = _read(entry.path) if ours else None
-        if listed is not None:
-            found.append(listed)
-    return sorted(found, key=lambda cluster: cluster.started)
+    found = [_read(path) for path in own_folders(CLUSTER_PREFIX, temp_dir)]
+    return sorted((cluster for cluster in found if cluster is not None), key=lambda cluster: cluster.started)
 
 
 def _read(folder: str) -> ListedCluster | None:

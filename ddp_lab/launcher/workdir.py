@@ -89,20 +89,24 @@ def remove_abandoned(folder: str | None = None) -> list[str]:
     is gone. Folders without owner.lock (not made by this code) are left alone. Returns the
     paths removed.
     """
-    removed = []
+    return [path for path in own_folders(PREFIX, folder) if _remove_if_unlocked(path)]
+
+
+def own_folders(prefix: str = PREFIX, folder: str | None = None) -> list[str]:
+    """Paths of this user's folders named `prefix`... in `folder` (default: the temp dir); links are not followed."""
     try:
         entries = list(os.scandir(folder or tempfile.gettempdir()))
     except OSError:
-        return removed
+        return []
+    found = []
     for entry in entries:
         try:
-            ours = (entry.name.startswith(PREFIX) and entry.is_dir(follow_symlinks=False)
-                    and entry.stat(follow_symlinks=False).st_uid == os.getuid())
+            if (entry.name.startswith(prefix) and entry.is_dir(follow_symlinks=False)
+                    and entry.stat(follow_symlinks=False).st_uid == os.getuid()):
+                found.append(entry.path)
         except OSError:
             continue
-        if ours and _remove_if_unlocked(entry.path):
-            removed.append(entry.path)
-    return removed
+    return found
 
 
 def owner_alive(path: str) -> bool | None:
