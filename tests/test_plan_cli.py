@@ -506,7 +506,7 @@ def test_every_plan_says_how_far_to_trust_it(capsys):
     sequences than the scored runs' gets the planner's errors on MosaicML's sequence sweep (8K: within 7.3 % without
     recomputation, 15 % either way with it), or beyond the sweep's 64K is called less certain; another overlap
     slowdown than the one those figures hold for is said; a T4, which no published run checks, is called rough; last,
-    the held-out runs' errors of each family among the plans shown (tests/test_plan_held_out.py checks the figures)."""
+    both held-out parts' errors of each family among the plans shown (tests/test_plan_held_out.py checks the figures)."""
     from ddp_lab.__main__ import main
     from ddp_lab.plan.published import RUNS, summary
 
@@ -521,7 +521,7 @@ def test_every_plan_says_how_far_to_trust_it(capsys):
         """The lines before the held-out figures, which end every answer: one line per family of the plans shown."""
         assert main(["plan", *argv]) == 0
         lines = capsys.readouterr().out.rstrip("\n").splitlines()
-        held_out = [line for line in lines if line.startswith("          held out, ")]
+        held_out = [line for line in lines if line.startswith("          held aside, ")]
         assert held_out and lines[-len(held_out):] == held_out and len(set(held_out)) == len(held_out)
         return lines[:-len(held_out)][-count:]
 
@@ -603,7 +603,7 @@ def test_the_table_helps_choose_margin_ties_and_assumptions(capsys):
     tie, source = stated_error(cluster, best)
     in_sample, _ = stated_error(cluster)       # the generation's published runs, which set or checked the constants
     assert tie >= in_sample and 0 < tie < 0.2   # the larger: here the held-out runs of the plan's family
-    assert source.startswith("the planner's median error on ") and "held-out" in source
+    assert source.startswith("the planner's median error on ") and "held-aside" in source
     rows = re.findall(r"^\s+\d+ (\S+(?: \S+)*?)\s+([0-9.]+)\s+(-?[0-9.]+)\s+[0-9.]+\s+([0-9,]+)\s+[0-9.]+%\s+(.*)$",
                       out, re.M)
     assert len(rows) == 8 and rows[0][4] == "best"

@@ -6,10 +6,13 @@ Each mechanism's direction, and one published number per mechanism, its error pr
 import statistics
 
 import pytest
+import torch
 
 from ddp_lab.course.plan import expert_compute, experts
 from ddp_lab.course.plan.cluster_spec import GPU, ClusterSpec, GiB
-from ddp_lab.course.plan.efficiency import TILE_K, efficiency_of, gemm_seconds, is_calibrated
+from ddp_lab.course.plan.efficiency import (TILE_K, attention_seconds, efficiency_of, gemm_seconds, is_calibrated,
+                                            layer_matmul_flops, layer_seconds)
+from ddp_lab.course.plan.op_checkpoint import recomputed_matmuls
 from ddp_lab.course.plan.dp_sync import dp_communication, gathered_unit_bytes
 from ddp_lab.course.plan.memory import layer_parameters_per_rank, memory
 from ddp_lab.course.plan.model import Transformer
@@ -93,10 +96,9 @@ def test_fp8_speed_up_and_memory_against_torchtitans_published_llama3_8b_run():
     2.4 TB/s, 500 W), FSDP, local batch 2, sequence 8192, selective activation checkpointing: FSDP + torch.compile
     6,667 tokens/s per GPU at 77.0 GiB, + Float8 (tensorwise, FP8 all-gather) 8,532 at 76.8 GiB: 1.280x, memory
     -0.3 %. The planner's ratio (FP8 all-gather's halved bytes are the communication model's; hidden here anyway)."""
-    gpu = GPU("H100 SXM 96GB", 96 * GiB, dict(H100.gpu.peak_flops), memory_bandwidth=2.4e12, generation="hopper")
-    cluster = H100.with_(gpu=gpu)
+    cluster = ClusterSpec.preset("h100-hbm2e")
     llama = Transformer.preset("llama3-8b").with_(seq_len=8192)
-    bf16 = Strategy(dp=8, zero=3, micro_batch=2, recompute="selective")
+    bf16 = Strategy(dp=8, zero=3, micro_batch=2, recompute="op")
     fp8 = bf16.with_(precision="fp8")
     ratio = (tokens_per_second(llama, fp8, step_time(llama, cluster, fp8))
              / tokens_per_second(llama, bf16, step_time(llama, cluster, bf16)))
@@ -160,3 +162,90 @@ def test_fp8_gathers_the_linear_weights_at_one_byte_and_keeps_the_root_in_bf16()
     assert dp_communication(llama, H100, fp8) < dp_communication(llama, H100, bf16)
     zero1 = Strategy(dp=8, zero=1, precision="fp8")                   # ZeRO-1/2 gather 16-bit updated weights
     assert gathered_unit_bytes(llama, zero1, 0) == gathered_unit_bytes(llama, zero1.with_(precision="bf16"), 0)
+
+
+# ---- the flash-attention kernel and torchtitan's per-op checkpointing ----------------------------------------------
+
+def test_a_cudnn_flash_kernel_speeds_up_the_attention_core_only():
+    """attention_kernels.py: cuDNN's kernel runs the flash core 1.7x faster on Hopper (published kernel ratios),
+    0.82x on an A100; the GEMMs, and FlashAttention-2's default, do not change."""
+    llama = Transformer.preset("llama3-8b").with_(seq_len=8192)
+    for preset, speedup in (("h100-sxm", 1.7), ("a100-80gb", 0.82)):
+        gpu = GPU.preset(preset)
+        fa2, cudnn = Strategy(), Strategy(flash_kernel="cudnn")
+        assert attention_seconds(1e15, gpu, fa2) / attention_seconds(1e15, gpu, cudnn) == pytest.approx(speedup)
+        assert attention_seconds(1e15, gpu, Strategy(attention="eager", flash_kernel="cudnn")) == \
+            attention_seconds(1e15, gpu, Strategy(attention="eager"))
+    gap = layer_seconds(llama, fa2, H100.gpu).total - layer_seconds(llama, cudnn, H100.gpu).total
+    _, core = layer_matmul_flops(llama, fa2)
+    causal = core / 2 * (1 + 2.5)                      # forward and backward of the causal flash core
+    assert gap == pytest.approx(attention_seconds(causal, H100.gpu, fa2) * (1 - 1 / 1.7))
+    with pytest.raises(ValueError, match="flash_kernel"):
+        Strategy(flash_kernel="fa3")
+
+
+class _TitanBlock(torch.nn.Module):
+    """A Llama block in torchtitan's order of matmuls: wq, wk, wv, wo, then w2(silu(w1 x) * w3 x), SDPA in between."""
+
+    def __init__(self, h, heads, kv_heads, ffn):
+        super().__init__()
+        d = h // heads
+        self.heads, self.kv_heads, self.d = heads, kv_heads, d
+        linear = lambda i, o: torch.nn.Linear(i, o, bias=False)    # noqa: E731
+        self.wq, self.wk, self.wv, self.wo = linear(h, h), linear(h, kv_heads * d), linear(h, kv_heads * d), linear(h, h)
+        self.w1, self.w3, self.w2 = linear(h, ffn), linear(h, ffn), linear(ffn, h)
+        self.norm1, self.norm2 = torch.nn.RMSNorm(h), torch.nn.RMSNorm(h)
+
+    def forward(self, x):
+        b, s, h = x.shape
+        y = self.norm1(x)
+        q = self.wq(y).view(b, s, self.heads, self.d).transpose(1, 2)
+        k = self.wk(y).view(b, s, self.kv_heads, self.d).transpose(1, 2)
+        v = self.wv(y).view(b, s, self.kv_heads, self.d).transpose(1, 2)
+        repeat = self.heads // self.kv_heads
+        k, v = k.repeat_interleave(repeat, dim=1), v.repeat_interleave(repeat, dim=1)
+        attended = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.wo(attended.transpose(1, 2).reshape(b, s, h))
+        y = self.norm2(x)
+        return x + self.w2(torch.nn.functional.silu(self.w1(y)) * self.w3(y))
+
+
+def test_per_op_checkpointing_recomputes_what_pytorch_recomputes_under_torchtitans_policy():
+    """op_checkpoint.py against PyTorch itself: a torchtitan-ordered block run under a selective-checkpoint policy
+    written from torchtitan's rule (save mm outputs but every second mm's, and the attention kernel's), FLOPs
+    counted with and without the checkpoint: the difference is the planner's recomputed matmuls (K, the output
+    projection, the FFN up projection; the down projection stopped early)."""
+    from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts
+    from torch.utils.flop_counter import FlopCounterMode
+
+    attention_ops = {getattr(torch.ops.aten, name).default for name in
+                     ("_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_efficient_attention",
+                      "_scaled_dot_product_flash_attention") if hasattr(torch.ops.aten, name)}
+
+    def context():
+        calls = {"forward": 0, "recompute": 0}
+
+        def policy(ctx, op, *args, **kwargs):
+            if op is torch.ops.aten.mm.default:
+                calls["recompute" if ctx.is_recompute else "forward"] += 1
+                count = calls["recompute" if ctx.is_recompute else "forward"]
+                return CheckpointPolicy.PREFER_RECOMPUTE if count % 2 == 0 else CheckpointPolicy.MUST_SAVE
+            return CheckpointPolicy.MUST_SAVE if op in attention_ops else CheckpointPolicy.PREFER_RECOMPUTE
+        return create_selective_checkpoint_contexts(policy)
+
+    h, heads, kv_heads, ffn, s = 64, 4, 2, 160, 32
+    torch.manual_seed(0)
+    block = _TitanBlock(h, heads, kv_heads, ffn)
+    counted = {}
+    for wrapped in (False, True):
+        x = torch.randn(1, s, h, requires_grad=True)
+        with FlopCounterMode(display=False) as flops:
+            y = checkpoint(block, x, use_reentrant=False, context_fn=context) if wrapped else block(x)
+            y.sum().backward()
+        counted[wrapped] = flops.get_total_flops()
+    shape = Transformer(name="titan-block", layers=1, hidden=h, heads=heads, kv_heads=kv_heads, vocab=128, seq_len=s,
+                        ffn=ffn, ffn_kind="swiglu", norm="rmsnorm", bias=False, position="rope",
+                        tied_embeddings=False, dropout=False)
+    planned = recomputed_matmuls(shape, Strategy(recompute="op"))
+    assert [name for name, *_ in planned] == ["k", "out", "up"]
+    assert counted[True] - counted[False] == sum(flops for _, flops, _, _ in planned)

@@ -23,6 +23,7 @@ from ddp_lab.course.plan.efficiency import early_stop_can_skip_last_gemm
 from ddp_lab.course.plan.overlap import OVERLAP_SLOWDOWN
 from ddp_lab.course.plan.model import LARGEST, PRESETS, Transformer, parse_count, size_text
 from ddp_lab.course.plan.search import MEMORY_RESERVE, candidates, default_global_batch, evaluate, search
+from ddp_lab.course.plan.attention_kernels import FLASH_KERNELS
 from ddp_lab.course.plan.strategy import ATTENTION, FSDP_UNITS, PRECISIONS, RECOMPUTE, Strategy, check, divisors
 from ddp_lab.plan.cli_plot import PLOTTED, check_plot_file, draw
 from ddp_lab.plan.cli_regions import cross_region, regions_note
@@ -122,7 +123,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     how.add_argument("--grad-accum", dest="grad_accum", type=int,
                      help="micro-batches per step (= pipeline micro-batches; default: from --global-batch)")
     how.add_argument("--recompute", choices=RECOMPUTE, help="activation recomputation (default none; selective "
-                                                           "changes nothing with flash attention)")
+                                                           "changes nothing with flash attention; op: torchtitan's "
+                                                           "per-op policy, every second matmul of a dense layer)")
     how.add_argument("--checkpoint-early-stop", dest="checkpoint_early_stop", action="store_true",
                      help="full recomputation as PyTorch >= 2.1's non-reentrant checkpoint runs it "
                           "(torch.utils.checkpoint(use_reentrant=False), FSDP's checkpoint_wrapper, torchtitan): it "
@@ -135,6 +137,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="ZeRO-3: gather one layer at a time (layer, the default, as FSDP is wrapped) or the whole model")
     how.add_argument("--attention", choices=ATTENTION,
                      help="flash (fused, the default: no s x s scores kept) or eager (Korthikanti et al.'s count)")
+    how.add_argument("--flash-kernel", dest="flash_kernel", choices=FLASH_KERNELS,
+                     help="the kernel flash attention runs: fa2 (PyTorch's SDPA default, the default) or cudnn "
+                          "(Transformer Engine's choice on Hopper and newer: NeMo, Megatron; about FlashAttention-3's "
+                          "speed)")
     how.add_argument("--cp", type=parallel_size, metavar="N|auto",
                      help="context-parallel size: ranks that split each sequence (lesson 15; the sequence must "
                           "split into 2 x cp chunks). With no other strategy flag the search uses it for every plan; "
@@ -404,6 +410,7 @@ def _search_report(model, cluster, args, reserve: float, seq_source: str | None 
     global_batch = args.global_batch or default_global_batch(model, cluster)
     options = {"precision": args.precision, "tp_across_nodes": args.tp_across_nodes, "cp": args.cp or 1,
                "ep": args.ep, "attention": args.attention or "flash", "fp32_grads": args.fp32_grads,
+               "flash_kernel": args.flash_kernel or "fa2",
                "checkpoint_early_stop": args.checkpoint_early_stop}
     if args.virtual_stages is not None:
         options["virtual_stages"] = (1, args.virtual_stages)
@@ -412,7 +419,8 @@ def _search_report(model, cluster, args, reserve: float, seq_source: str | None 
     folded = fold_zero_stages(fitting)
     rows = folded[:args.top or 10]
     header = search_header(model, cluster, global_batch, args.precision, len(tried), len(fitting), reserve,
-                           options["attention"], cp={s.cp for s in tried}, ep={s.ep for s in tried},
+                           options["attention"] + ("" if options["flash_kernel"] == "fa2" else f" ({options['flash_kernel']} kernel)"),
+                           cp={s.cp for s in tried}, ep={s.ep for s in tried},
                            seq_source=seq_source)
     plans = [plan for plan, _ in rows]
     tie, source = stated_error(cluster, plans[0] if plans else None)
@@ -444,6 +452,7 @@ def _strategy(model, cluster, args, given: dict) -> tuple[Strategy, str]:
         raise ValueError(f"--checkpoint-early-stop describes how full recomputation runs; this plan has --recompute "
                          f"{given.get('recompute', 'none')}: add --recompute full or drop --checkpoint-early-stop")
     strategy = Strategy(precision=args.precision, attention=args.attention or "flash", fp32_grads=args.fp32_grads,
+                        flash_kernel=args.flash_kernel or "fa2",
                         checkpoint_early_stop=args.checkpoint_early_stop and early_stop_can_skip_last_gemm(model),
                         **{**given, "grad_accum": given.get("grad_accum", 1)})
     check(model, strategy.with_(grad_accum=strategy.pp),   # the micro-batches are checked below, with the batch

@@ -44,8 +44,9 @@ def stated_error(cluster, best=None) -> tuple[float, str]:
 
     The larger of two medians: the published runs' on the cluster's GPU generation, which the
     planner's constants were set or checked on (`accuracy_text` prints the same figure; for a GPU
-    no published run checks, all of them), and, for the family of the `best` plan, the held-out
-    runs' (`ddp_lab.plan.held_out`: runs it was never fitted on, the fairer estimate of its error).
+    no published run checks, all of them), and, for the family of the `best` plan, that of the runs
+    it was never fitted on (`ddp_lab.plan.held_out`): the held-aside part's, the fairer estimate of its
+    error, or the development part's where no held-aside run is of that family.
     """
     # lazy: see report.accuracy_text (published imports ddp_lab.plan)
     from ddp_lab.plan import held_out
@@ -61,9 +62,14 @@ def stated_error(cluster, best=None) -> tuple[float, str]:
         source = f"the planner's median error on {errors['runs']} published {family_name(runs[0])} runs"
     if best is not None:
         family = held_out.plan_family(best.model, cluster, best.strategy)
-        row = next(r for r in held_out.by_family() if r.family == family)
+        outcomes = held_out.results()
+        for split in (held_out.ASIDE, held_out.DEVELOPMENT):
+            row = next(r for r in held_out.by_family(outcomes, split) if r.family == family)
+            if row.runs:
+                break
         if row.median is not None and row.median > error:
-            runs_text = f"{row.runs} held-out published run{'s' if row.runs > 1 else ''}"
+            part = "held-aside" if split == held_out.ASIDE else "development"
+            runs_text = f"{row.runs} {part} published run{'s' if row.runs > 1 else ''}"
             error, source = row.median, f"the planner's median error on {runs_text} of its family"
     return error, source
 

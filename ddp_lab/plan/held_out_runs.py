@@ -76,12 +76,11 @@ GPT_OSS_120B = dict(name="gpt-oss-120b", layers=36, hidden=2880, heads=64, kv_he
 TORCHTITAN_2412 = ("pytorch/torchtitan docs/performance.md (versions of 2024-12-26: torch 1963fc8, torchtitan "
                    "9dec370; Grand Teton, H100 96 GB HBM2e at 500 W, 400 Gb/s per GPU)")
 TORCHTITAN_H100 = ("the GPUs are 96 GB HBM2e H100s at a 500 W limit (the source: peak between SXM and NVL), planned "
-                   "as the h100-sxm preset (80 GB HBM3, 3.35 TB/s); sequence 8,192 from train_configs/*.toml at "
+                   "as the h100-hbm2e preset (cluster_spec.py); sequence 8,192 from train_configs/*.toml at "
                    "9dec370 (the table does not say)")
-TORCHTITAN_SAC = ("torchtitan's 'selective' (op) checkpointing saves every op's output but every second matmul's "
-                  "(parallelize_llama.py at 9dec370), so it recomputes about half the matmuls of a layer, which the "
-                  "planner cannot express: planned without recomputation (predicted too fast by that)")
-TORCHTITAN_SAC_NOTE = "; per-op selective checkpointing planned without recomputation (see the FSDP rows)"
+TORCHTITAN_SAC = ("torchtitan's 'selective' (op) checkpointing: recompute='op' (op_checkpoint.py, read from "
+                  "parallelize_llama.py at that commit)")
+TORCHTITAN_SAC_NOTE = "; per-op selective checkpointing (recompute='op')"
 MEGATRON_BRIDGE = ("NVIDIA-NeMo/Megatron-Bridge docs/performance-summary-archive.md (repository state of 2026-08-22, "
                    "commit 067f987df)")
 NEMO_2407 = ("NVIDIA/NeMo docs/source/performance/performance_summary.md, 'NeMo24.07', DGX-H100, FP8 (commit "
@@ -90,6 +89,11 @@ NEMO_ASSUMED = ("the table does not state the rest; taken from NVIDIA/NeMo-Frame
                 "that release (launcher_scripts/conf/training/, commit 95c77b59, 2024-07-17; assumed to be what the "
                 "table ran): no recomputation, distributed_fused_adam (ZeRO-1), bf16 gradient sync, "
                 "ub_tp_comm_overlap as the config sets it (Llama 2/3 70B: on; GPT-3 175B: off)")
+
+
+# NeMo, Megatron-LM (Megatron-Core) and Megatron-Bridge run attention through Transformer Engine, which prefers
+# cuDNN's fused flash attention on Hopper and newer (attention_kernels.py); the rest run PyTorch's SDPA (fa2).
+TE = dict(flash_kernel="cudnn")
 
 
 def _llama3(name, **changes):
@@ -111,10 +115,11 @@ RUNS: list[HeldOutRun] = [
     # ---- FSDP, data-parallel, A100 and H100 --------------------------------------------------------------------
     HeldOutRun("torchtitan Llama 3 8B, 64 A100s", "pytorch/torchtitan docs/performance.md (2024-04, commit 0413364), "
                "Llama 3 table, 'selective op' row", _llama3("llama3-8b"),
-               dict(dp=64, zero=3, micro_batch=1), "a100-80gb", "tokens_per_gpu", 2973,
+               dict(dp=64, zero=3, micro_batch=1, recompute="op"), "a100-80gb", "tokens_per_gpu", 2973,
                TORCHTITAN_SAC + "; inter-node links 200 Gb/s per GPU (not stated)"),
     *[HeldOutRun(f"torchtitan Llama 3.1 8B FSDP, {gpus} H100s", f"{TORCHTITAN_2412}, Table {table}, 'FSDP' row",
-                 _llama3("llama3-8b"), dict(dp=gpus, zero=3, micro_batch=2), "h100-sxm", "tokens_per_gpu", tps,
+                 _llama3("llama3-8b"), dict(dp=gpus, zero=3, micro_batch=2, recompute="op"), "h100-hbm2e",
+                 "tokens_per_gpu", tps,
                  TORCHTITAN_SAC + "; " + TORCHTITAN_H100)
       for table, gpus, tps in ((1, 8, 5762), (3, 128, 5605))],
     # ---- dense, H100, TP 4-8 ------------------------------------------------------------------------------------
@@ -122,8 +127,8 @@ RUNS: list[HeldOutRun] = [
                  "pytorch/torchtitan docs/performance.md (2024-08-23, commit 3faaa1a0d), Llama 3.1 table",
                  _llama3("llama3-405b"), dict(dp=16, tp=8, zero=3, micro_batch=2, recompute="full",
                                               checkpoint_early_stop=True, sequence_parallel=True, **extra),
-                 "h100-sxm", "tokens_per_gpu", tps,
-                 "128 H100s with 95 GB HBM2e at a lower TDP (the source's footnote), planned as h100-sxm; sequence "
+                 "h100-hbm2e", "tokens_per_gpu", tps,
+                 "128 H100s with 95 GB HBM2e at a lower TDP (the source's footnote), planned as h100-hbm2e; sequence "
                  "8,192 and TP 8 from train_configs/llama3_405b.toml at that commit; full checkpointing = "
                  "ptd_checkpoint_wrapper (non-reentrant, early stop)" + note)
       for label, extra, tps, note in (
@@ -135,24 +140,24 @@ RUNS: list[HeldOutRun] = [
                  _llama3("llama3-70b"), dict(dp=32, tp=8, zero=3, micro_batch=16, recompute="full",
                                              checkpoint_early_stop=True, sequence_parallel=True, precision="fp8",
                                              **extra),
-                 "h100-sxm", "tokens_per_gpu", tps, TORCHTITAN_H100 + "; torch.compile (kernel fusion not modelled)")
+                 "h100-hbm2e", "tokens_per_gpu", tps, TORCHTITAN_H100 + "; torch.compile (kernel fusion not modelled)")
       for label, extra, tps in (("", {}, 829), (" + async TP", dict(tp_comm_overlap=True), 876))],
     HeldOutRun("NeMo GPT-3 175B TP 4 x PP 8, 128 H100s", f"{NEMO_2407}, GPT3-175B 128-GPU row", GPT3_175B,
                dict(dp=4, tp=4, pp=8, zero=1, micro_batch=1, grad_accum=64, schedule="interleaved", virtual_stages=6,
-                    sequence_parallel=True, precision="fp8"),
+                    sequence_parallel=True, precision="fp8", **TE),
                "h100-sxm", "tokens_per_gpu", 716, NEMO_ASSUMED),
     HeldOutRun("NeMo Llama 2 70B TP 4 x PP 4, 64 H100s", f"{NEMO_2407}, LLAMA2-70B row", LLAMA2_70B,
                dict(dp=4, tp=4, pp=4, zero=1, micro_batch=1, grad_accum=32, schedule="interleaved", virtual_stages=20,
-                    sequence_parallel=True, precision="fp8", tp_comm_overlap=True),
+                    sequence_parallel=True, precision="fp8", tp_comm_overlap=True, **TE),
                "h100-sxm", "tokens_per_gpu", 1728, NEMO_ASSUMED),
     HeldOutRun("NeMo Llama 3 70B TP 4 x PP 4 x CP 2, 64 H100s", f"{NEMO_2407}, LLAMA3-70B row", _llama3("llama3-70b"),
                dict(dp=2, tp=4, pp=4, cp=2, zero=1, micro_batch=1, grad_accum=64, schedule="interleaved",
-                    virtual_stages=5, sequence_parallel=True, precision="fp8", tp_comm_overlap=True),
+                    virtual_stages=5, sequence_parallel=True, precision="fp8", tp_comm_overlap=True, **TE),
                "h100-sxm", "tokens_per_gpu", 1524, NEMO_ASSUMED),
     HeldOutRun("Megatron-Bridge Llama 3 70B TP 4 x PP 8, 64 H100s", f"{MEGATRON_BRIDGE}, '26.04.01 NeMo Container', "
                "LLAMA3_70B, DGX-H100 FP8", _llama3("llama3-70b"),
                dict(dp=2, tp=4, pp=8, zero=1, micro_batch=1, grad_accum=128, schedule="interleaved", virtual_stages=5,
-                    sequence_parallel=True, precision="fp8", tp_comm_overlap=True, overlap_param_gather=True),
+                    sequence_parallel=True, precision="fp8", tp_comm_overlap=True, overlap_param_gather=True, **TE),
                "h100-sxm", "tokens_per_gpu", 1664,
                "the recipe (perf_recipes/llama/h100/llama3.py, llama3_70b_pretrain_64gpu_h100_fp8cs_config) sets "
                "sequence parallel, userbuffers TP overlap, the parameter gather overlapped with the optimizer step "
@@ -163,13 +168,13 @@ RUNS: list[HeldOutRun] = [
                  f"torchtitan 820504e), Llama3 {size.lower()} table, {label} row",
                  _llama3(f"llama3-{size.lower()}"),
                  dict(dp=dp, tp=8, zero=3, micro_batch=batch, sequence_parallel=True, **strategy),
-                 "h100-sxm", "tokens_per_gpu", tps,
+                 "h100-hbm2e", "tokens_per_gpu", tps,
                  TORCHTITAN_H100.replace("9dec370", "820504e").replace("train_configs/*.toml",
                                                                        "the llama3 train_configs") +
                  "; torch.compile (fusion not modelled); the table's tokens/sec taken per GPU (torchtitan logs them "
                  "per rank)" + (TORCHTITAN_SAC_NOTE if size == "8B" else "; full checkpointing, non-reentrant"))
       for size, dp, batch, recompute in (("70B", 32, 16, dict(recompute="full", checkpoint_early_stop=True)),
-                                         ("8B", 8, 12, {}))
+                                         ("8B", 8, 12, dict(recompute="op")))
       for label, strategy, tps in (
           ("bf16, vanilla TP", recompute, {"70B": 597.3, "8B": 4378}[size]),
           ("bf16, async TP", {**recompute, "tp_comm_overlap": True}, {"70B": 652.4, "8B": 4809.4}[size]),
@@ -201,18 +206,19 @@ RUNS: list[HeldOutRun] = [
                  f"{TORCHTITAN_2412}, Table 2", _llama3("llama3-8b", seq_len=seq),
                  dict(dp=8 // cp, cp=cp, zero=3, micro_batch=1, recompute="full", checkpoint_early_stop=True,
                       precision="fp8"),
-                 "h100-sxm", "tokens_per_gpu", tps, TORCHTITAN_H100.replace("sequence 8,192 from train_configs/*.toml "
+                 "h100-hbm2e", "tokens_per_gpu", tps, TORCHTITAN_H100.replace("sequence 8,192 from train_configs/*.toml "
                                                                             "at 9dec370 (the table does not say)",
                                                                             "torch.compile (fusion not modelled)"))
       for cp, seq, tps in ((1, 32768, 3890), (2, 65536, 2540), (4, 131072, 1071), (8, 262144, 548))],
     HeldOutRun("NeMo Llama 3 8B CP 2, 8 H100s", f"{NEMO_2407}, LLAMA3-8B row", _llama3("llama3-8b"),
-               dict(dp=4, cp=2, zero=1, micro_batch=1, grad_accum=32, precision="fp8"),
+               dict(dp=4, cp=2, zero=1, micro_batch=1, grad_accum=32, precision="fp8", **TE),
                "h100-sxm", "tokens_per_gpu", 12273, NEMO_ASSUMED),
     # ---- mixture of experts, coarse: 8 experts, top-2 ----------------------------------------------------------
     HeldOutRun("Megatron-Core Mixtral 8x7B EP 8 x PP 4, 64 H100s", "NVIDIA/Megatron-LM megatron/core/transformer/moe/"
                "README.md (MCore v0.8): '438 TFLOPS for Mixtral 8X7B bf16' and 'Reference Best Parallel Mapping'",
                {"preset": "mixtral-8x7b", "seq_len": 4096},
-               dict(dp=16, pp=4, ep=8, zero=1, micro_batch=1, grad_accum=16, schedule="interleaved", virtual_stages=8),
+               dict(dp=16, pp=4, ep=8, zero=1, micro_batch=1, grad_accum=16, schedule="interleaved", virtual_stages=8,
+                    **TE),
                "h100-sxm", "model_tflops", 438,
                "the README gives the figure and the v0.8 mapping (TP 1, EP 8, PP 4, VP 8, MBS 1, GBS 256, sequence "
                "4,096, dropless all-to-all, BF16, 64 H100s, 8 x 400 Gb/s per node) side by side, not as one row: "
@@ -221,20 +227,20 @@ RUNS: list[HeldOutRun] = [
     # ---- mixture of experts, fine-grained: 64-128 experts, top-4/8 ---------------------------------------------
     HeldOutRun("Megatron-Bridge Qwen3-30B-A3B EP 16, 16 H100s, FP8", f"{MEGATRON_BRIDGE}, '26.04.01 NeMo Container', "
                "Qwen3_30B_a3B, DGX-H100 FP8", QWEN3_30B_A3B,
-               dict(dp=16, ep=16, zero=1, micro_batch=1, grad_accum=64, precision="fp8"),
+               dict(dp=16, ep=16, zero=1, micro_batch=1, grad_accum=64, precision="fp8", **TE),
                "h100-sxm", "tokens_per_gpu", 8960,
                "recipe perf_recipes/qwen/h100/qwen3_moe.py (fp8cs): no recomputation, HybridEP flex dispatcher, "
                "routing forced to balance, dropless (the table's note); distributed optimizer assumed"),
     HeldOutRun("Megatron-Bridge Qwen3-30B-A3B EP 8 x PP 2, 16 H100s, FP8",
                f"{MEGATRON_BRIDGE}, '25.11 NeMo Container', DGX-H100, Qwen3_30B_a3B FP8-CS", QWEN3_30B_A3B,
                dict(dp=8, pp=2, ep=8, zero=1, micro_batch=2, grad_accum=32, schedule="interleaved",
-                    virtual_stages=24, precision="fp8"),
+                    virtual_stages=24, precision="fp8", **TE),
                "h100-sxm", "tokens_per_gpu", 5275,
                "routing forced to balance, dropless (the table's note); recomputation of that release not stated "
                "(none assumed); distributed optimizer assumed"),
     HeldOutRun("Megatron-Bridge gpt-oss-120b EP 8 x PP 4, 64 H100s", f"{MEGATRON_BRIDGE}, '26.04.01 NeMo Container', "
                "GPT OSS 120B, DGX-H100 BF16", GPT_OSS_120B,
-               dict(dp=16, pp=4, ep=8, zero=1, micro_batch=1, grad_accum=80),
+               dict(dp=16, pp=4, ep=8, zero=1, micro_batch=1, grad_accum=80, **TE),
                "h100-sxm", "tokens_per_gpu", 5824,
                "recipe perf_recipes/gpt_oss/h100/gpt_oss.py (bf16): selective recomputation of the norms and the "
                "experts' activation only (no matmul; planned as none), routing forced to balance; the sliding-window "
@@ -243,34 +249,35 @@ RUNS: list[HeldOutRun] = [
     # ---- FP8, data-parallel, H100 ----------------------------------------------------------------------------
     HeldOutRun("torchtitan Llama 3.1 8B FSDP, 8 H100s, Float8", f"{TORCHTITAN_2412}, Table 1, "
                "'FSDP + torch.compile + Float8' row", _llama3("llama3-8b"),
-               dict(dp=8, zero=3, micro_batch=2, precision="fp8"), "h100-sxm", "tokens_per_gpu", 8532,
+               dict(dp=8, zero=3, micro_batch=2, precision="fp8", recompute="op"), "h100-hbm2e", "tokens_per_gpu", 8532,
                TORCHTITAN_SAC + "; " + TORCHTITAN_H100 + "; torch.compile (fusion not modelled)"),
     HeldOutRun("torchtitan Llama 3.1 8B FSDP, 128 H100s, Float8", f"{TORCHTITAN_2412}, Table 3, "
                "'FSDP + torch.compile + Float8' row", _llama3("llama3-8b"),
-               dict(dp=128, zero=3, micro_batch=2, precision="fp8"), "h100-sxm", "tokens_per_gpu", 8380,
+               dict(dp=128, zero=3, micro_batch=2, precision="fp8", recompute="op"), "h100-hbm2e", "tokens_per_gpu",
+               8380,
                TORCHTITAN_SAC + "; " + TORCHTITAN_H100 + "; torch.compile (fusion not modelled)"),
     *[HeldOutRun(f"torchtitan Llama 3.1 8B FSDP, {gpus} H200s, Float8",
                  "pytorch/torchtitan benchmarks/llama3-8b_h200_202506_trainy-whitefiber.md (June 2025; torchtitan "
                  f"e7c0cae), NUM_NODES {gpus // 8} row", _llama3("llama3-8b"),
-                 dict(dp=gpus, zero=3, micro_batch=2, precision="fp8"), "h200", "tokens_per_gpu", tps,
+                 dict(dp=gpus, zero=3, micro_batch=2, precision="fp8", recompute="op"), "h200", "tokens_per_gpu", tps,
                  "local batch 2, torch.compile, float8 with FP8 all-gather, 8 H200s per host, 400 Gb/s per GPU; "
                  "sequence 8,192 and per-op selective checkpointing from the llama3_8b.toml at e7c0cae" +
                  TORCHTITAN_SAC_NOTE)
       for gpus, tps in ((32, 10938), (64, 10753))],
     HeldOutRun("NeMo Llama 2 7B, 8 H100s, FP8", f"{NEMO_2407}, LLAMA2-7B row", LLAMA2_7B,
-               dict(dp=8, zero=1, micro_batch=1, grad_accum=16, precision="fp8"),
+               dict(dp=8, zero=1, micro_batch=1, grad_accum=16, precision="fp8", **TE),
                "h100-sxm", "tokens_per_gpu", 16934, NEMO_ASSUMED),
     # ---- B200 ------------------------------------------------------------------------------------------------
     *[HeldOutRun(f"Megatron-Bridge gpt-oss-120b EP {ep}, 64 {gpu.upper()}s", f"{MEGATRON_BRIDGE}, '26.04.01 NeMo "
                  f"Container', GPT OSS 120B, DGX-{gpu.upper()} BF16", GPT_OSS_120B,
-                 dict(dp=64, ep=ep, zero=1, micro_batch=4, grad_accum=5), gpu, "tokens_per_gpu", tps,
+                 dict(dp=64, ep=ep, zero=1, micro_batch=4, grad_accum=5, **TE), gpu, "tokens_per_gpu", tps,
                  f"recipe perf_recipes/gpt_oss/{gpu}/gpt_oss.py (bf16): as the H100 row's (selective recomputation of "
                  "norms and expert activations only, planned as none; routing forced to balance; sliding-window layers "
                  "charged full attention); distributed optimizer assumed")
       for gpu, ep, tps in (("b200", 8, 13568), ("gb200", 64, 16640))],
     HeldOutRun("Megatron-Bridge Llama 3 8B, 8 B200s, FP8", f"{MEGATRON_BRIDGE}, '25.11 NeMo Container', DGX-B200, "
                "LLAMA3_8B FP8-CS", _llama3("llama3-8b"),
-               dict(dp=8, zero=1, micro_batch=2, grad_accum=8, precision="fp8"),
+               dict(dp=8, zero=1, micro_batch=2, grad_accum=8, precision="fp8", **TE),
                "b200", "tokens_per_gpu", 30624,
                "FSDP 0 (DDP with the distributed optimizer assumed); recomputation of that release not stated "
                "(none assumed)"),

@@ -13,8 +13,9 @@ from ddp_lab.plan.decision import family_name, model_text, versus_best
 GB = 1e9
 LEGEND = ("strategy: dpN tpN ppN = data-, tensor-, pipeline-parallel sizes; zN = ZeRO stage;\n"
           "          mbAxB = B micro-batches of A sequences per step; vN = interleaved 1F1B, N stages per GPU;\n"
-          "          sp = sequence parallel; sel/full = selective/full activation recomputation;\n"
-          "          eager = attention not fused (flash otherwise); g32 = fp32 gradients. GB = 10^9 bytes;\n"
+          "          sp = sequence parallel; sel/full/op = selective/full/per-op (torchtitan's) recomputation;\n"
+          "          eager = attention not fused (flash otherwise; cudnn = cuDNN's flash kernel); g32 = fp32\n"
+          "          gradients. GB = 10^9 bytes;\n"
           "          margin = GB per GPU left under the usable line (the GPU's memory less the reserve).")
 FOLDED_LEGEND = ("          z0-2 = ZeRO stages 0 to 2 give identical numbers (at dp1 there is nothing to shard);\n"
                  "          the row shows the lowest.")
@@ -134,7 +135,8 @@ def breakdown(plan, seq_source: str | None = None) -> str:
     m, t, strategy = plan.memory, plan.time, plan.strategy
     lines = [f"{plan.model.name} on {plan.cluster.name or plan.cluster.gpus} GPUs: {strategy.label()}",
              f"  global batch {strategy.global_batch} sequences x {plan.model.seq_len} tokens, "
-             f"precision {strategy.precision}, {strategy.attention} attention",
+             f"precision {strategy.precision}, {strategy.attention} attention"
+             + ("" if strategy.attention != "flash" or strategy.flash_kernel == "fa2" else f" ({strategy.flash_kernel} kernel)"),
              *("  " + line for line in model_text(plan.model, seq_source).splitlines())]
     lines += _split_lines(plan)
     lines.append("  memory per GPU (GB)")

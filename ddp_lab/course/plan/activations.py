@@ -35,7 +35,7 @@ Introduced in notebooks/13-plan-your-training-run.ipynb.
 
 from __future__ import annotations
 
-from ddp_lab.course.plan import pipeline_stages
+from ddp_lab.course.plan import op_checkpoint, pipeline_stages
 
 
 def value_bytes(strategy) -> int:
@@ -67,6 +67,8 @@ def layer_activation_bytes(model, strategy) -> int:
         # only the layer's input is kept (Table 2: 2sbh); with sequence parallelism that input lives split along the
         # sequence between layers, and Megatron-LM checkpoints the split tensor: 2sbh/t per rank
         return value_bytes(strategy) * s * b * h // (t if strategy.sequence_parallel else 1)
+    if strategy.recompute == "op":
+        return op_checkpoint.kept_bytes(model, strategy, value_bytes(strategy))
     outside, inside, scores = layer_parts(model, strategy)
     if strategy.recompute == "selective":
         scores = 0

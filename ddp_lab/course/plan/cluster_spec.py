@@ -88,6 +88,14 @@ GPU_PRESETS: dict[str, GPU] = {
     # 1,979 dense; 67 TFLOPS fp32; HBM3 3.35 TB/s
     "h100-sxm": GPU("H100 SXM", 80 * GiB, {"bf16": 989.5e12, "fp16": 989.5e12, "fp32": 67e12, "fp8": 1979e12},
                     memory_bandwidth=3.35e12, generation="hopper"),
+    # The H100s of torchtitan's published tables, on Meta's Grand Teton hosts: 96 GB of HBM2e at 2.4 TB/s, a 500 W
+    # power limit (torchtitan benchmarks/asyncTP_llama3_h100_2025-06_torchtitan.md, "Hardware"); docs/performance.md
+    # (footnote 1): "the actual peak TFLOPs number is between SXM and NVL, and we don't know its exact value". The
+    # peaks are taken midway between the H100 SXM and H100 NVL datasheets (NVL: 1,671 TFLOPS bf16 and 3,341 fp8
+    # with sparsity, 60 fp32).
+    "h100-hbm2e": GPU("H100 HBM2e 500 W", 96 * GiB, {"bf16": 912.5e12, "fp16": 912.5e12, "fp32": 63.5e12,
+                                                     "fp8": 1825e12},
+                      memory_bandwidth=2.4e12, generation="hopper"),
     # NVIDIA H200 datasheet: same compute as H100 SXM, 141 GB HBM3e at 4.8 TB/s
     "h200": GPU("H200", 141 * GiB, {"bf16": 989.5e12, "fp16": 989.5e12, "fp32": 67e12, "fp8": 1979e12},
                 memory_bandwidth=4.8e12, generation="hopper"),
@@ -112,6 +120,8 @@ _LINKS = {
     # DGX H100 / HGX H200: NVLink 4 900 GB/s bidirectional per GPU; 8 x 400 Gb/s NDR InfiniBand
     "h100-sxm": ("h100-sxm", 8, 450e9, 400e9 / 8),
     "h200": ("h200", 8, 450e9, 400e9 / 8),
+    # Grand Teton (Meta's H100 servers of torchtitan's tables): NVLink 4 inside the node, 400 Gb/s per GPU across
+    "h100-hbm2e": ("h100-hbm2e", 8, 450e9, 400e9 / 8),
     # DGX B200: NVLink 5 1.8 TB/s bidirectional per GPU; 8 x 400 Gb/s ConnectX-7 (DGX B200 datasheet)
     "b200": ("b200", 8, 900e9, 400e9 / 8),
     # GB200 NVL72: one NVLink 5 domain of 72 GPUs (130 TB/s / 72 = 1.8 TB/s bidirectional each); racks joined by

@@ -77,6 +77,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ddp_lab.course.plan.activations import replicated_share
+from ddp_lab.course.plan.attention_kernels import kernel_speedup
+from ddp_lab.course.plan.op_checkpoint import recomputed_matmuls
 from ddp_lab.course.plan.precision import cast_bytes, compute_precision, linear_rate
 from ddp_lab.course.plan.traffic import head_ops, layer_ops, rank_bytes
 
@@ -250,7 +252,8 @@ def attention_seconds(flops: float, gpu, strategy) -> float:
     Eager attention's cores are batched GEMMs: the calibrated GEMM rate. Flash attention in bf16
     or fp16 runs at the GPU's flash share of peak (`GPU.flash_attention_share`: its generation's
     `FLASH_ATTENTION_UTILIZATION` unless the GPU carries its own) where it has one, otherwise at
-    the GEMM rate.
+    the GEMM rate; a kernel faster than FlashAttention-2 (`Strategy.flash_kernel`) multiplies that
+    share by its published speed-up (attention_kernels.py).
 
     Example:
         >>> from ddp_lab.course.plan.cluster_spec import GPU
@@ -266,7 +269,7 @@ def attention_seconds(flops: float, gpu, strategy) -> float:
     utilization = gpu.flash_attention_share if flash else None
     if utilization is None:
         return flops / gpu.achieved_flops(precision)
-    return flops / (gpu.flops(precision) * utilization)
+    return flops / (gpu.flops(precision) * utilization * kernel_speedup(gpu.generation, strategy.flash_kernel))
 
 
 def gemm_seconds(flops: float, k: int, rate: float) -> float:
@@ -345,6 +348,9 @@ def layer_seconds(model, strategy, gpu) -> WorkSeconds:
             recompute -= gemm_seconds(down_flops, down_k, rate)
     elif strategy.recompute == "selective" and strategy.attention == "eager":
         recompute = attention_seconds(core_forward, gpu, strategy) + moved_again / bandwidth
+    elif strategy.recompute == "op":                 # every second matmul and the elementwise ops (op_checkpoint.py)
+        recompute = sum(gemm_seconds(flops, k, rate) for _, flops, k, _ in recomputed_matmuls(model, strategy)) \
+            + moved_again / bandwidth
     else:
         recompute = 0.0
     return WorkSeconds(forward, backward, recompute)
@@ -389,7 +395,8 @@ def _flat_layer_seconds(model, strategy, gpu, gemm: float, core: float) -> WorkS
     """CPU ranks: every FLOP at the measured rate x the calibrated step efficiency (the papers' FLOP count)."""
     rate = gpu.achieved_flops(strategy.precision) / _flat_scale(model, strategy, gpu)
     forward = gemm + core
-    recompute = {"full": forward, "selective": core if strategy.attention == "eager" else 0.0}.get(strategy.recompute, 0.0)
+    recompute = {"full": forward, "selective": core if strategy.attention == "eager" else 0.0,
+                 "op": sum(flops for _, flops, _, _ in recomputed_matmuls(model, strategy))}.get(strategy.recompute, 0.0)
     if recompute_skips_last_gemm(model, strategy):
         recompute -= ffn_down_gemm(model, strategy)[0]
     return WorkSeconds(forward / rate, 2 * forward / rate, recompute / rate)

@@ -88,7 +88,7 @@ def evaluate(model, cluster, strategy: Strategy, tp_across_nodes: bool = False,
 def candidates(model, cluster, global_batch: int, micro_batches=(1, 2, 4, 8), zero=(0, 1, 2, 3),
                recompute=("none", "selective", "full"), precision: str | None = None,
                tp_across_nodes: bool = False, cp=(1,), ep=None, virtual_stages=(1, 2), attention: str = "flash",
-               fp32_grads: bool = False, checkpoint_early_stop: bool = False):
+               fp32_grads: bool = False, checkpoint_early_stop: bool = False, flash_kernel: str = "fa2"):
     """Every valid Strategy: dp*tp*pp*cp = GPUs, tp divides the heads (and kv heads) and stays in a
     node (unless tp_across_nodes), pp divides the layers, dp*micro_batch divides global_batch.
     Sequence parallelism is tried on and off whenever tp > 1; with pp > 1 the 1F1B schedule and
@@ -97,7 +97,8 @@ def candidates(model, cluster, global_batch: int, micro_batches=(1, 2, 4, 8), ze
     it keeps what no recomputation keeps (activations.py). Precision: bf16 mixed precision where
     the GPU has it, else fp16 (a T4), unless given. checkpoint_early_stop: the plans with full
     recomputation recompute as PyTorch's non-reentrant checkpoint does (Strategy.checkpoint_early_stop;
-    left off for a model whose dropout or experts make that checkpoint re-run the whole layer).
+    left off for a model whose dropout or experts make that checkpoint re-run the whole layer). flash_kernel:
+    the kernel every plan's flash attention runs (Strategy.flash_kernel, attention_kernels.py).
 
     cp, ep: the context- and expert-parallel sizes to try, an int, a tuple, or "auto" (every size
     that fits: cp with 2 x cp chunks of the sequence, ep dividing the experts and dp x cp). cp
@@ -136,6 +137,7 @@ def candidates(model, cluster, global_batch: int, micro_batches=(1, 2, 4, 8), ze
                         base = Strategy(dp=dp, tp=tp, pp=pp, zero=stage, micro_batch=mb, grad_accum=accum,
                                         sequence_parallel=sp, recompute=rc, precision=precision, cp=cp_size,
                                         ep=ep_size, attention=attention, fp32_grads=fp32_grads,
+                                        flash_kernel=flash_kernel,
                                         checkpoint_early_stop=checkpoint_early_stop and rc == "full")
                         yield base
                         for v in virtual_stages:

@@ -87,6 +87,7 @@ from ddp_lab.course.plan.efficiency import head_seconds, layer_seconds, optimize
 from ddp_lab.course.plan.dp_sync import (_dp_shares_tp_link, dp_communication, fsdp_units,  # noqa: F401 (re-exported)
                                          zero3_exposed, zero12_exposed)
 from ddp_lab.course.plan.memory import stage_parameters
+from ddp_lab.course.plan.op_checkpoint import recomputed_matmuls
 from ddp_lab.course.plan.overlap import overlap_slowdown, stretch
 from ddp_lab.course.plan.precision import compute_precision   # MFU of an FP8 run: against the bf16 peak
 
@@ -173,6 +174,9 @@ def step_flops(model, strategy, hardware: bool = True) -> int:
             per_sequence -= model.layers * 2 * model.seq_len * model.ffn_ * model.hidden
     elif hardware and strategy.recompute == "selective" and strategy.attention == "eager":
         per_sequence += model.layers * 4 * model.seq_len ** 2 * model.q_dim
+    elif hardware and strategy.recompute == "op":      # the matmuls per-op checkpointing re-runs (op_checkpoint.py)
+        rank = sum(flops for _, flops, _, _ in recomputed_matmuls(model, strategy))    # one TP rank, one micro-batch
+        per_sequence += model.layers * rank * strategy.tp // strategy.micro_batch
     return strategy.global_batch * per_sequence
 
 

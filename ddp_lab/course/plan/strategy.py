@@ -12,10 +12,11 @@ from dataclasses import dataclass, replace
 
 from ddp_lab.course.plan import context_parallel, expert_tp, experts, outer_sync, pipeline_stages
 from ddp_lab.course.rank_layout import RankLayout
+from ddp_lab.course.plan.attention_kernels import FLASH_KERNELS
 from ddp_lab.course.plan.precision import PRECISIONS   # "fp32", "bf16", "fp16" (ZeRO's table) and "fp8"
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
-RECOMPUTE = ("none", "selective", "full")
+RECOMPUTE = ("none", "selective", "full", "op")
 FSDP_UNITS = ("layer", "model")
 ATTENTION = ("flash", "eager")
 
@@ -48,7 +49,8 @@ class Strategy:
     schedule: str = "1f1b"        # "gpipe", "1f1b", "interleaved" (virtual_stages > 1)
     virtual_stages: int = 1
     sequence_parallel: bool = False
-    recompute: str = "none"       # "none", "selective" (attention core only), "full" (whole layer)
+    recompute: str = "none"       # "none", "selective" (attention core only), "full" (whole layer), "op" (torchtitan's
+                                  # per-op policy: every second matmul, op_checkpoint.py)
     precision: str = "bf16"       # "bf16"/"fp16": mixed precision, "fp32": everything in fp32, "fp8": linear GEMMs in FP8 (precision.py)
     fsdp_unit: str = "layer"      # ZeRO-3: "layer" (one FSDP unit per layer + the root, lesson 09) or "model"
     attention: str = "flash"      # "flash": fused kernel, no s x s scores kept (Dao et al. 2022); "eager": Korthikanti's
@@ -68,6 +70,8 @@ class Strategy:
     sync_precision: str = "fp32"  # the pseudo-gradient on the wire: "fp32", "bf16" or "int8" (INTELLECT-1)
     expert_tp: int | None = None  # routed experts' tensor-parallel size, dividing tp (Megatron-Core's
                                   # --expert-tensor-parallel-size; expert_tp.py); None: the attention's tp
+    flash_kernel: str = "fa2"     # which kernel runs flash attention: "fa2" (PyTorch's SDPA default) or "cudnn"
+                                  # (Transformer Engine's choice on Hopper+, FlashAttention-3's class): attention_kernels.py
 
     def __post_init__(self) -> None:
         for field in ("dp", "tp", "pp", "micro_batch", "grad_accum", "virtual_stages", "cp", "ep", "sync_every",
@@ -78,7 +82,8 @@ class Strategy:
         if self.zero not in (0, 1, 2, 3):
             raise ValueError(f"Strategy.zero must be 0 (DDP), 1, 2 or 3 (FSDP full sharding), got {self.zero!r}")
         for field, allowed in (("schedule", SCHEDULES), ("recompute", RECOMPUTE), ("precision", PRECISIONS),
-                               ("fsdp_unit", FSDP_UNITS), ("attention", ATTENTION)):
+                               ("fsdp_unit", FSDP_UNITS), ("attention", ATTENTION),
+                               ("flash_kernel", FLASH_KERNELS)):
             if getattr(self, field) not in allowed:
                 raise ValueError(f"Strategy.{field} must be one of {allowed}, got {getattr(self, field)!r}")
         if self.sequence_parallel and self.tp == 1:
@@ -87,6 +92,9 @@ class Strategy:
         if self.fp32_grads and not self.mixed:
             raise ValueError("fp32_grads=True keeps 4-byte gradients under bf16/fp16 mixed precision; with "
                              "precision='fp32' the gradients are fp32 already: drop fp32_grads")
+        if self.recompute == "op" and self.attention != "flash":
+            raise ValueError("recompute='op' keeps the flash-attention kernel's output (torchtitan's per-op policy, "
+                             "op_checkpoint.py); with attention='eager' use recompute='selective' or 'full'")
         if self.checkpoint_early_stop and self.recompute != "full":
             raise ValueError(f"checkpoint_early_stop=True describes full recomputation by PyTorch's non-reentrant "
                              f"checkpoint; with recompute={self.recompute!r} there is no recomputation for it to stop: "
@@ -145,9 +153,12 @@ class Strategy:
         if self.sequence_parallel:
             parts.append("sp")
         if self.recompute != "none":
-            parts.append({"selective": "sel", "full": "full-es" if self.checkpoint_early_stop else "full"}[self.recompute])
+            parts.append({"selective": "sel", "op": "op",
+                          "full": "full-es" if self.checkpoint_early_stop else "full"}[self.recompute])
         if self.attention != "flash":
             parts.append(self.attention)
+        elif self.flash_kernel != "fa2":
+            parts.append(self.flash_kernel)
         if self.fp32_grads:
             parts.append("g32")
         if self.tp_comm_overlap:
@@ -208,6 +219,10 @@ def check(model, strategy: Strategy, gpus: int | None = None, gpus_per_node: int
     if strategy.pp > 1 and strategy.schedule == "interleaved" and strategy.grad_accum % strategy.pp:
         raise ValueError(f"the interleaved schedule needs micro-batches ({strategy.grad_accum}) divisible by "
                          f"pp={strategy.pp} (Narayanan et al. 2021); change grad_accum")
+    if strategy.recompute == "op" and model.moe is not None:
+        raise ValueError(f"recompute='op' is torchtitan's per-op checkpointing of a dense Llama block "
+                         f"(op_checkpoint.py); {model.name} is a mixture-of-experts model: use recompute='full', "
+                         f"'selective' or 'none'")
     experts.check(model, strategy)            # ep splits whole experts of a MoE model (lesson 14)
     context_parallel.check(model, strategy)   # cp: 2 x cp equal chunks of the sequence (lesson 15)
     if gpus_per_node is not None and strategy.tp > gpus_per_node and not tp_across_nodes:

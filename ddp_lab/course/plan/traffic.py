@@ -136,7 +136,7 @@ def head_ops(model, strategy) -> list[OpBytes]:
 def rank_bytes(ops: list[OpBytes], strategy, recompute: str = "none") -> tuple[int, int, int]:
     """(forward, backward, recomputed) bytes one tensor-parallel rank moves for `ops`.
 
-    recompute: "full" repeats every forward row in backward, "selective" the score rows (eager attention).
+    recompute: "full" and "op" repeat every forward row in backward, "selective" the score rows (eager attention).
 
     Example:
         >>> from ddp_lab.course.plan.model import Transformer
@@ -153,7 +153,7 @@ def rank_bytes(ops: list[OpBytes], strategy, recompute: str = "none") -> tuple[i
     """
     forward = sum(op.forward // op.split(strategy) for op in ops)
     backward = sum(op.backward // op.split(strategy) for op in ops)
-    if recompute == "full":
+    if recompute in ("full", "op"):          # per-op checkpointing re-runs every elementwise op (op_checkpoint.py)
         again = forward
     elif recompute == "selective":
         again = sum(op.forward // op.split(strategy) for op in ops if op.place == "scores")
