@@ -35,8 +35,9 @@ Sources:
                mosaicml/pytorch:1.13.1), before PyTorch 2.1: the whole layer again. Attention: MPT's
                Triton FlashAttention, the submit script's default attn_impl)
     torchtitan pytorch/torchtitan docs/performance.md (2024 version), 64 A100 80GB, FSDP2 per layer,
-               the runs whose activation checkpointing is "no" or "full" (selective layer/op
-               checkpointing recomputes parts of layers the planner cannot express); "full" wraps each
+               the runs whose activation checkpointing is "no" or "full" (selective layer
+               checkpointing recomputes every n-th layer, which the planner cannot express; the per-op
+               row is a development run in held_out_runs.py); "full" wraps each
                block in ptd_checkpoint_wrapper: PyTorch's non-reentrant checkpoint, early stop
     ibm        Team PyTorch at IBM and Meta 2024, "Maximizing training throughput using PyTorch FSDP"
                (pytorch.org/blog/maximizing-training), Table 1: Llama 2 7B/34B/70B shapes, FSDP, batch 2

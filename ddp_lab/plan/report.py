@@ -211,7 +211,8 @@ def accuracy_text(cluster, plans=()) -> str:
     (which its attention rate comes from), or, beyond the sweep's longest, that no published run
     checks it. The figures hold for the planner's defaults: a cluster given another overlap
     slowdown (--overlap-slowdown) is told so. Last, for each family among `plans` (ddp_lab.plan.held_out's
-    rules), the planner's error on the published runs of that family it was never fitted on.
+    rules), the planner's error on the published runs of that family it was never fitted on: the held-aside part's,
+    then the development part's (ddp_lab.plan.held_out).
 
     Example:
         >>> from ddp_lab.plan import ClusterSpec
@@ -250,7 +251,7 @@ def accuracy_text(cluster, plans=()) -> str:
 
 
 def _held_out_lines(cluster, plans) -> list[str]:
-    """The planner's error on held-out published runs (never fitted on) of each family among `plans`."""
+    """The planner's error on published runs it was never fitted on (both parts) for each family among `plans`."""
     from ddp_lab.plan import held_out    # imported here: see accuracy_text
     families = dict.fromkeys(held_out.plan_family(plan.model, cluster, plan.strategy) for plan in plans)
     return [f"          {held_out.family_line(family)}" for family in families]
