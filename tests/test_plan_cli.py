@@ -9,6 +9,9 @@ import sys
 
 import pytest
 
+from ddp_lab.course.plan.steptime import step_time, tokens_per_second
+from ddp_lab.plan import ClusterSpec, Strategy, Transformer
+
 
 def plan(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "ddp_lab", "plan", *args], capture_output=True, text=True, timeout=120)
@@ -328,6 +331,16 @@ def test_every_bad_model_flag_exits_2_with_one_line(tmp_path):
         (("--model", "llama3-8b", "--cluster", "h100-sxm", "--virtual-stages", "0"), ["--virtual-stages must be"]),
         (("--model", "llama3-8b", "--cluster", "h100-sxm", "--precision", "fp32", "--fp32-grads"),
          ["--fp32-grads", "--precision fp32"]),
+        (("--model", "llama3-8b", "--cluster", "h100-sxm", "--measured-tokens-per-gpu", "9000"),
+         ["--measured-tokens-per-gpu fits the planner to the run you measured", "give that run's strategy"]),
+        (("--model", "llama3-8b", "--cluster", "h100-sxm", "--dp", "8", "--measured-tokens-per-gpu", "900000"),
+         ["faster than the planner gives this plan with every matmul at peak", "check that the flags describe"]),
+        (("--model", "llama3-8b", "--cluster", "h100-sxm", "--dp", "8", "--measured-tokens-per-gpu", "-5"),
+         ["--measured-tokens-per-gpu must be positive"]),
+        (("--model", "llama3-8b", "--cluster", "h100-sxm", "--matmul-efficiency", "1.5"),
+         ["--matmul-efficiency is a share of peak", "got 1.5"]),
+        (("--model", "llama3-8b", "--cluster", "h100-sxm", "--dp", "8", "--matmul-efficiency", "0.6",
+          "--measured-tokens-per-gpu", "9000"), ["give one of them"]),
         (("--model", "llama3-8b", "--cluster", "h100-sxm", "--zero", "3", "--checkpoint-early-stop"),
          ["--checkpoint-early-stop", "--recompute none", "add --recompute full"]),
         (("--params", "7B", "--checkpoint-early-stop"), ["drop --checkpoint-early-stop"]),
@@ -644,3 +657,27 @@ def test_plot_writes_the_breakdown_as_a_png(tmp_path, capsys):
     assert main(["--model", "gpt2-small", "--cluster", "t4", "--dp", "4", "--plot", str(path)]) == 0
     assert capsys.readouterr().out.rstrip().endswith(f"plot: {path} (memory per GPU and step time of the plan)")
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 10_000
+
+
+def test_a_measured_run_fits_the_gemm_constant_and_other_layouts_are_planned_with_it(capsys):
+    """--measured-tokens-per-gpu: the planner's own figure for a plan fits back to the calibrated 0.54; a run 25 %
+    faster fits a higher efficiency, which --matmul-efficiency then applies to a search (faster plans, said so)."""
+    from ddp_lab.__main__ import main
+
+    run = ["plan", *LLAMA_8B, "--dp", "8", "--zero", "3", "--micro-batch", "2"]
+    model, cluster = Transformer.preset("llama3-8b"), ClusterSpec.preset("h100-sxm")
+    strategy = Strategy(dp=8, zero=3, micro_batch=2, grad_accum=32)
+    own = tokens_per_second(model, strategy, step_time(model, cluster, strategy)) / 8
+    assert main([*run, "--measured-tokens-per-gpu", f"{own:.3f}"]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.startswith("fitted: matmuls at 0.540 of peak reproduce ") and "value: 0.54)" in first
+    assert main([*run, "--measured-tokens-per-gpu", f"{1.25 * own:.3f}"]) == 0
+    fitted = float(re.search(r"--matmul-efficiency (\d\.\d+)", capsys.readouterr().out).group(1))
+    assert 0.54 < fitted < 1
+    assert main(["plan", *LLAMA_8B, "--top", "1"]) == 0
+    calibrated = capsys.readouterr().out
+    assert main(["plan", *LLAMA_8B, "--top", "1", "--matmul-efficiency", f"{fitted}"]) == 0
+    faster = capsys.readouterr().out
+    step = re.compile(r"^  1 .*?(\d+\.\d+)\s+[\d,]+\s+[\d.]+%\s+best$", re.M)
+    assert float(step.search(faster).group(1)) < float(step.search(calibrated).group(1))
+    assert f"(with the calibrated matmul efficiency, 0.54, not the {fitted:.3f} used here)" in faster

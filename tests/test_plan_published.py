@@ -44,6 +44,7 @@ from ddp_lab.course.plan.efficiency import (FLASH_ATTENTION_UTILIZATION, GEMM_EF
                                             attention_backward_factor, layer_matmul_flops)
 from ddp_lab.plan import (ClusterSpec, Strategy, Transformer, check, layer_activation_bytes, model_state_bytes,
                           stage_activation_bytes, stage_state_bytes, step_flops, step_time)
+from ddp_lab.course.plan.fit_to_run import matmul_efficiency_for
 from ddp_lab.plan import published
 from ddp_lab.plan.published import CALIBRATION, RUNS, error, predict, summary
 
@@ -119,12 +120,9 @@ def calibrated_efficiency(generation: str, runs=RUNS) -> float:
     throughput, found by bisection and rounded to 2 digits: how GEMM_EFFICIENCY was set."""
     run = next(r for r in runs if r.name == CALIBRATION[generation])
     assert run.cluster.gpu.generation == generation
-    low, high = 0.1, 1.0
-    for _ in range(40):
-        middle = (low + high) / 2
-        cluster = run.cluster.with_(gpu=dataclasses.replace(run.cluster.gpu, matmul_efficiency=middle))
-        low, high = (middle, high) if predict(run, cluster) < run.published else (low, middle)
-    return round(low, 2)
+    # every metric is inversely proportional to the step time: the published figure's step time
+    published_seconds = step_time(run.model, run.cluster, run.strategy).total * predict(run) / run.published
+    return round(matmul_efficiency_for(run.model, run.cluster, run.strategy, published_seconds), 2)
 
 
 @pytest.mark.parametrize("generation", sorted(CALIBRATION))

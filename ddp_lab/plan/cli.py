@@ -25,6 +25,7 @@ from ddp_lab.course.plan.model import LARGEST, PRESETS, Transformer, parse_count
 from ddp_lab.course.plan.search import MEMORY_RESERVE, candidates, default_global_batch, evaluate, search
 from ddp_lab.course.plan.attention_kernels import FLASH_KERNELS
 from ddp_lab.course.plan.strategy import ATTENTION, FSDP_UNITS, PRECISIONS, RECOMPUTE, Strategy, check, divisors
+from ddp_lab.plan import cli_fit
 from ddp_lab.plan.cli_plot import PLOTTED, check_plot_file, draw
 from ddp_lab.plan.cli_regions import cross_region, regions_note
 from ddp_lab.plan.model_files import read_hf_config
@@ -174,6 +175,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     how.add_argument("--replicas", type=int, metavar="R", help="DiLoCo replicas (divides dp); see --sync-every")
     how.add_argument("--sync-precision", dest="sync_precision", choices=("fp32", "bf16", "int8"),
                      help="the pseudo-gradient on the wire at each outer sync (default fp32; INTELLECT-1: int8)")
+    cli_fit.add_arguments(parser)
     out = parser.add_argument_group("search")
     out.add_argument("--global-batch", dest="global_batch", type=int,
                      help="sequences per step (default: 4M tokens / seq_len)")
@@ -197,7 +199,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         cluster = ClusterSpec.preset(args.cluster, nodes=args.nodes or 1)
         if args.overlap_slowdown is not None:
             cluster = cluster.with_(overlap_slowdown=args.overlap_slowdown)
-        cluster = cross_region(cluster, args)
+        cluster = cli_fit.given_efficiency(cross_region(cluster, args), args)
         args.precision = args.precision or ("bf16" if "bf16" in cluster.gpu.peak_flops else "fp16")
         if args.fp32_grads and args.precision == "fp32":
             raise ValueError("--fp32-grads keeps fp32 gradients under bf16/fp16 mixed precision; with --precision fp32 "
@@ -205,12 +207,15 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         reserve = MEMORY_RESERVE if args.memory_reserve is None else args.memory_reserve
         no_effect = _early_stop_changes_nothing(model) if args.checkpoint_early_stop else ""
         given = {name: getattr(args, name) for name in STRATEGY_FLAGS if getattr(args, name) is not None}
+        one_plan = bool(given) and set(given) != {"virtual_stages"}
+        cli_fit.check_flags(args, one_plan)
         _check_splits(model, cluster, args, given)
-        if given and set(given) != {"virtual_stages"}:
+        if one_plan:
             given.update({name: getattr(args, name) for name in SPLIT_FLAGS if getattr(args, name) is not None})
             strategy, note = _strategy(model, cluster, args, given)
+            cluster, fit_note = cli_fit.fitted(model, cluster, strategy, args)
             plan = evaluate(model, cluster, strategy, args.tp_across_nodes, reserve)
-            print(no_effect + note + regions_note(model, cluster, strategy) + breakdown(plan, seq_source))
+            print(fit_note + no_effect + note + regions_note(model, cluster, strategy) + breakdown(plan, seq_source))
             print(assumptions_text([plan], chosen=False))
             print(accuracy_text(cluster, [plan]))
             drawn = [plan]

@@ -1,0 +1,64 @@
+"""Fit the planner's one GEMM constant to a step you measured: the matmul efficiency that reproduces it.
+
+The planner's step time rests on one calibrated number per GPU generation, the share of peak the matmuls
+sustain (`efficiency.GEMM_EFFICIENCY`), set on one published run. That run's software is not yours: on the
+held-out runs (docs/planner.md) every H100 run of NVIDIA's benchmark recipes came out 10-35 % slower than it
+ran, while other GPUs landed within 16 %. A bias of one stack on one GPU is what one measurement of your own
+removes: time a few steps of one layout, find the efficiency at which the planner gives that step time, then
+compare other layouts of the same model, stack and cluster with it. The rest of the model (communication,
+bubbles, memory-bound kernels at HBM bandwidth, the flash-attention rate) stays as it is, so a layout that
+differs in those still differs in the prediction. `tests/test_plan_published.py` sets GEMM_EFFICIENCY itself
+with this function.
+
+Introduced in notebooks/13-plan-your-training-run.ipynb.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ddp_lab.course.plan.steptime import step_time
+
+LOWEST, HIGHEST = 0.05, 1.0     # the efficiencies searched: 5 % of peak to all of it
+
+
+def with_matmul_efficiency(cluster, efficiency: float):
+    """The cluster with its GPUs' matmuls at `efficiency` of peak instead of their generation's constant."""
+    return cluster.with_(gpu=replace(cluster.gpu, matmul_efficiency=efficiency))
+
+
+def matmul_efficiency_for(model, cluster, strategy, step_seconds: float) -> float:
+    """The matmul efficiency at which the planner's step time for `strategy` is `step_seconds` (bisection).
+
+    Example:
+        >>> from ddp_lab.course.plan.cluster_spec import ClusterSpec
+        >>> from ddp_lab.course.plan.model import Transformer
+        >>> from ddp_lab.course.plan.strategy import Strategy
+        >>> llama, h100s, plan = Transformer.preset("llama3-8b"), ClusterSpec.preset("h100-sxm"), Strategy(dp=8, zero=3)
+        >>> planned = step_time(llama, h100s, plan).total            # at the calibrated 0.54
+        >>> round(matmul_efficiency_for(llama, h100s, plan, planned), 3), \\
+        ...     round(matmul_efficiency_for(llama, h100s, plan, 0.8 * planned), 2)
+        (0.54, 0.81)
+
+    (A step 20 % shorter asks for 50 % faster matmuls: the rest of the step does not speed up.) A step faster
+    than the planner gives with every matmul at peak, or slower than at 5 % of it, raises a
+    ValueError saying what to check.
+
+    Introduced in notebooks/13-plan-your-training-run.ipynb.
+    """
+    def seconds(efficiency: float) -> float:
+        return step_time(model, with_matmul_efficiency(cluster, efficiency), strategy).total
+
+    if step_seconds < seconds(HIGHEST):
+        raise ValueError(f"the measured step ({step_seconds:.4g} s) is faster than the planner gives this plan with "
+                         f"every matmul at peak ({seconds(HIGHEST):.4g} s): check that the flags describe the run "
+                         f"(precision, recomputation, flash kernel, overlap options, the GPU preset)")
+    if step_seconds > seconds(LOWEST):
+        raise ValueError(f"the measured step ({step_seconds:.4g} s) is slower than the planner gives this plan with "
+                         f"its matmuls at {LOWEST:.0%} of peak ({seconds(LOWEST):.4g} s): the run waits on something "
+                         f"the planner does not count (input pipeline, host, stragglers); fix that first")
+    low, high = LOWEST, HIGHEST
+    for _ in range(40):
+        middle = (low + high) / 2
+        low, high = (middle, high) if seconds(middle) > step_seconds else (low, middle)
+    return (low + high) / 2

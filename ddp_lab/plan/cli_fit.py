@@ -1,0 +1,59 @@
+"""The command line's fit to a run you measured: --measured-tokens-per-gpu and --matmul-efficiency.
+
+`python -m ddp_lab plan` (cli.py) with a whole strategy and `--measured-tokens-per-gpu N` finds the matmul
+efficiency at which the planner reproduces that run (ddp_lab.course.plan.fit_to_run) and prints the plan with it;
+`--matmul-efficiency E` then plans or searches other layouts of the same stack with that efficiency.
+
+Introduced in notebooks/13-plan-your-training-run.ipynb.
+"""
+
+from __future__ import annotations
+
+from ddp_lab.course.plan.fit_to_run import HIGHEST, LOWEST, matmul_efficiency_for, with_matmul_efficiency
+
+
+def add_arguments(parser) -> None:
+    """The two flags, in their own group of `python -m ddp_lab plan`'s help."""
+    fit = parser.add_argument_group("fit to your own run (the planner's one GEMM constant)")
+    fit.add_argument("--measured-tokens-per-gpu", dest="measured_tokens_per_gpu", type=float, metavar="N",
+                     help="tokens per second per GPU you measured for the strategy given (torchtitan logs it as "
+                          "tps): find the matmul efficiency that reproduces it, and plan with it")
+    fit.add_argument("--matmul-efficiency", dest="matmul_efficiency", type=float, metavar="E",
+                     help=f"the GPUs' matmuls at this share of peak instead of the calibrated one (a fitted value "
+                          f"from --measured-tokens-per-gpu; {LOWEST:g} < E <= {HIGHEST:g})")
+
+
+def check_flags(args, strategy_given: bool) -> None:
+    """One line for a value out of range, or a fit without the strategy it measured, before anything runs."""
+    if args.matmul_efficiency is not None and not LOWEST < args.matmul_efficiency <= HIGHEST:
+        raise ValueError(f"--matmul-efficiency is a share of peak, {LOWEST:g} < E <= {HIGHEST:g}, "
+                         f"got {args.matmul_efficiency:g}")
+    if args.measured_tokens_per_gpu is None:
+        return
+    if args.measured_tokens_per_gpu <= 0:
+        raise ValueError(f"--measured-tokens-per-gpu must be positive, got {args.measured_tokens_per_gpu:g}")
+    if args.matmul_efficiency is not None:
+        raise ValueError("--measured-tokens-per-gpu finds the matmul efficiency; --matmul-efficiency sets one: "
+                         "give one of them")
+    if not strategy_given:
+        raise ValueError("--measured-tokens-per-gpu fits the planner to the run you measured: give that run's "
+                         "strategy (--dp, --tp, --pp, --zero, --micro-batch, --recompute, ...) as it ran")
+
+
+def given_efficiency(cluster, args):
+    """The cluster with --matmul-efficiency applied (unchanged without it)."""
+    if args.matmul_efficiency is None:
+        return cluster
+    return with_matmul_efficiency(cluster, args.matmul_efficiency)
+
+
+def fitted(model, cluster, strategy, args):
+    """(the cluster with the fitted efficiency, a note saying what was fitted), or (cluster, "") without a fit."""
+    if args.measured_tokens_per_gpu is None:
+        return cluster, ""
+    seconds = strategy.global_batch * model.seq_len / (args.measured_tokens_per_gpu * strategy.gpus)
+    efficiency = matmul_efficiency_for(model, cluster, strategy, seconds)
+    note = (f"fitted: matmuls at {efficiency:.3f} of peak reproduce {args.measured_tokens_per_gpu:,.0f} tokens/s per "
+            f"GPU for this plan (the calibrated {cluster.gpu.name} value: {cluster.gpu.matmul_efficiency:.2f}); "
+            f"plan other layouts of this stack with --matmul-efficiency {efficiency:.3f}\n")
+    return with_matmul_efficiency(cluster, efficiency), note
