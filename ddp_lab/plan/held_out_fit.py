@@ -1,0 +1,89 @@
+"""The held-aside runs again, with the planner fitted to one run of each stack: what one measured step buys.
+
+docs/planner.md recommends timing one layout of your own stack and fitting the planner's GEMM constant to it
+(`--measured-tokens-per-gpu`, ddp_lab.course.plan.fit_to_run). This scores that workflow on the held-aside runs
+(held_aside_runs.py), by a rule fixed before it was run: the runs are grouped by source repository and GPU
+preset (one software stack on one GPU), the first run of each group as listed is the one "measured", its
+efficiency is fitted to its published figure, and every other run of the group is predicted with it. A group
+of one run is left out (there is nothing else to predict). `python -m ddp_lab.plan.held_out_fit` prints the
+table docs/planner.md shows.
+
+Introduced in notebooks/13-plan-your-training-run.ipynb.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+
+from ddp_lab.course.plan.fit_to_run import matmul_efficiency_for, with_matmul_efficiency
+from ddp_lab.course.plan.steptime import step_time
+from ddp_lab.plan import held_aside_runs
+from ddp_lab.plan.held_out import build, predict
+
+
+@dataclass(frozen=True)
+class FittedGroup:
+    """One stack on one GPU: the run fitted, the efficiency it gave, and the others' errors before and after."""
+
+    source: str
+    gpu: str
+    fitted_on: str
+    efficiency: float
+    runs: list          # (name, error with the calibrated constant, error with the fitted one)
+
+
+def groups(runs=None) -> dict:
+    """The runs by (source repository, GPU preset), in the order listed."""
+    out: dict = {}
+    for run in held_aside_runs.RUNS if runs is None else runs:
+        out.setdefault((run.source.split()[0], run.gpu), []).append(run)
+    return out
+
+
+def fitted_groups(runs=None) -> list[FittedGroup]:
+    """Every group of two runs or more: fitted on its first, the rest predicted with the calibrated constant and
+    with the fitted one (predicted / published - 1)."""
+    out = []
+    for (source, gpu), members in groups(runs).items():
+        if len(members) < 2:
+            continue
+        first = members[0]
+        model, cluster, strategy = build(first)
+        published_seconds = step_time(model, cluster, strategy).total * predict(first) / first.published
+        efficiency = matmul_efficiency_for(model, cluster, strategy, published_seconds)
+        rows = []
+        for run in members[1:]:
+            model, cluster, strategy = build(run)
+            calibrated = predict(run)
+            fitted = calibrated * step_time(model, cluster, strategy).total / \
+                step_time(model, with_matmul_efficiency(cluster, efficiency), strategy).total
+            rows.append((run.name, calibrated / run.published - 1, fitted / run.published - 1))
+        out.append(FittedGroup(source, gpu, first.name, efficiency, rows))
+    return out
+
+
+def summary(fitted=None) -> dict:
+    """Over every predicted run: how many, and the median |error| with the calibrated and with the fitted constant."""
+    fitted = fitted_groups() if fitted is None else fitted
+    rows = [row for group in fitted for row in group.runs]
+    return {"runs": len(rows), "calibrated": statistics.median(abs(row[1]) for row in rows),
+            "fitted": statistics.median(abs(row[2]) for row in rows)}
+
+
+def markdown_table(fitted=None) -> str:
+    """docs/planner.md's table: per group, the run fitted and its efficiency, then each other run before/after."""
+    fitted = fitted_groups() if fitted is None else fitted
+    lines = ["| stack, GPU | fitted on (efficiency) | run predicted | calibrated | fitted |", "|---|---|---|---:|---:|"]
+    for group in fitted:
+        for name, calibrated, fit in group.runs:
+            lines.append(f"| {group.source}, {group.gpu} | {group.fitted_on} ({group.efficiency:.3f}) | {name} | "
+                         f"{calibrated:+.1%} | {fit:+.1%} |")
+    total = summary(fitted)
+    lines += ["", f"{total['runs']} held-aside runs predicted: median error {total['calibrated']:.1%} with the "
+                  f"calibrated constant, {total['fitted']:.1%} fitted to one run of the same stack and GPU."]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(markdown_table())
