@@ -93,8 +93,8 @@ class Strategy:
             raise ValueError("fp32_grads=True keeps 4-byte gradients under bf16/fp16 mixed precision; with "
                              "precision='fp32' the gradients are fp32 already: drop fp32_grads")
         if self.recompute == "op" and self.attention != "flash":
-            raise ValueError("recompute='op' keeps the flash-attention kernel's output (torchtitan's per-op policy, "
-                             "op_checkpoint.py); with attention='eager' use recompute='selective' or 'full'")
+            raise ValueError("recomputation 'op' keeps the flash-attention kernel's output (torchtitan's per-op "
+                             "policy, op_checkpoint.py); with eager attention choose selective or full recomputation")
         if self.checkpoint_early_stop and self.recompute != "full":
             raise ValueError(f"checkpoint_early_stop=True describes full recomputation by PyTorch's non-reentrant "
                              f"checkpoint; with recompute={self.recompute!r} there is no recomputation for it to stop: "
@@ -220,9 +220,9 @@ def check(model, strategy: Strategy, gpus: int | None = None, gpus_per_node: int
         raise ValueError(f"the interleaved schedule needs micro-batches ({strategy.grad_accum}) divisible by "
                          f"pp={strategy.pp} (Narayanan et al. 2021); change grad_accum")
     if strategy.recompute == "op" and model.moe is not None:
-        raise ValueError(f"recompute='op' is torchtitan's per-op checkpointing of a dense Llama block "
-                         f"(op_checkpoint.py); {model.name} is a mixture-of-experts model: use recompute='full', "
-                         f"'selective' or 'none'")
+        raise ValueError(f"recomputation 'op' is torchtitan's per-op checkpointing of a dense Llama block "
+                         f"(op_checkpoint.py); {model.name} is a mixture-of-experts model: choose full, selective "
+                         f"or no recomputation")
     experts.check(model, strategy)            # ep splits whole experts of a MoE model (lesson 14)
     context_parallel.check(model, strategy)   # cp: 2 x cp equal chunks of the sequence (lesson 15)
     if gpus_per_node is not None and strategy.tp > gpus_per_node and not tp_across_nodes:
