@@ -1,5 +1,5 @@
 """The held-out validation (ddp_lab/plan/held_out.py): published runs the planner was never fitted on, by family,
-in two parts: the development runs (looked at while the mechanics were modelled) and the held-aside runs.
+in two parts: the development runs (their errors guided what is modelled) and the held-aside runs.
 
 What holds is asserted; the goal (median <= 10 %, no family's median beyond 15 %, on the held-aside part) is
 asserted for the families that meet it and marked xfail, with the measured number, for those that do not yet. The
@@ -18,6 +18,7 @@ import pytest
 from ddp_lab.course.plan.fit_to_run import with_matmul_efficiency
 from ddp_lab.course.plan.steptime import step_time
 from ddp_lab.plan import held_aside_runs, held_out, held_out_fit, published
+from ddp_lab.plan.cli_fit import HOPPER_GEMM_CEILING
 from ddp_lab.plan.held_out import (ASIDE, DEVELOPMENT, FAMILIES, GOAL_FAMILY, GOAL_MEDIAN, by_family, family, missing,
                                    overall)
 from ddp_lab.plan.held_out_runs import METRICS, RUNS, HeldOutRun
@@ -55,7 +56,8 @@ def test_no_held_out_run_is_in_the_fitted_set():
 
 def test_the_split_is_what_the_docstring_says(outcomes):
     """The development runs are held_out_runs.RUNS, the held-aside runs held_aside_runs.RUNS; no run is in both, and
-    no held-aside figure appears in the planner's code or tests (a check against one would be a look at its error)."""
+    no held-aside run is named in the planner's library or in the other tests (a check of one would look at its
+    error)."""
     assert {r.run.name for r in outcomes if r.split == DEVELOPMENT} == {run.name for run in RUNS}
     assert {r.run.name for r in outcomes if r.split == ASIDE} == {run.name for run in held_aside_runs.RUNS}
     assert not {run.name for run in RUNS} & {run.name for run in held_aside_runs.RUNS}
@@ -122,7 +124,8 @@ def test_by_family_reports_count_median_and_worst(outcomes, split):
     text = held_out.accuracy_by_family(outcomes)
     print(text)
     lines = text.splitlines()
-    assert len(lines) == 1 + len(FAMILIES) and lines[0].startswith("held aside (predicted once, after the modelling): ")
+    assert len(lines) == 1 + len(FAMILIES)
+    assert lines[0].startswith("held aside (no part of the planner chosen on them): ")
     part = "aside: " if split == ASIDE else "development: "
     for line, row in zip(lines[1:], by_family(outcomes, split)):
         assert FAMILIES[row.family] in line
@@ -191,3 +194,29 @@ def test_one_measured_run_per_stack_fits_its_own_figure_and_brings_the_rest_clos
     total = held_out_fit.summary(fitted)
     assert total["fitted"] < 0.6 * total["calibrated"] and total["runs"] == sum(len(g.runs) for g in fitted)
     assert held_out_fit.markdown_table(fitted) in (ROOT / "docs" / "planner.md").read_text()
+    # what docs/planner.md says of the groups: the gain is the DGX Cloud H100 group's; the H100 fits exceed the
+    # fastest GEMM timed on an H100; the groups already close get worse
+    by_group = {(group.source, group.gpu): (group, held_out_fit.summary([group])) for group in fitted}
+    dgxc, dgxc_total = by_group[("NVIDIA/dgxc-benchmarking", "h100-sxm")]
+    assert dgxc_total["fitted"] < 0.5 * dgxc_total["calibrated"]
+    automodel, automodel_total = by_group[("NVIDIA-NeMo/Automodel", "h100-sxm")]
+    assert abs(automodel_total["fitted"] - automodel_total["calibrated"]) < 0.01
+    assert min(dgxc.efficiency, automodel.efficiency) > HOPPER_GEMM_CEILING
+    for key in (("NVIDIA/dgxc-benchmarking", "gb200"), ("Dao-AILab/flash-attention", "a100-80gb")):
+        assert by_group[key][1]["fitted"] > by_group[key][1]["calibrated"], key
+
+
+def test_every_held_aside_source_begins_with_its_repository():
+    """held_out_fit.group_key reads the repository off the source's first word."""
+    for run in held_aside_runs.RUNS:
+        assert re.fullmatch(r"[\w.-]+/[\w.-]+", held_out_fit.group_key(run)[0]), run.source
+
+
+def test_the_held_aside_h100_runs_all_come_out_slow_and_the_others_within_16_percent(outcomes):
+    """What docs/planner.md, README and fit_to_run.py say of the held-aside part: every H100 run predicted 10-36 %
+    slower than it ran (one bias, not scatter), the A100 and GB200 runs within 16 % either way."""
+    aside = [r for r in outcomes if r.split == ASIDE]
+    h100 = [r.error for r in aside if r.run.gpu == "h100-sxm"]
+    others = [r.error for r in aside if r.run.gpu != "h100-sxm"]
+    assert len(h100) == 23 and all(-0.36 < error < -0.10 for error in h100), sorted(h100)
+    assert len(others) == 6 and all(abs(error) < 0.16 for error in others), sorted(others)

@@ -8,18 +8,19 @@ import statistics
 import pytest
 import torch
 
-from ddp_lab.course.plan import expert_compute, experts
+from ddp_lab.course.plan import expert_compute, experts, tp_overlap
 from ddp_lab.course.plan.cluster_spec import GPU, ClusterSpec, GiB
 from ddp_lab.course.plan.efficiency import (TILE_K, attention_seconds, efficiency_of, gemm_seconds, is_calibrated,
                                             layer_matmul_flops, layer_seconds)
-from ddp_lab.course.plan.op_checkpoint import recomputed_matmuls
+from ddp_lab.course.plan.op_checkpoint import kept_bytes, recomputed_matmuls
 from ddp_lab.course.plan.dp_sync import dp_communication, gathered_unit_bytes
 from ddp_lab.course.plan.memory import layer_parameters_per_rank, memory
 from ddp_lab.course.plan.model import Transformer
 from ddp_lab.course.plan.precision import (FP8_GEMM_RELATIVE_EFFICIENCY, PRECISIONS, cast_bytes, compute_precision,
                                            gathered_parameter_bytes, state_precision)
-from ddp_lab.course.plan.steptime import layer_forward_flops, step_time, tokens_per_second
-from ddp_lab.course.plan.strategy import Strategy
+from ddp_lab.course.plan.steptime import (_tp_all_reduce, layer_forward_flops, layer_tp_communication, step_time,
+                                          tokens_per_second)
+from ddp_lab.course.plan.strategy import Strategy, check
 
 H100 = ClusterSpec.preset("h100-sxm")
 
@@ -174,14 +175,49 @@ def test_a_cudnn_flash_kernel_speeds_up_the_attention_core_only():
         gpu = GPU.preset(preset)
         fa2, cudnn = Strategy(), Strategy(flash_kernel="cudnn")
         assert attention_seconds(1e15, gpu, fa2) / attention_seconds(1e15, gpu, cudnn) == pytest.approx(speedup)
-        assert attention_seconds(1e15, gpu, Strategy(attention="eager", flash_kernel="cudnn")) == \
-            attention_seconds(1e15, gpu, Strategy(attention="eager"))
+    b200 = GPU.preset("b200")            # datacenter Blackwell borrows Hopper's ratio (efficiency.constants_generation)
+    assert attention_seconds(1e15, b200, Strategy()) / attention_seconds(1e15, b200, Strategy(flash_kernel="cudnn")) \
+        == pytest.approx(1.7)
+    for no_flash_kernel in (dict(attention="eager"), dict(precision="fp32")):     # no bf16 flash kernel runs there
+        with pytest.raises(ValueError, match="keep the flash kernel at 'fa2'"):
+            Strategy(flash_kernel="cudnn", **no_flash_kernel)
     gap = layer_seconds(llama, fa2, H100.gpu).total - layer_seconds(llama, cudnn, H100.gpu).total
     _, core = layer_matmul_flops(llama, fa2)
     causal = core / 2 * (1 + 2.5)                      # forward and backward of the causal flash core
     assert gap == pytest.approx(attention_seconds(causal, H100.gpu, fa2) * (1 - 1 / 1.7))
     with pytest.raises(ValueError, match="flash_kernel"):
         Strategy(flash_kernel="fa3")
+
+
+@pytest.mark.parametrize("differs, named", [(dict(ffn_kind="gelu", ffn=4 * 4096), "a GeLU FFN"),
+                                             (dict(bias=True), "biases"), (dict(qkv_bias=True), "biases on Q, K and V"),
+                                             (dict(dropout=True), "dropout")])
+def test_per_op_checkpointing_is_refused_where_its_count_of_matmuls_does_not_hold(differs, named):
+    """op_checkpoint.check: the policy counts aten.mm calls; a biased linear calls addmm, a GeLU FFN has one matmul
+    fewer, dropout adds saved masks: each model is refused, naming what differs; the Llama block passes."""
+    llama = Transformer.preset("llama3-8b")
+    check(llama, Strategy(dp=8, recompute="op"), gpus=8)
+    with pytest.raises(ValueError, match=f"has {named}: choose full, selective or no recomputation"):
+        check(llama.with_(**differs), Strategy(dp=8, recompute="op"), gpus=8)
+
+
+def test_per_op_checkpointing_with_tensor_parallelism_reruns_the_all_gathers_and_keeps_the_reduce_scatters():
+    """op_checkpoint.py with tp: one all-reduce's worth of collectives re-run in backward (the two all-gathers, or
+    the output projection's all-reduce without sequence parallelism); with sequence parallelism the two
+    reduce-scatters' outputs (h/tp each) are kept."""
+    llama = Transformer.preset("llama3-8b")
+    sp = Strategy(dp=8, tp=8, sequence_parallel=True, recompute="op")
+    one = _tp_all_reduce(llama, H100, sp)
+    assert layer_tp_communication(llama, H100, sp) == pytest.approx((2 * one, 3 * one))
+    assert layer_tp_communication(llama, H100, sp.with_(recompute="none")) == pytest.approx((2 * one, 2 * one))
+    plain = sp.with_(sequence_parallel=False)
+    assert layer_tp_communication(llama, H100, plain) == pytest.approx((2 * one, 3 * one))
+    tokens, h = 8192, 4096
+    assert kept_bytes(llama, sp, 2) - kept_bytes(llama, plain, 2) == 2 * tokens * (2 * h // 8 - (h - h // 8))
+    overlapped = sp.with_(tp_comm_overlap=True)
+    forward, backward = tp_overlap.layer_exposed(llama, H100, overlapped, one)
+    _, without = tp_overlap.layer_exposed(llama, H100, overlapped.with_(recompute="none"), one)
+    assert backward > without
 
 
 class _TitanBlock(torch.nn.Module):

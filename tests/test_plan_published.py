@@ -580,3 +580,11 @@ def test_the_sweeps_long_h100_rows_lesson_15_prints():
     long_rows = [run for run in published.SEQUENCE_SWEEP
                  if run.cluster.gpu.generation == "hopper" and run.model.seq_len >= 32768]
     assert len(long_rows) == 8 and all(abs(error(run)) < 0.11 for run in long_rows)
+
+
+def test_the_fits_hopper_ceiling_is_the_fastest_gemm_timed_on_an_h100():
+    """cli_fit.HOPPER_GEMM_CEILING (the note a fit above it prints) is the measured file's fastest GEMM, not a guess."""
+    from ddp_lab.plan.cli_fit import HOPPER_GEMM_CEILING
+
+    data = json.loads(H100_KERNELS.read_text())
+    assert round(max(row["share_of_peak"] for row in data["gemm"]), 2) == HOPPER_GEMM_CEILING

@@ -139,9 +139,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     how.add_argument("--attention", choices=ATTENTION,
                      help="flash (fused, the default: no s x s scores kept) or eager (Korthikanti et al.'s count)")
     how.add_argument("--flash-kernel", dest="flash_kernel", choices=FLASH_KERNELS,
-                     help="the kernel flash attention runs: fa2 (PyTorch's SDPA default, the default) or cudnn "
-                          "(Transformer Engine's choice on Hopper and newer: NeMo, Megatron; about FlashAttention-3's "
-                          "speed)")
+                     help="the kernel flash attention runs: fa2 (FlashAttention-2, the default: PyTorch's SDPA up "
+                          "to 2.10) or cudnn (cuDNN's: Transformer Engine on Hopper and newer, so NeMo and Megatron; "
+                          "PyTorch's SDPA from 2.11 on H100/H200/B200; about FlashAttention-3's speed)")
     how.add_argument("--cp", type=parallel_size, metavar="N|auto",
                      help="context-parallel size: ranks that split each sequence (lesson 15; the sequence must "
                           "split into 2 x cp chunks). With no other strategy flag the search uses it for every plan; "
@@ -424,7 +424,7 @@ def _search_report(model, cluster, args, reserve: float, seq_source: str | None 
     folded = fold_zero_stages(fitting)
     rows = folded[:args.top or 10]
     header = search_header(model, cluster, global_batch, args.precision, len(tried), len(fitting), reserve,
-                           options["attention"] + ("" if options["flash_kernel"] == "fa2" else f" ({options['flash_kernel']} kernel)"),
+                           options["attention"], flash_kernel=options["flash_kernel"],
                            cp={s.cp for s in tried}, ep={s.ep for s in tried},
                            seq_source=seq_source)
     plans = [plan for plan, _ in rows]

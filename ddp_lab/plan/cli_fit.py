@@ -4,12 +4,20 @@
 efficiency at which the planner reproduces that run (ddp_lab.course.plan.fit_to_run) and prints the plan with it;
 `--matmul-efficiency E` then plans or searches other layouts of the same stack with that efficiency.
 
-Introduced in notebooks/13-plan-your-training-run.ipynb.
+Not used in a lesson: docs/planner.md, "Asking it"; the planner is introduced in
+notebooks/13-plan-your-training-run.ipynb.
 """
 
 from __future__ import annotations
 
+import math
+
 from ddp_lab.course.plan.fit_to_run import HIGHEST, LOWEST, matmul_efficiency_for, with_matmul_efficiency
+
+# The fastest bf16 GEMM timed on an H100 SXM for this planner (cuBLAS, 0.764 of peak;
+# ddp_lab/plan/measured/h100-sxm-kernels.json, tests/test_plan_published.py checks it): a Hopper fit above it is
+# not a matmul rate any kernel reached there.
+HOPPER_GEMM_CEILING = 0.76
 
 
 def add_arguments(parser) -> None:
@@ -30,8 +38,8 @@ def check_flags(args, strategy_given: bool) -> None:
                          f"got {args.matmul_efficiency:g}")
     if args.measured_tokens_per_gpu is None:
         return
-    if args.measured_tokens_per_gpu <= 0:
-        raise ValueError(f"--measured-tokens-per-gpu must be positive, got {args.measured_tokens_per_gpu:g}")
+    if not math.isfinite(args.measured_tokens_per_gpu) or args.measured_tokens_per_gpu <= 0:
+        raise ValueError(f"--measured-tokens-per-gpu must be a positive number, got {args.measured_tokens_per_gpu:g}")
     if args.matmul_efficiency is not None:
         raise ValueError("--measured-tokens-per-gpu finds the matmul efficiency; --matmul-efficiency sets one: "
                          "give one of them")
@@ -56,4 +64,8 @@ def fitted(model, cluster, strategy, args):
     note = (f"fitted: matmuls at {efficiency:.3f} of peak reproduce {args.measured_tokens_per_gpu:,.0f} tokens/s per "
             f"GPU for this plan (the calibrated {cluster.gpu.name} value: {cluster.gpu.matmul_efficiency:.2f}); "
             f"plan other layouts of this stack with --matmul-efficiency {efficiency:.3f}\n")
+    if cluster.gpu.generation == "hopper" and efficiency > HOPPER_GEMM_CEILING:
+        note += (f"  {efficiency:.3f} is above {HOPPER_GEMM_CEILING:.2f}, the fastest GEMM timed on an H100: the fit "
+                 f"also absorbs what the planner over-counts outside the matmuls for this run, so trust it most for "
+                 f"layouts close to the one measured\n")
     return with_matmul_efficiency(cluster, efficiency), note

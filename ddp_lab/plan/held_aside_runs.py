@@ -51,7 +51,8 @@ configuration (Llama 3 8B CP 2 on 8, Llama 3 70B TP 4 x PP 8 on 64 and GPT-3 175
 Automodel: DeepSeek V3 and Kimi K2 (multi-head latent attention), the Nemotron V3 rows of its later versions (Mamba
 layers), the LoRA rows (adapters not modelled).
 
-Introduced in notebooks/13-plan-your-training-run.ipynb.
+Read by held_out.py, whose table notebooks/13-plan-your-training-run.ipynb prints (docs/planner.md, "Held-out
+validation").
 """
 
 from __future__ import annotations

@@ -4,11 +4,13 @@ No constant of the planner is set from a run here: the GEMM efficiency is set on
 flash attention's rate on MosaicML's sequence sweep (published.py, its own validation set); the mechanics
 (grouped expert GEMMs, FP8, TP overlap, the flash-attention kernel, per-op checkpointing) come from kernel-level
 measurements, datasheets and the frameworks' code (tests/test_plan_mechanics.py). The runs fall in two parts:
-    development  held_out_runs.RUNS: their errors were looked at while those mechanics were modelled, so they
-                 steered which mechanics were built (not any constant's value); reported, not the goal's test.
-    held aside   held_aside_runs.RUNS: written down from sources the development runs do not use, before any of
-                 them was predicted, and predicted once the modelling was done. A run moves from here to
-                 development once the planner is changed after looking at its error, never back.
+    development  held_out_runs.RUNS: their errors guided which mechanics the planner models (not any constant's
+                 value); reported, not the goal's test.
+    held aside   held_aside_runs.RUNS: from sources the development runs do not use, each configuration as its
+                 source states it (held_aside_runs.py's rules for what a source leaves unstated); no mechanism or
+                 constant of the planner is chosen on their errors. A run moves from here to development once
+                 the planner is changed after looking at its error, never back; tests/test_plan_held_aside.py
+                 pins their predictions, so a change that moves one fails until the run is moved.
 The goal, judged on the held-aside part: a median absolute error of at most 10 %, and no family's median beyond 15 %.
 
 Families, the first rule that matches: a B200 or GB200 run; mixture of experts with at most 16 experts ("coarse") or
@@ -221,15 +223,15 @@ def accuracy_by_family(outcomes=None) -> str:
 
     Example:
         >>> print(accuracy_by_family())                  # doctest: +ELLIPSIS
-        held aside (predicted once, after the modelling): ... published runs, median error ...
+        held aside (no part of the planner chosen on them): ... published runs, median error ...
 
     Introduced in notebooks/13-plan-your-training-run.ipynb.
     """
     outcomes = results() if outcomes is None else outcomes
     aside, development = overall(outcomes, ASIDE), overall(outcomes, DEVELOPMENT)
-    lines = [f"held aside (predicted once, after the modelling): {aside['runs']} published runs, median error "
-             f"{_median_text(aside)} (goal {GOAL_MEDIAN:.0%}, each family {GOAL_FAMILY:.0%}); development (looked at "
-             f"while modelling): {development['runs']} runs, median {_median_text(development)}"]
+    lines = [f"held aside (no part of the planner chosen on them): {aside['runs']} published runs, median error "
+             f"{_median_text(aside)} (goal {GOAL_MEDIAN:.0%}, each family {GOAL_FAMILY:.0%}); development (their "
+             f"errors guided what is modelled): {development['runs']} runs, median {_median_text(development)}"]
     width = max(len(label) for label in FAMILIES.values())
     for row, seen in zip(by_family(outcomes, ASIDE), by_family(outcomes, DEVELOPMENT)):
         skipped = row.skipped + seen.skipped

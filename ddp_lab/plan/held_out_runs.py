@@ -1,5 +1,5 @@
 """Published training runs the planner was never fitted on: the development part of the held-out validation
-(ddp_lab/plan/held_out.py scores them; their errors were looked at while the mechanics were modelled).
+(ddp_lab/plan/held_out.py scores them; their errors guided which mechanics the planner models).
 
 Each run is written down as its source states it: the model shape, the parallel layout, the batch and
 micro-batch, the sequence length, the GPUs, the precision and the published figure in its own unit, with

@@ -89,7 +89,7 @@ def fold_zero_stages(plans) -> list[tuple]:
 
 def search_header(model, cluster, global_batch: int, precision: str, tried: int, fitting: int,
                   reserve: float = MEMORY_RESERVE, attention: str = "flash", cp=(1,), ep=(1,),
-                  seq_source: str | None = None) -> str:
+                  seq_source: str | None = None, flash_kernel: str = "fa2") -> str:
     """What a search covered: model, GPUs, global batch, precision, parameters, plans tried and plans that fit.
 
     `cp`, `ep`: the context- and expert-parallel sizes the plans tried used, named when not just 1.
@@ -108,7 +108,7 @@ def search_header(model, cluster, global_batch: int, precision: str, tried: int,
     splits = "".join(f", {name} {_sizes_text(sorted(set(sizes)))}" for name, sizes in (("cp", cp), ("ep", ep))
                      if set(sizes) != {1})
     return (f"{model.name} on {where}, global batch {global_batch} sequences x {model.seq_len} tokens, {precision}, "
-            f"{attention} attention\n{model_text(model, seq_source)}\n"
+            f"{attention_text(attention, flash_kernel)}\n{model_text(model, seq_source)}\n"
             f"{tried} plans tried (dp x tp x pp, ZeRO 0-3, micro-batch, recomputation, sequence parallel, "
             f"interleaving{splits}); {fitting} fit in {percent_text(1 - reserve)} of each GPU's {cluster.gpu.memory / GB:.1f} GB "
             f"(memory reserve {percent_text(reserve)})")
@@ -126,6 +126,12 @@ def _stages_text(stages) -> str:
     return "z" + ",".join(map(str, stages))
 
 
+def attention_text(attention: str, flash_kernel: str) -> str:
+    """How a plan's attention is named in the output: "flash attention", "flash attention (cudnn kernel)"."""
+    kernel = "" if attention != "flash" or flash_kernel == "fa2" else f" ({flash_kernel} kernel)"
+    return f"{attention} attention{kernel}"
+
+
 def breakdown(plan, seq_source: str | None = None) -> str:
     """One plan's memory per GPU and step time, part by part, then its DP communication before overlap.
 
@@ -136,8 +142,7 @@ def breakdown(plan, seq_source: str | None = None) -> str:
     m, t, strategy = plan.memory, plan.time, plan.strategy
     lines = [f"{plan.model.name} on {plan.cluster.name or plan.cluster.gpus} GPUs: {strategy.label()}",
              f"  global batch {strategy.global_batch} sequences x {plan.model.seq_len} tokens, "
-             f"precision {strategy.precision}, {strategy.attention} attention"
-             + ("" if strategy.attention != "flash" or strategy.flash_kernel == "fa2" else f" ({strategy.flash_kernel} kernel)"),
+             f"precision {strategy.precision}, {attention_text(strategy.attention, strategy.flash_kernel)}",
              *("  " + line for line in model_text(plan.model, seq_source).splitlines())]
     lines += _split_lines(plan)
     lines.append("  memory per GPU (GB)")

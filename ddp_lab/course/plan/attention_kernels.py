@@ -2,29 +2,40 @@
 
 Flash attention is one algorithm (Dao et al. 2022: tiles of Q K^T and the weighted V kept on chip, the causal
 blocks skipped), written as several kernels that run at different rates on the same GPU:
-    fa2    FlashAttention-2 and kernels of its design (Dao 2023, arXiv:2307.08691): PyTorch's
-           scaled_dot_product_attention by default (its FLASH_ATTENTION backend comes first; the cuDNN backend
-           is opt-in since PyTorch 2.5.1, pytorch/pytorch issue #138649), torchtitan on H100s, MosaicML's
-           Triton kernel. The planner's `efficiency.FLASH_ATTENTION_UTILIZATION` was read off runs of this kind.
+    fa2    FlashAttention-2 and kernels of its design (Dao 2023, arXiv:2307.08691): the Dao-AILab package,
+           MosaicML's Triton kernel, and PyTorch's scaled_dot_product_attention wherever its FLASH_ATTENTION
+           backend comes first - on every GPU up to PyTorch 2.10 as shipped (2.5.0 aside, which put cuDNN first
+           on H100 until pytorch/pytorch pull request #138522 made it opt-in), and after it on GPUs other than
+           datacenter Hopper and Blackwell (torchtitan's published H100 tables ran it). The planner's
+           `efficiency.FLASH_ATTENTION_UTILIZATION` was read off runs of this kind.
     cudnn  kernels written for Hopper's asynchronous tensor cores: cuDNN's fused flash attention, which
-           Transformer Engine prefers on Hopper and newer when both it and FlashAttention-2 apply (so NeMo,
-           Megatron-LM and Megatron-Bridge with Transformer Engine run it: NVIDIA/NeMo pull request #9188,
-           docs/source/performance/memory_optimizations.rst), PyTorch's CUDNN_ATTENTION backend (torchtitan
-           picks it on B200s: pytorch/torchtitan pull request #1196), and FlashAttention-3 (Shah et al. 2024,
-           arXiv:2407.08608), which runs in the same class.
+           Transformer Engine prefers on Hopper and newer when both it and FlashAttention-2 apply
+           (NVIDIA/TransformerEngine pull request #497, release 1.2: FusedAttention before FlashAttention on
+           sm90), so NeMo, Megatron-LM and Megatron-Bridge with Transformer Engine run it; PyTorch's
+           CUDNN_ATTENTION backend, which scaled_dot_product_attention puts first on sm90 and sm100 (H100, H200,
+           B200, GB200) once cuDNN is newer than 9.15.0 (`check_prefer_cudnn_attention` in sdp_utils.cpp; the
+           cuDNN bundled with the PyTorch 2.11 wheels crosses it, huggingface/transformers pull request #48163,
+           closing comment) and torchtitan picks on B200s (pytorch/torchtitan pull request #1196); and
+           FlashAttention-3 (Shah et al. 2024, arXiv:2407.08608), which runs in the same class.
+So a run of PyTorch >= 2.11 on H100/H200/B200 is described by `cudnn`, one of an earlier PyTorch by `fa2`.
 
-How much faster, published (bf16, H100 SXM):
-    Shah et al. 2024, abstract: FlashAttention-3 is 1.5-2.0x faster than FlashAttention-2 (forward);
-    pytorch/pytorch issue #142132: SDPA's default (FlashAttention-2) 329 vs cuDNN 631 TFLOP/s forward,
+How much faster, published (bf16):
+    Shah et al. 2024, abstract: FlashAttention-3 is 1.5-2.0x faster than FlashAttention-2 (forward, H100);
+    pytorch/pytorch issue #142132: SDPA's FlashAttention-2 329 vs cuDNN 631 TFLOP/s forward, H100,
         batch 1, 24 heads of 128, 4,608 tokens (1.92x);
-    huggingface/transformers pull request #48163 (benchmarks of training shapes, forward and backward): cuDNN
-        1.7-2.3x faster than FlashAttention-2 on Hopper, 0.82x on an A100.
+    huggingface/transformers pull request #48163 (closed unmerged; its benchmarks of training shapes, forward
+        and backward, 8K-128K tokens): cuDNN 1.7-2.3x faster than FlashAttention-2 on H100 and H200, 0.82x on an
+        A100, 0.88x on an RTX PRO 6000 (workstation Blackwell, sm120);
+    pytorch/torchtitan pull request #1196: a torchtitan run on B200s (sm100) went from 10,902 to 12,211 tokens/s
+        per GPU (+12 %) when SDPA was switched from FlashAttention-2 to cuDNN: the whole step, not the kernel.
 The planner takes the lower end of the training-shape range, 1.7x on Hopper (inside FlashAttention-3's
-1.5-2.0x), and 0.82x on Ampere; Blackwell borrows Hopper's, unchecked (as its other constants,
-efficiency.BORROWED_GENERATION). The speed-up multiplies the flash share of peak the attention core runs at
-inside a training step; nothing here was fitted to a training run.
+1.5-2.0x), and 0.82x on Ampere. Datacenter Blackwell (B200, GB200, the planner's "blackwell") has no published
+kernel ratio here: it borrows Hopper's, as it borrows Hopper's other constants (`efficiency.constants_generation`),
+unchecked; the workstation Blackwell's 0.88x is another chip, which the planner does not model. The speed-up
+multiplies the flash share of peak the attention core runs at inside a training step; nothing here was fitted
+to a training run.
 
-Introduced in notebooks/13-plan-your-training-run.ipynb.
+Introduced in notebooks/13-plan-your-training-run.ipynb (the `--flash-kernel` flag; docs/planner.md).
 """
 
 from __future__ import annotations
@@ -33,11 +44,12 @@ FLASH_KERNELS = ("fa2", "cudnn")
 
 # cuDNN's fused flash attention over FlashAttention-2, per GPU generation (module docstring's sources).
 CUDNN_SPEEDUP = {"hopper": 1.7, "ampere": 0.82}
-BORROWED = {"blackwell": "hopper"}
 
 
 def kernel_speedup(generation: str, kernel: str) -> float:
     """How much faster `kernel` runs the flash-attention core than FlashAttention-2 on a GPU generation.
+
+    `generation` is the one whose constants apply (`efficiency.constants_generation`: Blackwell reads Hopper's).
 
     Example:
         >>> kernel_speedup("hopper", "cudnn"), kernel_speedup("hopper", "fa2"), kernel_speedup("turing", "cudnn")
@@ -45,8 +57,8 @@ def kernel_speedup(generation: str, kernel: str) -> float:
 
     A generation without a published comparison (Turing) keeps FlashAttention-2's rate.
 
-    Introduced in notebooks/13-plan-your-training-run.ipynb.
+    Introduced in notebooks/13-plan-your-training-run.ipynb (the `--flash-kernel` flag; docs/planner.md).
     """
     if kernel == "fa2":
         return 1.0
-    return CUDNN_SPEEDUP.get(generation, CUDNN_SPEEDUP.get(BORROWED.get(generation), 1.0))
+    return CUDNN_SPEEDUP.get(generation, 1.0)

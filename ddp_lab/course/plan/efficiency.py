@@ -78,7 +78,7 @@ from dataclasses import dataclass
 
 from ddp_lab.course.plan.activations import replicated_share
 from ddp_lab.course.plan.attention_kernels import kernel_speedup
-from ddp_lab.course.plan.op_checkpoint import recomputed_matmuls
+from ddp_lab.course.plan.op_checkpoint import recomputed_flops, recomputed_matmuls
 from ddp_lab.course.plan.precision import cast_bytes, compute_precision, linear_rate
 from ddp_lab.course.plan.traffic import head_ops, layer_ops, rank_bytes
 
@@ -135,6 +135,18 @@ UNCALIBRATED_FALLBACK = "ampere"
 BORROWED_GENERATION = {"blackwell": "hopper"}   # uncalibrated generations that borrow another's constants
 
 
+def constants_generation(generation: str) -> str:
+    """The generation whose flash share and flash-kernel speed-up apply: its own, or the one it borrows.
+
+    Example:
+        >>> constants_generation("blackwell"), constants_generation("ampere")
+        ('hopper', 'ampere')
+
+    Introduced in notebooks/13-plan-your-training-run.ipynb.
+    """
+    return BORROWED_GENERATION.get(generation, generation)
+
+
 def is_calibrated(generation: str) -> bool:
     """True if the generation's GEMM efficiency was set on a published run of its own (module docstring).
 
@@ -149,7 +161,7 @@ def is_calibrated(generation: str) -> bool:
 
 def flash_share_of(generation: str) -> float | None:
     """Flash attention's share of peak for a generation (its own, or the one it borrows), None without a kernel."""
-    return FLASH_ATTENTION_UTILIZATION.get(generation, FLASH_ATTENTION_UTILIZATION.get(BORROWED_GENERATION.get(generation)))
+    return FLASH_ATTENTION_UTILIZATION.get(constants_generation(generation))
 
 # A GEMM computes its output in tiles; each tile first fills a pipeline of k-slices and ends by
 # writing its results, a fixed cost that is amortised over the reduction dimension k: the time
@@ -269,7 +281,8 @@ def attention_seconds(flops: float, gpu, strategy) -> float:
     utilization = gpu.flash_attention_share if flash else None
     if utilization is None:
         return flops / gpu.achieved_flops(precision)
-    return flops / (gpu.flops(precision) * utilization * kernel_speedup(gpu.generation, strategy.flash_kernel))
+    return flops / (gpu.flops(precision) * utilization * kernel_speedup(constants_generation(gpu.generation),
+                                                                     strategy.flash_kernel))
 
 
 def gemm_seconds(flops: float, k: int, rate: float) -> float:
@@ -396,7 +409,7 @@ def _flat_layer_seconds(model, strategy, gpu, gemm: float, core: float) -> WorkS
     rate = gpu.achieved_flops(strategy.precision) / _flat_scale(model, strategy, gpu)
     forward = gemm + core
     recompute = {"full": forward, "selective": core if strategy.attention == "eager" else 0.0,
-                 "op": sum(flops for _, flops, _, _ in recomputed_matmuls(model, strategy))}.get(strategy.recompute, 0.0)
+                 "op": recomputed_flops(model, strategy)}.get(strategy.recompute, 0.0)
     if recompute_skips_last_gemm(model, strategy):
         recompute -= ffn_down_gemm(model, strategy)[0]
     return WorkSeconds(forward / rate, 2 * forward / rate, recompute / rate)

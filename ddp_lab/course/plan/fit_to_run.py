@@ -2,15 +2,16 @@
 
 The planner's step time rests on one calibrated number per GPU generation, the share of peak the matmuls
 sustain (`efficiency.GEMM_EFFICIENCY`), set on one published run. That run's software is not yours: on the
-held-out runs (docs/planner.md) every H100 run of NVIDIA's benchmark recipes came out 10-35 % slower than it
-ran, while other GPUs landed within 16 %. A bias of one stack on one GPU is what one measurement of your own
-removes: time a few steps of one layout, find the efficiency at which the planner gives that step time, then
-compare other layouts of the same model, stack and cluster with it. The rest of the model (communication,
-bubbles, memory-bound kernels at HBM bandwidth, the flash-attention rate) stays as it is, so a layout that
-differs in those still differs in the prediction. `tests/test_plan_published.py` sets GEMM_EFFICIENCY itself
-with this function.
+held-aside runs (docs/planner.md, "Held-out validation") every H100 run came out slower than it ran. A bias of
+one stack on one GPU is what one measurement of your own removes: time a few steps of one layout, find the
+efficiency at which the planner gives that step time, then compare other layouts of the same model, stack and
+cluster with it. The rest of the model (communication, bubbles, memory-bound kernels at HBM bandwidth, the
+flash-attention rate) stays as it is, so a layout that differs in those still differs in the prediction.
+`tests/test_plan_published.py` checks GEMM_EFFICIENCY with this function (it refits each generation's constant
+to its calibration run).
 
-Introduced in notebooks/13-plan-your-training-run.ipynb.
+Not used in a lesson: the planner's `--measured-tokens-per-gpu` (docs/planner.md, "Asking it"); the planner is
+introduced in notebooks/13-plan-your-training-run.ipynb.
 """
 
 from __future__ import annotations

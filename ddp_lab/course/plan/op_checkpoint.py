@@ -1,12 +1,14 @@
 """Per-op selective activation checkpointing as torchtitan runs it: `Strategy(recompute="op")`.
 
-torchtitan's "selective op" checkpointing (`activation_checkpoint.selective_ac_option = "op"`; its
-parallelize_llama.py, e.g. commits 0413364, 9dec370, 820504e) wraps each transformer block in PyTorch's
-non-reentrant checkpoint with a policy over the block's aten ops, in forward order:
+torchtitan's "selective op" checkpointing (`activation_checkpoint.selective_ac_option = "op"`) wraps each
+transformer block in PyTorch's non-reentrant checkpoint with a policy over the block's aten ops, in forward
+order. The planner models the policy of torchtitan's parallelize_llama.py at commits 0413364, 9dec370 and
+820504e (the commits of the published runs it is checked on):
     save       the outputs of the ops on its save list: aten.mm, the flash/efficient attention kernels,
                reduce_scatter (and the amax of FP8 scaling) - except every second aten.mm: the policy
                counts the block's mm calls and recomputes the 2nd, 4th, 6th, ...;
-    recompute  everything else: the norms, RoPE, the activation function and its product, the residual adds.
+    recompute  everything else: the norms, RoPE, the activation function and its product, the residual adds,
+               and the all-gathers of sequence parallelism (or the all-reduce without it).
 A Llama block's matmuls run in the order Q, K, V, output projection, FFN gate (w1), up (w3), down (w2), so
 K, the output projection and the FFN's up projection are run again in backward. Under FP8 the planner applies
 the same rule: torchao's Float8 linears still call aten.mm on their Float8 tensors, and the policy, a dispatch
@@ -14,15 +16,73 @@ mode, sees that call before the tensor subclass turns it into a scaled FP8 matmu
 that order is not checked here). The checkpoint stops early (PyTorch >= 2.1): the block's last GEMM, the FFN
 down projection, is never re-run, since backward needs its input, not its output.
 
+With tensor parallelism (`recomputed_tp_collectives`): the all-gathers before the QKV and the FFN's first GEMMs
+are re-run (backward needs the gathered inputs of the saved Q, V and gate GEMMs), one all-reduce's worth; the
+reduce-scatters' outputs are saved. Without sequence parallelism the output projection's all-reduce is re-run
+instead (the FFN norm needs its sum), the same ring time.
+
+The cuDNN attention kernel (`Strategy.flash_kernel="cudnn"`) is not on those commits' save list, so there its
+output would be recomputed; later versions of the list (torchtitan's models/*/parallelize.py since 2025) add
+`_scaled_dot_product_cudnn_attention`, and the planner, which saves the attention output whichever kernel runs
+it, describes those.
+
 What it keeps for backward, per micro-batch on one tensor-parallel rank: the block's input, the outputs of
-the matmuls it saves (at their local widths), the attention output and its fp32 log-sum-exp.
+the matmuls it saves (at their local widths), the attention output and its fp32 log-sum-exp, and with sequence
+parallelism the two reduce-scatters' outputs (h/tp wide each).
 
-Dense models only (torchtitan's Llama blocks); the planner refuses it for a mixture-of-experts model.
+The save list counts aten.mm calls, so the rule holds for blocks whose linears have no bias (a biased linear
+calls aten.addmm, not on the list), a SwiGLU FFN (the order above) and no dropout (torchtitan's Llama, Mistral
+and Qwen blocks): `check` refuses other models, and mixture-of-experts blocks, in one line.
 
-Introduced in notebooks/13-plan-your-training-run.ipynb.
+Introduced in notebooks/13-plan-your-training-run.ipynb (the `--recompute op` flag; docs/planner.md).
 """
 
 from __future__ import annotations
+
+
+def check(model, strategy) -> None:
+    """Refuse per-op checkpointing for a model outside the rule the planner models (module docstring).
+
+    Example:
+        >>> from ddp_lab.course.plan.model import Transformer
+        >>> from ddp_lab.course.plan.strategy import Strategy
+        >>> check(Transformer.preset("gpt2-small"), Strategy(recompute="op"))    # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        ValueError: recomputation 'op' is modelled for ... gpt2-small has a GeLU FFN, biases, dropout: choose ...
+
+    Introduced in notebooks/13-plan-your-training-run.ipynb (the `--recompute op` flag; docs/planner.md).
+    """
+    if strategy.recompute != "op":
+        return
+    if model.moe is not None:
+        raise ValueError(f"recomputation 'op' is modelled for torchtitan's dense blocks only (op_checkpoint.py); "
+                         f"{model.name} is a mixture-of-experts model: choose full, selective or no recomputation")
+    differs = [what for what, present in (("a GeLU FFN", model.ffn_kind != "swiglu"), ("biases", model.bias),
+                                          ("biases on Q, K and V", model.qkv_bias and not model.bias),
+                                          ("dropout", model.dropout)) if present]
+    if differs:
+        raise ValueError(f"recomputation 'op' is modelled for torchtitan's bias-free SwiGLU blocks without dropout "
+                         f"(op_checkpoint.py); {model.name} has {', '.join(differs)}: choose full, selective or no "
+                         f"recomputation")
+
+
+def recomputed_tp_collectives(strategy) -> float:
+    """The tensor-parallel collectives re-run in backward, in all-reduces of the block's b s h activations.
+
+    Two all-gathers with sequence parallelism (half an all-reduce each), one all-reduce without it; none without
+    tensor parallelism or without per-op checkpointing (module docstring).
+
+    Example:
+        >>> from ddp_lab.course.plan.strategy import Strategy
+        >>> recomputed_tp_collectives(Strategy(tp=8, sequence_parallel=True, recompute="op"))
+        1.0
+        >>> recomputed_tp_collectives(Strategy(tp=8, sequence_parallel=True, recompute="full"))
+        0.0
+
+    Introduced in notebooks/13-plan-your-training-run.ipynb (the `--recompute op` flag; docs/planner.md).
+    """
+    return 1.0 if strategy.recompute == "op" and strategy.tp > 1 else 0.0
 
 
 def block_matmuls(model, strategy) -> list[tuple[str, float, int, int]]:
@@ -45,10 +105,25 @@ def recomputed_matmuls(model, strategy) -> list[tuple[str, float, int, int]]:
         >>> [name for name, *_ in recomputed_matmuls(llama, Strategy(recompute="op"))]
         ['k', 'out', 'up']
 
-    Introduced in notebooks/13-plan-your-training-run.ipynb.
+    Introduced in notebooks/13-plan-your-training-run.ipynb (the `--recompute op` flag; docs/planner.md).
     """
     mms = block_matmuls(model, strategy)
     return [mm for i, mm in enumerate(mms, start=1) if i % 2 == 0 and mm[0] != "down"]
+
+
+def recomputed_flops(model, strategy) -> float:
+    """FLOPs of the matmuls per-op checkpointing re-runs, per block and micro-batch on one TP rank.
+
+    Example:
+        >>> from ddp_lab.course.plan.model import Transformer
+        >>> from ddp_lab.course.plan.strategy import Strategy
+        >>> llama = Transformer.preset("llama3-8b")
+        >>> recomputed_flops(llama, Strategy(recompute="op")) == 2 * 8192 * 4096 * (1024 + 4096 + 14336)
+        True
+
+    Introduced in notebooks/13-plan-your-training-run.ipynb (the `--recompute op` flag; docs/planner.md).
+    """
+    return sum(flops for _, flops, _, _ in recomputed_matmuls(model, strategy))
 
 
 def kept_bytes(model, strategy, value_bytes: int) -> int:
@@ -62,7 +137,7 @@ def kept_bytes(model, strategy, value_bytes: int) -> int:
         >>> kept_bytes(llama, Strategy(recompute="op"), 2) == 2 * s * (h + h + kv + f + h + h) + 4 * 32 * s
         True
 
-    Introduced in notebooks/13-plan-your-training-run.ipynb.
+    Introduced in notebooks/13-plan-your-training-run.ipynb (the `--recompute op` flag; docs/planner.md).
     """
     tokens, t = strategy.micro_batch * model.seq_len, strategy.tp
     recomputed = {name for name, *_ in recomputed_matmuls(model, strategy)}
@@ -70,4 +145,5 @@ def kept_bytes(model, strategy, value_bytes: int) -> int:
     block_input = model.hidden // (t if strategy.sequence_parallel else 1)
     attention_output = model.q_dim // t
     log_sum_exp = 4 * model.heads // t
-    return tokens * (value_bytes * (block_input + saved_outputs + attention_output) + log_sum_exp)
+    reduce_scatters = 2 * model.hidden // t if strategy.sequence_parallel else 0
+    return tokens * (value_bytes * (block_input + saved_outputs + attention_output + reduce_scatters) + log_sum_exp)

@@ -28,7 +28,7 @@ Time (seconds per step), on the rank that finishes last:
                 another stage's work (measured here: 1F1B on 2 ranks pinned to 1 core took its
                 predicted compute time, no bubble)
     tp_comm     per layer and micro-batch 2 all-reduces of b s h values forward and 2 backward
-                (Megatron's f and g, lesson 08; with full recomputation 2 more), on the tp group;
+                (Megatron's f and g, lesson 08; with full recomputation 2 more, per-op 1), on the tp group;
                 sequence parallelism swaps each for an all-gather + reduce-scatter of the same
                 bytes: the same ring time. Per micro-batch, the vocab-parallel ends add one
                 all-reduce of b s h after the word embedding (first stage), one of the head's
@@ -80,14 +80,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ddp_lab.course.plan import context_parallel, expert_compute, experts, outer_sync, pipeline_stages, tp_overlap
+from ddp_lab.course.plan import (context_parallel, expert_compute, experts, op_checkpoint, outer_sync, pipeline_stages,
+                                 tp_overlap)
 from ddp_lab.course.plan.activations import value_bytes
 from ddp_lab.course.plan.collectives import collective_time
 from ddp_lab.course.plan.efficiency import head_seconds, layer_seconds, optimizer_seconds, recompute_skips_last_gemm
 from ddp_lab.course.plan.dp_sync import (_dp_shares_tp_link, dp_communication, fsdp_units,  # noqa: F401 (re-exported)
                                          zero3_exposed, zero12_exposed)
 from ddp_lab.course.plan.memory import stage_parameters
-from ddp_lab.course.plan.op_checkpoint import recomputed_matmuls
+from ddp_lab.course.plan.op_checkpoint import recomputed_flops
 from ddp_lab.course.plan.overlap import overlap_slowdown, stretch
 from ddp_lab.course.plan.precision import compute_precision   # MFU of an FP8 run: against the bf16 peak
 
@@ -175,7 +176,7 @@ def step_flops(model, strategy, hardware: bool = True) -> int:
     elif hardware and strategy.recompute == "selective" and strategy.attention == "eager":
         per_sequence += model.layers * 4 * model.seq_len ** 2 * model.q_dim
     elif hardware and strategy.recompute == "op":      # the matmuls per-op checkpointing re-runs (op_checkpoint.py)
-        rank = sum(flops for _, flops, _, _ in recomputed_matmuls(model, strategy))    # one TP rank, one micro-batch
+        rank = recomputed_flops(model, strategy)    # one TP rank, one micro-batch
         per_sequence += model.layers * rank * strategy.tp // strategy.micro_batch
     return strategy.global_batch * per_sequence
 
@@ -263,10 +264,11 @@ def layer_tp_communication(model, cluster, strategy) -> tuple[float, float]:
     forward again); with sequence parallelism an all-gather + reduce-scatter each, the same ring
     time. Recomputation that stops before the FFN's down projection (efficiency.recompute_skips_last_gemm)
     leaves out what follows it: the second all-reduce (1 again, not 2), with sequence parallelism
-    the last reduce-scatter, half a ring (1.5 again).
+    the last reduce-scatter, half a ring (1.5 again). Per-op checkpointing re-runs one all-reduce's
+    worth (op_checkpoint.recomputed_tp_collectives: the two all-gathers, or the first all-reduce).
     """
     one = _tp_all_reduce(model, cluster, strategy)
-    again = 2.0 if strategy.recompute == "full" else 0.0
+    again = 2.0 if strategy.recompute == "full" else op_checkpoint.recomputed_tp_collectives(strategy)
     if recompute_skips_last_gemm(model, strategy):
         again -= 0.5 if strategy.sequence_parallel else 1.0
     return 2 * one, (2 + again) * one

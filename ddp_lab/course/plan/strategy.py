@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from ddp_lab.course.plan import context_parallel, expert_tp, experts, outer_sync, pipeline_stages
+from ddp_lab.course.plan import context_parallel, expert_tp, experts, op_checkpoint, outer_sync, pipeline_stages
 from ddp_lab.course.rank_layout import RankLayout
 from ddp_lab.course.plan.attention_kernels import FLASH_KERNELS
 from ddp_lab.course.plan.precision import PRECISIONS   # "fp32", "bf16", "fp16" (ZeRO's table) and "fp8"
@@ -70,8 +70,9 @@ class Strategy:
     sync_precision: str = "fp32"  # the pseudo-gradient on the wire: "fp32", "bf16" or "int8" (INTELLECT-1)
     expert_tp: int | None = None  # routed experts' tensor-parallel size, dividing tp (Megatron-Core's
                                   # --expert-tensor-parallel-size; expert_tp.py); None: the attention's tp
-    flash_kernel: str = "fa2"     # which kernel runs flash attention: "fa2" (PyTorch's SDPA default) or "cudnn"
-                                  # (Transformer Engine's choice on Hopper+, FlashAttention-3's class): attention_kernels.py
+    flash_kernel: str = "fa2"     # which kernel runs flash attention: "fa2" (FlashAttention-2; PyTorch's SDPA to
+                                  # 2.10) or "cudnn" (Transformer Engine on Hopper+, PyTorch's SDPA from 2.11
+                                  # on H100/B200, FlashAttention-3's class): attention_kernels.py
 
     def __post_init__(self) -> None:
         for field in ("dp", "tp", "pp", "micro_batch", "grad_accum", "virtual_stages", "cp", "ep", "sync_every",
@@ -95,6 +96,10 @@ class Strategy:
         if self.recompute == "op" and self.attention != "flash":
             raise ValueError("recomputation 'op' keeps the flash-attention kernel's output (torchtitan's per-op "
                              "policy, op_checkpoint.py); with eager attention choose selective or full recomputation")
+        if self.flash_kernel != "fa2" and (self.attention != "flash" or self.precision == "fp32"):
+            raise ValueError(f"the flash kernel {self.flash_kernel!r} is a bf16/fp16 flash-attention kernel, and "
+                             f"with {self.attention} attention in {self.precision} none runs: keep the flash kernel "
+                             f"at 'fa2', or plan flash attention in bf16")
         if self.checkpoint_early_stop and self.recompute != "full":
             raise ValueError(f"checkpoint_early_stop=True describes full recomputation by PyTorch's non-reentrant "
                              f"checkpoint; with recompute={self.recompute!r} there is no recomputation for it to stop: "
@@ -219,10 +224,7 @@ def check(model, strategy: Strategy, gpus: int | None = None, gpus_per_node: int
     if strategy.pp > 1 and strategy.schedule == "interleaved" and strategy.grad_accum % strategy.pp:
         raise ValueError(f"the interleaved schedule needs micro-batches ({strategy.grad_accum}) divisible by "
                          f"pp={strategy.pp} (Narayanan et al. 2021); change grad_accum")
-    if strategy.recompute == "op" and model.moe is not None:
-        raise ValueError(f"recomputation 'op' is torchtitan's per-op checkpointing of a dense Llama block "
-                         f"(op_checkpoint.py); {model.name} is a mixture-of-experts model: choose full, selective "
-                         f"or no recomputation")
+    op_checkpoint.check(model, strategy)      # per-op checkpointing: bias-free dense SwiGLU blocks only
     experts.check(model, strategy)            # ep splits whole experts of a MoE model (lesson 14)
     context_parallel.check(model, strategy)   # cp: 2 x cp equal chunks of the sequence (lesson 15)
     if gpus_per_node is not None and strategy.tp > gpus_per_node and not tp_across_nodes:

@@ -25,6 +25,7 @@ Introduced in notebooks/13-plan-your-training-run.ipynb.
 from __future__ import annotations
 
 from ddp_lab.course.plan.efficiency import gemm_seconds, layer_gemms, recompute_skips_last_gemm
+from ddp_lab.course.plan.op_checkpoint import recomputed_tp_collectives
 from ddp_lab.course.plan.overlap import chunked_exposed
 
 
@@ -34,7 +35,8 @@ def layer_exposed(model, cluster, strategy, one: float) -> tuple[float, float]:
     `one`: one all-reduce of the layer's b s h activations on the tp group; with sequence parallelism
     an all-gather or a reduce-scatter takes half of it (the ring's two halves, lesson 02). The backward
     includes a full recomputation's forward collectives (less the FFN down projection's reduce-scatter
-    where PyTorch's checkpoint stops early, efficiency.recompute_skips_last_gemm).
+    where PyTorch's checkpoint stops early, efficiency.recompute_skips_last_gemm), and per-op checkpointing's
+    two all-gathers, costed as in forward (op_checkpoint.recomputed_tp_collectives).
 
     Example:
         >>> from ddp_lab.course.plan.cluster_spec import ClusterSpec
@@ -59,4 +61,6 @@ def layer_exposed(model, cluster, strategy, one: float) -> tuple[float, float]:
                 + sum(chunked_exposed(half, gemm, t) for gemm in input_grads))           # pipelined
     if strategy.recompute == "full":
         backward += forward - (forward_each[3] if recompute_skips_last_gemm(model, strategy) else 0.0)
+    elif recomputed_tp_collectives(strategy):    # per-op checkpointing re-runs the all-gathers before QKV and FFN up
+        backward += forward_each[0] + forward_each[2]
     return forward, backward

@@ -38,7 +38,8 @@ through HBM once per kernel, counted as its FLOPs' time. Eager attention's softm
 fused scale-mask-softmax (one read, one write; PyTorch's unfused scale, mask and softmax would be
 three). The backward of each row recomputes nothing; "full" recomputation runs every forward row
 again (also where PyTorch's checkpoint stops before the FFN's down projection: the residual add
-after it, a few h bytes per token, stays counted; efficiency.recompute_skips_last_gemm), "selective"
+after it, a few h bytes per token, stays counted; efficiency.recompute_skips_last_gemm), and so does
+per-op checkpointing ("op": it recomputes every elementwise op, op_checkpoint.py); "selective"
 (eager attention) the score rows.
 
 Introduced in notebooks/13-plan-your-training-run.ipynb.
