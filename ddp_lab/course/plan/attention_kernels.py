@@ -27,13 +27,14 @@ How much faster, published (bf16):
         and backward, 8K-128K tokens): cuDNN 1.7-2.3x faster than FlashAttention-2 on H100 and H200, 0.82x on an
         A100, 0.88x on an RTX PRO 6000 (workstation Blackwell, sm120);
     pytorch/torchtitan pull request #1196: a torchtitan run on B200s (sm100) went from 10,902 to 12,211 tokens/s
-        per GPU (+12 %) when SDPA was switched from FlashAttention-2 to cuDNN: the whole step, not the kernel.
+        per GPU (1.120x) when SDPA was switched from FlashAttention-2 to cuDNN: the whole step, not the kernel
+        (with Hopper's 1.7x, the planner gives that run's likely configuration 1.135x: tests/test_plan_mechanics.py).
 The planner takes the lower end of the training-shape range, 1.7x on Hopper (inside FlashAttention-3's
 1.5-2.0x), and 0.82x on Ampere. Datacenter Blackwell (B200, GB200, the planner's "blackwell") has no published
 kernel ratio here: it borrows Hopper's, as it borrows Hopper's other constants (`efficiency.constants_generation`),
-unchecked; the workstation Blackwell's 0.88x is another chip, which the planner does not model. The speed-up
-multiplies the flash share of peak the attention core runs at inside a training step; nothing here was fitted
-to a training run.
+checked only by that whole-step ratio; the workstation Blackwell's 0.88x is another chip, which the planner does
+not model. The speed-up multiplies the flash share of peak the attention core runs at inside a training step;
+nothing here was fitted to a training run.
 
 Introduced in notebooks/13-plan-your-training-run.ipynb (the `--flash-kernel` flag; docs/planner.md).
 """
