@@ -3,7 +3,8 @@ and `python -m ddp_lab status`."""
 
 from __future__ import annotations
 
-from ddp_lab.plan.cli import OneLineErrors, add_arguments, run
+from ddp_lab.plan.cli import run
+from ddp_lab.plan.cli_flags import OneLineErrors, add_arguments
 
 
 def main(argv: list[str] | None = None) -> int:

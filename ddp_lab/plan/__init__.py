@@ -12,7 +12,8 @@ steptime, search, and experts and context_parallel for lessons 14 and 15: pure P
 importing them does not import torch); this lab package re-exports their names and adds what runs:
     report.py       the table and the breakdown a learner prints
     decision.py     what helps choose between plans: parameters read, margin, ties, assumptions
-    cli.py          `python -m ddp_lab plan ...`
+    cli.py          `python -m ddp_lab plan ...` (its flags and their checks: cli_flags.py; a fit to a
+                    run you measured: cli_fit.py; plots and cross-region links: cli_plot.py, cli_regions.py)
     model_files.py  a Hugging Face config.json read from disk as a model
     calibrate.py    this machine's speeds, measured (`calibrate.this_machine()`)
     measure.py, probes.py, reference.py, validate.py   the harness that runs real ranks and

@@ -1,0 +1,271 @@
+"""The command line's flags for `python -m ddp_lab plan`: what each one is, the --help text with its examples, and
+the checks a value gets before anything is planned (cli.py runs the plan).
+
+Introduced in notebooks/13-plan-your-training-run.ipynb.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from ddp_lab.course.plan.attention_kernels import FLASH_KERNELS
+from ddp_lab.course.plan.cluster_spec import PRESET_NAMES, ClusterSpec
+from ddp_lab.course.plan.model import LARGEST, PRESETS, size_text
+from ddp_lab.course.plan.overlap import OVERLAP_SLOWDOWN
+from ddp_lab.course.plan.search import MEMORY_RESERVE
+from ddp_lab.course.plan.strategy import ATTENTION, FSDP_UNITS, PRECISIONS, RECOMPUTE
+from ddp_lab.plan import cli_fit
+from ddp_lab.plan.cli_plot import PLOTTED, check_plot_file
+
+STRATEGY_FLAGS = ("dp", "tp", "pp", "zero", "micro_batch", "grad_accum", "recompute", "sequence_parallel",
+                  "fsdp_unit", "virtual_stages", "tp_comm_overlap", "overlap_param_gather", "first_stage_layers",
+                  "last_stage_layers", "sync_every", "replicas", "sync_precision", "expert_tp")
+SHAPE_FLAGS = ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "seq_len")
+NEEDED_SHAPE = ("layers", "hidden", "heads", "ffn", "vocab", "seq_len")   # without --model or --hf-config
+POSITIVE_INTS = ("nodes", "dp", "tp", "pp", "micro_batch", "grad_accum", "global_batch", "top", "virtual_stages",
+                 "first_stage_layers", "last_stage_layers", "sync_every", "replicas", "region_nodes", "expert_tp",
+                 *SHAPE_FLAGS)
+SHORT_FORM_FLAGS = ("params", "dp", "zero", "precision", "fp32_grads")     # all that --params reads
+SPLIT_FLAGS = ("cp", "ep")     # a number (the plan's or every searched plan's) or "auto" (searched)
+# 8 million GPUs, some 80x the largest clusters built; the search over a million nodes takes about 5 s here
+# (over 10^12 it never ended). The shape flags' limits are the model's (model.LARGEST).
+LARGEST_NODES = 10**6
+EXAMPLES = """examples:
+  # the fastest plans for Llama 3 8B on 4 nodes of 8 H100s, at 4,096-token sequences
+  python -m ddp_lab plan --model llama3-8b --seq-len 4096 --cluster h100-sxm --nodes 4 --top 5
+
+  # a downloaded model's config.json; say the length you will train (else max_position_embeddings)
+  python -m ddp_lab plan --hf-config Qwen2.5-7B/config.json --seq-len 8192 --cluster a100-80gb --nodes 2
+
+  # one plan's memory and step time, part by part, drawn to a PNG
+  python -m ddp_lab plan --model mixtral-8x7b --cluster h100-sxm --nodes 8 --tp 2 --ep 8 --zero 1 \\
+      --recompute full --plot mixtral.png
+"""
+
+
+def parallel_size(text: str) -> int | str:
+    """--cp/--ep's value: an int, or "auto" to search every size that fits (argparse type)."""
+    if text.strip().lower() == "auto":
+        return "auto"
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid value {text!r}: give a positive int or auto") from None
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The `plan` subcommand's flags (shared by ddp_lab/__main__.py)."""
+    what = parser.add_argument_group("what to plan (a model: --model, --hf-config, or the shape flags)")
+    what.add_argument("--model", type=str.lower, choices=tuple(PRESETS), metavar="MODEL",
+                      help=f"a model preset: {', '.join(PRESETS)}")
+    what.add_argument("--hf-config", dest="hf_config", metavar="PATH",
+                      help="a Hugging Face config.json of the Llama, Mistral/Mixtral, Qwen2/Qwen3 (and -MoE), "
+                           "DeepSeekMoE or GPT-2 family, with experts and head_dim; keys the planner cannot express "
+                           "(multi-head latent attention, a sliding window) are refused. Planned at its "
+                           "max_position_embeddings unless --seq-len says the length you will train")
+    shape = parser.add_argument_group("model shape: change --model's or --hf-config's, or give all but --kv-heads "
+                                      "for a Llama-style model of your own (SwiGLU, RMSNorm, RoPE, no biases, untied)")
+    shape.add_argument("--layers", type=int, help="transformer layers")
+    shape.add_argument("--hidden", type=int, help="hidden size (divisible by --heads)")
+    shape.add_argument("--heads", type=int, help="attention heads")
+    shape.add_argument("--kv-heads", dest="kv_heads", type=int,
+                       help="key/value heads (grouped-query attention; divides --heads; default --heads)")
+    shape.add_argument("--ffn", type=int, help="FFN inner size")
+    shape.add_argument("--vocab", type=int, help="vocabulary size")
+    shape.add_argument("--seq-len", dest="seq_len", type=int, help="tokens per training sequence")
+    where = parser.add_argument_group("where")
+    where.add_argument("--cluster", type=str.lower, choices=PRESET_NAMES, metavar="CLUSTER",
+                       help="a cluster preset (GPU type, GPUs per node): " + ", ".join(
+                           f"{name} ({ClusterSpec.preset(name).gpus_per_node})" for name in PRESET_NAMES))
+    where.add_argument("--nodes", type=int, help="nodes of the cluster (default 1; GPUs per node from the preset)")
+    where.add_argument("--memory-reserve", dest="memory_reserve", type=float,
+                       help=f"share of each GPU's memory a plan may not use, kept for the CUDA context, NCCL and "
+                            f"fragmentation (default {MEMORY_RESERVE:g}; 0 <= value < 1)")
+    where.add_argument("--overlap-slowdown", dest="overlap_slowdown", type=float,
+                       help=f"how much slower compute runs beside the DP/CP communication it hides (default "
+                            f"{OVERLAP_SLOWDOWN:g}, the average arXiv:2507.03114 measured; 0: hiding is free; "
+                            f"0 <= value < 1)")
+    where.add_argument("--region-nodes", dest="region_nodes", type=int, metavar="N",
+                       help="a cross-region link: the nodes form regions of N consecutive nodes (data centres)")
+    where.add_argument("--cross-region-gbps", dest="cross_region_gbps", type=float, metavar="GBPS",
+                       help="the link between regions, Gb/s each way per region (default 100)")
+    where.add_argument("--cross-region-latency-ms", dest="cross_region_latency_ms", type=float, metavar="MS",
+                       help="its latency in ms (default 50)")
+    where.add_argument("--params", help="short form: a parameter count such as 7.5B or 125M; prints per-GPU "
+                                        "parameters, gradients and optimizer state (needs only --dp and --zero)")
+    how = parser.add_argument_group("a strategy (omit to search all of them)")
+    how.add_argument("--dp", type=int, help="data-parallel size")
+    how.add_argument("--tp", type=int, help="tensor-parallel size (divides heads and kv heads; at most GPUs per node "
+                                            "unless --tp-across-nodes)")
+    how.add_argument("--tp-across-nodes", dest="tp_across_nodes", action="store_true",
+                     help="allow tp larger than a node, costed on the inter-node link (lesson 13 shows the price)")
+    how.add_argument("--pp", type=int, help="pipeline stages (divides layers)")
+    how.add_argument("--virtual-stages", dest="virtual_stages", type=int,
+                     help="interleaved 1F1B: model chunks per pipeline GPU (needs --pp 2 or more; pp x this divides "
+                          "the layers). In a search: also try interleaving with this many (default 2)")
+    how.add_argument("--zero", type=int, choices=(0, 1, 2, 3), help="ZeRO stage: 0 DDP, 1 optimizer, 2 + gradients, "
+                                                                    "3 + parameters (FSDP)")
+    how.add_argument("--micro-batch", dest="micro_batch", type=int, help="sequences per micro-batch (default 1)")
+    how.add_argument("--grad-accum", dest="grad_accum", type=int,
+                     help="micro-batches per step (= pipeline micro-batches; default: from --global-batch)")
+    how.add_argument("--recompute", choices=RECOMPUTE, help="activation recomputation (default none; selective "
+                                                           "changes nothing with flash attention; op: torchtitan's "
+                                                           "per-op policy, every second matmul of a dense layer)")
+    how.add_argument("--checkpoint-early-stop", dest="checkpoint_early_stop", action="store_true",
+                     help="full recomputation as PyTorch >= 2.1's non-reentrant checkpoint runs it "
+                          "(torch.utils.checkpoint(use_reentrant=False), FSDP's checkpoint_wrapper, torchtitan): it "
+                          "stops before the FFN's down projection, unless dropout or experts follow it. Default: "
+                          "the whole layer again, as Megatron-LM, DeepSpeed and use_reentrant=True do. Needs "
+                          "--recompute full, or in a search applies to the plans that recompute fully")
+    how.add_argument("--sequence-parallel", dest="sequence_parallel", action="store_true", default=None,
+                     help="Megatron sequence parallelism (needs tp > 1)")
+    how.add_argument("--fsdp-unit", dest="fsdp_unit", choices=FSDP_UNITS,
+                     help="ZeRO-3: gather one layer at a time (layer, the default, as FSDP is wrapped) or the whole model")
+    how.add_argument("--attention", choices=ATTENTION,
+                     help="flash (fused, the default: no s x s scores kept) or eager (Korthikanti et al.'s count)")
+    how.add_argument("--flash-kernel", dest="flash_kernel", choices=FLASH_KERNELS,
+                     help="the kernel flash attention runs: fa2 (FlashAttention-2, the default: PyTorch's SDPA up "
+                          "to 2.10) or cudnn (cuDNN's: Transformer Engine on Hopper and newer, so NeMo and Megatron; "
+                          "PyTorch's SDPA from 2.11 on H100/H200/B200; about FlashAttention-3's speed)")
+    how.add_argument("--cp", type=parallel_size, metavar="N|auto",
+                     help="context-parallel size: ranks that split each sequence (lesson 15; the sequence must "
+                          "split into 2 x cp chunks). With no other strategy flag the search uses it for every plan; "
+                          "auto searches it (default 1)")
+    how.add_argument("--ep", type=parallel_size, metavar="N|auto",
+                     help="expert-parallel size of a mixture-of-experts model (lesson 14): of the dp x cp ranks, how "
+                          "many split the experts (divides the experts and dp x cp). With no other strategy flag the "
+                          "search uses it for every plan; auto searches it (the default for a model with experts)")
+    how.add_argument("--expert-tp", dest="expert_tp", type=int, metavar="N",
+                     help="the routed experts' own tensor-parallel size, dividing --tp (Megatron-Core's "
+                          "--expert-tensor-parallel-size; default --tp): --expert-tp 1 leaves tp x cp x dp ranks for --ep")
+    how.add_argument("--precision", choices=PRECISIONS, default=None,
+                     help="bf16/fp16 mixed-precision Adam (2+2+12 bytes/param) or fp32 Adam (4+4+8); "
+                          "default bf16 (fp16 on a GPU without bf16, e.g. t4)")
+    how.add_argument("--fp32-grads", dest="fp32_grads", action="store_true",
+                     help="mixed precision with fp32 gradient accumulation and reduction (Megatron-LM, Llama 3): "
+                          "2+4+12 bytes/param")
+    how.add_argument("--tp-comm-overlap", dest="tp_comm_overlap", action="store_true", default=None,
+                     help="run sequence parallelism's all-gathers/reduce-scatters in chunks beside the GEMMs "
+                          "(Megatron-LM's --tp-comm-overlap; needs --sequence-parallel)")
+    how.add_argument("--overlap-param-gather", dest="overlap_param_gather", action="store_true", default=None,
+                     help="ZeRO-1/2: gather the updated weights beside the next forward (Megatron-LM's "
+                          "--overlap-param-gather) instead of after the optimizer")
+    how.add_argument("--first-stage-layers", dest="first_stage_layers", type=int, metavar="N",
+                     help="uneven pipeline: layers of the first stage (the middle stages share the rest)")
+    how.add_argument("--last-stage-layers", dest="last_stage_layers", type=int, metavar="N",
+                     help="uneven pipeline: layers of the last stage (Llama 3 405B: 126 layers on 16 stages, 7 and 7)")
+    how.add_argument("--sync-every", dest="sync_every", type=int, metavar="H",
+                     help="DiLoCo-style outer sync: replicas exchange pseudo-gradients once every H steps (with "
+                          "--replicas R, default every dp rank a replica)")
+    how.add_argument("--replicas", type=int, metavar="R", help="DiLoCo replicas (divides dp); see --sync-every")
+    how.add_argument("--sync-precision", dest="sync_precision", choices=("fp32", "bf16", "int8"),
+                     help="the pseudo-gradient on the wire at each outer sync (default fp32; INTELLECT-1: int8)")
+    cli_fit.add_arguments(parser)
+    out = parser.add_argument_group("search")
+    out.add_argument("--global-batch", dest="global_batch", type=int,
+                     help="sequences per step (default: 4M tokens / seq_len)")
+    out.add_argument("--top", type=int, help="plans to print (default 10; rows that differ only in a ZeRO stage "
+                                             "that changes nothing, at dp1, are one row)")
+    out.add_argument("--plot", metavar="FILE.png",
+                     help=f"also draw the memory and step-time breakdown as a PNG: the given plan, or the best "
+                          f"with the next rows printed (at most {PLOTTED})")
+    parser.epilog = EXAMPLES
+    parser.formatter_class = ExamplesAsWritten
+
+
+
+
+class ExamplesAsWritten(argparse.HelpFormatter):
+    """argparse's help layout, except that a text with line breaks of its own (the examples) is printed as written."""
+
+    def _fill_text(self, text, width, indent):
+        return text if "\n" in text else super()._fill_text(text, width, indent)
+
+
+class OneLineErrors(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are one line, `prog: error: message`, and exit status 2.
+
+    argparse prints its whole usage block above an error; for `plan`'s many flags that buries
+    the one line that says what is wrong. `--help` still prints the usage.
+
+    Introduced in notebooks/13-plan-your-training-run.ipynb.
+    """
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def flag_name(name: str) -> str:
+    """The command-line spelling of an argparse dest: micro_batch -> --micro-batch."""
+    return "--" + name.replace("_", "-")
+
+
+def given_flags(args, names) -> list[str]:
+    """The flags among `names` on the command line (a store_true flag left off is False, not given)."""
+    return [flag_name(name) for name in names if getattr(args, name) is not None and getattr(args, name) is not False]
+
+
+def check_flags(args) -> None:
+    """Refuse values no plan can have and flags that contradict each other, before any planning."""
+    for name in POSITIVE_INTS:
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            raise ValueError(f"{flag_name(name)} must be a positive int, got {value}")
+    for name, largest in (*LARGEST.items(), ("nodes", LARGEST_NODES)):
+        value = getattr(args, name)
+        if value is not None and value > largest:
+            raise ValueError(f"{flag_name(name)} {size_text(value)} is more than the planner models: at most {largest:,}")
+    if args.memory_reserve is not None and not 0 <= args.memory_reserve < 1:
+        raise ValueError(f"--memory-reserve is the share of GPU memory kept free: a fraction in [0, 1) such as 0.1, "
+                         f"got {args.memory_reserve:g}")
+    if args.overlap_slowdown is not None and not 0 <= args.overlap_slowdown < 1:
+        raise ValueError(f"--overlap-slowdown is how much slower compute runs beside the communication it hides: a "
+                         f"fraction in [0, 1) such as {OVERLAP_SLOWDOWN:g}, got {args.overlap_slowdown:g}")
+    if args.checkpoint_early_stop and args.recompute not in (None, "full"):
+        raise ValueError(f"--checkpoint-early-stop describes how full recomputation runs; --recompute {args.recompute} "
+                         f"recomputes no whole layer: use --recompute full or drop --checkpoint-early-stop")
+    if args.params is not None:
+        extra = given_flags(args, [name for name in vars(args) if name not in SHORT_FORM_FLAGS + ("command",)])
+        if extra:
+            raise ValueError(f"--params prints model-state memory only and takes only --dp, --zero, --precision and "
+                             f"--fp32-grads: drop {', '.join(extra)} (or drop --params to plan a model on a --cluster)")
+        if args.fp32_grads and args.precision == "fp32":
+            raise ValueError("--fp32-grads keeps fp32 gradients under bf16/fp16 mixed precision; with --precision fp32 "
+                             "they are fp32 already: drop one of them")
+        return
+    if args.plot is not None:
+        check_plot_file(args.plot)
+    if args.model is not None and args.hf_config is not None:
+        raise ValueError("--model and --hf-config both name a model: give one (shape flags such as --seq-len "
+                         "change either)")
+    if args.model is None and args.hf_config is None:
+        missing = [flag_name(name) for name in NEEDED_SHAPE if getattr(args, name) is None]
+        if missing and len(missing) < len(NEEDED_SHAPE):
+            raise ValueError(f"a model of your own needs {', '.join(flag_name(n) for n in NEEDED_SHAPE)} (--kv-heads "
+                             f"optional): add {', '.join(missing)}, or start from --model or --hf-config")
+        if missing:
+            raise ValueError("give a model: --model (a preset), --hf-config (a config.json) or its shape (--layers, "
+                             "--hidden, --heads, --ffn, --vocab, --seq-len); and --cluster "
+                             "(or --params COUNT for model-state memory only)")
+    if args.cluster is None:
+        raise ValueError(f"give --cluster, the GPUs to plan for: one of {', '.join(PRESET_NAMES)}")
+    strategy = given_flags(args, [name for name in STRATEGY_FLAGS if name != "virtual_stages"])
+    if strategy and args.top is not None:
+        raise ValueError(f"--top ranks the search's plans, but {', '.join(strategy)} chose one plan: "
+                         f"drop --top, or the strategy flags to search")
+    if args.sequence_parallel and (args.tp or 1) == 1:
+        raise ValueError("--sequence-parallel needs --tp 2 or more: it splits activations across the "
+                         "tensor-parallel group")
+    if args.fsdp_unit is not None and args.zero != 3:
+        raise ValueError("--fsdp-unit applies to ZeRO-3 only (it says what FSDP gathers at once): "
+                         "add --zero 3 or drop --fsdp-unit")
+    if args.virtual_stages is not None and strategy and (args.pp or 1) == 1:
+        raise ValueError("--virtual-stages needs --pp 2 or more: it splits each pipeline GPU's layers into "
+                         "interleaved chunks")
+    for name in SPLIT_FLAGS:
+        value = getattr(args, name)
+        if value is not None and value != "auto" and value < 1:
+            raise ValueError(f"{flag_name(name)} must be a positive int or auto, got {value}")
+        if value == "auto" and strategy:
+            raise ValueError(f"{flag_name(name)} auto searches {name}, but {', '.join(strategy)} chose one plan: give "
+                             f"{flag_name(name)} a number, or drop the strategy flags to search")
