@@ -688,8 +688,8 @@ def test_a_measured_run_fits_the_gemm_constant_and_other_layouts_are_planned_wit
     assert main([*run, "--measured-tokens-per-gpu", f"{1.25 * own:.3f}"]) == 0
     out = capsys.readouterr().out
     fitted = float(re.search(r"--matmul-efficiency (\d\.\d+)", out).group(1))
-    assert 0.76 < fitted < 1             # 25 % faster asks for matmuls faster than any GEMM timed on an H100: said so
-    assert f"{fitted:.3f} is above 0.76, the fastest GEMM timed on an H100" in out
+    assert 0.78 < fitted < 1             # 25 % faster asks for matmuls faster than any GEMM timed on an H100: said so
+    assert f"{fitted:.3f} is above 0.78, the fastest GEMM timed on an H100" in out
     assert main(["plan", *LLAMA_8B, "--top", "1"]) == 0
     calibrated = capsys.readouterr().out
     assert main(["plan", *LLAMA_8B, "--top", "1", "--matmul-efficiency", f"{fitted}"]) == 0

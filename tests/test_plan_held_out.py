@@ -194,14 +194,14 @@ def test_one_measured_run_per_stack_fits_its_own_figure_and_brings_the_rest_clos
     total = held_out_fit.summary(fitted)
     assert total["fitted"] < 0.6 * total["calibrated"] and total["runs"] == sum(len(g.runs) for g in fitted)
     assert held_out_fit.markdown_table(fitted) in (ROOT / "docs" / "planner.md").read_text()
-    # what docs/planner.md says of the groups: the gain is the DGX Cloud H100 group's; the H100 fits exceed the
-    # fastest GEMM timed on an H100; the groups already close get worse
+    # what docs/planner.md says of the groups: the gain is the DGX Cloud H100 group's; its fit sits at the fastest
+    # GEMM timed on an H100 (on the planner's scale), Automodel's far above it; the groups already close get worse
     by_group = {(group.source, group.gpu): (group, held_out_fit.summary([group])) for group in fitted}
     dgxc, dgxc_total = by_group[("NVIDIA/dgxc-benchmarking", "h100-sxm")]
     assert dgxc_total["fitted"] < 0.5 * dgxc_total["calibrated"]
     automodel, automodel_total = by_group[("NVIDIA-NeMo/Automodel", "h100-sxm")]
     assert abs(automodel_total["fitted"] - automodel_total["calibrated"]) < 0.01
-    assert min(dgxc.efficiency, automodel.efficiency) > HOPPER_GEMM_CEILING
+    assert abs(dgxc.efficiency - HOPPER_GEMM_CEILING) < 0.005 and automodel.efficiency > HOPPER_GEMM_CEILING + 0.15
     for key in (("NVIDIA/dgxc-benchmarking", "gb200"), ("Dao-AILab/flash-attention", "a100-80gb")):
         assert by_group[key][1]["fitted"] > by_group[key][1]["calibrated"], key
 

@@ -583,8 +583,9 @@ def test_the_sweeps_long_h100_rows_lesson_15_prints():
 
 
 def test_the_fits_hopper_ceiling_is_the_fastest_gemm_timed_on_an_h100():
-    """cli_fit.HOPPER_GEMM_CEILING (the note a fit above it prints) is the measured file's fastest GEMM, not a guess."""
-    from ddp_lab.plan.cli_fit import HOPPER_GEMM_CEILING
+    """cli_fit.HOPPER_GEMM_CEILING (the note a fit above it prints) is the measured file's fastest GEMM on the planner's
+    scale (its share of peak with the tile cost of efficiency.gemm_seconds taken out), not a guess."""
+    from ddp_lab.plan.cli_fit import HOPPER_GEMM_CEILING   # lazy: the CLI's module, only this test reads it
 
     data = json.loads(H100_KERNELS.read_text())
-    assert round(max(row["share_of_peak"] for row in data["gemm"]), 2) == HOPPER_GEMM_CEILING
+    assert round(max(row["share_of_peak"] * (1 + TILE_K / row["k"]) for row in data["gemm"]), 2) == HOPPER_GEMM_CEILING

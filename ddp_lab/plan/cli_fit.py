@@ -14,10 +14,11 @@ import math
 
 from ddp_lab.course.plan.fit_to_run import HIGHEST, LOWEST, matmul_efficiency_for, with_matmul_efficiency
 
-# The fastest bf16 GEMM timed on an H100 SXM for this planner (cuBLAS, 0.764 of peak;
+# The fastest bf16 GEMM timed on an H100 SXM for this planner, on the planner's scale (cuBLAS at k = 2048 ran at
+# 0.734 of peak, which the planner's tile cost, efficiency.gemm_seconds, reads as an efficiency of 0.78;
 # ddp_lab/plan/measured/h100-sxm-kernels.json, tests/test_plan_published.py checks it): a Hopper fit above it is
-# not a matmul rate any kernel reached there.
-HOPPER_GEMM_CEILING = 0.76
+# not a matmul rate any timed kernel reached.
+HOPPER_GEMM_CEILING = 0.78
 
 
 def add_arguments(parser) -> None:

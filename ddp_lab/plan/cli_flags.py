@@ -120,13 +120,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     how.add_argument("--sequence-parallel", dest="sequence_parallel", action="store_true", default=None,
                      help="Megatron sequence parallelism (needs tp > 1)")
     how.add_argument("--fsdp-unit", dest="fsdp_unit", choices=FSDP_UNITS,
-                     help="ZeRO-3: gather one layer at a time (layer, the default, as FSDP is wrapped) or the whole model")
+                     help="ZeRO-3: gather one layer at a time (layer, the default, as FSDP is wrapped) or the whole "
+                          "model")
     how.add_argument("--attention", choices=ATTENTION,
                      help="flash (fused, the default: no s x s scores kept) or eager (Korthikanti et al.'s count)")
     how.add_argument("--flash-kernel", dest="flash_kernel", choices=FLASH_KERNELS,
                      help="the kernel flash attention runs: fa2 (FlashAttention-2, the default: PyTorch's SDPA up "
-                          "to 2.10) or cudnn (cuDNN's: Transformer Engine on Hopper and newer, so NeMo and Megatron; "
-                          "PyTorch's SDPA from 2.11 on H100/H200/B200; about FlashAttention-3's speed)")
+                          "to 2.8) or cudnn (cuDNN's: Transformer Engine on Hopper and newer, so NeMo and Megatron; "
+                          "PyTorch's SDPA on H100/H200/B200 in later builds whose cuDNN qualifies, docs/planner.md; "
+                          "about FlashAttention-3's speed)")
     how.add_argument("--cp", type=parallel_size, metavar="N|auto",
                      help="context-parallel size: ranks that split each sequence (lesson 15; the sequence must "
                           "split into 2 x cp chunks). With no other strategy flag the search uses it for every plan; "
@@ -137,7 +139,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                           "search uses it for every plan; auto searches it (the default for a model with experts)")
     how.add_argument("--expert-tp", dest="expert_tp", type=int, metavar="N",
                      help="the routed experts' own tensor-parallel size, dividing --tp (Megatron-Core's "
-                          "--expert-tensor-parallel-size; default --tp): --expert-tp 1 leaves tp x cp x dp ranks for --ep")
+                          "--expert-tensor-parallel-size; default --tp): --expert-tp 1 leaves tp x cp x dp ranks for "
+                          "--ep")
     how.add_argument("--precision", choices=PRECISIONS, default=None,
                      help="bf16/fp16 mixed-precision Adam (2+2+12 bytes/param) or fp32 Adam (4+4+8); "
                           "default bf16 (fp16 on a GPU without bf16, e.g. t4)")
@@ -214,7 +217,8 @@ def check_flags(args) -> None:
     for name, largest in (*LARGEST.items(), ("nodes", LARGEST_NODES)):
         value = getattr(args, name)
         if value is not None and value > largest:
-            raise ValueError(f"{flag_name(name)} {size_text(value)} is more than the planner models: at most {largest:,}")
+            raise ValueError(f"{flag_name(name)} {size_text(value)} is more than the planner models: "
+                             f"at most {largest:,}")
     if args.memory_reserve is not None and not 0 <= args.memory_reserve < 1:
         raise ValueError(f"--memory-reserve is the share of GPU memory kept free: a fraction in [0, 1) such as 0.1, "
                          f"got {args.memory_reserve:g}")

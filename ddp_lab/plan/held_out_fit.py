@@ -1,4 +1,4 @@
-"""The held-aside runs again, with the planner fitted to one run of each stack: what one measured step buys.
+"""The held-aside runs again, with the planner fitted to one run of each source and GPU: what one measured step buys.
 
 docs/planner.md recommends timing one layout of your own stack and fitting the planner's GEMM constant to it
 (`--measured-tokens-per-gpu`, ddp_lab.course.plan.fit_to_run). This scores that workflow on the held-aside runs
@@ -31,7 +31,7 @@ from ddp_lab.plan.held_out import build, predict
 
 @dataclass(frozen=True)
 class FittedGroup:
-    """One stack on one GPU: the run fitted, the efficiency it gave, and the others' errors before and after."""
+    """One source on one GPU: the run fitted, the efficiency it gave, and the others' errors before and after."""
 
     source: str
     gpu: str
@@ -87,19 +87,20 @@ def summary(fitted=None) -> dict:
 def markdown_table(fitted=None) -> str:
     """docs/planner.md's table: per group, the run fitted and its efficiency, then each other run before/after."""
     fitted = fitted_groups() if fitted is None else fitted
-    lines = ["| stack, GPU | fitted on (efficiency) | run predicted | calibrated | fitted |", "|---|---|---|---:|---:|"]
+    lines = ["| source, GPU | fitted on (efficiency) | run predicted | calibrated | fitted |",
+             "|---|---|---|---:|---:|"]
     for group in fitted:
         for name, calibrated, fit in group.runs:
             lines.append(f"| {group.source}, {group.gpu} | {group.fitted_on} ({group.efficiency:.3f}) | {name} | "
                          f"{calibrated:+.1%} | {fit:+.1%} |")
-    lines += ["", "| stack, GPU | runs predicted | median error, calibrated | median error, fitted |",
+    lines += ["", "| source, GPU | runs predicted | median error, calibrated | median error, fitted |",
               "|---|---:|---:|---:|"]
     for group in fitted:
         one = summary([group])
         lines.append(f"| {group.source}, {group.gpu} | {one['runs']} | {one['calibrated']:.1%} | {one['fitted']:.1%} |")
     total = summary(fitted)
     lines += ["", f"{total['runs']} held-aside runs predicted: median error {total['calibrated']:.1%} with the "
-                  f"calibrated constant, {total['fitted']:.1%} fitted to one run of the same stack and GPU (a "
+                  f"calibrated constant, {total['fitted']:.1%} fitted to one run of the same source and GPU (a "
                   f"workflow chosen after the held-aside errors were seen: not a blind test)."]
     return "\n".join(lines)
 

@@ -4,20 +4,23 @@ Flash attention is one algorithm (Dao et al. 2022: tiles of Q K^T and the weight
 blocks skipped), written as several kernels that run at different rates on the same GPU:
     fa2    FlashAttention-2 and kernels of its design (Dao 2023, arXiv:2307.08691): the Dao-AILab package,
            MosaicML's Triton kernel, and PyTorch's scaled_dot_product_attention wherever its FLASH_ATTENTION
-           backend comes first - on every GPU up to PyTorch 2.10 as shipped (2.5.0 aside, which put cuDNN first
-           on H100 until pytorch/pytorch pull request #138522 made it opt-in), and after it on GPUs other than
-           datacenter Hopper and Blackwell (torchtitan's published H100 tables ran it). The planner's
-           `efficiency.FLASH_ATTENTION_UTILIZATION` was read off runs of this kind.
+           backend comes first: on every GPU up to PyTorch 2.8 (2.5.0 aside, which put cuDNN first on H100 until
+           pytorch/pytorch pull request #138522 made it opt-in), later on GPUs other than H100/H200/B200/GB200,
+           and on those where the build's cuDNN does not qualify (below). torchtitan's published H100 tables ran
+           it. The planner's `efficiency.FLASH_ATTENTION_UTILIZATION` was read off runs of this kind.
     cudnn  kernels written for Hopper's asynchronous tensor cores: cuDNN's fused flash attention, which
            Transformer Engine prefers on Hopper and newer when both it and FlashAttention-2 apply
            (NVIDIA/TransformerEngine pull request #497, release 1.2: FusedAttention before FlashAttention on
            sm90), so NeMo, Megatron-LM and Megatron-Bridge with Transformer Engine run it; PyTorch's
            CUDNN_ATTENTION backend, which scaled_dot_product_attention puts first on sm90 and sm100 (H100, H200,
-           B200, GB200) once cuDNN is newer than 9.15.0 (`check_prefer_cudnn_attention` in sdp_utils.cpp; the
-           cuDNN bundled with the PyTorch 2.11 wheels crosses it, huggingface/transformers pull request #48163,
-           closing comment) and torchtitan picks on B200s (pytorch/torchtitan pull request #1196); and
+           B200, GB200) from PyTorch 2.9 when the build's cuDNN qualifies (pytorch/pytorch pull request #162073:
+           cuDNN 9.9 or newer, which the 2.9 CUDA 12.8 wheels missed, issue #165801; the bar later raised to
+           cuDNN newer than 9.15.0 for a bug fixed there, which the 2.11 wheels bundle:
+           `check_prefer_cudnn_attention` in sdp_utils.cpp, huggingface/transformers pull request #48163's
+           closing comment) and that torchtitan picks on B200s (pytorch/torchtitan pull request #1196); and
            FlashAttention-3 (Shah et al. 2024, arXiv:2407.08608), which runs in the same class.
-So a run of PyTorch >= 2.11 on H100/H200/B200 is described by `cudnn`, one of an earlier PyTorch by `fa2`.
+So a PyTorch run up to 2.8 is `fa2`; a later one on H100/H200/B200 depends on its build: the kernel names in a
+profile (cuDNN's or flash_fwd/flash_bwd) or `torch.backends.cudnn.version()` against the bars above tell.
 
 How much faster, published (bf16):
     Shah et al. 2024, abstract: FlashAttention-3 is 1.5-2.0x faster than FlashAttention-2 (forward, H100);
@@ -27,14 +30,15 @@ How much faster, published (bf16):
         and backward, 8K-128K tokens): cuDNN 1.7-2.3x faster than FlashAttention-2 on H100 and H200, 0.82x on an
         A100, 0.88x on an RTX PRO 6000 (workstation Blackwell, sm120);
     pytorch/torchtitan pull request #1196: a torchtitan run on B200s (sm100) went from 10,902 to 12,211 tokens/s
-        per GPU (1.120x) when SDPA was switched from FlashAttention-2 to cuDNN: the whole step, not the kernel
-        (with Hopper's 1.7x, the planner gives that run's likely configuration 1.135x: tests/test_plan_mechanics.py).
+        per GPU (1.120x) when SDPA was switched from FlashAttention-2 to cuDNN: the whole step, not the kernel, and
+        one whose per-op checkpointing re-ran the cuDNN attention in backward (op_checkpoint.py), so not a ratio
+        the planner can be checked on.
 The planner takes the lower end of the training-shape range, 1.7x on Hopper (inside FlashAttention-3's
 1.5-2.0x), and 0.82x on Ampere. Datacenter Blackwell (B200, GB200, the planner's "blackwell") has no published
 kernel ratio here: it borrows Hopper's, as it borrows Hopper's other constants (`efficiency.constants_generation`),
-checked only by that whole-step ratio; the workstation Blackwell's 0.88x is another chip, which the planner does
-not model. The speed-up multiplies the flash share of peak the attention core runs at inside a training step;
-nothing here was fitted to a training run.
+unchecked (torchtitan's B200 step above says only that cuDNN is the faster there); the workstation Blackwell's
+0.88x is another chip, which the planner does not model. The speed-up multiplies the flash share of peak the
+attention core runs at inside a training step; nothing here was fitted to a training run.
 
 Introduced in notebooks/13-plan-your-training-run.ipynb (the `--flash-kernel` flag; docs/planner.md).
 """

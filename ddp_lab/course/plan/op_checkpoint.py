@@ -22,9 +22,8 @@ reduce-scatters' outputs are saved. Without sequence parallelism the output proj
 instead (the FFN norm needs its sum), the same ring time.
 
 The cuDNN attention kernel (`Strategy.flash_kernel="cudnn"`) is not on those commits' save list, so there its
-output would be recomputed; later versions of the list (torchtitan's models/*/parallelize.py since 2025) add
-`_scaled_dot_product_cudnn_attention`, and the planner, which saves the attention output whichever kernel runs
-it, describes those.
+output is recomputed; pytorch/torchtitan pull request #2095 (December 2025) adds every SDPA backend to the list,
+and the planner, which saves the attention output whichever kernel runs it, describes torchtitan from there.
 
 What it keeps for backward, per micro-batch on one tensor-parallel rank: the block's input, the outputs of
 the matmuls it saves (at their local widths), the attention output and its fp32 log-sum-exp, and with sequence

@@ -71,8 +71,8 @@ class Strategy:
     expert_tp: int | None = None  # routed experts' tensor-parallel size, dividing tp (Megatron-Core's
                                   # --expert-tensor-parallel-size; expert_tp.py); None: the attention's tp
     flash_kernel: str = "fa2"     # which kernel runs flash attention: "fa2" (FlashAttention-2; PyTorch's SDPA to
-                                  # 2.10) or "cudnn" (Transformer Engine on Hopper+, PyTorch's SDPA from 2.11
-                                  # on H100/B200, FlashAttention-3's class): attention_kernels.py
+                                  # 2.8) or "cudnn" (Transformer Engine on Hopper+, PyTorch's SDPA on H100/H200/
+                                  # B200 in later builds, FlashAttention-3's class): attention_kernels.py
 
     def __post_init__(self) -> None:
         for field in ("dp", "tp", "pp", "micro_batch", "grad_accum", "virtual_stages", "cp", "ep", "sync_every",

@@ -25,7 +25,7 @@ Introduced in notebooks/13-plan-your-training-run.ipynb.
 from __future__ import annotations
 
 from ddp_lab.course.plan.efficiency import gemm_seconds, layer_gemms, recompute_skips_last_gemm
-from ddp_lab.course.plan.op_checkpoint import recomputed_tp_collectives
+from ddp_lab.course.plan.op_checkpoint import recomputed_matmuls, recomputed_tp_collectives
 from ddp_lab.course.plan.overlap import chunked_exposed
 
 
@@ -36,7 +36,8 @@ def layer_exposed(model, cluster, strategy, one: float) -> tuple[float, float]:
     an all-gather or a reduce-scatter takes half of it (the ring's two halves, lesson 02). The backward
     includes a full recomputation's forward collectives (less the FFN down projection's reduce-scatter
     where PyTorch's checkpoint stops early, efficiency.recompute_skips_last_gemm), and per-op checkpointing's
-    two all-gathers, costed as in forward (op_checkpoint.recomputed_tp_collectives).
+    two all-gathers (op_checkpoint.recomputed_tp_collectives), each chunked beside the one GEMM re-run after it
+    (K, and the FFN's up projection: Q, V and the gate projection come from the saved outputs).
 
     Example:
         >>> from ddp_lab.course.plan.cluster_spec import ClusterSpec
@@ -61,6 +62,7 @@ def layer_exposed(model, cluster, strategy, one: float) -> tuple[float, float]:
                 + sum(chunked_exposed(half, gemm, t) for gemm in input_grads))           # pipelined
     if strategy.recompute == "full":
         backward += forward - (forward_each[3] if recompute_skips_last_gemm(model, strategy) else 0.0)
-    elif recomputed_tp_collectives(strategy):    # per-op checkpointing re-runs the all-gathers before QKV and FFN up
-        backward += forward_each[0] + forward_each[2]
+    elif recomputed_tp_collectives(strategy):    # per-op checkpointing re-runs the all-gathers before QKV and FFN up,
+        again = {name: gemm_seconds(flops, k, rate) for name, flops, k, _ in recomputed_matmuls(model, strategy)}
+        backward += sum(chunked_exposed(half, again[name], t) for name in ("k", "up"))    # beside K and up, re-run
     return forward, backward
