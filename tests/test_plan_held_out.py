@@ -15,8 +15,13 @@ from pathlib import Path
 
 import pytest
 
+from ddp_lab.course.plan.cluster_spec import ClusterSpec
+from ddp_lab.course.plan.efficiency import layer_seconds
 from ddp_lab.course.plan.fit_to_run import with_matmul_efficiency
+from ddp_lab.course.plan.model import Transformer
 from ddp_lab.course.plan.steptime import step_time
+from ddp_lab.course.plan.strategy import Strategy
+from ddp_lab.course.plan.traffic import layer_ops, rank_bytes
 from ddp_lab.plan import held_aside_runs, held_out, held_out_fit, published
 from ddp_lab.plan.cli_fit import HOPPER_GEMM_CEILING
 from ddp_lab.plan.held_out import (ASIDE, DEVELOPMENT, FAMILIES, GOAL_FAMILY, GOAL_MEDIAN, by_family, family, missing,
@@ -220,3 +225,21 @@ def test_the_held_aside_h100_runs_all_come_out_slow_and_the_others_within_16_per
     others = [r.error for r in aside if r.run.gpu != "h100-sxm"]
     assert len(h100) == 23 and all(-0.36 < error < -0.10 for error in h100), sorted(h100)
     assert len(others) == 6 and all(abs(error) < 0.16 for error in others), sorted(others)
+
+
+def test_the_h100_bias_shows_in_development_too_and_not_in_the_memory_bound_work(outcomes):
+    """docs/planner.md ("Where these runs miss"): the dense NeMo and Megatron-Bridge H100 development rows come out
+    11-28 % slow, as the held-aside ones do; the memory-bound traffic the planner charges is 2-5 % of an H100 layer's
+    time for those layouts, too little for kernel fusion to explain the bias."""
+    nvidia = [r.error for r in outcomes if r.split == DEVELOPMENT and r.run.gpu == "h100-sxm"
+              and r.run.name.startswith(("NeMo", "Megatron-Bridge Llama"))]
+    assert len(nvidia) == 6 and all(-0.28 < error < -0.10 for error in nvidia), sorted(nvidia)
+    h100 = ClusterSpec.preset("h100-sxm").gpu
+
+    def memory_bound_share(model, strategy):
+        moved = sum(rank_bytes(layer_ops(model, strategy), strategy, strategy.recompute))
+        return moved / h100.memory_bandwidth / layer_seconds(model, strategy, h100).total
+
+    seventy = memory_bound_share(Transformer.preset("llama3-70b"), Strategy(dp=4, tp=4, pp=4, sequence_parallel=True))
+    eight = memory_bound_share(Transformer.preset("llama3-8b"), Strategy(dp=8, cp=2, zero=1))
+    assert (round(seventy, 3), round(eight, 3)) == (0.030, 0.048)
