@@ -31,12 +31,23 @@ parallelism the two reduce-scatters' outputs (h/tp wide each).
 
 The save list counts aten.mm calls, so the rule holds for blocks whose linears have no bias (a biased linear
 calls aten.addmm, not on the list), a SwiGLU FFN (the order above) and no dropout (torchtitan's Llama, Mistral
-and Qwen blocks): `check` refuses other models, and mixture-of-experts blocks, in one line.
+and Qwen blocks): `check` refuses other models, and mixture-of-experts blocks, in one line; `check_fields`
+refuses eager attention (there is no flash kernel whose output to keep).
 
 Introduced in notebooks/13-plan-your-training-run.ipynb (the `--recompute op` flag; docs/planner.md).
 """
 
 from __future__ import annotations
+
+
+def check_fields(strategy) -> None:
+    """Refuse per-op checkpointing with eager attention: the policy keeps the flash-attention kernel's output.
+
+    Introduced in notebooks/13-plan-your-training-run.ipynb (the `--recompute op` flag; docs/planner.md).
+    """
+    if strategy.recompute == "op" and strategy.attention != "flash":
+        raise ValueError("recomputation 'op' keeps the flash-attention kernel's output (torchtitan's per-op "
+                         "policy, op_checkpoint.py); with eager attention choose selective or full recomputation")
 
 
 def check(model, strategy) -> None:

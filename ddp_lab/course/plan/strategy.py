@@ -93,9 +93,7 @@ class Strategy:
         if self.fp32_grads and not self.mixed:
             raise ValueError("fp32_grads=True keeps 4-byte gradients under bf16/fp16 mixed precision; with "
                              "precision='fp32' the gradients are fp32 already: drop fp32_grads")
-        if self.recompute == "op" and self.attention != "flash":
-            raise ValueError("recomputation 'op' keeps the flash-attention kernel's output (torchtitan's per-op "
-                             "policy, op_checkpoint.py); with eager attention choose selective or full recomputation")
+        op_checkpoint.check_fields(self)  # per-op checkpointing keeps the flash kernel's output
         if self.flash_kernel != "fa2" and (self.attention != "flash" or self.precision == "fp32"):
             raise ValueError(f"the flash kernel {self.flash_kernel!r} is a bf16/fp16 flash-attention kernel, and "
                              f"with {self.attention} attention in {self.precision} none runs: keep the flash kernel "
