@@ -21,7 +21,11 @@ Sources:
                 examples/benchmark/configs/*.yaml (and examples/llm_pretrain/) of the same commits
     flash-attn  Dao-AILab/flash-attention training/README.md (commit 0b037c2), "Training speed" (8 x A100 80GB
                 SXM4), with the training/configs/experiment/pile/*.yaml its README names for each size
-Which columns: of each dgxc table, its smallest GPU count and, where the table reaches it, 2,048 GPUs (the end of
+    olmo-core   allenai/OLMo-core README.md, "Official training scripts" (H100s, tokens per second per device), each
+                row as last written (commits 984eb263f, 41400c46f, e27ba7455, October-November 2024), with the
+                src/scripts/train/*.py scripts and model configs of the same commit; the last source added, after
+                the planner's mechanics and constants were fixed and the other held-aside runs scored
+Which rows: all eight of OLMo-core's table. Which columns: of each dgxc table, its smallest GPU count and, where the table reaches it, 2,048 GPUs (the end of
 its weak scaling); of the GB200 tables, which stop at 512, the smallest. A column whose configuration (model,
 GPU, parallel sizes, precision) held_out_runs.RUNS already has is not repeated.
 
@@ -78,6 +82,21 @@ GPT_OSS_20B = {**GPT_OSS_120B, "name": "gpt-oss-20b", "layers": 24, "moe": dict(
 # dropout 0.1, GPT-2 vocabulary); the 2.7B with heads of 128 (gpt3-2.7B-flash-hdim128.yaml)
 GPT3_1B3 = dict(name="gpt3-1.3b", layers=24, hidden=2048, heads=16, vocab=50257, seq_len=2048)
 GPT3_2B7 = dict(name="gpt3-2.7b", layers=32, hidden=2560, heads=20, vocab=50257, seq_len=2048)
+# OLMo-core's models (src/olmo_core/nn/transformer/config.py at the commits below): llama_like blocks (SwiGLU of
+# int(8 h / 3) rounded up to a multiple of 256, RMSNorm, no biases, RoPE, untied output); OLMo 2's blocks add an
+# RMSNorm on queries and keys and move the norms after attention and FFN ("reordered_norm": as many norms); the
+# vocabulary is the dolma2 tokenizer's 100,278 padded to a multiple of 128 (padded_vocab_size), as the scripts build it
+OLMO_VOCAB = 100352
+OLMO_1B = dict(name="olmo-1b", layers=18, hidden=2048, heads=16, vocab=OLMO_VOCAB, seq_len=4096, ffn=5632,
+               qk_norm=True, **LLAMA)
+OLMO_7B = dict(name="olmo-7b", layers=32, hidden=4096, heads=32, vocab=OLMO_VOCAB, seq_len=4096, ffn=11008,
+               qk_norm=True, **LLAMA)
+OLMO_13B = dict(name="olmo-13b", layers=40, hidden=5120, heads=40, vocab=OLMO_VOCAB, seq_len=4096, ffn=13824,
+                qk_norm=True, **LLAMA)
+# TransformerConfig.llama3_8B: 8 kv heads, FFN int(1.3 x 10,922) rounded up to a multiple of 1,024 = 14,336; the
+# dolma2 vocabulary, not Llama 3's
+OLMO_CORE_LLAMA_8B = dict(name="olmo-core-llama-8b", layers=32, hidden=4096, heads=32, kv_heads=8, vocab=OLMO_VOCAB,
+                          seq_len=4096, ffn=14336, **LLAMA)
 
 # ---- sources and what they leave unstated --------------------------------------------------------------------------
 DGXC_2504 = "NVIDIA/dgxc-benchmarking {} (release v25.04.01, commit 85380ff, 2025-05-21)"
@@ -104,6 +123,20 @@ FLASH_ATTN_NOTE = ("the README names training/configs/experiment/pile/{}.yaml fo
                    "2,048 (the table's 1M tokens), {} sequences per GPU on 80 GB, bf16, no activation "
                    "checkpointing; the table's tokens/sec is rounded to thousands; fused MLP and "
                    "dropout-add-LayerNorm kernels, vocabulary padded to a multiple of 8 (not modelled)")
+
+OLMO_CORE = ("allenai/OLMo-core README.md, 'Official training scripts' throughput table ('measured on a cluster with "
+             "NVIDIA H100 GPUs', tokens per second per device), {} row, as last written at commit {}; {}")
+OLMO_CORE_NOTE = ("src/scripts/train/{}.py at that commit: FSDP2 (DataParallelType.fsdp) resharding after forward "
+                  "(ZeRO-3), bf16 parameters, gradients reduced in fp32, {} sequences of 4,096 per GPU, global batch "
+                  "{:,} sequences, no activation checkpointing, torch.compile (fusion not modelled), fused AdamW; "
+                  "attention: flash-attn if installed, else PyTorch's SDPA (the FlashAttention-2 class either way); "
+                  "the GPU count is not stated: planned on one node of 8 GPUs (the scripts' launch default, "
+                  "num_nodes=1; on more nodes the script builds HSDP, replicas of 8, which the planner cannot "
+                  "express); the H100s are 80 GB HBM3 (the clusters the scripts name), planned as h100-sxm; the "
+                  "table rounds its figures to hundreds or thousands (its 10,000 is anything from 9,500 to 10,499); "
+                  "z-loss and the fused loss not modelled")
+OLMO_CORE_FP8 = ("; FP8 = the script's Float8Config (torchao Float8Linear, dynamic tensorwise scaling, FP8 "
+                 "all-gather of the weights; the output layer w_out stays bf16): the planner's FP8")
 
 NEMO = dict(zero=1, overlap_param_gather=True, **TE)
 TP_OVERLAP = dict(sequence_parallel=True, tp_comm_overlap=True)
@@ -244,4 +277,19 @@ RUNS: list[HeldOutRun] = [
     HeldOutRun("FlashAttention GPT-3 2.7B, 8 A100s", FLASH_ATTN.format("GPT3-2.7B") + "; 8 GPUs, GBS 512", GPT3_2B7,
                dict(dp=8, zero=1, micro_batch=4, grad_accum=16), "a100-80gb", "tokens_per_gpu",
                _tokens_per_gpu(85000, 8), FLASH_ATTN_NOTE.format("gpt3-2.7B-flash-hdim128", 4)),
+    # ---- FSDP, data-parallel, H100 (OLMo-core) ----------------------------------------------------------------------
+    *[HeldOutRun(f"OLMo-core {size}, 8 H100s{label}", OLMO_CORE.format(
+                     f"'{size}' {table}", commit, f"8 GPUs (not stated), GBS {gbs:,}"),
+                 model, dict(dp=8, zero=3, micro_batch=mb, grad_accum=gbs // (8 * mb), **precision),
+                 "h100-sxm", "tokens_per_gpu", published,
+                 OLMO_CORE_NOTE.format(script, mb, gbs) + (OLMO_CORE_FP8 if precision else ""))
+      for size, model, script, commit, mb, gbs in (
+          ("1B", OLMO_1B, "OLMo-1B", "e27ba7455", 8, 1024), ("7B", OLMO_7B, "OLMo-7B", "984eb263f", 2, 1024),
+          ("8B Llama", OLMO_CORE_LLAMA_8B, "Llama-8B", "41400c46f", 2, 1024),
+          ("13B", OLMO_13B, "OLMo-13B", "984eb263f", 1, 2048))
+      for label, table, precision, published in {
+          "1B": (("", "BF16", {}, 55000), (", FP8", "BF16/FP8", dict(precision="fp8"), 65000)),
+          "7B": (("", "BF16", {}, 10000), (", FP8", "BF16/FP8", dict(precision="fp8"), 13000)),
+          "8B Llama": (("", "BF16", {}, 9500), (", FP8", "BF16/FP8", dict(precision="fp8"), 12500)),
+          "13B": (("", "BF16", {}, 4600), (", FP8", "BF16/FP8", dict(precision="fp8"), 5500))}[size]],
 ]
