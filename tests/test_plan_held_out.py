@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import statistics
 from pathlib import Path
 
 import pytest
@@ -32,7 +33,7 @@ BOTH = [*RUNS, *held_aside_runs.RUNS]
 
 ROOT = Path(__file__).resolve().parents[1]
 # Families whose held-aside median met the goal when last measured (docs/planner.md, "Held-out validation").
-MEETS_GOAL = {"b200"}
+MEETS_GOAL = {"b200", "fsdp"}
 
 
 @pytest.fixture(scope="module")
@@ -158,7 +159,7 @@ def test_family_median_within_the_goal(outcomes, key):
         pytest.fail(f"{FAMILIES[key]} now meets the goal (median {row.median:.1%}): add it to MEETS_GOAL")
 
 
-@pytest.mark.xfail(strict=True, reason="held-aside median 16.0 % over 29 runs on 2026-12-04 (goal 10 %)")
+@pytest.mark.xfail(strict=True, reason="held-aside median 16.0 % over 37 runs on 2026-12-04 (goal 10 %)")
 def test_overall_median_within_the_goal(outcomes):
     total = overall(outcomes)
     print(total)
@@ -186,8 +187,9 @@ def test_readme_quotes_the_held_out_medians(outcomes):
 
 
 def test_one_measured_run_per_stack_fits_its_own_figure_and_brings_the_rest_closer():
-    """held_out_fit.py: each group's first run, fitted, reproduces its published figure; the others come closer in
-    the median than with the calibrated constant; docs/planner.md shows the table the module prints."""
+    """held_out_fit.py: each group's first run, fitted, reproduces its published figure; over all groups the others
+    come closer in the median than with the calibrated constant (not in every group); docs/planner.md shows the table
+    the module prints."""
     fitted = held_out_fit.fitted_groups()
     assert fitted and all(len(group.runs) >= 1 for group in fitted)
     for group in fitted:
@@ -197,18 +199,22 @@ def test_one_measured_run_per_stack_fits_its_own_figure_and_brings_the_rest_clos
             step_time(model, with_matmul_efficiency(cluster, group.efficiency), strategy).total
         assert held_out.predict(first) * ratio == pytest.approx(first.published, rel=1e-6), group.fitted_on
     total = held_out_fit.summary(fitted)
-    assert total["fitted"] < 0.6 * total["calibrated"] and total["runs"] == sum(len(g.runs) for g in fitted)
+    assert total["fitted"] < 0.8 * total["calibrated"] and total["runs"] == sum(len(g.runs) for g in fitted)
     assert held_out_fit.markdown_table(fitted) in (ROOT / "docs" / "planner.md").read_text()
     # what docs/planner.md says of the groups: the gain is the DGX Cloud H100 group's; its fit sits at the fastest
-    # GEMM timed on an H100 (on the planner's scale), Automodel's far above it; the groups already close get worse
+    # GEMM timed on an H100 (on the planner's scale), Automodel's far above it; the groups already close get worse,
+    # OLMo-core's most (fitted on its 1B run, above the ceiling, its 7B-13B runs come out 13-51 % too fast)
     by_group = {(group.source, group.gpu): (group, held_out_fit.summary([group])) for group in fitted}
     dgxc, dgxc_total = by_group[("NVIDIA/dgxc-benchmarking", "h100-sxm")]
     assert dgxc_total["fitted"] < 0.5 * dgxc_total["calibrated"]
     automodel, automodel_total = by_group[("NVIDIA-NeMo/Automodel", "h100-sxm")]
     assert abs(automodel_total["fitted"] - automodel_total["calibrated"]) < 0.01
     assert abs(dgxc.efficiency - HOPPER_GEMM_CEILING) < 0.005 and automodel.efficiency > HOPPER_GEMM_CEILING + 0.15
-    for key in (("NVIDIA/dgxc-benchmarking", "gb200"), ("Dao-AILab/flash-attention", "a100-80gb")):
+    for key in (("NVIDIA/dgxc-benchmarking", "gb200"), ("Dao-AILab/flash-attention", "a100-80gb"),
+                ("allenai/OLMo-core", "h100-sxm")):
         assert by_group[key][1]["fitted"] > by_group[key][1]["calibrated"], key
+    olmo, olmo_total = by_group[("allenai/OLMo-core", "h100-sxm")]
+    assert olmo.efficiency > HOPPER_GEMM_CEILING and olmo_total["fitted"] > olmo_total["calibrated"] + 0.05
 
 
 def test_every_held_aside_source_begins_with_its_repository():
@@ -217,13 +223,19 @@ def test_every_held_aside_source_begins_with_its_repository():
         assert re.fullmatch(r"[\w.-]+/[\w.-]+", held_out_fit.group_key(run)[0]), run.source
 
 
-def test_the_held_aside_h100_runs_all_come_out_slow_and_the_others_within_16_percent(outcomes):
-    """What docs/planner.md, README and fit_to_run.py say of the held-aside part: every H100 run predicted 10-36 %
-    slower than it ran (one bias, not scatter), the A100 and GB200 runs within 16 % either way."""
+def test_the_held_aside_h100_runs_of_nvidia_stacks_all_come_out_slow_and_the_others_scatter(outcomes):
+    """What docs/planner.md, README, lesson 13 and fit_to_run.py say of the held-aside part: every H100 run of
+    NVIDIA's stacks (DGX Cloud's NeMo and MaxText recipes, NeMo Automodel) predicted 10-36 % slower than it ran (one
+    bias, not scatter); OLMo-core's PyTorch FSDP runs on H100s scatter both ways around a median within the goal;
+    the A100 and GB200 runs within 16 % either way."""
     aside = [r for r in outcomes if r.split == ASIDE]
-    h100 = [r.error for r in aside if r.run.gpu == "h100-sxm"]
+    nvidia = [r.error for r in aside if r.run.gpu == "h100-sxm" and r.run.source.startswith("NVIDIA")]
+    olmo = [r.error for r in aside if r.run.source.startswith("allenai/OLMo-core")]
     others = [r.error for r in aside if r.run.gpu != "h100-sxm"]
-    assert len(h100) == 23 and all(-0.36 < error < -0.10 for error in h100), sorted(h100)
+    assert len(nvidia) + len(olmo) + len(others) == len(aside)
+    assert len(nvidia) == 23 and all(-0.36 < error < -0.10 for error in nvidia), sorted(nvidia)
+    assert len(olmo) == 8 and min(olmo) < -0.15 and max(olmo) > 0.20, sorted(olmo)
+    assert statistics.median(abs(error) for error in olmo) <= GOAL_MEDIAN, sorted(olmo)
     assert len(others) == 6 and all(abs(error) < 0.16 for error in others), sorted(others)
 
 

@@ -5,9 +5,9 @@ These runs come from sources that neither the planner's validation set (publishe
 kept aside while it is modelled: their errors are looked at once, at the end (held_out.py says what moves a run to
 the development part). Each run is recorded as its source states it: the model shape, the parallel layout, the batch
 and micro-batch, the sequence, the GPUs, the precision and the published figure; each run's `source` ends with the
-GPU count and global batch its source gives ("N GPUs, GBS B"). A setting the table leaves out is read from the
-configuration the same source ships for that run (named in the note); what neither states is assumed by the rules
-below, never chosen to bring a prediction closer. Where a source gives tokens per second for all its GPUs,
+GPU count and global batch its source gives ("N GPUs, GBS B"; where it gives no GPU count, the one planned, and says
+so). A setting the table leaves out is read from the configuration the same source ships for that run (named in the
+note); what neither states is assumed by the rules below, never chosen to bring a prediction closer. Where a source gives tokens per second for all its GPUs,
 `published` is that figure over the GPU count, written as the division.
 
 Sources:
@@ -279,7 +279,7 @@ RUNS: list[HeldOutRun] = [
                _tokens_per_gpu(85000, 8), FLASH_ATTN_NOTE.format("gpt3-2.7B-flash-hdim128", 4)),
     # ---- FSDP, data-parallel, H100 (OLMo-core) ----------------------------------------------------------------------
     *[HeldOutRun(f"OLMo-core {size}, 8 H100s{label}", OLMO_CORE.format(
-                     f"'{size}' {table}", commit, f"8 GPUs (not stated), GBS {gbs:,}"),
+                     f"'{size}' {table}", commit, f"the GPU count not stated (planned on one node): 8 GPUs, GBS {gbs:,}"),
                  model, dict(dp=8, zero=3, micro_batch=mb, grad_accum=gbs // (8 * mb), **precision),
                  "h100-sxm", "tokens_per_gpu", published,
                  OLMO_CORE_NOTE.format(script, mb, gbs) + (OLMO_CORE_FP8 if precision else ""))
