@@ -157,8 +157,7 @@ def test_no_bubble_when_cpu_ranks_share_fewer_cores():
 def test_bubble_is_lesson_07s_fraction():
     """(p - 1)/(m + p - 1) of the pipeline's time, the optimizer step (after the pipeline drains) aside;
     the interleaved schedule with v virtual stages divides the bubble by v."""
-    from ddp_lab.course.plan.efficiency import optimizer_seconds
-    from ddp_lab.course.plan.steptime import optimizer_parameters
+    from ddp_lab.course.plan.optimizer_step import optimizer_parameters, optimizer_seconds
 
     model, cluster = Transformer.preset("llama3-70b"), ClusterSpec.preset("h100-sxm", nodes=4)
     for m in (4, 16, 64):
@@ -617,7 +616,8 @@ def test_flash_attention_runs_at_its_own_share_of_peak_not_the_gemm_constant():
     rate."""
     import dataclasses
 
-    from ddp_lab.course.plan.efficiency import FLASH_ATTENTION_UTILIZATION, attention_seconds
+    from ddp_lab.course.plan.efficiency import attention_seconds
+    from ddp_lab.course.plan.generation_constants import FLASH_ATTENTION_UTILIZATION
 
     flops = 1e15
     for preset, share in (("h100-sxm", 0.17), ("a100-80gb", 0.31)):

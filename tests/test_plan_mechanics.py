@@ -10,8 +10,8 @@ import torch
 
 from ddp_lab.course.plan import expert_compute, experts, tp_overlap
 from ddp_lab.course.plan.cluster_spec import GPU, ClusterSpec, GiB
-from ddp_lab.course.plan.efficiency import (TILE_K, attention_seconds, efficiency_of, gemm_seconds, is_calibrated,
-                                            layer_matmul_flops, layer_seconds)
+from ddp_lab.course.plan.efficiency import TILE_K, attention_seconds, gemm_seconds, layer_matmul_flops, layer_seconds
+from ddp_lab.course.plan.generation_constants import efficiency_of, is_calibrated
 from ddp_lab.course.plan.op_checkpoint import kept_bytes, recomputed_matmuls
 from ddp_lab.course.plan.overlap import chunked_exposed
 from ddp_lab.course.plan.dp_sync import dp_communication, gathered_unit_bytes
@@ -176,7 +176,7 @@ def test_a_cudnn_flash_kernel_speeds_up_the_attention_core_only():
         gpu = GPU.preset(preset)
         fa2, cudnn = Strategy(), Strategy(flash_kernel="cudnn")
         assert attention_seconds(1e15, gpu, fa2) / attention_seconds(1e15, gpu, cudnn) == pytest.approx(speedup)
-    b200 = GPU.preset("b200")            # datacenter Blackwell borrows Hopper's ratio (efficiency.constants_generation)
+    b200 = GPU.preset("b200")            # datacenter Blackwell borrows Hopper's ratio (generation_constants.constants_generation)
     assert attention_seconds(1e15, b200, Strategy()) / attention_seconds(1e15, b200, Strategy(flash_kernel="cudnn")) \
         == pytest.approx(1.7)
     for no_flash_kernel in (dict(attention="eager"), dict(precision="fp32")):     # no bf16 flash kernel runs there

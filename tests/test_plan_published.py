@@ -26,7 +26,7 @@ Sources of the numbers in this file (checked against the papers' tables as quote
   the paper's text: 16,384 GPUs, TP 8, CP 16, PP 16, DP 4, sequence 131,072, batch size/DP 16, 16M tokens
   per batch, 380 TFLOP/s per GPU).
 
-ONE efficiency factor per GPU generation (efficiency.GEMM_EFFICIENCY) is calibrated on ONE run each
+ONE efficiency factor per GPU generation (generation_constants.GEMM_EFFICIENCY) is calibrated on ONE run each
 (published.CALIBRATION) by `test_calibration_run`; every other run is a prediction. The memory-bound
 kernels' bytes (traffic.py) are tested by hand in tests/test_plan_formulas.py.
 """
@@ -40,8 +40,8 @@ from pathlib import Path
 
 import pytest
 
-from ddp_lab.course.plan.efficiency import (FLASH_ATTENTION_UTILIZATION, GEMM_EFFICIENCY, TILE_K,
-                                            attention_backward_factor, layer_matmul_flops)
+from ddp_lab.course.plan.efficiency import TILE_K, attention_backward_factor, layer_matmul_flops
+from ddp_lab.course.plan.generation_constants import FLASH_ATTENTION_UTILIZATION, GEMM_EFFICIENCY
 from ddp_lab.plan import (ClusterSpec, Strategy, Transformer, check, layer_activation_bytes, model_state_bytes,
                           stage_activation_bytes, stage_state_bytes, step_flops, step_time)
 from ddp_lab.course.plan.fit_to_run import matmul_efficiency_for
@@ -414,7 +414,7 @@ def test_validation_set_and_its_errors():
     layer). It was 6.6 % (and
     that 760M run +20.2 %) with flash attention at the kernels' rates (A100 0.50,
     FlashAttention-2's paper; H100 0.23, timed alone) instead of the rates MosaicML's sequence sweep shows inside a
-    step (efficiency.FLASH_ATTENTION_UTILIZATION, 0.31 and 0.17), 7.3 % (760M +24 %) with H100 attention at the
+    step (generation_constants.FLASH_ATTENTION_UTILIZATION, 0.31 and 0.17), 7.3 % (760M +24 %) with H100 attention at the
     published 0.35, 8.4 % and 30.0 % before compute beside hidden communication
     paid the published 18.9 % slowdown (overlap.OVERLAP_SLOWDOWN), 8.9 % and 31.5 % with flash attention at the
     GEMMs' rate, 6.4 % median with the earlier rule of thumb for the memory-bound kernels (which charged about twice

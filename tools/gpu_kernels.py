@@ -21,7 +21,7 @@ Times are CUDA-event medians of 7 repetitions after 3 warm-ups. The JSON keeps t
 torch, CUDA) and the planner's constants at the time with every number; `tests/test_plan_published.py`
 reads the committed copy (`ddp_lab/plan/measured/`), and docs/planner.md
 says what it showed. The attention rows are the kernel alone: the planner's flash share
-(efficiency.FLASH_ATTENTION_UTILIZATION) is what attention got inside published training steps, lower;
+(generation_constants.FLASH_ATTENTION_UTILIZATION) is what attention got inside published training steps, lower;
 the test compares the two. Nothing here is fitted to a run's throughput.
 
 The committed file of 2026-11-26 was measured before two fixes above: its GEMM intervals held one
@@ -45,8 +45,9 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from ddp_lab.course.plan.efficiency import (FLASH_ATTENTION_UTILIZATION, TILE_K,  # noqa: E402
-                                            attention_backward_factor, layer_matmul_flops, layer_seconds)
+from ddp_lab.course.plan.efficiency import (TILE_K, attention_backward_factor, layer_matmul_flops,  # noqa: E402
+                                            layer_seconds)
+from ddp_lab.course.plan.generation_constants import FLASH_ATTENTION_UTILIZATION  # noqa: E402
 from ddp_lab.plan import Strategy, published  # noqa: E402
 
 GEMM_REPEATS = 20

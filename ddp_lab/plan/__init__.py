@@ -26,7 +26,7 @@ Introduced in notebooks/13-plan-your-training-run.ipynb.
 
 from ddp_lab.course.plan.activations import head_activation_bytes, layer_activation_bytes, layers_in_flight
 from ddp_lab.course.plan.cluster_spec import GPU, ClusterSpec
-from ddp_lab.course.plan.efficiency import GEMM_EFFICIENCY
+from ddp_lab.course.plan.generation_constants import GEMM_EFFICIENCY
 from ddp_lab.course.plan.collectives import Group, collective_time   # Group: ddp_lab.course.rank_layout
 from ddp_lab.course.plan.context_parallel import causal_attention_flops, kv_block_bytes, ring_time
 from ddp_lab.course.plan.experts import MoE, all_to_all_time, dispatch_bytes

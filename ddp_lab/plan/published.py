@@ -4,8 +4,8 @@ Each run names its source and table, the model shape, the cluster, the strategy 
 states it (and what it does not state, which we had to assume), and the throughput it
 published. `predict(run)` gives the planner's figure in the same unit; `error(run)` the relative
 difference. Two runs are calibration runs (`CALIBRATION`, one per GPU generation: they set
-`efficiency.GEMM_EFFICIENCY`); every other run is a prediction. `SEQUENCE_SWEEP` holds MosaicML's rows at
-4K-64K tokens, which set `efficiency.FLASH_ATTENTION_UTILIZATION` (`attention_share_fits`) and are not scored.
+`generation_constants.GEMM_EFFICIENCY`); every other run is a prediction. `SEQUENCE_SWEEP` holds MosaicML's rows at
+4K-64K tokens, which set `generation_constants.FLASH_ATTENTION_UTILIZATION` (`attention_share_fits`) and are not scored.
 
 Sources:
     megatron   Narayanan et al. 2021, "Efficient Large-Scale Language Model Training on GPU Clusters
@@ -256,7 +256,7 @@ RUNS: list[PublishedRun] = [
     _llama3_405b(16384, 128, 400),
 ]
 
-# One calibration run per GPU generation (efficiency.GEMM_EFFICIENCY); the rest are predictions.
+# One calibration run per GPU generation (generation_constants.GEMM_EFFICIENCY); the rest are predictions.
 CALIBRATION = {"ampere": "Megatron 18.4B", "hopper": "MPT-7b 8xH100"}
 
 
@@ -276,7 +276,7 @@ def _sweep(gpu, size, seq_len, micro_batch, grad_accum, checkpointing, published
 # activation checkpointing, tokens/s per GPU). Along one model's rows a token's work outside attention stays
 # the same while its attention grows with the sequence, so the slope of time per token against the planner's
 # attention seconds is the rate attention ran at in these steps (`attention_share_fits`): it sets
-# efficiency.FLASH_ATTENTION_UTILIZATION. These rows are not scored in `summary` (they set that number).
+# generation_constants.FLASH_ATTENTION_UTILIZATION. These rows are not scored in `summary` (they set that number).
 SEQUENCE_SWEEP: list[PublishedRun] = [
     *[_sweep("a100-80gb", *row) for row in (
         ("125m", 65536, 1, 2, False, 20368), ("125m", 32768, 2, 2, False, 36407), ("125m", 16384, 4, 2, False, 60040),
@@ -389,7 +389,7 @@ def attention_share_fits(runs=None, minimum: int = 3) -> list[AttentionFit]:
 
 
 def attention_share(generation: str, runs=None) -> float:
-    """The median `AttentionFit.share` of a GPU generation: efficiency.FLASH_ATTENTION_UTILIZATION's source.
+    """The median `AttentionFit.share` of a GPU generation: generation_constants.FLASH_ATTENTION_UTILIZATION's source.
 
     Introduced in notebooks/13-plan-your-training-run.ipynb.
     """

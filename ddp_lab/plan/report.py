@@ -5,7 +5,7 @@ Introduced in notebooks/13-plan-your-training-run.ipynb.
 
 from __future__ import annotations
 
-from ddp_lab.course.plan.efficiency import efficiency_of
+from ddp_lab.course.plan.generation_constants import efficiency_of
 from ddp_lab.course.plan.memory import model_state_bytes
 from ddp_lab.course.plan.overlap import OVERLAP_SLOWDOWN
 from ddp_lab.course.plan.search import MEMORY_RESERVE, percent_text

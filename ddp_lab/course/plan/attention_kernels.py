@@ -7,7 +7,7 @@ blocks skipped), written as several kernels that run at different rates on the s
            backend comes first: on every GPU up to PyTorch 2.8 (2.5.0 aside, which put cuDNN first on H100 until
            pytorch/pytorch pull request #138522 made it opt-in), later on GPUs other than H100/H200/B200/GB200,
            and on those where the build's cuDNN does not qualify (below). torchtitan's published H100 tables ran
-           it. The planner's `efficiency.FLASH_ATTENTION_UTILIZATION` was read off runs of this kind.
+           it. The planner's `generation_constants.FLASH_ATTENTION_UTILIZATION` was read off runs of this kind.
     cudnn  kernels written for Hopper's asynchronous tensor cores: cuDNN's fused flash attention, which
            Transformer Engine prefers on Hopper and newer when both it and FlashAttention-2 apply
            (NVIDIA/TransformerEngine pull request #497, release 1.2: FusedAttention before FlashAttention on
@@ -35,7 +35,7 @@ How much faster, published (bf16):
         the planner can be checked on.
 The planner takes the lower end of the training-shape range, 1.7x on Hopper (inside FlashAttention-3's
 1.5-2.0x), and 0.82x on Ampere. Datacenter Blackwell (B200, GB200, the planner's "blackwell") has no published
-kernel ratio here: it borrows Hopper's, as it borrows Hopper's other constants (`efficiency.constants_generation`),
+kernel ratio here: it borrows Hopper's, as it borrows Hopper's other constants (`generation_constants.constants_generation`),
 unchecked (torchtitan's B200 step above says only that cuDNN is the faster there); the workstation Blackwell's
 0.88x is another chip, which the planner does not model. The speed-up multiplies the flash share of peak the
 attention core runs at inside a training step; nothing here was fitted to a training run.
@@ -54,7 +54,7 @@ CUDNN_SPEEDUP = {"hopper": 1.7, "ampere": 0.82}
 def kernel_speedup(generation: str, kernel: str) -> float:
     """How much faster `kernel` runs the flash-attention core than FlashAttention-2 on a GPU generation.
 
-    `generation` is the one whose constants apply (`efficiency.constants_generation`: Blackwell reads Hopper's).
+    `generation` is the one whose constants apply (`generation_constants.constants_generation`: Blackwell reads Hopper's).
 
     Example:
         >>> kernel_speedup("hopper", "cudnn"), kernel_speedup("hopper", "fa2"), kernel_speedup("turing", "cudnn")

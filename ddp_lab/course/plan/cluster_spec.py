@@ -2,7 +2,7 @@
 
 Presets come from public spec sheets (dense tensor-core peaks, no sparsity); bandwidths are per
 GPU and per direction, the figure a ring collective's beta term uses (lesson 02). The one
-calibrated number per GPU generation is `efficiency.GEMM_EFFICIENCY` (see that module): the
+calibrated number per GPU generation is `generation_constants.GEMM_EFFICIENCY` (see that module): the
 fraction of peak FLOP/s the transformer's matmuls reach, set once on one named published run.
 
 Introduced in notebooks/13-plan-your-training-run.ipynb.
@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field, replace
 
-from ddp_lab.course.plan.efficiency import efficiency_of, flash_share_of
+from ddp_lab.course.plan.generation_constants import efficiency_of, flash_share_of
 from ddp_lab.course.plan.overlap import OVERLAP_SLOWDOWN
 
 GiB = 2**30
@@ -42,7 +42,7 @@ class GPU:
     # runs its matmuls at the measured rate and spends the rest outside them, 0.55-0.7 here).
     # 0 for the GPU presets: there efficiency.py counts the elementwise work from the bytes it moves.
     elementwise_share: float = 0.0
-    # Flash attention's share of peak (efficiency.FLASH_ATTENTION_UTILIZATION): None takes the generation's;
+    # Flash attention's share of peak (generation_constants.FLASH_ATTENTION_UTILIZATION): None takes the generation's;
     # a generation without one (and CPU ranks) runs the attention core at the GEMM rate.
     flash_attention_share: float | None = None
 
@@ -101,7 +101,7 @@ GPU_PRESETS: dict[str, GPU] = {
                 memory_bandwidth=4.8e12, generation="hopper"),
     # NVIDIA DGX B200 datasheet / HGX B200 specifications, per GPU (the system's figures over 8): FP8 72 PFLOPS with
     # sparsity = 4.5 dense per GPU, BF16/FP16 2.25 dense, FP32 600 TFLOPS / 8 = 75; 1,440 GB HBM3e at 64 TB/s = 180 GB
-    # at 8 TB/s. Uncalibrated: its GEMM efficiency and flash share are Hopper's (efficiency.is_calibrated).
+    # at 8 TB/s. Uncalibrated: its GEMM efficiency and flash share are Hopper's (generation_constants.is_calibrated).
     "b200": GPU("B200", 180 * GiB, {"bf16": 2.25e15, "fp16": 2.25e15, "fp32": 75e12, "fp8": 4.5e15},
                 memory_bandwidth=8e12, generation="blackwell"),
     # NVIDIA GB200 NVL72 specifications, per GPU (the rack's figures over 72): FP8 720 PFLOPS with sparsity = 5 dense,

@@ -3,9 +3,9 @@
 A layer's forward pass does two kinds of work (Williams et al. 2009, "Roofline", CACM 52(4)):
     matmuls      the weight GEMMs (2 b s P_matmul / t FLOPs on a tensor-parallel rank) and the
                  attention core (4 b s^2 h / t: Q K^T and the weighted V), compute-bound: the
-                 GEMMs (and eager attention's batched GEMMs) run at peak x
-                 `GEMM_EFFICIENCY[generation]`, flash attention at its own share of peak
-                 (below);
+                 GEMMs (and eager attention's batched GEMMs) run at peak x the generation's
+                 GEMM efficiency, flash attention at its own share of peak (below; both in
+                 generation_constants.py);
     elementwise  norms, residual adds, activation functions, dropout, softmax, RoPE, the fp32
                  cross-entropy: memory-bound, they run at the HBM bandwidth of the spec sheet,
                  for the bytes each kernel reads and writes: traffic.py's op table, forward,
@@ -26,7 +26,7 @@ expert_compute.py. Attention by kind:
             backward: 2.5 x the forward FLOPs, not 2 (5 matmuls of s^2 d instead of 4);
             no s x s tensor ever reaches HBM. Its kernel does not run at the GEMMs' rate: its
             softmax sits between its two matmuls, so it runs at its own share of peak on each
-            generation, `FLASH_ATTENTION_UTILIZATION` (bf16/fp16 only, FlashAttention-2 has no
+            generation, `generation_constants.FLASH_ATTENTION_UTILIZATION` (bf16/fp16 only, FlashAttention-2 has no
             fp32 kernel): the rate attention ran at inside published training steps, read off a
             sequence-length sweep (below), lower than the kernels reach alone: FlashAttention-2
             50-73 % of an A100's peak (its paper), 35 % of an H100's (FlashAttention-3's abstract,
@@ -51,19 +51,8 @@ grew 3.2x over an A100's while its HBM bandwidth grew 1.6x. Tensor parallelism m
 worse: the 10 sbh around the parallel matmuls (norms, residuals, dropout) are not divided by t
 unless sequence parallelism splits them too.
 
-The constant. `GEMM_EFFICIENCY[generation]` is the fraction of peak the matmuls sustain,
-absorbing what the model leaves out (kernel launch gaps, wave quantisation, the GEMMs' own
-epilogues, imperfect overlap of the optimizer and collectives, host-side time). It is not the
-elementwise work: that was tested (issue 25) by counting each kernel's bytes instead of the
-earlier rule of thumb (2 x and 4 x the saved activation bytes, which also charged the GEMMs'
-own inputs and outputs as elementwise traffic: 204 h bytes per token for GPT-2 small's layer, against
-the table's 112 h): the runs the planner predicts too fast did not come closer, and their cause
-is not found (docs/planner.md, "Where it misses, and why"). Nor is it the attention kernel's rate,
-which is read per generation off the slope of a published sequence-length sweep, not off any run's
-throughput level (`FLASH_ATTENTION_UTILIZATION`). It is set once per GPU
-generation, on ONE published run named beside it, by
-`tests/test_plan_published.py::test_calibration_run` (bisection, rounded to 2 digits); every
-other published run is a prediction (docs/planner.md).
+The constants. The GEMMs' share of peak and flash attention's, one number each per GPU generation, and
+the published run or sweep each was set on: generation_constants.py.
 
 CPU ranks (lesson 13's measured runs) have no HBM figure: there every FLOP runs at the
 measured matmul rate times the machine's calibrated step efficiency, and TP ranks repeat the
@@ -78,90 +67,10 @@ from dataclasses import dataclass
 
 from ddp_lab.course.plan.activations import replicated_share
 from ddp_lab.course.plan.attention_kernels import kernel_speedup
+from ddp_lab.course.plan.generation_constants import FLASH_PRECISIONS, constants_generation
 from ddp_lab.course.plan.op_checkpoint import recomputed_flops, recomputed_matmuls
 from ddp_lab.course.plan.precision import cast_bytes, compute_precision, linear_rate
 from ddp_lab.course.plan.traffic import head_ops, layer_ops, rank_bytes
-
-# The ONE calibrated number per GPU generation (see the module docstring), each set by
-# tests/test_plan_published.py::test_calibration_run on the run named here and then fixed.
-GEMM_EFFICIENCY = {
-    # Narayanan et al. 2021 (arXiv:2104.04473), Table 1, the 18.4B row: h 6144, 40 layers, 48 heads,
-    # TP 8, PP 1, 256 A100 80GB, batch 1024, full recomputation, eager attention: 135 TFLOP/s per GPU.
-    "ampere": 0.68,
-    # MosaicML llm-foundry, scripts/train/benchmarking/README.md, table "H100 80GB BF16", MPT-7B row at
-    # sequence 2048 on 8 GPUs: FSDP FULL_SHARD, micro-batch 6, no activation checkpointing, flash
-    # attention, 10,643 tokens/s per GPU (published.py's "MPT-7b 8xH100").
-    "hopper": 0.54,
-}
-CALIBRATION_RUNS = {
-    "ampere": "Narayanan et al. 2021, Table 1, 18.4B (TP 8, 256 A100 80GB): 135 TFLOP/s per GPU",
-    "hopper": "MosaicML llm-foundry benchmarks, H100 80GB BF16, MPT-7B, seq 2048, 8 GPUs: 10,643 tokens/s per GPU",
-}
-# Flash attention's share of the GPU's dense bf16/fp16 peak inside a training step, fwd and bwd alike
-# (`attention_seconds`). A generation without an entry, and fp32 (no FlashAttention-2 kernel), run the attention
-# core at the GEMM rate (a T4 has no FlashAttention-2 kernel: PyTorch's SDPA takes its memory-efficient kernel).
-# Source, both generations: MosaicML's llm-foundry benchmark tables (scripts/train/benchmarking/README.md), the
-# same models on 8 GPUs at 4K-64K tokens (ddp_lab.plan.published.SEQUENCE_SWEEP). Along one model's rows a token's
-# work outside attention stays put while its attention grows with the sequence, so the slope of time per token
-# against attention FLOPs is attention's cost in those steps, as a share of peak; fitted per model
-# (published.attention_share_fits: least squares with one free scale per model for the rest of the step, residuals
-# within 2 %), the median over 7 models on A100s and 5 on H100s, rounded. So this is a second number per
-# generation fitted to published runs, beside GEMM_EFFICIENCY's one calibration run: it is set by how throughput
-# falls with length, not by any run's level, and none of the sweep's rows is scored (the scored MosaicML runs are
-# the same tables' 2,048-token rows, of the same models: not independent of it in source, only in rows). It also
-# takes in any other per-token cost that grows with the sequence and that the planner does not model. The
-# FlashAttention-2 kernels alone run faster, which is why the planner no longer takes their numbers:
-# FlashAttention-2's paper reports 50-73 % of an A100's peak (Dao 2023, arXiv:2307.08691, abstract) and an H100
-# timed here ran PyTorch's FlashAttention-2 at 19-27 % (median 23 %) in the causal shapes of the H100 runs
-# (tools/gpu_kernels.py; ddp_lab/plan/measured/h100-sxm-kernels.json; at 2-4K tokens, where a kernel runs below
-# its long-sequence rate, while the slope comes mostly from the 16K-64K rows). With those numbers the planner predicted
-# the sweep's 32K-64K rows up to 56 % (A100) and 29 % (H100) too fast (docs/planner.md).
-# The kernel in those steps was MPT's Triton FlashAttention, not FlashAttention-2: the rows came with llm-foundry
-# commit b2a43a147, whose submit_benchmarks.py defaults attn_impl to "triton" (llmfoundry/models/layers/
-# flash_attn_triton.py), as the MPT yamls do, and whose sweep.sh does not override it. So the kernels above are
-# other kernels, and their gap to these rates is not only what a step costs a kernel. Runs on PyTorch's own
-# FlashAttention-2 (SDPA) agree with the same number where they do not recompute: torchtitan's Llama 2 13B on 64
-# A100s +6.8 % -> +1.4 %, IBM's Llama 2 7B on 128 A100s +8.5 % -> +2.4 % (50 % -> 31 %; tests/test_plan_published.py).
-FLASH_ATTENTION_UTILIZATION = {
-    "ampere": 0.31,   # per-model slopes 0.30-0.34 (7 models, 125M-13B)
-    "hopper": 0.17,   # per-model slopes 0.17-0.19 (5 models, 760M-13B)
-}
-FLASH_PRECISIONS = ("bf16", "fp16")   # FlashAttention-2's kernels; fp32 attention runs at the GEMM rate
-# Turing (T4) has no published run with a stated configuration in the validation set: it borrows
-# Ampere's constant, unchecked (treat T4 step times as rough). Blackwell (B200, GB200) has no calibration run
-# either: it borrows Hopper's GEMM efficiency and flash share (the same kernels' software generation), unchecked;
-# `is_calibrated` says so, and a plan on such a GPU should say its step time is uncalibrated.
-UNCALIBRATED_FALLBACK = "ampere"
-BORROWED_GENERATION = {"blackwell": "hopper"}   # uncalibrated generations that borrow another's constants
-
-
-def constants_generation(generation: str) -> str:
-    """The generation whose flash share and flash-kernel speed-up apply: its own, or the one it borrows.
-
-    Example:
-        >>> constants_generation("blackwell"), constants_generation("ampere")
-        ('hopper', 'ampere')
-
-    Introduced in notebooks/13-plan-your-training-run.ipynb.
-    """
-    return BORROWED_GENERATION.get(generation, generation)
-
-
-def is_calibrated(generation: str) -> bool:
-    """True if the generation's GEMM efficiency was set on a published run of its own (module docstring).
-
-    Example:
-        >>> is_calibrated("hopper"), is_calibrated("blackwell")
-        (True, False)
-
-    Introduced in notebooks/13-plan-your-training-run.ipynb.
-    """
-    return generation in GEMM_EFFICIENCY
-
-
-def flash_share_of(generation: str) -> float | None:
-    """Flash attention's share of peak for a generation (its own, or the one it borrows), None without a kernel."""
-    return FLASH_ATTENTION_UTILIZATION.get(constants_generation(generation))
 
 # A GEMM computes its output in tiles; each tile first fills a pipeline of k-slices and ends by
 # writing its results, a fixed cost that is amortised over the reduction dimension k: the time
@@ -169,28 +78,6 @@ def flash_share_of(generation: str) -> float | None:
 # loads 2 k-slices of 64 before its first multiply: TILE_K = 128. So a GEMM runs at
 # k / (k + 128) of the rate a long one reaches: 86 % at k = 768, 97 % at k = 4096.
 TILE_K = 128
-
-# Optimizer step (Adam), bytes moved per parameter it updates: read the gradient (2, or 4 in fp32),
-# read and write the fp32 master weight, momentum and variance (3 x 8), write the 16-bit weight (2).
-ADAM_BYTES_MIXED = 2 + 3 * 8 + 2
-ADAM_BYTES_FP32 = 4 + 3 * 8
-
-
-def efficiency_of(generation: str) -> float:
-    """The calibrated matmul efficiency of a GPU generation ("ampere", "hopper"; Blackwell borrows Hopper's,
-    any other Ampere's: `is_calibrated` is False for them).
-
-    Example:
-        >>> efficiency_of("hopper") < efficiency_of("ampere")
-        True
-        >>> efficiency_of("blackwell") == efficiency_of("hopper")      # uncalibrated: borrowed
-        True
-
-    Introduced in notebooks/13-plan-your-training-run.ipynb.
-    """
-    fallback = BORROWED_GENERATION.get(generation, UNCALIBRATED_FALLBACK)
-    return GEMM_EFFICIENCY.get(generation, GEMM_EFFICIENCY[fallback])
-
 
 @dataclass(frozen=True)
 class WorkSeconds:
@@ -386,17 +273,6 @@ def head_seconds(model, strategy, gpu) -> WorkSeconds:
     vocab = -(-model.vocab // strategy.tp)
     return WorkSeconds(gemm_seconds(gemm, model.hidden, rate) + moved_forward / gpu.memory_bandwidth,
                        gemm_seconds(gemm, vocab, rate) + gemm / rate + moved_backward / gpu.memory_bandwidth)
-
-
-def optimizer_seconds(parameters: int, strategy, gpu) -> float:
-    """Seconds of Adam's step over the `parameters` this GPU updates (its optimizer shard): memory-bound.
-
-    0 on CPU ranks, whose calibrated step efficiency already contains the optimizer.
-    """
-    if gpu.memory_bandwidth is None:
-        return 0.0
-    per_parameter = (ADAM_BYTES_MIXED + (2 if strategy.fp32_grads else 0)) if strategy.mixed else ADAM_BYTES_FP32
-    return parameters * per_parameter / gpu.memory_bandwidth
 
 
 def _flat_scale(model, strategy, gpu) -> float:

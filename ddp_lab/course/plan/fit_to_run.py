@@ -1,7 +1,7 @@
 """Fit the planner's one GEMM constant to a step you measured: the matmul efficiency that reproduces it.
 
 The planner's step time rests on one calibrated number per GPU generation, the share of peak the matmuls
-sustain (`efficiency.GEMM_EFFICIENCY`), set on one published run. That run's software is not yours: on the
+sustain (`generation_constants.GEMM_EFFICIENCY`), set on one published run. That run's software is not yours: on the
 held-aside runs (docs/planner.md, "Held-out validation") every H100 run of NVIDIA's stacks came out slower than
 it ran. A bias of one stack on one GPU is what one measurement of your own removes: time a few steps of one
 layout, find the efficiency at which the planner gives that step time, then compare other layouts of the same

@@ -84,11 +84,12 @@ from ddp_lab.course.plan import (context_parallel, expert_compute, experts, op_c
                                  tp_overlap)
 from ddp_lab.course.plan.activations import value_bytes
 from ddp_lab.course.plan.collectives import collective_time
-from ddp_lab.course.plan.efficiency import head_seconds, layer_seconds, optimizer_seconds, recompute_skips_last_gemm
+from ddp_lab.course.plan.efficiency import head_seconds, layer_seconds, recompute_skips_last_gemm
 from ddp_lab.course.plan.dp_sync import (_dp_shares_tp_link, dp_communication, fsdp_units,  # noqa: F401 (re-exported)
                                          zero3_exposed, zero12_exposed)
 from ddp_lab.course.plan.memory import stage_parameters
 from ddp_lab.course.plan.op_checkpoint import recomputed_flops
+from ddp_lab.course.plan.optimizer_step import optimizer_parameters, optimizer_seconds
 from ddp_lab.course.plan.overlap import overlap_slowdown, stretch
 from ddp_lab.course.plan.precision import compute_precision   # MFU of an FP8 run: against the bf16 peak
 
@@ -277,12 +278,6 @@ def layer_tp_communication(model, cluster, strategy) -> tuple[float, float]:
 def _tp_all_reduce(model, cluster, strategy) -> float:
     """Seconds of one all-reduce of a micro-batch's b s h activations on the tp group."""
     return collective_time("all_reduce", _activation_bytes(model, strategy), cluster, strategy.layout.group("tp"))
-
-
-def optimizer_parameters(model, strategy) -> int:
-    """Parameters whose Adam step one GPU computes: its stage's share, divided by dp (a DiLoCo replica's) under ZeRO >= 1."""
-    params = max(stage_parameters(model, strategy, stage) for stage in pipeline_stages.stages_to_check(strategy))
-    return -(-params // (strategy.dp // strategy.replicas)) if strategy.zero >= 1 else params
 
 
 def vocab_parallel_communication(model, cluster, strategy) -> float:
