@@ -59,14 +59,14 @@ PREDICTED = {
     'DGXC Grok-1 314B TP 4 x EP 8, 128 GB200s, FP8': 3149.8,
     'FlashAttention GPT-3 1.3B, 8 A100s': 20338.0,
     'FlashAttention GPT-3 2.7B, 8 A100s': 10606.0,
-    'OLMo-core 1B, 8 H100s': 44785.0,
-    'OLMo-core 1B, 8 H100s, FP8': 52916.0,
-    'OLMo-core 7B, 8 H100s': 9051.5,
-    'OLMo-core 7B, 8 H100s, FP8': 12087.0,
-    'OLMo-core 8B Llama, 8 H100s': 8547.5,
-    'OLMo-core 8B Llama, 8 H100s, FP8': 11524.0,
-    'OLMo-core 13B, 8 H100s': 4888.3,
-    'OLMo-core 13B, 8 H100s, FP8': 6728.0,
+    'OLMo-core 1B, 8 H100s': 44636.0,
+    'OLMo-core 1B, 8 H100s, FP8': 52708.0,
+    'OLMo-core 7B, 8 H100s': 8966.2,
+    'OLMo-core 7B, 8 H100s, FP8': 11936.0,
+    'OLMo-core 8B Llama, 8 H100s': 8467.7,
+    'OLMo-core 8B Llama, 8 H100s, FP8': 11379.0,
+    'OLMo-core 13B, 8 H100s': 4806.1,
+    'OLMo-core 13B, 8 H100s, FP8': 6573.3,
 }
 
 

@@ -203,7 +203,7 @@ def test_one_measured_run_per_stack_fits_its_own_figure_and_brings_the_rest_clos
     assert held_out_fit.markdown_table(fitted) in (ROOT / "docs" / "planner.md").read_text()
     # what docs/planner.md says of the groups: the gain is the DGX Cloud H100 group's; its fit sits at the fastest
     # GEMM timed on an H100 (on the planner's scale), Automodel's far above it; the groups already close get worse,
-    # OLMo-core's most (fitted on its 1B run, above the ceiling, its 7B-13B runs come out 13-51 % too fast)
+    # OLMo-core's most (fitted on its 1B run, above the ceiling, its 7B-13B runs come out 11-47 % too fast)
     by_group = {(group.source, group.gpu): (group, held_out_fit.summary([group])) for group in fitted}
     dgxc, dgxc_total = by_group[("NVIDIA/dgxc-benchmarking", "h100-sxm")]
     assert dgxc_total["fitted"] < 0.5 * dgxc_total["calibrated"]
@@ -226,16 +226,16 @@ def test_every_held_aside_source_begins_with_its_repository():
 def test_the_held_aside_h100_runs_of_nvidia_stacks_all_come_out_slow_and_the_others_scatter(outcomes):
     """What docs/planner.md, README, lesson 13 and fit_to_run.py say of the held-aside part: every H100 run of
     NVIDIA's stacks (DGX Cloud's NeMo and MaxText recipes, NeMo Automodel) predicted 10-36 % slower than it ran (one
-    bias, not scatter); OLMo-core's PyTorch FSDP runs on H100s scatter both ways around a median within the goal;
-    the A100 and GB200 runs within 16 % either way."""
+    bias, not scatter); OLMo-core's PyTorch FSDP runs on H100s scatter both ways around a median near the goal
+    (10.6 %); the A100 and GB200 runs within 16 % either way."""
     aside = [r for r in outcomes if r.split == ASIDE]
     nvidia = [r.error for r in aside if r.run.gpu == "h100-sxm" and r.run.source.startswith("NVIDIA")]
     olmo = [r.error for r in aside if r.run.source.startswith("allenai/OLMo-core")]
     others = [r.error for r in aside if r.run.gpu != "h100-sxm"]
     assert len(nvidia) + len(olmo) + len(others) == len(aside)
     assert len(nvidia) == 23 and all(-0.36 < error < -0.10 for error in nvidia), sorted(nvidia)
-    assert len(olmo) == 8 and min(olmo) < -0.15 and max(olmo) > 0.20, sorted(olmo)
-    assert statistics.median(abs(error) for error in olmo) <= GOAL_MEDIAN, sorted(olmo)
+    assert len(olmo) == 8 and min(olmo) < -0.15 and max(olmo) > 0.15, sorted(olmo)
+    assert statistics.median(abs(error) for error in olmo) < 0.11, sorted(olmo)
     assert len(others) == 6 and all(abs(error) < 0.16 for error in others), sorted(others)
 
 

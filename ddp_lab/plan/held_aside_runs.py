@@ -7,8 +7,8 @@ the development part). Each run is recorded as its source states it: the model s
 and micro-batch, the sequence, the GPUs, the precision and the published figure; each run's `source` ends with the
 GPU count and global batch its source gives ("N GPUs, GBS B"; where it gives no GPU count, the one planned, and says
 so). A setting the table leaves out is read from the configuration the same source ships for that run (named in the
-note); what neither states is assumed by the rules below, never chosen to bring a prediction closer. Where a source gives tokens per second for all its GPUs,
-`published` is that figure over the GPU count, written as the division.
+note); what neither states is assumed by the rules below, never chosen to bring a prediction closer. Where a source
+gives tokens per second for all its GPUs, `published` is that figure over the GPU count, written as the division.
 
 Sources:
     dgxc        NVIDIA/dgxc-benchmarking (NVIDIA's DGX Cloud benchmarking recipes), the "Expected Performance"
@@ -25,9 +25,9 @@ Sources:
                 row as last written (commits 984eb263f, 41400c46f, e27ba7455, October-November 2024), with the
                 src/scripts/train/*.py scripts and model configs of the same commit; the last source added, after
                 the planner's mechanics and constants were fixed and the other held-aside runs scored
-Which rows: all eight of OLMo-core's table. Which columns: of each dgxc table, its smallest GPU count and, where the table reaches it, 2,048 GPUs (the end of
-its weak scaling); of the GB200 tables, which stop at 512, the smallest. A column whose configuration (model,
-GPU, parallel sizes, precision) held_out_runs.RUNS already has is not repeated.
+Which rows: all eight of OLMo-core's table. Which columns: of each dgxc table, its smallest GPU count and, where the
+table reaches it, 2,048 GPUs (the end of its weak scaling); of the GB200 tables, which stop at 512, the smallest. A
+column whose configuration (model, GPU, parallel sizes, precision) held_out_runs.RUNS already has is not repeated.
 
 Rules for what a source leaves unstated (as held_out_runs.py): NeMo's distributed optimizer is ZeRO-1; FSDP that
 does not reshard after forward is ZeRO-2, FSDP that does is ZeRO-3; a partial recomputation is planned as the
@@ -127,8 +127,8 @@ FLASH_ATTN_NOTE = ("the README names training/configs/experiment/pile/{}.yaml fo
 OLMO_CORE = ("allenai/OLMo-core README.md, 'Official training scripts' throughput table ('measured on a cluster with "
              "NVIDIA H100 GPUs', tokens per second per device), {} row, as last written at commit {}; {}")
 OLMO_CORE_NOTE = ("src/scripts/train/{}.py at that commit: FSDP2 (DataParallelType.fsdp) resharding after forward "
-                  "(ZeRO-3), bf16 parameters, gradients reduced in fp32, {} sequences of 4,096 per GPU, global batch "
-                  "{:,} sequences, no activation checkpointing, torch.compile (fusion not modelled), fused AdamW; "
+                  "(ZeRO-3), bf16 parameters, gradients reduced in fp32 (fp32_grads), {} sequences of 4,096 per GPU, "
+                  "global batch {:,} sequences, no activation checkpointing, torch.compile (fusion not modelled), fused AdamW; "
                   "attention: flash-attn if installed, else PyTorch's SDPA (the FlashAttention-2 class either way); "
                   "the GPU count is not stated: planned on one node of 8 GPUs (the scripts' launch default, "
                   "num_nodes=1; on more nodes the script builds HSDP, replicas of 8, which the planner cannot "
@@ -279,8 +279,8 @@ RUNS: list[HeldOutRun] = [
                _tokens_per_gpu(85000, 8), FLASH_ATTN_NOTE.format("gpt3-2.7B-flash-hdim128", 4)),
     # ---- FSDP, data-parallel, H100 (OLMo-core) ----------------------------------------------------------------------
     *[HeldOutRun(f"OLMo-core {size}, 8 H100s{label}", OLMO_CORE.format(
-                     f"'{size}' {table}", commit, f"the GPU count not stated (planned on one node): 8 GPUs, GBS {gbs:,}"),
-                 model, dict(dp=8, zero=3, micro_batch=mb, grad_accum=gbs // (8 * mb), **precision),
+                     f"'{size}' {table}", commit, f"no GPU count stated (planned on one node): 8 GPUs, GBS {gbs:,}"),
+                 model, dict(dp=8, zero=3, micro_batch=mb, grad_accum=gbs // (8 * mb), fp32_grads=True, **precision),
                  "h100-sxm", "tokens_per_gpu", published,
                  OLMO_CORE_NOTE.format(script, mb, gbs) + (OLMO_CORE_FP8 if precision else ""))
       for size, model, script, commit, mb, gbs in (

@@ -1,6 +1,6 @@
-"""The planner's constants per GPU generation: the GEMMs' share of peak and flash attention's, and where each comes from.
+"""The planner's constants per GPU generation: the GEMMs' share of peak and flash attention's, and their sources.
 
-Two numbers per generation, each set on published runs named beside it, and nothing else fitted:
+Two numbers per generation, each set on the published runs named beside it:
     GEMM_EFFICIENCY              the fraction of peak the matmuls sustain inside a training step, absorbing what
                                  the model leaves out (kernel launch gaps, wave quantisation, the GEMMs' own
                                  epilogues, imperfect overlap of the optimizer and collectives, host-side time). It
