@@ -64,9 +64,9 @@ def fitted(model, cluster, strategy, args):
     efficiency = matmul_efficiency_for(model, cluster, strategy, seconds)
     note = (f"fitted: matmuls at {efficiency:.3f} of peak reproduce {args.measured_tokens_per_gpu:,.0f} tokens/s per "
             f"GPU for this plan (the calibrated {cluster.gpu.name} value: {cluster.gpu.matmul_efficiency:.2f}); "
-            f"plan other layouts of this stack with --matmul-efficiency {efficiency:.3f}\n")
+            f"plan other layouts of this model and stack with --matmul-efficiency {efficiency:.3f}\n")
     if cluster.gpu.generation == "hopper" and efficiency > HOPPER_GEMM_CEILING:
         note += (f"  {efficiency:.3f} is above {HOPPER_GEMM_CEILING:.2f}, the fastest GEMM timed on an H100: the fit "
                  f"also absorbs what the planner over-counts outside the matmuls for this run, so trust it most for "
-                 f"layouts close to the one measured\n")
+                 f"this model in layouts close to the one measured\n")
     return with_matmul_efficiency(cluster, efficiency), note
