@@ -462,7 +462,8 @@ def test_docs_validation_table_is_what_published_prints():
     `python -m ddp_lab.plan.published`'s output."""
     from pathlib import Path
 
-    from ddp_lab.plan.published import markdown_table, sweep_table
+    from ddp_lab.plan.published import markdown_table
+    from ddp_lab.plan.sequence_sweep import sweep_table
 
     page = (Path(__file__).resolve().parents[1] / "docs" / "planner.md").read_text()
     assert markdown_table() in page
@@ -475,7 +476,8 @@ def test_trust_by_family_is_what_the_published_runs_say():
     import re
     from pathlib import Path
 
-    from ddp_lab.plan.published import RUNS, SEQUENCE_SWEEP, error, predictions, summary
+    from ddp_lab.plan.published import RUNS, error, predictions, summary
+    from ddp_lab.plan.sequence_sweep import SEQUENCE_SWEEP
 
     root = Path(__file__).resolve().parents[1]
     page, readme = (root / "docs" / "planner.md").read_text(), (root / "README.md").read_text()

@@ -41,10 +41,10 @@ CALIBRATION_RUNS = {
 # (`attention_seconds`). A generation without an entry, and fp32 (no FlashAttention-2 kernel), run the attention
 # core at the GEMM rate (a T4 has no FlashAttention-2 kernel: PyTorch's SDPA takes its memory-efficient kernel).
 # Source, both generations: MosaicML's llm-foundry benchmark tables (scripts/train/benchmarking/README.md), the
-# same models on 8 GPUs at 4K-64K tokens (ddp_lab.plan.published.SEQUENCE_SWEEP). Along one model's rows a token's
+# same models on 8 GPUs at 4K-64K tokens (ddp_lab.plan.sequence_sweep.SEQUENCE_SWEEP). Along one model's rows a token's
 # work outside attention stays put while its attention grows with the sequence, so the slope of time per token
 # against attention FLOPs is attention's cost in those steps, as a share of peak; fitted per model
-# (published.attention_share_fits: least squares with one free scale per model for the rest of the step, residuals
+# (sequence_sweep.attention_share_fits: least squares with one free scale per model for the rest of the step, residuals
 # within 2 %), the median over 7 models on A100s and 5 on H100s, rounded. So this is a second number per
 # generation fitted to published runs, beside GEMM_EFFICIENCY's one calibration run: it is set by how throughput
 # falls with length, not by any run's level, and none of the sweep's rows is scored (the scored MosaicML runs are
