@@ -293,7 +293,7 @@ def markdown_table(runs=None) -> str:
 
 
 if __name__ == "__main__":
-    from ddp_lab.plan.sequence_sweep import sweep_table   # that module builds on this one
+    from ddp_lab.plan.sequence_sweep import sweep_table   # lazy: sequence_sweep imports this module
 
     print(markdown_table())
     print()

@@ -269,7 +269,7 @@ def _held_out_lines(cluster, plans) -> list[str]:
 def _sequence_lines(runs, plans, family) -> list[str]:
     """What the published runs say about the longest sequence among `plans`, when it is longer than theirs."""
     from ddp_lab.plan.published import error    # imported here: see accuracy_text
-    from ddp_lab.plan.sequence_sweep import SEQUENCE_SWEEP
+    from ddp_lab.plan.sequence_sweep import SEQUENCE_SWEEP    # imported here: see accuracy_text
     longest = max((plan.model.seq_len for plan in plans), default=0)
     if longest <= max(run.model.seq_len for run in runs):
         return []
