@@ -203,7 +203,7 @@ def test_one_measured_run_per_stack_fits_its_own_figure_and_brings_the_rest_clos
     assert held_out_fit.markdown_table(fitted) in (ROOT / "docs" / "planner.md").read_text()
     # what docs/planner.md says of the groups: the gain is the DGX Cloud H100 group's; its fit sits at the fastest
     # GEMM timed on an H100 (on the planner's scale), Automodel's far above it; the groups already close get worse,
-    # OLMo-core's most (fitted on its 1B run, above the ceiling, its 7B-13B runs come out 11-47 % too fast)
+    # OLMo-core's most (fitted on its 1B run, above the ceiling, its 7B-13B runs come out 12-47 % too fast)
     by_group = {(group.source, group.gpu): (group, held_out_fit.summary([group])) for group in fitted}
     dgxc, dgxc_total = by_group[("NVIDIA/dgxc-benchmarking", "h100-sxm")]
     assert dgxc_total["fitted"] < 0.5 * dgxc_total["calibrated"]
@@ -259,3 +259,24 @@ def test_the_h100_bias_shows_in_development_too_and_not_in_the_memory_bound_work
     seventy = memory_bound_share(Transformer.preset("llama3-70b"), Strategy(dp=4, tp=4, pp=4, sequence_parallel=True))
     eight = memory_bound_share(Transformer.preset("llama3-8b"), Strategy(dp=8, cp=2, zero=1))
     assert (round(seventy, 3), round(eight, 3)) == (0.030, 0.048)
+
+
+def test_olmo_core_with_cudnn_attention_where_its_nightly_may_have_run_it(outcomes):
+    """docs/planner.md ("Where these runs miss"): OLMo-core's rows on the 2.6 nightly planned with cuDNN's attention
+    instead of the rule's FlashAttention-2 class give -10.3 % to +32.0 %, median 7.1 % (all eight with cuDNN's: 4.7 %);
+    a sensitivity worked out after the held-aside errors were seen, not the held-aside score (those stay pinned)."""
+    olmo = [r.run for r in outcomes if r.run.source.startswith("allenai/OLMo-core")]
+
+    def nightly(run):
+        torch = held_aside_runs.OLMO_CORE_TORCH
+        return next(version for commit, version in torch.items() if f"commit {commit}" in run.source)
+
+    def error(run, cudnn):
+        run = dataclasses.replace(run, strategy={**run.strategy, "flash_kernel": "cudnn"}) if cudnn else run
+        return held_out.predict(run) / run.published - 1
+
+    assert sorted({nightly(run) for run in olmo}) == ["2.5.0.dev20240826", "2.6.0.dev20241009"]
+    on_26 = [error(run, nightly(run).startswith("2.6")) for run in olmo]
+    assert (round(min(on_26), 3), round(max(on_26), 3)) == (-0.103, 0.320), sorted(on_26)
+    assert round(statistics.median(map(abs, on_26)), 3) == 0.071
+    assert round(statistics.median(abs(error(run, True)) for run in olmo), 3) == 0.047

@@ -176,7 +176,7 @@ def test_a_cudnn_flash_kernel_speeds_up_the_attention_core_only():
         gpu = GPU.preset(preset)
         fa2, cudnn = Strategy(), Strategy(flash_kernel="cudnn")
         assert attention_seconds(1e15, gpu, fa2) / attention_seconds(1e15, gpu, cudnn) == pytest.approx(speedup)
-    b200 = GPU.preset("b200")            # datacenter Blackwell borrows Hopper's ratio (generation_constants.constants_generation)
+    b200 = GPU.preset("b200")    # datacenter Blackwell borrows Hopper's (generation_constants.constants_generation)
     assert attention_seconds(1e15, b200, Strategy()) / attention_seconds(1e15, b200, Strategy(flash_kernel="cudnn")) \
         == pytest.approx(1.7)
     for no_flash_kernel in (dict(attention="eager"), dict(precision="fp32")):     # no bf16 flash kernel runs there

@@ -22,9 +22,9 @@ Sources:
     flash-attn  Dao-AILab/flash-attention training/README.md (commit 0b037c2), "Training speed" (8 x A100 80GB
                 SXM4), with the training/configs/experiment/pile/*.yaml its README names for each size
     olmo-core   allenai/OLMo-core README.md, "Official training scripts" (H100s, tokens per second per device), each
-                row as last written (commits 984eb263f, 41400c46f, e27ba7455, October-November 2024), with the
-                src/scripts/train/*.py scripts and model configs of the same commit; the last source added, after
-                the planner's mechanics and constants were fixed and the other held-aside runs scored
+                figure with the src/scripts/train/*.py script, model config and Makefile of the commit that wrote
+                it (8c03ca8a2, 310866e45, 41400c46f, e27ba7455; September-November 2024); added after the
+                planner's mechanics and constants were fixed
 Which rows: all eight of OLMo-core's table. Which columns: of each dgxc table, its smallest GPU count and, where the
 table reaches it, 2,048 GPUs (the end of its weak scaling); of the GB200 tables, which stop at 512, the smallest. A
 column whose configuration (model, GPU, parallel sizes, precision) held_out_runs.RUNS already has is not repeated.
@@ -34,7 +34,8 @@ does not reshard after forward is ZeRO-2, FSDP that does is ZeRO-3; a partial re
 setting nearest in the matmuls it recomputes; the attention kernel is the framework's (Transformer Engine in NeMo,
 MaxText's cudnn_flash_te: cuDNN's, held_out_runs.TE; PyTorch's SDPA and FlexAttention: the FlashAttention-2
 class); FP8 with one scale per tensor (NeMo's delayed scaling) is the planner's FP8; the vocabulary is the
-tokenizer's (padding not modelled); the links are the GPU preset's where the source does not give them.
+tokenizer's (padding not modelled) unless the source builds the model at a padded size; the links are the GPU
+preset's where the source does not give them.
 
 Runs left out, and why: the tables of the Nemotron-4 15B and 340B reports (arXiv:2402.16819, 2406.11704), MegaScale
 (arXiv:2402.15627), FP8-LM (arXiv:2310.18313), FlashAttention-2's end-to-end table (arXiv:2307.08691) and "MoE
@@ -82,10 +83,11 @@ GPT_OSS_20B = {**GPT_OSS_120B, "name": "gpt-oss-20b", "layers": 24, "moe": dict(
 # dropout 0.1, GPT-2 vocabulary); the 2.7B with heads of 128 (gpt3-2.7B-flash-hdim128.yaml)
 GPT3_1B3 = dict(name="gpt3-1.3b", layers=24, hidden=2048, heads=16, vocab=50257, seq_len=2048)
 GPT3_2B7 = dict(name="gpt3-2.7b", layers=32, hidden=2560, heads=20, vocab=50257, seq_len=2048)
-# OLMo-core's models (src/olmo_core/nn/transformer/config.py at the commits below): llama_like blocks (SwiGLU of
-# int(8 h / 3) rounded up to a multiple of 256, RMSNorm, no biases, RoPE, untied output); OLMo 2's blocks add an
-# RMSNorm on queries and keys and move the norms after attention and FFN ("reordered_norm": as many norms); the
-# vocabulary is the dolma2 tokenizer's 100,278 padded to a multiple of 128 (padded_vocab_size), as the scripts build it
+# OLMo-core's models (src/olmo_core/nn/transformer/config.py, model.py at 8c03ca8a2, at the commits below):
+# llama_like blocks (SwiGLU of int(8 h / 3) rounded up to a multiple of 256, RMSNorm, no biases, RoPE, untied
+# output); OLMo 2's blocks add an RMSNorm on queries and keys and move the norms after attention and FFN
+# ("reordered_norm": as many norms); the vocabulary is the dolma2 tokenizer's 100,278 padded to a multiple of 128
+# (padded_vocab_size): the scripts build the model at that size
 OLMO_VOCAB = 100352
 OLMO_1B = dict(name="olmo-1b", layers=18, hidden=2048, heads=16, vocab=OLMO_VOCAB, seq_len=4096, ffn=5632,
                qk_norm=True, **LLAMA)
@@ -125,16 +127,23 @@ FLASH_ATTN_NOTE = ("the README names training/configs/experiment/pile/{}.yaml fo
                    "dropout-add-LayerNorm kernels, vocabulary padded to a multiple of 8 (not modelled)")
 
 OLMO_CORE = ("allenai/OLMo-core README.md, 'Official training scripts' throughput table ('measured on a cluster with "
-             "NVIDIA H100 GPUs', tokens per second per device), {} row, as last written at commit {}; {}")
-OLMO_CORE_NOTE = ("src/scripts/train/{}.py at that commit: FSDP2 (DataParallelType.fsdp) resharding after forward "
-                  "(ZeRO-3), bf16 parameters, gradients reduced in fp32 (fp32_grads), {} sequences of 4,096 per GPU, "
-                  "global batch {:,} sequences, no activation checkpointing, torch.compile (fusion not modelled), fused AdamW; "
-                  "attention: flash-attn if installed, else PyTorch's SDPA (the FlashAttention-2 class either way); "
-                  "the GPU count is not stated: planned on one node of 8 GPUs (the scripts' launch default, "
-                  "num_nodes=1; on more nodes the script builds HSDP, replicas of 8, which the planner cannot "
-                  "express); the H100s are 80 GB HBM3 (the clusters the scripts name), planned as h100-sxm; the "
-                  "table rounds its figures to hundreds or thousands (its 10,000 is anything from 9,500 to 10,499); "
-                  "z-loss and the fused loss not modelled")
+             "NVIDIA H100 GPUs', tokens per second per device), {} row, the figure written at commit {}; {}")
+# the nightly torch each commit's Makefile installs (NIGHTLY_VERSION; the scripts launch on the nightly image)
+OLMO_CORE_TORCH = {"8c03ca8a2": "2.5.0.dev20240826", "310866e45": "2.6.0.dev20241009",
+                   "41400c46f": "2.6.0.dev20241009", "e27ba7455": "2.6.0.dev20241009"}
+OLMO_CORE_NOTE = ("src/scripts/train/{script}.py at that commit: FSDP2 (DataParallelType.fsdp) resharding after "
+                  "forward (ZeRO-3), bf16 parameters, gradients reduced in fp32 (fp32_grads), {mb} per GPU of "
+                  "4,096-token sequences, global batch {gbs:,} sequences, no activation checkpointing, torch.compile "
+                  "(fusion not modelled), fused AdamW, z-loss and {loss} (not modelled); attention: PyTorch's SDPA "
+                  "(compiling turns llama_like's flash-attn path and fused ops off), planned as the FlashAttention-2 "
+                  "class by the rule above; the Makefile's nightly torch {torch} may have run cuDNN's attention first "
+                  "on H100, as 2.5.0 did until pytorch PR #138522 (attention_kernels.py): not stated, not chosen "
+                  "here; the GPU count is not stated: planned on one node of 8 GPUs (the scripts' launch default, "
+                  "num_nodes=1; on more nodes the scripts shard over each node's 8 GPUs and replicate across nodes, "
+                  "HSDP, which the planner cannot express); which H100s is not stated: 80 GB SXM assumed (the "
+                  "h100-sxm preset; OLMo-core's launch code lists its Jupiter cluster as 'NVIDIA H100 80GB HBM3'); "
+                  "the table rounds its figures to hundreds or thousands (its 10,000 is anything from 9,500 to "
+                  "10,499)")
 OLMO_CORE_FP8 = ("; FP8 = the script's Float8Config (torchao Float8Linear, dynamic tensorwise scaling, FP8 "
                  "all-gather of the weights; the output layer w_out stays bf16): the planner's FP8")
 
@@ -282,14 +291,16 @@ RUNS: list[HeldOutRun] = [
                      f"'{size}' {table}", commit, f"no GPU count stated (planned on one node): 8 GPUs, GBS {gbs:,}"),
                  model, dict(dp=8, zero=3, micro_batch=mb, grad_accum=gbs // (8 * mb), fp32_grads=True, **precision),
                  "h100-sxm", "tokens_per_gpu", published,
-                 OLMO_CORE_NOTE.format(script, mb, gbs) + (OLMO_CORE_FP8 if precision else ""))
-      for size, model, script, commit, mb, gbs in (
-          ("1B", OLMO_1B, "OLMo-1B", "e27ba7455", 8, 1024), ("7B", OLMO_7B, "OLMo-7B", "984eb263f", 2, 1024),
-          ("8B Llama", OLMO_CORE_LLAMA_8B, "Llama-8B", "41400c46f", 2, 1024),
-          ("13B", OLMO_13B, "OLMo-13B", "984eb263f", 1, 2048))
-      for label, table, precision, published in {
-          "1B": (("", "BF16", {}, 55000), (", FP8", "BF16/FP8", dict(precision="fp8"), 65000)),
-          "7B": (("", "BF16", {}, 10000), (", FP8", "BF16/FP8", dict(precision="fp8"), 13000)),
-          "8B Llama": (("", "BF16", {}, 9500), (", FP8", "BF16/FP8", dict(precision="fp8"), 12500)),
-          "13B": (("", "BF16", {}, 4600), (", FP8", "BF16/FP8", dict(precision="fp8"), 5500))}[size]],
+                 OLMO_CORE_NOTE.format(script=script, mb=f"{mb} sequence{'s' if mb > 1 else ''}", gbs=gbs, loss=loss,
+                                       torch=OLMO_CORE_TORCH[commit]) + (OLMO_CORE_FP8 if precision else ""))
+      for size, model, script, mb, gbs, loss, rows in (
+          ("1B", OLMO_1B, "OLMo-1B", 8, 1024, "the compiled loss", (
+              ("", "BF16", {}, 55000, "e27ba7455"), (", FP8", "BF16/FP8", dict(precision="fp8"), 65000, "e27ba7455"))),
+          ("7B", OLMO_7B, "OLMo-7B", 2, 1024, "the fused loss", (
+              ("", "BF16", {}, 10000, "8c03ca8a2"), (", FP8", "BF16/FP8", dict(precision="fp8"), 13000, "8c03ca8a2"))),
+          ("8B Llama", OLMO_CORE_LLAMA_8B, "Llama-8B", 2, 1024, "the fused loss", (
+              ("", "BF16", {}, 9500, "41400c46f"), (", FP8", "BF16/FP8", dict(precision="fp8"), 12500, "41400c46f"))),
+          ("13B", OLMO_13B, "OLMo-13B", 1, 2048, "the fused loss", (
+              ("", "BF16", {}, 4600, "8c03ca8a2"), (", FP8", "BF16/FP8", dict(precision="fp8"), 5500, "310866e45"))))
+      for label, table, precision, published, commit in rows],
 ]

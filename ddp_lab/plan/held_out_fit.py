@@ -9,10 +9,10 @@ its published figure, and every other run of the group is predicted with it. A g
 shows.
 
 It is not a blind test: the workflow was chosen after the held-aside errors of NVIDIA's stacks (every H100 run
-slow) were seen, so its gain is reported beside the held-aside figures, never as them. A group is a repository, not always one
-software stack (NVIDIA's DGX Cloud tables hold NeMo/Megatron-Core and MaxText runs), and a fitted efficiency
-above the fastest GEMM timed on that GPU (cli_fit.HOPPER_GEMM_CEILING) is a lumped correction for the run it
-was fitted on, not a matmul rate.
+slow) were seen, so its gain is reported beside the held-aside figures, never as them. A group is a repository,
+not always one software stack (NVIDIA's DGX Cloud tables hold NeMo/Megatron-Core and MaxText runs), and a fitted
+efficiency above the fastest GEMM timed on that GPU (cli_fit.HOPPER_GEMM_CEILING) is a lumped correction for the
+run it was fitted on, not a matmul rate.
 
 Not used in a lesson: docs/planner.md, "Held-out validation"; the planner is introduced in
 notebooks/13-plan-your-training-run.ipynb.

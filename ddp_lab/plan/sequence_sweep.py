@@ -20,6 +20,7 @@ from ddp_lab.course.plan.cluster_spec import ClusterSpec
 from ddp_lab.course.plan.strategy import Strategy
 from ddp_lab.plan.published import PublishedRun, error, mpt, predict, with_flash_share
 
+
 def _sweep(gpu, size, seq_len, micro_batch, grad_accum, checkpointing, published):
     strategy = Strategy(dp=8, zero=3, micro_batch=micro_batch, grad_accum=grad_accum,
                         recompute="full" if checkpointing else "none", checkpoint_early_stop=checkpointing,
@@ -91,7 +92,8 @@ class AttentionFit:
 
 
 def _per_token_parts(run: PublishedRun) -> tuple[float, float]:
-    """The planner's seconds per token for `run` (a tokens_per_gpu run) outside attention and in attention at 100 % of peak.
+    """The planner's seconds per token for `run` (a tokens_per_gpu run) outside attention and in attention at 100 %
+    of peak.
 
     The seconds per token are R + A / share in the flash share (nothing else in them depends on the share when
     the communication hides, as it does for 8 GPUs in a node): two predictions give R and A.
@@ -149,8 +151,8 @@ def sweep_table() -> str:
 
     Introduced in notebooks/13-plan-your-training-run.ipynb.
     """
-    lines = ["| GPU | model | recomputation | rows | attention's share of peak | their time outside attention / the planner's "
-             "| worst residual |", "|---|---|---|---:|---:|---:|---:|"]
+    lines = ["| GPU | model | recomputation | rows | attention's share of peak "
+             "| their time outside attention / the planner's | worst residual |", "|---|---|---|---:|---:|---:|---:|"]
     for fit in attention_share_fits():
         lines.append(f"| {fit.generation} | {fit.model} | {fit.recompute} | {fit.runs} | {fit.share:.3f} | "
                      f"{fit.other:.2f} | {fit.worst:.1%} |")

@@ -6,7 +6,9 @@
     strategy.py     dp, tp, pp, cp, ep, ZeRO, micro-batches, recomputation, attention kind; validation
     memory.py       per-GPU model states (ZeRO paper) and totals; activations.py: Korthikanti et al.
     collectives.py  time of a collective on the links a group spans (lesson 02's alpha-beta)
-    efficiency.py   how long a layer takes on a GPU: a roofline, one calibrated constant per generation
+    efficiency.py   how long a layer takes on a GPU: a roofline per kind of work
+    generation_constants.py   the calibrated constants per GPU generation (GEMM efficiency, flash share)
+    optimizer_step.py     Adam's step on one GPU (memory-bound)
     overlap.py      how much communication compute hides: ZeRO-3's per-unit timeline, ZeRO 0-2's buckets, chunks
     dp_sync.py      data-parallel traffic per step (ZeRO 0-3) and the part compute does not hide
     tp_overlap.py   tensor-parallel collectives beside their GEMMs (--tp-comm-overlap)

@@ -35,8 +35,9 @@ How much faster, published (bf16):
         the planner can be checked on.
 The planner takes the lower end of the training-shape range, 1.7x on Hopper (inside FlashAttention-3's
 1.5-2.0x), and 0.82x on Ampere. Datacenter Blackwell (B200, GB200, the planner's "blackwell") has no published
-kernel ratio here: it borrows Hopper's, as it borrows Hopper's other constants (`generation_constants.constants_generation`),
-unchecked (torchtitan's B200 step above says only that cuDNN is the faster there); the workstation Blackwell's
+kernel ratio here: it borrows Hopper's, as it borrows Hopper's other constants
+(`generation_constants.constants_generation`), unchecked (torchtitan's B200 step above says only that cuDNN is the
+faster there); the workstation Blackwell's
 0.88x is another chip, which the planner does not model. The speed-up multiplies the flash share of peak the
 attention core runs at inside a training step; nothing here was fitted to a training run.
 
@@ -54,7 +55,8 @@ CUDNN_SPEEDUP = {"hopper": 1.7, "ampere": 0.82}
 def kernel_speedup(generation: str, kernel: str) -> float:
     """How much faster `kernel` runs the flash-attention core than FlashAttention-2 on a GPU generation.
 
-    `generation` is the one whose constants apply (`generation_constants.constants_generation`: Blackwell reads Hopper's).
+    `generation` is the one whose constants apply (`generation_constants.constants_generation`: Blackwell reads
+    Hopper's).
 
     Example:
         >>> kernel_speedup("hopper", "cudnn"), kernel_speedup("hopper", "fa2"), kernel_speedup("turing", "cudnn")

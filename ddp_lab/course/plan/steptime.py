@@ -87,7 +87,6 @@ from ddp_lab.course.plan.collectives import collective_time
 from ddp_lab.course.plan.efficiency import head_seconds, layer_seconds, recompute_skips_last_gemm
 from ddp_lab.course.plan.dp_sync import (_dp_shares_tp_link, dp_communication, fsdp_units,  # noqa: F401 (re-exported)
                                          zero3_exposed, zero12_exposed)
-from ddp_lab.course.plan.memory import stage_parameters
 from ddp_lab.course.plan.op_checkpoint import recomputed_flops
 from ddp_lab.course.plan.optimizer_step import optimizer_parameters, optimizer_seconds
 from ddp_lab.course.plan.overlap import overlap_slowdown, stretch
