@@ -177,6 +177,14 @@ def gemm_seconds(flops: float, k: int, rate: float) -> float:
     return flops / rate * (1 + TILE_K / k)
 
 
+def recomputed_gemm_seconds(model, strategy, rate: float) -> dict[str, float]:
+    """Seconds of each matmul per-op checkpointing re-runs (op_checkpoint.recomputed_matmuls), by name, at `rate`.
+
+    Introduced in notebooks/13-plan-your-training-run.ipynb (the `--recompute op` flag; docs/planner.md).
+    """
+    return {name: gemm_seconds(flops, k, rate) for name, flops, k, _ in recomputed_matmuls(model, strategy)}
+
+
 def recompute_skips_last_gemm(model, strategy) -> bool:
     """True when full recomputation leaves out the layer's last GEMM, the FFN's down projection.
 
@@ -249,8 +257,7 @@ def layer_seconds(model, strategy, gpu) -> WorkSeconds:
     elif strategy.recompute == "selective" and strategy.attention == "eager":
         recompute = attention_seconds(core_forward, gpu, strategy) + moved_again / bandwidth
     elif strategy.recompute == "op":                 # every second matmul and the elementwise ops (op_checkpoint.py)
-        recompute = sum(gemm_seconds(flops, k, rate) for _, flops, k, _ in recomputed_matmuls(model, strategy)) \
-            + moved_again / bandwidth
+        recompute = sum(recomputed_gemm_seconds(model, strategy, rate).values()) + moved_again / bandwidth
     else:
         recompute = 0.0
     return WorkSeconds(forward, backward, recompute)

@@ -24,8 +24,8 @@ Introduced in notebooks/13-plan-your-training-run.ipynb.
 
 from __future__ import annotations
 
-from ddp_lab.course.plan.efficiency import gemm_seconds, layer_gemms, recompute_skips_last_gemm
-from ddp_lab.course.plan.op_checkpoint import recomputed_matmuls, recomputed_tp_collectives
+from ddp_lab.course.plan.efficiency import gemm_seconds, layer_gemms, recompute_skips_last_gemm, recomputed_gemm_seconds
+from ddp_lab.course.plan.op_checkpoint import recomputed_tp_collectives
 from ddp_lab.course.plan.overlap import chunked_exposed
 
 
@@ -63,6 +63,6 @@ def layer_exposed(model, cluster, strategy, one: float) -> tuple[float, float]:
     if strategy.recompute == "full":
         backward += forward - (forward_each[3] if recompute_skips_last_gemm(model, strategy) else 0.0)
     elif recomputed_tp_collectives(strategy):    # per-op checkpointing re-runs the all-gathers before QKV and FFN up,
-        again = {name: gemm_seconds(flops, k, rate) for name, flops, k, _ in recomputed_matmuls(model, strategy)}
+        again = recomputed_gemm_seconds(model, strategy, rate)
         backward += sum(chunked_exposed(half, again[name], t) for name in ("k", "up"))    # beside K and up, re-run
     return forward, backward
