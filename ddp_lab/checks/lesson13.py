@@ -15,6 +15,7 @@ Introduced in notebooks/13-plan-your-training-run.ipynb.
 
 from __future__ import annotations
 
+import functools
 import math
 
 from ddp_lab.checks import CheckFailed, passed
@@ -144,6 +145,13 @@ def _scenarios():
     )
 
 
+@functools.cache   # the planner's answer does not change: searched once per scenario, not once per check
+def _best_plan(index: int):
+    """The best plan `ddp_lab.plan.search` finds for `_scenarios()[index]`."""
+    model, cluster, global_batch = _scenarios()[index]
+    return search(model, cluster, top=1, global_batch=global_batch)[0]
+
+
 def check_choose_plan(choose_plan) -> None:
     """Check `choose_plan(model, cluster, global_batch) -> Strategy` on five runs (models, clusters, batches).
 
@@ -157,7 +165,7 @@ def check_choose_plan(choose_plan) -> None:
 
     ensure_written(choose_plan)
     name = getattr(choose_plan, "__name__", "choose_plan")
-    for model, cluster, global_batch in _scenarios():
+    for index, (model, cluster, global_batch) in enumerate(_scenarios()):
         where = f"{model.name} on {cluster.name} ({cluster.gpus} GPUs), global batch {global_batch}"
         strategy = None
         try:
@@ -199,7 +207,7 @@ def check_choose_plan(choose_plan) -> None:
             raise CheckFailed(f"{where}: {label} is not a valid plan: {error}") from None
         if not chosen.fits:
             raise CheckFailed(f"{where}: {label} does not fit: {_overflow(chosen)}")
-        best = search(model, cluster, top=1, global_batch=global_batch)[0]
+        best = _best_plan(index)
         if chosen.tokens_per_second < (1 - TOLERANCE) * best.tokens_per_second:
             raise CheckFailed(f"{where}: {label} fits but is predicted at {chosen.tokens_per_second:,.0f} tokens/s, "
                               f"{1 - chosen.tokens_per_second / best.tokens_per_second:.0%} below the best plan "

@@ -56,12 +56,15 @@ def _sync_seconds(model, cluster, strategy, units_of, gathered_of, group) -> flo
             return collective_time("all_reduce", g * params, cluster, group)
         return (collective_time("reduce_scatter", g * params, cluster, group)
                 + collective_time("all_gather", w * params, cluster, group))
-    per_micro_batch = max(
-        sum(2 * collective_time("all_gather", gathered, cluster, group)
-            + collective_time("reduce_scatter", g * unit, cluster, group)
-            for unit, gathered in zip(units_of(model, strategy, stage), gathered_of(model, strategy, stage)))
-        for stage in stages)
-    return strategy.grad_accum * per_micro_batch
+
+    def stage_seconds(stage: int) -> float:
+        units = list(zip(units_of(model, strategy, stage), gathered_of(model, strategy, stage)))
+        # layers of one size cost alike: each distinct unit is costed once (a search asks for thousands)
+        once = {(unit, gathered): 2 * collective_time("all_gather", gathered, cluster, group)
+                + collective_time("reduce_scatter", g * unit, cluster, group) for unit, gathered in set(units)}
+        return sum(once[unit] for unit in units)
+
+    return strategy.grad_accum * max(stage_seconds(stage) for stage in stages)
 
 
 def fsdp_units(model, strategy, stage: int) -> list[int]:
@@ -195,7 +198,9 @@ def unit_seconds(model, cluster, strategy, stage: int, kind: str, per_parameter:
     if kind == "all_gather" and strategy.zero == 3:
         dense_bytes = gathered_unit_bytes(model, strategy, stage)
         expert_bytes = gathered_expert_bytes(model, strategy, stage)
-    seconds = [slower * collective_time(kind, size, cluster, group) for size in dense_bytes]
+    # layers of one size cost alike: one collective_time per distinct size (a search asks for thousands)
+    once = {size: slower * collective_time(kind, size, cluster, group) for size in set(dense_bytes)}
+    seconds = [once[size] for size in dense_bytes]
     moe = iter(expert_bytes)
     first = pipeline_stages.first_layer(model, strategy, stage)
     for k in range(len(units) - 1):
