@@ -116,7 +116,9 @@ LLAMA_8B = ("--model", "llama3-8b", "--cluster", "h100-sxm")
     (("--model", "gpt2-small", "--cluster", "h100-sxm", "--nodes", "3", "--tp", "12"), ["--tp-across-nodes"]),
     (("--model", "llama3-70b", "--cluster", "t4"), ["add nodes", "shorter sequences (--seq-len)"]),
     ((*LLAMA_8B, "--micro-batch", "two"), ["--micro-batch", "invalid int value"]),
-    ((*LLAMA_8B, "--bogus"), ["unrecognized arguments: --bogus"]),
+    ((*LLAMA_8B, "--bogus"), ["python -m ddp_lab plan: error: unrecognized arguments: --bogus (python -m ddp_lab "
+                              "plan --help lists its flags)"]),
+    ((*LLAMA_8B, "--micro-bach", "2"), ["unrecognized arguments: --micro-bach 2; did you mean --micro-batch?"]),
     # issues 29, 30: expert- and context-parallel sizes
     ((*LLAMA_8B, "--ep", "2"), ["--ep 2 needs a mixture-of-experts model", "mixtral-8x7b"]),
     (("--model", "mixtral-8x7b", "--cluster", "h100-sxm", "--ep", "3"), ["--ep 3 must divide the 8 experts",
