@@ -163,8 +163,11 @@ def is_moe_layer(model, index: int) -> bool:
 
 def stage_moe_layers(model, strategy, stage: int) -> int:
     """MoE layers among pipeline stage `stage`'s layers (stages hold layers // pp consecutive layers)."""
+    if model.moe is None:
+        return 0
     per_stage = model.layers // strategy.pp
-    return sum(is_moe_layer(model, i) for i in range(stage * per_stage, (stage + 1) * per_stage))
+    first, end = stage * per_stage, (stage + 1) * per_stage
+    return max(0, end - max(first, model.moe.dense_layers))   # layers from dense_layers on are MoE layers
 
 
 def layer_change_per_rank(model, strategy) -> tuple[int, int]:
