@@ -3,9 +3,6 @@ and `python -m ddp_lab status`."""
 
 from __future__ import annotations
 
-import difflib
-import re
-
 from ddp_lab.plan.cli import run
 from ddp_lab.plan.cli_flags import OneLineErrors, add_arguments
 
@@ -52,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
                     "and waited for at most about half a second. Says 'no live cluster' when there is none.")
     args, unknown = parser.parse_known_args(argv)
     if unknown:   # said by the command's own parser, which knows its flags (the top one would name no command)
-        refuse_unknown(commands.choices[args.command], unknown)
+        commands.choices[args.command].refuse_unknown(unknown)
     if args.command == "plan":
         return run(args, plan)
     if args.command == "status":
@@ -68,16 +65,6 @@ def main(argv: list[str] | None = None) -> int:
     from ddp_lab.checks.grade import main as grade_main  # lazy: each command imports only what it runs (grade: nbclient)
 
     return grade_main(args.paths, as_json=args.json, timeout=args.timeout, jobs=args.jobs)
-
-
-def refuse_unknown(command, unknown: list[str]) -> None:
-    """Exit (status 2) with one line naming the arguments `command`'s parser does not know, a flag close to an
-    unknown one (`--seq_len` -> `--seq-len`) and where the flags are listed."""
-    flags = sorted(set(re.findall(r"--[a-z][\w-]*", command.format_usage())))
-    close = [match for word in unknown if word.startswith("--")
-             for match in difflib.get_close_matches(word.split("=")[0], flags, n=1, cutoff=0.8)]
-    guess = f"; did you mean {', '.join(close)}?" if close else ""
-    command.error(f"unrecognized arguments: {' '.join(unknown)}{guess} ({command.prog} --help lists its flags)")
 
 
 if __name__ == "__main__":

@@ -86,7 +86,8 @@ def test_breakdown_shows_total_and_exposed_dp_communication():
 LLAMA_8B = ("--model", "llama3-8b", "--cluster", "h100-sxm")
 
 
-@pytest.mark.parametrize("args, words", [
+# Bad input and the words its one line must hold (test_bad_input_exits_2_with_one_line_that_names_the_fix)
+BAD_INPUT = [
     (("--model", "llama9", "--cluster", "h100-sxm"), ["llama3-8b"]),          # lists the valid presets
     (("--model", "llama3-8b", "--cluster", "x100"), ["h100-sxm"]),
     (("--params", "7.5Q"), ["--params", "suffix"]),
@@ -132,19 +133,67 @@ LLAMA_8B = ("--model", "llama3-8b", "--cluster", "h100-sxm")
     ((*LLAMA_8B, "--tp", "2", "--cp", "auto"), ["--cp auto searches cp", "--tp chose one plan"]),
     ((*LLAMA_8B, "--tp", "4", "--pp", "2", "--cp", "4"), ["--tp 4 x --pp 2 x --cp 4 = 32 does not divide"]),
     (("--params", "7B", "--ep", "2"), ["drop --ep"]),
-])
-def test_bad_input_exits_2_with_one_line_that_names_the_fix(args, words):
+]
+
+# Runs `python -m ddp_lab`'s main() on each argv of json argv[1] in one interpreter (a subprocess per case costs an
+# interpreter's start-up, about 0.35 s here); prints [exit status, stdout, stderr] of each as JSON.
+MAIN_ON_EACH = """import contextlib, io, json, sys
+from ddp_lab.__main__ import main
+results = []
+for argv in json.loads(sys.argv[1]):
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(argv)
+        except SystemExit as stop:
+            code = stop.code
+    results.append([code, out.getvalue(), err.getvalue()])
+print(json.dumps(results))
+"""
+
+
+def plan_on_each(cases) -> list[tuple[int, str, str]]:
+    """(exit status, stdout, stderr) of `python -m ddp_lab plan ARGS` for each ARGS of `cases`, run in one subprocess
+    (MAIN_ON_EACH); a traceback anywhere fails the caller."""
+    argvs = [["plan", *args] for args in cases]
+    done = subprocess.run([sys.executable, "-c", MAIN_ON_EACH, json.dumps(argvs)], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    return [tuple(result) for result in json.loads(done.stdout)]
+
+
+@pytest.fixture(scope="module")
+def bad_input_said():
+    return plan_on_each(args for args, _ in BAD_INPUT)
+
+
+@pytest.mark.parametrize("case", range(len(BAD_INPUT)), ids=lambda case: " ".join(BAD_INPUT[case][0]))
+def test_bad_input_exits_2_with_one_line_that_names_the_fix(case, bad_input_said):
     """Issue 25: argparse-style, one stderr line (no usage block, no traceback) naming the flag and what
     is valid; no flag that does not exist (pp*virtual_stages, seq_len, Strategy.grad_accum)."""
-    result = plan(*args)
-    assert result.returncode == 2, result.stdout + result.stderr
-    assert result.stdout == "" and len(result.stderr.splitlines()) == 1, result.stderr
-    assert re.match(r"python -m ddp_lab( plan)?: error: ", result.stderr)
+    words = BAD_INPUT[case][1]
+    code, out, err = bad_input_said[case]
+    assert code == 2, out + err
+    assert out == "" and len(err.splitlines()) == 1, err
+    assert err.startswith("python -m ddp_lab plan: error: "), err
     for word in words:
-        assert word in result.stderr
+        assert word in err
     for name in ("virtual_stages", "seq_len", "Strategy.", "sequence_parallel="):
-        assert name not in result.stderr
+        assert name not in err
 
+
+
+def test_an_unknown_flag_is_named_by_the_plan_command_with_the_flag_it_is_close_to():
+    """Both ways in, as a user types them: `python -m ddp_lab plan` (its own parser answers, not the top one's
+    `python -m ddp_lab`) and `python -m ddp_lab.plan.cli`. A guess only where a flag is close."""
+    far = plan(*LLAMA_8B, "--gpu", "a100")
+    assert far.returncode == 2 and far.stdout == "", far.stderr
+    assert far.stderr == ("python -m ddp_lab plan: error: unrecognized arguments: --gpu a100 (python -m ddp_lab plan "
+                          "--help lists its flags)\n")
+    near = subprocess.run([sys.executable, "-m", "ddp_lab.plan.cli", *LLAMA_8B, "--seq_len=4096"],
+                          capture_output=True, text=True, timeout=120)
+    assert near.returncode == 2 and near.stdout == "", near.stderr
+    assert "unrecognized arguments: --seq_len=4096; did you mean --seq-len?" in near.stderr
 
 def test_default_batch_the_strategy_cannot_split_is_said():
     """dp = 6 (--nodes 3 --pp 4) cannot split the default 512 sequences: 510 are planned, and said so."""
@@ -380,23 +429,7 @@ def test_every_bad_model_flag_exits_2_with_one_line(tmp_path):
         (("--hf-config", _config(tmp_path, "quoted", {**LLAMA3_8B_CONFIG, "tie_word_embeddings": "false"}),
           "--cluster", "t4"), ["tie_word_embeddings = 'false': true or false is needed"]),
     ]
-    driver = (
-        "import contextlib, io, json, sys\n"
-        "from ddp_lab.plan.cli import main\n"
-        "results = []\n"
-        "for argv in json.loads(sys.argv[1]):\n"
-        "    out, err = io.StringIO(), io.StringIO()\n"
-        "    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):\n"
-        "        try:\n"
-        "            code = main(argv)\n"
-        "        except SystemExit as stop:\n"
-        "            code = stop.code\n"
-        "    results.append([code, out.getvalue(), err.getvalue()])\n"
-        "print(json.dumps(results))\n")
-    done = subprocess.run([sys.executable, "-c", driver, json.dumps([list(args) for args, _ in cases])],
-                          capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr              # a traceback anywhere ends the driver
-    for (args, words), (code, out, err) in zip(cases, json.loads(done.stdout)):
+    for (args, words), (code, out, err) in zip(cases, plan_on_each(args for args, _ in cases)):
         assert code == 2 and out == "" and len(err.splitlines()) == 1, (args, code, out, err)
         assert err.startswith("python -m ddp_lab plan: error: "), err
         for word in words:

@@ -7,6 +7,8 @@ Introduced in notebooks/13-plan-your-training-run.ipynb.
 from __future__ import annotations
 
 import argparse
+import difflib
+import re
 
 from ddp_lab.course.plan.attention_kernels import FLASH_KERNELS
 from ddp_lab.course.plan.cluster_spec import PRESET_NAMES, ClusterSpec
@@ -196,6 +198,22 @@ class OneLineErrors(argparse.ArgumentParser):
 
     def error(self, message: str):
         self.exit(2, f"{self.prog}: error: {message}\n")
+
+    def parse_args(self, args=None, namespace=None):
+        """argparse's parse_args, with unknown arguments refused by `refuse_unknown`."""
+        parsed, unknown = self.parse_known_args(args, namespace)
+        if unknown:
+            self.refuse_unknown(unknown)
+        return parsed
+
+    def refuse_unknown(self, unknown: list[str]):
+        """Exit (status 2) with one line naming the arguments this parser does not know, the flag one is close to
+        (`--micro-bach` -> `--micro-batch`) and where the flags are listed."""
+        flags = sorted(set(re.findall(r"--[a-z][\w-]*", self.format_usage())))
+        close = [match for word in unknown if word.startswith("--")
+                 for match in difflib.get_close_matches(word.split("=")[0], flags, n=1, cutoff=0.8)]
+        guess = f"; did you mean {', '.join(close)}?" if close else ""
+        self.error(f"unrecognized arguments: {' '.join(unknown)}{guess} ({self.prog} --help lists its flags)")
 
 
 def flag_name(name: str) -> str:

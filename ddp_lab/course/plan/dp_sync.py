@@ -58,11 +58,12 @@ def _sync_seconds(model, cluster, strategy, units_of, gathered_of, group) -> flo
                 + collective_time("all_gather", w * params, cluster, group))
 
     def stage_seconds(stage: int) -> float:
-        units = list(zip(units_of(model, strategy, stage), gathered_of(model, strategy, stage)))
-        # layers of one size cost alike: each distinct unit is costed once (a search asks for thousands)
+        sizes = list(zip(units_of(model, strategy, stage), gathered_of(model, strategy, stage)))
+        # layers of one size cost alike: each distinct (parameters, gathered bytes) is costed once (a search asks
+        # for thousands)
         once = {(unit, gathered): 2 * collective_time("all_gather", gathered, cluster, group)
-                + collective_time("reduce_scatter", g * unit, cluster, group) for unit, gathered in set(units)}
-        return sum(once[unit] for unit in units)
+                + collective_time("reduce_scatter", g * unit, cluster, group) for unit, gathered in set(sizes)}
+        return sum(once[size] for size in sizes)
 
     return strategy.grad_accum * max(stage_seconds(stage) for stage in stages)
 
