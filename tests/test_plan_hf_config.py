@@ -118,6 +118,15 @@ def test_what_the_planner_cannot_express_is_refused_in_one_line_naming_the_key(c
     assert "\n" not in message and all(word in message for word in words), message
 
 
+
+def test_a_family_the_planner_does_not_read_is_named_before_its_keys():
+    """gpt-oss's config (model_type gpt_oss) also has experts_per_token, a key no family read here has: the one line
+    names the family, as removing the key would not make the file readable."""
+    gpt_oss_like = {**config("Mixtral-8x7B-v0.1"), "model_type": "gpt_oss", "experts_per_token": 2}
+    with pytest.raises(ValueError, match=r"^model_type = 'gpt_oss': not a family the planner reads") as refused:
+        transformer_from_hf_config(gpt_oss_like, seq_len=4096)
+    assert "experts_per_token" not in str(refused.value)
+
 def test_the_cli_prints_the_count_and_where_the_sequence_length_came_from(capsys):
     """Issue 47: every search and plan says the parameters read (so a misread file shows) and, for a config,
     that max_position_embeddings was planned unless --seq-len says the training length."""

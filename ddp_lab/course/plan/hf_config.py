@@ -135,17 +135,17 @@ def _family(config: dict) -> str | None:
     for key, meaning in NOT_MODELLED.items():
         if config.get(key) not in (None, 0, False):
             raise ValueError(f"{key} = {config[key]!r}: {meaning}")
+    family = config.get("model_type")   # before single keys: removing a key would not make another family readable
+    if family is not None and family not in FAMILIES:
+        raise ValueError(f"model_type = {family!r}: not a family the planner reads ({', '.join(FAMILIES)}); its "
+                         f"code may build what config.json does not say (a gated FFN, biases, extra norms): "
+                         f"describe the model with the shape flags")
     for key, value in config.items():
         unset = value is None or value is False or value == 0 or value in ([], {})
         if key not in KNOWN and not unset and any(word in key.lower() for word in SHAPE_WORDS):
             raise ValueError(f"{key} = {value!r}: the planner does not read {key}, and its name says it may change "
                              f"the model; if it changes neither parameters nor FLOPs, remove it from a copy of the "
                              f"file (or describe the model with the shape flags)")
-    family = config.get("model_type")
-    if family is not None and family not in FAMILIES:
-        raise ValueError(f"model_type = {family!r}: not a family the planner reads ({', '.join(FAMILIES)}); its "
-                         f"code may build what config.json does not say (a gated FFN, biases, extra norms): "
-                         f"describe the model with the shape flags")
     return family
 
 
