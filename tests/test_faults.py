@@ -145,6 +145,35 @@ def test_segfault(capsys):
     assert_root_cause(error, 1, ddp_lab.RankCrashed)
 
 
+
+def receives_too_few_bytes_deep_down(rank, depth=24):
+    """Rank 1 posts a 3-float recv for rank 0's 4 floats from `depth` calls down: gloo's enforce aborts it in C++
+    (`terminate called ... what(): ... op.preamble.length <= op.nbytes`), and faulthandler's stack of those calls
+    is longer than the failure's tail."""
+    if depth:
+        return receives_too_few_bytes_deep_down(rank, depth - 1)
+    if rank == 0:
+        dist.send(torch.ones(4), 1)
+    else:
+        dist.recv(torch.empty(3), 0)
+    dist.barrier()
+
+
+def test_a_cpp_abort_under_a_deep_stack_still_shows_what_cpp_said(capsys):
+    """The failure's tail of a crashed rank keeps the lines just before faulthandler's "Fatal Python error":
+    where the stack pushed C++'s message out of the last lines, it is shown above them (lesson 02's check reads
+    it to say that a recv got a message of another size)."""
+    with pytest.raises(ddp_lab.LaunchError) as caught:
+        ddp_lab.launch(receives_too_few_bytes_deep_down, nprocs=2, backend="gloo", timeout=60)
+    error, message = caught.value, str(caught.value)
+    assert "rank 1 died with signal SIGABRT (6) before returning" in message
+    details = error.failures[1].details
+    assert details.startswith("what it printed before the crash's stack:\n"), details
+    assert re.search(r"op\.preamble\.length <= op\.nbytes|doesn't match expected size", details), details
+    assert details.count("in receives_too_few_bytes_deep_down") < 24   # the stack itself is cut to the tail
+    assert_no_ranks_left()
+    assert_root_cause(error, 1, ddp_lab.RankCrashed)
+
 # --- SIGKILL from outside while the others wait in a collective ---------------------------
 
 def sleeps_while_peers_wait(rank, marker_dir):

@@ -21,6 +21,7 @@ from ddp_lab.launcher.stacks import HIDDEN_FRAMES, OUTSIDE_FN
 from ddp_lab.launcher.supervisor import STARTUP_S
 
 _TAIL_LINES = 15
+_CAUSE_LINES = 3   # C++'s terminate message before faulthandler's stack: "terminate called ...", "  what(): ..."
 _PEER_LOST = re.compile(r"Connection closed by peer|Connection reset by peer|Broken pipe")
 
 
@@ -29,13 +30,19 @@ def _shorten(text: str, limit: int = 160) -> str:
 
 
 def _tail(text: str) -> str:
+    """A crashed rank's output for its failure: the last _TAIL_LINES lines, and, where faulthandler's stack pushed
+    them out, the _CAUSE_LINES lines just before its "Fatal Python error" (C++'s `terminate called ... what(): ...`,
+    which names the cause)."""
     lines = [line for line in text.splitlines()
              if not any(f in line for f in HIDDEN_FRAMES) and not line.startswith("Extension modules:")]
     if not lines:
         return "(it printed nothing)"
     shown = lines[-_TAIL_LINES:]
     head = f"last {len(shown)} of {len(lines)} lines of its output:" if len(lines) > len(shown) else "its output:"
-    return "\n".join([head] + ["  " + line for line in shown])
+    fatal = max((at for at, line in enumerate(lines) if line.startswith("Fatal Python error")), default=0)
+    cause = lines[max(0, fatal - _CAUSE_LINES):fatal] if 0 < fatal <= len(lines) - len(shown) else []
+    above = ["what it printed before the crash's stack:"] + ["  " + line for line in cause] if cause else []
+    return "\n".join(above + [head] + ["  " + line for line in shown])
 
 
 def raised_failure(rank: int, report: dict, names: dict) -> RankFailure:
