@@ -9,6 +9,8 @@ timeout (a hang can only be proven by waiting for it).
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 import torch.distributed as dist
@@ -22,17 +24,20 @@ from ddp_lab.launcher.launch import launch
 DEADLOCK_TIMEOUT = 3.0   # the hint does not depend on where the ranks wait, so a short wait suffices
 DILOCO_HINTS = ("wrong sign", "summed, not averaged", "starts again every round", "inner AdamW state was averaged",
                 "made anew every round", "plain momentum", "keep their local weights", "package's own answer",
-                "a model's worth per inner step")
-RECOVER_HINTS = ("sent from rank 0, the recovering one", "kept its stale weights", "momentum did not",
+                "a model's worth per inner step", "pseudo-gradient your replicas all-reduced was zero")
+RECOVER_HINTS = ("sent from rank 0, the recovering one", "sent from rank 1, the recovering one",
+                 "kept its stale weights", "momentum did not",
                  "package's own answer")
 
 
 def _diloco(model, batches, inner_steps, sign=1.0, mean=True, reset_outer=False, average_inner=False,
-            fresh_inner=False, nesterov=True, keep_local=False, only_rank0=False, every_step=False):
-    """A DiLoCo loop with one mistake switched on by its flag (the right answer with none)."""
+            fresh_inner=False, nesterov=True, keep_local=False, only_rank0=False, every_step=False, anchor="copy"):
+    """A DiLoCo loop with one mistake switched on by its flag (the right answer with none). `anchor`: θ_global
+    as a copy taken before training ("copy"), the model's own parameters detached ("view", no .clone()), or a
+    copy taken again at every sync, after the inner steps ("late")."""
     world_size = dist.get_world_size()
     inner = torch.optim.AdamW(model.parameters(), lr=0.01)
-    global_params = [p.detach().clone() for p in model.parameters()]
+    global_params = [p.detach() if anchor == "view" else p.detach().clone() for p in model.parameters()]
     outer = torch.optim.SGD(global_params, lr=0.7, momentum=0.9, nesterov=nesterov)
     for step, (x, y) in enumerate(batches):
         inner.zero_grad()
@@ -46,6 +51,9 @@ def _diloco(model, batches, inner_steps, sign=1.0, mean=True, reset_outer=False,
         if (step + 1) % inner_steps:
             continue
         with torch.no_grad():
+            if anchor == "late":
+                global_params = [p.detach().clone() for p in model.parameters()]
+                outer = torch.optim.SGD(global_params, lr=0.7, momentum=0.9, nesterov=nesterov)
             if reset_outer:
                 outer = torch.optim.SGD(global_params, lr=0.7, momentum=0.9, nesterov=nesterov)
             for g, p in zip(global_params, model.parameters()):
@@ -72,7 +80,10 @@ DILOCO_ANSWERS = [({}, None), ({"sign": -1.0}, "wrong sign"), ({"mean": False}, 
                   ({"average_inner": True}, "inner AdamW state was averaged"),
                   ({"fresh_inner": True}, "made anew every round"), ({"nesterov": False}, "plain momentum"),
                   ({"keep_local": True}, "keep their local weights"),
-                  ({"every_step": True}, "a model's worth per inner step")]
+                  ({"every_step": True}, "a model's worth per inner step"),
+                  # θ_global never apart from the model: every pseudo-gradient is zero (which ends as keep_local does)
+                  ({"anchor": "view"}, "pseudo-gradient your replicas all-reduced was zero"),
+                  ({"anchor": "late"}, "pseudo-gradient your replicas all-reduced was zero")]
 
 
 def _run_diloco_answers(rank: int) -> list:
@@ -108,6 +119,13 @@ def test_diloco_names_each_mistake_and_only_it(diloco_results, index, capsys):
         _fails_with_only(judge_diloco, diloco_results[index], DILOCO_HINTS, expected)
 
 
+def test_diloco_failure_shows_the_values_that_differ(diloco_results):
+    with pytest.raises(CheckFailed) as failure:
+        judge_diloco("answer", diloco_results[1])          # the pseudo-gradient's sign
+    got, expected = re.search(r"got (\[[^]]*\]), expected (\[[^]]*\])", str(failure.value)).groups()
+    assert got != expected and "a tensor of shape" not in str(failure.value)
+
+
 def test_diloco_inner_state_mistake_is_also_seen_in_the_bytes(diloco_results):
     sent = sum(n for _, n in diloco_results[4][0]["sent"])
     right = sum(n for _, n in diloco_results[0][0]["sent"])
@@ -123,17 +141,26 @@ def test_diloco_stops_a_deadlock_with_a_hint():
     assert "did not finish within" in message and "a collective under a condition on the rank" in message, message
 
 
-def _recover(model, optimizer, source_rank, src=None, load=True, optimizer_too=True):
+def _recover(model, optimizer, source_rank, src=None, load=True, optimizer_too=True, loader=None,
+             new_optimizer=False):
+    """The right answer with no flag; `src` and `loader` fix the source and the rank that loads, as if the
+    check's first case were the only one; `new_optimizer` loads the state into a new SGD, not the caller's."""
     state = [{"model": model.state_dict(), "optimizer": optimizer.state_dict()}]
     dist.broadcast_object_list(state, src=source_rank if src is None else src)
-    if dist.get_rank() != source_rank and load:
+    loads = dist.get_rank() != source_rank if loader is None else dist.get_rank() == loader
+    if loads and load:
         model.load_state_dict(state[0]["model"])
+        if new_optimizer:
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
         if optimizer_too:
             optimizer.load_state_dict(state[0]["optimizer"])
 
 
 RECOVER_ANSWERS = [({}, None), ({"src": 0}, "sent from rank 0, the recovering one"),
-                   ({"load": False}, "kept its stale weights"), ({"optimizer_too": False}, "momentum did not")]
+                   ({"load": False}, "kept its stale weights"), ({"optimizer_too": False}, "momentum did not"),
+                   # right for the first case only (rank 0 returning, source 1): the second case shows them
+                   ({"src": 1}, "sent from rank 1, the recovering one"), ({"loader": 0}, "kept its stale weights"),
+                   ({"new_optimizer": True}, "momentum did not")]
 
 
 def _run_recover_answers(rank: int) -> list:

@@ -9,22 +9,26 @@ solutions/17-compile-and-low-precision.ipynb, so it is not run again here.
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 import torch.distributed as dist
 
 from ddp_lab.checks import CheckFailed
+from ddp_lab.checks.common import division_into_a_new_tensor
 from ddp_lab.checks.lesson17 import WORLD, check_to_fp8, judge_scaler, scaler_runs
 from ddp_lab.course.low_precision import fp8
 from ddp_lab.course.low_precision.loss_scaling import AgreedLossScaler
 from ddp_lab.launcher.launch import launch
 
-SCALER_HINTS = ("decided per rank", "never divided by the scale", "clipped before they were unscaled",
+SCALER_HINTS = ("decided per rank", "never divided by the scale", "divides into new tensors",
+                "clipped before they were unscaled",
                 "not capped at 1", "norm of its own shard", "norms were added", "averaged over the ranks",
                 "must be skipped on every rank", "the package's own answer")
 FP8_HINTS = ("gradients take e5m2", "weights and activations take e4m3", "wrong dimension", "keep the reduced dimension",
              "inverted", "x.max() misses", "other format's largest", "one scale per row", "one scale for the whole",
-             "the package's own answer")
+             "the package's own answer", "wrong way round", "is another FP8 format", "is a Python float")
 
 
 def _fails_with_only(message: str, expected: str, hints: tuple) -> None:
@@ -131,6 +135,32 @@ def step_ignores_overflow(params, optimizer, scale, max_norm):
     return True
 
 
+def step_unscaled_into_new_tensors(params, optimizer, scale, max_norm):
+    grads = [p.grad / scale for p in params]                       # divided, but p.grad keeps the scale
+    flag = torch.tensor([0.0 if all(torch.isfinite(g).all() for g in grads) else 1.0])
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+    if flag.item():
+        return False
+    squares = sum(g.pow(2).sum() for g in grads).reshape(1)
+    dist.all_reduce(squares)
+    norm = squares.sqrt().item()
+    if norm > max_norm:
+        for g in grads:
+            g.mul_(max_norm / (norm + 1e-6))
+    optimizer.step()
+    return True
+
+
+def step_multiplied_by_scale(params, optimizer, scale, max_norm):
+    for p in params:
+        p.grad.mul_(scale)                                         # mul_ for div_
+    if _agreed_inf(params):
+        return False
+    _clip(params, max_norm)
+    optimizer.step()
+    return True
+
+
 def step_with_the_package(params, optimizer, scale, max_norm):
     return AgreedLossScaler(scale=scale).unscale_clip_and_step(params, optimizer, max_norm)
 
@@ -144,6 +174,8 @@ SCALER_MISTAKES = [
     (step_added_norms, "norms were added"),
     (step_averaged_squares, "averaged over the ranks"),
     (step_ignores_overflow, "must be skipped on every rank"),
+    (step_unscaled_into_new_tensors, "divides into new tensors"),
+    (step_multiplied_by_scale, "not capped at 1"),             # the hint names both: still scaled, or uncapped
     (step_with_the_package, "the package's own answer"),
 ]
 
@@ -158,7 +190,7 @@ def scaler_results():
 @pytest.mark.parametrize("answer, expected", SCALER_MISTAKES, ids=[a.__name__ for a, _ in SCALER_MISTAKES])
 def test_scaler_check_names_each_mistake_and_only_it(scaler_results, answer, expected):
     with pytest.raises(CheckFailed) as failure:
-        judge_scaler(answer.__name__, scaler_results[answer.__name__])
+        judge_scaler(answer.__name__, scaler_results[answer.__name__], division_into_a_new_tensor(answer))
     _fails_with_only(str(failure.value), expected, SCALER_HINTS)
 
 
@@ -220,6 +252,25 @@ def fp8_the_packages(x, role, rowwise):
     return fp8.to_fp8(x, role, rowwise)
 
 
+def fp8_pair_reversed(x, role, rowwise):
+    x_fp8, scale = _cast(x, _format(role), x.abs().amax(dim=-1, keepdim=True) if rowwise else x.abs().amax())
+    return scale, x_fp8
+
+
+def fp8_fnuz(x, role, rowwise):
+    dtype = torch.float8_e5m2fnuz if role == "gradient" else torch.float8_e4m3fnuz
+    return _cast(x, dtype, x.abs().amax(dim=-1, keepdim=True) if rowwise else x.abs().amax())
+
+
+def fp8_python_scale(x, role, rowwise):
+    x_fp8, scale = _cast(x, _format(role), x.abs().amax(dim=-1, keepdim=True) if rowwise else x.abs().amax())
+    return x_fp8, scale.item() if scale.numel() == 1 else scale
+
+
+def fp8_abs_only_per_tensor(x, role, rowwise):
+    return _cast(x, _format(role), x.amax(dim=-1, keepdim=True) if rowwise else x.abs().amax())
+
+
 @pytest.mark.parametrize("answer, expected", [
     (fp8_swapped, "weights and activations take e4m3"),
     (fp8_gradients_e4m3, "gradients take e5m2"),
@@ -231,11 +282,23 @@ def fp8_the_packages(x, role, rowwise):
     (fp8_always_per_tensor, "one scale per row"),
     (fp8_always_per_row, "one scale for the whole"),
     (fp8_the_packages, "the package's own answer"),
+    (fp8_pair_reversed, "wrong way round"),
+    (fp8_fnuz, "is another FP8 format"),
+    (fp8_python_scale, "is a Python float"),
+    (fp8_abs_only_per_tensor, "x.max() misses"),
 ])
 def test_fp8_check_names_each_mistake_and_only_it(answer, expected):
     with pytest.raises(CheckFailed) as failure:
         check_to_fp8(answer)
     _fails_with_only(str(failure.value), expected, FP8_HINTS)
+
+
+def test_fp8_scale_message_shows_a_row_where_the_scales_differ():
+    with pytest.raises(CheckFailed) as failure:
+        check_to_fp8(fp8_abs_only_per_tensor)         # right per tensor; per row, only some rows' amax is negative
+    got, expected = re.search(r"scale (\S+ \(row \d+\)) where fp8_max / amax = (\S+ \(row \d+\))",
+                              str(failure.value)).groups()
+    assert got != expected
 
 
 def test_fp8_check_says_a_stub_is_not_written():

@@ -216,12 +216,13 @@ def answer_of(fn, references) -> str | None:
 # --- evidence in the learner's source --------------------------------------------------------------
 
 def division_into_a_new_tensor(fn) -> str | None:
-    """The first line of fn's source that divides a reduced gradient into a NEW tensor bound to a plain name
-    (`grad = grad / n`, `mean = p.grad / n`, `g = g.div(n)`), or None.
+    """The first line of fn's source that divides a gradient into a NEW tensor bound to a plain name
+    (`grad = grad / n`, `mean = p.grad / n`, `g = g.div(n)`, `grads = [p.grad / n for p in params]`), or None.
 
-    Evidence for a check whose answer left a gradient as the sum over ranks: such a line did divide, but
-    the gradient the check reads is still the tensor all_reduce changed in place. Counted only where the
-    divided value is a gradient (its text names "grad") or a tensor the function all-reduces.
+    Evidence for a check whose answer left a gradient undivided where it reads it (the sum over ranks that
+    all_reduce left in place, lessons 09-10; the scaled gradient an optimizer steps with, lesson 17): such a
+    line did divide, but into a tensor the check does not read. Counted only where the divided value is a
+    gradient (its text names "grad") or a tensor the function all-reduces.
     """
     try:
         source = textwrap.dedent(inspect.getsource(fn))
@@ -235,6 +236,8 @@ def division_into_a_new_tensor(fn) -> str | None:
         if not (isinstance(node, ast.Assign) and all(isinstance(target, ast.Name) for target in node.targets)):
             continue
         value = node.value
+        if isinstance(value, (ast.ListComp, ast.GeneratorExp)):      # [p.grad / n for p in params]
+            value = value.elt
         if isinstance(value, ast.BinOp) and isinstance(value.op, ast.Div):
             divided = value.left
         elif isinstance(value, ast.Call) and ast.unparse(value.func).split(".")[-1] in ("div", "true_divide", "divide"):

@@ -5,11 +5,13 @@
 
 Both run on gloo ranks with a short timeout, so an answer where some ranks skip a collective ends
 with a message instead of a hang. DiLoCo runs on 2 replicas, each with its own batches, for 2
-rounds of 3 inner steps; every rank's final parameters are compared with one process simulating
+rounds of 4 inner steps; every rank's final parameters are compared with one process simulating
 both replicas, and a wrong result with what each likely mistake gives (pseudo-gradient's sign,
 a sum for a mean, the outer momentum reset each round, the inner AdamW state averaged or made
-anew, plain momentum for Nesterov, the replicas left at their local weights). Recovery runs on 3
-ranks, rank 0 returning with stale weights and no optimizer state, ranks 1 and 2 healthy.
+anew, plain momentum for Nesterov, the replicas left at their local weights) or with what the
+replicas sent (a pseudo-gradient of zeros: θ_global never kept apart from the model). Recovery
+runs on 3 ranks twice: rank 0 returning with stale weights and no optimizer state while rank 1 is
+the source, then rank 1 returning while rank 2 is, so an answer that fixes either rank fails.
 
 Introduced in notebooks/16-communicate-less.ipynb.
 """
@@ -22,13 +24,16 @@ import torch.nn.functional as F
 from torch import nn
 
 from ddp_lab.checks import CheckFailed, passed
-from ddp_lab.checks.common import call_case, describe, ensure_written, run_on_ranks, watching_calls
+from ddp_lab.checks.common import call_case, ensure_written, run_on_ranks, watching_calls
 from ddp_lab.course.communicate_less import diloco, quorum
 from ddp_lab.instruments.collectives import watching_collectives
 
 REPLICAS, INNER_STEPS, ROUNDS = 2, 4, 2   # 4 inner steps: a per-step all-reduce (4x) never looks like AdamW's moments (3x)
 INNER_LR, OUTER_LR, OUTER_MOMENTUM = 0.01, 0.7, 0.9
-QUORUM, SOURCE = 3, 1            # recovery: rank 0 returns, ranks 1 and 2 are healthy; the exercise names rank 1
+QUORUM = 3
+# recovery, (returning rank, source rank) per case: the exercise's first; then another of each, so that an answer
+# that fixes the returning rank or the source (`if rank == 0`, `src=1`) fails
+RECOVERY_CASES = ((0, 1), (1, 2))
 DILOCO_ANSWERS = (diloco.DiLoCo.sync, diloco.average_over_replicas)
 RECOVER_ANSWERS = (quorum.recover_from_peer,)
 SEEN = {"all_reduce": (0, "tensor"), "all_gather": (1, "tensor"), "broadcast": (0, "tensor"),
@@ -113,15 +118,25 @@ def _diloco_runner(rank: int, train_diloco) -> dict:
     model, sent = make_model(), []
     case = (f"running on rank {rank} of {dist.get_world_size()} with {ROUNDS * INNER_STEPS} batches and "
             f"inner_steps={INNER_STEPS}")
-    with watching_collectives(SEEN, lambda name, what: sent.append((name, _nbytes(what)))), \
-            watching_calls(DILOCO_ANSWERS) as called:
+    zeros = []                                     # per all_reduce: whether all it sent was zero
+    def seen(name, what):
+        sent.append((name, _nbytes(what)))
+        if name == "all_reduce":
+            zeros.append(_all_zero(what))
+    with watching_collectives(SEEN, seen), watching_calls(DILOCO_ANSWERS) as called:
         call_case(train_diloco, case, model, replica_batches(rank), INNER_STEPS)
-    return {"params": [p.detach().clone() for p in model.parameters()], "sent": sent, "called": list(called)}
+    return {"params": [p.detach().clone() for p in model.parameters()], "sent": sent, "zeros": zeros,
+            "called": list(called)}
 
 
 def _nbytes(what) -> int:
     items = what if isinstance(what, (list, tuple)) else [what]
     return sum(t.numel() * t.element_size() for t in items if torch.is_tensor(t))
+
+
+def _all_zero(what) -> bool:
+    items = what if isinstance(what, (list, tuple)) else [what]
+    return all(torch.is_tensor(t) and not t.any() for t in items)
 
 
 def _diloco_hang_hint(calls: set) -> str:
@@ -135,7 +150,7 @@ def _diloco_hang_hint(calls: set) -> str:
 def check_train_diloco(train_diloco, timeout: float = 30.0) -> None:
     """Check `train_diloco(model, batches, inner_steps)` on 2 gloo replicas against one process.
 
-    Each replica trains its own batches for 2 rounds of 3 inner steps (AdamW, lr 0.01) with an
+    Each replica trains its own batches for 2 rounds of 4 inner steps (AdamW, lr 0.01) with an
     outer SGD (lr 0.7, momentum 0.9, Nesterov) on the averaged pseudo-gradient; afterwards every
     replica's model must hold the global parameters, and each replica must have sent one model's
     worth of bytes per round.
@@ -162,9 +177,8 @@ def judge_diloco(name: str, results) -> None:
         index = next(i for i, (g, w) in enumerate(zip(got, want[rank])) if not torch.allclose(g, w, atol=1e-5,
                                                                                             rtol=1e-4))
         where = (f"rank {rank}: parameter {index} (shape {tuple(want[rank][index].shape)}) differs from one process's "
-                 f"DiLoCo: got {describe(got[index].flatten()[:3])} ..., expected "
-                 f"{describe(want[rank][index].flatten()[:3])} ...")
-        hint = next((text for flags, text in DILOCO_MISTAKES
+                 f"DiLoCo: got {_values(got[index])}, expected {_values(want[rank][index])}")
+        hint = _zero_delta_hint(results) or next((text for flags, text in DILOCO_MISTAKES
                      if all(torch.allclose(g, w, atol=1e-5, rtol=1e-4)
                             for g, w in zip(got, simulate_diloco(**flags)[rank]))), None)
         if hint is None:
@@ -183,6 +197,22 @@ def judge_diloco(name: str, results) -> None:
                               f"\nHint: {hint}.")
     passed(f"{name}: 2 replicas, {ROUNDS} rounds of {INNER_STEPS} AdamW steps, outer Nesterov SGD on the averaged "
            f"pseudo-gradient == one process; {per_round * ROUNDS} bytes sent per replica ({ROUNDS} x the model)")
+
+
+def _values(t: torch.Tensor) -> str:
+    """A parameter's first values, for the 'got ..., expected ...' line."""
+    return "[" + ", ".join(f"{v:.5g}" for v in t.flatten()[:3].tolist()) + (", ...]" if t.numel() > 3 else "]")
+
+
+def _zero_delta_hint(results) -> str | None:
+    """A hint only where the bytes show it: every replica all-reduced pseudo-gradients that were all zero."""
+    zeros = [flag for result in results for flag in result.get("zeros", [])]
+    if not zeros or not all(zeros):
+        return None
+    return ("every pseudo-gradient your replicas all-reduced was zero, so the outer step had nothing to apply. "
+            "θ_global − θ_local is zero when θ_global is the model's own parameters (the same tensors, or detached "
+            "views of them) or a copy taken after the inner steps: keep θ_global as a separate copy of the "
+            "parameters, taken once before training (.clone()), and changed only by the outer step")
 
 
 def _traffic_hint(sent: list) -> str | None:
@@ -224,18 +254,22 @@ def _one_more_step(model, optimizer) -> list:
 
 
 def _recover_runner(rank: int, recover) -> dict:
-    if rank == 0:                                     # returning: stale weights, an optimizer without state
-        model = make_model(seed=7)
-        optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-    else:
-        model, optimizer = _healthy_replica()
-    case = f"running on rank {rank} of {dist.get_world_size()} with source_rank={SOURCE}"
-    with watching_calls(RECOVER_ANSWERS) as called:
-        call_case(recover, case, model, optimizer, SOURCE)
-    after = [p.detach().clone() for p in model.parameters()]
-    momentum = bool(optimizer.state) and all("momentum_buffer" in s for s in optimizer.state.values())
-    return {"params": after, "stepped": _one_more_step(model, optimizer), "momentum": momentum,
-            "called": list(called)}
+    """Every case of RECOVERY_CASES in turn on this rank: {"cases": [per case: params, stepped, momentum], "called"}."""
+    cases, called = [], []
+    for returning, source in RECOVERY_CASES:
+        if rank == returning:                             # stale weights, an optimizer without state
+            model = make_model(seed=7)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        else:
+            model, optimizer = _healthy_replica()
+        case = f"running on rank {rank} of {dist.get_world_size()} (rank {returning} returning), source_rank={source}"
+        with watching_calls(RECOVER_ANSWERS) as called_here:
+            call_case(recover, case, model, optimizer, source)
+        called.extend(called_here)
+        after = [p.detach().clone() for p in model.parameters()]
+        momentum = bool(optimizer.state) and all("momentum_buffer" in s for s in optimizer.state.values())
+        cases.append({"params": after, "stepped": _one_more_step(model, optimizer), "momentum": momentum})
+    return {"cases": cases, "called": called}
 
 
 def _recover_hang_hint(calls: set, places: dict) -> str:
@@ -246,12 +280,12 @@ def _recover_hang_hint(calls: set, places: dict) -> str:
 
 
 def check_recover_from_peer(recover_from_peer, timeout: float = 30.0) -> None:
-    """Check `recover_from_peer(model, optimizer, source_rank)` on 3 gloo ranks.
+    """Check `recover_from_peer(model, optimizer, source_rank)` on 3 gloo ranks, in two cases.
 
-    Rank 0 returns with stale weights and an optimizer without state; ranks 1 and 2 are healthy
-    (two SGD steps with momentum). Every rank calls the answer with source_rank=1; afterwards
-    every rank must hold rank 1's weights and momentum, so that one more step gives the same
-    weights everywhere.
+    The returning rank comes back with stale weights and an optimizer without state; the others are
+    healthy (two SGD steps with momentum). First rank 0 returns and every rank calls the answer with
+    source_rank=1, then rank 1 returns with source_rank=2. Afterwards every rank must hold the
+    source's weights and momentum, so that one more step gives the same weights everywhere.
 
     Introduced in notebooks/16-communicate-less.ipynb.
     """
@@ -263,7 +297,8 @@ def check_recover_from_peer(recover_from_peer, timeout: float = 30.0) -> None:
 
 
 def judge_recovery(name: str, results) -> None:
-    """Compare every rank's state after recovery with the healthy state; CheckFailed naming the mistake."""
+    """Compare every rank's state after recovery with the healthy state, case by case; CheckFailed naming the
+    mistake. `results`: `_recover_runner`'s, one per rank."""
     called = next((r["called"] for r in results if r.get("called")), None)
     if called:
         raise CheckFailed(f"{name} calls {called[0]}, the package's own answer to this exercise, so the check "
@@ -273,28 +308,32 @@ def judge_recovery(name: str, results) -> None:
     healthy_next = _one_more_step(healthy_model, healthy_optimizer)
     stale = [p.detach().clone() for p in make_model(seed=7).parameters()]
     same = lambda a, b: all(torch.allclose(x, y, atol=1e-6) for x, y in zip(a, b))   # noqa: E731
-    spoiled = [rank for rank in range(1, len(results)) if same(results[rank]["params"], stale)]
-    if spoiled:                                     # a healthy replica received the returning one's weights
-        raise CheckFailed(f"rank {spoiled[0]}, a healthy replica, now holds the returning replica's stale weights "
-                          f"(rank 0's), not rank {SOURCE}'s.\nHint: they were sent from rank 0, the recovering "
-                          "one; send from source_rank, the healthy peer.")
-    for rank, result in enumerate(results):
-        if same(result["params"], healthy):
-            continue
-        if same(result["params"], stale):
-            hint = ("the recovering replica kept its stale weights: it must load what the healthy peer sent "
-                    "(model.load_state_dict) before the next step")
-        else:
-            hint = "after recovery every rank must hold source_rank's model parameters, unchanged"
-        raise CheckFailed(f"rank {rank}: after {name} its parameters differ from the healthy replica's "
-                          f"(rank {SOURCE}).\nHint: {hint}.")
-    for rank, result in enumerate(results):
-        if not same(result["stepped"], healthy_next):
-            hint = ("the weights arrived but the optimizer's momentum did not: the next SGD step starts its momentum "
-                    "from zero. Send optimizer.state_dict() too and load it" if not result["momentum"] else
-                    "the weights arrived, but the optimizer state differs from the healthy peer's: load its "
-                    "optimizer.state_dict()")
-            raise CheckFailed(f"rank {rank}: one SGD step after recovery gives other weights than the healthy "
-                              f"replica's.\nHint: {hint}.")
-    passed(f"{name}: the returning replica (rank 0) holds rank {SOURCE}'s weights and momentum; one more step "
-           "agrees on all 3 ranks")
+    for index, (returning, source) in enumerate(RECOVERY_CASES):
+        got = [result["cases"][index] for result in results]
+        case = f"rank {returning} returning, source_rank={source}"
+        spoiled = [rank for rank in range(len(got)) if rank != returning and same(got[rank]["params"], stale)]
+        if spoiled:                                 # a healthy replica received the returning one's weights
+            raise CheckFailed(f"{case}: rank {spoiled[0]}, a healthy replica, now holds the returning replica's stale "
+                              f"weights (rank {returning}'s), not rank {source}'s.\nHint: they were sent from rank "
+                              f"{returning}, the recovering one; send from source_rank, the healthy peer.")
+        for rank, result in enumerate(got):
+            if same(result["params"], healthy):
+                continue
+            if same(result["params"], stale):
+                hint = (f"rank {rank}, the recovering replica, kept its stale weights: it must load what the healthy "
+                        "peer sent (model.load_state_dict) before the next step")
+            else:
+                hint = "after recovery every rank must hold source_rank's model parameters, unchanged"
+            raise CheckFailed(f"{case}: rank {rank}'s parameters after {name} differ from the healthy replica's "
+                              f"(rank {source}'s).\nHint: {hint}.")
+        for rank, result in enumerate(got):
+            if not same(result["stepped"], healthy_next):
+                hint = ("the weights arrived but the momentum did not reach the optimizer passed in: the next SGD "
+                        "step starts its momentum from zero. Send optimizer.state_dict() too and load it into that "
+                        "optimizer (optimizer.load_state_dict)" if not result["momentum"] else
+                        "the weights arrived, but the optimizer state differs from the healthy peer's: load its "
+                        "optimizer.state_dict()")
+                raise CheckFailed(f"{case}: on rank {rank} one SGD step after recovery gives other weights than "
+                                  f"the healthy replica's.\nHint: {hint}.")
+    passed(f"{name}: the returning replica holds the source's weights and momentum (rank 0 from rank 1, rank 1 from "
+           "rank 2); one more step agrees on all 3 ranks")

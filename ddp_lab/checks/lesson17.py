@@ -22,8 +22,8 @@ import torch
 import torch.nn as nn
 
 from ddp_lab.checks import CheckFailed, passed
-from ddp_lab.checks.common import (answer_raised, call_case, describe, ensure_written, package_answer_used, run_on_ranks,
-                                   watching_calls)
+from ddp_lab.checks.common import (answer_raised, call_case, describe, division_into_a_new_tensor, ensure_written,
+                                   package_answer_used, run_on_ranks, watching_calls)
 from ddp_lab.course.low_precision import fp8, loss_scaling
 
 WORLD = 2
@@ -95,7 +95,7 @@ def check_unscale_clip_and_step(unscale_clip_and_step, timeout: float = 30.0) ->
     name = getattr(unscale_clip_and_step, "__name__", "unscale_clip_and_step")
     results = run_on_ranks(_scaler_runner, (unscale_clip_and_step,), WORLD, timeout, name,
                            timeout_hint=_scaler_hang_hint)
-    judge_scaler(name, results)
+    judge_scaler(name, results, division_into_a_new_tensor(unscale_clip_and_step))
     passed(f"{name}: an overflow on one rank skips the step on both; unscaled gradients clipped by the norm over "
            "both ranks' shards")
 
@@ -134,18 +134,24 @@ def _coefficient(norm: float, threshold: float = MAX_NORM) -> float:
     return min(1.0, threshold / (norm + 1e-6))
 
 
-def _step_mistakes(case: str) -> list:
-    """(per-rank gradient coefficients, hint) a likely mistake gives in this case."""
+def _step_mistakes(case: str, division: str | None = None) -> list:
+    """(per-rank gradient coefficients, hint) a likely mistake gives in this case. `division`: a line of the answer
+    that divides a gradient into a new tensor (`division_into_a_new_tensor`), evidence for why p.grad kept the scale."""
     global_norm = _norm(case)
+    never_divided = ("the gradients were never divided by the scale: the optimizer stepped with scale times the true "
+                     "gradient. Unscale (grad / scale) first." if division is None else
+                     f"the optimizer stepped with scale times the true gradient: `{division}` divides into new "
+                     "tensors, while optimizer.step() reads p.grad, which still holds the scaled gradient. Divide "
+                     "p.grad itself (in place, div_), or assign the result back to p.grad.")
     return [
-        ([SCALE] * WORLD, "the gradients were never divided by the scale: the optimizer stepped with scale times "
-                          "the true gradient. Unscale (grad / scale) first."),
+        ([SCALE] * WORLD, never_divided),
         ([_coefficient(SCALE * n) for n in global_norm],
          "the gradients were clipped before they were unscaled: the norm compared with max_norm was scale times "
          "the true one, so the step came out far too small. Divide by the scale first, then clip."),
         ([MAX_NORM / n for n in global_norm],
          "the step has norm max_norm although the true gradient's norm is below it: either the clipping ran on "
-         "gradients still multiplied by the scale, or its coefficient was not capped at 1."),
+         "gradients still multiplied by the scale (not divided by it, or multiplied again), or its coefficient was "
+         "not capped at 1."),
         ([_coefficient(n) for n in _norm(case, "local")],
          "each rank clipped by the norm of its own shard: the model's gradient norm is over both shards, "
          "sqrt(sum over ranks of each shard's squared norm): all_reduce the squared norm before the square root."),
@@ -163,8 +169,9 @@ def _matches(got: list, want: list) -> bool:
                for g, w in zip(got, want))
 
 
-def judge_scaler(name: str, results) -> None:
-    """Compare every rank's stepped flag and parameters with the right step; CheckFailed naming the mistake."""
+def judge_scaler(name: str, results, division: str | None = None) -> None:
+    """Compare every rank's stepped flag and parameters with the right step; CheckFailed naming the mistake.
+    `division`: see `_step_mistakes`."""
     called = next((result["called"] for result in results if result.get("called")), None)
     if called:
         raise package_answer_used(name, called)
@@ -185,10 +192,10 @@ def judge_scaler(name: str, results) -> None:
             raise CheckFailed(f"with an inf in rank 1's shard, {name} returned False on rank {rank} but the "
                               "parameters changed: a skipped step leaves them as they were (no optimizer.step()).")
     for case in (case for case in CASES if case != "overflow on rank 1"):
-        _judge_step(name, case, [result["cases"][case] for result in results])
+        _judge_step(name, case, [result["cases"][case] for result in results], division)
 
 
-def _judge_step(name: str, case: str, got: list) -> None:
+def _judge_step(name: str, case: str, got: list, division: str | None = None) -> None:
     flags = [result["stepped"] for result in got]
     if flags != [True] * WORLD:
         raise CheckFailed(f"no overflow ({case}): {name} returned {flags} on ranks 0 and 1; expected True on both.")
@@ -199,7 +206,7 @@ def _judge_step(name: str, case: str, got: list) -> None:
     weight = got[rank]["params"][0]
     where = (f"no overflow, gradient norm {'over' if case == 'clipped' else 'under'} max_norm ({case}): rank {rank}'s "
              f"weight[0, 0] after the step is {weight[0, 0].item():.6g}, expected {want[rank][0][0, 0].item():.6g}")
-    for coefficients, hint in _step_mistakes(case):
+    for coefficients, hint in _step_mistakes(case, division):
         mistaken = [_stepped_by(case, r, coefficients[r]) for r in range(WORLD)]
         if all(_matches(result["params"], mistaken[r]) for r, result in enumerate(got)):
             raise CheckFailed(f"{where}.\nHint: {hint}")
@@ -260,21 +267,42 @@ def check_to_fp8(to_fp8) -> None:
         if called:
             raise package_answer_used(name, called)
         if not (isinstance(result, (tuple, list)) and len(result) == 2 and all(map(torch.is_tensor, result))):
-            raise CheckFailed(f"{case}: {name} returned {describe(result)}; expected a pair of tensors (x_fp8, scale).")
+            raise CheckFailed(f"{case}: {name} returned {describe(result)}; expected a pair of tensors (x_fp8, scale)."
+                              + _pair_hint(result))
         _judge_fp8(name, case, x, role, rowwise, *result)
     passed(f"{name}: e4m3 for weights and activations, e5m2 for gradients, scaled by amax per tensor and per row")
+
+
+def _pair_hint(result) -> str:
+    """Evidence in a returned pair that is not two tensors: a scale as a Python number."""
+    if isinstance(result, (tuple, list)) and len(result) == 2 and torch.is_tensor(result[0]) and \
+            isinstance(result[1], (int, float)):
+        return (f"\nHint: the scale is a Python {type(result[1]).__name__} ({result[1]:.6g}): keep it a tensor "
+                "(no .item()), shape () for the whole tensor or (rows, 1) per row, so it can scale x and travel with "
+                "x_fp8.")
+    return ""
+
+
+def _is_fp8(dtype: torch.dtype) -> bool:
+    return str(dtype).startswith("torch.float8_")
 
 
 def _judge_fp8(name: str, case: str, x: torch.Tensor, role: str, rowwise: bool, x_fp8, scale) -> None:
     dtype = fp8.FORMAT_FOR_ROLE[role]
     if x_fp8.dtype != dtype:
         other = fp8.E5M2 if dtype == fp8.E4M3 else fp8.E4M3
-        if x_fp8.dtype == other and role == "gradient":
+        if _is_fp8(scale.dtype) and not _is_fp8(x_fp8.dtype):
+            hint = ("the pair is the wrong way round: the second value is the FP8 tensor. Return (x_fp8, scale), "
+                    "the values first.")
+        elif x_fp8.dtype == other and role == "gradient":
             hint = ("gradients take e5m2 (float8_e5m2): they span more orders of magnitude than weights and "
                     "activations, and e5m2 has the range (max 57344); e4m3's precision is for the forward.")
         elif x_fp8.dtype == other:
             hint = ("weights and activations take e4m3 (float8_e4m3fn): more precision (3 mantissa bits) for "
                     "bounded values; e5m2's range is for gradients.")
+        elif _is_fp8(x_fp8.dtype):
+            hint = (f"{x_fp8.dtype} is another FP8 format: its largest value and its encoding of NaN differ. The "
+                    f"{role} role takes {dtype} here (weights and activations {fp8.E4M3}, gradients {fp8.E5M2}).")
         else:
             hint = (f"return the scaled values cast to the FP8 format with .to({dtype}); a {x_fp8.dtype} tensor "
                     "is not stored in FP8.")
@@ -285,7 +313,8 @@ def _judge_fp8(name: str, case: str, x: torch.Tensor, role: str, rowwise: bool, 
         raise CheckFailed(f"{case}: the scale has shape {tuple(scale.shape)}, expected {tuple(want_scale.shape)}."
                           f"\nHint: {_shape_hint(tuple(scale.shape), rowwise)}")
     if not torch.allclose(scale.float(), want_scale, rtol=1e-5):
-        raise CheckFailed(f"{case}: scale {_first(scale)} where fp8_max / amax = {_first(want_scale)}."
+        got_text, want_text = _first_difference(scale.float(), want_scale)
+        raise CheckFailed(f"{case}: scale {got_text} where fp8_max / amax = {want_text}."
                           f"\nHint: {_scale_hint(x, dtype, rowwise, scale.float())}")
     back = x_fp8.float() / want_scale
     smallest = torch.finfo(dtype).tiny * torch.finfo(dtype).eps        # the smallest subnormal: 2^-9, 2^-16
@@ -295,8 +324,13 @@ def _judge_fp8(name: str, case: str, x: torch.Tensor, role: str, rowwise: bool, 
                           f"{dtype}.")
 
 
-def _first(t: torch.Tensor) -> str:
-    return f"{t.reshape(-1)[0].item():.6g}" + (" (first row)" if t.numel() > 1 else "")
+def _first_difference(scale: torch.Tensor, want: torch.Tensor) -> tuple[str, str]:
+    """The scale and the right one where they first differ (a row, when there is one scale per row)."""
+    got, expected = scale.reshape(-1), want.reshape(-1)
+    differs = ~torch.isclose(got, expected, rtol=1e-5)
+    index = int(differs.nonzero()[0]) if differs.any() else 0
+    where = f" (row {index})" if expected.numel() > 1 else ""
+    return f"{got[index].item():.6g}{where}", f"{expected[index].item():.6g}{where}"
 
 
 def _shape_hint(shape: tuple, rowwise: bool) -> str:
