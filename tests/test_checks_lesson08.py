@@ -98,6 +98,19 @@ def splits_its_input_again(x_local, linear, rank, world_size):
     return partial + linear.bias
 
 
+def gathers_the_input(x_local, linear, rank, world_size):
+    parts = [torch.empty_like(x_local) for _ in range(world_size)]
+    dist.all_gather(parts, x_local.contiguous())      # the whole input on every rank: the whole layer, not row parallel
+    return linear(torch.cat(parts, dim=-1))
+
+
+def gathers_the_partials(x_local, linear, rank, world_size):
+    partial = x_local @ linear.weight.chunk(world_size, dim=1)[rank].T
+    parts = [torch.empty_like(partial) for _ in range(world_size)]
+    dist.all_gather(parts, partial)                   # every partial moved, then summed: right numbers, N x the bytes
+    return sum(parts) + linear.bias
+
+
 def row_stub(x_local, linear, rank, world_size):
     raise NotImplementedError("my shard is linear.weight.chunk(world_size, dim=1)[rank]")
 
@@ -108,6 +121,9 @@ ROW_MISTAKES = [   # answers that return (not raise): they run one after the oth
     (no_all_reduce, r"(?s)rank 0, output\[\d+, \d+, \d+\].*rank 0's own partial sum plus the bias.*dist.all_reduce"),
     (averaged, r"(?s)rank 0, output.*MEAN of the partial sums.*SUM"),
     (no_bias, r"(?s)rank 0, output\[0, 0, 0\].*the bias is missing.*once, after the all-reduce"),
+    (gathers_the_input, r"rank 0: the output is right, but gathers_the_input called dist\.all_gather; .* one "
+                        r"dist\.all_reduce\. It gathered"),
+    (gathers_the_partials, r"rank 0: the output is right, but gathers_the_partials called dist\.all_gather; "),
 ]
 
 

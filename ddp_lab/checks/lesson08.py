@@ -26,7 +26,7 @@ from ddp_lab.checks.common import (FORBIDDEN, answer_of, call_case, describe, en
                                    package_answer_used, run_answers_on_ranks, watching_calls)
 from ddp_lab.course.tensor_parallel.communications import (CopyToModelParallelRegion, copy_to_model_parallel_region,
                                                            reduce_from_model_parallel_region)
-from ddp_lab.instruments.collectives import replacing_dist_calls
+from ddp_lab.instruments.collectives import replacing_dist_calls, watching_collectives
 
 WORLD_SIZE = 2
 IN_FEATURES, OUT_FEATURES = 8, 6  # not square: slicing the wrong dimension of the weight fails loudly
@@ -60,21 +60,29 @@ def _row_input() -> torch.Tensor:
     return torch.randn(3, 5, IN_FEATURES, generator=torch.Generator().manual_seed(80))  # (b, s, in)
 
 
-def _row_runner(rank: int, answers: tuple) -> list:
-    outputs = []
+# The collectives a row-parallel answer might call, and where each takes what this rank sends (watching_collectives)
+ROW_COLLECTIVES = {"all_reduce": (0, "tensor"), "all_gather": (0, "tensor_list"), "reduce": (0, "tensor"),
+                   "all_gather_into_tensor": (0, "output_tensor"), "broadcast": (0, "tensor"),
+                   "reduce_scatter": (0, "output")}
+
+
+def _row_runner(rank: int, answers: tuple) -> list[dict]:
+    results = []
     for row_parallel_forward in answers:
         linear = _linear()
         x_local = _row_input().chunk(dist.get_world_size(), dim=-1)[rank].clone()  # my input features
-        with torch.no_grad():
+        calls = []
+        with torch.no_grad(), watching_collectives(ROW_COLLECTIVES, lambda name, sent: calls.append(name)):
             out = call_case(row_parallel_forward, f"computing a row-parallel nn.Linear({IN_FEATURES}, "
                             f"{OUT_FEATURES}) on rank {rank} with x_local of shape {tuple(x_local.shape)}",
                             x_local, linear, rank, dist.get_world_size())
-        outputs.append(out.detach().clone() if torch.is_tensor(out) else out)
-    return outputs
+        results.append({"out": out.detach().clone() if torch.is_tensor(out) else out, "calls": calls})
+    return results
 
 
 def run_row_answers(answers: tuple, timeout: float = 30.0, name: str = "row_parallel_forward") -> list[list]:
-    """Run each answer once on the same 2 ranks (one launch); [answer][rank] -> what it returned there."""
+    """Run each answer once on the same 2 ranks (one launch); [answer][rank] -> {"out": what it returned there,
+    "calls": the collectives it called, in order}."""
     return run_answers_on_ranks(_row_runner, answers, WORLD_SIZE, timeout, name, explain=_explain_row,
                                 timeout_hint=HANG_HINT)
 
@@ -144,14 +152,16 @@ def check_row_parallel_forward(row_parallel_forward, timeout: float = 30.0) -> N
 
 
 def judge_row(name: str, results: list) -> str:
-    """Feedback for one row_parallel_forward answer's per-rank outputs: raise CheckFailed, or return the ✓ text."""
+    """Feedback for one row_parallel_forward answer's per-rank results (`run_row_answers`): its outputs, then the
+    collectives it called (a right output from gathered inputs is not row parallelism); raise CheckFailed, or return
+    the ✓ text."""
     linear, x = _linear(), _row_input()
     with torch.no_grad():
         expected = linear(x)
         partials = [xs @ ws.T for xs, ws in zip(x.chunk(WORLD_SIZE, dim=-1), linear.weight.chunk(WORLD_SIZE, dim=1))]
         bias = linear.bias.detach()
     for rank in range(WORLD_SIZE):
-        got = results[rank]
+        got = results[rank]["out"]
         if not torch.is_tensor(got) or got.shape != expected.shape:
             raise CheckFailed(f"rank {rank}: {name} returned {describe(got)}; expected the full output, a tensor of "
                               f"shape {tuple(expected.shape)} (every rank returns all {OUT_FEATURES} output features).")
@@ -159,6 +169,16 @@ def judge_row(name: str, results: list) -> str:
             continue
         raise CheckFailed(f"{_mismatch(rank, 'output', got, expected)}.\n"
                           f"Hint: {_row_hint(got, rank, expected, partials, bias)}.")
+    for rank in range(WORLD_SIZE):
+        calls = results[rank]["calls"]
+        if calls != ["all_reduce"]:
+            gathered = " It gathered what the other ranks hold (all_gather), so every rank did the whole layer's " \
+                       "work or moved every partial output." if any("gather" in call for call in calls) else ""
+            raise CheckFailed(f"rank {rank}: the output is right, but {name} called "
+                              f"{', '.join(f'dist.{call}' for call in calls) or 'no dist collective'}; a row-parallel "
+                              "layer computes a partial output from this rank's input features and sums the partials "
+                              f"with one dist.all_reduce.{gathered}\nHint: multiply x_local by this rank's columns "
+                              "of linear.weight, all_reduce that partial once, then add the bias.")
     return f"{name}: every rank returns linear(x) from its {IN_FEATURES // WORLD_SIZE} input features and one all-reduce"
 
 
