@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from ddp_lab.checks import CheckFailed
 from ddp_lab.checks import lesson07
 from ddp_lab.checks.lesson07 import check_idle_fraction, check_one_f_one_b_stage
+from ddp_lab.checks.p2p_log import log_path
 from ddp_lab.course.pipeline_parallel.schedules import Span
 
 DEADLOCK_TIMEOUT = 5.0   # seconds after every rank entered the answer (start-up has its own allowance)
@@ -25,8 +26,9 @@ DEADLOCK_TIMEOUT = 5.0   # seconds after every rank entered the answer (start-up
 
 # --- one_f_one_b_stage ----------------------------------------------------------------------
 
-def make_stage_answer(*, scale=True, blocking=False, grad_peer=-1, warmup=None, mark_input=True):
-    """A 1F1B stage with one mistake switched on (the defaults give the right answer)."""
+def make_stage_answer(*, scale=True, blocking=False, grad_peer=-1, warmup=None, mark_input=True, wait_now=False):
+    """A 1F1B stage with one mistake switched on (the defaults give the right answer). `wait_now`: each isend's
+    .wait() right after it starts, a blocking send in disguise."""
 
     def one_f_one_b_stage(stage, inputs, targets):
         rank, world_size = dist.get_rank(), dist.get_world_size()
@@ -37,6 +39,8 @@ def make_stage_answer(*, scale=True, blocking=False, grad_peer=-1, warmup=None, 
         def send(tensor, dst):
             if blocking:
                 dist.send(tensor, dst=dst)
+            elif wait_now:
+                dist.isend(tensor, dst=dst).wait()
             else:
                 sends.append(dist.isend(tensor, dst=dst))
 
@@ -161,6 +165,45 @@ def test_one_f_one_b_says_who_waits_for_whom_when_the_order_is_wrong():
         check_one_f_one_b_stage(make_stage_answer(warmup=lambda m, r, w: r), timeout=DEADLOCK_TIMEOUT)
 
 
+def test_one_f_one_b_names_a_send_waited_on_at_once():
+    # every rank stuck in Work.wait (outside torch.distributed) right after its last call, an isend: the peers and
+    # the order are right, so neither may be blamed
+    with pytest.raises(CheckFailed) as failure:
+        check_one_f_one_b_stage(make_stage_answer(wait_now=True), timeout=DEADLOCK_TIMEOUT)
+    message = str(failure.value)
+    assert "last call was a dist.isend" in message and "Waiting at once makes the send blocking" in message, message
+    assert "Check the peers" not in message and "order the neighbours" not in message, message
+
+
+def _hang_hint_from_logs(tmp_path, logs: dict, places: dict) -> str:
+    """The 1F1B check's hang hint for these logged calls ({rank: lines as a rank writes them})."""
+    for rank, lines in logs.items():
+        Path(log_path(str(tmp_path), rank)).write_text("".join(f"{line}\n" for line in lines))
+    return lesson07._hang_hint(str(tmp_path))({call for call in places.values()}, places)
+
+
+def test_one_f_one_b_names_a_send_never_waited_on(tmp_path):
+    # rank 1 started all four of its gradient sends to rank 0 and returned; rank 0 still waits for the third: the
+    # message was started but never delivered (what a real run logged when the isend handles were never waited on)
+    middle = ["recv 0", "isend 2", "recv 0", "isend 2", "recv 2", "isend 0", "recv 0", "isend 2", "recv 2",
+              "isend 0", "recv 2", "isend 0", "recv 2", "isend 0", "returned"]
+    first = ["isend 1"] * 3 + ["recv 1", "isend 1", "recv 1", "recv 1"]
+    last = ["recv 1", "isend 1"] * 4 + ["returned"]
+    hint = _hang_hint_from_logs(tmp_path, {0: first, 1: middle, 2: last}, {0: "recv"})
+    assert "rank 0 waits for message 3 from rank 1, which has sent it 4 and returned" in hint, hint
+    assert "returned before it was delivered" in hint and "order" not in hint, hint
+
+
+def test_one_f_one_b_names_a_peer_that_returned_without_sending(tmp_path):
+    # the last stage never sends x.grad back and returns; the middle stage waits for its first gradient
+    first = ["isend 1", "isend 1", "recv 1"]
+    middle = ["recv 0", "isend 2", "recv 2"]
+    last = ["recv 1"] * 4 + ["returned"]
+    hint = _hang_hint_from_logs(tmp_path, {0: first, 1: middle, 2: last}, {0: "recv", 1: "recv"})
+    assert "rank 2 returned without sending rank 1 anything: in backward every stage but the first sends" in hint, \
+        hint
+
+
 def test_one_f_one_b_ends_the_blocking_send_deadlock_with_a_hint():
     with pytest.raises(CheckFailed, match=r"(?s)did not finish within 5 s.*in dist.send.*dist.isend.*\.wait\(\)"):
         check_one_f_one_b_stage(make_stage_answer(blocking=True), timeout=DEADLOCK_TIMEOUT)
@@ -195,6 +238,17 @@ def forgets_the_ranks(spans):
     return 1.0 - sum(s.end - s.start for s in spans) / makespan
 
 
+def window_in_list_order(spans):
+    makespan = spans[-1].end - spans[0].start            # as if the spans were sorted by time
+    return 1.0 - sum(s.end - s.start for s in spans) / (len({s.rank for s in spans}) * makespan)
+
+
+def window_of_rank_0(spans):
+    mine = [s for s in spans if s.rank == 0]
+    makespan = max(s.end for s in mine) - min(s.start for s in mine)
+    return 1.0 - sum(s.end - s.start for s in spans) / (len({s.rank for s in spans}) * makespan)
+
+
 def blank_idle(spans):
     raise NotImplementedError("one window for every rank")
 
@@ -210,6 +264,8 @@ def test_idle_fraction_accepts_the_right_answer(capsys):
     (per_rank_windows, r"(?s)its own first-start-to-last-end window.*earliest start on any rank"),
     (as_percentage, r"(?s)this is a percentage"),
     (forgets_the_ranks, r"(?s)compared with ranks x makespan"),
+    (window_in_list_order, r"(?s)measured-looking times: got .*first span in the list to the last one"),
+    (window_of_rank_0, r"(?s)measured-looking times: got .*the window is rank 0's alone"),
 ])
 def test_idle_fraction_rejects_wrong_answers(answer, feedback):
     with pytest.raises(CheckFailed, match=feedback):

@@ -24,7 +24,7 @@ from ddp_lab.checks import CheckFailed, passed
 from ddp_lab.checks.common import (answer_raised, call_case, ensure_written, first_mismatch, only_point_to_point,
                                    package_answer_used, run_on_ranks, watching_calls)
 from ddp_lab.checks.p2p_log import (log_path, logging_point_to_point, non_neighbour_calls, read_logs,
-                                   segfaulted, waits)
+                                   segfaulted, stuck_receives, waits)
 from ddp_lab.course.pipeline_parallel import schedules
 from ddp_lab.course.pipeline_parallel.schedules import Span, gpipe_actions, ideal_timeline, one_f_one_b_actions
 
@@ -102,8 +102,10 @@ def _explain(failure) -> str | None:
         if failure.rank == 0:
             return ("rank 0 handed None to a send: the first stage has no stage before it, so in backward it sends "
                     "nothing (its input is the batch, inputs[i], which has no .grad).")
-        return ("a tensor this rank sent is None. In backward that is x.grad when the received activation x was "
-                "not marked x.requires_grad_() before the stage ran on it: autograd then keeps no gradient for x.")
+        return ("a tensor this rank sent is None. The gradient a stage sends back is x.grad of the activation x it "
+                "received: None until backward has run through the stage, and None for an x not marked "
+                "x.requires_grad_() before the stage ran on it (and a stage's output, which is no leaf, keeps no "
+                ".grad).")
     if "Pair is not connected" in message:
         return (f"gloo's 'Pair is not connected' means a rank sent to or received from itself: a send or recv names "
                 f"this rank instead of a neighbour stage. {PEERS}.")
@@ -145,16 +147,43 @@ def _hang_hint(log_directory: str):
                     "back), and a blocking send waits for the peer's recv: both wait forever. Start every send "
                     "with dist.isend, keep the handles, and call .wait() on each before the function returns.")
         waiting = waits(logs, set(places)) if logs is not None else []
+        evidence = _send_evidence(logs, places) if logs is not None else None
+        if evidence:
+            return (f"What the ranks did: {'; '.join(waiting)}.\nHint: " if waiting else "") + evidence
         if waiting:
             return (f"What the ranks did: {'; '.join(waiting)}. Every send and recv named a neighbour stage, so "
-                    "the calls come in an order the neighbours do not match.\nHint: a stage must receive in the "
-                    "order its neighbours send. In 1F1B stage r runs world_size - r - 1 warm-up forwards, then "
-                    "alternates one forward and the backward of the oldest micro-batch, then the remaining "
+                    "a send is missing or the calls come in an order the neighbours do not match.\nHint: every "
+                    "receive needs its send, in the order the neighbour sends: forward sends the output to rank + 1, "
+                    "backward sends x.grad to rank - 1. In 1F1B stage r runs world_size - r - 1 warm-up forwards, "
+                    "then alternates one forward and the backward of the oldest micro-batch, then the remaining "
                     f"backwards; every stage runs all {MICROBATCHES} forwards and backwards.")
         return ("every stuck rank waits for a message nobody sends. Check the peers: "
                 f"{PEERS}; and that every stage runs all {MICROBATCHES} forwards and backwards.")
 
     return hint
+
+
+def _send_evidence(logs, places: dict) -> str | None:
+    """A hang hint where the logged calls show what happened to the sends (see ddp_lab.checks.p2p_log)."""
+    for wait in stuck_receives(logs, set(places)):
+        if wait.returned and wait.sent >= wait.wanted:
+            return (f"rank {wait.peer} started message {wait.wanted} to rank {wait.rank} (dist.isend) and returned "
+                    "before it was delivered: a send started with isend is only sure to arrive once its handle's "
+                    ".wait() has returned. Keep every handle isend returns and call .wait() on each before the "
+                    "function returns.")
+        if wait.returned and wait.sent == 0:
+            what = ("in backward every stage but the first sends the gradient of the activation it received (x.grad) "
+                    "to rank - 1" if wait.peer == wait.rank + 1 else
+                    "in forward every stage but the last sends its output to rank + 1")
+            return f"rank {wait.peer} returned without sending rank {wait.rank} anything: {what}."
+    last = {rank: logs[rank][0][-1].op if logs.get(rank) and logs[rank][0] else None for rank in places}
+    if places and all(call is None for call in places.values()) and all(op == "isend" for op in last.values()):
+        return ("every stuck rank's last call was a dist.isend, and each waits outside torch.distributed: in the "
+                "handle's .wait(), called right after the isend. Waiting at once makes the send blocking, and in "
+                "1F1B two neighbour stages can send to each other at the same time (stage s sends the next "
+                "activation forward while stage s + 1 sends a gradient back): both wait forever. Keep the "
+                "handles and wait on them later, before the function returns.")
+    return None
 
 
 def _compare_grads(rank: int, got: list, want: list) -> None:
@@ -253,9 +282,11 @@ def _judge_stage(name: str, results) -> None:
 # --- idle_fraction ---------------------------------------------------------------------------
 
 def _cases() -> dict[str, list[Span]]:
-    measured = [  # two ranks, a clock offset, gaps and different end times, as a real run gives
-        Span(0, "forward", 10.0, 11.0, "0"), Span(0, "backward", 13.5, 15.0, "0"),
-        Span(1, "forward", 11.2, 12.0, "0"), Span(1, "backward", 12.1, 13.4, "0"),
+    # two ranks, gaps and different end times, as a real run gives; rank 1's clock runs ahead, so it ends last,
+    # and rank 1's spans come first: neither the list's first and last spans nor one rank's give the window
+    measured = [
+        Span(1, "forward", 11.9, 12.7, "0"), Span(1, "backward", 12.8, 14.3, "0"),
+        Span(0, "forward", 10.0, 11.0, "0"), Span(0, "backward", 13.2, 14.0, "0"),
     ]
     return {
         "GPipe on 2 stages with 4 micro-batches (ideal times)":
@@ -287,6 +318,13 @@ def _wrong_answers(spans: list[Span]) -> list[tuple[float, str]]:
                         "for all ranks, from the earliest start on any rank to the latest end on any rank"),
         (1.0 - busy / makespan, "the busy time of all ranks together must be compared with ranks x makespan "
                                 "(every rank could have worked the whole makespan)"),
+        (1.0 - busy / (len(ranks) * (spans[-1].end - spans[0].start)),
+         "the window ran from the first span in the list to the last one, but the spans are not in time order: "
+         "take the earliest start and the latest end over all spans (min and max)"),
+        *((1.0 - busy / (len(ranks) * (max(s.end for s in spans if s.rank == r)
+                                       - min(s.start for s in spans if s.rank == r))),
+           f"the window is rank {r}'s alone (its first start to its last end); another rank may start earlier or "
+           "end later: take the earliest start and the latest end over the spans of every rank") for r in ranks),
     ]
 
 

@@ -100,25 +100,46 @@ def non_neighbour_calls(logs: dict[int, tuple[list[Call], bool]], world_size: in
     return found
 
 
-def waits(logs: dict[int, tuple[list[Call], bool]], stuck: set[int]) -> list[str]:
+@dataclass(frozen=True)
+class Wait:
+    """A stuck rank waiting in a receive: for message `wanted` from `peer`, which sent it `sent` messages in all
+    and has `returned` from the answer, or not."""
+
+    rank: int
+    peer: int
+    wanted: int
+    sent: int
+    returned: bool
+
+
+def stuck_receives(logs: dict[int, tuple[list[Call], bool]], stuck: set[int]) -> list[Wait]:
     """For each stuck rank whose last call is a receive: which message it waits for, and what its peer did."""
-    said = []
+    found = []
     for rank in sorted(stuck):
         calls, _ = logs[rank]
         if not calls or calls[-1].op not in RECEIVES or calls[-1].peer is None:
             continue
         peer = calls[-1].peer
-        wanted = sum(1 for call in calls if call.op in RECEIVES and call.peer == peer)
         peer_calls, peer_returned = logs.get(peer, ([], False))
-        sent = sum(1 for call in peer_calls if call.op in SENDS and call.peer == rank)
-        if peer_returned:
+        found.append(Wait(rank, peer, _count(calls, peer), sum(1 for call in peer_calls if call.op in SENDS and
+                                                                call.peer == rank), peer_returned))
+    return found
+
+
+def waits(logs: dict[int, tuple[list[Call], bool]], stuck: set[int]) -> list[str]:
+    """`stuck_receives` in words: which message each stuck rank waits for, and what its peer did."""
+    said = []
+    for wait in stuck_receives(logs, stuck):
+        peer_calls, _ = logs.get(wait.peer, ([], False))
+        if wait.returned:
             doing = "and returned"
-        elif peer in stuck and peer_calls and peer_calls[-1].op in RECEIVES:
+        elif wait.peer in stuck and peer_calls and peer_calls[-1].op in RECEIVES:
             doing = (f"and itself waits for message {_count(peer_calls, peer_calls[-1].peer)} from rank "
                      f"{peer_calls[-1].peer}")
         else:
             doing = "and is still running"
-        said.append(f"rank {rank} waits for message {wanted} from rank {peer}, which has sent it {sent} {doing}")
+        said.append(f"rank {wait.rank} waits for message {wait.wanted} from rank {wait.peer}, which has sent it "
+                    f"{wait.sent} {doing}")
     return said
 
 
