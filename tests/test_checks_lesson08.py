@@ -245,6 +245,16 @@ class ReturnsTheCall(torch.autograd.Function):
         return dist.all_reduce(grad.clone())  # all_reduce returns None
 
 
+class BlankBackward(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x
+
+    @staticmethod
+    def backward(ctx, grad):
+        pass                                   # no call at all: the message must not say it returned one
+
+
 class ScattersInForward(torch.autograd.Function):
     """Splits x over the ranks in forward (Megatron's scatter), which f must not."""
 
@@ -291,6 +301,7 @@ F_MISTAKES = [   # all run one after the other in one launch of 2 ranks
     (ReducesInForwardToo, r"rank 0: forward made 1 dist.all_reduce call"),
     (BroadcastsInForward, r"(?s)rank 0: forward made 1 dist.broadcast call\(s\).*f does not communicate in forward"),
     (ReturnsTheCall, r"(?s)rank 0: x.grad is None after backward.*returns None"),
+    (BlankBackward, r"^rank 0: x.grad is None after backward: backward must return the gradient for x\.$"),
     # the check's own code never runs backward on what a scattering forward returned: the learner's mistake is named
     (ScattersInForward, r"(?s)^rank 0: forward returned a tensor of shape \(4, 3\) and dtype torch.float32; expected x "
                         r"itself, a tensor of shape \(4, 6\)\.\nHint: this is the rank's chunk of x: f does not split "
@@ -310,7 +321,7 @@ def f_results():
 @pytest.mark.parametrize("answer, feedback", F_MISTAKES, ids=[answer.__name__ for answer, _ in F_MISTAKES])
 def test_f_names_wrong_answers(answer, feedback, f_results):
     with pytest.raises(CheckFailed, match=feedback):
-        lesson08.judge_f(answer.__name__, f_results[answer])
+        lesson08.judge_f(answer.__name__, f_results[answer], lesson08.returns_a_call_result(answer))
 
 
 @pytest.mark.parametrize("answer, feedback", [   # refused before any rank starts

@@ -14,7 +14,10 @@ Introduced in notebooks/08-tensor-parallelism.ipynb.
 
 from __future__ import annotations
 
+import ast
+import inspect
 import re
+import textwrap
 
 import torch
 import torch.nn as nn
@@ -299,11 +302,29 @@ def check_copy_to_model_parallel_region(function_class, timeout: float = 30.0) -
     if reference:
         raise package_answer_used(name, [reference], "is (or subclasses)")
     ensure_written(function_class.forward, name)   # the exercise's stub raises in forward: refused before ranks start
-    passed(judge_f(name, run_f_answers((function_class,), timeout, name)[0]))
+    passed(judge_f(name, run_f_answers((function_class,), timeout, name)[0], returns_a_call_result(function_class)))
 
 
-def judge_f(name: str, results: list[dict]) -> str:
-    """Feedback for one f answer's per-rank results (`run_f_answers`): raise CheckFailed, or return the ✓ text."""
+def returns_a_call_result(function_class) -> bool:
+    """Whether the class's backward returns what a dist call returned (`return dist.all_reduce(g)`, or a name bound
+    to such a call): evidence for a gradient of None, since dist.all_reduce works in place and returns None."""
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(function_class.backward)))
+    except (OSError, TypeError, SyntaxError, AttributeError):
+        return False
+    def is_dist_call(node) -> bool:
+        return isinstance(node, ast.Call) and ast.unparse(node.func).split(".")[0] == "dist"
+
+    bound = {target.id for node in ast.walk(tree) if isinstance(node, ast.Assign) and is_dist_call(node.value)
+             for target in node.targets if isinstance(target, ast.Name)}
+    return any(isinstance(node, ast.Return) and node.value is not None and
+               (is_dist_call(node.value) or (isinstance(node.value, ast.Name) and node.value.id in bound))
+               for node in ast.walk(tree))
+
+
+def judge_f(name: str, results: list[dict], returns_call: bool = False) -> str:
+    """Feedback for one f answer's per-rank results (`run_f_answers`): raise CheckFailed, or return the ✓ text.
+    `returns_call`: `returns_a_call_result` of the answer."""
     x = _f_input()
     expected, parts = _reference_grads()
     called = next((result["called"] for result in results if "called" in result), None)
@@ -335,9 +356,9 @@ def judge_f(name: str, results: list[dict]) -> str:
                               "holds the whole input; the only collective of f is the all-reduce in backward.")
         got = result["x_grad"]
         if got is None:
-            raise CheckFailed(f"rank {rank}: x.grad is None after backward: backward must return the gradient "
-                              "for x (dist.all_reduce works in place and returns None: return the tensor you "
-                              "reduced, not the call's result).")
+            raise CheckFailed(f"rank {rank}: x.grad is None after backward: backward must return the gradient for x"
+                              + (" (dist.all_reduce works in place and returns None: return the tensor you reduced, "
+                                 "not the call's result)." if returns_call else "."))
         if torch.allclose(got, expected, atol=1e-5, rtol=1e-5):
             continue
         if torch.allclose(got, parts[rank], atol=1e-5, rtol=1e-5):
