@@ -108,6 +108,28 @@ def counts_per_expert_returned(rows, expert, num_experts, group=None):
     return Dispatched(received, received_counts, torch.bincount(expert, minlength=num_experts), order)
 
 
+def per_rank_counts_exchanged(rows, expert, num_experts, group=None):
+    order, per_expert, sent = _sorted_and_counted(expert, num_experts)
+    received_counts = _exchange(sent)                 # the totals per rank, not the counts per expert
+    received = rows.new_empty((int(received_counts.sum()), rows.shape[1]))
+    dist.all_to_all_single(received, rows[order], received_counts.sum(dim=1).tolist(), sent.tolist())
+    return Dispatched(received, received_counts, sent, order)
+
+
+def inverse_order_returned(rows, expert, num_experts, group=None):
+    received, received_counts, sent, order = dispatch(rows, expert, num_experts)
+    return Dispatched(received, received_counts, sent, order.argsort())    # rows[order] was sent: order is right
+
+
+def owner_round_robin(rows, expert, num_experts, group=None):
+    order, per_expert, _ = _sorted_and_counted(expert, num_experts)
+    sent = per_expert.view(-1, dist.get_world_size()).sum(dim=0)           # owner taken as expert % world_size
+    received_counts = _exchange(per_expert)
+    received = rows.new_empty((int(received_counts.sum()), rows.shape[1]))
+    dist.all_to_all_single(received, rows[order], received_counts.sum(dim=1).tolist(), sent.tolist())
+    return Dispatched(received, received_counts, sent, order)
+
+
 PACKAGE_ANSWER = r"^{name} calls ddp_lab.course.expert_parallel.dispatch.{called}, the package's own answer"
 
 DISPATCH_ANSWERS = {
@@ -129,6 +151,12 @@ DISPATCH_ANSWERS = {
     counts_without_minlength_exchanged_first: r"(?s)^rank 1, all_to_all_single call 1 \(the counts\): .*the input has 5 "
                                               r"rows.*Hint: rank 1 has no row for the last expert, and its counts "
                                               r"have 5 entries",
+    per_rank_counts_exchanged: r"(?s)rank 0: received_counts \[\[3\], \[1\], \[3\]\].*Hint: received_counts holds one "
+                               r"count per rank: the counts exchanged were per-rank totals",
+    inverse_order_returned: r"(?s)rank 0: the experts of your rows in `order` .*Hint: `order` is the inverse of the "
+                            r"sorting permutation",
+    owner_round_robin: r"(?s)^rank 0 sent its rows with input_split_sizes=\[\d+, \d+, \d+\], but its rows for each "
+                       r"rank's experts number \[3, 2, 2\].*Hint: these count your rows by expert % 3",
 }
 
 
@@ -224,6 +252,13 @@ def sort_not_undone(expert_output, dispatched, token_index, gates, x, group=None
     return x.index_add(0, token_index, _back(expert_output, dispatched) * gates.unsqueeze(-1))
 
 
+def return_splits_both_received(expert_output, dispatched, token_index, gates, x, group=None):
+    received = dispatched.received_counts.sum(dim=1).tolist()
+    back = expert_output.new_empty((int(dispatched.sent_counts.sum()), expert_output.shape[1]))
+    dist.all_to_all_single(back, expert_output, received, received)       # the same list on both sides
+    return x.index_add(0, token_index, back[dispatched.order.argsort()] * gates.unsqueeze(-1))
+
+
 def sorted_twice(expert_output, dispatched, token_index, gates, x, group=None):
     rows = _back(expert_output, dispatched)[dispatched.order]
     return x.index_add(0, token_index, rows * gates.unsqueeze(-1))
@@ -242,6 +277,8 @@ COMBINE_ANSWERS = {
     assigned_not_added: r"(?s)rank 0, token 0: got .*got only one expert's output.*index_add",
     sort_not_undone: r"(?s)rank 0, token \d: got .*undo the sort with the inverse of dispatched.order",
     sorted_twice: r"(?s)rank 0, token \d: got .*back\[order\] applies the permutation a second time",
+    return_splits_both_received: r"(?s)rank 0, all_to_all_single call 1: output_split_sizes=.*Hint: on the return "
+                                 r"trip each rank sends back the expert outputs of the rows it received",
 }
 
 

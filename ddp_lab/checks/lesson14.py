@@ -62,6 +62,11 @@ SPLITS_HINT = ("input_split_sizes[j] is how many rows you send to rank j (your r
                "owning rank); output_split_sizes[j] how many rank j sends you, which only rank j knows: it is what "
                "the counts exchange told you.")
 
+RETURN_SPLITS_HINT = ("on the return trip each rank sends back the expert outputs of the rows it received: "
+                      "input_split_sizes[j] is how many rows rank j sent you (dispatched.received_counts summed over "
+                      "your experts, row j), output_split_sizes[j] how many you sent rank j (dispatched.sent_counts), "
+                      "and the output has one row per row you dispatched.")
+
 
 def _rows(rank: int, count: int) -> torch.Tensor:
     """(count, HIDDEN) rows whose first element names them: 100 · rank + row index."""
@@ -179,6 +184,27 @@ def _split_feedback(rank: int, result: dict, truth: dict, rows_call: str) -> str
     return f"{message}\nHint: {hint}"
 
 
+def _wrong_send_splits(results: list[dict], truth: dict) -> None:
+    """CheckFailed naming the first rank whose rows went out with split sizes other than its rows per owning rank
+    (what the receivers' mismatch follows from), if there is one."""
+    for rank, result in enumerate(results):
+        calls = result["calls"]
+        if not calls or len(calls[-1].input_shape) < 2 or calls[-1].input_splits is None:
+            continue
+        splits, want = calls[-1].input_splits, truth["sent"][rank].tolist()
+        if splits == want or splits == truth["received"][rank].sum(dim=1).tolist():   # swapped: _split_feedback's
+            continue
+        experts = torch.tensor(DISPATCH_EXPERTS[rank])
+        round_robin = torch.bincount(experts % WORLD_SIZE, minlength=WORLD_SIZE).tolist()
+        hint = (f"these count your rows by expert % {WORLD_SIZE}; rank j owns a block of experts, {PER_RANK}·j ... "
+                f"{PER_RANK}·j + {PER_RANK - 1}: the owner of expert e is e // {PER_RANK}" if splits == round_robin else
+                f"input_split_sizes[j] is how many of your rows go to rank j, the owner of experts {PER_RANK}·j ... "
+                f"{PER_RANK}·j + {PER_RANK - 1}")
+        raise CheckFailed(f"rank {rank} sent its rows with input_split_sizes={splits}, but its rows for each rank's "
+                          f"experts number {want}; the ranks receiving them then see other counts than they expect."
+                          f"\nHint: {hint}.")
+
+
 def judge_dispatch(name: str, results: list[dict]) -> str:
     """Feedback for one dispatch answer's per-rank results: raise CheckFailed, or return the ✓ text."""
     _package_answer(name, results)
@@ -189,6 +215,8 @@ def judge_dispatch(name: str, results: list[dict]) -> str:
         rank = SHORT_RANK   # its counts came out short: the other ranks' problems follow from it
     if rank is not None:
         rows_call = "the rows" if len(results[rank]["calls"][-1].input_shape) > 1 else "the counts"
+        if rows_call == "the rows":
+            _wrong_send_splits(results, truth)
         raise CheckFailed(_split_feedback(rank, results[rank], truth, rows_call))
     orders = []
     for rank, result in enumerate(results):
@@ -208,7 +236,11 @@ def judge_dispatch(name: str, results: list[dict]) -> str:
                               f"Hint: {hint}.")
         if tuple(received_counts.shape) != (WORLD_SIZE, PER_RANK) or not torch.equal(received_counts.long(),
                                                                                       want_received):
-            hint = (f"received_counts[s][e] is how many rows rank s sends for my local expert e: shape "
+            hint = (f"received_counts holds one count per rank: the counts exchanged were per-rank totals "
+                    f"(sent_counts). Exchange the per-expert counts (one per global expert), so that each rank gets, "
+                    f"from every rank, a count for each of its {PER_RANK} experts"
+                    if received_counts.numel() == WORLD_SIZE else
+                    f"received_counts[s][e] is how many rows rank s sends for my local expert e: shape "
                     f"({WORLD_SIZE}, {PER_RANK}), what the counts exchange returned, viewed as (world_size, -1)")
             raise CheckFailed(f"rank {rank}: received_counts {received_counts.tolist()}, expected "
                               f"{want_received.tolist()}.\nHint: {hint}.")
@@ -218,8 +250,12 @@ def judge_dispatch(name: str, results: list[dict]) -> str:
                               f"{len(expert)} rows.\nHint: order is the argsort of the rows' experts.")
         in_order = expert[order]
         if not bool((in_order[1:] >= in_order[:-1]).all()):
-            owner = in_order // PER_RANK
-            hint = ("the rows are grouped by rank but not by expert within a rank: the receiver reads each rank's "
+            owner, inverse = in_order // PER_RANK, expert[order.argsort()]
+            hint = ("`order` is the inverse of the sorting permutation: expert[order.argsort()] is sorted. order must "
+                    "be the permutation that sorts the rows, rows[order] sorted by expert (torch.argsort(expert)), "
+                    "which combine uses to put the outputs back"
+                    if bool((inverse[1:] >= inverse[:-1]).all()) else
+                    "the rows are grouped by rank but not by expert within a rank: the receiver reads each rank's "
                     "block as received_counts[s][0] rows of its first expert, then its second. Sort by expert"
                     if bool((owner[1:] >= owner[:-1]).all()) else
                     "sort the rows by expert (torch.argsort): all_to_all_single sends the first input_split_sizes[0] "
@@ -351,7 +387,7 @@ def judge_combine(name: str, results: list[dict]) -> str:
         hint = ("the reverse trip swaps the split lists of the dispatch: the expert outputs go back to the ranks "
                 "the rows came from, output_split_sizes = dispatched.sent_counts (your rows come back), "
                 "input_split_sizes = dispatched.received_counts summed over your experts"
-                if call.input_splits == sent else SPLITS_HINT)
+                if call.input_splits == sent else RETURN_SPLITS_HINT)
         raise CheckFailed(f"rank {rank}, all_to_all_single call {len(results[rank]['calls'])}: {call.problem}.\n"
                           f"Hint: {hint}")
     for rank, result in enumerate(results):
