@@ -183,6 +183,9 @@ RING_MISTAKES = [
     (dict(steps=1), "never reached your queries"),
     (dict(passes=3), "last pass is not needed"),
     (dict(send_to=-1, recv_from=+1), "travel the other way round the ring"),   # on 3 ranks: (rank + t) mod looks alike
+    # rank - t without the modulo: where the ring wraps, a later rank's block passes `source <= rank`; the outputs
+    # are those of attending later ranks, and the hint says both
+    (dict(source_of=lambda rank, step, world_size: rank - step), "later ranks were attended"),
     (dict(package=True), "the package's own answer"),
 ]
 
@@ -205,6 +208,15 @@ def test_ring_names_each_mistake_and_only_it(mistaken_rings, index):
     _raises_only(lambda results: _judge_ring("ring_attention", results), mistaken_rings[index], RING_HINTS, expected)
 
 
+def test_ring_names_a_buffer_read_before_it_arrived(mistaken_rings):
+    # what a ring that never waits on its irecvs can return: NaN where a buffer's leftover memory was read
+    results = [dict(result) for result in mistaken_rings[0]]
+    results[0]["out"] = results[0]["out"].clone()
+    results[0]["out"][0, 1, 2, 0] = float("nan")        # evidence that outweighs what the other values resemble
+    _raises_only(lambda r: _judge_ring("ring_attention", r), results, RING_HINTS + ("your output holds NaN",),
+                 "your output holds NaN")
+
+
 def test_ring_stops_the_blocking_send_deadlock_with_a_hint():
     with pytest.raises(CheckFailed, match=r"(?s)did not finish within 8 s.*in dist.send.*deadlocked ring.*dist.isend"):
         check_ring_attention(make_ring(blocking=True), timeout=DEADLOCK_TIMEOUT)
@@ -212,7 +224,8 @@ def test_ring_stops_the_blocking_send_deadlock_with_a_hint():
 
 def test_ring_stops_a_wrong_source_with_the_peers():
     # receiving from rank + 1 while sending to rank + 1: every rank waits for a block nobody sends it
-    with pytest.raises(CheckFailed, match=r"(?s)did not finish within 8 s.*in .wait\(\) on an isend/irecv.*Check the peers.*\(rank - 1\) % world_size"):
+    with pytest.raises(CheckFailed, match=r"(?s)did not finish within 8 s.*in .wait\(\) on an isend/irecv.*never "
+                                          r"arrived.*without waiting on it.*Check the peers.*\(rank - 1\) % world_size"):
         check_ring_attention(make_ring(recv_from=+1), timeout=DEADLOCK_TIMEOUT)
 
 

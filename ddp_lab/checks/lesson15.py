@@ -273,7 +273,9 @@ def _ring_mistakes() -> list:
     return [
         ((came_from, lambda r, s: True, lambda r, s: r == s),
          "keys from later ranks were attended to: with a causal mask a block from a rank after yours (source > "
-         "rank) lies wholly in the future of your queries, so skip it"),
+         "rank) lies wholly in the future of your queries, so skip it (where the ring wraps around, rank - t is "
+         "negative: take the source as (rank - t) % world_size, or a later rank's block passes a source <= rank "
+         "test)"),
         ((came_from, lambda r, s: s <= r, lambda r, s: True),
          "the causal triangle was applied to every block: it belongs only on the diagonal block (your own, source "
          "== rank); every key of an earlier rank's block is in the past of all your queries"),
@@ -330,9 +332,11 @@ def _ring_hang_hint(error) -> str:
     waiting = calls <= {None} and all(".wait(" in _stuck_line(stack) for stack in stuck.values())
     if waiting or "recv" in calls:
         where = "in .wait() on an isend/irecv" if waiting else "in dist.recv"
-        return (f"the ranks wait {where} for keys and values nobody sends them. Check the peers: every rank "
-                "sends to (rank + 1) % world_size and receives from (rank - 1) % world_size, at every step, as "
-                "many receives as sends.")
+        started = (" or a peer started its send with dist.isend and went on without waiting on it (keep the isend "
+                   "handles and .wait() on them too)") if waiting else ""
+        return (f"the ranks wait {where} for keys and values that never arrived: a peer never sent them{started}. "
+                "Check the peers: every rank sends to (rank + 1) % world_size and receives from (rank - 1) % "
+                "world_size, at every step, as many receives as sends.")
     return ("the ranks wait for each other: every send needs a matching receive on the peer, the same number of "
             "times and with the same shape.")
 
@@ -384,6 +388,10 @@ def _judge_ring(name: str, results) -> None:
             hint = ("every rank sent its keys and values to rank - 1, so at step t you hold the block of rank "
                     "(rank + t) % world_size (the exercise's ring sends to rank + 1: (rank - t)). Attend to a block "
                     "fully if its rank is before yours, with the causal triangle if it is yours, not at all if after")
+        elif bool(got.isnan().any()):
+            hint = ("your output holds NaN, which no block of these inputs gives: a receive buffer was most likely "
+                    "read before its data arrived (torch.empty_like holds whatever memory it had). Call .wait() on "
+                    "each irecv before using its buffer")
         else:
             hint = next((text for rule, text in _ring_mistakes() if _close(got, _simulated(rank, *rule))),
                         "at step t you hold the keys and values of rank (rank - t) mod world_size: attend to them "
