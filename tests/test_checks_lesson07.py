@@ -17,7 +17,7 @@ import torch.nn.functional as F
 
 from ddp_lab.checks import CheckFailed
 from ddp_lab.checks import lesson07
-from ddp_lab.checks.lesson07 import check_idle_fraction, check_one_f_one_b_stage
+from ddp_lab.checks.lesson07 import MICROBATCHES, check_idle_fraction, check_one_f_one_b_stage
 from ddp_lab.checks.p2p_log import log_path
 from ddp_lab.course.pipeline_parallel.schedules import Span
 
@@ -26,7 +26,8 @@ DEADLOCK_TIMEOUT = 5.0   # seconds after every rank entered the answer (start-up
 
 # --- one_f_one_b_stage ----------------------------------------------------------------------
 
-def make_stage_answer(*, scale=True, blocking=False, grad_peer=-1, warmup=None, mark_input=True, wait_now=False):
+def make_stage_answer(*, scale=True, blocking=False, grad_peer=-1, warmup=None, mark_input=True, wait_now=False,
+                      grad_divisor=1):
     """A 1F1B stage with one mistake switched on (the defaults give the right answer). `wait_now`: each isend's
     .wait() right after it starts, a blocking send in disguise."""
 
@@ -68,6 +69,8 @@ def make_stage_answer(*, scale=True, blocking=False, grad_peer=-1, warmup=None, 
                 dist.recv(grad, src=rank + 1)
             out.backward(grad)
             if not first:
+                if grad_divisor != 1:
+                    x.grad /= grad_divisor
                 send(x.grad, rank + grad_peer)
 
         w = min(world_size - rank - 1, m) if warmup is None else min(warmup(m, rank, world_size), m)
@@ -129,6 +132,10 @@ def test_the_exercises_stub_is_refused_before_any_rank_starts(monkeypatch):
                                          r"too many"),
     (dict(warmup=lambda m, r, w: 0), r"(?s)stage 0 held 1, stage 1 held 1, stage 2 held 1.*waited for each other.*"
                                      r"no warm-up"),
+    # every stage divides the gradient it sends by m: stage 2 is right, stage 1 m times too small, stage 0 m² times;
+    # the stage where the mistake starts is named
+    (dict(grad_divisor=MICROBATCHES), r"(?s)^rank 1 \(stage 1\), gradient of the weight.*the right gradient divided "
+                                      r"by 4"),
     (dict(mark_input=False), r"(?s)rank [12]: one_f_one_b_stage raised TypeError inside torch.*Hint: a tensor this "
                              r"rank sent is None.*x.requires_grad_\(\)"),
 ])

@@ -250,8 +250,8 @@ def _judge_stage(name: str, results) -> None:
             hint = "each micro-batch's loss is F.mse_loss(stage output, targets[i]) / number of micro-batches"
         raise CheckFailed(f"rank {last}: the micro-batch losses add up to {total:.6g}, expected the whole "
                           f"batch's mean loss {ref_loss:.6g}.\nHint: {hint}.")
-    for rank in range(WORLD_SIZE):
-        _compare_grads(rank, results[rank]["grads"], ref_grads[rank])
+    for rank in reversed(range(WORLD_SIZE)):   # gradients flow back from the last stage: the first wrong one from
+        _compare_grads(rank, results[rank]["grads"], ref_grads[rank])   # the end is where the mistake starts
     peaks = [results[rank]["peak"] for rank in range(WORLD_SIZE)]
     limits = [min(WORLD_SIZE - rank, MICROBATCHES) for rank in range(WORLD_SIZE)]
     if peaks != limits:
