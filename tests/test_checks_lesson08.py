@@ -98,6 +98,12 @@ def splits_its_input_again(x_local, linear, rank, world_size):
     return partial + linear.bias
 
 
+def reduces_a_copy(x_local, linear, rank, world_size):
+    partial = x_local @ linear.weight.chunk(world_size, dim=1)[rank].T
+    dist.all_reduce(partial.clone())                  # the sum lands in the copy, which is dropped
+    return partial + linear.bias
+
+
 def gathers_the_input(x_local, linear, rank, world_size):
     parts = [torch.empty_like(x_local) for _ in range(world_size)]
     dist.all_gather(parts, x_local.contiguous())      # the whole input on every rank: the whole layer, not row parallel
@@ -121,6 +127,8 @@ ROW_MISTAKES = [   # answers that return (not raise): they run one after the oth
     (no_all_reduce, r"(?s)rank 0, output\[\d+, \d+, \d+\].*rank 0's own partial sum plus the bias.*dist.all_reduce"),
     (averaged, r"(?s)rank 0, output.*MEAN of the partial sums.*SUM"),
     (no_bias, r"(?s)rank 0, output\[0, 0, 0\].*the bias is missing.*once, after the all-reduce"),
+    (reduces_a_copy, r"(?s)rank 0, output.*rank 0's own partial sum plus the bias: dist.all_reduce ran, but its sum "
+                     r"never reached your output"),
     (gathers_the_input, r"rank 0: the output is right, but gathers_the_input called dist\.all_gather; .* one "
                         r"dist\.all_reduce\. It gathered"),
     (gathers_the_partials, r"rank 0: the output is right, but gathers_the_partials called dist\.all_gather; "),
@@ -141,7 +149,8 @@ def test_row_parallel_forward_names_wrong_outputs(answer, feedback, row_results)
 
 @pytest.mark.parametrize("answer, feedback", [   # each raises on the ranks, which ends its launch: one launch each
     (rows_instead_of_columns, r"(?s)rank \d: rows_instead_of_columns raised RuntimeError: mat1.*Hint: the "
-                              r"weight you multiplied by is 8x3: 3 of the 6 ROWS.*COLUMNS, the chunk along dim=1"),
+                              r"weight you multiplied by is 8x3: 3 of the 6 ROWS.*COLUMNS of linear.weight itself "
+                              r"\(not of its transpose\), the chunk along dim=1"),
     (not_transposed, r"(?s)rank \d: not_transposed raised RuntimeError.*\(15x4 and 6x4\).*Hint: the shard is right, "
                      r"6x4.*untransposed: nn.Linear computes x @ weight.T"),
     (whole_weight, r"(?s)rank \d: whole_weight raised RuntimeError.*\(15x4 and 8x6\).*Hint: the weight you multiplied "

@@ -108,7 +108,7 @@ def _explain_row(failure) -> str | None:
         return (f"the weight you multiplied by is {weight[0]}x{weight[1]}: {local_out} of the {OUT_FEATURES} ROWS of "
                 f"linear.weight (out_features), a column-parallel split. x_local holds {local_in} of the "
                 f"{IN_FEATURES} input features, and nn.Linear stores (out_features, in_features): take the matching "
-                "COLUMNS, the chunk along dim=1")
+                "COLUMNS of linear.weight itself (not of its transpose), the chunk along dim=1")
     if weight == (OUT_FEATURES, local_in):
         return (f"the shard is right, {OUT_FEATURES}x{local_in} (out_features x this rank's in_features), but "
                 "x_local @ shard multiplies by it untransposed: nn.Linear computes x @ weight.T")
@@ -119,16 +119,19 @@ def _explain_row(failure) -> str | None:
     return None
 
 
-def _row_hint(got, rank, expected, partials, bias) -> str:
+def _row_hint(got, rank, expected, partials, bias, calls: list) -> str:
     total = sum(partials)
+    own = ("dist.all_reduce ran, but its sum never reached your output: it sums in place, into the tensor you pass "
+           "(not into a copy of it, and with async_op=True only once you wait on the work it returns). All-reduce the "
+           "partial itself, then add the bias" if "all_reduce" in calls else
+           "the partial outputs must be summed over the ranks with dist.all_reduce before adding the bias")
     candidates = [
         (expected + (WORLD_SIZE - 1) * bias,
          f"the bias is in the sum {WORLD_SIZE} times: every rank added it before the all-reduce. Add the bias "
          "once, after dist.all_reduce"),
         (total, "the bias is missing: the row-parallel layer keeps the whole bias and adds it once, after the "
                 "all-reduce"),
-        (partials[rank] + bias, f"this is rank {rank}'s own partial sum plus the bias: the partial outputs must be "
-                                "summed over the ranks with dist.all_reduce before adding the bias"),
+        (partials[rank] + bias, f"this is rank {rank}'s own partial sum plus the bias: {own}"),
         (partials[rank], f"this is rank {rank}'s own partial sum: dist.all_reduce it (SUM over ranks), then add "
                          "the bias"),
         (total / WORLD_SIZE + bias, "this is the MEAN of the partial sums: the full output is their SUM (the "
@@ -171,7 +174,7 @@ def judge_row(name: str, results: list) -> str:
         if torch.allclose(got, expected, atol=1e-5, rtol=1e-5):
             continue
         raise CheckFailed(f"{_mismatch(rank, 'output', got, expected)}.\n"
-                          f"Hint: {_row_hint(got, rank, expected, partials, bias)}.")
+                          f"Hint: {_row_hint(got, rank, expected, partials, bias, results[rank]['calls'])}.")
     for rank in range(WORLD_SIZE):
         calls = results[rank]["calls"]
         if calls != ["all_reduce"]:
