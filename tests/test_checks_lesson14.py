@@ -108,6 +108,14 @@ def counts_per_expert_returned(rows, expert, num_experts, group=None):
     return Dispatched(received, received_counts, torch.bincount(expert, minlength=num_experts), order)
 
 
+def output_sized_like_input(rows, expert, num_experts, group=None):
+    order, per_expert, sent = _sorted_and_counted(expert, num_experts)
+    received_counts = _exchange(per_expert)
+    received = torch.empty_like(rows)                 # as many rows as this rank sends, not as it receives
+    dist.all_to_all_single(received, rows[order], received_counts.sum(dim=1).tolist(), sent.tolist())
+    return Dispatched(received, received_counts, sent, order)
+
+
 def per_rank_counts_exchanged(rows, expert, num_experts, group=None):
     order, per_expert, sent = _sorted_and_counted(expert, num_experts)
     received_counts = _exchange(sent)                 # the totals per rank, not the counts per expert
@@ -151,6 +159,8 @@ DISPATCH_ANSWERS = {
     counts_without_minlength_exchanged_first: r"(?s)^rank 1, all_to_all_single call 1 \(the counts\): .*the input has 5 "
                                               r"rows.*Hint: rank 1 has no row for the last expert, and its counts "
                                               r"have 5 entries",
+    output_sized_like_input: r"(?s)all_to_all_single call 2 \(the rows\): .*Hint: both split lists are right; the "
+                             r"output buffer is not",
     per_rank_counts_exchanged: r"(?s)rank 0: received_counts \[\[3\], \[1\], \[3\]\].*Hint: received_counts holds one "
                                r"count per rank: the counts exchanged were per-rank totals",
     inverse_order_returned: r"(?s)rank 0: the experts of your rows in `order` .*Hint: `order` is the inverse of the "

@@ -171,6 +171,11 @@ def _split_feedback(rank: int, result: dict, truth: dict, rows_call: str) -> str
         hint = MINLENGTH_HINT.format(rank=rank, short=_short_count(), experts=NUM_EXPERTS) + "."
     elif call.input_splits == received and call.output_splits == sent:
         hint = ("the two split lists are swapped. " + SPLITS_HINT)
+    elif rows_call == "the rows" and call.input_splits == sent and call.output_splits == received and \
+            call.output_rows != sum(received):
+        hint = (f"both split lists are right; the output buffer is not: it must hold every row the ranks send this "
+                f"rank, sum(output_split_sizes) = {sum(received)} rows (received_counts.sum()), whatever the size of "
+                "your own input.")
     elif rows_call.startswith("the rows") and earlier == 0:
         hint = ("this rank made no collective call before sending its rows, so it cannot know how many rows the "
                 "others send it. Exchange the per-expert counts first (dist.all_to_all_single of the counts, equal "
