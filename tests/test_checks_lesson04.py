@@ -1,7 +1,8 @@
 """The lesson 04 checks accept a right answer and reject plausible wrong ones with specific feedback.
 
 Each wrong answer below is a mistake a learner is likely to make; the test pins the part
-of the feedback that names it. Every check launches 2 gloo ranks (about 2 s each).
+of the feedback that names it. Every check launches gloo ranks (3 for the averaging, 2 for the
+synchronisation; about 2 s each).
 """
 
 from __future__ import annotations
@@ -55,6 +56,35 @@ def reduce_op_avg(model):
         dist.all_reduce(p.grad, op=dist.ReduceOp.AVG)
 
 
+def divides_by_two(model):
+    for p in model.parameters():
+        dist.all_reduce(p.grad)
+        p.grad /= 2                                   # the world size written in
+
+
+def reduces_a_copy(model):
+    for p in model.parameters():
+        dist.all_reduce(p.grad.clone())               # the sum lands in the copy
+        p.grad /= dist.get_world_size()
+
+
+def flat_buffer_not_copied_back(model):
+    flat = torch.cat([p.grad.flatten() for p in model.parameters()])
+    dist.all_reduce(flat)
+    flat /= dist.get_world_size()
+
+
+def broadcasts_the_gradients(model):
+    for p in model.parameters():
+        dist.broadcast(p.grad, src=0)
+
+
+def never_waits(model):
+    for p in model.parameters():
+        dist.all_reduce(p.grad, async_op=True)        # the work is dropped, never waited on
+        p.grad /= dist.get_world_size()
+
+
 def only_rank_zero_reduces(model):
     if dist.get_rank() == 0:
         for p in model.parameters():
@@ -73,10 +103,24 @@ def test_average_gradients_accepts_right_answers(answer, capsys):
     (divide_without_all_reduce, r"(?s)divided by the world size: the all_reduce is missing"),
     (only_the_first_parameter, r"(?s)gradient of '1\.weight'.*still rank 0's own gradient"),
     (average_the_parameters, r"the parameters themselves were all-reduced"),
+    (divides_by_two, r"(?s)element \[\d+(, \d+)?\] is .*, expected the mean over ranks .*the sum over the 3 ranks "
+                     r"divided by 2: divide by dist.get_world_size\(\)"),
+    (reduces_a_copy, r"(?s)dist.all_reduce ran, but never on a p.grad"),
+    (flat_buffer_not_copied_back, r"(?s)dist.all_reduce ran, but never on a p.grad"),
+    (broadcasts_the_gradients, r"(?s)dist.broadcast copies one rank's tensor to the others"),
 ])
 def test_average_gradients_rejects_wrong_answers(answer, feedback):
     with pytest.raises(CheckFailed, match=feedback):
         check_average_gradients(answer)
+
+
+def test_average_gradients_names_an_all_reduce_never_waited_on():
+    # async_op=True and no .wait(): on gloo the sum may or may not have landed when the gradient is divided; where
+    # it had not, the hint must name the missing wait, not a missing all_reduce
+    try:
+        check_average_gradients(never_waits)
+    except CheckFailed as failure:
+        assert "the all_reduce is missing" not in str(failure), failure
 
 
 def test_average_gradients_ends_a_deadlock_with_a_message():

@@ -3,8 +3,9 @@
     ddp_lab.checks.lesson04.check_average_gradients(average_gradients)
     ddp_lab.checks.lesson04.check_sync_initial_state(sync_initial_state)
 
-Each runs the answer on 2 gloo ranks with a short timeout, so a deadlock ends with a
-message instead of a hang.
+Each runs the answer on gloo ranks with a short timeout, so a deadlock ends with a message
+instead of a hang: the averaging on 3 ranks (so a world size written as 2 shows), the
+synchronisation on 2.
 
 Introduced in notebooks/04-ddp-from-scratch.ipynb.
 """
@@ -16,10 +17,11 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ddp_lab.checks import CheckFailed, passed
-from ddp_lab.checks.common import call_case, ensure_written, run_on_ranks
+from ddp_lab.checks.common import call_case, ensure_written, first_mismatch, run_on_ranks
 from ddp_lab.instruments.collectives import watching_collectives
 
-WORLD_SIZE = 2
+WORLD_SIZE = 2           # sync_initial_state
+AVERAGE_WORLD_SIZE = 3   # average_gradients: not 2, so an answer that divides by 2 fails
 
 
 def _model(seed: int) -> nn.Module:
@@ -40,9 +42,10 @@ def _hang_hint(collective: str) -> str:
 
 # --- average_gradients ------------------------------------------------------------------
 
-def _recording_all_reduce(pointers: list[int]):
-    """Inside a rank: remember the storage of every tensor passed to dist.all_reduce (a context manager)."""
-    return watching_collectives({"all_reduce": (0, "tensor")}, lambda name, tensor: pointers.append(tensor.data_ptr()))
+def _recording_collectives(seen: list[tuple[str, int]]):
+    """Inside a rank: remember (name, storage) of every tensor passed to dist.all_reduce or dist.broadcast."""
+    return watching_collectives({"all_reduce": (0, "tensor"), "broadcast": (0, "tensor")},
+                                lambda name, tensor: seen.append((name, tensor.data_ptr())))
 
 
 def _average_runner(rank: int, average_gradients) -> dict:
@@ -51,12 +54,16 @@ def _average_runner(rank: int, average_gradients) -> dict:
     F.mse_loss(model(x), y).backward()
     local = [p.grad.clone() for p in model.parameters()]
     before = [p.detach().clone() for p in model.parameters()]
-    reduced: list[int] = []
-    with _recording_all_reduce(reduced):
+    grads = [p.grad.data_ptr() for p in model.parameters()]
+    seen: list[tuple[str, int]] = []
+    with _recording_collectives(seen):
         call_case(average_gradients, f"averaging the gradients of a 2-layer model on rank {rank}", model)
+    reduced = [pointer for name, pointer in seen if name == "all_reduce"]
     return {"local": local, "after": [None if p.grad is None else p.grad.clone() for p in model.parameters()],
             "params_changed": any(not torch.equal(b, p.detach()) for b, p in zip(before, model.parameters())),
-            "params_reduced": any(p.data_ptr() in reduced for p in model.parameters())}
+            "params_reduced": any(p.data_ptr() in reduced for p in model.parameters()),
+            "grad_reduced": [pointer in reduced for pointer in grads], "all_reduces": len(reduced),
+            "broadcasts": sum(name == "broadcast" for name, _ in seen)}
 
 
 def check_average_gradients(average_gradients, timeout: float = 30.0) -> None:
@@ -70,35 +77,61 @@ def check_average_gradients(average_gradients, timeout: float = 30.0) -> None:
     """
     ensure_written(average_gradients)
     name = getattr(average_gradients, "__name__", "average_gradients")
-    results = run_on_ranks(_average_runner, (average_gradients,), WORLD_SIZE, timeout, name,
+    results = run_on_ranks(_average_runner, (average_gradients,), AVERAGE_WORLD_SIZE, timeout, name,
                            timeout_hint=_hang_hint("all_reduce"))
     names = [n for n, _ in _model(0).named_parameters()]
-    local = [results[rank]["local"] for rank in range(WORLD_SIZE)]
-    for rank in range(WORLD_SIZE):
+    local = [results[rank]["local"] for rank in range(AVERAGE_WORLD_SIZE)]
+    for rank in range(AVERAGE_WORLD_SIZE):
         if results[rank]["params_changed"] or results[rank]["params_reduced"]:
             raise CheckFailed(f"rank {rank}: the parameters themselves were all-reduced. Average the gradients "
                               "(p.grad), not the parameters (p or p.data), and leave the update to the optimizer.")
         for index, param_name in enumerate(names):
             got = results[rank]["after"][index]
-            mean = (local[0][index] + local[1][index]) / WORLD_SIZE
+            mean = sum(grads[index] for grads in local) / AVERAGE_WORLD_SIZE
             where = f"rank {rank}, gradient of {param_name!r}"
             if got is None:
                 raise CheckFailed(f"{where} is None: keep the gradient tensors, reduce them in place.")
             if torch.allclose(got, mean, atol=1e-6):
                 continue
-            if torch.allclose(got, mean * WORLD_SIZE, atol=1e-6):
-                hint = ("this is the SUM over ranks: dist.all_reduce adds; divide by dist.get_world_size() "
-                        "afterwards (each rank's loss was already a mean over its own shard)")
-            elif torch.allclose(got, local[rank][index], atol=1e-7):
-                hint = (f"it is still rank {rank}'s own gradient: call dist.all_reduce(p.grad) for every "
-                        "parameter (the loop must reach every parameter, on every rank)")
-            elif torch.allclose(got, local[rank][index] / WORLD_SIZE, atol=1e-7):
-                hint = "it is this rank's gradient divided by the world size: the all_reduce is missing"
-            else:
-                hint = "expected the mean of the ranks' gradients: all_reduce (SUM), then divide by the world size"
-            raise CheckFailed(f"{where}: got {got.flatten()[:3].tolist()}..., expected the mean over ranks "
-                              f"{mean.flatten()[:3].tolist()}...\nHint: {hint}.")
-    passed(f"{name}: every gradient on every rank is the mean over {WORLD_SIZE} ranks")
+            raise CheckFailed(f"{where}: {_first_difference(got, mean)}.\nHint: "
+                              f"{_average_hint(got, mean, local[rank][index], results[rank], index, rank)}.")
+    passed(f"{name}: every gradient on every rank is the mean over {AVERAGE_WORLD_SIZE} ranks")
+
+
+def _first_difference(got: torch.Tensor, mean: torch.Tensor) -> str:
+    index = first_mismatch(got, mean, atol=1e-6, rtol=1e-5) or (0,) * got.dim()
+    return (f"element {list(index)} is {got[index].item():.6g}, expected the mean over ranks "
+            f"{mean[index].item():.6g}")
+
+
+def _average_hint(got, mean, own, result: dict, index: int, rank: int) -> str:
+    """What the gradient and the recorded collectives show about an answer whose gradient is not the mean."""
+    size = AVERAGE_WORLD_SIZE
+    on_grad = result["grad_reduced"][index]
+    if torch.allclose(got, mean * size, atol=1e-6):
+        return ("this is the SUM over ranks: dist.all_reduce adds; divide by dist.get_world_size() afterwards "
+                "(each rank's loss was already a mean over its own shard)")
+    for divisor in (2, 4, 8):
+        if torch.allclose(got, mean * size / divisor, atol=1e-6):
+            return (f"this is the sum over the {size} ranks divided by {divisor}: divide by dist.get_world_size(), "
+                    "not by a number written in the code (the check runs on 3 ranks)")
+    own_only, divided = torch.allclose(got, own, atol=1e-7), torch.allclose(got, own / size, atol=1e-7)
+    if (own_only or divided) and result["all_reduces"] and not any(result["grad_reduced"]):
+        return ("dist.all_reduce ran, but never on a p.grad: it sums in place, into the tensor you pass (a copy, "
+                "p.grad / n, a new flat buffer never copied back), and p.grad is what the optimizer reads. "
+                "All-reduce p.grad itself, or copy the result back into it")
+    if divided and on_grad:
+        return ("dist.all_reduce was called on p.grad, but its sum was not there when the gradient was divided "
+                "and read: with async_op=True, call .wait() on the work it returns before using the gradient")
+    if (own_only or divided) and result["broadcasts"] and not result["all_reduces"]:
+        return ("dist.broadcast copies one rank's tensor to the others, but the mean needs every rank's "
+                "gradient: dist.all_reduce (SUM), then divide by the world size")
+    if own_only:
+        return (f"it is still rank {rank}'s own gradient: call dist.all_reduce(p.grad) for every parameter (the loop "
+                "must reach every parameter, on every rank)")
+    if divided:
+        return "it is this rank's gradient divided by the world size: the all_reduce is missing"
+    return "expected the mean of the ranks' gradients: all_reduce (SUM), then divide by the world size"
 
 
 # --- sync_initial_state -----------------------------------------------------------------
