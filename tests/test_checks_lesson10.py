@@ -13,12 +13,14 @@ answer here too cost a second 4-rank launch (about 9 s of CPU).
 from __future__ import annotations
 
 import pytest
+import torch
 import torch.distributed as dist
 
 from ddp_lab.checks import CheckFailed
 from ddp_lab.checks import lesson10
 from ddp_lab.checks.common import division_into_a_new_tensor
 from ddp_lab.checks.lesson10 import check_average_gradients, check_dp_tp_groups
+from ddp_lab.torch_compat.dtensor import dtensor_api
 
 # The right answers are proven once, by nbval of solutions/10-*.ipynb (its check cells store ✓):
 # this file tries the wrong ones and the cases the solution does not cover.
@@ -170,6 +172,23 @@ def reduces_a_full_tensor_copy(model, mesh):
         grad.div_(mesh["dp"].size())
 
 
+def gathers_then_averages(model, mesh):
+    for p in model.parameters():                      # right, by another route: every row's shard, then their mean
+        grad = p.grad.to_local()
+        parts = [torch.empty_like(grad) for _ in range(mesh["dp"].size())]
+        dist.all_gather(parts, grad, group=mesh["dp"].get_group())
+        grad.copy_(torch.stack(parts).mean(dim=0))
+
+
+def skips_the_replicated(model, mesh):
+    for p in model.parameters():
+        if all(isinstance(placement, dtensor_api().Replicate) for placement in p.grad.placements):
+            continue                                  # "already the same on a row": but not across the rows
+        grad = p.grad.to_local()
+        dist.all_reduce(grad, group=mesh["dp"].get_group())
+        grad.div_(mesh["dp"].size())
+
+
 def average_stub(model, mesh):
     raise NotImplementedError("all-reduce p.grad.to_local() in the dp group")
 
@@ -186,6 +205,8 @@ AVERAGE_MISTAKES = [
                                 r"grad / mesh\[\"dp\"\].size\(\)` divides into a NEW tensor"),
     # full_tensor()'s all-gather runs on tp: it sums nothing, so it is not "reduced within the row"
     (reduces_a_full_tensor_copy, r"(?s)^rank 0, 0.weight.grad.*row 0's own gradient.*in place"),
+    (skips_the_replicated, r"(?s)^rank 0, 2.bias.grad.*row 0's own gradient: 2.bias was not averaged. Your answer ran 3 "
+                           r"collective\(s\) on dp for 4 parameters"),
 ]
 
 
@@ -202,6 +223,12 @@ def test_average_gradients_rejects_wrong_answers(answer, feedback, average_gradi
     with pytest.raises(CheckFailed, match=feedback):
         lesson10.judge_average_gradients(answer.__name__, average_gradients_results[answer],
                                          division_into_a_new_tensor(answer))
+
+
+def test_average_gradients_accepts_an_all_gather_over_dp():
+    results = lesson10.run_average_gradients_answers((gathers_then_averages,))[0]
+    assert lesson10.judge_average_gradients("gathers_then_averages", results).startswith(
+        "gathers_then_averages: every rank's gradients equal one process")
 
 
 def test_average_gradients_stub_says_not_written_before_any_rank_starts(monkeypatch):

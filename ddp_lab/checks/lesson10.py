@@ -218,7 +218,9 @@ def run_average_gradients_answers(answers: tuple, timeout: float = 60.0,
 
 
 def _traffic_hint(calls: list[tuple]) -> str | None:
-    dims = {dim for dim, op, _ in calls if "reduce" in op}   # an all-gather (full_tensor()) sums nothing
+    # an all-gather over tp (full_tensor()) sums nothing; one over dp brings the other rows' gradients, which an
+    # answer may then average itself
+    dims = {dim for dim, op, _ in calls if "reduce" in op or (op == "all_gather" and dim == "dp")}
     if "other" in dims:
         return (f"your answer ran a collective over a group that is neither a row nor a column of the mesh (without "
                 f"group=, dist.all_reduce reduces over all {DP_SIZE * TP_SIZE} ranks): the ranks of a row hold "
@@ -282,6 +284,13 @@ def judge_average_gradients(name: str, results: list[dict], division: str | None
             elif torch.allclose(got, want_sum / TP_SIZE, atol=1e-6, rtol=1e-5):
                 hint = (f"this is the sum divided by the tp size ({TP_SIZE}), the size of a row: the {DP_SIZE} ranks "
                         "of a column took part, so divide by the dp size, mesh['dp'].size().")
+            elif torch.allclose(got, rows[row][param], atol=1e-6, rtol=1e-5) and \
+                    sum(dim == "dp" for dim, _, _ in results[rank]["calls"]) < len(rows[0]):
+                hint = (f"this is row {row}'s own gradient: {param} was not averaged. Your answer ran "
+                        f"{sum(dim == 'dp' for dim, _, _ in results[rank]['calls'])} collective(s) on dp for "
+                        f"{len(rows[0])} parameters: every parameter's gradient needs it, those replicated across a "
+                        "row (placement Replicate on tp) too, since each row computed them on its own share of the "
+                        "batch.")
             elif torch.allclose(got, rows[row][param], atol=1e-6, rtol=1e-5):
                 hint = (f"this is row {row}'s own gradient: the reduction did not change the gradients. All-reduce the "
                         "local shard in place (p.grad.to_local() shares p.grad's memory), or assign the result back.")
@@ -289,5 +298,5 @@ def judge_average_gradients(name: str, results: list[dict], division: str | None
                 hint = (f"expected the mean of the {DP_SIZE} rows' gradients on every rank: each local shard summed over "
                         "the mesh's dp group, divided by the dp size.")
             raise CheckFailed(f"{where}.\nHint: {hint}")
-    return (f"{name}: every rank's gradients equal one process on the full batch, with all-reduces on the "
-            "dp groups only")
+    return (f"{name}: every rank's gradients equal one process on the full batch, with collectives on the dp "
+            "groups only")

@@ -30,6 +30,8 @@ def _c10d_ops():
     return {
         "c10d::allreduce_": ("all_reduce", 1, lambda a: sum(_bytes(t) for t in a[0])),
         "c10d::_allgather_base_": ("all_gather", 2, lambda a: _bytes(a[0])),          # (output, input, pg)
+        # dist.all_gather's list form: (output lists, inputs, pg)
+        "c10d::allgather_": ("all_gather", 2, lambda a: sum(_bytes(t) for outputs in a[0] for t in outputs)),
         "c10d::_reduce_scatter_base_": ("reduce_scatter", 2, lambda a: _bytes(a[1])),  # (output, input, pg)
         "c10d::broadcast_": ("broadcast", 1, lambda a: sum(_bytes(t) for t in a[0])),
         "_c10d_functional::all_reduce": ("all_reduce", 2, lambda a: _bytes(a[0])),      # (input, op, group)
