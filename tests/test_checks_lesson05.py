@@ -12,6 +12,7 @@ import random
 
 import pytest
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
 from torch.utils.data import DistributedSampler
 
@@ -78,6 +79,12 @@ def pads_with_the_last_indices(n, world_size, rank, epoch, seed=0):
                                                                                            seed)
 
 
+def pads_once(n, world_size, rank, epoch, seed=0):
+    perm = _perm(n, seed + epoch)
+    total = math.ceil(n / world_size) * world_size
+    return (perm + perm[:total - n])[rank::world_size]    # short where the padding is longer than perm
+
+
 def ignores_the_seed(n, world_size, rank, epoch, seed=0):
     return _pad(_perm(n, epoch), world_size)[rank::world_size]
 
@@ -106,6 +113,7 @@ def test_shard_indices_accepts_right_answers(capsys):
     (global_random_state, r"(?s)two calls with the same arguments gave different indices.*not the global random"),
     (not_shuffled, r"(?s)not shuffled"),
     (pads_with_the_last_indices, r"(?s)n=10, world_size=4, .*right up to the padding.*FIRST indices"),
+    (pads_once, r"(?s)n=2, world_size=5, rank=\d, .*padded once with perm\[:3\], which holds only 2 indices"),
     (python_random_shuffle, r"(?s)split the data validly, but not in DistributedSampler's order.*torch\.randperm"),
 ])
 def test_shard_indices_rejects_wrong_answers(answer, feedback):
@@ -171,6 +179,38 @@ def every_forward_inside_no_sync(ddp_model, micro_batches):
     losses[-1].backward()
 
 
+def one_big_forward(ddp_model, micro_batches):
+    x = torch.cat([x for x, _ in micro_batches])
+    y = torch.cat([y for _, y in micro_batches])
+    F.mse_loss(ddp_model(x), y).backward()            # the same gradient, but no accumulation at all
+
+
+def summed_losses_one_backward(ddp_model, micro_batches):
+    loss = sum(F.mse_loss(ddp_model(x), y) for x, y in micro_batches) / len(micro_batches)
+    loss.backward()                                   # every micro-batch's activations alive at once
+
+
+def blank_accumulate(ddp_model, micro_batches):
+    pass
+
+
+def reduces_by_hand(ddp_model, micro_batches):
+    with ddp_model.no_sync():
+        for x, y in micro_batches:
+            (F.mse_loss(ddp_model(x), y) / len(micro_batches)).backward()
+    for p in ddp_model.parameters():
+        dist.all_reduce(p.grad)
+        p.grad /= dist.get_world_size()
+
+
+def first_synced_not_last(ddp_model, micro_batches):
+    (first_x, first_y), *rest = micro_batches
+    (F.mse_loss(ddp_model(first_x), first_y) / len(micro_batches)).backward()
+    with ddp_model.no_sync():
+        for x, y in rest:
+            (F.mse_loss(ddp_model(x), y) / len(micro_batches)).backward()
+
+
 def steps_inside(ddp_model, micro_batches):
     accumulate_gradients(ddp_model, micro_batches)
     torch.optim.SGD(ddp_model.parameters(), lr=0.1).step()
@@ -182,6 +222,12 @@ ACCUMULATE_MISTAKES = [
     (loss_not_divided, r"(?s)3 times the big batch's gradient.*divide each micro-batch loss"),
     (zero_grad_every_micro_batch, r"(?s)only the last micro-batch counted"),
     (steps_inside, r"the parameters changed"),
+    (one_big_forward, r"(?s)1 forward\(s\) and 1 backward\(s\) for 3 micro-batches.*one forward and one backward per "
+                      r"micro-batch"),
+    (summed_losses_one_backward, r"(?s)3 forward\(s\) and 1 backward\(s\) for 3 micro-batches"),
+    (blank_accumulate, r"(?s)every p.grad is None: no backward ran"),
+    (reduces_by_hand, r"(?s)right gradients, but DDP never all-reduced"),
+    (first_synced_not_last, r"(?s)DDP all-reduced in micro-batch \[0\] of 0..2, not in the last"),
     (forward_outside_no_sync, r"(?s)3 all-reduces for 3 micro-batches, although 2 backward\(s\) ran inside "
                               r"`no_sync\(\)`: their forward ran outside it.*Put the forward AND the backward"),
     (every_forward_inside_no_sync, r"(?s)no all-reduce happened, although a backward ran outside `no_sync\(\)`: "

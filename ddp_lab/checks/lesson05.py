@@ -21,11 +21,12 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.nn import functional as F
 
 from ddp_lab.checks import CheckFailed, passed
-from ddp_lab.checks.common import call_case, ensure_written, run_answers_on_ranks
+from ddp_lab.checks.common import call_case, ensure_written, first_mismatch, run_answers_on_ranks
 
-# (dataset size, world size, epoch, seed): divisible, padded, fewer samples than ranks, a later
-# epoch, another seed. Every rank's indices are compared with torch's DistributedSampler.
-SHARD_CASES = ((12, 2, 0, 0), (10, 4, 0, 0), (7, 3, 0, 0), (3, 4, 0, 0), (12, 2, 1, 0), (10, 4, 2, 0),
+# (dataset size, world size, epoch, seed): divisible, padded, fewer samples than ranks, fewer than
+# half as many (the padding repeats the permutation more than once), a later epoch, another seed.
+# Every rank's indices are compared with torch's DistributedSampler.
+SHARD_CASES = ((12, 2, 0, 0), (10, 4, 0, 0), (7, 3, 0, 0), (3, 4, 0, 0), (2, 5, 0, 0), (12, 2, 1, 0), (10, 4, 2, 0),
                (12, 2, 0, 5), (10, 4, 3, 7))
 
 
@@ -104,7 +105,12 @@ def _short(indices: list[int]) -> str:
 def _shard_hint(got, shards, n, world_size, rank, epoch, seed) -> str:
     """The mistake that explains got: compare it with what each common wrong answer would return."""
     per_rank = math.ceil(n / world_size)
-    padded = _padded(_permutation(n, seed + epoch), world_size)
+    perm = _permutation(n, seed + epoch)
+    padded, pad = _padded(perm, world_size), per_rank * world_size - n
+    if pad > n and shards == [(perm + perm[:pad])[r::world_size] for r in range(world_size)]:   # perm[:pad]: n only
+        return (f"the permutation was padded once with perm[:{pad}], which holds only {n} indices: {pad} padding "
+                f"indices from {n} samples need the permutation repeated, padded = (perm * "
+                f"{math.ceil(per_rank * world_size / n)})[:{per_rank * world_size}].")
     if got == padded[rank * per_rank:(rank + 1) * per_rank]:
         return (f"that is a contiguous block of the padded permutation (padded[{rank} * {per_rank}:"
                 f"{rank + 1} * {per_rank}]). DistributedSampler deals the indices out like cards: rank r takes "
@@ -128,7 +134,10 @@ def _shard_hint(got, shards, n, world_size, rank, epoch, seed) -> str:
         return f"these are the indices for seed=0: the seed argument ({seed}) is ignored. Seed with seed + epoch."
     if got[:n // world_size] == padded[rank::world_size][:n // world_size] and len(got) == per_rank:
         return (f"right up to the padding: DistributedSampler pads with the permutation's FIRST indices "
-                f"(padded = perm + perm[:{per_rank * world_size - n}]).")
+                f"(padded = perm + perm[:{pad}])." if pad <= n else
+                f"right up to the padding: DistributedSampler pads with the permutation's FIRST indices, repeated "
+                f"as often as needed: {pad} padding indices from {n} samples, padded = (perm * "
+                f"{math.ceil(per_rank * world_size / n)})[:{per_rank * world_size}].")
     if len(got) != per_rank:
         return (f"rank {rank} got {len(got)} indices; every rank gets ceil({n}/{world_size}) = {per_rank}: pad "
                 "the permutation with its first indices up to a multiple of world_size (drop_last=False).")
@@ -235,6 +244,22 @@ def judge_accumulate_gradients(name: str, results: list[dict]) -> str:
                               "optimizer step comes after, outside this function.")
         forwards_off = got["synced"]["forward"].count(False)   # forwards run inside no_sync
         backwards_off = got["synced"]["backward"].count(False)  # backwards run inside no_sync
+        if all(grad is None for grad in got["grads"]):
+            raise CheckFailed(f"rank {rank}: every p.grad is None: no backward ran.\nHint: run forward and "
+                              "backward on each micro-batch's loss.")
+        forwards, backwards = len(got["synced"]["forward"]), len(got["synced"]["backward"])
+        if forwards != MICRO_BATCHES or backwards != MICRO_BATCHES:
+            raise CheckFailed(f"rank {rank}: {forwards} forward(s) and {backwards} backward(s) for "
+                              f"{MICRO_BATCHES} micro-batches.\nHint: accumulation runs one forward and one backward "
+                              "per micro-batch, so only one micro-batch's activations are alive at a time (the "
+                              "point when the whole batch does not fit); one forward of the whole batch, or one "
+                              "backward of the summed losses, holds them all at once.")
+        if got["all_reduces"] == 0 and all(torch.allclose(grad, want, atol=1e-6) for grad, want in
+                                           zip(got["grads"], reference["big batch"])):
+            raise CheckFailed(f"rank {rank}: right gradients, but DDP never all-reduced: every backward ran inside "
+                              "`no_sync()` and the gradients were reduced another way.\nHint: let DDP's own "
+                              "all-reduce do it, overlapped with the last backward: run the LAST micro-batch outside "
+                              "`with model.no_sync():`.")
         if got["all_reduces"] == 0:
             if True in got["synced"]["backward"]:
                 raise CheckFailed(f"rank {rank}: no all-reduce happened, although a backward ran outside "
@@ -257,11 +282,17 @@ def judge_accumulate_gradients(name: str, results: list[dict]) -> str:
             elif torch.allclose(grad, reference["last only"][index], atol=1e-6):
                 hint = ("only the last micro-batch counted: do not zero the gradients between micro-batches; "
                         "backward adds into p.grad")
+            elif got["synced"]["backward"] and got["synced"]["backward"][-1] is False:
+                synced_at = [i for i, flag in enumerate(got["synced"]["backward"]) if flag]
+                hint = (f"DDP all-reduced in micro-batch {synced_at} of 0..{MICRO_BATCHES - 1}, not in the last: "
+                        "the backwards after it, inside no_sync, added this rank's own gradients after the "
+                        "all-reduce. Run every micro-batch but the LAST inside `with model.no_sync():`")
             else:
                 hint = ("expected the gradient of the mean loss over all ranks' micro-batches: "
                         "backward on F.mse_loss(model(x), y) / len(micro_batches) for each micro-batch")
-            raise CheckFailed(f"{where}: got {grad.flatten()[:3].tolist()}, expected "
-                              f"{want.flatten()[:3].tolist()}.\nHint: {hint}.")
+            at = first_mismatch(grad, want, atol=1e-6) or (0,) * grad.dim()
+            raise CheckFailed(f"{where}, element {list(at)}: got {grad[at].item():.6g}, expected "
+                              f"{want[at].item():.6g}.\nHint: {hint}.")
         if got["all_reduces"] > 1 and backwards_off > forwards_off:
             raise CheckFailed(f"rank {rank}: right gradients, but {got['all_reduces']} all-reduces for "
                               f"{MICRO_BATCHES} micro-batches, although {backwards_off} backward(s) ran inside "
