@@ -111,23 +111,44 @@ def gpu_for_gloo(backend):
     return torch.device("cuda", local_rank), {"device_ids": [local_rank]} if backend == "nccl" else {}
 
 
+def device_from_node_index(backend):
+    """Wrong: the node's index (the same for every process of the node) picks the GPU."""
+    node = int(os.environ["RANK"]) // int(os.environ["LOCAL_WORLD_SIZE"])
+    return (torch.device("cuda", node), {"device_ids": [node]}) if backend == "nccl" else (torch.device("cpu"), {})
+
+
+def device_ids_from_rank(backend):
+    """Wrong: the right device, but device_ids from RANK."""
+    local_rank, rank = int(os.environ["LOCAL_RANK"]), int(os.environ["RANK"])
+    return (torch.device("cuda", local_rank), {"device_ids": [rank]}) if backend == "nccl" else (torch.device("cpu"), {})
+
+
+def device_ids_as_devices(backend):
+    """Right: DDP takes torch.device entries in device_ids too."""
+    device = torch.device("cuda", int(os.environ["LOCAL_RANK"])) if backend == "nccl" else torch.device("cpu")
+    return device, ({"device_ids": [device]} if backend == "nccl" else {})
+
+
 def returns_only_device(backend):
     """Wrong: forgets the DDP keyword arguments."""
     return torch.device("cuda", int(os.environ["LOCAL_RANK"])) if backend == "nccl" else torch.device("cpu")
 
 
-def test_device_and_ddp_kwargs_accepts_the_right_answer(capsys):
-    check_device_and_ddp_kwargs(device_and_ddp_kwargs)
+@pytest.mark.parametrize("answer", [device_and_ddp_kwargs, device_ids_as_devices])
+def test_device_and_ddp_kwargs_accepts_the_right_answer(answer, capsys):
+    check_device_and_ddp_kwargs(answer)
     assert capsys.readouterr().out.startswith("✓ device_and_ddp_kwargs")
 
 
 @pytest.mark.parametrize("wrong, feedback", [
-    (device_from_rank, r"chose cuda:5 .*that is RANK.*use LOCAL_RANK"),
-    (device_ids_on_cpu, r"\('gloo'\) returned ddp_kwargs=\{'device_ids': \[1\]\}.*refuses device_ids"),
+    (device_from_rank, r"chose cuda:6 .*that is RANK.*use LOCAL_RANK"),
+    (device_from_node_index, r"chose cuda:1 .*expected cuda:2.*this node's index"),
+    (device_ids_from_rank, r"device_ids=\[6\] .*expected \[2\].*that is RANK"),
+    (device_ids_on_cpu, r"\('gloo'\) returned ddp_kwargs=\{'device_ids': \[2\]\}.*refuses device_ids"),
     (cuda_without_index, r"chose cuda \(no index\).*torch.device\('cuda', local_rank\)"),
-    (device_ids_not_a_list, r"device_ids=1; DDP wants a list"),
-    (device_ids_strings, r"device_ids=\['1'\] \(strings\).*int\(os.environ\['LOCAL_RANK'\]\)"),
-    (gpu_for_gloo, r"\('gloo'\) chose cuda:1, expected cpu"),
+    (device_ids_not_a_list, r"device_ids=2; DDP wants a list"),
+    (device_ids_strings, r"device_ids=\['2'\] \(strings\).*int\(os.environ\['LOCAL_RANK'\]\)"),
+    (gpu_for_gloo, r"\('gloo'\) chose cuda:2, expected cpu"),
     (returns_only_device, r"expected a pair \(device, ddp_kwargs\)"),
 ])
 def test_device_and_ddp_kwargs_rejects(wrong, feedback):

@@ -91,17 +91,23 @@ def _unpack(result, case: str):
     return _as_device(result[0], case), result[1]
 
 
+# The pretend rank of check_device_and_ddp_kwargs: global rank 6 = local rank 2 on node 1, 4 processes per node, so
+# RANK, LOCAL_RANK and the node index (GROUP_RANK, RANK // LOCAL_WORLD_SIZE) all differ
+RANK, LOCAL_RANK, NODE = 6, 2, 1
+
+
 def check_device_and_ddp_kwargs(device_and_ddp_kwargs) -> None:
     """Check `device_and_ddp_kwargs(backend) -> (device, ddp_kwargs)` on a pretend node.
 
-    The environment is that of global rank 5 = local rank 1 on the second node of a job
-    with 4 processes per node, so RANK and LOCAL_RANK differ.
+    The environment is that of global rank 6 = local rank 2 on the second node of a job
+    with 4 processes per node, so RANK, LOCAL_RANK and the node's index differ.
 
     Introduced in notebooks/06-backends-and-torchrun.ipynb.
     """
     what = "device_and_ddp_kwargs"
-    env = {"RANK": "5", "LOCAL_RANK": "1", "WORLD_SIZE": "8", "LOCAL_WORLD_SIZE": "4", "GROUP_RANK": "1"}
-    where = "(as global rank 5 = local rank 1 on node 1)"
+    env = {"RANK": str(RANK), "LOCAL_RANK": str(LOCAL_RANK), "WORLD_SIZE": "8", "LOCAL_WORLD_SIZE": "4",
+           "GROUP_RANK": str(NODE)}
+    where = f"(as global rank {RANK} = local rank {LOCAL_RANK} on node {NODE})"
     with _environment(**env):
         gloo = _call(device_and_ddp_kwargs, what, f"calling {what}('gloo') {where}", "gloo")
         nccl = _call(device_and_ddp_kwargs, what, f"calling {what}('nccl') {where}", "nccl")
@@ -118,39 +124,50 @@ def check_device_and_ddp_kwargs(device_and_ddp_kwargs) -> None:
 
 def _check_nccl(what: str, result, where: str) -> None:
     device, kwargs = _unpack(result, f"{what}('nccl')")
+    want = f"cuda:{LOCAL_RANK}"
     if device.type != "cuda":
-        raise CheckFailed(f"{what}('nccl') chose {device} {where}, expected cuda:1.\nHint: NCCL moves "
+        raise CheckFailed(f"{what}('nccl') chose {device} {where}, expected {want}.\nHint: NCCL moves "
                           "CUDA tensors only: the model and batches must be on this rank's GPU.")
     if device.index is None:
-        raise CheckFailed(f"{what}('nccl') chose {device} (no index) {where}, expected cuda:1.\nHint: "
+        raise CheckFailed(f"{what}('nccl') chose {device} (no index) {where}, expected {want}.\nHint: "
                           "plain 'cuda' means the current device, GPU 0 until set_device is called; name the "
                           "GPU: torch.device('cuda', local_rank).")
-    if device.index == 5:
-        raise CheckFailed(f"{what}('nccl') chose cuda:5 {where}, expected cuda:1.\nHint: that is RANK, the "
+    if device.index == RANK:
+        raise CheckFailed(f"{what}('nccl') chose cuda:{RANK} {where}, expected {want}.\nHint: that is RANK, the "
                           "rank over all nodes; this node has GPUs 0-3 only. GPUs are numbered per node: use "
                           "LOCAL_RANK.")
-    if device.index != 1:
-        raise CheckFailed(f"{what}('nccl') chose {device} {where}, expected cuda:1.\nHint: read LOCAL_RANK "
+    if device.index == NODE:
+        raise CheckFailed(f"{what}('nccl') chose cuda:{NODE} {where}, expected {want}.\nHint: {NODE} is this "
+                          "node's index (GROUP_RANK, or RANK // LOCAL_WORLD_SIZE), the same for every process on "
+                          "the node; each process needs its own GPU: LOCAL_RANK.")
+    if device.index != LOCAL_RANK:
+        raise CheckFailed(f"{what}('nccl') chose {device} {where}, expected {want}.\nHint: read LOCAL_RANK "
                           "from the environment, as torchrun sets it: int(os.environ['LOCAL_RANK']).")
     ids = kwargs.get("device_ids")
     if ids is None:
         raise CheckFailed(f"{what}('nccl') returned ddp_kwargs={kwargs!r} {where}; expected "
-                          "{'device_ids': [1]}.\nHint: tell DDP which single GPU this replica lives on: "
-                          "device_ids=[local_rank] (the form this lesson asks for).")
+                          f"{{'device_ids': [{LOCAL_RANK}]}}.\nHint: tell DDP which single GPU this replica lives "
+                          "on: device_ids=[local_rank] (the form this lesson asks for).")
     if not isinstance(ids, (list, tuple)):
-        raise CheckFailed(f"{what}('nccl') returned device_ids={ids!r}; DDP wants a list: [1].\n"
+        raise CheckFailed(f"{what}('nccl') returned device_ids={ids!r}; DDP wants a list: [{LOCAL_RANK}].\n"
                           "Hint: device_ids=[local_rank], one entry for a single-GPU replica.")
-    if list(ids) != [1]:
+    # DDP takes each entry as a GPU index or a torch.device
+    if [torch.device("cuda", i) if isinstance(i, int) else i for i in ids] != [device]:
+        if any(isinstance(i, str) for i in ids):
+            hint = "environment variables are strings: int(os.environ['LOCAL_RANK'])."
+        elif list(ids) == [RANK]:
+            hint = "that is RANK, the rank over all nodes: DDP's device_ids name this node's GPU, LOCAL_RANK."
+        else:
+            hint = f"one entry, this replica's GPU, the one the device names: [{LOCAL_RANK}] (LOCAL_RANK)."
         kind = " (strings)" if any(isinstance(i, str) for i in ids) else ""
-        raise CheckFailed(f"{what}('nccl') returned device_ids={list(ids)!r}{kind} {where}; expected [1].\n"
-                          "Hint: environment variables are strings: int(os.environ['LOCAL_RANK']), and "
-                          "LOCAL_RANK, not RANK.")
+        raise CheckFailed(f"{what}('nccl') returned device_ids={list(ids)!r}{kind} {where}; expected "
+                          f"[{LOCAL_RANK}].\nHint: {hint}")
     output = kwargs.get("output_device")
     if output is not None:
         out = torch.device("cuda", output) if isinstance(output, int) else _as_device(output, f"{what}('nccl')")
         if out != device:
             raise CheckFailed(f"{what}('nccl') returned output_device={output!r} {where}; leave it out or "
-                              "make it this rank's GPU, 1.")
+                              f"make it this rank's GPU, {LOCAL_RANK}.")
 
 
 # --- exercise 3: setup_from_env(backend) -------------------------------------------------
