@@ -63,6 +63,17 @@ def rs_one_step_short(tensor):
     return ring_reduce_scatter(tensor, steps=dist.get_world_size() - 2)[dist.get_rank()]
 
 
+def rs_one_step_too_many(tensor):
+    """Wrong: range(world_size), an off-by-one the other way: the extra step sends the finished chunk on."""
+    return ring_reduce_scatter(tensor, steps=dist.get_world_size())[dist.get_rank()]
+
+
+def rs_coalesced(tensor):
+    """Wrong: a collective the exercise forbids, by a less known name."""
+    dist.all_reduce_coalesced([tensor])
+    return tensor.tensor_split(dist.get_world_size())[dist.get_rank()]
+
+
 def rs_mean(tensor):
     """Wrong: divides, as the lesson's all-reduce exercise did (reduce_scatter sums)."""
     return rs_right(tensor) / dist.get_world_size()
@@ -109,6 +120,8 @@ def rs_stub(tensor):
     (rs_lesson_schedule_finished_chunk, r"rank 0, tensor of 12 .*\nHint: it is the full sum of chunk 1, not of "
                                         r"chunk 0\. That is where the lesson's ring ends"),
     (rs_one_step_short, r"Hint: this rank received 1 time\(s\); a ring reduce-scatter takes N - 1 = 2 steps"),
+    (rs_one_step_too_many, r"(?s)the right chunk, but the rank received 3 times.*N - 1 = 2 steps"),
+    (rs_coalesced, r"dist\.all_reduce_coalesced is not allowed in this exercise"),
     (rs_mean, r"Hint: you returned the MEAN of chunk 0; dist\.reduce_scatter returns the SUM"),
     (rs_whole_tensor, r"got a tensor of shape \(12,\) .*\nHint: you returned a tensor as large as the input"),
     (rs_torch_chunk, r"(?s)raised IndexError.*while reduce-scattering a tensor of 2 elements on 3 ranks.*"

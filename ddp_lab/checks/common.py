@@ -33,7 +33,8 @@ from ddp_lab.launcher.reports import blocked_in
 # Collectives a "build it from send/recv" answer must not call.
 FORBIDDEN = ("all_reduce", "reduce", "broadcast", "all_gather", "all_gather_into_tensor",
              "all_gather_object", "reduce_scatter", "reduce_scatter_tensor", "all_to_all",
-             "all_to_all_single", "gather", "scatter", "_all_gather_base", "_reduce_scatter_base")
+             "all_to_all_single", "gather", "scatter", "_all_gather_base", "_reduce_scatter_base",
+             "all_reduce_coalesced", "all_gather_coalesced")
 
 
 class ForbiddenCollective(RuntimeError):

@@ -154,6 +154,13 @@ def check_ring_reduce_scatter(ring_reduce_scatter, world_size: int = WORLD_SIZE,
             expected = results[rank]["sums"][case].tensor_split(world_size)[rank]
             _compare_reduce_scatter(results[rank]["outputs"][case], expected, inputs, rank, size, world_size,
                                     results[rank]["receives"][case])
+    for case, size in enumerate(REDUCE_SIZES):
+        extra = [rank for rank in range(world_size) if results[rank]["receives"][case] > world_size - 1]
+        if extra:
+            raise CheckFailed(f"rank {extra[0]}, tensor of {size} elements: the right chunk, but the rank received "
+                              f"{results[extra[0]]['receives'][case]} times.\nHint: a ring reduce-scatter takes "
+                              f"N - 1 = {world_size - 1} steps; after them every chunk is complete where it belongs, "
+                              "and a further step only moves data no rank needs (range(world_size - 1)).")
     passed(f"{name} gives rank r the sum of chunk r, like dist.reduce_scatter, on {world_size} ranks for "
            f"sizes {', '.join(map(str, REDUCE_SIZES))}, using only send/recv")
 
