@@ -20,7 +20,7 @@ from ddp_lab.checks.lesson09 import check_state_bytes, check_zero1
 
 # --- state_bytes ------------------------------------------------------------------------------
 
-PER_PARAM = {"fp32": (4, 4, 8), "bf16": (2, 2, 12)}
+PER_PARAM = {"fp32": (4, 4, 8), "bf16": (2, 2, 12), "fp16": (2, 2, 12)}
 NAMES = ("params", "grads", "optimizer")
 
 
@@ -56,6 +56,12 @@ def mixed_weights_in_fp32(n_params, stage, world_size, precision="fp32"):
     return {name: n_params * size // (world_size if name in sharded else 1) for name, size in zip(NAMES, per_param)}
 
 
+def fp16_as_fp32(n_params, stage, world_size, precision="fp32"):
+    per_param = (2, 2, 12) if precision == "bf16" else (4, 4, 8)    # fp16 forgotten: mixed precision too
+    sharded = NAMES[3 - stage:]
+    return {name: n_params * size // (world_size if name in sharded else 1) for name, size in zip(NAMES, per_param)}
+
+
 def returns_a_total(n_params, stage, world_size, precision="fp32"):
     return sum(state_bytes(n_params, stage, world_size, precision).values())
 
@@ -80,6 +86,7 @@ def test_state_bytes_accepts_the_solution(capsys):
                              r"parameter, not 8.*master copy"),
     (mixed_weights_in_fp32, r"(?s)precision='bf16'\)\['params'\] is 4000, expected 2000.*params are bf16/fp16: "
                             r"2 bytes"),
+    (fp16_as_fp32, r"(?s)precision='fp16'\)\['params'\] is 4000, expected 2000.*params are bf16/fp16: 2 bytes"),
     (returns_a_total, r"returned 16000; expected a dict with the keys \['params', 'grads', 'optimizer'\]"),
     (the_package_formula, r"^the_package_formula calls ddp_lab.course.sharding.state_bytes.state_bytes_per_rank, the "
                           r"package's own answer to this exercise"),
@@ -220,6 +227,28 @@ def divides_into_a_new_tensor(params, shards, optimizer):
         dist.all_gather(list(p.detach().view(-1).chunk(world_size)), s.detach())
 
 
+def floor_shards_init(params, rank, world_size):
+    shards = []
+    for p in params:
+        n = p.numel() // world_size                   # a floor split: the last element of an odd size is lost
+        shards.append(p.detach().reshape(-1)[rank * n:(rank + 1) * n].clone().requires_grad_())
+    return shards, torch.optim.Adam(shards, lr=0.01)
+
+
+def never_steps(params, shards, optimizer):
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    for p, s in zip(params, shards):
+        dist.all_reduce(p.grad)
+        p.grad /= world_size
+        s.grad = p.grad.reshape(-1).chunk(world_size)[rank]
+    for p, s in zip(params, shards):                  # optimizer.step() forgotten
+        dist.all_gather(list(p.detach().view(-1).chunk(world_size)), s.detach())
+
+
+def blank_init(params, rank, world_size):
+    pass
+
+
 def returns_the_optimizer_class(params, rank, world_size):
     shards = [p.detach().reshape(-1).chunk(world_size)[rank].clone().requires_grad_() for p in params]
     return shards, torch.optim.Adam
@@ -258,6 +287,11 @@ ZERO1_MISTAKES = [   # answers that return (not raise): they run one after the o
     (zero1_init, never_sets_the_shard_grads, r"(?s)rank 0, step 0: the shard of '0.weight' has no .grad when the "
                                              r"optimizer steps, so Adam skipped it"),
     (returns_the_optimizer_class, zero1_step, r"rank 0: returns_the_optimizer_class returned type as its optimizer"),
+    (floor_shards_init, zero1_step, r"(?s)^rank 0: floor_shards_init's shard of 'a parameter of 5 elements' .*"
+                                    r"expected shape \(3,\).*5 elements on 2 ranks split 3 \+ 2"),
+    (zero1_init, never_steps, r"(?s)rank 0, step 0: every shard has its .grad, but the optimizer holds no state: it "
+                              r"never stepped"),
+    (blank_init, zero1_step, r"^rank 0: blank_init returned NoneType None; expected a pair \(shards, optimizer\)"),
 ]
 
 

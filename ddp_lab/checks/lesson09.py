@@ -31,7 +31,7 @@ from ddp_lab.course.sharding.state_bytes import BYTES_PER_PARAMETER, COMPONENTS,
 FORMULA_CASES = tuple((n, stage, world_size, "fp32") for n in (1000,) for world_size in (1, 2, 4)
                       for stage in range(4)) + tuple(
     (n, stage, world_size, "bf16") for n in (1000,) for world_size in (1, 4) for stage in range(4)) + (
-    (7_000_000_000, 3, 64, "bf16"), (7_000_000_000, 1, 8, "fp32"))
+    (1000, 1, 4, "fp16"), (1000, 3, 4, "fp16"), (7_000_000_000, 3, 64, "bf16"), (7_000_000_000, 1, 8, "fp32"))
 
 
 def _first_sharding_stage(component: str) -> int:
@@ -125,8 +125,11 @@ def _zero1_one(rank: int, zero1_init, zero1_step) -> dict:
     params = list(model.parameters())
     init_name, step_name = (getattr(fn, "__name__", default) for fn, default in ((zero1_init, "zero1_init"),
                                                                                (zero1_step, "zero1_step")))
-    shards, optimizer = call_case(zero1_init, f"zero1_init(params, rank={rank}, world_size={world_size})",
-                                  params, rank, world_size, name=init_name)
+    returned = call_case(zero1_init, f"zero1_init(params, rank={rank}, world_size={world_size})",
+                         params, rank, world_size, name=init_name)
+    if not (isinstance(returned, (tuple, list)) and len(returned) == 2):
+        return {"bad_init": describe(returned)}
+    shards, optimizer = returned
     if not isinstance(optimizer, torch.optim.Optimizer):
         return {"bad_optimizer": type(optimizer).__name__}
     shards = list(shards)
@@ -142,6 +145,15 @@ def _zero1_one(rank: int, zero1_init, zero1_step) -> dict:
             else:
                 kind = "other"
             return {"bad_shard": (name, describe(shard), tuple(p.shape), tuple(want.shape), kind)}
+    # a parameter of an odd size: chunk splits it 3 + 2, a floor split (numel // world_size) loses its last element
+    odd = torch.nn.Parameter(torch.arange(5.0))
+    odd_shard = list(call_case(zero1_init, f"zero1_init([a parameter of 5 elements], rank={rank}, "
+                                           f"world_size={world_size})", [odd], rank, world_size, name=init_name)[0])[0]
+    want_odd = odd.detach().chunk(world_size)[rank]
+    if not (torch.is_tensor(odd_shard) and odd_shard.shape == want_odd.shape and torch.equal(odd_shard.detach(),
+                                                                                            want_odd)):
+        return {"bad_shard": ("a parameter of 5 elements", describe(odd_shard), (5,), tuple(want_odd.shape),
+                              "uneven")}
     kind, lrs = type(optimizer).__name__, sorted({group.get("lr") for group in optimizer.param_groups}, key=str)
     records = []
     for step, (x, y) in enumerate(_batches(world_size)):
@@ -201,6 +213,9 @@ def judge_zero1(name: str, init_name: str, results: list[dict], division: str | 
     or return the ✓ text. `division`: a line of zero1_step that divides a gradient into a new tensor
     (`division_into_a_new_tensor`), evidence for a gradient left as the sum."""
     for rank in range(WORLD_SIZE):
+        if "bad_init" in results[rank]:
+            raise CheckFailed(f"rank {rank}: {init_name} returned {results[rank]['bad_init']}; expected a pair "
+                              "(shards, optimizer): this rank's shard of every parameter, and Adam over them.")
         if "bad_optimizer" in results[rank]:
             raise CheckFailed(f"rank {rank}: {init_name} returned {results[rank]['bad_optimizer']} as its optimizer; "
                               "expected a torch.optim.Optimizer (Adam over this rank's shards), as (shards, optimizer).")
@@ -214,6 +229,9 @@ def judge_zero1(name: str, init_name: str, results: list[dict], division: str | 
             hint = ("it holds the right values, but chunked along the parameter's first dimension: flatten the "
                     "parameter first, so the shard lines up with the slice of the flattened gradient that "
                     f"{name} gives it" if kind == "unflattened" else
+                    "5 elements on 2 ranks split 3 + 2, as tensor.chunk does: a split of numel // world_size "
+                    "elements per rank leaves the last element out. Take chunk rank of p.reshape(-1).chunk("
+                    "world_size), here and wherever the step slices or gathers" if kind == "uneven" else
                     "each shard is this rank's chunk of the flattened parameter, an independent copy")
             raise CheckFailed(f"rank {rank}: {init_name}'s shard of {param!r} is {got}; expected shape {shape}, chunk "
                               f"{rank} of p.reshape(-1).chunk(world_size).\nHint: {hint}.")
@@ -251,6 +269,10 @@ def _check_step(got: dict, rank: int, step: int, grads, params, names, n_params:
                           f"({full} numbers), expected {mine}: every rank steps the full optimizer.\nHint: "
                           "ZeRO-1 builds Adam over this rank's shards only (a flattened chunk of each parameter), "
                           "so it keeps 1/world_size of the state.")
+    if got["adam_values"] == 0 and got["optimizer"] == "Adam":
+        raise CheckFailed(f"{where}: every shard has its .grad, but the optimizer holds no state: it never stepped."
+                          "\nHint: call optimizer.step() in zero1_step, after the shards' .grad are set and before "
+                          "the all-gather.")
     if got["adam_values"] != mine:
         kind = f" (yours is {got['optimizer']})" if got["optimizer"] != "Adam" else ""
         raise CheckFailed(f"{where}: the optimizer holds {got['adam_values']} Adam state values, expected {mine} "
@@ -281,13 +303,12 @@ def _check_step(got: dict, rank: int, step: int, grads, params, names, n_params:
         else:
             hint = ("expected this rank's chunk of the flattened gradient averaged over the ranks (the sum over the "
                     "ranks divided by world_size)")
-        raise CheckFailed(f"{where}: the gradient of the shard of {name!r} is {_short(grad)}, expected "
-                          f"{_short(want)}.\nHint: {hint}.")
+        raise CheckFailed(f"{where}: the gradient of the shard of {name!r} {_difference(grad, want)}.\nHint: {hint}.")
     for index, name in enumerate(names):
         value, want, before = got["params"][index], params[index], got["before"][index]
         if _close(value, want):
             continue
-        raise CheckFailed(f"{where}: parameter {name!r} after the step is {_short(value)}, expected {_short(want)}."
+        raise CheckFailed(f"{where}: parameter {name!r} after the step {_difference(value, want)}."
                           f"\nHint: {_params_hint(value, want, before, rank, got)}")
 
 
@@ -322,6 +343,10 @@ def _params_hint(value: torch.Tensor, want: torch.Tensor, before: torch.Tensor, 
             "all-gather the shards back into p in rank order.")
 
 
-def _short(t: torch.Tensor) -> str:
-    values = [round(v, 6) for v in t.reshape(-1)[:3].tolist()]
-    return f"{values}{' ...' if t.numel() > 3 else ''} (shape {tuple(t.shape)})"
+def _difference(got: torch.Tensor, want: torch.Tensor) -> str:
+    """Where got first differs from want (flattened index), for 'got ..., expected ...' lines."""
+    got_flat, want_flat = got.reshape(-1), want.reshape(-1)
+    differs = ~torch.isclose(got_flat, want_flat, rtol=1e-4, atol=1e-6)
+    index = int(differs.nonzero()[0]) if differs.any() else 0
+    return (f"(shape {tuple(want.shape)}), flattened element {index}: got {got_flat[index].item():.6g}, expected "
+            f"{want_flat[index].item():.6g}")
