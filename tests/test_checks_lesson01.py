@@ -53,6 +53,11 @@ def memory_in_values(n_params, n_activations, world_size, strategy):
     return {k: v // 4 for k, v in memory_per_device(n_params, n_activations, world_size, strategy).items()}
 
 
+def memory_activations_in_values(n_params, n_activations, world_size, strategy):
+    result = memory_per_device(n_params, n_activations, world_size, strategy)
+    return {**result, "activations": result["activations"] // 4}     # bytes for the rest, values for these
+
+
 def memory_missing_key(n_params, n_activations, world_size, strategy):
     result = memory_per_device(n_params, n_activations, world_size, strategy)
     del result["optimizer"]
@@ -65,15 +70,17 @@ def test_memory_accepts_the_right_answer(capsys):
 
 
 @pytest.mark.parametrize("wrong, feedback", [
-    (memory_one_adam_state, r"strategy='single'\)\['optimizer'\]: expected 8_000_000 bytes, got 4_000_000\.\n"
+    (memory_one_adam_state, r"strategy='single'\)\['optimizer'\]: expected 9_600_000 bytes, got 4_800_000\.\n"
                             r"Hint: Adam keeps two values per parameter"),
-    (memory_data_parallel_splits_weights, r"strategy='data'\)\['params'\]: expected 4_000_000 bytes, got 1_000_000"
+    (memory_data_parallel_splits_weights, r"strategy='data'\)\['params'\]: expected 4_800_000 bytes, got 1_600_000"
                                           r".*\nHint: under 'data' every device holds all the params"),
     (memory_zero1_splits_grads, r"strategy='zero1'\)\['grads'\].*\nHint: under 'zero1' every device holds all "
                                 r"the grads: zero1 shards only optimizer"),
     (memory_data_keeps_whole_batch, r"strategy='data'\)\['activations'\].*\nHint: under 'data' each device keeps "
-                                    r"only 1/4 of the activations"),
+                                    r"only 1/3 of the activations"),
     (memory_in_values, r"Hint: return bytes, not numbers of values"),
+    (memory_activations_in_values, r"strategy='single'\)\['activations'\]: expected 1_200_000 bytes, got 300_000\.\n"
+                                   r"Hint: that is the number of activations values: return bytes"),
     (memory_missing_key, r"should return a dict with keys \['params', 'grads', 'optimizer', 'activations'\]"),
 ])
 def test_memory_rejects(wrong, feedback):
@@ -91,6 +98,14 @@ def data_parallel_backward(model, x, y):
     loss.backward()
     for p in model.parameters():
         dist.all_reduce(p.grad)
+
+
+def dp_looks_first(model, x, y):
+    """Right too: a look at the shard's predictions under no_grad, then the same as the right answer."""
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    with torch.no_grad():
+        model(x.tensor_split(world_size)[rank])
+    data_parallel_backward(model, x, y)
 
 
 def dp_whole_batch(model, x, y):
@@ -132,10 +147,11 @@ def dp_floor_shards(model, x, y):
         dist.all_reduce(p.grad)
 
 
-def test_data_parallel_accepts_the_right_answer(capsys):
-    check_data_parallel_backward(data_parallel_backward)
+@pytest.mark.parametrize("answer", [data_parallel_backward, dp_looks_first])
+def test_data_parallel_accepts_the_right_answer(answer, capsys):
+    check_data_parallel_backward(answer)
     # `in`, not startswith: on a 1-core machine ddp_lab first prints a "ddp_lab: nprocs=2 ..." note
-    assert "✓ data_parallel_backward: each of 2 ranks used only its shard" in capsys.readouterr().out
+    assert f"✓ {answer.__name__}: each of 2 ranks used only its shard" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("wrong, feedback", [

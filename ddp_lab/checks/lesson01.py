@@ -14,7 +14,8 @@ from ddp_lab.checks import CheckFailed, passed
 from ddp_lab.checks.common import call_case, describe, ensure_written, first_mismatch, run_on_ranks
 from ddp_lab.course.device_memory import COMPONENTS, SHARDED, STRATEGIES, memory_per_device
 
-MEMORY_CASES = ((1_000_000, 300_000, 4), (7_000_000_000, 2_000_000_000, 8))
+# world sizes 3 and 8: not 4, so a count of values (4 bytes each) never looks like a split over the devices
+MEMORY_CASES = ((1_200_000, 300_000, 3), (7_000_000_000, 2_000_000_000, 8))
 
 _WHY_FULL = {
     "params": "every device runs the whole model, so it needs every weight",
@@ -69,8 +70,13 @@ def _memory_hint(strategy: str, component: str, got, expected, n_params: int, wo
             reason = (f"{strategy} shards only {', '.join(c for c in SHARDED[strategy] if c != 'activations')}"
                       f" (+ activations, as data parallel does); the {component} stay whole on every device")
         return f"under {strategy!r} every device holds all the {component}: {reason}."
-    return (f"under {strategy!r}, {component} are {'split across' if sharded else 'whole on every one of'} "
-            f"the {world_size} devices; weights and gradients take 4 bytes per parameter, Adam 8.")
+    if got * 4 == expected:
+        return (f"that is the number of {component} values: return bytes, 4 per fp32 value (and Adam's 2 values "
+                "per parameter).")
+    where = ("on the one device" if strategy == "single" else
+             f"{'split across' if sharded else 'whole on every one of'} the {world_size} devices")
+    return (f"under {strategy!r}, {component} are {where}; weights and gradients take 4 bytes per parameter, "
+            "Adam 8, activations 4 per value.")
 
 
 # --- data parallel backward ------------------------------------------------------------------
@@ -115,7 +121,9 @@ def _reference_grads(x: torch.Tensor, y: torch.Tensor, weights=None) -> list[tor
 
 
 def _sample_indices(seen: torch.Tensor, x: torch.Tensor) -> list[int]:
-    return [int(i) for row in seen for i in (row == x).all(1).nonzero().flatten()[:1]]
+    """The batch rows a rank ran the model on, each once (a second forward of a row, e.g. a look at the predictions
+    under no_grad, uses no other sample)."""
+    return sorted({int(i) for row in seen for i in (row == x).all(1).nonzero().flatten()[:1]})
 
 
 def check_data_parallel_backward(fn, world_size: int = 2, timeout: float = 30.0) -> None:
