@@ -135,6 +135,43 @@ def sequential_threads(model, x, y, n):
     return F.mse_loss(torch.cat(_run_threads(_replicas(model, chunks), chunks, parallel=False)), y)
 
 
+def _threads_each(work, count):
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+
+def gathered_as_finished(model, x, y, n):
+    chunks, outputs = torch.chunk(x, n), []
+    replicas = _replicas(model, chunks)
+    _threads_each(lambda k: outputs.append(torch.func.functional_call(*replicas[k], (chunks[k],))), len(chunks))
+    return F.mse_loss(torch.cat(outputs), y)         # in the order the threads finished
+
+
+def one_shared_replica(model, x, y, n):
+    chunks = torch.chunk(x, n)
+    shared = _replicas(model, chunks[:1])[0]          # one module and one set of parameters for every thread
+    return F.mse_loss(torch.cat(_run_threads([shared] * len(chunks), chunks)), y)
+
+
+def threads_run_the_model(model, x, y, n):
+    chunks, outputs = torch.chunk(x, n), [None] * n
+    _threads_each(lambda k: outputs.__setitem__(k, model(chunks[k])), len(chunks))
+    return F.mse_loss(torch.cat(outputs), y)
+
+
+def split_not_chunk(model, x, y, n):
+    chunks = torch.split(x, n)                        # chunks of n rows, not n chunks
+    return F.mse_loss(torch.cat(_run_threads(_replicas(model, chunks), chunks)), y)
+
+
+def summed_loss(model, x, y, n):
+    chunks = torch.chunk(x, n)
+    return F.mse_loss(torch.cat(_run_threads(_replicas(model, chunks), chunks)), y, reduction="sum")
+
+
 def no_threads_at_all(model, x, y, n):
     return F.mse_loss(torch.cat([model(c) for c in torch.chunk(x, n)]), y)
 
@@ -144,6 +181,12 @@ def no_threads_at_all(model, x, y, n):
     (mean_of_chunk_losses, r"(?s)loss .*expected .*short last chunk"),
     (sequential_threads, r"(?s)did not run at the same time.*start, join, start, join"),
     (no_threads_at_all, r"did not run at the same time"),
+    (gathered_as_finished, r"(?s)loss .*expected .*Hint: the outputs were gathered out of chunk order"),
+    (one_shared_replica, r"(?s)^4 chunks ran on 1 module\(s\): threads shared a replica"),
+    (threads_run_the_model, r"(?s)^the threads ran the model itself, not replicas of it"),
+    (split_not_chunk, r"(?s)^the replicas ran on chunks of \[2, 4, 4\] rows; DataParallel scatters with "
+                      r"torch.chunk\(x, n\), \[3, 3, 3, 1\] rows"),
+    (summed_loss, r"(?s)loss .*Hint: F.mse_loss\(torch.cat\(outputs\), y\) once"),
 ])
 def test_data_parallel_loss_rejects_wrong_answers(answer, feedback):
     with pytest.raises(CheckFailed, match=feedback):

@@ -10,7 +10,9 @@ Introduced in notebooks/03-dataparallel.ipynb.
 
 from __future__ import annotations
 
+import itertools
 import threading
+import time
 
 import torch
 import torch.nn as nn
@@ -126,7 +128,10 @@ def _same(got, expected) -> bool:
 # --- a DataParallel training step -------------------------------------------------------
 
 BARRIER_SECONDS = 5.0
+STAGGER_SECONDS = 0.05   # after the barrier, replica k waits (chunks - 1 - k) x this: the last chunk finishes first
 _barrier: list[threading.Barrier] = []  # set only while the learner's function runs
+_chunks: list[torch.Tensor] = []        # torch.chunk(x, n) of the check's batch, while the learner's function runs
+_entered: list[tuple[int, int, int]] = []   # (id of the module, chunk index or -1, rows) per forward
 
 
 class _Recorder(nn.Module):
@@ -142,7 +147,12 @@ class _Recorder(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if _barrier:
+            index = next((k for k, chunk in enumerate(_chunks) if chunk.shape == x.shape and torch.equal(chunk, x)),
+                         -1)
+            _entered.append((id(self), index, len(x)))
             _barrier[0].wait()
+            if index >= 0:   # a fixed finishing order, the reverse of the chunks': gathering must not depend on it
+                time.sleep(STAGGER_SECONDS * (len(_chunks) - 1 - index))
         return self.net(x)
 
 
@@ -155,6 +165,34 @@ _NOT_PARALLEL = (f"the replicas did not run at the same time: the first forward 
 def _model() -> nn.Module:
     torch.manual_seed(3)
     return _Recorder()
+
+
+def _scatter_problem(chunks, entered=None) -> str | None:
+    """Where the replicas ran on other chunks than torch.chunk's (so the barrier waited for one that never came)."""
+    entered = list(_entered) if entered is None else entered
+    rows = sorted(rows for _, _, rows in entered)
+    if not rows or any(index >= 0 for _, index, _ in entered) or rows == sorted(len(c) for c in chunks):
+        return None
+    return (f"the replicas ran on chunks of {rows} rows; DataParallel scatters with torch.chunk(x, n), "
+            f"{[len(c) for c in chunks]} rows here (10 rows over 4 devices).\nHint: scatter with "
+            "torch.chunk(x, n): one chunk per device, ceil(len / n) rows each, the last one shorter.")
+
+
+def _loss_hint(got: float, x: torch.Tensor, y: torch.Tensor, n: int) -> str:
+    """A hint only where the loss value itself shows the mistake."""
+    model = _model()
+    with torch.no_grad():
+        outputs = [model(chunk) for chunk in torch.chunk(x, n)]
+        targets = torch.chunk(y, n)
+        for order in itertools.permutations(range(len(outputs))):
+            if list(order) != sorted(order) and abs(F.mse_loss(torch.cat([outputs[k] for k in order]), y).item()
+                                                    - got) < 1e-5:
+                return ("the outputs were gathered out of chunk order (in the order the threads finished, here "
+                        "the last chunk first): store replica k's output at index k and concatenate in chunk order.")
+        if abs(torch.stack([F.mse_loss(o, t) for o, t in zip(outputs, targets)]).mean().item() - got) < 1e-5:
+            return ("gather the outputs and compute the loss once on the gathered batch; a mean of per-chunk losses "
+                    "weights the short last chunk (10 rows over 4 devices: 3-3-3-1) too much.")
+    return "F.mse_loss(torch.cat(outputs), y) once, over the whole gathered batch (its mean over every element)."
 
 
 def check_data_parallel_loss(data_parallel_loss, n_devices: int = 4) -> None:
@@ -174,22 +212,25 @@ def check_data_parallel_loss(data_parallel_loss, n_devices: int = 4) -> None:
     expected_loss = F.mse_loss(reference(x), y).item()
 
     model = _model()
-    _barrier.append(threading.Barrier(min(n_devices, len(x)), timeout=BARRIER_SECONDS))
+    chunks = torch.chunk(x, n_devices)
+    _barrier.append(threading.Barrier(len(chunks), timeout=BARRIER_SECONDS))
+    _chunks[:], _entered[:] = chunks, []
     try:
         loss = data_parallel_loss(model, x.clone(), y.clone(), n_devices)
     except threading.BrokenBarrierError:
-        raise CheckFailed(_NOT_PARALLEL) from None
+        raise CheckFailed(_scatter_problem(chunks) or _NOT_PARALLEL) from None
     except NotImplementedError as error:
         raise CheckFailed(f"data_parallel_loss is not written yet: it raised NotImplementedError({str(error)!r}). "
                           "Replace the `raise NotImplementedError` line with your answer.") from None
     except Exception as error:
         if _barrier[-1].broken:  # a thread hit the broken barrier and the answer hid it
-            raise CheckFailed(_NOT_PARALLEL) from None
+            raise CheckFailed(_scatter_problem(chunks) or _NOT_PARALLEL) from None
         raise CheckFailed(f"data_parallel_loss raised {type(error).__name__}: {error}") from error
     finally:
         broken = _barrier.pop().broken
+        entered, _chunks[:] = list(_entered), []
     if broken:
-        raise CheckFailed(_NOT_PARALLEL)
+        raise CheckFailed(_scatter_problem(chunks, entered) or _NOT_PARALLEL)
     if not torch.is_tensor(loss) or loss.numel() != 1:
         raise CheckFailed(f"data_parallel_loss returned {describe(loss)}, expected the scalar loss tensor.")
     if not loss.requires_grad:
@@ -202,10 +243,19 @@ def check_data_parallel_loss(data_parallel_loss, n_devices: int = 4) -> None:
                           "stayed in the replicas.\nHint: replicate with differentiable copies "
                           "({name: p.clone() for name, p in model.named_parameters()}); copy.deepcopy or "
                           "p.detach() creates new leaf tensors that the model never sees.")
+    modules = {module for module, _, _ in entered}
+    if id(model) in modules:
+        raise CheckFailed("the threads ran the model itself, not replicas of it.\nHint: replicate: for each chunk "
+                          "a copy of the module (copy.deepcopy(model)) run with differentiable copies of the "
+                          "parameters (torch.func.functional_call), as DataParallel does, one per device.")
+    if len(modules) < len(chunks):
+        raise CheckFailed(f"{len(chunks)} chunks ran on {len(modules)} module(s): threads shared a replica. "
+                          "functional_call swaps the module's parameters in for the call and back after it, so "
+                          "threads sharing one module race (the result changes from run to run).\nHint: one "
+                          "replica per chunk: a deepcopy of the module and its own copies of the parameters.")
     if abs(loss.item() - expected_loss) > 1e-5:
         raise CheckFailed(f"loss {loss.item():.6f}, expected {expected_loss:.6f} (the MSE over the whole batch).\n"
-                          "Hint: gather the outputs and compute the loss once on the gathered batch; a mean of "
-                          "per-chunk losses weights the short last chunk (10 rows over 4 devices: 3-3-3-1) too much.")
+                          f"Hint: {_loss_hint(loss.item(), x, y, n_devices)}")
     for (name, p), p_ref in zip(model.named_parameters(), reference.parameters()):
         if p.grad is None:
             raise CheckFailed(f"parameter {name!r} got no gradient: replicate every parameter.")
