@@ -159,11 +159,20 @@ def do_nothing(model):
     pass
 
 
+def floating_point_buffers_only(model):
+    with torch.no_grad():
+        for tensor in list(model.parameters()) + list(model.buffers()):
+            if tensor.is_floating_point():           # num_batches_tracked (int64) left behind
+                dist.broadcast(tensor.data, src=0)
+
+
 @pytest.mark.parametrize("answer, feedback", [
     (parameters_only, r"(?s)buffer '1.running_mean'.*broadcast model.buffers\(\)"),
     (average_instead_of_broadcast, r"(?s)average over ranks.*not all_reduce"),
     (broadcast_from_the_last_rank, r"(?s)rank 0 now holds rank 1's value.*src=0"),
     (do_nothing, r"(?s)rank 1 kept its own starting value"),
+    (floating_point_buffers_only, r"(?s)rank 1, buffer '1.num_batches_tracked'.*the floating-point buffers arrived but "
+                                  r"'1.num_batches_tracked' \(torch.int64\) did not"),
 ])
 def test_sync_initial_state_rejects_wrong_answers(answer, feedback):
     with pytest.raises(CheckFailed, match=feedback):

@@ -141,6 +141,7 @@ def _initial_state(rank: int) -> dict[str, torch.Tensor]:
     with torch.no_grad():  # give the BatchNorm buffers rank-specific values too
         model[1].running_mean.fill_(rank + 1.0)
         model[1].running_var.fill_(rank + 2.0)
+        model[1].num_batches_tracked.fill_(rank + 3)   # an integer buffer: one that only floats are synced misses
     return model
 
 
@@ -172,7 +173,13 @@ def check_sync_initial_state(sync_initial_state, timeout: float = 30.0) -> None:
             kind = "buffer" if key in buffers else "parameter"
             where = f"rank {rank}, {kind} {key!r}"
             if torch.equal(got, starts[rank][key]):
-                if kind == "buffer":
+                floats_arrived = all(torch.equal(results[rank][k], starts[0][k]) for k in buffers
+                                     if starts[0][k].is_floating_point())
+                if kind == "buffer" and not got.is_floating_point() and floats_arrived:
+                    hint = (f"the floating-point buffers arrived but {key!r} ({got.dtype}) did not: broadcast every "
+                            "buffer, integer ones too, as DDP does (a step counter that differs between ranks "
+                            "changes BatchNorm's momentum when momentum=None)")
+                elif kind == "buffer":
                     hint = ("buffers (BatchNorm's running_mean, running_var, num_batches_tracked) must be "
                             "synchronised too: broadcast model.buffers() as well as model.parameters(), as DDP does")
                 else:
