@@ -110,6 +110,18 @@ def rs_blocking_send_first(tensor):
     return chunks[rank]
 
 
+def rs_overwrites(tensor):
+    """Wrong: receives into the chunk itself, so what arrives replaces it instead of being added."""
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    chunks = list(tensor.tensor_split(world_size))
+    for step in range(world_size - 1):
+        send_index, recv_index = (rank - step - 1) % world_size, (rank - step - 2) % world_size
+        request = dist.isend(chunks[send_index].clone(), (rank + 1) % world_size)
+        dist.recv(chunks[recv_index], (rank - 1) % world_size)
+        request.wait()
+    return chunks[rank]
+
+
 def rs_stub(tensor):
     raise NotImplementedError("shift the schedule by one chunk")
 
@@ -127,6 +139,7 @@ def rs_stub(tensor):
     (rs_torch_chunk, r"(?s)raised IndexError.*while reduce-scattering a tensor of 2 elements on 3 ranks.*"
                      r"Hint: with 2 elements on 3 ranks, tensor\.chunk\(3\) returns only 2 chunk\(s\)"),
     (rs_with_library, r"dist\.reduce_scatter is not allowed in this exercise"),
+    (rs_overwrites, r"(?s)Hint: it is rank \d's chunk 0 alone: what arrived replaced this rank's chunk"),
     (rs_stub, r"is not written yet: it raised NotImplementedError\('shift the schedule by one chunk'\)"),
 ])
 def test_ring_reduce_scatter_rejects(wrong, feedback):
@@ -199,6 +212,46 @@ def gather_one_step(tensor):
     return gathered
 
 
+def gather_sends_its_own(tensor):
+    """Wrong: sends its own tensor in every step instead of passing on what arrived."""
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    gathered = [torch.empty_like(tensor) for _ in range(world_size)]
+    gathered[rank] = tensor.clone()
+    for step in range(world_size - 1):
+        request = dist.isend(tensor, (rank + 1) % world_size)
+        dist.recv(gathered[(rank - step - 1) % world_size], (rank - 1) % world_size)
+        request.wait()
+    return gathered
+
+
+def gather_into_one_buffer(tensor):
+    """Wrong: one receive buffer for every step: the list's entries are the same tensor."""
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    buffer, passing = torch.empty_like(tensor), tensor.clone()
+    gathered = [buffer] * world_size
+    gathered[rank] = tensor.clone()
+    for step in range(world_size - 1):
+        request = dist.isend(passing, (rank + 1) % world_size)
+        dist.recv(buffer, (rank - 1) % world_size)
+        request.wait()
+        passing = buffer.clone()
+    return gathered
+
+
+def gather_without_own_entry(tensor):
+    """Wrong: forgets to put its own tensor in its slot."""
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    gathered = [torch.zeros_like(tensor) for _ in range(world_size)]
+    passing = tensor.clone()
+    for step in range(world_size - 1):
+        incoming = torch.empty_like(tensor)
+        request = dist.isend(passing, (rank + 1) % world_size)
+        dist.recv(incoming, (rank - 1) % world_size)
+        request.wait()
+        gathered[(rank - step - 1) % world_size] = passing = incoming
+    return gathered
+
+
 def gather_with_library(tensor):
     """Wrong: calls dist.all_gather."""
     gathered = [torch.empty_like(tensor) for _ in range(dist.get_world_size())]
@@ -221,6 +274,10 @@ def gather_blocking(tensor):
     (gather_in_arrival_order, r"rank 0, .*: entry 1, element 0: .*\nHint: entry 1 holds rank 2's tensor"),
     (gather_one_step, r"entry \d was never filled .* needs world_size - 1 = 2 steps"),
     (gather_with_library, r"dist\.all_gather is not allowed"),
+    (gather_sends_its_own, r"(?s)every entry this rank received holds rank 2's tensor, its left neighbour's own"),
+    (gather_into_one_buffer, r"(?s)every entry this rank received holds the same values: they share one receive "
+                             r"buffer"),
+    (gather_without_own_entry, r"(?s)rank 0, .*entry 0, .*Hint: your own slot, entry 0, does not hold your tensor"),
 ])
 def test_ring_all_gather_rejects(wrong, feedback):
     with pytest.raises(CheckFailed, match=feedback):
@@ -284,6 +341,23 @@ def mean_lesson_layout(tensor):
     return all_reduce_mean(tensor, lesson_layout=True)
 
 
+def mean_divided_twice(tensor):
+    """Wrong: divides the chunk after the reduce-scatter and the result again."""
+    return all_reduce_mean(tensor) / dist.get_world_size()
+
+
+def mean_trims_the_tail(tensor):
+    """Wrong: pads, gathers, concatenates, then cuts the padding off the end of the whole."""
+    return all_reduce_mean(tensor, trim=False)[:len(tensor)]
+
+
+def mean_reversed(tensor):
+    """Wrong: concatenates the gathered entries last rank first."""
+    world_size = dist.get_world_size()
+    sizes = [len(c) for c in tensor.tensor_split(world_size)]
+    return torch.cat(list(reversed(all_reduce_mean(tensor).split(sizes))))
+
+
 def mean_before_exercise_1(tensor):
     """Exercise 3 written while exercise 1 is still the stub: the message names the stub."""
     return rs_stub(tensor)
@@ -300,6 +374,11 @@ def mean_before_exercise_1(tensor):
                         r"still there"),
     (mean_lesson_layout, r"tensor of 12 .*\nHint: every chunk is right but in the wrong place \(position 0 holds "
                          r"chunk 1"),
+    (mean_divided_twice, r"(?s)Hint: this is the mean divided by the world size again"),
+    (mean_trims_the_tail, r"(?s)tensor of 10 elements.*Hint: the padding was cut from the end of the concatenation "
+                          r"only"),
+    (mean_reversed, r"(?s)Hint: every chunk is right but in the wrong place \(position 0 holds chunk 2, position 2 "
+                    r"holds chunk 0\): entry k of ring_all_gather's list is rank k's chunk; concatenate"),
     (mean_before_exercise_1, r"^rs_stub \(called by mean_before_exercise_1\) is not written yet"),
 ])
 def test_all_reduce_mean_rejects(wrong, feedback):

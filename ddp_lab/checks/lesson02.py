@@ -185,9 +185,10 @@ def _compare_reduce_scatter(got, expected, inputs, rank, size, world_size, recei
                 f"steps, each receiving one chunk and adding it in, and only the last step (s = N - 2) "
                 f"completes chunk {rank}: run the loop for range(world_size - 1).")
     elif _close(got, chunks[rank][rank]):
-        hint = (f"it is this rank's own chunk {rank}, unchanged: nothing was ever added into it. With the "
-                f"lesson's schedule rank r sends chunk r in step 0 and never receives into it; shift the "
-                f"schedule so that rank r adds into chunk r in the LAST step (s = N - 2).")
+        hint = (f"it is this rank's own chunk {rank}, unchanged: nothing was ever added into it. Either the "
+                f"schedule never adds into chunk r (the lesson's schedule sends chunk r in step 0 and never "
+                f"receives into it: shift it so that rank r adds into chunk r in the LAST step, s = N - 2), or the "
+                "sums are computed but never stored back into the list of chunks.")
     elif any(_close(got, sums[k]) for k in range(world_size) if k != rank):
         other = next(k for k in range(world_size) if k != rank and _close(got, sums[k]))
         lesson = (" That is where the lesson's ring ends (chunk (r + 1) % N)." if other == (rank + 1) % world_size
@@ -195,6 +196,10 @@ def _compare_reduce_scatter(got, expected, inputs, rank, size, world_size, recei
         hint = (f"it is the full sum of chunk {other}, not of chunk {rank}.{lesson} dist.reduce_scatter gives "
                 f"rank r chunk r: shift every chunk index of the schedule by one, so that in the last step "
                 f"(s = N - 2) rank r adds into chunk r, and return chunks[rank].")
+    elif any(_close(got, chunks[q][rank]) for q in range(world_size) if q != rank):
+        other = next(q for q in range(world_size) if q != rank and _close(got, chunks[q][rank]))
+        hint = (f"it is rank {other}'s chunk {rank} alone: what arrived replaced this rank's chunk instead of "
+                "being added to it. Receive into a separate buffer, then add it into the chunk.")
     elif got.numel() == size:
         hint = (f"you returned a tensor as large as the input: return only chunk {rank}, the one this rank "
                 "owns after the reduce-scatter (tensor_split's chunk `rank`).")
@@ -261,7 +266,18 @@ def _compare_gather(got, inputs, rank, size, world_size) -> None:
         message = (f"{where}: entry {source}, element {index[0]}: expected {expected[index].item():.6f} "
                    f"(rank {source}'s value), got {entry[index].item():.6f}.")
         holder = [k for k, t in enumerate(inputs) if torch.equal(entry.float(), t)]
-        if holder:
+        received = [got[k] for k in range(world_size) if k != rank]
+        left = (rank - 1) % world_size
+        if source == rank:
+            hint = (f"your own slot, entry {rank}, does not hold your tensor: put it there before the ring starts "
+                    "(the ring only brings the other ranks' tensors).")
+        elif all(torch.equal(t.float(), inputs[left]) for t in received) and world_size > 2:
+            hint = (f"every entry this rank received holds rank {left}'s tensor, its left neighbour's own: each "
+                    "rank sent its own tensor in every step. Pass on the tensor that arrived in the step before.")
+        elif all(torch.equal(t, received[0]) for t in received) and world_size > 2:
+            hint = ("every entry this rank received holds the same values: they share one receive buffer, which "
+                    "each recv overwrote. Receive every step into a tensor of its own.")
+        elif holder:
             hint = (f"entry {source} holds rank {holder[0]}'s tensor: index the list by the rank a tensor "
                     f"started on. In step s, rank r receives the tensor that started on rank "
                     f"(r - s - 1) % world_size.")
@@ -330,17 +346,26 @@ def _compare_mean(got, total, own, rank, size, world_size) -> None:
         hint = (f"return the whole averaged tensor: the gathered chunks ({sizes} elements) concatenated in "
                 "rank order.")
     elif _permuted(got, mean, sizes):
-        hint = (f"every chunk is right but in the wrong place ({_permuted(got, mean, sizes)}): entry k of "
-                "ring_all_gather's list is what rank k sent, so rank k must own chunk k after the reduce-scatter "
-                "(exercise 1's layout, not the lesson's chunk (k + 1) % N), and the entries are concatenated in "
-                "list order.")
+        moved = _permuted(got, mean, sizes)
+        shifted = all(_close(piece, mean.split(sizes)[(k + 1) % world_size]) for k, piece in
+                      enumerate(got.split(sizes)) if len(piece) == sizes[(k + 1) % world_size])
+        hint = (f"every chunk is right but in the wrong place ({moved}): entry k of ring_all_gather's list is "
+                "what rank k sent, so rank k must own chunk k after the reduce-scatter (exercise 1's layout, not "
+                "the lesson's chunk (k + 1) % N)." if shifted else
+                f"every chunk is right but in the wrong place ({moved}): entry k of ring_all_gather's list is "
+                "rank k's chunk; concatenate the entries in list order.")
+    elif _close(got, mean / world_size):
+        hint = f"this is the mean divided by the world size again: divide the sum by {world_size} once."
+    elif got.shape == mean.shape and _close(got, torch.cat([torch.nn.functional.pad(c, (0, max(sizes) - len(c)))
+                                                             for c in mean.split(sizes)])[:size]):
+        hint = ("the padding was cut from the end of the concatenation only, but every short chunk carries its "
+                "own padding at its end: cut each gathered entry back to its chunk's size before concatenating.")
     else:
         index = first_mismatch(got.float(), mean.float())
         head = (f"{where}, element {index[0]}: expected the mean {mean[index].item():.6f}, "
                 f"got {got[index].item():.6f}")
-        hint = ("run the checks of exercises 1 and 2 first: this one builds on them. Then: reduce-scatter, "
-                "pad your chunk to the largest chunk, all-gather, cut each entry back to its chunk's size, "
-                "concatenate, divide by world_size.")
+        hint = ("the mean is: reduce-scatter, pad your chunk to the largest chunk, all-gather, cut each entry back "
+                "to its chunk's size, concatenate in rank order, divide by world_size once.")
     raise CheckFailed(f"{head}.\nHint: {hint}")
 
 
