@@ -205,6 +205,20 @@ def setup_wrong_world(backend):
     return {"rank": rank, "local_rank": int(os.environ["LOCAL_RANK"]), "world_size": rank + 1}
 
 
+def setup_sets_the_master(backend):
+    """Wrong: writes MASTER_ADDR in the code (works on one machine, not on two)."""
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    return setup_from_env(backend)
+
+
+def setup_world_of_the_node(backend):
+    """Wrong: the world size of this node (1 process) for the world size of the job (2)."""
+    rank, local_rank = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
+    world_size = int(os.environ["LOCAL_WORLD_SIZE"])
+    dist.init_process_group(backend, rank=rank, world_size=world_size)
+    return {"rank": rank, "local_rank": local_rank, "world_size": world_size}
+
+
 def setup_not_written(backend):
     raise NotImplementedError("int(os.environ[...])")
 
@@ -214,6 +228,9 @@ def setup_not_written(backend):
     (setup_local_from_rank, r"rank 1: local_rank = 1, expected 0.*LOCAL_RANK is the rank on this node"),
     (setup_strings, r"rank 0: rank is '0', a string.*int\(os.environ\['RANK'\]\)"),
     (setup_not_written, r"setup_from_env is not written yet"),
+    (setup_sets_the_master, r"rank 0: setup_from_env set \{'MASTER_ADDR': '127.0.0.1'\}; torchrun sets MASTER_ADDR"),
+    (setup_world_of_the_node, r"rank 1 failed while running setup_from_env.*Hint: gloo refused a rank that is not below "
+                              r"the world size.*LOCAL_WORLD_SIZE counts only this node's"),
 ])
 def test_setup_from_env_rejects(wrong, feedback):
     with pytest.raises(CheckFailed, match=f"(?s){feedback}"):

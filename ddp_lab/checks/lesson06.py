@@ -180,11 +180,22 @@ _KEYS = ("rank", "local_rank", "world_size")
 def _setup_runner(rank: int, setup_from_env):
     """Inside a rank: call the answer, then see whether it built a working process group."""
 
+    written = {}                 # MASTER_ADDR / MASTER_PORT the answer assigns (torchrun's to keep), even unchanged
+    assign = type(os.environ).__setitem__
+
+    def recording(environ, key, value):
+        if key in ("MASTER_ADDR", "MASTER_PORT"):
+            written[key] = value
+        assign(environ, key, value)
+
+    type(os.environ).__setitem__ = recording
     try:
         info = setup_from_env("gloo")
     except NotImplementedError as error:
         return {"error": "NotImplementedError", "message": str(error)}
-    state = {"info": info, "initialized": dist.is_initialized()}
+    finally:
+        type(os.environ).__setitem__ = assign
+    state = {"info": info, "initialized": dist.is_initialized(), "overwritten": written}
     if state["initialized"]:
         state.update(backend=dist.get_backend(), rank=dist.get_rank(), world_size=dist.get_world_size())
         if state["backend"] != "gloo":
@@ -217,15 +228,28 @@ def check_setup_from_env(setup_from_env, timeout: float = 30.0) -> None:
                 "same world_size (int(os.environ['WORLD_SIZE'])) and its own rank (RANK), and must not "
                 "overwrite MASTER_ADDR/MASTER_PORT: torchrun already set them.") from None
         except LaunchError as error:
-            raise CheckFailed(failure_message(error, what)) from None
+            raise CheckFailed(failure_message(error, what, _explain_setup)) from None
     for rank, state in enumerate(results):
         _check_rank(what, rank, state)
     passed(f"{what}: 2 ranks on 2 nodes joined one gloo group with the right rank, local rank and world size")
 
 
+def _explain_setup(failure) -> str | None:
+    """A hint only where gloo's own error shows it: a rank not below the world size it was given."""
+    if "rank < size" in (failure.details or ""):
+        return ("gloo refused a rank that is not below the world size it was given: world_size is the number of "
+                "processes on ALL nodes, os.environ['WORLD_SIZE'] (LOCAL_WORLD_SIZE counts only this node's).")
+    return None
+
+
 def _check_rank(what: str, rank: int, state: dict) -> None:
     if state.get("error") == "NotImplementedError":
         raise CheckFailed(f"{what} " + _NOT_WRITTEN.format(state["message"]))
+    if state.get("overwritten"):
+        raise CheckFailed(f"rank {rank}: {what} set {state['overwritten']}; torchrun sets MASTER_ADDR and "
+                          "MASTER_PORT for the whole job.\nHint: leave them as torchrun set them: a value written "
+                          "in the code works on one machine, but on two it points every node at the wrong place "
+                          "(each at itself for 127.0.0.1).")
     if not state["initialized"]:
         raise CheckFailed(f"rank {rank}: after {what}('gloo') there is no process group.\nHint: call "
                           "dist.init_process_group(backend) inside; with init_method 'env://' (the default) "
