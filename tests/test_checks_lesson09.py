@@ -245,6 +245,11 @@ def never_steps(params, shards, optimizer):
         dist.all_gather(list(p.detach().view(-1).chunk(world_size)), s.detach())
 
 
+def adamw_init(params, rank, world_size):
+    shards = [p.detach().reshape(-1).chunk(world_size)[rank].clone().requires_grad_() for p in params]
+    return shards, torch.optim.AdamW(shards, lr=0.01)    # decoupled weight decay 0.01 by default
+
+
 def blank_init(params, rank, world_size):
     pass
 
@@ -291,6 +296,8 @@ ZERO1_MISTAKES = [   # answers that return (not raise): they run one after the o
                                     r"expected shape \(3,\).*5 elements on 2 ranks split 3 \+ 2"),
     (zero1_init, never_steps, r"(?s)rank 0, step 0: every shard has its .grad, but the optimizer holds no state: it "
                               r"never stepped"),
+    (adamw_init, zero1_step, r"(?s)rank 0, step 0: parameter .*Hint: your optimizer is AdamW; the check compares "
+                             r"with one process's torch.optim.Adam"),
     (blank_init, zero1_step, r"^rank 0: blank_init returned NoneType None; expected a pair \(shards, optimizer\)"),
 ]
 

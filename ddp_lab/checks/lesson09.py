@@ -339,6 +339,9 @@ def _params_hint(value: torch.Tensor, want: torch.Tensor, before: torch.Tensor, 
             _close(g, o) for k, (g, o) in enumerate(zip(got_chunks, old_chunks)) if k != rank):
         return ("only this rank's own slice changed: the other ranks' updated shards never arrived. All-gather "
                 "every rank's shard into the full parameter after the step.")
+    if got["optimizer"] != "Adam":
+        return (f"your optimizer is {got['optimizer']}; the check compares with one process's torch.optim.Adam "
+                f"(lr={LR}, no weight decay), the optimizer the exercise asks for.")
     return ("expected one process's Adam step on the whole batch: average the gradients, step your shard, "
             "all-gather the shards back into p in rank order.")
 
