@@ -65,6 +65,22 @@ def not_decompressed(process_group, bucket):
     return _done(q)
 
 
+def sums_in_int32(process_group, bucket):
+    buffer = bucket.buffer()
+    scale = _shared_scale(buffer)
+    q = torch.round(buffer * (127 / dist.get_world_size()) / scale).to(torch.int32)   # 4 bytes per value
+    dist.all_reduce(q)
+    return _done(buffer.copy_(q.float() * scale / 127))
+
+
+def decompressed_in_float64(process_group, bucket):
+    buffer = bucket.buffer()
+    scale = _shared_scale(buffer)
+    q = torch.round(buffer * (127 / dist.get_world_size()) / scale).to(torch.int8)
+    dist.all_reduce(q)
+    return _done(q.double() * scale.double() / 127)
+
+
 def sends_full_fp32(process_group, bucket):
     buffer = bucket.buffer().div_(dist.get_world_size())
     dist.all_reduce(buffer)
@@ -135,7 +151,10 @@ def test_a_blank_stub_is_not_written_yet():
     (scale_doubled, r"(?s)differ from the mean by more than int8 rounding allows, and not as any common mistake"),
     (sum_not_mean, r"(?s)expected the mean over ranks.*this is the SUM over ranks"),
     (not_decompressed, r"(?s)returned int8 values, not float32: the int8 sums were never decompressed"),
-    (sends_full_fp32, r"(?s)sent 6,928 bytes for 1,732 gradient values, as much as.*uncompressed fp32"),
+    (sends_full_fp32, r"(?s)sent 6,928 bytes for 1,732 gradient values, 4.0 bytes per value: as much as.*uncompressed"
+                      r" fp32"),
+    (sums_in_int32, r"(?s)4.0 bytes per value.*Hint: what went to all_reduce holds 4-byte values"),
+    (decompressed_in_float64, r"(?s)returned float64 values, not float32.\nHint: decompress into float32"),
 ])
 def test_rejects_wrong_answers(answer, feedback):
     with pytest.raises(CheckFailed, match=feedback):

@@ -112,11 +112,15 @@ def _check_returned(answers: list, name: str) -> None:
         if answer["kind"] != "tensor":
             raise CheckFailed(f"{name}'s future holds a {answer['kind']}, not a tensor.\nHint: set the decompressed "
                               "average gradient (a float32 tensor shaped like bucket.buffer()) as its result.")
-        if answer["dtype"] != "float32":
+        if answer["dtype"] != "float32" and answer["dtype"].startswith(("int", "uint")):
             raise CheckFailed(
                 f"{name} returned {answer['dtype']} values, not float32: the int8 sums were never decompressed.\n"
                 f"Hint: multiply the summed int8 values back by scale / {LEVELS} in float32 and return that; DDP "
                 "copies it into the gradients.")
+        if answer["dtype"] != "float32":
+            raise CheckFailed(
+                f"{name} returned {answer['dtype']} values, not float32.\nHint: decompress into float32, the dtype "
+                "of bucket.buffer() and of the gradients DDP copies the result into.")
         if answer["shape"] != answer["bucket_shape"]:
             raise CheckFailed(f"{name} returned a tensor of shape {answer['shape']}, but the bucket holds "
                               f"{answer['bucket_shape']}.\nHint: return one value per element of bucket.buffer().")
@@ -238,9 +242,11 @@ def _check_bytes(results, name: str) -> str:
             sent = results[rank]["sent"][step]
             if sent >= fp32:
                 raise CheckFailed(
-                    f"step {step}, rank {rank}: {name} sent {sent:,} bytes for {numel:,} gradient values, as much as "
-                    f"(or more than) the uncompressed fp32 all-reduce ({fp32:,} bytes).\nHint: all_reduce the int8 "
-                    "tensor, not the float32 buffer: only the 1-element scale may travel as float32.")
+                    f"step {step}, rank {rank}: {name} sent {sent:,} bytes for {numel:,} gradient values, "
+                    f"{sent / numel:.1f} bytes per value: as much as (or more than) the uncompressed fp32 all-reduce "
+                    f"({fp32:,} bytes).\nHint: what went to all_reduce holds 4-byte values (the float32 buffer, or "
+                    "the quantised values cast to int32 or float32): all_reduce a torch.int8 tensor; only the "
+                    "1-element scale may travel as float32.")
             if sent > MOST_BYTES_PER_VALUE * numel:
                 raise CheckFailed(
                     f"step {step}, rank {rank}: {name} sent {sent:,} bytes for {numel:,} values, "
