@@ -176,6 +176,21 @@ def forgets_the_batch(model, cluster, global_batch):
     return Strategy(dp=cluster.gpus // 4, tp=4, zero=3, sequence_parallel=True)
 
 
+def fastest_whether_it_fits(model, cluster, global_batch):
+    best = None
+    for tp in (1, 2, 4, 8):
+        for zero in (0, 1, 2, 3):
+            dp = cluster.gpus // tp
+            candidate = plan.evaluate(model, cluster, Strategy(dp=dp, tp=tp, zero=zero, grad_accum=global_batch // dp))
+            if best is None or candidate.tokens_per_second > best.tokens_per_second:   # .fits never asked
+                best = candidate
+    return best.strategy
+
+
+def batch_not_divisible(model, cluster, global_batch):
+    return Strategy(dp=cluster.gpus, micro_batch=2, grad_accum=max(1, global_batch // (2 * cluster.gpus)))
+
+
 def returns_the_plan(model, cluster, global_batch):
     return plan.evaluate(model, cluster, Strategy(dp=cluster.gpus, zero=3, grad_accum=global_batch // cluster.gpus))
 
@@ -210,6 +225,10 @@ def test_compare_plans_prints_both_breakdowns_and_fails_in_one_line(capsys):
                         r"cluster.gpus_per_node"),
     (one_node_only, r"(?s)uses dp\*tp\*pp = 2\*4\*1 = 8 GPUs and leaves 56 idle"),
     (forgets_the_batch, r"(?s)trains dp \* micro_batch \* grad_accum = 16 \* 1 \* 1 = 16 sequences per step, not 64"),
+    (fastest_whether_it_fits, r"(?s)does not fit: .*It is predicted faster than the best plan that fits .*kept the "
+                              r"fastest plan without asking whether it fits"),
+    (batch_not_divisible, r"(?s)= 128 sequences per step, not 64.*dp \* micro_batch = 128 does not divide the global "
+                          r"batch 64.*skip those combinations"),
     (returns_the_plan, r"returned Plan .*expected a ddp_lab.plan.Strategy"),
     (the_planners_search, r"^the_planners_search calls ddp_lab.course.plan.search.search, the package's own answer to "
                           r"this exercise"),

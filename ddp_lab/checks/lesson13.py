@@ -196,18 +196,25 @@ def check_choose_plan(choose_plan) -> None:
                               f"of {cluster.gpus_per_node} GPUs.\nHint: TP all-reduces 4 times per layer and "
                               f"micro-batch on the critical path; keep tp <= cluster.gpus_per_node, on NVLink.")
         if strategy.global_batch != global_batch:
+            per_pass = strategy.dp * strategy.micro_batch
+            hint = (f"dp * micro_batch = {per_pass} does not divide the global batch {global_batch}, so no "
+                    "grad_accum gives it: skip those combinations in the search" if global_batch % per_pass else
+                    "set grad_accum = global_batch // (dp * micro_batch): a different batch changes what a step is, "
+                    "so tokens/s would not compare")
             raise CheckFailed(f"{where}: {label} trains dp * micro_batch * grad_accum = {strategy.dp} * "
                               f"{strategy.micro_batch} * {strategy.grad_accum} = {strategy.global_batch} sequences "
-                              f"per step, not {global_batch}.\nHint: set grad_accum = global_batch // "
-                              f"(dp * micro_batch): a different batch changes what a step is, so tokens/s would "
-                              f"not compare.")
+                              f"per step, not {global_batch}.\nHint: {hint}.")
         try:
             chosen = evaluate(model, cluster, strategy)
         except ValueError as error:
             raise CheckFailed(f"{where}: {label} is not a valid plan: {error}") from None
-        if not chosen.fits:
-            raise CheckFailed(f"{where}: {label} does not fit: {_overflow(chosen)}")
         best = _best_plan(index)
+        if not chosen.fits:
+            faster = (f" It is predicted faster than the best plan that fits ({chosen.tokens_per_second:,.0f} vs "
+                      f"{best.tokens_per_second:,.0f} tokens/s): if your search chose it, it kept the fastest plan "
+                      "without asking whether it fits (Plan.fits)."
+                      if chosen.tokens_per_second > best.tokens_per_second else "")
+            raise CheckFailed(f"{where}: {label} does not fit: {_overflow(chosen)}{faster}")
         if chosen.tokens_per_second < (1 - TOLERANCE) * best.tokens_per_second:
             raise CheckFailed(f"{where}: {label} fits but is predicted at {chosen.tokens_per_second:,.0f} tokens/s, "
                               f"{1 - chosen.tokens_per_second / best.tokens_per_second:.0%} below the best plan "
@@ -254,8 +261,9 @@ def _slower(chosen, best) -> str:
     fields = ", ".join(f"{field}={getattr(best.strategy, field)!r} (yours {getattr(chosen.strategy, field)!r})"
                        for field in STRATEGY_FIELDS if getattr(best.strategy, field) != getattr(chosen.strategy, field))
     return (f"step time in seconds, yours vs the best: {parts}; most of the difference is {TIME_PARTS[worst]}. "
-            f"The best plan has {fields}: a search that tries every value of those fields finds it (or one "
-            f"within {TOLERANCE:.0%} of it).")
+            f"The best plan has {fields}: either your search never tried those values, or it tried them and kept "
+            f"another plan (keep the highest tokens_per_second among the plans that fit); one within "
+            f"{TOLERANCE:.0%} of the best passes.")
 
 
 # --- after exercise 2: your plan next to one you rejected ----------------------------------------------
