@@ -120,7 +120,9 @@ def device_from_node_index(backend):
 def device_ids_from_rank(backend):
     """Wrong: the right device, but device_ids from RANK."""
     local_rank, rank = int(os.environ["LOCAL_RANK"]), int(os.environ["RANK"])
-    return (torch.device("cuda", local_rank), {"device_ids": [rank]}) if backend == "nccl" else (torch.device("cpu"), {})
+    if backend != "nccl":
+        return torch.device("cpu"), {}
+    return torch.device("cuda", local_rank), {"device_ids": [rank]}
 
 
 def device_ids_as_devices(backend):
@@ -229,8 +231,8 @@ def setup_not_written(backend):
     (setup_strings, r"rank 0: rank is '0', a string.*int\(os.environ\['RANK'\]\)"),
     (setup_not_written, r"setup_from_env is not written yet"),
     (setup_sets_the_master, r"rank 0: setup_from_env set \{'MASTER_ADDR': '127.0.0.1'\}; torchrun sets MASTER_ADDR"),
-    (setup_world_of_the_node, r"rank 1 failed while running setup_from_env.*Hint: gloo refused a rank that is not below "
-                              r"the world size.*LOCAL_WORLD_SIZE counts only this node's"),
+    (setup_world_of_the_node, r"rank 1 failed while running setup_from_env.*Hint: gloo refused a rank that is not "
+                              r"below the world size.*LOCAL_WORLD_SIZE counts only this node's"),
 ])
 def test_setup_from_env_rejects(wrong, feedback):
     with pytest.raises(CheckFailed, match=f"(?s){feedback}"):

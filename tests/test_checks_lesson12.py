@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import math
 import os
+import shutil
+import tempfile
 
 import pytest
 import torch
@@ -65,9 +67,9 @@ def _load(path, model, optimizer) -> int:
 
 
 def _restartable(rank, directory, total_steps, step_fn, keep=("model", "optimizer", "rng"), resume=True,
-                 restore_epoch=True, shared=False, set_epoch=True):
+                 restore_epoch=True, shared=False, set_epoch=True, once_per_epoch=False, elsewhere=None):
     model, optimizer, sampler = _setup(rank)
-    path = os.path.join(directory, "checkpoint.pt" if shared else f"rank-{rank}.pt")
+    path = os.path.join(elsewhere or directory, "checkpoint.pt" if shared else f"rank-{rank}.pt")
     step = _load(path, model, optimizer) if resume and os.path.exists(path) else 0
     per_epoch = math.ceil(len(sampler) / BATCH)
     while step < total_steps:
@@ -79,7 +81,7 @@ def _restartable(rank, directory, total_steps, step_fn, keep=("model", "optimize
                 break
             step_fn(step, model, optimizer, X[batch], Y[batch])
             step += 1
-            if not shared or rank == 0:
+            if (not shared or rank == 0) and (not once_per_epoch or step % per_epoch == 0):
                 _save(path, model, optimizer, step, keep)
             dist.barrier()
         restore_epoch = True  # the mistake below only concerns the epoch the run resumes in
@@ -118,6 +120,19 @@ def rank_zero_saves_for_everyone(rank, directory, total_steps, step_fn):
     _restartable(rank, directory, total_steps, step_fn, shared=True)
 
 
+def saves_once_per_epoch(rank, directory, total_steps, step_fn):
+    """As lesson 12's loop did: a crash within an epoch loses the steps done since its start."""
+    _restartable(rank, directory, total_steps, step_fn, once_per_epoch=True)
+
+
+ELSEWHERE = os.path.join(tempfile.gettempdir(), "ddp-lab-test-lesson12-elsewhere")
+
+
+def saves_outside_the_directory(rank, directory, total_steps, step_fn):
+    """A fixed folder (as a path relative to the working folder would be): every run finds the last one's files."""
+    _restartable(rank, directory, total_steps, step_fn, elsewhere=ELSEWHERE)
+
+
 def never_sets_the_epoch(rank, directory, total_steps, step_fn):
     """Resumes exactly, but every epoch of every run is epoch 0's order: not train_plain's run."""
     _restartable(rank, directory, total_steps, step_fn, set_epoch=False)
@@ -149,3 +164,22 @@ def test_the_blank_stub_is_named_without_starting_ranks():
 def test_rejects_checkpoints_that_lose_state(answer, feedback):
     with pytest.raises(CheckFailed, match=feedback):
         check_restartable(answer)
+
+
+def test_names_a_checkpoint_taken_once_per_epoch():
+    # killed at the start of step 7, the last checkpoint is step 6's epoch end: the resumed run starts at 6 with the
+    # right state, which tells it from a miscounted step (whose state would be one step ahead)
+    with pytest.raises(CheckFailed, match=r"(?s)the resumed run started at step 6, from exactly the state that step "
+                                          r"started from.*save a checkpoint after EVERY step"):
+        check_restartable(saves_once_per_epoch)
+
+
+def test_names_checkpoints_written_outside_the_directory():
+    shutil.rmtree(ELSEWHERE, ignore_errors=True)
+    os.makedirs(ELSEWHERE)
+    try:
+        with pytest.raises(CheckFailed, match=r"(?s)^the killed run left nothing in its `directory`, yet a later run "
+                                              r"of saves_outside_the_directory started at step .*inside the directory"):
+            check_restartable(saves_outside_the_directory)
+    finally:
+        shutil.rmtree(ELSEWHERE, ignore_errors=True)

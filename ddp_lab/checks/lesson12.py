@@ -89,6 +89,17 @@ def _killed_run(train, directory: str, timeout: float, name: str) -> None:
                       f"for every step 0 .. total_steps - 1.")
 
 
+def _check_inside_directory(saved: list[str], runs: list[list[dict]], name: str) -> None:
+    """The killed run left nothing in its directory, yet a later run did not start at step 0: a checkpoint outside."""
+    starts = [records[0]["step"] if records else None for records in runs]
+    if not saved and any(start != 0 for start in starts):
+        raise CheckFailed(f"the killed run left nothing in its `directory`, yet a later run of {name} started at step "
+                          f"{next(start for start in starts if start != 0)} (None: ran no step at all): it found a "
+                          "checkpoint somewhere else, left there by an earlier run.\nHint: save and load the "
+                          "checkpoint inside the directory train is given (os.path.join(directory, ...)), not in "
+                          "the working folder.")
+
+
 def _check_uninterrupted(runs: list[list[dict]]) -> None:
     for rank, records in enumerate(runs):
         steps = [r["step"] for r in records]
@@ -108,8 +119,9 @@ def _check_uninterrupted(runs: list[list[dict]]) -> None:
 def _batch_hint(rank: int, step: int, got: torch.Tensor, reference: list[dict]) -> str:
     same = [r["step"] for r in reference if torch.equal(r["x"], got)]
     if not same:
-        return (f"rank {rank} trained step {step} on a batch the uninterrupted run never used: take the batches "
-                "from the sampler as the uninterrupted run does.")
+        return (f"rank {rank} trained step {step} on a batch the uninterrupted run never used at any step: the data "
+                "stream was not resumed where it stopped (the epoch, set on the sampler, and the position in it, "
+                "both from the saved step).")
     used = same[0]
     epoch, position = divmod(step, STEPS_PER_EPOCH)
     if used == step - epoch * STEPS_PER_EPOCH:
@@ -208,9 +220,10 @@ def check_restartable(train, timeout: float = 60.0) -> None:
         _killed_run(train, killed, timeout, name)
         saved = sorted(os.listdir(killed))
         resumed = list(run_on_ranks(_train_runner, (train, killed, TOTAL_STEPS, None), WORLD_SIZE, timeout, name))
-        _check_resumed_steps(resumed, saved, name)
         reference = list(run_on_ranks(_train_runner, (train, never, TOTAL_STEPS, None), WORLD_SIZE, timeout, name))
+        _check_inside_directory(saved, resumed + reference, name)
         _check_uninterrupted(reference)
+        _check_resumed_steps(resumed, saved, name, reference)
     problem = _first_difference(resumed, reference)
     if problem:
         raise CheckFailed(problem)
@@ -221,8 +234,9 @@ def check_restartable(train, timeout: float = 60.0) -> None:
            "parameters equal the uninterrupted run's, bit for bit, on both ranks")
 
 
-def _check_resumed_steps(resumed: list[list[dict]], saved: list[str], name: str) -> None:
-    """The restarted run must go on at CRASH_AT: not from 0, not one step early or late."""
+def _check_resumed_steps(resumed: list[list[dict]], saved: list[str], name: str, reference: list[list[dict]]) -> None:
+    """The restarted run must go on at CRASH_AT: not from 0, not one step early or late. `reference`: the
+    uninterrupted run's records, to tell an older checkpoint from a miscounted one."""
     for rank, records in enumerate(resumed):
         steps = [r["step"] for r in records]
         if not steps or steps[0] == 0:
@@ -233,6 +247,12 @@ def _check_resumed_steps(resumed: list[list[dict]], saved: list[str], name: str)
             raise CheckFailed(f"rank {rank}: after the crash {name} started again from step 0, although the killed "
                               f"run saved {saved} in `directory`.\nHint: at the start, load the checkpoint when it "
                               "exists and go on from the step it records.")
+        if steps[0] < CRASH_AT and torch.equal(records[0]["params"], reference[rank][steps[0]]["params"]):
+            raise CheckFailed(f"rank {rank}: rank 1 was killed at the start of step {CRASH_AT}; the resumed run "
+                              f"started at step {steps[0]}, from exactly the state that step started from in the "
+                              f"uninterrupted run: the newest checkpoint was from before step {steps[0]}, so steps "
+                              f"{steps[0]}..{CRASH_AT - 1} run twice.\nHint: save a checkpoint after EVERY step (not "
+                              "once per epoch), so a crash loses at most the step it happened in.")
         if steps[0] != CRASH_AT:
             raise CheckFailed(f"rank {rank}: rank 1 was killed at the start of step {CRASH_AT}, after step "
                               f"{CRASH_AT - 1}'s checkpoint, but the resumed run started at step {steps[0]}.\nHint: "
