@@ -119,6 +119,7 @@ def _diloco_runner(rank: int, train_diloco) -> dict:
     case = (f"running on rank {rank} of {dist.get_world_size()} with {ROUNDS * INNER_STEPS} batches and "
             f"inner_steps={INNER_STEPS}")
     zeros = []                                     # per all_reduce: whether all it sent was zero
+
     def seen(name, what):
         sent.append((name, _nbytes(what)))
         if name == "all_reduce":
@@ -205,7 +206,7 @@ def _values(t: torch.Tensor) -> str:
 
 
 def _zero_delta_hint(results) -> str | None:
-    """A hint only where the bytes show it: every replica all-reduced pseudo-gradients that were all zero."""
+    """A hint only where what was sent shows it: every replica all-reduced pseudo-gradients that were all zero."""
     zeros = [flag for result in results for flag in result.get("zeros", [])]
     if not zeros or not all(zeros):
         return None
