@@ -1,9 +1,10 @@
 """The lesson 02 checks accept a right answer and reject plausible wrong ones with specific feedback.
 
 Each wrong answer below is a mistake a learner is likely to make; the test pins the part
-of the feedback that names it. Every check launches 3 gloo ranks (about 1 s each when the
-ranks start warm). The answers to exercise 3 build on the right answers to exercises 1 and 2,
-as a learner's do.
+of the feedback that names it. The wrong answers that return run in one launch of 3 gloo ranks per
+exercise (the check's own runner, then its judge); those that raise, crash or hang go through the
+check itself, a launch each (about 1 s when the ranks start warm). The answers to exercise 3 build
+on the right answers to exercises 1 and 2, as a learner's do.
 """
 
 from __future__ import annotations
@@ -13,8 +14,10 @@ import torch
 import torch.distributed as dist
 
 from ddp_lab.checks import CheckFailed
-from ddp_lab.checks.lesson02 import (REDUCE_SIZES, _recv_got_another_size, check_all_reduce_mean,
-                                     check_ring_all_gather, check_ring_reduce_scatter, rank_input)
+from ddp_lab.checks.lesson02 import (GATHER_SIZES, REDUCE_SIZES, _all_gather_runner, _recv_got_another_size,
+                                     _reduce_runner, check_all_reduce_mean, check_ring_all_gather,
+                                     check_ring_reduce_scatter, judge_all_gather, judge_all_reduce_mean,
+                                     judge_reduce_scatter, rank_input, run_answers)
 from ddp_lab.launcher.launch import launch
 
 # The right answers are proven once, by nbval of solutions/02-*.ipynb (its check cells store ✓):
@@ -126,20 +129,37 @@ def rs_stub(tensor):
     raise NotImplementedError("shift the schedule by one chunk")
 
 
-@pytest.mark.parametrize("wrong, feedback", [
-    (rs_lesson_schedule_own_chunk, r"rank 0, tensor of 12 .*\nHint: it is this rank's own chunk 0, unchanged.*"
-                                   r"lesson's schedule"),
-    (rs_lesson_schedule_finished_chunk, r"rank 0, tensor of 12 .*\nHint: it is the full sum of chunk 1, not of "
-                                        r"chunk 0\. That is where the lesson's ring ends"),
-    (rs_one_step_short, r"Hint: this rank received 1 time\(s\); a ring reduce-scatter takes N - 1 = 2 steps"),
-    (rs_one_step_too_many, r"(?s)the right chunk, but the rank received 3 times.*N - 1 = 2 steps"),
+RS_RETURNING = {   # wrong answers that return: they run one after the other in one launch
+    rs_lesson_schedule_own_chunk: r"rank 0, tensor of 12 .*\nHint: it is this rank's own chunk 0, unchanged.*"
+                                  r"lesson's schedule",
+    rs_lesson_schedule_finished_chunk: r"rank 0, tensor of 12 .*\nHint: it is the full sum of chunk 1, not of "
+                                       r"chunk 0\. That is where the lesson's ring ends",
+    rs_one_step_short: r"Hint: this rank received 1 time\(s\); a ring reduce-scatter takes N - 1 = 2 steps",
+    rs_one_step_too_many: r"(?s)the right chunk, but the rank received 3 times.*N - 1 = 2 steps",
+    rs_mean: r"Hint: you returned the MEAN of chunk 0; dist\.reduce_scatter returns the SUM",
+    rs_whole_tensor: r"got a tensor of shape \(12,\) .*\nHint: you returned a tensor as large as the input",
+    rs_overwrites: r"(?s)Hint: it is rank \d's chunk 0 alone: what arrived replaced this rank's chunk",
+}
+
+
+@pytest.fixture(scope="module")
+def rs_results():
+    answers = tuple(RS_RETURNING)
+    runs = run_answers(_reduce_runner, answers, (REDUCE_SIZES, 3, "reduce-scattering"), name="rs")
+    return dict(zip(answers, runs))
+
+
+@pytest.mark.parametrize("wrong", RS_RETURNING, ids=lambda answer: answer.__name__)
+def test_ring_reduce_scatter_names_wrong_results(wrong, rs_results):
+    with pytest.raises(CheckFailed, match=RS_RETURNING[wrong]):
+        judge_reduce_scatter(wrong.__name__, rs_results[wrong])
+
+
+@pytest.mark.parametrize("wrong, feedback", [   # each raises on the ranks, which ends its launch: one launch each
     (rs_coalesced, r"dist\.all_reduce_coalesced is not allowed in this exercise"),
-    (rs_mean, r"Hint: you returned the MEAN of chunk 0; dist\.reduce_scatter returns the SUM"),
-    (rs_whole_tensor, r"got a tensor of shape \(12,\) .*\nHint: you returned a tensor as large as the input"),
     (rs_torch_chunk, r"(?s)raised IndexError.*while reduce-scattering a tensor of 2 elements on 3 ranks.*"
                      r"Hint: with 2 elements on 3 ranks, tensor\.chunk\(3\) returns only 2 chunk\(s\)"),
     (rs_with_library, r"dist\.reduce_scatter is not allowed in this exercise"),
-    (rs_overwrites, r"(?s)Hint: it is rank \d's chunk 0 alone: what arrived replaced this rank's chunk"),
     (rs_stub, r"is not written yet: it raised NotImplementedError\('shift the schedule by one chunk'\)"),
 ])
 def test_ring_reduce_scatter_rejects(wrong, feedback):
@@ -270,18 +290,31 @@ def gather_blocking(tensor):
     return gathered
 
 
-@pytest.mark.parametrize("wrong, feedback", [
-    (gather_in_arrival_order, r"rank 0, .*: entry 1, element 0: .*\nHint: entry 1 holds rank 2's tensor"),
-    (gather_one_step, r"entry \d was never filled .* needs world_size - 1 = 2 steps"),
-    (gather_with_library, r"dist\.all_gather is not allowed"),
-    (gather_sends_its_own, r"(?s)every entry this rank received holds rank 2's tensor, its left neighbour's own"),
-    (gather_into_one_buffer, r"(?s)every entry this rank received holds the same values: they share one receive "
-                             r"buffer"),
-    (gather_without_own_entry, r"(?s)rank 0, .*entry 0, .*Hint: your own slot, entry 0, does not hold your tensor"),
-])
-def test_ring_all_gather_rejects(wrong, feedback):
-    with pytest.raises(CheckFailed, match=feedback):
-        check_ring_all_gather(wrong)
+AG_RETURNING = {   # wrong answers that return: one launch for all of them
+    gather_in_arrival_order: r"rank 0, .*: entry 1, element 0: .*\nHint: entry 1 holds rank 2's tensor",
+    gather_one_step: r"entry \d was never filled .* needs world_size - 1 = 2 steps",
+    gather_sends_its_own: r"(?s)every entry this rank received holds rank 2's tensor, its left neighbour's own",
+    gather_into_one_buffer: r"(?s)every entry this rank received holds the same values: they share one receive "
+                            r"buffer",
+    gather_without_own_entry: r"(?s)rank 0, .*entry 0, .*Hint: your own slot, entry 0, does not hold your tensor",
+}
+
+
+@pytest.fixture(scope="module")
+def ag_results():
+    answers = tuple(AG_RETURNING)
+    return dict(zip(answers, run_answers(_all_gather_runner, answers, (GATHER_SIZES, 3), name="ag")))
+
+
+@pytest.mark.parametrize("wrong", AG_RETURNING, ids=lambda answer: answer.__name__)
+def test_ring_all_gather_names_wrong_results(wrong, ag_results):
+    with pytest.raises(CheckFailed, match=AG_RETURNING[wrong]):
+        judge_all_gather(wrong.__name__, ag_results[wrong])
+
+
+def test_ring_all_gather_refuses_the_library():
+    with pytest.raises(CheckFailed, match=r"dist\.all_gather is not allowed"):
+        check_ring_all_gather(gather_with_library)
 
 
 def test_ring_all_gather_deadlock_ends_with_a_message():
@@ -363,22 +396,38 @@ def mean_before_exercise_1(tensor):
     return rs_stub(tensor)
 
 
-@pytest.mark.parametrize("wrong, feedback", [
-    (mean_sum, r"rank 0, tensor of 12 .*\nHint: you returned the SUM over ranks"),
-    (mean_without_all_gather, r"got a tensor of shape \(4,\) .*\nHint: that is chunk 0 only, .* The all-gather "
-                              r"phase is missing"),
+MEAN_RETURNING = {   # wrong answers that return: one launch for all of them
+    mean_sum: r"rank 0, tensor of 12 .*\nHint: you returned the SUM over ranks",
+    mean_without_all_gather: r"got a tensor of shape \(4,\) .*\nHint: that is chunk 0 only, .* The all-gather "
+                             r"phase is missing",
+    mean_padding_kept: r"tensor of 10 elements .*\nHint: 12 = 3 x 4 elements for a tensor of 10: the padding is "
+                       r"still there",
+    mean_lesson_layout: r"tensor of 12 .*\nHint: every chunk is right but in the wrong place \(position 0 holds "
+                        r"chunk 1",
+    mean_divided_twice: r"(?s)Hint: this is the mean divided by the world size again",
+    mean_trims_the_tail: r"(?s)tensor of 10 elements.*Hint: the padding was cut from the end of the concatenation "
+                         r"only",
+    mean_reversed: r"(?s)Hint: every chunk is right but in the wrong place \(position 0 holds chunk 2, position 2 "
+                   r"holds chunk 0\): entry k of ring_all_gather's list is rank k's chunk; concatenate",
+}
+
+
+@pytest.fixture(scope="module")
+def mean_results():
+    answers = tuple(MEAN_RETURNING)
+    return dict(zip(answers, run_answers(_reduce_runner, answers, (REDUCE_SIZES, 3, "averaging"), name="mean")))
+
+
+@pytest.mark.parametrize("wrong", MEAN_RETURNING, ids=lambda answer: answer.__name__)
+def test_all_reduce_mean_names_wrong_results(wrong, mean_results):
+    with pytest.raises(CheckFailed, match=MEAN_RETURNING[wrong]):
+        judge_all_reduce_mean(wrong.__name__, mean_results[wrong])
+
+
+@pytest.mark.parametrize("wrong, feedback", [   # a crash (gloo's size mismatch) ends its launch; a stub starts none
     (mean_without_padding, r"(?s)rank \d failed while running mean_without_padding: .*SIGABRT.*\n"
                            r"Hint: a recv received a message of another size than its buffer.* pad every reduced "
                            r"chunk with zeros"),
-    (mean_padding_kept, r"tensor of 10 elements .*\nHint: 12 = 3 x 4 elements for a tensor of 10: the padding is "
-                        r"still there"),
-    (mean_lesson_layout, r"tensor of 12 .*\nHint: every chunk is right but in the wrong place \(position 0 holds "
-                         r"chunk 1"),
-    (mean_divided_twice, r"(?s)Hint: this is the mean divided by the world size again"),
-    (mean_trims_the_tail, r"(?s)tensor of 10 elements.*Hint: the padding was cut from the end of the concatenation "
-                          r"only"),
-    (mean_reversed, r"(?s)Hint: every chunk is right but in the wrong place \(position 0 holds chunk 2, position 2 "
-                    r"holds chunk 0\): entry k of ring_all_gather's list is rank k's chunk; concatenate"),
     (mean_before_exercise_1, r"^rs_stub \(called by mean_before_exercise_1\) is not written yet"),
 ])
 def test_all_reduce_mean_rejects(wrong, feedback):

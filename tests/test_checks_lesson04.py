@@ -1,8 +1,8 @@
 """The lesson 04 checks accept a right answer and reject plausible wrong ones with specific feedback.
 
 Each wrong answer below is a mistake a learner is likely to make; the test pins the part
-of the feedback that names it. Every check launches gloo ranks (3 for the averaging, 2 for the
-synchronisation; about 2 s each).
+of the feedback that names it. The averaging answers run in one launch of 3 gloo ranks (the
+check's own runner, then its judge); each synchronisation answer launches 2 (about 2 s each).
 """
 
 from __future__ import annotations
@@ -92,26 +92,36 @@ def only_rank_zero_reduces(model):
             p.grad /= dist.get_world_size()
 
 
-@pytest.mark.parametrize("answer", [average_gradients, reduce_op_avg])
-def test_average_gradients_accepts_right_answers(answer, capsys):
-    check_average_gradients(answer)  # gloo in this torch supports ReduceOp.AVG: also right
-    assert f"✓ {answer.__name__}" in capsys.readouterr().out
+AVERAGE_ANSWERS = {   # all return (none raises or hangs): they run one after the other in one launch
+    average_gradients: None,
+    reduce_op_avg: None,           # gloo in this torch supports ReduceOp.AVG: also right
+    sum_without_dividing: r"(?s)this is the SUM over ranks.*divide by dist.get_world_size",
+    divide_without_all_reduce: r"(?s)divided by the world size: the all_reduce is missing",
+    only_the_first_parameter: r"(?s)gradient of '1\.weight'.*still rank 0's own gradient",
+    average_the_parameters: r"the parameters themselves were all-reduced",
+    divides_by_two: r"(?s)element \[\d+(, \d+)?\] is .*, expected the mean over ranks .*the sum over the 3 ranks "
+                    r"divided by 2: divide by dist.get_world_size\(\)",
+    reduces_a_copy: r"(?s)dist.all_reduce ran, but never on a p.grad",
+    flat_buffer_not_copied_back: r"(?s)dist.all_reduce ran, but never on a p.grad",
+    broadcasts_the_gradients: r"(?s)dist.broadcast copies one rank's tensor to the others",
+}
 
 
-@pytest.mark.parametrize("answer, feedback", [
-    (sum_without_dividing, r"(?s)this is the SUM over ranks.*divide by dist.get_world_size"),
-    (divide_without_all_reduce, r"(?s)divided by the world size: the all_reduce is missing"),
-    (only_the_first_parameter, r"(?s)gradient of '1\.weight'.*still rank 0's own gradient"),
-    (average_the_parameters, r"the parameters themselves were all-reduced"),
-    (divides_by_two, r"(?s)element \[\d+(, \d+)?\] is .*, expected the mean over ranks .*the sum over the 3 ranks "
-                     r"divided by 2: divide by dist.get_world_size\(\)"),
-    (reduces_a_copy, r"(?s)dist.all_reduce ran, but never on a p.grad"),
-    (flat_buffer_not_copied_back, r"(?s)dist.all_reduce ran, but never on a p.grad"),
-    (broadcasts_the_gradients, r"(?s)dist.broadcast copies one rank's tensor to the others"),
-])
-def test_average_gradients_rejects_wrong_answers(answer, feedback):
-    with pytest.raises(CheckFailed, match=feedback):
-        check_average_gradients(answer)
+@pytest.fixture(scope="module")
+def average_results():
+    answers = tuple(AVERAGE_ANSWERS)
+    return dict(zip(answers, lesson04.run_average_answers(answers)))
+
+
+@pytest.mark.parametrize("answer", AVERAGE_ANSWERS, ids=lambda answer: answer.__name__)
+def test_average_gradients_feedback(answer, average_results):
+    feedback = AVERAGE_ANSWERS[answer]
+    if feedback is None:
+        assert lesson04.judge_average_gradients(answer.__name__, average_results[answer]).startswith(
+            f"{answer.__name__}: every gradient on every rank is the mean over 3 ranks")
+    else:
+        with pytest.raises(CheckFailed, match=feedback):
+            lesson04.judge_average_gradients(answer.__name__, average_results[answer])
 
 
 def test_average_gradients_names_an_all_reduce_never_waited_on():

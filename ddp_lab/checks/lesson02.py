@@ -89,6 +89,19 @@ def _all_gather_runner(rank: int, fn, sizes, world_size: int):
     return outputs
 
 
+def _answers_runner(rank: int, runner, answers: tuple, *args) -> list:
+    """`runner(rank, answer, *args)` for each answer in turn, on one launch's ranks (the tests' wrong answers)."""
+    return [runner(rank, answer, *args) for answer in answers]
+
+
+def run_answers(runner, answers: tuple, args: tuple, world_size: int = WORLD_SIZE, timeout: float = 20.0,
+                name: str = "answer") -> list[list]:
+    """Each answer once through `runner` (`_reduce_runner` or `_all_gather_runner`) on the same ranks, in one
+    launch; [answer][rank] -> what the runner returned. For answers that return (one that raises ends the launch)."""
+    results = run_on_ranks(_answers_runner, (runner, tuple(answers), *args), world_size, timeout, name)
+    return [[results[rank][index] for rank in range(world_size)] for index in range(len(answers))]
+
+
 def _close(got, expected) -> bool:
     return (torch.is_tensor(got) and got.shape == expected.shape
             and first_mismatch(got.float(), expected.float()) is None)
@@ -148,6 +161,11 @@ def check_ring_reduce_scatter(ring_reduce_scatter, world_size: int = WORLD_SIZE,
     results = run_on_ranks(_reduce_runner, (ring_reduce_scatter, REDUCE_SIZES, world_size, "reduce-scattering"),
                            world_size, timeout, name,
                            explain=lambda failure: _explain_chunking(failure, world_size, mismatch))
+    passed(judge_reduce_scatter(name, results, world_size))
+
+
+def judge_reduce_scatter(name: str, results: list, world_size: int = WORLD_SIZE) -> str:
+    """The ✓ line for one ring_reduce_scatter answer's per-rank results (`_reduce_runner`'s), or CheckFailed."""
     for case, size in enumerate(REDUCE_SIZES):
         inputs = [rank_input(rank, size) for rank in range(world_size)]
         for rank in range(world_size):
@@ -161,8 +179,8 @@ def check_ring_reduce_scatter(ring_reduce_scatter, world_size: int = WORLD_SIZE,
                               f"{results[extra[0]]['receives'][case]} times.\nHint: a ring reduce-scatter takes "
                               f"N - 1 = {world_size - 1} steps; after them every chunk is complete where it belongs, "
                               "and a further step only moves data no rank needs (range(world_size - 1)).")
-    passed(f"{name} gives rank r the sum of chunk r, like dist.reduce_scatter, on {world_size} ranks for "
-           f"sizes {', '.join(map(str, REDUCE_SIZES))}, using only send/recv")
+    return (f"{name} gives rank r the sum of chunk r, like dist.reduce_scatter, on {world_size} ranks for "
+            f"sizes {', '.join(map(str, REDUCE_SIZES))}, using only send/recv")
 
 
 def _compare_reduce_scatter(got, expected, inputs, rank, size, world_size, receives) -> None:
@@ -243,12 +261,17 @@ def check_ring_all_gather(ring_all_gather, world_size: int = WORLD_SIZE, timeout
     name = getattr(ring_all_gather, "__name__", "ring_all_gather")
     results = run_on_ranks(_all_gather_runner, (ring_all_gather, GATHER_SIZES, world_size),
                            world_size, timeout, name)
+    passed(judge_all_gather(name, results, world_size))
+
+
+def judge_all_gather(name: str, results: list, world_size: int = WORLD_SIZE) -> str:
+    """The ✓ line for one ring_all_gather answer's per-rank results (`_all_gather_runner`'s), or CheckFailed."""
     for case, size in enumerate(GATHER_SIZES):
         inputs = [rank_input(rank, size) for rank in range(world_size)]
         for rank in range(world_size):
             _compare_gather(results[rank][case], inputs, rank, size, world_size)
-    passed(f"{name} gives every rank every rank's tensor, in rank order, on {world_size} ranks, "
-           "using only send/recv")
+    return (f"{name} gives every rank every rank's tensor, in rank order, on {world_size} ranks, "
+            "using only send/recv")
 
 
 def _compare_gather(got, inputs, rank, size, world_size) -> None:
@@ -309,13 +332,18 @@ def check_all_reduce_mean(all_reduce_mean, world_size: int = WORLD_SIZE, timeout
     results = run_on_ranks(_reduce_runner, (all_reduce_mean, REDUCE_SIZES, world_size, "averaging"),
                            world_size, timeout, name,
                            explain=lambda failure: _explain_chunking(failure, world_size, mismatch))
+    passed(judge_all_reduce_mean(name, results, world_size))
+
+
+def judge_all_reduce_mean(name: str, results: list, world_size: int = WORLD_SIZE) -> str:
+    """The ✓ line for one all_reduce_mean answer's per-rank results (`_reduce_runner`'s), or CheckFailed."""
     for case, size in enumerate(REDUCE_SIZES):
         inputs = [rank_input(rank, size) for rank in range(world_size)]
         for rank in range(world_size):
             total = results[rank]["sums"][case]
             _compare_mean(results[rank]["outputs"][case], total, inputs[rank], rank, size, world_size)
-    passed(f"{name} equals dist.all_reduce / world_size on {world_size} ranks for sizes "
-           f"{', '.join(map(str, REDUCE_SIZES))}, using only send/recv")
+    return (f"{name} equals dist.all_reduce / world_size on {world_size} ranks for sizes "
+            f"{', '.join(map(str, REDUCE_SIZES))}, using only send/recv")
 
 
 def _compare_mean(got, total, own, rank, size, world_size) -> None:

@@ -150,6 +150,8 @@ class _Recorder(nn.Module):
             index = next((k for k, chunk in enumerate(_chunks) if chunk.shape == x.shape and torch.equal(chunk, x)),
                          -1)
             _entered.append((id(self), index, len(x)))
+            if index < 0:    # not one of torch.chunk's chunks: the replica it waits for will never come
+                _barrier[0].abort()
             _barrier[0].wait()
             if index >= 0:   # a fixed finishing order, the reverse of the chunks': gathering must not depend on it
                 time.sleep(STAGGER_SECONDS * (len(_chunks) - 1 - index))

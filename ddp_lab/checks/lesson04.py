@@ -17,7 +17,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ddp_lab.checks import CheckFailed, passed
-from ddp_lab.checks.common import call_case, ensure_written, first_mismatch, run_on_ranks
+from ddp_lab.checks.common import call_case, ensure_written, first_mismatch, run_answers_on_ranks, run_on_ranks
 from ddp_lab.instruments.collectives import watching_collectives
 
 WORLD_SIZE = 2           # sync_initial_state
@@ -77,8 +77,21 @@ def check_average_gradients(average_gradients, timeout: float = 30.0) -> None:
     """
     ensure_written(average_gradients)
     name = getattr(average_gradients, "__name__", "average_gradients")
-    results = run_on_ranks(_average_runner, (average_gradients,), AVERAGE_WORLD_SIZE, timeout, name,
-                           timeout_hint=_hang_hint("all_reduce"))
+    passed(judge_average_gradients(name, run_average_answers((average_gradients,), timeout, name)[0]))
+
+
+def _average_answers_runner(rank: int, answers: tuple) -> list[dict]:
+    return [_average_runner(rank, answer) for answer in answers]
+
+
+def run_average_answers(answers: tuple, timeout: float = 30.0, name: str = "average_gradients") -> list[list[dict]]:
+    """Run each answer once on the same ranks (one launch); [answer][rank] -> what `_average_runner` recorded."""
+    return run_answers_on_ranks(_average_answers_runner, answers, AVERAGE_WORLD_SIZE, timeout, name,
+                                timeout_hint=_hang_hint("all_reduce"))
+
+
+def judge_average_gradients(name: str, results: list[dict]) -> str:
+    """The ✓ line for one answer's per-rank results (`run_average_answers`), or CheckFailed naming its mistake."""
     names = [n for n, _ in _model(0).named_parameters()]
     local = [results[rank]["local"] for rank in range(AVERAGE_WORLD_SIZE)]
     for rank in range(AVERAGE_WORLD_SIZE):
@@ -95,7 +108,7 @@ def check_average_gradients(average_gradients, timeout: float = 30.0) -> None:
                 continue
             raise CheckFailed(f"{where}: {_first_difference(got, mean)}.\nHint: "
                               f"{_average_hint(got, mean, local[rank][index], results[rank], index, rank)}.")
-    passed(f"{name}: every gradient on every rank is the mean over {AVERAGE_WORLD_SIZE} ranks")
+    return f"{name}: every gradient on every rank is the mean over {AVERAGE_WORLD_SIZE} ranks"
 
 
 def _first_difference(got: torch.Tensor, mean: torch.Tensor) -> str:
