@@ -212,9 +212,9 @@ AVERAGE_MISTAKES = [
 
 @pytest.fixture(scope="module")
 def average_gradients_results():
-    """Every mistaken answer run by the check's own runner, one after the other in one launch of 6 ranks (one
-    launch each cost about 1.2 s here)."""
-    answers = tuple(answer for answer, _ in AVERAGE_MISTAKES)
+    """Every mistaken answer, and a right one by another route, run by the check's own runner one after the other
+    in one launch of 6 ranks (one launch each cost about 1.2 s here)."""
+    answers = (gathers_then_averages, *(answer for answer, _ in AVERAGE_MISTAKES))
     return dict(zip(answers, lesson10.run_average_gradients_answers(answers)))
 
 
@@ -225,8 +225,8 @@ def test_average_gradients_rejects_wrong_answers(answer, feedback, average_gradi
                                          division_into_a_new_tensor(answer))
 
 
-def test_average_gradients_accepts_an_all_gather_over_dp():
-    results = lesson10.run_average_gradients_answers((gathers_then_averages,))[0]
+def test_average_gradients_accepts_an_all_gather_over_dp(average_gradients_results):
+    results = average_gradients_results[gathers_then_averages]
     assert lesson10.judge_average_gradients("gathers_then_averages", results).startswith(
         "gathers_then_averages: every rank's gradients equal one process")
 
