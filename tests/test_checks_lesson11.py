@@ -1,7 +1,8 @@
 """The lesson 11 check accepts a right int8 comm hook and rejects plausible wrong ones with specific feedback.
 
 Each wrong answer below is a mistake a learner is likely to make; the test pins the part of
-the feedback that names it. Every check launches 2 gloo ranks with DDP (a few seconds each).
+the feedback that names it. The wrong hooks run in one launch of 2 gloo ranks, each on a DDP model
+of its own (the check's own runner, then its judge); the right one goes through the check itself.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from ddp_lab.checks import CheckFailed
+from ddp_lab.checks import CheckFailed, lesson11
 from ddp_lab.checks.lesson11 import check_int8_hook
 
 
@@ -141,21 +142,30 @@ def test_a_blank_stub_is_not_written_yet():
         check_int8_hook(stub)
 
 
-@pytest.mark.parametrize("answer, feedback", [
-    (scale_ignores_world_size, r"(?s)some sums wrapped around past 127: each rank used all 127 int8 levels"),
-    (truncates, r"(?s)step 0, rank 0, gradient of '[0-9.a-z]+', element \d+: got .*int8 rounding stays within ±.*"
-                r"truncated towards zero"),
-    (scale_without_abs, r"(?s)exactly the values further below zero than the bucket's largest positive value are wrong"),
-    (own_scale, r"(?s)each rank quantised and decompressed with its OWN scale"),
-    (scale_summed, r"(?s)the scale is the SUM of the ranks' largest \|values\|"),
-    (scale_doubled, r"(?s)differ from the mean by more than int8 rounding allows, and not as any common mistake"),
-    (sum_not_mean, r"(?s)expected the mean over ranks.*this is the SUM over ranks"),
-    (not_decompressed, r"(?s)returned int8 values, not float32: the int8 sums were never decompressed"),
-    (sends_full_fp32, r"(?s)sent 6,928 bytes for 1,732 gradient values, 4.0 bytes per value: as much as.*uncompressed"
-                      r" fp32"),
-    (sums_in_int32, r"(?s)4.0 bytes per value.*Hint: what went to all_reduce holds 4-byte values"),
-    (decompressed_in_float64, r"(?s)returned float64 values, not float32.\nHint: decompress into float32"),
-])
-def test_rejects_wrong_answers(answer, feedback):
-    with pytest.raises(CheckFailed, match=feedback):
-        check_int8_hook(answer)
+WRONG_ANSWERS = {   # all return: they run one after the other in one launch, each on a DDP model of its own
+    scale_ignores_world_size: r"(?s)some sums wrapped around past 127: each rank used all 127 int8 levels",
+    truncates: r"(?s)step 0, rank 0, gradient of '[0-9.a-z]+', element \d+: got .*int8 rounding stays within ±.*"
+               r"truncated towards zero",
+    scale_without_abs: r"(?s)exactly the values further below zero than the bucket's largest positive value are wrong",
+    own_scale: r"(?s)each rank quantised and decompressed with its OWN scale",
+    scale_summed: r"(?s)the scale is the SUM of the ranks' largest \|values\|",
+    scale_doubled: r"(?s)differ from the mean by more than int8 rounding allows, and not as any common mistake",
+    sum_not_mean: r"(?s)expected the mean over ranks.*this is the SUM over ranks",
+    not_decompressed: r"(?s)returned int8 values, not float32: the int8 sums were never decompressed",
+    sends_full_fp32: r"(?s)sent 6,928 bytes for 1,732 gradient values, 4.0 bytes per value: as much as.*uncompressed "
+                     r"fp32",
+    sums_in_int32: r"(?s)4.0 bytes per value.*Hint: what went to all_reduce holds 4-byte values",
+    decompressed_in_float64: r"(?s)returned float64 values, not float32.\nHint: decompress into float32",
+}
+
+
+@pytest.fixture(scope="module")
+def wrong_results():
+    answers = tuple(WRONG_ANSWERS)
+    return dict(zip(answers, lesson11.run_hook_answers(answers)))
+
+
+@pytest.mark.parametrize("answer", WRONG_ANSWERS, ids=lambda answer: answer.__name__)
+def test_rejects_wrong_answers(answer, wrong_results):
+    with pytest.raises(CheckFailed, match=WRONG_ANSWERS[answer]):
+        lesson11.judge_int8_hook(answer.__name__, wrong_results[answer])

@@ -18,7 +18,7 @@ from torch.nn import functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from ddp_lab.checks import CheckFailed, passed
-from ddp_lab.checks.common import call_case, ensure_written, run_on_ranks
+from ddp_lab.checks.common import call_case, ensure_written, run_answers_on_ranks, run_on_ranks
 from ddp_lab.instruments.comm_hooks import ByteCounter, total_bytes
 
 WORLD_SIZE = 2
@@ -271,9 +271,23 @@ def check_int8_hook(int8_hook, timeout: float = 60.0) -> None:
     """
     ensure_written(int8_hook)
     name = getattr(int8_hook, "__name__", "int8_hook")
-    results = run_on_ranks(_hook_runner, (int8_hook,), WORLD_SIZE, timeout, name)
+    passed(judge_int8_hook(name, run_on_ranks(_hook_runner, (int8_hook,), WORLD_SIZE, timeout, name)))
+
+
+def _hook_answers_runner(rank: int, hooks: tuple) -> list[dict]:
+    return [_hook_runner(rank, hook) for hook in hooks]
+
+
+def run_hook_answers(hooks: tuple, timeout: float = 60.0, name: str = "int8_hook") -> list[list[dict]]:
+    """Each hook once on the same 2 ranks, one DDP model each (one launch); [hook][rank] -> `_hook_runner`'s record.
+    For hooks that return (one that raises ends the launch)."""
+    return run_answers_on_ranks(_hook_answers_runner, hooks, WORLD_SIZE, timeout, name)
+
+
+def judge_int8_hook(name: str, results: list[dict]) -> str:
+    """The ✓ line for one hook's per-rank results (`_hook_runner`'s), or CheckFailed naming its mistake."""
     for rank in range(WORLD_SIZE):
         _check_returned(results[rank]["answers"], name)
     _check_values(results, name)
     sent = _check_bytes(results, name)
-    passed(f"{name}: every gradient on both ranks is the mean over {WORLD_SIZE} ranks within int8 rounding, {sent}")
+    return f"{name}: every gradient on both ranks is the mean over {WORLD_SIZE} ranks within int8 rounding, {sent}"
