@@ -1,9 +1,12 @@
 """The lesson 07 checks accept a right answer and reject plausible wrong ones with specific feedback.
 
 Each wrong answer below is a mistake a learner is likely to make; the test pins the part of
-the feedback that names it. The 1F1B checks launch 3 gloo ranks (a few seconds each; the
-three hanging answers run into a 10 s timeout: a blocking send, a send to a rank that does
-not exist, warm-up counts that make neighbours wait for each other).
+the feedback that names it. The 1F1B answers that return run in one launch of 3 gloo ranks (the
+check's own runner, then its judge); the others go through the check itself, a launch each: one
+that raises, and the hanging ones, which run into a 5 s timeout (a blocking send, an isend waited
+on at once, a send to a rank that does not exist, warm-up counts that make neighbours wait for
+each other). The hangs whose evidence is a peer that returned are judged from logs written as
+the ranks write them.
 """
 
 from __future__ import annotations
@@ -124,7 +127,7 @@ def test_the_exercises_stub_is_refused_before_any_rank_starts(monkeypatch):
         check_one_f_one_b_stage(answers_only_the_last_stage)
 
 
-@pytest.mark.parametrize("mistake, feedback", [
+STAGE_MISTAKES = [   # answers that return: they run one after the other in one launch of 3 ranks
     (dict(scale=False), r"(?s)add up to 4 x the whole batch's mean.*divide each micro-batch's loss by the number"),
     (dict(warmup=lambda m, r, w: m), r"(?s)stage 0 held 4, stage 1 held 4, stage 2 held 4; 1F1B .* holds 3, 2, 1.*"
                                      r"as GPipe does"),
@@ -136,12 +139,24 @@ def test_the_exercises_stub_is_refused_before_any_rank_starts(monkeypatch):
     # the stage where the mistake starts is named
     (dict(grad_divisor=MICROBATCHES), r"(?s)^rank 1 \(stage 1\), gradient of the weight.*the right gradient divided "
                                       r"by 4"),
-    (dict(mark_input=False), r"(?s)rank [12]: one_f_one_b_stage raised TypeError inside torch.*Hint: a tensor this "
-                             r"rank sent is None.*x.requires_grad_\(\)"),
-])
-def test_one_f_one_b_rejects_wrong_answers(mistake, feedback):
-    with pytest.raises(CheckFailed, match=feedback):
-        check_one_f_one_b_stage(make_stage_answer(**mistake), timeout=DEADLOCK_TIMEOUT)
+]
+
+
+@pytest.fixture(scope="module")
+def stage_results():
+    return lesson07.run_stage_answers(tuple(make_stage_answer(**mistake) for mistake, _ in STAGE_MISTAKES))
+
+
+@pytest.mark.parametrize("index", range(len(STAGE_MISTAKES)))
+def test_one_f_one_b_names_wrong_results(index, stage_results):
+    with pytest.raises(CheckFailed, match=STAGE_MISTAKES[index][1]):
+        lesson07._judge_stage("one_f_one_b_stage", stage_results[index])
+
+
+def test_one_f_one_b_rejects_a_none_sent():
+    with pytest.raises(CheckFailed, match=r"(?s)rank [12]: one_f_one_b_stage raised TypeError inside torch.*Hint: a "
+                                          r"tensor this rank sent is None.*x.requires_grad_\(\)"):
+        check_one_f_one_b_stage(make_stage_answer(mark_input=False), timeout=DEADLOCK_TIMEOUT)
 
 
 def test_the_missing_requires_grad_is_not_blamed_on_the_peers():

@@ -13,6 +13,7 @@ Introduced in notebooks/07-pipeline-parallelism.ipynb.
 from __future__ import annotations
 
 import math
+import os
 import tempfile
 
 import torch
@@ -228,6 +229,24 @@ def check_one_f_one_b_stage(one_f_one_b_stage, timeout: float = 30.0) -> None:
         results = run_on_ranks(_stage_runner, (one_f_one_b_stage, logs), WORLD_SIZE, timeout, name, _explainer(logs),
                                timeout_hint=_hang_hint(logs))
     _judge_stage(name, results)
+
+
+def _stages_runner(rank: int, answers: tuple, log_directory: str) -> list[dict]:
+    """Each answer in turn on this rank, each logging its calls in a folder of its own (`run_stage_answers`)."""
+    results = []
+    for index, answer in enumerate(answers):
+        folder = os.path.join(log_directory, str(index))
+        os.makedirs(folder, exist_ok=True)
+        results.append(_stage_runner(rank, answer, folder))
+    return results
+
+
+def run_stage_answers(answers: tuple, timeout: float = 60.0, name: str = "one_f_one_b_stage") -> list[list[dict]]:
+    """Each 1F1B answer once on the same 3 ranks (one launch); [answer][rank] -> `_stage_runner`'s record. For
+    answers that return (one that raises or hangs ends the launch): the tests' wrong answers."""
+    with tempfile.TemporaryDirectory(prefix="ddp_lab-check07-") as logs:
+        results = run_on_ranks(_stages_runner, (tuple(answers), logs), WORLD_SIZE, timeout, name)
+    return [[results[rank][index] for rank in range(WORLD_SIZE)] for index in range(len(answers))]
 
 
 def _judge_stage(name: str, results) -> None:
