@@ -301,8 +301,11 @@ def _judge_fp8(name: str, case: str, x: torch.Tensor, role: str, rowwise: bool, 
             hint = ("weights and activations take e4m3 (float8_e4m3fn): more precision (3 mantissa bits) for "
                     "bounded values; e5m2's range is for gradients.")
         elif _is_fp8(x_fp8.dtype):
-            hint = (f"{x_fp8.dtype} is another FP8 format: its largest value and its encoding of NaN differ. The "
-                    f"{role} role takes {dtype} here (weights and activations {fp8.E4M3}, gradients {fp8.E5M2}).")
+            largest, want_largest = torch.finfo(x_fp8.dtype).max, torch.finfo(dtype).max
+            other_max = (f", with a largest value of {largest:g} against {want_largest:g},"
+                         if largest != want_largest else "")
+            hint = (f"{x_fp8.dtype} is another FP8 format{other_max} encoding NaN and zero another way. The {role} "
+                    f"role takes {dtype} here (weights and activations {fp8.E4M3}, gradients {fp8.E5M2}).")
         else:
             hint = (f"return the scaled values cast to the FP8 format with .to({dtype}); a {x_fp8.dtype} tensor "
                     "is not stored in FP8.")
