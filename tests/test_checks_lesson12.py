@@ -44,7 +44,7 @@ def _setup(rank):
     return model, optimizer, sampler
 
 
-def _save(path, model, optimizer, step, keep=("model", "optimizer", "rng")):
+def _save(path, model, optimizer, step, keep=("model", "optimizer", "rng"), atomic=True):
     state = {"step": step}
     if "model" in keep:
         state["model"] = model.state_dict()
@@ -52,7 +52,10 @@ def _save(path, model, optimizer, step, keep=("model", "optimizer", "rng")):
         state["optimizer"] = optimizer.state_dict()
     if "rng" in keep:
         state["rng"] = capture_rng()
-    atomic_save(state, path)
+    if atomic:
+        atomic_save(state, path)
+    else:
+        torch.save(state, path)
 
 
 def _load(path, model, optimizer) -> int:
@@ -67,7 +70,7 @@ def _load(path, model, optimizer) -> int:
 
 
 def _restartable(rank, directory, total_steps, step_fn, keep=("model", "optimizer", "rng"), resume=True,
-                 restore_epoch=True, shared=False, set_epoch=True, once_per_epoch=False, elsewhere=None):
+                 restore_epoch=True, shared=False, set_epoch=True, once_per_epoch=False, elsewhere=None, atomic=True):
     model, optimizer, sampler = _setup(rank)
     path = os.path.join(elsewhere or directory, "checkpoint.pt" if shared else f"rank-{rank}.pt")
     step = _load(path, model, optimizer) if resume and os.path.exists(path) else 0
@@ -82,7 +85,7 @@ def _restartable(rank, directory, total_steps, step_fn, keep=("model", "optimize
             step_fn(step, model, optimizer, X[batch], Y[batch])
             step += 1
             if (not shared or rank == 0) and (not once_per_epoch or step % per_epoch == 0):
-                _save(path, model, optimizer, step, keep)
+                _save(path, model, optimizer, step, keep, atomic)
             dist.barrier()
         restore_epoch = True  # the mistake below only concerns the epoch the run resumes in
 
@@ -118,6 +121,11 @@ def restarts_the_epoch_from_zero(rank, directory, total_steps, step_fn):
 def rank_zero_saves_for_everyone(rank, directory, total_steps, step_fn):
     """Lesson 05's pattern, one file written by rank 0: but the RNG state in it is rank 0's."""
     _restartable(rank, directory, total_steps, step_fn, shared=True)
+
+
+def saves_in_place(rank, directory, total_steps, step_fn):
+    """torch.save straight to the checkpoint's name: resumes right here (the kill never lands mid-write)."""
+    _restartable(rank, directory, total_steps, step_fn, atomic=False)
 
 
 def saves_once_per_epoch(rank, directory, total_steps, step_fn):
@@ -158,6 +166,8 @@ def test_the_blank_stub_is_named_without_starting_ranks():
                   r"saved \['rank-0\.pt', 'rank-1\.pt'\].*load the checkpoint"),
     (restarts_the_epoch_from_zero, r"(?s)rank 0 trained step 7 \(epoch 2\) on the batch of step 1, epoch 0's: the "
                                    r"sampler was not set back to epoch 2.*sampler\.set_epoch"),
+    (saves_in_place, r"(?s)^rank 0: saves_in_place wrote 'rank-0.pt' with torch.save straight to the name it is "
+                     r"loaded from.*atomic_save"),
     (never_sets_the_epoch, r"(?s)^rank 0: the uninterrupted run trained every epoch on epoch 0's batches, in the same "
                            r"order.*sampler\.set_epoch\(epoch\)"),
 ])

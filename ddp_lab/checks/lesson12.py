@@ -9,7 +9,9 @@ training step and records what the step started from (parameters, momentum, RNG 
 batch); it runs `train` three times on 2 gloo ranks: with rank 1 killed (SIGKILL) at the
 start of step CRASH_AT, once more in the same folder, as torchrun would restart it, and once
 uninterrupted. The first record of the resumed run that differs from the uninterrupted
-run's names the piece of state the checkpoint lost.
+run's names the piece of state the checkpoint lost. A checkpoint saved with torch.save
+straight to the name it is loaded from is refused: the kill here never lands mid-write, a
+real one may.
 
 Introduced in notebooks/12-debugging-and-fault-tolerance.ipynb.
 """
@@ -64,8 +66,28 @@ def _train_runner(rank: int, train, directory: str, total_steps: int, crash_at: 
         record["after"] = _flat(model.parameters())
         records.append(record)
 
-    call_case(train, f"train(rank={rank}, directory, total_steps={total_steps}, step_fn) on rank {rank}",
-              rank, directory, total_steps, step_fn)
+    saved, renamed = set(), set()       # torch.save's path arguments; os.replace/os.rename's sources
+    save, replace, rename = torch.save, os.replace, os.rename
+
+    def recording_save(obj, f, *args, **kwargs):
+        if isinstance(f, (str, os.PathLike)):
+            saved.add(os.path.abspath(f))
+        return save(obj, f, *args, **kwargs)
+
+    def renaming(original):
+        def call(src, dst, *args, **kwargs):
+            renamed.add(os.path.abspath(src))
+            return original(src, dst, *args, **kwargs)
+        return call
+
+    torch.save, os.replace, os.rename = recording_save, renaming(replace), renaming(rename)
+    try:
+        call_case(train, f"train(rank={rank}, directory, total_steps={total_steps}, step_fn) on rank {rank}",
+                  rank, directory, total_steps, step_fn)
+    finally:
+        torch.save, os.replace, os.rename = save, replace, rename
+    if records:   # a checkpoint written where it is read from: torch.save straight to its final name
+        records[-1]["in_place"] = sorted(os.path.basename(path) for path in saved - renamed)
     return records
 
 
@@ -98,6 +120,18 @@ def _check_inside_directory(saved: list[str], runs: list[list[dict]], name: str)
                           "checkpoint somewhere else, left there by an earlier run.\nHint: save and load the "
                           "checkpoint inside the directory train is given (os.path.join(directory, ...)), not in "
                           "the working folder.")
+
+
+def _check_atomic(runs: list[list[dict]], name: str) -> None:
+    """A checkpoint written with torch.save straight to the name it is loaded from is not atomic."""
+    for rank, records in enumerate(runs):
+        in_place = records[-1].get("in_place") if records else None
+        if in_place:
+            raise CheckFailed(f"rank {rank}: {name} wrote {in_place[0]!r} with torch.save straight to the name it is "
+                              "loaded from: a kill during the write leaves a torn file there, and the restart cannot "
+                              "load it (nor the checkpoint before it, which was overwritten).\nHint: write the "
+                              "checkpoint atomically: atomic_save (a temporary file, flushed, then os.replace onto "
+                              "the name).")
 
 
 def _check_uninterrupted(runs: list[list[dict]]) -> None:
@@ -222,6 +256,7 @@ def check_restartable(train, timeout: float = 60.0) -> None:
         resumed = list(run_on_ranks(_train_runner, (train, killed, TOTAL_STEPS, None), WORLD_SIZE, timeout, name))
         reference = list(run_on_ranks(_train_runner, (train, never, TOTAL_STEPS, None), WORLD_SIZE, timeout, name))
         _check_inside_directory(saved, resumed + reference, name)
+        _check_atomic(reference, name)
         _check_uninterrupted(reference)
         _check_resumed_steps(resumed, saved, name, reference)
     problem = _first_difference(resumed, reference)
