@@ -285,14 +285,15 @@ def ensure_written(fn, name: str | None = None) -> None:
                           "Replace the `raise NotImplementedError` line with your answer.")
 
 
-def run_answers_on_ranks(runner, answers, nprocs: int, timeout: float, what: str, **options) -> list[list]:
-    """Run several answers in one launch: `runner(rank, answers)` returns one result per answer, in order.
+def run_answers_on_ranks(runner, answers, nprocs: int, timeout: float, what: str, args: tuple = (),
+                         **options) -> list[list]:
+    """Run several answers in one launch: `runner(rank, answers, *args)` returns one result per answer, in order.
 
     Returns [answer][rank] -> that answer's result on that rank; `options` are `run_on_ranks`'s (explain,
     timeout_hint). The check tests give a check's wrong answers this way, one launch for all of them
-    (lessons 05, 10, 14); the public check runs a tuple of one.
+    (lessons 02, 04, 05, 07, 10, 11, 14); the public check runs a tuple of one.
     """
-    results = run_on_ranks(runner, (tuple(answers),), nprocs, timeout, what, **options)
+    results = run_on_ranks(runner, (tuple(answers), *args), nprocs, timeout, what, **options)
     return [[results[rank][index] for rank in range(nprocs)] for index in range(len(answers))]
 
 

@@ -22,7 +22,7 @@ import torch.distributed as dist
 
 from ddp_lab.checks import CheckFailed, passed
 from ddp_lab.checks.common import (CaseFailed, call_case, describe, ensure_written, first_mismatch,
-                                   only_point_to_point, run_on_ranks)
+                                   only_point_to_point, run_answers_on_ranks, run_on_ranks)
 from ddp_lab.instruments.collectives import replacing_dist_calls
 
 WORLD_SIZE = 3
@@ -89,7 +89,7 @@ def _all_gather_runner(rank: int, fn, sizes, world_size: int):
     return outputs
 
 
-def _answers_runner(rank: int, runner, answers: tuple, *args) -> list:
+def _answers_runner(rank: int, answers: tuple, runner, *args) -> list:
     """`runner(rank, answer, *args)` for each answer in turn, on one launch's ranks (the tests' wrong answers)."""
     return [runner(rank, answer, *args) for answer in answers]
 
@@ -98,8 +98,7 @@ def run_answers(runner, answers: tuple, args: tuple, world_size: int = WORLD_SIZ
                 name: str = "answer") -> list[list]:
     """Each answer once through `runner` (`_reduce_runner` or `_all_gather_runner`) on the same ranks, in one
     launch; [answer][rank] -> what the runner returned. For answers that return (one that raises ends the launch)."""
-    results = run_on_ranks(_answers_runner, (runner, tuple(answers), *args), world_size, timeout, name)
-    return [[results[rank][index] for rank in range(world_size)] for index in range(len(answers))]
+    return run_answers_on_ranks(_answers_runner, answers, world_size, timeout, name, args=(runner, *args))
 
 
 def _close(got, expected) -> bool:

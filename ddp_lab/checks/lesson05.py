@@ -115,7 +115,7 @@ def _shard_hint(got, shards, n, world_size, rank, epoch, seed) -> str:
         return (f"that is a contiguous block of the padded permutation (padded[{rank} * {per_rank}:"
                 f"{rank + 1} * {per_rank}]). DistributedSampler deals the indices out like cards: rank r takes "
                 f"every world_size-th index starting at r, padded[r::world_size].")
-    if got == _permutation(n, seed + epoch)[rank::world_size] and len(got) != per_rank:
+    if got == perm[rank::world_size] and len(got) != per_rank:
         return (f"no padding: rank {rank} got {len(got)} indices while every rank must get ceil({n}/{world_size}) "
                 f"= {per_rank} (ranks got {[len(s) for s in shards]}). Pad the permutation with its own first "
                 "indices up to a multiple of world_size; a rank with fewer batches would leave the others waiting "

@@ -23,7 +23,7 @@ import torch.nn.functional as F
 
 from ddp_lab.checks import CheckFailed, passed
 from ddp_lab.checks.common import (answer_raised, call_case, ensure_written, first_mismatch, only_point_to_point,
-                                   package_answer_used, run_on_ranks, watching_calls)
+                                   package_answer_used, run_answers_on_ranks, run_on_ranks, watching_calls)
 from ddp_lab.checks.p2p_log import (log_path, logging_point_to_point, non_neighbour_calls, read_logs,
                                    segfaulted, stuck_receives, waits)
 from ddp_lab.course.pipeline_parallel import schedules
@@ -245,8 +245,7 @@ def run_stage_answers(answers: tuple, timeout: float = 60.0, name: str = "one_f_
     """Each 1F1B answer once on the same 3 ranks (one launch); [answer][rank] -> `_stage_runner`'s record. For
     answers that return (one that raises or hangs ends the launch): the tests' wrong answers."""
     with tempfile.TemporaryDirectory(prefix="ddp_lab-check07-") as logs:
-        results = run_on_ranks(_stages_runner, (tuple(answers), logs), WORLD_SIZE, timeout, name)
-    return [[results[rank][index] for rank in range(WORLD_SIZE)] for index in range(len(answers))]
+        return run_answers_on_ranks(_stages_runner, answers, WORLD_SIZE, timeout, name, args=(logs,))
 
 
 def _judge_stage(name: str, results) -> None:
