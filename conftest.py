@@ -24,6 +24,7 @@ for the parallel phase: the machine was 97 % busy and every rank waited for a co
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import shutil
 import sys
@@ -201,7 +202,32 @@ def _zygote_template(imports: str):
     return _zygote_templates[imports]
 
 
+def _kernels_talk_over_unix_sockets(config: pytest.Config) -> None:
+    """Kernels this test process starts (nbval's, the tests') talk to it over Unix sockets in a folder of its own
+    instead of TCP ports on 127.0.0.1. jupyter_client picks five free ports and the kernel binds them a moment later
+    (a second or more for a kernel started the ordinary way); in that moment the other worker's gloo connections and
+    stores take ports from the same range, and a kernel that finds one taken dies before it answers (one CI run:
+    "Address already in use" from the kernel, "Kernel died before replying to kernel_info" in the test). A Unix
+    socket's path is this kernel's alone. What a cell sees does not depend on the transport."""
+    from jupyter_client.provisioning.local_provisioner import LocalProvisioner   # lazy: only when kernels start
+
+    folder = tempfile.mkdtemp(prefix="ddp-lab-sockets-")   # short: a socket's path may not exceed 107 bytes
+    config.add_cleanup(lambda: shutil.rmtree(folder, ignore_errors=True))
+    kernels = itertools.count()
+    pre_launch = LocalProvisioner.pre_launch
+
+    async def pre_launch_over_unix_sockets(self, **kwargs):
+        manager = self.parent
+        if manager is not None and manager.transport == "tcp" and not self.ports_cached:   # a restart keeps its own
+            manager.transport, manager.cache_ports = "ipc", False
+            manager.ip = os.path.join(folder, f"kernel-{next(kernels)}")   # jupyter_client adds -1 ... -5
+        return await pre_launch(self, **kwargs)
+
+    LocalProvisioner.pre_launch = pre_launch_over_unix_sockets
+
+
 def pytest_configure(config: pytest.Config) -> None:
+    _kernels_talk_over_unix_sockets(config)
     if os.environ.get("DDP_LAB_FORKED_KERNELS", "1") == "0":
         return
     sys.path.insert(0, str(Path(__file__).resolve().parent / "tests"))

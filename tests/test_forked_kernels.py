@@ -4,6 +4,7 @@ Real kernels through jupyter_client, one started the ordinary way and others for
 what a cell sees is the same (sys.path, argv, working directory, environment, session, signal handlers, threads but the
 relay's lifeline), torch is imported before any cell imports it, an interrupt reaches the cell, a killed kernel leaves
 no process behind, and a kernel whose environment differs where `import torch` could read it starts the ordinary way.
+Both kinds talk to the test process over Unix sockets, not TCP ports (conftest.py says why).
 A notebook kernel's zygote forked from the suite's zygote template forks ranks that see what an ordinary zygote's see,
 a zygote asked for other imports starts the ordinary way, and a forked zygote ends when ddp_lab retires it and when
 its kernel ends.
@@ -32,7 +33,8 @@ print(json.dumps(dict(
     sigint=str(signal.getsignal(signal.SIGINT)), sigpipe=str(signal.getsignal(signal.SIGPIPE)),
     sigchld=str(signal.getsignal(signal.SIGCHLD)), sigterm=str(signal.getsignal(signal.SIGTERM)),
     threads=sorted(thread.name for thread in threading.enumerate()), pid=os.getpid(),
-    random=__import__("random").random(), numpy_random=__import__("numpy").random.random())))
+    random=__import__("random").random(), numpy_random=__import__("numpy").random.random(),
+    unix_socket_paths=len({c.laddr for c in __import__("psutil").Process().net_connections("unix") if c.laddr}))))
 """
 
 
@@ -117,6 +119,9 @@ def test_a_forked_kernel_sees_what_an_ordinary_one_sees(template, tmp_path, monk
         for key in ("pid", "random", "numpy_random"):
             probe.pop(key)
     assert forked == ordinary
+    # conftest.py: a test process's kernels bind their five channels to Unix sockets, not TCP ports jupyter_client
+    # found free a moment earlier
+    assert forked["unix_socket_paths"] == 5
 
 
 def test_an_interrupt_reaches_the_forked_kernels_cell(template, tmp_path):
