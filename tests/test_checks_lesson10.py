@@ -68,6 +68,16 @@ def something_else(rank, dp_size, tp_size):
     return {"dp": [i * tp_size + col for i in range(dp_size)], "tp": sorted({rank, (rank + 1) % (dp_size * tp_size)})}
 
 
+def column_steps_by_dp_size_and_row_one_late(rank, dp_size, tp_size):
+    row, col = divmod(rank, tp_size)
+    return {"dp": [i * dp_size + col for i in range(dp_size)], "tp": [row * tp_size + j for j in range(1, tp_size + 1)]}
+
+
+def column_steps_by_dp_size_and_something_else(rank, dp_size, tp_size):
+    row, col = divmod(rank, tp_size)
+    return {"dp": [i * dp_size + col for i in range(dp_size)], "tp": sorted({rank, (rank + 1) % (dp_size * tp_size)})}
+
+
 def groups_stub(rank, dp_size, tp_size):
     raise NotImplementedError("the tp group is the rank's row of the grid")
 
@@ -98,6 +108,10 @@ def the_package_layout(rank, dp_size, tp_size):
     (row_without_its_start, r"(?s)rank 3 in a \(dp=2, tp=3\) mesh.*your tp group starts at rank `row`"),
     (something_else, r"(?s)rank 0 in a \(dp=2, tp=3\).*Hint: your tp group is wrong \(the dp groups are right\)\. "
                      r"In the grid"),
+    (column_steps_by_dp_size_and_row_one_late, r"(?s)Hint: your dp group steps by dp_size: .* And your tp group "
+                                               r"starts one rank late"),
+    (column_steps_by_dp_size_and_something_else, r"(?s)Hint: your dp group steps by dp_size: .* Your tp group is "
+                                                 r"wrong too\. In the grid"),
     (raises_on_a_shape, r"(?s)raises_on_a_shape raised IndexError: list index out of range\nwhile computing the "
                         r"groups of rank 4 in a \(dp=2, tp=3\) mesh"),
     (groups_stub, r"groups_stub is not written yet: it raised NotImplementedError"),

@@ -95,23 +95,33 @@ def _wrong_layouts(rank: int, dp_size: int, tp_size: int) -> list[tuple[tuple[st
 
 
 def _hint(answers: dict[int, dict], shape: tuple[int, int]) -> str:
-    """A mistake only when one plausible wrong answer gives exactly the answer's groups on every rank of the shape."""
+    """The mistakes that give exactly the answer's groups on every rank of the shape: a mistake in both groups, or one
+    per wrong group; a wrong group no plausible mistake explains is named plainly."""
     dp_size, tp_size = shape
     ranks = sorted(answers)
+    wrong_dims = [dim for dim in ("dp", "tp") if any(
+        answers[rank] is None or answers[rank][dim] != _formula(rank, dp_size, tp_size)[dim] for rank in ranks)]
+    explained: dict[str, str] = {}
     for index in range(len(_wrong_layouts(0, dp_size, tp_size))):
         wrong = {rank: _wrong_layouts(rank, dp_size, tp_size)[index] for rank in ranks}
         dims, mistake = wrong[ranks[0]][0], wrong[ranks[0]][2]
         explains = all(answers[rank] is not None and all(answers[rank][dim] == sorted(wrong[rank][1][dim])
                                                          for dim in dims) for rank in ranks)
-        if explains:
+        if explains and set(dims) == set(wrong_dims):
             return mistake
-    wrong_dims = sorted({dim for rank in ranks for dim in ("dp", "tp")
-                         if answers[rank] is None or answers[rank][dim] != _formula(rank, dp_size, tp_size)[dim]})
+        if explains and len(dims) == 1:
+            explained.setdefault(dims[0], mistake)
+    grid = ("In the grid arange(dp_size * tp_size).reshape(dp_size, tp_size) the tp group of a rank is its row and the "
+            "dp group its column.")
+    unexplained = [dim for dim in wrong_dims if dim not in explained]
+    if explained and not unexplained:
+        return " And ".join(explained[dim] for dim in wrong_dims)
+    if explained:
+        return f"{next(iter(explained.values()))} Your {unexplained[0]} group is wrong too. {grid}"
     right = [dim for dim in ("dp", "tp") if dim not in wrong_dims]
     said = f"your {' and '.join(wrong_dims)} group{'s are' if len(wrong_dims) > 1 else ' is'} wrong" + (
         f" (the {right[0]} groups are right)" if right else "")
-    return (f"{said}. In the grid arange(dp_size * tp_size).reshape(dp_size, tp_size) the tp group of a rank is its "
-            "row and the dp group its column.")
+    return f"{said}. {grid}"
 
 
 def _compare(name: str, rank: int, shape: tuple[int, int], got, want: dict, source: str, answers: dict) -> None:
