@@ -354,8 +354,18 @@ def paired_by_zip(replicated, expert, dp_group):
         dist.all_reduce(e.grad, group=dp_group)
 
 
+def experts_reduced_as_copies(replicated, expert, dp_group):
+    for p in replicated:
+        dist.all_reduce(p.grad)
+    for p in expert:
+        grad = p.grad.clone()
+        dist.all_reduce(grad, group=dp_group)   # sums into the copy; p.grad keeps the rank's own
+
+
 REDUCE_ANSWERS = {
     reduce_gradients: None,
+    experts_reduced_as_copies: r"(?s)rank 0, expert parameter 0.*dist\.all_reduce ran, but not on this p\.grad: it "
+                               r"sums in place",
     paired_by_zip: r"(?s)^rank 0, replicated parameter 2: not all-reduced, though replicated parameters 0 to 1 and "
                    r"every expert one were.*zip\(replicated, expert\) stops at the shorter list",
     experts_over_every_rank: r"(?s)rank 0, expert parameter 0.*summed over all 4 ranks: ranks 0 and 1 hold DIFFERENT "

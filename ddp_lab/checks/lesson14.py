@@ -461,8 +461,19 @@ def _reduce_runner(rank: int, answers: tuple) -> list[dict]:
         replicated, expert = ([torch.nn.Parameter(torch.zeros_like(g)) for g in part] for part in grads)
         for p, g in zip([*replicated, *expert], [*grads[0], *grads[1]]):
             p.grad = g.clone()
-        call_case(answer, f"reducing rank {rank}'s gradients", replicated, expert, dp_group)
-        results.append({"replicated": [p.grad.clone() for p in replicated], "expert": [p.grad.clone() for p in expert]})
+        storages = {what: [p.grad.data_ptr() for p in part] for what, part in (("replicated", replicated),
+                                                                               ("expert", expert))}
+        reduced: list[int] = []   # the storage of every tensor passed to dist.all_reduce
+        def remember(name: str, tensor: torch.Tensor) -> None:
+            reduced.append(tensor.data_ptr())
+
+        with watching_collectives({"all_reduce": (0, "tensor")}, remember):
+            call_case(answer, f"reducing rank {rank}'s gradients", replicated, expert, dp_group)
+        results.append({"replicated": [p.grad.clone() for p in replicated], "expert": [p.grad.clone() for p in expert],
+                        "reduced": {what: [pointer in reduced for pointer in pointers]
+                                    for what, pointers in storages.items()},
+                        "reduced_elsewhere": len(set(reduced) - {pointer for pointers in storages.values()
+                                                                  for pointer in pointers})})
     return results
 
 
@@ -493,6 +504,11 @@ def judge_reduce(name: str, results: list[dict]) -> str:
                 if torch.allclose(got, want[i] / size, atol=1e-5):
                     hint = ("this is the mean: each rank's loss is already its share of the global mean, so the "
                             "gradients add up; all-reduce with SUM and do not divide")
+                elif torch.allclose(got, local[rank][part][i], atol=1e-5) and \
+                        result["reduced_elsewhere"] and not result["reduced"][what][i]:
+                    hint = ("dist.all_reduce ran, but not on this p.grad: it sums in place, into the tensor you pass "
+                            "(a copy, a new flat buffer never copied back), and p.grad is what the optimizer reads. "
+                            "All-reduce p.grad itself, or copy the result back into it")
                 elif torch.allclose(got, local[rank][part][i], atol=1e-5):
                     holders = "every rank" if part == 0 else "the other rank of your dp group"
                     hint = f"the gradient was not all-reduced: {holders} holds a share of it"
