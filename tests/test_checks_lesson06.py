@@ -195,8 +195,21 @@ def setup_strings(backend):
 
 
 def setup_nccl(backend):
-    """Wrong: hard-codes NCCL (fails on a machine without it)."""
-    dist.init_process_group("nccl")
+    """Wrong: NCCL unless the environment says otherwise (fails on a machine without it)."""
+    dist.init_process_group(os.environ.get("TRAINING_BACKEND", "nccl"))
+    return setup_reads_only(backend)
+
+
+def setup_gloo_hard_coded(backend):
+    """Wrong: gloo whatever the caller asks for (passes on CPU, the one backend this check can run)."""
+    rank, local_rank = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
+    world_size = int(os.environ["WORLD_SIZE"])
+    dist.init_process_group("gloo", rank=rank, world_size=world_size)
+    return {"rank": rank, "local_rank": local_rank, "world_size": world_size}
+
+
+def setup_nccl_as_keyword(backend):
+    dist.init_process_group(backend="nccl")
     return setup_reads_only(backend)
 
 
@@ -230,6 +243,9 @@ def setup_not_written(backend):
     (setup_local_from_rank, r"rank 1: local_rank = 1, expected 0.*LOCAL_RANK is the rank on this node"),
     (setup_strings, r"rank 0: rank is '0', a string.*int\(os.environ\['RANK'\]\)"),
     (setup_not_written, r"setup_from_env is not written yet"),
+    (setup_gloo_hard_coded, r"^setup_from_env passes 'gloo' to init_process_group instead of its backend argument\.\n"
+                            r"Hint: the caller chooses the backend.*init_process_group\(backend, \.\.\.\)"),
+    (setup_nccl_as_keyword, r"^setup_from_env passes 'nccl' to init_process_group instead of its backend argument"),
     (setup_sets_the_master, r"rank 0: setup_from_env set \{'MASTER_ADDR': '127.0.0.1'\}; torchrun sets MASTER_ADDR"),
     (setup_world_of_the_node, r"rank 1 failed while running setup_from_env.*Hint: gloo refused a rank that is not "
                               r"below the world size.*LOCAL_WORLD_SIZE counts only this node's"),

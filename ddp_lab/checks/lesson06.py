@@ -9,8 +9,11 @@ Introduced in notebooks/06-backends-and-torchrun.ipynb (exercises/06-backends-an
 
 from __future__ import annotations
 
+import ast
 import contextlib
+import inspect
 import os
+import textwrap
 import warnings
 
 import torch
@@ -216,6 +219,11 @@ def check_setup_from_env(setup_from_env, timeout: float = 30.0) -> None:
     """
 
     what = "setup_from_env"
+    constant = _hard_coded_backend(setup_from_env)
+    if constant is not None:
+        raise CheckFailed(f"{what} passes {constant!r} to init_process_group instead of its backend argument.\n"
+                          "Hint: the caller chooses the backend (this check asks for 'gloo', the script's pick_backend "
+                          "may say 'nccl' on a GPU node): pass the parameter on, init_process_group(backend, ...).")
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", category=LaunchWarning)
         try:
@@ -232,6 +240,22 @@ def check_setup_from_env(setup_from_env, timeout: float = 30.0) -> None:
     for rank, state in enumerate(results):
         _check_rank(what, rank, state)
     passed(f"{what}: 2 ranks on 2 nodes joined one gloo group with the right rank, local rank and world size")
+
+
+def _hard_coded_backend(fn) -> str | None:
+    """The string written as the backend of an init_process_group call in fn's own source, or None (no such call, or
+    no source to read): evidence that fn ignores the backend it is given."""
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
+    except (OSError, TypeError, SyntaxError, IndentationError):
+        return None
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and ast.unparse(node.func).split(".")[-1] == "init_process_group":
+            given = node.args[0] if node.args else next(
+                (keyword.value for keyword in node.keywords if keyword.arg == "backend"), None)
+            if isinstance(given, ast.Constant) and isinstance(given.value, str):
+                return given.value
+    return None
 
 
 def _explain_setup(failure) -> str | None:
