@@ -213,11 +213,25 @@ def setup_nccl_as_keyword(backend):
     return setup_reads_only(backend)
 
 
-def setup_wrong_world(backend):
-    """Wrong: world_size from the rank, so the ranks disagree and rank 1 waits forever."""
+def setup_only_on_rank_0(backend):
+    """Wrong: only rank 0 creates the group, so it waits forever for rank 1 to join."""
     rank = int(os.environ["RANK"])
-    dist.init_process_group(backend, rank=rank, world_size=rank + 1)
-    return {"rank": rank, "local_rank": int(os.environ["LOCAL_RANK"]), "world_size": rank + 1}
+    if rank == 0:
+        dist.init_process_group(backend)
+    return {"rank": rank, "local_rank": int(os.environ["LOCAL_RANK"]), "world_size": int(os.environ["WORLD_SIZE"])}
+
+
+def setup_rank_from_local_rank(backend):
+    """Wrong: the local rank for the rank (0 on both nodes)."""
+    local_rank, world_size = int(os.environ["LOCAL_RANK"]), int(os.environ["WORLD_SIZE"])
+    dist.init_process_group(backend, rank=local_rank, world_size=world_size)
+    return {"rank": local_rank, "local_rank": local_rank, "world_size": world_size}
+
+
+def setup_world_size_written(backend):
+    """Wrong: a world size written in the code (the job's is 2)."""
+    dist.init_process_group(backend, rank=int(os.environ["RANK"]), world_size=4)
+    return setup_reads_only(backend)
 
 
 def setup_sets_the_master(backend):
@@ -247,8 +261,13 @@ def setup_not_written(backend):
                             r"Hint: the caller chooses the backend.*init_process_group\(backend, \.\.\.\)"),
     (setup_nccl_as_keyword, r"^setup_from_env passes 'nccl' to init_process_group instead of its backend argument"),
     (setup_sets_the_master, r"rank 0: setup_from_env set \{'MASTER_ADDR': '127.0.0.1'\}; torchrun sets MASTER_ADDR"),
-    (setup_world_of_the_node, r"rank 1 failed while running setup_from_env.*Hint: gloo refused a rank that is not "
-                              r"below the world size.*LOCAL_WORLD_SIZE counts only this node's"),
+    (setup_world_of_the_node, r"^rank \d: in setup_from_env, init_process_group got world_size=1, but this job has 2 "
+                              r"processes \(WORLD_SIZE\)\.\nHint: 1 is this node's process count \(LOCAL_WORLD_SIZE\); "
+                              r"world_size counts the processes of ALL nodes"),
+    (setup_world_size_written, r"^rank \d: in setup_from_env, init_process_group got world_size=4, but this job has "
+                               r"2 processes \(WORLD_SIZE\)\.\nHint: world_size counts the processes of ALL nodes"),
+    (setup_rank_from_local_rank, r"^rank 1: in setup_from_env, init_process_group got rank=0 on the process whose RANK "
+                                 r"is 1\.\nHint: 0 is this process's index on its node \(LOCAL_RANK"),
 ])
 def test_setup_from_env_rejects(wrong, feedback):
     with pytest.raises(CheckFailed, match=f"(?s){feedback}"):
@@ -268,8 +287,8 @@ def test_setup_from_env_rejects_a_hard_coded_nccl_where_no_gpu_is_visible(monkey
 
 
 def test_setup_from_env_ends_a_deadlock_with_a_message():
-    with pytest.raises(CheckFailed, match=r"(?s)did not finish within 4 s.*same world_size"):
-        check_setup_from_env(setup_wrong_world, timeout=DEADLOCK_TIMEOUT)
+    with pytest.raises(CheckFailed, match=r"(?s)did not finish within 4 s.*Every rank must call init_process_group"):
+        check_setup_from_env(setup_only_on_rank_0, timeout=DEADLOCK_TIMEOUT)
 
 
 # --- the generated exercise notebook fails every check ------------------------------------

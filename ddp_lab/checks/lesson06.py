@@ -180,8 +180,43 @@ _TWO_NODES = {"LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1"}
 _KEYS = ("rank", "local_rank", "world_size")
 
 
+class GroupArgumentsRefused(ValueError):
+    """Raised in a rank of lesson 06's setup check when the answer passes init_process_group a world size or a rank
+    that is not torchrun's (args: the message, the hint). Left to gloo, a rank not below its world size fails on one
+    rank while another waits for a peer that never comes."""
+
+    def __str__(self) -> str:
+        return self.args[0]
+
+
+def _checked_arguments(init_process_group):
+    """init_process_group, refusing (GroupArgumentsRefused) a world_size or rank that differs from torchrun's."""
+    signature = inspect.signature(init_process_group)
+
+    def init_with_torchruns_numbers(*args, **kwargs):
+        given = signature.bind_partial(*args, **kwargs).arguments
+        world_size, rank = int(os.environ["WORLD_SIZE"]), int(os.environ["RANK"])
+        local_world_size, local_rank = int(os.environ["LOCAL_WORLD_SIZE"]), int(os.environ["LOCAL_RANK"])
+        if given.get("world_size", -1) not in (-1, world_size):
+            hint = "world_size counts the processes of ALL nodes: int(os.environ['WORLD_SIZE']), the same on every rank"
+            if given["world_size"] == local_world_size:
+                hint = f"{local_world_size} is this node's process count (LOCAL_WORLD_SIZE); {hint}"
+            raise GroupArgumentsRefused(f"init_process_group got world_size={given['world_size']!r}, but this job "
+                                        f"has {world_size} processes (WORLD_SIZE)", hint)
+        if given.get("rank", -1) not in (-1, rank):
+            hint = "the group needs each process's rank in the whole job: int(os.environ['RANK'])"
+            if given["rank"] == local_rank:
+                hint = f"{local_rank} is this process's index on its node (LOCAL_RANK: every node has a 0); {hint}"
+            raise GroupArgumentsRefused(f"init_process_group got rank={given['rank']!r} on the process whose RANK "
+                                        f"is {rank}", hint)
+        return init_process_group(*args, **kwargs)
+
+    return init_with_torchruns_numbers
+
+
 def _setup_runner(rank: int, setup_from_env):
-    """Inside a rank: call the answer, then see whether it built a working process group."""
+    """Inside a rank: call the answer (its init_process_group checked for torchrun's numbers), then see whether it
+    built a working process group."""
 
     written = {}                 # MASTER_ADDR / MASTER_PORT the answer assigns (torchrun's to keep), even unchanged
     assign = type(os.environ).__setitem__
@@ -192,12 +227,15 @@ def _setup_runner(rank: int, setup_from_env):
         assign(environ, key, value)
 
     type(os.environ).__setitem__ = recording
+    init_process_group = dist.init_process_group
+    dist.init_process_group = _checked_arguments(init_process_group)
     try:
         info = setup_from_env("gloo")
     except NotImplementedError as error:
         return {"error": "NotImplementedError", "message": str(error)}
     finally:
         type(os.environ).__setitem__ = assign
+        dist.init_process_group = init_process_group
     state = {"info": info, "initialized": dist.is_initialized(), "overwritten": written}
     if state["initialized"]:
         state.update(backend=dist.get_backend(), rank=dist.get_rank(), world_size=dist.get_world_size())
@@ -232,11 +270,14 @@ def check_setup_from_env(setup_from_env, timeout: float = 30.0) -> None:
         except LaunchTimeout:
             raise CheckFailed(
                 f"{what} did not finish within {timeout:g} s on 2 ranks, so the check stopped it.\n"
-                "Hint: the ranks waited for each other in init_process_group. Every rank must pass the "
-                "same world_size (int(os.environ['WORLD_SIZE'])) and its own rank (RANK), and must not "
+                "Hint: the ranks waited for each other. Every rank must call init_process_group, with the "
+                "job's world_size (int(os.environ['WORLD_SIZE'])) and its own rank (RANK), and must not "
                 "overwrite MASTER_ADDR/MASTER_PORT: torchrun already set them.") from None
         except LaunchError as error:
-            raise CheckFailed(failure_message(error, what, _explain_setup)) from None
+            refused = error.failures[error.first_rank].exception
+            if isinstance(refused, GroupArgumentsRefused) and len(refused.args) == 2:
+                raise CheckFailed(f"rank {error.first_rank}: in {what}, {refused}.\nHint: {refused.args[1]}.") from None
+            raise CheckFailed(failure_message(error, what)) from None
     for rank, state in enumerate(results):
         _check_rank(what, rank, state)
     passed(f"{what}: 2 ranks on 2 nodes joined one gloo group with the right rank, local rank and world size")
@@ -255,14 +296,6 @@ def _hard_coded_backend(fn) -> str | None:
                 (keyword.value for keyword in node.keywords if keyword.arg == "backend"), None)
             if isinstance(given, ast.Constant) and isinstance(given.value, str):
                 return given.value
-    return None
-
-
-def _explain_setup(failure) -> str | None:
-    """A hint only where gloo's own error shows it: a rank not below the world size it was given."""
-    if "rank < size" in (failure.details or ""):
-        return ("gloo refused a rank that is not below the world size it was given: world_size is the number of "
-                "processes on ALL nodes, os.environ['WORLD_SIZE'] (LOCAL_WORLD_SIZE counts only this node's).")
     return None
 
 
