@@ -35,10 +35,18 @@ from rank_procs import assert_no_ranks_left, listening_sockets
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # ship fns by value, as from a notebook
 
-# The tutorial hard-codes "12355"; the tests take a port that was free when they started, so
-# that two test runs on one machine do not collide. It is fixed for the whole module, so every
-# launch below reuses it, as a learner re-running the tutorial's cell does.
-TUTORIAL_PORT = str(free_port())
+# The tutorial hard-codes "12355"; the tests take a port that was free when this module's tests
+# started, so that two test runs on one machine do not collide. It is fixed for the whole module, so
+# every launch below reuses it, as a learner re-running the tutorial's cell does. Chosen when the
+# first test starts, not at collection: in the minutes between, another worker's gloo connections
+# could take it.
+TUTORIAL_PORT = ""
+
+
+@pytest.fixture(scope="module", autouse=True)
+def tutorial_port():
+    global TUTORIAL_PORT
+    TUTORIAL_PORT = str(free_port())
 FAST_S = 15.0  # "fails within seconds": far below the watchdog's timeout=60 used in those tests
 
 
