@@ -2,7 +2,7 @@
 
 Each wrong answer below is a checkpoint a learner is likely to write; the test pins the part
 of the feedback that names the missing piece. Every check run launches 2 gloo ranks three
-times (uninterrupted, killed at step 7, resumed): a few seconds each.
+times (uninterrupted, killed at step 11, resumed): a few seconds each.
 """
 
 from __future__ import annotations
@@ -70,9 +70,13 @@ def _load(path, model, optimizer) -> int:
 
 
 def _restartable(rank, directory, total_steps, step_fn, keep=("model", "optimizer", "rng"), resume=True,
-                 restore_epoch=True, shared=False, set_epoch=True, once_per_epoch=False, elsewhere=None, atomic=True):
+                 restore_epoch=True, shared=False, set_epoch=True, once_per_epoch=False, elsewhere=None, atomic=True,
+                 numbered=False):
     model, optimizer, sampler = _setup(rank)
     path = os.path.join(elsewhere or directory, "checkpoint.pt" if shared else f"rank-{rank}.pt")
+    if numbered:   # a file per step, named by the steps done; the latest taken as the last name in sorted order
+        names = sorted(name for name in os.listdir(directory) if name.startswith(f"rank-{rank}-step-"))
+        path = os.path.join(directory, names[-1] if names else "none")
     step = _load(path, model, optimizer) if resume and os.path.exists(path) else 0
     per_epoch = math.ceil(len(sampler) / BATCH)
     while step < total_steps:
@@ -84,6 +88,8 @@ def _restartable(rank, directory, total_steps, step_fn, keep=("model", "optimize
                 break
             step_fn(step, model, optimizer, X[batch], Y[batch])
             step += 1
+            if numbered:
+                path = os.path.join(directory, f"rank-{rank}-step-{step}.pt")
             if (not shared or rank == 0) and (not once_per_epoch or step % per_epoch == 0):
                 _save(path, model, optimizer, step, keep, atomic)
             dist.barrier()
@@ -133,6 +139,12 @@ def saves_once_per_epoch(rank, directory, total_steps, step_fn):
     _restartable(rank, directory, total_steps, step_fn, once_per_epoch=True)
 
 
+def latest_by_name(rank, directory, total_steps, step_fn):
+    """A checkpoint per step, 'rank-0-step-9.pt', and the last name in sorted order taken as the latest: past 10
+    checkpoints 'rank-0-step-11.pt' sorts before 'rank-0-step-9.pt'."""
+    _restartable(rank, directory, total_steps, step_fn, numbered=True)
+
+
 ELSEWHERE = os.path.join(tempfile.gettempdir(), "ddp-lab-test-lesson12-elsewhere")
 
 
@@ -152,22 +164,25 @@ def test_the_blank_stub_is_named_without_starting_ranks():
 
 
 @pytest.mark.parametrize("answer, feedback", [
-    (forgets_the_optimizer, r"(?s)rank 0, step 7: the optimizer's momentum buffers are empty: the optimizer started "
+    (forgets_the_optimizer, r"(?s)rank 0, step 11: the optimizer's momentum buffers are empty: the optimizer started "
                             r"fresh.*optimizer\.state_dict\(\)"),
     # the same evidence (the state of a fresh seed) when the RNG state is saved and restored, then seeded over
-    (forgets_the_rng, r"(?s)rank 0, step 7: the resumed run started from the random number generator state the "
+    (forgets_the_rng, r"(?s)rank 0, step 11: the resumed run started from the random number generator state the "
                       r"uninterrupted run had at step 0.*never took effect.*capture_rng.*torch.manual_seed would "
                       r"overwrite it"),
-    (forgets_the_model, r"(?s)rank 0, step 7: the resumed run started from the parameters the uninterrupted run had "
+    (forgets_the_model, r"(?s)rank 0, step 11: the resumed run started from the parameters the uninterrupted run had "
                         r"at step 0.*model.load_state_dict"),
-    (rank_zero_saves_for_everyone, r"(?s)rank 1, step 7: rank 1 resumed with the other rank's RNG state.*each rank "
+    (rank_zero_saves_for_everyone, r"(?s)rank 1, step 11: rank 1 resumed with the other rank's RNG state.*each rank "
                                    r"must save its own RNG state"),
     (never_loads, r"(?s)rank 0: after the crash never_loads started again from step 0, although the killed run "
                   r"saved \['rank-0\.pt', 'rank-1\.pt'\].*load the checkpoint"),
-    (restarts_the_epoch_from_zero, r"(?s)rank 0 trained step 7 \(epoch 2\) on the batch of step 1, epoch 0's: the "
-                                   r"sampler was not set back to epoch 2.*sampler\.set_epoch"),
+    (restarts_the_epoch_from_zero, r"(?s)rank 0 trained step 11 \(epoch 3\) on the batch of step 2, epoch 0's: the "
+                                   r"sampler was not set back to epoch 3.*sampler\.set_epoch"),
     (saves_in_place, r"(?s)^rank 0: saves_in_place wrote 'rank-0.pt' with torch.save straight to the name it is "
                      r"loaded from.*atomic_save"),
+    (latest_by_name, r"(?s)^rank 0: rank 1 was killed at the start of step 11; the resumed run started at step 9, "
+                     r"from 'rank-0-step-9\.pt', although the killed run also left 'rank-0-step-11\.pt', newer.*"
+                     r"Hint: pick the checkpoint by its step as a number"),
     (never_sets_the_epoch, r"(?s)^rank 0: the uninterrupted run trained every epoch on epoch 0's batches, in the same "
                            r"order.*sampler\.set_epoch\(epoch\)"),
 ])
@@ -177,9 +192,9 @@ def test_rejects_checkpoints_that_lose_state(answer, feedback):
 
 
 def test_names_a_checkpoint_taken_once_per_epoch():
-    # killed at the start of step 7, the last checkpoint is step 6's epoch end: the resumed run starts at 6 with the
+    # killed at the start of step 11, the last checkpoint is step 9's epoch start: the resumed run starts at 9 with the
     # right state, which tells it from a miscounted step (whose state would be one step ahead)
-    with pytest.raises(CheckFailed, match=r"(?s)the resumed run started at step 6, from exactly the state that step "
+    with pytest.raises(CheckFailed, match=r"(?s)the resumed run started at step 9, from exactly the state that step "
                                           r"started from.*save a checkpoint after EVERY step"):
         check_restartable(saves_once_per_epoch)
 

@@ -11,7 +11,8 @@ start of step CRASH_AT, once more in the same folder, as torchrun would restart 
 uninterrupted. The first record of the resumed run that differs from the uninterrupted
 run's names the piece of state the checkpoint lost. A checkpoint saved with torch.save
 straight to the name it is loaded from is refused: the kill here never lands mid-write, a
-real one may.
+real one may. The crash comes after 11 checkpoints, so that a restart that takes the last
+file name in sorted order ('step-9' after 'step-11') resumes too early, and is told why.
 
 Introduced in notebooks/12-debugging-and-fault-tolerance.ipynb.
 """
@@ -19,6 +20,7 @@ Introduced in notebooks/12-debugging-and-fault-tolerance.ipynb.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import tempfile
 
@@ -32,8 +34,9 @@ from ddp_lab.launcher.errors import LaunchError, LaunchTimeout, RankCrashed
 from ddp_lab.launcher.launch import launch
 
 WORLD_SIZE = 2
-TOTAL_STEPS = 9
-CRASH_AT = 7          # epoch 2, second batch: a resume in the middle of an epoch that is not the first
+TOTAL_STEPS = 13      # the resumed run crosses an epoch's end (step 12 starts epoch 4)
+CRASH_AT = 11         # epoch 3, third batch: mid-epoch, not the first epoch, and past 10 checkpoints, so that
+                      # step numbers written in names no longer sort as text sorts them ('10' < '9')
 STEPS_PER_EPOCH = 3   # the exercise's data: 24 samples, 2 ranks, batches of 4
 
 
@@ -235,6 +238,26 @@ def _first_difference(resumed: list[list[dict]], reference: list[list[dict]]) ->
     return None
 
 
+def _newer_sorted_first(saved: list[str], start: int) -> tuple[str, str, str] | None:
+    """(the file a restart at `start` resumed from, a newer one that sorts before it as text, the character that
+    decides), if the killed run's files name steps with numbers: the last name in sorted order among names that differ
+    only in one number holds `start` or `start - 1` (steps done, or the last step's index) where the newer one holds
+    CRASH_AT or CRASH_AT - 1. Else None."""
+    for older in saved:
+        for number in (start, start - 1):
+            for found in re.finditer(rf"(?<!\d){number}(?!\d)", older):
+                head, tail = older[:found.start()], older[found.end():]
+                family = [name for name in saved if re.fullmatch(re.escape(head) + r"\d+" + re.escape(tail), name)]
+                if older != max(family):
+                    continue
+                for newest in (CRASH_AT, CRASH_AT - 1):
+                    newer = f"{head}{newest}{tail}"
+                    if newer in family and newer < older:
+                        differs = next(i for i, (a, b) in enumerate(zip(newer, older)) if a != b)
+                        return older, newer, f"'{newer[differs]}' comes before '{older[differs]}'"
+    return None
+
+
 def check_restartable(train, timeout: float = 60.0) -> None:
     """Check a restartable `train(rank, directory, total_steps, step_fn)`: killed, restarted, equal to never killed.
 
@@ -282,6 +305,15 @@ def _check_resumed_steps(resumed: list[list[dict]], saved: list[str], name: str,
             raise CheckFailed(f"rank {rank}: after the crash {name} started again from step 0, although the killed "
                               f"run saved {saved} in `directory`.\nHint: at the start, load the checkpoint when it "
                               "exists and go on from the step it records.")
+        sorted_as_text = _newer_sorted_first(saved, steps[0])
+        if steps[0] < CRASH_AT and sorted_as_text:
+            older, newer, why = sorted_as_text
+            raise CheckFailed(f"rank {rank}: rank 1 was killed at the start of step {CRASH_AT}; the resumed run "
+                              f"started at step {steps[0]}, from {older!r}, although the killed run also left "
+                              f"{newer!r}, newer: {older!r} sorts after it as text ({why}), so the "
+                              "last name in sorted order is not the newest checkpoint.\nHint: pick the checkpoint "
+                              "by its step as a number (int() of the number in the name), or write the number "
+                              "zero-padded (f'{step:08d}'), or keep one file per rank that every save replaces.")
         if steps[0] < CRASH_AT and torch.equal(records[0]["params"], reference[rank][steps[0]]["params"]):
             raise CheckFailed(f"rank {rank}: rank 1 was killed at the start of step {CRASH_AT}; the resumed run "
                               f"started at step {steps[0]}, from exactly the state that step started from in the "
