@@ -228,6 +228,12 @@ def setup_rank_from_local_rank(backend):
     return {"rank": local_rank, "local_rank": local_rank, "world_size": world_size}
 
 
+def setup_passes_strings(backend):
+    """Wrong: the environment's strings passed on as they are."""
+    dist.init_process_group(backend, rank=os.environ["RANK"], world_size=os.environ["WORLD_SIZE"])
+    return setup_reads_only(backend)
+
+
 def setup_world_size_written(backend):
     """Wrong: a world size written in the code (the job's is 2)."""
     dist.init_process_group(backend, rank=int(os.environ["RANK"]), world_size=4)
@@ -264,6 +270,8 @@ def setup_not_written(backend):
     (setup_world_of_the_node, r"^rank \d: in setup_from_env, init_process_group got world_size=1, but this job has 2 "
                               r"processes \(WORLD_SIZE\)\.\nHint: 1 is this node's process count \(LOCAL_WORLD_SIZE\); "
                               r"world_size counts the processes of ALL nodes"),
+    (setup_passes_strings, r"^rank \d: in setup_from_env, init_process_group got world_size='2', a string\.\nHint: "
+                           r"the environment holds strings: pass int\(os.environ\['WORLD_SIZE'\]\)"),
     (setup_world_size_written, r"^rank \d: in setup_from_env, init_process_group got world_size=4, but this job has "
                                r"2 processes \(WORLD_SIZE\)\.\nHint: world_size counts the processes of ALL nodes"),
     (setup_rank_from_local_rank, r"^rank 1: in setup_from_env, init_process_group got rank=0 on the process whose RANK "

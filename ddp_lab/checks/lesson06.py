@@ -197,6 +197,10 @@ def _checked_arguments(init_process_group):
         given = signature.bind_partial(*args, **kwargs).arguments
         world_size, rank = int(os.environ["WORLD_SIZE"]), int(os.environ["RANK"])
         local_world_size, local_rank = int(os.environ["LOCAL_WORLD_SIZE"]), int(os.environ["LOCAL_RANK"])
+        for name, variable in (("world_size", "WORLD_SIZE"), ("rank", "RANK")):
+            if isinstance(given.get(name), str):
+                raise GroupArgumentsRefused(f"init_process_group got {name}={given[name]!r}, a string",
+                                            f"the environment holds strings: pass int(os.environ['{variable}'])")
         if given.get("world_size", -1) not in (-1, world_size):
             hint = "world_size counts the processes of ALL nodes: int(os.environ['WORLD_SIZE']), the same on every rank"
             if given["world_size"] == local_world_size:
