@@ -285,6 +285,9 @@ def takes_rank_and_steps(rank, steps):
     ("launch", {"fn": demo_basic}, TypeError,
      r"^fn=demo_basic takes no arguments, but launch calls fn\(rank, \*args\) like mp.spawn: give it a rank "
      r"parameter, or launch\(lambda rank: demo_basic\(\), ...\)"),
+    ("launch", {"fn": lambda: None}, TypeError,
+     r"^fn=<lambda> takes no arguments, but launch calls fn\(rank, \*args\) like mp.spawn: give it a rank "
+     r"parameter, or a lambda: launch\(lambda rank: \.\.\., \.\.\.\)\.$"),
     ("launch", {"fn": takes_rank_and_steps, "args": ()}, TypeError,
      r"^fn=takes_rank_and_steps\(rank, steps\) cannot be called as fn\(rank, \*args\) with 0 arg\(s\) in args="),
     ("launch", {"fn": takes_rank_and_steps, "args": (1, 2)}, TypeError, r"with 2 arg\(s\) in args=.*too many"),

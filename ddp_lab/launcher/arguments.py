@@ -119,10 +119,11 @@ def check_signature(fn, args) -> None:
     except TypeError as error:
         name = getattr(fn, "__qualname__", None) or type(fn).__name__
         if not signature.parameters:
+            wrap = "a lambda: launch(lambda rank: ..., ...)" if "<lambda>" in name else \
+                f"launch(lambda rank: {name}(), ...) (torchrun-style code reads RANK from the environment)"
             raise TypeError(
                 f"fn={name} takes no arguments, but launch calls fn(rank, *args) like mp.spawn: give it a rank "
-                f"parameter, or launch(lambda rank: {name}(), ...) (torchrun-style code reads RANK from the "
-                "environment).") from None
+                f"parameter, or {wrap}.") from None
         raise TypeError(
             f"fn={name}{signature} cannot be called as fn(rank, *args) with {len(args)} arg(s) in args= "
             f"({error}): launch passes the rank first, then each item of args; make them match.") from None
