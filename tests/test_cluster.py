@@ -341,6 +341,8 @@ def ddp_shell():
     ("--ranks one", r"^%%ddp --ranks one: give rank numbers separated by commas"),
     ("--only 5", r"^%%ddp --only 5: rank 5 is not a rank of this 2-rank cluster: run on ranks from 0 to 1"),
     ("--only ,", r"^%%ddp --only \(no rank\): no rank given: name the ranks to run on"),
+    ("--only 1 --ranks 0", r"^%%ddp --ranks 0: rank 0 is to be shown, but only rank\(s\) 1 run this: it would show "
+                           r"nothing"),
     ("-n two", r"^%%ddp: argument -n/--nprocs: 'two' is not a whole number: give the number of ranks, e.g. -n 4"),
     ("--timeout soon", r"^%%ddp: argument --timeout: 'soon' is not a number of seconds"),
     ("--ranks '0", r"^%%ddp --ranks '0: no closing quotation: close the quote"),
@@ -371,10 +373,12 @@ def test_only_runs_the_cell_on_some_ranks_and_a_collective_there_names_the_ranks
     shell = ddp_shell
     assert shell.run_cell("%%ddp -n 3 --backend gloo\nx = rank").success
     capsys.readouterr()
-    assert shell.run_cell("%%ddp --only 0,2\nx = x + 100\nprint('ran')").success
+    assert shell.run_cell("%%ddp --only 0, 2\nx = x + 100\nprint('ran')").success   # a space after the comma too
     assert capsys.readouterr().out == "[rank 0] ran\n[rank 2] ran\n"
     assert shell.run_cell("%ddp_pull x").result == [100, 1, 102]
     assert magics._current.run_code("rank * 2", only=[1]) == [None, 2, None]
+    with pytest.raises(ValueError, match=r"^show=\[0\]: rank 0 is to be shown, but only rank\(s\) 1 run this"):
+        magics._current.run_code("rank", show=[0], only=[1])
     live, pids = magics._current, rank_pids(magics._current)
     failed = shell.run_cell("%%ddp --only 0,2 --timeout 1\nx = x + 1\ndist.all_reduce(torch.ones(1))")
     error = failed.error_in_exec

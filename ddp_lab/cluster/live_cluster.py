@@ -27,9 +27,9 @@ from ddp_lab.cluster import rank_loop as cluster_rank
 from ddp_lab.cluster.command import FRESH_START, RESTART, CommandWatch
 from ddp_lab.cluster.registry import CLUSTER_PREFIX, Registration
 from ddp_lab.cluster.status import StatusReport, cluster_status
-from ddp_lab.launcher.arguments import (check_env, check_fn, check_nprocs, check_ranks, check_signature,
-                                       check_source, check_threads, check_timeout, check_variable_name,
-                                       working_directory)
+from ddp_lab.launcher.arguments import (check_env, check_fn, check_nprocs, check_ranks, check_shown_ranks_run,
+                                       check_signature, check_source, check_threads, check_timeout,
+                                       check_variable_name, working_directory)
 from ddp_lab.launcher.backend import choose_backend
 from ddp_lab.launcher.errors import RankCrashed, exit_with_cause
 from ddp_lab.launcher.fd_limit import one_line_if_out_of_fds
@@ -200,6 +200,7 @@ class Cluster:
             check_ranks(show, self.nprocs, prefix=f"show={show!r}: ")
         if only is not None:
             check_ranks(only, self.nprocs, prefix=f"only={only!r}: ", purpose="run on")
+        check_shown_ranks_run(show, only, prefix=f"show={show!r}: ")
         running = list(range(self.nprocs)) if only is None else sorted(set(only))
         timeout = self.timeout if timeout is None else timeout
         self._group.take_queued_events()

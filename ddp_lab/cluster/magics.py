@@ -16,11 +16,12 @@ Introduced in notebooks/00b-live-cluster.ipynb.
 from __future__ import annotations
 
 import argparse
+import re
 import shlex
 
 from ddp_lab.cluster.live_cluster import Cluster
 from ddp_lab.cluster.status import StatusReport
-from ddp_lab.launcher.arguments import check_nprocs, check_ranks, check_timeout
+from ddp_lab.launcher.arguments import check_nprocs, check_ranks, check_shown_ranks_run, check_timeout
 from ddp_lab.launcher.backend import choose_backend
 from ddp_lab.launcher.payload import cell_names
 
@@ -76,7 +77,7 @@ def parse_options(line: str) -> argparse.Namespace:
     """Parse `%%ddp` options; a one-line ValueError says what was wrong."""
     __tracebackhide__ = True
     try:
-        words = shlex.split(line)
+        words = shlex.split(re.sub(r",\s+", ",", line))   # "--only 0, 2" is one list of ranks
     except ValueError as error:  # shlex's "No closing quotation"
         raise ValueError(f"%%ddp {line.strip()}: {str(error).lower()}: close the quote, or drop it "
                          "(no %%ddp option needs quotes).") from None
@@ -109,7 +110,8 @@ def check_options(options: argparse.Namespace) -> None:
               ("--backend", options.backend, lambda: choose_backend(options.backend, wanted_n, announce=False)),
               ("--timeout", options.timeout, lambda: check_timeout(options.timeout)),
               ("--ranks", options.ranks, lambda: check_ranks(options.ranks, wanted_n)),
-              ("--only", options.only, lambda: check_ranks(options.only, wanted_n, purpose="run on"))]
+              ("--only", options.only, lambda: check_ranks(options.only, wanted_n, purpose="run on")),
+              ("--ranks", options.ranks, lambda: check_shown_ranks_run(options.ranks, options.only))]
     for flag, value, check in checks:
         if value is None:
             continue

@@ -78,6 +78,17 @@ def check_ranks(ranks, nprocs: int, prefix: str = "", purpose: str = "show") -> 
         raise ValueError(f"{prefix}no rank given: name the ranks to run on, e.g. 0 or 0,{nprocs - 1}.")
 
 
+def check_shown_ranks_run(show, only, prefix: str = "") -> None:
+    """Every rank whose output a live-cluster command shows must be one that runs it (ranks already checked)."""
+    if show is None or only is None:
+        return
+    idle = sorted(set(show) - set(only))
+    if idle:
+        running = ", ".join(map(str, sorted(set(only))))
+        raise ValueError(f"{prefix}rank {idle[0]} is to be shown, but only rank(s) {running} run this: it would show "
+                         f"nothing. Show ranks that run it, or let rank {idle[0]} run it too.")
+
+
 def check_env(env) -> None:
     """env must map names to strings, and leave alone what the launcher sets for every rank."""
     if env is None:
