@@ -142,13 +142,17 @@ def notebook_of(*cells: str, check: str = "print('✓ it ran')") -> str:
 
 
 def test_a_notebook_that_cannot_run_gets_one_row_and_the_others_are_still_graded(tmp_path):
-    """Broken file, empty file, a cell past --timeout, a dying kernel: one row each, then the next notebook."""
+    """Broken file, empty file, a cell past --timeout, a dying kernel: one row each, then the next notebook (whose
+    kernel talks over Unix sockets)."""
     whole = notebook_of("x = 1")
     (tmp_path / "a-truncated.ipynb").write_text(whole[:len(whole) // 2])
     (tmp_path / "b-empty.ipynb").write_text("")
     (tmp_path / "c-sleeps.ipynb").write_text(notebook_of("import time\ntime.sleep(30)"))
     (tmp_path / "d-dies.ipynb").write_text(notebook_of("import os\nos._exit(1)"))
-    (tmp_path / "e-fine.ipynb").write_text(whole)
+    # the kernels grade starts talk over Unix sockets (grade.kernel_sockets_config): no TCP port to lose to a rank
+    (tmp_path / "e-fine.ipynb").write_text(notebook_of(
+        "from ipykernel.kernelapp import IPKernelApp",
+        check="assert IPKernelApp.instance().transport == 'ipc'\nprint('✓ it ran over Unix sockets')"))
 
     code, out = grade(str(tmp_path), "--timeout", "2", "--json")
     rows = {row["notebook"]: row for row in json.loads(out)}

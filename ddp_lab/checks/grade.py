@@ -28,8 +28,10 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import subprocess
 import sys
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
@@ -105,6 +107,7 @@ def grade_notebook(path: Path, timeout: int = CELL_TIMEOUT_S) -> list[Row]:
         return [Row(path.stem, "", COULD_NOT_RUN, f"not a notebook: {_unreadable(path, error)}; restore the "
                                                   "file (from git, or a fresh copy of exercises/)")]
     running: list[int] = []  # the index of the cell being executed, for a row saying where it stopped
+    sockets = tempfile.TemporaryDirectory(prefix="ddp-lab-grade-")
     client = NotebookClient(
         notebook, timeout=timeout, kernel_name="python3", allow_errors=True,
         resources={"metadata": {"path": str(path.parent.resolve())}},
@@ -112,6 +115,7 @@ def grade_notebook(path: Path, timeout: int = CELL_TIMEOUT_S) -> list[Row]:
         # a kernel stuck in a cell past --timeout ignores a polite shutdown request, and
         # jupyter_client would wait 5 s before killing it; nothing is saved, so kill at once
         shutdown_kernel="immediate",
+        config=kernel_sockets_config(sockets.name),
         log=_QUIET)  # its log lines repeat what the row says
     try:
         client.execute(stderr=subprocess.DEVNULL)  # the kernel's own log ([IPKernelApp] WARNING ...), not the learner's
@@ -122,7 +126,26 @@ def grade_notebook(path: Path, timeout: int = CELL_TIMEOUT_S) -> list[Row]:
     except DeadKernelError:
         return [_stopped(path, notebook, running, "the kernel died running a cell",
                          "os._exit(), a crash in C code or running out of memory; run that cell in Jupyter to see")]
+    finally:
+        sockets.cleanup()
     return executed_rows(notebook, path.stem)
+
+
+def kernel_sockets_config(folder: str):
+    """Settings for a grading kernel that talks to ddp_lab over Unix sockets in `folder`, where ZeroMQ has them
+    (empty elsewhere, e.g. Windows: jupyter_client's TCP ports on 127.0.0.1).
+
+    Over TCP, jupyter_client picks five free ports and the kernel binds them a second or more later; on a busy
+    machine (a JupyterHub host, a test run with ranks of its own) another program can take one in between, and the
+    kernel dies before it answers. A socket file in a folder of this grading's own is taken by no one else.
+    """
+    import zmq  # lazy: only grading starts kernels
+    from traitlets.config import Config  # lazy: only grading starts kernels
+
+    ip = os.path.join(folder, "kernel")   # jupyter_client adds -1 ... -5
+    if not zmq.has("ipc") or len(ip) + 3 > 100:   # a socket path is limited to about 104-108 bytes
+        return Config()
+    return Config({"KernelManager": {"transport": "ipc", "ip": ip}})
 
 
 _QUIET = logging.getLogger("ddp_lab.grade.nbclient")
