@@ -267,15 +267,15 @@ def setup_not_written(backend):
                             r"Hint: the caller chooses the backend.*init_process_group\(backend, \.\.\.\)"),
     (setup_nccl_as_keyword, r"^setup_from_env passes 'nccl' to init_process_group instead of its backend argument"),
     (setup_sets_the_master, r"rank 0: setup_from_env set \{'MASTER_ADDR': '127.0.0.1'\}; torchrun sets MASTER_ADDR"),
-    (setup_world_of_the_node, r"^rank \d: in setup_from_env, init_process_group got world_size=1, but this job has 2 "
-                              r"processes \(WORLD_SIZE\)\.\nHint: 1 is this node's process count \(LOCAL_WORLD_SIZE\); "
+    (setup_world_of_the_node, r"^rank \d: in setup_from_env, init_process_group got world_size=1, but WORLD_SIZE is 2\."
+                              r"\nHint: 1 is this node's process count \(LOCAL_WORLD_SIZE\); "
                               r"world_size counts the processes of ALL nodes"),
     (setup_passes_strings, r"^rank \d: in setup_from_env, init_process_group got world_size='2', a string\.\nHint: "
                            r"the environment holds strings: pass int\(os.environ\['WORLD_SIZE'\]\)"),
-    (setup_world_size_written, r"^rank \d: in setup_from_env, init_process_group got world_size=4, but this job has "
-                               r"2 processes \(WORLD_SIZE\)\.\nHint: world_size counts the processes of ALL nodes"),
-    (setup_rank_from_local_rank, r"^rank 1: in setup_from_env, init_process_group got rank=0 on the process whose RANK "
-                                 r"is 1\.\nHint: 0 is this process's index on its node \(LOCAL_RANK"),
+    (setup_world_size_written, r"^rank \d: in setup_from_env, init_process_group got world_size=4, but WORLD_SIZE is "
+                               r"2\.\nHint: world_size counts the processes of ALL nodes"),
+    (setup_rank_from_local_rank, r"^rank 1: in setup_from_env, init_process_group got rank=0, but RANK is 1\.\nHint: "
+                                 r"0 is this process's index on its node \(LOCAL_RANK"),
 ])
 def test_setup_from_env_rejects(wrong, feedback):
     with pytest.raises(CheckFailed, match=f"(?s){feedback}"):

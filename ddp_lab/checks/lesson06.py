@@ -189,30 +189,32 @@ class GroupArgumentsRefused(ValueError):
         return self.args[0]
 
 
+# init_process_group's numbers torchrun gives: (argument, its variable, the node-local variable often taken for it,
+# what to pass, what the local value is)
+_GROUP_NUMBERS = (
+    ("world_size", "WORLD_SIZE", "LOCAL_WORLD_SIZE",
+     "world_size counts the processes of ALL nodes: int(os.environ['WORLD_SIZE']), the same on every rank",
+     "this node's process count (LOCAL_WORLD_SIZE)"),
+    ("rank", "RANK", "LOCAL_RANK", "the group needs each process's rank in the whole job: int(os.environ['RANK'])",
+     "this process's index on its node (LOCAL_RANK: every node has a 0)"),
+)
+
+
 def _checked_arguments(init_process_group):
     """init_process_group, refusing (GroupArgumentsRefused) a world_size or rank that differs from torchrun's."""
     signature = inspect.signature(init_process_group)
 
     def init_with_torchruns_numbers(*args, **kwargs):
         given = signature.bind_partial(*args, **kwargs).arguments
-        world_size, rank = int(os.environ["WORLD_SIZE"]), int(os.environ["RANK"])
-        local_world_size, local_rank = int(os.environ["LOCAL_WORLD_SIZE"]), int(os.environ["LOCAL_RANK"])
-        for name, variable in (("world_size", "WORLD_SIZE"), ("rank", "RANK")):
-            if isinstance(given.get(name), str):
-                raise GroupArgumentsRefused(f"init_process_group got {name}={given[name]!r}, a string",
+        for name, variable, local, wanted, local_means in _GROUP_NUMBERS:
+            value, expected, local_value = given.get(name, -1), int(os.environ[variable]), int(os.environ[local])
+            if isinstance(value, str):
+                raise GroupArgumentsRefused(f"init_process_group got {name}={value!r}, a string",
                                             f"the environment holds strings: pass int(os.environ['{variable}'])")
-        if given.get("world_size", -1) not in (-1, world_size):
-            hint = "world_size counts the processes of ALL nodes: int(os.environ['WORLD_SIZE']), the same on every rank"
-            if given["world_size"] == local_world_size:
-                hint = f"{local_world_size} is this node's process count (LOCAL_WORLD_SIZE); {hint}"
-            raise GroupArgumentsRefused(f"init_process_group got world_size={given['world_size']!r}, but this job "
-                                        f"has {world_size} processes (WORLD_SIZE)", hint)
-        if given.get("rank", -1) not in (-1, rank):
-            hint = "the group needs each process's rank in the whole job: int(os.environ['RANK'])"
-            if given["rank"] == local_rank:
-                hint = f"{local_rank} is this process's index on its node (LOCAL_RANK: every node has a 0); {hint}"
-            raise GroupArgumentsRefused(f"init_process_group got rank={given['rank']!r} on the process whose RANK "
-                                        f"is {rank}", hint)
+            if value not in (-1, expected):
+                hint = f"{local_value} is {local_means}; {wanted}" if value == local_value else wanted
+                raise GroupArgumentsRefused(f"init_process_group got {name}={value!r}, but {variable} is {expected}",
+                                            hint)
         return init_process_group(*args, **kwargs)
 
     return init_with_torchruns_numbers
