@@ -128,7 +128,8 @@ def replacing_dist_calls(replacements: dict[str, Callable[[Callable], Callable]]
     Each `dist.<name>` and its definition in `torch.distributed.distributed_c10d` become
     `make(original)` (module attributes, so every caller that looks them up is seen: the
     learner's code, autograd Functions, comm hooks, and c10d's own functions that call each
-    other, e.g. `recv` calling `irecv`). A name a module lacks is left alone there.
+    other, e.g. `recv` calling `irecv`); where both modules hold the same function, both get the same
+    stand-in (`dist.P2POp` accepts only `isend`/`irecv` themselves). A name a module lacks is left alone there.
 
     Args:
         replacements: {function name: make}, where `make(original)` returns what stands in for it.
@@ -147,11 +148,14 @@ def replacing_dist_calls(replacements: dict[str, Callable[[Callable], Callable]]
     """
     saved = {}
     for name, make in replacements.items():
+        made = {}   # one stand-in per original: `dist.isend is c10d.isend` must stay true (P2POp compares them)
         for module in (dist, c10d):
             original = getattr(module, name, None)
             if original is not None:
                 saved[module, name] = original
-                setattr(module, name, make(original))
+                if id(original) not in made:
+                    made[id(original)] = make(original)
+                setattr(module, name, made[id(original)])
     try:
         yield
     finally:
