@@ -165,3 +165,24 @@ def test_data_parallel_accepts_the_right_answer(answer, capsys):
 def test_data_parallel_rejects(wrong, feedback):
     with pytest.raises(CheckFailed, match=feedback):
         check_data_parallel_backward(wrong)
+
+
+def dp_only_rank_0_reduces(model, x, y):
+    """Wrong: the all-reduce under `if rank == 0:`; rank 0 waits in it for a rank that never comes."""
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    x_shard, y_shard = x.tensor_split(world_size)[rank], y.tensor_split(world_size)[rank]
+    (F.mse_loss(model(x_shard), y_shard) * len(x_shard) / len(x)).backward()
+    if rank == 0:
+        for p in model.parameters():
+            dist.all_reduce(p.grad)
+
+
+def test_data_parallel_names_a_hang_in_a_collective_as_such():
+    """A check without a hang hint of its own gets the collectives' hint, not the send/recv one of lesson 02."""
+    with pytest.raises(CheckFailed) as failure:
+        check_data_parallel_backward(dp_only_rank_0_reduces, timeout=3)
+    message = str(failure.value)
+    assert "did not finish within 3 s" in message and "rank 0 in dist.all_reduce" in message, message
+    assert "send needs a matching recv" not in message, message
+    assert "\nHint: the ranks wait in collectives that do not pair up (dist.all_reduce)" in message, message
+    assert "none may skip one (e.g. under `if rank == 0:`)" in message, message

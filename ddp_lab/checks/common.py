@@ -327,7 +327,8 @@ def run_on_ranks(runner, args: tuple, nprocs: int, timeout: float, what: str, ex
 
 def timeout_message(error, what: str, timeout: float, hint=None) -> str:
     """The CheckFailed text for a hang: where each stuck rank waits, and a hint (see run_on_ranks)."""
-    places = {rank: blocked_in(f.details) for rank, f in sorted(error.failures.items()) if f.kind == "timeout"}
+    places = {rank: _public_name(blocked_in(f.details)) for rank, f in sorted(error.failures.items())
+              if f.kind == "timeout"}
     where = ", ".join(f"rank {rank} in dist.{call}" if call else f"rank {rank} outside torch.distributed"
                       for rank, call in places.items())
     calls = set(places.values())
@@ -335,10 +336,27 @@ def timeout_message(error, what: str, timeout: float, hint=None) -> str:
         takes_places = len(inspect.signature(hint).parameters) > 1
         hint = hint(calls, places) if takes_places else hint(calls)
     if hint is None:
-        hint = _point_to_point_hint(calls)
+        hint = _point_to_point_hint(calls) if calls <= POINT_TO_POINT | {None} else _collective_hint(calls)
     if "\nHint: " not in hint:
         hint = f"Hint: {hint}"
     return f"{what} did not finish within {timeout:g} s, so the check stopped it. Stuck: {where}.\n{hint}"
+
+
+POINT_TO_POINT = {"send", "recv", "isend", "irecv", "batch_isend_irecv"}
+
+
+def _public_name(call: str | None) -> str | None:
+    """The torch.distributed function a learner called, for one c10d calls on its behalf."""
+    return "new_group" if call and call.startswith("_new_process_group") else call
+
+
+def _collective_hint(calls: set) -> str:
+    """The default hint for ranks stuck in collectives (lessons whose checks give none of their own)."""
+    named = ", ".join(f"dist.{call}" for call in sorted(call for call in calls if call))
+    return (f"the ranks wait in collectives that do not pair up ({named}): every rank must make the same "
+            "collective calls, in the same order, with the same arguments (one src for a broadcast, the same "
+            "group on every member, new_group called by every rank), and none may skip one (e.g. under "
+            "`if rank == 0:`).")
 
 
 def _point_to_point_hint(calls: set) -> str:
