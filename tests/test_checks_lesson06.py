@@ -48,8 +48,13 @@ def pick_not_written(gpus, nprocs_per_node, nccl_available):
     raise NotImplementedError("NCCL needs NCCL built in")
 
 
-def test_pick_backend_accepts_the_right_answer(capsys):
-    check_pick_backend(pick_backend)
+def pick_backend_in_capitals(gpus, nprocs_per_node, nccl_available):
+    return pick_backend(gpus, nprocs_per_node, nccl_available).upper()   # torch takes "GLOO" as "gloo"
+
+
+@pytest.mark.parametrize("answer", [pick_backend, pick_backend_in_capitals])
+def test_pick_backend_accepts_the_right_answer(answer, capsys):
+    check_pick_backend(answer)
     assert capsys.readouterr().out.startswith("✓ pick_backend")
 
 
@@ -195,8 +200,21 @@ def setup_strings(backend):
 
 
 def setup_nccl(backend):
-    """Wrong: NCCL unless the environment says otherwise (fails on a machine without it)."""
-    dist.init_process_group(os.environ.get("TRAINING_BACKEND", "nccl"))
+    """Wrong: NCCL whatever the caller asks for, through a variable of its own (which the source check cannot
+    follow: it reaches the ranks, and fails on a machine without NCCL)."""
+    chosen = "nccl"
+    dist.init_process_group(chosen)
+    return setup_reads_only(backend)
+
+
+def setup_backend_from_cuda(backend):
+    """Wrong: chooses the backend itself instead of taking the caller's."""
+    dist.init_process_group("nccl" if torch.cuda.is_available() else dist.Backend.GLOO)
+    return setup_reads_only(backend)
+
+
+def setup_backend_from_the_environment(backend):
+    dist.init_process_group(backend=os.environ.get("BACKEND", "gloo"))
     return setup_reads_only(backend)
 
 
@@ -266,6 +284,10 @@ def setup_not_written(backend):
     (setup_gloo_hard_coded, r"^setup_from_env passes 'gloo' to init_process_group instead of its backend argument\.\n"
                             r"Hint: the caller chooses the backend.*init_process_group\(backend, \.\.\.\)"),
     (setup_nccl_as_keyword, r"^setup_from_env passes 'nccl' to init_process_group instead of its backend argument"),
+    (setup_backend_from_cuda, r"^setup_from_env passes 'nccl' if torch\.cuda\.is_available\(\) else "
+                              r"dist\.Backend\.GLOO to init_process_group instead of its backend argument"),
+    (setup_backend_from_the_environment, r"^setup_from_env passes os\.environ\.get\('BACKEND', 'gloo'\) to "
+                                         r"init_process_group instead of its backend argument"),
     (setup_sets_the_master, r"rank 0: setup_from_env set \{'MASTER_ADDR': '127.0.0.1'\}; torchrun sets MASTER_ADDR"),
     (setup_world_of_the_node, r"^rank \d: in setup_from_env, init_process_group got world_size=1, but WORLD_SIZE is 2\."
                               r"\nHint: 1 is this node's process count \(LOCAL_WORLD_SIZE\); "

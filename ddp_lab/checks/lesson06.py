@@ -58,6 +58,8 @@ def check_pick_backend(pick_backend) -> None:
     for (gpus, nprocs, nccl), expected, why in _BACKEND_CASES:
         case = f"pick_backend(gpus={gpus}, nprocs_per_node={nprocs}, nccl_available={nccl})"
         got = _call(pick_backend, "pick_backend", f"calling {case}", gpus, nprocs, nccl)
+        if isinstance(got, str) and got.lower() == expected:   # torch reads backend names in any case
+            continue
         if got != expected:
             raise CheckFailed(f"{case} returned {got!r}, expected {expected!r}.\nHint: {why}.")
     passed(f"pick_backend: right on all {len(_BACKEND_CASES)} machines")
@@ -263,9 +265,9 @@ def check_setup_from_env(setup_from_env, timeout: float = 30.0) -> None:
     """
 
     what = "setup_from_env"
-    constant = _hard_coded_backend(setup_from_env)
-    if constant is not None:
-        raise CheckFailed(f"{what} passes {constant!r} to init_process_group instead of its backend argument.\n"
+    chosen = _hard_coded_backend(setup_from_env)
+    if chosen is not None:
+        raise CheckFailed(f"{what} passes {chosen} to init_process_group instead of its backend argument.\n"
                           "Hint: the caller chooses the backend (this check asks for 'gloo', the script's pick_backend "
                           "may say 'nccl' on a GPU node): pass the parameter on, init_process_group(backend, ...).")
     with warnings.catch_warnings():
@@ -290,18 +292,26 @@ def check_setup_from_env(setup_from_env, timeout: float = 30.0) -> None:
 
 
 def _hard_coded_backend(fn) -> str | None:
-    """The string written as the backend of an init_process_group call in fn's own source, or None (no such call, or
-    no source to read): evidence that fn ignores the backend it is given."""
+    """The backend expression of an init_process_group call in fn's own source that reads none of fn's parameters
+    or local variables (a string, `dist.Backend.GLOO`, `"nccl" if torch.cuda.is_available() else "gloo"`, an
+    environment variable), as written; None if every such call passes something of fn's own (or there is no source
+    to read): evidence that fn ignores the backend it is given."""
     try:
         tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
     except (OSError, TypeError, SyntaxError, IndentationError):
         return None
-    for node in ast.walk(tree):
+    function = next((node for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))),
+                    None)
+    if function is None:
+        return None
+    own = {argument.arg for argument in ast.walk(function.args) if isinstance(argument, ast.arg)}
+    own |= {node.id for node in ast.walk(function) if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store)}
+    for node in ast.walk(function):
         if isinstance(node, ast.Call) and ast.unparse(node.func).split(".")[-1] == "init_process_group":
             given = node.args[0] if node.args else next(
                 (keyword.value for keyword in node.keywords if keyword.arg == "backend"), None)
-            if isinstance(given, ast.Constant) and isinstance(given.value, str):
-                return given.value
+            if given is not None and not {name.id for name in ast.walk(given) if isinstance(name, ast.Name)} & own:
+                return ast.unparse(given)
     return None
 
 

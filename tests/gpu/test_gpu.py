@@ -194,11 +194,12 @@ def test_torchrun_runs_an_exported_function_on_nccl(tmp_path, cpu_reference):
 
 
 def setup_with_nccl_hard_coded(backend):
-    """A wrong answer to lesson 06's exercise 3: NCCL unless the environment says otherwise, whatever backend the
-    caller asks for (a backend written as a constant is refused before any rank starts)."""
+    """A wrong answer to lesson 06's exercise 3: NCCL whatever backend the caller asks for, through a variable of
+    its own (a backend chosen in the init_process_group call itself is refused before any rank starts)."""
     import torch.distributed as dist
 
-    dist.init_process_group(os.environ.get("TRAINING_BACKEND", "nccl"))
+    chosen = "nccl"
+    dist.init_process_group(chosen)
     return {key: int(os.environ[key.upper()]) for key in ("rank", "local_rank", "world_size")}
 
 
