@@ -13,6 +13,7 @@ import torch.distributed as dist
 
 from ddp_lab.checks import CheckFailed
 from ddp_lab.checks import lesson04
+from ddp_lab.checks.common import division_into_a_new_tensor
 from ddp_lab.checks.lesson04 import check_average_gradients, check_sync_initial_state
 
 # The right answers are proven once, by nbval of solutions/04-*.ipynb (its check cells store ✓):
@@ -85,6 +86,19 @@ def never_waits(model):
         p.grad /= dist.get_world_size()
 
 
+def divides_into_a_local_name(model):
+    for p in model.parameters():
+        grad = p.grad
+        dist.all_reduce(grad)
+        grad = grad / dist.get_world_size()          # a new tensor: p.grad keeps the sum
+
+
+def divides_by_three(model):
+    for p in model.parameters():
+        dist.all_reduce(p.grad)
+        p.grad /= 3                                   # the check's world size, written in
+
+
 def only_rank_zero_reduces(model):
     if dist.get_rank() == 0:
         for p in model.parameters():
@@ -104,6 +118,8 @@ AVERAGE_ANSWERS = {   # all return (none raises or hangs): they run one after th
     reduces_a_copy: r"(?s)dist.all_reduce ran, but never on a p.grad",
     flat_buffer_not_copied_back: r"(?s)dist.all_reduce ran, but never on a p.grad",
     broadcasts_the_gradients: r"(?s)dist.broadcast copies one rank's tensor to the others",
+    divides_into_a_local_name: r"(?s)this is the SUM over ranks: your line `grad = grad / dist\.get_world_size\(\)` "
+                               r"divides into a NEW tensor",
 }
 
 
@@ -121,7 +137,15 @@ def test_average_gradients_feedback(answer, average_results):
             f"{answer.__name__}: every gradient on every rank is the mean over 3 ranks")
     else:
         with pytest.raises(CheckFailed, match=feedback):
-            lesson04.judge_average_gradients(answer.__name__, average_results[answer])
+            lesson04.judge_average_gradients(answer.__name__, average_results[answer],
+                                             division_into_a_new_tensor(answer))
+
+
+def test_average_gradients_refuses_a_divisor_written_as_a_number_before_any_rank_starts(monkeypatch):
+    monkeypatch.setattr(lesson04, "run_average_answers", None)   # starting ranks would raise TypeError
+    with pytest.raises(CheckFailed, match=r"^divides_by_three divides a gradient by 3, a number written in the code "
+                                          r"\(`p\.grad /= 3`\)\.\nHint: divide by dist\.get_world_size\(\)"):
+        check_average_gradients(divides_by_three)
 
 
 def test_average_gradients_names_an_all_reduce_never_waited_on():

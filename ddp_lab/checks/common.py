@@ -256,6 +256,43 @@ def division_into_a_new_tensor(fn) -> str | None:
 
 
 
+def numeric_divisor(fn) -> tuple[str, str] | None:
+    """(the number, the line) of the first division in fn's source of a gradient by a number written as such
+    (`p.grad /= 3`, `grad = grad / 2`, `p.grad.div_(4)`, `torch.div(p.grad, 2)`), or None (none, or no source).
+
+    Evidence for a check whose answer must divide by the world size it runs on (lesson 04): a number that happens to
+    equal the check's world size passes there, and averages wrongly on any other.
+    """
+    try:
+        source = textwrap.dedent(inspect.getsource(fn))
+        tree = ast.parse(source)
+    except (OSError, TypeError, SyntaxError, IndentationError):
+        return None
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.BinOp, ast.AugAssign)) and isinstance(node.op, ast.Div):
+            divided, divisor = (node.left, node.right) if isinstance(node, ast.BinOp) else (node.target, node.value)
+        elif isinstance(node, ast.Call) and ast.unparse(node.func).split(".")[-1] in ("div", "div_", "true_divide",
+                                                                                     "divide"):
+            method = isinstance(node.func, ast.Attribute) and ast.unparse(node.func.value) != "torch"
+            arguments = [node.func.value, *node.args] if method else list(node.args)
+            if len(arguments) < 2:
+                continue
+            divided, divisor = arguments[0], arguments[1]
+        else:
+            continue
+        number = isinstance(divisor, ast.Constant) and type(divisor.value) in (int, float) and divisor.value != 1
+        if number and "grad" in ast.unparse(divided):
+            found.append((node, ast.unparse(divisor)))
+    if not found:
+        return None
+    node, number = min(found, key=lambda item: (item[0].lineno, item[0].col_offset))
+    statement = min((stmt for stmt in ast.walk(tree) if isinstance(stmt, ast.stmt) and not hasattr(stmt, "body")
+                     and stmt.lineno <= node.lineno <= stmt.end_lineno), key=lambda stmt: stmt.end_lineno - stmt.lineno,
+                    default=node)
+    return number, ast.get_source_segment(source, statement)
+
+
 # What an exercise's stub may keep above its `raise NotImplementedError` (lesson 07's names the rank and the shapes):
 # statements that can neither return nor skip the raise, so the function can only ever raise it.
 STUB_PREAMBLE = (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.Import, ast.ImportFrom, ast.Pass, ast.FunctionDef)

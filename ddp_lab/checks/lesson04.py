@@ -17,7 +17,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ddp_lab.checks import CheckFailed, passed
-from ddp_lab.checks.common import call_case, ensure_written, first_mismatch, run_answers_on_ranks, run_on_ranks
+from ddp_lab.checks.common import (call_case, division_into_a_new_tensor, ensure_written, first_mismatch,
+                                   numeric_divisor, run_answers_on_ranks, run_on_ranks)
 from ddp_lab.instruments.collectives import watching_collectives
 
 WORLD_SIZE = 2           # sync_initial_state
@@ -77,7 +78,14 @@ def check_average_gradients(average_gradients, timeout: float = 30.0) -> None:
     """
     ensure_written(average_gradients)
     name = getattr(average_gradients, "__name__", "average_gradients")
-    passed(judge_average_gradients(name, run_average_answers((average_gradients,), timeout, name)[0]))
+    written = numeric_divisor(average_gradients)
+    if written is not None:
+        number, line = written
+        raise CheckFailed(f"{name} divides a gradient by {number}, a number written in the code (`{line}`).\n"
+                          "Hint: divide by dist.get_world_size(): the same function must average over 2 ranks or 64, "
+                          "and this check runs on its own number of them.")
+    passed(judge_average_gradients(name, run_average_answers((average_gradients,), timeout, name)[0],
+                                   division_into_a_new_tensor(average_gradients)))
 
 
 def _average_answers_runner(rank: int, answers: tuple) -> list[dict]:
@@ -90,8 +98,9 @@ def run_average_answers(answers: tuple, timeout: float = 30.0, name: str = "aver
                                 timeout_hint=_hang_hint("all_reduce"))
 
 
-def judge_average_gradients(name: str, results: list[dict]) -> str:
-    """The ✓ line for one answer's per-rank results (`run_average_answers`), or CheckFailed naming its mistake."""
+def judge_average_gradients(name: str, results: list[dict], division: str | None = None) -> str:
+    """The ✓ line for one answer's per-rank results (`run_average_answers`), or CheckFailed naming its mistake.
+    `division`: a line of the answer that divides a gradient into a new tensor (`division_into_a_new_tensor`)."""
     names = [n for n, _ in _model(0).named_parameters()]
     local = [results[rank]["local"] for rank in range(AVERAGE_WORLD_SIZE)]
     for rank in range(AVERAGE_WORLD_SIZE):
@@ -107,7 +116,7 @@ def judge_average_gradients(name: str, results: list[dict]) -> str:
             if torch.allclose(got, mean, atol=1e-6):
                 continue
             raise CheckFailed(f"{where}: {_first_difference(got, mean)}.\nHint: "
-                              f"{_average_hint(got, mean, local[rank][index], results[rank], index, rank)}.")
+                              f"{_average_hint(got, mean, local[rank][index], results[rank], index, rank, division)}.")
     return f"{name}: every gradient on every rank is the mean over {AVERAGE_WORLD_SIZE} ranks"
 
 
@@ -117,10 +126,14 @@ def _first_difference(got: torch.Tensor, mean: torch.Tensor) -> str:
             f"{mean[index].item():.6g}")
 
 
-def _average_hint(got, mean, own, result: dict, index: int, rank: int) -> str:
-    """What the gradient and the recorded collectives show about an answer whose gradient is not the mean."""
+def _average_hint(got, mean, own, result: dict, index: int, rank: int, division: str | None = None) -> str:
+    """What the gradient, the recorded collectives and the answer's source show about a gradient that is not the
+    mean."""
     size = AVERAGE_WORLD_SIZE
     on_grad = result["grad_reduced"][index]
+    if torch.allclose(got, mean * size, atol=1e-6) and division:
+        return (f"this is the SUM over ranks: your line `{division}` divides into a NEW tensor and leaves p.grad as "
+                "all_reduce made it. Divide p.grad in place (p.grad /= world_size, or p.grad.div_(world_size))")
     if torch.allclose(got, mean * size, atol=1e-6):
         return ("this is the SUM over ranks: dist.all_reduce adds; divide by dist.get_world_size() afterwards "
                 "(each rank's loss was already a mean over its own shard)")
