@@ -137,6 +137,16 @@ def dp_no_all_reduce(model, x, y):
     (F.mse_loss(model(x_shard), y_shard) * len(x_shard) / len(x)).backward()
 
 
+def dp_reduces_a_copy(model, x, y):
+    """Wrong: all-reduces a copy of each gradient; the sum lands in the copy."""
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    x_shard, y_shard = x.tensor_split(world_size)[rank], y.tensor_split(world_size)[rank]
+    (F.mse_loss(model(x_shard), y_shard) * len(x_shard) / len(x)).backward()
+    for p in model.parameters():
+        total = p.grad.clone()
+        dist.all_reduce(total)
+
+
 def dp_floor_shards(model, x, y):
     """Wrong: shards of len // world_size drop the last sample of an odd batch."""
     rank, world_size = dist.get_rank(), dist.get_world_size()
@@ -159,7 +169,10 @@ def test_data_parallel_accepts_the_right_answer(answer, capsys):
     (dp_sum_not_mean, r"batch of 8 samples, rank 0, 0\.weight\.grad\[0, 0\]: expected .*\n"
                       r"Hint: this is 2x the right gradient"),
     (dp_mean_of_means, r"batch of 7 samples, rank 0, .*\nHint: this is the mean of the ranks' mean losses"),
-    (dp_no_all_reduce, r"batch of 8 samples, rank 0, .*\nHint: this is the gradient of this rank's shard alone"),
+    (dp_no_all_reduce, r"batch of 8 samples, rank 0, .*\nHint: this is the gradient of this rank's shard alone: "
+                       r"combine"),
+    (dp_reduces_a_copy, r"batch of 8 samples, rank 0, .*\nHint: this is the gradient of this rank's shard alone: "
+                        r"dist\.all_reduce ran, but never on a p\.grad"),
     (dp_floor_shards, r"batch of 7 samples on 2 ranks: sample 6 was used by no rank"),
 ])
 def test_data_parallel_rejects(wrong, feedback):

@@ -13,6 +13,7 @@ import torch
 from ddp_lab.checks import CheckFailed, passed
 from ddp_lab.checks.common import call_case, describe, ensure_written, first_mismatch, run_on_ranks
 from ddp_lab.course.device_memory import COMPONENTS, SHARDED, STRATEGIES, memory_per_device
+from ddp_lab.instruments.collectives import watching_collectives
 
 # world sizes 3 and 8: not 4, so a count of values (4 bytes each) never looks like a split over the devices
 MEMORY_CASES = ((1_200_000, 300_000, 3), (7_000_000_000, 2_000_000_000, 8))
@@ -103,9 +104,17 @@ def _data_parallel_runner(rank: int, fn):
         seen = []
         model.register_forward_pre_hook(lambda module, args: seen.append(args[0].detach().clone()))
         x, y = make_batch(size)
-        call_case(fn, f"running a batch of {size} samples", model, x, y)
+        reduced: list[int] = []   # the storage of every tensor passed to dist.all_reduce
+
+        def remember(name: str, tensor: torch.Tensor) -> None:
+            reduced.append(tensor.data_ptr())
+
+        with watching_collectives({"all_reduce": (0, "tensor")}, remember):
+            call_case(fn, f"running a batch of {size} samples", model, x, y)
         grads = [None if p.grad is None else p.grad.detach().clone() for p in model.parameters()]
-        reports.append({"seen": torch.cat(seen) if seen else torch.empty(0, 3), "grads": grads})
+        on_grads = {p.grad.data_ptr() for p in model.parameters() if p.grad is not None}
+        reports.append({"seen": torch.cat(seen) if seen else torch.empty(0, 3), "grads": grads,
+                        "reduced_elsewhere": bool(reduced) and not set(reduced) & on_grads})
     return reports
 
 
@@ -145,7 +154,8 @@ def check_data_parallel_backward(fn, world_size: int = 2, timeout: float = 30.0)
         expected = _reference_grads(x, y)
         for rank in range(world_size):
             for position, (got, want) in enumerate(zip(results[rank][case]["grads"], expected)):
-                _compare_grad(got, want, names[position], position, rank, (x, y), world_size, shards)
+                _compare_grad(got, want, names[position], position, rank, (x, y), world_size, shards,
+                              results[rank][case]["reduced_elsewhere"])
     passed(f"{name}: each of {world_size} ranks used only its shard and holds the full-batch gradient "
            f"(batches of {' and '.join(map(str, BATCHES))})")
 
@@ -168,7 +178,9 @@ def _check_shards(shards: list[list[int]], size: int, world_size: int) -> None:
                               "world_size the shards differ in size; torch.tensor_split covers every sample.")
 
 
-def _compare_grad(got, want, pname, position, rank, batch, world_size, shards) -> None:
+def _compare_grad(got, want, pname, position, rank, batch, world_size, shards, reduced_elsewhere=False) -> None:
+    """CheckFailed if a rank's gradient differs from the full batch's; the hint from the values and, where
+    `reduced_elsewhere` (dist.all_reduce ran, but on no p.grad), from the collectives."""
     x, y = batch
     where = f"batch of {len(x)} samples, rank {rank}, {pname}.grad"
     if got is None:
@@ -182,6 +194,10 @@ def _compare_grad(got, want, pname, position, rank, batch, world_size, shards) -
     shard_only = [_reference_grads(x, y, [(own, w)])[position] for w in (1.0, len(own) / len(x))] if own else []
     if first_mismatch(got, want * world_size) is None:
         hint = f"this is {world_size}x the right gradient: all_reduce SUMS; divide by world_size for the mean."
+    elif any(first_mismatch(got, g) is None for g in shard_only) and reduced_elsewhere:
+        hint = ("this is the gradient of this rank's shard alone: dist.all_reduce ran, but never on a p.grad. It "
+                "sums in place, into the tensor you pass (a copy, p.grad / n), and p.grad is what stays: "
+                "all-reduce p.grad itself.")
     elif any(first_mismatch(got, g) is None for g in shard_only):
         hint = ("this is the gradient of this rank's shard alone: combine the ranks' gradients with "
                 "dist.all_reduce after backward.")
