@@ -128,6 +128,18 @@ def zero1_step_reduce_scatter(params, shards, optimizer):
         dist.all_gather(list(p.detach().view(-1).chunk(world_size)), s.detach())
 
 
+def zero1_step_zeroes_its_grads(params, shards, optimizer):
+    """Right, then the usual optimizer.zero_grad() (set_to_none=True): judged by the gradients the step used."""
+    zero1_step(params, shards, optimizer)
+    optimizer.zero_grad()
+
+
+def zero1_step_zeroes_its_grads_in_place(params, shards, optimizer):
+    """Right, then optimizer.zero_grad(set_to_none=False): the shards' gradients are zeros when it returns."""
+    zero1_step(params, shards, optimizer)
+    optimizer.zero_grad(set_to_none=False)
+
+
 def blank_zero1_step(params, shards, optimizer):
     raise NotImplementedError("all-reduce, step your shard, all-gather")
 
@@ -196,6 +208,19 @@ def never_sets_the_shard_grads(params, shards, optimizer):
         dist.all_gather(list(p.detach().view(-1).chunk(world_size)), s.detach())
 
 
+def gathers_into_a_flat_tensor(params, shards, optimizer):
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    for p, s in zip(params, shards):
+        dist.all_reduce(p.grad)
+        p.grad /= world_size
+        s.grad = p.grad.reshape(-1).chunk(world_size)[rank]
+    optimizer.step()
+    for p, s in zip(params, shards):
+        gathered = [torch.empty_like(s) for _ in range(world_size)]
+        dist.all_gather(gathered, s.detach())
+        p.data = torch.cat(gathered)   # the flat vector: the parameter loses its shape
+
+
 def non_leaf_shards(params, rank, world_size):
     shards = [p.reshape(-1).chunk(world_size)[rank] for p in params]  # views into p, not independent tensors
     return shards, torch.optim.Adam(shards, lr=0.01)
@@ -259,11 +284,14 @@ def returns_the_optimizer_class(params, rank, world_size):
     return shards, torch.optim.Adam
 
 
-def test_zero1_accepts_a_reduce_scatter(zero1_results):
-    # the solution's all-reduce-then-slice is proven by nbval of solutions/09-zero-and-fsdp.ipynb
-    judged = lesson09.judge_zero1("zero1_step_reduce_scatter", "zero1_init",
-                                  zero1_results[(zero1_init, zero1_step_reduce_scatter)])
-    assert judged.startswith("zero1_step_reduce_scatter: ZeRO-1 on 2 ranks == one process for 3 Adam steps")
+ZERO1_RIGHT_STEPS = (   # the solution's all-reduce-then-slice is proven by nbval of solutions/09-zero-and-fsdp.ipynb
+    zero1_step_reduce_scatter, zero1_step_zeroes_its_grads, zero1_step_zeroes_its_grads_in_place)
+
+
+@pytest.mark.parametrize("step", ZERO1_RIGHT_STEPS, ids=[step.__name__ for step in ZERO1_RIGHT_STEPS])
+def test_zero1_accepts_right_steps(step, zero1_results):
+    judged = lesson09.judge_zero1(step.__name__, "zero1_init", zero1_results[(zero1_init, step)])
+    assert judged.startswith(f"{step.__name__}: ZeRO-1 on 2 ranks == one process for 3 Adam steps")
 
 
 ZERO1_MISTAKES = [   # answers that return (not raise): they run one after the other in one launch of 2 ranks
@@ -299,12 +327,15 @@ ZERO1_MISTAKES = [   # answers that return (not raise): they run one after the o
     (adamw_init, zero1_step, r"(?s)rank 0, step 0: parameter .*Hint: your optimizer is AdamW; the check compares "
                              r"with one process's torch.optim.Adam"),
     (blank_init, zero1_step, r"^rank 0: blank_init returned NoneType None; expected a pair \(shards, optimizer\)"),
+    (zero1_init, gathers_into_a_flat_tensor, r"(?s)^rank 0, step 0: after zero1_step p.data of '0.weight' has shape "
+                                             r"\(32,\), the parameter's is \(8, 4\).*Hint: it holds the right values, "
+                                             r"flattened: reshape the gathered vector .*view\(p.shape\)"),
 ]
 
 
 @pytest.fixture(scope="module")
 def zero1_results():
-    answers = ((zero1_init, zero1_step_reduce_scatter), *((init, step) for init, step, _ in ZERO1_MISTAKES))
+    answers = (*((zero1_init, step) for step in ZERO1_RIGHT_STEPS), *((init, step) for init, step, _ in ZERO1_MISTAKES))
     return dict(zip(answers, lesson09.run_zero1_answers(answers)))
 
 

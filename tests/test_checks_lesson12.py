@@ -7,6 +7,7 @@ times (uninterrupted, killed at step 11, resumed): a few seconds each.
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 import shutil
@@ -16,7 +17,7 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.nn as nn
-from torch.utils.data import DistributedSampler
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 from ddp_lab.checks import CheckFailed
 from ddp_lab.checks.lesson12 import check_restartable
@@ -71,7 +72,7 @@ def _load(path, model, optimizer) -> int:
 
 def _restartable(rank, directory, total_steps, step_fn, keep=("model", "optimizer", "rng"), resume=True,
                  restore_epoch=True, shared=False, set_epoch=True, once_per_epoch=False, elsewhere=None, atomic=True,
-                 numbered=False):
+                 numbered=False, reset_position=True):
     model, optimizer, sampler = _setup(rank)
     path = os.path.join(elsewhere or directory, "checkpoint.pt" if shared else f"rank-{rank}.pt")
     if numbered:   # a file per step, named by the steps done; the latest taken as the last name in sorted order
@@ -79,8 +80,10 @@ def _restartable(rank, directory, total_steps, step_fn, keep=("model", "optimize
         path = os.path.join(directory, names[-1] if names else "none")
     step = _load(path, model, optimizer) if resume and os.path.exists(path) else 0
     per_epoch = math.ceil(len(sampler) / BATCH)
+    epoch, position = divmod(step, per_epoch)
     while step < total_steps:
-        epoch, position = divmod(step, per_epoch)
+        if reset_position:
+            epoch, position = divmod(step, per_epoch)
         if set_epoch:
             sampler.set_epoch(epoch if restore_epoch else 0)
         for batch in torch.tensor(list(sampler)).split(BATCH)[position:]:
@@ -94,6 +97,7 @@ def _restartable(rank, directory, total_steps, step_fn, keep=("model", "optimize
                 _save(path, model, optimizer, step, keep, atomic)
             dist.barrier()
         restore_epoch = True  # the mistake below only concerns the epoch the run resumes in
+        epoch += 1
 
 
 def train(rank, directory, total_steps, step_fn):
@@ -145,6 +149,30 @@ def latest_by_name(rank, directory, total_steps, step_fn):
     _restartable(rank, directory, total_steps, step_fn, numbered=True)
 
 
+def skips_in_every_later_epoch(rank, directory, total_steps, step_fn):
+    """The epoch and position computed once, on resume: every later epoch skips that many batches too."""
+    _restartable(rank, directory, total_steps, step_fn, reset_position=False)
+
+
+def islices_a_data_loader(rank, directory, total_steps, step_fn):
+    """A DataLoader over the sampler, the done batches skipped with islice: creating its iterator after the restore
+    draws a seed from the global RNG."""
+    model, optimizer, sampler = _setup(rank)
+    path = os.path.join(directory, f"rank-{rank}.pt")
+    step = _load(path, model, optimizer) if os.path.exists(path) else 0
+    loader = DataLoader(TensorDataset(X, Y), batch_size=BATCH, sampler=sampler)
+    while step < total_steps:
+        epoch, position = divmod(step, len(loader))
+        sampler.set_epoch(epoch)
+        for x, y in itertools.islice(loader, position, None):
+            if step == total_steps:
+                break
+            step_fn(step, model, optimizer, x, y)
+            step += 1
+            _save(path, model, optimizer, step)
+            dist.barrier()
+
+
 ELSEWHERE = os.path.join(tempfile.gettempdir(), "ddp-lab-test-lesson12-elsewhere")
 
 
@@ -185,6 +213,14 @@ def test_the_blank_stub_is_named_without_starting_ranks():
                      r"Hint: pick the checkpoint by its step as a number"),
     (never_sets_the_epoch, r"(?s)^rank 0: the uninterrupted run trained every epoch on epoch 0's batches, in the same "
                            r"order.*sampler\.set_epoch\(epoch\)"),
+    (skips_in_every_later_epoch, r"(?s)^rank 0 trained the resumed step 11 on the uninterrupted run's batches, but "
+                                 r"step 12, the first of epoch 4, on a batch the uninterrupted run never used.*Hint: "
+                                 r"skipping the batches already done \(2 on this resume\) applies to the epoch the "
+                                 r"run resumes in only"),
+    (islices_a_data_loader, r"(?s)^rank 0, step 11: the resumed run started from the random number generator state the "
+                            r"uninterrupted run had at step 11, advanced by 1 64-bit random number: something drew "
+                            r"from the global RNG between the restore and the step.*Hint: a DataLoader draws one to "
+                            r"seed itself"),
 ])
 def test_rejects_checkpoints_that_lose_state(answer, feedback):
     with pytest.raises(CheckFailed, match=feedback):

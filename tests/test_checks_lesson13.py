@@ -62,6 +62,15 @@ def a_total(params, dp, zero, precision):
     return sum(per_gpu_model_states_gb(params, dp, zero, precision).values())
 
 
+def rounded_for_display(params, dp, zero, precision):
+    return {part: round(gb, 2) for part, gb in per_gpu_model_states_gb(params, dp, zero, precision).items()}
+
+
+def floored_by_integer_division(params, dp, zero, precision):
+    return {part: params * size // (dp if zero >= first else 1) // 10**9
+            for part, size, first in zip(PARTS, PER_PARAM[precision], (3, 2, 1))}
+
+
 def the_planners_formula(params, dp, zero, precision):
     states = plan.model_state_bytes(params, Strategy(dp=dp, zero=zero, precision=precision))
     return {part: getattr(states, part) / 10**9 for part in PARTS}
@@ -84,6 +93,10 @@ def test_model_states_accepts_the_solution(capsys):
                            r"8 bytes per parameter.*no fp32 master copy"),
     (in_gib, r"(?s)\['params'\] is 13.9698 GB, expected 15 GB.*that is GiB"),
     (in_bytes, r"(?s)\['params'\] is 1.5e\+10 GB.*that is bytes: return GB"),
+    (rounded_for_display, r"(?s)zero=1, precision='bf16'\)\['optimizer'\] is 1.41 GB, expected 1.40625 GB.*that is the "
+                          r"right value rounded to 2 decimals \(1.40625 GB\): return the unrounded float"),
+    (floored_by_integer_division, r"(?s)zero=1, precision='bf16'\)\['optimizer'\] is 1 GB, expected 1.40625 GB.*that "
+                                  r"is the right value cut to whole GB \(1.40625 GB\), as integer division"),
     (a_total, r"returned 120.0; expected a dict with the keys \['params', 'grads', 'optimizer'\]"),
     (the_planners_formula, r"^the_planners_formula calls ddp_lab.course.plan.memory.model_state_bytes, the package's "
                            r"own answer to this exercise"),
@@ -96,8 +109,10 @@ def test_model_states_rejects_wrong_answers(answer, feedback):
 # --- choose_plan -----------------------------------------------------------------------------------
 
 def incomplete_search(zeros=range(4), micro_batches=(1, 2, 4, 8), recomputes=("none", "selective", "full"),
-                      sequence_parallel=(False, True), pipelines=True, whole_node=True):
-    """The solution's loop with one part of the search space left out (the defaults search all of it)."""
+                      sequence_parallel=(False, True), pipelines=True, whole_node=True,
+                      fits=lambda candidate, cluster: candidate.fits):
+    """The solution's loop with one part of the search space left out (the defaults search all of it).
+    `fits`: the test of a plan's memory."""
 
     def choose_plan(model, cluster, global_batch):
         best = None
@@ -116,7 +131,7 @@ def incomplete_search(zeros=range(4), micro_batches=(1, 2, 4, 8), recomputes=("n
                         sequence_parallel=sp, recompute=recompute))
                 except ValueError:
                     continue
-                if candidate.fits and (best is None or candidate.tokens_per_second > best.tokens_per_second):
+                if fits(candidate, cluster) and (best is None or candidate.tokens_per_second > best.tokens_per_second):
                     best = candidate
         return best.strategy
 
@@ -187,6 +202,28 @@ def fastest_whether_it_fits(model, cluster, global_batch):
     return best.strategy
 
 
+# "fits" as under the GPU's whole memory, not the usable 90 % that Plan.fits asks; without pipelines, so that the
+# check's look at the other runs' plans (all under the whole memory) stays quick
+fits_in_the_whole_memory = incomplete_search(pipelines=False, fits=lambda candidate, cluster:
+                                             candidate.memory.total <= cluster.gpu.memory)
+fits_in_the_whole_memory.__name__ = "fits_in_the_whole_memory"
+
+
+def grad_accum_forgets_dp(model, cluster, global_batch):
+    best = None
+    for tp, pp, zero, mb in itertools.product((1, 2, 4, 8), (1, 2, 4, 8), range(4), (1, 2, 4, 8)):
+        dp = cluster.gpus // (tp * pp)
+        try:
+            candidate = plan.evaluate(model, cluster, Strategy(dp=dp, tp=tp, pp=pp, zero=zero, micro_batch=mb,
+                                                               grad_accum=global_batch // mb,   # dp left out
+                                                               recompute="full", sequence_parallel=tp > 1))
+        except ValueError:
+            continue
+        if candidate.fits and (best is None or candidate.tokens_per_second > best.tokens_per_second):
+            best = candidate
+    return best.strategy
+
+
 def batch_not_divisible(model, cluster, global_batch):
     return Strategy(dp=cluster.gpus, micro_batch=2, grad_accum=max(1, global_batch // (2 * cluster.gpus)))
 
@@ -229,6 +266,12 @@ def test_compare_plans_prints_both_breakdowns_and_fails_in_one_line(capsys):
                               r"fastest plan without asking whether it fits"),
     (batch_not_divisible, r"(?s)= 128 sequences per step, not 64.*dp \* micro_batch = 128 does not divide the global "
                           r"batch 64.*skip those combinations"),
+    (grad_accum_forgets_dp, r"(?s)= 4096 sequences per step, not 64.*micro_batch \* grad_accum = 64 is the whole "
+                            r"global batch.*grad_accum must divide by dp too, grad_accum = global_batch // \(dp \* "
+                            r"micro_batch\)"),
+    (fits_in_the_whole_memory, r"(?s)dp64 tp1 pp1 z3 mb1x1 does not fit: 137.3 GB per GPU > 136.3 GB usable \(90% of "
+                               r"151.4 GB\), though under the GPU's whole memory.*Hint: a plan must fit in the usable "
+                               r"share of the memory.*Plan.fits"),
     (returns_the_plan, r"returned Plan .*expected a ddp_lab.plan.Strategy"),
     (the_planners_search, r"^the_planners_search calls ddp_lab.course.plan.search.search, the package's own answer to "
                           r"this exercise"),

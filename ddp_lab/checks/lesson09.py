@@ -5,9 +5,10 @@
 
 The formula check runs in the notebook's process against `ddp_lab.course.sharding.state_bytes`;
 the ZeRO-1 check trains 3 Adam steps on 2 gloo ranks with a short timeout and compares
-every rank's gradient shards, optimizer state and parameters with one process training on
-the whole batch (the shards zero1_init returns are checked before zero1_step runs). The formula
-check refuses an answer that calls the package's own `state_bytes_per_rank`.
+every rank's gradient shards (as optimizer.step() finds them), optimizer state and parameters
+with one process training on the whole batch (the shards zero1_init returns are checked before
+zero1_step runs). The formula check refuses an answer that calls the package's own
+`state_bytes_per_rank`.
 
 Introduced in notebooks/09-zero-and-fsdp.ipynb.
 """
@@ -155,6 +156,14 @@ def _zero1_one(rank: int, zero1_init, zero1_step) -> dict:
         return {"bad_shard": ("a parameter of 5 elements", describe(odd_shard), (5,), tuple(want_odd.shape),
                               "uneven")}
     kind, lrs = type(optimizer).__name__, sorted({group.get("lr") for group in optimizer.param_groups}, key=str)
+    at_step = []   # the shards' gradients when optimizer.step() first runs in a zero1_step call: what the step
+    #                used, whether or not zero1_step zeroes them afterwards
+
+    def record_shard_grads(*_):
+        if not at_step:
+            at_step.append([_grad_copy(s) for s in shards])
+    if hasattr(optimizer, "register_step_pre_hook"):   # torch optimizers; anything else is judged after the step
+        optimizer.register_step_pre_hook(record_shard_grads)
     records = []
     for step, (x, y) in enumerate(_batches(world_size)):
         for p in params:
@@ -162,12 +171,20 @@ def _zero1_one(rank: int, zero1_init, zero1_step) -> dict:
         F.mse_loss(model(x.chunk(world_size)[rank]), y.chunk(world_size)[rank]).backward()
         before = [p.detach().clone() for p in params]
         local = [p.grad.detach().clone() for p in params]
+        at_step.clear()
         call_case(zero1_step, f"zero1_step(params, shards, optimizer) on rank {rank}, step {step}",
                   params, shards, optimizer, name=step_name)
         records.append({"before": before, "local": local, "params": [p.detach().clone() for p in params],
-                        "shard_grads": [None if s.grad is None else s.grad.detach().clone() for s in shards],
+                        "stepped": bool(at_step),
+                        "shard_grads": at_step[0] if at_step else [_grad_copy(s) for s in shards],
                         "adam_values": optimizer_state_bytes(optimizer) // 4, "optimizer": kind, "lr": lrs})
+        if any(p.shape != old.shape for p, old in zip(params, before)):
+            break   # the next forward would fail on the parameter's new shape: judged from this step's record
     return {"records": records}
+
+
+def _grad_copy(shard) -> torch.Tensor | None:
+    return None if getattr(shard, "grad", None) is None else shard.grad.detach().clone()
 
 
 def _reference() -> tuple[list[list[torch.Tensor]], list[list[torch.Tensor]]]:
@@ -256,14 +273,15 @@ def _check_step(got: dict, rank: int, step: int, grads, params, names, n_params:
         raise CheckFailed(f"{where}: zero1_init returned {len(got['shard_grads'])} shards for {len(names)} "
                           "parameters; return one shard per parameter, in the order of params.")
     missing = [name for name, grad in zip(names, got["shard_grads"]) if grad is None]
-    if missing and got["adam_values"] == 0:
-        raise CheckFailed(f"{where}: the shard of {missing[0]!r} has no .grad when the optimizer steps, so Adam "
-                          "skipped it (it holds no state at all).\nHint: give every shard its slice of the averaged "
-                          "gradient as its .grad before optimizer.step().")
+    if missing and not got["stepped"]:
+        raise CheckFailed(f"{where}: zero1_step never called optimizer.step(), and the shard of {missing[0]!r} has "
+                          "no .grad.\nHint: give every shard its slice of the averaged gradient as its .grad, then "
+                          "call optimizer.step(), before the all-gather.")
     if missing:
-        raise CheckFailed(f"{where}: after zero1_step the shard of {missing[0]!r} has no .grad; the check reads the "
-                          "gradient each shard stepped with from it.\nHint: leave the shards' .grad set when "
-                          "zero1_step returns (do not zero or delete them after the step).")
+        state = " (it holds no state at all)" if got["adam_values"] == 0 else ""
+        raise CheckFailed(f"{where}: the shard of {missing[0]!r} has no .grad when the optimizer steps, so Adam "
+                          f"skipped it{state}.\nHint: give every shard its slice of the averaged gradient as its "
+                          ".grad before optimizer.step().")
     if got["adam_values"] == full:
         raise CheckFailed(f"{where}: the optimizer holds Adam state for all {n_params} parameter values "
                           f"({full} numbers), expected {mine}: every rank steps the full optimizer.\nHint: "
@@ -306,6 +324,14 @@ def _check_step(got: dict, rank: int, step: int, grads, params, names, n_params:
         raise CheckFailed(f"{where}: the gradient of the shard of {name!r} {_difference(grad, want)}.\nHint: {hint}.")
     for index, name in enumerate(names):
         value, want, before = got["params"][index], params[index], got["before"][index]
+        if value.shape != before.shape:
+            hint = ("it holds the right values, flattened: reshape the gathered vector to the parameter's shape "
+                    "(torch.cat(...).view(p.shape)), or all-gather into views of p, "
+                    "list(p.detach().view(-1).chunk(world_size))" if _close(value.reshape(-1), want.reshape(-1))
+                    else "the all-gather must fill the parameter in place, keeping its shape: pass "
+                    "list(p.detach().view(-1).chunk(world_size)) as the output list")
+            raise CheckFailed(f"{where}: after zero1_step p.data of {name!r} has shape {tuple(value.shape)}, the "
+                              f"parameter's is {tuple(before.shape)}.\nHint: {hint}.")
         if _close(value, want):
             continue
         raise CheckFailed(f"{where}: parameter {name!r} after the step {_difference(value, want)}."

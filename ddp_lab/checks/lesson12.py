@@ -154,13 +154,22 @@ def _check_uninterrupted(runs: list[list[dict]]) -> None:
 
 
 def _batch_hint(rank: int, step: int, got: torch.Tensor, reference: list[dict]) -> str:
+    """Which batch a resumed step trained on, said by the uninterrupted run's steps. The resumed steps before `step`
+    trained on the uninterrupted run's batches (this is the first that differs)."""
     same = [r["step"] for r in reference if torch.equal(r["x"], got)]
+    epoch, position = divmod(step, STEPS_PER_EPOCH)
+    if step > CRASH_AT and position == 0 and not same:
+        right = f"step {CRASH_AT}" if step - 1 == CRASH_AT else f"steps {CRASH_AT}..{step - 1}"
+        return (f"rank {rank} trained the resumed {right} on the uninterrupted run's batches, but step {step}, the "
+                f"first of epoch {epoch}, on a batch the uninterrupted run never used (that run began epoch {epoch} "
+                f"with the epoch's first batch).\nHint: skipping the batches already done "
+                f"({CRASH_AT % STEPS_PER_EPOCH} on this resume) applies to the epoch the run resumes in only: start "
+                "every later epoch at its first batch (set the position back to 0).")
     if not same:
         return (f"rank {rank} trained step {step} on a batch the uninterrupted run never used at any step: the data "
                 "stream was not resumed where it stopped (the epoch, set on the sampler, and the position in it, "
                 "both from the saved step).")
     used = same[0]
-    epoch, position = divmod(step, STEPS_PER_EPOCH)
     if used == step - epoch * STEPS_PER_EPOCH:
         return (f"rank {rank} trained step {step} (epoch {epoch}) on the batch of step {used}, epoch 0's: the sampler "
                 f"was not set back to epoch {epoch}. Save the epoch (or derive it from the step) and call "
@@ -195,7 +204,28 @@ def _difference(rank: int, record: dict, reference: list[dict], other_rank: list
                     "dropout masks are the other rank's.\nHint: every rank has its own random stream (seeded "
                     "with SEED + rank): each rank must save its own RNG state (a file per rank, or gather "
                     "them all to rank 0) and restore its own.")
+        drawn = _draws_between(want["rng"], record["rng"])
+        if drawn and not any(torch.equal(r["rng"], record["rng"]) for r in reference):
+            numbers = f"{drawn} 64-bit random number{'s' * (drawn > 1)}"
+            return (f"rank {rank}, step {step}: the resumed run started from the random number generator state the "
+                    f"uninterrupted run had at step {step}, advanced by {numbers}: something drew from the global "
+                    "RNG between the restore and the step.\nHint: a DataLoader draws one to seed itself each time an "
+                    "iterator over it is created (iter(loader), a for loop, itertools.islice): restore the RNG state "
+                    "after creating the resumed epoch's iterator, or take the batches from the sampler itself "
+                    "(list(sampler), as train_plain does), which draws nothing from it.")
         return f"rank {rank}, step {step}: {_stale('random number generator state', 'rng', record, reference)}"
+    return None
+
+
+def _draws_between(start: torch.Tensor, state: torch.Tensor, most: int = 4) -> int | None:
+    """How many 64-bit random numbers (as a DataLoader iterator draws to seed itself) take the RNG from `start` to
+    `state`: 1 .. `most`, or None."""
+    generator = torch.Generator()
+    generator.set_state(start)
+    for count in range(1, most + 1):
+        torch.empty((), dtype=torch.int64).random_(generator=generator)
+        if torch.equal(generator.get_state(), state):
+            return count
     return None
 
 

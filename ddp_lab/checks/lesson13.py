@@ -95,6 +95,13 @@ def _model_state_hint(part: str, got: float, params: int, dp: int, zero: int, pr
     def near(value: float) -> bool:
         return math.isclose(got, value, rel_tol=1e-6)
 
+    if not near(want) and got in (math.floor(want), round(want)):   # integer division (//), int() or round(x)
+        return (f"that is the right value cut to whole GB ({want!r} GB), as integer division (//), int() or round() "
+                "do: divide with / and return the unrounded float.")
+    for digits in (1, 2, 3):   # round(x, 2): the check compares to 1e-9, not to what a display shows
+        if not near(want) and got == round(want, digits):
+            return (f"that is the right value rounded to {digits} decimal{'s' * (digits > 1)} ({want!r} GB): return "
+                    "the unrounded float (round only when printing, e.g. f'{gb:.2f}').")
     if near(want * GB):
         return "that is bytes: return GB, i.e. bytes / 10**9."
     if near(want * GB / GiB):
@@ -197,10 +204,16 @@ def check_choose_plan(choose_plan) -> None:
                               f"micro-batch on the critical path; keep tp <= cluster.gpus_per_node, on NVLink.")
         if strategy.global_batch != global_batch:
             per_pass = strategy.dp * strategy.micro_batch
-            hint = (f"dp * micro_batch = {per_pass} does not divide the global batch {global_batch}, so no "
-                    "grad_accum gives it: skip those combinations in the search" if global_batch % per_pass else
-                    "set grad_accum = global_batch // (dp * micro_batch): a different batch changes what a step is, "
-                    "so tokens/s would not compare")
+            if strategy.dp > 1 and strategy.micro_batch * strategy.grad_accum == global_batch:
+                hint = (f"micro_batch * grad_accum = {global_batch} is the whole global batch, and each of the "
+                        f"{strategy.dp} data-parallel replicas trains that many: grad_accum must divide by dp too, "
+                        "grad_accum = global_batch // (dp * micro_batch)")
+            elif global_batch % per_pass:
+                hint = (f"dp * micro_batch = {per_pass} does not divide the global batch {global_batch}, so no "
+                        "grad_accum gives it: skip those combinations in the search")
+            else:
+                hint = ("set grad_accum = global_batch // (dp * micro_batch): a different batch changes what a step "
+                        "is, so tokens/s would not compare")
             raise CheckFailed(f"{where}: {label} trains dp * micro_batch * grad_accum = {strategy.dp} * "
                               f"{strategy.micro_batch} * {strategy.grad_accum} = {strategy.global_batch} sequences "
                               f"per step, not {global_batch}.\nHint: {hint}.")
@@ -209,6 +222,18 @@ def check_choose_plan(choose_plan) -> None:
         except ValueError as error:
             raise CheckFailed(f"{where}: {label} is not a valid plan: {error}") from None
         best = _best_plan(index)
+        if (not chosen.fits and chosen.memory.total <= cluster.gpu.memory
+                and not _chooses_over_whole_memory(choose_plan, index + 1)):
+            faster = (f" It is predicted faster than the best plan that fits ({chosen.tokens_per_second:,.0f} vs "
+                      f"{best.tokens_per_second:,.0f} tokens/s)." if chosen.tokens_per_second > best.tokens_per_second
+                      else "")
+            raise CheckFailed(f"{where}: {label} does not fit: {chosen.memory.total / GB:.1f} GB per GPU > "
+                              f"{chosen.usable_memory / GB:.1f} GB usable ({1 - chosen.reserve:.0%} of "
+                              f"{cluster.gpu.memory / GB:.1f} GB), though under the GPU's whole memory.{faster}\n"
+                              f"Hint: a plan must fit in the usable share of the memory, not all of it: the planner "
+                              f"keeps {chosen.reserve:.0%} for what it does not count (CUDA context, NCCL buffers, "
+                              "fragmentation). Ask each plan's Plan.fits (memory.total <= plan.usable_memory) rather "
+                              "than comparing with cluster.gpu.memory.")
         if not chosen.fits:
             faster = (f" It is predicted faster than the best plan that fits ({chosen.tokens_per_second:,.0f} vs "
                       f"{best.tokens_per_second:,.0f} tokens/s): if your search chose it, it kept the fastest plan "
@@ -222,6 +247,19 @@ def check_choose_plan(choose_plan) -> None:
                               f"Hint: {_slower(chosen, best)}")
     passed(f"{name}: a plan that fits, uses every GPU, keeps TP inside a node and is within "
            f"{TOLERANCE:.0%} of the best predicted throughput, for all {len(_scenarios())} models and clusters")
+
+
+def _chooses_over_whole_memory(choose_plan, start: int) -> bool:
+    """Whether choose_plan picks, for one of the scenarios from `start` on, a plan that needs more than the GPU's whole
+    memory: then its search did not compare the plans with the whole memory (it never asked whether they fit)."""
+    for model, cluster, global_batch in _scenarios()[start:]:
+        try:
+            chosen = evaluate(model, cluster, choose_plan(model, cluster, global_batch))
+        except Exception:   # a plan it cannot choose or the planner refuses says nothing about memory
+            continue
+        if chosen.memory.total > cluster.gpu.memory:
+            return True
+    return False
 
 
 MEMORY_ADVICE = {
