@@ -13,7 +13,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from ddp_lab.checks import CheckFailed
+from ddp_lab.checks import CheckFailed, lesson03
 from ddp_lab.checks.lesson03 import check_data_parallel_loss, check_scatter_gather
 
 # The right answers are proven once, by nbval of solutions/03-*.ipynb (its check cells store ✓):
@@ -167,6 +167,37 @@ def split_not_chunk(model, x, y, n):
     return F.mse_loss(torch.cat(_run_threads(_replicas(model, chunks), chunks)), y)
 
 
+def tensor_split_not_chunk(model, x, y, n):
+    chunks = torch.tensor_split(x, n)                 # balanced sizes 3-3-2-2, not torch.chunk's 3-3-3-1
+    return F.mse_loss(torch.cat(_run_threads(_replicas(model, chunks), chunks)), y)
+
+
+def chunk_index_off_by_one(model, x, y, n):
+    chunks = torch.chunk(x, n)
+    shifted = [chunks[k - 1] for k in range(len(chunks))]   # thread k takes chunk k - 1
+    return F.mse_loss(torch.cat(_run_threads(_replicas(model, chunks), shifted)), y)
+
+
+def gathered_in_reverse(model, x, y, n):
+    chunks = torch.chunk(x, n)
+    return F.mse_loss(torch.cat(_run_threads(_replicas(model, chunks), chunks)[::-1]), y)
+
+
+def thread_given_the_result(model, x, y, n):
+    chunks, outputs = torch.chunk(x, n), [None] * n
+    replicas = _replicas(model, chunks)
+
+    def work(k):
+        outputs[k] = torch.func.functional_call(*replicas[k], (chunks[k],))
+
+    threads = [threading.Thread(target=work(k)) for k in range(len(chunks))]   # work(k) runs here; target=None
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return F.mse_loss(torch.cat(outputs), y)
+
+
 def summed_loss(model, x, y, n):
     chunks = torch.chunk(x, n)
     return F.mse_loss(torch.cat(_run_threads(_replicas(model, chunks), chunks)), y, reduction="sum")
@@ -180,14 +211,34 @@ def no_threads_at_all(model, x, y, n):
     (loss_with_deepcopy_replicas, r"(?s)no gradient: the gradients stayed in the replicas.*deepcopy"),
     (mean_of_chunk_losses, r"(?s)loss .*expected .*short last chunk"),
     (sequential_threads, r"(?s)did not run at the same time.*start, join, start, join"),
-    (no_threads_at_all, r"did not run at the same time"),
-    (gathered_as_finished, r"(?s)loss .*expected .*Hint: the outputs were gathered out of chunk order"),
+    (no_threads_at_all, r"(?s)did not run at the same time: every forward ran in the thread that called "
+                        r"data_parallel_loss.*a plain loop runs the replicas one after the other"),
+    (gathered_as_finished, r"(?s)loss .*expected .*Hint: the outputs were gathered out of chunk order: in the "
+                           r"order the threads finished \(chunks 1, 3, 0, 2 here\)"),
+    # the finishing order is neither chunk order, nor its reverse, nor a rotation: these say what they gathered
+    (gathered_in_reverse, r"(?s)loss .*Hint: the gathered batch holds the chunks' outputs in the order 3, 2, 1, 0, "
+                          r"expected 0, 1, 2, 3\. Replica k runs chunks\[k\]"),
+    (chunk_index_off_by_one, r"(?s)loss .*Hint: the gathered batch holds the chunks' outputs in the order 3, 0, 1, "
+                             r"2, .*Position k holds chunk k - 1's output.*an index off by one"),
     (one_shared_replica, r"(?s)^4 chunks ran on 1 module\(s\): threads shared a replica"),
     (threads_run_the_model, r"(?s)^the threads ran the model itself, not replicas of it"),
     (split_not_chunk, r"(?s)^the replicas ran on chunks of \[2, 4, 4\] rows; DataParallel scatters with "
                       r"torch.chunk\(x, n\), \[3, 3, 3, 1\] rows"),
+    # two chunks match torch.chunk's (3 rows), two do not: the scatter is named, not the threads
+    (tensor_split_not_chunk, r"(?s)^the replicas ran on chunks of \[2, 2, 3, 3\] rows; DataParallel scatters with "
+                             r"torch.chunk\(x, n\).*torch.tensor_split balances the sizes"),
     (summed_loss, r"(?s)loss .*Hint: F.mse_loss\(torch.cat\(outputs\), y\) once"),
 ])
 def test_data_parallel_loss_rejects_wrong_answers(answer, feedback):
     with pytest.raises(CheckFailed, match=feedback):
         check_data_parallel_loss(answer)
+
+
+def test_data_parallel_loss_names_a_thread_given_the_functions_result(monkeypatch):
+    # Thread(target=work(k)) runs work(k) in the calling thread while the list is built: no thread ever starts
+    monkeypatch.setattr(lesson03, "BARRIER_SECONDS", 1.0)   # the first forward waits this long for the others
+    with pytest.raises(CheckFailed, match=r"(?s)^the replicas did not run at the same time: every forward ran in the "
+                                          r"thread that called data_parallel_loss.*Hint: the forward ran while "
+                                          r"`threads = \[threading.Thread\(target=work\(k\)\).*`target=work\(k\)` "
+                                          r"calls work\(k\) right there.*target=work, args=\(k,\)"):
+        check_data_parallel_loss(thread_given_the_result)

@@ -271,6 +271,21 @@ def window_of_rank_0(spans):
     return 1.0 - sum(s.end - s.start for s in spans) / (len({s.rank for s in spans}) * makespan)
 
 
+def window_to_the_last_start(spans):
+    in_time = sorted(spans, key=lambda s: s.start)
+    makespan = in_time[-1].end - in_time[0].start      # the span that starts last need not end last
+    return 1.0 - sum(s.end - s.start for s in spans) / (len({s.rank for s in spans}) * makespan)
+
+
+def gaps_between_own_spans(spans):
+    makespan = max(s.end for s in spans) - min(s.start for s in spans)
+    gaps = 0.0
+    for rank in {s.rank for s in spans}:
+        mine = sorted((s for s in spans if s.rank == rank), key=lambda s: s.start)
+        gaps += sum(after.start - before.end for before, after in zip(mine, mine[1:]))
+    return gaps / (len({s.rank for s in spans}) * makespan)
+
+
 def blank_idle(spans):
     raise NotImplementedError("one window for every rank")
 
@@ -288,6 +303,11 @@ def test_idle_fraction_accepts_the_right_answer(capsys):
     (forgets_the_ranks, r"(?s)compared with ranks x makespan"),
     (window_in_list_order, r"(?s)measured-looking times: got .*first span in the list to the last one"),
     (window_of_rank_0, r"(?s)measured-looking times: got .*the window is rank 0's alone"),
+    # on the two-rank case this window is rank 0's too; the three-rank case tells them apart
+    (window_to_the_last_start, r"(?s)^two ranks with measured-looking times: got 0.4875, expected 0.523256\.\nHint: "
+                               r"the window ends where the span that starts last ends \(14\), but a span that "
+                               r"started earlier ends later \(14.3\)"),
+    (gaps_between_own_spans, r"(?s)^GPipe on 2 stages.*Hint: only the gaps between a rank's own spans were counted"),
 ])
 def test_idle_fraction_rejects_wrong_answers(answer, feedback):
     with pytest.raises(CheckFailed, match=feedback):

@@ -278,6 +278,36 @@ class ScattersInForward(torch.autograd.Function):
         return torch.cat(parts, dim=-1)
 
 
+class GathersInBackward(torch.autograd.Function):
+    """Gathers every rank's gradient and sums them: the right dL/dx, but no all-reduce."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x
+
+    @staticmethod
+    def backward(ctx, grad):
+        parts = [torch.empty_like(grad) for _ in range(dist.get_world_size())]
+        dist.all_gather(parts, grad.contiguous())
+        return sum(parts)
+
+
+class ExchangesInBackward(torch.autograd.Function):
+    """Swaps gradients with the other rank and adds: the right dL/dx on 2 ranks, an all-reduce by hand."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x
+
+    @staticmethod
+    def backward(ctx, grad):
+        other, peer = torch.empty_like(grad), 1 - dist.get_rank()
+        sent = dist.isend(grad.contiguous(), peer)
+        dist.recv(other, peer)
+        sent.wait()
+        return grad + other
+
+
 class SubclassesThePackages(CopyToModelParallelRegion):
     pass
 
@@ -315,6 +345,12 @@ F_MISTAKES = [   # all run one after the other in one launch of 2 ranks
     (ScattersInForward, r"(?s)^rank 0: forward returned a tensor of shape \(4, 3\) and dtype torch.float32; expected x "
                         r"itself, a tensor of shape \(4, 6\)\.\nHint: this is the rank's chunk of x: f does not split "
                         r"its input"),
+    # the right dL/dx, but backward's collectives are not one all-reduce
+    (GathersInBackward, r"(?s)^rank 0: dL/dx is right, but GathersInBackward's backward made 1 dist.all_gather; f's "
+                        r"backward sums the gradient over the ranks with one dist.all_reduce. It gathered every "
+                        r"rank's gradient"),
+    (ExchangesInBackward, r"(?s)^rank 0: dL/dx is right, but ExchangesInBackward's backward made 1 dist.isend, 1 "
+                          r"dist.recv; .*an all-reduce by hand"),
     # found on the ranks: backward runs there (the class itself is not the package's)
     (BackwardCallsThePackages, r"^BackwardCallsThePackages calls ddp_lab.course.tensor_parallel.communications."
                                r"copy_to_model_parallel_region, the package's own answer"),

@@ -11,6 +11,9 @@ Introduced in notebooks/03-dataparallel.ipynb.
 from __future__ import annotations
 
 import itertools
+import linecache
+import re
+import sys
 import threading
 import time
 
@@ -128,10 +131,31 @@ def _same(got, expected) -> bool:
 # --- a DataParallel training step -------------------------------------------------------
 
 BARRIER_SECONDS = 5.0
-STAGGER_SECONDS = 0.05   # after the barrier, replica k waits (chunks - 1 - k) x this: the last chunk finishes first
+STAGGER_SECONDS = 0.05   # after the barrier, chunk k's replica waits (its place in _finishing_order) x this
 _barrier: list[threading.Barrier] = []  # set only while the learner's function runs
 _chunks: list[torch.Tensor] = []        # torch.chunk(x, n) of the check's batch, while the learner's function runs
-_entered: list[tuple[int, int, int]] = []   # (id of the module, chunk index or -1, rows) per forward
+_caller: list[int] = []                 # the ident of the thread that called the learner's function, meanwhile
+_entered: list[tuple[int, int, int, int, str | None]] = []
+# per forward: (id of the module, chunk index or -1, rows, thread ident, the answer's line constructing a Thread
+# that was running when the forward ran in the calling thread, or None)
+_finished: list[int] = []               # the chunk index of each forward, in the order the forwards returned
+
+
+def _finishing_order(chunks: int) -> list[int]:
+    """The order the replicas finish in: odd chunks first, then even ones (1, 3, 0, 2 for 4 chunks). Neither chunk
+    order, nor its reverse, nor a rotation of it, so a gather in finishing order tells itself apart."""
+    return [*range(1, chunks, 2), *range(0, chunks, 2)]
+
+
+def _thread_call_line() -> str | None:
+    """The answer's source line, on this call's stack, that constructs a threading.Thread (None if there is none)."""
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_code is not check_data_parallel_loss.__code__:
+        line = linecache.getline(frame.f_code.co_filename, frame.f_lineno).strip()
+        if re.search(r"\bThread\s*\(", line):
+            return line
+        frame = frame.f_back
+    return None
 
 
 class _Recorder(nn.Module):
@@ -149,12 +173,16 @@ class _Recorder(nn.Module):
         if _barrier:
             index = next((k for k, chunk in enumerate(_chunks) if chunk.shape == x.shape and torch.equal(chunk, x)),
                          -1)
-            _entered.append((id(self), index, len(x)))
+            thread = threading.get_ident()
+            _entered.append((id(self), index, len(x), thread, _thread_call_line() if thread in _caller else None))
             if index < 0:    # not one of torch.chunk's chunks: the replica it waits for will never come
                 _barrier[0].abort()
             _barrier[0].wait()
-            if index >= 0:   # a fixed finishing order, the reverse of the chunks': gathering must not depend on it
-                time.sleep(STAGGER_SECONDS * (len(_chunks) - 1 - index))
+            if index >= 0:   # a fixed finishing order, not the chunks': gathering must not depend on it
+                time.sleep(STAGGER_SECONDS * _finishing_order(len(_chunks)).index(index))
+            out = self.net(x)
+            _finished.append(index)
+            return out
         return self.net(x)
 
 
@@ -164,33 +192,69 @@ _NOT_PARALLEL = (f"the replicas did not run at the same time: the first forward 
                  "join, start, join; and not a plain loop).")
 
 
+def _not_parallel(entered, caller: int) -> str:
+    """Why the barrier broke when every replica ran one of torch.chunk's chunks: from the threads the forwards ran in
+    (`caller`: the ident of the thread that called the answer)."""
+    if not entered or any(thread != caller for _, _, _, thread, _ in entered):
+        return _NOT_PARALLEL
+    said = (f"the replicas did not run at the same time: every forward ran in the thread that called "
+            f"data_parallel_loss, one after the other (the first waited {BARRIER_SECONDS:g} s for the others, "
+            "which never arrived): no replica ran in a thread of its own.")
+    line = next((line for *_, line in entered if line), None)
+    if line:
+        return (f"{said}\nHint: the forward ran while `{line}` was constructing a Thread: `target=work(k)` calls "
+                "work(k) right there, in this thread, and hands the Thread its result (None) as target. Pass the "
+                "function and its arguments: threading.Thread(target=work, args=(k,)).")
+    return (f"{said}\nHint: parallel_apply starts one threading.Thread(target=work, args=(k,)) per replica, starts "
+            "them all, then joins them all; a plain loop runs the replicas one after the other.")
+
+
 def _model() -> nn.Module:
     torch.manual_seed(3)
     return _Recorder()
 
 
 def _scatter_problem(chunks, entered=None) -> str | None:
-    """Where the replicas ran on other chunks than torch.chunk's (so the barrier waited for one that never came)."""
+    """Where a replica ran on another chunk than torch.chunk's (so the barrier waited for one that never came)."""
     entered = list(_entered) if entered is None else entered
-    rows = sorted(rows for _, _, rows in entered)
-    if not rows or any(index >= 0 for _, index, _ in entered) or rows == sorted(len(c) for c in chunks):
+    if all(index >= 0 for _, index, *_ in entered):
         return None
-    return (f"the replicas ran on chunks of {rows} rows; DataParallel scatters with torch.chunk(x, n), "
-            f"{[len(c) for c in chunks]} rows here (10 rows over 4 devices).\nHint: scatter with "
-            "torch.chunk(x, n): one chunk per device, ceil(len / n) rows each, the last one shorter.")
+    rows, sizes = sorted(rows for _, _, rows, *_ in entered), [len(c) for c in chunks]
+    if rows != sorted(sizes) and (len(rows) == len(chunks) or any(r not in sizes for r in rows)):
+        balanced = [len(c) for c in torch.tensor_split(torch.empty(sum(sizes)), len(chunks))]
+        how = (f" torch.tensor_split balances the sizes ({balanced}); DataParallel's scatter does not."
+               if rows == sorted(balanced) and balanced != sizes else "")
+        return (f"the replicas ran on chunks of {rows} rows; DataParallel scatters with torch.chunk(x, n), "
+                f"{sizes} rows here ({sum(sizes)} rows over {len(chunks)} devices).\nHint: scatter with "
+                f"torch.chunk(x, n): one chunk per device, ceil(len / n) rows each, the last one shorter.{how}")
+    strangers = sum(index < 0 for _, index, *_ in entered)
+    return (f"{strangers} replica(s) ran on rows that are not one of torch.chunk(x, n)'s chunks (the sizes match: "
+            f"{sizes} rows here, other rows).\nHint: replica k runs chunk k of torch.chunk(x, n): a contiguous "
+            "slice of the batch, the first rows to replica 0, the rows as they are.")
 
 
-def _loss_hint(got: float, x: torch.Tensor, y: torch.Tensor, n: int) -> str:
-    """A hint only where the loss value itself shows the mistake."""
+def _loss_hint(got: float, x: torch.Tensor, y: torch.Tensor, n: int, finished: list[int]) -> str:
+    """A hint only where the loss value itself shows the mistake; `finished`: the chunks in the order they finished."""
     model = _model()
     with torch.no_grad():
         outputs = [model(chunk) for chunk in torch.chunk(x, n)]
         targets = torch.chunk(y, n)
         for order in itertools.permutations(range(len(outputs))):
-            if list(order) != sorted(order) and abs(F.mse_loss(torch.cat([outputs[k] for k in order]), y).item()
-                                                    - got) < 1e-5:
-                return ("the outputs were gathered out of chunk order (in the order the threads finished, here "
-                        "the last chunk first): store replica k's output at index k and concatenate in chunk order.")
+            if list(order) == sorted(order) or abs(F.mse_loss(torch.cat([outputs[k] for k in order]), y).item()
+                                                   - got) >= 1e-5:
+                continue
+            found = ", ".join(map(str, order))
+            if list(order) == finished:
+                return (f"the outputs were gathered out of chunk order: in the order the threads finished (chunks "
+                        f"{found} here). Store replica k's output at index k and concatenate in chunk order.")
+            shifts = {(k - chunk) % len(order) for k, chunk in enumerate(order)}
+            shift = shifts.pop() if len(shifts) == 1 else None
+            shifted = (" Position k holds chunk k - 1's output (position 0 the last chunk's): an index off by one, "
+                       "e.g. chunks[k - 1] where chunks[k] is meant." if shift == 1 else
+                       f" Every chunk's output is {shift} positions from its own (round the end)." if shift else "")
+            return (f"the gathered batch holds the chunks' outputs in the order {found}, expected "
+                    f"{', '.join(map(str, sorted(order)))}.{shifted} Replica k runs chunks[k] and its output goes "
+                    "to position k.")
         if abs(torch.stack([F.mse_loss(o, t) for o, t in zip(outputs, targets)]).mean().item() - got) < 1e-5:
             return ("gather the outputs and compute the loss once on the gathered batch; a mean of per-chunk losses "
                     "weights the short last chunk (10 rows over 4 devices: 3-3-3-1) too much.")
@@ -216,23 +280,25 @@ def check_data_parallel_loss(data_parallel_loss, n_devices: int = 4) -> None:
     model = _model()
     chunks = torch.chunk(x, n_devices)
     _barrier.append(threading.Barrier(len(chunks), timeout=BARRIER_SECONDS))
-    _chunks[:], _entered[:] = chunks, []
+    caller = threading.get_ident()
+    _chunks[:], _entered[:], _finished[:], _caller[:] = chunks, [], [], [caller]
     try:
         loss = data_parallel_loss(model, x.clone(), y.clone(), n_devices)
     except threading.BrokenBarrierError:
-        raise CheckFailed(_scatter_problem(chunks) or _NOT_PARALLEL) from None
+        raise CheckFailed(_scatter_problem(chunks) or _not_parallel(list(_entered), caller)) from None
     except NotImplementedError as error:
         raise CheckFailed(f"data_parallel_loss is not written yet: it raised NotImplementedError({str(error)!r}). "
                           "Replace the `raise NotImplementedError` line with your answer.") from None
     except Exception as error:
         if _barrier[-1].broken:  # a thread hit the broken barrier and the answer hid it
-            raise CheckFailed(_scatter_problem(chunks) or _NOT_PARALLEL) from None
+            raise CheckFailed(_scatter_problem(chunks) or _not_parallel(list(_entered), caller)) from None
         raise CheckFailed(f"data_parallel_loss raised {type(error).__name__}: {error}") from error
     finally:
         broken = _barrier.pop().broken
-        entered, _chunks[:] = list(_entered), []
+        entered, finished = list(_entered), list(_finished)
+        _chunks[:], _caller[:] = [], []
     if broken:
-        raise CheckFailed(_scatter_problem(chunks, entered) or _NOT_PARALLEL)
+        raise CheckFailed(_scatter_problem(chunks, entered) or _not_parallel(entered, caller))
     if not torch.is_tensor(loss) or loss.numel() != 1:
         raise CheckFailed(f"data_parallel_loss returned {describe(loss)}, expected the scalar loss tensor.")
     if not loss.requires_grad:
@@ -245,7 +311,7 @@ def check_data_parallel_loss(data_parallel_loss, n_devices: int = 4) -> None:
                           "stayed in the replicas.\nHint: replicate with differentiable copies "
                           "({name: p.clone() for name, p in model.named_parameters()}); copy.deepcopy or "
                           "p.detach() creates new leaf tensors that the model never sees.")
-    modules = {module for module, _, _ in entered}
+    modules = {module for module, *_ in entered}
     if id(model) in modules:
         raise CheckFailed("the threads ran the model itself, not replicas of it.\nHint: replicate: for each chunk "
                           "a copy of the module (copy.deepcopy(model)) run with differentiable copies of the "
@@ -257,7 +323,7 @@ def check_data_parallel_loss(data_parallel_loss, n_devices: int = 4) -> None:
                           "replica per chunk: a deepcopy of the module and its own copies of the parameters.")
     if abs(loss.item() - expected_loss) > 1e-5:
         raise CheckFailed(f"loss {loss.item():.6f}, expected {expected_loss:.6f} (the MSE over the whole batch).\n"
-                          f"Hint: {_loss_hint(loss.item(), x, y, n_devices)}")
+                          f"Hint: {_loss_hint(loss.item(), x, y, n_devices, finished)}")
     for (name, p), p_ref in zip(model.named_parameters(), reference.parameters()):
         if p.grad is None:
             raise CheckFailed(f"parameter {name!r} got no gradient: replicate every parameter.")

@@ -306,16 +306,26 @@ def _cases() -> dict[str, list[Span]]:
         Span(1, "forward", 11.9, 12.7, "0"), Span(1, "backward", 12.8, 14.3, "0"),
         Span(0, "forward", 10.0, 11.0, "0"), Span(0, "backward", 13.2, 14.0, "0"),
     ]
+    # three ranks: rank 2 starts first and ends early, rank 0's last span starts last, rank 1's ends last. Every
+    # wrong window differs here: one rank's, the list's first to last span, and the first start to the end of the
+    # span that starts last (on the two-rank case that one is rank 0's window)
+    three = [
+        Span(0, "forward", 30.4, 31.4, "0"), Span(0, "backward", 33.0, 34.0, "0"),
+        Span(1, "forward", 30.8, 31.8, "0"), Span(1, "backward", 32.2, 34.6, "0"),
+        Span(2, "forward", 30.0, 31.0, "0"), Span(2, "backward", 31.5, 32.2, "0"),
+    ]
     return {
         "GPipe on 2 stages with 4 micro-batches (ideal times)":
             ideal_timeline([gpipe_actions(s, 2, 4) for s in range(2)]),
         "1F1B on 4 stages with 8 micro-batches (ideal times)":
             ideal_timeline([one_f_one_b_actions(s, 4, 8) for s in range(4)]),
         "two ranks with measured-looking times": measured,
+        "three ranks with measured-looking times": three,
     }
 
 
-def _wrong_answers(spans: list[Span]) -> list[tuple[float, str]]:
+def _wrong_answers(spans: list[Span]) -> dict[object, tuple[float, str]]:
+    """{mistake: (the value it gives on these spans, its hint)}; the keys are the same mistake on every case."""
     ranks = sorted({s.rank for s in spans})
     busy = sum(s.end - s.start for s in spans)
     makespan = max(s.end for s in spans) - min(s.start for s in spans)
@@ -325,29 +335,55 @@ def _wrong_answers(spans: list[Span]) -> list[tuple[float, str]]:
     per_rank_mean = sum(1.0 - sum(s.end - s.start for s in spans if s.rank == r)
                         / (max(s.end for s in spans if s.rank == r) - min(s.start for s in spans if s.rank == r))
                         for r in ranks) / len(ranks)
-    return [
-        (1.0 - right, "this is the busy fraction: the idle fraction is 1 - busy / (ranks x makespan)"),
-        (100 * right, "this is a percentage: return a fraction between 0 and 1"),
-        (1.0 - busy / own, "each rank was measured over its own first-start-to-last-end window: use one "
-                           "window for all ranks, from the earliest start on any rank to the latest end on "
-                           "any rank (a rank waiting before its first forward or after its last backward "
-                           "is idle too)"),
-        (per_rank_mean, "each rank was measured over its own first-start-to-last-end window: use one window "
-                        "for all ranks, from the earliest start on any rank to the latest end on any rank"),
-        (1.0 - busy / makespan, "the busy time of all ranks together must be compared with ranks x makespan "
-                                "(every rank could have worked the whole makespan)"),
-        (1.0 - busy / (len(ranks) * (spans[-1].end - spans[0].start)),
-         "the window ran from the first span in the list to the last one, but the spans are not in time order: "
-         "take the earliest start and the latest end over all spans (min and max)"),
-        *((1.0 - busy / (len(ranks) * (max(s.end for s in spans if s.rank == r)
-                                       - min(s.start for s in spans if s.rank == r))),
-           f"the window is rank {r}'s alone (its first start to its last end); another rank may start earlier or "
-           "end later: take the earliest start and the latest end over the spans of every rank") for r in ranks),
-    ]
+    starts_last = max(spans, key=lambda s: s.start)
+    latest_end = max(s.end for s in spans)
+    return {
+        "busy": (1.0 - right, "this is the busy fraction: the idle fraction is 1 - busy / (ranks x makespan)"),
+        "percentage": (100 * right, "this is a percentage: return a fraction between 0 and 1"),
+        "own windows": (1.0 - busy / own,
+                        "each rank was measured over its own first-start-to-last-end window: use one window for all "
+                        "ranks, from the earliest start on any rank to the latest end on any rank (a rank waiting "
+                        "before its first forward or after its last backward is idle too)"),
+        "mean of own windows": (per_rank_mean,
+                                "each rank was measured over its own first-start-to-last-end window: use one window "
+                                "for all ranks, from the earliest start on any rank to the latest end on any rank"),
+        "gaps only": ((own - busy) / (len(ranks) * makespan),
+                      "only the gaps between a rank's own spans were counted: a rank waiting before its first "
+                      "forward or after its last backward is idle too. Over one window for all ranks, idle = 1 - "
+                      "busy / (ranks x makespan)"),
+        "no ranks": (1.0 - busy / makespan, "the busy time of all ranks together must be compared with ranks x "
+                                            "makespan (every rank could have worked the whole makespan)"),
+        "list order": (1.0 - busy / (len(ranks) * (spans[-1].end - spans[0].start)),
+                       "the window ran from the first span in the list to the last one, but the spans are not in "
+                       "time order: take the earliest start and the latest end over all spans (min and max)"),
+        "end of the last start": (1.0 - busy / (len(ranks) * (starts_last.end - min(s.start for s in spans))),
+                                  f"the window ends where the span that starts last ends ({starts_last.end:g}), but "
+                                  f"a span that started earlier ends later ({latest_end:g}): take the latest end over "
+                                  "all spans (the max of s.end), not the end of the last-starting span"),
+        **{("rank", r): (1.0 - busy / (len(ranks) * (max(s.end for s in spans if s.rank == r)
+                                                     - min(s.start for s in spans if s.rank == r))),
+                         f"the window is rank {r}'s alone (its first start to its last end); another rank may start "
+                         "earlier or end later: take the earliest start and the latest end over the spans of every "
+                         "rank") for r in ranks},
+    }
+
+
+def _hint(answers: list[tuple[float, list[Span]]]) -> str:
+    """The hint of the one mistake that gives the answer's value on every case it ran ((value, spans) each)."""
+    mistakes = [_wrong_answers(spans) for _, spans in answers]
+    wrong = next(k for k, (got, spans) in enumerate(answers)
+                 if not math.isclose(got, schedules.idle_fraction(spans), rel_tol=1e-9, abs_tol=1e-9))
+    for key, (_, text) in mistakes[wrong].items():
+        if all(key in those and math.isclose(got, those[key][0], rel_tol=1e-9)
+               for (got, _), those in zip(answers, mistakes)):
+            return text
+    return "idle = 1 - (sum of every span's length) / (number of ranks x (latest end - earliest start))"
 
 
 def check_idle_fraction(idle_fraction) -> None:
     """Check `idle_fraction(spans) -> float` on ideal schedules and on measured-looking timestamps.
+
+    A wrong value gets the hint of a mistake only when that mistake gives the answer's value on every case.
 
     Introduced in notebooks/07-pipeline-parallelism.ipynb.
     """
@@ -355,23 +391,30 @@ def check_idle_fraction(idle_fraction) -> None:
 
     ensure_written(idle_fraction)
     name = getattr(idle_fraction, "__name__", "idle_fraction")
+    answers: list[tuple[float, list[Span]]] = []   # (the answer's value, the spans) per case run
+    first_wrong = None                              # (case, got, want) of the first case the answer got wrong
     for case, spans in _cases().items():
         got = None
         try:
             with watching_calls((reference,)) as called:
                 got = idle_fraction(list(spans))
         except Exception as error:
+            if first_wrong:   # a wrong value came first: that is the feedback, from the cases before this one
+                break
             raise answer_raised(name, error, f"computing {case}") from None
         if called:
             raise package_answer_used(name, called)
         try:
             got = float(got)
         except (TypeError, ValueError):
+            if first_wrong:
+                break
             raise CheckFailed(f"{case}: {name} returned {type(got).__name__} {got!r}, expected a float.") from None
+        answers.append((got, spans))
         want = reference(spans)
-        if math.isclose(got, want, rel_tol=1e-9, abs_tol=1e-9):
-            continue
-        hint = next((text for value, text in _wrong_answers(spans) if math.isclose(got, value, rel_tol=1e-9)),
-                    "idle = 1 - (sum of every span's length) / (number of ranks x (latest end - earliest start))")
-        raise CheckFailed(f"{case}: got {got:.6g}, expected {want:.6g}.\nHint: {hint}.")
+        if first_wrong is None and not math.isclose(got, want, rel_tol=1e-9, abs_tol=1e-9):
+            first_wrong = (case, got, want)
+    if first_wrong:
+        case, got, want = first_wrong
+        raise CheckFailed(f"{case}: got {got:.6g}, expected {want:.6g}.\nHint: {_hint(answers)}.")
     passed(f"{name}: the idle fraction of ideal GPipe and 1F1B schedules and of measured-looking timestamps")

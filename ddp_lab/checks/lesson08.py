@@ -6,8 +6,8 @@
 Each runs the answer on 2 gloo ranks with a short timeout, so a deadlock ends with a
 message instead of a hang, and compares every rank's result with one process computing
 the same layer unsplit. `run_*_answers` runs several answers in one launch and `judge_*` turns
-one answer's results into feedback: the checks are the two in a row, tests batch answers. The package's own f (`CopyToModelParallelRegion`), passed, subclassed or
-called, is refused.
+one answer's results into feedback: the checks are the two in a row, tests batch answers. The
+package's own f (`CopyToModelParallelRegion`), passed, subclassed or called, is refused.
 
 Introduced in notebooks/08-tensor-parallelism.ipynb.
 """
@@ -185,7 +185,8 @@ def judge_row(name: str, results: list) -> str:
                               "layer computes a partial output from this rank's input features and sums the partials "
                               f"with one dist.all_reduce.{gathered}\nHint: multiply x_local by this rank's columns "
                               "of linear.weight, all_reduce that partial once, then add the bias.")
-    return f"{name}: every rank returns linear(x) from its {IN_FEATURES // WORLD_SIZE} input features and one all-reduce"
+    return (f"{name}: every rank returns linear(x) from its {IN_FEATURES // WORLD_SIZE} input features and one "
+            "all-reduce")
 
 
 # --- CopyToModelParallelRegion (Megatron's f) ----------------------------------------------
@@ -262,11 +263,13 @@ def _f_one(rank: int, function_class) -> dict:
         return {"forward": y.detach().clone() if torch.is_tensor(y) else y, "x_grad": None, "calls": forward_calls}
     forward_value = y.detach().clone()
     loss = _shard_loss(y, rank, world_size, reduce_from_model_parallel_region)
-    with watching_calls(watched) as called:
+    backward_calls: list[str] = []   # the check's own g communicates in forward only: these are the answer's
+    with _recording(backward_calls), watching_calls(watched) as called:
         call_case(loss.backward, f"running backward through {function_class.__name__} {what}")
     if called:
         return {"called": called}
-    return {"forward": forward_value, "x_grad": None if x.grad is None else x.grad.clone(), "calls": forward_calls}
+    return {"forward": forward_value, "x_grad": None if x.grad is None else x.grad.clone(), "calls": forward_calls,
+            "backward_calls": backward_calls}
 
 
 def _reference_grads() -> tuple[torch.Tensor, list[torch.Tensor]]:
@@ -325,6 +328,22 @@ def returns_a_call_result(function_class) -> bool:
                for node in ast.walk(tree))
 
 
+def _judge_backward_calls(rank: int, name: str, calls: list[str]) -> None:
+    """Refuse a right dL/dx whose backward did not sum the gradient with one dist.all_reduce (`calls`: the
+    communicating torch.distributed calls backward made on `rank`, in order). None recorded with a right dL/dx is
+    communication by other means than these functions (functional collectives): no evidence of a mistake."""
+    if calls in ([], ["all_reduce"]):
+        return
+    made = ", ".join(f"{calls.count(call)} dist.{call}" for call in dict.fromkeys(calls))
+    gathered = (" It gathered every rank's gradient (all_gather) and summed them itself: each rank received "
+                f"{WORLD_SIZE} gradients where one all-reduce delivers their sum." if "all_gather" in calls else
+                " It exchanged the gradients with send/recv and summed them itself: an all-reduce by hand, which "
+                "holds for this pair of ranks only." if {"send", "isend", "recv", "irecv"} & set(calls) else "")
+    raise CheckFailed(f"rank {rank}: dL/dx is right, but {name}'s backward made {made}; f's backward sums the "
+                      f"gradient over the ranks with one dist.all_reduce.{gathered}\nHint: dist.all_reduce a copy of "
+                      "the gradient (SUM) in backward and return it.")
+
+
 def judge_f(name: str, results: list[dict], returns_call: bool = False) -> str:
     """Feedback for one f answer's per-rank results (`run_f_answers`): raise CheckFailed, or return the ✓ text.
     `returns_call`: `returns_a_call_result` of the answer."""
@@ -363,6 +382,7 @@ def judge_f(name: str, results: list[dict], returns_call: bool = False) -> str:
                               + (" (dist.all_reduce works in place and returns None: return the tensor you reduced, "
                                  "not the call's result)." if returns_call else "."))
         if torch.allclose(got, expected, atol=1e-5, rtol=1e-5):
+            _judge_backward_calls(rank, name, result.get("backward_calls", []))
             continue
         if torch.allclose(got, parts[rank], atol=1e-5, rtol=1e-5):
             hint = (f"this is rank {rank}'s own part of dL/dx, through its own columns only: backward must "
