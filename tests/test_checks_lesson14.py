@@ -138,6 +138,14 @@ def owner_round_robin(rows, expert, num_experts, group=None):
     return Dispatched(received, received_counts, sent, order)
 
 
+def split_sizes_as_tensors(rows, expert, num_experts, group=None):
+    order, per_expert, sent = _sorted_and_counted(expert, num_experts)
+    received_counts = _exchange(per_expert)
+    received = rows.new_empty((int(received_counts.sum()), rows.shape[1]))
+    dist.all_to_all_single(received, rows[order], received_counts.sum(dim=1), sent)    # tensors, not lists of ints
+    return Dispatched(received, received_counts, sent, order)
+
+
 PACKAGE_ANSWER = r"^{name} calls ddp_lab.course.expert_parallel.dispatch.{called}, the package's own answer"
 
 DISPATCH_ANSWERS = {
@@ -165,6 +173,10 @@ DISPATCH_ANSWERS = {
                                r"count per rank: the counts exchanged were per-rank totals",
     inverse_order_returned: r"(?s)rank 0: the experts of your rows in `order` .*Hint: `order` is the inverse of the "
                             r"sorting permutation",
+    split_sizes_as_tensors: r"(?s)^(?!.*incompatible function arguments)rank 0, all_to_all_single call 2: torch "
+                            r"refused the call, which got output_split_sizes as a tensor and input_split_sizes as a "
+                            r"tensor\. The split sizes' values fit together on every rank.*Hint: .*lists of ints: "
+                            r"pass each through \.tolist\(\)",
     owner_round_robin: r"(?s)^rank 0 sent its rows with input_split_sizes=\[\d+, \d+, \d+\], but its rows for each "
                        r"rank's experts number \[3, 2, 2\].*Hint: these count your rows by expert % 3",
 }
@@ -269,6 +281,13 @@ def return_splits_both_received(expert_output, dispatched, token_index, gates, x
     return x.index_add(0, token_index, back[dispatched.order.argsort()] * gates.unsqueeze(-1))
 
 
+def return_buffer_sized_like_input(expert_output, dispatched, token_index, gates, x, group=None):
+    back = torch.empty_like(expert_output)      # as many rows as this rank received, not as it dispatched
+    dist.all_to_all_single(back, expert_output.contiguous(), dispatched.sent_counts.tolist(),
+                           dispatched.received_counts.sum(dim=1).tolist())
+    return x.index_add(0, token_index, back[dispatched.order.argsort()] * gates.unsqueeze(-1))
+
+
 def sorted_twice(expert_output, dispatched, token_index, gates, x, group=None):
     rows = _back(expert_output, dispatched)[dispatched.order]
     return x.index_add(0, token_index, rows * gates.unsqueeze(-1))
@@ -289,6 +308,9 @@ COMBINE_ANSWERS = {
     sorted_twice: r"(?s)rank 0, token \d: got .*back\[order\] applies the permutation a second time",
     return_splits_both_received: r"(?s)rank 0, all_to_all_single call 1: output_split_sizes=.*Hint: on the return "
                                  r"trip each rank sends back the expert outputs of the rows it received",
+    return_buffer_sized_like_input: r"(?s)rank 0, all_to_all_single call 1: output_split_sizes=\[2, 2, 3\] add up to "
+                                    r"7, but the output has 6 rows.*Hint: both split lists are right; the output "
+                                    r"buffer is not: .* = 7 rows",
 }
 
 
@@ -362,6 +384,13 @@ def experts_reduced_as_copies(replicated, expert, dp_group):
         dist.all_reduce(grad, group=dp_group)   # sums into the copy; p.grad keeps the rank's own
 
 
+def all_reduce_never_waited(replicated, expert, dp_group):
+    for p in replicated:
+        dist.all_reduce(p.grad, async_op=True)                   # the work handles are dropped, never waited on
+    for p in expert:
+        dist.all_reduce(p.grad, group=dp_group, async_op=True)
+
+
 REDUCE_ANSWERS = {
     reduce_gradients: None,
     experts_reduced_as_copies: r"(?s)rank 0, expert parameter 0.*dist\.all_reduce ran, but not on this p\.grad: it "
@@ -373,6 +402,10 @@ REDUCE_ANSWERS = {
     experts_not_reduced: r"(?s)rank 0, expert parameter 0.*not all-reduced: the other rank of your dp group",
     averaged_like_ddp: r"(?s)rank 0, replicated parameter 0.*this is the mean.*do not divide",
     replicated_over_dp_group: r"(?s)rank 0, replicated parameter 0.*summed over dp_group only: every rank holds them",
+    # which rank and parameter show it first depends on when gloo finishes each all-reduce
+    all_reduce_never_waited: r"(?s)rank \d, (replicated|expert) parameter \d: got .*Hint: dist\.all_reduce was started "
+                             r"on this p\.grad \(async_op=True\), but its result was read before it finished.*"
+                             r"\.wait\(\)",
 }
 
 

@@ -2,7 +2,7 @@
 
 Each wrong answer below is a mistake a learner is likely to make; the test pins the part of the
 feedback that names it, and that no other mistake's hint appears. The combine and zig-zag checks
-run in this process (milliseconds). The ring's ten mistaken answers run in one launch of 3
+run in this process (milliseconds). The ring's mistaken answers run in one launch of 3
 gloo ranks (the check's own runner, then its judge); the three hanging rings go through the check
 itself and each runs into a 4 s timeout, counted from when every rank entered the answer (about 15 s
 for the module on 2 busy cores: a hang can only be proven by waiting for it). The right answers' ✓ is proven by nbval of
@@ -26,9 +26,11 @@ COMBINE_HINTS = ("added as they are", "averaged", "weights are swapped", "is the
                  "safe only where lse_b >= lse_a", "unsqueeze(-1)", "the third block", "the package's own answer")
 RING_HINTS = ("later ranks were attended", "applied to every block: it belongs", "and no block was skipped",
               "without the causal triangle", "no causal mask at all", "(rank + t) mod", "never reached your queries",
-              "last pass is not needed", "travel the other way round the ring", "the package's own answer")
+              "last pass is not needed", "travel the other way round the ring", "the package's own answer",
+              "the outputs of ranks 0, 1 differ from one process's")
 ZIGZAG_HINTS = ("not in sequence order", "unbalanced", "pairing is reversed", "numbered 0 to",
-                "held by exactly one rank", "the package's own answer")
+                "held by exactly one rank", "the package's own answer",
+                "not its own pair: rank 1 holds [2, 3], the pair of rank 2; rank 2 holds [1, 4], the pair of rank 1")
 
 
 def _raises_only(check, answer, hints: tuple, expected: str, **kwargs) -> None:
@@ -187,6 +189,10 @@ RING_MISTAKES = [
     # are those of attending later ranks, and the hint says both
     (dict(source_of=lambda rank, step, world_size: rank - step), "later ranks were attended"),
     (dict(package=True), "the package's own answer"),
+    # the triangle on the own block and on later ones (rank 0 then sees the triangle on every block), none skipped:
+    # no one rule gives every rank's output, so the hint names the ranks that differ and the rule, not a mistake
+    (dict(skip_future=False, mask=lambda rank, source: source >= rank), "the outputs of ranks 0, 1 differ from one "
+                                                                        "process's"),
 ]
 
 
@@ -242,6 +248,9 @@ def zigzag_of_the_package(rank, world_size):
     (lambda rank, n: [2 * rank, 2 * rank + 1], "unbalanced"),
     (lambda rank, n: [rank, rank + n], "unbalanced"),
     (lambda rank, n: [n - 1 - rank, n + rank], "pairing is reversed"),
+    # mirror pairs, but ranks 1 and 2 of 3 swapped (rank 0 already holds the first and the last chunk)
+    (lambda rank, n: sorted([2 * rank, 2 * n - 1 - 2 * rank]),
+     "not its own pair: rank 1 holds [2, 3], the pair of rank 2; rank 2 holds [1, 4], the pair of rank 1"),
     (lambda rank, n: [rank, 2 * n - rank], "numbered 0 to"),
     (lambda rank, n: [rank, rank], "held by exactly one rank"),
 ])

@@ -27,7 +27,7 @@ DILOCO_HINTS = ("wrong sign", "summed, not averaged", "starts again every round"
                 "a model's worth per inner step", "pseudo-gradient your replicas all-reduced was zero")
 RECOVER_HINTS = ("sent from rank 0, the recovering one", "sent from rank 1, the recovering one",
                  "kept its stale weights", "momentum did not",
-                 "package's own answer")
+                 "package's own answer", "the source rank never joined the broadcast")
 
 
 def _diloco(model, batches, inner_steps, sign=1.0, mean=True, reset_outer=False, average_inner=False,
@@ -142,9 +142,12 @@ def test_diloco_stops_a_deadlock_with_a_hint():
 
 
 def _recover(model, optimizer, source_rank, src=None, load=True, optimizer_too=True, loader=None,
-             new_optimizer=False):
+             new_optimizer=False, source_skips=False):
     """The right answer with no flag; `src` and `loader` fix the source and the rank that loads, as if the
-    check's first case were the only one; `new_optimizer` loads the state into a new SGD, not the caller's."""
+    check's first case were the only one; `new_optimizer` loads the state into a new SGD, not the caller's;
+    `source_skips`: only the receiving ranks call the broadcast (under `if rank != source_rank:`)."""
+    if source_skips and dist.get_rank() == source_rank:
+        return
     state = [{"model": model.state_dict(), "optimizer": optimizer.state_dict()}]
     dist.broadcast_object_list(state, src=source_rank if src is None else src)
     loads = dist.get_rank() != source_rank if loader is None else dist.get_rank() == loader
@@ -160,7 +163,9 @@ RECOVER_ANSWERS = [({}, None), ({"src": 0}, "sent from rank 0, the recovering on
                    ({"load": False}, "kept its stale weights"), ({"optimizer_too": False}, "momentum did not"),
                    # right for the first case only (rank 0 returning, source 1): the second case shows them
                    ({"src": 1}, "sent from rank 1, the recovering one"), ({"loader": 0}, "kept its stale weights"),
-                   ({"new_optimizer": True}, "momentum did not")]
+                   ({"new_optimizer": True}, "momentum did not"),
+                   # the ranks meet the source's skipped broadcast at once (no hang): the check names the source
+                   ({"source_skips": True}, "the source rank never joined the broadcast")]
 
 
 def _run_recover_answers(rank: int) -> list:
@@ -190,3 +195,16 @@ def test_recovery_names_each_mistake_and_only_it(recover_results, index, capsys)
 def test_recovery_hang_hint_names_the_waiting_ranks():
     hint = _recover_hang_hint({"broadcast_object_list"}, {0: "broadcast_object_list", 1: None, 2: None})
     assert "ranks [0] wait" in hint and "every member of the quorum calls it" in hint
+
+
+def test_recovery_names_the_source_that_skipped_the_broadcast(recover_results):
+    index = next(i for i, (flags, _) in enumerate(RECOVER_ANSWERS) if flags.get("source_skips"))
+    with pytest.raises(CheckFailed, match=r"^rank 0 returning, source_rank=1: ranks 0, 2 called "
+                                          r"dist\.broadcast_object_list\(src=1\), but rank 1 returned from answer "
+                                          r"without calling it"):
+        judge_recovery("answer", recover_results[index])
+
+
+def test_recovery_hang_hint_when_every_rank_waits():
+    hint = _recover_hang_hint({"recv"}, {0: "recv", 1: "recv", 2: "recv"})
+    assert "all 3 ranks wait" in hint and "the other ranks never call" not in hint

@@ -28,7 +28,8 @@ SCALER_HINTS = ("decided per rank", "never divided by the scale", "divides into 
                 "must be skipped on every rank", "the package's own answer")
 FP8_HINTS = ("gradients take e5m2", "weights and activations take e4m3", "wrong dimension", "keep the reduced dimension",
              "inverted", "x.max() misses", "other format's largest", "one scale per row", "one scale for the whole",
-             "the package's own answer", "wrong way round", "is another FP8 format", "is a Python float")
+             "the package's own answer", "wrong way round", "is another FP8 format", "is a Python float",
+             "keep the scale in float32")
 
 
 def _fails_with_only(message: str, expected: str, hints: tuple) -> None:
@@ -267,6 +268,11 @@ def fp8_python_scale(x, role, rowwise):
     return x_fp8, scale.item() if scale.numel() == 1 else scale
 
 
+def fp8_scale_in_fp8(x, role, rowwise):
+    x_fp8, scale = _cast(x, _format(role), x.abs().amax(dim=-1, keepdim=True) if rowwise else x.abs().amax())
+    return x_fp8, scale.to(_format(role))          # the scale cast to FP8 along with the values
+
+
 def fp8_abs_only_per_tensor(x, role, rowwise):
     return _cast(x, _format(role), x.amax(dim=-1, keepdim=True) if rowwise else x.abs().amax())
 
@@ -286,6 +292,7 @@ def fp8_abs_only_per_tensor(x, role, rowwise):
     (fp8_fnuz, "is another FP8 format"),
     (fp8_python_scale, "is a Python float"),
     (fp8_abs_only_per_tensor, "x.max() misses"),
+    (fp8_scale_in_fp8, "keep the scale in float32"),
 ])
 def test_fp8_check_names_each_mistake_and_only_it(answer, expected):
     with pytest.raises(CheckFailed) as failure:

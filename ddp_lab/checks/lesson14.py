@@ -9,7 +9,8 @@ chosen so that every rank sends and receives a different number of rows (and one
 for the last expert, where counts taken without minlength come out short), and they guard every
 `all_to_all_single` (`ddp_lab.checks.split_guard`): split sizes that do not fit together are
 reported on every rank at once, with what was passed and what the peers send, instead of a
-hang or a crash. The third runs on 4 ranks laid out (dp=2, ep=2), with three replicated
+hang or a crash, and split sizes that fit but are tensors (torch takes lists of ints) are named
+as such. The third runs on 4 ranks laid out (dp=2, ep=2), with three replicated
 parameters and two expert ones (a loop over both lists at once misses one). A hang ends at the
 timeout with a hint. An answer that calls the package's own dispatch or combine is refused.
 `run_*_answers` runs several answers in one launch and `judge_*` turns one answer's results
@@ -32,7 +33,7 @@ from ddp_lab.checks.split_guard import guarded_all_to_all
 from ddp_lab.course.expert_parallel import combine as reference_combine
 from ddp_lab.course.expert_parallel import dispatch as reference_dispatch
 from ddp_lab.course.expert_parallel import exchange_counts
-from ddp_lab.instruments.collectives import watching_collectives
+from ddp_lab.instruments.collectives import replacing_dist_calls, watching_collectives
 
 WORLD_SIZE, NUM_EXPERTS, HIDDEN = 3, 6, 4
 PER_RANK = NUM_EXPERTS // WORLD_SIZE
@@ -85,24 +86,66 @@ def _plain(value):
     return value.detach().clone() if torch.is_tensor(value) else describe(value)
 
 
+class SplitSizesRefused(TypeError):
+    """Raised on a rank whose all_to_all_single torch refused for split sizes that are not lists of ints."""
+
+
+def _refused_split_types(refused: list):
+    """Inside a rank, around the guarded all_to_all_single: a call that torch refuses with a TypeError while some
+    split sizes were not a list or tuple raises SplitSizesRefused, and `refused` gets {argument: its type}."""
+    def make(guarded):
+        def all_to_all_single(output, input, output_split_sizes=None, input_split_sizes=None, *args, **kwargs):
+            given = {"output_split_sizes": output_split_sizes, "input_split_sizes": input_split_sizes}
+            odd = {name: "a tensor" if torch.is_tensor(sizes) else f"a {type(sizes).__name__}"
+                   for name, sizes in given.items() if sizes is not None and not isinstance(sizes, (list, tuple))}
+            try:
+                return guarded(output, input, output_split_sizes, input_split_sizes, *args, **kwargs)
+            except TypeError as error:
+                if not odd:
+                    raise
+                refused.append(odd)
+                raise SplitSizesRefused(", ".join(f"{name} is {kind}" for name, kind in odd.items())) from error
+        return all_to_all_single
+    return replacing_dist_calls({"all_to_all_single": make})
+
+
 def _run_guarded(fn, case: str, *args, answers: tuple = ()) -> dict:
-    """Call the answer with its all-to-alls guarded and its other collectives listed; SplitMismatch is a result.
+    """Call the answer with its all-to-alls guarded and its other collectives listed; SplitMismatch and
+    SplitSizesRefused are results.
 
     `answers`: the package's own answers to the exercise; those the answer called are listed ("called").
     """
     others: list[tuple[int, str]] = []
+    refused: list[dict] = []
     value, error = None, None
-    with guarded_all_to_all() as calls, torch.no_grad(), \
+    with guarded_all_to_all() as calls, _refused_split_types(refused), torch.no_grad(), \
             watching_collectives({name: (0, "tensor") for name in OTHER_COLLECTIVES},
                                  lambda name, sent: others.append((len(calls), name))), \
             watching_calls(answers) as called:
         try:
             value, error = _plain(call_case(fn, case, *args)), None
         except CaseFailed as failure:
-            if failure.kind != "SplitMismatch":   # every rank raises SplitMismatch together; anything else is a failure
+            if failure.kind not in ("SplitMismatch", "SplitSizesRefused"):   # raised on every rank together
                 raise
             value, error = None, failure.message
-    return {"value": value, "error": error, "calls": calls, "others": others, "called": list(called)}
+    return {"value": value, "error": error, "calls": calls, "others": others, "called": list(called),
+            "refused splits": refused[-1] if refused else None}
+
+
+def _refused_splits_feedback(results: list[dict]) -> None:
+    """CheckFailed if torch refused a rank's all_to_all_single for split sizes that are not lists (the guard found
+    that their values fit together on every rank, or it would have stopped the call first)."""
+    for rank, result in enumerate(results):
+        refused = result.get("refused splits")
+        if not refused:
+            continue
+        given = " and ".join(f"{name} as {kind}" for name, kind in refused.items())
+        tensors = all(kind == "a tensor" for kind in refused.values())
+        raise CheckFailed(f"rank {rank}, all_to_all_single call {len(result['calls'])}: torch refused the call, "
+                          f"which got {given}. The split sizes' values fit together on every rank; only their type "
+                          "is wrong.\nHint: all_to_all_single takes split sizes as lists of ints: pass "
+                          + ("each through .tolist() (sent_counts.tolist(), not sent_counts)." if tensors else
+                             "a list of Python ints."))
 
 
 def _package_answer(name: str, results: list[dict]) -> None:
@@ -213,6 +256,7 @@ def _wrong_send_splits(results: list[dict], truth: dict) -> None:
 def judge_dispatch(name: str, results: list[dict]) -> str:
     """Feedback for one dispatch answer's per-rank results: raise CheckFailed, or return the ✓ text."""
     _package_answer(name, results)
+    _refused_splits_feedback(results)
     truth = _dispatch_truth()
     rank = _first_split_problem(results)
     short = results[SHORT_RANK]
@@ -384,15 +428,23 @@ COMBINE_HINTS = {
 def judge_combine(name: str, results: list[dict]) -> str:
     """Feedback for one combine answer's per-rank results: raise CheckFailed, or return the ✓ text."""
     _package_answer(name, results)
+    _refused_splits_feedback(results)
     rank = _first_split_problem(results)
     if rank is not None:
         call = results[rank]["calls"][-1]
-        _, _, expert, _ = _combine_case(rank)
-        sent = torch.bincount(expert // PER_RANK, minlength=WORLD_SIZE).tolist()
-        hint = ("the reverse trip swaps the split lists of the dispatch: the expert outputs go back to the ranks "
-                "the rows came from, output_split_sizes = dispatched.sent_counts (your rows come back), "
-                "input_split_sizes = dispatched.received_counts summed over your experts"
-                if call.input_splits == sent else RETURN_SPLITS_HINT)
+        owners = [torch.bincount(_combine_case(source)[2] // PER_RANK, minlength=WORLD_SIZE).tolist()
+                  for source in range(WORLD_SIZE)]          # owners[s][r]: rows rank s dispatched to rank r
+        sent, received = owners[rank], [owners[source][rank] for source in range(WORLD_SIZE)]
+        if call.input_splits == received and call.output_splits == sent and call.output_rows != sum(sent):
+            hint = (f"both split lists are right; the output buffer is not: it must hold every row coming back to "
+                    f"this rank, sum(output_split_sizes) = {sum(sent)} rows (dispatched.sent_counts.sum(), one per "
+                    f"row it dispatched), whatever the size of expert_output ({call.input_shape[0]} rows).")
+        elif call.input_splits == sent:
+            hint = ("the reverse trip swaps the split lists of the dispatch: the expert outputs go back to the ranks "
+                    "the rows came from, output_split_sizes = dispatched.sent_counts (your rows come back), "
+                    "input_split_sizes = dispatched.received_counts summed over your experts")
+        else:
+            hint = RETURN_SPLITS_HINT
         raise CheckFailed(f"rank {rank}, all_to_all_single call {len(results[rank]['calls'])}: {call.problem}.\n"
                           f"Hint: {hint}")
     for rank, result in enumerate(results):
@@ -464,17 +516,36 @@ def _reduce_runner(rank: int, answers: tuple) -> list[dict]:
         storages = {what: [p.grad.data_ptr() for p in part] for what, part in (("replicated", replicated),
                                                                                ("expert", expert))}
         reduced: list[int] = []   # the storage of every tensor passed to dist.all_reduce
-        def remember(name: str, tensor: torch.Tensor) -> None:
-            reduced.append(tensor.data_ptr())
-
-        with watching_collectives({"all_reduce": (0, "tensor")}, remember):
+        works: list = []          # (storage, work handle) of every all_reduce started with async_op=True
+        with _recording_all_reduce(reduced, works):
             call_case(answer, f"reducing rank {rank}'s gradients", replicated, expert, dp_group)
+        in_flight = {pointer for pointer, work in works if not work.is_completed()}   # before the grads are read
         results.append({"replicated": [p.grad.clone() for p in replicated], "expert": [p.grad.clone() for p in expert],
                         "reduced": {what: [pointer in reduced for pointer in pointers]
                                     for what, pointers in storages.items()},
+                        "in_flight": {what: [pointer in in_flight for pointer in pointers]
+                                      for what, pointers in storages.items()},
                         "reduced_elsewhere": len(set(reduced) - {pointer for pointers in storages.values()
                                                                   for pointer in pointers})})
+        for _, work in works:     # the next answer starts after this one's all-reduces
+            work.wait()
     return results
+
+
+def _recording_all_reduce(reduced: list, works: list):
+    """Inside a rank: record the storage of every tensor dist.all_reduce gets, and the work handle it returns
+    (async_op=True), as (storage, handle)."""
+    def make(original):
+        def all_reduce(*args, **kwargs):
+            tensor = args[0] if args else kwargs.get("tensor")
+            work = original(*args, **kwargs)
+            if torch.is_tensor(tensor):
+                reduced.append(tensor.data_ptr())
+                if work is not None:
+                    works.append((tensor.data_ptr(), work))
+            return work
+        return all_reduce
+    return replacing_dist_calls({"all_reduce": make})
 
 
 def run_reduce_answers(answers: tuple, timeout: float = 30.0, name: str = "reduce_gradients") -> list[list[dict]]:
@@ -501,7 +572,11 @@ def judge_reduce(name: str, results: list[dict]) -> str:
                 if torch.allclose(got, want[i], atol=1e-5):
                     continue
                 size = len(column) if part else DP_SIZE * EP_SIZE
-                if torch.allclose(got, want[i] / size, atol=1e-5):
+                if result.get("in_flight", {}).get(what, [False] * (i + 1))[i]:
+                    hint = ("dist.all_reduce was started on this p.grad (async_op=True), but its result was read "
+                            "before it finished: the work had not completed when reduce_gradients returned. Keep the "
+                            "work handle each call returns and .wait() on it before returning")
+                elif torch.allclose(got, want[i] / size, atol=1e-5):
                     hint = ("this is the mean: each rank's loss is already its share of the global mean, so the "
                             "gradients add up; all-reduce with SUM and do not divide")
                 elif torch.allclose(got, local[rank][part][i], atol=1e-5) and \

@@ -361,6 +361,11 @@ def check_ring_attention(ring_attention, timeout: float = 30.0) -> None:
     _judge_ring(name, results)
 
 
+def _every_rank_as(results, *rule, direction: int = +1) -> bool:
+    """Whether every rank returned what `_simulated` gives for it under `rule`: a mistake is named only then."""
+    return all(_close(results[rank]["out"], _simulated(rank, *rule, direction=direction)) for rank in range(RING_SIZE))
+
+
 def _judge_ring(name: str, results) -> None:
     """Compare what every rank of the ring returned and sent with one process; CheckFailed naming the mistake."""
     q, k, v = _ring_inputs()
@@ -379,8 +384,8 @@ def _judge_ring(name: str, results) -> None:
         index = first_mismatch(got, expected[rank], atol=1e-5, rtol=1e-4)
         where = (f"rank {rank}, out{_where(index)}: got {got[index].item():.5g}, expected "
                  f"{expected[rank][index].item():.5g} (one process's causal attention)")
-        if backwards and _close(got, _simulated(rank, lambda r, t: (r - t) % RING_SIZE, lambda r, source: source <= r,
-                                                 lambda r, source: source == r, direction=-1)):
+        if backwards and _every_rank_as(results, lambda r, t: (r - t) % RING_SIZE, lambda r, source: source <= r,
+                                        lambda r, source: source == r, direction=-1):
             hint = ("every rank sent its keys and values to rank - 1, so blocks travel the other way round the ring: "
                     "at step t you hold the block of rank (rank + t) % world_size, not (rank - t) as your answer "
                     "takes it. Send to (rank + 1) % world_size and receive from (rank - 1) % world_size")
@@ -393,10 +398,12 @@ def _judge_ring(name: str, results) -> None:
                     "read before its data arrived (torch.empty_like holds whatever memory it had). Call .wait() on "
                     "each irecv before using its buffer")
         else:
-            hint = next((text for rule, text in _ring_mistakes() if _close(got, _simulated(rank, *rule))),
-                        "at step t you hold the keys and values of rank (rank - t) mod world_size: attend to them "
-                        "fully if that rank is before yours, with the causal triangle if it is yours, not at all if "
-                        "it is after; fold each partial result in with combine")
+            wrong = [r for r in range(RING_SIZE) if not _close(results[r]["out"], expected[r])]
+            hint = next((text for rule, text in _ring_mistakes() if _every_rank_as(results, *rule)),
+                        f"the outputs of rank{'s' if len(wrong) > 1 else ''} {', '.join(map(str, wrong))} differ "
+                        "from one process's. At step t you hold the keys and values of rank (rank - t) mod world_size: "
+                        "attend to them fully if that rank is before yours, with the causal triangle if it is yours, "
+                        "not at all if it is after; fold each partial result in with combine")
         raise CheckFailed(f"{where}.\nHint: {hint}.")
     block = BATCH * HEADS * ROWS * DIM * 4
     want = 2 * (RING_SIZE - 1) * block
@@ -477,8 +484,16 @@ def _judge_zigzag(name: str, world_size: int, got: dict) -> None:
         raise CheckFailed(f"{head}.\nHint: with {shape} the causal work per rank is {work} score entries (chunks of "
                           "one token): unbalanced. Pair an early chunk with its mirror from "
                           f"the end, r with {chunks - 1} - r, so the two add up to the same work on every rank.")
-    raise CheckFailed(f"{head}.\nHint: balanced, but the pairing is reversed: rank 0 holds the first and the last "
-                      f"chunk (0 and {chunks - 1}), rank r holds r and {chunks - 1} - r, as in Llama 3.")
+    if all(got[rank] == want[world_size - 1 - rank] for rank in got):
+        raise CheckFailed(f"{head}.\nHint: balanced, but the pairing is reversed: rank 0 holds the first and the "
+                          f"last chunk (0 and {chunks - 1}), rank r holds r and {chunks - 1} - r, as in Llama 3.")
+    # balanced: every rank holds a chunk and its mirror (work per rank is equal only then), some another rank's pair
+    elsewhere = "; ".join(f"rank {rank} holds its own pair late chunk first, {got[rank]}"
+                          if sorted(got[rank]) == want[rank] else
+                          f"rank {rank} holds {got[rank]}, the pair of rank {min(got[rank])}"
+                          for rank in got if got[rank] != want[rank])
+    raise CheckFailed(f"{head}.\nHint: balanced (each rank holds a chunk and its mirror), but not its own pair: "
+                      f"{elsewhere}. Rank r holds chunks r and {chunks - 1} - r.")
 
 
 def _work(pair: list[int], world_size: int) -> int:

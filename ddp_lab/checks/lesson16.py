@@ -11,12 +11,16 @@ a sum for a mean, the outer momentum reset each round, the inner AdamW state ave
 anew, plain momentum for Nesterov, the replicas left at their local weights) or with what the
 replicas sent (a pseudo-gradient of zeros: θ_global never kept apart from the model). Recovery
 runs on 3 ranks twice: rank 0 returning with stale weights and no optimizer state while rank 1 is
-the source, then rank 1 returning while rank 2 is, so an answer that fixes either rank fails.
+the source, then rank 1 returning while rank 2 is, so an answer that fixes either rank fails. Before
+each of its collectives, and once it returns, the ranks compare what they call (with which source):
+a rank that skips a broadcast, or calls another collective, is named at once instead of hanging.
 
 Introduced in notebooks/16-communicate-less.ipynb.
 """
 
 from __future__ import annotations
+
+import inspect
 
 import torch
 import torch.distributed as dist
@@ -24,9 +28,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from ddp_lab.checks import CheckFailed, passed
-from ddp_lab.checks.common import call_case, ensure_written, run_on_ranks, watching_calls
+from ddp_lab.checks.common import CaseFailed, call_case, ensure_written, run_on_ranks, watching_calls
 from ddp_lab.course.communicate_less import diloco, quorum
-from ddp_lab.instruments.collectives import watching_collectives
+from ddp_lab.instruments.collectives import replacing_dist_calls, watching_collectives
 
 REPLICAS, INNER_STEPS, ROUNDS = 2, 4, 2   # 4 inner steps: a per-step all-reduce (4x) never looks like AdamW's moments (3x)
 INNER_LR, OUTER_LR, OUTER_MOMENTUM = 0.01, 0.7, 0.9
@@ -254,27 +258,128 @@ def _one_more_step(model, optimizer) -> list:
     return [p.detach().clone() for p in model.parameters()]
 
 
+# The collectives a recovery may call, each checked against the other ranks' before it runs (`_paired_collectives`);
+# RETURNED stands for a rank that came back from the answer.
+PAIRED = ("broadcast", "broadcast_object_list", "all_reduce", "all_gather", "all_gather_object", "scatter_object_list",
+          "barrier")
+RETURNED = len(PAIRED)
+_ALL_GATHER = dist.all_gather   # the real one, whatever the runner replaces later
+
+
+class CollectivesApart(RuntimeError):
+    """Raised on every rank together when the ranks' next collective calls do not pair up."""
+
+
+def _agree(case: int, call: int, src: int, apart: list) -> None:
+    """Every rank says which call it makes next (RETURNED: it came back from the answer) in which case, with which
+    source (-1: none); if they differ, `apart` gets every rank's (case, call, src) and every rank raises."""
+    mine = torch.tensor([case, call, src], dtype=torch.int64)
+    everyone = [torch.empty_like(mine) for _ in range(dist.get_world_size())]
+    _ALL_GATHER(everyone, mine)
+    calls = [tuple(t.tolist()) for t in everyone]
+    if len(set(calls)) > 1:
+        apart.append(calls)
+        raise CollectivesApart("the ranks' collective calls do not pair up: " + ", ".join(
+            f"rank {rank} {'returned' if call == RETURNED else PAIRED[call]}" for rank, (_, call, _) in
+            enumerate(calls)))
+
+
+def _paired_collectives(case: list, apart: list):
+    """Inside a rank: before each collective of PAIRED over every rank that the answer calls (not one it calls
+    inside another), the ranks agree on it (`_agree`, case[0] the case's index), so ranks that skip a collective or
+    call another one raise CollectivesApart together instead of waiting for each other."""
+    inside = []
+
+    def make(name):
+        def wrap(original):
+            signature = inspect.signature(original)
+
+            def call(*args, **kwargs):
+                try:
+                    given = signature.bind_partial(*args, **kwargs).arguments
+                except TypeError:
+                    given = {}
+                group = given.get("group")
+                if inside or (group is not None and group is not dist.group.WORLD):
+                    return original(*args, **kwargs)
+                src = given.get("src", given.get("group_src"))
+                _agree(case[0], PAIRED.index(name), src if isinstance(src, int) else -1, apart)
+                inside.append(True)
+                try:
+                    return original(*args, **kwargs)
+                finally:
+                    inside.pop()
+            call.__name__ = name
+            return call
+        return wrap
+
+    return replacing_dist_calls({name: make(name) for name in PAIRED})
+
+
 def _recover_runner(rank: int, recover) -> dict:
-    """Every case of RECOVERY_CASES in turn on this rank: {"cases": [per case: params, stepped, momentum], "called"}."""
-    cases, called = [], []
-    for returning, source in RECOVERY_CASES:
+    """Every case of RECOVERY_CASES in turn on this rank: {"cases": [per case: params, stepped, momentum], "called",
+    "apart": None, or (case index, every rank's (case, call, src)) where the ranks' collectives did not pair up}."""
+    cases, called, apart, current = [], [], [], [0]
+    for index, (returning, source) in enumerate(RECOVERY_CASES):
+        current[0] = index
         if rank == returning:                             # stale weights, an optimizer without state
             model = make_model(seed=7)
             optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
         else:
             model, optimizer = _healthy_replica()
         case = f"running on rank {rank} of {dist.get_world_size()} (rank {returning} returning), source_rank={source}"
-        with watching_calls(RECOVER_ANSWERS) as called_here:
-            call_case(recover, case, model, optimizer, source)
-        called.extend(called_here)
+        try:
+            with watching_calls(RECOVER_ANSWERS) as called_here, _paired_collectives(current, apart):
+                call_case(recover, case, model, optimizer, source)
+            called.extend(called_here)
+            _agree(index, RETURNED, -1, apart)            # a rank that skipped a collective meets the others here
+        except (CaseFailed, CollectivesApart) as failure:
+            if not apart or (isinstance(failure, CaseFailed) and failure.kind != "CollectivesApart"):
+                raise
+            return {"cases": cases, "called": called, "apart": (index, apart[-1])}
         after = [p.detach().clone() for p in model.parameters()]
         momentum = bool(optimizer.state) and all("momentum_buffer" in s for s in optimizer.state.values())
         cases.append({"params": after, "stepped": _one_more_step(model, optimizer), "momentum": momentum})
-    return {"cases": cases, "called": called}
+    return {"cases": cases, "called": called, "apart": None}
+
+
+def _apart_feedback(name: str, apart) -> None:
+    """CheckFailed saying which ranks' collectives did not pair up in which case, and what that shows."""
+    index, calls = apart
+    returning, source = RECOVERY_CASES[index]
+    case = f"rank {returning} returning, source_rank={source}"
+    said = lambda call, src: "returned" if call == RETURNED else \
+        f"dist.{PAIRED[call]}" + (f"(src={src})" if src >= 0 else "")        # noqa: E731
+    returned = [rank for rank, (_, call, _) in enumerate(calls) if call == RETURNED]
+    joined = [rank for rank, (_, call, _) in enumerate(calls) if call != RETURNED]
+    kinds = {said(call, src) for _, call, src in calls if call != RETURNED}
+    if returned and len(kinds) == 1:
+        collective = kinds.pop()
+        listed = lambda ranks: f"rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}"   # noqa: E731
+        head = (f"{case}: {listed(joined)} called {collective}, but {listed(returned)} returned from {name} without "
+                "calling it, so the check stopped the ranks instead of letting them wait.")
+        if returned == [source]:
+            hint = (f"the source rank never joined the broadcast: rank {source} is the source here. Every rank calls "
+                    "it, the source included (it sends, the others receive): no `if rank != source_rank:` around it")
+        elif returned == [returning]:
+            hint = (f"the returning rank never joined: rank {returning} returns here, and it is the one that must "
+                    "receive. Every rank calls the collective, with the same src")
+        else:
+            hint = "a collective is called by every rank of the quorum, the source and the returning one included"
+    else:
+        head = f"{case}: the ranks' next collective calls do not pair up: " + ", ".join(
+            f"rank {rank} {said(call, src)}" for rank, (_, call, src) in enumerate(calls)) + "."
+        hint = ("every rank makes the same collective calls, in the same order, with the same src (source_rank): "
+                "no collective under a condition on the rank")
+    raise CheckFailed(f"{head}\nHint: {hint}.")
 
 
 def _recover_hang_hint(calls: set, places: dict) -> str:
     waiting = sorted(rank for rank, call in places.items() if call)
+    if len(waiting) == QUORUM:
+        return (f"all {QUORUM} ranks wait in torch.distributed calls that no peer pairs with: every rank makes the "
+                "same collective calls in the same order with the same source rank (the source calls a broadcast "
+                "too), and every send has its receive on the peer.")
     return (f"ranks {waiting} wait in a collective that the other ranks never call. A broadcast is a collective: "
             "every member of the quorum calls it, the healthy ones (which send) and the recovering one (which "
             "receives), with the same source rank.")
@@ -304,6 +409,9 @@ def judge_recovery(name: str, results) -> None:
     if called:
         raise CheckFailed(f"{name} calls {called[0]}, the package's own answer to this exercise, so the check "
                           "cannot tell whether your code would be right.\nHint: write it yourself.")
+    apart = next((r["apart"] for r in results if r.get("apart")), None)
+    if apart:
+        _apart_feedback(name, apart)
     healthy_model, healthy_optimizer = _healthy_replica()
     healthy = [p.detach().clone() for p in healthy_model.parameters()]
     healthy_next = _one_more_step(healthy_model, healthy_optimizer)

@@ -317,8 +317,10 @@ def _judge_fp8(name: str, case: str, x: torch.Tensor, role: str, rowwise: bool, 
                           f"\nHint: {_shape_hint(tuple(scale.shape), rowwise)}")
     if not torch.allclose(scale.float(), want_scale, rtol=1e-5):
         got_text, want_text = _first_difference(scale.float(), want_scale)
-        raise CheckFailed(f"{case}: scale {got_text} where fp8_max / amax = {want_text}."
-                          f"\nHint: {_scale_hint(x, dtype, rowwise, scale.float())}")
+        hint = (f"the scale was returned in {scale.dtype}, an FP8 format, which rounds it (to 3 mantissa bits in "
+                "e4m3, 2 in e5m2): keep the scale in float32 and cast only the scaled values to FP8."
+                if _is_fp8(scale.dtype) else _scale_hint(x, dtype, rowwise, scale.float()))
+        raise CheckFailed(f"{case}: scale {got_text} where fp8_max / amax = {want_text}.\nHint: {hint}")
     back = x_fp8.float() / want_scale
     smallest = torch.finfo(dtype).tiny * torch.finfo(dtype).eps        # the smallest subnormal: 2^-9, 2^-16
     bound = (torch.finfo(dtype).eps / 2 + 1e-6) * x.abs() + smallest / want_scale
