@@ -139,6 +139,35 @@ def rs_batched(tensor):
     return chunks[rank]
 
 
+def rs_buffer_len_div(tensor):
+    """Wrong: every receive buffer has len(tensor) // world_size elements (right only when the size divides)."""
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    chunks = list(tensor.tensor_split(world_size))
+    for step in range(world_size - 1):
+        send_index, recv_index = (rank - step - 1) % world_size, (rank - step - 2) % world_size
+        incoming = torch.zeros(len(tensor) // world_size)
+        request = dist.isend(chunks[send_index].clone(), (rank + 1) % world_size)
+        dist.recv(incoming, (rank - 1) % world_size)
+        request.wait()
+        chunks[recv_index] = chunks[recv_index] + incoming
+    return chunks[rank]
+
+
+def rs_buffer_like_sent_chunk(tensor):
+    """Wrong: the receive buffer is shaped like the chunk the rank sends, not the one it receives. A rank whose
+    buffer is too small aborts in gloo, one whose buffer is too large raises in the addition: either may come first."""
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    chunks = list(tensor.tensor_split(world_size))
+    for step in range(world_size - 1):
+        send_index, recv_index = (rank - step - 1) % world_size, (rank - step - 2) % world_size
+        incoming = torch.empty_like(chunks[send_index])
+        request = dist.isend(chunks[send_index].clone(), (rank + 1) % world_size)
+        dist.recv(incoming, (rank - 1) % world_size)
+        request.wait()
+        chunks[recv_index] = chunks[recv_index] + incoming
+    return chunks[rank]
+
+
 def rs_stub(tensor):
     raise NotImplementedError("shift the schedule by one chunk")
 
@@ -180,6 +209,14 @@ def test_ring_reduce_scatter_accepts_batch_isend_irecv(rs_results):
                      r"Hint: with 2 elements on 3 ranks, tensor\.chunk\(3\) returns only 2 chunk\(s\)"),
     (rs_with_library, r"dist\.reduce_scatter is not allowed in this exercise"),
     (rs_stub, r"is not written yet: it raised NotImplementedError\('shift the schedule by one chunk'\)"),
+    (rs_buffer_len_div, r"(?s)SIGABRT.*What the ranks did: in step 0 of the tensor of 10 elements \(tensor_split's "
+                        r"chunks: \[4, 3, 3\]\), rank 2 received into a buffer of 3 element\(s\) the 4 element\(s\) "
+                        r"rank 1 sent\..*\nHint: the receive buffer has the wrong size \(every receive buffer here has "
+                        r"len\(tensor\) // world_size = 3 elements\)"),
+    (rs_buffer_like_sent_chunk, r"(?s)What the ranks did: in step 0 of the tensor of 10 elements.* received into a "
+                                r"buffer of \d element\(s\) the \d element\(s\) rank \d sent\..*\nHint: the receive "
+                                r"buffer has the wrong size \(every receive buffer here is as large as the chunk the "
+                                r"same rank sends in that step"),
 ])
 def test_ring_reduce_scatter_rejects(wrong, feedback):
     with pytest.raises(CheckFailed, match=feedback):
@@ -291,6 +328,31 @@ def gather_without_own_entry(tensor):
     return gathered
 
 
+def gather_one_step_too_many(tensor):
+    """Wrong: range(world_size): the extra step brings every rank its own tensor back, into its own slot."""
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    gathered = [torch.empty_like(tensor) for _ in range(world_size)]
+    gathered[rank] = tensor.clone()
+    for step in range(world_size):
+        request = dist.isend(gathered[(rank - step) % world_size].clone(), (rank + 1) % world_size)
+        dist.recv(gathered[(rank - step - 1) % world_size], (rank - 1) % world_size)
+        request.wait()
+    return gathered
+
+
+def gather_swapped_indices(tensor):
+    """Wrong: the send and receive entries swapped: step 0 receives into the rank's own slot, which held its tensor."""
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    gathered = [torch.zeros_like(tensor) for _ in range(world_size)]
+    gathered[rank] = tensor.clone()
+    for step in range(world_size - 1):
+        send_index, recv_index = (rank - step - 1) % world_size, (rank - step) % world_size
+        request = dist.isend(gathered[send_index], (rank + 1) % world_size)
+        dist.recv(gathered[recv_index], (rank - 1) % world_size)
+        request.wait()
+    return gathered
+
+
 def gather_with_library(tensor):
     """Wrong: calls dist.all_gather."""
     gathered = [torch.empty_like(tensor) for _ in range(dist.get_world_size())]
@@ -298,14 +360,14 @@ def gather_with_library(tensor):
     return gathered
 
 
-def gather_blocking(tensor):
-    """Wrong: blocking send before recv on every rank."""
+def gather_receives_first(tensor):
+    """Wrong: every rank receives before it sends (right peers, wrong order): deadlock."""
     rank, world_size = dist.get_rank(), dist.get_world_size()
     gathered = [torch.empty_like(tensor) for _ in range(world_size)]
     gathered[rank] = tensor.clone()
     for step in range(world_size - 1):
-        dist.send(gathered[(rank - step) % world_size], (rank + 1) % world_size)
         dist.recv(gathered[(rank - step - 1) % world_size], (rank - 1) % world_size)
+        dist.send(gathered[(rank - step) % world_size], (rank + 1) % world_size)
     return gathered
 
 
@@ -316,6 +378,11 @@ AG_RETURNING = {   # wrong answers that return: one launch for all of them
     gather_into_one_buffer: r"(?s)every entry this rank received holds the same values: they share one receive "
                             r"buffer",
     gather_without_own_entry: r"(?s)rank 0, .*entry 0, .*Hint: your own slot, entry 0, does not hold your tensor",
+    gather_one_step_too_many: r"rank 0, tensors of 4 elements: every entry is right, but the rank received 3 times "
+                              r"\(receive 3 wrote into this rank's own entry 0.*\nHint: a ring all-gather takes "
+                              r"N - 1 = 2 steps",
+    gather_swapped_indices: r"rank 0, .*entry 0, .*\nHint: receive 1 of this rank wrote into its own slot, entry 0, "
+                            r"replacing what it held",
 }
 
 
@@ -337,8 +404,13 @@ def test_ring_all_gather_refuses_the_library():
 
 
 def test_ring_all_gather_deadlock_ends_with_a_message():
-    with pytest.raises(CheckFailed, match=r"(?s)did not finish within 4 s.*blocking dist\.send"):
-        check_ring_all_gather(gather_blocking, timeout=DEADLOCK_TIMEOUT)
+    """Every rank receives first (the reduce-scatter test above hangs in blocking sends; the two checks share both
+    hang hints): the logged calls show that no message was on its way."""
+    with pytest.raises(CheckFailed, match=r"(?s)did not finish within 4 s.*What the ranks did: every rank waits in "
+                                          r"dist\.recv, and none had sent more messages than it had received \(rank 0: "
+                                          r"0 sent, 0 received;.*\nHint: every rank receives before it sends.*"
+                                          r"dist\.isend.*alternate the order by rank parity"):
+        check_ring_all_gather(gather_receives_first, timeout=DEADLOCK_TIMEOUT)
 
 
 # --- exercise 3: an averaging all-reduce from the two ---------------------------------------------
@@ -403,6 +475,16 @@ def mean_trims_the_tail(tensor):
     return all_reduce_mean(tensor, trim=False)[:len(tensor)]
 
 
+def mean_chunk_sizes(tensor):
+    """Wrong: cuts every gathered entry to tensor.chunk's sizes (4, 4, 2 for 10 on 3 ranks), not tensor_split's: the
+    same result as cutting the padding off the end of the concatenation only."""
+    world_size = dist.get_world_size()
+    sizes = [len(c) for c in tensor.chunk(world_size)]
+    mine = ring_reduce_scatter(tensor)[dist.get_rank()]
+    pieces = _gather(torch.nn.functional.pad(mine, (0, max(sizes) - len(mine))))
+    return torch.cat([piece[:size] for piece, size in zip(pieces, sizes)]) / world_size
+
+
 def mean_reversed(tensor):
     """Wrong: concatenates the gathered entries last rank first."""
     world_size = dist.get_world_size()
@@ -424,8 +506,12 @@ MEAN_RETURNING = {   # wrong answers that return: one launch for all of them
     mean_lesson_layout: r"tensor of 12 .*\nHint: every chunk is right but in the wrong place \(position 0 holds "
                         r"chunk 1",
     mean_divided_twice: r"(?s)Hint: this is the mean divided by the world size again",
-    mean_trims_the_tail: r"(?s)tensor of 10 elements.*Hint: the padding was cut from the end of the concatenation "
-                         r"only",
+    mean_trims_the_tail: r"(?s)tensor of 10 elements.*Hint: the padding of the short chunks is inside the result.*"
+                         r"Either the padding was cut from the end of the concatenation only, or each entry was cut "
+                         r"to sizes other than tensor_split's \[4, 3, 3\] \(tensor\.chunk's are \[4, 4, 2\]\)",
+    mean_chunk_sizes: r"(?s)tensor of 10 elements.*Hint: the padding of the short chunks is inside the result.*"
+                      r"Either the padding was cut from the end of the concatenation only, or each entry was cut to "
+                      r"sizes other than tensor_split's \[4, 3, 3\] \(tensor\.chunk's are \[4, 4, 2\]\)",
     mean_reversed: r"(?s)Hint: every chunk is right but in the wrong place \(position 0 holds chunk 2, position 2 "
                    r"holds chunk 0\): entry k of ring_all_gather's list is rank k's chunk; concatenate",
 }

@@ -7,15 +7,21 @@
 Each runs the answer on 3 gloo ranks (so sizes 10, 7, 2 do not divide evenly), with every
 collective disabled inside the ranks while the answer runs, and a short timeout that turns
 a deadlock into a message. The expected results come from the library itself: before the
-answer runs, every rank calls `dist.all_reduce` on the same inputs.
+answer runs, every rank calls `dist.all_reduce` on the same inputs. The ring checks log each
+send and receive a rank makes (its peer and its size, `ddp_lab.checks.p2p_log`), one folder
+per case, so that a hang or a crash is explained from what the ranks did.
 
 Introduced in notebooks/02-collectives.ipynb.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import os
 import re
+import tempfile
+from typing import NamedTuple
 
 import torch
 import torch.distributed as dist
@@ -23,7 +29,8 @@ import torch.distributed as dist
 from ddp_lab.checks import CheckFailed, passed
 from ddp_lab.checks.common import (CaseFailed, call_case, describe, ensure_written, first_mismatch,
                                    only_point_to_point, run_answers_on_ranks, run_on_ranks)
-from ddp_lab.instruments.collectives import replacing_dist_calls
+from ddp_lab.checks.p2p_log import (RECEIVES, SENDS, Call, log_path, logging_point_to_point, read_log,
+                                    watching_point_to_point)
 
 WORLD_SIZE = 3
 REDUCE_SIZES = (12, 10, 7, 2)    # 12 divides by 3; the others do not; 2 < world size
@@ -45,48 +52,108 @@ def _returned(value):
     return value.detach().clone() if torch.is_tensor(value) else value
 
 
-def _counting_receives(counts: list[int]):
-    """Inside a rank: add 1 to counts[-1] for every dist.recv / dist.irecv the answer makes (a context manager)."""
-    inside = []  # dist.recv calls irecv itself (torch 2.13): count only the answer's own call
+def _recording_receives(receive_buffers: list[list]):
+    """Inside a rank: append the buffer address (data_ptr; None: no tensor) of every recv/irecv the answer makes to
+    receive_buffers[-1] (a context manager)."""
 
-    def counting(original):
-        def receive(*args, **kwargs):
-            counts[-1] += not inside
-            inside.append(1)
-            try:
-                return original(*args, **kwargs)
-            finally:
-                inside.pop()
-        return receive
+    def record(op, tensor, peer):
+        if op in RECEIVES:
+            receive_buffers[-1].append(tensor.data_ptr() if torch.is_tensor(tensor) else None)
 
-    return replacing_dist_calls({"recv": counting, "irecv": counting})
+    return watching_point_to_point(record)
 
 
-def _reduce_runner(rank: int, fn, sizes, world_size: int, verb: str):
-    """On one rank: the library's all_reduce for every size (the reference), then the answer."""
+def _case_folder(log_directory: str, size: int) -> str:
+    """The folder the ranks log their sends and receives to in the case of `size` elements."""
+    return os.path.join(log_directory, f"case-{size}")
+
+
+def _logging_case(log_directory: str | None, size: int, rank: int):
+    """Inside a rank: log the block's sends and receives to the case's folder (`logging_point_to_point`); without a
+    directory, a context that logs nothing."""
+    if log_directory is None:
+        return contextlib.nullcontext()
+    folder = _case_folder(log_directory, size)
+    os.makedirs(folder, exist_ok=True)
+    return logging_point_to_point(log_path(folder, rank))
+
+
+def _reduce_runner(rank: int, fn, sizes, world_size: int, verb: str, log_directory: str | None = None):
+    """On one rank: the library's all_reduce for every size (the reference), then the answer.
+
+    With a `log_directory`, the answer's sends and receives are logged there, one folder per case (`_read_cases`).
+    """
     references = []
     for size in sizes:
         total = rank_input(rank, size)
         dist.all_reduce(total)  # SUM over ranks, computed by torch.distributed itself
         references.append(total)
     outputs, receives = [], []
-    with only_point_to_point(), _counting_receives(receives):
+    with only_point_to_point(), _recording_receives(receives):
         for size in sizes:
-            receives.append(0)
-            out = call_case(fn, f"{verb} a tensor of {size} elements on {world_size} ranks",
-                            rank_input(rank, size).clone())
+            receives.append([])
+            with _logging_case(log_directory, size, rank):
+                out = call_case(fn, f"{verb} a tensor of {size} elements on {world_size} ranks",
+                                rank_input(rank, size).clone())
             outputs.append(_returned(out))
-    return {"sums": references, "outputs": outputs, "receives": receives}
+    return {"sums": references, "outputs": outputs, "receives": [len(buffers) for buffers in receives]}
 
 
-def _all_gather_runner(rank: int, fn, sizes, world_size: int):
-    outputs = []
-    with only_point_to_point():
+def _all_gather_runner(rank: int, fn, sizes, world_size: int, log_directory: str | None = None):
+    """On one rank: the answer for every size; what it returned, how often it received, and which receive (1-based)
+    wrote into the storage of the rank's own entry (None: none did). With a `log_directory`, as `_reduce_runner`."""
+    outputs, receives, own_slot_receives = [], [], []
+    with only_point_to_point(), _recording_receives(receives):
         for size in sizes:
-            out = call_case(fn, f"gathering tensors of {size} elements on {world_size} ranks",
-                            rank_input(rank, size).clone())
+            receives.append([])
+            with _logging_case(log_directory, size, rank):
+                out = call_case(fn, f"gathering tensors of {size} elements on {world_size} ranks",
+                                rank_input(rank, size).clone())
+            own = out[rank] if isinstance(out, (list, tuple)) and len(out) > rank else None
+            own_address = own.data_ptr() if torch.is_tensor(own) and own.numel() else None
+            own_slot_receives.append(next((number for number, address in enumerate(receives[-1], 1)
+                                           if own_address is not None and address == own_address), None))
             outputs.append([_returned(t) for t in out] if isinstance(out, (list, tuple)) else _returned(out))
-    return outputs
+    return {"outputs": outputs, "receives": [len(buffers) for buffers in receives],
+            "own_slot_receives": own_slot_receives}
+
+
+def _read_cases(log_directory: str, sizes, world_size: int) -> dict[int, dict[int, list[Call]]]:
+    """{rank: {case size: the rank's sends and receives in that case, in order}}, for the cases the rank began
+    (a rank that crashed or hung in one case has no log of the later ones)."""
+    cases = {rank: {} for rank in range(world_size)}
+    for size in sizes:
+        for rank in range(world_size):
+            log = read_log(log_path(_case_folder(log_directory, size), rank))
+            if log is not None:
+                cases[rank][size] = log[0]
+    return cases
+
+
+def _hang_hint(log_directory: str, sizes, world_size: int):
+    """The hang hint of the ring checks (run_on_ranks' timeout_hint): from the logged calls, a deadlock in which
+    every rank receives before it sends; None (the point-to-point default) for any other hang."""
+
+    def hint(calls: set, places: dict) -> str | None:
+        if set(places) != set(range(world_size)) or set(places.values()) != {"recv"}:
+            return None
+        logs = _read_cases(log_directory, sizes, world_size)
+        counts = []
+        for rank in range(world_size):
+            transfers = [transfer for case in logs[rank].values() for transfer in case]
+            sent = sum(transfer.op in SENDS for transfer in transfers)
+            received = sum(transfer.op in RECEIVES for transfer in transfers) - 1   # the last one still waits
+            if not transfers or transfers[-1].op != "recv" or sent > received:
+                return None
+            counts.append(f"rank {rank}: {sent} sent, {received} received")
+        return (f"What the ranks did: every rank waits in dist.recv, and none had sent more messages than it had "
+                f"received ({'; '.join(counts)}), so no message was on its way to any rank.\nHint: every rank "
+                "receives before it sends: each waits for a message its neighbour sends only after its own receive "
+                "returns, a deadlock. Start the send without waiting for it (request = dist.isend(...), then "
+                "dist.recv(...), then request.wait()), or alternate the order by rank parity: even ranks send "
+                "first, odd ranks receive first.")
+
+    return hint
 
 
 def _answers_runner(rank: int, answers: tuple, runner, *args) -> list:
@@ -157,10 +224,119 @@ def check_ring_reduce_scatter(ring_reduce_scatter, world_size: int = WORLD_SIZE,
                 "its right neighbour received into a chunk of another size (10 elements on 3 ranks: chunks "
                 "of 4, 3, 3). What rank r sends in step s, rank r + 1 must receive in step s: the send "
                 "index of rank r must equal the recv index of rank r + 1.")
-    results = run_on_ranks(_reduce_runner, (ring_reduce_scatter, REDUCE_SIZES, world_size, "reduce-scattering"),
-                           world_size, timeout, name,
-                           explain=lambda failure: _explain_chunking(failure, world_size, mismatch))
+    with tempfile.TemporaryDirectory(prefix="ddp_lab-check02-") as logs:
+        results = run_on_ranks(_reduce_runner, (ring_reduce_scatter, REDUCE_SIZES, world_size, "reduce-scattering",
+                                                logs), world_size, timeout, name,
+                               explain=lambda failure: _explain_reduce_scatter(failure, world_size, logs, mismatch),
+                               timeout_hint=_hang_hint(logs, REDUCE_SIZES, world_size))
     passed(judge_reduce_scatter(name, results, world_size))
+
+
+def _explain_reduce_scatter(failure, world_size: int, log_directory: str, index_mismatch: str) -> str | None:
+    """The failure hint of the reduce-scatter check: a chunk index past the end, or, from the logged sizes, a
+    receive whose buffer differs in size from the message matched to it (`_receive_size_hint`)."""
+    exception = failure.exception
+    if not (isinstance(exception, CaseFailed) and exception.kind == "IndexError"):
+        logs = _read_cases(log_directory, REDUCE_SIZES, world_size)
+        hint = _receive_size_hint(logs, failure.rank, world_size, index_mismatch)
+        if hint:
+            return hint
+    return _explain_chunking(failure, world_size, index_mismatch)
+
+
+class _SizeMismatch(NamedTuple):
+    """A receive whose buffer differs in size from what its peer sent: rank `rank`'s receive from `peer` in step
+    `step` of the case of `size` elements, into a buffer of `buffer` elements, of a message of `sent`."""
+
+    rank: int
+    peer: int
+    step: int
+    size: int
+    buffer: int
+    sent: int
+
+
+def _mismatched_receive(logs: dict, first: int, world_size: int) -> _SizeMismatch | None:
+    """The first logged receive (rank `first`'s first) whose buffer differs in size from the message matched to it:
+    the k-th receive from a peer in a case gets that peer's k-th send to the rank, which is step k of a ring."""
+    for rank in sorted(range(world_size), key=lambda other: other != first):
+        for size, transfers in logs[rank].items():
+            taken: dict[int, int] = {}
+            for transfer in transfers:
+                if transfer.op not in RECEIVES or transfer.peer not in logs:
+                    continue
+                step = taken[transfer.peer] = taken.get(transfer.peer, -1) + 1
+                sends = [sent for sent in logs[transfer.peer].get(size, []) if sent.op in SENDS and sent.peer == rank]
+                if (step < len(sends) and None not in (sends[step].elements, transfer.elements)
+                        and sends[step].elements != transfer.elements):
+                    return _SizeMismatch(rank, transfer.peer, step, size, transfer.elements, sends[step].elements)
+    return None
+
+
+def _direction(rank: int, peer: int | None, world_size: int, sending: bool) -> int | None:
+    """+1 where data moves from rank r to rank r + 1 (a send to rank + 1, a receive from rank - 1), -1 the other
+    way, None for a peer that is not a neighbour."""
+    ahead, behind = (rank + 1) % world_size, (rank - 1) % world_size
+    if peer == (ahead if sending else behind):
+        return 1
+    return -1 if peer == (behind if sending else ahead) else None
+
+
+def _off_schedule_send(logs: dict, size: int, world_size: int) -> tuple[int, int, int, int] | None:
+    """(rank, step, elements, chunk) of the first logged send in the case of `size` elements whose size differs from
+    the chunk the exercise's schedule sends in that step (rank r sends chunk (r - s - 1) % N to rank r + 1, or chunk
+    (r + s + 1) % N in a ring that runs the other way); None when every send has that chunk's size."""
+    sizes = chunk_sizes(size, world_size)
+    for rank in range(world_size):
+        sends = [transfer for transfer in logs[rank].get(size, []) if transfer.op in SENDS]
+        for step, transfer in enumerate(sends):
+            direction = _direction(rank, transfer.peer, world_size, sending=True) or 1
+            chunk = (rank - direction * (step + 1)) % world_size
+            if transfer.elements is not None and transfer.elements != sizes[chunk]:
+                return rank, step, transfer.elements, chunk
+    return None
+
+
+def _receive_size_hint(logs: dict, first: int, world_size: int, index_mismatch: str) -> str | None:
+    """What the ranks did and a hint, for a receive whose buffer differs in size from the message matched to it."""
+    found = _mismatched_receive(logs, first, world_size)
+    if found is None:
+        return None
+    rank, peer, step, size, buffer, sent = found
+    sizes = chunk_sizes(size, world_size)
+    did = (f"What the ranks did: in step {step} of the tensor of {size} elements (tensor_split's chunks: {sizes}), "
+           f"rank {rank} received into a buffer of {buffer} element(s) the {sent} element(s) rank {peer} sent")
+    off = _off_schedule_send(logs, size, world_size)
+    if off:
+        sender, sender_step, elements, chunk = off
+        return (f"{did}; rank {sender}'s send in step {sender_step} carried {elements} element(s), but the chunk the "
+                f"schedule sends there, chunk {chunk}, has {sizes[chunk]}.\nHint: {index_mismatch}")
+    direction = _direction(rank, peer, world_size, sending=False) or 1
+    arriving = (rank - direction * (step + 2)) % world_size
+    if sent != sizes[arriving]:
+        return f"{did}.\nHint: {index_mismatch}"
+    sign = "-" if direction == 1 else "+"
+    buffers = [(receive.elements, sent_in_step) for other in range(world_size)
+               for receive, sent_in_step in _receives_with_sends(logs[other].get(size, []))]
+    if all(elements == size // world_size for elements, _ in buffers):
+        how = f" (every receive buffer here has len(tensor) // world_size = {size // world_size} elements)"
+    elif all(elements == sent_in_step for elements, sent_in_step in buffers):
+        how = (" (every receive buffer here is as large as the chunk the same rank sends in that step, not the one "
+               "it receives)")
+    else:
+        how = ""
+    return (f"{did}. Every send so far has the size of the chunk the schedule sends in its step (rank r sends chunk "
+            f"(r {sign} s {sign} 1) % N in step s), so what arrived is chunk {arriving}, the chunk rank {rank} adds it "
+            f"into in that step.\nHint: the receive buffer has the wrong size{how}: make it the size of the chunk it "
+            f"is added into, torch.empty_like(chunks[recv_index]) with recv_index = (rank {sign} step {sign} 2) % "
+            "world_size; tensor_split's chunks differ by one element when the size does not divide by world_size.")
+
+
+def _receives_with_sends(transfers: list) -> list[tuple]:
+    """(receive, elements of the send of the same step or None) for each receive of one rank's case."""
+    sends = [transfer.elements for transfer in transfers if transfer.op in SENDS]
+    receives = [transfer for transfer in transfers if transfer.op in RECEIVES]
+    return [(receive, sends[step] if step < len(sends) else None) for step, receive in enumerate(receives)]
 
 
 def judge_reduce_scatter(name: str, results: list, world_size: int = WORLD_SIZE) -> str:
@@ -258,8 +434,9 @@ def check_ring_all_gather(ring_all_gather, world_size: int = WORLD_SIZE, timeout
     """
     ensure_written(ring_all_gather)
     name = getattr(ring_all_gather, "__name__", "ring_all_gather")
-    results = run_on_ranks(_all_gather_runner, (ring_all_gather, GATHER_SIZES, world_size),
-                           world_size, timeout, name)
+    with tempfile.TemporaryDirectory(prefix="ddp_lab-check02-") as logs:
+        results = run_on_ranks(_all_gather_runner, (ring_all_gather, GATHER_SIZES, world_size, logs),
+                               world_size, timeout, name, timeout_hint=_hang_hint(logs, GATHER_SIZES, world_size))
     passed(judge_all_gather(name, results, world_size))
 
 
@@ -268,12 +445,24 @@ def judge_all_gather(name: str, results: list, world_size: int = WORLD_SIZE) -> 
     for case, size in enumerate(GATHER_SIZES):
         inputs = [rank_input(rank, size) for rank in range(world_size)]
         for rank in range(world_size):
-            _compare_gather(results[rank][case], inputs, rank, size, world_size)
+            _compare_gather(results[rank]["outputs"][case], inputs, rank, size, world_size,
+                            results[rank]["own_slot_receives"][case])
+    for case, size in enumerate(GATHER_SIZES):
+        extra = [rank for rank in range(world_size) if results[rank]["receives"][case] > world_size - 1]
+        if extra:
+            rank = extra[0]
+            own_slot = results[rank]["own_slot_receives"][case]
+            landed = (f" (receive {own_slot} wrote into this rank's own entry {rank}: the tensor it brought is the "
+                      "rank's own, back from around the ring)" if own_slot else "")
+            raise CheckFailed(f"rank {rank}, tensors of {size} elements: every entry is right, but the rank received "
+                              f"{results[rank]['receives'][case]} times{landed}.\nHint: a ring all-gather takes "
+                              f"N - 1 = {world_size - 1} steps; after them every rank holds every tensor, and a "
+                              "further step only passes on tensors the ranks already hold (range(world_size - 1)).")
     return (f"{name} gives every rank every rank's tensor, in rank order, on {world_size} ranks, "
             "using only send/recv")
 
 
-def _compare_gather(got, inputs, rank, size, world_size) -> None:
+def _compare_gather(got, inputs, rank, size, world_size, own_slot_receive=None) -> None:
     where = f"rank {rank}, tensors of {size} elements on {world_size} ranks"
     if not isinstance(got, list) or len(got) != world_size:
         raise CheckFailed(f"{where}: expected a list of {world_size} tensors (entry k = rank k's tensor), "
@@ -290,7 +479,11 @@ def _compare_gather(got, inputs, rank, size, world_size) -> None:
         holder = [k for k, t in enumerate(inputs) if torch.equal(entry.float(), t)]
         received = [got[k] for k in range(world_size) if k != rank]
         left = (rank - 1) % world_size
-        if source == rank:
+        if source == rank and own_slot_receive:
+            hint = (f"receive {own_slot_receive} of this rank wrote into its own slot, entry {rank}, replacing what "
+                    "it held: the ring never receives into entry rank. In step s, rank r sends entry (r - s) % "
+                    "world_size and receives into entry (r - s - 1) % world_size.")
+        elif source == rank:
             hint = (f"your own slot, entry {rank}, does not hold your tensor: put it there before the ring starts "
                     "(the ring only brings the other ranks' tensors).")
         elif all(torch.equal(t.float(), inputs[left]) for t in received) and world_size > 2:
@@ -385,8 +578,12 @@ def _compare_mean(got, total, own, rank, size, world_size) -> None:
         hint = f"this is the mean divided by the world size again: divide the sum by {world_size} once."
     elif got.shape == mean.shape and _close(got, torch.cat([torch.nn.functional.pad(c, (0, max(sizes) - len(c)))
                                                              for c in mean.split(sizes)])[:size]):
-        hint = ("the padding was cut from the end of the concatenation only, but every short chunk carries its "
-                "own padding at its end: cut each gathered entry back to its chunk's size before concatenating.")
+        chunked = [len(c) for c in torch.empty(size).chunk(world_size)]
+        hint = ("the padding of the short chunks is inside the result: every gathered entry carries its own "
+                "padding at its end. Either the padding was cut from the end of the concatenation only, or each "
+                f"entry was cut to sizes other than tensor_split's {sizes}"
+                + (f" (tensor.chunk's are {chunked})" if chunked != sizes else "")
+                + ". Cut entry k back to tensor_split's chunk k size before concatenating.")
     else:
         index = first_mismatch(got.float(), mean.float())
         head = (f"{where}, element {index[0]}: expected the mean {mean[index].item():.6f}, "

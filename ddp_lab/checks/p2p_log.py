@@ -1,12 +1,14 @@
 """Which sends and receives each rank made: read after a hang or a crash, it says who waits for whom.
 
-A check that runs a send/recv answer (lesson 07's 1F1B stage) logs every point-to-point call
-a rank makes to a file of its own, one line per call, written before the call starts. When
+A check that runs a send/recv answer (lesson 07's 1F1B stage, lesson 02's rings) logs every
+point-to-point call a rank makes to a file of its own, one line per call ('op peer elements':
+the rank the call names and the size of its tensor), written before the call starts. When
 the ranks hang (or one dies inside a send or recv: `segfaulted`), the check reads the files
 back in the notebook's process: a call that names a
 rank that is not a neighbour is evidence of a wrong peer; a rank waiting for message k from a
 peer that sent fewer than k, while the peer itself waits, is evidence of calls in the wrong
-order. The message then says which, instead of guessing from the stacks alone.
+order; a receive whose buffer differs in size from the message its peer sent is evidence of
+a wrong chunk. The message then says which, instead of guessing from the stacks alone.
 
 Introduced in exercises/07-pipeline-parallelism.ipynb (the 1F1B check).
 """
@@ -18,7 +20,9 @@ import os
 import re
 import signal
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Any, Callable, Iterator
+
+import torch
 
 from ddp_lab.instruments.collectives import replacing_dist_calls
 
@@ -29,10 +33,12 @@ _CALL_FRAME = re.compile(r'distributed_c10d\.py", line \d+ in (isend|irecv|send|
 
 @dataclass(frozen=True)
 class Call:
-    """One point-to-point call: 'send', 'isend', 'recv' or 'irecv', and the rank it names (None: any)."""
+    """One point-to-point call: 'send', 'isend', 'recv' or 'irecv', the rank it names (None: any) and the number
+    of elements of its tensor (for a receive, of its buffer; None: no tensor, or a line without the number)."""
 
     op: str
     peer: int | None
+    elements: int | None = None
 
 
 def log_path(directory: str, rank: int) -> str:
@@ -41,48 +47,76 @@ def log_path(directory: str, rank: int) -> str:
 
 
 @contextlib.contextmanager
-def logging_point_to_point(path: str) -> Iterator[None]:
-    """Inside a rank: append 'op peer' to `path` before every send/isend/recv/irecv the block makes; 'returned' at the end.
+def watching_point_to_point(watch: Callable[[str, Any, Any], None]) -> Iterator[None]:
+    """Inside a rank: call `watch(op, tensor, peer)` before every send/isend/recv/irecv the block makes, with the
+    tensor and the rank the call was given (None where it was not given).
 
-    Only the outermost call is logged (torch's dist.recv calls dist.irecv itself).
+    Only the outermost call is watched (torch's dist.recv calls dist.irecv itself).
     """
     depth = []
-    with open(path, "a", buffering=1, encoding="utf-8") as log:  # line-buffered: a hang still leaves the lines
-        def logged(name):
-            def make(original):
-                def call(*args, **kwargs):
-                    if not depth:
-                        peer = args[1] if len(args) > 1 else kwargs.get(_PEER[name])
-                        log.write(f"{name} {peer if isinstance(peer, int) else '-'}\n")
-                    depth.append(1)
-                    try:
-                        return original(*args, **kwargs)
-                    finally:
-                        depth.pop()
-                return call
-            return make
 
-        with replacing_dist_calls({name: logged(name) for name in _PEER}):
+    def watched(name):
+        def make(original):
+            def call(*args, **kwargs):
+                if not depth:
+                    watch(name, args[0] if args else kwargs.get("tensor"),
+                          args[1] if len(args) > 1 else kwargs.get(_PEER[name]))
+                depth.append(1)
+                try:
+                    return original(*args, **kwargs)
+                finally:
+                    depth.pop()
+            return call
+        return make
+
+    with replacing_dist_calls({name: watched(name) for name in _PEER}):
+        yield
+
+
+@contextlib.contextmanager
+def logging_point_to_point(path: str) -> Iterator[None]:
+    """Inside a rank: append 'op peer elements' to `path` before every send/isend/recv/irecv the block makes
+    ('-' for a peer or a tensor that is missing); 'returned' at the end.
+
+    Only the outermost call is logged (`watching_point_to_point`).
+    """
+    with open(path, "a", buffering=1, encoding="utf-8") as log:  # line-buffered: a hang still leaves the lines
+        def write(op, tensor, peer):
+            log.write(f"{op} {peer if isinstance(peer, int) else '-'} "
+                      f"{tensor.numel() if torch.is_tensor(tensor) else '-'}\n")
+
+        with watching_point_to_point(write):
             yield
         log.write("returned\n")
 
 
+def read_log(path: str) -> tuple[list[Call], bool] | None:
+    """One rank's log: (its calls in order, whether the logged block returned), or None if the file is missing.
+
+    A line 'op peer', without the number of elements, reads as a call whose elements are None.
+    """
+    try:
+        with open(path, encoding="utf-8") as file:
+            lines = file.read().split("\n")
+    except OSError:
+        return None
+    calls = []
+    for line in lines:
+        op, _, numbers = line.partition(" ")
+        if op in _PEER:
+            peer, _, elements = numbers.partition(" ")
+            calls.append(Call(op, _integer(peer), _integer(elements)))
+    return calls, "returned" in lines
+
+
 def read_logs(directory: str, world_size: int) -> dict[int, tuple[list[Call], bool]] | None:
-    """{rank: (its calls in order, whether its function returned)}, or None if a log is missing."""
-    logs = {}
-    for rank in range(world_size):
-        try:
-            with open(log_path(directory, rank), encoding="utf-8") as file:
-                lines = file.read().split("\n")
-        except OSError:
-            return None
-        calls = []
-        for line in lines:
-            op, _, peer = line.partition(" ")
-            if op in _PEER:
-                calls.append(Call(op, int(peer) if peer.lstrip("-").isdigit() else None))
-        logs[rank] = (calls, "returned" in lines)
-    return logs
+    """{rank: (its calls in order, whether the logged block returned)}, or None if a log is missing (`read_log`)."""
+    logs = {rank: read_log(log_path(directory, rank)) for rank in range(world_size)}
+    return None if None in logs.values() else logs
+
+
+def _integer(word: str) -> int | None:
+    return int(word) if word.lstrip("-").isdigit() else None
 
 
 def non_neighbour_calls(logs: dict[int, tuple[list[Call], bool]], world_size: int) -> list[str]:
