@@ -131,6 +131,15 @@ def accumulate_gradients(ddp_model, micro_batches):
     (F.mse_loss(ddp_model(x_last), y_last) / len(micro_batches)).backward()
 
 
+def accumulates_past_ddp(ddp_model, micro_batches):
+    """Right: the micro-batches but the last run through the wrapped module itself, which skips DDP's sync as
+    no_sync does; the last through DDP, whose backward all-reduces once."""
+    *first, (x_last, y_last) = micro_batches
+    for x, y in first:
+        (F.mse_loss(ddp_model.module(x), y) / len(micro_batches)).backward()
+    (F.mse_loss(ddp_model(x_last), y_last) / len(micro_batches)).backward()
+
+
 def sync_every_micro_batch(ddp_model, micro_batches):
     for x, y in micro_batches:
         (F.mse_loss(ddp_model(x), y) / len(micro_batches)).backward()
@@ -237,9 +246,15 @@ ACCUMULATE_MISTAKES = [
 
 @pytest.fixture(scope="module")
 def accumulate_results():
-    """Every mistaken answer run by the check's own runner, one after the other in one launch of 2 ranks."""
-    answers = tuple(answer for answer, _ in ACCUMULATE_MISTAKES)
+    """Every mistaken answer (and one right one) run by the check's own runner, one after the other in one launch of
+    2 ranks."""
+    answers = (*(answer for answer, _ in ACCUMULATE_MISTAKES), accumulates_past_ddp)
     return dict(zip(answers, lesson05.run_accumulate_gradients_answers(answers)))
+
+
+def test_accumulate_gradients_accepts_forwards_past_ddp(accumulate_results):
+    assert lesson05.judge_accumulate_gradients("accumulates_past_ddp", accumulate_results[accumulates_past_ddp]) \
+        .startswith("accumulates_past_ddp: 3 micro-batches == one big batch, with 1 all-reduce")
 
 
 @pytest.mark.parametrize("answer, feedback", ACCUMULATE_MISTAKES, ids=[answer.__name__ for answer, _ in ACCUMULATE_MISTAKES])

@@ -192,13 +192,16 @@ def _accumulate_one(rank: int, accumulate_gradients) -> dict:
     # the first parameter: DDP reads the flag in forward, so the two can disagree.
     synced: dict[str, list[bool]] = {"forward": [], "backward": []}
     model.register_forward_pre_hook(lambda module, args: synced["forward"].append(module.require_backward_grad_sync))
+    # every forward of the wrapped model, through DDP or past it (ddp_model.module(x), which skips DDP's sync too)
+    forwards: list[int] = []
+    model.module.register_forward_pre_hook(lambda module, args: forwards.append(1))
     next(model.parameters()).register_hook(lambda grad: synced["backward"].append(model.require_backward_grad_sync))
     x, y = (t.chunk(WORLD_SIZE)[rank] for t in _data())
     micro = list(zip(x.chunk(MICRO_BATCHES), y.chunk(MICRO_BATCHES)))
     before = [p.detach().clone() for p in model.parameters()]
     call_case(accumulate_gradients, f"accumulating {MICRO_BATCHES} micro-batches on rank {rank}", model, micro)
     return {"grads": [None if p.grad is None else p.grad.clone() for p in model.parameters()],
-            "all_reduces": len(calls), "synced": synced,
+            "all_reduces": len(calls), "synced": synced, "forwards": len(forwards),
             "stepped": any(not torch.equal(b, p.detach()) for b, p in zip(before, model.parameters()))}
 
 
@@ -247,7 +250,7 @@ def judge_accumulate_gradients(name: str, results: list[dict]) -> str:
         if all(grad is None for grad in got["grads"]):
             raise CheckFailed(f"rank {rank}: every p.grad is None: no backward ran.\nHint: run forward and "
                               "backward on each micro-batch's loss.")
-        forwards, backwards = len(got["synced"]["forward"]), len(got["synced"]["backward"])
+        forwards, backwards = got["forwards"], len(got["synced"]["backward"])
         if forwards != MICRO_BATCHES or backwards != MICRO_BATCHES:
             raise CheckFailed(f"rank {rank}: {forwards} forward(s) and {backwards} backward(s) for "
                               f"{MICRO_BATCHES} micro-batches.\nHint: accumulation runs one forward and one backward "
