@@ -272,3 +272,19 @@ def test_a_stub_is_named_not_written_before_any_rank_starts(monkeypatch):
     monkeypatch.setattr(lesson05, "run_answers_on_ranks", None)   # starting ranks would raise TypeError
     with pytest.raises(CheckFailed, match=r"^accumulate_gradients_stub is not written yet: it raised NotImplementedError"):
         check_accumulate_gradients(accumulate_gradients_stub)
+
+
+def accumulates_over_three_written(ddp_model, micro_batches):
+    *first, (x_last, y_last) = micro_batches
+    with ddp_model.no_sync():
+        for x, y in first:
+            (F.mse_loss(ddp_model(x), y) / 3).backward()   # the check's number of micro-batches, written in
+    (F.mse_loss(ddp_model(x_last), y_last) / 3).backward()
+
+
+def test_a_divisor_written_as_a_number_is_refused_before_any_rank_starts(monkeypatch):
+    monkeypatch.setattr(lesson05, "run_accumulate_gradients_answers", None)   # starting ranks would raise TypeError
+    with pytest.raises(CheckFailed, match=r"^accumulates_over_three_written divides a loss by 3, a number written in "
+                                          r"the code \(`\(F\.mse_loss\(ddp_model\(x\), y\) / 3\)\.backward\(\)`\)\.\n"
+                                          r"Hint: divide by len\(micro_batches\)"):
+        check_accumulate_gradients(accumulates_over_three_written)

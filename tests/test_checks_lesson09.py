@@ -355,3 +355,21 @@ def test_zero1_names_wrong_answers(init, step, feedback, zero1_results):
 def test_zero1_rejects_wrong_answers(init, step, feedback):
     with pytest.raises(CheckFailed, match=feedback):
         check_zero1(init, step)
+
+
+def zero1_step_over_two_written(params, shards, optimizer):
+    rank = dist.get_rank()
+    for p, s in zip(params, shards):
+        dist.all_reduce(p.grad)
+        p.grad /= 2                                   # the check's number of ranks, written in
+        s.grad = p.grad.reshape(-1).chunk(2)[rank]
+    optimizer.step()
+    for p, s in zip(params, shards):
+        dist.all_gather(list(p.detach().view(-1).chunk(2)), s.detach())
+
+
+def test_a_divisor_written_as_a_number_is_refused_before_any_rank_starts(monkeypatch):
+    monkeypatch.setattr(lesson09, "run_zero1_answers", None)   # starting ranks would raise TypeError
+    with pytest.raises(CheckFailed, match=r"^zero1_step_over_two_written divides a gradient by 2, a number written in "
+                                          r"the code \(`p\.grad /= 2`\)\.\nHint: divide by dist\.get_world_size\(\)"):
+        lesson09.check_zero1(zero1_init, zero1_step_over_two_written)

@@ -249,3 +249,18 @@ def test_average_gradients_stub_says_not_written_before_any_rank_starts(monkeypa
     monkeypatch.setattr(lesson10, "run_answers_on_ranks", None)   # starting ranks would raise TypeError
     with pytest.raises(CheckFailed, match=r"^average_stub is not written yet: it raised NotImplementedError"):
         check_average_gradients(average_stub)
+
+
+def averages_over_a_written_dp_size(model, mesh):
+    for p in model.parameters():
+        grad = p.grad.to_local()
+        dist.all_reduce(grad, group=mesh["dp"].get_group())
+        grad.div_(3)                                  # the check's dp size, written in
+
+
+def test_a_divisor_written_as_a_number_is_refused_before_any_rank_starts(monkeypatch):
+    monkeypatch.setattr(lesson10, "run_average_gradients_answers", None)   # starting ranks would raise TypeError
+    with pytest.raises(CheckFailed, match=r"^averages_over_a_written_dp_size divides a gradient by 3, a number written "
+                                          r"in the code \(`grad\.div_\(3\)`\)\.\nHint: divide by the dp dimension's "
+                                          r"size, mesh\['dp'\]\.size\(\)"):
+        check_average_gradients(averages_over_a_written_dp_size)

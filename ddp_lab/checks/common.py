@@ -256,13 +256,24 @@ def division_into_a_new_tensor(fn) -> str | None:
 
 
 
-def numeric_divisor(fn) -> tuple[str, str] | None:
-    """(the number, the line) of the first division in fn's source of a gradient by a number written as such
-    (`p.grad /= 3`, `grad = grad / 2`, `p.grad.div_(4)`, `torch.div(p.grad, 2)`), or None (none, or no source).
+def refuse_written_divisor(fn, name: str, what: str, divide_by: str, divided: tuple[str, ...] = ("grad",)) -> None:
+    """CheckFailed, before any rank starts, if fn divides `what` by a number written in its code (`numeric_divisor`)
+    where it must divide by `divide_by` (a count the run decides: the world size, the number of micro-batches).
 
-    Evidence for a check whose answer must divide by the world size it runs on (lesson 04): a number that happens to
-    equal the check's world size passes there, and averages wrongly on any other.
+    A number that equals the check's count passes there and is wrong in every other run (lessons 04, 05, 09, 10).
     """
+    written = numeric_divisor(fn, divided)
+    if written is not None:
+        number, line = written
+        raise CheckFailed(f"{name} divides {what} by {number}, a number written in the code (`{line}`).\n"
+                          f"Hint: divide by {divide_by}: the same function must work for 2 or 64 of them, and "
+                          "this check runs with its own number.")
+
+
+def numeric_divisor(fn, divided: tuple[str, ...] = ("grad",)) -> tuple[str, str] | None:
+    """(the number, the statement) of the first division in fn's source of something whose text names one of
+    `divided` by a number written as such (`p.grad /= 3`, `grad = grad / 2`, `p.grad.div_(4)`, `torch.div(p.grad,
+    2)`, `loss / 3`), or None (none, or no source to read)."""
     try:
         source = textwrap.dedent(inspect.getsource(fn))
         tree = ast.parse(source)
@@ -271,18 +282,18 @@ def numeric_divisor(fn) -> tuple[str, str] | None:
     found = []
     for node in ast.walk(tree):
         if isinstance(node, (ast.BinOp, ast.AugAssign)) and isinstance(node.op, ast.Div):
-            divided, divisor = (node.left, node.right) if isinstance(node, ast.BinOp) else (node.target, node.value)
+            dividend, divisor = (node.left, node.right) if isinstance(node, ast.BinOp) else (node.target, node.value)
         elif isinstance(node, ast.Call) and ast.unparse(node.func).split(".")[-1] in ("div", "div_", "true_divide",
                                                                                      "divide"):
             method = isinstance(node.func, ast.Attribute) and ast.unparse(node.func.value) != "torch"
             arguments = [node.func.value, *node.args] if method else list(node.args)
             if len(arguments) < 2:
                 continue
-            divided, divisor = arguments[0], arguments[1]
+            dividend, divisor = arguments[0], arguments[1]
         else:
             continue
         number = isinstance(divisor, ast.Constant) and type(divisor.value) in (int, float) and divisor.value != 1
-        if number and "grad" in ast.unparse(divided):
+        if number and any(word in ast.unparse(dividend) for word in divided):
             found.append((node, ast.unparse(divisor)))
     if not found:
         return None

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 
 from ddp_lab.checks import CheckFailed, passed
 from ddp_lab.checks.common import (call_case, division_into_a_new_tensor, ensure_written, first_mismatch,
-                                   numeric_divisor, run_answers_on_ranks, run_on_ranks)
+                                   refuse_written_divisor, run_answers_on_ranks, run_on_ranks)
 from ddp_lab.instruments.collectives import watching_collectives
 
 WORLD_SIZE = 2           # sync_initial_state
@@ -78,12 +78,7 @@ def check_average_gradients(average_gradients, timeout: float = 30.0) -> None:
     """
     ensure_written(average_gradients)
     name = getattr(average_gradients, "__name__", "average_gradients")
-    written = numeric_divisor(average_gradients)
-    if written is not None:
-        number, line = written
-        raise CheckFailed(f"{name} divides a gradient by {number}, a number written in the code (`{line}`).\n"
-                          "Hint: divide by dist.get_world_size(): the same function must average over 2 ranks or 64, "
-                          "and this check runs on its own number of them.")
+    refuse_written_divisor(average_gradients, name, "a gradient", "dist.get_world_size(), the number of ranks")
     passed(judge_average_gradients(name, run_average_answers((average_gradients,), timeout, name)[0],
                                    division_into_a_new_tensor(average_gradients)))
 

@@ -21,7 +21,8 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.nn import functional as F
 
 from ddp_lab.checks import CheckFailed, passed
-from ddp_lab.checks.common import call_case, ensure_written, first_mismatch, run_answers_on_ranks
+from ddp_lab.checks.common import (call_case, ensure_written, first_mismatch, refuse_written_divisor,
+                                   run_answers_on_ranks)
 
 # (dataset size, world size, epoch, seed): divisible, padded, fewer samples than ranks, fewer than
 # half as many (the padding repeats the permutation more than once), a later epoch, another seed.
@@ -232,6 +233,8 @@ def check_accumulate_gradients(accumulate_gradients, timeout: float = 30.0) -> N
     """
     ensure_written(accumulate_gradients)
     name = getattr(accumulate_gradients, "__name__", "accumulate_gradients")
+    refuse_written_divisor(accumulate_gradients, name, "a loss", "len(micro_batches), the number of micro-batches",
+                           divided=("loss",))
     passed(judge_accumulate_gradients(name, run_accumulate_gradients_answers((accumulate_gradients,), timeout, name)[0]))
 
 

@@ -25,8 +25,8 @@ import torch.nn.functional as F
 
 from ddp_lab.checks import CheckFailed, passed
 from ddp_lab.checks.common import (answer_raised, call_case, describe, division_into_a_new_tensor, ensure_written,
-                                   first_mismatch, package_answer_used, run_answers_on_ranks, run_on_ranks,
-                                   watching_calls)
+                                   first_mismatch, package_answer_used, refuse_written_divisor, run_answers_on_ranks,
+                                   run_on_ranks, watching_calls)
 from ddp_lab.course.mesh import mesh_groups
 from ddp_lab.course.rank_layout import RankLayout
 from ddp_lab.instruments.mesh_traffic import count_mesh_traffic
@@ -257,6 +257,7 @@ def check_average_gradients(average_gradients, timeout: float = 60.0) -> None:
     """
     ensure_written(average_gradients)
     name = getattr(average_gradients, "__name__", "average_gradients")
+    refuse_written_divisor(average_gradients, name, "a gradient", "the dp dimension's size, mesh['dp'].size()")
     passed(judge_average_gradients(name, run_average_gradients_answers((average_gradients,), timeout, name)[0],
                                    division_into_a_new_tensor(average_gradients)))
 
