@@ -17,6 +17,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from ddp_lab.checks import CheckFailed
+from ddp_lab.checks import lesson16
 from ddp_lab.checks.lesson16 import (QUORUM, REPLICAS, _diloco_runner, _recover_hang_hint, _recover_runner,
                                      check_train_diloco, judge_diloco, judge_recovery)
 from ddp_lab.launcher.launch import launch
@@ -208,3 +209,31 @@ def test_recovery_names_the_source_that_skipped_the_broadcast(recover_results):
 def test_recovery_hang_hint_when_every_rank_waits():
     hint = _recover_hang_hint({"recv"}, {0: "recv", 1: "recv", 2: "recv"})
     assert "all 3 ranks wait" in hint and "the other ranks never call" not in hint
+
+
+def diloco_over_two_written(model, batches, inner_steps):
+    inner = torch.optim.AdamW(model.parameters(), lr=0.01)
+    global_params = [p.detach().clone() for p in model.parameters()]
+    outer = torch.optim.SGD(global_params, lr=0.7, momentum=0.9, nesterov=True)
+    for step, (x, y) in enumerate(batches):
+        inner.zero_grad()
+        F.mse_loss(model(x), y).backward()
+        inner.step()
+        if (step + 1) % inner_steps == 0:
+            with torch.no_grad():
+                for g, p in zip(global_params, model.parameters()):
+                    delta = g - p
+                    dist.all_reduce(delta)
+                    g.grad = delta / 2                  # the check's number of replicas, written in
+                outer.step()
+                for g, p in zip(global_params, model.parameters()):
+                    p.copy_(g)
+
+
+def test_a_divisor_written_as_a_number_is_refused_before_any_rank_starts(monkeypatch):
+    monkeypatch.setattr(lesson16, "run_on_ranks", None)   # starting ranks would raise TypeError
+    with pytest.raises(CheckFailed, match=r"^diloco_over_two_written divides a pseudo-gradient by 2, a number written "
+                                          r"in the code \(`g\.grad = delta / 2`\)\.\nHint: divide by the number of "
+                                          r"replicas"):
+        lesson16.check_train_diloco(diloco_over_two_written)
+

@@ -16,6 +16,7 @@ import torch
 import torch.distributed as dist
 
 from ddp_lab.checks import CheckFailed
+from ddp_lab.checks import lesson17
 from ddp_lab.checks.common import division_into_a_new_tensor
 from ddp_lab.checks.lesson17 import WORLD, check_to_fp8, judge_scaler, scaler_runs
 from ddp_lab.course.low_precision import fp8
@@ -314,3 +315,19 @@ def test_fp8_check_says_a_stub_is_not_written():
 
     with pytest.raises(CheckFailed, match="not written yet"):
         check_to_fp8(to_fp8)
+
+
+def unscales_by_a_written_scale(params, optimizer, scale, max_norm):
+    for p in params:
+        p.grad.div_(1024.0)                             # the check's scale, written in
+    optimizer.step()
+    return True
+
+
+def test_a_divisor_written_as_a_number_is_refused_before_any_rank_starts(monkeypatch):
+    monkeypatch.setattr(lesson17, "run_on_ranks", None)   # starting ranks would raise TypeError
+    with pytest.raises(CheckFailed, match=r"^unscales_by_a_written_scale divides a gradient by 1024\.0, a number "
+                                          r"written in the code \(`p\.grad\.div_\(1024\.0\)`\)\.\nHint: divide by "
+                                          r"scale, the argument"):
+        lesson17.check_unscale_clip_and_step(unscales_by_a_written_scale)
+

@@ -28,7 +28,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from ddp_lab.checks import CheckFailed, passed
-from ddp_lab.checks.common import CaseFailed, call_case, ensure_written, run_on_ranks, watching_calls
+from ddp_lab.checks.common import (CaseFailed, call_case, ensure_written, refuse_written_divisor, run_on_ranks,
+                                   watching_calls)
 from ddp_lab.course.communicate_less import diloco, quorum
 from ddp_lab.instruments.collectives import replacing_dist_calls, watching_collectives
 
@@ -164,6 +165,8 @@ def check_train_diloco(train_diloco, timeout: float = 30.0) -> None:
     """
     ensure_written(train_diloco)
     name = getattr(train_diloco, "__name__", "train_diloco")
+    refuse_written_divisor(train_diloco, name, "a pseudo-gradient", "the number of replicas, dist.get_world_size()",
+                           divided=("delta", "grad", "pseudo"))
     results = run_on_ranks(_diloco_runner, (train_diloco,), REPLICAS, timeout, name, timeout_hint=_diloco_hang_hint)
     judge_diloco(name, results)
 
