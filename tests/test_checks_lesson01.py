@@ -64,6 +64,10 @@ def memory_missing_key(n_params, n_activations, world_size, strategy):
     return result
 
 
+def memory_in_floats(n_params, n_activations, world_size, strategy):
+    return {k: v / 1 for k, v in memory_per_device(n_params, n_activations, world_size, strategy).items()}   # / not //
+
+
 def test_memory_accepts_the_right_answer(capsys):
     check_memory_per_device(memory_per_device)
     assert capsys.readouterr().out.startswith("✓ memory_per_device matches the reference")
@@ -82,6 +86,7 @@ def test_memory_accepts_the_right_answer(capsys):
     (memory_activations_in_values, r"strategy='single'\)\['activations'\]: expected 1_200_000 bytes, got 300_000\.\n"
                                    r"Hint: that is the number of activations values: return bytes"),
     (memory_missing_key, r"should return a dict with keys \['params', 'grads', 'optimizer', 'activations'\]"),
+    (memory_in_floats, r"\['params'\] is 4800000\.0, a float; bytes are whole numbers\.\nHint: divide with //"),
 ])
 def test_memory_rejects(wrong, feedback):
     with pytest.raises(CheckFailed, match=feedback):

@@ -30,6 +30,12 @@ def state_bytes(n_params, stage, world_size, precision="fp32"):
             for name, size in zip(NAMES, PER_PARAM[precision])}
 
 
+def state_bytes_in_floats(n_params, stage, world_size, precision="fp32"):
+    sharded = NAMES[3 - stage:]
+    return {name: n_params * size / (world_size if name in sharded else 1)   # / where // is meant
+            for name, size in zip(NAMES, PER_PARAM[precision])}
+
+
 def blank_state_bytes(n_params, stage, world_size, precision="fp32"):
     raise NotImplementedError("per_param = (4, 4, 8) or (2, 2, 12)")
 
@@ -87,6 +93,7 @@ def test_state_bytes_accepts_the_solution(capsys):
     (mixed_weights_in_fp32, r"(?s)precision='bf16'\)\['params'\] is 4000, expected 2000.*params are bf16/fp16: "
                             r"2 bytes"),
     (fp16_as_fp32, r"(?s)precision='fp16'\)\['params'\] is 4000, expected 2000.*params are bf16/fp16: 2 bytes"),
+    (state_bytes_in_floats, r"\['params'\] is \d+\.0, a float; bytes are whole numbers\.\nHint: divide with //"),
     (returns_a_total, r"returned 16000; expected a dict with the keys \['params', 'grads', 'optimizer'\]"),
     (the_package_formula, r"^the_package_formula calls ddp_lab.course.sharding.state_bytes.state_bytes_per_rank, the "
                           r"package's own answer to this exercise"),

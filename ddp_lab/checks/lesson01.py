@@ -45,6 +45,11 @@ def check_memory_per_device(fn) -> None:
                 keys = sorted(got) if isinstance(got, dict) else None
                 raise CheckFailed(f"{call} should return a dict with keys {list(COMPONENTS)}, got "
                                   f"{'keys ' + str(keys) if keys is not None else describe(got)}.")
+            floats = [c for c in COMPONENTS if isinstance(got[c], float)]
+            if floats:
+                raise CheckFailed(f"{call}[{floats[0]!r}] is {got[floats[0]]!r}, a float; bytes are whole numbers.\n"
+                                  "Hint: divide with // (floor division) where the sizes split across devices: "
+                                  "/ always returns a float.")
             if got != expected and all(got[c] * 4 == expected[c] for c in COMPONENTS):
                 raise CheckFailed(f"{call}: expected {expected}, got {got}.\nHint: return bytes, not numbers "
                                   "of values: fp32 takes 4 bytes per value.")

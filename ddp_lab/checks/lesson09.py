@@ -63,6 +63,10 @@ def check_state_bytes(state_bytes) -> None:
         if not isinstance(got, dict) or set(got) != set(COMPONENTS):
             raise CheckFailed(f"{case} returned {str(got)[:100]}; expected a dict with the keys "
                               f"{list(COMPONENTS)} (bytes of each on one rank), e.g. {want}.")
+        floats = [component for component in COMPONENTS if isinstance(got[component], float)]
+        if floats:
+            raise CheckFailed(f"{case}[{floats[0]!r}] is {got[floats[0]]!r}, a float; bytes are whole numbers.\n"
+                              "Hint: divide with // (floor division): / always returns a float.")
         for component in COMPONENTS:
             if got[component] != want[component]:
                 hint = _formula_hint(component, got[component], n_params, stage, world_size, precision)
