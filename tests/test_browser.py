@@ -42,7 +42,6 @@ import secrets
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -90,10 +89,18 @@ def require(ok: bool, missing: str) -> None:
     pytest.skip(f"browser test needs {missing}")
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+def server_port(runtime: Path, server: subprocess.Popen, timeout: float = 90) -> int:
+    """The port a server started with --port=0 bound: it picks a free one itself (no port chosen here and bound
+    seconds later, when another test's ranks may hold it) and writes it to its runtime file."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            raise RuntimeError(f"jupyter lab exited with {server.returncode}")
+        for info in runtime.glob("jpserver-*.json"):
+            with contextlib.suppress(OSError, ValueError, KeyError):
+                return int(json.loads(info.read_text())["port"])
+        time.sleep(0.2)
+    raise TimeoutError(f"jupyter lab wrote no runtime file to {runtime} within {timeout} s")
 
 
 def wait_for_server(url: str, server: subprocess.Popen, timeout: float = 90) -> None:
@@ -193,8 +200,7 @@ def lab(tmp_path_factory):
     git(root, "init", "-q")
     git(root, "add", "-A")
     git(root, "-c", "user.name=test", "-c", "user.email=test@localhost", "commit", "-q", "-m", "the course")
-    port = free_port()
-    before, env, arguments = make_lab_recipe(port)
+    before, env, arguments = make_lab_recipe(0)   # port 0: the server binds a free one (server_port)
     assert before == [f"{VENV_PYTHON_IN_MAKEFILE} tools/my_work.py"], f"make lab first runs {before}"
     my_work.make_my_work(root)  # what that command does, in the copy
     assert env["PATH"].startswith(env[DDP_LAB_VENV_BIN] + ":"), env
@@ -204,7 +210,7 @@ def lab(tmp_path_factory):
         "argv": [sys.executable, "-c", OTHER_PYTHON_START, "-f", "{connection_file}"],
         "display_name": f"Python {OTHER_PYTHON_VERSION} (another Python)", "language": "python"}))
     env["JUPYTER_PATH"] = str(tmp_path / "jupyter-data")
-    with serving(tmp_path, arguments + ["--LabApp.expose_app_in_browser=True"], port, cwd=root,
+    with serving(tmp_path, arguments + ["--LabApp.expose_app_in_browser=True"], cwd=root,
                  log_name="browser-make-lab-jupyterlab.log", env=env) as (base, token, remember_processes):
         with sync_playwright() as playwright:
             browser = playwright.chromium.launch_persistent_context(
@@ -217,8 +223,8 @@ def lab(tmp_path_factory):
 
 
 @contextlib.contextmanager
-def serving(tmp_path: Path, arguments: list[str], port: int, cwd: Path, log_name: str, env: dict | None = None):
-    """Run `jupyter <arguments>` headless on 127.0.0.1 with a random token and fresh settings.
+def serving(tmp_path: Path, arguments: list[str], cwd: Path, log_name: str, env: dict | None = None):
+    """Run `jupyter <arguments>` (with --port=0) headless on 127.0.0.1 with a random token and fresh settings.
 
     Yields (base_url, token, remember_processes). On exit the server is stopped, its log is
     copied to artifacts/log_name, and every process remembered must be gone.
@@ -238,9 +244,9 @@ def serving(tmp_path: Path, arguments: list[str], port: int, cwd: Path, log_name
         [str(jupyter), *arguments, "--no-browser", f"--ServerApp.token={token}", "--ServerApp.ip=127.0.0.1",
          "--ServerApp.port_retries=0"],
         env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=cwd)
-    base = f"http://127.0.0.1:{port}"
     descendants: list[psutil.Process] = []
     try:
+        base = f"http://127.0.0.1:{server_port(tmp_path / 'runtime', server)}"
         wait_for_server(f"{base}/api/status?token={token}", server)
         yield base, token, lambda: descendants.extend(psutil.Process(server.pid).children(recursive=True))
     finally:
