@@ -211,6 +211,8 @@ def _kernels_talk_over_unix_sockets(config: pytest.Config) -> None:
     socket's path is this kernel's alone. What a cell sees does not depend on the transport."""
     from jupyter_client.provisioning.local_provisioner import LocalProvisioner   # lazy: only when kernels start
 
+    from ddp_lab.checks.grade import kernel_socket_settings   # what `python -m ddp_lab grade` gives its kernels
+
     folder = tempfile.mkdtemp(prefix="ddp-lab-sockets-")   # short: a socket's path may not exceed 107 bytes
     config.add_cleanup(lambda: shutil.rmtree(folder, ignore_errors=True))
     kernels = itertools.count()
@@ -219,8 +221,11 @@ def _kernels_talk_over_unix_sockets(config: pytest.Config) -> None:
     async def pre_launch_over_unix_sockets(self, **kwargs):
         manager = self.parent
         if manager is not None and manager.transport == "tcp" and not self.ports_cached:   # a restart keeps its own
-            manager.transport, manager.cache_ports = "ipc", False
-            manager.ip = os.path.join(folder, f"kernel-{next(kernels)}")   # jupyter_client adds -1 ... -5
+            own = os.path.join(folder, str(next(kernels)))
+            os.mkdir(own)
+            settings = kernel_socket_settings(own)
+            if settings:
+                manager.transport, manager.ip, manager.cache_ports = settings["transport"], settings["ip"], False
         return await pre_launch(self, **kwargs)
 
     LocalProvisioner.pre_launch = pre_launch_over_unix_sockets

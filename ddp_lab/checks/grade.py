@@ -131,21 +131,28 @@ def grade_notebook(path: Path, timeout: int = CELL_TIMEOUT_S) -> list[Row]:
     return executed_rows(notebook, path.stem)
 
 
-def kernel_sockets_config(folder: str):
-    """Settings for a grading kernel that talks to ddp_lab over Unix sockets in `folder`, where ZeroMQ has them
-    (empty elsewhere, e.g. Windows: jupyter_client's TCP ports on 127.0.0.1).
+def kernel_socket_settings(folder: str) -> dict[str, str]:
+    """jupyter_client's KernelManager settings for a kernel that talks over Unix sockets in `folder`, where ZeroMQ has
+    them: {'transport': 'ipc', 'ip': the sockets' path}; {} elsewhere (e.g. Windows: TCP ports on 127.0.0.1).
 
     Over TCP, jupyter_client picks five free ports and the kernel binds them a second or more later; on a busy
     machine (a JupyterHub host, a test run with ranks of its own) another program can take one in between, and the
-    kernel dies before it answers. A socket file in a folder of this grading's own is taken by no one else.
+    kernel dies before it answers. A socket file in a folder of the kernel's own is taken by no one else.
     """
-    import zmq  # lazy: only grading starts kernels
-    from traitlets.config import Config  # lazy: only grading starts kernels
+    import zmq  # lazy: only what starts kernels needs it
 
     ip = os.path.join(folder, "kernel")   # jupyter_client adds -1 ... -5
     if not zmq.has("ipc") or len(ip) + 3 > 100:   # a socket path is limited to about 104-108 bytes
-        return Config()
-    return Config({"KernelManager": {"transport": "ipc", "ip": ip}})
+        return {}
+    return {"transport": "ipc", "ip": ip}
+
+
+def kernel_sockets_config(folder: str):
+    """`kernel_socket_settings` as the traitlets Config a grading NotebookClient passes to its kernel manager."""
+    from traitlets.config import Config  # lazy: only grading starts kernels
+
+    settings = kernel_socket_settings(folder)
+    return Config({"KernelManager": settings}) if settings else Config()
 
 
 _QUIET = logging.getLogger("ddp_lab.grade.nbclient")
