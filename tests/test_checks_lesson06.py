@@ -12,6 +12,7 @@ import os
 import pytest
 import torch
 import torch.distributed as dist
+from torch.distributed import init_process_group
 
 from ddp_lab.checks import CheckFailed
 from ddp_lab.checks.lesson06 import check_device_and_ddp_kwargs, check_pick_backend, check_setup_from_env
@@ -180,6 +181,11 @@ def setup_from_env(backend):
     return {"rank": rank, "local_rank": local_rank, "world_size": world_size}
 
 
+def torchruns_numbers():
+    return {"rank": int(os.environ["RANK"]), "local_rank": int(os.environ["LOCAL_RANK"]),
+            "world_size": int(os.environ["WORLD_SIZE"])}
+
+
 def setup_reads_only(backend):
     """Wrong: reads the variables but never creates the process group."""
     return {"rank": int(os.environ["RANK"]), "local_rank": int(os.environ["LOCAL_RANK"]),
@@ -210,12 +216,12 @@ def setup_nccl(backend):
 def setup_backend_from_cuda(backend):
     """Wrong: chooses the backend itself instead of taking the caller's."""
     dist.init_process_group("nccl" if torch.cuda.is_available() else dist.Backend.GLOO)
-    return setup_reads_only(backend)
+    return torchruns_numbers()
 
 
 def setup_backend_from_the_environment(backend):
     dist.init_process_group(backend=os.environ.get("BACKEND", "gloo"))
-    return setup_reads_only(backend)
+    return torchruns_numbers()
 
 
 def setup_gloo_hard_coded(backend):
@@ -228,7 +234,7 @@ def setup_gloo_hard_coded(backend):
 
 def setup_nccl_as_keyword(backend):
     dist.init_process_group(backend="nccl")
-    return setup_reads_only(backend)
+    return torchruns_numbers()
 
 
 def setup_only_on_rank_0(backend):
@@ -339,3 +345,46 @@ def test_exercise_notebook_stubs_fail_their_checks():
     for check, name in checks:
         with pytest.raises(CheckFailed, match=f"{name} is not written yet"):
             check(namespace[name])
+
+
+def setup_branches_on_the_backend(backend):
+    """Right: reads its backend, then writes each branch's name out."""
+    rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    if backend == "nccl":
+        dist.init_process_group("nccl", rank=rank, world_size=world_size)
+    else:
+        dist.init_process_group("gloo", rank=rank, world_size=world_size)
+    return {"rank": rank, "local_rank": int(os.environ["LOCAL_RANK"]), "world_size": world_size}
+
+
+def setup_through_a_helper(backend):
+    """Right: passes its backend to a helper of its own."""
+    def join(name):
+        dist.init_process_group(name, rank=int(os.environ["RANK"]), world_size=int(os.environ["WORLD_SIZE"]))
+    join(backend)
+    return {"rank": int(os.environ["RANK"]), "local_rank": int(os.environ["LOCAL_RANK"]),
+            "world_size": int(os.environ["WORLD_SIZE"])}
+
+
+@pytest.mark.parametrize("answer", [setup_branches_on_the_backend, setup_through_a_helper])
+def test_a_backend_the_answer_reads_is_not_called_written_in(answer):
+    """The source reader refuses only a function that never reads its backend (no launch needed to see it)."""
+    from ddp_lab.checks.lesson06 import _hard_coded_backend
+
+    assert _hard_coded_backend(answer) is None
+    assert _hard_coded_backend(setup_gloo_hard_coded) == "'gloo'"
+
+
+def setup_imports_the_function(backend):
+    """Wrong, and out of the rank's check's sight (`init_process_group` imported by name at the top of the file, as a
+    notebook's first cell may: bound before the check replaces dist's): this node's world size."""
+    rank, world_size = int(os.environ["RANK"]), int(os.environ["LOCAL_WORLD_SIZE"])
+    init_process_group(backend, rank=rank, world_size=world_size)
+    return {"rank": rank, "local_rank": int(os.environ["LOCAL_RANK"]), "world_size": world_size}
+
+
+def test_gloos_refusal_still_gets_the_world_size_hint():
+    with pytest.raises(CheckFailed, match=r"(?s)rank 1 failed while running setup_from_env.*Hint: gloo refused a rank "
+                                          r"that is not below the world size.*LOCAL_WORLD_SIZE counts only this node's"):
+        check_setup_from_env(setup_imports_the_function)
+

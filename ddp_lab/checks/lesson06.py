@@ -285,17 +285,27 @@ def check_setup_from_env(setup_from_env, timeout: float = 30.0) -> None:
             refused = error.failures[error.first_rank].exception
             if isinstance(refused, GroupArgumentsRefused) and len(refused.args) == 2:
                 raise CheckFailed(f"rank {error.first_rank}: in {what}, {refused}.\nHint: {refused.args[1]}.") from None
-            raise CheckFailed(failure_message(error, what)) from None
+            raise CheckFailed(failure_message(error, what, _explain_setup)) from None
     for rank, state in enumerate(results):
         _check_rank(what, rank, state)
     passed(f"{what}: 2 ranks on 2 nodes joined one gloo group with the right rank, local rank and world size")
 
 
+def _explain_setup(failure) -> str | None:
+    """A hint where gloo refused a rank not below the world size it was given: for an answer whose
+    init_process_group the rank's own check does not see (imported as a name: `from torch.distributed import
+    init_process_group`)."""
+    if "rank < size" in (failure.details or ""):
+        return ("gloo refused a rank that is not below the world size it was given: world_size is the number of "
+                "processes on ALL nodes, os.environ['WORLD_SIZE'] (LOCAL_WORLD_SIZE counts only this node's).")
+    return None
+
+
 def _hard_coded_backend(fn) -> str | None:
     """The backend expression of an init_process_group call in fn's own source that reads none of fn's parameters
     or local variables (a string, `dist.Backend.GLOO`, `"nccl" if torch.cuda.is_available() else "gloo"`, an
-    environment variable), as written; None if every such call passes something of fn's own (or there is no source
-    to read): evidence that fn ignores the backend it is given."""
+    environment variable), as written, in a function that never reads its first parameter (the backend): evidence
+    that fn ignores the backend it is given. None otherwise, or when there is no source to read."""
     try:
         tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
     except (OSError, TypeError, SyntaxError, IndentationError):
@@ -304,7 +314,11 @@ def _hard_coded_backend(fn) -> str | None:
                     None)
     if function is None:
         return None
-    own = {argument.arg for argument in ast.walk(function.args) if isinstance(argument, ast.arg)}
+    parameters = [argument.arg for argument in function.args.args]
+    if parameters and any(isinstance(node, ast.Name) and node.id == parameters[0] and isinstance(node.ctx, ast.Load)
+                          for node in ast.walk(function)):
+        return None   # the backend it is given is read somewhere (a test of it, a helper it is passed to)
+    own = {argument.arg for argument in ast.walk(function) if isinstance(argument, ast.arg)}
     own |= {node.id for node in ast.walk(function) if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store)}
     for node in ast.walk(function):
         if isinstance(node, ast.Call) and ast.unparse(node.func).split(".")[-1] == "init_process_group":
