@@ -140,6 +140,11 @@ def accumulates_past_ddp(ddp_model, micro_batches):
     (F.mse_loss(ddp_model(x_last), y_last) / len(micro_batches)).backward()
 
 
+def every_forward_past_ddp(ddp_model, micro_batches):
+    for x, y in micro_batches:
+        (F.mse_loss(ddp_model.module(x), y) / len(micro_batches)).backward()
+
+
 def sync_every_micro_batch(ddp_model, micro_batches):
     for x, y in micro_batches:
         (F.mse_loss(ddp_model(x), y) / len(micro_batches)).backward()
@@ -235,6 +240,7 @@ ACCUMULATE_MISTAKES = [
                       r"micro-batch"),
     (summed_losses_one_backward, r"(?s)3 forward\(s\) and 1 backward\(s\) for 3 micro-batches"),
     (blank_accumulate, r"(?s)every p.grad is None: no backward ran"),
+    (every_forward_past_ddp, r"(?s)no all-reduce happened: every forward ran on ddp_model\.module, past DDP"),
     (reduces_by_hand, r"(?s)right gradients, but DDP never all-reduced"),
     (first_synced_not_last, r"(?s)DDP all-reduced in micro-batch \[0\] of 0..2, not in the last"),
     (forward_outside_no_sync, r"(?s)3 all-reduces for 3 micro-batches, although 2 backward\(s\) ran inside "

@@ -267,7 +267,12 @@ def judge_accumulate_gradients(name: str, results: list[dict]) -> str:
                               "all-reduce do it, overlapped with the last backward: run the LAST micro-batch outside "
                               "`with model.no_sync():`.")
         if got["all_reduces"] == 0:
-            if True in got["synced"]["backward"]:
+            past_ddp = forwards - len(got["synced"]["forward"])   # forwards of ddp_model.module itself
+            if past_ddp == forwards:
+                raise CheckFailed(f"rank {rank}: no all-reduce happened: every forward ran on ddp_model.module, "
+                                  "past DDP, so no backward synchronised.\nHint: run the LAST micro-batch through "
+                                  "ddp_model itself (outside `no_sync()`), so that its backward all-reduces.")
+            if True in got["synced"]["backward"] and forwards_off:
                 raise CheckFailed(f"rank {rank}: no all-reduce happened, although a backward ran outside "
                                   "`no_sync()`: its forward ran inside it.\nHint: DDP decides in forward whether "
                                   "the next backward all-reduces (no_sync turns off the flag that DDP's forward "
