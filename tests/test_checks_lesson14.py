@@ -409,10 +409,36 @@ REDUCE_ANSWERS = {
 }
 
 
+def replicated_through_a_flat_buffer_experts_forgotten(replicated, expert, dp_group):
+    flat = torch.cat([p.grad.flatten() for p in replicated])
+    dist.all_reduce(flat)
+    for p, part in zip(replicated, flat.split([p.numel() for p in replicated])):
+        p.grad.copy_(part.view_as(p.grad))
+
+
+def a_counter_reduced_experts_forgotten(replicated, expert, dp_group):
+    dist.all_reduce(torch.ones(1))   # something else entirely
+    for p in replicated:
+        dist.all_reduce(p.grad)
+
+
+# wrong answers whose expert gradients were never all-reduced, and never held in a tensor that was: they get the
+# plain hint, not the one for a reduced copy (the same hint as experts_not_reduced, so kept out of REDUCE_ANSWERS)
+NEVER_REDUCED = (replicated_through_a_flat_buffer_experts_forgotten, a_counter_reduced_experts_forgotten)
+
+
 @pytest.fixture(scope="module")
 def reduce_results():
-    answers = tuple(REDUCE_ANSWERS)
+    answers = (*REDUCE_ANSWERS, *NEVER_REDUCED)
     return dict(zip(answers, lesson14.run_reduce_answers(answers)))
+
+
+@pytest.mark.parametrize("answer", NEVER_REDUCED, ids=lambda answer: answer.__name__)
+def test_reduce_gradients_names_a_gradient_never_reduced_plainly(reduce_results, answer):
+    with pytest.raises(CheckFailed, match=r"(?s)rank 0, expert parameter 0.*not all-reduced: the other rank of your "
+                                          r"dp group") as failure:
+        lesson14.judge_reduce(answer.__name__, reduce_results[answer])
+    assert "dist.all_reduce ran, but not on this p.grad" not in str(failure.value)
 
 
 @pytest.mark.parametrize("answer", REDUCE_ANSWERS, ids=lambda answer: answer.__name__)

@@ -517,27 +517,32 @@ def _reduce_runner(rank: int, answers: tuple) -> list[dict]:
                                                                                ("expert", expert))}
         reduced: list[int] = []   # the storage of every tensor passed to dist.all_reduce
         works: list = []          # (storage, work handle) of every all_reduce started with async_op=True
-        with _recording_all_reduce(reduced, works):
+        given: list = []          # (storage, the values it held before the reduction) of every all_reduce
+        with _recording_all_reduce(reduced, works, given):
             call_case(answer, f"reducing rank {rank}'s gradients", replicated, expert, dp_group)
         in_flight = {pointer for pointer, work in works if not work.is_completed()}   # before the grads are read
+        own = {pointer for pointers in storages.values() for pointer in pointers}
+        elsewhere = [values for pointer, values in given if pointer not in own]   # copies, flat buffers, others
         results.append({"replicated": [p.grad.clone() for p in replicated], "expert": [p.grad.clone() for p in expert],
                         "reduced": {what: [pointer in reduced for pointer in pointers]
                                     for what, pointers in storages.items()},
                         "in_flight": {what: [pointer in in_flight for pointer in pointers]
                                       for what, pointers in storages.items()},
-                        "reduced_elsewhere": len(set(reduced) - {pointer for pointers in storages.values()
-                                                                  for pointer in pointers})})
+                        "copied": {what: [_held_in(g, elsewhere) for g in part]
+                                   for what, part in (("replicated", grads[0]), ("expert", grads[1]))}})
         for _, work in works:     # the next answer starts after this one's all-reduces
             work.wait()
     return results
 
 
-def _recording_all_reduce(reduced: list, works: list):
-    """Inside a rank: record the storage of every tensor dist.all_reduce gets, and the work handle it returns
-    (async_op=True), as (storage, handle)."""
+def _recording_all_reduce(reduced: list, works: list, given: list):
+    """Inside a rank: record the storage of every tensor dist.all_reduce gets, the work handle it returns
+    (async_op=True) as (storage, handle), and the values the tensor held before it as (storage, values)."""
     def make(original):
         def all_reduce(*args, **kwargs):
             tensor = args[0] if args else kwargs.get("tensor")
+            if torch.is_tensor(tensor):
+                given.append((tensor.data_ptr(), tensor.detach().flatten().clone()))
             work = original(*args, **kwargs)
             if torch.is_tensor(tensor):
                 reduced.append(tensor.data_ptr())
@@ -546,6 +551,14 @@ def _recording_all_reduce(reduced: list, works: list):
             return work
         return all_reduce
     return replacing_dist_calls({"all_reduce": make})
+
+
+def _held_in(gradient: torch.Tensor, tensors: list) -> bool:
+    """Whether one of `tensors` (flattened) held `gradient`'s values, whole or as a contiguous run (a copy, a slice
+    of a flat buffer) when it was all-reduced."""
+    values = gradient.flatten()
+    return any(torch.allclose(tensor[start:start + len(values)], values, atol=1e-6)
+               for tensor in tensors for start in range(len(tensor) - len(values) + 1))
 
 
 def run_reduce_answers(answers: tuple, timeout: float = 30.0, name: str = "reduce_gradients") -> list[list[dict]]:
@@ -580,7 +593,7 @@ def judge_reduce(name: str, results: list[dict]) -> str:
                     hint = ("this is the mean: each rank's loss is already its share of the global mean, so the "
                             "gradients add up; all-reduce with SUM and do not divide")
                 elif torch.allclose(got, local[rank][part][i], atol=1e-5) and \
-                        result["reduced_elsewhere"] and not result["reduced"][what][i]:
+                        result["copied"][what][i] and not result["reduced"][what][i]:
                     hint = ("dist.all_reduce ran, but not on this p.grad: it sums in place, into the tensor you pass "
                             "(a copy, a new flat buffer never copied back), and p.grad is what the optimizer reads. "
                             "All-reduce p.grad itself, or copy the result back into it")
