@@ -72,7 +72,7 @@ def _load(path, model, optimizer) -> int:
 
 def _restartable(rank, directory, total_steps, step_fn, keep=("model", "optimizer", "rng"), resume=True,
                  restore_epoch=True, shared=False, set_epoch=True, once_per_epoch=False, elsewhere=None, atomic=True,
-                 numbered=False, reset_position=True):
+                 numbered=False, reset_position=True, later_epoch_offset=0):
     model, optimizer, sampler = _setup(rank)
     path = os.path.join(elsewhere or directory, "checkpoint.pt" if shared else f"rank-{rank}.pt")
     if numbered:   # a file per step, named by the steps done; the latest taken as the last name in sorted order
@@ -81,11 +81,12 @@ def _restartable(rank, directory, total_steps, step_fn, keep=("model", "optimize
     step = _load(path, model, optimizer) if resume and os.path.exists(path) else 0
     per_epoch = math.ceil(len(sampler) / BATCH)
     epoch, position = divmod(step, per_epoch)
+    resumed, offset = step > 0, 0   # offset: added to the epochs after the one a resumed run starts in
     while step < total_steps:
         if reset_position:
             epoch, position = divmod(step, per_epoch)
         if set_epoch:
-            sampler.set_epoch(epoch if restore_epoch else 0)
+            sampler.set_epoch((epoch if restore_epoch else 0) + offset)
         for batch in torch.tensor(list(sampler)).split(BATCH)[position:]:
             if step == total_steps:
                 break
@@ -97,6 +98,7 @@ def _restartable(rank, directory, total_steps, step_fn, keep=("model", "optimize
                 _save(path, model, optimizer, step, keep, atomic)
             dist.barrier()
         restore_epoch = True  # the mistake below only concerns the epoch the run resumes in
+        offset = later_epoch_offset if resumed else 0
         epoch += 1
 
 
@@ -147,6 +149,11 @@ def latest_by_name(rank, directory, total_steps, step_fn):
     """A checkpoint per step, 'rank-0-step-9.pt', and the last name in sorted order taken as the latest: past 10
     checkpoints 'rank-0-step-11.pt' sorts before 'rank-0-step-9.pt'."""
     _restartable(rank, directory, total_steps, step_fn, numbered=True)
+
+
+def numbers_later_epochs_one_too_high(rank, directory, total_steps, step_fn):
+    """Resets the position, but every epoch after the resumed one is set one too high (epoch + 1)."""
+    _restartable(rank, directory, total_steps, step_fn, later_epoch_offset=1)
 
 
 def skips_in_every_later_epoch(rank, directory, total_steps, step_fn):
@@ -213,8 +220,11 @@ def test_the_blank_stub_is_named_without_starting_ranks():
                      r"Hint: pick the checkpoint by its step as a number"),
     (never_sets_the_epoch, r"(?s)^rank 0: the uninterrupted run trained every epoch on epoch 0's batches, in the same "
                            r"order.*sampler\.set_epoch\(epoch\)"),
+    (numbers_later_epochs_one_too_high, r"(?s)^rank 0 trained step 12 on a batch the uninterrupted run never used "
+                                        r"at any step: the data stream was not resumed"),
     (skips_in_every_later_epoch, r"(?s)^rank 0 trained the resumed step 11 on the uninterrupted run's batches, but "
-                                 r"step 12, the first of epoch 4, on a batch the uninterrupted run never used.*Hint: "
+                                 r"step 12, the first of epoch 4, on the batch the uninterrupted run used at step "
+                                 r"14, 2 batches later in that epoch\.\nHint: "
                                  r"skipping the batches already done \(2 on this resume\) applies to the epoch the "
                                  r"run resumes in only"),
     (islices_a_data_loader, r"(?s)^rank 0, step 11: the resumed run started from the random number generator state the "

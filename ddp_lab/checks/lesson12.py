@@ -34,7 +34,7 @@ from ddp_lab.launcher.errors import LaunchError, LaunchTimeout, RankCrashed
 from ddp_lab.launcher.launch import launch
 
 WORLD_SIZE = 2
-TOTAL_STEPS = 13      # the resumed run crosses an epoch's end (step 12 starts epoch 4)
+TOTAL_STEPS = 15      # the resumed run crosses an epoch's end and trains all of epoch 4 (steps 12-14)
 CRASH_AT = 11         # epoch 3, third batch: mid-epoch, not the first epoch, and past 10 checkpoints, so that
                       # step numbers written in names no longer sort as text sorts them ('10' < '9')
 STEPS_PER_EPOCH = 3   # the exercise's data: 24 samples, 2 ranks, batches of 4
@@ -158,11 +158,12 @@ def _batch_hint(rank: int, step: int, got: torch.Tensor, reference: list[dict]) 
     trained on the uninterrupted run's batches (this is the first that differs)."""
     same = [r["step"] for r in reference if torch.equal(r["x"], got)]
     epoch, position = divmod(step, STEPS_PER_EPOCH)
-    if step > CRASH_AT and position == 0 and not same:
+    skipped = CRASH_AT % STEPS_PER_EPOCH   # the batches of its epoch a resume at CRASH_AT skips
+    if step > CRASH_AT and position == 0 and same == [step + skipped]:
         right = f"step {CRASH_AT}" if step - 1 == CRASH_AT else f"steps {CRASH_AT}..{step - 1}"
         return (f"rank {rank} trained the resumed {right} on the uninterrupted run's batches, but step {step}, the "
-                f"first of epoch {epoch}, on a batch the uninterrupted run never used (that run began epoch {epoch} "
-                f"with the epoch's first batch).\nHint: skipping the batches already done "
+                f"first of epoch {epoch}, on the batch the uninterrupted run used at step {step + skipped}, "
+                f"{skipped} batches later in that epoch.\nHint: skipping the batches already done "
                 f"({CRASH_AT % STEPS_PER_EPOCH} on this resume) applies to the epoch the run resumes in only: start "
                 "every later epoch at its first batch (set the position back to 0).")
     if not same:
