@@ -264,3 +264,15 @@ def test_a_divisor_written_as_a_number_is_refused_before_any_rank_starts(monkeyp
                                           r"in the code \(`grad\.div_\(3\)`\)\.\nHint: divide by the dp dimension's "
                                           r"size, mesh\['dp'\]\.size\(\)"):
         check_average_gradients(averages_over_a_written_dp_size)
+
+
+@pytest.mark.parametrize("shape, wrong", [((4, 1), "dp"), ((2, 2), "tp"), ((1, 4), "tp")])
+def test_a_hint_names_no_mistake_in_a_group_that_is_right(shape, wrong):
+    """On a degenerate shape a one-group mistake can give the right group: it must not be named there."""
+    dp_size, tp_size = shape
+    right = {rank: lesson10._formula(rank, dp_size, tp_size) for rank in range(dp_size * tp_size)}
+    answers = {rank: {**groups, wrong: sorted({rank, (rank + 1) % (dp_size * tp_size)})}
+               for rank, groups in right.items()}
+    hint = lesson10._hint(answers, shape)
+    other = "tp" if wrong == "dp" else "dp"
+    assert f"your {other} group" not in hint.lower() and f"the {other} groups are right" in hint, hint

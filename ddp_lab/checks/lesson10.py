@@ -109,7 +109,7 @@ def _hint(answers: dict[int, dict], shape: tuple[int, int]) -> str:
                                                          for dim in dims) for rank in ranks)
         if explains and set(dims) == set(wrong_dims):
             return mistake
-        if explains and len(dims) == 1:
+        if explains and len(dims) == 1 and dims[0] in wrong_dims:
             explained.setdefault(dims[0], mistake)
     grid = ("In the grid arange(dp_size * tp_size).reshape(dp_size, tp_size) the tp group of a rank is its row and the "
             "dp group its column.")
