@@ -86,7 +86,7 @@ def test_memory_accepts_the_right_answer(capsys):
     (memory_activations_in_values, r"strategy='single'\)\['activations'\]: expected 1_200_000 bytes, got 300_000\.\n"
                                    r"Hint: that is the number of activations values: return bytes"),
     (memory_missing_key, r"should return a dict with keys \['params', 'grads', 'optimizer', 'activations'\]"),
-    (memory_in_floats, r"\['params'\] is 4800000\.0, a float; bytes are whole numbers\.\nHint: divide with //"),
+    (memory_in_floats, r"\['params'\] is 4800000\.0, a float; bytes are whole numbers\.\nHint: return ints"),
 ])
 def test_memory_rejects(wrong, feedback):
     with pytest.raises(CheckFailed, match=feedback):

@@ -13,7 +13,7 @@ import torch.distributed as dist
 
 from ddp_lab.checks import CheckFailed
 from ddp_lab.checks import lesson04
-from ddp_lab.checks.common import division_into_a_new_tensor
+from ddp_lab.checks.common import division_into_a_new_tensor, numeric_divisor
 from ddp_lab.checks.lesson04 import check_average_gradients, check_sync_initial_state
 
 # The right answers are proven once, by nbval of solutions/04-*.ipynb (its check cells store ✓):
@@ -230,3 +230,13 @@ def test_a_stub_is_named_not_written_before_any_rank_starts(check, stub, monkeyp
     monkeypatch.setattr(lesson04, "run_on_ranks", None)   # starting ranks would raise TypeError
     with pytest.raises(CheckFailed, match=rf"^{stub.__name__} is not written yet: it raised NotImplementedError"):
         check(stub)
+
+
+def reduces_and_divides_on_one_line(model):
+    for p in model.parameters():
+        dist.all_reduce(p.grad); p.grad /= 3   # noqa: E702
+
+
+def test_the_divisor_is_quoted_in_its_own_statement():
+    assert numeric_divisor(reduces_and_divides_on_one_line) == ("3", "p.grad /= 3")
+

@@ -93,7 +93,7 @@ def test_state_bytes_accepts_the_solution(capsys):
     (mixed_weights_in_fp32, r"(?s)precision='bf16'\)\['params'\] is 4000, expected 2000.*params are bf16/fp16: "
                             r"2 bytes"),
     (fp16_as_fp32, r"(?s)precision='fp16'\)\['params'\] is 4000, expected 2000.*params are bf16/fp16: 2 bytes"),
-    (state_bytes_in_floats, r"\['params'\] is \d+\.0, a float; bytes are whole numbers\.\nHint: divide with //"),
+    (state_bytes_in_floats, r"\['params'\] is \d+\.0, a float; bytes are whole numbers\.\nHint: return ints"),
     (returns_a_total, r"returned 16000; expected a dict with the keys \['params', 'grads', 'optimizer'\]"),
     (the_package_formula, r"^the_package_formula calls ddp_lab.course.sharding.state_bytes.state_bytes_per_rank, the "
                           r"package's own answer to this exercise"),

@@ -5,8 +5,8 @@ feedback that names it, and that no other mistake's hint appears. The combine an
 run in this process (milliseconds). The ring's mistaken answers run in one launch of 3
 gloo ranks (the check's own runner, then its judge); the three hanging rings go through the check
 itself and each runs into a 4 s timeout, counted from when every rank entered the answer (about 15 s
-for the module on 2 busy cores: a hang can only be proven by waiting for it). The right answers' ✓ is proven by nbval of
-solutions/15-long-sequences.ipynb, so it is not run again here.
+for the module on 2 busy cores: a hang can only be proven by waiting for it). The right answers' ✓ is
+proven by nbval of solutions/15-long-sequences.ipynb, so it is not run again here.
 """
 
 from __future__ import annotations

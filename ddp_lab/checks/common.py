@@ -298,9 +298,9 @@ def numeric_divisor(fn, divided: tuple[str, ...] = ("grad",)) -> tuple[str, str]
     if not found:
         return None
     node, number = min(found, key=lambda item: (item[0].lineno, item[0].col_offset))
-    statement = min((stmt for stmt in ast.walk(tree) if isinstance(stmt, ast.stmt) and not hasattr(stmt, "body")
-                     and stmt.lineno <= node.lineno <= stmt.end_lineno), key=lambda stmt: stmt.end_lineno - stmt.lineno,
-                    default=node)
+    statement = next((stmt for stmt in ast.walk(tree) if isinstance(stmt, ast.stmt) and not hasattr(stmt, "body")
+                      and (stmt.lineno, stmt.col_offset) <= (node.lineno, node.col_offset)
+                      and (node.end_lineno, node.end_col_offset) <= (stmt.end_lineno, stmt.end_col_offset)), node)
     return number, ast.get_source_segment(source, statement)
 
 

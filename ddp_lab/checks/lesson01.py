@@ -48,8 +48,8 @@ def check_memory_per_device(fn) -> None:
             floats = [c for c in COMPONENTS if isinstance(got[c], float)]
             if floats:
                 raise CheckFailed(f"{call}[{floats[0]!r}] is {got[floats[0]]!r}, a float; bytes are whole numbers.\n"
-                                  "Hint: divide with // (floor division) where the sizes split across devices: "
-                                  "/ always returns a float.")
+                                  "Hint: return ints: / always returns a float (// divides whole numbers), and so "
+                                  "does arithmetic with a float such as 2.0.")
             if got != expected and all(got[c] * 4 == expected[c] for c in COMPONENTS):
                 raise CheckFailed(f"{call}: expected {expected}, got {got}.\nHint: return bytes, not numbers "
                                   "of values: fp32 takes 4 bytes per value.")

@@ -66,7 +66,8 @@ def check_state_bytes(state_bytes) -> None:
         floats = [component for component in COMPONENTS if isinstance(got[component], float)]
         if floats:
             raise CheckFailed(f"{case}[{floats[0]!r}] is {got[floats[0]]!r}, a float; bytes are whole numbers.\n"
-                              "Hint: divide with // (floor division): / always returns a float.")
+                              "Hint: return ints: / always returns a float (// divides whole numbers), and so does "
+                              "arithmetic with a float such as 2.0.")
         for component in COMPONENTS:
             if got[component] != want[component]:
                 hint = _formula_hint(component, got[component], n_params, stage, world_size, precision)
