@@ -132,10 +132,10 @@ def _average_hint(got, mean, own, result: dict, index: int, rank: int, division:
     if torch.allclose(got, mean * size, atol=1e-6):
         return ("this is the SUM over ranks: dist.all_reduce adds; divide by dist.get_world_size() afterwards "
                 "(each rank's loss was already a mean over its own shard)")
-    for divisor in (2, 4, 8):
+    for divisor in (2, 4, 8):   # a number the source reader (refuse_written_divisor) did not see: through a name
         if torch.allclose(got, mean * size / divisor, atol=1e-6):
             return (f"this is the sum over the {size} ranks divided by {divisor}: divide by dist.get_world_size(), "
-                    "not by a number written in the code (the check runs on 3 ranks)")
+                    "not by a number fixed in the code")
     own_only, divided = torch.allclose(got, own, atol=1e-7), torch.allclose(got, own / size, atol=1e-7)
     if (own_only or divided) and result["all_reduces"] and not any(result["grad_reduced"]):
         return ("dist.all_reduce ran, but never on a p.grad: it sums in place, into the tensor you pass (a copy, "
