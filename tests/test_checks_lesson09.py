@@ -380,3 +380,16 @@ def test_a_divisor_written_as_a_number_is_refused_before_any_rank_starts(monkeyp
     with pytest.raises(CheckFailed, match=r"^zero1_step_over_two_written divides a gradient by 2, a number written in "
                                           r"the code \(`p\.grad /= 2`\)\.\nHint: divide by dist\.get_world_size\(\)"):
         lesson09.check_zero1(zero1_init, zero1_step_over_two_written)
+
+
+def zero1_init_in_two_written(params, rank, world_size):
+    shards = [p.detach().reshape(-1).chunk(2)[rank].clone().requires_grad_() for p in params]   # the check's 2 ranks
+    return shards, torch.optim.Adam(shards, lr=0.01)
+
+
+def test_a_shard_count_written_as_a_number_is_refused_before_any_rank_starts(monkeypatch):
+    monkeypatch.setattr(lesson09, "run_zero1_answers", None)   # starting ranks would raise TypeError
+    with pytest.raises(CheckFailed, match=r"^zero1_init_in_two_written splits a tensor into 2, a number written in "
+                                          r"the code \(`shards = .*chunk\(2\).*`\)\.\nHint: split into world_size"):
+        lesson09.check_zero1(zero1_init_in_two_written, zero1_step)
+

@@ -331,3 +331,22 @@ def test_a_divisor_written_as_a_number_is_refused_before_any_rank_starts(monkeyp
                                           r"scale, the argument"):
         lesson17.check_unscale_clip_and_step(unscales_by_a_written_scale)
 
+
+def clips_at_a_written_norm(params, optimizer, scale, max_norm):
+    grads = [p.grad for p in params]
+    for grad in grads:
+        grad.div_(scale)
+    norm = torch.sqrt(sum(g.pow(2).sum() for g in grads)).item()
+    if norm > 1.0:                                      # the check's max_norm, written in
+        for grad in grads:
+            grad.mul_(max_norm / norm)
+    optimizer.step()
+    return True
+
+
+def test_a_bound_written_as_a_number_is_refused_before_any_rank_starts(monkeypatch):
+    monkeypatch.setattr(lesson17, "run_on_ranks", None)   # starting ranks would raise TypeError
+    with pytest.raises(CheckFailed, match=r"^clips_at_a_written_norm compares the norm with 1\.0, a number written in "
+                                          r"the code \(`norm > 1\.0`\)\.\nHint: compare with max_norm"):
+        lesson17.check_unscale_clip_and_step(clips_at_a_written_norm)
+

@@ -262,39 +262,86 @@ def refuse_written_divisor(fn, name: str, what: str, divide_by: str, divided: tu
 
     A number that equals the check's count passes there and is wrong in every other run (lessons 04, 05, 09, 10).
     """
-    written = numeric_divisor(fn, divided)
-    if written is not None:
-        number, line = written
-        raise CheckFailed(f"{name} divides {what} by {number}, a number written in the code (`{line}`).\n"
-                          f"Hint: divide by {divide_by}: the same function must work for 2 or 64 of them, and "
-                          "this check runs with its own number.")
+    _refuse_written(numeric_divisor(fn, divided), f"{name} divides {what} by", f"divide by {divide_by}", _COUNTS)
+
+
+def refuse_written_split(fn, name: str, split_into: str) -> None:
+    """CheckFailed, before any rank starts, if fn splits a tensor into a number of pieces written in its code
+    (`.chunk(2)`, `.tensor_split(2)`) where it must split into `split_into` (lesson 09's shards)."""
+    _refuse_written(_first_number(fn, _split_count), f"{name} splits a tensor into", f"split into {split_into}",
+                    _COUNTS)
+
+
+def refuse_written_bound(fn, name: str, compare_with: str, words: tuple[str, ...] = ("norm",)) -> None:
+    """CheckFailed, before any rank starts, if fn compares something whose text names one of `words` with a number
+    written in its code (`norm > 1.0`) where it must compare with `compare_with` (lesson 17's max_norm)."""
+    _refuse_written(_first_number(fn, lambda node: _compared_number(node, words)), f"{name} compares the norm with",
+                    f"compare with {compare_with}", "a run may clip at any value, and this check uses its own")
+
+
+_COUNTS = "the same function must work for 2 or 64 of them, and this check runs with its own number"
+
+
+def _refuse_written(found: tuple[str, str] | None, did: str, instead: str, why: str) -> None:
+    if found is not None:
+        number, statement = found
+        raise CheckFailed(f"{did} {number}, a number written in the code (`{statement}`).\nHint: {instead}: {why}.")
 
 
 def numeric_divisor(fn, divided: tuple[str, ...] = ("grad",)) -> tuple[str, str] | None:
     """(the number, the statement) of the first division in fn's source of something whose text names one of
     `divided` by a number written as such (`p.grad /= 3`, `grad = grad / 2`, `p.grad.div_(4)`, `torch.div(p.grad,
     2)`, `loss / 3`), or None (none, or no source to read)."""
+    return _first_number(fn, lambda node: _divided_number(node, divided))
+
+
+def _divided_number(node, divided: tuple[str, ...]) -> str | None:
+    if isinstance(node, (ast.BinOp, ast.AugAssign)) and isinstance(node.op, ast.Div):
+        dividend, divisor = (node.left, node.right) if isinstance(node, ast.BinOp) else (node.target, node.value)
+    elif isinstance(node, ast.Call) and ast.unparse(node.func).split(".")[-1] in ("div", "div_", "true_divide",
+                                                                                 "divide"):
+        method = isinstance(node.func, ast.Attribute) and ast.unparse(node.func.value) != "torch"
+        arguments = [node.func.value, *node.args] if method else list(node.args)
+        if len(arguments) < 2:
+            return None
+        dividend, divisor = arguments[0], arguments[1]
+    else:
+        return None
+    if _is_number(divisor) and divisor.value != 1 and any(word in ast.unparse(dividend) for word in divided):
+        return ast.unparse(divisor)
+    return None
+
+
+def _split_count(node) -> str | None:
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
+            node.func.attr in ("chunk", "tensor_split") and node.args and _is_number(node.args[0]):
+        return ast.unparse(node.args[0])
+    return None
+
+
+def _compared_number(node, words: tuple[str, ...]) -> str | None:
+    if not isinstance(node, ast.Compare) or len(node.comparators) != 1:
+        return None
+    left, right = node.left, node.comparators[0]
+    for side, other in ((left, right), (right, left)):
+        if _is_number(other) and other.value != 0 and any(word in ast.unparse(side) for word in words):
+            return ast.unparse(other)
+    return None
+
+
+def _is_number(node) -> bool:
+    return isinstance(node, ast.Constant) and type(node.value) in (int, float)
+
+
+def _first_number(fn, number_of) -> tuple[str, str] | None:
+    """(the number, the statement that holds it) of the first node of fn's source for which `number_of(node)` gives
+    a number as written, or None (none, or no source to read)."""
     try:
         source = textwrap.dedent(inspect.getsource(fn))
         tree = ast.parse(source)
     except (OSError, TypeError, SyntaxError, IndentationError):
         return None
-    found = []
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.BinOp, ast.AugAssign)) and isinstance(node.op, ast.Div):
-            dividend, divisor = (node.left, node.right) if isinstance(node, ast.BinOp) else (node.target, node.value)
-        elif isinstance(node, ast.Call) and ast.unparse(node.func).split(".")[-1] in ("div", "div_", "true_divide",
-                                                                                     "divide"):
-            method = isinstance(node.func, ast.Attribute) and ast.unparse(node.func.value) != "torch"
-            arguments = [node.func.value, *node.args] if method else list(node.args)
-            if len(arguments) < 2:
-                continue
-            dividend, divisor = arguments[0], arguments[1]
-        else:
-            continue
-        number = isinstance(divisor, ast.Constant) and type(divisor.value) in (int, float) and divisor.value != 1
-        if number and any(word in ast.unparse(dividend) for word in divided):
-            found.append((node, ast.unparse(divisor)))
+    found = [(node, number) for node in ast.walk(tree) if (number := number_of(node)) is not None]
     if not found:
         return None
     node, number = min(found, key=lambda item: (item[0].lineno, item[0].col_offset))

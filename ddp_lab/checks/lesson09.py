@@ -22,7 +22,8 @@ import torch.distributed as dist
 
 from ddp_lab.checks import CheckFailed, passed
 from ddp_lab.checks.common import (answer_raised, call_case, describe, division_into_a_new_tensor, ensure_written,
-                                   package_answer_used, refuse_written_divisor, run_answers_on_ranks, watching_calls)
+                                   package_answer_used, refuse_written_divisor, refuse_written_split,
+                                   run_answers_on_ranks, watching_calls)
 from ddp_lab.instruments.tensor_bytes import optimizer_state_bytes
 from ddp_lab.course.sharding.state_bytes import BYTES_PER_PARAMETER, COMPONENTS, SHARDED_BY_STAGE, state_bytes_per_rank
 
@@ -226,6 +227,7 @@ def check_zero1(zero1_init, zero1_step, timeout: float = 60.0) -> None:
     ensure_written(zero1_step)
     name = getattr(zero1_step, "__name__", "zero1_step")
     init_name = getattr(zero1_init, "__name__", "zero1_init")
+    refuse_written_split(zero1_init, init_name, "world_size, the argument (one shard per rank)")
     refuse_written_divisor(zero1_step, name, "a gradient", "dist.get_world_size(), the number of ranks")
     results = run_zero1_answers(((zero1_init, zero1_step),), timeout, name)[0]
     passed(judge_zero1(name, init_name, results, division_into_a_new_tensor(zero1_step)))

@@ -23,7 +23,8 @@ import torch.nn as nn
 
 from ddp_lab.checks import CheckFailed, passed
 from ddp_lab.checks.common import (answer_raised, call_case, describe, division_into_a_new_tensor, ensure_written,
-                                   package_answer_used, refuse_written_divisor, run_on_ranks, watching_calls)
+                                   package_answer_used, refuse_written_bound, refuse_written_divisor, run_on_ranks,
+                                   watching_calls)
 from ddp_lab.course.low_precision import fp8, loss_scaling
 
 WORLD = 2
@@ -95,6 +96,7 @@ def check_unscale_clip_and_step(unscale_clip_and_step, timeout: float = 30.0) ->
     name = getattr(unscale_clip_and_step, "__name__", "unscale_clip_and_step")
     refuse_written_divisor(unscale_clip_and_step, name, "a gradient",
                            "scale, the argument (a loss scaler changes it as it runs)")
+    refuse_written_bound(unscale_clip_and_step, name, "max_norm, the argument")
     results = run_on_ranks(_scaler_runner, (unscale_clip_and_step,), WORLD, timeout, name,
                            timeout_hint=_scaler_hang_hint)
     judge_scaler(name, results, division_into_a_new_tensor(unscale_clip_and_step))
