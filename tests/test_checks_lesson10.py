@@ -266,6 +266,25 @@ def test_a_divisor_written_as_a_number_is_refused_before_any_rank_starts(monkeyp
         check_average_gradients(averages_over_a_written_dp_size)
 
 
+def reduces_the_dtensor_itself(model, mesh):
+    for p in model.parameters():
+        dist.all_reduce(p.grad, group=mesh["dp"].get_group())   # p.grad is a DTensor, not its local shard
+        p.grad.div_(mesh["dp"].size())
+
+
+def test_a_collective_on_a_dtensor_gets_a_hint_naming_the_local_shard():
+    """torch refuses a c10d collective on a DTensor with a NotImplementedError about sharding strategies: the
+    message still shows torch's error and the learner's line, and the hint says what the gradient is."""
+    with pytest.raises(CheckFailed) as failed:
+        check_average_gradients(reduces_the_dtensor_itself)
+    message = str(failed.value)
+    assert "raised NotImplementedError inside torch" in message
+    assert 'dist.all_reduce(p.grad, group=mesh["dp"].get_group())' in message
+    assert message.endswith("Hint: each p.grad of this tensor-parallel model is a DTensor, and torch.distributed's "
+                            "collectives take plain tensors (torch has no sharding rule for them): pass this rank's "
+                            "local shard, p.grad.to_local(), which shares the gradient's memory.")
+
+
 @pytest.mark.parametrize("shape, wrong", [((4, 1), "dp"), ((2, 2), "tp"), ((1, 4), "tp")])
 def test_a_hint_names_no_mistake_in_a_group_that_is_right(shape, wrong):
     """On a degenerate shape a one-group mistake can give the right group: it must not be named there."""

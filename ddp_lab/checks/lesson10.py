@@ -25,8 +25,8 @@ import torch.nn.functional as F
 
 from ddp_lab.checks import CheckFailed, passed
 from ddp_lab.checks.common import (answer_raised, call_case, describe, division_into_a_new_tensor, ensure_written,
-                                   first_mismatch, package_answer_used, refuse_written_divisor, run_answers_on_ranks,
-                                   run_on_ranks, watching_calls)
+                                   first_mismatch, library_of, package_answer_used, parse_frames, refuse_written_divisor,
+                                   run_answers_on_ranks, run_on_ranks, watching_calls)
 from ddp_lab.course.mesh import mesh_groups
 from ddp_lab.course.rank_layout import RankLayout
 from ddp_lab.instruments.mesh_traffic import count_mesh_traffic
@@ -224,7 +224,23 @@ def _grads_runner(rank: int, answers: tuple) -> list[dict]:
 def run_average_gradients_answers(answers: tuple, timeout: float = 60.0,
                                   name: str = "average_gradients") -> list[list[dict]]:
     """Run each answer once on the same 6 ranks (one launch); [answer][rank] -> its gradients and collectives."""
-    return run_answers_on_ranks(_grads_runner, answers, DP_SIZE * TP_SIZE, timeout, name)
+    return run_answers_on_ranks(_grads_runner, answers, DP_SIZE * TP_SIZE, timeout, name,
+                                explain=_explain_collective_on_a_dtensor)
+
+
+def _explain_collective_on_a_dtensor(failure) -> str | None:
+    """The hint for torch's NotImplementedError from a torch.distributed call of the answer: the gradients here are
+    DTensors, whose operators have sharding rules and c10d's collectives none, so such a call fails in torch."""
+    exception = failure.exception
+    if getattr(exception, "kind", None) != "NotImplementedError":
+        return None
+    frames = parse_frames(failure.details.split("The above exception was the direct cause")[0])
+    last_own = max((i for i, frame in enumerate(frames) if library_of(frame["file"]) is None), default=None)
+    if last_own is None or last_own + 1 == len(frames) or "distributed" not in frames[last_own + 1]["file"]:
+        return None   # not raised inside torch.distributed, called from the answer's own line
+    return ("each p.grad of this tensor-parallel model is a DTensor, and torch.distributed's collectives take plain "
+            "tensors (torch has no sharding rule for them): pass this rank's local shard, p.grad.to_local(), which "
+            "shares the gradient's memory.")
 
 
 def _traffic_hint(calls: list[tuple]) -> str | None:
