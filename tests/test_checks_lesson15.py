@@ -29,7 +29,7 @@ RING_HINTS = ("later ranks were attended", "applied to every block: it belongs",
               "last pass is not needed", "travel the other way round the ring", "the package's own answer",
               "the outputs of ranks 0, 1 differ from one process's")
 ZIGZAG_HINTS = ("not in sequence order", "unbalanced", "pairing is reversed", "numbered 0 to",
-                "held by exactly one rank", "the package's own answer",
+                "at every world size tried", "held by exactly one rank", "the package's own answer",
                 "not its own pair: rank 1 holds [2, 3], the pair of rank 2; rank 2 holds [1, 4], the pair of rank 1")
 
 
@@ -252,10 +252,21 @@ def zigzag_of_the_package(rank, world_size):
     (lambda rank, n: sorted([2 * rank, 2 * n - 1 - 2 * rank]),
      "not its own pair: rank 1 holds [2, 3], the pair of rank 2; rank 2 holds [1, 4], the pair of rank 1"),
     (lambda rank, n: [rank, 2 * n - rank], "numbered 0 to"),
+    # the mirror written for 4 ranks (8 chunks) or for 2 (4 chunks): wrong chunks at 2 ranks, or duplicates at 3
+    (lambda rank, n: [rank, 7 - rank], "at every world size tried"),
+    (lambda rank, n: [rank, 3 - rank], "at every world size tried"),
     (lambda rank, n: [rank, rank], "held by exactly one rank"),
 ])
 def test_zigzag_names_each_mistake_and_only_it(answer, expected):
     _raises_only(check_zigzag_chunks, answer, ZIGZAG_HINTS, expected)
+
+
+def test_zigzag_names_a_chunk_count_written_for_one_world_size():
+    with pytest.raises(CheckFailed, match=r"^3 ranks \(6 chunks\): got rank 0: \[0, 3\], rank 1: \[1, 2\], rank 2: "
+                                          r"\[2, 1\]; .*\nHint: your late chunk is 3 - r at every world size tried "
+                                          r"\(2, 3, 4 and 8 ranks\), a count written for one of them: .* \(here 6 "
+                                          r"chunks, 0 to 5\)\.$"):
+        check_zigzag_chunks(lambda rank, n: [rank, 3 - rank])     # right for 2 ranks only
 
 
 def test_zigzag_accepts_the_right_answer_and_names_contiguous_pairs(capsys):

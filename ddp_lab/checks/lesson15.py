@@ -422,6 +422,9 @@ def _judge_ring(name: str, results) -> None:
 
 # --- zigzag_chunks ---------------------------------------------------------------------------
 
+ZIGZAG_WORLD_SIZES = (2, 3, 4, 8)
+
+
 def _llama(rank: int, world_size: int) -> list[int]:
     return [rank, 2 * world_size - 1 - rank]
 
@@ -436,28 +439,44 @@ def check_zigzag_chunks(zigzag_chunks) -> None:
     """
     ensure_written(zigzag_chunks)
     name = getattr(zigzag_chunks, "__name__", "zigzag_chunks")
-    for world_size in (2, 3, 4, 8):
-        got = {}
-        for rank in range(world_size):
-            chunks = None
-            try:
-                with watching_calls(ZIGZAG_ANSWERS) as called:
-                    chunks = zigzag_chunks(rank, world_size)
-            except Exception as error:
-                raise answer_raised(name, error, f"computing {name}({rank}, {world_size})") from None
-            if called:
-                raise package_answer_used(name, called)
-            try:
-                got[rank] = [int(c) for c in chunks]
-            except (TypeError, ValueError):
-                raise CheckFailed(f"{name}({rank}, {world_size}) returned {describe(chunks)}; expected a list of "
-                                  "two chunk indices.") from None
-        _judge_zigzag(name, world_size, got)
+    answers = {world_size: _zigzag_answers(zigzag_chunks, name, world_size) for world_size in ZIGZAG_WORLD_SIZES}
+    written = _written_mirror(answers)
+    for world_size, got in answers.items():
+        _judge_zigzag(name, world_size, got, written)
     passed(f"{name}: rank r holds chunks r and 2N - 1 - r of 2N, and every rank does the same causal work "
            "(2, 3, 4 and 8 ranks)")
 
 
-def _judge_zigzag(name: str, world_size: int, got: dict) -> None:
+def _zigzag_answers(zigzag_chunks, name: str, world_size: int) -> dict[int, list[int]]:
+    """{rank: the chunk indices the answer gives} for one world size."""
+    got = {}
+    for rank in range(world_size):
+        chunks = None
+        try:
+            with watching_calls(ZIGZAG_ANSWERS) as called:
+                chunks = zigzag_chunks(rank, world_size)
+        except Exception as error:
+            raise answer_raised(name, error, f"computing {name}({rank}, {world_size})") from None
+        if called:
+            raise package_answer_used(name, called)
+        try:
+            got[rank] = [int(c) for c in chunks]
+        except (TypeError, ValueError):
+            raise CheckFailed(f"{name}({rank}, {world_size}) returned {describe(chunks)}; expected a list of "
+                              "two chunk indices.") from None
+    return got
+
+
+def _written_mirror(answers: dict[int, dict[int, list[int]]]) -> int | None:
+    """K where every world size's answer is rank r -> [r, K - r] with the same K: a chunk count written as a number
+    (e.g. 7 - r, right for 4 ranks only); None otherwise."""
+    mirrors = {pair[1] + rank if len(pair) == 2 and pair[0] == rank else None
+               for got in answers.values() for rank, pair in got.items()}
+    return mirrors.pop() if len(mirrors) == 1 and None not in mirrors else None
+
+
+def _judge_zigzag(name: str, world_size: int, got: dict, written: int | None = None) -> None:
+    """CheckFailed naming the mistake of one world size's answer; `written`: the K of `_written_mirror`."""
     chunks, want = 2 * world_size, {rank: _llama(rank, world_size) for rank in range(world_size)}
     if got == want:
         return
@@ -466,6 +485,12 @@ def _judge_zigzag(name: str, world_size: int, got: dict) -> None:
         ", ".join(f"rank {rank}: {want[rank]}" for rank in range(world_size))
     if any(len(c) != 2 for c in got.values()):
         raise CheckFailed(f"{head}.\nHint: every rank holds exactly two chunks, one early and one late.")
+    if written is not None and written != chunks - 1:
+        tried = ", ".join(map(str, ZIGZAG_WORLD_SIZES[:-1])) + f" and {ZIGZAG_WORLD_SIZES[-1]}"
+        raise CheckFailed(f"{head}.\nHint: your late chunk is {written} - r at every world size tried ({tried} "
+                          f"ranks), a count written for one of them: the sequence is cut into two chunks per rank, "
+                          f"so how many chunks there are, and the mirror of chunk r, follow the world size (here "
+                          f"{chunks} chunks, 0 to {chunks - 1}).")
     every = sorted(c for pair in got.values() for c in pair)
     if every != list(range(chunks)):
         outside = sorted({c for c in every if not 0 <= c < chunks})
