@@ -25,8 +25,8 @@ import torch.nn.functional as F
 
 from ddp_lab.checks import CheckFailed, passed
 from ddp_lab.checks.common import (answer_raised, call_case, describe, division_into_a_new_tensor, ensure_written,
-                                   first_mismatch, library_of, package_answer_used, parse_frames, refuse_written_divisor,
-                                   run_answers_on_ranks, run_on_ranks, watching_calls)
+                                   first_mismatch, library_of, package_answer_used, parse_frames,
+                                   refuse_written_divisor, run_answers_on_ranks, run_on_ranks, watching_calls)
 from ddp_lab.course.mesh import mesh_groups
 from ddp_lab.course.rank_layout import RankLayout
 from ddp_lab.instruments.mesh_traffic import count_mesh_traffic
