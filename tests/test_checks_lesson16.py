@@ -25,17 +25,21 @@ from ddp_lab.launcher.launch import launch
 DEADLOCK_TIMEOUT = 3.0   # the hint does not depend on where the ranks wait, so a short wait suffices
 DILOCO_HINTS = ("wrong sign", "summed, not averaged", "starts again every round", "inner AdamW state was averaged",
                 "made anew every round", "plain momentum", "keep their local weights", "package's own answer",
-                "a model's worth per inner step", "pseudo-gradient your replicas all-reduced was zero")
+                "a model's worth per inner step", "pseudo-gradient your replicas all-reduced was zero",
+                "ran the outer step every")
 RECOVER_HINTS = ("sent from rank 0, the recovering one", "sent from rank 1, the recovering one",
                  "kept its stale weights", "momentum did not",
                  "package's own answer", "the source rank never joined the broadcast")
 
 
 def _diloco(model, batches, inner_steps, sign=1.0, mean=True, reset_outer=False, average_inner=False,
-            fresh_inner=False, nesterov=True, keep_local=False, only_rank0=False, every_step=False, anchor="copy"):
+            fresh_inner=False, nesterov=True, keep_local=False, only_rank0=False, every_step=False, anchor="copy",
+            period=None):
     """A DiLoCo loop with one mistake switched on by its flag (the right answer with none). `anchor`: θ_global
     as a copy taken before training ("copy"), the model's own parameters detached ("view", no .clone()), or a
-    copy taken again at every sync, after the inner steps ("late")."""
+    copy taken again at every sync, after the inner steps ("late"). `period`: the outer step every `period`
+    batches (a number written in), or "half" every len(batches) // 2 (two rounds assumed), not inner_steps."""
+    period = len(batches) // 2 if period == "half" else period or inner_steps
     world_size = dist.get_world_size()
     inner = torch.optim.AdamW(model.parameters(), lr=0.01)
     global_params = [p.detach() if anchor == "view" else p.detach().clone() for p in model.parameters()]
@@ -49,7 +53,7 @@ def _diloco(model, batches, inner_steps, sign=1.0, mean=True, reset_outer=False,
                 for p in model.parameters():
                     dist.all_reduce(p)
                     p /= world_size
-        if (step + 1) % inner_steps:
+        if (step + 1) % period:
             continue
         with torch.no_grad():
             if anchor == "late":
@@ -84,7 +88,11 @@ DILOCO_ANSWERS = [({}, None), ({"sign": -1.0}, "wrong sign"), ({"mean": False}, 
                   ({"every_step": True}, "a model's worth per inner step"),
                   # θ_global never apart from the model: every pseudo-gradient is zero (which ends as keep_local does)
                   ({"anchor": "view"}, "pseudo-gradient your replicas all-reduced was zero"),
-                  ({"anchor": "late"}, "pseudo-gradient your replicas all-reduced was zero")]
+                  ({"anchor": "late"}, "pseudo-gradient your replicas all-reduced was zero"),
+                  # the period written as the check's first inner_steps, or read off the batches (two rounds assumed):
+                  # right for 8 batches and inner_steps=4, not for 6 and 2
+                  ({"period": 4}, "ran the outer step every 4 batches, but inner_steps was 2"),
+                  ({"period": "half"}, "ran the outer step every 3 batches, but inner_steps was 2")]
 
 
 def _run_diloco_answers(rank: int) -> list:
@@ -106,7 +114,7 @@ def _fails_with_only(judge, results, hints, expected):
         judge("answer", results)
     message = str(failure.value)
     assert expected in message, message
-    others = [hint for hint in hints if hint != expected and hint in message]
+    others = [hint for hint in hints if hint not in expected and hint in message]
     assert not others, f"other hints fired too: {others}\n{message}"
 
 
@@ -115,7 +123,7 @@ def test_diloco_names_each_mistake_and_only_it(diloco_results, index, capsys):
     expected = DILOCO_ANSWERS[index][1]
     if expected is None:
         judge_diloco("answer", diloco_results[index])
-        assert capsys.readouterr().out.startswith("✓ answer: 2 replicas")
+        assert capsys.readouterr().out.startswith("✓ answer: 2 replicas, 2 rounds of 4 and 3 rounds of 2 AdamW steps")
     else:
         _fails_with_only(judge_diloco, diloco_results[index], DILOCO_HINTS, expected)
 
@@ -128,8 +136,8 @@ def test_diloco_failure_shows_the_values_that_differ(diloco_results):
 
 
 def test_diloco_inner_state_mistake_is_also_seen_in_the_bytes(diloco_results):
-    sent = sum(n for _, n in diloco_results[4][0]["sent"])
-    right = sum(n for _, n in diloco_results[0][0]["sent"])
+    sent = sum(n for _, n in diloco_results[4][0][0]["sent"])      # [answer][rank][case]
+    right = sum(n for _, n in diloco_results[0][0][0]["sent"])
     assert sent == 3 * right      # the pseudo-gradient plus AdamW's two moments, every round
 
 

@@ -5,7 +5,8 @@
 
 Both run on gloo ranks with a short timeout, so an answer where some ranks skip a collective ends
 with a message instead of a hang. DiLoCo runs on 2 replicas, each with its own batches, for 2
-rounds of 4 inner steps; every rank's final parameters are compared with one process simulating
+rounds of 4 inner steps, then again for 3 rounds of 2 (so a period written as a number, or read off the
+number of batches, shows); every rank's final parameters are compared with one process simulating
 both replicas, and a wrong result with what each likely mistake gives (pseudo-gradient's sign,
 a sum for a mean, the outer momentum reset each round, the inner AdamW state averaged or made
 anew, plain momentum for Nesterov, the replicas left at their local weights) or with what the
@@ -33,7 +34,12 @@ from ddp_lab.checks.common import (CaseFailed, call_case, ensure_written, refuse
 from ddp_lab.course.communicate_less import diloco, quorum
 from ddp_lab.instruments.collectives import replacing_dist_calls, watching_collectives
 
-REPLICAS, INNER_STEPS, ROUNDS = 2, 4, 2   # 4 inner steps: a per-step all-reduce (4x) never looks like AdamW's moments (3x)
+REPLICAS = 2
+# (inner_steps, rounds) of each run: the first, 4 inner steps, so that a per-step all-reduce (4x) never looks like
+# AdamW's moments (3x); the second, 3 rounds of 2 on 6 batches, so that a period of 4 written in, or one read off the
+# number of batches (len(batches) // 2), gives other rounds
+DILOCO_CASES = ((4, 2), (2, 3))
+INNER_STEPS, ROUNDS = DILOCO_CASES[0]
 INNER_LR, OUTER_LR, OUTER_MOMENTUM = 0.01, 0.7, 0.9
 QUORUM = 3
 # recovery, (returning rank, source rank) per case: the exercise's first; then another of each, so that an answer
@@ -51,11 +57,11 @@ def make_model(seed: int = 0) -> nn.Module:
     return nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 1))
 
 
-def replica_batches(rank: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """Replica `rank`'s ROUNDS * INNER_STEPS batches of (x, y): 5 samples each, its own region of the inputs."""
+def replica_batches(rank: int, count: int = ROUNDS * INNER_STEPS) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Replica `rank`'s first `count` batches of (x, y): 5 samples each, its own region of the inputs."""
     generator = torch.Generator().manual_seed(160 + rank)
     batches = []
-    for _ in range(ROUNDS * INNER_STEPS):
+    for _ in range(count):
         x = torch.randn(5, 3, generator=generator) + (1.0 if rank else -1.0)
         batches.append((x, torch.sin(x.sum(dim=1, keepdim=True))))
     return batches
@@ -68,19 +74,25 @@ def _params_bytes() -> int:
 # --- train_diloco ----------------------------------------------------------------------------
 
 def simulate_diloco(sign: float = 1.0, mean: bool = True, reset_outer: bool = False, average_inner: bool = False,
-                    fresh_inner: bool = False, nesterov: bool = True, keep_local: bool = False) -> list[list]:
-    """Both replicas' final parameters, simulated in one process; the flags give the likely mistakes."""
+                    fresh_inner: bool = False, nesterov: bool = True, keep_local: bool = False,
+                    case: tuple[int, int] = DILOCO_CASES[0], period: int | None = None) -> list[list]:
+    """Both replicas' final parameters, simulated in one process, for a case (inner_steps, rounds) of
+    DILOCO_CASES; the flags give the likely mistakes, `period` an outer step every `period` batches
+    instead of every inner_steps."""
+    inner_steps, rounds = case
+    period = period or inner_steps
     models = [make_model() for _ in range(REPLICAS)]
     inner = [torch.optim.AdamW(m.parameters(), lr=INNER_LR) for m in models]
     global_params = [p.detach().clone() for p in models[0].parameters()]
     outer = torch.optim.SGD(global_params, lr=OUTER_LR, momentum=OUTER_MOMENTUM, nesterov=nesterov)
-    data = [replica_batches(rank) for rank in range(REPLICAS)]
-    for round_ in range(ROUNDS):
-        for step in range(round_ * INNER_STEPS, (round_ + 1) * INNER_STEPS):
-            for rank, model in enumerate(models):
-                inner[rank].zero_grad()
-                F.mse_loss(model(data[rank][step][0]), data[rank][step][1]).backward()
-                inner[rank].step()
+    data = [replica_batches(rank, inner_steps * rounds) for rank in range(REPLICAS)]
+    for step in range(inner_steps * rounds):
+        for rank, model in enumerate(models):
+            inner[rank].zero_grad()
+            F.mse_loss(model(data[rank][step][0]), data[rank][step][1]).backward()
+            inner[rank].step()
+        if (step + 1) % period:
+            continue
         with torch.no_grad():
             if reset_outer:
                 outer = torch.optim.SGD(global_params, lr=OUTER_LR, momentum=OUTER_MOMENTUM, nesterov=nesterov)
@@ -119,10 +131,16 @@ DILOCO_MISTAKES = (
 )
 
 
-def _diloco_runner(rank: int, train_diloco) -> dict:
+def _diloco_runner(rank: int, train_diloco) -> list[dict]:
+    """The answer on this replica for each case of DILOCO_CASES, each from a fresh model: [case] -> what it ended
+    with and what it sent."""
+    return [_diloco_case(rank, train_diloco, inner_steps, rounds) for inner_steps, rounds in DILOCO_CASES]
+
+
+def _diloco_case(rank: int, train_diloco, inner_steps: int, rounds: int) -> dict:
     model, sent = make_model(), []
-    case = (f"running on rank {rank} of {dist.get_world_size()} with {ROUNDS * INNER_STEPS} batches and "
-            f"inner_steps={INNER_STEPS}")
+    case = (f"running on rank {rank} of {dist.get_world_size()} with {rounds * inner_steps} batches and "
+            f"inner_steps={inner_steps}")
     zeros = []                                     # per all_reduce: whether all it sent was zero
 
     def seen(name, what):
@@ -130,7 +148,7 @@ def _diloco_runner(rank: int, train_diloco) -> dict:
         if name == "all_reduce":
             zeros.append(_all_zero(what))
     with watching_collectives(SEEN, seen), watching_calls(DILOCO_ANSWERS) as called:
-        call_case(train_diloco, case, model, replica_batches(rank), INNER_STEPS)
+        call_case(train_diloco, case, model, replica_batches(rank, rounds * inner_steps), inner_steps)
     return {"params": [p.detach().clone() for p in model.parameters()], "sent": sent, "zeros": zeros,
             "called": list(called)}
 
@@ -157,9 +175,9 @@ def check_train_diloco(train_diloco, timeout: float = 30.0) -> None:
     """Check `train_diloco(model, batches, inner_steps)` on 2 gloo replicas against one process.
 
     Each replica trains its own batches for 2 rounds of 4 inner steps (AdamW, lr 0.01) with an
-    outer SGD (lr 0.7, momentum 0.9, Nesterov) on the averaged pseudo-gradient; afterwards every
-    replica's model must hold the global parameters, and each replica must have sent one model's
-    worth of bytes per round.
+    outer SGD (lr 0.7, momentum 0.9, Nesterov) on the averaged pseudo-gradient, then, from a fresh
+    model, for 3 rounds of 2; afterwards every replica's model must hold the global parameters, and
+    each replica must have sent one model's worth of bytes per round.
 
     Introduced in notebooks/16-communicate-less.ipynb.
     """
@@ -172,25 +190,37 @@ def check_train_diloco(train_diloco, timeout: float = 30.0) -> None:
 
 
 def judge_diloco(name: str, results) -> None:
-    """Compare what every replica ended with and sent with one process; CheckFailed naming the mistake."""
-    called = next((r["called"] for r in results if r.get("called")), None)
+    """Compare what every replica ended with and sent with one process, case by case; CheckFailed naming the mistake.
+
+    `results`: [rank] -> [case] -> the runner's dict (`_diloco_runner`)."""
+    called = next((c["called"] for r in results for c in r if c.get("called")), None)
     if called:
         raise CheckFailed(f"{name} calls {called[0]}, the package's own answer to this exercise, so the check "
                           "cannot tell whether your code would be right.\nHint: write the outer step yourself.")
-    want = simulate_diloco()
+    for index, case in enumerate(DILOCO_CASES):
+        _judge_diloco_case(name, case, [result[index] for result in results])
+    rounds = " and ".join(f"{r} rounds of {h}" for h, r in DILOCO_CASES)
+    per_round = _params_bytes()
+    passed(f"{name}: 2 replicas, {rounds} AdamW steps, outer Nesterov SGD on the averaged pseudo-gradient == one "
+           f"process; {per_round} bytes sent per round per replica (the model)")
+
+
+def _judge_diloco_case(name: str, case: tuple[int, int], results: list[dict]) -> None:
+    inner_steps, rounds = case
+    want = simulate_diloco(case=case)
     for rank, result in enumerate(results):
         got = result["params"]
         if all(torch.allclose(g, w, atol=1e-5, rtol=1e-4) for g, w in zip(got, want[rank])):
             continue
         index = next(i for i, (g, w) in enumerate(zip(got, want[rank])) if not torch.allclose(g, w, atol=1e-5,
                                                                                             rtol=1e-4))
-        where = (f"rank {rank}: parameter {index} (shape {tuple(want[rank][index].shape)}) differs from one process's "
-                 f"DiLoCo: got {_values(got[index])}, expected {_values(want[rank][index])}")
-        hint = _zero_delta_hint(results) or next((text for flags, text in DILOCO_MISTAKES
-                     if all(torch.allclose(g, w, atol=1e-5, rtol=1e-4)
-                            for g, w in zip(got, simulate_diloco(**flags)[rank]))), None)
+        where = (f"{rounds * inner_steps} batches, inner_steps={inner_steps}: rank {rank}: parameter {index} (shape "
+                 f"{tuple(want[rank][index].shape)}) differs from one process's DiLoCo: got {_values(got[index])}, "
+                 f"expected {_values(want[rank][index])}")
+        hint = _zero_delta_hint(results) or _period_hint(got, rank, case) or next(
+            (text for flags, text in DILOCO_MISTAKES if _same(got, simulate_diloco(**flags, case=case)[rank])), None)
         if hint is None:
-            hint = _traffic_hint(results[rank]["sent"]) or (
+            hint = _traffic_hint(results[rank]["sent"], inner_steps, rounds) or (
                 "each round: H inner AdamW steps, then Δ = θ_global − θ_local averaged over the replicas "
                 "(all_reduce, divided by the world size) as the .grad of θ_global, one step of SGD(lr=0.7, "
                 "momentum=0.9, nesterov=True) made once, and θ_global copied into the model")
@@ -198,13 +228,28 @@ def judge_diloco(name: str, results) -> None:
     per_round = _params_bytes()
     for rank, result in enumerate(results):
         sent = sum(nbytes for _, nbytes in result["sent"])
-        if sent != per_round * ROUNDS:
-            hint = _traffic_hint(result["sent"]) or "all-reduce each pseudo-gradient once per round, nothing else"
-            raise CheckFailed(f"rank {rank} handed {sent} bytes to collectives over {ROUNDS} rounds; DiLoCo sends "
-                              f"one pseudo-gradient per round: {per_round} bytes each, {per_round * ROUNDS} in all."
-                              f"\nHint: {hint}.")
-    passed(f"{name}: 2 replicas, {ROUNDS} rounds of {INNER_STEPS} AdamW steps, outer Nesterov SGD on the averaged "
-           f"pseudo-gradient == one process; {per_round * ROUNDS} bytes sent per replica ({ROUNDS} x the model)")
+        if sent != per_round * rounds:
+            hint = (_traffic_hint(result["sent"], inner_steps, rounds)
+                    or "all-reduce each pseudo-gradient once per round, nothing else")
+            raise CheckFailed(f"{rounds * inner_steps} batches, inner_steps={inner_steps}: rank {rank} handed {sent} "
+                              f"bytes to collectives over {rounds} rounds; DiLoCo sends one pseudo-gradient per round: "
+                              f"{per_round} bytes each, {per_round * rounds} in all.\nHint: {hint}.")
+
+
+def _same(got: list, want: list) -> bool:
+    return all(torch.allclose(g, w, atol=1e-5, rtol=1e-4) for g, w in zip(got, want))
+
+
+def _period_hint(got: list, rank: int, case: tuple[int, int]) -> str | None:
+    """A hint only where the parameters show it: they are DiLoCo's with the outer step every p batches, p not
+    inner_steps (a period written as a number, or worked out from the number of batches)."""
+    inner_steps, rounds = case
+    period = next((p for p in range(1, inner_steps * rounds + 1)
+                   if p != inner_steps and _same(got, simulate_diloco(case=case, period=p)[rank])), None)
+    if period is None:
+        return None
+    return (f"your replicas ran the outer step every {period} batches, but inner_steps was {inner_steps}: the "
+            "period is the argument inner_steps, whatever the number of batches")
 
 
 def _values(t: torch.Tensor) -> str:
@@ -223,19 +268,19 @@ def _zero_delta_hint(results) -> str | None:
             "parameters, taken once before training (.clone()), and changed only by the outer step")
 
 
-def _traffic_hint(sent: list) -> str | None:
+def _traffic_hint(sent: list, inner_steps: int = INNER_STEPS, rounds: int = ROUNDS) -> str | None:
     """A hint only where the bytes show it: three models per round are the pseudo-gradient plus AdamW's two moments;
     a model per inner step (and maybe the pseudo-gradient) is an all-reduce inside the inner loop."""
-    total, per_round = sum(nbytes for _, nbytes in sent), _params_bytes() * ROUNDS
+    total, per_round = sum(nbytes for _, nbytes in sent), _params_bytes() * rounds
     if total == 3 * per_round:
         return ("your replicas sent three models' worth per round: the inner AdamW's moments went along with "
                 "the pseudo-gradient. DiLoCo sends only the pseudo-gradient; each replica keeps its own inner state")
-    if total in (INNER_STEPS * per_round, (INNER_STEPS + 1) * per_round):
-        return (f"your replicas sent a model's worth per inner step ({INNER_STEPS} per round): an all-reduce inside "
+    if total in (inner_steps * per_round, (inner_steps + 1) * per_round):
+        return (f"your replicas sent a model's worth per inner step ({inner_steps} per round): an all-reduce inside "
                 "the inner loop, as DDP or LocalSGD at H = 1 would do. Between outer steps DiLoCo's replicas "
                 "exchange nothing")
     if total > per_round:
-        return (f"your replicas sent {total} bytes, more than one pseudo-gradient ({per_round // ROUNDS} bytes) "
+        return (f"your replicas sent {total} bytes, more than one pseudo-gradient ({per_round // rounds} bytes) "
                 "per round")
     return None
 
