@@ -127,6 +127,19 @@ def test_the_exercises_stub_is_refused_before_any_rank_starts(monkeypatch):
         check_one_f_one_b_stage(answers_only_the_last_stage)
 
 
+def divides_the_loss_by_a_written_count(stage, inputs, targets):
+    outputs = [stage(x) for x in inputs]
+    return [F.mse_loss(out, y) / 4 for out, y in zip(outputs, targets)]   # the check's 4 micro-batches
+
+
+def test_a_loss_divided_by_a_written_count_is_refused_before_any_rank_starts(monkeypatch):
+    monkeypatch.setattr(lesson07, "run_on_ranks", None)   # starting ranks would raise TypeError
+    with pytest.raises(CheckFailed, match=r"^divides_the_loss_by_a_written_count divides a loss by 4, a number written "
+                                          r"in the code \(`.*/ 4.*`\)\.\nHint: divide by the number of "
+                                          r"micro-batches, len\(inputs\)"):
+        check_one_f_one_b_stage(divides_the_loss_by_a_written_count)
+
+
 STAGE_MISTAKES = [   # answers that return: they run one after the other in one launch of 3 ranks
     (dict(scale=False), r"(?s)add up to 4 x the whole batch's mean.*divide each micro-batch's loss by the number"),
     (dict(warmup=lambda m, r, w: m), r"(?s)stage 0 held 4, stage 1 held 4, stage 2 held 4; 1F1B .* holds 3, 2, 1.*"

@@ -23,7 +23,8 @@ import torch.nn.functional as F
 
 from ddp_lab.checks import CheckFailed, passed
 from ddp_lab.checks.common import (answer_raised, call_case, ensure_written, first_mismatch, only_point_to_point,
-                                   package_answer_used, run_answers_on_ranks, run_on_ranks, watching_calls)
+                                   package_answer_used, refuse_written_divisor, run_answers_on_ranks, run_on_ranks,
+                                   watching_calls)
 from ddp_lab.checks.p2p_log import (log_path, logging_point_to_point, non_neighbour_calls, read_logs,
                                    segfaulted, stuck_receives, waits)
 from ddp_lab.course.pipeline_parallel import schedules
@@ -220,11 +221,14 @@ def check_one_f_one_b_stage(one_f_one_b_stage, timeout: float = 30.0) -> None:
     held at once: `world_size - rank` in 1F1B (more is GPipe or extra warm-up forwards, fewer
     is stages that wait instead of working at once). A hang, or a rank that crashed inside a send
     or recv, is explained from the sends and receives each rank logged (`ddp_lab.checks.p2p_log`).
+    A loss divided by a number written in the code is refused before any rank starts.
 
     Introduced in notebooks/07-pipeline-parallelism.ipynb.
     """
     ensure_written(one_f_one_b_stage)
     name = getattr(one_f_one_b_stage, "__name__", "one_f_one_b_stage")
+    refuse_written_divisor(one_f_one_b_stage, name, "a loss", "the number of micro-batches, len(inputs)",
+                           divided=("loss",))
     with tempfile.TemporaryDirectory(prefix="ddp_lab-check07-") as logs:
         results = run_on_ranks(_stage_runner, (one_f_one_b_stage, logs), WORLD_SIZE, timeout, name, _explainer(logs),
                                timeout_hint=_hang_hint(logs))
