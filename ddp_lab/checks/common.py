@@ -260,7 +260,8 @@ def refuse_written_divisor(fn, name: str, what: str, divide_by: str, divided: tu
     """CheckFailed, before any rank starts, if fn divides `what` by a number written in its code (`numeric_divisor`)
     where it must divide by `divide_by` (a count the run decides: the world size, the number of micro-batches).
 
-    A number that equals the check's count passes there and is wrong in every other run (lessons 04, 05, 09, 10).
+    A number that equals the check's count passes there and is wrong in every other run (lessons 04, 05, 07, 09, 10,
+    16, 17).
     """
     _refuse_written(numeric_divisor(fn, divided), f"{name} divides {what} by", f"divide by {divide_by}", _COUNTS)
 
