@@ -64,14 +64,35 @@ def gather_reversed(outputs):
     (scatter_per_tensor, gather_outputs, r"one per \*tensor\*; expected 4, one per device"),
     (scatter_strided, gather_outputs, r"(?s)right shape, wrong rows.*contiguous slice"),
     (scatter_split_by_size, gather_outputs, r"(?s)10 rows .* over 4 devices: got chunks of \[4, 4, 2\] rows, "
-                                            r"expected \[3, 3, 3, 1\].*torch\.split\(t, 4\) reads 4 as a chunk "
-                                            r"SIZE.*torch\.chunk\(t, 4\) takes the NUMBER of chunks"),
+                                            r"expected \[3, 3, 3, 1\].*chunks of 4 rows, n read as a chunk SIZE, "
+                                            r"as torch\.split\(t, 4\) reads it; torch\.chunk\(t, 4\) takes the "
+                                            r"NUMBER of chunks"),
     (scatter_batch, gather_dim1, r"concatenate along dim 0"),
     (scatter_batch, gather_reversed, r"(?s)rows are out of order.*device 0 first"),
 ])
 def test_scatter_gather_rejects_wrong_answers(scatter, gather, feedback):
     with pytest.raises(CheckFailed, match=feedback):
         check_scatter_gather(scatter, gather)
+
+
+def scatter_into_a_written_count(tensors, n):
+    return list(zip(*[torch.chunk(t, 4, dim=0) for t in tensors]))   # the first case's 4 devices, written in
+
+
+def loss_over_a_written_count(model, x, y, n):
+    outputs = [model(chunk) for chunk in x.chunk(4)]                  # the check's 4 devices, written in
+    return F.mse_loss(torch.cat(outputs), y)
+
+
+def test_a_count_of_devices_written_in_the_code_is_refused_before_anything_runs():
+    # 12 rows in 4 chunks are also 3 chunks of 3 rows (torch.split's mistake): the source tells the two apart
+    with pytest.raises(CheckFailed, match=r"^scatter_batch splits a tensor into 4, a number written in the code "
+                                          r"\(`.*torch\.chunk\(t, 4, dim=0\).*`\)\.\nHint: split into n, the "
+                                          r"number of devices"):
+        check_scatter_gather(scatter_into_a_written_count, gather_outputs)
+    with pytest.raises(CheckFailed, match=r"^data_parallel_loss splits a tensor into 4, a number written in the code "
+                                          r"\(`outputs = \[model\(chunk\) for chunk in x\.chunk\(4\)\]`\)"):
+        check_data_parallel_loss(loss_over_a_written_count)
 
 
 def test_scatter_gather_names_an_unwritten_answer():

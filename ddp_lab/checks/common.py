@@ -268,7 +268,8 @@ def refuse_written_divisor(fn, name: str, what: str, divide_by: str, divided: tu
 
 def refuse_written_split(fn, name: str, split_into: str) -> None:
     """CheckFailed, before any rank starts, if fn splits a tensor into a number of pieces written in its code
-    (`.chunk(2)`, `.tensor_split(2)`) where it must split into `split_into` (lesson 09's shards)."""
+    (`.chunk(2)`, `torch.chunk(x, 4)`, `.tensor_split(2)`) where it must split into `split_into` (lesson 03's
+    devices, lesson 09's shards)."""
     _refuse_written(_first_number(fn, _split_count), f"{name} splits a tensor into", f"split into {split_into}",
                     _COUNTS)
 
@@ -314,10 +315,15 @@ def _divided_number(node, divided: tuple[str, ...]) -> str | None:
 
 
 def _split_count(node) -> str | None:
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
-            node.func.attr in ("chunk", "tensor_split") and node.args and _is_number(node.args[0]):
-        return ast.unparse(node.args[0])
-    return None
+    """The count of a `t.chunk(4)`, `torch.chunk(t, 4)` or `tensor_split` call written as a number, else None."""
+    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+            and node.func.attr in ("chunk", "tensor_split")):
+        return None
+    on_torch = isinstance(node.func.value, ast.Name) and node.func.value.id == "torch"   # torch.chunk(t, 4)
+    args = node.args[1:] if on_torch else node.args
+    count = args[0] if args else next((keyword.value for keyword in node.keywords
+                                       if keyword.arg in ("chunks", "sections", "indices_or_sections")), None)
+    return ast.unparse(count) if count is not None and _is_number(count) else None
 
 
 def _compared_number(node, words: tuple[str, ...]) -> str | None:

@@ -22,7 +22,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ddp_lab.checks import CheckFailed, passed
-from ddp_lab.checks.common import describe
+from ddp_lab.checks.common import describe, refuse_written_split
 
 # (batch size, number of devices): uneven splits, and a batch smaller than the devices
 SCATTER_CASES = ((10, 4), (12, 3), (7, 3), (2, 4))
@@ -54,8 +54,11 @@ def check_scatter_gather(scatter_batch, gather_outputs) -> None:
     with `torch.chunk` sizes (like nn.DataParallel). `gather_outputs(outputs)` concatenates
     the per-device outputs back into one batch along dim 0, in device order.
 
+    A split into a number of chunks written in the code is refused before anything runs.
+
     Introduced in notebooks/03-dataparallel.ipynb.
     """
+    refuse_written_split(scatter_batch, "scatter_batch", "n, the number of devices")
     for rows, n in SCATTER_CASES:
         tensors = _batch(rows)
         case = f"scattering a batch of {rows} rows (3 tensors) over {n} devices"
@@ -86,9 +89,9 @@ def _compare_scatter(got, tensors, n, case) -> None:
     by_size = [torch.split(t, n) for t in tensors]  # n read as a chunk SIZE: chunks of n rows
     if not _same(expected, list(zip(*by_size))) and (_same(got, list(zip(*by_size))) or _same(got, by_size)):
         raise CheckFailed(f"{case}: got chunks of {[len(c) for c in by_size[0]]} rows, expected "
-                          f"{[len(e[0]) for e in expected]} rows on {n} devices.\nHint: torch.split(t, {n}) reads "
-                          f"{n} as a chunk SIZE ({n} rows per chunk); torch.chunk(t, {n}) takes the NUMBER of "
-                          f"chunks, which is what one chunk per device needs.")
+                          f"{[len(e[0]) for e in expected]} rows on {n} devices.\nHint: these are chunks of {n} "
+                          f"rows, n read as a chunk SIZE, as torch.split(t, {n}) reads it; torch.chunk(t, {n}) takes "
+                          f"the NUMBER of chunks, which is what one chunk per device needs.")
     if len(got) == len(tensors) != len(expected):
         raise CheckFailed(f"{case}: got {len(got)} entries, one per *tensor*; expected {len(expected)}, one per "
                           "device.\nHint: return a list over devices whose entry k is a tuple (x_k, labels_k, mask_k) "
@@ -267,10 +270,12 @@ def check_data_parallel_loss(data_parallel_loss, n_devices: int = 4) -> None:
     `data_parallel_loss(model, x, y, n)` must scatter x over n devices, replicate the model
     with differentiable copies of its parameters, run the replicas in one thread each,
     gather the outputs and return `F.mse_loss(gathered, y)`. The check calls `backward()` on
-    the result and compares the model's gradients with single-process training.
+    the result and compares the model's gradients with single-process training. A split into a
+    number of chunks written in the code is refused before anything runs.
 
     Introduced in notebooks/03-dataparallel.ipynb.
     """
+    refuse_written_split(data_parallel_loss, "data_parallel_loss", "n, the number of devices")
     generator = torch.Generator().manual_seed(5)
     x, y = torch.randn(10, 5, generator=generator), torch.randn(10, 3, generator=generator)
     reference = _model()
