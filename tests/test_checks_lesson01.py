@@ -162,6 +162,15 @@ def dp_floor_shards(model, x, y):
         dist.all_reduce(p.grad)
 
 
+def dp_fixed_shard_size(model, x, y):
+    """Wrong: a shard size written as a number, 4, the shard of 8 (and of 7) samples on 2 ranks."""
+    rank = dist.get_rank()
+    x_shard, y_shard = x[4 * rank:4 * rank + 4], y[4 * rank:4 * rank + 4]
+    (F.mse_loss(model(x_shard), y_shard) * len(x_shard) / len(x)).backward()
+    for p in model.parameters():
+        dist.all_reduce(p.grad)
+
+
 @pytest.mark.parametrize("answer", [data_parallel_backward, dp_looks_first])
 def test_data_parallel_accepts_the_right_answer(answer, capsys):
     check_data_parallel_backward(answer)
@@ -178,7 +187,12 @@ def test_data_parallel_accepts_the_right_answer(answer, capsys):
                        r"combine"),
     (dp_reduces_a_copy, r"batch of 8 samples, rank 0, .*\nHint: this is the gradient of this rank's shard alone: "
                         r"dist\.all_reduce ran, but never on a p\.grad"),
-    (dp_floor_shards, r"batch of 7 samples on 2 ranks: sample 6 was used by no rank"),
+    (dp_floor_shards, r"batch of 7 samples on 2 ranks: sample 6 was used by no rank .*\nHint: every rank took "
+                      r"7 // 2 = 3 samples, which leaves 1 over: when the batch does not divide by world_size"),
+    (dp_fixed_shard_size, r"batch of 16 samples on 2 ranks: samples 8 to 15 were used by no rank .*\nHint: every rank "
+                          r"took a run of 4 samples \(rank r from sample r \* 4\), which covers 8 of the 16; "
+                          r"tensor_split's shards of 16 have \[8, 8\] samples\. The shard size was 4 in the "
+                          r"batches of 8 and 7 too: a shard size written as a number"),
 ])
 def test_data_parallel_rejects(wrong, feedback):
     with pytest.raises(CheckFailed, match=feedback):

@@ -168,6 +168,21 @@ def rs_buffer_like_sent_chunk(tensor):
     return chunks[rank]
 
 
+def rs_fixed_buffer(tensor):
+    """Wrong: every receive buffer has 4 elements (the largest chunk of 12 and of 10 elements on 3 ranks), and only
+    the chunk's length of it is added: a chunk of more than 4 elements does not fit."""
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    chunks = list(tensor.tensor_split(world_size))
+    for step in range(world_size - 1):
+        send_index, recv_index = (rank - step - 1) % world_size, (rank - step - 2) % world_size
+        incoming = torch.zeros(4)
+        request = dist.isend(chunks[send_index].clone(), (rank + 1) % world_size)
+        dist.recv(incoming, (rank - 1) % world_size)
+        request.wait()
+        chunks[recv_index] = chunks[recv_index] + incoming[:len(chunks[recv_index])]
+    return chunks[rank]
+
+
 def rs_stub(tensor):
     raise NotImplementedError("shift the schedule by one chunk")
 
@@ -217,6 +232,10 @@ def test_ring_reduce_scatter_accepts_batch_isend_irecv(rs_results):
                                 r"buffer of \d element\(s\) the \d element\(s\) rank \d sent\..*\nHint: the receive "
                                 r"buffer has the wrong size \(every receive buffer here is as large as the chunk the "
                                 r"same rank sends in that step"),
+    (rs_fixed_buffer, r"(?s)SIGABRT.*What the ranks did: in step 0 of the tensor of 16 elements \(tensor_split's "
+                      r"chunks: \[6, 5, 5\]\), rank \d received into a buffer of 4 element\(s\) the [56] element\(s\) "
+                      r"rank \d sent\..*\nHint: the receive buffer has the wrong size \(every receive buffer has 4 "
+                      r"elements, for tensors of 12, 10, 7, 2 and 16 elements alike"),
 ])
 def test_ring_reduce_scatter_rejects(wrong, feedback):
     with pytest.raises(CheckFailed, match=feedback):
@@ -353,6 +372,20 @@ def gather_swapped_indices(tensor):
     return gathered
 
 
+def gather_fixed_buffer(tensor):
+    """Wrong: receive buffers of 4 elements (a size written as a number), cut to the tensor's length at the end:
+    a tensor of more than 4 elements does not fit."""
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    gathered = [torch.zeros(4) for _ in range(world_size)]
+    gathered[rank] = tensor.clone()
+    for step in range(world_size - 1):
+        send_index, recv_index = (rank - step) % world_size, (rank - step - 1) % world_size
+        request = dist.isend(gathered[send_index], (rank + 1) % world_size)
+        dist.recv(gathered[recv_index], (rank - 1) % world_size)
+        request.wait()
+    return [entry[:len(tensor)] for entry in gathered]
+
+
 def gather_with_library(tensor):
     """Wrong: calls dist.all_gather."""
     gathered = [torch.empty_like(tensor) for _ in range(dist.get_world_size())]
@@ -401,6 +434,14 @@ def test_ring_all_gather_names_wrong_results(wrong, ag_results):
 def test_ring_all_gather_refuses_the_library():
     with pytest.raises(CheckFailed, match=r"dist\.all_gather is not allowed"):
         check_ring_all_gather(gather_with_library)
+
+
+def test_ring_all_gather_names_a_fixed_receive_size():
+    with pytest.raises(CheckFailed, match=r"(?s)SIGABRT.*What the ranks did: in step 0 of tensors of 6 elements, "
+                                          r"rank \d received into a buffer of 4 element\(s\) the 6 element\(s\) rank "
+                                          r"\d sent\.\nHint: every receive buffer has 4 elements, for tensors of 4, 1 "
+                                          r"and 6 elements alike"):
+        check_ring_all_gather(gather_fixed_buffer)
 
 
 def test_ring_all_gather_deadlock_ends_with_a_message():
@@ -492,6 +533,27 @@ def mean_reversed(tensor):
     return torch.cat(list(reversed(all_reduce_mean(tensor).split(sizes))))
 
 
+def mean_pads_to_four(tensor):
+    """Wrong: pads every reduced chunk to 4 elements, a size written as a number (the largest chunk of 12 and of 10
+    elements on 3 ranks), not the largest chunk of this tensor."""
+    world_size = dist.get_world_size()
+    sizes = [len(c) for c in tensor.tensor_split(world_size)]
+    mine = ring_reduce_scatter(tensor)[dist.get_rank()]
+    padded = torch.zeros(4)
+    padded[:len(mine)] = mine
+    return torch.cat([piece[:size] for piece, size in zip(_gather(padded), sizes)]) / world_size
+
+
+def mean_pads_by_four(tensor):
+    """Wrong: F.pad to 4 elements, a size written as a number: for a chunk longer than 4 the pad is negative, which
+    cuts the chunk to 4 elements instead."""
+    world_size = dist.get_world_size()
+    sizes = [len(c) for c in tensor.tensor_split(world_size)]
+    mine = ring_reduce_scatter(tensor)[dist.get_rank()]
+    pieces = _gather(torch.nn.functional.pad(mine, (0, 4 - len(mine))))
+    return torch.cat([piece[:size] for piece, size in zip(pieces, sizes)]) / world_size
+
+
 def mean_before_exercise_1(tensor):
     """Exercise 3 written while exercise 1 is still the stub: the message names the stub."""
     return rs_stub(tensor)
@@ -514,6 +576,9 @@ MEAN_RETURNING = {   # wrong answers that return: one launch for all of them
                       r"sizes other than tensor_split's \[4, 3, 3\] \(tensor\.chunk's are \[4, 4, 2\]\)",
     mean_reversed: r"(?s)Hint: every chunk is right but in the wrong place \(position 0 holds chunk 2, position 2 "
                    r"holds chunk 0\): entry k of ring_all_gather's list is rank k's chunk; concatenate",
+    mean_pads_by_four: r"(?s)rank 0, tensor of 16 elements.*got a tensor of shape \(12,\).*\nHint: every entry holds "
+                       r"only the first 4 elements of its chunk .* 4 is the largest chunk of 12 and of 10 "
+                       r"elements, which passed",
 }
 
 
@@ -533,6 +598,9 @@ def test_all_reduce_mean_names_wrong_results(wrong, mean_results):
     (mean_without_padding, r"(?s)rank \d failed while running mean_without_padding: .*SIGABRT.*\n"
                            r"Hint: a recv received a message of another size than its buffer.* pad every reduced "
                            r"chunk with zeros"),
+    (mean_pads_to_four, r"(?s)rank \d: mean_pads_to_four raised RuntimeError.*while averaging a tensor of 16 elements "
+                        r"on 3 ranks\..*\nHint: tensor_split's chunks of 16 elements on 3 ranks have \[6, 5, 5\] "
+                        r"elements: up to 6, more than any chunk of the sizes before it \(12, 10, 7, 2: at most 4\)"),
     (mean_before_exercise_1, r"^rs_stub \(called by mean_before_exercise_1\) is not written yet"),
 ])
 def test_all_reduce_mean_rejects(wrong, feedback):

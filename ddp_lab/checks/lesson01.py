@@ -87,7 +87,9 @@ def _memory_hint(strategy: str, component: str, got, expected, n_params: int, wo
 
 # --- data parallel backward ------------------------------------------------------------------
 
-BATCHES = (8, 7)  # 7 does not divide by 2 ranks: shards of 4 and 3
+# 7 does not divide by 2 ranks (shards of 4 and 3). 16 leaves no shard size written as a number right on 2 ranks:
+# one under 8 (4, the shard of 8 and of 7) leaves samples of 16 unused; one of 8 or more gives rank 0 all of 8 or 7.
+BATCHES = (8, 7, 16)
 
 
 def make_model() -> torch.nn.Module:
@@ -144,7 +146,7 @@ def check_data_parallel_backward(fn, world_size: int = 2, timeout: float = 30.0)
     """Check `fn(model, x, y)`: each rank runs only its shard, and every rank ends with the full-batch gradient.
 
     The gradient must equal that of `mse_loss(model(x), y)` over the whole batch (a mean),
-    for a batch of 8 and one of 7 samples on 2 ranks.
+    for batches of 8, 7 and 16 samples on 2 ranks.
 
     Introduced in notebooks/01-data-vs-model-parallelism.ipynb.
     """
@@ -152,20 +154,25 @@ def check_data_parallel_backward(fn, world_size: int = 2, timeout: float = 30.0)
     name = getattr(fn, "__name__", "data_parallel_backward")
     results = run_on_ranks(_data_parallel_runner, (fn,), world_size, timeout, name)
     names = [n for n, _ in make_model().named_parameters()]
+    earlier: dict[int, list[list[int]]] = {}
     for case, size in enumerate(BATCHES):
         x, y = make_batch(size)
         shards = [_sample_indices(results[rank][case]["seen"], x) for rank in range(world_size)]
-        _check_shards(shards, size, world_size)
+        _check_shards(shards, size, world_size, earlier)
+        earlier[size] = shards
         expected = _reference_grads(x, y)
         for rank in range(world_size):
             for position, (got, want) in enumerate(zip(results[rank][case]["grads"], expected)):
                 _compare_grad(got, want, names[position], position, rank, (x, y), world_size, shards,
                               results[rank][case]["reduced_elsewhere"])
     passed(f"{name}: each of {world_size} ranks used only its shard and holds the full-batch gradient "
-           f"(batches of {' and '.join(map(str, BATCHES))})")
+           f"(batches of {', '.join(map(str, BATCHES[:-1]))} and {BATCHES[-1]})")
 
 
-def _check_shards(shards: list[list[int]], size: int, world_size: int) -> None:
+def _check_shards(shards: list[list[int]], size: int, world_size: int, earlier: dict | None = None) -> None:
+    """CheckFailed if a rank used every sample, two ranks (or one twice) used a sample, or no rank used one.
+
+    `earlier`: {batch size: its shards} of the batches checked before, whose shard sizes the hint compares."""
     where = f"batch of {size} samples on {world_size} ranks"
     for rank, shard in enumerate(shards):
         if len(shard) == size and world_size > 1:
@@ -177,10 +184,44 @@ def _check_shards(shards: list[list[int]], size: int, world_size: int) -> None:
         if len(owners) > 1 or used.count(i) > 1:
             raise CheckFailed(f"{where}: sample {i} was used by ranks {owners} (or twice): the shards overlap."
                               "\nHint: give every sample to exactly one rank.")
-        if not owners:
-            raise CheckFailed(f"{where}: sample {i} was used by no rank (shards: "
-                              f"{[sorted(s) for s in shards]}).\nHint: when the batch does not divide by "
-                              "world_size the shards differ in size; torch.tensor_split covers every sample.")
+    unused = [i for i in range(size) if i not in used]
+    if not unused:
+        return
+    if len(unused) == 1:
+        which = f"sample {unused[0]} was"
+    elif len(unused) > 2 and unused == list(range(unused[0], unused[-1] + 1)):
+        which = f"samples {unused[0]} to {unused[-1]} were"
+    else:
+        which = f"samples {', '.join(map(str, unused[:-1]))} and {unused[-1]} were"
+    run = _run_length(shards, size)
+    if run is not None and run == size // world_size:
+        hint = (f"every rank took {size} // {world_size} = {run} samples, which leaves {size - run * world_size} "
+                "over: when the batch does not divide by world_size the shards differ in size; torch.tensor_split "
+                "covers every sample.")
+    elif run is not None:
+        same = [other for other, before in (earlier or {}).items() if other != size and _run_length(before, other)
+                == run]
+        right = [len(shard) for shard in torch.empty(size).tensor_split(world_size)]
+        hint = (f"every rank took a run of {run} samples (rank r from sample r * {run}), which covers "
+                f"{run * world_size} of the {size}; tensor_split's shards of {size} have {right} samples. "
+                + (f"The shard size was {run} in the batch{'es' if len(same) > 1 else ''} of "
+                   f"{' and '.join(map(str, same))} too: a shard size written as a number fits only some batch "
+                   "sizes. " if same else "")
+                + "Work each shard out from len(x) and world_size; torch.tensor_split covers every sample.")
+    else:
+        hint = ("every sample must go to exactly one rank: torch.tensor_split(world_size) gives world_size shards "
+                "that together cover the batch, whatever its size.")
+    raise CheckFailed(f"{where}: {which} used by no rank (shards: {[sorted(s) for s in shards]}).\nHint: {hint}")
+
+
+def _run_length(shards: list[list[int]], size: int) -> int | None:
+    """n where rank r used samples r * n to r * n + n - 1 (those of them in the batch), each rank the same n;
+    else None."""
+    run = len(shards[0])
+    if run == 0:
+        return None
+    expected = [list(range(rank * run, min((rank + 1) * run, size))) for rank in range(len(shards))]
+    return run if [sorted(shard) for shard in shards] == expected else None
 
 
 def _compare_grad(got, want, pname, position, rank, batch, world_size, shards, reduced_elsewhere=False) -> None:

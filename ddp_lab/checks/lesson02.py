@@ -4,7 +4,7 @@
     ddp_lab.checks.lesson02.check_ring_all_gather(ring_all_gather)
     ddp_lab.checks.lesson02.check_all_reduce_mean(all_reduce_mean)
 
-Each runs the answer on 3 gloo ranks (so sizes 10, 7, 2 do not divide evenly), with every
+Each runs the answer on 3 gloo ranks (so sizes 10, 7, 2, 16 do not divide evenly), with every
 collective disabled inside the ranks while the answer runs, and a short timeout that turns
 a deadlock into a message. The expected results come from the library itself: before the
 answer runs, every rank calls `dist.all_reduce` on the same inputs. The ring checks log each
@@ -33,8 +33,10 @@ from ddp_lab.checks.p2p_log import (RECEIVES, SENDS, Call, log_path, logging_poi
                                     watching_point_to_point)
 
 WORLD_SIZE = 3
-REDUCE_SIZES = (12, 10, 7, 2)    # 12 divides by 3; the others do not; 2 < world size
-GATHER_SIZES = (4, 1)
+# 12 divides by 3; the others do not; 2 < world size. 16's chunks (6, 5, 5) are larger than any other size's: a
+# buffer or a padding of a size written as a number (4, the largest chunk of 12 and of 10) fits the others only.
+REDUCE_SIZES = (12, 10, 7, 2, 16)
+GATHER_SIZES = (4, 1, 6)   # 6 > 4: a receive buffer of a size written as a number (4) fits 4 and 1 only
 
 
 def rank_input(rank: int, size: int) -> torch.Tensor:
@@ -258,7 +260,11 @@ class _SizeMismatch(NamedTuple):
 
 def _mismatched_receive(logs: dict, first: int, world_size: int) -> _SizeMismatch | None:
     """The first logged receive (rank `first`'s first) whose buffer differs in size from the message matched to it:
-    the k-th receive from a peer in a case gets that peer's k-th send to the rank, which is step k of a ring."""
+    the k-th receive from a peer in a case gets that peer's k-th send to the rank, which is step k of a ring.
+
+    A message longer than its buffer (which aborts the rank in gloo) comes before one that is shorter: gloo takes a
+    shorter one, and an answer that then uses only part of the buffer may have gone on without an error."""
+    found = []
     for rank in sorted(range(world_size), key=lambda other: other != first):
         for size, transfers in logs[rank].items():
             taken: dict[int, int] = {}
@@ -269,8 +275,9 @@ def _mismatched_receive(logs: dict, first: int, world_size: int) -> _SizeMismatc
                 sends = [sent for sent in logs[transfer.peer].get(size, []) if sent.op in SENDS and sent.peer == rank]
                 if (step < len(sends) and None not in (sends[step].elements, transfer.elements)
                         and sends[step].elements != transfer.elements):
-                    return _SizeMismatch(rank, transfer.peer, step, size, transfer.elements, sends[step].elements)
-    return None
+                    found.append(_SizeMismatch(rank, transfer.peer, step, size, transfer.elements,
+                                               sends[step].elements))
+    return next((mismatch for mismatch in found if mismatch.sent > mismatch.buffer), found[0] if found else None)
 
 
 def _direction(rank: int, peer: int | None, world_size: int, sending: bool) -> int | None:
@@ -318,7 +325,10 @@ def _receive_size_hint(logs: dict, first: int, world_size: int, index_mismatch: 
     sign = "-" if direction == 1 else "+"
     buffers = [(receive.elements, sent_in_step) for other in range(world_size)
                for receive, sent_in_step in _receives_with_sends(logs[other].get(size, []))]
-    if all(elements == size // world_size for elements, _ in buffers):
+    fixed = _fixed_receive_size(logs, lambda case: chunk_sizes(case, world_size))
+    if fixed:
+        how = f" ({fixed}: a size written as a number fits only the chunks up to it)"
+    elif all(elements == size // world_size for elements, _ in buffers):
         how = f" (every receive buffer here has len(tensor) // world_size = {size // world_size} elements)"
     elif all(elements == sent_in_step for elements, sent_in_step in buffers):
         how = (" (every receive buffer here is as large as the chunk the same rank sends in that step, not the one "
@@ -330,6 +340,21 @@ def _receive_size_hint(logs: dict, first: int, world_size: int, index_mismatch: 
             f"into in that step.\nHint: the receive buffer has the wrong size{how}: make it the size of the chunk it "
             f"is added into, torch.empty_like(chunks[recv_index]) with recv_index = (rank {sign} step {sign} 2) % "
             "world_size; tensor_split's chunks differ by one element when the size does not divide by world_size.")
+
+
+def _fixed_receive_size(logs: dict, fitting) -> str | None:
+    """'every receive buffer has n elements, for tensors of a, b and c elements alike' when every logged receive, in
+    two or more cases (tensor sizes), had a buffer of the same n elements, and n is none of `fitting(size)` (the
+    sizes a buffer worked out from the tensor has: tensor_split's chunks, or the tensor's own) in one of those cases;
+    else None."""
+    cases = list(dict.fromkeys(size for rank in sorted(logs) for size, transfers in logs[rank].items()
+                               if any(transfer.op in RECEIVES for transfer in transfers)))
+    buffers = {transfer.elements for rank in logs for transfers in logs[rank].values() for transfer in transfers
+               if transfer.op in RECEIVES}
+    if len(cases) < 2 or len(buffers) != 1 or None in buffers or all(buffers <= set(fitting(size)) for size in cases):
+        return None
+    listed = f"{', '.join(map(str, cases[:-1]))} and {cases[-1]}"
+    return f"every receive buffer has {buffers.pop()} elements, for tensors of {listed} elements alike"
 
 
 def _receives_with_sends(transfers: list) -> list[tuple]:
@@ -436,8 +461,28 @@ def check_ring_all_gather(ring_all_gather, world_size: int = WORLD_SIZE, timeout
     name = getattr(ring_all_gather, "__name__", "ring_all_gather")
     with tempfile.TemporaryDirectory(prefix="ddp_lab-check02-") as logs:
         results = run_on_ranks(_all_gather_runner, (ring_all_gather, GATHER_SIZES, world_size, logs),
-                               world_size, timeout, name, timeout_hint=_hang_hint(logs, GATHER_SIZES, world_size))
+                               world_size, timeout, name, timeout_hint=_hang_hint(logs, GATHER_SIZES, world_size),
+                               explain=lambda failure: _explain_all_gather(failure, world_size, logs))
     passed(judge_all_gather(name, results, world_size))
+
+
+def _explain_all_gather(failure, world_size: int, log_directory: str) -> str | None:
+    """The failure hint of the all-gather check: from the logged sizes, a receive whose buffer differs in size from
+    the message matched to it; None for any other failure."""
+    logs = _read_cases(log_directory, GATHER_SIZES, world_size)
+    found = _mismatched_receive(logs, failure.rank, world_size)
+    if found is None:
+        return None
+    did = (f"What the ranks did: in step {found.step} of tensors of {found.size} elements, rank {found.rank} received "
+           f"into a buffer of {found.buffer} element(s) the {found.sent} element(s) rank {found.peer} sent")
+    fixed = _fixed_receive_size(logs, lambda case: [case])
+    if fixed:
+        hint = (f"{fixed}: a size written as a number fits only the tensors up to it. Every rank's tensor has the "
+                "shape of this rank's own: receive into tensors shaped like it (torch.empty_like).")
+    else:
+        hint = ("every rank's tensor has the shape of this rank's own, so every receive buffer must have that shape "
+                "(torch.empty_like), and every send must carry a whole tensor of it.")
+    return f"{did}.\nHint: {hint}"
 
 
 def judge_all_gather(name: str, results: list, world_size: int = WORLD_SIZE) -> str:
@@ -523,8 +568,29 @@ def check_all_reduce_mean(all_reduce_mean, world_size: int = WORLD_SIZE, timeout
                 "chunk k's size afterwards.")
     results = run_on_ranks(_reduce_runner, (all_reduce_mean, REDUCE_SIZES, world_size, "averaging"),
                            world_size, timeout, name,
-                           explain=lambda failure: _explain_chunking(failure, world_size, mismatch))
+                           explain=lambda failure: (_explain_chunking(failure, world_size, mismatch)
+                                                    or _larger_chunks_hint(failure, world_size)))
     passed(judge_all_reduce_mean(name, results, world_size))
+
+
+def _larger_chunks_hint(failure, world_size: int) -> str | None:
+    """The hint for an error about sizes (a RuntimeError that names a size or a dimension) raised in the first case
+    whose chunks are larger than those of every case before it, which ran without one; else None."""
+    exception = failure.exception
+    size = _case_size(failure)
+    if not (isinstance(exception, CaseFailed) and exception.kind == "RuntimeError" and size in REDUCE_SIZES
+            and re.search(r"size|dimension", exception.message)):
+        return None
+    earlier = REDUCE_SIZES[:REDUCE_SIZES.index(size)]
+    largest = max((max(chunk_sizes(other, world_size)) for other in earlier), default=None)
+    sizes = chunk_sizes(size, world_size)
+    if largest is None or max(sizes) <= largest:
+        return None
+    return (f"tensor_split's chunks of {size} elements on {world_size} ranks have {sizes} elements: up to "
+            f"{max(sizes)}, more than any chunk of the sizes before it ({', '.join(map(str, earlier))}: at most "
+            f"{largest}), which ran without an error. A padding or buffer whose size does not follow the tensor's (a "
+            "number written in) fits only chunks up to it: pad to the largest chunk of this tensor's tensor_split, "
+            "worked out from len(tensor) and world_size.")
 
 
 def judge_all_reduce_mean(name: str, results: list, world_size: int = WORLD_SIZE) -> str:
@@ -533,12 +599,14 @@ def judge_all_reduce_mean(name: str, results: list, world_size: int = WORLD_SIZE
         inputs = [rank_input(rank, size) for rank in range(world_size)]
         for rank in range(world_size):
             total = results[rank]["sums"][case]
-            _compare_mean(results[rank]["outputs"][case], total, inputs[rank], rank, size, world_size)
+            _compare_mean(results[rank]["outputs"][case], total, inputs[rank], rank, size, world_size,
+                          REDUCE_SIZES[:case])
     return (f"{name} equals dist.all_reduce / world_size on {world_size} ranks for sizes "
             f"{', '.join(map(str, REDUCE_SIZES))}, using only send/recv")
 
 
-def _compare_mean(got, total, own, rank, size, world_size) -> None:
+def _compare_mean(got, total, own, rank, size, world_size, earlier=()) -> None:
+    """CheckFailed if got differs from the mean; `earlier`: the sizes that passed before this one (for the hints)."""
     where = f"rank {rank}, tensor of {size} elements on {world_size} ranks"
     mean = total / world_size
     if not torch.is_tensor(got):
@@ -562,6 +630,15 @@ def _compare_mean(got, total, own, rank, size, world_size) -> None:
                 "concatenating.")
     elif _close(got, own):
         hint = "the result is this rank's own input, unchanged: return the averaged tensor, not the input."
+    elif _cut_entries(got, mean, sizes):
+        cut = _cut_entries(got, mean, sizes)
+        same = [other for other in earlier if max(chunk_sizes(other, world_size)) == cut]
+        hint = (f"every entry holds only the first {cut} elements of its chunk (tensor_split's chunks: {sizes}): "
+                f"the chunks were padded, or cut, to {cut} elements, fewer than the largest chunk, {max(sizes)}. "
+                + (f"{cut} is the largest chunk of {' and of '.join(map(str, same))} elements, which passed: a "
+                   "padding whose size is a number written in fits only some tensor sizes. " if same else "")
+                + "Pad to the largest chunk of this tensor's tensor_split, worked out from len(tensor) and "
+                "world_size.")
     elif got.shape != mean.shape:
         hint = (f"return the whole averaged tensor: the gathered chunks ({sizes} elements) concatenated in "
                 "rank order.")
@@ -591,6 +668,15 @@ def _compare_mean(got, total, own, rank, size, world_size) -> None:
         hint = ("the mean is: reduce-scatter, pad your chunk to the largest chunk, all-gather, cut each entry back "
                 "to its chunk's size, concatenate in rank order, divide by world_size once.")
     raise CheckFailed(f"{head}.\nHint: {hint}")
+
+
+def _cut_entries(got, mean, sizes) -> int | None:
+    """n (smaller than the largest chunk) when got is mean's chunks, each cut to its first n elements, in order."""
+    for cut in range(1, max(sizes)):
+        pieces = [chunk[:cut] for chunk in mean.split(sizes)]
+        if _close(got, torch.cat(pieces)):
+            return cut
+    return None
 
 
 def _permuted(got, mean, sizes) -> str | None:
