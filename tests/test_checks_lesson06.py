@@ -142,7 +142,77 @@ def returns_only_device(backend):
     return torch.device("cuda", int(os.environ["LOCAL_RANK"])) if backend == "nccl" else torch.device("cpu")
 
 
-@pytest.mark.parametrize("answer", [device_and_ddp_kwargs, device_ids_as_devices])
+def device_from_rank_mod_4(backend):
+    """Wrong: the local rank computed from RANK with a node of 4 processes written in (right on such nodes only)."""
+    local_rank = int(os.environ["RANK"]) % 4
+    if backend != "nccl":
+        return torch.device("cpu"), {}
+    return torch.device("cuda", local_rank), {"device_ids": [local_rank]}
+
+
+def device_from_rank_minus_the_nodes_before(backend):
+    """Wrong: RANK less 4 processes for every node before this one (4 written in)."""
+    local_rank = int(os.environ["RANK"]) - 4 * int(os.environ["GROUP_RANK"])
+    if backend != "nccl":
+        return torch.device("cpu"), {}
+    return torch.device("cuda", local_rank), {"device_ids": [local_rank]}
+
+
+def device_ids_from_rank_mod_4(backend):
+    """Wrong: the right device, but device_ids from RANK % 4."""
+    if backend != "nccl":
+        return torch.device("cpu"), {}
+    return torch.device("cuda", int(os.environ["LOCAL_RANK"])), {"device_ids": [int(os.environ["RANK"]) % 4]}
+
+
+def device_from_rank_mod_2(backend):
+    """Wrong: RANK % 2, a node of 2 processes written in."""
+    local_rank = int(os.environ["RANK"]) % 2
+    if backend != "nccl":
+        return torch.device("cpu"), {}
+    return torch.device("cuda", local_rank), {"device_ids": [local_rank]}
+
+
+def device_from_rank_mod_8(backend):
+    """Wrong: RANK % 8, a node of 8 processes written in."""
+    local_rank = int(os.environ["RANK"]) % 8
+    if backend != "nccl":
+        return torch.device("cpu"), {}
+    return torch.device("cuda", local_rank), {"device_ids": [local_rank]}
+
+
+def device_written_in(backend):
+    """Wrong: the GPU of the one process the learner had in mind."""
+    return (torch.device("cuda", 2), {"device_ids": [2]}) if backend == "nccl" else (torch.device("cpu"), {})
+
+
+def device_from_rank_mod_gpu_count(backend):
+    """Wrong: RANK modulo the GPUs this machine has (none where the check runs)."""
+    if backend != "nccl":
+        return torch.device("cpu"), {}
+    local_rank = int(os.environ["RANK"]) % torch.cuda.device_count()
+    return torch.device("cuda", local_rank), {"device_ids": [local_rank]}
+
+
+def device_one_below_the_local_rank(backend):
+    """Wrong: LOCAL_RANK - 1 (GPUs counted from 1). Global rank 6 gets GPU 1, its node's index there, but not as rank 29
+    (GPU 4 on node 3): the node's index is not named; nor RANK % 5, which gives both by chance."""
+    local_rank = int(os.environ["LOCAL_RANK"]) - 1
+    if backend != "nccl":
+        return torch.device("cpu"), {}
+    return torch.device("cuda", local_rank), {"device_ids": [local_rank]}
+
+
+def device_from_rank_mod_the_node_size(backend):
+    """Right where every node runs the same number of processes (one --nproc-per-node for all)."""
+    local_rank = int(os.environ["RANK"]) % int(os.environ["LOCAL_WORLD_SIZE"])
+    if backend != "nccl":
+        return torch.device("cpu"), {}
+    return torch.device("cuda", local_rank), {"device_ids": [local_rank]}
+
+
+@pytest.mark.parametrize("answer", [device_and_ddp_kwargs, device_ids_as_devices,
+                                    device_from_rank_mod_the_node_size])
 def test_device_and_ddp_kwargs_accepts_the_right_answer(answer, capsys):
     check_device_and_ddp_kwargs(answer)
     assert capsys.readouterr().out.startswith("✓ device_and_ddp_kwargs")
@@ -158,10 +228,39 @@ def test_device_and_ddp_kwargs_accepts_the_right_answer(answer, capsys):
     (device_ids_strings, r"device_ids=\['2'\] \(strings\).*int\(os.environ\['LOCAL_RANK'\]\)"),
     (gpu_for_gloo, r"\('gloo'\) chose cuda:2, expected cpu"),
     (returns_only_device, r"expected a pair \(device, ddp_kwargs\)"),
+    # right as global rank 6 on a node of 4, wrong as global rank 29 on a node of 8
+    (device_from_rank_mod_4, r"^device_and_ddp_kwargs\('nccl'\) chose cuda:1 \(as global rank 29 = local rank 5 on "
+                             r"node 3, 8 processes per node\), expected cuda:5; as global rank 6 = local rank 2 on "
+                             r"node 1, 4 processes per node, it chose cuda:2, right\.\nHint: 1 is RANK % 4"),
+    (device_from_rank_minus_the_nodes_before, r"^device_and_ddp_kwargs\('nccl'\) chose cuda:17 \(as global rank 29 .*"
+                                              r"expected cuda:5; .*\nHint: 17 is RANK less 4 processes for each node "
+                                              r"before this one"),
+    (device_ids_from_rank_mod_4, r"^device_and_ddp_kwargs\('nccl'\) returned device_ids=\[1\] \(as global rank 29 .*"
+                                 r"expected \[5\].*\nHint: 1 is RANK % 4"),
+    (device_from_rank_mod_2, r"^device_and_ddp_kwargs\('nccl'\) chose cuda:0 \(as global rank 6 = local rank 2 on "
+                             r"node 1, 4 processes per node\), expected cuda:2\.\nHint: 0 is RANK % 2: a node size "
+                             r"of 2 written in the code, right on nodes of 2 processes only\. torchrun gives each "
+                             r"process its index on its node in LOCAL_RANK"),
+    (device_from_rank_mod_8, r"^device_and_ddp_kwargs\('nccl'\) chose cuda:6 \(as global rank 6 .*expected cuda:2\.\n"
+                             r"Hint: 6 is RANK % 8: a node size of 8 written"),
+    (device_one_below_the_local_rank, r"^device_and_ddp_kwargs\('nccl'\) chose cuda:1 \(as global rank 6 = local rank "
+                                      r"2 on node 1, 4 processes per node\), expected cuda:2\.\nHint: the GPU is this "
+                                      r"process's index on its node, LOCAL_RANK as torchrun sets it.*as it is\.$"),
+    (device_written_in, r"^device_and_ddp_kwargs\('nccl'\) chose cuda:2 \(as global rank 29 .*expected cuda:5; as "
+                        r"global rank 6 = local rank 2 on node 1, 4 processes per node, it chose cuda:2, right\.\n"
+                        r"Hint: right on a node of 4 processes, wrong on one of 8\. torchrun gives"),
 ])
 def test_device_and_ddp_kwargs_rejects(wrong, feedback):
     with pytest.raises(CheckFailed, match=f"(?s){feedback}"):
         check_device_and_ddp_kwargs(wrong)
+
+
+def test_device_and_ddp_kwargs_names_a_modulo_by_the_machines_gpu_count(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)   # as on the CPU machines the check runs on
+    with pytest.raises(CheckFailed, match=r"(?s)^device_and_ddp_kwargs raised ZeroDivisionError.*\nHint: .*"
+                                          r"torch.cuda.device_count\(\) \(% divides too\), which is 0 where "
+                                          r"no GPU is visible.*LOCAL_RANK"):
+        check_device_and_ddp_kwargs(device_from_rank_mod_gpu_count)
 
 
 def test_device_check_restores_the_environment():
@@ -278,6 +377,13 @@ def setup_world_of_the_node(backend):
     return {"rank": rank, "local_rank": local_rank, "world_size": world_size}
 
 
+def setup_local_rank_from_the_gpu_count(backend):
+    """Wrong: RANK modulo the GPUs this machine has (none visible where the check's ranks run)."""
+    rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    dist.init_process_group(backend, rank=rank, world_size=world_size)
+    return {"rank": rank, "local_rank": rank % torch.cuda.device_count(), "world_size": world_size}
+
+
 def setup_not_written(backend):
     raise NotImplementedError("int(os.environ[...])")
 
@@ -320,6 +426,16 @@ def test_setup_from_env_rejects_a_hard_coded_nccl_where_no_gpu_is_visible(monkey
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     with pytest.raises(CheckFailed, match=r"(?s)rank \d failed while running setup_from_env.*(?i:nccl)"):
         check_setup_from_env(setup_nccl)
+
+
+def test_setup_from_env_names_a_modulo_by_the_gpu_count(monkeypatch):
+    """RANK % 4 or % 2 gives rank 1 local rank 1 on the check's second node, and fails as setup_local_from_rank does;
+    RANK % torch.cuda.device_count() divides by 0 where no GPU is visible."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    with pytest.raises(CheckFailed, match=r"(?s)rank \d failed while running setup_from_env: raised ZeroDivisionError.*"
+                                          r"\nHint: the line that raised divides by torch.cuda.device_count\(\).*"
+                                          r"LOCAL_RANK: read it from the environment\.$"):
+        check_setup_from_env(setup_local_rank_from_the_gpu_count)
 
 
 def test_setup_from_env_ends_a_deadlock_with_a_message():

@@ -117,6 +117,41 @@ def gathers_the_partials(x_local, linear, rank, world_size):
     return sum(parts) + linear.bias
 
 
+def shard_width_written(x_local, linear, rank, world_size):
+    shard = linear.weight[:, rank * 4:(rank + 1) * 4]    # 4 columns: right for nn.Linear(8, 6) on 2 ranks only
+    partial = x_local @ shard.T
+    dist.all_reduce(partial)
+    return partial + linear.bias
+
+
+def shard_halves_written(x_local, linear, rank, world_size):
+    shard = linear.weight[:, :4] if rank == 0 else linear.weight[:, 4:]   # the halves of 8 columns, written out
+    partial = x_local @ shard.T
+    dist.all_reduce(partial)
+    return partial + linear.bias
+
+
+def shard_start_written(x_local, linear, rank, world_size):
+    start = rank * 4                                     # where the shard starts in nn.Linear(8, 6), written in
+    partial = x_local @ linear.weight[:, start:start + x_local.shape[-1]].T
+    dist.all_reduce(partial)
+    return partial + linear.bias
+
+
+def shard_from_the_shapes(x_local, linear, rank, world_size):
+    """Right: the shard's columns sliced by hand, their count from the layer and the world size."""
+    width = linear.in_features // world_size
+    partial = x_local @ linear.weight[:, rank * width:(rank + 1) * width].T
+    dist.all_reduce(partial)
+    return partial + linear.bias
+
+
+def chunks_into_two(x_local, linear, rank, world_size):
+    partial = x_local @ linear.weight.chunk(2, dim=1)[rank].T   # 2 pieces whatever world_size is
+    dist.all_reduce(partial)
+    return partial + linear.bias
+
+
 def row_stub(x_local, linear, rank, world_size):
     raise NotImplementedError("my shard is linear.weight.chunk(world_size, dim=1)[rank]")
 
@@ -132,13 +167,25 @@ ROW_MISTAKES = [   # answers that return (not raise): they run one after the oth
     (gathers_the_input, r"rank 0: the output is right, but gathers_the_input called dist\.all_gather; .* one "
                         r"dist\.all_reduce\. It gathered"),
     (gathers_the_partials, r"rank 0: the output is right, but gathers_the_partials called dist\.all_gather; "),
+    # right for nn.Linear(8, 6), wrong for nn.Linear(12, 10): rank 1's columns start at 4, not at 6
+    (shard_start_written, r"^rank 0, output\[0, 0, 0\] of nn.Linear\(12, 10\) \(x_local of shape \(3, 5, 6\)\): got "
+                          r".*, expected .*; right for nn.Linear\(8, 6\)\.\nHint: rank 1's shard starts at column 4 "
+                          r"of linear.weight, where it does for nn.Linear\(8, 6\)"),
 ]
+
+
+ROW_RIGHT = [shard_from_the_shapes]   # right answers the solution does not cover, in the same launch
 
 
 @pytest.fixture(scope="module")
 def row_results():
-    answers = tuple(answer for answer, _ in ROW_MISTAKES)
+    answers = (*(answer for answer, _ in ROW_MISTAKES), *ROW_RIGHT)
     return dict(zip(answers, lesson08.run_row_answers(answers)))
+
+
+@pytest.mark.parametrize("answer", ROW_RIGHT, ids=[answer.__name__ for answer in ROW_RIGHT])
+def test_row_parallel_forward_accepts_a_shard_sliced_from_the_shapes(answer, row_results):
+    assert lesson08.judge_row(answer.__name__, row_results[answer]).startswith(f"{answer.__name__}: every rank")
 
 
 @pytest.mark.parametrize("answer, feedback", ROW_MISTAKES, ids=[answer.__name__ for answer, _ in ROW_MISTAKES])
@@ -162,10 +209,26 @@ def test_row_parallel_forward_names_wrong_outputs(answer, feedback, row_results)
                              r"x_local already is this rank's part of the input \(4 of the 8 features\): you split it "
                              r"again"),
     (row_stub, r"row_stub is not written yet: it raised NotImplementedError"),
+    # right for nn.Linear(8, 6); for nn.Linear(12, 10) x_local has 6 features, the shard 4 (or 8) columns
+    (shard_width_written, r"(?s)^rank \d: shard_width_written raised RuntimeError: .*\(15x6 and 4x10\).*while "
+                          r"computing a row-parallel nn.Linear\(12, 10\).*Hint: x_local has 6 features here, but the "
+                          r"shard of linear.weight you multiplied it by has 4 columns, the width for "
+                          r"nn.Linear\(8, 6\)"),
+    (shard_halves_written, r"(?s)^rank \d: shard_halves_written raised RuntimeError: .*\(15x6 and [48]x10\).*while "
+                           r"computing a row-parallel nn.Linear\(12, 10\).*Hint: x_local has 6 features here, but the "
+                           r"shard of linear.weight you multiplied it by has [48] columns"),
 ])
 def test_row_parallel_forward_rejects_wrong_answers(answer, feedback):
     with pytest.raises(CheckFailed, match=feedback):
         check_row_parallel_forward(answer)
+
+
+def test_row_parallel_forward_refuses_a_written_number_of_shards_before_any_rank_starts(monkeypatch):
+    monkeypatch.setattr(lesson08, "run_answers_on_ranks", None)   # starting ranks would raise TypeError
+    with pytest.raises(CheckFailed, match=r"^chunks_into_two splits a tensor into 2, a number written in the code "
+                                          r"\(`partial = x_local @ linear.weight.chunk\(2, dim=1\)\[rank\].T`\)\.\n"
+                                          r"Hint: split into world_size, the argument"):
+        check_row_parallel_forward(chunks_into_two)
 
 
 def test_row_parallel_forward_stops_a_deadlock():

@@ -14,13 +14,15 @@ import contextlib
 import inspect
 import os
 import textwrap
+import traceback
 import warnings
+from typing import NamedTuple
 
 import torch
 import torch.distributed as dist
 
 from ddp_lab.checks import CheckFailed, passed
-from ddp_lab.checks.common import failure_message
+from ddp_lab.checks.common import failure_message, parse_frames
 from ddp_lab.launcher.errors import LaunchError, LaunchTimeout, LaunchWarning
 from ddp_lab.launcher.launch import launch
 
@@ -96,26 +98,49 @@ def _unpack(result, case: str):
     return _as_device(result[0], case), result[1]
 
 
-# The pretend rank of check_device_and_ddp_kwargs: global rank 6 = local rank 2 on node 1, 4 processes per node, so
-# RANK, LOCAL_RANK and the node index (GROUP_RANK, RANK // LOCAL_WORLD_SIZE) all differ
-RANK, LOCAL_RANK, NODE = 6, 2, 1
+class Layout(NamedTuple):
+    """A pretend process of a torchrun job: its global rank, its index on its node, the node's index, the job's
+    process count and its node's."""
+
+    rank: int
+    local_rank: int
+    node: int
+    world_size: int
+    per_node: int
+
+    def environment(self) -> dict:
+        return {"RANK": str(self.rank), "LOCAL_RANK": str(self.local_rank), "WORLD_SIZE": str(self.world_size),
+                "LOCAL_WORLD_SIZE": str(self.per_node), "GROUP_RANK": str(self.node)}
+
+    def __str__(self) -> str:
+        return (f"as global rank {self.rank} = local rank {self.local_rank} on node {self.node}, {self.per_node} "
+                "processes per node")
+
+
+# The pretend processes of check_device_and_ddp_kwargs. Global rank 6 = local rank 2 on node 1, 4 processes per node:
+# RANK, LOCAL_RANK and the node index (GROUP_RANK, RANK // LOCAL_WORLD_SIZE) all differ. Then global rank 29 = local
+# rank 5 on node 3, 8 processes per node: a local rank computed from RANK with a node size written in the code
+# (RANK % 4, RANK % 2, RANK less 4 per node before) is wrong there, where the first layout cannot tell.
+LAYOUTS = (Layout(6, 2, 1, 8, 4), Layout(29, 5, 3, 32, 8))
+FIRST = LAYOUTS[0]
 
 
 def check_device_and_ddp_kwargs(device_and_ddp_kwargs) -> None:
-    """Check `device_and_ddp_kwargs(backend) -> (device, ddp_kwargs)` on a pretend node.
+    """Check `device_and_ddp_kwargs(backend) -> (device, ddp_kwargs)` on pretend nodes.
 
-    The environment is that of global rank 6 = local rank 2 on the second node of a job
-    with 4 processes per node, so RANK, LOCAL_RANK and the node's index differ.
+    The environment is first that of global rank 6 = local rank 2 on the second node of a job
+    with 4 processes per node, so RANK, LOCAL_RANK and the node's index differ; then, for nccl,
+    that of global rank 29 = local rank 5 on the fourth node of a job with 8 per node.
 
     Introduced in notebooks/06-backends-and-torchrun.ipynb.
     """
     what = "device_and_ddp_kwargs"
-    env = {"RANK": str(RANK), "LOCAL_RANK": str(LOCAL_RANK), "WORLD_SIZE": "8", "LOCAL_WORLD_SIZE": "4",
-           "GROUP_RANK": str(NODE)}
-    where = f"(as global rank {RANK} = local rank {LOCAL_RANK} on node {NODE})"
-    with _environment(**env):
-        gloo = _call(device_and_ddp_kwargs, what, f"calling {what}('gloo') {where}", "gloo")
-        nccl = _call(device_and_ddp_kwargs, what, f"calling {what}('nccl') {where}", "nccl")
+    nccl = []
+    for layout in LAYOUTS:
+        with _environment(**layout.environment()):
+            if layout is FIRST:
+                gloo = _call_device(device_and_ddp_kwargs, "gloo", layout)
+            nccl.append(_call_device(device_and_ddp_kwargs, "nccl", layout))
     device, kwargs = _unpack(gloo, f"{what}('gloo')")
     if device.type != "cpu":
         raise CheckFailed(f"{what}('gloo') chose {device}, expected cpu.\nHint: in this exercise gloo "
@@ -123,13 +148,99 @@ def check_device_and_ddp_kwargs(device_and_ddp_kwargs) -> None:
     if kwargs.get("device_ids") is not None or kwargs.get("output_device") is not None:
         raise CheckFailed(f"{what}('gloo') returned ddp_kwargs={kwargs!r}, expected {{}}.\nHint: DDP "
                           "refuses device_ids for a module on the CPU (ValueError); pass no device_ids there.")
-    _check_nccl(what, nccl, where)
-    passed(f"{what}: cpu and {{}} for gloo; cuda:LOCAL_RANK and device_ids=[LOCAL_RANK] for nccl")
+    written = [_written_node_size([_gpu_number(result, part) for result in nccl]) for part in (0, 1)]
+    for index, (layout, result) in enumerate(zip(LAYOUTS, nccl)):
+        _check_nccl(what, result, layout, [(found, values[index]) if found else None for found, values in written],
+                    [values for _, values in written])
+    passed(f"{what}: cpu and {{}} for gloo; cuda:LOCAL_RANK and device_ids=[LOCAL_RANK] for nccl, on nodes of "
+           f"{' and of '.join(str(layout.per_node) for layout in LAYOUTS)} processes")
 
 
-def _check_nccl(what: str, result, where: str) -> None:
+# The hint for a ZeroDivisionError raised by a line that divides by torch.cuda.device_count() (RANK % the GPU count)
+GPU_COUNT_HINT = ("the line that raised divides by torch.cuda.device_count() (% divides too), which is 0 where no GPU "
+                  "is visible, as here; on a GPU node the GPU count need not be the number of processes torchrun "
+                  "started there either. torchrun gives each process its index on its node in LOCAL_RANK: read it "
+                  "from the environment")
+
+
+def _call_device(device_and_ddp_kwargs, backend: str, layout: Layout):
+    """The answer's result for `backend` in the environment of `layout` (set by the caller)."""
+    what = "device_and_ddp_kwargs"
+    case = f"calling {what}({backend!r}) ({layout})"
+    try:
+        return _call(device_and_ddp_kwargs, what, case, backend)
+    except CheckFailed as failed:
+        error = failed.__cause__
+        if isinstance(error, ZeroDivisionError) and "device_count" in _raising_line(error):
+            raise CheckFailed(f"{failed}\nHint: {GPU_COUNT_HINT}.") from error
+        raise
+
+
+def _raising_line(error: BaseException) -> str:
+    """The source line of the innermost frame of error's traceback ('' where there is none)."""
+    frames = traceback.extract_tb(error.__traceback__)
+    return (frames[-1].line or "") if frames else ""
+
+
+def _gpu_number(result, part: int) -> int | None:
+    """The GPU index an answer's result names: part 0 that of its device, part 1 that of its device_ids' one entry
+    (None where there is none, or it is not a number)."""
+    try:
+        value = torch.device(result[0]).index if part == 0 else \
+            (result[1]["device_ids"][0] if len(result[1]["device_ids"]) == 1 else None)
+    except Exception:   # whatever the answer returned: _check_nccl says what is wrong with it
+        return None
+    return value if type(value) is int else None
+
+
+# The node sizes looked for in an answer's GPU indices, as if written in its code: the GPUs per node of real machines
+# only, so that no other mistake matches one by chance (LOCAL_RANK - 1 gives 1 and 4 here: RANK % 5 in both layouts)
+WRITTEN_SIZES = (2, 3, 4, 6, 8, 16)
+
+
+def _written_node_size(values: list) -> tuple:
+    """((a phrase for what a value is, the node size) or None, `values`): the phrase where the GPU index an answer
+    gave in every layout (`values`, in LAYOUTS' order) is what RANK gives with one node size written in the code:
+    RANK % size (changing RANK in some layout, so RANK itself is not one), or RANK less size processes for each node
+    before this one."""
+    if None not in values:
+        for size in WRITTEN_SIZES:
+            if all(layout.rank % size == value for layout, value in zip(LAYOUTS, values)) and \
+                    any(layout.rank >= size for layout in LAYOUTS):
+                return ("is RANK % {}", size), values
+            if all(layout.rank - size * layout.node == value for layout, value in zip(LAYOUTS, values)):
+                return ("is RANK less {} processes for each node before this one", size), values
+    return None, values
+
+
+def _wrong_gpu(what: str, got: str, wanted: str, layout: Layout, first: str, written: tuple | None) -> CheckFailed:
+    """The CheckFailed for a GPU index that is not `layout`'s local rank: where RANK with a node size written in the
+    code gives it (`written`: ((phrase, size), the index here)), or where it was right on the first layout (then
+    `first` says what it was there)."""
+    where = f"({layout}), expected {wanted}"
+    if layout is not FIRST:
+        where += f"; {FIRST}, it {first}, right"
+    if written:
+        (phrase, size), value = written
+        said = (f"{value} {phrase.format(size)}: a node size of {size} written in the code, right on nodes of {size} "
+                "processes only")
+    else:
+        said = f"right on a node of {FIRST.per_node} processes, wrong on one of {layout.per_node}"
+    return CheckFailed(f"{what}('nccl') {got} {where}.\nHint: {said}. torchrun gives each process its index on its "
+                       "node in LOCAL_RANK (and the node's process count in LOCAL_WORLD_SIZE): read it from the "
+                       "environment, whatever the node's size.")
+
+
+def _check_nccl(what: str, result, layout: Layout, written: list, across: list) -> None:
+    """Judge an answer's result for nccl in `layout`'s environment. `written`: for its device and for its device_ids,
+    ((phrase, node size), its GPU index here) where RANK with a node size written in the code gives that index in
+    every layout (`_written_node_size`), else None. `across`: for its device and its device_ids, the GPU index it
+    gave in each layout (None where none), so that a hint naming what the index is (RANK, the node's index) fires
+    only where it is that in every layout."""
+    ranks, nodes = [each.rank for each in LAYOUTS], [each.node for each in LAYOUTS]
     device, kwargs = _unpack(result, f"{what}('nccl')")
-    want = f"cuda:{LOCAL_RANK}"
+    local_rank, where = layout.local_rank, f"({layout})"
+    want = f"cuda:{local_rank}"
     if device.type != "cuda":
         raise CheckFailed(f"{what}('nccl') chose {device} {where}, expected {want}.\nHint: NCCL moves "
                           "CUDA tensors only: the model and batches must be on this rank's GPU.")
@@ -137,42 +248,48 @@ def _check_nccl(what: str, result, where: str) -> None:
         raise CheckFailed(f"{what}('nccl') chose {device} (no index) {where}, expected {want}.\nHint: "
                           "plain 'cuda' means the current device, GPU 0 until set_device is called; name the "
                           "GPU: torch.device('cuda', local_rank).")
-    if device.index == RANK:
-        raise CheckFailed(f"{what}('nccl') chose cuda:{RANK} {where}, expected {want}.\nHint: that is RANK, the "
-                          "rank over all nodes; this node has GPUs 0-3 only. GPUs are numbered per node: use "
-                          "LOCAL_RANK.")
-    if device.index == NODE:
-        raise CheckFailed(f"{what}('nccl') chose cuda:{NODE} {where}, expected {want}.\nHint: {NODE} is this "
-                          "node's index (GROUP_RANK, or RANK // LOCAL_WORLD_SIZE), the same for every process on "
-                          "the node; each process needs its own GPU: LOCAL_RANK.")
-    if device.index != LOCAL_RANK:
-        raise CheckFailed(f"{what}('nccl') chose {device} {where}, expected {want}.\nHint: read LOCAL_RANK "
-                          "from the environment, as torchrun sets it: int(os.environ['LOCAL_RANK']).")
+    if device.index != local_rank and (written[0] or layout is not FIRST):
+        raise _wrong_gpu(what, f"chose {device}", want, layout, f"chose cuda:{FIRST.local_rank}", written[0])
+    if device.index == layout.rank and across[0] == ranks:
+        raise CheckFailed(f"{what}('nccl') chose cuda:{layout.rank} {where}, expected {want}.\nHint: that is RANK, "
+                          f"the rank over all nodes; this node has GPUs 0-{layout.per_node - 1} only. GPUs are "
+                          "numbered per node: use LOCAL_RANK.")
+    if device.index == layout.node and across[0] == nodes:
+        raise CheckFailed(f"{what}('nccl') chose cuda:{layout.node} {where}, expected {want}.\nHint: {layout.node} "
+                          "is this node's index (GROUP_RANK, or RANK // LOCAL_WORLD_SIZE), the same for every process "
+                          "on the node; each process needs its own GPU: LOCAL_RANK.")
+    if device.index != local_rank:
+        raise CheckFailed(f"{what}('nccl') chose {device} {where}, expected {want}.\nHint: the GPU is this "
+                          "process's index on its node, LOCAL_RANK as torchrun sets it "
+                          "(int(os.environ['LOCAL_RANK'])), as it is.")
     ids = kwargs.get("device_ids")
     if ids is None:
         raise CheckFailed(f"{what}('nccl') returned ddp_kwargs={kwargs!r} {where}; expected "
-                          f"{{'device_ids': [{LOCAL_RANK}]}}.\nHint: tell DDP which single GPU this replica lives "
+                          f"{{'device_ids': [{local_rank}]}}.\nHint: tell DDP which single GPU this replica lives "
                           "on: device_ids=[local_rank] (the form this lesson asks for).")
     if not isinstance(ids, (list, tuple)):
-        raise CheckFailed(f"{what}('nccl') returned device_ids={ids!r}; DDP wants a list: [{LOCAL_RANK}].\n"
+        raise CheckFailed(f"{what}('nccl') returned device_ids={ids!r}; DDP wants a list: [{local_rank}].\n"
                           "Hint: device_ids=[local_rank], one entry for a single-GPU replica.")
     # DDP takes each entry as a GPU index or a torch.device
     if [torch.device("cuda", i) if isinstance(i, int) else i for i in ids] != [device]:
+        if written[1] or (layout is not FIRST and len(ids) == 1 and type(ids[0]) is int):
+            raise _wrong_gpu(what, f"returned device_ids={list(ids)!r}", f"[{local_rank}]", layout,
+                             f"returned [{FIRST.local_rank}]", written[1])
         if any(isinstance(i, str) for i in ids):
             hint = "environment variables are strings: int(os.environ['LOCAL_RANK'])."
-        elif list(ids) == [RANK]:
+        elif list(ids) == [layout.rank] and across[1] == ranks:
             hint = "that is RANK, the rank over all nodes: DDP's device_ids name this node's GPU, LOCAL_RANK."
         else:
-            hint = f"one entry, this replica's GPU, the one the device names: [{LOCAL_RANK}] (LOCAL_RANK)."
+            hint = f"one entry, this replica's GPU, the one the device names: [{local_rank}] (LOCAL_RANK)."
         kind = " (strings)" if any(isinstance(i, str) for i in ids) else ""
         raise CheckFailed(f"{what}('nccl') returned device_ids={list(ids)!r}{kind} {where}; expected "
-                          f"[{LOCAL_RANK}].\nHint: {hint}")
+                          f"[{local_rank}].\nHint: {hint}")
     output = kwargs.get("output_device")
     if output is not None:
         out = torch.device("cuda", output) if isinstance(output, int) else _as_device(output, f"{what}('nccl')")
         if out != device:
             raise CheckFailed(f"{what}('nccl') returned output_device={output!r} {where}; leave it out or "
-                              f"make it this rank's GPU, {LOCAL_RANK}.")
+                              f"make it this rank's GPU, {local_rank}.")
 
 
 # --- exercise 3: setup_from_env(backend) -------------------------------------------------
@@ -294,10 +411,14 @@ def check_setup_from_env(setup_from_env, timeout: float = 30.0) -> None:
 def _explain_setup(failure) -> str | None:
     """A hint where gloo refused a rank not below the world size it was given: for an answer whose
     init_process_group the rank's own check does not see (imported as a name: `from torch.distributed import
-    init_process_group`)."""
+    init_process_group`); or where the answer's own line that raised ZeroDivisionError divides by
+    torch.cuda.device_count() (0 without GPUs)."""
     if "rank < size" in (failure.details or ""):
         return ("gloo refused a rank that is not below the world size it was given: world_size is the number of "
                 "processes on ALL nodes, os.environ['WORLD_SIZE'] (LOCAL_WORLD_SIZE counts only this node's).")
+    frames = parse_frames(failure.details or "")
+    if isinstance(failure.exception, ZeroDivisionError) and frames and "device_count" in "".join(frames[-1]["text"]):
+        return GPU_COUNT_HINT + "."
     return None
 
 

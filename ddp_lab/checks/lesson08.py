@@ -5,8 +5,9 @@
 
 Each runs the answer on 2 gloo ranks with a short timeout, so a deadlock ends with a
 message instead of a hang, and compares every rank's result with one process computing
-the same layer unsplit. `run_*_answers` runs several answers in one launch and `judge_*` turns
-one answer's results into feedback: the checks are the two in a row, tests batch answers. The
+the same layer unsplit (for row_parallel_forward, two layers of different sizes in turn).
+`run_*_answers` runs several answers in one launch and `judge_*` turns one answer's results
+into feedback: the checks are the two in a row, tests batch answers. The
 package's own f (`CopyToModelParallelRegion`), passed, subclassed or called, is refused.
 
 Introduced in notebooks/08-tensor-parallelism.ipynb.
@@ -26,13 +27,16 @@ import torch.distributed as dist
 
 from ddp_lab.checks import CheckFailed, passed
 from ddp_lab.checks.common import (FORBIDDEN, answer_of, call_case, describe, ensure_written, first_mismatch,
-                                   package_answer_used, run_answers_on_ranks, watching_calls)
+                                   package_answer_used, refuse_written_split, run_answers_on_ranks, watching_calls)
 from ddp_lab.course.tensor_parallel.communications import (CopyToModelParallelRegion, copy_to_model_parallel_region,
                                                            reduce_from_model_parallel_region)
 from ddp_lab.instruments.collectives import replacing_dist_calls, watching_collectives
 
 WORLD_SIZE = 2
 IN_FEATURES, OUT_FEATURES = 8, 6  # not square: slicing the wrong dimension of the weight fails loudly
+# row_parallel_forward's layers, (in_features, out_features): the first, then a wider one, where a shard cut with the
+# first one's numbers written in (4 columns, starting at rank * 4) has the wrong width or place
+ROW_LAYERS = ((IN_FEATURES, OUT_FEATURES), (12, 10))
 
 
 HANG_HINT = ("dist.all_reduce completes only when every rank calls it: call it on every rank "
@@ -51,16 +55,20 @@ def _mismatch(rank: int, what: str, got: torch.Tensor, want: torch.Tensor) -> st
 
 # --- row_parallel_forward ------------------------------------------------------------------
 
-def _linear() -> nn.Linear:
+def _linear(in_features: int = IN_FEATURES, out_features: int = OUT_FEATURES) -> nn.Linear:
     torch.manual_seed(8)
-    linear = nn.Linear(IN_FEATURES, OUT_FEATURES)
+    linear = nn.Linear(in_features, out_features)
     with torch.no_grad():
         linear.bias.add_(1.0)  # a bias far from zero, so adding it twice or never shows
     return linear
 
 
-def _row_input() -> torch.Tensor:
-    return torch.randn(3, 5, IN_FEATURES, generator=torch.Generator().manual_seed(80))  # (b, s, in)
+def _row_input(in_features: int = IN_FEATURES) -> torch.Tensor:
+    return torch.randn(3, 5, in_features, generator=torch.Generator().manual_seed(80))  # (b, s, in)
+
+
+def _layer(in_features: int, out_features: int) -> str:
+    return f"nn.Linear({in_features}, {out_features})"
 
 
 # The collectives a row-parallel answer might call, and where each takes what this rank sends (watching_collectives)
@@ -72,50 +80,70 @@ ROW_COLLECTIVES = {"all_reduce": (0, "tensor"), "all_gather": (0, "tensor_list")
 def _row_runner(rank: int, answers: tuple) -> list[dict]:
     results = []
     for row_parallel_forward in answers:
-        linear = _linear()
-        x_local = _row_input().chunk(dist.get_world_size(), dim=-1)[rank].clone()  # my input features
-        calls = []
-        with torch.no_grad(), watching_collectives(ROW_COLLECTIVES, lambda name, sent: calls.append(name)):
-            out = call_case(row_parallel_forward, f"computing a row-parallel nn.Linear({IN_FEATURES}, "
-                            f"{OUT_FEATURES}) on rank {rank} with x_local of shape {tuple(x_local.shape)}",
-                            x_local, linear, rank, dist.get_world_size())
-        results.append({"out": out.detach().clone() if torch.is_tensor(out) else out, "calls": calls})
+        layers = [_row_layer(rank, row_parallel_forward, *shape) for shape in ROW_LAYERS]
+        results.append({**layers[0], "others": layers[1:]})
     return results
 
 
+def _row_layer(rank: int, row_parallel_forward, in_features: int, out_features: int) -> dict:
+    linear = _linear(in_features, out_features)
+    x_local = _row_input(in_features).chunk(dist.get_world_size(), dim=-1)[rank].clone()  # my input features
+    calls = []
+    with torch.no_grad(), watching_collectives(ROW_COLLECTIVES, lambda name, sent: calls.append(name)):
+        out = call_case(row_parallel_forward, f"computing a row-parallel {_layer(in_features, out_features)} on rank "
+                        f"{rank} with x_local of shape {tuple(x_local.shape)}",
+                        x_local, linear, rank, dist.get_world_size())
+    return {"out": out.detach().clone() if torch.is_tensor(out) else out, "calls": calls}
+
+
 def run_row_answers(answers: tuple, timeout: float = 30.0, name: str = "row_parallel_forward") -> list[list]:
-    """Run each answer once on the same 2 ranks (one launch); [answer][rank] -> {"out": what it returned there,
-    "calls": the collectives it called, in order}."""
+    """Run each answer on the same 2 ranks (one launch), for each layer of ROW_LAYERS in turn; [answer][rank] ->
+    {"out": what it returned there for the first layer, "calls": the collectives it called, in order, "others": the
+    same for each further layer}."""
     return run_answers_on_ranks(_row_runner, answers, WORLD_SIZE, timeout, name, explain=_explain_row,
                                 timeout_hint=HANG_HINT)
 
 
 _SHAPES = re.compile(r"shapes cannot be multiplied \((\d+)x(\d+) and (\d+)x(\d+)\)")
+_LAYER = re.compile(r"nn\.Linear\((\d+), (\d+)\)")
 
 
 def _explain_row(failure) -> str | None:
-    """A hint only when torch's matmul error shows which weight the answer multiplied by."""
+    """A hint only when torch's matmul error shows which weight the answer multiplied by, for the layer the failing
+    case names."""
     shapes = _SHAPES.search(getattr(failure.exception, "message", "") or "")
     if not shapes:
         return None
+    named = _LAYER.search(getattr(failure.exception, "case", "") or "")
+    layer = (int(named.group(1)), int(named.group(2))) if named else ROW_LAYERS[0]
+    in_features, out_features = layer
     weight = (int(shapes.group(3)), int(shapes.group(4)))  # the right-hand matrix of x_local @ weight
-    local_in, local_out = IN_FEATURES // WORLD_SIZE, OUT_FEATURES // WORLD_SIZE
+    local_in, local_out = in_features // WORLD_SIZE, out_features // WORLD_SIZE
     if int(shapes.group(2)) == local_in // WORLD_SIZE:    # the left-hand matrix: the input, split once more
         return (f"the input you multiplied has {local_in // WORLD_SIZE} features, but x_local already is this rank's "
-                f"part of the input ({local_in} of the {IN_FEATURES} features): you split it again. Multiply "
+                f"part of the input ({local_in} of the {in_features} features): you split it again. Multiply "
                 "x_local as it is by the matching columns of linear.weight")
-    if weight in ((IN_FEATURES, local_out), (local_out, IN_FEATURES)):
-        return (f"the weight you multiplied by is {weight[0]}x{weight[1]}: {local_out} of the {OUT_FEATURES} ROWS of "
+    if weight in ((in_features, local_out), (local_out, in_features)):
+        return (f"the weight you multiplied by is {weight[0]}x{weight[1]}: {local_out} of the {out_features} ROWS of "
                 f"linear.weight (out_features), a column-parallel split. x_local holds {local_in} of the "
-                f"{IN_FEATURES} input features, and nn.Linear stores (out_features, in_features): take the matching "
+                f"{in_features} input features, and nn.Linear stores (out_features, in_features): take the matching "
                 "COLUMNS of linear.weight itself (not of its transpose), the chunk along dim=1")
-    if weight == (OUT_FEATURES, local_in):
-        return (f"the shard is right, {OUT_FEATURES}x{local_in} (out_features x this rank's in_features), but "
+    if weight == (out_features, local_in):
+        return (f"the shard is right, {out_features}x{local_in} (out_features x this rank's in_features), but "
                 "x_local @ shard multiplies by it untransposed: nn.Linear computes x @ weight.T")
-    if weight in ((IN_FEATURES, OUT_FEATURES), (OUT_FEATURES, IN_FEATURES)):
-        return (f"the weight you multiplied by is the whole {OUT_FEATURES}x{IN_FEATURES} linear.weight, but x_local "
-                f"holds only {local_in} of its {IN_FEATURES} input features: cut out the rank's part of the weight "
+    if weight in ((in_features, out_features), (out_features, in_features)):
+        return (f"the weight you multiplied by is the whole {out_features}x{in_features} linear.weight, but x_local "
+                f"holds only {local_in} of its {in_features} input features: cut out the rank's part of the weight "
                 "that meets those features")
+    if layer != ROW_LAYERS[0] and int(shapes.group(2)) == local_in and weight[1] == out_features:
+        # after a first layer that ran: a shard of the wrong width, x_local as it is
+        first = ROW_LAYERS[0]
+        width = f", the width for {_layer(*first)}, the check's first layer" if weight[0] == first[0] // WORLD_SIZE \
+            else ""
+        return (f"x_local has {local_in} features here, but the shard of linear.weight you multiplied it by has "
+                f"{weight[0]} columns{width}. The shard's columns must follow from linear.weight's shape and "
+                "world_size (in_features / world_size of them per rank, this rank's block), not from numbers that "
+                "fit one layer")
     return None
 
 
@@ -149,11 +177,15 @@ def check_row_parallel_forward(row_parallel_forward, timeout: float = 30.0) -> N
 
     Each of 2 ranks gets the same `nn.Linear(8, 6)` and its own half of the input features
     (`x_local`, shape (3, 5, 4)); every rank must return the full `linear(x)`, shape (3, 5, 6).
+    Then the same for `nn.Linear(12, 10)` (`x_local` of shape (3, 5, 6)), where a shard cut
+    with numbers that fit the first layer is wrong. A split into a number of pieces written in
+    the code (`.chunk(2, ...)`) is refused before any rank starts.
 
     Introduced in notebooks/08-tensor-parallelism.ipynb.
     """
     ensure_written(row_parallel_forward)
     name = getattr(row_parallel_forward, "__name__", "row_parallel_forward")
+    refuse_written_split(row_parallel_forward, name, "world_size, the argument (one piece per rank)")
     passed(judge_row(name, run_row_answers((row_parallel_forward,), timeout, name)[0]))
 
 
@@ -185,8 +217,42 @@ def judge_row(name: str, results: list) -> str:
                               "layer computes a partial output from this rank's input features and sums the partials "
                               f"with one dist.all_reduce.{gathered}\nHint: multiply x_local by this rank's columns "
                               "of linear.weight, all_reduce that partial once, then add the bias.")
-    return (f"{name}: every rank returns linear(x) from its {IN_FEATURES // WORLD_SIZE} input features and one "
-            "all-reduce")
+    for layer, per_rank in zip(ROW_LAYERS[1:], zip(*(result["others"] for result in results))):
+        _judge_row_layer(name, *layer, [result["out"] for result in per_rank])
+    return (f"{name}: every rank returns linear(x) from its share of the input features and one all-reduce, for "
+            f"{' and '.join(_layer(*shape) for shape in ROW_LAYERS)}")
+
+
+def _judge_row_layer(name: str, in_features: int, out_features: int, outputs: list) -> None:
+    """Feedback for the outputs (one per rank) of an answer right for the first layer of ROW_LAYERS, for another."""
+    linear, x = _linear(in_features, out_features), _row_input(in_features)
+    first = _layer(*ROW_LAYERS[0])
+    with torch.no_grad():
+        expected = linear(x)
+        pieces = x.chunk(WORLD_SIZE, dim=-1)
+        # each rank's columns taken from where they start in the first layer (rank * its width), this layer's width
+        start = ROW_LAYERS[0][0] // WORLD_SIZE
+        moved = sum(piece @ linear.weight[:, r * start:r * start + piece.shape[-1]].T for r, piece in enumerate(pieces))
+        moved = moved + linear.bias
+    layer = f"{_layer(in_features, out_features)} (x_local of shape {tuple(pieces[0].shape)})"
+    for rank, got in enumerate(outputs):
+        if not torch.is_tensor(got) or got.shape != expected.shape:
+            raise CheckFailed(f"rank {rank}: {name} returned {describe(got)} for {layer}; expected a tensor of shape "
+                              f"{tuple(expected.shape)}; right for {first}.\nHint: a size in it fits {first} only: "
+                              "take every size from linear.weight, x_local and world_size.")
+        if torch.allclose(got, expected, atol=1e-5, rtol=1e-5):
+            continue
+        index = first_mismatch(got, expected)
+        if torch.allclose(got, moved, atol=1e-5, rtol=1e-5):
+            last, width = WORLD_SIZE - 1, pieces[-1].shape[-1]
+            hint = (f"rank {last}'s shard starts at column {last * start} of linear.weight, where it does for {first}; "
+                    f"here its {width} features are columns {last * width} to {in_features - 1}: the shard's place, "
+                    "like its width, follows from linear.weight's shape and world_size")
+        else:
+            hint = (f"something in it fits {first} only: take the shard's columns from linear.weight's shape and "
+                    "world_size")
+        raise CheckFailed(f"rank {rank}, output{_where(index)} of {layer}: got {got[index].item():.4f}, expected "
+                          f"{expected[index].item():.4f}; right for {first}.\nHint: {hint}.")
 
 
 # --- CopyToModelParallelRegion (Megatron's f) ----------------------------------------------
