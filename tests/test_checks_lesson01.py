@@ -7,7 +7,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from ddp_lab.checks import CheckFailed
+from ddp_lab.checks import CheckFailed, lesson01
 from ddp_lab.checks.lesson01 import check_data_parallel_backward, check_memory_per_device
 
 # --- memory per device --------------------------------------------------------------------
@@ -169,6 +169,23 @@ def dp_fixed_shard_size(model, x, y):
     (F.mse_loss(model(x_shard), y_shard) * len(x_shard) / len(x)).backward()
     for p in model.parameters():
         dist.all_reduce(p.grad)
+
+
+def dp_shards_for_two_ranks(model, x, y):
+    """Wrong: the number of shards written as a number, 2, the check's world size."""
+    rank = dist.get_rank()
+    x_shard, y_shard = x.tensor_split(2)[rank], y.tensor_split(2)[rank]
+    (F.mse_loss(model(x_shard), y_shard) * len(x_shard) / len(x)).backward()
+    for p in model.parameters():
+        dist.all_reduce(p.grad)
+
+
+def test_data_parallel_refuses_a_world_size_written_in_before_any_rank_starts(monkeypatch):
+    monkeypatch.setattr(lesson01, "run_on_ranks", None)   # starting ranks would raise TypeError
+    with pytest.raises(CheckFailed, match=r"^dp_shards_for_two_ranks splits a tensor into 2, a number written in the "
+                                          r"code \(`x_shard, y_shard = x\.tensor_split\(2\)\[rank\], .*`\)\.\n"
+                                          r"Hint: split into the number of ranks, dist\.get_world_size\(\)"):
+        check_data_parallel_backward(dp_shards_for_two_ranks)
 
 
 @pytest.mark.parametrize("answer", [data_parallel_backward, dp_looks_first])

@@ -11,7 +11,8 @@ from __future__ import annotations
 import torch
 
 from ddp_lab.checks import CheckFailed, passed
-from ddp_lab.checks.common import call_case, describe, ensure_written, first_mismatch, run_on_ranks
+from ddp_lab.checks.common import (call_case, describe, ensure_written, first_mismatch, refuse_written_split,
+                                   run_on_ranks)
 from ddp_lab.course.device_memory import COMPONENTS, SHARDED, STRATEGIES, memory_per_device
 from ddp_lab.instruments.collectives import watching_collectives
 
@@ -146,12 +147,14 @@ def check_data_parallel_backward(fn, world_size: int = 2, timeout: float = 30.0)
     """Check `fn(model, x, y)`: each rank runs only its shard, and every rank ends with the full-batch gradient.
 
     The gradient must equal that of `mse_loss(model(x), y)` over the whole batch (a mean),
-    for batches of 8, 7 and 16 samples on 2 ranks.
+    for batches of 8, 7 and 16 samples on 2 ranks. A split into a number of shards written in the
+    code (`x.tensor_split(2)`) is refused before any rank starts.
 
     Introduced in notebooks/01-data-vs-model-parallelism.ipynb.
     """
     ensure_written(fn)
     name = getattr(fn, "__name__", "data_parallel_backward")
+    refuse_written_split(fn, name, "the number of ranks, dist.get_world_size()")
     results = run_on_ranks(_data_parallel_runner, (fn,), world_size, timeout, name)
     names = [n for n, _ in make_model().named_parameters()]
     earlier: dict[int, list[list[int]]] = {}
