@@ -152,6 +152,13 @@ def chunks_into_two(x_local, linear, rank, world_size):
     return partial + linear.bias
 
 
+def width_over_two(x_local, linear, rank, world_size):
+    width = linear.in_features // 2                             # the check's 2 ranks, written in
+    partial = x_local @ linear.weight[:, rank * width:(rank + 1) * width].T
+    dist.all_reduce(partial)
+    return partial + linear.bias
+
+
 def row_stub(x_local, linear, rank, world_size):
     raise NotImplementedError("my shard is linear.weight.chunk(world_size, dim=1)[rank]")
 
@@ -229,6 +236,10 @@ def test_row_parallel_forward_refuses_a_written_number_of_shards_before_any_rank
                                           r"\(`partial = x_local @ linear.weight.chunk\(2, dim=1\)\[rank\].T`\)\.\n"
                                           r"Hint: split into world_size, the argument"):
         check_row_parallel_forward(chunks_into_two)
+    with pytest.raises(CheckFailed, match=r"^width_over_two divides the input features by 2, a number written in the "
+                                          r"code \(`width = linear\.in_features // 2`\)\.\nHint: divide by "
+                                          r"world_size, the argument: the same function must work for 2 or 64"):
+        check_row_parallel_forward(width_over_two)
 
 
 def test_row_parallel_forward_stops_a_deadlock():

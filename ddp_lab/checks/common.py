@@ -260,8 +260,8 @@ def refuse_written_divisor(fn, name: str, what: str, divide_by: str, divided: tu
     """CheckFailed, before any rank starts, if fn divides `what` by a number written in its code (`numeric_divisor`)
     where it must divide by `divide_by` (a count the run decides: the world size, the number of micro-batches).
 
-    A number that equals the check's count passes there and is wrong in every other run (lessons 04, 05, 07, 09, 10,
-    16, 17).
+    A number that equals the check's count passes there and is wrong in every other run (lessons 04, 05, 07, 08, 09,
+    10, 16, 17).
     """
     _refuse_written(numeric_divisor(fn, divided), f"{name} divides {what} by", f"divide by {divide_by}", _COUNTS)
 
@@ -293,12 +293,12 @@ def _refuse_written(found: tuple[str, str] | None, did: str, instead: str, why: 
 def numeric_divisor(fn, divided: tuple[str, ...] = ("grad",)) -> tuple[str, str] | None:
     """(the number, the statement) of the first division in fn's source of something whose text names one of
     `divided` by a number written as such (`p.grad /= 3`, `grad = grad / 2`, `p.grad.div_(4)`, `torch.div(p.grad,
-    2)`, `loss / 3`), or None (none, or no source to read)."""
+    2)`, `loss / 3`, `linear.in_features // 2`), or None (none, or no source to read)."""
     return _first_number(fn, lambda node: _divided_number(node, divided))
 
 
 def _divided_number(node, divided: tuple[str, ...]) -> str | None:
-    if isinstance(node, (ast.BinOp, ast.AugAssign)) and isinstance(node.op, ast.Div):
+    if isinstance(node, (ast.BinOp, ast.AugAssign)) and isinstance(node.op, (ast.Div, ast.FloorDiv)):
         dividend, divisor = (node.left, node.right) if isinstance(node, ast.BinOp) else (node.target, node.value)
     elif isinstance(node, ast.Call) and ast.unparse(node.func).split(".")[-1] in ("div", "div_", "true_divide",
                                                                                  "divide"):

@@ -27,7 +27,8 @@ import torch.distributed as dist
 
 from ddp_lab.checks import CheckFailed, passed
 from ddp_lab.checks.common import (FORBIDDEN, answer_of, call_case, describe, ensure_written, first_mismatch,
-                                   package_answer_used, refuse_written_split, run_answers_on_ranks, watching_calls)
+                                   package_answer_used, refuse_written_divisor, refuse_written_split,
+                                   run_answers_on_ranks, watching_calls)
 from ddp_lab.course.tensor_parallel.communications import (CopyToModelParallelRegion, copy_to_model_parallel_region,
                                                            reduce_from_model_parallel_region)
 from ddp_lab.instruments.collectives import replacing_dist_calls, watching_collectives
@@ -178,14 +179,17 @@ def check_row_parallel_forward(row_parallel_forward, timeout: float = 30.0) -> N
     Each of 2 ranks gets the same `nn.Linear(8, 6)` and its own half of the input features
     (`x_local`, shape (3, 5, 4)); every rank must return the full `linear(x)`, shape (3, 5, 6).
     Then the same for `nn.Linear(12, 10)` (`x_local` of shape (3, 5, 6)), where a shard cut
-    with numbers that fit the first layer is wrong. A split into a number of pieces written in
-    the code (`.chunk(2, ...)`) is refused before any rank starts.
+    with numbers that fit the first layer is wrong. A split into a number of pieces, or a
+    division of the features by a number, written in the code (`.chunk(2, ...)`,
+    `in_features // 2`) is refused before any rank starts.
 
     Introduced in notebooks/08-tensor-parallelism.ipynb.
     """
     ensure_written(row_parallel_forward)
     name = getattr(row_parallel_forward, "__name__", "row_parallel_forward")
     refuse_written_split(row_parallel_forward, name, "world_size, the argument (one piece per rank)")
+    refuse_written_divisor(row_parallel_forward, name, "the input features", "world_size, the argument",
+                           divided=("features", "weight"))
     passed(judge_row(name, run_row_answers((row_parallel_forward,), timeout, name)[0]))
 
 
