@@ -21,6 +21,7 @@ from ddp_lab import LaunchTimeout, RankCrashed, RankFailed
 from ddp_lab.__main__ import main as command_line
 from ddp_lab.cluster.registry import CLUSTER_PREFIX, ENTRY_NAME, Registration
 from ddp_lab.cluster.status import STACK_WAIT_S
+from ddp_lab.launcher.errors import CellSyntaxError
 from ddp_lab.launcher.workdir import LOCK_NAME
 from ddp_lab.launcher import procstart
 
@@ -76,6 +77,25 @@ def test_an_exception_on_some_ranks_leaves_the_cluster_usable(cluster):
     assert cluster.alive and cluster.run_code("rank") == [0, 1]
     with pytest.raises(RankFailed, match=r"name 'nothing_here' is not defined on rank 0"):
         cluster.pull("nothing_here")
+
+
+def test_the_first_failure_is_the_first_in_time_and_the_ranks_are_listed_in_order(cluster):
+    """Rank 1 raises at once, rank 0 a second later: rank 1's is the first failure, shown first."""
+    with pytest.raises(RankFailed, match=r"^2 ranks \(0, 1\) of 2 raised; the cluster is still running\.\n\n--- rank 1 "
+                                         r"raised ValueError: early \(first failure\) ---") as caught:
+        cluster.run_code("import time\nif rank == 0:\n    time.sleep(1.0)\nraise ValueError('late' if rank == 0 "
+                         "else 'early')")
+    assert "--- rank 0 raised ValueError: late ---" in str(caught.value)
+
+
+def test_a_cell_that_does_not_compile_is_refused_before_any_rank_runs_it(cluster):
+    cluster.run_code("before = rank")
+    with pytest.raises(CellSyntaxError) as caught:
+        cluster.run_code("before = 'changed'\ndef f(:\n    pass", filename="<my cell>")
+    assert (caught.value.syntax_error.filename, caught.value.syntax_error.lineno) == ("<my cell>", 2)
+    assert caught.value._render_traceback_() == ['  File "<my cell>", line 2', "    def f(:", "          ^",
+                                                 "SyntaxError: invalid syntax"]
+    assert cluster.pull("before") == [0, 1]     # the first line never ran either
 
 
 @pytest.mark.parametrize("command, error, match", [
@@ -364,6 +384,22 @@ def test_a_bad_ddp_option_is_refused_and_the_live_cluster_survives(line, match, 
     assert "the cell ran" not in capsys.readouterr().out
     assert magics._current is live and live.alive and rank_pids(live) == pids
     assert shell.run_cell("%ddp_pull kept").result == [10, 11]
+
+
+def test_a_ddp_cell_that_does_not_compile_leaves_the_live_cluster_alone(ddp_shell, capsys):
+    """The SyntaxError comes from the notebook, as IPython shows one, before the cluster is started or restarted."""
+    from ddp_lab.cluster import magics
+
+    shell = ddp_shell
+    if magics._current is None or not magics._current.alive or magics._current.nprocs != 2:
+        assert shell.run_cell("%%ddp -n 2 --backend gloo\nkept = rank + 10").success
+    live, pids = magics._current, rank_pids(magics._current)
+    failed = shell.run_cell("%%ddp -n 4\nprint('the cell', 'ran')\nfor x in range(3) print(x)")
+    assert isinstance(failed.error_in_exec, CellSyntaxError) and failed.error_in_exec.syntax_error.lineno == 2
+    shown = capsys.readouterr()
+    assert "the cell ran" not in shown.out and "ddp_lab" not in shown.out + shown.err
+    assert "    for x in range(3) print(x)\n" in shown.out and "SyntaxError: " in shown.out
+    assert magics._current is live and live.alive and rank_pids(live) == pids   # -n 4 did not restart it
 
 
 def test_only_runs_the_cell_on_some_ranks_and_a_collective_there_names_the_ranks_left_out(ddp_shell, capsys):

@@ -61,7 +61,7 @@ class CommandWatch:
         `timeout` give STILL_RUNNING instead (the caller decides).
         """
         deadline = None if timeout is None else time.monotonic() + timeout
-        failed_at = None
+        failed_at = first_failed = None
         while not all(rank in self.replies and len(self.marks[rank]) == 2 for rank in self.running):
             if self.group.exits:
                 return self._crashed()
@@ -77,14 +77,15 @@ class CommandWatch:
             if kind == "reply" and value["id"] == self.command_id:
                 self.replies[rank] = value
                 if not value["ok"] and failed_at is None:
-                    failed_at = time.monotonic()
+                    failed_at, first_failed = time.monotonic(), rank   # the first failure to reach the kernel
             elif kind == "mark" and value[1] == self.command_id:
                 self.marks[rank].add(value[0])
         failures = {r: raised_failure(r, reply, self.names) for r, reply in self.replies.items() if not reply["ok"]}
         if not failures:
             return None
-        first = min(failures)
-        count = f"rank {first}" if len(failures) == 1 else f"{len(failures)} ranks ({', '.join(map(str, failures))})"
+        first = first_failed if first_failed in failures else min(failures)
+        count = (f"rank {first}" if len(failures) == 1 else
+                 f"{len(failures)} ranks ({', '.join(map(str, sorted(failures)))})")
         return RankFailed(f"{count} of {self.nprocs} raised; the cluster is still running.",
                           failures, first, self.group.texts())
 

@@ -169,9 +169,9 @@ class Cluster:
         group needs every rank: in an `only` cell it fails at the watchdog, naming the ranks left out.
         """
         __tracebackhide__ = True
-        check_source(source)
         command_id = next(self._ids)
         filename = filename or f"<ddp cell {command_id}>"
+        check_source(source, filename)
         return self._command({"kind": "exec", "source": source, "filename": filename}, command_id, timeout, show,
                              only)
 

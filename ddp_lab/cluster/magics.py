@@ -21,7 +21,8 @@ import shlex
 
 from ddp_lab.cluster.live_cluster import Cluster
 from ddp_lab.cluster.status import StatusReport
-from ddp_lab.launcher.arguments import check_nprocs, check_ranks, check_shown_ranks_run, check_timeout
+from ddp_lab.launcher.arguments import (check_nprocs, check_ranks, check_shown_ranks_run, check_source,
+                                       check_timeout)
 from ddp_lab.launcher.backend import choose_backend
 from ddp_lab.launcher.payload import cell_names
 
@@ -154,11 +155,12 @@ def ddp(line: str, cell: str):
         print(help_text())
         return
     check_options(options)
-    cluster = current_cluster(options.nprocs, options.backend)
     shell = _shell()
     # Register the cell like IPython does, so tracebacks say "Cell In[n], line k" (the count
     # has already moved on to the next cell while this one runs).
     filename = shell.compile.cache(cell, shell.execution_count - 1) if shell is not None else None
+    check_source(cell, filename or "<ddp cell>")   # a cell that does not compile, before the cluster is touched
+    cluster = current_cluster(options.nprocs, options.backend)
     cluster.name_cells(_cell_names(shell))
     cluster.run_code(cell, timeout=options.timeout, show=options.ranks, filename=filename, only=options.only)
 

@@ -8,10 +8,12 @@ Introduced in notebooks/00-welcome-and-first-launch.ipynb (launch's arguments).
 
 from __future__ import annotations
 
+import ast
 import inspect
 import math
 import os
 
+from ddp_lab.launcher.errors import CellSyntaxError
 from ddp_lab.launcher.rendezvous import AGENT_STORE, OWN_STORE
 
 # One machine runs every rank of this course, each in its own process. torch.multiprocessing.spawn
@@ -172,11 +174,20 @@ def check_argv(argv) -> None:
                     "sys.argv[1:] holds (e.g. argv=['--epochs', '3'] for an argparse-based main; argv=[] for none).")
 
 
-def check_source(source) -> None:
-    """A live-cluster cell's source must be a string of Python code."""
+def check_source(source, filename: str = "<ddp cell>") -> None:
+    """A live-cluster cell's source must be a string of Python code that compiles.
+
+    A cell that does not compile is refused here, in the notebook, before any rank runs it (every rank would raise
+    the same SyntaxError): `CellSyntaxError`, shown as IPython shows a SyntaxError (the cell's line and a caret).
+    """
+    __tracebackhide__ = True
     if not isinstance(source, str):
         raise TypeError(f"source must be a string of Python code, got {type(source).__name__}: "
                         "e.g. cluster.run_code('x = rank * 2'); to call a function use cluster.run(fn).")
+    try:
+        compile(source, filename, "exec", ast.PyCF_ONLY_AST, dont_inherit=True)
+    except SyntaxError as error:
+        raise CellSyntaxError(error) from None
 
 
 def check_variable_name(name) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import signal
 import textwrap
+import traceback
 from dataclasses import dataclass
 
 
@@ -152,6 +153,23 @@ class LaunchTimeout(LaunchError):
 
 class ResultNotPicklable(LaunchError, TypeError):
     """A rank returned a value that cannot be pickled back to the notebook."""
+
+
+class CellSyntaxError(ValueError):
+    """A live-cluster cell that does not compile, refused in the notebook before any rank runs it.
+
+    Shown as IPython shows a SyntaxError in a cell: where (file and line), the line with a caret, the
+    error; not a SyntaxError itself, which IPython shows with the frames that raised it (the package's
+    own). `syntax_error` is Python's, with its filename, lineno and offset.
+    """
+
+    def __init__(self, syntax_error: SyntaxError):
+        self.syntax_error = syntax_error
+        super().__init__("".join(traceback.format_exception_only(SyntaxError, syntax_error)).rstrip("\n"))
+
+    def _render_traceback_(self) -> list[str]:
+        """What IPython shows: Python's own lines for the SyntaxError, no frames."""
+        return str(self).splitlines()
 
 
 class LaunchWarning(RuntimeWarning):
