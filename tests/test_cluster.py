@@ -88,6 +88,27 @@ def test_the_first_failure_is_the_first_in_time_and_the_ranks_are_listed_in_orde
     assert "--- rank 0 raised ValueError: late ---" in str(caught.value)
 
 
+def test_sys_exit_in_a_cell_ends_the_cell_not_the_rank(cluster):
+    """As in a kernel: the cell fails, saying so, and the rank and its variables stay."""
+    pids = rank_pids(cluster)
+    with pytest.raises(RankFailed, match=r"^rank 1 of 2 raised; the cluster is still running\.\n\n--- rank 1 called "
+                                         r"sys\.exit\(3\) ---"):
+        cluster.run_code("import sys\nkept = rank\nif rank == 1:\n    sys.exit(3)")
+    assert cluster.run_code("kept") == [0, 1] and rank_pids(cluster) == pids
+
+
+def test_a_value_that_cannot_travel_back_is_named_and_the_rank_keeps_it(cluster):
+    with pytest.raises(RankFailed, match=r"^2 ranks \(0, 1\) of 2 could not send their values back; the cluster is "
+                                         r"still running\.\n\n--- rank \d gave, as the cell's last line, a lock that "
+                                         r"cannot be pickled back to the notebook \(TypeError: .*\)\. End the cell "
+                                         r"with a statement") as caught:
+        cluster.run_code("import threading\nlock = threading.Lock()\nlock")
+    assert "Traceback" not in str(caught.value) and "payload" not in str(caught.value)
+    with pytest.raises(RankFailed, match=r"--- rank \d holds in that variable a lock that cannot be pickled back"):
+        cluster.pull("lock")
+    assert cluster.run_code("lock.acquire()") == [True, True]   # the rank kept it
+
+
 def test_a_cell_that_does_not_compile_is_refused_before_any_rank_runs_it(cluster):
     cluster.run_code("before = rank")
     with pytest.raises(CellSyntaxError) as caught:

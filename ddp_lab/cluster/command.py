@@ -20,12 +20,20 @@ from ddp_lab.launcher.errors import LaunchError, LaunchTimeout, RankFailed
 from ddp_lab.launcher.payload import rename_cells
 from ddp_lab.launcher.rank_group import RankGroup
 from ddp_lab.launcher.reports import (blocked_in, listed, raised_failure, still_running, timeout_hint,
-                                     waiting_in)
+                                     unpicklable_failure, waiting_in)
 
 AFTER_FAILURE_S = 5.0  # once a rank failed, how long the others get before they count as stuck
 INTERRUPT_GRACE_S = 3.0  # after an interrupt: how long a rank may take to stop before it counts as stuck
 INTERRUPT_CHECK_S = 0.5  # after an interrupt: how often the ranks still running are looked at (their stacks)
 STILL_RUNNING = object()  # collect's answer when ranks still run at its deadline after an interrupt
+# A value that cannot be pickled back, by command kind: (where it came from, what to do instead)
+UNPICKLABLE_ADVICE = {
+    "exec": ("gave, as the cell's last line,",
+             "End the cell with a statement (name = ...; the value stays on the rank), or with plain data"),
+    "call": ("returned", "Return plain data instead"),
+    "pull": ("holds in that variable", "Pull plain data made from it on the ranks"),
+    "regroup": ("returned", "Return plain data instead"),
+}
 RESTART = "run the cell again (or ddp_lab.Cluster(...)) to start a fresh one."
 FRESH_START = f"The cluster was shut down; {RESTART}"
 
@@ -47,10 +55,12 @@ class CommandWatch:
         self.replies: dict[int, dict] = {}
         self.marks: dict[int, set] = {rank: set() for rank in range(self.nprocs)}
         self.sent: list[int] = []  # the ranks the command reached
+        self.kind = "exec"         # the command's kind, once sent (rank_loop._execute's kinds)
         self._shut_down = shut_down
 
     def send(self, command: dict) -> None:
         """Send the command to every rank in `running` (RankGone if one has died)."""
+        self.kind = command["kind"]
         self.group.send({**command, "id": self.command_id}, self.running, self.sent)
 
     def collect(self, timeout: float | None, interrupted: bool = False):
@@ -80,14 +90,23 @@ class CommandWatch:
                     failed_at, first_failed = time.monotonic(), rank   # the first failure to reach the kernel
             elif kind == "mark" and value[1] == self.command_id:
                 self.marks[rank].add(value[0])
-        failures = {r: raised_failure(r, reply, self.names) for r, reply in self.replies.items() if not reply["ok"]}
+        failures = {r: self._failure(r, reply) for r, reply in self.replies.items() if not reply["ok"]}
         if not failures:
             return None
         first = first_failed if first_failed in failures else min(failures)
         count = (f"rank {first}" if len(failures) == 1 else
                  f"{len(failures)} ranks ({', '.join(map(str, sorted(failures)))})")
-        return RankFailed(f"{count} of {self.nprocs} raised; the cluster is still running.",
+        did = ("raised" if any(failure.kind != "unpicklable" for failure in failures.values()) else
+               "could not send its value back" if len(failures) == 1 else "could not send their values back")
+        return RankFailed(f"{count} of {self.nprocs} {did}; the cluster is still running.",
                           failures, first, self.group.texts())
+
+    def _failure(self, rank: int, reply: dict):
+        """The RankFailure of a rank's failed reply: an exception, or a value that cannot travel to the notebook."""
+        if "unpicklable" not in reply:
+            return raised_failure(rank, reply, self.names)
+        gave, instead = UNPICKLABLE_ADVICE[self.kind]
+        return unpicklable_failure(rank, reply["unpicklable"], reply["text"], gave, instead)
 
     def interrupt(self) -> LaunchError | None:
         """Jupyter's stop button: a KeyboardInterrupt in every rank the command reached that still runs it.

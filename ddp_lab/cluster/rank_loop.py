@@ -134,7 +134,6 @@ def serve(rank: int, status_folder: str | None = None) -> None:
         if command is None or command["kind"] == "shutdown":
             return
         reply = {"kind": "reply", "id": command["id"]}
-        exiting = False
         _record(status_folder, rank, command)
         try:
             _in_command = True
@@ -142,16 +141,23 @@ def serve(rank: int, status_folder: str | None = None) -> None:
                 value = _execute(rank, command, namespace)
             finally:
                 _in_command = False
-            reply.update(ok=True, value=dumps(value))
+            reply.update(_value_reply(value))
         except BaseException as error:  # noqa: BLE001 - reported to the notebook, the rank lives on
+            # sys.exit() in a cell included: as in a kernel, it ends the cell, not the rank
             reply.update(exception_report(error, "fn", skip_frames=_own_frames(error)), kind="reply", ok=False)
-            exiting = isinstance(error, SystemExit)
         _record(status_folder, rank, None)
         reply["group"] = dist.is_initialized()  # False: the cell destroyed the default group
         _mark_end(command["id"])
         send_message(channel, reply)
-        if exiting:
-            return
+
+
+def _value_reply(value) -> dict:
+    """The reply's part for a command that ran: its value pickled, or what kept the value from being pickled (a
+    lock, a process group, a generator: the command worked, its value cannot travel to the notebook)."""
+    try:
+        return {"ok": True, "value": dumps(value)}
+    except Exception as error:  # noqa: BLE001 - whatever pickling raises, the notebook is told what and why
+        return {"ok": False, "unpicklable": type(value).__name__, "text": f"{type(error).__name__}: {error}"}
 
 
 def _record(folder: str | None, rank: int, command: dict | None) -> None:

@@ -74,10 +74,18 @@ def _failure(rank: int, supervisor, names: dict) -> RankFailure:
             f"died with {describe_exit(code)} before returning: {ended_by}"
         return RankFailure(rank, "crashed", summary, _tail(supervisor.outputs[rank].text()), returncode=code)
     if report["kind"] == "unpicklable":
-        return RankFailure(rank, "unpicklable",
-                           f"returned a {report['type']} that cannot be pickled back to the notebook "
-                           f"({report['text']}). Return plain data instead (numbers, tensors, dicts of them).")
+        return unpicklable_failure(rank, report["type"], report["text"])
     return raised_failure(rank, report, names)
+
+
+def unpicklable_failure(rank: int, type_name: str, why: str, gave: str = "returned",
+                        instead: str = "Return plain data instead") -> RankFailure:
+    """A RankFailure for a value that worked on the rank but cannot be pickled back to the notebook.
+
+    `gave` says where the value came from ("returned"; a live cluster's cell: its last line), `instead` what to do.
+    """
+    return RankFailure(rank, "unpicklable", f"{gave} a {type_name} that cannot be pickled back to the notebook "
+                                            f"({why}). {instead} (numbers, tensors, dicts of them).")
 
 
 _NO_CPU_BACKEND = "No backend type associated with device type cpu"
