@@ -1,8 +1,9 @@
 """The lesson 11 check accepts a right int8 comm hook and rejects plausible wrong ones with specific feedback.
 
 Each wrong answer below is a mistake a learner is likely to make; the test pins the part of
-the feedback that names it. The wrong hooks run in one launch of 2 gloo ranks, each on a DDP model
-of its own (the check's own runner, then its judge); the right one goes through the check itself.
+the feedback that names it. The hooks, a right one among them, run in one launch, on 3 gloo ranks and then
+on 2, each on a DDP model of its own (the check's own runner, then its judge); the solution notebook's right
+hook goes through the check itself (nbval, tests/test_exercises.py).
 """
 
 from __future__ import annotations
@@ -127,14 +128,49 @@ def scale_doubled(process_group, bucket):
     return _int8_mean(buffer, 2 * _shared_scale(buffer))
 
 
-def test_accepts_the_right_answer(capsys):
-    # the solution notebook's synchronous version is checked by nbval and tests/test_exercises.py;
+def levels_for_two_ranks(process_group, bucket):   # the exercise's 2 ranks written into the code
+    buffer = bucket.buffer()
+    scale = _shared_scale(buffer)
+    q = torch.round(buffer * (127 / 2) / scale).to(torch.int8)
+    dist.all_reduce(q)
+    return _done(buffer.copy_(q.float() * scale / 127))
+
+
+def levels_for_three_ranks(process_group, bucket):   # a world size of 3 written into the code
+    buffer = bucket.buffer()
+    scale = _shared_scale(buffer)
+    q = torch.round(buffer * (127 / 3) / scale).to(torch.int8)
+    dist.all_reduce(q)
+    return _done(buffer.copy_(q.float() * scale / 127))
+
+
+def levels_written_as_63(process_group, bucket):   # 127 // 2 levels per rank, and the mean as / (63 · 2)
+    buffer = bucket.buffer()
+    scale = _shared_scale(buffer)
+    q = torch.round(buffer * 63 / scale).to(torch.int8)
+    dist.all_reduce(q)
+    return _done(buffer.copy_(q.float() * scale / 126))
+
+
+def scale_from_rank_0(process_group, bucket):   # one scale for everyone, but rank 0's
+    buffer = bucket.buffer()
+    scale = buffer.abs().max().reshape(1)
+    dist.broadcast(scale, src=0)
+    return _int8_mean(buffer, scale)
+
+
+def scale_reduced_with_min(process_group, bucket):
+    buffer = bucket.buffer()
+    return _int8_mean(buffer, _shared_scale(buffer, op=dist.ReduceOp.MIN))
+
+
+def test_accepts_the_right_answer(results):
+    # the solution notebook's synchronous version goes through the check itself (nbval, tests/test_exercises.py);
     # this one returns the Future that .then() gives (a torch._C.Future), which must pass too, and
     # computes q in another order of float operations (its ties may round the other way)
-    check_int8_hook(int8_hook_async)
-    out = capsys.readouterr().out
-    assert "✓ int8_hook_async: every gradient on both ranks is the mean" in out
-    assert "sending 1,740 of fp32's 6,928 bytes per step (25%)" in out  # 1,732 int8 values + 2 float32 scales
+    line = lesson11.judge_int8_hook(int8_hook_async.__name__, results[int8_hook_async])
+    assert line == ("int8_hook_async: every gradient on every rank is the mean over the ranks within int8 rounding, "
+                    "on 2 ranks and on 3, sending 1,740 of fp32's 6,928 bytes per step (25%)")  # 1,732 int8 + 2 fp32
 
 
 def test_a_blank_stub_is_not_written_yet():
@@ -142,7 +178,8 @@ def test_a_blank_stub_is_not_written_yet():
         check_int8_hook(stub)
 
 
-WRONG_ANSWERS = {   # all return: they run one after the other in one launch, each on a DDP model of its own
+WRONG_ANSWERS = {   # all return: they run one after the other in one launch (with int8_hook_async), each on a
+                    # DDP model of its own
     scale_ignores_world_size: r"(?s)some sums wrapped around past 127: each rank used all 127 int8 levels",
     truncates: r"(?s)step 0, rank 0, gradient of '[0-9.a-z]+', element \d+: got .*int8 rounding stays within ±.*"
                r"truncated towards zero",
@@ -156,16 +193,25 @@ WRONG_ANSWERS = {   # all return: they run one after the other in one launch, ea
                      r"fp32",
     sums_in_int32: r"(?s)4.0 bytes per value.*Hint: what went to all_reduce holds 4-byte values",
     decompressed_in_float64: r"(?s)returned float64 values, not float32.\nHint: decompress into float32",
+    # right on 2 ranks: only the second world size shows the number written for it
+    levels_for_two_ranks: r"(?s)^on 3 ranks: step 0, rank 0, gradient of .*Hint: the values are 3/2 of the mean over "
+                          r"the 3 ranks.*each rank took 127 / 2 of the int8 range, its share on 2 ranks",
+    levels_for_three_ranks: r"(?s)^on 2 ranks: step 0, rank 0, gradient of .*Hint: the values are 2/3 of the mean "
+                            r"over the 2 ranks.*127 / 3 of the int8 range, its share on 3 ranks",
+    levels_written_as_63: r"(?s)^on 3 ranks: step 0, rank 0, gradient of .*Hint: the values are 3/2 of the mean",
+    scale_from_rank_0: r"(?s)^on 2 ranks: step 0, rank 0, .*Hint: every rank used one scale, but one smaller than "
+                       r"another rank's largest \|value\|",
+    scale_reduced_with_min: r"(?s)^on 2 ranks: step 0, rank 0, .*Hint: every rank used one scale, but one smaller than",
 }
 
 
 @pytest.fixture(scope="module")
-def wrong_results():
-    answers = tuple(WRONG_ANSWERS)
+def results():
+    answers = (int8_hook_async, *WRONG_ANSWERS)
     return dict(zip(answers, lesson11.run_hook_answers(answers)))
 
 
 @pytest.mark.parametrize("answer", WRONG_ANSWERS, ids=lambda answer: answer.__name__)
-def test_rejects_wrong_answers(answer, wrong_results):
+def test_rejects_wrong_answers(answer, results):
     with pytest.raises(CheckFailed, match=WRONG_ANSWERS[answer]):
-        lesson11.judge_int8_hook(answer.__name__, wrong_results[answer])
+        lesson11.judge_int8_hook(answer.__name__, results[answer])

@@ -5,8 +5,10 @@ feedback that names it, and a hint fires only on its own mistake (every answer g
 hint, the right ones none). To keep launches few, all answers of one exercise run in one launch
 (`run_*_answers`) and each is judged alone (`judge_*`), exactly as the public check judges its one
 answer; the public checks themselves run end to end in the solution notebook (nbval) and below on
-the deadlocks, which stop at a 5 s timeout, and on the one answer that raises (it ends its
-launch, so it runs alone). Three batches, two deadlocks, one more launch: about 25 s on 2 cores.
+the deadlocks, which stop at a 5 s timeout, and on the two answers that raise (each ends its
+launch, so it runs alone). Each answer is called twice in its launch: with the check's first numbers
+of experts, values per row or parameters, then with other ones, so that a number written for the
+first fails in the second. Three batches, two deadlocks, two more launches: about 30 s on 2 cores.
 """
 
 from __future__ import annotations
@@ -146,6 +148,27 @@ def split_sizes_as_tensors(rows, expert, num_experts, group=None):
     return Dispatched(received, received_counts, sent, order)
 
 
+def counts_for_six_experts(rows, expert, num_experts, group=None):
+    order = torch.argsort(expert, stable=True)
+    per_expert = torch.bincount(expert, minlength=6)       # the check's 6 experts, written as a number
+    sent = per_expert.view(dist.get_world_size(), -1).sum(dim=1)
+    received_counts = _exchange(per_expert)
+    received = rows.new_empty((int(received_counts.sum()), rows.shape[1]))
+    dist.all_to_all_single(received, rows[order], received_counts.sum(dim=1).tolist(), sent.tolist())
+    return Dispatched(received, received_counts, sent, order)
+
+
+def owner_written_as_expert_over_2(rows, expert, num_experts, group=None):
+    order, per_expert, _ = _sorted_and_counted(expert, num_experts)
+    sent = torch.bincount(expert // 2, minlength=dist.get_world_size())     # 2 experts per rank, written
+    received_counts = _exchange(per_expert)
+    received = rows.new_empty((int(received_counts.sum()), rows.shape[1]))
+    dist.all_to_all_single(received, rows[order], received_counts.sum(dim=1).tolist(), sent.tolist())
+    return Dispatched(received, received_counts, sent, order)
+
+
+# what a failure in the second call of dispatch or combine says first
+SECOND_CALL = r"with 3 experts \(1 per rank\) and rows of 3 values instead of 6 \(2 per rank\) and 4"
 PACKAGE_ANSWER = r"^{name} calls ddp_lab.course.expert_parallel.dispatch.{called}, the package's own answer"
 
 DISPATCH_ANSWERS = {
@@ -179,6 +202,12 @@ DISPATCH_ANSWERS = {
                             r"pass each through \.tolist\(\)",
     owner_round_robin: r"(?s)^rank 0 sent its rows with input_split_sizes=\[\d+, \d+, \d+\], but its rows for each "
                        r"rank's experts number \[3, 2, 2\].*Hint: these count your rows by expert % 3",
+    # right with 6 experts: only the second call, with 3, shows the number written for them
+    counts_for_six_experts: rf"(?s)^{SECOND_CALL}: rank 0: sent_counts \[3, 3, 0\], expected \[2, 1, 3\]\.\nHint: "
+                            r"these are your rows counted for 6 experts, the first call's number",
+    owner_written_as_expert_over_2: rf"(?s)^{SECOND_CALL}: rank 0 sent its rows with input_split_sizes=\[3, 3, 0\], "
+                                    r"but its rows for each rank's experts number \[2, 1, 3\].*Hint: these count your "
+                                    r"rows by expert // 2",
 }
 
 
@@ -210,6 +239,27 @@ def test_dispatch_names_counts_taken_without_minlength():
                                           r"the last expert, and its counts have 5 entries, not num_experts = 6.*"
                                           r"minlength=num_experts"):
         lesson14.check_dispatch(counts_without_minlength)
+
+
+def counts_viewed_as_3_by_2(rows, expert, num_experts, group=None):
+    order = torch.argsort(expert, stable=True)
+    per_expert = torch.bincount(expert, minlength=num_experts).view(3, 2)   # 3 ranks of 2 experts, written
+    received_counts = torch.empty_like(per_expert)
+    dist.all_to_all_single(received_counts, per_expert)
+    sent = per_expert.sum(dim=1)
+    received = rows.new_empty((int(received_counts.sum()), rows.shape[1]))
+    dist.all_to_all_single(received, rows[order], received_counts.sum(dim=1).tolist(), sent.tolist())
+    return Dispatched(received, received_counts, sent, order)
+
+
+def test_dispatch_names_a_shape_written_for_the_first_call():
+    # right with 6 experts; the second call, with 3, raises inside the view, which ends the launch: it runs alone
+    with pytest.raises(CheckFailed, match=r"(?s)^rank \d: counts_viewed_as_3_by_2 raised RuntimeError: shape "
+                                          r"'\[3, 2\]' is invalid for input of size 3\nwhile dispatching rank \d's "
+                                          r"\d rows to 3 experts \(1 per rank\), rows of 3 values.*Hint: this call has "
+                                          r"3 experts \(1 per rank\), the first had 6 \(2 per rank\): the shape "
+                                          r"\[3, 2\] holds the first call's numbers"):
+        lesson14.check_dispatch(counts_viewed_as_3_by_2)
 
 
 def rank_0_returns_early(rows, expert, num_experts, group=None):
@@ -293,6 +343,13 @@ def sorted_twice(expert_output, dispatched, token_index, gates, x, group=None):
     return x.index_add(0, token_index, rows * gates.unsqueeze(-1))
 
 
+def return_rows_of_4_values(expert_output, dispatched, token_index, gates, x, group=None):
+    back = expert_output.new_empty((int(dispatched.sent_counts.sum()), 4))   # the check's 4 values, written
+    dist.all_to_all_single(back, expert_output.contiguous(), dispatched.sent_counts.tolist(),
+                           dispatched.received_counts.sum(dim=1).tolist())
+    return x.index_add(0, token_index, back[dispatched.order.argsort()] * gates.unsqueeze(-1))
+
+
 COMBINE_ANSWERS = {
     combine: None,
     library_combine: PACKAGE_ANSWER.format(name="combine", called="combine"),
@@ -311,6 +368,9 @@ COMBINE_ANSWERS = {
     return_buffer_sized_like_input: r"(?s)rank 0, all_to_all_single call 1: output_split_sizes=\[2, 2, 3\] add up to "
                                     r"7, but the output has 6 rows.*Hint: both split lists are right; the output "
                                     r"buffer is not: .* = 7 rows",
+    return_rows_of_4_values: rf"(?s)^{SECOND_CALL}: rank 0, all_to_all_single call 1: the input's rows have shape "
+                             r"\(3,\), the output's \(4,\)\.\nHint: the output's rows must be shaped like the rows "
+                             r"sent",
 }
 
 
@@ -326,10 +386,11 @@ def test_combine_feedback(combine_results, answer):
                   accepted=f"{answer.__name__}: expert outputs came back")
 
 
-def test_combine_inputs_tell_the_mistakes_apart():
-    """On every rank the wrong answers' outputs differ from the right one and from each other."""
+@pytest.mark.parametrize("case", lesson14.COMBINE_CASES, ids=lambda case: f"{case.num_experts}_experts")
+def test_combine_inputs_tell_the_mistakes_apart(case):
+    """In every call, on every rank, the wrong answers' outputs differ from the right one and from each other."""
     for rank in range(lesson14.WORLD_SIZE):
-        candidates = lesson14._combine_candidates(rank)
+        candidates = lesson14._combine_candidates(rank, case)
         outputs = [value for key, value in candidates.items() if key != "dropped"]
         for i, a in enumerate(outputs):
             for b in outputs[i + 1:]:
@@ -391,6 +452,13 @@ def all_reduce_never_waited(replicated, expert, dp_group):
         dist.all_reduce(p.grad, group=dp_group, async_op=True)
 
 
+def loops_over_written_counts(replicated, expert, dp_group):
+    for i in range(3):                                      # the check's 3 replicated parameters, written
+        dist.all_reduce(replicated[i].grad)
+    for i in range(2):
+        dist.all_reduce(expert[i].grad, group=dp_group)
+
+
 REDUCE_ANSWERS = {
     reduce_gradients: None,
     experts_reduced_as_copies: r"(?s)rank 0, expert parameter 0.*dist\.all_reduce ran, but not on this p\.grad: it "
@@ -406,6 +474,10 @@ REDUCE_ANSWERS = {
     all_reduce_never_waited: r"(?s)rank \d, (replicated|expert) parameter \d: got .*Hint: dist\.all_reduce was started "
                              r"on this p\.grad \(async_op=True\), but its result was read before it finished.*"
                              r"\.wait\(\)",
+    loops_over_written_counts: r"(?s)^with 4 replicated and 3 expert parameters instead of 3 and 2: rank 0, "
+                               r"replicated parameter 3: not all-reduced, though replicated parameters 0 to 2 "
+                               r"were.*Hint: the loops stop at 3 replicated and 2 expert parameters, the first "
+                               r"call's numbers",
 }
 
 
@@ -456,8 +528,9 @@ def experts_only_on_rank_0(replicated, expert, dp_group):
 
 
 def test_reduce_gradients_stops_a_deadlock():
+    # the other ranks went on to the second call's first all-reduce
     with pytest.raises(CheckFailed, match=r"(?s)experts_only_on_rank_0 did not finish within 5 s.*Stuck: rank 0 in "
-                                          r"dist\.all_reduce\..*every rank must all-reduce every gradient"):
+                                          r"dist\.all_reduce,.*every rank must all-reduce every gradient"):
         lesson14.check_reduce_gradients(experts_only_on_rank_0, timeout=5)
 
 

@@ -393,14 +393,14 @@ def run_answers_on_ranks(runner, answers, nprocs: int, timeout: float, what: str
 
     Returns [answer][rank] -> that answer's result on that rank; `options` are `run_on_ranks`'s (explain,
     timeout_hint). The check tests give a check's wrong answers this way, one launch for all of them
-    (lessons 02, 04, 05, 07, 10, 11, 14); the public check runs a tuple of one.
+    (lessons 02, 04, 05, 07, 10, 14); the public check runs a tuple of one.
     """
     results = run_on_ranks(runner, (tuple(answers), *args), nprocs, timeout, what, **options)
     return [[results[rank][index] for rank in range(nprocs)] for index in range(len(answers))]
 
 
 def run_on_ranks(runner, args: tuple, nprocs: int, timeout: float, what: str, explain=None,
-                 timeout_hint=None):
+                 timeout_hint=None, init_process_group: bool = True):
     """Launch `runner(rank, *args)` on gloo ranks; turn any failure into CheckFailed.
 
     Args:
@@ -418,9 +418,12 @@ def run_on_ranks(runner, args: tuple, nprocs: int, timeout: float, what: str, ex
             torch.distributed), or `timeout_hint(calls, places)` also given {stuck rank: its
             call}, which may return None; default (and for None): the point-to-point hints of lesson 02. A hint that contains
             "\nHint: " says first what the ranks did, then the hint.
+        init_process_group: False for a runner that sets up its own groups (lesson 11: one of 3 ranks, then
+            one of 2), as `launch`'s option.
     """
     try:
-        return launch(runner, args=args, nprocs=nprocs, backend="gloo", timeout=timeout)
+        return launch(runner, args=args, nprocs=nprocs, backend="gloo", timeout=timeout,
+                      init_process_group=init_process_group)
     except LaunchTimeout as error:
         raise CheckFailed(timeout_message(error, what, timeout, timeout_hint)) from None
     except LaunchError as error:

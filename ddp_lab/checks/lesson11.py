@@ -2,26 +2,32 @@
 
     ddp_lab.checks.lesson11.check_int8_hook(int8_hook)
 
-The check registers the hook on a DDP model on 2 gloo ranks, runs two backward passes (DDP's
-first step uses one bucket, the second the two it rebuilt), counts the bytes the hook hands
-to collectives, and compares every averaged gradient with the mean of the ranks' own
-gradients, within int8 rounding.
+The check registers the hook on a DDP model on 3 gloo ranks, then on 2 (one launch: the default
+group is set up for 3 ranks, destroyed, and set up again for ranks 0 and 1), runs two backward
+passes each time (DDP's first step uses one bucket, the second the two it rebuilt), counts the
+bytes the hook hands to collectives, and compares every averaged gradient with the mean of the
+ranks' own gradients, within int8 rounding. It judges 2 ranks first, then 3: a share of the int8
+range written for one world size fails on the other.
 
 Introduced in notebooks/11-performance-and-scaling.ipynb.
 """
 
 from __future__ import annotations
 
+from fractions import Fraction
+
 import torch
+import torch.distributed as dist
 import torch.nn as nn
 from torch.nn import functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from ddp_lab.checks import CheckFailed, passed
-from ddp_lab.checks.common import call_case, ensure_written, run_answers_on_ranks, run_on_ranks
+from ddp_lab.checks.common import call_case, ensure_written, run_on_ranks
 from ddp_lab.instruments.comm_hooks import ByteCounter, total_bytes
 
-WORLD_SIZE = 2
+WORLD_SIZE = 2   # the exercise's world size, judged first
+WORLD_SIZES = (WORLD_SIZE, 3)   # a hook runs on each; a number written for one of them fails on the other
 BUCKET_CAP_MB = 0.002  # two buckets after DDP's rebuild, for this small model
 LEVELS = 127  # int8 values -127 .. 127
 MOST_BYTES_PER_VALUE = 1.2  # one int8 per value, plus a few bytes per bucket for the scale
@@ -54,13 +60,14 @@ def _describe_value(value) -> dict:
 
 def _checked(hook, rank: int, answers: list, step: list, names: dict):
     """A comm hook that runs the learner's, records what it got and returned, and hands DDP a usable result."""
+    world_size = dist.get_world_size()
 
     def checked(state, bucket):
         buffer = bucket.buffer()
         shape = tuple(buffer.shape)
         record = {"step": step[0], "bucket": bucket.index(), "local": buffer.detach().clone(),
                   "params": [(names[id(p)], p.numel()) for p in bucket.parameters()]}
-        result = call_case(hook, f"averaging bucket {bucket.index()} on rank {rank}", state, bucket)
+        result = call_case(hook, f"averaging bucket {bucket.index()} on rank {rank} of {world_size}", state, bucket)
         # torch.futures.Future, or the torch._C.Future that .then() and get_future() return
         record.update(future=isinstance(result, torch._C.Future), bucket_shape=shape)
         value = result.wait() if record["future"] else result
@@ -78,8 +85,6 @@ def _checked(hook, rank: int, answers: list, step: list, names: dict):
 
 
 def _hook_runner(rank: int, hook) -> dict:
-
-
     model = DDP(_model(), bucket_cap_mb=BUCKET_CAP_MB)
     names = {id(p): name for name, p in model.module.named_parameters()}
     answers: list = []
@@ -138,11 +143,12 @@ def rounding_bound(scale: torch.Tensor, world_size: int = WORLD_SIZE) -> torch.T
 
 
 def _quantised_mean(locals_: list[torch.Tensor], scales: list[torch.Tensor], decompress: list[torch.Tensor],
-                    to_int=torch.round, levels_per_rank: float = LEVELS / WORLD_SIZE, wrap: bool = False,
+                    to_int=torch.round, levels_per_rank: float | None = None, wrap: bool = False,
                     divide: float = 1.0) -> list[torch.Tensor]:
     """What each rank gets from an int8 scheme: q_r = to_int(g_r * levels_per_rank / scales[r]), summed (in int8 when
-    `wrap`), times decompress[rank] / 127 / divide."""
-    total = sum(to_int(g * levels_per_rank / scale) for g, scale in zip(locals_, scales))
+    `wrap`), times decompress[rank] / 127 / divide. levels_per_rank: by default 127 / the number of ranks."""
+    levels = LEVELS / len(locals_) if levels_per_rank is None else levels_per_rank
+    total = sum(to_int(g * levels / scale) for g, scale in zip(locals_, scales))
     if wrap:
         total = torch.remainder(total + 128, 256) - 128
     return [total * d / LEVELS / divide for d in decompress]
@@ -150,26 +156,35 @@ def _quantised_mean(locals_: list[torch.Tensor], scales: list[torch.Tensor], dec
 
 def _wrong_schemes(locals_: list[torch.Tensor]) -> list[tuple[list[torch.Tensor], str]]:
     """Plausible wrong hooks, simulated exactly on the ranks' buffers: (what each rank would get, the mistake)."""
+    world_size = len(locals_)
     own = [g.abs().max().clamp_min(1e-30) for g in locals_]
     shared = max(own)
     summed = sum(own)
-    return [
-        (_quantised_mean(locals_, [shared] * WORLD_SIZE, [shared] * WORLD_SIZE, to_int=torch.trunc),
+    schemes = [
+        (_quantised_mean(locals_, [shared] * world_size, [shared] * world_size, to_int=torch.trunc),
          "the values were truncated towards zero (.to(torch.int8) alone), not rounded: each rank's value is then "
          "off by up to a whole int8 step instead of half of one. Round first (torch.round), then convert"),
         (_quantised_mean(locals_, own, own),
          "each rank quantised and decompressed with its OWN scale (the max |value| of its own buffer): the sum of "
          "values quantised with different scales means nothing. All-reduce the scale with op=dist.ReduceOp.MAX "
          "first, so every rank uses the same one"),
-        (_quantised_mean(locals_, [summed] * WORLD_SIZE, [summed] * WORLD_SIZE),
+        (_quantised_mean(locals_, [summed] * world_size, [summed] * world_size),
          "the scale is the SUM of the ranks' largest |values| (dist.ReduceOp.SUM), not their max: a larger scale "
          "leaves int8 levels unused, and every rounding error grows with it. Reduce the scale with "
          "op=dist.ReduceOp.MAX"),
-        (_quantised_mean(locals_, [shared] * WORLD_SIZE, [shared] * WORLD_SIZE, levels_per_rank=LEVELS, wrap=True,
-                         divide=WORLD_SIZE),
+        (_quantised_mean(locals_, [shared] * world_size, [shared] * world_size, levels_per_rank=LEVELS, wrap=True,
+                         divide=world_size),
          "some sums wrapped around past 127: each rank used all 127 int8 levels, so the sum of world_size of them "
          "overflows int8 (100 + 100 becomes -56). Give each rank 127 / world_size of the range"),
     ]
+    for smaller in {float(own[0]), float(min(own))} - {float(shared)}:   # rank 0's (a broadcast), the smallest (MIN)
+        scale = torch.tensor(smaller)
+        schemes.append((_quantised_mean(locals_, [scale] * world_size, [scale] * world_size, wrap=True),
+                        "every rank used one scale, but one smaller than another rank's largest |value| (rank 0's, "
+                        "sent with dist.broadcast, or the smallest, dist.ReduceOp.MIN): that rank's values take more "
+                        "than 127 / world_size int8 levels, and their sums wrap around past 127. The scale must "
+                        "cover every rank's values: all-reduce it with op=dist.ReduceOp.MAX"))
+    return schemes
 
 
 def _matches(got: torch.Tensor, candidate: torch.Tensor, step: float) -> bool:
@@ -178,13 +193,33 @@ def _matches(got: torch.Tensor, candidate: torch.Tensor, step: float) -> bool:
     return bool(((got - candidate).abs() <= 0.01 * step + 1e-7).float().mean() >= 0.98)
 
 
+def _written_world_size(got: torch.Tensor, mean: torch.Tensor, scale, world_size: int) -> int | None:
+    """k (2 to 8, not world_size) if `got` is the mean times world_size / k within int8 rounding wherever such a sum
+    fits in int8 (|world_size / k · mean| below 0.95 · scale), on 98 % of those values, a tenth of which at least
+    the mean does not give: each rank took 127 / k of the int8 range, the share of k ranks. Otherwise None."""
+    tolerance = 0.6 * float(world_size * scale / LEVELS)   # the W shares' rounding, half an int8 step each
+    for k in range(2, 9):
+        if k == world_size:
+            continue
+        candidate = mean * world_size / k
+        fits = candidate.abs() < 0.95 * scale
+        if not bool(fits.any()):
+            continue
+        close = ((got - candidate).abs() <= tolerance)[fits].float().mean()
+        telling = ((candidate - mean).abs() > 2 * tolerance)[fits].float().mean()
+        if close >= 0.98 and telling >= 0.1:
+            return k
+    return None
+
+
 def _check_values(results, name: str) -> None:
-    answers = [results[rank]["answers"] for rank in range(WORLD_SIZE)]
+    world_size = len(results)
+    answers = [results[rank]["answers"] for rank in range(world_size)]
     for calls in zip(*answers):
         locals_ = [call["local"] for call in calls]
-        mean = sum(locals_) / WORLD_SIZE
+        mean = sum(locals_) / world_size
         scale = max(g.abs().max() for g in locals_)
-        bound = float(rounding_bound(scale))
+        bound = float(rounding_bound(scale, world_size))
         allowed = bound * 1.0001 + 1e-6 * float(scale)
         for rank, call in enumerate(calls):
             got = call["value"]
@@ -192,9 +227,9 @@ def _check_values(results, name: str) -> None:
             if float((got - mean).abs()[worst]) <= allowed:
                 continue
             param, element = _locate(call["params"], worst)
-            where = (f"step {call['step']}, rank {rank}, gradient of {param!r}, element {element}: got "
-                     f"{got[worst].item():.6g}, expected the mean over ranks {mean[worst].item():.6g}; in this bucket "
-                     f"the right answer's int8 rounding stays within ±{bound:.3g}, this is off by "
+            where = (f"on {world_size} ranks: step {call['step']}, rank {rank}, gradient of {param!r}, element "
+                     f"{element}: got {got[worst].item():.6g}, expected the mean over ranks {mean[worst].item():.6g}; "
+                     f"in this bucket the right answer's int8 rounding stays within ±{bound:.3g}, this is off by "
                      f"{abs(got[worst].item() - mean[worst].item()):.3g}")
             hint = _value_hint(got, mean, locals_, rank, scale, allowed).rstrip(".")
             raise CheckFailed(f"{where}.\nHint: {hint}.")
@@ -210,15 +245,22 @@ def _locate(params: list[tuple[str, int]], index: int) -> tuple[str, int]:
 
 
 def _value_hint(got, mean, locals_, rank: int, scale, allowed: float) -> str:
-    step = float(WORLD_SIZE * scale / LEVELS)
-    if torch.allclose(got, mean * WORLD_SIZE, rtol=0, atol=WORLD_SIZE * allowed):
+    world_size = len(locals_)
+    step = float(world_size * scale / LEVELS)
+    if torch.allclose(got, mean * world_size, rtol=0, atol=world_size * allowed):
         return ("this is the SUM over ranks: the average is the sum divided by the world size (each rank's "
                 "values take 1 / world_size of the int8 range, so the decompressed sum is already the mean)")
     if torch.allclose(got, locals_[rank], rtol=0, atol=allowed):
         return ("it is still this rank's own gradient (quantised): the int8 values must be all-reduced so that "
                 "every rank gets the sum over ranks")
-    if torch.allclose(got, mean / WORLD_SIZE, rtol=0, atol=allowed):
+    if torch.allclose(got, mean / world_size, rtol=0, atol=allowed):
         return "this is the mean divided by the world size once more: divide by it only once"
+    written = _written_world_size(got, mean, scale, world_size)
+    if written is not None:
+        return (f"the values are {Fraction(world_size, written)} of the mean over the {world_size} ranks wherever "
+                f"their sums fit in int8: each rank took 127 / {written} of the int8 range, its share on {written} "
+                "ranks. Take the world size from the group (group.size(), dist.get_world_size()), not a number "
+                f"written in the code: this check runs on {' ranks and on '.join(map(str, WORLD_SIZES))}")
     for candidate, mistake in _wrong_schemes(locals_):
         if _matches(got, candidate[rank], step):
             return mistake
@@ -235,21 +277,23 @@ def _value_hint(got, mean, locals_, rank: int, scale, allowed: float) -> str:
 
 
 def _check_bytes(results, name: str) -> str:
+    world_size = len(results)
     numel = sum(p.numel() for p in _model().parameters())
     fp32 = 4 * numel
     for step in range(2):
-        for rank in range(WORLD_SIZE):
+        for rank in range(world_size):
             sent = results[rank]["sent"][step]
+            where = f"on {world_size} ranks: step {step}, rank {rank}"
             if sent >= fp32:
                 raise CheckFailed(
-                    f"step {step}, rank {rank}: {name} sent {sent:,} bytes for {numel:,} gradient values, "
+                    f"{where}: {name} sent {sent:,} bytes for {numel:,} gradient values, "
                     f"{sent / numel:.1f} bytes per value: as much as (or more than) the uncompressed fp32 all-reduce "
                     f"({fp32:,} bytes).\nHint: what went to all_reduce holds 4-byte values (the float32 buffer, or "
                     "the quantised values cast to int32 or float32): all_reduce a torch.int8 tensor; only the "
                     "1-element scale may travel as float32.")
             if sent > MOST_BYTES_PER_VALUE * numel:
                 raise CheckFailed(
-                    f"step {step}, rank {rank}: {name} sent {sent:,} bytes for {numel:,} values, "
+                    f"{where}: {name} sent {sent:,} bytes for {numel:,} values, "
                     f"{sent / numel:.1f} bytes per value (fp16 would be 2).\nHint: int8 sends 1 byte per value: "
                     "all_reduce a torch.int8 tensor (plus one float32 scale per bucket).")
     sent = results[0]["sent"][1]
@@ -259,35 +303,52 @@ def _check_bytes(results, name: str) -> str:
 def check_int8_hook(int8_hook, timeout: float = 60.0) -> None:
     """Check `int8_hook(process_group, bucket)`: an int8-quantising DDP comm hook that averages gradients.
 
-    On 2 gloo ranks with different batches, the hook must give every rank the mean of the
-    ranks' gradients within the rounding the right answer itself can make (W · scale / (2 · 127)
+    On 2 gloo ranks with different batches, then on 3, the hook must give every rank the mean of
+    the ranks' gradients within the rounding the right answer itself can make (W · scale / (2 · 127)
     per element, with scale the bucket's largest |gradient| over the ranks: tight enough that
     truncating instead of rounding, or a scale twice too large, fail), return a Future holding a
     float32 tensor shaped like the bucket, and hand collectives at most 1.2 bytes per gradient
     value. A bucket's most negative value outweighs its largest positive one, so a scale taken
-    without abs() overflows.
+    without abs() overflows; a share of the int8 range written for one world size fails on the other.
 
     Introduced in notebooks/11-performance-and-scaling.ipynb.
     """
     ensure_written(int8_hook)
     name = getattr(int8_hook, "__name__", "int8_hook")
-    passed(judge_int8_hook(name, run_on_ranks(_hook_runner, (int8_hook,), WORLD_SIZE, timeout, name)))
+    passed(judge_int8_hook(name, run_hook_answers((int8_hook,), timeout, name)[0]))
 
 
-def _hook_answers_runner(rank: int, hooks: tuple) -> list[dict]:
-    return [_hook_runner(rank, hook) for hook in hooks]
+def _hook_answers_runner(rank: int, hooks: tuple) -> dict[int, list[dict]]:
+    """Every hook on a default group of each of WORLD_SIZES, largest first: {world size: [`_hook_runner`'s record
+    per hook]}. Largest first, so that every rank's first group is one it joins with all the others (the launcher
+    keys each rank's n-th group alike); a rank outside the smaller group stops there."""
+    results = {}
+    for world_size in sorted(WORLD_SIZES, reverse=True):
+        if rank >= world_size:
+            break
+        dist.init_process_group("gloo", rank=rank, world_size=world_size)
+        results[world_size] = [_hook_runner(rank, hook) for hook in hooks]
+        dist.destroy_process_group()
+    return results
 
 
-def run_hook_answers(hooks: tuple, timeout: float = 60.0, name: str = "int8_hook") -> list[list[dict]]:
-    """Each hook once on the same 2 ranks, one DDP model each (one launch); [hook][rank] -> `_hook_runner`'s record.
-    For hooks that return (one that raises ends the launch)."""
-    return run_answers_on_ranks(_hook_answers_runner, hooks, WORLD_SIZE, timeout, name)
+def run_hook_answers(hooks: tuple, timeout: float = 60.0, name: str = "int8_hook") -> list[dict[int, list[dict]]]:
+    """Each hook on 3 ranks, then on 2, one DDP model each time (one launch); [hook] -> {world size: [rank] ->
+    `_hook_runner`'s record}. For hooks that return (one that raises ends the launch)."""
+    results = run_on_ranks(_hook_answers_runner, (tuple(hooks),), max(WORLD_SIZES), timeout, name,
+                           init_process_group=False)
+    return [{size: [results[rank][size][index] for rank in range(size)] for size in WORLD_SIZES}
+            for index in range(len(hooks))]
 
 
-def judge_int8_hook(name: str, results: list[dict]) -> str:
-    """The ✓ line for one hook's per-rank results (`_hook_runner`'s), or CheckFailed naming its mistake."""
-    for rank in range(WORLD_SIZE):
-        _check_returned(results[rank]["answers"], name)
-    _check_values(results, name)
-    sent = _check_bytes(results, name)
-    return f"{name}: every gradient on both ranks is the mean over {WORLD_SIZE} ranks within int8 rounding, {sent}"
+def judge_int8_hook(name: str, results: dict[int, list[dict]]) -> str:
+    """The ✓ line for one hook's results ({world size: per-rank `_hook_runner` records}), or CheckFailed naming its
+    mistake. The exercise's 2 ranks are judged first."""
+    sent = {}
+    for world_size in WORLD_SIZES:
+        for rank in range(world_size):
+            _check_returned(results[world_size][rank]["answers"], name)
+        _check_values(results[world_size], name)
+        sent[world_size] = _check_bytes(results[world_size], name)
+    return (f"{name}: every gradient on every rank is the mean over the ranks within int8 rounding, on "
+            f"{' ranks and on '.join(map(str, WORLD_SIZES))}, {sent[WORLD_SIZE]}")

@@ -6,15 +6,18 @@
 
 The first two run the answer on 3 gloo ranks with 6 experts (2 per rank) and token counts
 chosen so that every rank sends and receives a different number of rows (and one rank has no row
-for the last expert, where counts taken without minlength come out short), and they guard every
+for the last expert, where counts taken without minlength come out short), then, in the same
+launch, with 3 experts (1 per rank) and rows of 3 values instead of 4, so that a number of experts,
+of experts per rank or of values per row written in the code fails. They guard every
 `all_to_all_single` (`ddp_lab.checks.split_guard`): split sizes that do not fit together are
 reported on every rank at once, with what was passed and what the peers send, instead of a
 hang or a crash, and split sizes that fit but are tensors (torch takes lists of ints) are named
 as such. The third runs on 4 ranks laid out (dp=2, ep=2), with three replicated
-parameters and two expert ones (a loop over both lists at once misses one). A hang ends at the
-timeout with a hint. An answer that calls the package's own dispatch or combine is refused.
-`run_*_answers` runs several answers in one launch and `judge_*` turns one answer's results
-into feedback: the checks are the two in a row, tests batch answers.
+parameters and two expert ones (a loop over both lists at once misses one), then with four and
+three of other shapes. A hang ends at the timeout with a hint. An answer that calls the package's
+own dispatch or combine is refused. Each function's first call is judged first; a failure in the
+second says what changed. `run_*_answers` runs several answers in one launch and `judge_*` turns
+one answer's results into feedback: the checks are the two in a row, tests batch answers.
 
 Introduced in notebooks/14-mixture-of-experts.ipynb.
 """
@@ -22,6 +25,7 @@ Introduced in notebooks/14-mixture-of-experts.ipynb.
 from __future__ import annotations
 
 import re
+from typing import NamedTuple
 
 import torch
 import torch.distributed as dist
@@ -35,13 +39,11 @@ from ddp_lab.course.expert_parallel import dispatch as reference_dispatch
 from ddp_lab.course.expert_parallel import exchange_counts
 from ddp_lab.instruments.collectives import replacing_dist_calls, watching_collectives
 
-WORLD_SIZE, NUM_EXPERTS, HIDDEN = 3, 6, 4
-PER_RANK = NUM_EXPERTS // WORLD_SIZE
+WORLD_SIZE, NUM_EXPERTS, HIDDEN = 3, 6, 4   # experts and values per row: those of the first call
 # Rank r's rows go to these experts: every rank sends and receives different counts, and the rows a
 # rank sends to one rank mostly belong to both of its experts, in mixed order. Rank 1 has no row for the
 # last expert, so counts taken without minlength (torch.bincount(expert)) come out one short there.
 DISPATCH_EXPERTS = ([3, 0, 5, 1, 3, 4, 0], [4, 2, 2, 0, 4], [1, 4, 2, 1, 3, 5, 0])
-SHORT_RANK = next(rank for rank, experts in enumerate(DISPATCH_EXPERTS) if NUM_EXPERTS - 1 not in experts)
 # The package's own answers to the exercises (an answer that calls one is not checked)
 DISPATCH_ANSWERS = (reference_dispatch, exchange_counts)
 COMBINE_ANSWERS = (reference_combine,)
@@ -53,6 +55,62 @@ COMBINE_EXPERTS = ([[3, 0], [5, 1], [0, 3], [4, 2], [1, 5]],
 COMBINE_KEPT = ([[1, 1], [1, 0], [0, 0], [1, 1], [1, 1]],
                 [[1, 1], [0, 0], [1, 1], [1, 0], [1, 1], [0, 1]],
                 [[1, 0], [1, 1], [0, 0], [1, 1]])
+
+
+class Case(NamedTuple):
+    """One call of dispatch or combine: the number of experts, the values per row, each rank's rows' experts
+    (dispatch: one per row; combine: the two of each token) and, for combine, which of them were kept."""
+
+    num_experts: int
+    hidden: int
+    experts: tuple
+    kept: tuple = ()
+
+    @property
+    def per_rank(self) -> int:
+        return self.num_experts // WORLD_SIZE
+
+    def describe(self) -> str:
+        return f"{self.num_experts} experts ({self.per_rank} per rank), rows of {self.hidden} values"
+
+    def short_rank(self) -> int | None:
+        """For dispatch: the first rank with no row for the last expert (bincount without minlength comes out short
+        there), or None."""
+        return next((rank for rank, experts in enumerate(self.experts) if self.num_experts - 1 not in experts), None)
+
+
+# Each function runs twice on the same ranks: the check's first numbers, then fewer experts and shorter rows, so
+# that a count or shape written in the code for the first call fails in the second. In the second dispatch, rank 1
+# sends no row to rank 1 (no row for expert 1).
+DISPATCH_CASES = (Case(NUM_EXPERTS, HIDDEN, DISPATCH_EXPERTS),
+                  Case(3, 3, ([2, 0, 1, 2, 0, 2], [2, 0, 2, 0], [1, 1, 2, 0, 1])))
+COMBINE_CASES = (Case(NUM_EXPERTS, HIDDEN, COMBINE_EXPERTS, COMBINE_KEPT),
+                 Case(3, 3, ([[1, 0], [2, 1], [0, 2], [1, 2]], [[2, 1], [0, 2], [1, 0], [2, 0]],
+                             [[2, 1], [0, 2], [1, 0], [2, 0], [0, 1]]),
+                      ([[1, 1], [0, 0], [1, 0], [1, 1]], [[1, 1], [0, 0], [1, 1], [0, 1]],
+                       [[1, 1], [1, 1], [0, 0], [0, 1], [1, 0]])))
+
+
+def _changed(case: Case, first: Case) -> str:
+    """What a failure in a later call says first: how its numbers differ from the first call's."""
+    return (f"with {case.num_experts} experts ({case.per_rank} per rank) and rows of {case.hidden} values instead of "
+            f"{first.num_experts} ({first.per_rank} per rank) and {first.hidden}")
+
+
+def _judge_cases(judge_case, name: str, results: list[list], cases: tuple, changed=_changed) -> list[str]:
+    """Judge each call in turn (results[rank][call]): what `judge_case(name, per-rank results, case)` returns, for
+    every call; a failure in a later call says first what changed (`changed(case, first case)`)."""
+    lines = []
+    for index, case in enumerate(cases):
+        try:
+            lines.append(judge_case(name, [result[index] for result in results], case))
+        except CheckFailed as failure:
+            if index == 0:
+                raise
+            raise CheckFailed(f"{changed(case, cases[0])}: {failure}") from None
+    return lines
+
+
 # Anything else an answer could exchange counts with: "no collective before the rows" is then a fact.
 OTHER_COLLECTIVES = ("all_gather", "all_gather_into_tensor", "all_gather_object", "all_reduce", "all_to_all",
                      "broadcast", "gather", "scatter", "send", "recv", "isend", "irecv")
@@ -69,9 +127,9 @@ RETURN_SPLITS_HINT = ("on the return trip each rank sends back the expert output
                       "and the output has one row per row you dispatched.")
 
 
-def _rows(rank: int, count: int) -> torch.Tensor:
-    """(count, HIDDEN) rows whose first element names them: 100 · rank + row index."""
-    return (100 * rank + torch.arange(count, dtype=torch.float32)).unsqueeze(1) + 0.25 * torch.arange(HIDDEN)
+def _rows(rank: int, count: int, hidden: int = HIDDEN) -> torch.Tensor:
+    """(count, hidden) rows whose first element names them: 100 · rank + row index."""
+    return (100 * rank + torch.arange(count, dtype=torch.float32)).unsqueeze(1) + 0.25 * torch.arange(hidden)
 
 
 def _name(row: torch.Tensor) -> str:
@@ -165,18 +223,39 @@ MINLENGTH_HINT = ("rank {rank} has no row for the last expert, and its counts ha
                   "{experts}: torch.bincount(expert) gives max(expert) + 1 of them. Pass minlength=num_experts, so "
                   "every rank counts every expert (zeros included)")
 _INVALID_SIZE = re.compile(r"invalid for input of size (\d+)")
+_INVALID_SHAPE = re.compile(r"shape '\[([-\d, ]+)\]' is invalid for input of size (\d+)")
 
 
-def _short_count() -> int:
-    """How many experts torch.bincount without minlength counts on SHORT_RANK."""
-    return max(DISPATCH_EXPERTS[SHORT_RANK]) + 1
+def _short_count(case: Case) -> int:
+    """How many experts torch.bincount without minlength counts on the case's short rank."""
+    return max(case.experts[case.short_rank()]) + 1
+
+
+def _failed_case(failure) -> tuple[Case, tuple]:
+    """(the call a rank failed in, the calls of its function: DISPATCH_CASES or COMBINE_CASES), from the input the
+    failure names; the first dispatch call where it names none."""
+    named = getattr(failure.exception, "case", None) or ""
+    cases = COMBINE_CASES if named.startswith("combining") else DISPATCH_CASES
+    return next((case for case in cases if named.endswith(case.describe())), cases[0]), cases
 
 
 def _explain(failure) -> str | None:
     text = str(failure.exception) + failure.details
     size = _INVALID_SIZE.search(text)
-    if failure.rank == SHORT_RANK and size and int(size.group(1)) == _short_count():
-        return MINLENGTH_HINT.format(rank=SHORT_RANK, short=_short_count(), experts=NUM_EXPERTS) + "."
+    case, cases = _failed_case(failure)
+    first = cases[0]
+    short = case.short_rank() if cases is DISPATCH_CASES else None
+    if short is not None and failure.rank == short and size and int(size.group(1)) == _short_count(case):
+        return MINLENGTH_HINT.format(rank=short, short=_short_count(case), experts=case.num_experts) + "."
+    shape = _INVALID_SHAPE.search(text)
+    if shape and case != first and int(shape.group(2)) == case.num_experts:
+        dims = [int(dim) for dim in shape.group(1).split(",")]
+        sized = [dim for dim in dims if dim > 0]
+        if first.per_rank in sized or torch.tensor(sized).prod().item() == first.num_experts:
+            return (f"this call has {case.num_experts} experts ({case.per_rank} per rank), the first had "
+                    f"{first.num_experts} ({first.per_rank} per rank): the shape [{shape.group(1)}] holds the first "
+                    "call's numbers. Take them from num_experts and the world size (dist.get_world_size()), not from "
+                    "numbers written in the code.")
     if "Split sizes doesn't match" in text or "split_sizes" in text:
         return SPLITS_HINT
     return None
@@ -184,34 +263,57 @@ def _explain(failure) -> str | None:
 
 # --- dispatch ---------------------------------------------------------------------------------
 
-def _dispatch_runner(rank: int, answers: tuple) -> list[dict]:
-    expert = torch.tensor(DISPATCH_EXPERTS[rank])
-    return [_run_guarded(answer, f"dispatching rank {rank}'s {len(expert)} rows", _rows(rank, len(expert)),
-                         expert.clone(), NUM_EXPERTS, answers=DISPATCH_ANSWERS) for answer in answers]
+def _dispatch_call(rank: int, answer, case: Case) -> dict:
+    expert = torch.tensor(case.experts[rank])
+    return _run_guarded(answer, f"dispatching rank {rank}'s {len(expert)} rows to {case.describe()}",
+                        _rows(rank, len(expert), case.hidden), expert.clone(), case.num_experts,
+                        answers=DISPATCH_ANSWERS)
 
 
-def run_dispatch_answers(answers: tuple, timeout: float = 30.0, name: str = "dispatch") -> list[list[dict]]:
-    """Run each answer once on the same 3 ranks (one launch); [answer][rank] -> what the rank saw."""
+def _dispatch_runner(rank: int, answers: tuple) -> list[list[dict]]:
+    return [[_dispatch_call(rank, answer, case) for case in DISPATCH_CASES] for answer in answers]
+
+
+def run_dispatch_answers(answers: tuple, timeout: float = 30.0, name: str = "dispatch") -> list[list[list[dict]]]:
+    """Run each answer on the same 3 ranks, once per call of DISPATCH_CASES (one launch); [answer][rank][call] ->
+    what the rank saw."""
     return run_answers_on_ranks(_dispatch_runner, answers, WORLD_SIZE, timeout, name, explain=_explain,
                                 timeout_hint=HANG_HINT)
 
 
-def _dispatch_truth() -> dict:
-    per_expert = [torch.bincount(torch.tensor(e), minlength=NUM_EXPERTS) for e in DISPATCH_EXPERTS]
-    sent = [counts.view(WORLD_SIZE, PER_RANK).sum(dim=1) for counts in per_expert]
-    received = [torch.stack([counts.view(WORLD_SIZE, PER_RANK)[rank] for counts in per_expert])
+def _dispatch_truth(case: Case) -> dict:
+    per_expert = [torch.bincount(torch.tensor(e), minlength=case.num_experts) for e in case.experts]
+    sent = [counts.view(WORLD_SIZE, case.per_rank).sum(dim=1) for counts in per_expert]
+    received = [torch.stack([counts.view(WORLD_SIZE, case.per_rank)[rank] for counts in per_expert])
                 for rank in range(WORLD_SIZE)]
     return {"per expert": per_expert, "sent": sent, "received": received}
 
 
-def _split_feedback(rank: int, result: dict, truth: dict, rows_call: str) -> str:
+_ROW_SHAPES = re.compile(r"the input's rows have shape \((\d+),\), the output's \((\d+),\)$")
+
+
+def _row_shape_hint(call, what: str) -> str | None:
+    """The hint for an all_to_all_single whose output rows are not shaped like its input rows (of one value
+    count each), or None. `what`: the input, as the exercise names it."""
+    shapes = _ROW_SHAPES.match(call.problem or "")
+    if not shapes:
+        return None
+    return (f"the output's rows must be shaped like the rows sent: in this call each row of {what} has "
+            f"{shapes.group(1)} values, each row of the output {shapes.group(2)}. Size the output from "
+            f"{what}.shape[1], not from a number written in the code.")
+
+
+def _split_feedback(rank: int, result: dict, truth: dict, rows_call: str, case: Case) -> str:
     """The message for a SplitMismatch: what the rank passed, and the mistake it points to."""
     call = result["calls"][-1]
     sent, received = truth["sent"][rank].tolist(), truth["received"][rank].sum(dim=1).tolist()
     message = (f"rank {rank}, all_to_all_single call {len(result['calls'])} ({rows_call}): {call.problem}.")
     earlier = len(result["calls"]) - 1 + sum(index < len(result["calls"]) for index, _ in result["others"])
-    if rows_call == "the counts" and rank == SHORT_RANK and call.input_shape == (_short_count(),):
-        hint = MINLENGTH_HINT.format(rank=rank, short=_short_count(), experts=NUM_EXPERTS) + "."
+    short = case.short_rank()
+    if rows_call == "the counts" and rank == short and call.input_shape == (_short_count(case),):
+        hint = MINLENGTH_HINT.format(rank=rank, short=_short_count(case), experts=case.num_experts) + "."
+    elif _row_shape_hint(call, "rows"):
+        hint = _row_shape_hint(call, "rows")
     elif call.input_splits == received and call.output_splits == sent:
         hint = ("the two split lists are swapped. " + SPLITS_HINT)
     elif rows_call == "the rows" and call.input_splits == sent and call.output_splits == received and \
@@ -232,9 +334,14 @@ def _split_feedback(rank: int, result: dict, truth: dict, rows_call: str) -> str
     return f"{message}\nHint: {hint}"
 
 
-def _wrong_send_splits(results: list[dict], truth: dict) -> None:
+def _owned_by(case: Case) -> str:
+    return f"{case.per_rank}·j ... {case.per_rank}·j + {case.per_rank - 1}"
+
+
+def _wrong_send_splits(results: list[dict], truth: dict, case: Case) -> None:
     """CheckFailed naming the first rank whose rows went out with split sizes other than its rows per owning rank
     (what the receivers' mismatch follows from), if there is one."""
+    first = DISPATCH_CASES[0]
     for rank, result in enumerate(results):
         calls = result["calls"]
         if not calls or len(calls[-1].input_shape) < 2 or calls[-1].input_splits is None:
@@ -242,31 +349,45 @@ def _wrong_send_splits(results: list[dict], truth: dict) -> None:
         splits, want = calls[-1].input_splits, truth["sent"][rank].tolist()
         if splits == want or splits == truth["received"][rank].sum(dim=1).tolist():   # swapped: _split_feedback's
             continue
-        experts = torch.tensor(DISPATCH_EXPERTS[rank])
+        experts = torch.tensor(case.experts[rank])
         round_robin = torch.bincount(experts % WORLD_SIZE, minlength=WORLD_SIZE).tolist()
-        hint = (f"these count your rows by expert % {WORLD_SIZE}; rank j owns a block of experts, {PER_RANK}·j ... "
-                f"{PER_RANK}·j + {PER_RANK - 1}: the owner of expert e is e // {PER_RANK}" if splits == round_robin else
-                f"input_split_sizes[j] is how many of your rows go to rank j, the owner of experts {PER_RANK}·j ... "
-                f"{PER_RANK}·j + {PER_RANK - 1}")
+        by_first = torch.bincount(experts // first.per_rank, minlength=WORLD_SIZE).tolist()
+        if splits == round_robin:
+            hint = (f"these count your rows by expert % {WORLD_SIZE}; rank j owns a block of experts, "
+                    f"{_owned_by(case)}: the owner of expert e is e // {case.per_rank}")
+        elif case.per_rank != first.per_rank and splits == by_first:
+            hint = (f"these count your rows by expert // {first.per_rank}, the owner when every rank holds "
+                    f"{first.per_rank} experts, as in the first call; in this one each holds {case.per_rank}. Take "
+                    "the experts per rank from num_experts and the world size, not from a number written in the code")
+        else:
+            hint = f"input_split_sizes[j] is how many of your rows go to rank j, the owner of experts {_owned_by(case)}"
         raise CheckFailed(f"rank {rank} sent its rows with input_split_sizes={splits}, but its rows for each rank's "
                           f"experts number {want}; the ranks receiving them then see other counts than they expect."
                           f"\nHint: {hint}.")
 
 
-def judge_dispatch(name: str, results: list[dict]) -> str:
-    """Feedback for one dispatch answer's per-rank results: raise CheckFailed, or return the ✓ text."""
+def judge_dispatch(name: str, results: list[list[dict]]) -> str:
+    """Feedback for one dispatch answer's per-rank results ([rank][call], each call one of DISPATCH_CASES): raise
+    CheckFailed, or return the ✓ text."""
+    first, *later = _judge_cases(_judge_dispatch_call, name, results, DISPATCH_CASES)
+    return f"{first}; the same {' and '.join(later)}"
+
+
+def _judge_dispatch_call(name: str, results: list[dict], case: Case) -> str:
+    """Feedback for one call's per-rank results: raise CheckFailed, or return what the ✓ text says of it."""
     _package_answer(name, results)
     _refused_splits_feedback(results)
-    truth = _dispatch_truth()
+    truth = _dispatch_truth(case)
     rank = _first_split_problem(results)
-    short = results[SHORT_RANK]
-    if rank is not None and short["error"] and short["calls"][-1].input_shape == (_short_count(),):
-        rank = SHORT_RANK   # its counts came out short: the other ranks' problems follow from it
+    short = case.short_rank()
+    if rank is not None and short is not None and results[short]["error"] and \
+            results[short]["calls"][-1].input_shape == (_short_count(case),):
+        rank = short   # its counts came out short: the other ranks' problems follow from it
     if rank is not None:
         rows_call = "the rows" if len(results[rank]["calls"][-1].input_shape) > 1 else "the counts"
         if rows_call == "the rows":
-            _wrong_send_splits(results, truth)
-        raise CheckFailed(_split_feedback(rank, results[rank], truth, rows_call))
+            _wrong_send_splits(results, truth, case)
+        raise CheckFailed(_split_feedback(rank, results[rank], truth, rows_call, case))
     orders = []
     for rank, result in enumerate(results):
         value = result["value"]
@@ -277,29 +398,37 @@ def judge_dispatch(name: str, results: list[dict]) -> str:
         received, received_counts, sent_counts, order = value
         want_sent, want_received = truth["sent"][rank], truth["received"][rank]
         if sent_counts.tolist() != want_sent.tolist():
-            hint = ("these are counts per expert; sent_counts has one entry per RANK: the rows for its "
-                    f"{PER_RANK} experts added up" if sent_counts.tolist() == truth["per expert"][rank].tolist()
-                    else "sent_counts[j] is how many of your rows go to rank j, the owner of experts "
-                         f"{PER_RANK}·j ... {PER_RANK}·j + {PER_RANK - 1}")
+            first = DISPATCH_CASES[0]
+            counted_for_first = torch.bincount(torch.tensor(case.experts[rank]), minlength=first.num_experts)
+            if sent_counts.tolist() == truth["per expert"][rank].tolist():
+                hint = ("these are counts per expert; sent_counts has one entry per RANK: the rows for its "
+                        f"{case.per_rank} experts added up")
+            elif case.num_experts < first.num_experts and \
+                    sent_counts.tolist() == counted_for_first.view(WORLD_SIZE, -1).sum(dim=1).tolist():
+                hint = (f"these are your rows counted for {first.num_experts} experts, the first call's number, "
+                        f"{first.per_rank} per rank; this call has num_experts = {case.num_experts}. Count every "
+                        "expert with minlength=num_experts, not a number written in the code")
+            else:
+                hint = f"sent_counts[j] is how many of your rows go to rank j, the owner of experts {_owned_by(case)}"
             raise CheckFailed(f"rank {rank}: sent_counts {sent_counts.tolist()}, expected {want_sent.tolist()}.\n"
                               f"Hint: {hint}.")
-        if tuple(received_counts.shape) != (WORLD_SIZE, PER_RANK) or not torch.equal(received_counts.long(),
-                                                                                      want_received):
+        if tuple(received_counts.shape) != (WORLD_SIZE, case.per_rank) or \
+                not torch.equal(received_counts.long(), want_received):
             hint = (f"received_counts holds one count per rank: the counts exchanged were per-rank totals "
                     f"(sent_counts). Exchange the per-expert counts (one per global expert), so that each rank gets, "
-                    f"from every rank, a count for each of its {PER_RANK} experts"
-                    if received_counts.numel() == WORLD_SIZE else
+                    f"from every rank, a count for each of its {case.per_rank} experts"
+                    if received_counts.numel() == WORLD_SIZE and case.per_rank > 1 else
                     f"received_counts[s][e] is how many rows rank s sends for my local expert e: shape "
-                    f"({WORLD_SIZE}, {PER_RANK}), what the counts exchange returned, viewed as (world_size, -1)")
+                    f"({WORLD_SIZE}, {case.per_rank}), what the counts exchange returned, viewed as (world_size, -1)")
             raise CheckFailed(f"rank {rank}: received_counts {received_counts.tolist()}, expected "
                               f"{want_received.tolist()}.\nHint: {hint}.")
-        expert = torch.tensor(DISPATCH_EXPERTS[rank])
+        expert = torch.tensor(case.experts[rank])
         if sorted(order.tolist()) != list(range(len(expert))):
             raise CheckFailed(f"rank {rank}: order {order.tolist()} is not a permutation of the rank's "
                               f"{len(expert)} rows.\nHint: order is the argsort of the rows' experts.")
         in_order = expert[order]
         if not bool((in_order[1:] >= in_order[:-1]).all()):
-            owner, inverse = in_order // PER_RANK, expert[order.argsort()]
+            owner, inverse = in_order // case.per_rank, expert[order.argsort()]
             hint = ("`order` is the inverse of the sorting permutation: expert[order.argsort()] is sorted. order must "
                     "be the permutation that sorts the rows, rows[order] sorted by expert (torch.argsort(expert)), "
                     "which combine uses to put the outputs back"
@@ -316,7 +445,7 @@ def judge_dispatch(name: str, results: list[dict]) -> str:
         received = result["value"][0]
         blocks, unsorted = [], []
         for source in range(WORLD_SIZE):
-            rows = _rows(source, len(DISPATCH_EXPERTS[source]))
+            rows = _rows(source, len(case.experts[source]), case.hidden)
             start = int(truth["sent"][source][:rank].sum())
             count = int(truth["sent"][source][rank])
             blocks.append(rows[orders[source]][start:start + count])
@@ -337,8 +466,11 @@ def judge_dispatch(name: str, results: list[dict]) -> str:
                     "received_counts summed over your experts")
         raise CheckFailed(f"rank {rank}, received row {index}: got {_name(received[index])}, expected "
                           f"{_name(expected[index])}.\nHint: {hint}.")
-    return (f"{name}: counts exchanged first, then every rank's rows reached their experts' owners with uneven "
-            f"splits ({[int(t.sum()) for t in truth['received']]} rows received)")
+    received = [int(t.sum()) for t in truth["received"]]
+    if case == DISPATCH_CASES[0]:
+        return (f"{name}: counts exchanged first, then every rank's rows reached their experts' owners with uneven "
+                f"splits ({received} rows received)")
+    return f"with {case.num_experts} experts and rows of {case.hidden} values ({received} rows received)"
 
 
 def _check_one(answer, default_name: str, run_answers, judge, timeout: float) -> None:
@@ -358,10 +490,10 @@ def check_dispatch(dispatch, timeout: float = 30.0) -> None:
 
 # --- combine ----------------------------------------------------------------------------------
 
-def _combine_case(rank: int):
-    """Rank `rank`'s tokens x, its kept assignments (token index, expert, gate) in token order."""
-    expert, kept = torch.tensor(COMBINE_EXPERTS[rank]), torch.tensor(COMBINE_KEPT[rank], dtype=torch.bool)
-    x = _rows(rank, len(expert)) / 10
+def _combine_case(rank: int, case: Case = COMBINE_CASES[0]):
+    """Rank `rank`'s tokens x, its kept assignments (token index, expert, gate) in token order, in one call."""
+    expert, kept = torch.tensor(case.experts[rank]), torch.tensor(case.kept[rank], dtype=torch.bool)
+    x = _rows(rank, len(expert), case.hidden) / 10
     first = 0.3 + 0.4 * torch.rand(len(expert), generator=torch.Generator().manual_seed(140 + rank))
     gates = torch.stack([first, 1 - first], dim=1)
     token_index, slot = kept.nonzero(as_tuple=True)
@@ -374,25 +506,38 @@ def _expert_function(expert: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
     return (e + 2) * rows + e / 2
 
 
-def _combine_runner(rank: int, answers: tuple) -> list[dict]:
-    x, token_index, expert, gates = _combine_case(rank)
+def _combine_inputs(rank: int, case: Case) -> tuple:
+    """What combine gets on rank `rank` in one call: the expert outputs of the rows the package's dispatch brought
+    it, that dispatch, and the rank's token index, gates and tokens."""
+    x, token_index, expert, gates = _combine_case(rank, case)
     with torch.no_grad():
-        sent = reference_dispatch(x[token_index], expert, NUM_EXPERTS)
-    owner_experts = torch.arange(PER_RANK).repeat(WORLD_SIZE).repeat_interleave(sent.received_counts.flatten())
-    expert_output = _expert_function(rank * PER_RANK + owner_experts, sent.received)
-    return [_run_guarded(answer, f"combining on rank {rank}", expert_output.clone(), sent, token_index.clone(),
-                         gates.clone(), x.clone(), answers=COMBINE_ANSWERS) for answer in answers]
+        sent = reference_dispatch(x[token_index], expert, case.num_experts)
+    owner_experts = torch.arange(case.per_rank).repeat(WORLD_SIZE).repeat_interleave(sent.received_counts.flatten())
+    return _expert_function(rank * case.per_rank + owner_experts, sent.received), sent, token_index, gates, x
 
 
-def run_combine_answers(answers: tuple, timeout: float = 30.0, name: str = "combine") -> list[list[dict]]:
-    """Run each answer once on the same 3 ranks (one launch); [answer][rank] -> what the rank saw."""
+def _combine_runner(rank: int, answers: tuple) -> list[list[dict]]:
+    inputs = [_combine_inputs(rank, case) for case in COMBINE_CASES]   # the dispatches run before any answer
+    results = []
+    for answer in answers:
+        results.append([])
+        for case, (expert_output, sent, token_index, gates, x) in zip(COMBINE_CASES, inputs):
+            results[-1].append(_run_guarded(answer, f"combining on rank {rank}, {case.describe()}",
+                                            expert_output.clone(), sent, token_index.clone(), gates.clone(),
+                                            x.clone(), answers=COMBINE_ANSWERS))
+    return results
+
+
+def run_combine_answers(answers: tuple, timeout: float = 30.0, name: str = "combine") -> list[list[list[dict]]]:
+    """Run each answer on the same 3 ranks, once per call of COMBINE_CASES (one launch); [answer][rank][call] ->
+    what the rank saw."""
     return run_answers_on_ranks(_combine_runner, answers, WORLD_SIZE, timeout, name, explain=_explain,
                                 timeout_hint=HANG_HINT)
 
 
-def _combine_candidates(rank: int) -> dict:
-    """The right y of a rank and what common mistakes give instead."""
-    x, token_index, expert, gates = _combine_case(rank)
+def _combine_candidates(rank: int, case: Case = COMBINE_CASES[0]) -> dict:
+    """The right y of a rank in one call, and what common mistakes give instead."""
+    x, token_index, expert, gates = _combine_case(rank, case)
     outputs = _expert_function(expert, x[token_index])                  # row i's expert output, in token order
     order = torch.argsort(expert, stable=True)
     back = outputs[order]                                               # as the reverse all-to-all returns them
@@ -425,17 +570,26 @@ COMBINE_HINTS = {
 }
 
 
-def judge_combine(name: str, results: list[dict]) -> str:
-    """Feedback for one combine answer's per-rank results: raise CheckFailed, or return the ✓ text."""
+def judge_combine(name: str, results: list[list[dict]]) -> str:
+    """Feedback for one combine answer's per-rank results ([rank][call], each call one of COMBINE_CASES): raise
+    CheckFailed, or return the ✓ text."""
+    first, *later = _judge_cases(_judge_combine_call, name, results, COMBINE_CASES)
+    return f"{first}; the same {' and '.join(later)}"
+
+
+def _judge_combine_call(name: str, results: list[dict], case: Case) -> str:
+    """Feedback for one call's per-rank results: raise CheckFailed, or return what the ✓ text says of it."""
     _package_answer(name, results)
     _refused_splits_feedback(results)
     rank = _first_split_problem(results)
     if rank is not None:
         call = results[rank]["calls"][-1]
-        owners = [torch.bincount(_combine_case(source)[2] // PER_RANK, minlength=WORLD_SIZE).tolist()
+        owners = [torch.bincount(_combine_case(source, case)[2] // case.per_rank, minlength=WORLD_SIZE).tolist()
                   for source in range(WORLD_SIZE)]          # owners[s][r]: rows rank s dispatched to rank r
         sent, received = owners[rank], [owners[source][rank] for source in range(WORLD_SIZE)]
-        if call.input_splits == received and call.output_splits == sent and call.output_rows != sum(sent):
+        if _row_shape_hint(call, "expert_output"):
+            hint = _row_shape_hint(call, "expert_output")
+        elif call.input_splits == received and call.output_splits == sent and call.output_rows != sum(sent):
             hint = (f"both split lists are right; the output buffer is not: it must hold every row coming back to "
                     f"this rank, sum(output_split_sizes) = {sum(sent)} rows (dispatched.sent_counts.sum(), one per "
                     f"row it dispatched), whatever the size of expert_output ({call.input_shape[0]} rows).")
@@ -448,7 +602,7 @@ def judge_combine(name: str, results: list[dict]) -> str:
         raise CheckFailed(f"rank {rank}, all_to_all_single call {len(results[rank]['calls'])}: {call.problem}.\n"
                           f"Hint: {hint}")
     for rank, result in enumerate(results):
-        got, candidates = result["value"], _combine_candidates(rank)
+        got, candidates = result["value"], _combine_candidates(rank, case)
         right = candidates["right"]
         if not torch.is_tensor(got) or got.shape != right.shape:
             raise CheckFailed(f"rank {rank}: {name} returned {got if isinstance(got, str) else describe(got)}; "
@@ -470,8 +624,10 @@ def judge_combine(name: str, results: list[dict]) -> str:
                         "y = x, plus each returned row (unsorted back to token order) times its gate, added into its "
                         "token with index_add")
         raise CheckFailed(f"{message}.\nHint: {hint}.")
-    return (f"{name}: expert outputs came back with the splits swapped, unsorted, weighted by their gates and added "
-            "to the residual; dropped tokens passed through unchanged")
+    if case == COMBINE_CASES[0]:
+        return (f"{name}: expert outputs came back with the splits swapped, unsorted, weighted by their gates and "
+                "added to the residual; dropped tokens passed through unchanged")
+    return f"with {case.num_experts} experts and rows of {case.hidden} values"
 
 
 def check_combine(combine, timeout: float = 30.0) -> None:
@@ -489,11 +645,30 @@ DP_SIZE, EP_SIZE = 2, 2
 REPLICATED_SHAPES, EXPERT_SHAPES = ((3,), (2, 2), (4,)), ((2, 3), (3,))
 
 
-def _local_grads(rank: int) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-    """What backward left on rank `rank`: its replicated parameters' and its experts' gradients."""
-    generator = torch.Generator().manual_seed(1400 + rank)
-    return ([torch.randn(shape, generator=generator) for shape in REPLICATED_SHAPES],
-            [torch.randn(shape, generator=generator) + 10 * (rank % EP_SIZE) for shape in EXPERT_SHAPES])
+class Params(NamedTuple):
+    """One call of reduce_gradients: the shapes of the replicated parameters and of the expert ones, and the seed
+    of their gradients."""
+
+    replicated: tuple
+    expert: tuple
+    seed: int
+
+
+# The first call's parameters, then more of them, of other shapes: a count written for the first misses some.
+REDUCE_CASES = (Params(REPLICATED_SHAPES, EXPERT_SHAPES, 1400),
+                Params(((2, 3), (5,), (1,), (3, 2)), ((4,), (2, 2), (3,)), 1450))
+
+
+def _params_changed(case: Params, first: Params) -> str:
+    return (f"with {len(case.replicated)} replicated and {len(case.expert)} expert parameters instead of "
+            f"{len(first.replicated)} and {len(first.expert)}")
+
+
+def _local_grads(rank: int, case: Params = REDUCE_CASES[0]) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """What backward left on rank `rank`: its replicated parameters' and its experts' gradients, in one call."""
+    generator = torch.Generator().manual_seed(case.seed + rank)
+    return ([torch.randn(shape, generator=generator) for shape in case.replicated],
+            [torch.randn(shape, generator=generator) + 10 * (rank % EP_SIZE) for shape in case.expert])
 
 
 def _first(tensor: torch.Tensor) -> str:
@@ -504,35 +679,39 @@ def _dp_groups() -> list[list[int]]:
     return [[ep + dp * EP_SIZE for dp in range(DP_SIZE)] for ep in range(EP_SIZE)]   # [[0, 2], [1, 3]]
 
 
-def _reduce_runner(rank: int, answers: tuple) -> list[dict]:
+def _reduce_runner(rank: int, answers: tuple) -> list[list[dict]]:
     groups = [dist.new_group(ranks) for ranks in _dp_groups()]   # every rank creates every group, in one order
     dp_group = groups[rank % EP_SIZE]
-    results = []
-    for answer in answers:
-        grads = _local_grads(rank)
-        replicated, expert = ([torch.nn.Parameter(torch.zeros_like(g)) for g in part] for part in grads)
-        for p, g in zip([*replicated, *expert], [*grads[0], *grads[1]]):
-            p.grad = g.clone()
-        storages = {what: [p.grad.data_ptr() for p in part] for what, part in (("replicated", replicated),
-                                                                               ("expert", expert))}
-        reduced: list[int] = []   # the storage of every tensor passed to dist.all_reduce
-        works: list = []          # (storage, work handle) of every all_reduce started with async_op=True
-        given: list = []          # (storage, the values it held before the reduction) of every all_reduce
-        with _recording_all_reduce(reduced, works, given):
-            call_case(answer, f"reducing rank {rank}'s gradients", replicated, expert, dp_group)
-        in_flight = {pointer for pointer, work in works if not work.is_completed()}   # before the grads are read
-        own = {pointer for pointers in storages.values() for pointer in pointers}
-        elsewhere = [values for pointer, values in given if pointer not in own]   # copies, flat buffers, others
-        results.append({"replicated": [p.grad.clone() for p in replicated], "expert": [p.grad.clone() for p in expert],
-                        "reduced": {what: [pointer in reduced for pointer in pointers]
-                                    for what, pointers in storages.items()},
-                        "in_flight": {what: [pointer in in_flight for pointer in pointers]
-                                      for what, pointers in storages.items()},
-                        "copied": {what: [_held_in(g, elsewhere) for g in part]
-                                   for what, part in (("replicated", grads[0]), ("expert", grads[1]))}})
-        for _, work in works:     # the next answer starts after this one's all-reduces
-            work.wait()
-    return results
+    return [[_reduce_call(rank, answer, case, dp_group) for case in REDUCE_CASES] for answer in answers]
+
+
+def _reduce_call(rank: int, answer, case: Params, dp_group) -> dict:
+    """One call of the answer on this rank's gradients: the gradients afterwards, and what the answer reduced."""
+    grads = _local_grads(rank, case)
+    replicated, expert = ([torch.nn.Parameter(torch.zeros_like(g)) for g in part] for part in grads)
+    for p, g in zip([*replicated, *expert], [*grads[0], *grads[1]]):
+        p.grad = g.clone()
+    storages = {what: [p.grad.data_ptr() for p in part] for what, part in (("replicated", replicated),
+                                                                           ("expert", expert))}
+    reduced: list[int] = []   # the storage of every tensor passed to dist.all_reduce
+    works: list = []          # (storage, work handle) of every all_reduce started with async_op=True
+    given: list = []          # (storage, the values it held before the reduction) of every all_reduce
+    with _recording_all_reduce(reduced, works, given):
+        call_case(answer, f"reducing rank {rank}'s gradients ({len(case.replicated)} replicated and "
+                          f"{len(case.expert)} expert parameters)", replicated, expert, dp_group)
+    in_flight = {pointer for pointer, work in works if not work.is_completed()}   # before the grads are read
+    own = {pointer for pointers in storages.values() for pointer in pointers}
+    elsewhere = [values for pointer, values in given if pointer not in own]   # copies, flat buffers, others
+    result = {"replicated": [p.grad.clone() for p in replicated], "expert": [p.grad.clone() for p in expert],
+              "reduced": {what: [pointer in reduced for pointer in pointers]
+                          for what, pointers in storages.items()},
+              "in_flight": {what: [pointer in in_flight for pointer in pointers]
+                            for what, pointers in storages.items()},
+              "copied": {what: [_held_in(g, elsewhere) for g in part]
+                         for what, part in (("replicated", grads[0]), ("expert", grads[1]))}}
+    for _, work in works:     # the next call starts after this one's all-reduces
+        work.wait()
+    return result
 
 
 def _recording_all_reduce(reduced: list, works: list, given: list):
@@ -561,24 +740,36 @@ def _held_in(gradient: torch.Tensor, tensors: list) -> bool:
                for tensor in tensors for start in range(len(tensor) - len(values) + 1))
 
 
-def run_reduce_answers(answers: tuple, timeout: float = 30.0, name: str = "reduce_gradients") -> list[list[dict]]:
-    """Run each answer once on the same 4 ranks (one launch); [answer][rank] -> its gradients afterwards."""
+def run_reduce_answers(answers: tuple, timeout: float = 30.0,
+                       name: str = "reduce_gradients") -> list[list[list[dict]]]:
+    """Run each answer on the same 4 ranks, once per call of REDUCE_CASES (one launch); [answer][rank][call] -> its
+    gradients afterwards."""
     return run_answers_on_ranks(_reduce_runner, answers, DP_SIZE * EP_SIZE, timeout, name,
                                 timeout_hint=("every rank must all-reduce every gradient, the same ones in the same "
                                               "order: the replicated ones over all ranks (the default group), the "
                                               "experts' over dp_group, whose two ranks both make the call."))
 
 
-def judge_reduce(name: str, results: list[dict]) -> str:
-    """Feedback for one reduce_gradients answer's per-rank results: raise CheckFailed, or return the ✓ text."""
-    local = [_local_grads(rank) for rank in range(DP_SIZE * EP_SIZE)]
-    counts = (len(REPLICATED_SHAPES), len(EXPERT_SHAPES))
+def judge_reduce(name: str, results: list[list[dict]]) -> str:
+    """Feedback for one reduce_gradients answer's per-rank results ([rank][call], each call one of REDUCE_CASES):
+    raise CheckFailed, or return the ✓ text."""
+    _judge_cases(_judge_reduce_call, name, results, REDUCE_CASES, changed=_params_changed)
+    counts = " and ".join(f"{len(case.replicated)} + {len(case.expert)}" for case in REDUCE_CASES)
+    return (f"{name}: replicated gradients summed over all {DP_SIZE * EP_SIZE} ranks, expert gradients over their "
+            f"dp group ({counts} parameters)")
+
+
+def _judge_reduce_call(name: str, results: list[dict], case: Params) -> None:
+    """Raise CheckFailed if one call's per-rank gradients are not the sums they should be."""
+    local = [_local_grads(rank, case) for rank in range(DP_SIZE * EP_SIZE)]
+    counts = (len(case.replicated), len(case.expert))
     everyone = [[sum(local[r][part][i] for r in range(DP_SIZE * EP_SIZE)) for i in range(counts[part])]
                 for part in (0, 1)]
     for rank, result in enumerate(results):
         column = next(ranks for ranks in _dp_groups() if rank in ranks)
         over_dp = [[sum(local[r][part][i] for r in column) for i in range(counts[part])] for part in (0, 1)]
-        _zip_feedback(rank, result, local[rank], everyone[0], over_dp[1])
+        _zip_feedback(rank, result, local[rank], everyone[0], over_dp[1], case)
+        _written_counts_feedback(rank, result, local[rank], everyone[0], over_dp[1], case)
         for part, what in ((0, "replicated"), (1, "expert")):
             want = everyone[0] if part == 0 else over_dp[1]
             for i, got in enumerate(result[what]):
@@ -611,15 +802,35 @@ def judge_reduce(name: str, results: list[dict]) -> str:
                     hint = "replicated: SUM over all ranks; experts: SUM over dp_group"
                 raise CheckFailed(f"rank {rank}, {what} parameter {i}: got {_first(got)}, expected {_first(want[i])}.\n"
                                   f"Hint: {hint}.")
-    return (f"{name}: replicated gradients summed over all {DP_SIZE * EP_SIZE} ranks, expert gradients over their "
-            "dp group")
 
 
-def _zip_feedback(rank: int, result: dict, local, replicated_sum, expert_sum) -> None:
+def _written_counts_feedback(rank: int, result: dict, local, replicated_sum, expert_sum, case: Params) -> None:
+    """CheckFailed if, in a call with more parameters than the first, exactly those past the first call's numbers
+    were left unreduced (a loop over a count written in the code stops there), and every other one is right."""
+    first = REDUCE_CASES[0]
+    counts = (len(first.replicated), len(first.expert))
+    missed = []
+    for part, what, want in ((0, "replicated", replicated_sum), (1, "expert", expert_sum)):
+        for i, got in enumerate(result[what]):
+            if torch.allclose(got, want[i], atol=1e-5):
+                continue
+            if i < counts[part] or not torch.allclose(got, local[part][i], atol=1e-5):
+                return
+            missed.append((what, i))
+    if missed:
+        what, i = missed[0]
+        raise CheckFailed(f"rank {rank}, {what} parameter {i}: not all-reduced, though {what} parameters 0 to "
+                          f"{counts[0 if what == 'replicated' else 1] - 1} were.\nHint: the loops stop at {counts[0]} "
+                          f"replicated and {counts[1]} expert parameters, the first call's numbers; this call passes "
+                          f"{len(case.replicated)} and {len(case.expert)}. Loop over each list itself, not over a "
+                          "number written in the code.")
+
+
+def _zip_feedback(rank: int, result: dict, local, replicated_sum, expert_sum, case: Params) -> None:
     """CheckFailed if exactly the parameters past the shorter list's length were left unreduced (a zip of the two
     lists stops there), and every one before them is right."""
-    shorter = min(len(REPLICATED_SHAPES), len(EXPERT_SHAPES))
-    longer, what, want = ((0, "replicated", replicated_sum) if len(REPLICATED_SHAPES) > len(EXPERT_SHAPES)
+    shorter = min(len(case.replicated), len(case.expert))
+    longer, what, want = ((0, "replicated", replicated_sum) if len(case.replicated) > len(case.expert)
                           else (1, "expert", expert_sum))
     got = result[what]
     right = all(torch.allclose(got[i], want[i], atol=1e-5) for i in range(shorter))
@@ -629,7 +840,7 @@ def _zip_feedback(rank: int, result: dict, local, replicated_sum, expert_sum) ->
     if right and left and all(torch.allclose(g, w, atol=1e-5) for g, w in zip(other, other_want)):
         raise CheckFailed(f"rank {rank}, {what} parameter {shorter}: not all-reduced, though {what} parameters 0 to "
                           f"{shorter - 1} and every {'expert' if longer == 0 else 'replicated'} one were.\nHint: "
-                          f"there are {len(REPLICATED_SHAPES)} replicated parameters and {len(EXPERT_SHAPES)} expert "
+                          f"there are {len(case.replicated)} replicated parameters and {len(case.expert)} expert "
                           "ones, and a loop over zip(replicated, expert) stops at the shorter list: loop over each "
                           "list on its own.")
 
