@@ -416,8 +416,8 @@ def run_on_ranks(runner, args: tuple, nprocs: int, timeout: float, what: str, ex
         timeout_hint: what to say about a hang: a string, or `timeout_hint(calls) -> str` given
             the set of torch.distributed calls the stuck ranks wait in (None: outside
             torch.distributed), or `timeout_hint(calls, places)` also given {stuck rank: its
-            call}, which may return None; default (and for None): the point-to-point hints of lesson 02. A hint that contains
-            "\nHint: " says first what the ranks did, then the hint.
+            call}, which may return None; default (and for None): the point-to-point hints of
+            lesson 02. A hint that contains "\nHint: " says first what the ranks did, then the hint.
         init_process_group: False for a runner that sets up its own groups (lesson 11: one of 3 ranks, then
             one of 2), as `launch`'s option.
     """
@@ -557,7 +557,8 @@ def your_frames(text: str) -> str:
             shown.extend(line for line in frame["text"] if set(line.strip()) - set("^~ "))
             entered = None
         elif library != "ddp_lab" and entered is None and shown:
-            entered = f"  ... inside {library}: {os.path.basename(frame['file'])}, line {frame['line']}, in {frame['fn']}"
+            entered = (f"  ... inside {library}: {os.path.basename(frame['file'])}, line {frame['line']}, "
+                       f"in {frame['fn']}")
     if entered:
         shown.append(entered)
     return "\n".join(shown)
