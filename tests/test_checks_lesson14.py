@@ -252,14 +252,49 @@ def counts_viewed_as_3_by_2(rows, expert, num_experts, group=None):
     return Dispatched(received, received_counts, sent, order)
 
 
+def counts_viewed_for_three_ranks(rows, expert, num_experts, group=None):
+    order = torch.argsort(expert, stable=True)
+    per_expert = torch.bincount(expert, minlength=num_experts)
+    sent = per_expert.view(3, -1).sum(dim=1)                                # the check's 3 ranks, written
+    received_counts = _exchange(per_expert)
+    received = rows.new_empty((int(received_counts.sum()), rows.shape[1]))
+    dist.all_to_all_single(received, rows[order], received_counts.sum(dim=1).tolist(), sent.tolist())
+    return Dispatched(received, received_counts, sent, order)
+
+
+def experts_per_rank_over_three(rows, expert, num_experts, group=None):
+    order, per_expert, _ = _sorted_and_counted(expert, num_experts)
+    sent = torch.bincount(expert // (num_experts // 3), minlength=dist.get_world_size())   # 3 ranks, written
+    received_counts = _exchange(per_expert)
+    received = rows.new_empty((int(received_counts.sum()), rows.shape[1]))
+    dist.all_to_all_single(received, rows[order], received_counts.sum(dim=1).tolist(), sent.tolist())
+    return Dispatched(received, received_counts, sent, order)
+
+
+def test_dispatch_refuses_a_world_size_written_in_before_any_rank_starts(monkeypatch):
+    """Both calls run on 3 ranks, so only the source shows a 3 written for the world size."""
+    monkeypatch.setattr(lesson14, "run_dispatch_answers", None)   # starting ranks would raise TypeError
+    with pytest.raises(CheckFailed, match=r"^counts_viewed_for_three_ranks reshapes a tensor with a size of 3, a "
+                                          r"number written in the code \(`sent = per_expert\.view\(3, -1\)\.sum"
+                                          r"\(dim=1\)`\)\.\nHint: take the sizes from dist\.get_world_size\(group\) "
+                                          r"and num_experts"):
+        lesson14.check_dispatch(counts_viewed_for_three_ranks)
+    with pytest.raises(CheckFailed, match=r"^experts_per_rank_over_three divides an expert count or index by 3, a "
+                                          r"number written in the code"):
+        lesson14.check_dispatch(experts_per_rank_over_three)
+    with pytest.raises(CheckFailed, match=r"^counts_viewed_as_3_by_2 reshapes a tensor with a size of 3"):
+        lesson14.check_dispatch(counts_viewed_as_3_by_2)
+
+
 def test_dispatch_names_a_shape_written_for_the_first_call():
     # right with 6 experts; the second call, with 3, raises inside the view, which ends the launch: it runs alone
+    # (through the runner: the public check refuses the written shape from the source first)
     with pytest.raises(CheckFailed, match=r"(?s)^rank \d: counts_viewed_as_3_by_2 raised RuntimeError: shape "
                                           r"'\[3, 2\]' is invalid for input of size 3\nwhile dispatching rank \d's "
                                           r"\d rows to 3 experts \(1 per rank\), rows of 3 values.*Hint: this call has "
                                           r"3 experts \(1 per rank\), the first had 6 \(2 per rank\): the shape "
                                           r"\[3, 2\] holds the first call's numbers"):
-        lesson14.check_dispatch(counts_viewed_as_3_by_2)
+        lesson14.run_dispatch_answers((counts_viewed_as_3_by_2,), name="counts_viewed_as_3_by_2")
 
 
 def rank_0_returns_early(rows, expert, num_experts, group=None):

@@ -281,6 +281,14 @@ def refuse_written_bound(fn, name: str, compare_with: str, words: tuple[str, ...
                     f"compare with {compare_with}", "a run may clip at any value, and this check uses its own")
 
 
+def refuse_written_shape(fn, name: str, take_from: str) -> None:
+    """CheckFailed, before any rank starts, if fn reshapes a tensor (`.view`, `.reshape`) with a size of 2 or more
+    written as a number in its code (`counts.view(3, -1)`) where every size follows from `take_from` (lesson 14's
+    world size and number of experts). -1 and 1 pass: they name no size of the run."""
+    _refuse_written(_first_number(fn, _shape_size), f"{name} reshapes a tensor with a size of",
+                    f"take the sizes from {take_from}", _COUNTS)
+
+
 _COUNTS = "the same function must work for 2 or 64 of them, and this check runs with its own number"
 
 
@@ -324,6 +332,17 @@ def _split_count(node) -> str | None:
     count = args[0] if args else next((keyword.value for keyword in node.keywords
                                        if keyword.arg in ("chunks", "sections", "indices_or_sections")), None)
     return ast.unparse(count) if count is not None and _is_number(count) else None
+
+
+def _shape_size(node) -> str | None:
+    """The first size of 2 or more written as a number in a `.view(...)` or `.reshape(...)` call, else None."""
+    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+            and node.func.attr in ("view", "reshape")):
+        return None
+    sizes = [element for argument in node.args
+             for element in (argument.elts if isinstance(argument, (ast.Tuple, ast.List)) else [argument])]
+    return next((ast.unparse(size) for size in sizes
+                 if _is_number(size) and isinstance(size.value, int) and size.value >= 2), None)
 
 
 def _compared_number(node, words: tuple[str, ...]) -> str | None:

@@ -32,7 +32,8 @@ import torch.distributed as dist
 
 from ddp_lab.checks import CheckFailed, passed
 from ddp_lab.checks.common import (CaseFailed, call_case, describe, ensure_written, package_answer_used,
-                                   run_answers_on_ranks, watching_calls)
+                                   refuse_written_divisor, refuse_written_shape, run_answers_on_ranks,
+                                   watching_calls)
 from ddp_lab.checks.split_guard import guarded_all_to_all
 from ddp_lab.course.expert_parallel import combine as reference_combine
 from ddp_lab.course.expert_parallel import dispatch as reference_dispatch
@@ -483,8 +484,16 @@ def _check_one(answer, default_name: str, run_answers, judge, timeout: float) ->
 def check_dispatch(dispatch, timeout: float = 30.0) -> None:
     """Check `dispatch(rows, expert, num_experts)` on 3 ranks: the counts exchange and the uneven all-to-all.
 
+    The world size is 3 in both calls, so a reshape or a division by a number written in the code
+    (`counts.view(3, -1)`, `num_experts // 3`) is refused from the source before any rank starts.
+
     Introduced in notebooks/14-mixture-of-experts.ipynb.
     """
+    ensure_written(dispatch)
+    name = getattr(dispatch, "__name__", "dispatch")
+    sizes = "dist.get_world_size(group) and num_experts"
+    refuse_written_shape(dispatch, name, sizes)
+    refuse_written_divisor(dispatch, name, "an expert count or index", sizes, divided=("expert",))
     _check_one(dispatch, "dispatch", run_dispatch_answers, judge_dispatch, timeout)
 
 
