@@ -2,7 +2,7 @@
 
 Each wrong answer below is a mistake a learner is likely to make; the test pins the part
 of the feedback that names it. The averaging answers run in one launch of 3 gloo ranks (the
-check's own runner, then its judge); each synchronisation answer launches 2 (about 2 s each).
+check's own runner, then its judge), the synchronisation answers in one launch of 2.
 """
 
 from __future__ import annotations
@@ -106,9 +106,36 @@ def only_rank_zero_reduces(model):
             p.grad /= dist.get_world_size()
 
 
+def averages_then_divides(model):
+    for p in model.parameters():
+        dist.all_reduce(p.grad, op=dist.ReduceOp.AVG)   # already the mean ...
+        p.grad /= dist.get_world_size()                 # ... divided once more
+
+
+def divides_before_the_all_reduce(model):
+    """Right too: the sum of each rank's share is the mean."""
+    for p in model.parameters():
+        p.grad /= dist.get_world_size()
+        dist.all_reduce(p.grad)
+
+
+def flat_buffer_copied_back(model):
+    """Right too: one all-reduce of a flat buffer, copied back into every p.grad."""
+    grads = [p.grad for p in model.parameters()]
+    flat = torch.cat([grad.flatten() for grad in grads])
+    dist.all_reduce(flat)
+    flat /= dist.get_world_size()
+    for grad, piece in zip(grads, flat.split([grad.numel() for grad in grads])):
+        grad.copy_(piece.view_as(grad))
+
+
 AVERAGE_ANSWERS = {   # all return (none raises or hangs): they run one after the other in one launch
     average_gradients: None,
     reduce_op_avg: None,           # gloo in this torch supports ReduceOp.AVG: also right
+    divides_before_the_all_reduce: None,
+    flat_buffer_copied_back: None,
+    averages_then_divides: r"(?s)this is the mean divided by 3 once more: the gradient was divided by the world size "
+                           r"twice \(dist\.ReduceOp\.AVG already gives the mean\); divide once, after a SUM",
     sum_without_dividing: r"(?s)this is the SUM over ranks.*divide by dist.get_world_size",
     divide_without_all_reduce: r"(?s)divided by the world size: the all_reduce is missing",
     only_the_first_parameter: r"(?s)gradient of '1\.weight'.*still rank 0's own gradient",
@@ -146,6 +173,37 @@ def test_average_gradients_refuses_a_divisor_written_as_a_number_before_any_rank
     with pytest.raises(CheckFailed, match=r"^divides_by_three divides a gradient by 3, a number written in the code "
                                           r"\(`p\.grad /= 3`\)\.\nHint: divide by dist\.get_world_size\(\)"):
         check_average_gradients(divides_by_three)
+
+
+def multiplies_by_a_third(model):
+    for p in model.parameters():
+        dist.all_reduce(p.grad)
+        p.grad *= 1 / 3                               # the reciprocal of the check's world size
+
+
+def multiplies_by_a_third_into_itself(model):
+    for p in model.parameters():
+        dist.all_reduce(p.grad)
+        torch.mul(p.grad, 1 / 3, out=p.grad)
+
+
+def divides_by_a_name_bound_to_three(model):
+    world = 3                                         # the check's world size, written once
+    for p in model.parameters():
+        dist.all_reduce(p.grad)
+        p.grad /= world
+
+
+@pytest.mark.parametrize("answer, quoted", [
+    (multiplies_by_a_third, r"`p\.grad \*= 1 / 3`"),
+    (multiplies_by_a_third_into_itself, r"`torch\.mul\(p\.grad, 1 / 3, out=p\.grad\)`"),
+    (divides_by_a_name_bound_to_three, r"`world = 3`, then `p\.grad /= world`"),
+])
+def test_a_written_world_size_is_refused_however_it_divides(answer, quoted, monkeypatch):
+    monkeypatch.setattr(lesson04, "run_average_answers", None)   # starting ranks would raise TypeError
+    with pytest.raises(CheckFailed, match=rf"^{answer.__name__} divides a gradient by 3, a number written in the code "
+                                          rf"\({quoted}\)\.\nHint: divide by dist\.get_world_size\(\)"):
+        check_average_gradients(answer)
 
 
 def test_average_gradients_names_an_all_reduce_never_waited_on():
@@ -200,17 +258,66 @@ def floating_point_buffers_only(model):
                 dist.broadcast(tensor.data, src=0)
 
 
-@pytest.mark.parametrize("answer, feedback", [
-    (parameters_only, r"(?s)buffer '1.running_mean'.*broadcast model.buffers\(\)"),
-    (average_instead_of_broadcast, r"(?s)average over ranks.*not all_reduce"),
-    (broadcast_from_the_last_rank, r"(?s)rank 0 now holds rank 1's value.*src=0"),
-    (do_nothing, r"(?s)rank 1 kept its own starting value"),
-    (floating_point_buffers_only, r"(?s)rank 1, buffer '1.num_batches_tracked'.*the floating-point buffers arrived but "
-                                  r"'1.num_batches_tracked' \(torch.int64\) did not"),
-])
-def test_sync_initial_state_rejects_wrong_answers(answer, feedback):
-    with pytest.raises(CheckFailed, match=feedback):
-        check_sync_initial_state(answer)
+def broadcasts_clones(model):
+    for tensor in list(model.parameters()) + list(model.buffers()):
+        dist.broadcast(tensor.data.clone(), src=0)   # rank 0's values land in the copies
+
+
+def broadcasts_a_flat_vector(model):
+    flat = torch.nn.utils.parameters_to_vector(model.parameters())
+    dist.broadcast(flat, src=0)                      # never copied back (vector_to_parameters)
+    for buffer in model.buffers():
+        dist.broadcast(buffer, src=0)
+
+
+def broadcasts_the_state_dict(model):
+    """Right too: state_dict()'s tensors share storage with the parameters and buffers."""
+    for tensor in model.state_dict().values():
+        dist.broadcast(tensor, src=0)
+
+
+def sends_from_rank_zero(model):
+    """Right too: rank 0 sends every tensor to every other rank."""
+    with torch.no_grad():
+        for tensor in list(model.parameters()) + list(model.buffers()):
+            if dist.get_rank() == 0:
+                for peer in range(1, dist.get_world_size()):
+                    dist.send(tensor.data, dst=peer)
+            else:
+                dist.recv(tensor.data, src=0)
+
+
+SYNC_ANSWERS = {   # all return (none raises or hangs): they run one after the other in one launch of 2 ranks
+    broadcasts_the_state_dict: None,
+    sends_from_rank_zero: None,
+    parameters_only: r"(?s)buffer '1.running_mean'.*broadcast model.buffers\(\)",
+    average_instead_of_broadcast: r"(?s)average over ranks.*not all_reduce",
+    broadcast_from_the_last_rank: r"(?s)rank 0 now holds rank 1's value.*src=0",
+    do_nothing: r"(?s)rank 1 kept its own starting value",
+    floating_point_buffers_only: r"(?s)rank 1, buffer '1.num_batches_tracked'.*the floating-point buffers arrived but "
+                                 r"'1.num_batches_tracked' \(torch.int64\) did not",
+    broadcasts_clones: r"(?s)^rank 1, parameter '0\.weight': got .*\nHint: dist\.broadcast ran on rank 1, but never "
+                       r"into this parameter: a broadcast writes into the tensor it is given",
+    broadcasts_a_flat_vector: r"(?s)^rank 1, parameter '0\.weight': .*\nHint: dist\.broadcast ran on rank 1, but "
+                              r"never into this parameter",
+}
+
+
+@pytest.fixture(scope="module")
+def sync_results():
+    answers = tuple(SYNC_ANSWERS)
+    return dict(zip(answers, lesson04.run_sync_answers(answers)))
+
+
+@pytest.mark.parametrize("answer", SYNC_ANSWERS, ids=lambda answer: answer.__name__)
+def test_sync_initial_state_feedback(answer, sync_results):
+    feedback = SYNC_ANSWERS[answer]
+    if feedback is None:
+        assert lesson04.judge_sync_initial_state(answer.__name__, sync_results[answer]) == (
+            f"{answer.__name__}: every rank holds rank 0's parameters and buffers")
+    else:
+        with pytest.raises(CheckFailed, match=feedback):
+            lesson04.judge_sync_initial_state(answer.__name__, sync_results[answer])
 
 
 # --- the exercise's stubs ------------------------------------------------------------------------
@@ -227,7 +334,7 @@ def sync_initial_state_stub(model):
                                          (check_sync_initial_state, sync_initial_state_stub)])
 def test_a_stub_is_named_not_written_before_any_rank_starts(check, stub, monkeypatch):
     """An unsolved exercise's check answers at once (what Run All on the exercise meets): a stub is not run on ranks."""
-    monkeypatch.setattr(lesson04, "run_on_ranks", None)   # starting ranks would raise TypeError
+    monkeypatch.setattr(lesson04, "run_answers_on_ranks", None)   # starting ranks would raise TypeError
     with pytest.raises(CheckFailed, match=rf"^{stub.__name__} is not written yet: it raised NotImplementedError"):
         check(stub)
 

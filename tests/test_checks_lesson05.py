@@ -2,7 +2,8 @@
 
 Each wrong answer below is a mistake a learner is likely to make; the test pins the part
 of the feedback that names it. The sampler check runs in this process; the accumulation
-check launches 2 gloo ranks (about 2 s each).
+answers that return run one after the other in one launch of 2 gloo ranks (the check's own
+runner, then its judge); one that raises runs alone through the public check (about 2 s).
 """
 
 from __future__ import annotations
@@ -95,10 +96,32 @@ def python_random_shuffle(n, world_size, rank, epoch, seed=0):
     return _pad(perm, world_size)[rank::world_size]
 
 
+def seeds_the_global_generator(n, world_size, rank, epoch, seed=0):
+    torch.manual_seed(seed + epoch)                   # the same indices, but the training's RNG reseeded
+    return _pad(torch.randperm(n).tolist(), world_size)[rank::world_size]
+
+
+def seed_times_epoch(n, world_size, rank, epoch, seed=0):
+    return _pad(_perm(n, seed * epoch), world_size)[rank::world_size]
+
+
+def strides_from_the_next_index(n, world_size, rank, epoch, seed=0):
+    padded = _pad(_perm(n, seed + epoch), world_size)
+    return padded[(rank + 1) % world_size::world_size]
+
+
+def forks_the_global_generator(n, world_size, rank, epoch, seed=0):
+    """Right too: the global RNG seeded inside fork_rng, which puts it back afterwards."""
+    with torch.random.fork_rng():
+        torch.manual_seed(seed + epoch)
+        return _pad(torch.randperm(n).tolist(), world_size)[rank::world_size]
+
+
 def test_shard_indices_accepts_right_answers(capsys):
     check_shard_indices(shard_indices)
     check_shard_indices(torch_distributed_sampler)
-    assert capsys.readouterr().out.count("✓ shard_indices equals DistributedSampler") == 2
+    check_shard_indices(forks_the_global_generator)
+    assert capsys.readouterr().out.count("✓ shard_indices equals DistributedSampler") == 3
 
 
 @pytest.mark.parametrize("answer, feedback", [
@@ -107,9 +130,17 @@ def test_shard_indices_accepts_right_answers(capsys):
     (no_padding, r"(?s)n=10, world_size=4, rank=2, .*no padding: rank 2 got 2 indices.*\[3, 3, 2, 2\]"),
     (seeded_with_the_rank, r"(?s)rank=1, .*rank 1 cut a permutation drawn from seed 1, a seed that includes the "
                            r"rank.*never the rank"),
-    (ignores_the_epoch, r"(?s)n=12, world_size=2, rank=0, epoch=1, seed=0\).*indices of epoch 0: the epoch is "
-                        r"left out of the seed"),
-    (ignores_the_seed, r"(?s)seed=5\).*indices for seed=0: the seed argument \(5\) is ignored"),
+    (ignores_the_epoch, r"(?s)n=12, world_size=2, rank=0, epoch=1, seed=0\).*indices of epoch 0: the seed did not "
+                        r"change with the epoch"),
+    (seed_times_epoch, r"(?s)n=12, world_size=2, rank=0, epoch=1, seed=0\).*indices of epoch 0: the seed did not "
+                       r"change with the epoch"),
+    (ignores_the_seed, r"(?s)seed=5\).*indices for seed=0: the seed argument \(5\) made no difference"),
+    (seeds_the_global_generator, r"^shard_indices\(n=12, world_size=2, rank=0, epoch=0, seed=0\) changed torch's "
+                                 r"global random state.*\nHint: draw the permutation from a torch\.Generator of its "
+                                 r"own"),
+    (strides_from_the_next_index, r"(?s)^shard_indices\(n=12, world_size=2, rank=0, epoch=0, seed=0\) returned .*"
+                                  r"\nHint: that is padded\[1::2\], every world_size-th index of the padded "
+                                  r"permutation starting at 1: rank r starts at index r"),
     (global_random_state, r"(?s)two calls with the same arguments gave different indices.*not the global random"),
     (not_shuffled, r"(?s)not shuffled"),
     (pads_with_the_last_indices, r"(?s)n=10, world_size=4, .*right up to the padding.*FIRST indices"),
@@ -117,8 +148,10 @@ def test_shard_indices_accepts_right_answers(capsys):
     (python_random_shuffle, r"(?s)split the data validly, but not in DistributedSampler's order.*torch\.randperm"),
 ])
 def test_shard_indices_rejects_wrong_answers(answer, feedback):
+    state = torch.get_rng_state()
     with pytest.raises(CheckFailed, match=feedback):
         check_shard_indices(answer)
+    assert torch.equal(torch.get_rng_state(), state) or answer is global_random_state   # put back by the check
 
 
 # --- accumulate_gradients -------------------------------------------------------------------
@@ -230,6 +263,48 @@ def steps_inside(ddp_model, micro_batches):
     torch.optim.SGD(ddp_model.parameters(), lr=0.1).step()
 
 
+def slices_written_for_three(ddp_model, micro_batches):
+    with ddp_model.no_sync():
+        for x, y in micro_batches[:2]:                # the check's 3 micro-batches, written in
+            (F.mse_loss(ddp_model(x), y) / len(micro_batches)).backward()
+    x, y = micro_batches[2]
+    (F.mse_loss(ddp_model(x), y) / len(micro_batches)).backward()
+
+
+def last_index_written(ddp_model, micro_batches):
+    for index, (x, y) in enumerate(micro_batches):
+        if index == 2:                                # the last of 3, written in
+            (F.mse_loss(ddp_model(x), y) / len(micro_batches)).backward()
+        else:
+            with ddp_model.no_sync():
+                (F.mse_loss(ddp_model(x), y) / len(micro_batches)).backward()
+
+
+def count_in_a_name(ddp_model, micro_batches):
+    steps = 3                                         # through a name, past the source reader
+    *first, (x_last, y_last) = micro_batches
+    with ddp_model.no_sync():
+        for x, y in first:
+            (F.mse_loss(ddp_model(x), y) / steps).backward()
+    (F.mse_loss(ddp_model(x_last), y_last) / steps).backward()
+
+
+def divides_by_the_world_size_too(ddp_model, micro_batches):
+    scale = len(micro_batches) * dist.get_world_size()
+    *first, (x_last, y_last) = micro_batches
+    with ddp_model.no_sync():
+        for x, y in first:
+            (F.mse_loss(ddp_model(x), y) / scale).backward()
+    (F.mse_loss(ddp_model(x_last), y_last) / scale).backward()
+
+
+def sets_the_sync_flag(ddp_model, micro_batches):
+    """Right too: the flag no_sync() turns off, set by hand."""
+    for index, (x, y) in enumerate(micro_batches):
+        ddp_model.require_backward_grad_sync = index == len(micro_batches) - 1
+        (F.mse_loss(ddp_model(x), y) / len(micro_batches)).backward()
+
+
 ACCUMULATE_MISTAKES = [
     (sync_every_micro_batch, r"(?s)right gradients, but 3 all-reduces.*no_sync"),
     (everything_inside_no_sync, r"(?s)no all-reduce happened.*LAST micro-batch"),
@@ -247,6 +322,15 @@ ACCUMULATE_MISTAKES = [
                               r"`no_sync\(\)`: their forward ran outside it.*Put the forward AND the backward"),
     (every_forward_inside_no_sync, r"(?s)no all-reduce happened, although a backward ran outside `no_sync\(\)`: "
                                    r"its forward ran inside it.*forward and backward both outside"),
+    (slices_written_for_three, r"^with 4 micro-batches \(with 3 all was right\), rank 0: 3 forward\(s\) and 3 "
+                               r"backward\(s\) for 4 micro-batches\.\nHint: the run with 3 micro-batches had one "
+                               r"forward and one backward for each: the loop stops at a number written in the code"),
+    (last_index_written, r"(?s)^with 4 micro-batches \(with 3 all was right\), rank 0, gradient of .*\nHint: DDP "
+                         r"all-reduced in micro-batch \[2\] of 0..3, not in the last"),
+    (count_in_a_name, r"(?s)^with 4 micro-batches \(with 3 all was right\), rank 0, gradient of .*\nHint: it is 4/3 "
+                      r"of the big batch's gradient: each micro-batch loss was divided by 3, where there are 4"),
+    (divides_by_the_world_size_too, r"(?s)^rank 0, gradient of .*\nHint: it is the big batch's gradient divided by "
+                                    r"2, the number of ranks: DDP's all-reduce already averages"),
 ]
 
 
@@ -254,16 +338,21 @@ ACCUMULATE_MISTAKES = [
 def accumulate_results():
     """Every mistaken answer (and one right one) run by the check's own runner, one after the other in one launch of
     2 ranks."""
-    answers = (*(answer for answer, _ in ACCUMULATE_MISTAKES), accumulates_past_ddp)
+    answers = (*(answer for answer, _ in ACCUMULATE_MISTAKES), *ACCUMULATE_RIGHT)
     return dict(zip(answers, lesson05.run_accumulate_gradients_answers(answers)))
 
 
-def test_accumulate_gradients_accepts_forwards_past_ddp(accumulate_results):
-    assert lesson05.judge_accumulate_gradients("accumulates_past_ddp", accumulate_results[accumulates_past_ddp]) \
-        .startswith("accumulates_past_ddp: 3 micro-batches == one big batch, with 1 all-reduce")
+ACCUMULATE_RIGHT = (accumulates_past_ddp, sets_the_sync_flag)
 
 
-@pytest.mark.parametrize("answer, feedback", ACCUMULATE_MISTAKES, ids=[answer.__name__ for answer, _ in ACCUMULATE_MISTAKES])
+@pytest.mark.parametrize("answer", ACCUMULATE_RIGHT, ids=[answer.__name__ for answer in ACCUMULATE_RIGHT])
+def test_accumulate_gradients_accepts_other_right_answers(answer, accumulate_results):
+    assert lesson05.judge_accumulate_gradients(answer.__name__, accumulate_results[answer]).startswith(
+        f"{answer.__name__}: 3 micro-batches == one big batch, with 1 all-reduce")
+
+
+@pytest.mark.parametrize("answer, feedback", ACCUMULATE_MISTAKES,
+                         ids=[answer.__name__ for answer, _ in ACCUMULATE_MISTAKES])
 def test_accumulate_gradients_rejects_wrong_answers(answer, feedback, accumulate_results):
     with pytest.raises(CheckFailed, match=feedback):
         lesson05.judge_accumulate_gradients(answer.__name__, accumulate_results[answer])
@@ -276,7 +365,8 @@ def accumulate_gradients_stub(ddp_model, micro_batches):
 def test_a_stub_is_named_not_written_before_any_rank_starts(monkeypatch):
     """An unsolved exercise's check answers at once (what Run All on the exercise meets): a stub is not run on ranks."""
     monkeypatch.setattr(lesson05, "run_answers_on_ranks", None)   # starting ranks would raise TypeError
-    with pytest.raises(CheckFailed, match=r"^accumulate_gradients_stub is not written yet: it raised NotImplementedError"):
+    with pytest.raises(CheckFailed, match=r"^accumulate_gradients_stub is not written yet: it raised "
+                                          r"NotImplementedError"):
         check_accumulate_gradients(accumulate_gradients_stub)
 
 
@@ -294,3 +384,18 @@ def test_a_divisor_written_as_a_number_is_refused_before_any_rank_starts(monkeyp
                                           r"the code \(`\(F\.mse_loss\(ddp_model\(x\), y\) / 3\)\.backward\(\)`\)\.\n"
                                           r"Hint: divide by len\(micro_batches\)"):
         check_accumulate_gradients(accumulates_over_three_written)
+
+
+def unpacks_three(ddp_model, micro_batches):
+    (x0, y0), (x1, y1), (x2, y2) = micro_batches      # raises with any other number of micro-batches
+    with ddp_model.no_sync():
+        for x, y in ((x0, y0), (x1, y1)):
+            (F.mse_loss(ddp_model(x), y) / len(micro_batches)).backward()
+    (F.mse_loss(ddp_model(x2), y2) / len(micro_batches)).backward()
+
+
+def test_an_answer_written_for_three_that_raises_with_four_is_told_why():
+    with pytest.raises(CheckFailed, match=r"(?s)^rank \d: unpacks_three raised ValueError: too many values to unpack "
+                                          r"\(expected 3.*\nwhile accumulating 4 micro-batches on rank \d\..*\nHint: "
+                                          r"the same function ran with 3 micro-batches and raised with 4"):
+        check_accumulate_gradients(unpacks_three)

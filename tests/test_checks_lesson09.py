@@ -9,6 +9,8 @@ launch, so it runs alone through the public check.
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 import torch.distributed as dist
@@ -291,8 +293,31 @@ def returns_the_optimizer_class(params, rank, world_size):
     return shards, torch.optim.Adam
 
 
+def zero1_step_average_op(params, shards, optimizer):
+    """Right too: ReduceOp.AVG leaves the mean in p.grad."""
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    for p, s in zip(params, shards):
+        dist.all_reduce(p.grad, op=dist.ReduceOp.AVG)
+        s.grad = p.grad.reshape(-1).chunk(world_size)[rank]
+    optimizer.step()
+    for p, s in zip(params, shards):
+        dist.all_gather(list(p.detach().view(-1).chunk(world_size)), s.detach())
+
+
+def zero1_step_divides_the_slice(params, shards, optimizer):
+    """Right too: the sum sliced, then the slice divided."""
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    for p, s in zip(params, shards):
+        dist.all_reduce(p.grad)
+        s.grad = p.grad.reshape(-1).chunk(world_size)[rank] / world_size
+    optimizer.step()
+    for p, s in zip(params, shards):
+        dist.all_gather(list(p.detach().view(-1).chunk(world_size)), s.detach())
+
+
 ZERO1_RIGHT_STEPS = (   # the solution's all-reduce-then-slice is proven by nbval of solutions/09-zero-and-fsdp.ipynb
-    zero1_step_reduce_scatter, zero1_step_zeroes_its_grads, zero1_step_zeroes_its_grads_in_place)
+    zero1_step_reduce_scatter, zero1_step_zeroes_its_grads, zero1_step_zeroes_its_grads_in_place,
+    zero1_step_average_op, zero1_step_divides_the_slice)
 
 
 @pytest.mark.parametrize("step", ZERO1_RIGHT_STEPS, ids=[step.__name__ for step in ZERO1_RIGHT_STEPS])
@@ -393,3 +418,50 @@ def test_a_shard_count_written_as_a_number_is_refused_before_any_rank_starts(mon
                                           r"the code \(`shards = .*chunk\(2\).*`\)\.\nHint: split into world_size"):
         lesson09.check_zero1(zero1_init_in_two_written, zero1_step)
 
+
+def zero1_init_halves_by_size(params, rank, world_size):
+    shards = []
+    for p in params:
+        size = math.ceil(p.numel() / 2)               # the check's 2 ranks, written in: 3 + 2 for 5, as chunk
+        shards.append(p.detach().reshape(-1)[rank * size:(rank + 1) * size].clone().requires_grad_())
+    return shards, torch.optim.Adam(shards, lr=0.01)
+
+
+def zero1_step_slices_in_two(params, shards, optimizer):
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    for p, s in zip(params, shards):
+        dist.all_reduce(p.grad)
+        p.grad /= world_size
+        s.grad = p.grad.reshape(-1).chunk(2)[rank]    # the check's 2 ranks, written in
+    optimizer.step()
+    for p, s in zip(params, shards):
+        dist.all_gather(list(p.detach().view(-1).chunk(world_size)), s.detach())
+
+
+def zero1_step_halves_the_sum(params, shards, optimizer):
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    for p, s in zip(params, shards):
+        dist.all_reduce(p.grad)
+        p.grad *= 0.5                                 # the mean of the check's 2 ranks, written in
+        s.grad = p.grad.reshape(-1).chunk(world_size)[rank]
+    optimizer.step()
+    for p, s in zip(params, shards):
+        dist.all_gather(list(p.detach().view(-1).chunk(world_size)), s.detach())
+
+
+@pytest.mark.parametrize("init, step, feedback", [
+    (zero1_init, zero1_step_halves_the_sum, r"^zero1_step_halves_the_sum divides a gradient by 2, a number written in "
+                                            r"the code \(`p\.grad \*= 0\.5`\)\.\nHint: divide by "
+                                            r"dist\.get_world_size\(\)"),
+    (zero1_init_halves_by_size, zero1_step, r"^zero1_init_halves_by_size divides a parameter's size by 2, a number "
+                                            r"written in the code \(`size = math\.ceil\(p\.numel\(\) / 2\)`\)\.\n"
+                                            r"Hint: divide by world_size, the argument"),
+    (zero1_init, zero1_step_slices_in_two, r"^zero1_step_slices_in_two splits a tensor into 2, a number written in the "
+                                           r"code \(`s\.grad = p\.grad\.reshape\(-1\)\.chunk\(2\)\[rank\]`\)\.\n"
+                                           r"Hint: split into dist\.get_world_size\(\), the number of ranks"),
+])
+def test_a_number_of_shards_written_in_either_function_is_refused_before_any_rank_starts(init, step, feedback,
+                                                                                           monkeypatch):
+    monkeypatch.setattr(lesson09, "run_zero1_answers", None)   # starting ranks would raise TypeError
+    with pytest.raises(CheckFailed, match=feedback):
+        lesson09.check_zero1(init, step)

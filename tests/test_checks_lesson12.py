@@ -20,6 +20,8 @@ import torch.nn as nn
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 from ddp_lab.checks import CheckFailed
+from ddp_lab.checks import lesson12
+from ddp_lab.checks.common import numeric_divisor
 from ddp_lab.checks.lesson12 import check_restartable
 from ddp_lab.course.fault_tolerance.checkpoint import atomic_save, capture_rng, restore_rng
 
@@ -254,3 +256,68 @@ def test_names_checkpoints_written_outside_the_directory():
             check_restartable(saves_outside_the_directory)
     finally:
         shutil.rmtree(ELSEWHERE, ignore_errors=True)
+
+
+def three_batches_an_epoch_written(rank, directory, total_steps, step_fn):
+    """Resumes exactly, with 2 ranks: 3 batches an epoch written in, where the number of ranks decides it."""
+    model, optimizer, sampler = _setup(rank)
+    path = os.path.join(directory, f"rank-{rank}.pt")
+    step = _load(path, model, optimizer) if os.path.exists(path) else 0
+    per_epoch = 3
+    while step < total_steps:
+        epoch, position = divmod(step, per_epoch)
+        sampler.set_epoch(epoch)
+        for batch in torch.tensor(list(sampler)).split(BATCH)[position:]:
+            if step == total_steps:
+                break
+            step_fn(step, model, optimizer, X[batch], Y[batch])
+            step += 1
+            _save(path, model, optimizer, step)
+            dist.barrier()
+
+
+def epoch_of_the_step_written(rank, directory, total_steps, step_fn):
+    model, optimizer, sampler = _setup(rank)
+    path = os.path.join(directory, f"rank-{rank}.pt")
+    step = _load(path, model, optimizer) if os.path.exists(path) else 0
+    while step < total_steps:
+        sampler.set_epoch(step // 3)
+        for batch in torch.tensor(list(sampler)).split(BATCH)[step % 3:]:
+            if step == total_steps:
+                break
+            step_fn(step, model, optimizer, X[batch], Y[batch])
+            step += 1
+            _save(path, model, optimizer, step)
+            if step % 10 == 0:                        # a remainder alone (logging) is not refused
+                print(f"rank {rank}: {step} steps")
+            dist.barrier()
+
+
+@pytest.mark.parametrize("answer, feedback", [
+    (three_batches_an_epoch_written, r"^three_batches_an_epoch_written divides a step count by 3, a number written in "
+                                     r"the code \(`per_epoch = 3`, then `epoch, position = divmod\(step, "
+                                     r"per_epoch\)`\)\.\nHint: divide by the batches of an epoch, counted from the "
+                                     r"sampler"),
+    (epoch_of_the_step_written, r"^epoch_of_the_step_written divides a step count by 3, a number written in the code "
+                                r"\(`sampler\.set_epoch\(step // 3\)`\)\.\nHint: .*which the number of ranks "
+                                r"decides"),
+])
+def test_a_number_of_batches_an_epoch_written_is_refused_before_any_rank_starts(answer, feedback, monkeypatch):
+    monkeypatch.setattr(lesson12, "launch", None)          # starting ranks would raise TypeError
+    monkeypatch.setattr(lesson12, "run_on_ranks", None)
+    with pytest.raises(CheckFailed, match=feedback):
+        check_restartable(answer)
+
+
+def test_the_epoch_length_reader_leaves_counts_from_the_data_alone():
+    assert numeric_divisor(train, ("step",), ("total",)) is None
+
+    def counts_from_the_sampler(rank, directory, total_steps, step_fn):
+        sampler = DistributedSampler(range(len(X)), num_replicas=2, rank=rank)
+        per_epoch = math.ceil(len(sampler) / BATCH)
+        done = 0
+        for step in range(done, total_steps):
+            epoch, position = divmod(step, per_epoch)
+            if step % 5 == 0:
+                print(epoch, position, total_steps // 2)
+    assert numeric_divisor(counts_from_the_sampler, ("step",), ("total",)) is None

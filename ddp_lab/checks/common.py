@@ -256,14 +256,17 @@ def division_into_a_new_tensor(fn) -> str | None:
 
 
 
-def refuse_written_divisor(fn, name: str, what: str, divide_by: str, divided: tuple[str, ...] = ("grad",)) -> None:
+def refuse_written_divisor(fn, name: str, what: str, divide_by: str, divided: tuple[str, ...] = ("grad",),
+                           ignored: tuple[str, ...] = ()) -> None:
     """CheckFailed, before any rank starts, if fn divides `what` by a number written in its code (`numeric_divisor`)
     where it must divide by `divide_by` (a count the run decides: the world size, the number of micro-batches).
 
     A number that equals the check's count passes there and is wrong in every other run (lessons 04, 05, 07, 08, 09,
-    10, 16, 17).
+    10, 12, 16, 17). `ignored`: words whose presence in the divided text leaves a division alone (lesson 12's
+    `total_steps`, where `step` is divided).
     """
-    _refuse_written(numeric_divisor(fn, divided), f"{name} divides {what} by", f"divide by {divide_by}", _COUNTS)
+    _refuse_written(numeric_divisor(fn, divided, ignored), f"{name} divides {what} by", f"divide by {divide_by}",
+                    _COUNTS)
 
 
 def refuse_written_split(fn, name: str, split_into: str) -> None:
@@ -298,27 +301,67 @@ def _refuse_written(found: tuple[str, str] | None, did: str, instead: str, why: 
         raise CheckFailed(f"{did} {number}, a number written in the code (`{statement}`).\nHint: {instead}: {why}.")
 
 
-def numeric_divisor(fn, divided: tuple[str, ...] = ("grad",)) -> tuple[str, str] | None:
+def numeric_divisor(fn, divided: tuple[str, ...] = ("grad",), ignored: tuple[str, ...] = ()) -> tuple[str, str] | None:
     """(the number, the statement) of the first division in fn's source of something whose text names one of
-    `divided` by a number written as such (`p.grad /= 3`, `grad = grad / 2`, `p.grad.div_(4)`, `torch.div(p.grad,
-    2)`, `loss / 3`, `linear.in_features // 2`), or None (none, or no source to read)."""
-    return _first_number(fn, lambda node: _divided_number(node, divided))
+    `divided` (and none of `ignored`) by a number written as such (`p.grad /= 3`, `grad = grad / 2`,
+    `p.grad.div_(4)`, `torch.div(p.grad, 2)`, `loss / 3`, `linear.in_features // 2`, `divmod(step, 3)`), by a name
+    the function binds once to a number (`world = 3`), or a multiplication by its reciprocal (`p.grad *= 0.5`,
+    `* (1 / 3)`, `.mul_(0.5)`), or None (none, or no source to read)."""
+    return _first_number(fn, lambda node: _divided_number(node, divided, ignored))
 
 
-def _divided_number(node, divided: tuple[str, ...]) -> str | None:
-    if isinstance(node, (ast.BinOp, ast.AugAssign)) and isinstance(node.op, (ast.Div, ast.FloorDiv)):
-        dividend, divisor = (node.left, node.right) if isinstance(node, ast.BinOp) else (node.target, node.value)
-    elif isinstance(node, ast.Call) and ast.unparse(node.func).split(".")[-1] in ("div", "div_", "true_divide",
-                                                                                 "divide"):
-        method = isinstance(node.func, ast.Attribute) and ast.unparse(node.func.value) != "torch"
-        arguments = [node.func.value, *node.args] if method else list(node.args)
-        if len(arguments) < 2:
-            return None
-        dividend, divisor = arguments[0], arguments[1]
-    else:
-        return None
-    if _is_number(divisor) and divisor.value != 1 and any(word in ast.unparse(dividend) for word in divided):
-        return ast.unparse(divisor)
+_DIVIDING_CALLS = ("div", "div_", "true_divide", "divide")
+_MULTIPLYING_CALLS = ("mul", "mul_", "multiply")
+
+
+def _divided_number(node, divided: tuple[str, ...], ignored: tuple[str, ...] = ()) -> str | None:
+    """The divisor written as a number of a division (or a multiplication by a reciprocal) of something named by
+    `divided`, as the text the message quotes ('3'; for `* 0.5`, '2'), else None."""
+    for dividend, divisor, multiplies in _divisions(node):
+        text = ast.unparse(dividend)
+        if not any(word in text for word in divided) or any(word in text for word in ignored):
+            continue
+        count = _reciprocal_count(divisor) if multiplies else (
+            ast.unparse(divisor) if _is_number(divisor) and divisor.value != 1 else None)
+        if count is not None:
+            return count
+    return None
+
+
+def _divisions(node) -> list[tuple]:
+    """(dividend, divisor or factor, whether it multiplies) for each way node may divide: `/`, `//`, `/=`, `//=`,
+    divmod, torch's div calls, and `*`, `*=` and mul calls (either operand may be the factor)."""
+    if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Div, ast.FloorDiv)):
+        return [(node.left, node.right, False)]
+    if isinstance(node, ast.AugAssign) and isinstance(node.op, (ast.Div, ast.FloorDiv)):
+        return [(node.target, node.value, False)]
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
+        return [(node.left, node.right, True), (node.right, node.left, True)]
+    if isinstance(node, ast.AugAssign) and isinstance(node.op, ast.Mult):
+        return [(node.target, node.value, True)]
+    if not isinstance(node, ast.Call):
+        return []
+    called = ast.unparse(node.func).split(".")[-1]
+    if called == "divmod" and isinstance(node.func, ast.Name) and len(node.args) == 2:
+        return [(node.args[0], node.args[1], False)]
+    if called not in _DIVIDING_CALLS + _MULTIPLYING_CALLS:
+        return []
+    method = isinstance(node.func, ast.Attribute) and ast.unparse(node.func.value) != "torch"
+    arguments = [node.func.value, *node.args] if method else list(node.args)
+    if len(arguments) < 2:
+        return []
+    return [(arguments[0], arguments[1], called in _MULTIPLYING_CALLS)]
+
+
+def _reciprocal_count(factor) -> str | None:
+    """'k' when factor is 1 / k written as numbers (`1 / 3`) or as a fraction (`0.5`, `0.25`) of a whole k ≥ 2."""
+    if isinstance(factor, ast.BinOp) and isinstance(factor.op, ast.Div) and _is_number(factor.left) \
+            and factor.left.value == 1 and _is_number(factor.right) and factor.right.value >= 2:
+        return ast.unparse(factor.right)
+    if _is_number(factor) and isinstance(factor.value, float) and 0 < factor.value <= 0.5:
+        count = 1 / factor.value
+        if abs(count - round(count)) < 1e-9:
+            return str(round(count))
     return None
 
 
@@ -365,16 +408,67 @@ def _first_number(fn, number_of) -> tuple[str, str] | None:
     try:
         source = textwrap.dedent(inspect.getsource(fn))
         tree = ast.parse(source)
+        tree = _NumbersOfNames(_numbers_bound_once(tree)).visit(tree)
     except (OSError, TypeError, SyntaxError, IndentationError):
         return None
     found = [(node, number) for node in ast.walk(tree) if (number := number_of(node)) is not None]
     if not found:
         return None
     node, number = min(found, key=lambda item: (item[0].lineno, item[0].col_offset))
-    statement = next((stmt for stmt in ast.walk(tree) if isinstance(stmt, ast.stmt) and not hasattr(stmt, "body")
-                      and (stmt.lineno, stmt.col_offset) <= (node.lineno, node.col_offset)
-                      and (node.end_lineno, node.end_col_offset) <= (stmt.end_lineno, stmt.end_col_offset)), node)
-    return number, ast.get_source_segment(source, statement)
+    statement = _statement_of(tree, node)
+    quoted = ast.get_source_segment(source, statement)
+    bound = next((inner.bound_by for inner in ast.walk(node) if hasattr(inner, "bound_by")), None)
+    if bound is not None:   # the number came through a name: quote where it was written too
+        quoted = f"{ast.get_source_segment(source, bound)}`, then `{quoted}"
+    return number, quoted
+
+
+def _statement_of(tree, node):
+    """The simple statement of `tree` that holds `node` (node itself where none does)."""
+    return next((stmt for stmt in ast.walk(tree) if isinstance(stmt, ast.stmt) and not hasattr(stmt, "body")
+                 and (stmt.lineno, stmt.col_offset) <= (node.lineno, node.col_offset)
+                 and (node.end_lineno, node.end_col_offset) <= (stmt.end_lineno, stmt.end_col_offset)), node)
+
+
+def _numbers_bound_once(tree) -> dict[str, tuple]:
+    """{name: (its number, the statement)} for each name the function binds exactly once, to a number written as
+    such (`per_epoch = 3`); a name bound again (`+=`, a loop, an argument) is not one."""
+    bindings: dict[str, list] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign):
+            for target in node.targets:
+                pairs = (zip(target.elts, node.value.elts) if isinstance(target, ast.Tuple)
+                         and isinstance(node.value, ast.Tuple) and len(target.elts) == len(node.value.elts)
+                         else [(target, node.value)])
+                for name, value in pairs:
+                    for bound in ast.walk(name):
+                        if isinstance(bound, ast.Name):
+                            bindings.setdefault(bound.id, []).append((value if bound is name else None, node))
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign, ast.For, ast.NamedExpr, ast.comprehension)):
+            for bound in ast.walk(node.target):
+                if isinstance(bound, ast.Name):
+                    bindings.setdefault(bound.id, []).append((None, node))
+        elif isinstance(node, ast.arg):
+            bindings.setdefault(node.arg, []).append((None, node))
+    return {name: (value.value, statement) for name, [(value, statement)] in
+            ((name, found) for name, found in bindings.items() if len(found) == 1)
+            if value is not None and _is_number(value)}
+
+
+class _NumbersOfNames(ast.NodeTransformer):
+    """Each read of a name bound once to a number becomes that number (remembering the statement that bound it in
+    `bound_by`), so the readers of written numbers see `world = 3; p.grad /= world` as `p.grad /= 3`."""
+
+    def __init__(self, numbers: dict[str, tuple]):
+        self.numbers = numbers
+
+    def visit_Name(self, node):
+        if isinstance(node.ctx, ast.Load) and node.id in self.numbers:
+            value, statement = self.numbers[node.id]
+            number = ast.copy_location(ast.Constant(value), node)
+            number.bound_by = statement
+            return number
+        return node
 
 
 # What an exercise's stub may keep above its `raise NotImplementedError` (lesson 07's names the rank and the shapes):

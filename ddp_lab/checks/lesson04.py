@@ -18,7 +18,7 @@ import torch.nn.functional as F
 
 from ddp_lab.checks import CheckFailed, passed
 from ddp_lab.checks.common import (call_case, division_into_a_new_tensor, ensure_written, first_mismatch,
-                                   refuse_written_divisor, run_answers_on_ranks, run_on_ranks)
+                                   refuse_written_divisor, run_answers_on_ranks)
 from ddp_lab.instruments.collectives import watching_collectives
 
 WORLD_SIZE = 2           # sync_initial_state
@@ -136,6 +136,9 @@ def _average_hint(got, mean, own, result: dict, index: int, rank: int, division:
         if torch.allclose(got, mean * size / divisor, atol=1e-6):
             return (f"this is the sum over the {size} ranks divided by {divisor}: divide by dist.get_world_size(), "
                     "not by a number fixed in the code")
+    if torch.allclose(got, mean / size, atol=1e-7):
+        return (f"this is the mean divided by {size} once more: the gradient was divided by the world size twice "
+                "(dist.ReduceOp.AVG already gives the mean); divide once, after a SUM")
     own_only, divided = torch.allclose(got, own, atol=1e-7), torch.allclose(got, own / size, atol=1e-7)
     if (own_only or divided) and result["all_reduces"] and not any(result["grad_reduced"]):
         return ("dist.all_reduce ran, but never on a p.grad: it sums in place, into the tensor you pass (a copy, "
@@ -168,8 +171,27 @@ def _initial_state(rank: int) -> dict[str, torch.Tensor]:
 
 def _sync_runner(rank: int, sync_initial_state) -> dict:
     model = _initial_state(rank)
-    call_case(sync_initial_state, f"synchronising a model with parameters and BatchNorm buffers on rank {rank}", model)
-    return {name: t.detach().clone() for name, t in model.state_dict().items()}
+    state = model.state_dict()
+    seen: list[tuple[str, int]] = []
+    with _recording_collectives(seen):
+        call_case(sync_initial_state, f"synchronising a model with parameters and BatchNorm buffers on rank {rank}",
+                  model)
+    broadcast = {pointer for name, pointer in seen if name == "broadcast"}
+    own = {tensor.data_ptr() for tensor in state.values()}
+    return {"state": {name: t.detach().clone() for name, t in model.state_dict().items()},
+            "broadcast_into": {name for name, t in state.items() if t.data_ptr() in broadcast},
+            "broadcasts_elsewhere": len(broadcast - own)}
+
+
+def _sync_answers_runner(rank: int, answers: tuple) -> list[dict]:
+    return [_sync_runner(rank, answer) for answer in answers]
+
+
+def run_sync_answers(answers: tuple, timeout: float = 30.0, name: str = "sync_initial_state") -> list[list[dict]]:
+    """Run each answer once on the same ranks (one launch); [answer][rank] -> what `_sync_runner` recorded: the
+    model's state afterwards, the entries a dist.broadcast wrote into, and how many broadcasts went elsewhere."""
+    return run_answers_on_ranks(_sync_answers_runner, answers, WORLD_SIZE, timeout, name,
+                                timeout_hint=_hang_hint("broadcast"))
 
 
 def check_sync_initial_state(sync_initial_state, timeout: float = 30.0) -> None:
@@ -182,21 +204,30 @@ def check_sync_initial_state(sync_initial_state, timeout: float = 30.0) -> None:
     """
     ensure_written(sync_initial_state)
     name = getattr(sync_initial_state, "__name__", "sync_initial_state")
-    results = run_on_ranks(_sync_runner, (sync_initial_state,), WORLD_SIZE, timeout, name,
-                           timeout_hint=_hang_hint("broadcast"))
+    passed(judge_sync_initial_state(name, run_sync_answers((sync_initial_state,), timeout, name)[0]))
+
+
+def judge_sync_initial_state(name: str, results: list[dict]) -> str:
+    """The ✓ line for one answer's per-rank results (`run_sync_answers`), or CheckFailed naming its mistake."""
     starts = [_initial_state(rank).state_dict() for rank in range(WORLD_SIZE)]
     buffers = {n for n, _ in _initial_state(0).named_buffers()}
     for rank in range(WORLD_SIZE):
+        got_state = results[rank]["state"]
         for key, want in starts[0].items():
-            got = results[rank][key]
+            got = got_state[key]
             if torch.equal(got, want):
                 continue
             kind = "buffer" if key in buffers else "parameter"
             where = f"rank {rank}, {kind} {key!r}"
             if torch.equal(got, starts[rank][key]):
-                floats_arrived = all(torch.equal(results[rank][k], starts[0][k]) for k in buffers
+                floats_arrived = all(torch.equal(got_state[k], starts[0][k]) for k in buffers
                                      if starts[0][k].is_floating_point())
-                if kind == "buffer" and not got.is_floating_point() and floats_arrived:
+                if key not in results[rank]["broadcast_into"] and results[rank]["broadcasts_elsewhere"]:
+                    hint = (f"dist.broadcast ran on rank {rank}, but never into this {kind}: a broadcast writes into "
+                            "the tensor it is given, and a copy (.clone(), .float(), a flat vector from torch.cat or "
+                            "parameters_to_vector) is a new tensor the model never reads. Broadcast the model's own "
+                            "tensors, or copy what arrived back into them")
+                elif kind == "buffer" and not got.is_floating_point() and floats_arrived:
                     hint = (f"the floating-point buffers arrived but {key!r} ({got.dtype}) did not: broadcast every "
                             "buffer, integer ones too, as DDP does (a step counter that differs between ranks "
                             "changes BatchNorm's momentum when momentum=None)")
@@ -214,4 +245,4 @@ def check_sync_initial_state(sync_initial_state, timeout: float = 30.0) -> None:
                 hint = "every rank must end with exactly rank 0's starting value (dist.broadcast from src=0)"
             raise CheckFailed(f"{where}: got {got.flatten()[:3].tolist()}, expected rank 0's "
                               f"{want.flatten()[:3].tolist()}.\nHint: {hint}.")
-    passed(f"{name}: every rank holds rank 0's parameters and buffers")
+    return f"{name}: every rank holds rank 0's parameters and buffers"

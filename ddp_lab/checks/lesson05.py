@@ -4,7 +4,8 @@
     ddp_lab.checks.lesson05.check_accumulate_gradients(accumulate_gradients)
 
 The sampler check runs in the notebook's process (one call per rank and epoch, as each
-rank would make); the accumulation check runs on 2 gloo ranks with a short timeout.
+rank would make); the accumulation check runs on 2 gloo ranks with a short timeout, each
+answer with 3 micro-batches and again with 4 (so a count written for 3 shows).
 
 Introduced in notebooks/05-ddp-in-practice.ipynb.
 """
@@ -76,17 +77,25 @@ def check_shard_indices(shard_indices) -> None:
     after `set_epoch(epoch)`: a permutation drawn with `torch.randperm` from a generator seeded
     with `seed + epoch` (the same on every rank), padded with its own first indices up to a
     multiple of world_size, rank r taking every world_size-th index starting at r. The same
-    arguments must give the same indices (each rank is a separate process). A difference is
-    reported with the mistake that explains it.
+    arguments must give the same indices (each rank is a separate process), and torch's global
+    random state must be left as it was. A difference is reported with the mistake that explains it.
 
     Introduced in notebooks/05-ddp-in-practice.ipynb.
     """
+    global_state = torch.get_rng_state()
     first = _indices(shard_indices, 12, 2, 0, 0)
     if first != _indices(shard_indices, 12, 2, 0, 0):
         raise CheckFailed("two calls with the same arguments gave different indices; each rank is a separate "
                           "process, so they would draw different permutations.\nHint: use "
                           "torch.Generator().manual_seed(seed + epoch) and torch.randperm(n, generator=g), "
                           "not the global random state.")
+    if not torch.equal(torch.get_rng_state(), global_state):
+        torch.set_rng_state(global_state)
+        raise CheckFailed("shard_indices(n=12, world_size=2, rank=0, epoch=0, seed=0) changed torch's global random "
+                          "state (torch.get_rng_state() differs after the call).\nHint: draw the permutation from a "
+                          "torch.Generator of its own: the global generator belongs to the training (dropout, "
+                          "augmentation), and seeding it with seed + epoch would give every rank the same random "
+                          "stream.")
     for n, world_size, epoch, seed in SHARD_CASES:
         shards = [_indices(shard_indices, n, world_size, rank, epoch, seed) for rank in range(world_size)]
         for rank, got in enumerate(shards):
@@ -116,14 +125,18 @@ def _shard_hint(got, shards, n, world_size, rank, epoch, seed) -> str:
         return (f"that is a contiguous block of the padded permutation (padded[{rank} * {per_rank}:"
                 f"{rank + 1} * {per_rank}]). DistributedSampler deals the indices out like cards: rank r takes "
                 f"every world_size-th index starting at r, padded[r::world_size].")
+    start = next((k for k in range(world_size) if k != rank and got == padded[k::world_size]), None)
+    if start is not None:
+        return (f"that is padded[{start}::{world_size}], every world_size-th index of the padded permutation "
+                f"starting at {start}: rank r starts at index r (rank {rank} at {rank}), padded[r::world_size].")
     if got == perm[rank::world_size] and len(got) != per_rank:
         return (f"no padding: rank {rank} got {len(got)} indices while every rank must get ceil({n}/{world_size}) "
                 f"= {per_rank} (ranks got {[len(s) for s in shards]}). Pad the permutation with its own first "
                 "indices up to a multiple of world_size; a rank with fewer batches would leave the others waiting "
                 "in all_reduce.")
     if epoch and got == reference_indices(n, world_size, rank, 0, seed):
-        return (f"these are the indices of epoch 0: the epoch is left out of the seed, so every epoch repeats "
-                f"the same order. Seed the generator with seed + epoch (what set_epoch does).")
+        return (f"these are the indices of epoch 0: the seed did not change with the epoch, so every epoch "
+                f"repeats the same order. Seed the generator with seed + epoch (what set_epoch does).")
     for other in sorted({seed + epoch + rank, seed + rank, rank}):
         if rank and got == _padded(_permutation(n, other), world_size)[rank::world_size]:
             return (f"rank {rank} cut a permutation drawn from seed {other}, a seed that includes the rank: every "
@@ -132,7 +145,8 @@ def _shard_hint(got, shards, n, world_size, rank, epoch, seed) -> str:
     if got == reference_indices(n, world_size, rank, epoch, seed, shuffle=False):
         return "not shuffled: cut a permutation from torch.randperm with a seeded generator, not range(n)."
     if seed and got == reference_indices(n, world_size, rank, epoch, 0):
-        return f"these are the indices for seed=0: the seed argument ({seed}) is ignored. Seed with seed + epoch."
+        return (f"these are the indices for seed=0: the seed argument ({seed}) made no difference. Seed with "
+                "seed + epoch.")
     if got[:n // world_size] == padded[rank::world_size][:n // world_size] and len(got) == per_rank:
         return (f"right up to the padding: DistributedSampler pads with the permutation's FIRST indices "
                 f"(padded = perm + perm[:{pad}])." if pad <= n else
@@ -155,6 +169,7 @@ def _shard_hint(got, shards, n, world_size, rank, epoch, seed) -> str:
 # --- gradient accumulation with no_sync -------------------------------------------------------
 
 MICRO_BATCHES, MICRO_SIZE, WORLD_SIZE = 3, 2, 2
+MORE_MICRO_BATCHES = 4   # the same answer again with 4: a count, a slice or an index written for 3 shows
 
 
 def _model() -> nn.Module:
@@ -162,24 +177,36 @@ def _model() -> nn.Module:
     return nn.Sequential(nn.Linear(3, 5), nn.Tanh(), nn.Linear(5, 1))
 
 
-def _data() -> tuple[torch.Tensor, torch.Tensor]:
+def _data(micro_batches: int = MICRO_BATCHES) -> tuple[torch.Tensor, torch.Tensor]:
     generator = torch.Generator().manual_seed(11)
-    rows = WORLD_SIZE * MICRO_BATCHES * MICRO_SIZE
+    rows = WORLD_SIZE * micro_batches * MICRO_SIZE
     return torch.randn(rows, 3, generator=generator), torch.randn(rows, 1, generator=generator)
 
 
 def _accumulate_runner(rank: int, answers: tuple) -> list[dict]:
-    """Each answer in turn, each on a DDP model of its own."""
-    return [_accumulate_one(rank, accumulate_gradients) for accumulate_gradients in answers]
+    """Each answer in turn, each run on a DDP model of its own: with 3 micro-batches, then ("more") with 4."""
+    return [{**_accumulate_one(rank, accumulate_gradients),
+             "more": _accumulate_one(rank, accumulate_gradients, MORE_MICRO_BATCHES)}
+            for accumulate_gradients in answers]
+
+
+def _raised_with_more(failure) -> str | None:
+    """The hint for an answer that raised in its run with 4 micro-batches, after its run with 3 returned."""
+    if getattr(failure.exception, "case", "").startswith(f"accumulating {MORE_MICRO_BATCHES} micro-batches"):
+        return (f"the same function ran with {MICRO_BATCHES} micro-batches and raised with {MORE_MICRO_BATCHES}: "
+                f"something in it is written for {MICRO_BATCHES} (a count, an index, an unpacking into "
+                f"{MICRO_BATCHES} names) where len(micro_batches) decides it")
+    return None
 
 
 def run_accumulate_gradients_answers(answers: tuple, timeout: float = 30.0,
                                      name: str = "accumulate_gradients") -> list[list[dict]]:
-    """Run each answer once on the same 2 ranks (one launch); [answer][rank] -> its gradients, all-reduces and flags."""
-    return run_answers_on_ranks(_accumulate_runner, answers, WORLD_SIZE, timeout, name)
+    """Run each answer on the same 2 ranks (one launch), with 3 micro-batches and with 4; [answer][rank] -> its
+    gradients, all-reduces and flags with 3, and under "more" the same with 4."""
+    return run_answers_on_ranks(_accumulate_runner, answers, WORLD_SIZE, timeout, name, explain=_raised_with_more)
 
 
-def _accumulate_one(rank: int, accumulate_gradients) -> dict:
+def _accumulate_one(rank: int, accumulate_gradients, micro_batches: int = MICRO_BATCHES) -> dict:
 
     calls: list[int] = []
 
@@ -197,26 +224,27 @@ def _accumulate_one(rank: int, accumulate_gradients) -> dict:
     forwards: list[int] = []
     model.module.register_forward_pre_hook(lambda module, args: forwards.append(1))
     next(model.parameters()).register_hook(lambda grad: synced["backward"].append(model.require_backward_grad_sync))
-    x, y = (t.chunk(WORLD_SIZE)[rank] for t in _data())
-    micro = list(zip(x.chunk(MICRO_BATCHES), y.chunk(MICRO_BATCHES)))
+    x, y = (t.chunk(WORLD_SIZE)[rank] for t in _data(micro_batches))
+    micro = list(zip(x.chunk(micro_batches), y.chunk(micro_batches)))
     before = [p.detach().clone() for p in model.parameters()]
-    call_case(accumulate_gradients, f"accumulating {MICRO_BATCHES} micro-batches on rank {rank}", model, micro)
+    call_case(accumulate_gradients, f"accumulating {micro_batches} micro-batches on rank {rank}", model, micro)
     return {"grads": [None if p.grad is None else p.grad.clone() for p in model.parameters()],
             "all_reduces": len(calls), "synced": synced, "forwards": len(forwards),
             "stepped": any(not torch.equal(b, p.detach()) for b, p in zip(before, model.parameters()))}
 
 
-def _reference() -> dict[str, list[torch.Tensor]]:
+def _reference(micro_batches: int = MICRO_BATCHES) -> dict[str, list[torch.Tensor]]:
 
-    x, y = _data()
+    x, y = _data(micro_batches)
     out = {}
     model = _model()
     F.mse_loss(model(x), y).backward()
     out["big batch"] = [p.grad.clone() for p in model.parameters()]
     last = _model()  # only the last micro-batch of every rank (zero_grad inside the loop)
     for rank in range(WORLD_SIZE):
-        xs, ys = x.chunk(WORLD_SIZE)[rank].chunk(MICRO_BATCHES)[-1], y.chunk(WORLD_SIZE)[rank].chunk(MICRO_BATCHES)[-1]
-        (F.mse_loss(last(xs), ys) / (MICRO_BATCHES * WORLD_SIZE)).backward()
+        xs = x.chunk(WORLD_SIZE)[rank].chunk(micro_batches)[-1]
+        ys = y.chunk(WORLD_SIZE)[rank].chunk(micro_batches)[-1]
+        (F.mse_loss(last(xs), ys) / (micro_batches * WORLD_SIZE)).backward()
     out["last only"] = [p.grad.clone() for p in last.parameters()]
     return out
 
@@ -227,7 +255,7 @@ def check_accumulate_gradients(accumulate_gradients, timeout: float = 30.0) -> N
     On every rank, `micro_batches` is a list of (x, y); afterwards every p.grad must equal the
     gradient of `F.mse_loss` over the big batch made of all ranks' micro-batches, with one
     all-reduce in total (all but the last backward inside `ddp_model.no_sync()`), and no
-    optimizer step.
+    optimizer step: with 3 micro-batches, then again with 4.
 
     Introduced in notebooks/05-ddp-in-practice.ipynb.
     """
@@ -235,13 +263,26 @@ def check_accumulate_gradients(accumulate_gradients, timeout: float = 30.0) -> N
     name = getattr(accumulate_gradients, "__name__", "accumulate_gradients")
     refuse_written_divisor(accumulate_gradients, name, "a loss", "len(micro_batches), the number of micro-batches",
                            divided=("loss",))
-    passed(judge_accumulate_gradients(name, run_accumulate_gradients_answers((accumulate_gradients,), timeout, name)[0]))
+    results = run_accumulate_gradients_answers((accumulate_gradients,), timeout, name)[0]
+    passed(judge_accumulate_gradients(name, results))
 
 
 def judge_accumulate_gradients(name: str, results: list[dict]) -> str:
     """The ✓ line for one answer's results on every rank (`run_accumulate_gradients_answers`), or CheckFailed naming
-    its mistake."""
-    reference = _reference()
+    its mistake: the run with 3 micro-batches is judged first, then the run with 4."""
+    _judge_run(results, MICRO_BATCHES)
+    try:
+        _judge_run([result["more"] for result in results], MORE_MICRO_BATCHES, right_with=MICRO_BATCHES)
+    except CheckFailed as failure:
+        raise CheckFailed(f"with {MORE_MICRO_BATCHES} micro-batches (with {MICRO_BATCHES} all was right), "
+                          f"{failure}") from None
+    return f"{name}: {MICRO_BATCHES} micro-batches == one big batch, with 1 all-reduce instead of {MICRO_BATCHES}"
+
+
+def _judge_run(results: list[dict], count: int, right_with: int | None = None) -> None:
+    """CheckFailed at the first thing a run with `count` micro-batches got wrong on some rank. `right_with`: the
+    number of micro-batches of a run of the same answer that was right (evidence for a count written in the code)."""
+    reference = _reference(count)
     names = [n for n, _ in _model().named_parameters()]
     for rank in range(WORLD_SIZE):
         got = results[rank]
@@ -254,12 +295,16 @@ def judge_accumulate_gradients(name: str, results: list[dict]) -> str:
             raise CheckFailed(f"rank {rank}: every p.grad is None: no backward ran.\nHint: run forward and "
                               "backward on each micro-batch's loss.")
         forwards, backwards = got["forwards"], len(got["synced"]["backward"])
-        if forwards != MICRO_BATCHES or backwards != MICRO_BATCHES:
+        if forwards != count or backwards != count:
+            hint = ("accumulation runs one forward and one backward per micro-batch, so only one micro-batch's "
+                    "activations are alive at a time (the point when the whole batch does not fit); one forward of "
+                    "the whole batch, or one backward of the summed losses, holds them all at once.")
+            if right_with is not None and forwards == backwards:
+                hint = (f"the run with {right_with} micro-batches had one forward and one backward for each: the loop "
+                        "stops at a number written in the code (a range, a slice, an index) where len(micro_batches) "
+                        "decides it.")
             raise CheckFailed(f"rank {rank}: {forwards} forward(s) and {backwards} backward(s) for "
-                              f"{MICRO_BATCHES} micro-batches.\nHint: accumulation runs one forward and one backward "
-                              "per micro-batch, so only one micro-batch's activations are alive at a time (the "
-                              "point when the whole batch does not fit); one forward of the whole batch, or one "
-                              "backward of the summed losses, holds them all at once.")
+                              f"{count} micro-batches.\nHint: {hint}")
         if got["all_reduces"] == 0 and all(torch.allclose(grad, want, atol=1e-6) for grad, want in
                                            zip(got["grads"], reference["big batch"])):
             raise CheckFailed(f"rank {rank}: right gradients, but DDP never all-reduced: every backward ran inside "
@@ -287,17 +332,30 @@ def judge_accumulate_gradients(name: str, results: list[dict]) -> str:
                 raise CheckFailed(f"{where} is None: call backward on every micro-batch's loss.")
             if torch.allclose(grad, want, atol=1e-6):
                 continue
-            if torch.allclose(grad, want * MICRO_BATCHES, atol=1e-6):
-                hint = (f"it is {MICRO_BATCHES} times the big batch's gradient: divide each micro-batch loss "
+            divided_by = next((k for k in range(2, 9) if k != count
+                               and torch.allclose(grad, want * count / k, atol=1e-6)), None)
+            if torch.allclose(grad, want * count, atol=1e-6):
+                hint = (f"it is {count} times the big batch's gradient: divide each micro-batch loss "
                         "by the number of micro-batches before backward (the gradients add up)")
+            elif torch.allclose(grad, want / WORLD_SIZE, atol=1e-7):
+                hint = (f"it is the big batch's gradient divided by {WORLD_SIZE}, the number of ranks: DDP's "
+                        "all-reduce already averages over the ranks, so divide each micro-batch loss by the number "
+                        "of micro-batches only")
+            elif divided_by is not None:
+                hint = (f"it is {count}/{divided_by} of the big batch's gradient: each micro-batch loss was divided "
+                        f"by {divided_by}, where there are {count} micro-batches: divide by len(micro_batches), "
+                        "which the run decides")
             elif torch.allclose(grad, reference["last only"][index], atol=1e-6):
                 hint = ("only the last micro-batch counted: do not zero the gradients between micro-batches; "
                         "backward adds into p.grad")
             elif got["synced"]["backward"] and got["synced"]["backward"][-1] is False:
                 synced_at = [i for i, flag in enumerate(got["synced"]["backward"]) if flag]
-                hint = (f"DDP all-reduced in micro-batch {synced_at} of 0..{MICRO_BATCHES - 1}, not in the last: "
+                hint = (f"DDP all-reduced in micro-batch {synced_at} of 0..{count - 1}, not in the last: "
                         "the backwards after it, inside no_sync, added this rank's own gradients after the "
                         "all-reduce. Run every micro-batch but the LAST inside `with model.no_sync():`")
+            elif right_with is not None:
+                hint = (f"the same function was right with {right_with} micro-batches: look for a number written for "
+                        f"{right_with} (a count, a slice, an index) where len(micro_batches) decides it")
             else:
                 hint = ("expected the gradient of the mean loss over all ranks' micro-batches: "
                         "backward on F.mse_loss(model(x), y) / len(micro_batches) for each micro-batch")
@@ -306,7 +364,7 @@ def judge_accumulate_gradients(name: str, results: list[dict]) -> str:
                               f"{want[at].item():.6g}.\nHint: {hint}.")
         if got["all_reduces"] > 1 and backwards_off > forwards_off:
             raise CheckFailed(f"rank {rank}: right gradients, but {got['all_reduces']} all-reduces for "
-                              f"{MICRO_BATCHES} micro-batches, although {backwards_off} backward(s) ran inside "
+                              f"{count} micro-batches, although {backwards_off} backward(s) ran inside "
                               f"`no_sync()`: their forward ran outside it.\nHint: DDP decides in forward whether "
                               "the next backward all-reduces (no_sync turns off the flag that DDP's forward reads), "
                               "so a forward outside `with model.no_sync():` all-reduces in its backward even "
@@ -314,6 +372,5 @@ def judge_accumulate_gradients(name: str, results: list[dict]) -> str:
                               "inside no_sync.")
         if got["all_reduces"] > 1:
             raise CheckFailed(f"rank {rank}: right gradients, but {got['all_reduces']} all-reduces for "
-                              f"{MICRO_BATCHES} micro-batches.\nHint: run every backward except the last inside "
+                              f"{count} micro-batches.\nHint: run every backward except the last inside "
                               "`with model.no_sync():`, so DDP communicates once.")
-    return f"{name}: {MICRO_BATCHES} micro-batches == one big batch, with 1 all-reduce instead of {MICRO_BATCHES}"

@@ -7,7 +7,9 @@ The formula check runs in the notebook's process against `ddp_lab.course.shardin
 the ZeRO-1 check trains 3 Adam steps on 2 gloo ranks with a short timeout and compares
 every rank's gradient shards (as optimizer.step() finds them), optimizer state and parameters
 with one process training on the whole batch (the shards zero1_init returns are checked before
-zero1_step runs). The formula check refuses an answer that calls the package's own
+zero1_step runs). Run on 2 ranks only, the ZeRO-1 check refuses, before any rank starts, a number
+of shards written in either function (`.chunk(2)`, `p.numel() // 2`) and a gradient divided by a
+written number. The formula check refuses an answer that calls the package's own
 `state_bytes_per_rank`.
 
 Introduced in notebooks/09-zero-and-fsdp.ipynb.
@@ -228,7 +230,10 @@ def check_zero1(zero1_init, zero1_step, timeout: float = 60.0) -> None:
     name = getattr(zero1_step, "__name__", "zero1_step")
     init_name = getattr(zero1_init, "__name__", "zero1_init")
     refuse_written_split(zero1_init, init_name, "world_size, the argument (one shard per rank)")
+    refuse_written_divisor(zero1_init, init_name, "a parameter's size", "world_size, the argument (one shard per rank)",
+                           divided=("numel", "shape", "size(", "len("))
     refuse_written_divisor(zero1_step, name, "a gradient", "dist.get_world_size(), the number of ranks")
+    refuse_written_split(zero1_step, name, "dist.get_world_size(), the number of ranks (one shard per rank)")
     results = run_zero1_answers(((zero1_init, zero1_step),), timeout, name)[0]
     passed(judge_zero1(name, init_name, results, division_into_a_new_tensor(zero1_step)))
 

@@ -12,7 +12,10 @@ uninterrupted. The first record of the resumed run that differs from the uninter
 run's names the piece of state the checkpoint lost. A checkpoint saved with torch.save
 straight to the name it is loaded from is refused: the kill here never lands mid-write, a
 real one may. The crash comes after 11 checkpoints, so that a restart that takes the last
-file name in sorted order ('step-9' after 'step-11') resumes too early, and is told why.
+file name in sorted order ('step-9' after 'step-11') resumes too early, and is told why. An
+answer that divides the step by a number written in its code (`divmod(step, 3)`, or `per_epoch
+= 3` and then `step // per_epoch`) is refused before any rank starts: 3 batches an epoch holds
+for 2 ranks only, and every run here has 2.
 
 Introduced in notebooks/12-debugging-and-fault-tolerance.ipynb.
 """
@@ -29,7 +32,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from ddp_lab.checks import CheckFailed, passed
-from ddp_lab.checks.common import call_case, ensure_written, failure_message, run_on_ranks
+from ddp_lab.checks.common import call_case, ensure_written, failure_message, refuse_written_divisor, run_on_ranks
 from ddp_lab.launcher.errors import LaunchError, LaunchTimeout, RankCrashed
 from ddp_lab.launcher.launch import launch
 
@@ -301,6 +304,9 @@ def check_restartable(train, timeout: float = 60.0) -> None:
     """
     ensure_written(train)
     name = getattr(train, "__name__", "train")
+    refuse_written_divisor(train, name, "a step count", "the batches of an epoch, counted from the sampler "
+                           "(len(sampler) and BATCH), which the number of ranks decides", divided=("step",),
+                           ignored=("total",))
     with tempfile.TemporaryDirectory(prefix="ddp_lab-check12-") as root:
         never, killed = os.path.join(root, "uninterrupted"), os.path.join(root, "killed")
         os.makedirs(never)
