@@ -30,9 +30,10 @@ DEADLOCK_TIMEOUT = 5.0   # seconds after every rank entered the answer (start-up
 # --- one_f_one_b_stage ----------------------------------------------------------------------
 
 def make_stage_answer(*, scale=True, blocking=False, grad_peer=-1, warmup=None, mark_input=True, wait_now=False,
-                      grad_divisor=1):
+                      grad_divisor=1, zero_each=False, return_undivided=False):
     """A 1F1B stage with one mistake switched on (the defaults give the right answer). `wait_now`: each isend's
-    .wait() right after it starts, a blocking send in disguise."""
+    .wait() right after it starts, a blocking send in disguise. `zero_each`: the stage's gradients zeroed before
+    every micro-batch's backward. `return_undivided`: backward on the divided loss, the undivided one returned."""
 
     def one_f_one_b_stage(stage, inputs, targets):
         rank, world_size = dist.get_rank(), dist.get_world_size()
@@ -58,14 +59,17 @@ def make_stage_answer(*, scale=True, blocking=False, grad_peer=-1, warmup=None, 
                     x.requires_grad_()
             out = stage(x)
             if last:
-                out = F.mse_loss(out, targets[i]) / (m if scale else 1)
-                losses.append(out.detach())
+                undivided = F.mse_loss(out, targets[i])
+                out = undivided / (m if scale else 1)
+                losses.append((undivided if return_undivided else out).detach())
             else:
                 send(out.detach(), rank + 1)
             saved[i] = (x, out)
 
         def backward(i):
             x, out = saved.pop(i)
+            if zero_each:
+                stage.zero_grad()
             grad = None
             if not last:
                 grad = torch.empty(shape)
@@ -152,6 +156,12 @@ STAGE_MISTAKES = [   # answers that return: they run one after the other in one 
     # the stage where the mistake starts is named
     (dict(grad_divisor=MICROBATCHES), r"(?s)^rank 1 \(stage 1\), gradient of the weight.*the right gradient divided "
                                       r"by 4"),
+    # the gradients are right: the losses were divided for backward, only the returned ones were not
+    (dict(return_undivided=True), r"(?s)add up to 4 x the whole batch's mean.*the gradients are right.*Return the "
+                                  r"divided loss"),
+    # gradients zeroed before every backward: what is left is the last micro-batch's alone, not a pairing mistake
+    (dict(zero_each=True), r"(?s)^rank 2 \(stage 2\), gradient of the weight.*Hint: it is the gradient of the last "
+                           r"micro-batch alone.*add up over the micro-batches"),
 ]
 
 
@@ -290,6 +300,20 @@ def window_to_the_last_start(spans):
     return 1.0 - sum(s.end - s.start for s in spans) / (len({s.rank for s in spans}) * makespan)
 
 
+def window_from_the_first_end(spans):
+    in_time = sorted(spans, key=lambda s: s.end)
+    makespan = in_time[-1].end - in_time[0].start      # the span that ends first need not start first
+    return 1.0 - sum(s.end - s.start for s in spans) / (len({s.rank for s in spans}) * makespan)
+
+
+def rounded_for_display(spans):
+    return round(idle_fraction(spans), 3)
+
+
+def as_text(spans):
+    return str(idle_fraction(spans))
+
+
 def gaps_between_own_spans(spans):
     makespan = max(s.end for s in spans) - min(s.start for s in spans)
     gaps = 0.0
@@ -321,6 +345,14 @@ def test_idle_fraction_accepts_the_right_answer(capsys):
                                r"the window ends where the span that starts last ends \(14\), but a span that "
                                r"started earlier ends later \(14.3\)"),
     (gaps_between_own_spans, r"(?s)^GPipe on 2 stages.*Hint: only the gaps between a rank's own spans were counted"),
+    # right wherever the span that ends first also starts first; the three-rank case has one that starts later
+    (window_from_the_first_end, r"(?s)^three ranks with measured-looking times: got .*Hint: the window starts where "
+                                r"the span that ends first starts \(30.4\), but a span that ends later started "
+                                r"earlier \(30\)"),
+    (rounded_for_display, r"(?s)^1F1B on 4 stages.*got 0.273, expected 0.272727.*Hint: that is the right value rounded "
+                          r"to 3 decimals"),
+    (as_text, r"^GPipe on 2 stages with 4 micro-batches \(ideal times\): as_text returned str '0\.\d+'; expected a "
+              r"float"),
 ])
 def test_idle_fraction_rejects_wrong_answers(answer, feedback):
     with pytest.raises(CheckFailed, match=feedback):

@@ -66,6 +66,25 @@ def rounded_for_display(params, dp, zero, precision):
     return {part: round(gb, 2) for part, gb in per_gpu_model_states_gb(params, dp, zero, precision).items()}
 
 
+def rounded_to_4_decimals(params, dp, zero, precision):
+    return {part: round(gb, 4) for part, gb in per_gpu_model_states_gb(params, dp, zero, precision).items()}
+
+
+def rounded_to_6_decimals(params, dp, zero, precision):
+    return {part: round(gb, 6) for part, gb in per_gpu_model_states_gb(params, dp, zero, precision).items()}
+
+
+def in_float32(params, dp, zero, precision):
+    import numpy
+    return {part: numpy.float32(gb) for part, gb in per_gpu_model_states_gb(params, dp, zero, precision).items()}
+
+
+def exact_fractions(params, dp, zero, precision):
+    from fractions import Fraction
+    return {part: Fraction(params * size, (dp if zero >= first else 1) * 10**9)
+            for part, size, first in zip(PARTS, PER_PARAM[precision], (3, 2, 1))}
+
+
 def floored_by_integer_division(params, dp, zero, precision):
     return {part: params * size // (dp if zero >= first else 1) // 10**9
             for part, size, first in zip(PARTS, PER_PARAM[precision], (3, 2, 1))}
@@ -79,6 +98,12 @@ def the_planners_formula(params, dp, zero, precision):
 def test_model_states_accepts_the_solution(capsys):
     check_model_states_gb(per_gpu_model_states_gb)
     assert "✓ per_gpu_model_states_gb equals the planner's model_state_bytes" in capsys.readouterr().out
+
+
+def test_model_states_accepts_numbers_of_any_kind(capsys):
+    # exact fractions and numpy floats are numbers of GB too
+    check_model_states_gb(exact_fractions)
+    assert "✓ exact_fractions equals" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("answer, feedback", [
@@ -95,6 +120,12 @@ def test_model_states_accepts_the_solution(capsys):
     (in_bytes, r"(?s)\['params'\] is 1.5e\+10 GB.*that is bytes: return GB"),
     (rounded_for_display, r"(?s)zero=1, precision='bf16'\)\['optimizer'\] is 1.41 GB, expected 1.40625 GB.*that is the "
                           r"right value rounded to 2 decimals \(1.40625 GB\): return the unrounded float"),
+    (rounded_to_4_decimals, r"(?s)zero=1, precision='bf16'\)\['optimizer'\] is 1.4062 GB, expected 1.40625 GB.*that "
+                            r"is the right value rounded to 4 decimals"),
+    # 16.060522 against 16.060522496: both read 16.0605 with 6 significant digits, so more are shown
+    (rounded_to_6_decimals, r"(?s)^rounded_to_6_decimals\(8_030_261_248, dp=8, zero=1, precision='bf16'\)\['params'\] "
+                            r"is 16.060522 GB, expected 16.0605225 GB.*that is the right value rounded to 6 decimals"),
+    (in_float32, r"(?s)\['params'\] is 16.0605221 GB, expected 16.0605225 GB.*about 7 significant digits.*float32"),
     (floored_by_integer_division, r"(?s)zero=1, precision='bf16'\)\['optimizer'\] is 1 GB, expected 1.40625 GB.*that "
                                   r"is the right value cut to whole GB \(1.40625 GB\), as integer division"),
     (a_total, r"returned 120.0; expected a dict with the keys \['params', 'grads', 'optimizer'\]"),

@@ -2,14 +2,17 @@
 
 Each wrong answer below is a mistake a learner is likely to make; the test pins the part of the
 feedback that names it, and that no other mistake's hint appears. The combine and zig-zag checks
-run in this process (milliseconds). The ring's mistaken answers run in one launch of 3
-gloo ranks (the check's own runner, then its judge); the three hanging rings go through the check
-itself and each runs into a 4 s timeout, counted from when every rank entered the answer (about 15 s
-for the module on 2 busy cores: a hang can only be proven by waiting for it). The right answers' ✓ is
+run in this process (milliseconds). The ring's mistaken answers, and right ones returned in another
+dtype, run in one launch of 3 gloo ranks (the check's own runner, then its judge); the three hanging
+rings go through the check itself and each runs into a 4 s timeout, counted from when every rank
+entered the answer (about 15 s for the module on 2 busy cores: a hang can only be proven by waiting
+for it). The right answers' ✓ is
 proven by nbval of solutions/15-long-sequences.ipynb, so it is not run again here.
 """
 
 from __future__ import annotations
+
+import re
 
 import pytest
 import torch
@@ -99,6 +102,16 @@ def combine_logsumexp_over_heads(out_a, lse_a, out_b, lse_b):
     return torch.exp(lse_a - lse).unsqueeze(-1) * out_a + torch.exp(lse_b - lse).unsqueeze(-1) * out_b, lse
 
 
+def combine_in_float64(out_a, lse_a, out_b, lse_b):
+    lse = torch.logaddexp(lse_a.double(), lse_b.double())     # right values, returned in float64
+    return torch.exp(lse_a - lse).unsqueeze(-1) * out_a.double() + torch.exp(lse_b - lse).unsqueeze(-1) * out_b, lse
+
+
+def combine_in_half(out_a, lse_a, out_b, lse_b):
+    out, lse = combine_right(out_a, lse_a, out_b, lse_b)
+    return out.half(), lse
+
+
 def combine_the_packages(out_a, lse_a, out_b, lse_b):
     return combine(out_a, lse_a, out_b, lse_b)
 
@@ -133,6 +146,14 @@ def test_combine_shows_an_error_in_the_learners_code_without_a_borrowed_hint():
     assert "torch.exp(lse_a - lse).unsqueeze(-1) * out_a" in message and "Hint" not in message, message
 
 
+def test_combine_judges_the_values_of_a_float64_result_and_names_another_dtype(capsys):
+    check_combine(combine_in_float64)
+    assert "✓ combine_in_float64" in capsys.readouterr().out
+    with pytest.raises(CheckFailed, match=r"^combining two partial results with small scores: the output has dtype "
+                                          r"torch.float16; expected torch.float32, the dtype of each partial output"):
+        check_combine(combine_in_half)
+
+
 def test_combine_stub_says_not_written():
     with pytest.raises(CheckFailed, match=r"combine_stub is not written yet.*weigh each output"):
         check_combine(combine_stub)
@@ -141,8 +162,9 @@ def test_combine_stub_says_not_written():
 # --- ring_attention --------------------------------------------------------------------------
 
 def make_ring(*, skip_future=True, mask=lambda rank, source: rank == source, source_of=None, blocking=False,
-              passes=None, send_to=+1, recv_from=-1, steps=None, wrap=True, package=False):
-    """A ring attention answer with one mistake switched on (the defaults give the right answer)."""
+              passes=None, send_to=+1, recv_from=-1, steps=None, wrap=True, package=False, dtype=None):
+    """A ring attention answer with one mistake switched on (the defaults give the right answer). `dtype`: the
+    output returned in that dtype."""
 
     def ring_attention(q, k, v):
         if package:
@@ -170,7 +192,7 @@ def make_ring(*, skip_future=True, mask=lambda rank, source: rank == source, sou
                     for work in works:
                         work.wait()
                 k, v = received_k, received_v
-        return state[0]
+        return state[0] if dtype is None else state[0].to(dtype)
 
     return ring_attention
 
@@ -196,10 +218,16 @@ RING_MISTAKES = [
 ]
 
 
+# a right ring whose output is float64 (its values are judged), and one whose output is float16 (its dtype is named)
+RING_DTYPES = [(torch.float64, None), (torch.float16, "rank 0: the output has dtype torch.float16; expected "
+                                                      "torch.float32, the dtype of q, k and v")]
+
+
 @pytest.fixture(scope="module")
 def mistaken_rings() -> list:
-    """What every rank returned and sent for each mistaken answer: one launch of 3 ranks runs them all."""
-    answers = [make_ring(**mistake) for mistake, _ in RING_MISTAKES]
+    """What every rank returned and sent for each mistaken answer, then for each of RING_DTYPES: one launch of 3
+    ranks runs them all."""
+    answers = [make_ring(**mistake) for mistake, _ in RING_MISTAKES] + [make_ring(dtype=d) for d, _ in RING_DTYPES]
 
     def run_all(rank, answers):   # nested, so cloudpickle ships it by value to the ranks
         return [_ring_runner(rank, answer) for answer in answers]
@@ -212,6 +240,17 @@ def mistaken_rings() -> list:
 def test_ring_names_each_mistake_and_only_it(mistaken_rings, index):
     expected = RING_MISTAKES[index][1]
     _raises_only(lambda results: _judge_ring("ring_attention", results), mistaken_rings[index], RING_HINTS, expected)
+
+
+@pytest.mark.parametrize("index", range(len(RING_DTYPES)), ids=[str(dtype) for dtype, _ in RING_DTYPES])
+def test_ring_judges_a_float64_output_and_names_another_dtype(mistaken_rings, index, capsys):
+    results, said = mistaken_rings[len(RING_MISTAKES) + index], RING_DTYPES[index][1]
+    if said is None:
+        _judge_ring("ring_attention", results)
+        assert "✓ ring_attention" in capsys.readouterr().out
+    else:
+        with pytest.raises(CheckFailed, match=f"^{re.escape(said)}"):
+            _judge_ring("ring_attention", results)
 
 
 def test_ring_names_a_buffer_read_before_it_arrived(mistaken_rings):

@@ -2,9 +2,10 @@
 
 Each wrong answer below is a mistake a learner is likely to make; the test pins the part of the
 feedback that names it, and that no other mistake's hint appears. The FP8 check runs in this
-process (milliseconds); the loss-scaled steps of every mistaken answer run in one launch of 2 gloo
-ranks and are judged by the check's own judge. The right answers' ✓ is proven by nbval of
-solutions/17-compile-and-low-precision.ipynb, so it is not run again here.
+process (milliseconds); the loss-scaled steps of every mistaken answer, and of right answers by other
+routes than the solution's, run in one launch of 2 gloo ranks and are judged by the check's own judge.
+The solution's ✓ is proven by nbval of solutions/17-compile-and-low-precision.ipynb, so it is not run
+again here.
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ from ddp_lab.launcher.launch import launch
 SCALER_HINTS = ("decided per rank", "never divided by the scale", "divides into new tensors",
                 "clipped before they were unscaled",
                 "not capped at 1", "norm of its own shard", "norms were added", "averaged over the ranks",
-                "must be skipped on every rank", "the package's own answer")
+                "must be skipped on every rank", "the package's own answer", "finds inf but not NaN",
+                "not by this case's scale", "clipped to norm 1", "capped at max_norm")
 FP8_HINTS = ("gradients take e5m2", "weights and activations take e4m3", "wrong dimension", "keep the reduced dimension",
              "inverted", "x.max() misses", "other format's largest", "one scale per row", "one scale for the whole",
              "the package's own answer", "wrong way round", "is another FP8 format", "is a Python float",
@@ -163,6 +165,58 @@ def step_multiplied_by_scale(params, optimizer, scale, max_norm):
     return True
 
 
+def _finite_flag(params, test=lambda g: torch.isfinite(g).all()) -> bool:
+    flag = torch.tensor([0.0 if all(test(p.grad) for p in params) else 1.0])
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+    return bool(flag.item())
+
+
+def step_tests_for_inf_only(params, optimizer, scale, max_norm):
+    _unscale(params, scale)
+    if _finite_flag(params, lambda g: not torch.isinf(g).any()):   # a NaN passes this test
+        return False
+    _clip(params, max_norm)
+    optimizer.step()
+    return True
+
+
+def step_multiplies_by_a_written_reciprocal(params, optimizer, scale, max_norm):
+    for p in params:
+        p.grad.mul_(1 / 1024)                                      # 1 / scale, for one scale only
+    if _agreed_inf(params):
+        return False
+    _clip(params, max_norm)
+    optimizer.step()
+    return True
+
+
+def step_clips_to_norm_one(params, optimizer, scale, max_norm):
+    _unscale(params, scale)
+    if _agreed_inf(params):
+        return False
+    squares = sum(p.grad.pow(2).sum() for p in params).reshape(1)
+    dist.all_reduce(squares)
+    clip_coef = 1.0 / (squares.sqrt().item() + 1e-6)               # max_norm written as 1
+    if clip_coef < 1:
+        for p in params:
+            p.grad.mul_(clip_coef)
+    optimizer.step()
+    return True
+
+
+def step_caps_at_max_norm(params, optimizer, scale, max_norm):
+    _unscale(params, scale)
+    if _agreed_inf(params):
+        return False
+    squares = sum(p.grad.pow(2).sum() for p in params).reshape(1)
+    dist.all_reduce(squares)
+    coefficient = min(max_norm, max_norm / (squares.sqrt().item() + 1e-6))   # min(1, ...) meant
+    for p in params:
+        p.grad.mul_(coefficient)
+    optimizer.step()
+    return True
+
+
 def step_with_the_package(params, optimizer, scale, max_norm):
     return AgreedLossScaler(scale=scale).unscale_clip_and_step(params, optimizer, max_norm)
 
@@ -179,12 +233,45 @@ SCALER_MISTAKES = [
     (step_unscaled_into_new_tensors, "divides into new tensors"),
     (step_multiplied_by_scale, "not capped at 1"),             # the hint names both: still scaled, or uncapped
     (step_with_the_package, "the package's own answer"),
+    (step_tests_for_inf_only, "finds inf but not NaN"),
+    # 1 / 1024 is one case's scale: another case's gradients come out scale / 1024 times too large or too small
+    (step_multiplies_by_a_written_reciprocal, "not by this case's scale"),
+    (step_clips_to_norm_one, "clipped to norm 1"),
+    (step_caps_at_max_norm, "capped at max_norm"),
 ]
+
+
+# right answers by other routes, run in the same launch: the norm's all_reduce as the overflow test (an inf or a NaN
+# in any shard makes the global norm non-finite), torch's clamped coefficient applied always, grads cleared on a skip
+def step_norm_finds_the_overflow(params, optimizer, scale, max_norm):
+    _unscale(params, scale)
+    squares = sum(p.grad.pow(2).sum() for p in params).reshape(1)
+    dist.all_reduce(squares)
+    norm = squares.sqrt()
+    if not torch.isfinite(norm):
+        return False
+    for p in params:
+        p.grad.mul_(torch.clamp(max_norm / (norm + 1e-6), max=1.0))
+    optimizer.step()
+    return True
+
+
+def step_clears_the_gradients_when_it_skips(params, optimizer, scale, max_norm):
+    torch._foreach_div_([p.grad for p in params], scale)
+    if _finite_flag(params):
+        optimizer.zero_grad()
+        return False
+    _clip(params, max_norm)
+    optimizer.step()
+    return True
+
+
+SCALER_RIGHT = [step_norm_finds_the_overflow, step_clears_the_gradients_when_it_skips]
 
 
 @pytest.fixture(scope="module")
 def scaler_results():
-    answers = [answer for answer, _ in SCALER_MISTAKES]
+    answers = [answer for answer, _ in SCALER_MISTAKES] + SCALER_RIGHT
     per_rank = launch(scaler_runs, args=(answers,), nprocs=WORLD, backend="gloo", timeout=30)
     return {answer.__name__: [per_rank[rank][i] for rank in range(WORLD)] for i, answer in enumerate(answers)}
 
@@ -194,6 +281,11 @@ def test_scaler_check_names_each_mistake_and_only_it(scaler_results, answer, exp
     with pytest.raises(CheckFailed) as failure:
         judge_scaler(answer.__name__, scaler_results[answer.__name__], division_into_a_new_tensor(answer))
     _fails_with_only(str(failure.value), expected, SCALER_HINTS)
+
+
+@pytest.mark.parametrize("answer", SCALER_RIGHT, ids=[a.__name__ for a in SCALER_RIGHT])
+def test_scaler_check_accepts_right_answers_by_other_routes(scaler_results, answer):
+    judge_scaler(answer.__name__, scaler_results[answer.__name__], division_into_a_new_tensor(answer))   # no raise
 
 
 # --- to_fp8 ----------------------------------------------------------------------------------
@@ -274,6 +366,11 @@ def fp8_scale_in_fp8(x, role, rowwise):
     return x_fp8, scale.to(_format(role))          # the scale cast to FP8 along with the values
 
 
+def fp8_scale_in_bfloat16(x, role, rowwise):
+    x_fp8, scale = _cast(x, _format(role), x.abs().amax(dim=-1, keepdim=True) if rowwise else x.abs().amax())
+    return x_fp8, scale.to(torch.bfloat16)         # "low precision" applied to the scale too
+
+
 def fp8_abs_only_per_tensor(x, role, rowwise):
     return _cast(x, _format(role), x.amax(dim=-1, keepdim=True) if rowwise else x.abs().amax())
 
@@ -294,6 +391,7 @@ def fp8_abs_only_per_tensor(x, role, rowwise):
     (fp8_python_scale, "is a Python float"),
     (fp8_abs_only_per_tensor, "x.max() misses"),
     (fp8_scale_in_fp8, "keep the scale in float32"),
+    (fp8_scale_in_bfloat16, "keep the scale in float32"),
 ])
 def test_fp8_check_names_each_mistake_and_only_it(answer, expected):
     with pytest.raises(CheckFailed) as failure:

@@ -88,10 +88,14 @@ def _stage_runner(rank: int, one_f_one_b_stage, log_directory: str) -> dict:
             "losses": losses, "peak": stage.peak, "forwards": stage.forwards}
 
 
-def _reference() -> tuple[float, list[list[torch.Tensor]]]:
+def _reference(last_only: bool = False) -> tuple[float, list[list[torch.Tensor]]]:
+    """(the whole batch's mean loss, every stage's gradients) of one process; last_only: the gradients that the last
+    micro-batch's share of the loss alone gives (what is left when each backward starts from zeroed gradients)."""
     model = _model()
     x, y = _batch()
-    loss = F.mse_loss(model(x), y)
+    if last_only:
+        x, y = x[-MICRO:], y[-MICRO:]
+    loss = F.mse_loss(model(x), y) / (MICROBATCHES if last_only else 1)
     loss.backward()
     return loss.item(), [[p.grad for p in block.parameters()] for block in model]
 
@@ -188,7 +192,9 @@ def _send_evidence(logs, places: dict) -> str | None:
     return None
 
 
-def _compare_grads(rank: int, got: list, want: list) -> None:
+def _compare_grads(rank: int, got: list, want: list, last_alone: list) -> None:
+    """CheckFailed at the first gradient of this stage that differs from one process's (`want`); `last_alone`: the
+    gradients of the last micro-batch alone (`_reference(last_only=True)`), evidence of zeroed gradients."""
     names = ["weight", "bias"]
     for name, g, w in zip(names, got, want):
         where = f"rank {rank} (stage {rank}), gradient of the {name}"
@@ -205,6 +211,11 @@ def _compare_grads(rank: int, got: list, want: list) -> None:
         elif torch.allclose(g, w / MICROBATCHES, atol=1e-7, rtol=1e-5):
             hint = (f"it is the right gradient divided by {MICROBATCHES}: divide the loss by the number of "
                     "micro-batches once, on the last stage only")
+        elif all(a is not None and torch.allclose(a, b, atol=1e-7, rtol=1e-5) for a, b in zip(got, last_alone)):
+            hint = ("it is the gradient of the last micro-batch alone: the earlier micro-batches' gradients were "
+                    "dropped (zero_grad, or .grad set to None or replaced, between micro-batches). A stage's .grad "
+                    "must add up over the micro-batches' backwards, as one process's backward over the whole batch "
+                    "gives")
         else:
             hint = ("compare with one process on the whole batch: every micro-batch must run forward and "
                     "backward exactly once, each backward with the gradient of its own micro-batch's output")
@@ -252,6 +263,12 @@ def run_stage_answers(answers: tuple, timeout: float = 60.0, name: str = "one_f_
         return run_answers_on_ranks(_stages_runner, answers, WORLD_SIZE, timeout, name, args=(logs,))
 
 
+def _grads_right(results, ref_grads) -> bool:
+    """Whether every stage's gradients equal one process's (`_reference`)."""
+    return all(g is not None and torch.allclose(g, w, atol=1e-6, rtol=1e-5)
+               for rank in range(WORLD_SIZE) for g, w in zip(results[rank]["grads"], ref_grads[rank]))
+
+
 def _judge_stage(name: str, results) -> None:
     ref_loss, ref_grads = _reference()
     last = WORLD_SIZE - 1
@@ -265,15 +282,20 @@ def _judge_stage(name: str, results) -> None:
                           f"micro-batch ({MICROBATCHES}); the other stages return [].")
     total = sum(losses)
     if not math.isclose(total, ref_loss, rel_tol=1e-5):
-        if math.isclose(total, ref_loss * MICROBATCHES, rel_tol=1e-5):
+        if math.isclose(total, ref_loss * MICROBATCHES, rel_tol=1e-5) and _grads_right(results, ref_grads):
+            hint = (f"the losses add up to {MICROBATCHES} x the whole batch's mean, but the gradients are right: "
+                    "backward ran on each micro-batch's loss divided by the number of micro-batches, and the list "
+                    "holds the undivided ones. Return the divided loss, the one backward ran on")
+        elif math.isclose(total, ref_loss * MICROBATCHES, rel_tol=1e-5):
             hint = (f"the losses add up to {MICROBATCHES} x the whole batch's mean: divide each micro-batch's "
                     f"loss by the number of micro-batches ({MICROBATCHES})")
         else:
             hint = "each micro-batch's loss is F.mse_loss(stage output, targets[i]) / number of micro-batches"
         raise CheckFailed(f"rank {last}: the micro-batch losses add up to {total:.6g}, expected the whole "
                           f"batch's mean loss {ref_loss:.6g}.\nHint: {hint}.")
+    _, last_alone = _reference(last_only=True)
     for rank in reversed(range(WORLD_SIZE)):   # gradients flow back from the last stage: the first wrong one from
-        _compare_grads(rank, results[rank]["grads"], ref_grads[rank])   # the end is where the mistake starts
+        _compare_grads(rank, results[rank]["grads"], ref_grads[rank], last_alone[rank])   # the end is where it starts
     peaks = [results[rank]["peak"] for rank in range(WORLD_SIZE)]
     limits = [min(WORLD_SIZE - rank, MICROBATCHES) for rank in range(WORLD_SIZE)]
     if peaks != limits:
@@ -310,13 +332,14 @@ def _cases() -> dict[str, list[Span]]:
         Span(1, "forward", 11.9, 12.7, "0"), Span(1, "backward", 12.8, 14.3, "0"),
         Span(0, "forward", 10.0, 11.0, "0"), Span(0, "backward", 13.2, 14.0, "0"),
     ]
-    # three ranks: rank 2 starts first and ends early, rank 0's last span starts last, rank 1's ends last. Every
-    # wrong window differs here: one rank's, the list's first to last span, and the first start to the end of the
-    # span that starts last (on the two-rank case that one is rank 0's window)
+    # three ranks: rank 2 starts first and ends early, rank 0's last span starts last, rank 1's ends last, and the
+    # span that ends first (rank 0's forward) starts after rank 2's. Every wrong window differs here: one rank's, the
+    # list's first to last span, the first start to the end of the span that starts last (on the two-rank case that
+    # one is rank 0's window), and the start of the span that ends first to the last end
     three = [
         Span(0, "forward", 30.4, 31.4, "0"), Span(0, "backward", 33.0, 34.0, "0"),
         Span(1, "forward", 30.8, 31.8, "0"), Span(1, "backward", 32.2, 34.6, "0"),
-        Span(2, "forward", 30.0, 31.0, "0"), Span(2, "backward", 31.5, 32.2, "0"),
+        Span(2, "forward", 30.0, 31.5, "0"), Span(2, "backward", 31.6, 32.2, "0"),
     ]
     return {
         "GPipe on 2 stages with 4 micro-batches (ideal times)":
@@ -340,7 +363,8 @@ def _wrong_answers(spans: list[Span]) -> dict[object, tuple[float, str]]:
                         / (max(s.end for s in spans if s.rank == r) - min(s.start for s in spans if s.rank == r))
                         for r in ranks) / len(ranks)
     starts_last = max(spans, key=lambda s: s.start)
-    latest_end = max(s.end for s in spans)
+    ends_first = min(spans, key=lambda s: s.end)
+    earliest_start, latest_end = min(s.start for s in spans), max(s.end for s in spans)
     return {
         "busy": (1.0 - right, "this is the busy fraction: the idle fraction is 1 - busy / (ranks x makespan)"),
         "percentage": (100 * right, "this is a percentage: return a fraction between 0 and 1"),
@@ -360,10 +384,18 @@ def _wrong_answers(spans: list[Span]) -> dict[object, tuple[float, str]]:
         "list order": (1.0 - busy / (len(ranks) * (spans[-1].end - spans[0].start)),
                        "the window ran from the first span in the list to the last one, but the spans are not in "
                        "time order: take the earliest start and the latest end over all spans (min and max)"),
-        "end of the last start": (1.0 - busy / (len(ranks) * (starts_last.end - min(s.start for s in spans))),
+        "end of the last start": (1.0 - busy / (len(ranks) * (starts_last.end - earliest_start)),
                                   f"the window ends where the span that starts last ends ({starts_last.end:g}), but "
                                   f"a span that started earlier ends later ({latest_end:g}): take the latest end over "
                                   "all spans (the max of s.end), not the end of the last-starting span"),
+        "start of the first end": (1.0 - busy / (len(ranks) * (latest_end - ends_first.start)),
+                                   f"the window starts where the span that ends first starts ({ends_first.start:g}), "
+                                   f"but a span that ends later started earlier ({earliest_start:g}): take the "
+                                   "earliest start over all spans (the min of s.start), not the start of the "
+                                   "first-ending span"),
+        **{("rounded", digits): (round(right, digits),
+                                 f"that is the right value rounded to {digits} decimal{'s' * (digits > 1)}: return the "
+                                 "unrounded float (round only where you print it)") for digits in range(1, 7)},
         **{("rank", r): (1.0 - busy / (len(ranks) * (max(s.end for s in spans if s.rank == r)
                                                      - min(s.start for s in spans if s.rank == r))),
                          f"the window is rank {r}'s alone (its first start to its last end); another rank may start "
@@ -387,7 +419,8 @@ def _hint(answers: list[tuple[float, list[Span]]]) -> str:
 def check_idle_fraction(idle_fraction) -> None:
     """Check `idle_fraction(spans) -> float` on ideal schedules and on measured-looking timestamps.
 
-    A wrong value gets the hint of a mistake only when that mistake gives the answer's value on every case.
+    A wrong value gets the hint of a mistake only when that mistake gives the answer's value on every case; a
+    string (a formatted number) is refused as such.
 
     Introduced in notebooks/07-pipeline-parallelism.ipynb.
     """
@@ -408,6 +441,11 @@ def check_idle_fraction(idle_fraction) -> None:
             raise answer_raised(name, error, f"computing {case}") from None
         if called:
             raise package_answer_used(name, called)
+        if isinstance(got, str):
+            if first_wrong:
+                break
+            raise CheckFailed(f"{case}: {name} returned str {got!r}; expected a float (format it only where you "
+                              "print it).")
         try:
             got = float(got)
         except (TypeError, ValueError):

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import math
+import numbers
 
 from ddp_lab.checks import CheckFailed, passed
 from ddp_lab.checks.common import answer_raised, ensure_written, package_answer_used, watching_calls
@@ -73,13 +74,24 @@ def check_model_states_gb(per_gpu_model_states_gb) -> None:
                               f"(GB on one GPU), e.g. {_show(want)}.")
         for part in PARTS:
             value = got[part]
-            if not isinstance(value, (int, float)) or isinstance(value, bool):
+            if not isinstance(value, numbers.Real) or isinstance(value, bool):
                 raise CheckFailed(f"{case}[{part!r}] is {type(value).__name__} {value!r}; expected a number of GB.")
+            value = float(value)   # a Fraction or a numpy float is a number of GB too
             if not math.isclose(value, want[part], rel_tol=1e-9):
                 hint = _model_state_hint(part, value, params, dp, zero, precision)
-                raise CheckFailed(f"{case}[{part!r}] is {value:.6g} GB, expected {want[part]:.6g} GB.\nHint: {hint}")
+                shown, expected = _two_numbers(value, want[part])
+                raise CheckFailed(f"{case}[{part!r}] is {shown} GB, expected {expected} GB.\nHint: {hint}")
     passed(f"{name} equals the planner's model_state_bytes for ZeRO 0-3, dp 1-256, bf16 and fp32 "
            f"({len(MODEL_STATE_CASES)} cases)")
+
+
+def _two_numbers(got: float, want: float) -> tuple[str, str]:
+    """got and want with 6 significant digits, or as many more as it takes for them to read differently."""
+    for digits in range(6, 18):
+        shown, expected = f"{got:.{digits}g}", f"{want:.{digits}g}"
+        if shown != expected:
+            return shown, expected
+    return repr(got), repr(want)
 
 
 def _show(values: dict) -> str:
@@ -98,10 +110,14 @@ def _model_state_hint(part: str, got: float, params: int, dp: int, zero: int, pr
     if not near(want) and got in (math.floor(want), round(want)):   # integer division (//), int() or round(x)
         return (f"that is the right value cut to whole GB ({want!r} GB), as integer division (//), int() or round() "
                 "do: divide with / and return the unrounded float.")
-    for digits in (1, 2, 3):   # round(x, 2): the check compares to 1e-9, not to what a display shows
-        if not near(want) and got == round(want, digits):
+    for digits in range(1, 10):   # round(x, 2): the check compares to 1e-9, not to what a display shows
+        if got == round(want, digits) and not math.isclose(got, want, rel_tol=1e-9):
             return (f"that is the right value rounded to {digits} decimal{'s' * (digits > 1)} ({want!r} GB): return "
                     "the unrounded float (round only when printing, e.g. f'{gb:.2f}').")
+    if near(want):
+        return (f"that is the right value to about 7 significant digits ({want!r} GB): something rounded it on the "
+                "way, e.g. float32 (numpy.float32, .item() of a float32 tensor), which keeps about 7. Compute with "
+                "Python ints and floats.")
     if near(want * GB):
         return "that is bytes: return GB, i.e. bytes / 10**9."
     if near(want * GB / GiB):

@@ -4,10 +4,12 @@
     ddp_lab.checks.lesson17.check_to_fp8(to_fp8)
 
 The scaled step runs on 2 gloo ranks, each holding its shard of a model's gradient (as under
-FSDP or ZeRO): once with an overflow on rank 1 only, once with a gradient under the clipping
-threshold, once above it, where rank 0's shard alone is under it and rank 1's alone is over.
-Each wrong result is compared with what each likely mistake gives. The FP8 cast is a plain
-function, checked in this process on a tensor whose outlier row holds a negative largest value,
+FSDP or ZeRO): once with a gradient under the clipping threshold, once above it, where rank 0's
+shard alone is under it and rank 1's alone is over (the two at different loss scales, and
+max_norm is not 1, so a scale or a bound written in the code, or a cap at max_norm, shows),
+once with a NaN in every shard, once with an inf in rank 1's shard only. Each wrong result is
+compared with what each likely mistake gives. The FP8 cast is a plain function, checked in
+this process on a tensor whose outlier row holds a negative largest value,
 with rows != columns, so a scale over the wrong dimension, or a max without abs, shows. An answer
 that calls the package's own answer is refused.
 
@@ -16,6 +18,7 @@ Introduced in notebooks/17-compile-and-low-precision.ipynb.
 
 from __future__ import annotations
 
+import math
 import re
 
 import torch
@@ -28,10 +31,15 @@ from ddp_lab.checks.common import (answer_raised, call_case, describe, division_
 from ddp_lab.course.low_precision import fp8, loss_scaling
 
 WORLD = 2
-SCALE, MAX_NORM, LR = 2.0 ** 10, 1.0, 1.0
+MAX_NORM, LR = 1.5, 1.0            # max_norm is neither 1 (the clipping coefficient's cap) nor 2 (the scales' ratio)
 SHARD_ROWS, COLS = 3, 4            # each rank: a (3, 4) weight shard and a (3,) bias shard
 # Norms of each rank's shard of the *true* gradient, per case: in "clipped", rank 0's alone is under MAX_NORM
-SHARD_NORMS = {"under max_norm": (0.2, 0.45), "clipped": (0.5, 2.5)}
+SHARD_NORMS = {"under max_norm": (0.2, 0.45), "clipped": (0.5, 2.4)}
+# The loss scale of each case. Dividing by one finite case's scale where the other's is meant shows: twice the
+# gradient under max_norm is still under it (no clipping hides it), and half the one over it is under it
+CASE_SCALES = {"under max_norm": 2.0 ** 11, "clipped": 2.0 ** 10, "NaN on every rank": 2.0 ** 16,
+               "overflow on rank 1": 2.0 ** 16}
+WRITTEN_SCALES = (2.0 ** 10, 2.0 ** 11, 2.0 ** 16)   # a scale written in the code: a case's, or GradScaler's start
 SCALER_ANSWERS = (loss_scaling.AgreedLossScaler.unscale_clip_and_step, loss_scaling.found_inf_on_any_rank,
                   loss_scaling.global_grad_norm, loss_scaling.clip_sharded_)
 FP8_ANSWERS = (fp8.to_fp8, fp8.amax, fp8.scale_for)
@@ -43,7 +51,7 @@ def _true_grads(case: str, rank: int) -> list[torch.Tensor]:
     """This rank's shard of the true (unscaled) gradient: weight (3, 4) and bias (3,), with the case's norm."""
     generator = torch.Generator().manual_seed(170 + rank)
     grads = [torch.randn(SHARD_ROWS, COLS, generator=generator), torch.randn(SHARD_ROWS, generator=generator)]
-    if case == "overflow on rank 1":
+    if case not in SHARD_NORMS:
         return grads
     norm = torch.sqrt(sum(g.pow(2).sum() for g in grads))
     return [g * (SHARD_NORMS[case][rank] / norm) for g in grads]
@@ -55,23 +63,29 @@ def _start_params(rank: int) -> list[torch.Tensor]:
 
 
 # The overflow last: an answer whose ranks take different paths there leaves one rank waiting in a collective,
-# and the others have nothing after it that could pair with it (see _scaler_hang_hint).
-CASES = ("under max_norm", "clipped", "overflow on rank 1")
+# and the others have nothing after it that could pair with it (see _scaler_hang_hint). The NaN is in every shard
+# (a NaN loss), so even ranks that decide alone take the same path there.
+CASES = ("under max_norm", "clipped", "NaN on every rank", "overflow on rank 1")
+SKIPPED = {"NaN on every rank": "with a NaN in every rank's shard", "overflow on rank 1": "with an inf in rank 1's "
+                                                                                           "shard only"}
 
 
 def _scaler_runner(rank: int, answer) -> dict:
     results, called = {}, []
     for case in CASES:
+        scale = CASE_SCALES[case]
         params = [nn.Parameter(p.clone()) for p in _start_params(rank)]
         for param, grad in zip(params, _true_grads(case, rank)):
-            param.grad = grad * SCALE                          # the scaled gradient backward would leave
+            param.grad = grad * scale                          # the scaled gradient backward would leave
         if case == "overflow on rank 1" and rank == 1:
             params[0].grad[1, 2] = float("inf")
+        if case == "NaN on every rank":
+            params[1].grad[0] = float("nan")
         optimizer = torch.optim.SGD(params, lr=LR)
         stepped = None
         with watching_calls(SCALER_ANSWERS) as called_here:
-            stepped = call_case(answer, f"the case '{case}' (scale {SCALE:g}, max_norm {MAX_NORM})", params,
-                                optimizer, SCALE, MAX_NORM)
+            stepped = call_case(answer, f"the case '{case}' (scale {scale:g}, max_norm {MAX_NORM:g})", params,
+                                optimizer, scale, MAX_NORM)
         called.extend(called_here)
         results[case] = {"stepped": stepped, "params": [p.detach().clone() for p in params]}
     return {"cases": results, "called": called}
@@ -86,9 +100,9 @@ def check_unscale_clip_and_step(unscale_clip_and_step, timeout: float = 30.0) ->
     """Check `unscale_clip_and_step(params, optimizer, scale, max_norm) -> bool` on 2 gloo ranks.
 
     Each rank's `params` are its shard of the model (a (3, 4) weight and a (3,) bias) whose `.grad` holds
-    `scale` times the true gradient; `optimizer` is SGD with lr 1. Cases: an inf in rank 1's shard only
-    (no rank may step); a gradient whose global norm is under max_norm (a plain step); one over it
-    (every shard scaled by max_norm / global norm).
+    `scale` times the true gradient; `optimizer` is SGD with lr 1. Cases: a gradient whose global norm is
+    under max_norm (a plain step); one over it (every shard scaled by max_norm / global norm), at another
+    scale; a NaN in every shard and an inf in rank 1's shard only (no rank may step). max_norm is 1.5.
 
     Introduced in notebooks/17-compile-and-low-precision.ipynb.
     """
@@ -147,9 +161,14 @@ def _step_mistakes(case: str, division: str | None = None) -> list:
                      f"the optimizer stepped with scale times the true gradient: `{division}` divides into new "
                      "tensors, while optimizer.step() reads p.grad, which still holds the scaled gradient. Divide "
                      "p.grad itself (in place, div_), or assign the result back to p.grad.")
+    scale = CASE_SCALES[case]
     return [
-        ([SCALE] * WORLD, never_divided),
-        ([_coefficient(SCALE * n) for n in global_norm],
+        ([scale] * WORLD, never_divided),
+        *[([scale / written * _coefficient(n * scale / written) for n in global_norm],
+           f"the gradients were divided by {written:g}, not by this case's scale ({scale:g}): a number written in "
+           "the code is right only where it equals the scale. Divide by scale, the argument (a loss scaler changes "
+           "it as it runs).") for written in WRITTEN_SCALES if written != scale],
+        ([_coefficient(scale * n) for n in global_norm],
          "the gradients were clipped before they were unscaled: the norm compared with max_norm was scale times "
          "the true one, so the step came out far too small. Divide by the scale first, then clip."),
         ([MAX_NORM / n for n in global_norm],
@@ -165,6 +184,12 @@ def _step_mistakes(case: str, division: str | None = None) -> list:
         ([_coefficient(n / WORLD ** 0.5) for n in global_norm],
          "the squared norms were averaged over the ranks: the shards are parts of one gradient, so their squares "
          "add (all_reduce with SUM, no division)."),
+        ([_coefficient(n, 1.0) for n in global_norm],
+         f"the gradient was clipped to norm 1, not to max_norm ({MAX_NORM:g}): a 1 written where max_norm belongs "
+         "(max_norm / norm, not 1 / norm)."),
+        ([min(MAX_NORM, MAX_NORM / (n + 1e-6)) for n in global_norm],
+         f"the clipping coefficient was capped at max_norm ({MAX_NORM:g}), not at 1: min(1, max_norm / norm) "
+         "scales a gradient down, never up."),
     ]
 
 
@@ -179,6 +204,14 @@ def judge_scaler(name: str, results, division: str | None = None) -> None:
     called = next((result["called"] for result in results if result.get("called")), None)
     if called:
         raise package_answer_used(name, called)
+    _judge_overflow(name, results)
+    _judge_nan(name, results)
+    for case in (case for case in CASES if case not in SKIPPED):
+        _judge_step(name, case, [result["cases"][case] for result in results], division)
+
+
+def _judge_overflow(name: str, results) -> None:
+    """CheckFailed unless every rank returned False and left its parameters as they were, with an inf on rank 1."""
     overflow = [result["cases"]["overflow on rank 1"] for result in results]
     stepped = [case["stepped"] for case in overflow]
     if not all(isinstance(flag, bool) for flag in stepped):
@@ -191,12 +224,30 @@ def judge_scaler(name: str, results, division: str | None = None) -> None:
         raise CheckFailed(f"with an inf in rank 1's shard, {name} returned True on ranks "
                           f"{[r for r, flag in enumerate(stepped) if flag]}: a step with an overflowed gradient must "
                           "be skipped on every rank.")
-    for rank, case in enumerate(overflow):
-        if not _matches(case["params"], _start_params(rank)):
-            raise CheckFailed(f"with an inf in rank 1's shard, {name} returned False on rank {rank} but the "
-                              "parameters changed: a skipped step leaves them as they were (no optimizer.step()).")
-    for case in (case for case in CASES if case != "overflow on rank 1"):
-        _judge_step(name, case, [result["cases"][case] for result in results], division)
+    _judge_skipped(name, "overflow on rank 1", overflow)
+
+
+def _judge_nan(name: str, results) -> None:
+    """CheckFailed unless every rank skipped the step with a NaN in every shard (the inf case already passed)."""
+    got = [result["cases"]["NaN on every rank"] for result in results]
+    stepped = [case["stepped"] for case in got]
+    if not all(isinstance(flag, bool) for flag in stepped):
+        raise CheckFailed(f"{name} returned {describe(stepped[0])} on rank 0 {SKIPPED['NaN on every rank']}; "
+                          "expected True (stepped) or False.")
+    if any(stepped):
+        raise CheckFailed(f"{SKIPPED['NaN on every rank']}, {name} returned True on ranks "
+                          f"{[r for r, flag in enumerate(stepped) if flag]}, though it skipped the step with an inf in "
+                          "rank 1's shard.\nHint: your overflow test finds inf but not NaN, which an overflow gives "
+                          "too (inf - inf, a NaN loss): torch.isfinite is False for both, torch.isinf only for inf.")
+    _judge_skipped(name, "NaN on every rank", got)
+
+
+def _judge_skipped(name: str, case: str, got: list) -> None:
+    """CheckFailed if a rank that returned False (a skipped step) changed its parameters in `case`."""
+    for rank, result in enumerate(got):
+        if not _matches(result["params"], _start_params(rank)):
+            raise CheckFailed(f"{SKIPPED[case]}, {name} returned False on rank {rank} but the parameters changed: a "
+                              "skipped step leaves them as they were (no optimizer.step()).")
 
 
 def _judge_step(name: str, case: str, got: list, division: str | None = None) -> None:
@@ -208,8 +259,9 @@ def _judge_step(name: str, case: str, got: list, division: str | None = None) ->
         return
     rank = next(r for r, result in enumerate(got) if not _matches(result["params"], want[r]))
     weight = got[rank]["params"][0]
-    where = (f"no overflow, gradient norm {'over' if case == 'clipped' else 'under'} max_norm ({case}): rank {rank}'s "
-             f"weight[0, 0] after the step is {weight[0, 0].item():.6g}, expected {want[rank][0][0, 0].item():.6g}")
+    where = (f"no overflow, gradient norm {'over' if case == 'clipped' else 'under'} max_norm ({case}, scale "
+             f"{CASE_SCALES[case]:g}, max_norm {MAX_NORM:g}): rank {rank}'s weight[0, 0] after the step is "
+             f"{weight[0, 0].item():.6g}, expected {want[rank][0][0, 0].item():.6g}")
     for coefficients, hint in _step_mistakes(case, division):
         mistaken = [_stepped_by(case, r, coefficients[r]) for r in range(WORLD)]
         if all(_matches(result["params"], mistaken[r]) for r, result in enumerate(got)):
@@ -321,16 +373,28 @@ def _judge_fp8(name: str, case: str, x: torch.Tensor, role: str, rowwise: bool, 
                           f"\nHint: {_shape_hint(tuple(scale.shape), rowwise)}")
     if not torch.allclose(scale.float(), want_scale, rtol=1e-5):
         got_text, want_text = _first_difference(scale.float(), want_scale)
-        hint = (f"the scale was returned in {scale.dtype}, an FP8 format, which rounds it (to 3 mantissa bits in "
-                "e4m3, 2 in e5m2): keep the scale in float32 and cast only the scaled values to FP8."
-                if _is_fp8(scale.dtype) else _scale_hint(x, dtype, rowwise, scale.float()))
-        raise CheckFailed(f"{case}: scale {got_text} where fp8_max / amax = {want_text}.\nHint: {hint}")
+        raise CheckFailed(f"{case}: scale {got_text} where fp8_max / amax = {want_text}.\nHint: "
+                          f"{_rounded_scale_hint(scale, want_scale) or _scale_hint(x, dtype, rowwise, scale.float())}")
     back = x_fp8.float() / want_scale
     smallest = torch.finfo(dtype).tiny * torch.finfo(dtype).eps        # the smallest subnormal: 2^-9, 2^-16
     bound = (torch.finfo(dtype).eps / 2 + 1e-6) * x.abs() + smallest / want_scale
     if not ((back - x).abs() <= bound).all():
         raise CheckFailed(f"{case}: x_fp8 / scale is not x rounded to {dtype}: x_fp8 must be (x * scale) cast to "
                           f"{dtype}.")
+
+
+def _rounded_scale_hint(scale: torch.Tensor, want: torch.Tensor) -> str | None:
+    """The hint for a right scale returned in a dtype with fewer mantissa bits than float32 (bfloat16, float16, an
+    FP8 format), which rounded it; None for any other scale."""
+    if not scale.dtype.is_floating_point or torch.finfo(scale.dtype).eps <= torch.finfo(torch.float32).eps:
+        return None
+    if not torch.equal(scale.float(), want.to(scale.dtype).float()):
+        return None
+    bits = round(-math.log2(torch.finfo(scale.dtype).eps))
+    fp8_format = _is_fp8(scale.dtype)
+    return (f"the scale was returned in {scale.dtype}{', an FP8 format' if fp8_format else ''}, which rounds it to "
+            f"{bits} mantissa bits: keep the scale in float32"
+            + (" and cast only the scaled values to FP8." if fp8_format else "."))
 
 
 def _first_difference(scale: torch.Tensor, want: torch.Tensor) -> tuple[str, str]:
