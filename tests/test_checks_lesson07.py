@@ -249,6 +249,17 @@ def test_one_f_one_b_names_a_peer_that_returned_without_sending(tmp_path):
         hint
 
 
+def test_a_receive_that_returned_is_not_named_as_the_wait(tmp_path):
+    # rank 0's last logged call is a blocking recv, but its stack is outside torch.distributed: the recv returned
+    # and it waits elsewhere, so no hint may say it waits for that message (seen in a run whose first stage sent
+    # x.grad to rank -1)
+    first = ["isend 1", "isend 1", "recv 1"]
+    middle = ["recv 0", "isend 2", "recv 2"]
+    last = ["recv 1", "isend 1", "recv 1"]
+    hint = _hang_hint_from_logs(tmp_path, {0: first, 1: middle, 2: last}, {0: None, 1: "recv", 2: "recv"})
+    assert "rank 0 waits" not in hint and "rank 1 waits for message 1 from rank 2" in hint, hint
+
+
 def test_one_f_one_b_ends_the_blocking_send_deadlock_with_a_hint():
     with pytest.raises(CheckFailed, match=r"(?s)did not finish within 5 s.*in dist.send.*dist.isend.*\.wait\(\)"):
         check_one_f_one_b_stage(make_stage_answer(blocking=True), timeout=DEADLOCK_TIMEOUT)

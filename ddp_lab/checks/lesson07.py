@@ -152,7 +152,7 @@ def _hang_hint(log_directory: str):
                     "same time (stage s sends the next activation forward while stage s + 1 sends a gradient "
                     "back), and a blocking send waits for the peer's recv: both wait forever. Start every send "
                     "with dist.isend, keep the handles, and call .wait() on each before the function returns.")
-        waiting = waits(logs, set(places)) if logs is not None else []
+        waiting = waits(logs, places) if logs is not None else []
         evidence = _send_evidence(logs, places) if logs is not None else None
         if evidence:
             return (f"What the ranks did: {'; '.join(waiting)}.\nHint: " if waiting else "") + evidence
@@ -171,7 +171,7 @@ def _hang_hint(log_directory: str):
 
 def _send_evidence(logs, places: dict) -> str | None:
     """A hang hint where the logged calls show what happened to the sends (see ddp_lab.checks.p2p_log)."""
-    for wait in stuck_receives(logs, set(places)):
+    for wait in stuck_receives(logs, places):
         if wait.returned and wait.sent >= wait.wanted:
             return (f"rank {wait.peer} started message {wait.wanted} to rank {wait.rank} (dist.isend) and returned "
                     "before it was delivered: a send started with isend is only sure to arrive once its handle's "
