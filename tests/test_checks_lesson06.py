@@ -384,6 +384,12 @@ def setup_local_rank_from_the_gpu_count(backend):
     return {"rank": rank, "local_rank": rank % torch.cuda.device_count(), "world_size": world_size}
 
 
+def setup_local_rank_zero(backend):
+    """Wrong: local rank written as 0 (right on nodes of one process, as the check's first run; wrong on one node)."""
+    dist.init_process_group(backend)
+    return {"rank": int(os.environ["RANK"]), "local_rank": 0, "world_size": int(os.environ["WORLD_SIZE"])}
+
+
 def setup_not_written(backend):
     raise NotImplementedError("int(os.environ[...])")
 
@@ -391,6 +397,8 @@ def setup_not_written(backend):
 @pytest.mark.parametrize("wrong, feedback", [
     (setup_reads_only, r"rank 0: after setup_from_env\('gloo'\) there is no process group.*init_process_group"),
     (setup_local_from_rank, r"rank 1: local_rank = 1, expected 0.*LOCAL_RANK is the rank on this node"),
+    (setup_local_rank_zero, r"^rank 1: local_rank = 0, expected 1 \(one node of two processes\)\.\nHint: LOCAL_RANK "
+                            r"is the rank on this node \(here 0 and 1, on the one node\)"),
     (setup_strings, r"rank 0: rank is '0', a string.*int\(os.environ\['RANK'\]\)"),
     (setup_not_written, r"setup_from_env is not written yet"),
     (setup_gloo_hard_coded, r"^setup_from_env passes 'gloo' to init_process_group instead of its backend argument\.\n"

@@ -294,8 +294,16 @@ def _check_nccl(what: str, result, layout: Layout, written: list, across: list) 
 
 # --- exercise 3: setup_from_env(backend) -------------------------------------------------
 
-# Two "nodes" with one process each: global ranks 0 and 1, both LOCAL_RANK 0.
+# Two "nodes" with one process each: global ranks 0 and 1, both LOCAL_RANK 0. Then one node of both processes,
+# where LOCAL_RANK is the rank: an answer that sets local_rank to 0, or to RANK, is right in one layout only.
 _TWO_NODES = {"LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1"}
+
+
+def _ONE_NODE(rank: int) -> dict:
+    return {"LOCAL_RANK": str(rank), "LOCAL_WORLD_SIZE": "2"}
+
+
+_LAYOUT = {False: "two nodes, one process each", True: "one node of two processes"}
 _KEYS = ("rank", "local_rank", "world_size")
 
 
@@ -340,8 +348,19 @@ def _checked_arguments(init_process_group):
 
 
 def _setup_runner(rank: int, setup_from_env):
-    """Inside a rank: call the answer (its init_process_group checked for torchrun's numbers), then see whether it
-    built a working process group."""
+    """Inside a rank: the answer as on two nodes of one process each (the launch's environment), then, its group
+    destroyed, as on one node of two processes ("one_node"), where LOCAL_RANK is the rank."""
+    state = _setup_once(rank, setup_from_env)
+    if not state.get("initialized") or state.get("backend") != "gloo":
+        return state
+    dist.destroy_process_group()
+    os.environ.update(_ONE_NODE(rank))
+    return {**state, "one_node": _setup_once(rank, setup_from_env)}
+
+
+def _setup_once(rank: int, setup_from_env):
+    """Call the answer (its init_process_group checked for torchrun's numbers), then see whether it built a working
+    process group."""
 
     written = {}                 # MASTER_ADDR / MASTER_PORT the answer assigns (torchrun's to keep), even unchanged
     assign = type(os.environ).__setitem__
@@ -376,7 +395,9 @@ def check_setup_from_env(setup_from_env, timeout: float = 30.0) -> None:
     """Check `setup_from_env(backend) -> {'rank', 'local_rank', 'world_size'}` on 2 real ranks.
 
     The ranks get torchrun's environment for two nodes of one process each (RANK 0 and 1,
-    LOCAL_RANK 0 on both) and no process group: the answer must create it.
+    LOCAL_RANK 0 on both) and no process group: the answer must create it. Then, the group
+    destroyed, the same for one node of both processes (LOCAL_RANK 0 and 1), so a local rank
+    written as 0, or taken from RANK, is wrong in one of the two.
 
     Introduced in notebooks/06-backends-and-torchrun.ipynb.
     """
@@ -405,7 +426,10 @@ def check_setup_from_env(setup_from_env, timeout: float = 30.0) -> None:
             raise CheckFailed(failure_message(error, what, _explain_setup)) from None
     for rank, state in enumerate(results):
         _check_rank(what, rank, state)
-    passed(f"{what}: 2 ranks on 2 nodes joined one gloo group with the right rank, local rank and world size")
+    for rank, state in enumerate(results):
+        _check_rank(what, rank, state["one_node"], one_node=True)
+    passed(f"{what}: 2 ranks joined one gloo group with the right rank, local rank and world size, on 2 nodes and "
+           "on one")
 
 
 def _explain_setup(failure) -> str | None:
@@ -450,7 +474,8 @@ def _hard_coded_backend(fn) -> str | None:
     return None
 
 
-def _check_rank(what: str, rank: int, state: dict) -> None:
+def _check_rank(what: str, rank: int, state: dict, one_node: bool = False) -> None:
+    """CheckFailed naming what is wrong with one rank's setup, as on two nodes or (`one_node`) on one."""
     if state.get("error") == "NotImplementedError":
         raise CheckFailed(f"{what} " + _NOT_WRITTEN.format(state["message"]))
     if state.get("overwritten"):
@@ -465,7 +490,7 @@ def _check_rank(what: str, rank: int, state: dict) -> None:
     if state["backend"] != "gloo":
         raise CheckFailed(f"rank {rank}: the process group uses {state['backend']!r}, expected 'gloo'.\n"
                           "Hint: pass the backend argument on to init_process_group.")
-    expected = {"rank": rank, "local_rank": 0, "world_size": 2}
+    expected = {"rank": rank, "local_rank": rank if one_node else 0, "world_size": 2}
     info = state["info"]
     if not isinstance(info, dict) or set(_KEYS) - set(info):
         raise CheckFailed(f"rank {rank}: {what} returned {info!r}; expected a dict with keys "
@@ -476,12 +501,15 @@ def _check_rank(what: str, rank: int, state: dict) -> None:
             raise CheckFailed(f"rank {rank}: {key} is {got!r}, a string; expected the int {expected[key]}.\n"
                               f"Hint: environment variables are strings: int(os.environ[{key.upper()!r}]).")
         if got != expected[key]:
-            hint = {"local_rank": "LOCAL_RANK is the rank on this node (0 on both nodes here); RANK runs over "
-                                  "all nodes. Read os.environ['LOCAL_RANK'].",
+            hint = {"local_rank": ("LOCAL_RANK is the rank on this node (here 0 and 1, on the one node); it is "
+                                   "0 on both ranks only when each has a node of its own, as in this check's "
+                                   "first run. Read os.environ['LOCAL_RANK']." if one_node else
+                                   "LOCAL_RANK is the rank on this node (0 on both nodes here); RANK runs over "
+                                   "all nodes. Read os.environ['LOCAL_RANK']."),
                     "rank": "read os.environ['RANK'], the global rank torchrun gave this process.",
                     "world_size": "read os.environ['WORLD_SIZE'], the number of processes on all nodes."}[key]
-            raise CheckFailed(f"rank {rank}: {key} = {got!r}, expected {expected[key]} (two nodes, one process "
-                              f"each).\nHint: {hint}")
+            raise CheckFailed(f"rank {rank}: {key} = {got!r}, expected {expected[key]} ({_LAYOUT[one_node]})."
+                              f"\nHint: {hint}")
     if (state["rank"], state["world_size"]) != (rank, 2):
         raise CheckFailed(f"rank {rank}: the process group says rank {state['rank']} of {state['world_size']}, "
                           f"expected rank {rank} of 2.\nHint: pass rank=int(os.environ['RANK']) and "
