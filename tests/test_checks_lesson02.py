@@ -13,7 +13,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from ddp_lab.checks import CheckFailed
+from ddp_lab.checks import CheckFailed, lesson02
 from ddp_lab.checks.lesson02 import (GATHER_SIZES, REDUCE_SIZES, _all_gather_runner, _recv_got_another_size,
                                      _reduce_runner, check_all_reduce_mean, check_ring_all_gather,
                                      check_ring_reduce_scatter, judge_all_gather, judge_all_reduce_mean,
@@ -619,3 +619,25 @@ def test_the_size_mismatch_hint_knows_gloos_abort_on_every_torch_in_the_range(ab
     ranks print across the declared range, so CI on the pinned torch also covers the oldest one."""
     assert _recv_got_another_size(f"terminate called after throwing an instance of 'gloo::EnforceNotMet'\n  {abort}")
     assert not _recv_got_another_size("RuntimeError: Connection closed by peer [127.0.0.1]:29500\n")
+
+
+def rs_world_written(tensor):
+    """Wrong: the ring's size written in, the check's 3 ranks."""
+    rank = dist.get_rank()
+    chunks = list(torch.tensor_split(tensor, 3))
+    for step in range(2):
+        send, recv = (rank - step) % 3, (rank - step - 1) % 3
+        incoming = torch.empty_like(chunks[recv])
+        request = dist.isend(chunks[send], dst=(rank + 1) % 3)
+        dist.recv(incoming, src=(rank - 1) % 3)
+        request.wait()
+        chunks[recv] += incoming
+    return chunks[(rank + 1) % 3]
+
+
+def test_a_ring_taken_modulo_a_written_world_size_is_refused_before_any_rank_starts(monkeypatch):
+    monkeypatch.setattr(lesson02, "run_on_ranks", None)   # starting ranks would raise TypeError
+    with pytest.raises(CheckFailed, match=r"^rs_world_written takes a rank modulo 3, a number written in the code "
+                                          r"\(`send, recv = \(rank - step\) % 3, \(rank - step - 1\) % 3`\)\.\n"
+                                          r"Hint: take it modulo the world size, dist\.get_world_size\(\)"):
+        check_ring_reduce_scatter(rs_world_written)

@@ -18,7 +18,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from ddp_lab.checks import CheckFailed
+from ddp_lab.checks import CheckFailed, lesson15
 from ddp_lab.checks.lesson15 import RING_SIZE, _judge_ring, _ring_runner, check_combine, check_ring_attention, check_zigzag_chunks
 from ddp_lab.course.context_parallel.online_softmax import block_attention, combine
 from ddp_lab.launcher.launch import launch
@@ -322,3 +322,23 @@ def test_ring_names_a_peer_outside_the_ring_whether_it_hangs_or_crashes():
     with pytest.raises(CheckFailed, match=r"(?s)(did not finish within 4 s.*returns at once|crashed inside dist\.i?(send|recv))"
                                           r".*no rank of the ring.*\(rank \+ 1\) % world_size"):
         check_ring_attention(make_ring(wrap=False), timeout=DEADLOCK_TIMEOUT)
+
+
+def ring_of_three_written(q, k, v):
+    """Wrong: the world size written in (the check's 3 ranks), here through a name bound once."""
+    rank, world_size = dist.get_rank(), 3
+    out = lse = None
+    for step in range(world_size):
+        source = (rank - step) % world_size
+        if source <= rank:
+            partial = block_attention(q, k, v, causal=source == rank)
+            out, lse = partial if out is None else combine(out, lse, *partial)
+    return out
+
+
+def test_a_ring_taken_modulo_a_written_world_size_is_refused_before_any_rank_starts(monkeypatch):
+    monkeypatch.setattr(lesson15, "launch", None)   # starting ranks would raise TypeError
+    with pytest.raises(CheckFailed, match=r"^ring_of_three_written takes a rank modulo 3, a number written in the code "
+                                          r"\(`rank, world_size = dist\.get_rank\(\), 3`, then `source = \(rank - "
+                                          r"step\) % world_size`\)\.\nHint: take it modulo the world size"):
+        check_ring_attention(ring_of_three_written)

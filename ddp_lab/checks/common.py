@@ -292,6 +292,20 @@ def refuse_written_shape(fn, name: str, take_from: str) -> None:
                     f"take the sizes from {take_from}", _COUNTS)
 
 
+def refuse_written_modulus(fn, name: str, modulo: str) -> None:
+    """CheckFailed, before any rank starts, if fn takes something modulo a number of 3 or more written in its code
+    (`(rank + 1) % 3`, `(rank - step) % 3`) where a ring wraps around `modulo` (lessons 02 and 15's world size).
+    `% 2` passes: a ring may alternate on the parity of the rank (even ranks send first)."""
+    _refuse_written(_first_number(fn, _modulus), f"{name} takes a rank modulo", f"take it modulo {modulo}", _COUNTS)
+
+
+def _modulus(node) -> str | None:
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod) and _is_number(node.right) \
+            and isinstance(node.right.value, int) and node.right.value >= 3:
+        return ast.unparse(node.right)
+    return None
+
+
 _COUNTS = "the same function must work for 2 or 64 of them, and this check runs with its own number"
 
 

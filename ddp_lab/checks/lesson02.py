@@ -9,7 +9,9 @@ collective disabled inside the ranks while the answer runs, and a short timeout 
 a deadlock into a message. The expected results come from the library itself: before the
 answer runs, every rank calls `dist.all_reduce` on the same inputs. The ring checks log each
 send and receive a rank makes (its peer and its size, `ddp_lab.checks.p2p_log`), one folder
-per case, so that a hang or a crash is explained from what the ranks did.
+per case, so that a hang or a crash is explained from what the ranks did. Every check runs on 3
+ranks, so a ring taken modulo a number written in the code (`% 3`) is refused from the source,
+before any rank starts.
 
 Introduced in notebooks/02-collectives.ipynb.
 """
@@ -28,7 +30,7 @@ import torch.distributed as dist
 
 from ddp_lab.checks import CheckFailed, passed
 from ddp_lab.checks.common import (CaseFailed, call_case, describe, ensure_written, first_mismatch,
-                                   only_point_to_point, run_answers_on_ranks, run_on_ranks)
+                                   only_point_to_point, refuse_written_modulus, run_answers_on_ranks, run_on_ranks)
 from ddp_lab.checks.p2p_log import (RECEIVES, SENDS, Call, log_path, logging_point_to_point, read_log,
                                     watching_point_to_point)
 
@@ -222,6 +224,7 @@ def check_ring_reduce_scatter(ring_reduce_scatter, world_size: int = WORLD_SIZE,
     """
     ensure_written(ring_reduce_scatter)
     name = getattr(ring_reduce_scatter, "__name__", "ring_reduce_scatter")
+    refuse_written_modulus(ring_reduce_scatter, name, "the world size, dist.get_world_size()")
     mismatch = ("a recv received a message of another size than its buffer: a rank sent one chunk while "
                 "its right neighbour received into a chunk of another size (10 elements on 3 ranks: chunks "
                 "of 4, 3, 3). What rank r sends in step s, rank r + 1 must receive in step s: the send "
@@ -459,6 +462,7 @@ def check_ring_all_gather(ring_all_gather, world_size: int = WORLD_SIZE, timeout
     """
     ensure_written(ring_all_gather)
     name = getattr(ring_all_gather, "__name__", "ring_all_gather")
+    refuse_written_modulus(ring_all_gather, name, "the world size, dist.get_world_size()")
     with tempfile.TemporaryDirectory(prefix="ddp_lab-check02-") as logs:
         results = run_on_ranks(_all_gather_runner, (ring_all_gather, GATHER_SIZES, world_size, logs),
                                world_size, timeout, name, timeout_hint=_hang_hint(logs, GATHER_SIZES, world_size),
@@ -561,6 +565,7 @@ def check_all_reduce_mean(all_reduce_mean, world_size: int = WORLD_SIZE, timeout
     """
     ensure_written(all_reduce_mean)
     name = getattr(all_reduce_mean, "__name__", "all_reduce_mean")
+    refuse_written_modulus(all_reduce_mean, name, "the world size, dist.get_world_size()")
     mismatch = ("a recv received a message of another size than its buffer. tensor_split's chunks differ by "
                 "one element when the size does not divide by world_size (10 on 3 ranks: 4, 3, 3), but "
                 "ring_all_gather receives into buffers shaped like this rank's own tensor: pad every reduced "

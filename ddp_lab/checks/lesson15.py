@@ -25,7 +25,8 @@ import torch.nn.functional as F
 
 from ddp_lab.checks import CheckFailed, passed
 from ddp_lab.checks.common import (answer_raised, call_case, describe, ensure_written, failure_message, first_mismatch,
-                                   only_point_to_point, package_answer_used, timeout_message, watching_calls)
+                                   only_point_to_point, package_answer_used, refuse_written_modulus, timeout_message,
+                                   watching_calls)
 from ddp_lab.checks.p2p_log import crashed_in
 from ddp_lab.course.context_parallel import layout, ring
 from ddp_lab.course.context_parallel.layout import block_entries
@@ -357,12 +358,14 @@ def check_ring_attention(ring_attention, timeout: float = 30.0) -> None:
     Rank r gets the r-th contiguous block of q, k and v, shape (1, 2, 4, 3): 4 tokens of a
     12-token sequence. Every rank's output must equal its rows of one process's causal
     attention, and each rank must send its key and value blocks world_size - 1 times. A float64 output is
-    judged by its values; another dtype is named as it is.
+    judged by its values; another dtype is named as it is. A ring taken modulo a number written in the
+    code (`% 3`, the check's world size) is refused before any rank starts.
 
     Introduced in notebooks/15-long-sequences.ipynb.
     """
     ensure_written(ring_attention)
     name = getattr(ring_attention, "__name__", "ring_attention")
+    refuse_written_modulus(ring_attention, name, "the world size, dist.get_world_size()")
     try:
         results = launch(_ring_runner, args=(ring_attention,), nprocs=RING_SIZE, backend="gloo", timeout=timeout)
     except LaunchTimeout as error:   # the stuck lines are read here, so not through run_on_ranks
