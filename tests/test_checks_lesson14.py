@@ -286,6 +286,35 @@ def test_dispatch_refuses_a_world_size_written_in_before_any_rank_starts(monkeyp
         lesson14.check_dispatch(counts_viewed_as_3_by_2)
 
 
+def dispatch_with_both_splits_stacked(rows, expert, num_experts, group=None):
+    """Right: the two split lists stacked and viewed as 2 rows (2 counts a pair, no size of the run)."""
+    world_size = dist.get_world_size(group)
+    order = torch.argsort(expert, stable=True)
+    per_expert = torch.bincount(expert, minlength=num_experts)
+    sent = per_expert.view(world_size, -1).sum(dim=1)
+    received_counts = torch.empty_like(per_expert)
+    dist.all_to_all_single(received_counts, per_expert, group=group)
+    received_counts = received_counts.view(world_size, -1)
+    splits = torch.stack([received_counts.sum(dim=1), sent]).view(2, -1)
+    received = rows.new_empty((int(splits[0].sum()), rows.shape[1]))
+    dist.all_to_all_single(received, rows[order], splits[0].tolist(), splits[1].tolist(), group=group)
+    return Dispatched(received, received_counts, sent, order)
+
+
+class _RanksWouldStart(Exception):
+    pass
+
+
+def _ranks_would_start(*args, **kwargs):
+    raise _RanksWouldStart
+
+
+def test_dispatch_lets_a_pair_viewed_as_2_rows_through_to_the_ranks(monkeypatch):
+    monkeypatch.setattr(lesson14, "run_dispatch_answers", _ranks_would_start)   # the source rules let it through
+    with pytest.raises(_RanksWouldStart):
+        lesson14.check_dispatch(dispatch_with_both_splits_stacked)
+
+
 def test_dispatch_names_a_shape_written_for_the_first_call():
     # right with 6 experts; the second call, with 3, raises inside the view, which ends the launch: it runs alone
     # (through the runner: the public check refuses the written shape from the source first)

@@ -308,6 +308,16 @@ def test_zigzag_names_a_chunk_count_written_for_one_world_size():
         check_zigzag_chunks(lambda rank, n: [rank, 3 - rank])     # right for 2 ranks only
 
 
+@pytest.mark.parametrize("answer, outside", [
+    (lambda rank, n: [rank, -1 - rank], "-2 and -1"),   # a negative index: a count for no world size
+    (lambda rank, n: [rank, 6 - rank], "5 and 6"),      # 6 chunks hold 0 to 5: no world size's last chunk is 6
+])
+def test_zigzag_names_a_written_count_only_where_it_is_the_last_chunk_of_a_world_size_tried(answer, outside):
+    with pytest.raises(CheckFailed, match=rf"^2 ranks \(4 chunks\): .*\nHint: chunks are numbered 0 to 3, and "
+                                          rf"{outside} are outside that range\.$"):
+        check_zigzag_chunks(answer)
+
+
 def test_zigzag_accepts_the_right_answer_and_names_contiguous_pairs(capsys):
     check_zigzag_chunks(lambda rank, n: [rank, 2 * n - 1 - rank])
     assert "✓" in capsys.readouterr().out

@@ -448,3 +448,47 @@ def test_a_bound_written_as_a_number_is_refused_before_any_rank_starts(monkeypat
                                           r"the code \(`norm > 1\.0`\)\.\nHint: compare with max_norm"):
         lesson17.check_unscale_clip_and_step(clips_at_a_written_norm)
 
+
+class _RanksWouldStart(Exception):
+    pass
+
+
+def _ranks_would_start(*args, **kwargs):
+    raise _RanksWouldStart
+
+
+def step_tests_the_ratio_inline(params, optimizer, scale, max_norm):
+    """Right: the coefficient's test written as a ratio of the norm and max_norm, compared with 1."""
+    _unscale(params, scale)
+    if _agreed_inf(params):
+        return False
+    squares = sum(p.grad.pow(2).sum() for p in params).reshape(1)
+    dist.all_reduce(squares)
+    norm = squares.sqrt().item()
+    if norm / max_norm > 1:
+        for p in params:
+            p.grad.mul_(max_norm / (norm + 1e-6))
+    optimizer.step()
+    return True
+
+
+def step_tests_the_coefficient_inline(params, optimizer, scale, max_norm):
+    """Right: torch's coefficient, max_norm / (norm + 1e-6), compared with 1 where it is computed."""
+    _unscale(params, scale)
+    if _agreed_inf(params):
+        return False
+    squares = sum(p.grad.pow(2).sum() for p in params).reshape(1)
+    dist.all_reduce(squares)
+    total_norm = squares.sqrt().item()
+    if max_norm / (total_norm + 1e-6) < 1.0:
+        for p in params:
+            p.grad.mul_(max_norm / (total_norm + 1e-6))
+    optimizer.step()
+    return True
+
+
+@pytest.mark.parametrize("answer", [step_tests_the_ratio_inline, step_tests_the_coefficient_inline])
+def test_a_ratio_compared_with_one_is_no_written_bound(monkeypatch, answer):
+    monkeypatch.setattr(lesson17, "run_on_ranks", _ranks_would_start)   # the source rules let it through
+    with pytest.raises(_RanksWouldStart):
+        lesson17.check_unscale_clip_and_step(answer)

@@ -119,6 +119,26 @@ def test_a_cell_that_does_not_compile_is_refused_before_any_rank_runs_it(cluster
     assert cluster.pull("before") == [0, 1]     # the first line never ran either
 
 
+@pytest.mark.parametrize("source, line, error", [
+    ("before = 'changed'\nreturn before", "    return before", "'return' outside function"),
+    ("before = 'changed'\nbreak", "    break", "'break' outside loop"),
+])
+def test_a_cell_that_parses_but_does_not_compile_is_refused_before_any_rank_runs_it(cluster, source, line, error):
+    cluster.run_code("before = rank")
+    with pytest.raises(CellSyntaxError) as caught:
+        cluster.run_code(source, filename="<my cell>")
+    shown = caught.value._render_traceback_()
+    assert shown[:2] == ['  File "<my cell>", line 2', line] and shown[-1] == f"SyntaxError: {error}"
+    assert cluster.pull("before") == [0, 1]
+
+
+def test_ranks_that_raised_and_ranks_whose_value_cannot_travel_back_are_said_to_have_failed(cluster):
+    with pytest.raises(RankFailed, match=r"^2 ranks \(0, 1\) of 2 failed; the cluster is still running\.") as caught:
+        cluster.run_code("import threading\nif rank == 0:\n    raise ValueError('x')\nthreading.Lock()")
+    assert "--- rank 0 raised ValueError: x" in str(caught.value)
+    assert "--- rank 1 gave, as the cell's last line, a lock that cannot be pickled back" in str(caught.value)
+
+
 @pytest.mark.parametrize("command, error, match", [
     (lambda c: c.run(5), TypeError, r"^fn must be a function .*Pass the function itself \(cluster.run\(train\)\)"),
     (lambda c: c.run_code(123), TypeError, r"^source must be a string of Python code, got int: e.g. cluster.run_code"),

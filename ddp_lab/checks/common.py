@@ -262,7 +262,7 @@ def refuse_written_divisor(fn, name: str, what: str, divide_by: str, divided: tu
     where it must divide by `divide_by` (a count the run decides: the world size, the number of micro-batches).
 
     A number that equals the check's count passes there and is wrong in every other run (lessons 04, 05, 07, 08, 09,
-    10, 12, 16, 17). `ignored`: words whose presence in the divided text leaves a division alone (lesson 12's
+    10, 12, 14, 16, 17). `ignored`: words whose presence in the divided text leaves a division alone (lesson 12's
     `total_steps`, where `step` is divided).
     """
     _refuse_written(numeric_divisor(fn, divided, ignored), f"{name} divides {what} by", f"divide by {divide_by}",
@@ -271,23 +271,26 @@ def refuse_written_divisor(fn, name: str, what: str, divide_by: str, divided: tu
 
 def refuse_written_split(fn, name: str, split_into: str) -> None:
     """CheckFailed, before any rank starts, if fn splits a tensor into a number of pieces written in its code
-    (`.chunk(2)`, `torch.chunk(x, 4)`, `.tensor_split(2)`) where it must split into `split_into` (lesson 03's
-    devices, lesson 09's shards)."""
+    (`.chunk(2)`, `torch.chunk(x, 4)`, `.tensor_split(2)`) where it must split into `split_into` (lesson 01's
+    ranks, lesson 03's devices, lesson 08's and 09's shards)."""
     _refuse_written(_first_number(fn, _split_count), f"{name} splits a tensor into", f"split into {split_into}",
                     _COUNTS)
 
 
 def refuse_written_bound(fn, name: str, compare_with: str, words: tuple[str, ...] = ("norm",)) -> None:
     """CheckFailed, before any rank starts, if fn compares something whose text names one of `words` with a number
-    written in its code (`norm > 1.0`) where it must compare with `compare_with` (lesson 17's max_norm)."""
+    written in its code (`norm > 1.0`) where it must compare with `compare_with` (lesson 17's max_norm). A ratio
+    compared with a number (`norm / max_norm > 1`) passes: the bound is in the ratio."""
     _refuse_written(_first_number(fn, lambda node: _compared_number(node, words)), f"{name} compares the norm with",
                     f"compare with {compare_with}", "a run may clip at any value, and this check uses its own")
 
 
 def refuse_written_shape(fn, name: str, take_from: str) -> None:
-    """CheckFailed, before any rank starts, if fn reshapes a tensor (`.view`, `.reshape`) with a size of 2 or more
+    """CheckFailed, before any rank starts, if fn reshapes a tensor (`.view`, `.reshape`) with a size of 3 or more
     written as a number in its code (`counts.view(3, -1)`) where every size follows from `take_from` (lesson 14's
-    world size and number of experts). -1 and 1 pass: they name no size of the run."""
+    world size and number of experts). -1 and 1 pass: they name no size of the run; 2 passes: it may count a pair
+    (`torch.stack([received, sent]).view(2, -1)`), and a 2 written for a size of lesson 14's first call fails in its
+    second, where that size is 1 or 3."""
     _refuse_written(_first_number(fn, _shape_size), f"{name} reshapes a tensor with a size of",
                     f"take the sizes from {take_from}", _COUNTS)
 
@@ -392,24 +395,35 @@ def _split_count(node) -> str | None:
 
 
 def _shape_size(node) -> str | None:
-    """The first size of 2 or more written as a number in a `.view(...)` or `.reshape(...)` call, else None."""
+    """The first size of 3 or more written as a number in a `.view(...)` or `.reshape(...)` call, else None."""
     if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
             and node.func.attr in ("view", "reshape")):
         return None
     sizes = [element for argument in node.args
              for element in (argument.elts if isinstance(argument, (ast.Tuple, ast.List)) else [argument])]
     return next((ast.unparse(size) for size in sizes
-                 if _is_number(size) and isinstance(size.value, int) and size.value >= 2), None)
+                 if _is_number(size) and isinstance(size.value, int) and size.value >= 3), None)
 
 
 def _compared_number(node, words: tuple[str, ...]) -> str | None:
+    """The number a comparison holds on one side where the other names one of `words`, else None. 0 is no bound, and
+    a ratio (`norm / max_norm > 1`, `max_norm / (norm + 1e-6) < 1`) compared with a number is a coefficient's test:
+    the bound is in the ratio."""
     if not isinstance(node, ast.Compare) or len(node.comparators) != 1:
         return None
     left, right = node.left, node.comparators[0]
     for side, other in ((left, right), (right, left)):
+        if _is_ratio(side):
+            continue
         if _is_number(other) and other.value != 0 and any(word in ast.unparse(side) for word in words):
             return ast.unparse(other)
     return None
+
+
+def _is_ratio(node) -> bool:
+    """Whether node divides one quantity by another (neither written as a number)."""
+    return isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div) and not _is_number(node.left) \
+        and not _is_number(node.right)
 
 
 def _is_number(node) -> bool:
@@ -520,7 +534,7 @@ def run_answers_on_ranks(runner, answers, nprocs: int, timeout: float, what: str
 
     Returns [answer][rank] -> that answer's result on that rank; `options` are `run_on_ranks`'s (explain,
     timeout_hint). The check tests give a check's wrong answers this way, one launch for all of them
-    (lessons 02, 04, 05, 07, 10, 14); the public check runs a tuple of one.
+    (lessons 02, 04, 05, 07, 08, 09, 10, 14); the public check runs a tuple of one.
     """
     results = run_on_ranks(runner, (tuple(answers), *args), nprocs, timeout, what, **options)
     return [[results[rank][index] for rank in range(nprocs)] for index in range(len(answers))]

@@ -132,7 +132,9 @@ def _average_hint(got, mean, own, result: dict, index: int, rank: int, division:
     if torch.allclose(got, mean * size, atol=1e-6):
         return ("this is the SUM over ranks: dist.all_reduce adds; divide by dist.get_world_size() afterwards "
                 "(each rank's loss was already a mean over its own shard)")
-    for divisor in (2, 4, 8):   # a number the source reader (refuse_written_divisor) did not see: through a name
+    # a number the source reader (refuse_written_divisor) did not see: through a name it does not follow (one bound
+    # outside the function, or more than once)
+    for divisor in (2, 4, 8):
         if torch.allclose(got, mean * size / divisor, atol=1e-6):
             return (f"this is the sum over the {size} ranks divided by {divisor}: divide by dist.get_world_size(), "
                     "not by a number fixed in the code")

@@ -486,11 +486,13 @@ def _zigzag_answers(zigzag_chunks, name: str, world_size: int) -> dict[int, list
 
 
 def _written_mirror(answers: dict[int, dict[int, list[int]]]) -> int | None:
-    """K where every world size's answer is rank r -> [r, K - r] with the same K: a chunk count written as a number
-    (e.g. 7 - r, right for 4 ranks only); None otherwise."""
+    """K where every world size's answer is rank r -> [r, K - r] with the same K, and K is the last chunk of one of
+    the world sizes tried (2N - 1): a chunk count written as a number (e.g. 7 - r, right for 4 ranks only); None
+    otherwise (-1 - r, a negative index, is no count of any of them)."""
     mirrors = {pair[1] + rank if len(pair) == 2 and pair[0] == rank else None
                for got in answers.values() for rank, pair in got.items()}
-    return mirrors.pop() if len(mirrors) == 1 and None not in mirrors else None
+    mirror = mirrors.pop() if len(mirrors) == 1 else None
+    return mirror if mirror in {2 * world_size - 1 for world_size in answers} else None
 
 
 def _judge_zigzag(name: str, world_size: int, got: dict, written: int | None = None) -> None:
@@ -512,8 +514,11 @@ def _judge_zigzag(name: str, world_size: int, got: dict, written: int | None = N
     every = sorted(c for pair in got.values() for c in pair)
     if every != list(range(chunks)):
         outside = sorted({c for c in every if not 0 <= c < chunks})
+        off_by_one = all(pair == [rank, chunks - rank] for rank, pair in got.items())
         hint = (f"chunks are numbered 0 to {chunks - 1}: the mirror of chunk r is {chunks - 1} - r, not {chunks} - r"
-                if outside else
+                if outside and off_by_one else
+                f"chunks are numbered 0 to {chunks - 1}, and {' and '.join(map(str, outside))} "
+                f"{'is' if len(outside) == 1 else 'are'} outside that range" if outside else
                 "every chunk must be held by exactly one rank: some are held twice, others by nobody")
         raise CheckFailed(f"{head}.\nHint: {hint}.")
     if all(sorted(got[rank]) == want[rank] for rank in got):

@@ -96,7 +96,9 @@ class CommandWatch:
         first = first_failed if first_failed in failures else min(failures)
         count = (f"rank {first}" if len(failures) == 1 else
                  f"{len(failures)} ranks ({', '.join(map(str, sorted(failures)))})")
-        did = ("raised" if any(failure.kind != "unpicklable" for failure in failures.values()) else
+        # some raised and some could not send their values back: "failed", and each rank's line says how
+        unpicklable = {failure.kind == "unpicklable" for failure in failures.values()}
+        did = ("raised" if unpicklable == {False} else "failed" if unpicklable == {False, True} else
                "could not send its value back" if len(failures) == 1 else "could not send their values back")
         return RankFailed(f"{count} of {self.nprocs} {did}; the cluster is still running.",
                           failures, first, self.group.texts())

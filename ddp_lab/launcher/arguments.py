@@ -8,10 +8,10 @@ Introduced in notebooks/00-welcome-and-first-launch.ipynb (launch's arguments).
 
 from __future__ import annotations
 
-import ast
 import inspect
 import math
 import os
+import warnings
 
 from ddp_lab.launcher.errors import CellSyntaxError
 from ddp_lab.launcher.rendezvous import AGENT_STORE, OWN_STORE
@@ -185,8 +185,14 @@ def check_source(source, filename: str = "<ddp cell>") -> None:
         raise TypeError(f"source must be a string of Python code, got {type(source).__name__}: "
                         "e.g. cluster.run_code('x = rank * 2'); to call a function use cluster.run(fn).")
     try:
-        compile(source, filename, "exec", ast.PyCF_ONLY_AST, dont_inherit=True)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")   # a SyntaxWarning is the ranks' to show, as they compile the cell
+            # compiled, not only parsed: 'return' outside a function, or 'break' outside a loop, parses
+            compile(source, filename, "exec", dont_inherit=True)
     except SyntaxError as error:
+        lines = source.splitlines()
+        if error.text is None and error.lineno and 0 < error.lineno <= len(lines):
+            error.text = lines[error.lineno - 1] + "\n"   # the compiler's errors name no line: the cell's, shown
         raise CellSyntaxError(error) from None
 
 
