@@ -289,6 +289,12 @@ def as_percentage(spans):
     return 100 * idle_fraction(spans)
 
 
+def in_float32(spans):
+    """Right formula, in a torch tensor's default float32: right to about 7 digits only."""
+    start, end = torch.tensor([s.start for s in spans]), torch.tensor([s.end for s in spans])
+    return float(1 - (end - start).sum() / (len({s.rank for s in spans}) * (end.max() - start.min())))
+
+
 def forgets_the_ranks(spans):
     makespan = max(s.end for s in spans) - min(s.start for s in spans)
     return 1.0 - sum(s.end - s.start for s in spans) / makespan
@@ -348,6 +354,9 @@ def test_idle_fraction_accepts_the_right_answer(capsys):
     (busy_fraction, r"(?s)GPipe on 2 stages.*got 0.8, expected 0.2.*this is the busy fraction"),
     (per_rank_windows, r"(?s)its own first-start-to-last-end window.*earliest start on any rank"),
     (as_percentage, r"(?s)this is a percentage"),
+    # the numbers shown must differ ("got 0.2, expected 0.2" before), and the hint names float32
+    (in_float32, r"^GPipe on 2 stages with 4 micro-batches \(ideal times\): got 0\.19999999, expected 0\.2\.\nHint: "
+                 r"that is the right value to about 7 significant digits, on every case.*float32"),
     (forgets_the_ranks, r"(?s)compared with ranks x makespan"),
     (window_in_list_order, r"(?s)measured-looking times: got .*first span in the list to the last one"),
     (window_of_rank_0, r"(?s)measured-looking times: got .*the window is rank 0's alone"),

@@ -718,6 +718,16 @@ def first_mismatch(got: torch.Tensor, expected: torch.Tensor, atol: float = 1e-5
     return tuple(int(i) for i in bad.nonzero()[0])
 
 
+def two_numbers(got: float, want: float) -> tuple[str, str]:
+    """got and want with 6 significant digits, or as many more as it takes for them to read differently (a message
+    must never say 'got 0.2, expected 0.2'; lessons 07 and 13)."""
+    for digits in range(6, 18):
+        shown, expected = f"{got:.{digits}g}", f"{want:.{digits}g}"
+        if shown != expected:
+            return shown, expected
+    return repr(got), repr(want)
+
+
 def describe(value) -> str:
     """A short description of a returned value, for 'got ...' messages."""
     if torch.is_tensor(value):

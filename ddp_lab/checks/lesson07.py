@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from ddp_lab.checks import CheckFailed, passed
 from ddp_lab.checks.common import (answer_raised, call_case, ensure_written, first_mismatch, only_point_to_point,
                                    package_answer_used, refuse_written_divisor, run_answers_on_ranks, run_on_ranks,
-                                   watching_calls)
+                                   two_numbers, watching_calls)
 from ddp_lab.checks.p2p_log import (log_path, logging_point_to_point, non_neighbour_calls, read_logs,
                                    segfaulted, stuck_receives, waits)
 from ddp_lab.course.pipeline_parallel import schedules
@@ -413,6 +413,10 @@ def _hint(answers: list[tuple[float, list[Span]]]) -> str:
         if all(key in those and math.isclose(got, those[key][0], rel_tol=1e-9)
                for (got, _), those in zip(answers, mistakes)):
             return text
+    if all(math.isclose(got, schedules.idle_fraction(spans), rel_tol=1e-6, abs_tol=1e-7) for got, spans in answers):
+        return ("that is the right value to about 7 significant digits, on every case: something rounded it on the "
+                "way, e.g. float32 (a torch tensor's default dtype, .item() of one), which keeps about 7. Compute "
+                "with Python floats")
     return "idle = 1 - (sum of every span's length) / (number of ranks x (latest end - earliest start))"
 
 
@@ -458,5 +462,6 @@ def check_idle_fraction(idle_fraction) -> None:
             first_wrong = (case, got, want)
     if first_wrong:
         case, got, want = first_wrong
-        raise CheckFailed(f"{case}: got {got:.6g}, expected {want:.6g}.\nHint: {_hint(answers)}.")
+        shown, expected = two_numbers(got, want)
+        raise CheckFailed(f"{case}: got {shown}, expected {expected}.\nHint: {_hint(answers)}.")
     passed(f"{name}: the idle fraction of ideal GPipe and 1F1B schedules and of measured-looking timestamps")

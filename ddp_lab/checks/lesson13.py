@@ -20,7 +20,7 @@ import math
 import numbers
 
 from ddp_lab.checks import CheckFailed, passed
-from ddp_lab.checks.common import answer_raised, ensure_written, package_answer_used, watching_calls
+from ddp_lab.checks.common import answer_raised, ensure_written, package_answer_used, two_numbers, watching_calls
 from ddp_lab.course.plan.search import candidates
 from ddp_lab.plan import ClusterSpec, Strategy, Transformer, breakdown, evaluate, model_state_bytes, search
 
@@ -79,19 +79,10 @@ def check_model_states_gb(per_gpu_model_states_gb) -> None:
             value = float(value)   # a Fraction or a numpy float is a number of GB too
             if not math.isclose(value, want[part], rel_tol=1e-9):
                 hint = _model_state_hint(part, value, params, dp, zero, precision)
-                shown, expected = _two_numbers(value, want[part])
+                shown, expected = two_numbers(value, want[part])
                 raise CheckFailed(f"{case}[{part!r}] is {shown} GB, expected {expected} GB.\nHint: {hint}")
     passed(f"{name} equals the planner's model_state_bytes for ZeRO 0-3, dp 1-256, bf16 and fp32 "
            f"({len(MODEL_STATE_CASES)} cases)")
-
-
-def _two_numbers(got: float, want: float) -> tuple[str, str]:
-    """got and want with 6 significant digits, or as many more as it takes for them to read differently."""
-    for digits in range(6, 18):
-        shown, expected = f"{got:.{digits}g}", f"{want:.{digits}g}"
-        if shown != expected:
-            return shown, expected
-    return repr(got), repr(want)
 
 
 def _show(values: dict) -> str:
