@@ -17,7 +17,7 @@ import psutil
 import pytest
 
 import ddp_lab
-from ddp_lab import LaunchTimeout, RankCrashed, RankFailed
+from ddp_lab import LaunchTimeout, RankCrashed, RankFailed, ResultNotPicklable
 from ddp_lab.__main__ import main as command_line
 from ddp_lab.cluster.registry import CLUSTER_PREFIX, ENTRY_NAME, Registration
 from ddp_lab.cluster.status import STACK_WAIT_S
@@ -107,6 +107,17 @@ def test_a_value_that_cannot_travel_back_is_named_and_the_rank_keeps_it(cluster)
     with pytest.raises(RankFailed, match=r"--- rank \d holds in that variable a lock that cannot be pickled back"):
         cluster.pull("lock")
     assert cluster.run_code("lock.acquire()") == [True, True]   # the rank kept it
+
+
+def test_a_value_the_notebook_cannot_load_names_its_rank(cluster, tmp_path):
+    """A class from a module only the ranks import pickles there, by reference, and cannot be loaded here."""
+    (tmp_path / "only_on_ranks.py").write_text("class Thing:\n    pass\n")
+    with pytest.raises(ResultNotPicklable, match=r"^rank 0 sent back a value this notebook cannot load "
+                                                 r"\(ModuleNotFoundError: No module named 'only_on_ranks'\): .*"
+                                                 r"the cluster is still running\.$"):
+        cluster.run_code(f"import sys\nsys.path.insert(0, {str(tmp_path)!r})\nimport only_on_ranks\n"
+                         "only_on_ranks.Thing()")
+    assert cluster.run_code("type(only_on_ranks.Thing()).__name__") == ["Thing", "Thing"]
 
 
 def test_a_cell_that_does_not_compile_is_refused_before_any_rank_runs_it(cluster):

@@ -344,6 +344,20 @@ def test_an_unpicklable_return_value_names_the_rank():
     assert isinstance(caught.value, TypeError)
 
 
+def returns_a_thing_only_the_ranks_can_import(rank, folder):
+    import sys
+    sys.path.insert(0, folder)
+    import only_on_ranks
+    return only_on_ranks.Thing() if rank == 1 else rank
+
+
+def test_a_return_value_the_notebook_cannot_load_names_the_rank(tmp_path):
+    (tmp_path / "only_on_ranks.py").write_text("class Thing:\n    pass\n")
+    with pytest.raises(ResultNotPicklable, match=r"^rank 1 sent back a value this notebook cannot load "
+                                                 r"\(ModuleNotFoundError: No module named 'only_on_ranks'\)"):
+        ddp_lab.launch(returns_a_thing_only_the_ranks_can_import, args=(str(tmp_path),), nprocs=2, backend="gloo")
+
+
 def run_without_gpus(code: str) -> subprocess.CompletedProcess:
     """Run `code` in a fresh interpreter that sees no GPU, on any machine; its ranks inherit that.
 

@@ -19,7 +19,6 @@ Introduced in notebooks/00b-live-cluster.ipynb.
 from __future__ import annotations
 
 import itertools
-import pickle
 import sys
 import time
 
@@ -35,7 +34,7 @@ from ddp_lab.launcher.errors import RankCrashed, exit_with_cause
 from ddp_lab.launcher.fd_limit import one_line_if_out_of_fds
 from ddp_lab.launcher.launch import DEFAULT_TIMEOUT, threads_per_rank
 from ddp_lab.launcher.output import RankOutput, print_in_rank_order
-from ddp_lab.launcher.payload import build_payload, cell_names, pack_arguments, pack_function
+from ddp_lab.launcher.payload import build_payload, cell_names, load_value, pack_arguments, pack_function
 from ddp_lab.launcher.procstart import prepare_zygote
 from ddp_lab.launcher.progress import LiveLines
 from ddp_lab.launcher.rank_group import RankGone, RankGroup
@@ -228,7 +227,8 @@ class Cluster:
             self._regroup(lost)
         if problem is not None:
             raise problem from None
-        return Results([pickle.loads(watch.replies[r]["value"]) if r in watch.replies else None
+        still = "; the cluster is still running"
+        return Results([load_value(watch.replies[r]["value"], r, still) if r in watch.replies else None
                         for r in range(self.nprocs)],
                        [RankOutput(r, o.lines[starts[r]:]).text() for r, o in enumerate(self._group.outputs)],
                        self.backend, [])

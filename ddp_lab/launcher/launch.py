@@ -15,8 +15,6 @@ from __future__ import annotations
 import os
 import warnings
 
-import cloudpickle
-
 from ddp_lab.hardware.machine import cpu_cores
 from ddp_lab.launcher.arguments import check_launch
 from ddp_lab.launcher.backend import choose_backend
@@ -24,7 +22,7 @@ from ddp_lab.launcher.errors import LaunchWarning, describe_exit
 from ddp_lab.launcher.fd_limit import one_line_if_out_of_fds
 from ddp_lab.launcher.interrupts import interrupts_held
 from ddp_lab.launcher.output import RankOutput, note, print_in_rank_order
-from ddp_lab.launcher.payload import build_payload, cell_names
+from ddp_lab.launcher.payload import build_payload, cell_names, load_value
 from ddp_lab.launcher.procstart import prepare_zygote
 from ddp_lab.launcher.progress import LiveLines
 from ddp_lab.launcher.rank_group import RankGroup
@@ -140,7 +138,7 @@ def _show_output(outputs: list[RankOutput], streamed: bool) -> None:
 
 
 def _results(group: RankGroup, backend: str | None) -> Results:
-    values = [cloudpickle.loads(group.reports[rank]["value"]) for rank in range(group.nprocs)]
+    values = [load_value(group.reports[rank]["value"], rank) for rank in range(group.nprocs)]
     codes = [group.exits.get(rank, 0) for rank in range(group.nprocs)]
     for rank, code in enumerate(codes):
         if code != 0:

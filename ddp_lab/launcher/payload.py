@@ -32,6 +32,8 @@ import types
 
 import cloudpickle
 
+from ddp_lab.launcher.errors import ResultNotPicklable
+
 
 class _Pickler(cloudpickle.Pickler):
     """cloudpickle, plus module subclasses by import name.
@@ -188,3 +190,20 @@ def rename_cells(text: str, names: dict[str, str]) -> str:
     for filename, label in names.items():
         text = text.replace(f'File "{filename}"', label).replace(filename, label)
     return text
+
+
+def load_value(data: bytes, rank: int, after: str = ""):
+    """A rank's pickled value, loaded in the notebook.
+
+    A value the notebook cannot rebuild (an instance of a class from a module only the ranks import) raises
+    ResultNotPicklable in one line naming the rank and why, not the loader's bare error; `after` ends that line
+    (the live cluster's "the cluster is still running").
+    """
+    __tracebackhide__ = True
+    try:
+        return cloudpickle.loads(data)
+    except Exception as error:  # noqa: BLE001 - whatever loading raises, the notebook is told which rank and why
+        raise ResultNotPicklable(
+            f"rank {rank} sent back a value this notebook cannot load ({type(error).__name__}: {error}): what it "
+            "is made of cannot be imported here. Return plain data (numbers, tensors, dicts of them), or make that "
+            f"module importable in the notebook too{after}.", {}, rank, [], headline_only=True) from None
