@@ -487,7 +487,24 @@ def step_tests_the_coefficient_inline(params, optimizer, scale, max_norm):
     return True
 
 
-@pytest.mark.parametrize("answer", [step_tests_the_ratio_inline, step_tests_the_coefficient_inline])
+def step_tests_a_named_ratio(params, optimizer, scale, max_norm):
+    """Right: the ratio of the norm and max_norm bound to a name, then compared with 1."""
+    _unscale(params, scale)
+    if _agreed_inf(params):
+        return False
+    squares = sum(p.grad.pow(2).sum() for p in params).reshape(1)
+    dist.all_reduce(squares)
+    norm = squares.sqrt().item()
+    norm_ratio = norm / max_norm
+    if norm_ratio > 1:
+        for p in params:
+            p.grad.mul_(max_norm / (norm + 1e-6))
+    optimizer.step()
+    return True
+
+
+@pytest.mark.parametrize("answer", [step_tests_the_ratio_inline, step_tests_the_coefficient_inline,
+                                    step_tests_a_named_ratio])
 def test_a_ratio_compared_with_one_is_no_written_bound(monkeypatch, answer):
     monkeypatch.setattr(lesson17, "run_on_ranks", _ranks_would_start)   # the source rules let it through
     with pytest.raises(_RanksWouldStart):

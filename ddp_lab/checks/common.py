@@ -421,9 +421,9 @@ def _compared_number(node, words: tuple[str, ...]) -> str | None:
 
 
 def _is_ratio(node) -> bool:
-    """Whether node divides one quantity by another (neither written as a number)."""
-    return isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div) and not _is_number(node.left) \
-        and not _is_number(node.right)
+    """Whether node divides one quantity by another (neither written as a number), or names such a ratio."""
+    return getattr(node, "ratio", False) or (isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div)
+                                              and not _is_number(node.left) and not _is_number(node.right))
 
 
 def _is_number(node) -> bool:
@@ -436,7 +436,7 @@ def _first_number(fn, number_of) -> tuple[str, str] | None:
     try:
         source = textwrap.dedent(inspect.getsource(fn))
         tree = ast.parse(source)
-        tree = _NumbersOfNames(_numbers_bound_once(tree)).visit(tree)
+        tree = _NumbersOfNames(_bound_once(tree)).visit(tree)
     except (OSError, TypeError, SyntaxError, IndentationError):
         return None
     found = [(node, number) for node in ast.walk(tree) if (number := number_of(node)) is not None]
@@ -458,9 +458,9 @@ def _statement_of(tree, node):
                  and (node.end_lineno, node.end_col_offset) <= (stmt.end_lineno, stmt.end_col_offset)), node)
 
 
-def _numbers_bound_once(tree) -> dict[str, tuple]:
-    """{name: (its number, the statement)} for each name the function binds exactly once, to a number written as
-    such (`per_epoch = 3`); a name bound again (`+=`, a loop, an argument) is not one."""
+def _bound_once(tree) -> dict[str, tuple]:
+    """{name: (its value, the statement)} for each name the function binds exactly once, with `=` to a value of its
+    own (`per_epoch = 3`, `ratio = norm / max_norm`); a name bound again (`+=`, a loop, an argument) is not one."""
     bindings: dict[str, list] = {}
     for node in ast.walk(tree):
         if isinstance(node, ast.Assign):
@@ -478,24 +478,25 @@ def _numbers_bound_once(tree) -> dict[str, tuple]:
                     bindings.setdefault(bound.id, []).append((None, node))
         elif isinstance(node, ast.arg):
             bindings.setdefault(node.arg, []).append((None, node))
-    return {name: (value.value, statement) for name, [(value, statement)] in
-            ((name, found) for name, found in bindings.items() if len(found) == 1)
-            if value is not None and _is_number(value)}
+    return {name: found[0] for name, found in bindings.items() if len(found) == 1 and found[0][0] is not None}
 
 
 class _NumbersOfNames(ast.NodeTransformer):
     """Each read of a name bound once to a number becomes that number (remembering the statement that bound it in
-    `bound_by`), so the readers of written numbers see `world = 3; p.grad /= world` as `p.grad /= 3`."""
+    `bound_by`), so the readers of written numbers see `world = 3; p.grad /= world` as `p.grad /= 3`; a read of a
+    name bound once to a ratio is marked `ratio` (`_is_ratio`: `ratio = norm / max_norm; ratio > 1`)."""
 
-    def __init__(self, numbers: dict[str, tuple]):
-        self.numbers = numbers
+    def __init__(self, bound: dict[str, tuple]):
+        self.bound = bound
 
     def visit_Name(self, node):
-        if isinstance(node.ctx, ast.Load) and node.id in self.numbers:
-            value, statement = self.numbers[node.id]
-            number = ast.copy_location(ast.Constant(value), node)
+        value, statement = self.bound.get(node.id, (None, None)) if isinstance(node.ctx, ast.Load) else (None, None)
+        if _is_number(value):
+            number = ast.copy_location(ast.Constant(value.value), node)
             number.bound_by = statement
             return number
+        if _is_ratio(value):
+            node.ratio = True
         return node
 
 
