@@ -32,7 +32,6 @@ UNPICKLABLE_ADVICE = {
              "End the cell with a statement (name = ...; the value stays on the rank), or with plain data"),
     "call": ("returned", "Return plain data instead"),
     "pull": ("holds in that variable", "Pull plain data made from it on the ranks"),
-    "regroup": ("returned", "Return plain data instead"),
 }
 RESTART = "run the cell again (or ddp_lab.Cluster(...)) to start a fresh one."
 FRESH_START = f"The cluster was shut down; {RESTART}"
@@ -107,7 +106,7 @@ class CommandWatch:
         """The RankFailure of a rank's failed reply: an exception, or a value that cannot travel to the notebook."""
         if "unpicklable" not in reply:
             return raised_failure(rank, reply, self.names)
-        gave, instead = UNPICKLABLE_ADVICE[self.kind]
+        gave, instead = UNPICKLABLE_ADVICE.get(self.kind, UNPICKLABLE_ADVICE["call"])   # regroup returns None
         return unpicklable_failure(rank, reply["unpicklable"], reply["text"], gave, instead)
 
     def interrupt(self) -> LaunchError | None:
