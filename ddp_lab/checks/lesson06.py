@@ -299,7 +299,8 @@ def _check_nccl(what: str, result, layout: Layout, written: list, across: list) 
 _TWO_NODES = {"LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1"}
 
 
-def _ONE_NODE(rank: int) -> dict:
+def _one_node(rank: int) -> dict:
+    """torchrun's node variables for `rank` on one node of both processes."""
     return {"LOCAL_RANK": str(rank), "LOCAL_WORLD_SIZE": "2"}
 
 
@@ -354,7 +355,7 @@ def _setup_runner(rank: int, setup_from_env):
     if not state.get("initialized") or state.get("backend") != "gloo":
         return state
     dist.destroy_process_group()
-    os.environ.update(_ONE_NODE(rank))
+    os.environ.update(_one_node(rank))
     return {**state, "one_node": _setup_once(rank, setup_from_env)}
 
 

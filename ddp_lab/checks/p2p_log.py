@@ -146,19 +146,19 @@ class Wait:
     returned: bool
 
 
-def stuck_receives(logs: dict[int, tuple[list[Call], bool]], stuck: set[int] | dict) -> list[Wait]:
+def stuck_receives(logs: dict[int, tuple[list[Call], bool]], stuck: dict[int, str | None]) -> list[Wait]:
     """For each stuck rank whose last call is a receive: which message it waits for, and what its peer did.
 
-    `stuck` may map each stuck rank to the torch.distributed call its stack shows it in (None: outside any, as
-    in an irecv's .wait()): a blocking recv still waiting shows in its stack, so a rank whose last logged call
-    is a recv but whose stack is elsewhere has returned from it and waits in something else.
+    `stuck` maps each stuck rank to the torch.distributed call its stack shows it in (None: outside any, as in an
+    irecv's .wait()): a blocking recv still waiting shows in its stack, so a rank whose last logged call is a recv
+    but whose stack is elsewhere has returned from it and waits in something else.
     """
     found = []
     for rank in sorted(stuck):
         calls, _ = logs[rank]
         if not calls or calls[-1].op not in RECEIVES or calls[-1].peer is None:
             continue
-        if isinstance(stuck, dict) and calls[-1].op == "recv" and stuck[rank] != "recv":
+        if calls[-1].op == "recv" and stuck[rank] != "recv":
             continue
         peer = calls[-1].peer
         peer_calls, peer_returned = logs.get(peer, ([], False))
@@ -167,7 +167,7 @@ def stuck_receives(logs: dict[int, tuple[list[Call], bool]], stuck: set[int] | d
     return found
 
 
-def waits(logs: dict[int, tuple[list[Call], bool]], stuck: set[int] | dict) -> list[str]:
+def waits(logs: dict[int, tuple[list[Call], bool]], stuck: dict[int, str | None]) -> list[str]:
     """`stuck_receives` in words: which message each stuck rank waits for, and what its peer did."""
     said = []
     for wait in stuck_receives(logs, stuck):
