@@ -2,11 +2,12 @@
 
 Each wrong answer below is a mistake a learner is likely to make; the test pins the part of
 the feedback that names it. The 1F1B answers that return run in one launch of 3 gloo ranks (the
-check's own runner, then its judge); the others go through the check itself, a launch each: one
-that raises, and the hanging ones, which run into a 5 s timeout (a blocking send, an isend waited
-on at once, a send to a rank that does not exist, warm-up counts that make neighbours wait for
-each other). The hangs whose evidence is a peer that returned are judged from logs written as
-the ranks write them.
+check's own runner, then its judge: 3 stages, then 2 stages on ranks 0 and 1); the others go
+through the check itself, a launch each: the raising ones, and the hanging ones, which run into a
+3 s timeout (a blocking send, an isend waited on at once, a send to a rank that does not exist,
+warm-up counts that make neighbours wait for each other, a last stage written as rank 2). The
+hangs whose evidence is a peer that returned are judged from logs written as the ranks write
+them.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import torch.nn.functional as F
 
 from ddp_lab.checks import CheckFailed
 from ddp_lab.checks import lesson07
-from ddp_lab.checks.lesson07 import MICROBATCHES, check_idle_fraction, check_one_f_one_b_stage
+from ddp_lab.checks.lesson07 import CASES, MICROBATCHES, check_idle_fraction, check_one_f_one_b_stage
 from ddp_lab.checks.p2p_log import log_path
 from ddp_lab.course.pipeline_parallel.schedules import Span
 
@@ -30,15 +31,16 @@ DEADLOCK_TIMEOUT = 3.0   # seconds after every rank entered the answer (start-up
 # --- one_f_one_b_stage ----------------------------------------------------------------------
 
 def make_stage_answer(*, scale=True, blocking=False, grad_peer=-1, warmup=None, mark_input=True, wait_now=False,
-                      grad_divisor=1, zero_each=False, return_undivided=False):
+                      grad_divisor=1, zero_each=False, return_undivided=False, last_rank=None, microbatches=None):
     """A 1F1B stage with one mistake switched on (the defaults give the right answer). `wait_now`: each isend's
     .wait() right after it starts, a blocking send in disguise. `zero_each`: the stage's gradients zeroed before
-    every micro-batch's backward. `return_undivided`: backward on the divided loss, the undivided one returned."""
+    every micro-batch's backward. `return_undivided`: backward on the divided loss, the undivided one returned.
+    `last_rank`, `microbatches`: the last stage's rank and the number of micro-batches written as numbers."""
 
     def one_f_one_b_stage(stage, inputs, targets):
         rank, world_size = dist.get_rank(), dist.get_world_size()
-        first, last = rank == 0, rank == world_size - 1
-        m, shape = len(inputs), inputs[0].shape
+        first, last = rank == 0, rank == (world_size - 1 if last_rank is None else last_rank)
+        m, shape = len(inputs) if microbatches is None else microbatches, inputs[0].shape
         saved, sends, losses = {}, [], []
 
         def send(tensor, dst):
@@ -162,6 +164,11 @@ STAGE_MISTAKES = [   # answers that return: they run one after the other in one 
     # gradients zeroed before every backward: what is left is the last micro-batch's alone, not a pairing mistake
     (dict(zero_each=True), r"(?s)^rank 2 \(stage 2\), gradient of the weight.*Hint: it is the gradient of the last "
                            r"micro-batch alone.*add up over the micro-batches"),
+    # a warm-up written for 3 stages: right on the first run, one too many on the second, which says so
+    (dict(warmup=lambda m, r, w: 2 - r), r"(?s)^the stages held .*: stage 0 held 3, stage 1 held 2; 1F1B on 2 stages "
+                                         r"with 3 micro-batches holds 2, 1 .*\nOn 3 stages with 4 micro-batches \(the "
+                                         r"check's first run\) every stage was right.*a warm-up of 2 - rank.*\nHint: "
+                                         r"every stage held one micro-batch more"),
 ]
 
 
@@ -174,6 +181,32 @@ def stage_results():
 def test_one_f_one_b_names_wrong_results(index, stage_results):
     with pytest.raises(CheckFailed, match=STAGE_MISTAKES[index][1]):
         lesson07._judge_stage("one_f_one_b_stage", stage_results[index])
+
+
+def test_the_check_runs_a_second_pipeline_of_other_counts():
+    # the second case must differ from the first in both counts, or a number written for the first run passes it
+    first, second = CASES
+    assert second.stages != first.stages and second.microbatches != first.microbatches
+
+
+def test_a_last_stage_written_as_rank_2_is_named_on_the_second_run():
+    # right on 3 stages; on 2, rank 1 is not "last", so it sends its output to rank 2, which is no rank of that
+    # group: gloo waits there, and the hint comes from the second run's logged calls
+    with pytest.raises(CheckFailed, match=r"(?s)did not finish within 3 s.*\nOn 3 stages with 4 micro-batches \(the "
+                                          r"check's first run\) every stage was right; this is its second run, 2 "
+                                          r"stages with 3 micro-batches.*the last stage as rank 2.*\nWhat the ranks "
+                                          r"did: rank 1's call \d+, dist.isend with dst=2, names no rank at all.*"
+                                          r"\nHint: a send or recv must name a neighbour stage"):
+        check_one_f_one_b_stage(make_stage_answer(last_rank=2), timeout=DEADLOCK_TIMEOUT)
+
+
+def test_a_count_of_micro_batches_written_as_4_is_named_on_the_second_run():
+    # only 3 micro-batches on the second run: inputs[3] raises, and the message says the first run was right
+    with pytest.raises(CheckFailed, match=r"(?s)rank 0: one_f_one_b_stage raised IndexError.*2-stage pipeline with 3 "
+                                          r"micro-batches.*Hint: On 3 stages with 4 micro-batches \(the check's first "
+                                          r"run\) every stage was right.*4 micro-batches\) where world_size, rank or "
+                                          r"m = len\(inputs\) belongs"):
+        check_one_f_one_b_stage(make_stage_answer(microbatches=4), timeout=DEADLOCK_TIMEOUT)
 
 
 def test_one_f_one_b_rejects_a_none_sent():
@@ -222,8 +255,10 @@ def test_one_f_one_b_names_a_send_waited_on_at_once():
 
 def _hang_hint_from_logs(tmp_path, logs: dict, places: dict) -> str:
     """The 1F1B check's hang hint for these logged calls ({rank: lines as a rank writes them})."""
+    folder = Path(lesson07._case_folder(str(tmp_path), CASES[0]))
+    folder.mkdir(parents=True)
     for rank, lines in logs.items():
-        Path(log_path(str(tmp_path), rank)).write_text("".join(f"{line}\n" for line in lines))
+        Path(log_path(str(folder), rank)).write_text("".join(f"{line}\n" for line in lines))
     return lesson07._hang_hint(str(tmp_path))({call for call in places.values()}, places)
 
 
@@ -419,8 +454,10 @@ def test_a_crash_inside_a_send_is_explained_from_the_logged_calls(tmp_path):
     from ddp_lab.launcher.errors import RankCrashed, RankFailure, crash_summary
 
     calls = {0: ["isend 1", "recv 1"], 1: ["recv 0", "isend 2", "recv 2", "isend 0"], 2: ["recv 1", "isend 3"]}
+    folder = Path(lesson07._case_folder(str(tmp_path), CASES[0]))
+    folder.mkdir(parents=True)
     for rank, lines in calls.items():
-        Path(log_path(str(tmp_path), rank)).write_text("\n".join(lines) + "\n")
+        Path(log_path(str(folder), rank)).write_text("\n".join(lines) + "\n")
     in_isend = ('File "/x/torch/distributed/distributed_c10d.py", line 2652 in isend\n'
                 'File "/x/ddp_lab/checks/p2p_log.py", line 55 in call\n'
                 'File "/x/tests/test_checks_lesson07.py", line 39 in send\n')
@@ -436,5 +473,5 @@ def test_a_crash_inside_a_send_is_explained_from_the_logged_calls(tmp_path):
     assert crashed_in(frame_lost) is None and explain(frame_lost) == said
     killed = RankFailure(2, "crashed", crash_summary(-9), details=in_isend, returncode=-9)
     assert crashed_in(killed) is None and explain(killed) is None
-    Path(log_path(str(tmp_path), 2)).write_text("recv 1\nisend 1\n")
+    Path(log_path(str(folder), 2)).write_text("recv 1\nisend 1\n")
     assert explain(crash) is None

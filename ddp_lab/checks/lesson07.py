@@ -3,9 +3,11 @@
     ddp_lab.checks.lesson07.check_one_f_one_b_stage(one_f_one_b_stage)
     ddp_lab.checks.lesson07.check_idle_fraction(idle_fraction)
 
-The first runs the answer on 3 gloo ranks (a 3-stage pipeline) with a short timeout, so a
-deadlock ends with a message instead of a hang; the second is a plain function of timestamps
-(an answer that calls the package's own `idle_fraction` is refused).
+The first runs the answer on 3 gloo ranks (a 3-stage pipeline with 4 micro-batches), then, in the
+same launch, on 2 of them (2 stages, 3 micro-batches), so that a count written for the first
+run fails the second; a short timeout ends a deadlock with a message instead of a hang. The
+second is a plain function of timestamps (an answer that calls the package's own
+`idle_fraction` is refused).
 
 Introduced in notebooks/07-pipeline-parallelism.ipynb.
 """
@@ -15,6 +17,7 @@ from __future__ import annotations
 import math
 import os
 import tempfile
+from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
@@ -30,9 +33,25 @@ from ddp_lab.checks.p2p_log import (log_path, logging_point_to_point, non_neighb
 from ddp_lab.course.pipeline_parallel import schedules
 from ddp_lab.course.pipeline_parallel.schedules import Span, gpipe_actions, ideal_timeline, one_f_one_b_actions
 
-WORLD_SIZE = 3          # stages, one per rank: a middle stage exists, and a wrong peer shows
-MICROBATCHES = 4
 WIDTH, MICRO = 6, 2     # features; samples per micro-batch
+
+
+@dataclass(frozen=True)
+class Case:
+    """One run of the 1F1B check: a pipeline of `stages` stages (one per rank) and `microbatches` micro-batches."""
+
+    stages: int
+    microbatches: int
+
+    def __str__(self) -> str:
+        return f"{self.stages} stages with {self.microbatches} micro-batches"
+
+
+# 3 stages first (a middle stage exists, and a wrong peer shows), then 2 stages with 3 micro-batches on ranks 0
+# and 1 of the same launch: a warm-up, a last stage or a loop written for the first run's counts fails there.
+# Largest first, so that every rank's first group is one it joins with all the others.
+CASES = (Case(stages=3, microbatches=4), Case(stages=2, microbatches=3))
+WORLD_SIZE, MICROBATCHES = CASES[0].stages, CASES[0].microbatches    # the exercise's run, judged first
 
 PEERS = ("forward: receive the activation from rank - 1 (the first stage reads inputs[i] instead) and "
          "send the output to rank + 1 (the last stage computes the loss instead); backward: receive the "
@@ -42,15 +61,15 @@ PEERS = ("forward: receive the activation from rank - 1 (the first stage reads i
 
 # --- one_f_one_b_stage ----------------------------------------------------------------------
 
-def _model() -> nn.Sequential:
+def _model(case: Case) -> nn.Sequential:
     torch.manual_seed(7)
-    return nn.Sequential(*[nn.Sequential(nn.Linear(WIDTH, WIDTH), nn.Tanh()) for _ in range(WORLD_SIZE)])
+    return nn.Sequential(*[nn.Sequential(nn.Linear(WIDTH, WIDTH), nn.Tanh()) for _ in range(case.stages)])
 
 
-def _batch() -> tuple[torch.Tensor, torch.Tensor]:
+def _batch(case: Case) -> tuple[torch.Tensor, torch.Tensor]:
     generator = torch.Generator().manual_seed(70)
-    return (torch.randn(MICROBATCHES * MICRO, WIDTH, generator=generator),
-            torch.randn(MICROBATCHES * MICRO, WIDTH, generator=generator))
+    return (torch.randn(case.microbatches * MICRO, WIDTH, generator=generator),
+            torch.randn(case.microbatches * MICRO, WIDTH, generator=generator))
 
 
 class _CountingStage(nn.Module):
@@ -75,27 +94,27 @@ class _CountingStage(nn.Module):
         return grad
 
 
-def _stage_runner(rank: int, one_f_one_b_stage, log_directory: str) -> dict:
-    stage = _CountingStage(_model()[rank])
-    x, y = _batch()
+def _stage_runner(rank: int, one_f_one_b_stage, log_directory: str, case: Case) -> dict:
+    stage = _CountingStage(_model(case)[rank])
+    x, y = _batch(case)
     inputs, targets = list(x.split(MICRO)), list(y.split(MICRO))
-    case = (f"running stage {rank} of a {dist.get_world_size()}-stage pipeline with "
-            f"{MICROBATCHES} micro-batches on rank {rank}")
+    running = (f"running stage {rank} of a {dist.get_world_size()}-stage pipeline with "
+               f"{case.microbatches} micro-batches on rank {rank}")
     with only_point_to_point(), logging_point_to_point(log_path(log_directory, rank)):
-        losses = call_case(one_f_one_b_stage, case, stage, inputs, targets)
+        losses = call_case(one_f_one_b_stage, running, stage, inputs, targets)
     losses = [] if losses is None else [float(loss) for loss in losses]
     return {"grads": [None if p.grad is None else p.grad.clone() for p in stage.parameters()],
             "losses": losses, "peak": stage.peak, "forwards": stage.forwards}
 
 
-def _reference(last_only: bool = False) -> tuple[float, list[list[torch.Tensor]]]:
+def _reference(case: Case, last_only: bool = False) -> tuple[float, list[list[torch.Tensor]]]:
     """(the whole batch's mean loss, every stage's gradients) of one process; last_only: the gradients that the last
     micro-batch's share of the loss alone gives (what is left when each backward starts from zeroed gradients)."""
-    model = _model()
-    x, y = _batch()
+    model = _model(case)
+    x, y = _batch(case)
     if last_only:
         x, y = x[-MICRO:], y[-MICRO:]
-    loss = F.mse_loss(model(x), y) / (MICROBATCHES if last_only else 1)
+    loss = F.mse_loss(model(x), y) / (case.microbatches if last_only else 1)
     loss.backward()
     return loss.item(), [[p.grad for p in block.parameters()] for block in model]
 
@@ -118,9 +137,40 @@ def _explain(failure) -> str | None:
     return None
 
 
-def _wrong_peers(logs) -> str | None:
+def _case_folder(log_directory: str, case: Case, answer: int = 0) -> str:
+    """The folder the ranks of `case` log answer number `answer`'s calls to."""
+    return os.path.join(log_directory, str(case.stages), str(answer))
+
+
+def _logs_of_the_last_case(log_directory: str) -> tuple[Case, dict | None]:
+    """(the last case every rank of it started, their logged calls), for the check's one answer: a hang or a crash
+    happened there. A rank logs a case once its group is set up, which needs every rank of the case."""
+    for case in reversed(CASES):
+        logs = read_logs(_case_folder(log_directory, case), case.stages)
+        if logs is not None:
+            return case, logs
+    return CASES[0], None
+
+
+def _on_the_second_run(case: Case, said: str) -> str:
+    """A failure's hint (`said`; "" for none), preceded on a later case than the first by what that shows: the first
+    run passed, so a count written for it is the likely cause. A `said` that says what the ranks did before its own
+    "Hint: " line keeps that line."""
+    if case == CASES[0]:
+        return said
+    first = CASES[0]
+    shown = (f"On {first} (the check's first run) every stage was right; this is its second run, {case}: look for "
+             f"a count written for the first run ({first.stages} stages: the last stage as rank {first.stages - 1}, "
+             f"a warm-up of {first.stages - 1} - rank; {first.microbatches} micro-batches) where world_size, rank "
+             "or m = len(inputs) belongs.")
+    if not said:
+        return shown
+    return f"{shown}\n{said}" if "\nHint: " in said else f"{shown}\nHint: {said}"
+
+
+def _wrong_peers(logs, case: Case) -> str | None:
     """What the ranks did and the hint, where a logged send or recv names a rank that is not a neighbour stage."""
-    wrong = non_neighbour_calls(logs, WORLD_SIZE) if logs is not None else []
+    wrong = non_neighbour_calls(logs, case.stages) if logs is not None else []
     if not wrong:
         return None
     return f"What the ranks did: {'; '.join(wrong)}.\nHint: a send or recv must name a neighbour stage. {PEERS}."
@@ -132,41 +182,47 @@ def _explainer(log_directory: str):
     dump may have lost the frame of the call); any other failure by `_explain`."""
 
     def explain(failure) -> str | None:
-        if segfaulted(failure):
-            return _wrong_peers(read_logs(log_directory, WORLD_SIZE)) or _explain(failure)
-        return _explain(failure)
+        case, logs = _logs_of_the_last_case(log_directory)
+        hint = (_wrong_peers(logs, case) if segfaulted(failure) else None) or _explain(failure)
+        return _on_the_second_run(case, hint or "") or None
 
     return explain
 
 
 def _hang_hint(log_directory: str):
-    """The hang hint of the 1F1B check, from the calls each rank logged (see ddp_lab.checks.p2p_log)."""
+    """The hang hint of the 1F1B check, from the calls each rank logged (see ddp_lab.checks.p2p_log), preceded on
+    the second case by what that shows (`_on_the_second_run`)."""
 
     def hint(calls: set, places: dict) -> str:
-        logs = read_logs(log_directory, WORLD_SIZE)
-        wrong = _wrong_peers(logs)
-        if wrong:
-            return wrong
-        if "send" in calls:
-            return ("a rank is stuck in a blocking dist.send. In 1F1B two neighbour stages can send at the "
-                    "same time (stage s sends the next activation forward while stage s + 1 sends a gradient "
-                    "back), and a blocking send waits for the peer's recv: both wait forever. Start every send "
-                    "with dist.isend, keep the handles, and call .wait() on each before the function returns.")
-        waiting = waits(logs, places) if logs is not None else []
-        evidence = _send_evidence(logs, places) if logs is not None else None
-        if evidence:
-            return (f"What the ranks did: {'; '.join(waiting)}.\nHint: " if waiting else "") + evidence
-        if waiting:
-            return (f"What the ranks did: {'; '.join(waiting)}. Every send and recv named a neighbour stage, so "
-                    "a send is missing or the calls come in an order the neighbours do not match.\nHint: every "
-                    "receive needs its send, in the order the neighbour sends: forward sends the output to rank + 1, "
-                    "backward sends x.grad to rank - 1. In 1F1B stage r runs world_size - r - 1 warm-up forwards, "
-                    "then alternates one forward and the backward of the oldest micro-batch, then the remaining "
-                    f"backwards; every stage runs all {MICROBATCHES} forwards and backwards.")
-        return ("every stuck rank waits for a message nobody sends. Check the peers: "
-                f"{PEERS}; and that every stage runs all {MICROBATCHES} forwards and backwards.")
+        case, logs = _logs_of_the_last_case(log_directory)
+        return _on_the_second_run(case, _hang_evidence(calls, places, case, logs))
 
     return hint
+
+
+def _hang_evidence(calls: set, places: dict, case: Case, logs) -> str:
+    """The hang hint of one case: a wrong peer, a blocking send, what happened to the sends, the order."""
+    wrong = _wrong_peers(logs, case)
+    if wrong:
+        return wrong
+    if "send" in calls:
+        return ("a rank is stuck in a blocking dist.send. In 1F1B two neighbour stages can send at the "
+                "same time (stage s sends the next activation forward while stage s + 1 sends a gradient "
+                "back), and a blocking send waits for the peer's recv: both wait forever. Start every send "
+                "with dist.isend, keep the handles, and call .wait() on each before the function returns.")
+    waiting = waits(logs, places) if logs is not None else []
+    evidence = _send_evidence(logs, places) if logs is not None else None
+    if evidence:
+        return (f"What the ranks did: {'; '.join(waiting)}.\nHint: " if waiting else "") + evidence
+    if waiting:
+        return (f"What the ranks did: {'; '.join(waiting)}. Every send and recv named a neighbour stage, so "
+                "a send is missing or the calls come in an order the neighbours do not match.\nHint: every "
+                "receive needs its send, in the order the neighbour sends: forward sends the output to rank + 1, "
+                "backward sends x.grad to rank - 1. In 1F1B stage r runs world_size - r - 1 warm-up forwards, "
+                "then alternates one forward and the backward of the oldest micro-batch, then the remaining "
+                f"backwards; every stage runs all {case.microbatches} forwards and backwards.")
+    return ("every stuck rank waits for a message nobody sends. Check the peers: "
+            f"{PEERS}; and that every stage runs all {case.microbatches} forwards and backwards.")
 
 
 def _send_evidence(logs, places: dict) -> str | None:
@@ -192,10 +248,11 @@ def _send_evidence(logs, places: dict) -> str | None:
     return None
 
 
-def _compare_grads(rank: int, got: list, want: list, last_alone: list) -> None:
+def _compare_grads(rank: int, got: list, want: list, last_alone: list, case: Case) -> None:
     """CheckFailed at the first gradient of this stage that differs from one process's (`want`); `last_alone`: the
-    gradients of the last micro-batch alone (`_reference(last_only=True)`), evidence of zeroed gradients."""
+    gradients of the last micro-batch alone (`_reference(case, last_only=True)`), evidence of zeroed gradients."""
     names = ["weight", "bias"]
+    m = case.microbatches
     for name, g, w in zip(names, got, want):
         where = f"rank {rank} (stage {rank}), gradient of the {name}"
         if g is None:
@@ -204,12 +261,12 @@ def _compare_grads(rank: int, got: list, want: list, last_alone: list) -> None:
         index = first_mismatch(g, w, atol=1e-6, rtol=1e-5)
         if index is None:
             continue
-        if torch.allclose(g, w * MICROBATCHES, atol=1e-6, rtol=1e-5):
-            hint = (f"it is {MICROBATCHES} x the right gradient: the gradients of the micro-batches add up, so "
-                    f"divide each micro-batch's loss by the number of micro-batches ({MICROBATCHES}) "
+        if torch.allclose(g, w * m, atol=1e-6, rtol=1e-5):
+            hint = (f"it is {m} x the right gradient: the gradients of the micro-batches add up, so "
+                    f"divide each micro-batch's loss by the number of micro-batches ({m}) "
                     "before backward, as one process takes the mean over the whole batch")
-        elif torch.allclose(g, w / MICROBATCHES, atol=1e-7, rtol=1e-5):
-            hint = (f"it is the right gradient divided by {MICROBATCHES}: divide the loss by the number of "
+        elif torch.allclose(g, w / m, atol=1e-7, rtol=1e-5):
+            hint = (f"it is the right gradient divided by {m}: divide the loss by the number of "
                     "micro-batches once, on the last stage only")
         elif all(a is not None and torch.allclose(a, b, atol=1e-7, rtol=1e-5) for a, b in zip(got, last_alone)):
             hint = ("it is the gradient of the last micro-batch alone: the earlier micro-batches' gradients were "
@@ -224,15 +281,18 @@ def _compare_grads(rank: int, got: list, want: list, last_alone: list) -> None:
 
 
 def check_one_f_one_b_stage(one_f_one_b_stage, timeout: float = 30.0) -> None:
-    """Check `one_f_one_b_stage(stage, inputs, targets)` on a 3-stage pipeline over 3 gloo ranks.
+    """Check `one_f_one_b_stage(stage, inputs, targets)` on a 3-stage pipeline over 3 gloo ranks, then on a
+    2-stage pipeline over 2 of them (`CASES`, one launch).
 
-    Every rank passes its stage (one Linear + Tanh block), the 4 micro-batch inputs and targets.
-    The check compares every stage's gradients and the losses the last stage returns with one
-    process on the whole batch, and counts how many micro-batches' activations each stage
-    held at once: `world_size - rank` in 1F1B (more is GPipe or extra warm-up forwards, fewer
-    is stages that wait instead of working at once). A hang, or a rank that crashed inside a send
-    or recv, is explained from the sends and receives each rank logged (`ddp_lab.checks.p2p_log`).
-    A loss divided by a number written in the code is refused before any rank starts.
+    Every rank passes its stage (one Linear + Tanh block), the micro-batch inputs and targets (4 of
+    them, then 3). The check compares every stage's gradients and the losses the last stage
+    returns with one process on the whole batch, and counts how many micro-batches' activations
+    each stage held at once: `world_size - rank` in 1F1B (more is GPipe or extra warm-up forwards,
+    fewer is stages that wait instead of working at once). The first run is judged first; a
+    failure on the second says that the first was right, so that a count written for it shows. A
+    hang, or a rank that crashed inside a send or recv, is explained from the sends and receives
+    each rank logged (`ddp_lab.checks.p2p_log`). A loss divided by a number written in the code
+    is refused before any rank starts.
 
     Introduced in notebooks/07-pipeline-parallelism.ipynb.
     """
@@ -241,70 +301,102 @@ def check_one_f_one_b_stage(one_f_one_b_stage, timeout: float = 30.0) -> None:
     refuse_written_divisor(one_f_one_b_stage, name, "a loss", "the number of micro-batches, len(inputs)",
                            divided=("loss",))
     with tempfile.TemporaryDirectory(prefix="ddp_lab-check07-") as logs:
-        results = run_on_ranks(_stage_runner, (one_f_one_b_stage, logs), WORLD_SIZE, timeout, name, _explainer(logs),
-                               timeout_hint=_hang_hint(logs))
-    _judge_stage(name, results)
+        results = run_on_ranks(_cases_runner, ((one_f_one_b_stage,), logs), WORLD_SIZE, timeout, name,
+                               _explainer(logs), timeout_hint=_hang_hint(logs), init_process_group=False)
+    _judge_stage(name, {case.stages: [results[rank][case.stages][0] for rank in range(case.stages)]
+                        for case in CASES})
 
 
-def _stages_runner(rank: int, answers: tuple, log_directory: str) -> list[dict]:
-    """Each answer in turn on this rank, each logging its calls in a folder of its own (`run_stage_answers`)."""
-    results = []
-    for index, answer in enumerate(answers):
-        folder = os.path.join(log_directory, str(index))
-        os.makedirs(folder, exist_ok=True)
-        results.append(_stage_runner(rank, answer, folder))
+def _cases_runner(rank: int, answers: tuple, log_directory: str) -> dict[int, list[dict]]:
+    """On this rank, every case of CASES it belongs to, in order, each on a gloo group of the case's stages: each
+    answer in turn, logging its calls in a folder of its own (`_case_folder`); {stages: [record per answer]}. A
+    rank outside a smaller case stops there."""
+    results = {}
+    for case in CASES:
+        if rank >= case.stages:
+            break
+        dist.init_process_group("gloo", rank=rank, world_size=case.stages)
+        records = []
+        for index, answer in enumerate(answers):
+            folder = _case_folder(log_directory, case, index)
+            os.makedirs(folder, exist_ok=True)
+            records.append(_stage_runner(rank, answer, folder, case))
+        results[case.stages] = records
+        dist.destroy_process_group()
     return results
 
 
-def run_stage_answers(answers: tuple, timeout: float = 60.0, name: str = "one_f_one_b_stage") -> list[list[dict]]:
-    """Each 1F1B answer once on the same 3 ranks (one launch); [answer][rank] -> `_stage_runner`'s record. For
-    answers that return (one that raises or hangs ends the launch): the tests' wrong answers."""
+def run_stage_answers(answers: tuple, timeout: float = 60.0,
+                      name: str = "one_f_one_b_stage") -> list[dict[int, list[dict]]]:
+    """Each 1F1B answer once on every case (one launch); [answer] -> {stages: [rank] -> `_stage_runner`'s record}.
+    For answers that return (one that raises or hangs ends the launch): the tests' wrong answers."""
     with tempfile.TemporaryDirectory(prefix="ddp_lab-check07-") as logs:
-        return run_answers_on_ranks(_stages_runner, answers, WORLD_SIZE, timeout, name, args=(logs,))
+        results = run_on_ranks(_cases_runner, (tuple(answers), logs), WORLD_SIZE, timeout, name,
+                               init_process_group=False)
+    return [{case.stages: [results[rank][case.stages][index] for rank in range(case.stages)] for case in CASES}
+            for index in range(len(answers))]
 
 
 def _grads_right(results, ref_grads) -> bool:
     """Whether every stage's gradients equal one process's (`_reference`)."""
     return all(g is not None and torch.allclose(g, w, atol=1e-6, rtol=1e-5)
-               for rank in range(WORLD_SIZE) for g, w in zip(results[rank]["grads"], ref_grads[rank]))
+               for rank, result in enumerate(results) for g, w in zip(result["grads"], ref_grads[rank]))
 
 
-def _judge_stage(name: str, results) -> None:
-    ref_loss, ref_grads = _reference()
-    last = WORLD_SIZE - 1
-    for rank in range(WORLD_SIZE):
-        if results[rank]["forwards"] != MICROBATCHES:
+def _judge_stage(name: str, results: dict[int, list[dict]]) -> None:
+    """The ✓ line, or CheckFailed for the first case that is wrong ({stages: [rank] -> `_stage_runner`'s record});
+    a failure on a later case than the first says that the first was right (`_on_the_second_run`)."""
+    for case in CASES:
+        try:
+            _judge_case(case, results[case.stages])
+        except CheckFailed as failure:
+            message = str(failure)
+            if case == CASES[0]:
+                raise
+            what, _, hint = message.partition("\nHint: ")
+            raise CheckFailed(f"{what}\n{_on_the_second_run(case, hint)}") from None
+    passed(f"{name}: losses and gradients equal one process on the whole batch, and stage r held "
+           f"world_size - r micro-batches at once, on {' and on '.join(map(str, CASES))}")
+
+
+def _judge_case(case: Case, results: list[dict]) -> None:
+    """CheckFailed at the first thing one case's records ([rank] -> `_stage_runner`'s) get wrong."""
+    ref_loss, ref_grads = _reference(case)
+    stages, m = case.stages, case.microbatches
+    last = stages - 1
+    for rank in range(stages):
+        if results[rank]["forwards"] != m:
             raise CheckFailed(f"rank {rank}: the stage ran forward {results[rank]['forwards']} times, expected "
-                              f"once per micro-batch ({MICROBATCHES}).")
+                              f"once per micro-batch ({m}).")
     losses = results[last]["losses"]
-    if len(losses) != MICROBATCHES:
+    if len(losses) != m:
         raise CheckFailed(f"rank {last} (the last stage) returned {len(losses)} losses, expected one per "
-                          f"micro-batch ({MICROBATCHES}); the other stages return [].")
+                          f"micro-batch ({m}); the other stages return [].")
     total = sum(losses)
     if not math.isclose(total, ref_loss, rel_tol=1e-5):
-        if math.isclose(total, ref_loss * MICROBATCHES, rel_tol=1e-5) and _grads_right(results, ref_grads):
-            hint = (f"the losses add up to {MICROBATCHES} x the whole batch's mean, but the gradients are right: "
+        if math.isclose(total, ref_loss * m, rel_tol=1e-5) and _grads_right(results, ref_grads):
+            hint = (f"the losses add up to {m} x the whole batch's mean, but the gradients are right: "
                     "backward ran on each micro-batch's loss divided by the number of micro-batches, and the list "
                     "holds the undivided ones. Return the divided loss, the one backward ran on")
-        elif math.isclose(total, ref_loss * MICROBATCHES, rel_tol=1e-5):
-            hint = (f"the losses add up to {MICROBATCHES} x the whole batch's mean: divide each micro-batch's "
-                    f"loss by the number of micro-batches ({MICROBATCHES})")
+        elif math.isclose(total, ref_loss * m, rel_tol=1e-5):
+            hint = (f"the losses add up to {m} x the whole batch's mean: divide each micro-batch's "
+                    f"loss by the number of micro-batches ({m})")
         else:
             hint = "each micro-batch's loss is F.mse_loss(stage output, targets[i]) / number of micro-batches"
         raise CheckFailed(f"rank {last}: the micro-batch losses add up to {total:.6g}, expected the whole "
                           f"batch's mean loss {ref_loss:.6g}.\nHint: {hint}.")
-    _, last_alone = _reference(last_only=True)
-    for rank in reversed(range(WORLD_SIZE)):   # gradients flow back from the last stage: the first wrong one from
-        _compare_grads(rank, results[rank]["grads"], ref_grads[rank], last_alone[rank])   # the end is where it starts
-    peaks = [results[rank]["peak"] for rank in range(WORLD_SIZE)]
-    limits = [min(WORLD_SIZE - rank, MICROBATCHES) for rank in range(WORLD_SIZE)]
+    _, last_alone = _reference(case, last_only=True)
+    for rank in reversed(range(stages)):   # gradients flow back from the last stage: the first wrong one from
+        _compare_grads(rank, results[rank]["grads"], ref_grads[rank], last_alone[rank], case)   # the end is where
+    peaks = [results[rank]["peak"] for rank in range(stages)]                                  # it starts
+    limits = [min(stages - rank, m) for rank in range(stages)]
     if peaks != limits:
         held = ", ".join(f"stage {rank} held {peak}" for rank, peak in enumerate(peaks))
         want = ", ".join(f"{limit}" for limit in limits)
-        if all(peak == min(limit + 1, MICROBATCHES) for peak, limit in zip(peaks, limits)):
+        if all(peak == min(limit + 1, m) for peak, limit in zip(peaks, limits)):
             hint = ("every stage held one micro-batch more than 1F1B does: one warm-up forward too many. Stage r "
                     "runs world_size - r - 1 warm-up forwards before its first backward")
-        elif peaks[0] == MICROBATCHES and peaks[0] > limits[0]:
+        elif peaks[0] == m and peaks[0] > limits[0]:
             hint = ("stage 0 held every micro-batch at once, as GPipe does (all forwards, then all backwards). 1F1B "
                     "starts a backward as soon as it can: world_size - r - 1 warm-up forwards on stage r, then one "
                     "forward and one backward in turn, then the remaining backwards")
@@ -317,10 +409,7 @@ def _judge_stage(name: str, results) -> None:
             hint = ("stage r runs world_size - r - 1 warm-up forwards, then alternates one forward and the backward "
                     "of its oldest micro-batch, then the remaining backwards")
         raise CheckFailed(f"the stages held the activations of this many micro-batches at once: {held}; 1F1B on "
-                          f"{WORLD_SIZE} stages with {MICROBATCHES} micro-batches holds {want} (stage r: "
-                          f"world_size - r).\nHint: {hint}.")
-    passed(f"{name}: losses and gradients equal one process on the whole batch, and stage r held "
-           f"{WORLD_SIZE} - r micro-batches at once ({WORLD_SIZE} stages, {MICROBATCHES} micro-batches)")
+                          f"{case} holds {want} (stage r: world_size - r).\nHint: {hint}.")
 
 
 # --- idle_fraction ---------------------------------------------------------------------------
