@@ -10,7 +10,8 @@ PORT   ?= 8888
 # Tests run in two phases: JOBS pytest-xdist workers share everything that does not time this
 # machine (conftest.py keeps each notebook and each test module whole on one worker, long ones
 # first), then what is marked measures_time (timings asserted against a model of this machine:
-# lessons 02, 11 and 13, tests/test_plan_measured.py) runs alone, so other tests' load cannot skew them.
+# lessons 02, 07, 11 and 13, tests/test_plan_measured.py, tests/test_load.py) runs alone, so other tests' load
+# cannot skew them.
 # JOBS=auto (default): a worker per usable core; JOBS=N: N workers; JOBS=0: the first phase serially in
 # one process too (for debugging: one test at a time, in collection order).
 JOBS   ?= auto
@@ -147,7 +148,7 @@ $(GPU_VENV)/.installed: $(WHEELS)/requirements.txt pyproject.toml
 # as in requirements.txt, for CPython $(PY) on x86-64 Linux, into wheels/ (git-ignored). Then copy
 # the checkout with wheels/ to the GPU machine. Run again with PY=3.11 etc. to add other Pythons.
 PY            ?= 3.12
-GPU_PACKAGES  := cloudpickle numpy matplotlib psutil ipykernel nbformat nbclient nbval pytest pytest-timeout
+GPU_PACKAGES  := cloudpickle numpy matplotlib psutil tqdm ipykernel nbformat nbclient nbval pytest pytest-timeout
 GPU_PLATFORMS := manylinux_2_28_x86_64 manylinux_2_17_x86_64 manylinux2014_x86_64 manylinux2010_x86_64 manylinux1_x86_64
 
 .PHONY: gpu-wheels

@@ -1,4 +1,4 @@
-"""How `make test` shares the suite among pytest-xdist workers (issue 23).
+"""How `make test` shares the suite among pytest-xdist workers.
 
 A third of the suite waits (kernels and ranks starting, rendezvous, deadlock timeouts), so the
 Makefile runs it on JOBS workers with `--dist loadscope --no-loadscope-reorder`:
@@ -16,8 +16,8 @@ group by rewriting `item._nodeid`, which pytest 9 no longer reads.)
 
 `make test` uses `-n auto`, one worker per core this process may use (ddp_lab's own count:
 affinity and cgroup quota, which `taskset -c 0` and `docker --cpus` shrink; xdist's default
-counts the host's cores). On 2 cores a third worker was slower (8 min 20 s against 7 min 26 s
-for the parallel phase: the machine was 97 % busy and every rank waited for a core).
+counts the host's cores). On 2 cores a third worker is not faster: the machine is then fully
+busy and every rank waits for a core (docs/testing-and-ci.md has the measurement).
 `make test JOBS=0` runs everything serially in one process, in collection order (for debugging).
 """
 

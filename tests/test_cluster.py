@@ -492,7 +492,7 @@ def test_the_help_says_how_ranks_and_only_differ(ddp_shell, capsys):
 def test_a_rank_that_dies_between_cells_is_named_and_the_next_cell_starts_afresh(ddp_shell, capsys):
     """SIGKILL a rank while no cell runs: the next cell gets one line naming it and how it died.
 
-    Before (issue 27 item 5): "ddp_lab: interrupted..." (nothing was) and a raw BrokenPipeError.
+    Without it: "ddp_lab: interrupted..." (nothing was) and a raw BrokenPipeError.
     """
     from ddp_lab.cluster import magics
 
@@ -523,7 +523,7 @@ def test_a_cluster_made_in_a_thread_outlives_the_thread(monkeypatch):
     """Linux's PR_SET_PDEATHSIG follows the thread that started a process: ranks are started by a
     thread of ddp_lab's that lives as long as the kernel (starter.py). Cold ranks: started by Popen.
 
-    Before (issue 27 item 5): the ranks died with the thread, the next command raised BrokenPipeError.
+    Without it: the ranks died with the thread, the next command raised BrokenPipeError.
     """
     monkeypatch.setenv("DDP_LAB_WARM", "0")  # fresh interpreters, started from this process
     made = {}

@@ -71,3 +71,15 @@ def test_cells_that_wait_for_more_gpus_are_read_from_the_pytest_warning_summary(
     assert done.returncode == 0, done.stdout
     assert load_tool().warnings_from(done.stdout) == [
         "03-dataparallel.ipynb: ran every GPU cell except cell 29 (needs 2 GPUs): this machine has 1"]
+
+
+def test_the_gpu_wheels_hold_every_package_a_notebook_imports():
+    """`make gpu` installs GPU_PACKAGES from wheels/ on a machine without the package index: it must hold what
+    executing the notebooks needs (tools/compat.py's PACKAGES, which every lesson has run with: lesson 00b's
+    tqdm among them)."""
+    spec = importlib.util.spec_from_file_location("compat", ROOT / "tools" / "compat.py")
+    compat = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(compat)
+    line = next(line for line in (ROOT / "Makefile").read_text().splitlines() if line.startswith("GPU_PACKAGES"))
+    gpu_packages = set(line.split(":=", 1)[1].split())
+    assert set(compat.PACKAGES) <= gpu_packages, sorted(set(compat.PACKAGES) - gpu_packages)

@@ -1,4 +1,4 @@
-"""Faults of the launcher itself (issue 27): output, the zygote, the stop button, early exits.
+"""Faults of the launcher itself: output, the zygote, the stop button, early exits.
 
 Like tests/test_faults.py, on real ranks and real processes: a rank's leftover child that
 keeps writing, a single line of tens of megabytes, a zygote stopped (SIGSTOP) or killed,
@@ -317,7 +317,7 @@ def test_a_killed_kernels_work_folder_is_removed_by_the_next_launch_and_a_live_o
     """Kill a kernel mid-launch: its ddp_lab-XXXX/ (the cell's code in payload.pkl) stays, until the next
     kernel's first launch removes it; the folder of a kernel still running is kept. Files are 0600.
 
-    Before (issue 27 item 9): the folder stayed for good, payload.pkl 0644. The first launch of the test
+    Without that: the folder stayed for good, payload.pkl 0644. The first launch of the test
     process is played by resetting workdir._cleaned; both kernels are real processes.
     """
     temp_dir = tmp_path / "tmp"
@@ -393,7 +393,7 @@ KERNEL_FILES = (1024, 2048)  # soft, hard: the soft limit of many Linux desktops
 def test_idle_connections_to_the_store_do_not_exhaust_the_notebook(tmp_path):
     """1,021 idle connections to the store: the notebook still launches; past its hard limit, one line says why.
 
-    Before (issue 27 item 9): with the soft limit at 1,024 the notebook ran out of file descriptors
+    Without it: with the soft limit at 1,024 the notebook ran out of file descriptors
     ("[Errno 24] Too many open files"). The store raises the soft limit to the hard one (here 2,048).
     """
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)

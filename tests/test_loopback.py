@@ -156,7 +156,7 @@ def run_in_namespace_with_hosts(hosts: str, command: list[str]) -> subprocess.Co
 def test_ranks_listen_on_loopback_where_the_hostname_resolves_to_the_network(tmp_path):
     """A launch in a namespace whose /etc/hosts maps the hostname to the network address: only loopback.
 
-    Before GLOO_SOCKET_IFNAME every rank's gloo pairs listened on that address (issue 27 item 3);
+    Before GLOO_SOCKET_IFNAME every rank's gloo pairs listened on that address;
     `tests/test_loopback.py`'s other tests passed only because this machine maps its hostname to
     127.0.0.1. Skipped where namespaces are not allowed. The ranks are forked from a zygote (a warm
     start, where the rank's environment replaces the zygote's after torch was imported); a cold start

@@ -59,7 +59,7 @@ def test_one_strategy_prints_its_breakdown():
 
 
 def test_fsdp_unit_layer_gathers_each_layer():
-    """ZeRO-3 gathering one layer at a time hides each gather behind the layer before it (issue 25's
+    """ZeRO-3 gathering one layer at a time hides each gather behind the layer before it (the
     per-unit overlap); one gather of the whole model has nothing to hide behind: more exposed."""
     def exposed(unit):
         result = plan("--model", "llama3-8b", "--cluster", "h100-sxm", "--nodes", "4", "--zero", "3",
@@ -70,7 +70,7 @@ def test_fsdp_unit_layer_gathers_each_layer():
 
 
 def test_breakdown_shows_total_and_exposed_dp_communication():
-    """Issue 25: 'exposed DP communication' alone hides how close ZeRO-3's gathers come to the compute
+    """'Exposed DP communication' alone hides how close ZeRO-3's gathers come to the compute
     that overlaps them; the report prints all of it too, and the difference as hidden."""
     result = plan("--model", "llama3-8b", "--cluster", "h100-sxm", "--nodes", "4", "--zero", "3",
                   "--recompute", "full")
@@ -95,7 +95,7 @@ BAD_INPUT = [
     ((*LLAMA_8B, "--nodes", "3", "--tp", "6"), ["does not divide heads=32"]),
     (("--model", "llama3-8b"), ["--cluster"]),
     ((*LLAMA_8B, "--fsdp-unit", "block"), ["'layer', 'model'"]),
-    # issue 25: each of these ran, silently changed the input, or ended in a traceback
+    # without the validation each of these ran, silently changed the input, or ended in a traceback
     ((*LLAMA_8B, "--micro-batch", "0"), ["--micro-batch must be a positive int, got 0"]),
     ((*LLAMA_8B, "--dp", "0"), ["--dp must be a positive int, got 0"]),
     ((*LLAMA_8B, "--top", "-3"), ["--top must be a positive int, got -3"]),
@@ -120,7 +120,7 @@ BAD_INPUT = [
     ((*LLAMA_8B, "--bogus"), ["python -m ddp_lab plan: error: unrecognized arguments: --bogus (python -m ddp_lab "
                               "plan --help lists its flags)"]),
     ((*LLAMA_8B, "--micro-bach", "2"), ["unrecognized arguments: --micro-bach 2; did you mean --micro-batch?"]),
-    # issues 29, 30: expert- and context-parallel sizes
+    # expert- and context-parallel sizes
     ((*LLAMA_8B, "--ep", "2"), ["--ep 2 needs a mixture-of-experts model", "mixtral-8x7b"]),
     (("--model", "mixtral-8x7b", "--cluster", "h100-sxm", "--ep", "3"), ["--ep 3 must divide the 8 experts",
                                                                           "--ep in [1, 2, 4, 8]"]),
@@ -169,7 +169,7 @@ def bad_input_said():
 
 @pytest.mark.parametrize("case", range(len(BAD_INPUT)), ids=lambda case: " ".join(BAD_INPUT[case][0]))
 def test_bad_input_exits_2_with_one_line_that_names_the_fix(case, bad_input_said):
-    """Issue 25: argparse-style, one stderr line (no usage block, no traceback) naming the flag and what
+    """Argparse-style, one stderr line (no usage block, no traceback) naming the flag and what
     is valid; no flag that does not exist (pp*virtual_stages, seq_len, Strategy.grad_accum)."""
     words = BAD_INPUT[case][1]
     code, out, err = bad_input_said[case]
@@ -205,7 +205,7 @@ def test_default_batch_the_strategy_cannot_split_is_said():
 
 
 def test_search_says_what_it_searched_and_folds_zero_stages_at_dp1():
-    """Issue 26: the table starts with the model, GPUs, global batch and plan counts; plans that differ only
+    """The table starts with the model, GPUs, global batch and plan counts; plans that differ only
     in a ZeRO stage with identical numbers (dp1: nothing to shard) are one row."""
     result = plan(*LLAMA_8B, "--nodes", "1", "--top", "80")
     assert result.returncode == 0, result.stderr
@@ -225,7 +225,7 @@ def test_search_says_what_it_searched_and_folds_zero_stages_at_dp1():
 
 
 def test_search_with_experts_and_a_plan_with_context_parallelism():
-    """Issue 29: --ep fixes the expert-parallel size of every plan searched, and says so; issue 30: one plan with
+    """--ep fixes the expert-parallel size of every plan searched, and says so; one plan with
     --cp shows the tokens per GPU and the ring's time, all of it and the part attention does not hide."""
     result = plan("--model", "mixtral-8x7b", "--cluster", "h100-sxm", "--nodes", "2", "--ep", "8", "--top", "3")
     assert result.returncode == 0, result.stderr
@@ -280,7 +280,7 @@ def _numbers(output: str) -> str:
 
 
 def test_a_model_of_your_own_from_a_config_file_or_shape_flags(tmp_path):
-    """Issue 25: Llama 3 8B's config.json, and the same shape in flags, plan exactly as the preset does."""
+    """Llama 3 8B's config.json, and the same shape in flags, plan exactly as the preset does."""
     strategy = ("--cluster", "h100-sxm", "--nodes", "2", "--zero", "3", "--fp32-grads")
     preset = plan("--model", "llama3-8b", *strategy)
     from_file = plan("--hf-config", _config(tmp_path, "Meta-Llama-3-8B", LLAMA3_8B_CONFIG), *strategy)
@@ -348,7 +348,7 @@ def gb_total(output: str) -> float:
 
 
 def test_every_bad_model_flag_exits_2_with_one_line(tmp_path):
-    """Issue 25: bad files, shapes and conflicting flags, each refused in one line naming the flag and what is
+    """Bad files, shapes and conflicting flags, each refused in one line naming the flag and what is
     valid, no traceback. One subprocess runs the CLI's main() on every case (as lean as one launch)."""
     cases = [
         (("--hf-config", str(tmp_path / "nowhere.json"), "--cluster", "t4"), ["--hf-config", "no such file"]),
@@ -647,7 +647,7 @@ def test_pytorchs_checkpoint_recomputes_less_and_the_plan_says_so():
 
 
 def test_the_table_helps_choose_margin_ties_and_assumptions(capsys):
-    """Issue 47: each row shows the GB it leaves per GPU (usable memory less its own) and its throughput against
+    """Each row shows the GB it leaves per GPU (usable memory less its own) and its throughput against
     the best; rows within the planner's stated error of the best (the larger of its median error on the published
     runs of the GPU generation and on the held-out runs of the best plan's family, decision.stated_error) are
     marked tie, and a line says how many and which leaves most memory;

@@ -1,5 +1,5 @@
-"""The planner's docstring examples run and print what they say (issue 25: a stale example, 23 % and 4.35 s after
-the flash share became 17 %, went unnoticed because nothing ran them).
+"""The planner's docstring examples run and print what they say (a stale example, 23 % and 4.35 s after the
+flash share became 17 %, goes unnoticed where nothing runs them).
 
 Every module of the course's planner (ddp_lab/course/plan) and of the lab's (ddp_lab/plan) is run through doctest;
 a module with examples fails here when one of them prints something else.

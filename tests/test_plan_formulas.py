@@ -266,7 +266,7 @@ def test_breakdown_plot():
 
 
 def test_time_breakdown_carries_all_dp_communication_and_its_exposed_part():
-    """Only the exposed part of the DP communication is in the total (issue 25: the report shows both);
+    """Only the exposed part of the DP communication is in the total (the report shows both);
     ZeRO-3 hides most of its gathers and scatters behind the layers, and the first gathers and last
     scatters stay exposed whatever the compute."""
     model, cluster = Transformer.preset("llama3-8b"), ClusterSpec.preset("h100-sxm", nodes=4)
@@ -359,7 +359,7 @@ def test_hugging_face_configs_give_the_published_parameter_counts():
 
 
 def test_matmul_efficiency_depends_on_the_shape_and_the_gpu():
-    """Issue 25: no flat efficiency. A layer's FLOPs per second rise with the hidden size (matmuls grow as h^2
+    """No flat efficiency. A layer's FLOPs per second rise with the hidden size (matmuls grow as h^2
     per token, the memory-bound work as h) and, for the same layer, an H100 reaches a smaller share of its
     peak than an A100 (3.2x the FLOP/s, 1.6x the memory bandwidth)."""
     from ddp_lab.course.plan.efficiency import layer_matmul_flops, layer_seconds
@@ -463,7 +463,7 @@ def test_layer_time_charges_the_op_tables_bytes_at_hbm_bandwidth():
         assert (head.forward, head.backward) == pytest.approx((head_forward / bandwidth, head_backward / bandwidth),
                                                               rel=1e-9)
 
-# ---- mixture of experts and expert parallelism (issue 29), context parallelism (issue 30) --------------------
+# ---- mixture of experts and expert parallelism, context parallelism ---------------------------------------------
 TINY_MOE = Transformer("tiny-moe", 2, 64, 4, vocab=128, seq_len=32, ffn=96, kv_heads=2, ffn_kind="swiglu",
                        norm="rmsnorm", bias=False, position="rope", tied_embeddings=False, dropout=False,
                        moe=MoE(experts=4, top_k=2, expert_ffn=32))
@@ -572,8 +572,8 @@ def test_expert_and_context_parallel_mistakes_say_the_fix(make, message):
 
 
 def test_defaults_ep1_cp1_change_no_number():
-    """Every plan a search tried before experts and context parallelism were merged in (issue 25's planner,
-    branch planner25 at 1211d55, before the merge) gives the same memory, time, tokens/s and MFU to the last
+    """Every plan a search tried before experts and context parallelism were merged in (the planner at
+    1211d55, before the merge) gives the same memory, time, tokens/s and MFU to the last
     bit: three searches (Llama 3 70B on 64 H100s, GPT-2 on 16 A100s, a CPU-rank cluster like
     calibrate.this_machine()'s) fingerprinted field by field with sha256. A planner change that moves any
     number changes a fingerprint: recompute them and say why in the commit. (Recomputed at the merge: issue

@@ -60,7 +60,7 @@ def test_each_family_reads_to_its_published_parameter_count(name, total, active,
 
 
 def test_llama3_8b_and_mixtral_within_one_percent():
-    """Issue 47's check that the file was read right: 8.03B; 46.7B total and 12.9B active."""
+    """The check that the file was read right: 8.03B; 46.7B total and 12.9B active."""
     mixtral = model("Mixtral-8x7B-v0.1")
     assert model("Meta-Llama-3-8B").parameters() == pytest.approx(8.03e9, rel=0.01)
     assert mixtral.parameters() == pytest.approx(46.7e9, rel=0.01)
@@ -128,7 +128,7 @@ def test_a_family_the_planner_does_not_read_is_named_before_its_keys():
     assert "experts_per_token" not in str(refused.value)
 
 def test_the_cli_prints_the_count_and_where_the_sequence_length_came_from(capsys):
-    """Issue 47: every search and plan says the parameters read (so a misread file shows) and, for a config,
+    """Every search and plan says the parameters read (so a misread file shows) and, for a config,
     that max_position_embeddings was planned unless --seq-len says the training length."""
     path = str(CONFIGS / "Qwen2.5-7B" / "config.json")
     assert main(["--hf-config", path, "--cluster", "h100-sxm", "--nodes", "8", "--dp", "64", "--zero", "3",

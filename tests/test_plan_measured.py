@@ -1,4 +1,4 @@
-"""The planner against real runs on gloo ranks here (issue 17): the configurations lessons 07-10 run
+"""The planner against real runs on gloo ranks here: the configurations lessons 07-10 run
 (DP, ZeRO-1, ZeRO-2, FSDP2 as ZeRO-3 per layer and as one unit, TP, PP, DP x TP), each trained
 for a few steps.
 

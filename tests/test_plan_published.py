@@ -407,7 +407,7 @@ def test_validation_set_and_its_errors():
     """At least 30 predicted runs from 6 sources on 2 GPU generations, FSDP at several scales, H100s; the
     median and largest absolute error reached, and the misses beyond 20 % are the named ones.
 
-    Issue 25's targets are a median of at most 8 % and no run beyond 20 %: the median is met (4.1 %), the largest
+    The targets are a median of at most 8 % and no run beyond 20 %: the median is met (4.1 %), the largest
     error is not (29.0 %, MT-NLG's 420 nodes; every run but MT-NLG's three is within 16 %: MosaicML's 760M on 8
     H100s +16.0 %). It was 5.5 % when full recomputation re-ran the whole layer in every run: PyTorch's
     non-reentrant checkpoint, which torchtitan, IBM's fms-fsdp and llm-foundry's benchmarks on PyTorch 2.1 use, stops

@@ -1,4 +1,4 @@
-"""Code learners bring, run the way they run it: in a real Jupyter kernel, with real gloo ranks (issue 28).
+"""Code learners bring, run the way they run it: in a real Jupyter kernel, with real gloo ranks.
 
 Training scripts and tutorials touch `torch.backends`, configure `logging`, parse `argparse`
 options, keep their settings in a `@dataclass` and end with `dist.destroy_process_group()`.

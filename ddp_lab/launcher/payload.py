@@ -6,7 +6,7 @@ ships functions, closures, lambdas and classes from `__main__` *by value* instea
 
 Objects that stand in for a module (torch.backends.cudnn, .mkldnn and .opt_einsum are
 instances of module subclasses, which plain cloudpickle cannot pickle) travel by import name,
-as modules do: a function that sets `torch.backends.cudnn.benchmark` ships (issue 28).
+as modules do: a function that sets `torch.backends.cudnn.benchmark` ships.
 
 The notebook's logging set-up travels too (the root logger's stream handlers, their formats
 and levels, and the levels set on named loggers): `logging.basicConfig(level=logging.INFO)` in

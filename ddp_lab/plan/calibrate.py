@@ -20,7 +20,7 @@ took 0.6-1.8x a `send`) are small. So each collective gets its own t(n) = alpha 
 Why timed after compute, not after a barrier: a training step issues its collectives right
 after computing, so the first rank to arrive waits for the slowest, and for gloo's threads to
 wake (`_time_collectives`). Fitted after a barrier, Megatron TP's 13 all-reduces per step were
-predicted at 5 ms and took 19-31 ms of a ~80 ms step here (issue 17): TP, DP x TP and FSDP2
+predicted at 5 ms and took 19-31 ms of a ~80 ms step here: TP, DP x TP and FSDP2
 wrapped per layer, which issue many blocking collectives, came out 1.2-1.9x slower than predicted.
 
 Introduced in notebooks/13-plan-your-training-run.ipynb.
@@ -64,7 +64,7 @@ def _time_collectives(counts, repeats: int, group=None) -> dict:
     collective adds is (slowest rank's round with it - slowest rank's round without) / segments
     (`_in_step_seconds`). Both kinds of round run with every process computing, as the run
     being predicted does, so with more ranks than cores the waits another rank fills with its
-    compute do not count twice. Measured on 2 ranks of this 2-core machine (issue 17): 512 KB
+    compute do not count twice. Measured on 2 ranks of this 2-core machine: 512 KB
     all-reduces added 2-4 ms to such rounds against 0.6 ms started together after a barrier,
     and a Megatron TP step (13 all-reduces) spent 19-31 ms in them.
 
