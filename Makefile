@@ -176,13 +176,14 @@ exercises: setup
 	$(BIN)/python tools/make_exercises.py
 
 # The course as a static website in site/_build/html (git-ignored; open its index.html): the home page site/index.md,
-# every lesson and exercise with its stored outputs (nothing is run), built by Sphinx with MyST-NB from copies of the
-# notebooks (site/conf.py says why and what differs from the files). `make site SITE_DIR=DIR` builds in DIR.
+# every lesson and exercise with its stored outputs (nothing is run) and the documents of docs/, built by Sphinx with
+# MyST-NB from copies of the files (site/conf.py says why and what differs from them). `make site SITE_DIR=DIR` builds
+# in DIR.
 SITE_DIR := site/_build
 site: setup
-	rm -rf $(SITE_DIR)/source && mkdir -p $(SITE_DIR)/source/notebooks $(SITE_DIR)/source/exercises
+	rm -rf $(SITE_DIR)/source && mkdir -p $(SITE_DIR)/source/notebooks $(SITE_DIR)/source/exercises $(SITE_DIR)/source/docs
 	cp -p site/index.md $(SITE_DIR)/source/ && cp -p notebooks/*.ipynb $(SITE_DIR)/source/notebooks/ \
-		&& cp -p exercises/*.ipynb $(SITE_DIR)/source/exercises/
+		&& cp -p exercises/*.ipynb $(SITE_DIR)/source/exercises/ && cp -p docs/*.md $(SITE_DIR)/source/docs/
 	$(BIN)/python -m sphinx -q -W --keep-going -j auto -c site $(SITE_DIR)/source $(SITE_DIR)/html -d $(SITE_DIR)/doctrees
 
 bench: setup

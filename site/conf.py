@@ -1,15 +1,17 @@
 # Sphinx + MyST-NB (Jupyter Book 1's engine, Executable Books project): shows stored outputs (nb_execution_mode="off"),
 # searches offline, theme as a wheel. mystmd fetches its theme at build time; MkDocs has had no release since 2024.
-"""Configuration of the course's website: a home page (site/index.md), every lesson and every exercise.
+"""Configuration of the course's website: a home page (site/index.md), every lesson, every exercise and the
+documents of docs/.
 
-`make site` copies site/index.md and the notebooks of notebooks/ and exercises/ into a source folder
-(site/_build/source) and runs Sphinx on it with this configuration; the pages keep the repository's paths
-(notebooks/02-collectives.html), so the links between notebooks work as they are. tests/test_site.py builds the site
+`make site` copies site/index.md, the notebooks of notebooks/ and exercises/ and the documents of docs/ into a source
+folder (site/_build/source) and runs Sphinx on it with this configuration; the pages keep the repository's paths
+(notebooks/02-collectives.html, docs/planner.html), so the links between notebooks and documents work as they are. tests/test_site.py builds the site
 and opens every page in Chromium. A fresh build took 12-28 s here (2 cores, 12 s of CPU, 2026-12-03).
 
-What Sphinx reads of each lesson and exercise differs from the file in two ways (the files are never changed):
+What Sphinx reads of each lesson and exercise differs from the file in two ways, and of each document in the second
+(the files are never changed):
 
-- a "Run this" box under its title says how to run it: `make lab` on your machine, or on Colab and Kaggle;
+- a "Run this" box under a notebook's title says how to run it: `make lab` on your machine, or on Colab and Kaggle;
 - a link to the learner's copy in my-work/ (which `make lab` makes, tools/my_work.py) leads to the course notebook
   the copy is made from, and a link to any other file or folder of the repository (the course library's sources,
   say) leads to the repository: REPOSITORY_URL, or, while the course has no public address, is shown as its text.
@@ -35,17 +37,23 @@ sys.path.pop(0)
 REPOSITORY_URL = ""
 BRANCH = "main"
 
+# requirements.txt's torch line ("torch==2.13.0"): the version the stored outputs come from
+TORCH_PIN = next(line.split("#")[0].strip() for line in (REPOSITORY / "requirements.txt").read_text().splitlines()
+                 if line.startswith("torch=="))
+
 project = "ddp-lab"
 html_title = "ddp-lab: PyTorch distributed training, hands-on"
 copyright = "2026, the ddp-lab authors"
 extensions = ["myst_nb"]
 root_doc = "index"
-include_patterns = ["index.md", "notebooks/*.ipynb", "exercises/*.ipynb"]   # the pages, as paths in the repository
+include_patterns = ["index.md", "notebooks/*.ipynb", "exercises/*.ipynb", "docs/*.md"]   # the pages, as paths in
+                                                                                          # the repository
 
 nb_execution_mode = "off"   # never run a notebook: show its stored outputs
 nb_merge_streams = True     # a cell's printed chunks (one per print of each rank) shown as one block
 nb_render_error_lexer = "myst-ansi"   # ddp_lab's errors are short plain-text reports, not IPython tracebacks
 myst_enable_extensions = ["substitution"]
+myst_heading_anchors = 3    # a link to a heading of another page (docs/planner.md#held-out-validation) finds its id
 
 html_theme = "sphinx_book_theme"
 html_copy_source = False    # no copies of the notebooks in _sources/ (the repository has them)
@@ -68,8 +76,14 @@ def run_instructions(notebook: str, copy: str) -> str:
     in a kernel started after it (tests/test_install.py runs this kind of install).
     """
     return f"""\
-**On your machine** (Python ≥ 3.10 and `make`): clone the repository, run `make lab` in it, and open
+**On your machine** (Python ≥ 3.11 and `make`): clone the repository, run `make lab` in it, and open
 `my-work/{copy}` in the JupyterLab it opens: your own copy, so running and editing it change no file of the course.
+On Linux without an NVIDIA GPU, first install the CPU build of the pinned torch in the repository (PyPI's is the
+CUDA build, several GB):
+
+```
+python3 -m venv .venv && .venv/bin/pip install {TORCH_PIN} --index-url https://download.pytorch.org/whl/cpu
+```
 
 **On Colab or Kaggle** (their torch is kept): open `{notebook}` from the repository there and run this cell first,
 once per runtime (on Kaggle, switch the notebook's Internet on):
@@ -100,7 +114,8 @@ MARKDOWN_LINK = re.compile(r"\[([^\]]*)\]\(([^)\s]+)\)")
 
 
 def site_link(link: re.Match, docname: str) -> str:
-    """A Markdown link of the notebook `docname` as the site shows it (see the module docstring)."""
+    """A Markdown link of the page `docname` (its path in the repository) as the site shows it (see the module
+    docstring)."""
     text, target = link.groups()
     if re.match(r"[a-z][a-z0-9+.-]*:|#", target):   # a URL, or a place on the same page
         return link.group(0)
@@ -120,14 +135,31 @@ def site_link(link: re.Match, docname: str) -> str:
     return text
 
 
+FENCE = re.compile(r"^(```|~~~).*?^\1", re.MULTILINE | re.DOTALL)   # a fenced code block of a Markdown file
+
+
+def with_site_links(markdown: str, docname: str) -> str:
+    """Markdown text of the page `docname` with the site's links (`site_link`), code blocks left as they are."""
+    pieces, start = [], 0
+    for block in FENCE.finditer(markdown):
+        pieces += [MARKDOWN_LINK.sub(lambda link: site_link(link, docname), markdown[start:block.start()]),
+                   block.group(0)]
+        start = block.end()
+    return "".join(pieces) + MARKDOWN_LINK.sub(lambda link: site_link(link, docname), markdown[start:])
+
+
 def as_shown_on_the_site(app, docname: str, source: list[str]) -> None:
-    """Sphinx's source-read: a lesson's or an exercise's notebook with the run box and the site's links."""
+    """Sphinx's source-read: a lesson's or an exercise's notebook with the run box and the site's links; a
+    document of docs/ with the site's links."""
+    if docname.startswith("docs/"):
+        source[0] = with_site_links(source[0], docname + ".md")
+        return
     if not docname.startswith(("notebooks/", "exercises/")):
         return
     notebook = json.loads(source[0])
     cells = [cell for cell in notebook["cells"] if cell["cell_type"] == "markdown"]
     for cell in cells:
-        cell["source"] = MARKDOWN_LINK.sub(lambda link: site_link(link, docname), "".join(cell["source"]))
+        cell["source"] = with_site_links("".join(cell["source"]), docname + ".ipynb")
     title, _, rest = cells[0]["source"].partition("\n") if cells else ("", "", "")
     if not title.startswith("# "):
         raise ValueError(f"{docname}.ipynb: its first Markdown cell must start with its title (# ...), under which "

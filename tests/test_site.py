@@ -6,12 +6,14 @@ that is not a page, a figure it cannot write) fails the build. Then one headless
 Playwright as in tests/test_browser.py: nothing is downloaded) opens every page from a local HTTP server and records
 what the tests below assert:
 
-- the site has the home page, every lesson and every exercise, and no solution;
+- the site has the home page, every lesson, every exercise and every document of docs/, and no solution;
 - every link to a page of the site leads to a file that exists, and to an element that exists where it names one
-  (the lessons' links to the learner's copies in my-work/ lead to the exercises);
+  (the lessons' links to the learner's copies in my-work/ lead to the exercises, and a lesson's or document's link to
+  a document leads to its page);
 - every image loaded, and each lesson shows at least as many figures as its stored notebook has image outputs;
 - every lesson and exercise says how to run it, under its title;
-- the sidebar lists every page, and "next" leads from the home page through every lesson and exercise in order;
+- the sidebar lists every page, and "next" leads from the home page through every lesson, exercise and document in
+  order;
 - nothing is fetched from outside the site and no script fails; the search finds a word on the lesson that has it.
 
 Cost, measured on the shared 2-core machine (load 3-7 from other work): 39-44 s, 24 s of CPU (the build 18 s,
@@ -38,14 +40,16 @@ from test_browser import CHROMIUM, CHROMIUM_FLAGS, playwright_api  # the way thi
 REPO = Path(__file__).resolve().parent.parent
 LESSONS = sorted((REPO / "notebooks").glob("*.ipynb"))
 EXERCISES = sorted((REPO / "exercises").glob("*.ipynb"))
+DOCUMENTS = sorted((REPO / "docs").glob("*.md"))
 SEARCHED = ("PowerSGD", "notebooks/11-performance-and-scaling.html")   # a word, and a page that has it
 
 pytestmark = pytest.mark.slow
 
 
-def page_name(notebook: Path) -> str:
-    """The site's page for a course notebook: notebooks/02-collectives.ipynb -> notebooks/02-collectives.html."""
-    return notebook.relative_to(REPO).with_suffix(".html").as_posix()
+def page_name(file: Path) -> str:
+    """The site's page for a course notebook or document: notebooks/02-collectives.ipynb ->
+    notebooks/02-collectives.html, docs/planner.md -> docs/planner.html."""
+    return file.relative_to(REPO).with_suffix(".html").as_posix()
 
 
 def image_outputs(notebook: Path) -> int:
@@ -60,6 +64,7 @@ class Page:
     """What Chromium found on one page."""
 
     links: list[str]                 # every <a href>, absolute
+    content_links: list[str]         # the <a href> of the page's own text (its article), absolute
     ids: set[str]                    # every element's id
     images: list[tuple[str, int]]    # every <img>: its source and naturalWidth (0: not loaded)
     output_images: int               # the images in the notebook's cell outputs
@@ -103,6 +108,7 @@ def http_server(folder: Path):
 
 READ_PAGE = """() => ({
     links: Array.from(document.querySelectorAll("a[href]"), a => a.href),
+    content_links: Array.from(document.querySelectorAll("article a[href]"), a => a.href),
     ids: Array.from(document.querySelectorAll("[id]"), e => e.id),
     images: Array.from(document.querySelectorAll("img"), i => [i.currentSrc || i.src, i.complete ? i.naturalWidth : 0]),
     output_images: document.querySelectorAll(".cell_output img").length,
@@ -167,10 +173,10 @@ def site(built: Path) -> Site:
         yield opened
 
 
-def test_the_site_has_the_home_page_every_lesson_and_every_exercise_and_no_solution(built):
-    assert len(LESSONS) >= 17 and len(EXERCISES) >= 15, "the course's notebooks were not found"
-    notebooks = {page_name(notebook) for notebook in LESSONS + EXERCISES}
-    assert set(pages(built)) == {"index.html", "search.html", "genindex.html"} | notebooks
+def test_the_site_has_the_home_page_every_lesson_exercise_and_document_and_no_solution(built):
+    assert len(LESSONS) >= 17 and len(EXERCISES) >= 15 and DOCUMENTS, "the course's files were not found"
+    files = {page_name(file) for file in LESSONS + EXERCISES + DOCUMENTS}
+    assert set(pages(built)) == {"index.html", "search.html", "genindex.html"} | files
 
 
 def test_every_link_within_the_site_leads_to_a_file_and_an_element_that_exist(site):
@@ -191,12 +197,28 @@ def test_every_link_within_the_site_leads_to_a_file_and_an_element_that_exist(si
 def test_links_to_the_learners_copies_lead_to_the_course_notebooks(site):
     """Lessons link to the learner's copy of their exercise (my-work/exercises-NN-name.ipynb, what `make lab` opens):
     on the site that link leads to the exercise's page."""
-    assert not [link for page in site.pages.values() for link in page.links if "my-work" in link]
+    assert not [link for page in site.pages.values() for link in page.links
+                if "my-work/" in urllib.parse.urlsplit(link).path]
     for lesson in LESSONS:
         source = lesson.read_text(encoding="utf-8")
         exercise = REPO / "exercises" / lesson.name
         if f"../my-work/exercises-{lesson.name}" in source:
             assert site.base + page_name(exercise) in site.pages[page_name(lesson)].links, lesson.name
+
+
+def test_links_to_documents_lead_to_their_pages(site):
+    """A lesson's or a document's Markdown link to a document of docs/ is a link to that document's page (where the
+    repository has no public address, links to its other files are shown as their text)."""
+    linking = 0
+    for file in LESSONS + DOCUMENTS:
+        source = file.read_text(encoding="utf-8")
+        for document in DOCUMENTS:
+            relative = "" if file.parent == document.parent else "../docs/"
+            if f"]({relative}{document.name})" in source or f"]({relative}{document.name}#" in source:
+                linking += 1
+                targets = {site.path(link) for link in site.pages[page_name(file)].content_links}
+                assert page_name(document) in targets, (file.name, document.name)
+    assert linking, "no lesson or document links to a document: the test checks nothing"
 
 
 def test_every_image_loaded_and_every_lesson_shows_its_figures(site):
@@ -219,7 +241,7 @@ def test_every_lesson_and_exercise_says_how_to_run_it(site):
 
 
 def test_the_sidebar_lists_every_page_and_next_leads_through_them_in_order(site):
-    order = ["index.html"] + [page_name(notebook) for notebook in LESSONS + EXERCISES]
+    order = ["index.html"] + [page_name(file) for file in LESSONS + EXERCISES + DOCUMENTS]
     for name in order:
         listed = {site.path(link) for link in site.pages[name].sidebar}
         assert set(order) <= listed, (name, set(order) - listed)
