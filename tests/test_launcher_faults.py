@@ -498,3 +498,38 @@ def test_stop_pressed_again_during_clean_up(tmp_path):
     for rank in (0, 1):
         assert f"[rank {rank}] rank {rank}: before the fault\n" in out
     assert_no_ranks_left({proc.pid})
+
+
+INTERRUPTED_IMPORT = textwrap.dedent("""
+    import os, signal, sys
+    signal.signal(signal.SIGINT, signal.default_int_handler)   # as a Jupyter kernel does
+    from ddp_lab.launcher.backend import choose_backend
+    assert "torch" not in sys.modules
+
+    class StopButton:   # presses it when torch's import reaches torch.fx: in the middle, on any machine
+        def find_spec(self, name, path=None, target=None):
+            if name == "torch.fx":
+                sys.meta_path.remove(self)
+                os.kill(os.getpid(), signal.SIGINT)
+            return None
+
+    sys.meta_path.insert(0, StopButton())
+    try:
+        choose_backend("gloo", 2, announce=False)
+        print("not interrupted")
+    except KeyboardInterrupt:
+        print("interrupted")
+    import torch
+    import torch.distributed
+    print("torch works:", float(torch.ones(2).sum()))
+""")
+
+
+def test_the_stop_button_during_the_first_import_of_torch_leaves_torch_usable():
+    """In a fresh kernel the first launch or %%ddp cell imports torch (about 1 s) when it chooses the backend. A
+    KeyboardInterrupt inside that import left torch half-initialised: every later `import torch` of the kernel
+    failed ("cannot initialize type ...: an object with that name is already defined"). The press is held until
+    the import is done, then raised."""
+    done = subprocess.run([sys.executable, "-c", INTERRUPTED_IMPORT], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout == "interrupted\ntorch works: 2.0\n", done.stdout + done.stderr

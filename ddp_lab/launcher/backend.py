@@ -7,9 +7,21 @@ notebooks/06-backends-and-torchrun.ipynb.
 from __future__ import annotations
 
 from ddp_lab.hardware.machine import gpu_count
+from ddp_lab.launcher.interrupts import interrupts_held
 
 BACKENDS = ("auto", "gloo", "nccl", "mpi")
 _announced: set[str] = set()
+
+
+def torch_distributed():
+    """torch.distributed, imported with the stop button held (`interrupts_held`): the first thing a launch or a
+    live cluster does is choose the backend, so in a fresh kernel this is where torch is imported (about 1 s), and a
+    KeyboardInterrupt inside torch's import leaves it half-initialised: every later `import torch` of that kernel
+    fails. A press during the import is raised once it is done. Lazy: `import ddp_lab` and the launcher stay
+    torch-free until a launch needs the store."""
+    with interrupts_held():
+        import torch.distributed as dist
+    return dist
 
 
 def choose_backend(backend: str, nprocs: int, announce: bool = True) -> str:
@@ -19,7 +31,7 @@ def choose_backend(backend: str, nprocs: int, announce: bool = True) -> str:
     and prints its choice once per kernel. Asking for what cannot run raises a
     ValueError that names what was found and what to use instead.
     """
-    import torch.distributed as dist  # lazy: `import ddp_lab` and the launcher stay torch-free until a launch needs the store (~1 s import)
+    dist = torch_distributed()
 
     if backend not in BACKENDS:
         raise ValueError(f"backend={backend!r} is not one of {', '.join(map(repr, BACKENDS))}.")
@@ -67,18 +79,17 @@ def auto_backend(nprocs: int, gpus: int | None = None) -> str:
 
     Introduced in notebooks/00-welcome-and-first-launch.ipynb.
     """
-    import torch.distributed as dist  # lazy: `import ddp_lab` and the launcher stay torch-free until a launch needs the store (~1 s import)
+    dist = torch_distributed()
 
     gpus = gpu_count() if gpus is None else gpus
     return "nccl" if dist.is_nccl_available() and gpus >= nprocs else "gloo"
 
 
 def _why_auto(chosen: str, nprocs: int, gpus: int) -> str:
-    import torch.distributed as dist  # lazy: `import ddp_lab` and the launcher stay torch-free until a launch needs the store (~1 s import)
+    dist = torch_distributed()
 
     if chosen == "nccl":
         return "a GPU per rank; put tensors on ddp_lab.rank_device()"
     if not dist.is_nccl_available():
         return "this torch has no NCCL; tensors stay on the CPU"
     return f"NCCL needs {nprocs} GPU{'s' if nprocs > 1 else ''}, found {gpus}; tensors stay on the CPU"
-    return f"NCCL needs {nprocs} GPU{'s' if nprocs > 1 else ''}, found {gpus}: CPU tensors"
