@@ -19,9 +19,10 @@ import pytest
 import ddp_lab
 from ddp_lab import LaunchTimeout, RankCrashed, RankFailed, ResultNotPicklable
 from ddp_lab.__main__ import main as command_line
+from ddp_lab.cluster import command
 from ddp_lab.cluster.registry import CLUSTER_PREFIX, ENTRY_NAME, Registration
 from ddp_lab.cluster.status import STACK_WAIT_S
-from ddp_lab.launcher.errors import CellSyntaxError
+from ddp_lab.launcher.errors import CellSyntaxError, MagicUsageError
 from ddp_lab.launcher.workdir import LOCK_NAME
 from ddp_lab.launcher import procstart
 
@@ -232,6 +233,79 @@ def test_trivial_cell_overhead_is_small(cluster):
     print(f"trivial command on 2 ranks: median {median * 1000:.1f} ms")  # measured, not asserted
 
 
+def test_a_rank_still_working_when_another_raised_is_waited_for(cluster, monkeypatch, capsys):
+    """Rank 1 raises at once; rank 0 goes on in Python code for longer than the first look after a failure: the
+    cell waits for it (its output arrives), then reports rank 1's error, and the cluster keeps its variables. It
+    used to give rank 0 five seconds, then shut the cluster down as if it were stuck."""
+    monkeypatch.setattr(command, "AFTER_FAILURE_S", 0.3)
+    monkeypatch.setattr(command, "LOOK_AGAIN_S", 0.2)
+    cluster.run_code("import time\nprecious = rank + 100")
+    with pytest.raises(RankFailed, match=r"^rank 1 of 2 raised; the cluster is still running\."):
+        cluster.run_code("if rank == 1:\n    raise ValueError('bad batch')\ntime.sleep(1.5)\nprint('rank 0 done')")
+    assert capsys.readouterr().out == "[rank 0] rank 0 done\n"
+    assert cluster.alive and cluster.run_code("precious") == [100, 101]
+
+
+def test_a_slow_cell_at_the_watchdog_is_interrupted_and_the_cluster_keeps_its_variables(cluster):
+    """At the watchdog, ranks running Python code are interrupted as the stop button does: one line per rank says
+    where, and the cluster and its variables stay. A cell that is only slow used to cost the whole cluster."""
+    cluster.run_code("import time\nkept = rank * 7")
+    with pytest.raises(LaunchTimeout) as caught:
+        cluster.run_code("if rank == 1:\n    time.sleep(30)", timeout=1)
+    message = str(caught.value)
+    assert message.startswith("rank(s) 1 of 2 still running after timeout=1s, running Python code: interrupted there, "
+                              "as the stop button does; the cluster keeps its ranks and their variables."), message
+    assert re.search(r"--- rank 1 was still running after timeout=1s; interrupted at <ddp cell \d+>, line 2, in "
+                     r"<module> ---", message), message
+    assert "%%ddp --timeout SECONDS (--timeout none: no watchdog)" in message
+    assert cluster.alive and cluster.run_code("kept") == [0, 7]
+
+
+def test_after_a_failure_a_rank_that_waits_in_a_collective_for_it_is_stuck(monkeypatch):
+    """Rank 1 raises; rank 0 computes a moment, then waits in all_reduce for rank 1, which never comes: at the next
+    look at its stack it is stuck there, and the cluster is shut down (its group is half-way through a
+    collective)."""
+    monkeypatch.setattr(command, "AFTER_FAILURE_S", 0.3)
+    monkeypatch.setattr(command, "LOOK_AGAIN_S", 0.2)
+    live = ddp_lab.Cluster(2, backend="gloo")
+    pids = rank_pids(live)
+    with pytest.raises(RankFailed, match=r"^rank\(s\) 0 of 2 still running after another rank failed, waiting in a "
+                                         r"collective") as caught:
+        live.run_code("import time\nif rank == 1:\n    raise ValueError('x')\ntime.sleep(0.8)\n"
+                      "dist.all_reduce(torch.ones(1))")
+    assert "raise ValueError('x')" in str(caught.value) and "in all_reduce" in str(caught.value)
+    assert not live.alive and wait_gone(pids) == []
+
+
+def test_a_cell_that_catches_the_interrupt_is_named_as_such(monkeypatch):
+    """The watchdog interrupts a cell whose code catches KeyboardInterrupt and goes on: after the grace the message
+    says so, and where (it used to blame C++ code, where Python cannot interrupt)."""
+    monkeypatch.setattr(command, "INTERRUPT_GRACE_S", 1.0)
+    live = ddp_lab.Cluster(2, backend="gloo")
+    with pytest.raises(LaunchTimeout) as caught:
+        live.run_code("import time\ntry:\n    time.sleep(30)\nexcept KeyboardInterrupt:\n    time.sleep(30)",
+                      timeout=1)
+    assert re.search(r"in the cell's code \(<ddp cell \d+>, line 5 in <module>\): it caught the KeyboardInterrupt "
+                     r"and went on \(an `except KeyboardInterrupt:` or a bare `except:`\)", str(caught.value)), \
+        str(caught.value)
+    assert not live.alive
+
+
+def test_output_a_rank_prints_between_cells_comes_with_the_next_and_old_output_is_let_go(cluster, capsys):
+    """A thread of a rank prints while no cell runs: the next cell shows it first (as a kernel shows a background
+    thread's output in the cell that runs); it used to be lost. The cluster keeps only the output of the cell that
+    runs: a thousand lines of an earlier cell are not kept, nor carried in a later failure."""
+    cluster.run_code("import threading, time\nif rank == 1:\n    threading.Timer(0.1, print, ('tick',)).start()")
+    time.sleep(0.5)
+    cluster.run_code("print('next cell')", show=[0])
+    assert capsys.readouterr().out == "[rank 1] tick\n[rank 0] next cell\n"
+    cluster.run_code("for i in range(1000):\n    print('step', i)", show=[])
+    with pytest.raises(RankFailed) as caught:
+        cluster.run_code("raise ValueError('later')")
+    assert "step 999" not in "".join(caught.value.outputs)
+    assert all(len(output.lines) < 10 for output in cluster._group.outputs)
+
+
 def test_a_stuck_collective_is_caught_and_the_cluster_shut_down():
     live = ddp_lab.Cluster(2, backend="gloo")
     pids = rank_pids(live)
@@ -404,13 +478,17 @@ def ddp_shell():
 
 @pytest.mark.parametrize("line, match", [
     ("--backend glo", r"^%%ddp --backend glo: backend='glo' is not one of 'auto', 'gloo'"),
-    ("--timeout -5", r"^%%ddp --timeout -5.0: timeout must be a positive number"),
-    ("--timeout inf", r"^%%ddp --timeout inf: timeout=inf is too long"),
-    ("-n 0", r"^%%ddp -n 0: nprocs must be at least 1"),
-    ("-n 100000", r"^%%ddp -n 100000: nprocs=100000 is too many"),
+    # the library's words in the magic's: --timeout 60 and --timeout none, not timeout=60 and None
+    ("--timeout -5", r"^%%ddp --timeout -5: --timeout must be a positive number of seconds or none \(no watchdog\), "
+                     r"got -5.0: e.g. --timeout 60\.$"),
+    ("--timeout inf", r"^%%ddp --timeout inf: --timeout inf is too long: .* or --timeout none for no watchdog"),
+    ("-n 0", r"^%%ddp -n 0: -n must be at least 1, got 0: .*e\.g\. -n 2\.$"),
+    ("-n 100000", r"^%%ddp -n 100000: -n 100000 is too many"),
     ("--ranks 9", r"^%%ddp --ranks 9: rank 9 is not a rank of this 2-rank cluster: show ranks from 0 to 1"),
     ("-n 4 --ranks 5", r"^%%ddp --ranks 5: rank 5 is not a rank of this 4-rank cluster"),
     ("--ranks one", r"^%%ddp --ranks one: give rank numbers separated by commas"),
+    ("--ranks 0,0", r"^%%ddp --ranks 0,0: rank 0 is named twice: name each rank once"),
+    ("--ranks=", r"^%%ddp --ranks : no rank given: name the ranks whose output to show"),
     ("--only 5", r"^%%ddp --only 5: rank 5 is not a rank of this 2-rank cluster: run on ranks from 0 to 1"),
     ("--only ,", r"^%%ddp --only \(no rank\): no rank given: name the ranks to run on"),
     ("--only 1 --ranks 0", r"^%%ddp --ranks 0: rank 0 is to be shown, but only rank\(s\) 1 run this: it would show "
@@ -429,11 +507,12 @@ def test_a_bad_ddp_option_is_refused_and_the_live_cluster_survives(line, match, 
     live, pids = magics._current, rank_pids(magics._current)
     # the cell's source is shown in the traceback; its output ("the cell ran") must not be
     failed = shell.run_cell(f"%%ddp {line}\nprint('the cell', 'ran')")
-    assert isinstance(failed.error_in_exec, ValueError)
+    assert isinstance(failed.error_in_exec, MagicUsageError) and isinstance(failed.error_in_exec, ValueError)
     assert re.search(match, str(failed.error_in_exec)) and "\n" not in str(failed.error_in_exec)
     error = failed.error_in_exec  # no chained argparse/shlex traceback is shown above the line
     assert error.__cause__ is None and (error.__context__ is None or error.__suppress_context__)
-    assert "the cell ran" not in capsys.readouterr().out
+    shown = capsys.readouterr()   # one line, as IPython shows its own usage errors: no frames of the package
+    assert shown.out == f"MagicUsageError: {error}\n" and "the cell ran" not in shown.out + shown.err
     assert magics._current is live and live.alive and rank_pids(live) == pids
     assert shell.run_cell("%ddp_pull kept").result == [10, 11]
 
@@ -489,6 +568,36 @@ def test_the_help_says_how_ranks_and_only_differ(ddp_shell, capsys):
     assert "--ranks chooses whose output is shown" in magics.ddp.__doc__ and "--only chooses" in magics.ddp.__doc__
 
 
+def test_a_cell_shows_its_final_expression_on_each_rank_and_never_fails_for_it(ddp_shell, capsys):
+    """As a kernel shows Out[n]: the repr of each rank's value, under the ranks' output; the value stays on the rank,
+    so one that cannot travel to the notebook (a lock, a DDP model) shows too, instead of failing the cell."""
+    shell = ddp_shell
+    assert shell.run_cell("%%ddp -n 2 --backend gloo\nprint('hi')\nrank * 2").success
+    assert capsys.readouterr().out == "[rank 0] hi\n[rank 1] hi\n[rank 0] Out: 0\n[rank 1] Out: 2\n"
+    assert shell.run_cell("%%ddp --ranks 1\nimport threading\nlock = threading.Lock()\nlock").success
+    assert re.fullmatch(r"\[rank 1\] Out: <unlocked _thread\.lock object at 0x[0-9a-f]+>\n", capsys.readouterr().out)
+    assert shell.run_cell("%%ddp\ntorch.arange(3) * rank").success
+    assert capsys.readouterr().out == "[rank 0] Out: tensor([0, 0, 0])\n[rank 1] Out: tensor([0, 1, 2])\n"
+    assert shell.run_cell("%%ddp\nx = 1").success and capsys.readouterr().out == ""
+
+
+def test_a_fresh_cluster_after_a_hang_keeps_the_size_and_another_size_says_what_is_lost(ddp_shell, capsys):
+    """The cell after a hang starts a cluster of the same size and backend (it used to fall back to 2 ranks and
+    'auto'); a cell asking for another size replaces the running cluster and says that its variables are gone."""
+    from ddp_lab.cluster import magics
+
+    shell = ddp_shell
+    assert shell.run_cell("%%ddp -n 3 --backend gloo\nkept = rank").success
+    capsys.readouterr()
+    hung = shell.run_cell("%%ddp --timeout 1\nif rank == 0:\n    dist.all_reduce(torch.ones(1))")
+    assert isinstance(hung.error_in_exec, LaunchTimeout) and not magics._current.alive
+    assert shell.run_cell("%%ddp --ranks 0\nprint(world_size, dist.get_world_size(), dist.get_backend())").success
+    assert capsys.readouterr().out.endswith("[rank 0] 3 3 gloo\n")
+    assert shell.run_cell("%%ddp -n 2\nkept = rank").success
+    assert ("ddp_lab: starting a cluster of 2 ranks in place of the running one (3 on gloo); its ranks' variables "
+            "are gone.") in capsys.readouterr().err
+
+
 def test_a_rank_that_dies_between_cells_is_named_and_the_next_cell_starts_afresh(ddp_shell, capsys):
     """SIGKILL a rank while no cell runs: the next cell gets one line naming it and how it died.
 
@@ -504,7 +613,7 @@ def test_a_rank_that_dies_between_cells_is_named_and_the_next_cell_starts_afresh
     capsys.readouterr()
     lines = repr(shell.run_line_magic("ddp_status", "")).splitlines()
     assert re.fullmatch(rf"rank 0  pid {pids[0]}  alive  idle  RSS \d+ MB", lines[0]), lines
-    assert lines[1].startswith(f"rank 1  pid {pids[1]}  dead"), lines
+    assert lines[1] == f"rank 1  pid {pids[1]}  dead (signal SIGKILL (9))", lines   # how it ended, at once
     failed = shell.run_cell("%%ddp\nprint('the cell', 'ran')")
     error, printed = failed.error_in_exec, capsys.readouterr()
     assert isinstance(error, RankCrashed), repr(error)

@@ -2,10 +2,13 @@
 
 A command is done when every rank it was sent to has replied and written its end-of-command
 mark on stdout and stderr (so all of its output has arrived). Until then `CommandWatch` handles
-the rank group's events: a rank that died, ranks still running at the watchdog (or a few seconds
-after another rank failed), or Jupyter's stop button, which interrupts the ranks' code and
-leaves the cluster up unless a rank does not stop. The reports themselves are the rank group's
-(launcher/reports.py); this module only says what happened to the cell.
+the rank group's events: a rank that died; ranks still running after another rank failed (waited
+for while they run Python code, stuck once they wait in a collective for the failed rank); ranks
+still running at the watchdog (interrupted where they run Python code, as the stop button does,
+so that the cluster keeps its state; stuck where they wait in a collective); Jupyter's stop
+button, which interrupts the ranks' code and leaves the cluster up unless a rank does not stop.
+The reports themselves are the rank group's (launcher/reports.py); this module only says what
+happened to the cell.
 
 Introduced in notebooks/00b-live-cluster.ipynb.
 """
@@ -16,13 +19,14 @@ import re
 import time
 from pathlib import Path
 
-from ddp_lab.launcher.errors import LaunchError, LaunchTimeout, RankFailed
+from ddp_lab.launcher.errors import LaunchError, LaunchTimeout, RankFailed, RankFailure
 from ddp_lab.launcher.payload import rename_cells
 from ddp_lab.launcher.rank_group import RankGroup
 from ddp_lab.launcher.reports import (blocked_in, listed, raised_failure, still_running, timeout_hint,
                                      unpicklable_failure, waiting_in)
 
-AFTER_FAILURE_S = 5.0  # once a rank failed, how long the others get before they count as stuck
+AFTER_FAILURE_S = 5.0  # once a rank failed: when the ranks still running are first looked at (their stacks)
+LOOK_AGAIN_S = 2.0  # then: how often, while they run Python code (stuck once they wait in a collective)
 INTERRUPT_GRACE_S = 3.0  # after an interrupt: how long a rank may take to stop before it counts as stuck
 INTERRUPT_CHECK_S = 0.5  # after an interrupt: how often the ranks still running are looked at (their stacks)
 STILL_RUNNING = object()  # collect's answer when ranks still run at its deadline after an interrupt
@@ -55,7 +59,12 @@ class CommandWatch:
         self.marks: dict[int, set] = {rank: set() for rank in range(self.nprocs)}
         self.sent: list[int] = []  # the ranks the command reached
         self.kind = "exec"         # the command's kind, once sent (rank_loop._execute's kinds)
-        self._shut_down = shut_down
+        self.ended_cluster = False  # whether the command's outcome shut the cluster down
+        self._shut_down_cluster = shut_down
+
+    def _shut_down(self) -> None:
+        self.ended_cluster = True
+        self._shut_down_cluster()
 
     def send(self, command: dict) -> None:
         """Send the command to every rank in `running` (RankGone if one has died)."""
@@ -65,28 +74,37 @@ class CommandWatch:
     def collect(self, timeout: float | None, interrupted: bool = False):
         """Wait until every rank in `running` replied and its output is complete.
 
-        Returns None, or the error to raise: ranks that raised (the cluster lives on), a crash, or
-        ranks still running at the watchdog (`timeout`). After an interrupt, ranks still running at
-        `timeout` give STILL_RUNNING instead (the caller decides).
+        Returns None, or the error to raise: ranks that raised (the cluster lives on), a crash, ranks
+        stuck in a collective after another rank failed, or ranks still running at the watchdog
+        (`timeout`; `_at_the_watchdog`). After an interrupt, ranks still running at `timeout` give
+        STILL_RUNNING instead (the caller decides).
         """
         deadline = None if timeout is None else time.monotonic() + timeout
-        failed_at = first_failed = None
+        failed = first_failed = look_at = None   # look_at: after a failure, when to look at the ranks still running
         while not all(rank in self.replies and len(self.marks[rank]) == 2 for rank in self.running):
             if self.group.exits:
                 return self._crashed()
-            limit = min(t for t in (deadline, failed_at and failed_at + AFTER_FAILURE_S, float("inf")) if t)
-            if time.monotonic() >= limit:
+            limit = min(t for t in (deadline, look_at, float("inf")) if t)
+            now = time.monotonic()
+            if now >= limit:
                 if interrupted:
                     return STILL_RUNNING
-                return self._stuck(timeout, failed_at is not None)
+                if deadline is not None and now >= deadline:
+                    return self._at_the_watchdog(timeout, failed)
+                stacks = self.group.stacks(self._waiting())
+                if any(waiting_in(stack) != "elsewhere" for stack in stacks.values()):
+                    return self._stuck(timeout, stacks, after_failure=True)
+                look_at = now + LOOK_AGAIN_S   # they run Python code: the cell goes on until they end it
+                continue
             event = self.group.next_event(None if limit == float("inf") else limit)
             if event is None:
                 continue
             kind, rank, value = event
             if kind == "reply" and value["id"] == self.command_id:
                 self.replies[rank] = value
-                if not value["ok"] and failed_at is None:
-                    failed_at, first_failed = time.monotonic(), rank   # the first failure to reach the kernel
+                if not value["ok"] and failed is None:
+                    failed, first_failed = True, rank   # the first failure to reach the kernel
+                    look_at = time.monotonic() + AFTER_FAILURE_S
             elif kind == "mark" and value[1] == self.command_id:
                 self.marks[rank].add(value[0])
         failures = {r: self._failure(r, reply) for r, reply in self.replies.items() if not reply["ok"]}
@@ -148,15 +166,41 @@ class CommandWatch:
         self._shut_down()
         return self.group.crash_report(f"rank {min(crashed)} of {self.nprocs} died.", crashed, hint=FRESH_START)
 
-    def _stuck(self, timeout: float | None, after_failure: bool) -> LaunchError:
-        waiting = [r for r in self.running if r not in self.replies]
+    def _waiting(self) -> list[int]:
+        """The ranks running the command that have not replied yet."""
+        return [r for r in self.running if r not in self.replies]
+
+    def _at_the_watchdog(self, timeout: float, after_failure: bool | None) -> LaunchError:
+        """Ranks still running at the watchdog: stuck where one waits in a collective (the cluster is shut down);
+        interrupted, as the stop button does, where all of them run Python code (a cell that is only slow: the
+        cluster keeps its ranks and their variables, unless a rank does not stop)."""
+        waiting = self._waiting()
         stacks = self.group.stacks(waiting)
         left_out = [r for r in range(self.nprocs) if r not in self.running]
         if left_out and not after_failure and any(waiting_in(stack) == "collective" for stack in stacks.values()):
             return self._left_out(stacks, timeout, left_out)
+        if not stacks or any(waiting_in(stack) != "elsewhere" for stack in stacks.values()):
+            return self._stuck(timeout, stacks, after_failure=bool(after_failure))
+        problem = self.interrupt()
+        if self.ended_cluster:
+            return problem   # a rank that did not stop: the one line says so, and the cluster was shut down
+        failures = {r: self._failure(r, reply) for r, reply in self.replies.items()
+                    if not reply["ok"] and r not in waiting}
+        for rank in waiting:
+            failures[rank] = RankFailure(rank, "timeout", f"was still running after timeout={timeout:g}s; "
+                                         f"{_interrupted_where(self.replies[rank], self.names)}")
+        return LaunchTimeout(
+            still_running(waiting, self.nprocs, f"after timeout={timeout:g}s, running Python code: interrupted "
+                          "there, as the stop button does; the cluster keeps its ranks and their variables."),
+            failures, min(failures), self.group.texts(),
+            "if the work is just slow, give it a longer watchdog: %%ddp --timeout SECONDS (--timeout none: no "
+            "watchdog), or run_code(..., timeout=SECONDS).")
+
+    def _stuck(self, timeout: float | None, stacks: dict[int, str], after_failure: bool) -> LaunchError:
+        waiting = list(stacks) or self._waiting()
         raised = {r: raised_failure(r, reply, self.names) for r, reply in self.replies.items() if not reply["ok"]}
         self._shut_down()
-        why = (f"{AFTER_FAILURE_S:g}s after another rank failed (probably waiting for it in a collective)"
+        why = ("after another rank failed, waiting in a collective (for the failed rank, most likely)"
                if after_failure else f"after timeout={timeout:g}s")
         return self.group.hang_report(
             still_running(waiting, self.nprocs, f"{why}."), stacks, self.names, raised=raised,
@@ -179,7 +223,11 @@ class CommandWatch:
     def _still_running_after_interrupt(self, stacks: dict[int, str], seconds: float) -> LaunchError:
         """Ranks that did not stop after an interrupt (their `stacks`): one line, and the cluster shut down."""
         calls = sorted({blocked_in(stack) for stack in stacks.values() if blocked_in(stack)})
+        places = sorted({place for stack in stacks.values() if (place := _innermost_cell_frame(stack, self.names))})
         where = (f"in {', '.join(calls)}, waiting for ranks that were interrupted before they joined it" if calls
+                 else f"in the cell's code ({'; '.join(places)}): it caught the KeyboardInterrupt and went on (an "
+                      "`except KeyboardInterrupt:` or a bare `except:`), or a call into C++ code there has not "
+                      "returned" if places
                  else "in C++ code, where Python cannot interrupt it")
         self._shut_down()
         return self.group.hang_report(
@@ -189,6 +237,17 @@ class CommandWatch:
 
 RANK_LOOP_FILE = str(Path(__file__).with_name("rank_loop.py"))  # the ranks' command loop: its frames are hidden
 _FRAME = re.compile(r'^\s*(?:File "(?P<file>[^"]+)"|(?P<cell>Cell In\[\d+\])), (?P<rest>line \d+.*)$')
+
+
+def _innermost_cell_frame(stack: str, names: dict[str, str]) -> str | None:
+    """'Cell In[5], line 3 in <module>': the innermost frame of the cell's own code in a rank's Python stack (a
+    fault-handler dump, most recent call first), or None."""
+    for line in rename_cells(stack, names).splitlines():
+        match = _FRAME.match(line)
+        where = match and (match["file"] or match["cell"])
+        if where and where.startswith(("Cell In[", "<ddp cell")):
+            return f"{where}, {match['rest']}"
+    return None
 
 
 def _interrupted_where(reply: dict, names: dict[str, str]) -> str:

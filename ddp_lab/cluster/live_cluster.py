@@ -30,7 +30,7 @@ from ddp_lab.launcher.arguments import (check_env, check_fn, check_nprocs, check
                                        check_signature, check_source, check_threads, check_timeout,
                                        check_variable_name, working_directory)
 from ddp_lab.launcher.backend import choose_backend
-from ddp_lab.launcher.errors import RankCrashed, exit_with_cause
+from ddp_lab.launcher.errors import CellInterrupted, RankCrashed, exit_with_cause
 from ddp_lab.launcher.fd_limit import one_line_if_out_of_fds
 from ddp_lab.launcher.launch import DEFAULT_TIMEOUT, threads_per_rank
 from ddp_lab.launcher.output import RankOutput, print_in_rank_order
@@ -96,6 +96,7 @@ class Cluster:
         payload["argv"] = [cluster_rank.CELL_MODULE]   # a cell's sys.argv, as __main__'s in a script
         self._group.start(payload, env, PG_TIMEOUT_S)
         self._group.wait_until_ready(self.timeout, self._names)
+        self._ended_at = [len(output.lines) for output in self._group.outputs]   # start-up's own lines: not a cell's
         self._registration = Registration(self._workdir, self.nprocs, self.backend, self._group.processes,
                                           self._names)
         prepare_zygote()
@@ -140,7 +141,17 @@ class Cluster:
         """
         if self._closed:
             raise RuntimeError(f"this cluster was shut down: {RESTART}")
+        self._take_news_of_exits()   # a rank that died since the last command: how it ended
         return cluster_status(self._group.processes, dict(self._group.exits), self._workdir, self._names)
+
+    def _take_news_of_exits(self) -> None:
+        """Handle the events already queued, and wait (at most EXIT_NEWS_S) for the exit status of a rank whose
+        process has ended but whose end has not been handled yet."""
+        self._group.take_queued_events()
+        deadline = time.monotonic() + EXIT_NEWS_S
+        while time.monotonic() < deadline and any(process.returncode is not None and process.rank not in
+                                                  self._group.exits for process in self._group.processes):
+            self._group.next_event(deadline)
 
     def name_cells(self, names: dict[str, str]) -> None:
         """Name code in tracebacks as the notebook does ('Cell In[5]'): `payload.cell_names()`'s mapping."""
@@ -159,10 +170,12 @@ class Cluster:
 
     # -- commands -------------------------------------------------------------------------
     def run_code(self, source: str, *, timeout: float | None = None, show: list[int] | None = None,
-                 filename: str | None = None, only: list[int] | None = None) -> Results:
+                 filename: str | None = None, only: list[int] | None = None, display: bool = False) -> Results:
         """Run `source` on every rank in its namespace (`rank`, `world_size`, `torch`, `dist` predefined).
 
-        Returns each rank's value of a final expression (None if there is none). `show`: whose
+        Returns each rank's value of a final expression (None if there is none); with `display`,
+        its repr instead (what a `%%ddp` cell shows, as a kernel shows Out[n]: nothing is pickled,
+        so a model wrapped in DDP or a large tensor shows too, and stays on the rank). `show`: whose
         output to print (default: every rank's). `only`: the ranks that run it (default: all); the
         others keep their namespace as it is, and their value is None. A collective on the default
         group needs every rank: in an `only` cell it fails at the watchdog, naming the ranks left out.
@@ -171,8 +184,8 @@ class Cluster:
         command_id = next(self._ids)
         filename = filename or f"<ddp cell {command_id}>"
         check_source(source, filename)
-        return self._command({"kind": "exec", "source": source, "filename": filename}, command_id, timeout, show,
-                             only)
+        return self._command({"kind": "exec", "source": source, "filename": filename, "display": bool(display)},
+                             command_id, timeout, show, only)
 
     def run(self, fn, *args, timeout: float | None = None, show: list[int] | None = None,
             only: list[int] | None = None) -> Results:
@@ -205,6 +218,7 @@ class Cluster:
         self._group.take_queued_events()
         if self._group.exits:  # a rank died since the last command (killed, out of memory, a thread's exit)
             raise self._died_between_commands() from None
+        self._print_between_commands()
         starts = [len(output.lines) for output in self._group.outputs]
         watch = CommandWatch(self._group, command_id, running, self._names, self._teardown)
         self._group.set_live(LiveLines(show))
@@ -244,16 +258,16 @@ class Cluster:
             self._teardown()
             self._print_new(starts, show)
             print(f"ddp_lab: interrupted twice. {FRESH_START}", file=sys.stderr)
-            raise
+            raise CellInterrupted from None
         self._ended_at = [len(output.lines) for output in self._group.outputs]
         self._print_new(starts, show)
         if self._closed:
             print(f"ddp_lab: {problem}", file=sys.stderr)
-            raise KeyboardInterrupt
+            raise CellInterrupted from None
         for note in watch.interrupted_notes():
             print(note, file=sys.stderr)
         print("ddp_lab: interrupted; the cluster keeps its ranks and their variables.", file=sys.stderr)
-        raise KeyboardInterrupt
+        raise CellInterrupted from None
 
     def _died_between_commands(self, gone: int | None = None) -> RankCrashed:
         """A one-line error for ranks that died while no command ran (`gone`: one whose channel was
@@ -292,8 +306,20 @@ class Cluster:
               "cell. Objects built on the old group (a DDP or FSDP model, subgroups) must be built again.",
               file=sys.stderr)
 
+    def _print_between_commands(self) -> None:
+        """What the ranks printed while no command ran (a thread of theirs), shown first in the next command's output
+        (as a kernel shows a background thread's output in the cell that runs); then every line up to here is
+        forgotten, so the cluster keeps each rank's output of one command, not of its whole life."""
+        outputs = self._group.outputs
+        shown = [len(output.lines) for output in outputs]   # the reader threads append: read the lengths once
+        print_in_rank_order([RankOutput(rank, output.lines[self._ended_at[rank]:shown[rank]])
+                             for rank, output in enumerate(outputs)])
+        for output, length in zip(outputs, shown):
+            del output.lines[:length]
+        self._ended_at = [0] * self.nprocs
+
     def _print_new(self, starts: list[int], show: list[int] | None) -> None:
         if self._group.live is not None:
             self._group.live.close()  # progress lines end in the output printed here
-        ranks = range(self.nprocs) if show is None else show
+        ranks = range(self.nprocs) if show is None else sorted(set(show))
         print_in_rank_order([RankOutput(r, self._group.outputs[r].lines[starts[r]:]) for r in ranks])

@@ -3,12 +3,15 @@
     %%ddp -n 4                 run this cell on every rank of a 4-rank cluster
     %%ddp --ranks 0            ... but show only rank 0's output (every rank runs it)
     %%ddp --only 0,2           run this cell on ranks 0 and 2 only (the others wait, unchanged)
+    (a cell that ends with an expression shows its value on each rank: `[rank 1] Out: 2`)
     %ddp_pull loss             bring `loss` back from every rank (a list by rank)
     %ddp_status                one line per rank: alive, pid, what it is doing (which collective), its memory
     %ddp_shutdown              stop the cluster
 
 The cluster starts on first use and lives until `%ddp_shutdown`, a different `-n` or
-`--backend`, a crash, a hang, or the kernel's end.
+`--backend` (which says that the ranks' variables are gone), a crash, a hang, or the kernel's
+end; the cell after a crash or a hang starts a fresh cluster of the same size and backend. A
+bad option or argument is refused in one line (`MagicUsageError`) before anything starts.
 
 Introduced in notebooks/00b-live-cluster.ipynb.
 """
@@ -18,12 +21,14 @@ from __future__ import annotations
 import argparse
 import re
 import shlex
+import sys
 
 from ddp_lab.cluster.live_cluster import Cluster
 from ddp_lab.cluster.status import StatusReport
-from ddp_lab.launcher.arguments import (check_nprocs, check_ranks, check_shown_ranks_run, check_source,
-                                       check_timeout)
+from ddp_lab.launcher.arguments import (MAX_TIMEOUT_S, check_nprocs, check_ranks, check_shown_ranks_run,
+                                       check_source, check_timeout)
 from ddp_lab.launcher.backend import choose_backend
+from ddp_lab.launcher.errors import MagicUsageError
 from ddp_lab.launcher.payload import cell_names
 
 _current: Cluster | None = None
@@ -34,7 +39,7 @@ USAGE = "%%ddp [-n N] [--backend gloo] [--timeout SECONDS] [--ranks 0,1] [--only
 
 class _OptionParser(argparse.ArgumentParser):
     def error(self, message: str):
-        raise ValueError(f"%%ddp: {message}. Use: {USAGE} (%%ddp --help says more)")
+        raise MagicUsageError(f"%%ddp: {message}. Use: {USAGE} (%%ddp --help says more)")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -43,7 +48,10 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("-n", "--nprocs", type=_whole_number, default=None,
                         help="ranks (default: the running cluster's, else 2)")
     parser.add_argument("--backend", default=None, help="auto, gloo, nccl or mpi")
-    parser.add_argument("--timeout", type=_seconds, default=None, help="watchdog seconds for this cell")
+    parser.add_argument("--timeout", type=_seconds, default=None,
+                        help="watchdog seconds for this cell, or none (default: the cluster's, 120); ranks running "
+                             "Python code at the watchdog are interrupted and keep their variables, ranks stuck in "
+                             "a collective end the cluster")
     parser.add_argument("--ranks", default=None,
                         help="whose output to show, e.g. 0 or 0,2 (default: all); every rank still runs the cell")
     parser.add_argument("--only", default=None,
@@ -68,10 +76,14 @@ def _whole_number(text: str) -> int:
 
 
 def _seconds(text: str) -> float:
+    """--timeout's seconds; `none` (no watchdog) is the longest watchdog `check_timeout` allows, 30 days."""
+    if text.lower() == "none":
+        return float(MAX_TIMEOUT_S)
     try:
         return float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds, e.g. --timeout 60") from None
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds, e.g. --timeout 60 (--timeout none: "
+                                         "no watchdog)") from None
 
 
 def parse_options(line: str) -> argparse.Namespace:
@@ -80,27 +92,35 @@ def parse_options(line: str) -> argparse.Namespace:
     try:
         words = shlex.split(re.sub(r",\s+", ",", line))   # "--only 0, 2" is one list of ranks
     except ValueError as error:  # shlex's "No closing quotation"
-        raise ValueError(f"%%ddp {line.strip()}: {str(error).lower()}: close the quote, or drop it "
-                         "(no %%ddp option needs quotes).") from None
+        raise MagicUsageError(f"%%ddp {line.strip()}: {str(error).lower()}: close the quote, or drop it "
+                              "(no %%ddp option needs quotes).") from None
     try:
         options = _parser().parse_args(words)
-    except ValueError as error:  # _OptionParser.error's message, raised inside argparse's own handler
-        raise ValueError(str(error)) from None
+    except MagicUsageError as error:  # _OptionParser.error's message, raised inside argparse's own handler
+        raise MagicUsageError(str(error)) from None
     options.ranks = _rank_list("--ranks", options.ranks)
     options.only = _rank_list("--only", options.only)
     return options
 
 
 def _rank_list(flag: str, text: str | None) -> list[int] | None:
-    """'0,2' -> [0, 2] (None stays None)."""
+    """'0,2' -> [0, 2] (None stays None); a rank named twice is refused."""
     __tracebackhide__ = True
     if text is None:
         return None
     try:
-        return [int(r) for r in text.split(",") if r.strip()]
+        ranks = [int(r) for r in text.split(",") if r.strip()]
     except ValueError:
-        raise ValueError(f"%%ddp {flag} {text}: give rank numbers separated by commas, "
-                         f"e.g. {flag} 0 or {flag} 0,2.") from None
+        raise MagicUsageError(f"%%ddp {flag} {text}: give rank numbers separated by commas, "
+                              f"e.g. {flag} 0 or {flag} 0,2.") from None
+    if not ranks and flag == "--ranks":   # --only's own check says what an empty list of ranks to run on means
+        raise MagicUsageError(f"%%ddp {flag} {text}: no rank given: name the ranks whose output to show, e.g. "
+                              f"{flag} 0 (every rank's: leave {flag} out).")
+    twice = sorted({r for r in ranks if ranks.count(r) > 1})
+    if twice:
+        raise MagicUsageError(f"%%ddp {flag} {text}: rank {', '.join(map(str, twice))} is named twice: name each "
+                              f"rank once, e.g. {flag} 0,2.")
+    return ranks
 
 
 def check_options(options: argparse.Namespace) -> None:
@@ -119,24 +139,42 @@ def check_options(options: argparse.Namespace) -> None:
         try:
             check()
         except (TypeError, ValueError) as error:
-            shown = (",".join(map(str, value)) or "(no rank)") if isinstance(value, list) else value
-            raise ValueError(f"%%ddp {flag} {shown}: {error}") from None
+            shown = ((",".join(map(str, value)) or "(no rank)") if isinstance(value, list) else
+                     f"{value:g}" if isinstance(value, float) else value)
+            raise MagicUsageError(f"%%ddp {flag} {shown}: {_as_options(str(error))}") from None
+
+
+def _as_options(message: str) -> str:
+    """The library's message in the magic's words: `timeout=60` is `--timeout 60`, `timeout=None` is
+    `--timeout none`, `nprocs=4` is `-n 4`."""
+    for library, magic in ((r"\btimeout=None\b", "--timeout none"), (r"\btimeout=", "--timeout "),
+                           (r"^timeout\b", "--timeout"), (r"\bor None\b", "or none"), (r"\bnprocs=", "-n "),
+                           (r"\bnprocs\b", "-n")):
+        message = re.sub(library, magic, message)
+    return message
 
 
 def _wanted_nprocs(nprocs: int | None) -> int:
+    """-n, else the last cluster's size (alive, or ended by a crash or a hang: its successor keeps it), else 2."""
     if nprocs is not None:
         return nprocs
-    return _current.nprocs if _current is not None and _current.alive else 2
+    return _current.nprocs if _current is not None else 2
 
 
 def current_cluster(nprocs: int | None = None, backend: str | None = None) -> Cluster:
-    """The cluster `%%ddp` uses, (re)started if it is missing, dead, or of another shape."""
+    """The cluster `%%ddp` uses, (re)started if it is missing, dead, or of another shape. A cluster that a crash or
+    a hang ended is followed by one of its size and backend; one replaced by another shape says so."""
     global _current
     wanted_n = _wanted_nprocs(nprocs)
     if _current is not None and _current.alive:
         if wanted_n == _current.nprocs and (backend is None or backend in ("auto", _current.backend)):
             return _current
+        print(f"ddp_lab: starting a cluster of {wanted_n} rank{'s' if wanted_n != 1 else ''}"
+              f"{f' on {backend}' if backend not in (None, 'auto') else ''} in place of the running one "
+              f"({_current.nprocs} on {_current.backend}); its ranks' variables are gone.", file=sys.stderr)
         _current.shutdown()
+    elif _current is not None and backend is None:
+        backend = _current.backend   # a fresh cluster after a crash or a hang: the same backend
     _current = Cluster(wanted_n, backend or "auto")
     return _current
 
@@ -162,7 +200,19 @@ def ddp(line: str, cell: str):
     check_source(cell, filename or "<ddp cell>")   # a cell that does not compile, before the cluster is touched
     cluster = current_cluster(options.nprocs, options.backend)
     cluster.name_cells(_cell_names(shell))
-    cluster.run_code(cell, timeout=options.timeout, show=options.ranks, filename=filename, only=options.only)
+    shown = cluster.run_code(cell, timeout=options.timeout, show=options.ranks, filename=filename, only=options.only,
+                             display=True)
+    print_values(shown, options.ranks)
+
+
+def print_values(texts: list[str | None], show: list[int] | None = None) -> None:
+    """A cell's final expression on each rank (`show`: whose), as a kernel shows Out[n]: its repr, under the ranks'
+    output; nothing for a rank whose cell ends with a statement or gives None."""
+    for rank, text in enumerate(texts):
+        if text is None or (show is not None and rank not in show):
+            continue
+        for index, line in enumerate(text.splitlines() or [""]):
+            print(f"[rank {rank}] {'Out: ' if index == 0 else '     '}{line}")
 
 
 def ddp_pull(line: str):
@@ -170,9 +220,9 @@ def ddp_pull(line: str):
     __tracebackhide__ = True
     name = line.strip()
     if not name.isidentifier():
-        raise ValueError(f"%ddp_pull needs one variable name, got {line!r}: e.g. %ddp_pull loss.")
+        raise MagicUsageError(f"%ddp_pull needs one variable name, got {line!r}: e.g. %ddp_pull loss.")
     if _current is None or not _current.alive:
-        raise RuntimeError("no live cluster: run a %%ddp cell first.")
+        raise MagicUsageError("no live cluster: run a %%ddp cell first.")
     values = _current.pull(name)
     shell = _shell()
     if shell is not None:
@@ -190,7 +240,7 @@ def ddp_status(line: str = "") -> StatusReport | None:
     the statuses (`statuses = %ddp_status`), a list of `ddp_lab.cluster.status.RankStatus`.
     """
     if line.strip():
-        raise ValueError(f"%ddp_status takes no arguments, got {line.strip()!r}: write %ddp_status.")
+        raise MagicUsageError(f"%ddp_status takes no arguments, got {line.strip()!r}: write %ddp_status.")
     if _current is None or not _current.alive:
         print("no live cluster: run a %%ddp cell first.")
         return None
@@ -200,6 +250,8 @@ def ddp_status(line: str = "") -> StatusReport | None:
 def ddp_shutdown(line: str = "") -> None:
     """%ddp_shutdown: stop the live cluster's ranks."""
     global _current
+    if line.strip():
+        raise MagicUsageError(f"%ddp_shutdown takes no arguments, got {line.strip()!r}: write %ddp_shutdown.")
     if _current is not None:
         _current.shutdown()
         _current = None

@@ -141,7 +141,7 @@ def serve(rank: int, status_folder: str | None = None) -> None:
                 value = _execute(rank, command, namespace)
             finally:
                 _in_command = False
-            reply.update(_value_reply(value))
+            reply.update(_value_reply(_display_text(value) if command.get("display") else value))
         except BaseException as error:  # noqa: BLE001 - reported to the notebook, the rank lives on
             # sys.exit() in a cell included: as in a kernel, it ends the cell, not the rank
             reply.update(exception_report(error, "fn", skip_frames=_own_frames(error)), kind="reply", ok=False)
@@ -149,6 +149,23 @@ def serve(rank: int, status_folder: str | None = None) -> None:
         reply["group"] = dist.is_initialized()  # False: the cell destroyed the default group
         _mark_end(command["id"])
         send_message(channel, reply)
+
+
+DISPLAY_CHARS = 4000  # the most of a final expression's repr that a %%ddp cell shows
+
+
+def _display_text(value) -> str | None:
+    """What a %%ddp cell shows of its final expression's value: its repr (cut at DISPLAY_CHARS), as a kernel shows
+    Out[n]; None for None. The value itself stays on the rank: nothing is pickled, so any value can be shown."""
+    if value is None:
+        return None
+    try:
+        text = repr(value)
+    except Exception as error:  # noqa: BLE001 - a broken __repr__ is shown, not raised
+        return f"<{type(value).__name__} object; its repr raised {type(error).__name__}: {error}>"
+    if len(text) > DISPLAY_CHARS:
+        text = f"{text[:DISPLAY_CHARS]}... ({len(text):,} characters in all)"
+    return text
 
 
 def _value_reply(value) -> dict:

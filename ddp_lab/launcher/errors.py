@@ -172,6 +172,27 @@ class CellSyntaxError(ValueError):
         return str(self).splitlines()
 
 
+class MagicUsageError(ValueError):
+    """A live-cluster magic used wrongly (`%%ddp --ranks 9`, `%ddp_pull 2x`), refused before anything starts.
+
+    Shown in one line, as IPython shows its own usage errors, without the package's frames.
+    Introduced in notebooks/00b-live-cluster.ipynb.
+    """
+
+    def _render_traceback_(self) -> list[str]:
+        return [f"{type(self).__name__}: {self}"]
+
+
+class CellInterrupted(KeyboardInterrupt):
+    """The stop button during a live-cluster cell, raised once one line per rank has said where its code stopped
+    (and whether the cluster kept its ranks): shown as the one line `KeyboardInterrupt`, without the package's frames
+    or the waits it interrupted. Introduced in notebooks/00b-live-cluster.ipynb.
+    """
+
+    def _render_traceback_(self) -> list[str]:
+        return ["KeyboardInterrupt"]
+
+
 class LaunchWarning(RuntimeWarning):
     """Something odd that did not cost any result, e.g. a rank crashing during exit."""
 
