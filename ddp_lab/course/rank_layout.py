@@ -1,12 +1,13 @@
 """Which ranks form each parallel group: the one owner of the rank layout (tp fastest, then cp, dp, pp).
 
 With world = dp x tp x pp ranks, Megatron-LM numbers them tensor-parallel fastest (Narayanan et
-al. 2021, arXiv:2104.04473, Sec. 3.3; picotron's `process_group_manager`, torchtitan's
-`ParallelDims` own the same thing): the tp ranks of a layer are neighbours (one node, NVLink),
-a dp group takes every tp-th rank, a pp group every (tp x dp)-th. A 2-D `DeviceMesh` built as
-`init_device_mesh(..., (dp, tp), mesh_dim_names=("dp", "tp"))` lays its ranks out the same way
-(lesson 10). This module only computes rank numbers (no torch): lesson 13's planner costs a
-group by its size and stride, and its measurements make the real groups from the same lists.
+al. 2021, arXiv:2104.04473, Sec. 3.2, Takeaway #1: tensor parallelism within a server;
+picotron's `process_group_manager`, torchtitan's `ParallelDims` own the same thing): the tp ranks
+of a layer are neighbours (one node, NVLink), a dp group takes every tp-th rank, a pp group every
+(tp x dp)-th. A 2-D `DeviceMesh` built as `init_device_mesh(..., (dp, tp), mesh_dim_names=("dp",
+"tp"))` lays its ranks out the same way (lesson 10). This module only computes rank numbers (no
+torch): lesson 13's planner costs a group by its size and stride, and its measurements make the
+real groups from the same lists.
 
 Context parallelism (cp ranks share one sequence, lesson 15) sits between tp and dp, as in
 Megatron-Core's default order tp-cp-ep-dp-pp (Llama 3 uses [TP, CP, PP, DP], Sec. 3.3.2): world =

@@ -34,8 +34,8 @@ MULTI_STAGE = ("ScheduleInterleaved1F1B", "ScheduleLoopedBFS", "ScheduleInterlea
 def available_schedules() -> list[str]:
     """The schedule classes this torch's torch.distributed.pipelining offers.
 
-    torch 2.4 has GPipe, 1F1B, Interleaved1F1B and LoopedBFS; by 2.11 InterleavedZeroBubble,
-    ZBVZeroBubble and DualPipeV were added.
+    torch 2.4 has GPipe, 1F1B, Interleaved1F1B and LoopedBFS; 2.8 also InterleavedZeroBubble and
+    ZBVZeroBubble; 2.13 also DualPipeV (the versions checked).
 
     Introduced in notebooks/07-pipeline-parallelism.ipynb.
     """

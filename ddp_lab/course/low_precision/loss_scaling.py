@@ -8,10 +8,10 @@ is skipped and `S` halved; after `growth_interval` good steps `S` doubles (Micik
 
 Under data parallelism with gradients *sharded* (FSDP, ZeRO-2/3) or split (tensor parallelism),
 each rank sees only its part of the gradients, so an overflow can be visible on one rank alone.
-The skip must be decided together (an all-reduce of the found-inf flag with MAX, as torch's
-`ShardedGradScaler` does), and so must the clipping norm (an all-reduce of the squared norms):
-otherwise ranks apply different updates to one model. Clipping needs unscaled gradients:
-clipping scaled ones compares `S · ‖g‖` with the threshold.
+The skip must be decided together (an all-reduce of the found-inf flag: MAX here; torch's
+`ShardedGradScaler` sums it, which gives the same verdict), and so must the clipping norm (an
+all-reduce of the squared norms): otherwise ranks apply different updates to one model. Clipping
+needs unscaled gradients: clipping scaled ones compares `S · ‖g‖` with the threshold.
 
 With no process group (one process) every function works on its own gradients.
 
