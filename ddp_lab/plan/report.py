@@ -210,8 +210,9 @@ def accuracy_text(cluster, plans=()) -> str:
     The throughput the planner predicts for the published runs (`ddp_lab.plan.published`, the
     table in docs/planner.md) against what they published, on the cluster's GPU generation: how many runs, the median
     and the largest error, and which parallelisms those runs used. A plan shown that splits the
-    model in a way no published run of the generation does (tensor, pipeline, context or expert
-    parallelism) is said to be less certain (every H100 run in the set is data-parallel). A
+    model in a way no run of the generation in the validation set does (tensor, pipeline, context or
+    expert parallelism) is said to be less certain (every H100 run in the set is data-parallel; the
+    held-out runs, below it, score some of those plans). A
     generation no published run checks (a T4) is called rough. A plan for longer sequences than the
     scored runs train on is told how the planner did on MosaicML's sequence sweep of the generation
     (which its attention rate comes from), or, beyond the sweep's longest, that no published run
@@ -247,7 +248,7 @@ def accuracy_text(cluster, plans=()) -> str:
     unchecked = [name for name, axis in SPLITS
                  if name not in axes and any(getattr(plan.strategy, axis) > 1 for plan in plans)]
     if unchecked:
-        lines.append(f"          no published {family} run checks {' or '.join(unchecked)} parallelism: "
+        lines.append(f"          no {family} run of the validation set uses {' or '.join(unchecked)} parallelism: "
                      f"those plans are less certain")
     lines += _sequence_lines(runs, plans, family)
     if cluster.overlap_slowdown != OVERLAP_SLOWDOWN:
