@@ -121,6 +121,17 @@ def test_a_value_the_notebook_cannot_load_names_its_rank(cluster, tmp_path):
     assert cluster.run_code("type(only_on_ranks.Thing()).__name__") == ["Thing", "Thing"]
 
 
+def test_a_value_that_needs_the_ranks_group_to_load_is_not_blamed_on_an_import(cluster):
+    """A DDP model pickles on the rank, but rebuilding it asks for the default process group, which the notebook
+    has not: the message says so (it used to say that a module could not be imported here)."""
+    cluster.run_code("wrapped = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(2, 2))")
+    with pytest.raises(ResultNotPicklable, match=r"^rank 0 sent back a value this notebook cannot load \(ValueError: "
+                                                 r"Default process group .*\): rebuilding it needs what only the rank "
+                                                 r"has .*a state_dict\); the cluster is still running\.$") as caught:
+        cluster.pull("wrapped")
+    assert "imported" not in str(caught.value)
+
+
 def test_a_cell_that_does_not_compile_is_refused_before_any_rank_runs_it(cluster):
     cluster.run_code("before = rank")
     with pytest.raises(CellSyntaxError) as caught:
@@ -530,6 +541,8 @@ def test_a_ddp_cell_that_does_not_compile_leaves_the_live_cluster_alone(ddp_shel
     shown = capsys.readouterr()
     assert "the cell ran" not in shown.out and "ddp_lab" not in shown.out + shown.err
     assert "    for x in range(3) print(x)\n" in shown.out and "SyntaxError: " in shown.out
+    # named as IPython names the cell, not by the file it keeps the cell's text in
+    assert re.search(r"^  Cell In\[\d+\], line 2$", shown.out, re.M) and ".py" not in shown.out, shown.out
     assert magics._current is live and live.alive and rank_pids(live) == pids   # -n 4 did not restart it
 
 

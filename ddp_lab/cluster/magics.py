@@ -197,9 +197,11 @@ def ddp(line: str, cell: str):
     # Register the cell like IPython does, so tracebacks say "Cell In[n], line k" (the count
     # has already moved on to the next cell while this one runs).
     filename = shell.compile.cache(cell, shell.execution_count - 1) if shell is not None else None
-    check_source(cell, filename or "<ddp cell>")   # a cell that does not compile, before the cluster is touched
+    names = _cell_names(shell)
+    # a cell that does not compile, before the cluster is touched; named as the notebook names it ("Cell In[5]")
+    check_source(cell, names.get(filename, filename) if filename else "<ddp cell>")
     cluster = current_cluster(options.nprocs, options.backend)
-    cluster.name_cells(_cell_names(shell))
+    cluster.name_cells(names)
     shown = cluster.run_code(cell, timeout=options.timeout, show=options.ranks, filename=filename, only=options.only,
                              display=True)
     print_values(shown, options.ranks)

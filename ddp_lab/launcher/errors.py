@@ -8,6 +8,7 @@ Introduced in notebooks/00-welcome-and-first-launch.ipynb.
 
 from __future__ import annotations
 
+import re
 import signal
 import textwrap
 import traceback
@@ -165,7 +166,8 @@ class CellSyntaxError(ValueError):
 
     def __init__(self, syntax_error: SyntaxError):
         self.syntax_error = syntax_error
-        super().__init__("".join(traceback.format_exception_only(SyntaxError, syntax_error)).rstrip("\n"))
+        text = "".join(traceback.format_exception_only(SyntaxError, syntax_error)).rstrip("\n")
+        super().__init__(re.sub(r'File "(Cell In\[\d+\])"', r"\1", text))   # 'Cell In[5], line 2', as IPython
 
     def _render_traceback_(self) -> list[str]:
         """What IPython shows: Python's own lines for the SyntaxError, no frames."""

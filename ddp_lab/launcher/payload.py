@@ -203,7 +203,12 @@ def load_value(data: bytes, rank: int, after: str = ""):
     try:
         return cloudpickle.loads(data)
     except Exception as error:  # noqa: BLE001 - whatever loading raises, the notebook is told which rank and why
+        if isinstance(error, (ImportError, AttributeError)):   # a module, or a name in one, the notebook lacks
+            why = ("what it is made of cannot be imported here. Return plain data (numbers, tensors, dicts of them), "
+                   "or make that module importable in the notebook too")
+        else:   # rebuilding it needs what only a rank has (a DDP model asks for the default process group)
+            why = ("rebuilding it needs what only the rank has (a process group, a device, a file). Return plain "
+                   "data made from it on the rank (numbers, tensors, a state_dict)")
         raise ResultNotPicklable(
-            f"rank {rank} sent back a value this notebook cannot load ({type(error).__name__}: {error}): what it "
-            "is made of cannot be imported here. Return plain data (numbers, tensors, dicts of them), or make that "
-            f"module importable in the notebook too{after}.", {}, rank, [], headline_only=True) from None
+            f"rank {rank} sent back a value this notebook cannot load ({type(error).__name__}: {error}): {why}"
+            f"{after}.", {}, rank, [], headline_only=True) from None
