@@ -192,7 +192,7 @@ class Cluster:
         """Call `fn(rank, *args)` on every rank of the running cluster (or the ranks in `only`); return each value."""
         __tracebackhide__ = True
         check_fn(fn, "cluster.run")
-        check_signature(fn, args)
+        check_signature(fn, args, "cluster.run")
         command = {"kind": "call", "fn": pack_function(fn), "args": pack_arguments(args)}
         return self._command(command, next(self._ids), timeout, show, only)
 

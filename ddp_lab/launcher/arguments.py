@@ -117,8 +117,9 @@ def check_env(env) -> None:
                              "setup() does).")
 
 
-def check_signature(fn, args) -> None:
-    """fn must accept fn(rank, *args), as torch.multiprocessing.spawn calls it.
+def check_signature(fn, args, caller: str = "launch") -> None:
+    """fn must accept fn(rank, *args), as torch.multiprocessing.spawn calls it (`caller`: the function that calls
+    it so, named in the message: "launch" or "cluster.run").
 
     A callable whose signature cannot be read (some builtins) passes: the rank reports
     what happens.
@@ -132,14 +133,14 @@ def check_signature(fn, args) -> None:
     except TypeError as error:
         name = getattr(fn, "__qualname__", None) or type(fn).__name__
         if not signature.parameters:
-            wrap = "a lambda: launch(lambda rank: ..., ...)" if "<lambda>" in name else \
-                f"launch(lambda rank: {name}(), ...) (torchrun-style code reads RANK from the environment)"
+            wrap = f"a lambda: {caller}(lambda rank: ..., ...)" if "<lambda>" in name else \
+                f"{caller}(lambda rank: {name}(), ...) (torchrun-style code reads RANK from the environment)"
             raise TypeError(
-                f"fn={name} takes no arguments, but launch calls fn(rank, *args) like mp.spawn: give it a rank "
+                f"fn={name} takes no arguments, but {caller} calls fn(rank, *args) like mp.spawn: give it a rank "
                 f"parameter, or {wrap}.") from None
         raise TypeError(
             f"fn={name}{signature} cannot be called as fn(rank, *args) with {len(args)} arg(s) in args= "
-            f"({error}): launch passes the rank first, then each item of args; make them match.") from None
+            f"({error}): {caller} passes the rank first, then each item of args; make them match.") from None
 
 
 def working_directory() -> str:
