@@ -164,8 +164,9 @@ def test_ranks_that_raised_and_ranks_whose_value_cannot_travel_back_are_said_to_
 
 @pytest.mark.parametrize("command, error, match", [
     (lambda c: c.run(5), TypeError, r"^fn must be a function .*Pass the function itself \(cluster.run\(train\)\)"),
-    (lambda c: c.run(lambda: 1), TypeError, r"^fn=\S*<lambda> takes no arguments, but cluster.run calls fn\(rank, \*args\) "
-                                            r".*or a lambda: cluster.run\(lambda rank: \.\.\., \.\.\.\)\.$"),
+    (lambda c: c.run(lambda: 1), TypeError, r"^fn=\S*<lambda> takes no arguments, but cluster.run calls "
+                                            r"fn\(rank, \*args\) .*or a lambda: cluster.run\(lambda rank: \.\.\., "
+                                            r"\.\.\.\)\.$"),
     (lambda c: c.run_code(123), TypeError, r"^source must be a string of Python code, got int: e.g. cluster.run_code"),
     (lambda c: c.pull(123), TypeError, r"^name must be a variable name as a string, got int 123: e.g. cluster.pull"),
     (lambda c: c.pull("model.weight"), ValueError, r"^name 'model.weight' is not a variable name"),
