@@ -2,9 +2,9 @@
 
 Each wrong answer below is a mistake a learner is likely to make; the test pins the part of
 the feedback that names it. The formula check runs in this process; the ZeRO-1 answers that
-return run one after the other in one launch of 2 gloo ranks (`run_zero1_answers`), each judged
-alone (`judge_zero1`) as the public check judges its one answer; an answer that raises ends its
-launch, so it runs alone through the public check.
+return run one after the other in one launch (`run_zero1_answers`: a group of 2 gloo ranks, then
+one of 3), each judged alone (`judge_zero1`) as the public check judges its one answer; an answer
+that raises ends its launch, so it runs alone through the public check.
 """
 
 from __future__ import annotations
@@ -186,6 +186,37 @@ def gathers_into_the_wrong_slots(params, shards, optimizer):
         dist.all_gather(list(p.detach().view(-1).chunk(world_size))[::-1], s.detach())  # slots reversed
 
 
+def broadcasts_each_of_two_shards(params, shards, optimizer):
+    """The gather written for two ranks: each of ranks 0 and 1 broadcasts its shard (right on 2 ranks)."""
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    for p, s in zip(params, shards):
+        dist.all_reduce(p.grad)
+        p.grad /= world_size
+        s.grad = p.grad.reshape(-1).chunk(world_size)[rank]
+    optimizer.step()
+    for p, s in zip(params, shards):
+        pieces = list(p.detach().view(-1).chunk(world_size))
+        pieces[rank].copy_(s.detach())
+        for src in (0, 1):
+            dist.broadcast(pieces[src], src=src)
+
+
+def puts_the_parameter_together_from_two_shards(params, shards, optimizer):
+    """Right on 2 ranks: this rank's shard and the other's, in rank order; on 3 the pieces do not fit."""
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    for p, s in zip(params, shards):
+        dist.all_reduce(p.grad)
+        p.grad /= world_size
+        s.grad = p.grad.reshape(-1).chunk(world_size)[rank]
+    optimizer.step()
+    for p, s in zip(params, shards):
+        gathered = [torch.empty_like(s) for _ in range(world_size)]   # the check's shards are of one size
+        dist.all_gather(gathered, s.detach())
+        other = gathered[1 - rank]
+        full = torch.cat([s.detach(), other]) if rank == 0 else torch.cat([other, s.detach()])
+        p.data.copy_(full.view(p.shape))
+
+
 def never_all_reduces(params, shards, optimizer):
     rank, world_size = dist.get_rank(), dist.get_world_size()
     for p, s in zip(params, shards):
@@ -323,44 +354,52 @@ ZERO1_RIGHT_STEPS = (   # the solution's all-reduce-then-slice is proven by nbva
 @pytest.mark.parametrize("step", ZERO1_RIGHT_STEPS, ids=[step.__name__ for step in ZERO1_RIGHT_STEPS])
 def test_zero1_accepts_right_steps(step, zero1_results):
     judged = lesson09.judge_zero1(step.__name__, "zero1_init", zero1_results[(zero1_init, step)])
-    assert judged.startswith(f"{step.__name__}: ZeRO-1 on 2 ranks == one process for 3 Adam steps")
+    assert judged.startswith(f"{step.__name__}: ZeRO-1 on 2 and on 3 ranks == one process for 3 Adam steps")
 
 
 ZERO1_MISTAKES = [   # answers that return (not raise): they run one after the other in one launch of 2 ranks
-    (zero1_init, averages_twice, r"(?s)rank 0, step 0: the gradient of the shard of '0.weight'.*the gradients were "
+    (zero1_init, averages_twice, r"(?s)rank 0 of 2, step 0: the gradient of the shard of '0.weight'.*the gradients "
+                                 r"were "
                                  r"averaged twice"),
     (full_optimizer_init, full_optimizer_step, r"(?s)^rank 0: full_optimizer_init's shard of '0.weight' is the whole "
-                                               r"parameter, shape \(8, 4\): every rank would hold and step the full "
+                                               r"parameter, shape \(6, 4\): every rank would hold and step the full "
                                                r"optimizer"),
-    (optimizer_over_the_parameters, zero1_step, r"(?s)rank 0, step 0: the optimizer holds Adam state for all "
-                                                r"58 parameter values.*every rank steps the full optimizer"),
+    (optimizer_over_the_parameters, zero1_step, r"(?s)rank 0 of 2, step 0: the optimizer holds Adam state for all "
+                                                r"72 parameter values.*every rank steps the full optimizer"),
     # found in zero1_init's shards, before zero1_step trips over their shape
     (unflattened_shards, zero1_step, r"(?s)^rank 0: unflattened_shards's shard of '0.weight' is a tensor of shape "
-                                     r"\(4, 4\).*expected shape \(16,\).*Hint: it holds the right values, but chunked "
+                                     r"\(3, 4\).*expected shape \(12,\).*Hint: it holds the right values, but chunked "
                                      r"along the parameter's first dimension: flatten the parameter first"),
-    (learning_rate_ten_times_too_small, zero1_step, r"(?s)rank 0, step 0: parameter '0.weight'.*Hint: every value "
+    (learning_rate_ten_times_too_small, zero1_step, r"(?s)rank 0 of 2, step 0: parameter '0.weight'.*Hint: every value "
                                                     r"moved 0.1 times as far as one process's Adam step, and your "
                                                     r"optimizer's learning rate is 0.001: the check's Adam uses "
                                                     r"lr=0.01"),
-    (zero1_init, divides_into_a_new_tensor, r"(?s)rank 0, step 0: the gradient of the shard.*it is the SUM over ranks. "
+    (zero1_init, divides_into_a_new_tensor, r"(?s)rank 0 of 2, step 0: the gradient of the shard.*it is the SUM "
+                                            r"over ranks. "
                                             r"Your line `mean = p.grad / world_size` divides into a NEW tensor"),
-    (zero1_init, gathers_into_the_wrong_slots, r"(?s)rank 0, step 0: parameter '0.weight'.*wrong slots \(slot 0 "
+    (zero1_init, gathers_into_the_wrong_slots, r"(?s)rank 0 of 2, step 0: parameter '0.weight'.*wrong slots \(slot 0 "
                                                r"holds rank 1's shard, slot 1 holds rank 0's shard\)"),
-    (zero1_init, never_all_reduces, r"(?s)rank 0, step 0: the gradient of the shard.*this rank's own gradient: "
+    (zero1_init, never_all_reduces, r"(?s)rank 0 of 2, step 0: the gradient of the shard.*this rank's own gradient: "
                                     r"all-reduce"),
-    (zero1_init, never_gathers, r"(?s)rank 0, step 0: parameter '0.weight'.*only this rank's own slice changed"),
-    (zero1_init, never_sets_the_shard_grads, r"(?s)rank 0, step 0: the shard of '0.weight' has no .grad when the "
+    (zero1_init, never_gathers, r"(?s)rank 0 of 2, step 0: parameter '0.weight'.*only this rank's own slice changed"),
+    (zero1_init, never_sets_the_shard_grads, r"(?s)rank 0 of 2, step 0: the shard of '0.weight' has no .grad when the "
                                              r"optimizer steps, so Adam skipped it"),
     (returns_the_optimizer_class, zero1_step, r"rank 0: returns_the_optimizer_class returned type as its optimizer"),
     (floor_shards_init, zero1_step, r"(?s)^rank 0: floor_shards_init's shard of 'a parameter of 5 elements' .*"
                                     r"expected shape \(3,\).*5 elements on 2 ranks split 3 \+ 2"),
-    (zero1_init, never_steps, r"(?s)rank 0, step 0: every shard has its .grad, but the optimizer holds no state: it "
+    (zero1_init, never_steps, r"(?s)rank 0 of 2, step 0: every shard has its .grad, but the optimizer holds no "
+                              r"state: it "
                               r"never stepped"),
-    (adamw_init, zero1_step, r"(?s)rank 0, step 0: parameter .*Hint: your optimizer is AdamW; the check compares "
+    (adamw_init, zero1_step, r"(?s)rank 0 of 2, step 0: parameter .*Hint: your optimizer is AdamW; the check compares "
                              r"with one process's torch.optim.Adam"),
     (blank_init, zero1_step, r"^rank 0: blank_init returned NoneType None; expected a pair \(shards, optimizer\)"),
-    (zero1_init, gathers_into_a_flat_tensor, r"(?s)^rank 0, step 0: after zero1_step p.data of '0.weight' has shape "
-                                             r"\(32,\), the parameter's is \(8, 4\).*Hint: it holds the right values, "
+    # right on 2 ranks, wrong on 3: the message says that 2 were right, so that the written 2 shows
+    (zero1_init, broadcasts_each_of_two_shards, r"(?s)^rank 0 of 3, step 0: parameter '0.weight'.*\nOn 2 ranks \(the "
+                                                r"check's first run\) every rank was right; this is its second run, "
+                                                r"on 3 ranks: look for code written for 2 ranks"),
+    (zero1_init, gathers_into_a_flat_tensor, r"(?s)^rank 0 of 2, step 0: after zero1_step p.data of '0.weight' has "
+                                             r"shape "
+                                             r"\(24,\), the parameter's is \(6, 4\).*Hint: it holds the right values, "
                                              r"flattened: reshape the gathered vector .*view\(p.shape\)"),
 ]
 
@@ -387,6 +426,14 @@ def test_zero1_names_wrong_answers(init, step, feedback, zero1_results):
 def test_zero1_rejects_wrong_answers(init, step, feedback):
     with pytest.raises(CheckFailed, match=feedback):
         check_zero1(init, step)
+
+
+def test_an_answer_that_raises_on_3_ranks_is_told_that_2_were_right():
+    # the parameter put together from two shards: right on 2 ranks; on 3 it has two thirds of the parameter's values
+    # and the view raises, and the message points at code written for 2 ranks
+    with pytest.raises(CheckFailed, match=r"(?s)raised .*on rank \d of 3, step 0.*Hint: It ran on 2 ranks \(the "
+                                          r"check's first run\) without raising; this is its second run, on 3 ranks"):
+        check_zero1(zero1_init, puts_the_parameter_together_from_two_shards)
 
 
 def zero1_step_over_two_written(params, shards, optimizer):

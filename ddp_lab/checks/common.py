@@ -535,10 +535,35 @@ def run_answers_on_ranks(runner, answers, nprocs: int, timeout: float, what: str
 
     Returns [answer][rank] -> that answer's result on that rank; `options` are `run_on_ranks`'s (explain,
     timeout_hint). The check tests give a check's wrong answers this way, one launch for all of them
-    (lessons 02, 04, 05, 07, 08, 09, 10, 14); the public check runs a tuple of one.
+    (lessons 02, 04, 05, 08, 10, 14); the public check runs a tuple of one.
     """
     results = run_on_ranks(runner, (tuple(answers), *args), nprocs, timeout, what, **options)
     return [[results[rank][index] for rank in range(nprocs)] for index in range(len(answers))]
+
+
+def groups_of(rank: int, world_sizes, name: str) -> Iterator[int]:
+    """In a rank launched with init_process_group=False: each of `world_sizes` that `rank` belongs to (ranks 0 to
+    size - 1), in the order given, with a default gloo group of that size set up for the loop's body and destroyed
+    after it. A check runs an answer at a second size this way, in the launch that exists (lessons 07, 09, 11).
+
+    Each group meets under a prefix of its own on the launcher's store (`check/{name}/{size}`), so the sizes may
+    come in any order (the exercise's first) and a rank outside a group only skips it.
+    """
+    import datetime
+
+    import torch.distributed as dist
+
+    from ddp_lab.launcher.rendezvous import own_store   # lazy: the rank's one store connection
+
+    for world_size in world_sizes:
+        if rank >= world_size:
+            continue
+        store = dist.PrefixStore(f"check/{name}/{world_size}", own_store(datetime.timedelta(seconds=300)))
+        dist.init_process_group("gloo", store=store, rank=rank, world_size=world_size)
+        try:
+            yield world_size
+        finally:
+            dist.destroy_process_group()
 
 
 def run_on_ranks(runner, args: tuple, nprocs: int, timeout: float, what: str, explain=None,

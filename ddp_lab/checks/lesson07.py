@@ -25,8 +25,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ddp_lab.checks import CheckFailed, passed
-from ddp_lab.checks.common import (answer_raised, call_case, ensure_written, first_mismatch, only_point_to_point,
-                                   package_answer_used, refuse_written_divisor, run_answers_on_ranks, run_on_ranks,
+from ddp_lab.checks.common import (answer_raised, call_case, ensure_written, first_mismatch, groups_of,
+                                   only_point_to_point, package_answer_used, refuse_written_divisor, run_on_ranks,
                                    two_numbers, watching_calls)
 from ddp_lab.checks.p2p_log import (log_path, logging_point_to_point, non_neighbour_calls, read_logs,
                                    segfaulted, stuck_receives, waits)
@@ -49,7 +49,6 @@ class Case:
 
 # 3 stages first (a middle stage exists, and a wrong peer shows), then 2 stages with 3 micro-batches on ranks 0
 # and 1 of the same launch: a warm-up, a last stage or a loop written for the first run's counts fails there.
-# Largest first, so that every rank's first group is one it joins with all the others.
 CASES = (Case(stages=3, microbatches=4), Case(stages=2, microbatches=3))
 WORLD_SIZE, MICROBATCHES = CASES[0].stages, CASES[0].microbatches    # the exercise's run, judged first
 
@@ -308,21 +307,18 @@ def check_one_f_one_b_stage(one_f_one_b_stage, timeout: float = 30.0) -> None:
 
 
 def _cases_runner(rank: int, answers: tuple, log_directory: str) -> dict[int, list[dict]]:
-    """On this rank, every case of CASES it belongs to, in order, each on a gloo group of the case's stages: each
-    answer in turn, logging its calls in a folder of its own (`_case_folder`); {stages: [record per answer]}. A
-    rank outside a smaller case stops there."""
+    """On this rank, every case of CASES it belongs to, in order, each on a gloo group of the case's stages
+    (`common.groups_of`): each answer in turn, logging its calls in a folder of its own (`_case_folder`); {stages:
+    [record per answer]}."""
     results = {}
-    for case in CASES:
-        if rank >= case.stages:
-            break
-        dist.init_process_group("gloo", rank=rank, world_size=case.stages)
+    for stages in groups_of(rank, [case.stages for case in CASES], "one_f_one_b"):
+        case = next(case for case in CASES if case.stages == stages)
         records = []
         for index, answer in enumerate(answers):
             folder = _case_folder(log_directory, case, index)
             os.makedirs(folder, exist_ok=True)
             records.append(_stage_runner(rank, answer, folder, case))
-        results[case.stages] = records
-        dist.destroy_process_group()
+        results[stages] = records
     return results
 
 

@@ -4,10 +4,11 @@
     ddp_lab.checks.lesson09.check_zero1(zero1_init, zero1_step)
 
 The formula check runs in the notebook's process against `ddp_lab.course.sharding.state_bytes`;
-the ZeRO-1 check trains 3 Adam steps on 2 gloo ranks with a short timeout and compares
-every rank's gradient shards (as optimizer.step() finds them), optimizer state and parameters
-with one process training on the whole batch (the shards zero1_init returns are checked before
-zero1_step runs). Run on 2 ranks only, the ZeRO-1 check refuses, before any rank starts, a number
+the ZeRO-1 check trains 3 Adam steps on 2 gloo ranks, then, in the same launch, on 3, with a
+short timeout, and compares every rank's gradient shards (as optimizer.step() finds them),
+optimizer state and parameters with one process training on the whole batch (the shards
+zero1_init returns are checked before zero1_step runs); a failure on 3 ranks says that 2 were
+right, so that code written for 2 ranks shows. It also refuses, before any rank starts, a number
 of shards written in either function (`.chunk(2)`, `p.numel() // 2`) and a gradient divided by a
 written number. The formula check refuses an answer that calls the package's own
 `state_bytes_per_rank`.
@@ -24,8 +25,8 @@ import torch.distributed as dist
 
 from ddp_lab.checks import CheckFailed, passed
 from ddp_lab.checks.common import (answer_raised, call_case, describe, division_into_a_new_tensor, ensure_written,
-                                   package_answer_used, refuse_written_divisor, refuse_written_split,
-                                   run_answers_on_ranks, watching_calls)
+                                   groups_of, package_answer_used, refuse_written_divisor, refuse_written_split,
+                                   run_on_ranks, watching_calls)
 from ddp_lab.instruments.tensor_bytes import optimizer_state_bytes
 from ddp_lab.course.sharding.state_bytes import BYTES_PER_PARAMETER, COMPONENTS, SHARDED_BY_STAGE, state_bytes_per_rank
 
@@ -104,28 +105,65 @@ def _formula_hint(component: str, got, n_params: int, stage: int, world_size: in
 
 # --- exercise 2: the ZeRO-1 step -----------------------------------------------------------------
 
-WORLD_SIZE, STEPS, PER_RANK, LR = 2, 3, 4, 1e-2
+STEPS, PER_RANK, LR = 3, 4, 1e-2
+# The exercise's 2 ranks first, then 3 in the same launch: code written for 2 ranks (the other rank as 1 - rank, a
+# parameter put together from two halves) fails on 3. Every parameter's size divides by 6, so that its shards are of
+# one size on both (an all-gather needs that; the uneven split is the 5-value parameter zero1_init is given).
+WORLD_SIZES = (2, 3)
+WORLD_SIZE = WORLD_SIZES[0]
 
 
 def _model() -> nn.Module:
     torch.manual_seed(0)
-    return nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 2))
+    return nn.Sequential(nn.Linear(4, 6), nn.Tanh(), nn.Linear(6, 6))
 
 
 def _batches(world_size: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
     generator = torch.Generator().manual_seed(3)
     rows = world_size * PER_RANK
-    return [(torch.randn(rows, 4, generator=generator), torch.randn(rows, 2, generator=generator))
+    return [(torch.randn(rows, 4, generator=generator), torch.randn(rows, 6, generator=generator))
             for _ in range(STEPS)]
 
 
-def _zero1_runner(rank: int, answers: tuple) -> list[dict]:
-    return [_zero1_one(rank, zero1_init, zero1_step) for zero1_init, zero1_step in answers]
+def _zero1_runner(rank: int, answers: tuple) -> dict[int, list[dict]]:
+    """Every answer on a default group of each of WORLD_SIZES this rank belongs to, 2 ranks first
+    (`common.groups_of`): {world size: [records per answer]}."""
+    return {world_size: [_zero1_one(rank, zero1_init, zero1_step) for zero1_init, zero1_step in answers]
+            for world_size in groups_of(rank, WORLD_SIZES, "zero1")}
 
 
-def run_zero1_answers(answers: tuple, timeout: float = 60.0, name: str = "zero1_step") -> list[list[dict]]:
-    """Run each (zero1_init, zero1_step) pair once on the same 2 ranks (one launch); [answer][rank] -> its records."""
-    return run_answers_on_ranks(_zero1_runner, answers, WORLD_SIZE, timeout, name)
+def run_zero1_answers(answers: tuple, timeout: float = 60.0, name: str = "zero1_step",
+                      explain=None) -> list[dict[int, list[dict]]]:
+    """Run each (zero1_init, zero1_step) pair on 2 ranks, then on 3 (one launch); [answer] -> {world size: [rank]
+    -> its records}."""
+    results = run_on_ranks(_zero1_runner, (tuple(answers),), max(WORLD_SIZES), timeout, name, explain,
+                           init_process_group=False)
+    return [{size: [results[rank][size][index] for rank in range(size)] for size in WORLD_SIZES}
+            for index in range(len(answers))]
+
+
+def _on_the_second_run(world_size: int, said: str, judged: bool = True) -> str:
+    """A failure's hint (`said`; "" for none), preceded on a later world size than the first by what that shows:
+    the first was right (`judged`; else it only ran without raising), so code written for its size is the likely
+    cause."""
+    if world_size == WORLD_SIZES[0]:
+        return said
+    first = (f"On {WORLD_SIZES[0]} ranks (the check's first run) every rank was right" if judged else
+             f"It ran on {WORLD_SIZES[0]} ranks (the check's first run) without raising")
+    shown = (f"{first}; this is its second run, on {world_size} ranks: look for code written for {WORLD_SIZES[0]} "
+             "ranks (the other rank as 1 - rank, a parameter put together from two shards, a list of two) where "
+             "world_size, rank or a loop over the ranks belongs.")
+    if not said:
+        return shown
+    return f"{shown}\n{said}" if "\nHint: " in said else f"{shown}\nHint: {said}"
+
+
+def _explain_a_raise(failure) -> str | None:
+    """An answer that raised on the second world size: the first was right (the case text names the world size,
+    `_zero1_one`'s calls)."""
+    case = getattr(failure.exception, "case", "")   # common.CaseFailed's: for which call it raised
+    second = f"world_size={WORLD_SIZES[1]})" in case or f"of {WORLD_SIZES[1]}, step" in case
+    return _on_the_second_run(WORLD_SIZES[1], "", judged=False) if second else None
 
 
 def _zero1_one(rank: int, zero1_init, zero1_step) -> dict:
@@ -180,12 +218,13 @@ def _zero1_one(rank: int, zero1_init, zero1_step) -> dict:
         before = [p.detach().clone() for p in params]
         local = [p.grad.detach().clone() for p in params]
         at_step.clear()
-        call_case(zero1_step, f"zero1_step(params, shards, optimizer) on rank {rank}, step {step}",
+        call_case(zero1_step, f"zero1_step(params, shards, optimizer) on rank {rank} of {world_size}, step {step}",
                   params, shards, optimizer, name=step_name)
         records.append({"before": before, "local": local, "params": [p.detach().clone() for p in params],
                         "stepped": bool(at_step),
                         "shard_grads": at_step[0] if at_step else [_grad_copy(s) for s in shards],
-                        "adam_values": optimizer_state_bytes(optimizer) // 4, "optimizer": kind, "lr": lrs})
+                        "adam_values": optimizer_state_bytes(optimizer) // 4, "optimizer": kind, "lr": lrs,
+                        "world_size": world_size})
         if any(p.shape != old.shape for p, old in zip(params, before)):
             break   # the next forward would fail on the parameter's new shape: judged from this step's record
     return {"records": records}
@@ -195,12 +234,13 @@ def _grad_copy(shard) -> torch.Tensor | None:
     return None if getattr(shard, "grad", None) is None else shard.grad.detach().clone()
 
 
-def _reference() -> tuple[list[list[torch.Tensor]], list[list[torch.Tensor]]]:
-    """One process on the whole batch: the mean gradients before each step and the parameters after it."""
+def _reference(world_size: int) -> tuple[list[list[torch.Tensor]], list[list[torch.Tensor]]]:
+    """One process on the whole batch of `world_size` ranks: the mean gradients before each step and the
+    parameters after it."""
     model = _model()
     optimizer = torch.optim.Adam(model.parameters(), lr=LR)
     grads, params = [], []
-    for x, y in _batches(WORLD_SIZE):
+    for x, y in _batches(world_size):
         optimizer.zero_grad()
         F.mse_loss(model(x), y).backward()
         grads.append([p.grad.clone() for p in model.parameters()])
@@ -234,15 +274,31 @@ def check_zero1(zero1_init, zero1_step, timeout: float = 60.0) -> None:
                            divided=("numel", "shape", "size(", "len("))
     refuse_written_divisor(zero1_step, name, "a gradient", "dist.get_world_size(), the number of ranks")
     refuse_written_split(zero1_step, name, "dist.get_world_size(), the number of ranks (one shard per rank)")
-    results = run_zero1_answers(((zero1_init, zero1_step),), timeout, name)[0]
+    results = run_zero1_answers(((zero1_init, zero1_step),), timeout, name, _explain_a_raise)[0]
     passed(judge_zero1(name, init_name, results, division_into_a_new_tensor(zero1_step)))
 
 
-def judge_zero1(name: str, init_name: str, results: list[dict], division: str | None = None) -> str:
-    """Feedback for one (zero1_init, zero1_step) answer's per-rank results (`run_zero1_answers`): raise CheckFailed,
-    or return the ✓ text. `division`: a line of zero1_step that divides a gradient into a new tensor
+def judge_zero1(name: str, init_name: str, results: dict[int, list[dict]], division: str | None = None) -> str:
+    """Feedback for one (zero1_init, zero1_step) answer's results ({world size: [rank] -> its records},
+    `run_zero1_answers`): raise CheckFailed at the first world size it gets wrong (2 ranks first; on 3, saying that 2
+    were right), or return the ✓ text. `division`: a line of zero1_step that divides a gradient into a new tensor
     (`division_into_a_new_tensor`), evidence for a gradient left as the sum."""
-    for rank in range(WORLD_SIZE):
+    for world_size in WORLD_SIZES:
+        try:
+            _judge_world(name, init_name, results[world_size], division)
+        except CheckFailed as failure:
+            if world_size == WORLD_SIZES[0]:
+                raise
+            what, _, hint = str(failure).partition("\nHint: ")
+            raise CheckFailed(f"{what}\n{_on_the_second_run(world_size, hint)}") from None
+    return (f"{name}: ZeRO-1 on {' and on '.join(map(str, WORLD_SIZES))} ranks == one process for {STEPS} Adam steps, "
+            f"with Adam state for 1/world_size of the parameters on each rank")
+
+
+def _judge_world(name: str, init_name: str, results: list[dict], division: str | None) -> None:
+    """CheckFailed at the first thing one world size's records ([rank] -> `_zero1_one`'s) get wrong."""
+    world_size = len(results)
+    for rank in range(world_size):
         if "bad_init" in results[rank]:
             raise CheckFailed(f"rank {rank}: {init_name} returned {results[rank]['bad_init']}; expected a pair "
                               "(shards, optimizer): this rank's shard of every parameter, and Adam over them.")
@@ -265,23 +321,22 @@ def judge_zero1(name: str, init_name: str, results: list[dict], division: str | 
                     "each shard is this rank's chunk of the flattened parameter, an independent copy")
             raise CheckFailed(f"rank {rank}: {init_name}'s shard of {param!r} is {got}; expected shape {shape}, chunk "
                               f"{rank} of p.reshape(-1).chunk(world_size).\nHint: {hint}.")
-    grads, params = _reference()
+    grads, params = _reference(world_size)
     names = [n for n, _ in _model().named_parameters()]
     n_params = sum(p.numel() for p in _model().parameters())
     for step in range(STEPS):
-        for rank in range(WORLD_SIZE):
+        for rank in range(world_size):
             _check_step(results[rank]["records"][step], rank, step, grads[step], params[step], names, n_params,
-                        division)
-    return (f"{name}: ZeRO-1 on {WORLD_SIZE} ranks == one process for {STEPS} Adam steps, with Adam state for "
-            f"1/{WORLD_SIZE} of the parameters on each rank")
+                        world_size, division)
 
 
-def _check_step(got: dict, rank: int, step: int, grads, params, names, n_params: int,
+def _check_step(got: dict, rank: int, step: int, grads, params, names, n_params: int, world_size: int,
                 division: str | None = None) -> None:
     """CheckFailed at the first thing rank `rank` got wrong in step `step`. `division`: a line of zero1_step that
     divides a gradient into a new tensor (`division_into_a_new_tensor`), evidence for a gradient left as the sum."""
-    where = f"rank {rank}, step {step}"
-    full, mine = 2 * n_params, 2 * n_params // WORLD_SIZE
+    where = f"rank {rank} of {world_size}, step {step}"
+    full = 2 * n_params   # Adam's exp_avg and exp_avg_sq for every value; this rank's chunks of them:
+    mine = 2 * sum(p.detach().reshape(-1).chunk(world_size)[rank].numel() for p in _model().parameters())
     if len(got["shard_grads"]) != len(names):
         raise CheckFailed(f"{where}: zero1_init returned {len(got['shard_grads'])} shards for {len(names)} "
                           "parameters; return one shard per parameter, in the order of params.")
@@ -307,26 +362,26 @@ def _check_step(got: dict, rank: int, step: int, grads, params, names, n_params:
     if got["adam_values"] != mine:
         kind = f" (yours is {got['optimizer']})" if got["optimizer"] != "Adam" else ""
         raise CheckFailed(f"{where}: the optimizer holds {got['adam_values']} Adam state values, expected {mine} "
-                          f"(exp_avg and exp_avg_sq for this rank's {n_params // WORLD_SIZE} values).\nHint: build "
+                          f"(exp_avg and exp_avg_sq for this rank's {mine // 2} values).\nHint: build "
                           f"torch.optim.Adam{kind} over the shards zero1_init returns, one chunk per parameter.")
     for index, name in enumerate(names):
-        want = grads[index].reshape(-1).chunk(WORLD_SIZE)[rank]
+        want = grads[index].reshape(-1).chunk(world_size)[rank]
         grad = got["shard_grads"][index]
-        local = got["local"][index].reshape(-1).chunk(WORLD_SIZE)[rank]
+        local = got["local"][index].reshape(-1).chunk(world_size)[rank]
         if grad.shape != want.shape:
             raise CheckFailed(f"{where}: the shard of {name!r} has a gradient of shape {tuple(grad.shape)}, expected "
                               f"{tuple(want.shape)}: this rank's slice, p.grad.reshape(-1).chunk(world_size)[rank].")
         if _close(grad, want):
             continue
-        if _close(grad, want / WORLD_SIZE):
+        if _close(grad, want / world_size):
             hint = (f"it is the average divided by world_size again: the gradients were averaged twice. Divide by "
                     f"world_size once, after the all_reduce (or slice the sum and divide the slice); Adam hides "
                     f"the scale in the parameters, so only the gradient shows it")
-        elif _close(grad, want * WORLD_SIZE) and division:
+        elif _close(grad, want * world_size) and division:
             hint = (f"it is the SUM over ranks. Your line `{division}` divides into a NEW tensor, and the shard's "
                     "gradient is sliced from p.grad, which still holds the sum: divide in place (p.grad /= "
                     "world_size) or slice the divided tensor")
-        elif _close(grad, want * WORLD_SIZE):
+        elif _close(grad, want * world_size):
             hint = "it is the SUM over ranks: divide by world_size after dist.all_reduce, to get DDP's mean"
         elif _close(grad, local):
             hint = ("it is this rank's own gradient: all-reduce p.grad over the ranks (and divide by world_size) "
@@ -352,9 +407,10 @@ def _check_step(got: dict, rank: int, step: int, grads, params, names, n_params:
 
 
 def _params_hint(value: torch.Tensor, want: torch.Tensor, before: torch.Tensor, rank: int, got: dict) -> str:
-    got_chunks = value.reshape(-1).chunk(WORLD_SIZE)
-    want_chunks = want.reshape(-1).chunk(WORLD_SIZE)
-    old_chunks = before.reshape(-1).chunk(WORLD_SIZE)
+    world_size = got["world_size"]
+    got_chunks = value.reshape(-1).chunk(world_size)
+    want_chunks = want.reshape(-1).chunk(world_size)
+    old_chunks = before.reshape(-1).chunk(world_size)
     if _close(value, before):
         return ("the parameters did not change: after optimizer.step() all-gather the updated shards into p "
                 "(the optimizer only updated the shards).")
@@ -369,7 +425,7 @@ def _params_hint(value: torch.Tensor, want: torch.Tensor, before: torch.Tensor, 
                 "scales the update itself (scaling the gradients would not: Adam's step does not change when its "
                 "gradient is scaled).")
     source = [next((k for k, w in enumerate(want_chunks) if _close(g, w)), None) for g in got_chunks]
-    if None not in source and source != list(range(WORLD_SIZE)):
+    if None not in source and source != list(range(world_size)):
         slots = ", ".join(f"slot {j} holds rank {k}'s shard" for j, k in enumerate(source) if j != k)
         return (f"the updated shards landed in the wrong slots ({slots}): slot k of the flattened parameter must "
                 "get rank k's shard. all_gather fills its output list in rank order; pass "

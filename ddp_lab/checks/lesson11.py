@@ -23,7 +23,7 @@ from torch.nn import functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from ddp_lab.checks import CheckFailed, passed
-from ddp_lab.checks.common import call_case, ensure_written, run_on_ranks
+from ddp_lab.checks.common import call_case, ensure_written, groups_of, run_on_ranks
 from ddp_lab.instruments.comm_hooks import ByteCounter, total_bytes
 
 WORLD_SIZE = 2   # the exercise's world size, judged first
@@ -319,17 +319,10 @@ def check_int8_hook(int8_hook, timeout: float = 60.0) -> None:
 
 
 def _hook_answers_runner(rank: int, hooks: tuple) -> dict[int, list[dict]]:
-    """Every hook on a default group of each of WORLD_SIZES, largest first: {world size: [`_hook_runner`'s record
-    per hook]}. Largest first, so that every rank's first group is one it joins with all the others (the launcher
-    keys each rank's n-th group alike); a rank outside the smaller group stops there."""
-    results = {}
-    for world_size in sorted(WORLD_SIZES, reverse=True):
-        if rank >= world_size:
-            break
-        dist.init_process_group("gloo", rank=rank, world_size=world_size)
-        results[world_size] = [_hook_runner(rank, hook) for hook in hooks]
-        dist.destroy_process_group()
-    return results
+    """Every hook on a default group of each of WORLD_SIZES this rank belongs to, largest first
+    (`common.groups_of`): {world size: [`_hook_runner`'s record per hook]}."""
+    return {world_size: [_hook_runner(rank, hook) for hook in hooks]
+            for world_size in groups_of(rank, sorted(WORLD_SIZES, reverse=True), "int8_hook")}
 
 
 def run_hook_answers(hooks: tuple, timeout: float = 60.0, name: str = "int8_hook") -> list[dict[int, list[dict]]]:
