@@ -5,8 +5,8 @@ documents of docs/.
 
 `make site` copies site/index.md, the notebooks of notebooks/ and exercises/ and the documents of docs/ into a source
 folder (site/_build/source) and runs Sphinx on it with this configuration; the pages keep the repository's paths
-(notebooks/02-collectives.html, docs/planner.html), so the links between notebooks and documents work as they are. tests/test_site.py builds the site
-and opens every page in Chromium. A fresh build took 12-28 s here (2 cores, 12 s of CPU, 2026-12-03).
+(notebooks/02-collectives.html, docs/planner.html), so the links between notebooks and documents work as they are.
+tests/test_site.py builds the site and opens every page in Chromium.
 
 What Sphinx reads of each lesson and exercise differs from the file in two ways, and of each document in the second
 (the files are never changed):

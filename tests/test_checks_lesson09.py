@@ -512,3 +512,25 @@ def test_a_number_of_shards_written_in_either_function_is_refused_before_any_ran
     monkeypatch.setattr(lesson09, "run_zero1_answers", None)   # starting ranks would raise TypeError
     with pytest.raises(CheckFailed, match=feedback):
         lesson09.check_zero1(init, step)
+
+
+def test_a_hang_names_no_rank_that_waits_for_the_checks_next_group():
+    """On the 2-rank run rank 2 waits in the check's own set-up of the 3-rank group (`common.groups_of`): a hang of
+    the answer names ranks 0 and 1 only, and no new_group the learner never called (stacks as fault handlers write
+    them)."""
+    from ddp_lab.checks.common import timeout_message
+    from ddp_lab.launcher.errors import LaunchTimeout, RankFailure
+
+    def stack(*frames):
+        lines = "".join(f'  File "{file}", line 1 in {fn}\n' for file, fn in frames)
+        return f"Current thread (most recent call first):\n{lines}"
+
+    c10d = "/x/torch/distributed/distributed_c10d.py"
+    failures = {0: RankFailure(0, "timeout", "", stack((c10d, "all_gather"), ("/a.py", "zero1_step"))),
+                1: RankFailure(1, "timeout", "", stack((c10d, "all_reduce"), ("/a.py", "zero1_step"))),
+                2: RankFailure(2, "timeout", "", stack((c10d, "_new_process_group_helper"),
+                                                       (c10d, "init_process_group"),
+                                                       ("/x/ddp_lab/checks/common.py", "groups_of")))}
+    message = timeout_message(LaunchTimeout("", failures, 0, ["", "", ""]), "zero1_step", 8)
+    assert "Stuck: rank 0 in dist.all_gather, rank 1 in dist.all_reduce.\n" in message, message
+    assert "rank 2" not in message and "dist.new_group" not in message, message

@@ -602,8 +602,9 @@ def test_every_plan_says_how_far_to_trust_it(capsys):
     assert last_lines("--model", "llama3-8b", "--cluster", "h100-sxm", "--dp", "8", "--zero", "3", "--seq-len", "4096",
                       count=2) == [hopper, figures("hopper")]            # as long as the IBM runs': no sweep line
     assert last_lines("--model", "llama3-8b", "--cluster", "h100-sxm", "--nodes", "4", "--tp", "8", "--cp", "4",
-                      "--zero", "1", count=5) == [hopper, figures("hopper"), "          no H100 run of the validation set "
-                                                  "uses tensor or context parallelism: those plans are less certain",
+                      "--zero", "1", count=5) == [hopper, figures("hopper"),
+                                                  "          no H100 run of the validation set uses tensor or context "
+                                                  "parallelism: those plans are less certain",
                                                   *sweep_h100]
     assert last_lines("--model", "llama3-8b", "--cluster", "a100-80gb", "--nodes", "4", "--seq-len", "131072",
                       "--top", "2", count=1) == ["          131,072-token sequences: no scored A100 run is as long, "

@@ -126,8 +126,8 @@ def test_diloco_int8_every_100_steps_sends_400x_less_than_data_parallel_fp32():
     """INTELLECT-1 (Jaghouar et al. 2024, arXiv:2412.01152, abstract): DiLoCo and an int8 all-reduce of the
     pseudo-gradients give "a 400× reduction in communication bandwidth compared to traditional data-parallel
     training settings"; its model card (Hugging Face, PrimeIntellect/INTELLECT-1): "trained using the DiLoCo
-    algorithms with 100 inner steps". 100 steps x 4 bytes (fp32) / 1 byte = 400. Its layout (the abstract's "hybrid DiLoCo-FSDP2"):
-    FSDP inside a node of 8 H100s, DiLoCo between up to 14 nodes."""
+    algorithms with 100 inner steps". 100 steps x 4 bytes (fp32) / 1 byte = 400. Its layout (the abstract's
+    "hybrid DiLoCo-FSDP2"): FSDP inside a node of 8 H100s, DiLoCo between up to 14 nodes."""
     model = Transformer.preset("llama3-8b")
     diloco = Strategy(dp=112, zero=3, replicas=14, sync_every=100, sync_precision="int8")
     shard = outer_sync.synced_parameters(model, diloco)

@@ -141,27 +141,42 @@ def _case_folder(log_directory: str, case: Case, answer: int = 0) -> str:
     return os.path.join(log_directory, str(case.stages), str(answer))
 
 
-def _logs_of_the_last_case(log_directory: str) -> tuple[Case, dict | None]:
-    """(the last case every rank of it started, their logged calls), for the check's one answer: a hang or a crash
-    happened there. A rank logs a case once its group is set up, which needs every rank of the case."""
+def _logs_of_the_case_of(log_directory: str, ranks) -> tuple[Case, dict | None]:
+    """(the case in which `ranks` failed or hung, its ranks' logged calls), for the check's one answer: the last case
+    that every one of `ranks` belongs to and every rank of it started (a rank logs a case once its group is set up,
+    which needs every rank of the case). A rank outside a later case failed in an earlier one."""
     for case in reversed(CASES):
+        if any(rank >= case.stages for rank in ranks):
+            continue
         logs = read_logs(_case_folder(log_directory, case), case.stages)
         if logs is not None:
             return case, logs
-    return CASES[0], None
+    return CASES[0], read_logs(_case_folder(log_directory, CASES[0]), CASES[0].stages)
 
 
-def _on_the_second_run(case: Case, said: str) -> str:
+def _case_of_a_raise(failure, log_directory: str) -> tuple[Case, dict | None]:
+    """The case a failing rank was running: the one its exception names (`_stage_runner`'s call says "an N-stage
+    pipeline"), else (a crash) as `_logs_of_the_case_of` finds it."""
+    running = getattr(failure.exception, "case", "")
+    for case in CASES:
+        if f"of a {case.stages}-stage pipeline" in running:
+            return case, read_logs(_case_folder(log_directory, case), case.stages)
+    return _logs_of_the_case_of(log_directory, [failure.rank])
+
+
+def _on_the_second_run(case: Case, said: str, judged: bool = True) -> str:
     """A failure's hint (`said`; "" for none), preceded on a later case than the first by what that shows: the first
-    run passed, so a count written for it is the likely cause. A `said` that says what the ranks did before its own
-    "Hint: " line keeps that line."""
+    run was right (`judged`; else it only ran to its end, the launch stopping before it was judged), so a count
+    written for it is the likely cause. A `said` that says what the ranks did before its own "Hint: " line keeps that
+    line."""
     if case == CASES[0]:
         return said
     first = CASES[0]
-    shown = (f"On {first} (the check's first run) every stage was right; this is its second run, {case}: look for "
-             f"a count written for the first run ({first.stages} stages: the last stage as rank {first.stages - 1}, "
-             f"a warm-up of {first.stages - 1} - rank; {first.microbatches} micro-batches) where world_size, rank "
-             "or m = len(inputs) belongs.")
+    before = (f"On {first} (the check's first run) every stage was right" if judged else
+              f"The check's first run, on {first}, ran to its end (it was not judged: the launch stopped here)")
+    shown = (f"{before}; this is its second run, {case}: look for a count written for the first run ({first.stages} "
+             f"stages: the last stage as rank {first.stages - 1}, a warm-up of {first.stages - 1} - rank; "
+             f"{first.microbatches} micro-batches) where world_size, rank or m = len(inputs) belongs.")
     if not said:
         return shown
     return f"{shown}\n{said}" if "\nHint: " in said else f"{shown}\nHint: {said}"
@@ -181,9 +196,9 @@ def _explainer(log_directory: str):
     dump may have lost the frame of the call); any other failure by `_explain`."""
 
     def explain(failure) -> str | None:
-        case, logs = _logs_of_the_last_case(log_directory)
+        case, logs = _case_of_a_raise(failure, log_directory)
         hint = (_wrong_peers(logs, case) if segfaulted(failure) else None) or _explain(failure)
-        return _on_the_second_run(case, hint or "") or None
+        return _on_the_second_run(case, hint or "", judged=False) or None
 
     return explain
 
@@ -193,8 +208,8 @@ def _hang_hint(log_directory: str):
     the second case by what that shows (`_on_the_second_run`)."""
 
     def hint(calls: set, places: dict) -> str:
-        case, logs = _logs_of_the_last_case(log_directory)
-        return _on_the_second_run(case, _hang_evidence(calls, places, case, logs))
+        case, logs = _logs_of_the_case_of(log_directory, places)
+        return _on_the_second_run(case, _hang_evidence(calls, places, case, logs), judged=False)
 
     return hint
 

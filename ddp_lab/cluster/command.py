@@ -90,7 +90,7 @@ class CommandWatch:
                 if interrupted:
                     return STILL_RUNNING
                 if deadline is not None and now >= deadline:
-                    return self._at_the_watchdog(timeout, failed)
+                    return self._at_the_watchdog(timeout, first_failed)
                 stacks = self.group.stacks(self._waiting())
                 if any(waiting_in(stack) != "elsewhere" for stack in stacks.values()):
                     return self._stuck(timeout, stacks, after_failure=True)
@@ -170,29 +170,35 @@ class CommandWatch:
         """The ranks running the command that have not replied yet."""
         return [r for r in self.running if r not in self.replies]
 
-    def _at_the_watchdog(self, timeout: float, after_failure: bool | None) -> LaunchError:
+    def _at_the_watchdog(self, timeout: float, first_failed: int | None) -> LaunchError:
         """Ranks still running at the watchdog: stuck where one waits in a collective (the cluster is shut down);
         interrupted, as the stop button does, where all of them run Python code (a cell that is only slow: the
-        cluster keeps its ranks and their variables, unless a rank does not stop)."""
+        cluster keeps its ranks and their variables, unless a rank does not stop). `first_failed`: the rank whose
+        failure reached the notebook first, if one failed."""
         waiting = self._waiting()
         stacks = self.group.stacks(waiting)
         left_out = [r for r in range(self.nprocs) if r not in self.running]
+        after_failure = first_failed is not None
         if left_out and not after_failure and any(waiting_in(stack) == "collective" for stack in stacks.values()):
             return self._left_out(stacks, timeout, left_out)
         if not stacks or any(waiting_in(stack) != "elsewhere" for stack in stacks.values()):
-            return self._stuck(timeout, stacks, after_failure=bool(after_failure))
+            return self._stuck(timeout, stacks, after_failure=after_failure)
         problem = self.interrupt()
         if self.ended_cluster:
             return problem   # a rank that did not stop: the one line says so, and the cluster was shut down
         failures = {r: self._failure(r, reply) for r, reply in self.replies.items()
                     if not reply["ok"] and r not in waiting}
+        failed = sorted(failures)
         for rank in waiting:
             failures[rank] = RankFailure(rank, "timeout", f"was still running after timeout={timeout:g}s; "
                                          f"{_interrupted_where(self.replies[rank], self.names)}")
-        return LaunchTimeout(
-            still_running(waiting, self.nprocs, f"after timeout={timeout:g}s, running Python code: interrupted "
-                          "there, as the stop button does; the cluster keeps its ranks and their variables."),
-            failures, min(failures), self.group.texts(),
+        how = (f"after timeout={timeout:g}s, running Python code: interrupted there, as the stop button does; the "
+               "cluster keeps its ranks and their variables.")
+        headline = still_running(waiting, self.nprocs, how)
+        if failed:
+            headline = f"rank(s) {listed(failed)} failed, and {headline}"
+        return (RankFailed if failed else LaunchTimeout)(
+            headline, failures, first_failed if failed else min(waiting), self.group.texts(),
             "if the work is just slow, give it a longer watchdog: %%ddp --timeout SECONDS (--timeout none: no "
             "watchdog), or run_code(..., timeout=SECONDS).")
 
@@ -200,8 +206,9 @@ class CommandWatch:
         waiting = list(stacks) or self._waiting()
         raised = {r: raised_failure(r, reply, self.names) for r, reply in self.replies.items() if not reply["ok"]}
         self._shut_down()
-        why = ("after another rank failed, waiting in a collective (for the failed rank, most likely)"
-               if after_failure else f"after timeout={timeout:g}s")
+        in_collective = [rank for rank, stack in stacks.items() if waiting_in(stack) != "elsewhere"]
+        why = (f"after another rank failed; rank(s) {listed(in_collective)} wait in a collective (for the failed "
+               "rank, most likely)" if after_failure else f"after timeout={timeout:g}s")
         return self.group.hang_report(
             still_running(waiting, self.nprocs, f"{why}."), stacks, self.names, raised=raised,
             hint=f"{timeout_hint(stacks)} {FRESH_START}", cls=RankFailed if after_failure else LaunchTimeout,

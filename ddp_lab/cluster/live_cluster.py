@@ -234,18 +234,17 @@ class Cluster:
             self._print_new(starts, show)
             print(f"ddp_lab: {FRESH_START}", file=sys.stderr)
             raise
-        self._ended_at = [len(output.lines) for output in self._group.outputs]
-        self._print_new(starts, show)
+        self._ended_at = ends = self._line_counts()   # this command's output is all here; later lines: the next
+        self._print_new(starts, show, ends)
+        texts = [RankOutput(r, o.lines[starts[r]:ends[r]]).text() for r, o in enumerate(self._group.outputs)]
         lost = watch.lost_group()
         if lost and not self._closed:
-            self._regroup(lost)
+            self._regroup(lost)   # a command of its own: it lets go of the lines above, read into `texts` first
         if problem is not None:
             raise problem from None
         still = "; the cluster is still running"
         return Results([load_value(watch.replies[r]["value"], r, still) if r in watch.replies else None
-                        for r in range(self.nprocs)],
-                       [RankOutput(r, o.lines[starts[r]:]).text() for r, o in enumerate(self._group.outputs)],
-                       self.backend, [])
+                        for r in range(self.nprocs)], texts, self.backend, [])
 
     def _interrupted(self, watch: CommandWatch, starts: list[int], show: list[int] | None) -> None:
         """Jupyter's stop button during a command (command.CommandWatch.interrupt): the ranks' code is
@@ -259,8 +258,8 @@ class Cluster:
             self._print_new(starts, show)
             print(f"ddp_lab: interrupted twice. {FRESH_START}", file=sys.stderr)
             raise CellInterrupted from None
-        self._ended_at = [len(output.lines) for output in self._group.outputs]
-        self._print_new(starts, show)
+        self._ended_at = ends = self._line_counts()
+        self._print_new(starts, show, ends)
         if self._closed:
             print(f"ddp_lab: {problem}", file=sys.stderr)
             raise CellInterrupted from None
@@ -318,8 +317,14 @@ class Cluster:
             del output.lines[:length]
         self._ended_at = [0] * self.nprocs
 
-    def _print_new(self, starts: list[int], show: list[int] | None) -> None:
+    def _line_counts(self) -> list[int]:
+        """How many lines each rank's output holds now (the reader threads go on appending: read once)."""
+        return [len(output.lines) for output in self._group.outputs]
+
+    def _print_new(self, starts: list[int], show: list[int] | None, ends: list[int] | None = None) -> None:
+        """Print each shown rank's lines from `starts` to `ends` (default: all it holds now)."""
+        ends = self._line_counts() if ends is None else ends
         if self._group.live is not None:
             self._group.live.close()  # progress lines end in the output printed here
         ranks = range(self.nprocs) if show is None else sorted(set(show))
-        print_in_rank_order([RankOutput(r, self._group.outputs[r].lines[starts[r]:]) for r in ranks])
+        print_in_rank_order([RankOutput(r, self._group.outputs[r].lines[starts[r]:ends[r]]) for r in ranks])

@@ -173,8 +173,8 @@ def current_cluster(nprocs: int | None = None, backend: str | None = None) -> Cl
               f"{f' on {backend}' if backend not in (None, 'auto') else ''} in place of the running one "
               f"({_current.nprocs} on {_current.backend}); its ranks' variables are gone.", file=sys.stderr)
         _current.shutdown()
-    elif _current is not None and backend is None:
-        backend = _current.backend   # a fresh cluster after a crash or a hang: the same backend
+    elif _current is not None and backend is None and wanted_n == _current.nprocs:
+        backend = _current.backend   # a fresh cluster after a crash or a hang, of its size: the same backend
     _current = Cluster(wanted_n, backend or "auto")
     return _current
 

@@ -27,6 +27,7 @@ import io
 import linecache
 import logging
 import os
+import re
 import sys
 import types
 
@@ -206,9 +207,11 @@ def load_value(data: bytes, rank: int, after: str = ""):
         if isinstance(error, (ImportError, AttributeError)):   # a module, or a name in one, the notebook lacks
             why = ("what it is made of cannot be imported here. Return plain data (numbers, tensors, dicts of them), "
                    "or make that module importable in the notebook too")
-        else:   # rebuilding it needs what only a rank has (a DDP model asks for the default process group)
-            why = ("rebuilding it needs what only the rank has (a process group, a device, a file). Return plain "
-                   "data made from it on the rank (numbers, tensors, a state_dict)")
+        elif re.search(r"process group|init_process_group|CUDA|cuda|device", str(error)):
+            why = ("rebuilding it needs what only the rank has (its process group, its device). Return plain data "
+                   "made from it on the rank (numbers, tensors, a state_dict)")   # a DDP model: the default group
+        else:
+            why = "return plain data made from it on the rank (numbers, tensors, a state_dict)"
         raise ResultNotPicklable(
             f"rank {rank} sent back a value this notebook cannot load ({type(error).__name__}: {error}): {why}"
             f"{after}.", {}, rank, [], headline_only=True) from None
