@@ -29,6 +29,8 @@ AFTER_FAILURE_S = 5.0  # once a rank failed: when the ranks still running are fi
 LOOK_AGAIN_S = 2.0  # then: how often, while they run Python code (stuck once they wait in a collective)
 INTERRUPT_GRACE_S = 3.0  # after an interrupt: how long a rank may take to stop before it counts as stuck
 INTERRUPT_CHECK_S = 0.5  # after an interrupt: how often the ranks still running are looked at (their stacks)
+MOVED_CHECK_S = 0.5  # at the watchdog, with a rank in a collective: how long its stacks are watched for a change
+MOVED_LOOK_S = 0.1  # ... and how often they are read then
 STILL_RUNNING = object()  # collect's answer when ranks still run at its deadline after an interrupt
 # A value that cannot be pickled back, by command kind: (where it came from, what to do instead)
 UNPICKLABLE_ADVICE = {
@@ -203,16 +205,35 @@ class CommandWatch:
             "watchdog), or run_code(..., timeout=SECONDS).")
 
     def _stuck(self, timeout: float | None, stacks: dict[int, str], after_failure: bool) -> LaunchError:
+        """Ranks stuck (or too slow) with one in a collective: the cluster is shut down (a group half-way through a
+        collective cannot be trusted), and the report says where each rank was. At the watchdog the stacks are read
+        a second time: stacks that moved show a cell that is slow, not stuck, and the hint says so."""
         waiting = list(stacks) or self._waiting()
+        moving = not after_failure and stacks and self._moved(stacks)
         raised = {r: raised_failure(r, reply, self.names) for r, reply in self.replies.items() if not reply["ok"]}
         self._shut_down()
         in_collective = [rank for rank, stack in stacks.items() if waiting_in(stack) != "elsewhere"]
         why = (f"after another rank failed; rank(s) {listed(in_collective)} wait in a collective (for the failed "
                "rank, most likely)" if after_failure else f"after timeout={timeout:g}s")
+        hint = (f"the ranks were still working: their stacks changed within {MOVED_CHECK_S:g} s after the "
+                "watchdog, so the cell is slow, not stuck. Give it a longer watchdog (%%ddp --timeout SECONDS, --timeout none "
+                "for none; or timeout=): a rank inside a collective cannot be interrupted safely, so the cluster was "
+                f"shut down. {RESTART}" if moving else f"{timeout_hint(stacks)} {FRESH_START}")
         return self.group.hang_report(
             still_running(waiting, self.nprocs, f"{why}."), stacks, self.names, raised=raised,
-            hint=f"{timeout_hint(stacks)} {FRESH_START}", cls=RankFailed if after_failure else LaunchTimeout,
+            hint=hint, cls=RankFailed if after_failure else LaunchTimeout,
             first=min(raised) if after_failure else None)
+
+    def _moved(self, stacks: dict[int, str]) -> bool:
+        """Whether any of these ranks' Python stacks changes within MOVED_CHECK_S, read every MOVED_LOOK_S (or the
+        rank ends the command meanwhile): a loop that goes on, not a wait that never ends."""
+        ends = time.monotonic() + MOVED_CHECK_S
+        while time.monotonic() < ends:
+            time.sleep(MOVED_LOOK_S)
+            again = self.group.stacks(list(stacks))
+            if any(again.get(rank) != stack for rank, stack in stacks.items()):
+                return True
+        return False
 
     def _left_out(self, stacks: dict[int, str], timeout: float | None, left_out: list[int]) -> LaunchError:
         """One line for an `only` cell stuck in a collective that the ranks it left out never joined.
