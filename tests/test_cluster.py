@@ -357,7 +357,8 @@ def test_a_training_loop_slow_at_the_watchdog_is_not_called_stuck():
     live = ddp_lab.Cluster(2, backend="gloo")
     with pytest.raises(LaunchTimeout) as caught:
         live.run_code("a = torch.randn(200, 200)\nt = torch.zeros(10)\nfor step in range(10**6):\n"
-                      "    for _ in range(20 * rank):\n        a = torch.tanh(a @ a)\n    dist.all_reduce(t)", timeout=2)
+                      "    for _ in range(20 * rank):\n        a = torch.tanh(a @ a)\n    dist.all_reduce(t)",
+                      timeout=2)
     message = str(caught.value)
     assert "skipped" not in message, message
     assert ("the ranks were still working: their stacks changed within 0.5 s" in message and not live.alive) or \

@@ -216,9 +216,9 @@ class CommandWatch:
         why = (f"after another rank failed; rank(s) {listed(in_collective)} wait in a collective (for the failed "
                "rank, most likely)" if after_failure else f"after timeout={timeout:g}s")
         hint = (f"the ranks were still working: their stacks changed within {MOVED_CHECK_S:g} s after the "
-                "watchdog, so the cell is slow, not stuck. Give it a longer watchdog (%%ddp --timeout SECONDS, --timeout none "
-                "for none; or timeout=): a rank inside a collective cannot be interrupted safely, so the cluster was "
-                f"shut down. {RESTART}" if moving else f"{timeout_hint(stacks)} {FRESH_START}")
+                "watchdog, so the cell is slow, not stuck. Give it a longer watchdog (%%ddp --timeout SECONDS, "
+                "--timeout none for none; or timeout=): a rank inside a collective cannot be interrupted safely, so "
+                f"the cluster was shut down. {RESTART}" if moving else f"{timeout_hint(stacks)} {FRESH_START}")
         return self.group.hang_report(
             still_running(waiting, self.nprocs, f"{why}."), stacks, self.names, raised=raised,
             hint=hint, cls=RankFailed if after_failure else LaunchTimeout,
