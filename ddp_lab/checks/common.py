@@ -541,6 +541,29 @@ def run_answers_on_ranks(runner, answers, nprocs: int, timeout: float, what: str
     return [[results[rank][index] for rank in range(nprocs)] for index in range(len(answers))]
 
 
+def with_a_note(note: str, said: str) -> str:
+    """A failure's hint (`said`; "" for none) after a `note` of what the check's earlier run showed and where to
+    look, for a failure at a check's second size (lessons 07, 09). A `said` that says what the ranks did before its
+    own "Hint: " line keeps that line."""
+    if not said:
+        return note
+    return f"{note}\n{said}" if "\nHint: " in said else f"{note}\nHint: {said}"
+
+
+def judge_in_order(runs, judge, note) -> None:
+    """Judge a check's runs in order, the exercise's first: `runs` are (key, results) pairs, `judge(key, results)`
+    raises CheckFailed, and a failure after the first run gets `note(key)` (what the first showed: it was judged
+    right) before its hint (`with_a_note`)."""
+    for index, (key, results) in enumerate(runs):
+        try:
+            judge(key, results)
+        except CheckFailed as failure:
+            if index == 0:
+                raise
+            what, _, hint = str(failure).partition("\nHint: ")
+            raise CheckFailed(f"{what}\n{with_a_note(note(key), hint)}") from None
+
+
 def groups_of(rank: int, world_sizes, name: str) -> Iterator[int]:
     """In a rank launched with init_process_group=False: each of `world_sizes` that `rank` belongs to (ranks 0 to
     size - 1), in the order given, with a default gloo group of that size set up for the loop's body and destroyed

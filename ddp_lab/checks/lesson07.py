@@ -26,8 +26,8 @@ import torch.nn.functional as F
 
 from ddp_lab.checks import CheckFailed, passed
 from ddp_lab.checks.common import (answer_raised, call_case, ensure_written, first_mismatch, groups_of,
-                                   only_point_to_point, package_answer_used, refuse_written_divisor, run_on_ranks,
-                                   two_numbers, watching_calls)
+                                   judge_in_order, only_point_to_point, package_answer_used, refuse_written_divisor,
+                                   run_on_ranks, two_numbers, watching_calls, with_a_note)
 from ddp_lab.checks.p2p_log import (log_path, logging_point_to_point, non_neighbour_calls, read_logs,
                                    segfaulted, stuck_receives, waits)
 from ddp_lab.course.pipeline_parallel import schedules
@@ -164,22 +164,21 @@ def _case_of_a_raise(failure, log_directory: str) -> tuple[Case, dict | None]:
     return _logs_of_the_case_of(log_directory, [failure.rank])
 
 
-def _on_the_second_run(case: Case, said: str, judged: bool = True) -> str:
-    """A failure's hint (`said`; "" for none), preceded on a later case than the first by what that shows: the first
-    run was right (`judged`; else it only ran to its end, the launch stopping before it was judged), so a count
-    written for it is the likely cause. A `said` that says what the ranks did before its own "Hint: " line keeps that
-    line."""
-    if case == CASES[0]:
-        return said
+def _second_run_note(case: Case, judged: bool = True) -> str:
+    """What a failure on the second case adds: the first run was right (`judged`; else it only ran to its end, the
+    launch stopping before it was judged), so a count written for it is the likely cause."""
     first = CASES[0]
     before = (f"On {first} (the check's first run) every stage was right" if judged else
               f"The check's first run, on {first}, ran to its end (it was not judged: the launch stopped here)")
-    shown = (f"{before}; this is its second run, {case}: look for a count written for the first run ({first.stages} "
-             f"stages: the last stage as rank {first.stages - 1}, a warm-up of {first.stages - 1} - rank; "
-             f"{first.microbatches} micro-batches) where world_size, rank or m = len(inputs) belongs.")
-    if not said:
-        return shown
-    return f"{shown}\n{said}" if "\nHint: " in said else f"{shown}\nHint: {said}"
+    return (f"{before}; this is its second run, {case}: look for a count written for the first run ({first.stages} "
+            f"stages: the last stage as rank {first.stages - 1}, a warm-up of {first.stages - 1} - rank; "
+            f"{first.microbatches} micro-batches) where world_size, rank or m = len(inputs) belongs.")
+
+
+def _on_the_second_run(case: Case, said: str) -> str:
+    """A failure's hint (`said`), after the second run's note where the failure came on the second case (the first
+    was not judged: the launch stopped)."""
+    return said if case == CASES[0] else with_a_note(_second_run_note(case, judged=False), said)
 
 
 def _wrong_peers(logs, case: Case) -> str | None:
@@ -198,7 +197,7 @@ def _explainer(log_directory: str):
     def explain(failure) -> str | None:
         case, logs = _case_of_a_raise(failure, log_directory)
         hint = (_wrong_peers(logs, case) if segfaulted(failure) else None) or _explain(failure)
-        return _on_the_second_run(case, hint or "", judged=False) or None
+        return _on_the_second_run(case, hint or "") or None
 
     return explain
 
@@ -209,7 +208,7 @@ def _hang_hint(log_directory: str):
 
     def hint(calls: set, places: dict) -> str:
         case, logs = _logs_of_the_case_of(log_directory, places)
-        return _on_the_second_run(case, _hang_evidence(calls, places, case, logs), judged=False)
+        return _on_the_second_run(case, _hang_evidence(calls, places, case, logs))
 
     return hint
 
@@ -356,16 +355,8 @@ def _grads_right(results, ref_grads) -> bool:
 
 def _judge_stage(name: str, results: dict[int, list[dict]]) -> None:
     """The ✓ line, or CheckFailed for the first case that is wrong ({stages: [rank] -> `_stage_runner`'s record});
-    a failure on a later case than the first says that the first was right (`_on_the_second_run`)."""
-    for case in CASES:
-        try:
-            _judge_case(case, results[case.stages])
-        except CheckFailed as failure:
-            message = str(failure)
-            if case == CASES[0]:
-                raise
-            what, _, hint = message.partition("\nHint: ")
-            raise CheckFailed(f"{what}\n{_on_the_second_run(case, hint)}") from None
+    a failure on a later case than the first says that the first was right (`_second_run_note`)."""
+    judge_in_order([(case, results[case.stages]) for case in CASES], _judge_case, _second_run_note)
     passed(f"{name}: losses and gradients equal one process on the whole batch, and stage r held "
            f"world_size - r micro-batches at once, on {' and on '.join(map(str, CASES))}")
 

@@ -25,8 +25,8 @@ import torch.distributed as dist
 
 from ddp_lab.checks import CheckFailed, passed
 from ddp_lab.checks.common import (answer_raised, call_case, describe, division_into_a_new_tensor, ensure_written,
-                                   groups_of, package_answer_used, refuse_written_divisor, refuse_written_split,
-                                   run_on_ranks, watching_calls)
+                                   groups_of, judge_in_order, package_answer_used, refuse_written_divisor,
+                                   refuse_written_split, run_on_ranks, watching_calls)
 from ddp_lab.instruments.tensor_bytes import optimizer_state_bytes
 from ddp_lab.course.sharding.state_bytes import BYTES_PER_PARAMETER, COMPONENTS, SHARDED_BY_STAGE, state_bytes_per_rank
 
@@ -142,20 +142,14 @@ def run_zero1_answers(answers: tuple, timeout: float = 60.0, name: str = "zero1_
             for index in range(len(answers))]
 
 
-def _on_the_second_run(world_size: int, said: str, judged: bool = True) -> str:
-    """A failure's hint (`said`; "" for none), preceded on a later world size than the first by what that shows:
-    the first was right (`judged`; else it only ran without raising), so code written for its size is the likely
-    cause."""
-    if world_size == WORLD_SIZES[0]:
-        return said
+def _second_run_note(world_size: int, judged: bool = True) -> str:
+    """What a failure at the second world size adds: the first was right (`judged`; else it only ran without
+    raising), so code written for its size is the likely cause."""
     first = (f"On {WORLD_SIZES[0]} ranks (the check's first run) every rank was right" if judged else
              f"It ran on {WORLD_SIZES[0]} ranks (the check's first run) without raising")
-    shown = (f"{first}; this is its second run, on {world_size} ranks: look for code written for {WORLD_SIZES[0]} "
-             "ranks (the other rank as 1 - rank, a parameter put together from two shards, a list of two) where "
-             "world_size, rank or a loop over the ranks belongs.")
-    if not said:
-        return shown
-    return f"{shown}\n{said}" if "\nHint: " in said else f"{shown}\nHint: {said}"
+    return (f"{first}; this is its second run, on {world_size} ranks: look for code written for {WORLD_SIZES[0]} "
+            "ranks (the other rank as 1 - rank, a parameter put together from two shards, a list of two) where "
+            "world_size, rank or a loop over the ranks belongs.")
 
 
 def _explain_a_raise(failure) -> str | None:
@@ -163,7 +157,7 @@ def _explain_a_raise(failure) -> str | None:
     `_zero1_one`'s calls)."""
     case = getattr(failure.exception, "case", "")   # common.CaseFailed's: for which call it raised
     second = f"world_size={WORLD_SIZES[1]})" in case or f"of {WORLD_SIZES[1]}, step" in case
-    return _on_the_second_run(WORLD_SIZES[1], "", judged=False) if second else None
+    return _second_run_note(WORLD_SIZES[1], judged=False) if second else None
 
 
 def _zero1_one(rank: int, zero1_init, zero1_step) -> dict:
@@ -283,14 +277,8 @@ def judge_zero1(name: str, init_name: str, results: dict[int, list[dict]], divis
     `run_zero1_answers`): raise CheckFailed at the first world size it gets wrong (2 ranks first; on 3, saying that 2
     were right), or return the ✓ text. `division`: a line of zero1_step that divides a gradient into a new tensor
     (`division_into_a_new_tensor`), evidence for a gradient left as the sum."""
-    for world_size in WORLD_SIZES:
-        try:
-            _judge_world(name, init_name, results[world_size], division)
-        except CheckFailed as failure:
-            if world_size == WORLD_SIZES[0]:
-                raise
-            what, _, hint = str(failure).partition("\nHint: ")
-            raise CheckFailed(f"{what}\n{_on_the_second_run(world_size, hint)}") from None
+    judge_in_order([(size, results[size]) for size in WORLD_SIZES],
+                   lambda _, records: _judge_world(name, init_name, records, division), _second_run_note)
     return (f"{name}: ZeRO-1 on {' and on '.join(map(str, WORLD_SIZES))} ranks == one process for {STEPS} Adam steps, "
             f"with Adam state for 1/world_size of the parameters on each rank")
 
