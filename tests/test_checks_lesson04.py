@@ -129,6 +129,13 @@ def flat_buffer_copied_back(model):
         grad.copy_(piece.view_as(grad))
 
 
+def divides_out_of_place(model):
+    """p.grad.div(n) as a statement: the quotient, a new tensor, is dropped."""
+    for p in model.parameters():
+        dist.all_reduce(p.grad)
+        p.grad.div(dist.get_world_size())
+
+
 AVERAGE_ANSWERS = {   # all return (none raises or hangs): they run one after the other in one launch
     average_gradients: None,
     reduce_op_avg: None,           # gloo in this torch supports ReduceOp.AVG: also right
@@ -147,6 +154,8 @@ AVERAGE_ANSWERS = {   # all return (none raises or hangs): they run one after th
     broadcasts_the_gradients: r"(?s)dist.broadcast copies one rank's tensor to the others",
     divides_into_a_local_name: r"(?s)this is the SUM over ranks: your line `grad = grad / dist\.get_world_size\(\)` "
                                r"divides into a NEW tensor",
+    divides_out_of_place: r"(?s)this is the SUM over ranks: your line `p\.grad\.div\(dist\.get_world_size\(\)\)` "
+                          r"divides into a NEW tensor",
 }
 
 

@@ -179,6 +179,13 @@ def divides_into_a_new_tensor(model, mesh):
         grad = grad / mesh["dp"].size()   # a new tensor: p.grad keeps the sum
 
 
+def divides_out_of_place(model, mesh):
+    for p in model.parameters():
+        grad = p.grad.to_local()
+        dist.all_reduce(grad, group=mesh["dp"].get_group())
+        grad.div(mesh["dp"].size())   # the quotient, a new tensor, is dropped
+
+
 def reduces_a_full_tensor_copy(model, mesh):
     for p in model.parameters():
         grad = p.grad.full_tensor()   # an all-gather over tp, into a new tensor
@@ -217,6 +224,8 @@ AVERAGE_MISTAKES = [
     (reduced_a_copy, r"(?s)rank 0, 0.weight.grad.*row 0's own gradient.*in place"),
     (divides_into_a_new_tensor, r"(?s)rank 0, 0.weight.grad\[0, 0\]: got .*the SUM over the 3 rows. Your line `grad = "
                                 r"grad / mesh\[\"dp\"\].size\(\)` divides into a NEW tensor"),
+    (divides_out_of_place, r"(?s)rank 0, 0.weight.grad\[0, 0\]: got .*the SUM over the 3 rows. Your line "
+                           r"`grad\.div\(mesh\[\"dp\"\]\.size\(\)\)` divides into a NEW tensor"),
     # full_tensor()'s all-gather runs on tp: it sums nothing, so it is not "reduced within the row"
     (reduces_a_full_tensor_copy, r"(?s)^rank 0, 0.weight.grad.*row 0's own gradient.*in place"),
     (skips_the_replicated, r"(?s)^rank 0, 2.bias.grad.*row 0's own gradient: 2.bias was not averaged. Your answer ran 3 "

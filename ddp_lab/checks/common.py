@@ -218,7 +218,8 @@ def answer_of(fn, references) -> str | None:
 
 def division_into_a_new_tensor(fn) -> str | None:
     """The first line of fn's source that divides a gradient into a NEW tensor bound to a plain name
-    (`grad = grad / n`, `mean = p.grad / n`, `g = g.div(n)`, `grads = [p.grad / n for p in params]`), or None.
+    (`grad = grad / n`, `mean = p.grad / n`, `g = g.div(n)`, `grads = [p.grad / n for p in params]`) or dropped
+    (a statement of its own: `p.grad.div(n)`, `p.grad / n`, `torch._foreach_div(grads, n)`), or None.
 
     Evidence for a check whose answer left a gradient undivided where it reads it (the sum over ranks that
     all_reduce left in place, lessons 09-10; the scaled gradient an optimizer steps with, lesson 17): such a
@@ -234,14 +235,16 @@ def division_into_a_new_tensor(fn) -> str | None:
                if isinstance(node, ast.Call) and node.args and ast.unparse(node.func).endswith("all_reduce")}
     found = []
     for node in ast.walk(tree):
-        if not (isinstance(node, ast.Assign) and all(isinstance(target, ast.Name) for target in node.targets)):
+        bound = isinstance(node, ast.Assign) and all(isinstance(target, ast.Name) for target in node.targets)
+        if not (bound or isinstance(node, ast.Expr)):   # an expression statement: its result is dropped
             continue
         value = node.value
         if isinstance(value, (ast.ListComp, ast.GeneratorExp)):      # [p.grad / n for p in params]
             value = value.elt
         if isinstance(value, ast.BinOp) and isinstance(value.op, ast.Div):
             divided = value.left
-        elif isinstance(value, ast.Call) and ast.unparse(value.func).split(".")[-1] in ("div", "true_divide", "divide"):
+        elif isinstance(value, ast.Call) and ast.unparse(value.func).split(".")[-1] in ("div", "true_divide", "divide",
+                                                                                     "_foreach_div"):
             method = isinstance(value.func, ast.Attribute) and ast.unparse(value.func.value) != "torch"
             # g.div(n) divides g; torch.div(g, n) and div(g, n) their first argument
             divided = value.func.value if method else (value.args[0] if value.args else None)
