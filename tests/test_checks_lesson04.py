@@ -7,6 +7,8 @@ check's own runner, then its judge), the synchronisation answers in one launch o
 
 from __future__ import annotations
 
+import time
+
 import pytest
 import torch
 import torch.distributed as dist
@@ -296,6 +298,15 @@ def sends_from_rank_zero(model):
                 dist.recv(tensor.data, src=0)
 
 
+def broadcasts_without_waiting(model):
+    """async_op=True and no .wait(): rank 0's values arrive after the function returned (rank 0 starts its
+    broadcasts late here, so that they surely do)."""
+    if dist.get_rank() == 0:
+        time.sleep(0.5)
+    for tensor in list(model.parameters()) + list(model.buffers()):
+        dist.broadcast(tensor.data, src=0, async_op=True)
+
+
 SYNC_ANSWERS = {   # all return (none raises or hangs): they run one after the other in one launch of 2 ranks
     broadcasts_the_state_dict: None,
     sends_from_rank_zero: None,
@@ -309,6 +320,9 @@ SYNC_ANSWERS = {   # all return (none raises or hangs): they run one after the o
                        r"into this parameter: a broadcast writes into the tensor it is given",
     broadcasts_a_flat_vector: r"(?s)^rank 1, parameter '0\.weight': .*\nHint: dist\.broadcast ran on rank 1, but "
                               r"never into this parameter",
+    # last: its broadcasts complete after it returned
+    broadcasts_without_waiting: r"(?s)^rank 1, parameter '0\.weight': .*\nHint: dist\.broadcast was called on this "
+                                r"parameter, but rank 0's value had not arrived.*call \.wait\(\)",
 }
 
 

@@ -224,7 +224,11 @@ def judge_sync_initial_state(name: str, results: list[dict]) -> str:
             if torch.equal(got, starts[rank][key]):
                 floats_arrived = all(torch.equal(got_state[k], starts[0][k]) for k in buffers
                                      if starts[0][k].is_floating_point())
-                if key not in results[rank]["broadcast_into"] and results[rank]["broadcasts_elsewhere"]:
+                if key in results[rank]["broadcast_into"]:
+                    hint = (f"dist.broadcast was called on this {kind}, but rank 0's value had not arrived when "
+                            f"{name} returned: with async_op=True, keep the work each call returns and call .wait() "
+                            "on every one before returning (or broadcast without async_op)")
+                elif key not in results[rank]["broadcast_into"] and results[rank]["broadcasts_elsewhere"]:
                     hint = (f"dist.broadcast ran on rank {rank}, but never into this {kind}: a broadcast writes into "
                             "the tensor it is given, and a copy (.clone(), .float(), a flat vector from torch.cat or "
                             "parameters_to_vector) is a new tensor the model never reads. Broadcast the model's own "
