@@ -30,7 +30,7 @@ COMBINE_HINTS = ("added as they are", "averaged", "weights are swapped", "is the
 RING_HINTS = ("later ranks were attended", "applied to every block: it belongs", "and no block was skipped",
               "without the causal triangle", "no causal mask at all", "(rank + t) mod", "never reached your queries",
               "last pass is not needed", "travel the other way round the ring", "the package's own answer",
-              "the outputs of ranks 0, 1 differ from one process's")
+              "the outputs of ranks 0, 1 differ from one process's", "the queries went out too")
 ZIGZAG_HINTS = ("not in sequence order", "unbalanced", "pairing is reversed", "numbered 0 to",
                 "at every world size tried", "held by exactly one rank", "the package's own answer",
                 "not its own pair: rank 1 holds [2, 3], the pair of rank 2; rank 2 holds [1, 4], the pair of rank 1")
@@ -102,6 +102,13 @@ def combine_logsumexp_over_heads(out_a, lse_a, out_b, lse_b):
     return torch.exp(lse_a - lse).unsqueeze(-1) * out_a + torch.exp(lse_b - lse).unsqueeze(-1) * out_b, lse
 
 
+def combine_with_one_maximum(out_a, lse_a, out_b, lse_b):
+    m = max(lse_a.max(), lse_b.max())   # the max subtracted, but one for the whole tensor, not each row's
+    ea, eb = torch.exp(lse_a - m), torch.exp(lse_b - m)
+    total = ea + eb
+    return (ea.unsqueeze(-1) * out_a + eb.unsqueeze(-1) * out_b) / total.unsqueeze(-1), m + torch.log(total)
+
+
 def combine_in_float64(out_a, lse_a, out_b, lse_b):
     lse = torch.logaddexp(lse_a.double(), lse_b.double())     # right values, returned in float64
     return torch.exp(lse_a - lse).unsqueeze(-1) * out_a.double() + torch.exp(lse_b - lse).unsqueeze(-1) * out_b, lse
@@ -131,6 +138,8 @@ def combine_stub(out_a, lse_a, out_b, lse_b):
     (combine_added_lse, "lse were added"),
     (combine_no_unsqueeze, "unsqueeze(-1)"),
     (combine_the_packages, "the package's own answer"),
+    # no exponent is positive here: the rows whose weights both underflow are 0/0; said as it is, no overflow claimed
+    (combine_with_one_maximum, "or both of a row's weights underflowed to 0 (one maximum for the whole tensor"),
 ])
 def test_combine_names_each_mistake_and_only_it(answer, expected):
     _raises_only(check_combine, answer, COMBINE_HINTS, expected)
@@ -162,11 +171,15 @@ def test_combine_stub_says_not_written():
 # --- ring_attention --------------------------------------------------------------------------
 
 def make_ring(*, skip_future=True, mask=lambda rank, source: rank == source, source_of=None, blocking=False,
-              passes=None, send_to=+1, recv_from=-1, steps=None, wrap=True, package=False, dtype=None):
+              passes=None, send_to=+1, recv_from=-1, steps=None, wrap=True, package=False, dtype=None,
+              traffic=None, send_q=False):
     """A ring attention answer with one mistake switched on (the defaults give the right answer). `dtype`: the
-    output returned in that dtype."""
+    output returned in that dtype. `traffic`: q, k and v cast to that dtype first (what travels), the output cast
+    back to float32. `send_q`: q sent round the ring with k and v (never used: each rank keeps its own)."""
 
     def ring_attention(q, k, v):
+        if traffic is not None:
+            q, k, v = q.to(traffic), k.to(traffic), v.to(traffic)
         if package:
             from ddp_lab.course.context_parallel.ring import ring_attention as packaged
             return packaged(q, k, v)
@@ -189,10 +202,14 @@ def make_ring(*, skip_future=True, mask=lambda rank, source: rank == source, sou
                     works = [dist.isend(k, dst=(rank + send_to) % size), dist.isend(v, dst=(rank + send_to) % size),
                              dist.irecv(received_k, src=(rank + recv_from) % size),
                              dist.irecv(received_v, src=(rank + recv_from) % size)]
+                    if send_q:
+                        works += [dist.isend(q, dst=(rank + 1) % size), dist.irecv(torch.empty_like(q),
+                                                                                 src=(rank - 1) % size)]
                     for work in works:
                         work.wait()
                 k, v = received_k, received_v
-        return state[0] if dtype is None else state[0].to(dtype)
+        out = state[0] if traffic is None else state[0].float()
+        return out if dtype is None else out.to(dtype)
 
     return ring_attention
 
@@ -211,6 +228,7 @@ RING_MISTAKES = [
     # are those of attending later ranks, and the hint says both
     (dict(source_of=lambda rank, step, world_size: rank - step), "later ranks were attended"),
     (dict(package=True), "the package's own answer"),
+    (dict(send_q=True), "the queries went out too"),
     # the triangle on the own block and on later ones (rank 0 then sees the triangle on every block), none skipped:
     # no one rule gives every rank's output, so the hint names the ranks that differ and the rule, not a mistake
     (dict(skip_future=False, mask=lambda rank, source: source >= rank), "the outputs of ranks 0, 1 differ from one "
@@ -221,13 +239,15 @@ RING_MISTAKES = [
 # a right ring whose output is float64 (its values are judged), and one whose output is float16 (its dtype is named)
 RING_DTYPES = [(torch.float64, None), (torch.float16, "rank 0: the output has dtype torch.float16; expected "
                                                       "torch.float32, the dtype of q, k and v")]
+RING_TRAFFIC = [torch.float64]   # a right ring that sends float64 blocks: judged by the values it sends, not bytes
 
 
 @pytest.fixture(scope="module")
 def mistaken_rings() -> list:
     """What every rank returned and sent for each mistaken answer, then for each of RING_DTYPES: one launch of 3
     ranks runs them all."""
-    answers = [make_ring(**mistake) for mistake, _ in RING_MISTAKES] + [make_ring(dtype=d) for d, _ in RING_DTYPES]
+    answers = ([make_ring(**mistake) for mistake, _ in RING_MISTAKES] + [make_ring(dtype=d) for d, _ in RING_DTYPES]
+               + [make_ring(traffic=d) for d in RING_TRAFFIC])
 
     def run_all(rank, answers):   # nested, so cloudpickle ships it by value to the ranks
         return [_ring_runner(rank, answer) for answer in answers]
@@ -251,6 +271,11 @@ def test_ring_judges_a_float64_output_and_names_another_dtype(mistaken_rings, in
     else:
         with pytest.raises(CheckFailed, match=f"^{re.escape(said)}"):
             _judge_ring("ring_attention", results)
+
+
+def test_a_ring_that_sends_float64_passes(mistaken_rings, capsys):
+    _judge_ring("ring_attention", mistaken_rings[len(RING_MISTAKES) + len(RING_DTYPES)])
+    assert "✓ ring_attention" in capsys.readouterr().out
 
 
 def test_ring_names_a_buffer_read_before_it_arrived(mistaken_rings):

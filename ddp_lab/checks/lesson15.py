@@ -199,8 +199,10 @@ def _overflow_feedback(parts, got_out, got_lse) -> str:
         if torch.equal(bad, alone):
             return (f"{said}: exactly those where an lse is above 88.7, where exp(lse) overflows float32.\nHint: never "
                     f"exponentiate an lse on its own; {safe}.")
-    return (f"{said}: some exponent exceeded 88.7, where exp overflows float32.\nHint: never exponentiate an lse, "
-            f"or a difference of two that can be positive; {safe}.")
+    return (f"{said}: an exponent overflowed float32 (above 88.7), or both of a row's weights underflowed to 0 (one "
+            "maximum for the whole tensor instead of each row's own).\nHint: work row by row: lse = "
+            "torch.logaddexp(lse_a, lse_b), each row's own total, then exp(lse_a - lse) and exp(lse_b - lse), which "
+            "are at most 1 and never both 0.")
 
 
 def _fold_with_max_lse(parts) -> torch.Tensor:
@@ -228,7 +230,8 @@ def _ring_inputs() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
 
 
 def _counting_sends(sent: list):
-    """Inside a rank: record (bytes, dst) of every dist.send / dist.isend (a send that calls isend counts once)."""
+    """Inside a rank: record (values, bytes, dst, the tensor's data_ptr) of every dist.send / dist.isend (a send that
+    calls isend counts once). Values are what the ring is judged by, so that a ring sending float64 is as right as one sending float32."""
     inside = []
 
     def make(original):
@@ -236,7 +239,7 @@ def _counting_sends(sent: list):
             tensor = args[0] if args else kwargs.get("tensor")
             dst = args[1] if len(args) > 1 else kwargs.get("dst")
             if not inside and torch.is_tensor(tensor):
-                sent.append((tensor.numel() * tensor.element_size(), dst))
+                sent.append((tensor.numel(), tensor.numel() * tensor.element_size(), dst, tensor.data_ptr()))
             inside.append(True)
             try:
                 return original(*args, **kwargs)
@@ -256,9 +259,10 @@ def _ring_runner(rank: int, ring_attention) -> dict:
     out = None
     with torch.no_grad(), only_point_to_point(), _counting_sends(sent), watching_calls(RING_ANSWERS) as called:
         out = call_case(ring_attention, case, q, k, v)
-    steps = sorted({(dst - rank) % world_size for _, dst in sent if isinstance(dst, int)})
-    return {"out": out.detach().clone() if torch.is_tensor(out) else out, "sent": sum(size for size, _ in sent),
-            "steps": steps, "called": list(called)}
+    steps = sorted({(dst - rank) % world_size for _, _, dst, _ in sent if isinstance(dst, int)})
+    return {"out": out.detach().clone() if torch.is_tensor(out) else out, "sent": sum(n for n, _, _, _ in sent),
+            "sent_bytes": sum(size for _, size, _, _ in sent), "steps": steps, "called": list(called),
+            "sent_q": any(pointer == q.data_ptr() for _, _, _, pointer in sent)}
 
 
 def _simulated(rank: int, believed_source, attends, masks, direction: int = +1) -> torch.Tensor:
@@ -423,19 +427,25 @@ def _judge_ring(name: str, results) -> None:
                         "attend to them fully if that rank is before yours, with the causal triangle if it is yours, "
                         "not at all if it is after; fold each partial result in with combine")
         raise CheckFailed(f"{where}.\nHint: {hint}.")
-    block = BATCH * HEADS * ROWS * DIM * 4
+    block = BATCH * HEADS * ROWS * DIM   # values in a key or value block
     want = 2 * (RING_SIZE - 1) * block
     for rank in range(RING_SIZE):
         sent = results[rank]["sent"]
         if sent != want:
-            blocks = sent / block
+            if sent > want and results[rank].get("sent_q"):
+                hint = ("the queries went out too (this rank's own q was among what it sent): only the keys and "
+                        "values travel; each rank keeps its own queries.")
+            elif sent == 2 * RING_SIZE * block:
+                hint = "after the last step every rank has seen every block: the last pass is not needed."
+            elif sent < want:
+                hint = "send both k and v at every step but the last."
+            else:
+                hint = f"send k and v once at every step but the last, {RING_SIZE - 1} hops."
             raise CheckFailed(
-                f"rank {rank} sent {sent} bytes ({blocks:g} blocks of {block} bytes); the ring needs "
-                f"{want}: its key and value blocks, world_size - 1 = {RING_SIZE - 1} hops each.\nHint: "
-                + ("after the last step every rank has seen every block: the last pass is not needed."
-                   if sent > want else "send both k and v at every step but the last."))
+                f"rank {rank} sent {sent} values ({sent / block:g} blocks of {block}); the ring needs {want}: its "
+                f"key and value blocks, world_size - 1 = {RING_SIZE - 1} hops each.\nHint: {hint}")
     passed(f"{name}: every rank's causal attention equals one process on a ring of {RING_SIZE}, "
-           f"sending {want} bytes (k and v, {RING_SIZE - 1} hops)")
+           f"sending {results[0]['sent_bytes']} bytes (k and v, {RING_SIZE - 1} hops)")
 
 
 # --- zigzag_chunks ---------------------------------------------------------------------------
