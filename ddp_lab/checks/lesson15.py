@@ -231,7 +231,8 @@ def _ring_inputs() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
 
 def _counting_sends(sent: list):
     """Inside a rank: record (values, bytes, dst, the tensor's data_ptr) of every dist.send / dist.isend (a send that
-    calls isend counts once). Values are what the ring is judged by, so that a ring sending float64 is as right as one sending float32."""
+    calls isend counts once). Values are what the ring is judged by, so that a ring sending float64 is as right as
+    one sending float32."""
     inside = []
 
     def make(original):
