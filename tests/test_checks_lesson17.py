@@ -217,6 +217,35 @@ def step_caps_at_max_norm(params, optimizer, scale, max_norm):
     return True
 
 
+def step_unscaled_into_a_local_name(params, optimizer, scale, max_norm):
+    grads = []
+    for p in params:
+        g = p.grad
+        g = g / scale                                              # a new tensor: p.grad keeps the scale
+        grads.append(g)
+    flag = torch.tensor([0.0 if all(torch.isfinite(g).all() for g in grads) else 1.0])
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+    if flag.item():
+        return False
+    squares = sum(g.pow(2).sum() for g in grads).reshape(1)
+    dist.all_reduce(squares)
+    norm = squares.sqrt().item()
+    if norm > max_norm:
+        for g in grads:
+            g.mul_(max_norm / (norm + 1e-6))
+    optimizer.step()
+    return True
+
+
+def step_returns_whether_it_skipped(params, optimizer, scale, max_norm):
+    _unscale(params, scale)
+    skipped = _agreed_inf(params)
+    if not skipped:
+        _clip(params, max_norm)
+        optimizer.step()
+    return skipped                                                 # True means "stepped"
+
+
 def step_with_the_package(params, optimizer, scale, max_norm):
     return AgreedLossScaler(scale=scale).unscale_clip_and_step(params, optimizer, max_norm)
 
@@ -238,6 +267,8 @@ SCALER_MISTAKES = [
     (step_multiplies_by_a_written_reciprocal, "not by this case's scale"),
     (step_clips_to_norm_one, "clipped to norm 1"),
     (step_caps_at_max_norm, "capped at max_norm"),
+    (step_unscaled_into_a_local_name, "divides into new tensors"),
+    (step_returns_whether_it_skipped, "every rank skipped the step (its parameters are as they were) but"),
 ]
 
 

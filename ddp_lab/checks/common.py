@@ -224,7 +224,8 @@ def division_into_a_new_tensor(fn) -> str | None:
     Evidence for a check whose answer left a gradient undivided where it reads it (the sum over ranks that
     all_reduce left in place, lessons 09-10; the scaled gradient an optimizer steps with, lesson 17): such a
     line did divide, but into a tensor the check does not read. Counted only where the divided value is a
-    gradient (its text names "grad") or a tensor the function all-reduces.
+    gradient (its text names "grad", or it is a name bound to one: `g = p.grad`, `for g in grads`) or a tensor the
+    function all-reduces.
     """
     try:
         source = textwrap.dedent(inspect.getsource(fn))
@@ -233,6 +234,14 @@ def division_into_a_new_tensor(fn) -> str | None:
         return None
     reduced = {ast.unparse(node.args[0]) for node in ast.walk(tree)
                if isinstance(node, ast.Call) and node.args and ast.unparse(node.func).endswith("all_reduce")}
+    aliases = set()   # names bound to a gradient
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
+                and "grad" in ast.unparse(node.value)):
+            aliases.add(node.targets[0].id)
+        elif (isinstance(node, (ast.For, ast.comprehension)) and isinstance(node.target, ast.Name)
+              and "grad" in ast.unparse(node.iter)):
+            aliases.add(node.target.id)
     found = []
     for node in ast.walk(tree):
         bound = isinstance(node, ast.Assign) and all(isinstance(target, ast.Name) for target in node.targets)
@@ -251,7 +260,7 @@ def division_into_a_new_tensor(fn) -> str | None:
         else:
             continue
         text = ast.unparse(divided) if divided is not None else ""
-        if "grad" in text or text in reduced:
+        if "grad" in text or text in reduced or text in aliases:
             found.append(node)
     if not found:
         return None

@@ -220,6 +220,11 @@ def _judge_overflow(name: str, results) -> None:
         raise CheckFailed(f"with an inf in rank 1's shard only, rank 0 stepped and rank 1 skipped: the ranks now "
                           "hold shards of different steps.\nHint: the skip was decided per rank from its own shard; "
                           "all-reduce the found-inf flag (ReduceOp.MAX) so every rank skips together.")
+    unchanged = all(_matches(case["params"], _start_params(rank)) for rank, case in enumerate(overflow))
+    if all(stepped) and unchanged:
+        raise CheckFailed(f"with an inf in rank 1's shard, every rank skipped the step (its parameters are as they "
+                          f"were) but {name} returned True, which says it stepped.\nHint: return True when the "
+                          "optimizer stepped, False when the step was skipped.")
     if any(stepped):
         raise CheckFailed(f"with an inf in rank 1's shard, {name} returned True on ranks "
                           f"{[r for r, flag in enumerate(stepped) if flag]}: a step with an overflowed gradient must "
