@@ -181,7 +181,15 @@ ROW_MISTAKES = [   # answers that return (not raise): they run one after the oth
 ]
 
 
-ROW_RIGHT = [shard_from_the_shapes]   # right answers the solution does not cover, in the same launch
+def functional_all_reduce(x_local, linear, rank, world_size):
+    """Right too: torch's functional collective (what its warnings about dist.nn point to), not dist.all_reduce."""
+    import torch.distributed._functional_collectives as funcol
+
+    partial = x_local @ linear.weight.chunk(world_size, dim=1)[rank].T
+    return funcol.all_reduce(partial, "sum", dist.group.WORLD) + linear.bias
+
+
+ROW_RIGHT = [shard_from_the_shapes, functional_all_reduce]   # right answers the solution does not cover, same launch
 
 
 @pytest.fixture(scope="module")
@@ -191,7 +199,7 @@ def row_results():
 
 
 @pytest.mark.parametrize("answer", ROW_RIGHT, ids=[answer.__name__ for answer in ROW_RIGHT])
-def test_row_parallel_forward_accepts_a_shard_sliced_from_the_shapes(answer, row_results):
+def test_row_parallel_forward_accepts_right_answers_the_solution_does_not_cover(answer, row_results):
     assert lesson08.judge_row(answer.__name__, row_results[answer]).startswith(f"{answer.__name__}: every rank")
 
 
@@ -261,6 +269,19 @@ class WroteG(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
+        return grad
+
+
+class ReducesAClone(torch.autograd.Function):
+    """All-reduces a copy of the gradient and returns the gradient itself: the sum is dropped."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x
+
+    @staticmethod
+    def backward(ctx, grad):
+        dist.all_reduce(grad.clone())
         return grad
 
 
@@ -410,6 +431,8 @@ F_MISTAKES = [   # all run one after the other in one launch of 2 ranks
     (WroteG, r"(?s)rank 0, forward output\[0, 0\]: got .*SUM of x over the ranks: f does not communicate in "
              r"forward"),
     (IdentityBoth, r"(?s)rank 0, dL/dx\[\d+, \d+\]: got .*rank 0's own part of dL/dx.*dist.all_reduce"),
+    (ReducesAClone, r"(?s)rank 0, dL/dx.*rank 0's own part of dL/dx: dist.all_reduce ran in backward, but its sum "
+                    r"never reached the gradient you returned"),
     (AveragedBackward, r"(?s)rank 0, dL/dx\[\d+, \d+\].*MEAN of the ranks' parts"),
     (ReducesInForwardToo, r"rank 0: forward made 1 dist.all_reduce call"),
     (BroadcastsInForward, r"(?s)rank 0: forward made 1 dist.broadcast call\(s\).*f does not communicate in forward"),
