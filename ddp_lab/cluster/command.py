@@ -19,6 +19,8 @@ import re
 import time
 from pathlib import Path
 
+import psutil
+
 from ddp_lab.launcher.errors import LaunchError, LaunchTimeout, RankFailed, RankFailure
 from ddp_lab.launcher.payload import rename_cells
 from ddp_lab.launcher.rank_group import RankGroup
@@ -31,6 +33,7 @@ INTERRUPT_GRACE_S = 3.0  # after an interrupt: how long a rank may take to stop 
 INTERRUPT_CHECK_S = 0.5  # after an interrupt: how often the ranks still running are looked at (their stacks)
 MOVED_CHECK_S = 0.5  # at the watchdog, with a rank in a collective: how long its stacks are watched for a change
 MOVED_LOOK_S = 0.1  # ... and how often they are read then
+MOVED_CPU_SHARE = 0.2  # ... or the share of a core the stuck ranks use then that shows them at work
 STILL_RUNNING = object()  # collect's answer when ranks still run at its deadline after an interrupt
 # A value that cannot be pickled back, by command kind: (where it came from, what to do instead)
 UNPICKLABLE_ADVICE = {
@@ -215,8 +218,9 @@ class CommandWatch:
         in_collective = [rank for rank, stack in stacks.items() if waiting_in(stack) != "elsewhere"]
         why = (f"after another rank failed; rank(s) {listed(in_collective)} wait in a collective (for the failed "
                "rank, most likely)" if after_failure else f"after timeout={timeout:g}s")
-        hint = (f"the ranks were still working: their stacks changed within {MOVED_CHECK_S:g} s after the "
-                "watchdog, so the cell is slow, not stuck. Give it a longer watchdog (%%ddp --timeout SECONDS, "
+        hint = ("the ranks were still working (their stacks changed, or they used the CPU, in the "
+                f"{MOVED_CHECK_S:g} s after the watchdog), so the cell is slow, not stuck. Give it a longer watchdog "
+                "(%%ddp --timeout SECONDS, "
                 "--timeout none for none; or timeout=): a rank inside a collective cannot be interrupted safely, so "
                 f"the cluster was shut down. {RESTART}" if moving else f"{timeout_hint(stacks)} {FRESH_START}")
         return self.group.hang_report(
@@ -225,15 +229,30 @@ class CommandWatch:
             first=min(raised) if after_failure else None)
 
     def _moved(self, stacks: dict[int, str]) -> bool:
-        """Whether any of these ranks' Python stacks changes within MOVED_CHECK_S, read every MOVED_LOOK_S (or the
-        rank ends the command meanwhile): a loop that goes on, not a wait that never ends."""
-        ends = time.monotonic() + MOVED_CHECK_S
+        """Whether these ranks still work: within MOVED_CHECK_S one of their Python stacks changes (read every
+        MOVED_LOOK_S; a rank that ends the command counts), or they use at least MOVED_CPU_SHARE of a core. A loop
+        that goes on, not a wait that never ends: a rank blocked in a collective, or asleep, uses next to none."""
+        before = self._cpu_seconds(stacks)
+        started = ends = time.monotonic()
+        ends += MOVED_CHECK_S
         while time.monotonic() < ends:
             time.sleep(MOVED_LOOK_S)
             again = self.group.stacks(list(stacks))
             if any(again.get(rank) != stack for rank, stack in stacks.items()):
                 return True
-        return False
+        return self._cpu_seconds(stacks) - before >= MOVED_CPU_SHARE * (time.monotonic() - started)
+
+    def _cpu_seconds(self, ranks) -> float:
+        """The CPU time these ranks' processes have used (0 for one that has ended)."""
+        total = 0.0
+        for process in self.group.processes:
+            if process.rank in ranks:
+                try:
+                    times = psutil.Process(process.pid).cpu_times()
+                    total += times.user + times.system
+                except psutil.Error:
+                    pass
+        return total
 
     def _left_out(self, stacks: dict[int, str], timeout: float | None, left_out: list[int]) -> LaunchError:
         """One line for an `only` cell stuck in a collective that the ranks it left out never joined.
