@@ -352,8 +352,8 @@ def test_output_a_rank_prints_between_cells_comes_with_the_next_and_old_output_i
 def test_a_training_loop_slow_at_the_watchdog_is_not_called_stuck():
     """Rank 1 computes between all-reduces, rank 0 waits in them: at the watchdog a rank is inside a collective, so
     the cluster cannot be kept, but the ranks' stacks change, or rank 1 uses the CPU, within half a second, and the
-    message says the cell is slow, not that a rank skipped a collective. (Should both ranks be caught in Python code, they are interrupted and
-    the cluster kept instead.)"""
+    message says the cell is slow, not that a rank skipped a collective. (Should both ranks be caught in Python code,
+    they are interrupted and the cluster kept instead.)"""
     live = ddp_lab.Cluster(2, backend="gloo")
     with pytest.raises(LaunchTimeout) as caught:
         live.run_code("a = torch.randn(200, 200)\nt = torch.zeros(10)\nfor step in range(10**6):\n"
