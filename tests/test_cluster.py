@@ -353,7 +353,7 @@ def test_a_training_loop_slow_at_the_watchdog_is_not_called_stuck():
     """Rank 1 computes between all-reduces, rank 0 waits in them: at the watchdog a rank is inside a collective, so
     the cluster cannot be kept, but the ranks' stacks change, or rank 1 uses the CPU, within half a second, and the
     message says the cell is slow, not that a rank skipped a collective. (Should both ranks be caught in Python code,
-    they are interrupted and the cluster kept instead.)"""
+    they are interrupted instead: the cluster is kept, or, if rank 0 entered the all-reduce meanwhile, ended.)"""
     live = ddp_lab.Cluster(2, backend="gloo")
     with pytest.raises(LaunchTimeout) as caught:
         live.run_code("a = torch.randn(200, 200)\nt = torch.zeros(10)\nfor step in range(10**6):\n"
@@ -362,8 +362,8 @@ def test_a_training_loop_slow_at_the_watchdog_is_not_called_stuck():
     message = str(caught.value)
     assert "skipped" not in message, message
     assert ("the ranks were still working (their stacks changed, or they used the CPU" in message
-            and not live.alive) or \
-        ("interrupted there" in message and live.alive), message
+            and not live.alive) or ("interrupted there" in message and live.alive) or \
+        ("after the interrupt, in all_reduce" in message and not live.alive), message   # rank 0 entered it meanwhile
     live.shutdown()
 
 
