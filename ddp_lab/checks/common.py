@@ -636,7 +636,7 @@ def timeout_message(error, what: str, timeout: float, hint=None) -> str:
     """The CheckFailed text for a hang: where each stuck rank waits, and a hint (see run_on_ranks)."""
     # a rank waiting for the next size's group (`groups_of`) is waiting for the check, not in the answer's code
     places = {rank: _public_name(blocked_in(f.details)) for rank, f in sorted(error.failures.items())
-              if f.kind == "timeout" and " in groups_of" not in f.details}
+              if f.kind == "timeout" and f" in {groups_of.__name__}" not in f.details}
     where = ", ".join(f"rank {rank} in dist.{call}" if call else f"rank {rank} outside torch.distributed"
                       for rank, call in places.items())
     calls = set(places.values())

@@ -110,7 +110,6 @@ STEPS, PER_RANK, LR = 3, 4, 1e-2
 # parameter put together from two halves) fails on 3. Every parameter's size divides by 6, so that its shards are of
 # one size on both (an all-gather needs that; the uneven split is the 5-value parameter zero1_init is given).
 WORLD_SIZES = (2, 3)
-WORLD_SIZE = WORLD_SIZES[0]
 
 
 def _model() -> nn.Module:

@@ -85,7 +85,7 @@ class CommandWatch:
         STILL_RUNNING instead (the caller decides).
         """
         deadline = None if timeout is None else time.monotonic() + timeout
-        failed = first_failed = look_at = None   # look_at: after a failure, when to look at the ranks still running
+        first_failed = look_at = None   # look_at: after a failure, when to look at the ranks still running
         while not all(rank in self.replies and len(self.marks[rank]) == 2 for rank in self.running):
             if self.group.exits:
                 return self._crashed()
@@ -107,8 +107,8 @@ class CommandWatch:
             kind, rank, value = event
             if kind == "reply" and value["id"] == self.command_id:
                 self.replies[rank] = value
-                if not value["ok"] and failed is None:
-                    failed, first_failed = True, rank   # the first failure to reach the kernel
+                if not value["ok"] and first_failed is None:
+                    first_failed = rank   # the first failure to reach the kernel
                     look_at = time.monotonic() + AFTER_FAILURE_S
             elif kind == "mark" and value[1] == self.command_id:
                 self.marks[rank].add(value[0])

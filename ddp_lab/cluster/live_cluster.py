@@ -310,7 +310,7 @@ class Cluster:
         (as a kernel shows a background thread's output in the cell that runs); then every line up to here is
         forgotten, so the cluster keeps each rank's output of one command, not of its whole life."""
         outputs = self._group.outputs
-        shown = [len(output.lines) for output in outputs]   # the reader threads append: read the lengths once
+        shown = self._line_counts()
         print_in_rank_order([RankOutput(rank, output.lines[self._ended_at[rank]:shown[rank]])
                              for rank, output in enumerate(outputs)])
         for output, length in zip(outputs, shown):
