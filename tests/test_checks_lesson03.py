@@ -51,6 +51,19 @@ def scatter_split_by_size(tensors, n):
     return list(zip(*[torch.split(t, n) for t in tensors]))
 
 
+def scatter_mask_whole(tensors, n):
+    """The inputs and labels split, the mask handed whole to every device."""
+    x, labels, mask = tensors
+    return [(xs, ls, mask) for xs, ls in zip(torch.chunk(x, n), torch.chunk(labels, n))]
+
+
+def scatter_floor_sizes(tensors, n):
+    """floor(B/n) rows per device, the remainder on the last (2-2-2-4 for 10 over 4): neither chunk nor tensor_split."""
+    size = len(tensors[0]) // n or 1
+    bounds = [min(k * size, len(tensors[0])) for k in range(n)] + [len(tensors[0])]
+    return [tuple(t[a:b] for t in tensors) for a, b in zip(bounds, bounds[1:]) if b > a]
+
+
 def gather_dim1(outputs):
     return torch.cat(outputs, dim=1)
 
@@ -60,7 +73,16 @@ def gather_reversed(outputs):
 
 
 @pytest.mark.parametrize("scatter, gather, feedback", [
-    (scatter_tensor_split, gather_outputs, r"(?s)DataParallel splits like torch.chunk.*tensor_split"),
+    (scatter_tensor_split, gather_outputs, r"(?s)tensor 0's rows per device \[3, 3, 2, 2\], expected \[3, 3, 3, 1\]"
+                                           r".*these are torch.tensor_split's balanced sizes; DataParallel splits "
+                                           r"like torch.chunk"),
+    (scatter_mask_whole, gather_outputs, r"(?s)device 0, tensor 2: got shape \(10, 2, 2\), expected \(3, 2, 2\) "
+                                         r"\(tensor 2's rows per device \[10, 10, 10, 10\].*Hint: tensor 2 was not "
+                                         r"split: device 0 got all 10 of its rows"),
+    # sizes that are not tensor_split's: the hint does not name it
+    (scatter_floor_sizes, gather_outputs, r"(?s)rows per device \[2, 2, 2, 4\], expected \[3, 3, 3, 1\]\)\.\nHint: "
+                                          r"DataParallel splits like torch.chunk: ceil\(B/n\) rows per device, the "
+                                          r"last one smaller\.$"),
     (scatter_per_tensor, gather_outputs, r"one per \*tensor\*; expected 4, one per device"),
     (scatter_strided, gather_outputs, r"(?s)right shape, wrong rows.*contiguous slice"),
     (scatter_split_by_size, gather_outputs, r"(?s)10 rows .* over 4 devices: got chunks of \[4, 4, 2\] rows, "
@@ -228,6 +250,83 @@ def no_threads_at_all(model, x, y, n):
     return F.mse_loss(torch.cat([model(c) for c in torch.chunk(x, n)]), y)
 
 
+def threads_counted_to_n(model, x, y, n):
+    """One thread per device, not per chunk: 6 rows over 4 devices make 3 chunks, thread 3 finds none."""
+    chunks = torch.chunk(x, n)
+    replicas, outputs, errors = _replicas(model, chunks), [None] * len(chunks), []
+
+    def work(k):
+        try:
+            outputs[k] = torch.func.functional_call(*replicas[k], (chunks[k],))
+        except BaseException as error:
+            errors.append(error)
+
+    _threads_each(work, n)
+    if errors:
+        raise errors[0]
+    return F.mse_loss(torch.cat(outputs), y)
+
+
+def outputs_sized_by_n(model, x, y, n):
+    """n replicas, n output slots, n threads: the last slot stays None when there are fewer chunks."""
+    chunks = torch.chunk(x, n)
+    replicas, outputs = _replicas(model, range(n)), [None] * n
+
+    def work(k):
+        if k < len(chunks):
+            outputs[k] = torch.func.functional_call(*replicas[k], (chunks[k],))
+
+    _threads_each(work, n)
+    return F.mse_loss(torch.cat(outputs), y)
+
+
+def sliced_by_ceil(model, x, y, n):
+    """ceil(B/n) rows per device by slicing, for every device: the fourth slice of 6 rows over 4 is empty."""
+    size = -(-len(x) // n)
+    chunks = [x[k * size:(k + 1) * size] for k in range(n)]
+    return F.mse_loss(torch.cat(_run_threads(_replicas(model, chunks), chunks)), y)
+
+
+def detached_outputs(model, x, y, n):
+    chunks = torch.chunk(x, n)
+    return F.mse_loss(torch.cat([o.detach() for o in _run_threads(_replicas(model, chunks), chunks)]), y)
+
+
+def replicas_made_without_grad(model, x, y, n):
+    chunks = torch.chunk(x, n)
+    with torch.no_grad():   # grad mode is per thread: the threads' forwards record a graph, the clones did not
+        outputs = _run_threads(_replicas(model, chunks), chunks)
+    return F.mse_loss(torch.cat(outputs), y)
+
+
+def forwards_without_grad(model, x, y, n):
+    chunks, outputs = torch.chunk(x, n), [None] * len(torch.chunk(x, n))
+    replicas = _replicas(model, chunks)
+
+    def work(k):
+        with torch.no_grad():
+            outputs[k] = torch.func.functional_call(*replicas[k], (chunks[k],))
+
+    _threads_each(work, len(chunks))
+    return F.mse_loss(torch.cat(outputs), y)
+
+
+def detached_parameters(model, x, y, n):
+    chunks = torch.chunk(x, n)
+    replicas = [(copy.deepcopy(model), {name: p.detach() for name, p in model.named_parameters()}) for _ in chunks]
+    return F.mse_loss(torch.cat(_run_threads(replicas, chunks)), y)
+
+
+def a_replica_per_device(model, x, y, n):
+    """Right: n replicas made (one unused when there are fewer chunks), one thread per chunk."""
+    chunks = torch.chunk(x, n)
+    return F.mse_loss(torch.cat(_run_threads(_replicas(model, range(n)), chunks)), y)
+
+
+def test_data_parallel_loss_accepts_a_spare_replica():
+    check_data_parallel_loss(a_replica_per_device)
+
+
 @pytest.mark.parametrize("answer, feedback", [
     (loss_with_deepcopy_replicas, r"(?s)no gradient: the gradients stayed in the replicas.*deepcopy"),
     (mean_of_chunk_losses, r"(?s)loss .*expected .*short last chunk"),
@@ -249,6 +348,20 @@ def no_threads_at_all(model, x, y, n):
     (tensor_split_not_chunk, r"(?s)^the replicas ran on chunks of \[2, 2, 3, 3\] rows; DataParallel scatters with "
                              r"torch.chunk\(x, n\).*torch.tensor_split balances the sizes"),
     (summed_loss, r"(?s)loss .*Hint: F.mse_loss\(torch.cat\(outputs\), y\) once"),
+    # 10 rows over 4 devices make 4 chunks, so these pass the first case and fail the second (3 chunks of 2 rows)
+    (threads_counted_to_n, r"(?s)^10 rows over 4 devices were right; with 6 rows over 4 devices torch.chunk makes 3 "
+                           r"chunks of 2 rows.*raised IndexError.*Hint: something counted to n = 4 where there are 3 "
+                           r"chunks"),
+    (outputs_sized_by_n, r"(?s)^10 rows over 4 devices were right; .*raised TypeError.*NoneType.*Hint: something "
+                         r"counted to n = 4 where there are 3 chunks"),
+    (sliced_by_ceil, r"(?s)^10 rows over 4 devices were right; .*the replicas ran on chunks of \[0, 2, 2, 2\] rows"),
+    (detached_outputs, r"(?s)^the loss does not require grad.*differentiable copies of the parameters and grad mode on, "
+                       r"so the graph was cut after the forwards"),
+    (forwards_without_grad, r"(?s)^the loss does not require grad.*Hint: a replica's forward ran under torch.no_grad"),
+    (replicas_made_without_grad, r"(?s)^the loss does not require grad.*Hint: the replicas ran with parameters "
+                                 r"that are not computed from the model's own.*copies made under torch.no_grad"),
+    (detached_parameters, r"(?s)^the loss does not require grad.*Hint: the replicas ran with parameters that are not "
+                          r"computed from the model's own"),
 ])
 def test_data_parallel_loss_rejects_wrong_answers(answer, feedback):
     with pytest.raises(CheckFailed, match=feedback):

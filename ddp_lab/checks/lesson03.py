@@ -109,18 +109,33 @@ def _compare_scatter(got, tensors, n, case) -> None:
             if not torch.is_tensor(part):
                 raise CheckFailed(f"{where}: got {describe(part)}, expected a tensor.")
             if part.shape != want.shape:
-                sizes = [len(e[0]) for e in expected]
-                got_sizes = [len(g[0]) if isinstance(g, (list, tuple)) and g and torch.is_tensor(g[0]) else "?"
-                             for g in got]
-                hint = ("DataParallel splits like torch.chunk: ceil(B/n) rows per device, the last one "
-                        "smaller; torch.tensor_split balances the sizes instead" if len(part) != len(want)
-                        else "split along dim 0, the batch dimension")
-                raise CheckFailed(f"{where}: got shape {tuple(part.shape)}, expected {tuple(want.shape)} "
-                                  f"(chunk rows {got_sizes}, expected {sizes}).\nHint: {hint}.")
+                raise CheckFailed(_shape_problem(where, got, expected, device, index, tensors[index]))
             if not torch.equal(part, want):
                 raise CheckFailed(f"{where}: right shape, wrong rows (first row {part[0].tolist()}, expected "
                                   f"{want[0].tolist()}).\nHint: each device takes a contiguous slice of the "
                                   "batch (device 0 the first rows), the same rows from every tensor.")
+
+
+def _shape_problem(where: str, got, expected, device: int, index: int, tensor: torch.Tensor) -> str:
+    """What differs when device `device`'s chunk of tensor `index` has the wrong shape: that tensor's rows on every
+    device beside torch.chunk's; torch.tensor_split is named only when the rows are its balanced sizes."""
+    part, want = got[device][index], expected[device][index]
+    sizes = [len(e[index]) for e in expected]
+    got_sizes = [len(g[index]) if isinstance(g, (list, tuple)) and len(g) > index and torch.is_tensor(g[index])
+                 and g[index].dim() else "?" for g in got]
+    balanced = [len(c) for c in torch.tensor_split(tensor, len(expected))]
+    if part.dim() != want.dim() or part.shape[1:] != want.shape[1:]:
+        hint = "split along dim 0, the batch dimension; every other dimension stays whole"
+    elif len(part) == len(tensor) and len(expected) > 1:
+        hint = (f"tensor {index} was not split: device {device} got all {len(tensor)} of its rows. Split every "
+                "tensor of the batch the same way (torch.chunk(t, n) for each)")
+    elif got_sizes == balanced != sizes:
+        hint = (f"these are torch.tensor_split's balanced sizes; DataParallel splits like torch.chunk: ceil(B/n) "
+                "rows per device, the last one smaller")
+    else:
+        hint = "DataParallel splits like torch.chunk: ceil(B/n) rows per device, the last one smaller"
+    return (f"{where}: got shape {tuple(part.shape)}, expected {tuple(want.shape)} (tensor {index}'s rows per "
+            f"device {got_sizes}, expected {sizes}).\nHint: {hint}.")
 
 
 def _same(got, expected) -> bool:
@@ -142,6 +157,8 @@ _entered: list[tuple[int, int, int, int, str | None]] = []
 # per forward: (id of the module, chunk index or -1, rows, thread ident, the answer's line constructing a Thread
 # that was running when the forward ran in the calling thread, or None)
 _finished: list[int] = []               # the chunk index of each forward, in the order the forwards returned
+_graph: list[tuple[bool, bool]] = []    # per forward: (grad mode on, the replica's weight computed from another
+#                                          tensor, as p.clone() of the model's parameter is)
 
 
 def _finishing_order(chunks: int) -> list[int]:
@@ -178,6 +195,8 @@ class _Recorder(nn.Module):
                          -1)
             thread = threading.get_ident()
             _entered.append((id(self), index, len(x), thread, _thread_call_line() if thread in _caller else None))
+            weight = self.net[0].weight
+            _graph.append((torch.is_grad_enabled(), weight.grad_fn is not None))
             if index < 0:    # not one of torch.chunk's chunks: the replica it waits for will never come
                 _barrier[0].abort()
             _barrier[0].wait()
@@ -264,20 +283,71 @@ def _loss_hint(got: float, x: torch.Tensor, y: torch.Tensor, n: int, finished: l
     return "F.mse_loss(torch.cat(outputs), y) once, over the whole gathered batch (its mean over every element)."
 
 
-def check_data_parallel_loss(data_parallel_loss, n_devices: int = 4) -> None:
+# (rows, devices): an uneven split (3-3-3-1), then fewer chunks than devices (6 rows over 4: torch.chunk makes 3 of 2
+# rows, and DataParallel runs only as many replicas as there are chunks: device_ids[:len(inputs)])
+LOSS_CASES = ((10, 4), (6, 4))
+
+
+def check_data_parallel_loss(data_parallel_loss) -> None:
     """Check a hand-written DataParallel forward + loss.
 
     `data_parallel_loss(model, x, y, n)` must scatter x over n devices, replicate the model
     with differentiable copies of its parameters, run the replicas in one thread each,
     gather the outputs and return `F.mse_loss(gathered, y)`. The check calls `backward()` on
-    the result and compares the model's gradients with single-process training. A split into a
-    number of chunks written in the code is refused before anything runs.
+    the result and compares the model's gradients with single-process training, for each of
+    LOSS_CASES: 10 rows over 4 devices, then 6 rows, which torch.chunk splits into 3 chunks.
+    A split into a number of chunks written in the code is refused before anything runs.
 
     Introduced in notebooks/03-dataparallel.ipynb.
     """
     refuse_written_split(data_parallel_loss, "data_parallel_loss", "n, the number of devices")
+    for number, (rows, n) in enumerate(LOSS_CASES):
+        chunks = len(torch.chunk(torch.empty(rows), n))
+        try:
+            _check_one_loss(data_parallel_loss, rows, n)
+        except CheckFailed as failure:
+            if number == 0:
+                raise
+            first = LOSS_CASES[0]
+            raise CheckFailed(f"{first[0]} rows over {first[1]} devices were right; with {rows} rows over {n} "
+                              f"devices torch.chunk makes {chunks} chunks of {-(-rows // n)} rows (ceil({rows}/{n})), "
+                              f"and DataParallel runs {chunks} replicas: {failure}") from None
+    passed(f"data_parallel_loss: loss and gradients == single process, one replica per chunk in its own thread "
+           f"({LOSS_CASES[0][0]} rows over {LOSS_CASES[0][1]} devices, then {rows} rows in {chunks} chunks)")
+
+
+def _past_the_chunks(error: Exception, chunks: int, n: int) -> str | None:
+    """A hint when an error shows an index that ran past the last chunk to n: an IndexError, or torch.cat given None
+    at a position >= the number of chunks (an outputs list of n entries, the last ones never filled)."""
+    if chunks >= n:
+        return None
+    at = re.search(r"element (\d+) .*NoneType", str(error))
+    if isinstance(error, IndexError) or (isinstance(error, TypeError) and at and int(at.group(1)) >= chunks):
+        return (f"\nHint: something counted to n = {n} where there are {chunks} chunks (an index past the last "
+                "chunk, or an outputs list with entries no replica filled): size the replicas, the threads and the "
+                "outputs by the chunks torch.chunk returned (len(chunks)), not by n.")
+    return None
+
+
+def _not_connected(graph: list[tuple[bool, bool]]) -> str:
+    """Why the loss does not require grad, from what each replica's forward saw (`_graph`)."""
+    if not graph:
+        return "Hint: run the replicas' forwards on the chunks with differentiable copies of the parameters."
+    if not all(enabled for enabled, _ in graph):
+        return "Hint: a replica's forward ran under torch.no_grad(), which records no graph to back-propagate."
+    if not all(computed for _, computed in graph):
+        return ("Hint: the replicas ran with parameters that are not computed from the model's own (p.detach(), "
+                "p.data, a deepcopy's parameters, or copies made under torch.no_grad()): copy them differentiably, "
+                "{name: p.clone() for name, p in model.named_parameters()}, with grad mode on.")
+    return ("Every replica ran with differentiable copies of the parameters and grad mode on, so the graph was cut "
+            "after the forwards, on the way from the outputs to the loss (.detach(), .data, .item() or a new "
+            "torch.tensor(...)).\nHint: gather the outputs as they come back (torch.cat) and take the loss on them.")
+
+
+def _check_one_loss(data_parallel_loss, rows: int, n_devices: int) -> None:
+    """One case of check_data_parallel_loss: `rows` rows over `n_devices` devices."""
     generator = torch.Generator().manual_seed(5)
-    x, y = torch.randn(10, 5, generator=generator), torch.randn(10, 3, generator=generator)
+    x, y = torch.randn(rows, 5, generator=generator), torch.randn(rows, 3, generator=generator)
     reference = _model()
     F.mse_loss(reference(x), y).backward()
     expected_loss = F.mse_loss(reference(x), y).item()
@@ -286,7 +356,7 @@ def check_data_parallel_loss(data_parallel_loss, n_devices: int = 4) -> None:
     chunks = torch.chunk(x, n_devices)
     _barrier.append(threading.Barrier(len(chunks), timeout=BARRIER_SECONDS))
     caller = threading.get_ident()
-    _chunks[:], _entered[:], _finished[:], _caller[:] = chunks, [], [], [caller]
+    _chunks[:], _entered[:], _finished[:], _graph[:], _caller[:] = chunks, [], [], [], [caller]
     try:
         loss = data_parallel_loss(model, x.clone(), y.clone(), n_devices)
     except threading.BrokenBarrierError:
@@ -297,10 +367,11 @@ def check_data_parallel_loss(data_parallel_loss, n_devices: int = 4) -> None:
     except Exception as error:
         if _barrier[-1].broken:  # a thread hit the broken barrier and the answer hid it
             raise CheckFailed(_scatter_problem(chunks) or _not_parallel(list(_entered), caller)) from None
-        raise CheckFailed(f"data_parallel_loss raised {type(error).__name__}: {error}") from error
+        raise CheckFailed(f"data_parallel_loss raised {type(error).__name__}: {error}"
+                          f"{_past_the_chunks(error, len(chunks), n_devices) or ''}") from error
     finally:
         broken = _barrier.pop().broken
-        entered, finished = list(_entered), list(_finished)
+        entered, finished, graph = list(_entered), list(_finished), list(_graph)
         _chunks[:], _caller[:] = [], []
     if broken:
         raise CheckFailed(_scatter_problem(chunks, entered) or _not_parallel(entered, caller))
@@ -308,8 +379,7 @@ def check_data_parallel_loss(data_parallel_loss, n_devices: int = 4) -> None:
         raise CheckFailed(f"data_parallel_loss returned {describe(loss)}, expected the scalar loss tensor.")
     if not loss.requires_grad:
         raise CheckFailed("the loss does not require grad: it is not connected to the model's parameters.\n"
-                          "Hint: the replicas' parameters must be differentiable copies (p.clone()), not "
-                          "detached copies or a deepcopy; and do not compute under torch.no_grad().")
+                          + _not_connected(graph))
     loss.backward()
     if all(p.grad is None for p in model.parameters()):
         raise CheckFailed("after loss.backward() the model's own parameters have no gradient: the gradients "
@@ -336,4 +406,3 @@ def check_data_parallel_loss(data_parallel_loss, n_devices: int = 4) -> None:
             ratio = (p.grad.norm() / p_ref.grad.norm()).item()
             raise CheckFailed(f"gradient of {name!r} differs from single-process training (norm ratio "
                               f"{ratio:.3f}).\nHint: the loss must be the mean over the gathered batch, once.")
-    passed(f"data_parallel_loss: loss and gradients == single process, replicas ran in {n_devices} threads")
