@@ -114,6 +114,13 @@ def averages_then_divides(model):
         p.grad /= dist.get_world_size()                 # ... divided once more
 
 
+def divides_before_and_after(model):
+    for p in model.parameters():
+        p.grad /= dist.get_world_size()
+        dist.all_reduce(p.grad)
+        p.grad /= dist.get_world_size()
+
+
 def divides_before_the_all_reduce(model):
     """Right too: the sum of each rank's share is the mean."""
     for p in model.parameters():
@@ -143,8 +150,11 @@ AVERAGE_ANSWERS = {   # all return (none raises or hangs): they run one after th
     reduce_op_avg: None,           # gloo in this torch supports ReduceOp.AVG: also right
     divides_before_the_all_reduce: None,
     flat_buffer_copied_back: None,
-    averages_then_divides: r"(?s)this is the mean divided by 3 once more: the gradient was divided by the world size "
-                           r"twice \(dist\.ReduceOp\.AVG already gives the mean\); divide once, after a SUM",
+    averages_then_divides: r"(?s)this is the mean divided by 3 once more: the world size was divided out twice "
+                           r"\(divide once, after a SUM; after ReduceOp\.AVG, which already gives the mean, not at "
+                           r"all\)",
+    # the same value without AVG: the hint states the rule, it does not say AVG was used
+    divides_before_and_after: r"(?s)this is the mean divided by 3 once more: the world size was divided out twice",
     sum_without_dividing: r"(?s)this is the SUM over ranks.*divide by dist.get_world_size",
     divide_without_all_reduce: r"(?s)divided by the world size: the all_reduce is missing",
     only_the_first_parameter: r"(?s)gradient of '1\.weight'.*still rank 0's own gradient",

@@ -159,6 +159,23 @@ def width_over_two(x_local, linear, rank, world_size):
     return partial + linear.bias
 
 
+def padded_to_the_whole_weight(x_local, linear, rank, world_size):
+    """Zeros where the other ranks' features go, times the whole weight: the right sum, every rank doing all of it."""
+    width = x_local.shape[-1]
+    padded = x_local.new_zeros(*x_local.shape[:-1], linear.in_features)
+    padded[..., rank * width:(rank + 1) * width] = x_local
+    partial = padded @ linear.weight.T
+    dist.all_reduce(partial)
+    return partial + linear.bias
+
+
+def einsum_with_my_columns(x_local, linear, rank, world_size):
+    """Right too: einsum over this rank's columns."""
+    partial = torch.einsum("bsi,oi->bso", x_local, linear.weight.chunk(world_size, dim=1)[rank])
+    dist.all_reduce(partial)
+    return partial + linear.bias
+
+
 def row_stub(x_local, linear, rank, world_size):
     raise NotImplementedError("my shard is linear.weight.chunk(world_size, dim=1)[rank]")
 
@@ -167,7 +184,11 @@ ROW_MISTAKES = [   # answers that return (not raise): they run one after the oth
     (bias_on_every_rank, r"(?s)rank 0, output\[0, 0, 0\]: got .*, expected .*bias is in the sum 2 times: every "
                          r"rank added it before the all-reduce"),
     (no_all_reduce, r"(?s)rank 0, output\[\d+, \d+, \d+\].*rank 0's own partial sum plus the bias.*dist.all_reduce"),
-    (averaged, r"(?s)rank 0, output.*MEAN of the partial sums.*SUM"),
+    (averaged, r"(?s)rank 0, output.*MEAN of the partial sums \(a division by the world size, or ReduceOp.AVG\): "
+               r"the full output is their SUM"),
+    (padded_to_the_whole_weight, r"(?s)^rank 0: the output is right, but padded_to_the_whole_weight multiplied over all "
+                                 r"8 input features of nn.Linear\(8, 6\).*not this rank's 4.*Hint: multiply x_local "
+                                 r"as it is \(4 features\) by this rank's columns"),
     (no_bias, r"(?s)rank 0, output\[0, 0, 0\].*the bias is missing.*once, after the all-reduce"),
     (reduces_a_copy, r"(?s)rank 0, output.*rank 0's own partial sum plus the bias: dist.all_reduce ran, but its sum "
                      r"never reached your output"),
@@ -189,7 +210,7 @@ def functional_all_reduce(x_local, linear, rank, world_size):
     return funcol.all_reduce(partial, "sum", dist.group.WORLD) + linear.bias
 
 
-ROW_RIGHT = [shard_from_the_shapes, functional_all_reduce]   # right answers the solution does not cover, same launch
+ROW_RIGHT = [shard_from_the_shapes, functional_all_reduce, einsum_with_my_columns]   # right answers the solution does not cover, same launch
 
 
 @pytest.fixture(scope="module")

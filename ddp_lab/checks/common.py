@@ -751,7 +751,9 @@ def your_frames(text: str) -> str:
     """The learner's frames of a rank's traceback, and where it entered a library: the lines that locate a mistake.
 
     The check's own frames (call_case) and everything inside torch but the first call into it
-    are left out, so a message shows the learner's lines instead of a dozen of torch's.
+    are left out, so a message shows the learner's lines instead of a dozen of torch's. A library's
+    frames that lead into the package's own (a check's recorder of torch's operations, lesson 08)
+    are the way in to the check, not where the learner's call went wrong: not named either.
     """
     shown, entered = [], None
     for frame in parse_frames(text):
@@ -759,7 +761,9 @@ def your_frames(text: str) -> str:
         if library is None:
             shown.extend(line for line in frame["text"] if set(line.strip()) - set("^~ "))
             entered = None
-        elif library != "ddp_lab" and entered is None and shown:
+        elif library == "ddp_lab":
+            entered = None
+        elif entered is None and shown:
             entered = (f"  ... inside {library}: {os.path.basename(frame['file'])}, line {frame['line']}, "
                        f"in {frame['fn']}")
     if entered:

@@ -139,8 +139,8 @@ def _average_hint(got, mean, own, result: dict, index: int, rank: int, division:
             return (f"this is the sum over the {size} ranks divided by {divisor}: divide by dist.get_world_size(), "
                     "not by a number fixed in the code")
     if torch.allclose(got, mean / size, atol=1e-7):
-        return (f"this is the mean divided by {size} once more: the gradient was divided by the world size twice "
-                "(dist.ReduceOp.AVG already gives the mean); divide once, after a SUM")
+        return (f"this is the mean divided by {size} once more: the world size was divided out twice "
+                "(divide once, after a SUM; after ReduceOp.AVG, which already gives the mean, not at all)")
     own_only, divided = torch.allclose(got, own, atol=1e-7), torch.allclose(got, own / size, atol=1e-7)
     if (own_only or divided) and result["all_reduces"] and not any(result["grad_reduced"]):
         return ("dist.all_reduce ran, but never on a p.grad: it sums in place, into the tensor you pass (a copy, "

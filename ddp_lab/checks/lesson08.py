@@ -32,6 +32,7 @@ from ddp_lab.checks.common import (FORBIDDEN, answer_of, call_case, describe, en
 from ddp_lab.course.tensor_parallel.communications import (CopyToModelParallelRegion, copy_to_model_parallel_region,
                                                            reduce_from_model_parallel_region)
 from ddp_lab.instruments.collectives import replacing_dist_calls, watching_collectives
+from torch.utils._python_dispatch import TorchDispatchMode
 
 WORLD_SIZE = 2
 IN_FEATURES, OUT_FEATURES = 8, 6  # not square: slicing the wrong dimension of the weight fails loudly
@@ -86,15 +87,38 @@ def _row_runner(rank: int, answers: tuple) -> list[dict]:
     return results
 
 
+# aten's matrix products, as torch's dispatcher sees them after x @ w, F.linear, einsum... are broken down
+_PRODUCTS = frozenset({"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::mv", "aten::addmv", "aten::dot"})
+
+
+class _ContractionWidths(TorchDispatchMode):
+    """Records the width each matrix product sums over (the first operand's last dimension): a rank that multiplies
+    all of a layer's input features, not only its own, shows it here, whatever it wrote."""
+
+    def __init__(self, widths: list[int]):
+        super().__init__()
+        self.widths = widths
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func._schema.name in _PRODUCTS:
+            first = args[1] if func._schema.name.startswith(("aten::add", "aten::badd")) else args[0]
+            self.widths.append(first.shape[-1])
+        try:
+            return func(*args, **(kwargs or {}))
+        except Exception as error:  # torch's own error, without the frames of this recorder's call into torch
+            raise error.with_traceback(None) from None
+
+
 def _row_layer(rank: int, row_parallel_forward, in_features: int, out_features: int) -> dict:
     linear = _linear(in_features, out_features)
     x_local = _row_input(in_features).chunk(dist.get_world_size(), dim=-1)[rank].clone()  # my input features
-    calls = []
-    with torch.no_grad(), watching_collectives(ROW_COLLECTIVES, lambda name, sent: calls.append(name)):
+    calls, widths = [], []
+    with torch.no_grad(), watching_collectives(ROW_COLLECTIVES, lambda name, sent: calls.append(name)), \
+            _ContractionWidths(widths):
         out = call_case(row_parallel_forward, f"computing a row-parallel {_layer(in_features, out_features)} on rank "
                         f"{rank} with x_local of shape {tuple(x_local.shape)}",
                         x_local, linear, rank, dist.get_world_size())
-    return {"out": out.detach().clone() if torch.is_tensor(out) else out, "calls": calls}
+    return {"out": out.detach().clone() if torch.is_tensor(out) else out, "calls": calls, "widths": widths}
 
 
 def run_row_answers(answers: tuple, timeout: float = 30.0, name: str = "row_parallel_forward") -> list[list]:
@@ -163,8 +187,9 @@ def _row_hint(got, rank, expected, partials, bias, calls: list) -> str:
         (partials[rank] + bias, f"this is rank {rank}'s own partial sum plus the bias: {own}"),
         (partials[rank], f"this is rank {rank}'s own partial sum: dist.all_reduce it (SUM over ranks), then add "
                          "the bias"),
-        (total / WORLD_SIZE + bias, "this is the MEAN of the partial sums: the full output is their SUM (the "
-                                    "default dist.ReduceOp.SUM); do not divide by the world size"),
+        (total / WORLD_SIZE + bias, "this is the MEAN of the partial sums (a division by the world size, or "
+                                    "ReduceOp.AVG): the full output is their SUM, dist.all_reduce's default op, with "
+                                    "no division"),
     ]
     for value, hint in candidates:
         if torch.allclose(got, value, atol=1e-5, rtol=1e-5):
@@ -222,6 +247,15 @@ def judge_row(name: str, results: list) -> str:
                               "layer computes a partial output from this rank's input features and sums the partials "
                               f"with one dist.all_reduce.{gathered}\nHint: multiply x_local by this rank's columns "
                               "of linear.weight, all_reduce that partial once, then add the bias.")
+    for rank in range(WORLD_SIZE):
+        if IN_FEATURES in results[rank].get("widths", []):
+            local = IN_FEATURES // WORLD_SIZE
+            raise CheckFailed(f"rank {rank}: the output is right, but {name} multiplied over all {IN_FEATURES} input "
+                              f"features of {_layer(*ROW_LAYERS[0])} (a matrix product {IN_FEATURES} wide), not "
+                              f"this rank's {local}: every rank did the whole layer's matmul, with the whole "
+                              "linear.weight (an x_local padded with zeros to the full width does this). A rank of a "
+                              "row-parallel layer holds only its columns of the weight.\nHint: multiply x_local as it "
+                              f"is ({local} features) by this rank's columns of linear.weight, then all_reduce.")
     for layer, per_rank in zip(ROW_LAYERS[1:], zip(*(result["others"] for result in results))):
         _judge_row_layer(name, *layer, [result["out"] for result in per_rank])
     return (f"{name}: every rank returns linear(x) from its share of the input features and one all-reduce, for "
