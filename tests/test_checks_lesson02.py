@@ -183,6 +183,56 @@ def rs_fixed_buffer(tensor):
     return chunks[rank]
 
 
+def rs_shifted_the_wrong_way(tensor):
+    """Wrong: the lesson's indices shifted by one the other way (N - 1 steps): a partial sum travels on."""
+    return ring_reduce_scatter(tensor, shift=-1)[dist.get_rank()]
+
+
+def rs_unsqueezed(tensor):
+    """Wrong: the right chunk, returned with an extra dimension."""
+    return ring_reduce_scatter(tensor)[dist.get_rank()].unsqueeze(0)
+
+
+def rs_irecv_never_waited(tensor):
+    """Wrong: dist.irecv's request never waited for: the buffer is read before (or as) the message arrives."""
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    chunks = list(tensor.tensor_split(world_size))
+    for step in range(world_size - 1):
+        send_index, recv_index = (rank - step - 1) % world_size, (rank - step - 2) % world_size
+        incoming = torch.zeros_like(chunks[recv_index])
+        request = dist.isend(chunks[send_index].clone(), (rank + 1) % world_size)
+        dist.irecv(incoming, (rank - 1) % world_size)
+        request.wait()
+        chunks[recv_index] = chunks[recv_index] + incoming
+    return chunks[rank]
+
+
+def rs_isend_never_waited(tensor):
+    """Wrong: each isend's request kept but never waited for (the values come out right here)."""
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    chunks, requests = list(tensor.tensor_split(world_size)), []
+    for step in range(world_size - 1):
+        send_index, recv_index = (rank - step - 1) % world_size, (rank - step - 2) % world_size
+        incoming = torch.empty_like(chunks[recv_index])
+        requests.append(dist.isend(chunks[send_index].clone(), (rank + 1) % world_size))
+        dist.recv(incoming, (rank - 1) % world_size)
+        chunks[recv_index] = chunks[recv_index] + incoming
+    return chunks[rank]
+
+
+def rs_isend_dropped(tensor):
+    """Wrong: the request dist.isend returns dropped at once: the message is never delivered (a hang)."""
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    chunks = list(tensor.tensor_split(world_size))
+    for step in range(world_size - 1):
+        send_index, recv_index = (rank - step - 1) % world_size, (rank - step - 2) % world_size
+        incoming = torch.empty_like(chunks[recv_index])
+        dist.isend(chunks[send_index].clone(), (rank + 1) % world_size)
+        dist.recv(incoming, (rank - 1) % world_size)
+        chunks[recv_index] = chunks[recv_index] + incoming
+    return chunks[rank]
+
+
 def rs_stub(tensor):
     raise NotImplementedError("shift the schedule by one chunk")
 
@@ -197,6 +247,11 @@ RS_RETURNING = {   # wrong answers that return: they run one after the other in 
     rs_mean: r"Hint: you returned the MEAN of chunk 0; dist\.reduce_scatter returns the SUM",
     rs_whole_tensor: r"got a tensor of shape \(12,\) .*\nHint: you returned a tensor as large as the input",
     rs_overwrites: r"(?s)Hint: it is rank \d's chunk 0 alone: what arrived replaced this rank's chunk",
+    rs_shifted_the_wrong_way: r"(?s)rank 0, tensor of 12 .*\nHint: it is the sum over ranks \[0, 2\] only; rank\(s\) "
+                              r"\[1\] are missing, although this rank received 2 times \(the ring needs N - 1 = 2\): "
+                              r"a partial sum travelled on",
+    rs_unsqueezed: r"rank 0, tensor of 12 .*got a tensor of shape \(1, 4\).*\nHint: the 4 elements are there, in the "
+                   r"shape \(1, 4\): return the chunk as the 1-D tensor tensor_split gives, shape \(4,\)\.$",
 }
 
 
@@ -240,6 +295,17 @@ def test_ring_reduce_scatter_accepts_batch_isend_irecv(rs_results):
 def test_ring_reduce_scatter_rejects(wrong, feedback):
     with pytest.raises(CheckFailed, match=feedback):
         check_ring_reduce_scatter(wrong)
+
+
+def test_ring_reduce_scatter_names_isend_requests_dropped_before_their_message_arrived():
+    """Each message whose request was dropped at once never arrived, in every run seen (torch 2.13, gloo); were they
+    all to arrive, the values would be right, and the requests never waited for are named as a race."""
+    with pytest.raises(CheckFailed, match=r"(?s)(did not finish within 4 s.*What the ranks did: every rank waits in "
+                                          r"dist\.recv, and no rank waited for any of its dist\.isend requests: rank \d "
+                                          r"waits for message \d from rank \d, which rank \d started with dist\.isend "
+                                          r"and never waited for.*\nHint: keep the request dist\.isend returns|the "
+                                          r"values are right, but the rank never waited for \d dist\.isend requests)"):
+        check_ring_reduce_scatter(rs_isend_dropped, timeout=DEADLOCK_TIMEOUT)
 
 
 def test_ring_reduce_scatter_deadlock_ends_with_a_message():
@@ -404,6 +470,18 @@ def gather_receives_first(tensor):
     return gathered
 
 
+def gather_irecv_never_waited(tensor):
+    """Wrong: dist.irecv's requests never waited for."""
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    gathered = [torch.zeros_like(tensor) for _ in range(world_size)]
+    gathered[rank] = tensor.clone()
+    for step in range(world_size - 1):
+        request = dist.isend(gathered[(rank - step) % world_size].clone(), (rank + 1) % world_size)
+        dist.irecv(gathered[(rank - step - 1) % world_size], (rank - 1) % world_size)
+        request.wait()
+    return gathered
+
+
 AG_RETURNING = {   # wrong answers that return: one launch for all of them
     gather_in_arrival_order: r"rank 0, .*: entry 1, element 0: .*\nHint: entry 1 holds rank 2's tensor",
     gather_one_step: r"entry \d was never filled .* needs world_size - 1 = 2 steps",
@@ -452,6 +530,25 @@ def test_ring_all_gather_deadlock_ends_with_a_message():
                                           r"0 sent, 0 received;.*\nHint: every rank receives before it sends.*"
                                           r"dist\.isend.*alternate the order by rank parity"):
         check_ring_all_gather(gather_receives_first, timeout=DEADLOCK_TIMEOUT)
+
+
+IRECV_NEVER_WAITED = r"(?s)never waited for 2 (of its )?dist\.irecv requests.*\.wait\(\) on each request before using"
+
+
+@pytest.mark.parametrize("check, answer, feedback", [
+    (check_ring_reduce_scatter, rs_irecv_never_waited, IRECV_NEVER_WAITED),
+    (check_ring_all_gather, gather_irecv_never_waited, IRECV_NEVER_WAITED),
+    # right values, or a hang once a dropped request's message never arrives: named either way
+    (check_ring_reduce_scatter, rs_isend_never_waited, r"(?s)(the values are right, but the rank never waited for 2 "
+                                                       r"dist\.isend requests.*Hint: keep each request|no rank waited "
+                                                       r"for any of its dist\.isend requests)"),
+])
+def test_the_ring_checks_name_requests_never_waited_for(check, answer, feedback):
+    """Whether the buffers are read before the messages land, or a later receive then waits for ever, differs from
+    run to run: each way, the requests never waited for are named (a launch of its own: it may hang)."""
+    with pytest.raises(CheckFailed, match=feedback):
+        check(answer, timeout=DEADLOCK_TIMEOUT)
+
 
 
 # --- exercise 3: an averaging all-reduce from the two ---------------------------------------------

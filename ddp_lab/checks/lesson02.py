@@ -56,15 +56,35 @@ def _returned(value):
     return value.detach().clone() if torch.is_tensor(value) else value
 
 
-def _recording_receives(receive_buffers: list[list]):
+def _recording_receives(receive_buffers: list[list], requests: list[dict] | None = None):
     """Inside a rank: append the buffer address (data_ptr; None: no tensor) of every recv/irecv the answer makes to
-    receive_buffers[-1] (a context manager)."""
+    receive_buffers[-1], and, with `requests`, {call number: 'isend' or 'irecv'} of every request the answer started
+    and has not waited for to requests[-1] (a context manager)."""
+    started: dict[int, dict] = {}
+    number = [0]
 
     def record(op, tensor, peer):
+        number[0] += 1
         if op in RECEIVES:
             receive_buffers[-1].append(tensor.data_ptr() if torch.is_tensor(tensor) else None)
+        if requests is not None and op in ("isend", "irecv"):
+            requests[-1][number[0]] = op
+            started[number[0]] = requests[-1]
 
-    return watching_point_to_point(record)
+    def waited(call: int) -> None:
+        started.pop(call, {}).pop(call, None)
+
+    return watching_point_to_point(record, waited if requests is not None else None)
+
+
+def _unwaited(requests: dict) -> str | None:
+    """'2 dist.irecv requests' (and/or isend), for the requests of one case that were never waited for; None if all
+    were."""
+    if not requests:
+        return None
+    ops = list(requests.values())
+    return " and ".join(f"{ops.count(op)} dist.{op} request{'s' if ops.count(op) > 1 else ''}"
+                        for op in ("irecv", "isend") if op in ops)
 
 
 def _case_folder(log_directory: str, size: int) -> str:
@@ -92,24 +112,27 @@ def _reduce_runner(rank: int, fn, sizes, world_size: int, verb: str, log_directo
         total = rank_input(rank, size)
         dist.all_reduce(total)  # SUM over ranks, computed by torch.distributed itself
         references.append(total)
-    outputs, receives = [], []
-    with only_point_to_point(), _recording_receives(receives):
+    outputs, receives, requests = [], [], []
+    with only_point_to_point(), _recording_receives(receives, requests):
         for size in sizes:
             receives.append([])
+            requests.append({})
             with _logging_case(log_directory, size, rank):
                 out = call_case(fn, f"{verb} a tensor of {size} elements on {world_size} ranks",
                                 rank_input(rank, size).clone())
             outputs.append(_returned(out))
-    return {"sums": references, "outputs": outputs, "receives": [len(buffers) for buffers in receives]}
+    return {"sums": references, "outputs": outputs, "receives": [len(buffers) for buffers in receives],
+            "unwaited": [_unwaited(started) for started in requests]}
 
 
 def _all_gather_runner(rank: int, fn, sizes, world_size: int, log_directory: str | None = None):
     """On one rank: the answer for every size; what it returned, how often it received, and which receive (1-based)
     wrote into the storage of the rank's own entry (None: none did). With a `log_directory`, as `_reduce_runner`."""
-    outputs, receives, own_slot_receives = [], [], []
-    with only_point_to_point(), _recording_receives(receives):
+    outputs, receives, own_slot_receives, requests = [], [], [], []
+    with only_point_to_point(), _recording_receives(receives, requests):
         for size in sizes:
             receives.append([])
+            requests.append({})
             with _logging_case(log_directory, size, rank):
                 out = call_case(fn, f"gathering tensors of {size} elements on {world_size} ranks",
                                 rank_input(rank, size).clone())
@@ -119,7 +142,7 @@ def _all_gather_runner(rank: int, fn, sizes, world_size: int, log_directory: str
                                            if own_address is not None and address == own_address), None))
             outputs.append([_returned(t) for t in out] if isinstance(out, (list, tuple)) else _returned(out))
     return {"outputs": outputs, "receives": [len(buffers) for buffers in receives],
-            "own_slot_receives": own_slot_receives}
+            "own_slot_receives": own_slot_receives, "unwaited": [_unwaited(started) for started in requests]}
 
 
 def _read_cases(log_directory: str, sizes, world_size: int) -> dict[int, dict[int, list[Call]]]:
@@ -139,9 +162,22 @@ def _hang_hint(log_directory: str, sizes, world_size: int):
     every rank receives before it sends; None (the point-to-point default) for any other hang."""
 
     def hint(calls: set, places: dict) -> str | None:
+        logs = _read_cases(log_directory, sizes, world_size)
+        pending = [f"rank {rank} never waited for {count} of its dist.irecv requests" for rank, count in
+                   ((rank, sum(transfer.op == "irecv" and not transfer.waited for case in logs[rank].values()
+                               for transfer in case)) for rank in range(world_size)) if count]
+        if pending:
+            return (f"What the ranks did: {'; '.join(pending)}.\nHint: dist.irecv returns at once; its buffer holds "
+                    "the message only once request.wait() has returned. Call .wait() on each request before using "
+                    "its buffer.")
         if set(places) != set(range(world_size)) or set(places.values()) != {"recv"}:
             return None
-        logs = _read_cases(log_directory, sizes, world_size)
+        dropped = _sends_never_waited(logs, world_size)
+        if dropped:
+            return (f"What the ranks did: every rank waits in dist.recv, and no rank waited for any of its "
+                    f"dist.isend requests: {dropped}.\nHint: keep the request dist.isend returns and call "
+                    "request.wait() on it (after the recv): a request dropped before it completed leaves its "
+                    "message undelivered here.")
         counts = []
         for rank in range(world_size):
             transfers = [transfer for case in logs[rank].values() for transfer in case]
@@ -158,6 +194,28 @@ def _hang_hint(log_directory: str, sizes, world_size: int):
                 "first, odd ranks receive first.")
 
     return hint
+
+
+def _sends_never_waited(logs: dict, world_size: int) -> str | None:
+    """'rank 1 waits for message 1 from rank 0, which rank 0 started with dist.isend and never waited for' for each
+    rank whose last call is a receive of a message its peer did isend, when the ranks waited for none of their
+    isend requests; else None (a rank waiting for a message never sent is explained by the other hints)."""
+    sends = [transfer for rank in logs for case in logs[rank].values() for transfer in case if transfer.op in SENDS]
+    if not sends or any(transfer.op != "isend" or transfer.waited for transfer in sends):
+        return None
+    said = []
+    for rank in range(world_size):
+        transfers = [transfer for case in logs[rank].values() for transfer in case]
+        if not transfers or transfers[-1].op not in RECEIVES or transfers[-1].peer not in logs:
+            continue
+        peer = transfers[-1].peer
+        sent = sum(transfer.op in SENDS and transfer.peer == rank
+                   for case in logs[peer].values() for transfer in case)
+        wanted = sum(transfer.op in RECEIVES and transfer.peer == peer for transfer in transfers)
+        if sent >= wanted:
+            said.append(f"rank {rank} waits for message {wanted} from rank {peer}, which rank {peer} started with "
+                        "dist.isend and never waited for")
+    return "; ".join(said) or None
 
 
 def _answers_runner(rank: int, answers: tuple, runner, *args) -> list:
@@ -367,14 +425,38 @@ def _receives_with_sends(transfers: list) -> list[tuple]:
     return [(receive, sends[step] if step < len(sends) else None) for step, receive in enumerate(receives)]
 
 
+def _judged_with_requests(result: dict, case: int, size: int, rank: int, compare) -> None:
+    """`compare()` (a _compare_* call) for one rank and case, read beside the requests the rank never waited for:
+    wrong values after an irecv never waited for are explained by it; right values still fail, as a race."""
+    unwaited = result.get("unwaited", [None] * (case + 1))[case]
+    try:
+        compare()
+    except CheckFailed as failure:
+        if not unwaited or "irecv" not in unwaited:
+            raise
+        head = str(failure).split("\nHint:")[0]
+        raise CheckFailed(f"{head}\nHint: this rank never waited for {unwaited}: dist.irecv returns at once, and "
+                          "its buffer holds the message only once request.wait() has returned, so what was read, "
+                          "added or passed on may not have arrived yet. Call .wait() on each request before using "
+                          "its buffer.") from None
+    if unwaited:
+        raise CheckFailed(f"rank {rank}, tensor of {size} elements: the values are right, but the rank never waited "
+                          f"for {unwaited}. A request's buffer is in use until request.wait() returns (an irecv's "
+                          "may not be filled yet, an isend's may not be sent yet): this time the messages happened "
+                          "to be through in time, another time they are not.\nHint: keep each request dist.isend "
+                          "or dist.irecv returns and call .wait() on it before the buffer is used or the function "
+                          "returns.")
+
+
 def judge_reduce_scatter(name: str, results: list, world_size: int = WORLD_SIZE) -> str:
     """The ✓ line for one ring_reduce_scatter answer's per-rank results (`_reduce_runner`'s), or CheckFailed."""
     for case, size in enumerate(REDUCE_SIZES):
         inputs = [rank_input(rank, size) for rank in range(world_size)]
         for rank in range(world_size):
             expected = results[rank]["sums"][case].tensor_split(world_size)[rank]
-            _compare_reduce_scatter(results[rank]["outputs"][case], expected, inputs, rank, size, world_size,
-                                    results[rank]["receives"][case])
+            _judged_with_requests(results[rank], case, size, rank, lambda: _compare_reduce_scatter(
+                results[rank]["outputs"][case], expected, inputs, rank, size, world_size,
+                results[rank]["receives"][case]))
     for case, size in enumerate(REDUCE_SIZES):
         extra = [rank for rank in range(world_size) if results[rank]["receives"][case] > world_size - 1]
         if extra:
@@ -424,16 +506,16 @@ def _compare_reduce_scatter(got, expected, inputs, rank, size, world_size, recei
     elif got.numel() == size:
         hint = (f"you returned a tensor as large as the input: return only chunk {rank}, the one this rank "
                 "owns after the reduce-scatter (tensor_split's chunk `rank`).")
-    elif _partial(got, chunks, rank, world_size):
+    elif _partial(got, chunks, rank, world_size):   # fewer receives than the ring's steps: named above
         ranks = _partial(got, chunks, rank, world_size)
         missing = sorted(set(range(world_size)) - set(ranks))
-        hint = (f"it is the sum over ranks {list(ranks)} only; rank(s) {missing} are missing. A ring "
-                f"reduce-scatter takes N - 1 = {world_size - 1} steps, each adding into the chunk that travels "
-                "on in the next step.")
+        hint = (f"it is the sum over ranks {list(ranks)} only; rank(s) {missing} are missing, although this rank "
+                f"received {receives} times (the ring needs N - 1 = {world_size - 1}): a partial sum travelled on before "
+                "what arrived had been added into it. In step s, rank r adds what arrives into the chunk it sends "
+                "in step s + 1, and in the last step (s = N - 2) into chunk r: check the send and receive indices "
+                "against that.")
     elif got.shape != expected.shape:
-        hint = (f"chunk {rank} of tensor_split({world_size}) has {sizes[rank]} elements: the first "
-                f"{size % world_size} chunks get one extra element when {size} does not divide by "
-                f"{world_size}. Split with tensor.tensor_split(world_size) (not tensor.chunk, not len // N).")
+        hint = _shape_hint(got, size, rank, world_size, sizes)
     else:
         index = first_mismatch(got.float(), expected.float())
         head = (f"{where}, element {index[0]} of chunk {rank}: expected the sum {expected[index].item():.6f}, "
@@ -442,6 +524,23 @@ def _compare_reduce_scatter(got, expected, inputs, rank, size, world_size, recei
                 "sends the chunk it completed in the step before; check both indices against the last step "
                 "(s = N - 2), in which rank r adds into chunk r.")
     raise CheckFailed(f"{head}.\nHint: {hint}")
+
+
+def _shape_hint(got: torch.Tensor, size: int, rank: int, world_size: int, sizes: list[int]) -> str:
+    """What a chunk of the wrong shape shows: another way of splitting (tensor.chunk, len // N), or the right
+    number of elements in another shape; else the shape expected."""
+    chunked = [len(piece) for piece in torch.empty(size).chunk(world_size)]
+    other = ("tensor.chunk" if rank < len(chunked) and got.numel() == chunked[rank] != sizes[rank] else
+             "len // N" if got.numel() == size // world_size != sizes[rank] else None)
+    if got.dim() == 1 and other:
+        return (f"chunk {rank} of tensor_split({world_size}) has {sizes[rank]} elements: the first "
+                f"{size % world_size} chunks get one extra element when {size} does not divide by {world_size}; "
+                f"{got.numel()} is what {other} gives here. Split with tensor.tensor_split(world_size).")
+    if got.numel() == sizes[rank]:
+        return (f"the {sizes[rank]} elements are there, in the shape {tuple(got.shape)}: return the chunk as the "
+                f"1-D tensor tensor_split gives, shape ({sizes[rank]},).")
+    return (f"chunk {rank} of tensor_split({world_size}) is a 1-D tensor of {sizes[rank]} elements "
+            f"(tensor_split's chunks: {sizes}).")
 
 
 def _partial(got, chunks, rank, world_size) -> tuple[int, ...] | None:
@@ -494,8 +593,9 @@ def judge_all_gather(name: str, results: list, world_size: int = WORLD_SIZE) -> 
     for case, size in enumerate(GATHER_SIZES):
         inputs = [rank_input(rank, size) for rank in range(world_size)]
         for rank in range(world_size):
-            _compare_gather(results[rank]["outputs"][case], inputs, rank, size, world_size,
-                            results[rank]["own_slot_receives"][case])
+            _judged_with_requests(results[rank], case, size, rank, lambda: _compare_gather(
+                results[rank]["outputs"][case], inputs, rank, size, world_size,
+                results[rank]["own_slot_receives"][case]))
     for case, size in enumerate(GATHER_SIZES):
         extra = [rank for rank in range(world_size) if results[rank]["receives"][case] > world_size - 1]
         if extra:
@@ -604,8 +704,8 @@ def judge_all_reduce_mean(name: str, results: list, world_size: int = WORLD_SIZE
         inputs = [rank_input(rank, size) for rank in range(world_size)]
         for rank in range(world_size):
             total = results[rank]["sums"][case]
-            _compare_mean(results[rank]["outputs"][case], total, inputs[rank], rank, size, world_size,
-                          REDUCE_SIZES[:case])
+            _judged_with_requests(results[rank], case, size, rank, lambda: _compare_mean(
+                results[rank]["outputs"][case], total, inputs[rank], rank, size, world_size, REDUCE_SIZES[:case]))
     return (f"{name} equals dist.all_reduce / world_size on {world_size} ranks for sizes "
             f"{', '.join(map(str, REDUCE_SIZES))}, using only send/recv")
 

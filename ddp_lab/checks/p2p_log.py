@@ -19,7 +19,7 @@ import contextlib
 import os
 import re
 import signal
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterator
 
 import torch
@@ -33,12 +33,40 @@ _CALL_FRAME = re.compile(r'distributed_c10d\.py", line \d+ in (isend|irecv|send|
 
 @dataclass(frozen=True)
 class Call:
-    """One point-to-point call: 'send', 'isend', 'recv' or 'irecv', the rank it names (None: any) and the number
-    of elements of its tensor (for a receive, of its buffer; None: no tensor, or a line without the number)."""
+    """One point-to-point call: 'send', 'isend', 'recv' or 'irecv', the rank it names (None: any), the number
+    of elements of its tensor (for a receive, of its buffer; None: no tensor, or a line without the number), and
+    whether the call was waited for (send and recv always are; an isend or irecv once its request's wait() returned,
+    or is_completed() said True)."""
 
     op: str
     peer: int | None
     elements: int | None = None
+    waited: bool = True
+
+
+class _Request:
+    """The request dist.isend or dist.irecv returned, handed on to the answer: it behaves as the request does (every
+    attribute is the request's) and calls `done()` when a wait() returns or is_completed() says True."""
+
+    def __init__(self, request, done: Callable[[], None]):
+        self._request, self._done = request, done
+
+    def wait(self, *args, **kwargs):
+        result = self._request.wait(*args, **kwargs)
+        self._done()
+        return result
+
+    def is_completed(self) -> bool:
+        completed = self._request.is_completed()
+        if completed:
+            self._done()
+        return completed
+
+    def __getattr__(self, name: str):
+        return getattr(self._request, name)
+
+    def __bool__(self) -> bool:
+        return True
 
 
 def log_path(directory: str, rank: int) -> str:
@@ -47,25 +75,34 @@ def log_path(directory: str, rank: int) -> str:
 
 
 @contextlib.contextmanager
-def watching_point_to_point(watch: Callable[[str, Any, Any], None]) -> Iterator[None]:
+def watching_point_to_point(watch: Callable[[str, Any, Any], None],
+                            waited: Callable[[int], None] | None = None) -> Iterator[None]:
     """Inside a rank: call `watch(op, tensor, peer)` before every send/isend/recv/irecv the block makes, with the
-    tensor and the rank the call was given (None where it was not given).
+    tensor and the rank the call was given (None where it was not given); with `waited`, call `waited(number)`
+    when the request of the block's isend or irecv number `number` (counting every watched call from 1) has been
+    waited for (`_Request`).
 
     Only the outermost call is watched (torch's dist.recv calls dist.irecv itself).
     """
-    depth = []
+    depth, count = [], [0]
 
     def watched(name):
         def make(original):
             def call(*args, **kwargs):
-                if not depth:
+                outermost = not depth
+                if outermost:
+                    count[0] += 1
                     watch(name, args[0] if args else kwargs.get("tensor"),
                           args[1] if len(args) > 1 else kwargs.get(_PEER[name]))
+                number = count[0]
                 depth.append(1)
                 try:
-                    return original(*args, **kwargs)
+                    request = original(*args, **kwargs)
                 finally:
                     depth.pop()
+                if outermost and waited is not None and name in ("isend", "irecv") and request is not None:
+                    return _Request(request, lambda: waited(number))
+                return request
             return call
         return make
 
@@ -76,7 +113,8 @@ def watching_point_to_point(watch: Callable[[str, Any, Any], None]) -> Iterator[
 @contextlib.contextmanager
 def logging_point_to_point(path: str) -> Iterator[None]:
     """Inside a rank: append 'op peer elements' to `path` before every send/isend/recv/irecv the block makes
-    ('-' for a peer or a tensor that is missing); 'returned' at the end.
+    ('-' for a peer or a tensor that is missing); 'waited n' once the request of the n-th call (an isend or irecv)
+    has been waited for; 'returned' at the end.
 
     Only the outermost call is logged (`watching_point_to_point`).
     """
@@ -85,7 +123,14 @@ def logging_point_to_point(path: str) -> Iterator[None]:
             log.write(f"{op} {peer if isinstance(peer, int) else '-'} "
                       f"{tensor.numel() if torch.is_tensor(tensor) else '-'}\n")
 
-        with watching_point_to_point(write):
+        done: set[int] = set()
+
+        def waited(number: int) -> None:
+            if number not in done:
+                done.add(number)
+                log.write(f"waited {number}\n")
+
+        with watching_point_to_point(write, waited):
             yield
         log.write("returned\n")
 
@@ -93,19 +138,24 @@ def logging_point_to_point(path: str) -> Iterator[None]:
 def read_log(path: str) -> tuple[list[Call], bool] | None:
     """One rank's log: (its calls in order, whether the logged block returned), or None if the file is missing.
 
-    A line 'op peer', without the number of elements, reads as a call whose elements are None.
+    A line 'op peer', without the number of elements, reads as a call whose elements are None; an isend or irecv
+    without a later 'waited n' line, as one never waited for.
     """
     try:
         with open(path, encoding="utf-8") as file:
             lines = file.read().split("\n")
     except OSError:
         return None
-    calls = []
+    calls, waited = [], set()
     for line in lines:
         op, _, numbers = line.partition(" ")
         if op in _PEER:
             peer, _, elements = numbers.partition(" ")
-            calls.append(Call(op, _integer(peer), _integer(elements)))
+            calls.append(Call(op, _integer(peer), _integer(elements), op in ("send", "recv")))
+        elif op == "waited":
+            waited.add(_integer(numbers))
+    calls = [replace(call, waited=True) if number in waited else call
+             for number, call in enumerate(calls, 1)]
     return calls, "returned" in lines
 
 
