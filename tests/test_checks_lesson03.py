@@ -323,6 +323,24 @@ def a_replica_per_device(model, x, y, n):
     return F.mse_loss(torch.cat(_run_threads(_replicas(model, range(n)), chunks)), y)
 
 
+def pool_of_two(model, x, y, n):
+    """A thread pool with 2 workers for 4 replicas: two at a time, not all at once."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    chunks = torch.chunk(x, n)
+    replicas = _replicas(model, chunks)
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        outputs = list(pool.map(lambda k: torch.func.functional_call(*replicas[k], (chunks[k],)), range(len(chunks))))
+    return F.mse_loss(torch.cat(outputs), y)
+
+
+def test_data_parallel_loss_names_a_pool_smaller_than_the_replicas(monkeypatch):
+    monkeypatch.setattr(lesson03, "BARRIER_SECONDS", 1.0)   # the first forward waits this long for the others
+    with pytest.raises(CheckFailed, match=r"(?s)^the replicas did not all run at the same time: \d forwards ran in 2 "
+                                          r"threads, so at most 2 at once.*Hint: one thread per replica"):
+        check_data_parallel_loss(pool_of_two)
+
+
 def test_data_parallel_loss_accepts_a_spare_replica():
     check_data_parallel_loss(a_replica_per_device)
 

@@ -152,9 +152,10 @@ BARRIER_SECONDS = 5.0
 STAGGER_SECONDS = 0.05   # after the barrier, chunk k's replica waits (its place in _finishing_order) x this
 _barrier: list[threading.Barrier] = []  # set only while the learner's function runs
 _chunks: list[torch.Tensor] = []        # torch.chunk(x, n) of the check's batch, while the learner's function runs
-_caller: list[int] = []                 # the ident of the thread that called the learner's function, meanwhile
-_entered: list[tuple[int, int, int, int, str | None]] = []
-# per forward: (id of the module, chunk index or -1, rows, thread ident, the answer's line constructing a Thread
+_caller: list[threading.Thread] = []    # the thread that called the learner's function, meanwhile
+_entered: list[tuple[int, int, int, threading.Thread, str | None]] = []
+# per forward: (id of the module, chunk index or -1, rows, the thread (the object: an ident is reused once a thread
+# ends, so threads run one after the other may share one), the answer's line constructing a Thread
 # that was running when the forward ran in the calling thread, or None)
 _finished: list[int] = []               # the chunk index of each forward, in the order the forwards returned
 _graph: list[tuple[bool, bool]] = []    # per forward: (grad mode on, the replica's weight computed from another
@@ -193,7 +194,7 @@ class _Recorder(nn.Module):
         if _barrier:
             index = next((k for k, chunk in enumerate(_chunks) if chunk.shape == x.shape and torch.equal(chunk, x)),
                          -1)
-            thread = threading.get_ident()
+            thread = threading.current_thread()
             _entered.append((id(self), index, len(x), thread, _thread_call_line() if thread in _caller else None))
             weight = self.net[0].weight
             _graph.append((torch.is_grad_enabled(), weight.grad_fn is not None))
@@ -214,9 +215,16 @@ _NOT_PARALLEL = (f"the replicas did not run at the same time: the first forward 
                  "join, start, join; and not a plain loop).")
 
 
-def _not_parallel(entered, caller: int) -> str:
+def _not_parallel(entered, caller: threading.Thread) -> str:
     """Why the barrier broke when every replica ran one of torch.chunk's chunks: from the threads the forwards ran in
-    (`caller`: the ident of the thread that called the answer)."""
+    (`caller`: the thread that called the answer)."""
+    threads = {thread for _, _, _, thread, _ in entered}
+    if 1 < len(threads) < len(entered) and caller not in threads:
+        return (f"the replicas did not all run at the same time: {len(entered)} forwards ran in {len(threads)} "
+                f"threads, so at most {len(threads)} at once (a pool with fewer workers than replicas); the first "
+                f"waited {BARRIER_SECONDS:g} s for the others, which never arrived.\nHint: one thread per replica, "
+                "all started before any is joined: threading.Thread(target=work, args=(k,)) for every k, or a pool "
+                "with as many workers as replicas.")
     if not entered or any(thread != caller for _, _, _, thread, _ in entered):
         return _NOT_PARALLEL
     said = (f"the replicas did not run at the same time: every forward ran in the thread that called "
@@ -355,7 +363,7 @@ def _check_one_loss(data_parallel_loss, rows: int, n_devices: int) -> None:
     model = _model()
     chunks = torch.chunk(x, n_devices)
     _barrier.append(threading.Barrier(len(chunks), timeout=BARRIER_SECONDS))
-    caller = threading.get_ident()
+    caller = threading.current_thread()
     _chunks[:], _entered[:], _finished[:], _graph[:], _caller[:] = chunks, [], [], [], [caller]
     try:
         loss = data_parallel_loss(model, x.clone(), y.clone(), n_devices)
