@@ -68,6 +68,29 @@ def memory_in_floats(n_params, n_activations, world_size, strategy):
     return {k: v / 1 for k, v in memory_per_device(n_params, n_activations, world_size, strategy).items()}   # / not //
 
 
+def memory_single_divided_too(n_params, n_activations, world_size, strategy):
+    """Wrong: divides by world_size under 'single' too, which is one device."""
+    result = memory_per_device(n_params, n_activations, world_size, strategy)
+    return {k: v // world_size for k, v in result.items()} if strategy == "single" else result
+
+
+def memory_two_devices_written(n_params, n_activations, world_size, strategy):
+    """Wrong: divides by 2 where world_size decides (the check's world sizes are 3 and 8)."""
+    return memory_per_device(n_params, n_activations, 2, strategy)
+
+
+def memory_adam_keeps_a_copy(n_params, n_activations, world_size, strategy):
+    """Wrong: 12 bytes per parameter of optimizer state (a copy of the weights counted with Adam's two values)."""
+    result = memory_per_device(n_params, n_activations, world_size, strategy)
+    return {**result, "optimizer": result["optimizer"] * 3 // 2}
+
+
+def memory_activations_in_params(n_params, n_activations, world_size, strategy):
+    """Wrong: the activations counted with the params too."""
+    result = memory_per_device(n_params, n_activations, world_size, strategy)
+    return {**result, "params": result["params"] + result["activations"]}
+
+
 def test_memory_accepts_the_right_answer(capsys):
     check_memory_per_device(memory_per_device)
     assert capsys.readouterr().out.startswith("✓ memory_per_device matches the reference")
@@ -87,13 +110,24 @@ def test_memory_accepts_the_right_answer(capsys):
                                    r"Hint: that is the number of activations values: return bytes"),
     (memory_missing_key, r"should return a dict with keys \['params', 'grads', 'optimizer', 'activations'\]"),
     (memory_in_floats, r"\['params'\] is 4800000\.0, a float; bytes are whole numbers\.\nHint: return ints"),
+    (memory_single_divided_too, r"strategy='single'\)\['params'\]: expected 4_800_000 bytes, got 1_600_000\.\n"
+                                r"Hint: 'single' is one device, and it holds all the params; this value is that "
+                                r"divided by world_size \(3\), which counts the devices of the other strategies"),
+    (memory_two_devices_written, r"strategy='data'\)\['activations'\]: expected 400_000 bytes, got 600_000\.\n"
+                                 r"Hint: that is all the activations \(1_200_000 bytes\) divided by 2; under 'data' "
+                                 r"each of the 3 devices holds 1/3 of the activations: divide by world_size\.$"),
+    (memory_adam_keeps_a_copy, r"strategy='single'\)\['optimizer'\]: expected 9_600_000 bytes, got 14_400_000\.\n"
+                               r"Hint: that is 12 bytes per parameter; Adam keeps 2 fp32 values per parameter"),
+    (memory_activations_in_params, r"strategy='single'\)\['params'\]: expected 4_800_000 bytes, got 6_000_000\.\n"
+                                   r"Hint: under 'single' the one device holds all the params; weights and "
+                                   r"gradients take 4 bytes per parameter"),
 ])
 def test_memory_rejects(wrong, feedback):
     with pytest.raises(CheckFailed, match=feedback):
         check_memory_per_device(wrong)
 
 
-# --- data-parallel backward: one launch of 2 ranks per check ----------------------------------
+# --- data-parallel backward: the wrong answers (and a few right ones) in one launch of 2 ranks ----
 
 def data_parallel_backward(model, x, y):
     """Right answer: loss on my shard scaled by its share of the batch, then SUM the gradients."""
@@ -180,22 +214,111 @@ def dp_shards_for_two_ranks(model, x, y):
         dist.all_reduce(p.grad)
 
 
+def _shard(x, y):
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    return x.tensor_split(world_size)[rank], y.tensor_split(world_size)[rank]
+
+
+def _share_backward(model, x, y):
+    """Backward on this rank's shard, its loss weighted by its share of the batch (the right first half)."""
+    x_shard, y_shard = _shard(x, y)
+    (F.mse_loss(model(x_shard), y_shard) * len(x_shard) / len(x)).backward()
+
+
+def dp_waits_for_async(model, x, y):
+    """Right too: async all-reduces, each waited on."""
+    _share_backward(model, x, y)
+    works = [dist.all_reduce(p.grad, async_op=True) for p in model.parameters()]
+    for work in works:
+        work.wait()
+
+
+def dp_zero_grad_after(model, x, y):
+    """Wrong: the right gradients, then model.zero_grad(), which sets them to None."""
+    data_parallel_backward(model, x, y)
+    model.zero_grad()
+
+
+def dp_no_backward(model, x, y):
+    """Wrong: the loss on the shard, but no backward."""
+    x_shard, y_shard = _shard(x, y)
+    F.mse_loss(model(x_shard), y_shard)
+
+
+def dp_async_never_waited(model, x, y):
+    """Wrong: async all-reduces whose work handles are dropped."""
+    _share_backward(model, x, y)
+    for p in model.parameters():
+        dist.all_reduce(p.grad, async_op=True)
+
+
+def dp_reduces_the_loss(model, x, y):
+    """Wrong: all-reduces the loss before backward; autograd does not see the all_reduce."""
+    x_shard, y_shard = _shard(x, y)
+    loss = F.mse_loss(model(x_shard), y_shard) * len(x_shard) / len(x)
+    dist.all_reduce(loss)
+    loss.backward()
+
+
+def dp_bucket_not_copied_back(model, x, y):
+    """Wrong: all-reduces one flat tensor of the gradients and never copies the sum back."""
+    _share_backward(model, x, y)
+    dist.all_reduce(torch.cat([p.grad.flatten() for p in model.parameters()]))
+
+
+def dp_divides_twice(model, x, y):
+    """Wrong: the shares already add up to the mean; dividing by world_size again halves it."""
+    _share_backward(model, x, y)
+    for p in model.parameters():
+        dist.all_reduce(p.grad)
+        p.grad /= dist.get_world_size()
+
+
+def dp_sums_the_losses(model, x, y):
+    """Wrong: reduction='sum' and no division by the batch size."""
+    x_shard, y_shard = _shard(x, y)
+    F.mse_loss(model(x_shard), y_shard, reduction="sum").backward()
+    for p in model.parameters():
+        dist.all_reduce(p.grad)
+
+
+def dp_integer_share(model, x, y):
+    """Wrong: the share with //, which is 0."""
+    x_shard, y_shard = _shard(x, y)
+    (F.mse_loss(model(x_shard), y_shard) * (len(x_shard) // len(x))).backward()
+    for p in model.parameters():
+        dist.all_reduce(p.grad)
+
+
+def dp_max_op(model, x, y):
+    """Wrong: all-reduces with op=MAX."""
+    _share_backward(model, x, y)
+    for p in model.parameters():
+        dist.all_reduce(p.grad, op=dist.ReduceOp.MAX)
+
+
+def dp_reduces_to_rank_0(model, x, y):
+    """Wrong: dist.reduce leaves the sum on rank 0 only."""
+    _share_backward(model, x, y)
+    for p in model.parameters():
+        dist.reduce(p.grad, dst=0)
+
+
 def test_data_parallel_refuses_a_world_size_written_in_before_any_rank_starts(monkeypatch):
-    monkeypatch.setattr(lesson01, "run_on_ranks", None)   # starting ranks would raise TypeError
+    monkeypatch.setattr(lesson01, "run_answers_on_ranks", None)   # starting ranks would raise TypeError
     with pytest.raises(CheckFailed, match=r"^dp_shards_for_two_ranks splits a tensor into 2, a number written in the "
                                           r"code \(`x_shard, y_shard = x\.tensor_split\(2\)\[rank\], .*`\)\.\n"
                                           r"Hint: split into the number of ranks, dist\.get_world_size\(\)"):
         check_data_parallel_backward(dp_shards_for_two_ranks)
 
 
-@pytest.mark.parametrize("answer", [data_parallel_backward, dp_looks_first])
-def test_data_parallel_accepts_the_right_answer(answer, capsys):
-    check_data_parallel_backward(answer)
+def test_data_parallel_accepts_the_right_answer(capsys):
+    check_data_parallel_backward(data_parallel_backward)
     # `in`, not startswith: on a 1-core machine ddp_lab first prints a "ddp_lab: nprocs=2 ..." note
-    assert f"✓ {answer.__name__}: each of 2 ranks used only its shard" in capsys.readouterr().out
+    assert "✓ data_parallel_backward: each of 2 ranks used only its shard" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("wrong, feedback", [
+DP_MISTAKES = [
     (dp_whole_batch, r"batch of 8 samples on 2 ranks: rank 0 ran the model on all 8 samples"),
     (dp_sum_not_mean, r"batch of 8 samples, rank 0, 0\.weight\.grad\[0, 0\]: expected .*\n"
                       r"Hint: this is 2x the right gradient"),
@@ -203,17 +326,58 @@ def test_data_parallel_accepts_the_right_answer(answer, capsys):
     (dp_no_all_reduce, r"batch of 8 samples, rank 0, .*\nHint: this is the gradient of this rank's shard alone: "
                        r"combine"),
     (dp_reduces_a_copy, r"batch of 8 samples, rank 0, .*\nHint: this is the gradient of this rank's shard alone: "
-                        r"dist\.all_reduce ran, but never on a p\.grad"),
+                        r"dist\.all_reduce ran, but never on a p\.grad: on a copy of a p\.grad"),
     (dp_floor_shards, r"batch of 7 samples on 2 ranks: sample 6 was used by no rank .*\nHint: every rank took "
                       r"7 // 2 = 3 samples, which leaves 1 over: when the batch does not divide by world_size"),
     (dp_fixed_shard_size, r"batch of 16 samples on 2 ranks: samples 8 to 15 were used by no rank .*\nHint: every rank "
                           r"took a run of 4 samples \(rank r from sample r \* 4\), which covers 8 of the 16; "
                           r"tensor_split's shards of 16 have \[8, 8\] samples\. The shard size was 4 in the "
                           r"batches of 8 and 7 too: a shard size written as a number"),
-])
-def test_data_parallel_rejects(wrong, feedback):
+    (dp_zero_grad_after, r"^batch of 8 samples, rank 0, 0\.weight\.grad is None when dp_zero_grad_after returned, "
+                         r"although backward computed it and dist\.all_reduce summed it: it was set to None "
+                         r"afterwards\.\nHint: model\.zero_grad\(\) and optimizer\.zero_grad\(\) set the gradients "
+                         r"to None"),
+    (dp_no_backward, r"^batch of 8 samples, rank 0, 0\.weight\.grad is None: no backward computed it\.\nHint: call "
+                     r"loss\.backward\(\)"),
+    (dp_async_never_waited, r"^batch of 8 samples, rank 0: dist\.all_reduce\(\.\.\., async_op=True\) returned 4 work "
+                            r"handle\(s\), and none of them was used: dp_async_never_waited returned without waiting "
+                            r"for the sums.*\nHint: keep the handles and call \.wait\(\) on each"),
+    (dp_reduces_the_loss, r"batch of 8 samples, rank 0, .*\nHint: this is the gradient of this rank's shard alone: "
+                          r"dist\.all_reduce ran, but never on a p\.grad: on a one-number tensor that autograd "
+                          r"tracks \(a loss\)\. Autograd does not see an all_reduce"),
+    (dp_bucket_not_copied_back, r"shard alone: dist\.all_reduce ran, but never on a p\.grad: on one flat tensor of "
+                                r"all the gradients \(torch\.cat makes a new tensor\)"),
+    (dp_divides_twice, r"batch of 8 samples, rank 0, .*\nHint: this is 1/2 of the right gradient \(1/world_size\): "
+                       r"every element is off by the same factor"),
+    (dp_sums_the_losses, r"batch of 8 samples, rank 0, .*\nHint: this is 8x the right gradient \(the batch size, "
+                         r"len\(x\)\)"),
+    (dp_integer_share, r"batch of 8 samples, rank 0, .*\nHint: this gradient is 0 everywhere"),
+    (dp_max_op, r"batch of 8 samples, rank 0, .*\nHint: dist\.all_reduce ran on p\.grad with op=MAX: .*SUM them"),
+    (dp_reduces_to_rank_0, r"^batch of 8 samples, rank 1, 0\.weight\.grad.*\nHint: rank 0 ends with the right "
+                           r"gradient, rank 1 does not: dist\.reduce ran, and it leaves the result on its dst rank "
+                           r"only"),
+]
+DP_RIGHT = (dp_looks_first, dp_waits_for_async)
+
+
+@pytest.fixture(scope="module")
+def dp_results():
+    """Every mistaken answer (and the other right ones) run by the check's own runner, one after the other in one
+    launch of 2 ranks."""
+    answers = (*(answer for answer, _ in DP_MISTAKES), *DP_RIGHT)
+    return dict(zip(answers, lesson01.run_data_parallel_answers(answers)))
+
+
+@pytest.mark.parametrize("answer", DP_RIGHT, ids=[answer.__name__ for answer in DP_RIGHT])
+def test_data_parallel_accepts_other_right_answers(answer, dp_results):
+    assert lesson01.judge_data_parallel_backward(answer.__name__, dp_results[answer]).startswith(
+        f"{answer.__name__}: each of 2 ranks used only its shard and holds the full-batch gradient")
+
+
+@pytest.mark.parametrize("wrong, feedback", DP_MISTAKES, ids=[answer.__name__ for answer, _ in DP_MISTAKES])
+def test_data_parallel_rejects(wrong, feedback, dp_results):
     with pytest.raises(CheckFailed, match=feedback):
-        check_data_parallel_backward(wrong)
+        lesson01.judge_data_parallel_backward(wrong.__name__, dp_results[wrong])
 
 
 def dp_only_rank_0_reduces(model, x, y):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import random
 
+import numpy as np
 import pytest
 import torch
 import torch.distributed as dist
@@ -117,11 +118,52 @@ def forks_the_global_generator(n, world_size, rank, epoch, seed=0):
         return _pad(torch.randperm(n).tolist(), world_size)[rank::world_size]
 
 
+def numpy_integers(n, world_size, rank, epoch, seed=0):
+    """Right too: numpy's integers (np.int64) index a dataset as ints do."""
+    return list(np.array(shard_indices(n, world_size, rank, epoch, seed), dtype=np.int64))
+
+
+def pads_by_n_mod_world_size(n, world_size, rank, epoch, seed=0):
+    perm = _perm(n, seed + epoch)
+    return (perm + perm[:n % world_size])[rank::world_size]     # n % world_size is not what is missing
+
+
+def pads_a_whole_round_more(n, world_size, rank, epoch, seed=0):
+    perm = _perm(n, seed + epoch)
+    total = (n // world_size + 1) * world_size                  # a round too many when n divides
+    return (perm * math.ceil(total / n))[:total][rank::world_size]
+
+
+def drops_the_rest(n, world_size, rank, epoch, seed=0):
+    perm = _perm(n, seed + epoch)
+    return perm[:n // world_size * world_size][rank::world_size]   # drop_last=True's indices
+
+
+def epochs_counted_from_one(n, world_size, rank, epoch, seed=0):
+    return _pad(_perm(n, seed + epoch + 1), world_size)[rank::world_size]
+
+
+def seed_scaled(n, world_size, rank, epoch, seed=0):
+    return _pad(_perm(n, seed * 1000 + epoch), world_size)[rank::world_size]
+
+
+def epoch_counted_twice(n, world_size, rank, epoch, seed=0):
+    return _pad(_perm(n, seed + 2 * epoch), world_size)[rank::world_size]
+
+
+def one_generator_for_all_epochs(n, world_size, rank, epoch, seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    for _ in range(epoch + 1):                                  # one more permutation each epoch
+        perm = torch.randperm(n, generator=generator).tolist()
+    return _pad(perm, world_size)[rank::world_size]
+
+
 def test_shard_indices_accepts_right_answers(capsys):
     check_shard_indices(shard_indices)
     check_shard_indices(torch_distributed_sampler)
     check_shard_indices(forks_the_global_generator)
-    assert capsys.readouterr().out.count("✓ shard_indices equals DistributedSampler") == 3
+    check_shard_indices(numpy_integers)
+    assert capsys.readouterr().out.count("✓ shard_indices equals DistributedSampler") == 4
 
 
 @pytest.mark.parametrize("answer, feedback", [
@@ -146,6 +188,28 @@ def test_shard_indices_accepts_right_answers(capsys):
     (pads_with_the_last_indices, r"(?s)n=10, world_size=4, .*right up to the padding.*FIRST indices"),
     (pads_once, r"(?s)n=2, world_size=5, rank=\d, .*padded once with perm\[:3\], which holds only 2 indices"),
     (python_random_shuffle, r"(?s)split the data validly, but not in DistributedSampler's order.*torch\.randperm"),
+    (pads_by_n_mod_world_size, r"^shard_indices\(n=7, world_size=3, rank=2, epoch=0, seed=0\) returned .*\nHint: the "
+                               r"permutation was padded to 8 indices \(ranks got \[3, 3, 2\]\), 1 short of "
+                               r"ceil\(7/3\) \* 3 = 9: pad it with .* = 2 of its first indices"),
+    (pads_a_whole_round_more, r"^shard_indices\(n=12, world_size=2, rank=0, epoch=0, seed=0\) returned .*\nHint: the "
+                              r"permutation was padded to 14 indices \(ranks got \[7, 7\]\), more than needed: "
+                              r"DistributedSampler pads only up to the next multiple of world_size, "
+                              r"ceil\(12/2\) \* 2 = 12: 12 divides by 2, so it adds nothing\.$"),
+    (drops_the_rest, r"(?s)n=10, world_size=4, rank=0, .*\nHint: the ranks got \[2, 2, 2, 2\] indices, the first 8 of "
+                     r"the 10 of the permutation: it was cut down to a multiple of world_size \(what drop_last=True "
+                     r"does\)"),
+    (epochs_counted_from_one, r"(?s)^shard_indices\(n=12, world_size=2, rank=0, epoch=0, seed=0\) returned .*\nHint: "
+                              r"the ranks cut the permutation the right way, but it is the one torch\.randperm draws "
+                              r"from seed 1: DistributedSampler seeds a new torch\.Generator with seed \+ epoch = 0"),
+    (seed_scaled, r"(?s)^shard_indices\(n=12, world_size=2, rank=0, epoch=0, seed=5\) returned .*\nHint: with epoch=0, "
+                  r"seed=0 the indices are right, with epoch=0, seed=5 they are not: the ranks cut the permutation "
+                  r"the right way, but the seed differs: .*seed \+ epoch = 5"),
+    (epoch_counted_twice, r"(?s)^shard_indices\(n=12, world_size=2, rank=0, epoch=1, seed=0\) returned .*\nHint: "
+                          r"epoch 0 gives the right indices, epoch 1 does not: the ranks cut the permutation the right "
+                          r"way, but the seed for epoch 1 differs \(this permutation is torch\.randperm's from seed "
+                          r"2\): DistributedSampler seeds a new torch\.Generator with seed \+ epoch = 1"),
+    (one_generator_for_all_epochs, r"(?s)epoch=1, seed=0\) returned .*\nHint: these are the indices of the permutation "
+                                   r"number 2 drawn from ONE generator seeded with seed \(0\)"),
 ])
 def test_shard_indices_rejects_wrong_answers(answer, feedback):
     state = torch.get_rng_state()
@@ -298,6 +362,49 @@ def divides_by_the_world_size_too(ddp_model, micro_batches):
     (F.mse_loss(ddp_model(x_last), y_last) / scale).backward()
 
 
+def divides_by_the_samples_too(ddp_model, micro_batches):
+    """Wrong: F.mse_loss is already the mean over the micro-batch's samples."""
+    *first, (x_last, y_last) = micro_batches
+    with ddp_model.no_sync():
+        for x, y in first:
+            (F.mse_loss(ddp_model(x), y) / (len(micro_batches) * len(x))).backward()
+    (F.mse_loss(ddp_model(x_last), y_last) / (len(micro_batches) * len(x_last))).backward()
+
+
+def summed_over_the_samples(ddp_model, micro_batches):
+    *first, (x_last, y_last) = micro_batches
+    with ddp_model.no_sync():
+        for x, y in first:
+            (F.mse_loss(ddp_model(x), y, reduction="sum") / len(micro_batches)).backward()
+    (F.mse_loss(ddp_model(x_last), y_last, reduction="sum") / len(micro_batches)).backward()
+
+
+def times_the_world_size(ddp_model, micro_batches):
+    """Wrong: scales up by the number of ranks, as if DDP's all-reduce summed."""
+    scale = dist.get_world_size() / len(micro_batches)
+    *first, (x_last, y_last) = micro_batches
+    with ddp_model.no_sync():
+        for x, y in first:
+            (F.mse_loss(ddp_model(x), y) * scale).backward()
+    (F.mse_loss(ddp_model(x_last), y_last) * scale).backward()
+
+
+def divides_by_the_first_ones(ddp_model, micro_batches):
+    *first, (x_last, y_last) = micro_batches
+    with ddp_model.no_sync():
+        for x, y in first:
+            (F.mse_loss(ddp_model(x), y) / len(first)).backward()
+    (F.mse_loss(ddp_model(x_last), y_last) / len(first)).backward()
+
+
+def skips_the_first_micro_batch(ddp_model, micro_batches):
+    with ddp_model.no_sync():
+        for x, y in micro_batches[1:-1]:                     # starts at 1
+            (F.mse_loss(ddp_model(x), y) / len(micro_batches)).backward()
+    x, y = micro_batches[-1]
+    (F.mse_loss(ddp_model(x), y) / len(micro_batches)).backward()
+
+
 def sets_the_sync_flag(ddp_model, micro_batches):
     """Right too: the flag no_sync() turns off, set by hand."""
     for index, (x, y) in enumerate(micro_batches):
@@ -331,6 +438,18 @@ ACCUMULATE_MISTAKES = [
                       r"of the big batch's gradient: each micro-batch loss was divided by 3, where there are 4"),
     (divides_by_the_world_size_too, r"(?s)^rank 0, gradient of .*\nHint: it is the big batch's gradient divided by "
                                     r"2, the number of ranks: DDP's all-reduce already averages"),
+    (divides_by_the_samples_too, r"(?s)^rank 0, gradient of .*\nHint: it is the big batch's gradient divided by 5, the "
+                                 r"number of samples in a micro-batch \(len\(x\)\): F\.mse_loss already averages"),
+    (summed_over_the_samples, r"(?s)^rank 0, gradient of .*\nHint: it is 5 times the big batch's gradient, 5 the "
+                              r"number of samples in a micro-batch"),
+    (times_the_world_size, r"(?s)^rank 0, gradient of .*\nHint: it is 2 times the big batch's gradient, 2 the number "
+                           r"of ranks: DDP's all-reduce averages over the ranks"),
+    (divides_by_the_first_ones, r"(?s)^rank 0, gradient of .*\nHint: it is 3/2 of the big batch's gradient: each "
+                                r"micro-batch loss was divided by 2 \(the number of ranks, or len\(micro_batches\) - "
+                                r"1\), where there are 3"),
+    (skips_the_first_micro_batch, r"^rank 0: 2 forward\(s\) and 2 backward\(s\) for 3 micro-batches\.\nHint: "
+                                  r"micro-batch \[0\] of 0\.\.2 never ran forward; the others ran one forward and one "
+                                  r"backward each"),
 ]
 
 

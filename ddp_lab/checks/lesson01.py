@@ -8,13 +8,17 @@ Introduced in notebooks/01-data-vs-model-parallelism.ipynb.
 
 from __future__ import annotations
 
+import numbers
+from fractions import Fraction
+
 import torch
+import torch.distributed as dist
 
 from ddp_lab.checks import CheckFailed, passed
 from ddp_lab.checks.common import (call_case, describe, ensure_written, first_mismatch, refuse_written_split,
-                                   run_on_ranks)
+                                   run_answers_on_ranks)
 from ddp_lab.course.device_memory import COMPONENTS, SHARDED, STRATEGIES, memory_per_device
-from ddp_lab.instruments.collectives import watching_collectives
+from ddp_lab.instruments.collectives import replacing_dist_calls
 
 # world sizes 3 and 8: not 4, so a count of values (4 bytes each) never looks like a split over the devices
 MEMORY_CASES = ((1_200_000, 300_000, 3), (7_000_000_000, 2_000_000_000, 8))
@@ -25,6 +29,10 @@ _WHY_FULL = {
     "optimizer": "every device updates every weight, so it keeps Adam's state for all of them",
     "activations": "every device runs the whole batch through its layers",
 }
+
+
+_NOUN = {"params": "the params", "grads": "the grads", "optimizer": "the optimizer state",
+         "activations": "the activations"}
 
 
 # --- memory arithmetic ---------------------------------------------------------------------
@@ -46,6 +54,10 @@ def check_memory_per_device(fn) -> None:
                 keys = sorted(got) if isinstance(got, dict) else None
                 raise CheckFailed(f"{call} should return a dict with keys {list(COMPONENTS)}, got "
                                   f"{'keys ' + str(keys) if keys is not None else describe(got)}.")
+            odd = [c for c in COMPONENTS if not isinstance(got[c], numbers.Real) or isinstance(got[c], bool)]
+            if odd:
+                raise CheckFailed(f"{call}[{odd[0]!r}] is {describe(got[odd[0]])}; expected a whole number of "
+                                  "bytes.")
             floats = [c for c in COMPONENTS if isinstance(got[c], float)]
             if floats:
                 raise CheckFailed(f"{call}[{floats[0]!r}] is {got[floats[0]]!r}, a float; bytes are whole numbers.\n"
@@ -56,18 +68,24 @@ def check_memory_per_device(fn) -> None:
                                   "of values: fp32 takes 4 bytes per value.")
             for component in COMPONENTS:
                 if got[component] != expected[component]:
+                    whole = memory_per_device(n_params, n_activations, world_size, "single")[component]
                     hint = _memory_hint(strategy, component, got[component], expected[component], n_params,
-                                        world_size)
+                                        world_size, whole)
                     raise CheckFailed(f"{call}[{component!r}]: expected {expected[component]:_} bytes, "
                                       f"got {got[component]:_}.\nHint: {hint}")
     passed(f"{fn.__name__} matches the reference for {', '.join(STRATEGIES)} on {len(MEMORY_CASES)} model sizes")
 
 
-def _memory_hint(strategy: str, component: str, got, expected, n_params: int, world_size: int) -> str:
+def _memory_hint(strategy: str, component: str, got, expected, n_params: int, world_size: int, whole: int) -> str:
+    """The hint for a wrong component; `whole`: its bytes on one device that holds all of it."""
     sharded = component in SHARDED[strategy]
     if component == "optimizer" and got * 2 == expected:
         return ("Adam keeps two values per parameter (exp_avg and exp_avg_sq): 8 bytes per parameter in "
                 "fp32, twice the weights.")
+    if strategy == "single" and got * world_size == expected:
+        return (f"'single' is one device, and it holds all {_NOUN[component]}; this value is that divided by "
+                f"world_size ({world_size}), which counts the devices of the other strategies and does not apply "
+                "to 'single'.")
     if sharded and got == expected * world_size:
         return (f"under {strategy!r} each device keeps only 1/{world_size} of the {component}: divide by "
                 "world_size.")
@@ -80,10 +98,22 @@ def _memory_hint(strategy: str, component: str, got, expected, n_params: int, wo
     if got * 4 == expected:
         return (f"that is the number of {component} values: return bytes, 4 per fp32 value (and Adam's 2 values "
                 "per parameter).")
-    where = ("on the one device" if strategy == "single" else
-             f"{'split across' if sharded else 'whole on every one of'} the {world_size} devices")
-    return (f"under {strategy!r}, {component} are {where}; weights and gradients take 4 bytes per parameter, "
-            "Adam 8, activations 4 per value.")
+    per_device = world_size if sharded else 1
+    if component == "optimizer" and (got * per_device) % n_params == 0:
+        return (f"that is {got * per_device // n_params} bytes per parameter"
+                f"{f', divided by world_size ({world_size})' if sharded else ''}; Adam keeps 2 fp32 values per "
+                "parameter (exp_avg and exp_avg_sq): 8 bytes.")
+    noun = _NOUN[component]
+    holds = (f"each of the {world_size} devices holds 1/{world_size} of {noun}" if sharded
+             else f"the one device holds all {noun}" if strategy == "single" else f"every device holds all {noun}")
+    divisor = next((k for k in range(2, 65) if got == whole // k), None)
+    if divisor is not None:
+        return (f"that is all {noun} ({whole:_} bytes) divided by {divisor}; under {strategy!r} {holds}"
+                f"{': divide by world_size' if sharded else ''}.")
+    if got > whole and got % whole == 0:
+        return f"that is all {noun} ({whole:_} bytes) times {got // whole}; under {strategy!r} {holds}."
+    return (f"under {strategy!r} {holds}; weights and gradients take 4 bytes per parameter, the optimizer state 8 "
+            "(Adam), activations 4 per value.")
 
 
 # --- data parallel backward ------------------------------------------------------------------
@@ -105,24 +135,96 @@ def make_batch(size: int) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.randn(size, 3, generator=generator), torch.randn(size, 1, generator=generator)
 
 
-def _data_parallel_runner(rank: int, fn):
+class _WatchedWork:
+    """Stands in for the work handle an async all_reduce returns: passes everything on, and remembers whether the
+    answer used it at all (wait, get_future, is_completed, ...)."""
+
+    def __init__(self, work):
+        self._work, self.used = work, False
+
+    def __getattr__(self, name: str):
+        self.used = True
+        return getattr(self._work, name)
+
+
+def _what_is_reduced(tensor, params: list) -> dict:
+    """What a tensor handed to dist.all_reduce is, seen when the call starts: one of the parameters' gradients
+    ("grad", shares its storage), a parameter ("param"), a tensor autograd tracks ("tracked": a loss, an output), a
+    copy of a gradient, maybe scaled ("copy"), all the gradients flattened into one ("flat"), or "other"."""
+    if not torch.is_tensor(tensor):
+        return {"kind": "other", "shape": None}
+    storage = tensor.untyped_storage().data_ptr()
+    for position, p in enumerate(params):
+        if p.grad is not None and p.grad.untyped_storage().data_ptr() == storage:
+            return {"kind": "grad", "position": position}
+        if p.untyped_storage().data_ptr() == storage:
+            return {"kind": "param", "position": position}
+    shape = tuple(tensor.shape)
+    if tensor.requires_grad:
+        return {"kind": "tracked", "shape": shape}
+    values = tensor.detach().float()
+    grads = [p.grad.detach() for p in params if p.grad is not None]
+    if any(g.shape == values.shape and _uniform_ratio(values, g) not in (None, 0.0) for g in grads):
+        return {"kind": "copy", "shape": shape}
+    if grads and values.dim() == 1 and values.numel() == sum(g.numel() for g in grads) and _uniform_ratio(
+            values, torch.cat([g.flatten() for g in grads])) not in (None, 0.0):
+        return {"kind": "flat", "shape": shape}
+    return {"kind": "other", "shape": shape}
+
+
+def _data_parallel_runner(rank: int, answers: tuple) -> list[list[dict]]:
+    """Each answer in turn on this rank: [answer][batch] -> what `_data_parallel_one` saw."""
+    return [_data_parallel_one(fn) for fn in answers]
+
+
+def _data_parallel_one(fn) -> list[dict]:
+    """Run fn on every batch of BATCHES, each with a fresh model: the rows it ran the model on, the gradients it left,
+    which gradients a backward computed, what dist.all_reduce was given, the async work handles it never used."""
     reports = []
     for size in BATCHES:
         model = make_model()
+        params = list(model.parameters())
         seen = []
         model.register_forward_pre_hook(lambda module, args: seen.append(args[0].detach().clone()))
+        computed: set[int] = set()   # the parameters whose gradient a backward computed
+        for position, p in enumerate(params):
+            p.register_hook(lambda grad, position=position: computed.add(position))
         x, y = make_batch(size)
-        reduced: list[int] = []   # the storage of every tensor passed to dist.all_reduce
+        reduced: list[dict] = []     # what each dist.all_reduce was given, its op, and async_op
+        works: list[_WatchedWork] = []
+        called: set[str] = set()
 
-        def remember(name: str, tensor: torch.Tensor) -> None:
-            reduced.append(tensor.data_ptr())
+        def all_reduce(original):
+            def call(*args, **kwargs):
+                tensor = args[0] if args else kwargs.get("tensor")
+                op = args[1] if len(args) > 1 else kwargs.get("op", dist.ReduceOp.SUM)
+                async_op = bool(args[3] if len(args) > 3 else kwargs.get("async_op", False))
+                reduced.append({**_what_is_reduced(tensor, params), "op": str(op).rpartition(".")[2],
+                                "async": async_op})
+                work = original(*args, **kwargs)
+                if async_op and work is not None:
+                    works.append(_WatchedWork(work))
+                    return works[-1]
+                return work
+            return call
 
-        with watching_collectives({"all_reduce": (0, "tensor")}, remember):
+        def noting(name):
+            def make(original):
+                def call(*args, **kwargs):
+                    called.add(name)
+                    return original(*args, **kwargs)
+                return call
+            return make
+
+        with replacing_dist_calls({"all_reduce": all_reduce, "reduce": noting("reduce")}):
             call_case(fn, f"running a batch of {size} samples", model, x, y)
-        grads = [None if p.grad is None else p.grad.detach().clone() for p in model.parameters()]
-        on_grads = {p.grad.data_ptr() for p in model.parameters() if p.grad is not None}
+        grads = [None if p.grad is None else p.grad.detach().clone() for p in params]
+        unused = sum(not work.used for work in works)
+        for work in works:   # let what the answer left running finish before the next batch
+            work._work.wait()
         reports.append({"seen": torch.cat(seen) if seen else torch.empty(0, 3), "grads": grads,
-                        "reduced_elsewhere": bool(reduced) and not set(reduced) & on_grads})
+                        "computed": sorted(computed), "reduced": reduced, "unused_works": unused,
+                        "async_works": len(works), "called": sorted(called)})
     return reports
 
 
@@ -155,7 +257,20 @@ def check_data_parallel_backward(fn, world_size: int = 2, timeout: float = 30.0)
     ensure_written(fn)
     name = getattr(fn, "__name__", "data_parallel_backward")
     refuse_written_split(fn, name, "the number of ranks, dist.get_world_size()")
-    results = run_on_ranks(_data_parallel_runner, (fn,), world_size, timeout, name)
+    results = run_data_parallel_answers((fn,), world_size, timeout, name)[0]
+    passed(judge_data_parallel_backward(name, results))
+
+
+def run_data_parallel_answers(answers: tuple, world_size: int = 2, timeout: float = 30.0,
+                              name: str = "data_parallel_backward") -> list[list[list[dict]]]:
+    """Run each answer on the same ranks (one launch); [answer][rank][batch] -> what its run on that batch showed."""
+    return run_answers_on_ranks(_data_parallel_runner, answers, world_size, timeout, name)
+
+
+def judge_data_parallel_backward(name: str, results: list[list[dict]]) -> str:
+    """The ✓ line for one answer's results on every rank (`run_data_parallel_answers`), or CheckFailed naming its
+    mistake."""
+    world_size = len(results)
     names = [n for n, _ in make_model().named_parameters()]
     earlier: dict[int, list[list[int]]] = {}
     for case, size in enumerate(BATCHES):
@@ -164,12 +279,17 @@ def check_data_parallel_backward(fn, world_size: int = 2, timeout: float = 30.0)
         _check_shards(shards, size, world_size, earlier)
         earlier[size] = shards
         expected = _reference_grads(x, y)
-        for rank in range(world_size):
-            for position, (got, want) in enumerate(zip(results[rank][case]["grads"], expected)):
-                _compare_grad(got, want, names[position], position, rank, (x, y), world_size, shards,
-                              results[rank][case]["reduced_elsewhere"])
-    passed(f"{name}: each of {world_size} ranks used only its shard and holds the full-batch gradient "
-           f"(batches of {', '.join(map(str, BATCHES[:-1]))} and {BATCHES[-1]})")
+        reports = [results[rank][case] for rank in range(world_size)]
+        right = [rank for rank, report in enumerate(reports) if all(
+            got is not None and first_mismatch(got, want) is None for got, want in zip(report["grads"], expected))]
+        for rank, report in enumerate(reports):
+            if report["unused_works"]:
+                _unwaited(report, expected, names, rank, size, name)
+            for position, (got, want) in enumerate(zip(report["grads"], expected)):
+                _compare_grad(got, want, names[position], position, rank, (x, y), world_size, shards, report,
+                              right, name)
+    return (f"{name}: each of {world_size} ranks used only its shard and holds the full-batch gradient "
+            f"(batches of {', '.join(map(str, BATCHES[:-1]))} and {BATCHES[-1]})")
 
 
 def _check_shards(shards: list[list[int]], size: int, world_size: int, earlier: dict | None = None) -> None:
@@ -227,13 +347,86 @@ def _run_length(shards: list[list[int]], size: int) -> int | None:
     return run if [sorted(shard) for shard in shards] == expected else None
 
 
-def _compare_grad(got, want, pname, position, rank, batch, world_size, shards, reduced_elsewhere=False) -> None:
-    """CheckFailed if a rank's gradient differs from the full batch's; the hint from the values and, where
-    `reduced_elsewhere` (dist.all_reduce ran, but on no p.grad), from the collectives."""
+def _unwaited(report: dict, expected: list, names: list[str], rank: int, size: int, name: str) -> None:
+    """CheckFailed for async all-reduces whose work handles the answer never used (so never waited on)."""
+    mismatch = next(((pname, got, want, index) for pname, got, want in zip(names, report["grads"], expected)
+                     if got is not None and (index := first_mismatch(got, want)) is not None), None)
+    if mismatch is not None:
+        pname, got, want, index = mismatch
+        value = (f"; when it returned, {pname}.grad{list(index)} was {got[index].item():.6f}, expected "
+                 f"{want[index].item():.6f}")
+    else:
+        value = " (in this run the sums had arrived in time, by chance)"
+    count, total = report["unused_works"], report["async_works"]
+    unused = "none of them was used" if count == total else f"{count} of them were never used"
+    raise CheckFailed(f"batch of {size} samples, rank {rank}: dist.all_reduce(..., async_op=True) returned {total} "
+                      f"work handle(s), and {unused}: {name} returned without waiting for the sums{value}.\n"
+                      "Hint: keep the handles and call .wait() on each before returning, or leave async_op out.")
+
+
+def _uniform_ratio(got: torch.Tensor, want: torch.Tensor) -> float | None:
+    """r where got == r * want on every element (0.0 for a got of zeros), else None."""
+    got, want = got.detach().double(), want.detach().double()
+    if got.shape != want.shape or not want.abs().max() > 0:
+        return None
+    mask = want.abs() > 1e-3 * want.abs().max()
+    ratio = float((got[mask] / want[mask]).median())
+    return ratio if torch.allclose(got, want * ratio, rtol=1e-4, atol=1e-7) else None
+
+
+def _times(ratio: float) -> str:
+    """'1/2 of', '8x', '3/4 of', '1.37x': how a gradient compares with the right one."""
+    fraction = Fraction(ratio).limit_denominator(64)
+    if abs(float(fraction) - ratio) > 1e-4 * abs(ratio):
+        return f"{ratio:.4g}x"
+    if fraction.denominator == 1:
+        return f"{fraction.numerator}x"
+    return f"{fraction.numerator}/{fraction.denominator} of"
+
+
+_REDUCED = {
+    "param": "on the parameters themselves (p, where p.grad holds the gradient): all-reduce p.grad",
+    "copy": "on a copy of a p.grad (another tensor that holds its values, or a multiple of them): it sums in "
+            "place, into the tensor it is given, so the copy holds the sum and p.grad stays this rank's. All-reduce "
+            "p.grad itself",
+    "flat": "on one flat tensor of all the gradients (torch.cat makes a new tensor): the sum lands in it, and "
+            "p.grad stays this rank's. Copy the sum back into each p.grad, or all-reduce each p.grad itself",
+}
+
+
+def _reduced_elsewhere(reduced: list[dict]) -> str:
+    """What dist.all_reduce was given, for an answer that never gave it a p.grad."""
+    first = reduced[0]
+    kind = first["kind"]
+    if kind == "tracked":
+        what = ("a one-number tensor that autograd tracks (a loss)" if first["shape"] == () else
+                f"a tensor of shape {first['shape']} that autograd tracks")
+        return (f"on {what}. Autograd does not see an all_reduce, so backward still gives each rank its own "
+                "shard's gradient: all-reduce every p.grad after backward")
+    if kind == "other":
+        shapes = sorted({str(r["shape"]) for r in reduced})
+        return (f"on tensor(s) of shape {', '.join(shapes)}, none of them a p.grad: it sums in place, into the "
+                "tensor it is given, so p.grad stays this rank's. All-reduce p.grad itself")
+    return _REDUCED[kind]
+
+
+def _compare_grad(got, want, pname, position, rank, batch, world_size, shards, report, right, name) -> None:
+    """CheckFailed if a rank's gradient differs from the full batch's; the hint from the values and from what
+    `report` (the rank's `_data_parallel_runner` report) saw: which gradients backward computed, what
+    dist.all_reduce was given (with its op and async_op), whether dist.reduce ran. `right`: the ranks whose
+    every gradient is right; `name`: the answer's, for messages."""
     x, y = batch
     where = f"batch of {len(x)} samples, rank {rank}, {pname}.grad"
+    reduced = report["reduced"]
+    on_grad = [r for r in reduced if r["kind"] == "grad" and r["position"] == position]
     if got is None:
-        raise CheckFailed(f"{where} is None.\nHint: call loss.backward() on this rank's shard.")
+        if position not in report["computed"]:
+            raise CheckFailed(f"{where} is None: no backward computed it.\nHint: call loss.backward() on this "
+                              "rank's shard.")
+        after = " and dist.all_reduce summed it" if on_grad else ""
+        raise CheckFailed(f"{where} is None when {name} returned, although backward computed it{after}: it was "
+                          "set to None afterwards.\nHint: model.zero_grad() and optimizer.zero_grad() set the "
+                          "gradients to None (as does p.grad = None); leave them as the all-reduce made them.")
     index = first_mismatch(got, want)
     if index is None:
         return
@@ -241,21 +434,46 @@ def _compare_grad(got, want, pname, position, rank, batch, world_size, shards, r
     mean_of_means = _reference_grads(x, y, [(s, 1 / world_size) for s in shards if s])
     own = shards[rank]
     shard_only = [_reference_grads(x, y, [(own, w)])[position] for w in (1.0, len(own) / len(x))] if own else []
+    alone = any(first_mismatch(got, g) is None for g in shard_only)
+    ratio = _uniform_ratio(got, want)
+    ops = sorted({r["op"] for r in on_grad} - {"SUM", "AVG"})   # AVG of shares scaled by world_size is right
+    others = [r for r in right if r != rank]
     if first_mismatch(got, want * world_size) is None:
         hint = f"this is {world_size}x the right gradient: all_reduce SUMS; divide by world_size for the mean."
-    elif any(first_mismatch(got, g) is None for g in shard_only) and reduced_elsewhere:
-        hint = ("this is the gradient of this rank's shard alone: dist.all_reduce ran, but never on a p.grad. It "
-                "sums in place, into the tensor you pass (a copy, p.grad / n), and p.grad is what stays: "
-                "all-reduce p.grad itself.")
-    elif any(first_mismatch(got, g) is None for g in shard_only):
+    elif others and "reduce" in report["called"]:
+        hint = (f"rank {others[0]} ends with the right gradient, rank {rank} does not: dist.reduce ran, and it "
+                "leaves the result on its dst rank only. Every rank needs the sum: dist.all_reduce.")
+    elif alone and any(r["async"] for r in on_grad):
+        hint = ("this is the gradient of this rank's shard alone, although dist.all_reduce(p.grad, async_op=True) "
+                f"ran on it: the sum had not arrived when {name} returned. Call .wait() on the work it returns "
+                "before returning.")
+    elif alone and reduced and not any(r["kind"] == "grad" for r in reduced):
+        hint = (f"this is the gradient of this rank's shard alone: dist.all_reduce ran, but never on a p.grad: "
+                f"{_reduced_elsewhere(reduced)}.")
+    elif alone:
         hint = ("this is the gradient of this rank's shard alone: combine the ranks' gradients with "
                 "dist.all_reduce after backward.")
+    elif ops:
+        hint = (f"dist.all_reduce ran on p.grad with op={'/'.join(ops)}: the ranks' shares of the gradient add "
+                "up to the batch's, so SUM them (op=dist.ReduceOp.SUM, the default).")
     elif first_mismatch(got, mean_of_means[position]) is None:
         hint = (f"this is the mean of the ranks' mean losses, which weights a shard of "
                 f"{min(map(len, shards))} samples like one of {max(map(len, shards))}. Weight each rank's loss "
                 f"by its share, len(shard) / len(batch), then SUM the gradients over ranks.")
+    elif ratio == 0.0:
+        hint = ("this gradient is 0 everywhere, the right one times 0: look for a factor that is 0 (an integer "
+                "division such as len(shard) // len(x) gives 0; / keeps the fraction).")
+    elif ratio is not None:
+        named = {world_size: "world_size", 1 / world_size: "1/world_size", len(x): "the batch size, len(x)",
+                 1 / len(x): "1/len(x)"}
+        equals = next((f" ({what})" for value, what in named.items() if abs(ratio - value) < 1e-4 * ratio), "")
+        hint = (f"this is {_times(ratio)} the right gradient{equals}: every element is off by the same factor, "
+                "so only a scale is wrong. Each rank's loss times len(shard) / len(x), summed over the ranks, "
+                "gives the batch's mean.")
+    elif others:
+        hint = (f"rank {others[0]} ends with the right gradient, rank {rank} does not: every rank must end "
+                "with the gradient of the whole batch.")
     else:
         hint = ("every rank must end with the gradient of mse_loss over the WHOLE batch: backward on your shard, "
                 "then all_reduce the gradients so they add up to that mean.")
     raise CheckFailed(f"{message}\nHint: {hint}")
-

@@ -13,6 +13,8 @@ Introduced in notebooks/05-ddp-in-practice.ipynb.
 from __future__ import annotations
 
 import math
+import numbers
+from fractions import Fraction
 
 import torch
 import torch.nn as nn
@@ -63,10 +65,12 @@ def _indices(shard_indices, n: int, world_size: int, rank: int, epoch: int, seed
                           "Replace the `raise NotImplementedError` line with your answer.") from None
     except Exception as error:
         raise CheckFailed(f"{case} raised {type(error).__name__}: {error}") from error
-    got = got.tolist() if torch.is_tensor(got) else got
-    if not isinstance(got, (list, tuple)) or not all(isinstance(i, int) and 0 <= i < n for i in got):
+    # a tensor or a numpy array, and numpy's integers (np.int64), index a dataset as ints do
+    got = got.tolist() if torch.is_tensor(got) or type(got).__module__ == "numpy" else got
+    if not isinstance(got, (list, tuple)) or not all(isinstance(i, numbers.Integral) and not isinstance(i, bool)
+                                                     and 0 <= i < n for i in got):
         raise CheckFailed(f"{case} returned {str(got)[:80]}; expected a list of ints in range({n}).")
-    return list(got)
+    return [int(i) for i in got]
 
 
 def check_shard_indices(shard_indices) -> None:
@@ -102,18 +106,54 @@ def check_shard_indices(shard_indices) -> None:
             expected = reference_indices(n, world_size, rank, epoch, seed)
             if got != expected:
                 case = f"shard_indices(n={n}, world_size={world_size}, rank={rank}, epoch={epoch}, seed={seed})"
+                right_at = _right_at(shard_indices, n, world_size, epoch, seed)
+                hint = _shard_hint(got, shards, n, world_size, rank, epoch, seed, right_at)
                 raise CheckFailed(f"{case} returned {_short(got)}; DistributedSampler gives {_short(expected)}."
-                                  f"\nHint: {_shard_hint(got, shards, n, world_size, rank, epoch, seed)}")
+                                  f"\nHint: {hint}")
     passed("shard_indices equals DistributedSampler on every rank: padded, strided, shuffled per epoch "
            f"and seed ({len(SHARD_CASES)} cases)")
+
+
+def _right_at(shard_indices, n: int, world_size: int, epoch: int, seed: int) -> list[tuple[int, int]]:
+    """Which of (epoch 0, this seed), (this epoch, seed 0) and (epoch 0, seed 0) other than (epoch, seed) itself
+    give every rank DistributedSampler's indices for the same n and world_size."""
+    right = []
+    for other in dict.fromkeys(((0, seed), (epoch, 0), (0, 0))):
+        if other == (epoch, seed):
+            continue
+        try:
+            if all(_indices(shard_indices, n, world_size, rank, *other) == reference_indices(n, world_size, rank,
+                                                                                             *other)
+                   for rank in range(world_size)):
+                right.append(other)
+        except CheckFailed:
+            pass
+    return right
+
+
+def _cut_permutation(shards: list[list[int]], n: int, world_size: int) -> list[int] | None:
+    """The permutation of range(n) the ranks cut as DistributedSampler does (padded with its first indices, rank r
+    taking padded[r::world_size]), or None where the shards are not such a cut of any permutation."""
+    per_rank = math.ceil(n / world_size)
+    if any(len(shard) != per_rank for shard in shards):
+        return None
+    padded = [shards[k % world_size][k // world_size] for k in range(per_rank * world_size)]
+    perm = padded[:n]
+    return perm if sorted(perm) == list(range(n)) and _padded(perm, world_size) == padded else None
+
+
+def _seed_of(perm: list[int], n: int, seeds) -> int | None:
+    """The first of `seeds` whose generator draws `perm` with torch.randperm(n), or None."""
+    return next((s for s in seeds if s >= 0 and _permutation(n, s) == perm), None)
 
 
 def _short(indices: list[int]) -> str:
     return str(indices) if len(indices) <= 8 else f"[{', '.join(map(str, indices[:8]))}, ...] ({len(indices)} indices)"
 
 
-def _shard_hint(got, shards, n, world_size, rank, epoch, seed) -> str:
-    """The mistake that explains got: compare it with what each common wrong answer would return."""
+def _shard_hint(got, shards, n, world_size, rank, epoch, seed, right_at=()) -> str:
+    """The mistake that explains got: compare it with what each common wrong answer would return. `right_at`:
+    the (epoch, seed) pairs at which the same n and world_size came out right (`_right_at`)."""
     per_rank = math.ceil(n / world_size)
     perm = _permutation(n, seed + epoch)
     padded, pad = _padded(perm, world_size), per_rank * world_size - n
@@ -129,11 +169,30 @@ def _shard_hint(got, shards, n, world_size, rank, epoch, seed) -> str:
     if start is not None:
         return (f"that is padded[{start}::{world_size}], every world_size-th index of the padded permutation "
                 f"starting at {start}: rank r starts at index r (rank {rank} at {rank}), padded[r::world_size].")
-    if got == perm[rank::world_size] and len(got) != per_rank:
-        return (f"no padding: rank {rank} got {len(got)} indices while every rank must get ceil({n}/{world_size}) "
-                f"= {per_rank} (ranks got {[len(s) for s in shards]}). Pad the permutation with its own first "
-                "indices up to a multiple of world_size; a rank with fewer batches would leave the others waiting "
-                "in all_reduce.")
+    total = sum(map(len, shards))   # the length of the padded (or cut) permutation the ranks took turns from
+    if (total not in (0, per_rank * world_size) and (total >= n or total == n // world_size * world_size)
+            and shards == [(perm * math.ceil(total / n))[:total][r::world_size] for r in range(world_size)]):
+        if total == n:
+            return (f"no padding: rank {rank} got {len(got)} indices while every rank must get "
+                    f"ceil({n}/{world_size}) = {per_rank} (ranks got {[len(s) for s in shards]}). Pad the "
+                    "permutation with its own first indices up to a multiple of world_size; a rank with fewer "
+                    "batches would leave the others waiting in all_reduce.")
+        if total < n:
+            return (f"the ranks got {[len(s) for s in shards]} indices, the first {total} of the {n} of the "
+                    "permutation: it was cut down to a multiple of world_size (what drop_last=True does). With "
+                    f"drop_last=False DistributedSampler pads it instead, up to ceil({n}/{world_size}) * "
+                    f"{world_size} = {per_rank * world_size}, with its own first indices.")
+        needed = per_rank * world_size
+        if total > needed:
+            return (f"the permutation was padded to {total} indices (ranks got {[len(s) for s in shards]}), more "
+                    "than needed: DistributedSampler pads only up to the next multiple of world_size, "
+                    f"ceil({n}/{world_size}) * {world_size} = {needed}"
+                    + (f": {n} divides by {world_size}, so it adds nothing." if pad == 0 else
+                       f", adding {pad} of its first indices."))
+        return (f"the permutation was padded to {total} indices (ranks got {[len(s) for s in shards]}), "
+                f"{needed - total} short of ceil({n}/{world_size}) * {world_size} = {needed}: pad it with "
+                f"ceil(n/world_size) * world_size - n = {pad} of its first indices, so that every rank gets "
+                f"{per_rank}.")
     if epoch and got == reference_indices(n, world_size, rank, 0, seed):
         return (f"these are the indices of epoch 0: the seed did not change with the epoch, so every epoch "
                 f"repeats the same order. Seed the generator with seed + epoch (what set_epoch does).")
@@ -161,14 +220,47 @@ def _shard_hint(got, shards, n, world_size, rank, epoch, seed) -> str:
         missing = sorted(set(range(n)) - set(everything))
         return (f"the ranks together never visit {missing[:6]}: every rank must cut the SAME permutation (a "
                 "generator seeded with seed + epoch, never the rank), rank r taking perm[r::world_size].")
+    cut = _cut_permutation(shards, n, world_size)
+    if cut is not None:
+        return _permutation_hint(cut, n, epoch, seed, right_at)
     return ("the ranks split the data validly, but not in DistributedSampler's order: draw the permutation "
-            "with torch.randperm(n, generator=torch.Generator().manual_seed(seed + epoch)) (not random.shuffle "
-            "or numpy), pad it with its first indices, and give rank r padded[r::world_size].")
+            "with torch.randperm(n, generator=torch.Generator().manual_seed(seed + epoch)), pad it with its first "
+            "indices, and give rank r padded[r::world_size].")
+
+
+def _permutation_hint(cut: list[int], n: int, epoch: int, seed: int, right_at) -> str:
+    """The hint for ranks that cut a permutation as DistributedSampler does, but another permutation than its."""
+    wanted = f"DistributedSampler seeds a new torch.Generator with seed + epoch = {seed + epoch} for every epoch"
+    if epoch:
+        generator = torch.Generator().manual_seed(seed)
+        draws = [torch.randperm(n, generator=generator).tolist() for _ in range(epoch + 1)]
+        if cut == draws[-1]:
+            return (f"these are the indices of the permutation number {epoch + 1} drawn from ONE generator seeded "
+                    f"with seed ({seed}), one more each epoch: {wanted}, so that any epoch's order follows from "
+                    "the epoch alone.")
+    found = _seed_of(cut, n, [s for s in range(64) if s != seed + epoch])
+    drawn = f" (this permutation is torch.randperm's from seed {found})" if found is not None else ""
+    if (0, seed) in right_at:
+        return (f"epoch 0 gives the right indices, epoch {epoch} does not: the ranks cut the permutation the "
+                f"right way, but the seed for epoch {epoch} differs{drawn}: {wanted}.")
+    if right_at:
+        at = " and ".join(f"epoch={e}, seed={s}" for e, s in right_at)
+        return (f"with {at} the indices are right, with epoch={epoch}, seed={seed} they are not: the ranks cut the "
+                f"permutation the right way, but the seed differs{drawn}: {wanted}.")
+    if found is not None:
+        return (f"the ranks cut the permutation the right way, but it is the one torch.randperm draws from seed "
+                f"{found}: {wanted}.")
+    return ("the ranks split the data validly, but not in DistributedSampler's order: draw the permutation "
+            "with torch.randperm(n, generator=torch.Generator().manual_seed(seed + epoch)) (random.shuffle, numpy "
+            "or another seed give another order), pad it with its first indices, and give rank r "
+            "padded[r::world_size].")
 
 
 # --- gradient accumulation with no_sync -------------------------------------------------------
 
-MICRO_BATCHES, MICRO_SIZE, WORLD_SIZE = 3, 2, 2
+# 5 samples per micro-batch: not the number of ranks (2) nor of micro-batches (3, 4), so a gradient off by one of
+# these factors shows which it is
+MICRO_BATCHES, MICRO_SIZE, WORLD_SIZE = 3, 5, 2
 MORE_MICRO_BATCHES = 4   # the same answer again with 4: a count, a slice or an index written for 3 shows
 
 
@@ -220,16 +312,18 @@ def _accumulate_one(rank: int, accumulate_gradients, micro_batches: int = MICRO_
     # the first parameter: DDP reads the flag in forward, so the two can disagree.
     synced: dict[str, list[bool]] = {"forward": [], "backward": []}
     model.register_forward_pre_hook(lambda module, args: synced["forward"].append(module.require_backward_grad_sync))
-    # every forward of the wrapped model, through DDP or past it (ddp_model.module(x), which skips DDP's sync too)
-    forwards: list[int] = []
-    model.module.register_forward_pre_hook(lambda module, args: forwards.append(1))
-    next(model.parameters()).register_hook(lambda grad: synced["backward"].append(model.require_backward_grad_sync))
     x, y = (t.chunk(WORLD_SIZE)[rank] for t in _data(micro_batches))
     micro = list(zip(x.chunk(micro_batches), y.chunk(micro_batches)))
+    # every forward of the wrapped model, through DDP or past it (ddp_model.module(x), which skips DDP's sync too):
+    # the micro-batch it ran on (its index), or None for any other input (several micro-batches in one)
+    forwards: list[int | None] = []
+    model.module.register_forward_pre_hook(lambda module, args: forwards.append(next(
+        (i for i, (xs, _) in enumerate(micro) if args[0].shape == xs.shape and torch.equal(args[0], xs)), None)))
+    next(model.parameters()).register_hook(lambda grad: synced["backward"].append(model.require_backward_grad_sync))
     before = [p.detach().clone() for p in model.parameters()]
     call_case(accumulate_gradients, f"accumulating {micro_batches} micro-batches on rank {rank}", model, micro)
     return {"grads": [None if p.grad is None else p.grad.clone() for p in model.parameters()],
-            "all_reduces": len(calls), "synced": synced, "forwards": len(forwards),
+            "all_reduces": len(calls), "synced": synced, "forwards": len(forwards), "inputs": forwards,
             "stepped": any(not torch.equal(b, p.detach()) for b, p in zip(before, model.parameters()))}
 
 
@@ -279,6 +373,24 @@ def judge_accumulate_gradients(name: str, results: list[dict]) -> str:
     return f"{name}: {MICRO_BATCHES} micro-batches == one big batch, with 1 all-reduce instead of {MICRO_BATCHES}"
 
 
+def _uniform_ratio(got: torch.Tensor, want: torch.Tensor) -> float | None:
+    """r where got == r * want on every element (0.0 for a got of zeros), else None."""
+    got, want = got.detach().double(), want.detach().double()
+    if got.shape != want.shape or not want.abs().max() > 0:
+        return None
+    mask = want.abs() > 1e-3 * want.abs().max()
+    ratio = float((got[mask] / want[mask]).median())
+    return ratio if torch.allclose(got, want * ratio, rtol=1e-4, atol=1e-7) else None
+
+
+def _times(ratio: float) -> str:
+    """'1/3 of', '6x', '1.37x': how a gradient compares with the right one."""
+    fraction = Fraction(ratio).limit_denominator(64)
+    if abs(float(fraction) - ratio) > 1e-4 * abs(ratio):
+        return f"{ratio:.4g}x"
+    return f"{fraction.numerator}x" if fraction.denominator == 1 else f"{fraction.numerator}/{fraction.denominator} of"
+
+
 def _judge_run(results: list[dict], count: int, right_with: int | None = None) -> None:
     """CheckFailed at the first thing a run with `count` micro-batches got wrong on some rank. `right_with`: the
     number of micro-batches of a run of the same answer that was right (evidence for a count written in the code)."""
@@ -299,10 +411,15 @@ def _judge_run(results: list[dict], count: int, right_with: int | None = None) -
             hint = ("accumulation runs one forward and one backward per micro-batch, so only one micro-batch's "
                     "activations are alive at a time (the point when the whole batch does not fit); one forward of "
                     "the whole batch, or one backward of the summed losses, holds them all at once.")
+            skipped = [i for i in range(count) if i not in got["inputs"]]
             if right_with is not None and forwards == backwards:
                 hint = (f"the run with {right_with} micro-batches had one forward and one backward for each: the loop "
                         "stops at a number written in the code (a range, a slice, an index) where len(micro_batches) "
                         "decides it.")
+            elif forwards == backwards < count and None not in got["inputs"] and skipped:
+                hint = (f"micro-batch{'es' if len(skipped) > 1 else ''} {skipped} of 0..{count - 1} never ran "
+                        "forward; the others ran one forward and one backward each. Every micro-batch is part of the "
+                        "big batch: loop over all of micro_batches.")
             raise CheckFailed(f"rank {rank}: {forwards} forward(s) and {backwards} backward(s) for "
                               f"{count} micro-batches.\nHint: {hint}")
         if got["all_reduces"] == 0 and all(torch.allclose(grad, want, atol=1e-6) for grad, want in
@@ -334,6 +451,7 @@ def _judge_run(results: list[dict], count: int, right_with: int | None = None) -
                 continue
             divided_by = next((k for k in range(2, 9) if k != count
                                and torch.allclose(grad, want * count / k, atol=1e-6)), None)
+            ratio = _uniform_ratio(grad, want)
             if torch.allclose(grad, want * count, atol=1e-6):
                 hint = (f"it is {count} times the big batch's gradient: divide each micro-batch loss "
                         "by the number of micro-batches before backward (the gradients add up)")
@@ -341,9 +459,28 @@ def _judge_run(results: list[dict], count: int, right_with: int | None = None) -
                 hint = (f"it is the big batch's gradient divided by {WORLD_SIZE}, the number of ranks: DDP's "
                         "all-reduce already averages over the ranks, so divide each micro-batch loss by the number "
                         "of micro-batches only")
+            elif torch.allclose(grad, want * WORLD_SIZE, atol=1e-6):
+                hint = (f"it is {WORLD_SIZE} times the big batch's gradient, {WORLD_SIZE} the number of ranks: DDP's "
+                        "all-reduce averages over the ranks (it does not sum them), so leave the number of ranks "
+                        "out: divide each micro-batch loss by the number of micro-batches only")
+            elif torch.allclose(grad, want / MICRO_SIZE, atol=1e-7):
+                hint = (f"it is the big batch's gradient divided by {MICRO_SIZE}, the number of samples in a "
+                        "micro-batch (len(x)): F.mse_loss already averages over them, so divide each micro-batch "
+                        "loss by the number of micro-batches only")
+            elif torch.allclose(grad, want * MICRO_SIZE, atol=1e-6):
+                hint = (f"it is {MICRO_SIZE} times the big batch's gradient, {MICRO_SIZE} the number of samples in "
+                        "a micro-batch (len(x)): a loss summed over the samples (reduction='sum') is that many times "
+                        "their mean; F.mse_loss's default, the mean, divided by len(micro_batches), adds up right")
             elif divided_by is not None:
+                # what the divisor equals in this run (the number of ranks and len(micro_batches) - 1 are both 2
+                # with 3 micro-batches); after a right run, a divisor of len(micro_batches) - 1 would have shown there
+                equals = [what for value, what in ((MICRO_SIZE, "the number of samples in a micro-batch, len(x)"),
+                                                   (WORLD_SIZE, "the number of ranks"),
+                                                   (count - 1 if right_with is None else None,
+                                                    "len(micro_batches) - 1")) if value == divided_by]
+                what = f"{divided_by} ({', or '.join(equals)})," if equals else f"{divided_by},"
                 hint = (f"it is {count}/{divided_by} of the big batch's gradient: each micro-batch loss was divided "
-                        f"by {divided_by}, where there are {count} micro-batches: divide by len(micro_batches), "
+                        f"by {what} where there are {count} micro-batches: divide by len(micro_batches), "
                         "which the run decides")
             elif torch.allclose(grad, reference["last only"][index], atol=1e-6):
                 hint = ("only the last micro-batch counted: do not zero the gradients between micro-batches; "
@@ -356,6 +493,11 @@ def _judge_run(results: list[dict], count: int, right_with: int | None = None) -
             elif right_with is not None:
                 hint = (f"the same function was right with {right_with} micro-batches: look for a number written for "
                         f"{right_with} (a count, a slice, an index) where len(micro_batches) decides it")
+            elif ratio:
+                named = " (1/len(micro_batches))" if abs(ratio * count - 1) < 1e-4 else ""
+                hint = (f"it is {_times(ratio)} the big batch's gradient{named}: every element is off by the same "
+                        "factor, so only a scale is wrong; each micro-batch's F.mse_loss divided by "
+                        "len(micro_batches) adds up to the big batch's mean")
             else:
                 hint = ("expected the gradient of the mean loss over all ranks' micro-batches: "
                         "backward on F.mse_loss(model(x), y) / len(micro_batches) for each micro-batch")
