@@ -12,6 +12,7 @@ them.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -31,11 +32,13 @@ DEADLOCK_TIMEOUT = 3.0   # seconds after every rank entered the answer (start-up
 # --- one_f_one_b_stage ----------------------------------------------------------------------
 
 def make_stage_answer(*, scale=True, blocking=False, grad_peer=-1, warmup=None, mark_input=True, wait_now=False,
-                      grad_divisor=1, zero_each=False, return_undivided=False, last_rank=None, microbatches=None):
+                      grad_divisor=1, zero_each=False, return_undivided=False, last_rank=None, microbatches=None,
+                      drop_handles=False, irecv_unwaited=False):
     """A 1F1B stage with one mistake switched on (the defaults give the right answer). `wait_now`: each isend's
     .wait() right after it starts, a blocking send in disguise. `zero_each`: the stage's gradients zeroed before
     every micro-batch's backward. `return_undivided`: backward on the divided loss, the undivided one returned.
-    `last_rank`, `microbatches`: the last stage's rank and the number of micro-batches written as numbers."""
+    `last_rank`, `microbatches`: the last stage's rank and the number of micro-batches written as numbers.
+    `drop_handles`: isend's handles never kept. `irecv_unwaited`: receives with dist.irecv, never waited for."""
 
     def one_f_one_b_stage(stage, inputs, targets):
         rank, world_size = dist.get_rank(), dist.get_world_size()
@@ -48,15 +51,23 @@ def make_stage_answer(*, scale=True, blocking=False, grad_peer=-1, warmup=None, 
                 dist.send(tensor, dst=dst)
             elif wait_now:
                 dist.isend(tensor, dst=dst).wait()
+            elif drop_handles:
+                dist.isend(tensor, dst=dst)
             else:
                 sends.append(dist.isend(tensor, dst=dst))
+
+        def receive(tensor, src):
+            if irecv_unwaited:
+                dist.irecv(tensor, src=src)
+            else:
+                dist.recv(tensor, src=src)
 
         def forward(i):
             if first:
                 x = inputs[i]
             else:
                 x = torch.empty(shape)
-                dist.recv(x, src=rank - 1)
+                receive(x, rank - 1)
                 if mark_input:
                     x.requires_grad_()
             out = stage(x)
@@ -75,7 +86,7 @@ def make_stage_answer(*, scale=True, blocking=False, grad_peer=-1, warmup=None, 
             grad = None
             if not last:
                 grad = torch.empty(shape)
-                dist.recv(grad, src=rank + 1)
+                receive(grad, rank + 1)
             out.backward(grad)
             if not first:
                 if grad_divisor != 1:
@@ -263,6 +274,25 @@ def test_one_f_one_b_names_a_send_waited_on_at_once():
         check_one_f_one_b_stage(make_stage_answer(wait_now=True), timeout=DEADLOCK_TIMEOUT)
     message = str(failure.value)
     assert "last call was a dist.isend" in message and "Waiting at once makes the send blocking" in message, message
+    assert "Check the peers" not in message and "order the neighbours" not in message, message
+
+
+def test_one_f_one_b_names_isend_handles_dropped():
+    # the messages whose handles were dropped never arrive: the order and the peers are right, neither is blamed
+    with pytest.raises(CheckFailed) as failure:
+        check_one_f_one_b_stage(make_stage_answer(drop_handles=True), timeout=DEADLOCK_TIMEOUT)
+    message = str(failure.value)
+    assert re.search(r"rank \d started message \d to rank \d with dist\.isend, and rank \d still waits for it: rank \d "
+                     r"never waited for that handle", message), message
+    assert "Check the peers" not in message and "order the neighbours" not in message, message
+
+
+def test_one_f_one_b_names_irecv_handles_never_waited_for():
+    with pytest.raises(CheckFailed) as failure:
+        check_one_f_one_b_stage(make_stage_answer(irecv_unwaited=True), timeout=DEADLOCK_TIMEOUT)
+    message = str(failure.value)
+    assert re.search(r"rank \d never waited for \d+ of its dist\.irecv handles.*\nHint: dist\.irecv returns at once",
+                     message, re.S), message
     assert "Check the peers" not in message and "order the neighbours" not in message, message
 
 

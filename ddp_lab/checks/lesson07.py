@@ -28,7 +28,7 @@ from ddp_lab.checks import CheckFailed, passed
 from ddp_lab.checks.common import (answer_raised, call_case, ensure_written, first_mismatch, groups_of,
                                    judge_in_order, only_point_to_point, package_answer_used, refuse_written_divisor,
                                    run_on_ranks, two_numbers, watching_calls, with_a_note)
-from ddp_lab.checks.p2p_log import (log_path, logging_point_to_point, non_neighbour_calls, read_logs,
+from ddp_lab.checks.p2p_log import (SENDS, log_path, logging_point_to_point, non_neighbour_calls, read_logs,
                                    segfaulted, stuck_receives, waits)
 from ddp_lab.course.pipeline_parallel import schedules
 from ddp_lab.course.pipeline_parallel.schedules import Span, gpipe_actions, ideal_timeline, one_f_one_b_actions
@@ -223,6 +223,11 @@ def _hang_evidence(calls: set, places: dict, case: Case, logs) -> str:
                 "same time (stage s sends the next activation forward while stage s + 1 sends a gradient "
                 "back), and a blocking send waits for the peer's recv: both wait forever. Start every send "
                 "with dist.isend, keep the handles, and call .wait() on each before the function returns.")
+    pending = _receives_never_waited(logs) if logs is not None else None
+    if pending:
+        return (f"What the ranks did: {pending}.\nHint: dist.irecv returns at once; its buffer holds the message "
+                "only once the handle's .wait() has returned, so a stage may compute with a buffer not yet filled. "
+                "Call .wait() on each irecv's handle before using its buffer.")
     waiting = waits(logs, places) if logs is not None else []
     evidence = _send_evidence(logs, places) if logs is not None else None
     if evidence:
@@ -238,9 +243,28 @@ def _hang_evidence(calls: set, places: dict, case: Case, logs) -> str:
             f"{PEERS}; and that every stage runs all {case.microbatches} forwards and backwards.")
 
 
+def _receives_never_waited(logs) -> str | None:
+    """'rank 1 never waited for 3 of its dist.irecv handles' for each rank with an irecv never waited for (each
+    rank's last call left out: it may be waiting in it now); None if there is none."""
+    said = []
+    for rank, (calls, _) in sorted(logs.items()):
+        count = sum(call.op == "irecv" and not call.waited for call in calls[:-1])
+        if count:
+            said.append(f"rank {rank} never waited for {count} of its dist.irecv handles")
+    return "; ".join(said) or None
+
+
 def _send_evidence(logs, places: dict) -> str | None:
     """A hang hint where the logged calls show what happened to the sends (see ddp_lab.checks.p2p_log)."""
     for wait in stuck_receives(logs, places):
+        sends = [call for call in logs[wait.peer][0] if call.op in SENDS and call.peer == wait.rank]
+        if not wait.returned and wait.sent >= wait.wanted and sends[wait.wanted - 1].op == "isend" \
+                and not sends[wait.wanted - 1].waited and not any(call.waited for call in sends if call.op == "isend"):
+            return (f"rank {wait.peer} started message {wait.wanted} to rank {wait.rank} with dist.isend, and rank "
+                    f"{wait.rank} still waits for it: rank {wait.peer} never waited for that handle (nor any other "
+                    "of its isends to it), and a handle dropped or overwritten before its send completed leaves "
+                    "the message undelivered here. Keep every handle isend returns (a list) and call .wait() on "
+                    "each before the function returns.")
         if wait.returned and wait.sent >= wait.wanted:
             return (f"rank {wait.peer} started message {wait.wanted} to rank {wait.rank} (dist.isend) and returned "
                     "before it was delivered: a send started with isend is only sure to arrive once its handle's "
