@@ -263,6 +263,79 @@ def test_device_and_ddp_kwargs_names_a_modulo_by_the_machines_gpu_count(monkeypa
         check_device_and_ddp_kwargs(device_from_rank_mod_gpu_count)
 
 
+def device_ids_empty_on_cpu(backend):
+    """Right: DDP takes device_ids=[] for a module on the CPU as it takes None (kept for backward compatibility)."""
+    ids = [int(os.environ["LOCAL_RANK"])] if backend == "nccl" else []
+    return (torch.device("cuda", ids[0]) if ids else torch.device("cpu")), {"device_ids": ids}
+
+
+def output_device_on_cpu(backend):
+    """Wrong: an output_device for the gloo/CPU model."""
+    if backend != "nccl":
+        return torch.device("cpu"), {"device_ids": None, "output_device": int(os.environ["LOCAL_RANK"])}
+    return device_and_ddp_kwargs(backend)
+
+
+def output_device_string(backend):
+    """Wrong: output_device straight from the environment (a string, which DDP reads as a device name)."""
+    if backend != "nccl":
+        return torch.device("cpu"), {}
+    local_rank = int(os.environ["LOCAL_RANK"])
+    return torch.device("cuda", local_rank), {"device_ids": [local_rank], "output_device": os.environ["LOCAL_RANK"]}
+
+
+def device_index_string(backend):
+    """Wrong: the environment's string as torch.device's index."""
+    if backend != "nccl":
+        return torch.device("cpu"), {}
+    return torch.device("cuda", os.environ["LOCAL_RANK"]), {"device_ids": [int(os.environ["LOCAL_RANK"])]}
+
+
+def device_index_string_through_a_name(backend):
+    """Wrong: the environment's string, kept in a name, as torch.device's index."""
+    if backend != "nccl":
+        return torch.device("cpu"), {}
+    local_rank = os.environ["LOCAL_RANK"]
+    return torch.device("cuda", local_rank), {"device_ids": [local_rank]}
+
+
+def test_device_and_ddp_kwargs_accepts_an_empty_device_ids_on_cpu(capsys):
+    check_device_and_ddp_kwargs(device_ids_empty_on_cpu)
+    assert capsys.readouterr().out.startswith("✓ device_and_ddp_kwargs")
+
+
+@pytest.mark.parametrize("wrong, feedback", [
+    (output_device_on_cpu, r"^device_and_ddp_kwargs\('gloo'\) returned ddp_kwargs=\{'device_ids': None, "
+                           r"'output_device': 2\}, expected \{\}\.\nHint: output_device names the GPU"),
+    (output_device_string, r"^device_and_ddp_kwargs\('nccl'\) returned output_device='2' \(as global rank 6 .*\), a "
+                           r"string, which DDP reads as a device name .*\nHint: environment variables are strings"),
+    (device_index_string, r"^device_and_ddp_kwargs raised TypeError: .*str.*\nHint: environment variables are "
+                          r"strings.*int\(os.environ\['LOCAL_RANK'\]\)\.$"),
+    (device_index_string_through_a_name, r"^device_and_ddp_kwargs raised TypeError: .*str.*\nHint: environment "
+                                         r"variables are strings"),
+])
+def test_device_and_ddp_kwargs_names_the_wrong_value(wrong, feedback):
+    with pytest.raises(CheckFailed, match=f"(?s){feedback}"):
+        check_device_and_ddp_kwargs(wrong)
+
+
+def device_from_local_rank_mod_gpu_count(backend):
+    """LOCAL_RANK modulo the GPUs this machine has (none where the check runs): the % is not needed."""
+    if backend != "nccl":
+        return torch.device("cpu"), {}
+    local_rank = int(os.environ["LOCAL_RANK"]) % torch.cuda.device_count()
+    return torch.device("cuda", local_rank), {"device_ids": [local_rank]}
+
+
+def test_device_and_ddp_kwargs_a_modulo_of_local_rank_by_the_gpu_count_is_not_told_to_read_local_rank(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
+    with pytest.raises(CheckFailed, match=r"(?s)^device_and_ddp_kwargs raised ZeroDivisionError.*\nHint: the line "
+                                          r"that raised divides by torch.cuda.device_count\(\).*LOCAL_RANK alone is "
+                                          r"the GPU index torchrun means.*no % needed\.$") as failed:
+        check_device_and_ddp_kwargs(device_from_local_rank_mod_gpu_count)
+    assert "read it from the environment" not in str(failed.value)
+
+
 def test_device_check_restores_the_environment():
     before = {name: os.environ.get(name) for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE")}
     with pytest.raises(CheckFailed):
@@ -512,3 +585,78 @@ def test_gloos_refusal_still_gets_the_world_size_hint():
                                           r"that is not below the world size.*LOCAL_WORLD_SIZE counts only this node's"):
         check_setup_from_env(setup_imports_the_function)
 
+
+def setup_destroys_its_group(backend):
+    """Wrong: cleans up before returning, so the caller has no group to train in."""
+    dist.init_process_group(backend)
+    try:
+        return torchruns_numbers()
+    finally:
+        dist.destroy_process_group()
+
+
+def setup_without_a_backend(backend):
+    """Wrong: leaves the backend to torch."""
+    dist.init_process_group()
+    return torchruns_numbers()
+
+
+def setup_tcp_written(backend):
+    """Wrong: an init_method address written in the code (seen in the source: refused before any rank starts)."""
+    me = torchruns_numbers()
+    dist.init_process_group(backend, init_method="tcp://127.0.0.1:29517", rank=me["rank"], world_size=me["world_size"])
+    return me
+
+
+def setup_tcp_port_written(backend):
+    """Wrong: MASTER_ADDR read, but a port written in the code (seen when init_process_group is called)."""
+    me, port = torchruns_numbers(), 29517
+    dist.init_process_group(backend, init_method=f"tcp://{os.environ['MASTER_ADDR']}:{port}", rank=me["rank"],
+                            world_size=me["world_size"])
+    return me
+
+
+@pytest.mark.parametrize("wrong, feedback", [
+    (setup_destroys_its_group, r"^rank 0: setup_from_env\('gloo'\) created the process group, then destroyed it "
+                               r"\(dist.destroy_process_group\(\)\) before returning"),
+    (setup_without_a_backend, r"^rank 0: setup_from_env called init_process_group with no backend .*expected 'gloo'"),
+    (setup_tcp_written, r"^setup_from_env passes init_method='tcp://127.0.0.1:29517' to init_process_group: an address "
+                        r"written in the code\.\nHint: torchrun chooses .*MASTER_ADDR and MASTER_PORT"),
+    (setup_tcp_port_written, r"^rank \d: in setup_from_env, init_process_group got "
+                             r"init_method='tcp://127.0.0.1:29517', but torchrun set MASTER_ADDR=127.0.0.1 and "
+                             r"MASTER_PORT=\d+\.\nHint: torchrun chooses"),
+])
+def test_setup_from_env_names_the_mistake(wrong, feedback):
+    with pytest.raises(CheckFailed, match=f"(?s){feedback}"):
+        check_setup_from_env(wrong)
+
+
+def setup_master_fallback(backend):
+    """Right: a fallback for running without torchrun, which leaves torchrun's MASTER_ADDR/MASTER_PORT as they are."""
+    os.environ["MASTER_ADDR"] = os.environ.get("MASTER_ADDR", "localhost")
+    os.environ["MASTER_PORT"] = os.environ.get("MASTER_PORT", "29500")
+    return setup_from_env(backend)
+
+
+def setup_tcp_from_the_environment(backend):
+    """Right: a setdefault fallback (no write under torchrun), and a tcp:// address built from torchrun's variables."""
+    os.environ.setdefault("MASTER_ADDR", "localhost")
+    me = torchruns_numbers()
+    dist.init_process_group(backend, init_method=f"tcp://{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}",
+                            rank=me["rank"], world_size=me["world_size"])
+    return me
+
+
+def setup_local_rank_from_the_group_rank(backend):
+    """Right: the local rank from torchrun's GROUP_RANK (the node's index) and LOCAL_WORLD_SIZE."""
+    me = torchruns_numbers()
+    local_rank = me["rank"] - int(os.environ["GROUP_RANK"]) * int(os.environ["LOCAL_WORLD_SIZE"])
+    dist.init_process_group(backend, rank=me["rank"], world_size=me["world_size"])
+    return {**me, "local_rank": local_rank}
+
+
+@pytest.mark.parametrize("answer", [setup_master_fallback, setup_tcp_from_the_environment,
+                                    setup_local_rank_from_the_group_rank])
+def test_setup_from_env_accepts(answer, capsys):
+    check_setup_from_env(answer)
+    assert capsys.readouterr().out.startswith("✓ setup_from_env")

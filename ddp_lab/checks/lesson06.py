@@ -13,10 +13,12 @@ import ast
 import contextlib
 import inspect
 import os
+import re
 import textwrap
 import traceback
 import warnings
 from typing import NamedTuple
+from urllib.parse import urlparse
 
 import torch
 import torch.distributed as dist
@@ -26,7 +28,8 @@ from ddp_lab.checks.common import failure_message, parse_frames
 from ddp_lab.launcher.errors import LaunchError, LaunchTimeout, LaunchWarning
 from ddp_lab.launcher.launch import launch
 
-_NOT_WRITTEN = "is not written yet: it raised NotImplementedError({!r}).\nReplace the `raise NotImplementedError` line with your answer."
+_NOT_WRITTEN = ("is not written yet: it raised NotImplementedError({!r}).\n"
+                "Replace the `raise NotImplementedError` line with your answer.")
 
 
 def _call(fn, what: str, case: str, *args):
@@ -145,9 +148,7 @@ def check_device_and_ddp_kwargs(device_and_ddp_kwargs) -> None:
     if device.type != "cpu":
         raise CheckFailed(f"{what}('gloo') chose {device}, expected cpu.\nHint: in this exercise gloo "
                           "means CPU training (gloo can move CUDA tensors too, but slowly); the model stays on CPU.")
-    if kwargs.get("device_ids") is not None or kwargs.get("output_device") is not None:
-        raise CheckFailed(f"{what}('gloo') returned ddp_kwargs={kwargs!r}, expected {{}}.\nHint: DDP "
-                          "refuses device_ids for a module on the CPU (ValueError); pass no device_ids there.")
+    _check_cpu_kwargs(what, kwargs)
     written = [_written_node_size([_gpu_number(result, part) for result in nccl]) for part in (0, 1)]
     for index, (layout, result) in enumerate(zip(LAYOUTS, nccl)):
         _check_nccl(what, result, layout, [(found, values[index]) if found else None for found, values in written],
@@ -156,11 +157,34 @@ def check_device_and_ddp_kwargs(device_and_ddp_kwargs) -> None:
            f"{' and of '.join(str(layout.per_node) for layout in LAYOUTS)} processes")
 
 
-# The hint for a ZeroDivisionError raised by a line that divides by torch.cuda.device_count() (RANK % the GPU count)
+def _check_cpu_kwargs(what: str, kwargs: dict) -> None:
+    """Judge the ddp_kwargs for gloo (a module on the CPU): DDP takes device_ids None or empty (it keeps an empty list
+    for backward compatibility) as left out, and refuses a GPU there (ValueError); output_device must be left out."""
+    ids, output = kwargs.get("device_ids"), kwargs.get("output_device")
+    if ids is None or (isinstance(ids, (list, tuple)) and len(ids) == 0):
+        if output is None:
+            return
+        raise CheckFailed(f"{what}('gloo') returned ddp_kwargs={kwargs!r}, expected {{}}.\nHint: output_device "
+                          "names the GPU DDP puts outputs on; the model stays on the CPU: leave output_device out.")
+    refused = " (ValueError)" if isinstance(ids, (list, tuple)) else ""
+    raise CheckFailed(f"{what}('gloo') returned ddp_kwargs={kwargs!r}, expected {{}}.\nHint: DDP refuses device_ids "
+                      f"that name a GPU for a module on the CPU{refused}; pass no device_ids there (None and [] are "
+                      "the same to DDP as leaving it out).")
+
+
+# The hints for a ZeroDivisionError raised by a line that divides by torch.cuda.device_count(): where what it divides
+# reads RANK and not LOCAL_RANK (RANK % the GPU count), and otherwise (LOCAL_RANK % the GPU count, or unseen)
 GPU_COUNT_HINT = ("the line that raised divides by torch.cuda.device_count() (% divides too), which is 0 where no GPU "
                   "is visible, as here; on a GPU node the GPU count need not be the number of processes torchrun "
                   "started there either. torchrun gives each process its index on its node in LOCAL_RANK: read it "
                   "from the environment")
+GPU_COUNT_ZERO = ("the line that raised divides by torch.cuda.device_count() (% divides too), which is 0 where no GPU "
+                  "is visible, as here: the check plays a process of a torchrun job on GPU nodes, on a machine "
+                  "without GPUs. LOCAL_RANK alone is the GPU index torchrun means, this process's on its node: "
+                  "int(os.environ['LOCAL_RANK']), with no % needed")
+# The hint for a TypeError naming a str, raised by a line that uses a value read from the environment
+STRING_HINT = ("environment variables are strings, and the line that raised uses one where a number is wanted (the "
+               "error names a str): convert it, int(os.environ['LOCAL_RANK'])")
 
 
 def _call_device(device_and_ddp_kwargs, backend: str, layout: Layout):
@@ -171,8 +195,12 @@ def _call_device(device_and_ddp_kwargs, backend: str, layout: Layout):
         return _call(device_and_ddp_kwargs, what, case, backend)
     except CheckFailed as failed:
         error = failed.__cause__
-        if isinstance(error, ZeroDivisionError) and "device_count" in _raising_line(error):
-            raise CheckFailed(f"{failed}\nHint: {GPU_COUNT_HINT}.") from error
+        line = _raising_line(error) if error is not None else ""
+        if isinstance(error, ZeroDivisionError) and "device_count" in line:
+            raise CheckFailed(f"{failed}\nHint: {_gpu_count_hint(device_and_ddp_kwargs, line)}.") from error
+        if isinstance(error, TypeError) and re.search(r"\bstr\b", str(error)) and \
+                _uses_an_environment_string(device_and_ddp_kwargs, line):
+            raise CheckFailed(f"{failed}\nHint: {STRING_HINT}.") from error
         raise
 
 
@@ -180,6 +208,85 @@ def _raising_line(error: BaseException) -> str:
     """The source line of the innermost frame of error's traceback ('' where there is none)."""
     frames = traceback.extract_tb(error.__traceback__)
     return (frames[-1].line or "") if frames else ""
+
+
+def _source_function(fn) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+    """The syntax tree of fn's definition (None where there is no source to read)."""
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
+    except (OSError, TypeError, SyntaxError, IndentationError):
+        return None
+    return next((node for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))), None)
+
+
+def _is_environment_read(node: ast.AST) -> str | None:
+    """The variable `node` reads where it is os.environ[NAME], os.environ.get(NAME, ...) or os.getenv(NAME, ...)."""
+    key = None
+    if isinstance(node, ast.Subscript) and ast.unparse(node.value).endswith("environ"):
+        key = node.slice
+    elif isinstance(node, ast.Call) and node.args and ast.unparse(node.func).endswith(("environ.get", "getenv")):
+        key = node.args[0]
+    return key.value if isinstance(key, ast.Constant) and isinstance(key.value, str) else None
+
+
+def _environment_reads(node: ast.AST, bound: dict) -> set:
+    """The environment variables an expression reads, itself or through the names `bound` maps to theirs."""
+    found = set()
+    for each in ast.walk(node):
+        read = _is_environment_read(each)
+        if read:
+            found.add(read)
+        if isinstance(each, ast.Name) and isinstance(each.ctx, ast.Load):
+            found |= bound.get(each.id, set())
+    return found
+
+
+def _bindings(function) -> dict:
+    """For each name `function` assigns, the environment variables its values read (in source order; a tuple of
+    values assigned to a tuple of names, element by element)."""
+    bound: dict = {}
+    assignments = [node for node in ast.walk(function) if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign))
+                   and node.value is not None]
+    for node in sorted(assignments, key=lambda node: (node.lineno, node.col_offset)):
+        for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
+            pairs = [(target, node.value)]
+            if isinstance(target, (ast.Tuple, ast.List)) and isinstance(node.value, (ast.Tuple, ast.List)) and \
+                    len(target.elts) == len(node.value.elts):
+                pairs = list(zip(target.elts, node.value.elts))
+            for names, value in pairs:
+                reads = _environment_reads(value, bound)
+                for name in (each for each in ast.walk(names) if isinstance(each, ast.Name)):
+                    bound[name.id] = reads | (bound.get(name.id, set()) if isinstance(node, ast.AugAssign) else set())
+    return bound
+
+
+def _gpu_count_hint(fn, line: str) -> str:
+    """The hint for a ZeroDivisionError on `line`, which divides by torch.cuda.device_count(): GPU_COUNT_HINT where
+    what fn divides by it reads RANK and not LOCAL_RANK (in fn's source, or where that shows no such division, on
+    `line`), GPU_COUNT_ZERO otherwise."""
+    function, divided = _source_function(fn), None
+    if function is not None:
+        bound = _bindings(function)
+        divisions = [node.left for node in ast.walk(function) if isinstance(node, ast.BinOp)
+                     and isinstance(node.op, (ast.Mod, ast.FloorDiv, ast.Div))
+                     and "device_count" in ast.unparse(node.right)]
+        if divisions:
+            divided = set().union(*(_environment_reads(left, bound) for left in divisions))
+    if divided is None:   # a division in a function fn calls, or no source
+        divided = set(re.findall(r"""["'](LOCAL_RANK|RANK)["']""", line))
+    return GPU_COUNT_HINT if "RANK" in divided and "LOCAL_RANK" not in divided else GPU_COUNT_ZERO
+
+
+def _uses_an_environment_string(fn, line: str) -> bool:
+    """Whether `line` reads os.environ (or os.getenv), or a name fn assigns an environment variable as it is."""
+    if "environ" in line or "getenv" in line:
+        return True
+    function = _source_function(fn)
+    if function is None:
+        return False
+    raw = {name.id for node in ast.walk(function) if isinstance(node, ast.Assign) and _is_environment_read(node.value)
+           for target in node.targets for name in ast.walk(target) if isinstance(name, ast.Name)}
+    return bool(raw & set(re.findall(r"\w+", line)))
 
 
 def _gpu_number(result, part: int) -> int | None:
@@ -286,22 +393,45 @@ def _check_nccl(what: str, result, layout: Layout, written: list, across: list) 
                           f"[{local_rank}].\nHint: {hint}")
     output = kwargs.get("output_device")
     if output is not None:
-        out = torch.device("cuda", output) if isinstance(output, int) else _as_device(output, f"{what}('nccl')")
+        out = _output_device(what, output, where, local_rank)
         if out != device:
             raise CheckFailed(f"{what}('nccl') returned output_device={output!r} {where}; leave it out or "
                               f"make it this rank's GPU, {local_rank}.")
 
 
+def _output_device(what: str, output, where: str, local_rank: int) -> torch.device:
+    """The GPU an answer's output_device names (DDP takes a GPU index or what torch.device takes), else CheckFailed
+    naming output_device."""
+    if isinstance(output, int) and not isinstance(output, bool):
+        return torch.device("cuda", output)
+    try:
+        return torch.device(output)
+    except (TypeError, RuntimeError) as error:
+        if isinstance(output, str) and output.strip().isdigit():
+            raise CheckFailed(f"{what}('nccl') returned output_device={output!r} {where}, a string, which DDP reads as "
+                              f"a device name ({error}).\nHint: environment variables are strings: pass a number, "
+                              "int(os.environ['LOCAL_RANK']), or leave output_device out (DDP takes device_ids[0])."
+                              ) from None
+        raise CheckFailed(f"{what}('nccl') returned output_device={output!r} {where}, which names no device "
+                          f"({error}); leave it out or make it this rank's GPU, {local_rank}.") from None
+
+
 # --- exercise 3: setup_from_env(backend) -------------------------------------------------
 
-# Two "nodes" with one process each: global ranks 0 and 1, both LOCAL_RANK 0. Then one node of both processes,
-# where LOCAL_RANK is the rank: an answer that sets local_rank to 0, or to RANK, is right in one layout only.
+# Two "nodes" with one process each: global ranks 0 and 1, both LOCAL_RANK 0, on nodes 0 and 1. Then one node of both
+# processes, where LOCAL_RANK is the rank: an answer that sets local_rank to 0, or to RANK, is right in one layout only.
+# _TWO_NODES is the launch's environment, the same for both ranks; each rank sets its node's index itself.
 _TWO_NODES = {"LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1"}
 
 
+def _two_nodes(rank: int) -> dict:
+    """torchrun's node variables for `rank` on a node of its own: the node's index (GROUP_RANK) is the rank."""
+    return {**_TWO_NODES, "GROUP_RANK": str(rank)}
+
+
 def _one_node(rank: int) -> dict:
-    """torchrun's node variables for `rank` on one node of both processes."""
-    return {"LOCAL_RANK": str(rank), "LOCAL_WORLD_SIZE": "2"}
+    """torchrun's node variables for `rank` on one node of both processes (node 0)."""
+    return {"LOCAL_RANK": str(rank), "LOCAL_WORLD_SIZE": "2", "GROUP_RANK": "0"}
 
 
 _LAYOUT = {False: "two nodes, one process each", True: "one node of two processes"}
@@ -309,9 +439,9 @@ _KEYS = ("rank", "local_rank", "world_size")
 
 
 class GroupArgumentsRefused(ValueError):
-    """Raised in a rank of lesson 06's setup check when the answer passes init_process_group a world size or a rank
-    that is not torchrun's (args: the message, the hint). Left to gloo, a rank not below its world size fails on one
-    rank while another waits for a peer that never comes."""
+    """Raised in a rank of lesson 06's setup check when the answer passes init_process_group a world size, a rank or a
+    tcp:// address that is not torchrun's (args: the message, the hint). Left to gloo, a rank not below its world size
+    fails on one rank while another waits for a peer that never comes."""
 
     def __str__(self) -> str:
         return self.args[0]
@@ -328,9 +458,32 @@ _GROUP_NUMBERS = (
 )
 
 
-def _checked_arguments(init_process_group):
-    """init_process_group, refusing (GroupArgumentsRefused) a world_size or rank that differs from torchrun's."""
+# The hint for an init_method address that is not the one torchrun set
+INIT_METHOD_HINT = ("torchrun chooses where the job's processes meet (rank 0's store) and sets it in MASTER_ADDR and "
+                    "MASTER_PORT, the same on every node: leave init_method out (its default, 'env://', reads them) "
+                    "or build it from them, f\"tcp://{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}\"")
+
+
+def _tcp_address(init_method) -> tuple | None:
+    """(host, port as a string) of a tcp:// init_method; None for any other."""
+    if not isinstance(init_method, str):
+        return None
+    url = urlparse(init_method)
+    if url.scheme != "tcp":
+        return None
+    try:
+        port = url.port
+    except ValueError:
+        port = None
+    return url.hostname, str(port)
+
+
+def _checked_arguments(init_process_group, record: dict | None = None):
+    """init_process_group, refusing (GroupArgumentsRefused) a world_size or rank that differs from torchrun's, or a
+    tcp:// init_method other than MASTER_ADDR:MASTER_PORT. In `record`: whether a backend was given ("backend_given")
+    and, once init_process_group returned, "created"."""
     signature = inspect.signature(init_process_group)
+    record = {} if record is None else record
 
     def init_with_torchruns_numbers(*args, **kwargs):
         given = signature.bind_partial(*args, **kwargs).arguments
@@ -343,14 +496,23 @@ def _checked_arguments(init_process_group):
                 hint = f"{local_value} is {local_means}; {wanted}" if value == local_value else wanted
                 raise GroupArgumentsRefused(f"init_process_group got {name}={value!r}, but {variable} is {expected}",
                                             hint)
-        return init_process_group(*args, **kwargs)
+        address, method = _tcp_address(given.get("init_method")), given.get("init_method")
+        torchruns = os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT")
+        if address is not None and address != torchruns:
+            raise GroupArgumentsRefused(f"init_process_group got init_method={method!r}, but torchrun set "
+                                        f"MASTER_ADDR={torchruns[0]} and MASTER_PORT={torchruns[1]}", INIT_METHOD_HINT)
+        record["backend_given"] = given.get("backend") is not None
+        result = init_process_group(*args, **kwargs)
+        record["created"] = True
+        return result
 
     return init_with_torchruns_numbers
 
 
 def _setup_runner(rank: int, setup_from_env):
-    """Inside a rank: the answer as on two nodes of one process each (the launch's environment), then, its group
-    destroyed, as on one node of two processes ("one_node"), where LOCAL_RANK is the rank."""
+    """Inside a rank: the answer as on two nodes of one process each, then, its group destroyed, as on one node of two
+    processes ("one_node"), where LOCAL_RANK is the rank."""
+    os.environ.update(_two_nodes(rank))
     state = _setup_once(rank, setup_from_env)
     if not state.get("initialized") or state.get("backend") != "gloo":
         return state
@@ -360,28 +522,39 @@ def _setup_runner(rank: int, setup_from_env):
 
 
 def _setup_once(rank: int, setup_from_env):
-    """Call the answer (its init_process_group checked for torchrun's numbers), then see whether it built a working
-    process group."""
+    """Call the answer (its init_process_group checked for torchrun's numbers and address, it and
+    destroy_process_group recorded), then see whether it built a working process group."""
 
     written = {}                 # MASTER_ADDR / MASTER_PORT the answer assigns (torchrun's to keep), even unchanged
+    changed = set()              # those of them it gave a value other than the one they had
+    record = {}                  # what _checked_arguments saw; "destroyed" where the answer destroyed a group
     assign = type(os.environ).__setitem__
 
     def recording(environ, key, value):
         if key in ("MASTER_ADDR", "MASTER_PORT"):
             written[key] = value
+            if environ.get(key) != value:
+                changed.add(key)
         assign(environ, key, value)
 
+    init_process_group, destroy_process_group = dist.init_process_group, dist.destroy_process_group
+
+    def destroy_recorded(*args, **kwargs):
+        record["destroyed"] = True
+        return destroy_process_group(*args, **kwargs)
+
     type(os.environ).__setitem__ = recording
-    init_process_group = dist.init_process_group
-    dist.init_process_group = _checked_arguments(init_process_group)
+    dist.init_process_group = _checked_arguments(init_process_group, record)
+    dist.destroy_process_group = destroy_recorded
     try:
         info = setup_from_env("gloo")
     except NotImplementedError as error:
         return {"error": "NotImplementedError", "message": str(error)}
     finally:
         type(os.environ).__setitem__ = assign
-        dist.init_process_group = init_process_group
-    state = {"info": info, "initialized": dist.is_initialized(), "overwritten": written}
+        dist.init_process_group, dist.destroy_process_group = init_process_group, destroy_process_group
+    state = {"info": info, "initialized": dist.is_initialized(), "overwritten": written, "changed": sorted(changed),
+             **record}
     if state["initialized"]:
         state.update(backend=dist.get_backend(), rank=dist.get_rank(), world_size=dist.get_world_size())
         if state["backend"] != "gloo":
@@ -395,10 +568,10 @@ def _setup_once(rank: int, setup_from_env):
 def check_setup_from_env(setup_from_env, timeout: float = 30.0) -> None:
     """Check `setup_from_env(backend) -> {'rank', 'local_rank', 'world_size'}` on 2 real ranks.
 
-    The ranks get torchrun's environment for two nodes of one process each (RANK 0 and 1,
-    LOCAL_RANK 0 on both) and no process group: the answer must create it. Then, the group
-    destroyed, the same for one node of both processes (LOCAL_RANK 0 and 1), so a local rank
-    written as 0, or taken from RANK, is wrong in one of the two.
+    The ranks get torchrun's environment for two nodes of one process each (RANK and GROUP_RANK
+    0 and 1, LOCAL_RANK 0 on both) and no process group: the answer must create it. Then, the
+    group destroyed, the same for one node of both processes (LOCAL_RANK 0 and 1, GROUP_RANK 0),
+    so a local rank written as 0, or taken from RANK, is wrong in one of the two.
 
     Introduced in notebooks/06-backends-and-torchrun.ipynb.
     """
@@ -409,6 +582,11 @@ def check_setup_from_env(setup_from_env, timeout: float = 30.0) -> None:
         raise CheckFailed(f"{what} passes {chosen} to init_process_group instead of its backend argument.\n"
                           "Hint: the caller chooses the backend (this check asks for 'gloo', the script's pick_backend "
                           "may say 'nccl' on a GPU node): pass the parameter on, init_process_group(backend, ...).")
+    method = _written_init_method(setup_from_env)
+    if method is not None:
+        raise CheckFailed(f"{what} passes init_method={method} to init_process_group: an address written in the "
+                          f"code.\nHint: {INIT_METHOD_HINT}.")
+    kept = _environment_fallbacks(setup_from_env)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", category=LaunchWarning)
         try:
@@ -424,27 +602,57 @@ def check_setup_from_env(setup_from_env, timeout: float = 30.0) -> None:
             refused = error.failures[error.first_rank].exception
             if isinstance(refused, GroupArgumentsRefused) and len(refused.args) == 2:
                 raise CheckFailed(f"rank {error.first_rank}: in {what}, {refused}.\nHint: {refused.args[1]}.") from None
-            raise CheckFailed(failure_message(error, what, _explain_setup)) from None
+            raise CheckFailed(failure_message(error, what, lambda failure: _explain_setup(failure, setup_from_env))
+                              ) from None
     for rank, state in enumerate(results):
-        _check_rank(what, rank, state)
+        _check_rank(what, rank, state, kept)
     for rank, state in enumerate(results):
-        _check_rank(what, rank, state["one_node"], one_node=True)
+        _check_rank(what, rank, state["one_node"], kept, one_node=True)
     passed(f"{what}: 2 ranks joined one gloo group with the right rank, local rank and world size, on 2 nodes and "
            "on one")
 
 
-def _explain_setup(failure) -> str | None:
+def _explain_setup(failure, setup_from_env) -> str | None:
     """A hint where gloo refused a rank not below the world size it was given: for an answer whose
     init_process_group the rank's own check does not see (imported as a name: `from torch.distributed import
     init_process_group`); or where the answer's own line that raised ZeroDivisionError divides by
-    torch.cuda.device_count() (0 without GPUs)."""
+    torch.cuda.device_count() (0 without GPUs): then the hint depends on what it divides (`_gpu_count_hint`, which
+    reads `setup_from_env`'s source)."""
     if "rank < size" in (failure.details or ""):
         return ("gloo refused a rank that is not below the world size it was given: world_size is the number of "
                 "processes on ALL nodes, os.environ['WORLD_SIZE'] (LOCAL_WORLD_SIZE counts only this node's).")
     frames = parse_frames(failure.details or "")
-    if isinstance(failure.exception, ZeroDivisionError) and frames and "device_count" in "".join(frames[-1]["text"]):
-        return GPU_COUNT_HINT + "."
+    line = "\n".join(frames[-1]["text"]) if frames else ""
+    if isinstance(failure.exception, ZeroDivisionError) and "device_count" in line:
+        return _gpu_count_hint(setup_from_env, line) + "."
     return None
+
+
+def _written_init_method(fn) -> str | None:
+    """A tcp:// init_method written out as a string in an init_process_group call of fn's own source, as written;
+    None otherwise, or when there is no source to read."""
+    function = _source_function(fn)
+    for node in ast.walk(function) if function is not None else ():
+        if isinstance(node, ast.Call) and ast.unparse(node.func).split(".")[-1] == "init_process_group":
+            given = node.args[1] if len(node.args) > 1 else next(
+                (keyword.value for keyword in node.keywords if keyword.arg == "init_method"), None)
+            if isinstance(given, ast.Constant) and _tcp_address(given.value) is not None:
+                return ast.unparse(given)
+    return None
+
+
+def _environment_fallbacks(fn) -> set:
+    """MASTER_ADDR and MASTER_PORT where every value fn's source assigns them reads the same variable first
+    (`os.environ["MASTER_ADDR"] = os.environ.get("MASTER_ADDR", "localhost")`): under torchrun, where it is set, such
+    a write leaves it as it is, as os.environ.setdefault does."""
+    function, values = _source_function(fn), {}
+    for node in ast.walk(function) if function is not None else ():
+        if isinstance(node, ast.Assign):
+            for target in node.targets:
+                key = _is_environment_read(target)
+                if key in ("MASTER_ADDR", "MASTER_PORT"):
+                    values.setdefault(key, []).append(node.value)
+    return {key for key, assigned in values.items() if all(key in _environment_reads(value, {}) for value in assigned)}
 
 
 def _hard_coded_backend(fn) -> str | None:
@@ -452,12 +660,7 @@ def _hard_coded_backend(fn) -> str | None:
     or local variables (a string, `dist.Backend.GLOO`, `"nccl" if torch.cuda.is_available() else "gloo"`, an
     environment variable), as written, in a function that never reads its first parameter (the backend): evidence
     that fn ignores the backend it is given. None otherwise, or when there is no source to read."""
-    try:
-        tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
-    except (OSError, TypeError, SyntaxError, IndentationError):
-        return None
-    function = next((node for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))),
-                    None)
+    function = _source_function(fn)
     if function is None:
         return None
     parameters = [argument.arg for argument in function.args.args]
@@ -475,19 +678,32 @@ def _hard_coded_backend(fn) -> str | None:
     return None
 
 
-def _check_rank(what: str, rank: int, state: dict, one_node: bool = False) -> None:
-    """CheckFailed naming what is wrong with one rank's setup, as on two nodes or (`one_node`) on one."""
+def _check_rank(what: str, rank: int, state: dict, kept: set = frozenset(), one_node: bool = False) -> None:
+    """CheckFailed naming what is wrong with one rank's setup, as on two nodes or (`one_node`) on one. `kept`: the
+    variables of MASTER_ADDR and MASTER_PORT the answer writes only as a fallback (`_environment_fallbacks`): a write
+    of one that left its value as it was is no mistake."""
     if state.get("error") == "NotImplementedError":
         raise CheckFailed(f"{what} " + _NOT_WRITTEN.format(state["message"]))
-    if state.get("overwritten"):
-        raise CheckFailed(f"rank {rank}: {what} set {state['overwritten']}; torchrun sets MASTER_ADDR and "
+    overwritten = {key: value for key, value in state.get("overwritten", {}).items()
+                   if key in state.get("changed", ()) or key not in kept}
+    if overwritten:
+        raise CheckFailed(f"rank {rank}: {what} set {overwritten}; torchrun sets MASTER_ADDR and "
                           "MASTER_PORT for the whole job.\nHint: leave them as torchrun set them: a value written "
                           "in the code works on one machine, but on two it points every node at the wrong place "
                           "(each at itself for 127.0.0.1).")
+    if not state["initialized"] and state.get("created"):
+        how = " (dist.destroy_process_group())" if state.get("destroyed") else ""
+        raise CheckFailed(f"rank {rank}: {what}('gloo') created the process group, then destroyed it{how} before "
+                          "returning: after it there is no process group.\nHint: the caller trains in the group "
+                          f"{what} sets up: keep it; destroy it at the end of training, not in {what}.")
     if not state["initialized"]:
         raise CheckFailed(f"rank {rank}: after {what}('gloo') there is no process group.\nHint: call "
                           "dist.init_process_group(backend) inside; with init_method 'env://' (the default) "
                           "it reads MASTER_ADDR, MASTER_PORT, RANK and WORLD_SIZE.")
+    if state["backend"] != "gloo" and state.get("backend_given") is False:
+        raise CheckFailed(f"rank {rank}: {what} called init_process_group with no backend (torch then chooses; the "
+                          f"group reports {state['backend']!r}), expected 'gloo'.\nHint: pass the backend argument on: "
+                          "init_process_group(backend, ...).")
     if state["backend"] != "gloo":
         raise CheckFailed(f"rank {rank}: the process group uses {state['backend']!r}, expected 'gloo'.\n"
                           "Hint: pass the backend argument on to init_process_group.")
