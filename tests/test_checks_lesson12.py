@@ -2,7 +2,8 @@
 
 Each wrong answer below is a checkpoint a learner is likely to write; the test pins the part
 of the feedback that names the missing piece. Every check run launches 2 gloo ranks three
-times (uninterrupted, killed at step 11, resumed): a few seconds each.
+times (uninterrupted, killed at step 11, resumed, the resumed run stopped once more at step 13
+and its train called again): a few seconds each.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ def _setup(rank):
     return model, optimizer, sampler
 
 
-def _save(path, model, optimizer, step, keep=("model", "optimizer", "rng"), atomic=True):
+def _save(path, model, optimizer, step, keep=("model", "optimizer", "rng"), write=atomic_save):
     state = {"step": step}
     if "model" in keep:
         state["model"] = model.state_dict()
@@ -55,10 +56,7 @@ def _save(path, model, optimizer, step, keep=("model", "optimizer", "rng"), atom
         state["optimizer"] = optimizer.state_dict()
     if "rng" in keep:
         state["rng"] = capture_rng()
-    if atomic:
-        atomic_save(state, path)
-    else:
-        torch.save(state, path)
+    write(state, path)
 
 
 def _load(path, model, optimizer) -> int:
@@ -73,14 +71,18 @@ def _load(path, model, optimizer) -> int:
 
 
 def _restartable(rank, directory, total_steps, step_fn, keep=("model", "optimizer", "rng"), resume=True,
-                 restore_epoch=True, shared=False, set_epoch=True, once_per_epoch=False, elsewhere=None, atomic=True,
-                 numbered=False, reset_position=True, later_epoch_offset=0):
+                 restore_epoch=True, shared=False, set_epoch=True, once_per_epoch=False, elsewhere=None,
+                 write=atomic_save, numbered=False, reset_position=True, later_epoch_offset=0, every=1,
+                 oldest=False, resume_at=None):
     model, optimizer, sampler = _setup(rank)
     path = os.path.join(elsewhere or directory, "checkpoint.pt" if shared else f"rank-{rank}.pt")
+    number = "{:06d}" if oldest else "{}"   # zero-padded where the first name in sorted order is taken
     if numbered:   # a file per step, named by the steps done; the latest taken as the last name in sorted order
         names = sorted(name for name in os.listdir(directory) if name.startswith(f"rank-{rank}-step-"))
-        path = os.path.join(directory, names[-1] if names else "none")
+        path = os.path.join(directory, (names[0] if oldest else names[-1]) if names else "none")
     step = _load(path, model, optimizer) if resume and os.path.exists(path) else 0
+    if resume_at is not None and step:
+        step = resume_at
     per_epoch = math.ceil(len(sampler) / BATCH)
     epoch, position = divmod(step, per_epoch)
     resumed, offset = step > 0, 0   # offset: added to the epochs after the one a resumed run starts in
@@ -95,9 +97,9 @@ def _restartable(rank, directory, total_steps, step_fn, keep=("model", "optimize
             step_fn(step, model, optimizer, X[batch], Y[batch])
             step += 1
             if numbered:
-                path = os.path.join(directory, f"rank-{rank}-step-{step}.pt")
-            if (not shared or rank == 0) and (not once_per_epoch or step % per_epoch == 0):
-                _save(path, model, optimizer, step, keep, atomic)
+                path = os.path.join(directory, f"rank-{rank}-step-{number.format(step)}.pt")
+            if (not shared or rank == 0) and (not once_per_epoch or step % per_epoch == 0) and step % every == 0:
+                _save(path, model, optimizer, step, keep, write)
             dist.barrier()
         restore_epoch = True  # the mistake below only concerns the epoch the run resumes in
         offset = later_epoch_offset if resumed else 0
@@ -139,7 +141,38 @@ def rank_zero_saves_for_everyone(rank, directory, total_steps, step_fn):
 
 def saves_in_place(rank, directory, total_steps, step_fn):
     """torch.save straight to the checkpoint's name: resumes right here (the kill never lands mid-write)."""
-    _restartable(rank, directory, total_steps, step_fn, atomic=False)
+    _restartable(rank, directory, total_steps, step_fn, write=torch.save)
+
+
+def _through_an_open_file(state, path):
+    with open(path, "wb") as file:
+        torch.save(state, file)
+
+
+def saves_through_an_open_file(rank, directory, total_steps, step_fn):
+    """torch.save into a file opened on the checkpoint's name: as torn by a kill as a save to the name."""
+    _restartable(rank, directory, total_steps, step_fn, write=_through_an_open_file)
+
+
+def _backup_then_save(state, path):
+    if os.path.exists(path):
+        os.replace(path, path + ".bak")
+    torch.save(state, path)
+
+
+def backs_up_then_saves_in_place(rank, directory, total_steps, step_fn):
+    """The previous checkpoint renamed away to .bak, then torch.save straight to the name that is loaded."""
+    _restartable(rank, directory, total_steps, step_fn, write=_backup_then_save)
+
+
+def _copy_of_a_temporary(state, path):
+    torch.save(state, path + ".tmp")
+    shutil.copyfile(path + ".tmp", path)
+
+
+def copies_a_temporary_file(rank, directory, total_steps, step_fn):
+    """A temporary file, complete, then copied onto the name: the copy writes the loaded file piece by piece."""
+    _restartable(rank, directory, total_steps, step_fn, write=_copy_of_a_temporary)
 
 
 def saves_once_per_epoch(rank, directory, total_steps, step_fn):
@@ -151,6 +184,21 @@ def latest_by_name(rank, directory, total_steps, step_fn):
     """A checkpoint per step, 'rank-0-step-9.pt', and the last name in sorted order taken as the latest: past 10
     checkpoints 'rank-0-step-11.pt' sorts before 'rank-0-step-9.pt'."""
     _restartable(rank, directory, total_steps, step_fn, numbered=True)
+
+
+def resumes_from_the_oldest(rank, directory, total_steps, step_fn):
+    """A checkpoint per step, 'rank-0-step-000009.pt', and the first name in sorted order taken: the oldest."""
+    _restartable(rank, directory, total_steps, step_fn, numbered=True, oldest=True)
+
+
+def saves_every_5_steps(rank, directory, total_steps, step_fn):
+    """Killed at the start of step 11, the last checkpoint holds 10 steps done: step 10 runs twice."""
+    _restartable(rank, directory, total_steps, step_fn, every=5)
+
+
+def resumes_at_a_step_written_in(rank, directory, total_steps, step_fn):
+    """Loads the checkpoint but resumes at step 11, the step of the check's kill, written in the code."""
+    _restartable(rank, directory, total_steps, step_fn, resume_at=11)
 
 
 def numbers_later_epochs_one_too_high(rank, directory, total_steps, step_fn):
@@ -180,6 +228,35 @@ def islices_a_data_loader(rank, directory, total_steps, step_fn):
             step += 1
             _save(path, model, optimizer, step)
             dist.barrier()
+
+
+def picks_the_step_by_its_number(rank, directory, total_steps, step_fn):
+    """Right: a checkpoint per step, 'rank-0-9.pt' (not zero-padded), the newest found by int(), each written to a
+    temporary name and renamed with os.rename; two kept."""
+    model, optimizer, sampler = _setup(rank)
+    found = [(int(name[len(f"rank-{rank}-"):-3]), name) for name in os.listdir(directory)
+             if name.startswith(f"rank-{rank}-") and name.endswith(".pt")]
+    step = _load(os.path.join(directory, max(found)[1]), model, optimizer) if found else 0
+    per_epoch = math.ceil(len(sampler) / BATCH)
+    while step < total_steps:
+        epoch, position = divmod(step, per_epoch)
+        sampler.set_epoch(epoch)
+        for batch in torch.tensor(list(sampler)).split(BATCH)[position:]:
+            if step == total_steps:
+                break
+            step_fn(step, model, optimizer, X[batch], Y[batch])
+            step += 1
+            path = os.path.join(directory, f"rank-{rank}-{step}.pt")
+            torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "rng": capture_rng(),
+                        "step": step}, path + ".tmp")
+            os.rename(path + ".tmp", path)
+            if os.path.exists(os.path.join(directory, f"rank-{rank}-{step - 2}.pt")):
+                os.remove(os.path.join(directory, f"rank-{rank}-{step - 2}.pt"))
+            dist.barrier()
+
+
+def test_accepts_a_checkpoint_per_step_renamed_into_place():
+    check_restartable(picks_the_step_by_its_number)   # raises CheckFailed where it would refuse it
 
 
 ELSEWHERE = os.path.join(tempfile.gettempdir(), "ddp-lab-test-lesson12-elsewhere")
@@ -217,6 +294,28 @@ def test_the_blank_stub_is_named_without_starting_ranks():
                                    r"sampler was not set back to epoch 3.*sampler\.set_epoch"),
     (saves_in_place, r"(?s)^rank 0: saves_in_place wrote 'rank-0.pt' with torch.save straight to the name it is "
                      r"loaded from.*atomic_save"),
+    (saves_through_an_open_file, r"(?s)^rank 0: saves_through_an_open_file wrote 'rank-0.pt' with torch.save into a "
+                                 r"file opened on the name it is loaded from: a kill during the write leaves a torn "
+                                 r"file there.*atomic_save"),
+    (backs_up_then_saves_in_place, r"(?s)^rank 0: backs_up_then_saves_in_place wrote 'rank-0.pt' with torch.save "
+                                   r"straight to the name it is loaded from: .*\(the checkpoint before it was renamed "
+                                   r"to 'rank-0.pt.bak', which the restart does not read\).*atomic_save"),
+    (copies_a_temporary_file, r"(?s)^rank 0: copies_a_temporary_file copied a file onto 'rank-0.pt', the name it is "
+                              r"loaded from, with shutil.copyfile: a copy writes it piece by piece.*Hint: a rename is "
+                              r"atomic, a copy is not: .*os.replace"),
+    (resumes_from_the_oldest, r"(?s)^rank 0: rank 1 was killed at the start of step 11; the resumed run started at "
+                              r"step 1, from 'rank-0-step-000001\.pt', although the killed run also left "
+                              r"'rank-0-step-000011\.pt', newer \(the number in its name is higher\)\.\nHint: resume "
+                              r"from the newest checkpoint"),
+    (saves_every_5_steps, r"(?s)^rank 0: rank 1 was killed at the start of step 11; the resumed run started at step "
+                          r"10, from exactly the state that step started from in the uninterrupted run: the "
+                          r"checkpoint it resumed from was 1 step old; the uninterrupted run saved it only with 5, 10 "
+                          r"and 15 steps done, so step 10 runs twice\.\nHint: save a checkpoint after EVERY step"),
+    (resumes_at_a_step_written_in, r"(?s)^rank 0: the resumed run started at step 11, rightly, then was stopped on "
+                                   r"both ranks at the start of step 13 and resumes_at_a_step_written_in called again "
+                                   r"in the same folder: it started at step 11 again, although steps 11 and 12 had "
+                                   r"been done since: the step it resumes at does not come from the checkpoint "
+                                   r"\(resumes_at_a_step_written_in's code holds the number 11\)"),
     (latest_by_name, r"(?s)^rank 0: rank 1 was killed at the start of step 11; the resumed run started at step 9, "
                      r"from 'rank-0-step-9\.pt', although the killed run also left 'rank-0-step-11\.pt', newer.*"
                      r"Hint: pick the checkpoint by its step as a number"),
@@ -243,7 +342,9 @@ def test_names_a_checkpoint_taken_once_per_epoch():
     # killed at the start of step 11, the last checkpoint is step 9's epoch start: the resumed run starts at 9 with the
     # right state, which tells it from a miscounted step (whose state would be one step ahead)
     with pytest.raises(CheckFailed, match=r"(?s)the resumed run started at step 9, from exactly the state that step "
-                                          r"started from.*save a checkpoint after EVERY step"):
+                                          r"started from.*the uninterrupted run saved it only with 3, 6, 9, 12 and 15 "
+                                          r"steps done, so steps 9 and 10 run twice.*save a checkpoint after EVERY "
+                                          r"step"):
         check_restartable(saves_once_per_epoch)
 
 

@@ -8,24 +8,38 @@ run that never stopped ends. The check supplies `step_fn`, which does one data-p
 training step and records what the step started from (parameters, momentum, RNG state, the
 batch); it runs `train` three times on 2 gloo ranks: with rank 1 killed (SIGKILL) at the
 start of step CRASH_AT, once more in the same folder, as torchrun would restart it, and once
-uninterrupted. The first record of the resumed run that differs from the uninterrupted
-run's names the piece of state the checkpoint lost. A checkpoint saved with torch.save
-straight to the name it is loaded from is refused: the kill here never lands mid-write, a
-real one may. The crash comes after 11 checkpoints, so that a restart that takes the last
-file name in sorted order ('step-9' after 'step-11') resumes too early, and is told why. An
-answer that divides the step by a number written in its code (`divmod(step, 3)`, or `per_epoch
-= 3` and then `step // per_epoch`) is refused before any rank starts: 3 batches an epoch holds
-for 2 ranks only, and every run here has 2.
+uninterrupted. The restarted run is stopped a second time, on both ranks at the start of step
+RESTART_AT (an exception out of step_fn, so nothing after the step's start runs), and its
+train called again in the same folder: a resume at a step number written in the code
+(`step = 11`) resumes right once only. The first record of the resumed run that differs from
+the uninterrupted run's names the piece of state the checkpoint lost.
+
+The files train writes, renames and reads are watched (torch.save, open(), os.replace and
+os.rename): a checkpoint is atomic only if every name the restart reads before its first step
+is produced by renaming a complete file onto it. One written there directly (torch.save to the
+name, or into a file opened on it, a shutil copy onto it, open(name, 'wb')) is refused: the
+kill here never lands mid-write, a real one may. The crash comes after 11 checkpoints, so that
+a restart that takes the last file name in sorted order ('step-9' after 'step-11') resumes too
+early, and is told why; so is one that resumes from an older file when a newer one of the same
+name but its number exists. An answer that divides the step by a number written in its code
+(`divmod(step, 3)`, or `per_epoch = 3` and then `step // per_epoch`) is refused before any rank
+starts: 3 batches an epoch holds for 2 ranks only, and every run here has 2.
 
 Introduced in notebooks/12-debugging-and-fault-tolerance.ipynb.
 """
 
 from __future__ import annotations
 
+import ast
+import builtins
+import inspect
+import io
 import os
 import re
 import signal
+import sys
 import tempfile
+import textwrap
 
 import torch
 import torch.distributed as dist
@@ -40,6 +54,7 @@ WORLD_SIZE = 2
 TOTAL_STEPS = 15      # the resumed run crosses an epoch's end and trains all of epoch 4 (steps 12-14)
 CRASH_AT = 11         # epoch 3, third batch: mid-epoch, not the first epoch, and past 10 checkpoints, so that
                       # step numbers written in names no longer sort as text sorts them ('10' < '9')
+RESTART_AT = 13       # the restarted run's second stop: epoch 4, second batch, after the resumed run began epoch 4
 STEPS_PER_EPOCH = 3   # the exercise's data: 24 samples, 2 ranks, batches of 4
 
 
@@ -52,16 +67,46 @@ def _momentum(model, optimizer) -> torch.Tensor | None:
     return None if any(b is None for b in buffers) else _flat(buffers)
 
 
-def _train_runner(rank: int, train, directory: str, total_steps: int, crash_at: int | None) -> list[dict]:
-    """On every rank: run the learner's train with a recording step_fn; rank 1 dies at `crash_at`."""
+class _Stopped(BaseException):
+    """Raised by step_fn on every rank at the start of RESTART_AT in the restarted run: train stops there as if
+    killed, and is called again. A BaseException, so that an answer's `except Exception` lets it through."""
 
 
+def _path(f) -> str | None:
+    """The absolute path that `f` (a path, or a file object opened on one) names, else None (a buffer, a file
+    descriptor, bytes)."""
+    try:
+        path = os.fspath(f if isinstance(f, (str, os.PathLike)) else getattr(f, "name", None))
+    except TypeError:
+        return None
+    return os.path.abspath(path) if isinstance(path, str) else None
+
+
+def _copying() -> str | None:
+    """The shutil function the learner called (shutil.copyfile, copy, copy2, move) when the open() being watched is
+    one of its, else None."""
+    frame, called = sys._getframe(2), None
+    while frame is not None and frame.f_globals.get("__name__") == "shutil":
+        called, frame = frame.f_code.co_name, frame.f_back
+    return called
+
+
+def _train_runner(rank: int, train, directory: str, total_steps: int, crash_at: int | None,
+                  restart_at: int | None) -> dict:
+    """On every rank: run the learner's train with a recording step_fn; rank 1 dies at `crash_at`; every rank stops
+    train at `restart_at` and calls it again. {"records": one per step, "events": the files train wrote, renamed and
+    read, in order, "stopped": whether the stop came}. Each record and event holds `call` (0; 1 after the stop at
+    `restart_at`), each event `done` (the steps its call had done)."""
     records: list[dict] = []
+    events: list[dict] = []
+    call = {"call": 0, "before": 0}   # which call of train, and the records before it
 
     def step_fn(step, model, optimizer, x, y):
         if crash_at is not None and rank == 1 and step == crash_at:
             os.kill(os.getpid(), signal.SIGKILL)  # like the out-of-memory killer: no exception, no cleanup
-        record = {"step": int(step), "x": x.detach().clone(), "params": _flat(model.parameters()),
+        if restart_at is not None and call["call"] == 0 and step == restart_at:
+            raise _Stopped
+        record = {"step": int(step), "call": call["call"], "x": x.detach().clone(), "params": _flat(model.parameters()),
                   "momentum": _momentum(model, optimizer), "rng": torch.get_rng_state()}
         optimizer.zero_grad()
         F.mse_loss(model(x), y).backward()
@@ -72,36 +117,56 @@ def _train_runner(rank: int, train, directory: str, total_steps: int, crash_at: 
         record["after"] = _flat(model.parameters())
         records.append(record)
 
-    saved, renamed = set(), set()       # torch.save's path arguments; os.replace/os.rename's sources
-    save, replace, rename = torch.save, os.replace, os.rename
+    def note(kind: str, f, **details) -> None:
+        path = _path(f)
+        if path is not None:
+            events.append({"kind": kind, "path": path, "call": call["call"], "done": len(records) - call["before"],
+                           **details})
+
+    save, replace, rename, opening = torch.save, os.replace, os.rename, builtins.open
 
     def recording_save(obj, f, *args, **kwargs):
-        if isinstance(f, (str, os.PathLike)):
-            saved.add(os.path.abspath(f))
+        note("write", f, how="torch.save" if isinstance(f, (str, os.PathLike)) else "torch.save into")
         return save(obj, f, *args, **kwargs)
 
     def renaming(original):
-        def call(src, dst, *args, **kwargs):
-            renamed.add(os.path.abspath(src))
-            return original(src, dst, *args, **kwargs)
-        return call
+        def call_it(src, dst, *args, **kwargs):
+            result = original(src, dst, *args, **kwargs)
+            note("rename", src, to=_path(dst))
+            return result
+        return call_it
+
+    def watching_open(file, *args, **kwargs):
+        handle = opening(file, *args, **kwargs)
+        mode = str(args[0] if args else kwargs.get("mode", "r"))
+        if set(mode) & set("wax+"):
+            copy = _copying()
+            note("write", file, how="shutil" if copy else "open", mode=mode, copy=copy)
+        else:
+            note("read", file)
+        return handle
 
     torch.save, os.replace, os.rename = recording_save, renaming(replace), renaming(rename)
+    builtins.open = io.open = watching_open
+    case = f"train(rank={rank}, directory, total_steps={total_steps}, step_fn) on rank {rank}"
     try:
-        call_case(train, f"train(rank={rank}, directory, total_steps={total_steps}, step_fn) on rank {rank}",
-                  rank, directory, total_steps, step_fn)
+        try:
+            call_case(train, case, rank, directory, total_steps, step_fn)
+        except _Stopped:
+            call.update(call=1, before=len(records))
+            call_case(train, f"{case}, called again after its stop at step {restart_at}", rank, directory,
+                      total_steps, step_fn)
     finally:
         torch.save, os.replace, os.rename = save, replace, rename
-    if records:   # a checkpoint written where it is read from: torch.save straight to its final name
-        records[-1]["in_place"] = sorted(os.path.basename(path) for path in saved - renamed)
-    return records
+        builtins.open = io.open = opening
+    return {"records": records, "events": events, "stopped": call["call"] == 1}
 
 
 def _killed_run(train, directory: str, timeout: float, name: str) -> None:
     """The run in which rank 1 is killed at CRASH_AT: it must end with exactly that crash."""
 
     try:
-        launch(_train_runner, args=(train, directory, TOTAL_STEPS, CRASH_AT), nprocs=WORLD_SIZE,
+        launch(_train_runner, args=(train, directory, TOTAL_STEPS, CRASH_AT, None), nprocs=WORLD_SIZE,
                backend="gloo", timeout=timeout)
     except RankCrashed as error:
         if error.first_rank == 1:
@@ -128,16 +193,93 @@ def _check_inside_directory(saved: list[str], runs: list[list[dict]], name: str)
                           "the working folder.")
 
 
-def _check_atomic(runs: list[list[dict]], name: str) -> None:
-    """A checkpoint written with torch.save straight to the name it is loaded from is not atomic."""
-    for rank, records in enumerate(runs):
-        in_place = records[-1].get("in_place") if records else None
-        if in_place:
-            raise CheckFailed(f"rank {rank}: {name} wrote {in_place[0]!r} with torch.save straight to the name it is "
-                              "loaded from: a kill during the write leaves a torn file there, and the restart cannot "
-                              "load it (nor the checkpoint before it, which was overwritten).\nHint: write the "
-                              "checkpoint atomically: atomic_save (a temporary file, flushed, then os.replace onto "
-                              "the name).")
+def _events(runs: list[dict], directory: str) -> list[list[dict]]:
+    """Each rank's file events, the paths named as the messages name them: relative to `directory` when inside it."""
+    def named(path: str | None) -> str | None:
+        relative = os.path.relpath(path, directory) if path else None
+        return path if relative is None or relative.startswith(os.pardir) else relative
+    return [[{**event, "path": named(event["path"]), "to": named(event.get("to"))} for event in run["events"]]
+            for run in runs]
+
+
+def _loaded(events: list[list[dict]]) -> list[set[str]]:
+    """Each rank's files the restarted run read before the first step of a call of train: its checkpoint."""
+    return [{e["path"] for e in rank if e["kind"] == "read" and e["done"] == 0} for rank in events]
+
+
+_WRITERS = ("torch.save", "torch.save into", "shutil", "open")   # how a file was written, the most telling first
+
+
+def _check_atomic(resumed: list[list[dict]], reference: list[list[dict]], runs: list[list[dict]], name: str) -> None:
+    """Every name the restart reads before its first step must be produced by renaming a complete file onto it: one
+    written there directly is torn by a kill during the write. `resumed`, `reference`: each rank's file events of the
+    restarted and the uninterrupted run; `runs`: their records. Where the restart read nothing, the names written
+    with torch.save and never renamed away stand for it; where it also started at step 0, its resume is judged
+    first."""
+    loaded = set().union(*_loaded(resumed))
+    writes = [(rank, e) for events in (reference, resumed) for rank, run in enumerate(events) for e in run]
+    away = {e["path"]: e["to"] for _, e in writes if e["kind"] == "rename"}
+    if not loaded:
+        if any(not records or records[0]["step"] == 0 for records in runs):
+            return
+        loaded = {e["path"] for _, e in writes if e["kind"] == "write" and e["how"].startswith("torch.save")}
+        loaded -= set(away)
+    direct = [(_WRITERS.index(e["how"]), rank, e) for rank, e in writes if e["kind"] == "write" and e["path"] in loaded]
+    if not direct:
+        return
+    _, rank, event = min(direct, key=lambda found: found[0])
+    file, how, mode = event["path"], event["how"], event.get("mode", "wb")
+    torn = "a kill during the write leaves a torn file there"
+    if how == "torch.save":
+        wrote = f"wrote {file!r} with torch.save straight to the name it is loaded from: {torn}"
+    elif how == "torch.save into":
+        wrote = f"wrote {file!r} with torch.save into a file opened on the name it is loaded from: {torn}"
+    elif how == "shutil":
+        wrote = (f"copied a file onto {file!r}, the name it is loaded from, with shutil.{event['copy']}: a copy writes "
+                 "it piece by piece, and a kill during the copy leaves a torn file there")
+    else:
+        wrote = f"wrote {file!r} through open(..., {mode!r}) straight to the name it is loaded from: {torn}"
+    if file in away:
+        before = f" (the checkpoint before it was renamed to {away[file]!r}" + (
+            ")" if away[file] in loaded else ", which the restart does not read)")
+    elif how == "open":
+        before = "" if "a" in mode else f" (nor what the file held before, which opening it with {mode!r} erased)"
+    else:
+        before = " (nor the checkpoint before it, which that name held)"
+    hint = ("a rename is atomic, a copy is not: write the temporary file completely, then os.replace(temporary, "
+            "name) instead of copying it (atomic_save does both)" if how == "shutil" else "write the checkpoint "
+            "atomically: atomic_save (a temporary file, flushed, then os.replace onto the name)")
+    raise CheckFailed(f"rank {rank}: {name} {wrote}, and the restart cannot load it{before}.\nHint: {hint}.")
+
+
+def _save_points(reference: list[list[dict]], loaded: set[str]) -> list[int] | None:
+    """The steps done at which the uninterrupted run produced (wrote, or renamed onto) a file named as one the restart
+    loaded, its numbers aside ('rank-0.pt' stands for 'rank-1.pt'; 'step-9.pt' for 'step-10.pt'), or None (none)."""
+    shapes = {re.sub(r"\d+", "#", file) for file in loaded}
+    done = {e["done"] for run in reference for e in run if e["call"] == 0
+            and e["kind"] in ("write", "rename") and re.sub(r"\d+", "#", e["to"] or e["path"]) in shapes}
+    return sorted(done) or None
+
+
+def _steps(first: int, last: int) -> str:
+    """'step 10', 'steps 9 and 10', 'steps 8..10'."""
+    if first == last:
+        return f"step {first}"
+    return f"steps {first} and {last}" if last == first + 1 else f"steps {first}..{last}"
+
+
+def _listed(numbers: list[int]) -> str:
+    return ", ".join(map(str, numbers[:-1])) + f" and {numbers[-1]}" if len(numbers) > 1 else str(numbers[0])
+
+
+def _holds_number(fn, number: int) -> bool:
+    """Whether fn's own source holds `number` written as an integer (False: no source to read)."""
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
+    except (OSError, TypeError, SyntaxError, IndentationError):
+        return False
+    return any(isinstance(node, ast.Constant) and type(node.value) is int and node.value == number
+               for node in ast.walk(tree))
 
 
 def _check_uninterrupted(runs: list[list[dict]]) -> None:
@@ -266,29 +408,34 @@ def _first_difference(resumed: list[list[dict]], reference: list[list[dict]]) ->
     """The earliest step at which some rank's resumed run differs (a wrong rank spoils every rank's next step)."""
     for index in range(len(resumed[0])):
         for rank in range(WORLD_SIZE):
-            problem = _difference(rank, resumed[rank][index], reference[rank], reference[1 - rank])
+            record = resumed[rank][index]
+            problem = _difference(rank, record, reference[rank], reference[1 - rank])
+            if problem and record["call"]:
+                return (f"after the second stop (train stopped on both ranks at the start of step {RESTART_AT} and "
+                        f"called again in the same folder): {problem}")
             if problem:
                 return problem
     return None
 
 
-def _newer_sorted_first(saved: list[str], start: int) -> tuple[str, str, str] | None:
-    """(the file a restart at `start` resumed from, a newer one that sorts before it as text, the character that
-    decides), if the killed run's files name steps with numbers: the last name in sorted order among names that differ
-    only in one number holds `start` or `start - 1` (steps done, or the last step's index) where the newer one holds
-    CRASH_AT or CRASH_AT - 1. Else None."""
-    for older in saved:
-        for number in (start, start - 1):
-            for found in re.finditer(rf"(?<!\d){number}(?!\d)", older):
-                head, tail = older[:found.start()], older[found.end():]
-                family = [name for name in saved if re.fullmatch(re.escape(head) + r"\d+" + re.escape(tail), name)]
-                if older != max(family):
-                    continue
-                for newest in (CRASH_AT, CRASH_AT - 1):
-                    newer = f"{head}{newest}{tail}"
-                    if newer in family and newer < older:
-                        differs = next(i for i, (a, b) in enumerate(zip(newer, older)) if a != b)
-                        return older, newer, f"'{newer[differs]}' comes before '{older[differs]}'"
+def _newer_checkpoint(saved: list[str], start: int, loaded: set[str]) -> tuple[str, str, bool] | None:
+    """(the file a restart at `start` resumed from, the newest the killed run left of the same name but its number,
+    whether that newest sorts before it as text while it sorts last of those names), where the resumed-from name
+    holds `start` or `start - 1` (steps done, or the last step's index) and the newest CRASH_AT or CRASH_AT - 1, read
+    as numbers ('000009' is 9). Only files the restart read (`loaded`) are taken for the resumed-from one, where it
+    read any of `saved`. Else None."""
+    for older in [file for file in saved if file in loaded] or saved:
+        for found in re.finditer(r"\d+", older):
+            number = int(found.group())
+            if number not in (start, start - 1):
+                continue
+            pattern = re.escape(older[:found.start()]) + r"(\d+)" + re.escape(older[found.end():])
+            family = {file: int(match.group(1)) for file in saved if (match := re.fullmatch(pattern, file))}
+            newer = [(step, file) for file, step in family.items()
+                     if step in (CRASH_AT - 1, CRASH_AT) and step > number]
+            if newer:
+                newest = max(newer)[1]
+                return older, newest, newest < older and older == max(family)
     return None
 
 
@@ -296,9 +443,11 @@ def check_restartable(train, timeout: float = 60.0) -> None:
     """Check a restartable `train(rank, directory, total_steps, step_fn)`: killed, restarted, equal to never killed.
 
     Runs train on 2 gloo ranks three times: with rank 1 killed at the start of step CRASH_AT,
-    again in the killed run's folder (the restart), and uninterrupted in a folder of its own
-    (the reference). The resumed run must start at step CRASH_AT, and every step must start
-    from exactly the uninterrupted run's parameters, momentum, RNG state and batch.
+    again in the killed run's folder (the restart, stopped once more at the start of step
+    RESTART_AT and called again), and uninterrupted in a folder of its own (the reference). The
+    resumed run must start at step CRASH_AT and again at RESTART_AT, every step must start from
+    exactly the uninterrupted run's parameters, momentum, RNG state and batch, and the files
+    the restart reads must be written atomically.
 
     Introduced in notebooks/12-debugging-and-fault-tolerance.ipynb.
     """
@@ -313,12 +462,15 @@ def check_restartable(train, timeout: float = 60.0) -> None:
         os.makedirs(killed)
         _killed_run(train, killed, timeout, name)
         saved = sorted(os.listdir(killed))
-        resumed = list(run_on_ranks(_train_runner, (train, killed, TOTAL_STEPS, None), WORLD_SIZE, timeout, name))
-        reference = list(run_on_ranks(_train_runner, (train, never, TOTAL_STEPS, None), WORLD_SIZE, timeout, name))
-        _check_inside_directory(saved, resumed + reference, name)
-        _check_atomic(reference, name)
-        _check_uninterrupted(reference)
-        _check_resumed_steps(resumed, saved, name, reference)
+        restarted = run_on_ranks(_train_runner, (train, killed, TOTAL_STEPS, None, RESTART_AT), WORLD_SIZE, timeout,
+                                 name)
+        uninterrupted = run_on_ranks(_train_runner, (train, never, TOTAL_STEPS, None, None), WORLD_SIZE, timeout, name)
+    resumed, reference = [run["records"] for run in restarted], [run["records"] for run in uninterrupted]
+    files, reference_files = _events(restarted, killed), _events(uninterrupted, never)
+    _check_inside_directory(saved, resumed + reference, name)
+    _check_atomic(files, reference_files, resumed + reference, name)
+    _check_uninterrupted(reference)
+    _check_resumed_steps(restarted, saved, name, reference, files, reference_files, train)
     problem = _first_difference(resumed, reference)
     if problem:
         raise CheckFailed(problem)
@@ -329,10 +481,16 @@ def check_restartable(train, timeout: float = 60.0) -> None:
            "parameters equal the uninterrupted run's, bit for bit, on both ranks")
 
 
-def _check_resumed_steps(resumed: list[list[dict]], saved: list[str], name: str, reference: list[list[dict]]) -> None:
-    """The restarted run must go on at CRASH_AT: not from 0, not one step early or late. `reference`: the
-    uninterrupted run's records, to tell an older checkpoint from a miscounted one."""
-    for rank, records in enumerate(resumed):
+def _check_resumed_steps(restarted: list[dict], saved: list[str], name: str, reference: list[list[dict]],
+                         files: list[list[dict]], reference_files: list[list[dict]], train) -> None:
+    """The restarted run must go on at CRASH_AT, and after its second stop at RESTART_AT: not from 0, not from an
+    older checkpoint, not one step early or late. `reference`: the uninterrupted run's records, to tell an older
+    checkpoint from a miscounted one; `restarted`: each rank's `_train_runner` output of the restarted run; `files`,
+    `reference_files`: each rank's file events of the restarted and the uninterrupted run (what the restart loaded,
+    and when the uninterrupted run saved it)."""
+    loaded = _loaded([[e for e in rank if e["call"] == 0] for rank in files])
+    for rank, run in enumerate(restarted):
+        records = run["records"]
         steps = [r["step"] for r in records]
         if not steps or steps[0] == 0:
             if not saved:
@@ -342,26 +500,52 @@ def _check_resumed_steps(resumed: list[list[dict]], saved: list[str], name: str,
             raise CheckFailed(f"rank {rank}: after the crash {name} started again from step 0, although the killed "
                               f"run saved {saved} in `directory`.\nHint: at the start, load the checkpoint when it "
                               "exists and go on from the step it records.")
-        sorted_as_text = _newer_sorted_first(saved, steps[0])
-        if steps[0] < CRASH_AT and sorted_as_text:
-            older, newer, why = sorted_as_text
-            raise CheckFailed(f"rank {rank}: rank 1 was killed at the start of step {CRASH_AT}; the resumed run "
-                              f"started at step {steps[0]}, from {older!r}, although the killed run also left "
-                              f"{newer!r}, newer: {older!r} sorts after it as text ({why}), so the "
-                              "last name in sorted order is not the newest checkpoint.\nHint: pick the checkpoint "
-                              "by its step as a number (int() of the number in the name), or write the number "
-                              "zero-padded (f'{step:08d}'), or keep one file per rank that every save replaces.")
+        newer = _newer_checkpoint(saved, steps[0], loaded[rank]) if steps[0] < CRASH_AT else None
+        if newer:
+            older, newest, sorts_first = newer
+            said = (f"rank {rank}: rank 1 was killed at the start of step {CRASH_AT}; the resumed run started at "
+                    f"step {steps[0]}, from {older!r}, although the killed run also left {newest!r}, newer")
+            if sorts_first:
+                differs = next(i for i, (a, b) in enumerate(zip(newest, older)) if a != b)
+                raise CheckFailed(f"{said}: {older!r} sorts after it as text ('{newest[differs]}' comes before "
+                                  f"'{older[differs]}'), so the last name in sorted order is not the newest "
+                                  "checkpoint.\nHint: pick the checkpoint by its step as a number (int() of the "
+                                  "number in the name), or write the number zero-padded (f'{step:08d}'), or keep one "
+                                  "file per rank that every save replaces.")
+            raise CheckFailed(f"{said} (the number in its name is higher).\nHint: resume from the newest checkpoint, "
+                              "the one whose step, read as a number (int()), is the highest, or keep one file per "
+                              "rank that every save replaces.")
         if steps[0] < CRASH_AT and torch.equal(records[0]["params"], reference[rank][steps[0]]["params"]):
+            old = CRASH_AT - steps[0]
+            saves = _save_points(reference_files, set().union(*loaded))
+            twice = f"{_steps(steps[0], CRASH_AT - 1)} run{'s' * (old == 1)} twice"
+            if saves and len(saves) < TOTAL_STEPS:
+                seen, hint = (f"; the uninterrupted run saved it only with {_listed(saves)} steps done",
+                              "save a checkpoint after EVERY step")
+            else:
+                seen, hint = "", "resume from the newest checkpoint, and save one after EVERY step"
             raise CheckFailed(f"rank {rank}: rank 1 was killed at the start of step {CRASH_AT}; the resumed run "
                               f"started at step {steps[0]}, from exactly the state that step started from in the "
-                              f"uninterrupted run: the newest checkpoint was from before step {steps[0]}, so steps "
-                              f"{steps[0]}..{CRASH_AT - 1} run twice.\nHint: save a checkpoint after EVERY step (not "
-                              "once per epoch), so a crash loses at most the step it happened in.")
+                              f"uninterrupted run: the checkpoint it resumed from was {old} step{'s' * (old > 1)} "
+                              f"old{seen}, so {twice}.\nHint: {hint}, so that a crash loses at most the step it "
+                              "happened in.")
         if steps[0] != CRASH_AT:
             raise CheckFailed(f"rank {rank}: rank 1 was killed at the start of step {CRASH_AT}, after step "
                               f"{CRASH_AT - 1}'s checkpoint, but the resumed run started at step {steps[0]}.\nHint: "
                               f"save after every step the number of steps DONE ({CRASH_AT} after step {CRASH_AT - 1}) "
                               "and start from it.")
+        first, again = ([r["step"] for r in records if r["call"] == call] for call in (0, 1))
+        if first == list(range(CRASH_AT, RESTART_AT)) and again and again[0] == CRASH_AT:
+            written = f" ({name}'s code holds the number {CRASH_AT})" if _holds_number(train, CRASH_AT) else ""
+            raise CheckFailed(f"rank {rank}: the resumed run started at step {CRASH_AT}, rightly, then was stopped "
+                              f"on both ranks at the start of step {RESTART_AT} and {name} called again in the same "
+                              f"folder: it started at step {CRASH_AT} again, although "
+                              f"{_steps(CRASH_AT, RESTART_AT - 1)} had been done since: the step it resumes at does "
+                              f"not come from the checkpoint{written}.\nHint: resume at the number of steps done "
+                              "that the checkpoint records (saved with the model after every step), whatever step the "
+                              "crash came at.")
         if steps != list(range(CRASH_AT, TOTAL_STEPS)):
+            stop = (f" (stopped on both ranks at the start of step {RESTART_AT}, {name} was called again in the same "
+                    "folder)") if run["stopped"] else ""
             raise CheckFailed(f"rank {rank}: the resumed run called step_fn with steps {steps}; expected "
-                              f"{list(range(CRASH_AT, TOTAL_STEPS))}.")
+                              f"{list(range(CRASH_AT, TOTAL_STEPS))}, each once, in order{stop}.")
