@@ -19,6 +19,7 @@ import re
 import sysconfig
 import textwrap
 import traceback
+from fractions import Fraction
 from typing import Iterator
 
 import torch
@@ -774,6 +775,27 @@ def your_frames(text: str) -> str:
 def _last_lines(text: str, count: int) -> str:
     lines = text.rstrip().splitlines()
     return "\n".join(lines[-count:])
+
+
+def uniform_ratio(got: torch.Tensor, want: torch.Tensor) -> float | None:
+    """r where got == r * want on every element (0.0 for a got of zeros), else None: evidence of a gradient scaled
+    by a factor (divided twice, never divided, ...). Introduced in the checks of lessons 01 and 05."""
+    got, want = got.detach().double(), want.detach().double()
+    if got.shape != want.shape or not want.abs().max() > 0:
+        return None
+    mask = want.abs() > 1e-3 * want.abs().max()
+    ratio = float((got[mask] / want[mask]).median())
+    return ratio if torch.allclose(got, want * ratio, rtol=1e-4, atol=1e-7) else None
+
+
+def times_of(ratio: float) -> str:
+    """'1/2 of', '8x', '3/4 of', '1.37x': a `uniform_ratio` in words, to come before 'the right gradient'."""
+    fraction = Fraction(ratio).limit_denominator(64)
+    if abs(float(fraction) - ratio) > 1e-4 * abs(ratio):
+        return f"{ratio:.4g}x"
+    if fraction.denominator == 1:
+        return f"{fraction.numerator}x"
+    return f"{fraction.numerator}/{fraction.denominator} of"
 
 
 def first_mismatch(got: torch.Tensor, expected: torch.Tensor, atol: float = 1e-5, rtol: float = 1e-5):

@@ -9,14 +9,13 @@ Introduced in notebooks/01-data-vs-model-parallelism.ipynb.
 from __future__ import annotations
 
 import numbers
-from fractions import Fraction
 
 import torch
 import torch.distributed as dist
 
 from ddp_lab.checks import CheckFailed, passed
 from ddp_lab.checks.common import (call_case, describe, ensure_written, first_mismatch, refuse_written_split,
-                                   run_answers_on_ranks)
+                                   run_answers_on_ranks, times_of, uniform_ratio)
 from ddp_lab.course.device_memory import COMPONENTS, SHARDED, STRATEGIES, memory_per_device
 from ddp_lab.instruments.collectives import replacing_dist_calls
 
@@ -164,9 +163,9 @@ def _what_is_reduced(tensor, params: list) -> dict:
         return {"kind": "tracked", "shape": shape}
     values = tensor.detach().float()
     grads = [p.grad.detach() for p in params if p.grad is not None]
-    if any(g.shape == values.shape and _uniform_ratio(values, g) not in (None, 0.0) for g in grads):
+    if any(g.shape == values.shape and uniform_ratio(values, g) not in (None, 0.0) for g in grads):
         return {"kind": "copy", "shape": shape}
-    if grads and values.dim() == 1 and values.numel() == sum(g.numel() for g in grads) and _uniform_ratio(
+    if grads and values.dim() == 1 and values.numel() == sum(g.numel() for g in grads) and uniform_ratio(
             values, torch.cat([g.flatten() for g in grads])) not in (None, 0.0):
         return {"kind": "flat", "shape": shape}
     return {"kind": "other", "shape": shape}
@@ -364,26 +363,6 @@ def _unwaited(report: dict, expected: list, names: list[str], rank: int, size: i
                       "Hint: keep the handles and call .wait() on each before returning, or leave async_op out.")
 
 
-def _uniform_ratio(got: torch.Tensor, want: torch.Tensor) -> float | None:
-    """r where got == r * want on every element (0.0 for a got of zeros), else None."""
-    got, want = got.detach().double(), want.detach().double()
-    if got.shape != want.shape or not want.abs().max() > 0:
-        return None
-    mask = want.abs() > 1e-3 * want.abs().max()
-    ratio = float((got[mask] / want[mask]).median())
-    return ratio if torch.allclose(got, want * ratio, rtol=1e-4, atol=1e-7) else None
-
-
-def _times(ratio: float) -> str:
-    """'1/2 of', '8x', '3/4 of', '1.37x': how a gradient compares with the right one."""
-    fraction = Fraction(ratio).limit_denominator(64)
-    if abs(float(fraction) - ratio) > 1e-4 * abs(ratio):
-        return f"{ratio:.4g}x"
-    if fraction.denominator == 1:
-        return f"{fraction.numerator}x"
-    return f"{fraction.numerator}/{fraction.denominator} of"
-
-
 _REDUCED = {
     "param": "on the parameters themselves (p, where p.grad holds the gradient): all-reduce p.grad",
     "copy": "on a copy of a p.grad (another tensor that holds its values, or a multiple of them): it sums in "
@@ -435,7 +414,7 @@ def _compare_grad(got, want, pname, position, rank, batch, world_size, shards, r
     own = shards[rank]
     shard_only = [_reference_grads(x, y, [(own, w)])[position] for w in (1.0, len(own) / len(x))] if own else []
     alone = any(first_mismatch(got, g) is None for g in shard_only)
-    ratio = _uniform_ratio(got, want)
+    ratio = uniform_ratio(got, want)
     ops = sorted({r["op"] for r in on_grad} - {"SUM", "AVG"})   # AVG of shares scaled by world_size is right
     others = [r for r in right if r != rank]
     if first_mismatch(got, want * world_size) is None:
@@ -467,7 +446,7 @@ def _compare_grad(got, want, pname, position, rank, batch, world_size, shards, r
         named = {world_size: "world_size", 1 / world_size: "1/world_size", len(x): "the batch size, len(x)",
                  1 / len(x): "1/len(x)"}
         equals = next((f" ({what})" for value, what in named.items() if abs(ratio - value) < 1e-4 * ratio), "")
-        hint = (f"this is {_times(ratio)} the right gradient{equals}: every element is off by the same factor, "
+        hint = (f"this is {times_of(ratio)} the right gradient{equals}: every element is off by the same factor, "
                 "so only a scale is wrong. Each rank's loss times len(shard) / len(x), summed over the ranks, "
                 "gives the batch's mean.")
     elif others:

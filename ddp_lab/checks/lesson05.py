@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import math
 import numbers
-from fractions import Fraction
 
 import torch
 import torch.nn as nn
@@ -25,7 +24,7 @@ from torch.nn import functional as F
 
 from ddp_lab.checks import CheckFailed, passed
 from ddp_lab.checks.common import (call_case, ensure_written, first_mismatch, refuse_written_divisor,
-                                   run_answers_on_ranks)
+                                   run_answers_on_ranks, times_of, uniform_ratio)
 
 # (dataset size, world size, epoch, seed): divisible, padded, fewer samples than ranks, fewer than
 # half as many (the padding repeats the permutation more than once), a later epoch, another seed.
@@ -373,24 +372,6 @@ def judge_accumulate_gradients(name: str, results: list[dict]) -> str:
     return f"{name}: {MICRO_BATCHES} micro-batches == one big batch, with 1 all-reduce instead of {MICRO_BATCHES}"
 
 
-def _uniform_ratio(got: torch.Tensor, want: torch.Tensor) -> float | None:
-    """r where got == r * want on every element (0.0 for a got of zeros), else None."""
-    got, want = got.detach().double(), want.detach().double()
-    if got.shape != want.shape or not want.abs().max() > 0:
-        return None
-    mask = want.abs() > 1e-3 * want.abs().max()
-    ratio = float((got[mask] / want[mask]).median())
-    return ratio if torch.allclose(got, want * ratio, rtol=1e-4, atol=1e-7) else None
-
-
-def _times(ratio: float) -> str:
-    """'1/3 of', '6x', '1.37x': how a gradient compares with the right one."""
-    fraction = Fraction(ratio).limit_denominator(64)
-    if abs(float(fraction) - ratio) > 1e-4 * abs(ratio):
-        return f"{ratio:.4g}x"
-    return f"{fraction.numerator}x" if fraction.denominator == 1 else f"{fraction.numerator}/{fraction.denominator} of"
-
-
 def _judge_run(results: list[dict], count: int, right_with: int | None = None) -> None:
     """CheckFailed at the first thing a run with `count` micro-batches got wrong on some rank. `right_with`: the
     number of micro-batches of a run of the same answer that was right (evidence for a count written in the code)."""
@@ -451,7 +432,7 @@ def _judge_run(results: list[dict], count: int, right_with: int | None = None) -
                 continue
             divided_by = next((k for k in range(2, 9) if k != count
                                and torch.allclose(grad, want * count / k, atol=1e-6)), None)
-            ratio = _uniform_ratio(grad, want)
+            ratio = uniform_ratio(grad, want)
             if torch.allclose(grad, want * count, atol=1e-6):
                 hint = (f"it is {count} times the big batch's gradient: divide each micro-batch loss "
                         "by the number of micro-batches before backward (the gradients add up)")
@@ -495,7 +476,7 @@ def _judge_run(results: list[dict], count: int, right_with: int | None = None) -
                         f"{right_with} (a count, a slice, an index) where len(micro_batches) decides it")
             elif ratio:
                 named = " (1/len(micro_batches))" if abs(ratio * count - 1) < 1e-4 else ""
-                hint = (f"it is {_times(ratio)} the big batch's gradient{named}: every element is off by the same "
+                hint = (f"it is {times_of(ratio)} the big batch's gradient{named}: every element is off by the same "
                         "factor, so only a scale is wrong; each micro-batch's F.mse_loss divided by "
                         "len(micro_batches) adds up to the big batch's mean")
             else:
