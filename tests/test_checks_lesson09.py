@@ -324,6 +324,18 @@ def returns_the_optimizer_class(params, rank, world_size):
     return shards, torch.optim.Adam
 
 
+def reduces_to_rank_0(params, shards, optimizer):
+    """The sum reaches rank 0 only: rank 1's gradient is its own (in part: gloo leaves partial sums) / world_size."""
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    for p, s in zip(params, shards):
+        dist.reduce(p.grad, dst=0)
+        p.grad /= world_size
+        s.grad = p.grad.reshape(-1).chunk(world_size)[rank]
+    optimizer.step()
+    for p, s in zip(params, shards):
+        dist.all_gather(list(p.detach().view(-1).chunk(world_size)), s.detach())
+
+
 def zero1_step_average_op(params, shards, optimizer):
     """Right too: ReduceOp.AVG leaves the mean in p.grad."""
     rank, world_size = dist.get_rank(), dist.get_world_size()
@@ -381,6 +393,10 @@ ZERO1_MISTAKES = [   # answers that return (not raise): they run one after the o
                                                r"holds rank 1's shard, slot 1 holds rank 0's shard\)"),
     (zero1_init, never_all_reduces, r"(?s)rank 0 of 2, step 0: the gradient of the shard.*this rank's own gradient: "
                                     r"all-reduce"),
+    # rank 0 is right until it gathers rank 1's shard: rank 1's gradient, judged before any parameter, shows why
+    (zero1_init, reduces_to_rank_0, r"(?s)^rank 1 of 2, step 0: the gradient of the shard of '[0-9.a-z]+'.*Hint: where "
+                                    r"it differs, it is this rank's own gradient divided by world_size: the sum over "
+                                    r"the ranks never reached this rank there"),
     (zero1_init, never_gathers, r"(?s)rank 0 of 2, step 0: parameter '0.weight'.*only this rank's own slice changed"),
     (zero1_init, never_sets_the_shard_grads, r"(?s)rank 0 of 2, step 0: the shard of '0.weight' has no .grad when the "
                                              r"optimizer steps, so Adam skipped it"),

@@ -164,6 +164,46 @@ def scale_reduced_with_min(process_group, bucket):
     return _int8_mean(buffer, _shared_scale(buffer, op=dist.ReduceOp.MIN))
 
 
+def levels_of_int8s_range(process_group, bucket):   # int8 holds -128 .. 127: 128 levels, 128 / W per rank
+    buffer = bucket.buffer()
+    scale = _shared_scale(buffer)
+    q = torch.round(buffer * (128 / dist.get_world_size()) / scale).to(torch.int8)
+    dist.all_reduce(q)
+    return _done(buffer.copy_(q.float() * scale / 128))
+
+
+def levels_of_uint8(process_group, bucket):   # uint8's 255 levels
+    buffer = bucket.buffer()
+    scale = _shared_scale(buffer)
+    q = torch.round(buffer * (255 / dist.get_world_size()) / scale).to(torch.int8)
+    dist.all_reduce(q)
+    return _done(buffer.copy_(q.float() * scale / 255))
+
+
+def levels_200(process_group, bucket):   # a level count no hint names: the values show the wrap
+    buffer = bucket.buffer()
+    scale = _shared_scale(buffer)
+    q = torch.round(buffer * (200 / dist.get_world_size()) / scale).to(torch.int8)
+    dist.all_reduce(q)
+    return _done(buffer.copy_(q.float() * scale / 200))
+
+
+def never_writes_back(process_group, bucket):   # the average is computed, the bucket's buffer returned as it came
+    buffer = bucket.buffer()
+    scale = _shared_scale(buffer)
+    q = torch.round(buffer * (127 / dist.get_world_size()) / scale).to(torch.int8)
+    dist.all_reduce(q)
+    average = q.float() * scale / 127   # computed, never copied into the buffer
+    return _done(buffer)
+
+
+def never_all_reduces(process_group, bucket):   # quantised and decompressed, never summed over the ranks
+    buffer = bucket.buffer()
+    scale = _shared_scale(buffer)
+    q = torch.round(buffer * 127 / scale).to(torch.int8)
+    return _done(buffer.copy_(q.float() * scale / 127))
+
+
 def test_accepts_the_right_answer(results):
     # the solution notebook's synchronous version goes through the check itself (nbval, tests/test_exercises.py);
     # this one returns the Future that .then() gives (a torch._C.Future), which must pass too, and
@@ -183,7 +223,18 @@ WRONG_ANSWERS = {   # all return: they run one after the other in one launch (wi
     scale_ignores_world_size: r"(?s)some sums wrapped around past 127: each rank used all 127 int8 levels",
     truncates: r"(?s)step 0, rank 0, gradient of '[0-9.a-z]+', element \d+: got .*int8 rounding stays within ±.*"
                r"truncated towards zero",
-    scale_without_abs: r"(?s)exactly the values further below zero than the bucket's largest positive value are wrong",
+    scale_without_abs: r"(?s)Hint: these are the values a scale taken without abs\(\) gives: the largest value over "
+                       r"the ranks \([0-9.]+\), not the largest \|value\| \([0-9.]+\)",
+    # on 2 ranks 64 + 64 overflows only where both ranks hold a value near the scale: the third pass's first values
+    levels_of_int8s_range: r"(?s)^on 2 ranks: step 2, rank 0, gradient of '[0-9.a-z]+', element 0: .*Hint: some values "
+                           r"wrapped around: each rank quantised to 128 / world_size levels",
+    levels_of_uint8: r"(?s)^on 2 ranks: step 0, .*Hint: some values wrapped around: each rank quantised to 255 / "
+                     r"world_size levels \(decompressed with scale / 255\)",
+    levels_200: r"(?s)Hint: every value that is wrong has the sign opposite to the mean's, and is off by about the "
+                r"same amount, [0-9.]+: 256 steps of [0-9.]+, an int8 value that wrapped around",
+    never_writes_back: r"(?s)Hint: the bucket came back unchanged: these are exactly this rank's own gradients",
+    never_all_reduces: r"(?s)Hint: it is still this rank's own gradient \(quantised\): the int8 values must be "
+                       r"all-reduced",
     own_scale: r"(?s)each rank quantised and decompressed with its OWN scale",
     scale_summed: r"(?s)the scale is the SUM of the ranks' largest \|values\|",
     scale_doubled: r"(?s)differ from the mean by more than int8 rounding allows, and not as any common mistake",

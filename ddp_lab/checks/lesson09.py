@@ -95,12 +95,13 @@ def _formula_hint(component: str, got, n_params: int, stage: int, world_size: in
     if precision != "fp32" and component == "optimizer" and got * 12 == (full // world_size if sharded else full) * 8:
         return ("mixed precision's optimizer state is 12 bytes per parameter, not 8: Adam's two fp32 moments (8) "
                 "plus the fp32 master copy of the weights (4), which the optimizer steps.")
-    if precision != "fp32" and component in ("params", "grads") and got == 2 * (full // world_size if sharded else full):
+    if (precision != "fp32" and component in ("params", "grads")
+            and got == 2 * (full // world_size if sharded else full)):
         return f"in mixed precision the {component} are bf16/fp16: 2 bytes per parameter, not 4."
     shown = f"{n_params} * {per_param}" + (f" // {world_size}" if sharded else "")
     return (f"{component} cost {per_param} bytes per parameter in {precision} ({precision!r}: params, grads, "
-            f"optimizer = {BYTES_PER_PARAMETER[precision]}), {'divided by world_size' if sharded else 'whole'} at stage "
-            f"{stage}: {shown}.")
+            f"optimizer = {BYTES_PER_PARAMETER[precision]}), {'divided by world_size' if sharded else 'whole'} at "
+            f"stage {stage}: {shown}.")
 
 
 # --- exercise 2: the ZeRO-1 step -----------------------------------------------------------------
@@ -291,7 +292,8 @@ def _judge_world(name: str, init_name: str, results: list[dict], division: str |
                               "(shards, optimizer): this rank's shard of every parameter, and Adam over them.")
         if "bad_optimizer" in results[rank]:
             raise CheckFailed(f"rank {rank}: {init_name} returned {results[rank]['bad_optimizer']} as its optimizer; "
-                              "expected a torch.optim.Optimizer (Adam over this rank's shards), as (shards, optimizer).")
+                              "expected a torch.optim.Optimizer (Adam over this rank's shards), as (shards, "
+                              "optimizer).")
         if "bad_shard" in results[rank]:
             param, got, whole, shape, kind = results[rank]["bad_shard"]
             if kind == "whole":
@@ -312,15 +314,20 @@ def _judge_world(name: str, init_name: str, results: list[dict], division: str |
     names = [n for n, _ in _model().named_parameters()]
     n_params = sum(p.numel() for p in _model().parameters())
     for step in range(STEPS):
+        # every rank's shard gradients and optimizer first, then every rank's parameters: a wrong gradient on one
+        # rank also spoils the shard it sends to the others, and the gradient names the mistake
         for rank in range(world_size):
-            _check_step(results[rank]["records"][step], rank, step, grads[step], params[step], names, n_params,
-                        world_size, division)
+            _check_step_grads(results[rank]["records"][step], rank, step, grads[step], names, n_params, world_size,
+                              division)
+        for rank in range(world_size):
+            _check_step_params(results[rank]["records"][step], rank, step, params[step], names, world_size)
 
 
-def _check_step(got: dict, rank: int, step: int, grads, params, names, n_params: int, world_size: int,
-                division: str | None = None) -> None:
-    """CheckFailed at the first thing rank `rank` got wrong in step `step`. `division`: a line of zero1_step that
-    divides a gradient into a new tensor (`division_into_a_new_tensor`), evidence for a gradient left as the sum."""
+def _check_step_grads(got: dict, rank: int, step: int, grads, names, n_params: int, world_size: int,
+                      division: str | None = None) -> None:
+    """CheckFailed at the first thing rank `rank` got wrong in step `step` before its parameters: the shards'
+    gradients when the optimizer stepped, and the optimizer's state. `division`: a line of zero1_step that divides a
+    gradient into a new tensor (`division_into_a_new_tensor`), evidence for a gradient left as the sum."""
     where = f"rank {rank} of {world_size}, step {step}"
     full = 2 * n_params   # Adam's exp_avg and exp_avg_sq for every value; this rank's chunks of them:
     mine = 2 * sum(p.detach().reshape(-1).chunk(world_size)[rank].numel() for p in _model().parameters())
@@ -373,10 +380,26 @@ def _check_step(got: dict, rank: int, step: int, grads, params, names, n_params:
         elif _close(grad, local):
             hint = ("it is this rank's own gradient: all-reduce p.grad over the ranks (and divide by world_size) "
                     "before taking your slice")
+        elif _own_share_where_wrong(grad, want, local / world_size):
+            hint = ("where it differs, it is this rank's own gradient divided by world_size: the sum over the ranks "
+                    "never reached this rank there. Every rank needs the sum: dist.all_reduce p.grad (dist.reduce, "
+                    "for one, leaves it on dst only), then divide")
         else:
             hint = ("expected this rank's chunk of the flattened gradient averaged over the ranks (the sum over the "
                     "ranks divided by world_size)")
         raise CheckFailed(f"{where}: the gradient of the shard of {name!r} {_difference(grad, want)}.\nHint: {hint}.")
+
+
+def _own_share_where_wrong(grad: torch.Tensor, want: torch.Tensor, own_share: torch.Tensor) -> bool:
+    """Whether every value of `grad` that differs from `want` is `own_share` there (this rank's gradient / world_size:
+    all of it where nothing was summed, part of it where the sum reached only part of the tensor)."""
+    differs = ~torch.isclose(grad, want, rtol=1e-5, atol=1e-7)
+    return bool(differs.any()) and _close(grad[differs], own_share[differs])
+
+
+def _check_step_params(got: dict, rank: int, step: int, params, names, world_size: int) -> None:
+    """CheckFailed at the first parameter rank `rank` holds wrong after step `step` (its shape, then its values)."""
+    where = f"rank {rank} of {world_size}, step {step}"
     for index, name in enumerate(names):
         value, want, before = got["params"][index], params[index], got["before"][index]
         if value.shape != before.shape:

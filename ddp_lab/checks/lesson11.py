@@ -3,11 +3,13 @@
     ddp_lab.checks.lesson11.check_int8_hook(int8_hook)
 
 The check registers the hook on a DDP model on 3 gloo ranks, then on 2 (one launch: the default
-group is set up for 3 ranks, destroyed, and set up again for ranks 0 and 1), runs two backward
-passes each time (DDP's first step uses one bucket, the second the two it rebuilt), counts the
+group is set up for 3 ranks, destroyed, and set up again for ranks 0 and 1), runs three backward
+passes each time (DDP's first step uses one bucket, the others the two it rebuilt), counts the
 bytes the hook hands to collectives, and compares every averaged gradient with the mean of the
-ranks' own gradients, within int8 rounding. It judges 2 ranks first, then 3: a share of the int8
-range written for one world size fails on the other.
+ranks' own gradients, within int8 rounding. The third pass gives each bucket, first on every rank, a
+positive value within 0.2 % of the largest |value| over the ranks (that value itself on rank 0): sums
+of more than 127 / world_size levels per rank overflow there. It judges 2 ranks first, then 3: a
+share of the int8 range written for one world size fails on the other.
 
 Introduced in notebooks/11-performance-and-scaling.ipynb.
 """
@@ -30,7 +32,11 @@ WORLD_SIZE = 2   # the exercise's world size, judged first
 WORLD_SIZES = (WORLD_SIZE, 3)   # a hook runs on each; a number written for one of them fails on the other
 BUCKET_CAP_MB = 0.002  # two buckets after DDP's rebuild, for this small model
 LEVELS = 127  # int8 values -127 .. 127
+TOO_MANY_LEVELS = (128, 255, 256)   # the mistaken level counts that the hints name: int8's -128 .. 127, uint8's 255
 MOST_BYTES_PER_VALUE = 1.2  # one int8 per value, plus a few bytes per bucket for the scale
+STEPS = 3
+NEAR_MAX_STEP = 2   # the pass whose buckets start with a value near the largest |value| on every rank
+NEAR_MAX = 1.0      # that value on rank 0, above every |gradient| of this model and data (at most 0.8)
 
 
 def _model() -> nn.Module:
@@ -45,7 +51,8 @@ def _batch(rank: int, step: int) -> tuple[torch.Tensor, torch.Tensor]:
     own = torch.Generator().manual_seed(200 + 10 * step + rank)
     x = torch.randn(8, 16, generator=common) + 0.3 * torch.randn(8, 16, generator=own)
     # targets above what the fresh model predicts: the last layer's gradients lean negative, so a bucket's most
-    # negative value outweighs its largest positive one (a scale taken without abs() then overflows)
+    # negative value outweighs its largest positive one (a scale taken without abs() then overflows), except in the
+    # NEAR_MAX_STEP pass, where `_checked` writes a larger positive value first in every bucket
     y = torch.randn(8, 4, generator=common) + 0.3 * torch.randn(8, 4, generator=own) + 1.0
     return x, y
 
@@ -65,6 +72,10 @@ def _checked(hook, rank: int, answers: list, step: list, names: dict):
     def checked(state, bucket):
         buffer = bucket.buffer()
         shape = tuple(buffer.shape)
+        if step[0] == NEAR_MAX_STEP:
+            # the bucket's largest |value| on every rank, positive, and below NEAR_MAX on all ranks but rank 0: on 2
+            # ranks 127 / 2 levels give 64 (63.5, rounded half to even) + 63, and 128 / 2 levels 64 + 64, past 127
+            buffer[0] = NEAR_MAX * (1 - 0.001 * rank)
         record = {"step": step[0], "bucket": bucket.index(), "local": buffer.detach().clone(),
                   "params": [(names[id(p)], p.numel()) for p in bucket.parameters()]}
         result = call_case(hook, f"averaging bucket {bucket.index()} on rank {rank} of {world_size}", state, bucket)
@@ -91,7 +102,7 @@ def _hook_runner(rank: int, hook) -> dict:
     step = [0]
     model.register_comm_hook(None, _checked(hook, rank, answers, step, names))
     counter, sent = ByteCounter(), []
-    for step[0] in range(2):  # step 0: one bucket; step 1: the buckets DDP rebuilt
+    for step[0] in range(STEPS):  # step 0: one bucket; then the buckets DDP rebuilt
         x, y = _batch(rank, step[0])
         model.zero_grad(set_to_none=True)
         loss = F.mse_loss(model(x), y)
@@ -145,12 +156,12 @@ def rounding_bound(scale: torch.Tensor, world_size: int = WORLD_SIZE) -> torch.T
 def _quantised_mean(locals_: list[torch.Tensor], scales: list[torch.Tensor], decompress: list[torch.Tensor],
                     to_int=torch.round, levels_per_rank: float | None = None, wrap: bool = False,
                     divide: float = 1.0) -> list[torch.Tensor]:
-    """What each rank gets from an int8 scheme: q_r = to_int(g_r * levels_per_rank / scales[r]), summed (in int8 when
-    `wrap`), times decompress[rank] / 127 / divide. levels_per_rank: by default 127 / the number of ranks."""
+    """What each rank gets from an int8 scheme: q_r = to_int(g_r * levels_per_rank / scales[r]), summed, times
+    decompress[rank] / 127 / divide. levels_per_rank: by default 127 / the number of ranks. `wrap`: q_r converted
+    with .to(torch.int8) and summed in int8, as an int8 all_reduce does: what does not fit wraps around."""
     levels = LEVELS / len(locals_) if levels_per_rank is None else levels_per_rank
-    total = sum(to_int(g * levels / scale) for g, scale in zip(locals_, scales))
-    if wrap:
-        total = torch.remainder(total + 128, 256) - 128
+    quantised = [to_int(g * levels / scale) for g, scale in zip(locals_, scales)]
+    total = sum(q.to(torch.int8) for q in quantised).float() if wrap else sum(quantised)
     return [total * d / LEVELS / divide for d in decompress]
 
 
@@ -184,6 +195,20 @@ def _wrong_schemes(locals_: list[torch.Tensor]) -> list[tuple[list[torch.Tensor]
                         "sent with dist.broadcast, or the smallest, dist.ReduceOp.MIN): that rank's values take more "
                         "than 127 / world_size int8 levels, and their sums wrap around past 127. The scale must "
                         "cover every rank's values: all-reduce it with op=dist.ReduceOp.MAX"))
+    signed = max(g.max() for g in locals_)   # the scale taken without abs(), all-reduced with MAX
+    if 0 < signed < shared:
+        schemes.append((_quantised_mean(locals_, [signed] * world_size, [signed] * world_size, wrap=True),
+                        f"these are the values a scale taken without abs() gives: the largest value over the ranks "
+                        f"({float(signed):.3g}), not the largest |value| ({float(shared):.3g}). The values further "
+                        "below zero than the bucket's largest positive value then take more than 127 / world_size int8 "
+                        "levels, and sums of them wrap around past -128. Take the max of buffer.abs()"))
+    for levels in TOO_MANY_LEVELS:
+        schemes.append((_quantised_mean(locals_, [shared] * world_size, [shared] * world_size,
+                                        levels_per_rank=levels / world_size, wrap=True, divide=levels / LEVELS),
+                        f"some values wrapped around: each rank quantised to {levels} / world_size levels "
+                        f"(decompressed with scale / {levels}), so values near the scale add up to {levels} over the "
+                        "ranks, past 127, int8's largest value (128 becomes -128). The sum over the ranks must fit in "
+                        "int8 too: use 127 / world_size levels per rank and decompress with scale / 127"))
     return schemes
 
 
@@ -250,6 +275,9 @@ def _value_hint(got, mean, locals_, rank: int, scale, allowed: float) -> str:
     if torch.allclose(got, mean * world_size, rtol=0, atol=world_size * allowed):
         return ("this is the SUM over ranks: the average is the sum divided by the world size (each rank's "
                 "values take 1 / world_size of the int8 range, so the decompressed sum is already the mean)")
+    if torch.equal(got, locals_[rank]):
+        return ("the bucket came back unchanged: these are exactly this rank's own gradients, as the hook got them. "
+                "Copy the decompressed average into bucket.buffer() (buffer.copy_(...)), or return it in the future")
     if torch.allclose(got, locals_[rank], rtol=0, atol=allowed):
         return ("it is still this rank's own gradient (quantised): the int8 values must be all-reduced so that "
                 "every rank gets the sum over ranks")
@@ -264,23 +292,40 @@ def _value_hint(got, mean, locals_, rank: int, scale, allowed: float) -> str:
     for candidate, mistake in _wrong_schemes(locals_):
         if _matches(got, candidate[rank], step):
             return mistake
-    signed = max(g.max() for g in locals_)
-    wrong = (got - mean).abs() > allowed
-    beyond = torch.stack([g.abs() > signed for g in locals_]).any(dim=0)
-    if 0 < signed < scale and bool(wrong.any()) and bool((wrong <= beyond).all()):
-        return ("exactly the values further below zero than the bucket's largest positive value are wrong: the scale "
-                "is the largest value, not the largest |value|. In a bucket whose most negative value outweighs its "
-                "largest positive one, those values overflow int8. Take the max of buffer.abs()")
+    wrapped = _wrapped_by(got, mean, scale, allowed)
+    if wrapped is not None:
+        return (f"every value that is wrong has the sign opposite to the mean's, and is off by about the same "
+                f"amount, {wrapped:.3g}: 256 steps of {wrapped / 256:.3g}, an int8 value that wrapped around past 127 "
+                "or -128. Each rank's int8 values and their sum over the ranks must fit in -128 .. 127: a scale "
+                "that is the largest |value| over the ranks, 127 / world_size levels per rank, decompressed with "
+                "scale / 127")
     return ("the values differ from the mean by more than int8 rounding allows, and not as any common mistake "
             "would: compare your steps with the exercise's (one scale for all ranks, 127 / world_size levels per "
             "rank, rounding, an int8 all_reduce, decompressing with the same scale)")
+
+
+def _wrapped_by(got: torch.Tensor, mean: torch.Tensor, scale, allowed: float) -> float | None:
+    """The amount the wrong values are off by, if they look wrapped around by int8: every one has the sign opposite
+    to the mean's, and all are off by the same amount within 10 %, at least 20 of the right answer's rounding bounds
+    (`allowed`) and at least a tenth of the scale. Otherwise None."""
+    off = got - mean
+    wrong = off.abs() > allowed
+    if not bool(wrong.any()):
+        return None
+    flipped = bool((torch.sign(got[wrong]) == -torch.sign(mean[wrong])).all()) and bool((mean[wrong] != 0).all())
+    amounts = off[wrong].abs()
+    middle = float(amounts.median())
+    if (flipped and middle >= max(20 * allowed, 0.1 * float(scale))
+            and bool(((amounts - middle).abs() <= 0.1 * middle).all())):
+        return middle
+    return None
 
 
 def _check_bytes(results, name: str) -> str:
     world_size = len(results)
     numel = sum(p.numel() for p in _model().parameters())
     fp32 = 4 * numel
-    for step in range(2):
+    for step in range(STEPS):
         for rank in range(world_size):
             sent = results[rank]["sent"][step]
             where = f"on {world_size} ranks: step {step}, rank {rank}"
@@ -308,8 +353,10 @@ def check_int8_hook(int8_hook, timeout: float = 60.0) -> None:
     per element, with scale the bucket's largest |gradient| over the ranks: tight enough that
     truncating instead of rounding, or a scale twice too large, fail), return a Future holding a
     float32 tensor shaped like the bucket, and hand collectives at most 1.2 bytes per gradient
-    value. A bucket's most negative value outweighs its largest positive one, so a scale taken
-    without abs() overflows; a share of the int8 range written for one world size fails on the other.
+    value. In the first two backward passes a bucket's most negative value outweighs its largest
+    positive one, so a scale taken without abs() overflows; in the third every rank's first value in
+    each bucket is positive and within 0.2 % of the largest |value|, so more than 127 / world_size
+    levels per rank overflow; a share of the int8 range written for one world size fails on the other.
 
     Introduced in notebooks/11-performance-and-scaling.ipynb.
     """
