@@ -233,6 +233,16 @@ def dp_waits_for_async(model, x, y):
         work.wait()
 
 
+def dp_checks_its_handles(model, x, y):
+    """Right too: each handle checked to be torch's own and waited on through the class (the check watches the
+    handles without standing in for them)."""
+    _share_backward(model, x, y)
+    works = [dist.all_reduce(p.grad, async_op=True) for p in model.parameters()]
+    for work in works:
+        if isinstance(work, dist.Work):
+            dist.Work.wait(work)
+
+
 def dp_zero_grad_after(model, x, y):
     """Wrong: the right gradients, then model.zero_grad(), which sets them to None."""
     data_parallel_backward(model, x, y)
@@ -357,7 +367,7 @@ DP_MISTAKES = [
                            r"gradient, rank 1 does not: dist\.reduce ran, and it leaves the result on its dst rank "
                            r"only"),
 ]
-DP_RIGHT = (dp_looks_first, dp_waits_for_async)
+DP_RIGHT = (dp_looks_first, dp_waits_for_async, dp_checks_its_handles)
 
 
 @pytest.fixture(scope="module")

@@ -482,6 +482,33 @@ def gather_irecv_never_waited(tensor):
     return gathered
 
 
+def gather_checks_its_requests(tensor):
+    """Right: the requests checked to be torch's own (the check watches them without standing in for them)."""
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    gathered = [torch.empty_like(tensor) for _ in range(world_size)]
+    gathered[rank] = tensor.clone()
+    for step in range(world_size - 1):
+        requests = [dist.isend(gathered[(rank - step) % world_size], (rank + 1) % world_size),
+                    dist.irecv(gathered[(rank - step - 1) % world_size], (rank - 1) % world_size)]
+        for request in requests:
+            assert isinstance(request, dist.Work), type(request)
+            dist.Work.wait(request)
+    return gathered
+
+
+def gather_receives_from_the_right(tensor):
+    """Wrong: irecv from the right neighbour (which sends to its own right), then wait on it: a hang in the wait."""
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    gathered = [torch.empty_like(tensor) for _ in range(world_size)]
+    gathered[rank] = tensor.clone()
+    for step in range(world_size - 1):
+        sent = dist.isend(gathered[(rank - step) % world_size], (rank + 1) % world_size)
+        received = dist.irecv(gathered[(rank - step - 1) % world_size], (rank + 1) % world_size)
+        received.wait()
+        sent.wait()
+    return gathered
+
+
 AG_RETURNING = {   # wrong answers that return: one launch for all of them
     gather_in_arrival_order: r"rank 0, .*: entry 1, element 0: .*\nHint: entry 1 holds rank 2's tensor",
     gather_one_step: r"entry \d was never filled .* needs world_size - 1 = 2 steps",
@@ -499,7 +526,7 @@ AG_RETURNING = {   # wrong answers that return: one launch for all of them
 
 @pytest.fixture(scope="module")
 def ag_results():
-    answers = tuple(AG_RETURNING)
+    answers = (*AG_RETURNING, gather_checks_its_requests)
     return dict(zip(answers, run_answers(_all_gather_runner, answers, (GATHER_SIZES, 3), name="ag")))
 
 
@@ -507,6 +534,19 @@ def ag_results():
 def test_ring_all_gather_names_wrong_results(wrong, ag_results):
     with pytest.raises(CheckFailed, match=AG_RETURNING[wrong]):
         judge_all_gather(wrong.__name__, ag_results[wrong])
+
+
+def test_ring_all_gather_accepts_requests_checked_and_waited_through_the_class(ag_results):
+    assert judge_all_gather("gather_checks_its_requests", ag_results[gather_checks_its_requests]).startswith(
+        "gather_checks_its_requests")
+
+
+def test_a_rank_blocked_in_a_wait_is_not_said_to_have_never_waited():
+    with pytest.raises(CheckFailed) as failure:
+        check_ring_all_gather(gather_receives_from_the_right, timeout=DEADLOCK_TIMEOUT)
+    message = str(failure.value)
+    assert "did not finish" in message and "waited for none" not in message and "never waited" not in message, \
+        message
 
 
 def test_ring_all_gather_refuses_the_library():
@@ -532,7 +572,8 @@ def test_ring_all_gather_deadlock_ends_with_a_message():
         check_ring_all_gather(gather_receives_first, timeout=DEADLOCK_TIMEOUT)
 
 
-IRECV_NEVER_WAITED = r"(?s)never waited for 2 (of its )?dist\.irecv requests.*\.wait\(\) on each request before using"
+IRECV_NEVER_WAITED = (r"(?s)(never waited for 2 dist\.irecv requests|waited for none of its \d+ dist\.irecv "
+                      r"requests).*\.wait\(\) on each request before using")
 
 
 @pytest.mark.parametrize("check, answer, feedback", [

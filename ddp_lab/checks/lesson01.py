@@ -17,7 +17,7 @@ from ddp_lab.checks import CheckFailed, passed
 from ddp_lab.checks.common import (call_case, describe, ensure_written, first_mismatch, refuse_written_split,
                                    run_answers_on_ranks, times_of, uniform_ratio)
 from ddp_lab.course.device_memory import COMPONENTS, SHARDED, STRATEGIES, memory_per_device
-from ddp_lab.instruments.collectives import replacing_dist_calls
+from ddp_lab.instruments.collectives import replacing_dist_calls, watching_requests
 
 # world sizes 3 and 8: not 4, so a count of values (4 bytes each) never looks like a split over the devices
 MEMORY_CASES = ((1_200_000, 300_000, 3), (7_000_000_000, 2_000_000_000, 8))
@@ -134,18 +134,6 @@ def make_batch(size: int) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.randn(size, 3, generator=generator), torch.randn(size, 1, generator=generator)
 
 
-class _WatchedWork:
-    """Stands in for the work handle an async all_reduce returns: passes everything on, and remembers whether the
-    answer used it at all (wait, get_future, is_completed, ...)."""
-
-    def __init__(self, work):
-        self._work, self.used = work, False
-
-    def __getattr__(self, name: str):
-        self.used = True
-        return getattr(self._work, name)
-
-
 def _what_is_reduced(tensor, params: list) -> dict:
     """What a tensor handed to dist.all_reduce is, seen when the call starts: one of the parameters' gradients
     ("grad", shares its storage), a parameter ("param"), a tensor autograd tracks ("tracked": a loss, an output), a
@@ -190,7 +178,7 @@ def _data_parallel_one(fn) -> list[dict]:
             p.register_hook(lambda grad, position=position: computed.add(position))
         x, y = make_batch(size)
         reduced: list[dict] = []     # what each dist.all_reduce was given, its op, and async_op
-        works: list[_WatchedWork] = []
+        works: list[list] = []       # [an async all_reduce's work handle, whether the answer used it]
         called: set[str] = set()
 
         def all_reduce(original):
@@ -202,8 +190,8 @@ def _data_parallel_one(fn) -> list[dict]:
                                 "async": async_op})
                 work = original(*args, **kwargs)
                 if async_op and work is not None:
-                    works.append(_WatchedWork(work))
-                    return works[-1]
+                    works.append([work, False])
+                    requests.watch(work, lambda entry=works[-1]: entry.__setitem__(1, True))
                 return work
             return call
 
@@ -215,12 +203,13 @@ def _data_parallel_one(fn) -> list[dict]:
                 return call
             return make
 
-        with replacing_dist_calls({"all_reduce": all_reduce, "reduce": noting("reduce")}):
+        with watching_requests() as requests, \
+                replacing_dist_calls({"all_reduce": all_reduce, "reduce": noting("reduce")}):
             call_case(fn, f"running a batch of {size} samples", model, x, y)
         grads = [None if p.grad is None else p.grad.detach().clone() for p in params]
-        unused = sum(not work.used for work in works)
-        for work in works:   # let what the answer left running finish before the next batch
-            work._work.wait()
+        unused = sum(not used for _, used in works)
+        for work, _ in works:   # let what the answer left running finish before the next batch
+            work.wait()
         reports.append({"seen": torch.cat(seen) if seen else torch.empty(0, 3), "grads": grads,
                         "computed": sorted(computed), "reduced": reduced, "unused_works": unused,
                         "async_works": len(works), "called": sorted(called)})

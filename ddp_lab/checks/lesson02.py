@@ -163,11 +163,10 @@ def _hang_hint(log_directory: str, sizes, world_size: int):
 
     def hint(calls: set, places: dict) -> str | None:
         logs = _read_cases(log_directory, sizes, world_size)
-        pending = [f"rank {rank} never waited for {count} of its dist.irecv requests" for rank, count in
-                   ((rank, sum(transfer.op == "irecv" and not transfer.waited for case in logs[rank].values()
-                               for transfer in case)) for rank in range(world_size)) if count]
+        pending = _receives_never_waited({rank: [transfer for case in logs[rank].values() for transfer in case]
+                                          for rank in range(world_size)})
         if pending:
-            return (f"What the ranks did: {'; '.join(pending)}.\nHint: dist.irecv returns at once; its buffer holds "
+            return (f"What the ranks did: {pending}.\nHint: dist.irecv returns at once; its buffer holds "
                     "the message only once request.wait() has returned. Call .wait() on each request before using "
                     "its buffer.")
         if set(places) != set(range(world_size)) or set(places.values()) != {"recv"}:
@@ -194,6 +193,18 @@ def _hang_hint(log_directory: str, sizes, world_size: int):
                 "first, odd ranks receive first.")
 
     return hint
+
+
+def _receives_never_waited(calls: dict[int, list[Call]]) -> str | None:
+    """'rank 0 waited for none of its 2 dist.irecv requests' for each rank ({rank: its calls}) that started irecvs
+    and called wait() on none of them; None if there is none. A rank that waits on some and not (yet) on others,
+    as one that posts its receives ahead does, is not named: it may be blocked in the wait of the next."""
+    said = []
+    for rank, transfers in sorted(calls.items()):
+        receives = [transfer for transfer in transfers if transfer.op == "irecv"]
+        if receives and not any(transfer.waited for transfer in receives):
+            said.append(f"rank {rank} waited for none of its {len(receives)} dist.irecv requests")
+    return "; ".join(said) or None
 
 
 def _sends_never_waited(logs: dict, world_size: int) -> str | None:

@@ -244,13 +244,14 @@ def _hang_evidence(calls: set, places: dict, case: Case, logs) -> str:
 
 
 def _receives_never_waited(logs) -> str | None:
-    """'rank 1 never waited for 3 of its dist.irecv handles' for each rank with an irecv never waited for (each
-    rank's last call left out: it may be waiting in it now); None if there is none."""
+    """'rank 1 waited for none of its 3 dist.irecv handles' for each rank that started irecvs and called wait() on
+    none of them; None if there is none. A rank that waits on some and not (yet) on others, as one that posts its
+    receives ahead does, is not named: it may be blocked in the wait of the next."""
     said = []
     for rank, (calls, _) in sorted(logs.items()):
-        count = sum(call.op == "irecv" and not call.waited for call in calls[:-1])
-        if count:
-            said.append(f"rank {rank} never waited for {count} of its dist.irecv handles")
+        receives = [call for call in calls if call.op == "irecv"]
+        if receives and not any(call.waited for call in receives):
+            said.append(f"rank {rank} waited for none of its {len(receives)} dist.irecv handles")
     return "; ".join(said) or None
 
 

@@ -24,7 +24,7 @@ from typing import Any, Callable, Iterator
 
 import torch
 
-from ddp_lab.instruments.collectives import replacing_dist_calls
+from ddp_lab.instruments.collectives import replacing_dist_calls, watching_requests
 
 SENDS, RECEIVES = ("send", "isend"), ("recv", "irecv")
 _PEER = {"send": "dst", "isend": "dst", "recv": "src", "irecv": "src"}
@@ -35,38 +35,13 @@ _CALL_FRAME = re.compile(r'distributed_c10d\.py", line \d+ in (isend|irecv|send|
 class Call:
     """One point-to-point call: 'send', 'isend', 'recv' or 'irecv', the rank it names (None: any), the number
     of elements of its tensor (for a receive, of its buffer; None: no tensor, or a line without the number), and
-    whether the call was waited for (send and recv always are; an isend or irecv once its request's wait() returned,
-    or is_completed() said True)."""
+    whether the call was waited for (send and recv always are; an isend or irecv once the answer called its request's
+    wait(), is_completed() or get_future())."""
 
     op: str
     peer: int | None
     elements: int | None = None
     waited: bool = True
-
-
-class _Request:
-    """The request dist.isend or dist.irecv returned, handed on to the answer: it behaves as the request does (every
-    attribute is the request's) and calls `done()` when a wait() returns or is_completed() says True."""
-
-    def __init__(self, request, done: Callable[[], None]):
-        self._request, self._done = request, done
-
-    def wait(self, *args, **kwargs):
-        result = self._request.wait(*args, **kwargs)
-        self._done()
-        return result
-
-    def is_completed(self) -> bool:
-        completed = self._request.is_completed()
-        if completed:
-            self._done()
-        return completed
-
-    def __getattr__(self, name: str):
-        return getattr(self._request, name)
-
-    def __bool__(self) -> bool:
-        return True
 
 
 def log_path(directory: str, rank: int) -> str:
@@ -79,8 +54,9 @@ def watching_point_to_point(watch: Callable[[str, Any, Any], None],
                             waited: Callable[[int], None] | None = None) -> Iterator[None]:
     """Inside a rank: call `watch(op, tensor, peer)` before every send/isend/recv/irecv the block makes, with the
     tensor and the rank the call was given (None where it was not given); with `waited`, call `waited(number)`
-    when the request of the block's isend or irecv number `number` (counting every watched call from 1) has been
-    waited for (`_Request`).
+    when the answer calls wait() (or is_completed(), get_future()) on the request of the block's isend or irecv
+    number `number`, counting every watched call from 1 (`watching_requests`: called as the wait starts, so a rank
+    blocked in it has waited).
 
     Only the outermost call is watched (torch's dist.recv calls dist.irecv itself).
     """
@@ -101,12 +77,12 @@ def watching_point_to_point(watch: Callable[[str, Any, Any], None],
                 finally:
                     depth.pop()
                 if outermost and waited is not None and name in ("isend", "irecv") and request is not None:
-                    return _Request(request, lambda: waited(number))
+                    requests.watch(request, lambda: waited(number))
                 return request
             return call
         return make
 
-    with replacing_dist_calls({name: watched(name) for name in _PEER}):
+    with watching_requests() as requests, replacing_dist_calls({name: watched(name) for name in _PEER}):
         yield
 
 

@@ -10,6 +10,7 @@ Introduced in notebooks/08-tensor-parallelism.ipynb; lesson 14 counts its all-to
 from __future__ import annotations
 
 import contextlib
+import weakref
 from typing import Callable, Iterator, NamedTuple
 
 import torch
@@ -161,3 +162,51 @@ def replacing_dist_calls(replacements: dict[str, Callable[[Callable], Callable]]
     finally:
         for (module, name), original in saved.items():
             setattr(module, name, original)
+
+
+class RequestWatcher:
+    """The requests (work handles) an answer was given, and a callback for each that runs when the answer calls
+    the request's wait(), is_completed() or get_future(): `watching_requests` yields one.
+
+    Requests are held by weak reference, so a request the answer drops is freed as it would be unwatched.
+    """
+
+    def __init__(self):
+        self._watched: dict[int, tuple[weakref.ref, Callable[[], None]]] = {}
+
+    def watch(self, request, used: Callable[[], None]) -> None:
+        """Call `used()` each time the answer calls one of `request`'s methods named above."""
+        self._watched[id(request)] = (weakref.ref(request), used)
+
+    def _seen(self, request) -> None:
+        reference, used = self._watched.get(id(request), (None, None))
+        if reference is not None and reference() is request:
+            used()
+
+
+@contextlib.contextmanager
+def watching_requests() -> Iterator[RequestWatcher]:
+    """Inside a rank: a `RequestWatcher` for the block, its callbacks run from `dist.Work`'s own methods.
+
+    The methods are replaced on the class for the block (and put back after it), not on a stand-in
+    object, so what the answer holds is torch's request itself: `isinstance(request, dist.Work)`
+    and `dist.Work.wait(request)` behave as they do unwatched. The callback runs when the method is
+    called, before it returns: a rank blocked inside wait() has called it. Lessons 01, 02 and 07's
+    checks tell with it an async request never waited for.
+    """
+    watcher = RequestWatcher()
+    originals = {name: getattr(dist.Work, name) for name in ("wait", "is_completed", "get_future")}
+
+    def seeing(original):
+        def method(self, *args, **kwargs):
+            watcher._seen(self)
+            return original(self, *args, **kwargs)
+        return method
+
+    for name, original in originals.items():
+        setattr(dist.Work, name, seeing(original))
+    try:
+        yield watcher
+    finally:
+        for name, original in originals.items():
+            setattr(dist.Work, name, original)
