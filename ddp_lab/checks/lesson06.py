@@ -582,10 +582,6 @@ def check_setup_from_env(setup_from_env, timeout: float = 30.0) -> None:
         raise CheckFailed(f"{what} passes {chosen} to init_process_group instead of its backend argument.\n"
                           "Hint: the caller chooses the backend (this check asks for 'gloo', the script's pick_backend "
                           "may say 'nccl' on a GPU node): pass the parameter on, init_process_group(backend, ...).")
-    method = _written_init_method(setup_from_env)
-    if method is not None:
-        raise CheckFailed(f"{what} passes init_method={method} to init_process_group: an address written in the "
-                          f"code.\nHint: {INIT_METHOD_HINT}.")
     kept = _environment_fallbacks(setup_from_env)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", category=LaunchWarning)
@@ -625,19 +621,6 @@ def _explain_setup(failure, setup_from_env) -> str | None:
     line = "\n".join(frames[-1]["text"]) if frames else ""
     if isinstance(failure.exception, ZeroDivisionError) and "device_count" in line:
         return _gpu_count_hint(setup_from_env, line) + "."
-    return None
-
-
-def _written_init_method(fn) -> str | None:
-    """A tcp:// init_method written out as a string in an init_process_group call of fn's own source, as written;
-    None otherwise, or when there is no source to read."""
-    function = _source_function(fn)
-    for node in ast.walk(function) if function is not None else ():
-        if isinstance(node, ast.Call) and ast.unparse(node.func).split(".")[-1] == "init_process_group":
-            given = node.args[1] if len(node.args) > 1 else next(
-                (keyword.value for keyword in node.keywords if keyword.arg == "init_method"), None)
-            if isinstance(given, ast.Constant) and _tcp_address(given.value) is not None:
-                return ast.unparse(given)
     return None
 
 
