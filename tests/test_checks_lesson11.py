@@ -27,6 +27,30 @@ def int8_hook_async(process_group, bucket):
     buffer = bucket.buffer()
     scale = buffer.abs().max().reshape(1)
     dist.all_reduce(scale, op=dist.ReduceOp.MAX, group=group)
+    levels = 127 // group.size()
+    q = torch.round(buffer / scale * levels).to(torch.int8)
+
+    def decompress(future):
+        return buffer.copy_(future.value()[0].float() * scale / (levels * group.size()))
+
+    return dist.all_reduce(q, group=group, async_op=True).get_future().then(decompress)
+
+
+def fractional_levels(process_group, bucket):   # 127 / W levels: on 2 ranks 63.5, and a value at the scale gives 64
+    buffer = bucket.buffer()
+    world_size = dist.get_world_size()
+    scale = buffer.abs().max().reshape(1)
+    dist.all_reduce(scale, op=dist.ReduceOp.MAX)
+    q = torch.round(buffer * (127 / world_size) / scale).to(torch.int8)
+    dist.all_reduce(q)
+    return _done(buffer.copy_(q.float() * scale / 127))
+
+
+def fractional_levels_async(process_group, bucket):   # the same, in another order of float operations
+    group = process_group if process_group is not None else dist.group.WORLD
+    buffer = bucket.buffer()
+    scale = buffer.abs().max().reshape(1)
+    dist.all_reduce(scale, op=dist.ReduceOp.MAX, group=group)
     q = torch.round(buffer / scale * 127 / group.size()).to(torch.int8)
 
     def decompress(future):
@@ -48,21 +72,21 @@ def scale_ignores_world_size(process_group, bucket):  # each rank uses all 127 l
     return _done(buffer.copy_(q.float() * scale / 127 / dist.get_world_size()))
 
 
-def sum_not_mean(process_group, bucket):
+def sum_not_mean(process_group, bucket):   # decompressed with scale / levels: the world size left out
     buffer = bucket.buffer()
-    world_size = dist.get_world_size()
+    levels = 127 // dist.get_world_size()
     scale = buffer.abs().max().reshape(1)
     dist.all_reduce(scale, op=dist.ReduceOp.MAX)
-    q = torch.round(buffer * (127 / world_size) / scale).to(torch.int8)
+    q = torch.round(buffer * levels / scale).to(torch.int8)
     dist.all_reduce(q)
-    return _done(buffer.copy_(q.float() * scale * world_size / 127))
+    return _done(buffer.copy_(q.float() * scale / levels))
 
 
 def not_decompressed(process_group, bucket):
     buffer = bucket.buffer()
     scale = buffer.abs().max().reshape(1)
     dist.all_reduce(scale, op=dist.ReduceOp.MAX)
-    q = torch.round(buffer * (127 / dist.get_world_size()) / scale).to(torch.int8)
+    q = torch.round(buffer * (127 // dist.get_world_size()) / scale).to(torch.int8)
     dist.all_reduce(q)
     return _done(q)
 
@@ -70,17 +94,19 @@ def not_decompressed(process_group, bucket):
 def sums_in_int32(process_group, bucket):
     buffer = bucket.buffer()
     scale = _shared_scale(buffer)
-    q = torch.round(buffer * (127 / dist.get_world_size()) / scale).to(torch.int32)   # 4 bytes per value
+    levels = 127 // dist.get_world_size()
+    q = torch.round(buffer * levels / scale).to(torch.int32)   # 4 bytes per value
     dist.all_reduce(q)
-    return _done(buffer.copy_(q.float() * scale / 127))
+    return _done(buffer.copy_(q.float() * scale / (levels * dist.get_world_size())))
 
 
 def decompressed_in_float64(process_group, bucket):
     buffer = bucket.buffer()
     scale = _shared_scale(buffer)
-    q = torch.round(buffer * (127 / dist.get_world_size()) / scale).to(torch.int8)
+    levels = 127 // dist.get_world_size()
+    q = torch.round(buffer * levels / scale).to(torch.int8)
     dist.all_reduce(q)
-    return _done(q.double() * scale.double() / 127)
+    return _done(q.double() * scale.double() / (levels * dist.get_world_size()))
 
 
 def sends_full_fp32(process_group, bucket):
@@ -92,9 +118,10 @@ def sends_full_fp32(process_group, bucket):
 def _int8_mean(buffer, scale, to_int8=lambda v: torch.round(v).to(torch.int8)):
     """The exercise's steps 2-4 with a given scale (the mistakes below differ in how they get the scale)."""
     world_size = dist.get_world_size()
-    q = to_int8(buffer * (127 / world_size) / scale)
+    levels = 127 // world_size
+    q = to_int8(buffer * levels / scale)
     dist.all_reduce(q)
-    return _done(buffer.copy_(q.float() * scale / 127))
+    return _done(buffer.copy_(q.float() * scale / (levels * world_size)))
 
 
 def _shared_scale(buffer, op=dist.ReduceOp.MAX, of=torch.Tensor.abs):
@@ -128,7 +155,7 @@ def scale_doubled(process_group, bucket):
     return _int8_mean(buffer, 2 * _shared_scale(buffer))
 
 
-def levels_for_two_ranks(process_group, bucket):   # the exercise's 2 ranks written into the code
+def levels_for_two_ranks(process_group, bucket):   # the exercise's 2 ranks written into the code, 127 / 2 levels
     buffer = bucket.buffer()
     scale = _shared_scale(buffer)
     q = torch.round(buffer * (127 / 2) / scale).to(torch.int8)
@@ -136,12 +163,12 @@ def levels_for_two_ranks(process_group, bucket):   # the exercise's 2 ranks writ
     return _done(buffer.copy_(q.float() * scale / 127))
 
 
-def levels_for_three_ranks(process_group, bucket):   # a world size of 3 written into the code
+def levels_for_three_ranks(process_group, bucket):   # a world size of 3 written into the code: 127 // 3 levels
     buffer = bucket.buffer()
     scale = _shared_scale(buffer)
-    q = torch.round(buffer * (127 / 3) / scale).to(torch.int8)
+    q = torch.round(buffer * (127 // 3) / scale).to(torch.int8)
     dist.all_reduce(q)
-    return _done(buffer.copy_(q.float() * scale / 127))
+    return _done(buffer.copy_(q.float() * scale / (127 // 3 * 3)))
 
 
 def levels_written_as_63(process_group, bucket):   # 127 // 2 levels per rank, and the mean as / (63 · 2)
@@ -191,9 +218,10 @@ def levels_200(process_group, bucket):   # a level count no hint names: the valu
 def never_writes_back(process_group, bucket):   # the average is computed, the bucket's buffer returned as it came
     buffer = bucket.buffer()
     scale = _shared_scale(buffer)
-    q = torch.round(buffer * (127 / dist.get_world_size()) / scale).to(torch.int8)
+    levels = 127 // dist.get_world_size()
+    q = torch.round(buffer * levels / scale).to(torch.int8)
     dist.all_reduce(q)
-    average = q.float() * scale / 127   # computed, never copied into the buffer
+    average = q.float() * scale / (levels * dist.get_world_size())   # computed, never copied into the buffer
     return _done(buffer)
 
 
@@ -220,6 +248,12 @@ def test_a_blank_stub_is_not_written_yet():
 
 WRONG_ANSWERS = {   # all return: they run one after the other in one launch (with int8_hook_async), each on a
                     # DDP model of its own
+    # 127 / W levels: within the rounding bound everywhere but where both of 2 ranks hold the scale (the third pass)
+    fractional_levels: r"(?s)^on 2 ranks: step 2, rank 0, gradient of '[0-9.a-z]+', element 0: .*Hint: 127 / 2 = "
+                       r"63\.5 levels: a value at the scale rounds to 64 \(torch\.round rounds half to even\), and "
+                       r"64 \+ 64 wraps to -128: use whole levels, 127 // world_size\.$",
+    fractional_levels_async: r"(?s)^on 2 ranks: step 2, rank 0, .*element 0: .*Hint: 127 / 2 = 63\.5 levels: a value "
+                             r"at the scale rounds to 64",
     scale_ignores_world_size: r"(?s)some sums wrapped around past 127: each rank used all 127 int8 levels",
     truncates: r"(?s)step 0, rank 0, gradient of '[0-9.a-z]+', element \d+: got .*int8 rounding stays within ±.*"
                r"truncated towards zero",
@@ -238,18 +272,20 @@ WRONG_ANSWERS = {   # all return: they run one after the other in one launch (wi
     own_scale: r"(?s)each rank quantised and decompressed with its OWN scale",
     scale_summed: r"(?s)the scale is the SUM of the ranks' largest \|values\|",
     scale_doubled: r"(?s)differ from the mean by more than int8 rounding allows, and not as any common mistake",
-    sum_not_mean: r"(?s)expected the mean over ranks.*this is the SUM over ranks",
+    sum_not_mean: r"(?s)expected the mean over ranks.*this is the SUM over ranks.*scale / \(levels · world_size\)",
     not_decompressed: r"(?s)returned int8 values, not float32: the int8 sums were never decompressed",
     sends_full_fp32: r"(?s)sent 6,928 bytes for 1,732 gradient values, 4.0 bytes per value: as much as.*uncompressed "
                      r"fp32",
     sums_in_int32: r"(?s)4.0 bytes per value.*Hint: what went to all_reduce holds 4-byte values",
     decompressed_in_float64: r"(?s)returned float64 values, not float32.\nHint: decompress into float32",
-    # right on 2 ranks: only the second world size shows the number written for it
-    levels_for_two_ranks: r"(?s)^on 3 ranks: step 0, rank 0, gradient of .*Hint: the values are 3/2 of the mean over "
-                          r"the 3 ranks.*each rank took 127 / 2 of the int8 range, its share on 2 ranks",
+    # 127 / 2 is the fractional share on the exercise's 2 ranks: caught there before 3 ranks show the written 2
+    levels_for_two_ranks: r"(?s)^on 2 ranks: step 2, rank 0, .*element 0: .*Hint: 127 / 2 = 63\.5 levels: a value at "
+                          r"the scale rounds to 64",
     levels_for_three_ranks: r"(?s)^on 2 ranks: step 0, rank 0, gradient of .*Hint: the values are 2/3 of the mean "
-                            r"over the 2 ranks.*127 / 3 of the int8 range, its share on 3 ranks",
-    levels_written_as_63: r"(?s)^on 3 ranks: step 0, rank 0, gradient of .*Hint: the values are 3/2 of the mean",
+                            r"over the 2 ranks.*the share of the int8 range of 3 ranks \(127 // 3 = 42 levels\)",
+    # right on 2 ranks: only the second world size shows the number written for it
+    levels_written_as_63: r"(?s)^on 3 ranks: step 0, rank 0, gradient of .*Hint: the values are 3/2 of the mean over "
+                          r"the 3 ranks.*the share of the int8 range of 2 ranks \(127 // 2 = 63 levels\)",
     scale_from_rank_0: r"(?s)^on 2 ranks: step 0, rank 0, .*Hint: every rank used one scale, but one smaller than "
                        r"another rank's largest \|value\|",
     scale_reduced_with_min: r"(?s)^on 2 ranks: step 0, rank 0, .*Hint: every rank used one scale, but one smaller than",
@@ -266,3 +302,9 @@ def results():
 def test_rejects_wrong_answers(answer, results):
     with pytest.raises(CheckFailed, match=WRONG_ANSWERS[answer]):
         lesson11.judge_int8_hook(answer.__name__, results[answer])
+
+
+@pytest.mark.parametrize("world_size, levels", [(2, 63), (3, 42)])
+def test_rounding_bound_is_half_a_step_of_whole_levels(world_size, levels):
+    # each of the W ranks rounds to within scale / (2 · levels · W) of its share: W of them, scale / (2 · levels)
+    assert lesson11.rounding_bound(torch.tensor(2.0), world_size).item() == pytest.approx(2.0 / (2 * levels))

@@ -6,10 +6,11 @@ The check registers the hook on a DDP model on 3 gloo ranks, then on 2 (one laun
 group is set up for 3 ranks, destroyed, and set up again for ranks 0 and 1), runs three backward
 passes each time (DDP's first step uses one bucket, the others the two it rebuilt), counts the
 bytes the hook hands to collectives, and compares every averaged gradient with the mean of the
-ranks' own gradients, within int8 rounding. The third pass gives each bucket, first on every rank, a
-positive value within 0.2 % of the largest |value| over the ranks (that value itself on rank 0): sums
-of more than 127 / world_size levels per rank overflow there. It judges 2 ranks first, then 3: a
-share of the int8 range written for one world size fails on the other.
+ranks' own gradients, within int8 rounding. The third pass writes the same positive value first in
+each bucket on every rank, the largest |value| over the ranks: each rank's int8 value there is the
+most its share of the range allows, and a share that rounds it above 127 // world_size makes the
+sum overflow (127 / 2 = 63.5 levels round it to 64, and 64 + 64 wraps to -128). It judges 2 ranks
+first, then 3: a share of the int8 range written for one world size fails on the other.
 
 Introduced in notebooks/11-performance-and-scaling.ipynb.
 """
@@ -31,12 +32,12 @@ from ddp_lab.instruments.comm_hooks import ByteCounter, total_bytes
 WORLD_SIZE = 2   # the exercise's world size, judged first
 WORLD_SIZES = (WORLD_SIZE, 3)   # a hook runs on each; a number written for one of them fails on the other
 BUCKET_CAP_MB = 0.002  # two buckets after DDP's rebuild, for this small model
-LEVELS = 127  # int8 values -127 .. 127
+LEVELS = 127  # int8 values -127 .. 127: W ranks get 127 // W whole levels each, so that their sum fits
 TOO_MANY_LEVELS = (128, 255, 256)   # the mistaken level counts that the hints name: int8's -128 .. 127, uint8's 255
 MOST_BYTES_PER_VALUE = 1.2  # one int8 per value, plus a few bytes per bucket for the scale
 STEPS = 3
-NEAR_MAX_STEP = 2   # the pass whose buckets start with a value near the largest |value| on every rank
-NEAR_MAX = 1.0      # that value on rank 0, above every |gradient| of this model and data (at most 0.8)
+SHARED_MAX_STEP = 2   # the pass whose buckets start with the largest |value| over the ranks, on every rank
+SHARED_MAX = 1.0      # that value, above every |gradient| of this model and data (at most 0.8)
 
 
 def _model() -> nn.Module:
@@ -52,7 +53,7 @@ def _batch(rank: int, step: int) -> tuple[torch.Tensor, torch.Tensor]:
     x = torch.randn(8, 16, generator=common) + 0.3 * torch.randn(8, 16, generator=own)
     # targets above what the fresh model predicts: the last layer's gradients lean negative, so a bucket's most
     # negative value outweighs its largest positive one (a scale taken without abs() then overflows), except in the
-    # NEAR_MAX_STEP pass, where `_checked` writes a larger positive value first in every bucket
+    # SHARED_MAX_STEP pass, where `_checked` writes a larger positive value first in every bucket
     y = torch.randn(8, 4, generator=common) + 0.3 * torch.randn(8, 4, generator=own) + 1.0
     return x, y
 
@@ -72,10 +73,10 @@ def _checked(hook, rank: int, answers: list, step: list, names: dict):
     def checked(state, bucket):
         buffer = bucket.buffer()
         shape = tuple(buffer.shape)
-        if step[0] == NEAR_MAX_STEP:
-            # the bucket's largest |value| on every rank, positive, and below NEAR_MAX on all ranks but rank 0: on 2
-            # ranks 127 / 2 levels give 64 (63.5, rounded half to even) + 63, and 128 / 2 levels 64 + 64, past 127
-            buffer[0] = NEAR_MAX * (1 - 0.001 * rank)
+        if step[0] == SHARED_MAX_STEP:
+            # the same value on every rank, the bucket's largest |value| over the ranks, so exactly the scale: on 2
+            # ranks 127 // 2 levels give 63 + 63, but 127 / 2 levels 64 + 64 (63.5, rounded half to even), past 127
+            buffer[0] = SHARED_MAX
         record = {"step": step[0], "bucket": bucket.index(), "local": buffer.detach().clone(),
                   "params": [(names[id(p)], p.numel()) for p in bucket.parameters()]}
         result = call_case(hook, f"averaging bucket {bucket.index()} on rank {rank} of {world_size}", state, bucket)
@@ -131,8 +132,9 @@ def _check_returned(answers: list, name: str) -> None:
         if answer["dtype"] != "float32" and answer["dtype"].startswith(("int", "uint")):
             raise CheckFailed(
                 f"{name} returned {answer['dtype']} values, not float32: the int8 sums were never decompressed.\n"
-                f"Hint: multiply the summed int8 values back by scale / {LEVELS} in float32 and return that; DDP "
-                "copies it into the gradients.")
+                "Hint: multiply the summed int8 values back by scale / (levels · world_size) in float32 (levels = "
+                f"{LEVELS} // world_size, the int8 levels of each rank) and return that; DDP copies it into the "
+                "gradients.")
         if answer["dtype"] != "float32":
             raise CheckFailed(
                 f"{name} returned {answer['dtype']} values, not float32.\nHint: decompress into float32, the dtype "
@@ -145,24 +147,27 @@ def _check_returned(answers: list, name: str) -> None:
 # --- the values: the right answer within its own rounding, and the wrong answers it could be ----------
 
 def rounding_bound(scale: torch.Tensor, world_size: int = WORLD_SIZE) -> torch.Tensor:
-    """The most the right answer can be off, per element: W * scale / (2 * 127).
+    """The most the right answer can be off, per element: scale / (2 * L), with L = 127 // W levels per rank.
 
-    Each rank's share, round(g * 127 / (W * scale)) * scale / 127, is within scale / (2 * 127)
-    (half an int8 step) of g / W, and the W shares add up.
+    Each rank's share, round(g * L / scale) * scale / (L * W), is within scale / (2 * L * W)
+    (half an int8 step) of g / W, and the W shares add up: W * scale / (2 * L * W).
     """
-    return world_size * scale / (2 * LEVELS)
+    return scale / (2 * (LEVELS // world_size))
 
 
 def _quantised_mean(locals_: list[torch.Tensor], scales: list[torch.Tensor], decompress: list[torch.Tensor],
                     to_int=torch.round, levels_per_rank: float | None = None, wrap: bool = False,
-                    divide: float = 1.0) -> list[torch.Tensor]:
+                    divisor: float | None = None) -> list[torch.Tensor]:
     """What each rank gets from an int8 scheme: q_r = to_int(g_r * levels_per_rank / scales[r]), summed, times
-    decompress[rank] / 127 / divide. levels_per_rank: by default 127 / the number of ranks. `wrap`: q_r converted
-    with .to(torch.int8) and summed in int8, as an int8 all_reduce does: what does not fit wraps around."""
-    levels = LEVELS / len(locals_) if levels_per_rank is None else levels_per_rank
+    decompress[rank] / divisor. levels_per_rank: by default 127 // the number of ranks W; divisor: by default
+    levels_per_rank * W. `wrap`: q_r converted with .to(torch.int8) and summed in int8, as an int8 all_reduce
+    does: what does not fit wraps around."""
+    world_size = len(locals_)
+    levels = LEVELS // world_size if levels_per_rank is None else levels_per_rank
+    divisor = levels * world_size if divisor is None else divisor
     quantised = [to_int(g * levels / scale) for g, scale in zip(locals_, scales)]
     total = sum(q.to(torch.int8) for q in quantised).float() if wrap else sum(quantised)
-    return [total * d / LEVELS / divide for d in decompress]
+    return [total * d / divisor for d in decompress]
 
 
 def _wrong_schemes(locals_: list[torch.Tensor]) -> list[tuple[list[torch.Tensor], str]]:
@@ -183,32 +188,41 @@ def _wrong_schemes(locals_: list[torch.Tensor]) -> list[tuple[list[torch.Tensor]
          "the scale is the SUM of the ranks' largest |values| (dist.ReduceOp.SUM), not their max: a larger scale "
          "leaves int8 levels unused, and every rounding error grows with it. Reduce the scale with "
          "op=dist.ReduceOp.MAX"),
-        (_quantised_mean(locals_, [shared] * world_size, [shared] * world_size, levels_per_rank=LEVELS, wrap=True,
-                         divide=world_size),
+        (_quantised_mean(locals_, [shared] * world_size, [shared] * world_size, levels_per_rank=LEVELS, wrap=True),
          "some sums wrapped around past 127: each rank used all 127 int8 levels, so the sum of world_size of them "
-         "overflows int8 (100 + 100 becomes -56). Give each rank 127 / world_size of the range"),
+         "overflows int8 (100 + 100 becomes -56). Give each rank 127 // world_size whole levels of the range"),
     ]
+    fractional = LEVELS / world_size   # 127 / W levels, decompressed with scale / 127
+    top = round(fractional)   # what a value at the scale rounds to (half to even, as torch.round)
+    if top * world_size > LEVELS:
+        ties = " (torch.round rounds half to even)" if fractional % 1 == 0.5 else ""
+        schemes.append((_quantised_mean(locals_, [shared] * world_size, [shared] * world_size,
+                                        levels_per_rank=fractional, wrap=True, divisor=LEVELS),
+                        f"127 / {world_size} = {fractional:g} levels: a value at the scale rounds to {top}{ties}, "
+                        f"and {' + '.join([str(top)] * world_size)} wraps to {top * world_size - 256}: use whole "
+                        "levels, 127 // world_size"))
     for smaller in {float(own[0]), float(min(own))} - {float(shared)}:   # rank 0's (a broadcast), the smallest (MIN)
         scale = torch.tensor(smaller)
         schemes.append((_quantised_mean(locals_, [scale] * world_size, [scale] * world_size, wrap=True),
                         "every rank used one scale, but one smaller than another rank's largest |value| (rank 0's, "
                         "sent with dist.broadcast, or the smallest, dist.ReduceOp.MIN): that rank's values take more "
-                        "than 127 / world_size int8 levels, and their sums wrap around past 127. The scale must "
+                        "than 127 // world_size int8 levels, and their sums wrap around past 127. The scale must "
                         "cover every rank's values: all-reduce it with op=dist.ReduceOp.MAX"))
     signed = max(g.max() for g in locals_)   # the scale taken without abs(), all-reduced with MAX
     if 0 < signed < shared:
         schemes.append((_quantised_mean(locals_, [signed] * world_size, [signed] * world_size, wrap=True),
                         f"these are the values a scale taken without abs() gives: the largest value over the ranks "
                         f"({float(signed):.3g}), not the largest |value| ({float(shared):.3g}). The values further "
-                        "below zero than the bucket's largest positive value then take more than 127 / world_size int8 "
-                        "levels, and sums of them wrap around past -128. Take the max of buffer.abs()"))
+                        "below zero than the bucket's largest positive value then take more than 127 // world_size "
+                        "int8 levels, and sums of them wrap around past -128. Take the max of buffer.abs()"))
     for levels in TOO_MANY_LEVELS:
         schemes.append((_quantised_mean(locals_, [shared] * world_size, [shared] * world_size,
-                                        levels_per_rank=levels / world_size, wrap=True, divide=levels / LEVELS),
+                                        levels_per_rank=levels / world_size, wrap=True, divisor=levels),
                         f"some values wrapped around: each rank quantised to {levels} / world_size levels "
                         f"(decompressed with scale / {levels}), so values near the scale add up to {levels} over the "
                         "ranks, past 127, int8's largest value (128 becomes -128). The sum over the ranks must fit in "
-                        "int8 too: use 127 / world_size levels per rank and decompress with scale / 127"))
+                        "int8 too: use levels = 127 // world_size whole levels per rank and decompress with "
+                        "scale / (levels · world_size)"))
     return schemes
 
 
@@ -221,8 +235,8 @@ def _matches(got: torch.Tensor, candidate: torch.Tensor, step: float) -> bool:
 def _written_world_size(got: torch.Tensor, mean: torch.Tensor, scale, world_size: int) -> int | None:
     """k (2 to 8, not world_size) if `got` is the mean times world_size / k within int8 rounding wherever such a sum
     fits in int8 (|world_size / k · mean| below 0.95 · scale), on 98 % of those values, a tenth of which at least
-    the mean does not give: each rank took 127 / k of the int8 range, the share of k ranks. Otherwise None."""
-    tolerance = 0.6 * float(world_size * scale / LEVELS)   # the W shares' rounding, half an int8 step each
+    the mean does not give: each rank took the share of the int8 range of k ranks. Otherwise None."""
+    tolerance = 1.2 * float(rounding_bound(scale, world_size))   # a little more than the right answer's rounding
     for k in range(2, 9):
         if k == world_size:
             continue
@@ -271,10 +285,10 @@ def _locate(params: list[tuple[str, int]], index: int) -> tuple[str, int]:
 
 def _value_hint(got, mean, locals_, rank: int, scale, allowed: float) -> str:
     world_size = len(locals_)
-    step = float(world_size * scale / LEVELS)
+    step = float(scale / (LEVELS // world_size))   # one int8 step of a rank's value
     if torch.allclose(got, mean * world_size, rtol=0, atol=world_size * allowed):
-        return ("this is the SUM over ranks: the average is the sum divided by the world size (each rank's "
-                "values take 1 / world_size of the int8 range, so the decompressed sum is already the mean)")
+        return ("this is the SUM over ranks: the average is the sum divided by the world size. Decompress the "
+                "summed int8 values with scale / (levels · world_size), levels = 127 // world_size")
     if torch.equal(got, locals_[rank]):
         return ("the bucket came back unchanged: these are exactly this rank's own gradients, as the hook got them. "
                 "Copy the decompressed average into bucket.buffer() (buffer.copy_(...)), or return it in the future")
@@ -286,9 +300,10 @@ def _value_hint(got, mean, locals_, rank: int, scale, allowed: float) -> str:
     written = _written_world_size(got, mean, scale, world_size)
     if written is not None:
         return (f"the values are {Fraction(world_size, written)} of the mean over the {world_size} ranks wherever "
-                f"their sums fit in int8: each rank took 127 / {written} of the int8 range, its share on {written} "
-                "ranks. Take the world size from the group (group.size(), dist.get_world_size()), not a number "
-                f"written in the code: this check runs on {' ranks and on '.join(map(str, WORLD_SIZES))}")
+                f"their sums fit in int8: each rank took the share of the int8 range of {written} ranks (127 // "
+                f"{written} = {LEVELS // written} levels). Take the world size from the group (group.size(), "
+                "dist.get_world_size()), not a number written in the code: this check runs on "
+                f"{' ranks and on '.join(map(str, WORLD_SIZES))}")
     for candidate, mistake in _wrong_schemes(locals_):
         if _matches(got, candidate[rank], step):
             return mistake
@@ -297,11 +312,11 @@ def _value_hint(got, mean, locals_, rank: int, scale, allowed: float) -> str:
         return (f"every value that is wrong has the sign opposite to the mean's, and is off by about the same "
                 f"amount, {wrapped:.3g}: 256 steps of {wrapped / 256:.3g}, an int8 value that wrapped around past 127 "
                 "or -128. Each rank's int8 values and their sum over the ranks must fit in -128 .. 127: a scale "
-                "that is the largest |value| over the ranks, 127 / world_size levels per rank, decompressed with "
-                "scale / 127")
+                "that is the largest |value| over the ranks, levels = 127 // world_size whole levels per rank, "
+                "decompressed with scale / (levels · world_size)")
     return ("the values differ from the mean by more than int8 rounding allows, and not as any common mistake "
-            "would: compare your steps with the exercise's (one scale for all ranks, 127 / world_size levels per "
-            "rank, rounding, an int8 all_reduce, decompressing with the same scale)")
+            "would: compare your steps with the exercise's (one scale for all ranks, 127 // world_size whole levels "
+            "per rank, rounding, an int8 all_reduce, decompressing with the same scale and levels)")
 
 
 def _wrapped_by(got: torch.Tensor, mean: torch.Tensor, scale, allowed: float) -> float | None:
@@ -349,14 +364,15 @@ def check_int8_hook(int8_hook, timeout: float = 60.0) -> None:
     """Check `int8_hook(process_group, bucket)`: an int8-quantising DDP comm hook that averages gradients.
 
     On 2 gloo ranks with different batches, then on 3, the hook must give every rank the mean of
-    the ranks' gradients within the rounding the right answer itself can make (W · scale / (2 · 127)
+    the ranks' gradients within the rounding the right answer itself can make (scale / (2 · (127 // W))
     per element, with scale the bucket's largest |gradient| over the ranks: tight enough that
     truncating instead of rounding, or a scale twice too large, fail), return a Future holding a
     float32 tensor shaped like the bucket, and hand collectives at most 1.2 bytes per gradient
     value. In the first two backward passes a bucket's most negative value outweighs its largest
     positive one, so a scale taken without abs() overflows; in the third every rank's first value in
-    each bucket is positive and within 0.2 % of the largest |value|, so more than 127 / world_size
-    levels per rank overflow; a share of the int8 range written for one world size fails on the other.
+    each bucket is the largest |value| over the ranks, the same on every rank, so levels that round
+    it above 127 // world_size overflow (127 / 2 = 63.5 rounds to 64, and 64 + 64 wraps to -128); a
+    share of the int8 range written for one world size fails on the other.
 
     Introduced in notebooks/11-performance-and-scaling.ipynb.
     """
