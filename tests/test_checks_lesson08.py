@@ -186,9 +186,9 @@ ROW_MISTAKES = [   # answers that return (not raise): they run one after the oth
     (no_all_reduce, r"(?s)rank 0, output\[\d+, \d+, \d+\].*rank 0's own partial sum plus the bias.*dist.all_reduce"),
     (averaged, r"(?s)rank 0, output.*MEAN of the partial sums \(a division by the world size, or ReduceOp.AVG\): "
                r"the full output is their SUM"),
-    (padded_to_the_whole_weight, r"(?s)^rank 0: the output is right, but padded_to_the_whole_weight multiplied over all "
-                                 r"8 input features of nn.Linear\(8, 6\).*not this rank's 4.*Hint: multiply x_local "
-                                 r"as it is \(4 features\) by this rank's columns"),
+    (padded_to_the_whole_weight, r"(?s)^rank 0: the output is right, but padded_to_the_whole_weight computed a matrix "
+                                 r"product that sums over all 8 input features of nn.Linear\(8, 6\), not over this "
+                                 r"rank's 4.*Hint: multiply x_local as it is \(4 features\) by this rank's columns"),
     (no_bias, r"(?s)rank 0, output\[0, 0, 0\].*the bias is missing.*once, after the all-reduce"),
     (reduces_a_copy, r"(?s)rank 0, output.*rank 0's own partial sum plus the bias: dist.all_reduce ran, but its sum "
                      r"never reached your output"),

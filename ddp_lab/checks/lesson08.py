@@ -250,12 +250,12 @@ def judge_row(name: str, results: list) -> str:
     for rank in range(WORLD_SIZE):
         if IN_FEATURES in results[rank].get("widths", []):
             local = IN_FEATURES // WORLD_SIZE
-            raise CheckFailed(f"rank {rank}: the output is right, but {name} multiplied over all {IN_FEATURES} input "
-                              f"features of {_layer(*ROW_LAYERS[0])} (a matrix product {IN_FEATURES} wide), not "
-                              f"this rank's {local}: every rank did the whole layer's matmul, with the whole "
-                              "linear.weight (an x_local padded with zeros to the full width does this). A rank of a "
-                              "row-parallel layer holds only its columns of the weight.\nHint: multiply x_local as it "
-                              f"is ({local} features) by this rank's columns of linear.weight, then all_reduce.")
+            raise CheckFailed(f"rank {rank}: the output is right, but {name} computed a matrix product that sums over "
+                              f"all {IN_FEATURES} input features of {_layer(*ROW_LAYERS[0])}, not over this rank's "
+                              f"{local}: work a rank of a row-parallel layer does not do, since it holds only its "
+                              "columns of the weight (an x_local padded with zeros to the full width, times the whole "
+                              "linear.weight, is such a product).\nHint: multiply x_local as it is "
+                              f"({local} features) by this rank's columns of linear.weight, then all_reduce.")
     for layer, per_rank in zip(ROW_LAYERS[1:], zip(*(result["others"] for result in results))):
         _judge_row_layer(name, *layer, [result["out"] for result in per_rank])
     return (f"{name}: every rank returns linear(x) from its share of the input features and one all-reduce, for "
