@@ -288,7 +288,8 @@ def test_ring_reduce_scatter_names_isend_requests_dropped_before_their_message_a
     """Each message whose request was dropped at once never arrived, in every run seen (torch 2.13, gloo); were they
     all to arrive, the values would be right, and the requests never waited for are named as a race."""
     with pytest.raises(CheckFailed, match=r"(?s)(did not finish within 4 s.*What the ranks did: every rank waits in "
-                                          r"dist\.recv, and no rank waited for any of its dist\.isend requests: rank \d "
+                                          r"dist\.recv, and no rank waited for any of its dist\.isend requests: "
+                                          r"rank \d "
                                           r"waits for message \d from rank \d, which rank \d started with dist\.isend "
                                           r"and never waited for.*\nHint: keep the request dist\.isend returns|the "
                                           r"values are right, but the rank never waited for \d dist\.isend requests)"):
@@ -297,8 +298,8 @@ def test_ring_reduce_scatter_names_isend_requests_dropped_before_their_message_a
 
 def test_right_values_from_requests_never_waited_for_still_fail():
     """Values that came out right although requests were never waited for (a race this run won) are not a pass."""
-    with pytest.raises(CheckFailed, match=r"(?s)^rank 1, tensor of 12 elements: the values are right, but the rank never "
-                                          r"waited for 2 dist\.isend requests\..*Hint: keep each request"):
+    with pytest.raises(CheckFailed, match=r"(?s)^rank 1, tensor of 12 elements: the values are right, but the rank "
+                                          r"never waited for 2 dist\.isend requests\..*Hint: keep each request"):
         lesson02._judged_with_requests({"unwaited": ["2 dist.isend requests"]}, 0, 12, 1, lambda: None)
 
 

@@ -373,8 +373,8 @@ def test_data_parallel_loss_accepts_a_spare_replica():
     (outputs_sized_by_n, r"(?s)^10 rows over 4 devices were right; .*raised TypeError.*NoneType.*Hint: something "
                          r"counted to n = 4 where there are 3 chunks"),
     (sliced_by_ceil, r"(?s)^10 rows over 4 devices were right; .*the replicas ran on chunks of \[0, 2, 2, 2\] rows"),
-    (detached_outputs, r"(?s)^the loss does not require grad.*differentiable copies of the parameters and grad mode on, "
-                       r"so the graph was cut after the forwards"),
+    (detached_outputs, r"(?s)^the loss does not require grad.*differentiable copies of the parameters and grad mode "
+                       r"on, so the graph was cut after the forwards"),
     (forwards_without_grad, r"(?s)^the loss does not require grad.*Hint: a replica's forward ran under torch.no_grad"),
     (replicas_made_without_grad, r"(?s)^the loss does not require grad.*Hint: the replicas ran with parameters "
                                  r"that are not computed from the model's own.*copies made under torch.no_grad"),

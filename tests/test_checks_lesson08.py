@@ -210,7 +210,8 @@ def functional_all_reduce(x_local, linear, rank, world_size):
     return funcol.all_reduce(partial, "sum", dist.group.WORLD) + linear.bias
 
 
-ROW_RIGHT = [shard_from_the_shapes, functional_all_reduce, einsum_with_my_columns]   # right answers the solution does not cover, same launch
+# right answers the solution does not cover, in the same launch
+ROW_RIGHT = [shard_from_the_shapes, functional_all_reduce, einsum_with_my_columns]
 
 
 @pytest.fixture(scope="module")

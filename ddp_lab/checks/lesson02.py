@@ -521,10 +521,10 @@ def _compare_reduce_scatter(got, expected, inputs, rank, size, world_size, recei
         ranks = _partial(got, chunks, rank, world_size)
         missing = sorted(set(range(world_size)) - set(ranks))
         hint = (f"it is the sum over ranks {list(ranks)} only; rank(s) {missing} are missing, although this rank "
-                f"received {receives} times (the ring needs N - 1 = {world_size - 1}): a partial sum travelled on before "
-                "what arrived had been added into it. In step s, rank r adds what arrives into the chunk it sends "
-                "in step s + 1, and in the last step (s = N - 2) into chunk r: check the send and receive indices "
-                "against that.")
+                f"received {receives} times (the ring needs N - 1 = {world_size - 1}): a partial sum travelled on "
+                "before what arrived had been added into it. In step s, rank r adds what arrives into the chunk it "
+                "sends in step s + 1, and in the last step (s = N - 2) into chunk r: check the send and receive "
+                "indices against that.")
     elif got.shape != expected.shape:
         hint = _shape_hint(got, size, rank, world_size, sizes)
     else:
