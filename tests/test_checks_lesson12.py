@@ -259,6 +259,120 @@ def test_accepts_a_checkpoint_per_step_renamed_into_place():
     check_restartable(picks_the_step_by_its_number)   # raises CheckFailed where it would refuse it
 
 
+def _new_file_per_step(rank, directory, total_steps, step_fn, publish, find):
+    """A new checkpoint file per step, 'rank0-ckpt-11.pt', written once with torch.save straight to its name; then
+    `publish(rank, directory, name, step)`. The restart resumes from `find(rank, directory)` (None: from step 0)."""
+    model, optimizer, sampler = _setup(rank)
+    found = find(rank, directory)
+    step = _load(found, model, optimizer) if found else 0
+    per_epoch = math.ceil(len(sampler) / BATCH)
+    while step < total_steps:
+        epoch, position = divmod(step, per_epoch)
+        sampler.set_epoch(epoch)
+        for batch in torch.tensor(list(sampler)).split(BATCH)[position:]:
+            if step == total_steps:
+                break
+            step_fn(step, model, optimizer, X[batch], Y[batch])
+            step += 1
+            name = f"rank{rank}-ckpt-{step}.pt"
+            _save(os.path.join(directory, name), model, optimizer, step, write=torch.save)
+            publish(rank, directory, name, step)
+            dist.barrier()
+
+
+def _pointer(rank, directory, text=None):
+    """With `text`: writes it to a temporary file and renames that onto the pointer 'rank0-latest'. Without: what
+    the pointer holds (None: no pointer yet)."""
+    pointer = os.path.join(directory, f"rank{rank}-latest")
+    if text is not None:
+        with open(pointer + ".tmp", "w") as file:
+            file.write(text)
+        os.replace(pointer + ".tmp", pointer)
+    elif os.path.exists(pointer):
+        with open(pointer) as file:
+            return file.read()
+    return None
+
+
+def points_to_each_new_file(rank, directory, total_steps, step_fn):
+    """Right: the new file's name, written to a pointer file replaced with os.replace; the restart reads it."""
+    def publish(rank, directory, name, step):
+        _pointer(rank, directory, name)
+
+    def find(rank, directory):
+        name = _pointer(rank, directory)
+        return name and os.path.join(directory, name)
+    _new_file_per_step(rank, directory, total_steps, step_fn, publish, find)
+
+
+def points_to_each_new_step(rank, directory, total_steps, step_fn):
+    """Right: the same, the pointer holding the step only ('11'), from which the restart names the file."""
+    def publish(rank, directory, name, step):
+        _pointer(rank, directory, f"{step}\n")
+
+    def find(rank, directory):
+        step = _pointer(rank, directory)
+        return step and os.path.join(directory, f"rank{rank}-ckpt-{int(step)}.pt")
+    _new_file_per_step(rank, directory, total_steps, step_fn, publish, find)
+
+
+def links_each_new_file(rank, directory, total_steps, step_fn):
+    """Right: a symlink to the new file, made under a temporary name and replaced onto 'rank0-latest' with os.replace;
+    the restart resolves it with os.readlink and loads the file it names."""
+    def publish(rank, directory, name, step):
+        link = os.path.join(directory, f"rank{rank}-latest")
+        if os.path.lexists(link + ".tmp"):
+            os.remove(link + ".tmp")
+        os.symlink(name, link + ".tmp")
+        os.replace(link + ".tmp", link)
+
+    def find(rank, directory):
+        link = os.path.join(directory, f"rank{rank}-latest")
+        return os.path.join(directory, os.readlink(link)) if os.path.lexists(link) else None
+    _new_file_per_step(rank, directory, total_steps, step_fn, publish, find)
+
+
+def _newest_that_loads(rank, directory):
+    steps = sorted((int(name[len(f"rank{rank}-ckpt-"):-3]) for name in os.listdir(directory)
+                    if name.startswith(f"rank{rank}-ckpt-") and name.endswith(".pt")), reverse=True)
+    for step in steps:
+        path = os.path.join(directory, f"rank{rank}-ckpt-{step}.pt")
+        try:
+            torch.load(path, weights_only=False)
+        except Exception:
+            continue
+        return path
+    return None
+
+
+def falls_back_from_the_newest_file(rank, directory, total_steps, step_fn):
+    """A new file per step, nothing published: the restart lists the folder and takes the newest file that loads."""
+    _new_file_per_step(rank, directory, total_steps, step_fn, lambda *published: None, _newest_that_loads)
+
+
+@pytest.mark.parametrize("answer", [points_to_each_new_file, points_to_each_new_step, links_each_new_file])
+def test_accepts_a_new_file_per_step_published_atomically(answer):
+    check_restartable(answer)   # raises CheckFailed where it would refuse it
+
+
+def test_names_a_new_file_per_step_found_without_a_published_name():
+    with pytest.raises(CheckFailed, match=r"(?s)^rank 0: falls_back_from_the_newest_file wrote 'rank0-ckpt-11\.pt' "
+                                          r"with torch\.save straight to the name it is loaded from, a name it wrote "
+                                          r"once, but the restart chose that file with no atomically published name "
+                                          r"for it: .*A kill during that write leaves a torn file, the newest, for the "
+                                          r"restart to pick\.\nHint: .*os\.replace it into place.*publish each new "
+                                          r"file's name atomically: a pointer file or a symlink"):
+        check_restartable(falls_back_from_the_newest_file)
+
+
+def test_names_the_checkpoint_a_name_saved_over_each_step_held():
+    with pytest.raises(CheckFailed, match=r"^rank 0: saves_in_place wrote 'rank-0\.pt' with torch\.save straight to "
+                                          r"the name it is loaded from: a kill during the write leaves a torn file "
+                                          r"there, and the restart cannot load it \(nor the checkpoint before it, "
+                                          r"which that name held\)\."):
+        check_restartable(saves_in_place)
+
+
 ELSEWHERE = os.path.join(tempfile.gettempdir(), "ddp-lab-test-lesson12-elsewhere")
 
 

@@ -14,16 +14,23 @@ train called again in the same folder: a resume at a step number written in the 
 (`step = 11`) resumes right once only. The first record of the resumed run that differs from
 the uninterrupted run's names the piece of state the checkpoint lost.
 
-The files train writes, renames and reads are watched (torch.save, open(), os.replace and
-os.rename): a checkpoint is atomic only if every name the restart reads before its first step
-is produced by renaming a complete file onto it. One written there directly (torch.save to the
-name, or into a file opened on it, a shutil copy onto it, open(name, 'wb')) is refused: the
-kill here never lands mid-write, a real one may. The crash comes after 11 checkpoints, so that
-a restart that takes the last file name in sorted order ('step-9' after 'step-11') resumes too
-early, and is told why; so is one that resumes from an older file when a newer one of the same
-name but its number exists. An answer that divides the step by a number written in its code
-(`divmod(step, 3)`, or `per_epoch = 3` and then `step // per_epoch`) is refused before any rank
-starts: 3 batches an epoch holds for 2 ranks only, and every run here has 2.
+The files train writes, renames, reads and resolves are watched (torch.save, open(),
+os.replace, os.rename, os.readlink, os.path.realpath). A file the restart reads before its
+first step that was written directly (torch.save to the name, or into a file opened on it, a
+shutil copy onto it, open(name, 'wb')), not produced by renaming a complete file onto its name,
+is refused where that name was written more than once (a torn write destroys the checkpoint the
+name held before), and where the restart did not choose it through an atomically published
+name: a pointer file or a symlink, itself produced by a rename and never written directly, that
+the restart read or resolved before the load and that names the file (its name, or all of its
+content one of the numbers in that name). A file written once under a new name and chosen so is
+safe; one a restart finds by listing the folder is refused, as a torn newest file is what it
+would pick. The kill here never lands mid-write, a real one may. The crash comes after 11
+checkpoints, so that a restart that takes the last file name in sorted order ('step-9' after
+'step-11') resumes too early, and is told why; so is one that resumes from an older file when a
+newer one of the same name but its number exists. An answer that divides the step by a number
+written in its code (`divmod(step, 3)`, or `per_epoch = 3` and then `step // per_epoch`) is
+refused before any rank starts: 3 batches an epoch holds for 2 ranks only, and every run here
+has 2.
 
 Introduced in notebooks/12-debugging-and-fault-tolerance.ipynb.
 """
@@ -40,6 +47,8 @@ import signal
 import sys
 import tempfile
 import textwrap
+import weakref
+from collections import Counter
 
 import torch
 import torch.distributed as dist
@@ -56,6 +65,7 @@ CRASH_AT = 11         # epoch 3, third batch: mid-epoch, not the first epoch, an
                       # step numbers written in names no longer sort as text sorts them ('10' < '9')
 RESTART_AT = 13       # the restarted run's second stop: epoch 4, second batch, after the resumed run began epoch 4
 STEPS_PER_EPOCH = 3   # the exercise's data: 24 samples, 2 ranks, batches of 4
+_CONTENT = 4096       # the bytes kept of a file the restart reads: a pointer's content, a checkpoint's start
 
 
 def _flat(tensors) -> torch.Tensor:
@@ -94,12 +104,15 @@ def _copying() -> str | None:
 def _train_runner(rank: int, train, directory: str, total_steps: int, crash_at: int | None,
                   restart_at: int | None) -> dict:
     """On every rank: run the learner's train with a recording step_fn; rank 1 dies at `crash_at`; every rank stops
-    train at `restart_at` and calls it again. {"records": one per step, "events": the files train wrote, renamed and
-    read, in order, "stopped": whether the stop came}. Each record and event holds `call` (0; 1 after the stop at
-    `restart_at`), each event `done` (the steps its call had done)."""
+    train at `restart_at` and calls it again. {"records": one per step, "events": the files train wrote, renamed, read
+    and resolved (os.readlink, os.path.realpath), in order, "stopped": whether the stop came}. Each record and event
+    holds `call` (0; 1 after the stop at `restart_at`), each event `done` (the steps its call had done). A read before
+    the first step of a call holds `content`, the file's first _CONTENT bytes; a resolve holds `target`, the name the
+    link points to (its last part); a torch.save into a file object that a watched open() opened holds `opened`."""
     records: list[dict] = []
     events: list[dict] = []
     call = {"call": 0, "before": 0}   # which call of train, and the records before it
+    opened = weakref.WeakSet()        # the file objects open() opened for writing
 
     def step_fn(step, model, optimizer, x, y):
         if crash_at is not None and rank == 1 and step == crash_at:
@@ -124,9 +137,13 @@ def _train_runner(rank: int, train, directory: str, total_steps: int, crash_at: 
                            **details})
 
     save, replace, rename, opening = torch.save, os.replace, os.rename, builtins.open
+    readlink, realpath = os.readlink, os.path.realpath
 
     def recording_save(obj, f, *args, **kwargs):
-        note("write", f, how="torch.save" if isinstance(f, (str, os.PathLike)) else "torch.save into")
+        if isinstance(f, (str, os.PathLike)):
+            note("write", f, how="torch.save")
+        else:
+            note("write", f, how="torch.save into", opened=f in opened)
         return save(obj, f, *args, **kwargs)
 
     def renaming(original):
@@ -136,17 +153,34 @@ def _train_runner(rank: int, train, directory: str, total_steps: int, crash_at: 
             return result
         return call_it
 
+    def resolving(original):
+        def call_it(path, *args, **kwargs):
+            result = original(path, *args, **kwargs)
+            if isinstance(result, str) and _path(path) not in (None, os.path.abspath(result)):
+                note("resolve", path, target=os.path.basename(result))
+            return result
+        return call_it
+
     def watching_open(file, *args, **kwargs):
         handle = opening(file, *args, **kwargs)
         mode = str(args[0] if args else kwargs.get("mode", "r"))
         if set(mode) & set("wax+"):
             copy = _copying()
+            opened.add(handle)
             note("write", file, how="shutil" if copy else "open", mode=mode, copy=copy)
+        elif len(records) == call["before"] and os.path.isfile(_path(file) or ""):   # before the call's first step
+            try:
+                with opening(_path(file), "rb") as again:
+                    content = again.read(_CONTENT)
+            except OSError:
+                content = b""
+            note("read", file, content=content)
         else:
             note("read", file)
         return handle
 
     torch.save, os.replace, os.rename = recording_save, renaming(replace), renaming(rename)
+    os.readlink, os.path.realpath = resolving(readlink), resolving(realpath)
     builtins.open = io.open = watching_open
     case = f"train(rank={rank}, directory, total_steps={total_steps}, step_fn) on rank {rank}"
     try:
@@ -158,6 +192,7 @@ def _train_runner(rank: int, train, directory: str, total_steps: int, crash_at: 
                       total_steps, step_fn)
     finally:
         torch.save, os.replace, os.rename = save, replace, rename
+        os.readlink, os.path.realpath = readlink, realpath
         builtins.open = io.open = opening
     return {"records": records, "events": events, "stopped": call["call"] == 1}
 
@@ -210,35 +245,99 @@ def _loaded(events: list[list[dict]]) -> list[set[str]]:
 _WRITERS = ("torch.save", "torch.save into", "shutil", "open")   # how a file was written, the most telling first
 
 
+def _productions(run: list[list[dict]]) -> Counter:
+    """How many times one run (all its ranks) produced each name: wrote it directly (a torch.save into a file that a
+    watched open() opened counts with that open) or renamed a file onto it."""
+    count = Counter()
+    for e in (e for events in run for e in events):
+        if e["kind"] == "rename":
+            count[e["to"]] += 1
+        elif e["kind"] == "write" and not e.get("opened"):
+            count[e["path"]] += 1
+    return count
+
+
+def _names(reference: dict, file: str) -> bool:
+    """Whether a read or resolved file names `file`: a symlink's target, or a content that holds its name (or, all of
+    it, one of the numbers in its name: the step that picks 'rank0-11.pt')."""
+    base = os.path.basename(file)
+    if reference["kind"] == "resolve":
+        return reference["target"] == base
+    content = (reference.get("content") or b"").strip()
+    return base.encode() in content or content.isdigit() and int(content) in map(int, re.findall(r"\d+", base))
+
+
+def _chosen_through(resumed: list[list[dict]], file: str, published: set[str]) -> bool:
+    """Whether the restart chose `file` through an atomically published name: every read of it before the first step
+    of a call of train comes after a read or resolve, by the same rank in the same call, of a published name (produced
+    by a rename, never written directly: a pointer file, a symlink) that names it. Where the restart never read
+    `file`, whether any published name it read or resolved before its first step names it."""
+    def references(events: list[dict], before: int, call: int | None) -> bool:
+        return any(r["kind"] in ("read", "resolve") and r["done"] == 0 and call in (None, r["call"])
+                   and r["path"] in published and _names(r, file) for r in events[:before])
+    loads = [(events, index, e["call"]) for events in resumed for index, e in enumerate(events)
+             if e["kind"] == "read" and e["done"] == 0 and e["path"] == file]
+    if not loads:
+        return any(references(events, len(events), None) for events in resumed)
+    return all(references(events, index, call) for events, index, call in loads)
+
+
 def _check_atomic(resumed: list[list[dict]], reference: list[list[dict]], runs: list[list[dict]], name: str) -> None:
-    """Every name the restart reads before its first step must be produced by renaming a complete file onto it: one
-    written there directly is torn by a kill during the write. `resumed`, `reference`: each rank's file events of the
-    restarted and the uninterrupted run; `runs`: their records. Where the restart read nothing, the names written
-    with torch.save and never renamed away stand for it; where it also started at step 0, its resume is judged
-    first."""
+    """A file the restart reads before its first step and that was written directly (not produced by a rename) is
+    unsafe (a) where its name was written more than once in a run: a kill during a write tears the checkpoint and the
+    one before it, which that name held; (b) where the restart did not choose it through an atomically published
+    name (`_chosen_through`): a kill during its one write leaves a torn newest file for the restart to pick. Files
+    written once under a new name and chosen through a pointer or a symlink are safe. `resumed`, `reference`: each
+    rank's file events of the restarted and the uninterrupted run; `runs`: their records. Where the restart read
+    nothing, the names written with torch.save and never renamed away stand for it (those a published name it read
+    names, where there are any); where it also started at step 0, its resume is judged first."""
     loaded = set().union(*_loaded(resumed))
     writes = [(rank, e) for events in (reference, resumed) for rank, run in enumerate(events) for e in run]
     away = {e["path"]: e["to"] for _, e in writes if e["kind"] == "rename"}
+    published = {e["to"] for _, e in writes if e["kind"] == "rename"} - {e["path"] for _, e in writes
+                                                                         if e["kind"] == "write"}
     if not loaded:
         if any(not records or records[0]["step"] == 0 for records in runs):
             return
         loaded = {e["path"] for _, e in writes if e["kind"] == "write" and e["how"].startswith("torch.save")}
         loaded -= set(away)
-    direct = [(_WRITERS.index(e["how"]), rank, e) for rank, e in writes if e["kind"] == "write" and e["path"] in loaded]
+        loaded = {file for file in loaded if _chosen_through(resumed, file, published)} or loaded
+    written = loaded & {e["path"] for _, e in writes if e["kind"] == "write"}
+    counts = [_productions(reference), _productions(resumed)]
+    overwritten = {file for file in written if any(count[file] > 1 for count in counts)}
+    unsafe = overwritten | {file for file in written - overwritten if not _chosen_through(resumed, file, published)}
+    direct = [(file not in overwritten, _WRITERS.index(e["how"]), rank, e) for rank, e in writes
+              if e["kind"] == "write" and (file := e["path"]) in unsafe]
     if not direct:
         return
-    _, rank, event = min(direct, key=lambda found: found[0])
+    once, _, rank, event = min(direct, key=lambda found: found[:2])
     file, how, mode = event["path"], event["how"], event.get("mode", "wb")
-    torn = "a kill during the write leaves a torn file there"
     if how == "torch.save":
-        wrote = f"wrote {file!r} with torch.save straight to the name it is loaded from: {torn}"
+        wrote = f"wrote {file!r} with torch.save straight to the name it is loaded from"
     elif how == "torch.save into":
-        wrote = f"wrote {file!r} with torch.save into a file opened on the name it is loaded from: {torn}"
+        wrote = f"wrote {file!r} with torch.save into a file opened on the name it is loaded from"
     elif how == "shutil":
-        wrote = (f"copied a file onto {file!r}, the name it is loaded from, with shutil.{event['copy']}: a copy writes "
-                 "it piece by piece, and a kill during the copy leaves a torn file there")
+        wrote = f"copied a file onto {file!r}, the name it is loaded from, with shutil.{event['copy']}"
     else:
-        wrote = f"wrote {file!r} through open(..., {mode!r}) straight to the name it is loaded from: {torn}"
+        wrote = f"wrote {file!r} through open(..., {mode!r}) straight to the name it is loaded from"
+    copied = ("a rename is atomic, a copy is not: write the temporary file completely, then os.replace(temporary, "
+              "name) instead of copying it (atomic_save does both)")
+    if once:
+        torn = ("A copy writes it piece by piece: a kill during the copy leaves a torn file" if how == "shutil" else
+                "A kill during that write leaves a torn file")
+        hint = copied if how == "shutil" else (
+            "write the checkpoint to a temporary name and os.replace it into place (atomic_save), or publish each "
+            "new file's name atomically: a pointer file or a symlink, made under a temporary name and moved onto its "
+            "own name with os.replace, that the restart reads to find the checkpoint")
+        raise CheckFailed(f"rank {rank}: {name} {wrote}, a name it wrote once, but the restart chose that file with no "
+                          "atomically published name for it: before loading it, it read no pointer file renamed into "
+                          "place, nor resolved a symlink replaced onto its name, that names it: it found the file "
+                          f"itself (by listing the folder, say). {torn}, the newest, for the restart to pick.\n"
+                          f"Hint: {hint}.")
+    torn = ("a copy writes it piece by piece, and a kill during the copy leaves a torn file" if how == "shutil" else
+            "a kill during the write leaves a torn file")
+    hint = copied if how == "shutil" else ("write the checkpoint atomically: atomic_save (a temporary file, flushed, "
+                                           "then os.replace onto the name)")
     if file in away:
         before = f" (the checkpoint before it was renamed to {away[file]!r}" + (
             ")" if away[file] in loaded else ", which the restart does not read)")
@@ -246,10 +345,8 @@ def _check_atomic(resumed: list[list[dict]], reference: list[list[dict]], runs: 
         before = "" if "a" in mode else f" (nor what the file held before, which opening it with {mode!r} erased)"
     else:
         before = " (nor the checkpoint before it, which that name held)"
-    hint = ("a rename is atomic, a copy is not: write the temporary file completely, then os.replace(temporary, "
-            "name) instead of copying it (atomic_save does both)" if how == "shutil" else "write the checkpoint "
-            "atomically: atomic_save (a temporary file, flushed, then os.replace onto the name)")
-    raise CheckFailed(f"rank {rank}: {name} {wrote}, and the restart cannot load it{before}.\nHint: {hint}.")
+    raise CheckFailed(f"rank {rank}: {name} {wrote}: {torn} there, and the restart cannot load it{before}.\n"
+                      f"Hint: {hint}.")
 
 
 def _save_points(reference: list[list[dict]], loaded: set[str]) -> list[int] | None:
