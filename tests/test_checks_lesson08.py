@@ -232,7 +232,7 @@ def test_row_parallel_forward_names_wrong_outputs(answer, feedback, row_results)
 
 
 @pytest.mark.parametrize("answer, feedback", [   # each raises on the ranks, which ends its launch: one launch each
-    (rows_instead_of_columns, r"(?s)rank \d: rows_instead_of_columns raised RuntimeError: mat1.*Hint: the "
+    (rows_instead_of_columns, r"(?s)rank \d: rows_instead_of_columns raised RuntimeError: (mm: )?mat1.*Hint: the "
                               r"weight you multiplied by is 8x3: 3 of the 6 ROWS.*COLUMNS of linear.weight itself "
                               r"\(not of its transpose\), the chunk along dim=1"),
     (not_transposed, r"(?s)rank \d: not_transposed raised RuntimeError.*\(15x4 and 6x4\).*Hint: the shard is right, "
