@@ -151,6 +151,11 @@ def epoch_counted_twice(n, world_size, rank, epoch, seed=0):
     return _pad(_perm(n, seed + 2 * epoch), world_size)[rank::world_size]
 
 
+def rotated_by_the_epoch(n, world_size, rank, epoch, seed=0):   # one permutation, rotated: no seed draws it
+    perm = _perm(n, seed)
+    return _pad(perm[epoch:] + perm[:epoch], world_size)[rank::world_size]
+
+
 def one_generator_for_all_epochs(n, world_size, rank, epoch, seed=0):
     generator = torch.Generator().manual_seed(seed)
     for _ in range(epoch + 1):                                  # one more permutation each epoch
@@ -203,11 +208,16 @@ def test_shard_indices_accepts_right_answers(capsys):
                               r"from seed 1: DistributedSampler seeds a new torch\.Generator with seed \+ epoch = 0"),
     (seed_scaled, r"(?s)^shard_indices\(n=12, world_size=2, rank=0, epoch=0, seed=5\) returned .*\nHint: with epoch=0, "
                   r"seed=0 the indices are right, with epoch=0, seed=5 they are not: the ranks cut the permutation "
-                  r"the right way, but the seed differs: .*seed \+ epoch = 5"),
+                  r"the right way, but the order differs from DistributedSampler's at epoch=0, seed=5 \(no "
+                  r"torch\.randperm seed from 0 to 63 draws it\): .*seed \+ epoch = 5"),
     (epoch_counted_twice, r"(?s)^shard_indices\(n=12, world_size=2, rank=0, epoch=1, seed=0\) returned .*\nHint: "
                           r"epoch 0 gives the right indices, epoch 1 does not: the ranks cut the permutation the right "
                           r"way, but the seed for epoch 1 differs \(this permutation is torch\.randperm's from seed "
                           r"2\): DistributedSampler seeds a new torch\.Generator with seed \+ epoch = 1"),
+    (rotated_by_the_epoch, r"(?s)^shard_indices\(n=12, world_size=2, rank=0, epoch=1, seed=0\) returned .*\nHint: "
+                           r"epoch 0 gives the right indices, epoch 1 does not: the ranks cut the permutation the "
+                           r"right way, but the order differs from DistributedSampler's at epoch=1, seed=0 \(no "
+                           r"torch\.randperm seed from 0 to 63 draws it\): DistributedSampler seeds"),
     (one_generator_for_all_epochs, r"(?s)epoch=1, seed=0\) returned .*\nHint: these are the indices of the permutation "
                                    r"number 2 drawn from ONE generator seeded with seed \(0\)"),
 ])
@@ -362,6 +372,33 @@ def divides_by_the_world_size_too(ddp_model, micro_batches):
     (F.mse_loss(ddp_model(x_last), y_last) / scale).backward()
 
 
+def divides_by_all_samples(ddp_model, micro_batches):
+    """Wrong: divided by the samples of all micro-batches, len(micro_batches) · len(x), the same divisor as above."""
+    n = sum(len(x) for x, _ in micro_batches)
+    *first, (x_last, y_last) = micro_batches
+    with ddp_model.no_sync():
+        for x, y in first:
+            (F.mse_loss(ddp_model(x), y) / n).backward()
+    (F.mse_loss(ddp_model(x_last), y_last) / n).backward()
+
+
+def runs_the_first_twice(ddp_model, micro_batches):
+    """Wrong: the last backward takes micro-batch 0 again; the last micro-batch never runs."""
+    with ddp_model.no_sync():
+        for x, y in micro_batches[:-1]:
+            (F.mse_loss(ddp_model(x), y) / len(micro_batches)).backward()
+    x, y = micro_batches[0]
+    (F.mse_loss(ddp_model(x), y) / len(micro_batches)).backward()
+
+
+def repeats_the_first(ddp_model, micro_batches):
+    """Wrong: micro-batch 0 twice, then nothing else."""
+    with ddp_model.no_sync():
+        x, y = micro_batches[0]
+        (F.mse_loss(ddp_model(x), y) / len(micro_batches)).backward()
+    (F.mse_loss(ddp_model(x), y) / len(micro_batches)).backward()
+
+
 def divides_by_the_samples_too(ddp_model, micro_batches):
     """Wrong: F.mse_loss is already the mean over the micro-batch's samples."""
     *first, (x_last, y_last) = micro_batches
@@ -438,8 +475,18 @@ ACCUMULATE_MISTAKES = [
                       r"of the big batch's gradient: each micro-batch loss was divided by 3, where there are 4"),
     (divides_by_the_world_size_too, r"(?s)^rank 0, gradient of .*\nHint: it is the big batch's gradient divided by "
                                     r"2, the number of ranks: DDP's all-reduce already averages"),
-    (divides_by_the_samples_too, r"(?s)^rank 0, gradient of .*\nHint: it is the big batch's gradient divided by 5, the "
-                                 r"number of samples in a micro-batch \(len\(x\)\): F\.mse_loss already averages"),
+    (divides_by_the_samples_too, r"(?s)^rank 0, gradient of .*\nHint: it is the big batch's gradient divided by 5: "
+                                 r"each micro-batch loss was divided by 15, either len\(micro_batches\) times "
+                                 r"len\(x\) \(3 · 5, .*\) or the number of samples in all of this rank's "
+                                 r"micro-batches \(15\), the same number: F\.mse_loss already averages"),
+    # the same divisor, reached the other way: both are named
+    (divides_by_all_samples, r"(?s)^rank 0, gradient of .*\nHint: it is the big batch's gradient divided by 5: each "
+                             r"micro-batch loss was divided by 15, either len\(micro_batches\) times len\(x\) .* or "
+                             r"the number of samples in all of this rank's micro-batches \(15\)"),
+    (runs_the_first_twice, r"(?s)^rank 0, gradient of .*\nHint: micro-batch 2 of 0\.\.2 never ran forward, and "
+                           r"micro-batch 0 ran 2 times \(the forwards ran on micro-batches \[0, 1, 0\]\)"),
+    (repeats_the_first, r"^rank 0: 2 forward\(s\) and 2 backward\(s\) for 3 micro-batches\.\nHint: micro-batches "
+                        r"\[1, 2\] of 0\.\.2 never ran forward; micro-batch 0 ran more than once\."),
     (summed_over_the_samples, r"(?s)^rank 0, gradient of .*\nHint: it is 5 times the big batch's gradient, 5 the "
                               r"number of samples in a micro-batch"),
     (times_the_world_size, r"(?s)^rank 0, gradient of .*\nHint: it is 2 times the big batch's gradient, 2 the number "

@@ -336,6 +336,35 @@ def reduces_to_rank_0(params, shards, optimizer):
         dist.all_gather(list(p.detach().view(-1).chunk(world_size)), s.detach())
 
 
+def _gather(params, shards):
+    world_size = dist.get_world_size()
+    for p, s in zip(params, shards):
+        dist.all_gather(list(p.detach().view(-1).chunk(world_size)), s.detach())
+
+
+def divides_before_all_reducing(params, shards, optimizer):
+    """Divided into a new tensor before p.grad is all-reduced: the slice comes from that stale copy."""
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    for p, s in zip(params, shards):
+        g = p.grad / world_size
+        dist.all_reduce(p.grad)
+        s.grad = g.reshape(-1).chunk(world_size)[rank]
+    optimizer.step()
+    _gather(params, shards)
+
+
+def all_reduces_a_clone(params, shards, optimizer):
+    """The sum goes into a clone; the slice comes from p.grad, which keeps this rank's own gradient."""
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    for p, s in zip(params, shards):
+        summed = p.grad.clone()
+        dist.all_reduce(summed)
+        p.grad /= world_size
+        s.grad = p.grad.reshape(-1).chunk(world_size)[rank]
+    optimizer.step()
+    _gather(params, shards)
+
+
 def zero1_step_average_op(params, shards, optimizer):
     """Right too: ReduceOp.AVG leaves the mean in p.grad."""
     rank, world_size = dist.get_rank(), dist.get_world_size()
@@ -397,6 +426,16 @@ ZERO1_MISTAKES = [   # answers that return (not raise): they run one after the o
     (zero1_init, reduces_to_rank_0, r"(?s)^rank 1 of 2, step 0: the gradient of the shard of '[0-9.a-z]+'.*Hint: where "
                                     r"it differs, it is this rank's own gradient divided by world_size: the sum over "
                                     r"the ranks never reached this rank there"),
+    # all_reduce ran in these: the sum reached p.grad, but not the tensor the shard's gradient was sliced from
+    (zero1_init, divides_before_all_reducing, r"(?s)^rank 0 of 2, step 0: the gradient of the shard.*Hint: where it "
+                                              r"differs, it is this rank's own gradient divided by world_size: "
+                                              r"dist.all_reduce\(p.grad\) ran, but your line `g = p.grad / "
+                                              r"world_size` divides into a NEW tensor: made before the all_reduce"
+                                              r"(?!.*never reached)"),
+    (zero1_init, all_reduces_a_clone, r"(?s)^rank 0 of 2, step 0: the gradient of the shard.*Hint: where it differs, "
+                                      r"it is this rank's own gradient divided by world_size: dist.all_reduce ran, "
+                                      r"but on another tensor than p.grad \(a clone or a copy of it\): all_reduce "
+                                      r"sums in place into the tensor it is given(?!.*never reached)"),
     (zero1_init, never_gathers, r"(?s)rank 0 of 2, step 0: parameter '0.weight'.*only this rank's own slice changed"),
     (zero1_init, never_sets_the_shard_grads, r"(?s)rank 0 of 2, step 0: the shard of '0.weight' has no .grad when the "
                                              r"optimizer steps, so Adam skipped it"),

@@ -179,6 +179,40 @@ def levels_written_as_63(process_group, bucket):   # 127 // 2 levels per rank, a
     return _done(buffer.copy_(q.float() * scale / 126))
 
 
+def _clamped(v):   # rounded, then held to the rank's whole levels: what does not fit stops at the end of the range
+    levels = 127 // dist.get_world_size()
+    return torch.round(v).clamp(-levels, levels).to(torch.int8)
+
+
+def scale_without_abs_clamped(process_group, bucket):
+    buffer = bucket.buffer()
+    return _int8_mean(buffer, _shared_scale(buffer, of=lambda t: t), to_int8=_clamped)
+
+
+def scale_from_rank_0_clamped(process_group, bucket):
+    buffer = bucket.buffer()
+    scale = buffer.abs().max().reshape(1)
+    dist.broadcast(scale, src=0)
+    return _int8_mean(buffer, scale, to_int8=_clamped)
+
+
+def decompressed_with_127(process_group, bucket):   # 127 // W whole levels, but the sums decompressed with / 127
+    buffer = bucket.buffer()
+    scale = _shared_scale(buffer)
+    q = torch.round(buffer * (127 // dist.get_world_size()) / scale).to(torch.int8)
+    dist.all_reduce(q)
+    return _done(buffer.copy_(q.float() * scale / 127))
+
+
+def levels_rounded(process_group, bucket):   # round(127 / W) levels: 64 on 2 ranks
+    buffer = bucket.buffer()
+    scale = _shared_scale(buffer)
+    levels = round(127 / dist.get_world_size())
+    q = torch.round(buffer * levels / scale).to(torch.int8)
+    dist.all_reduce(q)
+    return _done(buffer.copy_(q.float() * scale / (levels * dist.get_world_size())))
+
+
 def scale_from_rank_0(process_group, bucket):   # one scale for everyone, but rank 0's
     buffer = bucket.buffer()
     scale = buffer.abs().max().reshape(1)
@@ -258,12 +292,25 @@ WRONG_ANSWERS = {   # all return: they run one after the other in one launch (wi
     truncates: r"(?s)step 0, rank 0, gradient of '[0-9.a-z]+', element \d+: got .*int8 rounding stays within ±.*"
                r"truncated towards zero",
     scale_without_abs: r"(?s)Hint: these are the values a scale taken without abs\(\) gives: the largest value over "
-                       r"the ranks \([0-9.]+\), not the largest \|value\| \([0-9.]+\)",
+                       r"the ranks \([0-9.]+\), not the largest \|value\| \([0-9.]+\).*sums of them wrap around",
     # on 2 ranks 64 + 64 overflows only where both ranks hold a value near the scale: the third pass's first values
     levels_of_int8s_range: r"(?s)^on 2 ranks: step 2, rank 0, gradient of '[0-9.a-z]+', element 0: .*Hint: some values "
-                           r"wrapped around: each rank quantised to 128 / world_size levels",
+                           r"wrapped around: each rank quantised to 64 levels on 2 ranks \(decompressed with scale / "
+                           r"128\), so a value at the scale is 64 on every rank, and 64 \+ 64 = 128 does not fit",
+    levels_rounded: r"(?s)^on 2 ranks: step 2, rank 0, .*Hint: some values wrapped around: each rank quantised to 64 "
+                    r"levels on 2 ranks .* 64 \+ 64 = 128 does not fit in int8",
     levels_of_uint8: r"(?s)^on 2 ranks: step 0, .*Hint: some values wrapped around: each rank quantised to 255 / "
-                     r"world_size levels \(decompressed with scale / 255\)",
+                     r"2 = 127\.5 levels on 2 ranks \(decompressed with scale / 255\)",
+    decompressed_with_127: r"(?s)^on 2 ranks: step 0, .*Hint: every value is 126/127 of what the exercise's steps "
+                           r"give: the sums were decompressed with scale / 127, but .* 127 // 2 = 63 levels, so the "
+                           r"mean needs scale / \(levels · world_size\) = scale / 126\.$",
+    # clamped: the values beyond the scale saturate at the end of the range instead of wrapping around
+    scale_without_abs_clamped: r"(?s)Hint: these are the values a scale taken without abs\(\) gives: .*int8 levels, "
+                               r"and clamped to -\(127 // world_size\) \.\. 127 // world_size, they stop at the "
+                               r"end of that range, so those values come back cut short\. Take the max",
+    scale_from_rank_0_clamped: r"(?s)^on 2 ranks: step 0, rank 0, .*Hint: every rank used one scale, but one smaller "
+                               r"than another rank's largest \|value\|.*int8 levels, and clamped to .*they stop at "
+                               r"the end of that range(?!.*wrap)",
     levels_200: r"(?s)Hint: every value that is wrong has the sign opposite to the mean's, and is off by about the "
                 r"same amount, [0-9.]+: 256 steps of [0-9.]+, an int8 value that wrapped around",
     never_writes_back: r"(?s)Hint: the bucket came back unchanged: these are exactly this rank's own gradients",
@@ -287,7 +334,7 @@ WRONG_ANSWERS = {   # all return: they run one after the other in one launch (wi
     levels_written_as_63: r"(?s)^on 3 ranks: step 0, rank 0, gradient of .*Hint: the values are 3/2 of the mean over "
                           r"the 3 ranks.*the share of the int8 range of 2 ranks \(127 // 2 = 63 levels\)",
     scale_from_rank_0: r"(?s)^on 2 ranks: step 0, rank 0, .*Hint: every rank used one scale, but one smaller than "
-                       r"another rank's largest \|value\|",
+                       r"another rank's largest \|value\|.*their sums wrap around past 127",
     scale_reduced_with_min: r"(?s)^on 2 ranks: step 0, rank 0, .*Hint: every rank used one scale, but one smaller than",
 }
 

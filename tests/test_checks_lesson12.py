@@ -9,6 +9,7 @@ and its train called again): a few seconds each.
 from __future__ import annotations
 
 import itertools
+import json
 import math
 import os
 import shutil
@@ -353,6 +354,110 @@ def falls_back_from_the_newest_file(rank, directory, total_steps, step_fn):
 @pytest.mark.parametrize("answer", [points_to_each_new_file, points_to_each_new_step, links_each_new_file])
 def test_accepts_a_new_file_per_step_published_atomically(answer):
     check_restartable(answer)   # raises CheckFailed where it would refuse it
+
+
+def _published_per_step(rank, directory, total_steps, step_fn, name, text, find, publish_first=False):
+    """A new checkpoint file per step, `name(rank, step)` (below `directory`), written with torch.save straight to its
+    name; the pointer 'rank0-latest' replaced with `text(name, step)` after the write (before it: `publish_first`).
+    The restart loads the file `find(rank, text)` names."""
+    model, optimizer, sampler = _setup(rank)
+    held = _pointer(rank, directory)
+    step = _load(os.path.join(directory, find(rank, held)), model, optimizer) if held is not None else 0
+    per_epoch = math.ceil(len(sampler) / BATCH)
+    while step < total_steps:
+        epoch, position = divmod(step, per_epoch)
+        sampler.set_epoch(epoch)
+        for batch in torch.tensor(list(sampler)).split(BATCH)[position:]:
+            if step == total_steps:
+                break
+            step_fn(step, model, optimizer, X[batch], Y[batch])
+            step += 1
+            path = os.path.join(directory, name(rank, step))
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            if publish_first:
+                _pointer(rank, directory, text(name(rank, step), step))
+            _save(path, model, optimizer, step, write=torch.save)
+            if not publish_first:
+                _pointer(rank, directory, text(name(rank, step), step))
+            dist.barrier()
+
+
+def points_with_json_to_each_step(rank, directory, total_steps, step_fn):
+    """Right: the pointer holds {"step": 11}; the restart builds 'ckpt-r0-11.pt' from it."""
+    _published_per_step(rank, directory, total_steps, step_fn, lambda rank, step: f"ckpt-r{rank}-{step}.pt",
+                        lambda name, step: json.dumps({"step": step}),
+                        lambda rank, text: f"ckpt-r{rank}-{json.loads(text)['step']}.pt")
+
+
+def points_to_each_stem(rank, directory, total_steps, step_fn):
+    """Right: the pointer holds the file's name without '.pt'."""
+    _published_per_step(rank, directory, total_steps, step_fn, lambda rank, step: f"ckpt-r{rank}-{step}.pt",
+                        lambda name, step: name[:-len(".pt")], lambda rank, text: f"{text}.pt")
+
+
+def points_to_each_step_folder(rank, directory, total_steps, step_fn):
+    """Right: DeepSpeed's layout, 'global_step11/rank-0.pt', the pointer holding 'global_step11'."""
+    _published_per_step(rank, directory, total_steps, step_fn, lambda rank, step: f"global_step{step}/rank-{rank}.pt",
+                        lambda name, step: f"global_step{step}", lambda rank, text: f"{text}/rank-{rank}.pt")
+
+
+def alternates_two_slots_behind_a_pointer(rank, directory, total_steps, step_fn):
+    """Right: two slots, 'slot-0-a.pt' and 'slot-0-b.pt', written in turn with torch.save straight to the name; then
+    the pointer, replaced with os.replace, names the slot just written. The slot being written is never the one the
+    pointer names."""
+    _published_per_step(rank, directory, total_steps, step_fn, lambda rank, step: f"slot-{rank}-{'ab'[step % 2]}.pt",
+                        lambda name, step: name, lambda rank, text: text)
+
+
+def publishes_before_writing(rank, directory, total_steps, step_fn):
+    """The pointer replaced with the new file's name before torch.save writes that file."""
+    _published_per_step(rank, directory, total_steps, step_fn, lambda rank, step: f"ckpt-r{rank}-{step}.pt",
+                        lambda name, step: name, lambda rank, text: text, publish_first=True)
+
+
+def saves_in_place_behind_a_symlink(rank, directory, total_steps, step_fn):
+    """torch.save straight to 'rank-0.pt' every step, a symlink 'rank0-latest' to it made once (os.symlink, never
+    replaced); the restart loads the link."""
+    model, optimizer, sampler = _setup(rank)
+    path, link = os.path.join(directory, f"rank-{rank}.pt"), os.path.join(directory, f"rank{rank}-latest")
+    step = _load(link, model, optimizer) if os.path.lexists(link) else 0
+    per_epoch = math.ceil(len(sampler) / BATCH)
+    while step < total_steps:
+        epoch, position = divmod(step, per_epoch)
+        sampler.set_epoch(epoch)
+        for batch in torch.tensor(list(sampler)).split(BATCH)[position:]:
+            if step == total_steps:
+                break
+            step_fn(step, model, optimizer, X[batch], Y[batch])
+            step += 1
+            _save(path, model, optimizer, step, write=torch.save)
+            if not os.path.lexists(link):
+                os.symlink(os.path.basename(path), link)
+            dist.barrier()
+
+
+@pytest.mark.parametrize("answer", [points_with_json_to_each_step, points_to_each_stem, points_to_each_step_folder,
+                                    alternates_two_slots_behind_a_pointer])
+def test_accepts_a_pointer_that_names_the_file_another_way_or_a_slot_not_being_written(answer):
+    check_restartable(answer)   # raises CheckFailed where it would refuse it
+
+
+def test_names_a_pointer_published_before_the_file_it_names_was_complete():
+    with pytest.raises(CheckFailed, match=r"^rank 0: publishes_before_writing wrote 'ckpt-r0-11\.pt' with torch\.save "
+                                          r"straight to the name it is loaded from after it renamed the pointer file "
+                                          r"'rank0-latest' into place naming it: the pointer was published before the "
+                                          r"file it names was complete\. A kill during the write leaves the pointer "
+                                          r"naming a torn file, and the restart loads it\.\nHint: write the "
+                                          r"checkpoint completely first, then publish its name"):
+        check_restartable(publishes_before_writing)
+
+
+def test_judges_the_file_a_symlink_loaded_resolves_to():
+    with pytest.raises(CheckFailed, match=r"^rank 0: saves_in_place_behind_a_symlink wrote 'rank-0\.pt' with "
+                                          r"torch\.save straight to the name it is loaded from: a kill during the "
+                                          r"write leaves a torn file there, and the restart cannot load it \(nor the "
+                                          r"checkpoint before it, which that name held\)\."):
+        check_restartable(saves_in_place_behind_a_symlink)
 
 
 def test_names_a_new_file_per_step_found_without_a_published_name():

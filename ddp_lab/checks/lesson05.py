@@ -239,13 +239,18 @@ def _permutation_hint(cut: list[int], n: int, epoch: int, seed: int, right_at) -
                     "the epoch alone.")
     found = _seed_of(cut, n, [s for s in range(64) if s != seed + epoch])
     drawn = f" (this permutation is torch.randperm's from seed {found})" if found is not None else ""
+    # a seed explains the permutation only where one is found; otherwise only the order is known to differ
+    differs = (f"the seed differs{drawn}" if found is not None else
+               f"the order differs from DistributedSampler's at epoch={epoch}, seed={seed} (no torch.randperm seed "
+               "from 0 to 63 draws it)")
     if (0, seed) in right_at:
+        differs = f"the seed for epoch {epoch} differs{drawn}" if found is not None else differs
         return (f"epoch 0 gives the right indices, epoch {epoch} does not: the ranks cut the permutation the "
-                f"right way, but the seed for epoch {epoch} differs{drawn}: {wanted}.")
+                f"right way, but {differs}: {wanted}.")
     if right_at:
         at = " and ".join(f"epoch={e}, seed={s}" for e, s in right_at)
         return (f"with {at} the indices are right, with epoch={epoch}, seed={seed} they are not: the ranks cut the "
-                f"permutation the right way, but the seed differs{drawn}: {wanted}.")
+                f"permutation the right way, but {differs}: {wanted}.")
     if found is not None:
         return (f"the ranks cut the permutation the right way, but it is the one torch.randperm draws from seed "
                 f"{found}: {wanted}.")
@@ -326,6 +331,17 @@ def _accumulate_one(rank: int, accumulate_gradients, micro_batches: int = MICRO_
             "stepped": any(not torch.equal(b, p.detach()) for b, p in zip(before, model.parameters()))}
 
 
+def _repeated(inputs: list) -> list[int]:
+    """The micro-batches (indices) that ran forward more than once, in order."""
+    return sorted({i for i in inputs if i is not None and inputs.count(i) > 1})
+
+
+def _micro_batches(indices: list[int]) -> str:
+    if len(indices) == 1:
+        return f"micro-batch {indices[0]}"
+    return f"micro-batches {', '.join(map(str, indices[:-1]))} and {indices[-1]}"
+
+
 def _reference(micro_batches: int = MICRO_BATCHES) -> dict[str, list[torch.Tensor]]:
 
     x, y = _data(micro_batches)
@@ -398,9 +414,12 @@ def _judge_run(results: list[dict], count: int, right_with: int | None = None) -
                         "stops at a number written in the code (a range, a slice, an index) where len(micro_batches) "
                         "decides it.")
             elif forwards == backwards < count and None not in got["inputs"] and skipped:
+                repeated = _repeated(got["inputs"])
+                others = (f"{_micro_batches(repeated)} ran more than once" if repeated else
+                          "the others ran one forward and one backward each")
                 hint = (f"micro-batch{'es' if len(skipped) > 1 else ''} {skipped} of 0..{count - 1} never ran "
-                        "forward; the others ran one forward and one backward each. Every micro-batch is part of the "
-                        "big batch: loop over all of micro_batches.")
+                        f"forward; {others}. Every micro-batch is part of the big batch: loop over all of "
+                        "micro_batches.")
             raise CheckFailed(f"rank {rank}: {forwards} forward(s) and {backwards} backward(s) for "
                               f"{count} micro-batches.\nHint: {hint}")
         if got["all_reduces"] == 0 and all(torch.allclose(grad, want, atol=1e-6) for grad, want in
@@ -433,7 +452,15 @@ def _judge_run(results: list[dict], count: int, right_with: int | None = None) -
             divided_by = next((k for k in range(2, 9) if k != count
                                and torch.allclose(grad, want * count / k, atol=1e-6)), None)
             ratio = uniform_ratio(grad, want)
-            if torch.allclose(grad, want * count, atol=1e-6):
+            skipped = [i for i in range(count) if i not in got["inputs"]]
+            repeated = _repeated(got["inputs"])
+            if None not in got["inputs"] and skipped and repeated:
+                times = ", ".join(f"{got['inputs'].count(i)} times" for i in repeated)
+                hint = (f"{_micro_batches(skipped)} of 0..{count - 1} never ran forward, and "
+                        f"{_micro_batches(repeated)} ran {times} (the forwards ran on micro-batches "
+                        f"{got['inputs']}): every micro-batch is part of the big batch, once: take each (x, y) from "
+                        "the loop over micro_batches, the last one included (micro_batches[-1])")
+            elif torch.allclose(grad, want * count, atol=1e-6):
                 hint = (f"it is {count} times the big batch's gradient: divide each micro-batch loss "
                         "by the number of micro-batches before backward (the gradients add up)")
             elif torch.allclose(grad, want / WORLD_SIZE, atol=1e-7):
@@ -445,9 +472,12 @@ def _judge_run(results: list[dict], count: int, right_with: int | None = None) -
                         "all-reduce averages over the ranks (it does not sum them), so leave the number of ranks "
                         "out: divide each micro-batch loss by the number of micro-batches only")
             elif torch.allclose(grad, want / MICRO_SIZE, atol=1e-7):
-                hint = (f"it is the big batch's gradient divided by {MICRO_SIZE}, the number of samples in a "
-                        "micro-batch (len(x)): F.mse_loss already averages over them, so divide each micro-batch "
-                        "loss by the number of micro-batches only")
+                # count · MICRO_SIZE: both len(micro_batches) · len(x) and the number of samples of all micro-batches
+                hint = (f"it is the big batch's gradient divided by {MICRO_SIZE}: each micro-batch loss was divided "
+                        f"by {count * MICRO_SIZE}, either len(micro_batches) times len(x) ({count} · {MICRO_SIZE}, "
+                        f"the number of samples in a micro-batch once more) or the number of samples in all of this "
+                        f"rank's micro-batches ({count * MICRO_SIZE}), the same number: F.mse_loss already averages "
+                        "over the samples, so divide each micro-batch loss by the number of micro-batches only")
             elif torch.allclose(grad, want * MICRO_SIZE, atol=1e-6):
                 hint = (f"it is {MICRO_SIZE} times the big batch's gradient, {MICRO_SIZE} the number of samples in "
                         "a micro-batch (len(x)): a loss summed over the samples (reduction='sum') is that many times "

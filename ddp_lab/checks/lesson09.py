@@ -27,6 +27,7 @@ from ddp_lab.checks import CheckFailed, passed
 from ddp_lab.checks.common import (answer_raised, call_case, describe, division_into_a_new_tensor, ensure_written,
                                    groups_of, judge_in_order, package_answer_used, refuse_written_divisor,
                                    refuse_written_split, run_on_ranks, watching_calls)
+from ddp_lab.instruments.collectives import replacing_dist_calls
 from ddp_lab.instruments.tensor_bytes import optimizer_state_bytes
 from ddp_lab.course.sharding.state_bytes import BYTES_PER_PARAMETER, COMPONENTS, SHARDED_BY_STAGE, state_bytes_per_rank
 
@@ -204,6 +205,22 @@ def _zero1_one(rank: int, zero1_init, zero1_step) -> dict:
             at_step.append([_grad_copy(s) for s in shards])
     if hasattr(optimizer, "register_step_pre_hook"):   # torch optimizers; anything else is judged after the step
         optimizer.register_step_pre_hook(record_shard_grads)
+    reduced = {"grads": set(), "waited_on": set(), "other": False}   # what this step's all_reduce calls summed
+
+    def watching_all_reduce(original):
+        def all_reduce(tensor, *args, **kwargs):
+            if torch.is_tensor(tensor):   # p.grad's storage (a view of it included), as p.grad is when the call runs
+                grads = {p.grad.untyped_storage().data_ptr(): index for index, p in enumerate(params)
+                         if p.grad is not None}
+                index = grads.get(tensor.untyped_storage().data_ptr())
+                if index is None:
+                    reduced["other"] = True
+                else:
+                    reduced["grads"].add(index)
+                    if not kwargs.get("async_op", len(args) > 2 and args[2]):
+                        reduced["waited_on"].add(index)
+            return original(tensor, *args, **kwargs)
+        return all_reduce
     records = []
     for step, (x, y) in enumerate(_batches(world_size)):
         for p in params:
@@ -212,9 +229,12 @@ def _zero1_one(rank: int, zero1_init, zero1_step) -> dict:
         before = [p.detach().clone() for p in params]
         local = [p.grad.detach().clone() for p in params]
         at_step.clear()
-        call_case(zero1_step, f"zero1_step(params, shards, optimizer) on rank {rank} of {world_size}, step {step}",
-                  params, shards, optimizer, name=step_name)
+        reduced.update(grads=set(), waited_on=set(), other=False)
+        with replacing_dist_calls({"all_reduce": watching_all_reduce}):
+            call_case(zero1_step, f"zero1_step(params, shards, optimizer) on rank {rank} of {world_size}, step {step}",
+                      params, shards, optimizer, name=step_name)
         records.append({"before": before, "local": local, "params": [p.detach().clone() for p in params],
+                        "all_reduced": dict(reduced),
                         "stepped": bool(at_step),
                         "shard_grads": at_step[0] if at_step else [_grad_copy(s) for s in shards],
                         "adam_values": optimizer_state_bytes(optimizer) // 4, "optimizer": kind, "lr": lrs,
@@ -381,13 +401,36 @@ def _check_step_grads(got: dict, rank: int, step: int, grads, names, n_params: i
             hint = ("it is this rank's own gradient: all-reduce p.grad over the ranks (and divide by world_size) "
                     "before taking your slice")
         elif _own_share_where_wrong(grad, want, local / world_size):
-            hint = ("where it differs, it is this rank's own gradient divided by world_size: the sum over the ranks "
-                    "never reached this rank there. Every rank needs the sum: dist.all_reduce p.grad (dist.reduce, "
-                    "for one, leaves it on dst only), then divide")
+            hint = "where it differs, it is this rank's own gradient divided by world_size: " + _own_share_hint(
+                got.get("all_reduced"), index, division)
         else:
             hint = ("expected this rank's chunk of the flattened gradient averaged over the ranks (the sum over the "
                     "ranks divided by world_size)")
         raise CheckFailed(f"{where}: the gradient of the shard of {name!r} {_difference(grad, want)}.\nHint: {hint}.")
+
+
+def _own_share_hint(reduced: dict | None, index: int, division: str | None) -> str:
+    """Why a shard's gradient is this rank's own gradient / world_size, from what zero1_step handed to all_reduce
+    (`reduced`: the parameters whose p.grad it summed, those of them in a call without async_op, and whether it
+    summed any other tensor) and `division` (`division_into_a_new_tensor`)."""
+    if reduced is None or (index not in reduced["grads"] and not reduced["other"]):
+        return ("the sum over the ranks never reached this rank there. Every rank needs the sum: dist.all_reduce "
+                "p.grad (dist.reduce, for one, leaves it on dst only), then divide")
+    if index not in reduced["grads"]:
+        return ("dist.all_reduce ran, but on another tensor than p.grad (a clone or a copy of it): all_reduce sums "
+                "in place into the tensor it is given, so p.grad, which the shard's gradient was sliced from, kept "
+                "this rank's own gradient. All-reduce p.grad itself, or slice the tensor you all-reduced")
+    if division:
+        return (f"dist.all_reduce(p.grad) ran, but your line `{division}` divides into a NEW tensor: made before "
+                "the all_reduce, it is a copy that keeps this rank's own gradient (all_reduce sums in place into "
+                "p.grad only), and the shard's gradient holds that stale copy's values. All-reduce p.grad first, "
+                "then divide, and slice what holds the sum")
+    if index not in reduced["waited_on"]:
+        return ("dist.all_reduce(p.grad, async_op=True) ran, but the shard's gradient was read before the sum "
+                "arrived: it returns at once. Call .wait() on the work it returns before reading p.grad")
+    return ("dist.all_reduce(p.grad) ran, yet where the shard's gradient differs it holds this rank's own gradient "
+            "divided by world_size, not the sum's share: it was taken from values p.grad held before the sum. "
+            "Slice and divide p.grad after the all_reduce")
 
 
 def _own_share_where_wrong(grad: torch.Tensor, want: torch.Tensor, own_share: torch.Tensor) -> bool:

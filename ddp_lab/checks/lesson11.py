@@ -157,15 +157,17 @@ def rounding_bound(scale: torch.Tensor, world_size: int = WORLD_SIZE) -> torch.T
 
 def _quantised_mean(locals_: list[torch.Tensor], scales: list[torch.Tensor], decompress: list[torch.Tensor],
                     to_int=torch.round, levels_per_rank: float | None = None, wrap: bool = False,
-                    divisor: float | None = None) -> list[torch.Tensor]:
+                    divisor: float | None = None, clamp: bool = False) -> list[torch.Tensor]:
     """What each rank gets from an int8 scheme: q_r = to_int(g_r * levels_per_rank / scales[r]), summed, times
     decompress[rank] / divisor. levels_per_rank: by default 127 // the number of ranks W; divisor: by default
-    levels_per_rank * W. `wrap`: q_r converted with .to(torch.int8) and summed in int8, as an int8 all_reduce
-    does: what does not fit wraps around."""
+    levels_per_rank * W. `clamp`: q_r clamped to -levels_per_rank .. levels_per_rank first. `wrap`: q_r converted
+    with .to(torch.int8) and summed in int8, as an int8 all_reduce does: what does not fit wraps around."""
     world_size = len(locals_)
     levels = LEVELS // world_size if levels_per_rank is None else levels_per_rank
     divisor = levels * world_size if divisor is None else divisor
     quantised = [to_int(g * levels / scale) for g, scale in zip(locals_, scales)]
+    if clamp:
+        quantised = [q.clamp(-levels, levels) for q in quantised]
     total = sum(q.to(torch.int8) for q in quantised).float() if wrap else sum(quantised)
     return [total * d / divisor for d in decompress]
 
@@ -201,27 +203,44 @@ def _wrong_schemes(locals_: list[torch.Tensor]) -> list[tuple[list[torch.Tensor]
                         f"127 / {world_size} = {fractional:g} levels: a value at the scale rounds to {top}{ties}, "
                         f"and {' + '.join([str(top)] * world_size)} wraps to {top * world_size - 256}: use whole "
                         "levels, 127 // world_size"))
+    saturated = ("clamped to -(127 // world_size) .. 127 // world_size, they stop at the end of that range, so "
+                 "those values come back cut short")
     for smaller in {float(own[0]), float(min(own))} - {float(shared)}:   # rank 0's (a broadcast), the smallest (MIN)
         scale = torch.tensor(smaller)
-        schemes.append((_quantised_mean(locals_, [scale] * world_size, [scale] * world_size, wrap=True),
-                        "every rank used one scale, but one smaller than another rank's largest |value| (rank 0's, "
-                        "sent with dist.broadcast, or the smallest, dist.ReduceOp.MIN): that rank's values take more "
-                        "than 127 // world_size int8 levels, and their sums wrap around past 127. The scale must "
-                        "cover every rank's values: all-reduce it with op=dist.ReduceOp.MAX"))
+        mistake = ("every rank used one scale, but one smaller than another rank's largest |value| (rank 0's, sent "
+                   "with dist.broadcast, or the smallest, dist.ReduceOp.MIN): that rank's values take more than "
+                   "127 // world_size int8 levels, and {}. The scale must cover every rank's values: all-reduce it "
+                   "with op=dist.ReduceOp.MAX")
+        schemes += [(_quantised_mean(locals_, [scale] * world_size, [scale] * world_size, wrap=True),
+                     mistake.format("their sums wrap around past 127")),
+                    (_quantised_mean(locals_, [scale] * world_size, [scale] * world_size, clamp=True),
+                     mistake.format(saturated))]
     signed = max(g.max() for g in locals_)   # the scale taken without abs(), all-reduced with MAX
     if 0 < signed < shared:
-        schemes.append((_quantised_mean(locals_, [signed] * world_size, [signed] * world_size, wrap=True),
-                        f"these are the values a scale taken without abs() gives: the largest value over the ranks "
-                        f"({float(signed):.3g}), not the largest |value| ({float(shared):.3g}). The values further "
-                        "below zero than the bucket's largest positive value then take more than 127 // world_size "
-                        "int8 levels, and sums of them wrap around past -128. Take the max of buffer.abs()"))
+        mistake = (f"these are the values a scale taken without abs() gives: the largest value over the ranks "
+                   f"({float(signed):.3g}), not the largest |value| ({float(shared):.3g}). The values further below "
+                   "zero than the bucket's largest positive value then take more than 127 // world_size int8 "
+                   "levels, and {}. Take the max of buffer.abs()")
+        schemes += [(_quantised_mean(locals_, [signed] * world_size, [signed] * world_size, wrap=True),
+                     mistake.format("sums of them wrap around past -128")),
+                    (_quantised_mean(locals_, [signed] * world_size, [signed] * world_size, clamp=True),
+                     mistake.format(saturated))]
+    whole = LEVELS // world_size
+    schemes.append((_quantised_mean(locals_, [shared] * world_size, [shared] * world_size, divisor=LEVELS),
+                    f"every value is {whole * world_size}/127 of what the exercise's steps give: the sums were "
+                    f"decompressed with scale / 127, but each rank's value counts in 127 // {world_size} = {whole} "
+                    f"levels, so the mean needs scale / (levels · world_size) = scale / {whole * world_size}"))
     for levels in TOO_MANY_LEVELS:
+        count = levels / world_size   # the levels per rank
+        per_rank = f"{count:g}" if count.is_integer() else f"{levels} / {world_size} = {count:g}"
+        top = round(count)   # what a value at the scale rounds to (half to even, as torch.round)
         schemes.append((_quantised_mean(locals_, [shared] * world_size, [shared] * world_size,
-                                        levels_per_rank=levels / world_size, wrap=True, divisor=levels),
-                        f"some values wrapped around: each rank quantised to {levels} / world_size levels "
-                        f"(decompressed with scale / {levels}), so values near the scale add up to {levels} over the "
-                        "ranks, past 127, int8's largest value (128 becomes -128). The sum over the ranks must fit in "
-                        "int8 too: use levels = 127 // world_size whole levels per rank and decompress with "
+                                        levels_per_rank=count, wrap=True, divisor=levels),
+                        f"some values wrapped around: each rank quantised to {per_rank} levels on {world_size} ranks "
+                        f"(decompressed with scale / {levels}), so a value at the scale is {top} on every rank, and "
+                        f"{' + '.join([str(top)] * world_size)} = {top * world_size} does not fit in int8 (past "
+                        "127, int8's largest value, 128 becomes -128). The sum over the ranks must fit in int8 too: "
+                        "use levels = 127 // world_size whole levels per rank and decompress with "
                         "scale / (levels · world_size)"))
     return schemes
 
@@ -229,7 +248,12 @@ def _wrong_schemes(locals_: list[torch.Tensor]) -> list[tuple[list[torch.Tensor]
 def _matches(got: torch.Tensor, candidate: torch.Tensor, step: float) -> bool:
     """Whether `got` is this simulated answer: equal within a hundredth of an int8 step on 98 % of the values
     (another order of float operations may round a value that falls on a tie the other way)."""
-    return bool(((got - candidate).abs() <= 0.01 * step + 1e-7).float().mean() >= 0.98)
+    return _share_equal(got, candidate, step) >= 0.98
+
+
+def _share_equal(got: torch.Tensor, candidate: torch.Tensor, step: float) -> float:
+    """The share of the values where `got` equals this simulated answer within a hundredth of an int8 step."""
+    return float(((got - candidate).abs() <= 0.01 * step + 1e-7).float().mean())
 
 
 def _written_world_size(got: torch.Tensor, mean: torch.Tensor, scale, world_size: int) -> int | None:
@@ -304,9 +328,13 @@ def _value_hint(got, mean, locals_, rank: int, scale, allowed: float) -> str:
                 f"{written} = {LEVELS // written} levels). Take the world size from the group (group.size(), "
                 "dist.get_world_size()), not a number written in the code: this check runs on "
                 f"{' ranks and on '.join(map(str, WORLD_SIZES))}")
-    for candidate, mistake in _wrong_schemes(locals_):
-        if _matches(got, candidate[rank], step):
-            return mistake
+    # the scheme that matches on the most values (the first of equals): a clamped and a wrapping variant of one
+    # scheme differ only where values leave the int8 levels
+    matching = [(_share_equal(got, candidate[rank], step), -index, mistake)
+                for index, (candidate, mistake) in enumerate(_wrong_schemes(locals_))
+                if _matches(got, candidate[rank], step)]
+    if matching:
+        return max(matching)[2]
     wrapped = _wrapped_by(got, mean, scale, allowed)
     if wrapped is not None:
         return (f"every value that is wrong has the sign opposite to the mean's, and is off by about the same "

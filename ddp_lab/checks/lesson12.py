@@ -15,22 +15,28 @@ train called again in the same folder: a resume at a step number written in the 
 the uninterrupted run's names the piece of state the checkpoint lost.
 
 The files train writes, renames, reads and resolves are watched (torch.save, open(),
-os.replace, os.rename, os.readlink, os.path.realpath). A file the restart reads before its
-first step that was written directly (torch.save to the name, or into a file opened on it, a
-shutil copy onto it, open(name, 'wb')), not produced by renaming a complete file onto its name,
-is refused where that name was written more than once (a torn write destroys the checkpoint the
-name held before), and where the restart did not choose it through an atomically published
-name: a pointer file or a symlink, itself produced by a rename and never written directly, that
-the restart read or resolved before the load and that names the file (its name, or all of its
-content one of the numbers in that name). A file written once under a new name and chosen so is
-safe; one a restart finds by listing the folder is refused, as a torn newest file is what it
-would pick. The kill here never lands mid-write, a real one may. The crash comes after 11
-checkpoints, so that a restart that takes the last file name in sorted order ('step-9' after
-'step-11') resumes too early, and is told why; so is one that resumes from an older file when a
-newer one of the same name but its number exists. An answer that divides the step by a number
-written in its code (`divmod(step, 3)`, or `per_epoch = 3` and then `step // per_epoch`) is
-refused before any rank starts: 3 batches an epoch holds for 2 ranks only, and every run here
-has 2.
+os.replace, os.rename, os.readlink, os.path.realpath, shutil copies; low-level os.open/os.write
+writes are not). A file read through a symlink counts as the file the link resolves to at the
+read. A file the restart reads before its first step that was written directly (torch.save to
+the name, or into a file opened on it, a shutil copy onto it, open(name, 'wb')), not produced by
+renaming a complete file onto its name, is judged by how the restart chose it. Chosen through an
+atomically published name (a pointer file or a symlink, itself produced by a rename and never
+written directly, that the restart read or resolved before the load and that names the file:
+its name; or, as a token, its stem, a directory on its path below the folder, or the number
+that tells it from the other files of its series, the step, not the rank every file of a rank
+shares), a write to it is refused where, when the write started, a reference the same rank had
+renamed into place named it: the checkpoint it held is torn, or, where it held none yet, the
+pointer was published before the file it names was complete. Not chosen so, it is refused
+where its name was written more than once (a torn write destroys the checkpoint the name held
+before), and also where it was written once (the restart found it by listing the folder, say).
+A file written once under a new name and published after the write, or slots written in turn
+while the pointer names another, are safe. The kill here never lands mid-write, a real one may.
+The crash comes after 11 checkpoints, so that a restart that takes the last file name in sorted
+order ('step-9' after 'step-11') resumes too early, and is told why; so is one that resumes
+from an older file when a newer one of the same name but its number exists. An answer that
+divides the step by a number written in its code (`divmod(step, 3)`, or `per_epoch = 3` and
+then `step // per_epoch`) is refused before any rank starts: 3 batches an epoch holds for 2
+ranks only, and every run here has 2.
 
 Introduced in notebooks/12-debugging-and-fault-tolerance.ipynb.
 """
@@ -149,9 +155,25 @@ def _train_runner(rank: int, train, directory: str, total_steps: int, crash_at: 
     def renaming(original):
         def call_it(src, dst, *args, **kwargs):
             result = original(src, dst, *args, **kwargs)
-            note("rename", src, to=_path(dst))
+            published, held = _path(dst), {}
+            if published and os.path.islink(published):
+                held = {"target": os.path.basename(readlink(published))}
+            elif published and os.path.isfile(published):
+                with opening(published, "rb") as again:
+                    held = {"content": again.read(_CONTENT)}
+            note("rename", src, to=published, **held)
             return result
         return call_it
+
+    def through_link(file) -> str | None:
+        """The file that the path `file` names resolves to, where its last part is a symlink, else None."""
+        path = _path(file)
+        if path is None:
+            return None
+        parent = realpath(os.path.dirname(path))
+        real = realpath(path)
+        return None if real == os.path.join(parent, os.path.basename(path)) else os.path.join(
+            os.path.dirname(path), os.path.relpath(real, parent))
 
     def resolving(original):
         def call_it(path, *args, **kwargs):
@@ -168,7 +190,12 @@ def _train_runner(rank: int, train, directory: str, total_steps: int, crash_at: 
             copy = _copying()
             opened.add(handle)
             note("write", file, how="shutil" if copy else "open", mode=mode, copy=copy)
-        elif len(records) == call["before"] and os.path.isfile(_path(file) or ""):   # before the call's first step
+            return handle
+        real = through_link(file)
+        if real is not None:   # a read through a symlink: the link resolved, then the file it names read
+            note("resolve", file, target=os.path.basename(real))
+            file = real
+        if len(records) == call["before"] and os.path.isfile(_path(file) or ""):   # before the call's first step
             try:
                 with opening(_path(file), "rb") as again:
                     content = again.read(_CONTENT)
@@ -257,41 +284,96 @@ def _productions(run: list[list[dict]]) -> Counter:
     return count
 
 
-def _names(reference: dict, file: str) -> bool:
-    """Whether a read or resolved file names `file`: a symlink's target, or a content that holds its name (or, all of
-    it, one of the numbers in its name: the step that picks 'rank0-11.pt')."""
+def _telling_numbers(file: str, series: set[str]) -> set[int]:
+    """The numbers in `file`'s name that tell it apart from the others of its series: those that differ between the
+    names in `series` that match `file` with that number free and the others as they are (the step in
+    'ckpt-r0-11.pt', not the rank, which every file of rank 0 shares)."""
+    telling = set()
+    for found in re.finditer(r"\d+", file):
+        pattern = re.escape(file[:found.start()]) + r"(\d+)" + re.escape(file[found.end():])
+        if len({int(match.group(1)) for name in series if (match := re.fullmatch(pattern, name))}) > 1:
+            telling.add(int(found.group()))
+    return telling
+
+
+def _names(reference: dict, file: str, series: set[str]) -> bool:
+    """Whether a read or resolved file (or what a rename put in place: its `content`, or a symlink's `target`) names
+    `file`: a symlink's target, or a content that holds its name, or holds as a token its stem ('ckpt-r0-11'), the
+    name of a directory on its path below the checkpoint folder ('global_step11'), or one of its telling numbers
+    (`_telling_numbers` among `series`, the names the same rank produced: '11' or {"step": 11} for 'ckpt-r0-11.pt')."""
     base = os.path.basename(file)
-    if reference["kind"] == "resolve":
-        return reference["target"] == base
+    stem = os.path.splitext(base)[0]
+    folders = [] if os.path.isabs(file) else os.path.normpath(file).split(os.sep)[:-1]
+    if "target" in reference:
+        return reference["target"] in (base, stem, *folders)
     content = (reference.get("content") or b"").strip()
-    return base.encode() in content or content.isdigit() and int(content) in map(int, re.findall(r"\d+", base))
+    if base.encode() in content:
+        return True
+    tokens = set(re.split(rb"[\s\"'{}\[\](),:;=/\\]+", content)) - {b""}
+    if {stem.encode(), *(folder.encode() for folder in folders)} & tokens:
+        return True
+    numbers = {int(token) for token in tokens if token.isdigit()}
+    return bool(numbers & _telling_numbers(file, series))
 
 
-def _chosen_through(resumed: list[list[dict]], file: str, published: set[str]) -> bool:
-    """Whether the restart chose `file` through an atomically published name: every read of it before the first step
-    of a call of train comes after a read or resolve, by the same rank in the same call, of a published name (produced
-    by a rename, never written directly: a pointer file, a symlink) that names it. Where the restart never read
-    `file`, whether any published name it read or resolved before its first step names it."""
-    def references(events: list[dict], before: int, call: int | None) -> bool:
-        return any(r["kind"] in ("read", "resolve") and r["done"] == 0 and call in (None, r["call"])
-                   and r["path"] in published and _names(r, file) for r in events[:before])
-    loads = [(events, index, e["call"]) for events in resumed for index, e in enumerate(events)
+def _references(resumed: list[list[dict]], file: str, published: set[str], series: list[set[str]]) -> set[str]:
+    """The atomically published names through which the restart chose `file` (empty: not chosen so): every read of
+    it before the first step of a call of train comes after a read or resolve, by the same rank in the same call, of
+    a published name (produced by a rename, never written directly: a pointer file, a symlink) that names it; those
+    names. Where the restart never read `file`, the published names it read or resolved before its first step that
+    name it. `series`: each rank's produced names (`_names`)."""
+    def references(rank: int, before: int, call: int | None) -> set[str]:
+        return {r["path"] for r in resumed[rank][:before] if r["kind"] in ("read", "resolve") and r["done"] == 0
+                and call in (None, r["call"]) and r["path"] in published and _names(r, file, series[rank])}
+    loads = [(rank, index, e["call"]) for rank, events in enumerate(resumed) for index, e in enumerate(events)
              if e["kind"] == "read" and e["done"] == 0 and e["path"] == file]
     if not loads:
-        return any(references(events, len(events), None) for events in resumed)
-    return all(references(events, index, call) for events, index, call in loads)
+        return set().union(*(references(rank, len(events), None) for rank, events in enumerate(resumed)))
+    found = [references(rank, index, call) for rank, index, call in loads]
+    return set().union(*found) if all(found) else set()
+
+
+def _live_writes(run: list[list[dict]], file: str, references: set[str], series: list[set[str]]) -> list[tuple]:
+    """The direct writes to `file`, chosen through `references`, that started while a reference the same rank had
+    renamed into place named it: (rank, the write, whether `file` held a checkpoint then, the reference). A write
+    before any reference was published is safe (a restart then finds none); a rank that never renames a reference
+    is judged by how many times the run produced `file` (more than once: its writes after the first)."""
+    live = []
+    for rank, events in enumerate(run):
+        if not any(e["kind"] == "rename" and e["to"] in references for e in events):
+            produced = sum(e["kind"] == "rename" and e["to"] == file or e["kind"] == "write" and not e.get("opened")
+                           and e["path"] == file for events_ in run for e in events_)
+            live += [(rank, e, True, None) for e in events if produced > 1 and e["kind"] == "write"
+                     and e["path"] == file]
+            continue
+        naming, held = {}, False   # the reference names that name `file` now; whether `file` holds a checkpoint
+        for e in events:
+            if e["kind"] == "rename" and e["to"] in references:
+                naming[e["to"]] = _names(e, file, series[rank])
+            if e["kind"] == "rename" and e["path"] in references:
+                naming.pop(e["path"], None)
+            if e["kind"] == "write" and not e.get("opened") and e["path"] == file and (
+                    now := [p for p, named in naming.items() if named]):
+                live.append((rank, e, held, now[0]))
+            if e["kind"] == "rename" and e["to"] == file or e["kind"] == "write" and e["path"] == file:
+                held = True
+    return live
 
 
 def _check_atomic(resumed: list[list[dict]], reference: list[list[dict]], runs: list[list[dict]], name: str) -> None:
     """A file the restart reads before its first step and that was written directly (not produced by a rename) is
-    unsafe (a) where its name was written more than once in a run: a kill during a write tears the checkpoint and the
-    one before it, which that name held; (b) where the restart did not choose it through an atomically published
-    name (`_chosen_through`): a kill during its one write leaves a torn newest file for the restart to pick. Files
-    written once under a new name and chosen through a pointer or a symlink are safe. `resumed`, `reference`: each
-    rank's file events of the restarted and the uninterrupted run; `runs`: their records. Where the restart read
-    nothing, the names written with torch.save and never renamed away stand for it (those a published name it read
-    names, where there are any); where it also started at step 0, its resume is judged first."""
+    unsafe, where the restart chose it through atomically published names (`_references`), if a direct write to it
+    started while one of them, renamed into place by the same rank, named it (`_live_writes`): the checkpoint that
+    name held is torn, or, where it held none yet, the pointer was published before the file was complete. Where the
+    restart did not choose it so, it is unsafe (a) where its name was written more than once in a run: a kill during
+    a write tears the checkpoint and the one before it; (b) where it was written once: a torn newest file for the
+    restart to pick. `resumed`, `reference`: each rank's file events of the restarted and the uninterrupted run;
+    `runs`: their records. Where the restart read nothing, the names written with torch.save and never renamed away
+    stand for it (those a published name it read names, where there are any); where it also started at step 0, its
+    resume is judged first."""
     loaded = set().union(*_loaded(resumed))
+    series = [{e["to"] if e["kind"] == "rename" else e["path"] for run in (reference, resumed) if rank < len(run)
+               for e in run[rank] if e["kind"] in ("write", "rename")} for rank in range(len(resumed))]
     writes = [(rank, e) for events in (reference, resumed) for rank, run in enumerate(events) for e in run]
     away = {e["path"]: e["to"] for _, e in writes if e["kind"] == "rename"}
     published = {e["to"] for _, e in writes if e["kind"] == "rename"} - {e["path"] for _, e in writes
@@ -301,16 +383,25 @@ def _check_atomic(resumed: list[list[dict]], reference: list[list[dict]], runs: 
             return
         loaded = {e["path"] for _, e in writes if e["kind"] == "write" and e["how"].startswith("torch.save")}
         loaded -= set(away)
-        loaded = {file for file in loaded if _chosen_through(resumed, file, published)} or loaded
+        loaded = {file for file in loaded if _references(resumed, file, published, series)} or loaded
     written = loaded & {e["path"] for _, e in writes if e["kind"] == "write"}
     counts = [_productions(reference), _productions(resumed)]
-    overwritten = {file for file in written if any(count[file] > 1 for count in counts)}
-    unsafe = overwritten | {file for file in written - overwritten if not _chosen_through(resumed, file, published)}
-    direct = [(file not in overwritten, _WRITERS.index(e["how"]), rank, e) for rank, e in writes
+    unsafe = {}   # file: (0 written over while the restart would load it, 1 published before complete, 2 once)
+    for file in written:
+        chosen = _references(resumed, file, published, series)
+        if not chosen:
+            unsafe[file] = (0 if any(count[file] > 1 for count in counts) else 2, None)
+            continue
+        live = [found for run in (reference, resumed) for found in _live_writes(run, file, chosen, series)]
+        if live:
+            _, _, held, pointer = min(live, key=lambda found: not found[2])
+            unsafe[file] = (0, None) if held else (1, pointer)
+    direct = [(unsafe[file][0], _WRITERS.index(e["how"]), rank, e) for rank, e in writes
               if e["kind"] == "write" and (file := e["path"]) in unsafe]
     if not direct:
         return
-    once, _, rank, event = min(direct, key=lambda found: found[:2])
+    kind, _, rank, event = min(direct, key=lambda found: found[:2])
+    once = kind == 2
     file, how, mode = event["path"], event["how"], event.get("mode", "wb")
     if how == "torch.save":
         wrote = f"wrote {file!r} with torch.save straight to the name it is loaded from"
@@ -320,6 +411,15 @@ def _check_atomic(resumed: list[list[dict]], reference: list[list[dict]], runs: 
         wrote = f"copied a file onto {file!r}, the name it is loaded from, with shutil.{event['copy']}"
     else:
         wrote = f"wrote {file!r} through open(..., {mode!r}) straight to the name it is loaded from"
+    if kind == 1:
+        pointer = unsafe[file][1]
+        link = any(e["kind"] == "rename" and e["to"] == pointer and "target" in e for _, e in writes)
+        said = f"the symlink {pointer!r}" if link else f"the pointer file {pointer!r}"
+        raise CheckFailed(f"rank {rank}: {name} {wrote} after it renamed {said} into place naming it: the pointer was "
+                          "published before the file it names was complete. A kill during the write leaves the "
+                          "pointer naming a torn file, and the restart loads it.\nHint: write the checkpoint "
+                          "completely first, then publish its name: make the pointer under a temporary name and "
+                          "os.replace it onto its own name after the write.")
     copied = ("a rename is atomic, a copy is not: write the temporary file completely, then os.replace(temporary, "
               "name) instead of copying it (atomic_save does both)")
     if once:
