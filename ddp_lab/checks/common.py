@@ -217,6 +217,15 @@ def answer_of(fn, references) -> str | None:
 
 # --- evidence in the learner's source --------------------------------------------------------------
 
+def source_tree(fn) -> ast.Module | None:
+    """The syntax tree of fn's own source, dedented; None where there is no source to read or parse (a builtin, a
+    function defined in a string, a lambda inside an expression)."""
+    try:
+        return ast.parse(textwrap.dedent(inspect.getsource(fn)))
+    except (OSError, TypeError, SyntaxError, IndentationError):
+        return None
+
+
 def division_into_a_new_tensor(fn) -> str | None:
     """The first line of fn's source that divides a gradient into a NEW tensor bound to a plain name
     (`grad = grad / n`, `mean = p.grad / n`, `g = g.div(n)`, `grads = [p.grad / n for p in params]`) or dropped
@@ -522,9 +531,8 @@ def ensure_written(fn, name: str | None = None) -> None:
     """Fail at once, without starting ranks, if fn is still the exercise's NotImplementedError stub: its body
     (after a docstring) ends in `raise NotImplementedError(...)` with only STUB_PREAMBLE statements above it.
     `name`: what the message calls it (default: fn's own name; a method is named by its class)."""
-    try:
-        tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
-    except (OSError, TypeError, SyntaxError, IndentationError):
+    tree = source_tree(fn)
+    if tree is None:
         return  # no source to read (a lambda in a string, a builtin): let the ranks find out
     node = tree.body[0] if tree.body else None
     if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):

@@ -32,7 +32,7 @@ from ddp_lab.checks import CheckFailed, passed
 from ddp_lab.checks.common import (CaseFailed, call_case, describe, ensure_written, first_mismatch,
                                    only_point_to_point, refuse_written_modulus, run_answers_on_ranks, run_on_ranks)
 from ddp_lab.checks.p2p_log import (RECEIVES, SENDS, Call, log_path, logging_point_to_point, read_log,
-                                    watching_point_to_point)
+                                    receives_never_waited, watching_point_to_point)
 
 WORLD_SIZE = 3
 # 12 divides by 3; the others do not; 2 < world size. 16's chunks (6, 5, 5) are larger than any other size's: a
@@ -163,7 +163,7 @@ def _hang_hint(log_directory: str, sizes, world_size: int):
 
     def hint(calls: set, places: dict) -> str | None:
         logs = _read_cases(log_directory, sizes, world_size)
-        pending = _receives_never_waited({rank: [transfer for case in logs[rank].values() for transfer in case]
+        pending = receives_never_waited({rank: [transfer for case in logs[rank].values() for transfer in case]
                                           for rank in range(world_size)})
         if pending:
             return (f"What the ranks did: {pending}.\nHint: dist.irecv returns at once; its buffer holds "
@@ -193,18 +193,6 @@ def _hang_hint(log_directory: str, sizes, world_size: int):
                 "first, odd ranks receive first.")
 
     return hint
-
-
-def _receives_never_waited(calls: dict[int, list[Call]]) -> str | None:
-    """'rank 0 waited for none of its 2 dist.irecv requests' for each rank ({rank: its calls}) that started irecvs
-    and called wait() on none of them; None if there is none. A rank that waits on some and not (yet) on others,
-    as one that posts its receives ahead does, is not named: it may be blocked in the wait of the next."""
-    said = []
-    for rank, transfers in sorted(calls.items()):
-        receives = [transfer for transfer in transfers if transfer.op == "irecv"]
-        if receives and not any(transfer.waited for transfer in receives):
-            said.append(f"rank {rank} waited for none of its {len(receives)} dist.irecv requests")
-    return "; ".join(said) or None
 
 
 def _sends_never_waited(logs: dict, world_size: int) -> str | None:
@@ -439,7 +427,7 @@ def _receives_with_sends(transfers: list) -> list[tuple]:
 def _judged_with_requests(result: dict, case: int, size: int, rank: int, compare) -> None:
     """`compare()` (a _compare_* call) for one rank and case, read beside the requests the rank never waited for:
     wrong values after an irecv never waited for are explained by it; right values still fail, as a race."""
-    unwaited = result.get("unwaited", [None] * (case + 1))[case]
+    unwaited = result["unwaited"][case]
     try:
         compare()
     except CheckFailed as failure:

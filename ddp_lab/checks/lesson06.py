@@ -14,7 +14,6 @@ import contextlib
 import inspect
 import os
 import re
-import textwrap
 import traceback
 import warnings
 from typing import NamedTuple
@@ -24,7 +23,7 @@ import torch
 import torch.distributed as dist
 
 from ddp_lab.checks import CheckFailed, passed
-from ddp_lab.checks.common import failure_message, parse_frames
+from ddp_lab.checks.common import failure_message, parse_frames, source_tree
 from ddp_lab.launcher.errors import LaunchError, LaunchTimeout, LaunchWarning
 from ddp_lab.launcher.launch import launch
 
@@ -212,9 +211,8 @@ def _raising_line(error: BaseException) -> str:
 
 def _source_function(fn) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
     """The syntax tree of fn's definition (None where there is no source to read)."""
-    try:
-        tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
-    except (OSError, TypeError, SyntaxError, IndentationError):
+    tree = source_tree(fn)
+    if tree is None:
         return None
     return next((node for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))), None)
 

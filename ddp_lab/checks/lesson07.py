@@ -29,7 +29,7 @@ from ddp_lab.checks.common import (answer_raised, call_case, ensure_written, fir
                                    judge_in_order, only_point_to_point, package_answer_used, refuse_written_divisor,
                                    run_on_ranks, two_numbers, watching_calls, with_a_note)
 from ddp_lab.checks.p2p_log import (SENDS, log_path, logging_point_to_point, non_neighbour_calls, read_logs,
-                                   segfaulted, stuck_receives, waits)
+                                   receives_never_waited, segfaulted, stuck_receives, waits)
 from ddp_lab.course.pipeline_parallel import schedules
 from ddp_lab.course.pipeline_parallel.schedules import Span, gpipe_actions, ideal_timeline, one_f_one_b_actions
 
@@ -223,7 +223,8 @@ def _hang_evidence(calls: set, places: dict, case: Case, logs) -> str:
                 "same time (stage s sends the next activation forward while stage s + 1 sends a gradient "
                 "back), and a blocking send waits for the peer's recv: both wait forever. Start every send "
                 "with dist.isend, keep the handles, and call .wait() on each before the function returns.")
-    pending = _receives_never_waited(logs) if logs is not None else None
+    by_rank = {rank: transfers for rank, (transfers, _) in logs.items()} if logs is not None else {}
+    pending = receives_never_waited(by_rank, "handles")
     if pending:
         return (f"What the ranks did: {pending}.\nHint: dist.irecv returns at once; its buffer holds the message "
                 "only once the handle's .wait() has returned, so a stage may compute with a buffer not yet filled. "
@@ -241,18 +242,6 @@ def _hang_evidence(calls: set, places: dict, case: Case, logs) -> str:
                 f"backwards; every stage runs all {case.microbatches} forwards and backwards.")
     return ("every stuck rank waits for a message nobody sends. Check the peers: "
             f"{PEERS}; and that every stage runs all {case.microbatches} forwards and backwards.")
-
-
-def _receives_never_waited(logs) -> str | None:
-    """'rank 1 waited for none of its 3 dist.irecv handles' for each rank that started irecvs and called wait() on
-    none of them; None if there is none. A rank that waits on some and not (yet) on others, as one that posts its
-    receives ahead does, is not named: it may be blocked in the wait of the next."""
-    said = []
-    for rank, (calls, _) in sorted(logs.items()):
-        receives = [call for call in calls if call.op == "irecv"]
-        if receives and not any(call.waited for call in receives):
-            said.append(f"rank {rank} waited for none of its {len(receives)} dist.irecv handles")
-    return "; ".join(said) or None
 
 
 def _send_evidence(logs, places: dict) -> str | None:

@@ -45,14 +45,12 @@ from __future__ import annotations
 
 import ast
 import builtins
-import inspect
 import io
 import os
 import re
 import signal
 import sys
 import tempfile
-import textwrap
 import weakref
 from collections import Counter
 
@@ -61,7 +59,8 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from ddp_lab.checks import CheckFailed, passed
-from ddp_lab.checks.common import call_case, ensure_written, failure_message, refuse_written_divisor, run_on_ranks
+from ddp_lab.checks.common import (call_case, ensure_written, failure_message, refuse_written_divisor, run_on_ranks,
+                                   source_tree)
 from ddp_lab.launcher.errors import LaunchError, LaunchTimeout, RankCrashed
 from ddp_lab.launcher.launch import launch
 
@@ -471,11 +470,8 @@ def _listed(numbers: list[int]) -> str:
 
 def _holds_number(fn, number: int) -> bool:
     """Whether fn's own source holds `number` written as an integer (False: no source to read)."""
-    try:
-        tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
-    except (OSError, TypeError, SyntaxError, IndentationError):
-        return False
-    return any(isinstance(node, ast.Constant) and type(node.value) is int and node.value == number
+    tree = source_tree(fn)
+    return tree is not None and any(isinstance(node, ast.Constant) and type(node.value) is int and node.value == number
                for node in ast.walk(tree))
 
 

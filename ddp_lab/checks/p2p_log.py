@@ -210,6 +210,19 @@ def waits(logs: dict[int, tuple[list[Call], bool]], stuck: dict[int, str | None]
     return said
 
 
+def receives_never_waited(calls: dict[int, list[Call]], noun: str = "requests") -> str | None:
+    """'rank 0 waited for none of its 2 dist.irecv requests' for each rank ({rank: its calls}) that started irecvs
+    and called wait() on none of them; None if there is none. A rank that waits on some and not (yet) on others,
+    as one that posts its receives ahead does, is not named: it may be blocked in the wait of the next. `noun`:
+    what the lesson calls the object irecv returns."""
+    said = []
+    for rank, transfers in sorted(calls.items()):
+        receives = [transfer for transfer in transfers if transfer.op == "irecv"]
+        if receives and not any(transfer.waited for transfer in receives):
+            said.append(f"rank {rank} waited for none of its {len(receives)} dist.irecv {noun}")
+    return "; ".join(said) or None
+
+
 def _count(calls: list[Call], peer: int | None) -> int:
     return sum(1 for call in calls if call.op in RECEIVES and call.peer == peer)
 
