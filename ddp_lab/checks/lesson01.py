@@ -17,7 +17,7 @@ from ddp_lab.checks import CheckFailed, passed
 from ddp_lab.checks.common import (call_case, describe, ensure_written, first_mismatch, refuse_written_split,
                                    run_answers_on_ranks, times_of, uniform_ratio)
 from ddp_lab.course.device_memory import COMPONENTS, SHARDED, STRATEGIES, memory_per_device
-from ddp_lab.instruments.collectives import replacing_dist_calls, watching_requests
+from ddp_lab.instruments.collectives import replacing_dist_calls, watching_collectives, watching_requests
 
 # world sizes 3 and 8: not 4, so a count of values (4 bytes each) never looks like a split over the devices
 MEMORY_CASES = ((1_200_000, 300_000, 3), (7_000_000_000, 2_000_000_000, 8))
@@ -195,16 +195,8 @@ def _data_parallel_one(fn) -> list[dict]:
                 return work
             return call
 
-        def noting(name):
-            def make(original):
-                def call(*args, **kwargs):
-                    called.add(name)
-                    return original(*args, **kwargs)
-                return call
-            return make
-
-        with watching_requests() as requests, \
-                replacing_dist_calls({"all_reduce": all_reduce, "reduce": noting("reduce")}):
+        with watching_requests() as requests, replacing_dist_calls({"all_reduce": all_reduce}), \
+                watching_collectives({"reduce": (0, "tensor")}, lambda name, _: called.add(name)):
             call_case(fn, f"running a batch of {size} samples", model, x, y)
         grads = [None if p.grad is None else p.grad.detach().clone() for p in params]
         unused = sum(not used for _, used in works)

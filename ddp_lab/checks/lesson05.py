@@ -105,7 +105,7 @@ def check_shard_indices(shard_indices) -> None:
             expected = reference_indices(n, world_size, rank, epoch, seed)
             if got != expected:
                 case = f"shard_indices(n={n}, world_size={world_size}, rank={rank}, epoch={epoch}, seed={seed})"
-                right_at = _right_at(shard_indices, n, world_size, epoch, seed)
+                right_at = lambda: _right_at(shard_indices, n, world_size, epoch, seed)  # noqa: E731
                 hint = _shard_hint(got, shards, n, world_size, rank, epoch, seed, right_at)
                 raise CheckFailed(f"{case} returned {_short(got)}; DistributedSampler gives {_short(expected)}."
                                   f"\nHint: {hint}")
@@ -150,9 +150,10 @@ def _short(indices: list[int]) -> str:
     return str(indices) if len(indices) <= 8 else f"[{', '.join(map(str, indices[:8]))}, ...] ({len(indices)} indices)"
 
 
-def _shard_hint(got, shards, n, world_size, rank, epoch, seed, right_at=()) -> str:
-    """The mistake that explains got: compare it with what each common wrong answer would return. `right_at`:
-    the (epoch, seed) pairs at which the same n and world_size came out right (`_right_at`)."""
+def _shard_hint(got, shards, n, world_size, rank, epoch, seed, right_at=lambda: []) -> str:
+    """The mistake that explains got: compare it with what each common wrong answer would return. `right_at()`:
+    the (epoch, seed) pairs at which the same n and world_size came out right (`_right_at`), asked for only where
+    the hint needs them (it runs the answer again)."""
     per_rank = math.ceil(n / world_size)
     perm = _permutation(n, seed + epoch)
     padded, pad = _padded(perm, world_size), per_rank * world_size - n
@@ -221,7 +222,7 @@ def _shard_hint(got, shards, n, world_size, rank, epoch, seed, right_at=()) -> s
                 "generator seeded with seed + epoch, never the rank), rank r taking perm[r::world_size].")
     cut = _cut_permutation(shards, n, world_size)
     if cut is not None:
-        return _permutation_hint(cut, n, epoch, seed, right_at)
+        return _permutation_hint(cut, n, epoch, seed, right_at())
     return ("the ranks split the data validly, but not in DistributedSampler's order: draw the permutation "
             "with torch.randperm(n, generator=torch.Generator().manual_seed(seed + epoch)), pad it with its first "
             "indices, and give rank r padded[r::world_size].")
@@ -327,7 +328,7 @@ def _accumulate_one(rank: int, accumulate_gradients, micro_batches: int = MICRO_
     before = [p.detach().clone() for p in model.parameters()]
     call_case(accumulate_gradients, f"accumulating {micro_batches} micro-batches on rank {rank}", model, micro)
     return {"grads": [None if p.grad is None else p.grad.clone() for p in model.parameters()],
-            "all_reduces": len(calls), "synced": synced, "forwards": len(forwards), "inputs": forwards,
+            "all_reduces": len(calls), "synced": synced, "inputs": forwards,
             "stepped": any(not torch.equal(b, p.detach()) for b, p in zip(before, model.parameters()))}
 
 
@@ -403,7 +404,7 @@ def _judge_run(results: list[dict], count: int, right_with: int | None = None) -
         if all(grad is None for grad in got["grads"]):
             raise CheckFailed(f"rank {rank}: every p.grad is None: no backward ran.\nHint: run forward and "
                               "backward on each micro-batch's loss.")
-        forwards, backwards = got["forwards"], len(got["synced"]["backward"])
+        forwards, backwards = len(got["inputs"]), len(got["synced"]["backward"])
         if forwards != count or backwards != count:
             hint = ("accumulation runs one forward and one backward per micro-batch, so only one micro-batch's "
                     "activations are alive at a time (the point when the whole batch does not fit); one forward of "

@@ -476,12 +476,11 @@ def _tcp_address(init_method) -> tuple | None:
     return url.hostname, str(port)
 
 
-def _checked_arguments(init_process_group, record: dict | None = None):
+def _checked_arguments(init_process_group, record: dict):
     """init_process_group, refusing (GroupArgumentsRefused) a world_size or rank that differs from torchrun's, or a
     tcp:// init_method other than MASTER_ADDR:MASTER_PORT. In `record`: whether a backend was given ("backend_given")
     and, once init_process_group returned, "created"."""
     signature = inspect.signature(init_process_group)
-    record = {} if record is None else record
 
     def init_with_torchruns_numbers(*args, **kwargs):
         given = signature.bind_partial(*args, **kwargs).arguments
@@ -659,7 +658,7 @@ def _hard_coded_backend(fn) -> str | None:
     return None
 
 
-def _check_rank(what: str, rank: int, state: dict, kept: set = frozenset(), one_node: bool = False) -> None:
+def _check_rank(what: str, rank: int, state: dict, kept: set, one_node: bool = False) -> None:
     """CheckFailed naming what is wrong with one rank's setup, as on two nodes or (`one_node`) on one. `kept`: the
     variables of MASTER_ADDR and MASTER_PORT the answer writes only as a fallback (`_environment_fallbacks`): a write
     of one that left its value as it was is no mistake."""

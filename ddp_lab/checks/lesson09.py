@@ -205,7 +205,7 @@ def _zero1_one(rank: int, zero1_init, zero1_step) -> dict:
             at_step.append([_grad_copy(s) for s in shards])
     if hasattr(optimizer, "register_step_pre_hook"):   # torch optimizers; anything else is judged after the step
         optimizer.register_step_pre_hook(record_shard_grads)
-    reduced = {"grads": set(), "waited_on": set(), "other": False}   # what this step's all_reduce calls summed
+    reduced: dict = {}   # what this step's all_reduce calls summed: set at each step below
 
     def watching_all_reduce(original):
         def all_reduce(tensor, *args, **kwargs):
@@ -402,18 +402,18 @@ def _check_step_grads(got: dict, rank: int, step: int, grads, names, n_params: i
                     "before taking your slice")
         elif _own_share_where_wrong(grad, want, local / world_size):
             hint = "where it differs, it is this rank's own gradient divided by world_size: " + _own_share_hint(
-                got.get("all_reduced"), index, division)
+                got["all_reduced"], index, division)
         else:
             hint = ("expected this rank's chunk of the flattened gradient averaged over the ranks (the sum over the "
                     "ranks divided by world_size)")
         raise CheckFailed(f"{where}: the gradient of the shard of {name!r} {_difference(grad, want)}.\nHint: {hint}.")
 
 
-def _own_share_hint(reduced: dict | None, index: int, division: str | None) -> str:
+def _own_share_hint(reduced: dict, index: int, division: str | None) -> str:
     """Why a shard's gradient is this rank's own gradient / world_size, from what zero1_step handed to all_reduce
     (`reduced`: the parameters whose p.grad it summed, those of them in a call without async_op, and whether it
     summed any other tensor) and `division` (`division_into_a_new_tensor`)."""
-    if reduced is None or (index not in reduced["grads"] and not reduced["other"]):
+    if index not in reduced["grads"] and not reduced["other"]:
         return ("the sum over the ranks never reached this rank there. Every rank needs the sum: dist.all_reduce "
                 "p.grad (dist.reduce, for one, leaves it on dst only), then divide")
     if index not in reduced["grads"]:

@@ -155,11 +155,11 @@ def rounding_bound(scale: torch.Tensor, world_size: int = WORLD_SIZE) -> torch.T
     return scale / (2 * (LEVELS // world_size))
 
 
-def _quantised_mean(locals_: list[torch.Tensor], scales: list[torch.Tensor], decompress: list[torch.Tensor],
-                    to_int=torch.round, levels_per_rank: float | None = None, wrap: bool = False,
-                    divisor: float | None = None, clamp: bool = False) -> list[torch.Tensor]:
+def _quantised_mean(locals_: list[torch.Tensor], scales: list[torch.Tensor], to_int=torch.round,
+                    levels_per_rank: float | None = None, wrap: bool = False, divisor: float | None = None,
+                    clamp: bool = False) -> list[torch.Tensor]:
     """What each rank gets from an int8 scheme: q_r = to_int(g_r * levels_per_rank / scales[r]), summed, times
-    decompress[rank] / divisor. levels_per_rank: by default 127 // the number of ranks W; divisor: by default
+    scales[rank] / divisor (each rank decompresses with the scale it quantised with). levels_per_rank: by default 127 // the number of ranks W; divisor: by default
     levels_per_rank * W. `clamp`: q_r clamped to -levels_per_rank .. levels_per_rank first. `wrap`: q_r converted
     with .to(torch.int8) and summed in int8, as an int8 all_reduce does: what does not fit wraps around."""
     world_size = len(locals_)
@@ -169,7 +169,7 @@ def _quantised_mean(locals_: list[torch.Tensor], scales: list[torch.Tensor], dec
     if clamp:
         quantised = [q.clamp(-levels, levels) for q in quantised]
     total = sum(q.to(torch.int8) for q in quantised).float() if wrap else sum(quantised)
-    return [total * d / divisor for d in decompress]
+    return [total * scale / divisor for scale in scales]
 
 
 def _wrong_schemes(locals_: list[torch.Tensor]) -> list[tuple[list[torch.Tensor], str]]:
@@ -179,18 +179,18 @@ def _wrong_schemes(locals_: list[torch.Tensor]) -> list[tuple[list[torch.Tensor]
     shared = max(own)
     summed = sum(own)
     schemes = [
-        (_quantised_mean(locals_, [shared] * world_size, [shared] * world_size, to_int=torch.trunc),
+        (_quantised_mean(locals_, [shared] * world_size, to_int=torch.trunc),
          "the values were truncated towards zero (.to(torch.int8) alone), not rounded: each rank's value is then "
          "off by up to a whole int8 step instead of half of one. Round first (torch.round), then convert"),
-        (_quantised_mean(locals_, own, own),
+        (_quantised_mean(locals_, own),
          "each rank quantised and decompressed with its OWN scale (the max |value| of its own buffer): the sum of "
          "values quantised with different scales means nothing. All-reduce the scale with op=dist.ReduceOp.MAX "
          "first, so every rank uses the same one"),
-        (_quantised_mean(locals_, [summed] * world_size, [summed] * world_size),
+        (_quantised_mean(locals_, [summed] * world_size),
          "the scale is the SUM of the ranks' largest |values| (dist.ReduceOp.SUM), not their max: a larger scale "
          "leaves int8 levels unused, and every rounding error grows with it. Reduce the scale with "
          "op=dist.ReduceOp.MAX"),
-        (_quantised_mean(locals_, [shared] * world_size, [shared] * world_size, levels_per_rank=LEVELS, wrap=True),
+        (_quantised_mean(locals_, [shared] * world_size, levels_per_rank=LEVELS, wrap=True),
          "some sums wrapped around past 127: each rank used all 127 int8 levels, so the sum of world_size of them "
          "overflows int8 (100 + 100 becomes -56). Give each rank 127 // world_size whole levels of the range"),
     ]
@@ -198,7 +198,7 @@ def _wrong_schemes(locals_: list[torch.Tensor]) -> list[tuple[list[torch.Tensor]
     top = round(fractional)   # what a value at the scale rounds to (half to even, as torch.round)
     if top * world_size > LEVELS:
         ties = " (torch.round rounds half to even)" if fractional % 1 == 0.5 else ""
-        schemes.append((_quantised_mean(locals_, [shared] * world_size, [shared] * world_size,
+        schemes.append((_quantised_mean(locals_, [shared] * world_size,
                                         levels_per_rank=fractional, wrap=True, divisor=LEVELS),
                         f"127 / {world_size} = {fractional:g} levels: a value at the scale rounds to {top}{ties}, "
                         f"and {' + '.join([str(top)] * world_size)} wraps to {top * world_size - 256}: use whole "
@@ -211,9 +211,9 @@ def _wrong_schemes(locals_: list[torch.Tensor]) -> list[tuple[list[torch.Tensor]
                    "with dist.broadcast, or the smallest, dist.ReduceOp.MIN): that rank's values take more than "
                    "127 // world_size int8 levels, and {}. The scale must cover every rank's values: all-reduce it "
                    "with op=dist.ReduceOp.MAX")
-        schemes += [(_quantised_mean(locals_, [scale] * world_size, [scale] * world_size, wrap=True),
+        schemes += [(_quantised_mean(locals_, [scale] * world_size, wrap=True),
                      mistake.format("their sums wrap around past 127")),
-                    (_quantised_mean(locals_, [scale] * world_size, [scale] * world_size, clamp=True),
+                    (_quantised_mean(locals_, [scale] * world_size, clamp=True),
                      mistake.format(saturated))]
     signed = max(g.max() for g in locals_)   # the scale taken without abs(), all-reduced with MAX
     if 0 < signed < shared:
@@ -221,12 +221,12 @@ def _wrong_schemes(locals_: list[torch.Tensor]) -> list[tuple[list[torch.Tensor]
                    f"({float(signed):.3g}), not the largest |value| ({float(shared):.3g}). The values further below "
                    "zero than the bucket's largest positive value then take more than 127 // world_size int8 "
                    "levels, and {}. Take the max of buffer.abs()")
-        schemes += [(_quantised_mean(locals_, [signed] * world_size, [signed] * world_size, wrap=True),
+        schemes += [(_quantised_mean(locals_, [signed] * world_size, wrap=True),
                      mistake.format("sums of them wrap around past -128")),
-                    (_quantised_mean(locals_, [signed] * world_size, [signed] * world_size, clamp=True),
+                    (_quantised_mean(locals_, [signed] * world_size, clamp=True),
                      mistake.format(saturated))]
     whole = LEVELS // world_size
-    schemes.append((_quantised_mean(locals_, [shared] * world_size, [shared] * world_size, divisor=LEVELS),
+    schemes.append((_quantised_mean(locals_, [shared] * world_size, divisor=LEVELS),
                     f"every value is {whole * world_size}/127 of what the exercise's steps give: the sums were "
                     f"decompressed with scale / 127, but each rank's value counts in 127 // {world_size} = {whole} "
                     f"levels, so the mean needs scale / (levels · world_size) = scale / {whole * world_size}"))
@@ -234,7 +234,7 @@ def _wrong_schemes(locals_: list[torch.Tensor]) -> list[tuple[list[torch.Tensor]
         count = levels / world_size   # the levels per rank
         per_rank = f"{count:g}" if count.is_integer() else f"{levels} / {world_size} = {count:g}"
         top = round(count)   # what a value at the scale rounds to (half to even, as torch.round)
-        schemes.append((_quantised_mean(locals_, [shared] * world_size, [shared] * world_size,
+        schemes.append((_quantised_mean(locals_, [shared] * world_size,
                                         levels_per_rank=count, wrap=True, divisor=levels),
                         f"some values wrapped around: each rank quantised to {per_rank} levels on {world_size} ranks "
                         f"(decompressed with scale / {levels}), so a value at the scale is {top} on every rank, and "
@@ -245,14 +245,9 @@ def _wrong_schemes(locals_: list[torch.Tensor]) -> list[tuple[list[torch.Tensor]
     return schemes
 
 
-def _matches(got: torch.Tensor, candidate: torch.Tensor, step: float) -> bool:
-    """Whether `got` is this simulated answer: equal within a hundredth of an int8 step on 98 % of the values
-    (another order of float operations may round a value that falls on a tie the other way)."""
-    return _share_equal(got, candidate, step) >= 0.98
-
-
 def _share_equal(got: torch.Tensor, candidate: torch.Tensor, step: float) -> float:
-    """The share of the values where `got` equals this simulated answer within a hundredth of an int8 step."""
+    """The share of the values where `got` equals this simulated answer within a hundredth of an int8 step: it is
+    that answer from 98 % (another order of float operations may round a value that falls on a tie the other way)."""
     return float(((got - candidate).abs() <= 0.01 * step + 1e-7).float().mean())
 
 
@@ -330,9 +325,9 @@ def _value_hint(got, mean, locals_, rank: int, scale, allowed: float) -> str:
                 f"{' ranks and on '.join(map(str, WORLD_SIZES))}")
     # the scheme that matches on the most values (the first of equals): a clamped and a wrapping variant of one
     # scheme differ only where values leave the int8 levels
-    matching = [(_share_equal(got, candidate[rank], step), -index, mistake)
-                for index, (candidate, mistake) in enumerate(_wrong_schemes(locals_))
-                if _matches(got, candidate[rank], step)]
+    shares = [(_share_equal(got, candidate[rank], step), -index, mistake)
+              for index, (candidate, mistake) in enumerate(_wrong_schemes(locals_))]
+    matching = [share for share in shares if share[0] >= 0.98]
     if matching:
         return max(matching)[2]
     wrapped = _wrapped_by(got, mean, scale, allowed)

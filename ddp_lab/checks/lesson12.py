@@ -337,11 +337,9 @@ def _live_writes(run: list[list[dict]], file: str, references: set[str], series:
     renamed into place named it: (rank, the write, whether `file` held a checkpoint then, the reference). A write
     before any reference was published is safe (a restart then finds none); a rank that never renames a reference
     is judged by how many times the run produced `file` (more than once: its writes after the first)."""
-    live = []
+    live, produced = [], _productions(run)[file]
     for rank, events in enumerate(run):
         if not any(e["kind"] == "rename" and e["to"] in references for e in events):
-            produced = sum(e["kind"] == "rename" and e["to"] == file or e["kind"] == "write" and not e.get("opened")
-                           and e["path"] == file for events_ in run for e in events_)
             live += [(rank, e, True, None) for e in events if produced > 1 and e["kind"] == "write"
                      and e["path"] == file]
             continue
