@@ -159,9 +159,10 @@ def _quantised_mean(locals_: list[torch.Tensor], scales: list[torch.Tensor], to_
                     levels_per_rank: float | None = None, wrap: bool = False, divisor: float | None = None,
                     clamp: bool = False) -> list[torch.Tensor]:
     """What each rank gets from an int8 scheme: q_r = to_int(g_r * levels_per_rank / scales[r]), summed, times
-    scales[rank] / divisor (each rank decompresses with the scale it quantised with). levels_per_rank: by default 127 // the number of ranks W; divisor: by default
-    levels_per_rank * W. `clamp`: q_r clamped to -levels_per_rank .. levels_per_rank first. `wrap`: q_r converted
-    with .to(torch.int8) and summed in int8, as an int8 all_reduce does: what does not fit wraps around."""
+    scales[rank] / divisor (each rank decompresses with the scale it quantised with). levels_per_rank: by default
+    127 // the number of ranks W; divisor: by default levels_per_rank * W. `clamp`: q_r clamped to
+    -levels_per_rank .. levels_per_rank first. `wrap`: q_r converted with .to(torch.int8) and summed in int8, as an
+    int8 all_reduce does: what does not fit wraps around."""
     world_size = len(locals_)
     levels = LEVELS // world_size if levels_per_rank is None else levels_per_rank
     divisor = levels * world_size if divisor is None else divisor
