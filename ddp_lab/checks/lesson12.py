@@ -283,16 +283,18 @@ def _productions(run: list[list[dict]]) -> Counter:
     return count
 
 
+def _family(name: str, found: re.Match, names) -> dict[str, int]:
+    """{each of `names` that is `name` with the number `found` (a match of r'\\d+' in it) free: that number}."""
+    pattern = re.escape(name[:found.start()]) + r"(\d+)" + re.escape(name[found.end():])
+    return {other: int(match.group(1)) for other in names if (match := re.fullmatch(pattern, other))}
+
+
 def _telling_numbers(file: str, series: set[str]) -> set[int]:
     """The numbers in `file`'s name that tell it apart from the others of its series: those that differ between the
     names in `series` that match `file` with that number free and the others as they are (the step in
     'ckpt-r0-11.pt', not the rank, which every file of rank 0 shares)."""
-    telling = set()
-    for found in re.finditer(r"\d+", file):
-        pattern = re.escape(file[:found.start()]) + r"(\d+)" + re.escape(file[found.end():])
-        if len({int(match.group(1)) for name in series if (match := re.fullmatch(pattern, name))}) > 1:
-            telling.add(int(found.group()))
-    return telling
+    return {int(found.group()) for found in re.finditer(r"\d+", file)
+            if len(set(_family(file, found, series).values())) > 1}
 
 
 def _names(reference: dict, file: str, series: set[str]) -> bool:
@@ -620,8 +622,7 @@ def _newer_checkpoint(saved: list[str], start: int, loaded: set[str]) -> tuple[s
             number = int(found.group())
             if number not in (start, start - 1):
                 continue
-            pattern = re.escape(older[:found.start()]) + r"(\d+)" + re.escape(older[found.end():])
-            family = {file: int(match.group(1)) for file in saved if (match := re.fullmatch(pattern, file))}
+            family = _family(older, found, saved)
             newer = [(step, file) for file, step in family.items()
                      if step in (CRASH_AT - 1, CRASH_AT) and step > number]
             if newer:
