@@ -11,7 +11,7 @@ import torch
 import torch.distributed as dist
 
 import ddp_lab
-from ddp_lab.instruments.collectives import CollectiveCall, count_collectives
+from ddp_lab.instruments.collectives import CollectiveCall, call_arguments, count_collectives
 from ddp_lab.torch_compat.dtensor import dtensor_api
 from ddp_lab.course.tensor_parallel.communications import CopyToModelParallelRegion
 
@@ -41,6 +41,16 @@ def test_count_collectives_refuses_an_unknown_name():
     with pytest.raises(ValueError, match=r"no collective named \['allreduce'\]"):
         with count_collectives(("allreduce",)):
             pass
+
+
+def test_call_arguments_names_what_a_call_passed_however_it_was_spelled():
+    t = torch.ones(2)
+    by_position = call_arguments(dist.all_reduce, (t, dist.ReduceOp.MAX, None, True), {})
+    by_keyword = call_arguments(dist.all_reduce, (), {"tensor": t, "async_op": True, "op": dist.ReduceOp.MAX})
+    assert by_position == by_keyword == {"tensor": t, "op": dist.ReduceOp.MAX, "group": None, "async_op": True}
+    assert call_arguments(dist.all_reduce, (t,), {}) == {"tensor": t, "op": dist.ReduceOp.SUM, "group": None,
+                                                         "async_op": False}
+    assert call_arguments(dist.all_reduce, (t,), {"asynch": True}) is None   # torch raises its own error
 
 
 def test_dtensor_api_has_every_name_the_lesson_uses():

@@ -17,7 +17,8 @@ from ddp_lab.checks import CheckFailed, passed
 from ddp_lab.checks.common import (call_case, describe, ensure_written, first_mismatch, refuse_written_split,
                                    run_answers_on_ranks, times_of, uniform_ratio)
 from ddp_lab.course.device_memory import COMPONENTS, SHARDED, STRATEGIES, memory_per_device
-from ddp_lab.instruments.collectives import replacing_dist_calls, watching_collectives, watching_requests
+from ddp_lab.instruments.collectives import (call_arguments, replacing_dist_calls, watching_collectives,
+                                             watching_requests)
 
 # world sizes 3 and 8: not 4, so a count of values (4 bytes each) never looks like a split over the devices
 MEMORY_CASES = ((1_200_000, 300_000, 3), (7_000_000_000, 2_000_000_000, 8))
@@ -183,11 +184,12 @@ def _data_parallel_one(fn) -> list[dict]:
 
         def all_reduce(original):
             def call(*args, **kwargs):
-                tensor = args[0] if args else kwargs.get("tensor")
-                op = args[1] if len(args) > 1 else kwargs.get("op", dist.ReduceOp.SUM)
-                async_op = bool(args[3] if len(args) > 3 else kwargs.get("async_op", False))
-                reduced.append({**_what_is_reduced(tensor, params), "op": str(op).rpartition(".")[2],
-                                "async": async_op})
+                given = call_arguments(original, args, kwargs)
+                if given is None:   # torch raises its own error
+                    return original(*args, **kwargs)
+                async_op = bool(given["async_op"])
+                reduced.append({**_what_is_reduced(given["tensor"], params),
+                                "op": str(given["op"]).rpartition(".")[2], "async": async_op})
                 work = original(*args, **kwargs)
                 if async_op and work is not None:
                     works.append([work, False])

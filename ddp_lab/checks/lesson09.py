@@ -27,7 +27,7 @@ from ddp_lab.checks import CheckFailed, passed
 from ddp_lab.checks.common import (answer_raised, call_case, describe, division_into_a_new_tensor, ensure_written,
                                    groups_of, judge_in_order, package_answer_used, refuse_written_divisor,
                                    refuse_written_split, run_on_ranks, watching_calls)
-from ddp_lab.instruments.collectives import replacing_dist_calls
+from ddp_lab.instruments.collectives import call_arguments, replacing_dist_calls
 from ddp_lab.instruments.tensor_bytes import optimizer_state_bytes
 from ddp_lab.course.sharding.state_bytes import BYTES_PER_PARAMETER, COMPONENTS, SHARDED_BY_STAGE, state_bytes_per_rank
 
@@ -208,7 +208,9 @@ def _zero1_one(rank: int, zero1_init, zero1_step) -> dict:
     reduced: dict = {}   # what this step's all_reduce calls summed: set at each step below
 
     def watching_all_reduce(original):
-        def all_reduce(tensor, *args, **kwargs):
+        def all_reduce(*args, **kwargs):
+            given = call_arguments(original, args, kwargs) or {}
+            tensor = given.get("tensor")
             if torch.is_tensor(tensor):   # p.grad's storage (a view of it included), as p.grad is when the call runs
                 grads = {p.grad.untyped_storage().data_ptr(): index for index, p in enumerate(params)
                          if p.grad is not None}
@@ -217,9 +219,9 @@ def _zero1_one(rank: int, zero1_init, zero1_step) -> dict:
                     reduced["other"] = True
                 else:
                     reduced["grads"].add(index)
-                    if not kwargs.get("async_op", len(args) > 2 and args[2]):
+                    if not given["async_op"]:
                         reduced["waited_on"].add(index)
-            return original(tensor, *args, **kwargs)
+            return original(*args, **kwargs)
         return all_reduce
     records = []
     for step, (x, y) in enumerate(_batches(world_size)):

@@ -38,7 +38,7 @@ from ddp_lab.checks.split_guard import guarded_all_to_all
 from ddp_lab.course.expert_parallel import combine as reference_combine
 from ddp_lab.course.expert_parallel import dispatch as reference_dispatch
 from ddp_lab.course.expert_parallel import exchange_counts
-from ddp_lab.instruments.collectives import replacing_dist_calls, watching_collectives
+from ddp_lab.instruments.collectives import call_arguments, replacing_dist_calls, watching_collectives
 
 WORLD_SIZE, NUM_EXPERTS, HIDDEN = 3, 6, 4   # experts and values per row: those of the first call
 # Rank r's rows go to these experts: every rank sends and receives different counts, and the rows a
@@ -728,7 +728,7 @@ def _recording_all_reduce(reduced: list, works: list, given: list):
     (async_op=True) as (storage, handle), and the values the tensor held before it as (storage, values)."""
     def make(original):
         def all_reduce(*args, **kwargs):
-            tensor = args[0] if args else kwargs.get("tensor")
+            tensor = (call_arguments(original, args, kwargs) or {}).get("tensor")
             if torch.is_tensor(tensor):
                 given.append((tensor.data_ptr(), tensor.detach().flatten().clone()))
             work = original(*args, **kwargs)

@@ -2,7 +2,7 @@
 
 The one place that replaces `torch.distributed` functions inside a rank and puts them back
 (`replacing_dist_calls`): counting collectives (lessons 08, 11), and the checks that record
-or refuse what an answer calls (lessons 02, 04).
+or refuse what an answer calls (lessons 01, 02, 04, 09, 14).
 
 Introduced in notebooks/08-tensor-parallelism.ipynb; lesson 14 counts its all-to-alls with it.
 """
@@ -10,6 +10,7 @@ Introduced in notebooks/08-tensor-parallelism.ipynb; lesson 14 counts its all-to
 from __future__ import annotations
 
 import contextlib
+import inspect
 import weakref
 from typing import Callable, Iterator, NamedTuple
 
@@ -120,6 +121,22 @@ def watching_collectives(arguments: dict[str, tuple[int, str]], on_call: Callabl
     known = {name: watched(name, *where) for name, where in arguments.items() if getattr(c10d, name, None) is not None}
     with replacing_dist_calls(known):
         yield
+
+
+def call_arguments(function: Callable, args: tuple, kwargs: dict) -> dict | None:
+    """What a call of `function` passes for each of its parameters, by name, defaults filled in.
+
+    For `dist.all_reduce(t, async_op=True)`: {"tensor": t, "op": ReduceOp.SUM, "group": None,
+    "async_op": True}, however the call spelled them (by position or keyword). None where the
+    arguments do not fit the signature: the call itself then raises torch's own error. The checks
+    of lessons 01, 09 and 14 read with it what an answer gave `dist.all_reduce`.
+    """
+    try:
+        bound = inspect.signature(function).bind(*args, **kwargs)
+    except (TypeError, ValueError):
+        return None
+    bound.apply_defaults()
+    return dict(bound.arguments)
 
 
 @contextlib.contextmanager
