@@ -17,7 +17,6 @@ import re
 import traceback
 import warnings
 from typing import NamedTuple
-from urllib.parse import urlparse
 
 import torch
 import torch.distributed as dist
@@ -26,6 +25,7 @@ from ddp_lab.checks import CheckFailed, passed
 from ddp_lab.checks.common import failure_message, parse_frames, source_tree
 from ddp_lab.launcher.errors import LaunchError, LaunchTimeout, LaunchWarning
 from ddp_lab.launcher.launch import launch
+from ddp_lab.launcher.rendezvous import store_address
 
 _NOT_WRITTEN = ("is not written yet: it raised NotImplementedError({!r}).\n"
                 "Replace the `raise NotImplementedError` line with your answer.")
@@ -462,18 +462,15 @@ INIT_METHOD_HINT = ("torchrun chooses where the job's processes meet (rank 0's s
                     "or build it from them, f\"tcp://{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}\"")
 
 
-def _tcp_address(init_method) -> tuple | None:
-    """(host, port as a string) of a tcp:// init_method; None for any other."""
+def _store_address(init_method) -> tuple | None:
+    """(host, port) of the store an init_method names (launcher.rendezvous.store_address: env:// reads MASTER_ADDR and
+    MASTER_PORT), ("", None) where a tcp:// port is not a number; None for file:// and anything not a string."""
     if not isinstance(init_method, str):
         return None
-    url = urlparse(init_method)
-    if url.scheme != "tcp":
-        return None
     try:
-        port = url.port
-    except ValueError:
-        port = None
-    return url.hostname, str(port)
+        return store_address({"init_method": init_method})
+    except ValueError:   # urllib's "Port could not be cast to integer value"
+        return ("", None)
 
 
 def _checked_arguments(init_process_group, record: dict):
@@ -493,8 +490,8 @@ def _checked_arguments(init_process_group, record: dict):
                 hint = f"{local_value} is {local_means}; {wanted}" if value == local_value else wanted
                 raise GroupArgumentsRefused(f"init_process_group got {name}={value!r}, but {variable} is {expected}",
                                             hint)
-        address, method = _tcp_address(given.get("init_method")), given.get("init_method")
-        torchruns = os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT")
+        address, method = _store_address(given.get("init_method")), given.get("init_method")
+        torchruns = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
         if address is not None and address != torchruns:
             raise GroupArgumentsRefused(f"init_process_group got init_method={method!r}, but torchrun set "
                                         f"MASTER_ADDR={torchruns[0]} and MASTER_PORT={torchruns[1]}", INIT_METHOD_HINT)
