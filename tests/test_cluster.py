@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
@@ -349,6 +350,30 @@ def test_output_a_rank_prints_between_cells_comes_with_the_next_and_old_output_i
     assert all(len(output.lines) < 10 for output in cluster._group.outputs)
 
 
+def test_a_streamed_command_prints_each_line_as_it_arrives_once(cluster, monkeypatch, tmp_path):
+    """stream=True (`%%ddp --stream`): a line reaches the notebook while the command still runs. Each rank prints,
+    then waits for a file that only the notebook's stdout creates, when it sees that line: printed at the end
+    instead, as without stream, the ranks would wait until the watchdog. Every line comes once, in Results too, and
+    the next command prints rank by rank again."""
+    released = tmp_path / "released"
+
+    class Notebook(io.StringIO):
+        def write(self, text):
+            if "waiting" in text:
+                released.touch()
+            return super().write(text)
+
+    notebook = Notebook()
+    monkeypatch.setattr(sys, "stdout", notebook)
+    results = cluster.run_code(f"import os, time\nprint('waiting', flush=True)\nwhile not os.path.exists("
+                               f"{str(released)!r}):\n    time.sleep(0.01)\nprint('released')", stream=True,
+                               timeout=5, show=[1])
+    assert notebook.getvalue() == "[rank 1] waiting\n[rank 1] released\n"
+    assert results.outputs == ["waiting\nreleased\n"] * 2
+    cluster.run_code("print('next')")
+    assert notebook.getvalue().endswith("released\n[rank 0] next\n[rank 1] next\n")
+
+
 def test_a_training_loop_slow_at_the_watchdog_is_not_called_stuck():
     """Rank 1 computes between all-reduces, rank 0 waits in them: at the watchdog a rank is inside a collective, so
     the cluster cannot be kept, but the ranks' stacks change, or rank 1 uses the CPU, within half a second, and the
@@ -627,6 +652,7 @@ def test_the_help_says_how_ranks_and_only_differ(ddp_shell, capsys):
     shown = " ".join(capsys.readouterr().out.split())
     assert "--ranks RANKS whose output to show" in shown and "every rank still runs the cell" in shown
     assert "--only ONLY which ranks run the cell" in shown and "drop --only for cells that communicate" in shown
+    assert "--stream print each line as it arrives" in shown and "[--stream]" in shown
     assert "the cell ran" not in shown
     assert "--ranks chooses whose output is shown" in magics.ddp.__doc__ and "--only chooses" in magics.ddp.__doc__
 

@@ -170,7 +170,8 @@ class Cluster:
 
     # -- commands -------------------------------------------------------------------------
     def run_code(self, source: str, *, timeout: float | None = None, show: list[int] | None = None,
-                 filename: str | None = None, only: list[int] | None = None, display: bool = False) -> Results:
+                 filename: str | None = None, only: list[int] | None = None, display: bool = False,
+                 stream: bool = False) -> Results:
         """Run `source` on every rank in its namespace (`rank`, `world_size`, `torch`, `dist` predefined).
 
         Returns each rank's value of a final expression (None if there is none); with `display`,
@@ -179,22 +180,25 @@ class Cluster:
         output to print (default: every rank's). `only`: the ranks that run it (default: all); the
         others keep their namespace as it is, and their value is None. A collective on the default
         group needs every rank: in an `only` cell it fails at the watchdog, naming the ranks left out.
+        `stream`: print each line as it arrives (for a long command; `launch`'s `stream` too), instead
+        of every rank's lines in rank order at the end.
         """
         __tracebackhide__ = True
         command_id = next(self._ids)
         filename = filename or f"<ddp cell {command_id}>"
         check_source(source, filename)
         return self._command({"kind": "exec", "source": source, "filename": filename, "display": bool(display)},
-                             command_id, timeout, show, only)
+                             command_id, timeout, show, only, stream)
 
     def run(self, fn, *args, timeout: float | None = None, show: list[int] | None = None,
-            only: list[int] | None = None) -> Results:
-        """Call `fn(rank, *args)` on every rank of the running cluster (or the ranks in `only`); return each value."""
+            only: list[int] | None = None, stream: bool = False) -> Results:
+        """Call `fn(rank, *args)` on every rank of the running cluster (or the ranks in `only`); return each value.
+        `stream`: print each line as it arrives, as `run_code`'s."""
         __tracebackhide__ = True
         check_fn(fn, "cluster.run")
         check_signature(fn, args, "cluster.run")
         command = {"kind": "call", "fn": pack_function(fn), "args": pack_arguments(args)}
-        return self._command(command, next(self._ids), timeout, show, only)
+        return self._command(command, next(self._ids), timeout, show, only, stream)
 
     def pull(self, name: str, timeout: float | None = None) -> list:
         """Bring variable `name` from every rank's namespace back: a list indexed by rank."""
@@ -203,7 +207,7 @@ class Cluster:
         return list(self._command({"kind": "pull", "name": name}, next(self._ids), timeout, show=[]))
 
     def _command(self, command: dict, command_id: int, timeout: float | None, show: list[int] | None,
-                 only: list[int] | None = None) -> Results:
+                 only: list[int] | None = None, stream: bool = False) -> Results:
         __tracebackhide__ = True
         if self._closed:
             raise RuntimeError(f"this cluster was shut down: {RESTART}")
@@ -220,22 +224,26 @@ class Cluster:
             raise self._died_between_commands() from None
         self._print_between_commands()
         starts = [len(output.lines) for output in self._group.outputs]
+        unshown = list(starts)   # each rank's first line not printed yet: a streamed command prints them as they come
         watch = CommandWatch(self._group, command_id, running, self._names, self._teardown)
-        self._group.set_live(LiveLines(show))
+        self._group.set_live(LiveLines(show), (lambda: self._print_new(unshown, show, close_live=False))
+                             if stream else None)
         try:
             watch.send(command)
             problem = watch.collect(timeout)
         except KeyboardInterrupt:
-            self._interrupted(watch, starts, show)  # raises KeyboardInterrupt
+            self._interrupted(watch, unshown, show)  # raises KeyboardInterrupt
         except RankGone as gone:
             raise self._died_between_commands(gone.rank) from None
         except BaseException:
             self._teardown()
-            self._print_new(starts, show)
+            self._print_new(unshown, show)
             print(f"ddp_lab: {FRESH_START}", file=sys.stderr)
             raise
+        finally:
+            self._group.set_live(self._group.live)   # lines arriving after the command wait for the next one
         self._ended_at = ends = self._line_counts()   # this command's output is all here; later lines: the next
-        self._print_new(starts, show, ends)
+        self._print_new(unshown, show, ends)
         texts = [RankOutput(r, o.lines[starts[r]:ends[r]]).text() for r, o in enumerate(self._group.outputs)]
         lost = watch.lost_group()
         if lost and not self._closed:
@@ -321,10 +329,16 @@ class Cluster:
         """How many lines each rank's output holds now (the reader threads go on appending: read once)."""
         return [len(output.lines) for output in self._group.outputs]
 
-    def _print_new(self, starts: list[int], show: list[int] | None, ends: list[int] | None = None) -> None:
-        """Print each shown rank's lines from `starts` to `ends` (default: all it holds now)."""
+    def _print_new(self, starts: list[int], show: list[int] | None, ends: list[int] | None = None, *,
+                   close_live: bool = True) -> None:
+        """Print each shown rank's lines from `starts` to `ends` (default: all it holds now), and move `starts` to
+        `ends`. `close_live`: the command's end (its progress lines end in the output printed here); else a
+        streamed command printing what arrived while it runs."""
         ends = self._line_counts() if ends is None else ends
-        if self._group.live is not None:
-            self._group.live.close()  # progress lines end in the output printed here
+        if close_live and self._group.live is not None:
+            self._group.live.close()
         ranks = range(self.nprocs) if show is None else sorted(set(show))
-        print_in_rank_order([RankOutput(r, self._group.outputs[r].lines[starts[r]:ends[r]]) for r in ranks])
+        new = [RankOutput(r, self._group.outputs[r].lines[starts[r]:ends[r]]) for r in ranks]
+        if close_live or any(output.lines for output in new):   # machine notes wait for a line to come first
+            print_in_rank_order(new)
+        starts[:] = ends

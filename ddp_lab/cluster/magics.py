@@ -3,6 +3,7 @@
     %%ddp -n 4                 run this cell on every rank of a 4-rank cluster
     %%ddp --ranks 0            ... but show only rank 0's output (every rank runs it)
     %%ddp --only 0,2           run this cell on ranks 0 and 2 only (the others wait, unchanged)
+    %%ddp --stream             print each line as it arrives (a long cell), not rank by rank at the end
     (a cell that ends with an expression shows its value on each rank: `[rank 1] Out: 2`)
     %ddp_pull loss             bring `loss` back from every rank (a list by rank)
     %ddp_status                one line per rank: alive, pid, what it is doing (which collective), its memory
@@ -34,7 +35,7 @@ from ddp_lab.launcher.payload import cell_names
 _current: Cluster | None = None
 
 
-USAGE = "%%ddp [-n N] [--backend gloo] [--timeout SECONDS] [--ranks 0,1] [--only 0,1]"
+USAGE = "%%ddp [-n N] [--backend gloo] [--timeout SECONDS] [--ranks 0,1] [--only 0,1] [--stream]"
 
 
 class _OptionParser(argparse.ArgumentParser):
@@ -58,6 +59,9 @@ def _parser() -> argparse.ArgumentParser:
                         help="which ranks run the cell, e.g. 0 or 0,2 (default: all); the others skip it, their "
                              "variables unchanged. A collective on the default group needs every rank: drop "
                              "--only for cells that communicate")
+    parser.add_argument("--stream", action="store_true",
+                        help="print each line as it arrives, tagged with its rank (for a long cell); by default "
+                             "every rank's lines are printed in rank order when the cell ends")
     parser.add_argument("-h", "--help", action="store_true", help="show this help and run nothing")
     return parser
 
@@ -180,12 +184,13 @@ def current_cluster(nprocs: int | None = None, backend: str | None = None) -> Cl
 
 
 def ddp(line: str, cell: str):
-    """%%ddp [-n N] [--backend B] [--timeout S] [--ranks 0,1] [--only 0,1]: run the cell on the live cluster's ranks.
+    """%%ddp [-n N] [--backend B] [--timeout S] [--ranks 0,1] [--only 0,1] [--stream]: run the cell on the live
+    cluster's ranks.
 
     --ranks chooses whose output is shown: every rank runs the cell. --only chooses which ranks
     run it: the others skip it and keep their variables; a collective needs every rank, so a cell
-    that communicates fails with --only (at the watchdog, naming the ranks left out).
-    `%%ddp --help` lists every option.
+    that communicates fails with --only (at the watchdog, naming the ranks left out). --stream prints
+    each line as it arrives. `%%ddp --help` lists every option.
     """
     __tracebackhide__ = True
     options = parse_options(line)
@@ -203,7 +208,7 @@ def ddp(line: str, cell: str):
     cluster = current_cluster(options.nprocs, options.backend)
     cluster.name_cells(names)
     shown = cluster.run_code(cell, timeout=options.timeout, show=options.ranks, filename=filename, only=options.only,
-                             display=True)
+                             display=True, stream=options.stream)
     print_values(shown, options.ranks)
 
 

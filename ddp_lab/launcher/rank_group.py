@@ -109,9 +109,11 @@ class RankGroup:
         while self._supervisor.next_event(0.0) is not None:
             pass
 
-    def set_live(self, live: LiveLines | None) -> None:
-        """Show progress lines in `live` from now on (None: nowhere)."""
+    def set_live(self, live: LiveLines | None, on_lines=None) -> None:
+        """Show progress lines in `live` from now on (None: nowhere); call `on_lines()` in the waiting thread after
+        every wait for events, a line of output arriving included (None: never)."""
         self._supervisor.live = live
+        self._supervisor.on_lines = on_lines
 
     def process_of(self, rank: int) -> RankProcess | None:
         """The process of `rank` (None if it never started)."""

@@ -26,8 +26,8 @@ from ddp_lab.launcher.progress import LiveLines, visible_text
 from ddp_lab.launcher.rankprocess import RankProcess
 
 STARTUP_S = 120.0  # time allowed to start the interpreters and the process group
-GATHER_S = 0.5
-POLL_S = 0.25  # longest uninterrupted wait of the launcher  # after a first failure, how long other ranks get to report theirs
+GATHER_S = 0.5  # after a first failure, how long other ranks get to report theirs
+POLL_S = 0.25  # longest uninterrupted wait of the launcher
 EXIT_WAIT_S = 10.0  # how long a released rank may take to exit before it is killed
 READER_WAIT_S = 1.0  # how long output pipes may stay open once the ranks and their sessions ended
 CUT_OFF = ("ddp_lab: output cut off at the rank's end: a process it started in a session of its own still "
@@ -41,6 +41,9 @@ class Supervisor:
         self.nprocs = nprocs
         self.stream = stream
         self.live = live  # where lines being rewritten with '\r' are shown while the ranks run
+        # called in the waiting thread after every wait for events while set (a line arriving ends the wait): a live
+        # cluster's streamed command prints the lines that arrived (live_cluster.Cluster.run_code's `stream`)
+        self.on_lines = None
         self.events: queue.Queue = queue.Queue()
         self.outputs = [RankOutput(rank) for rank in range(nprocs)]
         self.processes: list[RankProcess] = []
@@ -86,7 +89,7 @@ class Supervisor:
         if not line or is_torch_log_noise(stream, line):
             return
         self.outputs[rank].lines.append((stream, line))
-        if self.stream:
+        if self.stream or self.on_lines is not None:
             self.events.put(("line", rank, (stream, line)))
 
     def _on_progress(self, rank: int, stream: str, text: str) -> None:
@@ -122,12 +125,15 @@ class Supervisor:
             self._handle(event)
         if self.live is not None:
             self.live.refresh()
+        if self.on_lines is not None:
+            self.on_lines()
         return event
 
     def _handle(self, event) -> None:
         kind, rank, value = event
         if kind == "line":
-            print_line(rank, *value)
+            if self.stream:
+                print_line(rank, *value)
         elif kind == "progress":
             if self.live is not None:
                 self.live.update(rank, *value)
