@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import math
 
+import time
+
 import pytest
 import torch
 import torch.distributed as dist
@@ -387,9 +389,51 @@ def zero1_step_divides_the_slice(params, shards, optimizer):
         dist.all_gather(list(p.detach().view(-1).chunk(world_size)), s.detach())
 
 
+def zero1_step_async(params, shards, optimizer):
+    """Right too: every all-reduce started at once (async_op=True), all waited for before the gradients are read."""
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    works = [dist.all_reduce(p.grad, async_op=True) for p in params]
+    for work in works:
+        work.wait()
+    for p, s in zip(params, shards):
+        s.grad = p.grad.reshape(-1).chunk(world_size)[rank] / world_size
+    optimizer.step()
+    for p, s in zip(params, shards):
+        dist.all_gather(list(p.detach().view(-1).chunk(world_size)), s.detach())
+
+
+def waits_after_the_step(params, shards, optimizer):
+    """Wrong: each shard's gradient is a view of p.grad, which an async all-reduce is still summing into when the
+    optimizer steps; it is waited for only after. Whether the sum arrived first varies from run to run."""
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    works = []
+    for p, s in zip(params, shards):
+        p.grad /= world_size
+        works.append(dist.all_reduce(p.grad, async_op=True))
+        s.grad = p.grad.reshape(-1).chunk(world_size)[rank]
+    optimizer.step()
+    for work in works:
+        work.wait()
+    for p, s in zip(params, shards):
+        dist.all_gather(list(p.detach().view(-1).chunk(world_size)), s.detach())
+
+
+def sleeps_instead_of_waiting(params, shards, optimizer):
+    """Wrong, though right in practice here: the sum has time to arrive (a sleep), but nothing waits for it."""
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    for p in params:
+        dist.all_reduce(p.grad, async_op=True)
+    time.sleep(0.2)
+    for p, s in zip(params, shards):
+        s.grad = p.grad.reshape(-1).chunk(world_size)[rank] / world_size
+    optimizer.step()
+    for p, s in zip(params, shards):
+        dist.all_gather(list(p.detach().view(-1).chunk(world_size)), s.detach())
+
+
 ZERO1_RIGHT_STEPS = (   # the solution's all-reduce-then-slice is proven by nbval of solutions/09-zero-and-fsdp.ipynb
     zero1_step_reduce_scatter, zero1_step_zeroes_its_grads, zero1_step_zeroes_its_grads_in_place,
-    zero1_step_average_op, zero1_step_divides_the_slice)
+    zero1_step_average_op, zero1_step_divides_the_slice, zero1_step_async)
 
 
 @pytest.mark.parametrize("step", ZERO1_RIGHT_STEPS, ids=[step.__name__ for step in ZERO1_RIGHT_STEPS])
@@ -398,6 +442,10 @@ def test_zero1_accepts_right_steps(step, zero1_results):
     assert judged.startswith(f"{step.__name__}: ZeRO-1 on 2 and on 3 ranks == one process for 3 Adam steps")
 
 
+# what the message says of an async all_reduce read before its work was waited for: whether the values show it (the
+# sum had not arrived) or not (it had, by luck), the message names the async call and the wait
+ASYNC_NOT_WAITED = (r"(?s)^rank 0 of 2, step 0: .*dist.all_reduce\(p.grad, async_op=True\).*\.wait\(\) on the work it "
+                    r"returns before reading p.grad")
 ZERO1_MISTAKES = [   # answers that return (not raise): they run one after the other in one launch of 2 ranks
     (zero1_init, averages_twice, r"(?s)rank 0 of 2, step 0: the gradient of the shard of '0.weight'.*the gradients "
                                  r"were "
@@ -437,6 +485,9 @@ ZERO1_MISTAKES = [   # answers that return (not raise): they run one after the o
                                       r"but on another tensor than p.grad \(a clone or a copy of it\): all_reduce "
                                       r"sums in place into the tensor it is given(?!.*never reached)"),
     (zero1_init, never_gathers, r"(?s)rank 0 of 2, step 0: parameter '0.weight'.*only this rank's own slice changed"),
+    # the sum arrives before the step or not: either way the message names the async all_reduce not waited for
+    (zero1_init, waits_after_the_step, ASYNC_NOT_WAITED),
+    (zero1_init, sleeps_instead_of_waiting, ASYNC_NOT_WAITED),
     (zero1_init, never_sets_the_shard_grads, r"(?s)rank 0 of 2, step 0: the shard of '0.weight' has no .grad when the "
                                              r"optimizer steps, so Adam skipped it"),
     (returns_the_optimizer_class, zero1_step, r"rank 0: returns_the_optimizer_class returned type as its optimizer"),

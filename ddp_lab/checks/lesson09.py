@@ -27,7 +27,7 @@ from ddp_lab.checks import CheckFailed, passed
 from ddp_lab.checks.common import (answer_raised, call_case, describe, division_into_a_new_tensor, ensure_written,
                                    groups_of, judge_in_order, package_answer_used, refuse_written_divisor,
                                    refuse_written_split, run_on_ranks, watching_calls)
-from ddp_lab.instruments.collectives import call_arguments, replacing_dist_calls
+from ddp_lab.instruments.collectives import call_arguments, replacing_dist_calls, watching_requests
 from ddp_lab.instruments.tensor_bytes import optimizer_state_bytes
 from ddp_lab.course.sharding.state_bytes import BYTES_PER_PARAMETER, COMPONENTS, SHARDED_BY_STAGE, state_bytes_per_rank
 
@@ -203,9 +203,15 @@ def _zero1_one(rank: int, zero1_init, zero1_step) -> dict:
     def record_shard_grads(*_):
         if not at_step:
             at_step.append([_grad_copy(s) for s in shards])
+            reduced["unwaited"] = sorted({index for index, work in pending if index not in reduced["waited_on"]})
     if hasattr(optimizer, "register_step_pre_hook"):   # torch optimizers; anything else is judged after the step
         optimizer.register_step_pre_hook(record_shard_grads)
     reduced: dict = {}   # what this step's all_reduce calls summed: set at each step below
+    pending: list = []   # (p.grad's index, work) of this step's all_reduce calls with async_op=True
+
+    def waited(index: int) -> None:
+        if not at_step:   # the work's wait() (is_completed(), get_future()) called before the optimizer stepped
+            reduced["waited_on"].add(index)
 
     def watching_all_reduce(original):
         def all_reduce(*args, **kwargs):
@@ -221,7 +227,11 @@ def _zero1_one(rank: int, zero1_init, zero1_step) -> dict:
                     reduced["grads"].add(index)
                     if not given["async_op"]:
                         reduced["waited_on"].add(index)
-            return original(*args, **kwargs)
+            work = original(*args, **kwargs)
+            if torch.is_tensor(tensor) and index is not None and work is not None:
+                pending.append((index, work))
+                requests.watch(work, lambda index=index: waited(index))
+            return work
         return all_reduce
     records = []
     for step, (x, y) in enumerate(_batches(world_size)):
@@ -231,10 +241,15 @@ def _zero1_one(rank: int, zero1_init, zero1_step) -> dict:
         before = [p.detach().clone() for p in params]
         local = [p.grad.detach().clone() for p in params]
         at_step.clear()
-        reduced.update(grads=set(), waited_on=set(), other=False)
-        with replacing_dist_calls({"all_reduce": watching_all_reduce}):
+        reduced.update(grads=set(), waited_on=set(), other=False, unwaited=None)
+        pending.clear()
+        with watching_requests() as requests, replacing_dist_calls({"all_reduce": watching_all_reduce}):
             call_case(zero1_step, f"zero1_step(params, shards, optimizer) on rank {rank} of {world_size}, step {step}",
                       params, shards, optimizer, name=step_name)
+        if reduced["unwaited"] is None:   # no step pre-hook ran: what was never waited for at all
+            reduced["unwaited"] = sorted({index for index, work in pending if index not in reduced["waited_on"]})
+        for _, work in pending:   # the next step starts after this one's all-reduces
+            work.wait()
         records.append({"before": before, "local": local, "params": [p.detach().clone() for p in params],
                         "all_reduced": dict(reduced),
                         "stepped": bool(at_step),
@@ -409,6 +424,12 @@ def _check_step_grads(got: dict, rank: int, step: int, grads, names, n_params: i
             hint = ("expected this rank's chunk of the flattened gradient averaged over the ranks (the sum over the "
                     "ranks divided by world_size)")
         raise CheckFailed(f"{where}: the gradient of the shard of {name!r} {_difference(grad, want)}.\nHint: {hint}.")
+    if got["all_reduced"]["unwaited"]:
+        name = names[got["all_reduced"]["unwaited"][0]]
+        raise CheckFailed(f"{where}: the shard of {name!r} got the right gradient here, but by luck: "
+                          "dist.all_reduce(p.grad, async_op=True) returned a work that was not waited for before "
+                          "optimizer.step() read the gradient.\nHint: an async all_reduce returns at once, before the "
+                          "sum has arrived; call .wait() on the work it returns before reading p.grad.")
 
 
 def _own_share_hint(reduced: dict, index: int, division: str | None) -> str:
