@@ -53,7 +53,8 @@ _SUBPACKAGES = {
 
 
 def load_ipython_extension(ipython) -> None:
-    """`%load_ext ddp_lab` registers %%ddp, %ddp_pull and %ddp_shutdown (see ddp_lab.cluster.magics)."""
+    """`%load_ext ddp_lab` registers %%ddp (and %ddp --help), %ddp_pull, %ddp_status and %ddp_shutdown (see
+    ddp_lab.cluster.magics)."""
     from ddp_lab.cluster.magics import load_ipython_extension as load  # lazy: IPython and the cluster load only when %load_ext asks
 
     load(ipython)

@@ -831,3 +831,26 @@ def test_variables_the_notebook_gained_since_the_zygote_started_keep_launches_wa
     assert zygote is not None and zygote.imports
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", "/tmp/gained-after-the-zygote-started")
     assert ddp_lab.launch(zygote_had_dynamo, nprocs=2, backend="gloo").started == ["warm", "warm"]
+
+
+def test_ddp_help_alone_and_a_cell_written_as_a_script_or_ending_in_a_semicolon(ddp_shell, capsys):
+    """`%ddp --help` (IPython points `%%ddp --help` in an empty cell there) lists the options; another `%ddp` line
+    says to write `%%ddp`. A script's `if __name__ == "__main__":` block, false in a cell's module, is named before the
+    cell runs (its definitions still run); a final `;` hides the cell's value, as in a notebook cell."""
+    shell = ddp_shell
+    empty = shell.run_cell("%%ddp --help")
+    assert "Did you mean the line magic %ddp (single %)?" in str(empty.error_in_exec)
+    assert shell.run_cell("%ddp --help").success and "--stream" in capsys.readouterr().out
+    refused = shell.run_cell("%ddp -n 2").error_in_exec
+    assert isinstance(refused, MagicUsageError) and str(refused).startswith("%ddp -n 2: %%ddp (two %) is a cell magic")
+    capsys.readouterr()
+    script = "def main():\n    print('main ran')\n\nif __name__ == '__main__':\n    main()"
+    assert shell.run_cell(f"%%ddp -n 2 --backend gloo\n{script}").success
+    shown = capsys.readouterr()
+    assert shown.out == "" and shown.err.startswith(   # then, after a cluster of another size: that it was replaced
+        "ddp_lab: the block under `if __name__ == \"__main__\":` (line 4) does not run: a %%ddp cell runs in module "
+        "__ddp__, so __name__ is '__ddp__' there (in a notebook cell it is '__main__'). Call what the block calls "
+        "directly, e.g. main().\n")
+    assert shell.run_cell("%%ddp\nmain()").success and capsys.readouterr().out == "[rank 0] main ran\n[rank 1] main ran\n"
+    assert shell.run_cell("%%ddp\nx = rank + 1\nx;  # hidden").success and capsys.readouterr().out == ""
+    assert shell.run_cell("%%ddp\nx").success and capsys.readouterr().out == "[rank 0] Out: 1\n[rank 1] Out: 2\n"

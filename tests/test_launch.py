@@ -554,3 +554,31 @@ def test_a_processs_first_launch_forks_its_ranks_from_the_zygote_it_starts():
                           env={k: v for k, v in os.environ.items() if k != "DDP_LAB_WARM"})
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[-1] == str(["warm"] * 4), done.stdout + done.stderr
+
+
+class _KernelStream:
+    """A stream that sends what it holds only when flushed, as a Jupyter kernel's stdout and stderr do (each keeps
+    its own buffer): the shared `sent` list is the order a notebook shows."""
+
+    def __init__(self, sent: list):
+        self.sent, self.held = sent, ""
+
+    def write(self, text: str) -> int:
+        self.held += text
+        return len(text)
+
+    def flush(self) -> None:
+        if self.held:
+            self.sent.append(self.held)
+            self.held = ""
+
+
+def test_lines_of_stdout_and_stderr_reach_a_kernel_in_the_order_a_rank_printed_them(monkeypatch):
+    from ddp_lab.launcher.output import RankOutput, print_in_rank_order
+
+    sent: list = []
+    monkeypatch.setattr(sys, "stdout", _KernelStream(sent))
+    monkeypatch.setattr(sys, "stderr", _KernelStream(sent))
+    print_in_rank_order([RankOutput(0, [("stdout", "out1\n"), ("stderr", "err1\n"), ("stdout", "out2\n")]),
+                         RankOutput(1, [("stderr", "err\n")])])
+    assert sent == ["[rank 0] out1\n", "[rank 0] err1\n", "[rank 0] out2\n", "[rank 1] err\n"]

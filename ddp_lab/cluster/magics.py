@@ -4,6 +4,7 @@
     %%ddp --ranks 0            ... but show only rank 0's output (every rank runs it)
     %%ddp --only 0,2           run this cell on ranks 0 and 2 only (the others wait, unchanged)
     %%ddp --stream             print each line as it arrives (a long cell), not rank by rank at the end
+    %ddp --help                every option of %%ddp
     (a cell that ends with an expression shows its value on each rank: `[rank 1] Out: 2`)
     %ddp_pull loss             bring `loss` back from every rank (a list by rank)
     %ddp_status                one line per rank: alive, pid, what it is doing (which collective), its memory
@@ -20,11 +21,13 @@ Introduced in notebooks/00b-live-cluster.ipynb.
 from __future__ import annotations
 
 import argparse
+import ast
 import re
 import shlex
 import sys
 
 from ddp_lab.cluster.live_cluster import Cluster
+from ddp_lab.cluster.rank_loop import CELL_MODULE
 from ddp_lab.cluster.status import StatusReport
 from ddp_lab.launcher.arguments import (MAX_TIMEOUT_S, check_nprocs, check_ranks, check_shown_ranks_run,
                                        check_source, check_timeout)
@@ -40,7 +43,7 @@ USAGE = "%%ddp [-n N] [--backend gloo] [--timeout SECONDS] [--ranks 0,1] [--only
 
 class _OptionParser(argparse.ArgumentParser):
     def error(self, message: str):
-        raise MagicUsageError(f"%%ddp: {message}. Use: {USAGE} (%%ddp --help says more)")
+        raise MagicUsageError(f"%%ddp: {message}. Use: {USAGE} (%ddp --help says more)")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -190,7 +193,7 @@ def ddp(line: str, cell: str):
     --ranks chooses whose output is shown: every rank runs the cell. --only chooses which ranks
     run it: the others skip it and keep their variables; a collective needs every rank, so a cell
     that communicates fails with --only (at the watchdog, naming the ranks left out). --stream prints
-    each line as it arrives. `%%ddp --help` lists every option.
+    each line as it arrives. `%ddp --help` lists every option.
     """
     __tracebackhide__ = True
     options = parse_options(line)
@@ -205,11 +208,38 @@ def ddp(line: str, cell: str):
     names = _cell_names(shell)
     # a cell that does not compile, before the cluster is touched; named as the notebook names it ("Cell In[5]")
     check_source(cell, names.get(filename, filename) if filename else "<ddp cell>")
+    guard = _main_guard_line(cell)
+    if guard is not None:
+        print(f"ddp_lab: the block under `if __name__ == \"__main__\":` (line {guard}) does not run: a %%ddp cell "
+              f"runs in module {CELL_MODULE}, so __name__ is {CELL_MODULE!r} there (in a notebook cell it is "
+              "'__main__'). Call what the block calls directly, e.g. main().", file=sys.stderr)
     cluster = current_cluster(options.nprocs, options.backend)
     cluster.name_cells(names)
     shown = cluster.run_code(cell, timeout=options.timeout, show=options.ranks, filename=filename, only=options.only,
                              display=True, stream=options.stream)
-    print_values(shown, options.ranks)
+    if shell is None or not shell.displayhook.semicolon_at_end_of_expression(cell):   # `x;` shows nothing
+        print_values(shown, options.ranks)
+
+
+def _main_guard_line(cell: str) -> int | None:
+    """The line of the cell's top-level `if __name__ == "__main__":`, as a script ends (None if it has none)."""
+    for node in ast.parse(cell).body:
+        test = node.test if isinstance(node, ast.If) else None
+        if (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq)
+                and {ast.dump(test.left), ast.dump(test.comparators[0])} ==
+                {ast.dump(ast.Name("__name__", ast.Load())), ast.dump(ast.Constant("__main__"))}):
+            return node.lineno
+    return None
+
+
+def ddp_line(line: str) -> None:
+    """%ddp --help: the options of %%ddp (a cell magic, which needs a cell body); any other %ddp line is refused."""
+    __tracebackhide__ = True
+    if line.strip() in ("--help", "-h"):
+        print(help_text())
+        return
+    raise MagicUsageError(f"%ddp {line.strip()}: %%ddp (two %) is a cell magic: write it on a cell's first line, "
+                          "the code to run on the ranks below it. %ddp --help lists its options.")
 
 
 def print_values(texts: list[str | None], show: list[int] | None = None) -> None:
@@ -280,6 +310,7 @@ def _cell_names(shell) -> dict[str, str]:
 def load_ipython_extension(ipython) -> None:
     """Register the magics (`%load_ext ddp_lab`)."""
     ipython.register_magic_function(ddp, "cell", "ddp")
+    ipython.register_magic_function(ddp_line, "line", "ddp")   # `%ddp --help`; IPython points `%%ddp --help` alone here
     ipython.register_magic_function(ddp_pull, "line", "ddp_pull")
     ipython.register_magic_function(ddp_status, "line", "ddp_status")
     ipython.register_magic_function(ddp_shutdown, "line", "ddp_shutdown")

@@ -170,8 +170,21 @@ def prefixed(rank: int, line: str) -> str:
 
 def print_line(rank: int, stream: str, line: str) -> None:
     """Print one captured line to the notebook's stdout or stderr, prefixed."""
+    _write(stream, prefixed(rank, line))
+
+
+_last_written: list = [None]   # the stream `_write` wrote to last
+
+
+def _write(stream: str, text: str) -> None:
+    """Write `text` to sys.stdout or sys.stderr ("stdout", "stderr"), flushing the other one first if it was written
+    last: a Jupyter kernel buffers its two streams apart and would otherwise show all of stdout before stderr."""
     target = sys.stderr if stream == "stderr" else sys.stdout
-    target.write(prefixed(rank, line))
+    last = _last_written[0]
+    if last is not None and last is not target:
+        last.flush()
+    _last_written[0] = target
+    target.write(text)
 
 
 _pending_notes: list[str] = []
@@ -199,15 +212,14 @@ def print_in_rank_order(outputs: list[RankOutput]) -> None:
     """
     streams = {stream for output in outputs for stream, _ in output.lines}
     if _pending_notes and streams:
-        target = sys.stdout if "stdout" in streams else sys.stderr
-        target.write("".join(f"{text}\n" for text in _pending_notes))
+        _write("stdout" if "stdout" in streams else "stderr", "".join(f"{text}\n" for text in _pending_notes))
         _printed_notes.update(_pending_notes)
     _pending_notes.clear()   # never carried to a later launch
     for output in outputs:
         run_stream, run = None, []
         for stream, line in output.lines + [(None, "")]:
             if stream != run_stream and run:
-                (sys.stderr if run_stream == "stderr" else sys.stdout).write("".join(run))
+                _write(run_stream, "".join(run))
                 run = []
             run_stream = stream
             if stream is not None:
