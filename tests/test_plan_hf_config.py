@@ -107,6 +107,14 @@ REFUSED = [   # (config, the words the one line must hold)
     ({**config("Qwen1.5-MoE-A2.7B"), "shared_expert_intermediate_size": 5000}, ["shared_expert_intermediate_size"]),
     ({**config("Meta-Llama-3-8B"), "layer_types": ["sliding_attention", "full_attention"] * 16}, ["layer_types"]),
     ({**config("Meta-Llama-3-8B"), "attention_bias": True, "mlp_bias": False}, ["attention_bias = true"]),
+    ({**config("Meta-Llama-3-8B"), "layer_types": ["full_attention"] * 30}, ["layer_types = 30 entries", "32 layers"]),
+    ({**config("Meta-Llama-3-8B"), "n_layer": 12}, ["num_hidden_layers = 32 and n_layer = 12", "disagree"]),
+    ({**config("Meta-Llama-3-8B"), "n_inner": 11008}, ["intermediate_size = 14336 and n_inner = 11008"]),
+    ({**config("Meta-Llama-3-8B"), "max_sequence_length": 2048}, ["max_position_embeddings = 8192 and max_sequence_"]),
+    ({key: value for key, value in config("Meta-Llama-3-8B").items() if key != "max_position_embeddings"},
+     ["no max_position_embeddings, n_positions or max_sequence_length", "--seq-len"]),
+    ({**config("Meta-Llama-3-8B"), "model_type": "gpt2", "add_cross_attention": True}, ["add_cross_attention = True"]),
+    ({**config("Meta-Llama-3-8B"), "pruned_heads": {"0": [1, 2]}}, ["pruned_heads = {'0': [1, 2]}"]),
 ]
 
 
@@ -134,9 +142,9 @@ def test_the_cli_prints_the_count_and_where_the_sequence_length_came_from(capsys
     assert main(["--hf-config", path, "--cluster", "h100-sxm", "--nodes", "8", "--dp", "64", "--zero", "3",
                  "--recompute", "full"]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[2] == "  model: 7.62B parameters; 131,072-token sequences"
-    assert out[3] == ("  note: planned at max_position_embeddings 131,072 tokens; pass --seq-len for the length "
-                      "you will train")
+    at = out.index("  model: 7.62B parameters; 131,072-token sequences")
+    assert out[at + 1] == ("  note: planned at max_position_embeddings 131,072 tokens; pass --seq-len for the length "
+                           "you will train")
     mixtral = str(CONFIGS / "Mixtral-8x7B-v0.1" / "config.json")
     assert main(["--hf-config", mixtral, "--seq-len", "4096", "--cluster", "h100-sxm", "--nodes", "2", "--ep", "8",
                  "--top", "2"]) == 0
@@ -144,3 +152,82 @@ def test_the_cli_prints_the_count_and_where_the_sequence_length_came_from(capsys
     assert ("model: 46.7B parameters, 12.9B active per token (8 experts, top 2); 4,096-token sequences (--seq-len)"
             in out.splitlines())
     assert "balanced routing" in out
+
+
+def without(name: str, *keys: str) -> dict:
+    return {key: value for key, value in config(name).items() if key not in keys}
+
+
+LLAMA_FAMILY = ["Meta-Llama-3-8B", "Mistral-7B-v0.1", "Mixtral-8x7B-v0.1", "Qwen2.5-7B", "Qwen3-8B", "Qwen3-30B-A3B",
+                "Qwen1.5-MoE-A2.7B", "deepseek-moe-16b-base"]
+GPT2_SMALL = {"model_type": "gpt2", "activation_function": "gelu_new", "n_embd": 768, "n_head": 12, "n_inner": None,
+              "n_layer": 12, "n_positions": 1024, "vocab_size": 50257}   # 124,439,808 parameters, tied
+
+
+@pytest.mark.parametrize("name", LLAMA_FAMILY)
+def test_a_missing_tie_word_embeddings_is_the_family_config_class_default(name):
+    """LlamaConfig, MistralConfig, MixtralConfig, Qwen2Config, Qwen3Config, Qwen2MoeConfig, Qwen3MoeConfig and
+    DeepSeek's DeepseekConfig default to untied; GPT2Config keeps PretrainedConfig's tied. Llama 3 8B without the key
+    is still 8.03B (tied, 7.50B)."""
+    read = transformer_from_hf_config(without(name, "tie_word_embeddings"), seq_len=4096)
+    assert not read.tied_embeddings and read.parameters() == model(name, seq_len=4096).parameters()
+    assert transformer_from_hf_config(GPT2_SMALL).tied_embeddings
+    assert transformer_from_hf_config(GPT2_SMALL).parameters() == 124_439_808
+
+
+def test_the_family_not_hidden_act_decides_the_ffn_norm_and_positions():
+    """LlamaMLP (and Mistral's, Qwen's, Mixtral's experts) always has gate_proj, up_proj and down_proj: hidden_act only
+    picks the function. GPT-2's MLP has two matrices whatever activation_function names."""
+    llama = model("Meta-Llama-3-8B")
+    for changed in (without("Meta-Llama-3-8B", "hidden_act"), {**config("Meta-Llama-3-8B"), "hidden_act": "gelu"},
+                    without("Meta-Llama-3-8B", "rms_norm_eps")):
+        assert transformer_from_hf_config(changed, "Meta-Llama-3-8B") == llama
+    assert within_last_digit(llama.parameters(), "8.03")
+    gpt2 = transformer_from_hf_config({**GPT2_SMALL, "activation_function": "silu"})
+    assert (gpt2.ffn_kind, gpt2.norm, gpt2.position, gpt2.bias) == ("gelu", "layernorm", "learned", True)
+
+
+def test_the_family_comes_from_model_type_not_from_a_stray_gpt2_key():
+    """An n_layer that agrees with num_hidden_layers changes nothing in a Llama config (RoPE, no biases, gated FFN);
+    one that disagrees is refused (REFUSED). Without model_type, GPT-2's key names read as GPT-2."""
+    assert transformer_from_hf_config({**config("Meta-Llama-3-8B"), "n_layer": 32}, "Meta-Llama-3-8B") == \
+        model("Meta-Llama-3-8B")
+    unnamed = transformer_from_hf_config({key: value for key, value in GPT2_SMALL.items() if key != "model_type"})
+    assert unnamed.position == "learned" and unnamed.parameters() == 124_439_808
+
+
+def test_pretrained_config_bookkeeping_keys_change_nothing():
+    """What save_pretrained writes from PretrainedConfig (outputs, names, kernels, ids, label maps, generation
+    defaults) reads as the same model, though some names hold "attn", "n_" or "hidden"."""
+    bookkeeping = {"_attn_implementation_autoset": True, "return_dict": True, "output_hidden_states": True,
+                   "output_attentions": True, "torchscript": False, "torch_dtype": "bfloat16", "use_cache": True,
+                   "_name_or_path": "meta-llama/Meta-Llama-3-8B", "architectures": ["LlamaForCausalLM"],
+                   "transformers_version": "4.44.0", "pruned_heads": {}, "tie_encoder_decoder": False,
+                   "chunk_size_feed_forward": 0, "is_encoder_decoder": False, "is_decoder": True,
+                   "add_cross_attention": False, "problem_type": None, "id2label": {"0": "LABEL_0", "1": "LABEL_1"},
+                   "label2id": {"LABEL_0": 0, "LABEL_1": 1}, "sep_token_id": None, "decoder_start_token_id": 0,
+                   "forced_eos_token_id": 128001, "return_dict_in_generate": True, "begin_suppress_tokens": [1],
+                   "cross_attention_hidden_size": 1024, "attn_implementation": "sdpa",
+                   "_experts_implementation": "grouped_mm"}
+    read = transformer_from_hf_config({**config("Meta-Llama-3-8B"), **bookkeeping}, "Meta-Llama-3-8B")
+    assert read == model("Meta-Llama-3-8B")
+
+
+def test_the_training_length_is_all_a_config_without_a_position_limit_needs():
+    """The caller's seq_len plans the model without max_position_embeddings; older Llama files give the limit as
+    max_sequence_length. The LLaMA-7B config.json transformers' conversion wrote in early 2023 (no
+    max_position_embeddings, no tie_word_embeddings) reads as LLaMA-7B's 6.74B (Touvron et al. 2023)."""
+    bare = without("Meta-Llama-3-8B", "max_position_embeddings")
+    assert transformer_from_hf_config(bare, "Meta-Llama-3-8B", seq_len=4096) == model("Meta-Llama-3-8B", seq_len=4096)
+    llama_7b = {"architectures": ["LLaMAForCausalLM"], "bos_token_id": 0, "eos_token_id": 1, "hidden_act": "silu",
+                "hidden_size": 4096, "intermediate_size": 11008, "initializer_range": 0.02,
+                "max_sequence_length": 2048, "model_type": "llama", "num_attention_heads": 32,
+                "num_hidden_layers": 32, "pad_token_id": -1, "rms_norm_eps": 1e-06, "torch_dtype": "float16",
+                "transformers_version": "4.27.0.dev0", "use_cache": True, "vocab_size": 32000}
+    read = transformer_from_hf_config(llama_7b)
+    assert read.seq_len == 2048 and read.parameters() == 6_738_415_616
+
+
+def test_a_layer_types_list_with_one_entry_a_layer_is_read():
+    assert transformer_from_hf_config({**config("Meta-Llama-3-8B"), "layer_types": ["full_attention"] * 32},
+                                      "Meta-Llama-3-8B") == model("Meta-Llama-3-8B")

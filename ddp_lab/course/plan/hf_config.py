@@ -3,6 +3,7 @@
 Hugging Face Transformers stores a model's shape in `config.json`. Decoder-only models of the
 Llama family (Llama, Mistral, Mixtral, Qwen2/Qwen3 and their MoE versions, DeepSeekMoE) name it
 the same way, GPT-2 its own way:
+    family        model_type; absent: GPT-2 if the shape has GPT-2's names (n_layer, n_embd, ...), else Llama
     layers        num_hidden_layers              (GPT-2: n_layer)
     hidden        hidden_size                    (n_embd)
     heads         num_attention_heads            (n_head)
@@ -10,14 +11,17 @@ the same way, GPT-2 its own way:
     head_size     head_dim                       (absent or = hidden / heads: hidden / heads; Qwen3-30B-A3B: 128)
     ffn           intermediate_size              (n_inner; absent or null: 4 x hidden)
     vocab         vocab_size
-    seq_len       max_position_embeddings        (n_positions), unless the caller gives the training length
-    tied          tie_word_embeddings            (absent: True, PretrainedConfig's default)
-    FFN kind      hidden_act "silu"/"swish" with a gate (Llama's gate_proj): SwiGLU; else GeLU
-    norm          rms_norm_eps present: RMSNorm; else LayerNorm
+    seq_len       the caller's training length; without one max_position_embeddings (n_positions; older Llama
+                  files: max_sequence_length)
+    tied          tie_word_embeddings            (absent: the family's config class default, TIED_BY_DEFAULT)
+    FFN kind      the family's code: the Llama family's MLP is gated (gate_proj, up_proj, down_proj: 3 matrices,
+                  "swiglu") whatever hidden_act names; GPT-2's has 2 ("gelu")
+    norm          the family's code: RMSNorm (Llama family), LayerNorm (GPT-2)
     biases        attention_bias and mlp_bias (absent: none); GPT-2: biases; Qwen2: on Q, K, V only
     qk_norm       Qwen3: an RMSNorm on every query and key head (its code has it; its config does not say)
-    positions     GPT-2 (n_positions): a learned table; the Llama family: RoPE (no parameters)
+    positions     the family's code: GPT-2 a learned table; the Llama family RoPE (no parameters)
     dropout       any of attention_dropout, hidden_dropout, resid_pdrop, attn_pdrop, embd_pdrop > 0
+Two keys for one quantity (n_layer and num_hidden_layers) must agree; a layer_types list has one entry a layer.
 Mixture of experts (experts.MoE, lesson 14):
     experts       num_local_experts (Mixtral), num_experts (Qwen-MoE), n_routed_experts (DeepSeek)
     top_k         num_experts_per_tok
@@ -29,9 +33,11 @@ Mixture of experts (experts.MoE, lesson 14):
 Qwen-MoE's hidden x 1 gate on its shared expert (hidden parameters a layer, 2,048 in Qwen1.5-MoE-A2.7B's
 14.3B) is left out. Refused, one line naming the key: what the planner cannot express (multi-head latent
 attention's kv_lora_rank and q_lora_rank, DeepSeek-V3's multi-token prediction, MoE layers that are not
-the last ones, a sliding window shorter than the planned sequence), a model_type of another family (its
-code may build what its config does not say), and any key the planner does not read whose name says it
-may shape the model (SHAPE_WORDS) and whose value is set.
+the last ones, a sliding window shorter than the planned sequence, PretrainedConfig's cross-attention and
+pruned heads), a model_type of another family (its code may build what its config does not say), and any
+key the planner does not read whose name says it may shape the model (SHAPE_WORDS) and whose value is set;
+PretrainedConfig's own attributes (PRETRAINED_CONFIG_KEYS: outputs, names, dtypes, token ids, kernels,
+generation defaults) are not read and never refused for their names.
 Reading the file is I/O and lives in the lab (`ddp_lab.plan.model_files.read_hf_config`).
 
 Introduced in notebooks/13-plan-your-training-run.ipynb (experts: notebooks/14-mixture-of-experts.ipynb).
@@ -42,41 +48,77 @@ from __future__ import annotations
 from ddp_lab.course.plan.experts import MoE
 from ddp_lab.course.plan.model import LARGEST, Transformer, size_text
 
-FIELDS = {   # planner field: the config.json keys that may hold it, first found wins
+FIELDS = {   # planner field: the config.json keys that may hold it; two that are both set must agree
     "layers": ("num_hidden_layers", "n_layer"),
     "hidden": ("hidden_size", "n_embd"),
     "heads": ("num_attention_heads", "n_head"),
     "vocab": ("vocab_size",),
-    "seq_len": ("max_position_embeddings", "n_positions"),
+    "seq_len": ("max_position_embeddings", "n_positions", "max_sequence_length"),   # only without the caller's
 }
-# model_type: what the family's modelling code builds that its config.json does not say
-FAMILIES = {"llama": {}, "mistral": {}, "mixtral": {}, "deepseek": {}, "gpt2": {},
-            "qwen2": {"qkv_bias": True}, "qwen2_moe": {"qkv_bias": True},
-            "qwen3": {"qk_norm": True}, "qwen3_moe": {"qk_norm": True}}
+FFN_KEYS = ("intermediate_size", "n_inner")
+GPT2_KEYS = ("n_layer", "n_embd", "n_head", "n_positions", "n_inner")   # GPT-2's names for its shape
+# model_type: what the family's modelling code builds that its config.json does not say. The Llama family's MLP
+# (LlamaMLP, MistralMLP, Qwen2MLP, Qwen3MLP, Mixtral's and the MoE families' experts) always has gate_proj,
+# up_proj and down_proj: 3 matrices, whatever activation hidden_act names; GPT2MLP has c_fc and c_proj.
+LLAMA_CODE = {"ffn_kind": "swiglu", "norm": "rmsnorm", "position": "rope"}
+FAMILIES = {"llama": LLAMA_CODE, "mistral": LLAMA_CODE, "mixtral": LLAMA_CODE, "deepseek": LLAMA_CODE,
+            "gpt2": {"ffn_kind": "gelu", "norm": "layernorm", "position": "learned"},   # and biases everywhere
+            "qwen2": {**LLAMA_CODE, "qkv_bias": True}, "qwen2_moe": {**LLAMA_CODE, "qkv_bias": True},
+            "qwen3": {**LLAMA_CODE, "qk_norm": True}, "qwen3_moe": {**LLAMA_CODE, "qk_norm": True}}
+# model_type: tie_word_embeddings when config.json leaves it out, the default of the family's config class.
+# transformers' LlamaConfig, MistralConfig, MixtralConfig, Qwen2Config, Qwen3Config, Qwen2MoeConfig,
+# Qwen3MoeConfig and DeepSeek's DeepseekConfig (configuration_deepseek.py, with its checkpoints) set False;
+# GPT2Config sets none, so PretrainedConfig's True holds.
+TIED_BY_DEFAULT = {"llama": False, "mistral": False, "mixtral": False, "deepseek": False, "gpt2": True,
+                   "qwen2": False, "qwen2_moe": False, "qwen3": False, "qwen3_moe": False}
 EXPERT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts")
 DROPOUT_KEYS = ("attention_dropout", "hidden_dropout", "resid_pdrop", "attn_pdrop", "embd_pdrop")
-NOT_MODELLED = {   # key: what it means, refused when set (not null, 0 or false)
+NOT_MODELLED = {   # key: what it means, refused when set (not null, 0, false or empty)
     "kv_lora_rank": "multi-head latent attention (DeepSeek-V2/V3: keys and values through a low-rank "
                     "projection), which the planner does not model (it models multi-head and grouped-query attention)",
     "q_lora_rank": "multi-head latent attention's low-rank queries (DeepSeek-V2/V3), which the planner does not model",
     "num_nextn_predict_layers": "multi-token prediction modules (DeepSeek-V3) beyond the decoder's layers, "
                                 "which the planner does not model",
+    "add_cross_attention": "cross-attention on an encoder's output in every block (GPT-2's code adds it), "
+                           "which the planner does not model",
+    "pruned_heads": "attention heads removed from some layers, which the planner does not model",
 }
-# Keys read above, or known to change neither parameters nor FLOPs (ids, initialisation, RoPE's base and
-# scaling, router loss weights, routing normalisation, inference switches).
-KNOWN = {*(k for keys in FIELDS.values() for k in keys), *EXPERT_KEYS, *DROPOUT_KEYS, *NOT_MODELLED,
-         "num_key_value_heads", "head_dim", "intermediate_size", "n_inner", "tie_word_embeddings", "hidden_act",
+# PretrainedConfig's own attributes (transformers/configuration_utils.py: its __init__ in 4.x, its fields and
+# __post_init__ in 5.x), which save_pretrained writes into config.json: what the forward pass returns, names and
+# versions, dtypes, token ids, label maps for classification heads, the attention and experts kernels chosen,
+# encoder-decoder switches a decoder-only family's code does not read, and generation defaults. None changes
+# the parameters or FLOPs of a decoder of the families read here (cross-attention and pruned heads, which do,
+# are in NOT_MODELLED).
+PRETRAINED_CONFIG_KEYS = {
+    "_name_or_path", "name_or_path", "_commit_hash", "transformers_version", "architectures", "auto_map",
+    "return_dict", "output_hidden_states", "output_attentions", "torchscript", "torch_dtype", "dtype",
+    "use_bfloat16", "tf_legacy_loss", "chunk_size_feed_forward", "is_encoder_decoder", "is_decoder",
+    "tie_encoder_decoder", "cross_attention_hidden_size", "finetuning_task", "id2label", "label2id", "num_labels",
+    "problem_type", "tokenizer_class", "prefix", "task_specific_params", "bos_token_id", "eos_token_id",
+    "pad_token_id", "sep_token_id", "decoder_start_token_id", "attn_implementation", "_attn_implementation",
+    "_attn_implementation_internal", "_attn_implementation_autoset", "experts_implementation",
+    "_experts_implementation", "_experts_implementation_internal",
+    # generation defaults (GenerationConfig's, kept in config.json by older versions)
+    "max_length", "min_length", "do_sample", "early_stopping", "num_beams", "num_beam_groups", "diversity_penalty",
+    "temperature", "top_k", "top_p", "typical_p", "repetition_penalty", "length_penalty", "no_repeat_ngram_size",
+    "encoder_no_repeat_ngram_size", "bad_words_ids", "num_return_sequences", "output_scores",
+    "return_dict_in_generate", "forced_bos_token_id", "forced_eos_token_id", "remove_invalid_values",
+    "exponential_decay_length_penalty", "suppress_tokens", "begin_suppress_tokens",
+}
+# Keys read above, PretrainedConfig's, or the families' own known to change neither parameters nor FLOPs
+# (initialisation, RoPE's base and scaling, router loss weights, routing normalisation, inference switches).
+KNOWN = {*(k for keys in FIELDS.values() for k in keys), *FFN_KEYS, *EXPERT_KEYS, *DROPOUT_KEYS, *NOT_MODELLED,
+         *PRETRAINED_CONFIG_KEYS,
+         "num_key_value_heads", "head_dim", "tie_word_embeddings", "hidden_act",
          "activation_function", "rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon", "attention_bias", "mlp_bias",
          "num_experts_per_tok", "moe_intermediate_size", "n_shared_experts", "shared_expert_intermediate_size",
          "first_k_dense_replace", "mlp_only_layers", "decoder_sparse_step", "moe_layer_freq", "sliding_window",
-         "use_sliding_window", "max_window_layers", "layer_types", "model_type", "architectures", "n_ctx",
+         "use_sliding_window", "max_window_layers", "layer_types", "model_type", "n_ctx",
          "rope_theta", "rope_scaling", "rope_parameters", "original_max_position_embeddings", "pretraining_tp",
-         "initializer_range", "use_cache", "torch_dtype", "dtype", "transformers_version", "use_mrope",
+         "initializer_range", "use_cache", "use_mrope",
          "output_router_logits", "router_aux_loss_coef", "aux_loss_alpha", "seq_aux", "norm_topk_prob",
          "scoring_func", "topk_method", "n_group", "topk_group", "routed_scaling_factor", "ep_size",
          "summary_type", "summary_use_proj", "summary_activation", "summary_proj_to_labels", "summary_first_dropout",
-         "bos_token_id", "eos_token_id", "pad_token_id", "chunk_size_feed_forward", "no_repeat_ngram_size",
-         "num_beams", "num_beam_groups", "num_return_sequences", "encoder_no_repeat_ngram_size", "num_labels",
          "scale_attn_weights", "reorder_and_upcast_attn", "scale_attn_by_inverse_layer_idx"}
 # Words in a key's name that say it may shape the model: such a key the planner does not read is refused.
 SHAPE_WORDS = ("expert", "lora", "layer", "head", "dim", "size", "num_", "n_", "window", "moe", "sparse", "rank",
@@ -86,9 +128,10 @@ SHAPE_WORDS = ("expert", "lora", "layer", "head", "dim", "size", "num_", "n_", "
 def transformer_from_hf_config(config: dict, name: str = "hf-model", seq_len: int | None = None) -> Transformer:
     """The `Transformer` a Hugging Face config dict describes (mapping in the module docstring).
 
-    `seq_len`: the sequence length to plan; None plans `max_position_embeddings` (the longest the
-    model takes, often far longer than the length it was trained at). Raises ValueError naming the
-    key that is missing, malformed or not modelled.
+    `seq_len`: the sequence length to plan, which is then all the config needs to say about length;
+    None plans `max_position_embeddings` (or n_positions, max_sequence_length: the longest the model
+    takes, often far longer than the length it was trained at) and refuses a config without one.
+    Raises ValueError naming the key that is missing, malformed, contradicted or not modelled.
 
     Example:
         >>> llama = {"num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32,
@@ -105,48 +148,56 @@ def transformer_from_hf_config(config: dict, name: str = "hf-model", seq_len: in
     family = _family(config)
     shape = {}
     for field, keys in FIELDS.items():
-        key = next((k for k in keys if config.get(k) is not None), None)
-        if key is None:
+        found = _one_value(config, keys, field, LARGEST[field])
+        if found is None and not (field == "seq_len" and seq_len is not None):
+            if field == "seq_len":
+                raise ValueError(f"no {', '.join(keys[:-1])} or {keys[-1]}: the config does not say how long a "
+                                 f"sequence the model takes; pass the length you will train with --seq-len (seq_len= "
+                                 f"from Python)")
             raise ValueError(f"no {' or '.join(keys)}: a decoder's config.json gives its {field} there")
-        shape[field] = _positive_int(config, key, LARGEST[field])
-    if seq_len is not None:
-        shape["seq_len"] = seq_len
+        shape[field] = seq_len if field == "seq_len" and seq_len is not None else found
     kv_heads = _positive_int(config, "num_key_value_heads", LARGEST["kv_heads"]) \
         if config.get("num_key_value_heads") is not None else shape["heads"]
-    ffn_key = next((k for k in ("intermediate_size", "n_inner") if config.get(k) is not None), None)
-    ffn = _positive_int(config, ffn_key, LARGEST["ffn"]) if ffn_key else 4 * shape["hidden"]
+    ffn = _one_value(config, FFN_KEYS, "ffn", LARGEST["ffn"]) or 4 * shape["hidden"]
     head_size = _head_size(config, shape)
     if shape["heads"] % kv_heads:
         raise ValueError(f"num_key_value_heads = {kv_heads} does not divide num_attention_heads = {shape['heads']}")
-    _check_attention_span(config, shape["seq_len"])
-    gpt2_style = "n_layer" in config or "n_positions" in config
-    activation = str(config.get("hidden_act", config.get("activation_function", "gelu"))).lower()
+    _check_attention_span(config, shape["seq_len"], shape["layers"])
     return Transformer(name, ffn=ffn, kv_heads=kv_heads, head_size=head_size,
-                       ffn_kind="swiglu" if activation in ("silu", "swish") and not gpt2_style else "gelu",
-                       norm="rmsnorm" if "rms_norm_eps" in config else "layernorm", bias=_bias(config, gpt2_style),
-                       position="learned" if gpt2_style else "rope",
-                       tied_embeddings=_true_or_false(config, "tie_word_embeddings", True),
+                       bias=True if family == "gpt2" else _bias(config),
+                       tied_embeddings=_true_or_false(config, "tie_word_embeddings", TIED_BY_DEFAULT[family]),
                        dropout=any(_number(config, key, default=0) > 0 for key in DROPOUT_KEYS),
-                       moe=_experts(config, ffn, shape["layers"]), **FAMILIES.get(family, {}), **shape)
+                       moe=_experts(config, ffn, shape["layers"]), **FAMILIES[family], **shape)
 
 
-def _family(config: dict) -> str | None:
-    """The config's model_type, refused (with what the planner cannot express) unless it is a family read here."""
+def _family(config: dict) -> str:
+    """The config's family: its model_type, refused (with what the planner cannot express) unless it is a family
+    read here; with no model_type, "gpt2" if it names its shape with GPT-2's keys, else "llama"."""
     for key, meaning in NOT_MODELLED.items():
-        if config.get(key) not in (None, 0, False):
+        if _set(config.get(key)):
             raise ValueError(f"{key} = {config[key]!r}: {meaning}")
     family = config.get("model_type")   # before single keys: removing a key would not make another family readable
-    if family is not None and family not in FAMILIES:
+    if family is not None and (not isinstance(family, str) or family not in FAMILIES):
         raise ValueError(f"model_type = {family!r}: not a family the planner reads ({', '.join(FAMILIES)}); its "
                          f"code may build what config.json does not say (a gated FFN, biases, extra norms): "
                          f"describe the model with the shape flags")
     for key, value in config.items():
-        unset = value is None or value is False or value == 0 or value in ([], {})
-        if key not in KNOWN and not unset and any(word in key.lower() for word in SHAPE_WORDS):
+        if key not in KNOWN and _set(value) and any(word in key.lower() for word in SHAPE_WORDS):
             raise ValueError(f"{key} = {value!r}: the planner does not read {key}, and its name says it may change "
                              f"the model; if it changes neither parameters nor FLOPs, remove it from a copy of the "
                              f"file (or describe the model with the shape flags)")
+    if family is None:
+        family = "gpt2" if any(config.get(key) is not None for key in GPT2_KEYS) else "llama"
     return family
+
+
+def _one_value(config: dict, keys: tuple, field: str, largest: int) -> int | None:
+    """The positive integer the first of `keys` set holds (None if none is); two set to different values: refused."""
+    values = {key: _positive_int(config, key, largest) for key in keys if config.get(key) is not None}
+    if len(set(values.values())) > 1:
+        said = " and ".join(f"{key} = {value}" for key, value in values.items())
+        raise ValueError(f"{said} both give the {field} and disagree: keep the right one in a copy of the file")
+    return next(iter(values.values()), None)
 
 
 def _head_size(config: dict, shape: dict) -> int | None:
@@ -160,7 +211,7 @@ def _head_size(config: dict, shape: dict) -> int | None:
     return head_dim
 
 
-def _check_attention_span(config: dict, seq_len: int) -> None:
+def _check_attention_span(config: dict, seq_len: int, layers: int) -> None:
     """Refuse attention that does not see the whole planned sequence: the planner costs full causal attention."""
     window = config.get("sliding_window")
     if window is not None and config.get("use_sliding_window", True) is not False:
@@ -168,7 +219,13 @@ def _check_attention_span(config: dict, seq_len: int) -> None:
         if window < seq_len:
             raise ValueError(f"sliding_window = {window:,} is shorter than the {seq_len:,} tokens planned: windowed "
                              f"attention is not modelled; plan --seq-len {window} or less")
-    kinds = config.get("layer_types") or []
+    kinds = config.get("layer_types")
+    if kinds is None:
+        return
+    if not isinstance(kinds, list) or len(kinds) != layers:
+        count = f"{len(kinds)} entries" if isinstance(kinds, list) else repr(kinds)
+        raise ValueError(f"layer_types = {count} for {layers} layers: it gives one attention kind a layer; "
+                         f"correct it or remove it from a copy of the file")
     windowed = [kind for kind in kinds if kind != "full_attention"]
     if windowed:
         raise ValueError(f"layer_types: {len(windowed)} of {len(kinds)} layers are {windowed[0]!r}, not "
@@ -210,15 +267,18 @@ def _experts(config: dict, ffn: int, layers: int) -> MoE | None:
     return MoE(experts, top_k, expert_ffn, shared_experts=shared, dense_layers=dense)
 
 
-def _bias(config: dict, gpt2_style: bool) -> bool:
-    """Biases on every Linear: GPT-2's; the Llama family's attention_bias and mlp_bias (both or neither)."""
-    if gpt2_style:
-        return True
+def _bias(config: dict) -> bool:
+    """Biases on every Linear in the Llama family: attention_bias and mlp_bias (both or neither)."""
     attention, mlp = (_true_or_false(config, key, False) for key in ("attention_bias", "mlp_bias"))
     if attention != mlp and "mlp_bias" in config:
         raise ValueError(f"attention_bias = {str(attention).lower()} and mlp_bias = {str(mlp).lower()}: biases on "
                          f"only one of them are not modelled")
     return attention
+
+
+def _set(value) -> bool:
+    """Whether a config value says something: not null, false, 0 or empty."""
+    return not (value is None or value is False or value == 0 or value in ([], {}))
 
 
 def _positive_int(config: dict, key: str, largest: int) -> int:
