@@ -6,6 +6,7 @@ import json
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -105,7 +106,7 @@ BAD_INPUT = [
     ((*LLAMA_8B, "--global-batch", "7", "--zero", "1"), ["--global-batch 7", "use --global-batch 8"]),
     ((*LLAMA_8B, "--global-batch", "100", "--zero", "1"), ["multiple of dp x micro-batch = 8 x 1", "96 or 104"]),
     ((*LLAMA_8B, "--grad-accum", "3", "--global-batch", "64"), ["= 24", "--global-batch or --grad-accum"]),
-    ((*LLAMA_8B, "--nodes", "2", "--tp", "16"), ["the 8 kv heads", "use tp in [1, 2, 4, 8]"]),
+    ((*LLAMA_8B, "--nodes", "2", "--tp", "16"), ["the 8 kv heads", "use --tp in [1, 2, 4, 8]"]),
     (("--params", "7.5B", *LLAMA_8B, "--tp", "2"), ["drop --model, --cluster, --tp"]),
     (("--params", "7.5B", "--nodes", "2"), ["drop --nodes"]),
     ((*LLAMA_8B, "--tp", "8", "--top", "3"), ["--top", "drop"]),
@@ -113,7 +114,7 @@ BAD_INPUT = [
     ((*LLAMA_8B, "--sequence-parallel"), ["--sequence-parallel needs --tp 2 or more"]),
     ((*LLAMA_8B, "--fsdp-unit", "model"), ["--fsdp-unit", "--zero 3"]),
     ((*LLAMA_8B, "--pp", "3"), ["--pp in [1, 2, 4, 8]"]),
-    ((*LLAMA_8B, "--nodes", "3", "--pp", "3"), ["pp=3 does not divide layers=32", "use pp in"]),
+    ((*LLAMA_8B, "--nodes", "3", "--pp", "3"), ["--pp 3 does not divide layers=32", "use --pp in"]),
     (("--model", "gpt2-small", "--cluster", "h100-sxm", "--nodes", "3", "--tp", "12"), ["--tp-across-nodes"]),
     (("--model", "llama3-70b", "--cluster", "t4"), ["add nodes", "shorter sequences (--seq-len)"]),
     ((*LLAMA_8B, "--micro-batch", "two"), ["--micro-batch", "invalid int value"]),
@@ -124,8 +125,8 @@ BAD_INPUT = [
     ((*LLAMA_8B, "--ep", "2"), ["--ep 2 needs a mixture-of-experts model", "mixtral-8x7b"]),
     (("--model", "mixtral-8x7b", "--cluster", "h100-sxm", "--ep", "3"), ["--ep 3 must divide the 8 experts",
                                                                           "--ep in [1, 2, 4, 8]"]),
-    (("--model", "mixtral-8x7b", "--cluster", "h100-sxm", "--tp", "2", "--ep", "8"), ["ep=8 does not divide dp x cp",
-                                                                                        "use ep in [1, 2, 4]"]),
+    (("--model", "mixtral-8x7b", "--cluster", "h100-sxm", "--tp", "2", "--ep", "8"),
+     ["--ep 8 does not divide dp x cp", "use --ep in [1, 2, 4]", "a smaller --expert-tp"]),
     ((*LLAMA_8B, "--ep", "two"), ["--ep", "give a positive int or auto"]),
     ((*LLAMA_8B, "--cp", "0"), ["--cp must be a positive int or auto, got 0"]),
     ((*LLAMA_8B, "--cp", "3"), ["--cp 3 does not divide the cluster's 8 GPUs"]),
@@ -133,6 +134,17 @@ BAD_INPUT = [
     ((*LLAMA_8B, "--tp", "2", "--cp", "auto"), ["--cp auto searches cp", "--tp chose one plan"]),
     ((*LLAMA_8B, "--tp", "4", "--pp", "2", "--cp", "4"), ["--tp 4 x --pp 2 x --cp 4 = 32 does not divide"]),
     (("--params", "7B", "--ep", "2"), ["drop --ep"]),
+    # a cross-region link of nan or inf Gb/s or ms: float() reads both, no link has them
+    ((*LLAMA_8B, "--nodes", "2", "--region-nodes", "1", "--cross-region-latency-ms", "nan"),
+     ["--cross-region-latency-ms must be a finite number >= 0, got nan"]),
+    ((*LLAMA_8B, "--nodes", "2", "--region-nodes", "1", "--cross-region-latency-ms", "inf"),
+     ["--cross-region-latency-ms must be a finite number >= 0, got inf"]),
+    ((*LLAMA_8B, "--nodes", "2", "--region-nodes", "1", "--cross-region-gbps", "inf"),
+     ["--cross-region-gbps must be a positive number, got inf"]),
+    ((*LLAMA_8B, "--nodes", "2", "--region-nodes", "1", "--cross-region-gbps", "nan"),
+     ["--cross-region-gbps must be a positive number, got nan"]),
+    ((*LLAMA_8B, "--nodes", "2", "--region-nodes", "1", "--cross-region-gbps", "0"),
+     ["--cross-region-gbps must be a positive number, got 0"]),
 ]
 
 # Runs `python -m ddp_lab`'s main() on each argv of json argv[1] in one interpreter (a subprocess per case costs an
@@ -178,7 +190,7 @@ def test_bad_input_exits_2_with_one_line_that_names_the_fix(case, bad_input_said
     assert err.startswith("python -m ddp_lab plan: error: "), err
     for word in words:
         assert word in err
-    for name in ("virtual_stages", "seq_len", "Strategy.", "sequence_parallel="):
+    for name in ("virtual_stages", "seq_len", "Strategy.", "sequence_parallel=", "expert_tp", "ep=", "tp=", "pp="):
         assert name not in err
 
 
@@ -202,6 +214,128 @@ def test_default_batch_the_strategy_cannot_split_is_said():
     assert result.stdout.startswith("note: global batch 510, the multiple of dp x micro-batch = 6 x 1 = 6 nearest "
                                     "the default 512")
     assert "global batch 510 sequences x 8192 tokens" in result.stdout
+
+
+# A library message naming a field, as the command line says it: each case's words, and what it must not say (the
+# field's Python name, or a flag the command line did not give beside the one it did)
+FIELD_MESSAGES = {
+    "tp_comm_overlap": ((*LLAMA_8B, "--tp", "2", "--tp-comm-overlap"),
+                        ["--tp-comm-overlap overlaps", "set --sequence-parallel, or drop --tp-comm-overlap"],
+                        ["tp_comm_overlap", "sequence_parallel", "(--sequence-parallel)"]),
+    "overlap_param_gather": ((*LLAMA_8B, "--zero", "3", "--overlap-param-gather"),
+                             ["--overlap-param-gather overlaps", "--zero 3 has no such gather",
+                              "use --zero 1 or 2, or drop --overlap-param-gather"], ["overlap_param_gather", "zero="]),
+    "zero": ((*LLAMA_8B, "--overlap-param-gather"), ["--zero 0 has no such gather"], ["zero=0"]),
+    "ep": (("--model", "mixtral-8x7b", "--cluster", "h100-sxm", "--nodes", "2", "--ep", "8", "--replicas", "4",
+            "--sync-every", "10"), ["--ep 8 does not divide a replica's dp x cp", "a smaller --ep"], ["ep=8"]),
+    "expert_tp": (("--model", "mixtral-8x7b", "--cluster", "h100-sxm", "--tp", "4", "--expert-tp", "3"),
+                  ["--expert-tp 3 does not divide --tp 4", "use --expert-tp in [1, 2, 4]"], ["expert_tp", "tp="]),
+    "sync_precision": ((*LLAMA_8B, "--sync-precision", "int8"),
+                       ["--sync-precision int8 describes an outer sync", "set --replicas to",
+                        "or drop --sync-precision"],
+                       ["sync_precision", "sync_every", "--sync-every", "replicas="]),
+    "sync_every": ((*LLAMA_8B, "--sync-every", "4", "--replicas", "1"),
+                   ["--sync-every 4 describes an outer sync", "but --replicas 1", "or drop --sync-every"],
+                   ["sync_every", "sync_precision", "--sync-precision"]),
+    "replicas": ((*LLAMA_8B, "--sync-every", "4", "--replicas", "3"),
+                 ["--replicas 3 does not divide --dp 8", "use --replicas in [1, 2, 4, 8]"], ["replicas=", "dp="]),
+    "first_stage_layers": (("--model", "mixtral-8x7b", "--cluster", "h100-sxm", "--nodes", "4", "--pp", "4",
+                            "--first-stage-layers", "5", "--last-stage-layers", "5"),
+                           ["drop --first-stage-layers/--last-stage-layers"], ["first_stage_layers", "layers) ("]),
+    "tp_across_nodes": (("--model", "gpt2-small", "--cluster", "h100-sxm", "--nodes", "3", "--tp", "12"),
+                        ["on the inter-node link (--tp-across-nodes)"], ["tp_across_nodes", "tp="]),
+}
+
+
+@pytest.fixture(scope="module")
+def field_messages_said():
+    return dict(zip(FIELD_MESSAGES, plan_on_each(args for args, _, _ in FIELD_MESSAGES.values())))
+
+
+@pytest.mark.parametrize("field", FIELD_MESSAGES)
+def test_a_library_message_names_flags_not_fields(field, field_messages_said):
+    """The library's rules say what is wrong in its fields' names (`ep=8`, `drop overlap_param_gather`); the command
+    line says the same in its flags (cli_flags.in_flags), and not a flag that was never given."""
+    _, said, unsaid = FIELD_MESSAGES[field]
+    code, out, err = field_messages_said[field]
+    assert code == 2 and out == "" and len(err.splitlines()) == 1, err
+    for words in said:
+        assert words in err, err
+    for words in unsaid:
+        assert words not in err, err
+
+
+def test_a_default_batch_raised_to_one_sequence_per_gpu_is_said():
+    """4M tokens of 131,072-token sequences are 32 sequences, fewer than 64 GPUs: the default is one per GPU, and a
+    note says so (search and one plan); rounded for a micro-batch of 3, the note says both. --help says it too."""
+    raised = ("note: global batch 64, the default raised to one sequence per GPU: 4M tokens / seq_len = 32 sequences "
+              "would leave some of the 64 GPUs without one; --global-batch sets it\n")
+    llama = ("--model", "llama3-8b", "--seq-len", "131072", "--cluster", "h100-sxm", "--nodes", "8")
+    cases = [(*llama, "--top", "1"), (*llama, "--zero", "3"), (*llama, "--zero", "3", "--micro-batch", "3"),
+             (*llama, "--top", "1", "--global-batch", "64"), ("--help",)]
+    (search_code, search, _), (one_code, one, _), (three_code, three, _), (_, given, _), (_, helped, _) = \
+        plan_on_each(cases)
+    assert search_code == one_code == three_code == 0
+    assert search.startswith(raised) and "global batch 64 sequences x 131072 tokens" in search
+    assert one.startswith(raised) and "mb1x1" in one
+    assert three.startswith("note: global batch 192, the multiple of dp x micro-batch = 64 x 3 = 192 nearest the "
+                            "default 64 (one sequence per GPU: 4M tokens / seq_len = 32 sequences would leave")
+    assert "note:" not in given                               # --global-batch given: nothing to say
+    assert "raised to one sequence per GPU where that is more" in " ".join(helped.split())
+
+
+def test_ffn_changes_only_dense_layers():
+    """--ffn sets the dense FFN: refused for a model whose every layer holds experts (it would change nothing), and
+    said to change only the dense layers of one that has both (DeepSeekMoE 16B: its first layer)."""
+    (code, out, err), (_, changed, _), (_, unchanged, _) = plan_on_each([
+        ("--model", "mixtral-8x7b", "--cluster", "h100-sxm", "--nodes", "8", "--ffn", "100", "--top", "1"),
+        ("--model", "deepseek-moe-16b", "--cluster", "h100-sxm", "--ffn", "5000", "--top", "1"),
+        ("--model", "deepseek-moe-16b", "--cluster", "h100-sxm", "--top", "1")])
+    assert code == 2 and out == "" and len(err.splitlines()) == 1, err
+    for words in ("--ffn sets the FFN of dense layers, and mixtral-8x7b has none", "8 experts of FFN size 14336",
+                  "drop it", "no flag sets the experts' size"):
+        assert words in err
+    assert changed.startswith("note: --ffn 5000 sets the FFN of deepseek-moe-16b's 1 dense layer(s) only; its experts "
+                              "keep their FFN size 1408")
+    assert "note:" not in unchanged
+    parameters = [re.search(r"^model: (\S+) parameters", text, re.M)[1] for text in (changed, unchanged)]
+    assert parameters == ["16.3B", "16.4B"]          # one dense FFN of 5000, not 10944: 3 x 2048 x 5944 = 37M fewer
+
+
+def test_shape_flags_that_leave_a_model_no_layer_with_experts_are_refused():
+    """DeepSeekMoE's first layer is dense: --layers 1 would leave its experts in no layer (the library's rule,
+    experts.check_layers, said with the flag)."""
+    config = str(Path(__file__).resolve().parent / "hf_configs" / "deepseek-moe-16b-base" / "config.json")
+    results = plan_on_each([("--hf-config", config, "--seq-len", "2048", "--cluster", "h100-sxm", "--layers", "1",
+                             "--top", "1"),
+                            ("--model", "deepseek-moe-16b", "--cluster", "h100-sxm", "--layers", "1", "--top", "1")])
+    for (code, out, err), name in zip(results, ("deepseek-moe-16b-base", "deepseek-moe-16b")):
+        assert code == 2 and out == "" and len(err.splitlines()) == 1, err
+        assert err == (f"python -m ddp_lab plan: error: --layers 1: {name} keeps a dense FFN in its first 1 layer(s) "
+                       f"(MoE.dense_layers), which leaves no layer with experts; use --layers > 1\n")
+
+
+def test_a_closed_stdout_ends_the_plan_quietly():
+    """`... | head -1`: the reader goes, the planner stops without a traceback (exit status 1, the Python docs'
+    "Note on SIGPIPE"), for a search and for one plan."""
+    for args in ((*LLAMA_8B, "--top", "3"), (*LLAMA_8B, "--dp", "8")):
+        run = subprocess.Popen([sys.executable, "-m", "ddp_lab", "plan", *args], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+        run.stdout.close()                   # closed before the planner writes its first line
+        err = run.stderr.read()
+        assert run.wait(timeout=120) == 1 and err == "", err
+
+
+def test_python_m_ddp_lab_plan_runs_the_plan_command():
+    """`python -m ddp_lab.plan` is `python -m ddp_lab plan`: the same help, output and errors."""
+    def both(*args):
+        return [subprocess.run([sys.executable, "-m", *way, *args], capture_output=True, text=True, timeout=120)
+                for way in (("ddp_lab.plan",), ("ddp_lab", "plan"))]
+    for args in (("--help",), (*LLAMA_8B, "--dp", "8"), (*LLAMA_8B, "--tp", "3")):
+        package, command = both(*args)
+        assert (package.returncode, package.stdout, package.stderr) == (command.returncode, command.stdout,
+                                                                         command.stderr)
+    assert package.returncode == 2 and command.stderr.startswith("python -m ddp_lab plan: error: --tp 3")
 
 
 def test_search_says_what_it_searched_and_folds_zero_stages_at_dp1():

@@ -76,6 +76,17 @@ def test_fine_grained_experts_cost_more_than_their_flops_and_fewer_tokens_per_ex
     assert expert_compute.permutation_seconds(fine.with_(moe=experts.MoE(64, 2, 1408)), Strategy(dp=8), H100.gpu)[0] < moved[0]
 
 
+def test_a_model_with_experts_keeps_at_least_one_layer_for_them():
+    """The first dense_layers layers are dense (experts.check_layers): as many as the model's layers or more would leave
+    its experts in no layer, refused in one line by the model itself; one layer fewer is a model."""
+    with pytest.raises(ValueError, match=r"^layers=2: x keeps a dense FFN in its first 5 layer\(s\) "
+                                         r"\(MoE.dense_layers\), which leaves no layer with experts; use layers > 5"):
+        Transformer("x", 2, 256, 4, vocab=1000, seq_len=128, moe=experts.MoE(8, 2, 128, dense_layers=5))
+    with pytest.raises(ValueError, match="leaves no layer with experts"):
+        Transformer.preset("deepseek-moe-16b").with_(layers=1)
+    assert experts.moe_layers(Transformer.preset("deepseek-moe-16b").with_(layers=2)) == 1
+
+
 # ---- FP8 -------------------------------------------------------------------------------------------
 
 def test_fp8_runs_the_linear_gemms_faster_and_keeps_the_rest_in_bf16():

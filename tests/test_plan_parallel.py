@@ -226,4 +226,4 @@ def test_the_cli_takes_expert_tp_and_refuses_a_bad_one_in_one_line(capsys):
     assert "ep8 etp1" in capsys.readouterr().out
     with pytest.raises(SystemExit) as stop:
         main(args + ["--expert-tp", "3"])
-    assert stop.value.code == 2 and "use expert_tp in [1, 2, 4]" in capsys.readouterr().err.splitlines()[-1]
+    assert stop.value.code == 2 and "use --expert-tp in [1, 2, 4]" in capsys.readouterr().err.splitlines()[-1]

@@ -15,17 +15,19 @@ Introduced in notebooks/13-plan-your-training-run.ipynb.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
-from ddp_lab.course.plan import context_parallel
+from ddp_lab.course.plan import context_parallel, experts
 from ddp_lab.course.plan.cluster_spec import ClusterSpec
 from ddp_lab.course.plan.efficiency import early_stop_can_skip_last_gemm
 from ddp_lab.course.plan.model import PRESETS, Transformer, parse_count
-from ddp_lab.course.plan.search import MEMORY_RESERVE, candidates, default_global_batch, evaluate, search
+from ddp_lab.course.plan.search import (DEFAULT_TOKENS_PER_BATCH, MEMORY_RESERVE, candidates, default_global_batch,
+                                        evaluate, search)
 from ddp_lab.course.plan.strategy import Strategy, check, divisors
 from ddp_lab.plan import cli_fit
 from ddp_lab.plan.cli_flags import (SHAPE_FLAGS, SPLIT_FLAGS, STRATEGY_FLAGS, OneLineErrors, add_arguments,
-                                    check_flags)
+                                    check_flags, in_flags)
 from ddp_lab.plan.cli_plot import draw
 from ddp_lab.plan.cli_regions import cross_region, regions_note
 from ddp_lab.plan.model_files import read_hf_config
@@ -34,7 +36,11 @@ from ddp_lab.plan.report import accuracy_text, breakdown, fold_zero_stages, mode
 
 
 def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    """Carry out `python -m ddp_lab plan`; bad input exits 2 through parser.error: one line naming the flag."""
+    """Carry out `python -m ddp_lab plan`; bad input exits 2 through parser.error: one line naming the flag.
+
+    A reader that stops reading (`... | head -1`) ends it quietly, with exit status 1, as the Python docs advise
+    (signal module, "Note on SIGPIPE"): what is left to print goes to the null device.
+    """
     try:
         check_flags(args)
         if args.params is not None:
@@ -50,7 +56,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             raise ValueError("--fp32-grads keeps fp32 gradients under bf16/fp16 mixed precision; with --precision fp32 "
                              "they are fp32 already: drop one of them")
         reserve = MEMORY_RESERVE if args.memory_reserve is None else args.memory_reserve
-        no_effect = _early_stop_changes_nothing(model) if args.checkpoint_early_stop else ""
+        no_effect = (_early_stop_changes_nothing(model) if args.checkpoint_early_stop else "") + _ffn_note(model, args)
         given = {name: getattr(args, name) for name in STRATEGY_FLAGS if getattr(args, name) is not None}
         one_plan = bool(given) and set(given) != {"virtual_stages"}
         cli_fit.check_flags(args, one_plan)
@@ -69,12 +75,15 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             print(no_effect + report)
         if args.plot is not None:
             draw(drawn, args.plot)
+        sys.stdout.flush()    # here, not at exit, so that a closed pipe is caught below
         return 0
     except KeyError as error:
         parser.error(error.args[0])
     except ValueError as error:
-        # the library's advice names the field; on the command line it is a flag
-        parser.error(str(error).replace("train on shorter sequences", "train on shorter sequences (--seq-len)"))
+        parser.error(in_flags(str(error), args))     # the library's message names fields; here they are flags
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())   # the exit's flush writes nowhere
+        return 1
 
 
 def _model(args) -> Transformer:
@@ -100,7 +109,26 @@ def _model(args) -> Transformer:
     if shape["heads"] % shape["kv_heads"]:
         raise ValueError(f"--kv-heads {shape['kv_heads']} does not divide --heads {shape['heads']}: each key/value "
                          f"head serves a whole group of query heads; use --kv-heads in {divisors(shape['heads'])}")
-    return base.with_(**shape) if changes else base
+    if not changes:
+        return base
+    try:
+        model = base.with_(**shape)
+    except ValueError as error:     # the library's rule; the shape flags changed its fields
+        raise ValueError(in_flags(str(error), args, SHAPE_FLAGS)) from None
+    if "ffn" in changes and experts.moe_layers(model) == model.layers:
+        raise ValueError(f"--ffn sets the FFN of dense layers, and {model.name} has none: each of its {model.layers} "
+                         f"layers holds {model.moe.experts} experts of FFN size {model.moe.expert_ffn} instead, so "
+                         f"--ffn would change nothing; drop it (no flag sets the experts' size: a config.json read "
+                         f"with --hf-config does)")
+    return model
+
+
+def _ffn_note(model, args) -> str:
+    """A note when --ffn changes a model with experts: only its dense layers (the experts keep their size)."""
+    if args.ffn is None or model.moe is None:
+        return ""
+    return (f"note: --ffn {args.ffn} sets the FFN of {model.name}'s {model.moe.dense_layers} dense layer(s) only; its "
+            f"experts keep their FFN size {model.moe.expert_ffn} (no flag sets it)\n")
 
 
 def _check_splits(model, cluster, args, given: dict) -> None:
@@ -162,6 +190,7 @@ def _search_report(model, cluster, args, reserve: float, seq_source: str | None 
     """The search's header (what was searched, how many plans fit), its fastest distinct plans with the margin and
     ties, what they assume and how far to trust them; and the plans printed."""
     global_batch = args.global_batch or default_global_batch(model, cluster)
+    note = "" if args.global_batch else _default_batch_note(model, cluster, global_batch)
     options = {"precision": args.precision, "tp_across_nodes": args.tp_across_nodes, "cp": args.cp or 1,
                "ep": args.ep, "attention": args.attention or "flash", "fp32_grads": args.fp32_grads,
                "flash_kernel": args.flash_kernel or "fa2",
@@ -178,9 +207,10 @@ def _search_report(model, cluster, args, reserve: float, seq_source: str | None 
                            seq_source=seq_source)
     plans = [plan for plan, _ in rows]
     tie, source = stated_error(cluster, plans[0] if plans else None)
-    return "\n".join([header, table(plans, stages=[zero for _, zero in rows], tie=tie),
-                      ties_text([plan for plan, _ in folded], tie, source), assumptions_text(plans, chosen=True),
-                      accuracy_text(cluster, plans)]), plans
+    report = "\n".join([header, table(plans, stages=[zero for _, zero in rows], tie=tie),
+                        ties_text([plan for plan, _ in folded], tie, source), assumptions_text(plans, chosen=True),
+                        accuracy_text(cluster, plans)])
+    return note + report, plans
 
 
 def _strategy(model, cluster, args, given: dict) -> tuple[Strategy, str]:
@@ -231,9 +261,23 @@ def _strategy(model, cluster, args, given: dict) -> tuple[Strategy, str]:
         return strategy.with_(grad_accum=args.global_batch // (strategy.dp * strategy.micro_batch)), ""
     default = default_global_batch(model, cluster)
     batch = min(_nearest_multiples(default, replica), key=lambda b: (abs(b - default), b))
-    note = "" if batch == default else (f"note: global batch {batch}, the multiple of {split} nearest the default "
-                                        f"{default} (4M tokens); --global-batch sets it\n")
+    note = _default_batch_note(model, cluster, batch, split)
     return strategy.with_(grad_accum=batch // (strategy.dp * strategy.micro_batch)), note
+
+
+def _default_batch_note(model, cluster, batch: int, split: str = "") -> str:
+    """A note when the global batch planned by default is not 4M tokens / seq_len: the default raised to one sequence
+    per GPU (search.default_global_batch), or rounded to the nearest multiple of what the strategy splits it into."""
+    tokens = DEFAULT_TOKENS_PER_BATCH // model.seq_len
+    if batch == tokens:
+        return ""
+    default = default_global_batch(model, cluster)
+    why = ("4M tokens" if default == tokens else f"one sequence per GPU: 4M tokens / seq_len = {tokens} sequences "
+                                                 f"would leave some of the {cluster.gpus} GPUs without one")
+    if batch == default:
+        return f"note: global batch {batch}, the default raised to {why}; --global-batch sets it\n"
+    return (f"note: global batch {batch}, the multiple of {split} nearest the default {default} ({why}); "
+            f"--global-batch sets it\n")
 
 
 def _interleaving_fits(strategy: Strategy) -> Strategy:

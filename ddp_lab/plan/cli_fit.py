@@ -10,9 +10,8 @@ notebooks/13-plan-your-training-run.ipynb.
 
 from __future__ import annotations
 
-import math
-
 from ddp_lab.course.plan.fit_to_run import HIGHEST, LOWEST, matmul_efficiency_for, with_matmul_efficiency
+from ddp_lab.plan import cli_flags    # a module: cli_flags imports this one for its flags
 
 # The fastest bf16 GEMM timed on an H100 SXM for this planner, on the planner's scale (cuBLAS at k = 2048 ran at
 # 0.734 of peak, which the planner's tile cost, efficiency.gemm_seconds, reads as an efficiency of 0.78;
@@ -39,8 +38,7 @@ def check_flags(args, strategy_given: bool) -> None:
                          f"got {args.matmul_efficiency:g}")
     if args.measured_tokens_per_gpu is None:
         return
-    if not math.isfinite(args.measured_tokens_per_gpu) or args.measured_tokens_per_gpu <= 0:
-        raise ValueError(f"--measured-tokens-per-gpu must be a positive number, got {args.measured_tokens_per_gpu:g}")
+    cli_flags.check_number("measured_tokens_per_gpu", args.measured_tokens_per_gpu)
     if args.matmul_efficiency is not None:
         raise ValueError("--measured-tokens-per-gpu finds the matmul efficiency; --matmul-efficiency sets one: "
                          "give one of them")

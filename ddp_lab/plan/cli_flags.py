@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import math
 import re
 
 from ddp_lab.course.plan.attention_kernels import FLASH_KERNELS
@@ -29,6 +30,14 @@ POSITIVE_INTS = ("nodes", "dp", "tp", "pp", "micro_batch", "grad_accum", "global
                  *SHAPE_FLAGS)
 SHORT_FORM_FLAGS = ("params", "dp", "zero", "precision", "fp32_grads")     # all that --params reads
 SPLIT_FLAGS = ("cp", "ep")     # a number (the plan's or every searched plan's) or "auto" (searched)
+# The library's fields that a flag here sets: its messages name them (`ep=8`, `drop overlap_param_gather`), and
+# in_flags writes each as its flag. The model's shape fields are mapped only where the shape flags built the model.
+STRATEGY_FIELDS = (*STRATEGY_FLAGS, *SPLIT_FLAGS, "precision", "attention", "flash_kernel", "fp32_grads",
+                   "checkpoint_early_stop")
+# The library's advice that names no field, with the flag that follows it (the library's words, the CLI's words).
+ADVICE_FLAGS = (("train on shorter sequences", "train on shorter sequences (--seq-len)"),
+                (" (or moe=None: a dense model)", ""),
+                (" (tp_across_nodes=True; --tp-across-nodes on the command line)", " (--tp-across-nodes)"))
 # 8 million GPUs, some 80x the largest clusters built; the search over a million nodes takes about 5 s here
 # (over 10^12 it never ended). The shape flags' limits are the model's (model.LARGEST).
 LARGEST_NODES = 10**6
@@ -168,7 +177,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     cli_fit.add_arguments(parser)
     out = parser.add_argument_group("search")
     out.add_argument("--global-batch", dest="global_batch", type=int,
-                     help="sequences per step (default: 4M tokens / seq_len)")
+                     help="sequences per step (default: 4M tokens / seq_len, raised to one sequence per GPU where "
+                          "that is more)")
     out.add_argument("--top", type=int, help="plans to print (default 10; rows that differ only in a ZeRO stage "
                                              "that changes nothing, at dp1, are one row)")
     out.add_argument("--plot", metavar="FILE.png",
@@ -219,6 +229,49 @@ class OneLineErrors(argparse.ArgumentParser):
 def flag_name(name: str) -> str:
     """The command-line spelling of an argparse dest: micro_batch -> --micro-batch."""
     return "--" + name.replace("_", "-")
+
+
+def check_number(name: str, value: float | None, zero_allowed: bool = False) -> None:
+    """Refuse a float flag's value that is not a finite positive number (>= 0 where zero is allowed): argparse's
+    float() reads nan and inf, which no count, rate or time is."""
+    if value is not None and (not math.isfinite(value) or value < 0 or (value == 0 and not zero_allowed)):
+        wanted = "a finite number >= 0" if zero_allowed else "a positive number"
+        raise ValueError(f"{flag_name(name)} must be {wanted}, got {value:g}")
+
+
+def in_flags(message: str, args, fields=STRATEGY_FIELDS) -> str:
+    """A library message with the fields it names written as the flags that set them (one rule, one place: the
+    library says what is wrong, the command line only renames).
+
+    `ep=8` -> `--ep 8`, `tp_comm_overlap=True` -> `--tp-comm-overlap`, `sync_precision='int8'` -> `--sync-precision
+    int8`; a field named alone: `drop overlap_param_gather` -> `drop --overlap-param-gather` for a name with an
+    underscore, `use ep in [...]` -> `use --ep in [...]` for a short one after use, set or smaller (short names alone
+    are words of the prose too: replicas, precision). A field the command line did not give, named beside one it did
+    (`sync_every=1 (sync_precision='int8')`, `drop sync_every and sync_precision`), is left out: the flag given is
+    the one to change.
+    """
+    names = "|".join(sorted(fields, key=len, reverse=True))
+
+    def flag(match: re.Match) -> str:
+        name, value = match["name"], match["value"]
+        if value is None:
+            advice = match.string[:match.start()].endswith(("use ", "set ", "smaller "))
+            return flag_name(name) if "_" in name or advice else name
+        value = value.strip("'")
+        return {"True": flag_name(name), "False": f"no {flag_name(name)}"}.get(value, f"{flag_name(name)} {value}")
+
+    text = re.sub(rf"(?<![\w.-])(?P<name>{names})(?:=(?P<value>'[^']*'|[\w.]+))?(?![\w-])", flag,
+                  message)
+    for library, cli in ADVICE_FLAGS:
+        text = text.replace(library, cli)
+    given = {flag_name(name) for name in fields if getattr(args, name, None) not in (None, False)}
+    flag_given = r"--[a-z][\w-]*"
+    text = re.sub(rf"(?P<one>(?P<first>{flag_given})(?: [\w.]+)?) \((?P<two>(?P<second>{flag_given})(?: [\w.]+)?)\)",
+                  lambda m: m[0] if (m["first"] in given) == (m["second"] in given)
+                  else m["one"] if m["first"] in given else m["two"], text)
+    text = re.sub(rf"drop (?P<one>{flag_given}) and (?P<two>{flag_given})",
+                  lambda m: "drop " + (" and ".join(f for f in (m["one"], m["two"]) if f in given) or m[0][5:]), text)
+    return re.sub(rf"(?P<flag>{flag_given}(?:/{flag_given})*) \((?P=flag)\)", r"\g<flag>", text)
 
 
 def given_flags(args, names) -> list[str]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from ddp_lab.course.plan import outer_sync
 from ddp_lab.course.plan.collectives import axes_across_regions, spans_regions
+from ddp_lab.plan.cli_flags import check_number
 
 
 def regions_note(model, cluster, strategy) -> str:
@@ -37,12 +38,10 @@ def cross_region(cluster, args):
                              "--region-nodes N (nodes per region)")
         return cluster
     changes = {"region_nodes": args.region_nodes}
+    check_number("cross_region_gbps", args.cross_region_gbps)
+    check_number("cross_region_latency_ms", args.cross_region_latency_ms, zero_allowed=True)
     if args.cross_region_gbps is not None:
-        if args.cross_region_gbps <= 0:
-            raise ValueError(f"--cross-region-gbps must be positive, got {args.cross_region_gbps:g}")
         changes["cross_region_bandwidth"] = args.cross_region_gbps * 1e9 / 8
     if args.cross_region_latency_ms is not None:
-        if args.cross_region_latency_ms < 0:
-            raise ValueError(f"--cross-region-latency-ms must be >= 0, got {args.cross_region_latency_ms:g}")
         changes["cross_region_latency"] = args.cross_region_latency_ms / 1e3
     return cluster.with_(**changes)

@@ -73,6 +73,17 @@ class MoE:
             raise ValueError(f"MoE.top_k={self.top_k} is more than the {self.experts} experts a token can go to")
 
 
+def check_layers(model) -> None:
+    """Raise ValueError (saying the fix) unless the model keeps at least one layer for its experts: the first
+    `dense_layers` layers are dense, so dense_layers >= layers would leave a MoE model without experts in use
+    (Transformer.__post_init__ calls it)."""
+    moe = model.moe
+    if moe is not None and moe.dense_layers >= model.layers:
+        raise ValueError(f"layers={model.layers}: {model.name} keeps a dense FFN in its first {moe.dense_layers} "
+                         f"layer(s) (MoE.dense_layers), which leaves no layer with experts; use layers > "
+                         f"{moe.dense_layers} (or moe=None: a dense model)")
+
+
 # ---- parameter counts ---------------------------------------------------------------------------
 
 def _ffn_parameters(model, width: int, tp: int = 1) -> int:

@@ -99,6 +99,7 @@ class Transformer:
         if self.moe is not None and not isinstance(self.moe, MoE):
             raise ValueError(f"Transformer.moe must be a MoE(experts=..., top_k=..., expert_ffn=...) or None, "
                              f"got {self.moe!r}")
+        experts.check_layers(self)    # a MoE model keeps at least one layer with experts
 
     def __repr__(self) -> str:
         # `moe` shows only when set: a dense model prints as it did before experts existed (lesson 13 prints one)
