@@ -89,7 +89,7 @@ def candidates(model, cluster, global_batch: int, micro_batches=(1, 2, 4, 8), ze
                recompute=("none", "selective", "full"), precision: str | None = None,
                tp_across_nodes: bool = False, cp=(1,), ep=None, virtual_stages=(1, 2), attention: str = "flash",
                fp32_grads: bool = False, checkpoint_early_stop: bool = False, flash_kernel: str = "fa2"):
-    """Every valid Strategy: dp*tp*pp*cp = GPUs, tp divides the heads (and kv heads) and stays in a
+    """Every valid Strategy: dp*tp*pp*cp = GPUs, tp divides the heads (and kv heads) and the GPUs of a
     node (unless tp_across_nodes), pp divides the layers, dp*micro_batch divides global_batch.
     Sequence parallelism is tried on and off whenever tp > 1; with pp > 1 the 1F1B schedule and
     the interleaved one with each of `virtual_stages` > 1 that divides the layers per stage (and
@@ -117,10 +117,9 @@ def candidates(model, cluster, global_batch: int, micro_batches=(1, 2, 4, 8), ze
         recompute = tuple(rc for rc in recompute if rc != "selective")
     checkpoint_early_stop = checkpoint_early_stop and early_stop_can_skip_last_gemm(model)
     gpus = cluster.gpus
-    max_tp = gpus if tp_across_nodes else cluster.gpus_per_node
     for tp in divisors(gpus):
-        if (tp > max_tp or model.heads % tp or model.kv_heads_ % tp or model.ffn_ % tp
-                or not experts.splits_for_tp(model, tp)):
+        if ((cluster.gpus_per_node % tp and not tp_across_nodes) or model.heads % tp or model.kv_heads_ % tp
+                or model.ffn_ % tp or not experts.splits_for_tp(model, tp)):
             continue
         for cp_size in _sizes(cp, divisors(gpus // tp)):
             if not context_parallel.splits_sequence(model, cp_size):

@@ -183,8 +183,8 @@ def check(model, strategy: Strategy, gpus: int | None = None, gpus_per_node: int
     Rules: dp*tp*pp == gpus; tp divides heads and kv_heads (each rank owns whole heads,
     Megatron-LM's column split, lesson 08); tp divides the FFN size and vocab-parallel
     embedding rows are padded (so no rule on vocab); pp*virtual_stages divides layers
-    (equal stages, lesson 07; or the first and last stage given, `pipeline_stages`); tp <= gpus_per_node
-    unless tp_across_nodes.
+    (equal stages, lesson 07; or the first and last stage given, `pipeline_stages`); tp divides gpus_per_node
+    (every tensor-parallel group inside one node: `rank_layout.Group.spans_nodes`) unless tp_across_nodes.
 
     Example:
         >>> from ddp_lab.course.plan.model import Transformer
@@ -225,11 +225,13 @@ def check(model, strategy: Strategy, gpus: int | None = None, gpus_per_node: int
     op_checkpoint.check(model, strategy)      # per-op checkpointing: bias-free dense SwiGLU blocks only
     experts.check(model, strategy)            # ep splits whole experts of a MoE model (lesson 14)
     context_parallel.check(model, strategy)   # cp: 2 x cp equal chunks of the sequence (lesson 15)
-    if gpus_per_node is not None and strategy.tp > gpus_per_node and not tp_across_nodes:
-        raise ValueError(f"tp={strategy.tp} is larger than the {gpus_per_node} GPUs of one node: tensor parallelism "
-                         f"communicates in every layer and belongs on the fast intra-node link; use "
-                         f"tp <= {gpus_per_node}, or ask to cost it on the inter-node link (tp_across_nodes=True; "
-                         f"--tp-across-nodes on the command line)")
+    if gpus_per_node is not None and gpus_per_node % strategy.tp and not tp_across_nodes:
+        # tp ranks are consecutive (rank_layout): a tp that does not divide the node puts some groups across two
+        where = "is larger than the" if strategy.tp > gpus_per_node else "does not divide the"
+        raise ValueError(f"tp={strategy.tp} {where} {gpus_per_node} GPUs of one node, so some tensor-parallel group "
+                         f"spans nodes: tensor parallelism communicates in every layer and belongs on the fast "
+                         f"intra-node link; use tp in {divisors(gpus_per_node)}, or ask to cost it on the inter-node "
+                         f"link (tp_across_nodes=True; --tp-across-nodes on the command line)")
 
 
 def _check_communication(strategy: Strategy) -> None:
