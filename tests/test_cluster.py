@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import _thread
 import io
 import json
 import os
@@ -288,8 +289,38 @@ def test_a_slow_cell_at_the_watchdog_is_interrupted_and_the_cluster_keeps_its_va
                               "as the stop button does; the cluster keeps its ranks and their variables."), message
     assert re.search(r"--- rank 1 was still running after timeout=1s; interrupted at <ddp cell \d+>, line 2, in "
                      r"<module> ---", message), message
-    assert "%%ddp --timeout SECONDS (--timeout none: no watchdog)" in message
+    assert caught.value.hint == ("If the work is just slow, give it a longer watchdog: timeout=SECONDS "
+                                 "(timeout=None: no watchdog)."), caught.value.hint   # used directly: the API's words
     assert cluster.alive and cluster.run_code("kept") == [0, 7]
+
+
+def test_a_command_that_ends_just_after_its_watchdog_keeps_its_values(cluster):
+    """The watchdog fires while the ranks are still at work; by the time they are interrupted they have finished
+    (their replies arrive then): no rank counts as timed out, and the command gives its values as if in time. Where
+    only rank 0 finished, the message names rank 1 alone."""
+    assert [cluster.run_code("import time\ntime.sleep(0)\nx = rank + 1\nx", timeout=0.0004) for _ in range(3)] \
+        == [[1, 2]] * 3
+    assert cluster.pull("x", timeout=0.0004) == [1, 2]
+    with pytest.raises(LaunchTimeout) as caught:
+        cluster.run_code("if rank == 1:\n    time.sleep(30)\nx", timeout=0.0004)
+    message = str(caught.value)
+    assert message.startswith("rank(s) 1 of 2 still running after timeout=0.0004s, running Python code"), message
+    assert "--- rank 0" not in message and list(caught.value.failures) == [1], message
+    assert cluster.alive and cluster.run_code("x") == [1, 2]
+
+
+def test_a_pull_interrupted_says_each_rank_had_finished_the_pull(cluster, capsys):
+    """The stop button during a pull (rank 1's value takes a while to pickle, rank 0's cannot be pickled): each
+    rank's line says it had finished the pull, not a cell, and the cluster stays."""
+    cluster.run_code("import threading, time\nclass Slow:\n    def __reduce__(self):\n        time.sleep(1.5)\n"
+                     "        return (int, (rank,))\nheld = threading.Lock() if rank == 0 else Slow()")
+    capsys.readouterr()
+    threading.Timer(0.5, _thread.interrupt_main).start()   # as the stop button does to the kernel
+    with pytest.raises(KeyboardInterrupt):
+        cluster.pull("held")
+    err = capsys.readouterr().err
+    assert "[rank 0] had finished the pull\n[rank 1] had finished the pull\n" in err, err
+    assert cluster.alive and cluster.run_code("del held\nrank") == [0, 1]
 
 
 def test_after_a_failure_a_rank_that_waits_in_a_collective_for_it_is_stuck(monkeypatch):
@@ -306,6 +337,17 @@ def test_after_a_failure_a_rank_that_waits_in_a_collective_for_it_is_stuck(monke
                       "dist.all_reduce(torch.ones(1))")
     assert "raise ValueError('x')" in str(caught.value) and "in all_reduce" in str(caught.value)
     assert not live.alive and wait_gone(pids) == []
+
+
+def test_a_value_that_cannot_travel_back_while_a_rank_is_stuck_in_a_collective_is_named(monkeypatch):
+    """Rank 1 ends the cell with a lock (its value cannot be pickled back), rank 0 waits in all_reduce: the report
+    names rank 1's value and rank 0's collective."""
+    monkeypatch.setattr(command, "AFTER_FAILURE_S", 0.3)
+    live = ddp_lab.Cluster(2, backend="gloo")
+    with pytest.raises(RankFailed, match=r"^rank\(s\) 0 of 2 still running after another rank failed") as caught:
+        live.run_code("import threading\nif rank == 0:\n    dist.all_reduce(torch.ones(1))\nthreading.Lock()")
+    assert "--- rank 1 gave, as the cell's last line, a lock that cannot be pickled back" in str(caught.value)
+    assert "in all_reduce" in caught.value.failures[0].details and not live.alive
 
 
 def test_at_the_watchdog_after_a_failure_the_failed_rank_comes_first(cluster, monkeypatch):
@@ -403,6 +445,31 @@ def test_a_stuck_collective_is_caught_and_the_cluster_shut_down():
         live.run_code("pass")
 
 
+def test_a_cluster_used_directly_says_to_make_a_new_one_once_shut_down():
+    """Running the cell again does not revive a Cluster used directly: its messages say to make a new one."""
+    live = ddp_lab.Cluster(2, backend="gloo")
+    live.shutdown()
+    for call in (lambda: live.run_code("pass"), lambda: live.pull("x"), live.status):
+        with pytest.raises(RuntimeError) as caught:
+            call()
+        assert str(caught.value) == "this cluster was shut down: start a fresh one with ddp_lab.Cluster(...).", \
+            str(caught.value)
+
+
+def test_a_slow_training_loop_shut_down_at_the_watchdog_says_so_in_sentences():
+    """Rank 0 waits in all_reduce, rank 1 computes on in Python: the cluster cannot be kept, and the hint says the
+    cell is slow; its sentences start with a capital letter, and it says how to start afresh."""
+    live = ddp_lab.Cluster(2, backend="gloo")
+    with pytest.raises(LaunchTimeout) as caught:
+        live.run_code("if rank == 0:\n    dist.all_reduce(torch.ones(1))\nelse:\n    while True:\n        pass",
+                      timeout=1)
+    hint = caught.value.hint
+    assert hint.startswith("the ranks were still working") and not live.alive, hint
+    assert hint.endswith("Give it a longer watchdog (timeout=SECONDS, or timeout=None for none): a rank inside a "
+                         "collective cannot be interrupted safely, so the cluster was shut down; start a fresh one "
+                         "with ddp_lab.Cluster(...)."), hint
+
+
 def test_a_crashing_rank_shuts_the_cluster_down():
     live = ddp_lab.Cluster(2, backend="gloo")
     pids = rank_pids(live)
@@ -464,6 +531,23 @@ def test_interrupt_keeps_the_cluster_unless_a_rank_is_stuck_in_a_collective():
     assert re.search(r"ddp_lab: rank\(s\) 1 of 2 still running \d\.\ds after the interrupt, in all_reduce, waiting for "
                      r"ranks that were interrupted before they joined it\. The cluster was shut down;", err), err
     assert wait_gone(pids) == []
+
+
+def test_ranks_left_in_different_collectives_after_an_interrupt_are_said_to_be(monkeypatch, capsys):
+    """The stop button while rank 0 waits in barrier and rank 1 in all_reduce: neither stops, and the line says they
+    called different collectives, not that a rank was interrupted before it joined."""
+    monkeypatch.setattr(command, "INTERRUPT_GRACE_S", 1.0)
+    live = ddp_lab.Cluster(2, backend="gloo")
+    capsys.readouterr()
+    threading.Timer(1.0, _thread.interrupt_main).start()   # as the stop button does to the kernel
+    with pytest.raises(KeyboardInterrupt):
+        live.run_code("if rank == 0:\n    dist.barrier()\nelse:\n    dist.all_reduce(torch.ones(2))")
+    err = capsys.readouterr().err
+    assert re.search(r"ddp_lab: rank\(s\) 0, 1 of 2 still running \d\.\ds after the interrupt, in all_reduce "
+                     r"\(rank\(s\) 1\) and in barrier \(rank\(s\) 0\): they called different collectives, and each "
+                     r"waits for the others to call the same one\. The cluster was shut down; start a fresh one with "
+                     r"ddp_lab\.Cluster\(\.\.\.\)\.$", err, re.M), err
+    assert "interrupted before" not in err and not live.alive
 
 
 def without_clock(line: str) -> str:
@@ -687,6 +771,27 @@ def test_a_fresh_cluster_after_a_hang_keeps_the_size_and_another_size_says_what_
             "are gone.") in capsys.readouterr().err
 
 
+def test_the_hints_of_a_ddp_cell_use_the_magics_words(ddp_shell, monkeypatch):
+    """A %%ddp cell's hints say `--timeout SECONDS`, not the Python API's `timeout=`, and how to start afresh in a
+    notebook: at the watchdog (a slow cell, interrupted; a rank stuck in a collective) and after a failure, where a
+    longer watchdog would not help the ranks waiting for the failed one."""
+    monkeypatch.setattr(command, "AFTER_FAILURE_S", 0.3)
+    shell = ddp_shell
+    assert shell.run_cell("%%ddp -n 2 --backend gloo\nimport time").success
+    slow = shell.run_cell("%%ddp --timeout 1\nif rank == 1:\n    time.sleep(30)").error_in_exec
+    assert isinstance(slow, LaunchTimeout) and slow.hint == ("If the work is just slow, give it a longer watchdog: "
+                                                             "--timeout SECONDS (--timeout none: no watchdog)."), slow
+    stuck = shell.run_cell("%%ddp --timeout 1\nif rank == 0:\n    dist.all_reduce(torch.ones(1))").error_in_exec
+    assert isinstance(stuck, LaunchTimeout) and "timeout=" not in stuck.hint, stuck
+    assert stuck.hint.endswith(" If the work is just slow, give it a longer watchdog: --timeout SECONDS (--timeout "
+                               "none: no watchdog). The cluster was shut down; run the cell again to start a fresh "
+                               "one."), stuck.hint
+    failed = shell.run_cell("%%ddp\nif rank == 1:\n    raise ValueError('x')\ndist.all_reduce(torch.ones(1))")
+    assert isinstance(failed.error_in_exec, RankFailed) and "timeout" not in failed.error_in_exec.hint, \
+        failed.error_in_exec
+    assert failed.error_in_exec.hint.endswith("The cluster was shut down; run the cell again to start a fresh one.")
+
+
 def test_a_rank_that_dies_between_cells_is_named_and_the_next_cell_starts_afresh(ddp_shell, capsys):
     """SIGKILL a rank while no cell runs: the next cell gets one line naming it and how it died.
 
@@ -707,8 +812,8 @@ def test_a_rank_that_dies_between_cells_is_named_and_the_next_cell_starts_afresh
     error, printed = failed.error_in_exec, capsys.readouterr()
     assert isinstance(error, RankCrashed), repr(error)
     assert str(error) == ("rank 1 of 2 died between cells (signal SIGKILL (9): killed from outside: often the "
-                          "kernel's out-of-memory killer); the cluster was shut down: run the cell again "
-                          "(or ddp_lab.Cluster(...)) to start a fresh one."), str(error)
+                          "kernel's out-of-memory killer); the cluster was shut down: run the cell again to "
+                          "start a fresh one."), str(error)
     assert error.failures[1].returncode == -signal.SIGKILL
     assert "the cell ran" not in printed.out and "interrupted" not in printed.err
     assert not live.alive and wait_gone(pids) == []
@@ -838,6 +943,7 @@ def test_ddp_help_alone_and_a_cell_written_as_a_script_or_ending_in_a_semicolon(
     says to write `%%ddp`. A script's `if __name__ == "__main__":` block, false in a cell's module, is named before the
     cell runs (its definitions still run); a final `;` hides the cell's value, as in a notebook cell."""
     shell = ddp_shell
+    shell.run_line_magic("ddp_shutdown", "")   # whatever the module's earlier tests left
     empty = shell.run_cell("%%ddp --help")
     assert "Did you mean the line magic %ddp (single %)?" in str(empty.error_in_exec)
     assert shell.run_cell("%ddp --help").success and "--stream" in capsys.readouterr().out
@@ -847,10 +953,34 @@ def test_ddp_help_alone_and_a_cell_written_as_a_script_or_ending_in_a_semicolon(
     script = "def main():\n    print('main ran')\n\nif __name__ == '__main__':\n    main()"
     assert shell.run_cell(f"%%ddp -n 2 --backend gloo\n{script}").success
     shown = capsys.readouterr()
-    assert shown.out == "" and shown.err.startswith(   # then, after a cluster of another size: that it was replaced
+    assert shown.out == "" and (   # after the line saying the cluster was replaced, where one of another size ran
         "ddp_lab: the block under `if __name__ == \"__main__\":` (line 4) does not run: a %%ddp cell runs in module "
         "__ddp__, so __name__ is '__ddp__' there (in a notebook cell it is '__main__'). Call what the block calls "
-        "directly, e.g. main().\n")
+        "directly, e.g. main().\n") in shown.err
     assert shell.run_cell("%%ddp\nmain()").success and capsys.readouterr().out == "[rank 0] main ran\n[rank 1] main ran\n"
     assert shell.run_cell("%%ddp\nx = rank + 1\nx;  # hidden").success and capsys.readouterr().out == ""
     assert shell.run_cell("%%ddp\nx").success and capsys.readouterr().out == "[rank 0] Out: 1\n[rank 1] Out: 2\n"
+
+
+def test_the_stop_button_while_the_cluster_starts_and_status_after_a_hang_say_what_happened(ddp_shell, capsys):
+    """A press while the ranks start ends the cell with one line (no rank ran it), not the launcher's traceback;
+    after a hang ended the cluster, %ddp_status and %ddp_pull say so and what the next cell does; an abbreviated
+    option is a typo, not the option it begins."""
+    from ddp_lab.cluster import magics
+
+    shell = ddp_shell
+    shell.run_line_magic("ddp_shutdown", "")
+    threading.Timer(0.02, os.kill, (os.getpid(), signal.SIGINT)).start()
+    started = shell.run_cell("%%ddp -n 2 --backend gloo\nx = 1")
+    assert type(started.error_in_exec).__name__ == "CellInterrupted", repr(started.error_in_exec)
+    assert "ddp_lab: interrupted while the cluster was starting; no rank ran the cell.\n" in capsys.readouterr().err
+    hung = shell.run_cell("%%ddp -n 2 --backend gloo --timeout 1\nif rank == 0:\n    dist.barrier()")
+    assert isinstance(hung.error_in_exec, LaunchTimeout) and not magics._current.alive
+    capsys.readouterr()
+    assert shell.run_cell("%ddp_status").success
+    assert capsys.readouterr().out == ("no live cluster: the last one (2 ranks on gloo) was shut down after a crash or a "
+                                       "hang, which its cell reported; the next %%ddp cell starts a fresh one of that "
+                                       "size, with empty namespaces.\n")
+    assert str(shell.run_cell("%ddp_pull x").error_in_exec).startswith("no live cluster: the last one (2 ranks")
+    typo = shell.run_cell("%%ddp --onl 1\nx = 1").error_in_exec
+    assert isinstance(typo, MagicUsageError) and "unrecognized arguments: --onl 1" in str(typo)

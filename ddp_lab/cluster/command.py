@@ -8,7 +8,9 @@ still running at the watchdog (interrupted where they run Python code, as the st
 so that the cluster keeps its state; stuck where they wait in a collective); Jupyter's stop
 button, which interrupts the ranks' code and leaves the cluster up unless a rank does not stop.
 The reports themselves are the rank group's (launcher/reports.py); this module only says what
-happened to the cell.
+happened to the cell, in the words of whoever drives the cluster: the Python API's (`timeout=`,
+`ddp_lab.Cluster(...)`), or the magic's for the cluster that `%%ddp` cells run on (`--timeout`,
+"run the cell again").
 
 Introduced in notebooks/00b-live-cluster.ipynb.
 """
@@ -42,8 +44,31 @@ UNPICKLABLE_ADVICE = {
     "call": ("returned", "Return plain data instead"),
     "pull": ("holds in that variable", "Pull plain data made from it on the ranks"),
 }
-RESTART = "run the cell again (or ddp_lab.Cluster(...)) to start a fresh one."
-FRESH_START = f"The cluster was shut down; {RESTART}"
+# What a command's ranks had finished, by command kind, in a note after an interrupt ("had finished the cell")
+FINISHED = {"exec": "the cell", "pull": "the pull"}
+# How to give slow work a longer watchdog, in the Python API's words (`in_words` gives a %%ddp cell the magic's)
+SLOW = "If the work is just slow, give it a longer watchdog: timeout=SECONDS (timeout=None: no watchdog)."
+
+
+def in_words(text: str, magic: bool) -> str:
+    """`text`, written in the Python API's words (`timeout=SECONDS`), in the words of whoever drives the cluster:
+    as it is for a Cluster used directly; in the magic's (`--timeout SECONDS`: magics._as_options) for the cluster
+    that `%%ddp` cells run on (`magic`)."""
+    if not magic:
+        return text
+    from ddp_lab.cluster.magics import _as_options  # lazy: magics imports the cluster, which imports this module
+    return _as_options(text)
+
+
+def restart(magic: bool) -> str:
+    """How to get a fresh cluster once this one was shut down: the next `%%ddp` cell starts one (`magic`); a
+    Cluster used directly stays shut down, and a new one is made."""
+    return "run the cell again to start a fresh one." if magic else "start a fresh one with ddp_lab.Cluster(...)."
+
+
+def fresh_start(magic: bool) -> str:
+    """The sentence that ends a message whose error shut the cluster down."""
+    return f"The cluster was shut down; {restart(magic)}"
 
 
 class CommandWatch:
@@ -55,10 +80,14 @@ class CommandWatch:
         running: the ranks that run it.
         names: the notebook's names for its cells (tracebacks say "Cell In[5]").
         shut_down: ends the cluster; called before an error that leaves no cluster behind.
+        magic: whether `%%ddp` cells run on this cluster: its hints then use the magic's words (`in_words`).
     """
 
-    def __init__(self, group: RankGroup, command_id: int, running: list[int], names: dict, shut_down):
+    def __init__(self, group: RankGroup, command_id: int, running: list[int], names: dict, shut_down,
+                 magic: bool = False):
         self.group, self.command_id, self.running, self.names = group, command_id, running, names
+        self.magic = magic
+        self.fresh_start = fresh_start(magic)
         self.nprocs = group.nprocs
         self.replies: dict[int, dict] = {}
         self.marks: dict[int, set] = {rank: set() for rank in range(self.nprocs)}
@@ -112,6 +141,11 @@ class CommandWatch:
                     look_at = time.monotonic() + AFTER_FAILURE_S
             elif kind == "mark" and value[1] == self.command_id:
                 self.marks[rank].add(value[0])
+        return self._failed(first_failed)
+
+    def _failed(self, first_failed: int | None) -> LaunchError | None:
+        """Once every rank replied: None if all succeeded, else the RankFailed of the ranks that did not (the
+        cluster lives on); `first_failed` is named first, if it failed."""
         failures = {r: self._failure(r, reply) for r, reply in self.replies.items() if not reply["ok"]}
         if not failures:
             return None
@@ -138,9 +172,9 @@ class CommandWatch:
         Each rank's code raises KeyboardInterrupt where it is (rank_loop.py: between commands a
         rank ignores SIGINT), and the ranks, their variables and their process group stay. A rank
         that does not stop within INTERRUPT_GRACE_S is blocked in C++ code, most likely a collective
-        whose peers were interrupted before they joined it: then the cluster is shut down and the
-        one-line error saying so is returned. A rank left alone in a collective (every other rank is
-        out of the command) cannot finish it, so it is not waited for.
+        whose peers were interrupted before they joined it (or wait in a different one): then the
+        cluster is shut down and the one-line error saying so is returned. A rank left alone in a
+        collective (every other rank is out of the command) cannot finish it, so it is not waited for.
         """
         self.running = running = self.sent  # from now on, the ranks the command reached
         self.group.interrupt([rank for rank in running if rank not in self.replies])
@@ -158,7 +192,8 @@ class CommandWatch:
 
     def interrupted_notes(self) -> list[str]:
         """One line per rank after an interrupt: where its code was interrupted, or how it ended."""
-        return [f"[rank {rank}] {_interrupted_where(self.replies[rank], self.names)}" for rank in self.running]
+        return [f"[rank {rank}] {_interrupted_where(self.replies[rank], self.names, self.kind)}"
+                for rank in self.running]
 
     def lost_group(self) -> list[int]:
         """The ranks whose cell destroyed the default process group."""
@@ -169,17 +204,20 @@ class CommandWatch:
         time.sleep(0.2)  # let the rest of the news arrive
         crashed = dict(self.group.exits)
         self._shut_down()
-        return self.group.crash_report(f"rank {min(crashed)} of {self.nprocs} died.", crashed, hint=FRESH_START)
+        return self.group.crash_report(f"rank {min(crashed)} of {self.nprocs} died.", crashed,
+                                       hint=self.fresh_start)
 
     def _waiting(self) -> list[int]:
         """The ranks running the command that have not replied yet."""
         return [r for r in self.running if r not in self.replies]
 
-    def _at_the_watchdog(self, timeout: float, first_failed: int | None) -> LaunchError:
+    def _at_the_watchdog(self, timeout: float, first_failed: int | None) -> LaunchError | None:
         """Ranks still running at the watchdog: stuck where one waits in a collective (the cluster is shut down);
         interrupted, as the stop button does, where all of them run Python code (a cell that is only slow: the
-        cluster keeps its ranks and their variables, unless a rank does not stop). `first_failed`: the rank whose
-        failure reached the notebook first, if one failed."""
+        cluster keeps its ranks and their variables, unless a rank does not stop). A rank whose reply then says it
+        finished the command (its value, or one that cannot travel back) ended just after the watchdog: it is not
+        timed out, and if every rank did so the command ends as if in time. `first_failed`: the rank whose failure
+        reached the notebook first, if one failed."""
         waiting = self._waiting()
         stacks = self.group.stacks(waiting)
         left_out = [r for r in range(self.nprocs) if r not in self.running]
@@ -191,21 +229,23 @@ class CommandWatch:
         problem = self.interrupt()
         if self.ended_cluster:
             return problem   # a rank that did not stop: the one line says so, and the cluster was shut down
+        timed_out = [r for r in waiting if not self.replies[r]["ok"] and "unpicklable" not in self.replies[r]]
+        if not timed_out:
+            return self._failed(first_failed)   # every rank finished the command, just after the watchdog
         failures = {r: self._failure(r, reply) for r, reply in self.replies.items()
-                    if not reply["ok"] and r not in waiting}
+                    if not reply["ok"] and r not in timed_out}
         failed = sorted(failures)
-        for rank in waiting:
+        for rank in timed_out:
             failures[rank] = RankFailure(rank, "timeout", f"was still running after timeout={timeout:g}s; "
-                                         f"{_interrupted_where(self.replies[rank], self.names)}")
+                                         f"{_interrupted_where(self.replies[rank], self.names, self.kind)}")
         how = (f"after timeout={timeout:g}s, running Python code: interrupted there, as the stop button does; the "
                "cluster keeps its ranks and their variables.")
-        headline = still_running(waiting, self.nprocs, how)
+        headline = still_running(timed_out, self.nprocs, how)
         if failed:
             headline = f"rank(s) {listed(failed)} failed, and {headline}"
-        return (RankFailed if failed else LaunchTimeout)(
-            headline, failures, first_failed if failed else min(waiting), self.group.texts(),
-            "if the work is just slow, give it a longer watchdog: %%ddp --timeout SECONDS (--timeout none: no "
-            "watchdog), or run_code(..., timeout=SECONDS).")
+        first = (first_failed if first_failed in failures else min(failed)) if failed else min(timed_out)
+        return (RankFailed if failed else LaunchTimeout)(headline, failures, first, self.group.texts(),
+                                                         in_words(SLOW, self.magic))
 
     def _stuck(self, timeout: float | None, stacks: dict[int, str], after_failure: bool) -> LaunchError:
         """Ranks stuck (or too slow) with one in a collective: the cluster is shut down (a group half-way through a
@@ -213,16 +253,19 @@ class CommandWatch:
         a second time: stacks that moved show a cell that is slow, not stuck, and the hint says so."""
         waiting = list(stacks) or self._waiting()
         moving = not after_failure and stacks and self._moved(stacks)
-        raised = {r: raised_failure(r, reply, self.names) for r, reply in self.replies.items() if not reply["ok"]}
+        raised = {r: self._failure(r, reply) for r, reply in self.replies.items() if not reply["ok"]}
         self._shut_down()
         in_collective = [rank for rank, stack in stacks.items() if waiting_in(stack) != "elsewhere"]
         why = (f"after another rank failed; rank(s) {listed(in_collective)} wait in a collective (for the failed "
                "rank, most likely)" if after_failure else f"after timeout={timeout:g}s")
-        hint = ("the ranks were still working (their stacks changed, or they used the CPU, in the "
-                f"{MOVED_CHECK_S:g} s after the watchdog), so the cell is slow, not stuck. Give it a longer watchdog "
-                "(%%ddp --timeout SECONDS, "
-                "--timeout none for none; or timeout=): a rank inside a collective cannot be interrupted safely, so "
-                f"the cluster was shut down. {RESTART}" if moving else f"{timeout_hint(stacks)} {FRESH_START}")
+        if moving:
+            longer = in_words("Give it a longer watchdog (timeout=SECONDS, or timeout=None for none)", self.magic)
+            hint = ("the ranks were still working (their stacks changed, or they used the CPU, in the "
+                    f"{MOVED_CHECK_S:g} s after the watchdog), so the cell is slow, not stuck. {longer}: a rank "
+                    "inside a collective cannot be interrupted safely, so the cluster was shut down; "
+                    f"{restart(self.magic)}")
+        else:   # after a failure the ranks wait for the failed rank: a longer watchdog would not help them
+            hint = f"{timeout_hint(stacks, '' if after_failure else in_words(SLOW, self.magic))} {self.fresh_start}"
         return self.group.hang_report(
             still_running(waiting, self.nprocs, f"{why}."), stacks, self.names, raised=raised,
             hint=hint, cls=RankFailed if after_failure else LaunchTimeout,
@@ -265,20 +308,26 @@ class CommandWatch:
             f"rank(s) {listed(stacks)} of {self.nprocs} waited {timeout:g}s in {', '.join(calls)}, which rank(s) "
             f"{listed(left_out)} did not join: the cell ran on rank(s) {listed(self.running)} only (--only / only=), "
             "and a collective on the default group needs every rank. Drop --only to run the cell on every rank. "
-            f"{FRESH_START}", stacks, self.names, hint="", headline_only=True)
+            f"{self.fresh_start}", stacks, self.names, hint="", headline_only=True)
 
     def _still_running_after_interrupt(self, stacks: dict[int, str], seconds: float) -> LaunchError:
         """Ranks that did not stop after an interrupt (their `stacks`): one line, and the cluster shut down."""
-        calls = sorted({blocked_in(stack) for stack in stacks.values() if blocked_in(stack)})
+        calls: dict[str, list[int]] = {}   # collective -> the ranks that wait in it
+        for rank, stack in sorted(stacks.items()):
+            if blocked_in(stack):
+                calls.setdefault(blocked_in(stack), []).append(rank)
         places = sorted({place for stack in stacks.values() if (place := _innermost_cell_frame(stack, self.names))})
-        where = (f"in {', '.join(calls)}, waiting for ranks that were interrupted before they joined it" if calls
+        where = (" and ".join(f"in {call} (rank(s) {listed(ranks)})" for call, ranks in sorted(calls.items()))
+                 + ": they called different collectives, and each waits for the others to call the same one"
+                 if len(calls) > 1
+                 else f"in {next(iter(calls))}, waiting for ranks that were interrupted before they joined it" if calls
                  else f"in the cell's code ({'; '.join(places)}): it caught the KeyboardInterrupt and went on (an "
                       "`except KeyboardInterrupt:` or a bare `except:`), or a call into C++ code there has not "
                       "returned" if places
                  else "in C++ code, where Python cannot interrupt it")
         self._shut_down()
         return self.group.hang_report(
-            still_running(stacks, self.nprocs, f"{seconds:.1f}s after the interrupt, {where}. {FRESH_START}"),
+            still_running(stacks, self.nprocs, f"{seconds:.1f}s after the interrupt, {where}. {self.fresh_start}"),
             stacks, self.names, hint="", headline_only=True)
 
 
@@ -297,14 +346,15 @@ def _innermost_cell_frame(stack: str, names: dict[str, str]) -> str | None:
     return None
 
 
-def _interrupted_where(reply: dict, names: dict[str, str]) -> str:
-    """A rank's note after an interrupt: 'interrupted at Cell In[5], line 3, in <module>', or how it ended.
+def _interrupted_where(reply: dict, names: dict[str, str], kind: str) -> str:
+    """A rank's note after an interrupt: 'interrupted at Cell In[5], line 3, in <module>', or how it ended
+    ('had finished the cell': `kind`, the command's kind, names what it finished).
 
     The place is the innermost frame of the cell's own code (a notebook cell, `<ddp cell N>`),
     else the innermost frame outside ddp_lab's command loop (the signal handler's frame).
     """
-    if reply["ok"]:
-        return "had finished the cell"
+    if reply["ok"] or "unpicklable" in reply:   # it ended the command (with a value that cannot travel back)
+        return f"had finished {FINISHED.get(kind, 'the command')}"
     if reply["type"] != "KeyboardInterrupt":
         return f"raised {reply['type']}: {(reply['text'].splitlines() or [''])[0]}"
     frames = [(match["file"] or match["cell"], match["rest"]) for line in

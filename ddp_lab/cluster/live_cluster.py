@@ -23,7 +23,7 @@ import sys
 import time
 
 from ddp_lab.cluster import rank_loop as cluster_rank
-from ddp_lab.cluster.command import FRESH_START, RESTART, CommandWatch
+from ddp_lab.cluster.command import CommandWatch, restart
 from ddp_lab.cluster.registry import CLUSTER_PREFIX, Registration
 from ddp_lab.cluster.status import StatusReport, cluster_status
 from ddp_lab.launcher.arguments import (check_env, check_fn, check_nprocs, check_ranks, check_shown_ranks_run,
@@ -105,6 +105,12 @@ class Cluster:
     def alive(self) -> bool:
         return not self._closed
 
+    def _in_magic(self) -> bool:
+        """Whether this is the cluster that `%%ddp` cells run on (magics.py's): its messages then speak as the
+        magic does (`--timeout SECONDS`; after a crash, the next cell starts a fresh cluster)."""
+        magics = sys.modules.get("ddp_lab.cluster.magics")   # not loaded: no magic drives this cluster
+        return magics is not None and magics._current is self
+
     def shutdown(self) -> None:
         """Stop every rank (idempotent). Nothing is left running."""
         if self._closed:
@@ -140,7 +146,7 @@ class Cluster:
         `python -m ddp_lab status` prints the same lines in a terminal while the kernel is busy.
         """
         if self._closed:
-            raise RuntimeError(f"this cluster was shut down: {RESTART}")
+            raise RuntimeError(f"this cluster was shut down: {restart(self._in_magic())}")
         self._take_news_of_exits()   # a rank that died since the last command: how it ended
         return cluster_status(self._group.processes, dict(self._group.exits), self._workdir, self._names)
 
@@ -210,7 +216,7 @@ class Cluster:
                  only: list[int] | None = None, stream: bool = False) -> Results:
         __tracebackhide__ = True
         if self._closed:
-            raise RuntimeError(f"this cluster was shut down: {RESTART}")
+            raise RuntimeError(f"this cluster was shut down: {restart(self._in_magic())}")
         check_timeout(timeout)
         if show is not None:
             check_ranks(show, self.nprocs, prefix=f"show={show!r}: ")
@@ -225,7 +231,7 @@ class Cluster:
         self._print_between_commands()
         starts = [len(output.lines) for output in self._group.outputs]
         unshown = list(starts)   # each rank's first line not printed yet: a streamed command prints them as they come
-        watch = CommandWatch(self._group, command_id, running, self._names, self._teardown)
+        watch = CommandWatch(self._group, command_id, running, self._names, self._teardown, self._in_magic())
         self._group.set_live(LiveLines(show), (lambda: self._print_new(unshown, show, close_live=False))
                              if stream else None)
         try:
@@ -238,7 +244,7 @@ class Cluster:
         except BaseException:
             self._teardown()
             self._print_new(unshown, show)
-            print(f"ddp_lab: {FRESH_START}", file=sys.stderr)
+            print(f"ddp_lab: {watch.fresh_start}", file=sys.stderr)
             raise
         finally:
             self._group.set_live(self._group.live)   # lines arriving after the command wait for the next one
@@ -264,7 +270,7 @@ class Cluster:
         except KeyboardInterrupt:  # pressed again before the ranks stopped: none can be trusted
             self._teardown()
             self._print_new(starts, show)
-            print(f"ddp_lab: interrupted twice. {FRESH_START}", file=sys.stderr)
+            print(f"ddp_lab: interrupted twice. {watch.fresh_start}", file=sys.stderr)
             raise CellInterrupted from None
         self._ended_at = ends = self._line_counts()
         self._print_new(starts, show, ends)
@@ -299,7 +305,8 @@ class Cluster:
             who = f"ranks {', '.join(map(str, dead))}"
             how = "; ".join(f"rank {rank}: {how_it_ended(code)}" for rank, code in crashed.items())
         return self._group.crash_report(
-            f"{who} of {self.nprocs} died between cells ({how}); the cluster was shut down: {RESTART}", crashed,
+            f"{who} of {self.nprocs} died between cells ({how}); the cluster was shut down: "
+            f"{restart(self._in_magic())}", crashed,
             summary=lambda code: f"died between cells ({how_it_ended(code)})", headline_only=True)
 
     def _regroup(self, lost: list[int]) -> None:

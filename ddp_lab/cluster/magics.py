@@ -32,7 +32,7 @@ from ddp_lab.cluster.status import StatusReport
 from ddp_lab.launcher.arguments import (MAX_TIMEOUT_S, check_nprocs, check_ranks, check_shown_ranks_run,
                                        check_source, check_timeout)
 from ddp_lab.launcher.backend import choose_backend
-from ddp_lab.launcher.errors import MagicUsageError
+from ddp_lab.launcher.errors import CellInterrupted, MagicUsageError
 from ddp_lab.launcher.payload import cell_names
 
 _current: Cluster | None = None
@@ -48,6 +48,7 @@ class _OptionParser(argparse.ArgumentParser):
 
 def _parser() -> argparse.ArgumentParser:
     parser = _OptionParser(prog="%%ddp", usage=USAGE.replace("%", "%%"), add_help=False,  # argparse %-formats it
+                           allow_abbrev=False,   # --onl is a typo, not --only
                            description="Run the cell on the ranks of the live cluster, each in its own namespace.")
     parser.add_argument("-n", "--nprocs", type=_whole_number, default=None,
                         help="ranks (default: the running cluster's, else 2)")
@@ -200,20 +201,24 @@ def ddp(line: str, cell: str):
     if options.help:
         print(help_text())
         return
-    check_options(options)
-    shell = _shell()
-    # Register the cell like IPython does, so tracebacks say "Cell In[n], line k" (the count
-    # has already moved on to the next cell while this one runs).
-    filename = shell.compile.cache(cell, shell.execution_count - 1) if shell is not None else None
-    names = _cell_names(shell)
-    # a cell that does not compile, before the cluster is touched; named as the notebook names it ("Cell In[5]")
-    check_source(cell, names.get(filename, filename) if filename else "<ddp cell>")
+    try:   # in a fresh kernel the backend's check imports torch, then the ranks start: a press there is one line
+        check_options(options)
+        shell = _shell()
+        # Register the cell like IPython does, so tracebacks say "Cell In[n], line k" (the count
+        # has already moved on to the next cell while this one runs).
+        filename = shell.compile.cache(cell, shell.execution_count - 1) if shell is not None else None
+        names = _cell_names(shell)
+        # a cell that does not compile, before the cluster is touched; named as the notebook names it ("Cell In[5]")
+        check_source(cell, names.get(filename, filename) if filename else "<ddp cell>")
+        cluster = current_cluster(options.nprocs, options.backend)
+    except KeyboardInterrupt:
+        print("ddp_lab: interrupted while the cluster was starting; no rank ran the cell.", file=sys.stderr)
+        raise CellInterrupted from None
     guard = _main_guard_line(cell)
     if guard is not None:
         print(f"ddp_lab: the block under `if __name__ == \"__main__\":` (line {guard}) does not run: a %%ddp cell "
               f"runs in module {CELL_MODULE}, so __name__ is {CELL_MODULE!r} there (in a notebook cell it is "
               "'__main__'). Call what the block calls directly, e.g. main().", file=sys.stderr)
-    cluster = current_cluster(options.nprocs, options.backend)
     cluster.name_cells(names)
     shown = cluster.run_code(cell, timeout=options.timeout, show=options.ranks, filename=filename, only=options.only,
                              display=True, stream=options.stream)
@@ -259,7 +264,7 @@ def ddp_pull(line: str):
     if not name.isidentifier():
         raise MagicUsageError(f"%ddp_pull needs one variable name, got {line!r}: e.g. %ddp_pull loss.")
     if _current is None or not _current.alive:
-        raise MagicUsageError("no live cluster: run a %%ddp cell first.")
+        raise MagicUsageError(_no_live_cluster())
     values = _current.pull(name)
     shell = _shell()
     if shell is not None:
@@ -279,9 +284,18 @@ def ddp_status(line: str = "") -> StatusReport | None:
     if line.strip():
         raise MagicUsageError(f"%ddp_status takes no arguments, got {line.strip()!r}: write %ddp_status.")
     if _current is None or not _current.alive:
-        print("no live cluster: run a %%ddp cell first.")
+        print(_no_live_cluster())
         return None
     return _current.status()
+
+
+def _no_live_cluster() -> str:
+    """Why no cluster answers: none was started (or %ddp_shutdown stopped it), or a crash or a hang ended it."""
+    if _current is None:
+        return "no live cluster: run a %%ddp cell first."
+    return (f"no live cluster: the last one ({_current.nprocs} ranks on {_current.backend}) was shut down after a crash "
+            "or a hang, which its cell reported; the next %%ddp cell starts a fresh one of that size, with empty "
+            "namespaces.")
 
 
 def ddp_shutdown(line: str = "") -> None:

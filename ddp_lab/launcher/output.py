@@ -173,18 +173,18 @@ def print_line(rank: int, stream: str, line: str) -> None:
     _write(stream, prefixed(rank, line))
 
 
-_last_written: list = [None]   # the stream `_write` wrote to last
+_last_written = ["stdout"]   # the name of the stream `_write` wrote to last
 
 
 def _write(stream: str, text: str) -> None:
     """Write `text` to sys.stdout or sys.stderr ("stdout", "stderr"), flushing the other one first if it was written
-    last: a Jupyter kernel buffers its two streams apart and would otherwise show all of stdout before stderr."""
-    target = sys.stderr if stream == "stderr" else sys.stdout
-    last = _last_written[0]
-    if last is not None and last is not target:
-        last.flush()
-    _last_written[0] = target
-    target.write(text)
+    last: a Jupyter kernel buffers its two streams apart and would otherwise show all of stdout before stderr. The
+    stream is looked up now (a kernel, or pytest, may have replaced it since)."""
+    name = "stderr" if stream == "stderr" else "stdout"
+    if _last_written[0] != name:
+        getattr(sys, _last_written[0]).flush()
+        _last_written[0] = name
+    getattr(sys, name).write(text)
 
 
 _pending_notes: list[str] = []

@@ -142,8 +142,15 @@ def waiting_in(stack: str) -> str:
     return "elsewhere"
 
 
-def timeout_hint(stacks: dict[int, str]) -> str:
-    """The watchdog's hint: the likely cause for ranks stuck in a rendezvous, in a collective, or elsewhere."""
+SLOW_HINT = "If the work is just slow, pass a larger timeout=."   # a launch's words for a longer watchdog
+
+
+def timeout_hint(stacks: dict[int, str], slow: str = SLOW_HINT) -> str:
+    """The watchdog's hint: the likely cause for ranks stuck in a rendezvous, in a collective, or elsewhere.
+
+    `slow`: the sentence that says how to give slow work a longer watchdog, in the caller's words (a live cluster
+    has its own, and a `%%ddp` cell the magic's); "" for none.
+    """
     where: dict[str, list[int]] = {}
     for rank, stack in sorted(stacks.items()):
         where.setdefault(waiting_in(stack), []).append(rank)
@@ -165,8 +172,8 @@ def timeout_hint(stacks: dict[int, str]) -> str:
             f"rank(s) {', '.join(map(str, where['elsewhere']))} are not in a torch.distributed call: their stack "
             "shows where they are (a loop that never ends, or a store of your own waiting for a peer or a key "
             "that never comes).")
-    if "elsewhere" in where or "collective" in where:
-        parts.append("If the work is just slow, pass a larger timeout=.")
+    if slow and ("elsewhere" in where or "collective" in where):
+        parts.append(slow)
     return " ".join(parts)
 
 
