@@ -970,7 +970,19 @@ def test_the_stop_button_while_the_cluster_starts_and_status_after_a_hang_say_wh
 
     shell = ddp_shell
     shell.run_line_magic("ddp_shutdown", "")
-    threading.Timer(0.02, os.kill, (os.getpid(), signal.SIGINT)).start()
+    def press_while_starting():   # the stop button once the notebook's thread is starting the cluster
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            frame, names = sys._current_frames().get(threading.main_thread().ident), set()
+            while frame is not None:
+                names.add(frame.f_code.co_name)
+                frame = frame.f_back
+            if "current_cluster" in names:
+                os.kill(os.getpid(), signal.SIGINT)
+                return
+            time.sleep(0.001)
+
+    threading.Thread(target=press_while_starting, daemon=True).start()
     started = shell.run_cell("%%ddp -n 2 --backend gloo\nx = 1")
     assert type(started.error_in_exec).__name__ == "CellInterrupted", repr(started.error_in_exec)
     assert "ddp_lab: interrupted while the cluster was starting; no rank ran the cell.\n" in capsys.readouterr().err
