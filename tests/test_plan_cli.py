@@ -677,7 +677,7 @@ def test_trust_by_family_is_what_the_published_runs_say():
     outlier = next(r for r in h100 if r.name == "MPT-760m 8xH100")
     assert f"{error(outlier):+.1%}" in rows["FSDP / ZeRO-3 dense, data-parallel, up to 3B and 30-70B (MosaicML, IBM)"]
     llama3_errors = sorted(round(abs(error(r)) * 100) for r in llama3)
-    assert llama3_errors == [34, 46], llama3_errors        # no interleaving; 8 virtual stages: test_plan_published.py
+    assert llama3_errors == [43, 52], llama3_errors        # no interleaving; 8 virtual stages: test_plan_published.py
     plain = [r for r in SEQUENCE_SWEEP if r.strategy.recompute == "none"]
     full = [r for r in SEQUENCE_SWEEP if r.strategy.recompute != "none"]
     assert f"{max(abs(error(r)) for r in plain):.1%}" == "7.3%" and span(full) == "-10.4% to +29.4%"

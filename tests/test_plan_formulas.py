@@ -586,7 +586,8 @@ def test_defaults_ep1_cp1_change_no_number():
     0.54): both GPU fingerprints moved, the CPU cluster's did not; and when full recomputation with sequence
     parallelism kept a tp-th of each layer's input (Korthikanti's 2sbh/t) and ZeRO 0-2's sync became one bucket per
     layer with the weights' gather exposed (dp_sync.zero12_exposed): all three moved, the H100 search keeping 540
-    plans instead of 437.)"""
+    plans instead of 437; and when ZeRO 2 reduce-scattered in every micro-batch (dp_sync.gradient_reductions): all
+    three moved.)"""
     import hashlib
 
     def fingerprint(plans):
@@ -601,10 +602,10 @@ def test_defaults_ep1_cp1_change_no_number():
     cpu = ClusterSpec.from_measurements({"ranks": 4, "matmul_flops": {"fp32": 5e10}, "collectives": fits, "cores": 2,
                                          "matmul_efficiency": 0.4, "memory": 2**30}, ranks=4)
     assert fingerprint(search(Transformer.preset("llama3-70b"), ClusterSpec.preset("h100-sxm", nodes=8),
-                              top=None)) == ("eff923bea51e16a9", 540)
+                              top=None)) == ("f256ec17d7f5a862", 540)
     assert fingerprint(search(Transformer.preset("gpt2-small"), ClusterSpec.preset("a100-80gb", nodes=2),
-                              top=None)) == ("260c0ce4520a7ac0", 640)
-    assert fingerprint(search(shape, cpu, top=None, precision="fp32")) == ("47ec752193895fa1", 384)
+                              top=None)) == ("d5c9f560c491dd11", 640)
+    assert fingerprint(search(shape, cpu, top=None, precision="fp32")) == ("41f13c4dec9aeebf", 384)
 
 
 def test_flash_attention_runs_at_its_own_share_of_peak_not_the_gemm_constant():

@@ -1,8 +1,8 @@
 """The planner's parallelism, communication and memory mechanics (ddp_lab.course.plan): one cheap test each.
 
 Pure Python, no ranks: the saved layer input under full recomputation and sequence parallelism, tensor-parallel
-communication overlap, ZeRO 0-2's bucketed gradient sync and overlapped weight gather, a tensor-parallel size that
-must divide the node, uneven pipeline stages,
+communication overlap, ZeRO 0-2's bucketed gradient sync (ZeRO 2's in every micro-batch) and overlapped weight
+gather, a tensor-parallel size that must divide the node, uneven pipeline stages,
 DiLoCo-style outer sync and a cross-region link, the experts' own tensor-parallel size. Each checks the direction
 of its effect and, where a paper states one, the published number.
 """
@@ -69,6 +69,25 @@ def test_llama3_405b_8k_without_checkpointing_fits_an_h100_once_its_stages_are_u
              + stage_activation_bytes(LLAMA3_405B, strategy, stage) for stage in (0, 1, 15)}
     assert max(loads, key=loads.get) == 1
     assert 0.9 * 80 * GiB < memory(LLAMA3_405B, strategy).total == loads[1] < 80 * GiB
+
+
+def test_zero2_reduce_scatters_its_sharded_gradients_in_every_micro_batch():
+    """DeepSpeed's ZeRO stage 2 keeps only its shard of the gradients, so it reduces them in every micro-batch's
+    backward (deepspeedai/DeepSpeed pull request #338: "Zero stage 2 communicates during non gradient accumulation
+    boundaries as well"; its no_sync() refuses stage 2; FSDP2 by default, pytorch/pytorch #126166); ZeRO 0 and 1
+    keep them all and reduce once per step.
+    ZeRO 2's smaller gradient memory is paid for in communication, and each micro-batch's last bucket shows."""
+    llama, cluster = Transformer.preset("llama3-8b").with_(seq_len=4096), ClusterSpec.preset("h100-sxm")
+    times = {(zero, accum): step_time(llama, cluster, Strategy(dp=8, zero=zero, grad_accum=accum))
+             for zero in (1, 2) for accum in (1, 2, 128)}
+    assert times[1, 128].dp_comm == pytest.approx(times[1, 1].dp_comm) == times[2, 1].dp_comm
+    one_more = times[2, 2].dp_comm - times[1, 2].dp_comm            # one reduce-scatter of every gradient
+    assert one_more > 0.3 * times[1, 1].dp_comm
+    assert times[2, 128].dp_comm - times[1, 128].dp_comm == pytest.approx(127 * one_more)
+    assert times[2, 128].dp_comm_exposed > 10 * times[1, 128].dp_comm_exposed
+    assert times[2, 128].dp_comm_exposed <= times[2, 128].dp_comm
+    assert times[2, 128].total > times[1, 128].total
+    assert memory(llama, Strategy(dp=8, zero=2)).grads < memory(llama, Strategy(dp=8, zero=1)).grads / 4
 
 
 def test_outer_sync_amortises_and_its_optimizer_state_is_counted():

@@ -7,11 +7,24 @@ all-gathers the weights twice (forward, backward) and reduce-scatters the gradie
 lesson 09), or the whole model at once (fsdp_unit="model"). Dense parameters sync over the dp x cp
 ranks, a MoE model's routed experts over the dp x cp / ep ranks that hold the same experts.
 
+Gradient accumulation: ZeRO 0 and 1 keep every gradient and reduce them once, after the last
+micro-batch; ZeRO 2 keeps only its shard of them, so it reduce-scatters in every micro-batch's
+backward, as ZeRO 3 does, and all-gathers the weights once per step. That is DeepSpeed's stage 2:
+its engine reduces the partitioned gradients outside the accumulation boundaries too
+(deepspeedai/DeepSpeed pull request #338, "Adding gradient accumulation support for ZeRO Stage 2":
+"Zero stage 2 communicates during non gradient accumulation boundaries as well"), and its
+`no_sync()` refuses stage 2 and 3 ("no_sync context manager is incompatible with gradient
+partitioning logic of ZeRO stage 2", deepspeed/runtime/engine.py); FSDP2 does the same "without any
+intervention" (pytorch/pytorch pull request #126166: a reduce-scatter per micro-batch backward keeps
+the sharded gradients' memory), and skipping it (`set_requires_gradient_sync(False)`) keeps unsharded
+gradients, ZeRO 1's memory and traffic: plan such a run as zero=1.
+
 What compute hides (overlap.py): ZeRO 3 unit by unit, each gather behind the unit before it, each
 scatter behind the units after it (`zero3_exposed`); ZeRO 0-2 one bucket per layer reduced during
-the last micro-batch's backward, the weights' gather exposed or, with `overlap_param_gather`,
-behind the next forward (`zero12_exposed`). Where DP and TP share a link, DP's transfers take
-longer by the share of time TP's collectives hold it (`_dp_shares_tp_link`, overlap.stretch).
+the last micro-batch's backward (ZeRO 2: during every micro-batch's), the weights' gather exposed
+or, with `overlap_param_gather`, behind the next forward (`zero12_exposed`). Where DP and TP share a
+link, DP's transfers take longer by the share of time TP's collectives hold it (`_dp_shares_tp_link`,
+overlap.stretch).
 
 Introduced in notebooks/13-plan-your-training-run.ipynb.
 """
@@ -54,7 +67,7 @@ def _sync_seconds(model, cluster, strategy, units_of, gathered_of, group) -> flo
             return 0.0
         if strategy.zero == 0:
             return collective_time("all_reduce", g * params, cluster, group)
-        return (collective_time("reduce_scatter", g * params, cluster, group)
+        return (gradient_reductions(strategy) * collective_time("reduce_scatter", g * params, cluster, group)
                 + collective_time("all_gather", w * params, cluster, group))
 
     def stage_seconds(stage: int) -> float:
@@ -66,6 +79,20 @@ def _sync_seconds(model, cluster, strategy, units_of, gathered_of, group) -> flo
         return sum(once[size] for size in sizes)
 
     return strategy.grad_accum * max(stage_seconds(stage) for stage in stages)
+
+
+def gradient_reductions(strategy) -> int:
+    """How many times per step ZeRO 0-2 reduce the gradients: once, or for ZeRO 2 once per micro-batch.
+
+    ZeRO 0 and 1 accumulate full gradients and reduce them after the last micro-batch; ZeRO 2 keeps
+    only its shard, so every micro-batch's backward reduce-scatters into it (module docstring: DeepSpeed).
+
+    Example:
+        >>> from ddp_lab.course.plan.strategy import Strategy
+        >>> [gradient_reductions(Strategy(dp=8, zero=z, grad_accum=16)) for z in (0, 1, 2)]
+        [1, 1, 16]
+    """
+    return strategy.grad_accum if strategy.zero == 2 else 1
 
 
 def fsdp_units(model, strategy, stage: int) -> list[int]:
@@ -216,7 +243,10 @@ def zero12_exposed(model, cluster, strategy, layer, head, tp_seconds, slower: fl
     Gradients: one bucket per layer (and the root: the head's first on the last stage, the
     embedding's last on the first), reduced (all-reduce for ZeRO 0, reduce-scatter for 1 and 2) as
     the last micro-batch's backward frees them (`overlap.bucketed_exposed`); stage s of a 1F1B
-    pipeline has s more micro-batch backwards of the stages before it to hide in. Weights (ZeRO 1
+    pipeline has s more micro-batch backwards of the stages before it to hide in. ZeRO 2 reduces in
+    every micro-batch's backward (`gradient_reductions`): each micro-batch's last bucket shows, as
+    ZeRO 3's last scatter does (`zero3_exposed`, counted per micro-batch), and only the last
+    micro-batch has the pipeline's flush to hide in. Weights (ZeRO 1
     and 2): the all-gather after the optimizer, exposed, or with `overlap_param_gather` waited for
     bucket by bucket in the next step's first forward (`overlap.prefetched_exposed`), stage s starting
     s micro-batch forwards late anyway. fsdp_unit="model": one bucket, nothing hides.
@@ -228,7 +258,8 @@ def zero12_exposed(model, cluster, strategy, layer, head, tp_seconds, slower: fl
         reduce = unit_seconds(model, cluster, strategy, stage, reduce_kind, g, slower)
         gather = unit_seconds(model, cluster, strategy, stage, "all_gather", w, slower) if strategy.zero else []
         if strategy.fsdp_unit == "model":
-            reduce_worst, gather_worst = max(reduce_worst, sum(reduce)), max(gather_worst, sum(gather))
+            reduce_worst = max(reduce_worst, gradient_reductions(strategy) * sum(reduce))
+            gather_worst = max(gather_worst, sum(gather))
             continue
         layers = len(reduce) - 1
         share = _head_share(model, strategy, stage)       # of the root unit: the head, done first in backward
@@ -237,7 +268,8 @@ def zero12_exposed(model, cluster, strategy, layer, head, tp_seconds, slower: fl
         order = [share * reduce[-1]] + reduce[layers - 1::-1] + [(1 - share) * reduce[-1]]
         work = [head.backward if share else 0.0] + [backward_each] * layers + [0.0]
         flush = stage * (layers * backward_each)
-        reduce_worst = max(reduce_worst, bucketed_exposed(order, work, window=flush))
+        earlier = (gradient_reductions(strategy) - 1) * bucketed_exposed(order, work)   # ZeRO 2's other micro-batches
+        reduce_worst = max(reduce_worst, earlier + bucketed_exposed(order, work, window=flush))
         if gather and strategy.overlap_param_gather:
             forward_each = layer.forward + tp_seconds[0]
             order = [(1 - share) * gather[-1]] + gather[:layers] + [share * gather[-1]]

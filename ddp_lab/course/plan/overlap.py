@@ -22,9 +22,10 @@ the NICs) share its bandwidth: a TP collective sits in the compute stream's crit
 takes the link while it runs, so the DP stream moves its bytes only in the rest of each layer's
 time: its transfers take (1 + tp_seconds / compute_seconds) times longer (`stretch`).
 
-ZeRO 0-2 move their gradients once per step, after the last micro-batch's backward of each bucket
-(`bucketed_exposed`): a bucket per layer, reduced while the layers before it compute their backward;
-the last bucket, and what runs longer than the backward left, is exposed. Under 1F1B a later stage
+ZeRO 0 and 1 move their gradients once per step, after the last micro-batch's backward of each bucket,
+ZeRO 2 after every micro-batch's (`dp_sync.gradient_reductions`) (`bucketed_exposed`): a bucket per
+layer, reduced while the layers before it compute their backward; the last bucket, and what runs
+longer than the backward left, is exposed. Under 1F1B a later stage
 finishes its backward earlier and has the rest of the pipeline's flush to hide in. ZeRO-1/2's
 all-gather of the updated weights follows the optimizer: exposed, or, as Megatron-LM's
 --overlap-param-gather does, issued at once and waited for bucket by bucket in the next step's

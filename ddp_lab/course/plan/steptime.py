@@ -40,17 +40,19 @@ Time (seconds per step), on the rank that finishes last:
     pp_comm     2 m v sends of one micro-batch's activations (b s h / t values per GPU with the
                 scatter/gather of Narayanan Sec. 4.1), on the pp group's link. Not overlapped.
     dp_comm     ZeRO 0: all-reduce of the gradients; 1, 2: reduce-scatter + all-gather (the same
-                bytes, ZeRO paper Sec. 7); 3: per micro-batch, all-gather the weights twice
-                (forward, backward) and reduce-scatter the gradients (1.5x, ZeRO Sec. 7.2.2),
-                one unit at a time: per layer and then the rest (fsdp_unit="layer", as FSDP is
-                wrapped in lesson 09), or the whole model at once (fsdp_unit="model").
+                bytes, ZeRO paper Sec. 7), ZeRO 2 reduce-scattering its sharded gradients in every
+                micro-batch (DeepSpeed's stage 2, FSDP2 without resharding: dp_sync.py); 3: per
+                micro-batch, all-gather the weights twice (forward, backward) and reduce-scatter the
+                gradients (1.5x, ZeRO Sec. 7.2.2), one unit at a time: per layer and then the rest
+                (fsdp_unit="layer", as FSDP is wrapped in lesson 09), or the whole model at once
+                (fsdp_unit="model").
                 Exposed (dp_sync.py): ZeRO 0-2 reduce one bucket per layer during the last
-                micro-batch's backward (DDP buckets, lesson 05), the last bucket shown, and ZeRO-1/2
-                gather the updated weights after the optimizer (exposed) or, with
-                overlap_param_gather, beside the next forward; ZeRO 3 unit by unit (overlap.py):
-                each gather behind the unit before it, each scatter behind the units after it, the
-                first gathers and the last scatters exposed; one unit for the whole model hides
-                nothing. Where DP and TP
+                micro-batch's backward (DDP buckets, lesson 05; ZeRO 2 during every micro-batch's),
+                the last bucket shown, and ZeRO-1/2 gather the updated weights after the optimizer
+                (exposed) or, with overlap_param_gather, beside the next forward; ZeRO 3 unit by unit
+                (overlap.py): each gather behind the unit before it, each scatter behind the units
+                after it, the first gathers and the last scatters exposed; one unit for the whole
+                model hides nothing. Where DP and TP
                 share a link, DP's transfers take longer by the share of time TP's collectives
                 hold it. On a cluster with overlap_dp_comm=False (this machine: gloo copies bytes
                 with the cores that compute) all of it is exposed.
