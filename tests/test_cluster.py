@@ -440,6 +440,9 @@ def test_a_stuck_collective_is_caught_and_the_cluster_shut_down():
     with pytest.raises(LaunchTimeout, match=r"rank\(s\) 0 of 2 still running after timeout=2s") as caught:
         live.run_code("if rank == 0:\n    dist.all_reduce(torch.ones(1))", timeout=2)
     assert "in all_reduce" in str(caught.value) and "start a fresh one" in str(caught.value)
+    # torch's frames named from site-packages on: the same stack on every machine, wherever the environment lives
+    assert '  File ".../site-packages/torch/distributed/distributed_c10d.py", line' in caught.value.failures[0].details
+    assert sys.prefix not in str(caught.value)
     assert not live.alive and wait_gone(pids) == []
     with pytest.raises(RuntimeError, match=r"shut down.*fresh one"):
         live.run_code("pass")

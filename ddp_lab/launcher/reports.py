@@ -238,12 +238,24 @@ def hang_report(headline: str, stacks: dict[int, str], names: dict, outputs: lis
     `first` to the lowest stuck rank.
     """
     failures = {**(raised or {}), **{rank: RankFailure(rank, "timeout", "was still running; its Python stack",
-                                                       rename_cells(stack, names)) for rank, stack in stacks.items()}}
+                                                       _short_paths(rename_cells(stack, names)))
+                                     for rank, stack in stacks.items()}}
     if hint is None:
         hint = _hint(failures, None, "timeout")
     if first is None and stacks:
         first = min(stacks)
     return cls(headline, failures, first, outputs, hint, headline_only=headline_only)
+
+
+def _short_paths(stack: str) -> str:
+    """A stack with each installed package's file named from its site-packages folder on (`File "/home/me/.venv/lib/
+    python3.11/site-packages/torch/distributed/distributed_c10d.py"` -> `File ".../site-packages/torch/distributed/
+    distributed_c10d.py"`): where the environment lives says nothing about where the rank waits, and the stack
+    reads the same on every machine."""
+    return _INSTALLED_FILE.sub(r'File ".../\1', stack)
+
+
+_INSTALLED_FILE = re.compile(r'File "[^"\n]*/((?:site|dist)-packages/)')
 
 
 def crash_report(headline: str, exits: dict[int, int | None], outputs: list[str], *, summary=crash_summary,
