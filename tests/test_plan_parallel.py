@@ -71,6 +71,43 @@ def test_llama3_405b_8k_without_checkpointing_fits_an_h100_once_its_stages_are_u
     assert 0.9 * 80 * GiB < memory(LLAMA3_405B, strategy).total == loads[1] < 80 * GiB
 
 
+# ---- 2. tensor-parallel communication overlap ----------------------------------------------------------------------
+def test_tp_comm_overlap_hides_all_but_a_chunk_and_needs_sequence_parallelism():
+    """--tp-comm-overlap: each collective runs in tp chunks beside its GEMM; one chunk (and whatever outlasts the
+    GEMM) stays exposed, and a slow link exposes more."""
+    assert chunked_exposed(1.0, 2.0, 8) == 1.0 / 8                    # the GEMM is longer: one chunk of 8 shows
+    assert chunked_exposed(2.0, 1.0, 8) == pytest.approx(2 / 8 + 1.0 * 7 / 8)
+    llama = Transformer.preset("llama3-70b")
+    plain = Strategy(dp=8, tp=8, zero=1, grad_accum=16, sequence_parallel=True)
+    cluster = ClusterSpec.preset("h100-sxm", nodes=8)
+    before, after = step_time(llama, cluster, plain), step_time(llama, cluster, plain.with_(tp_comm_overlap=True))
+    assert after.tp_comm < 0.5 * before.tp_comm and after.total < before.total
+    assert after.overlap_slowdown > before.overlap_slowdown                  # hiding is not free
+    slow = cluster.with_(intra_node_bandwidth=25e9)                            # a PCIe-class link: the GEMMs hide less
+    assert (step_time(llama, slow, plain.with_(tp_comm_overlap=True)).tp_comm
+            / step_time(llama, slow, plain).tp_comm) > after.tp_comm / before.tp_comm
+    with pytest.raises(ValueError, match="--sequence-parallel with --tp-comm-overlap"):
+        Strategy(tp=8, tp_comm_overlap=True)
+
+
+# ---- 3. ZeRO 0-2: gradient buckets and the weights' gather ---------------------------------------------------------
+def test_zero12_buckets_expose_one_chunk_and_the_param_gather_overlaps_the_next_forward():
+    """NeMo's Communication Overlap guide: the DP sync, "chunked by the granularity of a Transformer layer", "exposes
+    only one DP communication chunk" when the layers' compute is the longer; Megatron-LM's --overlap-param-gather
+    moves ZeRO-1/2's weight all-gather from after the optimizer to beside the next forward."""
+    assert bucketed_exposed([0.3] * 4, [1.0] * 4) == pytest.approx(0.3)  # one chunk
+    assert bucketed_exposed([2.0] * 4, [1.0] * 4) == pytest.approx(5.0)   # the link is the bottleneck: 8 - 3
+    assert bucketed_exposed([0.3] * 4, [1.0] * 4, window=0.3) == 0.0     # a later stage: the pipeline's flush hides it
+    assert prefetched_exposed([0.3] * 4, [1.0] * 4) == pytest.approx(0.3)  # the first layer's weights are waited for
+    llama, cluster = Transformer.preset("llama3-8b"), ClusterSpec.preset("h100-sxm", nodes=4)
+    zero1 = Strategy(dp=32, zero=1, grad_accum=4)
+    exposed = step_time(llama, cluster, zero1).dp_comm_exposed
+    overlapped = step_time(llama, cluster, zero1.with_(overlap_param_gather=True)).dp_comm_exposed
+    assert 0 < overlapped < exposed
+    with pytest.raises(ValueError, match="use zero=1 or 2"):
+        Strategy(dp=8, zero=3, overlap_param_gather=True)
+
+
 def test_zero2_reduce_scatters_its_sharded_gradients_in_every_micro_batch():
     """DeepSpeed's ZeRO stage 2 keeps only its shard of the gradients, so it reduces them in every micro-batch's
     backward (deepspeedai/DeepSpeed pull request #338: "Zero stage 2 communicates during non gradient accumulation
@@ -88,6 +125,37 @@ def test_zero2_reduce_scatters_its_sharded_gradients_in_every_micro_batch():
     assert times[2, 128].dp_comm_exposed <= times[2, 128].dp_comm
     assert times[2, 128].total > times[1, 128].total
     assert memory(llama, Strategy(dp=8, zero=2)).grads < memory(llama, Strategy(dp=8, zero=1)).grads / 4
+
+
+# ---- 4. uneven pipeline stages ---------------------------------------------------------------------------------------
+def test_uneven_stages_llama3_126_layers_on_16():
+    """Llama 3 405B: 126 layers, 16 stages, the first and the last one layer fewer (Sec. 3.3.2): 7 + 14 x 8 + 7. The
+    slowest stage sets the pace, so dropping a layer from the last stage (which also runs the head) speeds the step."""
+    strategy = _llama3_8k()
+    assert pipeline_stages.stage_layers(LLAMA3_405B, strategy) == [7] + [8] * 14 + [7]
+    assert strategy.label().endswith("L7/7")
+    even_last = step_time(LLAMA3_405B.with_(layers=127), H100, strategy.with_(last_stage_layers=8))
+    assert step_time(LLAMA3_405B, H100, strategy).total < even_last.total
+    with pytest.raises(ValueError, match="cannot share equally"):
+        check(LLAMA3_405B, strategy.with_(first_stage_layers=6), gpus=8192)
+    with pytest.raises(ValueError, match="needs pp >= 3"):
+        Strategy(pp=2, first_stage_layers=3)
+
+
+# ---- 5. DiLoCo outer sync and a cross-region link ------------------------------------------------------------------
+def test_diloco_int8_every_100_steps_sends_400x_less_than_data_parallel_fp32():
+    """INTELLECT-1 (Jaghouar et al. 2024, arXiv:2412.01152, abstract): DiLoCo and an int8 all-reduce of the
+    pseudo-gradients give "a 400× reduction in communication bandwidth compared to traditional data-parallel
+    training settings"; its model card (Hugging Face, PrimeIntellect/INTELLECT-1): "trained using the DiLoCo
+    algorithms with 100 inner steps". 100 steps x 4 bytes (fp32) / 1 byte = 400. Its layout (the abstract's
+    "hybrid DiLoCo-FSDP2"): FSDP inside a node of 8 H100s, DiLoCo between up to 14 nodes."""
+    model = Transformer.preset("llama3-8b")
+    diloco = Strategy(dp=112, zero=3, replicas=14, sync_every=100, sync_precision="int8")
+    shard = outer_sync.synced_parameters(model, diloco)
+    assert shard == -(-model.parameters() // 8)                       # the node's FSDP shard, not the model
+    fp32_every_step = 4 * shard
+    assert fp32_every_step / outer_sync.wire_bytes_per_step(model, diloco) == 400
+    assert outer_sync.outer_group(diloco).stride == 8                 # the same shard in every other node
 
 
 def test_outer_sync_amortises_and_its_optimizer_state_is_counted():
@@ -182,6 +250,7 @@ def test_the_cli_takes_expert_tp_and_refuses_a_bad_one_in_one_line(capsys):
     assert stop.value.code == 2 and "use --expert-tp in [1, 2, 4]" in capsys.readouterr().err.splitlines()[-1]
 
 
+# ---- 7. a tensor-parallel size that divides the node -------------------------------------------------------------
 def test_a_tp_that_does_not_divide_a_node_is_refused_unless_asked_for_across_nodes():
     """tp ranks are consecutive (rank_layout): with tp = 5 on 8-GPU nodes, ranks 5-9 form a tensor-parallel group over
     two nodes. Such a tp is refused unless asked for across nodes, naming the sizes that divide the node, and the
