@@ -309,6 +309,23 @@ def test_a_command_that_ends_just_after_its_watchdog_keeps_its_values(cluster):
     assert cluster.alive and cluster.run_code("x") == [1, 2]
 
 
+def test_a_command_whose_output_ends_after_the_watchdog_keeps_its_values(cluster, monkeypatch, capsys):
+    """Every rank replied in time, but the end of its output is still being read when the watchdog fires (the
+    notebook's reader threads lag behind the ranks' replies, as in a busy notebook: here each line takes 0.5 ms to
+    read): the command waits for the rest of the output and gives its values, and the cluster keeps its ranks."""
+    from ddp_lab.launcher import supervisor
+
+    noise = supervisor.is_torch_log_noise
+
+    def slowly(stream, line):
+        time.sleep(0.0005)
+        return noise(stream, line)
+
+    monkeypatch.setattr(supervisor, "is_torch_log_noise", slowly)
+    assert cluster.run_code("print('x\\n' * 1000, end='')\nrank", timeout=0.3) == [0, 1]
+    assert cluster.alive and capsys.readouterr().out.startswith("[rank 0] x\n")
+
+
 def test_a_pull_interrupted_says_each_rank_had_finished_the_pull(cluster, capsys):
     """The stop button during a pull (rank 1's value takes a while to pickle, rank 0's cannot be pickled): each
     rank's line says it had finished the pull, not a cell, and the cluster stays."""
@@ -993,9 +1010,9 @@ def test_the_stop_button_while_the_cluster_starts_and_status_after_a_hang_say_wh
     assert isinstance(hung.error_in_exec, LaunchTimeout) and not magics._current.alive
     capsys.readouterr()
     assert shell.run_cell("%ddp_status").success
-    assert capsys.readouterr().out == ("no live cluster: the last one (2 ranks on gloo) was shut down after a crash or a "
-                                       "hang, which its cell reported; the next %%ddp cell starts a fresh one of that "
-                                       "size, with empty namespaces.\n")
+    assert capsys.readouterr().out == ("no live cluster: the last one (2 ranks on gloo) was shut down, as its cell "
+                                       "reported; the next %%ddp cell starts a fresh one of that size, with empty "
+                                       "namespaces.\n")
     assert str(shell.run_cell("%ddp_pull x").error_in_exec).startswith("no live cluster: the last one (2 ranks")
     typo = shell.run_cell("%%ddp --onl 1\nx = 1").error_in_exec
     assert isinstance(typo, MagicUsageError) and "unrecognized arguments: --onl 1" in str(typo)

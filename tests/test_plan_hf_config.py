@@ -226,8 +226,13 @@ def test_the_training_length_is_all_a_config_without_a_position_limit_needs():
                 "transformers_version": "4.27.0.dev0", "use_cache": True, "vocab_size": 32000}
     read = transformer_from_hf_config(llama_7b)
     assert read.seq_len == 2048 and read.parameters() == 6_738_415_616
+    # with the training length given, the position keys are not read at all: neither a disagreement nor a float
+    odd = {**config("Meta-Llama-3-8B"), "max_sequence_length": 2048, "max_position_embeddings": 8192.0}
+    assert transformer_from_hf_config(odd, "Meta-Llama-3-8B", seq_len=4096) == model("Meta-Llama-3-8B", seq_len=4096)
 
 
 def test_a_layer_types_list_with_one_entry_a_layer_is_read():
     assert transformer_from_hf_config({**config("Meta-Llama-3-8B"), "layer_types": ["full_attention"] * 32},
+                                      "Meta-Llama-3-8B") == model("Meta-Llama-3-8B")
+    assert transformer_from_hf_config({**config("Meta-Llama-3-8B"), "layer_types": []},   # empty: unset
                                       "Meta-Llama-3-8B") == model("Meta-Llama-3-8B")

@@ -23,11 +23,12 @@ from pathlib import Path
 
 import psutil
 
-from ddp_lab.launcher.errors import LaunchError, LaunchTimeout, RankFailed, RankFailure
+from ddp_lab.launcher.errors import LaunchError, LaunchTimeout, RankCrashed, RankFailed, RankFailure
 from ddp_lab.launcher.payload import rename_cells
 from ddp_lab.launcher.rank_group import RankGroup
 from ddp_lab.launcher.reports import (blocked_in, listed, raised_failure, still_running, timeout_hint,
                                      unpicklable_failure, waiting_in)
+from ddp_lab.launcher.supervisor import READER_WAIT_S
 
 AFTER_FAILURE_S = 5.0  # once a rank failed: when the ranks still running are first looked at (their stacks)
 LOOK_AGAIN_S = 2.0  # then: how often, while they run Python code (stuck once they wait in a collective)
@@ -216,9 +217,13 @@ class CommandWatch:
         interrupted, as the stop button does, where all of them run Python code (a cell that is only slow: the
         cluster keeps its ranks and their variables, unless a rank does not stop). A rank whose reply then says it
         finished the command (its value, or one that cannot travel back) ended just after the watchdog: it is not
-        timed out, and if every rank did so the command ends as if in time. `first_failed`: the rank whose failure
-        reached the notebook first, if one failed."""
+        timed out, and if every rank did so the command ends as if in time; so does a command whose every rank
+        replied in time, the end of its output still being read (waited for, at most READER_WAIT_S). `first_failed`:
+        the rank whose failure reached the notebook first, if one failed."""
         waiting = self._waiting()
+        if not waiting:   # every rank replied in time; only the ends of their output were still on their way
+            rest = self.collect(READER_WAIT_S, interrupted=True)
+            return rest if isinstance(rest, RankCrashed) else self._failed(first_failed)
         stacks = self.group.stacks(waiting)
         left_out = [r for r in range(self.nprocs) if r not in self.running]
         after_failure = first_failed is not None

@@ -346,6 +346,6 @@ class Cluster:
             self._group.live.close()
         ranks = range(self.nprocs) if show is None else sorted(set(show))
         new = [RankOutput(r, self._group.outputs[r].lines[starts[r]:ends[r]]) for r in ranks]
+        starts[:] = ends   # before printing: a stop button pressed while it prints cannot print these lines again
         if close_live or any(output.lines for output in new):   # machine notes wait for a line to come first
             print_in_rank_order(new)
-        starts[:] = ends

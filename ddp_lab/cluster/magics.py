@@ -290,12 +290,12 @@ def ddp_status(line: str = "") -> StatusReport | None:
 
 
 def _no_live_cluster() -> str:
-    """Why no cluster answers: none was started (or %ddp_shutdown stopped it), or a crash or a hang ended it."""
+    """Why no cluster answers: none was started (or %ddp_shutdown stopped it), or one was shut down (a crash, a hang,
+    the stop button pressed twice), which its cell said."""
     if _current is None:
         return "no live cluster: run a %%ddp cell first."
-    return (f"no live cluster: the last one ({_current.nprocs} ranks on {_current.backend}) was shut down after a crash "
-            "or a hang, which its cell reported; the next %%ddp cell starts a fresh one of that size, with empty "
-            "namespaces.")
+    return (f"no live cluster: the last one ({_current.nprocs} ranks on {_current.backend}) was shut down, as its "
+            "cell reported; the next %%ddp cell starts a fresh one of that size, with empty namespaces.")
 
 
 def ddp_shutdown(line: str = "") -> None:

@@ -106,10 +106,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                         "parameters, gradients and optimizer state (needs only --dp and --zero)")
     how = parser.add_argument_group("a strategy (omit to search all of them)")
     how.add_argument("--dp", type=int, help="data-parallel size")
-    how.add_argument("--tp", type=int, help="tensor-parallel size (divides heads and kv heads; at most GPUs per node "
-                                            "unless --tp-across-nodes)")
+    how.add_argument("--tp", type=int, help="tensor-parallel size (divides heads and kv heads, and the GPUs of a "
+                                            "node unless --tp-across-nodes)")
     how.add_argument("--tp-across-nodes", dest="tp_across_nodes", action="store_true",
-                     help="allow tp larger than a node, costed on the inter-node link (lesson 13 shows the price)")
+                     help="allow a tp that does not divide a node (larger, or groups that cross a node's edge), "
+                          "costed on the inter-node link (lesson 13 shows the price)")
     how.add_argument("--pp", type=int, help="pipeline stages (divides layers)")
     how.add_argument("--virtual-stages", dest="virtual_stages", type=int,
                      help="interleaved 1F1B: model chunks per pipeline GPU (needs --pp 2 or more; pp x this divides "

@@ -148,14 +148,17 @@ def transformer_from_hf_config(config: dict, name: str = "hf-model", seq_len: in
     family = _family(config)
     shape = {}
     for field, keys in FIELDS.items():
+        if field == "seq_len" and seq_len is not None:   # the training length given: the position limit is not read
+            shape[field] = seq_len
+            continue
         found = _one_value(config, keys, field, LARGEST[field])
-        if found is None and not (field == "seq_len" and seq_len is not None):
+        if found is None:
             if field == "seq_len":
                 raise ValueError(f"no {', '.join(keys[:-1])} or {keys[-1]}: the config does not say how long a "
                                  f"sequence the model takes; pass the length you will train with --seq-len (seq_len= "
                                  f"from Python)")
             raise ValueError(f"no {' or '.join(keys)}: a decoder's config.json gives its {field} there")
-        shape[field] = seq_len if field == "seq_len" and seq_len is not None else found
+        shape[field] = found
     kv_heads = _positive_int(config, "num_key_value_heads", LARGEST["kv_heads"]) \
         if config.get("num_key_value_heads") is not None else shape["heads"]
     ffn = _one_value(config, FFN_KEYS, "ffn", LARGEST["ffn"]) or 4 * shape["hidden"]
@@ -220,7 +223,7 @@ def _check_attention_span(config: dict, seq_len: int, layers: int) -> None:
             raise ValueError(f"sliding_window = {window:,} is shorter than the {seq_len:,} tokens planned: windowed "
                              f"attention is not modelled; plan --seq-len {window} or less")
     kinds = config.get("layer_types")
-    if kinds is None:
+    if not _set(kinds):   # null or empty: unset, as every other key
         return
     if not isinstance(kinds, list) or len(kinds) != layers:
         count = f"{len(kinds)} entries" if isinstance(kinds, list) else repr(kinds)
