@@ -206,26 +206,26 @@ def _wrong_schemes(locals_: list[torch.Tensor]) -> list[tuple[list[torch.Tensor]
                         "levels, 127 // world_size"))
     saturated = ("clamped to -(127 // world_size) .. 127 // world_size, they stop at the end of that range, so "
                  "those values come back cut short")
+
+    def wrapped_and_clamped(scale, mistake: str, wrapped: str) -> list:
+        """The scheme of one scale shared by every rank, its int8 sums wrapped or clamped, each with its message."""
+        return [(_quantised_mean(locals_, [scale] * world_size, wrap=True), mistake.format(wrapped)),
+                (_quantised_mean(locals_, [scale] * world_size, clamp=True), mistake.format(saturated))]
+
     for smaller in {float(own[0]), float(min(own))} - {float(shared)}:   # rank 0's (a broadcast), the smallest (MIN)
         scale = torch.tensor(smaller)
         mistake = ("every rank used one scale, but one smaller than another rank's largest |value| (rank 0's, sent "
                    "with dist.broadcast, or the smallest, dist.ReduceOp.MIN): that rank's values take more than "
                    "127 // world_size int8 levels, and {}. The scale must cover every rank's values: all-reduce it "
                    "with op=dist.ReduceOp.MAX")
-        schemes += [(_quantised_mean(locals_, [scale] * world_size, wrap=True),
-                     mistake.format("their sums wrap around past 127")),
-                    (_quantised_mean(locals_, [scale] * world_size, clamp=True),
-                     mistake.format(saturated))]
+        schemes += wrapped_and_clamped(scale, mistake, "their sums wrap around past 127")
     signed = max(g.max() for g in locals_)   # the scale taken without abs(), all-reduced with MAX
     if 0 < signed < shared:
         mistake = (f"these are the values a scale taken without abs() gives: the largest value over the ranks "
                    f"({float(signed):.3g}), not the largest |value| ({float(shared):.3g}). The values further below "
                    "zero than the bucket's largest positive value then take more than 127 // world_size int8 "
                    "levels, and {}. Take the max of buffer.abs()")
-        schemes += [(_quantised_mean(locals_, [signed] * world_size, wrap=True),
-                     mistake.format("sums of them wrap around past -128")),
-                    (_quantised_mean(locals_, [signed] * world_size, clamp=True),
-                     mistake.format(saturated))]
+        schemes += wrapped_and_clamped(signed, mistake, "sums of them wrap around past -128")
     whole = LEVELS // world_size
     schemes.append((_quantised_mean(locals_, [shared] * world_size, divisor=LEVELS),
                     f"every value is {whole * world_size}/127 of what the exercise's steps give: the sums were "
