@@ -33,6 +33,22 @@ def test_the_planner_costs_the_groups_the_layout_makes():
         assert first == [k * group.stride for k in range(group.size)]
 
 
+def test_a_group_spans_nodes_exactly_when_some_real_group_has_ranks_in_two_nodes():
+    # brute force over the rank lists: odd degrees put node boundaries inside blocks (a cp 3 ring on 8-GPU nodes,
+    # 64-rank blocks on 72-GPU NVL72 domains), where a size x stride > node test alone says "inside one node"
+    spans_seen = set()
+    for degrees in (dict(dp=4, tp=2, cp=3), dict(dp=2, tp=4, cp=3, pp=2), dict(dp=16, tp=4, pp=2, cp=1),
+                    dict(dp=3, tp=8), dict(dp=9, tp=2, cp=4), dict(dp=2, tp=2)):
+        layout = RankLayout(**degrees)
+        for axis in ("tp", "cp", "dp", "pp", "dp_cp"):
+            for per_node in (4, 8, 16, 72):
+                real = any(len({rank // per_node for rank in ranks}) > 1 for ranks in layout.groups(axis))
+                assert layout.group(axis).spans_nodes(per_node) == real, (degrees, axis, per_node)
+                spans_seen.add((axis, per_node, real))
+    assert ("cp", 8, True) in spans_seen and ("dp", 72, True) in spans_seen   # the misaligned cases were met
+    assert Group(3).spans_nodes(8) is False   # a group alone is its job's one block
+
+
 def test_degrees_must_multiply_to_the_ranks():
     with pytest.raises(ValueError, match=r"dp x tp x pp = 2 x 2 x 1 = 4, but there are 8 ranks"):
         RankLayout(dp=2, tp=2).check(8)

@@ -27,7 +27,7 @@ Introduced in notebooks/10-2d-mesh.ipynb (rows are tp groups, columns dp groups)
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 AXES = ("tp", "cp", "dp", "pp")   # fastest first: world = their product
 SPANNING = ("dp_cp", "ep", "edp")  # groups across two axes (module docstring)
@@ -42,10 +42,22 @@ class Group:
 
     size: int
     stride: int = 1
+    world: int | None = field(default=None, compare=False, repr=False)   # the job's ranks; None: one block
 
     def spans_nodes(self, gpus_per_node: int) -> bool:
-        """True if the group's ranks are not all inside one node."""
-        return self.size > 1 and self.size * self.stride > gpus_per_node
+        """True if some group of this axis has ranks in two nodes (nodes hold gpus_per_node consecutive ranks).
+
+        The groups of an axis tile the ranks in blocks of size x stride; a group leaves its node when its block
+        is larger than a node or when a node boundary among the job's ranks falls inside a block (a cp 3 ring
+        on 8-GPU nodes: ranks 6, 7 and 8). Without `world` the job is taken to be one block.
+
+        Example:
+            >>> Group(4).spans_nodes(8), Group(3, world=48).spans_nodes(8), Group(3, world=3).spans_nodes(8)
+            (False, True, False)
+        """
+        block = self.size * self.stride
+        world = block if self.world is None else self.world
+        return self.size > 1 and (block > gpus_per_node or (world > gpus_per_node and gpus_per_node % block != 0))
 
 
 @dataclass(frozen=True)
@@ -102,7 +114,7 @@ class RankLayout:
 
     def group(self, axis: str) -> Group:
         """The size and stride of every `axis` group."""
-        return Group(self.size(axis), self.stride(axis))
+        return Group(self.size(axis), self.stride(axis), world=self.world_size)
 
     def groups(self, axis: str) -> list[list[int]]:
         """Every `axis` group's global ranks, in the order every rank must create them."""

@@ -125,9 +125,33 @@ def build(run: HeldOutRun) -> tuple[Transformer, ClusterSpec, Strategy]:
         shape["moe"] = MoE(**moe)
     model = Transformer.preset(shape.pop("preset")).with_(**shape) if "preset" in shape else Transformer(**shape)
     strategy = Strategy(**run.strategy)
-    per_node = ClusterSpec.preset(run.gpu).gpus_per_node
-    cluster = ClusterSpec.preset(run.gpu, nodes=-(-strategy.gpus // per_node)).with_(**run.cluster)
+    per_node = nvlink_segment(run.gpu, strategy.gpus)
+    cluster = ClusterSpec.preset(run.gpu, nodes=-(-strategy.gpus // per_node)).with_(gpus_per_node=per_node,
+                                                                                     **run.cluster)
     return model, cluster, strategy
+
+
+TRAY_GPUS = {"gb200": 4}   # presets whose node is a rack-scale NVLink domain of trays: GPUs in one tray
+
+
+def nvlink_segment(gpu: str, gpus: int) -> int:
+    """GPUs of the NVLink domain a job of `gpus` GPUs gets in each rack: the preset's node for all but rack-scale ones.
+
+    On GB200 NVL72 racks (18 trays of 4 GPUs) NVIDIA's benchmark launcher asks Slurm for segments of the
+    greatest divisor of the job's tray count that fits in one rack (dgxc-benchmarking's llmb-run, since its
+    v26.02 release: `_compute_segment_size`, "for powers of 2 this is min(num_nodes, 16)"), so a job of 128
+    GPUs runs as 2 racks of 64, not 72 + 56. The held-out runs place their GB200 jobs by that rule.
+
+    Example:
+        >>> nvlink_segment("gb200", 128), nvlink_segment("gb200", 144), nvlink_segment("h100-sxm", 128)
+        (64, 72, 8)
+    """
+    per_node = ClusterSpec.preset(gpu).gpus_per_node
+    tray = TRAY_GPUS.get(gpu)
+    if tray is None or gpus % tray:
+        return per_node
+    trays = gpus // tray
+    return tray * max(d for d in range(1, min(trays, per_node // tray) + 1) if trays % d == 0)
 
 
 def predict(run: HeldOutRun) -> float:

@@ -50,9 +50,9 @@ def group(strategy, axis: str) -> Group:
     """
     etp, ep = size(strategy), strategy.ep
     if axis == "ep":
-        return Group(ep, etp)
+        return Group(ep, etp, world=strategy.gpus)
     if axis == "edp":
-        return Group(grid(strategy) // ep, etp * ep)
+        return Group(grid(strategy) // ep, etp * ep, world=strategy.gpus)
     raise ValueError(f"axis must be 'ep' or 'edp', got {axis!r}")
 
 

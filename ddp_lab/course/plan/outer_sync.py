@@ -73,7 +73,7 @@ def inner_strategy(strategy):
 
 def outer_group(strategy) -> Group:
     """The ranks that hold the same shard in every replica: replicas ranks, tp x cp x dp / replicas apart."""
-    return Group(strategy.replicas, strategy.tp * strategy.cp * (strategy.dp // strategy.replicas))
+    return Group(strategy.replicas, strategy.tp * strategy.cp * (strategy.dp // strategy.replicas), world=strategy.gpus)
 
 
 def synced_parameters(model, strategy) -> int:
