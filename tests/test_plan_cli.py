@@ -103,6 +103,7 @@ BAD_INPUT = [
     ((*LLAMA_8B, "--top", "0"), ["--top must be a positive int, got 0"]),
     ((*LLAMA_8B, "--global-batch", "0"), ["--global-batch must be a positive int, got 0"]),
     ((*LLAMA_8B, "--nodes", "0"), ["--nodes must be a positive int, got 0"]),
+    ((*LLAMA_8B, "--gpus-per-node", "0"), ["--gpus-per-node must be a positive int, got 0"]),
     ((*LLAMA_8B, "--global-batch", "7", "--zero", "1"), ["--global-batch 7", "use --global-batch 8"]),
     ((*LLAMA_8B, "--global-batch", "100", "--zero", "1"), ["multiple of dp x micro-batch = 8 x 1", "96 or 104"]),
     ((*LLAMA_8B, "--grad-accum", "3", "--global-batch", "64"), ["= 24", "--global-batch or --grad-accum"]),
@@ -244,6 +245,9 @@ FIELD_MESSAGES = {
                            ["drop --first-stage-layers/--last-stage-layers"], ["first_stage_layers", "layers) ("]),
     "tp_across_nodes": (("--model", "gpt2-small", "--cluster", "h100-sxm", "--nodes", "3", "--tp", "12"),
                         ["on the inter-node link (--tp-across-nodes)"], ["tp_across_nodes", "tp="]),
+    "gpus_per_node": ((*LLAMA_8B, "--gpus-per-node", "9"),
+                      ["--gpus-per-node 9: a h100-sxm node holds 8 GPUs", "leave --gpus-per-node unset"],
+                      ["gpus_per_node"]),
 }
 
 
@@ -871,3 +875,21 @@ def test_a_measured_run_fits_the_gemm_constant_and_other_layouts_are_planned_wit
     step = re.compile(r"^  1 .*?(\d+\.\d+)\s+[\d,]+\s+[\d.]+%\s+best$", re.M)
     assert float(step.search(faster).group(1)) < float(step.search(calibrated).group(1))
     assert f"(with the calibrated matmul efficiency, 0.54, not the {fitted:.3f} used here)" in faster
+
+
+def test_gpus_per_node_plans_a_job_on_part_of_each_node():
+    """128 GPUs on two GB200 NVL72 racks as NVIDIA's launcher places them (2 x 64): the header says so, and a block
+    of 64 ranks stays inside a rack, where packed 72 + 56 it crosses the first rack's edge and is costed on the
+    inter-rack network."""
+    flags = ("--model", "llama3-70b", "--seq-len", "8192", "--cluster", "gb200", "--nodes", "2", "--tp", "2",
+             "--pp", "1", "--zero", "3", "--micro-batch", "1", "--grad-accum", "8")
+    (code, out, err), = plan_on_each([flags + ("--gpus-per-node", "64")])
+    assert code == 0, err
+    assert out.startswith("llama3-70b on 2 x 64 GB200 GPUs: dp64 tp2 pp1 z3 mb1x8"), out
+    cluster = ClusterSpec.preset("gb200", nodes=2, gpus_per_node=64)
+    assert cluster.gpus == 128 and cluster.gpus_per_node == 64
+    whole_racks = Strategy(dp=36, tp=4).layout   # 144 GPUs: dp blocks of 144, and tp 4 blocks line up with 72
+    assert whole_racks.group("dp").spans_nodes(72) and not whole_racks.group("tp").spans_nodes(72)
+    assert Strategy(dp=16, tp=4, pp=2).layout.group("dp").spans_nodes(72)   # block 64 on 72-GPU racks: crosses
+    assert not Strategy(dp=16, tp=4, pp=2).layout.group("dp").spans_nodes(64)
+

@@ -47,7 +47,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             return _short_form(args)
         model = _model(args)
         seq_source = _sequence_source(args, model)
-        cluster = ClusterSpec.preset(args.cluster, nodes=args.nodes or 1)
+        cluster = ClusterSpec.preset(args.cluster, nodes=args.nodes or 1, gpus_per_node=args.gpus_per_node)
         if args.overlap_slowdown is not None:
             cluster = cluster.with_(overlap_slowdown=args.overlap_slowdown)
         cluster = cli_fit.given_efficiency(cross_region(cluster, args), args)

@@ -25,15 +25,15 @@ STRATEGY_FLAGS = ("dp", "tp", "pp", "zero", "micro_batch", "grad_accum", "recomp
                   "last_stage_layers", "sync_every", "replicas", "sync_precision", "expert_tp")
 SHAPE_FLAGS = ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "seq_len")
 NEEDED_SHAPE = ("layers", "hidden", "heads", "ffn", "vocab", "seq_len")   # without --model or --hf-config
-POSITIVE_INTS = ("nodes", "dp", "tp", "pp", "micro_batch", "grad_accum", "global_batch", "top", "virtual_stages",
-                 "first_stage_layers", "last_stage_layers", "sync_every", "replicas", "region_nodes", "expert_tp",
-                 *SHAPE_FLAGS)
+POSITIVE_INTS = ("nodes", "gpus_per_node", "dp", "tp", "pp", "micro_batch", "grad_accum", "global_batch", "top",
+                 "virtual_stages", "first_stage_layers", "last_stage_layers", "sync_every", "replicas", "region_nodes",
+                 "expert_tp", *SHAPE_FLAGS)
 SHORT_FORM_FLAGS = ("params", "dp", "zero", "precision", "fp32_grads")     # all that --params reads
 SPLIT_FLAGS = ("cp", "ep")     # a number (the plan's or every searched plan's) or "auto" (searched)
 # The library's fields that a flag here sets: its messages name them (`ep=8`, `drop overlap_param_gather`), and
 # in_flags writes each as its flag. The model's shape fields are mapped only where the shape flags built the model.
 STRATEGY_FIELDS = (*STRATEGY_FLAGS, *SPLIT_FLAGS, "precision", "attention", "flash_kernel", "fp32_grads",
-                   "checkpoint_early_stop")
+                   "checkpoint_early_stop", "gpus_per_node")
 # The library's advice that names no field, with the flag that follows it (the library's words, the CLI's words).
 ADVICE_FLAGS = (("train on shorter sequences", "train on shorter sequences (--seq-len)"),
                 (" (or moe=None: a dense model)", ""),
@@ -89,6 +89,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="a cluster preset (GPU type, GPUs per node): " + ", ".join(
                            f"{name} ({ClusterSpec.preset(name).gpus_per_node})" for name in PRESET_NAMES))
     where.add_argument("--nodes", type=int, help="nodes of the cluster (default 1; GPUs per node from the preset)")
+    where.add_argument("--gpus-per-node", dest="gpus_per_node", type=int, metavar="N",
+                       help="GPUs the job uses in each node (default all the preset's): --cluster gb200 --nodes 2 "
+                            "--gpus-per-node 64 is 128 GPUs on two NVL72 racks, as NVIDIA's launcher places them")
     where.add_argument("--memory-reserve", dest="memory_reserve", type=float,
                        help=f"share of each GPU's memory a plan may not use, kept for the CUDA context, NCCL and "
                             f"fragmentation (default {MEMORY_RESERVE:g}; 0 <= value < 1)")
@@ -202,10 +205,15 @@ class OneLineErrors(argparse.ArgumentParser):
     """An ArgumentParser whose errors are one line, `prog: error: message`, and exit status 2.
 
     argparse prints its whole usage block above an error; for `plan`'s many flags that buries
-    the one line that says what is wrong. `--help` still prints the usage.
+    the one line that says what is wrong. `--help` still prints the usage. A flag is read only as written: argparse's
+    abbreviations would take `--gpu a100` for `--gpus-per-node`.
 
     Introduced in notebooks/13-plan-your-training-run.ipynb.
     """
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str):
         self.exit(2, f"{self.prog}: error: {message}\n")

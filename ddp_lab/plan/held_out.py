@@ -126,8 +126,8 @@ def build(run: HeldOutRun) -> tuple[Transformer, ClusterSpec, Strategy]:
     model = Transformer.preset(shape.pop("preset")).with_(**shape) if "preset" in shape else Transformer(**shape)
     strategy = Strategy(**run.strategy)
     per_node = nvlink_segment(run.gpu, strategy.gpus)
-    cluster = ClusterSpec.preset(run.gpu, nodes=-(-strategy.gpus // per_node)).with_(gpus_per_node=per_node,
-                                                                                     **run.cluster)
+    cluster = ClusterSpec.preset(run.gpu, nodes=-(-strategy.gpus // per_node), gpus_per_node=per_node)
+    cluster = cluster.with_(**run.cluster)
     return model, cluster, strategy
 
 

@@ -198,12 +198,17 @@ class ClusterSpec:
         return replace(self, **changes)
 
     @classmethod
-    def preset(cls, name: str, nodes: int = 1) -> "ClusterSpec":
+    def preset(cls, name: str, nodes: int = 1, gpus_per_node: int | None = None) -> "ClusterSpec":
         """A cluster of `nodes` nodes of a preset GPU ("t4", "a100-40gb", "a100-80gb", "h100-sxm", "h200").
+
+        `gpus_per_node`, at most the preset's, is how many GPUs of each node (or NVLink domain) the job uses: a
+        job of 128 GPUs on GB200 NVL72 racks runs as 2 racks of 64 (held_out.nvlink_segment).
 
         Example:
             >>> ClusterSpec.preset("a100-80gb", nodes=2).inter_node_bandwidth
             25000000000.0
+            >>> ClusterSpec.preset("gb200", nodes=2, gpus_per_node=64).name
+            '2 x 64 GB200'
 
         Introduced in notebooks/13-plan-your-training-run.ipynb.
         """
@@ -211,6 +216,12 @@ class ClusterSpec:
         if key not in _LINKS:
             raise KeyError(f"unknown cluster preset {name!r}; choose one of {', '.join(_LINKS)}")
         gpu, per_node, intra, inter = _LINKS[key]
+        if gpus_per_node is not None:
+            whole = isinstance(gpus_per_node, int) and not isinstance(gpus_per_node, bool)
+            if not whole or not 1 <= gpus_per_node <= per_node:
+                raise ValueError(f"gpus_per_node={gpus_per_node!r}: a {key} node holds {per_node} GPUs, so a job can "
+                                 f"use 1 to {per_node} of each (leave gpus_per_node unset for whole nodes)")
+            per_node = gpus_per_node
         return cls(GPU.preset(gpu), per_node, nodes, intra, inter, name=f"{nodes} x {per_node} {GPU.preset(gpu).name}")
 
     @classmethod
