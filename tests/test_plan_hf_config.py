@@ -154,6 +154,20 @@ def test_the_cli_prints_the_count_and_where_the_sequence_length_came_from(capsys
     assert "balanced routing" in out
 
 
+def test_the_sequence_note_names_the_key_the_length_came_from(tmp_path, capsys):
+    """A config whose limit is n_positions (GPT-2's key) or max_sequence_length is said to be planned at that key,
+    not at a max_position_embeddings it does not have."""
+    for key in ("n_positions", "max_sequence_length"):
+        renamed = without("Qwen2.5-7B", "max_position_embeddings")
+        (tmp_path / key).mkdir()
+        path = tmp_path / key / "config.json"
+        path.write_text(json.dumps({**renamed, key: 8192}))
+        assert main(["--hf-config", str(path), "--cluster", "h100-sxm", "--nodes", "2", "--dp", "16", "--zero", "3",
+                     "--recompute", "full"]) == 0
+        out = capsys.readouterr().out.splitlines()
+        assert f"  note: planned at {key} 8,192 tokens; pass --seq-len for the length you will train" in out, out[:4]
+
+
 def without(name: str, *keys: str) -> dict:
     return {key: value for key, value in config(name).items() if key not in keys}
 

@@ -21,6 +21,7 @@ import sys
 from ddp_lab.course.plan import context_parallel, experts
 from ddp_lab.course.plan.cluster_spec import ClusterSpec
 from ddp_lab.course.plan.efficiency import early_stop_can_skip_last_gemm
+from ddp_lab.course.plan.hf_config import position_key
 from ddp_lab.course.plan.model import PRESETS, Transformer, parse_count
 from ddp_lab.course.plan.search import (DEFAULT_TOKENS_PER_BATCH, MEMORY_RESERVE, candidates, default_global_batch,
                                         evaluate, search)
@@ -30,7 +31,7 @@ from ddp_lab.plan.cli_flags import (SHAPE_FLAGS, SPLIT_FLAGS, STRATEGY_FLAGS, On
                                     check_flags, in_flags)
 from ddp_lab.plan.cli_plot import draw
 from ddp_lab.plan.cli_regions import cross_region, regions_note
-from ddp_lab.plan.model_files import read_hf_config
+from ddp_lab.plan.model_files import read_config, read_hf_config
 from ddp_lab.plan.decision import assumptions_text, stated_error, ties_text
 from ddp_lab.plan.report import accuracy_text, breakdown, fold_zero_stages, model_states_text, search_header, table
 
@@ -181,8 +182,8 @@ def _sequence_source(args, model) -> str | None:
     if args.seq_len is not None:
         return "--seq-len"
     if args.hf_config is not None:
-        return (f"planned at max_position_embeddings {model.seq_len:,} tokens; pass --seq-len for the length you "
-                f"will train")
+        key = position_key(read_config(args.hf_config))
+        return f"planned at {key} {model.seq_len:,} tokens; pass --seq-len for the length you will train"
     return "the preset's; --seq-len sets it" if args.model is not None else None
 
 

@@ -15,6 +15,25 @@ from ddp_lab.course.plan.hf_config import transformer_from_hf_config
 from ddp_lab.course.plan.model import Transformer
 
 
+def read_config(path: str | Path):
+    """The JSON a config file holds; ValueError says in one line why it cannot be read."""
+    if not str(path).strip():    # Path("") is the current folder: say what was given instead
+        raise ValueError("'' names no file: give the path of a config.json")
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ValueError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise ValueError(f"{path} is a folder: give the config.json inside it") from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise ValueError(f"{path}: cannot read it ({error})") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{path} is not JSON (line {error.lineno}: {error.msg})") from None
+
+
 def read_hf_config(path: str | Path, name: str | None = None, seq_len: int | None = None) -> Transformer:
     """The `Transformer` a Hugging Face config.json describes; ValueError says what is wrong with the file.
 
@@ -34,21 +53,8 @@ def read_hf_config(path: str | Path, name: str | None = None, seq_len: int | Non
 
     Introduced in notebooks/13-plan-your-training-run.ipynb.
     """
-    if not str(path).strip():    # Path("") is the current folder: say what was given instead
-        raise ValueError("'' names no file: give the path of a config.json")
+    config = read_config(path)
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ValueError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise ValueError(f"{path} is a folder: give the config.json inside it") from None
-    except (OSError, UnicodeDecodeError) as error:
-        raise ValueError(f"{path}: cannot read it ({error})") from None
-    try:
-        config = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise ValueError(f"{path} is not JSON (line {error.lineno}: {error.msg})") from None
     default = path.parent.name if path.name == "config.json" and path.parent.name else path.stem
     try:
         return transformer_from_hf_config(config, name or default, seq_len)

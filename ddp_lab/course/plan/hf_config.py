@@ -194,6 +194,17 @@ def _family(config: dict) -> str:
     return family
 
 
+def position_key(config: dict) -> str | None:
+    """The key a config gives its longest sequence in: the first of FIELDS["seq_len"] it sets (None if none), where
+    a plan made without the caller's seq_len takes its length.
+
+    Example:
+        >>> position_key({"n_positions": 1024, "n_layer": 12}), position_key({"num_hidden_layers": 2})
+        ('n_positions', None)
+    """
+    return next((key for key in FIELDS["seq_len"] if isinstance(config, dict) and config.get(key) is not None), None)
+
+
 def _one_value(config: dict, keys: tuple, field: str, largest: int) -> int | None:
     """The positive integer the first of `keys` set holds (None if none is); two set to different values: refused."""
     values = {key: _positive_int(config, key, largest) for key in keys if config.get(key) is not None}
