@@ -117,7 +117,7 @@ nbval-repeat: setup
 # Without wheels/ it installs the pinned requirements (torch included) with `setup`.
 GPU_VENV := .venv-gpu
 # extra pytest arguments, e.g. GPU_PYTEST='-k "not notebook or 11-perf or 13-plan"' to run part of the suite where
-# device time is short
+# GPU time is limited
 # (the whole suite took more than 6 minutes on one H100 host: every lesson and solution notebook, 12-54 s each)
 GPU_PYTEST ?=
 WHEELS   := wheels

@@ -26,7 +26,7 @@ No kernel or rank process may outlive the server. Working in copies, the runs ca
 stored outputs. Screenshots and the server's log go to artifacts/ (gitignored). Set-up:
 `apt-get install chromium` and `pip install playwright` (no `playwright install`): `make browser`.
 Missing either skips the tests, except in CI (CI=true), where they fail. Cost, measured back to
-back on the shared 2-core machine (load 7-11 from other work): 126 s for the three with a server
+back on a 2-core machine with other load (7-11): 126 s for the three with a server
 and browser each and every notebook drawn whole, 61 s with this module's shared server and browser
 and the last test's notebooks opened in background tabs with cells drawn only in view.
 """

@@ -16,8 +16,8 @@ what the tests below assert:
   order;
 - nothing is fetched from outside the site and no script fails; the search finds a word on the lesson that has it.
 
-Cost, measured on the shared 2-core machine (load 3-7 from other work): 39-44 s, 24 s of CPU (the build 18 s,
-opening the 36 pages 19 s).
+Cost, measured on a 2-core machine with other load (3-7): 39-44 s, 24 s of CPU (the build 18 s, opening the pages
+19 s; 36 pages then, 49 now).
 """
 
 from __future__ import annotations
