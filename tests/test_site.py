@@ -26,6 +26,7 @@ import contextlib
 import functools
 import http.server
 import json
+import re
 import shutil
 import subprocess
 import threading
@@ -40,7 +41,9 @@ from test_browser import CHROMIUM, CHROMIUM_FLAGS, playwright_api  # the way thi
 REPO = Path(__file__).resolve().parent.parent
 LESSONS = sorted((REPO / "notebooks").glob("*.ipynb"))
 EXERCISES = sorted((REPO / "exercises").glob("*.ipynb"))
-DOCUMENTS = sorted((REPO / "docs").glob("*.md"))
+# docs/ in README's reading order (its "Documentation" list), the order the site's sidebar and "next" follow
+DOCUMENTS = [REPO / link for link in re.findall(r"^- \[docs/[\w.-]+\]\((docs/[\w.-]+\.md)\)",
+                                                (REPO / "README.md").read_text(encoding="utf-8"), re.MULTILINE)]
 SEARCHED = ("PowerSGD", "notebooks/11-performance-and-scaling.html")   # a word, and a page that has it
 
 pytestmark = pytest.mark.slow
