@@ -289,7 +289,7 @@ RUNS: list[HeldOutRun] = [
     HeldOutRun("FlashAttention GPT-3 2.7B, 8 A100s", FLASH_ATTN.format("GPT3-2.7B") + "; 8 GPUs, GBS 512", GPT3_2B7,
                dict(dp=8, zero=1, micro_batch=4, grad_accum=16), "a100-80gb", "tokens_per_gpu",
                _tokens_per_gpu(85000, 8), FLASH_ATTN_NOTE.format("gpt3-2.7B-flash-hdim128", 4)),
-    # ---- FSDP, data-parallel, H100 (OLMo-core) ----------------------------------------------------------------------
+    # ---- FSDP/data-parallel, H100 (OLMo-core) -----------------------------------------------------------------------
     *[HeldOutRun(f"OLMo-core {size}, 8 H100s{label}", OLMO_CORE.format(
                      f"'{size}' {table}", commit, f"no GPU count stated (planned on one node): 8 GPUs, GBS {gbs:,}"),
                  model, dict(dp=8, zero=3, micro_batch=mb, grad_accum=gbs // (8 * mb), fp32_grads=True, **precision),

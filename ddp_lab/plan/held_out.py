@@ -15,7 +15,8 @@ The goal, judged on the held-aside part: a median absolute error of at most 10 %
 
 Families, the first rule that matches: a B200 or GB200 run; mixture of experts with at most 16 experts ("coarse") or
 more ("fine-grained"); Llama 3 405B on 8,192 GPUs or more without context parallelism; context parallelism
-or sequences of 32K tokens or more; TP of 4 or more on H100s (or H200s); TP or PP on A100s; FP8; the rest (FSDP/data-parallel).
+or sequences of 32K tokens or more; TP of 4 or more on H100s (or H200s); TP or PP on A100s; FP8; the rest
+(FSDP/data-parallel, and TP 1-2 with any PP on H100s).
 `plan_family` puts a plan in one the same way, so the CLI can say how far its family's runs trust it.
 
 A run naming a planner feature not there yet (a Strategy or Transformer field, the "fp8" precision, a GPU
@@ -43,7 +44,7 @@ ASIDE, DEVELOPMENT = "held aside", "development"     # the two parts (module doc
 ASIDE_NAMES = {run.name for run in held_aside_runs.RUNS}
 FAMILIES = {
     "dense-a100": "dense, Megatron-style, A100",
-    "fsdp": "FSDP, data-parallel, A100/H100",
+    "fsdp": "FSDP/data-parallel; H100 TP 1-2",
     "dense-h100-tp": "dense, H100, TP 4-8",
     "llama3-405b": "Llama 3 405B, 8K-16K H100s",
     "long-context": "context parallel / long sequences, H100",
