@@ -406,7 +406,19 @@ def fp8_abs_only_per_tensor(x, role, rowwise):
     return _cast(x, _format(role), x.amax(dim=-1, keepdim=True) if rowwise else x.abs().amax())
 
 
+def fp8_added_dimension(x, role, rowwise):
+    x_fp8, scale = _cast(x, _format(role), x.abs().amax(dim=-1, keepdim=True) if rowwise else x.abs().amax())
+    return x_fp8.unsqueeze(0), scale                # broadcasting kept x_fp8 / scale close to x
+
+
+def fp8_flattened(x, role, rowwise):
+    x_fp8, scale = _cast(x, _format(role), x.abs().amax(dim=-1, keepdim=True) if rowwise else x.abs().amax())
+    return x_fp8.reshape(-1), scale
+
+
 @pytest.mark.parametrize("answer, expected", [
+    (fp8_added_dimension, "x_fp8 has shape (1, 6, 10), expected (6, 10)"),
+    (fp8_flattened, "x_fp8 has shape (60,), expected (6, 10)"),
     (fp8_swapped, "weights and activations take e4m3"),
     (fp8_gradients_e4m3, "gradients take e5m2"),
     (fp8_columns, "wrong dimension"),

@@ -371,6 +371,10 @@ def _judge_fp8(name: str, case: str, x: torch.Tensor, role: str, rowwise: bool, 
             hint = (f"return the scaled values cast to the FP8 format with .to({dtype}); a {x_fp8.dtype} tensor "
                     "is not stored in FP8.")
         raise CheckFailed(f"{case}: x_fp8 has dtype {x_fp8.dtype}, expected {dtype}.\nHint: {hint}")
+    if x_fp8.shape != x.shape:
+        raise CheckFailed(f"{case}: x_fp8 has shape {tuple(x_fp8.shape)}, expected {tuple(x.shape)}, the shape of x."
+                          f"\nHint: x_fp8 holds each value of x times its scale, in x's place: no reshape, transpose "
+                          f"or added dimension.")
     want_amax = x.abs().amax(dim=-1, keepdim=True) if rowwise else x.abs().amax()
     want_scale = fp8.fp8_max(dtype) / want_amax
     if scale.shape != want_scale.shape:
