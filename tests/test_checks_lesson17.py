@@ -546,8 +546,23 @@ def step_tests_a_named_ratio(params, optimizer, scale, max_norm):
     return True
 
 
+def step_guards_the_division(params, optimizer, scale, max_norm):
+    """Right: the norm compared with max_norm, and with a tiny number so that max_norm / norm stays finite."""
+    _unscale(params, scale)
+    if _agreed_inf(params):
+        return False
+    squares = sum(p.grad.pow(2).sum() for p in params).reshape(1)
+    dist.all_reduce(squares)
+    norm = squares.sqrt().item()
+    if norm > max_norm and norm > 1e-12:
+        for p in params:
+            p.grad.mul_(max_norm / norm)
+    optimizer.step()
+    return True
+
+
 @pytest.mark.parametrize("answer", [step_tests_the_ratio_inline, step_tests_the_coefficient_inline,
-                                    step_tests_a_named_ratio])
+                                    step_tests_a_named_ratio, step_guards_the_division])
 def test_a_ratio_compared_with_one_is_no_written_bound(monkeypatch, answer):
     monkeypatch.setattr(lesson17, "run_on_ranks", _ranks_would_start)   # the source rules let it through
     with pytest.raises(_RanksWouldStart):

@@ -427,17 +427,20 @@ def _shape_size(node) -> str | None:
                  if _is_number(size) and isinstance(size.value, int) and size.value >= 3), None)
 
 
+GUARD = 1e-6   # torch's clip_grad_norm_ adds 1e-6 to the norm; a bound no larger only keeps a division finite
+
+
 def _compared_number(node, words: tuple[str, ...]) -> str | None:
-    """The number a comparison holds on one side where the other names one of `words`, else None. 0 is no bound, and
-    a ratio (`norm / max_norm > 1`, `max_norm / (norm + 1e-6) < 1`) compared with a number is a coefficient's test:
-    the bound is in the ratio."""
+    """The number a comparison holds on one side where the other names one of `words`, else None. 0, or a number no
+    larger than GUARD (`norm > 1e-12`: a guard against dividing by zero), is no bound, and a ratio (`norm / max_norm >
+    1`, `max_norm / (norm + 1e-6) < 1`) compared with a number is a coefficient's test: the bound is in the ratio."""
     if not isinstance(node, ast.Compare) or len(node.comparators) != 1:
         return None
     left, right = node.left, node.comparators[0]
     for side, other in ((left, right), (right, left)):
         if _is_ratio(side):
             continue
-        if _is_number(other) and other.value != 0 and any(word in ast.unparse(side) for word in words):
+        if _is_number(other) and abs(other.value) > GUARD and any(word in ast.unparse(side) for word in words):
             return ast.unparse(other)
     return None
 
