@@ -208,13 +208,16 @@ def test_an_unknown_flag_is_named_by_the_plan_command_with_the_flag_it_is_close_
     assert near.returncode == 2 and near.stdout == "", near.stderr
     assert "unrecognized arguments: --seq_len=4096; did you mean --seq-len?" in near.stderr
 
-def test_default_batch_the_strategy_cannot_split_is_said():
-    """dp = 6 (--nodes 3 --pp 4) cannot split the default 512 sequences: 510 are planned, and said so."""
-    result = plan(*LLAMA_8B, "--nodes", "3", "--pp", "4")
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.startswith("note: global batch 510, the multiple of dp x micro-batch = 6 x 1 = 6 nearest "
-                                    "the default 512")
-    assert "global batch 510 sequences x 8192 tokens" in result.stdout
+def test_a_default_batch_made_a_multiple_of_the_gpus_is_said():
+    """512 sequences split over no dp of 24 GPUs but 1, 2, 4 and 8 (and over none of llama3-8b's plans on 72 GB200s):
+    the default is the multiple of the GPU count nearest 4M tokens, 504 on both, and a note says so (search and one
+    plan at dp = 6)."""
+    note = "note: global batch 504, the multiple of the {} GPUs nearest 4M tokens / seq_len = 512 sequences; "
+    (one_code, one, err), (search_code, search, _) = plan_on_each(
+        [(*LLAMA_8B, "--nodes", "3", "--pp", "4"), ("--model", "llama3-8b", "--cluster", "gb200", "--top", "1")])
+    assert one_code == search_code == 0, err
+    assert one.startswith(note.format(24)) and "global batch 504 sequences x 8192 tokens" in one
+    assert search.startswith(note.format(72)) and "dp72" in search
 
 
 # A library message naming a field, as the command line says it: each case's words, and what it must not say (the
@@ -286,6 +289,7 @@ def test_a_default_batch_raised_to_one_sequence_per_gpu_is_said():
                             "default 64 (one sequence per GPU: 4M tokens / seq_len = 32 sequences would leave")
     assert "note:" not in given                               # --global-batch given: nothing to say
     assert "raised to one sequence per GPU where that is more" in " ".join(helped.split())
+    assert "the multiple of the GPU count nearest 4M tokens / seq_len" in " ".join(helped.split())
 
 
 def test_ffn_changes_only_dense_layers():

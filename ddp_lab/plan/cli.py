@@ -273,10 +273,16 @@ def _default_batch_note(model, cluster, batch: int, split: str = "") -> str:
     if batch == tokens:
         return ""
     default = default_global_batch(model, cluster)
-    why = ("4M tokens" if default == tokens else f"one sequence per GPU: 4M tokens / seq_len = {tokens} sequences "
-                                                 f"would leave some of the {cluster.gpus} GPUs without one")
+    if default == tokens:
+        why = "4M tokens"
+    elif tokens < cluster.gpus:
+        why = (f"one sequence per GPU: 4M tokens / seq_len = {tokens} sequences would leave some of the "
+               f"{cluster.gpus} GPUs without one")
+    else:
+        why = f"the multiple of the {cluster.gpus} GPUs nearest 4M tokens / seq_len = {tokens} sequences"
     if batch == default:
-        return f"note: global batch {batch}, the default raised to {why}; --global-batch sets it\n"
+        said = f"the default raised to {why}" if tokens < cluster.gpus else why
+        return f"note: global batch {batch}, {said}; --global-batch sets it\n"
     return (f"note: global batch {batch}, the multiple of {split} nearest the default {default} ({why}); "
             f"--global-batch sets it\n")
 

@@ -181,8 +181,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     cli_fit.add_arguments(parser)
     out = parser.add_argument_group("search")
     out.add_argument("--global-batch", dest="global_batch", type=int,
-                     help="sequences per step (default: 4M tokens / seq_len, raised to one sequence per GPU where "
-                          "that is more)")
+                     help="sequences per step (default: the multiple of the GPU count nearest 4M tokens / seq_len, "
+                          "raised to one sequence per GPU where that is more)")
     out.add_argument("--top", type=int, help="plans to print (default 10; rows that differ only in a ZeRO stage "
                                              "that changes nothing, at dp1, are one row)")
     out.add_argument("--plot", metavar="FILE.png",

@@ -161,17 +161,22 @@ def _expert_parallel_sizes(model, ep, dp_cp: int) -> list[int]:
 
 
 def default_global_batch(model, cluster) -> int:
-    """Sequences per step when none is given: 4M tokens (DEFAULT_TOKENS_PER_BATCH / seq_len), at least one per GPU.
+    """Sequences per step when none is given: the multiple of the GPU count nearest 4M tokens (DEFAULT_TOKENS_PER_BATCH
+    / seq_len), at least one sequence per GPU, so that every data-parallel size the cluster allows splits it (512 on
+    72 GB200s would fit no dp of llama3-8b's).
 
     Example:
         >>> from ddp_lab.course.plan.cluster_spec import ClusterSpec
         >>> from ddp_lab.course.plan.model import Transformer
         >>> default_global_batch(Transformer.preset("llama3-8b"), ClusterSpec.preset("h100-sxm"))   # 2**22 / 8192
         512
+        >>> default_global_batch(Transformer.preset("llama3-8b"), ClusterSpec.preset("gb200"))   # 7 x 72
+        504
 
     Introduced in notebooks/13-plan-your-training-run.ipynb.
     """
-    return max(DEFAULT_TOKENS_PER_BATCH // model.seq_len, cluster.gpus)
+    sequences = DEFAULT_TOKENS_PER_BATCH // model.seq_len
+    return max(cluster.gpus, round(sequences / cluster.gpus) * cluster.gpus)
 
 
 def search(model, cluster, top: int | None = 10, global_batch: int | None = None,
