@@ -2,8 +2,8 @@
 
 Each wrong answer below is a mistake a learner is likely to make; the test pins the part of the
 feedback that names it, and that no other mistake's hint appears. The DiLoCo answers run in one
-launch of 2 gloo ranks (the check's own runner, then its judge), the recovery answers in one
-launch of 3; one DiLoCo answer that hangs goes through the check itself and runs into a short
+launch of 3 gloo ranks (the check's own runner, on 2 replicas and on 3, then its judge), the recovery answers in
+one launch of 3; one DiLoCo answer that hangs goes through the check itself and runs into a short
 timeout (a hang can only be proven by waiting for it).
 """
 
@@ -18,7 +18,7 @@ import torch.nn.functional as F
 
 from ddp_lab.checks import CheckFailed
 from ddp_lab.checks import lesson16
-from ddp_lab.checks.lesson16 import (QUORUM, REPLICAS, _diloco_runner, _recover_hang_hint, _recover_runner,
+from ddp_lab.checks.lesson16 import (DILOCO_RUNS, QUORUM, _diloco_runner, _recover_hang_hint, _recover_runner,
                                      check_train_diloco, judge_diloco, judge_recovery)
 from ddp_lab.launcher.launch import launch
 
@@ -26,19 +26,23 @@ DEADLOCK_TIMEOUT = 3.0   # the hint does not depend on where the ranks wait, so 
 DILOCO_HINTS = ("wrong sign", "summed, not averaged", "starts again every round", "inner AdamW state was averaged",
                 "made anew every round", "plain momentum", "keep their local weights", "package's own answer",
                 "a model's worth per inner step", "pseudo-gradient your replicas all-reduced was zero",
-                "ran the outer step every")
+                "ran the outer step every", "not a number written for 2")
 RECOVER_HINTS = ("sent from rank 0, the recovering one", "sent from rank 1, the recovering one",
+                 "sent from rank 2, the recovering one",
                  "kept its stale weights", "momentum did not",
                  "package's own answer", "the source rank never joined the broadcast")
 
 
 def _diloco(model, batches, inner_steps, sign=1.0, mean=True, reset_outer=False, average_inner=False,
             fresh_inner=False, nesterov=True, keep_local=False, only_rank0=False, every_step=False, anchor="copy",
-            period=None):
+            period=None, written=None):
     """A DiLoCo loop with one mistake switched on by its flag (the right answer with none). `anchor`: θ_global
     as a copy taken before training ("copy"), the model's own parameters detached ("view", no .clone()), or a
     copy taken again at every sync, after the inner steps ("late"). `period`: the outer step every `period`
-    batches (a number written in), or "half" every len(batches) // 2 (two rounds assumed), not inner_steps."""
+    batches (a number written in), or "half" every len(batches) // 2 (two rounds assumed), not inner_steps.
+    `written`: the mean over the exercise's 2 replicas written in, not divided by the world size: "before"
+    `(g - p) / 2` before the all_reduce, "inplace" `delta /= 2` after it, "half" `0.5 * delta`, "variable"
+    `world = 2`."""
     period = len(batches) // 2 if period == "half" else period or inner_steps
     world_size = dist.get_world_size()
     inner = torch.optim.AdamW(model.parameters(), lr=0.01)
@@ -63,8 +67,13 @@ def _diloco(model, batches, inner_steps, sign=1.0, mean=True, reset_outer=False,
                 outer = torch.optim.SGD(global_params, lr=0.7, momentum=0.9, nesterov=nesterov)
             for g, p in zip(global_params, model.parameters()):
                 delta = sign * (g - p)
+                if written == "before":
+                    delta = (g - p) / 2
                 if not only_rank0 or dist.get_rank() == 0:
                     dist.all_reduce(delta)
+                if written is not None:
+                    _over_two_written(g, delta, written)
+                    continue
                 g.grad = delta / world_size if mean else delta
             outer.step()
             outer.zero_grad(set_to_none=True)
@@ -80,6 +89,23 @@ def _diloco(model, batches, inner_steps, sign=1.0, mean=True, reset_outer=False,
             inner = torch.optim.AdamW(model.parameters(), lr=0.01)
 
 
+def _over_two_written(g, delta, written):
+    """g.grad: the all-reduced `delta` averaged over 2 replicas written in (see `_diloco`'s `written`)."""
+    if written == "before":
+        g.grad = delta
+    elif written == "inplace":
+        delta /= 2
+        g.grad = delta
+    elif written == "half":
+        g.grad = 0.5 * delta
+    else:
+        world = 2
+        delta /= world
+        g.grad = delta
+
+
+OVER_TWO = ("divided by 2, not 3: the average must divide by the number of replicas, dist.get_world_size(), not a "
+            "number written for 2")
 DILOCO_ANSWERS = [({}, None), ({"sign": -1.0}, "wrong sign"), ({"mean": False}, "summed, not averaged"),
                   ({"reset_outer": True}, "starts again every round"),
                   ({"average_inner": True}, "inner AdamW state was averaged"),
@@ -92,7 +118,11 @@ DILOCO_ANSWERS = [({}, None), ({"sign": -1.0}, "wrong sign"), ({"mean": False}, 
                   # the period written as the check's first inner_steps, or read off the batches (two rounds assumed):
                   # right for 8 batches and inner_steps=4, not for 6 and 2
                   ({"period": 4}, "ran the outer step every 4 batches, but inner_steps was 2"),
-                  ({"period": "half"}, "ran the outer step every 3 batches, but inner_steps was 2")]
+                  ({"period": "half"}, "ran the outer step every 3 batches, but inner_steps was 2"),
+                  # the mean over the exercise's 2 replicas written in (in forms the check's source scan lets through):
+                  # right on 2 replicas, not on 3
+                  ({"written": "before"}, OVER_TWO), ({"written": "inplace"}, OVER_TWO),
+                  ({"written": "half"}, OVER_TWO), ({"written": "variable"}, OVER_TWO)]
 
 
 def _run_diloco_answers(rank: int) -> list:
@@ -100,13 +130,14 @@ def _run_diloco_answers(rank: int) -> list:
         def train_diloco(model, batches, inner_steps):
             return _diloco(model, batches, inner_steps, **flags)
         return train_diloco
-    return [_diloco_runner(rank, answer(flags)) for flags, _ in DILOCO_ANSWERS]
+    return _diloco_runner(rank, tuple(answer(flags) for flags, _ in DILOCO_ANSWERS))
 
 
 @pytest.fixture(scope="module")
 def diloco_results():
-    per_rank = launch(_run_diloco_answers, nprocs=REPLICAS, backend="gloo", timeout=60)
-    return [[per_rank[rank][i] for rank in range(REPLICAS)] for i in range(len(DILOCO_ANSWERS))]
+    ranks = max(size for size, _ in DILOCO_RUNS)
+    per_rank = launch(_run_diloco_answers, nprocs=ranks, backend="gloo", timeout=60, init_process_group=False)
+    return [[per_rank[rank][i] for rank in range(ranks)] for i in range(len(DILOCO_ANSWERS))]
 
 
 def _fails_with_only(judge, results, hints, expected):
@@ -136,7 +167,7 @@ def test_diloco_failure_shows_the_values_that_differ(diloco_results):
 
 
 def test_diloco_inner_state_mistake_is_also_seen_in_the_bytes(diloco_results):
-    sent = sum(n for _, n in diloco_results[4][0][0]["sent"])      # [answer][rank][case]
+    sent = sum(n for _, n in diloco_results[4][0][0]["sent"])      # [answer][rank][run]
     right = sum(n for _, n in diloco_results[0][0][0]["sent"])
     assert sent == 3 * right      # the pseudo-gradient plus AdamW's two moments, every round
 
@@ -151,14 +182,22 @@ def test_diloco_stops_a_deadlock_with_a_hint():
 
 
 def _recover(model, optimizer, source_rank, src=None, load=True, optimizer_too=True, loader=None,
-             new_optimizer=False, source_skips=False):
+             new_optimizer=False, source_skips=False, gather_last=False):
     """The right answer with no flag; `src` and `loader` fix the source and the rank that loads, as if the
-    check's first case were the only one; `new_optimizer` loads the state into a new SGD, not the caller's;
-    `source_skips`: only the receiving ranks call the broadcast (under `if rank != source_rank:`)."""
+    check's first case were the only one (`src="last"`: dist.get_world_size() - 1); `new_optimizer` loads the
+    state into a new SGD, not the caller's; `source_skips`: only the receiving ranks call the broadcast (under
+    `if rank != source_rank:`); `gather_last`: every rank's state gathered (all_gather_object), the last one's
+    loaded."""
     if source_skips and dist.get_rank() == source_rank:
         return
     state = [{"model": model.state_dict(), "optimizer": optimizer.state_dict()}]
-    dist.broadcast_object_list(state, src=source_rank if src is None else src)
+    if gather_last:
+        states = [None] * dist.get_world_size()
+        dist.all_gather_object(states, state[0])
+        state = [states[-1]]
+    else:
+        src = dist.get_world_size() - 1 if src == "last" else src
+        dist.broadcast_object_list(state, src=source_rank if src is None else src)
     loads = dist.get_rank() != source_rank if loader is None else dist.get_rank() == loader
     if loads and load:
         model.load_state_dict(state[0]["model"])
@@ -174,7 +213,11 @@ RECOVER_ANSWERS = [({}, None), ({"src": 0}, "sent from rank 0, the recovering on
                    ({"src": 1}, "sent from rank 1, the recovering one"), ({"loader": 0}, "kept its stale weights"),
                    ({"new_optimizer": True}, "momentum did not"),
                    # the ranks meet the source's skipped broadcast at once (no hang): the check names the source
-                   ({"source_skips": True}, "the source rank never joined the broadcast")]
+                   ({"source_skips": True}, "the source rank never joined the broadcast"),
+                   # the last rank's state whatever source_rank says: right while rank 2 is healthy, not once it returns
+                   ({"src": 2}, "sent from rank 2, the recovering one"), ({"src": "last"}, "sent from rank 2, the "
+                                                                                      "recovering one"),
+                   ({"gather_last": True}, "sent from rank 2, the recovering one")]
 
 
 def _run_recover_answers(rank: int) -> list:
@@ -245,3 +288,31 @@ def test_a_divisor_written_as_a_number_is_refused_before_any_rank_starts(monkeyp
                                           r"replicas"):
         lesson16.check_train_diloco(diloco_over_two_written)
 
+
+
+def diloco_over_world_written(model, batches, inner_steps):
+    world = 2                                           # the check's number of replicas, as a variable
+    inner = torch.optim.AdamW(model.parameters(), lr=0.01)
+    global_params = [p.detach().clone() for p in model.parameters()]
+    outer = torch.optim.SGD(global_params, lr=0.7, momentum=0.9, nesterov=True)
+    for step, (x, y) in enumerate(batches):
+        inner.zero_grad()
+        F.mse_loss(model(x), y).backward()
+        inner.step()
+        if (step + 1) % inner_steps == 0:
+            with torch.no_grad():
+                for g, p in zip(global_params, model.parameters()):
+                    d = g - p
+                    dist.all_reduce(d)
+                    d /= world
+                    g.grad = d
+                outer.step()
+                for g, p in zip(global_params, model.parameters()):
+                    p.copy_(g)
+
+
+def test_a_mean_over_two_the_source_scan_misses_fails_on_three_replicas():
+    with pytest.raises(CheckFailed, match=r"^3 replicas, 6 batches, inner_steps=2: rank 0: parameter 0 .*\nHint: on 3 "
+                                          r"replicas your pseudo-gradient was divided by 2, not 3: the average must "
+                                          r"divide by the number of replicas, dist\.get_world_size\(\)"):
+        check_train_diloco(diloco_over_world_written)

@@ -6,13 +6,15 @@
 Both run on gloo ranks with a short timeout, so an answer where some ranks skip a collective ends
 with a message instead of a hang. DiLoCo runs on 2 replicas, each with its own batches, for 2
 rounds of 4 inner steps, then again for 3 rounds of 2 (so a period written as a number, or read off the
-number of batches, shows); every rank's final parameters are compared with one process simulating
-both replicas, and a wrong result with what each likely mistake gives (pseudo-gradient's sign,
-a sum for a mean, the outer momentum reset each round, the inner AdamW state averaged or made
+number of batches, shows), then that on 3 replicas in the same launch (so a mean written for 2 shows);
+every rank's final parameters are compared with one process simulating the replicas, and a wrong
+result with what each likely mistake gives (pseudo-gradient's sign, a sum for a mean, a mean over 2
+written in, the outer momentum reset each round, the inner AdamW state averaged or made
 anew, plain momentum for Nesterov, the replicas left at their local weights) or with what the
 replicas sent (a pseudo-gradient of zeros: θ_global never kept apart from the model). Recovery
-runs on 3 ranks twice: rank 0 returning with stale weights and no optimizer state while rank 1 is
-the source, then rank 1 returning while rank 2 is, so an answer that fixes either rank fails. Before
+runs on 3 ranks three times: rank 0 returning with stale weights and no optimizer state while rank 1 is
+the source, then rank 1 returning while rank 2 is, then rank 2 while rank 0 is, so an answer that fixes
+either rank, or takes the last rank's state, fails. Before
 each of its collectives, and once it returns, the ranks compare what they call (with which source):
 a rank that skips a broadcast, or calls another collective, is named at once instead of hanging.
 
@@ -29,8 +31,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from ddp_lab.checks import CheckFailed, passed
-from ddp_lab.checks.common import (CaseFailed, call_case, ensure_written, refuse_written_divisor, run_on_ranks,
-                                   watching_calls)
+from ddp_lab.checks.common import (CaseFailed, call_case, ensure_written, groups_of, refuse_written_divisor,
+                                   run_on_ranks, watching_calls)
 from ddp_lab.course.communicate_less import diloco, quorum
 from ddp_lab.instruments.collectives import replacing_dist_calls, watching_collectives
 
@@ -40,11 +42,15 @@ REPLICAS = 2
 # number of batches (len(batches) // 2), gives other rounds
 DILOCO_CASES = ((4, 2), (2, 3))
 INNER_STEPS, ROUNDS = DILOCO_CASES[0]
+# (replicas, case) of each DiLoCo run, in one launch (`common.groups_of`): both cases on the exercise's 2 replicas,
+# then the second on 3, so that a mean over replicas written for 2 (`delta / 2`, `0.5 * delta`, `world = 2`) fails
+DILOCO_RUNS = tuple((REPLICAS, case) for case in DILOCO_CASES) + ((3, DILOCO_CASES[1]),)
 INNER_LR, OUTER_LR, OUTER_MOMENTUM = 0.01, 0.7, 0.9
 QUORUM = 3
 # recovery, (returning rank, source rank) per case: the exercise's first; then another of each, so that an answer
-# that fixes the returning rank or the source (`if rank == 0`, `src=1`) fails
-RECOVERY_CASES = ((0, 1), (1, 2))
+# that fixes the returning rank or the source (`if rank == 0`, `src=1`) fails; then rank 2 returning, so that an
+# answer that takes the last rank's state (`src=2`, `src=world_size - 1`, `all_gather_object(...)[-1]`) fails
+RECOVERY_CASES = ((0, 1), (1, 2), (2, 0))
 DILOCO_ANSWERS = (diloco.DiLoCo.sync, diloco.average_over_replicas)
 RECOVER_ANSWERS = (quorum.recover_from_peer,)
 SEEN = {"all_reduce": (0, "tensor"), "all_gather": (1, "tensor"), "broadcast": (0, "tensor"),
@@ -75,17 +81,18 @@ def _params_bytes() -> int:
 
 def simulate_diloco(sign: float = 1.0, mean: bool = True, reset_outer: bool = False, average_inner: bool = False,
                     fresh_inner: bool = False, nesterov: bool = True, keep_local: bool = False,
-                    case: tuple[int, int] = DILOCO_CASES[0], period: int | None = None) -> list[list]:
-    """Both replicas' final parameters, simulated in one process, for a case (inner_steps, rounds) of
-    DILOCO_CASES; the flags give the likely mistakes, `period` an outer step every `period` batches
-    instead of every inner_steps."""
+                    case: tuple[int, int] = DILOCO_CASES[0], period: int | None = None, replicas: int = REPLICAS,
+                    divisor: int | None = None) -> list[list]:
+    """Every replica's final parameters, simulated in one process, for a case (inner_steps, rounds) of
+    DILOCO_CASES on `replicas` replicas; the flags give the likely mistakes, `period` an outer step every `period`
+    batches instead of every inner_steps, `divisor` a mean divided by that number, not by `replicas`."""
     inner_steps, rounds = case
     period = period or inner_steps
-    models = [make_model() for _ in range(REPLICAS)]
+    models = [make_model() for _ in range(replicas)]
     inner = [torch.optim.AdamW(m.parameters(), lr=INNER_LR) for m in models]
     global_params = [p.detach().clone() for p in models[0].parameters()]
     outer = torch.optim.SGD(global_params, lr=OUTER_LR, momentum=OUTER_MOMENTUM, nesterov=nesterov)
-    data = [replica_batches(rank, inner_steps * rounds) for rank in range(REPLICAS)]
+    data = [replica_batches(rank, inner_steps * rounds) for rank in range(replicas)]
     for step in range(inner_steps * rounds):
         for rank, model in enumerate(models):
             inner[rank].zero_grad()
@@ -98,13 +105,13 @@ def simulate_diloco(sign: float = 1.0, mean: bool = True, reset_outer: bool = Fa
                 outer = torch.optim.SGD(global_params, lr=OUTER_LR, momentum=OUTER_MOMENTUM, nesterov=nesterov)
             for i, g in enumerate(global_params):
                 total = sum(sign * (g - list(m.parameters())[i]) for m in models)
-                g.grad = total / REPLICAS if mean else total
+                g.grad = total / (divisor or replicas) if mean else total
             outer.step()
             outer.zero_grad(set_to_none=True)
             if average_inner:
                 for states in zip(*(list(opt.state.values()) for opt in inner)):
                     for key in ("exp_avg", "exp_avg_sq"):
-                        averaged = sum(s[key] for s in states) / REPLICAS
+                        averaged = sum(s[key] for s in states) / replicas
                         for s in states:
                             s[key] = averaged.clone()
             if not keep_local:
@@ -131,10 +138,17 @@ DILOCO_MISTAKES = (
 )
 
 
-def _diloco_runner(rank: int, train_diloco) -> list[dict]:
-    """The answer on this replica for each case of DILOCO_CASES, each from a fresh model: [case] -> what it ended
-    with and what it sent."""
-    return [_diloco_case(rank, train_diloco, inner_steps, rounds) for inner_steps, rounds in DILOCO_CASES]
+def _diloco_runner(rank: int, answers: tuple) -> list[dict[int, dict]]:
+    """In a rank launched with init_process_group=False: each answer on this replica for each run of DILOCO_RUNS
+    it belongs to, on a default group of that run's size (`common.groups_of`, 3 replicas first, each group set up
+    once for every answer), each from a fresh model: [answer] -> {run's index: what it ended with and sent}."""
+    runs = [{} for _ in answers]
+    for size in groups_of(rank, sorted({size for size, _ in DILOCO_RUNS}, reverse=True), "train_diloco"):
+        for index, (replicas, (inner_steps, rounds)) in enumerate(DILOCO_RUNS):
+            if replicas == size:
+                for answer, got in zip(answers, runs):
+                    got[index] = _diloco_case(rank, answer, inner_steps, rounds)
+    return runs
 
 
 def _diloco_case(rank: int, train_diloco, inner_steps: int, rounds: int) -> dict:
@@ -176,7 +190,8 @@ def check_train_diloco(train_diloco, timeout: float = 30.0) -> None:
 
     Each replica trains its own batches for 2 rounds of 4 inner steps (AdamW, lr 0.01) with an
     outer SGD (lr 0.7, momentum 0.9, Nesterov) on the averaged pseudo-gradient, then, from a fresh
-    model, for 3 rounds of 2; afterwards every replica's model must hold the global parameters, and
+    model, for 3 rounds of 2, and that again on 3 replicas (in the same launch), so that a mean written
+    for 2 replicas fails; afterwards every replica's model must hold the global parameters, and
     each replica must have sent one model's worth of bytes per round.
 
     Introduced in notebooks/16-communicate-less.ipynb.
@@ -185,40 +200,44 @@ def check_train_diloco(train_diloco, timeout: float = 30.0) -> None:
     name = getattr(train_diloco, "__name__", "train_diloco")
     refuse_written_divisor(train_diloco, name, "a pseudo-gradient", "the number of replicas, dist.get_world_size()",
                            divided=("delta", "grad", "pseudo"))
-    results = run_on_ranks(_diloco_runner, (train_diloco,), REPLICAS, timeout, name, timeout_hint=_diloco_hang_hint)
-    judge_diloco(name, results)
+    results = run_on_ranks(_diloco_runner, ((train_diloco,),), max(size for size, _ in DILOCO_RUNS), timeout, name,
+                           timeout_hint=_diloco_hang_hint, init_process_group=False)
+    judge_diloco(name, [result[0] for result in results])
 
 
 def judge_diloco(name: str, results) -> None:
     """Compare what every replica ended with and sent with one process, case by case; CheckFailed naming the mistake.
 
-    `results`: [rank] -> [case] -> the runner's dict (`_diloco_runner`)."""
-    called = next((c["called"] for r in results for c in r if c.get("called")), None)
+    `results`: [rank] -> {index of a run of DILOCO_RUNS -> the runner's dict} (`_diloco_runner`)."""
+    called = next((c["called"] for r in results for c in r.values() if c.get("called")), None)
     if called:
         raise CheckFailed(f"{name} calls {called[0]}, the package's own answer to this exercise, so the check "
                           "cannot tell whether your code would be right.\nHint: write the outer step yourself.")
-    for index, case in enumerate(DILOCO_CASES):
-        _judge_diloco_case(name, case, [result[index] for result in results])
+    for index, (replicas, case) in enumerate(DILOCO_RUNS):
+        _judge_diloco_case(name, case, [result[index] for result in results[:replicas]], replicas)
     rounds = " and ".join(f"{r} rounds of {h}" for h, r in DILOCO_CASES)
     per_round = _params_bytes()
     passed(f"{name}: 2 replicas, {rounds} AdamW steps, outer Nesterov SGD on the averaged pseudo-gradient == one "
            f"process; {per_round} bytes sent per round per replica (the model)")
 
 
-def _judge_diloco_case(name: str, case: tuple[int, int], results: list[dict]) -> None:
+def _judge_diloco_case(name: str, case: tuple[int, int], results: list[dict], replicas: int = REPLICAS) -> None:
     inner_steps, rounds = case
-    want = simulate_diloco(case=case)
+    want = simulate_diloco(case=case, replicas=replicas)
     for rank, result in enumerate(results):
         got = result["params"]
         if all(torch.allclose(g, w, atol=1e-5, rtol=1e-4) for g, w in zip(got, want[rank])):
             continue
         index = next(i for i, (g, w) in enumerate(zip(got, want[rank])) if not torch.allclose(g, w, atol=1e-5,
                                                                                             rtol=1e-4))
-        where = (f"{rounds * inner_steps} batches, inner_steps={inner_steps}: rank {rank}: parameter {index} (shape "
+        where = (f"{replicas} replicas, {rounds * inner_steps} batches, inner_steps={inner_steps}: rank {rank}: "
+                 f"parameter {index} (shape "
                  f"{tuple(want[rank][index].shape)}) differs from one process's DiLoCo: got {_values(got[index])}, "
                  f"expected {_values(want[rank][index])}")
-        hint = _zero_delta_hint(results) or _period_hint(got, rank, case) or next(
-            (text for flags, text in DILOCO_MISTAKES if _same(got, simulate_diloco(**flags, case=case)[rank])), None)
+        hint = _zero_delta_hint(results) or _written_replicas_hint(got, rank, case, replicas) or \
+            _period_hint(got, rank, case, replicas) or next(
+                (text for flags, text in DILOCO_MISTAKES
+                 if _same(got, simulate_diloco(**flags, case=case, replicas=replicas)[rank])), None)
         if hint is None:
             hint = _traffic_hint(results[rank]["sent"], inner_steps, rounds) or (
                 "each round: H inner AdamW steps, then Δ = θ_global − θ_local averaged over the replicas "
@@ -231,21 +250,33 @@ def _judge_diloco_case(name: str, case: tuple[int, int], results: list[dict]) ->
         if sent != per_round * rounds:
             hint = (_traffic_hint(result["sent"], inner_steps, rounds)
                     or "all-reduce each pseudo-gradient once per round, nothing else")
-            raise CheckFailed(f"{rounds * inner_steps} batches, inner_steps={inner_steps}: rank {rank} handed {sent} "
-                              f"bytes to collectives over {rounds} rounds; DiLoCo sends one pseudo-gradient per round: "
-                              f"{per_round} bytes each, {per_round * rounds} in all.\nHint: {hint}.")
+            raise CheckFailed(f"{replicas} replicas, {rounds * inner_steps} batches, inner_steps={inner_steps}: rank "
+                              f"{rank} handed {sent} bytes to collectives over {rounds} rounds; DiLoCo sends one "
+                              f"pseudo-gradient per round: {per_round} bytes each, {per_round * rounds} in all."
+                              f"\nHint: {hint}.")
 
 
 def _same(got: list, want: list) -> bool:
     return all(torch.allclose(g, w, atol=1e-5, rtol=1e-4) for g, w in zip(got, want))
 
 
-def _period_hint(got: list, rank: int, case: tuple[int, int]) -> str | None:
+def _written_replicas_hint(got: list, rank: int, case: tuple[int, int], replicas: int) -> str | None:
+    """A hint only where the parameters show it: on other than the exercise's 2 replicas they are DiLoCo's with
+    the summed pseudo-gradient divided by 2 (`delta / 2`, `0.5 * delta`, `world = 2`), not by the world size."""
+    if replicas == REPLICAS or not _same(got, simulate_diloco(case=case, replicas=replicas, divisor=REPLICAS)[rank]):
+        return None
+    return (f"on {replicas} replicas your pseudo-gradient was divided by {REPLICAS}, not {replicas}: the average "
+            f"must divide by the number of replicas, dist.get_world_size(), not a number written for {REPLICAS} "
+            f"(`/ {REPLICAS}`, `* 0.5`, `world = {REPLICAS}`)")
+
+
+def _period_hint(got: list, rank: int, case: tuple[int, int], replicas: int = REPLICAS) -> str | None:
     """A hint only where the parameters show it: they are DiLoCo's with the outer step every p batches, p not
     inner_steps (a period written as a number, or worked out from the number of batches)."""
     inner_steps, rounds = case
     period = next((p for p in range(1, inner_steps * rounds + 1)
-                   if p != inner_steps and _same(got, simulate_diloco(case=case, period=p)[rank])), None)
+                   if p != inner_steps and _same(got, simulate_diloco(case=case, period=p, replicas=replicas)[rank])),
+                  None)
     if period is None:
         return None
     return (f"your replicas ran the outer step every {period} batches, but inner_steps was {inner_steps}: the "
@@ -434,12 +465,12 @@ def _recover_hang_hint(calls: set, places: dict) -> str:
 
 
 def check_recover_from_peer(recover_from_peer, timeout: float = 30.0) -> None:
-    """Check `recover_from_peer(model, optimizer, source_rank)` on 3 gloo ranks, in two cases.
+    """Check `recover_from_peer(model, optimizer, source_rank)` on 3 gloo ranks, in three cases.
 
     The returning rank comes back with stale weights and an optimizer without state; the others are
     healthy (two SGD steps with momentum). First rank 0 returns and every rank calls the answer with
-    source_rank=1, then rank 1 returns with source_rank=2. Afterwards every rank must hold the
-    source's weights and momentum, so that one more step gives the same weights everywhere.
+    source_rank=1, then rank 1 returns with source_rank=2, then rank 2 with source_rank=0. Afterwards every
+    rank must hold the source's weights and momentum, so that one more step gives the same weights everywhere.
 
     Introduced in notebooks/16-communicate-less.ipynb.
     """
