@@ -263,3 +263,19 @@ def test_a_tp_that_does_not_divide_a_node_is_refused_unless_asked_for_across_nod
     sizes = {s.tp for s in search_module.candidates(wide, five_nodes, 40, zero=(1,))}
     across = {s.tp for s in search_module.candidates(wide, five_nodes, 40, zero=(1,), tp_across_nodes=True)}
     assert sizes == {1, 2, 4, 8} and {5, 10, 20, 40} <= across
+
+
+def test_the_most_loaded_stage_of_a_moe_model_with_dense_first_layers_is_the_one_checked(monkeypatch):
+    """DeepSeekMoE 16B (its first layer dense) on 14 stages of 2 layers: stage 0 holds a dense and a MoE layer,
+    stage 1 two MoE layers and one micro-batch fewer; stage 1 is the most loaded, and the planner's memory is the
+    largest over every stage (counted here stage by stage), for these and other pipelines."""
+    model = Transformer.preset("deepseek-moe-16b").with_(seq_len=2048)
+    for strategy in (Strategy(dp=2, pp=14, zero=1, micro_batch=8, grad_accum=14),
+                     Strategy(dp=2, pp=14, zero=3, micro_batch=8, grad_accum=14),
+                     Strategy(dp=4, pp=7, zero=1, micro_batch=4, grad_accum=7), Strategy(dp=8, pp=4, zero=1)):
+        checked = memory(model, strategy).total
+        monkeypatch.setattr(pipeline_stages, "stages_to_check", lambda strategy, model=None: range(strategy.pp))
+        every = memory(model, strategy).total
+        monkeypatch.undo()
+        assert checked == every, strategy.label()
+    assert 1 in pipeline_stages.stages_to_check(Strategy(dp=2, pp=14), model)

@@ -60,7 +60,7 @@ def _sync_seconds(model, cluster, strategy, units_of, gathered_of, group) -> flo
     if group.size == 1:
         return 0.0
     w, g, _ = bytes_per_parameter(strategy)
-    stages = pipeline_stages.stages_to_check(strategy)
+    stages = pipeline_stages.stages_to_check(strategy, model)
     if strategy.zero in (0, 1, 2):
         params = max(sum(units_of(model, strategy, stage)) for stage in stages)
         if params == 0:
@@ -179,7 +179,7 @@ def zero3_exposed(model, cluster, strategy, layer, head, tp_seconds, slower: flo
     """
     w, g, _ = bytes_per_parameter(strategy)
     worst = 0.0
-    for stage in pipeline_stages.stages_to_check(strategy):
+    for stage in pipeline_stages.stages_to_check(strategy, model):
         gather = unit_seconds(model, cluster, strategy, stage, "all_gather", w, slower)
         scatter = unit_seconds(model, cluster, strategy, stage, "reduce_scatter", g, slower)
         if strategy.fsdp_unit == "model":
@@ -254,7 +254,7 @@ def zero12_exposed(model, cluster, strategy, layer, head, tp_seconds, slower: fl
     w, g, _ = bytes_per_parameter(strategy)
     reduce_kind = "all_reduce" if strategy.zero == 0 else "reduce_scatter"
     reduce_worst = gather_worst = 0.0
-    for stage in pipeline_stages.stages_to_check(strategy):
+    for stage in pipeline_stages.stages_to_check(strategy, model):
         reduce = unit_seconds(model, cluster, strategy, stage, reduce_kind, g, slower)
         gather = unit_seconds(model, cluster, strategy, stage, "all_gather", w, slower) if strategy.zero else []
         if strategy.fsdp_unit == "model":

@@ -206,8 +206,9 @@ def memory(model, strategy: Strategy) -> MemoryBreakdown:
     the last stage the head's activations. Buffers: under ZeRO-3 one layer's gathered weights
     twice (the current layer and the prefetched next, FSDP's default; under FP8 its linear weights
     gathered at 1 byte each, precision.gathered_parameter_bytes) plus its unsharded gradients
-    before the reduce-scatter. The stages checked are the first, the last and, with
-    uneven stages, the second (pipeline_stages.stages_to_check). With DiLoCo replicas (outer_sync)
+    before the reduce-scatter. The stages checked are the first, the last, with uneven stages the
+    second, and for a MoE model with dense first layers the first stages with experts
+    (pipeline_stages.stages_to_check). With DiLoCo replicas (outer_sync)
     ZeRO shards over one replica's ranks, and the outer optimizer's 8 bytes per held parameter
     count as optimizer state. Left out: CUDA context, allocator fragmentation, NCCL buffers and
     temporaries; `search` keeps 10 % of GPU memory free for them.
@@ -224,7 +225,7 @@ def memory(model, strategy: Strategy) -> MemoryBreakdown:
     inner = outer_sync.inner_strategy(strategy)       # DiLoCo replicas: ZeRO shards inside one replica
     outer = outer_sync.outer_state_bytes(model, strategy)
     ranks = []
-    for stage in pipeline_stages.stages_to_check(strategy):
+    for stage in pipeline_stages.stages_to_check(strategy, model):
         states = stage_state_bytes(model, inner, stage)
         acts = stage_activation_bytes(model, strategy, stage)
         buffers = 0

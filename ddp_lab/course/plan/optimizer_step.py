@@ -33,5 +33,5 @@ def optimizer_seconds(parameters: int, strategy, gpu) -> float:
 def optimizer_parameters(model, strategy) -> int:
     """Parameters whose Adam step one GPU computes: its stage's share, divided by dp (a DiLoCo replica's) under
     ZeRO >= 1."""
-    params = max(stage_parameters(model, strategy, stage) for stage in pipeline_stages.stages_to_check(strategy))
+    params = max(stage_parameters(model, strategy, stage) for stage in pipeline_stages.stages_to_check(strategy, model))
     return -(-params // (strategy.dp // strategy.replicas)) if strategy.zero >= 1 else params

@@ -85,7 +85,7 @@ def synced_parameters(model, strategy) -> int:
     inner = inner_strategy(strategy)
     per_parameter = memory.bytes_per_parameter(strategy)[2]
     return max(memory.stage_state_bytes(model, inner, stage).optimizer // per_parameter
-               for stage in pipeline_stages.stages_to_check(strategy))
+               for stage in pipeline_stages.stages_to_check(strategy, model))
 
 
 def wire_bytes_per_step(model, strategy) -> float:

@@ -80,12 +80,29 @@ def first_layer(model, strategy, stage: int) -> int:
     return sum(stage_layers(model, strategy)[:stage])
 
 
-def stages_to_check(strategy) -> list[int]:
-    """The stages whose memory can be the largest: the first, the last, and with uneven stages the second
-    (a full middle stage holding p - 1 micro-batches in flight under 1F1B: Llama 3's most loaded rank)."""
+def stages_to_check(strategy, model=None) -> list[int]:
+    """The stages whose memory or traffic can be the largest: the first, the last, with uneven stages the second
+    (a full middle stage holding p - 1 micro-batches in flight under 1F1B: Llama 3's most loaded rank), and for a
+    mixture-of-experts `model` whose first layers are dense (MoE.dense_layers) the stage holding its first layer
+    with experts and the next one (the first stage all of whose layers hold experts, with the most micro-batches in
+    flight among those: DeepSeekMoE 16B on 14 stages of 2 layers, stage 1).
+
+    Example:
+        >>> from ddp_lab.course.plan.model import Transformer
+        >>> from ddp_lab.course.plan.strategy import Strategy
+        >>> from ddp_lab.course.plan.experts import MoE
+        >>> moe = Transformer.preset("mixtral-8x7b")
+        >>> stages_to_check(Strategy(pp=8), moe.with_(moe=MoE(8, 2, 14336, dense_layers=5)))
+        [0, 1, 2, 7]
+    """
     stages = {0, strategy.pp - 1}
     if uneven(strategy):
         stages.add(1)
+    dense = 0 if model is None or model.moe is None else model.moe.dense_layers
+    if dense:
+        layers = stage_layers(model, strategy)
+        holding = next(s for s in range(strategy.pp) if sum(layers[:s + 1]) > dense)
+        stages.update(s for s in (holding, holding + 1) if s < strategy.pp)
     return sorted(stages)
 
 
