@@ -279,3 +279,15 @@ def test_the_most_loaded_stage_of_a_moe_model_with_dense_first_layers_is_the_one
         monkeypatch.undo()
         assert checked == every, strategy.label()
     assert 1 in pipeline_stages.stages_to_check(Strategy(dp=2, pp=14), model)
+
+
+def test_one_fsdp_unit_holds_the_whole_stage_gathered_with_its_gradients():
+    """fsdp_unit="model": FSDP gathers the stage's every weight at once and keeps every unsharded gradient until the
+    one reduce-scatter, so Llama 3 70B on 32 H100s needs 2 x 70.6B x 2 bytes of buffers (it was counted as one
+    layer's, whatever the unit)."""
+    model = Transformer.preset("llama3-70b").with_(seq_len=4096)
+    layer_unit = memory(model, Strategy(dp=32, zero=3, recompute="full"))
+    one_unit = memory(model, Strategy(dp=32, zero=3, recompute="full", fsdp_unit="model"))
+    assert one_unit.buffers == 2 * 2 * model.parameters()
+    assert layer_unit.buffers < one_unit.buffers / 50
+    assert one_unit.model_states == layer_unit.model_states and one_unit.activations == layer_unit.activations

@@ -206,7 +206,8 @@ def memory(model, strategy: Strategy) -> MemoryBreakdown:
     the last stage the head's activations. Buffers: under ZeRO-3 one layer's gathered weights
     twice (the current layer and the prefetched next, FSDP's default; under FP8 its linear weights
     gathered at 1 byte each, precision.gathered_parameter_bytes) plus its unsharded gradients
-    before the reduce-scatter. The stages checked are the first, the last, with uneven stages the
+    before the reduce-scatter; with fsdp_unit="model" (one unit) the whole stage's gathered weights
+    and unsharded gradients. The stages checked are the first, the last, with uneven stages the
     second, and for a MoE model with dense first layers the first stages with experts
     (pipeline_stages.stages_to_check). With DiLoCo replicas (outer_sync)
     ZeRO shards over one replica's ranks, and the outer optimizer's 8 bytes per held parameter
@@ -229,7 +230,12 @@ def memory(model, strategy: Strategy) -> MemoryBreakdown:
         states = stage_state_bytes(model, inner, stage)
         acts = stage_activation_bytes(model, strategy, stage)
         buffers = 0
-        if strategy.zero == 3:
+        if strategy.zero == 3 and strategy.fsdp_unit == "model":
+            from ddp_lab.course.plan import dp_sync   # lazy: dp_sync imports this module
+            gathered = (sum(dp_sync.gathered_unit_bytes(model, strategy, stage))
+                        + sum(dp_sync.gathered_expert_bytes(model, strategy, stage)))
+            buffers = gathered + g * stage_parameters(model, strategy, stage)   # the whole stage, and its gradients
+        elif strategy.zero == 3:
             layer = layer_parameters_per_rank(model, strategy.tp) + experts.largest_layer_change(model, strategy)
             other = layer_other_parameters(model, strategy.tp, experts.moe_layers(model) > 0)
             gathered = gathered_parameter_bytes(strategy) * (layer - other) + w * other   # FP8: 1 byte per weight
