@@ -104,6 +104,11 @@ BAD_INPUT = [
     ((*LLAMA_8B, "--global-batch", "0"), ["--global-batch must be a positive int, got 0"]),
     ((*LLAMA_8B, "--nodes", "0"), ["--nodes must be a positive int, got 0"]),
     ((*LLAMA_8B, "--gpus-per-node", "0"), ["--gpus-per-node must be a positive int, got 0"]),
+    # a precision the GPU has no peak for: the one it has, as a flag (was Python calls and "fp16 on a T4")
+    (("--model", "llama3-8b", "--cluster", "a100-80gb", "--precision", "fp8"),
+     ["A100 80GB has no fp8 peak", "train in one of those (--precision bf16)"]),
+    (("--model", "llama3-8b", "--cluster", "t4", "--precision", "bf16"),
+     ["T4 has no bf16 peak", "train in one of those (--precision fp16)"]),
     ((*LLAMA_8B, "--global-batch", "7", "--zero", "1"), ["--global-batch 7", "use --global-batch 8"]),
     ((*LLAMA_8B, "--global-batch", "100", "--zero", "1"), ["multiple of dp x micro-batch = 8 x 1", "96 or 104"]),
     ((*LLAMA_8B, "--grad-accum", "3", "--global-batch", "64"), ["= 24", "--global-batch or --grad-accum"]),

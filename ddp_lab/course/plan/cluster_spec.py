@@ -56,9 +56,9 @@ class GPU:
         """Peak FLOP/s for `precision` ("bf16", "fp16", "fp32", "fp8"); a ValueError names the ones it has."""
         if precision not in self.peak_flops:
             hint = " (FP8 tensor cores start with Hopper: h100-sxm, h200, b200, gb200)" if precision == "fp8" else ""
+            instead = next(p for p in ("bf16", "fp16", "fp32") if p in self.peak_flops)
             raise ValueError(f"{self.name} has no {precision} peak in its spec ({', '.join(self.peak_flops)}){hint}: "
-                             f"train in one of those: Strategy(precision='fp16'), search(..., precision='fp16') or "
-                             f"--precision fp16 on a T4")
+                             f"train in one of those (precision='{instead}')")
         return self.peak_flops[precision]
 
     def achieved_flops(self, precision: str) -> float:
