@@ -33,7 +33,7 @@ SPLIT_FLAGS = ("cp", "ep")     # a number (the plan's or every searched plan's) 
 # The library's fields that a flag here sets: its messages name them (`ep=8`, `drop overlap_param_gather`), and
 # in_flags writes each as its flag. The model's shape fields are mapped only where the shape flags built the model.
 STRATEGY_FIELDS = (*STRATEGY_FLAGS, *SPLIT_FLAGS, "precision", "attention", "flash_kernel", "fp32_grads",
-                   "checkpoint_early_stop", "gpus_per_node")
+                   "checkpoint_early_stop", "gpus_per_node", "region_nodes")
 # The library's advice that names no field, with the flag that follows it (the library's words, the CLI's words).
 ADVICE_FLAGS = (("train on shorter sequences", "train on shorter sequences (--seq-len)"),
                 (" (or moe=None: a dense model)", ""),

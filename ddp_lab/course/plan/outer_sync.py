@@ -52,7 +52,7 @@ def check_fields(strategy) -> None:
     if strategy.replicas == 1 and (strategy.sync_every > 1 or strategy.sync_precision != "fp32"):
         raise ValueError(f"sync_every={strategy.sync_every} (sync_precision={strategy.sync_precision!r}) describes an "
                          f"outer sync between DiLoCo replicas, but replicas=1: set replicas to the number of replicas "
-                         f"(--replicas; dividing dp), or drop sync_every and sync_precision")
+                         f"(a divisor of dp), or drop sync_every and sync_precision")
     if strategy.replicas > 1 and (strategy.dp // strategy.replicas * strategy.cp) % strategy.ep:
         raise ValueError(f"ep={strategy.ep} does not divide a replica's dp x cp = {strategy.dp // strategy.replicas} x "
                          f"{strategy.cp}: expert parallelism stays inside one replica; use fewer replicas or a smaller ep")
