@@ -122,7 +122,10 @@ BAD_INPUT = [
     ((*LLAMA_8B, "--pp", "3"), ["--pp in [1, 2, 4, 8]"]),
     ((*LLAMA_8B, "--nodes", "3", "--pp", "3"), ["--pp 3 does not divide layers=32", "use --pp in"]),
     (("--model", "gpt2-small", "--cluster", "h100-sxm", "--nodes", "3", "--tp", "12"), ["--tp-across-nodes"]),
-    (("--model", "llama3-70b", "--cluster", "t4"), ["add nodes", "shorter sequences (--seq-len)"]),
+    (("--model", "llama3-70b", "--cluster", "t4"), ["even without activations the smallest needs",
+                                                     "shorter sequences do not help: add nodes"]),
+    (("--model", "llama3-8b", "--seq-len", "1048576", "--cluster", "h100-sxm"),
+     ["add nodes", "or train on shorter sequences (--seq-len)"]),
     ((*LLAMA_8B, "--micro-batch", "two"), ["--micro-batch", "invalid int value"]),
     ((*LLAMA_8B, "--bogus"), ["python -m ddp_lab plan: error: unrecognized arguments: --bogus (python -m ddp_lab "
                               "plan --help lists its flags)"]),

@@ -215,9 +215,15 @@ def search(model, cluster, top: int | None = 10, global_batch: int | None = None
     fitting = [p for p in plans if p.fits]
     if not fitting:
         smallest = min(plans, key=lambda p: p.memory.total)
+        # shorter sequences shrink only the activations: advised only where some plan fits without them
+        states = min(p.memory.total - p.memory.activations for p in plans)
+        if states <= cluster.gpu.memory * (1 - reserve):
+            advice = "add nodes, use GPUs with more memory, or train on shorter sequences"
+        else:
+            advice = (f"even without activations the smallest needs {states / 1e9:.1f} GB, so shorter sequences do "
+                      f"not help: add nodes or use GPUs with more memory")
         raise ValueError(f"no plan for {model.name} fits {cluster.gpus} x {cluster.gpu.name} "
                          f"({cluster.gpu.memory / 1e9:.0f} GB each, {percent_text(1 - reserve)} usable): the smallest, "
-                         f"{smallest.strategy.label()}, needs {smallest.memory.total / 1e9:.1f} GB per GPU; add nodes, "
-                         f"use GPUs with more memory, or train on shorter sequences")
+                         f"{smallest.strategy.label()}, needs {smallest.memory.total / 1e9:.1f} GB per GPU; {advice}")
     fitting.sort(key=lambda p: (-p.tokens_per_second, p.memory.total))
     return fitting if top is None else fitting[:top]
