@@ -250,3 +250,16 @@ def test_a_layer_types_list_with_one_entry_a_layer_is_read():
                                       "Meta-Llama-3-8B") == model("Meta-Llama-3-8B")
     assert transformer_from_hf_config({**config("Meta-Llama-3-8B"), "layer_types": []},   # empty: unset
                                       "Meta-Llama-3-8B") == model("Meta-Llama-3-8B")
+
+
+def test_expert_keys_in_a_dense_familys_config_are_refused():
+    """Hugging Face's Llama and Qwen2 classes keep an unknown num_experts as an attribute and build the dense model;
+    the planner read it as a mixture of experts (47.5B for Llama 3 8B). A config without model_type keeps reading
+    them (a hand-written MoE config)."""
+    for name in ("Meta-Llama-3-8B", "Qwen2.5-7B"):
+        with pytest.raises(ValueError, match=r"^num_experts = 8 in a model_type = '(llama|qwen2)' config: that "
+                                             r"family's code builds a dense model"):
+            transformer_from_hf_config({**config(name), "num_experts": 8, "num_experts_per_tok": 2}, seq_len=4096)
+    untyped = without("Meta-Llama-3-8B", "model_type")
+    assert transformer_from_hf_config({**untyped, "num_experts": 8, "num_experts_per_tok": 2}, seq_len=4096).moe
+

@@ -34,7 +34,8 @@ Qwen-MoE's hidden x 1 gate on its shared expert (hidden parameters a layer, 2,04
 14.3B) is left out. Refused, one line naming the key: what the planner cannot express (multi-head latent
 attention's kv_lora_rank and q_lora_rank, DeepSeek-V3's multi-token prediction, MoE layers that are not
 the last ones, a sliding window shorter than the planned sequence, PretrainedConfig's cross-attention and
-pruned heads), a model_type of another family (its code may build what its config does not say), and any
+pruned heads), a model_type of another family (its code may build what its config does not say), expert keys in
+a config of a dense family (LlamaConfig keeps num_experts and builds the dense model), and any
 key the planner does not read whose name says it may shape the model (SHAPE_WORDS) and whose value is set;
 PretrainedConfig's own attributes (PRETRAINED_CONFIG_KEYS: outputs, names, dtypes, token ids, kernels,
 generation defaults) are not read and never refused for their names.
@@ -72,6 +73,7 @@ FAMILIES = {"llama": LLAMA_CODE, "mistral": LLAMA_CODE, "mixtral": LLAMA_CODE, "
 TIED_BY_DEFAULT = {"llama": False, "mistral": False, "mixtral": False, "deepseek": False, "gpt2": True,
                    "qwen2": False, "qwen2_moe": False, "qwen3": False, "qwen3_moe": False}
 EXPERT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts")
+DENSE_FAMILIES = {"llama", "mistral", "qwen2", "qwen3", "gpt2"}   # model_types whose code has no experts
 DROPOUT_KEYS = ("attention_dropout", "hidden_dropout", "resid_pdrop", "attn_pdrop", "embd_pdrop")
 NOT_MODELLED = {   # key: what it means, refused when set (not null, 0, false or empty)
     "kv_lora_rank": "multi-head latent attention (DeepSeek-V2/V3: keys and values through a low-rank "
@@ -170,7 +172,7 @@ def transformer_from_hf_config(config: dict, name: str = "hf-model", seq_len: in
                        bias=True if family == "gpt2" else _bias(config),
                        tied_embeddings=_true_or_false(config, "tie_word_embeddings", TIED_BY_DEFAULT[family]),
                        dropout=any(_number(config, key, default=0) > 0 for key in DROPOUT_KEYS),
-                       moe=_experts(config, ffn, shape["layers"]), **FAMILIES[family], **shape)
+                       moe=_experts(config, ffn, shape["layers"], family), **FAMILIES[family], **shape)
 
 
 def _family(config: dict) -> str:
@@ -246,11 +248,17 @@ def _check_attention_span(config: dict, seq_len: int, layers: int) -> None:
                          f"full_attention: layers that attend to a window are not modelled")
 
 
-def _experts(config: dict, ffn: int, layers: int) -> MoE | None:
-    """The MoE the expert keys describe (module docstring), or None for a dense model."""
+def _experts(config: dict, ffn: int, layers: int, family: str = "mixtral") -> MoE | None:
+    """The MoE the expert keys describe (module docstring), or None for a dense model; expert keys in a config of a
+    dense family (DENSE_FAMILIES), whose code never reads them, are refused."""
     key = next((k for k in EXPERT_KEYS if config.get(k) not in (None, 0, 1)), None)
     if key is None:
         return None
+    if family in DENSE_FAMILIES and config.get("model_type") is not None:
+        moe_families = ", ".join(sorted(set(FAMILIES) - DENSE_FAMILIES))
+        raise ValueError(f"{key} = {config[key]!r} in a model_type = {family!r} config: that family's code builds a "
+                         f"dense model and never reads {key}; remove it from a copy of the file, or give the "
+                         f"mixture-of-experts family's model_type ({moe_families})")
     experts = _positive_int(config, key, 10**6)
     if config.get("num_experts_per_tok") is None:
         raise ValueError(f"{key} = {experts} but no num_experts_per_tok: a mixture-of-experts config says there how "
