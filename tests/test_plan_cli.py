@@ -511,7 +511,8 @@ def test_every_bad_model_flag_exits_2_with_one_line(tmp_path):
         (("--hf-config", _config(tmp_path, "broken", "{ not json"), "--cluster", "t4"), ["--hf-config", "is not JSON"]),
         (("--hf-config", _config(tmp_path, "headless", {"hidden_size": 64}), "--cluster", "t4"),
          ["--hf-config", "num_hidden_layers"]),
-        (("--hf-config", _config(tmp_path, "moe", {**LLAMA3_8B_CONFIG, "num_local_experts": 8}), "--cluster", "t4"),
+        (("--hf-config", _config(tmp_path, "moe", {**LLAMA3_8B_CONFIG, "model_type": "mixtral",
+                                                    "num_local_experts": 8}), "--cluster", "t4"),
          ["num_local_experts = 8", "num_experts_per_tok"]),
         (("--hf-config", _config(tmp_path, "latent", {**LLAMA3_8B_CONFIG, "kv_lora_rank": 512}), "--cluster", "t4"),
          ["kv_lora_rank = 512", "multi-head latent attention"]),
@@ -910,3 +911,13 @@ def test_gpus_per_node_plans_a_job_on_part_of_each_node():
     assert Strategy(dp=16, tp=4, pp=2).layout.group("dp").spans_nodes(72)   # block 64 on 72-GPU racks: crosses
     assert not Strategy(dp=16, tp=4, pp=2).layout.group("dp").spans_nodes(64)
 
+
+
+def test_the_search_header_names_interleaving_only_where_a_plan_tried_it():
+    """80 layers take no pp x 7 virtual stages: with --virtual-stages 7 no plan interleaves, and the header does not
+    say it searched interleaving; without the flag plans do."""
+    flags = ("--model", "llama3-70b", "--cluster", "h100-sxm", "--nodes", "4", "--top", "1")
+    (code7, seven, err), (code, default, _) = plan_on_each([flags + ("--virtual-stages", "7"), flags])
+    assert code7 == code == 0, err
+    assert "sequence parallel); " in seven and "interleaving" not in seven.splitlines()[2]
+    assert "sequence parallel, interleaving); " in default

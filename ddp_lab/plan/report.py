@@ -89,10 +89,12 @@ def fold_zero_stages(plans) -> list[tuple]:
 
 def search_header(model, cluster, global_batch: int, precision: str, tried: int, fitting: int,
                   reserve: float = MEMORY_RESERVE, attention: str = "flash", cp=(1,), ep=(1,),
-                  seq_source: str | None = None, flash_kernel: str = "fa2") -> str:
+                  seq_source: str | None = None, flash_kernel: str = "fa2", interleaved: bool = True) -> str:
     """What a search covered: model, GPUs, global batch, precision, parameters, plans tried and plans that fit.
 
-    `cp`, `ep`: the context- and expert-parallel sizes the plans tried used, named when not just 1.
+    `cp`, `ep`: the context- and expert-parallel sizes the plans tried used, named when not just 1. `interleaved`:
+    whether any plan tried interleaved its stages (none can where every plan has pp 1, or a micro-batch count the
+    schedule cannot take).
     `seq_source`: where the sequence length came from (`model_text`).
 
     Example:
@@ -109,8 +111,8 @@ def search_header(model, cluster, global_batch: int, precision: str, tried: int,
                      if set(sizes) != {1})
     return (f"{model.name} on {where}, global batch {global_batch} sequences x {model.seq_len} tokens, {precision}, "
             f"{attention_text(attention, flash_kernel)}\n{model_text(model, seq_source)}\n"
-            f"{tried} plans tried (dp x tp x pp, ZeRO 0-3, micro-batch, recomputation, sequence parallel, "
-            f"interleaving{splits}); {fitting} fit in {percent_text(1 - reserve)} of each GPU's {cluster.gpu.memory / GB:.1f} GB "
+            f"{tried} plans tried (dp x tp x pp, ZeRO 0-3, micro-batch, recomputation, sequence parallel"
+            f"{', interleaving' if interleaved else ''}{splits}); {fitting} fit in {percent_text(1 - reserve)} of each GPU's {cluster.gpu.memory / GB:.1f} GB "
             f"(memory reserve {percent_text(reserve)})")
 
 
