@@ -28,9 +28,11 @@ SCALER_HINTS = ("decided per rank", "never divided by the scale", "divides into 
                 "clipped before they were unscaled",
                 "not capped at 1", "norm of its own shard", "norms were added", "averaged over the ranks",
                 "must be skipped on every rank", "the package's own answer", "finds inf but not NaN",
-                "not by this case's scale", "clipped to norm 1", "capped at max_norm")
-FP8_HINTS = ("gradients take e5m2", "weights and activations take e4m3", "wrong dimension", "keep the reduced dimension",
-             "inverted", "x.max() misses", "other format's largest", "one scale per row", "one scale for the whole",
+                "not by this case's scale", "clipped to norm 1", "capped at max_norm",
+                "look at every parameter's gradient")
+FP8_HINTS = ("gradients take e5m2", "weights and activations take e4m3", "wrong dimension",
+             "keep the reduced dimension", "inverted", "x.max() misses", "other format's largest", "one scale per row",
+             "one scale for the whole",
              "the package's own answer", "wrong way round", "is another FP8 format", "is a Python float",
              "keep the scale in float32")
 
@@ -246,6 +248,76 @@ def step_returns_whether_it_skipped(params, optimizer, scale, max_norm):
     return skipped                                                 # True means "stepped"
 
 
+def _unscaled_copies_step(grads, params, optimizer, max_norm):
+    """The rest of an answer that unscaled copies of the gradients: overflow test and clipping on the copies."""
+    flag = torch.tensor([0.0 if all(torch.isfinite(g).all() for g in grads) else 1.0])
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+    if flag.item():
+        return False
+    squares = sum(g.pow(2).sum() for g in grads).reshape(1)
+    dist.all_reduce(squares)
+    norm = squares.sqrt().item()
+    if norm > max_norm:
+        for g in grads:
+            g.mul_(max_norm / (norm + 1e-6))
+    optimizer.step()
+    return True
+
+
+def step_unscaled_clones_in_place(params, optimizer, scale, max_norm):
+    grads = [p.grad.clone().div_(scale) for p in params]          # in place, but on a copy
+    return _unscaled_copies_step(grads, params, optimizer, max_norm)
+
+
+def step_unscaled_a_clone_by_name(params, optimizer, scale, max_norm):
+    grads = []
+    for p in params:
+        g = p.grad.clone()
+        g /= scale                                                 # in place on the copy: p.grad keeps the scale
+        grads.append(g)
+    return _unscaled_copies_step(grads, params, optimizer, max_norm)
+
+
+def step_unscaled_detached_clones(params, optimizer, scale, max_norm):
+    grads = [p.grad.detach().clone() for p in params]
+    for g in grads:
+        g.div_(scale)
+    return _unscaled_copies_step(grads, params, optimizer, max_norm)
+
+
+def _flag_over(grads) -> bool:
+    flag = torch.tensor([0.0 if all(torch.isfinite(g).all() for g in grads) else 1.0])
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+    return bool(flag.item())
+
+
+def step_tests_the_weights_only(params, optimizer, scale, max_norm):
+    _unscale(params, scale)
+    if _flag_over([p.grad for p in params if p.dim() > 1]):       # the bias is never tested
+        return False
+    _clip(params, max_norm)
+    optimizer.step()
+    return True
+
+
+def step_tests_the_first_parameter_only(params, optimizer, scale, max_norm):
+    _unscale(params, scale)
+    if _flag_over([params[0].grad]):
+        return False
+    _clip(params, max_norm)
+    optimizer.step()
+    return True
+
+
+def step_tests_the_last_parameter_only(params, optimizer, scale, max_norm):
+    _unscale(params, scale)
+    if _flag_over([params[-1].grad]):                              # the weight is never tested
+        return False
+    _clip(params, max_norm)
+    optimizer.step()
+    return True
+
+
 def step_with_the_package(params, optimizer, scale, max_norm):
     return AgreedLossScaler(scale=scale).unscale_clip_and_step(params, optimizer, max_norm)
 
@@ -269,6 +341,12 @@ SCALER_MISTAKES = [
     (step_caps_at_max_norm, "capped at max_norm"),
     (step_unscaled_into_a_local_name, "divides into new tensors"),
     (step_returns_whether_it_skipped, "every rank skipped the step (its parameters are as they were) but"),
+    (step_unscaled_clones_in_place, "divides into new tensors"),
+    (step_unscaled_a_clone_by_name, "divides into new tensors"),
+    (step_unscaled_detached_clones, "divides into new tensors"),
+    (step_tests_the_weights_only, "look at every parameter's gradient"),
+    (step_tests_the_first_parameter_only, "look at every parameter's gradient"),
+    (step_tests_the_last_parameter_only, "look at every parameter's gradient"),
 ]
 
 
@@ -312,6 +390,30 @@ def test_scaler_check_names_each_mistake_and_only_it(scaler_results, answer, exp
     with pytest.raises(CheckFailed) as failure:
         judge_scaler(answer.__name__, scaler_results[answer.__name__], division_into_a_new_tensor(answer))
     _fails_with_only(str(failure.value), expected, SCALER_HINTS)
+
+
+@pytest.mark.parametrize("answer, said", [
+    (step_unscaled_clones_in_place, "`grads = [p.grad.clone().div_(scale) for p in params]` divides into new"),
+    (step_unscaled_a_clone_by_name, "`g = p.grad.clone(); g /= scale` divides into new tensors"),
+    (step_unscaled_detached_clones, "`grads = [p.grad.detach().clone() for p in params]; g.div_(scale)` divides"),
+])
+def test_scaler_check_quotes_the_division_of_a_copy(scaler_results, answer, said):
+    """An answer that divided a copy in place did divide: the feedback quotes that division, never 'never divided'."""
+    with pytest.raises(CheckFailed) as failure:
+        judge_scaler(answer.__name__, scaler_results[answer.__name__], division_into_a_new_tensor(answer))
+    assert said in str(failure.value), failure.value
+    assert "never divided" not in str(failure.value), failure.value
+
+
+@pytest.mark.parametrize("answer, missed", [(step_tests_the_weights_only, "missed the bias"),
+                                            (step_tests_the_first_parameter_only, "missed the bias"),
+                                            (step_tests_the_last_parameter_only, "missed the weight")])
+def test_scaler_check_says_which_parameter_the_overflow_test_missed(scaler_results, answer, missed):
+    """An overflow test that skips a parameter finds NaN and inf alike where it looks: no 'inf but not NaN'."""
+    with pytest.raises(CheckFailed) as failure:
+        judge_scaler(answer.__name__, scaler_results[answer.__name__], division_into_a_new_tensor(answer))
+    assert missed in str(failure.value), failure.value
+    assert "isinf" not in str(failure.value) and "inf but not NaN" not in str(failure.value), failure.value
 
 
 @pytest.mark.parametrize("answer", SCALER_RIGHT, ids=[a.__name__ for a in SCALER_RIGHT])
@@ -440,6 +542,29 @@ def test_fp8_check_names_each_mistake_and_only_it(answer, expected):
     with pytest.raises(CheckFailed) as failure:
         check_to_fp8(answer)
     _fails_with_only(str(failure.value), expected, FP8_HINTS)
+
+
+def fp8_returns_the_format_too(x, role, rowwise):
+    dtype = _format(role)
+    return (*_cast(x, dtype, x.abs().amax(dim=-1, keepdim=True) if rowwise else x.abs().amax()), dtype)
+
+
+def fp8_no_scale(x, role, rowwise):
+    x_fp8, _ = _cast(x, _format(role), x.abs().amax(dim=-1, keepdim=True) if rowwise else x.abs().amax())
+    return x_fp8, None
+
+
+@pytest.mark.parametrize("answer, said", [
+    (fp8_returns_the_format_too, "fp8_returns_the_format_too returned a tuple of 3: (Tensor, Tensor, dtype); "
+                                 "expected a pair of tensors (x_fp8, scale)."),
+    (fp8_no_scale, "fp8_no_scale returned a tuple of 2: (Tensor, None); expected a pair of tensors (x_fp8, scale)."),
+])
+def test_fp8_check_describes_a_wrong_return_by_its_types(answer, said):
+    """A return that is not two tensors is told by its length and its items' types, not a repr cut mid-tensor."""
+    with pytest.raises(CheckFailed) as failure:
+        check_to_fp8(answer)
+    assert said in str(failure.value), failure.value
+    assert "tensor(" not in str(failure.value), failure.value
 
 
 def test_fp8_scale_message_shows_a_row_where_the_scales_differ():

@@ -229,7 +229,10 @@ def source_tree(fn) -> ast.Module | None:
 def division_into_a_new_tensor(fn) -> str | None:
     """The first line of fn's source that divides a gradient into a NEW tensor bound to a plain name
     (`grad = grad / n`, `mean = p.grad / n`, `g = g.div(n)`, `grads = [p.grad / n for p in params]`) or dropped
-    (a statement of its own: `p.grad.div(n)`, `p.grad / n`, `torch._foreach_div(grads, n)`), or None.
+    (a statement of its own: `p.grad.div(n)`, `p.grad / n`, `torch._foreach_div(grads, n)`), or that divides a
+    COPY of a gradient in place (`p.grad.clone().div_(n)`; `g /= n`, `g.div_(n)` or `torch._foreach_div_(grads, n)`
+    where `g = p.grad.clone()`, `grads = [p.grad.clone() for p in params]`, `for g in grads`), or None. For an
+    in-place division of a name bound to a copy, the copy's line and the division's, joined by "; ".
 
     Evidence for a check whose answer left a gradient undivided where it reads it (the sum over ranks that
     all_reduce left in place, lessons 09-10; the scaled gradient an optimizer steps with, lesson 17): such a
@@ -272,9 +275,77 @@ def division_into_a_new_tensor(fn) -> str | None:
         text = ast.unparse(divided) if divided is not None else ""
         if "grad" in text or text in reduced or text in aliases:
             found.append(node)
+    copied = _divided_copies(tree)
+    found.extend(copied)
     if not found:
         return None
-    return ast.get_source_segment(source, min(found, key=lambda node: (node.lineno, node.col_offset)))
+    first = min(found, key=lambda node: (node.lineno, node.col_offset))
+    line = ast.get_source_segment(source, first)
+    made = copied.get(first)
+    return line if made is None else f"{ast.get_source_segment(source, made)}; {line}"
+
+
+_COPIES = ("clone", "deepcopy")                      # calls whose result is a new tensor, never a view of their input
+_IN_PLACE_DIVISIONS = ("div_", "true_divide_", "divide_", "_foreach_div_")
+
+
+def _copy_of_a_gradient(node) -> bool:
+    """node is a copy of a gradient: `p.grad.clone()`, `p.grad.detach().clone()`, `torch.clone(p.grad)`,
+    `copy.deepcopy(p.grad)`, or a list of them (`[p.grad.clone() for p in params]`)."""
+    if isinstance(node, (ast.ListComp, ast.GeneratorExp)):
+        node = node.elt
+    if isinstance(node, (ast.List, ast.Tuple)):
+        return bool(node.elts) and all(_copy_of_a_gradient(element) for element in node.elts)
+    return (isinstance(node, ast.Call) and ast.unparse(node.func).split(".")[-1] in _COPIES
+            and "grad" in ast.unparse(node))
+
+
+def _divided_copies(tree) -> dict:
+    """{statement: where the copy was made (or the statement itself)} for each statement that divides a copy of a
+    gradient in place (`_copy_of_a_gradient`): the copy itself (`p.grad.clone().div_(n)`, bound or dropped), or a
+    name bound to one, or a loop variable over a list of them (`g /= n`, `g.div_(n)`, `torch._foreach_div_(gs, n)`).
+    Only names bound once are followed: one bound again may hold p.grad itself."""
+    bindings: dict = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign):
+            targets = [target for target in node.targets if isinstance(target, ast.Name)]
+        elif isinstance(node, (ast.For, ast.comprehension)) and isinstance(node.target, ast.Name):
+            targets = [node.target]
+        else:
+            continue
+        for target in targets:
+            bindings.setdefault(target.id, []).append(node)
+    copies: dict = {}                                 # name -> the statement that made the copy
+    for name, nodes in bindings.items():
+        node = nodes[0]
+        if len(nodes) == 1 and isinstance(node, ast.Assign) and _copy_of_a_gradient(node.value):
+            copies[name] = node
+    for name, nodes in bindings.items():             # for g in grads, where grads holds copies
+        node = nodes[0]
+        looped = isinstance(node, (ast.For, ast.comprehension)) and isinstance(node.iter, ast.Name)
+        if (len(nodes) == 1 and looped and node.iter.id in copies
+                and isinstance(copies[node.iter.id].value, (ast.ListComp, ast.GeneratorExp, ast.List, ast.Tuple))):
+            copies[name] = copies[node.iter.id]
+    found: dict = {}
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.AugAssign) and isinstance(node.op, ast.Div) and isinstance(node.target, ast.Name)
+                and node.target.id in copies):
+            found[node] = copies[node.target.id]
+            continue
+        if not isinstance(node, (ast.Assign, ast.Expr)):
+            continue
+        value = node.value.elt if isinstance(node.value, (ast.ListComp, ast.GeneratorExp)) else node.value
+        if not (isinstance(value, ast.Call) and ast.unparse(value.func).split(".")[-1] in _IN_PLACE_DIVISIONS):
+            continue
+        method = isinstance(value.func, ast.Attribute) and ast.unparse(value.func.value) != "torch"
+        divided = value.func.value if method else (value.args[0] if value.args else None)
+        if divided is None:
+            continue
+        if _copy_of_a_gradient(divided):
+            found[node] = None
+        elif isinstance(divided, ast.Name) and divided.id in copies:
+            found[node] = copies[divided.id]
+    return found
 
 
 
@@ -828,7 +899,22 @@ def two_numbers(got: float, want: float) -> tuple[str, str]:
 
 
 def describe(value) -> str:
-    """A short description of a returned value, for 'got ...' messages."""
+    """A short description of a returned value, for 'got ...' messages: a tuple or a list by its length and its
+    items' types ('a tuple of 3: (Tensor, Tensor, dtype)'), never a repr cut off in the middle of a tensor."""
     if torch.is_tensor(value):
         return f"a tensor of shape {tuple(value.shape)} and dtype {value.dtype}"
+    if isinstance(value, (tuple, list)):
+        kind = type(value).__name__
+        if not value:
+            return f"an empty {kind}"
+        shown = [_type_of(item) for item in value[:6]] + (["..."] if len(value) > 6 else [])
+        ends = "()" if isinstance(value, tuple) else "[]"
+        return f"a {kind} of {len(value)}: {ends[0]}{', '.join(shown)}{ends[1]}"
     return f"{type(value).__name__} {value!r}"[:120]
+
+
+def _type_of(value) -> str:
+    """An item's type in `describe`: 'Tensor', 'None', 'float', 'dtype', ..."""
+    if torch.is_tensor(value):
+        return "Tensor"
+    return "None" if value is None else type(value).__name__

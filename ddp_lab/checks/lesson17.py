@@ -7,7 +7,9 @@ The scaled step runs on 2 gloo ranks, each holding its shard of a model's gradie
 FSDP or ZeRO): once with a gradient under the clipping threshold, once above it, where rank 0's
 shard alone is under it and rank 1's alone is over (the two at different loss scales, and
 max_norm is not 1, so a scale or a bound written in the code, or a cap at max_norm, shows),
-once with a NaN in every shard, once with an inf in rank 1's shard only. Each wrong result is
+once with a NaN in every rank's weight, once in every rank's bias, once with an inf in rank 1's weight
+only (so an overflow test that skips a parameter, or that finds inf but not NaN, shows as such: the
+inf and one NaN share a parameter). Each wrong result is
 compared with what each likely mistake gives. The FP8 cast is a plain function, checked in
 this process on a tensor whose outlier row holds a negative largest value,
 with rows != columns, so a scale over the wrong dimension, or a max without abs, shows. An answer
@@ -37,8 +39,8 @@ SHARD_ROWS, COLS = 3, 4            # each rank: a (3, 4) weight shard and a (3,)
 SHARD_NORMS = {"under max_norm": (0.2, 0.45), "clipped": (0.5, 2.4)}
 # The loss scale of each case. Dividing by one finite case's scale where the other's is meant shows: twice the
 # gradient under max_norm is still under it (no clipping hides it), and half the one over it is under it
-CASE_SCALES = {"under max_norm": 2.0 ** 11, "clipped": 2.0 ** 10, "NaN on every rank": 2.0 ** 16,
-               "overflow on rank 1": 2.0 ** 16}
+CASE_SCALES = {"under max_norm": 2.0 ** 11, "clipped": 2.0 ** 10, "NaN in every weight": 2.0 ** 16,
+               "NaN in every bias": 2.0 ** 16, "overflow on rank 1": 2.0 ** 16}
 WRITTEN_SCALES = (2.0 ** 10, 2.0 ** 11, 2.0 ** 16)   # a scale written in the code: a case's, or GradScaler's start
 SCALER_ANSWERS = (loss_scaling.AgreedLossScaler.unscale_clip_and_step, loss_scaling.found_inf_on_any_rank,
                   loss_scaling.global_grad_norm, loss_scaling.clip_sharded_)
@@ -63,11 +65,14 @@ def _start_params(rank: int) -> list[torch.Tensor]:
 
 
 # The overflow last: an answer whose ranks take different paths there leaves one rank waiting in a collective,
-# and the others have nothing after it that could pair with it (see _scaler_hang_hint). The NaN is in every shard
-# (a NaN loss), so even ranks that decide alone take the same path there.
-CASES = ("under max_norm", "clipped", "NaN on every rank", "overflow on rank 1")
-SKIPPED = {"NaN on every rank": "with a NaN in every rank's shard", "overflow on rank 1": "with an inf in rank 1's "
-                                                                                           "shard only"}
+# and the others have nothing after it that could pair with it (see _scaler_hang_hint). A NaN is in the same
+# parameter of every shard (a NaN loss), so even ranks that decide alone take the same path there. The inf and the
+# first NaN are in the weight, the second NaN in the bias: a test that finds inf but not NaN misses the NaN where it
+# found the inf; a test that skips the bias (only params[0], only p.dim() > 1) finds the NaN in the weight only.
+CASES = ("under max_norm", "clipped", "NaN in every weight", "NaN in every bias", "overflow on rank 1")
+SKIPPED = {"NaN in every weight": "with a NaN in every rank's weight gradient",
+           "NaN in every bias": "with a NaN in every rank's bias gradient",
+           "overflow on rank 1": "with an inf in rank 1's weight gradient only"}
 
 
 def _scaler_runner(rank: int, answer) -> dict:
@@ -79,7 +84,9 @@ def _scaler_runner(rank: int, answer) -> dict:
             param.grad = grad * scale                          # the scaled gradient backward would leave
         if case == "overflow on rank 1" and rank == 1:
             params[0].grad[1, 2] = float("inf")
-        if case == "NaN on every rank":
+        if case == "NaN in every weight":
+            params[0].grad[2, 1] = float("nan")
+        if case == "NaN in every bias":
             params[1].grad[0] = float("nan")
         optimizer = torch.optim.SGD(params, lr=LR)
         stepped = None
@@ -102,7 +109,8 @@ def check_unscale_clip_and_step(unscale_clip_and_step, timeout: float = 30.0) ->
     Each rank's `params` are its shard of the model (a (3, 4) weight and a (3,) bias) whose `.grad` holds
     `scale` times the true gradient; `optimizer` is SGD with lr 1. Cases: a gradient whose global norm is
     under max_norm (a plain step); one over it (every shard scaled by max_norm / global norm), at another
-    scale; a NaN in every shard and an inf in rank 1's shard only (no rank may step). max_norm is 1.5.
+    scale; a NaN in every shard's weight, then in every shard's bias, and an inf in rank 1's weight only (no rank
+    may step). max_norm is 1.5.
 
     Introduced in notebooks/17-compile-and-low-precision.ipynb.
     """
@@ -225,26 +233,56 @@ def _judge_overflow(name: str, results) -> None:
         raise CheckFailed(f"with an inf in rank 1's shard, every rank skipped the step (its parameters are as they "
                           f"were) but {name} returned True, which says it stepped.\nHint: return True when the "
                           "optimizer stepped, False when the step was skipped.")
-    if any(stepped):
-        raise CheckFailed(f"with an inf in rank 1's shard, {name} returned True on ranks "
-                          f"{[r for r, flag in enumerate(stepped) if flag]}: a step with an overflowed gradient must "
-                          "be skipped on every rank.")
+    on = [r for r, flag in enumerate(stepped) if flag]
+    if on and _nan_flags(results) == (True, False):     # skipped for a NaN in the bias, never for the weight
+        raise CheckFailed(f"{SKIPPED['overflow on rank 1']}, {name} returned True on ranks {on}, and "
+                          f"{SKIPPED['NaN in every weight']} it stepped too, but "
+                          f"{SKIPPED['NaN in every bias']} it skipped.\nHint: {_EVERY_PARAMETER % 'the weight'}")
+    if on:
+        raise CheckFailed(f"{SKIPPED['overflow on rank 1']}, {name} returned True on ranks {on}: a step with an "
+                          "overflowed gradient must be skipped on every rank.")
     _judge_skipped(name, "overflow on rank 1", overflow)
 
 
+_EVERY_PARAMETER = ("the overflow test missed %s: it must look at every parameter's gradient (each p.grad in "
+                    "params, the weight and the bias), since an inf or a NaN in any of them spoils the step; "
+                    "torch.isfinite is False for both.")
+
+
+def _nan_flags(results) -> tuple:
+    """(stepped with the NaN in the weight, stepped with the NaN in the bias): True or False where every rank
+    returned that bool, else None."""
+    def agreed(case):
+        flags = [result["cases"][case]["stepped"] for result in results]
+        return flags[0] if all(isinstance(flag, bool) for flag in flags) and len(set(flags)) == 1 else None
+    return agreed("NaN in every weight"), agreed("NaN in every bias")
+
+
 def _judge_nan(name: str, results) -> None:
-    """CheckFailed unless every rank skipped the step with a NaN in every shard (the inf case already passed)."""
-    got = [result["cases"]["NaN on every rank"] for result in results]
-    stepped = [case["stepped"] for case in got]
-    if not all(isinstance(flag, bool) for flag in stepped):
-        raise CheckFailed(f"{name} returned {describe(stepped[0])} on rank 0 {SKIPPED['NaN on every rank']}; "
-                          "expected True (stepped) or False.")
-    if any(stepped):
-        raise CheckFailed(f"{SKIPPED['NaN on every rank']}, {name} returned True on ranks "
-                          f"{[r for r, flag in enumerate(stepped) if flag]}, though it skipped the step with an inf in "
-                          "rank 1's shard.\nHint: your overflow test finds inf but not NaN, which an overflow gives "
-                          "too (inf - inf, a NaN loss): torch.isfinite is False for both, torch.isinf only for inf.")
-    _judge_skipped(name, "NaN on every rank", got)
+    """CheckFailed unless every rank skipped the step with a NaN in every shard's weight, and in every shard's bias
+    (the inf in rank 1's weight already skipped): an answer that steps with a NaN in the weight, where it found the
+    inf, finds inf but not NaN; one that steps with a NaN in the bias only skips a parameter."""
+    in_weight, in_bias = _nan_flags(results)
+    for case in ("NaN in every weight", "NaN in every bias"):
+        got = [result["cases"][case] for result in results]
+        stepped = [result["stepped"] for result in got]
+        if not all(isinstance(flag, bool) for flag in stepped):
+            raise CheckFailed(f"{name} returned {describe(stepped[0])} on rank 0 {SKIPPED[case]}; "
+                              "expected True (stepped) or False.")
+        on = [r for r, flag in enumerate(stepped) if flag]
+        if not on:
+            _judge_skipped(name, case, got)
+            continue
+        said = (f"{SKIPPED[case]}, {name} returned True on ranks {on}, though it skipped the step "
+                f"{SKIPPED['overflow on rank 1']}")
+        if in_weight is True and in_bias is True:
+            raise CheckFailed(f"{said}, and stepped {SKIPPED['NaN in every bias']} too.\nHint: your overflow test "
+                              "finds inf but not NaN, which an overflow gives too (inf - inf, a NaN loss): "
+                              "torch.isfinite is False for both, torch.isinf only for inf.")
+        if (in_weight, in_bias) == (False, True):
+            raise CheckFailed(f"{said}, and {SKIPPED['NaN in every weight']}.\nHint: "
+                              f"{_EVERY_PARAMETER % 'the bias'}")
+        raise CheckFailed(f"{said}: a step with a NaN gradient must be skipped on every rank.")
 
 
 def _judge_skipped(name: str, case: str, got: list) -> None:
