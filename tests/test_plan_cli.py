@@ -104,6 +104,7 @@ BAD_INPUT = [
     ((*LLAMA_8B, "--global-batch", "0"), ["--global-batch must be a positive int, got 0"]),
     ((*LLAMA_8B, "--nodes", "0"), ["--nodes must be a positive int, got 0"]),
     ((*LLAMA_8B, "--gpus-per-node", "0"), ["--gpus-per-node must be a positive int, got 0"]),
+    (("--params", "0"), ["--params '0' is less than 1: a count must be at least 1"]),
     # a precision the GPU has no peak for: the one it has, as a flag (was Python calls and "fp16 on a T4")
     (("--model", "llama3-8b", "--cluster", "a100-80gb", "--precision", "fp8"),
      ["A100 80GB has no fp8 peak", "train in one of those (--precision bf16)"]),

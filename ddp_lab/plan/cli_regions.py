@@ -24,7 +24,8 @@ def regions_note(model, cluster, strategy) -> str:
                   f"{cluster.cross_region_bandwidth * 8 / 1e9:g} Gb/s link; across it: {', '.join(axes) or 'nothing'}\n")
     if strategy.replicas > 1:
         seconds = outer_sync.seconds_per_step(model, cluster, strategy)
-        notes += (f"note: {strategy.replicas} DiLoCo replicas sync every {strategy.sync_every} steps: "
+        every = "step" if strategy.sync_every == 1 else f"{strategy.sync_every} steps"
+        notes += (f"note: {strategy.replicas} DiLoCo replicas sync every {every}: "
                   f"{seconds:.3f} s per step, in the total below\n")
     return notes
 

@@ -304,5 +304,5 @@ def parse_count(text: str | int) -> int:
         raise ValueError(f"{text!r} is more than the planner models: at most 10^15 (1000T)")
     value = round(value)
     if value < 1:
-        raise ValueError(f"a count must be at least 1, got {text!r}")
+        raise ValueError(f"{text!r} is less than 1: a count must be at least 1")
     return int(value)
