@@ -922,3 +922,13 @@ def test_the_search_header_names_interleaving_only_where_a_plan_tried_it():
     assert code7 == code == 0, err
     assert "sequence parallel); " in seven and "interleaving" not in seven.splitlines()[2]
     assert "sequence parallel, interleaving); " in default
+
+
+def test_fp8_plans_say_their_mfu_counts_against_the_bf16_peak():
+    """Under fp8 the MFU column counts model FLOPs against the bf16 peak (precision.compute_precision), so a plan can
+    pass 100 %: the legend says so for fp8 tables only."""
+    (code, fp8, err), (_, bf16, _) = plan_on_each([(*LLAMA_8B, "--precision", "fp8", "--top", "1"),
+                                                    (*LLAMA_8B, "--top", "1")])
+    assert code == 0, err
+    assert "MFU under fp8 counts against the bf16 peak" in fp8 and "MFU under fp8" not in bf16
+
