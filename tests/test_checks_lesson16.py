@@ -26,23 +26,29 @@ DEADLOCK_TIMEOUT = 3.0   # the hint does not depend on where the ranks wait, so 
 DILOCO_HINTS = ("wrong sign", "summed, not averaged", "starts again every round", "inner AdamW state was averaged",
                 "made anew every round", "plain momentum", "keep their local weights", "package's own answer",
                 "a model's worth per inner step", "pseudo-gradient your replicas all-reduced was zero",
-                "ran the outer step every", "not a number written for 2")
+                "ran the outer step every", "not a number written for 2", "the steps were counted from 0",
+                "ended with the weights it started from", "θ_global is the model's own parameters")
+ZERO_DELTA = ("pseudo-gradient your replicas all-reduced was zero, so the outer step had nothing to apply. θ_global − "
+              "θ_local is zero when θ_global is the model's own parameters")
 RECOVER_HINTS = ("sent from rank 0, the recovering one", "sent from rank 1, the recovering one",
                  "sent from rank 2, the recovering one",
                  "kept its stale weights", "momentum did not",
-                 "package's own answer", "the source rank never joined the broadcast")
+                 "package's own answer", "the source rank never joined the broadcast",
+                 "the optimizer's state must be keyed by its parameters", "no momentum_buffer yet")
 
 
 def _diloco(model, batches, inner_steps, sign=1.0, mean=True, reset_outer=False, average_inner=False,
             fresh_inner=False, nesterov=True, keep_local=False, only_rank0=False, every_step=False, anchor="copy",
-            period=None, written=None):
+            period=None, written=None, from_zero=None, reset_first=False):
     """A DiLoCo loop with one mistake switched on by its flag (the right answer with none). `anchor`: θ_global
     as a copy taken before training ("copy"), the model's own parameters detached ("view", no .clone()), or a
     copy taken again at every sync, after the inner steps ("late"). `period`: the outer step every `period`
     batches (a number written in), or "half" every len(batches) // 2 (two rounds assumed), not inner_steps.
     `written`: the mean over the exercise's 2 replicas written in, not divided by the world size: "before"
     `(g - p) / 2` before the all_reduce, "inplace" `delta /= 2` after it, "half" `0.5 * delta`, "variable"
-    `world = 2`."""
+    `world = 2`. `from_zero`: the steps counted from 0 against inner_steps, "every" `step % inner_steps == 0`,
+    "after" `step > 0 and step % inner_steps == 0`. `reset_first`: θ_global copied into the model (rightly) before
+    Δ is taken, not after the outer step."""
     period = len(batches) // 2 if period == "half" else period or inner_steps
     world_size = dist.get_world_size()
     inner = torch.optim.AdamW(model.parameters(), lr=0.01)
@@ -57,9 +63,14 @@ def _diloco(model, batches, inner_steps, sign=1.0, mean=True, reset_outer=False,
                 for p in model.parameters():
                     dist.all_reduce(p)
                     p /= world_size
-        if (step + 1) % period:
+        if from_zero and (step % period or (from_zero == "after" and step == 0)):
+            continue
+        if not from_zero and (step + 1) % period:
             continue
         with torch.no_grad():
+            if reset_first:
+                for g, p in zip(global_params, model.parameters()):
+                    p.copy_(g)
             if anchor == "late":
                 global_params = [p.detach().clone() for p in model.parameters()]
                 outer = torch.optim.SGD(global_params, lr=0.7, momentum=0.9, nesterov=nesterov)
@@ -113,12 +124,20 @@ DILOCO_ANSWERS = [({}, None), ({"sign": -1.0}, "wrong sign"), ({"mean": False}, 
                   ({"keep_local": True}, "keep their local weights"),
                   ({"every_step": True}, "a model's worth per inner step"),
                   # θ_global never apart from the model: every pseudo-gradient is zero (which ends as keep_local does)
-                  ({"anchor": "view"}, "pseudo-gradient your replicas all-reduced was zero"),
-                  ({"anchor": "late"}, "pseudo-gradient your replicas all-reduced was zero"),
+                  ({"anchor": "view"}, ZERO_DELTA), ({"anchor": "late"}, ZERO_DELTA),
+                  # θ_global apart from the model, but copied into it before Δ is taken: Δ is zero, the model ends
+                  # where it began
+                  ({"reset_first": True}, "pseudo-gradient your replicas all-reduced was zero, so the outer step had "
+                                          "nothing to apply, and rank 0 ended with the weights it started from"),
                   # the period written as the check's first inner_steps, or read off the batches (two rounds assumed):
                   # right for 8 batches and inner_steps=4, not for 6 and 2
                   ({"period": 4}, "ran the outer step every 4 batches, but inner_steps was 2"),
                   ({"period": "half"}, "ran the outer step every 3 batches, but inner_steps was 2"),
+                  # the enumerate index against inner_steps: the outer step one batch late, the last round's missed
+                  ({"from_zero": "after"}, "ran the outer step after batch 5 of 8, where inner_steps=4 puts it after "
+                                           "batches 4 and 8: the steps were counted from 0"),
+                  ({"from_zero": "every"}, "ran the outer step after batches 1 and 5 of 8, where inner_steps=4 puts "
+                                           "it after batches 4 and 8: the steps were counted from 0"),
                   # the mean over the exercise's 2 replicas written in (in forms the check's source scan lets through):
                   # right on 2 replicas, not on 3
                   ({"written": "before"}, OVER_TWO), ({"written": "inplace"}, OVER_TWO),
@@ -172,6 +191,26 @@ def test_diloco_inner_state_mistake_is_also_seen_in_the_bytes(diloco_results):
     assert sent == 3 * right      # the pseudo-gradient plus AdamW's two moments, every round
 
 
+def _diloco_failure(diloco_results, **flags) -> str:
+    index = next(i for i, (answer, _) in enumerate(DILOCO_ANSWERS) if answer == flags)
+    with pytest.raises(CheckFailed) as failure:
+        judge_diloco("answer", diloco_results[index])
+    return str(failure.value)
+
+
+@pytest.mark.parametrize("from_zero", ["after", "every"])
+def test_diloco_steps_counted_from_zero_are_named_not_a_period(diloco_results, from_zero):
+    message = _diloco_failure(diloco_results, from_zero=from_zero)
+    assert "Count batches from 1, or sync when (step + 1) % inner_steps == 0" in message, message
+    assert "the period is the argument inner_steps" not in message and "every 5 batches" not in message, message
+
+
+def test_diloco_delta_taken_after_the_reset_is_not_called_a_shared_theta_global(diloco_results):
+    message = _diloco_failure(diloco_results, reset_first=True)
+    assert "Compute Δ (and all-reduce it) after the inner steps and before the model is reset to θ_global" in message
+    assert "the model's own parameters" not in message and "a copy taken after the inner steps" not in message
+
+
 def test_diloco_stops_a_deadlock_with_a_hint():
     def train_diloco(model, batches, inner_steps):
         _diloco(model, batches, inner_steps, only_rank0=True)
@@ -182,12 +221,17 @@ def test_diloco_stops_a_deadlock_with_a_hint():
 
 
 def _recover(model, optimizer, source_rank, src=None, load=True, optimizer_too=True, loader=None,
-             new_optimizer=False, source_skips=False, gather_last=False):
+             new_optimizer=False, source_skips=False, gather_last=False, assign_state=False, buffers=None):
     """The right answer with no flag; `src` and `loader` fix the source and the rank that loads, as if the
     check's first case were the only one (`src="last"`: dist.get_world_size() - 1); `new_optimizer` loads the
     state into a new SGD, not the caller's; `source_skips`: only the receiving ranks call the broadcast (under
     `if rank != source_rank:`); `gather_last`: every rank's state gathered (all_gather_object), the last one's
-    loaded."""
+    loaded; `assign_state`: `optimizer.state = ` the sent state_dict()'s state (keyed by 0, 1, ...), not loaded;
+    `buffers`: tensor broadcasts instead of objects, each parameter then its momentum_buffer, "where present" (the
+    returning rank has none), or "flat from source" (the source sends its parameters as one flat tensor)."""
+    if buffers:
+        _recover_tensors(model, optimizer, source_rank, buffers)
+        return
     if source_skips and dist.get_rank() == source_rank:
         return
     state = [{"model": model.state_dict(), "optimizer": optimizer.state_dict()}]
@@ -203,8 +247,23 @@ def _recover(model, optimizer, source_rank, src=None, load=True, optimizer_too=T
         model.load_state_dict(state[0]["model"])
         if new_optimizer:
             optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-        if optimizer_too:
+        if assign_state:
+            optimizer.state = state[0]["optimizer"]["state"]
+        elif optimizer_too:
             optimizer.load_state_dict(state[0]["optimizer"])
+
+
+def _recover_tensors(model, optimizer, source_rank, buffers):
+    """`_recover` by tensor broadcasts (see its `buffers`)."""
+    with torch.no_grad():
+        if buffers == "flat from source" and dist.get_rank() == source_rank:
+            dist.broadcast(torch.nn.utils.parameters_to_vector(model.parameters()), src=source_rank)
+            return
+        for p in model.parameters():
+            dist.broadcast(p, src=source_rank)
+            buffer = optimizer.state.get(p, {}).get("momentum_buffer")
+            if buffer is not None:
+                dist.broadcast(buffer, src=source_rank)
 
 
 RECOVER_ANSWERS = [({}, None), ({"src": 0}, "sent from rank 0, the recovering one"),
@@ -217,7 +276,16 @@ RECOVER_ANSWERS = [({}, None), ({"src": 0}, "sent from rank 0, the recovering on
                    # the last rank's state whatever source_rank says: right while rank 2 is healthy, not once it returns
                    ({"src": 2}, "sent from rank 2, the recovering one"), ({"src": "last"}, "sent from rank 2, the "
                                                                                       "recovering one"),
-                   ({"gather_last": True}, "sent from rank 2, the recovering one")]
+                   ({"gather_last": True}, "sent from rank 2, the recovering one"),
+                   # the sent state_dict()'s state assigned to optimizer.state: keyed by 0, 1, ..., the next step fails
+                   ({"assign_state": True}, "the optimizer's state must be keyed by its parameters; load it with "
+                                            "optimizer.load_state_dict(...)"),
+                   # a buffer broadcast only where a rank holds one: the returning rank pairs its next parameter with
+                   # the others' buffer, of another size
+                   ({"buffers": "where present"}, "only rank 0 differs, the returning one, which has no "
+                                                  "momentum_buffer yet"),
+                   ({"buffers": "flat from source"}, "rank 1 called dist.broadcast(src=1) with 84 bytes while ranks "
+                                                     "0, 2 called it with 48 bytes")]
 
 
 def _run_recover_answers(rank: int) -> list:
@@ -255,6 +323,33 @@ def test_recovery_names_the_source_that_skipped_the_broadcast(recover_results):
                                           r"dist\.broadcast_object_list\(src=1\), but rank 1 returned from answer "
                                           r"without calling it"):
         judge_recovery("answer", recover_results[index])
+
+
+def _recovery_failure(recover_results, **flags) -> str:
+    index = next(i for i, (answer, _) in enumerate(RECOVER_ANSWERS) if answer == flags)
+    with pytest.raises(CheckFailed) as failure:
+        judge_recovery("answer", recover_results[index])
+    return str(failure.value)
+
+
+def test_recovery_an_optimizer_state_keyed_by_numbers_fails_in_one_line(recover_results):
+    message = _recovery_failure(recover_results, assign_state=True)
+    assert message.startswith("rank 0 returning, source_rank=1: on rank 0 one SGD step after answer raised KeyError "
+                              "(on a parameter).\nHint: optimizer.state is keyed by 0, 1, 2"), message
+    assert len(message.splitlines()) == 2 and "Traceback" not in message and "tensor(" not in message, message
+
+
+def test_recovery_tensors_of_other_sizes_are_stopped_before_gloo_aborts(recover_results):
+    message = _recovery_failure(recover_results, buffers="where present")
+    assert message.startswith("rank 0 returning, source_rank=1: rank 0 called dist.broadcast(src=1) with 16 bytes "
+                              "while ranks 1, 2 called it with 48 bytes"), message
+    assert "every rank must take part in each collective with a tensor of the same size" in message, message
+    assert "SIGABRT" not in message and len(message.splitlines()) == 2, message
+
+
+def test_recovery_size_hint_names_the_momentum_only_where_the_returning_rank_differs(recover_results):
+    message = _recovery_failure(recover_results, buffers="flat from source")
+    assert "a tensor of the same size" in message and "momentum_buffer" not in message, message
 
 
 def test_recovery_hang_hint_when_every_rank_waits():

@@ -10,13 +10,16 @@ number of batches, shows), then that on 3 replicas in the same launch (so a mean
 every rank's final parameters are compared with one process simulating the replicas, and a wrong
 result with what each likely mistake gives (pseudo-gradient's sign, a sum for a mean, a mean over 2
 written in, the outer momentum reset each round, the inner AdamW state averaged or made
-anew, plain momentum for Nesterov, the replicas left at their local weights) or with what the
-replicas sent (a pseudo-gradient of zeros: θ_global never kept apart from the model). Recovery
+anew, plain momentum for Nesterov, the replicas left at their local weights, the steps counted from 0,
+another period) or with what the replicas sent (a pseudo-gradient of zeros: θ_global never kept apart
+from the model, or Δ taken once the model was reset to θ_global). Recovery
 runs on 3 ranks three times: rank 0 returning with stale weights and no optimizer state while rank 1 is
 the source, then rank 1 returning while rank 2 is, then rank 2 while rank 0 is, so an answer that fixes
 either rank, or takes the last rank's state, fails. Before
-each of its collectives, and once it returns, the ranks compare what they call (with which source):
-a rank that skips a broadcast, or calls another collective, is named at once instead of hanging.
+each of its collectives, and once it returns, the ranks compare what they call (with which source, and a
+tensor of how many bytes): a rank that skips a broadcast, calls another collective, or sends a tensor of
+another size, is named at once instead of hanging (or gloo aborting). An optimizer that cannot take one more
+step after recovery (its state keyed by numbers, not parameters) fails with a line, not a traceback.
 
 Introduced in notebooks/16-communicate-less.ipynb.
 """
@@ -82,10 +85,11 @@ def _params_bytes() -> int:
 def simulate_diloco(sign: float = 1.0, mean: bool = True, reset_outer: bool = False, average_inner: bool = False,
                     fresh_inner: bool = False, nesterov: bool = True, keep_local: bool = False,
                     case: tuple[int, int] = DILOCO_CASES[0], period: int | None = None, replicas: int = REPLICAS,
-                    divisor: int | None = None) -> list[list]:
+                    divisor: int | None = None, from_zero: str | None = None) -> list[list]:
     """Every replica's final parameters, simulated in one process, for a case (inner_steps, rounds) of
     DILOCO_CASES on `replicas` replicas; the flags give the likely mistakes, `period` an outer step every `period`
-    batches instead of every inner_steps, `divisor` a mean divided by that number, not by `replicas`."""
+    batches instead of every inner_steps, `divisor` a mean divided by that number, not by `replicas`, `from_zero`
+    the steps counted from 0 (a key of FROM_ZERO: which 0-based steps sync)."""
     inner_steps, rounds = case
     period = period or inner_steps
     models = [make_model() for _ in range(replicas)]
@@ -98,7 +102,7 @@ def simulate_diloco(sign: float = 1.0, mean: bool = True, reset_outer: bool = Fa
             inner[rank].zero_grad()
             F.mse_loss(model(data[rank][step][0]), data[rank][step][1]).backward()
             inner[rank].step()
-        if (step + 1) % period:
+        if not (FROM_ZERO[from_zero](step, period) if from_zero else (step + 1) % period == 0):
             continue
         with torch.no_grad():
             if reset_outer:
@@ -122,6 +126,11 @@ def simulate_diloco(sign: float = 1.0, mean: bool = True, reset_outer: bool = Fa
             inner = [torch.optim.AdamW(m.parameters(), lr=INNER_LR) for m in models]
     return [[p.detach().clone() for p in m.parameters()] for m in models]
 
+
+# the steps counted from 0 (the enumerate index) against inner_steps: the outer step after batches 1, H + 1, ...
+# (`step % inner_steps == 0`), or after H + 1, 2H + 1, ... (`step > 0 and ...`); either misses the last round's sync
+FROM_ZERO = {"every": lambda step, period: step % period == 0,
+             "after the first": lambda step, period: step > 0 and step % period == 0}
 
 DILOCO_MISTAKES = (
     ({"sign": -1.0}, "the pseudo-gradient has the wrong sign: it is θ_global − θ_local (the outer optimizer "
@@ -234,8 +243,8 @@ def _judge_diloco_case(name: str, case: tuple[int, int], results: list[dict], re
                  f"parameter {index} (shape "
                  f"{tuple(want[rank][index].shape)}) differs from one process's DiLoCo: got {_values(got[index])}, "
                  f"expected {_values(want[rank][index])}")
-        hint = _zero_delta_hint(results) or _written_replicas_hint(got, rank, case, replicas) or \
-            _period_hint(got, rank, case, replicas) or next(
+        hint = _zero_delta_hint(results, got, rank, case, replicas) or \
+            _written_replicas_hint(got, rank, case, replicas) or _period_hint(got, rank, case, replicas) or next(
                 (text for flags, text in DILOCO_MISTAKES
                  if _same(got, simulate_diloco(**flags, case=case, replicas=replicas)[rank])), None)
         if hint is None:
@@ -271,9 +280,20 @@ def _written_replicas_hint(got: list, rank: int, case: tuple[int, int], replicas
 
 
 def _period_hint(got: list, rank: int, case: tuple[int, int], replicas: int = REPLICAS) -> str | None:
-    """A hint only where the parameters show it: they are DiLoCo's with the outer step every p batches, p not
-    inner_steps (a period written as a number, or worked out from the number of batches)."""
+    """A hint only where the parameters show it: they are DiLoCo's with the steps counted from 0 (FROM_ZERO), or
+    with the outer step every p batches, p not inner_steps (a period written as a number, or worked out from the
+    number of batches)."""
     inner_steps, rounds = case
+    batches = inner_steps * rounds
+    from_zero = next((way for way in FROM_ZERO
+                      if _same(got, simulate_diloco(case=case, replicas=replicas, from_zero=way)[rank])), None)
+    if from_zero is not None:
+        synced = [step + 1 for step in range(batches) if FROM_ZERO[from_zero](step, inner_steps)]
+        wanted = list(range(inner_steps, batches + 1, inner_steps))
+        return (f"your replicas ran the outer step after batch{'es' if len(synced) > 1 else ''} "
+                f"{_listed(synced)} of {batches}, where inner_steps={inner_steps} puts it after batches "
+                f"{_listed(wanted)}: the steps were counted from 0 (the index enumerate gives) against inner_steps, "
+                "so the last round never synced. Count batches from 1, or sync when (step + 1) % inner_steps == 0")
     period = next((p for p in range(1, inner_steps * rounds + 1)
                    if p != inner_steps and _same(got, simulate_diloco(case=case, period=p, replicas=replicas)[rank])),
                   None)
@@ -283,20 +303,35 @@ def _period_hint(got: list, rank: int, case: tuple[int, int], replicas: int = RE
             "period is the argument inner_steps, whatever the number of batches")
 
 
+def _listed(numbers: list) -> str:
+    """`1, 3 and 5`."""
+    words = [str(n) for n in numbers]
+    return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
+
+
 def _values(t: torch.Tensor) -> str:
     """A parameter's first values, for the 'got ..., expected ...' line."""
     return "[" + ", ".join(f"{v:.5g}" for v in t.flatten()[:3].tolist()) + (", ...]" if t.numel() > 3 else "]")
 
 
-def _zero_delta_hint(results) -> str | None:
-    """A hint only where what was sent shows it: every replica all-reduced pseudo-gradients that were all zero."""
+def _zero_delta_hint(results, got: list, rank: int, case: tuple[int, int], replicas: int = REPLICAS) -> str | None:
+    """A hint only where what was sent shows it: every replica all-reduced pseudo-gradients that were all zero; what
+    made them zero only where rank `rank`'s parameters `got` show it too: the starting weights (Δ taken once the model
+    was reset to θ_global), or the replicas' own local training (θ_global never apart from the model)."""
     zeros = [flag for result in results for flag in result.get("zeros", [])]
     if not zeros or not all(zeros):
         return None
-    return ("every pseudo-gradient your replicas all-reduced was zero, so the outer step had nothing to apply. "
-            "θ_global − θ_local is zero when θ_global is the model's own parameters (the same tensors, or detached "
-            "views of them) or a copy taken after the inner steps: keep θ_global as a separate copy of the "
-            "parameters, taken once before training (.clone()), and changed only by the outer step")
+    head = "every pseudo-gradient your replicas all-reduced was zero, so the outer step had nothing to apply"
+    if _same(got, list(make_model().parameters())):
+        return (f"{head}, and rank {rank} ended with the weights it started from: Δ = θ_global − θ_local is zero "
+                "once the model has been reset to θ_global. Compute Δ (and all-reduce it) after the inner steps and "
+                "before the model is reset to θ_global")
+    if _same(got, simulate_diloco(keep_local=True, case=case, replicas=replicas)[rank]):
+        return (f"{head}. θ_global − θ_local is zero when θ_global is the model's own parameters (the same tensors, "
+                "or detached views of them) or a copy taken after the inner steps: keep θ_global as a separate copy "
+                "of the parameters, taken once before training (.clone()), and changed only by the outer step")
+    return (f"{head}: Δ = θ_global − θ_local is taken after the inner steps, before the model is reset to θ_global, "
+            "with θ_global a separate copy of the parameters changed only by the outer step")
 
 
 def _traffic_hint(sent: list, inner_steps: int = INNER_STEPS, rounds: int = ROUNDS) -> str | None:
@@ -338,10 +373,12 @@ def _one_more_step(model, optimizer) -> list:
 
 
 # The collectives a recovery may call, each checked against the other ranks' before it runs (`_paired_collectives`);
-# RETURNED stands for a rank that came back from the answer.
+# RETURNED stands for a rank that came back from the answer. SIZED: those whose tensor argument must have the same
+# size on every rank (that argument's name), so that its bytes are compared too.
 PAIRED = ("broadcast", "broadcast_object_list", "all_reduce", "all_gather", "all_gather_object", "scatter_object_list",
           "barrier")
 RETURNED = len(PAIRED)
+SIZED = {"broadcast": "tensor", "all_reduce": "tensor", "all_gather": "tensor"}
 _ALL_GATHER = dist.all_gather   # the real one, whatever the runner replaces later
 
 
@@ -349,24 +386,26 @@ class CollectivesApart(RuntimeError):
     """Raised on every rank together when the ranks' next collective calls do not pair up."""
 
 
-def _agree(case: int, call: int, src: int, apart: list) -> None:
+def _agree(case: int, call: int, src: int, apart: list, nbytes: int = -1) -> None:
     """Every rank says which call it makes next (RETURNED: it came back from the answer) in which case, with which
-    source (-1: none); if they differ, `apart` gets every rank's (case, call, src) and every rank raises."""
-    mine = torch.tensor([case, call, src], dtype=torch.int64)
+    source (-1: none) and how many bytes of tensor (-1: not compared, see SIZED); if they differ, `apart` gets every
+    rank's (case, call, src, nbytes) and every rank raises."""
+    mine = torch.tensor([case, call, src, nbytes], dtype=torch.int64)
     everyone = [torch.empty_like(mine) for _ in range(dist.get_world_size())]
     _ALL_GATHER(everyone, mine)
     calls = [tuple(t.tolist()) for t in everyone]
     if len(set(calls)) > 1:
         apart.append(calls)
         raise CollectivesApart("the ranks' collective calls do not pair up: " + ", ".join(
-            f"rank {rank} {'returned' if call == RETURNED else PAIRED[call]}" for rank, (_, call, _) in
+            f"rank {rank} {'returned' if call == RETURNED else PAIRED[call]}" for rank, (_, call, _, _) in
             enumerate(calls)))
 
 
 def _paired_collectives(case: list, apart: list):
     """Inside a rank: before each collective of PAIRED over every rank that the answer calls (not one it calls
     inside another), the ranks agree on it (`_agree`, case[0] the case's index), so ranks that skip a collective or
-    call another one raise CollectivesApart together instead of waiting for each other."""
+    call another one, or the same one with a tensor of another size, raise CollectivesApart together instead of
+    waiting for each other (or gloo aborting)."""
     inside = []
 
     def make(name):
@@ -382,7 +421,9 @@ def _paired_collectives(case: list, apart: list):
                 if inside or (group is not None and group is not dist.group.WORLD):
                     return original(*args, **kwargs)
                 src = given.get("src", given.get("group_src"))
-                _agree(case[0], PAIRED.index(name), src if isinstance(src, int) else -1, apart)
+                tensor = given.get(SIZED.get(name, ""))
+                nbytes = tensor.numel() * tensor.element_size() if torch.is_tensor(tensor) else -1
+                _agree(case[0], PAIRED.index(name), src if isinstance(src, int) else -1, apart, nbytes)
                 inside.append(True)
                 try:
                     return original(*args, **kwargs)
@@ -417,9 +458,31 @@ def _recover_runner(rank: int, recover) -> dict:
                 raise
             return {"cases": cases, "called": called, "apart": (index, apart[-1])}
         after = [p.detach().clone() for p in model.parameters()]
-        momentum = bool(optimizer.state) and all("momentum_buffer" in s for s in optimizer.state.values())
-        cases.append({"params": after, "stepped": _one_more_step(model, optimizer), "momentum": momentum})
+        cases.append({"params": after, **_stepped(model, optimizer)})
     return {"cases": cases, "called": called, "apart": None}
+
+
+def _stepped(model, optimizer) -> dict:
+    """After the answer: {"stepped": the parameters one more step gives, "momentum": whether every state entry holds
+    a momentum_buffer}, or {"error": what that step raised, "keys": the state's first keys that are not the
+    optimizer's parameters (an optimizer.state assigned, say state_dict()'s, keyed by 0, 1, ...)}."""
+    params = {id(p) for group in optimizer.param_groups for p in group["params"]}
+    state = optimizer.state
+    keys = [repr(key) for key in list(state)[:3] if id(key) not in params] if isinstance(state, dict) else []
+    try:
+        momentum = bool(state) and all("momentum_buffer" in s for s in state.values())
+        return {"stepped": _one_more_step(model, optimizer), "momentum": momentum}
+    except Exception as error:                      # noqa: BLE001 (the answer left the optimizer unusable)
+        return {"error": type(error).__name__ + (f" ({_short(error)})" if _short(error) else ""), "keys": keys}
+
+
+def _short(error: Exception) -> str:
+    """The first line of an exception's message, cut short; a tensor it was raised on (a KeyError's) as its kind."""
+    if error.args and isinstance(error.args[0], nn.Parameter):
+        return "on a parameter"
+    text = str(error).strip()
+    line = text.splitlines()[0] if text else ""
+    return line if len(line) <= 60 else line[:57] + "..."
 
 
 def _apart_feedback(name: str, apart) -> None:
@@ -429,12 +492,27 @@ def _apart_feedback(name: str, apart) -> None:
     case = f"rank {returning} returning, source_rank={source}"
     said = lambda call, src: "returned" if call == RETURNED else \
         f"dist.{PAIRED[call]}" + (f"(src={src})" if src >= 0 else "")        # noqa: E731
-    returned = [rank for rank, (_, call, _) in enumerate(calls) if call == RETURNED]
-    joined = [rank for rank, (_, call, _) in enumerate(calls) if call != RETURNED]
-    kinds = {said(call, src) for _, call, src in calls if call != RETURNED}
-    if returned and len(kinds) == 1:
+    listed = lambda ranks: f"rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}"   # noqa: E731
+    returned = [rank for rank, (_, call, _, _) in enumerate(calls) if call == RETURNED]
+    joined = [rank for rank, (_, call, _, _) in enumerate(calls) if call != RETURNED]
+    kinds = {said(call, src) for _, call, src, _ in calls if call != RETURNED}
+    sizes = {nbytes for _, _, _, nbytes in calls}
+    if not returned and len(kinds) == 1 and len(sizes) > 1:
         collective = kinds.pop()
-        listed = lambda ranks: f"rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}"   # noqa: E731
+        by_size = {size: [rank for rank, call in enumerate(calls) if call[3] == size] for size in sorted(sizes)}
+        odd = min(by_size.values(), key=len)
+        rest = [rank for rank in range(len(calls)) if rank not in odd]
+        head = (f"{case}: {listed(odd)} called {collective} with {calls[odd[0]][3]} bytes while {listed(rest)} "
+                f"called it with " + " and ".join(f"{size}" for size in sorted({calls[r][3] for r in rest})) +
+                " bytes, so the check stopped the ranks instead of letting gloo abort.")
+        hint = "every rank must take part in each collective with a tensor of the same size, in the same order"
+        if odd == [returning] and len(rest) > 1 and len({calls[r][3] for r in rest}) == 1:
+            hint += (f" (only rank {returning} differs, the returning one, which has no momentum_buffer yet: "
+                     "collectives made only where a rank holds one leave it a tensor behind. Make the same calls on "
+                     "every rank, for instance by sending optimizer.state_dict() with broadcast_object_list and "
+                     "loading it with optimizer.load_state_dict)")
+    elif returned and len(kinds) == 1:
+        collective = kinds.pop()
         head = (f"{case}: {listed(joined)} called {collective}, but {listed(returned)} returned from {name} without "
                 "calling it, so the check stopped the ranks instead of letting them wait.")
         if returned == [source]:
@@ -447,7 +525,7 @@ def _apart_feedback(name: str, apart) -> None:
             hint = "a collective is called by every rank of the quorum, the source and the returning one included"
     else:
         head = f"{case}: the ranks' next collective calls do not pair up: " + ", ".join(
-            f"rank {rank} {said(call, src)}" for rank, (_, call, src) in enumerate(calls)) + "."
+            f"rank {rank} {said(call, src)}" for rank, (_, call, src, _) in enumerate(calls)) + "."
         hint = ("every rank makes the same collective calls, in the same order, with the same src (source_rank): "
                 "no collective under a condition on the rank")
     raise CheckFailed(f"{head}\nHint: {hint}.")
@@ -515,6 +593,14 @@ def judge_recovery(name: str, results) -> None:
             raise CheckFailed(f"{case}: rank {rank}'s parameters after {name} differ from the healthy replica's "
                               f"(rank {source}'s).\nHint: {hint}.")
         for rank, result in enumerate(got):
+            if "error" in result:
+                hint = (f"optimizer.state is keyed by {', '.join(result['keys'])} (the numbering state_dict() "
+                        "gives), not by the parameters, where SGD looks each momentum_buffer up: the optimizer's "
+                        "state must be keyed by its parameters; load it with optimizer.load_state_dict(...)"
+                        if result["keys"] else "the optimizer passed in must still step after recovery: load the "
+                        "sent state into it with optimizer.load_state_dict(...)")
+                raise CheckFailed(f"{case}: on rank {rank} one SGD step after {name} raised {result['error']}."
+                                  f"\nHint: {hint}.")
             if not same(result["stepped"], healthy_next):
                 hint = ("the weights arrived but the momentum did not reach the optimizer passed in: the next SGD "
                         "step starts its momentum from zero. Send optimizer.state_dict() too and load it into that "
