@@ -291,3 +291,15 @@ def test_one_fsdp_unit_holds_the_whole_stage_gathered_with_its_gradients():
     assert one_unit.buffers == 2 * 2 * model.parameters()
     assert layer_unit.buffers < one_unit.buffers / 50
     assert one_unit.model_states == layer_unit.model_states and one_unit.activations == layer_unit.activations
+
+
+def test_an_all_to_all_whose_groups_straddle_a_node_edge_crosses_it():
+    """ep 16 on two 72-GPU NVL72 racks: the group of ranks 64-79 has 8 in each rack, so half of what a rank sends
+    crosses racks (about 10 ms for 1 GB); ep 24 divides a rack and stays on NVLink (about 1 ms). The straddling group
+    was costed as if inside one rack."""
+    racks = ClusterSpec.preset("gb200", nodes=2)
+    straddling, inside = (expert_tp.group(Strategy(dp=144, ep=ep), "ep") for ep in (16, 24))
+    assert straddling.spans_nodes(72) and not inside.spans_nodes(72)
+    assert straddling.ranks_in_a_node(72) == (8, 16)
+    assert collective_time("all_to_all", 1e9, racks, straddling) > 5 * collective_time("all_to_all", 1e9, racks, inside)
+

@@ -46,6 +46,18 @@ def test_a_group_spans_nodes_exactly_when_some_real_group_has_ranks_in_two_nodes
                 assert layout.group(axis).spans_nodes(per_node) == real, (degrees, axis, per_node)
                 spans_seen.add((axis, per_node, real))
     assert ("cp", 8, True) in spans_seen and ("dp", 72, True) in spans_seen   # the misaligned cases were met
+
+
+def test_ranks_in_a_node_are_the_fewest_and_most_any_real_group_has_in_a_node_it_touches():
+    for degrees in (dict(dp=4, tp=2, cp=3), dict(dp=16, tp=4, pp=2), dict(dp=3, tp=8), dict(dp=9, tp=2, cp=4),
+                    dict(dp=36, tp=4), dict(dp=2, tp=2)):
+        layout = RankLayout(**degrees)
+        for axis in ("tp", "cp", "dp", "pp", "dp_cp"):
+            for per_node in (4, 8, 16, 72):
+                counts = [list(rank // per_node for rank in ranks).count(node)
+                          for ranks in layout.groups(axis) for node in {rank // per_node for rank in ranks}]
+                assert layout.group(axis).ranks_in_a_node(per_node) == (min(counts), max(counts)), \
+                    (degrees, axis, per_node)
     assert Group(3).spans_nodes(8) is False   # a group alone is its job's one block
 
 

@@ -27,6 +27,7 @@ Introduced in notebooks/10-2d-mesh.ipynb (rows are tp groups, columns dp groups)
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 AXES = ("tp", "cp", "dp", "pp")   # fastest first: world = their product
@@ -58,6 +59,26 @@ class Group:
         block = self.size * self.stride
         world = block if self.world is None else self.world
         return self.size > 1 and (block > gpus_per_node or (world > gpus_per_node and gpus_per_node % block != 0))
+
+    def ranks_in_a_node(self, gpus_per_node: int) -> tuple[int, int]:
+        """(fewest, most) ranks of one group in one node, over every node a group of this axis touches: the NICs
+        the group's rings cross a node's edge with, and the peers whose share of an all-to-all stays inside.
+
+        Example:
+            >>> Group(8, 8).ranks_in_a_node(8), Group(16).ranks_in_a_node(8), Group(16, world=144).ranks_in_a_node(72)
+            ((1, 1), (8, 8), (8, 16))
+        """
+        block = self.size * self.stride
+        world = block if self.world is None else self.world
+        if not self.spans_nodes(gpus_per_node):
+            return self.size, self.size
+        period = min(world, math.lcm(block, gpus_per_node))   # the pattern of blocks on nodes repeats after it
+        counts = []
+        for start in range(0, period, block):
+            for offset in range(self.stride):
+                nodes = [(start + offset + k * self.stride) // gpus_per_node for k in range(self.size)]
+                counts += [nodes.count(node) for node in set(nodes)]
+        return min(counts), max(counts)
 
 
 @dataclass(frozen=True)

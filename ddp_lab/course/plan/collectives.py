@@ -45,7 +45,7 @@ def link(cluster, group: Group) -> tuple[float, float]:
     if spans_regions(cluster, group):
         return _cross_region_link(cluster, group)
     if group.spans_nodes(per_node):
-        nics = max(1, min(group.size, per_node // group.stride))   # the group's GPUs in one node
+        nics = group.ranks_in_a_node(per_node)[0]   # the fewest of the group's GPUs in one node
         bandwidth = min(cluster.intra_node_bandwidth, nics * cluster.inter_node_bandwidth)
         return cluster.inter_node_latency, 1.0 / bandwidth
     return cluster.intra_node_latency, 1.0 / cluster.intra_node_bandwidth
@@ -118,9 +118,9 @@ def _all_to_all_bandwidth_term(nbytes: float, cluster, group: Group) -> float:
     (expert parallelism, lesson 14). A ring's slowest-hop rule would charge all (W - 1)/W n to the
     inter-node link, about twice too much for an ep group over two nodes.
     """
-    local = max(1, min(group.size, cluster.gpus_per_node // group.stride))   # the group's ranks in one node
-    across = (group.size - local) / group.size * nbytes / cluster.inter_node_bandwidth
-    inside = (local - 1) / group.size * nbytes / cluster.intra_node_bandwidth
+    fewest, most = group.ranks_in_a_node(cluster.gpus_per_node)   # a rank's peers in its own node, itself included
+    across = (group.size - fewest) / group.size * nbytes / cluster.inter_node_bandwidth
+    inside = (most - 1) / group.size * nbytes / cluster.intra_node_bandwidth
     return max(across, inside)
 
 
