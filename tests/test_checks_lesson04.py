@@ -380,3 +380,35 @@ def reduces_and_divides_on_one_line(model):
 def test_the_divisor_is_quoted_in_its_own_statement():
     assert numeric_divisor(reduces_and_divides_on_one_line) == ("3", "p.grad /= 3")
 
+
+
+def _writes_the_divided_copy_back(model):
+    n = dist.get_world_size()
+    for p in model.parameters():
+        dist.all_reduce(p.grad)
+        g = p.grad.clone()
+        g /= n
+        p.grad.copy_(g)
+        dist.all_reduce(p.grad)          # the mistake: a second all-reduce after the mean
+
+
+def _rebinds_the_divided_copy(model):
+    for p in model.parameters():
+        dist.all_reduce(p.grad)
+        p.grad = p.grad.clone().div_(dist.get_world_size())
+
+
+def _divides_a_copy_only(model):
+    for p in model.parameters():
+        dist.all_reduce(p.grad)
+        g = p.grad.clone()
+        g /= dist.get_world_size()
+
+
+def test_a_divided_copy_written_back_into_the_gradient_is_no_new_tensor():
+    """The copy detector's evidence holds only where nothing is written into a gradient: a copy divided and then
+    copied back (p.grad.copy_(g)) or bound to p.grad is the gradient itself, so the "divides into a NEW tensor" hint
+    must not name it; a copy divided and dropped still is."""
+    assert division_into_a_new_tensor(_writes_the_divided_copy_back) is None
+    assert division_into_a_new_tensor(_rebinds_the_divided_copy) is None
+    assert division_into_a_new_tensor(_divides_a_copy_only) == "g = p.grad.clone(); g /= dist.get_world_size()"

@@ -300,11 +300,32 @@ def _copy_of_a_gradient(node) -> bool:
             and "grad" in ast.unparse(node))
 
 
+def _writes_a_gradient(tree) -> bool:
+    """Whether the code stores into a gradient: assigns to `*.grad`, `*.grad.data` or an element of one, or calls
+    `copy_` on one."""
+    def names_a_grad(node) -> bool:
+        text = ast.unparse(node)
+        return text.endswith((".grad", ".grad.data")) or (isinstance(node, ast.Subscript) and "grad" in text)
+    for node in ast.walk(tree):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
+            node, (ast.AugAssign, ast.AnnAssign)) else []
+        if any(isinstance(target, (ast.Attribute, ast.Subscript)) and names_a_grad(target) for target in targets):
+            return True
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "copy_"
+                and isinstance(node.func.value, (ast.Attribute, ast.Subscript)) and names_a_grad(node.func.value)):
+            return True
+    return False
+
+
 def _divided_copies(tree) -> dict:
     """{statement: where the copy was made (or the statement itself)} for each statement that divides a copy of a
     gradient in place (`_copy_of_a_gradient`): the copy itself (`p.grad.clone().div_(n)`, bound or dropped), or a
     name bound to one, or a loop variable over a list of them (`g /= n`, `g.div_(n)`, `torch._foreach_div_(gs, n)`).
-    Only names bound once are followed: one bound again may hold p.grad itself."""
+    Only names bound once are followed: one bound again may hold p.grad itself. A function that writes into a
+    gradient anywhere (`p.grad.copy_(g)`, `p.grad = g`, `p.grad.data = g`, `p.grad[...] = g`) may have written the
+    copy back: nothing is reported for it."""
+    if _writes_a_gradient(tree):
+        return {}
     bindings: dict = {}
     for node in ast.walk(tree):
         if isinstance(node, ast.Assign):
@@ -903,7 +924,7 @@ def describe(value) -> str:
     items' types ('a tuple of 3: (Tensor, Tensor, dtype)'), never a repr cut off in the middle of a tensor."""
     if torch.is_tensor(value):
         return f"a tensor of shape {tuple(value.shape)} and dtype {value.dtype}"
-    if isinstance(value, (tuple, list)):
+    if type(value) in (tuple, list):          # not torch.Size or a named result (torch.return_types.max)
         kind = type(value).__name__
         if not value:
             return f"an empty {kind}"

@@ -115,8 +115,8 @@ def search_header(model, cluster, global_batch: int, precision: str, tried: int,
     return (f"{model.name} on {where}, global batch {global_batch} sequences x {model.seq_len} tokens, {precision}, "
             f"{attention_text(attention, flash_kernel)}\n{model_text(model, seq_source)}\n"
             f"{tried} plans tried (dp x tp x pp, ZeRO 0-3, micro-batch, recomputation, sequence parallel"
-            f"{', interleaving' if interleaved else ''}{splits}); {fitting} fit in {percent_text(1 - reserve)} of each GPU's {cluster.gpu.memory / GB:.1f} GB "
-            f"(memory reserve {percent_text(reserve)})")
+            f"{', interleaving' if interleaved else ''}{splits}); {fitting} fit in {percent_text(1 - reserve)} of "
+            f"each GPU's {cluster.gpu.memory / GB:.1f} GB (memory reserve {percent_text(reserve)})")
 
 
 def _sizes_text(sizes) -> str:
