@@ -175,8 +175,10 @@ def default_global_batch(model, cluster) -> int:
 
     Introduced in notebooks/13-plan-your-training-run.ipynb.
     """
-    sequences = DEFAULT_TOKENS_PER_BATCH // model.seq_len
-    return max(cluster.gpus, round(sequences / cluster.gpus) * cluster.gpus)
+    sequences, gpus = DEFAULT_TOKENS_PER_BATCH // model.seq_len, cluster.gpus
+    below = sequences // gpus * gpus
+    nearer_below = below >= gpus and sequences - below <= below + gpus - sequences   # a tie: the smaller batch
+    return below if nearer_below else below + gpus
 
 
 def search(model, cluster, top: int | None = 10, global_batch: int | None = None,
