@@ -225,9 +225,10 @@ def judge_diloco(name: str, results) -> None:
     for index, (replicas, case) in enumerate(DILOCO_RUNS):
         _judge_diloco_case(name, case, [result[index] for result in results[:replicas]], replicas)
     rounds = " and ".join(f"{r} rounds of {h}" for h, r in DILOCO_CASES)
+    also = ", ".join(f"{r} rounds of {h} on {replicas}" for replicas, (h, r) in DILOCO_RUNS if replicas != REPLICAS)
     per_round = _params_bytes()
-    passed(f"{name}: 2 replicas, {rounds} AdamW steps, outer Nesterov SGD on the averaged pseudo-gradient == one "
-           f"process; {per_round} bytes sent per round per replica (the model)")
+    passed(f"{name}: {REPLICAS} replicas, {rounds} AdamW steps (and {also}), outer Nesterov SGD on the averaged "
+           f"pseudo-gradient == one process; {per_round} bytes sent per round per replica (the model)")
 
 
 def _judge_diloco_case(name: str, case: tuple[int, int], results: list[dict], replicas: int = REPLICAS) -> None:
