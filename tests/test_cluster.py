@@ -380,6 +380,23 @@ def test_at_the_watchdog_after_a_failure_the_failed_rank_comes_first(cluster, mo
     assert cluster.alive and cluster.run_code("rank") == [0, 1]
 
 
+def test_a_cell_whose_every_rank_catches_the_interrupt_and_finishes_ends_with_its_values(cluster, capsys):
+    """The stop button during a cell whose code catches KeyboardInterrupt (to save a checkpoint, say) and goes on to
+    its end on every rank: the cell ends as a kernel's would, with its values and no interrupt message, and the
+    ranks keep what the except block set. A cell where a rank lets it through is still interrupted."""
+    threading.Timer(0.5, _thread.interrupt_main).start()   # as the stop button does to the kernel
+    assert cluster.run_code("import time\ntry:\n    time.sleep(30)\nexcept KeyboardInterrupt:\n    saved = rank\n"
+                            "rank * 10") == [0, 10]
+    assert "interrupted" not in capsys.readouterr().err
+    assert cluster.alive and cluster.run_code("saved") == [0, 1]
+    threading.Timer(0.5, _thread.interrupt_main).start()
+    with pytest.raises(KeyboardInterrupt):
+        cluster.run_code("import time\ntry:\n    time.sleep(30)\nexcept KeyboardInterrupt:\n    if rank == 1:\n"
+                         "        raise\nrank")
+    assert "ddp_lab: interrupted; the cluster keeps its ranks" in capsys.readouterr().err
+    assert cluster.alive
+
+
 def test_a_cell_that_catches_the_interrupt_is_named_as_such(monkeypatch):
     """The watchdog interrupts a cell whose code catches KeyboardInterrupt and goes on: after the grace the message
     says so, and where (not C++ code, where Python cannot interrupt)."""

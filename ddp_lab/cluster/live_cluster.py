@@ -238,7 +238,8 @@ class Cluster:
             watch.send(command)
             problem = watch.collect(timeout)
         except KeyboardInterrupt:
-            self._interrupted(watch, unshown, show)  # raises KeyboardInterrupt
+            self._interrupted(watch, unshown, show)  # raises CellInterrupted unless every rank went on to the end
+            problem = None
         except RankGone as gone:
             raise self._died_between_commands(gone.rank) from None
         except BaseException:
@@ -263,7 +264,9 @@ class Cluster:
     def _interrupted(self, watch: CommandWatch, starts: list[int], show: list[int] | None) -> None:
         """Jupyter's stop button during a command (command.CommandWatch.interrupt): the ranks' code is
         interrupted and the cluster kept, unless a rank does not stop (then it is shut down). Raises
-        KeyboardInterrupt either way, after one line per rank."""
+        CellInterrupted, after one line per rank, unless every rank the command reached ended it as it would have
+        anyway (its code caught the KeyboardInterrupt and went on, as a kernel's cell may): then it returns, and
+        the command ends with its values."""
         __tracebackhide__ = True
         try:
             problem = watch.interrupt()
@@ -277,6 +280,8 @@ class Cluster:
         if self._closed:
             print(f"ddp_lab: {problem}", file=sys.stderr)
             raise CellInterrupted from None
+        if problem is None and all(watch.replies.get(rank, {}).get("ok") for rank in watch.running):
+            return
         for note in watch.interrupted_notes():
             print(note, file=sys.stderr)
         print("ddp_lab: interrupted; the cluster keeps its ranks and their variables.", file=sys.stderr)
