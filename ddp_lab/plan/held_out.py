@@ -44,7 +44,7 @@ ASIDE, DEVELOPMENT = "held aside", "development"     # the two parts (module doc
 ASIDE_NAMES = {run.name for run in held_aside_runs.RUNS}
 FAMILIES = {
     "dense-a100": "dense, Megatron-style, A100",
-    "fsdp": "FSDP/data-parallel; H100 TP 1-2",
+    "fsdp": "FSDP/data-parallel, A100/H100; H100 TP 1-2",
     "dense-h100-tp": "dense, H100, TP 4-8",
     "llama3-405b": "Llama 3 405B, 8K-16K H100s",
     "long-context": "context parallel / long sequences, H100",
