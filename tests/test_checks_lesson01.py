@@ -314,6 +314,16 @@ def dp_reduces_to_rank_0(model, x, y):
         dist.reduce(p.grad, dst=0)
 
 
+def dp_zeroes_a_sample(model, x, y):
+    """Wrong: the right shards and gradients, but the caller's batch is written into (sample 0 set to zero first)."""
+    x[0] = 0.0
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    x_shard, y_shard = x.tensor_split(world_size)[rank], y.tensor_split(world_size)[rank]
+    (F.mse_loss(model(x_shard), y_shard) * len(x_shard) / len(x)).backward()
+    for p in model.parameters():
+        dist.all_reduce(p.grad)
+
+
 def test_data_parallel_refuses_a_world_size_written_in_before_any_rank_starts(monkeypatch):
     monkeypatch.setattr(lesson01, "run_answers_on_ranks", None)   # starting ranks would raise TypeError
     with pytest.raises(CheckFailed, match=r"^dp_shards_for_two_ranks splits a tensor into 2, a number written in the "
@@ -363,6 +373,9 @@ DP_MISTAKES = [
                          r"len\(x\)\)"),
     (dp_integer_share, r"batch of 8 samples, rank 0, .*\nHint: this gradient is 0 everywhere"),
     (dp_max_op, r"batch of 8 samples, rank 0, .*\nHint: dist\.all_reduce ran on p\.grad with op=MAX: .*SUM them"),
+    # the rows the model saw are no longer the batch's: the changed batch is named, not a sample used by no rank
+    (dp_zeroes_a_sample, r"^rank 0, batch of 8 samples: dp_zeroes_a_sample changed x in place \(the values after the "
+                         r"call differ from the batch it was given\)\.\nHint: leave the caller's batch as it is"),
     (dp_reduces_to_rank_0, r"^batch of 8 samples, rank 1, 0\.weight\.grad.*\nHint: rank 0 ends with the right "
                            r"gradient, rank 1 does not: dist\.reduce ran, and it leaves the result on its dst rank "
                            r"only"),

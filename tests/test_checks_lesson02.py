@@ -220,6 +220,34 @@ def rs_isend_dropped(tensor):
     return chunks[rank]
 
 
+def rs_no_clone(tensor):
+    """Wrong: the right chunk, but added into views of the caller's tensor: the input is changed in place."""
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    chunks = list(tensor.tensor_split(world_size))
+    for step in range(world_size - 1):
+        send_index, recv_index = (rank - step - 1) % world_size, (rank - step - 2) % world_size
+        incoming = torch.empty_like(chunks[recv_index])
+        request = dist.isend(chunks[send_index], (rank + 1) % world_size)
+        dist.recv(incoming, (rank - 1) % world_size)
+        request.wait()
+        chunks[recv_index] += incoming
+    return chunks[rank]
+
+
+def rs_double(tensor):
+    """Wrong: the right sums, in float64 for a float32 input."""
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    chunks = [chunk.double() for chunk in tensor.tensor_split(world_size)]
+    for step in range(world_size - 1):
+        send_index, recv_index = (rank - step - 1) % world_size, (rank - step - 2) % world_size
+        incoming = torch.empty_like(chunks[recv_index])
+        request = dist.isend(chunks[send_index], (rank + 1) % world_size)
+        dist.recv(incoming, (rank - 1) % world_size)
+        request.wait()
+        chunks[recv_index] += incoming
+    return chunks[rank]
+
+
 def rs_stub(tensor):
     raise NotImplementedError("shift the schedule by one chunk")
 
@@ -237,6 +265,12 @@ RS_RETURNING = {   # wrong answers that return: they run one after the other in 
     rs_shifted_the_wrong_way: r"(?s)rank 0, tensor of 12 .*\nHint: it is the sum over ranks \[0, 2\] only; rank\(s\) "
                               r"\[1\] are missing, although this rank received 2 times \(the ring needs N - 1 = 2\): "
                               r"a partial sum travelled on",
+    rs_no_clone: r"(?s)^rank 0, tensor of 12 elements: the right chunk, but rs_no_clone changed its input, the "
+                 r"caller's tensor, in place.*dist\.reduce_scatter leaves its input as it was\.\nHint: work on "
+                 r"copies of the chunks \(\.clone\(\)\)",
+    rs_double: r"^rank 0, tensor of 12 elements on 3 ranks: the sum of chunk 0 is right, but returned as a tensor of "
+               r"shape \(4,\) and dtype torch\.float64; expected torch\.float32, the input's dtype\.\nHint: "
+               r"dist\.reduce_scatter returns the input's dtype",
     rs_unsqueezed: r"rank 0, tensor of 12 .*got a tensor of shape \(1, 4\).*\nHint: the 4 elements are there, in the "
                    r"shape \(1, 4\): return the chunk as the 1-D tensor tensor_split gives, shape \(4,\)\.$",
 }

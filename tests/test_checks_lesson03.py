@@ -72,6 +72,14 @@ def gather_reversed(outputs):
     return torch.cat(outputs[::-1], dim=0)
 
 
+def gather_in_float64(outputs):
+    return torch.cat(outputs, dim=0).double()
+
+
+def gather_in_float16(outputs):
+    return torch.cat(outputs, dim=0).half()
+
+
 @pytest.mark.parametrize("scatter, gather, feedback", [
     (scatter_tensor_split, gather_outputs, r"(?s)tensor 0's rows per device \[3, 3, 2, 2\], expected \[3, 3, 3, 1\]"
                                            r".*these are torch.tensor_split's balanced sizes; DataParallel splits "
@@ -91,6 +99,12 @@ def gather_reversed(outputs):
                                             r"NUMBER of chunks"),
     (scatter_batch, gather_dim1, r"concatenate along dim 0"),
     (scatter_batch, gather_reversed, r"(?s)rows are out of order.*device 0 first"),
+    # torch.equal compares values alone: the dtype is judged first, and the rows are not said to be out of order
+    (scatter_batch, gather_in_float64, r"^gathering 3 outputs of \[4, 4, 4\] rows: gather_outputs returned float64, "
+                                       r"expected float32 \(the outputs' dtype\)\.\nHint: concatenating keeps the "
+                                       r"outputs' dtype \(torch.cat\): return the batch without converting it\.$"),
+    (scatter_batch, gather_in_float16, r"^gathering 3 outputs of \[4, 4, 4\] rows: gather_outputs returned float16, "
+                                       r"expected float32 \(the outputs' dtype\)"),
 ])
 def test_scatter_gather_rejects_wrong_answers(scatter, gather, feedback):
     with pytest.raises(CheckFailed, match=feedback):

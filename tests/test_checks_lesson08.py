@@ -176,6 +176,12 @@ def einsum_with_my_columns(x_local, linear, rank, world_size):
     return partial + linear.bias
 
 
+def in_float64(x_local, linear, rank, world_size):
+    partial = x_local.double() @ linear.weight.chunk(world_size, dim=1)[rank].double().T
+    dist.all_reduce(partial)
+    return partial + linear.bias.double()
+
+
 def row_stub(x_local, linear, rank, world_size):
     raise NotImplementedError("my shard is linear.weight.chunk(world_size, dim=1)[rank]")
 
@@ -190,6 +196,10 @@ ROW_MISTAKES = [   # answers that return (not raise): they run one after the oth
                                  r"product that sums over all 8 input features of nn.Linear\(8, 6\), not over this "
                                  r"rank's 4.*Hint: multiply x_local as it is \(4 features\) by this rank's columns"),
     (no_bias, r"(?s)rank 0, output\[0, 0, 0\].*the bias is missing.*once, after the all-reduce"),
+    # allclose refuses float64 beside float32: the dtype is judged before the values
+    (in_float64, r"^rank 0: in_float64 returned a tensor of shape \(3, 5, 6\) and dtype torch.float64; expected "
+                 r"torch.float32, the dtype of x_local and linear.weight\.\nHint: nn.Linear's output keeps its "
+                 r"input's dtype"),
     (reduces_a_copy, r"(?s)rank 0, output.*rank 0's own partial sum plus the bias: dist.all_reduce ran, but its sum "
                      r"never reached your output"),
     (gathers_the_input, r"rank 0: the output is right, but gathers_the_input called dist\.all_gather; .* one "
@@ -439,6 +449,19 @@ class BackwardCallsThePackages(torch.autograd.Function):
         return copy_to_model_parallel_region(grad)   # the package's f, not written here
 
 
+class ReducesTheIncomingGradient(torch.autograd.Function):
+    """The right dL/dx, but the gradient autograd passed to backward is all-reduced in place."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x
+
+    @staticmethod
+    def backward(ctx, grad):
+        dist.all_reduce(grad)
+        return grad
+
+
 class Stub(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x):
@@ -470,6 +493,9 @@ F_MISTAKES = [   # all run one after the other in one launch of 2 ranks
                         r"rank's gradient"),
     (ExchangesInBackward, r"(?s)^rank 0: dL/dx is right, but ExchangesInBackward's backward made 1 dist.isend, 1 "
                           r"dist.recv; .*an all-reduce by hand"),
+    (ReducesTheIncomingGradient, r"(?s)^rank 0: dL/dx is right, but dist.all_reduce changed the incoming gradient "
+                                 r"in place.*\nHint: all-reduce a tensor you own, a copy of the gradient "
+                                 r"\(\.clone\(\)\)"),
     # found on the ranks: backward runs there (the class itself is not the package's)
     (BackwardCallsThePackages, r"^BackwardCallsThePackages calls ddp_lab.course.tensor_parallel.communications."
                                r"copy_to_model_parallel_region, the package's own answer"),

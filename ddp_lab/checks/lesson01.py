@@ -178,6 +178,7 @@ def _data_parallel_one(fn) -> list[dict]:
         for position, p in enumerate(params):
             p.register_hook(lambda grad, position=position: computed.add(position))
         x, y = make_batch(size)
+        given = {"x": x.clone(), "y": y.clone()}   # the batch as handed over, to see one the answer wrote into
         reduced: list[dict] = []     # what each dist.all_reduce was given, its op, and async_op
         works: list[list] = []       # [an async all_reduce's work handle, whether the answer used it]
         called: set[str] = set()
@@ -206,7 +207,8 @@ def _data_parallel_one(fn) -> list[dict]:
             work.wait()
         reports.append({"seen": torch.cat(seen) if seen else torch.empty(0, 3), "grads": grads,
                         "computed": sorted(computed), "reduced": reduced, "unused_works": unused,
-                        "async_works": len(works), "called": sorted(called)})
+                        "async_works": len(works), "called": sorted(called),
+                        "changed": [n for n, t in (("x", x), ("y", y)) if not torch.equal(t, given[n])]})
     return reports
 
 
@@ -257,6 +259,13 @@ def judge_data_parallel_backward(name: str, results: list[list[dict]]) -> str:
     earlier: dict[int, list[list[int]]] = {}
     for case, size in enumerate(BATCHES):
         x, y = make_batch(size)
+        for rank in range(world_size):   # before the shards: rows seen after the batch was written into match none
+            changed = results[rank][case].get("changed")
+            if changed:
+                raise CheckFailed(f"rank {rank}, batch of {size} samples: {name} changed {' and '.join(changed)} in "
+                                  "place (the values after the call differ from the batch it was given).\nHint: "
+                                  "leave the caller's batch as it is: read your shard of it, and compute on that or "
+                                  "on a copy (.clone()).")
         shards = [_sample_indices(results[rank][case]["seen"], x) for rank in range(world_size)]
         _check_shards(shards, size, world_size, earlier)
         earlier[size] = shards

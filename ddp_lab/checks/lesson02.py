@@ -112,17 +112,18 @@ def _reduce_runner(rank: int, fn, sizes, world_size: int, verb: str, log_directo
         total = rank_input(rank, size)
         dist.all_reduce(total)  # SUM over ranks, computed by torch.distributed itself
         references.append(total)
-    outputs, receives, requests = [], [], []
+    outputs, receives, requests, changed = [], [], [], []
     with only_point_to_point(), _recording_receives(receives, requests):
         for size in sizes:
             receives.append([])
             requests.append({})
+            given = rank_input(rank, size)
             with _logging_case(log_directory, size, rank):
-                out = call_case(fn, f"{verb} a tensor of {size} elements on {world_size} ranks",
-                                rank_input(rank, size).clone())
+                out = call_case(fn, f"{verb} a tensor of {size} elements on {world_size} ranks", given)
             outputs.append(_returned(out))
+            changed.append(not torch.equal(given, rank_input(rank, size)))   # the caller's tensor, written into
     return {"sums": references, "outputs": outputs, "receives": [len(buffers) for buffers in receives],
-            "unwaited": [_unwaited(started) for started in requests]}
+            "unwaited": [_unwaited(started) for started in requests], "input_changed": changed}
 
 
 def _all_gather_runner(rank: int, fn, sizes, world_size: int, log_directory: str | None = None):
@@ -463,6 +464,15 @@ def judge_reduce_scatter(name: str, results: list, world_size: int = WORLD_SIZE)
                               f"{results[extra[0]]['receives'][case]} times.\nHint: a ring reduce-scatter takes "
                               f"N - 1 = {world_size - 1} steps; after them every chunk is complete where it belongs, "
                               "and a further step only moves data no rank needs (range(world_size - 1)).")
+    for case, size in enumerate(REDUCE_SIZES):
+        changed = [rank for rank in range(world_size) if results[rank].get("input_changed", {}) and
+                   results[rank]["input_changed"][case]]
+        if changed:
+            raise CheckFailed(f"rank {changed[0]}, tensor of {size} elements: the right chunk, but {name} changed its "
+                              "input, the caller's tensor, in place (its values after the call differ from before): "
+                              "dist.reduce_scatter leaves its input as it was.\nHint: work on copies of the chunks "
+                              "(.clone()): a chunk cut from the caller's tensor is a view of it, and adding into "
+                              "the view writes into the caller's tensor.")
     return (f"{name} gives rank r the sum of chunk r, like dist.reduce_scatter, on {world_size} ranks for "
             f"sizes {', '.join(map(str, REDUCE_SIZES))}, using only send/recv")
 
@@ -473,6 +483,10 @@ def _compare_reduce_scatter(got, expected, inputs, rank, size, world_size, recei
         raise CheckFailed(f"{where}: expected a tensor (the sum of chunk {rank}), got {describe(got)}.\n"
                           "Hint: return the reduced chunk at the end of the function.")
     if _close(got, expected):
+        if got.dtype != expected.dtype:
+            raise CheckFailed(f"{where}: the sum of chunk {rank} is right, but returned as {describe(got)}; expected "
+                              f"{expected.dtype}, the input's dtype.\nHint: dist.reduce_scatter returns the input's "
+                              "dtype: keep the chunks in it, with no conversion (.double(), .half(), .to()).")
         return
     chunks = [t.tensor_split(world_size) for t in inputs]          # chunks[q][k]: rank q's chunk k
     sums = [sum(chunks[q][k] for q in range(world_size)) for k in range(world_size)]

@@ -74,6 +74,11 @@ def check_scatter_gather(scatter_batch, gather_outputs) -> None:
         if got.shape != expected.shape:
             raise CheckFailed(f"{case}: got shape {tuple(got.shape)}, expected {tuple(expected.shape)}.\n"
                               "Hint: concatenate along dim 0, the batch dimension (torch.cat(outputs, dim=0)).")
+        if got.dtype != expected.dtype:   # torch.equal compares values only: 2.0 in float64 equals 2.0 in float32
+            got_name, want_name = (str(dtype).replace("torch.", "") for dtype in (got.dtype, expected.dtype))
+            raise CheckFailed(f"{case}: gather_outputs returned {got_name}, expected {want_name} (the outputs' "
+                              "dtype).\nHint: concatenating keeps the outputs' dtype (torch.cat): return the batch "
+                              "without converting it.")
         if not torch.equal(got, expected):
             raise CheckFailed(f"{case}: the rows are out of order (row 0 is {got[0].tolist()}, expected "
                               f"{expected[0].tolist()}).\nHint: concatenate in device order, device 0 first, "

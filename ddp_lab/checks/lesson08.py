@@ -232,6 +232,7 @@ def judge_row(name: str, results: list) -> str:
         if not torch.is_tensor(got) or got.shape != expected.shape:
             raise CheckFailed(f"rank {rank}: {name} returned {describe(got)}; expected the full output, a tensor of "
                               f"shape {tuple(expected.shape)} (every rank returns all {OUT_FEATURES} output features).")
+        _judge_row_dtype(rank, name, got, expected, "")
         if torch.allclose(got, expected, atol=1e-5, rtol=1e-5):
             continue
         raise CheckFailed(f"{_mismatch(rank, 'output', got, expected)}.\n"
@@ -262,6 +263,14 @@ def judge_row(name: str, results: list) -> str:
             f"{' and '.join(_layer(*shape) for shape in ROW_LAYERS)}")
 
 
+def _judge_row_dtype(rank: int, name: str, got: torch.Tensor, expected: torch.Tensor, layer: str) -> None:
+    """Refuse an output of another dtype than linear(x)'s (before comparing values: allclose refuses mixed dtypes)."""
+    if got.dtype != expected.dtype:
+        raise CheckFailed(f"rank {rank}: {name} returned {describe(got)}{layer}; expected {expected.dtype}, the "
+                          f"dtype of x_local and linear.weight.\nHint: nn.Linear's output keeps its input's dtype: "
+                          "compute the partial and the sum in it, with no conversion (.double(), .half(), .to()).")
+
+
 def _judge_row_layer(name: str, in_features: int, out_features: int, outputs: list) -> None:
     """Feedback for the outputs (one per rank) of an answer right for the first layer of ROW_LAYERS, for another."""
     linear, x = _linear(in_features, out_features), _row_input(in_features)
@@ -279,6 +288,7 @@ def _judge_row_layer(name: str, in_features: int, out_features: int, outputs: li
             raise CheckFailed(f"rank {rank}: {name} returned {describe(got)} for {layer}; expected a tensor of shape "
                               f"{tuple(expected.shape)}; right for {first}.\nHint: a size in it fits {first} only: "
                               "take every size from linear.weight, x_local and world_size.")
+        _judge_row_dtype(rank, name, got, expected, f" for {layer}")
         if torch.allclose(got, expected, atol=1e-5, rtol=1e-5):
             continue
         index = first_mismatch(got, expected)
@@ -368,13 +378,17 @@ def _f_one(rank: int, function_class) -> dict:
         return {"forward": y.detach().clone() if torch.is_tensor(y) else y, "x_grad": None, "calls": forward_calls}
     forward_value = y.detach().clone()
     loss = _shard_loss(y, rank, world_size, reduce_from_model_parallel_region)
+    incoming: list[tuple] = []   # the gradient backward is given, and a copy of it: changed in place if they differ
+    if y.requires_grad:
+        y.register_hook(lambda grad: incoming.append((grad, grad.clone())))
     backward_calls: list[str] = []   # the check's own g communicates in forward only: these are the answer's
     with _recording(backward_calls), watching_calls(watched) as called:
         call_case(loss.backward, f"running backward through {function_class.__name__} {what}")
     if called:
         return {"called": called}
     return {"forward": forward_value, "x_grad": None if x.grad is None else x.grad.clone(), "calls": forward_calls,
-            "backward_calls": backward_calls}
+            "backward_calls": backward_calls,
+            "grad_changed": any(not torch.equal(grad, before) for grad, before in incoming)}
 
 
 def _reference_grads() -> tuple[torch.Tensor, list[torch.Tensor]]:
@@ -449,6 +463,20 @@ def _judge_backward_calls(rank: int, name: str, calls: list[str]) -> None:
                       "the gradient (SUM) in backward and return it.")
 
 
+def _judge_incoming_gradient(rank: int, name: str, result: dict) -> None:
+    """Refuse a right dL/dx whose backward wrote into the gradient autograd passed it: that tensor is not backward's
+    to change (autograd may hand the same one to another branch of the graph, which would then see the sum)."""
+    if not result.get("grad_changed"):
+        return
+    reduced = "all_reduce" in result.get("backward_calls", [])
+    cause = ("dist.all_reduce changed the incoming gradient in place" if reduced else
+             "backward changed the incoming gradient (the tensor autograd passed it) in place")
+    raise CheckFailed(f"rank {rank}: dL/dx is right, but {cause}: autograd may pass that same tensor to another "
+                      "branch of the graph, which would then get the sum as well.\nHint: "
+                      + ("all-reduce a tensor you own, a copy of the gradient (.clone()), and return it." if reduced
+                         else "work on a tensor you own, a copy of the gradient (.clone()), and return it."))
+
+
 def judge_f(name: str, results: list[dict], returns_call: bool = False) -> str:
     """Feedback for one f answer's per-rank results (`run_f_answers`): raise CheckFailed, or return the ✓ text.
     `returns_call`: `returns_a_call_result` of the answer."""
@@ -487,6 +515,7 @@ def judge_f(name: str, results: list[dict], returns_call: bool = False) -> str:
                               + (" (dist.all_reduce works in place and returns None: return the tensor you reduced, "
                                  "not the call's result)." if returns_call else "."))
         if torch.allclose(got, expected, atol=1e-5, rtol=1e-5):
+            _judge_incoming_gradient(rank, name, result)
             _judge_backward_calls(rank, name, result.get("backward_calls", []))
             continue
         if torch.allclose(got, parts[rank], atol=1e-5, rtol=1e-5) and "all_reduce" in result.get("backward_calls", []):
