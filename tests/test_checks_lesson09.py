@@ -302,6 +302,16 @@ def floor_shards_init(params, rank, world_size):
     return shards, torch.optim.Adam(shards, lr=0.01)
 
 
+def padded_init(params, rank, world_size):
+    shards = []
+    for p in params:                                  # FSDP's way: zeros up to a multiple of world_size, equal shards
+        flat = p.detach().reshape(-1)
+        size = math.ceil(flat.numel() / world_size)
+        flat = torch.cat([flat, flat.new_zeros(size * world_size - flat.numel())])
+        shards.append(flat[rank * size:(rank + 1) * size].clone().requires_grad_())
+    return shards, torch.optim.Adam(shards, lr=0.01)
+
+
 def never_steps(params, shards, optimizer):
     rank, world_size = dist.get_rank(), dist.get_world_size()
     for p, s in zip(params, shards):
@@ -493,6 +503,11 @@ ZERO1_MISTAKES = [   # answers that return (not raise): they run one after the o
     (returns_the_optimizer_class, zero1_step, r"rank 0: returns_the_optimizer_class returned type as its optimizer"),
     (floor_shards_init, zero1_step, r"(?s)^rank 0: floor_shards_init's shard of 'a parameter of 5 elements' .*"
                                     r"expected shape \(3,\).*5 elements on 2 ranks split 3 \+ 2"),
+    # wrong on rank 1 only ([3, 4, 0] for 5 elements): the ranks agree on zero1_init's verdict before the steps, so
+    # rank 0 does not wait in an all_reduce for a rank that stopped, and the shard is named at once
+    (padded_init, zero1_step, r"(?s)^rank 1: padded_init's shard of 'a parameter of 5 elements' is a tensor of shape "
+                              r"\(3,\).*expected shape \(2,\).*Hint: it is the parameter padded with zeros to a "
+                              r"multiple of world_size(?!.*did not finish)(?!.*numel // world_size)"),
     (zero1_init, never_steps, r"(?s)rank 0 of 2, step 0: every shard has its .grad, but the optimizer holds no "
                               r"state: it "
                               r"never stepped"),

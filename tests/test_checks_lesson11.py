@@ -130,6 +130,15 @@ def _shared_scale(buffer, op=dist.ReduceOp.MAX, of=torch.Tensor.abs):
     return scale
 
 
+def clamped_to_levels_after_127(process_group, bucket):   # 127 levels clamped to 127 // W: no wrap, values saturate
+    buffer = bucket.buffer()
+    scale = _shared_scale(buffer)
+    levels = 127 // dist.get_world_size()
+    q = torch.round(buffer * 127 / scale).clamp(-levels, levels).to(torch.int8)
+    dist.all_reduce(q)
+    return _done(buffer.copy_(q.float() * scale / (127 * dist.get_world_size())))
+
+
 def truncates(process_group, bucket):
     buffer = bucket.buffer()
     return _int8_mean(buffer, _shared_scale(buffer), to_int8=lambda v: v.to(torch.int8))
@@ -289,6 +298,11 @@ WRONG_ANSWERS = {   # all return: they run one after the other in one launch (wi
     fractional_levels_async: r"(?s)^on 2 ranks: step 2, rank 0, .*element 0: .*Hint: 127 / 2 = 63\.5 levels: a value "
                              r"at the scale rounds to 64",
     scale_ignores_world_size: r"(?s)some sums wrapped around past 127: each rank used all 127 int8 levels",
+    # clamped, not wrapped: the hint says so, and names the levels to quantise with
+    clamped_to_levels_after_127: r"(?s)^(?!.*wrapped around past)on 2 ranks: step 0, .*Hint: nothing wrapped around: "
+                                 r"the values were quantised with all 127 int8 levels \(scale / 127\), then clamped "
+                                 r"to -\(127 // world_size\) \.\. 127 // world_size = ±63.*Quantise with levels = "
+                                 r"127 // world_size",
     truncates: r"(?s)step 0, rank 0, gradient of '[0-9.a-z]+', element \d+: got .*int8 rounding stays within ±.*"
                r"truncated towards zero",
     scale_without_abs: r"(?s)Hint: these are the values a scale taken without abs\(\) gives: the largest value over "

@@ -384,6 +384,13 @@ def assigned_not_added(expert_output, dispatched, token_index, gates, x, group=N
     return y
 
 
+def added_at_repeated_indices(expert_output, dispatched, token_index, gates, x, group=None):
+    rows = _back(expert_output, dispatched)[dispatched.order.argsort()]
+    y = x.clone()
+    y[token_index] += rows * gates.unsqueeze(-1)    # one write per repeated index, as with =
+    return y
+
+
 def sort_not_undone(expert_output, dispatched, token_index, gates, x, group=None):
     return x.index_add(0, token_index, _back(expert_output, dispatched) * gates.unsqueeze(-1))
 
@@ -440,8 +447,17 @@ COMBINE_ANSWERS = {
 
 @pytest.fixture(scope="module")
 def combine_results():
-    answers = tuple(COMBINE_ANSWERS)
+    answers = (*COMBINE_ANSWERS, added_at_repeated_indices)
     return dict(zip(answers, lesson14.run_combine_answers(answers)))
+
+
+def test_combine_names_an_add_at_repeated_indices_with_the_assignment(combine_results):
+    # y[token_index] += ... gives assigned_not_added's values (one write per repeated index): one hint names both
+    with pytest.raises(CheckFailed, match=r"(?s)^(?!.*keeps the last write)rank 0, token 0: got .*got only one "
+                                          r"expert's output: with repeated indices, y\[token_index\] = \.\.\. and "
+                                          r"y\[token_index\] \+= \.\.\. both keep one write per token.*index_add "
+                                          r"adds every row"):
+        lesson14.judge_combine(added_at_repeated_indices.__name__, combine_results[added_at_repeated_indices])
 
 
 @pytest.mark.parametrize("answer", COMBINE_ANSWERS, ids=lambda answer: answer.__name__)

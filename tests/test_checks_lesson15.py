@@ -30,7 +30,8 @@ COMBINE_HINTS = ("added as they are", "averaged", "weights are swapped", "is the
 RING_HINTS = ("later ranks were attended", "applied to every block: it belongs", "and no block was skipped",
               "without the causal triangle", "no causal mask at all", "(rank + t) mod", "never reached your queries",
               "last pass is not needed", "travel the other way round the ring", "the package's own answer",
-              "the outputs of ranks 0, 1 differ from one process's", "the queries went out too")
+              "the outputs of ranks 0, 1 differ from one process's", "the queries went out too",
+              "diagonal must stay visible, a query attends to itself", "read before its data arrived")
 ZIGZAG_HINTS = ("not in sequence order", "unbalanced", "pairing is reversed", "numbered 0 to",
                 "at every world size tried", "held by exactly one rank", "the package's own answer",
                 "not its own pair: rank 1 holds [2, 3], the pair of rank 2; rank 2 holds [1, 4], the pair of rank 1")
@@ -172,10 +173,11 @@ def test_combine_stub_says_not_written():
 
 def make_ring(*, skip_future=True, mask=lambda rank, source: rank == source, source_of=None, blocking=False,
               passes=None, send_to=+1, recv_from=-1, steps=None, wrap=True, package=False, dtype=None,
-              traffic=None, send_q=False):
+              traffic=None, send_q=False, hide_diagonal=False):
     """A ring attention answer with one mistake switched on (the defaults give the right answer). `dtype`: the
     output returned in that dtype. `traffic`: q, k and v cast to that dtype first (what travels), the output cast
-    back to float32. `send_q`: q sent round the ring with k and v (never used: each rank keeps its own)."""
+    back to float32. `send_q`: q sent round the ring with k and v (never used: each rank keeps its own).
+    `hide_diagonal`: the own block attended with a mask of its own that hides the diagonal too (j >= i)."""
 
     def ring_attention(q, k, v):
         if traffic is not None:
@@ -188,7 +190,8 @@ def make_ring(*, skip_future=True, mask=lambda rank, source: rank == source, sou
         for step in range(world_size if steps is None else steps):
             source = (rank - step) % world_size if source_of is None else source_of(rank, step, world_size)
             if source <= rank or not skip_future:
-                partial = block_attention(q, k, v, causal=mask(rank, source))
+                partial = (_block_hiding_the_diagonal(q, k, v) if hide_diagonal and source == rank else
+                           block_attention(q, k, v, causal=mask(rank, source)))
                 state = partial if state is None else combine(*state, *partial)
             if step < (world_size - 1 if passes is None else passes):
                 received_k, received_v = torch.empty_like(k), torch.empty_like(v)
@@ -214,6 +217,13 @@ def make_ring(*, skip_future=True, mask=lambda rank, source: rank == source, sou
     return ring_attention
 
 
+def _block_hiding_the_diagonal(q, k, v):
+    scores = q @ k.transpose(-1, -2) / q.shape[-1] ** 0.5
+    hidden = torch.ones(scores.shape[-2:], dtype=torch.bool).triu()   # diagonal=0: key i hidden from query i too
+    scores = scores.masked_fill(hidden, float("-inf"))
+    return torch.softmax(scores, dim=-1) @ v, torch.logsumexp(scores, dim=-1)
+
+
 RING_MISTAKES = [
     (dict(skip_future=False), "later ranks were attended"),
     (dict(mask=lambda rank, source: True), "applied to every block: it belongs"),
@@ -229,6 +239,8 @@ RING_MISTAKES = [
     (dict(source_of=lambda rank, step, world_size: rank - step), "later ranks were attended"),
     (dict(package=True), "the package's own answer"),
     (dict(send_q=True), "the queries went out too"),
+    # NaN on the rows the mask leaves without a key: named as the mask, not as a buffer read before it arrived
+    (dict(hide_diagonal=True), "diagonal must stay visible, a query attends to itself"),
     # the triangle on the own block and on later ones (rank 0 then sees the triangle on every block), none skipped:
     # no one rule gives every rank's output, so the hint names the ranks that differ and the rule, not a mistake
     (dict(skip_future=False, mask=lambda rank, source: source >= rank), "the outputs of ranks 0, 1 differ from one "
@@ -283,8 +295,23 @@ def test_ring_names_a_buffer_read_before_it_arrived(mistaken_rings):
     results = [dict(result) for result in mistaken_rings[0]]
     results[0]["out"] = results[0]["out"].clone()
     results[0]["out"][0, 1, 2, 0] = float("nan")        # evidence that outweighs what the other values resemble
-    _raises_only(lambda r: _judge_ring("ring_attention", r), results, RING_HINTS + ("your output holds NaN",),
-                 "your output holds NaN")
+    _raises_only(lambda r: _judge_ring("ring_attention", r), results, RING_HINTS, "read before its data arrived")
+
+
+def test_ring_names_a_mask_that_hides_the_diagonal_only_on_its_evidence(mistaken_rings):
+    # NaN on the first row alone, every other value right: no mask gives that, so the receive buffer is named
+    results = [dict(result) for result in mistaken_rings[len(RING_MISTAKES) + len(RING_DTYPES)]]
+    results[0]["out"] = results[0]["out"].clone()
+    results[0]["out"][..., 0, :] = float("nan")
+    _raises_only(lambda r: _judge_ring("ring_attention", r), results, RING_HINTS, "read before its data arrived")
+
+
+def test_zigzag_refuses_chunk_indices_that_are_not_ints():
+    for answer, said in ((lambda rank, n: [rank, 2 * n - 1.5 - rank], "chunk index 2.5 is not a whole number"),
+                         (lambda rank, n: [rank, (4 * n - 2 - 2 * rank) / 2], "chunk index 3.0 is a float")):
+        with pytest.raises(CheckFailed, match=rf"^<lambda>\(0, 2\) returned a list of 2: \[int, float\]: {said}; "
+                                              r"expected two int chunk indices, 0 to 3\.\nHint: .*// divides"):
+            check_zigzag_chunks(answer)
 
 
 def test_ring_stops_the_blocking_send_deadlock_with_a_hint():

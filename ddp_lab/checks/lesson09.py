@@ -161,12 +161,10 @@ def _explain_a_raise(failure) -> str | None:
     return _second_run_note(WORLD_SIZES[1], judged=False) if second else None
 
 
-def _zero1_one(rank: int, zero1_init, zero1_step) -> dict:
-    world_size = dist.get_world_size()
-    model = _model()
-    params = list(model.parameters())
-    init_name, step_name = (getattr(fn, "__name__", default) for fn, default in ((zero1_init, "zero1_init"),
-                                                                               (zero1_step, "zero1_step")))
+def _zero1_init_verdict(rank: int, world_size: int, model: nn.Module, params: list, zero1_init,
+                        init_name: str) -> dict | tuple:
+    """(shards, optimizer) if zero1_init's are right on this rank (a parameter of 5 elements too), else the record
+    that says what is wrong ({'bad_init': ...}, {'bad_optimizer': ...} or {'bad_shard': ...})."""
     returned = call_case(zero1_init, f"zero1_init(params, rank={rank}, world_size={world_size})",
                          params, rank, world_size, name=init_name)
     if not (isinstance(returned, (tuple, list)) and len(returned) == 2):
@@ -194,8 +192,29 @@ def _zero1_one(rank: int, zero1_init, zero1_step) -> dict:
     want_odd = odd.detach().chunk(world_size)[rank]
     if not (torch.is_tensor(odd_shard) and odd_shard.shape == want_odd.shape and torch.equal(odd_shard.detach(),
                                                                                             want_odd)):
-        return {"bad_shard": ("a parameter of 5 elements", describe(odd_shard), (5,), tuple(want_odd.shape),
-                              "uneven")}
+        size = -(-5 // world_size)   # padded to a multiple of world_size, as FSDP does: equal shards, zeros last
+        padded = F.pad(odd.detach(), (0, size * world_size - 5)).view(world_size, size)[rank]
+        kind = "padded" if torch.is_tensor(odd_shard) and _close(odd_shard.detach().reshape(-1), padded) else "uneven"
+        return {"bad_shard": ("a parameter of 5 elements", describe(odd_shard), (5,), tuple(want_odd.shape), kind)}
+    return shards, optimizer
+
+
+def _zero1_one(rank: int, zero1_init, zero1_step) -> dict:
+    world_size = dist.get_world_size()
+    model = _model()
+    params = list(model.parameters())
+    init_name, step_name = (getattr(fn, "__name__", default) for fn, default in ((zero1_init, "zero1_init"),
+                                                                               (zero1_step, "zero1_step")))
+    verdict = _zero1_init_verdict(rank, world_size, model, params, zero1_init, init_name)
+    # every rank learns whether zero1_init went wrong on any rank before one starts the steps: a rank whose shards
+    # are right must not wait in zero1_step's collectives for one that stopped
+    wrong_anywhere = torch.tensor([int(isinstance(verdict, dict))])
+    dist.all_reduce(wrong_anywhere, op=dist.ReduceOp.MAX)
+    if isinstance(verdict, dict):
+        return verdict
+    if wrong_anywhere.item():
+        return {"init_wrong_elsewhere": True}   # judged by what the rank that went wrong returned
+    shards, optimizer = verdict
     kind, lrs = type(optimizer).__name__, sorted({group.get("lr") for group in optimizer.param_groups}, key=str)
     at_step = []   # the shards' gradients when optimizer.step() first runs in a zero1_step call: what the step
     #                used, whether or not zero1_step zeroes them afterwards
@@ -344,6 +363,10 @@ def _judge_world(name: str, init_name: str, results: list[dict], division: str |
                     "5 elements on 2 ranks split 3 + 2, as tensor.chunk does: a split of numel // world_size "
                     "elements per rank leaves the last element out. Take chunk rank of p.reshape(-1).chunk("
                     "world_size), here and wherever the step slices or gathers" if kind == "uneven" else
+                    "it is the parameter padded with zeros to a multiple of world_size and cut into equal shards, "
+                    "as FSDP does; this exercise's shards are tensor.chunk's, uneven (5 elements on 2 ranks: 3 + 2) "
+                    "and unpadded. Take chunk rank of p.reshape(-1).chunk(world_size), here and wherever the step "
+                    "slices or gathers" if kind == "padded" else
                     "each shard is this rank's chunk of the flattened parameter, an independent copy")
             raise CheckFailed(f"rank {rank}: {init_name}'s shard of {param!r} is {got}; expected shape {shape}, chunk "
                               f"{rank} of p.reshape(-1).chunk(world_size).\nHint: {hint}.")

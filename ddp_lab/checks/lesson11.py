@@ -157,18 +157,19 @@ def rounding_bound(scale: torch.Tensor, world_size: int = WORLD_SIZE) -> torch.T
 
 def _quantised_mean(locals_: list[torch.Tensor], scales: list[torch.Tensor], to_int=torch.round,
                     levels_per_rank: float | None = None, wrap: bool = False, divisor: float | None = None,
-                    clamp: bool = False) -> list[torch.Tensor]:
+                    clamp: bool = False, clamp_at: float | None = None) -> list[torch.Tensor]:
     """What each rank gets from an int8 scheme: q_r = to_int(g_r * levels_per_rank / scales[r]), summed, times
     scales[rank] / divisor (each rank decompresses with the scale it quantised with). levels_per_rank: by default
     127 // the number of ranks W; divisor: by default levels_per_rank * W. `clamp`: q_r clamped to
-    -levels_per_rank .. levels_per_rank first. `wrap`: q_r converted with .to(torch.int8) and summed in int8, as an
-    int8 all_reduce does: what does not fit wraps around."""
+    -levels_per_rank .. levels_per_rank first (`clamp_at`: to -clamp_at .. clamp_at instead). `wrap`: q_r
+    converted with .to(torch.int8) and summed in int8, as an int8 all_reduce does: what does not fit wraps around."""
     world_size = len(locals_)
     levels = LEVELS // world_size if levels_per_rank is None else levels_per_rank
     divisor = levels * world_size if divisor is None else divisor
     quantised = [to_int(g * levels / scale) for g, scale in zip(locals_, scales)]
-    if clamp:
-        quantised = [q.clamp(-levels, levels) for q in quantised]
+    if clamp or clamp_at is not None:
+        bound = levels if clamp_at is None else clamp_at
+        quantised = [q.clamp(-bound, bound) for q in quantised]
     total = sum(q.to(torch.int8) for q in quantised).float() if wrap else sum(quantised)
     return [total * scale / divisor for scale in scales]
 
@@ -194,6 +195,11 @@ def _wrong_schemes(locals_: list[torch.Tensor]) -> list[tuple[list[torch.Tensor]
         (_quantised_mean(locals_, [shared] * world_size, levels_per_rank=LEVELS, wrap=True),
          "some sums wrapped around past 127: each rank used all 127 int8 levels, so the sum of world_size of them "
          "overflows int8 (100 + 100 becomes -56). Give each rank 127 // world_size whole levels of the range"),
+        (_quantised_mean(locals_, [shared] * world_size, levels_per_rank=LEVELS, clamp_at=LEVELS // world_size),
+         f"nothing wrapped around: the values were quantised with all 127 int8 levels (scale / 127), then clamped "
+         f"to -(127 // world_size) .. 127 // world_size = ±{LEVELS // world_size}, so every value beyond "
+         f"{LEVELS // world_size}/127 of the scale comes back cut short. Quantise with levels = 127 // world_size "
+         "instead (no clamp needed) and decompress with scale / (levels · world_size)"),
     ]
     fractional = LEVELS / world_size   # 127 / W levels, decompressed with scale / 127
     top = round(fractional)   # what a value at the scale rounds to (half to even, as torch.round)

@@ -554,7 +554,7 @@ def _combine_candidates(rank: int, case: Case = COMBINE_CASES[0]) -> dict:
     dropped = torch.ones(len(x), dtype=torch.bool)
     dropped[token_index] = False
     overwritten = x.clone()
-    overwritten[token_index] = x[token_index] + g * outputs              # y[idx] = ...: the last row of a token wins
+    overwritten[token_index] = x[token_index] + g * outputs              # y[idx] = / += ...: one row of a token wins
     return {
         "right": x.index_add(0, token_index, g * outputs),
         "without gates": x.index_add(0, token_index, outputs),
@@ -570,8 +570,10 @@ def _combine_candidates(rank: int, case: Case = COMBINE_CASES[0]) -> dict:
 COMBINE_HINTS = {
     "without gates": "the gate weights are missing: multiply each returned row by its gate before adding it",
     "gates twice": "the gates are applied twice (the rows came back unweighted: weight them once)",
-    "overwritten": ("a token with two kept assignments got only one expert's output: assigning y[token_index] = ... "
-                    "keeps the last write; add with index_add so the rows of one token sum"),
+    "overwritten": ("a token with two kept assignments got only one expert's output: with repeated indices, "
+                    "y[token_index] = ... and y[token_index] += ... both keep one write per token (+= reads the old "
+                    "rows, adds, and writes back: the writes to one token overwrite each other); index_add adds "
+                    "every row, so the rows of one token sum"),
     "not unsorted": ("the rows come back in the order you sent them, sorted by expert: undo the sort with the "
                      "inverse of dispatched.order (row order[j] is back[j]) before adding them to their tokens"),
     "sorted again": ("back[order] applies the permutation a second time instead of undoing it: row order[j] of "

@@ -17,6 +17,8 @@ Introduced in notebooks/15-long-sequences.ipynb.
 from __future__ import annotations
 
 import linecache
+import numbers
+import operator
 import re
 
 import torch
@@ -385,6 +387,27 @@ def _every_rank_as(results, *rule, direction: int = +1) -> bool:
     return all(_close(results[rank]["out"], _simulated(rank, *rule, direction=direction)) for rank in range(RING_SIZE))
 
 
+def _diagonal_hidden(results) -> bool:
+    """Whether the outputs are those of a causal mask that hides the diagonal too (key j masked for j >= i): NaN on
+    the rows left without any key (the first row of the sequence; the first row of a rank's own block too, where
+    a NaN partial spoils the combine) and nowhere else, attention to the keys before each query elsewhere."""
+    q, k, v = _ring_inputs()
+    scores = (q @ k.transpose(-1, -2)) / q.shape[-1] ** 0.5
+    hidden = torch.ones(scores.shape[-2:], dtype=torch.bool).triu()
+    strict = (torch.softmax(scores.masked_fill(hidden, float("-inf")), dim=-1) @ v).chunk(RING_SIZE, dim=-2)
+    first_of_sequence = results[0]["out"][..., 0, :]
+    if not (torch.is_tensor(first_of_sequence) and bool(first_of_sequence.isnan().all())):
+        return False
+    for result, want in zip(results, strict):
+        got = result["out"]
+        if not torch.is_tensor(got) or got.shape != want.shape or bool(got[..., 1:, :].isnan().any()):
+            return False
+        known = ~got.isnan()
+        if bool(want[known].isnan().any()) or not torch.allclose(got[known], want[known], atol=1e-5, rtol=1e-4):
+            return False
+    return True
+
+
 def _judge_ring(name: str, results) -> None:
     """Compare what every rank of the ring returned and sent with one process; CheckFailed naming the mistake."""
     q, k, v = _ring_inputs()
@@ -416,6 +439,12 @@ def _judge_ring(name: str, results) -> None:
             hint = ("every rank sent its keys and values to rank - 1, so at step t you hold the block of rank "
                     "(rank + t) % world_size (the exercise's ring sends to rank + 1: (rank - t)). Attend to a block "
                     "fully if its rank is before yours, with the causal triangle if it is yours, not at all if after")
+        elif _diagonal_hidden(results):
+            hint = ("NaN is only in the first query row of your own block, the row that a causal mask hiding the "
+                    "diagonal too (key j masked for j >= i) leaves without any key there, and every other value is "
+                    "what such a mask gives: softmax over only -inf is 0 / 0, and a NaN partial spoils what it is "
+                    "combined with. The diagonal must stay visible, a query attends to itself: mask only the keys "
+                    "after the query (torch.triu with diagonal=1), or use block_attention(..., causal=True)")
         elif bool(got.isnan().any()):
             hint = ("your output holds NaN, which no block of these inputs gives: a receive buffer was most likely "
                     "read before its data arrived (torch.empty_like holds whatever memory it had). Call .wait() on "
@@ -489,11 +518,34 @@ def _zigzag_answers(zigzag_chunks, name: str, world_size: int) -> dict[int, list
         if called:
             raise package_answer_used(name, called)
         try:
-            got[rank] = [int(c) for c in chunks]
-        except (TypeError, ValueError):
-            raise CheckFailed(f"{name}({rank}, {world_size}) returned {describe(chunks)}; expected a list of "
-                              "two chunk indices.") from None
+            got[rank] = [operator.index(c) for c in chunks]   # ints (numpy's and torch's too), never a float
+        except TypeError:
+            fraction = next((c for c in _items(chunks) if _is_fractional_type(c)), None)
+            if fraction is None:
+                raise CheckFailed(f"{name}({rank}, {world_size}) returned {describe(chunks)}; expected a list of "
+                                  "two chunk indices.") from None
+            value = float(fraction)
+            kind = "a float" if value.is_integer() else "not a whole number"
+            raise CheckFailed(f"{name}({rank}, {world_size}) returned {describe(chunks)}: chunk index {value!r} is "
+                              f"{kind}; expected two int chunk indices, 0 to {2 * world_size - 1}.\nHint: the chunks "
+                              "are numbered by ints, which index a list of them: / always returns a float (// divides "
+                              "whole numbers), and so does arithmetic with a float such as 2.0.") from None
     return got
+
+
+def _items(chunks) -> list:
+    """The items of what zigzag_chunks returned, [] if it is not iterable."""
+    try:
+        return list(chunks)
+    except TypeError:
+        return []
+
+
+def _is_fractional_type(value) -> bool:
+    """A float (Python's, numpy's) or a one-value floating torch tensor: a number an index refuses."""
+    if torch.is_tensor(value):
+        return value.numel() == 1 and value.is_floating_point()
+    return isinstance(value, numbers.Real) and not isinstance(value, numbers.Integral)
 
 
 def _written_mirror(answers: dict[int, dict[int, list[int]]]) -> int | None:
