@@ -56,7 +56,8 @@ Time (seconds per step), on the rank that finishes last:
                 share a link, DP's transfers take longer by the share of time TP's collectives
                 hold it. On a cluster with overlap_dp_comm=False (this machine: gloo copies bytes
                 with the cores that compute) all of it is exposed.
-    `dp_comm` in the breakdown is all of it; only `dp_comm_exposed` adds to the step (and the
+    `dp_comm` in the breakdown is all of it (stretched as the exposed part is, where TP shares its link); only
+    `dp_comm_exposed` adds to the step (and the
     overlap slowdown below, for the part compute hides). With DiLoCo replicas (outer_sync.py)
     this is the sync inside one replica.
     outer_sync  DiLoCo replicas' pseudo-gradient all-reduce, once every sync_every steps, blocking:
@@ -240,7 +241,9 @@ def step_time(model, cluster, strategy) -> TimeBreakdown:
         exposed = zero12_exposed(model, cluster, inner, layer, head, (tp_forward, tp_backward), slower)
     ring, ring_exposed = context_parallel.ring_time(model, cluster, strategy)
     # hidden: the seconds the collectives run beside compute, DP's stretched by TP's share of their link as in `exposed`
-    hidden_dp = max(0.0, dp_comm * slower - exposed) if cluster.overlap_dp_comm else 0.0
+    if cluster.overlap_dp_comm:
+        dp_comm *= slower        # the time DP's collectives take on a link TP's hold part of the time, as `exposed`
+    hidden_dp = max(0.0, dp_comm - exposed) if cluster.overlap_dp_comm else 0.0
     hidden = hidden_dp + max(0.0, ring - ring_exposed) + tp_hidden
     return TimeBreakdown(compute=compute, tp_comm=tp_comm, bubble=bubble, dp_comm_exposed=exposed, dp_comm=dp_comm,
                          pp_comm=pp_comm, ep_comm=experts.all_to_all_time(model, cluster, strategy),
