@@ -353,6 +353,41 @@ def test_sync_initial_state_feedback(answer, sync_results):
             lesson04.judge_sync_initial_state(answer.__name__, sync_results[answer])
 
 
+
+def broadcast_from_its_own_rank(model):
+    with torch.no_grad():
+        for tensor in list(model.parameters()) + list(model.buffers()):
+            dist.broadcast(tensor.data, src=dist.get_rank())   # every rank the source: they never pair up
+
+
+def only_rank_zero_broadcasts(model):
+    if dist.get_rank() == 0:
+        for tensor in list(model.parameters()) + list(model.buffers()):
+            dist.broadcast(tensor.data, src=0)
+
+
+def test_sync_initial_state_names_ranks_that_disagree_on_src_at_once():
+    """Every rank calls dist.broadcast, each with its own rank as src: the ranks stop together at the first one,
+    with the srcs they gave, instead of waiting out the timeout and blaming a broadcast made on only some ranks."""
+    start = time.monotonic()
+    with pytest.raises(CheckFailed) as failure:
+        check_sync_initial_state(broadcast_from_its_own_rank, timeout=30.0)
+    elapsed = time.monotonic() - start
+    message = str(failure.value)
+    assert message.startswith("the ranks called dist.broadcast with different src (rank 0 src=0, rank 1 src=1).\n"
+                              "Hint: a broadcast needs the same src on every rank"), message
+    assert "the rank whose values everyone receives (src=0 here)" in message
+    assert "not only on some ranks" not in message and "did not finish" not in message
+    assert elapsed < 15.0, f"took {elapsed:.1f} s: the ranks waited for the timeout instead of stopping together"
+
+
+def test_sync_initial_state_still_ends_a_broadcast_skipped_on_a_rank_with_a_message():
+    """The src exchange before each broadcast meets a rank that returned without one, so the skipping answer still
+    waits in dist.broadcast itself (not in the exchange) and gets the deadlock message."""
+    with pytest.raises(CheckFailed, match=r"(?s)did not finish within 3 s, .* Stuck: rank 0 in dist\.broadcast\.\n"
+                                          r"Hint: .*call dist\.broadcast on every rank.*not only on some ranks"):
+        check_sync_initial_state(only_rank_zero_broadcasts, timeout=DEADLOCK_TIMEOUT)
+
 # --- the exercise's stubs ------------------------------------------------------------------------
 
 def average_gradients_stub(model):

@@ -12,14 +12,17 @@ Introduced in notebooks/04-ddp-from-scratch.ipynb.
 
 from __future__ import annotations
 
+import inspect
+
 import torch
+import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 
 from ddp_lab.checks import CheckFailed, passed
-from ddp_lab.checks.common import (call_case, division_into_a_new_tensor, ensure_written, first_mismatch,
+from ddp_lab.checks.common import (CaseFailed, call_case, division_into_a_new_tensor, ensure_written, first_mismatch,
                                    refuse_written_divisor, run_answers_on_ranks)
-from ddp_lab.instruments.collectives import watching_collectives
+from ddp_lab.instruments.collectives import replacing_dist_calls, watching_collectives
 
 WORLD_SIZE = 2           # sync_initial_state
 AVERAGE_WORLD_SIZE = 3   # average_gradients: not 2, so an answer that divides by 2 fails
@@ -171,18 +174,71 @@ def _initial_state(rank: int) -> dict[str, torch.Tensor]:
     return model
 
 
+# Before each blocking dist.broadcast over every rank, the ranks tell each other its src (`_agreeing_on_src`), so
+# ranks that disagree on it stop together instead of waiting for each other; RETURNED stands for a rank that came
+# back from the answer, so that a rank which skips a broadcast leaves the other in dist.broadcast, as without it.
+RETURNED = -2
+_ALL_GATHER = dist.all_gather   # the real one, whatever the runner replaces later
+_BROADCAST_SIGNATURE = inspect.signature(dist.broadcast)   # not that of a stand-in (*args, **kwargs) it may wrap
+
+
+class SrcApart(RuntimeError):
+    """Raised on every rank together when the ranks' next dist.broadcast has a different src on each."""
+
+
+def _agree(src: int, apart: list) -> None:
+    """Every rank says the src of the broadcast it makes next (RETURNED: it came back from the answer); if every
+    rank makes one and the srcs differ, `apart` gets every rank's src and every rank raises SrcApart."""
+    mine = torch.tensor([src], dtype=torch.int64)
+    everyone = [torch.empty_like(mine) for _ in range(dist.get_world_size())]
+    _ALL_GATHER(everyone, mine)
+    srcs = [int(t.item()) for t in everyone]
+    if RETURNED not in srcs and len(set(srcs)) > 1:
+        apart.append(srcs)
+        raise SrcApart("the ranks called dist.broadcast with different src: " + ", ".join(
+            f"rank {rank} src={src}" for rank, src in enumerate(srcs)))
+
+
+def _agreeing_on_src(apart: list):
+    """Inside a rank: each blocking dist.broadcast over every rank first agrees on its src (`_agree`); one with
+    async_op=True does not, so that it starts when the answer starts it (its values may arrive late)."""
+    def wrap(original):
+        def call(*args, **kwargs):
+            try:
+                given = _BROADCAST_SIGNATURE.bind_partial(*args, **kwargs).arguments
+            except TypeError:
+                given = {}
+            group, src = given.get("group"), given.get("src")
+            src = given.get("group_src") if src is None else src
+            if not given.get("async_op") and (group is None or group is dist.group.WORLD):
+                _agree(src if isinstance(src, int) else -1, apart)
+            return original(*args, **kwargs)
+        call.__name__ = "broadcast"
+        return call
+
+    return replacing_dist_calls({"broadcast": wrap})
+
+
 def _sync_runner(rank: int, sync_initial_state) -> dict:
     model = _initial_state(rank)
     state = model.state_dict()
     seen: list[tuple[str, int]] = []
-    with _recording_collectives(seen):
-        call_case(sync_initial_state, f"synchronising a model with parameters and BatchNorm buffers on rank {rank}",
-                  model)
+    apart: list[list[int]] = []
+    try:
+        with _recording_collectives(seen), _agreeing_on_src(apart):
+            call_case(sync_initial_state,
+                      f"synchronising a model with parameters and BatchNorm buffers on rank {rank}", model)
+    except (CaseFailed, SrcApart) as failure:
+        if not apart or (isinstance(failure, CaseFailed) and failure.kind != SrcApart.__name__):
+            raise
+        return {"src_apart": apart[-1]}
     broadcast = {pointer for name, pointer in seen if name == "broadcast"}
     own = {tensor.data_ptr() for tensor in state.values()}
-    return {"state": {name: t.detach().clone() for name, t in model.state_dict().items()},
-            "broadcast_into": {name for name, t in state.items() if t.data_ptr() in broadcast},
-            "broadcasts_elsewhere": len(broadcast - own)}
+    result = {"state": {name: t.detach().clone() for name, t in model.state_dict().items()},
+              "broadcast_into": {name for name, t in state.items() if t.data_ptr() in broadcast},
+              "broadcasts_elsewhere": len(broadcast - own), "src_apart": None}
+    _agree(RETURNED, apart)   # after reading the state: a rank that skipped a broadcast meets the others here
+    return result
 
 
 def _sync_answers_runner(rank: int, answers: tuple) -> list[dict]:
@@ -191,7 +247,8 @@ def _sync_answers_runner(rank: int, answers: tuple) -> list[dict]:
 
 def run_sync_answers(answers: tuple, timeout: float = 30.0, name: str = "sync_initial_state") -> list[list[dict]]:
     """Run each answer once on the same ranks (one launch); [answer][rank] -> what `_sync_runner` recorded: the
-    model's state afterwards, the entries a dist.broadcast wrote into, and how many broadcasts went elsewhere."""
+    model's state afterwards, the entries a dist.broadcast wrote into, and how many broadcasts went elsewhere; or,
+    where the ranks' broadcasts disagreed on src, only every rank's src ("src_apart")."""
     return run_answers_on_ranks(_sync_answers_runner, answers, WORLD_SIZE, timeout, name,
                                 timeout_hint=_hang_hint("broadcast"))
 
@@ -213,6 +270,11 @@ def judge_sync_initial_state(name: str, results: list[dict]) -> str:
     """The ✓ line for one answer's per-rank results (`run_sync_answers`), or CheckFailed naming its mistake."""
     starts = [_initial_state(rank).state_dict() for rank in range(WORLD_SIZE)]
     buffers = {n for n, _ in _initial_state(0).named_buffers()}
+    srcs = results[0].get("src_apart")
+    if srcs:
+        listed = ", ".join(f"rank {rank} src={src}" for rank, src in enumerate(srcs))
+        raise CheckFailed(f"the ranks called dist.broadcast with different src ({listed}).\nHint: a broadcast needs "
+                          "the same src on every rank — the rank whose values everyone receives (src=0 here).")
     for rank in range(WORLD_SIZE):
         got_state = results[rank]["state"]
         for key, want in starts[0].items():
