@@ -23,6 +23,7 @@ from fractions import Fraction
 from typing import Iterator
 
 import torch
+import torch.distributed
 
 from ddp_lab.checks import CheckFailed
 from ddp_lab.instruments.collectives import replacing_dist_calls
@@ -678,6 +679,22 @@ def judge_in_order(runs, judge, note) -> None:
                 raise
             what, _, hint = str(failure).partition("\nHint: ")
             raise CheckFailed(f"{what}\n{with_a_note(note(key), hint)}") from None
+
+
+_REAL_ALL_GATHER = torch.distributed.all_gather   # torch's own, whatever stand-in a check puts in its place later
+
+
+def gathered_from_every_rank(values: list[int]) -> list[tuple[int, ...]]:
+    """Every rank's `values` (a few ints), in rank order, through torch's own all_gather (not a check's stand-in).
+
+    Ranks about to make a collective call tell each other what they will call (which collective, its src, its
+    size), so that ranks that disagree stop together with one line instead of waiting for each other or aborting
+    in gloo (lessons 04 and 16's checks).
+    """
+    mine = torch.tensor(values, dtype=torch.int64)
+    everyone = [torch.empty_like(mine) for _ in range(torch.distributed.get_world_size())]
+    _REAL_ALL_GATHER(everyone, mine)
+    return [tuple(t.tolist()) for t in everyone]
 
 
 def groups_of(rank: int, world_sizes, name: str) -> Iterator[int]:

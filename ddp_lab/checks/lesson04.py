@@ -21,7 +21,7 @@ import torch.nn.functional as F
 
 from ddp_lab.checks import CheckFailed, passed
 from ddp_lab.checks.common import (CaseFailed, call_case, division_into_a_new_tensor, ensure_written, first_mismatch,
-                                   refuse_written_divisor, run_answers_on_ranks)
+                                   gathered_from_every_rank, refuse_written_divisor, run_answers_on_ranks)
 from ddp_lab.instruments.collectives import replacing_dist_calls, watching_collectives
 
 WORLD_SIZE = 2           # sync_initial_state
@@ -178,7 +178,6 @@ def _initial_state(rank: int) -> dict[str, torch.Tensor]:
 # ranks that disagree on it stop together instead of waiting for each other; RETURNED stands for a rank that came
 # back from the answer, so that a rank which skips a broadcast leaves the other in dist.broadcast, as without it.
 RETURNED = -2
-_ALL_GATHER = dist.all_gather   # the real one, whatever the runner replaces later
 _BROADCAST_SIGNATURE = inspect.signature(dist.broadcast)   # not that of a stand-in (*args, **kwargs) it may wrap
 
 
@@ -189,10 +188,7 @@ class SrcApart(RuntimeError):
 def _agree(src: int, apart: list) -> None:
     """Every rank says the src of the broadcast it makes next (RETURNED: it came back from the answer); if every
     rank makes one and the srcs differ, `apart` gets every rank's src and every rank raises SrcApart."""
-    mine = torch.tensor([src], dtype=torch.int64)
-    everyone = [torch.empty_like(mine) for _ in range(dist.get_world_size())]
-    _ALL_GATHER(everyone, mine)
-    srcs = [int(t.item()) for t in everyone]
+    srcs = [src for (src,) in gathered_from_every_rank([src])]
     if RETURNED not in srcs and len(set(srcs)) > 1:
         apart.append(srcs)
         raise SrcApart("the ranks called dist.broadcast with different src: " + ", ".join(

@@ -34,8 +34,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from ddp_lab.checks import CheckFailed, passed
-from ddp_lab.checks.common import (CaseFailed, call_case, ensure_written, groups_of, refuse_written_divisor,
-                                   run_on_ranks, watching_calls)
+from ddp_lab.checks.common import (CaseFailed, call_case, ensure_written, gathered_from_every_rank, groups_of,
+                                   refuse_written_divisor, run_on_ranks, watching_calls)
 from ddp_lab.course.communicate_less import diloco, quorum
 from ddp_lab.instruments.collectives import replacing_dist_calls, watching_collectives
 
@@ -380,7 +380,6 @@ PAIRED = ("broadcast", "broadcast_object_list", "all_reduce", "all_gather", "all
           "barrier")
 RETURNED = len(PAIRED)
 SIZED = {"broadcast": "tensor", "all_reduce": "tensor", "all_gather": "tensor"}
-_ALL_GATHER = dist.all_gather   # the real one, whatever the runner replaces later
 
 
 class CollectivesApart(RuntimeError):
@@ -391,10 +390,7 @@ def _agree(case: int, call: int, src: int, apart: list, nbytes: int = -1) -> Non
     """Every rank says which call it makes next (RETURNED: it came back from the answer) in which case, with which
     source (-1: none) and how many bytes of tensor (-1: not compared, see SIZED); if they differ, `apart` gets every
     rank's (case, call, src, nbytes) and every rank raises."""
-    mine = torch.tensor([case, call, src, nbytes], dtype=torch.int64)
-    everyone = [torch.empty_like(mine) for _ in range(dist.get_world_size())]
-    _ALL_GATHER(everyone, mine)
-    calls = [tuple(t.tolist()) for t in everyone]
+    calls = gathered_from_every_rank([case, call, src, nbytes])
     if len(set(calls)) > 1:
         apart.append(calls)
         raise CollectivesApart("the ranks' collective calls do not pair up: " + ", ".join(
