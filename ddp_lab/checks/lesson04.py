@@ -12,8 +12,6 @@ Introduced in notebooks/04-ddp-from-scratch.ipynb.
 
 from __future__ import annotations
 
-import inspect
-
 import torch
 import torch.distributed as dist
 import torch.nn as nn
@@ -22,7 +20,7 @@ import torch.nn.functional as F
 from ddp_lab.checks import CheckFailed, passed
 from ddp_lab.checks.common import (CaseFailed, call_case, division_into_a_new_tensor, ensure_written, first_mismatch,
                                    gathered_from_every_rank, refuse_written_divisor, run_answers_on_ranks)
-from ddp_lab.instruments.collectives import replacing_dist_calls, watching_collectives
+from ddp_lab.instruments.collectives import call_arguments, replacing_dist_calls, watching_collectives
 
 WORLD_SIZE = 2           # sync_initial_state
 AVERAGE_WORLD_SIZE = 3   # average_gradients: not 2, so an answer that divides by 2 fails
@@ -178,7 +176,7 @@ def _initial_state(rank: int) -> dict[str, torch.Tensor]:
 # ranks that disagree on it stop together instead of waiting for each other; RETURNED stands for a rank that came
 # back from the answer, so that a rank which skips a broadcast leaves the other in dist.broadcast, as without it.
 RETURNED = -2
-_BROADCAST_SIGNATURE = inspect.signature(dist.broadcast)   # not that of a stand-in (*args, **kwargs) it may wrap
+_REAL_BROADCAST = dist.broadcast   # its signature, not that of a stand-in (*args, **kwargs) it may wrap
 
 
 class SrcApart(RuntimeError):
@@ -200,10 +198,7 @@ def _agreeing_on_src(apart: list):
     async_op=True does not, so that it starts when the answer starts it (its values may arrive late)."""
     def wrap(original):
         def call(*args, **kwargs):
-            try:
-                given = _BROADCAST_SIGNATURE.bind_partial(*args, **kwargs).arguments
-            except TypeError:
-                given = {}
+            given = call_arguments(_REAL_BROADCAST, args, kwargs) or {}
             group, src = given.get("group"), given.get("src")
             src = given.get("group_src") if src is None else src
             if not given.get("async_op") and (group is None or group is dist.group.WORLD):

@@ -26,7 +26,6 @@ Introduced in notebooks/16-communicate-less.ipynb.
 
 from __future__ import annotations
 
-import inspect
 
 import torch
 import torch.distributed as dist
@@ -37,7 +36,7 @@ from ddp_lab.checks import CheckFailed, passed
 from ddp_lab.checks.common import (CaseFailed, call_case, ensure_written, gathered_from_every_rank, groups_of,
                                    refuse_written_divisor, run_on_ranks, watching_calls)
 from ddp_lab.course.communicate_less import diloco, quorum
-from ddp_lab.instruments.collectives import replacing_dist_calls, watching_collectives
+from ddp_lab.instruments.collectives import call_arguments, replacing_dist_calls, watching_collectives
 
 REPLICAS = 2
 # (inner_steps, rounds) of each run: the first, 4 inner steps, so that a per-step all-reduce (4x) never looks like
@@ -407,13 +406,8 @@ def _paired_collectives(case: list, apart: list):
 
     def make(name):
         def wrap(original):
-            signature = inspect.signature(original)
-
             def call(*args, **kwargs):
-                try:
-                    given = signature.bind_partial(*args, **kwargs).arguments
-                except TypeError:
-                    given = {}
+                given = call_arguments(original, args, kwargs) or {}
                 group = given.get("group")
                 if inside or (group is not None and group is not dist.group.WORLD):
                     return original(*args, **kwargs)

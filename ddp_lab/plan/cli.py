@@ -24,7 +24,7 @@ from ddp_lab.course.plan.efficiency import early_stop_can_skip_last_gemm
 from ddp_lab.course.plan.hf_config import position_key
 from ddp_lab.course.plan.model import PRESETS, Transformer, parse_count
 from ddp_lab.course.plan.search import (DEFAULT_TOKENS_PER_BATCH, MEMORY_RESERVE, candidates, default_global_batch,
-                                        evaluate, search)
+                                        evaluate, nearest_multiple, search)
 from ddp_lab.course.plan.strategy import Strategy, check, divisors
 from ddp_lab.plan import cli_fit
 from ddp_lab.plan.cli_flags import (SHAPE_FLAGS, SPLIT_FLAGS, STRATEGY_FLAGS, OneLineErrors, add_arguments,
@@ -261,7 +261,7 @@ def _strategy(model, cluster, args, given: dict) -> tuple[Strategy, str]:
                              f"use --global-batch {nearest}")
         return strategy.with_(grad_accum=args.global_batch // (strategy.dp * strategy.micro_batch)), ""
     default = default_global_batch(model, cluster)
-    batch = min(_nearest_multiples(default, replica), key=lambda b: (abs(b - default), b))
+    batch = nearest_multiple(default, replica)
     note = _default_batch_note(model, cluster, batch, split)
     return strategy.with_(grad_accum=batch // (strategy.dp * strategy.micro_batch)), note
 

@@ -175,10 +175,18 @@ def default_global_batch(model, cluster) -> int:
 
     Introduced in notebooks/13-plan-your-training-run.ipynb.
     """
-    sequences, gpus = DEFAULT_TOKENS_PER_BATCH // model.seq_len, cluster.gpus
-    below = sequences // gpus * gpus
-    nearer_below = below >= gpus and sequences - below <= below + gpus - sequences   # a tie: the smaller batch
-    return below if nearer_below else below + gpus
+    return nearest_multiple(DEFAULT_TOKENS_PER_BATCH // model.seq_len, cluster.gpus)
+
+
+def nearest_multiple(value: int, step: int) -> int:
+    """The positive multiple of `step` nearest `value`, the smaller one on a tie (the default global batch's rule).
+
+    Example:
+        >>> nearest_multiple(682, 8), nearest_multiple(12, 8), nearest_multiple(3, 8)
+        (680, 8, 8)
+    """
+    below = value // step * step
+    return below if below >= step and value - below <= below + step - value else below + step
 
 
 def search(model, cluster, top: int | None = 10, global_batch: int | None = None,

@@ -241,9 +241,10 @@ def step_time(model, cluster, strategy) -> TimeBreakdown:
         exposed = zero12_exposed(model, cluster, inner, layer, head, (tp_forward, tp_backward), slower)
     ring, ring_exposed = context_parallel.ring_time(model, cluster, strategy)
     # hidden: the seconds the collectives run beside compute, DP's stretched by TP's share of their link as in `exposed`
+    hidden_dp = 0.0
     if cluster.overlap_dp_comm:
         dp_comm *= slower        # the time DP's collectives take on a link TP's hold part of the time, as `exposed`
-    hidden_dp = max(0.0, dp_comm - exposed) if cluster.overlap_dp_comm else 0.0
+        hidden_dp = max(0.0, dp_comm - exposed)
     hidden = hidden_dp + max(0.0, ring - ring_exposed) + tp_hidden
     return TimeBreakdown(compute=compute, tp_comm=tp_comm, bubble=bubble, dp_comm_exposed=exposed, dp_comm=dp_comm,
                          pp_comm=pp_comm, ep_comm=experts.all_to_all_time(model, cluster, strategy),
