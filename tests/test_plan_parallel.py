@@ -113,14 +113,18 @@ def test_zero2_reduce_scatters_its_sharded_gradients_in_every_micro_batch():
     backward (deepspeedai/DeepSpeed pull request #338: "Zero stage 2 communicates during non gradient accumulation
     boundaries as well"; its no_sync() refuses stage 2; FSDP2 by default, pytorch/pytorch #126166); ZeRO 0 and 1
     keep them all and reduce once per step.
-    ZeRO 2's smaller gradient memory is paid for in communication, and each micro-batch's last bucket shows."""
+    ZeRO 2's smaller gradient memory is paid for in communication, and each micro-batch's last bucket shows. (In one
+    micro-batch both move the same bytes in nearly the same collectives: ZeRO 1's 40M-parameter buckets are here
+    each layer, the head and the embedding; ZeRO 2 reduces the head and embedding as one unit, one latency less.)"""
     llama, cluster = Transformer.preset("llama3-8b").with_(seq_len=4096), ClusterSpec.preset("h100-sxm")
     times = {(zero, accum): step_time(llama, cluster, Strategy(dp=8, zero=zero, grad_accum=accum))
              for zero in (1, 2) for accum in (1, 2, 128)}
-    assert times[1, 128].dp_comm == pytest.approx(times[1, 1].dp_comm) == times[2, 1].dp_comm
-    one_more = times[2, 2].dp_comm - times[1, 2].dp_comm            # one reduce-scatter of every gradient
+    assert times[1, 128].dp_comm == pytest.approx(times[1, 1].dp_comm)
+    assert times[2, 1].dp_comm == pytest.approx(times[1, 1].dp_comm, rel=2e-3)
+    assert times[2, 1].dp_comm < times[1, 1].dp_comm
+    one_more = times[2, 2].dp_comm - times[2, 1].dp_comm            # one reduce-scatter of every gradient
     assert one_more > 0.3 * times[1, 1].dp_comm
-    assert times[2, 128].dp_comm - times[1, 128].dp_comm == pytest.approx(127 * one_more)
+    assert times[2, 128].dp_comm - times[2, 1].dp_comm == pytest.approx(127 * one_more)
     assert times[2, 128].dp_comm_exposed > 10 * times[1, 128].dp_comm_exposed
     assert times[2, 128].dp_comm_exposed <= times[2, 128].dp_comm
     assert times[2, 128].total > times[1, 128].total

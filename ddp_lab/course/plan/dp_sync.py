@@ -20,9 +20,10 @@ the sharded gradients' memory), and skipping it (`set_requires_gradient_sync(Fal
 gradients, ZeRO 1's memory and traffic: plan such a run as zero=1.
 
 What compute hides (overlap.py): ZeRO 3 unit by unit, each gather behind the unit before it, each
-scatter behind the units after it (`zero3_exposed`); ZeRO 0-2 one bucket per layer reduced during
-the last micro-batch's backward (ZeRO 2: during every micro-batch's), the weights' gather exposed
-or, with `overlap_param_gather`, behind the next forward (`zero12_exposed`). Where DP and TP share a
+scatter behind the units after it (`zero3_exposed`); ZeRO 0-2 bucket by bucket (`gradient_buckets`:
+Megatron-Core's buckets for ZeRO 0-1, a unit at a time for ZeRO 2) reduced during the last micro-batch's
+backward (ZeRO 2: during every micro-batch's), the weights' gather exposed or, with
+`overlap_param_gather`, behind the next forward (`zero12_exposed`). Where DP and TP share a
 link, DP's transfers take longer by the share of time TP's collectives hold it (`_dp_shares_tp_link`,
 overlap.stretch).
 
@@ -44,31 +45,33 @@ def dp_communication(model, cluster, strategy) -> float:
 
     Parameters sync over the ranks that hold the same copy: the dense ones (`fsdp_units`) over the
     dp x cp ranks, a MoE model's routed experts (`experts.expert_units`) over the dp x cp / ep ranks that
-    hold the same experts; the two times add.
+    hold the same experts; the two times add. ZeRO 0-2 move them bucket by bucket (`gradient_buckets`), on
+    the pipeline stage that moves most.
     """
+    if strategy.zero in (0, 1, 2):
+        w, g, _ = bytes_per_parameter(strategy)
+        reduce_kind = "all_reduce" if strategy.zero == 0 else "reduce_scatter"
+        def stage_seconds(stage: int) -> float:
+            reduce = sum(gradient_buckets(model, cluster, strategy, stage, reduce_kind, g))
+            gather = sum(gradient_buckets(model, cluster, strategy, stage, "all_gather", w)) if strategy.zero else 0.0
+            return gradient_reductions(strategy) * reduce + gather
+
+        return max(stage_seconds(stage) for stage in pipeline_stages.stages_to_check(strategy, model))
     layout = strategy.layout
-    return (_sync_seconds(model, cluster, strategy, fsdp_units, gathered_unit_bytes, layout.group("dp_cp"))
-            + _sync_seconds(model, cluster, strategy, experts.expert_units, gathered_expert_bytes,
-                            expert_tp.group(strategy, "edp")))
+    return (_zero3_seconds(model, cluster, strategy, fsdp_units, gathered_unit_bytes, layout.group("dp_cp"))
+            + _zero3_seconds(model, cluster, strategy, experts.expert_units, gathered_expert_bytes,
+                             expert_tp.group(strategy, "edp")))
 
 
-def _sync_seconds(model, cluster, strategy, units_of, gathered_of, group) -> float:
-    """One group's gradient sync per step under the strategy's ZeRO stage.
+def _zero3_seconds(model, cluster, strategy, units_of, gathered_of, group) -> float:
+    """One group's ZeRO-3 traffic per step: every micro-batch gathers each unit twice and reduce-scatters it.
 
     units_of(model, strategy, stage): parameters per unit; gathered_of(...): bytes each unit's ZeRO-3 all-gather moves.
     """
     if group.size == 1:
         return 0.0
-    w, g, _ = bytes_per_parameter(strategy)
+    g = bytes_per_parameter(strategy)[1]
     stages = pipeline_stages.stages_to_check(strategy, model)
-    if strategy.zero in (0, 1, 2):
-        params = max(sum(units_of(model, strategy, stage)) for stage in stages)
-        if params == 0:
-            return 0.0
-        if strategy.zero == 0:
-            return collective_time("all_reduce", g * params, cluster, group)
-        return (gradient_reductions(strategy) * collective_time("reduce_scatter", g * params, cluster, group)
-                + collective_time("all_gather", w * params, cluster, group))
 
     def stage_seconds(stage: int) -> float:
         sizes = list(zip(units_of(model, strategy, stage), gathered_of(model, strategy, stage)))
@@ -93,6 +96,100 @@ def gradient_reductions(strategy) -> int:
         [1, 1, 16]
     """
     return strategy.grad_accum if strategy.zero == 2 else 1
+
+
+def bucket_parameters(strategy, stage: int) -> int | None:
+    """Parameters per gradient bucket under ZeRO 0 and 1 on pipeline stage `stage`; None: one bucket for all.
+
+    Megatron-Core's default (megatron/core/distributed/distributed_data_parallel.py, DistributedDataParallel;
+    DistributedDataParallelConfig.bucket_size: "max(40000000, 1000000 * dp_size) parameters (larger DP sizes
+    need larger buckets to ensure collectives do not become latency-bound)"), dp_size without the cp ranks; it
+    turns bucketing off on the stages after the first ("data-parallel communication on these stages is not on
+    the critical path"), as it does for fsdp_unit="model"'s one bucket here. ZeRO 2 (FSDP2 without resharding)
+    reduces unit by unit instead (`gradient_buckets`).
+
+    Example:
+        >>> from ddp_lab.course.plan.strategy import Strategy
+        >>> bucket_parameters(Strategy(dp=8, zero=1), 0), bucket_parameters(Strategy(dp=1024, zero=1), 0)
+        (40000000, 1024000000)
+        >>> print(bucket_parameters(Strategy(dp=8, pp=2, zero=1), 1))
+        None
+    """
+    if stage > 0 or strategy.fsdp_unit == "model":
+        return None
+    return max(40_000_000, 1_000_000 * strategy.dp)
+
+
+def close_buckets(parameters: list[int], size: int | None) -> list[int]:
+    """Parameters of the bucket each piece completes, pieces in the order their gradients are ready (0: none).
+
+    A bucket takes pieces until it holds at least `size` parameters (Megatron-Core's ParamAndGradBuffer walks the
+    parameters in reverse, roughly backward's order, the same way); the rest form the last bucket. `size` None:
+    one bucket, complete with the last piece.
+
+    Example:
+        >>> close_buckets([30, 30, 30, 10], 50)
+        [0, 60, 0, 40]
+        >>> close_buckets([30, 30], None)
+        [0, 60]
+    """
+    closing, held = [], 0
+    for piece in parameters:
+        held += piece
+        full = size is not None and held >= size
+        closing.append(held if full else 0)
+        held = 0 if full else held
+    if held:
+        closing[-1] = held
+    return closing
+
+
+def gradient_buckets(model, cluster, strategy, stage: int, kind: str, per_parameter: int,
+                     slower: float = 1.0) -> list[float]:
+    """Seconds of each ZeRO 0-2 bucket's `kind` collective on stage `stage`, placed where backward completes it.
+
+    Places in backward order: the root's part the head holds (done first), the layers last to first, the root's
+    part the embedding holds (`_head_share`). ZeRO 0 and 1: dense parameters and a MoE model's routed experts
+    fill their own buckets (`bucket_parameters`; Megatron-Core keeps experts in their own buffer), synced over
+    the dp x cp and the edp ranks; ZeRO 2: one bucket per unit (`unit_seconds`). 0.0 where no bucket completes.
+    Each stretched by `slower` (overlap.stretch).
+
+    Example:
+        >>> from ddp_lab.course.plan.cluster_spec import ClusterSpec
+        >>> from ddp_lab.course.plan.model import Transformer
+        >>> from ddp_lab.course.plan.strategy import Strategy
+        >>> llama = Transformer.preset("llama3-8b")
+        >>> h100 = ClusterSpec.preset("h100-sxm", nodes=64)
+        >>> seconds = gradient_buckets(llama, h100, Strategy(dp=16, zero=1), 0, "reduce_scatter", 4)
+        >>> len(seconds), sum(s > 0 for s in seconds)     # head, 32 layers of 218M parameters, embedding: 40M buckets
+        (34, 34)
+        >>> seconds = gradient_buckets(llama, h100, Strategy(dp=512, zero=1), 0, "reduce_scatter", 4)
+        >>> sum(s > 0 for s in seconds)                   # 512M buckets: the head, then three layers at a time
+        12
+    """
+    units = fsdp_units(model, strategy, stage)
+    share = _head_share(model, strategy, stage)
+    if strategy.zero == 2:
+        seconds = unit_seconds(model, cluster, strategy, stage, kind, per_parameter, slower)
+        return [share * seconds[-1]] + seconds[-2::-1] + [(1 - share) * seconds[-1]]
+    head = round(share * units[-1])
+    dense = [head] + units[-2::-1] + [units[-1] - head]
+    first = pipeline_stages.first_layer(model, strategy, stage)
+    routed = experts.expert_units(model, strategy, stage)
+    if strategy.fsdp_unit == "model":                  # one bucket holds the experts too
+        expert = [0] * (len(dense) - 1) + [sum(routed)]
+    else:
+        by_layer = iter(routed)
+        expert = [next(by_layer) if model.moe is not None and experts.is_moe_layer(model, first + k) else 0
+                  for k in range(len(units) - 1)]
+        expert = [0] + expert[::-1] + [0]
+    size = bucket_parameters(strategy, stage)
+    seconds = []
+    for params, group in ((dense, strategy.layout.group("dp_cp")), (expert, expert_tp.group(strategy, "edp"))):
+        closing = close_buckets(params, size)
+        once = {p: slower * collective_time(kind, per_parameter * p, cluster, group) for p in set(closing) if p}
+        seconds.append([once.get(p, 0.0) for p in closing])
+    return [a + b for a, b in zip(*seconds)]
 
 
 def fsdp_units(model, strategy, stage: int) -> list[int]:
@@ -229,6 +326,9 @@ def unit_seconds(model, cluster, strategy, stage: int, kind: str, per_parameter:
     # layers of one size cost alike: one collective_time per distinct size (a search asks for thousands)
     once = {size: slower * collective_time(kind, size, cluster, group) for size in set(dense_bytes)}
     seconds = [once[size] for size in dense_bytes]
+    if strategy.fsdp_unit == "model":                  # one unit holds the experts too
+        routed = sum(expert_bytes)
+        return [seconds[0] + (slower * collective_time(kind, routed, cluster, expert_group) if routed else 0.0)]
     moe = iter(expert_bytes)
     first = pipeline_stages.first_layer(model, strategy, stage)
     for k in range(len(units) - 1):
@@ -240,39 +340,39 @@ def unit_seconds(model, cluster, strategy, stage: int, kind: str, per_parameter:
 def zero12_exposed(model, cluster, strategy, layer, head, tp_seconds, slower: float = 1.0) -> float:
     """Seconds per step of ZeRO 0-2 communication compute does not hide (overlap.py's bucket timelines).
 
-    Gradients: one bucket per layer (and the root: the head's first on the last stage, the
-    embedding's last on the first), reduced (all-reduce for ZeRO 0, reduce-scatter for 1 and 2) as
-    the last micro-batch's backward frees them (`overlap.bucketed_exposed`); stage s of a 1F1B
-    pipeline has s more micro-batch backwards of the stages before it to hide in. ZeRO 2 reduces in
-    every micro-batch's backward (`gradient_reductions`): each micro-batch's last bucket shows, as
-    ZeRO 3's last scatter does (`zero3_exposed`, counted per micro-batch), and only the last
-    micro-batch has the pipeline's flush to hide in. Weights (ZeRO 1
-    and 2): the all-gather after the optimizer, exposed, or with `overlap_param_gather` waited for
-    bucket by bucket in the next step's first forward (`overlap.prefetched_exposed`), stage s starting
-    s micro-batch forwards late anyway. fsdp_unit="model": one bucket, nothing hides.
+    Gradients: the buckets of `gradient_buckets` (whole layers and the root's parts: the head's
+    first on the last stage, the embedding's last on the first), reduced (all-reduce for ZeRO 0,
+    reduce-scatter for 1 and 2) as the last micro-batch's backward frees them
+    (`overlap.bucketed_exposed`); stage s of a 1F1B pipeline has s more micro-batch backwards of the
+    stages before it to hide in. ZeRO 2 reduces in every micro-batch's backward
+    (`gradient_reductions`): each micro-batch's last bucket shows, as ZeRO 3's last scatter does
+    (`zero3_exposed`, counted per micro-batch), and only the last micro-batch has the pipeline's flush
+    to hide in. Weights (ZeRO 1 and 2): the all-gather after the optimizer, exposed, or with
+    `overlap_param_gather` waited for bucket by bucket in the next step's first forward
+    (`overlap.prefetched_exposed`), stage s starting s micro-batch forwards late anyway.
+    fsdp_unit="model": one bucket, nothing hides.
     """
     w, g, _ = bytes_per_parameter(strategy)
     reduce_kind = "all_reduce" if strategy.zero == 0 else "reduce_scatter"
     reduce_worst = gather_worst = 0.0
     for stage in pipeline_stages.stages_to_check(strategy, model):
-        reduce = unit_seconds(model, cluster, strategy, stage, reduce_kind, g, slower)
-        gather = unit_seconds(model, cluster, strategy, stage, "all_gather", w, slower) if strategy.zero else []
+        # backward order: the head, the layers last to first, the embedding (each root part only where the stage has it)
+        order = gradient_buckets(model, cluster, strategy, stage, reduce_kind, g, slower)
+        gather = gradient_buckets(model, cluster, strategy, stage, "all_gather", w, slower) if strategy.zero else []
         if strategy.fsdp_unit == "model":
-            reduce_worst = max(reduce_worst, gradient_reductions(strategy) * sum(reduce))
+            reduce_worst = max(reduce_worst, gradient_reductions(strategy) * sum(order))
             gather_worst = max(gather_worst, sum(gather))
             continue
-        layers = len(reduce) - 1
+        layers = len(order) - 2
         share = _head_share(model, strategy, stage)       # of the root unit: the head, done first in backward
         backward_each = layer.backward + layer.recompute + tp_seconds[1]
-        # backward order: the head, the layers last to first, the embedding (each root part only where the stage has it)
-        order = [share * reduce[-1]] + reduce[layers - 1::-1] + [(1 - share) * reduce[-1]]
         work = [head.backward if share else 0.0] + [backward_each] * layers + [0.0]
         flush = stage * (layers * backward_each)
         earlier = (gradient_reductions(strategy) - 1) * bucketed_exposed(order, work)   # ZeRO 2's other micro-batches
         reduce_worst = max(reduce_worst, earlier + bucketed_exposed(order, work, window=flush))
         if gather and strategy.overlap_param_gather:
             forward_each = layer.forward + tp_seconds[0]
-            order = [(1 - share) * gather[-1]] + gather[:layers] + [share * gather[-1]]
+            order = gather[::-1]              # forward order: each bucket waited for before its first piece's forward
             work = [0.0] + [forward_each] * layers + [head.forward if share else 0.0]
             warm_up = stage * (layers * forward_each)
             gather_worst = max(gather_worst, prefetched_exposed(order, work, window=warm_up))

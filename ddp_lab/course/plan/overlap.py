@@ -23,9 +23,9 @@ takes the link while it runs, so the DP stream moves its bytes only in the rest 
 time: its transfers take (1 + tp_seconds / compute_seconds) times longer (`stretch`).
 
 ZeRO 0 and 1 move their gradients once per step, after the last micro-batch's backward of each bucket,
-ZeRO 2 after every micro-batch's (`dp_sync.gradient_reductions`) (`bucketed_exposed`): a bucket per
-layer, reduced while the layers before it compute their backward; the last bucket, and what runs
-longer than the backward left, is exposed. Under 1F1B a later stage
+ZeRO 2 after every micro-batch's (`dp_sync.gradient_reductions`) (`bucketed_exposed`): buckets of whole
+layers (`dp_sync.gradient_buckets`), each reduced while the layers before it compute their backward;
+the last bucket, and what runs longer than the backward left, is exposed. Under 1F1B a later stage
 finishes its backward earlier and has the rest of the pipeline's flush to hide in. ZeRO-1/2's
 all-gather of the updated weights follows the optimizer: exposed, or, as Megatron-LM's
 --overlap-param-gather does, issued at once and waited for bucket by bucket in the next step's
@@ -130,8 +130,9 @@ def bucketed_exposed(comm: list[float], compute: list[float], window: float = 0.
 
     Bucket i is issued when its compute piece `compute[i]` ends (backward order); one communication
     stream runs the buckets in order (PyTorch DDP, lesson 05; Megatron-LM's --overlap-grad-reduce,
-    one bucket per layer as NeMo's Communication Overlap guide describes it, "exposing only one DP
-    communication chunk"). `window`: compute the step still waits for after this stage's last piece
+    as NeMo's Communication Overlap guide describes it, "exposing only one DP communication chunk");
+    0.0 where no bucket completes with that piece. `window`: compute the step still waits for after this
+    stage's last piece
     (under 1F1B, stage s ends its last backward s micro-batch backwards before stage 0 does).
 
     Example:

@@ -46,8 +46,9 @@ Time (seconds per step), on the rank that finishes last:
                 gradients (1.5x, ZeRO Sec. 7.2.2), one unit at a time: per layer and then the rest
                 (fsdp_unit="layer", as FSDP is wrapped in lesson 09), or the whole model at once
                 (fsdp_unit="model").
-                Exposed (dp_sync.py): ZeRO 0-2 reduce one bucket per layer during the last
-                micro-batch's backward (DDP buckets, lesson 05; ZeRO 2 during every micro-batch's),
+                Exposed (dp_sync.py): ZeRO 0-2 reduce bucket by bucket during the last
+                micro-batch's backward (Megatron-Core's buckets; ZeRO 2 a unit at a time during every
+                micro-batch's),
                 the last bucket shown, and ZeRO-1/2 gather the updated weights after the optimizer
                 (exposed) or, with overlap_param_gather, beside the next forward; ZeRO 3 unit by unit
                 (overlap.py): each gather behind the unit before it, each scatter behind the units
