@@ -47,7 +47,7 @@ def check_fields(strategy) -> None:
     """
     if strategy.recompute == "op" and strategy.attention != "flash":
         raise ValueError("recomputation 'op' keeps the flash-attention kernel's output (torchtitan's per-op "
-                         "policy, op_checkpoint.py); with eager attention choose selective or full recomputation")
+                         "policy); with eager attention choose selective or full recomputation")
 
 
 def check(model, strategy) -> None:
@@ -66,14 +66,14 @@ def check(model, strategy) -> None:
     if strategy.recompute != "op":
         return
     if model.moe is not None:
-        raise ValueError(f"recomputation 'op' is modelled for torchtitan's dense blocks only (op_checkpoint.py); "
+        raise ValueError(f"recomputation 'op' is modelled for torchtitan's dense blocks only; "
                          f"{model.name} is a mixture-of-experts model: choose full, selective or no recomputation")
     differs = [what for what, present in (("a GeLU FFN", model.ffn_kind != "swiglu"), ("biases", model.bias),
                                           ("biases on Q, K and V", model.qkv_bias and not model.bias),
                                           ("dropout", model.dropout)) if present]
     if differs:
-        raise ValueError(f"recomputation 'op' is modelled for torchtitan's bias-free SwiGLU blocks without dropout "
-                         f"(op_checkpoint.py); {model.name} has {', '.join(differs)}: choose full, selective or no "
+        raise ValueError(f"recomputation 'op' is modelled for torchtitan's bias-free SwiGLU blocks without dropout; "
+                         f"{model.name} has {', '.join(differs)}: choose full, selective or no "
                          f"recomputation")
 
 
