@@ -26,7 +26,7 @@ import torch
 import torch.distributed
 
 from ddp_lab.checks import CheckFailed
-from ddp_lab.instruments.collectives import replacing_dist_calls
+from ddp_lab.instruments.collectives import call_arguments, replacing_dist_calls
 from ddp_lab.launcher.errors import LaunchError, LaunchTimeout
 from ddp_lab.launcher.launch import launch
 from ddp_lab.launcher.payload import cell_names, rename_cells
@@ -682,19 +682,59 @@ def judge_in_order(runs, judge, note) -> None:
 
 
 _REAL_ALL_GATHER = torch.distributed.all_gather   # torch's own, whatever stand-in a check puts in its place later
+# torch's own collectives, whose signatures bind what an answer passes (a stand-in may take *args, **kwargs)
+_TORCH_COLLECTIVES = {name: getattr(torch.distributed, name) for name in (
+    "broadcast", "broadcast_object_list", "all_reduce", "all_gather", "all_gather_object", "scatter_object_list",
+    "barrier") if hasattr(torch.distributed, name)}
 
 
-def gathered_from_every_rank(values: list[int]) -> list[tuple[int, ...]]:
-    """Every rank's `values` (a few ints), in rank order, through torch's own all_gather (not a check's stand-in).
+class CollectivesApart(RuntimeError):
+    """Raised on every rank together when the ranks' next collective calls disagree (`agree_or_stop`)."""
 
-    Ranks about to make a collective call tell each other what they will call (which collective, its src, its
-    size), so that ranks that disagree stop together with one line instead of waiting for each other or aborting
-    in gloo (lessons 04 and 16's checks).
+
+def agree_or_stop(mine: tuple[int, ...], apart: list, describe, exempt=None) -> None:
+    """Every rank says what it is about to call (`mine`: a few ints, the same count on every rank); where they differ,
+    `apart` gets every rank's, in rank order, and every rank raises CollectivesApart(describe(everyone)) together,
+    unless `exempt(everyone)` says to let the calls go on (and hang, as they would without the check).
+
+    Ranks that disagree on a collective (which one, its src, its size) stop with one line instead of waiting for each
+    other or aborting in gloo (lessons 04 and 16's checks); it goes through torch's own all_gather, not a check's
+    stand-in.
     """
-    mine = torch.tensor(values, dtype=torch.int64)
-    everyone = [torch.empty_like(mine) for _ in range(torch.distributed.get_world_size())]
-    _REAL_ALL_GATHER(everyone, mine)
-    return [tuple(t.tolist()) for t in everyone]
+    mine_tensor = torch.tensor(list(mine), dtype=torch.int64)
+    gathered = [torch.empty_like(mine_tensor) for _ in range(torch.distributed.get_world_size())]
+    _REAL_ALL_GATHER(gathered, mine_tensor)
+    everyone = [tuple(t.tolist()) for t in gathered]
+    if len(set(everyone)) > 1 and not (exempt and exempt(everyone)):
+        apart.append(everyone)
+        raise CollectivesApart(describe(everyone))
+
+
+def agreeing_collectives(names, before):
+    """Inside a rank: each call of `dist.<name>` (name in `names`) over every rank that the answer makes, not one
+    made inside another, first runs `before(name, given)`, `given` its arguments by parameter name (torch's
+    signature, defaults filled in); `before` calls `agree_or_stop` with what the ranks must agree on (lesson 04's
+    check: a broadcast's src; lesson 16's: which collective, its src and its tensor's bytes)."""
+    inside = []
+
+    def make(name):
+        def wrap(original):
+            def call(*args, **kwargs):
+                given = call_arguments(_TORCH_COLLECTIVES.get(name, original), args, kwargs) or {}
+                group = given.get("group")
+                if inside or (group is not None and group is not torch.distributed.group.WORLD):
+                    return original(*args, **kwargs)
+                before(name, given)
+                inside.append(True)
+                try:
+                    return original(*args, **kwargs)
+                finally:
+                    inside.pop()
+            call.__name__ = name
+            return call
+        return wrap
+
+    return replacing_dist_calls({name: make(name) for name in names})
 
 
 def groups_of(rank: int, world_sizes, name: str) -> Iterator[int]:

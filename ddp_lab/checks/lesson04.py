@@ -18,9 +18,10 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ddp_lab.checks import CheckFailed, passed
-from ddp_lab.checks.common import (CaseFailed, call_case, division_into_a_new_tensor, ensure_written, first_mismatch,
-                                   gathered_from_every_rank, refuse_written_divisor, run_answers_on_ranks)
-from ddp_lab.instruments.collectives import call_arguments, replacing_dist_calls, watching_collectives
+from ddp_lab.checks.common import (CaseFailed, CollectivesApart, agree_or_stop, agreeing_collectives, call_case,
+                                   division_into_a_new_tensor, ensure_written, first_mismatch, refuse_written_divisor,
+                                   run_answers_on_ranks)
+from ddp_lab.instruments.collectives import watching_collectives
 
 WORLD_SIZE = 2           # sync_initial_state
 AVERAGE_WORLD_SIZE = 3   # average_gradients: not 2, so an answer that divides by 2 fails
@@ -176,38 +177,28 @@ def _initial_state(rank: int) -> dict[str, torch.Tensor]:
 # ranks that disagree on it stop together instead of waiting for each other; RETURNED stands for a rank that came
 # back from the answer, so that a rank which skips a broadcast leaves the other in dist.broadcast, as without it.
 RETURNED = -2
-_REAL_BROADCAST = dist.broadcast   # its signature, not that of a stand-in (*args, **kwargs) it may wrap
-
-
-class SrcApart(RuntimeError):
-    """Raised on every rank together when the ranks' next dist.broadcast has a different src on each."""
 
 
 def _agree(src: int, apart: list) -> None:
     """Every rank says the src of the broadcast it makes next (RETURNED: it came back from the answer); if every
-    rank makes one and the srcs differ, `apart` gets every rank's src and every rank raises SrcApart."""
-    srcs = [src for (src,) in gathered_from_every_rank([src])]
-    if RETURNED not in srcs and len(set(srcs)) > 1:
-        apart.append(srcs)
-        raise SrcApart("the ranks called dist.broadcast with different src: " + ", ".join(
-            f"rank {rank} src={src}" for rank, src in enumerate(srcs)))
+    rank makes one and the srcs differ, `apart` gets every rank's (src,) and every rank raises CollectivesApart."""
+    def describe(srcs: list) -> str:
+        return "the ranks called dist.broadcast with different src: " + ", ".join(
+            f"rank {rank} src={src}" for rank, (src,) in enumerate(srcs))
+
+    agree_or_stop((src,), apart, describe, exempt=lambda srcs: (RETURNED,) in srcs)
 
 
 def _agreeing_on_src(apart: list):
     """Inside a rank: each blocking dist.broadcast over every rank first agrees on its src (`_agree`); one with
     async_op=True does not, so that it starts when the answer starts it (its values may arrive late)."""
-    def wrap(original):
-        def call(*args, **kwargs):
-            given = call_arguments(_REAL_BROADCAST, args, kwargs) or {}
-            group, src = given.get("group"), given.get("src")
-            src = given.get("group_src") if src is None else src
-            if not given.get("async_op") and (group is None or group is dist.group.WORLD):
-                _agree(src if isinstance(src, int) else -1, apart)
-            return original(*args, **kwargs)
-        call.__name__ = "broadcast"
-        return call
+    def before(name: str, given: dict) -> None:
+        src = given.get("src")
+        src = given.get("group_src") if src is None else src
+        if not given.get("async_op"):
+            _agree(src if isinstance(src, int) else -1, apart)
 
-    return replacing_dist_calls({"broadcast": wrap})
+    return agreeing_collectives(("broadcast",), before)
 
 
 def _sync_runner(rank: int, sync_initial_state) -> dict:
@@ -219,10 +210,10 @@ def _sync_runner(rank: int, sync_initial_state) -> dict:
         with _recording_collectives(seen), _agreeing_on_src(apart):
             call_case(sync_initial_state,
                       f"synchronising a model with parameters and BatchNorm buffers on rank {rank}", model)
-    except (CaseFailed, SrcApart) as failure:
-        if not apart or (isinstance(failure, CaseFailed) and failure.kind != SrcApart.__name__):
+    except (CaseFailed, CollectivesApart) as failure:
+        if not apart or (isinstance(failure, CaseFailed) and failure.kind != CollectivesApart.__name__):
             raise
-        return {"src_apart": apart[-1]}
+        return {"src_apart": [src for (src,) in apart[-1]]}
     broadcast = {pointer for name, pointer in seen if name == "broadcast"}
     own = {tensor.data_ptr() for tensor in state.values()}
     result = {"state": {name: t.detach().clone() for name, t in model.state_dict().items()},

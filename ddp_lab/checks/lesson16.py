@@ -33,10 +33,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from ddp_lab.checks import CheckFailed, passed
-from ddp_lab.checks.common import (CaseFailed, call_case, ensure_written, gathered_from_every_rank, groups_of,
-                                   refuse_written_divisor, run_on_ranks, watching_calls)
+from ddp_lab.checks.common import (CaseFailed, CollectivesApart, agree_or_stop, agreeing_collectives, call_case,
+                                   ensure_written, groups_of, refuse_written_divisor, run_on_ranks, watching_calls)
 from ddp_lab.course.communicate_less import diloco, quorum
-from ddp_lab.instruments.collectives import call_arguments, replacing_dist_calls, watching_collectives
+from ddp_lab.instruments.collectives import watching_collectives
 
 REPLICAS = 2
 # (inner_steps, rounds) of each run: the first, 4 inner steps, so that a per-step all-reduce (4x) never looks like
@@ -381,20 +381,15 @@ RETURNED = len(PAIRED)
 SIZED = {"broadcast": "tensor", "all_reduce": "tensor", "all_gather": "tensor"}
 
 
-class CollectivesApart(RuntimeError):
-    """Raised on every rank together when the ranks' next collective calls do not pair up."""
-
-
 def _agree(case: int, call: int, src: int, apart: list, nbytes: int = -1) -> None:
     """Every rank says which call it makes next (RETURNED: it came back from the answer) in which case, with which
     source (-1: none) and how many bytes of tensor (-1: not compared, see SIZED); if they differ, `apart` gets every
-    rank's (case, call, src, nbytes) and every rank raises."""
-    calls = gathered_from_every_rank([case, call, src, nbytes])
-    if len(set(calls)) > 1:
-        apart.append(calls)
-        raise CollectivesApart("the ranks' collective calls do not pair up: " + ", ".join(
-            f"rank {rank} {'returned' if call == RETURNED else PAIRED[call]}" for rank, (_, call, _, _) in
-            enumerate(calls)))
+    rank's (case, call, src, nbytes) and every rank raises CollectivesApart."""
+    def describe(calls: list) -> str:
+        return "the ranks' collective calls do not pair up: " + ", ".join(
+            f"rank {rank} {'returned' if call == RETURNED else PAIRED[call]}" for rank, (_, call, _, _) in enumerate(calls))
+
+    agree_or_stop((case, call, src, nbytes), apart, describe)
 
 
 def _paired_collectives(case: list, apart: list):
@@ -402,29 +397,13 @@ def _paired_collectives(case: list, apart: list):
     inside another), the ranks agree on it (`_agree`, case[0] the case's index), so ranks that skip a collective or
     call another one, or the same one with a tensor of another size, raise CollectivesApart together instead of
     waiting for each other (or gloo aborting)."""
-    inside = []
+    def before(name: str, given: dict) -> None:
+        src = given.get("src", given.get("group_src"))
+        tensor = given.get(SIZED.get(name, ""))
+        nbytes = tensor.numel() * tensor.element_size() if torch.is_tensor(tensor) else -1
+        _agree(case[0], PAIRED.index(name), src if isinstance(src, int) else -1, apart, nbytes)
 
-    def make(name):
-        def wrap(original):
-            def call(*args, **kwargs):
-                given = call_arguments(original, args, kwargs) or {}
-                group = given.get("group")
-                if inside or (group is not None and group is not dist.group.WORLD):
-                    return original(*args, **kwargs)
-                src = given.get("src", given.get("group_src"))
-                tensor = given.get(SIZED.get(name, ""))
-                nbytes = tensor.numel() * tensor.element_size() if torch.is_tensor(tensor) else -1
-                _agree(case[0], PAIRED.index(name), src if isinstance(src, int) else -1, apart, nbytes)
-                inside.append(True)
-                try:
-                    return original(*args, **kwargs)
-                finally:
-                    inside.pop()
-            call.__name__ = name
-            return call
-        return wrap
-
-    return replacing_dist_calls({name: make(name) for name in PAIRED})
+    return agreeing_collectives(PAIRED, before)
 
 
 def _recover_runner(rank: int, recover) -> dict:
