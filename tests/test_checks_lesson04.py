@@ -145,6 +145,22 @@ def divides_out_of_place(model):
         p.grad.div(dist.get_world_size())
 
 
+def all_reduces_the_mean_again(model):
+    """The mean, then one all_reduce more (a loop run twice, a second helper): the sum over ranks."""
+    for p in model.parameters():
+        dist.all_reduce(p.grad)
+        p.grad /= dist.get_world_size()
+    for p in model.parameters():
+        dist.all_reduce(p.grad)
+
+
+def all_reduces_twice_then_divides(model):
+    for p in model.parameters():
+        dist.all_reduce(p.grad)
+        dist.all_reduce(p.grad)
+        p.grad /= dist.get_world_size()
+
+
 AVERAGE_ANSWERS = {   # all return (none raises or hangs): they run one after the other in one launch
     average_gradients: None,
     reduce_op_avg: None,           # gloo in this torch supports ReduceOp.AVG: also right
@@ -156,6 +172,10 @@ AVERAGE_ANSWERS = {   # all return (none raises or hangs): they run one after th
     # the same value without AVG: the hint states the rule, it does not say AVG was used
     divides_before_and_after: r"(?s)this is the mean divided by 3 once more: the world size was divided out twice",
     sum_without_dividing: r"(?s)this is the SUM over ranks.*divide by dist.get_world_size",
+    # the sum again, but not for want of a division: each all_reduce sums once more
+    all_reduces_the_mean_again: r"(?s)dist.all_reduce ran 2 times on this p.grad, and each call sums over the ranks "
+                                r"again: all-reduce each gradient once, then divide it by the world size once\.$",
+    all_reduces_twice_then_divides: r"(?s)dist.all_reduce ran 2 times on this p.grad",
     divide_without_all_reduce: r"(?s)divided by the world size: the all_reduce is missing",
     only_the_first_parameter: r"(?s)gradient of '1\.weight'.*still rank 0's own gradient",
     average_the_parameters: r"the parameters themselves were all-reduced",

@@ -66,6 +66,7 @@ def _average_runner(rank: int, average_gradients) -> dict:
             "params_changed": any(not torch.equal(b, p.detach()) for b, p in zip(before, model.parameters())),
             "params_reduced": any(p.data_ptr() in reduced for p in model.parameters()),
             "grad_reduced": [pointer in reduced for pointer in grads], "all_reduces": len(reduced),
+            "grad_reductions": [reduced.count(pointer) for pointer in grads],
             "broadcasts": sum(name == "broadcast" for name, _ in seen)}
 
 
@@ -128,6 +129,10 @@ def _average_hint(got, mean, own, result: dict, index: int, rank: int, division:
     mean."""
     size = AVERAGE_WORLD_SIZE
     on_grad = result["grad_reduced"][index]
+    times = result["grad_reductions"][index]
+    if times > 1:
+        return (f"dist.all_reduce ran {times} times on this p.grad, and each call sums over the ranks again: "
+                "all-reduce each gradient once, then divide it by the world size once")
     if torch.allclose(got, mean * size, atol=1e-6) and division:
         return (f"this is the SUM over ranks: your line `{division}` divides into a NEW tensor and leaves p.grad as "
                 "all_reduce made it. Divide p.grad in place (p.grad /= world_size, or p.grad.div_(world_size))")
