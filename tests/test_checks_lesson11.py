@@ -27,6 +27,7 @@ def int8_hook_async(process_group, bucket):
     buffer = bucket.buffer()
     scale = buffer.abs().max().reshape(1)
     dist.all_reduce(scale, op=dist.ReduceOp.MAX, group=group)
+    scale = scale.clamp_min(torch.finfo(torch.float32).tiny)
     levels = 127 // group.size()
     q = torch.round(buffer / scale * levels).to(torch.int8)
 
@@ -128,6 +129,26 @@ def _shared_scale(buffer, op=dist.ReduceOp.MAX, of=torch.Tensor.abs):
     scale = of(buffer).max().reshape(1)
     dist.all_reduce(scale, op=op)
     return scale
+
+
+def guarded_by_a_branch(process_group, bucket):   # right too: a zero scale replaced by 1 (the values are all 0 then)
+    buffer = bucket.buffer()
+    scale = _shared_scale(buffer)
+    return _int8_mean(buffer, torch.where(scale > 0, scale, torch.ones_like(scale)))
+
+
+def guarded_after_dividing(process_group, bucket):   # right too: 0 / 0 computed, but kept out of the int8 values
+    buffer = bucket.buffer()
+    scale = _shared_scale(buffer)
+    levels = 127 // dist.get_world_size()
+    q = torch.where(scale > 0, torch.round(buffer * levels / scale), torch.zeros_like(buffer)).to(torch.int8)
+    dist.all_reduce(q)
+    return _done(buffer.copy_(q.float() * scale / (levels * dist.get_world_size())))
+
+
+def no_zero_guard(process_group, bucket):   # the exercise's steps without step 1's guard: 0 / 0 on a bucket of zeros
+    buffer = bucket.buffer()
+    return _int8_mean(buffer, _shared_scale(buffer))
 
 
 def clamped_to_levels_after_127(process_group, bucket):   # 127 levels clamped to 127 // W: no wrap, values saturate
@@ -275,6 +296,12 @@ def never_all_reduces(process_group, bucket):   # quantised and decompressed, ne
     return _done(buffer.copy_(q.float() * scale / 127))
 
 
+@pytest.mark.parametrize("answer", [guarded_by_a_branch, guarded_after_dividing], ids=lambda answer: answer.__name__)
+def test_accepts_other_guards_against_a_zero_scale(answer, results):
+    assert lesson11.judge_int8_hook(answer.__name__, results[answer]).startswith(
+        f"{answer.__name__}: every gradient on every rank is the mean over the ranks within int8 rounding")
+
+
 def test_accepts_the_right_answer(results):
     # the solution notebook's synchronous version goes through the check itself (nbval, tests/test_exercises.py);
     # this one returns the Future that .then() gives (a torch._C.Future), which must pass too, and
@@ -327,6 +354,10 @@ WRONG_ANSWERS = {   # all return: they run one after the other in one launch (wi
                                r"the end of that range(?!.*wrap)",
     levels_200: r"(?s)Hint: every value that is wrong has the sign opposite to the mean's, and is off by about the "
                 r"same amount, [0-9.]+: 256 steps of [0-9.]+, an int8 value that wrapped around",
+    # right values: NaN casts to 0 in int8 on this CPU, but the cast is undefined
+    no_zero_guard: r"(?s)^on 2 ranks: step 3, bucket 0 held only zeros on every rank, so the scale was 0, and "
+                   r"no_zero_guard on rank 0 cast NaN or inf to an integer type \(_to_copy\): 0 / 0 is NaN.*Hint: "
+                   r"guard the scale against 0 before dividing by it \(step 1\)",
     never_writes_back: r"(?s)Hint: the bucket came back unchanged: these are exactly this rank's own gradients",
     never_all_reduces: r"(?s)Hint: it is still this rank's own gradient \(quantised\): the int8 values must be "
                        r"all-reduced",
@@ -355,7 +386,7 @@ WRONG_ANSWERS = {   # all return: they run one after the other in one launch (wi
 
 @pytest.fixture(scope="module")
 def results():
-    answers = (int8_hook_async, *WRONG_ANSWERS)
+    answers = (int8_hook_async, guarded_by_a_branch, guarded_after_dividing, *WRONG_ANSWERS)
     return dict(zip(answers, lesson11.run_hook_answers(answers)))
 
 

@@ -3,20 +3,23 @@
     ddp_lab.checks.lesson11.check_int8_hook(int8_hook)
 
 The check registers the hook on a DDP model on 3 gloo ranks, then on 2 (one launch: the default
-group is set up for 3 ranks, destroyed, and set up again for ranks 0 and 1), runs three backward
+group is set up for 3 ranks, destroyed, and set up again for ranks 0 and 1), runs four backward
 passes each time (DDP's first step uses one bucket, the others the two it rebuilt), counts the
 bytes the hook hands to collectives, and compares every averaged gradient with the mean of the
 ranks' own gradients, within int8 rounding. The third pass writes the same positive value first in
 each bucket on every rank, the largest |value| over the ranks: each rank's int8 value there is the
 most its share of the range allows, and a share that rounds it above 127 // world_size makes the
-sum overflow (127 / 2 = 63.5 levels round it to 64, and 64 + 64 wraps to -128). It judges 2 ranks
-first, then 3: a share of the int8 range written for one world size fails on the other.
+sum overflow (127 / 2 = 63.5 levels round it to 64, and 64 + 64 wraps to -128). In the fourth every bucket
+holds only zeros on every rank (scale 0): a hook that casts the NaN of 0 / 0 to int8 fails, though this CPU
+turns it into 0. It judges 2 ranks first, then 3: a share of the int8 range written for one world size fails
+on the other.
 
 Introduced in notebooks/11-performance-and-scaling.ipynb.
 """
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from fractions import Fraction
 
 import torch
@@ -24,6 +27,7 @@ import torch.distributed as dist
 import torch.nn as nn
 from torch.nn import functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from ddp_lab.checks import CheckFailed, passed
 from ddp_lab.checks.common import call_case, ensure_written, groups_of, run_on_ranks
@@ -35,9 +39,33 @@ BUCKET_CAP_MB = 0.002  # two buckets after DDP's rebuild, for this small model
 LEVELS = 127  # int8 values -127 .. 127: W ranks get 127 // W whole levels each, so that their sum fits
 TOO_MANY_LEVELS = (128, 255, 256)   # the mistaken level counts that the hints name: int8's -128 .. 127, uint8's 255
 MOST_BYTES_PER_VALUE = 1.2  # one int8 per value, plus a few bytes per bucket for the scale
-STEPS = 3
+STEPS = 4
 SHARED_MAX_STEP = 2   # the pass whose buckets start with the largest |value| over the ranks, on every rank
 SHARED_MAX = 1.0      # that value, above every |gradient| of this model and data (at most 0.8)
+ZERO_STEP = 3         # the pass whose buckets are all zeros on every rank: the scale is 0 (step 1's guard)
+INTEGER_DTYPES = (torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64)
+
+
+class _NonFiniteToInteger(TorchDispatchMode):
+    """Inside a hook's call: records each op that converts a tensor holding NaN or inf into an integer dtype (what a
+    division by a zero scale leaves for the int8 cast; the cast's result is undefined in C++)."""
+
+    def __init__(self, seen: list):
+        super().__init__()
+        self.seen = seen
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        name = func._schema.name
+        source = target = None
+        if name == "aten::_to_copy" and args:
+            source, target = args[0], kwargs.get("dtype")
+        elif name == "aten::copy_" and len(args) > 1 and torch.is_tensor(args[0]):
+            source, target = args[1], args[0].dtype
+        if (target in INTEGER_DTYPES and torch.is_tensor(source) and source.is_floating_point()
+                and not bool(torch.isfinite(source).all())):
+            self.seen.append(name.removeprefix("aten::"))
+        return func(*args, **kwargs)
 
 
 def _model() -> nn.Module:
@@ -77,9 +105,14 @@ def _checked(hook, rank: int, answers: list, step: list, names: dict):
             # the same value on every rank, the bucket's largest |value| over the ranks, so exactly the scale: on 2
             # ranks 127 // 2 levels give 63 + 63, but 127 / 2 levels 64 + 64 (63.5, rounded half to even), past 127
             buffer[0] = SHARED_MAX
+        if step[0] == ZERO_STEP:
+            buffer.zero_()
         record = {"step": step[0], "bucket": bucket.index(), "local": buffer.detach().clone(),
-                  "params": [(names[id(p)], p.numel()) for p in bucket.parameters()]}
-        result = call_case(hook, f"averaging bucket {bucket.index()} on rank {rank} of {world_size}", state, bucket)
+                  "params": [(names[id(p)], p.numel()) for p in bucket.parameters()], "non_finite_casts": []}
+        watching = _NonFiniteToInteger(record["non_finite_casts"]) if step[0] == ZERO_STEP else nullcontext()
+        with watching:
+            result = call_case(hook, f"averaging bucket {bucket.index()} on rank {rank} of {world_size}", state,
+                               bucket)
         # torch.futures.Future, or the torch._C.Future that .then() and get_future() return
         record.update(future=isinstance(result, torch._C.Future), bucket_shape=shape)
         value = result.wait() if record["future"] else result
@@ -300,6 +333,20 @@ def _check_values(results, name: str) -> None:
             raise CheckFailed(f"{where}.\nHint: {hint}.")
 
 
+def _check_zero_scale(results, name: str) -> None:
+    """Fail a hook that, on buckets of zeros on every rank (scale 0), cast NaN or inf to an integer type: right here
+    only because this CPU happens to turn NaN into 0."""
+    for rank, result in enumerate(results):
+        for call in result["answers"]:
+            if call["non_finite_casts"]:
+                raise CheckFailed(
+                    f"on {len(results)} ranks: step {call['step']}, bucket {call['bucket']} held only zeros on every "
+                    f"rank, so the scale was 0, and {name} on rank {rank} cast NaN or inf to an integer type "
+                    f"({call['non_finite_casts'][0]}): 0 / 0 is NaN, and NaN cast to int8 is undefined (0 on this "
+                    "CPU, other values elsewhere).\nHint: guard the scale against 0 before dividing by it (step 1), "
+                    "e.g. with a smallest scale: scale.clamp_min(torch.finfo(torch.float32).tiny).")
+
+
 def _locate(params: list[tuple[str, int]], index: int) -> tuple[str, int]:
     """The parameter (name) and its element that position `index` of a bucket's flat buffer belongs to."""
     for param, numel in params:
@@ -402,7 +449,8 @@ def check_int8_hook(int8_hook, timeout: float = 60.0) -> None:
     positive one, so a scale taken without abs() overflows; in the third every rank's first value in
     each bucket is the largest |value| over the ranks, the same on every rank, so levels that round
     it above 127 // world_size overflow (127 / 2 = 63.5 rounds to 64, and 64 + 64 wraps to -128); a
-    share of the int8 range written for one world size fails on the other.
+    share of the int8 range written for one world size fails on the other. In the fourth every bucket holds
+    only zeros: casting 0 / 0's NaN to int8 (no guard on the scale) fails.
 
     Introduced in notebooks/11-performance-and-scaling.ipynb.
     """
@@ -436,5 +484,7 @@ def judge_int8_hook(name: str, results: dict[int, list[dict]]) -> str:
             _check_returned(results[world_size][rank]["answers"], name)
         _check_values(results[world_size], name)
         sent[world_size] = _check_bytes(results[world_size], name)
+    for world_size in WORLD_SIZES:   # last: the values are right on this CPU, the cast that made them is undefined
+        _check_zero_scale(results[world_size], name)
     return (f"{name}: every gradient on every rank is the mean over the ranks within int8 rounding, on "
             f"{' ranks and on '.join(map(str, WORLD_SIZES))}, {sent[WORLD_SIZE]}")
