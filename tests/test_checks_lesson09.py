@@ -228,6 +228,32 @@ def never_all_reduces(params, shards, optimizer):
         dist.all_gather(list(p.detach().view(-1).chunk(world_size)), s.detach())
 
 
+def gathers_without_waiting(params, shards, optimizer):
+    """The all-gather started with async_op=True and never waited for: p holds its old values when the step returns."""
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    for p, s in zip(params, shards):
+        dist.all_reduce(p.grad)
+        p.grad /= world_size
+        s.grad = p.grad.reshape(-1).chunk(world_size)[rank]
+    optimizer.step()
+    for p, s in zip(params, shards):
+        dist.all_gather(list(p.detach().view(-1).chunk(world_size)), s.detach(), async_op=True)
+
+
+def gathers_and_waits(params, shards, optimizer):
+    """Right too: async all-gathers, each waited for before the step returns."""
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    for p, s in zip(params, shards):
+        dist.all_reduce(p.grad)
+        p.grad /= world_size
+        s.grad = p.grad.reshape(-1).chunk(world_size)[rank]
+    optimizer.step()
+    works = [dist.all_gather(list(p.detach().view(-1).chunk(world_size)), s.detach(), async_op=True)
+             for p, s in zip(params, shards)]
+    for work in works:
+        work.wait()
+
+
 def never_gathers(params, shards, optimizer):
     rank, world_size = dist.get_rank(), dist.get_world_size()
     for p, s in zip(params, shards):
@@ -443,7 +469,7 @@ def sleeps_instead_of_waiting(params, shards, optimizer):
 
 ZERO1_RIGHT_STEPS = (   # the solution's all-reduce-then-slice is proven by nbval of solutions/09-zero-and-fsdp.ipynb
     zero1_step_reduce_scatter, zero1_step_zeroes_its_grads, zero1_step_zeroes_its_grads_in_place,
-    zero1_step_average_op, zero1_step_divides_the_slice, zero1_step_async)
+    zero1_step_average_op, zero1_step_divides_the_slice, zero1_step_async, gathers_and_waits)
 
 
 @pytest.mark.parametrize("step", ZERO1_RIGHT_STEPS, ids=[step.__name__ for step in ZERO1_RIGHT_STEPS])
@@ -495,6 +521,9 @@ ZERO1_MISTAKES = [   # answers that return (not raise): they run one after the o
                                       r"but on another tensor than p.grad \(a clone or a copy of it\): all_reduce "
                                       r"sums in place into the tensor it is given(?!.*never reached)"),
     (zero1_init, never_gathers, r"(?s)rank 0 of 2, step 0: parameter '0.weight'.*only this rank's own slice changed"),
+    # whether the gathered values arrived by the time the step returned (by luck) or not, the work never waited for
+    (zero1_init, gathers_without_waiting, r"(?s)^rank 0 of 2, step 0: .*a collective called with async_op=True "
+                                          r"returned a work that was never waited for"),
     # the sum arrives before the step or not: either way the message names the async all_reduce not waited for
     (zero1_init, waits_after_the_step, ASYNC_NOT_WAITED),
     (zero1_init, sleeps_instead_of_waiting, ASYNC_NOT_WAITED),

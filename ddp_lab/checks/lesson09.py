@@ -252,6 +252,18 @@ def _zero1_one(rank: int, zero1_init, zero1_step) -> dict:
                 requests.watch(work, lambda index=index: waited(index))
             return work
         return all_reduce
+
+    gathers: list = []   # [work, waited] of this step's gathers with async_op=True (the updated shards into p)
+
+    def watching_gather(original):
+        def gather(*args, **kwargs):
+            work = original(*args, **kwargs)
+            if (call_arguments(original, args, kwargs) or {}).get("async_op") and work is not None:
+                entry = [work, False]
+                gathers.append(entry)
+                requests.watch(work, lambda entry=entry: entry.__setitem__(1, True))
+            return work
+        return gather
     records = []
     for step, (x, y) in enumerate(_batches(world_size)):
         for p in params:
@@ -262,9 +274,12 @@ def _zero1_one(rank: int, zero1_init, zero1_step) -> dict:
         at_step.clear()
         reduced.update(grads=set(), waited_on=set(), other=False, unwaited=None)
         pending.clear()
-        with watching_requests() as requests, replacing_dist_calls({"all_reduce": watching_all_reduce}):
+        gathers.clear()
+        with watching_requests() as requests, replacing_dist_calls({"all_reduce": watching_all_reduce, **{
+                name: watching_gather for name in ("all_gather", "all_gather_into_tensor", "broadcast")}}):
             call_case(zero1_step, f"zero1_step(params, shards, optimizer) on rank {rank} of {world_size}, step {step}",
                       params, shards, optimizer, name=step_name)
+        unwaited_gathers = sum(not waited for _, waited in gathers)
         if reduced["unwaited"] is None:   # no step pre-hook ran: what was never waited for at all
             reduced["unwaited"] = sorted({index for index, work in pending if index not in reduced["waited_on"]})
         for _, work in pending:   # the next step starts after this one's all-reduces
@@ -274,7 +289,9 @@ def _zero1_one(rank: int, zero1_init, zero1_step) -> dict:
                         "stepped": bool(at_step),
                         "shard_grads": at_step[0] if at_step else [_grad_copy(s) for s in shards],
                         "adam_values": optimizer_state_bytes(optimizer) // 4, "optimizer": kind, "lr": lrs,
-                        "world_size": world_size})
+                        "world_size": world_size, "unwaited_gathers": unwaited_gathers})
+        for work, _ in gathers:   # the next step starts after this one's gathers
+            work.wait()
         if any(p.shape != old.shape for p, old in zip(params, before)):
             break   # the next forward would fail on the parameter's new shape: judged from this step's record
     return {"records": records}
@@ -503,6 +520,11 @@ def _check_step_params(got: dict, rank: int, step: int, params, names, world_siz
             continue
         raise CheckFailed(f"{where}: parameter {name!r} after the step {_difference(value, want)}."
                           f"\nHint: {_params_hint(value, want, before, rank, got)}")
+    if got["unwaited_gathers"]:
+        raise CheckFailed(f"{where}: the parameters are right here, but by luck: a collective called with "
+                          "async_op=True returned a work that was never waited for before zero1_step returned.\nHint: "
+                          "its values arrive only when .wait() is called on the work it returns: wait for it before "
+                          "zero1_step returns.")
 
 
 def _params_hint(value: torch.Tensor, want: torch.Tensor, before: torch.Tensor, rank: int, got: dict) -> str:
@@ -510,6 +532,10 @@ def _params_hint(value: torch.Tensor, want: torch.Tensor, before: torch.Tensor, 
     got_chunks = value.reshape(-1).chunk(world_size)
     want_chunks = want.reshape(-1).chunk(world_size)
     old_chunks = before.reshape(-1).chunk(world_size)
+    if _close(value, before) and got["unwaited_gathers"]:
+        return ("the parameters did not change when zero1_step returned: a collective called with async_op=True "
+                "returned a work that was never waited for, and its values arrive only when you call .wait() on it: "
+                "wait for it before zero1_step returns.")
     if _close(value, before):
         return ("the parameters did not change: after optimizer.step() all-gather the updated shards into p "
                 "(the optimizer only updated the shards).")
