@@ -255,6 +255,32 @@ def test_device_and_ddp_kwargs_rejects(wrong, feedback):
         check_device_and_ddp_kwargs(wrong)
 
 
+def device_sets_the_device(backend):
+    """Wrong here: calls torch.cuda.set_device itself (the exercise leaves it to the caller)."""
+    if backend == "nccl":
+        local_rank = int(os.environ["LOCAL_RANK"])
+        torch.cuda.set_device(local_rank)
+        return torch.device("cuda", local_rank), {"device_ids": [local_rank]}
+    return torch.device("cpu"), {}
+
+
+def setup_sets_the_device(backend):
+    """Wrong: calls torch.cuda.set_device before the group, on every backend (fails where there is no GPU)."""
+    torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+    return setup_from_env(backend)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="set_device works where a GPU is")
+def test_set_device_without_a_gpu_is_named_in_both_checks():
+    """A torch.cuda.set_device call where no GPU is raises torch's AttributeError (CPU-only builds) or RuntimeError:
+    each check says what it needs and whose job the exercise makes it, not only what torch raised."""
+    hint = r"\nHint: torch\.cuda\.set_device needs a GPU, and this machine has none: the exercise leaves it to the caller"
+    with pytest.raises(CheckFailed, match=r"(?s)^device_and_ddp_kwargs raised .*cuda.*" + hint):
+        check_device_and_ddp_kwargs(device_sets_the_device)
+    with pytest.raises(CheckFailed, match=r"(?s)rank \d failed while running setup_from_env.*set_device.*" + hint):
+        check_setup_from_env(setup_sets_the_device)
+
+
 def test_device_and_ddp_kwargs_names_a_modulo_by_the_machines_gpu_count(monkeypatch):
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)   # as on the CPU machines the check runs on
     with pytest.raises(CheckFailed, match=r"(?s)^device_and_ddp_kwargs raised ZeroDivisionError.*\nHint: .*"
@@ -442,6 +468,12 @@ def setup_sets_the_master(backend):
     return setup_from_env(backend)
 
 
+def setup_sets_the_port(backend):
+    """Wrong: writes MASTER_PORT in the code (the next group, on one node, meets at the port the first one holds)."""
+    os.environ["MASTER_PORT"] = "29500"
+    return setup_from_env(backend)
+
+
 def setup_world_of_the_node(backend):
     """Wrong: the world size of this node (1 process) for the world size of the job (2)."""
     rank, local_rank = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
@@ -482,6 +514,9 @@ def setup_not_written(backend):
     (setup_backend_from_the_environment, r"^setup_from_env passes os\.environ\.get\('BACKEND', 'gloo'\) to "
                                          r"init_process_group instead of its backend argument"),
     (setup_sets_the_master, r"rank 0: setup_from_env set \{'MASTER_ADDR': '127.0.0.1'\}; torchrun sets MASTER_ADDR"),
+    # named, not the store error a second group on the written port meets (a traceback through the check)
+    (setup_sets_the_port, r"^rank 0: setup_from_env set \{'MASTER_PORT': '29500'\}; torchrun sets MASTER_ADDR and "
+                          r"MASTER_PORT for the whole job\.\nHint: leave them as torchrun set them"),
     (setup_world_of_the_node, r"^rank \d: in setup_from_env, init_process_group got world_size=1, but WORLD_SIZE is 2\."
                               r"\nHint: 1 is this node's process count \(LOCAL_WORLD_SIZE\); "
                               r"world_size counts the processes of ALL nodes"),

@@ -200,7 +200,21 @@ def _call_device(device_and_ddp_kwargs, backend: str, layout: Layout):
         if isinstance(error, TypeError) and re.search(r"\bstr\b", str(error)) and \
                 _uses_an_environment_string(device_and_ddp_kwargs, line):
             raise CheckFailed(f"{failed}\nHint: {STRING_HINT}.") from error
+        if error is not None and _set_device_without_a_gpu(
+                error, [frame.line or "" for frame in traceback.extract_tb(error.__traceback__)]):
+            raise CheckFailed(f"{failed}\nHint: {SET_DEVICE_HINT}.") from error
         raise
+
+
+# torch.cuda.set_device where no GPU is (a CPU-only torch has no _cuda_setDevice; a CUDA build finds no device)
+SET_DEVICE_HINT = ("torch.cuda.set_device needs a GPU, and this machine has none: the exercise leaves it to the "
+                   "caller (its script below calls it, for nccl only): do not call it inside")
+
+
+def _set_device_without_a_gpu(error: BaseException, lines: list[str]) -> bool:
+    """Whether `error` came from a torch.cuda.set_device call (one of the traceback's source `lines`) on a machine
+    without a GPU."""
+    return "cuda" in str(error).lower() and any(re.search(r"\bset_device\(", line) for line in lines)
 
 
 def _raising_line(error: BaseException) -> str:
@@ -508,8 +522,8 @@ def _setup_runner(rank: int, setup_from_env):
     processes ("one_node"), where LOCAL_RANK is the rank."""
     os.environ.update(_two_nodes(rank))
     state = _setup_once(rank, setup_from_env)
-    if not state.get("initialized") or state.get("backend") != "gloo":
-        return state
+    if not state.get("initialized") or state.get("backend") != "gloo" or state.get("changed"):
+        return state   # judged on this run (an address written over: a second group would meet at it again)
     dist.destroy_process_group()
     os.environ.update(_one_node(rank))
     return {**state, "one_node": _setup_once(rank, setup_from_env)}
@@ -615,6 +629,9 @@ def _explain_setup(failure, setup_from_env) -> str | None:
     line = "\n".join(frames[-1]["text"]) if frames else ""
     if isinstance(failure.exception, ZeroDivisionError) and "device_count" in line:
         return _gpu_count_hint(setup_from_env, line) + "."
+    if failure.exception is not None and _set_device_without_a_gpu(
+            failure.exception, [text for frame in frames for text in frame["text"]]):
+        return SET_DEVICE_HINT + "."
     return None
 
 
