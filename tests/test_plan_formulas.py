@@ -265,6 +265,29 @@ def test_breakdown_plot():
         "H100 SXM: 85.9 GB", "a plan may use 90%"]
 
 
+def test_breakdown_plot_draws_every_part_of_the_step():
+    """Each bar of the step-time panel ends at the plan's step time, whatever it holds: DiLoCo's outer sync (left
+    out of the bars once), experts, a context-parallel ring, hidden communication."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from ddp_lab.plots.plan import breakdown
+
+    llama = Transformer.preset("llama3-8b").with_(seq_len=4096)
+    regions = ClusterSpec.preset("h100-sxm", nodes=8).with_(region_nodes=4)
+    four_nodes = ClusterSpec.preset("h100-sxm", nodes=4)
+    plans = [evaluate(llama, regions, Strategy(dp=64, zero=1, grad_accum=4, replicas=2, sync_every=5)),
+             evaluate(llama, four_nodes, Strategy(tp=8, cp=4, zero=1, sequence_parallel=True)),
+             evaluate(Transformer.preset("mixtral-8x7b").with_(seq_len=4096), four_nodes,
+                      Strategy(dp=32, ep=8, zero=1, grad_accum=4))]
+    assert plans[0].time.outer_sync > 0 and plans[1].time.cp_comm_exposed > 0 and plans[2].time.ep_comm > 0
+    for plan in plans:
+        fig = breakdown([plan])
+        ends = [patch.get_x() + patch.get_width() for patch in fig.axes[1].patches]
+        assert max(ends) == pytest.approx(plan.time.total), plan.strategy.label()
+        assert "fastest" not in fig.axes[1].get_title()
+
+
 def test_time_breakdown_carries_all_dp_communication_and_its_exposed_part():
     """Only the exposed part of the DP communication is in the total (the report shows both);
     ZeRO-3 hides most of its gathers and scatters behind the layers, and the first gathers and last

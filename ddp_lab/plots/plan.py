@@ -12,16 +12,17 @@ MEMORY_PARTS = (("params", "parameters"), ("grads", "gradients"), ("optimizer", 
                 ("activations", "activations"), ("buffers", "comm. buffers"))
 TIME_PARTS = (("compute", "compute"), ("tp_comm", "TP comm."), ("bubble", "pipeline bubble"),
               ("pp_comm", "PP comm."), ("dp_comm_exposed", "exposed DP comm."))
-# drawn only when a plan shown has them (experts, context parallelism: lessons 14, 15; hidden communication on GPUs)
+# drawn only when a plan shown has them (experts, context parallelism: lessons 14, 15; hidden communication on GPUs;
+# DiLoCo replicas' outer sync: lesson 16)
 SPLIT_TIME_PARTS = (("ep_comm", "EP all-to-all"), ("cp_comm_exposed", "exposed CP ring"),
-                    ("overlap_slowdown", "overlap slowdown"))
+                    ("overlap_slowdown", "overlap slowdown"), ("outer_sync", "outer sync (DiLoCo)"))
 # One colour per meaning, never reused across the two panels (matplotlib's tab20: a dark and a light shade of
 # ten hues): the memory terms in the dark shades of five hues, the time terms in the other five, then light
-# shades (the overlap slowdown: compute's, which it slows; EP's and CP's).
+# shades (the overlap slowdown: compute's, which it slows; EP's and CP's; the outer sync's).
 COLOURS = {"params": "#1f77b4", "grads": "#ff7f0e", "optimizer": "#2ca02c", "activations": "#d62728",
            "buffers": "#9467bd", "compute": "#8c564b", "tp_comm": "#e377c2", "bubble": "#7f7f7f",
            "pp_comm": "#bcbd22", "dp_comm_exposed": "#17becf", "ep_comm": "#aec7e8", "cp_comm_exposed": "#ffbb78",
-           "overlap_slowdown": "#c49c94"}
+           "overlap_slowdown": "#c49c94", "outer_sync": "#98df8a"}
 
 
 def breakdown(plans, top: int = 5):
@@ -59,12 +60,14 @@ def breakdown(plans, top: int = 5):
                    label=f"a plan may use {shown[0].usable_memory / gpu.memory:.0%}")
     mem_ax.set_xlabel("memory per GPU (GB)")
     _legend(mem_ax)
-    mem_ax.set_title("memory per GPU: the plans that fit stay left of the dotted line", fontsize=9)
+    mem_ax.set_title("memory per GPU: the plans that fit stay left of the dotted line" if len(shown) > 1 else
+                     "memory per GPU: a plan that fits stays left of the dotted line", fontsize=9)
     time_parts = TIME_PARTS + tuple(part for part in SPLIT_TIME_PARTS if any(getattr(p.time, part[0]) for p in shown))
     _stack(time_ax, labels, [[getattr(p.time, k) for p in shown] for k, _ in time_parts], time_parts)
     time_ax.set_xlabel("seconds per step")
     _legend(time_ax)
-    time_ax.set_title(f"step time of {shown[0].model.name}, fastest plan on top", fontsize=9)
+    time_ax.set_title(f"step time of {shown[0].model.name}" + (", fastest plan on top" if len(shown) > 1 else ""),
+                      fontsize=9)
     mem_ax.invert_yaxis()   # best plan on top
     fig.tight_layout()
     return fig
