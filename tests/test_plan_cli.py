@@ -121,7 +121,7 @@ BAD_INPUT = [
     ((*LLAMA_8B, "--sequence-parallel"), ["--sequence-parallel needs --tp 2 or more"]),
     ((*LLAMA_8B, "--fsdp-unit", "model"), ["--fsdp-unit", "--zero 3"]),
     ((*LLAMA_8B, "--pp", "3"), ["--pp in [1, 2, 4, 8]"]),
-    ((*LLAMA_8B, "--nodes", "3", "--pp", "3"), ["--pp 3 does not divide layers=32", "use --pp in"]),
+    ((*LLAMA_8B, "--nodes", "3", "--pp", "3"), ["--pp 3 does not divide layers=32", "use --pp 1, 2, 4, 8, 16 or 32"]),
     (("--model", "gpt2-small", "--cluster", "h100-sxm", "--nodes", "3", "--tp", "12"), ["--tp-across-nodes"]),
     (("--model", "llama3-70b", "--cluster", "t4"), ["even without activations the smallest needs",
                                                      "shorter sequences do not help: add nodes"]),
@@ -533,7 +533,7 @@ def test_every_bad_model_flag_exits_2_with_one_line(tmp_path):
         (("--model", "llama3-8b", "--cluster", "h100-sxm", "--zero", "1", "--virtual-stages", "2"),
          ["--virtual-stages needs --pp 2 or more"]),
         (("--model", "llama3-8b", "--cluster", "h100-sxm", "--pp", "4", "--virtual-stages", "3"),
-         ["4 x 3 = 12 does not divide layers=32", "virtual stages in [1, 2, 4, 8]"]),
+         ["4 x 3 = 12 does not divide layers=32", "use virtual stages 1, 2, 4 or 8"]),
         (("--model", "llama3-8b", "--cluster", "h100-sxm", "--pp", "2", "--virtual-stages", "2", "--grad-accum", "3"),
          ["--grad-accum 3", "multiple of --pp 2"]),
         (("--model", "llama3-8b", "--cluster", "h100-sxm", "--virtual-stages", "0"), ["--virtual-stages must be"]),
@@ -726,7 +726,7 @@ def test_every_plan_says_how_far_to_trust_it(capsys):
     in a way none of them does is called less certain (the H100 runs are all data-parallel); a plan for longer
     sequences than the scored runs' gets the planner's errors on MosaicML's sequence sweep (8K: within 7.3 % without
     recomputation, 15 % either way with it), or beyond the sweep's 64K is called less certain; another overlap
-    slowdown than the one those figures hold for is said; a T4, which no published run checks, is called rough; last,
+    slowdown than the one those figures hold for is said; a T4, which no run of the validation set is on, is called rough; last,
     both held-out parts' errors of each family among the plans shown (tests/test_plan_held_out.py checks the figures)."""
     from ddp_lab.__main__ import main
     from ddp_lab.plan.published import RUNS, summary
@@ -770,7 +770,8 @@ def test_every_plan_says_how_far_to_trust_it(capsys):
                       "--overlap-slowdown", "0")[-1] == \
         "          (with the default overlap slowdown, 0.189, not the 0.0 given here)"
     t4 = last_lines("--model", "gpt2-small", "--cluster", "t4")
-    assert t4[-2].startswith("accuracy: no published run checks T4 GPUs (docs/planner.md's table: A100 and H100 runs,")
+    assert t4[-2].startswith("accuracy: no run of the validation set is on T4 GPUs (docs/planner.md's table: A100 and "
+                             "H100 runs,")
     assert t4[-1].endswith("treat these numbers as rough")
 
 

@@ -218,7 +218,8 @@ def accuracy_text(cluster, plans=()) -> str:
     model in a way no run of the generation in the validation set does (tensor, pipeline, context or
     expert parallelism) is said to be less certain (every H100 run in the set is data-parallel; the
     held-out runs, below it, score some of those plans). A
-    generation no published run checks (a T4) is called rough. A plan for longer sequences than the
+    generation no run of the validation set is on (a T4, a GB200) is called rough (the held-out lines below may
+    still score its family). A plan for longer sequences than the
     scored runs train on is told how the planner did on MosaicML's sequence sweep of the generation
     (which its attention rate comes from), or, beyond the sweep's longest, that no published run
     checks it. The figures hold for the planner's defaults: a cluster given another overlap
@@ -241,8 +242,8 @@ def accuracy_text(cluster, plans=()) -> str:
     runs = predictions([run for run in RUNS if run.cluster.gpu.generation == cluster.gpu.generation])
     if not runs or cluster.gpu.memory_bandwidth is None:
         families = sorted({family_name(run) for run in predictions()})
-        return "\n".join([f"accuracy: no published run checks {cluster.gpu.name} GPUs (docs/planner.md's table: "
-                          f"{' and '.join(families)} runs,\n          median error {summary()['median']:.1%}): "
+        return "\n".join([f"accuracy: no run of the validation set is on {cluster.gpu.name} GPUs (docs/planner.md's "
+                          f"table: {' and '.join(families)} runs,\n          median error {summary()['median']:.1%}): "
                           "treat these numbers as rough", *_held_out_lines(cluster, plans)])
     errors, family = summary(runs), family_name(runs[0])
     axes = ["data"] + [name for name, axis in SPLITS if any(getattr(r.strategy, axis) > 1 for r in runs)]

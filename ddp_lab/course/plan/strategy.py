@@ -215,10 +215,11 @@ def check(model, strategy: Strategy, gpus: int | None = None, gpus_per_node: int
     elif model.layers % stages:
         if strategy.virtual_stages == 1:
             raise ValueError(f"pp={strategy.pp} does not divide layers={model.layers} of {model.name}: "
-                             f"stages must hold equal numbers of layers; use pp in {divisors(model.layers)}")
+                             f"stages must hold equal numbers of layers; use pp {_one_of(divisors(model.layers))}")
+        fitting = divisors(model.layers // strategy.pp) if not model.layers % strategy.pp else [1]
         raise ValueError(f"pp x virtual stages = {strategy.pp} x {strategy.virtual_stages} = {stages} does not divide "
                          f"layers={model.layers} of {model.name}: every virtual stage holds the same number of layers; "
-                         f"use virtual stages in {divisors(model.layers // strategy.pp) if not model.layers % strategy.pp else [1]}")
+                         f"use virtual stages {_one_of(fitting)}")
     if strategy.pp > 1 and strategy.schedule == "interleaved" and strategy.grad_accum % strategy.pp:
         raise ValueError(f"the interleaved schedule needs micro-batches ({strategy.grad_accum}) divisible by "
                          f"pp={strategy.pp} (Narayanan et al. 2021); change grad_accum")
@@ -245,6 +246,11 @@ def _check_communication(strategy: Strategy) -> None:
                          f"next forward; zero={strategy.zero} has no such gather (ZeRO-3 gathers unit by unit "
                          f"anyway): use zero=1 or 2, or drop overlap_param_gather")
     outer_sync.check_fields(strategy)
+
+
+def _one_of(values: list[int]) -> str:
+    """'1, 2 or 4' for [1, 2, 4]; '1' for [1]."""
+    return " or ".join(filter(None, [", ".join(map(str, values[:-1])), str(values[-1])]))
 
 
 def divisors(n: int) -> list[int]:
