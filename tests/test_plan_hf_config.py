@@ -252,6 +252,17 @@ def test_a_layer_types_list_with_one_entry_a_layer_is_read():
                                       "Meta-Llama-3-8B") == model("Meta-Llama-3-8B")
 
 
+def test_an_expert_width_left_out_is_refused_where_the_family_reads_its_own_key():
+    """Qwen-MoE's and DeepSeek's experts are moe_intermediate_size wide; without it their code takes a default of its
+    own (768 for Qwen3-MoE), while the planner read intermediate_size (6,144: a 233B model for a 30B one). Mixtral's
+    experts are intermediate_size wide: it needs no such key."""
+    for name in ("Qwen3-30B-A3B", "Qwen1.5-MoE-A2.7B", "deepseek-moe-16b-base"):
+        with pytest.raises(ValueError, match=r"^model_type = '(qwen3_moe|qwen2_moe|deepseek)' takes its experts' "
+                                             r"width from moe_intermediate_size, which this file does not give"):
+            transformer_from_hf_config(without(name, "moe_intermediate_size"), seq_len=4096)
+    assert transformer_from_hf_config(config("Mixtral-8x7B-v0.1"), seq_len=4096).moe.expert_ffn == 14336
+
+
 def test_expert_keys_in_a_dense_familys_config_are_refused():
     """Hugging Face's Llama and Qwen2 classes keep an unknown num_experts as an attribute and build the dense model;
     the planner read it as a mixture of experts (47.5B for Llama 3 8B). A config without model_type keeps reading

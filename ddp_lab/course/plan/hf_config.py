@@ -25,7 +25,8 @@ Two keys for one quantity (n_layer and num_hidden_layers) must agree; a layer_ty
 Mixture of experts (experts.MoE, lesson 14):
     experts       num_local_experts (Mixtral), num_experts (Qwen-MoE), n_routed_experts (DeepSeek)
     top_k         num_experts_per_tok
-    expert_ffn    moe_intermediate_size (Mixtral: intermediate_size, its experts are full-size FFNs)
+    expert_ffn    moe_intermediate_size, required for Qwen-MoE and DeepSeek (Mixtral: intermediate_size, its experts
+                  are full-size FFNs)
     shared        n_shared_experts (DeepSeek); shared_expert_intermediate_size / moe_intermediate_size (Qwen-MoE:
                   one shared expert k times as wide is k experts' parameters and FLOPs)
     dense_layers  first_k_dense_replace (DeepSeek); mlp_only_layers when it lists the first layers (Qwen-MoE);
@@ -74,6 +75,8 @@ TIED_BY_DEFAULT = {"llama": False, "mistral": False, "mixtral": False, "deepseek
                    "qwen2": False, "qwen2_moe": False, "qwen3": False, "qwen3_moe": False}
 EXPERT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts")
 DENSE_FAMILIES = {"llama", "mistral", "qwen2", "qwen3", "gpt2"}   # model_types whose code has no experts
+# model_types whose experts are moe_intermediate_size wide (Mixtral's are intermediate_size wide, full FFNs)
+EXPERT_WIDTH_FAMILIES = {"deepseek", "qwen2_moe", "qwen3_moe"}
 DROPOUT_KEYS = ("attention_dropout", "hidden_dropout", "resid_pdrop", "attn_pdrop", "embd_pdrop")
 NOT_MODELLED = {   # key: what it means, refused when set (not null, 0, false or empty)
     "kv_lora_rank": "multi-head latent attention (DeepSeek-V2/V3: keys and values through a low-rank "
@@ -264,6 +267,10 @@ def _experts(config: dict, ffn: int, layers: int, family: str = "mixtral") -> Mo
         raise ValueError(f"{key} = {experts} but no num_experts_per_tok: a mixture-of-experts config says there how "
                          f"many experts each token goes to")
     top_k = _positive_int(config, "num_experts_per_tok", experts)
+    if config.get("moe_intermediate_size") is None and family in EXPERT_WIDTH_FAMILIES:
+        raise ValueError(f"model_type = {family!r} takes its experts' width from moe_intermediate_size, which this "
+                         f"file does not give (that family's code then uses a default of its own, not "
+                         f"intermediate_size = {ffn}): add moe_intermediate_size to a copy of the file")
     expert_ffn = _positive_int(config, "moe_intermediate_size", LARGEST["ffn"]) \
         if config.get("moe_intermediate_size") is not None else ffn
     shared = _whole(config, "n_shared_experts")
