@@ -356,6 +356,24 @@ def test_after_a_failure_a_rank_that_waits_in_a_collective_for_it_is_stuck(monke
     assert not live.alive and wait_gone(pids) == []
 
 
+def test_after_a_failure_a_rank_waiting_in_ddps_backward_is_stuck_in_a_collective(monkeypatch):
+    """Rank 1 raises between its forward and its backward; rank 0's backward waits in C++ for DDP's gradient
+    all-reduce, its Python stack showing only autograd's engine: that is a collective too (reports.in_backward), so
+    the cell ends at the first look with rank 1's error and a hint about DDP's backward (rank 0 was taken for Python
+    code the cell could wait for, then at the watchdog for a rank that caught the interrupt, rank 1's error lost)."""
+    monkeypatch.setattr(command, "AFTER_FAILURE_S", 0.5)
+    live = ddp_lab.Cluster(2, backend="gloo")
+    with pytest.raises(RankFailed, match=r"^rank\(s\) 0 of 2 still running after another rank failed; rank\(s\) 0 "
+                                         r"wait in a collective") as caught:
+        live.run_code("from torch.nn.parallel import DistributedDataParallel as DDP\ntorch.manual_seed(0)\n"
+                      "model = DDP(torch.nn.Linear(64, 1))\nx = torch.randn(32, 64)\nfor step in range(3):\n"
+                      "    loss = model(x).pow(2).mean()\n    if rank == 1 and step == 1:\n"
+                      "        raise ValueError('nan loss on rank 1')\n    loss.backward()", timeout=60)
+    message = str(caught.value)
+    assert "ValueError: nan loss on rank 1" in message and not live.alive
+    assert "rank(s) 0 wait inside backward, where DDP all-reduces the gradients" in message, message
+
+
 def test_a_value_that_cannot_travel_back_while_a_rank_is_stuck_in_a_collective_is_named(monkeypatch):
     """Rank 1 ends the cell with a lock (its value cannot be pickled back), rank 0 waits in all_reduce: the report
     names rank 1's value and rank 0's collective."""

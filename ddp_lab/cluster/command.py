@@ -26,7 +26,7 @@ import psutil
 from ddp_lab.launcher.errors import LaunchError, LaunchTimeout, RankCrashed, RankFailed, RankFailure
 from ddp_lab.launcher.payload import rename_cells
 from ddp_lab.launcher.rank_group import RankGroup
-from ddp_lab.launcher.reports import (blocked_in, listed, raised_failure, still_running, timeout_hint,
+from ddp_lab.launcher.reports import (blocked_in, in_backward, listed, raised_failure, still_running, timeout_hint,
                                      unpicklable_failure, waiting_in)
 from ddp_lab.launcher.supervisor import READER_WAIT_S
 
@@ -321,6 +321,8 @@ class CommandWatch:
         for rank, stack in sorted(stacks.items()):
             if blocked_in(stack):
                 calls.setdefault(blocked_in(stack), []).append(rank)
+            elif in_backward(stack):
+                calls.setdefault("backward (DDP's gradient all-reduce)", []).append(rank)
         places = sorted({place for stack in stacks.values() if (place := _innermost_cell_frame(stack, self.names))})
         where = (" and ".join(f"in {call} (rank(s) {listed(ranks)})" for call, ranks in sorted(calls.items()))
                  + ": they called different collectives, and each waits for the others to call the same one"

@@ -116,6 +116,9 @@ def _hint(failures: dict[int, RankFailure], first: int, kind: str) -> str:
 
 _RENDEZVOUS_FRAMES = re.compile(r'torch/distributed/rendezvous\.py"|distributed_c10d\.py", line \d+ in init_process_group')
 _TORCH_COMMS_FRAMES = re.compile(r"torch/distributed/|torch/nn/parallel/")
+# autograd's way into its C++ engine (torch 2.4 and later: graph.py's _engine_run_backward; before: backward itself)
+_BACKWARD_ENTRY = re.compile(r'torch/autograd/(graph\.py", line \d+ in _engine_run_backward|__init__\.py", line \d+ '
+                             r'in backward)')
 
 
 # faulthandler lists the innermost frame first: the first torch.distributed function named is
@@ -133,12 +136,23 @@ def blocked_in(stack: str) -> str | None:
     return calls[0] if calls else None
 
 
+def in_backward(stack: str) -> bool:
+    """Whether a rank's Python stack (a fault-handler dump, each thread's innermost frame first) shows a thread
+    inside backward's C++ engine, no Python frame above it: where DDP's hooks all-reduce the gradients, a collective
+    the other ranks must join (a rank stuck there waits for a peer that skipped a backward or raised before it)."""
+    for section in re.split(r"\n(?=\S)", stack):
+        first = next((line for line in section.splitlines() if line.lstrip().startswith("File ")), "")
+        if _BACKWARD_ENTRY.search(first):
+            return True
+    return False
+
+
 def waiting_in(stack: str) -> str:
     """Where a stuck rank waits, from its Python stack: 'rendezvous', 'collective' or 'elsewhere'."""
     if _RENDEZVOUS_FRAMES.search(stack):
         return "rendezvous"  # inside init_process_group: connecting to the store, waiting for the others
-    if _TORCH_COMMS_FRAMES.search(stack):
-        return "collective"  # all_reduce, barrier, DDP's broadcast of the parameters, new_group, ...
+    if _TORCH_COMMS_FRAMES.search(stack) or in_backward(stack):
+        return "collective"  # all_reduce, barrier, DDP's broadcast of the parameters or its gradients' all-reduce, ...
     return "elsewhere"
 
 
@@ -162,11 +176,17 @@ def timeout_hint(stacks: dict[int, str], slow: str = SLOW_HINT) -> str:
             "`if rank == 0:`), ranks pointing at different addresses (MASTER_ADDR/MASTER_PORT or init_method "
             "differ between ranks), an address where no rank hosts the store, or a world_size larger than "
             "the number of ranks.")
-    if "collective" in where:
+    backward = [rank for rank in where.get("collective", []) if not _TORCH_COMMS_FRAMES.search(stacks[rank])]
+    if len(backward) < len(where.get("collective", [])):
         parts.append(
-            f"rank(s) {', '.join(map(str, where['collective']))} wait in a collective: a rank that never returns "
-            "usually waits in a collective that another rank skipped (e.g. all_reduce under `if rank == 0:`) "
-            "or replaced by a different one.")
+            f"rank(s) {', '.join(map(str, sorted(set(where['collective']) - set(backward))))} wait in a collective: "
+            "a rank that never returns usually waits in a collective that another rank skipped (e.g. all_reduce "
+            "under `if rank == 0:`) or replaced by a different one.")
+    if backward:   # waiting_in: in backward's C++ engine
+        parts.append(
+            f"rank(s) {', '.join(map(str, backward))} wait inside backward, where DDP all-reduces the gradients, a "
+            "collective: every rank must run the same number of backward passes (a rank that raised before its "
+            "backward, or ran out of batches first, leaves the others there).")
     if "elsewhere" in where:
         parts.append(
             f"rank(s) {', '.join(map(str, where['elsewhere']))} are not in a torch.distributed call: their stack "
