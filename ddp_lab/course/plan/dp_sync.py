@@ -266,13 +266,32 @@ def _dp_shares_tp_link(cluster, strategy) -> bool:
     return strategy.layout.group("dp_cp").spans_nodes(per_node) == strategy.layout.group("tp").spans_nodes(per_node)
 
 
-def zero3_exposed(model, cluster, strategy, layer, head, tp_seconds, slower: float = 1.0, head_tp: float = 0.0) -> float:
+def layer_work(model, strategy, stage: int, layer, tp_seconds, moe_change=(0.0, 0.0)) -> tuple[list, list]:
+    """(forward, backward) seconds of each layer of pipeline stage `stage`, first to last, on the compute stream: the
+    dense layer's `layer` times with its TP collectives (`tp_seconds`), and for a MoE layer what its experts add
+    (`moe_change`: expert_compute.layer_compute_change; its forward again in backward under full recomputation).
+
+    The compute the data-parallel timelines hide communication behind (`zero3_exposed`, `zero12_exposed`).
+    """
+    first = pipeline_stages.first_layer(model, strategy, stage)
+    again = 1 if strategy.recompute == "full" else 0
+    forward, backward = [], []
+    for index in range(first, first + pipeline_stages.stage_layers(model, strategy)[stage]):
+        extra = moe_change if model.moe is not None and experts.is_moe_layer(model, index) else (0.0, 0.0)
+        forward.append(layer.forward + tp_seconds[0] + extra[0])
+        backward.append(layer.backward + layer.recompute + tp_seconds[1] + extra[1] + again * extra[0])
+    return forward, backward
+
+
+def zero3_exposed(model, cluster, strategy, layer, head, tp_seconds, slower: float = 1.0, head_tp: float = 0.0,
+                  moe_change=(0.0, 0.0)) -> float:
     """Seconds of ZeRO-3 communication per micro-batch that compute does not hide (`overlap.fsdp_micro_batch`).
 
     fsdp_unit="layer": the per-unit timeline, on the pipeline stage that exposes most;
     "model": one unit holds everything, so its gathers and scatter wait for, or are waited on
     by, the whole model's compute: none of it hides. `head_tp`: the last stage's vocab-parallel
-    all-reduces per micro-batch (steptime.vocab_parallel_communication), run with the head.
+    all-reduces per micro-batch (steptime.vocab_parallel_communication), run with the head; `moe_change`: what a MoE
+    layer's experts add to its compute (`layer_work`).
     """
     w, g, _ = bytes_per_parameter(strategy)
     worst = 0.0
@@ -282,9 +301,8 @@ def zero3_exposed(model, cluster, strategy, layer, head, tp_seconds, slower: flo
         if strategy.fsdp_unit == "model":
             worst = max(worst, 2 * gather[0] + scatter[0])
             continue
-        layers = len(gather) - 1                   # fsdp_units: the layers, then the root
-        forward = [0.0] + [layer.forward + tp_seconds[0]] * layers
-        backward = [0.0] + [layer.backward + layer.recompute + tp_seconds[1]] * layers
+        forward, backward = layer_work(model, strategy, stage, layer, tp_seconds, moe_change)
+        forward, backward = [0.0] + forward, [0.0] + backward      # fsdp_micro_batch: the root first, then the layers
         middle = head.total + head_tp if stage == strategy.pp - 1 else 0.0
         span = fsdp_micro_batch([gather[-1]] + gather[:-1], [scatter[-1]] + scatter[:-1], forward, backward, middle)
         worst = max(worst, span - sum(forward) - sum(backward) - middle)
@@ -337,7 +355,8 @@ def unit_seconds(model, cluster, strategy, stage: int, kind: str, per_parameter:
     return seconds
 
 
-def zero12_exposed(model, cluster, strategy, layer, head, tp_seconds, slower: float = 1.0) -> float:
+def zero12_exposed(model, cluster, strategy, layer, head, tp_seconds, slower: float = 1.0,
+                   moe_change=(0.0, 0.0)) -> float:
     """Seconds per step of ZeRO 0-2 communication compute does not hide (overlap.py's bucket timelines).
 
     Gradients: the buckets of `gradient_buckets` (whole layers and the root's parts: the head's
@@ -350,7 +369,7 @@ def zero12_exposed(model, cluster, strategy, layer, head, tp_seconds, slower: fl
     to hide in. Weights (ZeRO 1 and 2): the all-gather after the optimizer, exposed, or with
     `overlap_param_gather` waited for bucket by bucket in the next step's first forward
     (`overlap.prefetched_exposed`), stage s starting s micro-batch forwards late anyway.
-    fsdp_unit="model": one bucket, nothing hides.
+    fsdp_unit="model": one bucket, nothing hides. The compute: `layer_work` (MoE layers with their experts').
     """
     w, g, _ = bytes_per_parameter(strategy)
     reduce_kind = "all_reduce" if strategy.zero == 0 else "reduce_scatter"
@@ -363,18 +382,16 @@ def zero12_exposed(model, cluster, strategy, layer, head, tp_seconds, slower: fl
             reduce_worst = max(reduce_worst, gradient_reductions(strategy) * sum(order))
             gather_worst = max(gather_worst, sum(gather))
             continue
-        layers = len(order) - 2
         share = _head_share(model, strategy, stage)       # of the root unit: the head, done first in backward
-        backward_each = layer.backward + layer.recompute + tp_seconds[1]
-        work = [head.backward if share else 0.0] + [backward_each] * layers + [0.0]
-        flush = stage * (layers * backward_each)
+        forward, backward = layer_work(model, strategy, stage, layer, tp_seconds, moe_change)
+        work = [head.backward if share else 0.0] + backward[::-1] + [0.0]
+        flush = stage * sum(backward)
         earlier = (gradient_reductions(strategy) - 1) * bucketed_exposed(order, work)   # ZeRO 2's other micro-batches
         reduce_worst = max(reduce_worst, earlier + bucketed_exposed(order, work, window=flush))
         if gather and strategy.overlap_param_gather:
-            forward_each = layer.forward + tp_seconds[0]
             order = gather[::-1]              # forward order: each bucket waited for before its first piece's forward
-            work = [0.0] + [forward_each] * layers + [head.forward if share else 0.0]
-            warm_up = stage * (layers * forward_each)
+            work = [0.0] + forward + [head.forward if share else 0.0]
+            warm_up = stage * sum(forward)
             gather_worst = max(gather_worst, prefetched_exposed(order, work, window=warm_up))
         elif gather:
             gather_worst = max(gather_worst, sum(gather))

@@ -234,12 +234,16 @@ def step_time(model, cluster, strategy) -> TimeBreakdown:
     inner = outer_sync.inner_strategy(strategy)      # DiLoCo replicas: the per-step sync stays inside one replica
     dp_comm = dp_communication(model, cluster, inner)
     slower = stretch(tp_all, layer.total, _dp_shares_tp_link(cluster, inner))   # TP holds the link, hidden or not
+    # what a MoE layer's experts add to its compute, which DP's collectives also run beside
+    moe_change = (expert_compute.layer_compute_change(model, inner, cluster.gpu)
+                  if model.moe is not None and cluster.gpu.memory_bandwidth is not None else (0.0, 0.0))
     if not cluster.overlap_dp_comm:
         exposed = dp_comm
     elif strategy.zero == 3:
-        exposed = m * zero3_exposed(model, cluster, inner, layer, head, (tp_forward, tp_backward), slower, vocab_tp)
+        exposed = m * zero3_exposed(model, cluster, inner, layer, head, (tp_forward, tp_backward), slower, vocab_tp,
+                                    moe_change)
     else:
-        exposed = zero12_exposed(model, cluster, inner, layer, head, (tp_forward, tp_backward), slower)
+        exposed = zero12_exposed(model, cluster, inner, layer, head, (tp_forward, tp_backward), slower, moe_change)
     ring, ring_exposed = context_parallel.ring_time(model, cluster, strategy)
     # hidden: the seconds the collectives run beside compute, DP's stretched by TP's share of their link as in `exposed`
     hidden_dp = 0.0
