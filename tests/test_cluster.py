@@ -429,6 +429,16 @@ def test_a_cell_that_catches_the_interrupt_is_named_as_such(monkeypatch):
     assert not live.alive
 
 
+def test_a_rank_that_fails_shows_its_output_whatever_ranks_are_shown(cluster, capsys):
+    """show=[0] (--ranks 0) picks whose output a cell shows; a rank that fails shows what it printed before it failed
+    too (it was dropped, its error alone shown: nothing is lost). The ranks that did not fail stay hidden."""
+    with pytest.raises(RankFailed):
+        cluster.run_code("print('before', rank)\nif rank == 1:\n    raise ValueError('on rank 1')", show=[0])
+    assert capsys.readouterr().out == "[rank 0] before 0\n[rank 1] before 1\n"
+    cluster.run_code("print('after', rank)", show=[0])
+    assert capsys.readouterr().out == "[rank 0] after 0\n"
+
+
 def test_output_a_rank_prints_between_cells_comes_with_the_next_and_old_output_is_let_go(cluster, capsys):
     """A thread of a rank prints while no cell runs: the next cell shows it first (as a kernel shows a background
     thread's output in the cell that runs), none of it lost. The cluster keeps only the output of the cell that

@@ -250,6 +250,8 @@ class Cluster:
         finally:
             self._group.set_live(self._group.live)   # lines arriving after the command wait for the next one
         self._ended_at = ends = self._line_counts()   # this command's output is all here; later lines: the next
+        if show is not None and problem is not None:   # a rank that failed, crashed or hung shows what it printed
+            show = sorted(set(show) | set(problem.failures))
         self._print_new(unshown, show, ends)
         texts = [RankOutput(r, o.lines[starts[r]:ends[r]]).text() for r, o in enumerate(self._group.outputs)]
         lost = watch.lost_group()

@@ -58,7 +58,8 @@ def _parser() -> argparse.ArgumentParser:
                              "Python code at the watchdog are interrupted and keep their variables, ranks stuck in "
                              "a collective end the cluster")
     parser.add_argument("--ranks", default=None,
-                        help="whose output to show, e.g. 0 or 0,2 (default: all); every rank still runs the cell")
+                        help="whose output to show, e.g. 0 or 0,2 (default: all); every rank still runs the cell, "
+                             "and a rank that fails shows its output too")
     parser.add_argument("--only", default=None,
                         help="which ranks run the cell, e.g. 0 or 0,2 (default: all); the others skip it, their "
                              "variables unchanged. A collective on the default group needs every rank: drop "
