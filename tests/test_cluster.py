@@ -374,6 +374,20 @@ def test_after_a_failure_a_rank_waiting_in_ddps_backward_is_stuck_in_a_collectiv
     assert "rank(s) 0 wait inside backward, where DDP all-reduces the gradients" in message, message
 
 
+def test_the_stop_button_after_a_rank_failed_keeps_its_error(monkeypatch, capsys):
+    """Rank 1 raises and rank 0 waits in all_reduce for it; the stop button is pressed before the cluster looks at
+    rank 0 again: rank 0 cannot stop (inside a collective), the cluster is shut down, and rank 1's error comes with
+    the line that says so (it was dropped, and the stop button blamed)."""
+    monkeypatch.setattr(command, "AFTER_FAILURE_S", 30.0)
+    live = ddp_lab.Cluster(2, backend="gloo")
+    threading.Timer(1.5, _thread.interrupt_main).start()   # as the stop button does to the kernel
+    with pytest.raises(KeyboardInterrupt):
+        live.run_code("if rank == 1:\n    raise ValueError('the real error on rank 1')\ndist.all_reduce(torch.ones(1))")
+    err = capsys.readouterr().err
+    assert "rank(s) 1 failed before the interrupt, and rank(s) 0 of 2 still running" in err, err
+    assert "ValueError: the real error on rank 1" in err and "in all_reduce" in err and not live.alive
+
+
 def test_a_value_that_cannot_travel_back_while_a_rank_is_stuck_in_a_collective_is_named(monkeypatch):
     """Rank 1 ends the cell with a lock (its value cannot be pickled back), rank 0 waits in all_reduce: the report
     names rank 1's value and rank 0's collective."""

@@ -333,9 +333,16 @@ class CommandWatch:
                       "returned" if places
                  else "in C++ code, where Python cannot interrupt it")
         self._shut_down()
-        return self.group.hang_report(
-            still_running(stacks, self.nprocs, f"{seconds:.1f}s after the interrupt, {where}. {self.fresh_start}"),
-            stacks, self.names, hint="", headline_only=True)
+        headline = still_running(stacks, self.nprocs,
+                                 f"{seconds:.1f}s after the interrupt, {where}. {self.fresh_start}")
+        # a rank that had raised before the stop button was pressed: its error is the news, stacks and all
+        raised = {r: self._failure(r, reply) for r, reply in self.replies.items()
+                  if not reply["ok"] and reply.get("type") != "KeyboardInterrupt"}
+        if raised:
+            return self.group.hang_report(f"rank(s) {listed(raised)} failed before the interrupt, and {headline}",
+                                          stacks, self.names, raised=raised, hint="", cls=RankFailed,
+                                          first=min(raised))
+        return self.group.hang_report(headline, stacks, self.names, hint="", headline_only=True)
 
 
 RANK_LOOP_FILE = str(Path(__file__).with_name("rank_loop.py"))  # the ranks' command loop: its frames are hidden
