@@ -118,7 +118,7 @@ BAD_INPUT = [
     (("--params", "7.5B", "--nodes", "2"), ["drop --nodes"]),
     ((*LLAMA_8B, "--tp", "8", "--top", "3"), ["--top", "drop"]),
     ((*LLAMA_8B, "--zero", "0", "--top", "3"), ["--top", "--zero chose one plan"]),
-    ((*LLAMA_8B, "--sequence-parallel"), ["--sequence-parallel needs --tp 2 or more"]),
+    ((*LLAMA_8B, "--dp", "8", "--sequence-parallel"), ["--sequence-parallel needs --tp 2 or more"]),
     ((*LLAMA_8B, "--fsdp-unit", "model"), ["--fsdp-unit", "--zero 3"]),
     ((*LLAMA_8B, "--pp", "3"), ["--pp in [1, 2, 4, 8]"]),
     ((*LLAMA_8B, "--nodes", "3", "--pp", "3"), ["--pp 3 does not divide layers=32", "use --pp 1, 2, 4, 8, 16 or 32"]),
@@ -238,7 +238,7 @@ FIELD_MESSAGES = {
     "overlap_param_gather": ((*LLAMA_8B, "--zero", "3", "--overlap-param-gather"),
                              ["--overlap-param-gather overlaps", "--zero 3 has no such gather",
                               "use --zero 1 or 2, or drop --overlap-param-gather"], ["overlap_param_gather", "zero="]),
-    "zero": ((*LLAMA_8B, "--overlap-param-gather"), ["--zero 0 has no such gather"], ["zero=0"]),
+    "zero": ((*LLAMA_8B, "--dp", "8", "--overlap-param-gather"), ["--zero 0 has no such gather"], ["zero=0"]),
     "ep": (("--model", "mixtral-8x7b", "--cluster", "h100-sxm", "--nodes", "2", "--ep", "8", "--replicas", "4",
             "--sync-every", "10"), ["--ep 8 does not divide a replica's dp x cp", "a smaller --ep"], ["ep=8"]),
     "expert_tp": (("--model", "mixtral-8x7b", "--cluster", "h100-sxm", "--tp", "4", "--expert-tp", "3"),
@@ -622,6 +622,25 @@ def _readme_examples():
                 head, tail = bool(segments[0]), bool(segments[-1])
                 examples.append((page, line[len("$ python -m ddp_lab "):], [s for s in segments if s], head, tail))
     return examples
+
+
+def test_a_frameworks_overlap_flags_apply_to_every_plan_of_a_search(capsys):
+    """--sequence-parallel, --tp-comm-overlap and --overlap-param-gather name what a framework does (NeMo sets all
+    three): alone, with no strategy flag, they keep the search and apply to every plan they fit (they chose one plan
+    with ZeRO 0 and refused it: "--zero 0 has no such gather"); the rows show them (sp, tpo, opg)."""
+    from ddp_lab.__main__ import main
+
+    args = ["plan", "--model", "llama3-70b", "--cluster", "h100-sxm", "--nodes", "8", "--top", "40"]
+    assert main(args) == 0
+    plain = [line.split() for line in capsys.readouterr().out.splitlines() if re.match(r"\s+\d+ dp", line)]
+    assert main(args + ["--sequence-parallel", "--tp-comm-overlap", "--overlap-param-gather"]) == 0
+    rows = [line.split() for line in capsys.readouterr().out.splitlines() if re.match(r"\s+\d+ dp", line)]
+    assert len(rows) == 40 and any("tp1" not in row for row in plain) and any(row[4] == "z0" for row in rows)
+    for row in rows:
+        labels = set(row[1:row.index(next(word for word in row[1:] if re.match(r"^[\d.]+$", word)))])
+        assert ("tp1" in labels) != ({"sp", "tpo"} <= labels), row
+        assert ("opg" in labels) == bool(labels & {"z1", "z2", "z0-2", "z1-2"}), row
+    assert float(rows[0][-2].rstrip("%")) > float(plain[0][-2].rstrip("%"))   # the best plan's MFU: overlap helps
 
 
 def test_readme_examples_are_what_the_cli_prints(capsys):

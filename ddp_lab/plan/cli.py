@@ -27,8 +27,8 @@ from ddp_lab.course.plan.search import (DEFAULT_TOKENS_PER_BATCH, MEMORY_RESERVE
                                         evaluate, nearest_multiple, search)
 from ddp_lab.course.plan.strategy import Strategy, check, divisors
 from ddp_lab.plan import cli_fit
-from ddp_lab.plan.cli_flags import (SHAPE_FLAGS, SPLIT_FLAGS, STRATEGY_FLAGS, OneLineErrors, add_arguments,
-                                    check_flags, in_flags)
+from ddp_lab.plan.cli_flags import (SEARCH_WIDE, SHAPE_FLAGS, SPLIT_FLAGS, STRATEGY_FLAGS, OneLineErrors,
+                                    add_arguments, check_flags, in_flags, one_plan_flags)
 from ddp_lab.plan.cli_plot import draw
 from ddp_lab.plan.cli_regions import cross_region, regions_note
 from ddp_lab.plan.model_files import read_config, read_hf_config
@@ -59,7 +59,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         reserve = MEMORY_RESERVE if args.memory_reserve is None else args.memory_reserve
         no_effect = (_early_stop_changes_nothing(model) if args.checkpoint_early_stop else "") + _ffn_note(model, args)
         given = {name: getattr(args, name) for name in STRATEGY_FLAGS if getattr(args, name) is not None}
-        one_plan = bool(given) and set(given) != {"virtual_stages"}
+        one_plan = bool(one_plan_flags(args))
         cli_fit.check_flags(args, one_plan)
         _check_splits(model, cluster, args, given)
         if one_plan:
@@ -195,7 +195,8 @@ def _search_report(model, cluster, args, reserve: float, seq_source: str | None 
     options = {"precision": args.precision, "tp_across_nodes": args.tp_across_nodes, "cp": args.cp or 1,
                "ep": args.ep, "attention": args.attention or "flash", "fp32_grads": args.fp32_grads,
                "flash_kernel": args.flash_kernel or "fa2",
-               "checkpoint_early_stop": args.checkpoint_early_stop}
+               "checkpoint_early_stop": args.checkpoint_early_stop,
+               **{name: bool(getattr(args, name)) for name in SEARCH_WIDE}}
     if args.virtual_stages is not None:
         options["virtual_stages"] = (1, args.virtual_stages)
     tried = list(candidates(model, cluster, global_batch, **options))

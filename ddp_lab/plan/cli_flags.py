@@ -23,6 +23,9 @@ from ddp_lab.plan.cli_plot import PLOTTED, check_plot_file
 STRATEGY_FLAGS = ("dp", "tp", "pp", "zero", "micro_batch", "grad_accum", "recompute", "sequence_parallel",
                   "fsdp_unit", "virtual_stages", "tp_comm_overlap", "overlap_param_gather", "first_stage_layers",
                   "last_stage_layers", "sync_every", "replicas", "sync_precision", "expert_tp")
+# a framework's options that a search applies to every plan they fit (search.candidates); with other strategy flags
+# they are that one plan's
+SEARCH_WIDE = ("sequence_parallel", "tp_comm_overlap", "overlap_param_gather")
 SHAPE_FLAGS = ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "seq_len")
 NEEDED_SHAPE = ("layers", "hidden", "heads", "ffn", "vocab", "seq_len")   # without --model or --hf-config
 POSITIVE_INTS = ("nodes", "gpus_per_node", "dp", "tp", "pp", "micro_batch", "grad_accum", "global_batch", "top",
@@ -133,7 +136,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                           "the whole layer again, as Megatron-LM, DeepSpeed and use_reentrant=True do. Needs "
                           "--recompute full, or in a search applies to the plans that recompute fully")
     how.add_argument("--sequence-parallel", dest="sequence_parallel", action="store_true", default=None,
-                     help="Megatron sequence parallelism (needs tp > 1)")
+                     help="Megatron sequence parallelism (needs tp > 1; in a search, every plan with tp > 1 uses "
+                          "it)")
     how.add_argument("--fsdp-unit", dest="fsdp_unit", choices=FSDP_UNITS,
                      help="ZeRO-3: gather one layer at a time (layer, the default, as FSDP is wrapped) or the whole "
                           "model")
@@ -164,10 +168,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                           "2+4+12 bytes/param")
     how.add_argument("--tp-comm-overlap", dest="tp_comm_overlap", action="store_true", default=None,
                      help="run sequence parallelism's all-gathers/reduce-scatters in chunks beside the GEMMs "
-                          "(Megatron-LM's --tp-comm-overlap; needs --sequence-parallel)")
+                          "(Megatron-LM's --tp-comm-overlap; needs --sequence-parallel; in a search, on every plan "
+                          "with tp > 1 and sequence parallelism)")
     how.add_argument("--overlap-param-gather", dest="overlap_param_gather", action="store_true", default=None,
                      help="ZeRO-1/2: gather the updated weights beside the next forward (Megatron-LM's "
-                          "--overlap-param-gather) instead of after the optimizer")
+                          "--overlap-param-gather) instead of after the optimizer; in a search, on every plan with "
+                          "ZeRO 1 or 2")
     how.add_argument("--first-stage-layers", dest="first_stage_layers", type=int, metavar="N",
                      help="uneven pipeline: layers of the first stage (the middle stages share the rest)")
     how.add_argument("--last-stage-layers", dest="last_stage_layers", type=int, metavar="N",
@@ -288,6 +294,12 @@ def given_flags(args, names) -> list[str]:
     return [flag_name(name) for name in names if getattr(args, name) is not None and getattr(args, name) is not False]
 
 
+def one_plan_flags(args) -> list[str]:
+    """The strategy flags given that choose one plan (none: a search; --virtual-stages and SEARCH_WIDE's alone are
+    the search's, on every plan they fit)."""
+    return given_flags(args, [name for name in STRATEGY_FLAGS if name not in ("virtual_stages", *SEARCH_WIDE)])
+
+
 def check_flags(args) -> None:
     """Refuse values no plan can have and flags that contradict each other, before any planning."""
     for name in POSITIVE_INTS:
@@ -333,11 +345,11 @@ def check_flags(args) -> None:
                              "(or --params COUNT for model-state memory only)")
     if args.cluster is None:
         raise ValueError(f"give --cluster, the GPUs to plan for: one of {', '.join(PRESET_NAMES)}")
-    strategy = given_flags(args, [name for name in STRATEGY_FLAGS if name != "virtual_stages"])
+    strategy = one_plan_flags(args)
     if strategy and args.top is not None:
         raise ValueError(f"--top ranks the search's plans, but {', '.join(strategy)} chose one plan: "
                          f"drop --top, or the strategy flags to search")
-    if args.sequence_parallel and (args.tp or 1) == 1:
+    if args.sequence_parallel and strategy and (args.tp or 1) == 1:
         raise ValueError("--sequence-parallel needs --tp 2 or more: it splits activations across the "
                          "tensor-parallel group")
     if args.fsdp_unit is not None and args.zero != 3:

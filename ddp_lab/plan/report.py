@@ -81,7 +81,7 @@ def fold_zero_stages(plans) -> list[tuple]:
     """
     groups: dict = {}
     for plan in plans:
-        key = (plan.strategy.with_(zero=0), plan.memory, plan.time)
+        key = (plan.strategy.with_(zero=0, overlap_param_gather=False), plan.memory, plan.time)
         groups.setdefault(key, []).append(plan)
     rows = []
     for group in groups.values():

@@ -88,7 +88,8 @@ def evaluate(model, cluster, strategy: Strategy, tp_across_nodes: bool = False,
 def candidates(model, cluster, global_batch: int, micro_batches=(1, 2, 4, 8), zero=(0, 1, 2, 3),
                recompute=("none", "selective", "full"), precision: str | None = None,
                tp_across_nodes: bool = False, cp=(1,), ep=None, virtual_stages=(1, 2), attention: str = "flash",
-               fp32_grads: bool = False, checkpoint_early_stop: bool = False, flash_kernel: str = "fa2"):
+               fp32_grads: bool = False, checkpoint_early_stop: bool = False, flash_kernel: str = "fa2",
+               sequence_parallel: bool = False, tp_comm_overlap: bool = False, overlap_param_gather: bool = False):
     """Every valid Strategy: dp*tp*pp*cp = GPUs, tp divides the heads (and kv heads) and the GPUs of a
     node (unless tp_across_nodes), pp divides the layers, dp*micro_batch divides global_batch.
     Sequence parallelism is tried on and off whenever tp > 1; with pp > 1 the 1F1B schedule and
@@ -99,6 +100,8 @@ def candidates(model, cluster, global_batch: int, micro_batches=(1, 2, 4, 8), ze
     recomputation recompute as PyTorch's non-reentrant checkpoint does (Strategy.checkpoint_early_stop;
     left off for a model whose dropout or experts make that checkpoint re-run the whole layer). flash_kernel:
     the kernel every plan's flash attention runs (Strategy.flash_kernel, attention_kernels.py).
+    The framework's options, on every plan they apply to: sequence_parallel (then tried only on, wherever
+    tp > 1), tp_comm_overlap (plans with tp > 1 and sequence parallelism), overlap_param_gather (ZeRO 1 and 2).
 
     cp, ep: the context- and expert-parallel sizes to try, an int, a tuple, or "auto" (every size
     that fits: cp with 2 x cp chunks of the sequence, ep dividing the experts and dp x cp). cp
@@ -130,14 +133,16 @@ def candidates(model, cluster, global_batch: int, micro_batches=(1, 2, 4, 8), ze
                 dp = gpus // (tp * cp_size * pp)
                 for ep_size in _expert_parallel_sizes(model, ep, dp * cp_size):
                     for stage, mb, rc, sp in itertools.product(zero, micro_batches, recompute, (False, True)):
-                        if (sp and tp == 1) or global_batch % (dp * mb):
+                        if (sp and tp == 1) or global_batch % (dp * mb) or (sequence_parallel and tp > 1 and not sp):
                             continue
                         accum = global_batch // (dp * mb)
                         base = Strategy(dp=dp, tp=tp, pp=pp, zero=stage, micro_batch=mb, grad_accum=accum,
                                         sequence_parallel=sp, recompute=rc, precision=precision, cp=cp_size,
                                         ep=ep_size, attention=attention, fp32_grads=fp32_grads,
                                         flash_kernel=flash_kernel,
-                                        checkpoint_early_stop=checkpoint_early_stop and rc == "full")
+                                        checkpoint_early_stop=checkpoint_early_stop and rc == "full",
+                                        tp_comm_overlap=tp_comm_overlap and sp,
+                                        overlap_param_gather=overlap_param_gather and stage in (1, 2))
                         yield base
                         for v in virtual_stages:
                             if v > 1 and pp > 1 and not model.layers % (pp * v) and not accum % pp:
