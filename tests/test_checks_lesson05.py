@@ -3,13 +3,16 @@
 Each wrong answer below is a mistake a learner is likely to make; the test pins the part
 of the feedback that names it. The sampler check runs in this process; the accumulation
 answers that return run one after the other in one launch of 2 gloo ranks (the check's own
-runner, then its judge); one that raises runs alone through the public check (about 2 s).
+runner, then its judge), those whose ranks go apart too (the check stops them together,
+where without it they would wait for each other); one that raises runs alone through the
+public check (about 2 s).
 """
 
 from __future__ import annotations
 
 import math
 import random
+import re
 
 import numpy as np
 import pytest
@@ -163,6 +166,16 @@ def one_generator_for_all_epochs(n, world_size, rank, epoch, seed=0):
     return _pad(perm, world_size)[rank::world_size]
 
 
+def strides_by_the_count_per_rank(n, world_size, rank, epoch, seed=0):
+    """Wrong: a stride of ceil(n / world_size), the indices per rank, where it is world_size."""
+    return _pad(_perm(n, seed + epoch), world_size)[rank::math.ceil(n / world_size)]
+
+
+def drops_the_last_index(n, world_size, rank, epoch, seed=0):
+    """Wrong: one index short on every rank, where n divides (no padding is missing)."""
+    return shard_indices(n, world_size, rank, epoch, seed)[:-1]
+
+
 def test_shard_indices_accepts_right_answers(capsys):
     check_shard_indices(shard_indices)
     check_shard_indices(torch_distributed_sampler)
@@ -220,6 +233,15 @@ def test_shard_indices_accepts_right_answers(capsys):
                            r"torch\.randperm seed from 0 to 63 draws it\): DistributedSampler seeds"),
     (one_generator_for_all_epochs, r"(?s)epoch=1, seed=0\) returned .*\nHint: these are the indices of the permutation "
                                    r"number 2 drawn from ONE generator seeded with seed \(0\)"),
+    # 12 divides by 2: the stride is wrong, not the padding
+    (strides_by_the_count_per_rank,
+     r"^shard_indices\(n=12, world_size=2, rank=0, epoch=0, seed=0\) returned \[8, 2\]; .*\nHint: that is "
+     r"padded\[0::6\], the padded permutation from index 0 with a stride of 6 \(ceil\(12/2\), the number of indices "
+     r"each rank gets\): the stride is world_size \(2\), rank r takes padded\[r::world_size\]"),
+    (drops_the_last_index,
+     r"^shard_indices\(n=12, world_size=2, rank=0, epoch=0, seed=0\) returned .*\nHint: rank 0 got 5 indices \(the "
+     r"ranks \[5, 5\]\); every rank gets ceil\(12/2\) = 6: rank r takes padded\[r::world_size\] from the "
+     r"permutation padded to 12 indices\.$"),
 ])
 def test_shard_indices_rejects_wrong_answers(answer, feedback):
     state = torch.get_rng_state()
@@ -449,18 +471,165 @@ def sets_the_sync_flag(ddp_model, micro_batches):
         (F.mse_loss(ddp_model(x), y) / len(micro_batches)).backward()
 
 
+def no_sync_then_sums_by_hand(ddp_model, micro_batches):
+    """Wrong: DDP never all-reduces; the answer's own all-reduce sums over the ranks and nothing divides."""
+    with ddp_model.no_sync():
+        for x, y in micro_batches:
+            (F.mse_loss(ddp_model(x), y) / len(micro_batches)).backward()
+    for p in ddp_model.parameters():
+        dist.all_reduce(p.grad)
+
+
+def no_sync_then_divides_by_world_size_squared(ddp_model, micro_batches):
+    with ddp_model.no_sync():
+        for x, y in micro_batches:
+            (F.mse_loss(ddp_model(x), y) / len(micro_batches)).backward()
+    for p in ddp_model.parameters():
+        dist.all_reduce(p.grad)
+        p.grad /= dist.get_world_size() ** 2
+
+
+def reduces_by_hand_after_ddp(ddp_model, micro_batches):
+    """Wrong: right, then an all-reduce of its own on top of DDP's (the gradients stay right: extra traffic)."""
+    accumulate_gradients(ddp_model, micro_batches)
+    for p in ddp_model.parameters():
+        dist.all_reduce(p.grad)
+        p.grad /= dist.get_world_size()
+
+
+def reduces_a_flat_copy_after_ddp(ddp_model, micro_batches):
+    """Wrong: the same extra traffic, through one flat copy of the gradients (not p.grad itself)."""
+    accumulate_gradients(ddp_model, micro_batches)
+    flat = torch.cat([p.grad.flatten() for p in ddp_model.parameters()])
+    dist.all_reduce(flat)
+    torch.nn.utils.vector_to_parameters(flat / dist.get_world_size(), [p.grad for p in ddp_model.parameters()])
+
+
+def waits_at_a_barrier(ddp_model, micro_batches):
+    """Wrong: right, then a collective of its own that sends no gradient."""
+    accumulate_gradients(ddp_model, micro_batches)
+    dist.barrier()
+
+
+def last_synced_on_rank_0_only(ddp_model, micro_batches):
+    """Wrong: rank 1 runs the last micro-batch inside no_sync too, so rank 0's DDP all-reduce has no partner (without
+    the check's agreement, a hang)."""
+    *first, (x_last, y_last) = micro_batches
+    with ddp_model.no_sync():
+        for x, y in first:
+            (F.mse_loss(ddp_model(x), y) / len(micro_batches)).backward()
+    if dist.get_rank() == 0:
+        (F.mse_loss(ddp_model(x_last), y_last) / len(micro_batches)).backward()
+    else:
+        with ddp_model.no_sync():
+            (F.mse_loss(ddp_model(x_last), y_last) / len(micro_batches)).backward()
+
+
+def rank_1_reduces_by_hand(ddp_model, micro_batches):
+    """Wrong: rank 0 all-reduces through DDP while rank 1 all-reduces by hand."""
+    last_synced_on_rank_0_only(ddp_model, micro_batches)
+    if dist.get_rank() == 1:
+        for p in ddp_model.parameters():
+            dist.all_reduce(p.grad)
+
+
+def last_counted_twice(ddp_model, micro_batches):
+    """Wrong: every micro-batch inside no_sync, then the last again outside it."""
+    with ddp_model.no_sync():
+        for x, y in micro_batches:
+            (F.mse_loss(ddp_model(x), y) / len(micro_batches)).backward()
+    x, y = micro_batches[-1]
+    (F.mse_loss(ddp_model(x), y) / len(micro_batches)).backward()
+
+
+def forwards_without_autograd(ddp_model, micro_batches):
+    """Wrong: the forwards but the last under torch.no_grad(), so they have no backward."""
+    *first, (x_last, y_last) = micro_batches
+    with ddp_model.no_sync(), torch.no_grad():
+        for x, y in first:
+            F.mse_loss(ddp_model(x), y) / len(micro_batches)
+    (F.mse_loss(ddp_model(x_last), y_last) / len(micro_batches)).backward()
+
+
+def backward_twice_on_the_last(ddp_model, micro_batches):
+    """Wrong: the last micro-batch's graph goes backward twice (retain_graph=True)."""
+    *first, (x_last, y_last) = micro_batches
+    with ddp_model.no_sync():
+        for x, y in first:
+            (F.mse_loss(ddp_model(x), y) / len(micro_batches)).backward()
+        loss = F.mse_loss(ddp_model(x_last), y_last) / len(micro_batches)
+        loss.backward(retain_graph=True)
+    loss.backward()
+
+
+def pops_the_last(ddp_model, micro_batches):
+    """Wrong: right gradients, but the caller's list loses its last micro-batch."""
+    count = len(micro_batches)
+    x_last, y_last = micro_batches.pop()
+    with ddp_model.no_sync():
+        for x, y in micro_batches:
+            (F.mse_loss(ddp_model(x), y) / count).backward()
+    (F.mse_loss(ddp_model(x_last), y_last) / count).backward()
+
+
 ACCUMULATE_MISTAKES = [
     (sync_every_micro_batch, r"(?s)right gradients, but 3 all-reduces.*no_sync"),
-    (everything_inside_no_sync, r"(?s)no all-reduce happened.*LAST micro-batch"),
+    (everything_inside_no_sync, r"^rank 0: no all-reduce happened \(every backward ran inside `no_sync\(\)`\), so "
+                                r"every rank kept its own gradients\.\nHint: .*LAST micro-batch"),
     (loss_not_divided, r"(?s)3 times the big batch's gradient.*divide each micro-batch loss"),
     (zero_grad_every_micro_batch, r"(?s)only the last micro-batch counted"),
     (steps_inside, r"the parameters changed"),
-    (one_big_forward, r"(?s)1 forward\(s\) and 1 backward\(s\) for 3 micro-batches.*one forward and one backward per "
-                      r"micro-batch"),
-    (summed_losses_one_backward, r"(?s)3 forward\(s\) and 1 backward\(s\) for 3 micro-batches"),
+    (one_big_forward, r"^rank 0: 1 forward\(s\) and 1 backward\(s\) for 3 micro-batches\.\nHint: 1 forward\(s\) ran "
+                      r"on an input that is not one micro-batch \(15 rows: 3 micro-batches at once\): accumulation "
+                      r"runs one forward and one backward per micro-batch"),
+    (summed_losses_one_backward, r"^rank 0: 3 forward\(s\) and 1 backward\(s\) for 3 micro-batches\.\nHint: the "
+                                 r"gradients count all 3 forwards, so the 1 backward\(s\) went through them all"),
     (blank_accumulate, r"(?s)every p.grad is None: no backward ran"),
     (every_forward_past_ddp, r"(?s)no all-reduce happened: every forward ran on ddp_model\.module, past DDP"),
-    (reduces_by_hand, r"(?s)right gradients, but DDP never all-reduced"),
+    (reduces_by_hand, r"^rank 0: right gradients, but DDP never all-reduced \(every backward ran inside "
+                      r"`no_sync\(\)`\): reduces_by_hand's own 4 calls of dist\.all_reduce \(26 elements, on "
+                      r"p\.grad itself\) reduced them\.\nHint: the exercise asks for DDP's own all-reduce"),
+    # DDP never all-reduced, and the answer's own all-reduces ran with a wrong division: not 'every rank kept its own'
+    (no_sync_then_sums_by_hand,
+     r"^rank 0: DDP never all-reduced \(every backward ran inside `no_sync\(\)`\); no_sync_then_sums_by_hand's own 4 "
+     r"calls of dist\.all_reduce \(26 elements, on p\.grad itself\) ran instead, and the gradients are 2x the big "
+     r"batch's gradient\.\nHint: the exercise asks for DDP's own all-reduce, which averages over the ranks, .*run the "
+     r"LAST micro-batch's forward and backward outside `with model\.no_sync\(\):`"),
+    (no_sync_then_divides_by_world_size_squared,
+     r"^rank 0: DDP never all-reduced \(every backward ran inside `no_sync\(\)`\); .* ran instead, and the gradients "
+     r"are 1/2 of the big batch's gradient\.\nHint: the exercise asks for DDP's own all-reduce"),
+    # right gradients, DDP's one all-reduce, and the answer's own on top: the extra traffic is named
+    (reduces_by_hand_after_ddp,
+     r"^rank 0: right gradients, but besides DDP's 1 all-reduce, reduces_by_hand_after_ddp made 4 calls of "
+     r"dist\.all_reduce \(26 elements, on p\.grad itself\) of its own\.\nHint: DDP's all-reduce in the backward "
+     r"outside `no_sync\(\)` already averages every gradient"),
+    (reduces_a_flat_copy_after_ddp,
+     r"^rank 0: right gradients, but besides DDP's 1 all-reduce, reduces_a_flat_copy_after_ddp made 1 call of "
+     r"dist\.all_reduce \(26 elements\) of its own\.\nHint: "),
+    (waits_at_a_barrier, r"^rank 0: right gradients, but besides DDP's 1 all-reduce, waits_at_a_barrier made 1 call of "
+                         r"dist\.barrier of its own\.\nHint: DDP's one all-reduce is all the communication the "
+                         r"exercise asks for: leave other collectives out of waits_at_a_barrier"),
+    # one rank's DDP all-reduce without a partner: told what each rank did (it was a hang, then a send/recv hint)
+    (last_synced_on_rank_0_only,
+     r"^the ranks went apart: rank 0 started DDP's all-reduce in a backward \(its last forward: micro-batch 2\), "
+     r"rank 1 returned from last_synced_on_rank_0_only having made no DDP all-reduces\. DDP's all-reduce waits for "
+     r"the same all-reduce on every rank, so rank 0 would have waited for rank 1 forever .*\nHint: every rank must "
+     r"run the LAST micro-batch's forward and backward outside `with model\.no_sync\(\):`"),
+    (rank_1_reduces_by_hand,
+     r"^the ranks went apart: rank 0 started DDP's all-reduce in a backward \(its last forward: micro-batch 2\), "
+     r"rank 1 called dist\.all_reduce \(15 elements\)\. "),
+    # the counts say what ran: a micro-batch run twice, forwards with autograd off, a graph run backward twice
+    (last_counted_twice, r"^rank 0: 4 forward\(s\) and 4 backward\(s\) for 3 micro-batches\.\nHint: micro-batch 2 ran "
+                         r"forward 2 times \(the forwards ran on micro-batches \[0, 1, 2, 2\]\), inside `no_sync\(\)` "
+                         r"with the others and again outside it"),
+    (forwards_without_autograd, r"^rank 0: 3 forward\(s\) and 1 backward\(s\) for 3 micro-batches\.\nHint: 2 "
+                                r"forward\(s\) ran with autograd off \(torch\.no_grad\(\) or inference_mode\), on "
+                                r"micro-batch\(es\) 0, 1: they record no graph"),
+    (backward_twice_on_the_last, r"^rank 0: 3 forward\(s\) and 4 backward\(s\) for 3 micro-batches\.\nHint: 1 more "
+                                 r"backward\(s\) than forwards: a graph went backward more than once"),
+    (pops_the_last, r"^rank 0: pops_the_last changed the caller's list: micro_batches held 3 micro-batches before the "
+                    r"call and 2 after it \(the gradients are right\)\.\nHint: read the micro-batches without "
+                    r"changing the list"),
     (first_synced_not_last, r"(?s)DDP all-reduced in micro-batch \[0\] of 0..2, not in the last"),
     (forward_outside_no_sync, r"(?s)3 all-reduces for 3 micro-batches, although 2 backward\(s\) ran inside "
                               r"`no_sync\(\)`: their forward ran outside it.*Put the forward AND the backward"),
@@ -565,3 +734,16 @@ def test_an_answer_written_for_three_that_raises_with_four_is_told_why():
                                           r"\(expected 3.*\nwhile accumulating 4 micro-batches on rank \d\..*\nHint: "
                                           r"the same function ran with 3 micro-batches and raised with 4"):
         check_accumulate_gradients(unpacks_three)
+
+
+@pytest.mark.parametrize("calls, places, said", [
+    ({None}, {0: None, 1: None}, r"^every rank was still running outside torch\.distributed"),
+    ({"all_gather", None}, {0: "all_gather", 1: None},
+     r"^rank 0 waited in dist\.all_gather, where every rank tells the others which collective it makes next .* for "
+     r"rank 1, still running outside torch\.distributed"),
+])
+def test_a_hang_is_told_where_the_ranks_were_not_as_a_send_without_its_recv(calls, places, said):
+    """A hang of the accumulation check (ranks outside any torch.distributed call got the send/recv hint of lesson
+    02): its hint says what the stuck places show. Given directly: a real hang costs the check's whole timeout."""
+    hint = lesson05._hang_hint(calls, places)
+    assert re.search(said, hint) and "send" not in hint

@@ -5,7 +5,10 @@
 
 The sampler check runs in the notebook's process (one call per rank and epoch, as each
 rank would make); the accumulation check runs on 2 gloo ranks with a short timeout, each
-answer with 3 micro-batches and again with 4 (so a count written for 3 shows).
+answer with 3 micro-batches and again with 4 (so a count written for 3 shows). It counts
+DDP's all-reduces (a comm hook) and the answer's own torch.distributed calls, and before
+each of them, and when the answer returns, the ranks tell each other what they do next,
+so ranks that would wait for each other forever stop together with what each was doing.
 
 Introduced in notebooks/05-ddp-in-practice.ipynb.
 """
@@ -23,7 +26,8 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.nn import functional as F
 
 from ddp_lab.checks import CheckFailed, passed
-from ddp_lab.checks.common import (call_case, ensure_written, first_mismatch, refuse_written_divisor,
+from ddp_lab.checks.common import (POINT_TO_POINT, CaseFailed, CollectivesApart, agree_or_stop, agreeing_collectives,
+                                   call_case, ensure_written, first_mismatch, refuse_written_divisor,
                                    run_answers_on_ranks, times_of, uniform_ratio)
 
 # (dataset size, world size, epoch, seed): divisible, padded, fewer samples than ranks, fewer than
@@ -213,8 +217,7 @@ def _shard_hint(got, shards, n, world_size, rank, epoch, seed, right_at=lambda: 
                 f"as often as needed: {pad} padding indices from {n} samples, padded = (perm * "
                 f"{math.ceil(per_rank * world_size / n)})[:{per_rank * world_size}].")
     if len(got) != per_rank:
-        return (f"rank {rank} got {len(got)} indices; every rank gets ceil({n}/{world_size}) = {per_rank}: pad "
-                "the permutation with its first indices up to a multiple of world_size (drop_last=False).")
+        return _length_hint(got, shards, n, world_size, rank, padded)
     everything = sum(shards, [])
     if set(everything) != set(range(n)):
         missing = sorted(set(range(n)) - set(everything))
@@ -226,6 +229,29 @@ def _shard_hint(got, shards, n, world_size, rank, epoch, seed, right_at=lambda: 
     return ("the ranks split the data validly, but not in DistributedSampler's order: draw the permutation "
             "with torch.randperm(n, generator=torch.Generator().manual_seed(seed + epoch)), pad it with its first "
             "indices, and give rank r padded[r::world_size].")
+
+
+def _length_hint(got: list[int], shards: list[list[int]], n: int, world_size: int, rank: int,
+                 padded: list[int]) -> str:
+    """The hint for a rank that got another number of indices than ceil(n / world_size): a stride other than
+    world_size where the indices show one, missing padding where the ranks took exactly the n indices and n does not
+    divide by world_size, otherwise the lengths as they are."""
+    per_rank, lengths = math.ceil(n / world_size), [len(shard) for shard in shards]
+    stride = next((k for k in range(1, len(padded) + 1) if k != world_size and got == padded[rank::k]), None)
+    if stride is not None and len(got) > 1:
+        named = (f" (ceil({n}/{world_size}), the number of indices each rank gets)" if stride == per_rank else
+                 " (n, the number of samples)" if stride == n else "")
+        return (f"that is padded[{rank}::{stride}], the padded permutation from index {rank} with a stride of "
+                f"{stride}{named}: the stride is world_size ({world_size}), rank r takes padded[r::world_size], so "
+                f"that the ranks together take each of the {per_rank * world_size} indices once.")
+    pad = per_rank * world_size - n
+    if pad and sum(lengths) == n:
+        return (f"rank {rank} got {len(got)} indices, the ranks {lengths}: {n} in all, without the {pad} padding "
+                f"indices that make every rank's ceil({n}/{world_size}) = {per_rank}. Pad the permutation with its "
+                "first indices up to a multiple of world_size (drop_last=False).")
+    return (f"rank {rank} got {len(got)} indices (the ranks {lengths}); every rank gets ceil({n}/{world_size}) = "
+            f"{per_rank}: rank r takes padded[r::world_size] from the permutation padded to {per_rank * world_size} "
+            "indices.")
 
 
 def _permutation_hint(cut: list[int], n: int, epoch: int, seed: int, right_at) -> str:
@@ -281,10 +307,14 @@ def _data(micro_batches: int = MICRO_BATCHES) -> tuple[torch.Tensor, torch.Tenso
 
 
 def _accumulate_runner(rank: int, answers: tuple) -> list[dict]:
-    """Each answer in turn, each run on a DDP model of its own: with 3 micro-batches, then ("more") with 4."""
-    return [{**_accumulate_one(rank, accumulate_gradients),
-             "more": _accumulate_one(rank, accumulate_gradients, MORE_MICRO_BATCHES)}
-            for accumulate_gradients in answers]
+    """Each answer in turn, each run on a DDP model of its own: with 3 micro-batches, then ("more") with 4; an answer
+    whose ranks went apart with 3 ("apart") is not run again."""
+    results = []
+    for accumulate_gradients in answers:
+        first = _accumulate_one(rank, accumulate_gradients)
+        more = first if first.get("apart") else _accumulate_one(rank, accumulate_gradients, MORE_MICRO_BATCHES)
+        results.append({**first, "more": more})
+    return results
 
 
 def _raised_with_more(failure) -> str | None:
@@ -296,40 +326,151 @@ def _raised_with_more(failure) -> str | None:
     return None
 
 
+def _ranks(which: list) -> str:
+    """'rank 1' or 'ranks 0, 2'."""
+    return f"rank{'s' * (len(which) > 1)} {', '.join(map(str, which))}"
+
+
+def _hang_hint(calls: set, places: dict) -> str | None:
+    """What a hang of the accumulation check shows (run_on_ranks' timeout_hint): ranks waiting in the check's
+    agreement (`_agree`, a dist.all_gather) for ranks still in their own code, or every rank in its own code; None
+    (lesson 02's send/recv hints) where the ranks wait in the answer's own point-to-point calls."""
+    if calls - {None} and calls <= POINT_TO_POINT | {None}:
+        return None
+    waiting = [rank for rank, call in places.items() if call == "all_gather"]
+    running = [rank for rank, call in places.items() if call is None]
+    if waiting and running:
+        return (f"{_ranks(waiting)} waited in dist.all_gather, where every rank tells the others which collective "
+                f"it makes next (DDP's all-reduce or one of its own) or that it returned, for {_ranks(running)}, still "
+                "running outside torch.distributed: neither reached a collective nor returned within the timeout.")
+    if running and not waiting and len(running) == len(places):
+        return ("every rank was still running outside torch.distributed (in the answer's own code or in torch's "
+                f"computation): with {MICRO_BATCHES} micro-batches of {MICRO_SIZE} samples, accumulation takes well "
+                "under a second, so look for a loop that does not end.")
+    return ("the ranks waited for each other: every rank must make the same collectives in the same order (DDP's "
+            "all-reduce in each backward outside `no_sync()`, and any torch.distributed call of its own).")
+
+
 def run_accumulate_gradients_answers(answers: tuple, timeout: float = 30.0,
                                      name: str = "accumulate_gradients") -> list[list[dict]]:
     """Run each answer on the same 2 ranks (one launch), with 3 micro-batches and with 4; [answer][rank] -> its
-    gradients, all-reduces and flags with 3, and under "more" the same with 4."""
-    return run_answers_on_ranks(_accumulate_runner, answers, WORLD_SIZE, timeout, name, explain=_raised_with_more)
+    gradients, all-reduces (DDP's and its own collectives) and flags with 3, and under "more" the same with 4."""
+    return run_answers_on_ranks(_accumulate_runner, answers, WORLD_SIZE, timeout, name, explain=_raised_with_more,
+                                timeout_hint=_hang_hint)
+
+
+# The torch.distributed calls of an answer's own that the check counts, each with the argument that holds what the
+# rank sends (None: nothing); and what a rank does next, as it tells the other ranks (`_agree`): one of these (its
+# index), DDP's all-reduce in a backward (DDP_ALL_REDUCE), or coming back from the answer (RETURNED). Point-to-point
+# calls are not agreed on: a send pairs with the peer's recv.
+OWN_CALLS = {"all_reduce": "tensor", "all_reduce_coalesced": "tensors", "reduce": "tensor", "broadcast": "tensor",
+             "all_gather": "tensor", "all_gather_into_tensor": "input_tensor", "gather": "tensor",
+             "scatter": "scatter_list", "reduce_scatter": "input_list", "reduce_scatter_tensor": "input",
+             "all_to_all": "input_tensor_list", "all_to_all_single": "input", "all_gather_object": None,
+             "broadcast_object_list": None, "barrier": None, "send": "tensor", "recv": "tensor", "isend": "tensor",
+             "irecv": "tensor"}
+OWN_NAMES = tuple(OWN_CALLS)
+DDP_ALL_REDUCE, RETURNED = -1, -2
+
+
+def _agree(doing: int, numel: int, micro: int, ddp: int, own: int, apart: list) -> None:
+    """Every rank tells the others what it does next (`doing`: DDP_ALL_REDUCE, RETURNED or an index of OWN_NAMES)
+    with how many elements (-1: none), after a forward on which micro-batch (-1: none, or another input) and after
+    how many all-reduces of DDP's and calls of its own; where `doing` or the elements differ, `apart` gets every
+    rank's and every rank raises CollectivesApart, so ranks that would wait for each other stop together."""
+    agree_or_stop((doing, numel, micro, ddp, own), apart, lambda everyone: f"the ranks went apart: {everyone}",
+                  exempt=lambda everyone: len({tuple(mine[:2]) for mine in everyone}) == 1)
+
+
+def _numel(sent) -> int:
+    """The elements of a tensor, or of the tensors of a list, an answer sends (-1: none)."""
+    if torch.is_tensor(sent):
+        return sent.numel()
+    if isinstance(sent, (list, tuple)) and sent and all(torch.is_tensor(t) for t in sent):
+        return sum(t.numel() for t in sent)
+    return -1
 
 
 def _accumulate_one(rank: int, accumulate_gradients, micro_batches: int = MICRO_BATCHES) -> dict:
-
+    """One answer's run on this rank: its gradients, DDP's all-reduces and its own torch.distributed calls, every
+    forward (on which micro-batch, how many rows, autograd on or not, DDP's sync flag) and backward, whether it
+    stepped and whether it changed the list it was given; or {"apart": every rank's `_agree` tuple} where the ranks
+    stopped because they were about to wait for each other."""
     calls: list[int] = []
+    own: list[tuple[str, int, bool]] = []   # the answer's own calls: name, elements sent, whether into a p.grad
+    in_hook: list[bool] = []
+    apart: list = []
+    forwards: list[int | None] = []
 
-    def counting(state, bucket):  # a DDP communication hook: count, then the default all-reduce
+    def last_micro() -> int:
+        return forwards[-1] if forwards and forwards[-1] is not None else -1
+
+    def counting(state, bucket):  # a DDP communication hook: agree, count, then the default all-reduce
+        _agree(DDP_ALL_REDUCE, bucket.buffer().numel(), last_micro(), len(calls), len(own), apart)
         calls.append(1)
-        return allreduce_hook(None, bucket)
+        in_hook.append(True)
+        try:
+            return allreduce_hook(None, bucket)
+        finally:
+            in_hook.pop()
 
     model = DDP(_model())
     model.register_comm_hook(None, counting)
     # Whether sync was on (False inside no_sync) when each forward started and each backward reached
     # the first parameter: DDP reads the flag in forward, so the two can disagree.
     synced: dict[str, list[bool]] = {"forward": [], "backward": []}
-    model.register_forward_pre_hook(lambda module, args: synced["forward"].append(module.require_backward_grad_sync))
+    through_ddp: list[bool] = []
+
+    def on_ddp_forward(module, args):
+        synced["forward"].append(module.require_backward_grad_sync)
+        through_ddp.append(module.require_backward_grad_sync)
+
+    model.register_forward_pre_hook(on_ddp_forward)
     x, y = (t.chunk(WORLD_SIZE)[rank] for t in _data(micro_batches))
     micro = list(zip(x.chunk(micro_batches), y.chunk(micro_batches)))
+    given = tuple(micro)   # what the list held: the answer may change the list itself
     # every forward of the wrapped model, through DDP or past it (ddp_model.module(x), which skips DDP's sync too):
-    # the micro-batch it ran on (its index), or None for any other input (several micro-batches in one)
-    forwards: list[int | None] = []
-    model.module.register_forward_pre_hook(lambda module, args: forwards.append(next(
-        (i for i, (xs, _) in enumerate(micro) if args[0].shape == xs.shape and torch.equal(args[0], xs)), None)))
+    # the micro-batch it ran on (its index), or None for any other input (several micro-batches in one); its rows,
+    # whether autograd was on, and DDP's sync flag (None: past DDP)
+    details: list[tuple[int, bool, bool | None]] = []
+
+    def on_forward(module, args):
+        forwards.append(next((i for i, (xs, _) in enumerate(given)
+                              if args[0].shape == xs.shape and torch.equal(args[0], xs)), None))
+        details.append((len(args[0]) if torch.is_tensor(args[0]) and args[0].dim() else -1,
+                        torch.is_grad_enabled(), through_ddp.pop() if through_ddp else None))
+
+    model.module.register_forward_pre_hook(on_forward)
     next(model.parameters()).register_hook(lambda grad: synced["backward"].append(model.require_backward_grad_sync))
-    before = [p.detach().clone() for p in model.parameters()]
-    call_case(accumulate_gradients, f"accumulating {micro_batches} micro-batches on rank {rank}", model, micro)
-    return {"grads": [None if p.grad is None else p.grad.clone() for p in model.parameters()],
-            "all_reduces": len(calls), "synced": synced, "inputs": forwards,
-            "stepped": any(not torch.equal(b, p.detach()) for b, p in zip(before, model.parameters()))}
+
+    def before(name: str, arguments: dict) -> None:   # the answer's own call (DDP's, from its hook, is not)
+        if in_hook:
+            return
+        sent = arguments.get(OWN_CALLS[name]) if OWN_CALLS[name] else None
+        storages = {p.grad.untyped_storage().data_ptr() for p in model.parameters() if p.grad is not None}
+        tensors = [sent] if torch.is_tensor(sent) else [t for t in sent or () if torch.is_tensor(t)]
+        into_grad = bool(tensors) and all(t.untyped_storage().data_ptr() in storages for t in tensors)
+        if name not in POINT_TO_POINT:
+            _agree(OWN_NAMES.index(name), _numel(sent), last_micro(), len(calls), len(own), apart)
+        own.append((name, _numel(sent), into_grad))
+
+    before_params = [p.detach().clone() for p in model.parameters()]
+    try:
+        with agreeing_collectives(OWN_NAMES, before):
+            call_case(accumulate_gradients, f"accumulating {micro_batches} micro-batches on rank {rank}", model,
+                      micro)
+        result = {"grads": [None if p.grad is None else p.grad.clone() for p in model.parameters()],
+                  "all_reduces": len(calls), "own": own, "synced": synced, "inputs": forwards, "forwards": details,
+                  "stepped": any(not torch.equal(b, p.detach()) for b, p in zip(before_params, model.parameters())),
+                  "list": (len(given), len(micro), len(micro) == len(given) and all(a is b for a, b in
+                                                                                     zip(micro, given))),
+                  "apart": None}
+        _agree(RETURNED, -1, last_micro(), len(calls), len(own), apart)   # a rank that skipped a collective meets here
+    except (CaseFailed, CollectivesApart) as failure:
+        if not apart or (isinstance(failure, CaseFailed) and failure.kind != CollectivesApart.__name__):
+            raise
+        return {"apart": apart[-1]}
+    return result
 
 
 def _repeated(inputs: list) -> list[int]:
@@ -343,8 +484,9 @@ def _micro_batches(indices: list[int]) -> str:
     return f"micro-batches {', '.join(map(str, indices[:-1]))} and {indices[-1]}"
 
 
-def _reference(micro_batches: int = MICRO_BATCHES) -> dict[str, list[torch.Tensor]]:
-
+def _reference(micro_batches: int = MICRO_BATCHES) -> dict[str, list]:
+    """The gradients a run with `micro_batches` per rank is compared with: "big batch" (the right ones), "last only"
+    (every rank's last micro-batch alone, all-reduced) and "own" (per rank, its own micro-batches, not all-reduced)."""
     x, y = _data(micro_batches)
     out = {}
     model = _model()
@@ -356,6 +498,11 @@ def _reference(micro_batches: int = MICRO_BATCHES) -> dict[str, list[torch.Tenso
         ys = y.chunk(WORLD_SIZE)[rank].chunk(micro_batches)[-1]
         (F.mse_loss(last(xs), ys) / (micro_batches * WORLD_SIZE)).backward()
     out["last only"] = [p.grad.clone() for p in last.parameters()]
+    out["own"] = []   # each rank's own gradient, not all-reduced: the mean loss over its micro-batches
+    for rank in range(WORLD_SIZE):
+        own = _model()
+        F.mse_loss(own(x.chunk(WORLD_SIZE)[rank]), y.chunk(WORLD_SIZE)[rank]).backward()
+        out["own"].append([p.grad.clone() for p in own.parameters()])
     return out
 
 
@@ -364,8 +511,9 @@ def check_accumulate_gradients(accumulate_gradients, timeout: float = 30.0) -> N
 
     On every rank, `micro_batches` is a list of (x, y); afterwards every p.grad must equal the
     gradient of `F.mse_loss` over the big batch made of all ranks' micro-batches, with one
-    all-reduce in total (all but the last backward inside `ddp_model.no_sync()`), and no
-    optimizer step: with 3 micro-batches, then again with 4.
+    all-reduce in total, DDP's own (all but the last backward inside `ddp_model.no_sync()`, and
+    no collective call of the answer's own), no optimizer step, and the list left as it was
+    given: with 3 micro-batches, then again with 4.
 
     Introduced in notebooks/05-ddp-in-practice.ipynb.
     """
@@ -380,18 +528,133 @@ def check_accumulate_gradients(accumulate_gradients, timeout: float = 30.0) -> N
 def judge_accumulate_gradients(name: str, results: list[dict]) -> str:
     """The ✓ line for one answer's results on every rank (`run_accumulate_gradients_answers`), or CheckFailed naming
     its mistake: the run with 3 micro-batches is judged first, then the run with 4."""
-    _judge_run(results, MICRO_BATCHES)
+    _judge_run(results, MICRO_BATCHES, name=name)
     try:
-        _judge_run([result["more"] for result in results], MORE_MICRO_BATCHES, right_with=MICRO_BATCHES)
+        _judge_run([result["more"] for result in results], MORE_MICRO_BATCHES, right_with=MICRO_BATCHES, name=name)
     except CheckFailed as failure:
         raise CheckFailed(f"with {MORE_MICRO_BATCHES} micro-batches (with {MICRO_BATCHES} all was right), "
                           f"{failure}") from None
-    return f"{name}: {MICRO_BATCHES} micro-batches == one big batch, with 1 all-reduce instead of {MICRO_BATCHES}"
+    # what ran on rank 0: DDP's all-reduces and the answer's own collectives (none, in a run judged right)
+    ran = results[0]["all_reduces"] + len(results[0]["own"])
+    return (f"{name}: {MICRO_BATCHES} micro-batches == one big batch, with {ran} all-reduce{'s' * (ran != 1)} "
+            f"instead of {MICRO_BATCHES}")
 
 
-def _judge_run(results: list[dict], count: int, right_with: int | None = None) -> None:
+def _apart_feedback(everyone: list, name: str) -> None:
+    """CheckFailed saying what each rank was about to do when the ranks went apart (`_agree`), and what that shows."""
+    def did(doing, numel, micro, ddp, own) -> str:
+        if doing == DDP_ALL_REDUCE:
+            after = f" (its last forward: micro-batch {micro})" if micro >= 0 else ""
+            return f"started DDP's all-reduce in a backward{after}"
+        if doing == RETURNED:
+            return (f"returned from {name} having made {ddp or 'no'} DDP all-reduce{'s' * (ddp != 1)}"
+                    + (f" and {own} call(s) of its own" if own else ""))
+        return f"called dist.{OWN_NAMES[doing]}" + (f" ({numel} elements)" if numel >= 0 else "")
+
+    said = ", ".join(f"rank {rank} {did(*mine)}" for rank, mine in enumerate(everyone))
+    syncing = [rank for rank, mine in enumerate(everyone) if mine[0] == DDP_ALL_REDUCE]
+    if syncing and len(syncing) < len(everyone):
+        others = [rank for rank in range(len(everyone)) if rank not in syncing]
+        raise CheckFailed(f"the ranks went apart: {said}. DDP's all-reduce waits for the same all-reduce on every "
+                          f"rank, so {_ranks(syncing)} would have waited for {_ranks(others)} forever (the check "
+                          "stopped them).\nHint: every rank must run the LAST micro-batch's forward and backward "
+                          "outside `with model.no_sync():`, and the others inside it: the same on every rank.")
+    raise CheckFailed(f"the ranks' collectives did not pair up: {said} (the check stopped them before they waited "
+                      "for each other).\nHint: every rank must make the same collectives, in the same order, with "
+                      "tensors of the same size.")
+
+
+def _grads_are(grads: list, want: list) -> str:
+    """What a rank's gradients are, in words: 'right', '2x the big batch's gradient', or how they differ."""
+    if any(grad is None for grad in grads):
+        return "None for some parameters"
+    if all(torch.allclose(grad, w, atol=1e-6) for grad, w in zip(grads, want)):
+        return "right"
+    ratio = uniform_ratio(torch.cat([g.flatten() for g in grads]), torch.cat([w.flatten() for w in want]))
+    if ratio is not None:
+        return f"{times_of(ratio)} the big batch's gradient"
+    return "not the big batch's gradient, nor a multiple of it"
+
+
+def _own_calls(own: list) -> str:
+    """The answer's own torch.distributed calls in words: '4 calls of dist.all_reduce (26 elements, on p.grad
+    itself)'."""
+    parts = []
+    for call in dict.fromkeys(name for name, _, _ in own):
+        mine = [(numel, into_grad) for name, numel, into_grad in own if name == call]
+        elements = sum(numel for numel, _ in mine if numel > 0)
+        what = [f"{elements} elements"] if elements else []
+        what += ["on p.grad itself"] if all(into_grad for _, into_grad in mine) else []
+        parts.append(f"{len(mine)} call{'s' * (len(mine) != 1)} of dist.{call}"
+                     + (f" ({', '.join(what)})" if what else ""))
+    return " and ".join(parts)
+
+
+def _why_no_sync(got: dict) -> str:
+    """Why DDP never all-reduced in a run, from the forwards and backwards it saw."""
+    if got["inputs"] and not got["synced"]["forward"]:
+        return "every forward ran on ddp_model.module, past DDP"
+    if True not in got["synced"]["backward"]:
+        return "every backward ran inside `no_sync()`"
+    if True not in got["synced"]["forward"]:
+        return "a backward ran outside `no_sync()`, but every forward through DDP inside it"
+    return "no backward made DDP's all-reduce"
+
+
+def _count_feedback(got: dict, count: int, right_with: int | None, grads_right: bool) -> str:
+    """What a run with another number of forwards or backwards than micro-batches shows, and the hint."""
+    inputs, details = got["inputs"], got["forwards"]
+    forwards, backwards = len(inputs), len(got["synced"]["backward"])
+    skipped, repeated = [i for i in range(count) if i not in inputs], _repeated(inputs)
+    one_each = ("accumulation runs one forward and one backward per micro-batch, so only one micro-batch's "
+                "activations are alive at a time (the point when the whole batch does not fit)")
+    if right_with is not None and forwards == backwards:
+        return (f"the run with {right_with} micro-batches had one forward and one backward for each: the loop stops at "
+                "a number written in the code (a range, a slice, an index) where len(micro_batches) decides it.")
+    no_grad = [i for i, (_, enabled, _) in zip(inputs, details) if not enabled]
+    if no_grad:
+        which = ", ".join("another input" if i is None else str(i) for i in no_grad)
+        return (f"{len(no_grad)} forward(s) ran with autograd off (torch.no_grad() or inference_mode), on "
+                f"micro-batch(es) {which}: they record no graph, so no backward adds their gradients. Every "
+                "micro-batch needs a forward with autograd on and a backward of its own; `no_sync()` alone is what "
+                "keeps DDP from all-reducing.")
+    several = [rows for i, (rows, _, _) in zip(inputs, details) if i is None]
+    if several:
+        shown = ", ".join(f"{rows} rows" + (f": {rows // MICRO_SIZE} micro-batches at once" if rows > MICRO_SIZE
+                                             and rows % MICRO_SIZE == 0 else "") for rows in several)
+        return (f"{len(several)} forward(s) ran on an input that is not one micro-batch ({shown}): {one_each}; one "
+                "forward of several micro-batches holds all their activations at once.")
+    if backwards > forwards:
+        return (f"{backwards - forwards} more backward(s) than forwards: a graph went backward more than once "
+                f"(retain_graph=True). {one_each[0].upper()}{one_each[1:]}.")
+    if backwards < forwards and grads_right:
+        return (f"the gradients count all {forwards} forwards, so the {backwards} backward(s) went through them all: "
+                f"losses were added up before a backward, which keeps every micro-batch's activations alive until "
+                f"it runs. {one_each[0].upper()}{one_each[1:]}.")
+    if forwards == backwards and (skipped or repeated):
+        if skipped:
+            others = (f"{_micro_batches(repeated)} ran more than once" if repeated else
+                      "the others ran one forward and one backward each")
+            return (f"micro-batch{'es' if len(skipped) > 1 else ''} {skipped} of 0..{count - 1} never ran forward; "
+                    f"{others}. Every micro-batch is part of the big batch: loop over all of micro_batches.")
+        times = ", ".join(f"{inputs.count(i)} times" for i in repeated)
+        ran = f"{_micro_batches(repeated)} ran forward {times} (the forwards ran on micro-batches {inputs})"
+        last = count - 1
+        flags = [sync for i, (_, _, sync) in zip(inputs, details) if i == last]
+        if repeated == [last] and False in flags and True in flags:
+            return (f"{ran}, inside `no_sync()` with the others and again outside it: every micro-batch is part of "
+                    "the big batch once, so run the LAST one only once, outside `no_sync()`.")
+        return f"{ran}: every micro-batch is part of the big batch once."
+    return f"{one_each}: every micro-batch once, each with its own forward and backward."
+
+
+def _judge_run(results: list[dict], count: int, right_with: int | None = None,
+               name: str = "accumulate_gradients") -> None:
     """CheckFailed at the first thing a run with `count` micro-batches got wrong on some rank. `right_with`: the
     number of micro-batches of a run of the same answer that was right (evidence for a count written in the code)."""
+    apart = next((got["apart"] for got in results if got.get("apart")), None)
+    if apart:
+        _apart_feedback(apart, name)
     reference = _reference(count)
     names = [n for n, _ in _model().named_parameters()]
     for rank in range(WORLD_SIZE):
@@ -405,26 +668,41 @@ def _judge_run(results: list[dict], count: int, right_with: int | None = None) -
             raise CheckFailed(f"rank {rank}: every p.grad is None: no backward ran.\nHint: run forward and "
                               "backward on each micro-batch's loss.")
         forwards, backwards = len(got["inputs"]), len(got["synced"]["backward"])
+        grads = _grads_are(got["grads"], reference["big batch"])
         if forwards != count or backwards != count:
-            hint = ("accumulation runs one forward and one backward per micro-batch, so only one micro-batch's "
-                    "activations are alive at a time (the point when the whole batch does not fit); one forward of "
-                    "the whole batch, or one backward of the summed losses, holds them all at once.")
-            skipped = [i for i in range(count) if i not in got["inputs"]]
-            if right_with is not None and forwards == backwards:
-                hint = (f"the run with {right_with} micro-batches had one forward and one backward for each: the loop "
-                        "stops at a number written in the code (a range, a slice, an index) where len(micro_batches) "
-                        "decides it.")
-            elif forwards == backwards < count and None not in got["inputs"] and skipped:
-                repeated = _repeated(got["inputs"])
-                others = (f"{_micro_batches(repeated)} ran more than once" if repeated else
-                          "the others ran one forward and one backward each")
-                hint = (f"micro-batch{'es' if len(skipped) > 1 else ''} {skipped} of 0..{count - 1} never ran "
-                        f"forward; {others}. Every micro-batch is part of the big batch: loop over all of "
-                        "micro_batches.")
+            counted = grads == "right" or _grads_are(got["grads"], reference["own"][rank]) == "right"
             raise CheckFailed(f"rank {rank}: {forwards} forward(s) and {backwards} backward(s) for "
-                              f"{count} micro-batches.\nHint: {hint}")
-        if got["all_reduces"] == 0 and all(torch.allclose(grad, want, atol=1e-6) for grad, want in
-                                           zip(got["grads"], reference["big batch"])):
+                              f"{count} micro-batches.\nHint: {_count_feedback(got, count, right_with, counted)}")
+        if got["own"] and got["all_reduces"] == 0:
+            said = (f"right gradients, but DDP never all-reduced ({_why_no_sync(got)}): {name}'s own "
+                    f"{_own_calls(got['own'])} reduced them" if grads == "right" else
+                    f"DDP never all-reduced ({_why_no_sync(got)}); {name}'s own {_own_calls(got['own'])} ran "
+                    f"instead, and the gradients are {grads}")
+            raise CheckFailed(f"rank {rank}: {said}.\nHint: the exercise asks for DDP's own all-reduce, which "
+                              "averages over the ranks, overlapped with the last backward: run the LAST micro-batch's "
+                              "forward and backward outside `with model.no_sync():`, and make no collective call of "
+                              "your own.")
+        if got["own"]:
+            ddp = f"DDP's {got['all_reduces']} all-reduce{'s' * (got['all_reduces'] != 1)}"
+            said = (f"right gradients, but besides {ddp}, {name} made {_own_calls(got['own'])} of its own" if
+                    grads == "right" else
+                    f"besides {ddp}, {name} made {_own_calls(got['own'])} of its own, and the gradients are {grads}")
+            # gradients sent: p.grad itself, or a tensor of more than one element (a copy); not a barrier or a loss
+            hint = ("DDP's all-reduce in the backward outside `no_sync()` already averages every gradient over the "
+                    "ranks: that one all-reduce is all the communication the exercise asks for, so make no collective "
+                    "call of your own." if any(into_grad or numel > 1 for _, numel, into_grad in got["own"]) else
+                    f"DDP's one all-reduce is all the communication the exercise asks for: leave other collectives "
+                    f"out of {name} (the caller can make them after it).")
+            raise CheckFailed(f"rank {rank}: {said}.\nHint: {hint}")
+        given, after, same = got["list"]
+        if not same:
+            changed = f"{given} micro-batches before the call and {after} after it" if given != after else (
+                "the same number of micro-batches after the call, but not the same ones")
+            raise CheckFailed(f"rank {rank}: {name} changed the caller's list: micro_batches held {changed} (the "
+                              f"gradients are {grads}).\nHint: read the micro-batches without changing the list, "
+                              "which the caller may use after the call: micro_batches[-1], or "
+                              "`*first, last = micro_batches`.")
+        if got["all_reduces"] == 0 and grads == "right":
             raise CheckFailed(f"rank {rank}: right gradients, but DDP never all-reduced: every backward ran inside "
                               "`no_sync()` and the gradients were reduced another way.\nHint: let DDP's own "
                               "all-reduce do it, overlapped with the last backward: run the LAST micro-batch outside "
@@ -441,8 +719,10 @@ def _judge_run(results: list[dict], count: int, right_with: int | None = None) -
                                   "the next backward all-reduces (no_sync turns off the flag that DDP's forward "
                                   "reads), so run the LAST micro-batch's forward and backward both outside "
                                   "`with model.no_sync():`.")
-            raise CheckFailed(f"rank {rank}: no all-reduce happened, so every rank kept its own gradients.\n"
-                              "Hint: the LAST micro-batch's backward must run outside `with model.no_sync():`.")
+            kept = ("so every rank kept its own gradients" if _grads_are(got["grads"], reference["own"][rank]) ==
+                    "right" else f"and the gradients are {grads}")
+            raise CheckFailed(f"rank {rank}: no all-reduce happened ({_why_no_sync(got)}), {kept}."
+                              "\nHint: the LAST micro-batch's backward must run outside `with model.no_sync():`.")
         for index, param_name in enumerate(names):
             grad, want = got["grads"][index], reference["big batch"][index]
             where = f"rank {rank}, gradient of {param_name!r}"
