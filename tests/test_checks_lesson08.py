@@ -2,12 +2,14 @@
 
 Each wrong answer below is a mistake a learner is likely to make; the test pins the part of
 the feedback that names it (the rank, the element, the mistake). The answers that return run one
-after the other in one launch of 2 gloo ranks per exercise (`run_*_answers`), each judged alone
-(`judge_*`) as the public check judges its one answer; an answer that raises ends its launch, so
-each of those runs alone through the public check.
+after the other in one launch per exercise (`run_*_answers`: 2 gloo ranks; for row_parallel_forward,
+2 ranks then 3), each judged alone (`judge_*`) as the public check judges its one answer; an answer
+that raises ends its launch, so each of those runs alone through the public check.
 """
 
 from __future__ import annotations
+
+import re
 
 import pytest
 import torch
@@ -182,6 +184,67 @@ def in_float64(x_local, linear, rank, world_size):
     return partial + linear.bias.double()
 
 
+def shard_halves_from_the_shapes(x_local, linear, rank, world_size):
+    """Halves of the weight, the width from the shapes: right on 2 ranks only (on 3, rank 1 and 2 take 6 columns)."""
+    half = linear.in_features // world_size
+    shard = linear.weight[:, :half] if rank == 0 else linear.weight[:, half:]
+    partial = x_local @ shard.T
+    dist.all_reduce(partial)
+    return partial + linear.bias
+
+
+def swaps_partials_with_the_other_rank(x_local, linear, rank, world_size):
+    """An all-reduce by hand with "the other rank": right on 2 ranks; on 3, rank 2's peer is -1."""
+    partial = x_local @ linear.weight.chunk(world_size, dim=1)[rank].T
+    other = torch.empty_like(partial)
+    req = dist.isend(partial, 1 - rank)
+    dist.recv(other, 1 - rank)
+    req.wait()
+    return partial + other + linear.bias
+
+
+def shards_the_callers_layer(x_local, linear, rank, world_size):
+    """The right output, but the caller's nn.Linear now holds this rank's shard."""
+    linear.weight.data = linear.weight.data.chunk(world_size, dim=1)[rank]
+    partial = x_local @ linear.weight.T
+    dist.all_reduce(partial)
+    return partial + linear.bias
+
+
+def adds_the_previous_ranks_partial(x_local, linear, rank, world_size):
+    """One step of a ring, the previous rank's partial added: the sum of all of them on 2 ranks, of 2 of 3 on 3."""
+    partial = x_local @ linear.weight.chunk(world_size, dim=1)[rank].T
+    other = torch.empty_like(partial)
+    req = dist.isend(partial, (rank + 1) % world_size)
+    dist.recv(other, (rank - 1) % world_size)
+    req.wait()
+    return partial + other + linear.bias
+
+
+def sends_its_partial_to_every_rank(x_local, linear, rank, world_size):
+    """An all-reduce by hand that holds for any number of ranks: right outputs, send/recv instead of all_reduce."""
+    partial = x_local @ linear.weight.chunk(world_size, dim=1)[rank].T
+    total = partial.clone()
+    requests = [dist.isend(partial, peer) for peer in range(world_size) if peer != rank]
+    for peer in range(world_size):
+        if peer != rank:
+            other = torch.empty_like(partial)
+            dist.recv(other, peer)
+            total += other
+    for request in requests:
+        request.wait()
+    return total + linear.bias
+
+
+def first_block_or_the_second(x_local, linear, rank, world_size):
+    """Rank 0's columns, or else the second block: right on 2 ranks; on 3, rank 2 multiplies by rank 1's columns."""
+    width = x_local.shape[-1]
+    shard = linear.weight[:, :width] if rank == 0 else linear.weight[:, width:2 * width]
+    partial = x_local @ shard.T
+    dist.all_reduce(partial)
+    return partial + linear.bias
+
+
 def row_stub(x_local, linear, rank, world_size):
     raise NotImplementedError("my shard is linear.weight.chunk(world_size, dim=1)[rank]")
 
@@ -209,6 +272,23 @@ ROW_MISTAKES = [   # answers that return (not raise): they run one after the oth
     (shard_start_written, r"^rank 0, output\[0, 0, 0\] of nn.Linear\(12, 10\) \(x_local of shape \(3, 5, 6\)\): got "
                           r".*, expected .*; right for nn.Linear\(8, 6\)\.\nHint: rank 1's shard starts at column 4 "
                           r"of linear.weight, where it does for nn.Linear\(8, 6\)"),
+    (shards_the_callers_layer, r"^rank 0: the output is right, but shards_the_callers_layer changed the caller's "
+                               r"layer: linear.weight is now a tensor of shape \(6, 4\) and dtype torch.float32, "
+                               r"where the caller's was of shape \(6, 8\)\..*\nHint: take the shard into a tensor of "
+                               r"your own"),
+    # right on 2 ranks, run on 3 too (same launch): what the second run shows is named, after the first run's verdict
+    (adds_the_previous_ranks_partial, r"^rank 0: the output is right, but adds_the_previous_ranks_partial called "
+                                      r"dist.isend, dist.recv; .* It exchanged the partial outputs with send/recv "
+                                      r"and summed them itself: an all-reduce by hand, which holds for this pair of "
+                                      r"ranks only: on 3 ranks \(the check's second run\) rank 0's output is "
+                                      r"wrong\.\nHint: "),
+    (sends_its_partial_to_every_rank, r"^rank 0: the output is right, but sends_its_partial_to_every_rank called "
+                                      r"dist.isend, dist.recv; .* an all-reduce by hand \(its outputs are right on 3 "
+                                      r"ranks too\), where the layer's one collective is dist.all_reduce\.\nHint: "),
+    (first_block_or_the_second, r"^rank 0, output\[0, 0, 0\] of nn.Linear\(9, 7\) on 3 ranks: got .*, expected "
+                                r".*\.\nOn 2 ranks \(the check's first run\) every rank was right; this is its second "
+                                r"run, on 3 ranks: .*\nHint: rank 2 multiplied its x_local by columns 3 to 5 of "
+                                r"linear.weight, but its 3 input features are columns 6 to 8"),
 ]
 
 
@@ -232,7 +312,8 @@ def row_results():
 
 @pytest.mark.parametrize("answer", ROW_RIGHT, ids=[answer.__name__ for answer in ROW_RIGHT])
 def test_row_parallel_forward_accepts_right_answers_the_solution_does_not_cover(answer, row_results):
-    assert lesson08.judge_row(answer.__name__, row_results[answer]).startswith(f"{answer.__name__}: every rank")
+    said = lesson08.judge_row(answer.__name__, row_results[answer])
+    assert said.startswith(f"{answer.__name__}: every rank") and said.endswith("nn.Linear(9, 7) on 3 ranks")
 
 
 @pytest.mark.parametrize("answer, feedback", ROW_MISTAKES, ids=[answer.__name__ for answer, _ in ROW_MISTAKES])
@@ -264,6 +345,20 @@ def test_row_parallel_forward_names_wrong_outputs(answer, feedback, row_results)
     (shard_halves_written, r"(?s)^rank \d: shard_halves_written raised RuntimeError: .*\(15x6 and [48]x10\).*while "
                            r"computing a row-parallel nn.Linear\(12, 10\).*Hint: x_local has 6 features here, but the "
                            r"shard of linear.weight you multiplied it by has [48] columns"),
+    # right on 2 ranks; on 3 (the check's second run) ranks 1 and 2 multiply by all 6 columns after rank 0's
+    (shard_halves_from_the_shapes, r"(?s)^rank [12]: shard_halves_from_the_shapes raised RuntimeError: .*\(15x3 and "
+                                   r"6x7\)\nwhile computing a row-parallel nn.Linear\(9, 7\) on rank [12] of 3 .*\n"
+                                   r"On 2 ranks \(the check's first run\) every rank returned linear\(x\); this is "
+                                   r"its second run, on 3 ranks\.\nHint: on rank [12] of 3, x_local has 3 features, "
+                                   r"but the shard of linear.weight you multiplied it by has 6 columns: as many as all "
+                                   r"the columns after rank 0's \(3 to 8\)"),
+    # right on 2 ranks; on 3, rank 2's "other rank" is -1: stopped at once, where torch would wait until the timeout
+    (swaps_partials_with_the_other_rank, r"(?s)^rank 2: swaps_partials_with_the_other_rank raised StrayPeer: "
+                                         r"dist.isend with peer -1, which is no rank of the 3 .*req = dist.isend\("
+                                         r"partial, 1 - rank\).*\nOn 2 ranks \(the check's first run\) every rank "
+                                         r"returned linear\(x\); this is its second run, on 3 ranks\.\nHint: a "
+                                         r"send/recv exchange between ranks is an all-reduce by hand, which holds for "
+                                         r"this pair of ranks only"),
 ])
 def test_row_parallel_forward_rejects_wrong_answers(answer, feedback):
     with pytest.raises(CheckFailed, match=feedback):
@@ -271,7 +366,7 @@ def test_row_parallel_forward_rejects_wrong_answers(answer, feedback):
 
 
 def test_row_parallel_forward_refuses_a_written_number_of_shards_before_any_rank_starts(monkeypatch):
-    monkeypatch.setattr(lesson08, "run_answers_on_ranks", None)   # starting ranks would raise TypeError
+    monkeypatch.setattr(lesson08, "run_on_ranks", None)   # starting ranks would raise TypeError
     with pytest.raises(CheckFailed, match=r"^chunks_into_two splits a tensor into 2, a number written in the code "
                                           r"\(`partial = x_local @ linear.weight.chunk\(2, dim=1\)\[rank\].T`\)\.\n"
                                           r"Hint: split into world_size, the argument"):
@@ -280,6 +375,20 @@ def test_row_parallel_forward_refuses_a_written_number_of_shards_before_any_rank
                                           r"code \(`width = linear\.in_features // 2`\)\.\nHint: divide by "
                                           r"world_size, the argument: the same function must work for 2 or 64"):
         check_row_parallel_forward(width_over_two)
+
+
+@pytest.mark.parametrize("calls, places, said", [
+    # rank 2 exists only in the run on 3 ranks: an exchange that paired the 2 ranks up leaves it waiting there
+    ({"recv"}, {2: "recv"}, r"^the ranks wait in dist.recv: an all-reduce by hand with send/recv, which holds for "
+                            r"this pair of ranks only: on 3 ranks \(the check's second run\) rank 2 waits for a peer "
+                            r"that never answers\. A row-parallel layer needs no send/recv"),
+    ({"send"}, {0: "send", 1: "send"}, r"^the ranks wait in dist.send: an all-reduce by hand with send/recv, where "
+                                       r"every send needs a matching recv on its peer\. A row-parallel layer"),
+    ({"all_reduce"}, {0: "all_reduce"}, r"^dist.all_reduce completes only when every rank calls it"),
+])
+def test_row_parallel_forward_says_where_a_hang_with_send_and_recv_waits(calls, places, said):
+    """Given directly (`common.timeout_message` passes the stuck places): a real hang costs the check's timeout."""
+    assert re.search(said, lesson08._row_hang_hint(calls, places))
 
 
 def test_row_parallel_forward_stops_a_deadlock():

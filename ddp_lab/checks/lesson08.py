@@ -5,10 +5,13 @@
 
 Each runs the answer on 2 gloo ranks with a short timeout, so a deadlock ends with a
 message instead of a hang, and compares every rank's result with one process computing
-the same layer unsplit (for row_parallel_forward, two layers of different sizes in turn).
-`run_*_answers` runs several answers in one launch and `judge_*` turns one answer's results
-into feedback: the checks are the two in a row, tests batch answers. The
-package's own f (`CopyToModelParallelRegion`), passed, subclassed or called, is refused.
+the same layer unsplit (for row_parallel_forward, two layers of different sizes in turn,
+then, in the same launch and only if every output on 2 ranks was right, a third layer on
+3 ranks, judged after the 2 ranks: code written for 2 ranks fails there, a send/recv to
+"the other rank" included). `run_*_answers` runs several answers in one launch and
+`judge_*` turns one answer's results into feedback: the checks are the two in a row, tests
+batch answers. The package's own f (`CopyToModelParallelRegion`), passed, subclassed or
+called, is refused.
 
 Introduced in notebooks/08-tensor-parallelism.ipynb.
 """
@@ -26,19 +29,24 @@ import torch.nn.functional as F
 import torch.distributed as dist
 
 from ddp_lab.checks import CheckFailed, passed
-from ddp_lab.checks.common import (FORBIDDEN, answer_of, call_case, describe, ensure_written, first_mismatch,
-                                   package_answer_used, refuse_written_divisor, refuse_written_split,
-                                   run_answers_on_ranks, watching_calls)
+from ddp_lab.checks.common import (FORBIDDEN, POINT_TO_POINT, answer_of, call_case, describe, ensure_written,
+                                   first_mismatch, groups_of, judge_in_order, library_of, package_answer_used,
+                                   parse_frames, refuse_written_divisor, refuse_written_split, run_answers_on_ranks,
+                                   run_on_ranks, watching_calls, with_a_note)
 from ddp_lab.course.tensor_parallel.communications import (CopyToModelParallelRegion, copy_to_model_parallel_region,
                                                            reduce_from_model_parallel_region)
-from ddp_lab.instruments.collectives import replacing_dist_calls, watching_collectives
+from ddp_lab.instruments.collectives import call_arguments, replacing_dist_calls
 from torch.utils._python_dispatch import TorchDispatchMode
 
 WORLD_SIZE = 2
 IN_FEATURES, OUT_FEATURES = 8, 6  # not square: slicing the wrong dimension of the weight fails loudly
-# row_parallel_forward's layers, (in_features, out_features): the first, then a wider one, where a shard cut with the
-# first one's numbers written in (4 columns, starting at rank * 4) has the wrong width or place
+# row_parallel_forward's layers on the exercise's 2 ranks, (in_features, out_features): the first, then a wider
+# one, where a shard cut with the first one's numbers written in (4 columns, from rank * 4) has the wrong width or place
 ROW_LAYERS = ((IN_FEATURES, OUT_FEATURES), (12, 10))
+# Then, in the same launch (`common.groups_of`), on 3 ranks: code written for 2 (the shard as the first or the second
+# half of the weight, the other rank as 1 - rank) fails there. 9 features, 3 a rank: a width no layer on 2 ranks has.
+SECOND_SIZE = 3
+ROW_RUNS = {WORLD_SIZE: ROW_LAYERS, SECOND_SIZE: ((9, 7),)}   # {world size: its layers}, in the order run and judged
 
 
 HANG_HINT = ("dist.all_reduce completes only when every rank calls it: call it on every rank "
@@ -49,9 +57,10 @@ def _where(index: tuple) -> str:
     return "[" + ", ".join(str(i) for i in index) + "]"
 
 
-def _mismatch(rank: int, what: str, got: torch.Tensor, want: torch.Tensor) -> str:
+def _mismatch(rank: int, what: str, got: torch.Tensor, want: torch.Tensor, of: str = "") -> str:
+    """'rank 0, output[0, 0, 0]{of}: got ..., expected ...' at the first element that differs."""
     index = first_mismatch(got, want)
-    return (f"rank {rank}, {what}{_where(index)}: got {got[index].item():.4f}, "
+    return (f"rank {rank}, {what}{_where(index)}{of}: got {got[index].item():.4f}, "
             f"expected {want[index].item():.4f}")
 
 
@@ -73,18 +82,65 @@ def _layer(in_features: int, out_features: int) -> str:
     return f"nn.Linear({in_features}, {out_features})"
 
 
-# The collectives a row-parallel answer might call, and where each takes what this rank sends (watching_collectives)
-ROW_COLLECTIVES = {"all_reduce": (0, "tensor"), "all_gather": (0, "tensor_list"), "reduce": (0, "tensor"),
-                   "all_gather_into_tensor": (0, "output_tensor"), "broadcast": (0, "tensor"),
-                   "reduce_scatter": (0, "output")}
+POINT_TO_POINT_CALLS = ("send", "isend", "recv", "irecv")   # what `_recording` records of common.POINT_TO_POINT
+# torch's own, whose signatures bind what an answer passes (a stand-in in their place may take *args, **kwargs)
+_TORCH_POINT_TO_POINT = {name: getattr(dist, name) for name in POINT_TO_POINT_CALLS}
 
 
-def _row_runner(rank: int, answers: tuple) -> list[dict]:
-    results = []
-    for row_parallel_forward in answers:
-        layers = [_row_layer(rank, row_parallel_forward, *shape) for shape in ROW_LAYERS]
-        results.append({**layers[0], "others": layers[1:]})
+class StrayPeer(ValueError):
+    """Raised inside a rank, by the check (`_stopping_stray_peers`), for a send or recv whose peer is no rank of the
+    group: torch would wait for it until the launch's timeout (an exchange with "the other rank", 1 - rank, on 3)."""
+
+
+def _stopping_stray_peers():
+    """Inside a rank: make a send or recv of the default group with a peer outside 0 .. world_size - 1 raise StrayPeer
+    at once, instead of waiting for a rank that does not exist (a context manager)."""
+    def make(name):
+        def wrap(original):
+            def call(*args, **kwargs):
+                given = call_arguments(_TORCH_POINT_TO_POINT[name], args, kwargs) or {}
+                # batch_isend_irecv passes the default group and the peer as group_dst or group_src
+                peers = [given.get(key) for key in ("dst", "src", "group_dst", "group_src")]
+                peer = next((peer for peer in peers if peer is not None), None)
+                world_size, group = dist.get_world_size(), given.get("group")
+                if (group is None or group is dist.group.WORLD) and type(peer) is int and not 0 <= peer < world_size:
+                    raise StrayPeer(f"dist.{name} with peer {peer}, which is no rank of the {world_size} (0 to "
+                                    f"{world_size - 1}): torch would wait for it until the timeout, so the check "
+                                    "stopped the call")
+                return original(*args, **kwargs)
+            return call
+        return wrap
+    return replacing_dist_calls({name: make(name) for name in POINT_TO_POINT_CALLS})
+
+
+def _row_runner(rank: int, answers: tuple) -> dict[int, list[list[dict] | None]]:
+    """In a rank launched with init_process_group=False: every answer on a default group of each world size of
+    ROW_RUNS this rank belongs to, 2 ranks first (`common.groups_of`), for each of that size's layers in turn:
+    {world size: [answer] -> [layer] -> `_row_layer`'s record}. After the first run, only the answers whose every
+    output there was right on every rank run (None for the others): an answer wrong on 2 ranks gets the feedback of 2
+    ranks, where on 3 it might raise or hang, which would end the launch first."""
+    results: dict[int, list] = {}
+    for world_size in groups_of(rank, tuple(ROW_RUNS), "row_parallel_forward"):
+        run = [True] * len(answers)
+        if world_size != WORLD_SIZE:
+            first = results.get(WORLD_SIZE)   # this rank's records of the first run (rank 2 had none)
+            right = torch.tensor([first is None or all(_right_output(record["out"], *shape) for record, shape in
+                                                       zip(first[index], ROW_RUNS[WORLD_SIZE]))
+                                  for index in range(len(answers))], dtype=torch.int32)
+            dist.all_reduce(right, op=dist.ReduceOp.MIN)   # the check's own collective, before any answer runs here
+            run = right.bool().tolist()
+        results[world_size] = [[_row_layer(rank, answer, *shape) for shape in ROW_RUNS[world_size]] if runs else None
+                               for answer, runs in zip(answers, run)]
     return results
+
+
+def _right_output(got, in_features: int, out_features: int) -> bool:
+    """Whether an answer's output for nn.Linear(in_features, out_features) is linear(x): shape, dtype and values (what
+    the judge compares first)."""
+    with torch.no_grad():
+        expected = _linear(in_features, out_features)(_row_input(in_features))
+    return (torch.is_tensor(got) and got.shape == expected.shape and got.dtype == expected.dtype and
+            torch.allclose(got, expected, atol=1e-5, rtol=1e-5))
 
 
 # aten's matrix products, as torch's dispatcher sees them after x @ w, F.linear, einsum... are broken down
@@ -93,59 +149,163 @@ _PRODUCTS = frozenset({"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", 
 
 class _ContractionWidths(TorchDispatchMode):
     """Records the width each matrix product sums over (the first operand's last dimension): a rank that multiplies
-    all of a layer's input features, not only its own, shows it here, whatever it wrote."""
+    all of a layer's input features, not only its own, shows it here, whatever it wrote. With `weight` (the layer's,
+    (out, in)), also which of its columns the second operand's rows are (`_columns_of`), in `columns`."""
 
-    def __init__(self, widths: list[int]):
+    def __init__(self, widths: list[int], weight: torch.Tensor | None = None, columns: list | None = None):
         super().__init__()
-        self.widths = widths
+        self.widths, self.weight, self.columns = widths, weight, columns
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         if func._schema.name in _PRODUCTS:
-            first = args[1] if func._schema.name.startswith(("aten::add", "aten::badd")) else args[0]
+            added = func._schema.name.startswith(("aten::add", "aten::badd"))
+            first, second = args[added], args[added + 1]
             self.widths.append(first.shape[-1])
+            if self.weight is not None and self.columns is not None:
+                self.columns.append(_columns_of(second, self.weight))
         try:
             return func(*args, **(kwargs or {}))
         except Exception as error:  # torch's own error, without the frames of this recorder's call into torch
             raise error.with_traceback(None) from None
 
 
+def _columns_of(operand: torch.Tensor, weight: torch.Tensor) -> tuple[int, ...] | None:
+    """The columns of `weight` (out, in) that the rows of a product's second operand are, in order (x_local @ shard.T
+    multiplies by shard.T, whose rows are columns of linear.weight), or None where one is none of them."""
+    if operand.dim() == 3 and operand.shape[0] == 1:   # einsum's bmm, a batch of one
+        operand = operand[0]
+    if operand.dim() != 2 or operand.shape[1] != weight.shape[0]:
+        return None
+    columns = []
+    for row in operand.detach():
+        found = (weight.T == row).all(dim=1).nonzero()
+        if not len(found):
+            return None
+        columns.append(int(found[0]))
+    return tuple(columns)
+
+
+def _columns_text(columns: tuple[int, ...]) -> str:
+    """'columns 3 to 5', 'column 4', 'columns 0, 2 and 4'."""
+    if len(columns) == 1:
+        return f"column {columns[0]}"
+    if list(columns) == list(range(columns[0], columns[0] + len(columns))):
+        return f"columns {columns[0]} to {columns[-1]}"
+    return f"columns {', '.join(map(str, columns[:-1]))} and {columns[-1]}"
+
+
 def _row_layer(rank: int, row_parallel_forward, in_features: int, out_features: int) -> dict:
+    world_size = dist.get_world_size()
     linear = _linear(in_features, out_features)
-    x_local = _row_input(in_features).chunk(dist.get_world_size(), dim=-1)[rank].clone()  # my input features
-    calls, widths = [], []
-    with torch.no_grad(), watching_collectives(ROW_COLLECTIVES, lambda name, sent: calls.append(name)), \
-            _ContractionWidths(widths):
+    given = {name: parameter.detach().clone() for name, parameter in linear.named_parameters()}
+    x_local = _row_input(in_features).chunk(world_size, dim=-1)[rank].clone()  # my input features
+    calls, widths, columns = [], [], []
+    with torch.no_grad(), _recording(calls), _stopping_stray_peers(), \
+            _ContractionWidths(widths, given["weight"], columns):
         out = call_case(row_parallel_forward, f"computing a row-parallel {_layer(in_features, out_features)} on rank "
-                        f"{rank} with x_local of shape {tuple(x_local.shape)}",
-                        x_local, linear, rank, dist.get_world_size())
-    return {"out": out.detach().clone() if torch.is_tensor(out) else out, "calls": calls, "widths": widths}
+                        f"{rank} of {world_size} with x_local of shape {tuple(x_local.shape)}",
+                        x_local, linear, rank, world_size)
+    return {"out": out.detach().clone() if torch.is_tensor(out) else out, "calls": calls, "widths": widths,
+            "columns": next((found for found in columns if found is not None), None),
+            "changed": _layer_changed(linear, given)}
 
 
-def run_row_answers(answers: tuple, timeout: float = 30.0, name: str = "row_parallel_forward") -> list[list]:
-    """Run each answer on the same 2 ranks (one launch), for each layer of ROW_LAYERS in turn; [answer][rank] ->
-    {"out": what it returned there for the first layer, "calls": the collectives it called, in order, "others": the
-    same for each further layer}."""
-    return run_answers_on_ranks(_row_runner, answers, WORLD_SIZE, timeout, name, explain=_explain_row,
-                                timeout_hint=HANG_HINT)
+def _layer_changed(linear: nn.Linear, given: dict[str, torch.Tensor]) -> str | None:
+    """How the answer changed the caller's layer (`given`: its parameters before the call), or None: a parameter
+    replaced by one of another shape or dtype (`linear.weight.data = <the shard>`), or written into."""
+    for name, was in given.items():
+        now = getattr(linear, name, None)
+        if not torch.is_tensor(now) or now.shape != was.shape or now.dtype != was.dtype:
+            return f"linear.{name} is now {describe(now)}, where the caller's was of shape {tuple(was.shape)}"
+        if not torch.equal(now.detach(), was):
+            return f"the values of linear.{name} differ from the caller's"
+    return None
+
+
+def run_row_answers(answers: tuple, timeout: float = 30.0,
+                    name: str = "row_parallel_forward") -> list[dict[int, list[list[dict] | None]]]:
+    """Run each answer on 2 ranks, then (those right there) on 3, in one launch, for each layer of that size's
+    ROW_RUNS in turn; [answer] -> {world size: [rank] -> [layer] -> {"out": what it returned, "calls": the
+    communicating torch.distributed calls it made, in order, "widths": the widths its matrix products summed over,
+    "columns": the columns of linear.weight its first product by them used, "changed": `_layer_changed`}, or None
+    where it did not run on 3}. For answers that return (one that raises or hangs ends the launch)."""
+    results = run_on_ranks(_row_runner, (tuple(answers),), max(ROW_RUNS), timeout, name, explain=_explain_row,
+                           timeout_hint=_row_hang_hint, init_process_group=False)
+    return [{size: [results[rank][size][index] for rank in range(size)] for size in ROW_RUNS}
+            for index in range(len(answers))]
+
+
+def _row_hang_hint(calls: set, places: dict) -> str:
+    """What to say about ranks stuck in the answer's calls (`common.timeout_message`: `places`, {stuck rank: the call
+    it waits in}); a rank from 2 on is stuck in the run on 3 ranks."""
+    exchanged = sorted(call for call in calls if call in POINT_TO_POINT)
+    if not exchanged:
+        return HANG_HINT
+    second = [rank for rank in places if rank >= WORLD_SIZE]
+    found = (f"which holds for this pair of ranks only: on {SECOND_SIZE} ranks (the check's second run) rank "
+             f"{second[0]} waits for a peer that never answers" if second else
+             "where every send needs a matching recv on its peer")
+    return (f"the ranks wait in {', '.join(f'dist.{call}' for call in exchanged)}: an all-reduce by hand with "
+            f"send/recv, {found}. A row-parallel layer needs no send/recv: sum the partials over every rank with one "
+            "dist.all_reduce, called on every rank.")
+
+
+def _second_run_note(world_size: int, judged: bool = True, explained: bool = False) -> str:
+    """What a failure on the second world size adds: the first was right (`judged`; else its outputs were, the only
+    thing a rank knows of it before the second run, which runs only then), so code written for its 2 ranks is the
+    likely cause; where to look, unless a hint says it (`explained`)."""
+    first = (f"On {WORLD_SIZE} ranks (the check's first run) every rank was right" if judged else
+             f"On {WORLD_SIZE} ranks (the check's first run) every rank returned linear(x)")
+    look = "" if explained else f": look for something written for {WORLD_SIZE} ranks where rank and world_size belong"
+    return f"{first}; this is its second run, on {world_size} ranks{look}."
 
 
 _SHAPES = re.compile(r"shapes cannot be multiplied \((\d+)x(\d+) and (\d+)x(\d+)\)")
-_LAYER = re.compile(r"nn\.Linear\((\d+), (\d+)\)")
+_LAYER = re.compile(r"nn\.Linear\((\d+), (\d+)\) on rank (\d+) of (\d+)")
 
 
 def _explain_row(failure) -> str | None:
-    """A hint only when torch's matmul error shows which weight the answer multiplied by, for the layer the failing
-    case names."""
+    """A hint where the failure shows the mistake: a send or recv that raised, or torch's matmul error, which shows the
+    weight the answer multiplied by, for the layer and world size the failing case names. A failure on the second
+    world size starts with what the first showed."""
+    named = _LAYER.search(getattr(failure.exception, "case", "") or "")
+    in_features, out_features, rank, world_size = (int(group) for group in named.groups()) if named else \
+        (*ROW_LAYERS[0], failure.rank, WORLD_SIZE)
+    hint = (_explain_point_to_point(failure, rank, world_size) or
+            _explain_shapes(failure, in_features, out_features, rank, world_size))
+    if world_size == WORLD_SIZE:
+        return hint
+    return with_a_note(_second_run_note(world_size, judged=False, explained=bool(hint)), hint or "")
+
+
+def _explain_point_to_point(failure, rank: int, world_size: int) -> str | None:
+    """The hint for an answer whose send or recv raised: a peer that is no rank of this world size (StrayPeer, from
+    the check), or torch's own error inside one."""
+    head = (getattr(failure, "details", "") or "").split("The above exception was the direct cause")[0]
+    inside = [frame["fn"] for frame in parse_frames(head)
+              if frame["fn"] in POINT_TO_POINT and library_of(frame["file"]) == "torch"]
+    if getattr(failure.exception, "kind", None) == StrayPeer.__name__:
+        found = (f"which holds for this pair of ranks only (the first run's {WORLD_SIZE}): on {world_size} ranks, rank "
+                 f"{rank}'s peer is no rank" if world_size != WORLD_SIZE else f"and rank {rank}'s peer is no rank")
+    elif inside:
+        found = f"and dist.{inside[0]} raised on rank {rank}"
+    else:
+        return None
+    return (f"a send/recv exchange between ranks is an all-reduce by hand, {found}. A row-parallel layer needs no "
+            "send/recv: sum the partials over every rank with one dist.all_reduce, then add the bias")
+
+
+def _explain_shapes(failure, in_features: int, out_features: int, rank: int, world_size: int) -> str | None:
+    """The hint for torch's matmul error, from the shapes it names: the weight the answer multiplied by, for
+    nn.Linear(in_features, out_features) on `rank` of `world_size`."""
     shapes = _SHAPES.search(getattr(failure.exception, "message", "") or "")
     if not shapes:
         return None
-    named = _LAYER.search(getattr(failure.exception, "case", "") or "")
-    layer = (int(named.group(1)), int(named.group(2))) if named else ROW_LAYERS[0]
-    in_features, out_features = layer
+    layer = (in_features, out_features)
     weight = (int(shapes.group(3)), int(shapes.group(4)))  # the right-hand matrix of x_local @ weight
-    local_in, local_out = in_features // WORLD_SIZE, out_features // WORLD_SIZE
-    if int(shapes.group(2)) == local_in // WORLD_SIZE:    # the left-hand matrix: the input, split once more
-        return (f"the input you multiplied has {local_in // WORLD_SIZE} features, but x_local already is this rank's "
+    local_in, local_out = in_features // world_size, out_features // world_size
+    if int(shapes.group(2)) == local_in // world_size:    # the left-hand matrix: the input, split once more
+        return (f"the input you multiplied has {local_in // world_size} features, but x_local already is this rank's "
                 f"part of the input ({local_in} of the {in_features} features): you split it again. Multiply "
                 "x_local as it is by the matching columns of linear.weight")
     if weight in ((in_features, local_out), (local_out, in_features)):
@@ -160,8 +320,10 @@ def _explain_row(failure) -> str | None:
         return (f"the weight you multiplied by is the whole {out_features}x{in_features} linear.weight, but x_local "
                 f"holds only {local_in} of its {in_features} input features: cut out the rank's part of the weight "
                 "that meets those features")
-    if layer != ROW_LAYERS[0] and int(shapes.group(2)) == local_in and weight[1] == out_features:
-        # after a first layer that ran: a shard of the wrong width, x_local as it is
+    if int(shapes.group(2)) != local_in or weight[1] != out_features:
+        return None
+    # x_local as it is, times a shard of the wrong width
+    if world_size == WORLD_SIZE and layer != ROW_LAYERS[0]:   # after a first layer that ran
         first = ROW_LAYERS[0]
         width = f", the width for {_layer(*first)}, the check's first layer" if weight[0] == first[0] // WORLD_SIZE \
             else ""
@@ -169,31 +331,50 @@ def _explain_row(failure) -> str | None:
                 f"{weight[0]} columns{width}. The shard's columns must follow from linear.weight's shape and "
                 "world_size (in_features / world_size of them per rank, this rank's block), not from numbers that "
                 "fit one layer")
+    if world_size != WORLD_SIZE:
+        rest = (f": as many as all the columns after rank 0's ({local_in} to {in_features - 1}), the other half of "
+                f"linear.weight on {WORLD_SIZE} ranks but {world_size - 1} ranks' shards on {world_size}"
+                if weight[0] == in_features - local_in else "")
+        return (f"on rank {rank} of {world_size}, x_local has {local_in} features, but the shard of linear.weight you "
+                f"multiplied it by has {weight[0]} columns{rest}. On {world_size} ranks each rank's shard is "
+                f"{in_features} / {world_size} = {local_in} columns, rank {rank}'s columns {rank * local_in} to "
+                f"{(rank + 1) * local_in - 1}: take the shard's width and place from linear.weight's shape, rank and "
+                "world_size")
     return None
 
 
-def _row_hint(got, rank, expected, partials, bias, calls: list) -> str:
+def _row_hint(got, rank, world_size, expected, partials, bias, calls: list, columns: list, width: int) -> str:
+    """The likely mistake behind a wrong output on `rank`: a known wrong sum, or (`columns`: [rank] -> the columns of
+    linear.weight its first product used, `_columns_of`; `width`: a rank's input features) a rank that multiplied by
+    other columns than its own."""
     total = sum(partials)
     own = ("dist.all_reduce ran, but its sum never reached your output: it sums in place, into the tensor you pass "
            "(not into a copy of it, and with async_op=True only once you wait on the work it returns). All-reduce the "
            "partial itself, then add the bias" if "all_reduce" in calls else
            "the partial outputs must be summed over the ranks with dist.all_reduce before adding the bias")
     candidates = [
-        (expected + (WORLD_SIZE - 1) * bias,
-         f"the bias is in the sum {WORLD_SIZE} times: every rank added it before the all-reduce. Add the bias "
+        (expected + (world_size - 1) * bias,
+         f"the bias is in the sum {world_size} times: every rank added it before the all-reduce. Add the bias "
          "once, after dist.all_reduce"),
         (total, "the bias is missing: the row-parallel layer keeps the whole bias and adds it once, after the "
                 "all-reduce"),
         (partials[rank] + bias, f"this is rank {rank}'s own partial sum plus the bias: {own}"),
         (partials[rank], f"this is rank {rank}'s own partial sum: dist.all_reduce it (SUM over ranks), then add "
                          "the bias"),
-        (total / WORLD_SIZE + bias, "this is the MEAN of the partial sums (a division by the world size, or "
+        (total / world_size + bias, "this is the MEAN of the partial sums (a division by the world size, or "
                                     "ReduceOp.AVG): the full output is their SUM, dist.all_reduce's default op, with "
                                     "no division"),
     ]
     for value, hint in candidates:
         if torch.allclose(got, value, atol=1e-5, rtol=1e-5):
             return hint
+    for other, used in enumerate(columns):
+        own = tuple(range(other * width, (other + 1) * width))
+        if used is not None and used != own:
+            return (f"rank {other} multiplied its x_local by {_columns_text(used)} of linear.weight, but its "
+                    f"{width} input features are {_columns_text(own)}: each rank's shard is in_features / world_size = "
+                    f"{width} columns, from column rank * {width}. Take the shard's place and width from rank, "
+                    "world_size and linear.weight's shape")
     return ("expected linear(x) computed from the shards: x_local @ (my columns of linear.weight).T, all-reduced "
             "(SUM) over the ranks, plus linear.bias once")
 
@@ -204,8 +385,12 @@ def check_row_parallel_forward(row_parallel_forward, timeout: float = 30.0) -> N
     Each of 2 ranks gets the same `nn.Linear(8, 6)` and its own half of the input features
     (`x_local`, shape (3, 5, 4)); every rank must return the full `linear(x)`, shape (3, 5, 6).
     Then the same for `nn.Linear(12, 10)` (`x_local` of shape (3, 5, 6)), where a shard cut
-    with numbers that fit the first layer is wrong. A split into a number of pieces, or a
-    division of the features by a number, written in the code (`.chunk(2, ...)`,
+    with numbers that fit the first layer is wrong. Then, in the same launch, each of 3 ranks
+    does the same for `nn.Linear(9, 7)` (`x_local` of shape (3, 5, 3)), where a shard written
+    as a half of the weight, or partial outputs swapped with "the other rank", fail; that run
+    is judged once the 2 ranks' is right. On each, the answer must call dist.all_reduce and
+    nothing else (no send/recv) and leave the caller's layer as it was. A split into a number
+    of pieces, or a division of the features by a number, written in the code (`.chunk(2, ...)`,
     `in_features // 2`) is refused before any rank starts.
 
     Introduced in notebooks/08-tensor-parallelism.ipynb.
@@ -218,49 +403,100 @@ def check_row_parallel_forward(row_parallel_forward, timeout: float = 30.0) -> N
     passed(judge_row(name, run_row_answers((row_parallel_forward,), timeout, name)[0]))
 
 
-def judge_row(name: str, results: list) -> str:
-    """Feedback for one row_parallel_forward answer's per-rank results (`run_row_answers`): its outputs, then the
-    collectives it called (a right output from gathered inputs is not row parallelism); raise CheckFailed, or return
-    the ✓ text."""
-    linear, x = _linear(), _row_input()
+def judge_row(name: str, results: dict[int, list[list[dict]]]) -> str:
+    """Feedback for one row_parallel_forward answer's results ({world size: [rank] -> [layer] -> record},
+    `run_row_answers`), 2 ranks first, then 3 (saying that 2 were right): for each, the outputs of its first layer,
+    then the calls it made (a right output from gathered inputs is not row parallelism), the caller's layer, the
+    widths its products summed over, then the outputs of its further layers; raise CheckFailed, or return the ✓
+    text."""
+    judge_in_order([(size, results[size]) for size in ROW_RUNS],
+                   lambda size, records: _judge_row_size(name, size, records, results), _second_run_note)
+    runs = [f"{' and '.join(_layer(*shape) for shape in layers)} on {size} ranks" for size, layers in ROW_RUNS.items()]
+    return (f"{name}: every rank returns linear(x) from its share of the input features and one all-reduce, for "
+            f"{', then '.join(runs)}")
+
+
+def _wrong_ranks(world_size: int, records: list) -> list[int]:
+    """The ranks whose output for the first layer of ROW_RUNS[world_size] is not linear(x) (`records`: [rank] ->
+    [layer] -> record, or None where the answer did not run there)."""
+    return [rank for rank, layers in enumerate(records)
+            if layers is not None and not _right_output(layers[0]["out"], *ROW_RUNS[world_size][0])]
+
+
+def _judge_row_size(name: str, world_size: int, records: list[list[dict]], everything: dict) -> None:
+    """CheckFailed at the first thing one world size's records ([rank] -> [layer] -> `_row_layer`'s record) get
+    wrong; `everything`: every world size's, for what a later run showed of the answer's send/recv."""
+    layers = ROW_RUNS[world_size]
+    in_features, out_features = layers[0]
+    linear, x = _linear(in_features, out_features), _row_input(in_features)
+    first_run = world_size == WORLD_SIZE
+    # the first layer on the first run is the one the exercise's text describes: its messages name no layer
+    layer = "" if first_run else f" of {_layer(in_features, out_features)} on {world_size} ranks"
+    for_layer = layer.replace(" of ", " for ", 1)
     with torch.no_grad():
         expected = linear(x)
-        partials = [xs @ ws.T for xs, ws in zip(x.chunk(WORLD_SIZE, dim=-1), linear.weight.chunk(WORLD_SIZE, dim=1))]
+        partials = [xs @ ws.T for xs, ws in zip(x.chunk(world_size, dim=-1), linear.weight.chunk(world_size, dim=1))]
         bias = linear.bias.detach()
-    for rank in range(WORLD_SIZE):
-        got = results[rank]["out"]
+    for rank in range(world_size):
+        got = records[rank][0]["out"]
         if not torch.is_tensor(got) or got.shape != expected.shape:
-            raise CheckFailed(f"rank {rank}: {name} returned {describe(got)}; expected the full output, a tensor of "
-                              f"shape {tuple(expected.shape)} (every rank returns all {OUT_FEATURES} output features).")
-        _judge_row_dtype(rank, name, got, expected, "")
+            raise CheckFailed(f"rank {rank}: {name} returned {describe(got)}{for_layer}; expected the full output, a "
+                              f"tensor of shape {tuple(expected.shape)} (every rank returns all {out_features} output "
+                              "features).")
+        _judge_row_dtype(rank, name, got, expected, for_layer)
         if torch.allclose(got, expected, atol=1e-5, rtol=1e-5):
             continue
-        raise CheckFailed(f"{_mismatch(rank, 'output', got, expected)}.\n"
-                          f"Hint: {_row_hint(got, rank, expected, partials, bias, results[rank]['calls'])}.")
-    for rank in range(WORLD_SIZE):
-        calls = results[rank]["calls"]
+        hint = _row_hint(got, rank, world_size, expected, partials, bias, records[rank][0]["calls"],
+                         [per_rank[0].get("columns") for per_rank in records], in_features // world_size)
+        raise CheckFailed(f"{_mismatch(rank, 'output', got, expected, layer)}.\nHint: {hint}.")
+    for rank in range(world_size):
+        calls = records[rank][0]["calls"]
         # none recorded with a right output: it communicated by other means (functional collectives), no mistake
         if calls not in ([], ["all_reduce"]):
-            gathered = " It gathered what the other ranks hold (all_gather), so every rank did the whole layer's " \
-                       "work or moved every partial output." if any("gather" in call for call in calls) else ""
-            raise CheckFailed(f"rank {rank}: the output is right, but {name} called "
+            how = _how_it_communicated(calls, everything) if first_run else ""
+            raise CheckFailed(f"rank {rank}: the output{layer} is right, but {name} called "
                               f"{', '.join(f'dist.{call}' for call in calls)}; a row-parallel "
                               "layer computes a partial output from this rank's input features and sums the partials "
-                              f"with one dist.all_reduce.{gathered}\nHint: multiply x_local by this rank's columns "
+                              f"with one dist.all_reduce.{how}\nHint: multiply x_local by this rank's columns "
                               "of linear.weight, all_reduce that partial once, then add the bias.")
-    for rank in range(WORLD_SIZE):
-        if IN_FEATURES in results[rank].get("widths", []):
-            local = IN_FEATURES // WORLD_SIZE
+    for rank in range(world_size):
+        changed = records[rank][0].get("changed")
+        if changed:
+            raise CheckFailed(f"rank {rank}: the output{layer} is right, but {name} changed the caller's layer: "
+                              f"{changed}. The caller still needs its whole nn.Linear (and a second call would cut "
+                              "a shard out of the shard).\nHint: take the shard into a tensor of your own and leave "
+                              "linear.weight (and its .data) as it was given.")
+    for rank in range(world_size):
+        if in_features in records[rank][0].get("widths", []):
+            local = in_features // world_size
             raise CheckFailed(f"rank {rank}: the output is right, but {name} computed a matrix product that sums over "
-                              f"all {IN_FEATURES} input features of {_layer(*ROW_LAYERS[0])}, not over this rank's "
+                              f"all {in_features} input features of {_layer(in_features, out_features)}"
+                              f"{'' if first_run else f' on {world_size} ranks'}, not over this rank's "
                               f"{local}: work a rank of a row-parallel layer does not do, since it holds only its "
                               "columns of the weight (an x_local padded with zeros to the full width, times the whole "
                               "linear.weight, is such a product).\nHint: multiply x_local as it is "
                               f"({local} features) by this rank's columns of linear.weight, then all_reduce.")
-    for layer, per_rank in zip(ROW_LAYERS[1:], zip(*(result["others"] for result in results))):
-        _judge_row_layer(name, *layer, [result["out"] for result in per_rank])
-    return (f"{name}: every rank returns linear(x) from its share of the input features and one all-reduce, for "
-            f"{' and '.join(_layer(*shape) for shape in ROW_LAYERS)}")
+    for index, (in_features, out_features) in enumerate(layers[1:], start=1):
+        _judge_row_layer(name, world_size, in_features, out_features, [per_rank[index]["out"] for per_rank in records])
+
+
+def _how_it_communicated(calls: list[str], everything: dict) -> str:
+    """What the first run's calls (other than one all_reduce, with a right output) did, with what the second run
+    showed of an exchange by send/recv."""
+    if any("gather" in call for call in calls):
+        return (" It gathered what the other ranks hold (all_gather), so every rank did the whole layer's work or "
+                "moved every partial output.")
+    if not set(POINT_TO_POINT_CALLS) & set(calls):
+        return ""
+    wrong = _wrong_ranks(SECOND_SIZE, everything.get(SECOND_SIZE, []))
+    if wrong:
+        return (" It exchanged the partial outputs with send/recv and summed them itself: an all-reduce by hand, "
+                f"which holds for this pair of ranks only: on {SECOND_SIZE} ranks (the check's second run) rank "
+                f"{wrong[0]}'s output is wrong.")
+    if None in everything.get(SECOND_SIZE, [None]):
+        return " It exchanged the partial outputs with send/recv and summed them itself: an all-reduce by hand."
+    return (" It exchanged the partial outputs with send/recv and summed them itself: an all-reduce by hand (its "
+            f"outputs are right on {SECOND_SIZE} ranks too), where the layer's one collective is dist.all_reduce.")
 
 
 def _judge_row_dtype(rank: int, name: str, got: torch.Tensor, expected: torch.Tensor, layer: str) -> None:
@@ -271,15 +507,16 @@ def _judge_row_dtype(rank: int, name: str, got: torch.Tensor, expected: torch.Te
                           "compute the partial and the sum in it, with no conversion (.double(), .half(), .to()).")
 
 
-def _judge_row_layer(name: str, in_features: int, out_features: int, outputs: list) -> None:
-    """Feedback for the outputs (one per rank) of an answer right for the first layer of ROW_LAYERS, for another."""
+def _judge_row_layer(name: str, world_size: int, in_features: int, out_features: int, outputs: list) -> None:
+    """Feedback for the outputs (one per rank) of an answer right for the first layer of ROW_RUNS[world_size], for
+    another."""
     linear, x = _linear(in_features, out_features), _row_input(in_features)
-    first = _layer(*ROW_LAYERS[0])
+    first = _layer(*ROW_RUNS[world_size][0])
     with torch.no_grad():
         expected = linear(x)
-        pieces = x.chunk(WORLD_SIZE, dim=-1)
+        pieces = x.chunk(world_size, dim=-1)
         # each rank's columns taken from where they start in the first layer (rank * its width), this layer's width
-        start = ROW_LAYERS[0][0] // WORLD_SIZE
+        start = ROW_RUNS[world_size][0][0] // world_size
         moved = sum(piece @ linear.weight[:, r * start:r * start + piece.shape[-1]].T for r, piece in enumerate(pieces))
         moved = moved + linear.bias
     layer = f"{_layer(in_features, out_features)} (x_local of shape {tuple(pieces[0].shape)})"
@@ -293,7 +530,7 @@ def _judge_row_layer(name: str, in_features: int, out_features: int, outputs: li
             continue
         index = first_mismatch(got, expected)
         if torch.allclose(got, moved, atol=1e-5, rtol=1e-5):
-            last, width = WORLD_SIZE - 1, pieces[-1].shape[-1]
+            last, width = world_size - 1, pieces[-1].shape[-1]
             hint = (f"rank {last}'s shard starts at column {last * start} of linear.weight, where it does for {first}; "
                     f"here its {width} features are columns {last * width} to {in_features - 1}: the shard's place, "
                     "like its width, follows from linear.weight's shape and world_size")
