@@ -164,6 +164,23 @@ def test_a_cell_that_parses_but_does_not_compile_is_refused_before_any_rank_runs
     assert cluster.pull("before") == [0, 1]
 
 
+@pytest.mark.parametrize("source", ["x = 1\n!ls", "%time x = 1", "x = 1\nx?"])
+def test_ipython_syntax_in_a_cell_is_named_as_such(source):
+    """A magic, a shell command or help in a %%ddp cell does not compile as Python; the SyntaxError says why (it was
+    Python's alone). A SyntaxError of another kind gets no such hint. No rank is needed: refused before any runs."""
+    from ddp_lab.launcher.arguments import check_source
+
+    with pytest.raises(CellSyntaxError) as caught:
+        check_source(source, "<my cell>")
+    shown = caught.value._render_traceback_()
+    assert shown[-2].startswith("SyntaxError") and shown[-1] == (
+        "Hint: a %%ddp cell runs on the ranks as plain Python: IPython's magics (%time), shell commands (!ls) and "
+        "help (x?) work only in the notebook's own cells")
+    with pytest.raises(CellSyntaxError) as caught:
+        check_source("def f(:\n    pass  # what?", "<my cell>")
+    assert "Hint" not in str(caught.value)
+
+
 def test_ranks_that_raised_and_ranks_whose_value_cannot_travel_back_are_said_to_have_failed(cluster):
     with pytest.raises(RankFailed, match=r"^2 ranks \(0, 1\) of 2 failed; the cluster is still running\.") as caught:
         cluster.run_code("import threading\nif rank == 0:\n    raise ValueError('x')\nthreading.Lock()")

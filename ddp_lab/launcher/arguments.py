@@ -194,7 +194,17 @@ def check_source(source, filename: str = "<ddp cell>") -> None:
         lines = source.splitlines()
         if error.text is None and error.lineno and 0 < error.lineno <= len(lines):
             error.text = lines[error.lineno - 1] + "\n"   # the compiler's errors name no line: the cell's, shown
-        raise CellSyntaxError(error) from None
+        raise CellSyntaxError(error, _ipython_syntax_hint(error.text or "")) from None
+
+
+def _ipython_syntax_hint(line: str) -> str | None:
+    """A hint where the line that does not compile is IPython's own syntax, which a notebook cell takes and plain
+    Python does not: a magic (%time), a shell command (!ls), help (x?)."""
+    stripped = line.strip()
+    if stripped.startswith(("%", "!")) or (stripped.endswith("?") and not stripped.startswith("#")):
+        return ("a %%ddp cell runs on the ranks as plain Python: IPython's magics (%time), shell commands (!ls) "
+                "and help (x?) work only in the notebook's own cells")
+    return None
 
 
 def check_variable_name(name) -> None:

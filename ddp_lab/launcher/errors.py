@@ -164,10 +164,11 @@ class CellSyntaxError(ValueError):
     own). `syntax_error` is Python's, with its filename, lineno and offset.
     """
 
-    def __init__(self, syntax_error: SyntaxError):
+    def __init__(self, syntax_error: SyntaxError, hint: str | None = None):
         self.syntax_error = syntax_error
         text = "".join(traceback.format_exception_only(SyntaxError, syntax_error)).rstrip("\n")
-        super().__init__(re.sub(r'File "(Cell In\[\d+\])"', r"\1", text))   # 'Cell In[5], line 2', as IPython
+        text = re.sub(r'File "(Cell In\[\d+\])"', r"\1", text)   # 'Cell In[5], line 2', as IPython
+        super().__init__(text + (f"\nHint: {hint}" if hint else ""))
 
     def _render_traceback_(self) -> list[str]:
         """What IPython shows: Python's own lines for the SyntaxError, no frames."""
