@@ -754,6 +754,8 @@ def ddp_shell():
     ("-n 4 --ranks 5", r"^%%ddp --ranks 5: rank 5 is not a rank of this 4-rank cluster"),
     ("--ranks one", r"^%%ddp --ranks one: give rank numbers separated by commas"),
     ("--ranks 0,0", r"^%%ddp --ranks 0,0: rank 0 is named twice: name each rank once"),
+    ("--only 0 --only 1", r"^%%ddp: --only is given twice: give it once \(only the last would count\)$"),
+    ("-n 2 --nprocs 3", r"^%%ddp: -n and --nprocs are one option, given twice: give it once"),
     ("--ranks=", r"^%%ddp --ranks : no rank given: name the ranks whose output to show"),
     ("--only 5", r"^%%ddp --only 5: rank 5 is not a rank of this 2-rank cluster: run on ranks from 0 to 1"),
     ("--only ,", r"^%%ddp --only \(no rank\): no rank given: name the ranks to run on"),

@@ -103,13 +103,30 @@ def parse_options(line: str) -> argparse.Namespace:
     except ValueError as error:  # shlex's "No closing quotation"
         raise MagicUsageError(f"%%ddp {line.strip()}: {str(error).lower()}: close the quote, or drop it "
                               "(no %%ddp option needs quotes).") from None
+    parser = _parser()
     try:
-        options = _parser().parse_args(words)
+        options = parser.parse_args(words)
     except MagicUsageError as error:  # _OptionParser.error's message, raised inside argparse's own handler
         raise MagicUsageError(str(error)) from None
+    _refuse_repeats(parser, words)
     options.ranks = _rank_list("--ranks", options.ranks)
     options.only = _rank_list("--only", options.only)
     return options
+
+
+def _refuse_repeats(parser: argparse.ArgumentParser, words: list[str]) -> None:
+    """An option given twice (`--only 0 --only 1`, `-n 2 --nprocs 3`) is refused: argparse keeps the last silently."""
+    seen: dict[str, str] = {}
+    for word in words:
+        flag = word.split("=", 1)[0]
+        action = parser._option_string_actions.get(flag)
+        if action is None:
+            continue
+        if action.dest in seen:
+            given = f"{flag} is given twice" if seen[action.dest] == flag else \
+                f"{seen[action.dest]} and {flag} are one option, given twice"
+            raise MagicUsageError(f"%%ddp: {given}: give it once (only the last would count)")
+        seen[action.dest] = flag
 
 
 def _rank_list(flag: str, text: str | None) -> list[int] | None:
