@@ -33,12 +33,13 @@ DEADLOCK_TIMEOUT = 3.0   # seconds after every rank entered the answer (start-up
 
 def make_stage_answer(*, scale=True, blocking=False, grad_peer=-1, warmup=None, mark_input=True, wait_now=False,
                       grad_divisor=1, zero_each=False, return_undivided=False, last_rank=None, microbatches=None,
-                      drop_handles=False, irecv_unwaited=False):
+                      drop_handles=False, irecv_unwaited=False, recv_any_source=False):
     """A 1F1B stage with one mistake switched on (the defaults give the right answer). `wait_now`: each isend's
     .wait() right after it starts, a blocking send in disguise. `zero_each`: the stage's gradients zeroed before
     every micro-batch's backward. `return_undivided`: backward on the divided loss, the undivided one returned.
     `last_rank`, `microbatches`: the last stage's rank and the number of micro-batches written as numbers.
-    `drop_handles`: isend's handles never kept. `irecv_unwaited`: receives with dist.irecv, never waited for."""
+    `drop_handles`: isend's handles never kept. `irecv_unwaited`: receives with dist.irecv, never waited for.
+    `recv_any_source`: dist.recv without src (whichever neighbour sends first)."""
 
     def one_f_one_b_stage(stage, inputs, targets):
         rank, world_size = dist.get_rank(), dist.get_world_size()
@@ -59,6 +60,8 @@ def make_stage_answer(*, scale=True, blocking=False, grad_peer=-1, warmup=None, 
         def receive(tensor, src):
             if irecv_unwaited:
                 dist.irecv(tensor, src=src)
+            elif recv_any_source:
+                dist.recv(tensor)
             else:
                 dist.recv(tensor, src=src)
 
@@ -175,6 +178,11 @@ STAGE_MISTAKES = [   # answers that return: they run one after the other in one 
     # gradients zeroed before every backward: what is left is the last micro-batch's alone, not a pairing mistake
     (dict(zero_each=True), r"(?s)^rank 2 \(stage 2\), gradient of the weight.*Hint: it is the gradient of the last "
                            r"micro-batch alone.*add up over the micro-batches"),
+    # receives from any source: the middle stage takes a gradient for an activation; the logged recv says so, not a
+    # guess at the loss formula
+    (dict(recv_any_source=True), r"(?s)^rank 2: the micro-batch losses add up to .*Hint: a send or recv names a rank "
+                                 r"that is not a neighbour stage \(rank 0's call \d+, dist\.recv with src=None, names "
+                                 r"no rank at all"),
     # a warm-up written for 3 stages: right on the first run, one too many on the second, which says so
     (dict(warmup=lambda m, r, w: 2 - r), r"(?s)^the stages held .*: stage 0 held 3, stage 1 held 2; 1F1B on 2 stages "
                                          r"with 3 micro-batches holds 2, 1 .*\nOn 3 stages with 4 micro-batches \(the "

@@ -28,8 +28,8 @@ from ddp_lab.checks import CheckFailed, passed
 from ddp_lab.checks.common import (answer_raised, call_case, ensure_written, first_mismatch, groups_of,
                                    judge_in_order, only_point_to_point, package_answer_used, refuse_written_divisor,
                                    run_on_ranks, two_numbers, watching_calls, with_a_note)
-from ddp_lab.checks.p2p_log import (SENDS, log_path, logging_point_to_point, non_neighbour_calls, read_logs,
-                                   receives_never_waited, segfaulted, stuck_receives, waits)
+from ddp_lab.checks.p2p_log import (SENDS, log_path, logging_point_to_point, non_neighbour_calls, read_log,
+                                   read_logs, receives_never_waited, segfaulted, stuck_receives, waits)
 from ddp_lab.course.pipeline_parallel import schedules
 from ddp_lab.course.pipeline_parallel.schedules import Span, gpipe_actions, ideal_timeline, one_f_one_b_actions
 
@@ -102,8 +102,10 @@ def _stage_runner(rank: int, one_f_one_b_stage, log_directory: str, case: Case) 
     with only_point_to_point(), logging_point_to_point(log_path(log_directory, rank)):
         losses = call_case(one_f_one_b_stage, running, stage, inputs, targets)
     losses = [] if losses is None else [float(loss) for loss in losses]
+    logged = read_log(log_path(log_directory, rank))
     return {"grads": [None if p.grad is None else p.grad.clone() for p in stage.parameters()],
-            "losses": losses, "peak": stage.peak, "forwards": stage.forwards}
+            "losses": losses, "peak": stage.peak, "forwards": stage.forwards,
+            "wrong_peers": non_neighbour_calls({rank: logged}, case.stages) if logged is not None else []}
 
 
 def _reference(case: Case, last_only: bool = False) -> tuple[float, list[list[torch.Tensor]]]:
@@ -397,8 +399,13 @@ def _judge_case(case: Case, results: list[dict]) -> None:
         elif math.isclose(total, ref_loss * m, rel_tol=1e-5):
             hint = (f"the losses add up to {m} x the whole batch's mean: divide each micro-batch's "
                     f"loss by the number of micro-batches ({m})")
+        elif any(result.get("wrong_peers") for result in results):
+            wrong = [call for result in results for call in result.get("wrong_peers", [])]
+            hint = f"a send or recv names a rank that is not a neighbour stage ({'; '.join(wrong)}). {PEERS}"
         else:
-            hint = "each micro-batch's loss is F.mse_loss(stage output, targets[i]) / number of micro-batches"
+            hint = ("the losses are not one process's on the whole batch: what a stage received, its output, or "
+                    "the loss computed from it differs (each micro-batch's loss is F.mse_loss(stage output, "
+                    "targets[i]) / number of micro-batches)")
         raise CheckFailed(f"rank {last}: the micro-batch losses add up to {total:.6g}, expected the whole "
                           f"batch's mean loss {ref_loss:.6g}.\nHint: {hint}.")
     _, last_alone = _reference(case, last_only=True)
