@@ -306,6 +306,20 @@ def detached_outputs(model, x, y, n):
     return F.mse_loss(torch.cat([o.detach() for o in _run_threads(_replicas(model, chunks), chunks)]), y)
 
 
+def detached_outputs_made_to_require_grad(model, x, y, n):
+    """The outputs cut from the graph, the loss then marked as requiring grad: backward reaches no parameter."""
+    chunks = torch.chunk(x, n)
+    outputs = [o.detach() for o in _run_threads(_replicas(model, chunks), chunks)]
+    return F.mse_loss(torch.cat(outputs), y).requires_grad_()
+
+
+def whole_batch_to_every_replica(model, x, y, n):
+    """Chunks made, but every replica given the whole x."""
+    chunks = torch.chunk(x, n)
+    outputs = _run_threads(_replicas(model, chunks), [x] * len(chunks))
+    return F.mse_loss(torch.cat(outputs)[:len(y)], y)
+
+
 def replicas_made_without_grad(model, x, y, n):
     chunks = torch.chunk(x, n)
     with torch.no_grad():   # grad mode is per thread: the threads' forwards record a graph, the clones did not
@@ -390,6 +404,12 @@ def test_data_parallel_loss_accepts_a_spare_replica():
     (detached_outputs, r"(?s)^the loss does not require grad.*differentiable copies of the parameters and grad mode "
                        r"on, so the graph was cut after the forwards"),
     (forwards_without_grad, r"(?s)^the loss does not require grad.*Hint: a replica's forward ran under torch.no_grad"),
+    # the replicas were right: the cut after them is named, not the replicas
+    (detached_outputs_made_to_require_grad, r"(?s)^after loss.backward\(\) the model's own parameters have no "
+                                            r"gradient\. Every replica ran with differentiable copies of the "
+                                            r"parameters and grad mode on, so the graph was cut after the forwards"),
+    (whole_batch_to_every_replica, r"(?s)^every replica ran on the whole batch \(10 rows\), none on a chunk of it "
+                                   r"\(\[3, 3, 3, 1\] rows here\)\.\nHint: replica k runs chunk k"),
     (replicas_made_without_grad, r"(?s)^the loss does not require grad.*Hint: the replicas ran with parameters "
                                  r"that are not computed from the model's own.*copies made under torch.no_grad"),
     (detached_parameters, r"(?s)^the loss does not require grad.*Hint: the replicas ran with parameters that are not "

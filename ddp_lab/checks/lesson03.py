@@ -255,6 +255,9 @@ def _scatter_problem(chunks, entered=None) -> str | None:
     if all(index >= 0 for _, index, *_ in entered):
         return None
     rows, sizes = sorted(rows for _, _, rows, *_ in entered), [len(c) for c in chunks]
+    if len(chunks) > 1 and rows and all(r == sum(sizes) for r in rows):
+        return (f"every replica ran on the whole batch ({sum(sizes)} rows), none on a chunk of it ({sizes} rows "
+                f"here).\nHint: replica k runs chunk k: pass chunks[k], not the whole x, to the replica's forward.")
     if rows != sorted(sizes) and (len(rows) == len(chunks) or any(r not in sizes for r in rows)):
         balanced = [len(c) for c in torch.tensor_split(torch.empty(sum(sizes)), len(chunks))]
         how = (f" torch.tensor_split balances the sizes ({balanced}); DataParallel's scatter does not."
@@ -395,6 +398,9 @@ def _check_one_loss(data_parallel_loss, rows: int, n_devices: int) -> None:
                           + _not_connected(graph))
     loss.backward()
     if all(p.grad is None for p in model.parameters()):
+        if graph and all(enabled and computed for enabled, computed in graph):   # the replicas were right
+            raise CheckFailed("after loss.backward() the model's own parameters have no gradient. "
+                              + _not_connected(graph))
         raise CheckFailed("after loss.backward() the model's own parameters have no gradient: the gradients "
                           "stayed in the replicas.\nHint: replicate with differentiable copies "
                           "({name: p.clone() for name, p in model.named_parameters()}); copy.deepcopy or "
