@@ -228,29 +228,26 @@ def never_all_reduces(params, shards, optimizer):
         dist.all_gather(list(p.detach().view(-1).chunk(world_size)), s.detach())
 
 
-def gathers_without_waiting(params, shards, optimizer):
-    """The all-gather started with async_op=True and never waited for: p holds its old values when the step returns."""
+def _async_gathers(params, shards, optimizer) -> list:
+    """zero1_step's reduce and step, then its all-gathers with async_op=True: their works, not waited for."""
     rank, world_size = dist.get_rank(), dist.get_world_size()
     for p, s in zip(params, shards):
         dist.all_reduce(p.grad)
         p.grad /= world_size
         s.grad = p.grad.reshape(-1).chunk(world_size)[rank]
     optimizer.step()
-    for p, s in zip(params, shards):
-        dist.all_gather(list(p.detach().view(-1).chunk(world_size)), s.detach(), async_op=True)
+    return [dist.all_gather(list(p.detach().view(-1).chunk(world_size)), s.detach(), async_op=True)
+            for p, s in zip(params, shards)]
+
+
+def gathers_without_waiting(params, shards, optimizer):
+    """The all-gather started with async_op=True and never waited for: p holds its old values when the step returns."""
+    _async_gathers(params, shards, optimizer)
 
 
 def gathers_and_waits(params, shards, optimizer):
     """Right too: async all-gathers, each waited for before the step returns."""
-    rank, world_size = dist.get_rank(), dist.get_world_size()
-    for p, s in zip(params, shards):
-        dist.all_reduce(p.grad)
-        p.grad /= world_size
-        s.grad = p.grad.reshape(-1).chunk(world_size)[rank]
-    optimizer.step()
-    works = [dist.all_gather(list(p.detach().view(-1).chunk(world_size)), s.detach(), async_op=True)
-             for p, s in zip(params, shards)]
-    for work in works:
+    for work in _async_gathers(params, shards, optimizer):
         work.wait()
 
 
