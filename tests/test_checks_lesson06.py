@@ -274,7 +274,8 @@ def setup_sets_the_device(backend):
 def test_set_device_without_a_gpu_is_named_in_both_checks():
     """A torch.cuda.set_device call where no GPU is raises torch's AttributeError (CPU-only builds) or RuntimeError:
     each check says what it needs and whose job the exercise makes it, not only what torch raised."""
-    hint = r"\nHint: torch\.cuda\.set_device needs a GPU, and this machine has none: the exercise leaves it to the caller"
+    hint = (r"\nHint: torch\.cuda\.set_device needs a GPU, and this machine has none: the exercise leaves it to the "
+            r"caller")
     with pytest.raises(CheckFailed, match=r"(?s)^device_and_ddp_kwargs raised .*cuda.*" + hint):
         check_device_and_ddp_kwargs(device_sets_the_device)
     with pytest.raises(CheckFailed, match=r"(?s)rank \d failed while running setup_from_env.*set_device.*" + hint):

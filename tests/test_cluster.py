@@ -176,9 +176,10 @@ def test_ipython_syntax_in_a_cell_is_named_as_such(source):
     assert shown[-2].startswith("SyntaxError") and shown[-1] == (
         "Hint: a %%ddp cell runs on the ranks as plain Python: IPython's magics (%time), shell commands (!ls) and "
         "help (x?) work only in the notebook's own cells")
-    with pytest.raises(CellSyntaxError) as caught:
-        check_source("def f(:\n    pass  # what?", "<my cell>")
-    assert "Hint" not in str(caught.value)
+    for other in ("def f(:\n    pass  # what?", "x = = 1  # why?", "x = 1 %"):
+        with pytest.raises(CellSyntaxError) as caught:
+            check_source(other, "<my cell>")
+        assert "Hint" not in str(caught.value), other
 
 
 def test_ranks_that_raised_and_ranks_whose_value_cannot_travel_back_are_said_to_have_failed(cluster):
@@ -388,7 +389,7 @@ def test_after_a_failure_a_rank_waiting_in_ddps_backward_is_stuck_in_a_collectiv
                       "        raise ValueError('nan loss on rank 1')\n    loss.backward()", timeout=60)
     message = str(caught.value)
     assert "ValueError: nan loss on rank 1" in message and not live.alive
-    assert "rank(s) 0 wait inside backward, where DDP all-reduces the gradients" in message, message
+    assert "rank(s) 0 wait inside backward (in C++: a DDP model all-reduces its gradients there" in message, message
 
 
 def test_the_stop_button_after_a_rank_failed_keeps_its_error(monkeypatch, capsys):

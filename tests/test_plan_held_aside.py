@@ -1,8 +1,8 @@
 """The held-aside runs (ddp_lab/plan/held_aside_runs.py): each can be built, reproduces the GPU count and global batch
 its source states, and shares no run, source or configuration with the planner's other published sets (published.py,
 held_out_runs.py); and the planner's predictions of them stay what they are: a change to the planner that moves one
-fails here, and the rule (ddp_lab/plan/held_out.py) is then to move that run to the development part, not to update
-the pin. Pure Python, about a second.
+fails here, to be examined under ddp_lab/plan/held_out.py's rule (a change made after looking at a run's error moves
+that run to the development part; one decided without their errors updates the pins). Pure Python, about a second.
 """
 
 from __future__ import annotations

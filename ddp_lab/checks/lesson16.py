@@ -387,7 +387,8 @@ def _agree(case: int, call: int, src: int, apart: list, nbytes: int = -1) -> Non
     rank's (case, call, src, nbytes) and every rank raises CollectivesApart."""
     def describe(calls: list) -> str:
         return "the ranks' collective calls do not pair up: " + ", ".join(
-            f"rank {rank} {'returned' if call == RETURNED else PAIRED[call]}" for rank, (_, call, _, _) in enumerate(calls))
+            f"rank {rank} {'returned' if call == RETURNED else PAIRED[call]}"
+            for rank, (_, call, _, _) in enumerate(calls))
 
     agree_or_stop((case, call, src, nbytes), apart, describe)
 

@@ -322,7 +322,7 @@ class CommandWatch:
             if blocked_in(stack):
                 calls.setdefault(blocked_in(stack), []).append(rank)
             elif in_backward(stack):
-                calls.setdefault("backward (DDP's gradient all-reduce)", []).append(rank)
+                calls.setdefault("backward (a DDP model's gradient all-reduce)", []).append(rank)
         places = sorted({place for stack in stacks.values() if (place := _innermost_cell_frame(stack, self.names))})
         where = (" and ".join(f"in {call} (rank(s) {listed(ranks)})" for call, ranks in sorted(calls.items()))
                  + ": they called different collectives, and each waits for the others to call the same one"

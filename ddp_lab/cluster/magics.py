@@ -120,7 +120,7 @@ def _refuse_repeats(parser: argparse.ArgumentParser, words: list[str]) -> None:
     for word in words:
         flag = word.split("=", 1)[0]
         action = parser._option_string_actions.get(flag)
-        if action is None:
+        if action is None or action.nargs == 0:   # an on/off flag (--stream) given twice means the same
             continue
         if action.dest in seen:
             given = f"{flag} is given twice" if seen[action.dest] == flag else \

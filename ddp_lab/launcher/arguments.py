@@ -194,14 +194,14 @@ def check_source(source, filename: str = "<ddp cell>") -> None:
         lines = source.splitlines()
         if error.text is None and error.lineno and 0 < error.lineno <= len(lines):
             error.text = lines[error.lineno - 1] + "\n"   # the compiler's errors name no line: the cell's, shown
-        raise CellSyntaxError(error, _ipython_syntax_hint(error.text or "")) from None
+        raise CellSyntaxError(error, _ipython_syntax_hint(error)) from None
 
 
-def _ipython_syntax_hint(line: str) -> str | None:
-    """A hint where the line that does not compile is IPython's own syntax, which a notebook cell takes and plain
-    Python does not: a magic (%time), a shell command (!ls), help (x?)."""
-    stripped = line.strip()
-    if stripped.startswith(("%", "!")) or (stripped.endswith("?") and not stripped.startswith("#")):
+def _ipython_syntax_hint(error: SyntaxError) -> str | None:
+    """A hint where what does not compile is IPython's own syntax, which a notebook cell takes and plain Python does
+    not: the compiler stopped at a magic's %, a shell command's ! or help's ? (%time, !ls, x?)."""
+    line, offset = error.text or "", error.offset or 0
+    if 0 < offset <= len(line) and line[offset - 1] in "%!?" and not line[:offset - 1].lstrip().startswith("#"):
         return ("a %%ddp cell runs on the ranks as plain Python: IPython's magics (%time), shell commands (!ls) "
                 "and help (x?) work only in the notebook's own cells")
     return None

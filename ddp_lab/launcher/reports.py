@@ -184,9 +184,9 @@ def timeout_hint(stacks: dict[int, str], slow: str = SLOW_HINT) -> str:
             "under `if rank == 0:`) or replaced by a different one.")
     if backward:   # waiting_in: in backward's C++ engine
         parts.append(
-            f"rank(s) {', '.join(map(str, backward))} wait inside backward, where DDP all-reduces the gradients, a "
-            "collective: every rank must run the same number of backward passes (a rank that raised before its "
-            "backward, or ran out of batches first, leaves the others there).")
+            f"rank(s) {', '.join(map(str, backward))} wait inside backward (in C++: a DDP model all-reduces its "
+            "gradients there, a collective): with DDP every rank must run the same number of backward passes (a "
+            "rank that raised before its backward, or ran out of batches first, leaves the others there).")
     if "elsewhere" in where:
         parts.append(
             f"rank(s) {', '.join(map(str, where['elsewhere']))} are not in a torch.distributed call: their stack "

@@ -25,6 +25,8 @@ FP8_LEGEND = ("          MFU under fp8 counts against the bf16 peak (torchtitan'
               "          it past 100%.")
 EARLY_STOP_LEGEND = ("          full-es = full recomputation by PyTorch's non-reentrant checkpoint: it stops before the "
                      "FFN's down projection.")
+OVERLAP_LEGEND = ("          tpo = TP communication in chunks beside the GEMMs (--tp-comm-overlap); opg = ZeRO-1/2's "
+                  "weight gather beside the next forward (--overlap-param-gather).")
 # The ways a plan splits a model beyond data parallelism, as accuracy_text names them (Strategy fields).
 SPLITS = (("tensor", "tp"), ("pipeline", "pp"), ("context", "cp"), ("expert", "ep"))
 
@@ -61,7 +63,9 @@ def table(plans, stages=None, tie: float | None = None) -> str:
     split = [SPLIT_LEGEND] if any(plan.strategy.cp > 1 or plan.strategy.ep > 1 for plan in plans) else []
     early = [EARLY_STOP_LEGEND] if any(plan.strategy.checkpoint_early_stop for plan in plans) else []
     fp8 = [FP8_LEGEND] if any(plan.strategy.precision == "fp8" for plan in plans) else []
-    return "\n".join(lines + [LEGEND] + folded + split + early + fp8)
+    overlap = ([OVERLAP_LEGEND] if any(plan.strategy.tp_comm_overlap or plan.strategy.overlap_param_gather
+                                       for plan in plans) else [])
+    return "\n".join(lines + [LEGEND] + folded + split + early + fp8 + overlap)
 
 
 def fold_zero_stages(plans) -> list[tuple]:

@@ -105,8 +105,9 @@ def bucket_parameters(strategy, stage: int) -> int | None:
     DistributedDataParallelConfig.bucket_size: "max(40000000, 1000000 * dp_size) parameters (larger DP sizes
     need larger buckets to ensure collectives do not become latency-bound)"), dp_size without the cp ranks; it
     turns bucketing off on the stages after the first ("data-parallel communication on these stages is not on
-    the critical path"), as it does for fsdp_unit="model"'s one bucket here. ZeRO 2 (FSDP2 without resharding)
-    reduces unit by unit instead (`gradient_buckets`).
+    the critical path"): one bucket there, as everywhere with fsdp_unit="model". ZeRO 2 (FSDP2 without
+    resharding) reduces unit by unit instead (`gradient_buckets`). Not modelled: Megatron-Core also turns
+    bucketing off for an interleaved schedule's model chunks after the first.
 
     Example:
         >>> from ddp_lab.course.plan.strategy import Strategy
