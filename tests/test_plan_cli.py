@@ -634,13 +634,21 @@ def test_a_frameworks_overlap_flags_apply_to_every_plan_of_a_search(capsys):
     assert main(args) == 0
     plain = [line.split() for line in capsys.readouterr().out.splitlines() if re.match(r"\s+\d+ dp", line)]
     assert main(args + ["--sequence-parallel", "--tp-comm-overlap", "--overlap-param-gather"]) == 0
-    rows = [line.split() for line in capsys.readouterr().out.splitlines() if re.match(r"\s+\d+ dp", line)]
+    out = capsys.readouterr().out
+    assert ("sequence parallel wherever tp > 1, interleaving; --tp-comm-overlap, --overlap-param-gather on every plan "
+            "they fit)") in out and "tpo = TP communication in chunks beside the GEMMs" in out
+    rows = [line.split() for line in out.splitlines() if re.match(r"\s+\d+ dp", line)]
     assert len(rows) == 40 and any("tp1" not in row for row in plain) and any(row[4] == "z0" for row in rows)
     for row in rows:
         labels = set(row[1:row.index(next(word for word in row[1:] if re.match(r"^[\d.]+$", word)))])
         assert ("tp1" in labels) != ({"sp", "tpo"} <= labels), row
         assert ("opg" in labels) == bool(labels & {"z1", "z2", "z1-2"}), row   # a folded row shows its lowest stage
     assert float(rows[0][-2].rstrip("%")) > float(plain[0][-2].rstrip("%"))   # the best plan's MFU: overlap helps
+    # one GPU a node (tp stays inside a node): no plan has tp > 1, and the flag is said to change nothing
+    assert main(["plan", "--model", "gpt2-small", "--cluster", "t4", "--gpus-per-node", "1", "--nodes", "4",
+                 "--sequence-parallel"]) == 0
+    assert capsys.readouterr().out.startswith("note: --sequence-parallel applies to no plan of this search (none has "
+                                              "tp > 1); drop it\n")
 
 
 def test_readme_examples_are_what_the_cli_prints(capsys):

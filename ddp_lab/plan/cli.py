@@ -28,7 +28,11 @@ from ddp_lab.course.plan.search import (DEFAULT_TOKENS_PER_BATCH, MEMORY_RESERVE
 from ddp_lab.course.plan.strategy import Strategy, check, divisors
 from ddp_lab.plan import cli_fit
 from ddp_lab.plan.cli_flags import (SEARCH_WIDE, SHAPE_FLAGS, SPLIT_FLAGS, STRATEGY_FLAGS, OneLineErrors,
-                                    add_arguments, check_flags, in_flags, one_plan_flags)
+                                    add_arguments, check_flags, flag_name, in_flags, one_plan_flags)
+
+# what a plan needs for each of a framework's flags a search applies (search.candidates)
+FITS = {"sequence_parallel": "tp > 1", "tp_comm_overlap": "tp > 1 with sequence parallelism",
+        "overlap_param_gather": "ZeRO 1 or 2"}
 from ddp_lab.plan.cli_plot import draw
 from ddp_lab.plan.cli_regions import cross_region, regions_note
 from ddp_lab.plan.model_files import read_config, read_hf_config
@@ -203,10 +207,15 @@ def _search_report(model, cluster, args, reserve: float, seq_source: str | None 
     fitting = search(model, cluster, top=None, global_batch=global_batch, reserve=reserve, **options)
     folded = fold_zero_stages(fitting)
     rows = folded[:args.top or 10]
+    applied = tuple(flag_name(name) for name in SEARCH_WIDE if options[name])
+    for name in SEARCH_WIDE:   # given, but no plan tried fits it (one GPU a node: no tp > 1)
+        if options[name] and not any(getattr(s, name) for s in tried):
+            note += f"note: {flag_name(name)} applies to no plan of this search (none has {FITS[name]}); drop it\n"
     header = search_header(model, cluster, global_batch, args.precision, len(tried), len(fitting), reserve,
                            options["attention"], flash_kernel=options["flash_kernel"],
                            cp={s.cp for s in tried}, ep={s.ep for s in tried},
-                           seq_source=seq_source, interleaved=any(s.virtual_stages > 1 for s in tried))
+                           seq_source=seq_source, interleaved=any(s.virtual_stages > 1 for s in tried),
+                           applied=applied)
     plans = [plan for plan, _ in rows]
     tie, source = stated_error(cluster, plans[0] if plans else None)
     report = "\n".join([header, table(plans, stages=[zero for _, zero in rows], tie=tie),

@@ -96,13 +96,15 @@ def fold_zero_stages(plans) -> list[tuple]:
 
 def search_header(model, cluster, global_batch: int, precision: str, tried: int, fitting: int,
                   reserve: float = MEMORY_RESERVE, attention: str = "flash", cp=(1,), ep=(1,),
-                  seq_source: str | None = None, flash_kernel: str = "fa2", interleaved: bool = True) -> str:
+                  seq_source: str | None = None, flash_kernel: str = "fa2", interleaved: bool = True,
+                  applied: tuple[str, ...] = ()) -> str:
     """What a search covered: model, GPUs, global batch, precision, parameters, plans tried and plans that fit.
 
     `cp`, `ep`: the context- and expert-parallel sizes the plans tried used, named when not just 1. `interleaved`:
     whether any plan tried interleaved its stages (none can where every plan has pp 1, or a micro-batch count the
     schedule cannot take).
-    `seq_source`: where the sequence length came from (`model_text`).
+    `seq_source`: where the sequence length came from (`model_text`). `applied`: a framework's flags the search put
+    on every plan they fit (cli_flags.SEARCH_WIDE), as the command line gave them.
 
     Example:
         >>> from ddp_lab.plan import ClusterSpec, Transformer
@@ -116,11 +118,15 @@ def search_header(model, cluster, global_batch: int, precision: str, tried: int,
     where = f"{cluster.name} = {cluster.gpus} GPUs" if cluster.name else f"{cluster.gpus} GPUs"
     splits = "".join(f", {name} {_sizes_text(sorted(set(sizes)))}" for name, sizes in (("cp", cp), ("ep", ep))
                      if set(sizes) != {1})
+    sequence = "sequence parallel" if "--sequence-parallel" not in applied else "sequence parallel wherever tp > 1"
+    others = [flag for flag in applied if flag != "--sequence-parallel"]
+    on_every = f"; {', '.join(others)} on every plan {'it fits' if len(others) == 1 else 'they fit'}" if others else ""
     return (f"{model.name} on {where}, global batch {global_batch} sequences x {model.seq_len} tokens, {precision}, "
             f"{attention_text(attention, flash_kernel)}\n{model_text(model, seq_source)}\n"
-            f"{tried} plans tried (dp x tp x pp, ZeRO 0-3, micro-batch, recomputation, sequence parallel"
-            f"{', interleaving' if interleaved else ''}{splits}); {fitting} fit in {percent_text(1 - reserve)} of "
-            f"each GPU's {cluster.gpu.memory / GB:.1f} GB (memory reserve {percent_text(reserve)})")
+            f"{tried} plans tried (dp x tp x pp, ZeRO 0-3, micro-batch, recomputation, {sequence}"
+            f"{', interleaving' if interleaved else ''}{splits}{on_every}); {fitting} fit in "
+            f"{percent_text(1 - reserve)} of each GPU's {cluster.gpu.memory / GB:.1f} GB (memory reserve "
+            f"{percent_text(reserve)})")
 
 
 def _sizes_text(sizes) -> str:
