@@ -211,8 +211,13 @@ def device_from_rank_mod_the_node_size(backend):
     return torch.device("cuda", local_rank), {"device_ids": [local_rank]}
 
 
+def device_and_ddp_kwargs_as_a_list(backend):
+    """Right too: a list of the two unpacks as the tuple does (`device, ddp_kwargs = ...`)."""
+    return list(device_and_ddp_kwargs(backend))
+
+
 @pytest.mark.parametrize("answer", [device_and_ddp_kwargs, device_ids_as_devices,
-                                    device_from_rank_mod_the_node_size])
+                                    device_from_rank_mod_the_node_size, device_and_ddp_kwargs_as_a_list])
 def test_device_and_ddp_kwargs_accepts_the_right_answer(answer, capsys):
     check_device_and_ddp_kwargs(answer)
     assert capsys.readouterr().out.startswith("✓ device_and_ddp_kwargs")

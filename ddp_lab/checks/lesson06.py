@@ -94,7 +94,8 @@ def _as_device(value, case: str) -> torch.device:
 
 
 def _unpack(result, case: str):
-    if not (isinstance(result, tuple) and len(result) == 2 and isinstance(result[1], dict)):
+    """(device, ddp_kwargs) from what the answer returned: a tuple, or a list, of the two (both unpack alike)."""
+    if not (isinstance(result, (tuple, list)) and len(result) == 2 and isinstance(result[1], dict)):
         raise CheckFailed(f"{case} returned {result!r}; expected a pair (device, ddp_kwargs) with "
                           "ddp_kwargs a dict, e.g. (torch.device('cpu'), {}).")
     return _as_device(result[0], case), result[1]
