@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import threading
+import time
 
 import pytest
 import torch
@@ -304,6 +305,32 @@ def sliced_by_ceil(model, x, y, n):
 def detached_outputs(model, x, y, n):
     chunks = torch.chunk(x, n)
     return F.mse_loss(torch.cat([o.detach() for o in _run_threads(_replicas(model, chunks), chunks)]), y)
+
+
+def threads_never_joined(model, x, y, n):
+    """Threads started, never joined: the outputs are gathered before the replicas have made them."""
+    chunks = torch.chunk(x, n)
+    replicas, outputs = _replicas(model, chunks), [None] * len(chunks)
+
+    def work(k):
+        module, params = replicas[k]
+        outputs[k] = torch.func.functional_call(module, params, (chunks[k],))
+
+    for k in range(len(chunks)):
+        threading.Thread(target=work, args=(k,)).start()
+    return F.mse_loss(torch.cat(outputs), y)
+
+
+def test_data_parallel_loss_names_threads_never_joined(monkeypatch, capsys):
+    """The answer raises (torch.cat of None) while its threads still run: the hint says they were never joined (it
+    was torch's TypeError alone), and the threads finish before the check lets go of its chunks, so they print no
+    traceback of the check's own (they printed 'ValueError: 2 is not in list' from lesson03.py)."""
+    monkeypatch.setattr(lesson03, "BARRIER_SECONDS", 2.0)
+    with pytest.raises(CheckFailed, match=r"(?s)^data_parallel_loss raised TypeError: .*NoneType\nHint: as "
+                                          r"data_parallel_loss raised, 4 replica forward\(s\) were still running"):
+        check_data_parallel_loss(threads_never_joined)
+    time.sleep(0.5)
+    assert "Traceback" not in capsys.readouterr().err
 
 
 def detached_outputs_made_to_require_grad(model, x, y, n):

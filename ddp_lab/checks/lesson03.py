@@ -332,6 +332,23 @@ def check_data_parallel_loss(data_parallel_loss) -> None:
            f"({LOSS_CASES[0][0]} rows over {LOSS_CASES[0][1]} devices, then {rows} rows in {chunks} chunks)")
 
 
+def _not_joined(running: int) -> str | None:
+    """A hint where replicas' forwards were still running when the answer raised: it read their outputs first."""
+    if running <= 0:
+        return None
+    return (f"\nHint: as data_parallel_loss raised, {running} replica forward(s) were still running in their threads: "
+            "their outputs were read before they existed. Join every thread (thread.join()) before gathering the "
+            "outputs.")
+
+
+def _let_forwards_finish(seconds: float = 2.0) -> None:
+    """Wait a little for replicas' forwards an answer left running (threads never joined), so that they end before
+    the check forgets its chunks (a forward that finds them gone prints a traceback of the check's own)."""
+    deadline = time.monotonic() + seconds
+    while len(_finished) < len(_entered) and time.monotonic() < deadline and not _barrier[-1].broken:
+        time.sleep(0.01)
+
+
 def _past_the_chunks(error: Exception, chunks: int, n: int) -> str | None:
     """A hint when an error shows an index that ran past the last chunk to n: an IndexError, or torch.cat given None
     at a position >= the number of chunks (an outputs list of n entries, the last ones never filled)."""
@@ -383,9 +400,12 @@ def _check_one_loss(data_parallel_loss, rows: int, n_devices: int) -> None:
     except Exception as error:
         if _barrier[-1].broken:  # a thread hit the broken barrier and the answer hid it
             raise CheckFailed(_scatter_problem(chunks) or _not_parallel(list(_entered), caller)) from None
+        running = len(_entered) - len(_finished)   # replicas' forwards still running as the answer raised
         raise CheckFailed(f"data_parallel_loss raised {type(error).__name__}: {error}"
-                          f"{_past_the_chunks(error, len(chunks), n_devices) or ''}") from error
+                          f"{_past_the_chunks(error, len(chunks), n_devices) or _not_joined(running) or ''}"
+                          ) from error
     finally:
+        _let_forwards_finish()
         broken = _barrier.pop().broken
         entered, finished, graph = list(_entered), list(_finished), list(_graph)
         _chunks[:], _caller[:] = [], []
