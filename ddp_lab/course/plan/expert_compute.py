@@ -113,11 +113,12 @@ def layer_compute_change(model, strategy, gpu) -> tuple[float, float]:
     return tuple(routed[i] + shared[i] + router[i] + permutation[i] - dense[i] for i in range(2))
 
 
-def seconds_per_micro_batch(model, cluster, strategy) -> float:
+def seconds_per_micro_batch(model, cluster, strategy, layer_change: tuple[float, float] | None = None) -> float:
     """Seconds per micro-batch the MoE layers add to (or take from) a dense stage's compute on one GPU.
 
     On GPUs (an HBM figure): the slowest pipeline stage's MoE layers x `layer_compute_change` (forward, backward,
-    and the forward again under full recomputation). On CPU ranks (no HBM figure): the FLOPs a token's experts add
+    and the forward again under full recomputation; `layer_change`: that change, where the caller has it). On CPU
+    ranks (no HBM figure): the FLOPs a token's experts add
     (`forward_flops_change`) at the measured rate, shared by the tp x pp x cp ranks, as their dense FLOPs are.
 
     Introduced in notebooks/14-mixture-of-experts.ipynb.
@@ -130,6 +131,6 @@ def seconds_per_micro_batch(model, cluster, strategy) -> float:
     if gpu.memory_bandwidth is None:
         share = strategy.tp * strategy.pp * strategy.cp
         return strategy.micro_batch * change * passes / share / gpu.achieved_flops(strategy.precision)
-    forward, backward = layer_compute_change(model, strategy, gpu)
+    forward, backward = layer_compute_change(model, strategy, gpu) if layer_change is None else layer_change
     layers = max(stage_moe_layers(model, strategy, stage) for stage in range(strategy.pp))
     return layers * (forward * (2 if strategy.recompute == "full" else 1) + backward)

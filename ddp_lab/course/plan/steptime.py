@@ -214,8 +214,12 @@ def step_time(model, cluster, strategy) -> TimeBreakdown:
                                      key=lambda stage: stage[0] * per_layer + (head.total + vocab_tp) * stage[1])
     else:
         stage_layers, has_head = -(-model.layers // p), True
+    inner = outer_sync.inner_strategy(strategy)      # DiLoCo replicas: the per-step sync stays inside one replica
+    # what a MoE layer's experts add to its compute, which DP's collectives also run beside
+    moe_change = (expert_compute.layer_compute_change(model, inner, cluster.gpu)
+                  if model.moe is not None and cluster.gpu.memory_bandwidth is not None else None)
     per_micro_batch = (stage_layers * layer.total + (head.total if has_head else 0.0)
-                       + expert_compute.seconds_per_micro_batch(model, cluster, strategy))
+                       + expert_compute.seconds_per_micro_batch(model, cluster, strategy, moe_change))
     compute = m * per_micro_batch + optimizer_seconds(optimizer_parameters(model, strategy), strategy, cluster.gpu)
     bubble = per_micro_batch * (p - 1) / v      # compute x (p - 1)/(v m): p - 1 micro-batches' worth, over v
     if cluster.cores is not None and strategy.gpus > cluster.cores:
@@ -231,12 +235,9 @@ def step_time(model, cluster, strategy) -> TimeBreakdown:
         pp_comm = 2 * m * v * collective_time("send", _activation_bytes(model, strategy) / t, cluster,
                                               strategy.layout.group("pp"))
 
-    inner = outer_sync.inner_strategy(strategy)      # DiLoCo replicas: the per-step sync stays inside one replica
     dp_comm = dp_communication(model, cluster, inner)
     slower = stretch(tp_all, layer.total, _dp_shares_tp_link(cluster, inner))   # TP holds the link, hidden or not
-    # what a MoE layer's experts add to its compute, which DP's collectives also run beside
-    moe_change = (expert_compute.layer_compute_change(model, inner, cluster.gpu)
-                  if model.moe is not None and cluster.gpu.memory_bandwidth is not None else (0.0, 0.0))
+    moe_change = moe_change or (0.0, 0.0)
     if not cluster.overlap_dp_comm:
         exposed = dp_comm
     elif strategy.zero == 3:
