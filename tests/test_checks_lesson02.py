@@ -220,10 +220,9 @@ def rs_isend_dropped(tensor):
     return chunks[rank]
 
 
-def rs_no_clone(tensor):
-    """Wrong: the right chunk, but added into views of the caller's tensor: the input is changed in place."""
+def _ring_adding_in_place(chunks):
+    """The right ring schedule over `chunks`, each received chunk added in place into the one it belongs to."""
     rank, world_size = dist.get_rank(), dist.get_world_size()
-    chunks = list(tensor.tensor_split(world_size))
     for step in range(world_size - 1):
         send_index, recv_index = (rank - step - 1) % world_size, (rank - step - 2) % world_size
         incoming = torch.empty_like(chunks[recv_index])
@@ -232,20 +231,16 @@ def rs_no_clone(tensor):
         request.wait()
         chunks[recv_index] += incoming
     return chunks[rank]
+
+
+def rs_no_clone(tensor):
+    """Wrong: the right chunk, but added into views of the caller's tensor: the input is changed in place."""
+    return _ring_adding_in_place(list(tensor.tensor_split(dist.get_world_size())))
 
 
 def rs_double(tensor):
     """Wrong: the right sums, in float64 for a float32 input."""
-    rank, world_size = dist.get_rank(), dist.get_world_size()
-    chunks = [chunk.double() for chunk in tensor.tensor_split(world_size)]
-    for step in range(world_size - 1):
-        send_index, recv_index = (rank - step - 1) % world_size, (rank - step - 2) % world_size
-        incoming = torch.empty_like(chunks[recv_index])
-        request = dist.isend(chunks[send_index], (rank + 1) % world_size)
-        dist.recv(incoming, (rank - 1) % world_size)
-        request.wait()
-        chunks[recv_index] += incoming
-    return chunks[rank]
+    return _ring_adding_in_place([chunk.double() for chunk in tensor.tensor_split(dist.get_world_size())])
 
 
 def rs_stub(tensor):

@@ -473,17 +473,13 @@ def sets_the_sync_flag(ddp_model, micro_batches):
 
 def no_sync_then_sums_by_hand(ddp_model, micro_batches):
     """Wrong: DDP never all-reduces; the answer's own all-reduce sums over the ranks and nothing divides."""
-    with ddp_model.no_sync():
-        for x, y in micro_batches:
-            (F.mse_loss(ddp_model(x), y) / len(micro_batches)).backward()
+    everything_inside_no_sync(ddp_model, micro_batches)
     for p in ddp_model.parameters():
         dist.all_reduce(p.grad)
 
 
 def no_sync_then_divides_by_world_size_squared(ddp_model, micro_batches):
-    with ddp_model.no_sync():
-        for x, y in micro_batches:
-            (F.mse_loss(ddp_model(x), y) / len(micro_batches)).backward()
+    everything_inside_no_sync(ddp_model, micro_batches)
     for p in ddp_model.parameters():
         dist.all_reduce(p.grad)
         p.grad /= dist.get_world_size() ** 2
@@ -535,9 +531,7 @@ def rank_1_reduces_by_hand(ddp_model, micro_batches):
 
 def last_counted_twice(ddp_model, micro_batches):
     """Wrong: every micro-batch inside no_sync, then the last again outside it."""
-    with ddp_model.no_sync():
-        for x, y in micro_batches:
-            (F.mse_loss(ddp_model(x), y) / len(micro_batches)).backward()
+    everything_inside_no_sync(ddp_model, micro_batches)
     x, y = micro_batches[-1]
     (F.mse_loss(ddp_model(x), y) / len(micro_batches)).backward()
 

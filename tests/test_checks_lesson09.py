@@ -114,15 +114,20 @@ def zero1_init(params, rank, world_size):
     return shards, torch.optim.Adam(shards, lr=0.01)
 
 
-def zero1_step(params, shards, optimizer):
+def _reduce_and_step(params, shards, optimizer):
+    """zero1_step's first half: every gradient averaged over the ranks, this rank's slice of it stepped."""
     rank, world_size = dist.get_rank(), dist.get_world_size()
     for p, s in zip(params, shards):
         dist.all_reduce(p.grad)
         p.grad /= world_size
         s.grad = p.grad.reshape(-1).chunk(world_size)[rank]
     optimizer.step()
+
+
+def zero1_step(params, shards, optimizer):
+    _reduce_and_step(params, shards, optimizer)
     for p, s in zip(params, shards):
-        dist.all_gather(list(p.detach().view(-1).chunk(world_size)), s.detach())
+        dist.all_gather(list(p.detach().view(-1).chunk(dist.get_world_size())), s.detach())
 
 
 def zero1_step_reduce_scatter(params, shards, optimizer):
@@ -230,13 +235,8 @@ def never_all_reduces(params, shards, optimizer):
 
 def _async_gathers(params, shards, optimizer) -> list:
     """zero1_step's reduce and step, then its all-gathers with async_op=True: their works, not waited for."""
-    rank, world_size = dist.get_rank(), dist.get_world_size()
-    for p, s in zip(params, shards):
-        dist.all_reduce(p.grad)
-        p.grad /= world_size
-        s.grad = p.grad.reshape(-1).chunk(world_size)[rank]
-    optimizer.step()
-    return [dist.all_gather(list(p.detach().view(-1).chunk(world_size)), s.detach(), async_op=True)
+    _reduce_and_step(params, shards, optimizer)
+    return [dist.all_gather(list(p.detach().view(-1).chunk(dist.get_world_size())), s.detach(), async_op=True)
             for p, s in zip(params, shards)]
 
 

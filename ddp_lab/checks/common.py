@@ -681,11 +681,16 @@ def judge_in_order(runs, judge, note) -> None:
             raise CheckFailed(f"{what}\n{with_a_note(note(key), hint)}") from None
 
 
-_REAL_ALL_GATHER = torch.distributed.all_gather   # torch's own, whatever stand-in a check puts in its place later
-# torch's own collectives, whose signatures bind what an answer passes (a stand-in may take *args, **kwargs)
-_TORCH_COLLECTIVES = {name: getattr(torch.distributed, name) for name in (
-    "broadcast", "broadcast_object_list", "all_reduce", "all_gather", "all_gather_object", "scatter_object_list",
-    "barrier") if hasattr(torch.distributed, name)}
+# torch.distributed's own functions as imported, whatever stand-in a check puts in their place later: called (the
+# agreement's all_gather) and read for their signatures (a stand-in may take *args, **kwargs)
+_TORCH_OWN = {name: value for name, value in vars(torch.distributed).items() if callable(value)}
+
+
+def torch_arguments(name: str, args: tuple, kwargs: dict) -> dict:
+    """What a call of torch.distributed's `name` passes for each of its parameters, by name, bound to torch's own
+    signature (instruments.collectives.call_arguments); {} where they do not fit it."""
+    function = _TORCH_OWN.get(name)
+    return (call_arguments(function, args, kwargs) or {}) if function is not None else {}
 
 
 class CollectivesApart(RuntimeError):
@@ -703,7 +708,7 @@ def agree_or_stop(mine: tuple[int, ...], apart: list, describe, exempt=None) -> 
     """
     mine_tensor = torch.tensor(list(mine), dtype=torch.int64)
     gathered = [torch.empty_like(mine_tensor) for _ in range(torch.distributed.get_world_size())]
-    _REAL_ALL_GATHER(gathered, mine_tensor)
+    _TORCH_OWN["all_gather"](gathered, mine_tensor)
     everyone = [tuple(t.tolist()) for t in gathered]
     if len(set(everyone)) > 1 and not (exempt and exempt(everyone)):
         apart.append(everyone)
@@ -720,7 +725,7 @@ def agreeing_collectives(names, before):
     def make(name):
         def wrap(original):
             def call(*args, **kwargs):
-                given = call_arguments(_TORCH_COLLECTIVES.get(name, original), args, kwargs) or {}
+                given = torch_arguments(name, args, kwargs)
                 group = given.get("group")
                 if inside or (group is not None and group is not torch.distributed.group.WORLD):
                     return original(*args, **kwargs)

@@ -32,10 +32,10 @@ from ddp_lab.checks import CheckFailed, passed
 from ddp_lab.checks.common import (FORBIDDEN, POINT_TO_POINT, answer_of, call_case, describe, ensure_written,
                                    first_mismatch, groups_of, judge_in_order, library_of, package_answer_used,
                                    parse_frames, refuse_written_divisor, refuse_written_split, run_answers_on_ranks,
-                                   run_on_ranks, watching_calls, with_a_note)
+                                   run_on_ranks, torch_arguments, watching_calls, with_a_note)
 from ddp_lab.course.tensor_parallel.communications import (CopyToModelParallelRegion, copy_to_model_parallel_region,
                                                            reduce_from_model_parallel_region)
-from ddp_lab.instruments.collectives import call_arguments, replacing_dist_calls
+from ddp_lab.instruments.collectives import replacing_dist_calls
 from torch.utils._python_dispatch import TorchDispatchMode
 
 WORLD_SIZE = 2
@@ -83,8 +83,6 @@ def _layer(in_features: int, out_features: int) -> str:
 
 
 POINT_TO_POINT_CALLS = ("send", "isend", "recv", "irecv")   # what `_recording` records of common.POINT_TO_POINT
-# torch's own, whose signatures bind what an answer passes (a stand-in in their place may take *args, **kwargs)
-_TORCH_POINT_TO_POINT = {name: getattr(dist, name) for name in POINT_TO_POINT_CALLS}
 
 
 class StrayPeer(ValueError):
@@ -98,7 +96,7 @@ def _stopping_stray_peers():
     def make(name):
         def wrap(original):
             def call(*args, **kwargs):
-                given = call_arguments(_TORCH_POINT_TO_POINT[name], args, kwargs) or {}
+                given = torch_arguments(name, args, kwargs)
                 # batch_isend_irecv passes the default group and the peer as group_dst or group_src
                 peers = [given.get(key) for key in ("dst", "src", "group_dst", "group_src")]
                 peer = next((peer for peer in peers if peer is not None), None)
