@@ -214,18 +214,7 @@ def step_unscaled_into_a_local_name(params, optimizer, scale, max_norm):
         g = p.grad
         g = g / scale                                              # a new tensor: p.grad keeps the scale
         grads.append(g)
-    flag = torch.tensor([0.0 if all(torch.isfinite(g).all() for g in grads) else 1.0])
-    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-    if flag.item():
-        return False
-    squares = sum(g.pow(2).sum() for g in grads).reshape(1)
-    dist.all_reduce(squares)
-    norm = squares.sqrt().item()
-    if norm > max_norm:
-        for g in grads:
-            g.mul_(max_norm / (norm + 1e-6))
-    optimizer.step()
-    return True
+    return _unscaled_copies_step(grads, params, optimizer, max_norm)
 
 
 def step_returns_whether_it_skipped(params, optimizer, scale, max_norm):
