@@ -358,6 +358,21 @@ def test_a_pull_interrupted_says_each_rank_had_finished_the_pull(cluster, capsys
     assert cluster.alive and cluster.run_code("del held\nrank") == [0, 1]
 
 
+def test_a_pull_still_on_its_way_after_the_grace_is_waited_for_and_the_cluster_stays(cluster, monkeypatch, capsys):
+    """The stop button during a pull whose values take longer than the grace to pickle (or to arrive: a large
+    tensor): the ranks had finished the pull and cannot be interrupted, so they are not stuck. A line says what is
+    waited for, the pull ends with its values and the cluster stays (it was shut down as stuck "in C++ code")."""
+    monkeypatch.setattr(command, "INTERRUPT_GRACE_S", 0.3)
+    monkeypatch.setattr(command, "INTERRUPT_CHECK_S", 0.1)
+    cluster.run_code("import time\nclass Slow:\n    def __reduce__(self):\n        time.sleep(1.5)\n"
+                     "        return (int, (rank,))\nheld = Slow()")
+    capsys.readouterr()
+    threading.Timer(0.3, _thread.interrupt_main).start()   # as the stop button does to the kernel
+    assert cluster.pull("held") == [0, 1]
+    assert "rank(s) 0, 1 had finished the pull and are sending their values to the notebook" in capsys.readouterr().err
+    assert cluster.alive and cluster.run_code("del held\nrank") == [0, 1]
+
+
 def test_after_a_failure_a_rank_that_waits_in_a_collective_for_it_is_stuck(monkeypatch):
     """Rank 1 raises; rank 0 computes a moment, then waits in all_reduce for rank 1, which never comes: at the next
     look at its stack it is stuck there, and the cluster is shut down (its group is half-way through a

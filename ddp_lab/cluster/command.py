@@ -18,6 +18,7 @@ Introduced in notebooks/00b-live-cluster.ipynb.
 from __future__ import annotations
 
 import re
+import sys
 import time
 from pathlib import Path
 
@@ -176,20 +177,35 @@ class CommandWatch:
         whose peers were interrupted before they joined it (or wait in a different one): then the
         cluster is shut down and the one-line error saying so is returned. A rank left alone in a
         collective (every other rank is out of the command) cannot finish it, so it is not waited for.
+        A rank that had finished the command and is sending its value back (pickling it, or the bytes
+        still on their way: a large pull) is not stuck and cannot be interrupted: it is waited for, with
+        a line saying so once the grace is over; pressing stop again shuts the cluster down.
         """
         self.running = running = self.sent  # from now on, the ranks the command reached
         self.group.interrupt([rank for rank in running if rank not in self.replies])
         grace_ends = time.monotonic() + INTERRUPT_GRACE_S
+        told = False
         while True:
-            step = max(0.0, min(INTERRUPT_CHECK_S, grace_ends - time.monotonic()))
+            step = max(0.0, min(INTERRUPT_CHECK_S, grace_ends - time.monotonic())) or INTERRUPT_CHECK_S
             problem = self.collect(step, interrupted=True)
             if problem is not STILL_RUNNING:
                 return problem
             waiting = [r for r in running if r not in self.replies]
             stacks = self.group.stacks(waiting)
-            alone_in_a_collective = len(waiting) == 1 and waiting_in(stacks.get(waiting[0], "")) == "collective"
-            if alone_in_a_collective or time.monotonic() >= grace_ends:
-                return self._still_running_after_interrupt(stacks, time.monotonic() - grace_ends + INTERRUPT_GRACE_S)
+            sending = [r for r in waiting if len(self.marks[r]) == 2 or sending_its_value(stacks.get(r, ""))]
+            stopping = [r for r in waiting if r not in sending]
+            past_grace = time.monotonic() >= grace_ends
+            if not stopping:
+                if past_grace and not told:
+                    print(f"ddp_lab: rank(s) {listed(sending)} had finished {FINISHED.get(self.kind, 'the command')} "
+                          "and are sending their values to the notebook, which cannot be interrupted; waiting for "
+                          "them (press stop again to shut the cluster down).", file=sys.stderr, flush=True)
+                    told = True
+                continue
+            alone_in_a_collective = len(stopping) == 1 and waiting_in(stacks.get(stopping[0], "")) == "collective"
+            if alone_in_a_collective or past_grace:
+                return self._still_running_after_interrupt({r: stacks[r] for r in stopping if r in stacks},
+                                                           time.monotonic() - grace_ends + INTERRUPT_GRACE_S)
 
     def interrupted_notes(self) -> list[str]:
         """One line per rank after an interrupt: where its code was interrupted, or how it ended."""
@@ -343,6 +359,21 @@ class CommandWatch:
                                           stacks, self.names, raised=raised, hint="", cls=RankFailed,
                                           first=min(raised))
         return self.group.hang_report(headline, stacks, self.names, hint="", headline_only=True)
+
+
+# The outermost frames a rank's stack shows (rank_loop.py's own are hidden) while it sends a command's value back:
+# pickling it (payload.dumps, after the command's code ended), then writing the bytes (channel.send_message)
+_SENDING_FRAME = re.compile(r'ddp_lab/launcher/(payload\.py", line \d+ in dumps|channel\.py", line \d+ in '
+                            r'send_message)$')
+
+
+def sending_its_value(stack: str) -> bool:
+    """Whether a rank's Python stack (a stacks.read_stacks dump, each thread's innermost frame first) shows it
+    sending a command's value back: the command has ended, and SIGINT no longer reaches its code."""
+    blocks = stack.split("\n\n")   # the signal handler runs in the main thread: faulthandler's "Current thread"
+    main = next((block for block in blocks if block.startswith("Current thread")), blocks[0])
+    frames = [line.strip() for line in main.splitlines() if line.lstrip().startswith("File ")]
+    return bool(frames) and bool(_SENDING_FRAME.search(frames[-1]))
 
 
 RANK_LOOP_FILE = str(Path(__file__).with_name("rank_loop.py"))  # the ranks' command loop: its frames are hidden
