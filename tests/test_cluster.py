@@ -373,6 +373,25 @@ def test_a_pull_still_on_its_way_after_the_grace_is_waited_for_and_the_cluster_s
     assert cluster.alive and cluster.run_code("del held\nrank") == [0, 1]
 
 
+def test_a_cells_figures_travel_to_the_notebook_in_the_order_shown(cluster):
+    """Figures a cell draws come back as PNG bytes per rank: those plt.show() took, then those open at the end, then a
+    figure that ends the cell without being open (made without pyplot); all are closed on the rank afterwards, and a
+    figure that ends a %%ddp cell is shown as a picture, not as its repr. (A rank inherited the kernel's inline
+    backend: plt.show() printed 'Figure(640x480)'.)"""
+    drawn = cluster.run_code(
+        "import matplotlib.pyplot as plt\nfrom matplotlib.figure import Figure\n"
+        "plt.figure(figsize=(1, 1)); plt.show()\n"
+        "plt.figure(figsize=(2, 1)); plt.figure(figsize=(3, 1))\n"
+        "made = Figure(figsize=(1 + rank, 2)); made.add_subplot().plot([0, 1])\nmade", display=True)
+    assert list(drawn) == [None, None]   # no "<Figure size ...>" line: the figure itself is shown
+    for rank, pictures in enumerate(drawn.figures):
+        assert len(pictures) == 4 and all(picture.startswith(b"\x89PNG") for picture in pictures)
+        widths = [int.from_bytes(picture[16:20], "big") for picture in pictures]   # the PNG header's width
+        assert widths[0] < widths[1] < widths[2] and widths[3] > widths[0], widths
+    assert cluster.run_code("plt.get_fignums()") == [[], []]
+    assert cluster.run_code("x = 1").figures == [[], []]
+
+
 def test_after_a_failure_a_rank_that_waits_in_a_collective_for_it_is_stuck(monkeypatch):
     """Rank 1 raises; rank 0 computes a moment, then waits in all_reduce for rank 1, which never comes: at the next
     look at its stack it is stuck there, and the cluster is shut down (its group is half-way through a
@@ -744,6 +763,11 @@ def test_the_ddp_magic_in_an_ipython_shell(capsys):
     assert result.success and capsys.readouterr().out == "[rank 0] from 0\n"
     failed = shell.run_cell("%%ddp --nonsense\npass")
     assert isinstance(failed.error_in_exec, ValueError)
+    capsys.readouterr()
+    # each rank's figure is shown under a line naming its rank (IPython's plain shell shows a picture by its repr)
+    assert shell.run_cell("%%ddp\nimport matplotlib.pyplot as plt\nplt.plot([0, rank])\nplt.show()").success
+    assert capsys.readouterr().out == ("[rank 0] figure\n<IPython.core.display.Image object>\n"
+                                       "[rank 1] figure\n<IPython.core.display.Image object>\n")
     shell.run_line_magic("ddp_shutdown", "")
 
 

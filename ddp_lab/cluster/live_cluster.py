@@ -261,7 +261,8 @@ class Cluster:
             raise problem from None
         still = "; the cluster is still running"
         return Results([load_value(watch.replies[r]["value"], r, still) if r in watch.replies else None
-                        for r in range(self.nprocs)], texts, self.backend, [])
+                        for r in range(self.nprocs)], texts, self.backend, [],
+                       figures=[watch.replies.get(r, {}).get("figures", []) for r in range(self.nprocs)])
 
     def _interrupted(self, watch: CommandWatch, starts: list[int], show: list[int] | None) -> None:
         """Jupyter's stop button during a command (command.CommandWatch.interrupt): the ranks' code is

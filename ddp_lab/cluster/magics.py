@@ -242,6 +242,7 @@ def ddp(line: str, cell: str):
                              display=True, stream=options.stream)
     if shell is None or not shell.displayhook.semicolon_at_end_of_expression(cell):   # `x;` shows nothing
         print_values(shown, options.ranks)
+    show_figures(shown.figures, options.ranks)
 
 
 def _main_guard_line(cell: str) -> int | None:
@@ -273,6 +274,19 @@ def print_values(texts: list[str | None], show: list[int] | None = None) -> None
             continue
         for index, line in enumerate(text.splitlines() or [""]):
             print(f"[rank {rank}] {'Out: ' if index == 0 else '     '}{line}")
+
+
+def show_figures(figures: list[list[bytes]], show: list[int] | None = None) -> None:
+    """The figures a cell drew on each rank (`show`: whose; PNG bytes, rank_figures.py), each under a line naming its
+    rank, as a kernel shows a figure under its cell."""
+    from IPython.display import Image, display   # lazy: only a cell that drew a figure needs IPython's display
+
+    for rank, pictures in enumerate(figures):
+        if show is not None and rank not in show:
+            continue
+        for index, picture in enumerate(pictures, 1):
+            print(f"[rank {rank}] figure" + (f" {index} of {len(pictures)}" if len(pictures) > 1 else ""))
+            display(Image(picture))
 
 
 def ddp_pull(line: str):

@@ -128,6 +128,7 @@ def serve(rank: int, status_folder: str | None = None) -> None:
     channel = control_channel()
     namespace = cell_namespace(rank, dist.get_world_size())
     signal.signal(signal.SIGINT, _interrupt_the_command)
+    os.environ["MPLBACKEND"] = FIGURES_BACKEND   # a cell's figures travel to the notebook (rank_figures.py)
     _record(status_folder, rank, None)
     while True:
         command = receive_message(channel)
@@ -135,6 +136,7 @@ def serve(rank: int, status_folder: str | None = None) -> None:
             return
         reply = {"kind": "reply", "id": command["id"]}
         _record(status_folder, rank, command)
+        value = None
         try:
             _in_command = True
             try:
@@ -145,6 +147,8 @@ def serve(rank: int, status_folder: str | None = None) -> None:
         except BaseException as error:  # noqa: BLE001 - reported to the notebook, the rank lives on
             # sys.exit() in a cell included: as in a kernel, it ends the cell, not the rank
             reply.update(exception_report(error, "fn", skip_frames=_own_frames(error)), kind="reply", ok=False)
+        if command["kind"] == "exec":
+            reply["figures"] = _figures(value)
         _record(status_folder, rank, None)
         reply["group"] = dist.is_initialized()  # False: the cell destroyed the default group
         _mark_end(command["id"])
@@ -157,7 +161,7 @@ DISPLAY_CHARS = 4000  # the most of a final expression's repr that a %%ddp cell 
 def _display_text(value) -> str | None:
     """What a %%ddp cell shows of its final expression's value: its repr (cut at DISPLAY_CHARS), as a kernel shows
     Out[n]; None for None. The value itself stays on the rank: nothing is pickled, so any value can be shown."""
-    if value is None:
+    if value is None or _is_figure(value):   # a figure is shown as a picture (rank_figures.py)
         return None
     try:
         text = repr(value)
@@ -166,6 +170,28 @@ def _display_text(value) -> str | None:
     if len(text) > DISPLAY_CHARS:
         text = f"{text[:DISPLAY_CHARS]}... ({len(text):,} characters in all)"
     return text
+
+
+FIGURES_BACKEND = "module://ddp_lab.cluster.rank_figures"   # matplotlib's backend on the ranks
+
+
+def _is_figure(value) -> bool:
+    """Whether `value` is a matplotlib Figure (matplotlib is not imported where the cell did not import it)."""
+    figure_module = sys.modules.get("matplotlib.figure")
+    return figure_module is not None and isinstance(value, figure_module.Figure)
+
+
+def _figures(value) -> list[bytes]:
+    """The figures the cell drew (rank_figures.take_figures: PNG bytes), for the notebook to show under the cell; a
+    figure that cannot be drawn is said on this rank's stderr, and the cell's other figures still travel."""
+    if "matplotlib.pyplot" not in sys.modules and not _is_figure(value):
+        return []
+    try:
+        from ddp_lab.cluster import rank_figures  # lazy: it imports matplotlib, which only a cell that drew needs
+        return rank_figures.take_figures(value)
+    except Exception as error:  # noqa: BLE001 - the cell ran; only its pictures are lost
+        print(f"ddp_lab: this rank's figures could not be drawn ({type(error).__name__}: {error})", file=sys.stderr)
+        return []
 
 
 def _value_reply(value) -> dict:
