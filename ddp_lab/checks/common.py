@@ -121,6 +121,14 @@ def raising_library(error: BaseException) -> str | None:
     return library_of(frames[-1].filename) if frames else None
 
 
+def raises_the_stub(line: str | None) -> bool:
+    """Whether the source line where the learner's code raised NotImplementedError is a `raise NotImplementedError`
+    statement (the exercise's stub), or unknown (no source to show: taken as the stub). A torch operator that has
+    no kernel for its inputs (FP8 arithmetic on a CPU) raises NotImplementedError from C++, with the learner's line,
+    which calls it, as the innermost Python frame: that is torch's error, not an unwritten answer."""
+    return not line or not line.strip() or line.strip().startswith("raise NotImplementedError")
+
+
 def stub_failure(name: str, error: NotImplementedError) -> CheckFailed:
     """The CheckFailed for an answer that still raises the exercise's NotImplementedError stub."""
     return CheckFailed(f"{name} is not written yet: it raised NotImplementedError({str(error)!r}).\n"
@@ -134,7 +142,9 @@ def answer_raised(name: str, error: Exception, case: str, hint: str | None = Non
     which input, then the learner's own frames, where the error happened in their code. `hint`: a line
     naming the mistake, given only where the error itself shows it.
     """
-    if isinstance(error, NotImplementedError) and raising_library(error) is None:
+    frames = traceback.extract_tb(error.__traceback__)
+    if isinstance(error, NotImplementedError) and raising_library(error) is None and \
+            (not frames or raises_the_stub(frames[-1].line)):
         return stub_failure(name, error)
     library = raising_library(error)
     inside = f" inside {library}" if library and library != "ddp_lab" else ""
@@ -893,13 +903,23 @@ def is_stub(failure) -> bool:
     if not isinstance(exception, CaseFailed) or exception.kind != "NotImplementedError":
         return False
     frames = parse_frames(failure.details.split("The above exception was the direct cause")[0])
-    return not frames or library_of(frames[-1]["file"]) is None
+    if not frames:
+        return True
+    source = [line for line in frames[-1]["text"][1:] if set(line.strip()) - set("^~ ")]
+    return library_of(frames[-1]["file"]) is None and raises_the_stub(source[0] if source else None)
+
+
+# Where a formatted traceback goes on with the exception raised while handling the one above it
+_DURING_HANDLING = re.compile(r"^During handling of the above exception, another exception occurred:\s*$", re.M)
 
 
 def parse_frames(text: str) -> list[dict]:
-    """The frames of a formatted traceback: file (or 'Cell In[n]'), line, function and the source lines shown."""
+    """The frames of a formatted traceback: file (or 'Cell In[n]'), line, function and the source lines shown.
+
+    Of a chain of exceptions raised while handling another (torch re-raises a KeyError as its own ValueError), the
+    frames of the last one, the exception that was raised: the one that shows the learner's line."""
     frames: list[dict] = []
-    for line in text.splitlines():
+    for line in _DURING_HANDLING.split(text)[-1].splitlines():
         match = _FRAME_LINE.match(line)
         if match:
             cell = match.group("cell")

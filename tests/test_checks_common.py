@@ -1,0 +1,66 @@
+"""Tests of what every lesson's check shares (ddp_lab/checks/common.py): telling the exercise's unwritten stub from
+torch's own NotImplementedError, and finding the learner's line in a chain of exceptions."""
+
+import traceback
+
+import pytest
+import torch
+
+from ddp_lab.checks.common import CheckFailed, answer_raised, call_case, parse_frames, run_on_ranks, your_frames
+
+
+def stub(x):
+    raise NotImplementedError("scale, then cast")
+
+
+def fp8_arithmetic(x):
+    return x.to(torch.float8_e4m3fn) * 2.0   # no FP8 multiply on a CPU: torch's C++ raises NotImplementedError
+
+
+def _raised(fn):
+    try:
+        fn(torch.ones(2))
+    except Exception as error:   # noqa: BLE001 - the error is what the test looks at
+        return error
+    pytest.skip(f"{fn.__name__} did not raise: this torch ({torch.__version__}) has the operator")
+
+
+def test_torchs_notimplementederror_on_the_learners_line_is_not_the_stub():
+    """An operator with no kernel for its inputs raises NotImplementedError from C++: the innermost Python frame is
+    the learner's line that called it, yet the answer is written; it said "not written yet: replace the `raise
+    NotImplementedError` line", which the learner does not have."""
+    assert str(answer_raised("stub", _raised(stub), "x")).startswith("stub is not written yet: it raised")
+    message = str(answer_raised("fp8_arithmetic", _raised(fp8_arithmetic), "casting x"))
+    assert message.startswith("fp8_arithmetic raised NotImplementedError: ") and "not written yet" not in message
+    assert "x.to(torch.float8_e4m3fn) * 2.0" in message
+
+
+def _call_on_rank(rank, fn):
+    return call_case(fn, "casting x", torch.ones(2))
+
+
+def test_torchs_notimplementederror_on_a_rank_is_not_the_stub_either():
+    _raised(fp8_arithmetic)
+    with pytest.raises(CheckFailed) as caught:
+        run_on_ranks(_call_on_rank, (fp8_arithmetic,), 1, 30, "fp8_arithmetic")
+    message = str(caught.value)
+    assert message.startswith("rank 0: fp8_arithmetic raised NotImplementedError") and "not written" not in message
+    assert "x.to(torch.float8_e4m3fn) * 2.0" in message
+    with pytest.raises(CheckFailed, match=r"^stub is not written yet: it raised NotImplementedError\('scale, then"):
+        run_on_ranks(_call_on_rank, (stub,), 1, 30, "stub")
+
+
+def handled_badly(x):
+    try:
+        return {}["scale"]
+    except KeyError:
+        raise ValueError("no scale given")
+
+
+def test_the_frames_of_a_chain_are_those_of_the_exception_raised():
+    """torch re-raises a KeyError as its own error while handling it (a DeviceMesh given as a group): the learner's
+    line is in the last part of the traceback; the first part's frames were taken, and the line was lost."""
+    text = "".join(traceback.format_exception(_raised(handled_badly)))
+    assert "During handling of the above exception" in text
+    assert [frame["fn"] for frame in parse_frames(text)][-1] == "handled_badly"
+    assert "raise ValueError" in your_frames(text) and '{}["scale"]' not in your_frames(text)
