@@ -326,8 +326,9 @@ def test_data_parallel_loss_names_threads_never_joined(monkeypatch, capsys):
     was torch's TypeError alone), and the threads finish before the check lets go of its chunks, so they print no
     traceback of the check's own (they printed 'ValueError: 2 is not in list' from lesson03.py)."""
     monkeypatch.setattr(lesson03, "BARRIER_SECONDS", 2.0)
+    # how many of the 4 forwards are still running when the answer raises depends on the threads' scheduling
     with pytest.raises(CheckFailed, match=r"(?s)^data_parallel_loss raised TypeError: .*NoneType\nHint: as "
-                                          r"data_parallel_loss raised, 4 replica forward\(s\) were still running"):
+                                          r"data_parallel_loss raised, [1-4] replica forward\(s\) were still running"):
         check_data_parallel_loss(threads_never_joined)
     time.sleep(0.5)
     assert "Traceback" not in capsys.readouterr().err
