@@ -750,10 +750,10 @@ def test_trust_by_family_is_what_the_published_runs_say():
 def test_every_plan_says_how_far_to_trust_it(capsys):
     """A search or a plan ends with the planner's median and largest error on the published runs of the cluster's
     GPU generation (published.summary over them) and the parallelisms those runs used; a plan that splits the model
-    in a way none of them does is called less certain (the H100 runs are all data-parallel); a plan for longer
+    in a way none of them does is pointed to the held-out lines (the H100 runs are all data-parallel); a plan for longer
     sequences than the scored runs' gets the planner's errors on MosaicML's sequence sweep (8K: within 7.3 % without
     recomputation, 15 % either way with it), or beyond the sweep's 64K is called less certain; another overlap
-    slowdown than the one those figures hold for is said; a T4, which no run of the validation set is on, is called
+    slowdown than the one those figures hold for is said; a T4, which no run it was calibrated on is on, is called
     rough; last,
     both held-out parts' errors of each family among the plans shown (tests/test_plan_held_out.py checks the figures)."""
     from ddp_lab.__main__ import main
@@ -763,7 +763,7 @@ def test_every_plan_says_how_far_to_trust_it(capsys):
 
     def figures(generation):
         errors = by_generation[generation]
-        return (f"          throughput was off by {errors['median']:.1%} (median), {errors['max']:.1%} at most "
+        return (f"          its predicted throughput was off by {errors['median']:.1%} (median), {errors['max']:.1%} at most "
                 "(README, \"How far to trust the planner\")")
 
     def last_lines(*argv, count=3):
@@ -779,17 +779,18 @@ def test_every_plan_says_how_far_to_trust_it(capsys):
 
     ampere = by_generation["ampere"]["runs"]
     assert last_lines("--model", "gpt2-small", "--cluster", "a100-80gb", "--top", "3")[-2:] == [
-        f"accuracy: on {ampere} published A100 runs (data, tensor and pipeline parallel) the predicted",
+        f"accuracy: on the {ampere} published A100 runs it was calibrated on (data, tensor and pipeline parallel),",
         figures("ampere")]
-    hopper = f"accuracy: on {by_generation['hopper']['runs']} published H100 runs (data-parallel only) the predicted"
+    hopper = (f"accuracy: on the {by_generation['hopper']['runs']} published H100 runs it was calibrated on "
+              "(data-parallel only),")
     assert last_lines("--model", "llama3-8b", "--cluster", "h100-sxm", "--dp", "8", "--zero", "3", count=4) == \
         [hopper, figures("hopper"), *sweep_h100]
     assert last_lines("--model", "llama3-8b", "--cluster", "h100-sxm", "--dp", "8", "--zero", "3", "--seq-len", "4096",
                       count=2) == [hopper, figures("hopper")]            # as long as the IBM runs': no sweep line
     assert last_lines("--model", "llama3-8b", "--cluster", "h100-sxm", "--nodes", "4", "--tp", "8", "--cp", "4",
                       "--zero", "1", count=5) == [hopper, figures("hopper"),
-                                                  "          no H100 run of the validation set uses tensor or context "
-                                                  "parallelism: those plans are less certain",
+                                                  "          none of them uses tensor or context parallelism: the "
+                                                  "held-out lines below score such plans",
                                                   *sweep_h100]
     assert last_lines("--model", "llama3-8b", "--cluster", "a100-80gb", "--nodes", "4", "--seq-len", "131072",
                       "--top", "2", count=1) == ["          131,072-token sequences: no scored A100 run is as long, "
@@ -798,8 +799,8 @@ def test_every_plan_says_how_far_to_trust_it(capsys):
                       "--overlap-slowdown", "0")[-1] == \
         "          (with the default overlap slowdown, 0.189, not the 0.0 given here)"
     t4 = last_lines("--model", "gpt2-small", "--cluster", "t4")
-    assert t4[-2].startswith("accuracy: no run of the validation set is on T4 GPUs (docs/planner.md's table: A100 and "
-                             "H100 runs,")
+    assert t4[-2].startswith("accuracy: no run the planner was calibrated on is on T4 GPUs (docs/planner.md's table: "
+                             "A100 and H100 runs,")
     assert t4[-1].endswith("treat these numbers as rough")
 
 
@@ -895,6 +896,21 @@ def test_plot_writes_the_breakdown_as_a_png(tmp_path, capsys):
     assert main(["--model", "gpt2-small", "--cluster", "t4", "--dp", "4", "--plot", str(path)]) == 0
     assert capsys.readouterr().out.rstrip().endswith(f"plot: {path} (memory per GPU and step time of the plan)")
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 10_000
+
+
+def test_plot_without_matplotlib_is_refused_in_one_line_before_planning(tmp_path, monkeypatch, capsys):
+    """The planner alone (pip install --no-deps) has no matplotlib: --plot says so in one line, with the fix (it was
+    a ModuleNotFoundError traceback after the search)."""
+    from ddp_lab.__main__ import main
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)   # as where it is not installed: import raises ImportError
+    path = tmp_path / "p.png"
+    with pytest.raises(SystemExit) as exited:
+        main(["plan", "--model", "gpt2-small", "--cluster", "t4", "--dp", "4", "--plot", str(path)])
+    captured = capsys.readouterr()
+    assert exited.value.code == 2 and captured.out == "" and not path.exists()
+    assert captured.err == (f"python -m ddp_lab plan: error: --plot {path}: drawing needs matplotlib, which is not "
+                            "installed here: pip install matplotlib (the planner's text needs none)\n")
 
 
 def test_a_measured_run_fits_the_gemm_constant_and_other_layouts_are_planned_with_it(capsys):

@@ -51,7 +51,7 @@ def test_every_run_names_its_source_and_what_was_assumed():
 
 
 def test_no_held_out_run_is_in_the_fitted_set():
-    """The planner's own validation set (published.RUNS, fitted on) and this one share no run: no model run with the
+    """The planner's own calibration set (published.RUNS, fitted on) and this one share no run: no model run with the
     same GPU count and figure."""
     fitted = {(run.model.name, run.strategy.gpus, round(run.published)) for run in published.RUNS}
     for run in BOTH:

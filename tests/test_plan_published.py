@@ -164,7 +164,7 @@ def test_flash_attention_runs_at_the_rate_the_published_sequence_sweep_shows():
     """FLASH_ATTENTION_UTILIZATION is, per generation, the median over models of the rate attention ran at along
     MosaicML's sequence-length sweep (sequence_sweep.attention_share_fits: 7 models on A100s, 5 on H100s, each fitted to
     3-5 rows at 4K-64K tokens with residuals within 2 %), rounded: A100 0.31 (per model 0.30-0.34), H100 0.17
-    (0.17-0.19). None of those rows is a scored run, so the validation set does not grade the number it set.
+    (0.17-0.19). None of those rows is a scored run, so the calibration set does not grade the number it set.
     Both are below what the kernels reach alone (FlashAttention-2's paper: 50-73 % of an A100; PyTorch's
     FlashAttention-2 timed on an H100 at the H100 runs' shapes: median 0.23, next test); with those numbers the
     sweep's long rows come out up to 56 % (A100) and 29 % (H100) too fast, with these the rows without

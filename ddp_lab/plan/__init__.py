@@ -18,7 +18,7 @@ importing them does not import torch); this lab package re-exports their names a
     calibrate.py    this machine's speeds, measured (`calibrate.this_machine()`)
     measure.py, probes.py, reference.py, validate.py   the harness that runs real ranks and
                     compares the formulas with what they measure
-    published.py    published training runs, the planner's validation set; sequence_sweep.py: MosaicML's
+    published.py    published training runs, the planner's calibration set; sequence_sweep.py: MosaicML's
                     4K-64K rows that set flash attention's rate
     fullsize.py     a full-size model counted by PyTorch on fake tensors (no memory)
 

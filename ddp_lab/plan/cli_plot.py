@@ -17,6 +17,11 @@ def check_plot_file(path: str) -> None:
         raise ValueError(f"--plot {path}: give a file name ending in .png (the breakdown is drawn as a PNG)")
     if not target.parent.is_dir():
         raise ValueError(f"--plot {path}: no folder {target.parent}; create it or give another path")
+    try:
+        import matplotlib  # noqa: F401 - lazy: only --plot draws; the planner's text needs no matplotlib
+    except ImportError:
+        raise ValueError(f"--plot {path}: drawing needs matplotlib, which is not installed here: pip install "
+                         "matplotlib (the planner's text needs none)") from None
 
 
 def draw(plans, path: str) -> None:

@@ -1,6 +1,6 @@
 """Published training runs kept aside while the planner is modelled: the held-aside set (held_out.py scores it).
 
-These runs come from sources that neither the planner's validation set (published.py) nor the development runs
+These runs come from sources that neither the planner's calibration set (published.py) nor the development runs
 (held_out_runs.py) use. They were chosen and written down before the planner predicted any of them, and they are
 kept aside while it is modelled: their errors are looked at once, at the end (held_out.py says what moves a run to
 the development part). Each run is recorded as its source states it: the model shape, the parallel layout, the batch

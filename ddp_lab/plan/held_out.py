@@ -1,7 +1,7 @@
 """The planner against published runs it was never fitted on, by family: the held-out validation (docs/planner.md).
 
 No constant of the planner is set from a run here: the GEMM efficiency is set on one run per GPU generation and
-flash attention's rate on MosaicML's sequence sweep (sequence_sweep.py, beside the validation set); the mechanics
+flash attention's rate on MosaicML's sequence sweep (sequence_sweep.py, beside the calibration set); the mechanics
 (grouped expert GEMMs, FP8, TP overlap, the flash-attention kernel, per-op checkpointing) come from kernel-level
 measurements, datasheets and the frameworks' code (tests/test_plan_mechanics.py). The runs fall in two parts:
     development  held_out_runs.RUNS: their errors guided which mechanics the planner models (not any constant's

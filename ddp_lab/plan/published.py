@@ -1,4 +1,4 @@
-"""Published training runs with stated configurations: the planner's validation set (lesson 13, docs/planner.md).
+"""Published training runs with stated configurations: the planner's calibration set (lesson 13, docs/planner.md).
 
 Each run names its source and table, the model shape, the cluster, the strategy as the source
 states it (and what it does not state, which we had to assume), and the throughput it

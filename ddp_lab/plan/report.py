@@ -222,26 +222,23 @@ def model_states_text(params: int, strategy) -> str:
 def accuracy_text(cluster, plans=()) -> str:
     """How far to trust the numbers printed above it: the planner's error on published runs of the same GPU generation.
 
-    The throughput the planner predicts for the published runs (`ddp_lab.plan.published`, the
-    table in docs/planner.md) against what they published, on the cluster's GPU generation: how many runs, the median
-    and the largest error, and which parallelisms those runs used. A plan shown that splits the
-    model in a way no run of the generation in the validation set does (tensor, pipeline, context or
-    expert parallelism) is said to be less certain (every H100 run in the set is data-parallel; the
-    held-out runs, below it, score some of those plans). A
-    generation no run of the validation set is on (a T4, a GB200) is called rough (the held-out lines below may
-    still score its family). A plan for longer sequences than the
-    scored runs train on is told how the planner did on MosaicML's sequence sweep of the generation
-    (which its attention rate comes from), or, beyond the sweep's longest, that no published run
-    checks it. The figures hold for the planner's defaults: a cluster given another overlap
-    slowdown (--overlap-slowdown) is told so. Last, for each family among `plans` (ddp_lab.plan.held_out's
-    rules), the planner's error on the published runs of that family it was never fitted on: the held-aside part's,
-    then the development part's (ddp_lab.plan.held_out).
+    First the runs the planner was calibrated on (`ddp_lab.plan.published`, the table in docs/planner.md; in-sample:
+    they set or checked its constants), on the cluster's GPU generation: how many runs, the median and the largest
+    error, and which parallelisms those runs used. A plan shown that splits the model in a way none of them does
+    (tensor, pipeline, context or expert parallelism: every H100 run of the set is data-parallel) is pointed to the
+    held-out lines, which score such plans. A generation none of them is on (a T4, a GB200) is called rough (the
+    held-out lines below may still score its family). A plan for longer sequences than the scored runs train on is
+    told how the planner did on MosaicML's sequence sweep of the generation (which its attention rate comes from),
+    or, beyond the sweep's longest, that no published run checks it. The figures hold for the planner's defaults: a
+    cluster given another overlap slowdown (--overlap-slowdown) is told so. Last, for each family among `plans`
+    (ddp_lab.plan.held_out's rules), the planner's error on the published runs of that family it was never fitted
+    on: the held-aside part's, then the development part's (ddp_lab.plan.held_out).
 
     Example:
         >>> from ddp_lab.plan import ClusterSpec
         >>> print(accuracy_text(ClusterSpec.preset("a100-80gb")))         # doctest: +ELLIPSIS
-        accuracy: on ... published A100 runs (data, tensor and pipeline parallel) the predicted
-                  throughput was off by ...% (median), ...% at most (README, "How far to trust the planner")
+        accuracy: on the ... published A100 runs it was calibrated on (data, tensor and pipeline parallel),
+                  its predicted throughput was off by ...% (median), ...% at most (README, "How far to trust the planner")
 
     Printed by `python -m ddp_lab plan` (docs/planner.md); lesson 13 asks how far to trust the planner.
     """
@@ -252,20 +249,20 @@ def accuracy_text(cluster, plans=()) -> str:
     runs = predictions([run for run in RUNS if run.cluster.gpu.generation == cluster.gpu.generation])
     if not runs or cluster.gpu.memory_bandwidth is None:
         families = sorted({family_name(run) for run in predictions()})
-        return "\n".join([f"accuracy: no run of the validation set is on {cluster.gpu.name} GPUs (docs/planner.md's "
-                          f"table: {' and '.join(families)} runs,\n          median error {summary()['median']:.1%}): "
+        return "\n".join([f"accuracy: no run the planner was calibrated on is on {cluster.gpu.name} GPUs "
+                          f"(docs/planner.md's table: {' and '.join(families)} runs,\n          median error {summary()['median']:.1%}): "
                           "treat these numbers as rough", *_held_out_lines(cluster, plans)])
     errors, family = summary(runs), family_name(runs[0])
     axes = ["data"] + [name for name, axis in SPLITS if any(getattr(r.strategy, axis) > 1 for r in runs)]
     covered = "data-parallel only" if axes == ["data"] else f"{', '.join(axes[:-1])} and {axes[-1]} parallel"
-    lines = [f"accuracy: on {errors['runs']} published {family} runs ({covered}) the predicted",
-             f"          throughput was off by {errors['median']:.1%} (median), {errors['max']:.1%} at most "
+    lines = [f"accuracy: on the {errors['runs']} published {family} runs it was calibrated on ({covered}),",
+             f"          its predicted throughput was off by {errors['median']:.1%} (median), {errors['max']:.1%} at most "
              f"(README, \"How far to trust the planner\")"]
     unchecked = [name for name, axis in SPLITS
                  if name not in axes and any(getattr(plan.strategy, axis) > 1 for plan in plans)]
     if unchecked:
-        lines.append(f"          no {family} run of the validation set uses {' or '.join(unchecked)} parallelism: "
-                     f"those plans are less certain")
+        lines.append(f"          none of them uses {' or '.join(unchecked)} parallelism: the held-out lines below "
+                     f"score such plans")
     lines += _sequence_lines(runs, plans, family)
     if cluster.overlap_slowdown != OVERLAP_SLOWDOWN:
         lines.append(f"          (with the default overlap slowdown, {OVERLAP_SLOWDOWN}, not the "
