@@ -23,7 +23,7 @@ from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 from ddp_lab.checks import CheckFailed
 from ddp_lab.checks import lesson12
-from ddp_lab.checks.common import numeric_divisor
+from ddp_lab.checks.common import computed_divisor, numeric_divisor
 from ddp_lab.checks.lesson12 import check_restartable
 from ddp_lab.course.fault_tolerance.checkpoint import atomic_save, capture_rng, restore_rng
 
@@ -613,6 +613,53 @@ def epoch_of_the_step_written(rank, directory, total_steps, step_fn):
             dist.barrier()
 
 
+def epoch_of_the_data_for_two_ranks(rank, directory, total_steps, step_fn):
+    """The epoch length computed from the data, with the number of ranks written in: 24 // (4 * 2) = 3."""
+    per_epoch = len(X) // (BATCH * 2)
+    for step in range(total_steps):
+        epoch, position = divmod(step, per_epoch)
+
+
+def epoch_of_the_data_over_eight(rank, directory, total_steps, step_fn):
+    for step in range(total_steps):
+        epoch, position = step // (len(X) // 8), step % (len(X) // 8)
+
+
+def epoch_rounded_up_for_two_ranks(rank, directory, total_steps, step_fn):
+    per_epoch = math.ceil(len(X) / 2 / BATCH)
+    for step in range(total_steps):
+        epoch, position = divmod(step, per_epoch)
+
+
+def world_size_of_its_own(rank, directory, total_steps, step_fn):
+    world_size = 2
+    per_epoch = len(X) // BATCH // world_size
+    for step in range(total_steps):
+        epoch, position = divmod(step, per_epoch)
+
+
+@pytest.mark.parametrize("answer, feedback", [
+    (epoch_of_the_data_for_two_ranks, r"^epoch_of_the_data_for_two_ranks divides a step count by per_epoch = 3, "
+                                      r"computed from constants alone \(`per_epoch = len\(X\) // \(BATCH \* 2\)`, "
+                                      r"then `epoch, position = divmod\(step, per_epoch\)`\): nothing in it changes "
+                                      r"with the number of ranks\.\nHint: divide by the batches of an epoch, counted "
+                                      r"from the sampler"),
+    (epoch_of_the_data_over_eight, r"^epoch_of_the_data_over_eight divides a step count by len\(X\) // 8 = 3, "
+                                   r"computed from constants alone \(`epoch, position = step // \(len\(X\) // 8\), "),
+    (epoch_rounded_up_for_two_ranks, r"^epoch_rounded_up_for_two_ranks divides a step count by per_epoch = 3, "
+                                     r"computed from constants alone \(`per_epoch = math.ceil"),
+    (world_size_of_its_own, r"^world_size_of_its_own divides a step count by per_epoch = 3, computed from constants "
+                            r"alone \(`per_epoch = len\(X\) // BATCH // world_size`"),
+])
+def test_an_epoch_length_computed_for_two_ranks_is_refused_before_any_rank_starts(answer, feedback, monkeypatch):
+    """An epoch length computed from the data with the number of ranks written in (2, or 8 = BATCH x 2) resumes
+    right with 2 ranks, wrong with any other number: it passed (only a bare number was read)."""
+    monkeypatch.setattr(lesson12, "launch", None)          # starting ranks would raise TypeError
+    monkeypatch.setattr(lesson12, "run_on_ranks", None)
+    with pytest.raises(CheckFailed, match=feedback):
+        check_restartable(answer)
+
+
 @pytest.mark.parametrize("answer, feedback", [
     (three_batches_an_epoch_written, r"^three_batches_an_epoch_written divides a step count by 3, a number written in "
                                      r"the code \(`per_epoch = 3`, then `epoch, position = divmod\(step, "
@@ -641,3 +688,5 @@ def test_the_epoch_length_reader_leaves_counts_from_the_data_alone():
             if step % 5 == 0:
                 print(epoch, position, total_steps // 2)
     assert numeric_divisor(counts_from_the_sampler, ("step",), ("total",)) is None
+    for counts in (train, counts_from_the_sampler, islices_a_data_loader, picks_the_step_by_its_number):
+        assert computed_divisor(counts, ("step",), ("total",)) is None, counts.__name__   # the sampler's, the loader's

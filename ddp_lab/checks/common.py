@@ -14,6 +14,8 @@ from __future__ import annotations
 import ast
 import contextlib
 import inspect
+import math
+import operator
 import os
 import re
 import sysconfig
@@ -382,16 +384,22 @@ def _divided_copies(tree) -> dict:
 
 
 def refuse_written_divisor(fn, name: str, what: str, divide_by: str, divided: tuple[str, ...] = ("grad",),
-                           ignored: tuple[str, ...] = ()) -> None:
+                           ignored: tuple[str, ...] = (), computed: bool = False) -> None:
     """CheckFailed, before any rank starts, if fn divides `what` by a number written in its code (`numeric_divisor`)
     where it must divide by `divide_by` (a count the run decides: the world size, the number of micro-batches).
 
     A number that equals the check's count passes there and is wrong in every other run (lessons 04, 05, 07, 08, 09,
     10, 12, 14, 16, 17). `ignored`: words whose presence in the divided text leaves a division alone (lesson 12's
-    `total_steps`, where `step` is divided).
+    `total_steps`, where `step` is divided). `computed`: also refuse a divisor computed from constants alone
+    (`computed_divisor`: lesson 12's `len(X) // (BATCH * 2)`, where the notebook's BATCH and X are the exercise's).
     """
     _refuse_written(numeric_divisor(fn, divided, ignored), f"{name} divides {what} by", f"divide by {divide_by}",
                     _COUNTS)
+    found = computed_divisor(fn, divided, ignored) if computed else None
+    if found is not None:
+        text, value, statement = found
+        raise CheckFailed(f"{name} divides {what} by {text} = {value}, computed from constants alone (`{statement}`): "
+                          f"nothing in it changes with the number of ranks.\nHint: divide by {divide_by}: {_COUNTS}.")
 
 
 def refuse_written_split(fn, name: str, split_into: str) -> None:
@@ -450,6 +458,74 @@ def numeric_divisor(fn, divided: tuple[str, ...] = ("grad",), ignored: tuple[str
     the function binds once to a number (`world = 3`), or a multiplication by its reciprocal (`p.grad *= 0.5`,
     `* (1 / 3)`, `.mul_(0.5)`), or None (none, or no source to read)."""
     return _first_number(fn, lambda node: _divided_number(node, divided, ignored))
+
+
+def computed_divisor(fn, divided: tuple[str, ...], ignored: tuple[str, ...] = ()) -> tuple[str, object, str] | None:
+    """(the divisor as written, its value, the statement) of the first division in fn's source of something named by
+    `divided` (and none of `ignored`) by an expression computed from constants alone: numbers, the numbers of fn's
+    module (a notebook's BATCH), len() of its objects (len(X)), int(), round(), abs(), math.ceil and math.floor,
+    through names fn binds once (`per_epoch = len(X) // (BATCH * 2)`, `world_size = 2`); None where none is, or any
+    part is fn's argument, a name bound more than once, an attribute or another call (len(sampler), mesh.size(0)),
+    or there is no source to read. A bare number is `numeric_divisor`'s."""
+    try:
+        source = textwrap.dedent(inspect.getsource(fn))
+        tree = ast.parse(source)
+    except (OSError, TypeError, SyntaxError, IndentationError):
+        return None
+    bound = _bound_once(tree)
+    own = {node.id for node in ast.walk(tree) if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store)} | \
+        {node.arg for node in ast.walk(tree) if isinstance(node, ast.arg)}
+    module = getattr(fn, "__globals__", {})
+
+    def value_of(node, depth: int = 0):
+        if depth > 20:
+            return None
+        if _is_number(node):
+            return node.value
+        if isinstance(node, ast.Name):
+            if node.id in bound:
+                return value_of(bound[node.id][0], depth + 1)
+            number = module.get(node.id) if node.id not in own else None
+            return number if type(number) in (int, float) else None
+        if isinstance(node, ast.BinOp) and type(node.op) in _ARITHMETIC:
+            left, right = value_of(node.left, depth + 1), value_of(node.right, depth + 1)
+            try:
+                return None if left is None or right is None else _ARITHMETIC[type(node.op)](left, right)
+            except (ArithmeticError, ValueError, TypeError):
+                return None
+        if isinstance(node, ast.Call) and len(node.args) == 1 and not node.keywords:
+            called = ast.unparse(node.func)
+            argument = node.args[0]
+            if called == "len" and isinstance(argument, ast.Name) and argument.id not in own:
+                sized = module.get(argument.id)
+                return len(sized) if hasattr(sized, "__len__") and not isinstance(sized, type) else None
+            shadowed = "." not in called and called in module and module[called] is not _CONSTANT_CALLS.get(called)
+            if called in _CONSTANT_CALLS and not shadowed and called not in own:
+                inner = value_of(argument, depth + 1)
+                return None if inner is None else _CONSTANT_CALLS[called](inner)
+        return None
+
+    for node in sorted((node for node in ast.walk(tree) if hasattr(node, "lineno")),
+                       key=lambda node: (node.lineno, node.col_offset)):
+        for dividend, divisor, multiplies in _divisions(node):
+            text = ast.unparse(dividend)
+            if multiplies or _is_number(divisor) or not any(word in text for word in divided) \
+                    or any(word in text for word in ignored):
+                continue
+            value = value_of(divisor)
+            if value is not None:
+                statement = ast.get_source_segment(source, _statement_of(tree, node))
+                names = [inner.id for inner in ast.walk(divisor) if isinstance(inner, ast.Name) and inner.id in bound]
+                if names:   # the count came through a name: quote where it was computed too
+                    statement = f"{ast.get_source_segment(source, bound[names[0]][1])}`, then `{statement}"
+                return ast.unparse(divisor), value, statement
+    return None
+
+
+_ARITHMETIC = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
+               ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod}
+_CONSTANT_CALLS = {"int": int, "round": round, "abs": abs, "math.ceil": math.ceil, "math.floor": math.floor,
+                   "ceil": math.ceil, "floor": math.floor}
 
 
 _DIVIDING_CALLS = ("div", "div_", "true_divide", "divide")

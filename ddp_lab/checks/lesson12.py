@@ -35,8 +35,8 @@ The crash comes after 11 checkpoints, so that a restart that takes the last file
 order ('step-9' after 'step-11') resumes too early, and is told why; so is one that resumes
 from an older file when a newer one of the same name but its number exists. An answer that
 divides the step by a number written in its code (`divmod(step, 3)`, or `per_epoch = 3` and
-then `step // per_epoch`) is refused before any rank starts: 3 batches an epoch holds for 2
-ranks only, and every run here has 2.
+then `step // per_epoch`), or computed from constants alone (`len(X) // (BATCH * 2)`), is refused
+before any rank starts: 3 batches an epoch holds for 2 ranks only, and every run here has 2.
 
 Introduced in notebooks/12-debugging-and-fault-tolerance.ipynb.
 """
@@ -647,7 +647,7 @@ def check_restartable(train, timeout: float = 60.0) -> None:
     name = getattr(train, "__name__", "train")
     refuse_written_divisor(train, name, "a step count", "the batches of an epoch, counted from the sampler "
                            "(len(sampler) and BATCH), which the number of ranks decides", divided=("step",),
-                           ignored=("total",))
+                           ignored=("total",), computed=True)
     with tempfile.TemporaryDirectory(prefix="ddp_lab-check12-") as root:
         never, killed = os.path.join(root, "uninterrupted"), os.path.join(root, "killed")
         os.makedirs(never)
