@@ -182,7 +182,7 @@ exercises: setup
 SITE_DIR := site/_build
 site: setup
 	rm -rf $(SITE_DIR)/source && mkdir -p $(SITE_DIR)/source/notebooks $(SITE_DIR)/source/exercises $(SITE_DIR)/source/docs
-	cp -p site/index.md $(SITE_DIR)/source/ && cp -p notebooks/*.ipynb $(SITE_DIR)/source/notebooks/ \
+	cp -p site/index.md README.md $(SITE_DIR)/source/ && cp -p notebooks/*.ipynb $(SITE_DIR)/source/notebooks/ \
 		&& cp -p exercises/*.ipynb $(SITE_DIR)/source/exercises/ && cp -p docs/*.md $(SITE_DIR)/source/docs/
 	$(BIN)/python -m sphinx -q -W --keep-going -j auto -c site $(SITE_DIR)/source $(SITE_DIR)/html -d $(SITE_DIR)/doctrees
 

@@ -1,15 +1,17 @@
 # Sphinx + MyST-NB (Jupyter Book 1's engine, Executable Books project): shows stored outputs (nb_execution_mode="off"),
 # searches offline, theme as a wheel. mystmd fetches its theme at build time; MkDocs has had no release since 2024.
-"""Configuration of the course's website: a home page (site/index.md), every lesson, every exercise and the
-documents of docs/.
+"""Configuration of the course's website: a home page (site/index.md), the README, every lesson, every exercise and
+the documents of docs/.
 
-`make site` copies site/index.md, the notebooks of notebooks/ and exercises/ and the documents of docs/ into a source
-folder (site/_build/source) and runs Sphinx on it with this configuration; the pages keep the repository's paths
-(notebooks/02-collectives.html, docs/planner.html), so the links between notebooks and documents work as they are.
+`make site` copies site/index.md, README.md, the notebooks of notebooks/ and exercises/ and the documents of docs/
+into a source folder (site/_build/source) and runs Sphinx on it with this configuration; the pages keep the
+repository's paths (README.html, notebooks/02-collectives.html, docs/planner.html), so the links between the README,
+notebooks and documents work as they are.
 tests/test_site.py builds the site and opens every page in Chromium.
 
-What Sphinx reads of each lesson and exercise differs from the file in two ways, and of each document in the second
-(the files are never changed):
+What Sphinx reads of each lesson and exercise differs from the file in two ways, and of the README and each document
+in the second (the files are never changed; the README's page also gets a title of its own, README_TITLE, as its
+first heading is the home page's):
 
 - a "Run this" box under a notebook's title says how to run it: `make lab` on your machine, or on Colab and Kaggle;
 - a link to the learner's copy in my-work/ (which `make lab` makes, tools/my_work.py) leads to the course notebook
@@ -46,8 +48,9 @@ html_title = "ddp-lab: PyTorch distributed training, hands-on"
 copyright = "2026, the ddp-lab authors"
 extensions = ["myst_nb"]
 root_doc = "index"
-include_patterns = ["index.md", "notebooks/*.ipynb", "exercises/*.ipynb", "docs/*.md"]   # the pages, as paths in
-                                                                                          # the repository
+include_patterns = ["index.md", "README.md", "notebooks/*.ipynb", "exercises/*.ipynb", "docs/*.md"]   # the pages,
+                                                                                      # as paths in the repository
+README_TITLE = "README: set-up, the course map, grading, the planner"   # the README's page in the sidebar
 
 nb_execution_mode = "off"   # never run a notebook: show its stored outputs
 nb_merge_streams = True     # a cell's printed chunks (one per print of each rank) shown as one block
@@ -97,7 +100,7 @@ once per runtime (on Kaggle, switch the notebook's Internet on):
 
 
 myst_substitutions = {
-    "readme": f"[README]({REPOSITORY_URL}#readme)" if REPOSITORY_URL else "README (README.md in the repository)",
+    "readme": "[README](README.md)",
     "run_instructions": run_instructions("notebooks/NN-name.ipynb", "NN-name.ipynb"),
 }
 
@@ -149,8 +152,14 @@ def with_site_links(markdown: str, docname: str) -> str:
 
 
 def as_shown_on_the_site(app, docname: str, source: list[str]) -> None:
-    """Sphinx's source-read: a lesson's or an exercise's notebook with the run box and the site's links; a
-    document of docs/ with the site's links."""
+    """Sphinx's source-read: a lesson's or an exercise's notebook with the run box and the site's links; the README
+    (titled README_TITLE) and a document of docs/ with the site's links."""
+    if docname == "README":
+        heading, _, rest = source[0].partition("\n")
+        if not heading.startswith("# "):
+            raise ValueError("README.md must start with its title (# ...), which its page replaces with README_TITLE")
+        source[0] = with_site_links(f"# {README_TITLE}\n{rest}", docname + ".md")
+        return
     if docname.startswith("docs/"):
         source[0] = with_site_links(source[0], docname + ".md")
         return

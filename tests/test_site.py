@@ -6,14 +6,14 @@ that is not a page, a figure it cannot write) fails the build. Then one headless
 Playwright as in tests/test_browser.py: nothing is downloaded) opens every page from a local HTTP server and records
 what the tests below assert:
 
-- the site has the home page, every lesson, every exercise and every document of docs/, and no solution;
+- the site has the home page, the README, every lesson, every exercise and every document of docs/, and no solution;
 - every link to a page of the site leads to a file that exists, and to an element that exists where it names one
   (the lessons' links to the learner's copies in my-work/ lead to the exercises, and a lesson's or document's link to
   a document leads to its page);
 - every image loaded, and each lesson shows at least as many figures as its stored notebook has image outputs;
 - every lesson and exercise says how to run it, under its title;
-- the sidebar lists every page, and "next" leads from the home page through every lesson, exercise and document in
-  order;
+- the sidebar lists every page, and "next" leads from the home page through the README, every lesson, exercise and
+  document in order;
 - nothing is fetched from outside the site and no script fails; the search finds a word on the lesson that has it.
 
 Cost, measured on a 2-core machine with other load (3-7): 39-44 s, 24 s of CPU (the build 18 s, opening the pages
@@ -26,6 +26,7 @@ import contextlib
 import functools
 import http.server
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -39,6 +40,7 @@ import pytest
 from test_browser import CHROMIUM, CHROMIUM_FLAGS, playwright_api  # the way this project drives Chromium
 
 REPO = Path(__file__).resolve().parent.parent
+README = REPO / "README.md"
 LESSONS = sorted((REPO / "notebooks").glob("*.ipynb"))
 EXERCISES = sorted((REPO / "exercises").glob("*.ipynb"))
 # docs/ in README's reading order (its "Documentation" list), the order the site's sidebar and "next" follow
@@ -178,7 +180,7 @@ def site(built: Path) -> Site:
 
 def test_the_site_has_the_home_page_every_lesson_exercise_and_document_and_no_solution(built):
     assert len(LESSONS) >= 17 and len(EXERCISES) >= 15 and DOCUMENTS, "the course's files were not found"
-    files = {page_name(file) for file in LESSONS + EXERCISES + DOCUMENTS}
+    files = {page_name(file) for file in [README, *LESSONS, *EXERCISES, *DOCUMENTS]}
     assert set(pages(built)) == {"index.html", "search.html", "genindex.html"} | files
 
 
@@ -210,18 +212,19 @@ def test_links_to_the_learners_copies_lead_to_the_course_notebooks(site):
 
 
 def test_links_to_documents_lead_to_their_pages(site):
-    """A lesson's or a document's Markdown link to a document of docs/ is a link to that document's page (where the
-    repository has no public address, links to its other files are shown as their text)."""
-    linking = 0
-    for file in LESSONS + DOCUMENTS:
+    """A link of the README, a lesson or a document to the README or a document of docs/ is a link to that page (where
+    the repository has no public address, links to its other files are shown as their text). The documents' links to
+    the README (the workshop's steps, the package in one minute) led nowhere: the README was no page."""
+    linking = set()
+    for file in [README, *LESSONS, *DOCUMENTS]:
         source = file.read_text(encoding="utf-8")
-        for document in DOCUMENTS:
-            relative = "" if file.parent == document.parent else "../docs/"
-            if f"]({relative}{document.name})" in source or f"]({relative}{document.name}#" in source:
-                linking += 1
+        for document in [README, *DOCUMENTS]:
+            relative = os.path.relpath(document, file.parent)
+            if f"]({relative})" in source or f"]({relative}#" in source:
+                linking.add(document)
                 targets = {site.path(link) for link in site.pages[page_name(file)].content_links}
                 assert page_name(document) in targets, (file.name, document.name)
-    assert linking, "no lesson or document links to a document: the test checks nothing"
+    assert README in linking and len(linking) > 1, "no link to the README or a document: the test checks nothing"
 
 
 def test_every_image_loaded_and_every_lesson_shows_its_figures(site):
@@ -244,7 +247,7 @@ def test_every_lesson_and_exercise_says_how_to_run_it(site):
 
 
 def test_the_sidebar_lists_every_page_and_next_leads_through_them_in_order(site):
-    order = ["index.html"] + [page_name(file) for file in LESSONS + EXERCISES + DOCUMENTS]
+    order = ["index.html"] + [page_name(file) for file in [README, *LESSONS, *EXERCISES, *DOCUMENTS]]
     for name in order:
         listed = {site.path(link) for link in site.pages[name].sidebar}
         assert set(order) <= listed, (name, set(order) - listed)
