@@ -392,6 +392,24 @@ def test_a_cells_figures_travel_to_the_notebook_in_the_order_shown(cluster):
     assert cluster.run_code("x = 1").figures == [[], []]
 
 
+def test_more_ranks_than_cores_are_noted_once_with_the_first_cells_output(monkeypatch, capsys):
+    """As a launch says it (tests/test_launch.py): a cluster of more ranks than cores prints the machine note once,
+    with the first output of its cells (a %%ddp -n 4 on 2 cores said nothing, and ran slower)."""
+    from ddp_lab.launcher import launch as launcher
+    from ddp_lab.launcher import output
+
+    monkeypatch.setattr(output, "_printed_notes", set())
+    nprocs = launcher.cpu_cores() + 1
+    with ddp_lab.Cluster(nprocs, backend="gloo") as live:
+        capsys.readouterr()
+        live.run_code("x = rank")
+        assert capsys.readouterr() == ("", "")   # a cell that prints nothing: nothing, on every machine
+        live.run_code("print(x)", show=[0])
+        live.run_code("print(x)", show=[0])
+    assert capsys.readouterr().out == (f"ddp_lab: nprocs={nprocs} is more than the {launcher.cpu_cores()} CPU cores: "
+                                       "ranks take turns (slower, same results)\n[rank 0] 0\n[rank 0] 0\n")
+
+
 def test_after_a_failure_a_rank_that_waits_in_a_collective_for_it_is_stuck(monkeypatch):
     """Rank 1 raises; rank 0 computes a moment, then waits in all_reduce for rank 1, which never comes: at the next
     look at its stack it is stuck there, and the cluster is shut down (its group is half-way through a

@@ -32,7 +32,7 @@ from ddp_lab.launcher.arguments import (check_env, check_fn, check_nprocs, check
 from ddp_lab.launcher.backend import choose_backend
 from ddp_lab.launcher.errors import CellInterrupted, RankCrashed, exit_with_cause
 from ddp_lab.launcher.fd_limit import one_line_if_out_of_fds
-from ddp_lab.launcher.launch import DEFAULT_TIMEOUT, threads_per_rank
+from ddp_lab.launcher.launch import DEFAULT_TIMEOUT, note_if_oversubscribed, threads_per_rank
 from ddp_lab.launcher.output import RankOutput, print_in_rank_order
 from ddp_lab.launcher.payload import build_payload, cell_names, load_value, pack_arguments, pack_function
 from ddp_lab.launcher.procstart import prepare_zygote
@@ -229,6 +229,7 @@ class Cluster:
         if self._group.exits:  # a rank died since the last command (killed, out of memory, a thread's exit)
             raise self._died_between_commands() from None
         self._print_between_commands()
+        note_if_oversubscribed(self.nprocs)   # once per kernel, with the first command that prints (output.note)
         starts = [len(output.lines) for output in self._group.outputs]
         unshown = list(starts)   # each rank's first line not printed yet: a streamed command prints them as they come
         watch = CommandWatch(self._group, command_id, running, self._names, self._teardown, self._in_magic())

@@ -41,8 +41,8 @@ def threads_per_rank(nprocs: int, threads: int | None) -> int | None:
     return max(1, cpu_cores() // nprocs)
 
 
-def _note_if_oversubscribed(nprocs: int) -> None:
-    """Say once per kernel that more ranks than cores run slower.
+def note_if_oversubscribed(nprocs: int) -> None:
+    """Say once per kernel that more ranks than cores run slower (a launch's, a live cluster's).
 
     A `ddp_lab: ` note printed with the ranks' output, not a warning: it depends on the
     machine, so stored notebook outputs drop such lines (tests/sanitize.cfg).
@@ -110,7 +110,7 @@ def _launch(fn, args, nprocs, backend, timeout, init_process_group, stream, thre
     chosen = choose_backend(backend, nprocs) if init_process_group else None
     pg_timeout = 1800.0 if timeout is None else float(timeout) + 60.0
     payload = build_payload(fn, args, chosen, threads_per_rank(nprocs, threads), pg_timeout, argv)
-    _note_if_oversubscribed(nprocs)
+    note_if_oversubscribed(nprocs)
     names = cell_names()
 
     group = RankGroup(nprocs, stream=stream, live=LiveLines() if stream else None)
