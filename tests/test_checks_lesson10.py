@@ -2,15 +2,18 @@
 
 Each wrong answer below is a mistake a learner is likely to make; the test pins the part of
 the feedback that names it. The groups check runs wrong answers in this process (they fail on
-the shapes whose sides differ, before any rank starts). The gradient check's eight mistaken
-answers run one after the other in one launch of 6 ranks (a (dp=3, tp=2) mesh) through the
-check's own runner, and each is judged by the check's own judge. That each check accepts a right
-answer (for the groups: on 4 gloo ranks against real DeviceMeshes) is proven by nbval of
-solutions/10-2d-mesh.ipynb, whose check cells store the ✓ lines; running the groups check's right
-answer here too cost a second 4-rank launch (about 9 s of CPU).
+the shapes whose sides differ, before any rank starts). The gradient check's mistaken answers, and
+three right ones by other routes, run one after the other in one launch of 6 ranks (a (dp=3,
+tp=2) mesh) through the check's own runner, and each is judged by the check's own judge. That each
+check accepts the lesson's right answer (for the groups: on 4 gloo ranks against real
+DeviceMeshes) is proven by nbval of solutions/10-2d-mesh.ipynb, whose check cells store the ✓
+lines; running the groups check's right answer here too cost a second 4-rank launch (about 9 s of
+CPU).
 """
 
 from __future__ import annotations
+
+import time
 
 import pytest
 import torch
@@ -19,7 +22,7 @@ import torch.distributed as dist
 from ddp_lab.checks import CheckFailed
 from ddp_lab.checks import lesson10
 from ddp_lab.checks.common import division_into_a_new_tensor
-from ddp_lab.checks.lesson10 import check_average_gradients, check_dp_tp_groups
+from ddp_lab.checks.lesson10 import DP_SIZE, check_average_gradients, check_dp_tp_groups
 from ddp_lab.torch_compat.dtensor import dtensor_api
 
 # The right answers are proven once, by nbval of solutions/10-*.ipynb (its check cells store ✓):
@@ -94,6 +97,12 @@ def the_package_layout(rank, dp_size, tp_size):
     return {"dp": layout.group_of("dp", rank), "tp": layout.group_of("tp", rank)}
 
 
+def with_the_rank_too(rank, dp_size, tp_size):
+    row, col = divmod(rank, tp_size)
+    return {"dp": [i * tp_size + col for i in range(dp_size)], "tp": [row * tp_size + j for j in range(tp_size)],
+            "rank": rank}
+
+
 @pytest.mark.parametrize("answer, feedback", [
     (rows_and_columns_swapped, r"(?s)rank 0 in a \(dp=2, tp=3\) mesh: got dp \[0, 1, 2\], tp \[0, 3\]; expected dp "
                                r"\[0, 3\], tp \[0, 1, 2\] \(DeviceMesh's layout.*your dp and tp groups are swapped"),
@@ -117,6 +126,8 @@ def the_package_layout(rank, dp_size, tp_size):
     (groups_stub, r"groups_stub is not written yet: it raised NotImplementedError"),
     (the_package_layout, r"^the_package_layout calls ddp_lab.course.rank_layout.RankLayout.group_of, the package's own "
                          r"answer to this exercise"),
+    (with_the_rank_too, r"^rank 0 in a \(dp=2, tp=3\) mesh: with_the_rank_too returned a dict with the keys 'dp', "
+                        r"'tp', 'rank': 'rank' is extra; expected a dict with exactly the keys 'dp' and 'tp'"),
 ])
 def test_dp_tp_groups_rejects_wrong_answers(answer, feedback):
     with pytest.raises(CheckFailed, match=feedback):
@@ -210,6 +221,47 @@ def skips_the_replicated(model, mesh):
         grad.div_(mesh["dp"].size())
 
 
+def skips_the_biases(model, mesh):
+    for name, p in model.named_parameters():
+        if name.endswith("bias"):
+            continue                                  # 0.bias is sharded like its weight: not replicated
+        grad = p.grad.to_local()
+        dist.all_reduce(grad, group=mesh["dp"].get_group())
+        grad.div_(mesh["dp"].size())
+
+
+def flat_buffer_never_copied_back(model, mesh):
+    flat = torch.cat([p.grad.to_local().flatten() for p in model.parameters()])
+    dist.all_reduce(flat, group=mesh["dp"].get_group())
+    flat /= mesh["dp"].size()                         # the average, in the buffer only
+
+
+def flat_buffer_copied_back(model, mesh):             # right
+    shards = [p.grad.to_local() for p in model.parameters()]
+    flat = torch.cat([shard.flatten() for shard in shards])
+    dist.all_reduce(flat, group=mesh["dp"].get_group())
+    flat /= mesh["dp"].size()
+    for shard, part in zip(shards, flat.split([shard.numel() for shard in shards])):
+        shard.copy_(part.view_as(shard))
+
+
+def waits_then_divides(model, mesh):                  # right
+    works = [(p.grad.to_local(), dist.all_reduce(p.grad.to_local(), group=mesh["dp"].get_group(), async_op=True))
+             for p in model.parameters()]
+    for grad, work in works:
+        work.wait()
+        grad.div_(mesh["dp"].size())
+
+
+def async_never_waited(model, mesh):
+    if mesh["dp"].get_local_rank() == DP_SIZE - 1:
+        time.sleep(0.5)                               # the last row comes late: rows 0 and 1 read before it sends
+    for p in model.parameters():
+        grad = p.grad.to_local()
+        dist.all_reduce(grad, group=mesh["dp"].get_group(), async_op=True)   # the work handle is dropped
+        grad.div_(mesh["dp"].size())
+
+
 def average_stub(model, mesh):
     raise NotImplementedError("all-reduce p.grad.to_local() in the dp group")
 
@@ -221,7 +273,8 @@ AVERAGE_MISTAKES = [
     (summed_not_averaged, r"(?s)rank 0, 0.weight.grad\[0, 0\]: got .*, expected .*the SUM over the 3 rows"),
     (divided_by_world_size, r"(?s)rank 0, 0.weight.grad.*divided by the world size \(6\)"),
     (divided_by_tp_size, r"(?s)rank 0, 0.weight.grad.*divided by the tp size \(2\), the size of a row"),
-    (reduced_a_copy, r"(?s)rank 0, 0.weight.grad.*row 0's own gradient.*in place"),
+    (reduced_a_copy, r"(?s)rank 0, 0.weight.grad.*row 0's own gradient: dist.all_reduce ran on a tensor that held "
+                     r"0.weight's gradient values \(a copy, a flat buffer\), not on the gradient.*in place"),
     (divides_into_a_new_tensor, r"(?s)rank 0, 0.weight.grad\[0, 0\]: got .*the SUM over the 3 rows. Your line `grad = "
                                 r"grad / mesh\[\"dp\"\].size\(\)` divides into a NEW tensor"),
     (divides_out_of_place, r"(?s)rank 0, 0.weight.grad\[0, 0\]: got .*the SUM over the 3 rows. Your line "
@@ -229,15 +282,28 @@ AVERAGE_MISTAKES = [
     # full_tensor()'s all-gather runs on tp: it sums nothing, so it is not "reduced within the row"
     (reduces_a_full_tensor_copy, r"(?s)^rank 0, 0.weight.grad.*row 0's own gradient.*in place"),
     (skips_the_replicated, r"(?s)^rank 0, 2.bias.grad.*row 0's own gradient: 2.bias was not averaged. Your answer ran 3 "
-                           r"collective\(s\) on dp for 4 parameters"),
+                           r"collective\(s\) on dp for 4 parameters: every parameter's gradient needs it, 2.bias too "
+                           r"though it is replicated across a row \(placement Replicate on tp\), since"),
+    # 0.bias is sharded on tp (column-parallel): the hint says nothing of replicated parameters
+    (skips_the_biases, r"(?s)^rank 0, 0.bias.grad.*row 0's own gradient: 0.bias was not averaged. Your answer ran 2 "
+                       r"collective\(s\) on dp for 4 parameters: every parameter's gradient needs it, since each row"),
+    # one collective for four parameters, but every value went through it: the hint names the buffer, not a count
+    (flat_buffer_never_copied_back, r"(?s)^rank 0, 0.weight.grad.*row 0's own gradient: dist.all_reduce ran on a "
+                                    r"tensor that held 0.weight's gradient values \(a copy, a flat buffer\).*copy the "
+                                    r"result back into p.grad.to_local\(\)"),
+    # which rank and parameter show it first depends on when gloo finishes each all-reduce
+    (async_never_waited, r"(?s)^rank \d, [\w.]+\.grad.*Hint: on ranks? [\d and]+, [\w.]+'s gradient went into a "
+                         r"dist.all_reduce started with async_op=True whose work was never waited for.*\.wait\(\)"),
 ]
+
+RIGHT_ANSWERS = (gathers_then_averages, flat_buffer_copied_back, waits_then_divides)
 
 
 @pytest.fixture(scope="module")
 def average_gradients_results():
     """Every mistaken answer, and a right one by another route, run by the check's own runner one after the other
     in one launch of 6 ranks (one launch each cost about 1.2 s here)."""
-    answers = (gathers_then_averages, *(answer for answer, _ in AVERAGE_MISTAKES))
+    answers = (*RIGHT_ANSWERS, *(answer for answer, _ in AVERAGE_MISTAKES))
     return dict(zip(answers, lesson10.run_average_gradients_answers(answers)))
 
 
@@ -248,10 +314,11 @@ def test_average_gradients_rejects_wrong_answers(answer, feedback, average_gradi
                                          division_into_a_new_tensor(answer))
 
 
-def test_average_gradients_accepts_an_all_gather_over_dp(average_gradients_results):
-    results = average_gradients_results[gathers_then_averages]
-    assert lesson10.judge_average_gradients("gathers_then_averages", results).startswith(
-        "gathers_then_averages: every rank's gradients equal one process")
+@pytest.mark.parametrize("answer", RIGHT_ANSWERS, ids=lambda answer: answer.__name__)
+def test_average_gradients_accepts_right_answers_by_other_routes(answer, average_gradients_results):
+    """An all-gather over dp averaged by hand, a flat buffer copied back, async all-reduces waited for."""
+    assert lesson10.judge_average_gradients(answer.__name__, average_gradients_results[answer]).startswith(
+        f"{answer.__name__}: every rank's gradients equal one process")
 
 
 def test_average_gradients_stub_says_not_written_before_any_rank_starts(monkeypatch):
@@ -292,6 +359,27 @@ def test_a_collective_on_a_dtensor_gets_a_hint_naming_the_local_shard():
     assert message.endswith("Hint: each p.grad of this tensor-parallel model is a DTensor, and torch.distributed's "
                             "collectives take plain tensors (torch has no sharding rule for them): pass this rank's "
                             "local shard, p.grad.to_local(), which shares the gradient's memory.")
+
+
+def test_a_device_mesh_given_as_group_gets_a_hint_naming_get_group():
+    """torch's refusal of a DeviceMesh as group= (dist.all_reduce(grad, group=mesh["dp"])) names the mesh: that, and
+    nothing else, gets the hint (it costs a 6-rank launch of its own, so torch's message is given here as it says
+    it)."""
+    from ddp_lab.checks.common import CaseFailed
+    from ddp_lab.launcher.errors import RankFailure
+
+    def failure(kind, message):
+        exception = CaseFailed("averaging the gradients of rank 0 in a (dp=3, tp=2) mesh", kind, message)
+        return RankFailure(0, "raised", f"raised {kind}", details="", exception=exception)
+
+    torch_said = ("Process group DeviceMesh((dp=3), 'cpu', stride=(2,)) is not initialized in the world group map. "
+                  "Please initialize the group first.")
+    assert lesson10._explain(failure("ValueError", torch_said)) == (
+        "group= takes a ProcessGroup, not a DeviceMesh (mesh[\"dp\"] is the mesh's dp dimension, a DeviceMesh too): "
+        "pass the dp dimension's process group, mesh[\"dp\"].get_group().")
+    assert lesson10._explain(failure("AttributeError", "'DeviceMesh' object has no attribute 'allreduce'"))
+    assert lesson10._explain(failure("AttributeError", "'DeviceMesh' object has no attribute 'get_dim_group'")) is None
+    assert lesson10._explain(failure("ValueError", "Process group <ProcessGroup> is not initialized")) is None
 
 
 @pytest.mark.parametrize("shape, wrong", [((4, 1), "dp"), ((2, 2), "tp"), ((1, 4), "tp")])

@@ -5,10 +5,11 @@ feedback that names it, and a hint fires only on its own mistake (every answer g
 hint, the right ones none). To keep launches few, all answers of one exercise run in one launch
 (`run_*_answers`) and each is judged alone (`judge_*`), exactly as the public check judges its one
 answer; the public checks themselves run end to end in the solution notebook (nbval) and below on
-the deadlocks, which stop at a 5 s timeout, and on the two answers that raise (each ends its
-launch, so it runs alone). Each answer is called twice in its launch: with the check's first numbers
-of experts, values per row or parameters, then with other ones, so that a number written for the
-first fails in the second. Three batches, two deadlocks, two more launches: about 30 s on 2 cores.
+the deadlocks, which stop at a 5 s timeout, and on an answer that raises; two more that raise go
+through the runner (each ends its launch, so it runs alone). Each answer is called twice in its
+launch: with the check's first numbers of experts, values per row or parameters, then with other
+ones, so that a number written for the first fails in the second. Three batches, two deadlocks,
+three more launches: about 30 s on 2 cores.
 """
 
 from __future__ import annotations
@@ -167,6 +168,38 @@ def owner_written_as_expert_over_2(rows, expert, num_experts, group=None):
     return Dispatched(received, received_counts, sent, order)
 
 
+def owner_counts_without_minlength(rows, expert, num_experts, group=None):
+    order, per_expert, _ = _sorted_and_counted(expert, num_experts)
+    sent = torch.bincount(expert // (num_experts // dist.get_world_size()))   # short where the last rank gets none
+    received_counts = _exchange(per_expert)
+    received = rows.new_empty((int(received_counts.sum()), rows.shape[1]))
+    dist.all_to_all_single(received, rows[order], received_counts.sum(dim=1).tolist(), sent.tolist())
+    return Dispatched(received, received_counts, sent, order)
+
+
+def split_sizes_as_floats(rows, expert, num_experts, group=None):
+    order = torch.argsort(expert, stable=True)
+    per_expert = torch.zeros(num_experts).index_add_(0, expert, torch.ones(len(expert)))   # float counts
+    received_counts = _exchange(per_expert)
+    sent = per_expert.view(dist.get_world_size(), -1).sum(dim=1)
+    received = rows.new_empty((int(received_counts.sum()), rows.shape[1]))
+    dist.all_to_all_single(received, rows[order], received_counts.sum(dim=1).tolist(), sent.tolist())   # floats
+    return Dispatched(received, received_counts, sent, order)
+
+
+def output_of_one_value_per_row(rows, expert, num_experts, group=None):
+    order, per_expert, sent = _sorted_and_counted(expert, num_experts)
+    received_counts = _exchange(per_expert)
+    received = rows.new_empty(int(received_counts.sum()))                    # 1-D: no room for a row's values
+    dist.all_to_all_single(received, rows[order], received_counts.sum(dim=1).tolist(), sent.tolist())
+    return Dispatched(received, received_counts, sent, order)
+
+
+def sent_counts_as_a_list(rows, expert, num_experts, group=None):
+    received, received_counts, sent, order = dispatch(rows, expert, num_experts)
+    return Dispatched(received, received_counts, sent.tolist(), order)
+
+
 # what a failure in the second call of dispatch or combine says first
 SECOND_CALL = r"with 3 experts \(1 per rank\) and rows of 3 values instead of 6 \(2 per rank\) and 4"
 PACKAGE_ANSWER = r"^{name} calls ddp_lab.course.expert_parallel.dispatch.{called}, the package's own answer"
@@ -208,6 +241,18 @@ DISPATCH_ANSWERS = {
     owner_written_as_expert_over_2: rf"(?s)^{SECOND_CALL}: rank 0 sent its rows with input_split_sizes=\[3, 3, 0\], "
                                     r"but its rows for each rank's experts number \[2, 1, 3\].*Hint: these count your "
                                     r"rows by expert // 2",
+    # right in the first call, where every rank has rows for the last rank's experts; in the second rank 2 has none
+    owner_counts_without_minlength: rf"(?s)^{SECOND_CALL}: rank 2 sent its rows with input_split_sizes=\[2, 3\], but "
+                                    r"its rows for each rank's experts number \[2, 3, 0\].*Hint: these are your rows "
+                                    r"per owning rank, but they stop at rank 1.*minlength=world_size",
+    split_sizes_as_floats: r"(?s)^(?!.*incompatible function arguments)rank 0, all_to_all_single call 2: torch refused "
+                           r"the call, which got output_split_sizes as a list of floats and input_split_sizes as a "
+                           r"list of floats\..*Hint: .*lists of ints: your counts are floating-point.*\.long\(\)",
+    output_of_one_value_per_row: r"(?s)^rank 0, all_to_all_single call 2 \(the rows\): the input's rows have shape "
+                                 r"\(4,\), the output's \(\)\.\nHint: the output is 1-D, one value per row",
+    sent_counts_as_a_list: r"^rank 0: sent_counts_as_a_list returned a Dispatched whose sent_counts is a list of 3: "
+                           r"\[int, int, int\], not a tensor; expected Dispatched\(received, received_counts, "
+                           r"sent_counts, order\), four tensors\.\nHint: keep the counts and the order as tensors",
 }
 
 
@@ -324,6 +369,47 @@ def test_dispatch_names_a_shape_written_for_the_first_call():
                                           r"3 experts \(1 per rank\), the first had 6 \(2 per rank\): the shape "
                                           r"\[3, 2\] holds the first call's numbers"):
         lesson14.run_dispatch_answers((counts_viewed_as_3_by_2,), name="counts_viewed_as_3_by_2")
+
+
+def counts_buffer_of_floats(rows, expert, num_experts, group=None):
+    order, per_expert, sent = _sorted_and_counted(expert, num_experts)
+    received_counts = torch.empty(num_experts)                  # float32, for int64 counts
+    dist.all_to_all_single(received_counts, per_expert)
+    received_counts = received_counts.long().view(dist.get_world_size(), -1)
+    received = rows.new_empty((int(received_counts.sum()), rows.shape[1]))
+    dist.all_to_all_single(received, rows[order], received_counts.sum(dim=1).tolist(), sent.tolist())
+    return Dispatched(received, received_counts, sent, order)
+
+
+def test_dispatch_names_a_counts_buffer_of_another_dtype():
+    # torch raises, which ends the launch: it runs alone. The traceback holds the guard's frames, which name split
+    # sizes: the hint comes from torch's message, not from them
+    with pytest.raises(CheckFailed, match=r"(?s)^rank \d: counts_buffer_of_floats raised ValueError inside torch: "
+                                          r"Invalid usage of tensors with different dtypes.*Hint: a collective "
+                                          r"receives into a buffer of the dtype it sends: the counts are torch.int64, "
+                                          r"the buffer made for them torch.float32.*torch.empty_like\(counts\)\.$"
+                       ) as failure:
+        lesson14.run_dispatch_answers((counts_buffer_of_floats,), name="counts_buffer_of_floats")
+    assert "input_split_sizes[j]" not in str(failure.value)
+
+
+def test_dispatch_hints_from_the_exception_not_from_the_guards_frames():
+    """Whatever raises inside all_to_all_single, the traceback shows the guard's own lines, which name split sizes:
+    only an exception whose own message names them gets the split-sizes hint."""
+    from ddp_lab.checks.common import CaseFailed
+    from ddp_lab.launcher.errors import RankFailure
+
+    guard = ('  File "/x/ddp_lab/checks/split_guard.py", line 96, in all_to_all_single\n'
+             "    return original(output, input, output_split_sizes, input_split_sizes, group=group)\n")
+
+    def failure(message):
+        exception = CaseFailed("dispatching rank 0's 7 rows to 6 experts (2 per rank), rows of 4 values",
+                               "RuntimeError", message)
+        return RankFailure(0, "raised", "raised RuntimeError", details=f"Traceback:\n{guard}RuntimeError: {message}",
+                           exception=exception)
+
+    assert lesson14._explain(failure("Tensors must be CPU and dense")) is None
+    assert lesson14._explain(failure("Split sizes doesn't match total dim 0 size")) == lesson14.SPLITS_HINT
 
 
 def rank_0_returns_early(rows, expert, num_experts, group=None):
@@ -532,6 +618,13 @@ def all_reduce_never_waited(replicated, expert, dp_group):
         dist.all_reduce(p.grad, group=dp_group, async_op=True)
 
 
+def reduces_the_parameters(replicated, expert, dp_group):
+    for p in replicated:
+        dist.all_reduce(p)                       # the weights, not their gradients
+    for p in expert:
+        dist.all_reduce(p, group=dp_group)
+
+
 def loops_over_written_counts(replicated, expert, dp_group):
     for i in range(3):                                      # the check's 3 replicated parameters, written
         dist.all_reduce(replicated[i].grad)
@@ -558,6 +651,8 @@ REDUCE_ANSWERS = {
                                r"replicated parameter 3: not all-reduced, though replicated parameters 0 to 2 "
                                r"were.*Hint: the loops stop at 3 replicated and 2 expert parameters, the first "
                                r"call's numbers",
+    reduces_the_parameters: r"(?s)^rank 0, replicated parameter 0: got .*Hint: dist\.all_reduce ran on the parameter "
+                            r"itself, not on its gradient",
 }
 
 

@@ -1038,6 +1038,14 @@ def _last_lines(text: str, count: int) -> str:
     return "\n".join(lines[-count:])
 
 
+def held_in(values: torch.Tensor, tensors: list) -> bool:
+    """Whether one of `tensors` (flattened) held `values` (flattened), whole or as a contiguous run: evidence that a
+    collective ran on a copy or a flat buffer of a gradient, not on the gradient (the checks of lessons 10 and 14)."""
+    values = values.flatten()
+    return any(torch.allclose(tensor[start:start + len(values)], values, atol=1e-6)
+               for tensor in tensors for start in range(len(tensor) - len(values) + 1))
+
+
 def uniform_ratio(got: torch.Tensor, want: torch.Tensor) -> float | None:
     """r where got == r * want on every element (0.0 for a got of zeros), else None: evidence of a gradient scaled
     by a factor (divided twice, never divided, ...). Introduced in the checks of lessons 01 and 05."""

@@ -9,14 +9,16 @@ then on 4 gloo ranks against real meshes (`init_device_mesh("cpu", shape,
 mesh_dim_names=("dp", "tp"))` for the shapes 4 ranks can make). The second trains one step
 of a tensor-parallel model on a (dp=3, tp=2) mesh of 6 ranks (so dividing by the dp size,
 the tp size and the world size give three different answers), with the collectives the
-answer runs counted per mesh dimension, and compares the gradients with one process. An answer
-that calls the package's `RankLayout` for its groups is refused.
+answer runs counted per mesh dimension and what its all-reduces were given (a gradient, a copy or
+flat buffer of one, a work never waited for), and compares the gradients with one process. An
+answer that calls the package's `RankLayout` for its groups is refused.
 
 Introduced in notebooks/10-2d-mesh.ipynb.
 """
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 
 import torch
@@ -25,10 +27,11 @@ import torch.nn.functional as F
 
 from ddp_lab.checks import CheckFailed, passed
 from ddp_lab.checks.common import (answer_raised, call_case, describe, division_into_a_new_tensor, ensure_written,
-                                   first_mismatch, library_of, package_answer_used, parse_frames,
+                                   first_mismatch, held_in, library_of, package_answer_used, parse_frames,
                                    refuse_written_divisor, run_answers_on_ranks, run_on_ranks, watching_calls)
 from ddp_lab.course.mesh import mesh_groups
 from ddp_lab.course.rank_layout import RankLayout
+from ddp_lab.instruments.collectives import call_arguments, replacing_dist_calls, watching_requests
 from ddp_lab.instruments.mesh_traffic import count_mesh_traffic
 from ddp_lab.torch_compat.dtensor import dtensor_api, full_tensor
 
@@ -127,6 +130,14 @@ def _hint(answers: dict[int, dict], shape: tuple[int, int]) -> str:
 def _compare(name: str, rank: int, shape: tuple[int, int], got, want: dict, source: str, answers: dict) -> None:
     dp_size, tp_size = shape
     normal = _normalise(got)
+    if isinstance(got, dict) and set(got) != {"dp", "tp"}:
+        extra = [key for key in got if key not in ("dp", "tp")]
+        missing = [key for key in ("dp", "tp") if key not in got]
+        wrong = " and ".join(f"{', '.join(map(repr, keys))} {'are' if len(keys) > 1 else 'is'} {what}"
+                             for keys, what in ((extra, "extra"), (missing, "missing")) if keys)
+        raise CheckFailed(f"rank {rank} in a (dp={dp_size}, tp={tp_size}) mesh: {name} returned a dict with the keys "
+                          f"{', '.join(map(repr, got))}: {wrong}; expected a dict with exactly the keys 'dp' and 'tp', "
+                          "{'dp': [ranks], 'tp': [ranks]}.")
     if normal is None:
         raise CheckFailed(f"rank {rank} in a (dp={dp_size}, tp={tp_size}) mesh: {name} returned {describe(got)}; "
                           "expected a dict {'dp': [ranks], 'tp': [ranks]}.")
@@ -205,7 +216,11 @@ def _row_grads(rows: list[int]) -> dict[str, torch.Tensor]:
 
 
 def _grads_runner(rank: int, answers: tuple) -> list[dict]:
-    """Each answer in turn on the same mesh: a fresh tensor-parallel MLP, forward and backward, then the answer."""
+    """Each answer in turn on the same mesh: a fresh tensor-parallel MLP, forward and backward, then the answer.
+
+    Besides the gradients and the collectives by mesh dimension, for each parameter: whether its placement is
+    Replicate, whether its local shard was all-reduced, whether another all-reduced tensor held its values (a copy,
+    a flat buffer) and whether an all-reduce of either was started with async_op=True and never waited for."""
     api = dtensor_api()
     mesh = api.init_device_mesh("cpu", (DP_SIZE, TP_SIZE), mesh_dim_names=("dp", "tp"))
     x = _batch().chunk(DP_SIZE)[mesh["dp"].get_local_rank()]   # my row's third of the batch
@@ -213,19 +228,78 @@ def _grads_runner(rank: int, answers: tuple) -> list[dict]:
     for average_gradients in answers:
         model = api.parallelize_module(_model(), mesh["tp"], {"0": api.ColwiseParallel(), "2": api.RowwiseParallel()})
         F.mse_loss(model(x), torch.zeros(()).expand_as(x), reduction="mean").backward()
-        with count_mesh_traffic(mesh) as calls:
+        params = dict(model.named_parameters())
+        shards = {name: p.grad.to_local() for name, p in params.items()}
+        before = {name: shard.detach().flatten().clone() for name, shard in shards.items()}
+        own = {name: shard.untyped_storage().data_ptr() for name, shard in shards.items()}
+        given: list[list] = []
+        with count_mesh_traffic(mesh) as calls, watching_requests() as requests, \
+                _recording_all_reduce(given, requests, api.DTensor):
             call_case(average_gradients, f"averaging the gradients of rank {rank} in a (dp={DP_SIZE}, tp={TP_SIZE}) "
                       "mesh", model, mesh)
-        results.append({"grads": {name: full_tensor(p.grad).detach().clone() for name, p in model.named_parameters()},
-                        "calls": [tuple(call) for call in calls]})
+        elsewhere = [entry for entry in given if entry[0] not in own.values()]   # copies, flat buffers
+        unwaited = [entry for entry in given if entry[3]]
+        unwaited_elsewhere = [entry[1] for entry in unwaited if entry[0] not in own.values()]
+        results.append({"grads": {name: full_tensor(p.grad).detach().clone() for name, p in params.items()},
+                        "calls": [tuple(call) for call in calls],
+                        "replicated": {name: all(isinstance(placement, api.Replicate) for placement in p.placements)
+                                       for name, p in params.items()},
+                        "reduced": {name: any(entry[0] == own[name] for entry in given) for name in params},
+                        "copied": {name: held_in(before[name], [entry[1] for entry in elsewhere]) for name in params},
+                        "unwaited": {name: any(entry[0] == own[name] for entry in unwaited) or
+                                     held_in(before[name], unwaited_elsewhere)
+                                     for name in params}})
+        for entry in given:   # the next answer starts after this one's all-reduces
+            if entry[2] is not None:
+                entry[2].wait()
     return results
+
+
+def _recording_all_reduce(given: list, requests, dtensor_type):
+    """Inside a rank: for every plain tensor dist.all_reduce gets (on a DTensor it fails in torch), `given` gets
+    [its storage, its values before the call, the work an async_op=True call returned or None, whether that work is
+    still to be waited for]: the last turns False when the answer calls its wait(), is_completed() or get_future()
+    (`requests`, a watching_requests watcher)."""
+    def make(original):
+        def all_reduce(*args, **kwargs):
+            tensor = (call_arguments(original, args, kwargs) or {}).get("tensor")
+            if not torch.is_tensor(tensor) or isinstance(tensor, dtensor_type):
+                return original(*args, **kwargs)
+            entry = [tensor.untyped_storage().data_ptr(), tensor.detach().flatten().clone(), None, False]
+            work = original(*args, **kwargs)
+            given.append(entry)
+            if work is not None:
+                entry[2:] = [work, True]
+                requests.watch(work, lambda: entry.__setitem__(3, False))
+            return work
+        return all_reduce
+    return replacing_dist_calls({"all_reduce": make})
 
 
 def run_average_gradients_answers(answers: tuple, timeout: float = 60.0,
                                   name: str = "average_gradients") -> list[list[dict]]:
     """Run each answer once on the same 6 ranks (one launch); [answer][rank] -> its gradients and collectives."""
-    return run_answers_on_ranks(_grads_runner, answers, DP_SIZE * TP_SIZE, timeout, name,
-                                explain=_explain_collective_on_a_dtensor)
+    return run_answers_on_ranks(_grads_runner, answers, DP_SIZE * TP_SIZE, timeout, name, explain=_explain)
+
+
+def _explain(failure) -> str | None:
+    """The hint for a rank whose answer raised: a DeviceMesh passed as a collective's group, or a collective given a
+    DTensor; None for anything else."""
+    return _explain_mesh_as_group(failure) or _explain_collective_on_a_dtensor(failure)
+
+
+# what torch says of a DeviceMesh given as group=: get_backend does not know it (torch's logging wrapper asks first),
+# or, called without that wrapper, it has none of a ProcessGroup's methods
+_MESH_AS_GROUP = re.compile(r"Process group DeviceMesh\(.*not initialized"
+                            r"|'DeviceMesh' object has no attribute '(allreduce|allgather|broadcast|reduce_scatter)")
+
+
+def _explain_mesh_as_group(failure) -> str | None:
+    """The hint for torch's refusal of a DeviceMesh given as a collective's group (its message names the mesh)."""
+    if not _MESH_AS_GROUP.search(getattr(failure.exception, "message", "") or ""):
+        return None
+    return ("group= takes a ProcessGroup, not a DeviceMesh (mesh[\"dp\"] is the mesh's dp dimension, a DeviceMesh "
+            "too): pass the dp dimension's process group, mesh[\"dp\"].get_group().")
 
 
 def _explain_collective_on_a_dtensor(failure) -> str | None:
@@ -236,7 +310,10 @@ def _explain_collective_on_a_dtensor(failure) -> str | None:
         return None
     frames = parse_frames(failure.details.split("The above exception was the direct cause")[0])
     last_own = max((i for i, frame in enumerate(frames) if library_of(frame["file"]) is None), default=None)
-    if last_own is None or last_own + 1 == len(frames) or "distributed" not in frames[last_own + 1]["file"]:
+    # the check's own frames between (its recorder of dist.all_reduce) are the way in, not where the call went
+    called = next((frame for frame in frames[last_own + 1:] if library_of(frame["file"]) != "ddp_lab"), None) \
+        if last_own is not None else None
+    if called is None or "distributed" not in called["file"]:
         return None   # not raised inside torch.distributed, called from the answer's own line
     return ("each p.grad of this tensor-parallel model is a DTensor, and torch.distributed's collectives take plain "
             "tensors (torch has no sharding rule for them): pass this rank's local shard, p.grad.to_local(), which "
@@ -298,7 +375,15 @@ def judge_average_gradients(name: str, results: list[dict], division: str | None
             index = first_mismatch(got, want, atol=1e-6)
             where = (f"rank {rank}, {param}.grad{list(index)}: got {got[index].item():.5f}, "
                      f"expected {want[index].item():.5f}")
-            if torch.allclose(got, want_sum, atol=1e-6, rtol=1e-5) and division:
+            dp_calls = sum(dim == "dp" for dim, _, _ in results[rank]["calls"])
+            row_ranks = range(row * TP_SIZE, (row + 1) * TP_SIZE)   # full_tensor() gathered their shards
+            unwaited = [str(other) for other in row_ranks if results[other]["unwaited"][param]]
+            if unwaited:
+                hint = (f"on rank{'s' * (len(unwaited) > 1)} {' and '.join(unwaited)}, {param}'s gradient went into a "
+                        "dist.all_reduce started with async_op=True whose work was never waited for, so it was read "
+                        "before the sum arrived. Keep the work handle each call returns and call its .wait() before "
+                        "dividing the gradient.")
+            elif torch.allclose(got, want_sum, atol=1e-6, rtol=1e-5) and division:
                 hint = (f"this is the SUM over the {DP_SIZE} rows. Your line `{division}` divides into a NEW tensor "
                         "and leaves the gradient as all_reduce made it: divide in place (grad.div_(...) or grad /= "
                         "...) on the local shard, which shares p.grad's memory.")
@@ -312,12 +397,17 @@ def judge_average_gradients(name: str, results: list[dict], division: str | None
                 hint = (f"this is the sum divided by the tp size ({TP_SIZE}), the size of a row: the {DP_SIZE} ranks "
                         "of a column took part, so divide by the dp size, mesh['dp'].size().")
             elif torch.allclose(got, rows[row][param], atol=1e-6, rtol=1e-5) and \
-                    sum(dim == "dp" for dim, _, _ in results[rank]["calls"]) < len(rows[0]):
-                hint = (f"this is row {row}'s own gradient: {param} was not averaged. Your answer ran "
-                        f"{sum(dim == 'dp' for dim, _, _ in results[rank]['calls'])} collective(s) on dp for "
-                        f"{len(rows[0])} parameters: every parameter's gradient needs it, those replicated across a "
-                        "row (placement Replicate on tp) too, since each row computed them on its own share of the "
-                        "batch.")
+                    results[rank]["copied"][param] and not results[rank]["reduced"][param]:
+                hint = (f"this is row {row}'s own gradient: dist.all_reduce ran on a tensor that held {param}'s "
+                        "gradient values (a copy, a flat buffer), not on the gradient, and it sums into the tensor "
+                        "it is given. All-reduce the local shard in place (p.grad.to_local() shares p.grad's memory), "
+                        "or copy the result back into p.grad.to_local().")
+            elif torch.allclose(got, rows[row][param], atol=1e-6, rtol=1e-5) and dp_calls < len(rows[0]):
+                replicated = results[rank]["replicated"][param]
+                hint = (f"this is row {row}'s own gradient: {param} was not averaged. Your answer ran {dp_calls} "
+                        f"collective(s) on dp for {len(rows[0])} parameters: every parameter's gradient needs it"
+                        + (f", {param} too though it is replicated across a row (placement Replicate on tp)"
+                           if replicated else "") + ", since each row computed them on its own share of the batch.")
             elif torch.allclose(got, rows[row][param], atol=1e-6, rtol=1e-5):
                 hint = (f"this is row {row}'s own gradient: the reduction did not change the gradients. All-reduce the "
                         "local shard in place (p.grad.to_local() shares p.grad's memory), or assign the result back.")

@@ -8,13 +8,14 @@ The first two run the answer on 3 gloo ranks with 6 experts (2 per rank) and tok
 chosen so that every rank sends and receives a different number of rows (and one rank has no row
 for the last expert, where counts taken without minlength come out short), then, in the same
 launch, with 3 experts (1 per rank) and rows of 3 values instead of 4, so that a number of experts,
-of experts per rank or of values per row written in the code fails. They guard every
-`all_to_all_single` (`ddp_lab.checks.split_guard`): split sizes that do not fit together are
-reported on every rank at once, with what was passed and what the peers send, instead of a
-hang or a crash, and split sizes that fit but are tensors (torch takes lists of ints) are named
-as such. The third runs on 4 ranks laid out (dp=2, ep=2), with three replicated
-parameters and two expert ones (a loop over both lists at once misses one), then with four and
-three of other shapes. A hang ends at the timeout with a hint. An answer that calls the package's
+of experts per rank or of values per row written in the code fails (and one rank has no row for
+the last rank's expert, where its rows counted per owning rank without minlength come out short).
+They guard every `all_to_all_single` (`ddp_lab.checks.split_guard`): split sizes that do not fit
+together are reported on every rank at once, with what was passed and what the peers send,
+instead of a hang or a crash, and split sizes that fit but are tensors or floats (torch takes
+lists of ints) are named as such. The third runs on 4 ranks laid out (dp=2, ep=2), with three
+replicated parameters and two expert ones (a loop over both lists at once misses one), then with
+four and three of other shapes. A hang ends at the timeout with a hint. An answer that calls the package's
 own dispatch or combine is refused. Each function's first call is judged first; a failure in the
 second says what changed. `run_*_answers` runs several answers in one launch and `judge_*` turns
 one answer's results into feedback: the checks are the two in a row, tests batch answers.
@@ -31,7 +32,7 @@ import torch
 import torch.distributed as dist
 
 from ddp_lab.checks import CheckFailed, passed
-from ddp_lab.checks.common import (CaseFailed, call_case, describe, ensure_written, package_answer_used,
+from ddp_lab.checks.common import (CaseFailed, call_case, describe, ensure_written, held_in, package_answer_used,
                                    refuse_written_divisor, refuse_written_shape, run_answers_on_ranks,
                                    watching_calls)
 from ddp_lab.checks.split_guard import guarded_all_to_all
@@ -82,9 +83,10 @@ class Case(NamedTuple):
 
 # Each function runs twice on the same ranks: the check's first numbers, then fewer experts and shorter rows, so
 # that a count or shape written in the code for the first call fails in the second. In the second dispatch, rank 1
-# sends no row to rank 1 (no row for expert 1).
+# sends no row to rank 1 (no row for expert 1), and rank 2 none to rank 2, the last rank (no row for expert 2):
+# there its rows counted per owning rank without minlength (torch.bincount(expert // per_rank)) come out short.
 DISPATCH_CASES = (Case(NUM_EXPERTS, HIDDEN, DISPATCH_EXPERTS),
-                  Case(3, 3, ([2, 0, 1, 2, 0, 2], [2, 0, 2, 0], [1, 1, 2, 0, 1])))
+                  Case(3, 3, ([2, 0, 1, 2, 0, 2], [2, 2, 2, 0], [1, 1, 0, 0, 1])))
 COMBINE_CASES = (Case(NUM_EXPERTS, HIDDEN, COMBINE_EXPERTS, COMBINE_KEPT),
                  Case(3, 3, ([[1, 0], [2, 1], [0, 2], [1, 2]], [[2, 1], [0, 2], [1, 0], [2, 0]],
                              [[2, 1], [0, 2], [1, 0], [2, 0], [0, 1]]),
@@ -139,9 +141,14 @@ def _name(row: torch.Tensor) -> str:
 
 
 def _plain(value):
-    """What a rank returns to the notebook: tensors cloned, anything else described."""
-    if isinstance(value, tuple) and len(value) == 4 and all(torch.is_tensor(v) for v in value):
-        return tuple(v.detach().clone() for v in value)
+    """What a rank returns to the notebook: tensors cloned, anything else described (a tuple of four, as dispatch
+    returns, by the items that are not tensors)."""
+    if isinstance(value, tuple) and len(value) == 4:
+        if all(torch.is_tensor(v) for v in value):
+            return tuple(v.detach().clone() for v in value)
+        fields = getattr(value, "_fields", None) or [f"item {index}" for index in range(4)]
+        odd = [f"{field} is {describe(item)}" for field, item in zip(fields, value) if not torch.is_tensor(item)]
+        return f"a {type(value).__name__} whose {' and whose '.join(odd)}, not {'tensors' if odd[1:] else 'a tensor'}"
     return value.detach().clone() if torch.is_tensor(value) else describe(value)
 
 
@@ -149,14 +156,28 @@ class SplitSizesRefused(TypeError):
     """Raised on a rank whose all_to_all_single torch refused for split sizes that are not lists of ints."""
 
 
+def _split_kind(sizes) -> str | None:
+    """What a split-sizes argument is where it is not a list or tuple of ints ("a tensor", "a list of floats"), or
+    None (None included)."""
+    if sizes is None:
+        return None
+    if torch.is_tensor(sizes):
+        return "a tensor"
+    if not isinstance(sizes, (list, tuple)):
+        return f"a {type(sizes).__name__}"
+    items = sorted({"tensor" if torch.is_tensor(size) else type(size).__name__
+                    for size in sizes if not isinstance(size, int)})
+    return f"a {type(sizes).__name__} of {' and '.join(f'{item}s' for item in items)}" if items else None
+
+
 def _refused_split_types(refused: list):
     """Inside a rank, around the guarded all_to_all_single: a call that torch refuses with a TypeError while some
-    split sizes were not a list or tuple raises SplitSizesRefused, and `refused` gets {argument: its type}."""
+    split sizes were not a list or tuple of ints raises SplitSizesRefused, and `refused` gets {argument: what it
+    was}."""
     def make(guarded):
         def all_to_all_single(output, input, output_split_sizes=None, input_split_sizes=None, *args, **kwargs):
             given = {"output_split_sizes": output_split_sizes, "input_split_sizes": input_split_sizes}
-            odd = {name: "a tensor" if torch.is_tensor(sizes) else f"a {type(sizes).__name__}"
-                   for name, sizes in given.items() if sizes is not None and not isinstance(sizes, (list, tuple))}
+            odd = {name: _split_kind(sizes) for name, sizes in given.items() if _split_kind(sizes)}
             try:
                 return guarded(output, input, output_split_sizes, input_split_sizes, *args, **kwargs)
             except TypeError as error:
@@ -199,12 +220,16 @@ def _refused_splits_feedback(results: list[dict]) -> None:
         if not refused:
             continue
         given = " and ".join(f"{name} as {kind}" for name, kind in refused.items())
-        tensors = all(kind == "a tensor" for kind in refused.values())
+        if all(kind == "a tensor" for kind in refused.values()):
+            fix = "pass each through .tolist() (sent_counts.tolist(), not sent_counts)."
+        elif all(kind.endswith(" of floats") for kind in refused.values()):
+            fix = ("your counts are floating-point, so .tolist() gives floats: make them integers first "
+                   "(.long().tolist()), or count with torch.bincount, whose counts are int64.")
+        else:
+            fix = "a list of Python ints."
         raise CheckFailed(f"rank {rank}, all_to_all_single call {len(result['calls'])}: torch refused the call, "
                           f"which got {given}. The split sizes' values fit together on every rank; only their type "
-                          "is wrong.\nHint: all_to_all_single takes split sizes as lists of ints: pass "
-                          + ("each through .tolist() (sent_counts.tolist(), not sent_counts)." if tensors else
-                             "a list of Python ints."))
+                          f"is wrong.\nHint: all_to_all_single takes split sizes as lists of ints: {fix}")
 
 
 def _package_answer(name: str, results: list[dict]) -> None:
@@ -240,8 +265,26 @@ def _failed_case(failure) -> tuple[Case, tuple]:
     return next((case for case in cases if named.endswith(case.describe())), cases[0]), cases
 
 
+_DTYPES = re.compile(r"different dtypes\s*Found (\S+) and\s+(\S+)")   # torch names the output's dtype first
+
+
+def _dtype_hint(text: str) -> str:
+    """The hint for torch's refusal of a collective whose output and input dtypes differ."""
+    dtypes = _DTYPES.search(text)
+    if dtypes and "int" in dtypes.group(2) and "int" not in dtypes.group(1):
+        default = " (torch.empty makes float32 unless given a dtype)" if dtypes.group(1) == "torch.float32" else ""
+        return (f"a collective receives into a buffer of the dtype it sends: the counts are {dtypes.group(2)}, the "
+                f"buffer made for them {dtypes.group(1)}{default}. Make it from the counts themselves, with "
+                "torch.empty_like(counts).")
+    given = f": the output is {dtypes.group(1)}, the input {dtypes.group(2)}" if dtypes else ""
+    return (f"a collective receives into a buffer of the dtype it sends{given}. Make the output from the tensor "
+            "sent (torch.empty_like, or tensor.new_empty for another shape).")
+
+
 def _explain(failure) -> str | None:
-    text = str(failure.exception) + failure.details
+    """The hint for a rank that raised, from its exception's own message, or None: the traceback holds the check's
+    own frames too (the guard's code names split sizes whatever went wrong)."""
+    text = str(failure.exception)
     size = _INVALID_SIZE.search(text)
     case, cases = _failed_case(failure)
     first = cases[0]
@@ -257,6 +300,8 @@ def _explain(failure) -> str | None:
                     f"{first.num_experts} ({first.per_rank} per rank): the shape [{shape.group(1)}] holds the first "
                     "call's numbers. Take them from num_experts and the world size (dist.get_world_size()), not from "
                     "numbers written in the code.")
+    if "different dtypes" in text:
+        return _dtype_hint(text)
     if "Split sizes doesn't match" in text or "split_sizes" in text:
         return SPLITS_HINT
     return None
@@ -290,18 +335,26 @@ def _dispatch_truth(case: Case) -> dict:
     return {"per expert": per_expert, "sent": sent, "received": received}
 
 
-_ROW_SHAPES = re.compile(r"the input's rows have shape \((\d+),\), the output's \((\d+),\)$")
+_ROW_SHAPES = re.compile(r"the input's rows have shape \(([\d, ]*)\), the output's \(([\d, ]*)\)$")
 
 
-def _row_shape_hint(call, what: str) -> str | None:
-    """The hint for an all_to_all_single whose output rows are not shaped like its input rows (of one value
-    count each), or None. `what`: the input, as the exercise names it."""
+def _row_shape_hint(call, what: str, case: Case) -> str | None:
+    """The hint for an all_to_all_single whose output rows are not shaped like its input rows, or None. `what`: the
+    input, as the exercise names it; `case`: the call of the answer it happened in."""
     shapes = _ROW_SHAPES.match(call.problem or "")
     if not shapes:
         return None
-    return (f"the output's rows must be shaped like the rows sent: in this call each row of {what} has "
-            f"{shapes.group(1)} values, each row of the output {shapes.group(2)}. Size the output from "
-            f"{what}.shape[1], not from a number written in the code.")
+    sent, out = ([int(size) for size in shape.replace(",", " ").split()] for shape in shapes.groups())
+    if len(sent) == 1 and not out:
+        return (f"the output is 1-D, one value per row, and each row of {what} has {sent[0]} values: give the output "
+                f"two dimensions, (the rows it receives, {what}.shape[1]).")
+    if len(sent) == 1 and len(out) == 1:
+        written = case.hidden != HIDDEN and out[0] == HIDDEN   # the first call's values per row
+        return (f"the output's rows must be shaped like the rows sent: in this call each row of {what} has "
+                f"{sent[0]} values, each row of the output {out[0]}. Size the output from {what}.shape[1]"
+                + (", not from a number written in the code." if written else "."))
+    return (f"the output's rows must be shaped like the rows sent: each row of {what} has shape {tuple(sent)}, each "
+            f"row of the output {tuple(out)}. Give the output the shape (the rows it receives, *{what}.shape[1:]).")
 
 
 def _split_feedback(rank: int, result: dict, truth: dict, rows_call: str, case: Case) -> str:
@@ -313,8 +366,8 @@ def _split_feedback(rank: int, result: dict, truth: dict, rows_call: str, case: 
     short = case.short_rank()
     if rows_call == "the counts" and rank == short and call.input_shape == (_short_count(case),):
         hint = MINLENGTH_HINT.format(rank=rank, short=_short_count(case), experts=case.num_experts) + "."
-    elif _row_shape_hint(call, "rows"):
-        hint = _row_shape_hint(call, "rows")
+    elif _row_shape_hint(call, "rows", case):
+        hint = _row_shape_hint(call, "rows", case)
     elif call.input_splits == received and call.output_splits == sent:
         hint = ("the two split lists are swapped. " + SPLITS_HINT)
     elif rows_call == "the rows" and call.input_splits == sent and call.output_splits == received and \
@@ -353,7 +406,11 @@ def _wrong_send_splits(results: list[dict], truth: dict, case: Case) -> None:
         experts = torch.tensor(case.experts[rank])
         round_robin = torch.bincount(experts % WORLD_SIZE, minlength=WORLD_SIZE).tolist()
         by_first = torch.bincount(experts // first.per_rank, minlength=WORLD_SIZE).tolist()
-        if splits == round_robin:
+        if len(splits) < WORLD_SIZE and splits == want[:len(splits)] and not any(want[len(splits):]):
+            hint = (f"these are your rows per owning rank, but they stop at rank {len(splits) - 1}, the last one you "
+                    "send rows to, as torch.bincount's counts do without minlength (they end at the largest value "
+                    "present). Pass minlength=world_size, so that every rank gets its count, 0 included")
+        elif splits == round_robin:
             hint = (f"these count your rows by expert % {WORLD_SIZE}; rank j owns a block of experts, "
                     f"{_owned_by(case)}: the owner of expert e is e // {case.per_rank}")
         elif case.per_rank != first.per_rank and splits == by_first:
@@ -394,8 +451,12 @@ def _judge_dispatch_call(name: str, results: list[dict], case: Case) -> str:
         value = result["value"]
         if not isinstance(value, tuple):
             got = value if isinstance(value, str) else describe(value)
+            listed = " is a list of " in got   # `_plain`: a field of the four passed through .tolist()
             raise CheckFailed(f"rank {rank}: {name} returned {got}; expected Dispatched(received, received_counts, "
-                              "sent_counts, order), four tensors.")
+                              "sent_counts, order), four tensors." + (
+                                  "\nHint: keep the counts and the order as tensors in Dispatched: lists of ints "
+                                  "(.tolist()) are what all_to_all_single takes for its split sizes only." if listed
+                                  else ""))
         received, received_counts, sent_counts, order = value
         want_sent, want_received = truth["sent"][rank], truth["received"][rank]
         if sent_counts.tolist() != want_sent.tolist():
@@ -598,8 +659,8 @@ def _judge_combine_call(name: str, results: list[dict], case: Case) -> str:
         owners = [torch.bincount(_combine_case(source, case)[2] // case.per_rank, minlength=WORLD_SIZE).tolist()
                   for source in range(WORLD_SIZE)]          # owners[s][r]: rows rank s dispatched to rank r
         sent, received = owners[rank], [owners[source][rank] for source in range(WORLD_SIZE)]
-        if _row_shape_hint(call, "expert_output"):
-            hint = _row_shape_hint(call, "expert_output")
+        if _row_shape_hint(call, "expert_output", case):
+            hint = _row_shape_hint(call, "expert_output", case)
         elif call.input_splits == received and call.output_splits == sent and call.output_rows != sum(sent):
             hint = (f"both split lists are right; the output buffer is not: it must hold every row coming back to "
                     f"this rank, sum(output_split_sizes) = {sum(sent)} rows (dispatched.sent_counts.sum(), one per "
@@ -718,7 +779,9 @@ def _reduce_call(rank: int, answer, case: Params, dp_group) -> dict:
                           for what, pointers in storages.items()},
               "in_flight": {what: [pointer in in_flight for pointer in pointers]
                             for what, pointers in storages.items()},
-              "copied": {what: [_held_in(g, elsewhere) for g in part]
+              "parameter reduced": {what: [p.data_ptr() in reduced for p in part]
+                                    for what, part in (("replicated", replicated), ("expert", expert))},
+              "copied": {what: [held_in(g, elsewhere) for g in part]
                          for what, part in (("replicated", grads[0]), ("expert", grads[1]))}}
     for _, work in works:     # the next call starts after this one's all-reduces
         work.wait()
@@ -741,14 +804,6 @@ def _recording_all_reduce(reduced: list, works: list, given: list):
             return work
         return all_reduce
     return replacing_dist_calls({"all_reduce": make})
-
-
-def _held_in(gradient: torch.Tensor, tensors: list) -> bool:
-    """Whether one of `tensors` (flattened) held `gradient`'s values, whole or as a contiguous run (a copy, a slice
-    of a flat buffer) when it was all-reduced."""
-    values = gradient.flatten()
-    return any(torch.allclose(tensor[start:start + len(values)], values, atol=1e-6)
-               for tensor in tensors for start in range(len(tensor) - len(values) + 1))
 
 
 def run_reduce_answers(answers: tuple, timeout: float = 30.0,
@@ -794,6 +849,10 @@ def _judge_reduce_call(name: str, results: list[dict], case: Params) -> None:
                 elif torch.allclose(got, want[i] / size, atol=1e-5):
                     hint = ("this is the mean: each rank's loss is already its share of the global mean, so the "
                             "gradients add up; all-reduce with SUM and do not divide")
+                elif torch.allclose(got, local[rank][part][i], atol=1e-5) and not result["reduced"][what][i] and \
+                        result["parameter reduced"][what][i]:
+                    hint = ("dist.all_reduce ran on the parameter itself, not on its gradient: p holds the weights, "
+                            "p.grad what backward left. All-reduce p.grad")
                 elif torch.allclose(got, local[rank][part][i], atol=1e-5) and \
                         result["copied"][what][i] and not result["reduced"][what][i]:
                     hint = ("dist.all_reduce ran, but not on this p.grad: it sums in place, into the tensor you pass "
