@@ -393,6 +393,16 @@ def test_dispatch_names_a_counts_buffer_of_another_dtype():
     assert "input_split_sizes[j]" not in str(failure.value)
 
 
+def test_the_guard_leaves_a_collective_given_no_tensor_to_torchs_own_error():
+    """Counts passed as a list where a tensor goes: torch says which argument is not a tensor (the guard read its
+    .shape and raised "'list' object has no attribute 'shape'")."""
+    from ddp_lab.checks.split_guard import guarded_all_to_all
+
+    with guarded_all_to_all(), pytest.raises(TypeError) as refused:   # torch's check, before any process group
+        dist.all_to_all_single(torch.empty(2), [1, 1])
+    assert "shape" not in str(refused.value)
+
+
 def test_dispatch_hints_from_the_exception_not_from_the_guards_frames():
     """Whatever raises inside all_to_all_single, the traceback shows the guard's own lines, which name split sizes:
     only an exception whose own message names them gets the split-sizes hint."""

@@ -75,6 +75,8 @@ def _guard(calls: list[SplitCall]):
     def make(original):
         def all_to_all_single(output, input, output_split_sizes=None, input_split_sizes=None, group=None,
                               async_op=False):
+            if not (torch.is_tensor(input) and torch.is_tensor(output)):   # torch's own TypeError says which
+                return original(output, input, output_split_sizes, input_split_sizes, group=group, async_op=async_op)
             world_size = dist.get_world_size(group)
             input_splits = _as_splits(input_split_sizes, input, world_size)
             output_splits = _as_splits(output_split_sizes, output, world_size)
