@@ -3,10 +3,10 @@
 Each wrong answer below is a mistake a learner is likely to make; the test pins the part of the
 feedback that names it, and that no other mistake's hint appears. The combine and zig-zag checks
 run in this process (milliseconds). The ring's mistaken answers, and right ones returned in another
-dtype, run in one launch of 3 gloo ranks (the check's own runner, then its judge); the three hanging
-rings go through the check itself and each runs into a 4 s timeout, counted from when every rank
-entered the answer (about 15 s for the module on 2 busy cores: a hang can only be proven by waiting
-for it). The right answers' ✓ is
+dtype, run in one launch of 3 gloo ranks (the check's own runner, then its judge); the six hanging
+rings (and one that gloo aborts) go through the check itself and each runs into a 2 s timeout, counted
+from when every rank entered the answer (a deadlock sets in within milliseconds of that; about 20 s for
+the module on 2 busy cores: a hang can only be proven by waiting for it). The right answers' ✓ is
 proven by nbval of solutions/15-long-sequences.ipynb, so it is not run again here.
 """
 
@@ -23,15 +23,17 @@ from ddp_lab.checks.lesson15 import RING_SIZE, _judge_ring, _ring_runner, check_
 from ddp_lab.course.context_parallel.online_softmax import block_attention, combine
 from ddp_lab.launcher.launch import launch
 
-DEADLOCK_TIMEOUT = 4.0  # seconds after every rank entered the answer (start-up has its own allowance)
+DEADLOCK_TIMEOUT = 2.0  # seconds after every rank entered the answer (start-up has its own allowance)
 COMBINE_HINTS = ("added as they are", "averaged", "weights are swapped", "is the larger of the two",
                  "lse were added", "never exponentiate an lse on its own", "safe only where lse_a >= lse_b",
-                 "safe only where lse_b >= lse_a", "unsqueeze(-1)", "the third block", "the package's own answer")
+                 "safe only where lse_b >= lse_a", "unsqueeze(-1)", "the third block", "the package's own answer",
+                 "the pair is the wrong way round", "return torch tensors")
 RING_HINTS = ("later ranks were attended", "applied to every block: it belongs", "and no block was skipped",
               "without the causal triangle", "no causal mask at all", "(rank + t) mod", "never reached your queries",
               "last pass is not needed", "travel the other way round the ring", "the package's own answer",
               "the outputs of ranks 0, 1 differ from one process's", "the queries went out too",
-              "diagonal must stay visible, a query attends to itself", "read before its data arrived")
+              "diagonal must stay visible, a query attends to itself", "read before its data arrived",
+              "rank 0 attended to no block")
 ZIGZAG_HINTS = ("not in sequence order", "unbalanced", "pairing is reversed", "numbered 0 to",
                 "at every world size tried", "held by exactly one rank", "the package's own answer",
                 "not its own pair: rank 1 holds [2, 3], the pair of rank 2; rank 2 holds [1, 4], the pair of rank 1")
@@ -124,6 +126,16 @@ def combine_the_packages(out_a, lse_a, out_b, lse_b):
     return combine(out_a, lse_a, out_b, lse_b)
 
 
+def combine_pair_reversed(out_a, lse_a, out_b, lse_b):
+    out, lse = combine_right(out_a, lse_a, out_b, lse_b)
+    return lse, out
+
+
+def combine_in_numpy(out_a, lse_a, out_b, lse_b):
+    out, lse = combine_right(out_a, lse_a, out_b, lse_b)
+    return out.numpy(), lse.numpy()
+
+
 def combine_stub(out_a, lse_a, out_b, lse_b):
     raise NotImplementedError("weigh each output by its share")
 
@@ -141,6 +153,8 @@ def combine_stub(out_a, lse_a, out_b, lse_b):
     (combine_the_packages, "the package's own answer"),
     # no exponent is positive here: the rows whose weights both underflow are 0/0; said as it is, no overflow claimed
     (combine_with_one_maximum, "or both of a row's weights underflowed to 0 (one maximum for the whole tensor"),
+    (combine_pair_reversed, "the pair is the wrong way round"),
+    (combine_in_numpy, "return torch tensors"),
 ])
 def test_combine_names_each_mistake_and_only_it(answer, expected):
     _raises_only(check_combine, answer, COMBINE_HINTS, expected)
@@ -154,6 +168,18 @@ def test_combine_shows_an_error_in_the_learners_code_without_a_borrowed_hint():
     assert message.startswith("combine_logsumexp_over_heads raised RuntimeError: The size of tensor a (5) must match "
                               "the size of tensor b (3)"), message
     assert "torch.exp(lse_a - lse).unsqueeze(-1) * out_a" in message and "Hint" not in message, message
+
+
+def test_combine_describes_a_reversed_pair_and_numpy_arrays_by_their_shapes():
+    with pytest.raises(CheckFailed, match=r"^combining two partial results with small scores: the first value returned "
+                                          r"has shape \(2, 3, 5\) and the second \(2, 3, 5, 4\): those of lse and out"):
+        check_combine(combine_pair_reversed)
+    with pytest.raises(CheckFailed) as failure:
+        check_combine(combine_in_numpy)
+    message = str(failure.value)
+    assert message.startswith("combining two partial results with small scores: the output is a numpy.ndarray of "
+                              "shape (2, 3, 5, 4) and dtype float32, not a torch tensor."), message
+    assert "array(" not in message, message
 
 
 def test_combine_judges_the_values_of_a_float64_result_and_names_another_dtype(capsys):
@@ -173,11 +199,15 @@ def test_combine_stub_says_not_written():
 
 def make_ring(*, skip_future=True, mask=lambda rank, source: rank == source, source_of=None, blocking=False,
               passes=None, send_to=+1, recv_from=-1, steps=None, wrap=True, package=False, dtype=None,
-              traffic=None, send_q=False, hide_diagonal=False):
+              traffic=None, send_q=False, hide_diagonal=False, skip_own=False, order=None, half_buffer=False):
     """A ring attention answer with one mistake switched on (the defaults give the right answer). `dtype`: the
     output returned in that dtype. `traffic`: q, k and v cast to that dtype first (what travels), the output cast
     back to float32. `send_q`: q sent round the ring with k and v (never used: each rank keeps its own).
-    `hide_diagonal`: the own block attended with a mask of its own that hides the diagonal too (j >= i)."""
+    `hide_diagonal`: the own block attended with a mask of its own that hides the diagonal too (j >= i).
+    `skip_own`: only earlier ranks' blocks attended (source < rank), so rank 0 attends none and returns None.
+    `order`: each transfer finished before the next starts, "recv first" (blocking recv, then send), "irecv first"
+    (irecv and its .wait(), then isend), "isend first" (`dist.isend(...).wait()`, then irecv): all deadlock.
+    `half_buffer`: receive buffers of one head (half a block): gloo aborts the rank."""
 
     def ring_attention(q, k, v):
         if traffic is not None:
@@ -189,13 +219,32 @@ def make_ring(*, skip_future=True, mask=lambda rank, source: rank == source, sou
         state = None
         for step in range(world_size if steps is None else steps):
             source = (rank - step) % world_size if source_of is None else source_of(rank, step, world_size)
-            if source <= rank or not skip_future:
+            if (source < rank if skip_own else source <= rank) or not skip_future:
                 partial = (_block_hiding_the_diagonal(q, k, v) if hide_diagonal and source == rank else
                            block_attention(q, k, v, causal=mask(rank, source)))
                 state = partial if state is None else combine(*state, *partial)
             if step < (world_size - 1 if passes is None else passes):
                 received_k, received_v = torch.empty_like(k), torch.empty_like(v)
-                if blocking:
+                if half_buffer:
+                    received_k, received_v = torch.empty_like(k[:, :1]), torch.empty_like(v[:, :1])
+                peers = (rank + 1) % world_size, (rank - 1) % world_size
+                if order == "recv first":
+                    dist.recv(received_k, src=peers[1])
+                    dist.recv(received_v, src=peers[1])
+                    dist.send(k, dst=peers[0])
+                    dist.send(v, dst=peers[0])
+                elif order == "irecv first":
+                    receives = [dist.irecv(received_k, src=peers[1]), dist.irecv(received_v, src=peers[1])]
+                    for work in receives:
+                        work.wait()
+                    for work in [dist.isend(k, dst=peers[0]), dist.isend(v, dst=peers[0])]:
+                        work.wait()
+                elif order == "isend first":
+                    dist.isend(k, dst=peers[0]).wait()
+                    dist.isend(v, dst=peers[0]).wait()
+                    dist.irecv(received_k, src=peers[1]).wait()
+                    dist.irecv(received_v, src=peers[1]).wait()
+                elif blocking:
                     dist.send(k, dst=(rank + 1) % world_size)
                     dist.send(v, dst=(rank + 1) % world_size)
                     dist.recv(received_k, src=(rank + recv_from) % world_size)
@@ -211,6 +260,8 @@ def make_ring(*, skip_future=True, mask=lambda rank, source: rank == source, sou
                     for work in works:
                         work.wait()
                 k, v = received_k, received_v
+        if state is None:
+            return None
         out = state[0] if traffic is None else state[0].float()
         return out if dtype is None else out.to(dtype)
 
@@ -245,6 +296,8 @@ RING_MISTAKES = [
     # no one rule gives every rank's output, so the hint names the ranks that differ and the rule, not a mistake
     (dict(skip_future=False, mask=lambda rank, source: source >= rank), "the outputs of ranks 0, 1 differ from one "
                                                                         "process's"),
+    # every rank's own block skipped (source < rank): rank 0, which has no earlier block, returns None
+    (dict(skip_own=True), "rank 0 attended to no block"),
 ]
 
 
@@ -315,15 +368,64 @@ def test_zigzag_refuses_chunk_indices_that_are_not_ints():
 
 
 def test_ring_stops_the_blocking_send_deadlock_with_a_hint():
-    with pytest.raises(CheckFailed, match=r"(?s)did not finish within 4 s.*in dist.send.*deadlocked ring.*dist.isend"):
+    with pytest.raises(CheckFailed, match=r"(?s)did not finish within 2 s.*in dist.send.*deadlocked ring.*dist.isend"):
         check_ring_attention(make_ring(blocking=True), timeout=DEADLOCK_TIMEOUT)
 
 
 def test_ring_stops_a_wrong_source_with_the_peers():
     # receiving from rank + 1 while sending to rank + 1: every rank waits for a block nobody sends it
-    with pytest.raises(CheckFailed, match=r"(?s)did not finish within 4 s.*in .wait\(\) on an isend/irecv.*never "
-                                          r"arrived.*without waiting on it.*Check the peers.*\(rank - 1\) % world_size"):
+    with pytest.raises(CheckFailed) as failure:
         check_ring_attention(make_ring(recv_from=+1), timeout=DEADLOCK_TIMEOUT)
+    message = str(failure.value)
+    assert re.search(r"(?s)did not finish within 2 s.*in .wait\(\) on an isend/irecv.*never arrived.*without waiting "
+                     r"on it.*Check the peers.*\(rank - 1\) % world_size", message), message
+    assert "first" not in message and "outside torch.distributed" not in message, message
+
+
+ORDER_HANGS = [
+    # a recv waits for the peer's send: if every rank receives first, nobody sends (the mirror of the send case)
+    ("recv first", "Stuck: rank 0 in dist.recv, rank 1 in dist.recv, rank 2 in dist.recv.\nHint: every rank called a "
+                   "blocking dist.recv first, and a recv waits for the peer's send, which that peer never reaches "
+                   "because it is receiving too: every rank receives first, so nobody sends."),
+    ("irecv first", "Stuck: rank 0 in .wait() on a dist.irecv, rank 1 in .wait() on a dist.irecv, rank 2 in .wait() "
+                    "on a dist.irecv.\nHint: every rank waits on its dist.irecv (.wait()) before it has started its "
+                    "send, so nobody sends: a deadlocked ring. Post both the isend and the irecv, then .wait() on "
+                    "both."),
+    ("isend first", "Stuck: rank 0 in .wait() on a dist.isend, rank 1 in .wait() on a dist.isend, rank 2 in .wait() "
+                    "on a dist.isend.\nHint: every rank waits on its dist.isend (.wait()) before it has posted its "
+                    "dist.irecv"),
+]
+
+
+@pytest.mark.parametrize("order, said", ORDER_HANGS, ids=[order for order, _ in ORDER_HANGS])
+def test_ring_names_a_deadlock_of_the_order_of_calls_not_the_peers(order, said):
+    with pytest.raises(CheckFailed) as failure:
+        check_ring_attention(make_ring(order=order), timeout=DEADLOCK_TIMEOUT)
+    message = str(failure.value)
+    assert said in message and "Check the peers" not in message, message
+
+
+def test_ring_hang_with_unequal_sends_and_receives_names_the_counts_not_the_peers():
+    # what each rank logged when it sends k and v but receives only k (run through the check, it hangs the same way)
+    from ddp_lab.checks.lesson15 import _unequal_counts_hint
+    from ddp_lab.checks.p2p_log import Call
+    logs = {rank: ([Call("isend", (rank + 1) % 3, 24, True), Call("isend", (rank + 1) % 3, 24, True),
+                    Call("irecv", (rank - 1) % 3, 24, False)], None) for rank in range(RING_SIZE)}
+    hint = _unequal_counts_hint({rank: "" for rank in range(RING_SIZE)}, logs)
+    assert hint.startswith("every rank started a number of sends other than its number of receives (rank 0: 2 sends, "
+                           "1 receive; rank 1: 2 sends, 1 receive; rank 2: 2 sends, 1 receive)"), hint
+    balanced = {rank: ([Call("isend", 1, 24), Call("irecv", 2, 24)], None) for rank in range(RING_SIZE)}
+    assert _unequal_counts_hint({rank: "" for rank in range(RING_SIZE)}, balanced) is None
+
+
+def test_ring_names_a_receive_buffer_smaller_than_the_message():
+    # one head's rows received where a block of two heads arrives: gloo aborts the rank (SIGABRT)
+    with pytest.raises(CheckFailed) as failure:
+        check_ring_attention(make_ring(half_buffer=True), timeout=DEADLOCK_TIMEOUT)
+    message = str(failure.value)
+    assert "SIGABRT" in message and ("\nHint: gloo aborted the rank because a message of 96 bytes arrived in a "
+                                     "receive buffer of 48: receive into a buffer of the shape and dtype of the "
+                                     "tensor its peer sends, torch.empty_like(k)") in message, message
 
 
 # --- zigzag_chunks ---------------------------------------------------------------------------
@@ -381,7 +483,7 @@ def test_ring_names_a_peer_outside_the_ring_whether_it_hangs_or_crashes():
     # rank + 1 without % world_size: the last rank sends to a rank that does not exist. Gloo then
     # either waits in isend/irecv (a hang) or segfaults in irecv (seen on 2.13, about one run in
     # five): both must end with the wrap-around hint
-    with pytest.raises(CheckFailed, match=r"(?s)(did not finish within 4 s.*returns at once|crashed inside dist\.i?(send|recv))"
+    with pytest.raises(CheckFailed, match=r"(?s)(did not finish within 2 s.*returns at once|crashed inside dist\.i?(send|recv))"
                                           r".*no rank of the ring.*\(rank \+ 1\) % world_size"):
         check_ring_attention(make_ring(wrap=False), timeout=DEADLOCK_TIMEOUT)
 

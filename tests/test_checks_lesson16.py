@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from ddp_lab.checks import CheckFailed
 from ddp_lab.checks import lesson16
 from ddp_lab.checks.lesson16 import (DILOCO_RUNS, QUORUM, _diloco_runner, _recover_hang_hint, _recover_runner,
-                                     check_train_diloco, judge_diloco, judge_recovery)
+                                     check_train_diloco, judge_diloco, judge_recovery, list_display_broadcast)
 from ddp_lab.launcher.launch import launch
 
 DEADLOCK_TIMEOUT = 3.0   # the hint does not depend on where the ranks wait, so a short wait suffices
@@ -27,19 +27,23 @@ DILOCO_HINTS = ("wrong sign", "summed, not averaged", "starts again every round"
                 "made anew every round", "plain momentum", "keep their local weights", "package's own answer",
                 "a model's worth per inner step", "pseudo-gradient your replicas all-reduced was zero",
                 "ran the outer step every", "not a number written for 2", "the steps were counted from 0",
-                "ended with the weights it started from", "θ_global is the model's own parameters")
+                "ended with the weights it started from", "θ_global is the model's own parameters",
+                "not zero in the first round", "θ_global never moved", "called no collective",
+                "Δ to one rank (dist.reduce)")
 ZERO_DELTA = ("pseudo-gradient your replicas all-reduced was zero, so the outer step had nothing to apply. θ_global − "
               "θ_local is zero when θ_global is the model's own parameters")
 RECOVER_HINTS = ("sent from rank 0, the recovering one", "sent from rank 1, the recovering one",
                  "sent from rank 2, the recovering one",
                  "kept its stale weights", "momentum did not",
                  "package's own answer", "the source rank never joined the broadcast",
-                 "the optimizer's state must be keyed by its parameters", "no momentum_buffer yet")
+                 "the optimizer's state must be keyed by its parameters", "no momentum_buffer yet",
+                 "broadcast_object_list fills the list you pass in place")
 
 
 def _diloco(model, batches, inner_steps, sign=1.0, mean=True, reset_outer=False, average_inner=False,
             fresh_inner=False, nesterov=True, keep_local=False, only_rank0=False, every_step=False, anchor="copy",
-            period=None, written=None, from_zero=None, reset_first=False):
+            period=None, written=None, from_zero=None, reset_first=False, reset="copy", grad_on_model=False,
+            sync="all_reduce"):
     """A DiLoCo loop with one mistake switched on by its flag (the right answer with none). `anchor`: θ_global
     as a copy taken before training ("copy"), the model's own parameters detached ("view", no .clone()), or a
     copy taken again at every sync, after the inner steps ("late"). `period`: the outer step every `period`
@@ -48,11 +52,16 @@ def _diloco(model, batches, inner_steps, sign=1.0, mean=True, reset_outer=False,
     `(g - p) / 2` before the all_reduce, "inplace" `delta /= 2` after it, "half" `0.5 * delta`, "variable"
     `world = 2`. `from_zero`: the steps counted from 0 against inner_steps, "every" `step % inner_steps == 0`,
     "after" `step > 0 and step % inner_steps == 0`. `reset_first`: θ_global copied into the model (rightly) before
-    Δ is taken, not after the outer step."""
+    Δ is taken, not after the outer step. `anchor="state_dict"`: Δ taken against model.state_dict()'s tensors (the
+    model's own), the outer SGD over clones of them. `reset="data"`: the model continues from θ_global by `p.data =
+    g` (then shares its memory).
+    `grad_on_model`: Δ set as the model's p.grad, not θ_global's. `sync`: "none" (no collective), "reduce" (Δ
+    reduced to rank 0, θ_global broadcast back from it)."""
     period = len(batches) // 2 if period == "half" else period or inner_steps
     world_size = dist.get_world_size()
     inner = torch.optim.AdamW(model.parameters(), lr=0.01)
     global_params = [p.detach() if anchor == "view" else p.detach().clone() for p in model.parameters()]
+    state = list(model.state_dict().values())          # the model's own tensors, not copies
     outer = torch.optim.SGD(global_params, lr=0.7, momentum=0.9, nesterov=nesterov)
     for step, (x, y) in enumerate(batches):
         inner.zero_grad()
@@ -76,24 +85,33 @@ def _diloco(model, batches, inner_steps, sign=1.0, mean=True, reset_outer=False,
                 outer = torch.optim.SGD(global_params, lr=0.7, momentum=0.9, nesterov=nesterov)
             if reset_outer:
                 outer = torch.optim.SGD(global_params, lr=0.7, momentum=0.9, nesterov=nesterov)
-            for g, p in zip(global_params, model.parameters()):
-                delta = sign * (g - p)
+            for g, a, p in zip(global_params, state if anchor == "state_dict" else global_params,
+                               model.parameters()):
+                delta = sign * (a - p)
                 if written == "before":
                     delta = (g - p) / 2
-                if not only_rank0 or dist.get_rank() == 0:
+                if sync == "reduce":
+                    dist.reduce(delta, dst=0)
+                elif sync == "all_reduce" and (not only_rank0 or dist.get_rank() == 0):
                     dist.all_reduce(delta)
                 if written is not None:
                     _over_two_written(g, delta, written)
                     continue
-                g.grad = delta / world_size if mean else delta
+                (p if grad_on_model else g).grad = delta / world_size if mean else delta
             outer.step()
             outer.zero_grad(set_to_none=True)
+            if sync == "reduce":
+                for g in global_params:
+                    dist.broadcast(g, src=0)
             if average_inner:
                 for state in inner.state.values():
                     for key in ("exp_avg", "exp_avg_sq"):
                         dist.all_reduce(state[key])
                         state[key] /= world_size
-            if not keep_local:
+            if reset == "data":
+                for g, p in zip(global_params, model.parameters()):
+                    p.data = g
+            elif not keep_local:
                 for g, p in zip(global_params, model.parameters()):
                     p.copy_(g)
         if fresh_inner:
@@ -115,6 +133,9 @@ def _over_two_written(g, delta, written):
         g.grad = delta
 
 
+ZERO_FROM_START = ("pseudo-gradient your replicas all-reduced was zero, so the outer step had nothing to apply, and "
+                   "rank 0 ended with the weights it started from: Δ = θ_global − θ_local is zero when it is taken "
+                   "once the model has been reset to θ_global, or against tensors that are the model's own")
 OVER_TWO = ("divided by 2, not 3: the average must divide by the number of replicas, dist.get_world_size(), not a "
             "number written for 2")
 DILOCO_ANSWERS = [({}, None), ({"sign": -1.0}, "wrong sign"), ({"mean": False}, "summed, not averaged"),
@@ -127,8 +148,7 @@ DILOCO_ANSWERS = [({}, None), ({"sign": -1.0}, "wrong sign"), ({"mean": False}, 
                   ({"anchor": "view"}, ZERO_DELTA), ({"anchor": "late"}, ZERO_DELTA),
                   # θ_global apart from the model, but copied into it before Δ is taken: Δ is zero, the model ends
                   # where it began
-                  ({"reset_first": True}, "pseudo-gradient your replicas all-reduced was zero, so the outer step had "
-                                          "nothing to apply, and rank 0 ended with the weights it started from"),
+                  ({"reset_first": True}, ZERO_FROM_START),
                   # the period written as the check's first inner_steps, or read off the batches (two rounds assumed):
                   # right for 8 batches and inner_steps=4, not for 6 and 2
                   ({"period": 4}, "ran the outer step every 4 batches, but inner_steps was 2"),
@@ -141,7 +161,16 @@ DILOCO_ANSWERS = [({}, None), ({"sign": -1.0}, "wrong sign"), ({"mean": False}, 
                   # the mean over the exercise's 2 replicas written in (in forms the check's source scan lets through):
                   # right on 2 replicas, not on 3
                   ({"written": "before"}, OVER_TWO), ({"written": "inplace"}, OVER_TWO),
-                  ({"written": "half"}, OVER_TWO), ({"written": "variable"}, OVER_TWO)]
+                  ({"written": "half"}, OVER_TWO), ({"written": "variable"}, OVER_TWO),
+                  # the model continues from θ_global by sharing its memory: Δ is zero from the second round on
+                  ({"reset": "data"}, "not zero in the first round, and all zero in round 2"),
+                  # Δ against the model's own tensors (state_dict() gives them, not copies): zero, as a late reset's
+                  ({"anchor": "state_dict"}, ZERO_FROM_START),
+                  # Δ on the model's .grad: the outer SGD over θ_global has no .grad to step with
+                  ({"grad_on_model": True}, "θ_global never moved"),
+                  # no collective at all; Δ reduced to rank 0, θ_global broadcast back (values right, twice the bytes)
+                  ({"sync": "none"}, "your replicas called no collective"),
+                  ({"sync": "reduce"}, "Δ to one rank (dist.reduce), then θ_global back from it (dist.broadcast)")]
 
 
 def _run_diloco_answers(rank: int) -> list:
@@ -205,10 +234,21 @@ def test_diloco_steps_counted_from_zero_are_named_not_a_period(diloco_results, f
     assert "the period is the argument inner_steps" not in message and "every 5 batches" not in message, message
 
 
-def test_diloco_delta_taken_after_the_reset_is_not_called_a_shared_theta_global(diloco_results):
-    message = _diloco_failure(diloco_results, reset_first=True)
+@pytest.mark.parametrize("flags", [{"reset_first": True}, {"anchor": "state_dict"}])
+def test_diloco_delta_of_zeros_from_the_start_names_both_causes(diloco_results, flags):
+    # a reset before Δ and Δ against the model's own tensors give the same zeros and the same weights: both named,
+    # not θ_global kept as the model's parameters (whose replicas train on: keep_local's weights)
+    message = _diloco_failure(diloco_results, **flags)
     assert "Compute Δ (and all-reduce it) after the inner steps and before the model is reset to θ_global" in message
-    assert "the model's own parameters" not in message and "a copy taken after the inner steps" not in message
+    assert "model.state_dict() and model.parameters() give the model's tensors, not copies" in message, message
+    assert "a copy taken after the inner steps" not in message, message
+
+
+def test_diloco_counts_every_collective_a_replica_hands_a_model_to(diloco_results):
+    # reduce + broadcast: the values are right, but two models go out per round, where the ✓ line would say one
+    message = _diloco_failure(diloco_results, sync="reduce")
+    assert message.startswith("2 replicas, 8 batches, inner_steps=4: rank 0 handed 336 bytes to collectives over 2 "
+                              "rounds; DiLoCo sends one pseudo-gradient per round: 84 bytes each, 168 in all."), message
 
 
 def test_diloco_stops_a_deadlock_with_a_hint():
@@ -288,18 +328,39 @@ RECOVER_ANSWERS = [({}, None), ({"src": 0}, "sent from rank 0, the recovering on
                                                      "0, 2 called it with 48 bytes")]
 
 
+def recover_loads_the_name_bound_before(model, optimizer, source_rank):
+    """Wrong: the list passed to broadcast_object_list is written in the call, so what arrived is never read."""
+    state = {"model": model.state_dict(), "optimizer": optimizer.state_dict()}
+    dist.broadcast_object_list([state], src=source_rank)
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+
+
+def recover_never_loads(model, optimizer, source_rank):
+    """Wrong: what arrived is never loaded; the list display holds the state, but nothing is loaded from anything."""
+    dist.broadcast_object_list([{"model": model.state_dict()}], src=source_rank)
+
+
+# answers written out (their source is read for evidence, `lesson16.list_display_broadcast`), run in the same launch
+RECOVER_WRITTEN = [(recover_loads_the_name_bound_before,
+                    "kept its stale weights, and `dist.broadcast_object_list([state], src=source_rank)` passes a list "
+                    "written in the call: broadcast_object_list fills the list you pass in place"),
+                   (recover_never_loads, "kept its stale weights: it must load what the healthy peer sent")]
+
+
 def _run_recover_answers(rank: int) -> list:
     def answer(flags):
         def recover_from_peer(model, optimizer, source_rank):
             return _recover(model, optimizer, source_rank, **flags)
         return recover_from_peer
-    return [_recover_runner(rank, answer(flags)) for flags, _ in RECOVER_ANSWERS]
+    answers = [answer(flags) for flags, _ in RECOVER_ANSWERS] + [written for written, _ in RECOVER_WRITTEN]
+    return [_recover_runner(rank, one) for one in answers]
 
 
 @pytest.fixture(scope="module")
 def recover_results():
     per_rank = launch(_run_recover_answers, nprocs=QUORUM, backend="gloo", timeout=60)
-    return [[per_rank[rank][i] for rank in range(QUORUM)] for i in range(len(RECOVER_ANSWERS))]
+    return [[per_rank[rank][i] for rank in range(QUORUM)] for i in range(len(RECOVER_ANSWERS) + len(RECOVER_WRITTEN))]
 
 
 @pytest.mark.parametrize("index", range(len(RECOVER_ANSWERS)))
@@ -307,9 +368,19 @@ def test_recovery_names_each_mistake_and_only_it(recover_results, index, capsys)
     expected = RECOVER_ANSWERS[index][1]
     if expected is None:
         judge_recovery("answer", recover_results[index])
-        assert capsys.readouterr().out.startswith("✓ answer: the returning replica")
+        assert capsys.readouterr().out.startswith("✓ answer: the returning replica holds the source's weights and "
+                                                  "momentum (rank 0 from rank 1, rank 1 from rank 2, rank 2 from "
+                                                  "rank 0); one more step agrees on all 3 ranks")
     else:
         _fails_with_only(judge_recovery, recover_results[index], RECOVER_HINTS, expected)
+
+
+@pytest.mark.parametrize("index", range(len(RECOVER_WRITTEN)), ids=[a.__name__ for a, _ in RECOVER_WRITTEN])
+def test_recovery_names_a_list_display_only_where_something_else_is_loaded(recover_results, index):
+    answer, expected = RECOVER_WRITTEN[index]
+    results = recover_results[len(RECOVER_ANSWERS) + index]
+    _fails_with_only(lambda name, r: judge_recovery(name, r, list_display_broadcast(answer)), results,
+                     RECOVER_HINTS, expected)
 
 
 def test_recovery_hang_hint_names_the_waiting_ranks():

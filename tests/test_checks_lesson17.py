@@ -19,7 +19,7 @@ import torch.distributed as dist
 from ddp_lab.checks import CheckFailed
 from ddp_lab.checks import lesson17
 from ddp_lab.checks.common import division_into_a_new_tensor
-from ddp_lab.checks.lesson17 import WORLD, check_to_fp8, judge_scaler, scaler_runs
+from ddp_lab.checks.lesson17 import WORLD, check_to_fp8, judge_scaler, overflow_test_evidence, scaler_runs
 from ddp_lab.course.low_precision import fp8
 from ddp_lab.course.low_precision.loss_scaling import AgreedLossScaler
 from ddp_lab.launcher.launch import launch
@@ -29,12 +29,12 @@ SCALER_HINTS = ("decided per rank", "never divided by the scale", "divides into 
                 "not capped at 1", "norm of its own shard", "norms were added", "averaged over the ranks",
                 "must be skipped on every rank", "the package's own answer", "finds inf but not NaN",
                 "not by this case's scale", "clipped to norm 1", "capped at max_norm",
-                "look at every parameter's gradient")
+                "look at every parameter's gradient", "was outvoted", "finds NaN but not inf")
 FP8_HINTS = ("gradients take e5m2", "weights and activations take e4m3", "wrong dimension",
              "keep the reduced dimension", "inverted", "x.max() misses", "other format's largest", "one scale per row",
              "one scale for the whole",
              "the package's own answer", "wrong way round", "is another FP8 format", "is a Python float",
-             "keep the scale in float32")
+             "keep the scale in float32", "use amax", "compute x * scale in float32")
 
 
 def _fails_with_only(message: str, expected: str, hints: tuple) -> None:
@@ -296,6 +296,63 @@ def step_tests_the_last_parameter_only(params, optimizer, scale, max_norm):
     return True
 
 
+def step_clips_the_weight_only(params, optimizer, scale, max_norm):
+    _unscale(params, scale)
+    if _agreed_inf(params):
+        return False
+    squares = sum(p.grad.pow(2).sum() for p in params).reshape(1)
+    dist.all_reduce(squares)
+    norm = squares.sqrt().item()
+    if norm > max_norm:
+        params[0].grad.mul_(max_norm / (norm + 1e-6))             # the bias keeps its unclipped gradient
+    optimizer.step()
+    return True
+
+
+def _step_after(found_inf, params, optimizer, max_norm) -> bool:
+    """The rest of a step whose overflow flag the caller agreed on: skip where it says so, else clip and step."""
+    if found_inf:
+        return False
+    _clip(params, max_norm)
+    optimizer.step()
+    return True
+
+
+def step_found_inf_by_min(params, optimizer, scale, max_norm):
+    _unscale(params, scale)
+    found = torch.tensor([0.0 if all(torch.isfinite(p.grad).all() for p in params) else 1.0])
+    dist.all_reduce(found, op=dist.ReduceOp.MIN)                 # one finite rank outvotes the others
+    return _step_after(found.item(), params, optimizer, max_norm)
+
+
+def step_all_finite_by_max(params, optimizer, scale, max_norm):
+    _unscale(params, scale)
+    finite = torch.tensor([1.0 if all(torch.isfinite(p.grad).all() for p in params) else 0.0])
+    dist.all_reduce(finite, op=dist.ReduceOp.MAX)                # an all-finite flag takes MIN
+    return _step_after(not finite.item(), params, optimizer, max_norm)
+
+
+def step_found_inf_from_rank_0(params, optimizer, scale, max_norm):
+    _unscale(params, scale)
+    found = torch.tensor([0.0 if all(torch.isfinite(p.grad).all() for p in params) else 1.0])
+    dist.broadcast(found, src=0)                                  # rank 1's overflow is never heard
+    return _step_after(found.item(), params, optimizer, max_norm)
+
+
+def step_tests_for_nan_only(params, optimizer, scale, max_norm):
+    _unscale(params, scale)
+    found = torch.tensor([1.0 if any(torch.isnan(p.grad).any() for p in params) else 0.0])
+    dist.all_reduce(found, op=dist.ReduceOp.MAX)                  # an inf passes this test
+    return _step_after(found.item(), params, optimizer, max_norm)
+
+
+def step_all_finite_compared_by_max(params, optimizer, scale, max_norm):
+    _unscale(params, scale)
+    finite = torch.tensor([1.0 if all((p.grad.abs() < float("inf")).all() for p in params) else 0.0])
+    dist.all_reduce(finite, op=dist.ReduceOp.MAX)                # the source names no test: both causes said
+    return _step_after(not finite.item(), params, optimizer, max_norm)
+
+
 def step_with_the_package(params, optimizer, scale, max_norm):
     return AgreedLossScaler(scale=scale).unscale_clip_and_step(params, optimizer, max_norm)
 
@@ -325,6 +382,11 @@ SCALER_MISTAKES = [
     (step_tests_the_weights_only, "look at every parameter's gradient"),
     (step_tests_the_first_parameter_only, "look at every parameter's gradient"),
     (step_tests_the_last_parameter_only, "look at every parameter's gradient"),
+    # the overflow agreed the wrong way: NaN on every rank skips, an inf on rank 1 alone steps both
+    # (the source shows which way: one cause named, not the other)
+    (step_found_inf_by_min, "was outvoted"), (step_all_finite_by_max, "was outvoted"),
+    (step_found_inf_from_rank_0, "was outvoted"), (step_tests_for_nan_only, "finds NaN but not inf"),
+    (step_clips_the_weight_only, "(SGD, lr 1: the parameters minus the unscaled, clipped gradient)"),
 ]
 
 
@@ -354,19 +416,26 @@ def step_clears_the_gradients_when_it_skips(params, optimizer, scale, max_norm):
 
 
 SCALER_RIGHT = [step_norm_finds_the_overflow, step_clears_the_gradients_when_it_skips]
+SCALER_OTHER = [step_all_finite_compared_by_max]   # wrong answers with tests of their own
 
 
 @pytest.fixture(scope="module")
 def scaler_results():
-    answers = [answer for answer, _ in SCALER_MISTAKES] + SCALER_RIGHT
+    answers = [answer for answer, _ in SCALER_MISTAKES] + SCALER_RIGHT + SCALER_OTHER
     per_rank = launch(scaler_runs, args=(answers,), nprocs=WORLD, backend="gloo", timeout=30)
     return {answer.__name__: [per_rank[rank][i] for rank in range(WORLD)] for i, answer in enumerate(answers)}
+
+
+def _judge(answer, scaler_results) -> None:
+    """The check's judge, given what the check reads in the answer's source."""
+    judge_scaler(answer.__name__, scaler_results[answer.__name__], division_into_a_new_tensor(answer),
+                 overflow_test_evidence(answer))
 
 
 @pytest.mark.parametrize("answer, expected", SCALER_MISTAKES, ids=[a.__name__ for a, _ in SCALER_MISTAKES])
 def test_scaler_check_names_each_mistake_and_only_it(scaler_results, answer, expected):
     with pytest.raises(CheckFailed) as failure:
-        judge_scaler(answer.__name__, scaler_results[answer.__name__], division_into_a_new_tensor(answer))
+        _judge(answer, scaler_results)
     _fails_with_only(str(failure.value), expected, SCALER_HINTS)
 
 
@@ -378,7 +447,7 @@ def test_scaler_check_names_each_mistake_and_only_it(scaler_results, answer, exp
 def test_scaler_check_quotes_the_division_of_a_copy(scaler_results, answer, said):
     """An answer that divided a copy in place did divide: the feedback quotes that division, never 'never divided'."""
     with pytest.raises(CheckFailed) as failure:
-        judge_scaler(answer.__name__, scaler_results[answer.__name__], division_into_a_new_tensor(answer))
+        _judge(answer, scaler_results)
     assert said in str(failure.value), failure.value
     assert "never divided" not in str(failure.value), failure.value
 
@@ -389,14 +458,44 @@ def test_scaler_check_quotes_the_division_of_a_copy(scaler_results, answer, said
 def test_scaler_check_says_which_parameter_the_overflow_test_missed(scaler_results, answer, missed):
     """An overflow test that skips a parameter finds NaN and inf alike where it looks: no 'inf but not NaN'."""
     with pytest.raises(CheckFailed) as failure:
-        judge_scaler(answer.__name__, scaler_results[answer.__name__], division_into_a_new_tensor(answer))
+        _judge(answer, scaler_results)
     assert missed in str(failure.value), failure.value
     assert "isinf" not in str(failure.value) and "inf but not NaN" not in str(failure.value), failure.value
 
 
+@pytest.mark.parametrize("answer, said", [
+    (step_found_inf_by_min, "\nHint: rank 1's overflow was outvoted when the ranks agreed on it: all-reduce a "
+                            "found-inf flag with ReduceOp.MAX, or an all-finite flag with MIN"),
+    (step_tests_for_nan_only, "\nHint: your overflow test finds NaN but not inf (torch.isnan); torch.isfinite is False "
+                              "for both."),
+    # a test the source does not name (a comparison with inf): both causes said
+    (step_all_finite_compared_by_max, "\nHint: either rank 1's overflow was outvoted when the ranks agreed on it: "
+                                      "all-reduce a found-inf flag with ReduceOp.MAX, or an all-finite flag with "
+                                      "MIN, so that any rank's overflow skips the step everywhere; a flag broadcast "
+                                      "from one rank carries only that rank's; or your overflow test finds NaN but "
+                                      "not inf"),
+])
+def test_scaler_check_names_an_overflow_on_one_rank_that_went_unheeded(scaler_results, answer, said):
+    with pytest.raises(CheckFailed) as failure:
+        _judge(answer, scaler_results)
+    assert str(failure.value).startswith(f"with an inf in rank 1's weight gradient only, {answer.__name__} returned "
+                                         "True on ranks [0, 1], though with a NaN in every rank's weight gradient, and "
+                                         "with a NaN in every rank's bias gradient, every rank skipped."), failure.value
+    assert said in str(failure.value), failure.value
+
+
+def test_scaler_check_shows_the_first_element_that_differs(scaler_results):
+    """Only the bias differs: the message names bias[i], with two numbers that read differently."""
+    with pytest.raises(CheckFailed) as failure:
+        _judge(step_clips_the_weight_only, scaler_results)
+    got, expected = re.search(r"rank 0's bias\[\d\] after the step is (\S+), expected (\S+) \(SGD",
+                              str(failure.value)).groups()
+    assert got != expected, failure.value
+
+
 @pytest.mark.parametrize("answer", SCALER_RIGHT, ids=[a.__name__ for a in SCALER_RIGHT])
 def test_scaler_check_accepts_right_answers_by_other_routes(scaler_results, answer):
-    judge_scaler(answer.__name__, scaler_results[answer.__name__], division_into_a_new_tensor(answer))   # no raise
+    _judge(answer, scaler_results)   # no raise
 
 
 # --- to_fp8 ----------------------------------------------------------------------------------
@@ -496,7 +595,20 @@ def fp8_flattened(x, role, rowwise):
     return x_fp8.reshape(-1), scale
 
 
+def fp8_max_over_a_dimension(x, role, rowwise):
+    amax = x.abs().max(dim=-1, keepdim=True) if rowwise else x.abs().max()   # a (values, indices) pair per row
+    return _cast(x, _format(role), amax)
+
+
+def fp8_cast_before_scaling(x, role, rowwise):
+    dtype = _format(role)
+    scale = torch.finfo(dtype).max / (x.abs().amax(dim=-1, keepdim=True) if rowwise else x.abs().amax())
+    return x.to(dtype) * scale, scale                  # arithmetic on an FP8 tensor: no CPU kernel
+
+
 @pytest.mark.parametrize("answer, expected", [
+    (fp8_max_over_a_dimension, "use amax"),
+    (fp8_cast_before_scaling, "compute x * scale in float32"),
     (fp8_added_dimension, "x_fp8 has shape (1, 6, 10), expected (6, 10)"),
     (fp8_flattened, "x_fp8 has shape (60,), expected (6, 10)"),
     (fp8_swapped, "weights and activations take e4m3"),

@@ -16,6 +16,7 @@ import ddp_lab
 from ddp_lab.course import alpha_beta
 from ddp_lab.course.data_parallel import buckets, compression, scaling
 from ddp_lab.instruments import comm_hooks, profiling, timing
+from ddp_lab.instruments.collectives import watching_collectives
 
 
 def _model() -> nn.Module:
@@ -59,6 +60,14 @@ def _rank_work(rank: int) -> dict:
     out["calls"] = counter.take()
     out["after"] = counter.take()
     out["restored"] = dist.all_reduce is original
+
+    # a call made inside another watched one (broadcast_object_list runs broadcast): passed on unless outermost_only
+    watched = {"broadcast_object_list": (0, "object_list"), "broadcast": (0, "tensor")}
+    for outermost_only in (False, True):
+        seen = []
+        with watching_collectives(watched, lambda name, _: seen.append(name), outermost_only=outermost_only):
+            dist.broadcast_object_list([{"step": rank}], src=0)
+        out[f"outermost {outermost_only}"] = seen
 
     events = []
     model = DDP(_model(), bucket_cap_mb=0.01)
@@ -111,6 +120,13 @@ def test_byte_counter_sees_every_counted_collective_and_restores_torch(ranks):
     assert comm_hooks.total_bytes(calls) == 32
     assert ranks[0]["after"] == []
     assert ranks[0]["restored"]
+
+
+def test_watching_only_the_outermost_calls_counts_each_as_the_answer_made_it(ranks):
+    """broadcast_object_list broadcasts its sizes and its bytes: seen as three calls, or as the one the code made
+    (lesson 16's check counts what a replica hands over this way)."""
+    assert ranks[0]["outermost False"][0] == "broadcast_object_list" and "broadcast" in ranks[0]["outermost False"]
+    assert ranks[0]["outermost True"] == ["broadcast_object_list"]
 
 
 def test_timed_hook_records_every_bucket_of_the_layout_ddp_builds(ranks):

@@ -6,7 +6,9 @@
 
 The combine and the zig-zag assignment are plain functions, checked in this process. The ring
 runs on 3 gloo ranks (a middle rank exists, and a peer or block off by one shows) with a short
-timeout, so a deadlocked ring ends with a message instead of a hang; every rank's output is
+timeout, so a deadlocked ring ends with a message instead of a hang; each rank logs its sends and
+receives (`p2p_log`), so that message says which order of calls deadlocked, and a rank that gloo
+aborts for a receive buffer too small is named as such; every rank's output is
 compared with one process, and a wrong one with what each likely mistake would give. An
 answer that calls the package's own `combine`, ring attention or `zigzag_chunks` is refused
 (the ring exercise calls `combine` as a tool).
@@ -16,10 +18,12 @@ Introduced in notebooks/15-long-sequences.ipynb.
 
 from __future__ import annotations
 
+import contextlib
 import linecache
 import numbers
 import operator
 import re
+import tempfile
 
 import torch
 import torch.distributed as dist
@@ -27,9 +31,9 @@ import torch.nn.functional as F
 
 from ddp_lab.checks import CheckFailed, passed
 from ddp_lab.checks.common import (answer_raised, call_case, describe, ensure_written, failure_message, first_mismatch,
-                                   only_point_to_point, package_answer_used, refuse_written_modulus, timeout_message,
-                                   watching_calls)
-from ddp_lab.checks.p2p_log import crashed_in
+                                   library_of, only_point_to_point, package_answer_used, refuse_written_modulus,
+                                   timeout_message, watching_calls)
+from ddp_lab.checks.p2p_log import RECEIVES, SENDS, Call, crashed_in, log_path, logging_point_to_point, read_log
 from ddp_lab.course.context_parallel import layout, ring
 from ddp_lab.course.context_parallel.layout import block_entries
 from ddp_lab.course.context_parallel.online_softmax import block_attention, combine
@@ -155,6 +159,16 @@ def _in_float32(got):
 
 def _judge_combine(name, case, parts, got_out, got_lse, full_out, full_lse) -> None:
     got_out, got_lse = _in_float32(got_out), _in_float32(got_lse)
+    arrays = [value for value in (got_out, got_lse) if not torch.is_tensor(value) and hasattr(value, "shape")]
+    if arrays:
+        what = "output" if arrays[0] is got_out else "lse"
+        raise CheckFailed(f"{case}: the {what} is {_described(arrays[0])}.\nHint: return torch tensors, like the "
+                          "partial results: compute with torch's functions (torch.exp, torch.logaddexp), or convert "
+                          "with torch.from_numpy.")
+    if (_shape_of(got_out), _shape_of(got_lse)) == (full_lse.shape, full_out.shape):
+        raise CheckFailed(f"{case}: the first value returned has shape {tuple(full_lse.shape)} and the second "
+                          f"{tuple(full_out.shape)}: those of lse and out.\nHint: the pair is the wrong way round: "
+                          "return (out, lse), the output first, as block_attention returns its pair.")
     if not torch.is_tensor(got_out) or got_out.shape != full_out.shape:
         raise CheckFailed(f"{case}: the output is {describe(got_out)}; expected shape {tuple(full_out.shape)}, "
                           "the shape of each partial output.")
@@ -180,6 +194,11 @@ def _judge_combine(name, case, parts, got_out, got_lse, full_out, full_lse) -> N
     raise CheckFailed(f"{case}: {_first_difference(got_out, got_lse, full_out, full_lse)}.\nHint: out = "
                       "exp(lse_a - lse) * out_a + exp(lse_b - lse) * out_b with lse = log(exp(lse_a) + exp(lse_b)), "
                       "the weights broadcast over each row's d features.")
+
+
+def _shape_of(value):
+    """A tensor's shape, else None."""
+    return value.shape if torch.is_tensor(value) else None
 
 
 def _overflow_feedback(parts, got_out, got_lse) -> str:
@@ -253,14 +272,19 @@ def _counting_sends(sent: list):
     return replacing_dist_calls({"send": make, "isend": make})
 
 
-def _ring_runner(rank: int, ring_attention) -> dict:
+def _ring_runner(rank: int, ring_attention, log_directory: str | None = None) -> dict:
+    """Run the answer on this rank; with `log_directory`, its sends and receives are logged to a file there
+    (`p2p_log.logging_point_to_point`), which the check reads back after a hang or a crash."""
     world_size = dist.get_world_size()
     q, k, v = (t.chunk(world_size, dim=-2)[rank].clone() for t in _ring_inputs())
     case = (f"running on rank {rank} of {world_size} with q, k, v of shape {tuple(q.shape)} "
             "(this rank's contiguous block of the sequence)")
     sent: list = []
     out = None
-    with torch.no_grad(), only_point_to_point(), _counting_sends(sent), watching_calls(RING_ANSWERS) as called:
+    logged = (logging_point_to_point(log_path(log_directory, rank)) if log_directory is not None
+              else contextlib.nullcontext())
+    with torch.no_grad(), only_point_to_point(), logged, _counting_sends(sent), \
+            watching_calls(RING_ANSWERS) as called:
         out = call_case(ring_attention, case, q, k, v)
     steps = sorted({(dst - rank) % world_size for _, _, dst, _ in sent if isinstance(dst, int)})
     return {"out": out.detach().clone() if torch.is_tensor(out) else out, "sent": sum(n for n, _, _, _ in sent),
@@ -315,34 +339,136 @@ def _ring_mistakes() -> list:
 
 
 WRAP_AROUND = ("wrap it around, send to (rank + 1) % world_size and receive from (rank - 1) % world_size")
+_SIZE_ABORT = re.compile(r"(\d+) vs (\d+)\. Received data size doesn't match expected size")
 
 
 def _explain_ring(failure) -> str | None:
-    """A rank that crashed inside isend/irecv: gloo can segfault on a peer outside the group (p2p_log.crashed_in)."""
+    """A rank that crashed inside isend/irecv: gloo can segfault on a peer outside the group (p2p_log.crashed_in),
+    and aborts a rank whose receive buffer is smaller than the message that arrives (its own words in the output)."""
     call = crashed_in(failure)
-    return f"the rank crashed inside dist.{call}: a peer there is no rank of the ring; {WRAP_AROUND}." if call else None
+    if call:
+        return f"the rank crashed inside dist.{call}: a peer there is no rank of the ring; {WRAP_AROUND}."
+    sizes = _SIZE_ABORT.search(failure.details) if failure.kind == "crashed" else None
+    if sizes:
+        return (f"gloo aborted the rank because a message of {sizes.group(1)} bytes arrived in a receive buffer of "
+                f"{sizes.group(2)}: receive into a buffer of the shape and dtype of the tensor its peer sends, "
+                "torch.empty_like(k) for a block of keys.")
+    return None
 
 
 _TOP_FRAME = re.compile(r'File "([^"]+)", line (\d+) in \w+')
 
 
 def _stuck_line(stack: str) -> str:
-    """The source line a stuck rank's innermost Python frame was running ('' if unknown).
+    """The source line a stuck rank's innermost frame of the learner's code was running ('' if unknown): the frames
+    of torch and of the check's own wrappers (a request's watched .wait()) are passed over.
 
     The answer was defined in this process (a notebook cell or a test file), so its lines are
     in linecache here even though the rank ran them.
     """
-    frame = _TOP_FRAME.search(stack.split("Current thread")[-1])
-    return linecache.getline(frame.group(1), int(frame.group(2))).strip() if frame else ""
+    for frame in _TOP_FRAME.finditer(stack.split("Current thread")[-1]):
+        if library_of(frame.group(1)) is None:
+            return linecache.getline(frame.group(1), int(frame.group(2))).strip()
+    return ""
 
 
-def _ring_hang_hint(error) -> str:
+def _read_ring_logs(directory: str) -> dict[int, tuple[list[Call], Call | None]]:
+    """{rank: (its sends and receives in order, the isend or irecv whose .wait() its log ends in, or None)} for each
+    rank whose log is there (`_ring_runner`'s): a log whose last line is 'waited n' was left by a rank that had
+    entered the wait of its call n and made no call after it."""
+    logs = {}
+    for rank in range(RING_SIZE):
+        path = log_path(directory, rank)
+        read = read_log(path)
+        if read is None:
+            continue
+        with open(path, encoding="utf-8") as file:
+            lines = file.read().split()
+        waiting = None
+        if len(lines) >= 2 and lines[-2] == "waited" and lines[-1].isdigit() and 0 < int(lines[-1]) <= len(read[0]):
+            waiting = read[0][int(lines[-1]) - 1]
+        logs[rank] = (read[0], waiting)
+    return logs
+
+
+def _in_wait(rank: int, stack: str, logs: dict) -> str | None:
+    """'in .wait() on a dist.irecv' (or without the call, where no log names it) for a stuck rank whose innermost
+    frame runs a `.wait(` line, outside any torch.distributed function; else None."""
+    if blocked_in(stack) is not None or ".wait(" not in _stuck_line(stack):
+        return None
+    waiting = logs.get(rank, ([], None))[1]
+    return f"in .wait() on a dist.{waiting.op}" if waiting is not None else "in .wait()"
+
+
+def _order_hint(stuck: dict, logs: dict) -> str | None:
+    """The hint for a ring whose every rank waits for its own transfer to finish before starting the other one:
+    each rank blocked in a receive (dist.recv, or the .wait() of an irecv) having started fewer sends than receives,
+    or in the .wait() of the isend it started last, having started more sends than receives. None for any other
+    hang (the peers, a transfer too many: `_ring_hang_hint`'s other hints)."""
+    if set(stuck) != set(range(RING_SIZE)) or set(logs) != set(stuck):
+        return None
+    kinds = set()
+    for rank, stack in stuck.items():
+        transfers, waiting = logs[rank]
+        sent = sum(transfer.op in SENDS for transfer in transfers)
+        received = sum(transfer.op in RECEIVES for transfer in transfers)
+        call = blocked_in(stack)
+        if call == "recv" and transfers and transfers[-1].op == "recv" and received > sent:
+            kinds.add("recv")
+        elif call is None and waiting is not None and waiting.op == "irecv" and received > sent:
+            kinds.add("irecv")
+        elif call is None and waiting is not None and waiting is transfers[-1] and waiting.op == "isend" \
+                and sent > received:
+            kinds.add("isend")
+        else:
+            return None
+    if kinds == {"recv"}:
+        return ("every rank called a blocking dist.recv first, and a recv waits for the peer's send, which that peer "
+                "never reaches because it is receiving too: every rank receives first, so nobody sends. Start the "
+                "sends with dist.isend, post the dist.irecv, then .wait() on both.")
+    if "isend" not in kinds:
+        return ("every rank waits on its dist.irecv (.wait()) before it has started its send, so nobody sends: a "
+                "deadlocked ring. Post both the isend and the irecv, then .wait() on both.")
+    if kinds == {"isend"}:
+        return ("every rank waits on its dist.isend (.wait()) before it has posted its dist.irecv, and a send "
+                "completes only once the peer's matching receive is posted, which that peer never reaches because it "
+                "waits on its own send: a deadlocked ring. Post both the isend and the irecv, then .wait() on both.")
+    return None
+
+
+def _unequal_counts_hint(stuck: dict, logs: dict) -> str | None:
+    """The hint for a ring whose every rank, all stuck, started a number of sends other than its number of receives
+    (a receive of v forgotten, a block sent twice); None otherwise."""
+    if set(stuck) != set(range(RING_SIZE)) or set(logs) != set(stuck):
+        return None
+    counts = {rank: (sum(t.op in SENDS for t in logs[rank][0]), sum(t.op in RECEIVES for t in logs[rank][0]))
+              for rank in stuck}
+    if any(sent == received for sent, received in counts.values()):
+        return None
+    said = "; ".join(f"rank {rank}: {_count(sent, 'send')}, {_count(received, 'receive')}"
+                     for rank, (sent, received) in counts.items())
+    return (f"every rank started a number of sends other than its number of receives ({said}), so a transfer waits "
+            "for a partner that never comes: every send needs a matching receive on the peer, as many receives as "
+            "sends (one each for k and v at every step).")
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}{'' if number == 1 else 's'}"
+
+
+def _ring_hang_hint(error, logs: dict | None = None) -> str:
+    """The hint for a ring that hung (`error`: the LaunchTimeout), from where each rank is stuck and, where they are
+    there, the sends and receives each rank logged (`_read_ring_logs`)."""
     stuck = {rank: failure.details for rank, failure in error.failures.items() if failure.kind == "timeout"}
     calls = {blocked_in(stack) for stack in stuck.values()}
     if calls == {"send"}:
         return ("every rank called a blocking dist.send first, and a send waits for the peer's matching recv, which "
                 "that peer never reaches because it is sending too: a deadlocked ring. Start the sends with "
                 "dist.isend, post the dist.irecv, then .wait() on both.")
+    logs = logs or {}
+    order = _order_hint(stuck, logs) or _unequal_counts_hint(stuck, logs)
+    if order:
+        return order
     if calls & {"isend", "irecv"}:
         call = sorted(calls & {"isend", "irecv"})[0]
         return (f"dist.{call} returns at once when its peer is another rank of the group, so a peer here is no "
@@ -359,6 +485,17 @@ def _ring_hang_hint(error) -> str:
             "times and with the same shape.")
 
 
+def _hang_message(error, name: str, timeout: float, logs: dict) -> str:
+    """timeout_message's text, where a rank it places outside torch.distributed is shown in .wait() when its stack
+    shows that (`_in_wait`)."""
+    message = timeout_message(error, name, timeout, _ring_hang_hint(error, logs))
+    for rank, failure in error.failures.items():
+        where = _in_wait(rank, failure.details, logs) if failure.kind == "timeout" else None
+        if where:
+            message = re.sub(rf"\brank {rank} outside torch\.distributed\b", f"rank {rank} {where}", message, count=1)
+    return message
+
+
 def check_ring_attention(ring_attention, timeout: float = 30.0) -> None:
     """Check `ring_attention(q, k, v) -> out` (causal) on a ring of 3 gloo ranks, send/recv only.
 
@@ -366,19 +503,22 @@ def check_ring_attention(ring_attention, timeout: float = 30.0) -> None:
     12-token sequence. Every rank's output must equal its rows of one process's causal
     attention, and each rank must send its key and value blocks world_size - 1 times. A float64 output is
     judged by its values; another dtype is named as it is. A ring taken modulo a number written in the
-    code (`% 3`, the check's world size) is refused before any rank starts.
+    code (`% 3`, the check's world size) is refused before any rank starts. Each rank logs its sends and
+    receives (`p2p_log`), so a hang says which order of calls deadlocked.
 
     Introduced in notebooks/15-long-sequences.ipynb.
     """
     ensure_written(ring_attention)
     name = getattr(ring_attention, "__name__", "ring_attention")
     refuse_written_modulus(ring_attention, name, "the world size, dist.get_world_size()")
-    try:
-        results = launch(_ring_runner, args=(ring_attention,), nprocs=RING_SIZE, backend="gloo", timeout=timeout)
-    except LaunchTimeout as error:   # the stuck lines are read here, so not through run_on_ranks
-        raise CheckFailed(timeout_message(error, name, timeout, _ring_hang_hint(error))) from None
-    except LaunchError as error:
-        raise CheckFailed(failure_message(error, name, _explain_ring)) from None
+    with tempfile.TemporaryDirectory(prefix="ring-attention-") as log_directory:
+        try:
+            results = launch(_ring_runner, args=(ring_attention, log_directory), nprocs=RING_SIZE, backend="gloo",
+                             timeout=timeout)
+        except LaunchTimeout as error:   # the stuck lines are read here, so not through run_on_ranks
+            raise CheckFailed(_hang_message(error, name, timeout, _read_ring_logs(log_directory))) from None
+        except LaunchError as error:
+            raise CheckFailed(failure_message(error, name, _explain_ring)) from None
     _judge_ring(name, results)
 
 
@@ -408,6 +548,30 @@ def _diagonal_hidden(results) -> bool:
     return True
 
 
+def _own_block_hint(results, rank: int) -> str:
+    """The hint for a rank that returned None where every other rank returned attention over the earlier ranks'
+    blocks only: each rank skipped its own block (`source < rank`), which is rank 0's only one; else ""."""
+    if results[rank]["out"] is not None or rank != 0:
+        return ""
+    came_from = lambda r, step: (r - step) % RING_SIZE                 # noqa: E731
+    without_own = [_simulated(r, came_from, lambda r, source: source < r, lambda r, source: False)
+                   for r in range(RING_SIZE)]
+    if not all(_close(results[r]["out"], without_own[r]) for r in range(1, RING_SIZE)):
+        return ""
+    return ("\nHint: rank 0 attended to no block, so it had no result to return, and every other rank's output is "
+            "attention over the earlier ranks' blocks only: each rank skipped its own block (source < rank), rank "
+            "0's only one. Attend to your own block too (source == rank), with the causal triangle "
+            "(block_attention(..., causal=True)).")
+
+
+def _described(value) -> str:
+    """`describe`, but an array of another library (numpy's) by its type and shape, not its repr cut off."""
+    if not torch.is_tensor(value) and hasattr(value, "shape") and hasattr(value, "dtype"):
+        kind = f"{type(value).__module__.split('.')[0]}.{type(value).__name__}"
+        return f"a {kind} of shape {tuple(value.shape)} and dtype {value.dtype}, not a torch tensor"
+    return describe(value)
+
+
 def _judge_ring(name: str, results) -> None:
     """Compare what every rank of the ring returned and sent with one process; CheckFailed naming the mistake."""
     q, k, v = _ring_inputs()
@@ -420,8 +584,8 @@ def _judge_ring(name: str, results) -> None:
     for rank in range(RING_SIZE):
         got = results[rank]["out"]
         if not torch.is_tensor(got) or got.shape != expected[rank].shape:
-            raise CheckFailed(f"rank {rank}: {name} returned {describe(got)}; expected this rank's output rows, "
-                              f"shape {tuple(expected[rank].shape)} like q.")
+            raise CheckFailed(f"rank {rank}: {name} returned {_described(got)}; expected this rank's output rows, "
+                              f"shape {tuple(expected[rank].shape)} like q." + _own_block_hint(results, rank))
         if got.dtype != expected[rank].dtype:
             raise CheckFailed(f"rank {rank}: the output has dtype {got.dtype}; expected {expected[rank].dtype}, the "
                               "dtype of q, k and v.")

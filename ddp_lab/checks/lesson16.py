@@ -12,20 +12,26 @@ result with what each likely mistake gives (pseudo-gradient's sign, a sum for a 
 written in, the outer momentum reset each round, the inner AdamW state averaged or made
 anew, plain momentum for Nesterov, the replicas left at their local weights, the steps counted from 0,
 another period) or with what the replicas sent (a pseudo-gradient of zeros: θ_global never kept apart
-from the model, or Δ taken once the model was reset to θ_global). Recovery
+from the model, Δ taken once the model was reset to θ_global or against the model's own tensors; zeros from
+the second round on: the first reset made the model share θ_global's memory; θ_global never stepped though
+Δ was not zero; nothing sent at all). What each replica hands to any collective or send is counted: one
+pseudo-gradient per round, nothing else. Recovery
 runs on 3 ranks three times: rank 0 returning with stale weights and no optimizer state while rank 1 is
 the source, then rank 1 returning while rank 2 is, then rank 2 while rank 0 is, so an answer that fixes
 either rank, or takes the last rank's state, fails. Before
 each of its collectives, and once it returns, the ranks compare what they call (with which source, and a
 tensor of how many bytes): a rank that skips a broadcast, calls another collective, or sends a tensor of
 another size, is named at once instead of hanging (or gloo aborting). An optimizer that cannot take one more
-step after recovery (its state keyed by numbers, not parameters) fails with a line, not a traceback.
+step after recovery (its state keyed by numbers, not parameters) fails with a line, not a traceback; a returning
+rank that kept its stale weights where the answer passes a list display to broadcast_object_list is told where
+what arrived went.
 
 Introduced in notebooks/16-communicate-less.ipynb.
 """
 
 from __future__ import annotations
 
+import ast
 
 import torch
 import torch.distributed as dist
@@ -34,7 +40,8 @@ from torch import nn
 
 from ddp_lab.checks import CheckFailed, passed
 from ddp_lab.checks.common import (CaseFailed, CollectivesApart, agree_or_stop, agreeing_collectives, call_case,
-                                   ensure_written, groups_of, refuse_written_divisor, run_on_ranks, watching_calls)
+                                   ensure_written, groups_of, refuse_written_divisor, run_on_ranks, source_tree,
+                                   watching_calls)
 from ddp_lab.course.communicate_less import diloco, quorum
 from ddp_lab.instruments.collectives import watching_collectives
 
@@ -55,8 +62,12 @@ QUORUM = 3
 RECOVERY_CASES = ((0, 1), (1, 2), (2, 0))
 DILOCO_ANSWERS = (diloco.DiLoCo.sync, diloco.average_over_replicas)
 RECOVER_ANSWERS = (quorum.recover_from_peer,)
-SEEN = {"all_reduce": (0, "tensor"), "all_gather": (1, "tensor"), "broadcast": (0, "tensor"),
-        "broadcast_object_list": (0, "object_list")}
+# What a replica hands to each collective (and each send) it may move a pseudo-gradient with: (position, keyword) of
+# that argument. A receive sends nothing, so recv and irecv are not here.
+SEEN = {"all_reduce": (0, "tensor"), "reduce": (0, "tensor"), "all_gather": (1, "tensor"),
+        "all_gather_into_tensor": (1, "input_tensor"), "reduce_scatter": (1, "input_list"),
+        "reduce_scatter_tensor": (1, "input"), "broadcast": (0, "tensor"), "broadcast_object_list": (0, "object_list"),
+        "all_gather_object": (1, "obj"), "send": (0, "tensor"), "isend": (0, "tensor")}
 
 
 def make_model(seed: int = 0) -> nn.Module:
@@ -169,7 +180,7 @@ def _diloco_case(rank: int, train_diloco, inner_steps: int, rounds: int) -> dict
         sent.append((name, _nbytes(what)))
         if name == "all_reduce":
             zeros.append(_all_zero(what))
-    with watching_collectives(SEEN, seen), watching_calls(DILOCO_ANSWERS) as called:
+    with watching_collectives(SEEN, seen, outermost_only=True), watching_calls(DILOCO_ANSWERS) as called:
         call_case(train_diloco, case, model, replica_batches(rank, rounds * inner_steps), inner_steps)
     return {"params": [p.detach().clone() for p in model.parameters()], "sent": sent, "zeros": zeros,
             "called": list(called)}
@@ -194,7 +205,7 @@ def _diloco_hang_hint(calls: set) -> str:
 
 
 def check_train_diloco(train_diloco, timeout: float = 30.0) -> None:
-    """Check `train_diloco(model, batches, inner_steps)` on 2 gloo replicas against one process.
+    """Check `train_diloco(model, batches, inner_steps)` on 2 gloo replicas, then 3, against one process.
 
     Each replica trains its own batches for 2 rounds of 4 inner steps (AdamW, lr 0.01) with an
     outer SGD (lr 0.7, momentum 0.9, Nesterov) on the averaged pseudo-gradient, then, from a fresh
@@ -243,7 +254,7 @@ def _judge_diloco_case(name: str, case: tuple[int, int], results: list[dict], re
                  f"parameter {index} (shape "
                  f"{tuple(want[rank][index].shape)}) differs from one process's DiLoCo: got {_values(got[index])}, "
                  f"expected {_values(want[rank][index])}")
-        hint = _zero_delta_hint(results, got, rank, case, replicas) or \
+        hint = _zero_delta_hint(results, got, rank, case, replicas) or _never_moved_hint(results, got, rank) or \
             _written_replicas_hint(got, rank, case, replicas) or _period_hint(got, rank, case, replicas) or next(
                 (text for flags, text in DILOCO_MISTAKES
                  if _same(got, simulate_diloco(**flags, case=case, replicas=replicas)[rank])), None)
@@ -317,15 +328,27 @@ def _values(t: torch.Tensor) -> str:
 def _zero_delta_hint(results, got: list, rank: int, case: tuple[int, int], replicas: int = REPLICAS) -> str | None:
     """A hint only where what was sent shows it: every replica all-reduced pseudo-gradients that were all zero; what
     made them zero only where rank `rank`'s parameters `got` show it too: the starting weights (Δ taken once the model
-    was reset to θ_global), or the replicas' own local training (θ_global never apart from the model)."""
+    was reset to θ_global, or against the model's own tensors), or the replicas' own local training (θ_global never
+    apart from the model). Or: every replica's all-reduces were zero from the second round on, not in the first
+    (θ_global made to share the model's memory by the first round's reset)."""
+    later = _zero_from_round_two(results, case[1])
+    if later:
+        return (f"the pseudo-gradient your replicas all-reduced was not zero in the first round, and all zero in "
+                f"{later}, so from the second round on the outer step had nothing to apply: the first round's reset "
+                "made the model share θ_global's memory (assigning a parameter's .data, or "
+                "torch.nn.utils.vector_to_parameters, makes the parameters θ_global's tensors or views of them), so "
+                "θ_global − θ_local is zero. Copy θ_global's values into the model (Tensor.copy_), or give it a "
+                "clone, so the two stay apart")
     zeros = [flag for result in results for flag in result.get("zeros", [])]
     if not zeros or not all(zeros):
         return None
     head = "every pseudo-gradient your replicas all-reduced was zero, so the outer step had nothing to apply"
     if _same(got, list(make_model().parameters())):
         return (f"{head}, and rank {rank} ended with the weights it started from: Δ = θ_global − θ_local is zero "
-                "once the model has been reset to θ_global. Compute Δ (and all-reduce it) after the inner steps and "
-                "before the model is reset to θ_global")
+                "when it is taken once the model has been reset to θ_global, or against tensors that are the model's "
+                "own (model.state_dict() and model.parameters() give the model's tensors, not copies). Compute Δ "
+                "(and all-reduce it) after the inner steps and before the model is reset to θ_global, against a copy "
+                "of the parameters taken with .clone() and changed only by the outer step")
     if _same(got, simulate_diloco(keep_local=True, case=case, replicas=replicas)[rank]):
         return (f"{head}. θ_global − θ_local is zero when θ_global is the model's own parameters (the same tensors, "
                 "or detached views of them) or a copy taken after the inner steps: keep θ_global as a separate copy "
@@ -334,10 +357,47 @@ def _zero_delta_hint(results, got: list, rank: int, case: tuple[int, int], repli
             "with θ_global a separate copy of the parameters changed only by the outer step")
 
 
+def _zero_from_round_two(results, rounds: int) -> str | None:
+    """'round 2' ('rounds 2 to 3') where every replica made the same number of all-reduces each round, some of the
+    first round's held a value other than zero, and every later one was all zero; else None."""
+    counts = {len(result.get("zeros", [])) for result in results}
+    if rounds < 2 or len(counts) != 1 or not counts.pop() or len(results[0]["zeros"]) % rounds:
+        return None
+    per_round = len(results[0]["zeros"]) // rounds
+    for result in results:
+        first, later = result["zeros"][:per_round], result["zeros"][per_round:]
+        if all(first) or not all(later):
+            return None
+    return f"rounds 2 to {rounds}" if rounds > 2 else "round 2"
+
+
+def _never_moved_hint(results, got: list, rank: int) -> str | None:
+    """A hint only where the parameters and what was sent show it: rank `rank` ended with the starting weights
+    although some all-reduced pseudo-gradient was not zero, so the outer step never changed θ_global."""
+    zeros = [flag for result in results for flag in result.get("zeros", [])]
+    if not zeros or all(zeros) or not _same(got, list(make_model().parameters())):
+        return None
+    return (f"θ_global never moved: rank {rank}'s parameters are the starting weights, though the pseudo-gradients "
+            "your replicas all-reduced were not zero. An optimizer steps only the parameters it was made over that "
+            "have a .grad: set the averaged Δ as the .grad of θ_global's tensors (the outer SGD's), not of the "
+            "model's parameters, and call the outer optimizer's step()")
+
+
 def _traffic_hint(sent: list, inner_steps: int = INNER_STEPS, rounds: int = ROUNDS) -> str | None:
-    """A hint only where the bytes show it: three models per round are the pseudo-gradient plus AdamW's two moments;
-    a model per inner step (and maybe the pseudo-gradient) is an all-reduce inside the inner loop."""
+    """A hint only where the bytes show it: nothing sent is each replica stepping alone; three models per round are
+    the pseudo-gradient plus AdamW's two moments; a model per inner step (and maybe the pseudo-gradient) is an
+    all-reduce inside the inner loop; a reduce and a broadcast of a model each round, θ_global stepped on one rank
+    and sent back."""
+    if not sent:
+        return ("your replicas called no collective: each took its outer step with its own pseudo-gradient alone. "
+                "DiLoCo averages Δ over the replicas every round: dist.all_reduce it (a sum), then divide by the "
+                "world size")
     total, per_round = sum(nbytes for _, nbytes in sent), _params_bytes() * rounds
+    names = {name for name, _ in sent}
+    if names == {"reduce", "broadcast"} and total == 2 * per_round:
+        return ("your replicas sent two models' worth per round: Δ to one rank (dist.reduce), then θ_global back "
+                "from it (dist.broadcast). Every replica can take the same outer step itself: one dist.all_reduce of "
+                "Δ per round, and nothing else, is all DiLoCo sends")
     if total == 3 * per_round:
         return ("your replicas sent three models' worth per round: the inner AdamW's moments went along with "
                 "the pseudo-gradient. DiLoCo sends only the pseudo-gradient; each replica keeps its own inner state")
@@ -527,12 +587,35 @@ def check_recover_from_peer(recover_from_peer, timeout: float = 30.0) -> None:
     name = getattr(recover_from_peer, "__name__", "recover_from_peer")
     results = run_on_ranks(_recover_runner, (recover_from_peer,), QUORUM, timeout, name,
                            timeout_hint=_recover_hang_hint)
-    judge_recovery(name, results)
+    judge_recovery(name, results, list_display_broadcast(recover_from_peer))
 
 
-def judge_recovery(name: str, results) -> None:
+def list_display_broadcast(fn) -> str | None:
+    """The first call in fn's source that passes a list display to broadcast_object_list
+    (`dist.broadcast_object_list([state], src=source_rank)`), where the source loads something with load_state_dict
+    too; else None (or no source to read).
+
+    Evidence for a recovering rank that kept its stale weights: broadcast_object_list puts what arrived into the list
+    it was passed, and a list written in the call is one that no name holds afterwards, so what was loaded can only be
+    something bound before the call."""
+    tree = source_tree(fn)
+    if tree is None:
+        return None
+    calls = [node for node in ast.walk(tree) if isinstance(node, ast.Call)]
+    called = lambda node: ast.unparse(node.func).split(".")[-1]                           # noqa: E731
+    listed = lambda node: node.args[0] if node.args else next(                           # noqa: E731
+        (keyword.value for keyword in node.keywords if keyword.arg == "object_list"), None)
+    loads = any(called(node) == "load_state_dict" for node in calls)
+    found = [node for node in calls if called(node) == "broadcast_object_list" and isinstance(listed(node), ast.List)]
+    if not loads or not found:
+        return None
+    return ast.unparse(min(found, key=lambda node: (node.lineno, node.col_offset)))
+
+
+def judge_recovery(name: str, results, list_display: str | None = None) -> None:
     """Compare every rank's state after recovery with the healthy state, case by case; CheckFailed naming the
-    mistake. `results`: `_recover_runner`'s, one per rank."""
+    mistake. `results`: `_recover_runner`'s, one per rank. `list_display`: a broadcast_object_list call of the answer
+    that passes a list display (`list_display_broadcast`), evidence for why a recovering rank kept stale weights."""
     called = next((r["called"] for r in results if r.get("called")), None)
     if called:
         raise CheckFailed(f"{name} calls {called[0]}, the package's own answer to this exercise, so the check "
@@ -556,7 +639,12 @@ def judge_recovery(name: str, results) -> None:
         for rank, result in enumerate(got):
             if same(result["params"], healthy):
                 continue
-            if same(result["params"], stale):
+            if same(result["params"], stale) and list_display:
+                hint = (f"rank {rank}, the recovering replica, kept its stale weights, and `{list_display}` passes a "
+                        "list written in the call: broadcast_object_list fills the list you pass in place, so what "
+                        "arrived went into a list that no name holds, and what was loaded is not it. Keep the list in "
+                        "a name and load from its item after the call, not from a name bound before it")
+            elif same(result["params"], stale):
                 hint = (f"rank {rank}, the recovering replica, kept its stale weights: it must load what the healthy "
                         "peer sent (model.load_state_dict) before the next step")
             else:
@@ -580,5 +668,6 @@ def judge_recovery(name: str, results) -> None:
                         "optimizer.state_dict()")
                 raise CheckFailed(f"{case}: on rank {rank} one SGD step after recovery gives other weights than "
                                   f"the healthy replica's.\nHint: {hint}.")
-    passed(f"{name}: the returning replica holds the source's weights and momentum (rank 0 from rank 1, rank 1 from "
-           "rank 2); one more step agrees on all 3 ranks")
+    cases = ", ".join(f"rank {returning} from rank {source}" for returning, source in RECOVERY_CASES)
+    passed(f"{name}: the returning replica holds the source's weights and momentum ({cases}); one more step agrees "
+           f"on all {QUORUM} ranks")

@@ -9,10 +9,14 @@ shard alone is under it and rank 1's alone is over (the two at different loss sc
 max_norm is not 1, so a scale or a bound written in the code, or a cap at max_norm, shows),
 once with a NaN in every rank's weight, once in every rank's bias, once with an inf in rank 1's weight
 only (so an overflow test that skips a parameter, or that finds inf but not NaN, shows as such: the
-inf and one NaN share a parameter). Each wrong result is
-compared with what each likely mistake gives. The FP8 cast is a plain function, checked in
+inf and one NaN share a parameter; an overflow agreed so that rank 1's alone is outvoted skips the NaNs, found
+on every rank, and steps on the inf). Each wrong result is
+compared with what each likely mistake gives, and a wrong step is shown at the first element that differs. The
+FP8 cast is a plain function, checked in
 this process on a tensor whose outlier row holds a negative largest value,
-with rows != columns, so a scale over the wrong dimension, or a max without abs, shows. An answer
+with rows != columns, so a scale over the wrong dimension, or a max without abs, shows; an error it raises
+is shown with a hint where the error itself names the mistake (torch.max's pair used as a number, arithmetic on an
+FP8 tensor). An answer
 that calls the package's own answer is refused.
 
 Introduced in notebooks/17-compile-and-low-precision.ipynb.
@@ -20,6 +24,7 @@ Introduced in notebooks/17-compile-and-low-precision.ipynb.
 
 from __future__ import annotations
 
+import ast
 import math
 import re
 
@@ -28,8 +33,8 @@ import torch.nn as nn
 
 from ddp_lab.checks import CheckFailed, passed
 from ddp_lab.checks.common import (answer_raised, call_case, describe, division_into_a_new_tensor, ensure_written,
-                                   package_answer_used, refuse_written_bound, refuse_written_divisor, run_on_ranks,
-                                   watching_calls)
+                                   first_mismatch, package_answer_used, refuse_written_bound, refuse_written_divisor,
+                                   run_on_ranks, source_tree, two_numbers, watching_calls)
 from ddp_lab.course.low_precision import fp8, loss_scaling
 
 WORLD = 2
@@ -121,7 +126,8 @@ def check_unscale_clip_and_step(unscale_clip_and_step, timeout: float = 30.0) ->
     refuse_written_bound(unscale_clip_and_step, name, "max_norm, the argument")
     results = run_on_ranks(_scaler_runner, (unscale_clip_and_step,), WORLD, timeout, name,
                            timeout_hint=_scaler_hang_hint)
-    judge_scaler(name, results, division_into_a_new_tensor(unscale_clip_and_step))
+    judge_scaler(name, results, division_into_a_new_tensor(unscale_clip_and_step),
+                 overflow_test_evidence(unscale_clip_and_step))
     passed(f"{name}: an overflow on one rank skips the step on both; unscaled gradients clipped by the norm over "
            "both ranks' shards")
 
@@ -206,20 +212,35 @@ def _matches(got: list, want: list) -> bool:
                for g, w in zip(got, want))
 
 
-def judge_scaler(name: str, results, division: str | None = None) -> None:
+def overflow_test_evidence(fn) -> str | None:
+    """What fn's source shows of why an overflow on one rank may go unheeded: "agreement" where its test sees inf
+    (torch.isfinite, torch.isinf) or it agrees with ReduceOp.MIN or a broadcast (one rank's overflow then outvoted),
+    "isnan" where it tests with torch.isnan alone (a test that misses inf), else None (or no source to read)."""
+    tree = source_tree(fn)
+    if tree is None:
+        return None
+    names = {node.attr if isinstance(node, ast.Attribute) else node.id for node in ast.walk(tree)
+             if isinstance(node, (ast.Attribute, ast.Name))}
+    if names & {"isfinite", "isinf", "MIN", "broadcast"}:
+        return "agreement"
+    return "isnan" if "isnan" in names else None
+
+
+def judge_scaler(name: str, results, division: str | None = None, overflow_test: str | None = None) -> None:
     """Compare every rank's stepped flag and parameters with the right step; CheckFailed naming the mistake.
-    `division`: see `_step_mistakes`."""
+    `division`: see `_step_mistakes`; `overflow_test`: `overflow_test_evidence`'s."""
     called = next((result["called"] for result in results if result.get("called")), None)
     if called:
         raise package_answer_used(name, called)
-    _judge_overflow(name, results)
+    _judge_overflow(name, results, overflow_test)
     _judge_nan(name, results)
     for case in (case for case in CASES if case not in SKIPPED):
         _judge_step(name, case, [result["cases"][case] for result in results], division)
 
 
-def _judge_overflow(name: str, results) -> None:
-    """CheckFailed unless every rank returned False and left its parameters as they were, with an inf on rank 1."""
+def _judge_overflow(name: str, results, overflow_test: str | None = None) -> None:
+    """CheckFailed unless every rank returned False and left its parameters as they were, with an inf on rank 1.
+    `overflow_test`: see `judge_scaler`."""
     overflow = [result["cases"]["overflow on rank 1"] for result in results]
     stepped = [case["stepped"] for case in overflow]
     if not all(isinstance(flag, bool) for flag in stepped):
@@ -238,12 +259,25 @@ def _judge_overflow(name: str, results) -> None:
         raise CheckFailed(f"{SKIPPED['overflow on rank 1']}, {name} returned True on ranks {on}, and "
                           f"{SKIPPED['NaN in every weight']} it stepped too, but "
                           f"{SKIPPED['NaN in every bias']} it skipped.\nHint: {_EVERY_PARAMETER % 'the weight'}")
+    if on == list(range(WORLD)) and _nan_flags(results) == (False, False):
+        raise CheckFailed(f"{SKIPPED['overflow on rank 1']}, {name} returned True on ranks {on}, though "
+                          f"{SKIPPED['NaN in every weight']}, and {SKIPPED['NaN in every bias']}, every rank skipped."
+                          f"\nHint: {_OUTVOTED[overflow_test]}")
     if on:
         raise CheckFailed(f"{SKIPPED['overflow on rank 1']}, {name} returned True on ranks {on}: a step with an "
                           "overflowed gradient must be skipped on every rank.")
     _judge_skipped(name, "overflow on rank 1", overflow)
 
 
+_AGREE = ("all-reduce a found-inf flag with ReduceOp.MAX, or an all-finite flag with MIN, so that any rank's overflow "
+          "skips the step everywhere; a flag broadcast from one rank carries only that rank's")
+_NAN_ONLY = "your overflow test finds NaN but not inf (torch.isnan); torch.isfinite is False for both"
+# Why an overflow on every rank (the NaNs) skipped and one on rank 1 alone did not, by what the answer's source shows
+_OUTVOTED = {
+    "agreement": f"rank 1's overflow was outvoted when the ranks agreed on it: {_AGREE}.",
+    "isnan": f"{_NAN_ONLY}.",
+    None: f"either rank 1's overflow was outvoted when the ranks agreed on it: {_AGREE}; or {_NAN_ONLY}.",
+}
 _EVERY_PARAMETER = ("the overflow test missed %s: it must look at every parameter's gradient (each p.grad in "
                     "params, the weight and the bias), since an inf or a NaN in any of them spoils the step; "
                     "torch.isfinite is False for both.")
@@ -293,6 +327,22 @@ def _judge_skipped(name: str, case: str, got: list) -> None:
                               "skipped step leaves them as they were (no optimizer.step()).")
 
 
+PARAM_NAMES = ("weight", "bias")
+
+
+def _first_difference_of_params(got: list, want: list) -> str:
+    """'bias[1] after the step is 0.25, expected 0.5': the first parameter (weight, then bias) and element that
+    differ, each number with as many digits as it takes to read differently (`two_numbers`)."""
+    for param, got_param, want_param in zip(PARAM_NAMES, got, want):
+        if not torch.is_tensor(got_param) or got_param.shape != want_param.shape:
+            return f"{param} after the step is {describe(got_param)}, expected shape {tuple(want_param.shape)}"
+        index = first_mismatch(got_param.float(), want_param, atol=1e-6, rtol=1e-4)
+        if index is not None:
+            shown, expected = two_numbers(got_param[index].item(), want_param[index].item())
+            return f"{param}[{', '.join(map(str, index))}] after the step is {shown}, expected {expected}"
+    return "parameters after the step differ from the expected ones"
+
+
 def _judge_step(name: str, case: str, got: list, division: str | None = None) -> None:
     flags = [result["stepped"] for result in got]
     if flags != [True] * WORLD:
@@ -301,10 +351,9 @@ def _judge_step(name: str, case: str, got: list, division: str | None = None) ->
     if all(_matches(result["params"], want[rank]) for rank, result in enumerate(got)):
         return
     rank = next(r for r, result in enumerate(got) if not _matches(result["params"], want[r]))
-    weight = got[rank]["params"][0]
     where = (f"no overflow, gradient norm {'over' if case == 'clipped' else 'under'} max_norm ({case}, scale "
-             f"{CASE_SCALES[case]:g}, max_norm {MAX_NORM:g}): rank {rank}'s weight[0, 0] after the step is "
-             f"{weight[0, 0].item():.6g}, expected {want[rank][0][0, 0].item():.6g}")
+             f"{CASE_SCALES[case]:g}, max_norm {MAX_NORM:g}): rank {rank}'s "
+             f"{_first_difference_of_params(got[rank]['params'], want[rank])}")
     for coefficients, hint in _step_mistakes(case, division):
         mistaken = [_stepped_by(case, r, coefficients[r]) for r in range(WORLD)]
         if all(_matches(result["params"], mistaken[r]) for r, result in enumerate(got)):
@@ -336,11 +385,24 @@ def _case_name(role: str, rowwise: bool) -> str:
 _SIZES = re.compile(r"size of tensor a \((\d+)\) must match the size of tensor b \((\d+)\)")
 
 
+_FP8_OPERAND = re.compile(r"\bFloat8_e\d")                     # torch's name of an FP8 dtype in a kernel's error
+
+
 def _fp8_error_hint(error: Exception) -> str | None:
+    """The hint the error itself shows: a per-row amax without its dimension, torch.max's (values, indices) pair
+    used as a number, or arithmetic on an FP8 tensor (torch has no CPU kernel for it)."""
     sizes = _SIZES.search(str(error))
     if sizes and {int(sizes.group(1)), int(sizes.group(2))} == {FP8_ROWS, FP8_COLS}:
         return ("a per-row amax of shape (rows,) met the (rows, cols) tensor: keep the reduced dimension "
                 "(keepdim=True), so the scale has shape (rows, 1) and scales whole rows.")
+    if isinstance(error, TypeError) and "torch.return_types.max" in str(error):
+        return ("max over a dimension returns a pair, the values and their indices (torch.return_types.max), not a "
+                "tensor: use amax (torch.amax, Tensor.amax), which returns the values alone, or take the pair's "
+                ".values.")
+    if isinstance(error, (NotImplementedError, RuntimeError)) and _FP8_OPERAND.search(str(error)):
+        return ("an FP8 tensor took part in arithmetic, which torch has almost no kernels for on a CPU (nor should "
+                "the scale be applied after the values were rounded to FP8): compute x * scale in float32 and cast "
+                "the result to the FP8 format last.")
     return None
 
 

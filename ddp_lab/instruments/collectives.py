@@ -84,7 +84,8 @@ def count_collectives(names: tuple[str, ...] = ("all_reduce",)) -> Iterator[list
 
 
 @contextlib.contextmanager
-def watching_collectives(arguments: dict[str, tuple[int, str]], on_call: Callable) -> Iterator[None]:
+def watching_collectives(arguments: dict[str, tuple[int, str]], on_call: Callable,
+                         outermost_only: bool = False) -> Iterator[None]:
     """Inside a rank: call `on_call(name, sent)` before each of the named collectives runs.
 
     Wraps `dist.<name>` and its definition in `torch.distributed.distributed_c10d` (module
@@ -96,6 +97,8 @@ def watching_collectives(arguments: dict[str, tuple[int, str]], on_call: Callabl
         arguments: {collective name: (position, keyword)} of the argument that holds what this
             rank sends (a tensor, or a list of tensors for the list forms).
         on_call: called with the collective's name and that argument; calls without it are not passed on.
+        outermost_only: pass on only calls made outside another watched call (dist.send runs isend, and
+            broadcast_object_list runs broadcast: each is then counted once, as the answer made it).
 
     Example:
         >>> seen = []
@@ -107,13 +110,19 @@ def watching_collectives(arguments: dict[str, tuple[int, str]], on_call: Callabl
     Introduced in notebooks/08-tensor-parallelism.ipynb (under `count_collectives`); lesson 11's
     `ddp_lab.instruments.comm_hooks.ByteCounter` watches DDP comm hooks with it.
     """
+    inside: list[bool] = []   # one entry per watched call running now
+
     def watched(name, position, keyword):
         def wrap(original):
             def call(*args, **kwargs):
                 sent = args[position] if len(args) > position else kwargs.get(keyword)
-                if sent is not None:
+                if sent is not None and not (outermost_only and inside):
                     on_call(name, sent)
-                return original(*args, **kwargs)
+                inside.append(True)
+                try:
+                    return original(*args, **kwargs)
+                finally:
+                    inside.pop()
             call.__name__ = name
             return call
         return wrap
