@@ -64,3 +64,21 @@ def test_the_frames_of_a_chain_are_those_of_the_exception_raised():
     assert "During handling of the above exception" in text
     assert [frame["fn"] for frame in parse_frames(text)][-1] == "handled_badly"
     assert "raise ValueError" in your_frames(text) and '{}["scale"]' not in your_frames(text)
+
+
+def _waits(request):
+    request.wait()   # the line a stuck rank's stack points at
+
+
+def test_a_rank_stuck_in_a_works_wait_is_said_to_be():
+    """A rank blocked in the .wait() of an isend or irecv is in no torch.distributed function: the hang's line says
+    it waits there, not that it is 'outside torch.distributed' (its own code's line is read from linecache)."""
+    from ddp_lab.checks.common import timeout_message
+    from ddp_lab.launcher.errors import LaunchTimeout, RankFailure
+
+    line = _waits.__code__.co_firstlineno + 1
+    waiting = f'Current thread (most recent call first):\n  File "{__file__}", line {line} in _waits\n'
+    elsewhere = f'Current thread (most recent call first):\n  File "{__file__}", line {line - 1} in _waits\n'
+    failures = {0: RankFailure(0, "timeout", "", waiting), 1: RankFailure(1, "timeout", "", elsewhere)}
+    message = timeout_message(LaunchTimeout("", failures, 0, ["", ""]), "ring", 2)
+    assert "Stuck: rank 0 in .wait(), rank 1 outside torch.distributed.\n" in message, message

@@ -14,6 +14,7 @@ from __future__ import annotations
 import ast
 import contextlib
 import inspect
+import linecache
 import math
 import operator
 import os
@@ -889,8 +890,10 @@ def timeout_message(error, what: str, timeout: float, hint=None) -> str:
     # a rank waiting for the next size's group (`groups_of`) is waiting for the check, not in the answer's code
     places = {rank: _public_name(blocked_in(f.details)) for rank, f in sorted(error.failures.items())
               if f.kind == "timeout" and f" in {groups_of.__name__}" not in f.details}
-    where = ", ".join(f"rank {rank} in dist.{call}" if call else f"rank {rank} outside torch.distributed"
-                      for rank, call in places.items())
+    stacks = {rank: failure.details for rank, failure in error.failures.items()}
+    where = ", ".join(f"rank {rank} in dist.{call}" if call else
+                      f"rank {rank} in .wait()" if ".wait(" in stuck_line(stacks[rank]) else
+                      f"rank {rank} outside torch.distributed" for rank, call in places.items())
     calls = set(places.values())
     if callable(hint):
         takes_places = len(inspect.signature(hint).parameters) > 1
@@ -900,6 +903,20 @@ def timeout_message(error, what: str, timeout: float, hint=None) -> str:
     if "\nHint: " not in hint:
         hint = f"Hint: {hint}"
     return f"{what} did not finish within {timeout:g} s, so the check stopped it. Stuck: {where}.\n{hint}"
+
+
+_TOP_FRAME = re.compile(r'File "([^"]+)", line (\d+) in \w+')
+
+
+def stuck_line(stack: str) -> str:
+    """The source line a stuck rank's innermost frame of the learner's code was running ('' if unknown), from its
+    Python stack (a fault-handler dump): frames of torch, of other libraries and of the check's own wrappers (a
+    request's watched .wait()) are passed over. The answer was defined in this process (a notebook cell or a test
+    file), so its lines are in linecache here though the rank ran them (timeout_message: a rank in a work's .wait())."""
+    for frame in _TOP_FRAME.finditer(stack.split("Current thread")[-1]):
+        if library_of(frame.group(1)) is None:
+            return linecache.getline(frame.group(1), int(frame.group(2))).strip()
+    return ""
 
 
 POINT_TO_POINT = {"send", "recv", "isend", "irecv", "batch_isend_irecv"}
@@ -1087,9 +1104,13 @@ def two_numbers(got: float, want: float) -> tuple[str, str]:
 
 def describe(value) -> str:
     """A short description of a returned value, for 'got ...' messages: a tuple or a list by its length and its
-    items' types ('a tuple of 3: (Tensor, Tensor, dtype)'), never a repr cut off in the middle of a tensor."""
+    items' types ('a tuple of 3: (Tensor, Tensor, dtype)'), an array of another library (numpy's) by its type and
+    shape, never a repr cut off in the middle of a tensor."""
     if torch.is_tensor(value):
         return f"a tensor of shape {tuple(value.shape)} and dtype {value.dtype}"
+    if hasattr(value, "shape") and hasattr(value, "dtype"):   # another library's array (numpy's): not its repr
+        kind = f"{type(value).__module__.split('.')[0]}.{type(value).__name__}"
+        return f"a {kind} of shape {tuple(value.shape)} and dtype {value.dtype}, not a torch tensor"
     if type(value) in (tuple, list):          # not torch.Size or a named result (torch.return_types.max)
         kind = type(value).__name__
         if not value:

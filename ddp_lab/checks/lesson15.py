@@ -19,7 +19,6 @@ Introduced in notebooks/15-long-sequences.ipynb.
 from __future__ import annotations
 
 import contextlib
-import linecache
 import numbers
 import operator
 import re
@@ -31,7 +30,7 @@ import torch.nn.functional as F
 
 from ddp_lab.checks import CheckFailed, passed
 from ddp_lab.checks.common import (answer_raised, call_case, describe, ensure_written, failure_message, first_mismatch,
-                                   library_of, only_point_to_point, package_answer_used, refuse_written_modulus,
+                                   only_point_to_point, package_answer_used, refuse_written_modulus, stuck_line,
                                    timeout_message, watching_calls)
 from ddp_lab.checks.p2p_log import RECEIVES, SENDS, Call, crashed_in, log_path, logging_point_to_point, read_log
 from ddp_lab.course.context_parallel import layout, ring
@@ -162,7 +161,7 @@ def _judge_combine(name, case, parts, got_out, got_lse, full_out, full_lse) -> N
     arrays = [value for value in (got_out, got_lse) if not torch.is_tensor(value) and hasattr(value, "shape")]
     if arrays:
         what = "output" if arrays[0] is got_out else "lse"
-        raise CheckFailed(f"{case}: the {what} is {_described(arrays[0])}.\nHint: return torch tensors, like the "
+        raise CheckFailed(f"{case}: the {what} is {describe(arrays[0])}.\nHint: return torch tensors, like the "
                           "partial results: compute with torch's functions (torch.exp, torch.logaddexp), or convert "
                           "with torch.from_numpy.")
     if (_shape_of(got_out), _shape_of(got_lse)) == (full_lse.shape, full_out.shape):
@@ -356,22 +355,6 @@ def _explain_ring(failure) -> str | None:
     return None
 
 
-_TOP_FRAME = re.compile(r'File "([^"]+)", line (\d+) in \w+')
-
-
-def _stuck_line(stack: str) -> str:
-    """The source line a stuck rank's innermost frame of the learner's code was running ('' if unknown): the frames
-    of torch and of the check's own wrappers (a request's watched .wait()) are passed over.
-
-    The answer was defined in this process (a notebook cell or a test file), so its lines are
-    in linecache here even though the rank ran them.
-    """
-    for frame in _TOP_FRAME.finditer(stack.split("Current thread")[-1]):
-        if library_of(frame.group(1)) is None:
-            return linecache.getline(frame.group(1), int(frame.group(2))).strip()
-    return ""
-
-
 def _read_ring_logs(directory: str) -> dict[int, tuple[list[Call], Call | None]]:
     """{rank: (its sends and receives in order, the isend or irecv whose .wait() its log ends in, or None)} for each
     rank whose log is there (`_ring_runner`'s): a log whose last line is 'waited n' was left by a rank that had
@@ -394,7 +377,7 @@ def _read_ring_logs(directory: str) -> dict[int, tuple[list[Call], Call | None]]
 def _in_wait(rank: int, stack: str, logs: dict) -> str | None:
     """'in .wait() on a dist.irecv' (or without the call, where no log names it) for a stuck rank whose innermost
     frame runs a `.wait(` line, outside any torch.distributed function; else None."""
-    if blocked_in(stack) is not None or ".wait(" not in _stuck_line(stack):
+    if blocked_in(stack) is not None or ".wait(" not in stuck_line(stack):
         return None
     waiting = logs.get(rank, ([], None))[1]
     return f"in .wait() on a dist.{waiting.op}" if waiting is not None else "in .wait()"
@@ -473,7 +456,7 @@ def _ring_hang_hint(error, logs: dict | None = None) -> str:
         call = sorted(calls & {"isend", "irecv"})[0]
         return (f"dist.{call} returns at once when its peer is another rank of the group, so a peer here is no "
                 f"rank of the ring: {WRAP_AROUND}.")
-    waiting = calls <= {None} and all(".wait(" in _stuck_line(stack) for stack in stuck.values())
+    waiting = calls <= {None} and all(".wait(" in stuck_line(stack) for stack in stuck.values())
     if waiting or "recv" in calls:
         where = "in .wait() on an isend/irecv" if waiting else "in dist.recv"
         started = (" or a peer started its send with dist.isend and went on without waiting on it (keep the isend "
@@ -486,13 +469,13 @@ def _ring_hang_hint(error, logs: dict | None = None) -> str:
 
 
 def _hang_message(error, name: str, timeout: float, logs: dict) -> str:
-    """timeout_message's text, where a rank it places outside torch.distributed is shown in .wait() when its stack
-    shows that (`_in_wait`)."""
+    """timeout_message's text, where a rank it places in .wait() is shown with the call it waits on, where its log
+    names it (`_in_wait`)."""
     message = timeout_message(error, name, timeout, _ring_hang_hint(error, logs))
     for rank, failure in error.failures.items():
         where = _in_wait(rank, failure.details, logs) if failure.kind == "timeout" else None
         if where:
-            message = re.sub(rf"\brank {rank} outside torch\.distributed\b", f"rank {rank} {where}", message, count=1)
+            message = re.sub(rf"\brank {rank} in \.wait\(\)", f"rank {rank} {where}", message, count=1)
     return message
 
 
@@ -564,14 +547,6 @@ def _own_block_hint(results, rank: int) -> str:
             "(block_attention(..., causal=True)).")
 
 
-def _described(value) -> str:
-    """`describe`, but an array of another library (numpy's) by its type and shape, not its repr cut off."""
-    if not torch.is_tensor(value) and hasattr(value, "shape") and hasattr(value, "dtype"):
-        kind = f"{type(value).__module__.split('.')[0]}.{type(value).__name__}"
-        return f"a {kind} of shape {tuple(value.shape)} and dtype {value.dtype}, not a torch tensor"
-    return describe(value)
-
-
 def _judge_ring(name: str, results) -> None:
     """Compare what every rank of the ring returned and sent with one process; CheckFailed naming the mistake."""
     q, k, v = _ring_inputs()
@@ -584,7 +559,7 @@ def _judge_ring(name: str, results) -> None:
     for rank in range(RING_SIZE):
         got = results[rank]["out"]
         if not torch.is_tensor(got) or got.shape != expected[rank].shape:
-            raise CheckFailed(f"rank {rank}: {name} returned {_described(got)}; expected this rank's output rows, "
+            raise CheckFailed(f"rank {rank}: {name} returned {describe(got)}; expected this rank's output rows, "
                               f"shape {tuple(expected[rank].shape)} like q." + _own_block_hint(results, rank))
         if got.dtype != expected[rank].dtype:
             raise CheckFailed(f"rank {rank}: the output has dtype {got.dtype}; expected {expected[rank].dtype}, the "
