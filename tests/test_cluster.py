@@ -869,7 +869,8 @@ def test_only_runs_the_cell_on_some_ranks_and_a_collective_there_names_the_ranks
     assert shell.run_cell("%%ddp -n 3 --backend gloo\nx = rank").success
     capsys.readouterr()
     assert shell.run_cell("%%ddp --only 0, 2\nx = x + 100\nprint('ran')").success   # a space after the comma too
-    assert capsys.readouterr().out == "[rank 0] ran\n[rank 2] ran\n"
+    # a machine with fewer than 3 cores says so once first (ddp_lab's machine note, dropped as stored outputs drop it)
+    assert re.sub(r"(?m)^ddp_lab: [^\n]*\n", "", capsys.readouterr().out) == "[rank 0] ran\n[rank 2] ran\n"
     assert shell.run_cell("%ddp_pull x").result == [100, 1, 102]
     assert magics._current.run_code("rank * 2", only=[1]) == [None, 2, None]
     with pytest.raises(ValueError, match=r"^show=\[0\]: rank 0 is to be shown, but only rank\(s\) 1 run this"):

@@ -303,10 +303,13 @@ def _explain_mesh_as_group(failure) -> str | None:
 
 
 def _explain_collective_on_a_dtensor(failure) -> str | None:
-    """The hint for torch's NotImplementedError from a torch.distributed call of the answer: the gradients here are
-    DTensors, whose operators have sharding rules and c10d's collectives none, so such a call fails in torch."""
+    """The hint for torch's refusal of a torch.distributed call of the answer on a DTensor: the gradients here are
+    DTensors, whose operators have sharding rules and c10d's collectives none, so such a call fails in torch (a
+    NotImplementedError about sharding strategies; before torch 2.9 or so an AssertionError that found no
+    DeviceMesh from dtensor args)."""
     exception = failure.exception
-    if getattr(exception, "kind", None) != "NotImplementedError":
+    kind, message = getattr(exception, "kind", None), getattr(exception, "message", "") or ""
+    if kind != "NotImplementedError" and not (kind == "AssertionError" and "DeviceMesh from dtensor args" in message):
         return None
     frames = parse_frames(failure.details.split("The above exception was the direct cause")[0])
     last_own = max((i for i, frame in enumerate(frames) if library_of(frame["file"]) is None), default=None)

@@ -338,7 +338,9 @@ def _ring_mistakes() -> list:
 
 
 WRAP_AROUND = ("wrap it around, send to (rank + 1) % world_size and receive from (rank - 1) % world_size")
-_SIZE_ABORT = re.compile(r"(\d+) vs (\d+)\. Received data size doesn't match expected size")
+# gloo's abort for a message larger than the receive buffer, as torch 2.13's gloo words it and as torch 2.8's did
+_SIZE_ABORT = re.compile(r"(\d+) vs (\d+)\. Received data size doesn't match expected size"
+                         r"|op\.preamble\.length <= op\.nbytes\. (\d+) vs (\d+)")
 
 
 def _explain_ring(failure) -> str | None:
@@ -349,8 +351,9 @@ def _explain_ring(failure) -> str | None:
         return f"the rank crashed inside dist.{call}: a peer there is no rank of the ring; {WRAP_AROUND}."
     sizes = _SIZE_ABORT.search(failure.details) if failure.kind == "crashed" else None
     if sizes:
-        return (f"gloo aborted the rank because a message of {sizes.group(1)} bytes arrived in a receive buffer of "
-                f"{sizes.group(2)}: receive into a buffer of the shape and dtype of the tensor its peer sends, "
+        arrived, room = (size for size in sizes.groups() if size is not None)
+        return (f"gloo aborted the rank because a message of {arrived} bytes arrived in a receive buffer of "
+                f"{room}: receive into a buffer of the shape and dtype of the tensor its peer sends, "
                 "torch.empty_like(k) for a block of keys.")
     return None
 
