@@ -786,6 +786,11 @@ def test_the_ddp_magic_in_an_ipython_shell(capsys):
     assert shell.run_cell("%%ddp\nimport matplotlib.pyplot as plt\nplt.plot([0, rank])\nplt.show()").success
     assert capsys.readouterr().out == ("[rank 0] figure\n<IPython.core.display.Image object>\n"
                                        "[rank 1] figure\n<IPython.core.display.Image object>\n")
+    # a cell that fails after drawing still shows what was drawn, then its error (nothing is lost)
+    failed = shell.run_cell("%%ddp\nplt.plot([rank, 0])\nif rank == 1:\n    raise ValueError('after the plot')")
+    assert isinstance(failed.error_in_exec, RankFailed) and "after the plot" in str(failed.error_in_exec)
+    out = capsys.readouterr().out
+    assert out.startswith("[rank 0] figure\n<IPython.core.display.Image object>\n[rank 1] figure\n"), out
     shell.run_line_magic("ddp_shutdown", "")
 
 

@@ -258,12 +258,13 @@ class Cluster:
         lost = watch.lost_group()
         if lost and not self._closed:
             self._regroup(lost)   # a command of its own: it lets go of the lines above, read into `texts` first
+        figures = [watch.replies.get(r, {}).get("figures", []) for r in range(self.nprocs)]
         if problem is not None:
+            problem.figures = figures   # what the cell drew before it failed: a %%ddp cell still shows it
             raise problem from None
         still = "; the cluster is still running"
         return Results([load_value(watch.replies[r]["value"], r, still) if r in watch.replies else None
-                        for r in range(self.nprocs)], texts, self.backend, [],
-                       figures=[watch.replies.get(r, {}).get("figures", []) for r in range(self.nprocs)])
+                        for r in range(self.nprocs)], texts, self.backend, [], figures=figures)
 
     def _interrupted(self, watch: CommandWatch, starts: list[int], show: list[int] | None) -> None:
         """Jupyter's stop button during a command (command.CommandWatch.interrupt): the ranks' code is

@@ -32,7 +32,7 @@ from ddp_lab.cluster.status import StatusReport
 from ddp_lab.launcher.arguments import (MAX_TIMEOUT_S, check_nprocs, check_ranks, check_shown_ranks_run,
                                        check_source, check_timeout)
 from ddp_lab.launcher.backend import choose_backend
-from ddp_lab.launcher.errors import CellInterrupted, MagicUsageError
+from ddp_lab.launcher.errors import CellInterrupted, LaunchError, MagicUsageError
 from ddp_lab.launcher.payload import cell_names
 
 _current: Cluster | None = None
@@ -238,8 +238,12 @@ def ddp(line: str, cell: str):
               f"runs in module {CELL_MODULE}, so __name__ is {CELL_MODULE!r} there (in a notebook cell it is "
               "'__main__'). Call what the block calls directly, e.g. main().", file=sys.stderr)
     cluster.name_cells(names)
-    shown = cluster.run_code(cell, timeout=options.timeout, show=options.ranks, filename=filename, only=options.only,
-                             display=True, stream=options.stream)
+    try:
+        shown = cluster.run_code(cell, timeout=options.timeout, show=options.ranks, filename=filename,
+                                 only=options.only, display=True, stream=options.stream)
+    except LaunchError as error:   # what the ranks drew before the cell failed is shown, as a kernel shows it
+        show_figures(error.figures, options.ranks)
+        raise
     if shell is None or not shell.displayhook.semicolon_at_end_of_expression(cell):   # `x;` shows nothing
         print_values(shown, options.ranks)
     show_figures(shown.figures, options.ranks)

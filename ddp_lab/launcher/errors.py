@@ -68,6 +68,8 @@ class LaunchError(RuntimeError):
             stopped, in rank order.
         first_rank: the rank whose failure was seen first (usually the root cause).
         outputs: each rank's captured stdout+stderr up to the failure.
+        figures: a live cluster's cell: each rank's figures (PNG bytes) drawn before it failed, as
+            `Results.figures`; empty lists otherwise.
 
     With headline_only=True the message is the headline alone (one line, e.g. a live-cluster
     rank that died between cells); `failures` still holds every rank's failure.
@@ -79,6 +81,7 @@ class LaunchError(RuntimeError):
         self.first_rank = first_rank
         self.outputs = outputs
         self.hint = hint
+        self.figures: list[list[bytes]] = [[] for _ in outputs]
         super().__init__(headline if headline_only else self._render(headline))
 
     def _render(self, headline: str) -> str:
