@@ -26,7 +26,7 @@ from ddp_lab.cluster.registry import CLUSTER_PREFIX, ENTRY_NAME, Registration
 from ddp_lab.cluster.status import STACK_WAIT_S
 from ddp_lab.launcher.errors import CellSyntaxError, MagicUsageError
 from ddp_lab.launcher.workdir import LOCK_NAME
-from ddp_lab.launcher import procstart
+from ddp_lab.launcher import channel, procstart
 
 
 def alive(pid: int) -> bool:
@@ -359,18 +359,41 @@ def test_a_pull_interrupted_says_each_rank_had_finished_the_pull(cluster, capsys
 
 
 def test_a_pull_still_on_its_way_after_the_grace_is_waited_for_and_the_cluster_stays(cluster, monkeypatch, capsys):
-    """The stop button during a pull whose values take longer than the grace to pickle (or to arrive: a large
-    tensor): the ranks had finished the pull and cannot be interrupted, so they are not stuck. A line says what is
-    waited for, the pull ends with its values and the cluster stays (it was shut down as stuck "in C++ code")."""
+    """The stop button during a pull whose values take longer than the grace to arrive (a large tensor; here the
+    notebook reads each body a second late): the ranks had finished the pull and cannot be interrupted, so they are
+    not stuck. A line says what is waited for, the pull ends with its values and the cluster stays (it was shut down
+    as stuck "in C++ code")."""
     monkeypatch.setattr(command, "INTERRUPT_GRACE_S", 0.3)
     monkeypatch.setattr(command, "INTERRUPT_CHECK_S", 0.1)
-    cluster.run_code("import time\nclass Slow:\n    def __reduce__(self):\n        time.sleep(1.5)\n"
-                     "        return (int, (rank,))\nheld = Slow()")
+    cluster.run_code("held = torch.full((1_000_000,), float(rank))")   # 4 MB: more than a socket's buffer
+    read = channel._read_exactly
+
+    def late(sock, size):
+        if size > 1 << 20:
+            time.sleep(1.0)
+        return read(sock, size)
+
+    monkeypatch.setattr(channel, "_read_exactly", late)
     capsys.readouterr()
     threading.Timer(0.3, _thread.interrupt_main).start()   # as the stop button does to the kernel
-    assert cluster.pull("held") == [0, 1]
-    assert "rank(s) 0, 1 had finished the pull and are sending their values to the notebook" in capsys.readouterr().err
+    assert [float(t[0]) for t in cluster.pull("held")] == [0.0, 1.0]
+    assert ("rank(s) 0, 1 had finished the pull and are sending their values to the notebook, which cannot be "
+            "interrupted; waiting for them (press stop again to shut the cluster down).") in capsys.readouterr().err
     assert cluster.alive and cluster.run_code("del held\nrank") == [0, 1]
+
+
+def test_a_value_whose_pickling_runs_the_cells_code_is_not_waited_for_forever(monkeypatch, capsys):
+    """A class of the cell whose __reduce__ never returns: at the watchdog its ranks run the cell's code, not bytes
+    on their way, so they are stopped as before (and no 'press stop again' is said: nobody pressed it)."""
+    monkeypatch.setattr(command, "INTERRUPT_GRACE_S", 0.3)
+    monkeypatch.setattr(command, "INTERRUPT_CHECK_S", 0.1)
+    live = ddp_lab.Cluster(2, backend="gloo")
+    pids = rank_pids(live)
+    live.run_code("import time\nclass Stuck:\n    def __reduce__(self):\n        time.sleep(10 ** 6)\nheld = Stuck()")
+    with pytest.raises(LaunchTimeout, match=r"still running .*after the interrupt.*__reduce__"):
+        live.pull("held", timeout=1)
+    assert "press stop again" not in capsys.readouterr().err
+    assert not live.alive and wait_gone(pids) == []
 
 
 def test_a_cells_figures_travel_to_the_notebook_in_the_order_shown(cluster):
@@ -408,6 +431,35 @@ def test_more_ranks_than_cores_are_noted_once_with_the_first_cells_output(monkey
         live.run_code("print(x)", show=[0])
     assert capsys.readouterr().out == (f"ddp_lab: nprocs={nprocs} is more than the {launcher.cpu_cores()} CPU cores: "
                                        "ranks take turns (slower, same results)\n[rank 0] 0\n[rank 0] 0\n")
+
+
+def _draws(rank):
+    import matplotlib.pyplot as plt
+    plt.plot([0, rank])
+    plt.show()
+    plt.figure()
+
+
+def test_a_calls_figures_come_back_with_it_not_with_the_next_cell(cluster):
+    """Figures drawn by a function run with cluster.run come back in its Results (they showed under the next cell)."""
+    assert [len(pictures) for pictures in cluster.run(_draws).figures] == [2, 2]
+    assert cluster.run_code("x = 1").figures == [[], []]
+
+
+def test_the_stop_button_while_a_cells_figures_are_drawn_keeps_the_cluster(monkeypatch, capsys):
+    """Drawing a cell's figures can take seconds (a large image, a slow artist): the stop button interrupts it as it
+    interrupts the cell's code, and the cluster stays, the figures closed (it was shut down, blaming an
+    `except KeyboardInterrupt` the cell did not have)."""
+    monkeypatch.setattr(command, "INTERRUPT_GRACE_S", 0.5)
+    live = ddp_lab.Cluster(2, backend="gloo")
+    live.run_code("import time\nimport matplotlib.pyplot as plt\nfrom matplotlib.artist import Artist\n"
+                  "class Slow(Artist):\n    def draw(self, renderer):\n        time.sleep(3)\n")
+    threading.Timer(0.5, _thread.interrupt_main).start()   # as the stop button does to the kernel
+    with pytest.raises(KeyboardInterrupt):
+        live.run_code("plt.gca().add_artist(Slow())")
+    assert "interrupted; the cluster keeps its ranks and their variables" in capsys.readouterr().err
+    assert live.alive and live.run_code("plt.get_fignums()") == [[], []]
+    live.shutdown()
 
 
 def test_after_a_failure_a_rank_that_waits_in_a_collective_for_it_is_stuck(monkeypatch):

@@ -168,7 +168,7 @@ class CommandWatch:
         gave, instead = UNPICKLABLE_ADVICE.get(self.kind, UNPICKLABLE_ADVICE["call"])   # regroup returns None
         return unpicklable_failure(rank, reply["unpicklable"], reply["text"], gave, instead)
 
-    def interrupt(self) -> LaunchError | None:
+    def interrupt(self, pressed: bool = True) -> LaunchError | None:
         """Jupyter's stop button: a KeyboardInterrupt in every rank the command reached that still runs it.
 
         Each rank's code raises KeyboardInterrupt where it is (rank_loop.py: between commands a
@@ -177,9 +177,11 @@ class CommandWatch:
         whose peers were interrupted before they joined it (or wait in a different one): then the
         cluster is shut down and the one-line error saying so is returned. A rank left alone in a
         collective (every other rank is out of the command) cannot finish it, so it is not waited for.
-        A rank that had finished the command and is sending its value back (pickling it, or the bytes
-        still on their way: a large pull) is not stuck and cannot be interrupted: it is waited for, with
-        a line saying so once the grace is over; pressing stop again shuts the cluster down.
+        A rank that had finished the command and is sending its value back (pickled by torch's and the
+        pickler's own code, or the bytes still on their way: a large pull) is not stuck and cannot be
+        interrupted: it is waited for, with a line saying so once the grace is over (`pressed`: the stop
+        button, not the watchdog, asked: pressing it again shuts the cluster down). A rank whose pickling runs
+        the cell's own code (a class's __reduce__) may never end: it counts as running.
         """
         self.running = running = self.sent  # from now on, the ranks the command reached
         self.group.interrupt([rank for rank in running if rank not in self.replies])
@@ -192,14 +194,16 @@ class CommandWatch:
                 return problem
             waiting = [r for r in running if r not in self.replies]
             stacks = self.group.stacks(waiting)
-            sending = [r for r in waiting if len(self.marks[r]) == 2 or sending_its_value(stacks.get(r, ""))]
+            sending = [r for r in waiting if len(self.marks[r]) == 2 or (
+                sending_its_value(stacks.get(r, "")) and _innermost_cell_frame(stacks.get(r, ""), self.names) is None)]
             stopping = [r for r in waiting if r not in sending]
             past_grace = time.monotonic() >= grace_ends
             if not stopping:
                 if past_grace and not told:
+                    again = " (press stop again to shut the cluster down)" if pressed else ""
                     print(f"ddp_lab: rank(s) {listed(sending)} had finished {FINISHED.get(self.kind, 'the command')} "
                           "and are sending their values to the notebook, which cannot be interrupted; waiting for "
-                          "them (press stop again to shut the cluster down).", file=sys.stderr, flush=True)
+                          f"them{again}.", file=sys.stderr, flush=True)
                     told = True
                 continue
             alone_in_a_collective = len(stopping) == 1 and waiting_in(stacks.get(stopping[0], "")) == "collective"
@@ -247,7 +251,7 @@ class CommandWatch:
             return self._left_out(stacks, timeout, left_out)
         if not stacks or any(waiting_in(stack) != "elsewhere" for stack in stacks.values()):
             return self._stuck(timeout, stacks, after_failure=after_failure)
-        problem = self.interrupt()
+        problem = self.interrupt(pressed=False)
         if self.ended_cluster:
             return problem   # a rank that did not stop: the one line says so, and the cluster was shut down
         timed_out = [r for r in waiting if not self.replies[r]["ok"] and "unpicklable" not in self.replies[r]]

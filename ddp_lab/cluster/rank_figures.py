@@ -6,7 +6,8 @@ shows them under the cell, each rank's under a `[rank k]` line (magics.show_figu
 the kernel's inline backend, which has no kernel to show to, and `plt.show()` printed `Figure(640x480)`.
 
 The ranks' command loop (rank_loop.py) names this module as matplotlib's backend before any cell runs (MPLBACKEND),
-and takes the figures after each cell that imported matplotlib (`take_figures`). Importing this module imports
+and takes the figures after each cell or call that imported matplotlib (`take_figures`), failed ones too, while the
+stop button can still interrupt the drawing. Importing this module imports
 matplotlib's Agg backend (a backend module's names must be there when matplotlib reads them), so only a rank whose
 cell imported matplotlib imports it.
 
@@ -39,18 +40,20 @@ def _take_open_figures(also=None) -> list[bytes]:
     figures = [pyplot.figure(number) for number in pyplot.get_fignums()]
     if isinstance(also, Figure) and also not in figures:
         figures.append(also)
-    pictures = [_png(figure) for figure in figures]
-    pyplot.close("all")
-    return pictures
+    try:
+        return [_png(figure) for figure in figures]
+    finally:   # closed even where drawing one raised or was interrupted: no figure carries over to the next cell
+        pyplot.close("all")
 
 
 def take_figures(value=None) -> list[bytes]:
     """The figures a cell drew, as PNG bytes in the order they were shown: those `plt.show()` took, then those still
     open at the end of the cell, then `value` (the cell's final expression) if it is a figure not open (closed, or
     made without pyplot), as a kernel shows a figure that ends a cell."""
-    pictures = _shown[:] + _take_open_figures(value)
-    _shown.clear()
-    return pictures
+    try:
+        return _shown[:] + _take_open_figures(value)
+    finally:
+        _shown.clear()
 
 
 def show(*args, **kwargs) -> None:

@@ -136,19 +136,22 @@ def serve(rank: int, status_folder: str | None = None) -> None:
             return
         reply = {"kind": "reply", "id": command["id"]}
         _record(status_folder, rank, command)
-        value = None
+        value, figures = None, []
         try:
             _in_command = True
             try:
-                value = _execute(rank, command, namespace)
+                try:
+                    value = _execute(rank, command, namespace)
+                finally:   # a cell's figures, and a call's (a failed one's too), drawn while the stop button works
+                    if command["kind"] in ("exec", "call"):
+                        figures = _figures(value if command["kind"] == "exec" else None)
             finally:
                 _in_command = False
             reply.update(_value_reply(_display_text(value) if command.get("display") else value))
         except BaseException as error:  # noqa: BLE001 - reported to the notebook, the rank lives on
             # sys.exit() in a cell included: as in a kernel, it ends the cell, not the rank
             reply.update(exception_report(error, "fn", skip_frames=_own_frames(error)), kind="reply", ok=False)
-        if command["kind"] == "exec":
-            reply["figures"] = _figures(value)
+        reply["figures"] = figures
         _record(status_folder, rank, None)
         reply["group"] = dist.is_initialized()  # False: the cell destroyed the default group
         _mark_end(command["id"])

@@ -16,8 +16,8 @@ class Results(list):
         started: how each rank started: "cold" (a new interpreter that imported torch) or
             "warm" (forked from the kernel's zygote, see notebooks/00b-live-cluster.ipynb);
             None for a live cluster's commands, whose ranks were started once.
-        figures: each rank's figures (PNG bytes) drawn by a live cluster's cell, in the order it showed them
-            (cluster/rank_figures.py; a `%%ddp` cell shows them under its output); empty lists otherwise.
+        figures: each rank's figures (PNG bytes) drawn by a live cluster's cell or call, in the order it showed
+            them (cluster/rank_figures.py; a `%%ddp` cell shows them under its output); empty lists otherwise.
 
     Example:
         >>> results = ddp_lab.launch(lambda rank: rank * 10, nprocs=2)
