@@ -676,6 +676,14 @@ def test_a_number_of_batches_an_epoch_written_is_refused_before_any_rank_starts(
         check_restartable(answer)
 
 
+def samples_seen_over_the_data(rank, directory, total_steps, step_fn):
+    """The epoch from the samples all ranks have seen (the ranks are in the dividend), and a percentage printed."""
+    world_size = dist.get_world_size()
+    for step in range(total_steps):
+        epoch = step * BATCH * world_size // len(X)
+        print(f"{100 * step / len(X):.0f}% of the data, epoch {epoch}")
+
+
 def test_the_epoch_length_reader_leaves_counts_from_the_data_alone():
     assert numeric_divisor(train, ("step",), ("total",)) is None
 
@@ -688,5 +696,6 @@ def test_the_epoch_length_reader_leaves_counts_from_the_data_alone():
             if step % 5 == 0:
                 print(epoch, position, total_steps // 2)
     assert numeric_divisor(counts_from_the_sampler, ("step",), ("total",)) is None
-    for counts in (train, counts_from_the_sampler, islices_a_data_loader, picks_the_step_by_its_number):
+    for counts in (train, counts_from_the_sampler, islices_a_data_loader, picks_the_step_by_its_number,
+                   samples_seen_over_the_data):
         assert computed_divisor(counts, ("step",), ("total",)) is None, counts.__name__   # the sampler's, the loader's

@@ -10,6 +10,7 @@ again here.
 
 from __future__ import annotations
 
+import math
 import re
 
 import pytest
@@ -346,6 +347,14 @@ def step_tests_for_nan_only(params, optimizer, scale, max_norm):
     return _step_after(found.item(), params, optimizer, max_norm)
 
 
+def step_guards_the_scale_then_tests_for_nan_only(params, optimizer, scale, max_norm):
+    assert math.isfinite(scale) and scale > 0                     # a guard on the argument: no test of the gradients
+    _unscale(params, scale)
+    found = torch.tensor([1.0 if any(torch.isnan(p.grad).any() for p in params) else 0.0])
+    dist.all_reduce(found, op=dist.ReduceOp.MAX)                  # an inf passes this test
+    return _step_after(found.item(), params, optimizer, max_norm)
+
+
 def step_all_finite_compared_by_max(params, optimizer, scale, max_norm):
     _unscale(params, scale)
     finite = torch.tensor([1.0 if all((p.grad.abs() < float("inf")).all() for p in params) else 0.0])
@@ -416,7 +425,7 @@ def step_clears_the_gradients_when_it_skips(params, optimizer, scale, max_norm):
 
 
 SCALER_RIGHT = [step_norm_finds_the_overflow, step_clears_the_gradients_when_it_skips]
-SCALER_OTHER = [step_all_finite_compared_by_max]   # wrong answers with tests of their own
+SCALER_OTHER = [step_all_finite_compared_by_max, step_guards_the_scale_then_tests_for_nan_only]   # tests below
 
 
 @pytest.fixture(scope="module")
@@ -468,6 +477,8 @@ def test_scaler_check_says_which_parameter_the_overflow_test_missed(scaler_resul
                             "found-inf flag with ReduceOp.MAX, or an all-finite flag with MIN"),
     (step_tests_for_nan_only, "\nHint: your overflow test finds NaN but not inf (torch.isnan); torch.isfinite is False "
                               "for both."),
+    # math.isfinite on the scale is no overflow test of the gradients: the isnan test is named still
+    (step_guards_the_scale_then_tests_for_nan_only, "\nHint: your overflow test finds NaN but not inf"),
     # a test the source does not name (a comparison with inf): both causes said
     (step_all_finite_compared_by_max, "\nHint: either rank 1's overflow was outvoted when the ranks agreed on it: "
                                       "all-reduce a found-inf flag with ReduceOp.MAX, or an all-finite flag with "

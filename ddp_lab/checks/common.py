@@ -462,8 +462,8 @@ def numeric_divisor(fn, divided: tuple[str, ...] = ("grad",), ignored: tuple[str
 
 
 def computed_divisor(fn, divided: tuple[str, ...], ignored: tuple[str, ...] = ()) -> tuple[str, object, str] | None:
-    """(the divisor as written, its value, the statement) of the first division in fn's source of something named by
-    `divided` (and none of `ignored`) by an expression computed from constants alone: numbers, the numbers of fn's
+    """(the divisor as written, its value, the statement) of the first division in fn's source of a name or attribute
+    named by `divided` (and none of `ignored`) by an expression computed from constants alone: numbers, the numbers of fn's
     module (a notebook's BATCH), len() of its objects (len(X)), int(), round(), abs(), math.ceil and math.floor,
     through names fn binds once (`per_epoch = len(X) // (BATCH * 2)`, `world_size = 2`); None where none is, or any
     part is fn's argument, a name bound more than once, an attribute or another call (len(sampler), mesh.size(0)),
@@ -510,8 +510,10 @@ def computed_divisor(fn, divided: tuple[str, ...], ignored: tuple[str, ...] = ()
                        key=lambda node: (node.lineno, node.col_offset)):
         for dividend, divisor, multiplies in _divisions(node):
             text = ast.unparse(dividend)
-            if multiplies or _is_number(divisor) or not any(word in text for word in divided) \
-                    or any(word in text for word in ignored):
+            # the count itself divided (`step // per_epoch`, `divmod(step, per_epoch)`), not an expression of it
+            # (`step * BATCH * world_size // len(X)` has the ranks in it; `100 * step / len(X)` is a percentage)
+            if multiplies or _is_number(divisor) or not isinstance(dividend, (ast.Name, ast.Attribute)) \
+                    or not any(word in text for word in divided) or any(word in text for word in ignored):
                 continue
             value = value_of(divisor)
             if value is not None:

@@ -214,16 +214,19 @@ def _matches(got: list, want: list) -> bool:
 
 def overflow_test_evidence(fn) -> str | None:
     """What fn's source shows of why an overflow on one rank may go unheeded: "agreement" where its test sees inf
-    (torch.isfinite, torch.isinf) or it agrees with ReduceOp.MIN or a broadcast (one rank's overflow then outvoted),
-    "isnan" where it tests with torch.isnan alone (a test that misses inf), else None (or no source to read)."""
+    (torch's isfinite or isinf, a function or a tensor's method) or it agrees with ReduceOp.MIN or a broadcast (one
+    rank's overflow then outvoted), "isnan" where it tests with torch's isnan alone (a test that misses inf), else
+    None (or no source to read). math's and numpy's isfinite (a guard on the scale, say) are no test of the
+    gradients."""
     tree = source_tree(fn)
     if tree is None:
         return None
-    names = {node.attr if isinstance(node, ast.Attribute) else node.id for node in ast.walk(tree)
-             if isinstance(node, (ast.Attribute, ast.Name))}
-    if names & {"isfinite", "isinf", "MIN", "broadcast"}:
+    called = {ast.unparse(node.func) for node in ast.walk(tree) if isinstance(node, ast.Call)}
+    tests = {text.rsplit(".", 1)[-1] for text in called if not text.startswith(("math.", "np.", "numpy."))}
+    reduce_ops = {node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute)}
+    if tests & {"isfinite", "isinf", "broadcast"} or "MIN" in reduce_ops:
         return "agreement"
-    return "isnan" if "isnan" in names else None
+    return "isnan" if "isnan" in tests else None
 
 
 def judge_scaler(name: str, results, division: str | None = None, overflow_test: str | None = None) -> None:
