@@ -7,9 +7,8 @@ the kernel's inline backend, which has no kernel to show to, and `plt.show()` pr
 
 The ranks' command loop (rank_loop.py) names this module as matplotlib's backend before any cell runs (MPLBACKEND),
 and takes the figures after each cell or call that imported matplotlib (`take_figures`), failed ones too, while the
-stop button can still interrupt the drawing. Importing this module imports
-matplotlib's Agg backend (a backend module's names must be there when matplotlib reads them), so only a rank whose
-cell imported matplotlib imports it.
+stop button can still interrupt the drawing. Importing this module imports matplotlib's Agg backend (a backend
+module's names must be there when matplotlib reads them), so only a rank whose cell imported matplotlib imports it.
 
 Introduced in notebooks/00b-live-cluster.ipynb.
 """

@@ -185,8 +185,8 @@ def _is_figure(value) -> bool:
 
 
 def _figures(value) -> list[bytes]:
-    """The figures the cell drew (rank_figures.take_figures: PNG bytes), for the notebook to show under the cell; a
-    figure that cannot be drawn is said on this rank's stderr, and the cell's other figures still travel."""
+    """The figures the cell drew (rank_figures.take_figures: PNG bytes), for the notebook to show under the cell; where
+    drawing them fails, this rank's stderr says why and the cell's figures are dropped (closed all the same)."""
     if "matplotlib.pyplot" not in sys.modules and not _is_figure(value):
         return []
     try:
