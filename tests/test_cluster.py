@@ -462,6 +462,25 @@ def test_the_stop_button_while_a_cells_figures_are_drawn_keeps_the_cluster(monke
     live.shutdown()
 
 
+def test_a_stopped_cell_keeps_what_its_ranks_drew_and_one_bad_figure_loses_only_itself(cluster, capsys):
+    """The stop button in a loop that plots its losses: the figure drawn so far comes with the KeyboardInterrupt (a
+    %%ddp cell shows it, as a kernel shows a stopped cell's plot; it was dropped). A figure whose drawing raises is
+    named, and the cell's other figures still come (one bad artist lost them all)."""
+    cluster.run_code("import time\nimport matplotlib.pyplot as plt\nfrom matplotlib.artist import Artist\n"
+                     "class Bad(Artist):\n    def draw(self, renderer):\n        raise ValueError('bad draw')\n")
+    threading.Timer(0.5, _thread.interrupt_main).start()   # as the stop button does to the kernel
+    with pytest.raises(KeyboardInterrupt) as stopped:
+        cluster.run_code("losses = []\nfor step in range(100):\n    losses.append(1 / (step + 1))\n"
+                         "    plt.clf(); plt.plot(losses)\n    time.sleep(0.05)")
+    assert [len(pictures) for pictures in stopped.value.figures] == [1, 1]
+    capsys.readouterr()
+    drawn = cluster.run_code("plt.figure().add_artist(Bad())\nplt.figure(); plt.plot([0, rank])")
+    assert [len(pictures) for pictures in drawn.figures] == [1, 1]
+    assert "[rank 0] ddp_lab: figure 1 of 2 could not be drawn (ValueError: bad draw); the others are shown" in \
+        capsys.readouterr().err
+    assert cluster.alive
+
+
 def test_after_a_failure_a_rank_that_waits_in_a_collective_for_it_is_stuck(monkeypatch):
     """Rank 1 raises; rank 0 computes a moment, then waits in all_reduce for rank 1, which never comes: at the next
     look at its stack it is stuck there, and the cluster is shut down (its group is half-way through a

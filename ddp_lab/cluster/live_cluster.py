@@ -44,6 +44,14 @@ PG_TIMEOUT_S = 1800.0  # the ranks' process-group timeout (torch's default for g
 EXIT_NEWS_S = 2.0  # after a rank's channel closed: how long its exit status may take to arrive
 
 
+def _stopped(watch: CommandWatch) -> CellInterrupted:
+    """The CellInterrupted a stopped command raises, with the figures its ranks had drawn (each rank draws the figures
+    of a stopped cell too, as a kernel shows a stopped cell's plots): a `%%ddp` cell shows them."""
+    stopped = CellInterrupted()
+    stopped.figures = [watch.replies.get(rank, {}).get("figures", []) for rank in range(watch.nprocs)]
+    return stopped
+
+
 class Cluster:
     """A persistent process group of `nprocs` ranks for interactive work.
 
@@ -279,18 +287,18 @@ class Cluster:
             self._teardown()
             self._print_new(starts, show)
             print(f"ddp_lab: interrupted twice. {watch.fresh_start}", file=sys.stderr)
-            raise CellInterrupted from None
+            raise _stopped(watch) from None
         self._ended_at = ends = self._line_counts()
         self._print_new(starts, show, ends)
         if self._closed:
             print(f"ddp_lab: {problem}", file=sys.stderr)
-            raise CellInterrupted from None
+            raise _stopped(watch) from None
         if problem is None and all(watch.replies.get(rank, {}).get("ok") for rank in watch.running):
             return
         for note in watch.interrupted_notes():
             print(note, file=sys.stderr)
         print("ddp_lab: interrupted; the cluster keeps its ranks and their variables.", file=sys.stderr)
-        raise CellInterrupted from None
+        raise _stopped(watch) from None
 
     def _died_between_commands(self, gone: int | None = None) -> RankCrashed:
         """A one-line error for ranks that died while no command ran (`gone`: one whose channel was

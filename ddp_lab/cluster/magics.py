@@ -241,8 +241,8 @@ def ddp(line: str, cell: str):
     try:
         shown = cluster.run_code(cell, timeout=options.timeout, show=options.ranks, filename=filename,
                                  only=options.only, display=True, stream=options.stream)
-    except LaunchError as error:   # what the ranks drew before the cell failed is shown, as a kernel shows it
-        show_figures(error.figures, options.ranks)
+    except (LaunchError, CellInterrupted) as error:   # what the ranks drew before the cell failed or was stopped
+        show_figures(error.figures, options.ranks)       # is shown, as a kernel shows it
         raise
     if shell is None or not shell.displayhook.semicolon_at_end_of_expression(cell):   # `x;` shows nothing
         print_values(shown, options.ranks)

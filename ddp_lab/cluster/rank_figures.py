@@ -39,9 +39,16 @@ def _take_open_figures(also=None) -> list[bytes]:
     figures = [pyplot.figure(number) for number in pyplot.get_fignums()]
     if isinstance(also, Figure) and also not in figures:
         figures.append(also)
+    pictures = []
     try:
-        return [_png(figure) for figure in figures]
-    finally:   # closed even where drawing one raised or was interrupted: no figure carries over to the next cell
+        for number, figure in enumerate(figures, 1):
+            try:
+                pictures.append(_png(figure))
+            except Exception as error:  # noqa: BLE001 - one figure lost, not the others; the stop button still works
+                print(f"ddp_lab: figure {number} of {len(figures)} could not be drawn ({type(error).__name__}: "
+                      f"{error}); the others are shown", file=sys.stderr)
+        return pictures
+    finally:   # closed even where drawing was interrupted: no figure carries over to the next cell
         pyplot.close("all")
 
 

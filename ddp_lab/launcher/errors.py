@@ -192,8 +192,11 @@ class MagicUsageError(ValueError):
 class CellInterrupted(KeyboardInterrupt):
     """The stop button during a live-cluster cell, raised once one line per rank has said where its code stopped
     (and whether the cluster kept its ranks): shown as the one line `KeyboardInterrupt`, without the package's frames
-    or the waits it interrupted. Introduced in notebooks/00b-live-cluster.ipynb.
+    or the waits it interrupted. `figures`: each rank's figures (PNG bytes) drawn before it stopped, as
+    `Results.figures`. Introduced in notebooks/00b-live-cluster.ipynb.
     """
+
+    figures: tuple = ()
 
     def _render_traceback_(self) -> list[str]:
         return ["KeyboardInterrupt"]
