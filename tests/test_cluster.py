@@ -457,7 +457,10 @@ def test_the_stop_button_while_a_cells_figures_are_drawn_keeps_the_cluster(monke
     threading.Timer(0.5, _thread.interrupt_main).start()   # as the stop button does to the kernel
     with pytest.raises(KeyboardInterrupt):
         live.run_code("plt.gca().add_artist(Slow())")
-    assert "interrupted; the cluster keeps its ranks and their variables" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "interrupted; the cluster keeps its ranks and their variables" in err
+    assert "[rank 0] interrupted while drawing its figures (at <ddp cell 0>, line 6, in draw): the cell's code had " \
+           "ended, and its figures were dropped\n" in err, err
     assert live.alive and live.run_code("plt.get_fignums()") == [[], []]
     live.shutdown()
 

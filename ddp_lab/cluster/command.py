@@ -380,7 +380,8 @@ def sending_its_value(stack: str) -> bool:
     return bool(frames) and bool(_SENDING_FRAME.search(frames[-1]))
 
 
-RANK_LOOP_FILE = str(Path(__file__).with_name("rank_loop.py"))  # the ranks' command loop: its frames are hidden
+RANK_LOOP_FILE = str(Path(__file__).with_name("rank_loop.py"))
+RANK_FIGURES_FILE = str(Path(__file__).with_name("rank_figures.py"))   # the ranks' drawing of a command's figures  # the ranks' command loop: its frames are hidden
 _FRAME = re.compile(r'^\s*(?:File "(?P<file>[^"]+)"|(?P<cell>Cell In\[\d+\])), (?P<rest>line \d+.*)$')
 
 
@@ -410,5 +411,9 @@ def _interrupted_where(reply: dict, names: dict[str, str], kind: str) -> str:
               rename_cells(reply["traceback"], names).splitlines() if (match := _FRAME.match(line))]
     frames = [(where, rest) for where, rest in frames if where != RANK_LOOP_FILE]
     in_cells = [(where, rest) for where, rest in frames if where.startswith(("Cell In[", "<ddp cell"))]
+    if any(where == RANK_FIGURES_FILE for where, _ in frames):   # its code had ended; its figures were being drawn
+        at = f" (at {in_cells[-1][0]}, {in_cells[-1][1]})" if in_cells else ""
+        return f"interrupted while drawing its figures{at}: {FINISHED.get(kind, 'the command')}'s code had ended, " \
+               "and its figures were dropped"
     shown = (in_cells or frames)[-1:]
     return f"interrupted at {shown[0][0]}, {shown[0][1]}" if shown else "interrupted"
