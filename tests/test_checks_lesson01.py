@@ -79,6 +79,17 @@ def memory_two_devices_written(n_params, n_activations, world_size, strategy):
     return memory_per_device(n_params, n_activations, 2, strategy)
 
 
+def memory_in_16_bit(n_params, n_activations, world_size, strategy):
+    """Wrong: 2 bytes per value (the bf16 habit), where the exercise counts fp32."""
+    return memory_per_device(n_params, n_activations, world_size, strategy, bytes_per=2)
+
+
+def memory_activations_in_16_bit(n_params, n_activations, world_size, strategy):
+    """Wrong: the activations at 2 bytes per value (as autocast keeps them), the rest right."""
+    result = memory_per_device(n_params, n_activations, world_size, strategy)
+    return {**result, "activations": result["activations"] // 2}
+
+
 def memory_adam_keeps_a_copy(n_params, n_activations, world_size, strategy):
     """Wrong: 12 bytes per parameter of optimizer state (a copy of the weights counted with Adam's two values)."""
     result = memory_per_device(n_params, n_activations, world_size, strategy)
@@ -116,6 +127,11 @@ def test_memory_accepts_the_right_answer(capsys):
     (memory_two_devices_written, r"strategy='data'\)\['activations'\]: expected 400_000 bytes, got 600_000\.\n"
                                  r"Hint: that is all the activations \(1_200_000 bytes\) divided by 2; under 'data' "
                                  r"each of the 3 devices holds 1/3 of the activations: divide by world_size\.$"),
+    (memory_in_16_bit, r"strategy='single'\)\['params'\]: expected 4_800_000 bytes, got 2_400_000\.\n"
+                       r"Hint: that is the params at 2 bytes per value \(16-bit, as bf16 and fp16 store them\); this "
+                       r"exercise counts fp32: 4 bytes per value\.$"),
+    (memory_activations_in_16_bit, r"strategy='single'\)\['activations'\]: expected 1_200_000 bytes, got 600_000\.\n"
+                                   r"Hint: that is the activations at 2 bytes per value \(16-bit"),
     (memory_adam_keeps_a_copy, r"strategy='single'\)\['optimizer'\]: expected 9_600_000 bytes, got 14_400_000\.\n"
                                r"Hint: that is 12 bytes per parameter; Adam keeps 2 fp32 values per parameter"),
     (memory_activations_in_params, r"strategy='single'\)\['params'\]: expected 4_800_000 bytes, got 6_000_000\.\n"
@@ -324,6 +340,32 @@ def dp_zeroes_a_sample(model, x, y):
         dist.all_reduce(p.grad)
 
 
+def dp_sum_divided_by_the_shard(model, x, y):
+    """Wrong: reduction='sum', then the summed gradients divided by this rank's shard size (2x at a batch of 8 on 2
+    ranks, as if world_size were missing; 7/4 and 7/3 at 7)."""
+    x_shard, y_shard = _shard(x, y)
+    F.mse_loss(model(x_shard), y_shard, reduction="sum").backward()
+    for p in model.parameters():
+        dist.all_reduce(p.grad)
+        p.grad /= len(x_shard)
+
+
+def dp_split_into_pieces_of_world_size(model, x, y):
+    """Wrong: x.split(world_size) makes pieces of world_size samples, not world_size pieces."""
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    x_shard, y_shard = x.split(world_size)[rank], y.split(world_size)[rank]
+    (F.mse_loss(model(x_shard), y_shard) * len(x_shard) / len(x)).backward()
+    for p in model.parameters():
+        dist.all_reduce(p.grad)
+
+
+def dp_first_layer_only(model, x, y):
+    """Wrong: all-reduces the gradients of the first layer only."""
+    _share_backward(model, x, y)
+    for p in model[0].parameters():
+        dist.all_reduce(p.grad)
+
+
 def test_data_parallel_refuses_a_world_size_written_in_before_any_rank_starts(monkeypatch):
     monkeypatch.setattr(lesson01, "run_answers_on_ranks", None)   # starting ranks would raise TypeError
     with pytest.raises(CheckFailed, match=r"^dp_shards_for_two_ranks splits a tensor into 2, a number written in the "
@@ -367,6 +409,17 @@ DP_MISTAKES = [
                           r"tracks \(a loss\)\. Autograd does not see an all_reduce"),
     (dp_bucket_not_copied_back, r"shard alone: dist\.all_reduce ran, but never on a p\.grad: on one flat tensor of "
                                 r"all the gradients \(torch\.cat makes a new tensor\)"),
+    (dp_sum_divided_by_the_shard, r"^batch of 8 samples, rank 0, .*\nHint: this is 2x the right gradient, len\(x\) / "
+                                  r"len\(shard\) = 8/4, and so it is on every batch \(8/4, 7/4, 16/8\): the summed "
+                                  r"gradients were divided by this rank's shard size\. The batch's mean divides the "
+                                  r"sum by the whole batch, len\(x\)"),
+    (dp_split_into_pieces_of_world_size, r"^batch of 8 samples on 2 ranks: samples 4 to 7 were used by no rank .*\n"
+                                         r"Hint: every rank took a run of 2 samples .*A run of world_size samples is "
+                                         r"what x\.split\(world_size\) gives: split\(n\) makes pieces of n samples, "
+                                         r"tensor_split\(n\) makes n pieces\.$"),
+    (dp_first_layer_only, r"^batch of 8 samples, rank 0, 2\.weight\.grad.*\nHint: this is the gradient of this rank's "
+                          r"shard alone: dist\.all_reduce ran on 2 of the 4 parameters' gradients, but not on "
+                          r"2\.weight\.grad\. Every parameter's gradient needs the sum"),
     (dp_divides_twice, r"batch of 8 samples, rank 0, .*\nHint: this is 1/2 of the right gradient \(1/world_size\): "
                        r"every element is off by the same factor"),
     (dp_sums_the_losses, r"batch of 8 samples, rank 0, .*\nHint: this is 8x the right gradient \(the batch size, "
@@ -401,6 +454,20 @@ def test_data_parallel_accepts_other_right_answers(answer, dp_results):
 def test_data_parallel_rejects(wrong, feedback, dp_results):
     with pytest.raises(CheckFailed, match=feedback):
         lesson01.judge_data_parallel_backward(wrong.__name__, dp_results[wrong])
+
+
+def dp_reduces_before_backward(model, x, y):
+    """Wrong: all-reduces the gradients before backward, when every p.grad is still None."""
+    for p in model.parameters():
+        dist.all_reduce(p.grad)
+    _share_backward(model, x, y)
+
+
+def test_data_parallel_says_gradients_exist_only_after_backward():
+    with pytest.raises(CheckFailed, match=r"(?s)raised TypeError inside torch: .*NoneType.*\nwhile running a batch of "
+                                          r"8 samples\..*\nHint: dist\.all_reduce was given None before any backward "
+                                          r"had run: a parameter's \.grad is None until loss\.backward\(\)"):
+        lesson01.run_data_parallel_answers((dp_reduces_before_backward,))
 
 
 def dp_only_rank_0_reduces(model, x, y):

@@ -6,6 +6,7 @@ the feedback that names it. Both checks are pure Python (the planner's arithmeti
 
 from __future__ import annotations
 
+import decimal
 import itertools
 
 import pytest
@@ -100,9 +101,15 @@ def test_model_states_accepts_the_solution(capsys):
     assert "✓ per_gpu_model_states_gb equals the planner's model_state_bytes" in capsys.readouterr().out
 
 
+def in_decimals(params, dp, zero, precision):
+    return {part: decimal.Decimal(params * size) / (dp if zero >= first else 1) / 10**9
+            for part, size, first in zip(PARTS, PER_PARAM[precision], (3, 2, 1))}
+
+
 def test_model_states_accepts_numbers_of_any_kind(capsys):
-    # exact fractions and numpy floats are numbers of GB too
+    # exact fractions, decimals and numpy floats are numbers of GB too
     check_model_states_gb(exact_fractions)
+    check_model_states_gb(in_decimals)
     assert "✓ exact_fractions equals" in capsys.readouterr().out
 
 
@@ -255,6 +262,25 @@ def grad_accum_forgets_dp(model, cluster, global_batch):
     return best.strategy
 
 
+def best_compared_while_none(model, cluster, global_batch):
+    """Wrong: the best plan so far starts as None and the first comparison reads None.tokens_per_second."""
+    best = None
+    for tp in (1, 2, 4, 8):
+        dp = cluster.gpus // tp
+        candidate = plan.evaluate(model, cluster, Strategy(dp=dp, tp=tp, zero=3, grad_accum=global_batch // dp))
+        if candidate.fits and candidate.tokens_per_second > best.tokens_per_second:   # `best is None or` left out
+            best = candidate
+    return best.strategy
+
+
+def nodes_parsed_from_the_name(model, cluster, global_batch):
+    """Wrong, and not about plans: the number of nodes parsed from the cluster's name, a pattern that does not match
+    ("8 x 8 H200" has spaces), so re.match gives None."""
+    import re
+    nodes = int(re.match(r"(\d+)x", cluster.name).group(1))
+    return Strategy(dp=nodes * cluster.gpus_per_node, grad_accum=global_batch // (nodes * cluster.gpus_per_node))
+
+
 def batch_not_divisible(model, cluster, global_batch):
     return Strategy(dp=cluster.gpus, micro_batch=2, grad_accum=max(1, global_batch // (2 * cluster.gpus)))
 
@@ -304,6 +330,12 @@ def test_compare_plans_prints_both_breakdowns_and_fails_in_one_line(capsys):
                                r"151.4 GB\), though under the GPU's whole memory.*Hint: a plan must fit in the usable "
                                r"share of the memory.*Plan.fits"),
     (returns_the_plan, r"returned Plan .*expected a ddp_lab.plan.Strategy"),
+    (best_compared_while_none, r"(?s)raised AttributeError: 'NoneType' object has no attribute 'tokens_per_second'.*"
+                               r"\nHint: the best plan so far is still None when the first candidate is compared with "
+                               r"it.*test whether there is a best plan yet \(best is None\) first"),
+    # a None that is not a plan: the error and its line, no hint about the search
+    (nodes_parsed_from_the_name, r"(?s)raised AttributeError: 'NoneType' object has no attribute 'group'\nwhile "
+                                 r"choosing a plan for gpt3-175b.*re\.match(?!.*Hint)"),
     (the_planners_search, r"^the_planners_search calls ddp_lab.course.plan.search.search, the package's own answer to "
                           r"this exercise"),
 ])

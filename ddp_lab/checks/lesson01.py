@@ -14,8 +14,8 @@ import torch
 import torch.distributed as dist
 
 from ddp_lab.checks import CheckFailed, passed
-from ddp_lab.checks.common import (call_case, describe, ensure_written, first_mismatch, refuse_written_split,
-                                   run_answers_on_ranks, times_of, uniform_ratio)
+from ddp_lab.checks.common import (CaseFailed, call_case, describe, ensure_written, first_mismatch,
+                                   refuse_written_split, run_answers_on_ranks, times_of, uniform_ratio)
 from ddp_lab.course.device_memory import COMPONENTS, SHARDED, STRATEGIES, memory_per_device
 from ddp_lab.instruments.collectives import (call_arguments, replacing_dist_calls, watching_collectives,
                                              watching_requests)
@@ -95,6 +95,9 @@ def _memory_hint(strategy: str, component: str, got, expected, n_params: int, wo
             reason = (f"{strategy} shards only {', '.join(c for c in SHARDED[strategy] if c != 'activations')}"
                       f" (+ activations, as data parallel does); the {component} stay whole on every device")
         return f"under {strategy!r} every device holds all the {component}: {reason}."
+    if got * 2 == expected and world_size != 2:   # 2: the bytes of a 16-bit value, not a count of devices
+        return (f"that is {_NOUN[component]} at 2 bytes per value (16-bit, as bf16 and fp16 store them); this "
+                "exercise counts fp32: 4 bytes per value.")
     if got * 4 == expected:
         return (f"that is the number of {component} values: return bytes, 4 per fp32 value (and Adam's 2 values "
                 "per parameter).")
@@ -182,11 +185,14 @@ def _data_parallel_one(fn) -> list[dict]:
         reduced: list[dict] = []     # what each dist.all_reduce was given, its op, and async_op
         works: list[list] = []       # [an async all_reduce's work handle, whether the answer used it]
         called: set[str] = set()
+        none_given: list[bool] = []   # for each None handed to dist.all_reduce: whether a backward had run
 
         def all_reduce(original):
             def call(*args, **kwargs):
                 given = call_arguments(original, args, kwargs)
-                if given is None:   # torch raises its own error
+                if given is None or given["tensor"] is None:   # torch raises its own error
+                    if given is not None:
+                        none_given.append(bool(computed))
                     return original(*args, **kwargs)
                 async_op = bool(given["async_op"])
                 reduced.append({**_what_is_reduced(given["tensor"], params),
@@ -200,7 +206,11 @@ def _data_parallel_one(fn) -> list[dict]:
 
         with watching_requests() as requests, replacing_dist_calls({"all_reduce": all_reduce}), \
                 watching_collectives({"reduce": (0, "tensor")}, lambda name, _: called.add(name)):
-            call_case(fn, f"running a batch of {size} samples", model, x, y)
+            try:
+                call_case(fn, f"running a batch of {size} samples", model, x, y)
+            except CaseFailed as failed:   # read by _explain_raised
+                failed.none_before_backward = bool(none_given) and not none_given[0]
+                raise
         grads = [None if p.grad is None else p.grad.detach().clone() for p in params]
         unused = sum(not used for _, used in works)
         for work, _ in works:   # let what the answer left running finish before the next batch
@@ -248,7 +258,16 @@ def check_data_parallel_backward(fn, world_size: int = 2, timeout: float = 30.0)
 def run_data_parallel_answers(answers: tuple, world_size: int = 2, timeout: float = 30.0,
                               name: str = "data_parallel_backward") -> list[list[list[dict]]]:
     """Run each answer on the same ranks (one launch); [answer][rank][batch] -> what its run on that batch showed."""
-    return run_answers_on_ranks(_data_parallel_runner, answers, world_size, timeout, name)
+    return run_answers_on_ranks(_data_parallel_runner, answers, world_size, timeout, name, explain=_explain_raised)
+
+
+def _explain_raised(failure) -> str | None:
+    """The hint for a rank whose answer raised after handing dist.all_reduce None before any backward (a p.grad
+    that does not exist yet); None for anything else."""
+    if not getattr(failure.exception, "none_before_backward", False):
+        return None
+    return ("dist.all_reduce was given None before any backward had run: a parameter's .grad is None until "
+            "loss.backward() computes it. All-reduce the gradients after backward.")
 
 
 def judge_data_parallel_backward(name: str, results: list[list[dict]]) -> str:
@@ -278,7 +297,7 @@ def judge_data_parallel_backward(name: str, results: list[list[dict]]) -> str:
                 _unwaited(report, expected, names, rank, size, name)
             for position, (got, want) in enumerate(zip(report["grads"], expected)):
                 _compare_grad(got, want, names[position], position, rank, (x, y), world_size, shards, report,
-                              right, name)
+                              right, name, results[rank])
     return (f"{name}: each of {world_size} ranks used only its shard and holds the full-batch gradient "
             f"(batches of {', '.join(map(str, BATCHES[:-1]))} and {BATCHES[-1]})")
 
@@ -321,7 +340,9 @@ def _check_shards(shards: list[list[int]], size: int, world_size: int, earlier: 
                 + (f"The shard size was {run} in the batch{'es' if len(same) > 1 else ''} of "
                    f"{' and '.join(map(str, same))} too: a shard size written as a number fits only some batch "
                    "sizes. " if same else "")
-                + "Work each shard out from len(x) and world_size; torch.tensor_split covers every sample.")
+                + ("A run of world_size samples is what x.split(world_size) gives: split(n) makes pieces of n "
+                   "samples, tensor_split(n) makes n pieces." if run == world_size else
+                   "Work each shard out from len(x) and world_size; torch.tensor_split covers every sample."))
     else:
         hint = ("every sample must go to exactly one rank: torch.tensor_split(world_size) gives world_size shards "
                 "that together cover the batch, whatever its size.")
@@ -381,11 +402,30 @@ def _reduced_elsewhere(reduced: list[dict]) -> str:
     return _REDUCED[kind]
 
 
-def _compare_grad(got, want, pname, position, rank, batch, world_size, shards, report, right, name) -> None:
+def _scaled_by_shard(history) -> str:
+    """'8/4, 7/4, 16/8' (one a batch) where on every batch of BATCHES the rank's gradients are len(x) / len(shard)
+    times the right ones (the sum divided by the shard's size), else ''."""
+    scales = []
+    for size, report in zip(BATCHES, history):
+        x, y = make_batch(size)
+        own = _sample_indices(report["seen"], x)
+        if not own or any(g is None for g in report["grads"]):
+            return ""
+        got = torch.cat([g.flatten() for g in report["grads"]])
+        ratio = uniform_ratio(got, torch.cat([g.flatten() for g in _reference_grads(x, y)]))
+        if ratio is None or abs(ratio - size / len(own)) > 1e-4 * ratio:
+            return ""
+        scales.append(f"{size}/{len(own)}")
+    return ", ".join(scales) if len(history) == len(BATCHES) else ""
+
+
+def _compare_grad(got, want, pname, position, rank, batch, world_size, shards, report, right, name,
+                  history=()) -> None:
     """CheckFailed if a rank's gradient differs from the full batch's; the hint from the values and from what
     `report` (the rank's `_data_parallel_runner` report) saw: which gradients backward computed, what
     dist.all_reduce was given (with its op and async_op), whether dist.reduce ran. `right`: the ranks whose
-    every gradient is right; `name`: the answer's, for messages."""
+    every gradient is right; `name`: the answer's, for messages; `history`: the rank's reports on every batch of
+    BATCHES, whose gradients tell a scale that fits one batch size by chance from one that fits all."""
     x, y = batch
     where = f"batch of {len(x)} samples, rank {rank}, {pname}.grad"
     reduced = report["reduced"]
@@ -409,7 +449,14 @@ def _compare_grad(got, want, pname, position, rank, batch, world_size, shards, r
     ratio = uniform_ratio(got, want)
     ops = sorted({r["op"] for r in on_grad} - {"SUM", "AVG"})   # AVG of shares scaled by world_size is right
     others = [r for r in right if r != rank]
-    if first_mismatch(got, want * world_size) is None:
+    times_world_size = first_mismatch(got, want * world_size) is None
+    by_shard = _scaled_by_shard(history) if times_world_size else ""   # 2x at 8 by chance: 7/4 at 7
+    if by_shard:
+        hint = (f"this is {times_of(len(x) / len(own))} the right gradient, len(x) / len(shard) = {len(x)}/{len(own)}, "
+                f"and so it is on every batch ({by_shard}): the summed gradients were divided by "
+                "this rank's shard size. The batch's mean divides the sum by the whole batch, len(x) (world_size "
+                "gives the same only when the batch divides evenly).")
+    elif times_world_size:
         hint = f"this is {world_size}x the right gradient: all_reduce SUMS; divide by world_size for the mean."
     elif others and "reduce" in report["called"]:
         hint = (f"rank {others[0]} ends with the right gradient, rank {rank} does not: dist.reduce ran, and it "
@@ -418,6 +465,11 @@ def _compare_grad(got, want, pname, position, rank, batch, world_size, shards, r
         hint = ("this is the gradient of this rank's shard alone, although dist.all_reduce(p.grad, async_op=True) "
                 f"ran on it: the sum had not arrived when {name} returned. Call .wait() on the work it returns "
                 "before returning.")
+    elif alone and not on_grad and any(r["kind"] == "grad" for r in reduced):
+        summed = len({r["position"] for r in reduced if r["kind"] == "grad"})
+        hint = (f"this is the gradient of this rank's shard alone: dist.all_reduce ran on {summed} of the "
+                f"{len(report['grads'])} parameters' gradients, but not on {pname}.grad. Every parameter's "
+                "gradient needs the sum: all-reduce each of model.parameters().")
     elif alone and reduced and not any(r["kind"] == "grad" for r in reduced):
         hint = (f"this is the gradient of this rank's shard alone: dist.all_reduce ran, but never on a p.grad: "
                 f"{_reduced_elsewhere(reduced)}.")

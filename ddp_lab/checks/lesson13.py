@@ -15,6 +15,7 @@ Introduced in notebooks/13-plan-your-training-run.ipynb.
 
 from __future__ import annotations
 
+import decimal
 import functools
 import math
 import numbers
@@ -74,9 +75,10 @@ def check_model_states_gb(per_gpu_model_states_gb) -> None:
                               f"(GB on one GPU), e.g. {_show(want)}.")
         for part in PARTS:
             value = got[part]
-            if not isinstance(value, numbers.Real) or isinstance(value, bool):
+            # Decimal is no numbers.Real (it refuses float arithmetic) but is a number of GB all the same
+            if not isinstance(value, (numbers.Real, decimal.Decimal)) or isinstance(value, bool):
                 raise CheckFailed(f"{case}[{part!r}] is {type(value).__name__} {value!r}; expected a number of GB.")
-            value = float(value)   # a Fraction or a numpy float is a number of GB too
+            value = float(value)   # a Fraction, a Decimal or a numpy float is a number of GB too
             if not math.isclose(value, want[part], rel_tol=1e-9):
                 hint = _model_state_hint(part, value, params, dp, zero, precision)
                 shown, expected = two_numbers(value, want[part])
@@ -186,12 +188,7 @@ def check_choose_plan(choose_plan) -> None:
             with watching_calls(CHOOSE_PLAN_ANSWERS) as called:
                 strategy = choose_plan(model, cluster, global_batch)
         except Exception as error:
-            hint = None
-            if isinstance(error, AttributeError) and "'NoneType'" in str(error):  # best = None ... best.strategy
-                hint = ("your search ended without a plan (None): none of the candidates it tried fits this run. "
-                        "plan.search(model, cluster, top=1, global_batch=global_batch), run in a cell of its own, "
-                        "shows one that does.")
-            raise answer_raised(name, error, f"choosing a plan for {where}", hint) from None
+            raise answer_raised(name, error, f"choosing a plan for {where}", _none_read_hint(error)) from None
         if called:
             raise package_answer_used(name, called)
         if not isinstance(strategy, Strategy):
@@ -254,6 +251,26 @@ def check_choose_plan(choose_plan) -> None:
                               f"Hint: {_slower(chosen, best)}")
     passed(f"{name}: a plan that fits, uses every GPU, keeps TP inside a node and is within "
            f"{TOLERANCE:.0%} of the best predicted throughput, for all {len(_scenarios())} models and clusters")
+
+
+# what a search reads from the best Plan so far when it compares a candidate with it
+PLAN_COMPARED = ("tokens_per_second", "time", "mfu", "memory", "fits", "margin")
+
+
+def _none_read_hint(error: Exception) -> str | None:
+    """The hint for an answer that read an attribute of None (the best plan so far, still None), or None where the
+    error is another one."""
+    if not isinstance(error, AttributeError) or getattr(error, "obj", ...) is not None:
+        return None
+    if error.name == "strategy":   # best = None ... return best.strategy
+        return ("your search ended without a plan (None): none of the candidates it tried fits this run. "
+                "plan.search(model, cluster, top=1, global_batch=global_batch), run in a cell of its own, "
+                "shows one that does.")
+    if error.name in PLAN_COMPARED:   # best = None ... c.tokens_per_second > best.tokens_per_second
+        return (f"the best plan so far is still None when the first candidate is compared with it, and None has no "
+                f".{error.name}: test whether there is a best plan yet (best is None) first, and keep the first "
+                "candidate that fits without comparing.")
+    return None
 
 
 def _chooses_over_whole_memory(choose_plan, start: int) -> bool:
