@@ -247,6 +247,79 @@ def rs_stub(tensor):
     raise NotImplementedError("shift the schedule by one chunk")
 
 
+def rs_sends_the_original_chunks(tensor):
+    """Wrong: the right indices, but every send is a chunk of the caller's tensor, while the sums go into copies made
+    before the loop: what a rank passes on never holds what it added."""
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    original = tensor.tensor_split(world_size)
+    chunks = [chunk.clone() for chunk in original]
+    for step in range(world_size - 1):
+        send_index, recv_index = (rank - step - 1) % world_size, (rank - step - 2) % world_size
+        incoming = torch.empty_like(chunks[recv_index])
+        request = dist.isend(original[send_index], (rank + 1) % world_size)
+        dist.recv(incoming, (rank - 1) % world_size)
+        request.wait()
+        chunks[recv_index] += incoming
+    return chunks[rank]
+
+
+def rs_other_way(tensor):
+    """Right: a ring that sends to rank - 1, with the indices of a ring running that way."""
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    chunks = [chunk.clone() for chunk in tensor.tensor_split(world_size)]
+    for step in range(world_size - 1):
+        send_index, recv_index = (rank + step + 1) % world_size, (rank + step + 2) % world_size
+        incoming = torch.empty_like(chunks[recv_index])
+        request = dist.isend(chunks[send_index], (rank - 1) % world_size)
+        dist.recv(incoming, (rank + 1) % world_size)
+        request.wait()
+        chunks[recv_index] += incoming
+    return chunks[rank]
+
+
+def rs_peers_swapped(tensor):
+    """Wrong: the exercise's indices, but sent to rank - 1 and received from rank + 1 (a ring running the other
+    way): with chunks of different sizes, a message and its buffer differ in size, and gloo aborts."""
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    chunks = [chunk.clone() for chunk in tensor.tensor_split(world_size)]
+    for step in range(world_size - 1):
+        send_index, recv_index = (rank - step - 1) % world_size, (rank - step - 2) % world_size
+        incoming = torch.empty_like(chunks[recv_index])
+        request = dist.isend(chunks[send_index], (rank - 1) % world_size)
+        dist.recv(incoming, (rank + 1) % world_size)
+        request.wait()
+        chunks[recv_index] += incoming
+    return chunks[rank]
+
+
+def rs_split_by_size(tensor):
+    """Wrong: tensor.split(world_size), which makes pieces of world_size elements: 1 piece of 2 elements."""
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    chunks = [chunk.clone() for chunk in tensor.split(world_size)]
+    for step in range(world_size - 1):
+        send_index, recv_index = (rank - step - 1) % world_size, (rank - step - 2) % world_size
+        incoming = torch.empty_like(chunks[recv_index])
+        request = dist.isend(chunks[send_index], (rank + 1) % world_size)
+        dist.recv(incoming, (rank - 1) % world_size)
+        request.wait()
+        chunks[recv_index] += incoming
+    return chunks[rank]
+
+
+def rs_receives_where_it_sends(tensor):
+    """Wrong: the receive index equals the send index; the buffer is shaped like the chunk of that index."""
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    chunks = [chunk.clone() for chunk in tensor.tensor_split(world_size)]
+    for step in range(world_size - 1):
+        send_index = recv_index = (rank - step - 1) % world_size
+        incoming = torch.empty_like(chunks[recv_index])
+        request = dist.isend(chunks[send_index], (rank + 1) % world_size)
+        dist.recv(incoming, (rank - 1) % world_size)
+        request.wait()
+        chunks[recv_index] += incoming
+    return chunks[rank]
+
+
 RS_RETURNING = {   # wrong answers that return: they run one after the other in one launch
     rs_lesson_schedule_own_chunk: r"rank 0, tensor of 12 .*\nHint: it is this rank's own chunk 0, unchanged.*"
                                   r"lesson's schedule",
@@ -268,12 +341,18 @@ RS_RETURNING = {   # wrong answers that return: they run one after the other in 
                r"dist\.reduce_scatter returns the input's dtype",
     rs_unsqueezed: r"rank 0, tensor of 12 .*got a tensor of shape \(1, 4\).*\nHint: the 4 elements are there, in the "
                    r"shape \(1, 4\): return the chunk as the 1-D tensor tensor_split gives, shape \(4,\)\.$",
+    rs_sends_the_original_chunks: r"(?s)rank 0, tensor of 12 .*\nHint: it is the sum over ranks \[0, 2\] only.*check "
+                                  r"the send and receive indices against that, or the tensor sent is not the one the "
+                                  r"additions went into: in step 1 this rank sent from the caller's tensor",
 }
+
+
+RS_RIGHT = (rs_batched, rs_other_way)   # right answers written another way: in the same launch
 
 
 @pytest.fixture(scope="module")
 def rs_results():
-    answers = (*RS_RETURNING, rs_batched)
+    answers = (*RS_RETURNING, *RS_RIGHT)
     runs = run_answers(_reduce_runner, answers, (REDUCE_SIZES, 3, "reduce-scattering"), name="rs")
     return dict(zip(answers, runs))
 
@@ -287,6 +366,11 @@ def test_ring_reduce_scatter_names_wrong_results(wrong, rs_results):
 def test_ring_reduce_scatter_accepts_batch_isend_irecv(rs_results):
     """P2POp accepts only dist.isend/irecv themselves: the check's recording stand-ins must keep that identity."""
     assert judge_reduce_scatter("rs_batched", rs_results[rs_batched]).startswith("rs_batched")
+
+
+def test_ring_reduce_scatter_accepts_a_ring_running_the_other_way(rs_results):
+    """The hints on a ring run backwards (rs_peers_swapped) need the exercise's indices: this ring has its own."""
+    assert judge_reduce_scatter("rs_other_way", rs_results[rs_other_way]).startswith("rs_other_way")
 
 
 @pytest.mark.parametrize("wrong, feedback", [   # each raises on the ranks, which ends its launch: one launch each
@@ -309,6 +393,23 @@ def test_ring_reduce_scatter_accepts_batch_isend_irecv(rs_results):
                       r"elements, for tensors of 12, 10, 7, 2 and 16 elements alike"),
 ])
 def test_ring_reduce_scatter_rejects(wrong, feedback):
+    with pytest.raises(CheckFailed, match=feedback):
+        check_ring_reduce_scatter(wrong)
+
+
+@pytest.mark.parametrize("wrong, feedback", [   # each crashes on the ranks: a launch each
+    (rs_peers_swapped, r"(?s)SIGABRT.*What the ranks did: in step \d of the tensor of 10 elements.*every rank sent to "
+                       r"rank - 1 and received from rank \+ 1.*\nHint: you send to \(rank - 1\) and receive from "
+                       r"\(rank \+ 1\), while the exercise's indices are for a ring that sends to \(rank \+ 1\) % "
+                       r"world_size"),
+    (rs_split_by_size, r"(?s)raised IndexError.*tensor of 2 elements on 3 ranks.*\nHint: with 2 elements on 3 ranks, "
+                       r"tensor\.split\(3\) returns 1 piece\(s\).*split\(n\) makes pieces of n elements, "
+                       r"tensor_split\(n\) makes n pieces"),
+    (rs_receives_where_it_sends, r"(?s)SIGABRT.*What the ranks did: in step \d of the tensor of 10 elements.*\nHint: "
+                                 r"the receive buffer has the wrong size .*the buffer, and the chunk it is added into, "
+                                 r"must both be chunk \(rank - step - 2\) % world_size, one behind the chunk sent"),
+])
+def test_ring_reduce_scatter_rejects_index_mistakes(wrong, feedback):
     with pytest.raises(CheckFailed, match=feedback):
         check_ring_reduce_scatter(wrong)
 
@@ -520,6 +621,53 @@ def gather_checks_its_requests(tensor):
     return gathered
 
 
+def gather_sends_a_slot_not_filled_yet(tensor):
+    """Wrong: in step s sends entry (r - s - 1) % N, the one it is about to receive, still the zeros it was made
+    with: every message holds zeros."""
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    gathered = [torch.zeros_like(tensor) for _ in range(world_size)]
+    gathered[rank] = tensor.clone()
+    for step in range(world_size - 1):
+        incoming = torch.empty_like(tensor)
+        request = dist.isend(gathered[(rank - step - 1) % world_size], (rank + 1) % world_size)
+        dist.recv(incoming, (rank - 1) % world_size)
+        request.wait()
+        gathered[(rank - step - 1) % world_size] = incoming
+    return gathered
+
+
+def gather_reversed_arrival_order(tensor):
+    """Wrong: the tensors in the order they arrived (own first), then reversed: every rank's tensor, in another
+    order; the tensor that arrived last lands in entry 0, the own entry of rank 0."""
+    return gather_in_arrival_order(tensor)[::-1]
+
+
+def gather_peers_swapped(tensor):
+    """Wrong: the exercise's indices, but sent to rank - 1 and received from rank + 1."""
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    gathered = [torch.empty_like(tensor) for _ in range(world_size)]
+    gathered[rank] = tensor.clone()
+    for step in range(world_size - 1):
+        send_index, recv_index = (rank - step) % world_size, (rank - step - 1) % world_size
+        request = dist.isend(gathered[send_index], (rank - 1) % world_size)
+        dist.recv(gathered[recv_index], (rank + 1) % world_size)
+        request.wait()
+    return gathered
+
+
+def gather_other_way(tensor):
+    """Right: a ring that sends to rank - 1, with the indices of a ring running that way."""
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    gathered = [torch.empty_like(tensor) for _ in range(world_size)]
+    gathered[rank] = tensor.clone()
+    for step in range(world_size - 1):
+        send_index, recv_index = (rank + step) % world_size, (rank + step + 1) % world_size
+        request = dist.isend(gathered[send_index], (rank - 1) % world_size)
+        dist.recv(gathered[recv_index], (rank + 1) % world_size)
+        request.wait()
+    return gathered
+
+
 def gather_receives_from_the_right(tensor):
     """Wrong: irecv from the right neighbour (which sends to its own right), then wait on it: a hang in the wait."""
     rank, world_size = dist.get_rank(), dist.get_world_size()
@@ -545,12 +693,21 @@ AG_RETURNING = {   # wrong answers that return: one launch for all of them
                               r"N - 1 = 2 steps",
     gather_swapped_indices: r"rank 0, .*entry 0, .*\nHint: receive 1 of this rank wrote into its own slot, entry 0, "
                             r"replacing what it held",
+    gather_sends_a_slot_not_filled_yet: r"rank 0, .*entry 1, .*got 0\.000000\.\nHint: entry 1 holds only zeros, and it "
+                                        r"is the buffer receive \d of this rank wrote into: the message itself held "
+                                        r"zeros.*the entry of rank \(r - s\) % world_size\.$",
+    gather_reversed_arrival_order: r"rank 0, .*entry 0, .*\nHint: entry 0 holds rank 1's tensor: every entry holds "
+                                   r"some rank's tensor, in another order \(entry 0: rank 1's, entry 1: rank 2's, "
+                                   r"entry 2: rank 0's\)\. Order the list by source rank",
+    gather_peers_swapped: r"rank 0, .*\nHint: this rank sent to rank 2, \(rank - 1\), and received from rank 1, "
+                          r"\(rank \+ 1\).*the exercise's indices are for a ring that sends to \(rank \+ 1\) % "
+                          r"world_size",
 }
 
 
 @pytest.fixture(scope="module")
 def ag_results():
-    answers = (*AG_RETURNING, gather_checks_its_requests)
+    answers = (*AG_RETURNING, gather_checks_its_requests, gather_other_way)
     return dict(zip(answers, run_answers(_all_gather_runner, answers, (GATHER_SIZES, 3), name="ag")))
 
 
@@ -563,6 +720,11 @@ def test_ring_all_gather_names_wrong_results(wrong, ag_results):
 def test_ring_all_gather_accepts_requests_checked_and_waited_through_the_class(ag_results):
     assert judge_all_gather("gather_checks_its_requests", ag_results[gather_checks_its_requests]).startswith(
         "gather_checks_its_requests")
+
+
+def test_ring_all_gather_accepts_a_ring_running_the_other_way(ag_results):
+    """The hint on a ring run backwards (gather_peers_swapped) needs the exercise's indices: this ring has its own."""
+    assert judge_all_gather("gather_other_way", ag_results[gather_other_way]).startswith("gather_other_way")
 
 
 def test_a_rank_blocked_in_a_wait_is_not_said_to_have_never_waited():
@@ -712,6 +874,11 @@ def mean_pads_by_four(tensor):
     return torch.cat([piece[:size] for piece, size in zip(pieces, sizes)]) / world_size
 
 
+def mean_floor_divided(tensor):
+    """Wrong: divides with //, which floors a tensor's values."""
+    return all_reduce_mean(tensor, divide=False) // dist.get_world_size()
+
+
 def mean_before_exercise_1(tensor):
     """Exercise 3 written while exercise 1 is still the stub: the message names the stub."""
     return rs_stub(tensor)
@@ -737,6 +904,8 @@ MEAN_RETURNING = {   # wrong answers that return: one launch for all of them
     mean_pads_by_four: r"(?s)rank 0, tensor of 16 elements.*got a tensor of shape \(12,\).*\nHint: every entry holds "
                        r"only the first 4 elements of its chunk .* 4 is the largest chunk of 12 and of 10 "
                        r"elements, which passed",
+    mean_floor_divided: r"rank 0, tensor of 12 .*\nHint: these are the mean's values rounded down to whole numbers: "
+                        r"`//` on tensors floors their values .*Divide with `/`\.$",
 }
 
 

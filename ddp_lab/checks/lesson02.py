@@ -18,6 +18,7 @@ Introduced in notebooks/02-collectives.ipynb.
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import itertools
 import os
@@ -30,7 +31,8 @@ import torch.distributed as dist
 
 from ddp_lab.checks import CheckFailed, passed
 from ddp_lab.checks.common import (CaseFailed, call_case, describe, ensure_written, first_mismatch,
-                                   only_point_to_point, refuse_written_modulus, run_answers_on_ranks, run_on_ranks)
+                                   only_point_to_point, refuse_written_modulus, run_answers_on_ranks, run_on_ranks,
+                                   source_tree)
 from ddp_lab.checks.p2p_log import (RECEIVES, SENDS, Call, log_path, logging_point_to_point, read_log,
                                     receives_never_waited, watching_point_to_point)
 
@@ -56,10 +58,12 @@ def _returned(value):
     return value.detach().clone() if torch.is_tensor(value) else value
 
 
-def _recording_receives(receive_buffers: list[list], requests: list[dict] | None = None):
+def _recording_receives(receive_buffers: list[list], requests: list[dict] | None = None,
+                        sends: list[list] | None = None):
     """Inside a rank: append the buffer address (data_ptr; None: no tensor) of every recv/irecv the answer makes to
-    receive_buffers[-1], and, with `requests`, {call number: 'isend' or 'irecv'} of every request the answer started
-    and has not waited for to requests[-1] (a context manager)."""
+    receive_buffers[-1], with `requests`, {call number: 'isend' or 'irecv'} of every request the answer started
+    and has not waited for to requests[-1], and with `sends`, (peer, address of the tensor sent) of every send/isend
+    to sends[-1] (a context manager)."""
     started: dict[int, dict] = {}
     number = [0]
 
@@ -67,6 +71,8 @@ def _recording_receives(receive_buffers: list[list], requests: list[dict] | None
         number[0] += 1
         if op in RECEIVES:
             receive_buffers[-1].append(tensor.data_ptr() if torch.is_tensor(tensor) else None)
+        elif sends is not None and op in SENDS:
+            sends[-1].append((peer, tensor.data_ptr() if torch.is_tensor(tensor) else None))
         if requests is not None and op in ("isend", "irecv"):
             requests[-1][number[0]] = op
             started[number[0]] = requests[-1]
@@ -103,7 +109,8 @@ def _logging_case(log_directory: str | None, size: int, rank: int):
 
 
 def _reduce_runner(rank: int, fn, sizes, world_size: int, verb: str, log_directory: str | None = None):
-    """On one rank: the library's all_reduce for every size (the reference), then the answer.
+    """On one rank: the library's all_reduce for every size (the reference), then the answer; with, for each case,
+    the steps (0-based sends) whose tensor lay in the caller's tensor (`input_sent`).
 
     With a `log_directory`, the answer's sends and receives are logged there, one folder per case (`_read_cases`).
     """
@@ -112,38 +119,50 @@ def _reduce_runner(rank: int, fn, sizes, world_size: int, verb: str, log_directo
         total = rank_input(rank, size)
         dist.all_reduce(total)  # SUM over ranks, computed by torch.distributed itself
         references.append(total)
-    outputs, receives, requests, changed = [], [], [], []
-    with only_point_to_point(), _recording_receives(receives, requests):
+    outputs, receives, requests, changed, sends, input_sent = [], [], [], [], [], []
+    with only_point_to_point(), _recording_receives(receives, requests, sends):
         for size in sizes:
             receives.append([])
             requests.append({})
+            sends.append([])
             given = rank_input(rank, size)
+            start = given.untyped_storage().data_ptr()
+            end = start + given.untyped_storage().nbytes()
             with _logging_case(log_directory, size, rank):
                 out = call_case(fn, f"{verb} a tensor of {size} elements on {world_size} ranks", given)
             outputs.append(_returned(out))
             changed.append(not torch.equal(given, rank_input(rank, size)))   # the caller's tensor, written into
+            input_sent.append([step for step, (_, address) in enumerate(sends[-1])
+                               if address is not None and start <= address < end])
     return {"sums": references, "outputs": outputs, "receives": [len(buffers) for buffers in receives],
-            "unwaited": [_unwaited(started) for started in requests], "input_changed": changed}
+            "unwaited": [_unwaited(started) for started in requests], "input_changed": changed,
+            "input_sent": input_sent}
 
 
 def _all_gather_runner(rank: int, fn, sizes, world_size: int, log_directory: str | None = None):
-    """On one rank: the answer for every size; what it returned, how often it received, and which receive (1-based)
-    wrote into the storage of the rank's own entry (None: none did). With a `log_directory`, as `_reduce_runner`."""
-    outputs, receives, own_slot_receives, requests = [], [], [], []
-    with only_point_to_point(), _recording_receives(receives, requests):
+    """On one rank: the answer for every size; what it returned, how often it received, which receive (1-based)
+    wrote into the storage of each entry (None: none did), the rank's own entry's among them, and the peer of every
+    send. With a `log_directory`, as `_reduce_runner`."""
+    outputs, receives, entry_receives, requests, sends = [], [], [], [], []
+    with only_point_to_point(), _recording_receives(receives, requests, sends):
         for size in sizes:
             receives.append([])
             requests.append({})
+            sends.append([])
             with _logging_case(log_directory, size, rank):
                 out = call_case(fn, f"gathering tensors of {size} elements on {world_size} ranks",
                                 rank_input(rank, size).clone())
-            own = out[rank] if isinstance(out, (list, tuple)) and len(out) > rank else None
-            own_address = own.data_ptr() if torch.is_tensor(own) and own.numel() else None
-            own_slot_receives.append(next((number for number, address in enumerate(receives[-1], 1)
-                                           if own_address is not None and address == own_address), None))
+            entries = out if isinstance(out, (list, tuple)) else []
+            addresses = [entry.data_ptr() if torch.is_tensor(entry) and entry.numel() else None for entry in entries]
+            entry_receives.append([next((number for number, buffer in enumerate(receives[-1], 1)
+                                         if address is not None and buffer == address), None)
+                                   for address in addresses])
             outputs.append([_returned(t) for t in out] if isinstance(out, (list, tuple)) else _returned(out))
+    own_slot_receives = [numbers[rank] if len(numbers) > rank else None for numbers in entry_receives]
     return {"outputs": outputs, "receives": [len(buffers) for buffers in receives],
-            "own_slot_receives": own_slot_receives, "unwaited": [_unwaited(started) for started in requests]}
+            "own_slot_receives": own_slot_receives, "entry_receives": entry_receives,
+            "send_peers": [[peer for peer, _ in case] for case in sends],
+            "unwaited": [_unwaited(started) for started in requests]}
 
 
 def _read_cases(log_directory: str, sizes, world_size: int) -> dict[int, dict[int, list[Call]]]:
@@ -287,18 +306,43 @@ def check_ring_reduce_scatter(ring_reduce_scatter, world_size: int = WORLD_SIZE,
                 "its right neighbour received into a chunk of another size (10 elements on 3 ranks: chunks "
                 "of 4, 3, 3). What rank r sends in step s, rank r + 1 must receive in step s: the send "
                 "index of rank r must equal the recv index of rank r + 1.")
+    splits = _splits_by_size(ring_reduce_scatter)
     with tempfile.TemporaryDirectory(prefix="ddp_lab-check02-") as logs:
         results = run_on_ranks(_reduce_runner, (ring_reduce_scatter, REDUCE_SIZES, world_size, "reduce-scattering",
                                                 logs), world_size, timeout, name,
-                               explain=lambda failure: _explain_reduce_scatter(failure, world_size, logs, mismatch),
+                               explain=lambda failure: _explain_reduce_scatter(failure, world_size, logs, mismatch,
+                                                                               splits),
                                timeout_hint=_hang_hint(logs, REDUCE_SIZES, world_size))
     passed(judge_reduce_scatter(name, results, world_size))
 
 
-def _explain_reduce_scatter(failure, world_size: int, log_directory: str, index_mismatch: str) -> str | None:
-    """The failure hint of the reduce-scatter check: a chunk index past the end, or, from the logged sizes, a
-    receive whose buffer differs in size from the message matched to it (`_receive_size_hint`)."""
+def _splits_by_size(fn) -> bool:
+    """Whether fn's source cuts a tensor with split (`tensor.split(n)`, `torch.split(t, n)`), given a number of
+    pieces that is no list of sizes, and never calls chunk: split's n is the size of a piece, not their number."""
+    tree = source_tree(fn)
+    if tree is None:
+        return False
+    calls = [node for node in ast.walk(tree) if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)]
+    if any(call.func.attr == "chunk" for call in calls):
+        return False
+    return any(call.func.attr == "split" and call.args and not isinstance(call.args[-1], (ast.List, ast.Tuple))
+               for call in calls)
+
+
+def _explain_reduce_scatter(failure, world_size: int, log_directory: str, index_mismatch: str,
+                            splits: bool = False) -> str | None:
+    """The failure hint of the reduce-scatter check: a chunk index past the end (with `splits`, from chunks cut by
+    `tensor.split(n)`), or, from the logged sizes, a receive whose buffer differs in size from the message matched
+    to it (`_receive_size_hint`)."""
     exception = failure.exception
+    size = _case_size(failure)
+    if splits and isinstance(exception, CaseFailed) and exception.kind == "IndexError" and size is not None:
+        pieces = len(torch.empty(size).split(world_size))
+        if pieces < world_size:
+            return (f"with {size} elements on {world_size} ranks, tensor.split({world_size}) returns {pieces} "
+                    "piece(s), so a chunk index runs past the end: split(n) makes pieces of n elements, "
+                    "tensor_split(n) makes n pieces. Split with tensor.tensor_split(world_size), which always "
+                    "returns world_size chunks (here some are empty).")
     if not (isinstance(exception, CaseFailed) and exception.kind == "IndexError"):
         logs = _read_cases(log_directory, REDUCE_SIZES, world_size)
         hint = _receive_size_hint(logs, failure.rank, world_size, index_mismatch)
@@ -365,6 +409,28 @@ def _off_schedule_send(logs: dict, size: int, world_size: int) -> tuple[int, int
     return None
 
 
+def _backwards_ring(logs: dict, size: int, world_size: int) -> bool:
+    """Whether, in the case of `size` elements, every rank sent only to rank - 1 and received only from rank + 1,
+    each send carrying the size of the chunk the exercise's index (r - s - 1) % N names in its step, and some send
+    not the size of the chunk a ring running that way sends ((r + s + 1) % N): the exercise's indices, peers
+    swapped."""
+    sizes = chunk_sizes(size, world_size)
+    if world_size < 3 or any(size not in logs[rank] for rank in range(world_size)):
+        return False
+    other_way = False
+    for rank in range(world_size):
+        transfers = logs[rank][size]
+        sends = [transfer for transfer in transfers if transfer.op in SENDS]
+        if not sends or any(_direction(rank, transfer.peer, world_size, transfer.op in SENDS) != -1
+                            for transfer in transfers):
+            return False
+        for step, transfer in enumerate(sends):
+            if transfer.elements != sizes[(rank - step - 1) % world_size]:
+                return False
+            other_way = other_way or transfer.elements != sizes[(rank + step + 1) % world_size]
+    return other_way
+
+
 def _receive_size_hint(logs: dict, first: int, world_size: int, index_mismatch: str) -> str | None:
     """What the ranks did and a hint, for a receive whose buffer differs in size from the message matched to it."""
     found = _mismatched_receive(logs, first, world_size)
@@ -374,6 +440,11 @@ def _receive_size_hint(logs: dict, first: int, world_size: int, index_mismatch: 
     sizes = chunk_sizes(size, world_size)
     did = (f"What the ranks did: in step {step} of the tensor of {size} elements (tensor_split's chunks: {sizes}), "
            f"rank {rank} received into a buffer of {buffer} element(s) the {sent} element(s) rank {peer} sent")
+    if _backwards_ring(logs, size, world_size):
+        return (f"{did}; every rank sent to rank - 1 and received from rank + 1, and every send carried the size of "
+                "the chunk the exercise's index (rank - step - 1) % N names.\nHint: you send to (rank - 1) and "
+                "receive from (rank + 1), while the exercise's indices are for a ring that sends to (rank + 1) % "
+                "world_size and receives from (rank - 1) % world_size: swap the two peers.")
     off = _off_schedule_send(logs, size, world_size)
     if off:
         sender, sender_step, elements, chunk = off
@@ -392,8 +463,13 @@ def _receive_size_hint(logs: dict, first: int, world_size: int, index_mismatch: 
     elif all(elements == size // world_size for elements, _ in buffers):
         how = f" (every receive buffer here has len(tensor) // world_size = {size // world_size} elements)"
     elif all(elements == sent_in_step for elements, sent_in_step in buffers):
-        how = (" (every receive buffer here is as large as the chunk the same rank sends in that step, not the one "
-               "it receives)")
+        return (f"{did}. Every send so far has the size of the chunk the schedule sends in its step, so what arrived "
+                f"is chunk {arriving}, the chunk rank {rank} adds it into in that step.\nHint: the receive buffer has "
+                "the wrong size (every receive buffer here is as large as the chunk the same rank sends in that step, "
+                "not the one it receives): the buffer, and the chunk it is added into, must both be chunk "
+                f"(rank {sign} step {sign} 2) % world_size, one behind the chunk sent, (rank {sign} step {sign} 1) % "
+                "world_size; tensor_split's chunks differ by one element when the size does not divide by "
+                "world_size.")
     else:
         how = ""
     return (f"{did}. Every send so far has the size of the chunk the schedule sends in its step (rank r sends chunk "
@@ -454,9 +530,11 @@ def judge_reduce_scatter(name: str, results: list, world_size: int = WORLD_SIZE)
         inputs = [rank_input(rank, size) for rank in range(world_size)]
         for rank in range(world_size):
             expected = results[rank]["sums"][case].tensor_split(world_size)[rank]
+            changed = results[rank].get("input_changed", [False] * len(REDUCE_SIZES))[case]
+            input_sent = () if changed else results[rank].get("input_sent", [()] * len(REDUCE_SIZES))[case]
             _judged_with_requests(results[rank], case, size, rank, lambda: _compare_reduce_scatter(
                 results[rank]["outputs"][case], expected, inputs, rank, size, world_size,
-                results[rank]["receives"][case]))
+                results[rank]["receives"][case], input_sent))
     for case, size in enumerate(REDUCE_SIZES):
         extra = [rank for rank in range(world_size) if results[rank]["receives"][case] > world_size - 1]
         if extra:
@@ -477,7 +555,9 @@ def judge_reduce_scatter(name: str, results: list, world_size: int = WORLD_SIZE)
             f"sizes {', '.join(map(str, REDUCE_SIZES))}, using only send/recv")
 
 
-def _compare_reduce_scatter(got, expected, inputs, rank, size, world_size, receives) -> None:
+def _compare_reduce_scatter(got, expected, inputs, rank, size, world_size, receives, input_sent=()) -> None:
+    """CheckFailed if got is not the sum of chunk `rank`; `input_sent`: the steps whose send lay in the caller's
+    tensor, which the answer left unchanged (an empty tuple where it changed it)."""
     where = f"rank {rank}, tensor of {size} elements on {world_size} ranks"
     if not torch.is_tensor(got):
         raise CheckFailed(f"{where}: expected a tensor (the sum of chunk {rank}), got {describe(got)}.\n"
@@ -526,7 +606,7 @@ def _compare_reduce_scatter(got, expected, inputs, rank, size, world_size, recei
                 f"received {receives} times (the ring needs N - 1 = {world_size - 1}): a partial sum travelled on "
                 "before what arrived had been added into it. In step s, rank r adds what arrives into the chunk it "
                 "sends in step s + 1, and in the last step (s = N - 2) into chunk r: check the send and receive "
-                "indices against that.")
+                "indices against that" + _sent_unchanged(input_sent) + ".")
     elif got.shape != expected.shape:
         hint = _shape_hint(got, size, rank, world_size, sizes)
     else:
@@ -537,6 +617,17 @@ def _compare_reduce_scatter(got, expected, inputs, rank, size, world_size, recei
                 "sends the chunk it completed in the step before; check both indices against the last step "
                 "(s = N - 2), in which rank r adds into chunk r.")
     raise CheckFailed(f"{head}.\nHint: {hint}")
+
+
+def _sent_unchanged(input_sent) -> str:
+    """', or the tensor sent ...' when a send after step 0 lay in the caller's tensor, which no addition changed;
+    else ''."""
+    later = [step for step in input_sent if step > 0]
+    if not later:
+        return ""
+    return (f", or the tensor sent is not the one the additions went into: in step {later[0]} this rank sent from "
+            "the caller's tensor (a chunk of its tensor_split), which no addition changed, while the sums went into "
+            "copies made before the loop. Send the chunk the additions went into")
 
 
 def _shape_hint(got: torch.Tensor, size: int, rank: int, world_size: int, sizes: list[int]) -> str:
@@ -606,9 +697,11 @@ def judge_all_gather(name: str, results: list, world_size: int = WORLD_SIZE) -> 
     for case, size in enumerate(GATHER_SIZES):
         inputs = [rank_input(rank, size) for rank in range(world_size)]
         for rank in range(world_size):
-            _judged_with_requests(results[rank], case, size, rank, lambda: _compare_gather(
-                results[rank]["outputs"][case], inputs, rank, size, world_size,
-                results[rank]["own_slot_receives"][case]))
+            result = results[rank]
+            _judged_with_requests(result, case, size, rank, lambda: _compare_gather(
+                result["outputs"][case], inputs, rank, size, world_size, result["own_slot_receives"][case],
+                result.get("entry_receives", [None] * len(GATHER_SIZES))[case],
+                result.get("send_peers", [None] * len(GATHER_SIZES))[case]))
     for case, size in enumerate(GATHER_SIZES):
         extra = [rank for rank in range(world_size) if results[rank]["receives"][case] > world_size - 1]
         if extra:
@@ -624,7 +717,21 @@ def judge_all_gather(name: str, results: list, world_size: int = WORLD_SIZE) -> 
             "using only send/recv")
 
 
-def _compare_gather(got, inputs, rank, size, world_size, own_slot_receive=None) -> None:
+def _gathered_backwards(inputs: list, world_size: int) -> list[list]:
+    """[rank][entry]: what every rank's list holds after the exercise's all-gather indices (in step s, send entry
+    (r - s) % N, receive into entry (r - s - 1) % N) run on a ring that sends to rank - 1, receiving from rank + 1."""
+    held = [[inputs[rank] if entry == rank else None for entry in range(world_size)] for rank in range(world_size)]
+    for step in range(world_size - 1):
+        sent = [held[rank][(rank - step) % world_size] for rank in range(world_size)]
+        for rank in range(world_size):
+            held[rank][(rank - step - 1) % world_size] = sent[(rank + 1) % world_size]
+    return held
+
+
+def _compare_gather(got, inputs, rank, size, world_size, own_slot_receive=None, entry_receives=None,
+                    send_peers=None) -> None:
+    """CheckFailed if got is not every rank's tensor in rank order; `entry_receives`: which receive (1-based) filled
+    each entry's storage, `send_peers`: the peer of each send the rank made (`_all_gather_runner`'s)."""
     where = f"rank {rank}, tensors of {size} elements on {world_size} ranks"
     if not isinstance(got, list) or len(got) != world_size:
         raise CheckFailed(f"{where}: expected a list of {world_size} tensors (entry k = rank k's tensor), "
@@ -640,8 +747,20 @@ def _compare_gather(got, inputs, rank, size, world_size, own_slot_receive=None) 
                    f"(rank {source}'s value), got {entry[index].item():.6f}.")
         holder = [k for k, t in enumerate(inputs) if torch.equal(entry.float(), t)]
         received = [got[k] for k in range(world_size) if k != rank]
-        left = (rank - 1) % world_size
-        if source == rank and own_slot_receive:
+        left, right = (rank - 1) % world_size, (rank + 1) % world_size
+        holders = [next((k for k, t in enumerate(inputs) if _same_tensor(held, t)), None) for held in got]
+        filled_by = (entry_receives or [])[source] if len(entry_receives or []) > source else None
+        if (send_peers and left != right and all(peer == left for peer in send_peers)
+                and all(_same_tensor(held, t) for held, t in zip(got, _gathered_backwards(inputs, world_size)[rank]))):
+            hint = (f"this rank sent to rank {left}, (rank - 1), and received from rank {right}, (rank + 1): a ring "
+                    "that runs the other way, while the exercise's indices are for a ring that sends to "
+                    "(rank + 1) % world_size and receives from (rank - 1) % world_size. Swap the two peers.")
+        elif None not in holders and sorted(holders) == list(range(world_size)):
+            order = ", ".join(f"entry {k}: rank {holders[k]}'s" for k in range(world_size) if holders[k] != k)
+            hint = (f"entry {source} holds rank {holders[source]}'s tensor: every entry holds some rank's tensor, in "
+                    f"another order ({order}). Order the list by source rank, entry k = the tensor that started on "
+                    "rank k: in step s, rank r receives the tensor that started on rank (r - s - 1) % world_size.")
+        elif source == rank and own_slot_receive:
             hint = (f"receive {own_slot_receive} of this rank wrote into its own slot, entry {rank}, replacing what "
                     "it held: the ring never receives into entry rank. In step s, rank r sends entry (r - s) % "
                     "world_size and receives into entry (r - s - 1) % world_size.")
@@ -651,6 +770,11 @@ def _compare_gather(got, inputs, rank, size, world_size, own_slot_receive=None) 
         elif all(torch.equal(t.float(), inputs[left]) for t in received) and world_size > 2:
             hint = (f"every entry this rank received holds rank {left}'s tensor, its left neighbour's own: each "
                     "rank sent its own tensor in every step. Pass on the tensor that arrived in the step before.")
+        elif filled_by and not entry.any() and all(t.any() for t in inputs):
+            hint = (f"entry {source} holds only zeros, and it is the buffer receive {filled_by} of this rank wrote "
+                    "into: the message itself held zeros, an entry its sender had not filled yet. In step s, send "
+                    "the entry that arrived in step s - 1 (in step 0, the rank's own): the entry of rank "
+                    "(r - s) % world_size.")
         elif all(torch.equal(t, received[0]) for t in received) and world_size > 2:
             hint = ("every entry this rank received holds the same values: they share one receive buffer, which "
                     "each recv overwrote. Receive every step into a tensor of its own.")
@@ -662,6 +786,11 @@ def _compare_gather(got, inputs, rank, size, world_size, own_slot_receive=None) 
             hint = (f"entry {source} was never filled with rank {source}'s tensor: a ring all-gather needs "
                     f"world_size - 1 = {world_size - 1} steps, each passing on what arrived in the step before.")
         raise CheckFailed(f"{message}\nHint: {hint}")
+
+
+def _same_tensor(got, expected) -> bool:
+    """Whether got is a tensor equal to expected, exactly, in shape and values."""
+    return torch.is_tensor(got) and got.shape == expected.shape and torch.equal(got.float(), expected.float())
 
 
 # --- exercise 3: an averaging all-reduce from the two ---------------------------------------------
@@ -738,6 +867,9 @@ def _compare_mean(got, total, own, rank, size, world_size, earlier=()) -> None:
     if _close(got, total):
         hint = (f"you returned the SUM over ranks; the exercise asks for the MEAN: divide by the world "
                 f"size ({world_size}).")
+    elif _close(got, torch.div(total, world_size, rounding_mode="floor")):
+        hint = ("these are the mean's values rounded down to whole numbers: `//` on tensors floors their values "
+                "(torch.div with rounding_mode='floor'). Divide with `/`.")
     elif any(_close(got, piece) for piece in mine) and got.numel() != size:
         hint = (f"that is chunk {rank} only, what this rank owns after the reduce-scatter. The all-gather "
                 f"phase is missing: gather every rank's reduced chunk (ring_all_gather) and concatenate them "
