@@ -212,19 +212,27 @@ def test_a_rank_that_dies_without_traceback_is_named_with_its_exit(how, expected
 
 
 def skips_the_collective(rank):
+    import threading
+    import time
+
     import torch.distributed as dist
 
+    threading.Thread(target=time.sleep, args=(60,), daemon=True).start()   # a library's idle helper (tqdm's monitor)
     if rank == 0:
         dist.all_reduce(torch.ones(1))  # rank 1 never joins
     return rank
 
 
 def test_watchdog_reports_the_stack_of_a_hung_rank():
+    """The stuck rank's stack, its current thread first: an idle helper thread, newer, came first in faulthandler's
+    dump and pushed the frames that matter down."""
     with pytest.raises(LaunchTimeout, match=r"rank\(s\) 0 of 2 still running after timeout=3s") as caught:
         ddp_lab.launch(skips_the_collective, nprocs=2, backend="gloo", timeout=3)
     message = str(caught.value)
     assert "in skips_the_collective" in message and "in all_reduce" in message
     assert caught.value.failures[0].kind == "timeout"
+    stack = caught.value.failures[0].details
+    assert stack.startswith("Current thread (most recent call first):") and "\n\nThread " in stack, stack
 
 
 def sleeps(rank):

@@ -63,7 +63,9 @@ def _size(path: Path) -> int:
 
 
 def _clean_stack(text: str) -> str:
-    """Drop thread addresses and ddp_lab's own frames from a faulthandler dump.
+    """Drop thread addresses and ddp_lab's own frames from a faulthandler dump, the current thread (the one the rank's
+    code runs in, where the signal was handled) first: faulthandler lists the newest thread first, so a library's
+    idle helper thread (tqdm's monitor) came before the frames that matter.
 
     A thread that had frames, all of them ddp_lab's, gets a line saying so instead of none.
     """
@@ -73,5 +75,6 @@ def _clean_stack(text: str) -> str:
         header, *frames = [line for line in block.splitlines() if line.strip()]
         shown = [line for line in frames if not any(f in line for f in HIDDEN_FRAMES)]
         threads.append("\n".join([header, *(shown if shown or not frames else [f"  {OUTSIDE_FN}"])]))
+    threads.sort(key=lambda block: not block.startswith("Current thread"))   # stable: the others keep their order
     return "\n\n".join(block for block in threads if block) or \
         "(no Python stack was written: the rank may be stuck outside Python)"
