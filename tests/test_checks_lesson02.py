@@ -220,14 +220,20 @@ def rs_isend_dropped(tensor):
     return chunks[rank]
 
 
-def _ring_adding_in_place(chunks):
-    """The right ring schedule over `chunks`, each received chunk added in place into the one it belongs to."""
+def _exercise_indices(rank, step, world_size):
+    """The exercise's (send index, receive index) in a step: the chunk one behind what arrives."""
+    return (rank - step - 1) % world_size, (rank - step - 2) % world_size
+
+
+def _ring_adding_in_place(chunks, indices=_exercise_indices, to=1, sent=None):
+    """A ring over `chunks`, each received chunk added in place into the one it belongs to: in each step a rank sends
+    (`sent` or `chunks`)[send index] to rank + `to` and receives from rank - `to` (`indices(rank, step, N)`)."""
     rank, world_size = dist.get_rank(), dist.get_world_size()
     for step in range(world_size - 1):
-        send_index, recv_index = (rank - step - 1) % world_size, (rank - step - 2) % world_size
+        send_index, recv_index = indices(rank, step, world_size)
         incoming = torch.empty_like(chunks[recv_index])
-        request = dist.isend(chunks[send_index], (rank + 1) % world_size)
-        dist.recv(incoming, (rank - 1) % world_size)
+        request = dist.isend((chunks if sent is None else sent)[send_index], (rank + to) % world_size)
+        dist.recv(incoming, (rank - to) % world_size)
         request.wait()
         chunks[recv_index] += incoming
     return chunks[rank]
@@ -250,74 +256,31 @@ def rs_stub(tensor):
 def rs_sends_the_original_chunks(tensor):
     """Wrong: the right indices, but every send is a chunk of the caller's tensor, while the sums go into copies made
     before the loop: what a rank passes on never holds what it added."""
-    rank, world_size = dist.get_rank(), dist.get_world_size()
-    original = tensor.tensor_split(world_size)
-    chunks = [chunk.clone() for chunk in original]
-    for step in range(world_size - 1):
-        send_index, recv_index = (rank - step - 1) % world_size, (rank - step - 2) % world_size
-        incoming = torch.empty_like(chunks[recv_index])
-        request = dist.isend(original[send_index], (rank + 1) % world_size)
-        dist.recv(incoming, (rank - 1) % world_size)
-        request.wait()
-        chunks[recv_index] += incoming
-    return chunks[rank]
+    original = tensor.tensor_split(dist.get_world_size())
+    return _ring_adding_in_place([chunk.clone() for chunk in original], sent=original)
 
 
 def rs_other_way(tensor):
     """Right: a ring that sends to rank - 1, with the indices of a ring running that way."""
-    rank, world_size = dist.get_rank(), dist.get_world_size()
-    chunks = [chunk.clone() for chunk in tensor.tensor_split(world_size)]
-    for step in range(world_size - 1):
-        send_index, recv_index = (rank + step + 1) % world_size, (rank + step + 2) % world_size
-        incoming = torch.empty_like(chunks[recv_index])
-        request = dist.isend(chunks[send_index], (rank - 1) % world_size)
-        dist.recv(incoming, (rank + 1) % world_size)
-        request.wait()
-        chunks[recv_index] += incoming
-    return chunks[rank]
+    return _ring_adding_in_place([chunk.clone() for chunk in tensor.tensor_split(dist.get_world_size())],
+                                 lambda rank, step, n: ((rank + step + 1) % n, (rank + step + 2) % n), to=-1)
 
 
 def rs_peers_swapped(tensor):
     """Wrong: the exercise's indices, but sent to rank - 1 and received from rank + 1 (a ring running the other
     way): with chunks of different sizes, a message and its buffer differ in size, and gloo aborts."""
-    rank, world_size = dist.get_rank(), dist.get_world_size()
-    chunks = [chunk.clone() for chunk in tensor.tensor_split(world_size)]
-    for step in range(world_size - 1):
-        send_index, recv_index = (rank - step - 1) % world_size, (rank - step - 2) % world_size
-        incoming = torch.empty_like(chunks[recv_index])
-        request = dist.isend(chunks[send_index], (rank - 1) % world_size)
-        dist.recv(incoming, (rank + 1) % world_size)
-        request.wait()
-        chunks[recv_index] += incoming
-    return chunks[rank]
+    return _ring_adding_in_place([chunk.clone() for chunk in tensor.tensor_split(dist.get_world_size())], to=-1)
 
 
 def rs_split_by_size(tensor):
     """Wrong: tensor.split(world_size), which makes pieces of world_size elements: 1 piece of 2 elements."""
-    rank, world_size = dist.get_rank(), dist.get_world_size()
-    chunks = [chunk.clone() for chunk in tensor.split(world_size)]
-    for step in range(world_size - 1):
-        send_index, recv_index = (rank - step - 1) % world_size, (rank - step - 2) % world_size
-        incoming = torch.empty_like(chunks[recv_index])
-        request = dist.isend(chunks[send_index], (rank + 1) % world_size)
-        dist.recv(incoming, (rank - 1) % world_size)
-        request.wait()
-        chunks[recv_index] += incoming
-    return chunks[rank]
+    return _ring_adding_in_place([chunk.clone() for chunk in tensor.split(dist.get_world_size())])
 
 
 def rs_receives_where_it_sends(tensor):
     """Wrong: the receive index equals the send index; the buffer is shaped like the chunk of that index."""
-    rank, world_size = dist.get_rank(), dist.get_world_size()
-    chunks = [chunk.clone() for chunk in tensor.tensor_split(world_size)]
-    for step in range(world_size - 1):
-        send_index = recv_index = (rank - step - 1) % world_size
-        incoming = torch.empty_like(chunks[recv_index])
-        request = dist.isend(chunks[send_index], (rank + 1) % world_size)
-        dist.recv(incoming, (rank - 1) % world_size)
-        request.wait()
-        chunks[recv_index] += incoming
-    return chunks[rank]
+    return _ring_adding_in_place([chunk.clone() for chunk in tensor.tensor_split(dist.get_world_size())],
+                                 lambda rank, step, n: ((rank - step - 1) % n,) * 2)
 
 
 RS_RETURNING = {   # wrong answers that return: they run one after the other in one launch

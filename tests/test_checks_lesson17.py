@@ -150,11 +150,7 @@ def step_unscaled_into_new_tensors(params, optimizer, scale, max_norm):
 def step_multiplied_by_scale(params, optimizer, scale, max_norm):
     for p in params:
         p.grad.mul_(scale)                                         # mul_ for div_
-    if _agreed_inf(params):
-        return False
-    _clip(params, max_norm)
-    optimizer.step()
-    return True
+    return _step_after(_agreed_inf(params), params, optimizer, max_norm)
 
 
 def _finite_flag(params, test=lambda g: torch.isfinite(g).all()) -> bool:
@@ -165,21 +161,14 @@ def _finite_flag(params, test=lambda g: torch.isfinite(g).all()) -> bool:
 
 def step_tests_for_inf_only(params, optimizer, scale, max_norm):
     _unscale(params, scale)
-    if _finite_flag(params, lambda g: not torch.isinf(g).any()):   # a NaN passes this test
-        return False
-    _clip(params, max_norm)
-    optimizer.step()
-    return True
+    return _step_after(_finite_flag(params, lambda g: not torch.isinf(g).any()),   # a NaN passes this test
+                       params, optimizer, max_norm)
 
 
 def step_multiplies_by_a_written_reciprocal(params, optimizer, scale, max_norm):
     for p in params:
         p.grad.mul_(1 / 1024)                                      # 1 / scale, for one scale only
-    if _agreed_inf(params):
-        return False
-    _clip(params, max_norm)
-    optimizer.step()
-    return True
+    return _step_after(_agreed_inf(params), params, optimizer, max_norm)
 
 
 def step_clips_to_norm_one(params, optimizer, scale, max_norm):
