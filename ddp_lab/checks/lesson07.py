@@ -408,6 +408,11 @@ def _judge_case(case: Case, results: list[dict]) -> None:
                     "targets[i]) / number of micro-batches)")
         raise CheckFailed(f"rank {last}: the micro-batch losses add up to {total:.6g}, expected the whole "
                           f"batch's mean loss {ref_loss:.6g}.\nHint: {hint}.")
+    wrong = [call for result in results for call in result.get("wrong_peers", [])]
+    if wrong:   # right by chance: which message such a call takes depends on which rank sends first
+        raise CheckFailed(f"the losses came out right on {case}, but a send or recv names a rank that is not a "
+                          f"neighbour stage ({'; '.join(wrong)}): what it receives depends on which rank sends "
+                          f"first, so another run can take a gradient for an activation, or hang.\nHint: {PEERS}.")
     _, last_alone = _reference(case, last_only=True)
     for rank in reversed(range(stages)):   # gradients flow back from the last stage: the first wrong one from
         _compare_grads(rank, results[rank]["grads"], ref_grads[rank], last_alone[rank], case)   # the end is where
