@@ -590,3 +590,29 @@ def test_lines_of_stdout_and_stderr_reach_a_kernel_in_the_order_a_rank_printed_t
     print_in_rank_order([RankOutput(0, [("stdout", "out1\n"), ("stderr", "err1\n"), ("stdout", "out2\n")]),
                          RankOutput(1, [("stderr", "err\n")])])
     assert sent == ["[rank 0] out1\n", "[rank 0] err1\n", "[rank 0] out2\n", "[rank 1] err\n"]
+
+
+def _prints_warns_and_logs(rank):
+    import logging
+    import warnings
+
+    for step in range(3):
+        print(f"step {step}")
+        warnings.warn(f"warned at step {step}")
+        logging.getLogger("ddp_lab-test").error(f"logged at step {step}")
+    print("done")
+
+
+def test_a_ranks_prints_warnings_and_logs_reach_the_cell_in_the_order_written(monkeypatch):
+    """stdout and stderr are two pipes: read by two threads, a rank's three prints came before its warnings (the
+    stdout reader took them all in one read). Each rank's lines come in the order it wrote them."""
+    sent: list = []
+    monkeypatch.setattr(sys, "stdout", _KernelStream(sent))
+    monkeypatch.setattr(sys, "stderr", _KernelStream(sent))
+    results = ddp_lab.launch(_prints_warns_and_logs, nprocs=2, backend="gloo", env={"PYTHONWARNINGS": "always"})
+    for rank in range(2):
+        shown = [line.split("] ", 1)[1].split("UserWarning: ")[-1] for chunk in sent for line in chunk.splitlines()
+                 if line.startswith(f"[rank {rank}] ") and "warnings.warn" not in line]   # not the warning's source
+        assert shown == [text for step in range(3) for text in
+                         (f"step {step}", f"warned at step {step}", f"logged at step {step}")] + ["done"]
+        assert results.outputs[rank].index("step 1") < results.outputs[rank].index("warned at step 1")

@@ -40,38 +40,57 @@ class RankOutput:
 
 
 def read_lines(fd: int, on_line, stop_fd: int | None = None, on_progress=None) -> bool:
-    """Read a pipe to EOF, calling on_line(text) for each line (the last may lack '\\n').
+    """Read one pipe to EOF, calling on_line(text) for each line (the last may lack '\\n'); `read_streams` for one
+    pipe. A line still being rewritten with '\\r' (a progress bar) also goes to on_progress(text) as it changes."""
+    return read_streams([(fd, on_line, on_progress)], stop_fd)
 
-    Linear in the output's size however long its lines (`_LineSplitter`). A line still being
-    rewritten with '\\r' (a progress bar) is also handed to on_progress(text) as it changes.
 
-    When `stop_fd` becomes readable (the launcher gave up waiting for EOF: something outside
-    the rank, a process it started in a session of its own, still holds the pipe), what is
-    in the pipe at that moment is read, and reading stops. Returns False if it stopped so
-    (cut off), True at EOF.
+def read_streams(pipes: list[tuple[int, object, object]], stop_fd: int | None = None) -> bool:
+    """Read several pipes to EOF in this one thread: for each (fd, on_line, on_progress), on_line(text) for each
+    line of that pipe (the last may lack '\\n') and on_progress(text) (if not None) for each new state of a line
+    being rewritten with '\\r'.
+
+    One thread reads a rank's stdout and stderr: what it read from one pipe is handed on before it looks at the
+    other again, so lines a rank writes to the two in turn, each write waiting until the other pipe is read
+    (worker.keep_output_in_order), reach on_line in the order written. Linear in the output's size however long
+    its lines (`_LineSplitter`).
+
+    When `stop_fd` becomes readable (the launcher gave up waiting for EOF: something outside the rank, a process
+    it started in a session of its own, still holds a pipe), what the pipes hold at that moment is read, and
+    reading stops. Returns False if it stopped so (cut off), True at EOF of every pipe.
     """
-    lines = _LineSplitter(on_line, on_progress)
+    splitters = {fd: _LineSplitter(on_line, on_progress) for fd, on_line, on_progress in pipes}
     poller = select.poll()
-    poller.register(fd, select.POLLIN)
+    for fd in splitters:
+        poller.register(fd, select.POLLIN)
     if stop_fd is not None:
         poller.register(stop_fd, select.POLLIN)
     stopping = cut_off = False
-    reads_left = _READS_AFTER_STOP
-    while True:
-        if not stopping and stop_fd in {ready for ready, _ in poller.poll()}:
+    reads_left = dict.fromkeys(splitters, _READS_AFTER_STOP)
+    while splitters:
+        ready = {fd for fd, _ in poller.poll()} if not stopping else set(splitters)
+        if not stopping and stop_fd in ready:
             stopping = True
-            os.set_blocking(fd, False)
-        try:
-            chunk = os.read(fd, _CHUNK)
-        except BlockingIOError:  # stopping, and the pipe is empty: what was written is read
-            chunk, cut_off = b"", True
-        except OSError:
-            chunk = b""
-        reads_left -= stopping
-        cut_off = cut_off or reads_left == 0
-        lines.feed(chunk, final=cut_off or not chunk)
-        if cut_off or not chunk:
-            return not cut_off
+            for fd in splitters:
+                os.set_blocking(fd, False)
+            ready = set(splitters)
+        for fd in sorted(ready & splitters.keys()):
+            ended = False
+            try:
+                chunk = os.read(fd, _CHUNK)
+            except BlockingIOError:  # stopping, and the pipe is empty: what was written is read
+                chunk, ended = b"", True
+            except OSError:
+                chunk = b""
+            if stopping:
+                reads_left[fd] -= 1
+                ended = ended or reads_left[fd] == 0
+            cut_off = cut_off or ended
+            splitters[fd].feed(chunk, final=ended or not chunk)
+            if ended or not chunk:
+                del splitters[fd]
+                poller.unregister(fd)
+    return not cut_off
 
 
 class _LineSplitter:
@@ -147,17 +166,21 @@ def is_torch_log_noise(stream: str, line: str) -> bool:
     return match is not None and match.group(1) == match.group(2)
 
 
-def start_reader(fd: int, stream: str, rank: int, deliver, stop_fd: int | None = None,
-                 progress=None) -> threading.Thread:
-    """Start a daemon thread that calls deliver(rank, stream, line) for every line of fd.
+def start_readers(pipes: list[tuple[int, str]], rank: int, deliver, stop_fd: int | None = None,
+                  progress=None) -> threading.Thread:
+    """Start a daemon thread that calls deliver(rank, stream, line) for every line of each (fd, stream name) pipe
+    of one rank, in the order the rank wrote them (`read_streams`).
 
     `progress(rank, stream, text)`, if given, gets each new state of a line being rewritten with
-    '\\r'. The thread ends at EOF, or soon after `stop_fd` becomes readable (see `read_lines`).
+    '\\r'. The thread ends at EOF of every pipe, or soon after `stop_fd` becomes readable.
     """
-    on_progress = None if progress is None else (lambda text: progress(rank, stream, text))
+    def handlers(stream: str):
+        on_progress = None if progress is None else (lambda text: progress(rank, stream, text))
+        return (lambda line: deliver(rank, stream, line)), on_progress
+
     thread = threading.Thread(
-        target=read_lines, args=(fd, lambda line: deliver(rank, stream, line), stop_fd, on_progress),
-        name=f"ddp_lab-rank{rank}-{stream}", daemon=True,
+        target=read_streams, args=([(fd, *handlers(stream)) for fd, stream in pipes], stop_fd),
+        name=f"ddp_lab-rank{rank}-output", daemon=True,
     )
     thread.start()
     return thread

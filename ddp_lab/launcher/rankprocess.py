@@ -21,7 +21,7 @@ def end_session(pid: int) -> None:
     would otherwise keep writing into the rank's stdout pipe after the rank's end, and keep
     the pipe open. Called before the rank is reaped, while its pid (and so its group's id)
     cannot be reused; a child that made a session of its own is not reached (its output is
-    cut off at the rank's end instead, see output.read_lines).
+    cut off at the rank's end instead, see output.read_streams).
     """
     try:
         os.killpg(pid, signal.SIGKILL)

@@ -20,7 +20,7 @@ import time
 
 from ddp_lab.launcher.channel import OUTPUT_MARK, RELEASE, receive_message
 from ddp_lab.launcher.interrupts import interrupts_held
-from ddp_lab.launcher.output import RankOutput, is_torch_log_noise, print_line, start_reader
+from ddp_lab.launcher.output import RankOutput, is_torch_log_noise, print_line, start_readers
 from ddp_lab.launcher.procstart import stop_ranks
 from ddp_lab.launcher.progress import LiveLines, visible_text
 from ddp_lab.launcher.rankprocess import RankProcess
@@ -52,7 +52,7 @@ class Supervisor:
         self.ready: set[int] = set()  # ranks that finished set-up and entered fn
         self.failed: list[int] = []  # ranks in the order their failures were seen
         self.still_running: list[int] = []  # ranks stopped by ddp_lab (failure or timeout)
-        self._readers: dict[int, list[threading.Thread]] = {}
+        self._readers: dict[int, threading.Thread] = {}   # rank -> the thread reading its stdout and stderr
         self._followers: list[threading.Thread] = []
         self._stop_readers: tuple[int, int] | None = None  # a pipe: written to when readers must stop
         self._finished = False
@@ -62,9 +62,9 @@ class Supervisor:
         if self._stop_readers is None:
             self._stop_readers = os.pipe()
         self.processes.append(process)
-        self._readers[process.rank] = [
-            start_reader(fd, stream, process.rank, self._on_line, self._stop_readers[0], self._on_progress)
-            for fd, stream in ((process.stdout_fd, "stdout"), (process.stderr_fd, "stderr"))]
+        self._readers[process.rank] = start_readers(
+            [(process.stdout_fd, "stdout"), (process.stderr_fd, "stderr")], process.rank, self._on_line,
+            self._stop_readers[0], self._on_progress)
         follower = threading.Thread(target=self._follow, args=(process,), daemon=True,
                                     name=f"ddp_lab-rank{process.rank}-channel")
         follower.start()
@@ -234,14 +234,13 @@ class Supervisor:
         """Wait until every output pipe is at EOF; one still open READER_WAIT_S after the ranks
         and their sessions ended is held by a process outside them: cut it off, say so."""
         deadline = time.monotonic() + READER_WAIT_S
-        for thread in (t for threads in self._readers.values() for t in threads):
+        for thread in self._readers.values():
             thread.join(max(0.0, deadline - time.monotonic()))
-        held_open = [rank for rank, threads in self._readers.items() if any(t.is_alive() for t in threads)]
+        held_open = [rank for rank, thread in self._readers.items() if thread.is_alive()]
         if held_open:
             os.write(self._stop_readers[1], b"x")
         for rank in held_open:
-            for thread in self._readers[rank]:
-                thread.join()  # ends after reading what the pipe holds now
+            self._readers[rank].join()  # ends after reading what the pipes hold now
             self._on_line(rank, "stderr", CUT_OFF)
 
     def _drain(self) -> None:

@@ -71,6 +71,60 @@ def _line_buffer_c_stdout() -> None:
         pass
 
 
+_READER_WAIT_S = 0.5   # longest wait for the launcher to read a pipe before writing to the other
+
+
+def keep_output_in_order(streams=None) -> None:
+    """Make what this rank's Python code writes to sys.stdout and sys.stderr reach the notebook in the order written.
+
+    The two are separate pipes, read by one launcher thread that hands on what it read from one before it looks at
+    the other again (output.read_streams). So the first write to one stream after writes to the other flushes the
+    other and waits until its pipe is empty, that is read: `print(...)` then `warnings.warn(...)` then `print(...)`
+    show in that order, as in a kernel, not both prints first. A wait lasts at most _READER_WAIT_S; once one times
+    out (the launcher busy or gone) no write waits again, and the order is the pipes' own. C code writing to fd 1
+    and 2 directly is not affected. `streams`: (stdout, stderr) objects to change, sys's by default.
+    Introduced with the launcher in notebooks/00-welcome-and-first-launch.ipynb.
+    """
+    state = {"last": None, "waiting": True}
+
+    def write_in_order(stream, write):
+        def write_after_the_other(text):
+            last = state["last"]
+            if last is not stream:
+                if last is not None and state["waiting"]:
+                    state["waiting"] = _flushed_and_read(last)
+                state["last"] = stream
+            return write(text)
+        return write_after_the_other
+
+    for stream in streams or (sys.stdout, sys.stderr):
+        try:
+            stream.write = write_in_order(stream, stream.write)
+        except AttributeError:   # a stream without an instance __dict__: its writes keep the pipes' order
+            pass
+
+
+def _flushed_and_read(stream) -> bool:
+    """Flush `stream` and wait until the pipe under it is empty; False if that took longer than _READER_WAIT_S."""
+    import fcntl   # lazy: worker.py is the first module a rank imports
+    import termios
+    import time
+
+    try:
+        stream.flush()
+        fd = stream.fileno()
+        deadline = time.monotonic() + _READER_WAIT_S
+        pause = 0.00005
+        while int.from_bytes(fcntl.ioctl(fd, termios.FIONREAD, bytes(4)), sys.byteorder) > 0:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(pause)
+            pause = min(pause * 2, 0.005)
+    except (OSError, ValueError, AttributeError):   # not a pipe, closed, or no fileno: nothing to wait for
+        pass
+    return True
+
+
 def _format_traceback(error: BaseException, skip_frames: int) -> str:
     tb = error.__traceback__
     for _ in range(skip_frames):
@@ -198,6 +252,7 @@ def run_rank(control_fd: int, payload_path: str, stacks_path: str) -> None:
     faulthandler.register(STACK_SIGNAL, file=stacks, all_threads=True)
     faulthandler.enable(file=sys.stderr, all_threads=True)
     _line_buffer_c_stdout()
+    keep_output_in_order()
 
     ok = False
     phase = "unpickle"
