@@ -415,6 +415,21 @@ def test_a_cells_figures_travel_to_the_notebook_in_the_order_shown(cluster):
     assert cluster.run_code("x = 1").figures == [[], []]
 
 
+def test_display_in_a_cell_prints_values_in_order_and_shows_figures_as_pictures(cluster, capsys):
+    """display() in a %%ddp cell was a NameError on every rank (IPython's display is the kernel's): a value is
+    printed as a cell's final value shows, in order with the rank's prints; a figure comes back as a picture, and
+    one still open at the end of the cell is shown again, as in a kernel."""
+    capsys.readouterr()
+    drawn = cluster.run_code("import matplotlib.pyplot as plt\nprint('before')\ndisplay(rank, {'rank': rank}, None)\n"
+                             "shown = plt.figure(figsize=(1, 1)); display(shown)\nprint('after')\nplt.close(shown)\n"
+                             "kept = plt.figure(figsize=(2, 1)); display(kept)")
+    assert capsys.readouterr().out == "".join(f"[rank {rank}] before\n[rank {rank}] {rank}\n[rank {rank}] {{'rank': "
+                                              f"{rank}}}\n[rank {rank}] after\n" for rank in range(2))
+    for pictures in drawn.figures:
+        widths = [int.from_bytes(picture[16:20], "big") for picture in pictures]   # the PNG header's width
+        assert len(widths) == 3 and widths[0] < widths[1] == widths[2], widths
+
+
 def test_more_ranks_than_cores_are_noted_once_with_the_first_cells_output(monkeypatch, capsys):
     """As a launch says it (tests/test_launch.py): a cluster of more ranks than cores prints the machine note once,
     with the first output of its cells (a %%ddp -n 4 on 2 cores said nothing, and ran slower)."""

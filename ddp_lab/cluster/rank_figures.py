@@ -62,6 +62,11 @@ def take_figures(value=None) -> list[bytes]:
         _shown.clear()
 
 
+def take(figure) -> None:
+    """`display(figure)` on a rank (rank_loop.display): this figure is taken for the notebook now, and stays open."""
+    _shown.append(_png(figure))
+
+
 def show(*args, **kwargs) -> None:
     """plt.show(): every open figure is taken for the notebook (shown under the cell, in this order) and closed."""
     _shown.extend(_take_open_figures())

@@ -70,8 +70,25 @@ def cell_namespace(rank: int, world_size: int) -> dict:
     module = types.ModuleType(CELL_MODULE)
     sys.modules[CELL_MODULE] = module
     cloudpickle.register_pickle_by_value(module)
-    module.__dict__.update(rank=rank, world_size=world_size, torch=torch, dist=dist)
+    module.__dict__.update(rank=rank, world_size=world_size, torch=torch, dist=dist, display=display)
     return module.__dict__
+
+
+def display(*objects, **options) -> None:
+    """`display(...)` in a %%ddp cell, where a kernel's IPython display() is not (a rank has no display): a matplotlib
+    figure is shown under the cell as a picture, as `plt.show()` shows it (rank_figures.py; a figure still open is
+    shown again at the cell's end, as in a kernel); anything else is printed as a cell's final value is shown (its
+    repr, `_display_text`), in order with the rank's other prints. IPython's options (`clear=`, ...) are ignored.
+    Introduced in notebooks/00b-live-cluster.ipynb."""
+    for value in objects:
+        if _is_figure(value):
+            from ddp_lab.cluster import rank_figures  # lazy: it imports matplotlib, which a figure has already done
+
+            rank_figures.take(value)
+        else:
+            text = _display_text(value)
+            if text is not None:
+                print(text)
 
 
 def _execute(rank: int, command: dict, namespace: dict):
