@@ -71,7 +71,7 @@ def _line_buffer_c_stdout() -> None:
         pass
 
 
-_READER_WAIT_S = 0.5   # longest wait for the launcher to read a pipe before writing to the other
+_READER_WAIT_S = 2.0   # longest wait for the launcher to read a pipe before writing to the other
 
 
 def keep_output_in_order(streams=None) -> None:
