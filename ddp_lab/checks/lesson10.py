@@ -418,5 +418,12 @@ def judge_average_gradients(name: str, results: list[dict], division: str | None
                 hint = (f"expected the mean of the {DP_SIZE} rows' gradients on every rank: each local shard summed over "
                         "the mesh's dp group, divided by the dp size.")
             raise CheckFailed(f"{where}.\nHint: {hint}")
+    for rank in range(DP_SIZE * TP_SIZE):   # right values from an all-reduce never waited for: right by luck
+        unwaited = [param for param, flag in results[rank]["unwaited"].items() if flag]
+        if unwaited:
+            raise CheckFailed(f"rank {rank}, {unwaited[0]}: the gradient came out right here, but by luck: it went "
+                              "into a dist.all_reduce started with async_op=True whose work was never waited for.\n"
+                              "Hint: an async all_reduce returns at once, before the sum has arrived; keep the work "
+                              "handle each call returns and call its .wait() before dividing the gradient.")
     return (f"{name}: every rank's gradients equal one process on the full batch, with collectives on the dp "
             "groups only")

@@ -39,7 +39,8 @@ from ddp_lab.checks.split_guard import guarded_all_to_all
 from ddp_lab.course.expert_parallel import combine as reference_combine
 from ddp_lab.course.expert_parallel import dispatch as reference_dispatch
 from ddp_lab.course.expert_parallel import exchange_counts
-from ddp_lab.instruments.collectives import call_arguments, replacing_dist_calls, watching_collectives
+from ddp_lab.instruments.collectives import (call_arguments, replacing_dist_calls, watching_collectives,
+                                             watching_requests)
 
 WORLD_SIZE, NUM_EXPERTS, HIDDEN = 3, 6, 4   # experts and values per row: those of the first call
 # Rank r's rows go to these experts: every rank sends and receives different counts, and the rows a
@@ -766,12 +767,13 @@ def _reduce_call(rank: int, answer, case: Params, dp_group) -> dict:
     storages = {what: [p.grad.data_ptr() for p in part] for what, part in (("replicated", replicated),
                                                                            ("expert", expert))}
     reduced: list[int] = []   # the storage of every tensor passed to dist.all_reduce
-    works: list = []          # (storage, work handle) of every all_reduce started with async_op=True
+    works: list = []          # (storage, work handle, [waited]) of every all_reduce started with async_op=True
     given: list = []          # (storage, the values it held before the reduction) of every all_reduce
-    with _recording_all_reduce(reduced, works, given):
+    with watching_requests() as requests, _recording_all_reduce(reduced, works, given, requests):
         call_case(answer, f"reducing rank {rank}'s gradients ({len(case.replicated)} replicated and "
                           f"{len(case.expert)} expert parameters)", replicated, expert, dp_group)
-    in_flight = {pointer for pointer, work in works if not work.is_completed()}   # before the grads are read
+        never_waited = {pointer for pointer, _, waited in works if not waited[0]}   # wait() nor is_completed() called
+    in_flight = {pointer for pointer, work, _ in works if not work.is_completed()}   # before the grads are read
     own = {pointer for pointers in storages.values() for pointer in pointers}
     elsewhere = [values for pointer, values in given if pointer not in own]   # copies, flat buffers, others
     result = {"replicated": [p.grad.clone() for p in replicated], "expert": [p.grad.clone() for p in expert],
@@ -779,18 +781,21 @@ def _reduce_call(rank: int, answer, case: Params, dp_group) -> dict:
                           for what, pointers in storages.items()},
               "in_flight": {what: [pointer in in_flight for pointer in pointers]
                             for what, pointers in storages.items()},
+              "never waited": {what: [pointer in never_waited for pointer in pointers]
+                               for what, pointers in storages.items()},
               "parameter reduced": {what: [p.data_ptr() in reduced for p in part]
                                     for what, part in (("replicated", replicated), ("expert", expert))},
               "copied": {what: [held_in(g, elsewhere) for g in part]
                          for what, part in (("replicated", grads[0]), ("expert", grads[1]))}}
-    for _, work in works:     # the next call starts after this one's all-reduces
+    for _, work, _ in works:     # the next call starts after this one's all-reduces
         work.wait()
     return result
 
 
-def _recording_all_reduce(reduced: list, works: list, given: list):
+def _recording_all_reduce(reduced: list, works: list, given: list, requests):
     """Inside a rank: record the storage of every tensor dist.all_reduce gets, the work handle it returns
-    (async_op=True) as (storage, handle), and the values the tensor held before it as (storage, values)."""
+    (async_op=True) as (storage, handle, [whether the answer called its wait(), is_completed() or get_future()]:
+    `requests`, a watching_requests watcher), and the values the tensor held before it as (storage, values)."""
     def make(original):
         def all_reduce(*args, **kwargs):
             tensor = (call_arguments(original, args, kwargs) or {}).get("tensor")
@@ -800,7 +805,9 @@ def _recording_all_reduce(reduced: list, works: list, given: list):
             if torch.is_tensor(tensor):
                 reduced.append(tensor.data_ptr())
                 if work is not None:
-                    works.append((tensor.data_ptr(), work))
+                    waited = [False]
+                    requests.watch(work, lambda: waited.__setitem__(0, True))
+                    works.append((tensor.data_ptr(), work, waited))
             return work
         return all_reduce
     return replacing_dist_calls({"all_reduce": make})
@@ -842,10 +849,10 @@ def _judge_reduce_call(name: str, results: list[dict], case: Params) -> None:
                 if torch.allclose(got, want[i], atol=1e-5):
                     continue
                 size = len(column) if part else DP_SIZE * EP_SIZE
-                if result.get("in_flight", {}).get(what, [False] * (i + 1))[i]:
+                if any(result.get(key, {}).get(what, [False] * (i + 1))[i] for key in ("in_flight", "never waited")):
                     hint = ("dist.all_reduce was started on this p.grad (async_op=True), but its result was read "
-                            "before it finished: the work had not completed when reduce_gradients returned. Keep the "
-                            "work handle each call returns and .wait() on it before returning")
+                            "before it finished: the work was not waited for before reduce_gradients returned. Keep "
+                            "the work handle each call returns and .wait() on it before returning")
                 elif torch.allclose(got, want[i] / size, atol=1e-5):
                     hint = ("this is the mean: each rank's loss is already its share of the global mean, so the "
                             "gradients add up; all-reduce with SUM and do not divide")
@@ -872,6 +879,15 @@ def _judge_reduce_call(name: str, results: list[dict], case: Params) -> None:
                     hint = "replicated: SUM over all ranks; experts: SUM over dp_group"
                 raise CheckFailed(f"rank {rank}, {what} parameter {i}: got {_first(got)}, expected {_first(want[i])}.\n"
                                   f"Hint: {hint}.")
+    for rank, result in enumerate(results):   # right values from an all-reduce never waited for: right by luck
+        unwaited = [(what, i) for what, flags in result.get("never waited", {}).items() for i, flag in enumerate(flags)
+                    if flag]
+        if unwaited:
+            what, i = unwaited[0]
+            raise CheckFailed(f"rank {rank}, {what} parameter {i}: the gradient came out right here, but by luck: "
+                              "dist.all_reduce(p.grad, async_op=True) returned a work that was never waited for.\n"
+                              "Hint: an async all_reduce returns at once, before the sum has arrived; keep the work "
+                              "handle each call returns and .wait() on it before returning.")
 
 
 def _written_counts_feedback(rank: int, result: dict, local, replicated_sum, expert_sum, case: Params) -> None:
