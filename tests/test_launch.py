@@ -211,13 +211,20 @@ def test_a_rank_that_dies_without_traceback_is_named_with_its_exit(how, expected
     assert "rank 1 alive" in caught.value.outputs[1], "output printed before the crash is kept"
 
 
-def skips_the_collective(rank):
-    import threading
+def waits_in_my_own_thread():
     import time
+
+    time.sleep(60)
+
+
+def skips_the_collective(rank):
+    import queue
+    import threading
 
     import torch.distributed as dist
 
-    threading.Thread(target=time.sleep, args=(60,), daemon=True).start()   # a library's idle helper (tqdm's monitor)
+    threading.Thread(target=waits_in_my_own_thread, daemon=True).start()   # the rank's own code: shown whole
+    threading.Thread(target=queue.Queue().get, daemon=True).start()   # a library's idle helper (tqdm's monitor)
     if rank == 0:
         dist.all_reduce(torch.ones(1))  # rank 1 never joins
     return rank
@@ -225,7 +232,8 @@ def skips_the_collective(rank):
 
 def test_watchdog_reports_the_stack_of_a_hung_rank():
     """The stuck rank's stack, its current thread first: an idle helper thread, newer, came first in faulthandler's
-    dump and pushed the frames that matter down."""
+    dump and pushed the frames that matter down. A thread all in the standard library or installed packages is one
+    line; a thread running the rank's own code keeps its frames; paths read the same on every machine."""
     with pytest.raises(LaunchTimeout, match=r"rank\(s\) 0 of 2 still running after timeout=3s") as caught:
         ddp_lab.launch(skips_the_collective, nprocs=2, backend="gloo", timeout=3)
     message = str(caught.value)
@@ -233,6 +241,11 @@ def test_watchdog_reports_the_stack_of_a_hung_rank():
     assert caught.value.failures[0].kind == "timeout"
     stack = caught.value.failures[0].details
     assert stack.startswith("Current thread (most recent call first):") and "\n\nThread " in stack, stack
+    threads = stack.split("\n\n")
+    assert len(threads) == 3 and "in waits_in_my_own_thread" in threads[1] + threads[2], stack
+    assert ('Thread of a library, not of your code (its frames not shown): File ".../python3.11/queue.py", line '
+            in threads[1] + threads[2]), stack
+    assert sys.base_prefix not in stack and "threading.py" not in stack, stack   # how every thread starts: not shown
 
 
 def sleeps(rank):

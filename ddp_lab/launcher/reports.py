@@ -10,7 +10,9 @@ Introduced in notebooks/00-welcome-and-first-launch.ipynb ("What a failure looks
 
 from __future__ import annotations
 
+import os
 import re
+import sysconfig
 
 import cloudpickle
 
@@ -270,12 +272,15 @@ def hang_report(headline: str, stacks: dict[int, str], names: dict, outputs: lis
 def _short_paths(stack: str) -> str:
     """A stack with each installed package's file named from its site-packages folder on (`File "/home/me/.venv/lib/
     python3.11/site-packages/torch/distributed/distributed_c10d.py"` -> `File ".../site-packages/torch/distributed/
-    distributed_c10d.py"`): where the environment lives says nothing about where the rank waits, and the stack
-    reads the same on every machine."""
-    return _INSTALLED_FILE.sub(r'File ".../\1', stack)
+    distributed_c10d.py"`), and the standard library's from its folder (`File ".../python3.11/threading.py"`): where
+    the environment lives says nothing about where the rank waits, and the stack reads the same on every machine."""
+    stack = _INSTALLED_FILE.sub(r'File ".../\1', stack)
+    return _STANDARD_FILE.sub(lambda found: f'File ".../{os.path.basename(found.group(1))}/', stack)
 
 
 _INSTALLED_FILE = re.compile(r'File "[^"\n]*/((?:site|dist)-packages/)')
+_STANDARD_FILE = re.compile('File "(' + "|".join(re.escape(sysconfig.get_paths()[name].rstrip("/"))
+                                                 for name in ("stdlib", "platstdlib")) + ')/')
 
 
 def crash_report(headline: str, exits: dict[int, int | None], outputs: list[str], *, summary=crash_summary,

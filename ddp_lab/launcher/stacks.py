@@ -11,6 +11,7 @@ Introduced in notebooks/00-welcome-and-first-launch.ipynb ("What a rank failure 
 from __future__ import annotations
 
 import re
+import sysconfig
 import time
 from pathlib import Path
 
@@ -55,6 +56,30 @@ def line_in(stack: str, filename: str) -> int | None:
     return int(found[1]) if found else None
 
 
+LIBRARY_FOLDERS = tuple(sorted({sysconfig.get_paths()[name].rstrip("/") + "/"
+                                 for name in ("stdlib", "platstdlib", "purelib", "platlib")}))
+_FRAME_FILE = re.compile(r'\s*File "([^"]+)"')
+
+
+def _library_thread(frames: list[str]) -> str | None:
+    """One line for a thread that is a library's, not the rank's code (every frame in LIBRARY_FOLDERS, none in
+    torch.distributed, whose collectives the reports look for), naming the frame that says whose it is: the newest
+    in an installed package, else the newest outside threading.py. None for any other thread."""
+    files = [_FRAME_FILE.match(frame) for frame in frames]
+    if not frames or any(file is None or not file.group(1).startswith(LIBRARY_FOLDERS)
+                         or "/torch/distributed/" in file.group(1) for file in files):
+        return None
+    owner = next((frame for frame, file in zip(frames, files) if "-packages/" in file.group(1)), None) or \
+        next((frame for frame, file in zip(frames, files) if not file.group(1).endswith("/threading.py")), frames[0])
+    return f"Thread of a library, not of your code (its frames not shown): {owner.strip()}"
+
+
+def _in_threading(frame: str) -> bool:
+    """Whether a frame line of a faulthandler dump is in the standard library's threading.py."""
+    file = _FRAME_FILE.match(frame)
+    return file is not None and file.group(1).startswith(LIBRARY_FOLDERS) and file.group(1).endswith("/threading.py")
+
+
 def _size(path: Path) -> int:
     try:
         return path.stat().st_size
@@ -65,7 +90,9 @@ def _size(path: Path) -> int:
 def _clean_stack(text: str) -> str:
     """Drop thread addresses and ddp_lab's own frames from a faulthandler dump, the current thread (the one the rank's
     code runs in, where the signal was handled) first: faulthandler lists the newest thread first, so a library's
-    idle helper thread (tqdm's monitor) came before the frames that matter.
+    idle helper thread (tqdm's monitor) came before the frames that matter. Such a thread, every frame of it in the
+    standard library or an installed package and none in torch.distributed, is one line (`_library_thread`); of the
+    other threads, the frames in threading.py that start every thread are dropped.
 
     A thread that had frames, all of them ddp_lab's, gets a line saying so instead of none.
     """
@@ -74,7 +101,10 @@ def _clean_stack(text: str) -> str:
     for block in re.split(r"\n(?=(?:Current thread|Thread) )", text) if text else []:
         header, *frames = [line for line in block.splitlines() if line.strip()]
         shown = [line for line in frames if not any(f in line for f in HIDDEN_FRAMES)]
-        threads.append("\n".join([header, *(shown if shown or not frames else [f"  {OUTSIDE_FN}"])]))
+        folded = None if header.startswith("Current thread") else _library_thread(shown)
+        while len(shown) > 1 and _in_threading(shown[-1]):   # how every thread starts (run, _bootstrap): not shown
+            shown.pop()
+        threads.append(folded or "\n".join([header, *(shown if shown or not frames else [f"  {OUTSIDE_FN}"])]))
     threads.sort(key=lambda block: not block.startswith("Current thread"))   # stable: the others keep their order
     return "\n\n".join(block for block in threads if block) or \
         "(no Python stack was written: the rank may be stuck outside Python)"
