@@ -422,6 +422,31 @@ def zero1_step_divides_the_slice(params, shards, optimizer):
         dist.all_gather(list(p.detach().view(-1).chunk(world_size)), s.detach())
 
 
+def init_with_a_generator(params, rank, world_size):
+    shards = (p.detach().reshape(-1).chunk(world_size)[rank].clone().requires_grad_() for p in params)
+    return shards, torch.optim.Adam(shards, lr=0.01)   # Adam reads the generator to its end: nothing left to return
+
+
+def init_with_one_flat_shard(params, rank, world_size):
+    shard = torch.cat([p.detach().reshape(-1).chunk(world_size)[rank] for p in params]).requires_grad_()
+    return shard, torch.optim.Adam([shard], lr=0.01)   # one tensor for all the parameters, not a list of shards
+
+
+def init_with_the_last_rank_first(params, rank, world_size):
+    shards = [p.detach().reshape(-1).chunk(world_size)[world_size - 1 - rank].clone().requires_grad_() for p in params]
+    return shards, torch.optim.Adam(shards, lr=0.01)
+
+
+def init_with_zeros(params, rank, world_size):
+    shards = [torch.zeros_like(p.detach().reshape(-1).chunk(world_size)[rank]).requires_grad_() for p in params]
+    return shards, torch.optim.Adam(shards, lr=0.01)
+
+
+def init_in_float64(params, rank, world_size):
+    shards = [p.detach().reshape(-1).chunk(world_size)[rank].double().requires_grad_() for p in params]
+    return shards, torch.optim.Adam(shards, lr=0.01)
+
+
 def zero1_step_async(params, shards, optimizer):
     """Right too: every all-reduce started at once (async_op=True), all waited for before the gradients are read."""
     rank, world_size = dist.get_rank(), dist.get_world_size()
@@ -548,6 +573,21 @@ ZERO1_MISTAKES = [   # answers that return (not raise): they run one after the o
                                              r"shape "
                                              r"\(24,\), the parameter's is \(6, 4\).*Hint: it holds the right values, "
                                              r"flattened: reshape the gathered vector .*view\(p.shape\)"),
+    # zero1_init's shards, judged before zero1_step runs: said in a sentence, whatever they are
+    (init_with_a_generator, zero1_step, r"^rank 0: init_with_a_generator returned 0 shards for 4 parameters; expected "
+                                        r"one shard per parameter.*\nHint: your shards are a generator .*Make them a "
+                                        r"list"),
+    (init_with_one_flat_shard, zero1_step, r"^rank 0: init_with_one_flat_shard returned a tensor of shape \(36,\) and "
+                                           r"dtype torch.float32 as its shards; expected a list of tensors, one shard "
+                                           r"per parameter"),
+    (init_with_the_last_rank_first, zero1_step, r"(?s)^rank 0: init_with_the_last_rank_first's shard of '0.weight' .*"
+                                                r"Hint: it holds chunk 1, rank 1's: take chunk rank, the argument "
+                                                r"zero1_init is given \(0 here\)\.$"),
+    (init_with_zeros, zero1_step, r"^rank 0: init_with_zeros's shard of '0.weight' has the right shape, \(12,\), but "
+                                  r"not the values of chunk 0 .*: element 0 is 0, expected -0.00374341\."),
+    # float64 values equal the parameter's: torch.equal alone let the shard through, and zero1_step raised
+    (init_in_float64, zero1_step, r"(?s)^rank 0: init_in_float64's shard of '0.weight' is a tensor of shape \(12,\) "
+                                  r"and dtype torch.float64;.*Hint: it is float64: the shards are fp32"),
 ]
 
 
@@ -661,6 +701,22 @@ def test_a_number_of_shards_written_in_either_function_is_refused_before_any_ran
         lesson09.check_zero1(init, step)
 
 
+def test_a_hang_is_stopped_after_30_s(monkeypatch):
+    # a right answer takes well under a second, 2 to 7 s the first time in a kernel on a busy 2-core machine (Adam's
+    # first step imports torch._dynamo on every rank), counted from when every rank started: 30 s, as lessons 07
+    # and 16, whose checks run the same way
+    timeouts = []
+
+    def run_zero1_answers(answers, timeout, name, explain):
+        timeouts.append(timeout)
+        raise CheckFailed("stopped")
+
+    monkeypatch.setattr(lesson09, "run_zero1_answers", run_zero1_answers)
+    with pytest.raises(CheckFailed, match="^stopped$"):
+        check_zero1(zero1_init, zero1_step)
+    assert timeouts == [30.0]
+
+
 def test_a_hang_names_no_rank_that_waits_for_the_checks_next_group():
     """On the 2-rank run rank 2 waits in the check's own set-up of the 3-rank group (`common.groups_of`): a hang of
     the answer names ranks 0 and 1 only, and no new_group the learner never called (stacks as fault handlers write
@@ -681,3 +737,38 @@ def test_a_hang_names_no_rank_that_waits_for_the_checks_next_group():
     message = timeout_message(LaunchTimeout("", failures, 0, ["", "", ""]), "zero1_step", 8)
     assert "Stuck: rank 0 in dist.all_gather, rank 1 in dist.all_reduce.\n" in message, message
     assert "rank 2" not in message and "dist.new_group" not in message, message
+
+
+def test_a_hang_on_3_ranks_says_that_2_finished():
+    """A rank from 2 on stuck in the answer's calls: the hang came in the second run, so the first finished without
+    raising (stacks as fault handlers write them); on 2 ranks the default hint stays."""
+    from ddp_lab.checks.common import timeout_message
+    from ddp_lab.launcher.errors import LaunchTimeout, RankFailure
+
+    def stack(*frames):
+        lines = "".join(f'  File "{file}", line 1 in {fn}\n' for file, fn in frames)
+        return f"Current thread (most recent call first):\n{lines}"
+
+    c10d = "/x/torch/distributed/distributed_c10d.py"
+    on_3 = {0: RankFailure(0, "timeout", "", stack((c10d, "all_reduce"), ("/a.py", "zero1_step"))),
+            1: RankFailure(1, "timeout", "", stack((c10d, "all_reduce"), ("/a.py", "zero1_step"))),
+            2: RankFailure(2, "timeout", "", stack((c10d, "recv"), ("/a.py", "zero1_step")))}
+    message = timeout_message(LaunchTimeout("", on_3, 0, ["", "", ""]), "zero1_step", 30, lesson09._hang_hint)
+    assert ("Stuck: rank 0 in dist.all_reduce, rank 1 in dist.all_reduce, rank 2 in dist.recv.\nIt ran on 2 ranks "
+            "(the check's first run) without raising; this is its second run, on 3 ranks: look for code written "
+            "for 2 ranks") in message, message
+    assert "\nHint: the ranks wait in calls that do not pair up (dist.all_reduce, dist.recv)" in message, message
+    on_2 = {**on_3, 2: RankFailure(2, "timeout", "", stack((c10d, "init_process_group"),
+                                                          ("/x/ddp_lab/checks/common.py", "groups_of")))}
+    message = timeout_message(LaunchTimeout("", on_2, 0, ["", "", ""]), "zero1_step", 30, lesson09._hang_hint)
+    assert "second run" not in message and "Hint: the ranks wait in collectives that do not pair up" in message
+
+
+def test_an_all_gather_never_waited_is_named_when_it_had_filled_part_of_the_parameter():
+    """gloo fills the chunks of an unwaited all-gather one at a time: read half-way, the parameter has its own
+    chunk new and another old. The hint names the work never waited for, not the shards' order."""
+    before, want = torch.zeros(4), torch.arange(1.0, 5.0)
+    half_way = torch.tensor([1.0, 2.0, 0.0, 0.0])
+    hint = lesson09._params_hint(half_way, want, before, 0, {"world_size": 2, "unwaited_gathers": 1, "lr": [0.01]})
+    assert hint.startswith("the parameters were only partly updated when zero1_step returned: a "
+                           "collective called with async_op=True returned a work that was never waited for"), hint

@@ -296,6 +296,16 @@ def never_all_reduces(process_group, bucket):   # quantised and decompressed, ne
     return _done(buffer.copy_(q.float() * scale / 127))
 
 
+def rounds_down(process_group, bucket):   # torch.floor: a whole step too low at worst, where round is half of one
+    return _int8_mean(bucket.buffer(), _shared_scale(bucket.buffer()), to_int8=lambda v: torch.floor(v).to(torch.int8))
+
+
+def sets_a_list(process_group, bucket):   # the future it makes is given [buffer], not buffer
+    future = torch.futures.Future()
+    future.set_result([_int8_mean(bucket.buffer(), _shared_scale(bucket.buffer())).value()])
+    return future
+
+
 @pytest.mark.parametrize("answer", [guarded_by_a_branch, guarded_after_dividing], ids=lambda answer: answer.__name__)
 def test_accepts_other_guards_against_a_zero_scale(answer, results):
     assert lesson11.judge_int8_hook(answer.__name__, results[answer]).startswith(
@@ -366,6 +376,10 @@ WRONG_ANSWERS = {   # all return: they run one after the other in one launch (wi
     scale_doubled: r"(?s)differ from the mean by more than int8 rounding allows, and not as any common mistake",
     sum_not_mean: r"(?s)expected the mean over ranks.*this is the SUM over ranks.*scale / \(levels · world_size\)",
     not_decompressed: r"(?s)returned int8 values, not float32: the int8 sums were never decompressed",
+    # a list the hook's own future was given, not the one dist.all_reduce(..., async_op=True).get_future() holds
+    sets_a_list: r"^sets_a_list's future holds a list of float32 tensors: the future it made was given a list "
+                 r"\(set_result\(\[\.\.\.\]\)\)\.\nHint: .*future\.set_result\(buffer\)\.$",
+    rounds_down: r"(?s)^on 2 ranks: step 0, .*Hint: the values were rounded down \(torch\.floor\), not to the nearest",
     sends_full_fp32: r"(?s)sent 6,928 bytes for 1,732 gradient values, 4.0 bytes per value: as much as.*uncompressed "
                      r"fp32",
     sums_in_int32: r"(?s)4.0 bytes per value.*Hint: what went to all_reduce holds 4-byte values",
@@ -400,3 +414,68 @@ def test_rejects_wrong_answers(answer, results):
 def test_rounding_bound_is_half_a_step_of_whole_levels(world_size, levels):
     # each of the W ranks rounds to within scale / (2 · levels · W) of its share: W of them, scale / (2 · levels)
     assert lesson11.rounding_bound(torch.tensor(2.0), world_size).item() == pytest.approx(2.0 / (2 * levels))
+
+
+def test_a_hang_is_stopped_after_30_s(monkeypatch):
+    # a right hook takes well under a second, 3 to 7 s the first time in a kernel on a busy 2-core machine (DDP's
+    # constructor imports torch._dynamo on every rank), counted from when every rank started: 30 s, as lessons 07
+    # and 16, whose checks run the same way
+    timeouts = []
+
+    def run_hook_answers(hooks, timeout, name):
+        timeouts.append(timeout)
+        raise CheckFailed("stopped")
+
+    monkeypatch.setattr(lesson11, "run_hook_answers", run_hook_answers)
+    with pytest.raises(CheckFailed, match="^stopped$"):
+        check_int8_hook(int8_hook_async)
+    assert timeouts == [30.0]
+
+
+def _stack(*frames):
+    """A stuck rank's stack as fault handlers write it, innermost frame first."""
+    lines = "".join(f'  File "{file}", line 1 in {fn}\n' for file, fn in frames)
+    return f"Current thread (most recent call first):\n{lines}"
+
+
+def test_a_future_never_given_a_value_is_named():
+    """A hook that returns torch.futures.Future() without set_result: the ranks wait for it where the check does, as
+    DDP would (`_wait_for_an_own_future`), and the message says so instead of a hint about sends and receives."""
+    from ddp_lab.launcher.errors import LaunchTimeout, RankFailure
+
+    waiting = _stack(("/x/ddp_lab/checks/lesson11.py", "_wait_for_an_own_future"),
+                     ("/x/ddp_lab/checks/lesson11.py", "checked"),
+                     ("/x/torch/autograd/graph.py", "_engine_run_backward"))
+    in_all_reduce = _stack(("/x/torch/distributed/distributed_c10d.py", "all_reduce"), ("/a.py", "hook"))
+    failures = {0: RankFailure(0, "timeout", "", in_all_reduce), 1: RankFailure(1, "timeout", "", waiting),
+                2: RankFailure(2, "timeout", "", waiting)}
+    message = lesson11._never_completed(LaunchTimeout("", failures, 0, ["", "", ""]), "int8_hook", 30)
+    assert message.startswith("int8_hook returned a torch.futures.Future without a value on ranks 1, 2, and it never "
+                              "got one"), message
+    assert "\nHint: a future you make holds a value only once future.set_result(...) is called" in message, message
+    failures = {rank: RankFailure(rank, "timeout", "", in_all_reduce) for rank in range(3)}
+    assert lesson11._never_completed(LaunchTimeout("", failures, 0, ["", "", ""]), "int8_hook", 30) is None
+
+
+def test_ranks_stuck_outside_collectives_get_no_hint_about_sends():
+    from ddp_lab.checks.common import timeout_message
+    from ddp_lab.launcher.errors import LaunchTimeout, RankFailure
+
+    failures = {rank: RankFailure(rank, "timeout", "", _stack(("/x/ddp_lab/checks/lesson11.py", "checked"),))
+                for rank in range(3)}
+    message = timeout_message(LaunchTimeout("", failures, 0, ["", "", ""]), "int8_hook", 30, lesson11._hang_hint)
+    assert "Hint: no rank waits in a collective call" in message and "send" not in message, message
+
+
+def test_a_rank_that_gloo_aborted_is_told_the_collectives_did_not_pair_up():
+    # rank 0 alone all-reduced the scale (4 bytes) while the others all-reduced their int8 values: gloo's words
+    from ddp_lab.launcher.errors import RankFailure
+
+    details = ("[rank 0] terminate called after throwing an instance of 'gloo::EnforceNotMet'\n[rank 0]   what():  "
+               "[enforce fail at /w/third_party/gloo/gloo/transport/tcp/pair.cc:456] op.preamble.length <= "
+               "op.nbytes. 289 vs 4. Received data size doesn't match expected size. Is there a distributed "
+               "collective mismatch in your code?\n")
+    hint = lesson11._explain_crash(RankFailure(0, "crashed", "died with signal SIGABRT (6)", details))
+    assert hint.startswith("gloo aborted the rank: 289 bytes arrived in a collective whose buffer holds 4"), hint
+    assert "the same collective calls, in the same order" in hint, hint
+    assert lesson11._explain_crash(RankFailure(0, "crashed", "died with signal SIGSEGV (11)", "")) is None

@@ -1128,3 +1128,20 @@ def _type_of(value) -> str:
     if torch.is_tensor(value):
         return "Tensor"
     return "None" if value is None else type(value).__name__
+
+
+# gloo's abort for a message of another size than the buffer it arrives in: torch 2.13.0 and 2.15.0's gloo add
+# "Received data size doesn't match expected size"; torch 2.8.0's prints the failed condition alone
+_GLOO_SIZE_ABORT = re.compile(r"(\d+) vs (\d+)\. Received data size doesn't match expected size"
+                              r"|op\.preamble\.length <= op\.nbytes\. (\d+) vs (\d+)")
+
+
+def gloo_size_abort(text: str) -> tuple[int, int] | None:
+    """(bytes that arrived, bytes the buffer holds) where `text` (a crashed rank's output) shows gloo aborting the
+    rank because a message did not fit the buffer of a receive or a collective (its TCP transport's enforce, then
+    SIGABRT); None otherwise. Lessons 02, 11 and 15's checks name such a crash."""
+    found = _GLOO_SIZE_ABORT.search(text)
+    if found is None:
+        return None
+    arrived, room = (int(size) for size in found.groups() if size is not None)
+    return arrived, room

@@ -30,7 +30,7 @@ import torch
 import torch.distributed as dist
 
 from ddp_lab.checks import CheckFailed, passed
-from ddp_lab.checks.common import (CaseFailed, call_case, describe, ensure_written, first_mismatch,
+from ddp_lab.checks.common import (CaseFailed, call_case, describe, ensure_written, first_mismatch, gloo_size_abort,
                                    only_point_to_point, refuse_written_modulus, run_answers_on_ranks, run_on_ranks,
                                    source_tree)
 from ddp_lab.checks.p2p_log import (RECEIVES, SENDS, Call, log_path, logging_point_to_point, read_log,
@@ -277,14 +277,8 @@ def _explain_chunking(failure, world_size: int, size_mismatch: str) -> str | Non
 
 
 def _recv_got_another_size(rank_output: str) -> bool:
-    """Whether a rank aborted because a message was longer than the buffer its recv posted.
-
-    gloo then fails an enforce in its TCP transport (`op.preamble.length <= op.nbytes. 16 vs
-    12`) and the rank dies with SIGABRT. torch 2.13.0 and 2.15.0 add "Received data size
-    doesn't match expected size"; torch 2.8.0 prints the failed condition alone, so both are
-    looked for.
-    """
-    return "op.preamble.length <= op.nbytes" in rank_output or "doesn't match expected size" in rank_output
+    """Whether a rank aborted because a message was longer than the buffer its recv posted (common.gloo_size_abort)."""
+    return gloo_size_abort(rank_output) is not None
 
 
 # --- exercise 1: ring reduce-scatter ------------------------------------------------------------

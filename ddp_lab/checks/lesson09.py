@@ -26,7 +26,7 @@ import torch.distributed as dist
 from ddp_lab.checks import CheckFailed, passed
 from ddp_lab.checks.common import (answer_raised, call_case, describe, division_into_a_new_tensor, ensure_written,
                                    groups_of, judge_in_order, package_answer_used, refuse_written_divisor,
-                                   refuse_written_split, run_on_ranks, watching_calls)
+                                   refuse_written_split, run_on_ranks, watching_calls, with_a_note)
 from ddp_lab.instruments.collectives import call_arguments, replacing_dist_calls, watching_requests
 from ddp_lab.instruments.tensor_bytes import optimizer_state_bytes
 from ddp_lab.course.sharding.state_bytes import BYTES_PER_PARAMETER, COMPONENTS, SHARDED_BY_STAGE, state_bytes_per_rank
@@ -138,7 +138,7 @@ def run_zero1_answers(answers: tuple, timeout: float = 60.0, name: str = "zero1_
     """Run each (zero1_init, zero1_step) pair on 2 ranks, then on 3 (one launch); [answer] -> {world size: [rank]
     -> its records}."""
     results = run_on_ranks(_zero1_runner, (tuple(answers),), max(WORLD_SIZES), timeout, name, explain,
-                           init_process_group=False)
+                           timeout_hint=_hang_hint, init_process_group=False)
     return [{size: [results[rank][size][index] for rank in range(size)] for size in WORLD_SIZES}
             for index in range(len(answers))]
 
@@ -153,6 +153,20 @@ def _second_run_note(world_size: int, judged: bool = True) -> str:
             "world_size, rank or a loop over the ranks belongs.")
 
 
+def _hang_hint(calls: set, places: dict) -> str | None:
+    """What to say about ranks stuck in the answer's calls (`common.timeout_message`: `places`, {stuck rank: the call
+    it waits in}): a rank from WORLD_SIZES[0] on is stuck in the second run, so the first finished; else None (the
+    default hint)."""
+    if not any(rank >= WORLD_SIZES[0] for rank in places):
+        return None
+    named = ", ".join(f"dist.{call}" for call in sorted(call for call in calls if call))
+    waits = f" ({named})" if named else ""
+    return with_a_note(_second_run_note(WORLD_SIZES[1], judged=False),
+                       f"the ranks wait in calls that do not pair up{waits}: every rank must make the same "
+                       "collective calls, in the same order, and each rank's updated shard must reach every other "
+                       "rank (dist.all_gather does both).")
+
+
 def _explain_a_raise(failure) -> str | None:
     """An answer that raised on the second world size: the first was right (the case text names the world size,
     `_zero1_one`'s calls)."""
@@ -164,39 +178,72 @@ def _explain_a_raise(failure) -> str | None:
 def _zero1_init_verdict(rank: int, world_size: int, model: nn.Module, params: list, zero1_init,
                         init_name: str) -> dict | tuple:
     """(shards, optimizer) if zero1_init's are right on this rank (a parameter of 5 elements too), else the record
-    that says what is wrong ({'bad_init': ...}, {'bad_optimizer': ...} or {'bad_shard': ...})."""
+    that says what is wrong ({'bad_init': ...}, {'bad_optimizer': ...}, {'bad_shards': ...}, {'bad_count': ...} or
+    {'bad_shard': ...})."""
     returned = call_case(zero1_init, f"zero1_init(params, rank={rank}, world_size={world_size})",
                          params, rank, world_size, name=init_name)
     if not (isinstance(returned, (tuple, list)) and len(returned) == 2):
         return {"bad_init": describe(returned)}
-    shards, optimizer = returned
+    given, optimizer = returned
     if not isinstance(optimizer, torch.optim.Optimizer):
         return {"bad_optimizer": type(optimizer).__name__}
-    shards = list(shards)
+    if torch.is_tensor(given) or not hasattr(given, "__iter__"):
+        return {"bad_shards": describe(given)}
+    shards = list(given)
+    if len(shards) != len(params):   # a generator is empty once Adam has read it: iter() of an iterator is itself
+        return {"bad_count": (len(shards), len(params), iter(given) is given)}
     names = [name for name, _ in model.named_parameters()]
     for name, p, shard in zip(names, params, shards):   # found here, before zero1_step trips over it
-        want = p.detach().reshape(-1).chunk(world_size)[rank]
-        if not torch.is_tensor(shard) or shard.shape != want.shape or not torch.equal(shard.detach(), want):
-            if torch.is_tensor(shard) and shard.shape == p.shape and torch.equal(shard.detach(), p.detach()):
-                kind = "whole"
-            elif (torch.is_tensor(shard) and shard.numel() == want.numel()
-                  and torch.equal(shard.detach().reshape(-1), p.detach().chunk(world_size)[rank].reshape(-1))):
-                kind = "unflattened"
-            else:
-                kind = "other"
-            return {"bad_shard": (name, describe(shard), tuple(p.shape), tuple(want.shape), kind)}
+        chunks = p.detach().reshape(-1).chunk(world_size)
+        want = chunks[rank]
+        if (not torch.is_tensor(shard) or shard.shape != want.shape or shard.dtype != want.dtype
+                or not torch.equal(shard.detach(), want)):
+            return {"bad_shard": (name, describe(shard), tuple(p.shape), tuple(want.shape),
+                                  _shard_mistake(shard, p, chunks, rank, world_size))}
     # a parameter of an odd size: chunk splits it 3 + 2, a floor split (numel // world_size) loses its last element
     odd = torch.nn.Parameter(torch.arange(5.0))
-    odd_shard = list(call_case(zero1_init, f"zero1_init([a parameter of 5 elements], rank={rank}, "
-                                           f"world_size={world_size})", [odd], rank, world_size, name=init_name)[0])[0]
+    odd_returned = call_case(zero1_init, f"zero1_init([a parameter of 5 elements], rank={rank}, "
+                                         f"world_size={world_size})", [odd], rank, world_size, name=init_name)
+    odd_shards = (list(odd_returned[0]) if isinstance(odd_returned, (tuple, list)) and len(odd_returned) == 2
+                  and hasattr(odd_returned[0], "__iter__") and not torch.is_tensor(odd_returned[0]) else [])
+    odd_shard = odd_shards[0] if odd_shards else None
     want_odd = odd.detach().chunk(world_size)[rank]
-    if not (torch.is_tensor(odd_shard) and odd_shard.shape == want_odd.shape and torch.equal(odd_shard.detach(),
-                                                                                            want_odd)):
+    if not (torch.is_tensor(odd_shard) and odd_shard.shape == want_odd.shape and odd_shard.dtype == want_odd.dtype
+            and torch.equal(odd_shard.detach(), want_odd)):
         size = -(-5 // world_size)   # padded to a multiple of world_size, as FSDP does: equal shards, zeros last
         padded = F.pad(odd.detach(), (0, size * world_size - 5)).view(world_size, size)[rank]
-        kind = "padded" if torch.is_tensor(odd_shard) and _close(odd_shard.detach().reshape(-1), padded) else "uneven"
+        floor = 5 // world_size      # numel // world_size elements per rank
+        kind = ("padded" if torch.is_tensor(odd_shard) and _close(odd_shard.detach().reshape(-1), padded) else
+                "uneven" if torch.is_tensor(odd_shard) and _close(odd_shard.detach().reshape(-1),
+                                                                  odd.detach()[rank * floor:(rank + 1) * floor]) else
+                _shard_mistake(odd_shard, odd, odd.detach().chunk(world_size), rank, world_size))
         return {"bad_shard": ("a parameter of 5 elements", describe(odd_shard), (5,), tuple(want_odd.shape), kind)}
     return shards, optimizer
+
+
+def _shard_mistake(shard, p: torch.Tensor, chunks: tuple, rank: int, world_size: int) -> str:
+    """What a wrong shard of `p` is, for `_judge_world`'s hint: 'whole', 'unflattened', 'dtype <its dtype>',
+    'chunk <k>' (another rank's chunk), 'values <index> <got> <expected>' (the right shape, other values) or
+    'other'."""
+    want = chunks[rank]
+    if not torch.is_tensor(shard):
+        return "other"
+    shard = shard.detach()
+    if shard.shape == p.shape and torch.equal(shard, p.detach()):
+        return "whole"
+    if shard.shape == want.shape and shard.dtype != want.dtype:
+        return f"dtype {str(shard.dtype).replace('torch.', '')}"
+    if (shard.shape != want.shape and shard.numel() == want.numel()
+            and torch.equal(shard.reshape(-1), p.detach().chunk(world_size)[rank].reshape(-1))):
+        return "unflattened"
+    other = next((k for k, chunk in enumerate(chunks) if k != rank and shard.shape == chunk.shape
+                  and torch.equal(shard, chunk)), None)
+    if other is not None:
+        return f"chunk {other}"
+    if shard.shape == want.shape:
+        index = int((shard.reshape(-1) != want.reshape(-1)).nonzero()[0])
+        return f"values {index} {shard.reshape(-1)[index].item():.6g} {want.reshape(-1)[index].item():.6g}"
+    return "other"
 
 
 def _zero1_one(rank: int, zero1_init, zero1_step) -> dict:
@@ -320,7 +367,7 @@ def _close(a: torch.Tensor, b: torch.Tensor) -> bool:
     return a.shape == b.shape and torch.allclose(a, b, rtol=1e-5, atol=1e-7)
 
 
-def check_zero1(zero1_init, zero1_step, timeout: float = 60.0) -> None:
+def check_zero1(zero1_init, zero1_step, timeout: float = 30.0) -> None:
     """Check ZeRO stage 1 by hand: `zero1_init(params, rank, world_size)` and `zero1_step(params, shards, optimizer)`.
 
     On each of 2 ranks, zero1_init returns (shards, optimizer): one fp32 tensor per parameter,
@@ -328,7 +375,10 @@ def check_zero1(zero1_init, zero1_step, timeout: float = 60.0) -> None:
     (lr=0.01) over those shards only. After every backward, zero1_step must average the
     gradients over ranks, give each shard its slice as `.grad`, step, and all-gather the
     updated shards back into every rank's full parameters. Every rank's parameters must equal
-    one process training on the whole batch, step for step.
+    one process training on the whole batch, step for step. An answer that hangs is stopped
+    `timeout` seconds after every rank started the check's runs: a right answer takes well under
+    a second, 2 to 7 s the first time in a kernel on a busy 2-core machine (Adam's first step
+    imports torch._dynamo on every rank).
 
     Introduced in notebooks/09-zero-and-fsdp.ipynb.
     """
@@ -367,6 +417,17 @@ def _judge_world(name: str, init_name: str, results: list[dict], division: str |
             raise CheckFailed(f"rank {rank}: {init_name} returned {results[rank]['bad_optimizer']} as its optimizer; "
                               "expected a torch.optim.Optimizer (Adam over this rank's shards), as (shards, "
                               "optimizer).")
+        if "bad_shards" in results[rank]:
+            raise CheckFailed(f"rank {rank}: {init_name} returned {results[rank]['bad_shards']} as its shards; "
+                              "expected a list of tensors, one shard per parameter in the order of params, as "
+                              "(shards, optimizer).")
+        if "bad_count" in results[rank]:
+            count, wanted, iterator = results[rank]["bad_count"]
+            hint = ("\nHint: your shards are a generator (or another iterator): torch.optim.Adam(shards) read it to "
+                    "the end, so nothing was left to return. Make them a list, [... for p in params], before "
+                    "building Adam over it." if iterator and count == 0 else "")
+            raise CheckFailed(f"rank {rank}: {init_name} returned {count} shards for {wanted} parameters; expected "
+                              f"one shard per parameter, in the order of params.{hint}")
         if "bad_shard" in results[rank]:
             param, got, whole, shape, kind = results[rank]["bad_shard"]
             if kind == "whole":
@@ -374,6 +435,12 @@ def _judge_world(name: str, init_name: str, results: list[dict], division: str |
                                   f"{whole}: every rank would hold and step the full optimizer.\nHint: ZeRO-1 gives "
                                   f"each rank chunk {rank} of each flattened parameter (shape {shape}) and builds Adam "
                                   "over those shards only, so every rank keeps 1/world_size of its state.")
+            if kind.startswith("values "):
+                index, value, expected = kind.split()[1:]
+                raise CheckFailed(f"rank {rank}: {init_name}'s shard of {param!r} has the right shape, {shape}, but "
+                                  f"not the values of chunk {rank} of p.reshape(-1).chunk(world_size): element "
+                                  f"{index} is {value}, expected {expected}.\nHint: each shard is a copy of this "
+                                  "rank's chunk of the flattened parameter, its values unchanged.")
             hint = ("it holds the right values, but chunked along the parameter's first dimension: flatten the "
                     "parameter first, so the shard lines up with the slice of the flattened gradient that "
                     f"{name} gives it" if kind == "unflattened" else
@@ -384,6 +451,10 @@ def _judge_world(name: str, init_name: str, results: list[dict], division: str |
                     "as FSDP does; this exercise's shards are tensor.chunk's, uneven (5 elements on 2 ranks: 3 + 2) "
                     "and unpadded. Take chunk rank of p.reshape(-1).chunk(world_size), here and wherever the step "
                     "slices or gathers" if kind == "padded" else
+                    f"it holds chunk {kind.split()[1]}, rank {kind.split()[1]}'s: take chunk rank, the argument "
+                    f"zero1_init is given ({rank} here)" if kind.startswith("chunk ") else
+                    f"it is {kind.split()[1]}: the shards are fp32, as the parameters and their gradients are "
+                    "(clone() keeps the dtype)" if kind.startswith("dtype ") else
                     "each shard is this rank's chunk of the flattened parameter, an independent copy")
             raise CheckFailed(f"rank {rank}: {init_name}'s shard of {param!r} is {got}; expected shape {shape}, chunk "
                               f"{rank} of p.reshape(-1).chunk(world_size).\nHint: {hint}.")
@@ -532,8 +603,9 @@ def _params_hint(value: torch.Tensor, want: torch.Tensor, before: torch.Tensor, 
     got_chunks = value.reshape(-1).chunk(world_size)
     want_chunks = want.reshape(-1).chunk(world_size)
     old_chunks = before.reshape(-1).chunk(world_size)
-    if _close(value, before) and got["unwaited_gathers"]:
-        return ("the parameters did not change when zero1_step returned: a collective called with async_op=True "
+    if got["unwaited_gathers"]:   # unchanged, or caught while gloo filled them: which one depends on timing
+        state = "did not change" if _close(value, before) else "were only partly updated"
+        return (f"the parameters {state} when zero1_step returned: a collective called with async_op=True "
                 "returned a work that was never waited for, and its values arrive only when you call .wait() on it: "
                 "wait for it before zero1_step returns.")
     if _close(value, before):

@@ -32,8 +32,11 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from ddp_lab.checks import CheckFailed, passed
-from ddp_lab.checks.common import call_case, ensure_written, groups_of, run_on_ranks
+from ddp_lab.checks.common import (call_case, ensure_written, failure_message, gloo_size_abort, groups_of,
+                                  timeout_message)
 from ddp_lab.instruments.comm_hooks import ByteCounter, total_bytes
+from ddp_lab.launcher.errors import LaunchError, LaunchTimeout
+from ddp_lab.launcher.launch import launch
 
 WORLD_SIZE = 2   # the exercise's world size, judged first
 WORLD_SIZES = (WORLD_SIZE, 3)   # a hook runs on each; a number written for one of them fails on the other
@@ -116,8 +119,10 @@ def _checked(hook, rank: int, answers: list, step: list, names: dict):
             result = call_case(hook, f"averaging bucket {bucket.index()} on rank {rank} of {world_size}", state,
                                bucket)
         # torch.futures.Future, or the torch._C.Future that .then() and get_future() return
-        record.update(future=isinstance(result, torch._C.Future), bucket_shape=shape)
-        value = result.wait() if record["future"] else result
+        record.update(future=isinstance(result, torch._C.Future), bucket_shape=shape,
+                      own_future=isinstance(result, torch.futures.Future))
+        value = (_wait_for_an_own_future(result) if record["own_future"] and not result.done() else
+                 result.wait() if record["future"] else result)
         record.update(_describe_value(value))
         if record["kind"] == "list":
             value = value[0]
@@ -129,6 +134,12 @@ def _checked(hook, rank: int, answers: list, step: list, names: dict):
         return future
 
     return checked
+
+
+def _wait_for_an_own_future(future):
+    """Wait for a torch.futures.Future the hook made and returned without a value (set_result not called yet): a
+    hang's stacks show this function (`_never_completed`)."""
+    return future.wait()
 
 
 def _hook_runner(rank: int, hook) -> dict:
@@ -155,6 +166,11 @@ def _check_returned(answers: list, name: str) -> None:
                 f"{name} returned a {answer['kind']}, not a torch.futures.Future.\nHint: DDP waits on the "
                 "future a hook returns. Return the decompressed tensor in one: `future = torch.futures.Future(); "
                 "future.set_result(buffer); return future` (or chain .then(...) on an async all_reduce's future).")
+        if answer["kind"] == "list" and answer["own_future"]:
+            raise CheckFailed(
+                f"{name}'s future holds a list of {answer['dtype']} tensors: the future it made was given a list "
+                "(set_result([...])).\nHint: the future must hold ONE tensor, the decompressed average, shaped "
+                "like bucket.buffer(): future.set_result(buffer).")
         if answer["kind"] == "list":
             raise CheckFailed(
                 f"{name}'s future holds a list of {answer['dtype']} tensors: that is what "
@@ -219,6 +235,9 @@ def _wrong_schemes(locals_: list[torch.Tensor]) -> list[tuple[list[torch.Tensor]
         (_quantised_mean(locals_, [shared] * world_size, to_int=torch.trunc),
          "the values were truncated towards zero (.to(torch.int8) alone), not rounded: each rank's value is then "
          "off by up to a whole int8 step instead of half of one. Round first (torch.round), then convert"),
+        (_quantised_mean(locals_, [shared] * world_size, to_int=torch.floor),
+         "the values were rounded down (torch.floor), not to the nearest int8 level: each rank's value is then "
+         "up to a whole int8 step too low instead of half of one either way. Round with torch.round, then convert"),
         (_quantised_mean(locals_, own),
          "each rank quantised and decompressed with its OWN scale (the max |value| of its own buffer): the sum of "
          "values quantised with different scales means nothing. All-reduce the scale with op=dist.ReduceOp.MAX "
@@ -439,7 +458,7 @@ def _check_bytes(results, name: str) -> str:
     return f"sending {sent:,} of fp32's {fp32:,} bytes per step ({sent / fp32:.0%})"
 
 
-def check_int8_hook(int8_hook, timeout: float = 60.0) -> None:
+def check_int8_hook(int8_hook, timeout: float = 30.0) -> None:
     """Check `int8_hook(process_group, bucket)`: an int8-quantising DDP comm hook that averages gradients.
 
     On 2 gloo ranks with different batches, then on 3, the hook must give every rank the mean of
@@ -452,7 +471,9 @@ def check_int8_hook(int8_hook, timeout: float = 60.0) -> None:
     each bucket is the largest |value| over the ranks, the same on every rank, so levels that round
     it above 127 // world_size overflow (127 / 2 = 63.5 rounds to 64, and 64 + 64 wraps to -128); a
     share of the int8 range written for one world size fails on the other. In the fourth every bucket holds
-    only zeros: casting 0 / 0's NaN to int8 (no guard on the scale) fails.
+    only zeros: casting 0 / 0's NaN to int8 (no guard on the scale) fails. A hook that hangs is stopped `timeout`
+    seconds after every rank started the check's runs: a right hook takes well under a second, 3 to 7 s the first
+    time in a kernel on a busy 2-core machine (DDP's constructor imports torch._dynamo on every rank).
 
     Introduced in notebooks/11-performance-and-scaling.ipynb.
     """
@@ -471,10 +492,54 @@ def _hook_answers_runner(rank: int, hooks: tuple) -> dict[int, list[dict]]:
 def run_hook_answers(hooks: tuple, timeout: float = 60.0, name: str = "int8_hook") -> list[dict[int, list[dict]]]:
     """Each hook on 3 ranks, then on 2, one DDP model each time (one launch); [hook] -> {world size: [rank] ->
     `_hook_runner`'s record}. For hooks that return (one that raises ends the launch)."""
-    results = run_on_ranks(_hook_answers_runner, (tuple(hooks),), max(WORLD_SIZES), timeout, name,
-                           init_process_group=False)
+    try:
+        results = launch(_hook_answers_runner, args=(tuple(hooks),), nprocs=max(WORLD_SIZES), backend="gloo",
+                         timeout=timeout, init_process_group=False)
+    except LaunchTimeout as error:   # the stuck ranks' stacks are read here, so not through run_on_ranks
+        raise CheckFailed(_never_completed(error, name, timeout) or
+                          timeout_message(error, name, timeout, _hang_hint)) from None
+    except LaunchError as error:
+        raise CheckFailed(failure_message(error, name, _explain_crash)) from None
     return [{size: [results[rank][size][index] for rank in range(size)] for size in WORLD_SIZES}
             for index in range(len(hooks))]
+
+
+def _never_completed(error, name: str, timeout: float) -> str | None:
+    """The message for a hang where some rank waited for a future the hook made and returned without a value
+    (`_wait_for_an_own_future` in its stack), else None."""
+    waiting = sorted(rank for rank, failure in error.failures.items()
+                     if failure.kind == "timeout" and f" in {_wait_for_an_own_future.__name__}" in failure.details)
+    if not waiting:
+        return None
+    ranks = ", ".join(map(str, waiting))
+    return (f"{name} returned a torch.futures.Future without a value on rank{'s' if len(waiting) > 1 else ''} "
+            f"{ranks}, and it never got one: the check waits for it, as DDP does, and stopped the ranks after "
+            f"{timeout:g} s.\nHint: a future you make holds a value only once future.set_result(...) is called: "
+            "set the decompressed average, future.set_result(buffer), before returning the future, on every rank.")
+
+
+def _hang_hint(calls: set) -> str | None:
+    """What to say about ranks stuck outside any collective call (a hook has no send or recv: `timeout_message`'s
+    default hint is about those); None (the default) where some rank waits in a collective."""
+    if any(calls):
+        return None
+    return ("no rank waits in a collective call: each is stuck in the hook's own code (a loop, or a .wait() on a "
+            "future or work that never completes), or waits for the future the hook returned. A hook's collectives "
+            "must be the same on every rank, and the future it returns must complete: "
+            "future.set_result(buffer), or the future that .then() gives on an async all_reduce.")
+
+
+def _explain_crash(failure) -> str | None:
+    """A rank that gloo aborted because what arrived in a collective does not fit its buffer: the ranks' calls did
+    not pair up."""
+    sizes = gloo_size_abort(failure.details) if failure.kind == "crashed" else None
+    if not sizes:
+        return None
+    arrived, room = sizes
+    return (f"gloo aborted the rank: {arrived} bytes arrived in a collective whose buffer holds {room}, so its "
+            "peers were in other calls, or in the same call with a tensor of another size. Every rank's hook "
+            "must make the same collective calls, in the same order, with tensors of the same size and dtype: none "
+            "under a condition on the rank (the scale's all_reduce included).")
 
 
 def judge_int8_hook(name: str, results: dict[int, list[dict]]) -> str:

@@ -30,8 +30,8 @@ import torch.nn.functional as F
 
 from ddp_lab.checks import CheckFailed, passed
 from ddp_lab.checks.common import (answer_raised, call_case, describe, ensure_written, failure_message, first_mismatch,
-                                   only_point_to_point, package_answer_used, refuse_written_modulus, stuck_line,
-                                   timeout_message, watching_calls)
+                                   gloo_size_abort, only_point_to_point, package_answer_used, refuse_written_modulus,
+                                   stuck_line, timeout_message, watching_calls)
 from ddp_lab.checks.p2p_log import RECEIVES, SENDS, Call, crashed_in, log_path, logging_point_to_point, read_log
 from ddp_lab.course.context_parallel import layout, ring
 from ddp_lab.course.context_parallel.layout import block_entries
@@ -338,9 +338,6 @@ def _ring_mistakes() -> list:
 
 
 WRAP_AROUND = ("wrap it around, send to (rank + 1) % world_size and receive from (rank - 1) % world_size")
-# gloo's abort for a message larger than the receive buffer, as torch 2.13's gloo words it and as torch 2.8's did
-_SIZE_ABORT = re.compile(r"(\d+) vs (\d+)\. Received data size doesn't match expected size"
-                         r"|op\.preamble\.length <= op\.nbytes\. (\d+) vs (\d+)")
 
 
 def _explain_ring(failure) -> str | None:
@@ -349,9 +346,9 @@ def _explain_ring(failure) -> str | None:
     call = crashed_in(failure)
     if call:
         return f"the rank crashed inside dist.{call}: a peer there is no rank of the ring; {WRAP_AROUND}."
-    sizes = _SIZE_ABORT.search(failure.details) if failure.kind == "crashed" else None
+    sizes = gloo_size_abort(failure.details) if failure.kind == "crashed" else None
     if sizes:
-        arrived, room = (size for size in sizes.groups() if size is not None)
+        arrived, room = sizes
         return (f"gloo aborted the rank because a message of {arrived} bytes arrived in a receive buffer of "
                 f"{room}: receive into a buffer of the shape and dtype of the tensor its peer sends, "
                 "torch.empty_like(k) for a block of keys.")
