@@ -49,6 +49,23 @@ def pick_not_written(gpus, nprocs_per_node, nccl_available):
     raise NotImplementedError("NCCL needs NCCL built in")
 
 
+def pick_without_a_return_for_gloo(gpus, nprocs_per_node, nccl_available):
+    """Wrong: the gloo branch prints instead of returning (None), which is no machine's mistake about GPUs."""
+    if nccl_available and gpus > 0 and gpus >= nprocs_per_node:
+        return "nccl"
+    print("gloo")
+
+
+def pick_returns_whether_nccl(gpus, nprocs_per_node, nccl_available):
+    """Wrong: a bool, whether NCCL can run, instead of the backend's name."""
+    return nccl_available and gpus > 0 and gpus >= nprocs_per_node
+
+
+def pick_returns_the_device(gpus, nprocs_per_node, nccl_available):
+    """Wrong: the device type instead of the backend."""
+    return "cuda" if nccl_available and gpus > 0 and gpus >= nprocs_per_node else "cpu"
+
+
 def pick_backend_in_capitals(gpus, nprocs_per_node, nccl_available):
     return pick_backend(gpus, nprocs_per_node, nccl_available).upper()   # torch takes "GLOO" as "gloo"
 
@@ -64,6 +81,14 @@ def test_pick_backend_accepts_the_right_answer(answer, capsys):
     (pick_ignores_build, r"nccl_available=False\) returned 'nccl'.*torch without NCCL"),
     (pick_when_built, r"gpus=0, nprocs_per_node=4, nccl_available=True\) returned 'nccl'.*no GPU to run it on"),
     (pick_not_written, r"pick_backend is not written yet.*NCCL needs NCCL built in"),
+    # a result of the wrong kind is named as such, not with the first machine's reason for gloo
+    (pick_without_a_return_for_gloo, r"^pick_backend\(gpus=0, nprocs_per_node=2, nccl_available=False\) returned "
+                                     r"None, expected 'gloo'\.\nHint: a function that ends without a return "
+                                     r"statement on this path \(or prints its answer\) returns None"),
+    (pick_returns_whether_nccl, r"^pick_backend\(gpus=0, .*\) returned bool False, expected the string 'gloo': "
+                                r"pick_backend returns the name of a backend, 'nccl' or 'gloo'\.$"),
+    (pick_returns_the_device, r"^pick_backend\(gpus=0, .*\) returned 'cpu', expected 'gloo'\.\nHint: 'cpu' names a "
+                              r"device; pick_backend returns a backend"),
 ])
 def test_pick_backend_rejects(wrong, feedback):
     with pytest.raises(CheckFailed, match=f"(?s){feedback}"):
@@ -331,6 +356,22 @@ def device_index_string_through_a_name(backend):
     return torch.device("cuda", local_rank), {"device_ids": [local_rank]}
 
 
+def device_from_the_current_device(backend):
+    """Wrong: the current CUDA device, GPU 0 for every process until set_device (and no GPU where the check runs)."""
+    if backend != "nccl":
+        return torch.device("cpu"), {}
+    index = torch.cuda.current_device()
+    return torch.device("cuda", index), {"device_ids": [index]}
+
+
+def device_from_get_rank(backend):
+    """Wrong: dist.get_rank(), the global rank (and no process group where the check runs)."""
+    if backend != "nccl":
+        return torch.device("cpu"), {}
+    index = dist.get_rank()
+    return torch.device("cuda", index), {"device_ids": [index]}
+
+
 def test_device_and_ddp_kwargs_accepts_an_empty_device_ids_on_cpu(capsys):
     check_device_and_ddp_kwargs(device_ids_empty_on_cpu)
     assert capsys.readouterr().out.startswith("✓ device_and_ddp_kwargs")
@@ -345,6 +386,13 @@ def test_device_and_ddp_kwargs_accepts_an_empty_device_ids_on_cpu(capsys):
                           r"strings.*int\(os.environ\['LOCAL_RANK'\]\)\.$"),
     (device_index_string_through_a_name, r"^device_and_ddp_kwargs raised TypeError: .*str.*\nHint: environment "
                                          r"variables are strings"),
+    # torch's errors name a CUDA build and a process group: the hint says what the call gives in a job instead
+    (device_from_the_current_device, r"^device_and_ddp_kwargs raised \w+: .*\nwhile calling device_and_ddp_kwargs\("
+                                     r"'nccl'\).*\nHint: torch.cuda.current_device\(\) needs a GPU.*GPU 0 until the "
+                                     r"caller's set_device runs, the same for every process on the node.*LOCAL_RANK"),
+    (device_from_get_rank, r"^device_and_ddp_kwargs raised ValueError: Default process group has not been "
+                           r"initialized.*\nHint: dist.get_rank\(\) needs a process group, and the check calls the "
+                           r"function without one; in a job it is the global rank \(RANK\).*LOCAL_RANK"),
 ])
 def test_device_and_ddp_kwargs_names_the_wrong_value(wrong, feedback):
     with pytest.raises(CheckFailed, match=f"(?s){feedback}"):
@@ -657,7 +705,32 @@ def setup_tcp_port_written(backend):
     return me
 
 
+def setup_rank_as_a_float(backend):
+    """Wrong: the rank read as a float, which compares equal to the int (0.0 == 0)."""
+    dist.init_process_group(backend)
+    return {**torchruns_numbers(), "rank": float(os.environ["RANK"])}
+
+
+def setup_rank_as_a_tensor(backend):
+    """Wrong: the rank as a tensor, whose comparison with the int is a tensor (never raised as a mismatch)."""
+    dist.init_process_group(backend)
+    return {**torchruns_numbers(), "rank": torch.tensor(dist.get_rank())}
+
+
+def setup_timeout_in_seconds(backend):
+    """Wrong: init_process_group's timeout as a number of seconds (it takes a datetime.timedelta)."""
+    dist.init_process_group(backend, timeout=30)
+    return torchruns_numbers()
+
+
 @pytest.mark.parametrize("wrong, feedback", [
+    (setup_rank_as_a_float, r"^rank 0: rank is 0\.0, a float; expected the int 0\.\nHint: the caller uses it as a "
+                            r"list index.*int\(os.environ\['RANK'\]\)"),
+    (setup_rank_as_a_tensor, r"^rank 0: rank is a tensor of shape \(\) and dtype torch.int64; expected the int 0\."),
+    # not the launcher's store, which the timeout reaches first, with its frames
+    (setup_timeout_in_seconds, r"^rank \d: in setup_from_env, init_process_group got timeout=30, not a "
+                               r"datetime.timedelta\.\nHint: init_process_group takes the timeout as a "
+                               r"datetime.timedelta, e.g. timeout=datetime.timedelta\(seconds=30\)\.$"),
     (setup_destroys_its_group, r"^rank 0: setup_from_env\('gloo'\) created the process group, then destroyed it "
                                r"\(dist.destroy_process_group\(\)\) before returning"),
     (setup_without_a_backend, r"^rank 0: setup_from_env called init_process_group with no backend .*expected 'gloo'"),

@@ -33,13 +33,17 @@ DEADLOCK_TIMEOUT = 3.0   # seconds after every rank entered the answer (start-up
 
 def make_stage_answer(*, scale=True, blocking=False, grad_peer=-1, warmup=None, mark_input=True, wait_now=False,
                       grad_divisor=1, zero_each=False, return_undivided=False, last_rank=None, microbatches=None,
-                      drop_handles=False, irecv_unwaited=False, recv_any_source=False):
+                      drop_handles=False, irecv_unwaited=False, recv_any_source=False, batched=False,
+                      divide_by=None, summed_errors=False, return_sum=False):
     """A 1F1B stage with one mistake switched on (the defaults give the right answer). `wait_now`: each isend's
     .wait() right after it starts, a blocking send in disguise. `zero_each`: the stage's gradients zeroed before
     every micro-batch's backward. `return_undivided`: backward on the divided loss, the undivided one returned.
     `last_rank`, `microbatches`: the last stage's rank and the number of micro-batches written as numbers.
     `drop_handles`: isend's handles never kept. `irecv_unwaited`: receives with dist.irecv, never waited for.
-    `recv_any_source`: dist.recv without src (whichever neighbour sends first)."""
+    `recv_any_source`: dist.recv without src (whichever neighbour sends first). `batched`: every send and receive
+    through dist.batch_isend_irecv (P2POp names the peer; right). `divide_by(m, world_size)`: what each micro-batch's
+    loss is divided by instead of m. `summed_errors`: the squared errors summed, not averaged. `return_sum`: the
+    last stage returns the sum of its losses, a tensor of no dimension, instead of their list."""
 
     def one_f_one_b_stage(stage, inputs, targets):
         rank, world_size = dist.get_rank(), dist.get_world_size()
@@ -48,7 +52,9 @@ def make_stage_answer(*, scale=True, blocking=False, grad_peer=-1, warmup=None, 
         saved, sends, losses = {}, [], []
 
         def send(tensor, dst):
-            if blocking:
+            if batched:
+                sends.extend(dist.batch_isend_irecv([dist.P2POp(dist.isend, tensor, dst)]))
+            elif blocking:
                 dist.send(tensor, dst=dst)
             elif wait_now:
                 dist.isend(tensor, dst=dst).wait()
@@ -58,7 +64,10 @@ def make_stage_answer(*, scale=True, blocking=False, grad_peer=-1, warmup=None, 
                 sends.append(dist.isend(tensor, dst=dst))
 
         def receive(tensor, src):
-            if irecv_unwaited:
+            if batched:
+                for work in dist.batch_isend_irecv([dist.P2POp(dist.irecv, tensor, src)]):
+                    work.wait()
+            elif irecv_unwaited:
                 dist.irecv(tensor, src=src)
             elif recv_any_source:
                 dist.recv(tensor)
@@ -75,8 +84,8 @@ def make_stage_answer(*, scale=True, blocking=False, grad_peer=-1, warmup=None, 
                     x.requires_grad_()
             out = stage(x)
             if last:
-                undivided = F.mse_loss(out, targets[i])
-                out = undivided / (m if scale else 1)
+                undivided = F.mse_loss(out, targets[i], reduction="sum" if summed_errors else "mean")
+                out = undivided / (divide_by(m, world_size) if divide_by else m if scale else 1)
                 losses.append((undivided if return_undivided else out).detach())
             else:
                 send(out.detach(), rank + 1)
@@ -106,7 +115,7 @@ def make_stage_answer(*, scale=True, blocking=False, grad_peer=-1, warmup=None, 
             backward(i)
         for work in sends:
             work.wait()
-        return losses
+        return sum(losses) if return_sum and losses else losses
 
     return one_f_one_b_stage
 
@@ -184,6 +193,17 @@ STAGE_MISTAKES = [   # answers that return: they run one after the other in one 
     (dict(recv_any_source=True), r"(?s)^(rank 2: the micro-batch losses add up to .*Hint: |the losses came out right "
                                  r"on .*)a send or recv names a rank that is not a neighbour stage \(rank 0's call "
                                  r"\d+, dist\.recv with src=None, names no rank at all"),
+    # each loss divided by the number of stages, or a sum of squared errors: the factor the losses are off by says so
+    (dict(divide_by=lambda m, w: w), r"(?s)^rank 2: the micro-batch losses add up to .*\nHint: the losses add up "
+                                     r"to 4/3 of the whole batch's mean: each micro-batch's loss was divided by the "
+                                     r"number of stages \(world_size, 3\) where the number of micro-batches, "
+                                     r"len\(inputs\) \(4\), belongs"),
+    (dict(summed_errors=True), r"(?s)^rank 2: .*\nHint: the losses add up to 12 x the whole batch's mean, the number "
+                               r"of elements of a micro-batch's output \(2 x 6\): each loss is a sum of squared "
+                               r"errors"),
+    # the sum of the losses, not their list: named, where iterating over it raised in the check's own code
+    (dict(return_sum=True), r"^rank 2 \(the last stage\) returned a tensor of shape \(\) and dtype torch.float32; "
+                            r"expected a list of the micro-batches' losses, one number per micro-batch \(4\)"),
     # a warm-up written for 3 stages: right on the first run, one too many on the second, which says so
     (dict(warmup=lambda m, r, w: 2 - r), r"(?s)^the stages held .*: stage 0 held 3, stage 1 held 2; 1F1B on 2 stages "
                                          r"with 3 micro-batches holds 2, 1 .*\nOn 3 stages with 4 micro-batches \(the "
@@ -194,8 +214,10 @@ STAGE_MISTAKES = [   # answers that return: they run one after the other in one 
 
 @pytest.fixture(scope="module")
 def stage_results():
-    """Each of STAGE_MISTAKES' answers, then the right answer, run in one launch."""
-    answers = [make_stage_answer(**mistake) for mistake, _ in STAGE_MISTAKES] + [make_stage_answer()]
+    """Each of STAGE_MISTAKES' answers, then the right answer, then the right answer through dist.batch_isend_irecv,
+    run in one launch."""
+    answers = [make_stage_answer(**mistake) for mistake, _ in STAGE_MISTAKES] + [make_stage_answer(),
+                                                                                 make_stage_answer(batched=True)]
     return lesson07.run_stage_answers(tuple(answers))
 
 
@@ -207,7 +229,7 @@ def test_one_f_one_b_names_wrong_results(index, stage_results):
 
 def test_a_call_naming_no_neighbour_is_refused_when_the_results_come_out_right(stage_results, capsys):
     """A recv without src can take the right message by chance: the logged call is refused all the same."""
-    right = stage_results[-1]
+    right = stage_results[-2]
     lesson07._judge_stage("one_f_one_b_stage", right)
     assert "✓ one_f_one_b_stage" in capsys.readouterr().out
     by_chance = {stages: [dict(record) for record in records] for stages, records in right.items()}
@@ -217,6 +239,13 @@ def test_a_call_naming_no_neighbour_is_refused_when_the_results_come_out_right(s
                                           r"3, dist\.recv with src=None.*take a gradient for an activation, or hang"
                                           r"\.\nHint: forward: receive the activation from rank - 1"):
         lesson07._judge_stage("one_f_one_b_stage", by_chance)
+
+
+def test_sends_and_receives_through_batch_isend_irecv_are_accepted(stage_results, capsys):
+    """dist.batch_isend_irecv passes each P2POp's peer as group_dst or group_src: the logged calls name it, so a right
+    answer is not refused as naming no rank."""
+    lesson07._judge_stage("one_f_one_b_stage", stage_results[-1])
+    assert "✓ one_f_one_b_stage" in capsys.readouterr().out
 
 
 def test_the_check_runs_a_second_pipeline_of_other_counts():
@@ -459,6 +488,11 @@ def forgets_the_ranks(spans):
     return 1.0 - sum(s.end - s.start for s in spans) / makespan
 
 
+def counts_the_spans(spans):
+    makespan = max(s.end for s in spans) - min(s.start for s in spans)
+    return 1.0 - sum(s.end - s.start for s in spans) / (len(spans) * makespan)   # spans, not ranks
+
+
 def window_in_list_order(spans):
     makespan = spans[-1].end - spans[0].start            # as if the spans were sorted by time
     return 1.0 - sum(s.end - s.start for s in spans) / (len({s.rank for s in spans}) * makespan)
@@ -517,6 +551,9 @@ def test_idle_fraction_accepts_the_right_answer(capsys):
     (in_float32, r"^GPipe on 2 stages with 4 micro-batches \(ideal times\): got 0\.19999999, expected 0\.2\.\nHint: "
                  r"that is the right value to about 7 significant digits, on every case.*float32"),
     (forgets_the_ranks, r"(?s)compared with ranks x makespan"),
+    (counts_the_spans, r"^GPipe on 2 stages with 4 micro-batches \(ideal times\): got 0\.9, expected 0\.2\.\nHint: the "
+                       r"busy time was compared with 16 x makespan, the number of spans: count the ranks instead \(2 "
+                       r"here, the distinct s\.rank\)"),
     (window_in_list_order, r"(?s)measured-looking times: got .*first span in the list to the last one"),
     (window_of_rank_0, r"(?s)measured-looking times: got .*the window is rank 0's alone"),
     # on the two-rank case this window is rank 0's too; the three-rank case tells them apart

@@ -245,6 +245,19 @@ def first_block_or_the_second(x_local, linear, rank, world_size):
     return partial + linear.bias
 
 
+def reduces_with_max(x_local, linear, rank, world_size):
+    partial = x_local @ linear.weight.chunk(world_size, dim=1)[rank].T
+    dist.all_reduce(partial, op=dist.ReduceOp.MAX)   # the element-wise max of the partials, not their sum
+    return partial + linear.bias
+
+
+def in_float16_and_back(x_local, linear, rank, world_size):
+    """The partial computed and summed in float16, the output turned back into float32: right to 3 digits."""
+    partial = x_local.half() @ linear.weight.chunk(world_size, dim=1)[rank].half().T
+    dist.all_reduce(partial)
+    return (partial + linear.bias.half()).float()
+
+
 def row_stub(x_local, linear, rank, world_size):
     raise NotImplementedError("my shard is linear.weight.chunk(world_size, dim=1)[rank]")
 
@@ -285,6 +298,11 @@ ROW_MISTAKES = [   # answers that return (not raise): they run one after the oth
     (sends_its_partial_to_every_rank, r"^rank 0: the output is right, but sends_its_partial_to_every_rank called "
                                       r"dist.isend, dist.recv; .* an all-reduce by hand \(its outputs are right on 3 "
                                       r"ranks too\), where the layer's one collective is dist.all_reduce\.\nHint: "),
+    # another op than SUM, a lower precision on the way: each named from what the ranks did
+    (reduces_with_max, r"^rank 0, output\[0, 0, 0\]: got .*\nHint: this is the element-wise MAX of the partial sums, "
+                       r"plus the bias: the full output is their SUM"),
+    (in_float16_and_back, r"^rank 0, output\[\d+, \d+, \d+\]: got .*\nHint: the output is linear\(x\) to a few digits "
+                          r"only: a matrix product worked on a torch.float16 tensor"),
     (first_block_or_the_second, r"^rank 0, output\[0, 0, 0\] of nn.Linear\(9, 7\) on 3 ranks: got .*, expected "
                                 r".*\.\nOn 2 ranks \(the check's first run\) every rank was right; this is its second "
                                 r"run, on 3 ranks: .*\nHint: rank 2 multiplied its x_local by columns 3 to 5 of "
@@ -363,6 +381,17 @@ def test_row_parallel_forward_names_wrong_outputs(answer, feedback, row_results)
 def test_row_parallel_forward_rejects_wrong_answers(answer, feedback):
     with pytest.raises(CheckFailed, match=feedback):
         check_row_parallel_forward(answer)
+
+
+def test_an_asynchronous_all_reduce_is_named_where_no_known_sum_fits():
+    """Given directly: what an all-reduce not waited for leaves depends on timing (a partial sum, or one the answer
+    went on to change), so no launch gives one value for sure."""
+    partials = [torch.tensor([1.0, 2.0]), torch.tensor([3.0, -5.0])]
+    bias, expected = torch.tensor([0.5, 0.5]), torch.tensor([4.5, -2.5])
+    hint = lesson08._row_hint(torch.tensor([1.25, 2.25]), 0, 2, expected, partials, bias, ["all_reduce"], [None, None],
+                              1, [("dist.all_reduce with async_op=True", torch.float32)])
+    assert hint.startswith("dist.all_reduce with async_op=True returned at once, and its sum is in the tensor only "
+                           "once the work it returned has finished: call the work's .wait()"), hint
 
 
 def test_row_parallel_forward_refuses_a_written_number_of_shards_before_any_rank_starts(monkeypatch):
@@ -571,6 +600,60 @@ class ReducesTheIncomingGradient(torch.autograd.Function):
         return grad
 
 
+class ReducesInBfloat16(torch.autograd.Function):
+    """Sums the gradient in bfloat16 (half the bytes): autograd turns it back into float32, 3 digits right."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x
+
+    @staticmethod
+    def backward(ctx, grad):
+        grad = grad.to(torch.bfloat16)
+        dist.all_reduce(grad)
+        return grad
+
+
+class ReturnsTheSumInFloat16(torch.autograd.Function):
+    """Sums in float32, then returns the sum as float16."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x
+
+    @staticmethod
+    def backward(ctx, grad):
+        grad = grad.clone()
+        dist.all_reduce(grad)
+        return grad.half()
+
+
+class ReducesWithMax(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x
+
+    @staticmethod
+    def backward(ctx, grad):
+        grad = grad.clone()
+        dist.all_reduce(grad, op=dist.ReduceOp.MAX)
+        return grad
+
+
+class ForwardInBfloat16(torch.autograd.Function):
+    """Converts x in forward: the check's MLP (float32) cannot take it; no backward runs."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.to(torch.bfloat16)
+
+    @staticmethod
+    def backward(ctx, grad):
+        grad = grad.clone()
+        dist.all_reduce(grad)
+        return grad.float()
+
+
 class Stub(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x):
@@ -605,6 +688,17 @@ F_MISTAKES = [   # all run one after the other in one launch of 2 ranks
     (ReducesTheIncomingGradient, r"(?s)^rank 0: dL/dx is right, but dist.all_reduce changed the incoming gradient "
                                  r"in place.*\nHint: all-reduce a tensor you own, a copy of the gradient "
                                  r"\(\.clone\(\)\)"),
+    # a sum right to a few digits: the lower precision it went through is named, not a missing all-reduce
+    (ReducesInBfloat16, r"^rank 0, dL/dx\[\d+, \d+\]: got .*\nHint: dL/dx is the sum over the ranks to a few digits "
+                        r"only: dist.all_reduce worked on a torch.bfloat16 tensor .*autograd turned the gradient back "
+                        r"into x's dtype, torch.float32"),
+    (ReturnsTheSumInFloat16, r"(?s)^rank 0, dL/dx.*\nHint: dL/dx is the sum over the ranks to a few digits only: every "
+                             r"element of it is a torch.float16 number, so it went through torch.float16"),
+    (ReducesWithMax, r"(?s)^rank 0, dL/dx.*\nHint: this is the element-wise MAX of the ranks' parts of dL/dx: the full "
+                     r"gradient is their SUM"),
+    # the check's MLP never runs on a converted x: the learner's forward is named, not the check's own matmul
+    (ForwardInBfloat16, r"^rank 0: forward returned a tensor of shape \(4, 6\) and dtype torch.bfloat16; expected x "
+                        r"itself, of dtype torch.float32\.\nHint: f is the identity in forward"),
     # found on the ranks: backward runs there (the class itself is not the package's)
     (BackwardCallsThePackages, r"^BackwardCallsThePackages calls ddp_lab.course.tensor_parallel.communications."
                                r"copy_to_model_parallel_region, the package's own answer"),
@@ -639,6 +733,26 @@ def test_f_refuses_the_stub_before_any_rank_starts(monkeypatch):
     monkeypatch.setattr(lesson08, "run_answers_on_ranks", None)   # starting ranks would raise TypeError
     with pytest.raises(CheckFailed, match=r"^Stub is not written yet: it raised NotImplementedError\('every rank"):
         check_copy_to_model_parallel_region(Stub)
+
+
+def test_a_wrong_gradient_after_an_all_reduce_is_not_told_to_all_reduce():
+    """Given directly: backward all-reduced, and dL/dx is none of the known wrong sums (here the right one plus 1)."""
+    expected, _ = lesson08._reference_grads()
+    results = [{"forward": lesson08._f_input(), "calls": [], "x_grad": expected + 1, "backward_calls": ["all_reduce"],
+                "seen": [("dist.all_reduce", torch.float32)]} for _ in range(2)]
+    with pytest.raises(CheckFailed, match=r"^rank 0, dL/dx\[0, 0\]: got .*\nHint: dist.all_reduce ran in backward, "
+                                          r"but dL/dx is not the sum of the ranks' gradients"):
+        lesson08.judge_f("AddsOne", results)
+
+
+def test_a_difference_below_the_default_tolerance_is_still_shown():
+    """The forward output is compared with atol=1e-6: the element named is one that differs by more than that, in
+    enough digits to read differently (the default 1e-5 finds none)."""
+    want = torch.zeros(2, 3)
+    got = want.clone()
+    got[1, 2] = 2e-6
+    assert lesson08._mismatch(0, "forward output", got, want, atol=1e-6) == \
+        "rank 0, forward output[1, 2]: got 2e-06, expected 0"
 
 
 def test_f_refuses_the_apply_method():

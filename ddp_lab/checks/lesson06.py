@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import datetime
 import inspect
 import os
 import re
@@ -22,7 +23,7 @@ import torch
 import torch.distributed as dist
 
 from ddp_lab.checks import CheckFailed, passed
-from ddp_lab.checks.common import failure_message, parse_frames, source_tree
+from ddp_lab.checks.common import describe, failure_message, parse_frames, source_tree
 from ddp_lab.launcher.errors import LaunchError, LaunchTimeout, LaunchWarning
 from ddp_lab.launcher.launch import launch
 from ddp_lab.launcher.rendezvous import store_address
@@ -64,8 +65,18 @@ def check_pick_backend(pick_backend) -> None:
         got = _call(pick_backend, "pick_backend", f"calling {case}", gpus, nprocs, nccl)
         if isinstance(got, str) and got.lower() == expected:   # torch reads backend names in any case
             continue
-        if got != expected:
-            raise CheckFailed(f"{case} returned {got!r}, expected {expected!r}.\nHint: {why}.")
+        if got is None:
+            raise CheckFailed(f"{case} returned None, expected {expected!r}.\nHint: a function that ends without "
+                              "a return statement on this path (or prints its answer) returns None: return the "
+                              "backend's name on every path.")
+        if not isinstance(got, str):
+            raise CheckFailed(f"{case} returned {type(got).__name__} {got!r}, expected the string {expected!r}: "
+                              "pick_backend returns the name of a backend, 'nccl' or 'gloo'.")
+        if got.lower() in ("cpu", "cuda"):
+            raise CheckFailed(f"{case} returned {got!r}, expected {expected!r}.\nHint: {got!r} names a device; "
+                              "pick_backend returns a backend, the library that moves the tensors: 'nccl' or 'gloo' "
+                              f"({why}).")
+        raise CheckFailed(f"{case} returned {got!r}, expected {expected!r}.\nHint: {why}.")
     passed(f"pick_backend: right on all {len(_BACKEND_CASES)} machines")
 
 
@@ -201,15 +212,36 @@ def _call_device(device_and_ddp_kwargs, backend: str, layout: Layout):
         if isinstance(error, TypeError) and re.search(r"\bstr\b", str(error)) and \
                 _uses_an_environment_string(device_and_ddp_kwargs, line):
             raise CheckFailed(f"{failed}\nHint: {STRING_HINT}.") from error
-        if error is not None and _set_device_without_a_gpu(
-                error, [frame.line or "" for frame in traceback.extract_tb(error.__traceback__)]):
+        lines = [frame.line or "" for frame in traceback.extract_tb(error.__traceback__)] if error is not None else []
+        if error is not None and _set_device_without_a_gpu(error, lines):
             raise CheckFailed(f"{failed}\nHint: {SET_DEVICE_HINT}.") from error
+        if error is not None and "cuda" in str(error).lower() and _calls(lines, "current_device"):
+            raise CheckFailed(f"{failed}\nHint: {CURRENT_DEVICE_HINT}.") from error
+        if isinstance(error, ValueError) and "process group has not been initialized" in str(error) and \
+                _calls(lines, "get_rank"):
+            raise CheckFailed(f"{failed}\nHint: {GET_RANK_HINT}.") from error
         raise
 
 
 # torch.cuda.set_device where no GPU is (a CPU-only torch has no _cuda_setDevice; a CUDA build finds no device)
 SET_DEVICE_HINT = ("torch.cuda.set_device needs a GPU, and this machine has none: the exercise leaves it to the "
                    "caller (its script below calls it, for nccl only): do not call it inside")
+
+
+# torch.cuda.current_device() where no GPU is, and dist.get_rank() where no process group is: what each is in a job
+CURRENT_DEVICE_HINT = ("torch.cuda.current_device() needs a GPU, and this machine has none; on a GPU node it is GPU 0 "
+                       "until the caller's set_device runs, the same for every process on the node, not this "
+                       "process's own GPU. torchrun gives each process its index on its node in LOCAL_RANK: read it "
+                       "from the environment, int(os.environ['LOCAL_RANK'])")
+GET_RANK_HINT = ("dist.get_rank() needs a process group, and the check calls the function without one; in a job it "
+                 "is the global rank (RANK), counted over the processes of all nodes, not this process's GPU on its "
+                 "node. torchrun gives each process its index on its node in LOCAL_RANK: read it from the "
+                 "environment, int(os.environ['LOCAL_RANK'])")
+
+
+def _calls(lines: list[str], name: str) -> bool:
+    """Whether one of a traceback's source `lines` calls a function named `name`."""
+    return any(re.search(rf"\b{name}\(", line) for line in lines)
 
 
 def _set_device_without_a_gpu(error: BaseException, lines: list[str]) -> bool:
@@ -453,8 +485,9 @@ _KEYS = ("rank", "local_rank", "world_size")
 
 class GroupArgumentsRefused(ValueError):
     """Raised in a rank of lesson 06's setup check when the answer passes init_process_group a world size, a rank or a
-    tcp:// address that is not torchrun's (args: the message, the hint). Left to gloo, a rank not below its world size
-    fails on one rank while another waits for a peer that never comes."""
+    tcp:// address that is not torchrun's, or a timeout that is not a datetime.timedelta (args: the message, the hint).
+    Left to gloo, a rank not below its world size fails on one rank while another waits for a peer that never comes;
+    a timeout in seconds fails inside the launcher's rendezvous, with its frames."""
 
     def __str__(self) -> str:
         return self.args[0]
@@ -489,9 +522,9 @@ def _store_address(init_method) -> tuple | None:
 
 
 def _checked_arguments(init_process_group, record: dict):
-    """init_process_group, refusing (GroupArgumentsRefused) a world_size or rank that differs from torchrun's, or a
-    tcp:// init_method other than MASTER_ADDR:MASTER_PORT. In `record`: whether a backend was given ("backend_given")
-    and, once init_process_group returned, "created"."""
+    """init_process_group, refusing (GroupArgumentsRefused) a world_size or rank that differs from torchrun's, a
+    tcp:// init_method other than MASTER_ADDR:MASTER_PORT, or a timeout that is not a datetime.timedelta. In
+    `record`: whether a backend was given ("backend_given") and, once init_process_group returned, "created"."""
     signature = inspect.signature(init_process_group)
 
     def init_with_torchruns_numbers(*args, **kwargs):
@@ -510,6 +543,11 @@ def _checked_arguments(init_process_group, record: dict):
         if address is not None and address != torchruns:
             raise GroupArgumentsRefused(f"init_process_group got init_method={method!r}, but torchrun set "
                                         f"MASTER_ADDR={torchruns[0]} and MASTER_PORT={torchruns[1]}", INIT_METHOD_HINT)
+        timeout = given.get("timeout")
+        if timeout is not None and not isinstance(timeout, datetime.timedelta):
+            example = f", e.g. timeout=datetime.timedelta(seconds={timeout!r})" if type(timeout) in (int, float) else ""
+            raise GroupArgumentsRefused(f"init_process_group got timeout={timeout!r}, not a datetime.timedelta",
+                                        f"init_process_group takes the timeout as a datetime.timedelta{example}")
         record["backend_given"] = given.get("backend") is not None
         result = init_process_group(*args, **kwargs)
         record["created"] = True
@@ -712,6 +750,11 @@ def _check_rank(what: str, rank: int, state: dict, kept: set, one_node: bool = F
         if isinstance(got, str):
             raise CheckFailed(f"rank {rank}: {key} is {got!r}, a string; expected the int {expected[key]}.\n"
                               f"Hint: environment variables are strings: int(os.environ[{key.upper()!r}]).")
+        if not isinstance(got, int) or isinstance(got, bool):   # 0.0 and tensor(0) compare equal to 0
+            shown = describe(got) if torch.is_tensor(got) else f"{got!r}, a {type(got).__name__}"
+            raise CheckFailed(f"rank {rank}: {key} is {shown}; expected the int {expected[key]}.\nHint: the "
+                              "caller uses it as a list index, a GPU number and a count (range(world_size)), which "
+                              f"take an int: int(os.environ[{key.upper()!r}]).")
         if got != expected[key]:
             hint = {"local_rank": ("LOCAL_RANK is the rank on this node (here 0 and 1, on the one node); it is "
                                    "0 on both ranks only when each has a node of its own, as in this check's "

@@ -25,7 +25,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ddp_lab.checks import CheckFailed, passed
-from ddp_lab.checks.common import (answer_raised, call_case, ensure_written, first_mismatch, groups_of,
+from ddp_lab.checks.common import (answer_raised, call_case, describe, ensure_written, first_mismatch, groups_of,
                                    judge_in_order, only_point_to_point, package_answer_used, refuse_written_divisor,
                                    run_on_ranks, two_numbers, watching_calls, with_a_note)
 from ddp_lab.checks.p2p_log import (SENDS, log_path, logging_point_to_point, non_neighbour_calls, read_log,
@@ -100,12 +100,30 @@ def _stage_runner(rank: int, one_f_one_b_stage, log_directory: str, case: Case) 
     running = (f"running stage {rank} of a {dist.get_world_size()}-stage pipeline with "
                f"{case.microbatches} micro-batches on rank {rank}")
     with only_point_to_point(), logging_point_to_point(log_path(log_directory, rank)):
-        losses = call_case(one_f_one_b_stage, running, stage, inputs, targets)
-    losses = [] if losses is None else [float(loss) for loss in losses]
+        returned = call_case(one_f_one_b_stage, running, stage, inputs, targets)
+    losses, odd = _losses(returned)
     logged = read_log(log_path(log_directory, rank))
     return {"grads": [None if p.grad is None else p.grad.clone() for p in stage.parameters()],
             "losses": losses, "peak": stage.peak, "forwards": stage.forwards,
-            "wrong_peers": non_neighbour_calls({rank: logged}, case.stages) if logged is not None else []}
+            "wrong_peers": non_neighbour_calls({rank: logged}, case.stages) if logged is not None else [],
+            **({"returned": odd} if odd else {})}
+
+
+def _losses(returned) -> tuple[list[float], str | None]:
+    """(the losses a stage returned, as floats, None) where it returned None (no losses) or a sequence of numbers
+    (one-element tensors included); else ([], what it returned, in words)."""
+    if returned is None:
+        return [], None
+    try:
+        items = list(returned)
+    except TypeError:   # a number or a tensor of no dimension: the sum of the losses, not their list
+        return [], describe(returned)
+    for index, item in enumerate(items):
+        try:
+            float(item)
+        except (TypeError, ValueError, RuntimeError):   # RuntimeError: a tensor of more than one element
+            return [], f"{describe(returned)}, whose item {index} is {describe(item)}"
+    return [float(item) for item in items], None
 
 
 def _reference(case: Case, last_only: bool = False) -> tuple[float, list[list[torch.Tensor]]]:
@@ -386,6 +404,10 @@ def _judge_case(case: Case, results: list[dict]) -> None:
         if results[rank]["forwards"] != m:
             raise CheckFailed(f"rank {rank}: the stage ran forward {results[rank]['forwards']} times, expected "
                               f"once per micro-batch ({m}).")
+    if results[last].get("returned"):
+        raise CheckFailed(f"rank {last} (the last stage) returned {results[last]['returned']}; expected a list of "
+                          f"the micro-batches' losses, one number per micro-batch ({m}), which the check adds up "
+                          "itself; the other stages return [].")
     losses = results[last]["losses"]
     if len(losses) != m:
         raise CheckFailed(f"rank {last} (the last stage) returned {len(losses)} losses, expected one per "
@@ -399,6 +421,14 @@ def _judge_case(case: Case, results: list[dict]) -> None:
         elif math.isclose(total, ref_loss * m, rel_tol=1e-5):
             hint = (f"the losses add up to {m} x the whole batch's mean: divide each micro-batch's "
                     f"loss by the number of micro-batches ({m})")
+        elif math.isclose(total, ref_loss * m / stages, rel_tol=1e-5):
+            hint = (f"the losses add up to {m}/{stages} of the whole batch's mean: each micro-batch's loss was "
+                    f"divided by the number of stages (world_size, {stages}) where the number of micro-batches, "
+                    f"len(inputs) ({m}), belongs")
+        elif math.isclose(total, ref_loss * MICRO * WIDTH, rel_tol=1e-5):
+            hint = (f"the losses add up to {MICRO * WIDTH} x the whole batch's mean, the number of elements of a "
+                    f"micro-batch's output ({MICRO} x {WIDTH}): each loss is a sum of squared errors "
+                    "(reduction='sum'), where one process takes their mean, F.mse_loss's default")
         elif any(result.get("wrong_peers") for result in results):
             wrong = [call for result in results for call in result.get("wrong_peers", [])]
             hint = f"a send or recv names a rank that is not a neighbour stage ({'; '.join(wrong)}). {PEERS}"
@@ -498,6 +528,10 @@ def _wrong_answers(spans: list[Span]) -> dict[object, tuple[float, str]]:
                       "busy / (ranks x makespan)"),
         "no ranks": (1.0 - busy / makespan, "the busy time of all ranks together must be compared with ranks x "
                                             "makespan (every rank could have worked the whole makespan)"),
+        "spans for ranks": (1.0 - busy / (len(spans) * makespan),
+                            f"the busy time was compared with {len(spans)} x makespan, the number of spans: count the "
+                            f"ranks instead ({len(ranks)} here, the distinct s.rank), each of which could have worked "
+                            "the whole makespan"),
         "list order": (1.0 - busy / (len(ranks) * (spans[-1].end - spans[0].start)),
                        "the window ran from the first span in the list to the last one, but the spans are not in "
                        "time order: take the earliest start and the latest end over all spans (min and max)"),

@@ -32,7 +32,7 @@ from ddp_lab.checks import CheckFailed, passed
 from ddp_lab.checks.common import (FORBIDDEN, POINT_TO_POINT, answer_of, call_case, describe, ensure_written,
                                    first_mismatch, groups_of, judge_in_order, library_of, package_answer_used,
                                    parse_frames, refuse_written_divisor, refuse_written_split, run_answers_on_ranks,
-                                   run_on_ranks, torch_arguments, watching_calls, with_a_note)
+                                   run_on_ranks, torch_arguments, two_numbers, watching_calls, with_a_note)
 from ddp_lab.course.tensor_parallel.communications import (CopyToModelParallelRegion, copy_to_model_parallel_region,
                                                            reduce_from_model_parallel_region)
 from ddp_lab.instruments.collectives import replacing_dist_calls
@@ -57,11 +57,42 @@ def _where(index: tuple) -> str:
     return "[" + ", ".join(str(i) for i in index) + "]"
 
 
-def _mismatch(rank: int, what: str, got: torch.Tensor, want: torch.Tensor, of: str = "") -> str:
-    """'rank 0, output[0, 0, 0]{of}: got ..., expected ...' at the first element that differs."""
-    index = first_mismatch(got, want)
-    return (f"rank {rank}, {what}{_where(index)}{of}: got {got[index].item():.4f}, "
-            f"expected {want[index].item():.4f}")
+def _mismatch(rank: int, what: str, got: torch.Tensor, want: torch.Tensor, of: str = "", atol: float = 1e-5,
+              rtol: float = 1e-5) -> str:
+    """'rank 0, output[0, 0, 0]{of}: got ..., expected ...' at the first element that differs by more than the
+    tolerances of the comparison that found them different (else where they differ most), in as many digits as it
+    takes for the two to read differently."""
+    index = first_mismatch(got, want, atol=atol, rtol=rtol)
+    if index is None:
+        index = tuple(int(i) for i in torch.unravel_index((got - want).abs().argmax(), got.shape))
+    shown, expected = two_numbers(got[index].item(), want[index].item())
+    return f"rank {rank}, {what}{_where(index)}{of}: got {shown}, expected {expected}"
+
+
+# The dtypes a float32 result can pass through and come back from with fewer digits, and about how many they keep
+_LOW_PRECISION = {torch.bfloat16: "about 2 to 3", torch.float16: "about 3"}
+
+
+def _lost_precision(got: torch.Tensor, expected: torch.Tensor, seen: list) -> str | None:
+    """Where `got` equals `expected` only to the precision of a dtype of _LOW_PRECISION, what shows that it passed
+    through it: a product or a collective that worked in it (`seen`: (what, dtype) of each the answer ran), or every
+    element of `got` one of its numbers (not integers only, which every dtype holds); None otherwise."""
+    for where, dtype in seen:
+        if dtype in _LOW_PRECISION and _close_in(got, expected, dtype):
+            return f"{where} worked on a {dtype} tensor ({dtype} keeps {_LOW_PRECISION[dtype]} significant digits)"
+    if not torch.equal(got, got.round()):
+        for dtype in _LOW_PRECISION:
+            if torch.equal(got.to(dtype).to(got.dtype), got) and _close_in(got, expected, dtype):
+                return (f"every element of it is a {dtype} number, so it went through {dtype} ({dtype} keeps "
+                        f"{_LOW_PRECISION[dtype]} significant digits)")
+    return None
+
+
+def _close_in(got: torch.Tensor, expected: torch.Tensor, dtype: torch.dtype) -> bool:
+    """Whether got equals expected to the precision of `dtype` (a few roundings of it, relative to expected's
+    largest element)."""
+    tolerance = 8 * torch.finfo(dtype).eps
+    return torch.allclose(got, expected, rtol=tolerance, atol=tolerance * float(expected.abs().max()))
 
 
 # --- row_parallel_forward ------------------------------------------------------------------
@@ -148,17 +179,21 @@ _PRODUCTS = frozenset({"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", 
 class _ContractionWidths(TorchDispatchMode):
     """Records the width each matrix product sums over (the first operand's last dimension): a rank that multiplies
     all of a layer's input features, not only its own, shows it here, whatever it wrote. With `weight` (the layer's,
-    (out, in)), also which of its columns the second operand's rows are (`_columns_of`), in `columns`."""
+    (out, in)), also which of its columns the second operand's rows are (`_columns_of`), in `columns`; with `dtypes`,
+    ("a matrix product", the dtype it worked in) for each."""
 
-    def __init__(self, widths: list[int], weight: torch.Tensor | None = None, columns: list | None = None):
+    def __init__(self, widths: list[int], weight: torch.Tensor | None = None, columns: list | None = None,
+                 dtypes: list | None = None):
         super().__init__()
-        self.widths, self.weight, self.columns = widths, weight, columns
+        self.widths, self.weight, self.columns, self.dtypes = widths, weight, columns, dtypes
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         if func._schema.name in _PRODUCTS:
             added = func._schema.name.startswith(("aten::add", "aten::badd"))
             first, second = args[added], args[added + 1]
             self.widths.append(first.shape[-1])
+            if self.dtypes is not None:
+                self.dtypes.append(("a matrix product", first.dtype))
             if self.weight is not None and self.columns is not None:
                 self.columns.append(_columns_of(second, self.weight))
         try:
@@ -197,15 +232,15 @@ def _row_layer(rank: int, row_parallel_forward, in_features: int, out_features: 
     linear = _linear(in_features, out_features)
     given = {name: parameter.detach().clone() for name, parameter in linear.named_parameters()}
     x_local = _row_input(in_features).chunk(world_size, dim=-1)[rank].clone()  # my input features
-    calls, widths, columns = [], [], []
-    with torch.no_grad(), _recording(calls), _stopping_stray_peers(), \
-            _ContractionWidths(widths, given["weight"], columns):
+    calls, widths, columns, seen = [], [], [], []
+    with torch.no_grad(), _recording(calls, seen), _stopping_stray_peers(), \
+            _ContractionWidths(widths, given["weight"], columns, seen):
         out = call_case(row_parallel_forward, f"computing a row-parallel {_layer(in_features, out_features)} on rank "
                         f"{rank} of {world_size} with x_local of shape {tuple(x_local.shape)}",
                         x_local, linear, rank, world_size)
     return {"out": out.detach().clone() if torch.is_tensor(out) else out, "calls": calls, "widths": widths,
             "columns": next((found for found in columns if found is not None), None),
-            "changed": _layer_changed(linear, given)}
+            "changed": _layer_changed(linear, given), "seen": seen}
 
 
 def _layer_changed(linear: nn.Linear, given: dict[str, torch.Tensor]) -> str | None:
@@ -341,10 +376,35 @@ def _explain_shapes(failure, in_features: int, out_features: int, rank: int, wor
     return None
 
 
-def _row_hint(got, rank, world_size, expected, partials, bias, calls: list, columns: list, width: int) -> str:
-    """The likely mistake behind a wrong output on `rank`: a known wrong sum, or (`columns`: [rank] -> the columns of
-    linear.weight its first product used, `_columns_of`; `width`: a rank's input features) a rank that multiplied by
-    other columns than its own."""
+# Element-wise reductions an all_reduce with another op than SUM gives: (dist.ReduceOp's name, what it computes)
+_OTHER_OPS = (("MAX", lambda values: values.amax(0)), ("MIN", lambda values: values.amin(0)),
+              ("PRODUCT", lambda values: values.prod(0)))
+
+
+def _reduced_with(got: torch.Tensor, own: torch.Tensor, parts: list[torch.Tensor], added=0) -> str | None:
+    """The name of the op of _OTHER_OPS whose element-wise reduction of `parts`, plus `added`, `got` equals, unless
+    that is also this rank's own part (`own`) plus `added`: a rank whose part is the largest everywhere gets that from
+    MAX and from no reduction alike."""
+    stacked = torch.stack(parts)
+    for name, reduce in _OTHER_OPS:
+        value = reduce(stacked) + added
+        if torch.allclose(got, value, atol=1e-5, rtol=1e-5) and not torch.allclose(value, own + added, atol=1e-5,
+                                                                                     rtol=1e-5):
+            return name
+    return None
+
+
+def _row_hint(got, rank, world_size, expected, partials, bias, calls: list, columns: list, width: int,
+              seen: list = ()) -> str:
+    """The likely mistake behind a wrong output on `rank`: a result right to a lower precision only (`seen`: (what,
+    dtype) of the products and collectives it ran, `_lost_precision`), a known wrong sum, or (`columns`: [rank] -> the
+    columns of linear.weight its first product used, `_columns_of`; `width`: a rank's input features) a rank that
+    multiplied by other columns than its own."""
+    lost = _lost_precision(got, expected, seen)
+    if lost:
+        return (f"the output is linear(x) to a few digits only: {lost}; the result was turned back into "
+                f"{expected.dtype}. Compute the partial and its sum in x_local's dtype, {expected.dtype}, with no "
+                "conversion")
     total = sum(partials)
     own = ("dist.all_reduce ran, but its sum never reached your output: it sums in place, into the tensor you pass "
            "(not into a copy of it, and with async_op=True only once you wait on the work it returns). All-reduce the "
@@ -366,6 +426,10 @@ def _row_hint(got, rank, world_size, expected, partials, bias, calls: list, colu
     for value, hint in candidates:
         if torch.allclose(got, value, atol=1e-5, rtol=1e-5):
             return hint
+    reduced = _reduced_with(got, partials[rank], partials, added=bias)
+    if reduced:
+        return (f"this is the element-wise {reduced} of the partial sums, plus the bias: the full output is their "
+                "SUM, dist.all_reduce's default op (dist.ReduceOp.SUM)")
     for other, used in enumerate(columns):
         own = tuple(range(other * width, (other + 1) * width))
         if used is not None and used != own:
@@ -373,6 +437,10 @@ def _row_hint(got, rank, world_size, expected, partials, bias, calls: list, colu
                     f"{width} input features are {_columns_text(own)}: each rank's shard is in_features / world_size = "
                     f"{width} columns, from column rank * {width}. Take the shard's place and width from rank, "
                     "world_size and linear.weight's shape")
+    asynchronous = [where for where, _ in seen if where.endswith("async_op=True")]
+    if asynchronous:
+        return (f"{asynchronous[0]} returned at once, and its sum is in the tensor only once the work it returned has "
+                "finished: call the work's .wait() before using the tensor")
     return ("expected linear(x) computed from the shards: x_local @ (my columns of linear.weight).T, all-reduced "
             "(SUM) over the ranks, plus linear.bias once")
 
@@ -445,7 +513,8 @@ def _judge_row_size(name: str, world_size: int, records: list[list[dict]], every
         if torch.allclose(got, expected, atol=1e-5, rtol=1e-5):
             continue
         hint = _row_hint(got, rank, world_size, expected, partials, bias, records[rank][0]["calls"],
-                         [per_rank[0].get("columns") for per_rank in records], in_features // world_size)
+                         [per_rank[0].get("columns") for per_rank in records], in_features // world_size,
+                         records[rank][0].get("seen", []))
         raise CheckFailed(f"{_mismatch(rank, 'output', got, expected, layer)}.\nHint: {hint}.")
     for rank in range(world_size):
         calls = records[rank][0]["calls"]
@@ -526,7 +595,6 @@ def _judge_row_layer(name: str, world_size: int, in_features: int, out_features:
         _judge_row_dtype(rank, name, got, expected, f" for {layer}")
         if torch.allclose(got, expected, atol=1e-5, rtol=1e-5):
             continue
-        index = first_mismatch(got, expected)
         if torch.allclose(got, moved, atol=1e-5, rtol=1e-5):
             last, width = world_size - 1, pieces[-1].shape[-1]
             hint = (f"rank {last}'s shard starts at column {last * start} of linear.weight, where it does for {first}; "
@@ -535,8 +603,8 @@ def _judge_row_layer(name: str, world_size: int, in_features: int, out_features:
         else:
             hint = (f"something in it fits {first} only: take the shard's columns from linear.weight's shape and "
                     "world_size")
-        raise CheckFailed(f"rank {rank}, output{_where(index)} of {layer}: got {got[index].item():.4f}, expected "
-                          f"{expected[index].item():.4f}; right for {first}.\nHint: {hint}.")
+        raise CheckFailed(f"{_mismatch(rank, 'output', got, expected, f' of {layer}')}; right for {first}.\n"
+                          f"Hint: {hint}.")
 
 
 # --- CopyToModelParallelRegion (Megatron's f) ----------------------------------------------
@@ -566,8 +634,9 @@ def _shard_loss(x_in: torch.Tensor, rank: int, world_size: int, reduce) -> torch
 COMMUNICATION = (*FORBIDDEN, "send", "isend", "recv", "irecv", "barrier")  # every torch.distributed call that talks
 
 
-def _recording(names: list):
-    """Inside a rank: append the name of every communicating torch.distributed call to `names` (a context manager)."""
+def _recording(names: list, seen: list | None = None):
+    """Inside a rank: append the name of every communicating torch.distributed call to `names`, and to `seen`
+    ("dist.<name>" or "dist.<name> with async_op=True", the dtype of the tensor it was given) (a context manager)."""
     inside = []  # only the outermost call: torch's own functions call each other (recv calls irecv)
 
     def make(name):
@@ -575,6 +644,11 @@ def _recording(names: list):
             def call(*args, **kwargs):
                 if not inside:
                     names.append(name)
+                    given = torch_arguments(name, args, kwargs)
+                    tensor = given.get("tensor")
+                    if seen is not None and torch.is_tensor(tensor):
+                        seen.append((f"dist.{name}" + (" with async_op=True" if given.get("async_op") else ""),
+                                     tensor.dtype))
                 inside.append(name)
                 try:
                     return original(*args, **kwargs)
@@ -609,7 +683,7 @@ def _f_one(rank: int, function_class) -> dict:
         y = call_case(function_class.apply, f"calling {function_class.__name__}.apply(x) (forward) {what}", x)
     if called:
         return {"called": called}
-    if not torch.is_tensor(y) or y.shape != x.shape:   # the judge says what forward returned; no backward
+    if not torch.is_tensor(y) or y.shape != x.shape or y.dtype != x.dtype:   # the judge says what forward returned
         return {"forward": y.detach().clone() if torch.is_tensor(y) else y, "x_grad": None, "calls": forward_calls}
     forward_value = y.detach().clone()
     loss = _shard_loss(y, rank, world_size, reduce_from_model_parallel_region)
@@ -617,12 +691,13 @@ def _f_one(rank: int, function_class) -> dict:
     if y.requires_grad:
         y.register_hook(lambda grad: incoming.append((grad, grad.clone())))
     backward_calls: list[str] = []   # the check's own g communicates in forward only: these are the answer's
-    with _recording(backward_calls), watching_calls(watched) as called:
+    seen: list[tuple] = []           # (the call, the dtype it worked in) for each of them
+    with _recording(backward_calls, seen), watching_calls(watched) as called:
         call_case(loss.backward, f"running backward through {function_class.__name__} {what}")
     if called:
         return {"called": called}
     return {"forward": forward_value, "x_grad": None if x.grad is None else x.grad.clone(), "calls": forward_calls,
-            "backward_calls": backward_calls,
+            "backward_calls": backward_calls, "seen": seen,
             "grad_changed": any(not torch.equal(grad, before) for grad, before in incoming)}
 
 
@@ -730,6 +805,10 @@ def judge_f(name: str, results: list[dict], returns_call: bool = False) -> str:
                     "Every rank needs the whole x: its column-parallel layer splits the WEIGHTS." if scattered else "")
             raise CheckFailed(f"rank {rank}: forward returned {describe(forward)}; expected x itself, a tensor of "
                               f"shape {tuple(x.shape)}.{hint}")
+        if forward.dtype != x.dtype:
+            raise CheckFailed(f"rank {rank}: forward returned {describe(forward)}; expected x itself, of dtype "
+                              f"{x.dtype}.\nHint: f is the identity in forward: return x unchanged, with no conversion "
+                              "(.to(), .half(), .bfloat16(), .double()).")
         if not torch.allclose(forward, x, atol=1e-6):
             if torch.allclose(forward, WORLD_SIZE * x, atol=1e-5):
                 hint = ("forward returned the SUM of x over the ranks: f does not communicate in forward (every rank "
@@ -737,7 +816,7 @@ def judge_f(name: str, results: list[dict], returns_call: bool = False) -> str:
                         "backward")
             else:
                 hint = "f is the identity in forward: return x unchanged"
-            raise CheckFailed(f"{_mismatch(rank, 'forward output', forward, x)} (expected x unchanged).\n"
+            raise CheckFailed(f"{_mismatch(rank, 'forward output', forward, x, atol=1e-6)} (expected x unchanged).\n"
                               f"Hint: {hint}.")
         if result["calls"]:
             made = ", ".join(f"{result['calls'].count(call)} dist.{call}" for call in dict.fromkeys(result["calls"]))
@@ -753,7 +832,18 @@ def judge_f(name: str, results: list[dict], returns_call: bool = False) -> str:
             _judge_incoming_gradient(rank, name, result)
             _judge_backward_calls(rank, name, result.get("backward_calls", []))
             continue
-        if torch.allclose(got, parts[rank], atol=1e-5, rtol=1e-5) and "all_reduce" in result.get("backward_calls", []):
+        lost = _lost_precision(got, expected, result.get("seen", []))
+        asynchronous = [where for where, _ in result.get("seen", []) if where.endswith("async_op=True")]
+        reduced = _reduced_with(got, parts[rank], parts)
+        if lost:
+            hint = (f"dL/dx is the sum over the ranks to a few digits only: {lost}; autograd turned the gradient "
+                    f"back into x's dtype, {expected.dtype}. Keep the gradient in the dtype it comes in: all-reduce a "
+                    "copy of it, grad.clone(), with no conversion")
+        elif reduced:
+            hint = (f"this is the element-wise {reduced} of the ranks' parts of dL/dx: the full gradient is their SUM, "
+                    "dist.all_reduce's default op (dist.ReduceOp.SUM)")
+        elif torch.allclose(got, parts[rank], atol=1e-5, rtol=1e-5) and \
+                "all_reduce" in result.get("backward_calls", []):
             hint = (f"this is rank {rank}'s own part of dL/dx: dist.all_reduce ran in backward, but its sum never "
                     "reached the gradient you returned: it sums in place, into the tensor you pass (a clone or a new "
                     "tensor is not the one returned), and with async_op=True only once its work's .wait() returned. "
@@ -766,6 +856,12 @@ def judge_f(name: str, results: list[dict], returns_call: bool = False) -> str:
                     "dist.ReduceOp.SUM); do not divide by the world size")
         elif torch.allclose(got, expected * WORLD_SIZE, atol=1e-5, rtol=1e-5):
             hint = f"this is {WORLD_SIZE} times the gradient: all-reduce once, in backward only"
+        elif asynchronous:
+            hint = (f"{asynchronous[0]} returned at once, and its sum is in the tensor only once the work it returned "
+                    "has finished: call the work's .wait() before returning the tensor")
+        elif "all_reduce" in result.get("backward_calls", []):
+            hint = ("dist.all_reduce ran in backward, but dL/dx is not the sum of the ranks' gradients: backward "
+                    "returns a copy of grad, all-reduced (SUM), with nothing else done to it")
         else:
             hint = "backward must return the gradient summed over the ranks: dist.all_reduce(grad), then return it"
         raise CheckFailed(f"{_mismatch(rank, 'dL/dx', got, expected)}.\nHint: {hint}.")

@@ -23,6 +23,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterator
 
 import torch
+import torch.distributed as dist
 
 from ddp_lab.instruments.collectives import replacing_dist_calls, watching_requests
 
@@ -68,8 +69,7 @@ def watching_point_to_point(watch: Callable[[str, Any, Any], None],
                 outermost = not depth
                 if outermost:
                     count[0] += 1
-                    watch(name, args[0] if args else kwargs.get("tensor"),
-                          args[1] if len(args) > 1 else kwargs.get(_PEER[name]))
+                    watch(name, args[0] if args else kwargs.get("tensor"), _peer(name, args, kwargs))
                 number = count[0]
                 depth.append(1)
                 try:
@@ -84,6 +84,18 @@ def watching_point_to_point(watch: Callable[[str, Any, Any], None],
 
     with watching_requests() as requests, replacing_dist_calls({name: watched(name) for name in _PEER}):
         yield
+
+
+def _peer(name: str, args: tuple, kwargs: dict):
+    """The global rank a send/isend/recv/irecv call names as its peer: `dst`/`src`, else `group_dst`/`group_src` (how
+    dist.batch_isend_irecv passes a P2POp's peer) translated to a global rank through the call's group; None where
+    none is given."""
+    peer = args[1] if len(args) > 1 else kwargs.get(_PEER[name])
+    in_group = kwargs.get(f"group_{_PEER[name]}")
+    if peer is not None or in_group is None:
+        return peer
+    group = kwargs.get("group", args[2] if len(args) > 2 else None)
+    return in_group if group is None or group is dist.group.WORLD else dist.get_global_rank(group, in_group)
 
 
 @contextlib.contextmanager
