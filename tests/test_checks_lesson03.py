@@ -65,8 +65,35 @@ def scatter_floor_sizes(tensors, n):
     return [tuple(t[a:b] for t in tensors) for a, b in zip(bounds, bounds[1:]) if b > a]
 
 
+def scatter_labels_as_floats(tensors, n):
+    """Every tensor made float before the split: the labels' values survive, their dtype (int64) does not."""
+    return list(zip(*[torch.chunk(t.float(), n) for t in tensors]))
+
+
+def scatter_tensors_reversed(tensors, n):
+    """Each device's chunks in the reverse order of the tensors given: (mask, labels, x)."""
+    return list(zip(*[torch.chunk(t, n) for t in reversed(tensors)]))
+
+
+def scatter_devices_reversed(tensors, n):
+    """torch.chunk's chunks, the last device's first."""
+    return list(zip(*[torch.chunk(t, n) for t in tensors]))[::-1]
+
+
 def gather_dim1(outputs):
     return torch.cat(outputs, dim=1)
+
+
+def gather_stacked(outputs):
+    return torch.stack(outputs)
+
+
+def gather_without_the_last(outputs):
+    return torch.cat(outputs[:-1])
+
+
+def gather_summed(outputs):
+    return sum(outputs)
 
 
 def gather_reversed(outputs):
@@ -98,7 +125,26 @@ def gather_in_float16(outputs):
                                             r"expected \[3, 3, 3, 1\].*chunks of 4 rows, n read as a chunk SIZE, "
                                             r"as torch\.split\(t, 4\) reads it; torch\.chunk\(t, 4\) takes the "
                                             r"NUMBER of chunks"),
+    # torch.equal compares values alone: 10 in float32 equals 10 in int64
+    (scatter_labels_as_floats, gather_outputs, r"^scattering a batch of 10 rows \(3 tensors\) over 4 devices: device "
+                                               r"0, tensor 1: got float32, expected int64 \(that tensor's dtype\)\.\n"
+                                               r"Hint: scattering only splits: every chunk keeps its tensor's dtype"),
+    # the right chunks in another place: the order is named, not the split along dim 0 or torch.chunk's sizes
+    (scatter_tensors_reversed, gather_outputs, r"^scattering .*: device 0, tensor 0: got tensor 2's chunk \(shape "
+                                               r"\(3, 2, 2\)\), expected tensor 0's \(shape \(3, 3\)\)\.\nHint: keep "
+                                               r"the order of the tensors given"),
+    (scatter_devices_reversed, gather_outputs, r"^scattering .*: the devices got torch.chunk's chunks in the order "
+                                               r"\[3, 2, 1, 0\], expected \[0, 1, 2, 3\]\.\nHint: device k takes the "
+                                               r"k-th chunk of every tensor"),
     (scatter_batch, gather_dim1, r"concatenate along dim 0"),
+    # rows concatenated along dim 0, but not every output's once, or no concatenation: not 'concatenate along dim 0'
+    (scatter_batch, gather_stacked, r"^gathering 3 outputs of \[4, 4, 4\] rows: got shape \(3, 4, 3\), expected "
+                                    r"\(12, 3\)\.\nHint: torch.stack puts the outputs side by side in a new dimension"),
+    (scatter_batch, gather_without_the_last, r"^gathering 3 outputs of \[4, 4, 4\] rows: got shape \(8, 3\), "
+                                             r"expected \(12, 3\)\.\nHint: got 8 rows, expected 12: the rows of all 3 "
+                                             r"outputs \(\[4, 4, 4\]\), each once \(output 2 left out\)\.$"),
+    (scatter_batch, gather_summed, r"^gathering .*: got shape \(4, 3\), expected \(12, 3\)\.\nHint: this is the "
+                                   r"outputs added element by element \(sum\(outputs\)\)"),
     (scatter_batch, gather_reversed, r"(?s)rows are out of order.*device 0 first"),
     # torch.equal compares values alone: the dtype is judged first, and the rows are not said to be out of order
     (scatter_batch, gather_in_float64, r"^gathering 3 outputs of \[4, 4, 4\] rows: gather_outputs returned float64, "
@@ -379,6 +425,71 @@ def a_replica_per_device(model, x, y, n):
     return F.mse_loss(torch.cat(_run_threads(_replicas(model, range(n)), chunks)), y)
 
 
+def runs_backward_itself(model, x, y, n):
+    """The loss's backward run inside: the caller's backward then finds the graph freed (it raised torch's
+    RuntimeError out of the check)."""
+    chunks = torch.chunk(x, n)
+    loss = F.mse_loss(torch.cat(_run_threads(_replicas(model, chunks), chunks)), y)
+    loss.backward()
+    return loss
+
+
+def sum_of_chunk_losses(model, x, y, n):
+    chunks, targets = torch.chunk(x, n), torch.chunk(y, n)
+    outputs = _run_threads(_replicas(model, chunks), chunks)
+    return sum(F.mse_loss(o, t) for o, t in zip(outputs, targets))
+
+
+def thread_results_dropped(model, x, y, n):
+    """The replicas' outputs returned by the threads' function, which a Thread drops: nothing is gathered."""
+    chunks, outputs = torch.chunk(x, n), []
+    replicas = _replicas(model, chunks)
+    _threads_each(lambda k: torch.func.functional_call(*replicas[k], (chunks[k],)), len(chunks))
+    return F.mse_loss(torch.cat(outputs), y)
+
+
+def _threads_raising(model, x, y, n, count, parameters):
+    """`count` threads, none catching what it raises, each running its replica with `parameters(replica)`."""
+    chunks = torch.chunk(x, n)
+    replicas, outputs = _replicas(model, range(count)), [None] * len(chunks)
+
+    def work(k):
+        module, params = replicas[k]
+        outputs[k] = torch.func.functional_call(module, parameters(params), (chunks[k],))
+
+    _threads_each(work, count)
+    return F.mse_loss(torch.cat(outputs), y)
+
+
+def parameters_as_a_list(model, x, y, n):
+    """functional_call given a list, not a dict: every thread raises, and the answer then gathers None."""
+    return _threads_raising(model, x, y, n, len(torch.chunk(x, n)), lambda params: list(params.values()))
+
+
+def threads_counted_to_n_uncaught(model, x, y, n):
+    """n threads for 3 chunks, the last one's IndexError left to threading: the answer returns the right loss."""
+    return _threads_raising(model, x, y, n, n, lambda params: params)
+
+
+def test_data_parallel_loss_names_what_a_thread_raised_not_what_came_of_it(monkeypatch, capsys):
+    """A thread's exception is kept for the feedback, with the learner's line: it was printed as a traceback (one
+    per thread, of torch's frames and threading's), and the check named only what followed, torch.cat given None,
+    or passed an answer whose extra thread raised IndexError after the others had done the work."""
+    monkeypatch.setattr(lesson03, "BARRIER_SECONDS", 2.0)
+    with pytest.raises(CheckFailed, match=r"(?s)^data_parallel_loss's thread '.*' raised ValueError inside torch: "
+                                          r".*dictionaries\nwhile running a replica in a thread of its own \(10 rows "
+                                          r"over 4 devices; 4 threads raised\)\.\n.*in work\n.*functional_call.*\n"
+                                          r"An exception ends its own thread only: data_parallel_loss went on without "
+                                          r"that replica's output and then raised TypeError: .*NoneType\.\nHint: fix "
+                                          r"the error in the thread's function"):
+        check_data_parallel_loss(parameters_as_a_list)
+    with pytest.raises(CheckFailed, match=r"(?s)^10 rows over 4 devices were right; with 6 rows .*data_parallel_loss's "
+                                          r"thread '.*' raised IndexError: .*went on without that replica's output and "
+                                          r"returned a loss\.\nHint: something counted to n = 4 where there are 3"):
+        check_data_parallel_loss(threads_counted_to_n_uncaught)
+    assert "Traceback" not in capsys.readouterr().err
+
+
 def pool_of_two(model, x, y, n):
     """A thread pool with 2 workers for 4 replicas: two at a time, not all at once."""
     from concurrent.futures import ThreadPoolExecutor
@@ -438,6 +549,12 @@ def test_data_parallel_loss_accepts_a_spare_replica():
                                             r"parameters and grad mode on, so the graph was cut after the forwards"),
     (whole_batch_to_every_replica, r"(?s)^every replica ran on the whole batch \(10 rows\), none on a chunk of it "
                                    r"\(\[3, 3, 3, 1\] rows here\)\.\nHint: replica k runs chunk k"),
+    (runs_backward_itself, r"^the model's parameters had gradients already when data_parallel_loss returned: it ran "
+                           r"backward itself.*\nHint: return the loss without calling backward\(\)"),
+    (sum_of_chunk_losses, r"(?s)^loss .*Hint: this is the SUM of the 4 chunks' losses"),
+    (thread_results_dropped, r"(?s)^data_parallel_loss raised ValueError: .*non-empty list.*\nHint: all 4 replica "
+                             r"forwards ran and returned, but torch.cat got an empty list: a Thread drops what its "
+                             r"target returns"),
     (replicas_made_without_grad, r"(?s)^the loss does not require grad.*Hint: the replicas ran with parameters "
                                  r"that are not computed from the model's own.*copies made under torch.no_grad"),
     (detached_parameters, r"(?s)^the loss does not require grad.*Hint: the replicas ran with parameters that are not "

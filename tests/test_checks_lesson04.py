@@ -161,6 +161,17 @@ def all_reduces_twice_then_divides(model):
         p.grad /= dist.get_world_size()
 
 
+def all_reduce_max(model):
+    for p in model.parameters():
+        dist.all_reduce(p.grad, op=dist.ReduceOp.MAX)
+        p.grad /= dist.get_world_size()
+
+
+def all_reduce_product(model):
+    for p in model.parameters():
+        dist.all_reduce(p.grad, op=dist.ReduceOp.PRODUCT)
+
+
 AVERAGE_ANSWERS = {   # all return (none raises or hangs): they run one after the other in one launch
     average_gradients: None,
     reduce_op_avg: None,           # gloo in this torch supports ReduceOp.AVG: also right
@@ -171,6 +182,10 @@ AVERAGE_ANSWERS = {   # all return (none raises or hangs): they run one after th
                            r"all\)",
     # the same value without AVG: the hint states the rule, it does not say AVG was used
     divides_before_and_after: r"(?s)this is the mean divided by 3 once more: the world size was divided out twice",
+    # another op than SUM: named, where it was 'expected the mean of the ranks' gradients'
+    all_reduce_max: r"(?s)\nHint: this is the element-wise max over the ranks \(ReduceOp\.MAX\): the mean needs their "
+                    r"SUM, dist\.all_reduce's default op \(ReduceOp\.SUM\), divided by the world size\.$",
+    all_reduce_product: r"(?s)\nHint: this is the element-wise product over the ranks \(ReduceOp\.PRODUCT\)",
     sum_without_dividing: r"(?s)this is the SUM over ranks.*divide by dist.get_world_size",
     # the sum again, but not for want of a division: each all_reduce sums once more
     all_reduces_the_mean_again: r"(?s)dist.all_reduce ran 2 times on this p.grad, and each call sums over the ranks "
@@ -245,6 +260,24 @@ def test_a_written_world_size_is_refused_however_it_divides(answer, quoted, monk
     with pytest.raises(CheckFailed, match=rf"^{answer.__name__} divides a gradient by 3, a number written in the code "
                                           rf"\({quoted}\)\.\nHint: divide by dist\.get_world_size\(\)"):
         check_average_gradients(answer)
+
+
+RANKS_IN_THE_CHECK = 3   # a number the notebook may hold in a variable of its own
+
+
+def divides_by_a_module_constant(model):
+    for p in model.parameters():
+        dist.all_reduce(p.grad)
+        p.grad /= RANKS_IN_THE_CHECK                  # the check's world size, from a global: it passed
+
+
+def test_a_world_size_read_from_a_global_number_is_refused_before_any_rank_starts(monkeypatch):
+    monkeypatch.setattr(lesson04, "run_average_answers", None)   # starting ranks would raise TypeError
+    with pytest.raises(CheckFailed, match=r"^divides_by_a_module_constant divides a gradient by RANKS_IN_THE_CHECK = "
+                                          r"3, computed from constants alone \(`p\.grad /= RANKS_IN_THE_CHECK`\): "
+                                          r"nothing in it changes with the number of ranks\.\nHint: divide by "
+                                          r"dist\.get_world_size\(\)"):
+        check_average_gradients(divides_by_a_module_constant)
 
 
 def test_average_gradients_names_an_all_reduce_never_waited_on():
@@ -337,9 +370,26 @@ def broadcasts_without_waiting(model):
         dist.broadcast(tensor.data, src=0, async_op=True)
 
 
+def loads_a_broadcast_state_dict(model):
+    """Right too: rank 0's state_dict sent as an object, loaded into the model."""
+    objects = [model.state_dict() if dist.get_rank() == 0 else None]
+    dist.broadcast_object_list(objects, src=0)
+    model.load_state_dict(objects[0])
+
+
+def broadcasts_a_state_dict_never_loaded(model):
+    objects = [model.state_dict() if dist.get_rank() == 0 else None]
+    dist.broadcast_object_list(objects, src=0)    # rank 0's tensors arrive in objects[0], never loaded
+
+
 SYNC_ANSWERS = {   # all return (none raises or hangs): they run one after the other in one launch of 2 ranks
     broadcasts_the_state_dict: None,
     sends_from_rank_zero: None,
+    loads_a_broadcast_state_dict: None,
+    # its broadcast_object_list runs dist.broadcast on a byte tensor: not 'dist.broadcast ran, never into this'
+    broadcasts_a_state_dict_never_loaded: r"(?s)^rank 1, parameter '0\.weight': .*\nHint: dist\.broadcast_object_list "
+                                          r"ran on rank 1, but rank 0's objects arrive in the list it is given.*"
+                                          r"model\.load_state_dict\(objects\[0\]\)",
     parameters_only: r"(?s)buffer '1.running_mean'.*broadcast model.buffers\(\)",
     average_instead_of_broadcast: r"(?s)average over ranks.*not all_reduce",
     broadcast_from_the_last_rank: r"(?s)rank 0 now holds rank 1's value.*src=0",

@@ -10,9 +10,12 @@ public check (about 2 s).
 
 from __future__ import annotations
 
+import contextlib
 import math
 import random
 import re
+import traceback
+import types
 
 import numpy as np
 import pytest
@@ -23,6 +26,7 @@ from torch.utils.data import DistributedSampler
 
 from ddp_lab.checks import CheckFailed
 from ddp_lab.checks import lesson05
+from ddp_lab.checks.common import CaseFailed
 from ddp_lab.checks.lesson05 import check_accumulate_gradients, check_shard_indices
 
 # The right answers are proven once, by nbval of solutions/05-*.ipynb (its check cells store ✓):
@@ -176,6 +180,12 @@ def drops_the_last_index(n, world_size, rank, epoch, seed=0):
     return shard_indices(n, world_size, rank, epoch, seed)[:-1]
 
 
+def generator_given_the_seed(n, world_size, rank, epoch, seed=0):
+    """Wrong: torch.Generator's argument is a device; the seed makes it ask for an accelerator."""
+    perm = torch.randperm(n, generator=torch.Generator(seed + epoch)).tolist()
+    return _pad(perm, world_size)[rank::world_size]
+
+
 def test_shard_indices_accepts_right_answers(capsys):
     check_shard_indices(shard_indices)
     check_shard_indices(torch_distributed_sampler)
@@ -238,6 +248,11 @@ def test_shard_indices_accepts_right_answers(capsys):
      r"^shard_indices\(n=12, world_size=2, rank=0, epoch=0, seed=0\) returned \[8, 2\]; .*\nHint: that is "
      r"padded\[0::6\], the padded permutation from index 0 with a stride of 6 \(ceil\(12/2\), the number of indices "
      r"each rank gets\): the stride is world_size \(2\), rank r takes padded\[r::world_size\]"),
+    # torch's error names a device: the hint names the argument
+    (generator_given_the_seed,
+     r"(?s)^shard_indices\(n=12, world_size=2, rank=0, epoch=0, seed=0\) raised RuntimeError: .*\nHint: `perm = "
+     r"torch\.randperm\(n, generator=torch\.Generator\(seed \+ epoch\)\)\.tolist\(\)`: torch\.Generator's argument "
+     r"is the device it draws on, not a seed"),
     (drops_the_last_index,
      r"^shard_indices\(n=12, world_size=2, rank=0, epoch=0, seed=0\) returned .*\nHint: rank 0 got 5 indices \(the "
      r"ranks \[5, 5\]\); every rank gets ceil\(12/2\) = 6: rank r takes padded\[r::world_size\] from the "
@@ -456,6 +471,15 @@ def divides_by_the_first_ones(ddp_model, micro_batches):
     (F.mse_loss(ddp_model(x_last), y_last) / len(first)).backward()
 
 
+def divides_by_a_pairs_length(ddp_model, micro_batches):
+    count = len(micro_batches[0])                     # the length of one (x, y) pair: 2
+    *first, (x_last, y_last) = micro_batches
+    with ddp_model.no_sync():
+        for x, y in first:
+            (F.mse_loss(ddp_model(x), y) / count).backward()
+    (F.mse_loss(ddp_model(x_last), y_last) / count).backward()
+
+
 def skips_the_first_micro_batch(ddp_model, micro_batches):
     with ddp_model.no_sync():
         for x, y in micro_batches[1:-1]:                     # starts at 1
@@ -655,8 +679,13 @@ ACCUMULATE_MISTAKES = [
     (times_the_world_size, r"(?s)^rank 0, gradient of .*\nHint: it is 2 times the big batch's gradient, 2 the number "
                            r"of ranks: DDP's all-reduce averages over the ranks"),
     (divides_by_the_first_ones, r"(?s)^rank 0, gradient of .*\nHint: it is 3/2 of the big batch's gradient: each "
-                                r"micro-batch loss was divided by 2 \(the number of ranks, or len\(micro_batches\) - "
+                                r"micro-batch loss was divided by 2 \(the number of ranks, or "
+                                r"len\(micro_batches\[0\]\), an \(x, y\) pair's length, or len\(micro_batches\) - "
                                 r"1\), where there are 3"),
+    # the same 2, from len(micro_batches[0]): named among what 2 is in this run
+    (divides_by_a_pairs_length, r"(?s)^rank 0, gradient of .*\nHint: it is 3/2 of the big batch's gradient: each "
+                                r"micro-batch loss was divided by 2 \(.*len\(micro_batches\[0\]\), an \(x, y\) "
+                                r"pair's length"),
     (skips_the_first_micro_batch, r"^rank 0: 2 forward\(s\) and 2 backward\(s\) for 3 micro-batches\.\nHint: "
                                   r"micro-batch \[0\] of 0\.\.2 never ran forward; the others ran one forward and one "
                                   r"backward each"),
@@ -728,6 +757,34 @@ def test_an_answer_written_for_three_that_raises_with_four_is_told_why():
                                           r"\(expected 3.*\nwhile accumulating 4 micro-batches on rank \d\..*\nHint: "
                                           r"the same function ran with 3 micro-batches and raised with 4"):
         check_accumulate_gradients(unpacks_three)
+
+
+def no_sync_not_called(ddp_model, micro_batches):
+    *first, (x_last, y_last) = micro_batches
+    with ddp_model.no_sync:                           # the method, not the context manager it returns
+        for x, y in first:
+            (F.mse_loss(ddp_model(x), y) / len(micro_batches)).backward()
+    (F.mse_loss(ddp_model(x_last), y_last) / len(micro_batches)).backward()
+
+
+def test_a_with_statement_given_no_sync_itself_is_told_to_call_it():
+    """Python's error names a 'method' object and the context manager protocol; the hint names no_sync and the call.
+    Given directly, with the error and the traceback the answer raises in this process (a rank's are the same; a
+    launch of its own for one answer that raises costs seconds)."""
+    class Model:
+        def no_sync(self):
+            return contextlib.nullcontext()
+
+    try:
+        no_sync_not_called(Model(), [(torch.ones(1), torch.ones(1))])
+    except (TypeError, AttributeError) as error:
+        raised = error
+        details = traceback.format_exc()
+    failure = types.SimpleNamespace(details=details, exception=CaseFailed(
+        "accumulating 3 micro-batches on rank 0", type(raised).__name__, str(raised)))
+    assert lesson05._raise_hint(failure) == (
+        "`with ddp_model.no_sync:` gives the with statement the method itself; no_sync() returns the context "
+        "manager: call it, `with ddp_model.no_sync():`.")
 
 
 @pytest.mark.parametrize("calls, places, said", [

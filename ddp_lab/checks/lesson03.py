@@ -22,7 +22,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ddp_lab.checks import CheckFailed, passed
-from ddp_lab.checks.common import describe, refuse_written_split
+from ddp_lab.checks.common import answer_raised, describe, refuse_written_split
 
 # (batch size, number of devices): uneven splits, and a batch smaller than the devices
 SCATTER_CASES = ((10, 4), (12, 3), (7, 3), (2, 4))
@@ -72,8 +72,8 @@ def check_scatter_gather(scatter_batch, gather_outputs) -> None:
         if not torch.is_tensor(got):
             raise CheckFailed(f"{case}: gather_outputs returned {describe(got)}, expected one tensor.")
         if got.shape != expected.shape:
-            raise CheckFailed(f"{case}: got shape {tuple(got.shape)}, expected {tuple(expected.shape)}.\n"
-                              "Hint: concatenate along dim 0, the batch dimension (torch.cat(outputs, dim=0)).")
+            raise CheckFailed(f"{case}: got shape {tuple(got.shape)}, expected {tuple(expected.shape)}."
+                              f"{_gather_shape_hint(got, outputs)}")
         if got.dtype != expected.dtype:   # torch.equal compares values only: 2.0 in float64 equals 2.0 in float32
             got_name, want_name = (str(dtype).replace("torch.", "") for dtype in (got.dtype, expected.dtype))
             raise CheckFailed(f"{case}: gather_outputs returned {got_name}, expected {want_name} (the outputs' "
@@ -85,6 +85,42 @@ def check_scatter_gather(scatter_batch, gather_outputs) -> None:
                               "so the output rows line up with the input rows.")
     passed("scatter_batch splits every tensor like torch.chunk (3-3-3-1 for 10 over 4) and "
            "gather_outputs puts the batch back together")
+
+
+def _gather_shape_hint(got: torch.Tensor, outputs: list[torch.Tensor]) -> str:
+    """A hint for a gathered batch of the wrong shape, where its shape or values show how it was made ("" where
+    they show nothing)."""
+    rows = [len(output) for output in outputs]
+    if got.shape == (len(outputs), *outputs[0].shape):
+        return ("\nHint: torch.stack puts the outputs side by side in a new dimension, one per device; gathering "
+                "concatenates their rows along dim 0, the batch dimension (torch.cat(outputs, dim=0)).")
+    if got.dim() == outputs[0].dim() and got.shape[0] == rows[0] and got.shape[1] == sum(o.shape[1] for o in outputs):
+        return "\nHint: concatenate along dim 0, the batch dimension (torch.cat(outputs, dim=0))."
+    if got.numel() == sum(output.numel() for output in outputs):
+        return (f"\nHint: every element is there, in another shape: concatenate the outputs along dim 0 as they "
+                f"are (torch.cat(outputs, dim=0)), so each row keeps its shape {tuple(outputs[0].shape[1:])}.")
+    if got.dim() != outputs[0].dim() or got.shape[1:] != outputs[0].shape[1:]:
+        return ""
+    if got.shape == outputs[0].shape and torch.equal(got, sum(outputs)):
+        return ("\nHint: this is the outputs added element by element (sum(outputs)); gathering puts their rows one "
+                "after another: torch.cat(outputs, dim=0).")
+    used = [k for k, output in enumerate(outputs) if any(torch.equal(output, got[start:start + len(output)])
+                                                         for start in range(len(got) - len(output) + 1))]
+    missing = [k for k in range(len(outputs)) if k not in used]
+    left_out = (f" (output{'s' * (len(missing) > 1)} {', '.join(map(str, missing))} left out)"
+                if missing and used else "")
+    return (f"\nHint: got {len(got)} rows, expected {sum(rows)}: the rows of all {len(outputs)} outputs ({rows}), "
+            f"each once{left_out}.")
+
+
+def _device_order(got, expected) -> list[int] | None:
+    """The chunk each device got, where the devices got torch.chunk's chunks (all of them) in another order, else
+    None."""
+    if not isinstance(got, (list, tuple)) or len(got) != len(expected):
+        return None
+    order = [next((k for k, want in enumerate(expected) if _same(parts, want)), None) for parts in got]
+    return order if None not in order and sorted(order) == list(range(len(expected))) and order != sorted(order) \
+        else None
 
 
 def _compare_scatter(got, tensors, n, case) -> None:
@@ -101,6 +137,11 @@ def _compare_scatter(got, tensors, n, case) -> None:
         raise CheckFailed(f"{case}: got {len(got)} entries, one per *tensor*; expected {len(expected)}, one per "
                           "device.\nHint: return a list over devices whose entry k is a tuple (x_k, labels_k, mask_k) "
                           "of device k's chunks, e.g. list(zip(*chunked_tensors)).")
+    order = _device_order(got, expected)
+    if order is not None:
+        raise CheckFailed(f"{case}: the devices got torch.chunk's chunks in the order {order}, expected "
+                          f"{sorted(order)}.\nHint: device k takes the k-th chunk of every tensor (device 0 the first "
+                          "rows), so that gathering in device order puts the batch back together.")
     if len(got) != len(expected):
         raise CheckFailed(f"{case}: got {len(got)} chunks, expected {len(expected)} (torch.chunk gives "
                           f"{[len(e[0]) for e in expected]} rows).\nHint: split with torch.chunk(t, n, dim=0); "
@@ -113,8 +154,18 @@ def _compare_scatter(got, tensors, n, case) -> None:
             where = f"{case}: device {device}, tensor {index}"
             if not torch.is_tensor(part):
                 raise CheckFailed(f"{where}: got {describe(part)}, expected a tensor.")
+            other = next((k for k, chunk in enumerate(want_parts) if k != index and _same(part, chunk)), None)
+            if other is not None:
+                raise CheckFailed(f"{where}: got tensor {other}'s chunk (shape {tuple(part.shape)}), expected tensor "
+                                  f"{index}'s (shape {tuple(want.shape)}).\nHint: keep the order of the tensors "
+                                  "given: entry k holds device k's chunk of each tensor, in the order of `tensors`.")
             if part.shape != want.shape:
                 raise CheckFailed(_shape_problem(where, got, expected, device, index, tensors[index]))
+            if part.dtype != want.dtype:   # torch.equal compares values only: 10 in float32 equals 10 in int64
+                got_name, want_name = (str(dtype).replace("torch.", "") for dtype in (part.dtype, want.dtype))
+                raise CheckFailed(f"{where}: got {got_name}, expected {want_name} (that tensor's dtype).\nHint: "
+                                  "scattering only splits: every chunk keeps its tensor's dtype (torch.chunk "
+                                  "returns views of it), labels included.")
             if not torch.equal(part, want):
                 raise CheckFailed(f"{where}: right shape, wrong rows (first row {part[0].tolist()}, expected "
                                   f"{want[0].tolist()}).\nHint: each device takes a contiguous slice of the "
@@ -165,6 +216,8 @@ _entered: list[tuple[int, int, int, threading.Thread, str | None]] = []
 _finished: list[int] = []               # the chunk index of each forward, in the order the forwards returned
 _graph: list[tuple[bool, bool]] = []    # per forward: (grad mode on, the replica's weight computed from another
 #                                          tensor, as p.clone() of the model's parameter is)
+_thread_errors: list[tuple[threading.Thread, BaseException]] = []   # (thread, exception) of each thread that
+#                                          raised while the learner's function ran, in the order they raised
 
 
 def _finishing_order(chunks: int) -> list[int]:
@@ -293,9 +346,13 @@ def _loss_hint(got: float, x: torch.Tensor, y: torch.Tensor, n: int, finished: l
             return (f"the gathered batch holds the chunks' outputs in the order {found}, expected "
                     f"{', '.join(map(str, sorted(order)))}.{shifted} Replica k runs chunks[k] and its output goes "
                     "to position k.")
-        if abs(torch.stack([F.mse_loss(o, t) for o, t in zip(outputs, targets)]).mean().item() - got) < 1e-5:
+        losses = torch.stack([F.mse_loss(o, t) for o, t in zip(outputs, targets)])
+        if abs(losses.mean().item() - got) < 1e-5:
             return ("gather the outputs and compute the loss once on the gathered batch; a mean of per-chunk losses "
                     "weights the short last chunk (10 rows over 4 devices: 3-3-3-1) too much.")
+        if abs(losses.sum().item() - got) < 1e-5:
+            return (f"this is the SUM of the {len(outputs)} chunks' losses: gather the outputs and compute the loss "
+                    "once on the gathered batch, F.mse_loss(torch.cat(outputs), y), the mean over every element.")
     return "F.mse_loss(torch.cat(outputs), y) once, over the whole gathered batch (its mean over every element)."
 
 
@@ -312,6 +369,7 @@ def check_data_parallel_loss(data_parallel_loss) -> None:
     gather the outputs and return `F.mse_loss(gathered, y)`. The check calls `backward()` on
     the result and compares the model's gradients with single-process training, for each of
     LOSS_CASES: 10 rows over 4 devices, then 6 rows, which torch.chunk splits into 3 chunks.
+    A replica's thread that raises fails the check with its error (threading would only print it).
     A split into a number of chunks written in the code is refused before anything runs.
 
     Introduced in notebooks/03-dataparallel.ipynb.
@@ -343,10 +401,47 @@ def _not_joined(running: int) -> str | None:
 
 def _let_forwards_finish(seconds: float = 2.0) -> None:
     """Wait a little for replicas' forwards an answer left running (threads never joined), so that they end before
-    the check forgets its chunks (a forward that finds them gone prints a traceback of the check's own)."""
+    the check forgets its chunks (a forward that finds them gone prints a traceback of the check's own). A forward
+    whose thread raised never finishes: it is not waited for."""
     deadline = time.monotonic() + seconds
-    while len(_finished) < len(_entered) and time.monotonic() < deadline and not _barrier[-1].broken:
+    while len(_finished) + len(_thread_errors) < len(_entered) and time.monotonic() < deadline \
+            and not _barrier[-1].broken:
         time.sleep(0.01)
+
+
+def _record_thread_error(args) -> None:
+    """threading.excepthook while the learner's function runs: keep a thread's exception for the feedback instead
+    of printing its traceback. A BrokenBarrierError is the check's own barrier (`_Recorder`), which `_entered`
+    explains."""
+    if not issubclass(args.exc_type, threading.BrokenBarrierError):
+        _thread_errors.append((args.thread, args.exc_value))
+
+
+def _thread_failure(errors: list, raised: Exception | None, rows: int, chunks: int, n: int) -> str:
+    """The feedback for an answer one of whose threads raised: the first thread's error with the learner's lines,
+    what the answer did after it, and a hint (`_past_the_chunks`' where an index ran past the chunks)."""
+    thread, error = errors[0]
+    count = len(errors)   # one per thread: an exception ends its thread
+    case = (f"running a replica in a thread of its own ({rows} rows over {n} devices"
+            + (f"; {count} threads raised)" if count > 1 else ")"))
+    said = str(answer_raised(f"data_parallel_loss's thread {thread.name!r}", error, case))
+    then = ("returned a loss" if raised is None or isinstance(raised, threading.BrokenBarrierError) else
+            f"then raised {type(raised).__name__}: {raised}")
+    hint = _past_the_chunks(error, chunks, n) if isinstance(error, Exception) else None
+    return (f"{said}\nAn exception ends its own thread only: data_parallel_loss went on without that replica's "
+            f"output and {then}."
+            + (hint or "\nHint: fix the error in the thread's function; to have it raised in data_parallel_loss, "
+               "catch it there (try/except, kept in a list) and raise it again after every thread is joined."))
+
+
+def _outputs_dropped(error: Exception, finished: int, chunks: int) -> str | None:
+    """A hint where every replica's forward returned and the answer then gathered an empty list: the outputs the
+    threads' function returned, which a Thread drops."""
+    if isinstance(error, ValueError) and "non-empty list" in str(error) and finished >= chunks:
+        return (f"\nHint: all {chunks} replica forwards ran and returned, but torch.cat got an empty list: a Thread "
+                "drops what its target returns. Store each output where the gathering reads it (outputs[k] = ... "
+                "in the thread's function).")
+    return None
 
 
 def _past_the_chunks(error: Exception, chunks: int, n: int) -> str | None:
@@ -390,25 +485,33 @@ def _check_one_loss(data_parallel_loss, rows: int, n_devices: int) -> None:
     _barrier.append(threading.Barrier(len(chunks), timeout=BARRIER_SECONDS))
     caller = threading.current_thread()
     _chunks[:], _entered[:], _finished[:], _graph[:], _caller[:] = chunks, [], [], [], [caller]
+    _thread_errors[:] = []
+    hook, threading.excepthook = threading.excepthook, _record_thread_error
+    raised, running = None, 0
     try:
         loss = data_parallel_loss(model, x.clone(), y.clone(), n_devices)
-    except threading.BrokenBarrierError:
-        raise CheckFailed(_scatter_problem(chunks) or _not_parallel(list(_entered), caller)) from None
-    except NotImplementedError as error:
-        raise CheckFailed(f"data_parallel_loss is not written yet: it raised NotImplementedError({str(error)!r}). "
-                          "Replace the `raise NotImplementedError` line with your answer.") from None
     except Exception as error:
-        if _barrier[-1].broken:  # a thread hit the broken barrier and the answer hid it
-            raise CheckFailed(_scatter_problem(chunks) or _not_parallel(list(_entered), caller)) from None
+        raised = error
         running = len(_entered) - len(_finished)   # replicas' forwards still running as the answer raised
-        raise CheckFailed(f"data_parallel_loss raised {type(error).__name__}: {error}"
-                          f"{_past_the_chunks(error, len(chunks), n_devices) or _not_joined(running) or ''}"
-                          ) from error
     finally:
         _let_forwards_finish()
+        threading.excepthook = hook
         broken = _barrier.pop().broken
-        entered, finished, graph = list(_entered), list(_finished), list(_graph)
-        _chunks[:], _caller[:] = [], []
+        entered, finished, graph, thread_errors = list(_entered), list(_finished), list(_graph), list(_thread_errors)
+        _chunks[:], _caller[:], _thread_errors[:] = [], [], []
+    if thread_errors and not isinstance(raised, NotImplementedError):
+        raise CheckFailed(_thread_failure(thread_errors, raised, rows, len(chunks), n_devices)) from None
+    if isinstance(raised, threading.BrokenBarrierError):
+        raise CheckFailed(_scatter_problem(chunks, entered) or _not_parallel(entered, caller)) from None
+    if isinstance(raised, NotImplementedError):
+        raise CheckFailed(f"data_parallel_loss is not written yet: it raised NotImplementedError({str(raised)!r}). "
+                          "Replace the `raise NotImplementedError` line with your answer.") from None
+    if raised is not None:
+        if broken:  # a thread hit the broken barrier and the answer hid it
+            raise CheckFailed(_scatter_problem(chunks, entered) or _not_parallel(entered, caller)) from None
+        raise CheckFailed(f"data_parallel_loss raised {type(raised).__name__}: {raised}"
+                          f"{_past_the_chunks(raised, len(chunks), n_devices) or _not_joined(running) or ''}"
+                          f"{_outputs_dropped(raised, len(finished), len(chunks)) or ''}") from raised
     if broken:
         raise CheckFailed(_scatter_problem(chunks, entered) or _not_parallel(entered, caller))
     if not torch.is_tensor(loss) or loss.numel() != 1:
@@ -416,7 +519,15 @@ def _check_one_loss(data_parallel_loss, rows: int, n_devices: int) -> None:
     if not loss.requires_grad:
         raise CheckFailed("the loss does not require grad: it is not connected to the model's parameters.\n"
                           + _not_connected(graph))
-    loss.backward()
+    if any(p.grad is not None for p in model.parameters()):
+        raise CheckFailed("the model's parameters had gradients already when data_parallel_loss returned: it ran "
+                          "backward itself, so the caller's loss.backward() adds them a second time (or fails: the "
+                          "graph was freed).\nHint: return the loss without calling backward(); the training step "
+                          "that calls data_parallel_loss runs loss.backward() once.")
+    try:
+        loss.backward()
+    except RuntimeError as error:
+        raise CheckFailed(f"backward() on the loss data_parallel_loss returned raised RuntimeError: {error}") from None
     if all(p.grad is None for p in model.parameters()):
         if graph and all(enabled and computed for enabled, computed in graph):   # the replicas were right
             raise CheckFailed("after loss.backward() the model's own parameters have no gradient. "

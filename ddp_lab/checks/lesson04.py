@@ -81,7 +81,8 @@ def check_average_gradients(average_gradients, timeout: float = 30.0) -> None:
     """
     ensure_written(average_gradients)
     name = getattr(average_gradients, "__name__", "average_gradients")
-    refuse_written_divisor(average_gradients, name, "a gradient", "dist.get_world_size(), the number of ranks")
+    refuse_written_divisor(average_gradients, name, "a gradient", "dist.get_world_size(), the number of ranks",
+                           computed=True)
     passed(judge_average_gradients(name, run_average_answers((average_gradients,), timeout, name)[0],
                                    division_into_a_new_tensor(average_gradients)))
 
@@ -113,8 +114,9 @@ def judge_average_gradients(name: str, results: list[dict], division: str | None
                 raise CheckFailed(f"{where} is None: keep the gradient tensors, reduce them in place.")
             if torch.allclose(got, mean, atol=1e-6):
                 continue
+            others = [grads[index] for grads in local]
             raise CheckFailed(f"{where}: {_first_difference(got, mean)}.\nHint: "
-                              f"{_average_hint(got, mean, local[rank][index], results[rank], index, rank, division)}.")
+                              f"{_average_hint(got, mean, others, results[rank], index, rank, division)}.")
     return f"{name}: every gradient on every rank is the mean over {AVERAGE_WORLD_SIZE} ranks"
 
 
@@ -124,10 +126,11 @@ def _first_difference(got: torch.Tensor, mean: torch.Tensor) -> str:
             f"{mean[index].item():.6g}")
 
 
-def _average_hint(got, mean, own, result: dict, index: int, rank: int, division: str | None = None) -> str:
+def _average_hint(got, mean, local: list, result: dict, index: int, rank: int, division: str | None = None) -> str:
     """What the gradient, the recorded collectives and the answer's source show about a gradient that is not the
-    mean."""
+    mean. `local`: this gradient as every rank had it before the answer ran, in rank order."""
     size = AVERAGE_WORLD_SIZE
+    own = local[rank]
     on_grad = result["grad_reduced"][index]
     times = result["grad_reductions"][index]
     if times > 1:
@@ -148,6 +151,13 @@ def _average_hint(got, mean, own, result: dict, index: int, rank: int, division:
     if torch.allclose(got, mean / size, atol=1e-7):
         return (f"this is the mean divided by {size} once more: the world size was divided out twice "
                 "(divide once, after a SUM; after ReduceOp.AVG, which already gives the mean, not at all)")
+    stacked = torch.stack(local)
+    for op, combined in (("MAX", stacked.max(0).values), ("MIN", stacked.min(0).values),
+                         ("PRODUCT", stacked.prod(0))):
+        if result["grad_reduced"][index] and any(torch.allclose(got, combined / divisor, atol=1e-7)
+                                                 for divisor in (1, size)):
+            return (f"this is the element-wise {op.lower()} over the ranks (ReduceOp.{op}): the mean needs their "
+                    "SUM, dist.all_reduce's default op (ReduceOp.SUM), divided by the world size")
     own_only, divided = torch.allclose(got, own, atol=1e-7), torch.allclose(got, own / size, atol=1e-7)
     if (own_only or divided) and result["all_reduces"] and not any(result["grad_reduced"]):
         return ("dist.all_reduce ran, but never on a p.grad: it sums in place, into the tensor you pass (a copy, "
@@ -211,8 +221,10 @@ def _sync_runner(rank: int, sync_initial_state) -> dict:
     state = model.state_dict()
     seen: list[tuple[str, int]] = []
     apart: list[list[int]] = []
+    object_lists: list[int] = []   # one entry per dist.broadcast_object_list call
     try:
-        with _recording_collectives(seen), _agreeing_on_src(apart):
+        with _recording_collectives(seen), _agreeing_on_src(apart), watching_collectives(
+                {"broadcast_object_list": (0, "object_list")}, lambda name, objects: object_lists.append(1)):
             call_case(sync_initial_state,
                       f"synchronising a model with parameters and BatchNorm buffers on rank {rank}", model)
     except (CaseFailed, CollectivesApart) as failure:
@@ -223,7 +235,7 @@ def _sync_runner(rank: int, sync_initial_state) -> dict:
     own = {tensor.data_ptr() for tensor in state.values()}
     result = {"state": {name: t.detach().clone() for name, t in model.state_dict().items()},
               "broadcast_into": {name for name, t in state.items() if t.data_ptr() in broadcast},
-              "broadcasts_elsewhere": len(broadcast - own), "src_apart": None}
+              "broadcasts_elsewhere": len(broadcast - own), "object_lists": len(object_lists), "src_apart": None}
     _agree(RETURNED, apart)   # after reading the state: a rank that skipped a broadcast meets the others here
     return result
 
@@ -277,6 +289,11 @@ def judge_sync_initial_state(name: str, results: list[dict]) -> str:
                     hint = (f"dist.broadcast was called on this {kind}, but rank 0's value had not arrived when "
                             f"{name} returned: with async_op=True, keep the work each call returns and call .wait() "
                             "on every one before returning (or broadcast without async_op)")
+                elif key not in results[rank]["broadcast_into"] and results[rank]["object_lists"]:
+                    hint = (f"dist.broadcast_object_list ran on rank {rank}, but rank 0's objects arrive in the list "
+                            f"it is given, and this {kind} was never set from them: copy what arrived into the "
+                            "model (model.load_state_dict(objects[0]) for a state_dict sent whole), or broadcast "
+                            "the model's own tensors with dist.broadcast")
                 elif key not in results[rank]["broadcast_into"] and results[rank]["broadcasts_elsewhere"]:
                     hint = (f"dist.broadcast ran on rank {rank}, but never into this {kind}: a broadcast writes into "
                             "the tensor it is given, and a copy (.clone(), .float(), a flat vector from torch.cat or "

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import math
 import numbers
+import re
+import traceback
 
 import torch
 import torch.nn as nn
@@ -27,7 +29,7 @@ from torch.nn import functional as F
 
 from ddp_lab.checks import CheckFailed, passed
 from ddp_lab.checks.common import (POINT_TO_POINT, CaseFailed, CollectivesApart, agree_or_stop, agreeing_collectives,
-                                   call_case, ensure_written, first_mismatch, refuse_written_divisor,
+                                   call_case, ensure_written, first_mismatch, library_of, refuse_written_divisor,
                                    run_answers_on_ranks, times_of, uniform_ratio)
 
 # (dataset size, world size, epoch, seed): divisible, padded, fewer samples than ranks, fewer than
@@ -67,13 +69,24 @@ def _indices(shard_indices, n: int, world_size: int, rank: int, epoch: int, seed
         raise CheckFailed(f"shard_indices is not written yet: it raised NotImplementedError({str(error)!r}). "
                           "Replace the `raise NotImplementedError` line with your answer.") from None
     except Exception as error:
-        raise CheckFailed(f"{case} raised {type(error).__name__}: {error}") from error
+        raise CheckFailed(f"{case} raised {type(error).__name__}: {error}{_generator_hint(error)}") from error
     # a tensor or a numpy array, and numpy's integers (np.int64), index a dataset as ints do
     got = got.tolist() if torch.is_tensor(got) or type(got).__module__ == "numpy" else got
     if not isinstance(got, (list, tuple)) or not all(isinstance(i, numbers.Integral) and not isinstance(i, bool)
                                                      and 0 <= i < n for i in got):
         raise CheckFailed(f"{case} returned {str(got)[:80]}; expected a list of ints in range({n}).")
     return [int(i) for i in got]
+
+
+def _generator_hint(error: Exception) -> str:
+    """A hint where the answer's line that raised makes a torch.Generator with an argument (`torch.Generator(seed +
+    epoch)`): the argument is a device, not a seed ("" otherwise)."""
+    frames = [frame for frame in traceback.extract_tb(error.__traceback__) if library_of(frame.filename) is None]
+    line = frames[-1].line if frames else ""
+    if not line or not re.search(r"\bGenerator\(\s*[^)\s]", line):
+        return ""
+    return (f"\nHint: `{line.strip()}`: torch.Generator's argument is the device it draws on, not a seed; seed it "
+            "after making it: torch.Generator().manual_seed(seed + epoch).")
 
 
 def check_shard_indices(shard_indices) -> None:
@@ -317,8 +330,15 @@ def _accumulate_runner(rank: int, answers: tuple) -> list[dict]:
     return results
 
 
-def _raised_with_more(failure) -> str | None:
-    """The hint for an answer that raised in its run with 4 micro-batches, after its run with 3 returned."""
+def _raise_hint(failure) -> str | None:
+    """The hint for an answer that raised (run_on_ranks' explain): where its `with` statement was given no_sync itself,
+    not the context manager it returns, or where it raised in its run with 4 micro-batches after its run with 3
+    returned."""
+    message = getattr(failure.exception, "message", "")
+    written = re.search(r"with\s+([\w.]*\bno_sync)\s*:", failure.details)
+    if written and ("context manager" in message or message == "__enter__"):
+        return (f"`{written.group(0)}` gives the with statement the method itself; no_sync() returns the context "
+                f"manager: call it, `with {written.group(1)}():`.")
     if getattr(failure.exception, "case", "").startswith(f"accumulating {MORE_MICRO_BATCHES} micro-batches"):
         return (f"the same function ran with {MICRO_BATCHES} micro-batches and raised with {MORE_MICRO_BATCHES}: "
                 f"something in it is written for {MICRO_BATCHES} (a count, an index, an unpacking into "
@@ -355,7 +375,7 @@ def run_accumulate_gradients_answers(answers: tuple, timeout: float = 30.0,
                                      name: str = "accumulate_gradients") -> list[list[dict]]:
     """Run each answer on the same 2 ranks (one launch), with 3 micro-batches and with 4; [answer][rank] -> its
     gradients, all-reduces (DDP's and its own collectives) and flags with 3, and under "more" the same with 4."""
-    return run_answers_on_ranks(_accumulate_runner, answers, WORLD_SIZE, timeout, name, explain=_raised_with_more,
+    return run_answers_on_ranks(_accumulate_runner, answers, WORLD_SIZE, timeout, name, explain=_raise_hint,
                                 timeout_hint=_hang_hint)
 
 
@@ -768,6 +788,7 @@ def _judge_run(results: list[dict], count: int, right_with: int | None = None,
                 # with 3 micro-batches); after a right run, a divisor of len(micro_batches) - 1 would have shown there
                 equals = [what for value, what in ((MICRO_SIZE, "the number of samples in a micro-batch, len(x)"),
                                                    (WORLD_SIZE, "the number of ranks"),
+                                                   (2, "len(micro_batches[0]), an (x, y) pair's length"),
                                                    (count - 1 if right_with is None else None,
                                                     "len(micro_batches) - 1")) if value == divided_by]
                 what = f"{divided_by} ({', or '.join(equals)})," if equals else f"{divided_by},"
