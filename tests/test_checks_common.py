@@ -82,3 +82,24 @@ def test_a_rank_stuck_in_a_works_wait_is_said_to_be():
     failures = {0: RankFailure(0, "timeout", "", waiting), 1: RankFailure(1, "timeout", "", elsewhere)}
     message = timeout_message(LaunchTimeout("", failures, 0, ["", ""]), "ring", 2)
     assert "Stuck: rank 0 in .wait(), rank 1 outside torch.distributed.\n" in message, message
+
+
+def _returns_the_divided_gradients(params, world_size):
+    import torch.distributed as dist
+
+    for p in params:
+        dist.all_reduce(p.grad)
+    return [p.grad / world_size for p in params]
+
+
+def _returns_nothing_divided(params):
+    return [p.grad for p in params]
+
+
+def test_a_division_returned_is_a_division_into_a_new_tensor():
+    """The check reads the gradients, not what the answer returns: a returned division left them as the sum (the
+    learner who wrote it was told to divide, though they had)."""
+    from ddp_lab.checks.common import division_into_a_new_tensor
+
+    assert division_into_a_new_tensor(_returns_the_divided_gradients) == "return [p.grad / world_size for p in params]"
+    assert division_into_a_new_tensor(_returns_nothing_divided) is None

@@ -243,7 +243,8 @@ def source_tree(fn) -> ast.Module | None:
 def division_into_a_new_tensor(fn) -> str | None:
     """The first line of fn's source that divides a gradient into a NEW tensor bound to a plain name
     (`grad = grad / n`, `mean = p.grad / n`, `g = g.div(n)`, `grads = [p.grad / n for p in params]`) or dropped
-    (a statement of its own: `p.grad.div(n)`, `p.grad / n`, `torch._foreach_div(grads, n)`), or that divides a
+    (a statement of its own: `p.grad.div(n)`, `p.grad / n`, `torch._foreach_div(grads, n)`) or returned (`return
+    [p.grad / n for p in params]`: the check reads the gradients, not what the function returns), or that divides a
     COPY of a gradient in place (`p.grad.clone().div_(n)`; `g /= n`, `g.div_(n)` or `torch._foreach_div_(grads, n)`
     where `g = p.grad.clone()`, `grads = [p.grad.clone() for p in params]`, `for g in grads`), or None. For an
     in-place division of a name bound to a copy, the copy's line and the division's, joined by "; ".
@@ -272,7 +273,8 @@ def division_into_a_new_tensor(fn) -> str | None:
     found = []
     for node in ast.walk(tree):
         bound = isinstance(node, ast.Assign) and all(isinstance(target, ast.Name) for target in node.targets)
-        if not (bound or isinstance(node, ast.Expr)):   # an expression statement: its result is dropped
+        # an expression statement drops its result; a function's return value is not what the check reads
+        if not (bound or (isinstance(node, (ast.Expr, ast.Return)) and node.value is not None)):
             continue
         value = node.value
         if isinstance(value, (ast.ListComp, ast.GeneratorExp)):      # [p.grad / n for p in params]
