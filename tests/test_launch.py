@@ -629,3 +629,17 @@ def test_a_ranks_prints_warnings_and_logs_reach_the_cell_in_the_order_written(mo
         assert shown == [text for step in range(3) for text in
                          (f"step {step}", f"warned at step {step}", f"logged at step {step}")] + ["done"]
         assert results.outputs[rank].index("step 1") < results.outputs[rank].index("warned at step 1")
+
+
+def test_the_call_a_stuck_rank_waits_in_is_the_one_its_code_made():
+    """torch's own functions call each other (dist.recv can call dist.irecv, all_gather_object calls all_gather):
+    the outermost of the first thread's torch.distributed frames is named, not another thread's."""
+    from ddp_lab.launcher.reports import blocked_in
+
+    c10d, logger = ".../site-packages/torch/distributed/distributed_c10d.py", ".../torch/distributed/c10d_logger.py"
+    stack = (f'Current thread (most recent call first):\n  File "{c10d}", line 2 in irecv\n'
+             f'  File "{logger}", line 83 in wrapper\n  File "{c10d}", line 1 in recv\n'
+             f'  File "{logger}", line 83 in wrapper\n  File "answer.py", line 5 in ring\n\n'
+             f'Thread (most recent call first):\n  File "{c10d}", line 3 in all_reduce\n')
+    assert blocked_in(stack) == "recv"
+    assert blocked_in(stack.split("\n\n")[1]) == "all_reduce" and blocked_in('  File "answer.py", line 5') is None

@@ -129,13 +129,21 @@ _C10D_CALL = re.compile(r'distributed_c10d\.py", line \d+ in (\w+)')
 
 
 def blocked_in(stack: str) -> str | None:
-    """The torch.distributed function a stuck rank's stack shows it waiting in ('all_reduce', 'barrier', ...).
+    """The torch.distributed function a stuck rank's stack shows it waiting in ('all_reduce', 'barrier', ...): the
+    outermost of the torch.distributed frames the first thread in one shows, the function the rank's code called
+    (all_gather_object calls all_gather, new_group a helper of its own).
 
     Used by the exercise checks (their hang messages) and by lesson 12's `rank_report`.
     Introduced in notebooks/12-debugging-and-fault-tolerance.ipynb.
     """
-    calls = _C10D_CALL.findall(stack)
-    return calls[0] if calls else None
+    run = []   # the torch.distributed frames the first thread in one shows, innermost first
+    for line in stack.splitlines():
+        call = _C10D_CALL.search(line)
+        if call is not None:
+            run.append(call.group(1))
+        elif run and "c10d_logger.py" not in line:   # torch's logging wrapper sits between its own calls
+            break
+    return run[-1] if run else None
 
 
 def in_backward(stack: str) -> bool:
