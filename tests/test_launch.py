@@ -643,3 +643,19 @@ def test_the_call_a_stuck_rank_waits_in_is_the_one_its_code_made():
              f'Thread (most recent call first):\n  File "{c10d}", line 3 in all_reduce\n')
     assert blocked_in(stack) == "recv"
     assert blocked_in(stack.split("\n\n")[1]) == "all_reduce" and blocked_in('  File "answer.py", line 5') is None
+
+
+def joins_with_a_timeout_in_seconds(rank):
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", timeout=30)
+
+
+def test_a_timeout_in_seconds_is_refused_in_one_line_before_the_store_is_joined():
+    """torch takes init_process_group's timeout as a datetime.timedelta; the launcher's store, reached first, failed
+    in TCPStore's constructor with every signature it has."""
+    with pytest.raises(RankFailed) as caught:
+        ddp_lab.launch(joins_with_a_timeout_in_seconds, nprocs=2, init_process_group=False, timeout=60)
+    assert ("TypeError: init_process_group(timeout=30): the timeout is a datetime.timedelta, not int, e.g. "
+            "timeout=datetime.timedelta(seconds=30).") in str(caught.value)
+    assert "TCPStore" not in str(caught.value)

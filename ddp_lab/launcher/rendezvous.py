@@ -239,6 +239,7 @@ def route_init_process_group() -> None:
                 raise ValueError(_twice_message(_set_up_by))
             return original(*args, **kwargs)  # torch refuses a second default group itself
         _check_world_size(arguments)
+        _check_timeout(arguments)
         address = store_address(arguments)
         if address is None:
             return original(*args, **kwargs)
@@ -373,6 +374,16 @@ def _check_world_size(arguments: dict) -> None:
             f"init_process_group(world_size={asked}) but ddp_lab started {started} rank(s) (nprocs={started}): "
             f"the group would wait forever for {asked - started} more. Launch with nprocs={asked}, or pass "
             f"world_size={started} (as an argument: launch(fn, args=({started},), nprocs={started})).")
+
+
+def _check_timeout(arguments: dict) -> None:
+    """A timeout that is not a datetime.timedelta, refused in one line before the store is joined (torch refuses it
+    too, but the launcher's store was reached first, and its TCPStore's constructor error listed every signature)."""
+    timeout = arguments.get("timeout")
+    if timeout is not None and not isinstance(timeout, datetime.timedelta):
+        example = f", e.g. timeout=datetime.timedelta(seconds={timeout!r})" if type(timeout) in (int, float) else ""
+        raise TypeError(f"init_process_group(timeout={timeout!r}): the timeout is a datetime.timedelta, not "
+                        f"{type(timeout).__name__}{example}.")
 
 
 def port_in_use(port: int) -> bool:
