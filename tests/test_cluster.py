@@ -483,9 +483,17 @@ def _draws(rank):
     plt.figure()
 
 
-def test_a_calls_figures_come_back_with_it_not_with_the_next_cell(cluster):
-    """Figures drawn by a function run with cluster.run come back in its Results (they showed under the next cell)."""
+def _displays(rank):
+    display(f"displayed by rank {rank}")   # noqa: F821 - a builtin in a kernel (IPython's) and on the ranks
+
+
+def test_a_calls_figures_come_back_with_it_not_with_the_next_cell(cluster, capsys):
+    """Figures drawn by a function run with cluster.run come back in its Results (they showed under the next cell).
+    A function that calls display() finds it on the ranks, as in the kernel."""
     assert [len(pictures) for pictures in cluster.run(_draws).figures] == [2, 2]
+    capsys.readouterr()
+    cluster.run(_displays)
+    assert capsys.readouterr().out == "[rank 0] 'displayed by rank 0'\n[rank 1] 'displayed by rank 1'\n"
     assert cluster.run_code("x = 1").figures == [[], []]
 
 

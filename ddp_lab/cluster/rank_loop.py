@@ -12,6 +12,7 @@ Introduced in notebooks/00b-live-cluster.ipynb.
 from __future__ import annotations
 
 import ast
+import builtins
 import datetime
 import linecache
 import os
@@ -70,7 +71,8 @@ def cell_namespace(rank: int, world_size: int) -> dict:
     module = types.ModuleType(CELL_MODULE)
     sys.modules[CELL_MODULE] = module
     cloudpickle.register_pickle_by_value(module)
-    module.__dict__.update(rank=rank, world_size=world_size, torch=torch, dist=dist, display=display)
+    module.__dict__.update(rank=rank, world_size=world_size, torch=torch, dist=dist)
+    builtins.display = display   # as IPython makes it a builtin: a notebook function run on the ranks finds it too
     return module.__dict__
 
 
