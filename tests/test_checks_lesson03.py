@@ -372,12 +372,40 @@ def test_data_parallel_loss_names_threads_never_joined(monkeypatch, capsys):
     was torch's TypeError alone), and the threads finish before the check lets go of its chunks, so they print no
     traceback of the check's own (they printed 'ValueError: 2 is not in list' from lesson03.py)."""
     monkeypatch.setattr(lesson03, "BARRIER_SECONDS", 2.0)
-    # how many of the 4 forwards are still running when the answer raises depends on the threads' scheduling
-    with pytest.raises(CheckFailed, match=r"(?s)^data_parallel_loss raised TypeError: .*NoneType\nHint: as "
-                                          r"data_parallel_loss raised, [1-4] replica forward\(s\) were still running"):
+    # the threads the answer started and never joined are counted, not the forwards still running (how many of
+    # those there are when the answer raises, none at all included, depends on the threads' scheduling)
+    with pytest.raises(CheckFailed, match=r"(?s)^data_parallel_loss raised TypeError: .*NoneType\nHint: "
+                                          r"data_parallel_loss raised without having joined 4 of the 4 threads it "
+                                          r"started: it read the outputs without waiting"):
         check_data_parallel_loss(threads_never_joined)
     time.sleep(0.5)
     assert "Traceback" not in capsys.readouterr().err
+
+
+def threads_gathered_before_any_forward(model, x, y, n):
+    """Threads started, never joined, each held back before its replica's forward: torch.cat raises before any
+    forward has started."""
+    chunks = torch.chunk(x, n)
+    replicas, outputs = _replicas(model, chunks), [None] * len(chunks)
+
+    def work(k):
+        time.sleep(0.3)
+        module, params = replicas[k]
+        outputs[k] = torch.func.functional_call(module, params, (chunks[k],))
+
+    for k in range(len(chunks)):
+        threading.Thread(target=work, args=(k,)).start()
+    return F.mse_loss(torch.cat(outputs), y)
+
+
+def test_threads_never_joined_are_named_before_any_forward_ran(monkeypatch):
+    """The hint counts the threads the answer started and never joined, so it is there when the answer raises before
+    any replica's forward has begun (counting forwards still running gave none, and no hint)."""
+    monkeypatch.setattr(lesson03, "BARRIER_SECONDS", 2.0)
+    with pytest.raises(CheckFailed, match=r"(?s)^data_parallel_loss raised TypeError: .*NoneType\nHint: "
+                                          r"data_parallel_loss raised without having joined 4 of the 4 threads it "
+                                          r"started"):
+        check_data_parallel_loss(threads_gathered_before_any_forward)
 
 
 def detached_outputs_made_to_require_grad(model, x, y, n):

@@ -400,9 +400,12 @@ SYNC_ANSWERS = {   # all return (none raises or hangs): they run one after the o
                        r"into this parameter: a broadcast writes into the tensor it is given",
     broadcasts_a_flat_vector: r"(?s)^rank 1, parameter '0\.weight': .*\nHint: dist\.broadcast ran on rank 1, but "
                               r"never into this parameter",
-    # last: its broadcasts complete after it returned
-    broadcasts_without_waiting: r"(?s)^rank 1, parameter '0\.weight': .*\nHint: dist\.broadcast was called on this "
-                                r"parameter, but rank 0's value had not arrived.*call \.wait\(\)",
+    # last: its broadcasts complete after it returned (whether rank 0's values have arrived when rank 1 reads them
+    # depends on timing: which entry shows it first, or none, when they are right by luck and refused all the same)
+    broadcasts_without_waiting: r"(?s)^rank 1, (parameter|buffer) '[\w.]+': (got .*\nHint: dist\.broadcast was "
+                                r"called on this (parameter|buffer), but rank 0's value had not arrived|the value is "
+                                r"right here, but by luck: dist\.broadcast\(\.\.\., async_op=True\) was called on "
+                                r"this).*call \.wait\(\)",
 }
 
 
@@ -422,6 +425,25 @@ def test_sync_initial_state_feedback(answer, sync_results):
         with pytest.raises(CheckFailed, match=feedback):
             lesson04.judge_sync_initial_state(answer.__name__, sync_results[answer])
 
+
+
+def test_a_broadcast_never_waited_is_refused_when_the_values_come_out_right(sync_results):
+    """Whether an unwaited async broadcast has landed when the state is read depends on timing: an answer right by
+    luck is refused all the same, from the work never waited for."""
+    right = sync_results[broadcasts_the_state_dict]
+    assert not any(result["unwaited"] or result["unwaited_elsewhere"] for result in right)
+    assert all(result["unwaited"] == set(result["state"]) for result in sync_results[broadcasts_without_waiting])
+    by_luck = [dict(result) for result in right]
+    by_luck[1]["unwaited"] = {"1.running_var", "0.bias"}
+    with pytest.raises(CheckFailed, match=r"^rank 1, parameter '0\.bias': the value is right here, but by luck: "
+                                          r"dist\.broadcast\(\.\.\., async_op=True\) was called on this parameter "
+                                          r"and the work it returned was never waited for.*\nHint: keep the work each "
+                                          r"call returns and call \.wait\(\) on every one before returning"):
+        lesson04.judge_sync_initial_state("broadcasts_the_state_dict", by_luck)
+    by_luck[1]["unwaited"], by_luck[0]["unwaited_elsewhere"] = set(), 1   # into a copy, on the sending rank
+    with pytest.raises(CheckFailed, match=r"^rank 0: the values are right here, but by luck: .* on a tensor that is "
+                                          r"not the model's own"):
+        lesson04.judge_sync_initial_state("broadcasts_the_state_dict", by_luck)
 
 
 def broadcast_from_its_own_rank(model):

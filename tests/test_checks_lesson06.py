@@ -8,13 +8,14 @@ third launches 2 gloo ranks (about 1.5 s each, one deadlocking answer waits for 
 from __future__ import annotations
 
 import os
+import socket
 
 import pytest
 import torch
 import torch.distributed as dist
 from torch.distributed import init_process_group
 
-from ddp_lab.checks import CheckFailed
+from ddp_lab.checks import CheckFailed, lesson06
 from ddp_lab.checks.lesson06 import check_device_and_ddp_kwargs, check_pick_backend, check_setup_from_env
 
 # The right answers are proven once, by nbval of solutions/06-*.ipynb (its check cells store ✓):
@@ -728,9 +729,9 @@ def setup_timeout_in_seconds(backend):
                             r"list index.*int\(os.environ\['RANK'\]\)"),
     (setup_rank_as_a_tensor, r"^rank 0: rank is a tensor of shape \(\) and dtype torch.int64; expected the int 0\."),
     # not the launcher's store, which the timeout reaches first, with its frames
-    (setup_timeout_in_seconds, r"^rank \d: in setup_from_env, init_process_group got timeout=30, not a "
-                               r"datetime.timedelta\.\nHint: init_process_group takes the timeout as a "
-                               r"datetime.timedelta, e.g. timeout=datetime.timedelta\(seconds=30\)\.$"),
+    (setup_timeout_in_seconds, r"^rank \d: in setup_from_env, init_process_group\(timeout=30\): the timeout is a "
+                               r"datetime.timedelta, not int, e.g. timeout=datetime.timedelta\(seconds=30\)\.\nHint: "
+                               r"pass a datetime.timedelta, or leave the timeout out for torch's default\.$"),
     (setup_destroys_its_group, r"^rank 0: setup_from_env\('gloo'\) created the process group, then destroyed it "
                                r"\(dist.destroy_process_group\(\)\) before returning"),
     (setup_without_a_backend, r"^rank 0: setup_from_env called init_process_group with no backend .*expected 'gloo'"),
@@ -743,6 +744,42 @@ def setup_timeout_in_seconds(backend):
 def test_setup_from_env_names_the_mistake(wrong, feedback):
     with pytest.raises(CheckFailed, match=f"(?s){feedback}"):
         check_setup_from_env(wrong)
+
+
+def test_a_written_port_is_named_where_something_else_holds_it():
+    """The answer writes MASTER_PORT=29500: its init_process_group is refused before torch runs, so nothing binds
+    29500, and the write is named whether or not the port is free on this machine (held here, by this test or by
+    whatever already holds it; bound, gloo's store failed with EADDRINUSE instead)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as held:
+        try:
+            held.bind(("127.0.0.1", 29500))
+            held.listen()
+        except OSError:
+            pass   # already held by another process: the case this test is about
+        with pytest.raises(CheckFailed, match=r"^rank 0: setup_from_env set \{'MASTER_PORT': '29500'\}; torchrun sets "
+                                              r"MASTER_ADDR and MASTER_PORT for the whole job\.\nHint: leave them"):
+            check_setup_from_env(setup_sets_the_port)
+
+
+def test_init_process_group_is_refused_before_torch_runs_once_the_address_is_written(monkeypatch):
+    """The checked init_process_group raises AddressOverwritten, without calling torch's, once the answer has written
+    MASTER_ADDR or MASTER_PORT over torchrun's value; with neither written it calls torch's."""
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", "29511")
+    calls = []
+    changed: set = set()
+    checked = lesson06._checked_arguments(lambda backend, **kwargs: calls.append(backend), {}, changed)
+    changed.add("MASTER_PORT")
+    with pytest.raises(lesson06.AddressOverwritten):
+        checked("gloo")
+    assert calls == []
+    changed.clear()
+    checked("gloo")
+    assert calls == ["gloo"]
 
 
 def setup_master_fallback(backend):

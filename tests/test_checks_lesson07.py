@@ -5,9 +5,10 @@ the feedback that names it. The 1F1B answers that return run in one launch of 3 
 check's own runner, then its judge: 3 stages, then 2 stages on ranks 0 and 1); the others go
 through the check itself, a launch each: the raising ones, and the hanging ones, which run into a
 3 s timeout (a blocking send, an isend waited on at once, a send to a rank that does not exist,
-warm-up counts that make neighbours wait for each other, a last stage written as rank 2). The
-hangs whose evidence is a peer that returned are judged from logs written as the ranks write
-them.
+warm-up counts that make neighbours wait for each other); those that fail on the second run only
+(a last stage written as rank 2, a count of micro-batches written as 4) get 10 s, so that the
+first run surely ends before it. The hangs whose evidence is a peer that returned are judged from
+logs written as the ranks write them.
 """
 
 from __future__ import annotations
@@ -27,6 +28,9 @@ from ddp_lab.checks.p2p_log import log_path
 from ddp_lab.course.pipeline_parallel.schedules import Span
 
 DEADLOCK_TIMEOUT = 3.0   # seconds after every rank entered the answer (start-up has its own allowance)
+# for an answer whose first run must finish before the launch stops: the two groups' set-up and the 3-stage run
+# count in the timeout, and take seconds on a loaded 2-core machine
+FIRST_RUN_TIMEOUT = 10.0
 
 
 # --- one_f_one_b_stage ----------------------------------------------------------------------
@@ -34,7 +38,7 @@ DEADLOCK_TIMEOUT = 3.0   # seconds after every rank entered the answer (start-up
 def make_stage_answer(*, scale=True, blocking=False, grad_peer=-1, warmup=None, mark_input=True, wait_now=False,
                       grad_divisor=1, zero_each=False, return_undivided=False, last_rank=None, microbatches=None,
                       drop_handles=False, irecv_unwaited=False, recv_any_source=False, batched=False,
-                      divide_by=None, summed_errors=False, return_sum=False):
+                      divide_by=None, summed_errors=False, return_sum=False, forward_sends_kept=False):
     """A 1F1B stage with one mistake switched on (the defaults give the right answer). `wait_now`: each isend's
     .wait() right after it starts, a blocking send in disguise. `zero_each`: the stage's gradients zeroed before
     every micro-batch's backward. `return_undivided`: backward on the divided loss, the undivided one returned.
@@ -43,13 +47,15 @@ def make_stage_answer(*, scale=True, blocking=False, grad_peer=-1, warmup=None, 
     `recv_any_source`: dist.recv without src (whichever neighbour sends first). `batched`: every send and receive
     through dist.batch_isend_irecv (P2POp names the peer; right). `divide_by(m, world_size)`: what each micro-batch's
     loss is divided by instead of m. `summed_errors`: the squared errors summed, not averaged. `return_sum`: the
-    last stage returns the sum of its losses, a tensor of no dimension, instead of their list."""
+    last stage returns the sum of its losses, a tensor of no dimension, instead of their list. `forward_sends_kept`:
+    the handles of the sends to rank + 1 kept but never waited for (each is delivered all the same: the gradient
+    received back for that micro-batch follows it), those of the sends to rank - 1 waited for."""
 
     def one_f_one_b_stage(stage, inputs, targets):
         rank, world_size = dist.get_rank(), dist.get_world_size()
         first, last = rank == 0, rank == (world_size - 1 if last_rank is None else last_rank)
         m, shape = len(inputs) if microbatches is None else microbatches, inputs[0].shape
-        saved, sends, losses = {}, [], []
+        saved, sends, losses, kept = {}, [], [], []
 
         def send(tensor, dst):
             if batched:
@@ -60,6 +66,8 @@ def make_stage_answer(*, scale=True, blocking=False, grad_peer=-1, warmup=None, 
                 dist.isend(tensor, dst=dst).wait()
             elif drop_handles:
                 dist.isend(tensor, dst=dst)
+            elif forward_sends_kept and dst == rank + 1:
+                kept.append(dist.isend(tensor, dst=dst))
             else:
                 sends.append(dist.isend(tensor, dst=dst))
 
@@ -204,6 +212,15 @@ STAGE_MISTAKES = [   # answers that return: they run one after the other in one 
     # the sum of the losses, not their list: named, where iterating over it raised in the check's own code
     (dict(return_sum=True), r"^rank 2 \(the last stage\) returned a tensor of shape \(\) and dtype torch.float32; "
                             r"expected a list of the micro-batches' losses, one number per micro-batch \(4\)"),
+    # the sends to rank + 1 never waited for: delivered here (the gradients came back), refused all the same
+    (dict(forward_sends_kept=True), r"^the losses and gradients came out right on 3 stages with 4 micro-batches, but "
+                                    r"8 dist\.isend handles were never waited for \(rank 0's call 1, dist\.isend "
+                                    r"with dst=1; rank 0's call 2, dist\.isend with dst=1; rank 0's call 3, "
+                                    r"dist\.isend with dst=1; \.\.\.\): a send whose handle is never waited for is "
+                                    r"sure to arrive only if the peer's receive was posted before the handle was "
+                                    r"dropped, so another run can lose the message and hang\.\nHint: keep every "
+                                    r"handle dist\.isend returns \(a list\) and call \.wait\(\) on each before the "
+                                    r"function returns\.$"),
     # a warm-up written for 3 stages: right on the first run, one too many on the second, which says so
     (dict(warmup=lambda m, r, w: 2 - r), r"(?s)^the stages held .*: stage 0 held 3, stage 1 held 2; 1F1B on 2 stages "
                                          r"with 3 micro-batches holds 2, 1 .*\nOn 3 stages with 4 micro-batches \(the "
@@ -241,6 +258,21 @@ def test_a_call_naming_no_neighbour_is_refused_when_the_results_come_out_right(s
         lesson07._judge_stage("one_f_one_b_stage", by_chance)
 
 
+def test_an_irecv_never_waited_is_refused_when_the_results_come_out_right(stage_results):
+    """Whether an unwaited irecv's buffer is filled when the stage reads it depends on timing: an answer right by
+    chance is refused all the same, from the logged call never waited for."""
+    right = stage_results[-2]
+    assert not any(record["never_waited"] for records in right.values() for record in records)
+    by_chance = {stages: [dict(record) for record in records] for stages, records in right.items()}
+    by_chance[3][2]["never_waited"] = ["rank 2's call 1, dist.irecv with src=1"]
+    with pytest.raises(CheckFailed, match=r"^the losses and gradients came out right on 3 stages with 4 micro-batches, "
+                                          r"but 1 dist\.irecv handle was never waited for \(rank 2's call 1, "
+                                          r"dist\.irecv with src=1\): an irecv's buffer holds the message only once "
+                                          r".*\nHint: call \.wait\(\) on each dist\.irecv's handle before using its "
+                                          r"buffer\.$"):
+        lesson07._judge_stage("one_f_one_b_stage", by_chance)
+
+
 def test_sends_and_receives_through_batch_isend_irecv_are_accepted(stage_results, capsys):
     """dist.batch_isend_irecv passes each P2POp's peer as group_dst or group_src: the logged calls name it, so a right
     answer is not refused as naming no rank."""
@@ -258,14 +290,14 @@ def test_a_last_stage_written_as_rank_2_is_named_on_the_second_run():
     # right on 3 stages; on 2, rank 1 is not "last", so it sends its output to rank 2, which is no rank of that
     # group: gloo waits there (or segfaults, as in the test of a send to a rank that is not a neighbour), and the
     # hint comes from the second run's logged calls
-    with pytest.raises(CheckFailed, match=r"(?s)(did not finish within 3 s|died with signal SIGSEGV).*\nThe check's "
+    with pytest.raises(CheckFailed, match=r"(?s)(did not finish within 10 s|died with signal SIGSEGV).*\nThe check's "
                                           r"first run, on 3 stages "
                                           r"with 4 micro-batches, ran to its end \(it was not judged: the launch "
                                           r"stopped here\); this is its second run, 2 stages with 3 micro-batches.*"
                                           r"the last stage as rank 2.*\nWhat the ranks "
                                           r"did: rank 1's call \d+, dist.isend with dst=2, names no rank at all.*"
                                           r"\nHint: a send or recv must name a neighbour stage"):
-        check_one_f_one_b_stage(make_stage_answer(last_rank=2), timeout=DEADLOCK_TIMEOUT)
+        check_one_f_one_b_stage(make_stage_answer(last_rank=2), timeout=FIRST_RUN_TIMEOUT)
 
 
 def test_a_count_of_micro_batches_written_as_4_is_named_on_the_second_run():
@@ -274,7 +306,7 @@ def test_a_count_of_micro_batches_written_as_4_is_named_on_the_second_run():
                                           r"micro-batches.*Hint: The check's first run, on 3 stages with 4 "
                                           r"micro-batches, ran to its end.*4 micro-batches\) where world_size, rank "
                                           r"or m = len\(inputs\) belongs"):
-        check_one_f_one_b_stage(make_stage_answer(microbatches=4), timeout=DEADLOCK_TIMEOUT)
+        check_one_f_one_b_stage(make_stage_answer(microbatches=4), timeout=FIRST_RUN_TIMEOUT)
 
 
 def test_a_raise_in_the_first_run_is_not_said_to_follow_a_right_one():
@@ -332,12 +364,16 @@ def test_one_f_one_b_names_a_send_waited_on_at_once():
 
 
 def test_one_f_one_b_names_isend_handles_dropped():
-    # the messages whose handles were dropped never arrive: the order and the peers are right, neither is blamed
+    # a message whose handle was dropped arrives only if its receive was already posted: one that never arrives
+    # leaves its receiver waiting (while the sender waits too, or after it returned), and if every one arrives the
+    # handles never waited for are refused all the same; the order and the peers are right, neither is blamed
     with pytest.raises(CheckFailed) as failure:
         check_one_f_one_b_stage(make_stage_answer(drop_handles=True), timeout=DEADLOCK_TIMEOUT)
     message = str(failure.value)
-    assert re.search(r"rank \d started message \d to rank \d with dist\.isend, and rank \d still waits for it: rank \d "
-                     r"never waited for that handle", message), message
+    assert re.search(r"rank \d started message \d to rank \d (with dist\.isend, and rank \d still waits for it: rank "
+                     r"\d never waited for that handle|\(dist\.isend\) and returned before it was delivered)"
+                     r"|^the losses and gradients came out right on .* dist\.isend handles were never waited for",
+                     message), message
     assert "Check the peers" not in message and "order the neighbours" not in message, message
 
 

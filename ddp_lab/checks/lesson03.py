@@ -10,6 +10,7 @@ Introduced in notebooks/03-dataparallel.ipynb.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import linecache
 import re
@@ -22,7 +23,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ddp_lab.checks import CheckFailed, passed
-from ddp_lab.checks.common import answer_raised, describe, refuse_written_split
+from ddp_lab.checks.common import answer_raised, describe, library_of, refuse_written_split
 
 # (batch size, number of devices): uneven splits, and a batch smaller than the devices
 SCATTER_CASES = ((10, 4), (12, 3), (7, 3), (2, 4))
@@ -390,20 +391,51 @@ def check_data_parallel_loss(data_parallel_loss) -> None:
            f"({LOSS_CASES[0][0]} rows over {LOSS_CASES[0][1]} devices, then {rows} rows in {chunks} chunks)")
 
 
-def _not_joined(running: int) -> str | None:
-    """A hint where replicas' forwards were still running when the answer raised: it read their outputs first."""
-    if running <= 0:
+def _not_joined(unjoined: int, started: int) -> str | None:
+    """A hint where the answer raised without having joined `unjoined` of the `started` threads it started: it may
+    have read their outputs before they existed."""
+    if unjoined <= 0:
         return None
-    return (f"\nHint: as data_parallel_loss raised, {running} replica forward(s) were still running in their threads: "
-            "their outputs were read before they existed. Join every thread (thread.join()) before gathering the "
-            "outputs.")
+    return (f"\nHint: data_parallel_loss raised without having joined {unjoined} of the {started} threads it started: "
+            "it read the outputs without waiting for the replicas' forwards to make them. Join every thread "
+            "(thread.join()) before gathering the outputs.")
 
 
-def _let_forwards_finish(seconds: float = 2.0) -> None:
-    """Wait a little for replicas' forwards an answer left running (threads never joined), so that they end before
-    the check forgets its chunks (a forward that finds them gone prints a traceback of the check's own). A forward
-    whose thread raised never finishes: it is not waited for."""
+@contextlib.contextmanager
+def _watching_threads():
+    """For the block: a list that gets each threading.Thread whose start() the answer's own code called (not a
+    library's, as a thread pool's), and a set of those whose join() returned with the thread ended. Thread's start
+    and join are replaced on the class for the block, then put back."""
+    started: list[threading.Thread] = []
+    joined: set[threading.Thread] = set()
+    start, join = threading.Thread.start, threading.Thread.join
+
+    def watched_start(self):
+        if library_of(sys._getframe(1).f_code.co_filename) is None:
+            started.append(self)
+        return start(self)
+
+    def watched_join(self, timeout=None):
+        result = join(self, timeout)
+        if not self.is_alive():
+            joined.add(self)
+        return result
+
+    threading.Thread.start, threading.Thread.join = watched_start, watched_join
+    try:
+        yield started, joined
+    finally:
+        threading.Thread.start, threading.Thread.join = start, join
+
+
+def _let_forwards_finish(threads: list[threading.Thread], seconds: float = 2.0) -> None:
+    """Wait a little for the threads an answer started (`threads`) and the replicas' forwards it left running
+    (threads never joined), so that they end before the check forgets its chunks (a forward that finds them gone
+    prints a traceback of the check's own; one that starts later, in the next check, would run as one of its
+    replicas). A forward whose thread raised never finishes: it is not waited for."""
     deadline = time.monotonic() + seconds
+    for thread in threads:
+        thread.join(max(0.0, deadline - time.monotonic()))
     while len(_finished) + len(_thread_errors) < len(_entered) and time.monotonic() < deadline \
             and not _barrier[-1].broken:
         time.sleep(0.01)
@@ -487,14 +519,16 @@ def _check_one_loss(data_parallel_loss, rows: int, n_devices: int) -> None:
     _chunks[:], _entered[:], _finished[:], _graph[:], _caller[:] = chunks, [], [], [], [caller]
     _thread_errors[:] = []
     hook, threading.excepthook = threading.excepthook, _record_thread_error
-    raised, running = None, 0
+    raised, unjoined, started = None, 0, []
     try:
-        loss = data_parallel_loss(model, x.clone(), y.clone(), n_devices)
-    except Exception as error:
-        raised = error
-        running = len(_entered) - len(_finished)   # replicas' forwards still running as the answer raised
+        with _watching_threads() as (started, joined):
+            try:
+                loss = data_parallel_loss(model, x.clone(), y.clone(), n_devices)
+            except Exception as error:
+                raised = error
+                unjoined = sum(thread not in joined for thread in started)   # as the answer raised
     finally:
-        _let_forwards_finish()
+        _let_forwards_finish(started)
         threading.excepthook = hook
         broken = _barrier.pop().broken
         entered, finished, graph, thread_errors = list(_entered), list(_finished), list(_graph), list(_thread_errors)
@@ -509,8 +543,8 @@ def _check_one_loss(data_parallel_loss, rows: int, n_devices: int) -> None:
     if raised is not None:
         if broken:  # a thread hit the broken barrier and the answer hid it
             raise CheckFailed(_scatter_problem(chunks, entered) or _not_parallel(entered, caller)) from None
-        raise CheckFailed(f"data_parallel_loss raised {type(raised).__name__}: {raised}"
-                          f"{_past_the_chunks(raised, len(chunks), n_devices) or _not_joined(running) or ''}"
+        hint = _past_the_chunks(raised, len(chunks), n_devices) or _not_joined(unjoined, len(started))
+        raise CheckFailed(f"data_parallel_loss raised {type(raised).__name__}: {raised}{hint or ''}"
                           f"{_outputs_dropped(raised, len(finished), len(chunks)) or ''}") from raised
     if broken:
         raise CheckFailed(_scatter_problem(chunks, entered) or _not_parallel(entered, caller))

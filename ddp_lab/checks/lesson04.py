@@ -20,8 +20,8 @@ import torch.nn.functional as F
 from ddp_lab.checks import CheckFailed, passed
 from ddp_lab.checks.common import (CaseFailed, CollectivesApart, agree_or_stop, agreeing_collectives, call_case,
                                    division_into_a_new_tensor, ensure_written, first_mismatch, refuse_written_divisor,
-                                   run_answers_on_ranks)
-from ddp_lab.instruments.collectives import watching_collectives
+                                   run_answers_on_ranks, torch_arguments)
+from ddp_lab.instruments.collectives import replacing_dist_calls, watching_collectives, watching_requests
 
 WORLD_SIZE = 2           # sync_initial_state
 AVERAGE_WORLD_SIZE = 3   # average_gradients: not 2, so an answer that divides by 2 fails
@@ -216,15 +216,34 @@ def _agreeing_on_src(apart: list):
     return agreeing_collectives(("broadcast",), before)
 
 
+def _recording_async_broadcasts(works: list, requests):
+    """Inside a rank: for every dist.broadcast started with async_op=True, `works` gets [the storage of its tensor,
+    the work it returned, whether the answer called that work's wait(), is_completed() or get_future()]: the last
+    turns True when it does (`requests`, a watching_requests watcher)."""
+    def make(original):
+        def broadcast(*args, **kwargs):
+            tensor = torch_arguments("broadcast", args, kwargs).get("tensor")
+            work = original(*args, **kwargs)
+            if work is not None and torch.is_tensor(tensor):
+                entry = [tensor.data_ptr(), work, False]
+                works.append(entry)
+                requests.watch(work, lambda: entry.__setitem__(2, True))
+            return work
+        return broadcast
+    return replacing_dist_calls({"broadcast": make})
+
+
 def _sync_runner(rank: int, sync_initial_state) -> dict:
     model = _initial_state(rank)
     state = model.state_dict()
     seen: list[tuple[str, int]] = []
     apart: list[list[int]] = []
     object_lists: list[int] = []   # one entry per dist.broadcast_object_list call
+    works: list[list] = []         # [storage, work, waited] of every dist.broadcast with async_op=True
     try:
-        with _recording_collectives(seen), _agreeing_on_src(apart), watching_collectives(
-                {"broadcast_object_list": (0, "object_list")}, lambda name, objects: object_lists.append(1)):
+        with watching_requests() as requests, _recording_async_broadcasts(works, requests), \
+                _recording_collectives(seen), _agreeing_on_src(apart), watching_collectives(
+                    {"broadcast_object_list": (0, "object_list")}, lambda name, objects: object_lists.append(1)):
             call_case(sync_initial_state,
                       f"synchronising a model with parameters and BatchNorm buffers on rank {rank}", model)
     except (CaseFailed, CollectivesApart) as failure:
@@ -233,10 +252,15 @@ def _sync_runner(rank: int, sync_initial_state) -> dict:
         return {"src_apart": [src for (src,) in apart[-1]]}
     broadcast = {pointer for name, pointer in seen if name == "broadcast"}
     own = {tensor.data_ptr() for tensor in state.values()}
+    unwaited = {pointer for pointer, _, waited in works if not waited}
     result = {"state": {name: t.detach().clone() for name, t in model.state_dict().items()},
               "broadcast_into": {name for name, t in state.items() if t.data_ptr() in broadcast},
-              "broadcasts_elsewhere": len(broadcast - own), "object_lists": len(object_lists), "src_apart": None}
+              "broadcasts_elsewhere": len(broadcast - own), "object_lists": len(object_lists), "src_apart": None,
+              "unwaited": {name for name, t in state.items() if t.data_ptr() in unwaited},
+              "unwaited_elsewhere": len(unwaited - own)}
     _agree(RETURNED, apart)   # after reading the state: a rank that skipped a broadcast meets the others here
+    for _, work, _ in works:   # the next answer starts after this one's broadcasts
+        work.wait()
     return result
 
 
@@ -247,7 +271,8 @@ def _sync_answers_runner(rank: int, answers: tuple) -> list[dict]:
 def run_sync_answers(answers: tuple, timeout: float = 30.0, name: str = "sync_initial_state") -> list[list[dict]]:
     """Run each answer once on the same ranks (one launch); [answer][rank] -> what `_sync_runner` recorded: the
     model's state afterwards, the entries a dist.broadcast wrote into, and how many broadcasts went elsewhere; or,
-    where the ranks' broadcasts disagreed on src, only every rank's src ("src_apart")."""
+    where the ranks' broadcasts disagreed on src, only every rank's src ("src_apart"). "unwaited": the entries an
+    async dist.broadcast never waited for wrote into, "unwaited_elsewhere": how many such broadcasts went elsewhere."""
     return run_answers_on_ranks(_sync_answers_runner, answers, WORLD_SIZE, timeout, name,
                                 timeout_hint=_hang_hint("broadcast"))
 
@@ -256,7 +281,9 @@ def check_sync_initial_state(sync_initial_state, timeout: float = 30.0) -> None:
     """Check `sync_initial_state(model)`: every rank ends with rank 0's parameters AND buffers.
 
     The ranks start from different random parameters and different BatchNorm running
-    statistics; afterwards every rank must hold exactly rank 0's starting values.
+    statistics; afterwards every rank must hold exactly rank 0's starting values. A broadcast
+    started with async_op=True whose work is never waited for is refused even where rank 0's
+    values arrived in time.
 
     Introduced in notebooks/04-ddp-from-scratch.ipynb.
     """
@@ -286,9 +313,7 @@ def judge_sync_initial_state(name: str, results: list[dict]) -> str:
                 floats_arrived = all(torch.equal(got_state[k], starts[0][k]) for k in buffers
                                      if starts[0][k].is_floating_point())
                 if key in results[rank]["broadcast_into"]:
-                    hint = (f"dist.broadcast was called on this {kind}, but rank 0's value had not arrived when "
-                            f"{name} returned: with async_op=True, keep the work each call returns and call .wait() "
-                            "on every one before returning (or broadcast without async_op)")
+                    hint = _unwaited_hint(kind, name)
                 elif key not in results[rank]["broadcast_into"] and results[rank]["object_lists"]:
                     hint = (f"dist.broadcast_object_list ran on rank {rank}, but rank 0's objects arrive in the list "
                             f"it is given, and this {kind} was never set from them: copy what arrived into the "
@@ -313,8 +338,30 @@ def judge_sync_initial_state(name: str, results: list[dict]) -> str:
             elif got.is_floating_point() and torch.allclose(got, sum(s[key] for s in starts) / WORLD_SIZE):
                 hint = ("this is the average over ranks: use dist.broadcast(tensor, src=0) so everyone gets "
                         "rank 0's values, not all_reduce")
+            elif key in results[rank].get("unwaited", ()):   # written into while it was read
+                hint = _unwaited_hint(kind, name)
             else:
                 hint = "every rank must end with exactly rank 0's starting value (dist.broadcast from src=0)"
             raise CheckFailed(f"{where}: got {got.flatten()[:3].tolist()}, expected rank 0's "
                               f"{want.flatten()[:3].tolist()}.\nHint: {hint}.")
+    # right values from a broadcast never waited for: right by luck (the receiving ranks named first)
+    for rank in list(range(1, WORLD_SIZE)) + [0]:
+        result = results[rank]
+        keys = [key for key in starts[0] if key in result.get("unwaited", ())]
+        if keys or result.get("unwaited_elsewhere"):
+            kind = "buffer" if keys and keys[0] in buffers else "parameter"
+            where = (f"rank {rank}, {kind} {keys[0]!r}: the value is right here" if keys else
+                     f"rank {rank}: the values are right here")
+            what = f"this {kind}" if keys else "a tensor that is not the model's own"
+            raise CheckFailed(f"{where}, but by luck: dist.broadcast(..., async_op=True) was called on {what} and "
+                              "the work it returned was never waited for, so whether the broadcast had finished when "
+                              f"{name} returned depended on timing.\nHint: keep the work each call returns and call "
+                              ".wait() on every one before returning (or broadcast without async_op).")
     return f"{name}: every rank holds rank 0's parameters and buffers"
+
+
+def _unwaited_hint(kind: str, name: str) -> str:
+    """The hint for a parameter or buffer that an async dist.broadcast never waited for was to write into."""
+    return (f"dist.broadcast was called on this {kind}, but rank 0's value had not arrived when {name} returned: "
+            "with async_op=True, keep the work each call returns and call .wait() on every one before returning "
+            "(or broadcast without async_op)")

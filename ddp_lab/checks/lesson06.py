@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import ast
 import contextlib
-import datetime
 import inspect
 import os
 import re
@@ -26,7 +25,7 @@ from ddp_lab.checks import CheckFailed, passed
 from ddp_lab.checks.common import describe, failure_message, parse_frames, source_tree
 from ddp_lab.launcher.errors import LaunchError, LaunchTimeout, LaunchWarning
 from ddp_lab.launcher.launch import launch
-from ddp_lab.launcher.rendezvous import store_address
+from ddp_lab.launcher.rendezvous import check_timeout, store_address
 
 _NOT_WRITTEN = ("is not written yet: it raised NotImplementedError({!r}).\n"
                 "Replace the `raise NotImplementedError` line with your answer.")
@@ -486,8 +485,7 @@ _KEYS = ("rank", "local_rank", "world_size")
 class GroupArgumentsRefused(ValueError):
     """Raised in a rank of lesson 06's setup check when the answer passes init_process_group a world size, a rank or a
     tcp:// address that is not torchrun's, or a timeout that is not a datetime.timedelta (args: the message, the hint).
-    Left to gloo, a rank not below its world size fails on one rank while another waits for a peer that never comes;
-    a timeout in seconds fails inside the launcher's rendezvous, with its frames."""
+    Left to gloo, a rank not below its world size fails on one rank while another waits for a peer that never comes."""
 
     def __str__(self) -> str:
         return self.args[0]
@@ -521,13 +519,23 @@ def _store_address(init_method) -> tuple | None:
         return ("", None)
 
 
-def _checked_arguments(init_process_group, record: dict):
-    """init_process_group, refusing (GroupArgumentsRefused) a world_size or rank that differs from torchrun's, a
-    tcp:// init_method other than MASTER_ADDR:MASTER_PORT, or a timeout that is not a datetime.timedelta. In
-    `record`: whether a backend was given ("backend_given") and, once init_process_group returned, "created"."""
+class AddressOverwritten(RuntimeError):
+    """Raised in a rank of lesson 06's setup check by init_process_group once the answer has written MASTER_ADDR or
+    MASTER_PORT over torchrun's value: the group is not created, so nothing binds the address the answer wrote (a
+    port written in the code, 29500, may be held by anything on the machine). The check names the write itself."""
+
+
+def _checked_arguments(init_process_group, record: dict, changed: set = frozenset()):
+    """init_process_group, refusing (AddressOverwritten) to run once MASTER_ADDR or MASTER_PORT are in `changed`
+    (the variables the answer gave a value other than torchrun's, filled as it runs), and (GroupArgumentsRefused) a
+    world_size or rank that differs from torchrun's, a tcp:// init_method other than MASTER_ADDR:MASTER_PORT, or a
+    timeout that is not a datetime.timedelta (rendezvous.check_timeout). In `record`: whether a backend was given
+    ("backend_given") and, once init_process_group returned, "created"."""
     signature = inspect.signature(init_process_group)
 
     def init_with_torchruns_numbers(*args, **kwargs):
+        if changed:
+            raise AddressOverwritten(f"{' and '.join(sorted(changed))} written over torchrun's value")
         given = signature.bind_partial(*args, **kwargs).arguments
         for name, variable, local, wanted, local_means in _GROUP_NUMBERS:
             value, expected, local_value = given.get(name, -1), int(os.environ[variable]), int(os.environ[local])
@@ -543,11 +551,11 @@ def _checked_arguments(init_process_group, record: dict):
         if address is not None and address != torchruns:
             raise GroupArgumentsRefused(f"init_process_group got init_method={method!r}, but torchrun set "
                                         f"MASTER_ADDR={torchruns[0]} and MASTER_PORT={torchruns[1]}", INIT_METHOD_HINT)
-        timeout = given.get("timeout")
-        if timeout is not None and not isinstance(timeout, datetime.timedelta):
-            example = f", e.g. timeout=datetime.timedelta(seconds={timeout!r})" if type(timeout) in (int, float) else ""
-            raise GroupArgumentsRefused(f"init_process_group got timeout={timeout!r}, not a datetime.timedelta",
-                                        f"init_process_group takes the timeout as a datetime.timedelta{example}")
+        try:
+            check_timeout(given)
+        except TypeError as error:
+            raise GroupArgumentsRefused(str(error).rstrip("."), "pass a datetime.timedelta, or leave the timeout "
+                                        "out for torch's default") from None
         record["backend_given"] = given.get("backend") is not None
         result = init_process_group(*args, **kwargs)
         record["created"] = True
@@ -591,12 +599,14 @@ def _setup_once(rank: int, setup_from_env):
         return destroy_process_group(*args, **kwargs)
 
     type(os.environ).__setitem__ = recording
-    dist.init_process_group = _checked_arguments(init_process_group, record)
+    dist.init_process_group = _checked_arguments(init_process_group, record, changed)
     dist.destroy_process_group = destroy_recorded
     try:
         info = setup_from_env("gloo")
     except NotImplementedError as error:
         return {"error": "NotImplementedError", "message": str(error)}
+    except AddressOverwritten:   # judged from the write (`_check_rank`)
+        info = None
     finally:
         type(os.environ).__setitem__ = assign
         dist.init_process_group, dist.destroy_process_group = init_process_group, destroy_process_group

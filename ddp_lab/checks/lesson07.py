@@ -106,7 +106,15 @@ def _stage_runner(rank: int, one_f_one_b_stage, log_directory: str, case: Case) 
     return {"grads": [None if p.grad is None else p.grad.clone() for p in stage.parameters()],
             "losses": losses, "peak": stage.peak, "forwards": stage.forwards,
             "wrong_peers": non_neighbour_calls({rank: logged}, case.stages) if logged is not None else [],
+            "never_waited": _never_waited(rank, logged[0]) if logged is not None else [],
             **({"returned": odd} if odd else {})}
+
+
+def _never_waited(rank: int, calls: list) -> list[str]:
+    """Each isend or irecv among a rank's logged calls (`p2p_log.read_log`) whose request the answer never called
+    wait(), is_completed() or get_future() on, in words: "rank 1's call 4, dist.isend with dst=2"."""
+    return [f"rank {rank}'s call {index}, dist.{call.op} with {'dst' if call.op == 'isend' else 'src'}={call.peer}"
+            for index, call in enumerate(calls, 1) if call.op in ("isend", "irecv") and not call.waited]
 
 
 def _losses(returned) -> tuple[list[float], str | None]:
@@ -338,7 +346,8 @@ def check_one_f_one_b_stage(one_f_one_b_stage, timeout: float = 30.0) -> None:
     fewer is stages that wait instead of working at once). The first run is judged first; a
     failure on the second says that the first was right, so that a count written for it shows. A
     hang, or a rank that crashed inside a send or recv, is explained from the sends and receives
-    each rank logged (`ddp_lab.checks.p2p_log`). A loss divided by a number written in the code
+    each rank logged (`ddp_lab.checks.p2p_log`); an isend or irecv whose handle was never waited for
+    is refused even where every message arrived. A loss divided by a number written in the code
     is refused before any rank starts.
 
     Introduced in notebooks/07-pipeline-parallelism.ipynb.
@@ -444,9 +453,11 @@ def _judge_case(case: Case, results: list[dict]) -> None:
                           f"neighbour stage ({'; '.join(wrong)}): what it receives depends on which rank sends "
                           f"first, so another run can take a gradient for an activation, or hang.\nHint: {PEERS}.")
     _, last_alone = _reference(case, last_only=True)
-    for rank in reversed(range(stages)):   # gradients flow back from the last stage: the first wrong one from
-        _compare_grads(rank, results[rank]["grads"], ref_grads[rank], last_alone[rank], case)   # the end is where
-    peaks = [results[rank]["peak"] for rank in range(stages)]                                  # it starts
+    # gradients flow back from the last stage: the first wrong one from the end is where it starts
+    for rank in reversed(range(stages)):
+        _compare_grads(rank, results[rank]["grads"], ref_grads[rank], last_alone[rank], case)
+    _refuse_requests_never_waited(case, results)
+    peaks = [results[rank]["peak"] for rank in range(stages)]
     limits = [min(stages - rank, m) for rank in range(stages)]
     if peaks != limits:
         held = ", ".join(f"stage {rank} held {peak}" for rank, peak in enumerate(peaks))
@@ -468,6 +479,28 @@ def _judge_case(case: Case, results: list[dict]) -> None:
                     "of its oldest micro-batch, then the remaining backwards")
         raise CheckFailed(f"the stages held the activations of this many micro-batches at once: {held}; 1F1B on "
                           f"{case} holds {want} (stage r: world_size - r).\nHint: {hint}.")
+
+
+def _refuse_requests_never_waited(case: Case, results: list[dict]) -> None:
+    """CheckFailed where a stage's isend or irecv was never waited for (`_never_waited`), though the losses and
+    gradients came out right: whether such a send is delivered, or such a buffer filled in time, depends on timing."""
+    unwaited = [call for result in results for call in result.get("never_waited", [])]
+    sends = [call for call in unwaited if "dist.isend" in call]
+    named = sends or unwaited
+    if not named:
+        return
+    if sends:
+        why = ("a send whose handle is never waited for is sure to arrive only if the peer's receive was posted "
+               "before the handle was dropped, so another run can lose the message and hang")
+        hint = "keep every handle dist.isend returns (a list) and call .wait() on each before the function returns"
+    else:
+        why = ("an irecv's buffer holds the message only once its handle's .wait() has returned, so another run "
+               "can compute with a buffer not yet filled")
+        hint = "call .wait() on each dist.irecv's handle before using its buffer"
+    listed = "; ".join(named[:3]) + ("; ..." if len(named) > 3 else "")
+    handles = f"{len(named)} dist.{'isend' if sends else 'irecv'} handle{'s were' if len(named) > 1 else ' was'}"
+    raise CheckFailed(f"the losses and gradients came out right on {case}, but {handles} never waited for "
+                      f"({listed}): {why}.\nHint: {hint}.")
 
 
 # --- idle_fraction ---------------------------------------------------------------------------

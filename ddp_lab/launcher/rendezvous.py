@@ -239,7 +239,7 @@ def route_init_process_group() -> None:
                 raise ValueError(_twice_message(_set_up_by))
             return original(*args, **kwargs)  # torch refuses a second default group itself
         _check_world_size(arguments)
-        _check_timeout(arguments)
+        check_timeout(arguments)
         address = store_address(arguments)
         if address is None:
             return original(*args, **kwargs)
@@ -376,9 +376,10 @@ def _check_world_size(arguments: dict) -> None:
             f"world_size={started} (as an argument: launch(fn, args=({started},), nprocs={started})).")
 
 
-def _check_timeout(arguments: dict) -> None:
-    """A timeout that is not a datetime.timedelta, refused in one line before the store is joined (torch refuses it
-    too, but the launcher's store was reached first, and its TCPStore's constructor error listed every signature)."""
+def check_timeout(arguments: dict) -> None:
+    """A timeout that is not a datetime.timedelta (`arguments`: init_process_group's, by name), refused in one line
+    (TypeError) before the store is joined: torch refuses it too, but the launcher's store was reached first, and its
+    TCPStore's constructor error listed every signature. Lesson 06's check words it for its exercise."""
     timeout = arguments.get("timeout")
     if timeout is not None and not isinstance(timeout, datetime.timedelta):
         example = f", e.g. timeout=datetime.timedelta(seconds={timeout!r})" if type(timeout) in (int, float) else ""
