@@ -469,7 +469,8 @@ def _thread_failure(errors: list, raised: Exception | None, rows: int, chunks: i
 def _outputs_dropped(error: Exception, finished: int, chunks: int) -> str | None:
     """A hint where every replica's forward returned and the answer then gathered an empty list: the outputs the
     threads' function returned, which a Thread drops."""
-    if isinstance(error, ValueError) and "non-empty list" in str(error) and finished >= chunks:
+    # torch.cat([]): a ValueError in torch 2.13 and 2.15, a RuntimeError in 2.8
+    if isinstance(error, (ValueError, RuntimeError)) and "non-empty list" in str(error) and finished >= chunks:
         return (f"\nHint: all {chunks} replica forwards ran and returned, but torch.cat got an empty list: a Thread "
                 "drops what its target returns. Store each output where the gathering reads it (outputs[k] = ... "
                 "in the thread's function).")

@@ -214,7 +214,7 @@ def _call_device(device_and_ddp_kwargs, backend: str, layout: Layout):
         lines = [frame.line or "" for frame in traceback.extract_tb(error.__traceback__)] if error is not None else []
         if error is not None and _set_device_without_a_gpu(error, lines):
             raise CheckFailed(f"{failed}\nHint: {SET_DEVICE_HINT}.") from error
-        if error is not None and "cuda" in str(error).lower() and _calls(lines, "current_device"):
+        if error is not None and _no_gpu(error) and _calls(lines, "current_device"):
             raise CheckFailed(f"{failed}\nHint: {CURRENT_DEVICE_HINT}.") from error
         if isinstance(error, ValueError) and "process group has not been initialized" in str(error) and \
                 _calls(lines, "get_rank"):
@@ -246,7 +246,14 @@ def _calls(lines: list[str], name: str) -> bool:
 def _set_device_without_a_gpu(error: BaseException, lines: list[str]) -> bool:
     """Whether `error` came from a torch.cuda.set_device call (one of the traceback's source `lines`) on a machine
     without a GPU."""
-    return "cuda" in str(error).lower() and any(re.search(r"\bset_device\(", line) for line in lines)
+    return _no_gpu(error) and any(re.search(r"\bset_device\(", line) for line in lines)
+
+
+def _no_gpu(error: BaseException) -> bool:
+    """Whether `error` is torch's for a CUDA call on a machine without a usable GPU: a CPU build's ('Torch not compiled
+    with CUDA enabled') or a CUDA build's without a driver ('Found no NVIDIA driver on your system')."""
+    message = str(error).lower()
+    return "cuda" in message or "nvidia driver" in message
 
 
 def _raising_line(error: BaseException) -> str:
