@@ -96,6 +96,17 @@ def _returns_nothing_divided(params):
     return [p.grad for p in params]
 
 
+def _divides_in_a_helper(params, world_size):
+    import torch.distributed as dist
+
+    def mean(p):
+        return p.grad / world_size
+
+    for p in params:
+        dist.all_reduce(p.grad)
+        p.grad = mean(p)
+
+
 def test_a_division_returned_is_a_division_into_a_new_tensor():
     """The check reads the gradients, not what the answer returns: a returned division left them as the sum (the
     learner who wrote it was told to divide, though they had)."""
@@ -103,3 +114,32 @@ def test_a_division_returned_is_a_division_into_a_new_tensor():
 
     assert division_into_a_new_tensor(_returns_the_divided_gradients) == "return [p.grad / world_size for p in params]"
     assert division_into_a_new_tensor(_returns_nothing_divided) is None
+    assert division_into_a_new_tensor(_divides_in_a_helper) is None   # the helper's result is the new gradient
+
+
+def _polls_and_takes_the_future(rank):
+    """An all-reduce polled once (is_completed() while it runs) and one whose future is taken and dropped: neither
+    waited for; then one waited for through its future."""
+    import torch.distributed as dist
+
+    from ddp_lab.instruments.collectives import watching_requests
+
+    seen = []
+    with watching_requests() as requests:
+        works = [dist.all_reduce(torch.ones(1_000_000), async_op=True) for _ in range(3)]
+        for number, work in enumerate(works):
+            requests.watch(work, lambda number=number: seen.append(number))
+        works[1].get_future()
+        works[2].get_future().wait()
+        works[0].is_completed()
+        polled = seen[:]
+    for work in works:
+        work.wait()
+    return polled
+
+
+def test_a_request_counts_as_waited_for_only_when_it_was():
+    """is_completed() that answered False, or get_future() whose future nobody waited for, is not a wait: an answer
+    that polled once and read the result while it was still on its way was taken as waiting (and then passed)."""
+    for polled in run_on_ranks(_polls_and_takes_the_future, (), 2, 60, "watching_requests"):
+        assert polled in ([2], [2, 0]), polled   # is_completed() counts once it answers True

@@ -403,9 +403,9 @@ SYNC_ANSWERS = {   # all return (none raises or hangs): they run one after the o
     # last: its broadcasts complete after it returned (whether rank 0's values have arrived when rank 1 reads them
     # depends on timing: which entry shows it first, or none, when they are right by luck and refused all the same)
     broadcasts_without_waiting: r"(?s)^rank 1, (parameter|buffer) '[\w.]+': (got .*\nHint: dist\.broadcast was "
-                                r"called on this (parameter|buffer), but rank 0's value had not arrived|the value is "
-                                r"right here, but by luck: dist\.broadcast\(\.\.\., async_op=True\) was called on "
-                                r"this).*call \.wait\(\)",
+                                r"called on this (parameter|buffer), but rank 0's value had not arrived|the value came "
+                                r"out right here, but by luck: dist\.broadcast on this (parameter|buffer) "
+                                r"\(async_op=True\) returned a work that was never waited for).*\.wait\(\)",
 }
 
 
@@ -435,14 +435,16 @@ def test_a_broadcast_never_waited_is_refused_when_the_values_come_out_right(sync
     assert all(result["unwaited"] == set(result["state"]) for result in sync_results[broadcasts_without_waiting])
     by_luck = [dict(result) for result in right]
     by_luck[1]["unwaited"] = {"1.running_var", "0.bias"}
-    with pytest.raises(CheckFailed, match=r"^rank 1, parameter '0\.bias': the value is right here, but by luck: "
-                                          r"dist\.broadcast\(\.\.\., async_op=True\) was called on this parameter "
-                                          r"and the work it returned was never waited for.*\nHint: keep the work each "
-                                          r"call returns and call \.wait\(\) on every one before returning"):
+    with pytest.raises(CheckFailed, match=r"^rank 1, parameter '0\.bias': the value came out right here, but by "
+                                          r"luck: dist\.broadcast on this parameter \(async_op=True\) returned a work "
+                                          r"that was never waited for, and whether its result arrives before "
+                                          r"broadcasts_the_state_dict returns depends on timing\.\nHint: .*call its "
+                                          r"\.wait\(\) before broadcasts_the_state_dict returns"):
         lesson04.judge_sync_initial_state("broadcasts_the_state_dict", by_luck)
     by_luck[1]["unwaited"], by_luck[0]["unwaited_elsewhere"] = set(), 1   # into a copy, on the sending rank
-    with pytest.raises(CheckFailed, match=r"^rank 0: the values are right here, but by luck: .* on a tensor that is "
-                                          r"not the model's own"):
+    with pytest.raises(CheckFailed, match=r"^rank 0: dist\.broadcast\(\.\.\., async_op=True\) was called on a tensor "
+                                          r"that is not the model's own and the work it returned was never waited "
+                                          r"for, so the values may still be on their way to the other ranks"):
         lesson04.judge_sync_initial_state("broadcasts_the_state_dict", by_luck)
 
 

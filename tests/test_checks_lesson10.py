@@ -294,9 +294,10 @@ AVERAGE_MISTAKES = [
                                     r"result back into p.grad.to_local\(\)"),
     # which rank and parameter show it first depends on when gloo finishes each all-reduce
     # (or right by luck, if every sum has arrived when the gradients are read: refused all the same)
-    (async_never_waited, r"(?s)^rank \d, [\w.]+(\.grad.*Hint: on ranks? [\d and]+, [\w.]+'s gradient went into|: the "
-                         r"gradient came out right here, but by luck: it went into) a dist.all_reduce started with "
-                         r"async_op=True whose work was never waited for.*\.wait\(\)"),
+    (async_never_waited, r"(?s)^rank \d, [\w.]+(\.grad.*Hint: on ranks? [\d and]+, [\w.]+'s gradient went into a "
+                         r"dist.all_reduce started with async_op=True whose work was never waited for|: the gradient "
+                         r"came out right here, but by luck: dist\.all_reduce\(\.\.\., async_op=True\) returned a "
+                         r"work that was never waited for).*\.wait\(\)"),
 ]
 
 RIGHT_ANSWERS = (gathers_then_averages, flat_buffer_copied_back, waits_then_divides)
@@ -404,7 +405,7 @@ def test_an_all_reduce_never_waited_is_refused_when_the_gradients_come_out_right
     by_luck = [dict(result, unwaited=dict(result["unwaited"])) for result in average_gradients_results[
         waits_then_divides]]
     by_luck[4]["unwaited"]["2.bias"] = True
-    with pytest.raises(CheckFailed, match=r"^rank 4, 2\.bias: the gradient came out right here, but by luck: it went "
-                                          r"into a dist\.all_reduce started with async_op=True whose work was never "
-                                          r"waited for\.\nHint: .*call its \.wait\(\) before dividing"):
+    with pytest.raises(CheckFailed, match=r"^rank 4, 2\.bias: the gradient came out right here, but by luck: "
+                                          r"dist\.all_reduce\(\.\.\., async_op=True\) returned a work that was never "
+                                          r"waited for.*\nHint: .*call its \.wait\(\) before the gradient is divided"):
         lesson10.judge_average_gradients("waits_then_divides", by_luck)

@@ -50,11 +50,14 @@ def rank_pids(cluster) -> list[int]:
 def press_stop_when(*ready, after: float = 0.0) -> None:
     """Press the stop button (interrupt the main thread, as Jupyter's stop button interrupts the kernel) once every
     one of `ready` is there: a path that exists (the ranks create it where the press should land) or a
-    threading.Event that is set; `after` seconds later. A timer instead pressed too early on a loaded machine."""
+    threading.Event that is set; `after` seconds later. A timer instead pressed too early on a loaded machine. Not
+    pressed if they are not all there within 60 s (the test then fails on its own, and no stray KeyboardInterrupt
+    reaches a later test)."""
     def press():
         deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and not all(
-                mark.is_set() if isinstance(mark, threading.Event) else os.path.exists(mark) for mark in ready):
+        while not all(mark.is_set() if isinstance(mark, threading.Event) else os.path.exists(mark) for mark in ready):
+            if time.monotonic() > deadline:
+                return
             time.sleep(0.01)
         time.sleep(after)
         _thread.interrupt_main()
@@ -396,14 +399,17 @@ def test_a_pull_still_on_its_way_after_the_grace_is_waited_for_and_the_cluster_s
     cluster.run_code("held = torch.full((1_000_000,), float(rank))")   # 4 MB: more than a socket's buffer
     read = channel._read_exactly
 
+    arriving = threading.Event()   # a value's body has reached the notebook: the ranks finished the pull
+
     def late(sock, size):
         if size > 1 << 20:
+            arriving.set()
             time.sleep(1.0)
         return read(sock, size)
 
     monkeypatch.setattr(channel, "_read_exactly", late)
     capsys.readouterr()
-    threading.Timer(0.3, _thread.interrupt_main).start()   # as the stop button does to the kernel
+    press_stop_when(arriving)
     assert [float(t[0]) for t in cluster.pull("held")] == [0.0, 1.0]
     assert ("rank(s) 0, 1 had finished the pull and are sending their values to the notebook, which cannot be "
             "interrupted; waiting for them (press stop again to shut the cluster down).") in capsys.readouterr().err
@@ -452,10 +458,13 @@ def test_display_in_a_cell_prints_values_in_order_and_shows_figures_as_pictures(
                              "shown = plt.figure(figsize=(1, 1)); display(shown)\nprint('after')\nplt.close(shown)\n"
                              "kept = plt.figure(figsize=(2, 1)); display(kept)")
     assert capsys.readouterr().out == "".join(f"[rank {rank}] before\n[rank {rank}] {rank}\n[rank {rank}] {{'rank': "
-                                              f"{rank}}}\n[rank {rank}] after\n" for rank in range(2))
+                                              f"{rank}}}\n[rank {rank}] None\n[rank {rank}] after\n" for rank in range(2))
     for pictures in drawn.figures:
         widths = [int.from_bytes(picture[16:20], "big") for picture in pictures]   # the PNG header's width
         assert len(widths) == 3 and widths[0] < widths[1] == widths[2], widths
+    with pytest.raises(RankFailed, match=r"ValueError: display\(\.\.\., display_id=\.\.\.\) on a rank: a %%ddp "
+                                         r"cell's output cannot be updated in place"):
+        cluster.run_code("display(rank, display_id=True)")
 
 
 def test_more_ranks_than_cores_are_noted_once_with_the_first_cells_output(monkeypatch, capsys):
@@ -571,15 +580,16 @@ def test_after_a_failure_a_rank_waiting_in_ddps_backward_is_stuck_in_a_collectiv
     assert "rank(s) 0 wait inside backward (in C++: a DDP model all-reduces its gradients there" in message, message
 
 
-def test_the_stop_button_after_a_rank_failed_keeps_its_error(monkeypatch, capsys):
+def test_the_stop_button_after_a_rank_failed_keeps_its_error(monkeypatch, capsys, tmp_path):
     """Rank 1 raises and rank 0 waits in all_reduce for it; the stop button is pressed before the cluster looks at
     rank 0 again: rank 0 cannot stop (inside a collective), the cluster is shut down, and rank 1's error comes with
     the line that says so (it was dropped, and the stop button blamed)."""
     monkeypatch.setattr(command, "AFTER_FAILURE_S", 30.0)
     live = ddp_lab.Cluster(2, backend="gloo")
-    threading.Timer(1.5, _thread.interrupt_main).start()   # as the stop button does to the kernel
+    press_stop_when(*there(tmp_path), after=0.5)   # rank 1 has raised, rank 0 is in all_reduce
     with pytest.raises(KeyboardInterrupt):
-        live.run_code("if rank == 1:\n    raise ValueError('the real error on rank 1')\ndist.all_reduce(torch.ones(1))")
+        live.run_code(f"open(f'{tmp_path}/{{rank}}', 'w').close()\nif rank == 1:\n"
+                      f"    raise ValueError('the real error on rank 1')\ndist.all_reduce(torch.ones(1))")
     err = capsys.readouterr().err
     assert "rank(s) 1 failed before the interrupt, and rank(s) 0 of 2 still running" in err, err
     assert "ValueError: the real error on rank 1" in err and "in all_reduce" in err and not live.alive
@@ -814,15 +824,16 @@ def test_interrupt_keeps_the_cluster_unless_a_rank_is_stuck_in_a_collective():
     assert wait_gone(pids) == []
 
 
-def test_ranks_left_in_different_collectives_after_an_interrupt_are_said_to_be(monkeypatch, capsys):
+def test_ranks_left_in_different_collectives_after_an_interrupt_are_said_to_be(monkeypatch, capsys, tmp_path):
     """The stop button while rank 0 waits in barrier and rank 1 in all_reduce: neither stops, and the line says they
     called different collectives, not that a rank was interrupted before it joined."""
     monkeypatch.setattr(command, "INTERRUPT_GRACE_S", 1.0)
     live = ddp_lab.Cluster(2, backend="gloo")
     capsys.readouterr()
-    threading.Timer(1.0, _thread.interrupt_main).start()   # as the stop button does to the kernel
+    press_stop_when(*there(tmp_path), after=0.3)   # both ranks are in their collectives
     with pytest.raises(KeyboardInterrupt):
-        live.run_code("if rank == 0:\n    dist.barrier()\nelse:\n    dist.all_reduce(torch.ones(2))")
+        live.run_code(f"open(f'{tmp_path}/{{rank}}', 'w').close()\nif rank == 0:\n    dist.barrier()\nelse:\n"
+                      f"    dist.all_reduce(torch.ones(2))")
     err = capsys.readouterr().err
     assert re.search(r"ddp_lab: rank\(s\) 0, 1 of 2 still running \d\.\ds after the interrupt, in all_reduce "
                      r"\(rank\(s\) 1\) and in barrier \(rank\(s\) 0\): they called different collectives, and each "

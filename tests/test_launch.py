@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 import threading
 
 import psutil
@@ -218,13 +219,16 @@ def waits_in_my_own_thread():
 
 
 def skips_the_collective(rank):
+    import io
     import queue
     import threading
 
     import torch.distributed as dist
+    from tqdm import tqdm
 
     threading.Thread(target=waits_in_my_own_thread, daemon=True).start()   # the rank's own code: shown whole
-    threading.Thread(target=queue.Queue().get, daemon=True).start()   # a library's idle helper (tqdm's monitor)
+    threading.Thread(target=queue.Queue().get, daemon=True).start()   # the standard library's alone: shown too
+    tqdm(total=1, file=io.StringIO())   # starts tqdm's monitor thread, a library's idle helper
     if rank == 0:
         dist.all_reduce(torch.ones(1))  # rank 1 never joins
     return rank
@@ -242,10 +246,10 @@ def test_watchdog_reports_the_stack_of_a_hung_rank():
     stack = caught.value.failures[0].details
     assert stack.startswith("Current thread (most recent call first):") and "\n\nThread " in stack, stack
     threads = stack.split("\n\n")
-    assert len(threads) == 3 and "in waits_in_my_own_thread" in threads[1] + threads[2], stack
-    assert ('Thread of a library, not of your code (its frames not shown): File ".../python3.11/queue.py", line '
-            in threads[1] + threads[2]), stack
-    assert sys.base_prefix not in stack and "threading.py" not in stack, stack   # how every thread starts: not shown
+    assert len(threads) == 4 and "in waits_in_my_own_thread" in stack and "queue.py" in stack, stack
+    assert ('Thread of a library, not of your code (its frames not shown): File ".../site-packages/tqdm/_monitor.py", '
+            'line ' in stack), stack
+    assert sys.base_prefix not in stack and "_bootstrap" not in stack, stack   # how every thread starts: not shown
 
 
 def sleeps(rank):
@@ -643,6 +647,9 @@ def test_the_call_a_stuck_rank_waits_in_is_the_one_its_code_made():
              f'Thread (most recent call first):\n  File "{c10d}", line 3 in all_reduce\n')
     assert blocked_in(stack) == "recv"
     assert blocked_in(stack.split("\n\n")[1]) == "all_reduce" and blocked_in('  File "answer.py", line 5') is None
+    other_thread = stack.split("\n\n")[1]
+    in_a_wait = 'Current thread (most recent call first):\n  File "answer.py", line 9 in ring\n\n' + other_thread
+    assert blocked_in(in_a_wait) is None   # its code waits in a work's .wait(): not the other thread's all_reduce
 
 
 def joins_with_a_timeout_in_seconds(rank):
@@ -659,3 +666,34 @@ def test_a_timeout_in_seconds_is_refused_in_one_line_before_the_store_is_joined(
     assert ("TypeError: init_process_group(timeout=30): the timeout is a datetime.timedelta, not int, e.g. "
             "timeout=datetime.timedelta(seconds=30).") in str(caught.value)
     assert "TCPStore" not in str(caught.value)
+
+
+def test_a_rank_keeps_its_streams_in_order_again_once_the_launcher_caught_up(monkeypatch):
+    """A switch of streams waits until the other pipe is read; after one wait timed out (the launcher busy) the
+    rank does not wait while the launcher lags, and waits again once a switch finds the other pipe read (it stopped
+    for good: one stall in a live cluster's life lost the order of every later cell)."""
+    from ddp_lab.launcher import worker
+
+    monkeypatch.setattr(worker, "_ORDER_WAIT_S", 0.3)
+    pipes = [os.pipe() for _ in range(2)]
+    out, err = (open(write, "w", buffering=1, encoding="utf-8") for _, write in pipes)   # line-buffered, as a rank's
+    worker.keep_output_in_order((out, err))
+
+    def seconds(stream, text):
+        started = time.monotonic()
+        stream.write(text)
+        return time.monotonic() - started
+
+    try:
+        out.write("a\n")
+        assert seconds(err, "b\n") >= 0.3    # nobody reads stdout's pipe: the switch waits, then gives up
+        assert seconds(out, "c\n") < 0.25    # the launcher lags: no wait
+        for read, _ in pipes:
+            os.read(read, 1024)              # the launcher caught up
+        assert seconds(err, "d\n") < 0.25    # stdout's pipe is read: the switch finds it so at once
+        assert seconds(out, "e\n") >= 0.3    # and the next switch waits again (stderr's "d" is unread)
+    finally:
+        for stream in (out, err):
+            stream.close()
+        for read, _ in pipes:
+            os.close(read)

@@ -270,11 +270,16 @@ def division_into_a_new_tensor(fn) -> str | None:
         elif (isinstance(node, (ast.For, ast.comprehension)) and isinstance(node.target, ast.Name)
               and "grad" in ast.unparse(node.iter)):
             aliases.add(node.target.id)
+    answer = next((node for node in tree.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))), None)
+    nested = {id(inner) for outer in ast.walk(tree) if outer is not answer
+              and isinstance(outer, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)) for inner in ast.walk(outer)}
     found = []
     for node in ast.walk(tree):
         bound = isinstance(node, ast.Assign) and all(isinstance(target, ast.Name) for target in node.targets)
-        # an expression statement drops its result; a function's return value is not what the check reads
-        if not (bound or (isinstance(node, (ast.Expr, ast.Return)) and node.value is not None)):
+        # an expression statement drops its result; the answer's return value is not what the check reads (a nested
+        # helper's is: `def mean(p): return p.grad / n`, then `p.grad = mean(p)`)
+        returned = isinstance(node, ast.Return) and node.value is not None and id(node) not in nested
+        if not (bound or returned or (isinstance(node, ast.Expr) and node.value is not None)):
             continue
         value = node.value
         if isinstance(value, (ast.ListComp, ast.GeneratorExp)):      # [p.grad / n for p in params]
@@ -1147,3 +1152,15 @@ def gloo_size_abort(text: str) -> tuple[int, int] | None:
         return None
     arrived, room = (int(size) for size in found.groups() if size is not None)
     return arrived, room
+
+
+def right_by_luck(where: str, what: str, call: str, before: str) -> CheckFailed:
+    """The failure of an answer whose values came out right though the work of an async collective was never waited
+    for: whether its result had arrived was a matter of timing, so another run can fail. `where`: the rank and value
+    ("rank 1, parameter '0.bias'"); `what` came out right ("the gradient"); `call`, the collective as written
+    ("dist.all_reduce(p.grad, async_op=True)"); `before`: what must come after the wait ("zero1_step returns").
+    Lessons 04, 09, 10 and 14's checks refuse such answers (instruments.collectives.RequestWatcher tells them)."""
+    return CheckFailed(f"{where}: {what} came out right here, but by luck: {call} returned a work that was never "
+                       f"waited for, and whether its result arrives before {before} depends on timing.\nHint: an "
+                       f"async collective returns at once, before its result has arrived: keep the work it returns "
+                       f"and call its .wait() before {before}.")

@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from ddp_lab.checks import CheckFailed, passed
 from ddp_lab.checks.common import (CaseFailed, CollectivesApart, agree_or_stop, agreeing_collectives, call_case,
                                    division_into_a_new_tensor, ensure_written, first_mismatch, refuse_written_divisor,
-                                   run_answers_on_ranks, torch_arguments)
+                                   right_by_luck, run_answers_on_ranks, torch_arguments)
 from ddp_lab.instruments.collectives import replacing_dist_calls, watching_collectives, watching_requests
 
 WORLD_SIZE = 2           # sync_initial_state
@@ -218,7 +218,7 @@ def _agreeing_on_src(apart: list):
 
 def _recording_async_broadcasts(works: list, requests):
     """Inside a rank: for every dist.broadcast started with async_op=True, `works` gets [the storage of its tensor,
-    the work it returned, whether the answer called that work's wait(), is_completed() or get_future()]: the last
+    the work it returned, whether the answer waited for that work (RequestWatcher)]: the last
     turns True when it does (`requests`, a watching_requests watcher)."""
     def make(original):
         def broadcast(*args, **kwargs):
@@ -350,13 +350,17 @@ def judge_sync_initial_state(name: str, results: list[dict]) -> str:
         keys = [key for key in starts[0] if key in result.get("unwaited", ())]
         if keys or result.get("unwaited_elsewhere"):
             kind = "buffer" if keys and keys[0] in buffers else "parameter"
-            where = (f"rank {rank}, {kind} {keys[0]!r}: the value is right here" if keys else
-                     f"rank {rank}: the values are right here")
             what = f"this {kind}" if keys else "a tensor that is not the model's own"
-            raise CheckFailed(f"{where}, but by luck: dist.broadcast(..., async_op=True) was called on {what} and "
-                              "the work it returned was never waited for, so whether the broadcast had finished when "
-                              f"{name} returned depended on timing.\nHint: keep the work each call returns and call "
-                              ".wait() on every one before returning (or broadcast without async_op).")
+            if rank == 0:   # the source: its values are its own, but its sends may still be under way
+                where = f"rank 0, {kind} {keys[0]!r}" if keys else "rank 0"
+                why = (f"{where}: dist.broadcast(..., async_op=True) was called on {what} and the work it returned was "
+                       f"never waited for, so the values may still be on their way to the other ranks when {name} "
+                       "returns")
+                raise CheckFailed(f"{why}.\nHint: keep the work each call returns and call .wait() on every one "
+                                  "before returning (or broadcast without async_op).")
+            raise right_by_luck(f"rank {rank}, {kind} {keys[0]!r}" if keys else f"rank {rank}",
+                                "the value" if keys else "the values", f"dist.broadcast on {what} (async_op=True)",
+                                f"{name} returns")
     return f"{name}: every rank holds rank 0's parameters and buffers"
 
 

@@ -112,7 +112,7 @@ def _stage_runner(rank: int, one_f_one_b_stage, log_directory: str, case: Case) 
 
 def _never_waited(rank: int, calls: list) -> list[str]:
     """Each isend or irecv among a rank's logged calls (`p2p_log.read_log`) whose request the answer never called
-    wait(), is_completed() or get_future() on, in words: "rank 1's call 4, dist.isend with dst=2"."""
+    waited for (RequestWatcher), in words: "rank 1's call 4, dist.isend with dst=2"."""
     return [f"rank {rank}'s call {index}, dist.{call.op} with {'dst' if call.op == 'isend' else 'src'}={call.peer}"
             for index, call in enumerate(calls, 1) if call.op in ("isend", "irecv") and not call.waited]
 

@@ -26,7 +26,7 @@ import torch.distributed as dist
 from ddp_lab.checks import CheckFailed, passed
 from ddp_lab.checks.common import (answer_raised, call_case, describe, division_into_a_new_tensor, ensure_written,
                                    groups_of, judge_in_order, package_answer_used, refuse_written_divisor,
-                                   refuse_written_split, run_on_ranks, watching_calls, with_a_note)
+                                   refuse_written_split, right_by_luck, run_on_ranks, watching_calls, with_a_note)
 from ddp_lab.instruments.collectives import call_arguments, replacing_dist_calls, watching_requests
 from ddp_lab.instruments.tensor_bytes import optimizer_state_bytes
 from ddp_lab.course.sharding.state_bytes import BYTES_PER_PARAMETER, COMPONENTS, SHARDED_BY_STAGE, state_bytes_per_rank
@@ -276,7 +276,7 @@ def _zero1_one(rank: int, zero1_init, zero1_step) -> dict:
     pending: list = []   # (p.grad's index, work) of this step's all_reduce calls with async_op=True
 
     def waited(index: int) -> None:
-        if not at_step:   # the work's wait() (is_completed(), get_future()) called before the optimizer stepped
+        if not at_step:   # the work waited for (RequestWatcher) before the optimizer stepped
             reduced["waited_on"].add(index)
 
     def watching_all_reduce(original):
@@ -537,10 +537,8 @@ def _check_step_grads(got: dict, rank: int, step: int, grads, names, n_params: i
         raise CheckFailed(f"{where}: the gradient of the shard of {name!r} {_difference(grad, want)}.\nHint: {hint}.")
     if got["all_reduced"]["unwaited"]:
         name = names[got["all_reduced"]["unwaited"][0]]
-        raise CheckFailed(f"{where}: the shard of {name!r} got the right gradient here, but by luck: "
-                          "dist.all_reduce(p.grad, async_op=True) returned a work that was not waited for before "
-                          "optimizer.step() read the gradient.\nHint: an async all_reduce returns at once, before the "
-                          "sum has arrived; call .wait() on the work it returns before reading p.grad.")
+        raise right_by_luck(where, f"the gradient of the shard of {name!r}", "dist.all_reduce(p.grad, async_op=True)",
+                            "optimizer.step() reads the gradient")
 
 
 def _own_share_hint(reduced: dict, index: int, division: str | None) -> str:
@@ -592,10 +590,7 @@ def _check_step_params(got: dict, rank: int, step: int, params, names, world_siz
         raise CheckFailed(f"{where}: parameter {name!r} after the step {_difference(value, want)}."
                           f"\nHint: {_params_hint(value, want, before, rank, got)}")
     if got["unwaited_gathers"]:
-        raise CheckFailed(f"{where}: the parameters are right here, but by luck: a collective called with "
-                          "async_op=True returned a work that was never waited for before zero1_step returned.\nHint: "
-                          "its values arrive only when .wait() is called on the work it returns: wait for it before "
-                          "zero1_step returns.")
+        raise right_by_luck(where, "the parameters", "an all-gather called with async_op=True", "zero1_step returns")
 
 
 def _params_hint(value: torch.Tensor, want: torch.Tensor, before: torch.Tensor, rank: int, got: dict) -> str:

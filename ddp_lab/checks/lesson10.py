@@ -28,7 +28,8 @@ import torch.nn.functional as F
 from ddp_lab.checks import CheckFailed, passed
 from ddp_lab.checks.common import (answer_raised, call_case, describe, division_into_a_new_tensor, ensure_written,
                                    first_mismatch, held_in, library_of, package_answer_used, parse_frames,
-                                   refuse_written_divisor, run_answers_on_ranks, run_on_ranks, watching_calls)
+                                   refuse_written_divisor, right_by_luck, run_answers_on_ranks, run_on_ranks,
+                                   watching_calls)
 from ddp_lab.course.mesh import mesh_groups
 from ddp_lab.course.rank_layout import RankLayout
 from ddp_lab.instruments.collectives import call_arguments, replacing_dist_calls, watching_requests
@@ -258,7 +259,7 @@ def _grads_runner(rank: int, answers: tuple) -> list[dict]:
 def _recording_all_reduce(given: list, requests, dtensor_type):
     """Inside a rank: for every plain tensor dist.all_reduce gets (on a DTensor it fails in torch), `given` gets
     [its storage, its values before the call, the work an async_op=True call returned or None, whether that work is
-    still to be waited for]: the last turns False when the answer calls its wait(), is_completed() or get_future()
+    still to be waited for]: the last turns False when the answer calls waits for it (RequestWatcher)
     (`requests`, a watching_requests watcher)."""
     def make(original):
         def all_reduce(*args, **kwargs):
@@ -421,9 +422,7 @@ def judge_average_gradients(name: str, results: list[dict], division: str | None
     for rank in range(DP_SIZE * TP_SIZE):   # right values from an all-reduce never waited for: right by luck
         unwaited = [param for param, flag in results[rank]["unwaited"].items() if flag]
         if unwaited:
-            raise CheckFailed(f"rank {rank}, {unwaited[0]}: the gradient came out right here, but by luck: it went "
-                              "into a dist.all_reduce started with async_op=True whose work was never waited for.\n"
-                              "Hint: an async all_reduce returns at once, before the sum has arrived; keep the work "
-                              "handle each call returns and call its .wait() before dividing the gradient.")
+            raise right_by_luck(f"rank {rank}, {unwaited[0]}", "the gradient", "dist.all_reduce(..., async_op=True)",
+                                "the gradient is divided")
     return (f"{name}: every rank's gradients equal one process on the full batch, with collectives on the dp "
             "groups only")

@@ -33,8 +33,8 @@ import torch.distributed as dist
 
 from ddp_lab.checks import CheckFailed, passed
 from ddp_lab.checks.common import (CaseFailed, call_case, describe, ensure_written, held_in, package_answer_used,
-                                   refuse_written_divisor, refuse_written_shape, run_answers_on_ranks,
-                                   watching_calls)
+                                   refuse_written_divisor, refuse_written_shape, right_by_luck,
+                                   run_answers_on_ranks, watching_calls)
 from ddp_lab.checks.split_guard import guarded_all_to_all
 from ddp_lab.course.expert_parallel import combine as reference_combine
 from ddp_lab.course.expert_parallel import dispatch as reference_dispatch
@@ -794,7 +794,7 @@ def _reduce_call(rank: int, answer, case: Params, dp_group) -> dict:
 
 def _recording_all_reduce(reduced: list, works: list, given: list, requests):
     """Inside a rank: record the storage of every tensor dist.all_reduce gets, the work handle it returns
-    (async_op=True) as (storage, handle, [whether the answer called its wait(), is_completed() or get_future()]:
+    (async_op=True) as (storage, handle, [whether the answer waited for it (RequestWatcher)]:
     `requests`, a watching_requests watcher), and the values the tensor held before it as (storage, values)."""
     def make(original):
         def all_reduce(*args, **kwargs):
@@ -884,10 +884,8 @@ def _judge_reduce_call(name: str, results: list[dict], case: Params) -> None:
                     if flag]
         if unwaited:
             what, i = unwaited[0]
-            raise CheckFailed(f"rank {rank}, {what} parameter {i}: the gradient came out right here, but by luck: "
-                              "dist.all_reduce(p.grad, async_op=True) returned a work that was never waited for.\n"
-                              "Hint: an async all_reduce returns at once, before the sum has arrived; keep the work "
-                              "handle each call returns and .wait() on it before returning.")
+            raise right_by_luck(f"rank {rank}, {what} parameter {i}", "the gradient",
+                                "dist.all_reduce(p.grad, async_op=True)", "reduce_gradients returns")
 
 
 def _written_counts_feedback(rank: int, result: dict, local, replicated_sum, expert_sum, case: Params) -> None:

@@ -36,8 +36,8 @@ _CALL_FRAME = re.compile(r'distributed_c10d\.py", line \d+ in (isend|irecv|send|
 class Call:
     """One point-to-point call: 'send', 'isend', 'recv' or 'irecv', the rank it names (None: any), the number
     of elements of its tensor (for a receive, of its buffer; None: no tensor, or a line without the number), and
-    whether the call was waited for (send and recv always are; an isend or irecv once the answer called its request's
-    wait(), is_completed() or get_future())."""
+    whether the call was waited for (send and recv always are; an isend or irecv once the answer waited for its
+    request: RequestWatcher)."""
 
     op: str
     peer: int | None
@@ -55,7 +55,7 @@ def watching_point_to_point(watch: Callable[[str, Any, Any], None],
                             waited: Callable[[int], None] | None = None) -> Iterator[None]:
     """Inside a rank: call `watch(op, tensor, peer)` before every send/isend/recv/irecv the block makes, with the
     tensor and the rank the call was given (None where it was not given); with `waited`, call `waited(number)`
-    when the answer calls wait() (or is_completed(), get_future()) on the request of the block's isend or irecv
+    when the answer waits for the request (RequestWatcher) of the block's isend or irecv
     number `number`, counting every watched call from 1 (`watching_requests`: called as the wait starts, so a rank
     blocked in it has waited).
 

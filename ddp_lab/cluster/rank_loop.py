@@ -80,17 +80,19 @@ def display(*objects, **options) -> None:
     """`display(...)` in a %%ddp cell, where a kernel's IPython display() is not (a rank has no display): a matplotlib
     figure is shown under the cell as a picture, as `plt.show()` shows it (rank_figures.py; a figure still open is
     shown again at the cell's end, as in a kernel); anything else is printed as a cell's final value is shown (its
-    repr, `_display_text`), in order with the rank's other prints. IPython's options (`clear=`, ...) are ignored.
+    repr, `_display_text`; None too, as IPython shows it), in order with the rank's other prints. A display_id (a
+    display updated in place later) is refused in one line; IPython's other options (`clear=`, ...) are ignored.
     Introduced in notebooks/00b-live-cluster.ipynb."""
+    if options.get("display_id") not in (None, False):
+        raise ValueError("display(..., display_id=...) on a rank: a %%ddp cell's output cannot be updated in place. "
+                         "Print each new state instead, or use a progress bar (tqdm), which a %%ddp cell shows live.")
     for value in objects:
         if _is_figure(value):
             from ddp_lab.cluster import rank_figures  # lazy: it imports matplotlib, which a figure has already done
 
             rank_figures.take(value)
         else:
-            text = _display_text(value)
-            if text is not None:
-                print(text)
+            print("None" if value is None else _display_text(value))
 
 
 def _execute(rank: int, command: dict, namespace: dict):

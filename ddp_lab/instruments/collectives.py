@@ -191,17 +191,19 @@ def replacing_dist_calls(replacements: dict[str, Callable[[Callable], Callable]]
 
 
 class RequestWatcher:
-    """The requests (work handles) an answer was given, and a callback for each that runs when the answer calls
-    the request's wait(), is_completed() or get_future(): `watching_requests` yields one.
+    """The requests (work handles) an answer was given, and a callback for each that runs when the answer waits for
+    the request: calls its wait(), an is_completed() that returns True, or waits for the future its get_future()
+    gave (that future's wait() or value(), or a done() that returns True). `watching_requests` yields one.
 
     Requests are held by weak reference, so a request the answer drops is freed as it would be unwatched.
     """
 
     def __init__(self):
         self._watched: dict[int, tuple[weakref.ref, Callable[[], None]]] = {}
+        self._futures: dict[int, tuple[object, object]] = {}   # id(future) -> (the future, its request)
 
     def watch(self, request, used: Callable[[], None]) -> None:
-        """Call `used()` each time the answer calls one of `request`'s methods named above."""
+        """Call `used()` each time the answer waits for `request` (the ways named above)."""
         self._watched[id(request)] = (weakref.ref(request), used)
 
     def _seen(self, request) -> None:
@@ -209,30 +211,60 @@ class RequestWatcher:
         if reference is not None and reference() is request:
             used()
 
+    def _future_seen(self, future) -> None:
+        held, request = self._futures.get(id(future), (None, None))
+        if held is future:
+            self._seen(request)
+
 
 @contextlib.contextmanager
 def watching_requests() -> Iterator[RequestWatcher]:
-    """Inside a rank: a `RequestWatcher` for the block, its callbacks run from `dist.Work`'s own methods.
+    """Inside a rank: a `RequestWatcher` for the block, its callbacks run from `dist.Work`'s own methods and those of
+    the futures get_future() gives.
 
-    The methods are replaced on the class for the block (and put back after it), not on a stand-in
-    object, so what the answer holds is torch's request itself: `isinstance(request, dist.Work)`
-    and `dist.Work.wait(request)` behave as they do unwatched. The callback runs when the method is
-    called, before it returns: a rank blocked inside wait() has called it. Lessons 01, 02 and 07's
-    checks tell with it an async request never waited for.
+    The methods are replaced on the classes for the block (and put back after it), not on stand-in objects, so what
+    the answer holds is torch's request itself: `isinstance(request, dist.Work)` and `dist.Work.wait(request)` behave
+    as they do unwatched. A wait's callback runs when the wait is called, before it returns: a rank blocked inside
+    wait() has called it. A check that asked is_completed() or took the future without waiting learns nothing from
+    it: the result may have been read before it arrived. Lessons 01, 02, 04, 07, 09, 10 and 14's checks tell with it
+    an async request never waited for.
     """
     watcher = RequestWatcher()
-    originals = {name: getattr(dist.Work, name) for name in ("wait", "is_completed", "get_future")}
+    future_type = torch._C.Future
+    originals = {(dist.Work, name): getattr(dist.Work, name) for name in ("wait", "is_completed", "get_future")}
+    originals.update({(future_type, name): getattr(future_type, name) for name in ("wait", "value", "done")})
 
-    def seeing(original):
+    def waiting(original, seen):
         def method(self, *args, **kwargs):
-            watcher._seen(self)
+            seen(self)
             return original(self, *args, **kwargs)
         return method
 
-    for name, original in originals.items():
-        setattr(dist.Work, name, seeing(original))
+    def if_true(original, seen):
+        def method(self, *args, **kwargs):
+            answer = original(self, *args, **kwargs)
+            if answer:
+                seen(self)
+            return answer
+        return method
+
+    def future_of(original):
+        def method(self, *args, **kwargs):
+            future = original(self, *args, **kwargs)
+            watcher._futures[id(future)] = (future, self)
+            return future
+        return method
+
+    replacements = {(dist.Work, "wait"): waiting(originals[dist.Work, "wait"], watcher._seen),
+                    (dist.Work, "is_completed"): if_true(originals[dist.Work, "is_completed"], watcher._seen),
+                    (dist.Work, "get_future"): future_of(originals[dist.Work, "get_future"]),
+                    (future_type, "wait"): waiting(originals[future_type, "wait"], watcher._future_seen),
+                    (future_type, "value"): waiting(originals[future_type, "value"], watcher._future_seen),
+                    (future_type, "done"): if_true(originals[future_type, "done"], watcher._future_seen)}
+    for (owner, name), replacement in replacements.items():
+        setattr(owner, name, replacement)
     try:
         yield watcher
     finally:
-        for name, original in originals.items():
-            setattr(dist.Work, name, original)
+        for (owner, name), original in originals.items():
+            setattr(owner, name, original)

@@ -52,8 +52,8 @@ def read_streams(pipes: list[tuple[int, object, object]], stop_fd: int | None = 
 
     One thread reads a rank's stdout and stderr: what it read from one pipe is handed on before it looks at the
     other again, so lines a rank writes to the two in turn, each write waiting until the other pipe is read
-    (worker.keep_output_in_order), reach on_line in the order written. Linear in the output's size however long
-    its lines (`_LineSplitter`).
+    (worker.keep_output_in_order), reach on_line in the order written (a line when its '\\n' comes). Linear in the
+    output's size however long its lines (`_LineSplitter`).
 
     When `stop_fd` becomes readable (the launcher gave up waiting for EOF: something outside the rank, a process
     it started in a session of its own, still holds a pipe), what the pipes hold at that moment is read, and

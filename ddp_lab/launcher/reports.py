@@ -130,14 +130,16 @@ _C10D_CALL = re.compile(r'distributed_c10d\.py", line \d+ in (\w+)')
 
 def blocked_in(stack: str) -> str | None:
     """The torch.distributed function a stuck rank's stack shows it waiting in ('all_reduce', 'barrier', ...): the
-    outermost of the torch.distributed frames the first thread in one shows, the function the rank's code called
-    (all_gather_object calls all_gather, new_group a helper of its own).
+    outermost of the torch.distributed frames of the stack's first thread (the one the rank's code runs in: stacks.py
+    puts it first), the function that code called (all_gather_object calls all_gather, new_group a helper of its
+    own); None where that thread is in none (in a work's .wait(), say), whatever other threads do.
 
     Used by the exercise checks (their hang messages) and by lesson 12's `rank_report`.
     Introduced in notebooks/12-debugging-and-fault-tolerance.ipynb.
     """
-    run = []   # the torch.distributed frames the first thread in one shows, innermost first
-    for line in stack.splitlines():
+    first = re.split(r"\n(?=(?:Current thread|Thread)\b)", stack.strip())[0]   # the thread the rank's code runs in
+    run = []   # its torch.distributed frames, innermost first
+    for line in first.splitlines():
         call = _C10D_CALL.search(line)
         if call is not None:
             run.append(call.group(1))

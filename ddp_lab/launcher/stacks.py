@@ -62,16 +62,16 @@ _FRAME_FILE = re.compile(r'\s*File "([^"]+)"')
 
 
 def _library_thread(frames: list[str]) -> str | None:
-    """One line for a thread that is a library's, not the rank's code (every frame in LIBRARY_FOLDERS, none in
-    torch.distributed, whose collectives the reports look for), naming the frame that says whose it is: the newest
-    in an installed package, else the newest outside threading.py. None for any other thread."""
+    """One line for a thread that is an installed package's, not the rank's code (every frame in LIBRARY_FOLDERS, one
+    at least in an installed package, none in torch.distributed, whose collectives the reports look for), naming the
+    newest frame in an installed package. None for any other thread: one all in the standard library may be the
+    rank's own (`threading.Thread(target=time.sleep)`), so its frames are shown."""
     files = [_FRAME_FILE.match(frame) for frame in frames]
     if not frames or any(file is None or not file.group(1).startswith(LIBRARY_FOLDERS)
                          or "/torch/distributed/" in file.group(1) for file in files):
         return None
-    owner = next((frame for frame, file in zip(frames, files) if "-packages/" in file.group(1)), None) or \
-        next((frame for frame, file in zip(frames, files) if not file.group(1).endswith("/threading.py")), frames[0])
-    return f"Thread of a library, not of your code (its frames not shown): {owner.strip()}"
+    owner = next((frame for frame, file in zip(frames, files) if "-packages/" in file.group(1)), None)
+    return None if owner is None else f"Thread of a library, not of your code (its frames not shown): {owner.strip()}"
 
 
 def _in_threading(frame: str) -> bool:
@@ -90,9 +90,9 @@ def _size(path: Path) -> int:
 def _clean_stack(text: str) -> str:
     """Drop thread addresses and ddp_lab's own frames from a faulthandler dump, the current thread (the one the rank's
     code runs in, where the signal was handled) first: faulthandler lists the newest thread first, so a library's
-    idle helper thread (tqdm's monitor) came before the frames that matter. Such a thread, every frame of it in the
-    standard library or an installed package and none in torch.distributed, is one line (`_library_thread`); of the
-    other threads, the frames in threading.py that start every thread are dropped.
+    idle helper thread (tqdm's monitor) came before the frames that matter. Such a thread, an installed package's
+    (`_library_thread`), is one line; of the other threads, the frames in threading.py that start every thread are
+    dropped.
 
     A thread that had frames, all of them ddp_lab's, gets a line saying so instead of none.
     """

@@ -71,7 +71,7 @@ def _line_buffer_c_stdout() -> None:
         pass
 
 
-_READER_WAIT_S = 2.0   # longest wait for the launcher to read a pipe before writing to the other
+_ORDER_WAIT_S = 2.0   # longest wait for the launcher to read a pipe before writing to the other
 
 
 def keep_output_in_order(streams=None) -> None:
@@ -80,9 +80,11 @@ def keep_output_in_order(streams=None) -> None:
     The two are separate pipes, read by one launcher thread that hands on what it read from one before it looks at
     the other again (output.read_streams). So the first write to one stream after writes to the other flushes the
     other and waits until its pipe is empty, that is read: `print(...)` then `warnings.warn(...)` then `print(...)`
-    show in that order, as in a kernel, not both prints first. A wait lasts at most _READER_WAIT_S; once one times
-    out (the launcher busy or gone) no write waits again, and the order is the pipes' own. C code writing to fd 1
-    and 2 directly is not affected. `streams`: (stdout, stderr) objects to change, sys's by default.
+    show in that order, as in a kernel, not both prints first. A wait lasts at most _ORDER_WAIT_S; after one timed
+    out (the launcher busy), switches do not wait until one finds the other pipe already read, and meanwhile the
+    order is the pipes' own. Whole lines keep their order: a line not yet ended ('\\n') reaches the notebook when
+    it ends, after lines the other stream finished meanwhile. C code writing to fd 1 and 2 directly is not
+    affected. `streams`: (stdout, stderr) objects to change, sys's by default.
     Introduced with the launcher in notebooks/00-welcome-and-first-launch.ipynb.
     """
     state = {"last": None, "waiting": True}
@@ -91,8 +93,8 @@ def keep_output_in_order(streams=None) -> None:
         def write_after_the_other(text):
             last = state["last"]
             if last is not stream:
-                if last is not None and state["waiting"]:
-                    state["waiting"] = _flushed_and_read(last)
+                if last is not None:
+                    state["waiting"] = _flushed_and_read(last, _ORDER_WAIT_S if state["waiting"] else 0.0)
                 state["last"] = stream
             return write(text)
         return write_after_the_other
@@ -104,8 +106,8 @@ def keep_output_in_order(streams=None) -> None:
             pass
 
 
-def _flushed_and_read(stream) -> bool:
-    """Flush `stream` and wait until the pipe under it is empty; False if that took longer than _READER_WAIT_S."""
+def _flushed_and_read(stream, wait: float) -> bool:
+    """Flush `stream` and wait until the pipe under it is empty; False if that took longer than `wait` seconds."""
     import fcntl   # lazy: worker.py is the first module a rank imports
     import termios
     import time
@@ -113,7 +115,7 @@ def _flushed_and_read(stream) -> bool:
     try:
         stream.flush()
         fd = stream.fileno()
-        deadline = time.monotonic() + _READER_WAIT_S
+        deadline = time.monotonic() + wait
         pause = 0.00005
         while int.from_bytes(fcntl.ioctl(fd, termios.FIONREAD, bytes(4)), sys.byteorder) > 0:
             if time.monotonic() > deadline:
