@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from ddp_lab.checks import CheckFailed, passed
 from ddp_lab.checks.common import (CaseFailed, CollectivesApart, agree_or_stop, agreeing_collectives, call_case,
                                    division_into_a_new_tensor, ensure_written, first_mismatch, refuse_written_divisor,
-                                   right_by_luck, run_answers_on_ranks, torch_arguments)
+                                   recording_async_calls, right_by_luck, run_answers_on_ranks)
 from ddp_lab.instruments.collectives import replacing_dist_calls, watching_collectives, watching_requests
 
 WORLD_SIZE = 2           # sync_initial_state
@@ -59,10 +59,16 @@ def _average_runner(rank: int, average_gradients) -> dict:
     before = [p.detach().clone() for p in model.parameters()]
     grads = [p.grad.data_ptr() for p in model.parameters()]
     seen: list[tuple[str, int]] = []
-    with _recording_collectives(seen):
+    works: list[list] = []   # [storage, work, waited] of every dist.all_reduce with async_op=True
+    with watching_requests() as requests, recording_async_calls("all_reduce", works, requests), \
+            _recording_collectives(seen):
         call_case(average_gradients, f"averaging the gradients of a 2-layer model on rank {rank}", model)
     reduced = [pointer for name, pointer in seen if name == "all_reduce"]
-    return {"local": local, "after": [None if p.grad is None else p.grad.clone() for p in model.parameters()],
+    unwaited = {pointer for pointer, _, waited in works if not waited}
+    after = [None if p.grad is None else p.grad.clone() for p in model.parameters()]
+    for _, work, _ in works:   # the next answer starts after this one's all-reduces
+        work.wait()
+    return {"local": local, "after": after, "unwaited": [pointer in unwaited for pointer in grads],
             "params_changed": any(not torch.equal(b, p.detach()) for b, p in zip(before, model.parameters())),
             "params_reduced": any(p.data_ptr() in reduced for p in model.parameters()),
             "grad_reduced": [pointer in reduced for pointer in grads], "all_reduces": len(reduced),
@@ -117,6 +123,11 @@ def judge_average_gradients(name: str, results: list[dict], division: str | None
             others = [grads[index] for grads in local]
             raise CheckFailed(f"{where}: {_first_difference(got, mean)}.\nHint: "
                               f"{_average_hint(got, mean, others, results[rank], index, rank, division)}.")
+    for rank in range(AVERAGE_WORLD_SIZE):   # right values from an all-reduce never waited for: right by luck
+        unwaited = [param_name for param_name, flag in zip(names, results[rank].get("unwaited", ())) if flag]
+        if unwaited:
+            raise right_by_luck(f"rank {rank}, gradient of {unwaited[0]!r}", "the mean",
+                                "dist.all_reduce(p.grad, async_op=True)", "the gradient is divided")
     return f"{name}: every gradient on every rank is the mean over {AVERAGE_WORLD_SIZE} ranks"
 
 
@@ -124,6 +135,10 @@ def _first_difference(got: torch.Tensor, mean: torch.Tensor) -> str:
     index = first_mismatch(got, mean, atol=1e-6, rtol=1e-5) or (0,) * got.dim()
     return (f"element {list(index)} is {got[index].item():.6g}, expected the mean over ranks "
             f"{mean[index].item():.6g}")
+
+
+_NOT_WAITED = ("dist.all_reduce was called on p.grad, but its sum was not there when the gradient was divided and "
+               "read: with async_op=True, call .wait() on the work it returns before using the gradient")
 
 
 def _average_hint(got, mean, local: list, result: dict, index: int, rank: int, division: str | None = None) -> str:
@@ -136,6 +151,8 @@ def _average_hint(got, mean, local: list, result: dict, index: int, rank: int, d
     if times > 1:
         return (f"dist.all_reduce ran {times} times on this p.grad, and each call sums over the ranks again: "
                 "all-reduce each gradient once, then divide it by the world size once")
+    if result.get("unwaited", [False] * (index + 1))[index]:   # whatever the value: how much had arrived was timing
+        return _NOT_WAITED
     if torch.allclose(got, mean * size, atol=1e-6) and division:
         return (f"this is the SUM over ranks: your line `{division}` divides into a NEW tensor and leaves p.grad as "
                 "all_reduce made it. Divide p.grad in place (p.grad /= world_size, or p.grad.div_(world_size))")
@@ -164,8 +181,7 @@ def _average_hint(got, mean, local: list, result: dict, index: int, rank: int, d
                 "p.grad / n, a new flat buffer never copied back), and p.grad is what the optimizer reads. "
                 "All-reduce p.grad itself, or copy the result back into it")
     if divided and on_grad:
-        return ("dist.all_reduce was called on p.grad, but its sum was not there when the gradient was divided "
-                "and read: with async_op=True, call .wait() on the work it returns before using the gradient")
+        return _NOT_WAITED
     if (own_only or divided) and result["broadcasts"] and not result["all_reduces"]:
         return ("dist.broadcast copies one rank's tensor to the others, but the mean needs every rank's "
                 "gradient: dist.all_reduce (SUM), then divide by the world size")
@@ -216,23 +232,6 @@ def _agreeing_on_src(apart: list):
     return agreeing_collectives(("broadcast",), before)
 
 
-def _recording_async_broadcasts(works: list, requests):
-    """Inside a rank: for every dist.broadcast started with async_op=True, `works` gets [the storage of its tensor,
-    the work it returned, whether the answer waited for that work (RequestWatcher)]: the last
-    turns True when it does (`requests`, a watching_requests watcher)."""
-    def make(original):
-        def broadcast(*args, **kwargs):
-            tensor = torch_arguments("broadcast", args, kwargs).get("tensor")
-            work = original(*args, **kwargs)
-            if work is not None and torch.is_tensor(tensor):
-                entry = [tensor.data_ptr(), work, False]
-                works.append(entry)
-                requests.watch(work, lambda: entry.__setitem__(2, True))
-            return work
-        return broadcast
-    return replacing_dist_calls({"broadcast": make})
-
-
 def _sync_runner(rank: int, sync_initial_state) -> dict:
     model = _initial_state(rank)
     state = model.state_dict()
@@ -241,7 +240,7 @@ def _sync_runner(rank: int, sync_initial_state) -> dict:
     object_lists: list[int] = []   # one entry per dist.broadcast_object_list call
     works: list[list] = []         # [storage, work, waited] of every dist.broadcast with async_op=True
     try:
-        with watching_requests() as requests, _recording_async_broadcasts(works, requests), \
+        with watching_requests() as requests, recording_async_calls("broadcast", works, requests), \
                 _recording_collectives(seen), _agreeing_on_src(apart), watching_collectives(
                     {"broadcast_object_list": (0, "object_list")}, lambda name, objects: object_lists.append(1)):
             call_case(sync_initial_state,
