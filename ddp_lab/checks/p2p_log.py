@@ -157,6 +157,11 @@ def _integer(word: str) -> int | None:
     return int(word) if word.lstrip("-").isdigit() else None
 
 
+def call_in_words(rank: int, number: int, call: Call) -> str:
+    """A logged call as the feedback names it: "rank 1's call 4, dist.isend with dst=2" (`number` counts from 1)."""
+    return f"rank {rank}'s call {number}, dist.{call.op} with {_PEER[call.op]}={call.peer}"
+
+
 def non_neighbour_calls(logs: dict[int, tuple[list[Call], bool]], world_size: int) -> list[str]:
     """Each call that names a rank that is not rank - 1 or rank + 1 (itself, a distant rank, none at all)."""
     found = []
@@ -166,8 +171,7 @@ def non_neighbour_calls(logs: dict[int, tuple[list[Call], bool]], world_size: in
                 continue
             why = ("itself" if call.peer == rank else "no rank at all" if call.peer is None
                    or not 0 <= call.peer < world_size else "a rank that is not a neighbour stage")
-            found.append(f"rank {rank}'s call {index + 1}, dist.{call.op} with {_PEER[call.op]}={call.peer}, "
-                         f"names {why}")
+            found.append(f"{call_in_words(rank, index + 1, call)}, names {why}")
             break
     return found
 
