@@ -5,11 +5,11 @@ feedback that names it, and a hint fires only on its own mistake (every answer g
 hint, the right ones none). To keep launches few, all answers of one exercise run in one launch
 (`run_*_answers`) and each is judged alone (`judge_*`), exactly as the public check judges its one
 answer; the public checks themselves run end to end in the solution notebook (nbval) and below on
-the deadlocks, which stop at a 5 s timeout, and on an answer that raises; two more that raise go
+the deadlocks, which stop at a 5 s timeout, and on two answers that raise; two more that raise go
 through the runner (each ends its launch, so it runs alone). Each answer is called twice in its
 launch: with the check's first numbers of experts, values per row or parameters, then with other
 ones, so that a number written for the first fails in the second. Three batches, two deadlocks,
-three more launches: about 30 s on 2 cores.
+four more launches: about 30 s on 2 cores.
 """
 
 from __future__ import annotations
@@ -200,6 +200,22 @@ def sent_counts_as_a_list(rows, expert, num_experts, group=None):
     return Dispatched(received, received_counts, sent.tolist(), order)
 
 
+def received_counts_summed_per_rank(rows, expert, num_experts, group=None):
+    order, per_expert, sent = _sorted_and_counted(expert, num_experts)
+    received_counts = _exchange(per_expert).sum(dim=1)    # the per-expert counts exchanged, then summed per sender
+    received = rows.new_empty((int(received_counts.sum()), rows.shape[1]))
+    dist.all_to_all_single(received, rows[order], received_counts.tolist(), sent.tolist())
+    return Dispatched(received, received_counts, sent, order)
+
+
+def sorted_descending(rows, expert, num_experts, group=None):
+    order, per_expert, sent = _sorted_and_counted(expert, num_experts, key=-expert)   # the last experts first
+    received_counts = _exchange(per_expert)
+    received = rows.new_empty((int(received_counts.sum()), rows.shape[1]))
+    dist.all_to_all_single(received, rows[order], received_counts.sum(dim=1).tolist(), sent.tolist())
+    return Dispatched(received, received_counts, sent, order)
+
+
 # what a failure in the second call of dispatch or combine says first
 SECOND_CALL = r"with 3 experts \(1 per rank\) and rows of 3 values instead of 6 \(2 per rank\) and 4"
 PACKAGE_ANSWER = r"^{name} calls ddp_lab.course.expert_parallel.dispatch.{called}, the package's own answer"
@@ -250,6 +266,12 @@ DISPATCH_ANSWERS = {
                            r"list of floats\..*Hint: .*lists of ints: your counts are floating-point.*\.long\(\)",
     output_of_one_value_per_row: r"(?s)^rank 0, all_to_all_single call 2 \(the rows\): the input's rows have shape "
                                  r"\(4,\), the output's \(\)\.\nHint: the output is 1-D, one value per row",
+    # the per-expert counts were exchanged (call 1 sent 6 values): not named as per-rank totals exchanged
+    received_counts_summed_per_rank: r"(?s)^(?!.*per-rank totals)rank 0: received_counts \[3, 1, 3\], expected "
+                                     r"\[\[2, 1\], \[1, 0\], \[1, 2\]\]\.\nHint: these are the exchanged per-expert "
+                                     r"counts summed per sending rank",
+    sorted_descending: r"(?s)^rank 0: the experts of your rows in `order` are \[5, 4, 3, 3, 1, 0, 0\].*Hint: the rows "
+                       r"are sorted in descending order of expert",
     sent_counts_as_a_list: r"^rank 0: sent_counts_as_a_list returned a Dispatched whose sent_counts is a list of 3: "
                            r"\[int, int, int\], not a tensor; expected Dispatched\(received, received_counts, "
                            r"sent_counts, order\), four tensors\.\nHint: keep the counts and the order as tensors",
@@ -434,6 +456,21 @@ def test_dispatch_stops_a_deadlock():
         lesson14.check_dispatch(rank_0_returns_early, timeout=3)
 
 
+def rows_through_all_to_all_of_lists(rows, expert, num_experts, group=None):
+    order, per_expert, sent = _sorted_and_counted(expert, num_experts)
+    received_counts = _exchange(per_expert)
+    blocks = [rows.new_empty((int(n), rows.shape[1])) for n in received_counts.sum(dim=1)]
+    dist.all_to_all(blocks, list(rows[order].split(sent.tolist())))   # gloo: blocks of one shape only
+    return Dispatched(torch.cat(blocks), received_counts, sent, order)
+
+
+def test_dispatch_names_gloos_all_to_all_of_uneven_blocks():
+    with pytest.raises(CheckFailed, match=r"(?s)raised RuntimeError inside torch: ProcessGroupGloo::alltoall: invalid "
+                                          r"tensor size.*\nHint: gloo's dist\.all_to_all \(a list of tensors\) takes "
+                                          r"blocks of one shape only.*one dist\.all_to_all_single"):
+        lesson14.check_dispatch(rows_through_all_to_all_of_lists)
+
+
 # --- combine ----------------------------------------------------------------------------------
 
 def _back(expert_output, dispatched, swap=False):
@@ -510,6 +547,11 @@ def sorted_twice(expert_output, dispatched, token_index, gates, x, group=None):
     return x.index_add(0, token_index, rows * gates.unsqueeze(-1))
 
 
+def gates_paired_with_sorted_rows(expert_output, dispatched, token_index, gates, x, group=None):
+    rows = _back(expert_output, dispatched) * gates.unsqueeze(-1)   # gates in dispatch order, rows sorted by expert
+    return x.index_add(0, token_index, rows[dispatched.order.argsort()])
+
+
 def return_rows_of_4_values(expert_output, dispatched, token_index, gates, x, group=None):
     back = expert_output.new_empty((int(dispatched.sent_counts.sum()), 4))   # the check's 4 values, written
     dist.all_to_all_single(back, expert_output.contiguous(), dispatched.sent_counts.tolist(),
@@ -530,6 +572,8 @@ COMBINE_ANSWERS = {
     assigned_not_added: r"(?s)rank 0, token 0: got .*got only one expert's output.*index_add",
     sort_not_undone: r"(?s)rank 0, token \d: got .*undo the sort with the inverse of dispatched.order",
     sorted_twice: r"(?s)rank 0, token \d: got .*back\[order\] applies the permutation a second time",
+    gates_paired_with_sorted_rows: r"(?s)rank 0, token 0: got .*with another row's gate: .*Undo the sort before "
+                                   r"weighting, or weight the returned rows by gates\[dispatched\.order\]",
     return_splits_both_received: r"(?s)rank 0, all_to_all_single call 1: output_split_sizes=.*Hint: on the return "
                                  r"trip each rank sends back the expert outputs of the rows it received",
     return_buffer_sized_like_input: r"(?s)rank 0, all_to_all_single call 1: output_split_sizes=\[2, 2, 3\] add up to "

@@ -7,7 +7,9 @@ dtype, run in one launch of 3 gloo ranks (the check's own runner, then its judge
 rings (and one that gloo aborts) go through the check itself and each runs into a 2 s timeout, counted
 from when every rank entered the answer (a deadlock sets in within milliseconds of that; about 20 s for
 the module on 2 busy cores: a hang can only be proven by waiting for it). The right answers' ✓ is
-proven by nbval of solutions/15-long-sequences.ipynb, so it is not run again here.
+proven by nbval of solutions/15-long-sequences.ipynb, so it is not run again here; two more rings go
+through the check because it reads their logged calls: one that never waits on its receives and one
+of batched transfers (dist.batch_isend_irecv), right in another style.
 """
 
 from __future__ import annotations
@@ -27,13 +29,13 @@ DEADLOCK_TIMEOUT = 2.0  # seconds after every rank entered the answer (start-up 
 COMBINE_HINTS = ("added as they are", "averaged", "weights are swapped", "is the larger of the two",
                  "lse were added", "never exponentiate an lse on its own", "safe only where lse_a >= lse_b",
                  "safe only where lse_b >= lse_a", "unsqueeze(-1)", "the third block", "the package's own answer",
-                 "the pair is the wrong way round", "return torch tensors")
+                 "the pair is the wrong way round", "return torch tensors", "lacks the maximum m")
 RING_HINTS = ("later ranks were attended", "applied to every block: it belongs", "and no block was skipped",
               "without the causal triangle", "no causal mask at all", "(rank + t) mod", "never reached your queries",
               "last pass is not needed", "travel the other way round the ring", "the package's own answer",
               "the outputs of ranks 0, 1 differ from one process's", "the queries went out too",
               "diagonal must stay visible, a query attends to itself", "read before its data arrived",
-              "rank 0 attended to no block")
+              "rank 0 attended to no block", "the blocks that arrived were never attended to", "was never waited for")
 ZIGZAG_HINTS = ("not in sequence order", "unbalanced", "pairing is reversed", "numbered 0 to",
                 "at every world size tried", "held by exactly one rank", "the package's own answer",
                 "not its own pair: rank 1 holds [2, 3], the pair of rank 2; rank 2 holds [1, 4], the pair of rank 1")
@@ -112,6 +114,13 @@ def combine_with_one_maximum(out_a, lse_a, out_b, lse_b):
     return (ea.unsqueeze(-1) * out_a + eb.unsqueeze(-1) * out_b) / total.unsqueeze(-1), m + torch.log(total)
 
 
+def combine_lse_without_its_maximum(out_a, lse_a, out_b, lse_b):
+    m = torch.maximum(lse_a, lse_b)
+    ea, eb = torch.exp(lse_a - m), torch.exp(lse_b - m)
+    total = ea + eb
+    return (ea.unsqueeze(-1) * out_a + eb.unsqueeze(-1) * out_b) / total.unsqueeze(-1), torch.log(total)   # no m +
+
+
 def combine_in_float64(out_a, lse_a, out_b, lse_b):
     lse = torch.logaddexp(lse_a.double(), lse_b.double())     # right values, returned in float64
     return torch.exp(lse_a - lse).unsqueeze(-1) * out_a.double() + torch.exp(lse_b - lse).unsqueeze(-1) * out_b, lse
@@ -149,6 +158,7 @@ def combine_stub(out_a, lse_a, out_b, lse_b):
     (combine_log1p_safe_for_b, "safe only where lse_b >= lse_a"),
     (combine_max_lse, "is the larger of the two"),
     (combine_added_lse, "lse were added"),
+    (combine_lse_without_its_maximum, "lacks the maximum m"),
     (combine_no_unsqueeze, "unsqueeze(-1)"),
     (combine_the_packages, "the package's own answer"),
     # no exponent is positive here: the rows whose weights both underflow are 0/0; said as it is, no overflow claimed
@@ -199,7 +209,8 @@ def test_combine_stub_says_not_written():
 
 def make_ring(*, skip_future=True, mask=lambda rank, source: rank == source, source_of=None, blocking=False,
               passes=None, send_to=+1, recv_from=-1, steps=None, wrap=True, package=False, dtype=None,
-              traffic=None, send_q=False, hide_diagonal=False, skip_own=False, order=None, half_buffer=False):
+              traffic=None, send_q=False, hide_diagonal=False, skip_own=False, order=None, half_buffer=False,
+              keep_own=False, receives_waited=True):
     """A ring attention answer with one mistake switched on (the defaults give the right answer). `dtype`: the
     output returned in that dtype. `traffic`: q, k and v cast to that dtype first (what travels), the output cast
     back to float32. `send_q`: q sent round the ring with k and v (never used: each rank keeps its own).
@@ -207,7 +218,9 @@ def make_ring(*, skip_future=True, mask=lambda rank, source: rank == source, sou
     `skip_own`: only earlier ranks' blocks attended (source < rank), so rank 0 attends none and returns None.
     `order`: each transfer finished before the next starts, "recv first" (blocking recv, then send), "irecv first"
     (irecv and its .wait(), then isend), "isend first" (`dist.isend(...).wait()`, then irecv): all deadlock.
-    `half_buffer`: receive buffers of one head (half a block): gloo aborts the rank."""
+    `half_buffer`: receive buffers of one head (half a block): gloo aborts the rank. `keep_own`: the received blocks
+    never taken as k and v (the rank's own at every step). `receives_waited=False`: the sends waited for, the
+    irecvs never (their requests kept, so that none is freed early)."""
 
     def ring_attention(q, k, v):
         if traffic is not None:
@@ -216,7 +229,7 @@ def make_ring(*, skip_future=True, mask=lambda rank, source: rank == source, sou
             from ddp_lab.course.context_parallel.ring import ring_attention as packaged
             return packaged(q, k, v)
         rank, world_size = dist.get_rank(), dist.get_world_size()
-        state = None
+        state, never_waited = None, []
         for step in range(world_size if steps is None else steps):
             source = (rank - step) % world_size if source_of is None else source_of(rank, step, world_size)
             if (source < rank if skip_own else source <= rank) or not skip_future:
@@ -257,9 +270,12 @@ def make_ring(*, skip_future=True, mask=lambda rank, source: rank == source, sou
                     if send_q:
                         works += [dist.isend(q, dst=(rank + 1) % size), dist.irecv(torch.empty_like(q),
                                                                                  src=(rank - 1) % size)]
+                    if not receives_waited:
+                        works, never_waited = works[:2], never_waited + works[2:]
                     for work in works:
                         work.wait()
-                k, v = received_k, received_v
+                if not keep_own:
+                    k, v = received_k, received_v
         if state is None:
             return None
         out = state[0] if traffic is None else state[0].float()
@@ -298,6 +314,8 @@ RING_MISTAKES = [
                                                                         "process's"),
     # every rank's own block skipped (source < rank): rank 0, which has no earlier block, returns None
     (dict(skip_own=True), "rank 0 attended to no block"),
+    # the receive buffers never taken as k and v: every step attends to the rank's own block again
+    (dict(keep_own=True), "the blocks that arrived were never attended to"),
 ]
 
 
@@ -365,6 +383,42 @@ def test_zigzag_refuses_chunk_indices_that_are_not_ints():
         with pytest.raises(CheckFailed, match=rf"^<lambda>\(0, 2\) returned a list of 2: \[int, float\]: {said}; "
                                               r"expected two int chunk indices, 0 to 3\.\nHint: .*// divides"):
             check_zigzag_chunks(answer)
+
+
+def test_ring_refuses_a_receive_never_waited_for_whatever_the_values():
+    # whether an irecv's block had arrived when it was attended to depends on timing: the log, not the values, decides
+    with pytest.raises(CheckFailed) as failure:
+        check_ring_attention(make_ring(receives_waited=False))
+    message = str(failure.value)
+    assert re.match(r"rank 0's call 3, dist\.irecv with src=2 \(and 11 more\) was never waited for: .*\nHint: "
+                    r"dist\.irecv returns at once.*call \.wait\(\) on it", message), message
+    others = [hint for hint in RING_HINTS if hint != "was never waited for" and hint in message]
+    assert not others, message
+
+
+def ring_of_batched_transfers(q, k, v):
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    ahead, behind = (rank + 1) % world_size, (rank - 1) % world_size
+    state = None
+    for step in range(world_size):
+        source = (rank - step) % world_size
+        if source <= rank:
+            partial = block_attention(q, k, v, causal=source == rank)
+            state = partial if state is None else combine(*state, *partial)
+        if step < world_size - 1:
+            received_k, received_v = torch.empty_like(k), torch.empty_like(v)
+            ops = [dist.P2POp(dist.isend, k, ahead), dist.P2POp(dist.isend, v, ahead),
+                   dist.P2POp(dist.irecv, received_k, behind), dist.P2POp(dist.irecv, received_v, behind)]
+            for work in dist.batch_isend_irecv(ops):   # the batch's requests, each waited for
+                work.wait()
+            k, v = received_k, received_v
+    return state[0]
+
+
+def test_a_ring_of_batched_transfers_passes(capsys):
+    # its irecvs run inside batch_isend_irecv: waiting on the batch's requests counts as waiting on them
+    check_ring_attention(ring_of_batched_transfers)
+    assert "✓ ring_of_batched_transfers" in capsys.readouterr().out
 
 
 def test_ring_stops_the_blocking_send_deadlock_with_a_hint():

@@ -305,6 +305,10 @@ def _explain(failure) -> str | None:
         return _dtype_hint(text)
     if "Split sizes doesn't match" in text or "split_sizes" in text:
         return SPLITS_HINT
+    if "ProcessGroupGloo::alltoall: invalid tensor size" in text:
+        return ("gloo's dist.all_to_all (a list of tensors) takes blocks of one shape only, and the ranks' blocks "
+                "here have different numbers of rows: send them with one dist.all_to_all_single(output, input, "
+                "output_split_sizes, input_split_sizes).")
     return None
 
 
@@ -477,12 +481,21 @@ def _judge_dispatch_call(name: str, results: list[dict], case: Case) -> str:
                               f"Hint: {hint}.")
         if tuple(received_counts.shape) != (WORLD_SIZE, case.per_rank) or \
                 not torch.equal(received_counts.long(), want_received):
-            hint = (f"received_counts holds one count per rank: the counts exchanged were per-rank totals "
-                    f"(sent_counts). Exchange the per-expert counts (one per global expert), so that each rank gets, "
-                    f"from every rank, a count for each of its {case.per_rank} experts"
-                    if received_counts.numel() == WORLD_SIZE and case.per_rank > 1 else
-                    f"received_counts[s][e] is how many rows rank s sends for my local expert e: shape "
-                    f"({WORLD_SIZE}, {case.per_rank}), what the counts exchange returned, viewed as (world_size, -1)")
+            exchanged = result["calls"][0].input_shape if result["calls"] else None   # what the counts call sent
+            per_rank = received_counts.numel() == WORLD_SIZE and case.per_rank > 1
+            if per_rank and exchanged == (WORLD_SIZE,):
+                hint = (f"received_counts holds one count per rank: the counts exchanged were per-rank totals "
+                        f"(sent_counts). Exchange the per-expert counts (one per global expert), so that each rank "
+                        f"gets, from every rank, a count for each of its {case.per_rank} experts")
+            elif per_rank and exchanged == (case.num_experts,) and \
+                    torch.equal(received_counts.flatten().long(), want_received.sum(dim=1)):
+                hint = (f"these are the exchanged per-expert counts summed per sending rank (the output split "
+                        f"sizes); received_counts keeps them per expert, shape ({WORLD_SIZE}, {case.per_rank}): "
+                        "what the counts exchange returned, viewed as (world_size, -1), before any sum")
+            else:
+                hint = (f"received_counts[s][e] is how many rows rank s sends for my local expert e: shape "
+                        f"({WORLD_SIZE}, {case.per_rank}), what the counts exchange returned, viewed as "
+                        "(world_size, -1)")
             raise CheckFailed(f"rank {rank}: received_counts {received_counts.tolist()}, expected "
                               f"{want_received.tolist()}.\nHint: {hint}.")
         expert = torch.tensor(case.experts[rank])
@@ -496,6 +509,9 @@ def _judge_dispatch_call(name: str, results: list[dict], case: Case) -> str:
                     "be the permutation that sorts the rows, rows[order] sorted by expert (torch.argsort(expert)), "
                     "which combine uses to put the outputs back"
                     if bool((inverse[1:] >= inverse[:-1]).all()) else
+                    "the rows are sorted in descending order of expert, so the first block goes to rank 0 with the "
+                    "last rank's experts in it: sort in ascending order (torch.argsort's default, descending=False)"
+                    if bool((in_order[1:] <= in_order[:-1]).all()) else
                     "the rows are grouped by rank but not by expert within a rank: the receiver reads each rank's "
                     "block as received_counts[s][0] rows of its first expert, then its second. Sort by expert"
                     if bool((owner[1:] >= owner[:-1]).all()) else
@@ -625,6 +641,7 @@ def _combine_candidates(rank: int, case: Case = COMBINE_CASES[0]) -> dict:
         "overwritten": overwritten,
         "not unsorted": x.index_add(0, token_index, g * back),
         "sorted again": x.index_add(0, token_index, g * back[order]),
+        "gates in sorted order": x.index_add(0, token_index, g[order.argsort()] * outputs),   # (back * g)[inverse]
         "dropped": dropped,
     }
 
@@ -640,6 +657,10 @@ COMBINE_HINTS = {
                      "inverse of dispatched.order (row order[j] is back[j]) before adding them to their tokens"),
     "sorted again": ("back[order] applies the permutation a second time instead of undoing it: row order[j] of "
                      "the tokens is back[j], so index with the inverse, order.argsort()"),
+    "gates in sorted order": ("each row went to its token, but with another row's gate: gates[i] belongs to row i in "
+                              "the order you dispatched them, and the returned rows are sorted by expert (the j-th is "
+                              "row dispatched.order[j]). Undo the sort before weighting, or weight the returned rows "
+                              "by gates[dispatched.order]"),
 }
 
 

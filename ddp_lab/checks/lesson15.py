@@ -8,7 +8,9 @@ The combine and the zig-zag assignment are plain functions, checked in this proc
 runs on 3 gloo ranks (a middle rank exists, and a peer or block off by one shows) with a short
 timeout, so a deadlocked ring ends with a message instead of a hang; each rank logs its sends and
 receives (`p2p_log`), so that message says which order of calls deadlocked, and a rank that gloo
-aborts for a receive buffer too small is named as such; every rank's output is
+aborts for a receive buffer too small is named as such; after a run that returned, an irecv the
+log shows never waited for is refused, right values or not (whether its block had arrived was a
+matter of timing); every rank's output is
 compared with one process, and a wrong one with what each likely mistake would give. An
 answer that calls the package's own `combine`, ring attention or `zigzag_chunks` is refused
 (the ring exercise calls `combine` as a tool).
@@ -32,7 +34,8 @@ from ddp_lab.checks import CheckFailed, passed
 from ddp_lab.checks.common import (answer_raised, call_case, describe, ensure_written, failure_message, first_mismatch,
                                    gloo_size_abort, only_point_to_point, package_answer_used, refuse_written_modulus,
                                    stuck_line, timeout_message, watching_calls)
-from ddp_lab.checks.p2p_log import RECEIVES, SENDS, Call, crashed_in, log_path, logging_point_to_point, read_log
+from ddp_lab.checks.p2p_log import (RECEIVES, SENDS, Call, call_in_words, crashed_in, log_path, logging_point_to_point,
+                                   read_log)
 from ddp_lab.course.context_parallel import layout, ring
 from ddp_lab.course.context_parallel.layout import block_entries
 from ddp_lab.course.context_parallel.online_softmax import block_attention, combine
@@ -106,6 +109,9 @@ def _combine_hints(parts) -> list:
          "exp(lse_b)) (torch.logaddexp), or the next combine weighs this result wrongly"),
         (right_out, lse_a + lse_b, "the output is right, but the lse were added: logs of sums do not add, the "
                                    "combined lse is log(exp(lse_a) + exp(lse_b)) (torch.logaddexp)"),
+        (right_out, right_lse - torch.maximum(lse_a, lse_b),
+         "the output is right, but the combined lse lacks the maximum m taken out before exponentiating: "
+         "log(exp(lse_a - m) + exp(lse_b - m)) is the lse minus m, so add m back (or use torch.logaddexp)"),
     ]
 
 
@@ -295,7 +301,8 @@ def _simulated(rank: int, believed_source, attends, masks, direction: int = +1) 
     """Rank `rank`'s output when it takes the block held at step t for rank believed_source(rank, t)'s.
 
     The block really held at step t started on rank (rank - t) mod N (blocks sent to rank + 1; direction -1:
-    to rank - 1, so rank (rank + t) mod N); attends(rank, source) and masks(rank, source) are the answer's rules
+    to rank - 1, so rank (rank + t) mod N; direction 0: the received blocks never used, so the rank's own at every
+    step); attends(rank, source) and masks(rank, source) are the answer's rules
     for which blocks to use and where to put the triangle.
     """
     q, k, v = (t.chunk(RING_SIZE, dim=-2) for t in _ring_inputs())
@@ -487,7 +494,8 @@ def check_ring_attention(ring_attention, timeout: float = 30.0) -> None:
     attention, and each rank must send its key and value blocks world_size - 1 times. A float64 output is
     judged by its values; another dtype is named as it is. A ring taken modulo a number written in the
     code (`% 3`, the check's world size) is refused before any rank starts. Each rank logs its sends and
-    receives (`p2p_log`), so a hang says which order of calls deadlocked.
+    receives (`p2p_log`), so a hang says which order of calls deadlocked, and an irecv never waited for is
+    refused even where the outputs came out right.
 
     Introduced in notebooks/15-long-sequences.ipynb.
     """
@@ -502,7 +510,8 @@ def check_ring_attention(ring_attention, timeout: float = 30.0) -> None:
             raise CheckFailed(_hang_message(error, name, timeout, _read_ring_logs(log_directory))) from None
         except LaunchError as error:
             raise CheckFailed(failure_message(error, name, _explain_ring)) from None
-    _judge_ring(name, results)
+        logs = _read_ring_logs(log_directory)
+    _judge_ring(name, results, logs)
 
 
 def _every_rank_as(results, *rule, direction: int = +1) -> bool:
@@ -547,8 +556,17 @@ def _own_block_hint(results, rank: int) -> str:
             "(block_attention(..., causal=True)).")
 
 
-def _judge_ring(name: str, results) -> None:
-    """Compare what every rank of the ring returned and sent with one process; CheckFailed naming the mistake."""
+def _receives_never_waited(logs: dict) -> list[str]:
+    """Each dist.irecv whose request a rank never waited for (`_read_ring_logs`'s logs, read after every rank
+    returned), in words: "rank 1's call 3, dist.irecv with src=0"."""
+    return [call_in_words(rank, number, call) for rank, (calls, _) in sorted(logs.items())
+            for number, call in enumerate(calls, 1) if call.op == "irecv" and not call.waited]
+
+
+def _judge_ring(name: str, results, logs: dict | None = None) -> None:
+    """Compare what every rank of the ring returned and sent with one process; CheckFailed naming the mistake.
+    `logs`: each rank's logged sends and receives (`_read_ring_logs`), where the ring ran with them: an irecv never
+    waited for is refused from them whatever the values (whether its block had arrived was a matter of timing)."""
     q, k, v = _ring_inputs()
     expected = F.scaled_dot_product_attention(q, k, v, is_causal=True).chunk(RING_SIZE, dim=-2)
     called = next((result["called"] for result in results if result.get("called")), None)
@@ -556,6 +574,16 @@ def _judge_ring(name: str, results) -> None:
         raise package_answer_used(name, called)
     backwards = all(result.get("steps") == [RING_SIZE - 1] for result in results)   # every send went to rank - 1
     results = [dict(result, out=_in_float32(result["out"])) for result in results]
+    never_waited = _receives_never_waited(logs or {})
+    if never_waited:
+        wrong = next((rank for rank in range(RING_SIZE) if not _close(results[rank]["out"], expected[rank])), None)
+        said = ("every rank's output came out right in this run, by luck" if wrong is None else
+                f"rank {wrong}'s output differs from one process's causal attention")
+        more = f" (and {len(never_waited) - 1} more)" if len(never_waited) > 1 else ""
+        raise CheckFailed(f"{never_waited[0]}{more} was never waited for: {said}.\nHint: dist.irecv returns at "
+                          "once, and its buffer holds the keys or values only once the request's .wait() has "
+                          "returned, so whether they had arrived when the rank attended to them depends on timing. "
+                          "Keep the request each dist.irecv returns and call .wait() on it before using its buffer.")
     for rank in range(RING_SIZE):
         got = results[rank]["out"]
         if not torch.is_tensor(got) or got.shape != expected[rank].shape:
@@ -584,6 +612,11 @@ def _judge_ring(name: str, results) -> None:
                     "what such a mask gives: softmax over only -inf is 0 / 0, and a NaN partial spoils what it is "
                     "combined with. The diagonal must stay visible, a query attends to itself: mask only the keys "
                     "after the query (torch.triu with diagonal=1), or use block_attention(..., causal=True)")
+        elif _every_rank_as(results, lambda r, t: (r - t) % RING_SIZE, lambda r, source: source <= r,
+                            lambda r, source: source == r, direction=0):
+            hint = ("every rank's output is what its own keys and values give at every step: the blocks that arrived "
+                    "were never attended to (k and v still name the rank's own block after the receives). Once a "
+                    "step's transfers have finished, take the receive buffers as the k and v of the next step")
         elif bool(got.isnan().any()):
             hint = ("your output holds NaN, which no block of these inputs gives: a receive buffer was most likely "
                     "read before its data arrived (torch.empty_like holds whatever memory it had). Call .wait() on "
