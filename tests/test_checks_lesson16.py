@@ -29,7 +29,8 @@ DILOCO_HINTS = ("wrong sign", "summed, not averaged", "starts again every round"
                 "ran the outer step every", "not a number written for 2", "the steps were counted from 0",
                 "ended with the weights it started from", "θ_global is the model's own parameters",
                 "not zero in the first round", "θ_global never moved", "called no collective",
-                "Δ to one rank (dist.reduce)")
+                "Δ to one rank (dist.reduce)", "LocalSGD's step", "the outer SGD has no momentum",
+                "inside the loop over parameters", "nothing was trained")
 ZERO_DELTA = ("pseudo-gradient your replicas all-reduced was zero, so the outer step had nothing to apply. θ_global − "
               "θ_local is zero when θ_global is the model's own parameters")
 RECOVER_HINTS = ("sent from rank 0, the recovering one", "sent from rank 1, the recovering one",
@@ -43,7 +44,7 @@ RECOVER_HINTS = ("sent from rank 0, the recovering one", "sent from rank 1, the 
 def _diloco(model, batches, inner_steps, sign=1.0, mean=True, reset_outer=False, average_inner=False,
             fresh_inner=False, nesterov=True, keep_local=False, only_rank0=False, every_step=False, anchor="copy",
             period=None, written=None, from_zero=None, reset_first=False, reset="copy", grad_on_model=False,
-            sync="all_reduce"):
+            sync="all_reduce", momentum=0.9, average_params=False, step_per_param=False, noop=False):
     """A DiLoCo loop with one mistake switched on by its flag (the right answer with none). `anchor`: θ_global
     as a copy taken before training ("copy"), the model's own parameters detached ("view", no .clone()), or a
     copy taken again at every sync, after the inner steps ("late"). `period`: the outer step every `period`
@@ -56,13 +57,17 @@ def _diloco(model, batches, inner_steps, sign=1.0, mean=True, reset_outer=False,
     model's own), the outer SGD over clones of them. `reset="data"`: the model continues from θ_global by `p.data =
     g` (then shares its memory).
     `grad_on_model`: Δ set as the model's p.grad, not θ_global's. `sync`: "none" (no collective), "reduce" (Δ
-    reduced to rank 0, θ_global broadcast back from it)."""
+    reduced to rank 0, θ_global broadcast back from it). `momentum`: the outer SGD's (0: none, plain SGD).
+    `average_params`: every round the replicas' parameters averaged (LocalSGD), no outer optimizer. `step_per_param`:
+    outer.step() inside the loop over parameters. `noop`: nothing at all (a body of `...`)."""
+    if noop:
+        return
     period = len(batches) // 2 if period == "half" else period or inner_steps
     world_size = dist.get_world_size()
     inner = torch.optim.AdamW(model.parameters(), lr=0.01)
     global_params = [p.detach() if anchor == "view" else p.detach().clone() for p in model.parameters()]
     state = list(model.state_dict().values())          # the model's own tensors, not copies
-    outer = torch.optim.SGD(global_params, lr=0.7, momentum=0.9, nesterov=nesterov)
+    outer = torch.optim.SGD(global_params, lr=0.7, momentum=momentum, nesterov=nesterov and momentum > 0)
     for step, (x, y) in enumerate(batches):
         inner.zero_grad()
         F.mse_loss(model(x), y).backward()
@@ -85,6 +90,11 @@ def _diloco(model, batches, inner_steps, sign=1.0, mean=True, reset_outer=False,
                 outer = torch.optim.SGD(global_params, lr=0.7, momentum=0.9, nesterov=nesterov)
             if reset_outer:
                 outer = torch.optim.SGD(global_params, lr=0.7, momentum=0.9, nesterov=nesterov)
+            if average_params:
+                for p in model.parameters():
+                    dist.all_reduce(p)
+                    p /= world_size
+                continue
             for g, a, p in zip(global_params, state if anchor == "state_dict" else global_params,
                                model.parameters()):
                 delta = sign * (a - p)
@@ -98,7 +108,10 @@ def _diloco(model, batches, inner_steps, sign=1.0, mean=True, reset_outer=False,
                     _over_two_written(g, delta, written)
                     continue
                 (p if grad_on_model else g).grad = delta / world_size if mean else delta
-            outer.step()
+                if step_per_param:
+                    outer.step()
+            if not step_per_param:
+                outer.step()
             outer.zero_grad(set_to_none=True)
             if sync == "reduce":
                 for g in global_params:
@@ -170,7 +183,15 @@ DILOCO_ANSWERS = [({}, None), ({"sign": -1.0}, "wrong sign"), ({"mean": False}, 
                   ({"grad_on_model": True}, "θ_global never moved"),
                   # no collective at all; Δ reduced to rank 0, θ_global broadcast back (values right, twice the bytes)
                   ({"sync": "none"}, "your replicas called no collective"),
-                  ({"sync": "reduce"}, "Δ to one rank (dist.reduce), then θ_global back from it (dist.broadcast)")]
+                  ({"sync": "reduce"}, "Δ to one rank (dist.reduce), then θ_global back from it (dist.broadcast)"),
+                  # the parameters averaged every round, LocalSGD's step, where DiLoCo's outer SGD steps with Δ
+                  ({"average_params": True}, "moved to the average of their local weights, LocalSGD's step"),
+                  # the outer SGD without momentum; outer.step() indented into the loop over parameters
+                  ({"momentum": 0.0}, "the outer SGD has no momentum"),
+                  ({"step_per_param": True}, "the outer step ran inside the loop over parameters"),
+                  # a body of `...`: nothing sent and nothing trained, not 'each took its outer step alone'
+                  ({"noop": True}, "rank 0 ended with the weights it started from, and no replica called a "
+                                   "collective: nothing was trained")]
 
 
 def _run_diloco_answers(rank: int) -> list:

@@ -30,12 +30,15 @@ SCALER_HINTS = ("decided per rank", "never divided by the scale", "divides into 
                 "not capped at 1", "norm of its own shard", "norms were added", "averaged over the ranks",
                 "must be skipped on every rank", "the package's own answer", "finds inf but not NaN",
                 "not by this case's scale", "clipped to norm 1", "capped at max_norm",
-                "look at every parameter's gradient", "was outvoted", "finds NaN but not inf")
+                "look at every parameter's gradient", "was outvoted", "finds NaN but not inf",
+                "the squared norm was compared with max_norm", "used the squared norm (the all-reduced sum")
 FP8_HINTS = ("gradients take e5m2", "weights and activations take e4m3", "wrong dimension",
              "keep the reduced dimension", "inverted", "x.max() misses", "other format's largest", "one scale per row",
              "one scale for the whole",
              "the package's own answer", "wrong way round", "is another FP8 format", "is a Python float",
-             "keep the scale in float32", "use amax", "compute x * scale in float32")
+             "keep the scale in float32", "use amax", "compute x * scale in float32", "were divided by the scale",
+             "clamped to ±448, the largest value of torch.float8_e4m3fn", "before it was scaled",
+             "from the mean of |x|")
 
 
 def _fails_with_only(message: str, expected: str, hints: tuple) -> None:
@@ -351,6 +354,33 @@ def step_all_finite_compared_by_max(params, optimizer, scale, max_norm):
     return _step_after(not finite.item(), params, optimizer, max_norm)
 
 
+def step_compares_the_squared_norm(params, optimizer, scale, max_norm):
+    _unscale(params, scale)
+    if _agreed_inf(params):
+        return False
+    squares = sum(p.grad.pow(2).sum() for p in params).reshape(1)
+    dist.all_reduce(squares)
+    if squares.item() > max_norm:                                  # the square against max_norm, not max_norm ** 2
+        for p in params:
+            p.grad.mul_(max_norm / (squares.sqrt().item() + 1e-6))
+    optimizer.step()
+    return True
+
+
+def step_clips_by_the_squared_norm(params, optimizer, scale, max_norm):
+    _unscale(params, scale)
+    if _agreed_inf(params):
+        return False
+    squares = sum(p.grad.pow(2).sum() for p in params).reshape(1)
+    dist.all_reduce(squares)
+    norm = squares.item()                                          # the square root never taken
+    if norm > max_norm:
+        for p in params:
+            p.grad.mul_(max_norm / (norm + 1e-6))
+    optimizer.step()
+    return True
+
+
 def step_with_the_package(params, optimizer, scale, max_norm):
     return AgreedLossScaler(scale=scale).unscale_clip_and_step(params, optimizer, max_norm)
 
@@ -385,6 +415,9 @@ SCALER_MISTAKES = [
     (step_found_inf_by_min, "was outvoted"), (step_all_finite_by_max, "was outvoted"),
     (step_found_inf_from_rank_0, "was outvoted"), (step_tests_for_nan_only, "finds NaN but not inf"),
     (step_clips_the_weight_only, "(SGD, lr 1: the parameters minus the unscaled, clipped gradient)"),
+    # right where the norm and its square are on the same side of max_norm: the third case has them apart
+    (step_compares_the_squared_norm, "the squared norm was compared with max_norm"),
+    (step_clips_by_the_squared_norm, "used the squared norm (the all-reduced sum"),
 ]
 
 
@@ -606,7 +639,40 @@ def fp8_cast_before_scaling(x, role, rowwise):
     return x.to(dtype) * scale, scale                  # arithmetic on an FP8 tensor: no CPU kernel
 
 
+def fp8_divides_by_the_scale(x, role, rowwise):
+    dtype = _format(role)
+    scale = torch.finfo(dtype).max / (x.abs().amax(dim=-1, keepdim=True) if rowwise else x.abs().amax())
+    return (x / scale).to(dtype), scale
+
+
+def fp8_clamped_to_e4m3_range(x, role, rowwise):
+    dtype = _format(role)
+    scale = torch.finfo(dtype).max / (x.abs().amax(dim=-1, keepdim=True) if rowwise else x.abs().amax())
+    return (x * scale).clamp(-448.0, 448.0).to(dtype), scale        # e4m3's bound, for e5m2's gradients too
+
+
+def fp8_cast_then_scaled_in_float32(x, role, rowwise):
+    dtype = _format(role)
+    scale = torch.finfo(dtype).max / (x.abs().amax(dim=-1, keepdim=True) if rowwise else x.abs().amax())
+    return (x.to(dtype).float() * scale).to(dtype), scale             # rounded to FP8 twice
+
+
+def fp8_scale_from_the_mean(x, role, rowwise):
+    return _cast(x, _format(role), x.abs().mean(dim=-1, keepdim=True) if rowwise else x.abs().mean())
+
+
+def fp8_rounded_to_integers(x, role, rowwise):
+    dtype = _format(role)
+    scale = torch.finfo(dtype).max / (x.abs().amax(dim=-1, keepdim=True) if rowwise else x.abs().amax())
+    return (x * scale).round().to(dtype), scale                       # int8's rounding, no mistake named for it
+
+
 @pytest.mark.parametrize("answer, expected", [
+    (fp8_divides_by_the_scale, "were divided by the scale"),
+    (fp8_clamped_to_e4m3_range, "clamped to ±448, the largest value of torch.float8_e4m3fn"),
+    (fp8_cast_then_scaled_in_float32, "before it was scaled"),
+    (fp8_scale_from_the_mean, "from the mean of |x|"),
+    (fp8_rounded_to_integers, "the scale is right; x_fp8 must be (x * scale).to(torch.float8_e4m3fn)"),
     (fp8_max_over_a_dimension, "use amax"),
     (fp8_cast_before_scaling, "compute x * scale in float32"),
     (fp8_added_dimension, "x_fp8 has shape (1, 6, 10), expected (6, 10)"),
@@ -663,6 +729,28 @@ def test_fp8_scale_message_shows_a_row_where_the_scales_differ():
     got, expected = re.search(r"scale (\S+ \(row \d+\)) where fp8_max / amax = (\S+ \(row \d+\))",
                               str(failure.value)).groups()
     assert got != expected
+
+
+def fp8_clamped_by_hand_per_dim_1(x, role, rowwise):
+    dtype = {"weight": torch.float8_e4m3fn, "activation": torch.float8_e4m3fn, "gradient": torch.float8_e5m2}[role]
+    largest = torch.finfo(dtype).max
+    amax = x.abs().max(dim=1, keepdim=True).values if rowwise else torch.maximum(x.max(), -x.min())
+    scale = largest / amax.clamp(min=1e-12)
+    return torch.clamp(x.double() * scale, -largest, largest).to(dtype), scale   # a no-op clamp, in float64
+
+
+def test_fp8_check_accepts_a_right_answer_in_another_style(capsys):
+    check_to_fp8(fp8_clamped_by_hand_per_dim_1)
+    assert capsys.readouterr().out.startswith("✓ fp8_clamped_by_hand_per_dim_1: e4m3 for weights and activations")
+
+
+def test_fp8_values_message_shows_the_first_element_that_differs():
+    """Values wrong under a right scale: the element, what it holds and what it should, not only 'not x rounded'."""
+    with pytest.raises(CheckFailed) as failure:
+        check_to_fp8(fp8_rounded_to_integers)
+    index, got, expected = re.search(r"x_fp8\[(\d+, \d+)\] is (\S+), expected (\S+) \(x\[\1\] = ",
+                                     str(failure.value)).groups()
+    assert got != expected, failure.value
 
 
 def test_fp8_check_says_a_stub_is_not_written():

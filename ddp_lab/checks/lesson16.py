@@ -10,12 +10,13 @@ number of batches, shows), then that on 3 replicas in the same launch (so a mean
 every rank's final parameters are compared with one process simulating the replicas, and a wrong
 result with what each likely mistake gives (pseudo-gradient's sign, a sum for a mean, a mean over 2
 written in, the outer momentum reset each round, the inner AdamW state averaged or made
-anew, plain momentum for Nesterov, the replicas left at their local weights, the steps counted from 0,
-another period) or with what the replicas sent (a pseudo-gradient of zeros: θ_global never kept apart
+anew, plain momentum for Nesterov or none, the replicas left at their local weights or moved to their average
+(LocalSGD), the outer step inside the loop over parameters, the steps counted from 0, another period) or with what
+the replicas sent (a pseudo-gradient of zeros: θ_global never kept apart
 from the model, Δ taken once the model was reset to θ_global or against the model's own tensors; zeros from
 the second round on: the first reset made the model share θ_global's memory; θ_global never stepped though
-Δ was not zero; nothing sent at all). What each replica hands to any collective or send is counted: one
-pseudo-gradient per round, nothing else. Recovery
+Δ was not zero; nothing sent at all, or nothing sent and nothing trained). What each replica hands to any
+collective or send is counted: one pseudo-gradient per round, nothing else. Recovery
 runs on 3 ranks three times: rank 0 returning with stale weights and no optimizer state while rank 1 is
 the source, then rank 1 returning while rank 2 is, then rank 2 while rank 0 is, so an answer that fixes
 either rank, or takes the last rank's state, fails. Before
@@ -95,17 +96,22 @@ def _params_bytes() -> int:
 def simulate_diloco(sign: float = 1.0, mean: bool = True, reset_outer: bool = False, average_inner: bool = False,
                     fresh_inner: bool = False, nesterov: bool = True, keep_local: bool = False,
                     case: tuple[int, int] = DILOCO_CASES[0], period: int | None = None, replicas: int = REPLICAS,
-                    divisor: int | None = None, from_zero: str | None = None) -> list[list]:
+                    divisor: int | None = None, from_zero: str | None = None, momentum: float = OUTER_MOMENTUM,
+                    average_params: bool = False, step_per_param: bool = False) -> list[list]:
     """Every replica's final parameters, simulated in one process, for a case (inner_steps, rounds) of
     DILOCO_CASES on `replicas` replicas; the flags give the likely mistakes, `period` an outer step every `period`
     batches instead of every inner_steps, `divisor` a mean divided by that number, not by `replicas`, `from_zero`
-    the steps counted from 0 (a key of FROM_ZERO: which 0-based steps sync)."""
+    the steps counted from 0 (a key of FROM_ZERO: which 0-based steps sync), `momentum` the outer SGD's,
+    `average_params` the replicas' parameters averaged each round (an outer SGD with lr 1 and no momentum: θ_global
+    becomes the mean of θ_local), `step_per_param` outer.step() after each parameter's .grad is set, not once."""
     inner_steps, rounds = case
     period = period or inner_steps
     models = [make_model() for _ in range(replicas)]
     inner = [torch.optim.AdamW(m.parameters(), lr=INNER_LR) for m in models]
     global_params = [p.detach().clone() for p in models[0].parameters()]
-    outer = torch.optim.SGD(global_params, lr=OUTER_LR, momentum=OUTER_MOMENTUM, nesterov=nesterov)
+    make_outer = (lambda: torch.optim.SGD(global_params, lr=1.0)) if average_params else (     # noqa: E731
+        lambda: torch.optim.SGD(global_params, lr=OUTER_LR, momentum=momentum, nesterov=nesterov and momentum > 0))
+    outer = make_outer()
     data = [replica_batches(rank, inner_steps * rounds) for rank in range(replicas)]
     for step in range(inner_steps * rounds):
         for rank, model in enumerate(models):
@@ -116,11 +122,14 @@ def simulate_diloco(sign: float = 1.0, mean: bool = True, reset_outer: bool = Fa
             continue
         with torch.no_grad():
             if reset_outer:
-                outer = torch.optim.SGD(global_params, lr=OUTER_LR, momentum=OUTER_MOMENTUM, nesterov=nesterov)
+                outer = make_outer()
             for i, g in enumerate(global_params):
                 total = sum(sign * (g - list(m.parameters())[i]) for m in models)
                 g.grad = total / (divisor or replicas) if mean else total
-            outer.step()
+                if step_per_param:
+                    outer.step()
+            if not step_per_param:
+                outer.step()
             outer.zero_grad(set_to_none=True)
             if average_inner:
                 for states in zip(*(list(opt.state.values()) for opt in inner)):
@@ -154,6 +163,15 @@ DILOCO_MISTAKES = (
     ({"nesterov": False}, "the outer SGD uses plain momentum: DiLoCo's outer optimizer is SGD with nesterov=True"),
     ({"keep_local": True}, "after the outer step the replicas keep their local weights: copy θ_global into every "
                            "replica's parameters, so the next round starts from it"),
+    ({"average_params": True}, "every round your replicas moved to the average of their local weights, LocalSGD's "
+                               "step (or an outer SGD with lr 1 and no momentum): DiLoCo averages the "
+                               "pseudo-gradients θ_global − θ_local and hands them, as θ_global's .grad, to an outer "
+                               f"SGD(lr={OUTER_LR:g}, momentum={OUTER_MOMENTUM:g}, nesterov=True) made once"),
+    ({"momentum": 0.0}, f"the outer SGD has no momentum: DiLoCo's outer optimizer is SGD(lr={OUTER_LR:g}, "
+                        f"momentum={OUTER_MOMENTUM:g}, nesterov=True), made once so its momentum lasts across rounds"),
+    ({"step_per_param": True}, "the outer step ran inside the loop over parameters: outer.step() steps every "
+                               "parameter that has a .grad, so the first ones were stepped several times a round. "
+                               "Set every θ_global's .grad first, then call outer.step() once per round"),
 )
 
 
@@ -254,7 +272,8 @@ def _judge_diloco_case(name: str, case: tuple[int, int], results: list[dict], re
                  f"parameter {index} (shape "
                  f"{tuple(want[rank][index].shape)}) differs from one process's DiLoCo: got {_values(got[index])}, "
                  f"expected {_values(want[rank][index])}")
-        hint = _zero_delta_hint(results, got, rank, case, replicas) or _never_moved_hint(results, got, rank) or \
+        hint = _untouched_hint(results, got, rank) or _zero_delta_hint(results, got, rank, case, replicas) or \
+            _never_moved_hint(results, got, rank) or \
             _written_replicas_hint(got, rank, case, replicas) or _period_hint(got, rank, case, replicas) or next(
                 (text for flags, text in DILOCO_MISTAKES
                  if _same(got, simulate_diloco(**flags, case=case, replicas=replicas)[rank])), None)
@@ -371,6 +390,17 @@ def _zero_from_round_two(results, rounds: int) -> str | None:
     return f"rounds 2 to {rounds}" if rounds > 2 else "round 2"
 
 
+def _untouched_hint(results, got: list, rank: int) -> str | None:
+    """A hint only where the parameters and what was sent show it: rank `rank` ended with the starting weights and
+    no replica called a collective, so the answer trained nothing (a body of `...` or `pass`, say)."""
+    if any(result["sent"] for result in results) or not _same(got, list(make_model().parameters())):
+        return None
+    return (f"rank {rank} ended with the weights it started from, and no replica called a collective: nothing "
+            "was trained. Each round: inner_steps steps of an inner torch.optim.AdamW over the model, then the outer "
+            "step, the pseudo-gradient θ_global − θ_local averaged over the replicas (dist.all_reduce) as the .grad of "
+            "θ_global for a torch.optim.SGD(nesterov=True) made once, and θ_global copied into the model")
+
+
 def _never_moved_hint(results, got: list, rank: int) -> str | None:
     """A hint only where the parameters and what was sent show it: rank `rank` ended with the starting weights
     although some all-reduced pseudo-gradient was not zero, so the outer step never changed θ_global."""
@@ -389,9 +419,8 @@ def _traffic_hint(sent: list, inner_steps: int = INNER_STEPS, rounds: int = ROUN
     all-reduce inside the inner loop; a reduce and a broadcast of a model each round, θ_global stepped on one rank
     and sent back."""
     if not sent:
-        return ("your replicas called no collective: each took its outer step with its own pseudo-gradient alone. "
-                "DiLoCo averages Δ over the replicas every round: dist.all_reduce it (a sum), then divide by the "
-                "world size")
+        return ("your replicas called no collective, so none heard of the others' training. DiLoCo averages Δ over "
+                "the replicas every round: dist.all_reduce it (a sum), then divide by the world size")
     total, per_round = sum(nbytes for _, nbytes in sent), _params_bytes() * rounds
     names = {name for name, _ in sent}
     if names == {"reduce", "broadcast"} and total == 2 * per_round:

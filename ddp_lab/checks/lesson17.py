@@ -6,7 +6,8 @@
 The scaled step runs on 2 gloo ranks, each holding its shard of a model's gradient (as under
 FSDP or ZeRO): once with a gradient under the clipping threshold, once above it, where rank 0's
 shard alone is under it and rank 1's alone is over (the two at different loss scales, and
-max_norm is not 1, so a scale or a bound written in the code, or a cap at max_norm, shows),
+max_norm is not 1, so a scale or a bound written in the code, or a cap at max_norm, shows), once under it with
+its square over it (so a squared norm compared with max_norm shows),
 once with a NaN in every rank's weight, once in every rank's bias, once with an inf in rank 1's weight
 only (so an overflow test that skips a parameter, or that finds inf but not NaN, shows as such: the
 inf and one NaN share a parameter; an overflow agreed so that rank 1's alone is outvoted skips the NaNs, found
@@ -14,7 +15,9 @@ on every rank, and steps on the inf). Each wrong result is
 compared with what each likely mistake gives, and a wrong step is shown at the first element that differs. The
 FP8 cast is a plain function, checked in
 this process on a tensor whose outlier row holds a negative largest value,
-with rows != columns, so a scale over the wrong dimension, or a max without abs, shows; an error it raises
+with rows != columns, so a scale over the wrong dimension, or a max without abs, shows; values wrong under a right
+scale are shown at the first element that differs (named where they are what dividing by the scale, clamping to the
+other format's range, or casting before scaling gives); an error it raises
 is shown with a hint where the error itself names the mistake (torch.max's pair used as a number, arithmetic on an
 FP8 tensor). An answer
 that calls the package's own answer is refused.
@@ -40,11 +43,14 @@ from ddp_lab.course.low_precision import fp8, loss_scaling
 WORLD = 2
 MAX_NORM, LR = 1.5, 1.0            # max_norm is neither 1 (the clipping coefficient's cap) nor 2 (the scales' ratio)
 SHARD_ROWS, COLS = 3, 4            # each rank: a (3, 4) weight shard and a (3,) bias shard
-# Norms of each rank's shard of the *true* gradient, per case: in "clipped", rank 0's alone is under MAX_NORM
-SHARD_NORMS = {"under max_norm": (0.2, 0.45), "clipped": (0.5, 2.4)}
-# The loss scale of each case. Dividing by one finite case's scale where the other's is meant shows: twice the
-# gradient under max_norm is still under it (no clipping hides it), and half the one over it is under it
-CASE_SCALES = {"under max_norm": 2.0 ** 11, "clipped": 2.0 ** 10, "NaN in every weight": 2.0 ** 16,
+# Norms of each rank's shard of the *true* gradient, per case: in "clipped", rank 0's alone is under MAX_NORM; in
+# NEAR, the global norm (1.36) is under MAX_NORM and its square (1.85) over it, so that a squared norm compared with
+# max_norm, right in the other two cases, clips (scales up) a gradient that needs no clipping
+NEAR = "its square over max_norm"
+SHARD_NORMS = {"under max_norm": (0.2, 0.45), "clipped": (0.5, 2.4), NEAR: (0.8, 1.1)}
+# The loss scale of each case. Dividing by one of the first two cases' scales where the other's is meant shows:
+# twice the gradient under max_norm is still under it (no clipping hides it), and half the one over it is under it
+CASE_SCALES = {"under max_norm": 2.0 ** 11, "clipped": 2.0 ** 10, NEAR: 2.0 ** 11, "NaN in every weight": 2.0 ** 16,
                "NaN in every bias": 2.0 ** 16, "overflow on rank 1": 2.0 ** 16}
 WRITTEN_SCALES = (2.0 ** 10, 2.0 ** 11, 2.0 ** 16)   # a scale written in the code: a case's, or GradScaler's start
 SCALER_ANSWERS = (loss_scaling.AgreedLossScaler.unscale_clip_and_step, loss_scaling.found_inf_on_any_rank,
@@ -74,7 +80,7 @@ def _start_params(rank: int) -> list[torch.Tensor]:
 # parameter of every shard (a NaN loss), so even ranks that decide alone take the same path there. The inf and the
 # first NaN are in the weight, the second NaN in the bias: a test that finds inf but not NaN misses the NaN where it
 # found the inf; a test that skips the bias (only params[0], only p.dim() > 1) finds the NaN in the weight only.
-CASES = ("under max_norm", "clipped", "NaN in every weight", "NaN in every bias", "overflow on rank 1")
+CASES = ("under max_norm", "clipped", NEAR, "NaN in every weight", "NaN in every bias", "overflow on rank 1")
 SKIPPED = {"NaN in every weight": "with a NaN in every rank's weight gradient",
            "NaN in every bias": "with a NaN in every rank's bias gradient",
            "overflow on rank 1": "with an inf in rank 1's weight gradient only"}
@@ -114,8 +120,8 @@ def check_unscale_clip_and_step(unscale_clip_and_step, timeout: float = 30.0) ->
     Each rank's `params` are its shard of the model (a (3, 4) weight and a (3,) bias) whose `.grad` holds
     `scale` times the true gradient; `optimizer` is SGD with lr 1. Cases: a gradient whose global norm is
     under max_norm (a plain step); one over it (every shard scaled by max_norm / global norm), at another
-    scale; a NaN in every shard's weight, then in every shard's bias, and an inf in rank 1's weight only (no rank
-    may step). max_norm is 1.5.
+    scale; one under max_norm whose square is over it (a plain step); a NaN in every shard's weight, then in
+    every shard's bias, and an inf in rank 1's weight only (no rank may step). max_norm is 1.5.
 
     Introduced in notebooks/17-compile-and-low-precision.ipynb.
     """
@@ -178,6 +184,13 @@ def _step_mistakes(case: str, division: str | None = None) -> list:
     scale = CASE_SCALES[case]
     return [
         ([scale] * WORLD, never_divided),
+        ([_coefficient(n) if n * n <= MAX_NORM else MAX_NORM / n for n in global_norm],
+         f"the gradient was scaled to norm max_norm ({MAX_NORM:g}) though its norm ({global_norm[0]:.3g}) is under "
+         f"it; its square ({global_norm[0] ** 2:.3g}) is over it: the squared norm was compared with max_norm. Take "
+         "the square root of the all-reduced sum of squares before comparing (or compare with max_norm ** 2)."),
+        ([_coefficient(n * n) for n in global_norm],
+         "the clipping used the squared norm (the all-reduced sum of squares) as the norm: take its square root "
+         "first, norm = sqrt(sum of squares)."),
         *[([scale / written * _coefficient(n * scale / written) for n in global_norm],
            f"the gradients were divided by {written:g}, not by this case's scale ({scale:g}): a number written in "
            "the code is right only where it equals the scale. Divide by scale, the argument (a loss scaler changes "
@@ -490,9 +503,38 @@ def _judge_fp8(name: str, case: str, x: torch.Tensor, role: str, rowwise: bool, 
     back = x_fp8.float() / want_scale
     smallest = torch.finfo(dtype).tiny * torch.finfo(dtype).eps        # the smallest subnormal: 2^-9, 2^-16
     bound = (torch.finfo(dtype).eps / 2 + 1e-6) * x.abs() + smallest / want_scale
-    if not ((back - x).abs() <= bound).all():
-        raise CheckFailed(f"{case}: x_fp8 / scale is not x rounded to {dtype}: x_fp8 must be (x * scale) cast to "
-                          f"{dtype}.")
+    within = (back - x).abs() <= bound                                 # False where x_fp8 is NaN, too
+    if not within.all():
+        index = tuple(int(i) for i in (~within).nonzero()[0])
+        right = (x * want_scale).to(dtype)
+        shown, expected = two_numbers(x_fp8[index].float().item(), right[index].float().item())
+        where = ", ".join(map(str, index))
+        raise CheckFailed(f"{case}: x_fp8[{where}] is {shown}, expected {expected} (x[{where}] = "
+                          f"{x[index].item():.6g} times the scale, cast to {dtype}).\nHint: "
+                          f"{_values_hint(x, x_fp8, want_scale, dtype)}")
+
+
+def _same_fp8(got: torch.Tensor, want: torch.Tensor) -> bool:
+    """Whether two FP8 tensors hold the same bytes (NaN included, which == would call different)."""
+    return got.dtype == want.dtype and torch.equal(got.view(torch.uint8), want.view(torch.uint8))
+
+
+def _values_hint(x: torch.Tensor, x_fp8: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) -> str:
+    """The hint for a right scale with wrong values: named only where x_fp8 is exactly what a likely mistake gives
+    (the values divided by the scale, clamped to the other format's smaller range, or cast to FP8 before scaling)."""
+    other = fp8.E5M2 if dtype == fp8.E4M3 else fp8.E4M3
+    other_max = fp8.fp8_max(other)
+    if _same_fp8(x_fp8, (x / scale).to(dtype)):
+        return ("the values were divided by the scale: x_fp8 = x * scale, which maps amax onto the format's largest "
+                "value; dividing puts them far below it, where FP8 has few values or none.")
+    if other_max < fp8.fp8_max(dtype) and _same_fp8(x_fp8, (x * scale).clamp(-other_max, other_max).to(dtype)):
+        return (f"the scaled values were clamped to ±{other_max:g}, the largest value of {other}; {dtype} goes up "
+                f"to {fp8.fp8_max(dtype):g} (torch.finfo(dtype).max), where x * scale already stays.")
+    if _same_fp8(x_fp8, (x.to(dtype).float() * scale).to(dtype)):
+        return (f"x was cast to {dtype} before it was scaled: its values were rounded at their own size (small ones "
+                "to zero) and then rounded again. Compute x * scale in float32 and cast the result to FP8 last.")
+    return (f"the scale is right; x_fp8 must be (x * scale).to({dtype}), the scaled values rounded to the format "
+            "once, so that x_fp8 / scale is x rounded to it.")
 
 
 def _rounded_scale_hint(scale: torch.Tensor, want: torch.Tensor) -> str | None:
@@ -541,6 +583,10 @@ def _scale_hint(x: torch.Tensor, dtype: torch.dtype, rowwise: bool, scale: torch
     if torch.allclose(scale, largest / signed, rtol=1e-5):
         return "amax is the largest absolute value, max(|x|): x.max() misses a larger negative value (row 2 has -200)."
     other = fp8.E5M2 if dtype == fp8.E4M3 else fp8.E4M3
+    mean = x.abs().mean(dim=-1, keepdim=True) if rowwise else x.abs().mean()
+    if torch.allclose(scale, largest / mean, rtol=1e-5):
+        return ("the scale came from the mean of |x|, not its largest value: scaled by it, every value above the "
+                "mean goes past the format's largest. amax = max(|x|) (x.abs().amax()).")
     if torch.allclose(scale, fp8.fp8_max(other) / amax, rtol=1e-5):
         return (f"the scale used the other format's largest value ({fp8.fp8_max(other):g}); {dtype} goes up to "
                 f"{largest:g} (torch.finfo(dtype).max).")
