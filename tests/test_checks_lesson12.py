@@ -74,14 +74,15 @@ def _load(path, model, optimizer) -> int:
 def _restartable(rank, directory, total_steps, step_fn, keep=("model", "optimizer", "rng"), resume=True,
                  restore_epoch=True, shared=False, set_epoch=True, once_per_epoch=False, elsewhere=None,
                  write=atomic_save, numbered=False, reset_position=True, later_epoch_offset=0, every=1,
-                 oldest=False, resume_at=None):
+                 oldest=False, resume_at=None, rank_0_only=()):
     model, optimizer, sampler = _setup(rank)
     path = os.path.join(elsewhere or directory, "checkpoint.pt" if shared else f"rank-{rank}.pt")
     number = "{:06d}" if oldest else "{}"   # zero-padded where the first name in sorted order is taken
     if numbered:   # a file per step, named by the steps done; the latest taken as the last name in sorted order
         names = sorted(name for name in os.listdir(directory) if name.startswith(f"rank-{rank}-step-"))
         path = os.path.join(directory, (names[0] if oldest else names[-1]) if names else "none")
-    step = _load(path, model, optimizer) if resume and os.path.exists(path) else 0
+    loads = resume and (rank == 0 or "load" not in rank_0_only)
+    step = _load(path, model, optimizer) if loads and os.path.exists(path) else 0
     if resume_at is not None and step:
         step = resume_at
     per_epoch = math.ceil(len(sampler) / BATCH)
@@ -99,7 +100,8 @@ def _restartable(rank, directory, total_steps, step_fn, keep=("model", "optimize
             step += 1
             if numbered:
                 path = os.path.join(directory, f"rank-{rank}-step-{number.format(step)}.pt")
-            if (not shared or rank == 0) and (not once_per_epoch or step % per_epoch == 0) and step % every == 0:
+            saves = not (shared or "save" in rank_0_only) or rank == 0
+            if saves and (not once_per_epoch or step % per_epoch == 0) and step % every == 0:
                 _save(path, model, optimizer, step, keep, write)
             dist.barrier()
         restore_epoch = True  # the mistake below only concerns the epoch the run resumes in
@@ -489,6 +491,26 @@ def saves_outside_the_directory(rank, directory, total_steps, step_fn):
 def never_sets_the_epoch(rank, directory, total_steps, step_fn):
     """Resumes exactly, but every epoch of every run is epoch 0's order: not train_plain's run."""
     _restartable(rank, directory, total_steps, step_fn, set_epoch=False)
+
+
+def rank_zero_loads_for_everyone(rank, directory, total_steps, step_fn):
+    """Rank 0 writes one file and only rank 0 loads it: rank 1 resumes at step 0, rank 0 at step 11."""
+    _restartable(rank, directory, total_steps, step_fn, shared=True, rank_0_only=("load",))
+
+
+def rank_zero_saves_its_own_file_alone(rank, directory, total_steps, step_fn):
+    """A file per rank, but saved under `if rank == 0:`: rank 1 finds none and resumes at step 0."""
+    _restartable(rank, directory, total_steps, step_fn, rank_0_only=("save",))
+
+
+@pytest.mark.parametrize("answer, read", [(rank_zero_loads_for_everyone, "checkpoint.pt"),
+                                          (rank_zero_saves_its_own_file_alone, "rank-0.pt")])
+def test_names_ranks_that_resume_at_different_steps(answer, read):
+    # their all-reduces would pair step 11 with step 0 and hang until the timeout: the check says where each began
+    with pytest.raises(CheckFailed, match=rf"(?s)^after the crash the ranks resumed at different steps: rank 0 at "
+                                          rf"step 11, having read \['{read}'\]; rank 1 at step 0, having read no "
+                                          r"file.*Hint: every rank must load a checkpoint at the start"):
+        check_restartable(answer, timeout=20)
 
 
 def test_the_blank_stub_is_named_without_starting_ranks():

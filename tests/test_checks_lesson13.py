@@ -59,6 +59,15 @@ def in_bytes(params, dp, zero, precision):
     return _states(params, dp, zero, PER_PARAM[precision], unit=1)
 
 
+def in_bits(params, dp, zero, precision):
+    return _states(params, dp, zero, tuple(8 * size for size in PER_PARAM[precision]))
+
+
+def optimizer_of_16_bytes(params, dp, zero, precision):
+    """Counts the fp32 gradient copy in the optimizer state too: 16 bytes per parameter."""
+    return _states(params, dp, zero, (2, 2, 16) if precision != "fp32" else PER_PARAM[precision])
+
+
 def a_total(params, dp, zero, precision):
     return sum(per_gpu_model_states_gb(params, dp, zero, precision).values())
 
@@ -125,6 +134,10 @@ def test_model_states_accepts_numbers_of_any_kind(capsys):
                            r"8 bytes per parameter.*no fp32 master copy"),
     (in_gib, r"(?s)\['params'\] is 13.9698 GB, expected 15 GB.*that is GiB"),
     (in_bytes, r"(?s)\['params'\] is 1.5e\+10 GB.*that is bytes: return GB"),
+    (in_bits, r"(?s)zero=0, precision='bf16'\)\['params'\] is 120 GB, expected 15 GB.*that is 8 times the right "
+              r"value: bits, not bytes. The parameters take 2 bytes per parameter in 'bf16' \(16 bits\)"),
+    (optimizer_of_16_bytes, r"(?s)\['optimizer'\] is 120 GB, expected 90 GB.*the optimizer state costs 12 bytes per "
+                            r"parameter in 'bf16'"),
     (rounded_for_display, r"(?s)zero=1, precision='bf16'\)\['optimizer'\] is 1.41 GB, expected 1.40625 GB.*that is the "
                           r"right value rounded to 2 decimals \(1.40625 GB\): return the unrounded float"),
     (rounded_to_4_decimals, r"(?s)zero=1, precision='bf16'\)\['optimizer'\] is 1.4062 GB, expected 1.40625 GB.*that "
@@ -148,9 +161,9 @@ def test_model_states_rejects_wrong_answers(answer, feedback):
 
 def incomplete_search(zeros=range(4), micro_batches=(1, 2, 4, 8), recomputes=("none", "selective", "full"),
                       sequence_parallel=(False, True), pipelines=True, whole_node=True,
-                      fits=lambda candidate, cluster: candidate.fits):
+                      fits=lambda candidate, cluster: candidate.fits, fixed=None):
     """The solution's loop with one part of the search space left out (the defaults search all of it).
-    `fits`: the test of a plan's memory."""
+    `fits`: the test of a plan's memory; `fixed`: other Strategy fields, set on every candidate."""
 
     def choose_plan(model, cluster, global_batch):
         best = None
@@ -166,7 +179,7 @@ def incomplete_search(zeros=range(4), micro_batches=(1, 2, 4, 8), recomputes=("n
                 try:
                     candidate = plan.evaluate(model, cluster, Strategy(
                         dp=dp, tp=tp, pp=pp, zero=zero, micro_batch=mb, grad_accum=global_batch // (dp * mb),
-                        sequence_parallel=sp, recompute=recompute))
+                        sequence_parallel=sp, recompute=recompute, **(fixed or {})))
                 except ValueError:
                     continue
                 if fits(candidate, cluster) and (best is None or candidate.tokens_per_second > best.tokens_per_second):
@@ -196,6 +209,12 @@ BEST_GPT3 = r"below the best plan dp32 tp2 pp1 z3 mb2x1 sp \("
     (dict(micro_batches=(1,)), rf"(?s)gpt3-175b .*\b14% {BEST_GPT3}.*micro_batch=2 \(yours 1\)"),
     (dict(pipelines=False), r"(?s)gpt3-175b on 8 x 8 A100 80GB \(64 GPUs\), global batch 256: .*\b17% below the best "
                             r"plan dp2 tp4 pp8 .*pp=8 \(yours 1\)"),
+    # a field outside dp, tp, pp, zero, micro_batch, recompute and sequence parallelism is named too
+    (dict(fixed={"attention": "eager"}), r"(?s)llama3-70b on 8 x 8 A100 40GB .*: dp64 tp1 pp1 z3 mb1x1 full eager fits "
+                                         r"but .*\b8% below the best plan dp64 tp1 pp1 z3 mb1x1 full .*The best plan "
+                                         r"has attention='flash' \(yours 'eager'\): "),
+    (dict(fixed={"precision": "fp32"}), rf"(?s)gpt3-175b .*{BEST_GPT3}.*The best plan has micro_batch=2 \(yours 1\), "
+                                        r"precision='bf16' \(yours 'fp32'\): "),
 ])
 def test_choose_plan_fails_searches_that_leave_out_part_of_the_space(left_out, feedback):
     """Each search that skips one of the options the exercise lists loses one of the check's scenarios."""
@@ -260,6 +279,23 @@ def grad_accum_forgets_dp(model, cluster, global_batch):
         if candidate.fits and (best is None or candidate.tokens_per_second > best.tokens_per_second):
             best = candidate
     return best.strategy
+
+
+def best_of_the_plans_that_fit(model, cluster, global_batch):
+    """Wrong: max() over the plans that fit, none of which recomputes fully: none fits llama3-70b on A100 40GB."""
+    plans = []
+    for tp, pp in itertools.product(range(1, cluster.gpus_per_node + 1), range(1, cluster.gpus + 1)):
+        dp = cluster.gpus // (tp * pp)
+        for zero, mb, recompute, sp in itertools.product(range(4), (1, 2, 4, 8), ("none", "selective"), (False, True)):
+            if cluster.gpus % (tp * pp) or global_batch % (dp * mb) or (sp and tp == 1):
+                continue
+            try:
+                plans.append(plan.evaluate(model, cluster, Strategy(
+                    dp=dp, tp=tp, pp=pp, zero=zero, micro_batch=mb, grad_accum=global_batch // (dp * mb),
+                    sequence_parallel=sp, recompute=recompute)))
+            except ValueError:
+                continue
+    return max((p for p in plans if p.fits), key=lambda p: p.tokens_per_second).strategy
 
 
 def best_compared_while_none(model, cluster, global_batch):
@@ -333,6 +369,10 @@ def test_compare_plans_prints_both_breakdowns_and_fails_in_one_line(capsys):
     (best_compared_while_none, r"(?s)raised AttributeError: 'NoneType' object has no attribute 'tokens_per_second'.*"
                                r"\nHint: the best plan so far is still None when the first candidate is compared with "
                                r"it.*test whether there is a best plan yet \(best is None\) first"),
+    (best_of_the_plans_that_fit, r"(?s)raised ValueError: max\(\) (arg is an empty sequence|iterable argument is "
+                                 r"empty)\nwhile choosing a plan for llama3-70b on 8 x 8 A100 40GB.*\nHint: max\(\) "
+                                 r"was given no items: where they are the plans your search kept \(those that fit\), "
+                                 r"none"),
     # a None that is not a plan: the error and its line, no hint about the search
     (nodes_parsed_from_the_name, r"(?s)raised AttributeError: 'NoneType' object has no attribute 'group'\nwhile "
                                  r"choosing a plan for gpt3-175b.*re\.match(?!.*Hint)"),

@@ -12,7 +12,9 @@ uninterrupted. The restarted run is stopped a second time, on both ranks at the 
 RESTART_AT (an exception out of step_fn, so nothing after the step's start runs), and its
 train called again in the same folder: a resume at a step number written in the code
 (`step = 11`) resumes right once only. The first record of the resumed run that differs from
-the uninterrupted run's names the piece of state the checkpoint lost.
+the uninterrupted run's names the piece of state the checkpoint lost; ranks that resume at
+different steps (one from a checkpoint, another from none) are told so at the restart's first
+step, before their all-reduces pair different steps.
 
 The files train writes, renames, reads and resolves are watched (torch.save, open(),
 os.replace, os.rename, os.readlink, os.path.realpath, shutil copies; low-level os.open/os.write
@@ -87,6 +89,16 @@ class _Stopped(BaseException):
     killed, and is called again. A BaseException, so that an answer's `except Exception` lets it through."""
 
 
+class _Apart(BaseException):
+    """Raised by step_fn on every rank at the restart's first step where the ranks start it at different steps (one
+    resumed from a checkpoint, another from none): their all-reduces would pair different steps. `starts`: each
+    rank's first step."""
+
+    def __init__(self, starts: list[int]):
+        super().__init__(starts)
+        self.starts = starts
+
+
 def _path(f) -> str | None:
     """The absolute path that `f` (a path, or a file object opened on one) names, else None (a buffer, a file
     descriptor, bytes)."""
@@ -113,7 +125,8 @@ def _train_runner(rank: int, train, directory: str, total_steps: int, crash_at: 
     and resolved (os.readlink, os.path.realpath), in order, "stopped": whether the stop came}. Each record and event
     holds `call` (0; 1 after the stop at `restart_at`), each event `done` (the steps its call had done). A read before
     the first step of a call holds `content`, the file's first _CONTENT bytes; a resolve holds `target`, the name the
-    link points to (its last part); a torch.save into a file object that a watched open() opened holds `opened`."""
+    link points to (its last part); a torch.save into a file object that a watched open() opened holds `opened`.
+    Where the ranks start the restart at different steps, it stops there and holds `starts`, each rank's first step."""
     records: list[dict] = []
     events: list[dict] = []
     call = {"call": 0, "before": 0}   # which call of train, and the records before it
@@ -124,6 +137,12 @@ def _train_runner(rank: int, train, directory: str, total_steps: int, crash_at: 
             os.kill(os.getpid(), signal.SIGKILL)  # like the out-of-memory killer: no exception, no cleanup
         if restart_at is not None and call["call"] == 0 and step == restart_at:
             raise _Stopped
+        if restart_at is not None and call["call"] == 0 and not records:   # the restart's first step, on every rank
+            starts = torch.zeros(dist.get_world_size(), dtype=torch.int64)
+            starts[rank] = int(step)
+            dist.all_reduce(starts)
+            if len(set(starts.tolist())) > 1:
+                raise _Apart(starts.tolist())
         record = {"step": int(step), "call": call["call"], "x": x.detach().clone(), "params": _flat(model.parameters()),
                   "momentum": _momentum(model, optimizer), "rng": torch.get_rng_state()}
         optimizer.zero_grad()
@@ -216,6 +235,8 @@ def _train_runner(rank: int, train, directory: str, total_steps: int, crash_at: 
             call.update(call=1, before=len(records))
             call_case(train, f"{case}, called again after its stop at step {restart_at}", rank, directory,
                       total_steps, step_fn)
+        except _Apart as apart:
+            return {"records": records, "events": events, "stopped": False, "starts": apart.starts}
     finally:
         torch.save, os.replace, os.rename = save, replace, rename
         os.readlink, os.path.realpath = readlink, realpath
@@ -241,6 +262,21 @@ def _killed_run(train, directory: str, timeout: float, name: str) -> None:
     raise CheckFailed(f"{name} finished although rank 1 was to be killed at step {CRASH_AT}: step_fn was never "
                       f"called with step={CRASH_AT} on rank 1. Call step_fn(step, model, optimizer, x, y) once "
                       f"for every step 0 .. total_steps - 1.")
+
+
+def _check_same_start(restarted: list[dict], saved: list[str], directory: str) -> None:
+    """Every rank of the restarted run must start at the same step (`_Apart`): say where each started, and which
+    files it read before that step."""
+    starts = restarted[0].get("starts")
+    if not starts:
+        return
+    loaded = _loaded(_events(restarted, directory))
+    said = "; ".join(f"rank {rank} at step {step}, " + (f"having read {sorted(loaded[rank])}" if loaded[rank] else
+                                                       "having read no file") for rank, step in enumerate(starts))
+    raise CheckFailed(f"after the crash the ranks resumed at different steps: {said} (the killed run left {saved} in "
+                      "`directory`): their all-reduces would pair different steps.\nHint: every rank must load a "
+                      "checkpoint at the start and resume from the step it records: each rank its own file, or every "
+                      "rank the file rank 0 wrote.")
 
 
 def _check_inside_directory(saved: list[str], runs: list[list[dict]], name: str) -> None:
@@ -656,6 +692,7 @@ def check_restartable(train, timeout: float = 60.0) -> None:
         saved = sorted(os.listdir(killed))
         restarted = run_on_ranks(_train_runner, (train, killed, TOTAL_STEPS, None, RESTART_AT), WORLD_SIZE, timeout,
                                  name)
+        _check_same_start(restarted, saved, killed)
         uninterrupted = run_on_ranks(_train_runner, (train, never, TOTAL_STEPS, None, None), WORLD_SIZE, timeout, name)
     resumed, reference = [run["records"] for run in restarted], [run["records"] for run in uninterrupted]
     files, reference_files = _events(restarted, killed), _events(uninterrupted, never)

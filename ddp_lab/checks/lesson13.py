@@ -15,10 +15,12 @@ Introduced in notebooks/13-plan-your-training-run.ipynb.
 
 from __future__ import annotations
 
+import dataclasses
 import decimal
 import functools
 import math
 import numbers
+import re
 
 from ddp_lab.checks import CheckFailed, passed
 from ddp_lab.checks.common import answer_raised, ensure_written, package_answer_used, two_numbers, watching_calls
@@ -119,8 +121,11 @@ def _model_state_hint(part: str, got: float, params: int, dp: int, zero: int, pr
         return (f"ZeRO stage {zero} keeps the {WORDS[part]} whole on every GPU: only stage {FIRST_SHARDED[part]} and "
                 f"above shard the {WORDS[part]} (1: optimizer state; 2: + gradients; 3: + parameters).")
     if dp > 1 and sharded and near(full):
-        return (f"ZeRO stage {zero} shards the {WORDS[part]} over the {dp} data-parallel GPUs: each keeps 1/dp of them, "
-                f"{params:_} * {per_param} / {dp} bytes.")
+        return (f"ZeRO stage {zero} shards the {WORDS[part]} over the {dp} data-parallel GPUs: each keeps 1/dp of "
+                f"them, {params:_} * {per_param} / {dp} bytes.")
+    if not sharded and near(want * 8):   # found at stage 0, where nothing is sharded
+        return (f"that is 8 times the right value: bits, not bytes. The {WORDS[part]} take {per_param} bytes per "
+                f"parameter in {precision!r} ({per_param * 8} bits).")
     if part == "optimizer":
         other = 8 if per_param == 12 else 12
         if near(want * other / per_param):
@@ -133,7 +138,8 @@ def _model_state_hint(part: str, got: float, params: int, dp: int, zero: int, pr
         return f"with mixed precision ({precision!r}) the {WORDS[part]} are 16-bit: 2 bytes per parameter, not 4."
     if part in ("params", "grads") and precision == "fp32" and near(want / 2):
         return f"in fp32 the {WORDS[part]} take 4 bytes per parameter, not 2."
-    return (f"the {WORDS[part]} cost {per_param} bytes per parameter in {precision!r} ((2, 2, 12) for bf16/fp16, "
+    costs = "costs" if part == "optimizer" else "cost"
+    return (f"the {WORDS[part]} {costs} {per_param} bytes per parameter in {precision!r} ((2, 2, 12) for bf16/fp16, "
             f"(4, 4, 8) for fp32), {'divided by dp' if sharded else 'whole'} at ZeRO stage {zero}: "
             f"{params:_} * {per_param}{f' / {dp}' if sharded else ''} / 10**9 GB.")
 
@@ -257,9 +263,17 @@ def check_choose_plan(choose_plan) -> None:
 PLAN_COMPARED = ("tokens_per_second", "time", "mfu", "memory", "fits", "margin")
 
 
+# what max() or min() of nothing says: before Python 3.12, and from 3.12 on
+EMPTY_MAX = re.compile(r"(max|min)\(\) (arg is an empty sequence|iterable argument is empty)")
+
+
 def _none_read_hint(error: Exception) -> str | None:
-    """The hint for an answer that read an attribute of None (the best plan so far, still None), or None where the
-    error is another one."""
+    """The hint for an answer that read an attribute of None (the best plan so far, still None), or that took max()
+    or min() of an empty sequence (the plans that fit, none), or None where the error is another one."""
+    if isinstance(error, ValueError) and (empty := EMPTY_MAX.fullmatch(str(error))):
+        return (f"{empty.group(1)}() was given no items: where they are the plans your search kept (those that fit), "
+                "none of the candidates it tried fits this run. plan.search(model, cluster, top=1, "
+                "global_batch=global_batch), run in a cell of its own, shows one that does.")
     if not isinstance(error, AttributeError) or getattr(error, "obj", ...) is not None:
         return None
     if error.name == "strategy":   # best = None ... return best.strategy
@@ -312,6 +326,9 @@ TIME_PARTS = {"compute": "compute", "tp_comm": "TP communication", "bubble": "th
               "pp_comm": "PP communication", "dp_comm_exposed": "exposed DP communication",
               "overlap_slowdown": "the overlap slowdown"}
 STRATEGY_FIELDS = ("dp", "tp", "pp", "zero", "micro_batch", "recompute", "sequence_parallel")
+# then every other field a plan may set (precision, attention, schedule, ...); grad_accum follows from dp, micro_batch
+OTHER_FIELDS = tuple(field.name for field in dataclasses.fields(Strategy)
+                     if field.name not in STRATEGY_FIELDS and field.name != "grad_accum")
 
 
 def _slower(chosen, best) -> str:
@@ -321,7 +338,8 @@ def _slower(chosen, best) -> str:
     parts = ", ".join(f"{label} {getattr(chosen.time, part):.3g} vs {getattr(best.time, part):.3g}"
                       for part, label in TIME_PARTS.items())
     fields = ", ".join(f"{field}={getattr(best.strategy, field)!r} (yours {getattr(chosen.strategy, field)!r})"
-                       for field in STRATEGY_FIELDS if getattr(best.strategy, field) != getattr(chosen.strategy, field))
+                       for field in STRATEGY_FIELDS + OTHER_FIELDS
+                       if getattr(best.strategy, field) != getattr(chosen.strategy, field))
     return (f"step time in seconds, yours vs the best: {parts}; most of the difference is {TIME_PARTS[worst]}. "
             f"The best plan has {fields}: either your search never tried those values, or it tried them and kept "
             f"another plan (keep the highest tokens_per_second among the plans that fit); one within "
