@@ -67,6 +67,7 @@ PREDICTED = {
     'OLMo-core 8B Llama, 8 H100s, FP8': 11379.0,
     'OLMo-core 13B, 8 H100s': 4806.1,
     'OLMo-core 13B, 8 H100s, FP8': 6573.3,
+    'JAX-Toolbox MaxText Llama 2 7B FSDP, 8 H100s': 10251.0,
 }
 
 

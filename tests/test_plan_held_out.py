@@ -227,15 +227,17 @@ def test_every_held_aside_source_begins_with_its_repository():
 
 def test_the_held_aside_h100_runs_of_nvidia_stacks_all_come_out_slow_and_the_others_scatter(outcomes):
     """What docs/planner.md, README, lesson 13 and fit_to_run.py say of the held-aside part: every H100 run of
-    NVIDIA's stacks (DGX Cloud's NeMo and MaxText recipes, NeMo Automodel) predicted 10-36 % slower than it ran (one
-    bias, not scatter); OLMo-core's PyTorch FSDP runs on H100s miss less and both ways (six slow by 8-19 %, the
+    NVIDIA's stacks (DGX Cloud's NeMo and MaxText recipes, NeMo Automodel, JAX-Toolbox's MaxText) predicted slower
+    than it ran, 10-36 % but for JAX-Toolbox's one-node run (9.8 %): one bias, not scatter; OLMo-core's PyTorch FSDP runs on H100s miss less and both ways (six slow by 8-19 %, the
     13B runs fast, median 10.6 %); the A100 and GB200 runs within 16 % either way."""
     aside = [r for r in outcomes if r.split == ASIDE]
     nvidia = [r.error for r in aside if r.run.gpu == "h100-sxm" and r.run.source.startswith("NVIDIA")]
     olmo = [r.error for r in aside if r.run.source.startswith("allenai/OLMo-core")]
     others = [r.error for r in aside if r.run.gpu != "h100-sxm"]
     assert len(nvidia) + len(olmo) + len(others) == len(aside)
-    assert len(nvidia) == 23 and all(-0.36 < error < -0.10 for error in nvidia), sorted(nvidia)
+    jax_toolbox = [r.error for r in aside if r.run.source.startswith("NVIDIA/JAX-Toolbox")]
+    assert len(nvidia) == 24 and all(-0.36 < error < -0.10 for error in nvidia if error not in jax_toolbox)
+    assert len(jax_toolbox) == 1 and -0.10 < jax_toolbox[0] < -0.09, jax_toolbox
     assert len(olmo) == 8 and min(olmo) < -0.15 and max(olmo) > 0.15, sorted(olmo)
     assert sum(error < 0 for error in olmo) == 6 and all(-0.20 < error < -0.08 for error in olmo if error < 0)
     assert all(r.error > 0 for r in aside if r.run.name.startswith("OLMo-core 13B"))

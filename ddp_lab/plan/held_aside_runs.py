@@ -25,9 +25,13 @@ Sources:
                 figure with the src/scripts/train/*.py script, model config and Makefile of the commit that wrote
                 it (8c03ca8a2, 310866e45, 41400c46f, e27ba7455; September-November 2024); added after the
                 planner's mechanics and constants were fixed
-Which rows: all eight of OLMo-core's table. Which columns: of each dgxc table, its smallest GPU count and, where the
-table reaches it, 2,048 GPUs (the end of its weak scaling); of the GB200 tables, which stop at 512, the smallest. A
-column whose configuration (model, GPU, parallel sizes, precision) held_out_runs.RUNS already has is not repeated.
+    jax-toolbox NVIDIA/JAX-Toolbox rosetta/rosetta/projects/maxtext/README.md, "Configs" (commit 5a25a14, 2024-05-01:
+                MaxText on JAX, the 24.04 containers), with the scripts/example_slurm.sub of the same commit; added
+                after the planner's mechanics and constants were fixed
+Which rows: all eight of OLMo-core's table; JAX-Toolbox's MaxText table (its one row). Which columns: of each dgxc
+table, its smallest GPU count and, where the table reaches it, 2,048 GPUs (the end of its weak scaling); of the
+GB200 tables, which stop at 512, the smallest. A column whose configuration (model, GPU, parallel sizes, precision)
+held_out_runs.RUNS already has is not repeated.
 
 Rules for what a source leaves unstated (as held_out_runs.py): NeMo's distributed optimizer is ZeRO-1; FSDP that
 does not reshard after forward is ZeRO-2, FSDP that does is ZeRO-3; a partial recomputation is planned as the
@@ -56,8 +60,12 @@ throughput is 8,192 x 512 / step time, half the global batch its table gives); M
 groups of 128 replicated, HSDP); the GB200 strong-scaling tables; the releases after v25.05.04 (recipes without
 figures) and the other releases before it (one release per table); the columns that repeat a held_out_runs
 configuration (Llama 3 8B CP 2 on 8, Llama 3 70B TP 4 x PP 8 on 64 and GPT-3 175B TP 4 x PP 8 on 128 H100s, FP8).
-Automodel: DeepSeek V3 and Kimi K2 (multi-head latent attention), the Nemotron V3 rows of its later versions (Mamba
-layers), the LoRA rows (adapters not modelled).
+JAX-Toolbox's Pax tables (rosetta/rosetta/projects/pax/README.md): the activation checkpoint policy of the table's
+runs is not stated (configs.py's GPT5B saves matmul outputs without batch dimensions, its GPT175B inherits
+SAVE_NOTHING, the benchmark scripts' Synthetic*Ckpt configs other policies), nor which of Transformer Engine's
+layers such a policy saves; its LLaMA rows are fine-tuning (SFT, LoRA). Automodel: DeepSeek V3 and Kimi K2 (multi-
+head latent attention), the Nemotron V3 rows of its later versions (Mamba layers), the LoRA rows (adapters not
+modelled).
 
 Read by held_out.py, whose table notebooks/13-plan-your-training-run.ipynb prints (docs/planner.md, "Held-out
 validation").
@@ -65,7 +73,8 @@ validation").
 
 from __future__ import annotations
 
-from ddp_lab.plan.held_out_runs import GPT3_175B, GPT_OSS_120B, LLAMA, QWEN3_30B_A3B, TE, HeldOutRun, _llama3
+from ddp_lab.plan.held_out_runs import (GPT3_175B, GPT_OSS_120B, LLAMA, LLAMA2_7B, QWEN3_30B_A3B, TE, HeldOutRun,
+                                        _llama3)
 
 # ---- model shapes (the configs the sources run) ------------------------------------------------------------------
 # Nemotron-4 (NeMo nemo/collections/llm/gpt/model/nemotron.py, Nemotron4Config15B/340B): squared-ReLU FFN of two
@@ -149,6 +158,21 @@ OLMO_CORE_NOTE = ("src/scripts/train/{script}.py at that commit: FSDP2 (DataPara
                   "10,499)")
 OLMO_CORE_FP8 = ("; FP8 = the script's Float8Config (torchao Float8Linear, dynamic tensorwise scaling, FP8 "
                  "all-gather of the weights; the output layer w_out stays bf16): the planner's FP8")
+
+JAX_TOOLBOX_MAXTEXT = ("NVIDIA/JAX-Toolbox rosetta/rosetta/projects/maxtext/README.md (commit 5a25a14, "
+                       "2024-05-01), 'Configs', LLaMA table, 7B row: H100 80G SXM, BF16, 8 GPUs, BS/GPU 2, FSDP "
+                       "8, step time 0.721 s")
+JAX_TOOLBOX_MAXTEXT_NOTE = ("scripts/example_slurm.sub at that commit (MaxText on "
+                            "ghcr.io/nvidia/jax:maxtext-2024-04-15, one node): model_name=llama2-7b, "
+                            "per_device_batch_size=2, max_target_length=4096, synthetic data, scan_layers=false, "
+                            "attention=cudnn_flash_te with NVTE_FUSED_ATTN=1 (cuDNN's attention, flash_kernel "
+                            "cudnn); remat_policy=minimal_flash saves every matmul without batch dimensions (the "
+                            "projections and the FFN) and the attention output, recomputing only elementwise "
+                            "work: planned as no recomputation; FSDP over the 8 GPUs gathers the weights again "
+                            "for backward (ZeRO-3); MaxText keeps fp32 weights (base.yml weight_dtype) and "
+                            "computes in bf16: in which precision XLA gathers them is not stated (bf16 mixed "
+                            "precision, as the DGXC MaxText rows); XLA's fusion and collective pipelining not "
+                            "modelled" + H100_NETWORK)
 
 NEMO = dict(zero=1, overlap_param_gather=True, **TE)
 TP_OVERLAP = dict(sequence_parallel=True, tp_comm_overlap=True)
@@ -306,4 +330,8 @@ RUNS: list[HeldOutRun] = [
           ("13B", OLMO_13B, "OLMo-13B", 1, 2048, "the fused loss", (
               ("", "BF16", {}, 4600, "8c03ca8a2"), (", FP8", "BF16/FP8", dict(precision="fp8"), 5500, "310866e45"))))
       for label, table, precision, published, commit in rows],
+    # ---- FSDP/data-parallel, H100 (JAX-Toolbox MaxText) ----------------------------------------------------------
+    HeldOutRun("JAX-Toolbox MaxText Llama 2 7B FSDP, 8 H100s", JAX_TOOLBOX_MAXTEXT + "; 8 GPUs, GBS 16",
+               LLAMA2_7B, dict(dp=8, zero=3, micro_batch=2, grad_accum=1, **TE), "h100-sxm", "tokens_per_gpu",
+               _tokens_per_gpu(22.19 * 4096, 8), JAX_TOOLBOX_MAXTEXT_NOTE),
 ]
