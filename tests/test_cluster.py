@@ -71,9 +71,20 @@ def there(folder) -> tuple[str, ...]:
 
 
 @pytest.fixture(scope="module")
-def cluster():
-    with ddp_lab.Cluster(2, backend="gloo") as live:
-        yield live
+def _module_cluster():
+    """The module's tests share one live cluster ([it]: replaced by `cluster` where a test left it shut down)."""
+    held = [ddp_lab.Cluster(2, backend="gloo")]
+    yield held
+    held[0].shutdown()
+
+
+@pytest.fixture
+def cluster(_module_cluster):
+    """The shared live cluster; a fresh one where an earlier test's failure shut it down, so that one failure is
+    reported once, not again by every test after it."""
+    if not _module_cluster[0].alive:
+        _module_cluster[0] = ddp_lab.Cluster(2, backend="gloo")
+    return _module_cluster[0]
 
 
 def test_namespaces_persist_across_commands(cluster, capsys):
@@ -544,6 +555,22 @@ def test_a_stopped_cell_keeps_what_its_ranks_drew_and_one_bad_figure_loses_only_
     assert "[rank 0] ddp_lab: figure 1 of 2 could not be drawn (ValueError: bad draw); the others are shown" in \
         capsys.readouterr().err
     assert cluster.alive
+
+
+def test_the_stop_button_inside_a_finalizer_still_stops_the_cell(cluster, capsys, tmp_path):
+    """The stop button's KeyboardInterrupt can land in a `__del__` or a weakref callback (matplotlib's transforms
+    have them), which the garbage collector runs between any two bytecodes; Python drops an exception raised there
+    ("Exception ignored in ..."), and the cell ran on until the cluster was shut down. Here both ranks wait inside
+    a finalizer for the press: the cell still ends with the KeyboardInterrupt and the cluster stays."""
+    marks = there(tmp_path)
+    press_stop_when(*marks)
+    with pytest.raises(KeyboardInterrupt):
+        cluster.run_code(f"import os, time\nclass Held:\n    def __del__(self):\n"
+                         f"        if not os.path.exists(f'{tmp_path}/{{rank}}'):\n"
+                         f"            open(f'{tmp_path}/{{rank}}', 'w').close()\n            time.sleep(10)\n"
+                         f"for step in range(200):\n    Held()\n    time.sleep(0.05)")
+    assert "Exception ignored" not in capsys.readouterr().err
+    assert cluster.alive and cluster.run_code("step") == [0, 0]
 
 
 def test_after_a_failure_a_rank_that_waits_in_a_collective_for_it_is_stuck(monkeypatch):

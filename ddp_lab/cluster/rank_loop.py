@@ -18,6 +18,7 @@ import linecache
 import os
 import signal
 import sys
+import threading
 import types
 
 import cloudpickle
@@ -40,6 +41,18 @@ def _interrupt_the_command(signum, frame) -> None:
     """
     if _in_command:
         raise KeyboardInterrupt
+
+
+def _interrupt_again_if_swallowed(unraisable) -> None:
+    """sys.unraisablehook on a rank: where the stop button's KeyboardInterrupt landed inside a finalizer or a weakref
+    callback (a `__del__`, matplotlib's transform callbacks; the garbage collector runs them between any two
+    bytecodes of the cell), Python prints "Exception ignored in ..." and drops it, and the cell ran on. Here it is
+    sent again, 10 ms later, from a thread, so that it lands in the cell's own code (or, by chance in another
+    finalizer, comes back here). Any other unraisable exception goes to Python's hook."""
+    if _in_command and isinstance(unraisable.exc_value, KeyboardInterrupt):
+        threading.Timer(0.01, os.kill, (os.getpid(), signal.SIGINT)).start()
+        return
+    sys.__unraisablehook__(unraisable)
 
 
 def _run_source(source: str, filename: str, namespace: dict):
@@ -149,6 +162,7 @@ def serve(rank: int, status_folder: str | None = None) -> None:
     channel = control_channel()
     namespace = cell_namespace(rank, dist.get_world_size())
     signal.signal(signal.SIGINT, _interrupt_the_command)
+    sys.unraisablehook = _interrupt_again_if_swallowed
     os.environ["MPLBACKEND"] = FIGURES_BACKEND   # a cell's figures travel to the notebook (rank_figures.py)
     _record(status_folder, rank, None)
     while True:
