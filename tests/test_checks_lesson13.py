@@ -63,6 +63,12 @@ def in_bits(params, dp, zero, precision):
     return _states(params, dp, zero, tuple(8 * size for size in PER_PARAM[precision]))
 
 
+def every_byte_under_params(params, dp, zero, precision):
+    """All 16 bytes of a bf16 parameter (2 + 2 + 12) counted under 'params' too: 8 times its 2 bytes, not bits."""
+    states = _states(params, dp, zero, PER_PARAM[precision])
+    return {**states, "params": sum(states.values())} if precision != "fp32" else states
+
+
 def optimizer_of_16_bytes(params, dp, zero, precision):
     """Counts the fp32 gradient copy in the optimizer state too: 16 bytes per parameter."""
     return _states(params, dp, zero, (2, 2, 16) if precision != "fp32" else PER_PARAM[precision])
@@ -136,6 +142,9 @@ def test_model_states_accepts_numbers_of_any_kind(capsys):
     (in_bytes, r"(?s)\['params'\] is 1.5e\+10 GB.*that is bytes: return GB"),
     (in_bits, r"(?s)zero=0, precision='bf16'\)\['params'\] is 120 GB, expected 15 GB.*that is 8 times the right "
               r"value: bits, not bytes. The parameters take 2 bytes per parameter in 'bf16' \(16 bits\)"),
+    # 16 bytes where 2 belong is 8 times the right value too, but grads and optimizer are right: not bits
+    (every_byte_under_params, r"(?s)zero=0, precision='bf16'\)\['params'\] is 120 GB, expected 15 GB(?!.*bits).*"
+                              r"the parameters cost 2 bytes per parameter"),
     (optimizer_of_16_bytes, r"(?s)\['optimizer'\] is 120 GB, expected 90 GB.*the optimizer state costs 12 bytes per "
                             r"parameter in 'bf16'"),
     (rounded_for_display, r"(?s)zero=1, precision='bf16'\)\['optimizer'\] is 1.41 GB, expected 1.40625 GB.*that is the "

@@ -30,7 +30,7 @@ DILOCO_HINTS = ("wrong sign", "summed, not averaged", "starts again every round"
                 "ended with the weights it started from", "θ_global is the model's own parameters",
                 "not zero in the first round", "θ_global never moved", "called no collective",
                 "Δ to one rank (dist.reduce)", "LocalSGD's step", "the outer SGD has no momentum",
-                "inside the loop over parameters", "nothing was trained")
+                "inside the loop over parameters", "no training reached the final weights")
 ZERO_DELTA = ("pseudo-gradient your replicas all-reduced was zero, so the outer step had nothing to apply. θ_global − "
               "θ_local is zero when θ_global is the model's own parameters")
 RECOVER_HINTS = ("sent from rank 0, the recovering one", "sent from rank 1, the recovering one",
@@ -191,7 +191,7 @@ DILOCO_ANSWERS = [({}, None), ({"sign": -1.0}, "wrong sign"), ({"mean": False}, 
                   ({"step_per_param": True}, "the outer step ran inside the loop over parameters"),
                   # a body of `...`: nothing sent and nothing trained, not 'each took its outer step alone'
                   ({"noop": True}, "rank 0 ended with the weights it started from, and no replica called a "
-                                   "collective: nothing was trained")]
+                                   "collective: no training reached the final weights")]
 
 
 def _run_diloco_answers(rank: int) -> list:

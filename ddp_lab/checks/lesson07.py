@@ -28,8 +28,9 @@ from ddp_lab.checks import CheckFailed, passed
 from ddp_lab.checks.common import (answer_raised, call_case, describe, ensure_written, first_mismatch, groups_of,
                                    judge_in_order, only_point_to_point, package_answer_used, refuse_written_divisor,
                                    run_on_ranks, two_numbers, watching_calls, with_a_note)
-from ddp_lab.checks.p2p_log import (SENDS, call_in_words, log_path, logging_point_to_point, non_neighbour_calls,
-                                   read_log, read_logs, receives_never_waited, segfaulted, stuck_receives, waits)
+from ddp_lab.checks.p2p_log import (SENDS, calls_never_waited, log_path, logging_point_to_point,
+                                   non_neighbour_calls, read_log, read_logs, receives_never_waited, segfaulted,
+                                   stuck_receives, waits)
 from ddp_lab.course.pipeline_parallel import schedules
 from ddp_lab.course.pipeline_parallel.schedules import Span, gpipe_actions, ideal_timeline, one_f_one_b_actions
 
@@ -106,15 +107,8 @@ def _stage_runner(rank: int, one_f_one_b_stage, log_directory: str, case: Case) 
     return {"grads": [None if p.grad is None else p.grad.clone() for p in stage.parameters()],
             "losses": losses, "peak": stage.peak, "forwards": stage.forwards,
             "wrong_peers": non_neighbour_calls({rank: logged}, case.stages) if logged is not None else [],
-            "never_waited": _never_waited(rank, logged[0]) if logged is not None else [],
+            "never_waited": calls_never_waited(rank, logged[0]) if logged is not None else [],
             **({"returned": odd} if odd else {})}
-
-
-def _never_waited(rank: int, calls: list) -> list[str]:
-    """Each isend or irecv among a rank's logged calls (`p2p_log.read_log`) whose request the answer never called
-    waited for (RequestWatcher), in words: "rank 1's call 4, dist.isend with dst=2"."""
-    return [call_in_words(rank, index, call) for index, call in enumerate(calls, 1)
-            if call.op in ("isend", "irecv") and not call.waited]
 
 
 def _losses(returned) -> tuple[list[float], str | None]:

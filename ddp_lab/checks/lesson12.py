@@ -135,14 +135,14 @@ def _train_runner(rank: int, train, directory: str, total_steps: int, crash_at: 
     def step_fn(step, model, optimizer, x, y):
         if crash_at is not None and rank == 1 and step == crash_at:
             os.kill(os.getpid(), signal.SIGKILL)  # like the out-of-memory killer: no exception, no cleanup
-        if restart_at is not None and call["call"] == 0 and step == restart_at:
-            raise _Stopped
         if restart_at is not None and call["call"] == 0 and not records:   # the restart's first step, on every rank
             starts = torch.zeros(dist.get_world_size(), dtype=torch.int64)
             starts[rank] = int(step)
             dist.all_reduce(starts)
             if len(set(starts.tolist())) > 1:
                 raise _Apart(starts.tolist())
+        if restart_at is not None and call["call"] == 0 and step == restart_at:
+            raise _Stopped
         record = {"step": int(step), "call": call["call"], "x": x.detach().clone(), "params": _flat(model.parameters()),
                   "momentum": _momentum(model, optimizer), "rng": torch.get_rng_state()}
         optimizer.zero_grad()
@@ -273,10 +273,13 @@ def _check_same_start(restarted: list[dict], saved: list[str], directory: str) -
     loaded = _loaded(_events(restarted, directory))
     said = "; ".join(f"rank {rank} at step {step}, " + (f"having read {sorted(loaded[rank])}" if loaded[rank] else
                                                        "having read no file") for rank, step in enumerate(starts))
+    hint = ("every rank must load a checkpoint at the start and resume from the step it records: each rank its own "
+            "file, or every rank the file rank 0 wrote" if not all(loaded[rank] for rank in range(len(starts))) else
+            "every rank read a checkpoint, but they record different steps: the kill came after one rank's save and "
+            "before another's. Save at the same steps on every rank and let no rank go on until every save is done "
+            "(dist.barrier() after saving), or have every rank load the one file rank 0 wrote")
     raise CheckFailed(f"after the crash the ranks resumed at different steps: {said} (the killed run left {saved} in "
-                      "`directory`): their all-reduces would pair different steps.\nHint: every rank must load a "
-                      "checkpoint at the start and resume from the step it records: each rank its own file, or every "
-                      "rank the file rank 0 wrote.")
+                      f"`directory`): their all-reduces would pair different steps.\nHint: {hint}.")
 
 
 def _check_inside_directory(saved: list[str], runs: list[list[dict]], name: str) -> None:

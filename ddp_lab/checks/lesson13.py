@@ -75,6 +75,9 @@ def check_model_states_gb(per_gpu_model_states_gb) -> None:
         if not isinstance(got, dict) or set(got) != set(PARTS):
             raise CheckFailed(f"{case} returned {str(got)[:100]}; expected a dict with the keys {list(PARTS)} "
                               f"(GB on one GPU), e.g. {_show(want)}.")
+        in_bits = all(isinstance(got[part], (numbers.Real, decimal.Decimal)) and not isinstance(got[part], bool) and
+                      math.isclose(float(got[part]), 8 * want[part], rel_tol=1e-6) for part in PARTS
+                      if zero < FIRST_SHARDED[part])   # every part kept whole is 8 times its bytes
         for part in PARTS:
             value = got[part]
             # Decimal is no numbers.Real (it refuses float arithmetic) but is a number of GB all the same
@@ -82,7 +85,7 @@ def check_model_states_gb(per_gpu_model_states_gb) -> None:
                 raise CheckFailed(f"{case}[{part!r}] is {type(value).__name__} {value!r}; expected a number of GB.")
             value = float(value)   # a Fraction, a Decimal or a numpy float is a number of GB too
             if not math.isclose(value, want[part], rel_tol=1e-9):
-                hint = _model_state_hint(part, value, params, dp, zero, precision)
+                hint = _model_state_hint(part, value, params, dp, zero, precision, in_bits)
                 shown, expected = two_numbers(value, want[part])
                 raise CheckFailed(f"{case}[{part!r}] is {shown} GB, expected {expected} GB.\nHint: {hint}")
     passed(f"{name} equals the planner's model_state_bytes for ZeRO 0-3, dp 1-256, bf16 and fp32 "
@@ -93,7 +96,9 @@ def _show(values: dict) -> str:
     return "{" + ", ".join(f"{k!r}: {v:.4g}" for k, v in values.items()) + "}"
 
 
-def _model_state_hint(part: str, got: float, params: int, dp: int, zero: int, precision: str) -> str:
+def _model_state_hint(part: str, got: float, params: int, dp: int, zero: int, precision: str,
+                      in_bits: bool = False) -> str:
+    """The hint for one wrong part; `in_bits`: every part the stage keeps whole came out 8 times its GB."""
     per_param = dict(zip(PARTS, (2, 2, 12) if precision != "fp32" else (4, 4, 8)))[part]
     sharded = zero >= FIRST_SHARDED[part]
     full = params * per_param / GB
@@ -123,7 +128,7 @@ def _model_state_hint(part: str, got: float, params: int, dp: int, zero: int, pr
     if dp > 1 and sharded and near(full):
         return (f"ZeRO stage {zero} shards the {WORDS[part]} over the {dp} data-parallel GPUs: each keeps 1/dp of "
                 f"them, {params:_} * {per_param} / {dp} bytes.")
-    if not sharded and near(want * 8):   # found at stage 0, where nothing is sharded
+    if in_bits and not sharded and near(want * 8):
         return (f"that is 8 times the right value: bits, not bytes. The {WORDS[part]} take {per_param} bytes per "
                 f"parameter in {precision!r} ({per_param * 8} bits).")
     if part == "optimizer":

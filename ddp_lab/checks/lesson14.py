@@ -306,9 +306,9 @@ def _explain(failure) -> str | None:
     if "Split sizes doesn't match" in text or "split_sizes" in text:
         return SPLITS_HINT
     if "ProcessGroupGloo::alltoall: invalid tensor size" in text:
-        return ("gloo's dist.all_to_all (a list of tensors) takes blocks of one shape only, and the ranks' blocks "
-                "here have different numbers of rows: send them with one dist.all_to_all_single(output, input, "
-                "output_split_sizes, input_split_sizes).")
+        return ("gloo's dist.all_to_all (a list of tensors) takes blocks of one shape only, and this rank's blocks "
+                "(one per destination) have different numbers of rows: send them with one "
+                "dist.all_to_all_single(output, input, output_split_sizes, input_split_sizes).")
     return None
 
 

@@ -34,8 +34,8 @@ from ddp_lab.checks import CheckFailed, passed
 from ddp_lab.checks.common import (answer_raised, call_case, describe, ensure_written, failure_message, first_mismatch,
                                    gloo_size_abort, only_point_to_point, package_answer_used, refuse_written_modulus,
                                    stuck_line, timeout_message, watching_calls)
-from ddp_lab.checks.p2p_log import (RECEIVES, SENDS, Call, call_in_words, crashed_in, log_path, logging_point_to_point,
-                                   read_log)
+from ddp_lab.checks.p2p_log import (RECEIVES, SENDS, Call, calls_never_waited, crashed_in, log_path,
+                                   logging_point_to_point, read_log)
 from ddp_lab.course.context_parallel import layout, ring
 from ddp_lab.course.context_parallel.layout import block_entries
 from ddp_lab.course.context_parallel.online_softmax import block_attention, combine
@@ -54,7 +54,8 @@ ZIGZAG_ANSWERS = (layout.zigzag_chunks,)
 
 
 def _close(got, want, atol=1e-5, rtol=1e-4) -> bool:
-    return torch.is_tensor(got) and got.shape == want.shape and bool(torch.allclose(got, want, atol=atol, rtol=rtol))
+    return torch.is_tensor(got) and got.shape == want.shape and got.dtype == want.dtype and \
+        bool(torch.allclose(got, want, atol=atol, rtol=rtol))
 
 
 def _where(index: tuple) -> str:
@@ -556,13 +557,6 @@ def _own_block_hint(results, rank: int) -> str:
             "(block_attention(..., causal=True)).")
 
 
-def _receives_never_waited(logs: dict) -> list[str]:
-    """Each dist.irecv whose request a rank never waited for (`_read_ring_logs`'s logs, read after every rank
-    returned), in words: "rank 1's call 3, dist.irecv with src=0"."""
-    return [call_in_words(rank, number, call) for rank, (calls, _) in sorted(logs.items())
-            for number, call in enumerate(calls, 1) if call.op == "irecv" and not call.waited]
-
-
 def _judge_ring(name: str, results, logs: dict | None = None) -> None:
     """Compare what every rank of the ring returned and sent with one process; CheckFailed naming the mistake.
     `logs`: each rank's logged sends and receives (`_read_ring_logs`), where the ring ran with them: an irecv never
@@ -574,7 +568,8 @@ def _judge_ring(name: str, results, logs: dict | None = None) -> None:
         raise package_answer_used(name, called)
     backwards = all(result.get("steps") == [RING_SIZE - 1] for result in results)   # every send went to rank - 1
     results = [dict(result, out=_in_float32(result["out"])) for result in results]
-    never_waited = _receives_never_waited(logs or {})
+    never_waited = [said for rank, (calls, _) in sorted((logs or {}).items())
+                    for said in calls_never_waited(rank, calls, ("irecv",))]
     if never_waited:
         wrong = next((rank for rank in range(RING_SIZE) if not _close(results[rank]["out"], expected[rank])), None)
         said = ("every rank's output came out right in this run, by luck" if wrong is None else

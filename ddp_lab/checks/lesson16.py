@@ -109,8 +109,11 @@ def simulate_diloco(sign: float = 1.0, mean: bool = True, reset_outer: bool = Fa
     models = [make_model() for _ in range(replicas)]
     inner = [torch.optim.AdamW(m.parameters(), lr=INNER_LR) for m in models]
     global_params = [p.detach().clone() for p in models[0].parameters()]
-    make_outer = (lambda: torch.optim.SGD(global_params, lr=1.0)) if average_params else (     # noqa: E731
-        lambda: torch.optim.SGD(global_params, lr=OUTER_LR, momentum=momentum, nesterov=nesterov and momentum > 0))
+    def make_outer() -> torch.optim.SGD:
+        if average_params:   # lr 1, no momentum: θ_global steps to the mean of θ_local
+            return torch.optim.SGD(global_params, lr=1.0)
+        return torch.optim.SGD(global_params, lr=OUTER_LR, momentum=momentum, nesterov=nesterov and momentum > 0)
+
     outer = make_outer()
     data = [replica_batches(rank, inner_steps * rounds) for rank in range(replicas)]
     for step in range(inner_steps * rounds):
@@ -392,13 +395,15 @@ def _zero_from_round_two(results, rounds: int) -> str | None:
 
 def _untouched_hint(results, got: list, rank: int) -> str | None:
     """A hint only where the parameters and what was sent show it: rank `rank` ended with the starting weights and
-    no replica called a collective, so the answer trained nothing (a body of `...` or `pass`, say)."""
+    no replica called a collective, so no training reached them (a body of `...` or `pass`, or θ_global copied back
+    without an outer step)."""
     if any(result["sent"] for result in results) or not _same(got, list(make_model().parameters())):
         return None
-    return (f"rank {rank} ended with the weights it started from, and no replica called a collective: nothing "
-            "was trained. Each round: inner_steps steps of an inner torch.optim.AdamW over the model, then the outer "
-            "step, the pseudo-gradient θ_global − θ_local averaged over the replicas (dist.all_reduce) as the .grad of "
-            "θ_global for a torch.optim.SGD(nesterov=True) made once, and θ_global copied into the model")
+    return (f"rank {rank} ended with the weights it started from, and no replica called a collective: no training "
+            "reached the final weights (nothing was trained, or θ_global, never stepped, was copied back). Each "
+            "round: inner_steps steps of an inner torch.optim.AdamW over the model, then the outer step, the "
+            "pseudo-gradient θ_global − θ_local averaged over the replicas (dist.all_reduce) as the .grad of θ_global "
+            "for a torch.optim.SGD(nesterov=True) made once, and θ_global copied into the model")
 
 
 def _never_moved_hint(results, got: list, rank: int) -> str | None:

@@ -226,6 +226,13 @@ def waits(logs: dict[int, tuple[list[Call], bool]], stuck: dict[int, str | None]
     return said
 
 
+def calls_never_waited(rank: int, calls: list[Call], ops: tuple[str, ...] = ("isend", "irecv")) -> list[str]:
+    """Each call of `ops` among rank `rank`'s logged calls (`read_log`) whose request was never waited for, in
+    words (`call_in_words`): lesson 07 refuses unwaited isends and irecvs, lesson 15 unwaited irecvs."""
+    return [call_in_words(rank, number, call) for number, call in enumerate(calls, 1)
+            if call.op in ops and not call.waited]
+
+
 def receives_never_waited(calls: dict[int, list[Call]], noun: str = "requests") -> str | None:
     """'rank 0 waited for none of its 2 dist.irecv requests' for each rank ({rank: its calls}) that started irecvs
     and called wait() on none of them; None if there is none. A rank that waits on some and not (yet) on others,
