@@ -159,7 +159,7 @@ def test_family_median_within_the_goal(outcomes, key):
         pytest.fail(f"{FAMILIES[key]} now meets the goal (median {row.median:.1%}): add it to MEETS_GOAL")
 
 
-@pytest.mark.xfail(strict=True, reason="held-aside median 15.8 % over 37 runs on 2026-12-05 (goal 10 %)")
+@pytest.mark.xfail(strict=True, reason="held-aside median 15.5 % over 38 runs on 2026-12-05 (goal 10 %)")
 def test_overall_median_within_the_goal(outcomes):
     total = overall(outcomes)
     print(total)
@@ -227,16 +227,19 @@ def test_every_held_aside_source_begins_with_its_repository():
 
 def test_the_held_aside_h100_runs_of_nvidia_stacks_all_come_out_slow_and_the_others_scatter(outcomes):
     """What docs/planner.md, README, lesson 13 and fit_to_run.py say of the held-aside part: every H100 run of
-    NVIDIA's stacks (DGX Cloud's NeMo and MaxText recipes, NeMo Automodel, JAX-Toolbox's MaxText) predicted slower
-    than it ran, 10-36 % but for JAX-Toolbox's one-node run (9.8 %): one bias, not scatter; OLMo-core's PyTorch FSDP runs on H100s miss less and both ways (six slow by 8-19 %, the
-    13B runs fast, median 10.6 %); the A100 and GB200 runs within 16 % either way."""
+    NVIDIA's stacks (DGX Cloud's NeMo and MaxText recipes, NeMo Automodel, JAX-Toolbox's MaxText) predicted
+    slower than it ran, 10-35 % but for JAX-Toolbox's one-node run (9.8 %): one bias, not scatter; OLMo-core's
+    PyTorch FSDP runs on H100s miss less and both ways (six slow by 8-19 %, the 13B runs fast, median 10.6 %); the
+    A100 and GB200 runs within 16 % either way."""
     aside = [r for r in outcomes if r.split == ASIDE]
     nvidia = [r.error for r in aside if r.run.gpu == "h100-sxm" and r.run.source.startswith("NVIDIA")]
     olmo = [r.error for r in aside if r.run.source.startswith("allenai/OLMo-core")]
     others = [r.error for r in aside if r.run.gpu != "h100-sxm"]
     assert len(nvidia) + len(olmo) + len(others) == len(aside)
     jax_toolbox = [r.error for r in aside if r.run.source.startswith("NVIDIA/JAX-Toolbox")]
-    assert len(nvidia) == 24 and all(-0.36 < error < -0.10 for error in nvidia if error not in jax_toolbox)
+    others_of_nvidia = [r.error for r in aside if r.run.gpu == "h100-sxm" and r.run.source.startswith("NVIDIA")
+                        and not r.run.source.startswith("NVIDIA/JAX-Toolbox")]
+    assert len(nvidia) == 24 and all(-0.36 < error < -0.10 for error in others_of_nvidia), sorted(nvidia)
     assert len(jax_toolbox) == 1 and -0.10 < jax_toolbox[0] < -0.09, jax_toolbox
     assert len(olmo) == 8 and min(olmo) < -0.15 and max(olmo) > 0.15, sorted(olmo)
     assert sum(error < 0 for error in olmo) == 6 and all(-0.20 < error < -0.08 for error in olmo if error < 0)
