@@ -68,6 +68,7 @@ PREDICTED = {
     'OLMo-core 13B, 8 H100s': 4806.1,
     'OLMo-core 13B, 8 H100s, FP8': 6573.3,
     'JAX-Toolbox MaxText Llama 2 7B FSDP, 8 H100s': 10251.0,
+    'MaxText A3 Llama 2 7B FSDP, 8 H100s': 10418.0,
 }
 
 

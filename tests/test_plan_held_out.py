@@ -159,7 +159,7 @@ def test_family_median_within_the_goal(outcomes, key):
         pytest.fail(f"{FAMILIES[key]} now meets the goal (median {row.median:.1%}): add it to MEETS_GOAL")
 
 
-@pytest.mark.xfail(strict=True, reason="held-aside median 15.5 % over 38 runs on 2026-12-05 (goal 10 %)")
+@pytest.mark.xfail(strict=True, reason="held-aside median 15.3 % over 39 runs on 2026-12-05 (goal 10 %)")
 def test_overall_median_within_the_goal(outcomes):
     total = overall(outcomes)
     print(total)
@@ -226,16 +226,18 @@ def test_every_held_aside_source_begins_with_its_repository():
 
 
 def test_the_held_aside_h100_runs_of_nvidia_stacks_all_come_out_slow_and_the_others_scatter(outcomes):
-    """What docs/planner.md, README, lesson 13 and fit_to_run.py say of the held-aside part: every H100 run of
-    NVIDIA's stacks (DGX Cloud's NeMo and MaxText recipes, NeMo Automodel, JAX-Toolbox's MaxText) predicted
-    slower than it ran, 10-35 % but for JAX-Toolbox's one-node run (9.8 %): one bias, not scatter; OLMo-core's
-    PyTorch FSDP runs on H100s miss less and both ways (six slow by 8-19 %, the 13B runs fast, median 10.6 %); the
-    A100 and GB200 runs within 16 % either way."""
+    """What docs/planner.md, README, lesson 13 and fit_to_run.py say of the held-aside part: every H100 run of NVIDIA's
+    stacks (DGX Cloud's NeMo and MaxText recipes, NeMo Automodel, JAX-Toolbox's MaxText) predicted slower than it
+    ran, 10-35 % but for JAX-Toolbox's one-node run (9.8 %): one bias, not scatter (MaxText's own one-node run
+    too, 7.6 %); OLMo-core's PyTorch FSDP runs on H100s miss less and both ways (six slow by 8-19 %, the 13B runs
+    fast, median 10.6 %); the A100 and GB200 runs within 16 % either way."""
     aside = [r for r in outcomes if r.split == ASIDE]
     nvidia = [r.error for r in aside if r.run.gpu == "h100-sxm" and r.run.source.startswith("NVIDIA")]
     olmo = [r.error for r in aside if r.run.source.startswith("allenai/OLMo-core")]
+    maxtext = [r.error for r in aside if r.run.source.startswith("AI-Hypercomputer/maxtext")]
     others = [r.error for r in aside if r.run.gpu != "h100-sxm"]
-    assert len(nvidia) + len(olmo) + len(others) == len(aside)
+    assert len(nvidia) + len(olmo) + len(maxtext) + len(others) == len(aside)
+    assert len(maxtext) == 1 and -0.08 < maxtext[0] < -0.07, maxtext
     jax_toolbox = [r.error for r in aside if r.run.source.startswith("NVIDIA/JAX-Toolbox")]
     others_of_nvidia = [r.error for r in aside if r.run.gpu == "h100-sxm" and r.run.source.startswith("NVIDIA")
                         and not r.run.source.startswith("NVIDIA/JAX-Toolbox")]

@@ -28,10 +28,13 @@ Sources:
     jax-toolbox NVIDIA/JAX-Toolbox rosetta/rosetta/projects/maxtext/README.md, "Configs" (commit 5a25a14, 2024-05-01:
                 MaxText on JAX, the 24.04 containers), with the scripts/example_slurm.sub of the same commit; added
                 after the planner's mechanics and constants were fixed
-Which rows: all eight of OLMo-core's table; JAX-Toolbox's MaxText table (its one row). Which columns: of each dgxc
-table, its smallest GPU count and, where the table reaches it, 2,048 GPUs (the end of its weak scaling); of the
-GB200 tables, which stop at 512, the smallest. A column whose configuration (model, GPU, parallel sizes, precision)
-held_out_runs.RUNS already has is not repeated.
+    maxtext-a3  AI-Hypercomputer/maxtext MaxText/configs/a3/llama_2_7b/README.md (commit efb6d9e, 2024-04-12: Google
+                Cloud A3 VMs, 8 H100 80GB each), with the 1vm.sh and the MaxText code of the same commit; added after
+                the planner's mechanics and constants were fixed
+Which rows: all eight of OLMo-core's table; JAX-Toolbox's MaxText table (its one row); MaxText's A3 table, its 1-VM
+row. Which columns: of each dgxc table, its smallest GPU count and, where the table reaches it, 2,048 GPUs (the end
+of its weak scaling); of the GB200 tables, which stop at 512, the smallest. A column whose configuration (model,
+GPU, parallel sizes, precision) held_out_runs.RUNS already has is not repeated.
 
 Rules for what a source leaves unstated (as held_out_runs.py): NeMo's distributed optimizer is ZeRO-1; FSDP that
 does not reshard after forward is ZeRO-2, FSDP that does is ZeRO-3; a partial recomputation is planned as the
@@ -63,9 +66,10 @@ configuration (Llama 3 8B CP 2 on 8, Llama 3 70B TP 4 x PP 8 on 64 and GPT-3 175
 JAX-Toolbox's Pax tables (rosetta/rosetta/projects/pax/README.md): the activation checkpoint policy of the table's
 runs is not stated (configs.py's GPT5B saves matmul outputs without batch dimensions, its GPT175B inherits
 SAVE_NOTHING, the benchmark scripts' Synthetic*Ckpt configs other policies), nor which of Transformer Engine's
-layers such a policy saves; its LLaMA rows are fine-tuning (SFT, LoRA). Automodel: DeepSeek V3 and Kimi K2 (multi-
-head latent attention), the Nemotron V3 rows of its later versions (Mamba layers), the LoRA rows (adapters not
-modelled).
+layers such a policy saves; its LLaMA rows are fine-tuning (SFT, LoRA). MaxText's A3 table past one VM: data
+parallelism across VMs over FSDP in each (dcn_data_parallelism), HSDP, which the planner cannot express. Automodel:
+DeepSeek V3 and Kimi K2 (multi- head latent attention), the Nemotron V3 rows of its later versions (Mamba layers),
+the LoRA rows (adapters not modelled).
 
 Read by held_out.py, whose table notebooks/13-plan-your-training-run.ipynb prints (docs/planner.md, "Held-out
 validation").
@@ -175,6 +179,24 @@ JAX_TOOLBOX_MAXTEXT_NOTE = ("scripts/example_slurm.sub at that commit (MaxText o
                             "with bf16 gradients, as the DGXC MaxText rows (with fp32 gradients it is predicted "
                             "1 % slower, -10.5 %); XLA's fusion and collective pipelining not modelled" +
                             H100_NETWORK)
+
+MAXTEXT_A3 = ("AI-Hypercomputer/maxtext MaxText/configs/a3/llama_2_7b/README.md (commit efb6d9e, 2024-04-12), "
+              "'Llama2-7B' table, '1x A3 (h100-80gb-8)' row: 492 TFLOP/sec/chip; 8 GPUs, GBS 32")
+MAXTEXT_A3_NOTE = ("1vm.sh at that commit: model_name=llama2-7b, ici_fsdp_parallelism=8 (FSDP over the VM's 8 "
+                   "GPUs, ZeRO-3), per_device_batch_size=4, max_target_length=4096, synthetic data, "
+                   "scan_layers=false, attention=cudnn_flash_te with NVTE_FUSED_ATTN=1 (cuDNN's attention), "
+                   "remat_policy=minimal_flash (every matmul without batch dimensions and the attention output "
+                   "saved: planned as no recomputation); the figure is MaxText's own TFLOP count "
+                   "(maxtext_utils.calculate_tflops_training_per_device: 6 x parameters x tokens plus causal "
+                   "attention, 6 x heads x layers x head_dim x seq per token) over the step time, turned back "
+                   "into tokens per second with that count; base.yml keeps fp32 weights (weight_dtype) and, unset"
+                   " by the script, computes the output layer's logits in fp32 (logits_dot_in_fp32: not "
+                   "modelled); weight-gather and gradient precisions not stated: bf16 mixed precision, as the "
+                   "DGXC MaxText rows; the JAX version is not stated; XLA's fusion and collective pipelining not "
+                   "modelled" + H100_NETWORK)
+# MaxText's training FLOPs per token of Llama 2 7B at 4,096 tokens (calculate_tflops_training_per_device at efb6d9e):
+# 6 x its 6,738,415,616 parameters, plus causal attention, 6 x 32 heads x 32 layers x 128 x 4,096
+MAXTEXT_LLAMA2_7B_FLOPS_PER_TOKEN = 6 * 6_738_415_616 + 6 * 32 * 32 * 128 * 4096
 
 NEMO = dict(zero=1, overlap_param_gather=True, **TE)
 TP_OVERLAP = dict(sequence_parallel=True, tp_comm_overlap=True)
@@ -337,4 +359,7 @@ RUNS: list[HeldOutRun] = [
     HeldOutRun("JAX-Toolbox MaxText Llama 2 7B FSDP, 8 H100s", JAX_TOOLBOX_MAXTEXT + "; 8 GPUs, GBS 16",
                LLAMA2_7B, dict(dp=8, zero=3, micro_batch=2, grad_accum=1, **TE), "h100-sxm", "tokens_per_gpu",
                _tokens_per_gpu(22.19 * 4096, 8), JAX_TOOLBOX_MAXTEXT_NOTE),
+    HeldOutRun("MaxText A3 Llama 2 7B FSDP, 8 H100s", MAXTEXT_A3, LLAMA2_7B,
+               dict(dp=8, zero=3, micro_batch=4, grad_accum=1, **TE), "h100-sxm", "tokens_per_gpu",
+               492e12 / MAXTEXT_LLAMA2_7B_FLOPS_PER_TOKEN, MAXTEXT_A3_NOTE),
 ]
