@@ -102,6 +102,28 @@ def memory_activations_in_params(n_params, n_activations, world_size, strategy):
     return {**result, "params": result["params"] + result["activations"]}
 
 
+def memory_stub(n_params, n_activations, world_size, strategy):
+    raise NotImplementedError("start from the whole amounts")
+
+
+def memory_lesson_strategies_only(n_params, n_activations, world_size, strategy):
+    """Wrong: the lesson's version unchanged, which raises ValueError(strategy) for the ZeRO stages."""
+    if strategy in ("single", "data", "model"):
+        return memory_per_device(n_params, n_activations, world_size, strategy)
+    raise ValueError(strategy)
+
+
+def memory_no_zero3(n_params, n_activations, world_size, strategy):
+    """Wrong: a dict of the strategies' splits without 'zero3': a KeyError."""
+    split = {name: parts for name, parts in SPLIT.items() if name != "zero3"}
+    return memory_per_device(n_params, n_activations, world_size, strategy, split={**split, "x": split[strategy]})
+
+
+def memory_of_the_package(n_params, n_activations, world_size, strategy):
+    """Wrong: returns the package's own answer."""
+    return lesson01.memory_per_device(n_params, n_activations, world_size, strategy)
+
+
 def test_memory_accepts_the_right_answer(capsys):
     check_memory_per_device(memory_per_device)
     assert capsys.readouterr().out.startswith("✓ memory_per_device matches the reference")
@@ -141,6 +163,31 @@ def test_memory_accepts_the_right_answer(capsys):
 def test_memory_rejects(wrong, feedback):
     with pytest.raises(CheckFailed, match=feedback):
         check_memory_per_device(wrong)
+
+
+@pytest.mark.parametrize("wrong, feedback", [   # an answer that raises, or is not the learner's: a verdict
+    (memory_stub, r"^memory_stub is not written yet: it raised NotImplementedError\('start from the whole amounts'\)"),
+    (memory_lesson_strategies_only, r"(?s)^memory_lesson_strategies_only raised ValueError: zero1\nwhile computing "
+                                    r"memory_lesson_strategies_only\(1_200_000, 300_000, world_size=3, "
+                                    r"strategy='zero1'\)\..*\nHint: the answer has no case for strategy 'zero1': "
+                                    r"handle all six"),
+    (memory_no_zero3, r"(?s)^memory_no_zero3 raised KeyError: 'zero3'\n.*\nHint: the answer has no case for strategy "
+                      r"'zero3'"),
+    (memory_of_the_package, r"^memory_of_the_package calls ddp_lab\.course\.device_memory\.memory_per_device, the "
+                            r"package's own answer"),
+    (lesson01.memory_per_device, r"^memory_per_device is ddp_lab\.course\.device_memory\.memory_per_device, the "
+                                 r"package's own answer"),
+])
+def test_memory_names_an_answer_that_raises_or_is_the_package_s(wrong, feedback):
+    with pytest.raises(CheckFailed, match=feedback):
+        check_memory_per_device(wrong)
+
+
+def test_memory_names_the_optimizer_state_in_words():
+    with pytest.raises(CheckFailed, match=r"strategy='data'\)\['optimizer'\].*\nHint: under 'data' every device holds "
+                                          r"all the optimizer state: every device updates every weight"):
+        check_memory_per_device(lambda n_params, n_activations, world_size, strategy: memory_per_device(
+            n_params, n_activations, world_size, strategy, split={**SPLIT, "data": {"optimizer", "activations"}}))
 
 
 # --- data-parallel backward: the wrong answers (and a few right ones) in one launch of 2 ranks ----
@@ -366,6 +413,38 @@ def dp_first_layer_only(model, x, y):
         dist.all_reduce(p.grad)
 
 
+def dp_steps_the_optimizer(model, x, y):
+    """Wrong: the right gradients, then an SGD step, as the lesson's data_parallel_step took: the weights change."""
+    data_parallel_backward(model, x, y)
+    torch.optim.SGD(model.parameters(), lr=0.1).step()
+
+
+def dp_in_double(model, x, y):
+    """Wrong: the model converted to float64, so its gradients are float64."""
+    model.double()
+    x_shard, y_shard = _shard(x.double(), y.double())
+    (F.mse_loss(model(x_shard), y_shard) * len(x_shard) / len(x)).backward()
+    for p in model.parameters():
+        dist.all_reduce(p.grad)
+
+
+def dp_strided_shards(model, x, y):
+    """Right too: rank r takes samples r, r + N, ...; the summed losses divided by the whole batch."""
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    (F.mse_loss(model(x[rank::world_size]), y[rank::world_size], reduction="sum") / len(x)).backward()
+    for p in model.parameters():
+        dist.all_reduce(p.grad)
+
+
+def dp_bucket_copied_back(model, x, y):
+    """Right too: one flat tensor of the gradients all-reduced, the sum copied back into each p.grad."""
+    _share_backward(model, x, y)
+    flat = torch.cat([p.grad.flatten() for p in model.parameters()])
+    dist.all_reduce(flat)
+    for p, piece in zip(model.parameters(), flat.split([p.numel() for p in model.parameters()])):
+        p.grad.copy_(piece.view_as(p))
+
+
 def test_data_parallel_refuses_a_world_size_written_in_before_any_rank_starts(monkeypatch):
     monkeypatch.setattr(lesson01, "run_answers_on_ranks", None)   # starting ranks would raise TypeError
     with pytest.raises(CheckFailed, match=r"^dp_shards_for_two_ranks splits a tensor into 2, a number written in the "
@@ -432,8 +511,15 @@ DP_MISTAKES = [
     (dp_reduces_to_rank_0, r"^batch of 8 samples, rank 1, 0\.weight\.grad.*\nHint: rank 0 ends with the right "
                            r"gradient, rank 1 does not: dist\.reduce ran, and it leaves the result on its dst rank "
                            r"only"),
+    (dp_steps_the_optimizer, r"^batch of 8 samples, rank 0: the gradients are right, but dp_steps_the_optimizer "
+                             r"changed the model's weights \(0\.weight, 0\.bias, 2\.weight, 2\.bias differ from the "
+                             r"model it was given\)\.\nHint: compute the gradients only .*no optimizer\.step\(\)"),
+    # a float64 gradient is named, not compared with the float32 reference (torch.isclose raised in the judge)
+    (dp_in_double, r"^batch of 8 samples, rank 0, 0\.weight\.grad is torch\.float64, expected torch\.float32, the "
+                   r"dtype of the model's parameters as dp_in_double was given them\.\nHint: keep the model and its "
+                   r"gradients in the dtype they came in"),
 ]
-DP_RIGHT = (dp_looks_first, dp_waits_for_async, dp_checks_its_handles)
+DP_RIGHT = (dp_looks_first, dp_waits_for_async, dp_checks_its_handles, dp_strided_shards, dp_bucket_copied_back)
 
 
 @pytest.fixture(scope="module")

@@ -283,6 +283,43 @@ def rs_receives_where_it_sends(tensor):
                                  lambda rank, step, n: ((rank - step - 1) % n,) * 2)
 
 
+def rs_in_half(tensor):
+    """Wrong: the chunks converted to float16 for the ring, the result back to float32: the sums lose precision."""
+    chunks = [chunk.half() for chunk in tensor.tensor_split(dist.get_world_size())]
+    return _ring_adding_in_place(chunks).float()
+
+
+def rs_steps_from_one(tensor):
+    """Right: steps counted from 1 (range(1, N)), with the indices shifted to match, (r - s) and (r - s - 1)."""
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    chunks = [chunk.clone() for chunk in tensor.tensor_split(world_size)]
+    for step in range(1, world_size):
+        send_index, recv_index = (rank - step) % world_size, (rank - step - 1) % world_size
+        incoming = torch.empty_like(chunks[recv_index])
+        request = dist.isend(chunks[send_index], (rank + 1) % world_size)
+        dist.recv(incoming, (rank - 1) % world_size)
+        request.wait()
+        chunks[recv_index] += incoming
+    return chunks[rank]
+
+
+def rs_parity_ordered(tensor):
+    """Right: blocking send and recv, even ranks sending first and odd ranks receiving first."""
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    chunks = [chunk.clone() for chunk in tensor.tensor_split(world_size)]
+    for step in range(world_size - 1):
+        send_index, recv_index = (rank - step - 1) % world_size, (rank - step - 2) % world_size
+        incoming = torch.empty_like(chunks[recv_index])
+        if rank % 2 == 0:
+            dist.send(chunks[send_index], (rank + 1) % world_size)
+            dist.recv(incoming, (rank - 1) % world_size)
+        else:
+            dist.recv(incoming, (rank - 1) % world_size)
+            dist.send(chunks[send_index], (rank + 1) % world_size)
+        chunks[recv_index] += incoming
+    return chunks[rank]
+
+
 RS_RETURNING = {   # wrong answers that return: they run one after the other in one launch
     rs_lesson_schedule_own_chunk: r"rank 0, tensor of 12 .*\nHint: it is this rank's own chunk 0, unchanged.*"
                                   r"lesson's schedule",
@@ -307,10 +344,14 @@ RS_RETURNING = {   # wrong answers that return: they run one after the other in 
     rs_sends_the_original_chunks: r"(?s)rank 0, tensor of 12 .*\nHint: it is the sum over ranks \[0, 2\] only.*check "
                                   r"the send and receive indices against that, or the tensor sent is not the one the "
                                   r"additions went into: in step 1 this rank sent from the caller's tensor",
+    # values within 16-bit rounding of the sums: named as lost precision, not as a chunk index to check
+    rs_in_half: r"^rank 0, tensor of 12 elements on 3 ranks, element \d of chunk 0: expected the sum .*\nHint: every "
+                r"element is within [\d.]+% of the expected value, but float32 arithmetic on these inputs lands within "
+                r"1e-5: precision was lost on the way, as when values pass through a 16-bit dtype",
 }
 
 
-RS_RIGHT = (rs_batched, rs_other_way)   # right answers written another way: in the same launch
+RS_RIGHT = (rs_batched, rs_other_way, rs_steps_from_one, rs_parity_ordered)   # right, written another way
 
 
 @pytest.fixture(scope="module")
@@ -334,6 +375,11 @@ def test_ring_reduce_scatter_accepts_batch_isend_irecv(rs_results):
 def test_ring_reduce_scatter_accepts_a_ring_running_the_other_way(rs_results):
     """The hints on a ring run backwards (rs_peers_swapped) need the exercise's indices: this ring has its own."""
     assert judge_reduce_scatter("rs_other_way", rs_results[rs_other_way]).startswith("rs_other_way")
+
+
+@pytest.mark.parametrize("answer", (rs_steps_from_one, rs_parity_ordered), ids=lambda answer: answer.__name__)
+def test_ring_reduce_scatter_accepts_other_schedules(answer, rs_results):
+    assert judge_reduce_scatter(answer.__name__, rs_results[answer]).startswith(answer.__name__)
 
 
 @pytest.mark.parametrize("wrong, feedback", [   # each raises on the ranks, which ends its launch: one launch each
@@ -644,6 +690,36 @@ def gather_receives_from_the_right(tensor):
     return gathered
 
 
+def gather_in_float64(tensor):
+    """Wrong: every rank's values, each entry converted to float64."""
+    return [entry.double() for entry in ring_all_gather(tensor)]
+
+
+def gather_receives_into_what_it_sends(tensor):
+    """Wrong: one tensor passed on: each step receives into the tensor its isend is still sending (a race)."""
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    gathered = [tensor.clone() for _ in range(world_size)]
+    passing = tensor.clone()
+    for step in range(world_size - 1):
+        request = dist.isend(passing, (rank + 1) % world_size)
+        dist.recv(passing, (rank - 1) % world_size)
+        request.wait()
+        gathered[(rank - step - 1) % world_size] = passing.clone()
+    return gathered
+
+
+def gather_into_views_of_one_buffer(tensor):
+    """Right: the entries are views of one flat buffer, received into in place."""
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    gathered = list(torch.empty(world_size * len(tensor)).split(len(tensor)))
+    gathered[rank].copy_(tensor)
+    for step in range(world_size - 1):
+        request = dist.isend(gathered[(rank - step) % world_size], (rank + 1) % world_size)
+        dist.recv(gathered[(rank - step - 1) % world_size], (rank - 1) % world_size)
+        request.wait()
+    return gathered
+
+
 AG_RETURNING = {   # wrong answers that return: one launch for all of them
     gather_in_arrival_order: r"rank 0, .*: entry 1, element 0: .*\nHint: entry 1 holds rank 2's tensor",
     gather_one_step: r"entry \d was never filled .* needs world_size - 1 = 2 steps",
@@ -665,12 +741,20 @@ AG_RETURNING = {   # wrong answers that return: one launch for all of them
     gather_peers_swapped: r"rank 0, .*\nHint: this rank sent to rank 2, \(rank - 1\), and received from rank 1, "
                           r"\(rank \+ 1\).*the exercise's indices are for a ring that sends to \(rank \+ 1\) % "
                           r"world_size",
+    gather_in_float64: r"^rank 0, tensors of 4 elements on 3 ranks: entry 0 holds rank 0's values, but as "
+                       r"torch\.float64; expected torch\.float32, the dtype of the tensors given\.\nHint: "
+                       r"dist\.all_gather returns the tensors' own dtype",
+    # refused from the calls made, whatever values this run's timing gave (its hints differed from run to run)
+    gather_receives_into_what_it_sends: r"^rank 0, tensors of 4 elements: receive 1 of this rank \(dist\.recv\) wrote "
+                                        r"into the tensor that its send 1 \(dist\.isend\) was still sending, before "
+                                        r"that request had been waited for: .* a matter of timing\.\nHint: a "
+                                        r"request's tensor is in use until its \.wait\(\) returns",
 }
 
 
 @pytest.fixture(scope="module")
 def ag_results():
-    answers = (*AG_RETURNING, gather_checks_its_requests, gather_other_way)
+    answers = (*AG_RETURNING, gather_checks_its_requests, gather_other_way, gather_into_views_of_one_buffer)
     return dict(zip(answers, run_answers(_all_gather_runner, answers, (GATHER_SIZES, 3), name="ag")))
 
 
@@ -683,6 +767,11 @@ def test_ring_all_gather_names_wrong_results(wrong, ag_results):
 def test_ring_all_gather_accepts_requests_checked_and_waited_through_the_class(ag_results):
     assert judge_all_gather("gather_checks_its_requests", ag_results[gather_checks_its_requests]).startswith(
         "gather_checks_its_requests")
+
+
+def test_ring_all_gather_accepts_entries_that_are_views_of_one_buffer(ag_results):
+    assert judge_all_gather("gather_into_views_of_one_buffer", ag_results[gather_into_views_of_one_buffer]).startswith(
+        "gather_into_views_of_one_buffer")
 
 
 def test_ring_all_gather_accepts_a_ring_running_the_other_way(ag_results):
@@ -847,6 +936,39 @@ def mean_before_exercise_1(tensor):
     return rs_stub(tensor)
 
 
+def mean_stacked(tensor):
+    """Wrong: torch.stack of the cut entries where cat is meant (stack works only where the chunks are equal: 12)."""
+    world_size = dist.get_world_size()
+    sizes = [len(c) for c in tensor.tensor_split(world_size)]
+    pieces = all_reduce_mean(tensor).split(sizes)
+    return torch.stack(pieces) if len(set(sizes)) == 1 else torch.cat(pieces)
+
+
+def mean_in_float64(tensor):
+    """Wrong: the padding made as float64, so the gathered entries and the mean are float64."""
+    world_size = dist.get_world_size()
+    sizes = [len(c) for c in tensor.tensor_split(world_size)]
+    mine = ring_reduce_scatter(tensor)[dist.get_rank()]
+    padded = torch.zeros(sizes[0], dtype=torch.float64)
+    padded[:len(mine)] = mine
+    return torch.cat([piece[:size] for piece, size in zip(_gather(padded), sizes)]) / world_size
+
+
+def mean_in_half(tensor):
+    """Wrong: the whole average run in float16, the result converted back."""
+    return all_reduce_mean(tensor.half()).float()
+
+
+def mean_padded_past_the_largest_chunk(tensor):
+    """Right: every chunk padded to len(tensor) // world_size + 1 elements, at least the largest chunk."""
+    world_size = dist.get_world_size()
+    sizes = [len(c) for c in tensor.tensor_split(world_size)]
+    mine = ring_reduce_scatter(tensor)[dist.get_rank()]
+    padded = torch.zeros(len(tensor) // world_size + 1)
+    padded[:len(mine)] = mine
+    return torch.cat([piece[:size] for piece, size in zip(_gather(padded), sizes)]) / world_size
+
+
 MEAN_RETURNING = {   # wrong answers that return: one launch for all of them
     mean_sum: r"rank 0, tensor of 12 .*\nHint: you returned the SUM over ranks",
     mean_without_all_gather: r"got a tensor of shape \(4,\) .*\nHint: that is chunk 0 only, .* The all-gather "
@@ -869,12 +991,20 @@ MEAN_RETURNING = {   # wrong answers that return: one launch for all of them
                        r"elements, which passed",
     mean_floor_divided: r"rank 0, tensor of 12 .*\nHint: these are the mean's values rounded down to whole numbers: "
                         r"`//` on tensors floors their values .*Divide with `/`\.$",
+    mean_stacked: r"^rank 0, tensor of 12 .*got a tensor of shape \(3, 4\).*\nHint: the 12 values are right, in the "
+                  r"shape \(3, 4\): return them as one 1-D tensor of shape \(12,\), the chunks joined end to end with "
+                  r"torch\.cat \(torch\.stack puts them in a new dimension\)\.$",
+    mean_in_float64: r"^rank 0, tensor of 12 elements on 3 ranks: the mean is right, but returned as a tensor of shape "
+                     r"\(12,\) and dtype torch\.float64; expected torch\.float32, the input's dtype\.\nHint: "
+                     r"dist\.all_reduce keeps the input's dtype",
+    mean_in_half: r"^rank 0, tensor of 12 elements on 3 ranks, element \d+: expected the mean .*\nHint: every element "
+                  r"is within [\d.]+% of the expected value, but float32 arithmetic",
 }
 
 
 @pytest.fixture(scope="module")
 def mean_results():
-    answers = tuple(MEAN_RETURNING)
+    answers = (*MEAN_RETURNING, mean_padded_past_the_largest_chunk)
     return dict(zip(answers, run_answers(_reduce_runner, answers, (REDUCE_SIZES, 3, "averaging"), name="mean")))
 
 
@@ -882,6 +1012,11 @@ def mean_results():
 def test_all_reduce_mean_names_wrong_results(wrong, mean_results):
     with pytest.raises(CheckFailed, match=MEAN_RETURNING[wrong]):
         judge_all_reduce_mean(wrong.__name__, mean_results[wrong])
+
+
+def test_all_reduce_mean_accepts_a_padding_longer_than_the_largest_chunk(mean_results):
+    answer = mean_padded_past_the_largest_chunk
+    assert judge_all_reduce_mean(answer.__name__, mean_results[answer]).startswith(answer.__name__)
 
 
 @pytest.mark.parametrize("wrong, feedback", [   # a crash (gloo's size mismatch) ends its launch; a stub starts none

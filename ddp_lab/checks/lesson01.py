@@ -14,8 +14,9 @@ import torch
 import torch.distributed as dist
 
 from ddp_lab.checks import CheckFailed, passed
-from ddp_lab.checks.common import (CaseFailed, call_case, describe, ensure_written, first_mismatch,
-                                   refuse_written_split, run_answers_on_ranks, times_of, uniform_ratio)
+from ddp_lab.checks.common import (CaseFailed, answer_of, answer_raised, call_case, describe, ensure_written,
+                                   first_mismatch, package_answer_used, refuse_written_split, run_answers_on_ranks,
+                                   times_of, uniform_ratio, watching_calls)
 from ddp_lab.course.device_memory import COMPONENTS, SHARDED, STRATEGIES, memory_per_device
 from ddp_lab.instruments.collectives import (call_arguments, replacing_dist_calls, watching_collectives,
                                              watching_requests)
@@ -41,14 +42,27 @@ def check_memory_per_device(fn) -> None:
     """Check `fn(n_params, n_activations, world_size, strategy)` -> {component: bytes}.
 
     Compared with `ddp_lab.course.device_memory.memory_per_device` for every strategy in
-    ('single', 'data', 'model', 'zero1', 'zero2', 'zero3') on two model sizes.
+    ('single', 'data', 'model', 'zero1', 'zero2', 'zero3') on two model sizes. An answer that is,
+    or calls, that function is refused.
 
     Introduced in notebooks/01-data-vs-model-parallelism.ipynb.
     """
+    ensure_written(fn)
+    name = getattr(fn, "__name__", "memory_per_device")
+    package = answer_of(fn, (memory_per_device,))
+    if package:
+        raise package_answer_used(name, [package], how="is")
     for n_params, n_activations, world_size in MEMORY_CASES:
         for strategy in STRATEGIES:
-            call = f"{fn.__name__}({n_params:_}, {n_activations:_}, world_size={world_size}, strategy={strategy!r})"
-            got = fn(n_params, n_activations, world_size, strategy)
+            call = f"{name}({n_params:_}, {n_activations:_}, world_size={world_size}, strategy={strategy!r})"
+            got = None
+            try:
+                with watching_calls((memory_per_device,)) as called:
+                    got = fn(n_params, n_activations, world_size, strategy)
+            except Exception as error:
+                raise answer_raised(name, error, f"computing {call}", _raised_hint(error, strategy)) from None
+            if called:
+                raise package_answer_used(name, called)
             expected = memory_per_device(n_params, n_activations, world_size, strategy)
             if not isinstance(got, dict) or set(got) != set(COMPONENTS):
                 keys = sorted(got) if isinstance(got, dict) else None
@@ -73,7 +87,17 @@ def check_memory_per_device(fn) -> None:
                                         world_size, whole)
                     raise CheckFailed(f"{call}[{component!r}]: expected {expected[component]:_} bytes, "
                                       f"got {got[component]:_}.\nHint: {hint}")
-    passed(f"{fn.__name__} matches the reference for {', '.join(STRATEGIES)} on {len(MEMORY_CASES)} model sizes")
+    passed(f"{name} matches the reference for {', '.join(STRATEGIES)} on {len(MEMORY_CASES)} model sizes")
+
+
+def _raised_hint(error: Exception, strategy: str) -> str | None:
+    """The hint for an answer that raised an error whose message is the strategy itself (a KeyError of a dict of
+    strategies, the lesson's `raise ValueError(strategy)`): a strategy the answer does not handle; else None."""
+    if error.args != (strategy,):
+        return None
+    lesson = " (the lesson's version knew only the first three)" if strategy.startswith("zero") else ""
+    return (f"the answer has no case for strategy {strategy!r}: handle all six, "
+            f"{', '.join(map(repr, STRATEGIES))}{lesson}.")
 
 
 def _memory_hint(strategy: str, component: str, got, expected, n_params: int, world_size: int, whole: int) -> str:
@@ -94,7 +118,7 @@ def _memory_hint(strategy: str, component: str, got, expected, n_params: int, wo
         if strategy.startswith("zero"):
             reason = (f"{strategy} shards only {', '.join(c for c in SHARDED[strategy] if c != 'activations')}"
                       f" (+ activations, as data parallel does); the {component} stay whole on every device")
-        return f"under {strategy!r} every device holds all the {component}: {reason}."
+        return f"under {strategy!r} every device holds all {_NOUN[component]}: {reason}."
     if got * 2 == expected and world_size != 2:   # 2: the bytes of a 16-bit value, not a count of devices
         return (f"that is {_NOUN[component]} at 2 bytes per value (16-bit, as bf16 and fp16 store them); this "
                 "exercise counts fp32: 4 bytes per value.")
@@ -170,7 +194,8 @@ def _data_parallel_runner(rank: int, answers: tuple) -> list[list[dict]]:
 
 def _data_parallel_one(fn) -> list[dict]:
     """Run fn on every batch of BATCHES, each with a fresh model: the rows it ran the model on, the gradients it left,
-    which gradients a backward computed, what dist.all_reduce was given, the async work handles it never used."""
+    which gradients a backward computed, what dist.all_reduce was given, the async work handles it never used, the
+    parameters whose values it changed."""
     reports = []
     for size in BATCHES:
         model = make_model()
@@ -212,12 +237,15 @@ def _data_parallel_one(fn) -> list[dict]:
                 failed.none_before_backward = bool(none_given) and not none_given[0]
                 raise
         grads = [None if p.grad is None else p.grad.detach().clone() for p in params]
+        given_weights = make_model().parameters()
+        moved = [position for position, (p, q) in enumerate(zip(params, given_weights))
+                 if p.dtype == q.dtype and not torch.equal(p.detach(), q.detach())]
         unused = sum(not used for _, used in works)
         for work, _ in works:   # let what the answer left running finish before the next batch
             work.wait()
         reports.append({"seen": torch.cat(seen) if seen else torch.empty(0, 3), "grads": grads,
                         "computed": sorted(computed), "reduced": reduced, "unused_works": unused,
-                        "async_works": len(works), "called": sorted(called),
+                        "async_works": len(works), "called": sorted(called), "weights_changed": moved,
                         "changed": [n for n, t in (("x", x), ("y", y)) if not torch.equal(t, given[n])]})
     return reports
 
@@ -243,8 +271,9 @@ def check_data_parallel_backward(fn, world_size: int = 2, timeout: float = 30.0)
     """Check `fn(model, x, y)`: each rank runs only its shard, and every rank ends with the full-batch gradient.
 
     The gradient must equal that of `mse_loss(model(x), y)` over the whole batch (a mean),
-    for batches of 8, 7 and 16 samples on 2 ranks. A split into a number of shards written in the
-    code (`x.tensor_split(2)`) is refused before any rank starts.
+    for batches of 8, 7 and 16 samples on 2 ranks, in the parameters' dtype, with the weights left
+    as they were given. A split into a number of shards written in the code (`x.tensor_split(2)`)
+    is refused before any rank starts.
 
     Introduced in notebooks/01-data-vs-model-parallelism.ipynb.
     """
@@ -291,15 +320,28 @@ def judge_data_parallel_backward(name: str, results: list[list[dict]]) -> str:
         expected = _reference_grads(x, y)
         reports = [results[rank][case] for rank in range(world_size)]
         right = [rank for rank, report in enumerate(reports) if all(
-            got is not None and first_mismatch(got, want) is None for got, want in zip(report["grads"], expected))]
+            _same_dtype(got, want) and first_mismatch(got, want) is None
+            for got, want in zip(report["grads"], expected))]
         for rank, report in enumerate(reports):
             if report["unused_works"]:
                 _unwaited(report, expected, names, rank, size, name)
             for position, (got, want) in enumerate(zip(report["grads"], expected)):
                 _compare_grad(got, want, names[position], position, rank, (x, y), world_size, shards, report,
                               right, name, results[rank])
+            moved = report.get("weights_changed")
+            if moved:
+                raise CheckFailed(f"batch of {size} samples, rank {rank}: the gradients are right, but {name} changed "
+                                  f"the model's weights ({', '.join(names[position] for position in moved)} differ "
+                                  "from the model it was given).\nHint: compute the gradients only and leave the "
+                                  "parameters as they came (no optimizer.step(), no in-place change to a parameter): "
+                                  f"the caller updates the weights after {name} returns.")
     return (f"{name}: each of {world_size} ranks used only its shard and holds the full-batch gradient "
             f"(batches of {', '.join(map(str, BATCHES[:-1]))} and {BATCHES[-1]})")
+
+
+def _same_dtype(got, want) -> bool:
+    """Whether got is a gradient (not None) of want's dtype, so that the two can be compared."""
+    return got is not None and got.dtype == want.dtype
 
 
 def _check_shards(shards: list[list[int]], size: int, world_size: int, earlier: dict | None = None) -> None:
@@ -362,7 +404,7 @@ def _run_length(shards: list[list[int]], size: int) -> int | None:
 def _unwaited(report: dict, expected: list, names: list[str], rank: int, size: int, name: str) -> None:
     """CheckFailed for async all-reduces whose work handles the answer never used (so never waited on)."""
     mismatch = next(((pname, got, want, index) for pname, got, want in zip(names, report["grads"], expected)
-                     if got is not None and (index := first_mismatch(got, want)) is not None), None)
+                     if _same_dtype(got, want) and (index := first_mismatch(got, want)) is not None), None)
     if mismatch is not None:
         pname, got, want, index = mismatch
         value = (f"; when it returned, {pname}.grad{list(index)} was {got[index].item():.6f}, expected "
@@ -438,6 +480,10 @@ def _compare_grad(got, want, pname, position, rank, batch, world_size, shards, r
         raise CheckFailed(f"{where} is None when {name} returned, although backward computed it{after}: it was "
                           "set to None afterwards.\nHint: model.zero_grad() and optimizer.zero_grad() set the "
                           "gradients to None (as does p.grad = None); leave them as the all-reduce made them.")
+    if got.dtype != want.dtype:
+        raise CheckFailed(f"{where} is {got.dtype}, expected {want.dtype}, the dtype of the model's parameters as "
+                          f"{name} was given them.\nHint: keep the model and its gradients in the dtype they came in: "
+                          ".double(), .half() or .to(dtype) on the model or on a p.grad changes it.")
     index = first_mismatch(got, want)
     if index is None:
         return

@@ -59,12 +59,15 @@ def _returned(value):
 
 
 def _recording_receives(receive_buffers: list[list], requests: list[dict] | None = None,
-                        sends: list[list] | None = None):
+                        sends: list[list] | None = None, overlaps: list[list] | None = None):
     """Inside a rank: append the buffer address (data_ptr; None: no tensor) of every recv/irecv the answer makes to
     receive_buffers[-1], with `requests`, {call number: 'isend' or 'irecv'} of every request the answer started
-    and has not waited for to requests[-1], and with `sends`, (peer, address of the tensor sent) of every send/isend
-    to sends[-1] (a context manager)."""
+    and has not waited for to requests[-1], with `sends`, (peer, address of the tensor sent) of every send/isend
+    to sends[-1], and with `overlaps` (and `requests` and `sends`), (call number of the earlier request, what
+    happened) to overlaps[-1] for every receive into, or send of, memory that an isend or irecv not yet waited for
+    is still sending or receiving into, at least one of the two a receive (a context manager)."""
     started: dict[int, dict] = {}
+    in_flight: dict[int, tuple[str, int, tuple[int, int]]] = {}   # call number -> (op, its ordinal, its memory)
     number = [0]
 
     def record(op, tensor, peer):
@@ -73,14 +76,59 @@ def _recording_receives(receive_buffers: list[list], requests: list[dict] | None
             receive_buffers[-1].append(tensor.data_ptr() if torch.is_tensor(tensor) else None)
         elif sends is not None and op in SENDS:
             sends[-1].append((peer, tensor.data_ptr() if torch.is_tensor(tensor) else None))
+        span = _memory_of(tensor)
+        ordinal = len(receive_buffers[-1]) if op in RECEIVES else len(sends[-1]) if sends is not None else 0
+        if overlaps is not None and span is not None:
+            for call, (other, other_ordinal, other_span) in in_flight.items():
+                if {op, other} & set(RECEIVES) and other_span[0] < span[1] and span[0] < other_span[1]:
+                    overlaps[-1].append((call, _overlap_text(op, ordinal, other, other_ordinal)))
+                    break
         if requests is not None and op in ("isend", "irecv"):
             requests[-1][number[0]] = op
             started[number[0]] = requests[-1]
+            if span is not None:
+                in_flight[number[0]] = (op, ordinal, span)
 
     def waited(call: int) -> None:
         started.pop(call, {}).pop(call, None)
+        in_flight.pop(call, None)
 
     return watching_point_to_point(record, waited if requests is not None else None)
+
+
+def _memory_of(tensor) -> tuple[int, int] | None:
+    """(first byte, byte after the last) of the memory a contiguous tensor's elements take; None for anything else."""
+    if not torch.is_tensor(tensor) or not tensor.numel() or not tensor.is_contiguous():
+        return None
+    return tensor.data_ptr(), tensor.data_ptr() + tensor.numel() * tensor.element_size()
+
+
+def _overlap_text(op: str, ordinal: int, earlier: str, earlier_ordinal: int) -> str:
+    """What a call on memory an earlier request was still using did: 'receive 2 of this rank (dist.recv) wrote into
+    the tensor that its send 2 (dist.isend) was still sending, before that request had been waited for'."""
+    kind, earlier_kind = ("receive" if op in RECEIVES else "send"), ("receive" if earlier in RECEIVES else "send")
+    did = "wrote into" if op in RECEIVES else "sent"
+    using = "still sending" if earlier in SENDS else "still receiving into"
+    return (f"{kind} {ordinal} of this rank (dist.{op}) {did} the tensor that its {earlier_kind} {earlier_ordinal} "
+            f"(dist.{earlier}) was {using}, before that request had been waited for")
+
+
+def _overlaps_after_waits(overlaps: list[list], requests: list[dict]) -> list[list[str]]:
+    """For each case, what `_recording_receives` saw in `overlaps` whose earlier request the answer did wait for,
+    later (a request never waited for is named as such by `_judged_with_requests`)."""
+    return [[text for call, text in case if call not in started] for case, started in zip(overlaps, requests)]
+
+
+def _refuse_overlap(result: dict, case: int, size: int, rank: int, what: str) -> None:
+    """CheckFailed where, in this case, the rank used memory a request of its own was still using (whether the
+    values come out right then depends on timing); `what`: 'tensor' or 'tensors'."""
+    overlaps = result.get("overlaps", [[]] * (case + 1))[case]
+    if overlaps:
+        raise CheckFailed(f"rank {rank}, {what} of {size} elements: {overlaps[0]}: what that message carries, or what "
+                          "the tensor ends up holding, depends on which transfer happens first, a matter of timing."
+                          "\nHint: a request's tensor is in use until its .wait() returns: give every receive a "
+                          "tensor of its own (torch.empty_like), or wait for the earlier request before the tensor "
+                          "is used again.")
 
 
 def _unwaited(requests: dict) -> str | None:
@@ -110,7 +158,8 @@ def _logging_case(log_directory: str | None, size: int, rank: int):
 
 def _reduce_runner(rank: int, fn, sizes, world_size: int, verb: str, log_directory: str | None = None):
     """On one rank: the library's all_reduce for every size (the reference), then the answer; with, for each case,
-    the steps (0-based sends) whose tensor lay in the caller's tensor (`input_sent`).
+    the steps (0-based sends) whose tensor lay in the caller's tensor (`input_sent`) and the memory used while a
+    request was still using it (`overlaps`, `_recording_receives`).
 
     With a `log_directory`, the answer's sends and receives are logged there, one folder per case (`_read_cases`).
     """
@@ -119,12 +168,13 @@ def _reduce_runner(rank: int, fn, sizes, world_size: int, verb: str, log_directo
         total = rank_input(rank, size)
         dist.all_reduce(total)  # SUM over ranks, computed by torch.distributed itself
         references.append(total)
-    outputs, receives, requests, changed, sends, input_sent = [], [], [], [], [], []
-    with only_point_to_point(), _recording_receives(receives, requests, sends):
+    outputs, receives, requests, changed, sends, input_sent, overlaps = [], [], [], [], [], [], []
+    with only_point_to_point(), _recording_receives(receives, requests, sends, overlaps):
         for size in sizes:
             receives.append([])
             requests.append({})
             sends.append([])
+            overlaps.append([])
             given = rank_input(rank, size)
             start = given.untyped_storage().data_ptr()
             end = start + given.untyped_storage().nbytes()
@@ -136,19 +186,20 @@ def _reduce_runner(rank: int, fn, sizes, world_size: int, verb: str, log_directo
                                if address is not None and start <= address < end])
     return {"sums": references, "outputs": outputs, "receives": [len(buffers) for buffers in receives],
             "unwaited": [_unwaited(started) for started in requests], "input_changed": changed,
-            "input_sent": input_sent}
+            "input_sent": input_sent, "overlaps": _overlaps_after_waits(overlaps, requests)}
 
 
 def _all_gather_runner(rank: int, fn, sizes, world_size: int, log_directory: str | None = None):
     """On one rank: the answer for every size; what it returned, how often it received, which receive (1-based)
-    wrote into the storage of each entry (None: none did), the rank's own entry's among them, and the peer of every
-    send. With a `log_directory`, as `_reduce_runner`."""
-    outputs, receives, entry_receives, requests, sends = [], [], [], [], []
-    with only_point_to_point(), _recording_receives(receives, requests, sends):
+    wrote into the storage of each entry (None: none did), the rank's own entry's among them, the peer of every
+    send, and the memory used while a request was still using it. With a `log_directory`, as `_reduce_runner`."""
+    outputs, receives, entry_receives, requests, sends, overlaps = [], [], [], [], [], []
+    with only_point_to_point(), _recording_receives(receives, requests, sends, overlaps):
         for size in sizes:
             receives.append([])
             requests.append({})
             sends.append([])
+            overlaps.append([])
             with _logging_case(log_directory, size, rank):
                 out = call_case(fn, f"gathering tensors of {size} elements on {world_size} ranks",
                                 rank_input(rank, size).clone())
@@ -162,7 +213,8 @@ def _all_gather_runner(rank: int, fn, sizes, world_size: int, log_directory: str
     return {"outputs": outputs, "receives": [len(buffers) for buffers in receives],
             "own_slot_receives": own_slot_receives, "entry_receives": entry_receives,
             "send_peers": [[peer for peer, _ in case] for case in sends],
-            "unwaited": [_unwaited(started) for started in requests]}
+            "unwaited": [_unwaited(started) for started in requests],
+            "overlaps": _overlaps_after_waits(overlaps, requests)}
 
 
 def _read_cases(log_directory: str, sizes, world_size: int) -> dict[int, dict[int, list[Call]]]:
@@ -526,6 +578,7 @@ def judge_reduce_scatter(name: str, results: list, world_size: int = WORLD_SIZE)
             expected = results[rank]["sums"][case].tensor_split(world_size)[rank]
             changed = results[rank].get("input_changed", [False] * len(REDUCE_SIZES))[case]
             input_sent = () if changed else results[rank].get("input_sent", [()] * len(REDUCE_SIZES))[case]
+            _refuse_overlap(results[rank], case, size, rank, "tensor")
             _judged_with_requests(results[rank], case, size, rank, lambda: _compare_reduce_scatter(
                 results[rank]["outputs"][case], expected, inputs, rank, size, world_size,
                 results[rank]["receives"][case], input_sent))
@@ -603,6 +656,11 @@ def _compare_reduce_scatter(got, expected, inputs, rank, size, world_size, recei
                 "indices against that" + _sent_unchanged(input_sent) + ".")
     elif got.shape != expected.shape:
         hint = _shape_hint(got, size, rank, world_size, sizes)
+    elif _lower_precision(got, expected):
+        index = first_mismatch(got.float(), expected.float())
+        head = (f"{where}, element {index[0]} of chunk {rank}: expected the sum {expected[index].item():.6f}, "
+                f"got {got[index].item():.6f}")
+        hint = _lower_precision(got, expected)
     else:
         index = first_mismatch(got.float(), expected.float())
         head = (f"{where}, element {index[0]} of chunk {rank}: expected the sum {expected[index].item():.6f}, "
@@ -611,6 +669,20 @@ def _compare_reduce_scatter(got, expected, inputs, rank, size, world_size, recei
                 "sends the chunk it completed in the step before; check both indices against the last step "
                 "(s = N - 2), in which rank r adds into chunk r.")
     raise CheckFailed(f"{head}.\nHint: {hint}")
+
+
+def _lower_precision(got, expected) -> str | None:
+    """The hint for a result of the right shape whose every element is within 16-bit rounding (2 %) of the expected
+    one but not within float32's (1e-5): arithmetic done in a lower precision; else None."""
+    if not (torch.is_tensor(got) and got.shape == expected.shape and got.numel()):
+        return None
+    got, expected = got.double(), expected.double()
+    if not torch.allclose(got, expected, rtol=2e-2, atol=1e-2):
+        return None
+    error = float(((got - expected).abs() / expected.abs().clamp(min=1e-2)).max())
+    return (f"every element is within {error:.1%} of the expected value, but float32 arithmetic on these inputs "
+            "lands within 1e-5: precision was lost on the way, as when values pass through a 16-bit dtype (.half(), "
+            "torch.bfloat16). Keep the chunks, the buffers and the sums in the input's dtype.")
 
 
 def _sent_unchanged(input_sent) -> str:
@@ -692,6 +764,7 @@ def judge_all_gather(name: str, results: list, world_size: int = WORLD_SIZE) -> 
         inputs = [rank_input(rank, size) for rank in range(world_size)]
         for rank in range(world_size):
             result = results[rank]
+            _refuse_overlap(result, case, size, rank, "tensors")
             _judged_with_requests(result, case, size, rank, lambda: _compare_gather(
                 result["outputs"][case], inputs, rank, size, world_size, result["own_slot_receives"][case],
                 result.get("entry_receives", [None] * len(GATHER_SIZES))[case],
@@ -735,6 +808,11 @@ def _compare_gather(got, inputs, rank, size, world_size, own_slot_receive=None, 
             raise CheckFailed(f"{where}: entry {source} should be rank {source}'s tensor of shape "
                               f"{tuple(expected.shape)}, got {describe(entry)}.")
         index = first_mismatch(entry.float(), expected, atol=0, rtol=0)
+        if index is None and entry.dtype != expected.dtype:
+            raise CheckFailed(f"{where}: entry {source} holds rank {source}'s values, but as {entry.dtype}; expected "
+                              f"{expected.dtype}, the dtype of the tensors given.\nHint: dist.all_gather returns the "
+                              "tensors' own dtype: receive into buffers like the tensor (torch.empty_like(tensor)) and "
+                              "convert nothing (.double(), .half(), .to()).")
         if index is None:
             continue
         message = (f"{where}: entry {source}, element {index[0]}: expected {expected[index].item():.6f} "
@@ -840,6 +918,7 @@ def judge_all_reduce_mean(name: str, results: list, world_size: int = WORLD_SIZE
         inputs = [rank_input(rank, size) for rank in range(world_size)]
         for rank in range(world_size):
             total = results[rank]["sums"][case]
+            _refuse_overlap(results[rank], case, size, rank, "tensor")
             _judged_with_requests(results[rank], case, size, rank, lambda: _compare_mean(
                 results[rank]["outputs"][case], total, inputs[rank], rank, size, world_size, REDUCE_SIZES[:case]))
     return (f"{name} equals dist.all_reduce / world_size on {world_size} ranks for sizes "
@@ -854,6 +933,11 @@ def _compare_mean(got, total, own, rank, size, world_size, earlier=()) -> None:
         raise CheckFailed(f"{where}: expected a tensor, got {describe(got)}.\n"
                           "Hint: return the averaged tensor at the end of the function.")
     if _close(got, mean):
+        if got.dtype != mean.dtype:
+            raise CheckFailed(f"{where}: the mean is right, but returned as {describe(got)}; expected {mean.dtype}, "
+                              "the input's dtype.\nHint: dist.all_reduce keeps the input's dtype: keep the chunks, "
+                              "the padding and the gathered buffers in it (torch.zeros(n, dtype=tensor.dtype)), with "
+                              "no conversion (.double(), .half(), .to()).")
         return
     sizes = chunk_sizes(size, world_size)
     mine = [piece.tensor_split(world_size)[rank] for piece in (mean, total)]
@@ -883,6 +967,11 @@ def _compare_mean(got, total, own, rank, size, world_size, earlier=()) -> None:
                    "padding whose size is a number written in fits only some tensor sizes. " if same else "")
                 + "Pad to the largest chunk of this tensor's tensor_split, worked out from len(tensor) and "
                 "world_size.")
+    elif got.shape != mean.shape and got.numel() == size and _close(got.flatten(), mean):
+        stacked = got.dim() == 2 and got.shape[0] == world_size
+        hint = (f"the {size} values are right, in the shape {tuple(got.shape)}: return them as one 1-D tensor of "
+                f"shape ({size},)" + (", the chunks joined end to end with torch.cat (torch.stack puts them in a new "
+                                      "dimension)." if stacked else "."))
     elif got.shape != mean.shape:
         hint = (f"return the whole averaged tensor: the gathered chunks ({sizes} elements) concatenated in "
                 "rank order.")
@@ -905,6 +994,11 @@ def _compare_mean(got, total, own, rank, size, world_size, earlier=()) -> None:
                 f"entry was cut to sizes other than tensor_split's {sizes}"
                 + (f" (tensor.chunk's are {chunked})" if chunked != sizes else "")
                 + ". Cut entry k back to tensor_split's chunk k size before concatenating.")
+    elif _lower_precision(got, mean):
+        index = first_mismatch(got.float(), mean.float())
+        head = (f"{where}, element {index[0]}: expected the mean {mean[index].item():.6f}, "
+                f"got {got[index].item():.6f}")
+        hint = _lower_precision(got, mean)
     else:
         index = first_mismatch(got.float(), mean.float())
         head = (f"{where}, element {index[0]}: expected the mean {mean[index].item():.6f}, "
