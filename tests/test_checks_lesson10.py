@@ -3,7 +3,7 @@
 Each wrong answer below is a mistake a learner is likely to make; the test pins the part of
 the feedback that names it. The groups check runs wrong answers in this process (they fail on
 the shapes whose sides differ, before any rank starts). The gradient check's mistaken answers, and
-three right ones by other routes, run one after the other in one launch of 6 ranks (a (dp=3,
+four right ones by other routes, run one after the other in one launch of 6 ranks (a (dp=3,
 tp=2) mesh) through the check's own runner, and each is judged by the check's own judge. That each
 check accepts the lesson's right answer (for the groups: on 4 gloo ranks against real
 DeviceMeshes) is proven by nbval of solutions/10-2d-mesh.ipynb, whose check cells store the ✓
@@ -82,6 +82,12 @@ def column_steps_by_dp_size_and_something_else(rank, dp_size, tp_size):
     return {"dp": [i * dp_size + col for i in range(dp_size)], "tp": sorted({rank, (rank + 1) % (dp_size * tp_size)})}
 
 
+def filled_column_by_column(rank, dp_size, tp_size):
+    grid = torch.arange(dp_size * tp_size).reshape(tp_size, dp_size).T   # dp varies fastest
+    row, col = (grid == rank).nonzero()[0].tolist()
+    return {"dp": grid[:, col].tolist(), "tp": grid[row].tolist()}
+
+
 def groups_stub(rank, dp_size, tp_size):
     raise NotImplementedError("the tp group is the rank's row of the grid")
 
@@ -112,6 +118,8 @@ def with_the_rank_too(rank, dp_size, tp_size):
     (off_by_one, r"(?s)rank 0 in a \(dp=2, tp=3\) mesh: got dp \[0, 3\], tp \[1, 2, 3\].*your tp group starts one "
                  r"rank late"),
     (divmod_swapped, r"(?s)rank 1 in a \(dp=2, tp=3\) mesh.*row and column are swapped in divmod"),
+    (filled_column_by_column, r"(?s)rank 0 in a \(dp=2, tp=3\) mesh: got dp \[0, 1\], tp \[0, 2, 4\].*Hint: your "
+                              r"groups are those of a grid filled column by column, dp varying fastest"),
     (column_steps_by_dp_size, r"(?s)rank 0 in a \(dp=2, tp=3\) mesh: got dp \[0, 2\].*your dp group steps by dp_size"),
     (sizes_swapped, r"(?s)rank 0 in a \(dp=2, tp=3\) mesh: got dp \[0, 3, 6\], tp \[0, 1\].*the group sizes are "
                     r"swapped"),
@@ -263,6 +271,60 @@ def async_never_waited(model, mesh):
         grad.div_(mesh["dp"].size())
 
 
+def broadcasts_row_0(model, mesh):
+    group = mesh["dp"].get_group()
+    for p in model.parameters():                      # row 0's gradient copied to every row: nothing summed
+        dist.broadcast(p.grad.to_local(), src=dist.get_global_rank(group, 0), group=group)
+
+
+def reduces_then_broadcasts(model, mesh):             # right: dist.reduce, which the traffic counter does not see
+    group, first = mesh["dp"].get_group(), dist.get_global_rank(mesh["dp"].get_group(), 0)
+    for p in model.parameters():
+        grad = p.grad.to_local()
+        dist.reduce(grad, dst=first, group=group)
+        dist.broadcast(grad, src=first, group=group)
+        grad.div_(mesh["dp"].size())
+
+
+def reduces_the_weights(model, mesh):
+    for p in model.parameters():
+        weight = p.to_local()                         # the parameter's shard, not its gradient's
+        dist.all_reduce(weight.data, group=mesh["dp"].get_group())
+        weight.data.div_(mesh["dp"].size())
+
+
+def does_nothing(model, mesh):
+    pass
+
+
+def divides_before_waiting(model, mesh):
+    works = []
+    for p in model.parameters():
+        grad = p.grad.to_local()
+        works.append(dist.all_reduce(grad, group=mesh["dp"].get_group(), async_op=True))
+        grad.div_(mesh["dp"].size())                  # while the all-reduce still reads and writes it
+    for work in works:
+        work.wait()
+
+
+def groups_miss_the_last_row(model, mesh):
+    dp_size, tp_size = mesh.shape                     # new_group on every rank, each column without its last rank
+    groups = [dist.new_group([i * tp_size + col for i in range(dp_size - 1)]) for col in range(tp_size)]
+    for p in model.parameters():
+        grad = p.grad.to_local()
+        dist.all_reduce(grad, group=groups[dist.get_rank() % tp_size])
+        grad.div_(dp_size)
+
+
+def consecutive_ranks_as_dp_groups(model, mesh):
+    dp_size, tp_size = mesh.shape                     # the groups of a mesh where dp varies fastest
+    groups = [dist.new_group(list(range(t * dp_size, (t + 1) * dp_size))) for t in range(tp_size)]
+    for p in model.parameters():
+        grad = p.grad.to_local()
+        dist.all_reduce(grad, group=groups[dist.get_rank() // dp_size])
+        grad.div_(dp_size)
+
+
 def average_stub(model, mesh):
     raise NotImplementedError("all-reduce p.grad.to_local() in the dp group")
 
@@ -282,9 +344,9 @@ AVERAGE_MISTAKES = [
                            r"`grad\.div\(mesh\[\"dp\"\]\.size\(\)\)` divides into a NEW tensor"),
     # full_tensor()'s all-gather runs on tp: it sums nothing, so it is not "reduced within the row"
     (reduces_a_full_tensor_copy, r"(?s)^rank 0, 0.weight.grad.*row 0's own gradient.*in place"),
-    (skips_the_replicated, r"(?s)^rank 0, 2.bias.grad.*row 0's own gradient: 2.bias was not averaged. Your answer ran 3 "
-                           r"collective\(s\) on dp for 4 parameters: every parameter's gradient needs it, 2.bias too "
-                           r"though it is replicated across a row \(placement Replicate on tp\), since"),
+    (skips_the_replicated, r"(?s)^rank 0, 2.bias.grad.*row 0's own gradient: 2.bias was not averaged. Your answer "
+                           r"ran 3 collective\(s\) on dp for 4 parameters: every parameter's gradient needs it, 2.bias "
+                           r"too though it is replicated across a row \(placement Replicate on tp\), since"),
     # 0.bias is sharded on tp (column-parallel): the hint says nothing of replicated parameters
     (skips_the_biases, r"(?s)^rank 0, 0.bias.grad.*row 0's own gradient: 0.bias was not averaged. Your answer ran 2 "
                        r"collective\(s\) on dp for 4 parameters: every parameter's gradient needs it, since each row"),
@@ -298,9 +360,27 @@ AVERAGE_MISTAKES = [
                          r"dist.all_reduce started with async_op=True whose work was never waited for|: the gradient "
                          r"came out right here, but by luck: dist\.all_reduce\(\.\.\., async_op=True\) returned a "
                          r"work that was never waited for).*\.wait\(\)"),
+
+    # before any verdict on the collectives: a broadcast on dp crossed the rows, but summed nothing
+    (broadcasts_row_0, r"(?s)^rank 0, 0.weight.grad.*Hint: this is row 0's gradient: your answer's only collectives "
+                       r"across the rows were broadcasts"),
+    (reduces_the_weights, r"(?s)^rank 0, 0.weight.grad.*row 0's own gradient: dist.all_reduce ran on 0.weight's "
+                          r"values \(the weights, the same on every row\), not on its gradient"),
+    # the groups the answer built: the check names what they hold
+    (groups_miss_the_last_row, r"(?s)^rank 0: collectives run by groups_miss_the_last_row: 4 × all_reduce on other\."
+                               r"\nHint: your answer reduced over the ranks \[0, 2\], part of a column only: the dp "
+                               r"group holds every rank of the column, one per row \(\[0, 2, 4\]\)"),
+    (consecutive_ranks_as_dp_groups, r"(?s)^rank 0: .*\nHint: your answer reduced over the ranks \[0, 1, 2\], which "
+                                     r"lie in different columns, as if dp varied fastest.*col, col \+ 2, col \+ 4\."),
+    (does_nothing, r"(?s)^rank 0, 0.weight.grad.*row 0's own gradient: your answer ran no collective: "),
+    # the values depend on when gloo reads and writes each gradient; the version counter shows the change
+    (divides_before_waiting, r"(?s)^rank \d, [\w.]+(\.grad.*Hint: on ranks? [\d and]+, [\w.]+'s gradient was changed "
+                             r"in place \(a division\?\) after its dist.all_reduce\(\.\.\., async_op=True\) started "
+                             r"and before its work was waited for|: the gradient came out right here, but by luck: it "
+                             r"was changed after its dist.all_reduce)"),
 ]
 
-RIGHT_ANSWERS = (gathers_then_averages, flat_buffer_copied_back, waits_then_divides)
+RIGHT_ANSWERS = (gathers_then_averages, flat_buffer_copied_back, waits_then_divides, reduces_then_broadcasts)
 
 
 @pytest.fixture(scope="module")
@@ -320,7 +400,8 @@ def test_average_gradients_rejects_wrong_answers(answer, feedback, average_gradi
 
 @pytest.mark.parametrize("answer", RIGHT_ANSWERS, ids=lambda answer: answer.__name__)
 def test_average_gradients_accepts_right_answers_by_other_routes(answer, average_gradients_results):
-    """An all-gather over dp averaged by hand, a flat buffer copied back, async all-reduces waited for."""
+    """An all-gather over dp averaged by hand, a flat buffer copied back, async all-reduces waited for, a reduce
+    then a broadcast."""
     assert lesson10.judge_average_gradients(answer.__name__, average_gradients_results[answer]).startswith(
         f"{answer.__name__}: every rank's gradients equal one process")
 
@@ -409,3 +490,29 @@ def test_an_all_reduce_never_waited_is_refused_when_the_gradients_come_out_right
                                           r"dist\.all_reduce\(\.\.\., async_op=True\) returned a work that was never "
                                           r"waited for.*\nHint: .*call its \.wait\(\) before the gradient is divided"):
         lesson10.judge_average_gradients("waits_then_divides", by_luck)
+
+
+def test_a_gradient_changed_before_its_wait_is_refused_when_the_gradients_come_out_right(average_gradients_results):
+    """A gradient divided while its async all-reduce runs comes out right or wrong by timing: refused all the same,
+    from the write seen before the wait."""
+    by_luck = [dict(result, written=dict(result["written"])) for result in average_gradients_results[
+        waits_then_divides]]
+    by_luck[3]["written"]["0.bias"] = True
+    with pytest.raises(CheckFailed, match=r"^rank 3, 0\.bias: the gradient came out right here, but by luck: it was "
+                                          r"changed after its dist\.all_reduce\(\.\.\., async_op=True\) started.*"
+                                          r"\nHint: call the work's \.wait\(\) before the gradient is divided"):
+        lesson10.judge_average_gradients("waits_then_divides", by_luck)
+
+
+def test_get_group_without_a_dimension_gets_a_hint_naming_the_dp_dimension():
+    """torch's refusal of mesh.get_group() on a 2-D mesh offers get_all_groups(): the hint names the dp group."""
+    from ddp_lab.checks.common import CaseFailed
+    from ddp_lab.launcher.errors import RankFailure
+
+    torch_said = str(("Found the DeviceMesh have 2 dimensions", "Optional kwarg `mesh_dim` needs to be specified when "
+                      "device_mesh.ndim > 1.", "If you want to get the list of all the ProcessGroups in the DeviceMesh,"
+                      "please use `get_all_groups()` instead."))
+    exception = CaseFailed("averaging the gradients of rank 0 in a (dp=3, tp=2) mesh", "RuntimeError", torch_said)
+    failure = RankFailure(0, "raised", "raised RuntimeError", details="", exception=exception)
+    assert lesson10._explain(failure) == ("this mesh has 2 dimensions, so get_group() needs the one to reduce over: "
+                                          "mesh.get_group(\"dp\"), or mesh[\"dp\"].get_group().")

@@ -10,8 +10,9 @@ mesh_dim_names=("dp", "tp"))` for the shapes 4 ranks can make). The second train
 of a tensor-parallel model on a (dp=3, tp=2) mesh of 6 ranks (so dividing by the dp size,
 the tp size and the world size give three different answers), with the collectives the
 answer runs counted per mesh dimension and what its all-reduces were given (a gradient, a copy or
-flat buffer of one, a work never waited for), and compares the gradients with one process. An
-answer that calls the package's `RankLayout` for its groups is refused.
+flat buffer of one, a parameter's weights, a work never waited for or one whose tensor was changed
+before it was), and compares the gradients with one process. An answer that calls the package's
+`RankLayout` for its groups is refused.
 
 Introduced in notebooks/10-2d-mesh.ipynb.
 """
@@ -22,6 +23,7 @@ import re
 from collections import Counter
 
 import torch
+import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 
@@ -79,7 +81,13 @@ def _wrong_layouts(rank: int, dp_size: int, tp_size: int) -> list[tuple[tuple[st
                         "tp": [by_dp_row * dp_size + j for j in range(dp_size)]},
          "you laid the grid out as (tp, dp): divmod(rank, dp_size). The shape is (dp, tp) and its LAST dimension, tp, "
          "varies fastest (ranks 0, 1, ... fill a row first), so the row and column come from divmod(rank, tp_size)."),
-        (("dp", "tp"), {"dp": [row * tp_size + j for j in range(tp_size)], "tp": [i * tp_size + col for i in range(dp_size)]},
+        (("dp", "tp"), {"dp": [by_dp_row * dp_size + j for j in range(dp_size)],
+                        "tp": [i * dp_size + by_dp_col for i in range(tp_size)]},
+         "your groups are those of a grid filled column by column, dp varying fastest (consecutive ranks in one dp "
+         "group). The mesh fills arange(dp_size * tp_size).reshape(dp_size, tp_size) row by row: its LAST dimension, "
+         "tp, varies fastest, so consecutive ranks share a tp group."),
+        (("dp", "tp"), {"dp": [row * tp_size + j for j in range(tp_size)],
+                        "tp": [i * tp_size + col for i in range(dp_size)]},
          "your dp and tp groups are swapped: the tp group is the ROW of the mesh (the ranks with the same "
          "rank // tp_size), the dp group the COLUMN (the same rank % tp_size)."),
         (("dp", "tp"), {"dp": [i * tp_size + rank // tp_size for i in range(dp_size)],
@@ -87,8 +95,10 @@ def _wrong_layouts(rank: int, dp_size: int, tp_size: int) -> list[tuple[tuple[st
          "row and column are swapped in divmod: divmod(rank, tp_size) gives (row, col) in that order."),
         (("dp",), {"dp": [i * dp_size + col for i in range(dp_size)]},
          "your dp group steps by dp_size: the ranks of a column are tp_size apart (one row holds tp_size ranks)."),
-        (("dp", "tp"), {"dp": [i * tp_size + col for i in range(tp_size)], "tp": [row * tp_size + j for j in range(dp_size)]},
-         "the group sizes are swapped: a dp group has dp_size ranks (one per row), a tp group tp_size (one per column)."),
+        (("dp", "tp"), {"dp": [i * tp_size + col for i in range(tp_size)],
+                        "tp": [row * tp_size + j for j in range(dp_size)]},
+         "the group sizes are swapped: a dp group has dp_size ranks (one per row), a tp group tp_size (one per "
+         "column)."),
         (("tp",), {"tp": [row * tp_size + j for j in range(1, tp_size + 1)]},
          "your tp group starts one rank late: ranks are numbered from 0, and row r starts at rank r * tp_size."),
         (("tp",), {"tp": [row + j for j in range(tp_size)]},
@@ -167,7 +177,8 @@ def _answers(dp_tp_groups, name: str, shape: tuple[int, int]) -> dict:
 
 
 def check_dp_tp_groups(dp_tp_groups, timeout: float = 60.0) -> None:
-    """Check `dp_tp_groups(rank, dp_size, tp_size) -> {"dp": [...], "tp": [...]}` against DeviceMesh's layout and real meshes.
+    """Check `dp_tp_groups(rank, dp_size, tp_size) -> {"dp": [...], "tp": [...]}` against DeviceMesh's layout and
+    real meshes.
 
     First for every rank of the shapes (2, 3), (3, 2), (2, 4) and (4, 2), whose sides differ,
     so that a mix-up of dp and tp gives other groups; then on 4 gloo ranks, where every rank
@@ -182,8 +193,8 @@ def check_dp_tp_groups(dp_tp_groups, timeout: float = 60.0) -> None:
         answers = _answers(dp_tp_groups, name, shape)
         normal = {rank: answer[1] for rank, answer in answers.items()}
         for rank, (got, _) in answers.items():
-            _compare(name, rank, shape, got, _formula(rank, *shape), "DeviceMesh's layout arange(dp*tp).reshape(dp, tp)",
-                     normal)
+            _compare(name, rank, shape, got, _formula(rank, *shape),
+                     "DeviceMesh's layout arange(dp*tp).reshape(dp, tp)", normal)
     results = run_on_ranks(_mesh_runner, (dp_tp_groups,), WORLD_SIZE, timeout, name)
     for shape_index, shape in enumerate(REAL_SHAPES):
         normal = {rank: _normalise(results[rank][shape_index][2]) for rank in range(WORLD_SIZE)}
@@ -221,7 +232,9 @@ def _grads_runner(rank: int, answers: tuple) -> list[dict]:
 
     Besides the gradients and the collectives by mesh dimension, for each parameter: whether its placement is
     Replicate, whether its local shard was all-reduced, whether another all-reduced tensor held its values (a copy,
-    a flat buffer) and whether an all-reduce of either was started with async_op=True and never waited for."""
+    a flat buffer), whether an all-reduce of either was started with async_op=True and never waited for, whether
+    the tensor was written (e.g. divided) before that work was waited for, and whether the parameter's own values
+    (its weights, not its gradient) were all-reduced."""
     api = dtensor_api()
     mesh = api.init_device_mesh("cpu", (DP_SIZE, TP_SIZE), mesh_dim_names=("dp", "tp"))
     x = _batch().chunk(DP_SIZE)[mesh["dp"].get_local_rank()]   # my row's third of the batch
@@ -233,48 +246,101 @@ def _grads_runner(rank: int, answers: tuple) -> list[dict]:
         shards = {name: p.grad.to_local() for name, p in params.items()}
         before = {name: shard.detach().flatten().clone() for name, shard in shards.items()}
         own = {name: shard.untyped_storage().data_ptr() for name, shard in shards.items()}
+        weights = {name: p.to_local().detach() for name, p in params.items()}   # each parameter's local shard
+        weight_storage = {name: weight.untyped_storage().data_ptr() for name, weight in weights.items()}
+        weights = {name: weight.flatten().clone() for name, weight in weights.items()}
         given: list[list] = []
+        groups: list[tuple[int, ...]] = []
         with count_mesh_traffic(mesh) as calls, watching_requests() as requests, \
-                _recording_all_reduce(given, requests, api.DTensor):
+                _recording_all_reduce(given, requests, api.DTensor, groups), _recording_groups(calls, groups, mesh):
             call_case(average_gradients, f"averaging the gradients of rank {rank} in a (dp={DP_SIZE}, tp={TP_SIZE}) "
                       "mesh", model, mesh)
         elsewhere = [entry for entry in given if entry[0] not in own.values()]   # copies, flat buffers
         unwaited = [entry for entry in given if entry[3]]
         unwaited_elsewhere = [entry[1] for entry in unwaited if entry[0] not in own.values()]
+        written = [entry for entry in given if entry[4]]
+        written_elsewhere = [entry[1] for entry in written if entry[0] not in own.values()]
         results.append({"grads": {name: full_tensor(p.grad).detach().clone() for name, p in params.items()},
                         "calls": [tuple(call) for call in calls],
+                        "groups": sorted(set(groups) - {()}),
                         "replicated": {name: all(isinstance(placement, api.Replicate) for placement in p.placements)
                                        for name, p in params.items()},
                         "reduced": {name: any(entry[0] == own[name] for entry in given) for name in params},
                         "copied": {name: held_in(before[name], [entry[1] for entry in elsewhere]) for name in params},
                         "unwaited": {name: any(entry[0] == own[name] for entry in unwaited) or
                                      held_in(before[name], unwaited_elsewhere)
-                                     for name in params}})
+                                     for name in params},
+                        "written": {name: any(entry[0] == own[name] for entry in written) or
+                                    held_in(before[name], written_elsewhere)
+                                    for name in params},
+                        "weights": {name: any(entry[0] == weight_storage[name] for entry in elsewhere) or
+                                    held_in(weights[name], [entry[1] for entry in elsewhere]) for name in params}})
         for entry in given:   # the next answer starts after this one's all-reduces
             if entry[2] is not None:
                 entry[2].wait()
     return results
 
 
-def _recording_all_reduce(given: list, requests, dtensor_type):
+def _recording_all_reduce(given: list, requests, dtensor_type, groups: list):
     """Inside a rank: for every plain tensor dist.all_reduce gets (on a DTensor it fails in torch), `given` gets
     [its storage, its values before the call, the work an async_op=True call returned or None, whether that work is
-    still to be waited for]: the last turns False when the answer calls waits for it (RequestWatcher)
-    (`requests`, a watching_requests watcher)."""
+    still to be waited for, whether the tensor was written before the answer first waited for that work]: the
+    fourth turns False when the answer waits for it (RequestWatcher) (`requests`, a watching_requests watcher); the
+    last reads the tensor's version counter then (an all-reduce leaves it, an in-place division bumps it).
+    `groups` gets the ranks of the group of every call."""
     def make(original):
         def all_reduce(*args, **kwargs):
-            tensor = (call_arguments(original, args, kwargs) or {}).get("tensor")
+            arguments = call_arguments(original, args, kwargs) or {}
+            groups.append(_ranks_of(arguments.get("group")))
+            tensor = arguments.get("tensor")
             if not torch.is_tensor(tensor) or isinstance(tensor, dtensor_type):
                 return original(*args, **kwargs)
-            entry = [tensor.untyped_storage().data_ptr(), tensor.detach().flatten().clone(), None, False]
+            entry = [tensor.untyped_storage().data_ptr(), tensor.detach().flatten().clone(), None, False, False]
             work = original(*args, **kwargs)
             given.append(entry)
             if work is not None:
-                entry[2:] = [work, True]
-                requests.watch(work, lambda: entry.__setitem__(3, False))
+                entry[2:4] = [work, True]
+                version = tensor._version
+
+                def waited():
+                    if entry[3]:
+                        entry[3:] = [False, tensor._version != version]
+                requests.watch(work, waited)
             return work
         return all_reduce
     return replacing_dist_calls({"all_reduce": make})
+
+
+# collectives whose c10d ops count_mesh_traffic does not see: counted here, by the group they were given
+UNCOUNTED = ("reduce", "gather", "scatter", "reduce_scatter", "all_to_all", "all_to_all_single", "all_reduce_coalesced")
+COUNTED = ("broadcast", "all_gather", "all_gather_into_tensor", "reduce_scatter_tensor")   # besides all_reduce
+
+
+def _ranks_of(group) -> tuple[int, ...]:
+    """The sorted global ranks of a collective's group= (None: all ranks); () for what is not this rank's group."""
+    try:
+        return tuple(sorted(dist.get_process_group_ranks(group or dist.group.WORLD)))
+    except (RuntimeError, ValueError, TypeError, AttributeError, KeyError):
+        return ()   # a group this rank is not in, or not a group: the call itself does nothing or raises
+
+
+def _recording_groups(calls: list, groups: list, mesh):
+    """Inside a rank: `groups` gets the ranks of the group of every call of a collective in UNCOUNTED or COUNTED,
+    and for one in UNCOUNTED `calls` (count_mesh_traffic's list) gets (the mesh dimension whose group spans those
+    ranks, or "other"; its name; 0 bytes)."""
+    dims = {tuple(ranks): dim for dim, ranks in mesh_groups(mesh).items()}
+
+    def recording(name):
+        def make(original):
+            def call(*args, **kwargs):
+                ranks = _ranks_of((call_arguments(original, args, kwargs) or {}).get("group"))
+                groups.append(ranks)
+                if name in UNCOUNTED:
+                    calls.append((dims.get(ranks, "other"), name, 0))
+                return original(*args, **kwargs)
+            return call
+        return make
+    return replacing_dist_calls({name: recording(name) for name in UNCOUNTED + COUNTED})
 
 
 def run_average_gradients_answers(answers: tuple, timeout: float = 60.0,
@@ -284,9 +350,19 @@ def run_average_gradients_answers(answers: tuple, timeout: float = 60.0,
 
 
 def _explain(failure) -> str | None:
-    """The hint for a rank whose answer raised: a DeviceMesh passed as a collective's group, or a collective given a
-    DTensor; None for anything else."""
-    return _explain_mesh_as_group(failure) or _explain_collective_on_a_dtensor(failure)
+    """The hint for a rank whose answer raised: a DeviceMesh passed as a collective's group, a 2-D mesh's
+    get_group() without its dimension, or a collective given a DTensor; None for anything else."""
+    return (_explain_mesh_as_group(failure) or _explain_get_group_without_a_dimension(failure)
+            or _explain_collective_on_a_dtensor(failure))
+
+
+def _explain_get_group_without_a_dimension(failure) -> str | None:
+    """The hint for torch's refusal of get_group() without mesh_dim on a mesh of 2 dimensions (its message names
+    the kwarg, and offers get_all_groups(), which gives the groups of both dimensions)."""
+    if "`mesh_dim` needs to be specified" not in (getattr(failure.exception, "message", "") or ""):
+        return None
+    return ("this mesh has 2 dimensions, so get_group() needs the one to reduce over: mesh.get_group(\"dp\"), or "
+            "mesh[\"dp\"].get_group().")
 
 
 # what torch says of a DeviceMesh given as group=: get_backend does not know it (torch's logging wrapper asks first),
@@ -324,10 +400,29 @@ def _explain_collective_on_a_dtensor(failure) -> str | None:
             "shares the gradient's memory.")
 
 
-def _traffic_hint(calls: list[tuple]) -> str | None:
+def _traffic_hint(calls: list[tuple], groups: list[tuple[int, ...]]) -> str | None:
+    """The hint for a reduction over a group other than the dp one, whatever the gradients came out as; None if
+    there was none (whether anything crossed the rows is told by the gradients: a broadcast or a send may carry it).
+    `groups`: the ranks of the groups the answer's collectives were given."""
     # an all-gather over tp (full_tensor()) sums nothing; one over dp brings the other rows' gradients, which an
     # answer may then average itself
     dims = {dim for dim, op, _ in calls if "reduce" in op or (op == "all_gather" and dim == "dp")}
+    world = tuple(range(DP_SIZE * TP_SIZE))
+    columns = [tuple(range(col, DP_SIZE * TP_SIZE, TP_SIZE)) for col in range(TP_SIZE)]
+    others = [ranks for ranks in groups if ranks not in columns and len(ranks) < len(world)
+              and ranks not in [tuple(range(row * TP_SIZE, (row + 1) * TP_SIZE)) for row in range(DP_SIZE)]]
+    if "other" in dims and others and world not in groups:
+        part = next((ranks for ranks in others if len({rank % TP_SIZE for rank in ranks}) == 1), None)
+        if part is not None:
+            return (f"your answer reduced over the ranks {list(part)}, part of a column only: the dp group holds "
+                    f"every rank of the column, one per row ({list(columns[part[0] % TP_SIZE])}): the mesh's dp "
+                    "group, mesh['dp'].get_group().")
+        column = ", ".join(["col"] + [f"col + {row * TP_SIZE}" for row in range(1, DP_SIZE)])
+        consecutive = all(ranks == tuple(range(ranks[0], ranks[0] + DP_SIZE)) for ranks in others)
+        return (f"your answer reduced over the ranks {list(others[0])}, which lie in different columns" + (
+            ", as if dp varied fastest (consecutive ranks in one dp group); in the mesh tp varies fastest, so a "
+            f"column is the ranks {column}" if consecutive else "") + ". The ranks of a row hold DIFFERENT shards, "
+            "so only ranks of the same column may be averaged: the mesh's dp group, mesh['dp'].get_group().")
     if "other" in dims:
         return (f"your answer ran a collective over a group that is neither a row nor a column of the mesh (without "
                 f"group=, dist.all_reduce reduces over all {DP_SIZE * TP_SIZE} ranks): the ranks of a row hold "
@@ -335,9 +430,6 @@ def _traffic_hint(calls: list[tuple]) -> str | None:
     if "tp" in dims:
         return ("your answer reduced within the row (the tp group): the ranks of a row hold different shards of "
                 "each weight. Average across the rows instead: the mesh's dp group.")
-    if "dp" not in dims:
-        return ("your answer ran no collective across the rows: each row computed its gradients on its own share of "
-                "the batch; every gradient's local shard (p.grad.to_local()) must be averaged over the mesh's dp group.")
     return None
 
 
@@ -365,7 +457,7 @@ def judge_average_gradients(name: str, results: list[dict], division: str | None
     (`division_into_a_new_tensor`), evidence for gradients left as the sum."""
     rows = [_row_grads([row]) for row in range(DP_SIZE)]
     for rank in range(DP_SIZE * TP_SIZE):
-        hint = _traffic_hint(results[rank]["calls"])
+        hint = _traffic_hint(results[rank]["calls"], results[rank]["groups"])
         if hint:
             counts = Counter((op, dim) for dim, op, _ in results[rank]["calls"])
             ops = ", ".join(f"{n} × {op} on {dim}" for (op, dim), n in counts.items()) or "none"
@@ -380,13 +472,22 @@ def judge_average_gradients(name: str, results: list[dict], division: str | None
             where = (f"rank {rank}, {param}.grad{list(index)}: got {got[index].item():.5f}, "
                      f"expected {want[index].item():.5f}")
             dp_calls = sum(dim == "dp" for dim, _, _ in results[rank]["calls"])
+            dp_ops = {op for dim, op, _ in results[rank]["calls"] if dim == "dp"}
+            from_row = next((other for other in range(DP_SIZE)
+                             if torch.allclose(got, rows[other][param], atol=1e-6, rtol=1e-5)), None)
             row_ranks = range(row * TP_SIZE, (row + 1) * TP_SIZE)   # full_tensor() gathered their shards
             unwaited = [str(other) for other in row_ranks if results[other]["unwaited"][param]]
+            written = [str(other) for other in row_ranks if results[other]["written"][param]]
             if unwaited:
                 hint = (f"on rank{'s' * (len(unwaited) > 1)} {' and '.join(unwaited)}, {param}'s gradient went into a "
                         "dist.all_reduce started with async_op=True whose work was never waited for, so it was read "
                         "before the sum arrived. Keep the work handle each call returns and call its .wait() before "
                         "dividing the gradient.")
+            elif written:
+                hint = (f"on rank{'s' * (len(written) > 1)} {' and '.join(written)}, {param}'s gradient was changed "
+                        "in place (a division?) after its dist.all_reduce(..., async_op=True) started and before its "
+                        "work was waited for, while the all-reduce was still reading and writing it. Call the work's "
+                        ".wait() first, then divide.")
             elif torch.allclose(got, want_sum, atol=1e-6, rtol=1e-5) and division:
                 hint = (f"this is the SUM over the {DP_SIZE} rows. Your line `{division}` divides into a NEW tensor "
                         "and leaves the gradient as all_reduce made it: divide in place (grad.div_(...) or grad /= "
@@ -400,12 +501,25 @@ def judge_average_gradients(name: str, results: list[dict], division: str | None
             elif torch.allclose(got, want_sum / TP_SIZE, atol=1e-6, rtol=1e-5):
                 hint = (f"this is the sum divided by the tp size ({TP_SIZE}), the size of a row: the {DP_SIZE} ranks "
                         "of a column took part, so divide by the dp size, mesh['dp'].size().")
+            elif from_row is not None and dp_ops == {"broadcast"}:
+                hint = (f"this is row {from_row}'s gradient: your answer's only collectives across the rows were "
+                        "broadcasts, and a broadcast copies one rank's tensor to the others, summing nothing. Sum each "
+                        "local shard over the mesh's dp group (dist.all_reduce), then divide by the dp size.")
+            elif from_row == row and results[rank]["weights"][param] and not results[rank]["reduced"][param] and \
+                    not results[rank]["copied"][param]:
+                hint = (f"this is row {row}'s own gradient: dist.all_reduce ran on {param}'s values (the weights, the "
+                        "same on every row), not on its gradient: all-reduce the gradient's local shard, "
+                        "p.grad.to_local().")
             elif torch.allclose(got, rows[row][param], atol=1e-6, rtol=1e-5) and \
                     results[rank]["copied"][param] and not results[rank]["reduced"][param]:
                 hint = (f"this is row {row}'s own gradient: dist.all_reduce ran on a tensor that held {param}'s "
                         "gradient values (a copy, a flat buffer), not on the gradient, and it sums into the tensor "
                         "it is given. All-reduce the local shard in place (p.grad.to_local() shares p.grad's memory), "
                         "or copy the result back into p.grad.to_local().")
+            elif from_row == row and not results[rank]["calls"]:
+                hint = (f"this is row {row}'s own gradient: your answer ran no collective: each row computed its "
+                        "gradients on its own share of the batch; every gradient's local shard (p.grad.to_local()) "
+                        "must be averaged over the mesh's dp group.")
             elif torch.allclose(got, rows[row][param], atol=1e-6, rtol=1e-5) and dp_calls < len(rows[0]):
                 replicated = results[rank]["replicated"][param]
                 hint = (f"this is row {row}'s own gradient: {param} was not averaged. Your answer ran {dp_calls} "
@@ -416,13 +530,20 @@ def judge_average_gradients(name: str, results: list[dict], division: str | None
                 hint = (f"this is row {row}'s own gradient: the reduction did not change the gradients. All-reduce the "
                         "local shard in place (p.grad.to_local() shares p.grad's memory), or assign the result back.")
             else:
-                hint = (f"expected the mean of the {DP_SIZE} rows' gradients on every rank: each local shard summed over "
-                        "the mesh's dp group, divided by the dp size.")
+                hint = (f"expected the mean of the {DP_SIZE} rows' gradients on every rank: each local shard summed "
+                        "over the mesh's dp group, divided by the dp size.")
             raise CheckFailed(f"{where}.\nHint: {hint}")
     for rank in range(DP_SIZE * TP_SIZE):   # right values from an all-reduce never waited for: right by luck
         unwaited = [param for param, flag in results[rank]["unwaited"].items() if flag]
         if unwaited:
             raise right_by_luck(f"rank {rank}, {unwaited[0]}", "the gradient", "dist.all_reduce(..., async_op=True)",
                                 "the gradient is divided")
+    for rank in range(DP_SIZE * TP_SIZE):   # right values from a gradient written while its all-reduce ran
+        written = [param for param, flag in results[rank]["written"].items() if flag]
+        if written:
+            raise CheckFailed(f"rank {rank}, {written[0]}: the gradient came out right here, but by luck: it was "
+                              "changed after its dist.all_reduce(..., async_op=True) started and before its work was "
+                              "waited for, and whether the change lands before or after the sum depends on timing.\n"
+                              "Hint: call the work's .wait() before the gradient is divided.")
     return (f"{name}: every rank's gradients equal one process on the full batch, with collectives on the dp "
             "groups only")
