@@ -368,6 +368,27 @@ def test_a_command_that_ends_just_after_its_watchdog_keeps_its_values(cluster):
     assert cluster.alive and cluster.run_code("x") == [1, 2]
 
 
+def test_a_rank_caught_asking_torch_distributed_a_question_is_not_in_a_collective():
+    """At the watchdog a rank's stack can be in torch.distributed without waiting for anyone: dist.is_initialized()
+    in the rank loop's reply after the command (a loaded machine caught both ranks there, and the cluster was shut
+    down as if they were stuck in a collective), dist.get_rank() in a cell. Such a rank is interrupted, or its reply
+    waited for; one in all_reduce, or in DDP's code, is in a collective."""
+    from ddp_lab.launcher.reports import waiting_in
+
+    def stack(*frames):
+        return "Current thread (most recent call first):\n" + "".join(
+            f'  File "{path}", line 10 in {name}\n' for path, name in frames)
+
+    c10d = ".../site-packages/torch/distributed/distributed_c10d.py"
+    assert waiting_in(stack((c10d, "WORLD"), (c10d, "is_initialized"), ("/x/ddp_lab/cluster/rank_loop.py", "serve"))) \
+        == "elsewhere"
+    assert waiting_in(stack((c10d, "get_rank"), ("<ddp cell 3>", "<module>"))) == "elsewhere"
+    assert waiting_in(stack((".../site-packages/torch/distributed/c10d_logger.py", "wrapper"), (c10d, "all_reduce"),
+                            ("<ddp cell 3>", "<module>"))) == "collective"
+    assert waiting_in(stack((c10d, "get_rank"), (".../site-packages/torch/nn/parallel/distributed.py", "forward"))) \
+        == "collective"
+
+
 def test_a_command_whose_output_ends_after_the_watchdog_keeps_its_values(cluster, monkeypatch, capsys):
     """Every rank replied in time, but the end of its output is still being read when the watchdog fires (the
     notebook's reader threads lag behind the ranks' replies, as in a busy notebook: here each line takes 0.5 ms to

@@ -159,11 +159,26 @@ def in_backward(stack: str) -> bool:
     return False
 
 
+# torch.distributed functions that answer at once from the rank's own state: a stack in them alone waits for no one
+_QUERY_FUNCTIONS = frozenset({"is_initialized", "is_available", "WORLD", "get_rank", "get_world_size", "get_backend",
+                              "_get_default_group", "default_pg", "_rank_not_in_group", "get_global_rank",
+                              "get_group_rank", "get_process_group_ranks", "_get_group_size", "is_gloo_available",
+                              "is_nccl_available", "is_mpi_available"})
+_DISTRIBUTED_FRAME = re.compile(r'torch/distributed/[^"]*", line \d+ in (\w+)')
+
+
+def _only_asking(stack: str) -> bool:
+    """Whether every torch.distributed frame of `stack` is a query (_QUERY_FUNCTIONS), none of torch.nn.parallel:
+    a rank caught in dist.is_initialized() or dist.get_rank() is not in a collective."""
+    names = _DISTRIBUTED_FRAME.findall(stack)
+    return bool(names) and set(names) <= _QUERY_FUNCTIONS and "torch/nn/parallel/" not in stack
+
+
 def waiting_in(stack: str) -> str:
     """Where a stuck rank waits, from its Python stack: 'rendezvous', 'collective' or 'elsewhere'."""
     if _RENDEZVOUS_FRAMES.search(stack):
         return "rendezvous"  # inside init_process_group: connecting to the store, waiting for the others
-    if _TORCH_COMMS_FRAMES.search(stack) or in_backward(stack):
+    if (_TORCH_COMMS_FRAMES.search(stack) and not _only_asking(stack)) or in_backward(stack):
         return "collective"  # all_reduce, barrier, DDP's broadcast of the parameters or its gradients' all-reduce, ...
     return "elsewhere"
 
