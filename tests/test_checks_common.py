@@ -138,6 +138,30 @@ def _polls_and_takes_the_future(rank):
     return polled
 
 
+def _waits_through_torch_futures(rank):
+    """Three all-reduces: two waited for together by torch.futures.wait_all over their futures, one by waiting for
+    the future torch.futures.collect_all made of its own."""
+    import torch.distributed as dist
+
+    from ddp_lab.instruments.collectives import watching_requests
+
+    seen = []
+    with watching_requests() as requests:
+        works = [dist.all_reduce(torch.ones(1000), async_op=True) for _ in range(3)]
+        for number, work in enumerate(works):
+            requests.watch(work, lambda number=number: seen.append(number))
+        torch.futures.wait_all([work.get_future() for work in works[:2]])
+        torch.futures.collect_all([works[2].get_future()]).wait()
+    return sorted(seen)
+
+
+def test_futures_waited_for_by_wait_all_or_collect_all_count_as_waited_for():
+    """torch.futures.wait_all over the requests' futures, or a wait for the future collect_all makes of them, waits
+    for them: an answer that waited so was refused as never having waited."""
+    for seen in run_on_ranks(_waits_through_torch_futures, (), 2, 60, "watching_requests"):
+        assert seen == [0, 1, 2], seen
+
+
 def test_a_request_counts_as_waited_for_only_when_it_was():
     """is_completed() that answered False, or get_future() whose future nobody waited for, is not a wait: an answer
     that polled once and read the result while it was still on its way was taken as waiting (and then passed)."""

@@ -193,7 +193,8 @@ def replacing_dist_calls(replacements: dict[str, Callable[[Callable], Callable]]
 class RequestWatcher:
     """The requests (work handles) an answer was given, and a callback for each that runs when the answer waits for
     the request: calls its wait(), an is_completed() that returns True, or waits for the future its get_future()
-    gave (that future's wait() or value(), or a done() that returns True). `watching_requests` yields one.
+    gave (that future's wait() or value(), a done() that returns True, torch.futures.wait_all over it, or a wait for
+    the future torch.futures.collect_all made of it). `watching_requests` yields one.
 
     Requests are held by weak reference, so a request the answer drops is freed as it would be unwatched.
     """
@@ -201,6 +202,7 @@ class RequestWatcher:
     def __init__(self):
         self._watched: dict[int, tuple[weakref.ref, Callable[[], None]]] = {}
         self._futures: dict[int, tuple[object, object]] = {}   # id(future) -> (the future, its request)
+        self._combined: dict[int, tuple[object, list]] = {}    # id(collect_all's future) -> (it, the futures given)
 
     def watch(self, request, used: Callable[[], None]) -> None:
         """Call `used()` each time the answer waits for `request` (the ways named above)."""
@@ -215,6 +217,10 @@ class RequestWatcher:
         held, request = self._futures.get(id(future), (None, None))
         if held is future:
             self._seen(request)
+        combined, given = self._combined.get(id(future), (None, ()))
+        if combined is future:
+            for each in given:
+                self._future_seen(each)
 
 
 @contextlib.contextmanager
@@ -255,12 +261,29 @@ def watching_requests() -> Iterator[RequestWatcher]:
             return future
         return method
 
+    def all_waited(original):   # torch.futures.wait_all(futures): every future waited for
+        def function(futures, *args, **kwargs):
+            for future in futures:
+                watcher._future_seen(future)
+            return original(futures, *args, **kwargs)
+        return function
+
+    def collected(original):    # torch.futures.collect_all(futures): waiting for its future waits for them all
+        def function(futures, *args, **kwargs):
+            combined = original(futures, *args, **kwargs)
+            watcher._combined[id(combined)] = (combined, list(futures))
+            return combined
+        return function
+
+    originals.update({(torch.futures, name): getattr(torch.futures, name) for name in ("wait_all", "collect_all")})
     replacements = {(dist.Work, "wait"): waiting(originals[dist.Work, "wait"], watcher._seen),
                     (dist.Work, "is_completed"): if_true(originals[dist.Work, "is_completed"], watcher._seen),
                     (dist.Work, "get_future"): future_of(originals[dist.Work, "get_future"]),
                     (future_type, "wait"): waiting(originals[future_type, "wait"], watcher._future_seen),
                     (future_type, "value"): waiting(originals[future_type, "value"], watcher._future_seen),
-                    (future_type, "done"): if_true(originals[future_type, "done"], watcher._future_seen)}
+                    (future_type, "done"): if_true(originals[future_type, "done"], watcher._future_seen),
+                    (torch.futures, "wait_all"): all_waited(originals[torch.futures, "wait_all"]),
+                    (torch.futures, "collect_all"): collected(originals[torch.futures, "collect_all"])}
     for (owner, name), replacement in replacements.items():
         setattr(owner, name, replacement)
     try:
