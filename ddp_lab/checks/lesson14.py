@@ -305,6 +305,10 @@ def _explain(failure) -> str | None:
         return _dtype_hint(text)
     if "Split sizes doesn't match" in text or "split_sizes" in text:
         return SPLITS_HINT
+    if "Backend gloo does not support alltoall" in text:   # torch before 2.9 or so: no list all_to_all on gloo
+        return ("gloo's dist.all_to_all (a list of tensors) does not exist in this torch's gloo, and where it does, it "
+                "takes blocks of one shape only: send the rows with one dist.all_to_all_single(output, input, "
+                "output_split_sizes, input_split_sizes).")
     if "ProcessGroupGloo::alltoall: invalid tensor size" in text:
         return ("gloo's dist.all_to_all (a list of tensors) takes blocks of one shape only, and this rank's blocks "
                 "(one per destination) have different numbers of rows: send them with one "
