@@ -213,6 +213,21 @@ def watching_calls(functions) -> Iterator[list[str]]:
         _TRIPPED.clear()
 
 
+def answer_value(answer, args: tuple, name: str, doing: str, package, hint=None):
+    """What an in-process answer returns for `args`; CheckFailed where it raised (`answer_raised`, with the hint
+    `hint(error)` gives, if any) or called one of `package`, the package's own answers to the exercise
+    (`package_answer_used`). `doing`: what the call was, for the message ("computing f(8, dp=2)"). Lessons 01, 09
+    and 13 call their plain-function answers so."""
+    try:
+        with watching_calls(package) as called:
+            value = answer(*args)
+    except Exception as error:
+        raise answer_raised(name, error, doing, hint(error) if hint else None) from None
+    if called:
+        raise package_answer_used(name, called)
+    return value
+
+
 def package_answer_used(name: str, called: list[str], how: str = "calls") -> CheckFailed:
     """The CheckFailed for an answer that called the package's own answer (`watching_calls` found `called`), or
     (how="is") that is it (`answer_of`)."""

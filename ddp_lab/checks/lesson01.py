@@ -14,9 +14,9 @@ import torch
 import torch.distributed as dist
 
 from ddp_lab.checks import CheckFailed, passed
-from ddp_lab.checks.common import (CaseFailed, answer_of, answer_raised, call_case, describe, ensure_written,
+from ddp_lab.checks.common import (CaseFailed, answer_of, answer_value, call_case, describe, ensure_written,
                                    first_mismatch, package_answer_used, refuse_written_split, run_answers_on_ranks,
-                                   times_of, uniform_ratio, watching_calls)
+                                   times_of, uniform_ratio)
 from ddp_lab.course.device_memory import COMPONENTS, SHARDED, STRATEGIES, memory_per_device
 from ddp_lab.instruments.collectives import (call_arguments, replacing_dist_calls, watching_collectives,
                                              watching_requests)
@@ -55,14 +55,8 @@ def check_memory_per_device(fn) -> None:
     for n_params, n_activations, world_size in MEMORY_CASES:
         for strategy in STRATEGIES:
             call = f"{name}({n_params:_}, {n_activations:_}, world_size={world_size}, strategy={strategy!r})"
-            got = None
-            try:
-                with watching_calls((memory_per_device,)) as called:
-                    got = fn(n_params, n_activations, world_size, strategy)
-            except Exception as error:
-                raise answer_raised(name, error, f"computing {call}", _raised_hint(error, strategy)) from None
-            if called:
-                raise package_answer_used(name, called)
+            got = answer_value(fn, (n_params, n_activations, world_size, strategy), name, f"computing {call}",
+                               (memory_per_device,), lambda error: _raised_hint(error, strategy))
             expected = memory_per_device(n_params, n_activations, world_size, strategy)
             if not isinstance(got, dict) or set(got) != set(COMPONENTS):
                 keys = sorted(got) if isinstance(got, dict) else None

@@ -24,9 +24,9 @@ import torch.nn.functional as F
 import torch.distributed as dist
 
 from ddp_lab.checks import CheckFailed, passed
-from ddp_lab.checks.common import (answer_raised, call_case, describe, division_into_a_new_tensor, ensure_written,
-                                   groups_of, judge_in_order, package_answer_used, refuse_written_divisor,
-                                   refuse_written_split, right_by_luck, run_on_ranks, watching_calls, with_a_note)
+from ddp_lab.checks.common import (answer_value, call_case, describe, division_into_a_new_tensor, ensure_written,
+                                   groups_of, judge_in_order, refuse_written_divisor, refuse_written_split,
+                                   right_by_luck, run_on_ranks, with_a_note)
 from ddp_lab.instruments.collectives import call_arguments, replacing_dist_calls, watching_requests
 from ddp_lab.instruments.tensor_bytes import optimizer_state_bytes
 from ddp_lab.course.sharding.state_bytes import BYTES_PER_PARAMETER, COMPONENTS, SHARDED_BY_STAGE, state_bytes_per_rank
@@ -56,14 +56,8 @@ def check_state_bytes(state_bytes) -> None:
     ensure_written(state_bytes)
     for n_params, stage, world_size, precision in FORMULA_CASES:
         case = f"state_bytes({n_params}, stage={stage}, world_size={world_size}, precision={precision!r})"
-        got = None
-        try:
-            with watching_calls((state_bytes_per_rank,)) as called:
-                got = state_bytes(n_params, stage, world_size, precision)
-        except Exception as error:
-            raise answer_raised(getattr(state_bytes, "__name__", "state_bytes"), error, f"computing {case}") from None
-        if called:
-            raise package_answer_used(getattr(state_bytes, "__name__", "state_bytes"), called)
+        got = answer_value(state_bytes, (n_params, stage, world_size, precision),
+                           getattr(state_bytes, "__name__", "state_bytes"), f"computing {case}", (state_bytes_per_rank,))
         want = state_bytes_per_rank(n_params, stage, world_size, precision)
         if not isinstance(got, dict) or set(got) != set(COMPONENTS):
             raise CheckFailed(f"{case} returned {str(got)[:100]}; expected a dict with the keys "

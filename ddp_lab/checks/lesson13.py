@@ -23,7 +23,7 @@ import numbers
 import re
 
 from ddp_lab.checks import CheckFailed, passed
-from ddp_lab.checks.common import answer_raised, ensure_written, package_answer_used, two_numbers, watching_calls
+from ddp_lab.checks.common import answer_raised, answer_value, ensure_written, two_numbers
 from ddp_lab.course.plan.search import candidates
 from ddp_lab.plan import ClusterSpec, Strategy, Transformer, breakdown, evaluate, model_state_bytes, search
 
@@ -62,14 +62,8 @@ def check_model_states_gb(per_gpu_model_states_gb) -> None:
     name = getattr(per_gpu_model_states_gb, "__name__", "per_gpu_model_states_gb")
     for params, dp, zero, precision in MODEL_STATE_CASES:
         case = f"{name}({params:_}, dp={dp}, zero={zero}, precision={precision!r})"
-        got = None
-        try:
-            with watching_calls(MODEL_STATES_ANSWERS) as called:
-                got = per_gpu_model_states_gb(params, dp, zero, precision)
-        except Exception as error:
-            raise answer_raised(name, error, f"computing {case}") from None
-        if called:
-            raise package_answer_used(name, called)
+        got = answer_value(per_gpu_model_states_gb, (params, dp, zero, precision), name, f"computing {case}",
+                           MODEL_STATES_ANSWERS)
         want_bytes = model_state_bytes(params, Strategy(dp=dp, zero=zero, precision=precision))
         want = {part: getattr(want_bytes, part) / GB for part in PARTS}
         if not isinstance(got, dict) or set(got) != set(PARTS):
@@ -194,14 +188,8 @@ def check_choose_plan(choose_plan) -> None:
     name = getattr(choose_plan, "__name__", "choose_plan")
     for index, (model, cluster, global_batch) in enumerate(_scenarios()):
         where = f"{model.name} on {cluster.name} ({cluster.gpus} GPUs), global batch {global_batch}"
-        strategy = None
-        try:
-            with watching_calls(CHOOSE_PLAN_ANSWERS) as called:
-                strategy = choose_plan(model, cluster, global_batch)
-        except Exception as error:
-            raise answer_raised(name, error, f"choosing a plan for {where}", _none_read_hint(error)) from None
-        if called:
-            raise package_answer_used(name, called)
+        strategy = answer_value(choose_plan, (model, cluster, global_batch), name, f"choosing a plan for {where}",
+                                CHOOSE_PLAN_ANSWERS, _none_read_hint)
         if not isinstance(strategy, Strategy):
             raise CheckFailed(f"{where}: {name} returned {type(strategy).__name__} {str(strategy)[:80]}; expected a "
                               f"ddp_lab.plan.Strategy (e.g. the .strategy of the best Plan you found).")
