@@ -46,6 +46,7 @@ TORCH_PIN = next(line.split("#")[0].strip() for line in (REPOSITORY / "requireme
 project = "ddp-lab"
 html_title = "ddp-lab: PyTorch distributed training, hands-on"
 copyright = "2026, the ddp-lab authors"
+author = "the ddp-lab authors"   # the theme's footer reads "By {author}"
 extensions = ["myst_nb"]
 root_doc = "index"
 include_patterns = ["index.md", "README.md", "notebooks/*.ipynb", "exercises/*.ipynb", "docs/*.md"]   # the pages,
