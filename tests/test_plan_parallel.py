@@ -3,13 +3,14 @@
 Pure Python, no ranks: the saved layer input under full recomputation and sequence parallelism, tensor-parallel
 communication overlap, ZeRO 0-2's bucketed gradient sync (ZeRO 2's in every micro-batch) and overlapped weight
 gather, a tensor-parallel size that must divide the node, uneven pipeline stages,
-DiLoCo-style outer sync and a cross-region link, the experts' own tensor-parallel size. Each checks the direction
+DiLoCo-style outer sync and a cross-region link, hybrid sharding (HSDP), the experts' own tensor-parallel size. Each
+checks the direction
 of its effect and, where a paper states one, the published number.
 """
 
 import pytest
 
-from ddp_lab.course.plan import expert_compute, expert_tp, experts, outer_sync, pipeline_stages
+from ddp_lab.course.plan import dp_sync, expert_compute, expert_tp, experts, hybrid_shard, outer_sync, pipeline_stages
 from ddp_lab.course.plan import search as search_module
 from ddp_lab.course.plan.activations import head_activation_bytes, layer_activation_bytes
 from ddp_lab.course.plan.cluster_spec import ClusterSpec
@@ -188,6 +189,34 @@ def test_a_cross_region_link_slows_the_groups_that_cross_it():
     assert collective_time("all_reduce", 1e9, cluster, dp) > 10 * collective_time("all_reduce", 1e9, one_region, dp)
     with pytest.raises(ValueError, match="must divide the 4 nodes"):
         cluster.with_(region_nodes=3)
+
+
+def test_hybrid_sharding_is_zero3_inside_a_group_plus_an_all_reduce_of_its_shards_across_groups():
+    """HSDP (hybrid_shard.py): ZeRO-3 over dp_shard ranks keeps what ZeRO-3 over those ranks keeps, and moves what it
+    moves plus one all-reduce of each unit's gradient shard over the groups; the shard groups (8 dp ranks on 8-GPU
+    nodes) stay inside a node and only that all-reduce crosses nodes; dp_shard = dp is plain ZeRO-3."""
+    model = Transformer.preset("llama3-8b").with_(seq_len=4096)
+    cluster = ClusterSpec.preset("h100-sxm", nodes=4)
+    fsdp = Strategy(dp=32, zero=3, micro_batch=2, grad_accum=2)
+    hsdp = fsdp.with_(dp_shard=8)
+    in_a_node = fsdp.with_(dp=8, grad_accum=8)       # one shard group's own ZeRO-3, at the same global batch
+    assert memory(model, hsdp).model_states == memory(model, in_a_node).model_states > memory(model, fsdp).model_states
+    assert not hybrid_shard.shard_strategy(hsdp).layout.group("dp").spans_nodes(8)
+    assert hybrid_shard.replicate_group(hsdp).spans_nodes(8) and hybrid_shard.replicate_group(hsdp).size == 4
+    units = dp_sync.fsdp_units(model, in_a_node, 0)
+    shard_bytes = [2 * -(-unit // 8) for unit in units]          # bf16 gradients, reduce-scattered over 8 first
+    all_reduces = sum(collective_time("all_reduce", size, cluster, hybrid_shard.replicate_group(hsdp))
+                      for size in shard_bytes)
+    assert step_time(model, cluster, hsdp).dp_comm == pytest.approx(
+        (dp_sync.dp_communication(model, cluster, hsdp.with_(dp=8, dp_shard=None)) + 2 * all_reduces))
+    same = fsdp.with_(dp_shard=32)
+    assert step_time(model, cluster, same) == step_time(model, cluster, fsdp) and hsdp.label().count("hsdp8") == 1
+    for changes, said in (({"dp_shard": 3}, "does not divide dp=32"), ({"zero": 1, "dp_shard": 8}, "use zero=3"),
+                          ({"dp_shard": 8, "replicas": 2}, "DiLoCo")):
+        with pytest.raises(ValueError, match=said):
+            fsdp.with_(**changes)
+    with pytest.raises(ValueError, match="dense models only"):
+        check(Transformer.preset("mixtral-8x7b"), hsdp, gpus=32)
 
 
 def test_the_cli_takes_the_new_options_and_refuses_bad_ones_in_one_line(capsys):

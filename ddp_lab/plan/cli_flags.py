@@ -22,7 +22,7 @@ from ddp_lab.plan.cli_plot import PLOTTED, check_plot_file
 
 STRATEGY_FLAGS = ("dp", "tp", "pp", "zero", "micro_batch", "grad_accum", "recompute", "sequence_parallel",
                   "fsdp_unit", "virtual_stages", "tp_comm_overlap", "overlap_param_gather", "first_stage_layers",
-                  "last_stage_layers", "sync_every", "replicas", "sync_precision", "expert_tp")
+                  "last_stage_layers", "sync_every", "replicas", "sync_precision", "expert_tp", "dp_shard")
 # a framework's options that a search applies to every plan they fit (search.candidates); with other strategy flags
 # they are that one plan's
 SEARCH_WIDE = ("sequence_parallel", "tp_comm_overlap", "overlap_param_gather")
@@ -30,7 +30,7 @@ SHAPE_FLAGS = ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "seq_len
 NEEDED_SHAPE = ("layers", "hidden", "heads", "ffn", "vocab", "seq_len")   # without --model or --hf-config
 POSITIVE_INTS = ("nodes", "gpus_per_node", "dp", "tp", "pp", "micro_batch", "grad_accum", "global_batch", "top",
                  "virtual_stages", "first_stage_layers", "last_stage_layers", "sync_every", "replicas", "region_nodes",
-                 "expert_tp", *SHAPE_FLAGS)
+                 "expert_tp", "dp_shard", *SHAPE_FLAGS)
 SHORT_FORM_FLAGS = ("params", "dp", "zero", "precision", "fp32_grads")     # all that --params reads
 SPLIT_FLAGS = ("cp", "ep")     # a number (the plan's or every searched plan's) or "auto" (searched)
 # The library's fields that a flag here sets: its messages name them (`ep=8`, `drop overlap_param_gather`), and
@@ -160,6 +160,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="the routed experts' own tensor-parallel size, dividing --tp (Megatron-Core's "
                           "--expert-tensor-parallel-size; default --tp): --expert-tp 1 leaves tp x cp x dp ranks for "
                           "--ep")
+    how.add_argument("--dp-shard", dest="dp_shard", type=int, metavar="N",
+                     help="hybrid sharding (HSDP): ZeRO-3 inside groups of N data-parallel ranks, the groups "
+                          "replicas that all-reduce their gradient shards (FSDP2 on a 2-D mesh, torchtitan's "
+                          "data_parallel_shard_degree, MaxText's ici_fsdp_parallelism under dcn_data_parallelism); "
+                          "needs --zero 3 and a dp that N divides")
     how.add_argument("--precision", choices=PRECISIONS, default=None,
                      help="bf16/fp16 mixed-precision Adam (2+2+12 bytes/param) or fp32 Adam (4+4+8); "
                           "default bf16 (fp16 on a GPU without bf16, e.g. t4)")

@@ -287,20 +287,23 @@ def layer_work(model, strategy, stage: int, layer, tp_seconds, moe_change=(0.0, 
 
 
 def zero3_exposed(model, cluster, strategy, layer, head, tp_seconds, slower: float = 1.0, head_tp: float = 0.0,
-                  moe_change=(0.0, 0.0)) -> float:
+                  moe_change=(0.0, 0.0), after_scatter=None) -> float:
     """Seconds of ZeRO-3 communication per micro-batch that compute does not hide (`overlap.fsdp_micro_batch`).
 
     fsdp_unit="layer": the per-unit timeline, on the pipeline stage that exposes most;
     "model": one unit holds everything, so its gathers and scatter wait for, or are waited on
     by, the whole model's compute: none of it hides. `head_tp`: the last stage's vocab-parallel
     all-reduces per micro-batch (steptime.vocab_parallel_communication), run with the head; `moe_change`: what a MoE
-    layer's experts add to its compute (`layer_work`).
+    layer's experts add to its compute (`layer_work`); `after_scatter(stage)`: seconds each unit's gradient
+    collective takes after its reduce-scatter (HSDP's all-reduce of the shard, hybrid_shard.py), or None.
     """
     w, g, _ = bytes_per_parameter(strategy)
     worst = 0.0
     for stage in pipeline_stages.stages_to_check(strategy, model):
         gather = unit_seconds(model, cluster, strategy, stage, "all_gather", w, slower)
         scatter = unit_seconds(model, cluster, strategy, stage, "reduce_scatter", g, slower)
+        if after_scatter is not None:
+            scatter = [seconds + more for seconds, more in zip(scatter, after_scatter(stage))]
         if strategy.fsdp_unit == "model":
             worst = max(worst, 2 * gather[0] + scatter[0])
             continue

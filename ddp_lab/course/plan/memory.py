@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ddp_lab.course.plan import expert_tp, experts, outer_sync, pipeline_stages
+from ddp_lab.course.plan import expert_tp, experts, hybrid_shard, outer_sync, pipeline_stages
 from ddp_lab.course.plan.activations import (embedding_activation_bytes, head_activation_bytes, layer_activation_bytes,
                                      layers_in_flight, micro_batches_in_flight)
 from ddp_lab.course.plan.precision import gathered_parameter_bytes, state_precision
@@ -223,7 +223,8 @@ def memory(model, strategy: Strategy) -> MemoryBreakdown:
     Introduced in notebooks/13-plan-your-training-run.ipynb.
     """
     w, g, _ = bytes_per_parameter(strategy)
-    inner = outer_sync.inner_strategy(strategy)       # DiLoCo replicas: ZeRO shards inside one replica
+    # DiLoCo replicas, HSDP's shard groups: ZeRO shards inside one replica, one shard group
+    inner = hybrid_shard.shard_strategy(outer_sync.inner_strategy(strategy))
     outer = outer_sync.outer_state_bytes(model, strategy)
     ranks = []
     for stage in pipeline_stages.stages_to_check(strategy, model):

@@ -31,7 +31,7 @@ def optimizer_seconds(parameters: int, strategy, gpu) -> float:
 
 
 def optimizer_parameters(model, strategy) -> int:
-    """Parameters whose Adam step one GPU computes: its stage's share, divided by dp (a DiLoCo replica's) under
-    ZeRO >= 1."""
+    """Parameters whose Adam step one GPU computes: its stage's share, divided by dp (a DiLoCo replica's, an HSDP
+    shard group's) under ZeRO >= 1."""
     params = max(stage_parameters(model, strategy, stage) for stage in pipeline_stages.stages_to_check(strategy, model))
-    return -(-params // (strategy.dp // strategy.replicas)) if strategy.zero >= 1 else params
+    return -(-params // (strategy.dp_shard or strategy.dp // strategy.replicas)) if strategy.zero >= 1 else params

@@ -84,8 +84,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ddp_lab.course.plan import (context_parallel, expert_compute, experts, op_checkpoint, outer_sync, pipeline_stages,
-                                 tp_overlap)
+from ddp_lab.course.plan import (context_parallel, expert_compute, experts, hybrid_shard, op_checkpoint, outer_sync,
+                                 pipeline_stages, tp_overlap)
 from ddp_lab.course.plan.activations import value_bytes
 from ddp_lab.course.plan.collectives import collective_time
 from ddp_lab.course.plan.efficiency import head_seconds, layer_seconds, recompute_skips_last_gemm
@@ -214,7 +214,9 @@ def step_time(model, cluster, strategy) -> TimeBreakdown:
                                      key=lambda stage: stage[0] * per_layer + (head.total + vocab_tp) * stage[1])
     else:
         stage_layers, has_head = -(-model.layers // p), True
-    inner = outer_sync.inner_strategy(strategy)      # DiLoCo replicas: the per-step sync stays inside one replica
+    # DiLoCo replicas: the per-step sync stays inside one replica; HSDP: ZeRO-3 inside one shard group, whose
+    # gradient shards are then all-reduced across the groups (hybrid_shard.py)
+    inner = hybrid_shard.shard_strategy(outer_sync.inner_strategy(strategy))
     # what a MoE layer's experts add to its compute, which DP's collectives also run beside
     moe_change = (expert_compute.layer_compute_change(model, inner, cluster.gpu)
                   if model.moe is not None and cluster.gpu.memory_bandwidth is not None else None)
@@ -235,14 +237,15 @@ def step_time(model, cluster, strategy) -> TimeBreakdown:
         pp_comm = 2 * m * v * collective_time("send", _activation_bytes(model, strategy) / t, cluster,
                                               strategy.layout.group("pp"))
 
-    dp_comm = dp_communication(model, cluster, inner)
+    dp_comm = dp_communication(model, cluster, inner) + hybrid_shard.replicate_seconds(model, cluster, strategy)
     slower = stretch(tp_all, layer.total, _dp_shares_tp_link(cluster, inner))   # TP holds the link, hidden or not
     moe_change = moe_change or (0.0, 0.0)
     if not cluster.overlap_dp_comm:
         exposed = dp_comm
     elif strategy.zero == 3:
         exposed = m * zero3_exposed(model, cluster, inner, layer, head, (tp_forward, tp_backward), slower, vocab_tp,
-                                    moe_change)
+                                    moe_change, lambda stage: hybrid_shard.replicate_unit_seconds(model, cluster,
+                                                                                                  strategy, stage))
     else:
         exposed = zero12_exposed(model, cluster, inner, layer, head, (tp_forward, tp_backward), slower, moe_change)
     ring, ring_exposed = context_parallel.ring_time(model, cluster, strategy)

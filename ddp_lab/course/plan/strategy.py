@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from ddp_lab.course.plan import context_parallel, expert_tp, experts, op_checkpoint, outer_sync, pipeline_stages
+from ddp_lab.course.plan import (context_parallel, expert_tp, experts, hybrid_shard, op_checkpoint, outer_sync,
+                                 pipeline_stages)
 from ddp_lab.course.rank_layout import RankLayout
 from ddp_lab.course.plan.attention_kernels import FLASH_KERNELS
 from ddp_lab.course.plan.precision import PRECISIONS   # "fp32", "bf16", "fp16" (ZeRO's table) and "fp8"
@@ -68,6 +69,8 @@ class Strategy:
     sync_every: int = 1           # DiLoCo-style outer sync: replicas exchange pseudo-gradients once every H steps
     replicas: int = 1             # of the dp ranks, how many DiLoCo replicas (each dp / replicas ranks, synced every step)
     sync_precision: str = "fp32"  # the pseudo-gradient on the wire: "fp32", "bf16" or "int8" (INTELLECT-1)
+    dp_shard: int | None = None   # HSDP: ZeRO-3 inside groups of dp_shard dp ranks, replicated across them
+                                  # (FSDP2's 2-D mesh, torchtitan's shard degree; hybrid_shard.py); None: all dp
     expert_tp: int | None = None  # routed experts' tensor-parallel size, dividing tp (Megatron-Core's
                                   # --expert-tensor-parallel-size; expert_tp.py); None: the attention's tp
     flash_kernel: str = "fa2"     # which kernel runs flash attention: "fa2" (FlashAttention-2; PyTorch's SDPA to
@@ -103,6 +106,7 @@ class Strategy:
                              f"checkpoint; with recompute={self.recompute!r} there is no recomputation for it to stop: "
                              f"use recompute='full' or drop checkpoint_early_stop")
         expert_tp.check_fields(self)      # ep divides dp x cp, or tp x cp x dp / expert_tp when that is given
+        hybrid_shard.check_fields(self)   # dp_shard divides dp, with ZeRO-3
         _check_communication(self)
         pipeline_stages.check_fields(self)
         if (self.schedule == "interleaved") != (self.virtual_stages > 1):
@@ -145,12 +149,14 @@ class Strategy:
         'dp8 tp1 pp1 ep8 z1 ...'), 'etp1' (the experts' own tensor-parallel size), 'v2' (virtual stages), 'eager' (attention), 'g32' (fp32 gradients), 'full-es'
         (full recomputation that stops early: PyTorch's non-reentrant checkpoint), 'tpo' (TP communication
         overlapped), 'opg' (ZeRO-1/2 parameter gather overlapped), 'L7/7' (the first and last pipeline stages' layers),
-        'r14/100-int8' (14 DiLoCo replicas synced every 100 steps, int8 pseudo-gradients).
+        'r14/100-int8' (14 DiLoCo replicas synced every 100 steps, int8 pseudo-gradients), 'hsdp8' (ZeRO-3 inside
+        groups of 8 dp ranks, replicated across them).
         """
         parts = [f"dp{self.dp}", f"tp{self.tp}"] + ([f"cp{self.cp}"] if self.cp > 1 else []) + [f"pp{self.pp}"]
         parts += [f"ep{self.ep}"] if self.ep > 1 else []
         parts += [f"etp{self.expert_tp}"] if expert_tp.size(self) != self.tp else []
-        parts += [f"z{self.zero}", f"mb{self.micro_batch}x{self.grad_accum}"]
+        parts += [f"z{self.zero}"] + ([f"hsdp{self.dp_shard}"] if self.dp_shard is not None else [])
+        parts += [f"mb{self.micro_batch}x{self.grad_accum}"]
         if self.virtual_stages > 1:
             parts.append(f"v{self.virtual_stages}")
         if self.sequence_parallel:
@@ -197,6 +203,9 @@ def check(model, strategy: Strategy, gpus: int | None = None, gpus_per_node: int
         sizes = "*".join(str(getattr(strategy, name)) for name in names)
         raise ValueError(f"{'*'.join(names)} = {sizes} = {strategy.gpus} but the "
                          f"cluster has {gpus} GPUs: choose {', '.join(names)} whose product is {gpus}")
+    if strategy.dp_shard is not None and model.moe is not None:
+        raise ValueError(f"dp_shard={strategy.dp_shard} with {model.name}'s experts: the planner models hybrid "
+                         "sharding (HSDP) for dense models only; drop dp_shard")
     whole_heads = divisors(_gcd(model.heads, model.kv_heads_))
     if model.heads % strategy.tp:
         raise ValueError(f"tp={strategy.tp} does not divide heads={model.heads} of {model.name}: each "
