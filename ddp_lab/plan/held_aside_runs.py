@@ -29,12 +29,13 @@ Sources:
                 MaxText on JAX, the 24.04 containers), with the scripts/example_slurm.sub of the same commit; added
                 after the planner's mechanics and constants were fixed
     maxtext-a3  AI-Hypercomputer/maxtext MaxText/configs/a3/llama_2_7b/README.md (commit efb6d9e, 2024-04-12: Google
-                Cloud A3 VMs, 8 H100 80GB each), with the 1vm.sh and the MaxText code of the same commit; added after
+                Cloud A3 VMs, 8 H100 80GB each), with the Nvm.sh scripts and MaxText code of the same commit; added after
                 the planner's mechanics and constants were fixed
-Which rows: all eight of OLMo-core's table; JAX-Toolbox's MaxText table (its one row); MaxText's A3 table, its 1-VM
-row. Which columns: of each dgxc table, its smallest GPU count and, where the table reaches it, 2,048 GPUs (the end
-of its weak scaling); of the GB200 tables, which stop at 512, the smallest. A column whose configuration (model,
-GPU, parallel sizes, precision) held_out_runs.RUNS already has is not repeated.
+Which rows: all eight of OLMo-core's table; JAX-Toolbox's MaxText table (its one row); MaxText's A3 table, all five
+rows (the four past one VM added once the planner modelled HSDP, hybrid_shard.py, and before they were predicted).
+Which columns: of each dgxc table, its smallest GPU count and, where the table reaches it, 2,048 GPUs (the end of
+its weak scaling); of the GB200 tables, which stop at 512, the smallest. A column whose configuration (model, GPU,
+parallel sizes, precision) held_out_runs.RUNS already has is not repeated.
 
 Rules for what a source leaves unstated (as held_out_runs.py): NeMo's distributed optimizer is ZeRO-1; FSDP that
 does not reshard after forward is ZeRO-2, FSDP that does is ZeRO-3; a partial recomputation is planned as the
@@ -66,10 +67,9 @@ configuration (Llama 3 8B CP 2 on 8, Llama 3 70B TP 4 x PP 8 on 64 and GPT-3 175
 JAX-Toolbox's Pax tables (rosetta/rosetta/projects/pax/README.md): the activation checkpoint policy of the table's
 runs is not stated (configs.py's GPT5B saves matmul outputs without batch dimensions, its GPT175B inherits
 SAVE_NOTHING, the benchmark scripts' Synthetic*Ckpt configs other policies), nor which of Transformer Engine's
-layers such a policy saves; its LLaMA rows are fine-tuning (SFT, LoRA). MaxText's A3 table past one VM: data
-parallelism across VMs over FSDP in each (dcn_data_parallelism), HSDP, which the planner cannot express. Automodel:
-DeepSeek V3 and Kimi K2 (multi- head latent attention), the Nemotron V3 rows of its later versions (Mamba layers),
-the LoRA rows (adapters not modelled).
+layers such a policy saves; its LLaMA rows are fine-tuning (SFT, LoRA). Automodel: DeepSeek V3 and Kimi K2
+(multi-head latent attention), the Nemotron V3 rows of its later versions (Mamba layers), the LoRA rows (adapters
+not modelled).
 
 Read by held_out.py, whose table notebooks/13-plan-your-training-run.ipynb prints (docs/planner.md, "Held-out
 validation").
@@ -194,6 +194,13 @@ MAXTEXT_A3_NOTE = ("1vm.sh at that commit: model_name=llama2-7b, ici_fsdp_parall
                    "modelled); weight-gather and gradient precisions not stated: bf16 mixed precision, as the "
                    "DGXC MaxText rows; the JAX version is not stated; XLA's fusion and collective pipelining not "
                    "modelled" + H100_NETWORK)
+MAXTEXT_A3_HSDP_NOTE = ("{n}vm.sh at that commit: {n} VMs (dcn_data_parallelism={n}: the VMs replicas of each "
+                        "other) each with FSDP over its 8 GPUs (ici_fsdp_parallelism=8): HSDP, dp_shard 8; the "
+                        "rest as 1vm.sh (4 sequences of 4,096 tokens per GPU, cudnn_flash_te, minimal_flash "
+                        "planned as no recomputation, synthetic data) with enable_profiler=true (its cost not "
+                        "stated); the figure turned into tokens per second with MaxText's own TFLOP count, as the"
+                        " 1-VM row; gradient precision as the 1-VM row; the A3 VMs' network is not stated by the "
+                        "source: the h100-sxm preset's; XLA's fusion and collective pipelining not modelled")
 # MaxText's training FLOPs per token of Llama 2 7B at 4,096 tokens (calculate_tflops_training_per_device at efb6d9e):
 # 6 x its 6,738,415,616 parameters, plus causal attention, 6 x 32 heads x 32 layers x 128 x 4,096
 MAXTEXT_LLAMA2_7B_FLOPS_PER_TOKEN = 6 * 6_738_415_616 + 6 * 32 * 32 * 128 * 4096
@@ -362,4 +369,10 @@ RUNS: list[HeldOutRun] = [
     HeldOutRun("MaxText A3 Llama 2 7B FSDP, 8 H100s", MAXTEXT_A3, LLAMA2_7B,
                dict(dp=8, zero=3, micro_batch=4, grad_accum=1, **TE), "h100-sxm", "tokens_per_gpu",
                492e12 / MAXTEXT_LLAMA2_7B_FLOPS_PER_TOKEN, MAXTEXT_A3_NOTE),
+    *[HeldOutRun(f"MaxText A3 Llama 2 7B HSDP 8 x {vms}, {8 * vms} H100s",
+                 MAXTEXT_A3.replace("'1x A3 (h100-80gb-8)' row: 492", f"'{vms}x A3 (h100-80gb-8)' row: {tflops}")
+                 .replace("8 GPUs, GBS 32", f"{8 * vms} GPUs, GBS {32 * vms}"), LLAMA2_7B,
+                 dict(dp=8 * vms, zero=3, dp_shard=8, micro_batch=4, grad_accum=1, **TE), "h100-sxm", "tokens_per_gpu",
+                 tflops * 1e12 / MAXTEXT_LLAMA2_7B_FLOPS_PER_TOKEN, MAXTEXT_A3_HSDP_NOTE.format(n=vms))
+      for vms, tflops in ((2, 422), (4, 407), (8, 409), (16, 375))],
 ]
