@@ -69,6 +69,10 @@ PREDICTED = {
     'OLMo-core 13B, 8 H100s, FP8': 6573.3,
     'JAX-Toolbox MaxText Llama 2 7B FSDP, 8 H100s': 10251.0,
     'MaxText A3 Llama 2 7B FSDP, 8 H100s': 10418.0,
+    'MaxText A3 Llama 2 7B HSDP 8 x 2, 16 H100s': 10363.0,
+    'MaxText A3 Llama 2 7B HSDP 8 x 4, 32 H100s': 10334.0,
+    'MaxText A3 Llama 2 7B HSDP 8 x 8, 64 H100s': 10316.0,
+    'MaxText A3 Llama 2 7B HSDP 8 x 16, 128 H100s': 10301.0,
 }
 
 

@@ -159,7 +159,7 @@ def test_family_median_within_the_goal(outcomes, key):
         pytest.fail(f"{FAMILIES[key]} now meets the goal (median {row.median:.1%}): add it to MEETS_GOAL")
 
 
-@pytest.mark.xfail(strict=True, reason="held-aside median 15.3 % over 39 runs on 2026-12-05 (goal 10 %)")
+@pytest.mark.xfail(strict=True, reason="held-aside median 15.1 % over 43 runs on 2026-12-05 (goal 10 %)")
 def test_overall_median_within_the_goal(outcomes):
     total = overall(outcomes)
     print(total)
@@ -199,11 +199,12 @@ def test_one_measured_run_per_stack_fits_its_own_figure_and_brings_the_rest_clos
             step_time(model, with_matmul_efficiency(cluster, group.efficiency), strategy).total
         assert held_out.predict(first) * ratio == pytest.approx(first.published, rel=1e-6), group.fitted_on
     total = held_out_fit.summary(fitted)
-    assert total["fitted"] < 0.8 * total["calibrated"] and total["runs"] == sum(len(g.runs) for g in fitted)
+    assert total["fitted"] < total["calibrated"] - 0.02 and total["runs"] == sum(len(g.runs) for g in fitted)
     assert held_out_fit.markdown_table(fitted) in (ROOT / "docs" / "planner.md").read_text()
     # what docs/planner.md says of the groups: the gain is the DGX Cloud H100 group's; its fit sits at the fastest
     # GEMM timed on an H100 (on the planner's scale), Automodel's far above it; the groups already close get worse,
-    # OLMo-core's most (fitted on its 1B run, above the ceiling, its 7B-13B runs come out 12-47 % too fast)
+    # OLMo-core's and MaxText's A3 most (OLMo-core fitted on its 1B run, above the ceiling: its 7B-13B runs come out
+    # 12-47 % too fast)
     by_group = {(group.source, group.gpu): (group, held_out_fit.summary([group])) for group in fitted}
     dgxc, dgxc_total = by_group[("NVIDIA/dgxc-benchmarking", "h100-sxm")]
     assert dgxc_total["fitted"] < 0.6 * dgxc_total["calibrated"]
@@ -211,7 +212,7 @@ def test_one_measured_run_per_stack_fits_its_own_figure_and_brings_the_rest_clos
     assert abs(automodel_total["fitted"] - automodel_total["calibrated"]) < 0.01
     assert abs(dgxc.efficiency - HOPPER_GEMM_CEILING) < 0.005 and automodel.efficiency > HOPPER_GEMM_CEILING + 0.15
     for key in (("NVIDIA/dgxc-benchmarking", "gb200"), ("Dao-AILab/flash-attention", "a100-80gb"),
-                ("allenai/OLMo-core", "h100-sxm")):
+                ("allenai/OLMo-core", "h100-sxm"), ("AI-Hypercomputer/maxtext", "h100-sxm")):
         assert by_group[key][1]["fitted"] > by_group[key][1]["calibrated"], key
     olmo, olmo_total = by_group[("allenai/OLMo-core", "h100-sxm")]
     assert olmo.efficiency > HOPPER_GEMM_CEILING and olmo_total["fitted"] > olmo_total["calibrated"] + 0.05
@@ -229,15 +230,17 @@ def test_the_held_aside_h100_runs_of_nvidia_stacks_all_come_out_slow_and_the_oth
     """What docs/planner.md, README, lesson 13 and fit_to_run.py say of the held-aside part: every H100 run of NVIDIA's
     stacks (DGX Cloud's NeMo and MaxText recipes, NeMo Automodel, JAX-Toolbox's MaxText) predicted slower than it
     ran, 10-35 % but for JAX-Toolbox's one-node run (9.8 %): one bias, not scatter (MaxText's own one-node run
-    too, 7.6 %); OLMo-core's PyTorch FSDP runs on H100s miss less and both ways (six slow by 8-19 %, the 13B runs
-    fast, median 10.6 %); the A100 and GB200 runs within 16 % either way."""
+    too, 7.6 %; its runs on 2-16 VMs, HSDP, 7-20 % fast); OLMo-core's PyTorch FSDP runs on H100s miss less and
+    both ways (six slow by 8-19 %, the 13B runs fast, median 10.6 %); the A100 and GB200 runs within 16 % either
+    way."""
     aside = [r for r in outcomes if r.split == ASIDE]
     nvidia = [r.error for r in aside if r.run.gpu == "h100-sxm" and r.run.source.startswith("NVIDIA")]
     olmo = [r.error for r in aside if r.run.source.startswith("allenai/OLMo-core")]
     maxtext = [r.error for r in aside if r.run.source.startswith("AI-Hypercomputer/maxtext")]
     others = [r.error for r in aside if r.run.gpu != "h100-sxm"]
     assert len(nvidia) + len(olmo) + len(maxtext) + len(others) == len(aside)
-    assert len(maxtext) == 1 and -0.08 < maxtext[0] < -0.07, maxtext
+    assert len(maxtext) == 5 and -0.08 < maxtext[0] < -0.07 and all(0.07 < error < 0.2 for error in maxtext[1:])
+    assert max(maxtext) == maxtext[-1], maxtext                           # docs: "the most on 16 VMs"
     jax_toolbox = [r.error for r in aside if r.run.source.startswith("NVIDIA/JAX-Toolbox")]
     others_of_nvidia = [r.error for r in aside if r.run.gpu == "h100-sxm" and r.run.source.startswith("NVIDIA")
                         and not r.run.source.startswith("NVIDIA/JAX-Toolbox")]
