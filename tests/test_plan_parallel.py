@@ -217,6 +217,14 @@ def test_hybrid_sharding_is_zero3_inside_a_group_plus_an_all_reduce_of_its_shard
             fsdp.with_(**changes)
     with pytest.raises(ValueError, match="dense models only"):
         check(Transformer.preset("mixtral-8x7b"), hsdp, gpus=32)
+    with pytest.raises(ValueError, match="dense models only"):      # asked without check(): not planned either
+        step_time(Transformer.preset("mixtral-8x7b"), cluster, hsdp.with_(ep=8))
+    with pytest.raises(ValueError, match="straddle the 8-GPU nodes"):   # ranks 6, 7, 8: two nodes
+        check(model, Strategy(dp=24, zero=3, dp_shard=3), gpus=24, gpus_per_node=8)
+    check(model, Strategy(dp=24, zero=3, dp_shard=4), gpus=24, gpus_per_node=8)
+    for bad in (8.0, True, 0):
+        with pytest.raises(ValueError, match="dp_shard must be an integer >= 1"):
+            fsdp.with_(dp_shard=bad)
 
 
 def test_the_cli_takes_the_new_options_and_refuses_bad_ones_in_one_line(capsys):

@@ -10,11 +10,14 @@ dp_shard=S)`:
     replicate   after a unit's reduce-scatter, its gradient shard is all-reduced over the dp / S ranks that hold the
                 same shard in the other groups (`replicate_group`), in every micro-batch's backward as FSDP2 does
                 by default; it runs after the reduce-scatter on the unit's way out of backward, so the per-unit
-                timeline (dp_sync.zero3_exposed) hides it behind the units after it (`replicate_unit_seconds`).
+                timeline (dp_sync.zero3_exposed) hides it behind the units after it (`replicate_unit_seconds`);
+                that timeline has one clock for DP's collectives, so the all-reduce also holds back the next
+                units' prefetched gathers, which FSDP2 runs on a stream of their own over NVLink while the
+                all-reduce uses the network: on this count the planner errs slow.
 The shard groups are contiguous blocks of ranks (dp is outside tp and cp), so with S x tp x cp GPUs per node the
 gathers and reduce-scatters stay inside a node and only the all-reduce of shards crosses nodes.
 
-Introduced in notebooks/13-plan-your-training-run.ipynb.
+The planner: notebooks/13-plan-your-training-run.ipynb (no lesson runs HSDP itself).
 """
 
 from __future__ import annotations
@@ -28,7 +31,10 @@ def check_fields(strategy) -> None:
     """ValueError (saying how to fix it) for a dp_shard the planner cannot plan."""
     if strategy.dp_shard is None:
         return
-    if strategy.dp_shard < 1 or strategy.dp % strategy.dp_shard:
+    if not isinstance(strategy.dp_shard, int) or isinstance(strategy.dp_shard, bool) or strategy.dp_shard < 1:
+        raise ValueError(f"dp_shard must be an integer >= 1 (the data-parallel ranks of one HSDP shard group), got "
+                         f"{strategy.dp_shard!r}")
+    if strategy.dp % strategy.dp_shard:
         raise ValueError(f"dp_shard={strategy.dp_shard} does not divide dp={strategy.dp}: HSDP shards over groups of "
                          f"dp_shard data-parallel ranks; use a divisor of dp")
     if strategy.zero != 3:
@@ -37,6 +43,22 @@ def check_fields(strategy) -> None:
     if strategy.replicas > 1:
         raise ValueError("dp_shard with DiLoCo replicas: the planner does not model HSDP inside DiLoCo replicas; "
                          "drop one of them")
+
+
+def check(model, strategy, gpus_per_node: int | None = None) -> None:
+    """ValueError (saying how to fix it) for HSDP the planner would mis-plan: a model with experts (their gradients
+    would need their own all-reduce across the groups), or shard groups of dp_shard x tp x cp ranks that a node
+    boundary cuts (the planner costs a group as one block of consecutive ranks from rank 0)."""
+    if strategy.dp_shard is None:
+        return
+    if model.moe is not None:
+        raise ValueError(f"dp_shard={strategy.dp_shard} with {model.name}'s experts: the planner models hybrid "
+                         "sharding (HSDP) for dense models only; drop dp_shard")
+    block = strategy.dp_shard * strategy.tp * strategy.cp
+    if gpus_per_node and strategy.gpus > gpus_per_node and block < gpus_per_node and gpus_per_node % block:
+        raise ValueError(f"dp_shard={strategy.dp_shard}: shard groups of dp_shard x tp x cp = {block} ranks would "
+                         f"straddle the {gpus_per_node}-GPU nodes; choose dp_shard so that dp_shard x tp x cp "
+                         f"divides {gpus_per_node} or is a multiple of it")
 
 
 def shard_strategy(strategy):
@@ -61,6 +83,8 @@ def replicate_unit_seconds(model, cluster, strategy, stage: int) -> list[float]:
     """Seconds of each unit's all-reduce of its gradient shard over `replicate_group` (dp_sync.fsdp_units' units,
     layers then the root), per micro-batch; all zero without HSDP."""
     from ddp_lab.course.plan import dp_sync, memory   # lazy: both import strategy.py, which imports this module
+    if strategy.dp_shard is not None and model.moe is not None:
+        check(model, strategy)                        # refused: the experts' gradients are not all-reduced here
     shard = shard_strategy(strategy)
     units = dp_sync.fsdp_units(model, shard, stage)
     if strategy.dp_shard is None or strategy.dp == strategy.dp_shard:

@@ -237,11 +237,12 @@ def step_time(model, cluster, strategy) -> TimeBreakdown:
         pp_comm = 2 * m * v * collective_time("send", _activation_bytes(model, strategy) / t, cluster,
                                               strategy.layout.group("pp"))
 
-    dp_comm = dp_communication(model, cluster, inner) + hybrid_shard.replicate_seconds(model, cluster, strategy)
+    dp_comm = dp_communication(model, cluster, inner)
+    replicate = hybrid_shard.replicate_seconds(model, cluster, strategy)   # HSDP: across nodes, not on TP's link
     slower = stretch(tp_all, layer.total, _dp_shares_tp_link(cluster, inner))   # TP holds the link, hidden or not
     moe_change = moe_change or (0.0, 0.0)
     if not cluster.overlap_dp_comm:
-        exposed = dp_comm
+        exposed = dp_comm + replicate
     elif strategy.zero == 3:
         exposed = m * zero3_exposed(model, cluster, inner, layer, head, (tp_forward, tp_backward), slower, vocab_tp,
                                     moe_change, lambda stage: hybrid_shard.replicate_unit_seconds(model, cluster,
@@ -253,6 +254,8 @@ def step_time(model, cluster, strategy) -> TimeBreakdown:
     hidden_dp = 0.0
     if cluster.overlap_dp_comm:
         dp_comm *= slower        # the time DP's collectives take on a link TP's hold part of the time, as `exposed`
+    dp_comm += replicate
+    if cluster.overlap_dp_comm:
         hidden_dp = max(0.0, dp_comm - exposed)
     hidden = hidden_dp + max(0.0, ring - ring_exposed) + tp_hidden
     return TimeBreakdown(compute=compute, tp_comm=tp_comm, bubble=bubble, dp_comm_exposed=exposed, dp_comm=dp_comm,

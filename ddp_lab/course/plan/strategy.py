@@ -203,9 +203,7 @@ def check(model, strategy: Strategy, gpus: int | None = None, gpus_per_node: int
         sizes = "*".join(str(getattr(strategy, name)) for name in names)
         raise ValueError(f"{'*'.join(names)} = {sizes} = {strategy.gpus} but the "
                          f"cluster has {gpus} GPUs: choose {', '.join(names)} whose product is {gpus}")
-    if strategy.dp_shard is not None and model.moe is not None:
-        raise ValueError(f"dp_shard={strategy.dp_shard} with {model.name}'s experts: the planner models hybrid "
-                         "sharding (HSDP) for dense models only; drop dp_shard")
+    hybrid_shard.check(model, strategy, gpus_per_node)
     whole_heads = divisors(_gcd(model.heads, model.kv_heads_))
     if model.heads % strategy.tp:
         raise ValueError(f"tp={strategy.tp} does not divide heads={model.heads} of {model.name}: each "
