@@ -29,13 +29,14 @@ Sources:
                 MaxText on JAX, the 24.04 containers), with the scripts/example_slurm.sub of the same commit; added
                 after the planner's mechanics and constants were fixed
     maxtext-a3  AI-Hypercomputer/maxtext MaxText/configs/a3/llama_2_7b/README.md (commit efb6d9e, 2024-04-12: Google
-                Cloud A3 VMs, 8 H100 80GB each), with the Nvm.sh scripts and MaxText code of the same commit; added after
-                the planner's mechanics and constants were fixed
+                Cloud A3 VMs, 8 H100 80GB each), with the Nvm.sh scripts and MaxText code of the same commit; added
+                after the planner's mechanics and constants were fixed
 Which rows: all eight of OLMo-core's table; JAX-Toolbox's MaxText table (its one row); MaxText's A3 table, all five
 rows (the four past one VM added once the planner modelled HSDP, hybrid_shard.py, and before they were predicted).
 Which columns: of each dgxc table, its smallest GPU count and, where the table reaches it, 2,048 GPUs (the end of
-its weak scaling); of the GB200 tables, which stop at 512, the smallest. A column whose configuration (model, GPU,
-parallel sizes, precision) held_out_runs.RUNS already has is not repeated.
+its weak scaling; MaxText's 2,048-GPU columns, HSDP, added once the planner modelled it and before they were
+predicted); of the GB200 tables, which stop at 512, the smallest. A column whose configuration (model, GPU, parallel
+sizes, precision) held_out_runs.RUNS already has is not repeated.
 
 Rules for what a source leaves unstated (as held_out_runs.py): NeMo's distributed optimizer is ZeRO-1; FSDP that
 does not reshard after forward is ZeRO-2, FSDP that does is ZeRO-3; a partial recomputation is planned as the
@@ -60,9 +61,9 @@ Mixtral 8x22B's "around 445/465 TFLOPS" are rounded expectations in a script com
 layers on PP 8 x VP 8, uneven under interleaving) and its 8/30/62-layer proxies; DeepSeek-V3 (multi-head latent
 attention); Llama 4 Maverick (experts in every second layer); Nemotron-H (Mamba layers); the Grok-1 tables of
 v24.11.1 to v25.04.01 (GPU counts that TP x PP x CP x DP do not give) and v25.05.04's 512-GB200 column (its
-throughput is 8,192 x 512 / step time, half the global batch its table gives); MaxText's 512-2,048 GPU columns (FSDP
-groups of 128 replicated, HSDP); the GB200 strong-scaling tables; the releases after v25.05.04 (recipes without
-figures) and the other releases before it (one release per table); the columns that repeat a held_out_runs
+throughput is 8,192 x 512 / step time, half the global batch its table gives); MaxText's 512 and 1,024 GPU columns
+(between the table's smallest and its 2,048); the GB200 strong-scaling tables; the releases after v25.05.04 (recipes
+without figures) and the other releases before it (one release per table); the columns that repeat a held_out_runs
 configuration (Llama 3 8B CP 2 on 8, Llama 3 70B TP 4 x PP 8 on 64 and GPT-3 175B TP 4 x PP 8 on 128 H100s, FP8).
 JAX-Toolbox's Pax tables (rosetta/rosetta/projects/pax/README.md): the activation checkpoint policy of the table's
 runs is not stated (configs.py's GPT5B saves matmul outputs without batch dimensions, its GPT175B inherits
@@ -156,7 +157,8 @@ OLMO_CORE_NOTE = ("src/scripts/train/{script}.py at that commit: FSDP2 (DataPara
                   "on H100, as 2.5.0 did until pytorch PR #138522 (attention_kernels.py): not stated, not chosen "
                   "here; the GPU count is not stated: planned on one node of 8 GPUs (the scripts' launch default, "
                   "num_nodes=1; on more nodes the scripts shard over each node's 8 GPUs and replicate across nodes, "
-                  "HSDP, which the planner cannot express); which H100s is not stated: 80 GB SXM assumed (the "
+                  "HSDP, which the table's per-device figures do not call for); which H100s is not stated: 80 GB "
+                  "SXM assumed (the "
                   "h100-sxm preset; OLMo-core's launch code lists its Jupiter cluster as 'NVIDIA H100 80GB HBM3'); "
                   "the table rounds its figures to hundreds or thousands (its 10,000 is anything from 9,500 to "
                   "10,499)")
@@ -195,12 +197,16 @@ MAXTEXT_A3_NOTE = ("1vm.sh at that commit: model_name=llama2-7b, ici_fsdp_parall
                    "DGXC MaxText rows; the JAX version is not stated; XLA's fusion and collective pipelining not "
                    "modelled" + H100_NETWORK)
 MAXTEXT_A3_HSDP_NOTE = ("{n}vm.sh at that commit: {n} VMs (dcn_data_parallelism={n}: the VMs replicas of each "
-                        "other) each with FSDP over its 8 GPUs (ici_fsdp_parallelism=8): HSDP, dp_shard 8; the "
-                        "rest as 1vm.sh (4 sequences of 4,096 tokens per GPU, cudnn_flash_te, minimal_flash "
-                        "planned as no recomputation, synthetic data) with enable_profiler=true (its cost not "
-                        "stated); the figure turned into tokens per second with MaxText's own TFLOP count, as the"
-                        " 1-VM row; gradient precision as the 1-VM row; the A3 VMs' network is not stated by the "
-                        "source: the h100-sxm preset's; XLA's fusion and collective pipelining not modelled")
+                        "other) each with FSDP over its 8 GPUs (ici_fsdp_parallelism=8): HSDP, dp_shard 8; as "
+                        "1vm.sh 4 sequences of 4,096 tokens per GPU, cudnn_flash_te, minimal_flash planned as no "
+                        "recomputation, synthetic data, but with enable_profiler=true (its cost not stated) and "
+                        "XLA's combine thresholds raised with the VMs (all-reduce 64 MB on 2 VMs, 512 MB on 4, 1 "
+                        "GB on 8 and 16; reduce-scatter 128 MB on 16): XLA combines the shards' all-reduces into "
+                        "few large ones where the planner times one per unit (not modelled); the figure turned "
+                        "into tokens per second with MaxText's own TFLOP count, as the 1-VM row; gradients in "
+                        "bf16 as the 1-VM row (with fp32 ones each is predicted 1.0-1.4 % slower); the A3 VMs' "
+                        "network is not stated by the source: the h100-sxm preset's; XLA's fusion and collective "
+                        "pipelining not modelled")
 # MaxText's training FLOPs per token of Llama 2 7B at 4,096 tokens (calculate_tflops_training_per_device at efb6d9e):
 # 6 x its 6,738,415,616 parameters, plus causal attention, 6 x 32 heads x 32 layers x 128 x 4,096
 MAXTEXT_LLAMA2_7B_FLOPS_PER_TOKEN = 6 * 6_738_415_616 + 6 * 32 * 32 * 128 * 4096
@@ -266,19 +272,25 @@ RUNS: list[HeldOutRun] = [
           ("", "BF16", {}, 16, 64, 8, 98550), ("", "BF16", {}, 2048, 8192, 1024, 12069940),
           (", FP8", "FP8", dict(precision="fp8"), 16, 64, 8, 132396),
           (", FP8", "FP8", dict(precision="fp8"), 2048, 8192, 1024, 16054752))],
-    *[HeldOutRun(f"DGXC MaxText Llama 3 70B FSDP, 128 H100s{label}", DGXC_2504.format("maxtext/README_70b.md") +
-                 f", 'Maxtext Llama3 70b {table}' table, 128x H100 column; 128 GPUs, GBS 256", _llama3("llama3-70b"),
-                 dict(dp=128, zero=3, micro_batch=2, recompute="full", flash_kernel="cudnn", **precision),
-                 "h100-sxm", "tokens_per_gpu", _tokens_per_gpu(total, 128),
-                 "configure.sh (JAX 25.01-maxtext): FSDP over all 128 GPUs (ici 8 x dcn 16), 2 sequences per GPU, "
+    *[HeldOutRun(f"DGXC MaxText Llama 3 70B {'FSDP' if gpus == 128 else 'HSDP 128 x 16'}, {gpus:,} H100s{label}",
+                 DGXC_2504.format("maxtext/README_70b.md") + f", 'Maxtext Llama3 70b {table}' table, {gpus}x H100 "
+                 f"column; {gpus:,} GPUs, GBS {2 * gpus:,}", _llama3("llama3-70b"),
+                 dict(dp=gpus, zero=3, micro_batch=2, recompute="full", flash_kernel="cudnn", **precision,
+                      **({} if gpus == 128 else dict(dp_shard=128))),
+                 "h100-sxm", "tokens_per_gpu", _tokens_per_gpu(total, gpus),
+                 ("configure.sh (JAX 25.01-maxtext): FSDP over all 128 GPUs (ici 8 x dcn 16), " if gpus == 128 else
+                  "configure.sh (JAX 25.01-maxtext), from 64 nodes on: FSDP over groups of 128 GPUs (ici 8 x dcn "
+                  "16), the 16 groups replicas (dcn_data_parallelism 16): HSDP, dp_shard 128; ") +
+                 "2 sequences per GPU, "
                  "synthetic data, attention=cudnn_flash_te; remat_policy save_qkv_proj keeps only the Q, K, V "
                  "projections and recomputes the rest (about 90 % of a layer's matmuls): planned as full "
                  "recomputation; quantization=fp8 for FP8, its scaling not stated (the planner's FP8); the "
                  "precisions in which XLA gathers the weights and reduces the gradients not stated (MaxText's "
                  "base.yml keeps fp32 weights): bf16 mixed precision; XLA's fusion and collective pipelining not "
                  "modelled" + H100_NETWORK)
-      for label, table, precision, total in (("", "BF16", {}, 134752.43), (", FP8", "FP8", dict(precision="fp8"),
-                                                                         231116.60))],
+      for label, table, precision, gpus, total in (
+          ("", "BF16", {}, 128, 134752.43), (", FP8", "FP8", dict(precision="fp8"), 128, 231116.60),
+          ("", "BF16", {}, 2048, 2110607.12), (", FP8", "FP8", dict(precision="fp8"), 2048, 3592936.29))],
     # ---- mixture of experts, coarse (dgxc v25.05.04) ------------------------------------------------------------
     *[HeldOutRun(f"DGXC Grok-1 314B TP 4 x PP 8 x CP 2 x EP 8, 512 H100s{label}", DGXC_2505.format(
                      "grok1/README.md") + f", 'Grok1 314b {table}' table, 512x H100 column; 512 GPUs, GBS 1,024",
