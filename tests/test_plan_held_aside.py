@@ -47,6 +47,8 @@ PREDICTED = {
     'DGXC Nemotron-4 15B TP 2, 2,048 H100s, FP8': 6642.8,
     'DGXC MaxText Llama 3 70B FSDP, 128 H100s': 783.43,
     'DGXC MaxText Llama 3 70B FSDP, 128 H100s, FP8': 1168.4,
+    'DGXC MaxText Llama 3 70B HSDP 128 x 16, 2,048 H100s': 782.89,
+    'DGXC MaxText Llama 3 70B HSDP 128 x 16, 2,048 H100s, FP8': 1167.2,
     'DGXC Grok-1 314B TP 4 x PP 8 x CP 2 x EP 8, 512 H100s': 757.53,
     'DGXC Grok-1 314B TP 4 x PP 8 x CP 2 x EP 8, 512 H100s, FP8': 1011.2,
     'Automodel Qwen3-30B-A3B FSDP x EP 8, 8 H100s': 9627.6,

@@ -159,7 +159,7 @@ def test_family_median_within_the_goal(outcomes, key):
         pytest.fail(f"{FAMILIES[key]} now meets the goal (median {row.median:.1%}): add it to MEETS_GOAL")
 
 
-@pytest.mark.xfail(strict=True, reason="held-aside median 15.1 % over 43 runs on 2026-12-05 (goal 10 %)")
+@pytest.mark.xfail(strict=True, reason="held-aside median 15.3 % over 45 runs on 2026-12-05 (goal 10 %)")
 def test_overall_median_within_the_goal(outcomes):
     total = overall(outcomes)
     print(total)
@@ -244,7 +244,7 @@ def test_the_held_aside_h100_runs_of_nvidia_stacks_all_come_out_slow_and_the_oth
     jax_toolbox = [r.error for r in aside if r.run.source.startswith("NVIDIA/JAX-Toolbox")]
     others_of_nvidia = [r.error for r in aside if r.run.gpu == "h100-sxm" and r.run.source.startswith("NVIDIA")
                         and not r.run.source.startswith("NVIDIA/JAX-Toolbox")]
-    assert len(nvidia) == 24 and all(-0.36 < error < -0.10 for error in others_of_nvidia), sorted(nvidia)
+    assert len(nvidia) == 26 and all(-0.36 < error < -0.10 for error in others_of_nvidia), sorted(nvidia)
     assert len(jax_toolbox) == 1 and -0.10 < jax_toolbox[0] < -0.09, jax_toolbox
     assert len(olmo) == 8 and min(olmo) < -0.15 and max(olmo) > 0.15, sorted(olmo)
     assert sum(error < 0 for error in olmo) == 6 and all(-0.20 < error < -0.08 for error in olmo if error < 0)
