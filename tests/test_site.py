@@ -11,6 +11,7 @@ what the tests below assert:
   (the lessons' links to the learner's copies in my-work/ lead to the exercises, and a lesson's or document's link to
   a document leads to its page);
 - every image loaded, and each lesson shows at least as many figures as its stored notebook has image outputs;
+- every figure of a lesson's outputs has alt text of its own (its cell's metadata), not its file's path;
 - every lesson and exercise says how to run it, under its title;
 - the sidebar lists every page, and "next" leads from the home page through the README, every lesson, exercise and
   document in order;
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import html.parser
 import http.server
 import json
 import os
@@ -62,6 +64,30 @@ def image_outputs(notebook: Path) -> int:
     cells = json.loads(notebook.read_text(encoding="utf-8"))["cells"]
     return sum(any(kind.startswith("image/") for kind in output.get("data", {}))
                for cell in cells for output in cell.get("outputs", []))
+
+
+class OutputImages(html.parser.HTMLParser):
+    """The <img> inside a notebook's cell outputs (`.cell_output`) of one page: their attributes, in order."""
+
+    VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track", "wbr"}
+
+    def __init__(self):
+        super().__init__()
+        self.open: list[tuple[str, bool]] = []   # the open elements: tag, and whether it is in a cell's output
+        self.images: list[dict[str, str]] = []
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        inside = bool(self.open and self.open[-1][1]) or "cell_output" in (attrs.get("class") or "").split()
+        if tag == "img" and inside:
+            self.images.append({name: value or "" for name, value in attrs.items()})
+        if tag not in self.VOID:
+            self.open.append((tag, inside))
+
+    def handle_endtag(self, tag):   # also called for <img ... />: closes nothing that is open
+        if tag in (open_tag for open_tag, _ in self.open):
+            while self.open.pop()[0] != tag:
+                pass
 
 
 @dataclass
@@ -235,6 +261,22 @@ def test_every_image_loaded_and_every_lesson_shows_its_figures(site):
     shown = {name: site.pages[name].output_images for name in expected}
     missing = {name: f"{shown[name]} of {count}" for name, count in expected.items() if shown[name] < count}
     assert not missing, f"pages showing fewer figures than their notebooks' image outputs: {missing}"
+
+
+def test_every_figure_of_a_lesson_has_alt_text_of_its_own(built):
+    """A cell that draws a figure says what it shows (its metadata's mystnb.image.alt): without it MyST-NB gives the
+    <img> its file's path as alt, which is what a screen reader reads, or a reader whose image did not load."""
+    bare = []
+    for lesson in LESSONS:
+        parser = OutputImages()
+        parser.feed((built / page_name(lesson)).read_text(encoding="utf-8"))
+        assert len(parser.images) >= image_outputs(lesson), (lesson.name, len(parser.images))
+        for image in parser.images:
+            alt, src = image.get("alt", "").strip(), image.get("src", "")
+            if not alt or alt in (src, src.rsplit("/", 1)[-1]) or alt.endswith((".png", ".svg", ".jpg")):
+                bare.append(f"{lesson.name}: {src} (alt {image.get('alt')!r})")
+    assert sum(map(image_outputs, LESSONS)) > 0, "no lesson has an image output: the test checks nothing"
+    assert not bare, "figures without alt text of their own:\n" + "\n".join(bare)
 
 
 def test_every_lesson_and_exercise_says_how_to_run_it(site):
