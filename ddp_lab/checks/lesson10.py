@@ -252,7 +252,7 @@ def _grads_runner(rank: int, answers: tuple) -> list[dict]:
         given: list[list] = []
         groups: list[tuple[int, ...]] = []
         with count_mesh_traffic(mesh) as calls, watching_requests() as requests, \
-                _recording_all_reduce(given, requests, api.DTensor, groups), _recording_groups(calls, groups, mesh):
+                _recording_all_reduce(given, requests, api.DTensor, groups), _recording_groups(groups):
             call_case(average_gradients, f"averaging the gradients of rank {rank} in a (dp={DP_SIZE}, tp={TP_SIZE}) "
                       "mesh", model, mesh)
         elsewhere = [entry for entry in given if entry[0] not in own.values()]   # copies, flat buffers
@@ -311,9 +311,9 @@ def _recording_all_reduce(given: list, requests, dtensor_type, groups: list):
     return replacing_dist_calls({"all_reduce": make})
 
 
-# collectives whose c10d ops count_mesh_traffic does not see: counted here, by the group they were given
-UNCOUNTED = ("reduce", "gather", "scatter", "reduce_scatter", "all_to_all", "all_to_all_single", "all_reduce_coalesced")
-COUNTED = ("broadcast", "all_gather", "all_gather_into_tensor", "reduce_scatter_tensor")   # besides all_reduce
+# the collectives whose group's ranks `_recording_groups` records (all_reduce's: `_recording_all_reduce`)
+COLLECTIVES = ("broadcast", "all_gather", "all_gather_into_tensor", "reduce_scatter_tensor", "reduce", "gather",
+               "scatter", "reduce_scatter", "all_to_all", "all_to_all_single", "all_reduce_coalesced")
 
 
 def _ranks_of(group) -> tuple[int, ...]:
@@ -324,23 +324,15 @@ def _ranks_of(group) -> tuple[int, ...]:
         return ()   # a group this rank is not in, or not a group: the call itself does nothing or raises
 
 
-def _recording_groups(calls: list, groups: list, mesh):
-    """Inside a rank: `groups` gets the ranks of the group of every call of a collective in UNCOUNTED or COUNTED,
-    and for one in UNCOUNTED `calls` (count_mesh_traffic's list) gets (the mesh dimension whose group spans those
-    ranks, or "other"; its name; 0 bytes)."""
-    dims = {tuple(ranks): dim for dim, ranks in mesh_groups(mesh).items()}
-
-    def recording(name):
-        def make(original):
-            def call(*args, **kwargs):
-                ranks = _ranks_of((call_arguments(original, args, kwargs) or {}).get("group"))
-                groups.append(ranks)
-                if name in UNCOUNTED:
-                    calls.append((dims.get(ranks, "other"), name, 0))
-                return original(*args, **kwargs)
-            return call
-        return make
-    return replacing_dist_calls({name: recording(name) for name in UNCOUNTED + COUNTED})
+def _recording_groups(groups: list):
+    """Inside a rank: `groups` gets the ranks of the group of every call of a collective in COLLECTIVES (what each
+    moved, and on which mesh dimension, count_mesh_traffic records)."""
+    def make(original):
+        def call(*args, **kwargs):
+            groups.append(_ranks_of((call_arguments(original, args, kwargs) or {}).get("group")))
+            return original(*args, **kwargs)
+        return call
+    return replacing_dist_calls({name: make for name in COLLECTIVES})
 
 
 def run_average_gradients_answers(answers: tuple, timeout: float = 60.0,

@@ -34,6 +34,14 @@ def _c10d_ops():
         "c10d::allgather_": ("all_gather", 2, lambda a: sum(_bytes(t) for outputs in a[0] for t in outputs)),
         "c10d::_reduce_scatter_base_": ("reduce_scatter", 2, lambda a: _bytes(a[1])),  # (output, input, pg)
         "c10d::broadcast_": ("broadcast", 1, lambda a: sum(_bytes(t) for t in a[0])),
+        "c10d::allreduce_coalesced_": ("all_reduce", 1, lambda a: sum(_bytes(t) for t in a[0])),
+        "c10d::reduce_": ("reduce", 1, lambda a: sum(_bytes(t) for t in a[0])),            # (tensors, pg, ...)
+        "c10d::gather_": ("gather", 2, lambda a: sum(_bytes(t) for t in a[1])),            # (outputs, inputs, pg)
+        "c10d::scatter_": ("scatter", 2, lambda a: sum(_bytes(t) for t in a[0])),          # (outputs, inputs, pg)
+        # dist.reduce_scatter's list form: (outputs, input lists, pg)
+        "c10d::reduce_scatter_": ("reduce_scatter", 2, lambda a: sum(_bytes(t) for inputs in a[1] for t in inputs)),
+        "c10d::alltoall_": ("all_to_all", 2, lambda a: sum(_bytes(t) for t in a[1])),      # (outputs, inputs, pg)
+        "c10d::alltoall_base_": ("all_to_all", 2, lambda a: _bytes(a[1])),                 # (output, input, pg)
         "_c10d_functional::all_reduce": ("all_reduce", 2, lambda a: _bytes(a[0])),      # (input, op, group)
         "_c10d_functional::all_reduce_": ("all_reduce", 2, lambda a: _bytes(a[0])),
         "_c10d_functional::all_gather_into_tensor": ("all_gather", 2, lambda a: _bytes(a[0]) * a[1]),
