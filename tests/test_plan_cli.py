@@ -635,8 +635,9 @@ def test_a_frameworks_overlap_flags_apply_to_every_plan_of_a_search(capsys):
     plain = [line.split() for line in capsys.readouterr().out.splitlines() if re.match(r"\s+\d+ dp", line)]
     assert main(args + ["--sequence-parallel", "--tp-comm-overlap", "--overlap-param-gather"]) == 0
     out = capsys.readouterr().out
-    assert ("sequence parallel wherever tp > 1, interleaving; --tp-comm-overlap, --overlap-param-gather on every plan "
-            "they fit)") in out and "tpo = TP communication in chunks beside the GEMMs" in out
+    assert ("sequence parallel wherever tp > 1, interleaving, HSDP shard groups of 2, 4, 8, 16, 32 dp ranks; "
+            "--tp-comm-overlap, --overlap-param-gather on every plan they fit)") in out
+    assert "tpo = TP communication in chunks beside the GEMMs" in out
     rows = [line.split() for line in out.splitlines() if re.match(r"\s+\d+ dp", line)]
     assert len(rows) == 40 and any("tp1" not in row for row in plain) and any(row[4] == "z0" for row in rows)
     for row in rows:
@@ -965,8 +966,9 @@ def test_the_search_header_names_interleaving_only_where_a_plan_tried_it():
     flags = ("--model", "llama3-70b", "--cluster", "h100-sxm", "--nodes", "4", "--top", "1")
     (code7, seven, err), (code, default, _) = plan_on_each([flags + ("--virtual-stages", "7"), flags])
     assert code7 == code == 0, err
-    assert "sequence parallel); " in seven and "interleaving" not in seven.splitlines()[2]
-    assert "sequence parallel, interleaving); " in default
+    assert ("sequence parallel, HSDP shard groups of 2, 4, 8, 16 dp ranks); " in seven
+            and "interleaving" not in seven.splitlines()[2])
+    assert "sequence parallel, interleaving, HSDP shard groups of 2, 4, 8, 16 dp ranks); " in default
 
 
 def test_fp8_plans_say_their_mfu_counts_against_the_bf16_peak():

@@ -227,6 +227,40 @@ def test_hybrid_sharding_is_zero3_inside_a_group_plus_an_all_reduce_of_its_shard
             fsdp.with_(dp_shard=bad)
 
 
+def test_the_search_tries_hybrid_sharding_with_shard_groups_of_whole_nodes(capsys):
+    """Beside each ZeRO-3 plan of a dense model on several nodes the search tries its HSDP variants, shard groups of
+    whole nodes (dp_shard x tp x cp a multiple of the GPUs per node; hybrid_shard.searched_sizes), each costed as
+    evaluate() costs it; none for a model with experts, on one node, or with dp_shard=None; sizes asked for that would
+    cut a node are left out. Llama 3 8B on 16 nodes: HSDP keeps more per GPU than ZeRO-3 and less than ZeRO-2, and its
+    best plan runs between them; the CLI names the sizes tried and what hsdpN means."""
+    model, cluster = Transformer.preset("llama3-8b"), ClusterSpec.preset("h100-sxm", nodes=16)
+    tried = list(search_module.candidates(model, cluster, 512))
+    shards = {(s.dp, s.tp, s.dp_shard) for s in tried if s.dp_shard is not None}
+    assert {(128, 1, size) for size in (8, 16, 32, 64)} | {(64, 2, size) for size in (4, 8, 16, 32)} <= shards
+    assert all(s.zero == 3 and (size * tp) % 8 == 0 and size < dp for s in tried if s.dp_shard
+               for dp, tp, size in [(s.dp, s.tp, s.dp_shard)])
+    plain = [s for s in tried if s.zero == 3 and s.dp_shard is None and s.dp > 1]
+    assert len(tried) - len(list(search_module.candidates(model, cluster, 512, dp_shard=None))) == sum(
+        len(hybrid_shard.searched_sizes(model, cluster, s)) for s in plain)
+    six_nodes = ClusterSpec.preset("h100-sxm", nodes=6)                  # dp 48: groups of 3 would cut a node
+    assert [s.dp_shard for s in search_module.candidates(model, six_nodes, 96, zero=(3,), micro_batches=(1,),
+                                                         recompute=("none",), dp_shard=(3, 4, 16, 5))
+            if s.tp == s.pp == 1 and s.dp_shard] == [4, 16]              # 5 does not divide dp = 48
+    assert not any(s.dp_shard for s in search_module.candidates(model, ClusterSpec.preset("h100-sxm"), 64))
+    assert not any(s.dp_shard for s in search_module.candidates(Transformer.preset("mixtral-8x7b"), cluster, 512))
+    best = {}
+    for plan in search_module.search(model, cluster, top=None, global_batch=512):
+        s = plan.strategy
+        if s.tp == s.pp == 1 and s.micro_batch == 1 and s.recompute == "none" and (s.zero == 2 or s.zero == 3):
+            best.setdefault("hsdp" if s.dp_shard else f"z{s.zero}", plan)
+    assert best["z2"].memory.total > best["hsdp"].memory.total > best["z3"].memory.total
+    assert best["z2"].tokens_per_second > best["hsdp"].tokens_per_second > best["z3"].tokens_per_second
+    assert search_module.evaluate(model, cluster, best["hsdp"].strategy) == best["hsdp"]
+    assert main(["--model", "llama3-8b", "--cluster", "h100-sxm", "--nodes", "16", "--top", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "HSDP shard groups of 2, 4, 8, 16, 32, 64 dp ranks); " in out and "hsdpN = hybrid sharding (HSDP)" in out
+
+
 def test_the_cli_takes_the_new_options_and_refuses_bad_ones_in_one_line(capsys):
     args = ["--model", "llama3-8b", "--cluster", "h100-sxm", "--nodes", "2", "--tp", "8"]
     assert main(args + ["--sequence-parallel", "--tp-comm-overlap", "--zero", "1", "--overlap-param-gather"]) == 0

@@ -27,6 +27,8 @@ EARLY_STOP_LEGEND = ("          full-es = full recomputation by PyTorch's non-re
                      "FFN's down projection.")
 OVERLAP_LEGEND = ("          tpo = TP communication in chunks beside the GEMMs (--tp-comm-overlap); opg = ZeRO-1/2's "
                   "weight gather beside the next forward (--overlap-param-gather).")
+HSDP_LEGEND = ("          hsdpN = hybrid sharding (HSDP): ZeRO-3 inside groups of N dp ranks, the groups replicas\n"
+               "          that all-reduce their gradient shards.")
 # The ways a plan splits a model beyond data parallelism, as accuracy_text names them (Strategy fields).
 SPLITS = (("tensor", "tp"), ("pipeline", "pp"), ("context", "cp"), ("expert", "ep"))
 
@@ -65,7 +67,8 @@ def table(plans, stages=None, tie: float | None = None) -> str:
     fp8 = [FP8_LEGEND] if any(plan.strategy.precision == "fp8" for plan in plans) else []
     overlap = ([OVERLAP_LEGEND] if any(plan.strategy.tp_comm_overlap or plan.strategy.overlap_param_gather
                                        for plan in plans) else [])
-    return "\n".join(lines + [LEGEND] + folded + split + early + fp8 + overlap)
+    hybrid = [HSDP_LEGEND] if any(plan.strategy.dp_shard is not None for plan in plans) else []
+    return "\n".join(lines + [LEGEND] + folded + split + hybrid + early + fp8 + overlap)
 
 
 def fold_zero_stages(plans) -> list[tuple]:
@@ -85,7 +88,8 @@ def fold_zero_stages(plans) -> list[tuple]:
     """
     groups: dict = {}
     for plan in plans:
-        key = (plan.strategy.with_(zero=0, overlap_param_gather=False), plan.memory, plan.time)
+        key = (plan.strategy.with_(zero=0, overlap_param_gather=False, dp_shard=None), plan.strategy.dp_shard,
+               plan.memory, plan.time)
         groups.setdefault(key, []).append(plan)
     rows = []
     for group in groups.values():
@@ -97,14 +101,15 @@ def fold_zero_stages(plans) -> list[tuple]:
 def search_header(model, cluster, global_batch: int, precision: str, tried: int, fitting: int,
                   reserve: float = MEMORY_RESERVE, attention: str = "flash", cp=(1,), ep=(1,),
                   seq_source: str | None = None, flash_kernel: str = "fa2", interleaved: bool = True,
-                  applied: tuple[str, ...] = ()) -> str:
+                  applied: tuple[str, ...] = (), dp_shard=()) -> str:
     """What a search covered: model, GPUs, global batch, precision, parameters, plans tried and plans that fit.
 
     `cp`, `ep`: the context- and expert-parallel sizes the plans tried used, named when not just 1. `interleaved`:
     whether any plan tried interleaved its stages (none can where every plan has pp 1, or a micro-batch count the
     schedule cannot take).
     `seq_source`: where the sequence length came from (`model_text`). `applied`: a framework's flags the search put
-    on every plan they fit (cli_flags.SEARCH_WIDE), as the command line gave them.
+    on every plan they fit (cli_flags.SEARCH_WIDE), as the command line gave them. `dp_shard`: the HSDP shard-group
+    sizes the plans tried used (search.candidates), named when there are any.
 
     Example:
         >>> from ddp_lab.plan import ClusterSpec, Transformer
@@ -118,6 +123,8 @@ def search_header(model, cluster, global_batch: int, precision: str, tried: int,
     where = f"{cluster.name} = {cluster.gpus} GPUs" if cluster.name else f"{cluster.gpus} GPUs"
     splits = "".join(f", {name} {_sizes_text(sorted(set(sizes)))}" for name, sizes in (("cp", cp), ("ep", ep))
                      if set(sizes) != {1})
+    shards = sorted(set(dp_shard) - {None})
+    splits += f", HSDP shard groups of {_sizes_text(shards)} dp ranks" if shards else ""
     sequence = "sequence parallel" if "--sequence-parallel" not in applied else "sequence parallel wherever tp > 1"
     others = [flag for flag in applied if flag != "--sequence-parallel"]
     on_every = f"; {', '.join(others)} on every plan {'it fits' if len(others) == 1 else 'they fit'}" if others else ""

@@ -61,6 +61,39 @@ def check(model, strategy, gpus_per_node: int | None = None) -> None:
                          f"divides {gpus_per_node} or is a multiple of it")
 
 
+def searched_sizes(model, cluster, strategy, wanted="auto") -> list[int]:
+    """The shard-group sizes a search tries beside a ZeRO-3 plan (search.candidates' dp_shard): "auto" takes every
+    divisor S of dp below dp whose shard groups are whole nodes (S x tp x cp a multiple of the GPUs per node: the
+    gathers and reduce-scatters stay on the fast links or span whole nodes, and only the all-reduce of shards
+    crosses between groups, as torchtitan and MaxText lay HSDP out); an int or a tuple takes those of its sizes
+    that divide dp, are below it and pass `check`; None takes none. A model with experts, a plan on one node and
+    DiLoCo replicas get none.
+
+    Example:
+        >>> from ddp_lab.course.plan.cluster_spec import ClusterSpec
+        >>> from ddp_lab.course.plan.model import Transformer
+        >>> from ddp_lab.course.plan.strategy import Strategy
+        >>> searched_sizes(Transformer.preset("llama3-8b"), ClusterSpec.preset("h100-sxm", nodes=8),
+        ...                Strategy(dp=32, tp=2, zero=3))
+        [4, 8, 16]
+    """
+    if wanted is None or model.moe is not None or strategy.replicas > 1 or cluster.gpus <= cluster.gpus_per_node:
+        return []
+    below = [size for size in range(2, strategy.dp) if strategy.dp % size == 0]
+    if wanted == "auto":
+        return [size for size in below if size * strategy.tp * strategy.cp % cluster.gpus_per_node == 0]
+    asked = (wanted,) if isinstance(wanted, int) else tuple(wanted)
+    sizes = []
+    for size in below:
+        if size in asked:
+            try:
+                check(model, strategy.with_(dp_shard=size), cluster.gpus_per_node)
+            except ValueError:
+                continue
+            sizes.append(size)
+    return sizes
+
+
 def shard_strategy(strategy):
     """The strategy one shard group runs: dp_shard data-parallel ranks, ZeRO-3 (the strategy itself without HSDP).
 

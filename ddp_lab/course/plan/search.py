@@ -8,7 +8,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
-from ddp_lab.course.plan import context_parallel, experts
+from ddp_lab.course.plan import context_parallel, experts, hybrid_shard
 from ddp_lab.course.plan.efficiency import early_stop_can_skip_last_gemm
 from ddp_lab.course.plan.memory import MemoryBreakdown, memory
 from ddp_lab.course.plan.steptime import TimeBreakdown, mfu, step_time, tokens_per_second
@@ -89,7 +89,8 @@ def candidates(model, cluster, global_batch: int, micro_batches=(1, 2, 4, 8), ze
                recompute=("none", "selective", "full"), precision: str | None = None,
                tp_across_nodes: bool = False, cp=(1,), ep=None, virtual_stages=(1, 2), attention: str = "flash",
                fp32_grads: bool = False, checkpoint_early_stop: bool = False, flash_kernel: str = "fa2",
-               sequence_parallel: bool = False, tp_comm_overlap: bool = False, overlap_param_gather: bool = False):
+               sequence_parallel: bool = False, tp_comm_overlap: bool = False, overlap_param_gather: bool = False,
+               dp_shard="auto"):
     """Every valid Strategy: dp*tp*pp*cp = GPUs, tp divides the heads (and kv heads) and the GPUs of a
     node (unless tp_across_nodes), pp divides the layers, dp*micro_batch divides global_batch.
     Sequence parallelism is tried on and off whenever tp > 1; with pp > 1 the 1F1B schedule and
@@ -106,6 +107,9 @@ def candidates(model, cluster, global_batch: int, micro_batches=(1, 2, 4, 8), ze
     cp, ep: the context- and expert-parallel sizes to try, an int, a tuple, or "auto" (every size
     that fits: cp with 2 x cp chunks of the sequence, ep dividing the experts and dp x cp). cp
     defaults to 1; ep to "auto" for a mixture-of-experts model (its main parallelism) and 1 otherwise.
+    dp_shard: beside each ZeRO-3 plan, its hybrid-sharded variants (HSDP, hybrid_shard.py) with these shard-group
+    sizes, an int, a tuple, "auto" (the default: `hybrid_shard.searched_sizes`, shard groups of whole nodes) or None
+    (none).
 
     Example:
         >>> from ddp_lab.course.plan.cluster_spec import ClusterSpec
@@ -143,10 +147,13 @@ def candidates(model, cluster, global_batch: int, micro_batches=(1, 2, 4, 8), ze
                                         checkpoint_early_stop=checkpoint_early_stop and rc == "full",
                                         tp_comm_overlap=tp_comm_overlap and sp,
                                         overlap_param_gather=overlap_param_gather and stage in (1, 2))
-                        yield base
-                        for v in virtual_stages:
-                            if v > 1 and pp > 1 and not model.layers % (pp * v) and not accum % pp:
-                                yield base.with_(schedule="interleaved", virtual_stages=v)
+                        shards = hybrid_shard.searched_sizes(model, cluster, base, dp_shard) if stage == 3 else []
+                        for schedule in [base] + [base.with_(schedule="interleaved", virtual_stages=v)
+                                                  for v in virtual_stages
+                                                  if v > 1 and pp > 1 and not model.layers % (pp * v)
+                                                  and not accum % pp]:
+                            yield schedule
+                            yield from (schedule.with_(dp_shard=size) for size in shards)
 
 
 def _sizes(wanted, possible: list[int]) -> list[int]:
