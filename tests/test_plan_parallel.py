@@ -242,9 +242,9 @@ def test_the_search_tries_hybrid_sharding_with_shard_groups_of_whole_nodes(capsy
     plain = [s for s in tried if s.zero == 3 and s.dp_shard is None and s.dp > 1]
     assert len(tried) - len(list(search_module.candidates(model, cluster, 512, dp_shard=None))) == sum(
         len(hybrid_shard.searched_sizes(model, cluster, s)) for s in plain)
-    six_nodes = ClusterSpec.preset("h100-sxm", nodes=6)                  # dp 48: groups of 3 would cut a node
+    six_nodes = ClusterSpec.preset("h100-sxm", nodes=6)                  # dp 48: groups of 3 or 12 would cut a node
     assert [s.dp_shard for s in search_module.candidates(model, six_nodes, 96, zero=(3,), micro_batches=(1,),
-                                                         recompute=("none",), dp_shard=(3, 4, 16, 5))
+                                                         recompute=("none",), dp_shard=(3, 4, 12, 16, 5))
             if s.tp == s.pp == 1 and s.dp_shard] == [4, 16]              # 5 does not divide dp = 48
     assert not any(s.dp_shard for s in search_module.candidates(model, ClusterSpec.preset("h100-sxm"), 64))
     assert not any(s.dp_shard for s in search_module.candidates(Transformer.preset("mixtral-8x7b"), cluster, 512))

@@ -7,7 +7,7 @@ Both answers are pure Python, so the checks run in the notebook's process (no ra
 first compares the learner's formula with the planner's `model_state_bytes` on several ZeRO
 stages, data-parallel sizes and precisions; the second evaluates the learner's strategy with
 the planner (`ddp_lab.plan.evaluate`) and compares its predicted throughput with the best
-plan `ddp_lab.plan.search` finds. Every failure names the likely mistake; an answer that calls
+plan `ddp_lab.plan.search` finds without hybrid sharding (`dp_shard=None`). Every failure names the likely mistake; an answer that calls
 the planner's own answer (`model_state_bytes`, `search`, `candidates`) is refused.
 
 Introduced in notebooks/13-plan-your-training-run.ipynb.
@@ -180,7 +180,7 @@ def check_choose_plan(choose_plan) -> None:
     The strategy must use every GPU (dp * tp * pp = cluster.gpus), keep tensor parallelism inside
     a node, keep the global batch (dp * micro_batch * grad_accum), fit in 90 % of a GPU's memory
     as `ddp_lab.plan.evaluate` predicts it, and reach at least 95 % of the tokens/s of the best
-    plan `ddp_lab.plan.search` finds.
+    plan `ddp_lab.plan.search` finds without hybrid sharding (`search(..., dp_shard=None)`).
 
     Introduced in notebooks/13-plan-your-training-run.ipynb.
     """

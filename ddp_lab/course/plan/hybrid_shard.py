@@ -48,26 +48,33 @@ def check_fields(strategy) -> None:
 def check(model, strategy, gpus_per_node: int | None = None) -> None:
     """ValueError (saying how to fix it) for HSDP the planner would mis-plan: a model with experts (their gradients
     would need their own all-reduce across the groups), or shard groups of dp_shard x tp x cp ranks that a node
-    boundary cuts (the planner costs a group as one block of consecutive ranks from rank 0)."""
+    boundary cuts: smaller than a node without dividing it, or larger without being whole nodes (the planner costs
+    a group as one block of consecutive ranks from rank 0)."""
     if strategy.dp_shard is None:
         return
     if model.moe is not None:
         raise ValueError(f"dp_shard={strategy.dp_shard} with {model.name}'s experts: the planner models hybrid "
                          "sharding (HSDP) for dense models only; drop dp_shard")
     block = strategy.dp_shard * strategy.tp * strategy.cp
-    if gpus_per_node and strategy.gpus > gpus_per_node and block < gpus_per_node and gpus_per_node % block:
+    if gpus_per_node and strategy.gpus > gpus_per_node and gpus_per_node % block and block % gpus_per_node:
         raise ValueError(f"dp_shard={strategy.dp_shard}: shard groups of dp_shard x tp x cp = {block} ranks would "
                          f"straddle the {gpus_per_node}-GPU nodes; choose dp_shard so that dp_shard x tp x cp "
                          f"divides {gpus_per_node} or is a multiple of it")
 
 
+# Shard groups of this many nodes are what a search tries ("auto"): one node (torchtitan's and MaxText's usual HSDP)
+# up to 16 (NVIDIA's MaxText recipe for Llama 3 70B on 2,048 H100s shards over 128 GPUs). Every whole-node divisor
+# of dp instead made a search over 1,024 nodes try 5,072 plans where 1,840 are tried without HSDP.
+AUTO_GROUP_NODES = (1, 2, 4, 8, 16)
+
+
 def searched_sizes(model, cluster, strategy, wanted="auto") -> list[int]:
     """The shard-group sizes a search tries beside a ZeRO-3 plan (search.candidates' dp_shard): "auto" takes every
-    divisor S of dp below dp whose shard groups are whole nodes (S x tp x cp a multiple of the GPUs per node: the
-    gathers and reduce-scatters stay on the fast links or span whole nodes, and only the all-reduce of shards
-    crosses between groups, as torchtitan and MaxText lay HSDP out); an int or a tuple takes those of its sizes
-    that divide dp, are below it and pass `check`; None takes none. A model with experts, a plan on one node and
-    DiLoCo replicas get none.
+    divisor S of dp (2 <= S < dp) whose shard groups are `AUTO_GROUP_NODES` whole nodes (S x tp x cp that many nodes'
+    GPUs: the gathers and reduce-scatters stay on the fast links or span whole nodes, and only the all-reduce of
+    shards crosses between groups, as torchtitan and MaxText lay HSDP out); an int or a tuple takes those of its
+    sizes that divide dp, are below it and pass `check`; None takes none. A model with experts, a plan on one node
+    and DiLoCo replicas get none.
 
     Example:
         >>> from ddp_lab.course.plan.cluster_spec import ClusterSpec
@@ -79,18 +86,21 @@ def searched_sizes(model, cluster, strategy, wanted="auto") -> list[int]:
     """
     if wanted is None or model.moe is not None or strategy.replicas > 1 or cluster.gpus <= cluster.gpus_per_node:
         return []
-    below = [size for size in range(2, strategy.dp) if strategy.dp % size == 0]
+    per_rank = strategy.tp * strategy.cp                 # GPUs per data-parallel rank
     if wanted == "auto":
-        return [size for size in below if size * strategy.tp * strategy.cp % cluster.gpus_per_node == 0]
-    asked = (wanted,) if isinstance(wanted, int) else tuple(wanted)
+        groups = [nodes * cluster.gpus_per_node for nodes in AUTO_GROUP_NODES]
+        asked = [gpus // per_rank for gpus in groups if gpus % per_rank == 0]
+    else:
+        asked = sorted({wanted} if isinstance(wanted, int) else set(wanted))
     sizes = []
-    for size in below:
-        if size in asked:
-            try:
-                check(model, strategy.with_(dp_shard=size), cluster.gpus_per_node)
-            except ValueError:
-                continue
-            sizes.append(size)
+    for size in asked:
+        if not 1 < size < strategy.dp or strategy.dp % size:
+            continue
+        try:
+            check(model, strategy.with_(dp_shard=size), cluster.gpus_per_node)
+        except ValueError:
+            continue
+        sizes.append(size)
     return sizes
 
 

@@ -211,7 +211,7 @@ def search(model, cluster, top: int | None = 10, global_batch: int | None = None
         global_batch: sequences per step; default 4M tokens (2**22 / seq_len, at least one per GPU).
         reserve: share of each GPU's memory kept free (MEMORY_RESERVE).
         options: passed to `candidates` (micro_batches, zero, recompute, precision, tp_across_nodes, cp, ep,
-            virtual_stages, attention, fp32_grads).
+            virtual_stages, attention, fp32_grads, dp_shard: None leaves out the hybrid-sharded plans).
 
     Raises:
         ValueError if no plan fits, with the smallest plan's need and what to change.
