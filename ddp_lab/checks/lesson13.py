@@ -7,8 +7,9 @@ Both answers are pure Python, so the checks run in the notebook's process (no ra
 first compares the learner's formula with the planner's `model_state_bytes` on several ZeRO
 stages, data-parallel sizes and precisions; the second evaluates the learner's strategy with
 the planner (`ddp_lab.plan.evaluate`) and compares its predicted throughput with the best
-plan `ddp_lab.plan.search` finds without hybrid sharding (`dp_shard=None`). Every failure names the likely mistake; an answer that calls
-the planner's own answer (`model_state_bytes`, `search`, `candidates`) is refused.
+plan `ddp_lab.plan.search` finds without hybrid sharding (`dp_shard=None`). Every failure names
+the likely mistake; an answer that calls the planner's own answer (`model_state_bytes`, `search`,
+`candidates`) is refused.
 
 Introduced in notebooks/13-plan-your-training-run.ipynb.
 """

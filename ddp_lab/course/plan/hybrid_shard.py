@@ -22,7 +22,7 @@ The planner: notebooks/13-plan-your-training-run.ipynb (no lesson runs HSDP itse
 
 from __future__ import annotations
 
-from ddp_lab.course.plan import pipeline_stages
+from ddp_lab.course.plan import outer_sync, pipeline_stages
 from ddp_lab.course.plan.collectives import collective_time
 from ddp_lab.course.rank_layout import Group
 
@@ -115,6 +115,18 @@ def shard_strategy(strategy):
     if strategy.dp_shard is None:
         return strategy
     return strategy.with_(dp=strategy.dp_shard, dp_shard=None)
+
+
+def zero_group_strategy(strategy):
+    """The strategy whose dp ranks one ZeRO shard spans: one DiLoCo replica's (outer_sync.inner_strategy), one HSDP
+    shard group's (`shard_strategy`), else the strategy itself (the two cannot be combined: `check_fields`).
+
+    Example:
+        >>> from ddp_lab.course.plan.strategy import Strategy
+        >>> zero_group_strategy(Strategy(dp=112, zero=3, replicas=14, sync_every=100)).dp
+        8
+    """
+    return shard_strategy(outer_sync.inner_strategy(strategy))
 
 
 def replicate_group(strategy) -> Group:

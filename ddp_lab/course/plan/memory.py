@@ -223,8 +223,7 @@ def memory(model, strategy: Strategy) -> MemoryBreakdown:
     Introduced in notebooks/13-plan-your-training-run.ipynb.
     """
     w, g, _ = bytes_per_parameter(strategy)
-    # DiLoCo replicas, HSDP's shard groups: ZeRO shards inside one replica, one shard group
-    inner = hybrid_shard.shard_strategy(outer_sync.inner_strategy(strategy))
+    inner = hybrid_shard.zero_group_strategy(strategy)   # ZeRO shards inside one DiLoCo replica, one HSDP group
     outer = outer_sync.outer_state_bytes(model, strategy)
     ranks = []
     for stage in pipeline_stages.stages_to_check(strategy, model):

@@ -10,7 +10,7 @@ Introduced in notebooks/13-plan-your-training-run.ipynb.
 
 from __future__ import annotations
 
-from ddp_lab.course.plan import pipeline_stages
+from ddp_lab.course.plan import hybrid_shard, pipeline_stages
 from ddp_lab.course.plan.memory import stage_parameters
 
 # Optimizer step (Adam), bytes moved per parameter it updates: read the gradient (2, or 4 in fp32),
@@ -34,4 +34,4 @@ def optimizer_parameters(model, strategy) -> int:
     """Parameters whose Adam step one GPU computes: its stage's share, divided by dp (a DiLoCo replica's, an HSDP
     shard group's) under ZeRO >= 1."""
     params = max(stage_parameters(model, strategy, stage) for stage in pipeline_stages.stages_to_check(strategy, model))
-    return -(-params // (strategy.dp_shard or strategy.dp // strategy.replicas)) if strategy.zero >= 1 else params
+    return -(-params // hybrid_shard.zero_group_strategy(strategy).dp) if strategy.zero >= 1 else params

@@ -216,7 +216,7 @@ def step_time(model, cluster, strategy) -> TimeBreakdown:
         stage_layers, has_head = -(-model.layers // p), True
     # DiLoCo replicas: the per-step sync stays inside one replica; HSDP: ZeRO-3 inside one shard group, whose
     # gradient shards are then all-reduced across the groups (hybrid_shard.py)
-    inner = hybrid_shard.shard_strategy(outer_sync.inner_strategy(strategy))
+    inner = hybrid_shard.zero_group_strategy(strategy)
     # what a MoE layer's experts add to its compute, which DP's collectives also run beside
     moe_change = (expert_compute.layer_compute_change(model, inner, cluster.gpu)
                   if model.moe is not None and cluster.gpu.memory_bandwidth is not None else None)
