@@ -810,3 +810,23 @@ def test_an_all_reduce_never_waited_is_refused_when_the_sums_come_out_right(redu
                                           r"luck: dist\.all_reduce\(p\.grad, async_op=True\) returned a work that was "
                                           r"never waited for.*\nHint: .*\.wait\(\) before reduce_gradients returns"):
         lesson14.judge_reduce("reduce_gradients", by_luck)
+
+
+@pytest.mark.parametrize("call", [0, 1])
+def test_an_all_reduce_still_in_flight_is_named_though_the_values_look_like_a_stopped_loop(reduce_results, call):
+    """An unwaited all-reduce whose later parameters had not arrived when the gradients were read leaves the same
+    values as a loop that stopped early (zip over the two lists in the first call, a count written in the code in the
+    second): the in-flight record says which, and the hint names the missing wait, not the loop (a loaded CI run once
+    got the zip hint for all_reduce_never_waited)."""
+    late = [[dict(result) for result in calls] for calls in reduce_results[reduce_gradients]]
+    case = lesson14.REDUCE_CASES[call]
+    shorter = 3 if call == 1 else min(len(case.replicated), len(case.expert))
+    result = late[0][call]
+    result["replicated"] = list(result["replicated"])
+    for i in range(shorter, len(case.replicated)):
+        result["replicated"][i] = lesson14._local_grads(0, case)[0][i]          # this rank's own, never summed
+    result["in_flight"] = {"replicated": [i >= shorter for i in range(len(case.replicated))],
+                           "expert": [False] * len(case.expert)}
+    with pytest.raises(CheckFailed, match=rf"rank 0, replicated parameter {shorter}: got .*\nHint: dist\.all_reduce "
+                                          r"was started on this p\.grad \(async_op=True\), but its result was read"):
+        lesson14.judge_reduce("reduce_gradients", late)

@@ -874,7 +874,7 @@ def _judge_reduce_call(name: str, results: list[dict], case: Params) -> None:
                 if torch.allclose(got, want[i], atol=1e-5):
                     continue
                 size = len(column) if part else DP_SIZE * EP_SIZE
-                if any(result.get(key, {}).get(what, [False] * (i + 1))[i] for key in ("in_flight", "never waited")):
+                if _unwaited(result, what, i):
                     hint = ("dist.all_reduce was started on this p.grad (async_op=True), but its result was read "
                             "before it finished: the work was not waited for before reduce_gradients returned. Keep "
                             "the work handle each call returns and .wait() on it before returning")
@@ -913,9 +913,17 @@ def _judge_reduce_call(name: str, results: list[dict], case: Params) -> None:
                                 "dist.all_reduce(p.grad, async_op=True)", "reduce_gradients returns")
 
 
+def _unwaited(result: dict, what: str, i: int) -> bool:
+    """True if parameter i's all-reduce (of `what`: "replicated" or "expert") was started with async_op=True and still
+    in flight when the gradients were read, or never waited for: evidence that outweighs any pattern of values."""
+    return any(i < len(flags) and flags[i] for flags in (result.get(key, {}).get(what, [])
+                                                         for key in ("in_flight", "never waited")))
+
+
 def _written_counts_feedback(rank: int, result: dict, local, replicated_sum, expert_sum, case: Params) -> None:
     """CheckFailed if, in a call with more parameters than the first, exactly those past the first call's numbers
-    were left unreduced (a loop over a count written in the code stops there), and every other one is right."""
+    were left unreduced (a loop over a count written in the code stops there), and every other one is right; not
+    where an all-reduce of them was started and not waited for (`_unwaited`)."""
     first = REDUCE_CASES[0]
     counts = (len(first.replicated), len(first.expert))
     missed = []
@@ -923,7 +931,7 @@ def _written_counts_feedback(rank: int, result: dict, local, replicated_sum, exp
         for i, got in enumerate(result[what]):
             if torch.allclose(got, want[i], atol=1e-5):
                 continue
-            if i < counts[part] or not torch.allclose(got, local[part][i], atol=1e-5):
+            if i < counts[part] or not torch.allclose(got, local[part][i], atol=1e-5) or _unwaited(result, what, i):
                 return
             missed.append((what, i))
     if missed:
@@ -937,13 +945,15 @@ def _written_counts_feedback(rank: int, result: dict, local, replicated_sum, exp
 
 def _zip_feedback(rank: int, result: dict, local, replicated_sum, expert_sum, case: Params) -> None:
     """CheckFailed if exactly the parameters past the shorter list's length were left unreduced (a zip of the two
-    lists stops there), and every one before them is right."""
+    lists stops there), and every one before them is right; not where an all-reduce of them was started and not
+    waited for (`_unwaited`)."""
     shorter = min(len(case.replicated), len(case.expert))
     longer, what, want = ((0, "replicated", replicated_sum) if len(case.replicated) > len(case.expert)
                           else (1, "expert", expert_sum))
     got = result[what]
     right = all(torch.allclose(got[i], want[i], atol=1e-5) for i in range(shorter))
-    left = all(torch.allclose(got[i], local[longer][i], atol=1e-5) for i in range(shorter, len(got)))
+    left = all(torch.allclose(got[i], local[longer][i], atol=1e-5) and not _unwaited(result, what, i)
+               for i in range(shorter, len(got)))
     other = result["expert" if longer == 0 else "replicated"]
     other_want = expert_sum if longer == 0 else replicated_sum
     if right and left and all(torch.allclose(g, w, atol=1e-5) for g, w in zip(other, other_want)):
