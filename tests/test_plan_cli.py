@@ -144,6 +144,12 @@ BAD_INPUT = [
     ((*LLAMA_8B, "--tp", "2", "--cp", "auto"), ["--cp auto searches cp", "--tp chose one plan"]),
     ((*LLAMA_8B, "--tp", "4", "--pp", "2", "--cp", "4"), ["--tp 4 x --pp 2 x --cp 4 = 32 does not divide"]),
     (("--params", "7B", "--ep", "2"), ["drop --ep"]),
+    # hybrid sharding: a size, auto (the search's) or none
+    ((*LLAMA_8B, "--dp-shard", "0"), ["--dp-shard must be a positive int, auto or none, got 0"]),
+    ((*LLAMA_8B, "--dp-shard", "many"), ["--dp-shard", "give a positive int, auto or none"]),
+    ((*LLAMA_8B, "--nodes", "2", "--zero", "3", "--dp-shard", "auto"), ["--dp-shard auto searches shard-group sizes",
+                                                                         "--zero chose one plan"]),
+    ((*LLAMA_8B, "--nodes", "2", "--zero", "2", "--dp-shard", "8"), ["--dp-shard 8 with --zero 2", "use --zero 3"]),
     # a cross-region link of nan or inf Gb/s or ms: float() reads both, no link has them
     ((*LLAMA_8B, "--nodes", "2", "--region-nodes", "1", "--cross-region-latency-ms", "nan"),
      ["--cross-region-latency-ms must be a finite number >= 0, got nan"]),
@@ -969,6 +975,26 @@ def test_the_search_header_names_interleaving_only_where_a_plan_tried_it():
     assert ("sequence parallel, HSDP shard groups of 2, 4, 8, 16 dp ranks); " in seven
             and "interleaving" not in seven.splitlines()[2])
     assert "sequence parallel, interleaving, HSDP shard groups of 2, 4, 8, 16 dp ranks); " in default
+
+
+def test_dp_shard_alone_sets_what_the_search_tries_and_each_plan_gets_one_row_at_its_fastest_shard_size():
+    """--dp-shard alone is the search's, as --cp is: none leaves HSDP out, a size tries only it; the default tries
+    shard groups of whole nodes. The table shows each HSDP plan once, at its fastest shard size (report.
+    fold_shard_sizes): on 16 nodes Llama 3 8B's dp128 ZeRO-3 plan predicts within 1 % at four shard sizes, which
+    filled four of the first five rows."""
+    flags = ("--model", "llama3-8b", "--cluster", "h100-sxm", "--nodes", "16")
+    (code, default, err), (_, none, _), (_, sixteen, _), (_, three, _) = plan_on_each(
+        [flags, flags + ("--dp-shard", "none"), flags + ("--dp-shard", "16"), flags + ("--dp-shard", "3")])
+    assert code == 0, err
+    assert "HSDP shard groups of 2, 4, 8, 16, 32, 64 dp ranks" in default
+    assert "HSDP" not in none.splitlines()[2] and " hsdp" not in none
+    assert "HSDP shard groups of 16 dp ranks)" in sixteen and "dp128 tp1 pp1 z3 hsdp16 mb1x4" in sixteen
+    assert three.startswith("note: --dp-shard 3 applies to no plan of this search") and " hsdp" not in three
+    labels = [line[4:42].split() for line in default.splitlines() if re.match(r" *\d+ dp", line)]
+    hsdp = [" ".join(part for part in label if not part.startswith("hsdp")) for label in labels
+            if any(part.startswith("hsdp") for part in label)]
+    assert len(labels) == 10 and len(hsdp) == len(set(hsdp)) >= 2
+    assert "a search shows the fastest N of each plan" in default
 
 
 def test_fp8_plans_say_their_mfu_counts_against_the_bf16_peak():

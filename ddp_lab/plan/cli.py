@@ -37,7 +37,8 @@ from ddp_lab.plan.cli_plot import draw
 from ddp_lab.plan.cli_regions import cross_region, regions_note
 from ddp_lab.plan.model_files import read_config, read_hf_config
 from ddp_lab.plan.decision import assumptions_text, stated_error, ties_text
-from ddp_lab.plan.report import accuracy_text, breakdown, fold_zero_stages, model_states_text, search_header, table
+from ddp_lab.plan.report import (accuracy_text, breakdown, fold_shard_sizes, fold_zero_stages, model_states_text,
+                                 search_header, table)
 
 
 def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
@@ -62,7 +63,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
                              "they are fp32 already: drop one of them")
         reserve = MEMORY_RESERVE if args.memory_reserve is None else args.memory_reserve
         no_effect = (_early_stop_changes_nothing(model) if args.checkpoint_early_stop else "") + _ffn_note(model, args)
-        given = {name: getattr(args, name) for name in STRATEGY_FLAGS if getattr(args, name) is not None}
+        given = {name: getattr(args, name) for name in STRATEGY_FLAGS if getattr(args, name) not in (None, "none")}
         one_plan = bool(one_plan_flags(args))
         cli_fit.check_flags(args, one_plan)
         _check_splits(model, cluster, args, given)
@@ -200,17 +201,21 @@ def _search_report(model, cluster, args, reserve: float, seq_source: str | None 
                "ep": args.ep, "attention": args.attention or "flash", "fp32_grads": args.fp32_grads,
                "flash_kernel": args.flash_kernel or "fa2",
                "checkpoint_early_stop": args.checkpoint_early_stop,
+               "dp_shard": {None: "auto", "none": None}.get(args.dp_shard, args.dp_shard),
                **{name: bool(getattr(args, name)) for name in SEARCH_WIDE}}
     if args.virtual_stages is not None:
         options["virtual_stages"] = (1, args.virtual_stages)
     tried = list(candidates(model, cluster, global_batch, **options))
     fitting = search(model, cluster, top=None, global_batch=global_batch, reserve=reserve, **options)
-    folded = fold_zero_stages(fitting)
+    folded = fold_shard_sizes(fold_zero_stages(fitting))
     rows = folded[:args.top or 10]
     applied = tuple(flag_name(name) for name in SEARCH_WIDE if options[name])
     for name in SEARCH_WIDE:   # given, but no plan tried fits it (one GPU a node: no tp > 1)
         if options[name] and not any(getattr(s, name) for s in tried):
             note += f"note: {flag_name(name)} applies to no plan of this search (none has {FITS[name]}); drop it\n"
+    if isinstance(args.dp_shard, int) and not any(s.dp_shard for s in tried):
+        note += (f"note: --dp-shard {args.dp_shard} applies to no plan of this search (none is a ZeRO-3 plan across "
+                 f"nodes whose dp it divides, with shard groups that divide a node or are whole nodes); drop it\n")
     header = search_header(model, cluster, global_batch, args.precision, len(tried), len(fitting), reserve,
                            options["attention"], flash_kernel=options["flash_kernel"],
                            cp={s.cp for s in tried}, ep={s.ep for s in tried},

@@ -30,7 +30,7 @@ SHAPE_FLAGS = ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "seq_len
 NEEDED_SHAPE = ("layers", "hidden", "heads", "ffn", "vocab", "seq_len")   # without --model or --hf-config
 POSITIVE_INTS = ("nodes", "gpus_per_node", "dp", "tp", "pp", "micro_batch", "grad_accum", "global_batch", "top",
                  "virtual_stages", "first_stage_layers", "last_stage_layers", "sync_every", "replicas", "region_nodes",
-                 "expert_tp", "dp_shard", *SHAPE_FLAGS)
+                 "expert_tp", *SHAPE_FLAGS)
 SHORT_FORM_FLAGS = ("params", "dp", "zero", "precision", "fp32_grads")     # all that --params reads
 SPLIT_FLAGS = ("cp", "ep")     # a number (the plan's or every searched plan's) or "auto" (searched)
 # The library's fields that a flag here sets: its messages name them (`ep=8`, `drop overlap_param_gather`), and
@@ -65,6 +65,17 @@ def parallel_size(text: str) -> int | str:
         return int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"invalid value {text!r}: give a positive int or auto") from None
+
+
+def shard_size(text: str) -> int | str | None:
+    """--dp-shard's value: an int, "auto" (the search's shard sizes of whole nodes) or "none" (no HSDP; argparse
+    type). "none" is returned as the string, so that a flag given differs from a flag left off (None)."""
+    if text.strip().lower() in ("auto", "none"):
+        return text.strip().lower()
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid value {text!r}: give a positive int, auto or none") from None
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -160,11 +171,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="the routed experts' own tensor-parallel size, dividing --tp (Megatron-Core's "
                           "--expert-tensor-parallel-size; default --tp): --expert-tp 1 leaves tp x cp x dp ranks for "
                           "--ep")
-    how.add_argument("--dp-shard", dest="dp_shard", type=int, metavar="N",
+    how.add_argument("--dp-shard", dest="dp_shard", type=shard_size, metavar="N|auto|none",
                      help="hybrid sharding (HSDP): ZeRO-3 inside groups of N data-parallel ranks, the groups "
                           "replicas that all-reduce their gradient shards (FSDP2 on a 2-D mesh, torchtitan's "
-                          "data_parallel_shard_degree, MaxText's ici_fsdp_parallelism under dcn_data_parallelism); "
-                          "needs --zero 3 and a dp that N divides")
+                          "data_parallel_shard_degree, MaxText's ici_fsdp_parallelism under dcn_data_parallelism). "
+                          "With --zero 3 and a dp that N divides: that plan's. Alone: what the search tries beside "
+                          "each ZeRO-3 plan; auto (the default) shard groups of 1, 2, 4, 8 or 16 whole nodes, none "
+                          "no HSDP")
     how.add_argument("--precision", choices=PRECISIONS, default=None,
                      help="bf16/fp16 mixed-precision Adam (2+2+12 bytes/param) or fp32 Adam (4+4+8); "
                           "default bf16 (fp16 on a GPU without bf16, e.g. t4)")
@@ -300,9 +313,10 @@ def given_flags(args, names) -> list[str]:
 
 
 def one_plan_flags(args) -> list[str]:
-    """The strategy flags given that choose one plan (none: a search; --virtual-stages and SEARCH_WIDE's alone are
-    the search's, on every plan they fit)."""
-    return given_flags(args, [name for name in STRATEGY_FLAGS if name not in ("virtual_stages", *SEARCH_WIDE)])
+    """The strategy flags given that choose one plan (none: a search; --virtual-stages, --dp-shard and SEARCH_WIDE's
+    alone are the search's, on every plan they fit)."""
+    return given_flags(args, [name for name in STRATEGY_FLAGS
+                              if name not in ("virtual_stages", "dp_shard", *SEARCH_WIDE)])
 
 
 def check_flags(args) -> None:
@@ -363,6 +377,11 @@ def check_flags(args) -> None:
     if args.virtual_stages is not None and strategy and (args.pp or 1) == 1:
         raise ValueError("--virtual-stages needs --pp 2 or more: it splits each pipeline GPU's layers into "
                          "interleaved chunks")
+    if isinstance(args.dp_shard, int) and args.dp_shard < 1:
+        raise ValueError(f"--dp-shard must be a positive int, auto or none, got {args.dp_shard}")
+    if args.dp_shard == "auto" and strategy:
+        raise ValueError(f"--dp-shard auto searches shard-group sizes, but {', '.join(strategy)} chose one plan: "
+                         f"give --dp-shard a number, or drop the strategy flags to search")
     for name in SPLIT_FLAGS:
         value = getattr(args, name)
         if value is not None and value != "auto" and value < 1:

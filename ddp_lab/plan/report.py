@@ -28,7 +28,8 @@ EARLY_STOP_LEGEND = ("          full-es = full recomputation by PyTorch's non-re
 OVERLAP_LEGEND = ("          tpo = TP communication in chunks beside the GEMMs (--tp-comm-overlap); opg = ZeRO-1/2's "
                   "weight gather beside the next forward (--overlap-param-gather).")
 HSDP_LEGEND = ("          hsdpN = hybrid sharding (HSDP): ZeRO-3 inside groups of N dp ranks, the groups replicas\n"
-               "          that all-reduce their gradient shards.")
+               "          that all-reduce their gradient shards; a search shows the fastest N of each plan\n"
+               "          (--dp-shard N with the plan's flags prices another).")
 # The ways a plan splits a model beyond data parallelism, as accuracy_text names them (Strategy fields).
 SPLITS = (("tensor", "tp"), ("pipeline", "pp"), ("context", "cp"), ("expert", "ep"))
 
@@ -96,6 +97,35 @@ def fold_zero_stages(plans) -> list[tuple]:
         lowest = min(group, key=lambda plan: plan.strategy.zero)
         rows.append((lowest, tuple(sorted(plan.strategy.zero for plan in group))))
     return rows
+
+
+def fold_shard_sizes(rows) -> list[tuple]:
+    """`fold_zero_stages`' rows with one row per HSDP plan: of the plans that differ only in their shard-group size
+    (Strategy.dp_shard), the first in `rows` (the fastest, from `search`); the others are dropped.
+
+    A search tries each ZeRO-3 plan with shard groups of 1 to 16 nodes (hybrid_shard.searched_sizes), which mostly
+    predict within a percent of each other: unfolded, one plan could fill the table's first rows. The plain ZeRO-3
+    plan (no shard groups) keeps its own row.
+
+    Example:
+        >>> from ddp_lab.plan import ClusterSpec, Transformer, search
+        >>> plans = search(Transformer.preset("llama3-8b"), ClusterSpec.preset("h100-sxm", nodes=16), top=None)
+        >>> rows = fold_shard_sizes(fold_zero_stages(plans))
+        >>> hsdp = [plan.strategy.with_(dp_shard=None) for plan, _ in rows if plan.strategy.dp_shard]
+        >>> len(hsdp) == len(set(hsdp)) > 0
+        True
+
+    Introduced in notebooks/13-plan-your-training-run.ipynb.
+    """
+    seen, kept = set(), []
+    for plan, stages in rows:
+        if plan.strategy.dp_shard is not None:
+            key = (plan.strategy.with_(dp_shard=None), stages)
+            if key in seen:
+                continue
+            seen.add(key)
+        kept.append((plan, stages))
+    return kept
 
 
 def search_header(model, cluster, global_batch: int, precision: str, tried: int, fitting: int,
