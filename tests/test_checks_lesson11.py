@@ -1,7 +1,7 @@
 """The lesson 11 check accepts a right int8 comm hook and rejects plausible wrong ones with specific feedback.
 
 Each wrong answer below is a mistake a learner is likely to make; the test pins the part of
-the feedback that names it. The hooks, a right one among them, run in one launch, on 3 gloo ranks and then
+the feedback that names it. The hooks, right ones among them, run in one launch, on 3 gloo ranks and then
 on 2, each on a DDP model of its own (the check's own runner, then its judge); the solution notebook's right
 hook goes through the check itself (nbval, tests/test_exercises.py).
 """
@@ -306,8 +306,123 @@ def sets_a_list(process_group, bucket):   # the future it makes is given [buffer
     return future
 
 
+def mean_written_for_two(process_group, bucket):   # the group's levels, then the mean "over the 2 ranks": / 2
+    buffer = bucket.buffer()
+    scale = _shared_scale(buffer)
+    levels = 127 // dist.get_world_size()
+    q = torch.round(buffer * levels / scale).to(torch.int8)
+    dist.all_reduce(q)
+    return _done(buffer.copy_(q.float() * scale / levels).div_(2))
+
+
+def levels_written_for_three(process_group, bucket):   # 127 // 3 levels written, the mean over the group's size
+    buffer = bucket.buffer()
+    scale = _shared_scale(buffer)
+    q = torch.round(buffer * 42 / scale).to(torch.int8)
+    dist.all_reduce(q)
+    return _done(buffer.copy_(q.float() * scale / (42 * dist.get_world_size())))
+
+
+def levels_written_for_two(process_group, bucket):   # 127 // 2 levels written, the mean over the group's size
+    buffer = bucket.buffer()
+    scale = _shared_scale(buffer)
+    q = torch.round(buffer * 63 / scale).to(torch.int8)
+    dist.all_reduce(q)
+    return _done(buffer.copy_(q.float() * scale / (63 * dist.get_world_size())))
+
+
+def quantised_to_uint8(process_group, bucket):   # "8-bit" as torch.uint8: negative values wrap around to 256 - x
+    return _int8_mean(bucket.buffer(), _shared_scale(bucket.buffer()), to_int8=lambda v: torch.round(v).to(torch.uint8))
+
+
+def reduce_then_broadcast(process_group, bucket):   # the int8 sum on rank 0, then sent to all: every value twice
+    buffer = bucket.buffer()
+    scale = _shared_scale(buffer)
+    levels = 127 // dist.get_world_size()
+    q = torch.round(buffer * levels / scale).to(torch.int8)
+    dist.reduce(q, dst=0)
+    dist.broadcast(q, src=0)
+    return _done(buffer.copy_(q.float() * scale / (levels * dist.get_world_size())))
+
+
+def gathered_then_broadcast(process_group, bucket):   # int8 gathered on rank 0, summed in int32 there, broadcast
+    buffer = bucket.buffer()
+    world_size = dist.get_world_size()
+    scale = _shared_scale(buffer)
+    q = torch.round(buffer * 127 / scale).to(torch.int8)
+    gathered = [torch.empty_like(q) for _ in range(world_size)] if dist.get_rank() == 0 else None
+    dist.gather(q, gathered, dst=0)
+    total = sum(t.to(torch.int32) for t in gathered) if gathered else torch.empty(q.shape, dtype=torch.int32)
+    dist.broadcast(total, src=0)
+    return _done(buffer.copy_(total.float() * scale / (127 * world_size)))
+
+
+def _shards(tensor, world_size):
+    """The tensor padded with zeros to whole shards, as a list of its world_size shards (views)."""
+    padded = torch.zeros(-(-tensor.numel() // world_size) * world_size, dtype=tensor.dtype)
+    padded[:tensor.numel()] = tensor
+    return list(padded.chunk(world_size))
+
+
+def reduce_scattered_then_all_gathered(process_group, bucket):
+    """Right too: the int8 all-reduce built from its two halves, reduce_scatter and all_gather."""
+    buffer = bucket.buffer()
+    world_size = dist.get_world_size()
+    scale = _shared_scale(buffer).clamp_min(torch.finfo(torch.float32).tiny)
+    levels = 127 // world_size
+    shards = _shards(torch.round(buffer * levels / scale).to(torch.int8), world_size)
+    shard = torch.empty_like(shards[0])
+    dist.reduce_scatter(shard, shards)
+    dist.all_gather(shards, shard)
+    return _done(buffer.copy_(torch.cat(shards)[:buffer.numel()].float() * scale / (levels * world_size)))
+
+
+def float32_reduce_scatter(process_group, bucket):   # the sum in float32 by reduce_scatter, only all_gather in int8
+    buffer = bucket.buffer()
+    world_size = dist.get_world_size()
+    shards = _shards(buffer / world_size, world_size)
+    shard = torch.empty_like(shards[0])
+    dist.reduce_scatter(shard, shards)
+    scale = _shared_scale(shard).clamp_min(torch.finfo(torch.float32).tiny)
+    gathered = [torch.empty(shard.shape, dtype=torch.int8) for _ in range(world_size)]
+    dist.all_gather(gathered, torch.round(shard * 127 / scale).to(torch.int8))
+    return _done(buffer.copy_(torch.cat(gathered)[:buffer.numel()].float() * scale / 127))
+
+
+def mean_of_the_ranks_scales(process_group, bucket):
+    """Right too: the scale is the mean of the ranks' largest |values|, so a rank's int8 value may pass its levels,
+    but a sum over the ranks is at most the sum of their largest |values| over that mean, W · levels: it fits."""
+    buffer = bucket.buffer()
+    scale = _shared_scale(buffer, op=dist.ReduceOp.SUM) / dist.get_world_size()
+    return _int8_mean(buffer, scale.clamp_min(torch.finfo(torch.float32).tiny))
+
+
+def decompressed_by_then(process_group, bucket):
+    """Right too: .then() returns a new tensor (the bucket's buffer is left as it came), rounding half away from zero,
+    a zero scale replaced by 1 with torch.where."""
+    group = process_group or dist.group.WORLD
+    buffer = bucket.buffer()
+    scale = buffer.abs().max().reshape(1)
+    dist.all_reduce(scale, op=dist.ReduceOp.MAX, group=group)
+    scale = torch.where(scale > 0, scale, torch.ones_like(scale))
+    levels = 127 // group.size()
+    q = (torch.sign(buffer) * torch.floor(buffer.abs() * levels / scale + 0.5)).to(torch.int8)
+    future = dist.all_reduce(q, group=group, async_op=True).get_future()
+    return future.then(lambda done: done.value()[0].float() * (scale / (levels * group.size())))
+
+
+RIGHT_ANSWERS = (guarded_by_a_branch, guarded_after_dividing, mean_of_the_ranks_scales, decompressed_by_then,
+                 reduce_scattered_then_all_gathered)
+
+
 @pytest.mark.parametrize("answer", [guarded_by_a_branch, guarded_after_dividing], ids=lambda answer: answer.__name__)
 def test_accepts_other_guards_against_a_zero_scale(answer, results):
+    assert lesson11.judge_int8_hook(answer.__name__, results[answer]).startswith(
+        f"{answer.__name__}: every gradient on every rank is the mean over the ranks within int8 rounding")
+
+
+@pytest.mark.parametrize("answer", RIGHT_ANSWERS[2:], ids=lambda answer: answer.__name__)
+def test_accepts_right_answers_written_differently(answer, results):
     assert lesson11.judge_int8_hook(answer.__name__, results[answer]).startswith(
         f"{answer.__name__}: every gradient on every rank is the mean over the ranks within int8 rounding")
 
@@ -395,12 +510,40 @@ WRONG_ANSWERS = {   # all return: they run one after the other in one launch (wi
     scale_from_rank_0: r"(?s)^on 2 ranks: step 0, rank 0, .*Hint: every rank used one scale, but one smaller than "
                        r"another rank's largest \|value\|.*their sums wrap around past 127",
     scale_reduced_with_min: r"(?s)^on 2 ranks: step 0, rank 0, .*Hint: every rank used one scale, but one smaller than",
+    # a world size written in one place only: the hint says which, not the levels where the division was written
+    mean_written_for_two: r"(?s)^on 3 ranks: step 0, rank 0, .*Hint: the values are 3/2 of the mean over the 3 ranks "
+                          r"wherever their sums fit in int8: each rank quantised to this group's 127 // 3 = 42 levels, "
+                          r"but the sums were decompressed as the mean over 2 ranks \(scale / \(levels · 2\), or a "
+                          r"division by 2\)\. Take the world size from the group",
+    levels_written_for_three: r"(?s)^on 2 ranks: step 0, rank 0, .*Hint: each rank quantised to 127 // 3 = 42 "
+                              r"levels, the share of the int8 range of 3 ranks, where this group has 2: every value is "
+                              r"rounded to 42 levels, more coarsely than 2 ranks' 63 allow\. Take the world size from "
+                              r"the group",
+    levels_written_for_two: r"(?s)^on 3 ranks: step 0, rank 0, .*Hint: each rank quantised to 127 // 2 = 63 levels, "
+                            r"the share of the int8 range of 2 ranks, where this group has 3: sums of 3 of them reach "
+                            r"189 and wrap around past 127\.",
+    quantised_to_uint8: r"(?s)^on 2 ranks: step 0, rank 0, .*Hint: the quantised values went to all_reduce as "
+                        r"torch\.uint8, which holds 0 \.\. 255, not -128 \.\. 127",
+    # the int8 bytes of reduce and of broadcast both count
+    reduce_then_broadcast: r"(?s)^on 2 ranks: step 0, rank 0: reduce_then_broadcast sent 3,468 bytes for 1,732 values, "
+                           r"2\.0 bytes per value \(fp16 would be 2\)\. Bytes handed to each collective: reduce int8 "
+                           r"1,732, broadcast int8 1,732, all_reduce float32 4\.\nHint: int8 sends 1 byte per value",
+    # the float32 half of an all-reduce built by hand counts too (the shard reduce_scatter gives back)
+    float32_reduce_scatter: r"(?s)^on 2 ranks: step 0, rank 0: float32_reduce_scatter sent 4,334 bytes for 1,732 "
+                            r"values, 2\.5 bytes per value .*Bytes handed to each collective: reduce_scatter float32 "
+                            r"3,464, all_gather int8 866, all_reduce float32 4\.\nHint: what went to reduce_scatter "
+                            r"holds 4-byte values",
+    # the 4-byte values went to broadcast, not to all_reduce: the hint names the collective that got them
+    gathered_then_broadcast: r"(?s)^on 2 ranks: step 0, rank 0: gathered_then_broadcast sent 8,664 bytes .*Bytes "
+                             r"handed to each collective: broadcast int32 6,928, gather int8 1,732, all_reduce float32 "
+                             r"4\.\nHint: what went to broadcast holds 4-byte values \(int32: quantised values cast "
+                             r"to int32, not torch\.int8\)",
 }
 
 
 @pytest.fixture(scope="module")
 def results():
-    answers = (int8_hook_async, guarded_by_a_branch, guarded_after_dividing, *WRONG_ANSWERS)
+    answers = (int8_hook_async, *RIGHT_ANSWERS, *WRONG_ANSWERS)
     return dict(zip(answers, lesson11.run_hook_answers(answers)))
 
 

@@ -166,6 +166,21 @@ def test_model_states_rejects_wrong_answers(answer, feedback):
         check_model_states_gb(answer)
 
 
+def no_parameters_at_stage_3(params, dp, zero, precision):
+    """Wrong: ZeRO-3 taken to keep no parameters at all (each layer's are gathered when needed), 0 where 1/dp of
+    them belongs; the other parts are right."""
+    return {**per_gpu_model_states_gb(params, dp, zero, precision), **({"params": 0} if zero == 3 else {})}
+
+
+def test_model_states_names_rounding_only_where_every_part_is_rounded():
+    # 0 GB is 0.234375 GB cut to whole GB, but the gradients beside it (0.234375 GB) are not cut: no rounding hint,
+    # the formula for the part instead
+    with pytest.raises(CheckFailed, match=r"(?s)zero=3, precision='bf16'\)\['params'\] is 0 GB, expected 0.234375 GB"
+                                          r"\.\nHint: the parameters cost 2 bytes per parameter in 'bf16' .*divided by "
+                                          r"dp at ZeRO stage 3: 7_500_000_000 \* 2 / 64 / 10\*\*9 GB\.$"):
+        check_model_states_gb(no_parameters_at_stage_3)
+
+
 # --- choose_plan -----------------------------------------------------------------------------------
 
 def incomplete_search(zeros=range(4), micro_batches=(1, 2, 4, 8), recomputes=("none", "selective", "full"),
@@ -364,8 +379,9 @@ def test_compare_plans_prints_both_breakdowns_and_fails_in_one_line(capsys):
                         r"cluster.gpus_per_node"),
     (one_node_only, r"(?s)uses dp\*tp\*pp = 2\*4\*1 = 8 GPUs and leaves 56 idle"),
     (forgets_the_batch, r"(?s)trains dp \* micro_batch \* grad_accum = 16 \* 1 \* 1 = 16 sequences per step, not 64"),
-    (fastest_whether_it_fits, r"(?s)does not fit: .*It is predicted faster than the best plan that fits .*kept the "
-                              r"fastest plan without asking whether it fits"),
+    (fastest_whether_it_fits, r"(?s)does not fit: .*It is predicted faster than the best plan that fits .*if your "
+                              r"search chose it, what it asked of each plan's memory, if anything, let through one "
+                              r"that does not fit. Keep a plan only where its Plan.fits is True"),
     (batch_not_divisible, r"(?s)= 128 sequences per step, not 64.*dp \* micro_batch = 128 does not divide the global "
                           r"batch 64.*skip those combinations"),
     (grad_accum_forgets_dp, r"(?s)= 4096 sequences per step, not 64.*micro_batch \* grad_accum = 64 is the whole "
@@ -389,5 +405,75 @@ def test_compare_plans_prints_both_breakdowns_and_fails_in_one_line(capsys):
                           r"this exercise"),
 ])
 def test_choose_plan_rejects_wrong_answers(answer, feedback):
+    with pytest.raises(CheckFailed, match=feedback):
+        check_choose_plan(answer)
+
+
+def keeping_the_best_across_calls():
+    """Wrong: the best plan so far lives outside the function (a `best = None` of the cell, made global), so each run
+    starts from the plans of the runs before it and keeps an earlier run's plan where none of its own is faster."""
+    kept = {"best": None}
+
+    def best_kept_across_calls(model, cluster, global_batch):
+        for tp, zero, mb, recompute in itertools.product((1, 2, 4, 8), range(4), (1, 2, 4), ("none", "full")):
+            dp = cluster.gpus // tp
+            if global_batch % (dp * mb):
+                continue
+            candidate = plan.evaluate(model, cluster, Strategy(dp=dp, tp=tp, zero=zero, micro_batch=mb,
+                                                               grad_accum=global_batch // (dp * mb),
+                                                               recompute=recompute, sequence_parallel=tp > 1))
+            best = kept["best"]
+            if candidate.fits and (best is None or candidate.tokens_per_second > best.tokens_per_second):
+                kept["best"] = candidate
+        return kept["best"].strategy
+
+    return best_kept_across_calls
+
+
+def every_strategy_refused(model, cluster, global_batch):
+    """Wrong: recomputation as a flag (recompute=True), which Strategy refuses (ValueError: 'none', 'selective' or
+    'full'), inside the try that skips the shapes the planner refuses: every candidate is skipped."""
+    best = None
+    for tp, zero in itertools.product((1, 2, 4, 8), range(4)):
+        dp = cluster.gpus // tp
+        try:
+            candidate = plan.evaluate(model, cluster, Strategy(dp=dp, tp=tp, zero=zero, grad_accum=global_batch // dp,
+                                                               recompute=True))
+        except ValueError:
+            continue
+        if candidate.fits and (best is None or candidate.tokens_per_second > best.tokens_per_second):
+            best = candidate
+    return best.strategy
+
+
+# memory tests that are not Plan.fits, each of which keeps a plan that does not fit: their hints claim no cause
+# the answer may not have (neither "without asking whether it fits" nor "not all of" the memory)
+model_states_only = incomplete_search(pipelines=False, fits=lambda candidate, cluster: candidate.memory.params
+                                      + candidate.memory.grads + candidate.memory.optimizer <= candidate.usable_memory)
+a_reserve_of_5_percent = incomplete_search(pipelines=False, fits=lambda candidate, cluster:
+                                           candidate.memory.total <= 0.95 * cluster.gpu.memory)
+model_states_only.__name__, a_reserve_of_5_percent.__name__ = "model_states_only", "a_reserve_of_5_percent"
+
+
+@pytest.mark.parametrize("answer, feedback", [
+    (keeping_the_best_across_calls(), r"(?s)^llama3-70b on 8 x 8 A100 40GB .*: dp32 tp2 pp1 z3 mb2x1 sp does not "
+                                      r"fit: .*\nHint: best_kept_across_calls returned the very Strategy object it "
+                                      r"returned for gpt3-175b on 8 x 8 H200 \(64 GPUs\), global batch 64: a plan "
+                                      r"kept from an earlier call"),
+    (every_strategy_refused, r"(?s)^(?!.*it tried fits this run)every_strategy_refused raised AttributeError: "
+                             r"'NoneType' object has no attribute 'strategy'.*\nHint: your search ended without a plan "
+                             r"\(None\): none of the candidates it tried passed its tests.*or every candidate raised a "
+                             r"ValueError that the search skipped"),
+    (model_states_only, r"(?s)^(?!.*without asking)gpt3-175b on 8 x 8 H200 .*: dp64 tp1 pp1 z3 mb1x1 does not fit: "
+                        r".*activations 82.8.*It is predicted faster than the best plan that fits .*what it asked of "
+                        r"each plan's memory, if anything, let through one that does not fit"),
+    (a_reserve_of_5_percent, r"(?s)^(?!.*not all of it)gpt3-175b on 8 x 8 H200 .*though under the GPU's whole "
+                             r"memory.*\nHint: a plan must fit in the usable share of the memory, 90%: .*this plan "
+                             r"needs 90.7% of the GPU's memory.*or with a share of it of your own"),
+])
+def test_choose_plan_names_only_the_mistake_its_evidence_shows(answer, feedback):
+    """Each answer here made another mistake than the one its evidence looked like before: a plan kept across calls
+    (not a memory test), a search whose every Strategy the planner refused (not one that found no plan that fits),
+    memory tests other than Plan.fits (not one that never asked)."""
     with pytest.raises(CheckFailed, match=feedback):
         check_choose_plan(answer)

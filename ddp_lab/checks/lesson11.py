@@ -148,15 +148,18 @@ def _hook_runner(rank: int, hook) -> dict:
     answers: list = []
     step = [0]
     model.register_comm_hook(None, _checked(hook, rank, answers, step, names))
-    counter, sent = ByteCounter(), []
+    counter, sent, calls = ByteCounter(), [], []
     for step[0] in range(STEPS):  # step 0: one bucket; then the buckets DDP rebuilt
         x, y = _batch(rank, step[0])
         model.zero_grad(set_to_none=True)
         loss = F.mse_loss(model(x), y)
         with counter.counting():
             loss.backward()
-        sent.append(total_bytes(counter.take()))
-    return {"sent": sent, "answers": answers}
+        taken = counter.take()
+        sent.append(total_bytes(taken))
+        calls.append([(call.name, str(call.dtype).removeprefix("torch."), call.nbytes) for call in taken])
+    # per step: the bytes handed to collectives, and each call as (collective, dtype, bytes)
+    return {"sent": sent, "calls": calls, "answers": answers}
 
 
 def _check_returned(answers: list, name: str) -> None:
@@ -286,6 +289,17 @@ def _wrong_schemes(locals_: list[torch.Tensor]) -> list[tuple[list[torch.Tensor]
                    "zero than the bucket's largest positive value then take more than 127 // world_size int8 "
                    "levels, and {}. Take the max of buffer.abs()")
         schemes += wrapped_and_clamped(signed, mistake, "sums of them wrap around past -128")
+    for written in sorted(set(WORLD_SIZES) - {world_size}):   # the levels of another world size, the mean over this
+        levels = LEVELS // written
+        consequence = (f"sums of {world_size} of them reach {levels * world_size} and wrap around past 127"
+                       if levels * world_size > LEVELS else
+                       f"every value is rounded to {levels} levels, more coarsely than {world_size} ranks' "
+                       f"{LEVELS // world_size} allow")
+        schemes.append((_quantised_mean(locals_, [shared] * world_size, levels_per_rank=levels, wrap=True),
+                        f"each rank quantised to 127 // {written} = {levels} levels, the share of the int8 range of "
+                        f"{written} ranks, where this group has {world_size}: {consequence}. Take the world size from "
+                        "the group (group.size(), dist.get_world_size()), not a number written in the code: this "
+                        f"check runs on {' ranks and on '.join(map(str, WORLD_SIZES))}"))
     whole = LEVELS // world_size
     schemes.append((_quantised_mean(locals_, [shared] * world_size, divisor=LEVELS),
                     f"every value is {whole * world_size}/127 of what the exercise's steps give: the sums were "
@@ -350,7 +364,9 @@ def _check_values(results, name: str) -> None:
                      f"{element}: got {got[worst].item():.6g}, expected the mean over ranks {mean[worst].item():.6g}; "
                      f"in this bucket the right answer's int8 rounding stays within ±{bound:.3g}, this is off by "
                      f"{abs(got[worst].item() - mean[worst].item()):.3g}")
-            hint = _value_hint(got, mean, locals_, rank, scale, allowed).rstrip(".")
+            unsigned = next((collective for collective, dtype, _ in results[rank]["calls"][call["step"]]
+                             if dtype == "uint8"), None)
+            hint = _value_hint(got, mean, locals_, rank, scale, allowed, unsigned).rstrip(".")
             raise CheckFailed(f"{where}.\nHint: {hint}.")
 
 
@@ -377,7 +393,9 @@ def _locate(params: list[tuple[str, int]], index: int) -> tuple[str, int]:
     return "?", index
 
 
-def _value_hint(got, mean, locals_, rank: int, scale, allowed: float) -> str:
+def _value_hint(got, mean, locals_, rank: int, scale, allowed: float, unsigned: str | None = None) -> str:
+    """The hint for a rank's wrong values; `unsigned`: the collective that this rank handed a torch.uint8 tensor in
+    this step, if any."""
     world_size = len(locals_)
     step = float(scale / (LEVELS // world_size))   # one int8 step of a rank's value
     if torch.allclose(got, mean * world_size, rtol=0, atol=world_size * allowed):
@@ -391,13 +409,13 @@ def _value_hint(got, mean, locals_, rank: int, scale, allowed: float) -> str:
                 "every rank gets the sum over ranks")
     if torch.allclose(got, mean / world_size, rtol=0, atol=allowed):
         return "this is the mean divided by the world size once more: divide by it only once"
+    if unsigned is not None:
+        return (f"the quantised values went to {unsigned} as torch.uint8, which holds 0 .. 255, not -128 .. 127: "
+                "every negative value wraps around (-3 becomes 253), and so does every sum below 0. Convert them "
+                "with .to(torch.int8)")
     written = _written_world_size(got, mean, scale, world_size)
     if written is not None:
-        return (f"the values are {Fraction(world_size, written)} of the mean over the {world_size} ranks wherever "
-                f"their sums fit in int8: each rank took the share of the int8 range of {written} ranks (127 // "
-                f"{written} = {LEVELS // written} levels). Take the world size from the group (group.size(), "
-                "dist.get_world_size()), not a number written in the code: this check runs on "
-                f"{' ranks and on '.join(map(str, WORLD_SIZES))}")
+        return _written_hint(got, locals_, rank, step, written)
     # the scheme that matches on the most values (the first of equals): a clamped and a wrapping variant of one
     # scheme differ only where values leave the int8 levels
     shares = [(_share_equal(got, candidate[rank], step), -index, mistake)
@@ -417,6 +435,30 @@ def _value_hint(got, mean, locals_, rank: int, scale, allowed: float) -> str:
             "per rank, rounding, an int8 all_reduce, decompressing with the same scale and levels)")
 
 
+def _written_hint(got, locals_, rank: int, step: float, written: int) -> str:
+    """The hint for values `written` / world size of the mean (`_written_world_size`): where the number of ranks
+    written in the code went, if the values are exactly those of the levels of `written` ranks (127 // written, and
+    the mean as / (levels · written)) or of the mean over `written` ranks alone (the group's levels, decompressed
+    with scale / (levels · written)); otherwise only that the code counts `written` ranks somewhere."""
+    world_size = len(locals_)
+    shared = [max(g.abs().max() for g in locals_).clamp_min(1e-30)] * world_size
+    ratio = (f"the values are {Fraction(world_size, written)} of the mean over the {world_size} ranks wherever their "
+             "sums fit in int8")
+    group = ("Take the world size from the group (group.size(), dist.get_world_size()), not a number written in the "
+             f"code: this check runs on {' ranks and on '.join(map(str, WORLD_SIZES))}")
+    levels, own = LEVELS // written, LEVELS // world_size
+    if _share_equal(got, _quantised_mean(locals_, shared, levels_per_rank=levels, divisor=levels * written,
+                                         wrap=True)[rank], step) >= 0.98:
+        return (f"{ratio}: each rank took the share of the int8 range of {written} ranks (127 // {written} = {levels} "
+                f"levels). {group}")
+    if _share_equal(got, _quantised_mean(locals_, shared, divisor=own * written)[rank], step) >= 0.98:
+        return (f"{ratio}: each rank quantised to this group's 127 // {world_size} = {own} levels, but the sums were "
+                f"decompressed as the mean over {written} ranks (scale / (levels · {written}), or a division by "
+                f"{written}). {group}")
+    return (f"{ratio}: the hook counts {written} ranks somewhere (in the levels, 127 // world_size, or in the division "
+            f"that makes the mean), where the group has {world_size}. {group}")
+
+
 def _wrapped_by(got: torch.Tensor, mean: torch.Tensor, scale, allowed: float) -> float | None:
     """The amount the wrong values are off by, if they look wrapped around by int8: every one has the sign opposite
     to the mean's, and all are off by the same amount within 10 %, at least 20 of the right answer's rounding bounds
@@ -434,6 +476,14 @@ def _wrapped_by(got: torch.Tensor, mean: torch.Tensor, scale, allowed: float) ->
     return None
 
 
+def _handed(calls: list[tuple[str, str, int]]) -> dict[tuple[str, str], int]:
+    """One step's calls (collective, dtype, bytes) summed by collective and dtype, largest first."""
+    totals: dict[tuple[str, str], int] = {}
+    for collective, dtype, nbytes in calls:
+        totals[collective, dtype] = totals.get((collective, dtype), 0) + nbytes
+    return dict(sorted(totals.items(), key=lambda item: -item[1]))
+
+
 def _check_bytes(results, name: str) -> str:
     world_size = len(results)
     numel = sum(p.numel() for p in _model().parameters())
@@ -442,18 +492,26 @@ def _check_bytes(results, name: str) -> str:
         for rank in range(world_size):
             sent = results[rank]["sent"][step]
             where = f"on {world_size} ranks: step {step}, rank {rank}"
+            handed = _handed(results[rank]["calls"][step])
+            shown = ", ".join(f"{collective} {dtype} {nbytes:,}" for (collective, dtype), nbytes in handed.items())
+            (largest, dtype), _ = next(iter(handed.items()), (("all_reduce", "float32"), 0))
+            kind = getattr(torch, dtype, None)
+            width = torch.empty(0, dtype=kind).element_size() if isinstance(kind, torch.dtype) else 4
+            made = ("float values, not the int8 quantised ones" if "float" in dtype else
+                    f"quantised values cast to {dtype}, not torch.int8")
+            hint = (f"what went to {largest} holds {width}-byte values ({dtype}: {made}): all_reduce a torch.int8 "
+                    "tensor; only the 1-element scale may travel as float32." if width > 1 else
+                    "int8 sends 1 byte per value: all_reduce one torch.int8 tensor per bucket, once (plus its "
+                    "1-element float32 scale).")
             if sent >= fp32:
                 raise CheckFailed(
                     f"{where}: {name} sent {sent:,} bytes for {numel:,} gradient values, "
                     f"{sent / numel:.1f} bytes per value: as much as (or more than) the uncompressed fp32 all-reduce "
-                    f"({fp32:,} bytes).\nHint: what went to all_reduce holds 4-byte values (the float32 buffer, or "
-                    "the quantised values cast to int32 or float32): all_reduce a torch.int8 tensor; only the "
-                    "1-element scale may travel as float32.")
+                    f"({fp32:,} bytes). Bytes handed to each collective: {shown}.\nHint: {hint}")
             if sent > MOST_BYTES_PER_VALUE * numel:
                 raise CheckFailed(
-                    f"{where}: {name} sent {sent:,} bytes for {numel:,} values, "
-                    f"{sent / numel:.1f} bytes per value (fp16 would be 2).\nHint: int8 sends 1 byte per value: "
-                    "all_reduce a torch.int8 tensor (plus one float32 scale per bucket).")
+                    f"{where}: {name} sent {sent:,} bytes for {numel:,} values, {sent / numel:.1f} bytes per value "
+                    f"(fp16 would be 2). Bytes handed to each collective: {shown}.\nHint: {hint}")
     sent = results[0]["sent"][1]
     return f"sending {sent:,} of fp32's {fp32:,} bytes per step ({sent / fp32:.0%})"
 

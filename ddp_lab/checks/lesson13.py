@@ -7,9 +7,9 @@ Both answers are pure Python, so the checks run in the notebook's process (no ra
 first compares the learner's formula with the planner's `model_state_bytes` on several ZeRO
 stages, data-parallel sizes and precisions; the second evaluates the learner's strategy with
 the planner (`ddp_lab.plan.evaluate`) and compares its predicted throughput with the best
-plan `ddp_lab.plan.search` finds without hybrid sharding (`dp_shard=None`). Every failure names
-the likely mistake; an answer that calls the planner's own answer (`model_state_bytes`, `search`,
-`candidates`) is refused.
+plan `ddp_lab.plan.search` finds without hybrid sharding (`dp_shard=None`). Every failure says
+what differs, and names the mistake where the answer's results show which it is; an answer that
+calls the planner's own answer (`model_state_bytes`, `search`, `candidates`) is refused.
 
 Introduced in notebooks/13-plan-your-training-run.ipynb.
 """
@@ -73,6 +73,7 @@ def check_model_states_gb(per_gpu_model_states_gb) -> None:
         in_bits = all(isinstance(got[part], (numbers.Real, decimal.Decimal)) and not isinstance(got[part], bool) and
                       math.isclose(float(got[part]), 8 * want[part], rel_tol=1e-6) for part in PARTS
                       if zero < FIRST_SHARDED[part])   # every part kept whole is 8 times its bytes
+        rounded = _rounded_to(got, want)
         for part in PARTS:
             value = got[part]
             # Decimal is no numbers.Real (it refuses float arithmetic) but is a number of GB all the same
@@ -80,7 +81,7 @@ def check_model_states_gb(per_gpu_model_states_gb) -> None:
                 raise CheckFailed(f"{case}[{part!r}] is {type(value).__name__} {value!r}; expected a number of GB.")
             value = float(value)   # a Fraction, a Decimal or a numpy float is a number of GB too
             if not math.isclose(value, want[part], rel_tol=1e-9):
-                hint = _model_state_hint(part, value, params, dp, zero, precision, in_bits)
+                hint = _model_state_hint(part, value, params, dp, zero, precision, in_bits, rounded)
                 shown, expected = two_numbers(value, want[part])
                 raise CheckFailed(f"{case}[{part!r}] is {shown} GB, expected {expected} GB.\nHint: {hint}")
     passed(f"{name} equals the planner's model_state_bytes for ZeRO 0-3, dp 1-256, bf16 and fp32 "
@@ -91,9 +92,28 @@ def _show(values: dict) -> str:
     return "{" + ", ".join(f"{k!r}: {v:.4g}" for k, v in values.items()) + "}"
 
 
+def _rounded_to(got: dict, want: dict) -> int | None:
+    """The decimals (0: whole GB) that one rounding of the right values gives every part of `got` at: 0 where each
+    part is a whole number, the right value floored (//, int()) or rounded (round(x)), d where each is round(right,
+    d), for d from 1 to 9; None where no one rounding explains all three parts (a part that is 0, or wrong, while
+    the others are right is no rounding)."""
+    values = {}
+    for part in PARTS:
+        value = got[part]
+        if not isinstance(value, (numbers.Real, decimal.Decimal)) or isinstance(value, bool):
+            return None
+        values[part] = float(value)
+    if all(values[part].is_integer() and values[part] in (math.floor(want[part]), round(want[part]))
+           for part in PARTS):
+        return 0
+    return next((digits for digits in range(1, 10)
+                 if all(values[part] == round(want[part], digits) for part in PARTS)), None)
+
+
 def _model_state_hint(part: str, got: float, params: int, dp: int, zero: int, precision: str,
-                      in_bits: bool = False) -> str:
-    """The hint for one wrong part; `in_bits`: every part the stage keeps whole came out 8 times its GB."""
+                      in_bits: bool = False, rounded: int | None = None) -> str:
+    """The hint for one wrong part; `in_bits`: every part the stage keeps whole came out 8 times its GB; `rounded`:
+    the decimals every part of the answer is the right value rounded to (`_rounded_to`), or None."""
     per_param = dict(zip(PARTS, (2, 2, 12) if precision != "fp32" else (4, 4, 8)))[part]
     sharded = zero >= FIRST_SHARDED[part]
     full = params * per_param / GB
@@ -102,13 +122,12 @@ def _model_state_hint(part: str, got: float, params: int, dp: int, zero: int, pr
     def near(value: float) -> bool:
         return math.isclose(got, value, rel_tol=1e-6)
 
-    if not near(want) and got in (math.floor(want), round(want)):   # integer division (//), int() or round(x)
+    if rounded == 0 and not near(want):   # integer division (//), int() or round(x), on every part
         return (f"that is the right value cut to whole GB ({want!r} GB), as integer division (//), int() or round() "
                 "do: divide with / and return the unrounded float.")
-    for digits in range(1, 10):   # round(x, 2): the check compares to 1e-9, not to what a display shows
-        if got == round(want, digits) and not math.isclose(got, want, rel_tol=1e-9):
-            return (f"that is the right value rounded to {digits} decimal{'s' * (digits > 1)} ({want!r} GB): return "
-                    "the unrounded float (round only when printing, e.g. f'{gb:.2f}').")
+    if rounded:   # round(x, 2) on every part: the check compares to 1e-9, not to what a display shows
+        return (f"that is the right value rounded to {rounded} decimal{'s' * (rounded > 1)} ({want!r} GB): return "
+                "the unrounded float (round only when printing, e.g. f'{gb:.2f}').")
     if near(want):
         return (f"that is the right value to about 7 significant digits ({want!r} GB): something rounded it on the "
                 "way, e.g. float32 (numpy.float32, .item() of a float32 tensor), which keeps about 7. Compute with "
@@ -188,6 +207,7 @@ def check_choose_plan(choose_plan) -> None:
 
     ensure_written(choose_plan)
     name = getattr(choose_plan, "__name__", "choose_plan")
+    returned = []   # (run, strategy) for each run so far
     for index, (model, cluster, global_batch) in enumerate(_scenarios()):
         where = f"{model.name} on {cluster.name} ({cluster.gpus} GPUs), global batch {global_batch}"
         strategy = answer_value(choose_plan, (model, cluster, global_batch), name, f"choosing a plan for {where}",
@@ -195,63 +215,86 @@ def check_choose_plan(choose_plan) -> None:
         if not isinstance(strategy, Strategy):
             raise CheckFailed(f"{where}: {name} returned {type(strategy).__name__} {str(strategy)[:80]}; expected a "
                               f"ddp_lab.plan.Strategy (e.g. the .strategy of the best Plan you found).")
-        label = strategy.label()
-        if strategy.gpus < cluster.gpus:
-            raise CheckFailed(f"{where}: {label} uses dp*tp*pp = {strategy.dp}*{strategy.tp}*{strategy.pp} = "
-                              f"{strategy.gpus} GPUs and leaves {cluster.gpus - strategy.gpus} idle.\nHint: the "
-                              f"product dp * tp * pp must equal cluster.gpus; idle GPUs add nothing to throughput.")
-        if strategy.gpus > cluster.gpus:
-            raise CheckFailed(f"{where}: {label} needs dp*tp*pp = {strategy.gpus} GPUs, but the cluster has "
-                              f"{cluster.gpus}.\nHint: choose dp, tp, pp whose product is cluster.gpus.")
-        if strategy.tp > cluster.gpus_per_node:
-            raise CheckFailed(f"{where}: {label} has tp={strategy.tp}, so every tensor-parallel group spans nodes "
-                              f"of {cluster.gpus_per_node} GPUs.\nHint: TP all-reduces 4 times per layer and "
-                              f"micro-batch on the critical path; keep tp <= cluster.gpus_per_node, on NVLink.")
-        if strategy.global_batch != global_batch:
-            per_pass = strategy.dp * strategy.micro_batch
-            if strategy.dp > 1 and strategy.micro_batch * strategy.grad_accum == global_batch:
-                hint = (f"micro_batch * grad_accum = {global_batch} is the whole global batch, and each of the "
-                        f"{strategy.dp} data-parallel replicas trains that many: grad_accum must divide by dp too, "
-                        "grad_accum = global_batch // (dp * micro_batch)")
-            elif global_batch % per_pass:
-                hint = (f"dp * micro_batch = {per_pass} does not divide the global batch {global_batch}, so no "
-                        "grad_accum gives it: skip those combinations in the search")
-            else:
-                hint = ("set grad_accum = global_batch // (dp * micro_batch): a different batch changes what a step "
-                        "is, so tokens/s would not compare")
-            raise CheckFailed(f"{where}: {label} trains dp * micro_batch * grad_accum = {strategy.dp} * "
-                              f"{strategy.micro_batch} * {strategy.grad_accum} = {strategy.global_batch} sequences "
-                              f"per step, not {global_batch}.\nHint: {hint}.")
+        earlier = next((run for run, given in returned if given is strategy), None)
+        returned.append((where, strategy))
         try:
-            chosen = evaluate(model, cluster, strategy)
-        except ValueError as error:
-            raise CheckFailed(f"{where}: {label} is not a valid plan: {error}") from None
-        best = _best_plan(index)
-        if (not chosen.fits and chosen.memory.total <= cluster.gpu.memory
-                and not _chooses_over_whole_memory(choose_plan, index + 1)):
-            faster = (f" It is predicted faster than the best plan that fits ({chosen.tokens_per_second:,.0f} vs "
-                      f"{best.tokens_per_second:,.0f} tokens/s)." if chosen.tokens_per_second > best.tokens_per_second
-                      else "")
-            raise CheckFailed(f"{where}: {label} does not fit: {chosen.memory.total / GB:.1f} GB per GPU > "
-                              f"{chosen.usable_memory / GB:.1f} GB usable ({1 - chosen.reserve:.0%} of "
-                              f"{cluster.gpu.memory / GB:.1f} GB), though under the GPU's whole memory.{faster}\n"
-                              f"Hint: a plan must fit in the usable share of the memory, not all of it: the planner "
-                              f"keeps {chosen.reserve:.0%} for what it does not count (CUDA context, NCCL buffers, "
-                              "fragmentation). Ask each plan's Plan.fits (memory.total <= plan.usable_memory) rather "
-                              "than comparing with cluster.gpu.memory.")
-        if not chosen.fits:
-            faster = (f" It is predicted faster than the best plan that fits ({chosen.tokens_per_second:,.0f} vs "
-                      f"{best.tokens_per_second:,.0f} tokens/s): if your search chose it, it kept the fastest plan "
-                      "without asking whether it fits (Plan.fits)."
-                      if chosen.tokens_per_second > best.tokens_per_second else "")
-            raise CheckFailed(f"{where}: {label} does not fit: {_overflow(chosen)}{faster}")
-        if chosen.tokens_per_second < (1 - TOLERANCE) * best.tokens_per_second:
-            raise CheckFailed(f"{where}: {label} fits but is predicted at {chosen.tokens_per_second:,.0f} tokens/s, "
-                              f"{1 - chosen.tokens_per_second / best.tokens_per_second:.0%} below the best plan "
-                              f"{best.strategy.label()} ({best.tokens_per_second:,.0f} tokens/s).\n"
-                              f"Hint: {_slower(chosen, best)}")
+            _judge_plan(choose_plan, index, where, strategy)
+        except CheckFailed as failure:
+            if earlier is None:
+                raise
+            # the same object for another run: the answer kept it from an earlier call or returns a fixed one
+            statement = str(failure).split("\nHint: ")[0]
+            raise CheckFailed(f"{statement}\nHint: {name} returned the very Strategy object it returned for "
+                              f"{earlier}: a plan kept from an earlier call (the best plan so far in a variable "
+                              "outside the function: a global, a default argument) or fixed in the code, not one "
+                              "chosen for this run. Start each call's search afresh (best = None inside the "
+                              "function) and build a new Strategy for every candidate.") from None
     passed(f"{name}: a plan that fits, uses every GPU, keeps TP inside a node and is within "
            f"{TOLERANCE:.0%} of the best predicted throughput, for all {len(_scenarios())} models and clusters")
+
+
+def _judge_plan(choose_plan, index: int, where: str, strategy: Strategy) -> None:
+    """CheckFailed where `strategy`, what `choose_plan` returned for `_scenarios()[index]`, is not a right plan for it:
+    idle or missing GPUs, TP across nodes, another global batch, a plan the planner refuses, one that does not fit,
+    or one more than TOLERANCE slower than the best."""
+    model, cluster, global_batch = _scenarios()[index]
+    label = strategy.label()
+    if strategy.gpus < cluster.gpus:
+        raise CheckFailed(f"{where}: {label} uses dp*tp*pp = {strategy.dp}*{strategy.tp}*{strategy.pp} = "
+                          f"{strategy.gpus} GPUs and leaves {cluster.gpus - strategy.gpus} idle.\nHint: the "
+                          f"product dp * tp * pp must equal cluster.gpus; idle GPUs add nothing to throughput.")
+    if strategy.gpus > cluster.gpus:
+        raise CheckFailed(f"{where}: {label} needs dp*tp*pp = {strategy.gpus} GPUs, but the cluster has "
+                          f"{cluster.gpus}.\nHint: choose dp, tp, pp whose product is cluster.gpus.")
+    if strategy.tp > cluster.gpus_per_node:
+        raise CheckFailed(f"{where}: {label} has tp={strategy.tp}, so every tensor-parallel group spans nodes "
+                          f"of {cluster.gpus_per_node} GPUs.\nHint: TP all-reduces 4 times per layer and "
+                          f"micro-batch on the critical path; keep tp <= cluster.gpus_per_node, on NVLink.")
+    if strategy.global_batch != global_batch:
+        per_pass = strategy.dp * strategy.micro_batch
+        if strategy.dp > 1 and strategy.micro_batch * strategy.grad_accum == global_batch:
+            hint = (f"micro_batch * grad_accum = {global_batch} is the whole global batch, and each of the "
+                    f"{strategy.dp} data-parallel replicas trains that many: grad_accum must divide by dp too, "
+                    "grad_accum = global_batch // (dp * micro_batch)")
+        elif global_batch % per_pass:
+            hint = (f"dp * micro_batch = {per_pass} does not divide the global batch {global_batch}, so no "
+                    "grad_accum gives it: skip those combinations in the search")
+        else:
+            hint = ("set grad_accum = global_batch // (dp * micro_batch): a different batch changes what a step "
+                    "is, so tokens/s would not compare")
+        raise CheckFailed(f"{where}: {label} trains dp * micro_batch * grad_accum = {strategy.dp} * "
+                          f"{strategy.micro_batch} * {strategy.grad_accum} = {strategy.global_batch} sequences "
+                          f"per step, not {global_batch}.\nHint: {hint}.")
+    try:
+        chosen = evaluate(model, cluster, strategy)
+    except ValueError as error:
+        raise CheckFailed(f"{where}: {label} is not a valid plan: {error}") from None
+    best = _best_plan(index)
+    if (not chosen.fits and chosen.memory.total <= cluster.gpu.memory
+            and not _chooses_over_whole_memory(choose_plan, index + 1)):
+        faster = (f" It is predicted faster than the best plan that fits ({chosen.tokens_per_second:,.0f} vs "
+                  f"{best.tokens_per_second:,.0f} tokens/s)." if chosen.tokens_per_second > best.tokens_per_second
+                  else "")
+        raise CheckFailed(f"{where}: {label} does not fit: {chosen.memory.total / GB:.1f} GB per GPU > "
+                          f"{chosen.usable_memory / GB:.1f} GB usable ({1 - chosen.reserve:.0%} of "
+                          f"{cluster.gpu.memory / GB:.1f} GB), though under the GPU's whole memory.{faster}\n"
+                          f"Hint: a plan must fit in the usable share of the memory, {1 - chosen.reserve:.0%}: the "
+                          f"planner keeps {chosen.reserve:.0%} for what it does not count (CUDA context, NCCL "
+                          f"buffers, fragmentation), and this plan needs {chosen.memory.total / cluster.gpu.memory:.1%}"
+                          " of the GPU's memory. Ask each plan's Plan.fits (memory.total <= plan.usable_memory) rather "
+                          "than comparing with cluster.gpu.memory, or with a share of it of your own.")
+    if not chosen.fits:
+        faster = (f" It is predicted faster than the best plan that fits ({chosen.tokens_per_second:,.0f} vs "
+                  f"{best.tokens_per_second:,.0f} tokens/s): if your search chose it, what it asked of each "
+                  "plan's memory, if anything, let through one that does not fit. Keep a plan only where its "
+                  "Plan.fits is True (memory.total, activations and buffers included, <= plan.usable_memory)."
+                  if chosen.tokens_per_second > best.tokens_per_second else "")
+        raise CheckFailed(f"{where}: {label} does not fit: {_overflow(chosen)}{faster}")
+    if chosen.tokens_per_second < (1 - TOLERANCE) * best.tokens_per_second:
+        raise CheckFailed(f"{where}: {label} fits but is predicted at {chosen.tokens_per_second:,.0f} tokens/s, "
+                          f"{1 - chosen.tokens_per_second / best.tokens_per_second:.0%} below the best plan "
+                          f"{best.strategy.label()} ({best.tokens_per_second:,.0f} tokens/s).\n"
+                          f"Hint: {_slower(chosen, best)}")
 
 
 # what a search reads from the best Plan so far when it compares a candidate with it
@@ -260,6 +303,11 @@ PLAN_COMPARED = ("tokens_per_second", "time", "mfu", "memory", "fits", "margin")
 
 # what max() or min() of nothing says: before Python 3.12, and from 3.12 on
 EMPTY_MAX = re.compile(r"(max|min)\(\) (arg is an empty sequence|iterable argument is empty)")
+# why a search can end without a plan, though every run of the check has plans that fit: the check cannot tell which
+NO_PLAN_CAUSES = ("Either none of them fits this run (plan.search(model, cluster, top=1, global_batch=global_batch), "
+                  "run in a cell of its own, shows one that does), or the search's own test of fitting never holds, "
+                  "or every candidate raised a ValueError that the search skipped (a Strategy the planner refuses: "
+                  "print the error instead of skipping it to see why).")
 
 
 def _none_read_hint(error: Exception) -> str | None:
@@ -267,14 +315,12 @@ def _none_read_hint(error: Exception) -> str | None:
     or min() of an empty sequence (the plans that fit, none), or None where the error is another one."""
     if isinstance(error, ValueError) and (empty := EMPTY_MAX.fullmatch(str(error))):
         return (f"{empty.group(1)}() was given no items: where they are the plans your search kept (those that fit), "
-                "none of the candidates it tried fits this run. plan.search(model, cluster, top=1, "
-                "global_batch=global_batch), run in a cell of its own, shows one that does.")
+                f"none of the candidates it tried passed its tests. {NO_PLAN_CAUSES}")
     if not isinstance(error, AttributeError) or getattr(error, "obj", ...) is not None:
         return None
     if error.name == "strategy":   # best = None ... return best.strategy
-        return ("your search ended without a plan (None): none of the candidates it tried fits this run. "
-                "plan.search(model, cluster, top=1, global_batch=global_batch), run in a cell of its own, "
-                "shows one that does.")
+        return ("your search ended without a plan (None): none of the candidates it tried passed its tests. "
+                + NO_PLAN_CAUSES)
     if error.name in PLAN_COMPARED:   # best = None ... c.tokens_per_second > best.tokens_per_second
         return (f"the best plan so far is still None when the first candidate is compared with it, and None has no "
                 f".{error.name}: test whether there is a best plan yet (best is None) first, and keep the first "

@@ -24,9 +24,15 @@ import torch
 
 from ddp_lab.instruments.collectives import CollectiveCall, watching_collectives   # lesson 08's wrapping
 
-# Collectives a hook may call: the position and keyword of the argument holding what this rank sends.
+# Collectives a hook may call: the position and keyword of the argument counted. What this rank sends, except for
+# reduce_scatter, counted by the shard this rank gets back: an all-reduce built from a reduce_scatter and an
+# all_gather then counts what all_reduce counts, while a float32 reduce_scatter still counts 4 bytes a value. reduce
+# and gather count what this rank sends to the one rank, so a sum made there and broadcast counts both ways.
 COUNTED = {"all_reduce": (0, "tensor"), "all_gather": (1, "tensor"),
-           "all_gather_into_tensor": (1, "input_tensor"), "broadcast": (0, "tensor")}
+           "all_gather_into_tensor": (1, "input_tensor"), "all_gather_single": (1, "input_tensor"),
+           "broadcast": (0, "tensor"), "reduce": (0, "tensor"), "gather": (0, "tensor"),
+           "reduce_scatter": (0, "output"), "reduce_scatter_tensor": (0, "output"),
+           "reduce_scatter_single": (0, "output")}
 
 
 class ByteCounter:
@@ -60,8 +66,9 @@ class ByteCounter:
 
     @contextlib.contextmanager
     def counting(self) -> Iterator[ByteCounter]:
-        """Wrap torch.distributed's collectives (module attributes, so hooks that call `dist.all_reduce` are seen)."""
-        with watching_collectives(COUNTED, self.record):
+        """Wrap torch.distributed's collectives (module attributes, so hooks that call `dist.all_reduce` are seen);
+        a collective that runs another is counted once, as itself."""
+        with watching_collectives(COUNTED, self.record, outermost_only=True):
             yield self
 
 
