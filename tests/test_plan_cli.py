@@ -576,7 +576,7 @@ def test_every_bad_model_flag_exits_2_with_one_line(tmp_path):
         (("--model", "llama3-8b", "--cluster", "h100-sxm", "--attention", "sdpa"), ["'flash', 'eager'"]),
         (("--model", "llama3-8b"), ["--cluster", "h100-sxm"]),
         # sizes beyond any model or cluster: a hidden size of 10^400 overflowed a float (a traceback), 10^30 layers
-        # or 10^12 nodes never finished (model.LARGEST, cli.LARGEST_NODES)
+        # never finished, 10^12 nodes is far past any cluster built (model.LARGEST, cli.LARGEST_NODES)
         (("--hf-config", _config(tmp_path, "huge", {**LLAMA3_8B_CONFIG, "hidden_size": 10**400}), "--cluster", "t4"),
          ["--hf-config", "hidden_size = about 10^400", "at most 1,000,000"]),
         (("--hf-config", _config(tmp_path, "deep", {**LLAMA3_8B_CONFIG, "num_hidden_layers": 10**30}), "--cluster",

@@ -5,8 +5,11 @@ communication overlap, ZeRO 0-2's bucketed gradient sync (ZeRO 2's in every micr
 gather, a tensor-parallel size that must divide the node, uneven pipeline stages,
 DiLoCo-style outer sync and a cross-region link, hybrid sharding (HSDP), the experts' own tensor-parallel size. Each
 checks the direction
-of its effect and, where a paper states one, the published number.
+of its effect and, where a paper states one, the published number. Last, the arithmetic over ranks a search on a
+million nodes does, counted in Python lines.
 """
+
+import sys
 
 import pytest
 
@@ -19,7 +22,7 @@ from ddp_lab.course.plan.memory import memory, stage_activation_bytes, stage_sta
 from ddp_lab.course.plan.model import Transformer
 from ddp_lab.course.plan.overlap import bucketed_exposed, chunked_exposed, prefetched_exposed
 from ddp_lab.course.plan.steptime import step_time
-from ddp_lab.course.plan.strategy import Strategy, check
+from ddp_lab.course.plan.strategy import Strategy, check, divisors
 from ddp_lab.course.rank_layout import Group
 from ddp_lab.plan.cli import main
 
@@ -378,3 +381,43 @@ def test_an_all_to_all_whose_groups_straddle_a_node_edge_crosses_it():
     assert straddling.ranks_in_a_node(72) == (8, 16)
     assert collective_time("all_to_all", 1e9, racks, straddling) > 5 * collective_time("all_to_all", 1e9, racks, inside)
 
+
+# ---- 8. the search's arithmetic over ranks on a million nodes ------------------------------------------------------
+def _lines_run(budget: int, call, *args):
+    """call(*args)'s result and the Python lines it ran (sys.settrace's line events, each turn of a loop counted); an
+    AssertionError as soon as it passes `budget`, so that work that grows with the cluster fails at once."""
+    count = 0
+
+    def tracer(frame, event, arg):
+        nonlocal count
+        if event == "line":
+            count += 1
+            if count > budget:
+                raise AssertionError(f"more than {budget:,} Python lines run: work that grows with the cluster")
+        return tracer
+
+    previous = sys.gettrace()
+    sys.settrace(tracer)
+    try:
+        return call(*args), count
+    finally:
+        sys.settrace(previous)
+
+
+def test_the_arithmetic_over_ranks_does_not_grow_with_the_cluster():
+    """A search over 999,999 nodes (7,999,992 GPUs) costs each group by its fewest ranks in a node and takes the
+    divisors of the GPU count: a few thousand Python lines each, counted (not timed). The divisors are tried up to
+    the square root; a group's ranks in a node are counted node by node over one period of its blocks, each count
+    once, not rank by rank. The answers are checked against the rank lists in tests/test_rank_layout.py."""
+    gpus = 999_999 * 8
+    found, lines = _lines_run(5_000, divisors, gpus)
+    assert found[:6] == [1, 2, 3, 4, 6, 7] and found[-1] == gpus and lines > 1_000
+    for degrees in (dict(dp=gpus), dict(dp=gpus // 2, tp=2), dict(dp=gpus // 8, tp=8), dict(dp=gpus // 24, tp=4, cp=6),
+                    dict(dp=gpus // 8, tp=2, pp=4)):
+        layout = Strategy(**degrees).layout
+        for axis in ("tp", "cp", "dp", "pp", "dp_cp"):
+            group = layout.group(axis)
+            fewest, most = _lines_run(2_000, group.ranks_in_a_node, 8)[0]
+            assert 1 <= fewest <= most <= min(group.size, 8), (degrees, axis)
+    hsdp = Strategy(dp=gpus // 2, tp=2, zero=3, dp_shard=4)            # shard groups of one node, replicas across
+    assert _lines_run(2_000, hybrid_shard.replicate_group(hsdp).ranks_in_a_node, 8)[0] == (1, 1)

@@ -61,6 +61,25 @@ def test_ranks_in_a_node_are_the_fewest_and_most_any_real_group_has_in_a_node_it
     assert Group(3).spans_nodes(8) is False   # a group alone is its job's one block
 
 
+def test_ranks_in_a_node_of_any_size_stride_and_job_match_the_groups_rank_by_rank():
+    # the groups of Group(size, stride, world) listed rank by rank: blocks of size x stride, `stride` groups in each
+    for per_node in (4, 8, 72):
+        for size in range(1, 11):
+            for stride in (1, 2, 3, 5, 6, 7, 8, 9, 16, 72):
+                block = size * stride
+                for world in (None, block, 2 * block, 5 * block, 9 * block):
+                    in_node = {}
+                    for rank in range(world or block):
+                        key = (rank // block, rank % stride, rank // per_node)   # (block, group in it, node)
+                        in_node[key] = in_node.get(key, 0) + 1
+                    counts = in_node.values()
+                    group = Group(size, stride, world=world)
+                    if group.spans_nodes(per_node):
+                        assert group.ranks_in_a_node(per_node) == (min(counts), max(counts)), (size, stride, world)
+                    else:
+                        assert group.ranks_in_a_node(per_node) == (size, size) and max(counts) == size
+
+
 def test_degrees_must_multiply_to_the_ranks():
     with pytest.raises(ValueError, match=r"dp x tp x pp = 2 x 2 x 1 = 4, but there are 8 ranks"):
         RankLayout(dp=2, tp=2).check(8)

@@ -27,6 +27,7 @@ Introduced in notebooks/10-2d-mesh.ipynb (rows are tp groups, columns dp groups)
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 
@@ -68,17 +69,56 @@ class Group:
             >>> Group(8, 8).ranks_in_a_node(8), Group(16).ranks_in_a_node(8), Group(16, world=144).ranks_in_a_node(72)
             ((1, 1), (8, 8), (8, 16))
         """
-        block = self.size * self.stride
-        world = block if self.world is None else self.world
         if not self.spans_nodes(gpus_per_node):
             return self.size, self.size
-        period = min(world, math.lcm(block, gpus_per_node))   # the pattern of blocks on nodes repeats after it
-        counts = []
-        for start in range(0, period, block):
-            for offset in range(self.stride):
-                nodes = [(start + offset + k * self.stride) // gpus_per_node for k in range(self.size)]
-                counts += [nodes.count(node) for node in set(nodes)]
-        return min(counts), max(counts)
+        world = self.size * self.stride if self.world is None else self.world
+        return _ranks_in_a_node(self.size, self.stride, world, gpus_per_node)
+
+
+@functools.lru_cache(maxsize=4096)
+def _ranks_in_a_node(size: int, stride: int, world: int, gpus_per_node: int) -> tuple[int, int]:
+    """`Group.ranks_in_a_node` of a group that spans nodes: (fewest, most) ranks of one group in one node it touches.
+
+    The groups tile the ranks in blocks of size x stride, each block holding `stride` groups (offsets 0 .. stride - 1
+    from the block's start); the pattern of blocks on nodes repeats every lcm(block, gpus_per_node) ranks, so the
+    blocks up to there (or to the end of the job) are all there is to look at. Each group's counts come from
+    `_ranks_per_node`, in time that does not grow with the group's size.
+
+    Example:
+        >>> _ranks_in_a_node(16, 1, 144, 72), _ranks_in_a_node(3, 1, 48, 8)
+        ((8, 16), (1, 3))
+    """
+    if stride >= gpus_per_node:
+        return 1, 1           # neighbours a node or more apart: each rank alone in its node
+    block = size * stride
+    period = min(world, math.lcm(block, gpus_per_node))   # the pattern of blocks on nodes repeats after it
+    counts = set()
+    for start in range(0, period, block):
+        for offset in range(stride):
+            counts.update(_ranks_per_node(start + offset, stride, size, gpus_per_node))
+    return min(counts), max(counts)
+
+
+def _ranks_per_node(first: int, stride: int, size: int, gpus_per_node: int) -> set[int]:
+    """The numbers of ranks first, first + stride, ..., first + (size - 1) x stride in the nodes they touch, each
+    number once (stride < gpus_per_node, so they touch every node from the first's to the last's).
+
+    Node j holds the ranks with k in [ceil((j g - first) / stride), floor(((j + 1) g - 1 - first) / stride)], g the
+    GPUs per node, cut to [0, size - 1] in the first and last node. Between those two the count depends only on
+    (j g - first) mod stride, which repeats within `stride` nodes: those are the only ones counted.
+
+    Example:
+        >>> sorted(_ranks_per_node(6, 1, 3, 8)), sorted(_ranks_per_node(0, 3, 100, 8))   # ranks 6, 7 | 8; 0, 3, 6 | ...
+        ([1, 2], [1, 2, 3])
+    """
+    first_node, last_node = first // gpus_per_node, (first + (size - 1) * stride) // gpus_per_node
+    nodes = {first_node, last_node, *range(first_node + 1, min(last_node, first_node + 1 + stride))}
+    counts = set()
+    for node in nodes:
+        low = max(0, -(-(node * gpus_per_node - first) // stride))
+        high = min(size - 1, ((node + 1) * gpus_per_node - 1 - first) // stride)
+        counts.add(high - low + 1)
+    return counts
 
 
 @dataclass(frozen=True)

@@ -41,8 +41,8 @@ STRATEGY_FIELDS = (*STRATEGY_FLAGS, *SPLIT_FLAGS, "precision", "attention", "fla
 ADVICE_FLAGS = (("train on shorter sequences", "train on shorter sequences (--seq-len)"),
                 (" (or moe=None: a dense model)", ""),
                 (" (tp_across_nodes=True; --tp-across-nodes on the command line)", " (--tp-across-nodes)"))
-# 8 million GPUs, some 80x the largest clusters built; a search over a million nodes takes minutes (over 10^12
-# nodes it never ended). The shape flags' limits are the model's (model.LARGEST).
+# 8 million GPUs, some 80x the largest clusters built; a search over a million nodes takes a second or two. The
+# shape flags' limits are the model's (model.LARGEST).
 LARGEST_NODES = 10**6
 EXAMPLES = """examples:
   # the fastest plans for Llama 3 8B on 4 nodes of 8 H100s, at 4,096-token sequences

@@ -8,6 +8,7 @@ Introduced in notebooks/13-plan-your-training-run.ipynb.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 from ddp_lab.course.plan import (context_parallel, expert_tp, experts, hybrid_shard, op_checkpoint, outer_sync,
@@ -261,8 +262,15 @@ def _one_of(values: list[int]) -> str:
 
 
 def divisors(n: int) -> list[int]:
-    """Divisors of n in increasing order, e.g. divisors(12) == [1, 2, 3, 4, 6, 12]."""
-    return [d for d in range(1, n + 1) if n % d == 0]
+    """Divisors of n in increasing order, e.g. divisors(12) == [1, 2, 3, 4, 6, 12]; [] for n < 1.
+
+    Each divisor d up to sqrt(n) pairs with n // d above it, so only the numbers up to sqrt(n) are tried (2,828 of
+    them for 8 million GPUs).
+    """
+    if n < 1:
+        return []
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return small + [n // d for d in reversed(small) if d * d != n]
 
 
 def _gcd(a: int, b: int) -> int:
