@@ -264,6 +264,23 @@ def test_the_search_tries_hybrid_sharding_with_shard_groups_of_whole_nodes(capsy
     assert "HSDP shard groups of 2, 4, 8, 16, 32, 64 dp ranks); " in out and "hsdpN = hybrid sharding (HSDP)" in out
 
 
+def test_hsdp_shard_groups_that_a_region_boundary_would_cut_are_refused_and_not_searched():
+    """Regions of 3 nodes (24 GPUs) on 12: shard groups of 2 nodes would be ranks 0-15, 16-31, ..., and the second
+    crosses the boundary at rank 24, while the planner costs a group as the first block (inside region 0). So the
+    rule hybrid_shard.check keeps for nodes holds for regions too: a shard group divides the region or is whole
+    regions; the search leaves such sizes out and evaluate() refuses them, saying which sizes would do."""
+    model = Transformer.preset("llama3-8b")
+    regions = ClusterSpec.preset("h100-sxm", nodes=12).with_(region_nodes=3)
+    assert hybrid_shard.searched_sizes(model, regions, Strategy(dp=96, zero=3)) == [8]
+    assert hybrid_shard.searched_sizes(model, regions.with_(region_nodes=None), Strategy(dp=96, zero=3)) == [8, 16, 32]
+    with pytest.raises(ValueError, match=r"dp_shard=16: shard groups of dp_shard x tp x cp = 16 ranks would "
+                                         r"straddle the 24-GPU regions; .* divides 24 or is a multiple of it"):
+        search_module.evaluate(model, regions, Strategy(dp=96, zero=3, dp_shard=16, grad_accum=4))
+    whole_region = search_module.evaluate(model, regions, Strategy(dp=96, zero=3, dp_shard=24, grad_accum=4))
+    assert whole_region.time.total < search_module.evaluate(model, regions, Strategy(dp=96, zero=3,
+                                                                                      grad_accum=4)).time.total
+
+
 def test_the_cli_takes_the_new_options_and_refuses_bad_ones_in_one_line(capsys):
     args = ["--model", "llama3-8b", "--cluster", "h100-sxm", "--nodes", "2", "--tp", "8"]
     assert main(args + ["--sequence-parallel", "--tp-comm-overlap", "--zero", "1", "--overlap-param-gather"]) == 0

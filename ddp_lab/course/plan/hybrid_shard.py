@@ -45,21 +45,24 @@ def check_fields(strategy) -> None:
                          "drop one of them")
 
 
-def check(model, strategy, gpus_per_node: int | None = None) -> None:
+def check(model, strategy, gpus_per_node: int | None = None, region_gpus: int | None = None) -> None:
     """ValueError (saying how to fix it) for HSDP the planner would mis-plan: a model with experts (their gradients
-    would need their own all-reduce across the groups), or shard groups of dp_shard x tp x cp ranks that a node
-    boundary cuts: smaller than a node without dividing it, or larger without being whole nodes (the planner costs
-    a group as one block of consecutive ranks from rank 0)."""
+    would need their own all-reduce across the groups), or shard groups of dp_shard x tp x cp ranks that a node's or
+    a region's boundary cuts (`region_gpus`: GPUs in one region, ClusterSpec.region_gpus): smaller than a node (a
+    region) without dividing it, or larger without being whole nodes (regions). The planner costs a shard group as
+    the first block of consecutive ranks, so a group that some boundary cuts and the first does not would be costed
+    on the faster link."""
     if strategy.dp_shard is None:
         return
     if model.moe is not None:
         raise ValueError(f"dp_shard={strategy.dp_shard} with {model.name}'s experts: the planner models hybrid "
                          "sharding (HSDP) for dense models only; drop dp_shard")
     block = strategy.dp_shard * strategy.tp * strategy.cp
-    if gpus_per_node and strategy.gpus > gpus_per_node and gpus_per_node % block and block % gpus_per_node:
-        raise ValueError(f"dp_shard={strategy.dp_shard}: shard groups of dp_shard x tp x cp = {block} ranks would "
-                         f"straddle the {gpus_per_node}-GPU nodes; choose dp_shard so that dp_shard x tp x cp "
-                         f"divides {gpus_per_node} or is a multiple of it")
+    for unit, gpus in (("node", gpus_per_node), ("region", region_gpus)):
+        if gpus and strategy.gpus > gpus and gpus % block and block % gpus:
+            raise ValueError(f"dp_shard={strategy.dp_shard}: shard groups of dp_shard x tp x cp = {block} ranks "
+                             f"would straddle the {gpus}-GPU {unit}s; choose dp_shard so that dp_shard x tp x cp "
+                             f"divides {gpus} or is a multiple of it")
 
 
 # Shard groups of this many nodes are what a search tries ("auto"): one node (torchtitan's and MaxText's usual HSDP)
@@ -97,7 +100,7 @@ def searched_sizes(model, cluster, strategy, wanted="auto") -> list[int]:
         if not 1 < size < strategy.dp or strategy.dp % size:
             continue
         try:
-            check(model, strategy.with_(dp_shard=size), cluster.gpus_per_node)
+            check(model, strategy.with_(dp_shard=size), cluster.gpus_per_node, cluster.region_gpus)
         except ValueError:
             continue
         sizes.append(size)

@@ -76,7 +76,8 @@ def evaluate(model, cluster, strategy: Strategy, tp_across_nodes: bool = False,
 
     Introduced in notebooks/13-plan-your-training-run.ipynb.
     """
-    check(model, strategy, gpus=cluster.gpus, gpus_per_node=cluster.gpus_per_node, tp_across_nodes=tp_across_nodes)
+    check(model, strategy, gpus=cluster.gpus, gpus_per_node=cluster.gpus_per_node, tp_across_nodes=tp_across_nodes,
+          region_gpus=cluster.region_gpus)
     cluster.gpu.flops(strategy.precision)   # raises if the GPU has no such precision
     if not 0 <= reserve < 1:
         raise ValueError(f"reserve={reserve!r}: the share of GPU memory kept free must be in [0, 1), e.g. 0.1")

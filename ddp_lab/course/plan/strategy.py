@@ -184,14 +184,15 @@ class Strategy:
 
 
 def check(model, strategy: Strategy, gpus: int | None = None, gpus_per_node: int | None = None,
-          tp_across_nodes: bool = False) -> None:
+          tp_across_nodes: bool = False, region_gpus: int | None = None) -> None:
     """Raise ValueError (saying how to fix it) if `strategy` cannot run `model` on `gpus` GPUs.
 
     Rules: dp*tp*pp == gpus; tp divides heads and kv_heads (each rank owns whole heads,
     Megatron-LM's column split, lesson 08); tp divides the FFN size and vocab-parallel
     embedding rows are padded (so no rule on vocab); pp*virtual_stages divides layers
     (equal stages, lesson 07; or the first and last stage given, `pipeline_stages`); tp divides gpus_per_node
-    (every tensor-parallel group inside one node: `rank_layout.Group.spans_nodes`) unless tp_across_nodes.
+    (every tensor-parallel group inside one node: `rank_layout.Group.spans_nodes`) unless tp_across_nodes; HSDP's
+    shard groups whole inside a node and a region of region_gpus GPUs, or made of whole ones (`hybrid_shard.check`).
 
     Example:
         >>> from ddp_lab.course.plan.model import Transformer
@@ -204,7 +205,7 @@ def check(model, strategy: Strategy, gpus: int | None = None, gpus_per_node: int
         sizes = "*".join(str(getattr(strategy, name)) for name in names)
         raise ValueError(f"{'*'.join(names)} = {sizes} = {strategy.gpus} but the "
                          f"cluster has {gpus} GPUs: choose {', '.join(names)} whose product is {gpus}")
-    hybrid_shard.check(model, strategy, gpus_per_node)
+    hybrid_shard.check(model, strategy, gpus_per_node, region_gpus)
     whole_heads = divisors(_gcd(model.heads, model.kv_heads_))
     if model.heads % strategy.tp:
         raise ValueError(f"tp={strategy.tp} does not divide heads={model.heads} of {model.name}: each "
