@@ -217,6 +217,18 @@ def test_invalid_strategies_say_the_fix(strategy, gpus, message):
         check(Transformer.preset("llama3-8b"), strategy, gpus=gpus, gpus_per_node=8)
 
 
+def test_numpy_integers_are_counts_and_booleans_are_not():
+    """A search written as a loop over numpy.arange hands Strategy numpy integers: they are counts like Python's (kept
+    as int, equal to the same Strategy of ints); True and False are refused, though Python counts them as 1 and 0."""
+    numpy = pytest.importorskip("numpy")
+    given = Strategy(dp=numpy.int64(8), tp=numpy.int32(2), zero=numpy.int64(3), dp_shard=numpy.int64(4))
+    assert given == Strategy(dp=8, tp=2, zero=3, dp_shard=4) and type(given.dp) is type(given.dp_shard) is int
+    with pytest.raises(ValueError, match="Strategy.dp must be an integer >= 1, got True"):
+        Strategy(dp=True)
+    with pytest.raises(ValueError, match="Strategy.zero must be 0"):
+        Strategy(zero=False)
+
+
 def test_tp_beyond_a_node_is_refused_unless_asked():
     model, cluster = Transformer.preset("gpt3-175b"), ClusterSpec.preset("h100-sxm", nodes=2)
     with pytest.raises(ValueError, match="larger than the 8 GPUs of one node"):

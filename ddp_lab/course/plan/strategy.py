@@ -9,6 +9,7 @@ Introduced in notebooks/13-plan-your-training-run.ipynb.
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass, replace
 
 from ddp_lab.course.plan import (context_parallel, expert_tp, experts, hybrid_shard, op_checkpoint, outer_sync,
@@ -21,6 +22,11 @@ SCHEDULES = ("gpipe", "1f1b", "interleaved")
 RECOMPUTE = ("none", "selective", "full", "op")
 FSDP_UNITS = ("layer", "model")
 ATTENTION = ("flash", "eager")
+
+
+# the fields that hold a count (None allowed for the last four)
+INTEGER_FIELDS = ("dp", "tp", "pp", "zero", "micro_batch", "grad_accum", "virtual_stages", "cp", "ep", "sync_every",
+                  "replicas", "dp_shard", "expert_tp", "first_stage_layers", "last_stage_layers")
 
 
 @dataclass(frozen=True)
@@ -79,12 +85,16 @@ class Strategy:
                                   # B200 in later builds, FlashAttention-3's class): attention_kernels.py
 
     def __post_init__(self) -> None:
+        for field in INTEGER_FIELDS:     # numpy's integers (a loop over np.arange) are kept as Python's
+            value = getattr(self, field)
+            if type(value) is not int and isinstance(value, numbers.Integral) and not isinstance(value, bool):
+                object.__setattr__(self, field, int(value))
         for field in ("dp", "tp", "pp", "micro_batch", "grad_accum", "virtual_stages", "cp", "ep", "sync_every",
                       "replicas"):
             value = getattr(self, field)
-            if not isinstance(value, int) or value < 1:
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"Strategy.{field} must be an integer >= 1, got {value!r}")
-        if self.zero not in (0, 1, 2, 3):
+        if self.zero not in (0, 1, 2, 3) or isinstance(self.zero, bool):
             raise ValueError(f"Strategy.zero must be 0 (DDP), 1, 2 or 3 (FSDP full sharding), got {self.zero!r}")
         for field, allowed in (("schedule", SCHEDULES), ("recompute", RECOMPUTE), ("precision", PRECISIONS),
                                ("fsdp_unit", FSDP_UNITS), ("attention", ATTENTION),
