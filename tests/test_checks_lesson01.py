@@ -8,6 +8,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from ddp_lab.checks import CheckFailed, lesson01
+from ddp_lab.checks.common import division_into_a_new_tensor
 from ddp_lab.checks.lesson01 import check_data_parallel_backward, check_memory_per_device
 
 # --- memory per device --------------------------------------------------------------------
@@ -102,6 +103,16 @@ def memory_activations_in_params(n_params, n_activations, world_size, strategy):
     return {**result, "params": result["params"] + result["activations"]}
 
 
+def memory_arguments_swapped(n_activations, n_params, world_size, strategy):
+    """Wrong: the first two parameters in the other order, so the model's state is counted from n_activations."""
+    return memory_per_device(n_params, n_activations, world_size, strategy)
+
+
+def memory_activations_from_n_params(n_params, n_activations, world_size, strategy):
+    """Wrong: the activations counted from n_params (a line copied from the weights' and not changed)."""
+    return memory_per_device(n_params, n_params, world_size, strategy)
+
+
 def memory_stub(n_params, n_activations, world_size, strategy):
     raise NotImplementedError("start from the whole amounts")
 
@@ -139,26 +150,34 @@ def test_memory_accepts_the_right_answer(capsys):
     (memory_data_keeps_whole_batch, r"strategy='data'\)\['activations'\].*\nHint: under 'data' each device keeps "
                                     r"only 1/3 of the activations"),
     (memory_in_values, r"Hint: return bytes, not numbers of values"),
-    (memory_activations_in_values, r"strategy='single'\)\['activations'\]: expected 1_200_000 bytes, got 300_000\.\n"
+    (memory_activations_in_values, r"strategy='single'\)\['activations'\]: expected 1_320_000 bytes, got 330_000\.\n"
                                    r"Hint: that is the number of activations values: return bytes"),
     (memory_missing_key, r"should return a dict with keys \['params', 'grads', 'optimizer', 'activations'\]"),
     (memory_in_floats, r"\['params'\] is 4800000\.0, a float; bytes are whole numbers\.\nHint: return ints"),
     (memory_single_divided_too, r"strategy='single'\)\['params'\]: expected 4_800_000 bytes, got 1_600_000\.\n"
                                 r"Hint: 'single' is one device, and it holds all the params; this value is that "
                                 r"divided by world_size \(3\), which counts the devices of the other strategies"),
-    (memory_two_devices_written, r"strategy='data'\)\['activations'\]: expected 400_000 bytes, got 600_000\.\n"
-                                 r"Hint: that is all the activations \(1_200_000 bytes\) divided by 2; under 'data' "
+    (memory_two_devices_written, r"strategy='data'\)\['activations'\]: expected 440_000 bytes, got 660_000\.\n"
+                                 r"Hint: that is all the activations \(1_320_000 bytes\) divided by 2; under 'data' "
                                  r"each of the 3 devices holds 1/3 of the activations: divide by world_size\.$"),
     (memory_in_16_bit, r"strategy='single'\)\['params'\]: expected 4_800_000 bytes, got 2_400_000\.\n"
                        r"Hint: that is the params at 2 bytes per value \(16-bit, as bf16 and fp16 store them\); this "
                        r"exercise counts fp32: 4 bytes per value\.$"),
-    (memory_activations_in_16_bit, r"strategy='single'\)\['activations'\]: expected 1_200_000 bytes, got 600_000\.\n"
+    (memory_activations_in_16_bit, r"strategy='single'\)\['activations'\]: expected 1_320_000 bytes, got 660_000\.\n"
                                    r"Hint: that is the activations at 2 bytes per value \(16-bit"),
     (memory_adam_keeps_a_copy, r"strategy='single'\)\['optimizer'\]: expected 9_600_000 bytes, got 14_400_000\.\n"
                                r"Hint: that is 12 bytes per parameter; Adam keeps 2 fp32 values per parameter"),
-    (memory_activations_in_params, r"strategy='single'\)\['params'\]: expected 4_800_000 bytes, got 6_000_000\.\n"
+    (memory_activations_in_params, r"strategy='single'\)\['params'\]: expected 4_800_000 bytes, got 6_120_000\.\n"
                                    r"Hint: under 'single' the one device holds all the params; weights and "
                                    r"gradients take 4 bytes per parameter"),
+    # the params counted from n_activations are named as such, not as a count of values (n_params is not 4 x
+    # n_activations, so the two never give the same number)
+    (memory_arguments_swapped, r"strategy='single'\)\['params'\]: expected 4_800_000 bytes, got 1_320_000\.\n"
+                               r"Hint: that is the params counted from n_activations \(330_000\), not n_params: .*"
+                               r"the arguments come in the order \(n_params, n_activations, world_size, strategy\)"),
+    (memory_activations_from_n_params, r"strategy='single'\)\['activations'\]: expected 1_320_000 bytes, got "
+                                       r"4_800_000\.\nHint: that is the activations counted from n_params "
+                                       r"\(1_200_000\), not n_activations"),
 ])
 def test_memory_rejects(wrong, feedback):
     with pytest.raises(CheckFailed, match=feedback):
@@ -168,7 +187,7 @@ def test_memory_rejects(wrong, feedback):
 @pytest.mark.parametrize("wrong, feedback", [   # an answer that raises, or is not the learner's: a verdict
     (memory_stub, r"^memory_stub is not written yet: it raised NotImplementedError\('start from the whole amounts'\)"),
     (memory_lesson_strategies_only, r"(?s)^memory_lesson_strategies_only raised ValueError: zero1\nwhile computing "
-                                    r"memory_lesson_strategies_only\(1_200_000, 300_000, world_size=3, "
+                                    r"memory_lesson_strategies_only\(1_200_000, 330_000, world_size=3, "
                                     r"strategy='zero1'\)\..*\nHint: the answer has no case for strategy 'zero1': "
                                     r"handle all six"),
     (memory_no_zero3, r"(?s)^memory_no_zero3 raised KeyError: 'zero3'\n.*\nHint: the answer has no case for strategy "
@@ -428,6 +447,42 @@ def dp_in_double(model, x, y):
         dist.all_reduce(p.grad)
 
 
+def dp_backward_on_a_copy(model, x, y):
+    """Wrong: forward and backward on copy.deepcopy(model): the copy's p.grad get the sums, the model's stay None."""
+    import copy
+
+    data_parallel_backward(copy.deepcopy(model), x, y)
+
+
+def dp_autograd_grad_returned(model, x, y):
+    """Wrong: torch.autograd.grad, the gradients all-reduced and returned; no p.grad is ever set."""
+    x_shard, y_shard = _shard(x, y)
+    loss = F.mse_loss(model(x_shard), y_shard) * len(x_shard) / len(x)
+    grads = torch.autograd.grad(loss, list(model.parameters()))
+    for grad in grads:
+        dist.all_reduce(grad)
+    return grads
+
+
+def dp_autograd_grad_stored(model, x, y):
+    """Right too: torch.autograd.grad, the all-reduced gradients stored in p.grad."""
+    x_shard, y_shard = _shard(x, y)
+    params = list(model.parameters())
+    grads = torch.autograd.grad(F.mse_loss(model(x_shard), y_shard) * len(x_shard) / len(x), params)
+    for p, grad in zip(params, grads):
+        dist.all_reduce(grad)
+        p.grad = grad
+
+
+def dp_mean_into_a_new_tensor(model, x, y):
+    """Wrong: the sum divided by world_size into a new tensor that nothing reads; p.grad keeps the sum."""
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    F.mse_loss(model(x.tensor_split(world_size)[rank]), y.tensor_split(world_size)[rank]).backward()
+    for p in model.parameters():
+        dist.all_reduce(p.grad)
+        mean = p.grad / world_size
+
+
 def dp_strided_shards(model, x, y):
     """Right too: rank r takes samples r, r + N, ...; the summed losses divided by the whole batch."""
     rank, world_size = dist.get_rank(), dist.get_world_size()
@@ -518,15 +573,23 @@ DP_MISTAKES = [
     (dp_in_double, r"^batch of 8 samples, rank 0, 0\.weight\.grad is torch\.float64, expected torch\.float32, the "
                    r"dtype of the model's parameters as dp_in_double was given them\.\nHint: keep the model and its "
                    r"gradients in the dtype they came in"),
+    # backward ran, on the copy: not "no backward computed it" with a hint to call loss.backward()
+    (dp_backward_on_a_copy, r"^batch of 8 samples, rank 0, 0\.weight\.grad is None: the forward ran on a copy of the "
+                            r"model .*\nHint: run forward and backward on the model itself"),
+    # never stored in p.grad: not "set to None afterwards" with a hint about zero_grad
+    (dp_autograd_grad_returned, r"^batch of 8 samples, rank 0, 0\.weight\.grad is None: a backward computed it but "
+                                r"never stored it in 0\.weight\.grad: torch\.autograd\.grad returns the gradients "
+                                r"to its caller"),
 ]
-DP_RIGHT = (dp_looks_first, dp_waits_for_async, dp_checks_its_handles, dp_strided_shards, dp_bucket_copied_back)
+DP_RIGHT = (dp_looks_first, dp_waits_for_async, dp_checks_its_handles, dp_strided_shards, dp_bucket_copied_back,
+            dp_autograd_grad_stored)
 
 
 @pytest.fixture(scope="module")
 def dp_results():
     """Every mistaken answer (and the other right ones) run by the check's own runner, one after the other in one
     launch of 2 ranks."""
-    answers = (*(answer for answer, _ in DP_MISTAKES), *DP_RIGHT)
+    answers = (*(answer for answer, _ in DP_MISTAKES), *DP_RIGHT, dp_mean_into_a_new_tensor)
     return dict(zip(answers, lesson01.run_data_parallel_answers(answers)))
 
 
@@ -540,6 +603,17 @@ def test_data_parallel_accepts_other_right_answers(answer, dp_results):
 def test_data_parallel_rejects(wrong, feedback, dp_results):
     with pytest.raises(CheckFailed, match=feedback):
         lesson01.judge_data_parallel_backward(wrong.__name__, dp_results[wrong])
+
+
+def test_data_parallel_names_a_mean_divided_into_a_new_tensor(dp_results):
+    """The sum left in p.grad, where the answer divided it into a new tensor: the hint quotes that line, not a bare
+    'divide by world_size', which the answer does."""
+    division = division_into_a_new_tensor(dp_mean_into_a_new_tensor)
+    with pytest.raises(CheckFailed, match=r"^batch of 8 samples, rank 0, .*\nHint: this is 2x the right gradient, the "
+                                          r"sum that all_reduce left in p\.grad: `mean = p\.grad / world_size` "
+                                          r"divides into a NEW tensor"):
+        lesson01.judge_data_parallel_backward("dp_mean_into_a_new_tensor", dp_results[dp_mean_into_a_new_tensor],
+                                              division)
 
 
 def dp_reduces_before_backward(model, x, y):
@@ -575,3 +649,21 @@ def test_data_parallel_names_a_hang_in_a_collective_as_such():
     assert "send needs a matching recv" not in message, message
     assert "\nHint: the ranks wait in collectives that do not pair up (dist.all_reduce)" in message, message
     assert "none may skip one (e.g. under `if rank == 0:`)" in message, message
+
+
+def dp_parameters_reversed_on_rank_1(model, x, y):
+    """Wrong: rank 1 all-reduces the gradients in the reverse order, so the calls pair tensors of other sizes."""
+    _share_backward(model, x, y)
+    params = list(model.parameters())
+    for p in params[::-1] if dist.get_rank() == 1 else params:
+        dist.all_reduce(p.grad)
+
+
+def test_data_parallel_names_all_reduces_that_paired_different_gradients():
+    """gloo aborts a rank whose all_reduce receives another size than its tensor holds: the hint says what that
+    shows."""
+    with pytest.raises(CheckFailed, match=r"(?s)^rank \d failed while running dp_parameters_reversed_on_rank_1: died "
+                                          r"with signal SIGABRT.*\nHint: gloo aborted the rank: \d+ bytes arrived in "
+                                          r"an all_reduce whose tensor holds \d+, so the ranks' all_reduce calls "
+                                          r"paired gradients of different parameters"):
+        check_data_parallel_backward(dp_parameters_reversed_on_rank_1, timeout=10)

@@ -158,6 +158,39 @@ def test_scatter_gather_rejects_wrong_answers(scatter, gather, feedback):
         check_scatter_gather(scatter, gather)
 
 
+def scatter_every_nth_row(tensors, n):
+    """Round-robin rows for every case (t[k::n]): device 0 of 10 rows over 4 gets rows 0, 4 and 8, torch.chunk's size,
+    and its first row is the right one."""
+    return [tuple(t[k::n] for t in tensors) for k in range(min(n, len(tensors[0])))]
+
+
+def scatter_one_chunk_fewer(tensors, n):
+    """torch.chunk(t, n - 1): 3 chunks of 10 rows are [4, 4, 2], which torch.split(t, 4) makes too, and 3 entries
+    for 3 tensors; with 12 rows over 3 it makes 2 chunks of 6, which torch.split(t, 3) does not."""
+    return list(zip(*[torch.chunk(t, max(n - 1, 1)) for t in tensors]))
+
+
+def test_scatter_names_the_batch_rows_a_device_got():
+    """The rows are named by their place in the batch, never as 'first row [0.0, 1.0, 2.0], expected [0.0, 1.0, 2.0]'
+    where the first rows agree."""
+    with pytest.raises(CheckFailed, match=r"^scattering a batch of 10 rows \(3 tensors\) over 4 devices: device 0, "
+                                          r"tensor 0: right shape, wrong rows \(rows \[0, 4, 8\] of the batch, "
+                                          r"expected rows \[0, 1, 2\]\)\.\nHint: each device takes a contiguous "
+                                          r"slice"):
+        check_scatter_gather(scatter_every_nth_row, gather_outputs)
+
+
+def test_scatter_names_a_chunk_size_or_chunks_per_tensor_only_where_every_case_shows_it():
+    """Chunks that match torch.split(t, n) in one case only, and one entry per tensor that holds a device's chunk of
+    every tensor, are told as the count they are, not as n read as a chunk SIZE or as one entry per tensor."""
+    with pytest.raises(CheckFailed) as failure:
+        check_scatter_gather(scatter_one_chunk_fewer, gather_outputs)
+    message = str(failure.value)
+    assert message.startswith("scattering a batch of 10 rows (3 tensors) over 4 devices: got 3 chunks, expected 4 "
+                              "(torch.chunk gives [3, 3, 3, 1] rows)."), message
+    assert "SIZE" not in message and "one per *tensor*" not in message, message
+
+
 def scatter_into_a_written_count(tensors, n):
     return list(zip(*[torch.chunk(t, 4, dim=0) for t in tensors]))   # the first case's 4 devices, written in
 
@@ -604,3 +637,65 @@ def test_data_parallel_loss_names_a_thread_given_the_functions_result(monkeypatc
                                           r"`threads = \[threading.Thread\(target=work\(k\)\).*`target=work\(k\)` "
                                           r"calls work\(k\) right there.*target=work, args=\(k,\)"):
         check_data_parallel_loss(thread_given_the_result)
+
+
+def threads_read_the_index_late(model, x, y, n):
+    """Each thread started in the loop with a lambda that reads k when it runs: right when every thread runs before
+    the loop moves on, which the machine's scheduling decides."""
+    chunks = torch.chunk(x, n)
+    replicas, outputs, threads = _replicas(model, chunks), [None] * len(chunks), []
+    for k in range(len(chunks)):
+        thread = threading.Thread(target=lambda: outputs.__setitem__(
+            k, torch.func.functional_call(*replicas[k], (chunks[k],))))
+        thread.start()
+        threads.append(thread)
+    for thread in threads:
+        thread.join()
+    return F.mse_loss(torch.cat(outputs), y)
+
+
+def threads_made_in_the_loop_started_after(model, x, y, n):
+    """A function defined in the loop, reading k; the threads started after the loop: every one reads the last k."""
+    chunks = torch.chunk(x, n)
+    replicas, outputs, threads = _replicas(model, chunks), [None] * len(chunks), []
+    for k in range(len(chunks)):
+        def work():
+            outputs[k] = torch.func.functional_call(*replicas[k], (chunks[k],))
+        threads.append(threading.Thread(target=work))
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return F.mse_loss(torch.cat(outputs), y)
+
+
+def threads_given_their_index_by_default(model, x, y, n):
+    """Right: the lambda's index bound when it is made (k=k); the caller runs chunk 0 itself and waits by polling."""
+    chunks = torch.chunk(x, n)
+    replicas, outputs = _replicas(model, chunks), [None] * len(chunks)
+    threads = [threading.Thread(target=lambda k=k: outputs.__setitem__(
+        k, torch.func.functional_call(*replicas[k], (chunks[k],)))) for k in range(1, len(chunks))]
+    for thread in threads:
+        thread.start()
+    outputs[0] = torch.func.functional_call(*replicas[0], (chunks[0],))
+    while any(thread.is_alive() for thread in threads):
+        time.sleep(0.01)
+    return F.mse_loss(torch.cat(outputs), y)
+
+
+@pytest.mark.parametrize("answer", [threads_read_the_index_late, threads_made_in_the_loop_started_after])
+def test_data_parallel_loss_names_threads_that_read_the_index_late(answer, monkeypatch):
+    """Every replica ran the last chunk: the threads read k after the loop had moved on. The check holds a started
+    thread until the answer waits for it, so a thread started in the loop reads k late on every run, not only on a
+    slow machine; the hint names what the chunks show, not torch.cat's TypeError alone."""
+    monkeypatch.setattr(lesson03, "BARRIER_SECONDS", 2.0)
+    with pytest.raises(CheckFailed, match=r"(?s)^all 4 replica forwards ran on chunk 3 \(the last\) of the 4 chunks, "
+                                          r"none on the others\. Then data_parallel_loss raised TypeError: .*\nHint: "
+                                          r"each thread read the loop's index when it ran, after the loop had moved "
+                                          r"on"):
+        check_data_parallel_loss(answer)
+
+
+def test_data_parallel_loss_accepts_threads_given_their_index_when_made(capsys):
+    check_data_parallel_loss(threads_given_their_index_by_default)
+    assert capsys.readouterr().out.startswith("✓ data_parallel_loss: loss and gradients == single process")

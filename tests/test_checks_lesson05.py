@@ -186,6 +186,16 @@ def generator_given_the_seed(n, world_size, rank, epoch, seed=0):
     return _pad(perm, world_size)[rank::world_size]
 
 
+def one_generator_kept_across_calls(n, world_size, rank, epoch, seed=0, generator=torch.Generator().manual_seed(0)):
+    """Wrong: one generator, made once as a default argument: every call draws the next permutation from it."""
+    return _pad(torch.randperm(n, generator=generator).tolist(), world_size)[rank::world_size]
+
+
+def sorted_shards(n, world_size, rank, epoch, seed=0):
+    """Wrong: each rank's indices right, but sorted."""
+    return sorted(shard_indices(n, world_size, rank, epoch, seed))
+
+
 def test_shard_indices_accepts_right_answers(capsys):
     check_shard_indices(shard_indices)
     check_shard_indices(torch_distributed_sampler)
@@ -257,6 +267,16 @@ def test_shard_indices_accepts_right_answers(capsys):
      r"^shard_indices\(n=12, world_size=2, rank=0, epoch=0, seed=0\) returned .*\nHint: rank 0 got 5 indices \(the "
      r"ranks \[5, 5\]\); every rank gets ceil\(12/2\) = 6: rank r takes padded\[r::world_size\] from the "
      r"permutation padded to 12 indices\.$"),
+    # no global random state moved: the generator kept between calls is named, not the global random state
+    (one_generator_kept_across_calls,
+     r"^two calls with the same arguments gave different indices; .* No global random state changed in the calls: "
+     r"something kept from one call to the next drew the next permutation .*\nHint: make a new "
+     r"torch\.Generator\(\)\.manual_seed\(seed \+ epoch\) in every call"),
+    # the right indices in another order: sorted, not another shuffle (random.shuffle, numpy or another seed)
+    (sorted_shards,
+     r"^shard_indices\(n=12, world_size=2, rank=0, epoch=0, seed=0\) returned \[2, 3, 5, 7, 8, 11\]; .*\nHint: "
+     r"these are the right indices, sorted: DistributedSampler gives each rank its indices in the permutation's "
+     r"order"),
 ])
 def test_shard_indices_rejects_wrong_answers(answer, feedback):
     state = torch.get_rng_state()
@@ -590,6 +610,29 @@ def pops_the_last(ddp_model, micro_batches):
     (F.mse_loss(ddp_model(x_last), y_last) / count).backward()
 
 
+def divides_the_gradients_after(ddp_model, micro_batches):
+    """Right too: the losses left as they are, the accumulated gradients divided by len(micro_batches) after DDP's
+    all-reduce."""
+    *first, (x_last, y_last) = micro_batches
+    with ddp_model.no_sync():
+        for x, y in first:
+            F.mse_loss(ddp_model(x), y).backward()
+    F.mse_loss(ddp_model(x_last), y_last).backward()
+    for p in ddp_model.parameters():
+        p.grad /= len(micro_batches)
+
+
+def divides_the_gradients_by_three(ddp_model, micro_batches):
+    """Wrong: the gradients divided after backward by 3, the check's first number of micro-batches, written in."""
+    *first, (x_last, y_last) = micro_batches
+    with ddp_model.no_sync():
+        for x, y in first:
+            F.mse_loss(ddp_model(x), y).backward()
+    F.mse_loss(ddp_model(x_last), y_last).backward()
+    for p in ddp_model.parameters():
+        p.grad /= 3
+
+
 ACCUMULATE_MISTAKES = [
     (sync_every_micro_batch, r"(?s)right gradients, but 3 all-reduces.*no_sync"),
     (everything_inside_no_sync, r"^rank 0: no all-reduce happened \(every backward ran inside `no_sync\(\)`\), so "
@@ -696,11 +739,12 @@ ACCUMULATE_MISTAKES = [
 def accumulate_results():
     """Every mistaken answer (and one right one) run by the check's own runner, one after the other in one launch of
     2 ranks."""
-    answers = (*(answer for answer, _ in ACCUMULATE_MISTAKES), *ACCUMULATE_RIGHT)
+    answers = (*(answer for answer, _ in ACCUMULATE_MISTAKES), *ACCUMULATE_RIGHT,
+               divides_the_gradients_by_three)
     return dict(zip(answers, lesson05.run_accumulate_gradients_answers(answers)))
 
 
-ACCUMULATE_RIGHT = (accumulates_past_ddp, sets_the_sync_flag)
+ACCUMULATE_RIGHT = (accumulates_past_ddp, sets_the_sync_flag, divides_the_gradients_after)
 
 
 @pytest.mark.parametrize("answer", ACCUMULATE_RIGHT, ids=[answer.__name__ for answer in ACCUMULATE_RIGHT])
@@ -714,6 +758,16 @@ def test_accumulate_gradients_accepts_other_right_answers(answer, accumulate_res
 def test_accumulate_gradients_rejects_wrong_answers(answer, feedback, accumulate_results):
     with pytest.raises(CheckFailed, match=feedback):
         lesson05.judge_accumulate_gradients(answer.__name__, accumulate_results[answer])
+
+
+def test_accumulate_gradients_names_gradients_divided_by_a_count_for_three(accumulate_results):
+    """The answer divides the gradients after backward, not the losses: the hint names the gradients as divided."""
+    answer = divides_the_gradients_by_three
+    with pytest.raises(CheckFailed, match=r"(?s)^with 4 micro-batches \(with 3 all was right\), rank 0, gradient of "
+                                          r".*\nHint: it is 4/3 of the big batch's gradient: the gradients were "
+                                          r"divided by 3, where there are 4 micro-batches"):
+        lesson05.judge_accumulate_gradients(answer.__name__, accumulate_results[answer],
+                                            lesson05._scales_gradients(answer))
 
 
 def accumulate_gradients_stub(ddp_model, micro_batches):

@@ -14,15 +14,18 @@ import torch
 import torch.distributed as dist
 
 from ddp_lab.checks import CheckFailed, passed
-from ddp_lab.checks.common import (CaseFailed, answer_of, answer_value, call_case, describe, ensure_written,
-                                   first_mismatch, package_answer_used, refuse_written_split, run_answers_on_ranks,
-                                   times_of, uniform_ratio)
+from ddp_lab.checks.common import (CaseFailed, answer_of, answer_value, call_case, describe,
+                                   division_into_a_new_tensor, ensure_written, first_mismatch, gloo_size_abort,
+                                   package_answer_used, refuse_written_split, run_answers_on_ranks, times_of,
+                                   uniform_ratio)
 from ddp_lab.course.device_memory import COMPONENTS, SHARDED, STRATEGIES, memory_per_device
 from ddp_lab.instruments.collectives import (call_arguments, replacing_dist_calls, watching_collectives,
                                              watching_requests)
 
-# world sizes 3 and 8: not 4, so a count of values (4 bytes each) never looks like a split over the devices
-MEMORY_CASES = ((1_200_000, 300_000, 3), (7_000_000_000, 2_000_000_000, 8))
+# world sizes 3 and 8: not 4, so a count of values (4 bytes each) never looks like a split over the devices; the
+# activations are not the params over 2 or 4, so bytes counted from the other argument never look like 16-bit values
+# or a count of values
+MEMORY_CASES = ((1_200_000, 330_000, 3), (7_000_000_000, 2_000_000_000, 8))
 
 _WHY_FULL = {
     "params": "every device runs the whole model, so it needs every weight",
@@ -77,8 +80,10 @@ def check_memory_per_device(fn) -> None:
             for component in COMPONENTS:
                 if got[component] != expected[component]:
                     whole = memory_per_device(n_params, n_activations, world_size, "single")[component]
-                    hint = _memory_hint(strategy, component, got[component], expected[component], n_params,
-                                        world_size, whole)
+                    swapped = memory_per_device(n_activations, n_params, world_size, strategy)[component]
+                    hint = (_other_count_hint(component, got[component], swapped, n_params, n_activations)
+                            or _memory_hint(strategy, component, got[component], expected[component], n_params,
+                                            world_size, whole))
                     raise CheckFailed(f"{call}[{component!r}]: expected {expected[component]:_} bytes, "
                                       f"got {got[component]:_}.\nHint: {hint}")
     passed(f"{name} matches the reference for {', '.join(STRATEGIES)} on {len(MEMORY_CASES)} model sizes")
@@ -92,6 +97,21 @@ def _raised_hint(error: Exception, strategy: str) -> str | None:
     lesson = " (the lesson's version knew only the first three)" if strategy.startswith("zero") else ""
     return (f"the answer has no case for strategy {strategy!r}: handle all six, "
             f"{', '.join(map(repr, STRATEGIES))}{lesson}.")
+
+
+def _other_count_hint(component: str, got, swapped: int, n_params: int, n_activations: int) -> str | None:
+    """The hint for a component whose bytes are what the other count gives (`swapped`: the reference with n_params
+    and n_activations exchanged): the activations counted from n_params, or the model's state from n_activations;
+    None otherwise."""
+    if got != swapped:
+        return None
+    if component == "activations":
+        used, wanted, count = "n_params", "n_activations", n_params
+    else:
+        used, wanted, count = "n_activations", "n_params", n_activations
+    return (f"that is {_NOUN[component]} counted from {used} ({count:_}), not {wanted}: the params, grads and "
+            "optimizer state grow with the parameters (n_params), the activations with the values saved for backward "
+            "(n_activations); the arguments come in the order (n_params, n_activations, world_size, strategy).")
 
 
 def _memory_hint(strategy: str, component: str, got, expected, n_params: int, world_size: int, whole: int) -> str:
@@ -195,10 +215,18 @@ def _data_parallel_one(fn) -> list[dict]:
         model = make_model()
         params = list(model.parameters())
         seen = []
-        model.register_forward_pre_hook(lambda module, args: seen.append(args[0].detach().clone()))
+        copies: list[bool] = []   # per forward: whether it ran on another module than `model` (a copy of it)
+
+        def on_forward(module, args, model=model):
+            seen.append(args[0].detach().clone())
+            copies.append(module is not model)   # a deepcopy of the model carries this hook with it
+
+        model.register_forward_pre_hook(on_forward)
         computed: set[int] = set()   # the parameters whose gradient a backward computed
+        stored: set[int] = set()     # the parameters whose gradient a backward stored in p.grad
         for position, p in enumerate(params):
             p.register_hook(lambda grad, position=position: computed.add(position))
+            p.register_post_accumulate_grad_hook(lambda p, position=position: stored.add(position))
         x, y = make_batch(size)
         given = {"x": x.clone(), "y": y.clone()}   # the batch as handed over, to see one the answer wrote into
         reduced: list[dict] = []     # what each dist.all_reduce was given, its op, and async_op
@@ -238,7 +266,8 @@ def _data_parallel_one(fn) -> list[dict]:
         for work, _ in works:   # let what the answer left running finish before the next batch
             work.wait()
         reports.append({"seen": torch.cat(seen) if seen else torch.empty(0, 3), "grads": grads,
-                        "computed": sorted(computed), "reduced": reduced, "unused_works": unused,
+                        "computed": sorted(computed), "stored": sorted(stored),
+                        "copy_ran": bool(copies) and all(copies), "reduced": reduced, "unused_works": unused,
                         "async_works": len(works), "called": sorted(called), "weights_changed": moved,
                         "changed": [n for n, t in (("x", x), ("y", y)) if not torch.equal(t, given[n])]})
     return reports
@@ -275,7 +304,7 @@ def check_data_parallel_backward(fn, world_size: int = 2, timeout: float = 30.0)
     name = getattr(fn, "__name__", "data_parallel_backward")
     refuse_written_split(fn, name, "the number of ranks, dist.get_world_size()")
     results = run_data_parallel_answers((fn,), world_size, timeout, name)[0]
-    passed(judge_data_parallel_backward(name, results))
+    passed(judge_data_parallel_backward(name, results, division_into_a_new_tensor(fn)))
 
 
 def run_data_parallel_answers(answers: tuple, world_size: int = 2, timeout: float = 30.0,
@@ -286,16 +315,25 @@ def run_data_parallel_answers(answers: tuple, world_size: int = 2, timeout: floa
 
 def _explain_raised(failure) -> str | None:
     """The hint for a rank whose answer raised after handing dist.all_reduce None before any backward (a p.grad
-    that does not exist yet); None for anything else."""
+    that does not exist yet), or that gloo aborted because an all_reduce's tensor met one of another size on another
+    rank; None for anything else."""
+    sizes = gloo_size_abort(failure.details) if failure.kind == "crashed" else None
+    if sizes:
+        arrived, room = sizes
+        return (f"gloo aborted the rank: {arrived} bytes arrived in an all_reduce whose tensor holds {room}, so the "
+                "ranks' all_reduce calls paired gradients of different parameters (another order of the parameters, "
+                "or one skipped, on some rank). Every rank must all-reduce every p.grad, in the same order: that of "
+                "model.parameters(), the same on every rank.")
     if not getattr(failure.exception, "none_before_backward", False):
         return None
     return ("dist.all_reduce was given None before any backward had run: a parameter's .grad is None until "
             "loss.backward() computes it. All-reduce the gradients after backward.")
 
 
-def judge_data_parallel_backward(name: str, results: list[list[dict]]) -> str:
+def judge_data_parallel_backward(name: str, results: list[list[dict]], division: str | None = None) -> str:
     """The ✓ line for one answer's results on every rank (`run_data_parallel_answers`), or CheckFailed naming its
-    mistake."""
+    mistake. `division`: a line of the answer that divides a gradient into a new tensor
+    (`division_into_a_new_tensor`), evidence for a gradient left as the sum."""
     world_size = len(results)
     names = [n for n, _ in make_model().named_parameters()]
     earlier: dict[int, list[list[int]]] = {}
@@ -321,7 +359,7 @@ def judge_data_parallel_backward(name: str, results: list[list[dict]]) -> str:
                 _unwaited(report, expected, names, rank, size, name)
             for position, (got, want) in enumerate(zip(report["grads"], expected)):
                 _compare_grad(got, want, names[position], position, rank, (x, y), world_size, shards, report,
-                              right, name, results[rank])
+                              right, name, results[rank], division)
             moved = report.get("weights_changed")
             if moved:
                 raise CheckFailed(f"batch of {size} samples, rank {rank}: the gradients are right, but {name} changed "
@@ -456,20 +494,31 @@ def _scaled_by_shard(history) -> str:
 
 
 def _compare_grad(got, want, pname, position, rank, batch, world_size, shards, report, right, name,
-                  history=()) -> None:
+                  history=(), division: str | None = None) -> None:
     """CheckFailed if a rank's gradient differs from the full batch's; the hint from the values and from what
     `report` (the rank's `_data_parallel_runner` report) saw: which gradients backward computed, what
     dist.all_reduce was given (with its op and async_op), whether dist.reduce ran. `right`: the ranks whose
     every gradient is right; `name`: the answer's, for messages; `history`: the rank's reports on every batch of
-    BATCHES, whose gradients tell a scale that fits one batch size by chance from one that fits all."""
+    BATCHES, whose gradients tell a scale that fits one batch size by chance from one that fits all; `division`: a
+    line of the answer that divides a gradient into a new tensor (`division_into_a_new_tensor`)."""
     x, y = batch
     where = f"batch of {len(x)} samples, rank {rank}, {pname}.grad"
     reduced = report["reduced"]
     on_grad = [r for r in reduced if r["kind"] == "grad" and r["position"] == position]
     if got is None:
+        if position not in report["computed"] and report.get("copy_ran"):
+            raise CheckFailed(f"{where} is None: the forward ran on a copy of the model (another module with the same "
+                              f"layers, as copy.deepcopy makes), so backward filled the copy's gradients, not those "
+                              f"of the model {name} was given.\nHint: run forward and backward on the model itself: "
+                              "the caller reads the gradients of its own parameters.")
         if position not in report["computed"]:
             raise CheckFailed(f"{where} is None: no backward computed it.\nHint: call loss.backward() on this "
                               "rank's shard.")
+        if "stored" in report and position not in report["stored"]:
+            raise CheckFailed(f"{where} is None: a backward computed it but never stored it in {pname}.grad: "
+                              "torch.autograd.grad returns the gradients to its caller and leaves every p.grad as "
+                              f"it was.\nHint: the caller reads p.grad: call loss.backward(), which accumulates into "
+                              "p.grad, or store the all-reduced gradients there yourself.")
         after = " and dist.all_reduce summed it" if on_grad else ""
         raise CheckFailed(f"{where} is None when {name} returned, although backward computed it{after}: it was "
                           "set to None afterwards.\nHint: model.zero_grad() and optimizer.zero_grad() set the "
@@ -496,6 +545,10 @@ def _compare_grad(got, want, pname, position, rank, batch, world_size, shards, r
                 f"and so it is on every batch ({by_shard}): the summed gradients were divided by "
                 "this rank's shard size. The batch's mean divides the sum by the whole batch, len(x) (world_size "
                 "gives the same only when the batch divides evenly).")
+    elif times_world_size and division:
+        hint = (f"this is {world_size}x the right gradient, the sum that all_reduce left in p.grad: `{division}` "
+                "divides into a NEW tensor, and p.grad, which the caller reads, keeps the sum. Divide p.grad in place "
+                "(/=, div_), or scale each rank's loss before backward.")
     elif times_world_size:
         hint = f"this is {world_size}x the right gradient: all_reduce SUMS; divide by world_size for the mean."
     elif others and "reduce" in report["called"]:

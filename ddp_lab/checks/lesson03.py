@@ -64,7 +64,7 @@ def check_scatter_gather(scatter_batch, gather_outputs) -> None:
         tensors = _batch(rows)
         case = f"scattering a batch of {rows} rows (3 tensors) over {n} devices"
         got = _call(scatter_batch, "scatter_batch", tuple(t.clone() for t in tensors), n)
-        _compare_scatter(got, tensors, n, case)
+        _compare_scatter(got, tensors, n, case, lambda: _reads_n_as_a_size(scatter_batch))
     for rows, n in sorted(SCATTER_CASES, key=lambda case: case[0] % case[1] != 0):  # an even split first
         outputs = list(torch.chunk(_batch(rows)[0] * 2, n))
         got = _call(gather_outputs, "gather_outputs", [o.clone() for o in outputs])
@@ -124,17 +124,64 @@ def _device_order(got, expected) -> list[int] | None:
         else None
 
 
-def _compare_scatter(got, tensors, n, case) -> None:
+def _split_by_size(got, tensors, n) -> bool:
+    """Whether got is every tensor split into chunks of n rows (torch.split(t, n)), grouped by device or by tensor,
+    where that differs from torch.chunk's n chunks."""
+    by_size = [torch.split(t, n) for t in tensors]
+    expected = list(zip(*(torch.chunk(t, n) for t in tensors)))
+    return not _same(expected, list(zip(*by_size))) and (_same(got, list(zip(*by_size))) or _same(got, by_size))
+
+
+def _reads_n_as_a_size(scatter_batch) -> bool:
+    """Whether scatter_batch returns torch.split(t, n)'s chunks of n rows in every case of SCATTER_CASES where those
+    differ from torch.chunk's: one case alone may match by chance (torch.chunk(t, 3) of 10 rows is torch.split(t, 4)'s
+    [4, 4, 2] too)."""
+    for rows, n in SCATTER_CASES:
+        tensors = _batch(rows)
+        if _same(list(zip(*(torch.chunk(t, n) for t in tensors))), list(zip(*(torch.split(t, n) for t in tensors)))):
+            continue
+        try:
+            got = _call(scatter_batch, "scatter_batch", tuple(t.clone() for t in tensors), n)
+        except CheckFailed:
+            return False
+        if not _split_by_size(got, tensors, n):
+            return False
+    return True
+
+
+def _per_tensor(got, tensors) -> bool:
+    """Whether got has one entry per tensor, entry i holding pieces of tensor i (its dtype and the shape of its rows)
+    only: the chunks grouped by tensor, not by device."""
+    return len(got) == len(tensors) and all(
+        isinstance(entry, (list, tuple)) and entry and all(
+            torch.is_tensor(part) and part.dtype == tensor.dtype and part.shape[1:] == tensor.shape[1:]
+            for part in entry)
+        for entry, tensor in zip(got, tensors))
+
+
+def _batch_rows(part: torch.Tensor, tensor: torch.Tensor) -> list[int] | None:
+    """The rows of `tensor` (the batch) that `part`'s rows are, in order, each the first equal row; None where a row
+    is none of them."""
+    if part.dim() == 0 or part.shape[1:] != tensor.shape[1:]:
+        return None
+    flat, rows = tensor.reshape(len(tensor), -1), part.reshape(len(part), -1)
+    found = [(flat == row).all(1).nonzero().flatten() for row in rows]
+    return None if any(len(at) == 0 for at in found) else [int(at[0]) for at in found]
+
+
+def _compare_scatter(got, tensors, n, case, reads_n_as_a_size=lambda: True) -> None:
+    """CheckFailed where got is not torch.chunk's chunks of `tensors` grouped by device. `reads_n_as_a_size()`:
+    whether the answer returns torch.split's chunks of n rows in every case (asked only where this one does)."""
     expected = list(zip(*(torch.chunk(t, n) for t in tensors)))
     if not isinstance(got, (list, tuple)):
         raise CheckFailed(f"{case}: scatter_batch returned {describe(got)}, expected a list with one tuple per device.")
     by_size = [torch.split(t, n) for t in tensors]  # n read as a chunk SIZE: chunks of n rows
-    if not _same(expected, list(zip(*by_size))) and (_same(got, list(zip(*by_size))) or _same(got, by_size)):
+    if _split_by_size(got, tensors, n) and reads_n_as_a_size():
         raise CheckFailed(f"{case}: got chunks of {[len(c) for c in by_size[0]]} rows, expected "
                           f"{[len(e[0]) for e in expected]} rows on {n} devices.\nHint: these are chunks of {n} "
                           f"rows, n read as a chunk SIZE, as torch.split(t, {n}) reads it; torch.chunk(t, {n}) takes "
                           f"the NUMBER of chunks, which is what one chunk per device needs.")
-    if len(got) == len(tensors) != len(expected):
+    if len(got) != len(expected) and _per_tensor(got, tensors):
         raise CheckFailed(f"{case}: got {len(got)} entries, one per *tensor*; expected {len(expected)}, one per "
                           "device.\nHint: return a list over devices whose entry k is a tuple (x_k, labels_k, mask_k) "
                           "of device k's chunks, e.g. list(zip(*chunked_tensors)).")
@@ -168,9 +215,14 @@ def _compare_scatter(got, tensors, n, case) -> None:
                                   "scattering only splits: every chunk keeps its tensor's dtype (torch.chunk "
                                   "returns views of it), labels included.")
             if not torch.equal(part, want):
-                raise CheckFailed(f"{where}: right shape, wrong rows (first row {part[0].tolist()}, expected "
-                                  f"{want[0].tolist()}).\nHint: each device takes a contiguous slice of the "
-                                  "batch (device 0 the first rows), the same rows from every tensor.")
+                rows, wanted = _batch_rows(part, tensors[index]), _batch_rows(want, tensors[index])
+                if rows is not None:
+                    said = f"rows {rows} of the batch, expected rows {wanted}"
+                else:
+                    row = next(k for k in range(len(part)) if not torch.equal(part[k], want[k]))
+                    said = f"row {row} is {part[row].tolist()}, expected {want[row].tolist()}"
+                raise CheckFailed(f"{where}: right shape, wrong rows ({said}).\nHint: each device takes a contiguous "
+                                  "slice of the batch (device 0 the first rows), the same rows from every tensor.")
 
 
 def _shape_problem(where: str, got, expected, device: int, index: int, tensor: torch.Tensor) -> str:
@@ -207,7 +259,12 @@ def _same(got, expected) -> bool:
 
 BARRIER_SECONDS = 5.0
 STAGGER_SECONDS = 0.05   # after the barrier, chunk k's replica waits (its place in _finishing_order) x this
+# A thread the answer starts runs its target only once the answer waits for its threads (a join, or a replica's forward
+# in the calling thread) or this long after its start: a thread that reads the loop's index when it runs (a lambda
+# made in the loop) then reads it after the loop has moved on, every time, not only when the machine is slow.
+HOLD_SECONDS = 0.5
 _barrier: list[threading.Barrier] = []  # set only while the learner's function runs
+_held: list[threading.Event] = []       # meanwhile: set when the answer's threads may run their targets
 _chunks: list[torch.Tensor] = []        # torch.chunk(x, n) of the check's batch, while the learner's function runs
 _caller: list[threading.Thread] = []    # the thread that called the learner's function, meanwhile
 _entered: list[tuple[int, int, int, threading.Thread, str | None]] = []
@@ -254,6 +311,8 @@ class _Recorder(nn.Module):
             index = next((k for k, chunk in enumerate(_chunks) if chunk.shape == x.shape and torch.equal(chunk, x)),
                          -1)
             thread = threading.current_thread()
+            if thread in _caller and _held:   # the caller runs a replica itself: the threads it started may go
+                _held[0].set()
             _entered.append((id(self), index, len(x), thread, _thread_call_line() if thread in _caller else None))
             weight = self.net[0].weight
             _graph.append((torch.is_grad_enabled(), weight.grad_fn is not None))
@@ -296,6 +355,25 @@ def _not_parallel(entered, caller: threading.Thread) -> str:
                 "function and its arguments: threading.Thread(target=work, args=(k,)).")
     return (f"{said}\nHint: parallel_apply starts one threading.Thread(target=work, args=(k,)) per replica, starts "
             "them all, then joins them all; a plain loop runs the replicas one after the other.")
+
+
+def _one_chunk_for_all(entered, chunks, raised: Exception | None) -> str | None:
+    """The feedback where every replica's forward ran on one and the same of several chunks (`entered`: the
+    forwards, as `_entered` records them), with what the answer raised after (`raised`, or None); None otherwise."""
+    indices = [index for _, index, *_ in entered]
+    if len(chunks) < 2 or len(indices) < 2 or len(set(indices)) != 1 or indices[0] < 0:
+        return None
+    chunk = indices[0]
+    last = chunk == len(chunks) - 1
+    then = f" Then data_parallel_loss raised {type(raised).__name__}: {raised}." if raised is not None else ""
+    said = (f"all {len(indices)} replica forwards ran on chunk {chunk}{' (the last)' if last else ''} of the "
+            f"{len(chunks)} chunks, none on the others.{then}")
+    if last:
+        return (f"{said}\nHint: each thread read the loop's index when it ran, after the loop had moved on to its "
+                "last value: a lambda or a function defined in the loop reads k when it is called, not when its "
+                "Thread is made, and a thread made after the loop gets the last k. Hand each thread its own index "
+                "when making it: threading.Thread(target=work, args=(k,)) inside the loop.")
+    return f"{said}\nHint: replica k runs chunks[k]: every chunk once, each in its own thread."
 
 
 def _model() -> nn.Module:
@@ -371,6 +449,8 @@ def check_data_parallel_loss(data_parallel_loss) -> None:
     the result and compares the model's gradients with single-process training, for each of
     LOSS_CASES: 10 rows over 4 devices, then 6 rows, which torch.chunk splits into 3 chunks.
     A replica's thread that raises fails the check with its error (threading would only print it).
+    A thread the answer starts runs only once the answer waits for it (HOLD_SECONDS at most), so a thread that
+    reads its index late always reads the loop's last one.
     A split into a number of chunks written in the code is refused before anything runs.
 
     Introduced in notebooks/03-dataparallel.ipynb.
@@ -402,10 +482,11 @@ def _not_joined(unjoined: int, started: int) -> str | None:
 
 
 @contextlib.contextmanager
-def _watching_threads():
+def _watching_threads(held: threading.Event | None = None):
     """For the block: a list that gets each threading.Thread whose start() the answer's own code called (not a
     library's, as a thread pool's), and a set of those whose join() returned with the thread ended. Thread's start
-    and join are replaced on the class for the block, then put back."""
+    and join are replaced on the class for the block, then put back. `held`: an event each of those threads waits
+    for, at most HOLD_SECONDS, before it runs its target; a join sets it."""
     started: list[threading.Thread] = []
     joined: set[threading.Thread] = set()
     start, join = threading.Thread.start, threading.Thread.join
@@ -413,9 +494,19 @@ def _watching_threads():
     def watched_start(self):
         if library_of(sys._getframe(1).f_code.co_filename) is None:
             started.append(self)
+            if held is not None:
+                run = self.run
+
+                def held_run():
+                    held.wait(HOLD_SECONDS)
+                    run()
+
+                self.run = held_run
         return start(self)
 
     def watched_join(self, timeout=None):
+        if held is not None:
+            held.set()
         result = join(self, timeout)
         if not self.is_alive():
             joined.add(self)
@@ -518,17 +609,18 @@ def _check_one_loss(data_parallel_loss, rows: int, n_devices: int) -> None:
     _barrier.append(threading.Barrier(len(chunks), timeout=BARRIER_SECONDS))
     caller = threading.current_thread()
     _chunks[:], _entered[:], _finished[:], _graph[:], _caller[:] = chunks, [], [], [], [caller]
-    _thread_errors[:] = []
+    _thread_errors[:], _held[:] = [], [threading.Event()]
     hook, threading.excepthook = threading.excepthook, _record_thread_error
     raised, unjoined, started = None, 0, []
     try:
-        with _watching_threads() as (started, joined):
+        with _watching_threads(_held[0]) as (started, joined):
             try:
                 loss = data_parallel_loss(model, x.clone(), y.clone(), n_devices)
             except Exception as error:
                 raised = error
                 unjoined = sum(thread not in joined for thread in started)   # as the answer raised
     finally:
+        _held.pop().set()   # threads never waited for run now, and end before the check lets go of its chunks
         _let_forwards_finish(started)
         threading.excepthook = hook
         broken = _barrier.pop().broken
@@ -541,6 +633,9 @@ def _check_one_loss(data_parallel_loss, rows: int, n_devices: int) -> None:
     if isinstance(raised, NotImplementedError):
         raise CheckFailed(f"data_parallel_loss is not written yet: it raised NotImplementedError({str(raised)!r}). "
                           "Replace the `raise NotImplementedError` line with your answer.") from None
+    same = _one_chunk_for_all(entered, chunks, raised)
+    if same:
+        raise CheckFailed(same) from None
     if raised is not None:
         if broken:  # a thread hit the broken barrier and the answer hid it
             raise CheckFailed(_scatter_problem(chunks, entered) or _not_parallel(entered, caller)) from None

@@ -15,9 +15,12 @@ Introduced in notebooks/05-ddp-in-practice.ipynb.
 
 from __future__ import annotations
 
+import ast
 import math
 import numbers
+import random
 import re
+import sys
 import traceback
 
 import torch
@@ -30,7 +33,7 @@ from torch.nn import functional as F
 from ddp_lab.checks import CheckFailed, passed
 from ddp_lab.checks.common import (POINT_TO_POINT, CaseFailed, CollectivesApart, agree_or_stop, agreeing_collectives,
                                    call_case, ensure_written, first_mismatch, library_of, refuse_written_divisor,
-                                   run_answers_on_ranks, times_of, uniform_ratio)
+                                   run_answers_on_ranks, source_tree, times_of, uniform_ratio)
 
 # (dataset size, world size, epoch, seed): divisible, padded, fewer samples than ranks, fewer than
 # half as many (the padding repeats the permutation more than once), a later epoch, another seed.
@@ -102,13 +105,10 @@ def check_shard_indices(shard_indices) -> None:
 
     Introduced in notebooks/05-ddp-in-practice.ipynb.
     """
-    global_state = torch.get_rng_state()
+    global_state, python_state, numpy_state = torch.get_rng_state(), random.getstate(), _numpy_random_state()
     first = _indices(shard_indices, 12, 2, 0, 0)
     if first != _indices(shard_indices, 12, 2, 0, 0):
-        raise CheckFailed("two calls with the same arguments gave different indices; each rank is a separate "
-                          "process, so they would draw different permutations.\nHint: use "
-                          "torch.Generator().manual_seed(seed + epoch) and torch.randperm(n, generator=g), "
-                          "not the global random state.")
+        raise CheckFailed(_not_reproducible(global_state, python_state, numpy_state))
     if not torch.equal(torch.get_rng_state(), global_state):
         torch.set_rng_state(global_state)
         raise CheckFailed("shard_indices(n=12, world_size=2, rank=0, epoch=0, seed=0) changed torch's global random "
@@ -128,6 +128,39 @@ def check_shard_indices(shard_indices) -> None:
                                   f"\nHint: {hint}")
     passed("shard_indices equals DistributedSampler on every rank: padded, strided, shuffled per epoch "
            f"and seed ({len(SHARD_CASES)} cases)")
+
+
+def _not_reproducible(global_state: torch.Tensor, python_state, numpy_state) -> str:
+    """The feedback for an answer whose two calls with the same arguments gave different indices, from the random
+    states it changed (as they were before the calls: torch's, Python's random module's, numpy's)."""
+    said = ("two calls with the same arguments gave different indices; each rank is a separate process, so they "
+            "would draw different permutations.")
+    changed = [name for name, moved in (
+        ("torch's", not torch.equal(torch.get_rng_state(), global_state)),
+        ("Python's random module's", random.getstate() != python_state),
+        ("numpy's", not _same_numpy_state(_numpy_random_state(), numpy_state))) if moved]
+    if changed:
+        return (f"{said}\nHint: use torch.Generator().manual_seed(seed + epoch) and torch.randperm(n, generator=g), "
+                f"not the global random state ({' and '.join(changed)} changed in the calls).")
+    return (f"{said} No global random state changed in the calls: something kept from one call to the next drew "
+            "the next permutation (a generator made once, outside the function or as a default argument).\nHint: "
+            "make a new torch.Generator().manual_seed(seed + epoch) in every call, so that the indices follow from "
+            "the arguments alone.")
+
+
+def _numpy_random_state():
+    """numpy's global random state (np.random.get_state()), or None where numpy is not loaded (torch loads it
+    wherever it is installed)."""
+    numpy = sys.modules.get("numpy")
+    return None if numpy is None else numpy.random.get_state()
+
+
+def _same_numpy_state(one, other) -> bool:
+    """Whether two `_numpy_random_state()` values are the same state."""
+    if one is None or other is None:
+        return one is other
+    numpy = sys.modules["numpy"]
+    return all(numpy.array_equal(a, b) if isinstance(a, numpy.ndarray) else a == b for a, b in zip(one, other))
 
 
 def _right_at(shard_indices, n: int, world_size: int, epoch: int, seed: int) -> list[tuple[int, int]]:
@@ -182,6 +215,11 @@ def _shard_hint(got, shards, n, world_size, rank, epoch, seed, right_at=lambda: 
         return (f"that is a contiguous block of the padded permutation (padded[{rank} * {per_rank}:"
                 f"{rank + 1} * {per_rank}]). DistributedSampler deals the indices out like cards: rank r takes "
                 f"every world_size-th index starting at r, padded[r::world_size].")
+    if got != padded[rank::world_size] and all(shard == sorted(padded[r::world_size]) for r, shard in
+                                                enumerate(shards)):
+        return ("these are the right indices, sorted: DistributedSampler gives each rank its indices in the "
+                "permutation's order, which is the order the rank visits the samples in (the shuffle within an "
+                "epoch). Return them as padded[rank::world_size] gives them, unsorted.")
     start = next((k for k in range(world_size) if k != rank and got == padded[k::world_size]), None)
     if start is not None:
         return (f"that is padded[{start}::{world_size}], every world_size-th index of the padded permutation "
@@ -542,15 +580,38 @@ def check_accumulate_gradients(accumulate_gradients, timeout: float = 30.0) -> N
     refuse_written_divisor(accumulate_gradients, name, "a loss", "len(micro_batches), the number of micro-batches",
                            divided=("loss",))
     results = run_accumulate_gradients_answers((accumulate_gradients,), timeout, name)[0]
-    passed(judge_accumulate_gradients(name, results))
+    passed(judge_accumulate_gradients(name, results, _scales_gradients(accumulate_gradients)))
 
 
-def judge_accumulate_gradients(name: str, results: list[dict]) -> str:
+def _scales_gradients(fn) -> bool:
+    """Whether fn's source divides or multiplies something whose text names a gradient (`p.grad /= k`,
+    `p.grad.mul_(s)`, `torch._foreach_div_(grads, k)`) and nothing whose text names a loss: evidence that a wrong
+    scale was put on the gradients after backward, not on each micro-batch's loss."""
+    tree = source_tree(fn)
+    if tree is None:
+        return False
+    scaled = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.BinOp, ast.AugAssign)) and isinstance(node.op, (ast.Div, ast.FloorDiv, ast.Mult)):
+            scaled.add(ast.unparse(node.left if isinstance(node, ast.BinOp) else node.target))
+        elif isinstance(node, ast.Call) and ast.unparse(node.func).split(".")[-1] in _SCALING_CALLS:
+            method = isinstance(node.func, ast.Attribute) and ast.unparse(node.func.value) != "torch"
+            scaled.update([ast.unparse(node.func.value)] if method else map(ast.unparse, node.args[:1]))
+    return any("grad" in text for text in scaled) and not any("loss" in text for text in scaled)
+
+
+_SCALING_CALLS = ("div", "div_", "mul", "mul_", "true_divide", "true_divide_", "divide", "multiply", "_foreach_div_",
+                  "_foreach_mul_")
+
+
+def judge_accumulate_gradients(name: str, results: list[dict], scales_gradients: bool = False) -> str:
     """The ✓ line for one answer's results on every rank (`run_accumulate_gradients_answers`), or CheckFailed naming
-    its mistake: the run with 3 micro-batches is judged first, then the run with 4."""
-    _judge_run(results, MICRO_BATCHES, name=name)
+    its mistake: the run with 3 micro-batches is judged first, then the run with 4. `scales_gradients`: the answer
+    scales the gradients after backward, not the losses (`_scales_gradients`), so a wrong divisor is named there."""
+    _judge_run(results, MICRO_BATCHES, name=name, scales_gradients=scales_gradients)
     try:
-        _judge_run([result["more"] for result in results], MORE_MICRO_BATCHES, right_with=MICRO_BATCHES, name=name)
+        _judge_run([result["more"] for result in results], MORE_MICRO_BATCHES, right_with=MICRO_BATCHES, name=name,
+                   scales_gradients=scales_gradients)
     except CheckFailed as failure:
         raise CheckFailed(f"with {MORE_MICRO_BATCHES} micro-batches (with {MICRO_BATCHES} all was right), "
                           f"{failure}") from None
@@ -669,9 +730,11 @@ def _count_feedback(got: dict, count: int, right_with: int | None, grads_right: 
 
 
 def _judge_run(results: list[dict], count: int, right_with: int | None = None,
-               name: str = "accumulate_gradients") -> None:
+               name: str = "accumulate_gradients", scales_gradients: bool = False) -> None:
     """CheckFailed at the first thing a run with `count` micro-batches got wrong on some rank. `right_with`: the
-    number of micro-batches of a run of the same answer that was right (evidence for a count written in the code)."""
+    number of micro-batches of a run of the same answer that was right (evidence for a count written in the code);
+    `scales_gradients`: the answer divides the gradients after backward, not the losses (`_scales_gradients`)."""
+    divided = "the gradients were divided" if scales_gradients else "each micro-batch loss was divided"
     apart = next((got["apart"] for got in results if got.get("apart")), None)
     if apart:
         _apart_feedback(apart, name)
@@ -774,7 +837,7 @@ def _judge_run(results: list[dict], count: int, right_with: int | None = None,
                         "out: divide each micro-batch loss by the number of micro-batches only")
             elif torch.allclose(grad, want / MICRO_SIZE, atol=1e-7):
                 # count · MICRO_SIZE: both len(micro_batches) · len(x) and the number of samples of all micro-batches
-                hint = (f"it is the big batch's gradient divided by {MICRO_SIZE}: each micro-batch loss was divided "
+                hint = (f"it is the big batch's gradient divided by {MICRO_SIZE}: {divided} "
                         f"by {count * MICRO_SIZE}, either len(micro_batches) times len(x) ({count} · {MICRO_SIZE}, "
                         f"the number of samples in a micro-batch once more) or the number of samples in all of this "
                         f"rank's micro-batches ({count * MICRO_SIZE}), the same number: F.mse_loss already averages "
@@ -792,9 +855,8 @@ def _judge_run(results: list[dict], count: int, right_with: int | None = None,
                                                    (count - 1 if right_with is None else None,
                                                     "len(micro_batches) - 1")) if value == divided_by]
                 what = f"{divided_by} ({', or '.join(equals)})," if equals else f"{divided_by},"
-                hint = (f"it is {count}/{divided_by} of the big batch's gradient: each micro-batch loss was divided "
-                        f"by {what} where there are {count} micro-batches: divide by len(micro_batches), "
-                        "which the run decides")
+                hint = (f"it is {count}/{divided_by} of the big batch's gradient: {divided} by {what} where "
+                        f"there are {count} micro-batches: divide by len(micro_batches), which the run decides")
             elif torch.allclose(grad, reference["last only"][index], atol=1e-6):
                 hint = ("only the last micro-batch counted: do not zero the gradients between micro-batches; "
                         "backward adds into p.grad")
