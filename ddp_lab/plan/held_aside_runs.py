@@ -70,7 +70,12 @@ runs is not stated (configs.py's GPT5B saves matmul outputs without batch dimens
 SAVE_NOTHING, the benchmark scripts' Synthetic*Ckpt configs other policies), nor which of Transformer Engine's
 layers such a policy saves; its LLaMA rows are fine-tuning (SFT, LoRA). Automodel: DeepSeek V3 and Kimi K2
 (multi-head latent attention), the Nemotron V3 rows of its later versions (Mamba layers), the LoRA rows (adapters
-not modelled).
+not modelled). TinyLlama's README (24k tokens/s per A100-40GB, commit 09baa9e): Lightning Fabric's bf16-mixed FSDP
+keeps and gathers the parameters in fp32, which the planner cannot express. huggingface/nanotron's
+docs/benchmark_summary.svg: MFU per model size and node count, without the models' shapes, sequence length or the
+FLOP count its MFU uses (its data set could not be read here). AI-Hypercomputer/gpu-recipes' training READMEs: one
+"example of an entry in the logs" each, not a result stated for the recipe's configuration (the A3 Mega Llama 2 7B
+README's MFU, 0.514 from 503.384 TFLOP/s of 989, is the arithmetic of another README's 508.371).
 
 Read by held_out.py, whose table notebooks/13-plan-your-training-run.ipynb prints (docs/planner.md, "Held-out
 validation").
