@@ -144,6 +144,9 @@ BAD_INPUT = [
     ((*LLAMA_8B, "--tp", "2", "--cp", "auto"), ["--cp auto searches cp", "--tp chose one plan"]),
     ((*LLAMA_8B, "--tp", "4", "--pp", "2", "--cp", "4"), ["--tp 4 x --pp 2 x --cp 4 = 32 does not divide"]),
     (("--params", "7B", "--ep", "2"), ["drop --ep"]),
+    ((*LLAMA_8B, "--node-link-gbps", "0"), ["--node-link-gbps must be a positive number, got 0"]),
+    ((*LLAMA_8B, "--node-link-gbps", "nan"), ["--node-link-gbps must be a positive number, got nan"]),
+    (("--params", "7B", "--node-link-gbps", "100"), ["drop --node-link-gbps"]),
     # hybrid sharding: a size, auto (the search's) or none
     ((*LLAMA_8B, "--dp-shard", "0"), ["--dp-shard must be a positive int, auto or none, got 0"]),
     ((*LLAMA_8B, "--dp-shard", "many"), ["--dp-shard", "give a positive int, auto or none"]),
@@ -995,6 +998,26 @@ def test_dp_shard_alone_sets_what_the_search_tries_and_each_plan_gets_one_row_at
             if any(part.startswith("hsdp") for part in label)]
     assert len(labels) == 10 and len(hsdp) == len(set(hsdp)) >= 2
     assert "a search shows the fastest N of each plan" in default
+
+
+def test_node_link_gbps_sets_each_gpus_link_to_other_nodes():
+    """--node-link-gbps replaces the preset's network (400 Gb/s per H100): ZeRO-3 over 16 nodes moves its gathers and
+    reduce-scatters across nodes at a quarter of the rate on 100 Gb/s, so the same plan's data-parallel communication
+    takes more than twice as long there (each collective's latency and its steps inside a node do not slow), and the
+    search's best plan changes (tensor parallelism keeps more of the traffic inside a node)."""
+    flags = ("--model", "llama3-8b", "--cluster", "h100-sxm", "--nodes", "16")
+    one = ("--dp", "128", "--zero", "3", "--grad-accum", "4")
+    (code, fast, err), (_, slow, _), (_, fast_search, _), (_, slow_search, _) = plan_on_each(
+        [flags + one, flags + one + ("--node-link-gbps", "100"), flags + ("--top", "1"),
+         flags + ("--top", "1", "--node-link-gbps", "100")])
+    assert code == 0, err
+
+    def dp_seconds(text):
+        return float(re.search(r"DP communication \(total\) +([\d.]+)", text).group(1))
+
+    assert 2 * dp_seconds(fast) < dp_seconds(slow) < 4 * dp_seconds(fast)
+    best = [re.search(r"\n +1 (.+?) {2}", text).group(1) for text in (fast_search, slow_search)]
+    assert best == ["dp128 tp1 pp1 z2 mb1x4", "dp64 tp2 pp1 z1 mb2x4 sp"], best
 
 
 def test_fp8_plans_say_their_mfu_counts_against_the_bf16_peak():

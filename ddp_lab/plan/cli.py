@@ -28,7 +28,8 @@ from ddp_lab.course.plan.search import (DEFAULT_TOKENS_PER_BATCH, MEMORY_RESERVE
 from ddp_lab.course.plan.strategy import Strategy, check, divisors
 from ddp_lab.plan import cli_fit
 from ddp_lab.plan.cli_flags import (SEARCH_WIDE, SHAPE_FLAGS, SPLIT_FLAGS, STRATEGY_FLAGS, OneLineErrors,
-                                    add_arguments, check_flags, flag_name, in_flags, one_plan_flags)
+                                    add_arguments, check_flags, check_number, flag_name, in_flags,
+                                    one_plan_flags)
 
 # what a plan needs for each of a framework's flags a search applies (search.candidates)
 FITS = {"sequence_parallel": "tp > 1", "tp_comm_overlap": "tp > 1 with sequence parallelism",
@@ -56,6 +57,9 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         cluster = ClusterSpec.preset(args.cluster, nodes=args.nodes or 1, gpus_per_node=args.gpus_per_node)
         if args.overlap_slowdown is not None:
             cluster = cluster.with_(overlap_slowdown=args.overlap_slowdown)
+        check_number("node_link_gbps", args.node_link_gbps)
+        if args.node_link_gbps is not None:
+            cluster = cluster.with_(inter_node_bandwidth=args.node_link_gbps * 1e9 / 8)
         cluster = cli_fit.given_efficiency(cross_region(cluster, args), args)
         args.precision = args.precision or ("bf16" if "bf16" in cluster.gpu.peak_flops else "fp16")
         if args.fp32_grads and args.precision == "fp32":

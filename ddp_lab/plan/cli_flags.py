@@ -106,6 +106,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     where.add_argument("--gpus-per-node", dest="gpus_per_node", type=int, metavar="N",
                        help="GPUs the job uses in each node (default all the preset's): --cluster gb200 --nodes 2 "
                             "--gpus-per-node 64 is 128 GPUs on two NVL72 racks, as NVIDIA's launcher places them")
+    where.add_argument("--node-link-gbps", dest="node_link_gbps", type=float, metavar="GBPS",
+                       help="each GPU's network link to other nodes, Gb/s each way (NCCL drives one NIC per GPU; "
+                            "default the preset's: " + ", ".join(
+                                f"{name} {ClusterSpec.preset(name).inter_node_bandwidth * 8 / 1e9:g}"
+                                for name in PRESET_NAMES) + "). A cloud VM whose 8 GPUs share 4 NICs of 200 Gb/s "
+                            "has 100")
     where.add_argument("--memory-reserve", dest="memory_reserve", type=float,
                        help=f"share of each GPU's memory a plan may not use, kept for the CUDA context, NCCL and "
                             f"fragmentation (default {MEMORY_RESERVE:g}; 0 <= value < 1)")
