@@ -864,7 +864,7 @@ def test_the_table_helps_choose_margin_ties_and_assumptions(capsys):
     best = plan_search(Transformer.preset("llama3-70b"), cluster, top=1)[0]
     tie, source = stated_error(cluster, best)
     in_sample, _ = stated_error(cluster)       # the generation's published runs, which set or checked the constants
-    assert tie >= in_sample and 0 < tie < 0.2   # the larger: here the held-out runs of the plan's family
+    assert tie >= in_sample and 0 < tie < 0.3   # the larger: here the held-out runs of the plan's family
     assert source.startswith("the planner's median error on ") and "held-aside" in source
     rows = re.findall(r"^\s+\d+ (\S+(?: \S+)*?)\s+([0-9.]+)\s+(-?[0-9.]+)\s+[0-9.]+\s+([0-9,]+)\s+[0-9.]+%\s+(.*)$",
                       out, re.M)

@@ -75,6 +75,9 @@ PREDICTED = {
     'MaxText A3 Llama 2 7B HSDP 8 x 4, 32 H100s': 10334.0,
     'MaxText A3 Llama 2 7B HSDP 8 x 8, 64 H100s': 10316.0,
     'MaxText A3 Llama 2 7B HSDP 8 x 16, 128 H100s': 10301.0,
+    'MLPerf GPT-3 175B TP 4 x PP 8, 512 H100s, FP8': 633.17,
+    'MLPerf GPT-3 175B TP 4 x PP 6, 10,752 H100s, FP8': 402.47,
+    'MLPerf GPT-3 175B TP 4 x PP 6, 11,616 H100s, FP8': 421.85,
 }
 
 

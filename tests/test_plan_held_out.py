@@ -159,7 +159,7 @@ def test_family_median_within_the_goal(outcomes, key):
         pytest.fail(f"{FAMILIES[key]} now meets the goal (median {row.median:.1%}): add it to MEETS_GOAL")
 
 
-@pytest.mark.xfail(strict=True, reason="held-aside median 15.3 % over 45 runs on 2026-12-05 (goal 10 %)")
+@pytest.mark.xfail(strict=True, reason="held-aside median 15.9 % over 48 runs on 2026-12-06 (goal 10 %)")
 def test_overall_median_within_the_goal(outcomes):
     total = overall(outcomes)
     print(total)
@@ -228,13 +228,14 @@ def test_every_held_aside_source_begins_with_its_repository():
 
 def test_the_held_aside_h100_runs_of_nvidia_stacks_all_come_out_slow_and_the_others_scatter(outcomes):
     """What docs/planner.md, README, lesson 13 and fit_to_run.py say of the held-aside part: every H100 run of NVIDIA's
-    stacks (DGX Cloud's NeMo and MaxText recipes, NeMo Automodel, JAX-Toolbox's MaxText) predicted slower than it
+    stacks (DGX Cloud's NeMo and MaxText recipes, NeMo Automodel, JAX-Toolbox's MaxText, NVIDIA's MLPerf Training
+    submissions on NeMo) predicted slower than it
     ran, 10-35 % but for JAX-Toolbox's one-node run (9.8 %): one bias, not scatter (MaxText's own one-node run
     too, 7.6 %; its runs on 2-16 VMs, HSDP, 7-20 % fast); OLMo-core's PyTorch FSDP runs on H100s miss less and
     both ways (six slow by 8-19 %, the 13B runs fast, median 10.6 %); the A100 and GB200 runs within 16 % either
     way."""
     aside = [r for r in outcomes if r.split == ASIDE]
-    nvidia = [r.error for r in aside if r.run.gpu == "h100-sxm" and r.run.source.startswith("NVIDIA")]
+    nvidia = [r.error for r in aside if r.run.gpu == "h100-sxm" and r.run.source.startswith(("NVIDIA", "mlcommons"))]
     olmo = [r.error for r in aside if r.run.source.startswith("allenai/OLMo-core")]
     maxtext = [r.error for r in aside if r.run.source.startswith("AI-Hypercomputer/maxtext")]
     others = [r.error for r in aside if r.run.gpu != "h100-sxm"]
@@ -242,9 +243,9 @@ def test_the_held_aside_h100_runs_of_nvidia_stacks_all_come_out_slow_and_the_oth
     assert len(maxtext) == 5 and -0.08 < maxtext[0] < -0.07 and all(0.07 < error < 0.2 for error in maxtext[1:])
     assert max(maxtext) == maxtext[-1], maxtext                           # docs: "the most on 16 VMs"
     jax_toolbox = [r.error for r in aside if r.run.source.startswith("NVIDIA/JAX-Toolbox")]
-    others_of_nvidia = [r.error for r in aside if r.run.gpu == "h100-sxm" and r.run.source.startswith("NVIDIA")
-                        and not r.run.source.startswith("NVIDIA/JAX-Toolbox")]
-    assert len(nvidia) == 26 and all(-0.36 < error < -0.10 for error in others_of_nvidia), sorted(nvidia)
+    others_of_nvidia = [r.error for r in aside if r.run.gpu == "h100-sxm" and r.run.source.startswith(("NVIDIA",
+                        "mlcommons")) and not r.run.source.startswith("NVIDIA/JAX-Toolbox")]
+    assert len(nvidia) == 29 and all(-0.36 < error < -0.10 for error in others_of_nvidia), sorted(nvidia)
     assert len(jax_toolbox) == 1 and -0.10 < jax_toolbox[0] < -0.09, jax_toolbox
     assert len(olmo) == 8 and min(olmo) < -0.15 and max(olmo) > 0.15, sorted(olmo)
     assert sum(error < 0 for error in olmo) == 6 and all(-0.20 < error < -0.08 for error in olmo if error < 0)
