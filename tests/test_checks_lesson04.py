@@ -172,6 +172,12 @@ def all_reduce_product(model):
         dist.all_reduce(p.grad, op=dist.ReduceOp.PRODUCT)
 
 
+def reduces_to_rank_zero(model):
+    for p in model.parameters():
+        dist.reduce(p.grad, dst=0)                    # the sum on rank 0 only
+        p.grad /= dist.get_world_size()
+
+
 AVERAGE_ANSWERS = {   # all return (none raises or hangs): they run one after the other in one launch
     average_gradients: None,
     reduce_op_avg: None,           # gloo in this torch supports ReduceOp.AVG: also right
@@ -186,6 +192,9 @@ AVERAGE_ANSWERS = {   # all return (none raises or hangs): they run one after th
     all_reduce_max: r"(?s)\nHint: this is the element-wise max over the ranks \(ReduceOp\.MAX\): the mean needs their "
                     r"SUM, dist\.all_reduce's default op \(ReduceOp\.SUM\), divided by the world size\.$",
     all_reduce_product: r"(?s)\nHint: this is the element-wise product over the ranks \(ReduceOp\.PRODUCT\)",
+    # rank 0, dst, holds the mean; the others do not, and the dist.reduce on their p.grad is named
+    reduces_to_rank_zero: r"(?s)^rank 1, gradient of '0\.weight': .*\nHint: dist\.reduce ran on this p\.grad: it "
+                          r"delivers the sum to one rank, dst, only.*dist\.all_reduce\(p\.grad\), then divide",
     sum_without_dividing: r"(?s)this is the SUM over ranks.*divide by dist.get_world_size",
     # the sum again, but not for want of a division: each all_reduce sums once more
     all_reduces_the_mean_again: r"(?s)dist.all_reduce ran 2 times on this p.grad, and each call sums over the ranks "
@@ -304,6 +313,35 @@ def test_average_gradients_names_an_all_reduce_never_waited_on():
 def test_average_gradients_ends_a_deadlock_with_a_message():
     with pytest.raises(CheckFailed, match=r"(?s)did not finish within 3 s.*rank 0 in dist.all_reduce.*every rank"):
         check_average_gradients(only_rank_zero_reduces, timeout=DEADLOCK_TIMEOUT)
+
+
+def reverses_the_order_on_odd_ranks(model):
+    params = list(model.parameters())
+    for p in params[::-1] if dist.get_rank() % 2 else params:
+        dist.all_reduce(p.grad)
+        p.grad /= dist.get_world_size()
+
+
+def buffers_first_on_other_ranks(model):
+    tensors = list(model.parameters()) + list(model.buffers())
+    if dist.get_rank() != 0:
+        tensors = list(model.buffers()) + list(model.parameters())
+    for tensor in tensors:
+        dist.broadcast(tensor.data, src=0)
+
+
+@pytest.mark.parametrize("check, answer, collective", [
+    (check_average_gradients, reverses_the_order_on_odd_ranks, "all_reduce"),
+    (check_sync_initial_state, buffers_first_on_other_ranks, "broadcast"),
+])
+def test_collectives_in_another_order_on_some_rank_name_the_order(check, answer, collective):
+    """Ranks that pass their tensors in different orders pair tensors of different sizes, and gloo aborts a rank
+    (SIGABRT): the crash is named as such, not left as a stack."""
+    with pytest.raises(CheckFailed, match=rf"(?s)with signal SIGABRT.*\nHint: gloo aborted the rank: \d+ bytes arrived "
+                                          rf"in a dist\.{collective} whose tensor holds \d+, so the ranks' "
+                                          rf"dist\.{collective} calls paired tensors of different sizes.*in the same "
+                                          rf"order on every rank\.$"):
+        check(answer, timeout=DEADLOCK_TIMEOUT)
 
 
 # --- sync_initial_state ---------------------------------------------------------------------

@@ -258,6 +258,40 @@ def in_float16_and_back(x_local, linear, rank, world_size):
     return (partial + linear.bias.half()).float()
 
 
+def bias_on_rank_0_only(x_local, linear, rank, world_size):
+    partial = x_local @ linear.weight.chunk(world_size, dim=1)[rank].T
+    dist.all_reduce(partial)
+    return partial + linear.bias if rank == 0 else partial   # "the bias once": on one rank, after the sum
+
+
+def reduces_to_rank_0(x_local, linear, rank, world_size):
+    partial = x_local @ linear.weight.chunk(world_size, dim=1)[rank].T
+    dist.reduce(partial, dst=0)                       # the sum on rank 0 only
+    return partial + linear.bias
+
+
+def returns_what_all_reduce_returned(x_local, linear, rank, world_size):
+    partial = x_local @ linear.weight.chunk(world_size, dim=1)[rank].T + linear.bias / world_size
+    return dist.all_reduce(partial)                   # None: it sums in place
+
+
+def column_parallel_instead(x_local, linear, rank, world_size):
+    """The whole input gathered, this rank's output features, all of them gathered: on 3 ranks nn.Linear(9, 7)'s 7
+    output features split 3 + 3 + 1, and an all_gather of pieces of different sizes aborts gloo."""
+    parts = [torch.empty_like(x_local) for _ in range(world_size)]
+    dist.all_gather(parts, x_local.contiguous())
+    mine = torch.nn.functional.linear(torch.cat(parts, dim=-1), linear.weight.chunk(world_size, dim=0)[rank],
+                                      linear.bias.chunk(world_size)[rank])
+    outputs = [torch.empty_like(mine) for _ in range(world_size)]
+    dist.all_gather(outputs, mine)
+    return torch.cat(outputs, dim=-1)
+
+
+def adds_all_reduces_result(x_local, linear, rank, world_size):
+    partial = x_local @ linear.weight.chunk(world_size, dim=1)[rank].T
+    return dist.all_reduce(partial) + linear.bias     # None + the bias: TypeError
+
+
 def row_stub(x_local, linear, rank, world_size):
     raise NotImplementedError("my shard is linear.weight.chunk(world_size, dim=1)[rank]")
 
@@ -303,6 +337,17 @@ ROW_MISTAKES = [   # answers that return (not raise): they run one after the oth
                        r"plus the bias: the full output is their SUM"),
     (in_float16_and_back, r"^rank 0, output\[\d+, \d+, \d+\]: got .*\nHint: the output is linear\(x\) to a few digits "
                           r"only: a matrix product worked on a torch.float16 tensor"),
+    # rank 0's output is right: the bias added on one rank only is named, not a bias missing everywhere
+    (bias_on_rank_0_only, r"^rank 1, output\[0, 0, 0\]: got .*\nHint: the bias is missing here, but rank 0's output "
+                          r"has it: .*every rank adds the bias to the sum \(once, after the all-reduce\), not one rank "
+                          r"only\.$"),
+    (reduces_to_rank_0, r"^rank 1, output\[0, 0, 0\]: got .*\nHint: dist\.reduce ran: it delivers the sum to one rank, "
+                        r"dst, only.*dist\.all_reduce the partial, then add the bias\.$"),
+    (returns_what_all_reduce_returned, r"^rank 0: returns_what_all_reduce_returned returned NoneType None; expected "
+                                       r"the full output.*\nHint: dist\.all_reduce works in place and returns None"),
+    # right outputs on 2 ranks from all_gathers: judged there, not run on 3, where gloo would abort on uneven pieces
+    (column_parallel_instead, r"^rank 0: the output is right, but column_parallel_instead called dist\.all_gather, "
+                              r"dist\.all_gather; .* It gathered what the other ranks hold"),
     (first_block_or_the_second, r"^rank 0, output\[0, 0, 0\] of nn.Linear\(9, 7\) on 3 ranks: got .*, expected "
                                 r".*\.\nOn 2 ranks \(the check's first run\) every rank was right; this is its second "
                                 r"run, on 3 ranks: .*\nHint: rank 2 multiplied its x_local by columns 3 to 5 of "
@@ -318,8 +363,18 @@ def functional_all_reduce(x_local, linear, rank, world_size):
     return funcol.all_reduce(partial, "sum", dist.group.WORLD) + linear.bias
 
 
+def autograd_all_reduce_imported_inside(x_local, linear, rank, world_size):
+    """Right too: torch.distributed.nn's all_reduce, imported inside the answer while the 2-rank group stands (its
+    default group is read at import: common.groups_of imports the module before any group, so the 3-rank run does not
+    wait on the destroyed 2-rank group)."""
+    import torch.distributed.nn.functional as distributed_nn
+
+    partial = x_local @ linear.weight.chunk(world_size, dim=1)[rank].T
+    return distributed_nn.all_reduce(partial) + linear.bias
+
+
 # right answers the solution does not cover, in the same launch
-ROW_RIGHT = [shard_from_the_shapes, functional_all_reduce, einsum_with_my_columns]
+ROW_RIGHT = [shard_from_the_shapes, functional_all_reduce, einsum_with_my_columns, autograd_all_reduce_imported_inside]
 
 
 @pytest.fixture(scope="module")
@@ -337,7 +392,7 @@ def test_row_parallel_forward_accepts_right_answers_the_solution_does_not_cover(
 @pytest.mark.parametrize("answer, feedback", ROW_MISTAKES, ids=[answer.__name__ for answer, _ in ROW_MISTAKES])
 def test_row_parallel_forward_names_wrong_outputs(answer, feedback, row_results):
     with pytest.raises(CheckFailed, match=feedback):
-        lesson08.judge_row(answer.__name__, row_results[answer])
+        lesson08.judge_row(answer.__name__, row_results[answer], lesson08._returns_a_call_result(answer, "all_reduce"))
 
 
 @pytest.mark.parametrize("answer, feedback", [   # each raises on the ranks, which ends its launch: one launch each
@@ -355,6 +410,9 @@ def test_row_parallel_forward_names_wrong_outputs(answer, feedback, row_results)
                              r"x_local already is this rank's part of the input \(4 of the 8 features\): you split it "
                              r"again"),
     (row_stub, r"row_stub is not written yet: it raised NotImplementedError"),
+    (adds_all_reduces_result, r"(?s)^rank \d: adds_all_reduces_result raised TypeError: unsupported operand "
+                              r"type\(s\) for \+: 'NoneType' and 'Parameter'.*\nHint: dist\.all_reduce works in place "
+                              r"and returns None \(a work to wait on with async_op=True\), not the sum"),
     # right for nn.Linear(8, 6); for nn.Linear(12, 10) x_local has 6 features, the shard 4 (or 8) columns
     (shard_width_written, r"(?s)^rank \d: shard_width_written raised RuntimeError: .*\(15x6 and 4x10\).*while "
                           r"computing a row-parallel nn.Linear\(12, 10\).*Hint: x_local has 6 features here, but the "

@@ -262,6 +262,18 @@ def never_gathers(params, shards, optimizer):
         p.detach().view(-1).chunk(world_size)[rank].copy_(s.detach())  # only its own slot
 
 
+def gathers_into_a_new_list(params, shards, optimizer):
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    for p, s in zip(params, shards):
+        dist.all_reduce(p.grad)
+        p.grad /= world_size
+        s.grad = p.grad.reshape(-1).chunk(world_size)[rank]
+    optimizer.step()
+    for s in shards:
+        gathered = [torch.empty_like(s) for _ in range(world_size)]
+        dist.all_gather(gathered, s.detach())          # every shard arrives, in tensors p never reads
+
+
 def never_sets_the_shard_grads(params, shards, optimizer):
     rank, world_size = dist.get_rank(), dist.get_world_size()
     for p, s in zip(params, shards):
@@ -543,6 +555,10 @@ ZERO1_MISTAKES = [   # answers that return (not raise): they run one after the o
                                       r"but on another tensor than p.grad \(a clone or a copy of it\): all_reduce "
                                       r"sums in place into the tensor it is given(?!.*never reached)"),
     (zero1_init, never_gathers, r"(?s)rank 0 of 2, step 0: parameter '0.weight'.*only this rank's own slice changed"),
+    # it all-gathered: "all-gather the updated shards into p" would read as done; the tensors it gathered into are named
+    (zero1_init, gathers_into_a_new_list, r"(?s)^rank 0 of 2, step 0: parameter '0.weight'.*\nHint: the parameters did "
+                                          r"not change, though zero1_step called dist\.all_gather: it writes into the "
+                                          r"tensors it is given .*none of them was p's\. Gather into views of p"),
     # whether the gathered values arrived by the time the step returned (by luck) or not, the work never waited for
     (zero1_init, gathers_without_waiting, r"(?s)^rank 0 of 2, step 0: .*a collective called with async_op=True "
                                           r"returned a work that was never waited for"),

@@ -864,6 +864,11 @@ def groups_of(rank: int, world_sizes, name: str) -> Iterator[int]:
     import datetime
 
     import torch.distributed as dist
+    # torch.distributed.nn.functional's collectives take group=group.WORLD as a default argument, read when the
+    # module is first imported: imported inside an answer while the first size's group stands, they would keep that
+    # group (destroyed after it) at the next size. Imported here, before any group, the default is None: the group
+    # standing when they are called.
+    import torch.distributed.nn.functional  # noqa: F401
 
     from ddp_lab.launcher.rendezvous import own_store   # lazy: the rank's one store connection
 

@@ -19,8 +19,8 @@ import torch.nn.functional as F
 
 from ddp_lab.checks import CheckFailed, passed
 from ddp_lab.checks.common import (CaseFailed, CollectivesApart, agree_or_stop, agreeing_collectives, call_case,
-                                   division_into_a_new_tensor, ensure_written, first_mismatch, refuse_written_divisor,
-                                   recording_async_calls, right_by_luck, run_answers_on_ranks)
+                                   division_into_a_new_tensor, ensure_written, first_mismatch, gloo_size_abort,
+                                   refuse_written_divisor, recording_async_calls, right_by_luck, run_answers_on_ranks)
 from ddp_lab.instruments.collectives import replacing_dist_calls, watching_collectives, watching_requests
 
 WORLD_SIZE = 2           # sync_initial_state
@@ -43,11 +43,28 @@ def _hang_hint(collective: str) -> str:
             "not only on some ranks.")
 
 
+def _explain_crash(collective: str, tensors: str):
+    """`run_on_ranks`'s explain for a rank that gloo aborted because what arrived in a collective does not fit its
+    tensor (`common.gloo_size_abort`): the ranks' calls paired tensors of different sizes. `tensors`: what every rank
+    must pass, in one order."""
+    def explain(failure) -> str | None:
+        sizes = gloo_size_abort(failure.details) if failure.kind == "crashed" else None
+        if not sizes:
+            return None
+        arrived, room = sizes
+        return (f"gloo aborted the rank: {arrived} bytes arrived in a dist.{collective} whose tensor holds {room}, so "
+                f"the ranks' dist.{collective} calls paired tensors of different sizes (another order of the tensors "
+                "on some rank, or one skipped; a set's order differs from process to process). Every rank must pass "
+                f"{tensors}, in the same order on every rank.")
+    return explain
+
+
 # --- average_gradients ------------------------------------------------------------------
 
 def _recording_collectives(seen: list[tuple[str, int]]):
-    """Inside a rank: remember (name, storage) of every tensor passed to dist.all_reduce or dist.broadcast."""
-    return watching_collectives({"all_reduce": (0, "tensor"), "broadcast": (0, "tensor")},
+    """Inside a rank: remember (name, storage) of every tensor passed to dist.all_reduce, dist.broadcast or
+    dist.reduce."""
+    return watching_collectives({"all_reduce": (0, "tensor"), "broadcast": (0, "tensor"), "reduce": (0, "tensor")},
                                 lambda name, tensor: seen.append((name, tensor.data_ptr())))
 
 
@@ -73,6 +90,7 @@ def _average_runner(rank: int, average_gradients) -> dict:
             "params_reduced": any(p.data_ptr() in reduced for p in model.parameters()),
             "grad_reduced": [pointer in reduced for pointer in grads], "all_reduces": len(reduced),
             "grad_reductions": [reduced.count(pointer) for pointer in grads],
+            "grad_reduced_to_one": [any(name == "reduce" and at == pointer for name, at in seen) for pointer in grads],
             "broadcasts": sum(name == "broadcast" for name, _ in seen)}
 
 
@@ -100,7 +118,8 @@ def _average_answers_runner(rank: int, answers: tuple) -> list[dict]:
 def run_average_answers(answers: tuple, timeout: float = 30.0, name: str = "average_gradients") -> list[list[dict]]:
     """Run each answer once on the same ranks (one launch); [answer][rank] -> what `_average_runner` recorded."""
     return run_answers_on_ranks(_average_answers_runner, answers, AVERAGE_WORLD_SIZE, timeout, name,
-                                timeout_hint=_hang_hint("all_reduce"))
+                                timeout_hint=_hang_hint("all_reduce"),
+                                explain=_explain_crash("all_reduce", "every p.grad, each once"))
 
 
 def judge_average_gradients(name: str, results: list[dict], division: str | None = None) -> str:
@@ -153,6 +172,10 @@ def _average_hint(got, mean, local: list, result: dict, index: int, rank: int, d
                 "all-reduce each gradient once, then divide it by the world size once")
     if result.get("unwaited", [False] * (index + 1))[index]:   # whatever the value: how much had arrived was timing
         return _NOT_WAITED
+    if result.get("grad_reduced_to_one", [False] * (index + 1))[index] and not on_grad:
+        return ("dist.reduce ran on this p.grad: it delivers the sum to one rank, dst, only, and leaves the other "
+                "ranks' tensors undefined (their own gradient, or a partial sum). Every rank needs the mean: "
+                "dist.all_reduce(p.grad), then divide by the world size")
     if torch.allclose(got, mean * size, atol=1e-6) and division:
         return (f"this is the SUM over ranks: your line `{division}` divides into a NEW tensor and leaves p.grad as "
                 "all_reduce made it. Divide p.grad in place (p.grad /= world_size, or p.grad.div_(world_size))")
@@ -273,7 +296,8 @@ def run_sync_answers(answers: tuple, timeout: float = 30.0, name: str = "sync_in
     where the ranks' broadcasts disagreed on src, only every rank's src ("src_apart"). "unwaited": the entries an
     async dist.broadcast never waited for wrote into, "unwaited_elsewhere": how many such broadcasts went elsewhere."""
     return run_answers_on_ranks(_sync_answers_runner, answers, WORLD_SIZE, timeout, name,
-                                timeout_hint=_hang_hint("broadcast"))
+                                timeout_hint=_hang_hint("broadcast"),
+                                explain=_explain_crash("broadcast", "every parameter and every buffer"))
 
 
 def check_sync_initial_state(sync_initial_state, timeout: float = 30.0) -> None:

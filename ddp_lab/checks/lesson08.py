@@ -146,21 +146,29 @@ def _row_runner(rank: int, answers: tuple) -> dict[int, list[list[dict] | None]]
     """In a rank launched with init_process_group=False: every answer on a default group of each world size of
     ROW_RUNS this rank belongs to, 2 ranks first (`common.groups_of`), for each of that size's layers in turn:
     {world size: [answer] -> [layer] -> `_row_layer`'s record}. After the first run, only the answers whose every
-    output there was right on every rank run (None for the others): an answer wrong on 2 ranks gets the feedback of 2
-    ranks, where on 3 it might raise or hang, which would end the launch first."""
+    output there was right on every rank, from no collective but dist.all_reduce, run (None for the others): an answer
+    wrong on 2 ranks gets the feedback of 2 ranks, where on 3 it might raise, abort or hang (an all_gather of uneven
+    pieces), which would end the launch first. An exchange by send/recv runs on 3: the judge of 2 ranks names what it
+    did there."""
     results: dict[int, list] = {}
     for world_size in groups_of(rank, tuple(ROW_RUNS), "row_parallel_forward"):
         run = [True] * len(answers)
         if world_size != WORLD_SIZE:
             first = results.get(WORLD_SIZE)   # this rank's records of the first run (rank 2 had none)
-            right = torch.tensor([first is None or all(_right_output(record["out"], *shape) for record, shape in
-                                                       zip(first[index], ROW_RUNS[WORLD_SIZE]))
+            right = torch.tensor([first is None or all(_right_output(record["out"], *shape) and
+                                                       set(record["calls"]) <= _RUN_ON_THE_SECOND_SIZE
+                                                       for record, shape in zip(first[index], ROW_RUNS[WORLD_SIZE]))
                                   for index in range(len(answers))], dtype=torch.int32)
             dist.all_reduce(right, op=dist.ReduceOp.MIN)   # the check's own collective, before any answer runs here
             run = right.bool().tolist()
         results[world_size] = [[_row_layer(rank, answer, *shape) for shape in ROW_RUNS[world_size]] if runs else None
                                for answer, runs in zip(answers, run)]
     return results
+
+
+# The calls of an answer right on 2 ranks that the run on 3 may tell more about (`_how_it_communicated`); any other
+# call is refused by the judge of 2 ranks whatever the run on 3 shows
+_RUN_ON_THE_SECOND_SIZE = frozenset({"all_reduce", *POINT_TO_POINT_CALLS})
 
 
 def _right_output(got, in_features: int, out_features: int) -> bool:
@@ -304,7 +312,7 @@ def _explain_row(failure) -> str | None:
     named = _LAYER.search(getattr(failure.exception, "case", "") or "")
     in_features, out_features, rank, world_size = (int(group) for group in named.groups()) if named else \
         (*ROW_LAYERS[0], failure.rank, WORLD_SIZE)
-    hint = (_explain_point_to_point(failure, rank, world_size) or
+    hint = (_explain_point_to_point(failure, rank, world_size) or _explain_none(failure) or
             _explain_shapes(failure, in_features, out_features, rank, world_size))
     if world_size == WORLD_SIZE:
         return hint
@@ -326,6 +334,21 @@ def _explain_point_to_point(failure, rank: int, world_size: int) -> str | None:
         return None
     return (f"a send/recv exchange between ranks is an all-reduce by hand, {found}. A row-parallel layer needs no "
             "send/recv: sum the partials over every rank with one dist.all_reduce, then add the bias")
+
+
+_RETURNS_NONE = ("dist.all_reduce works in place and returns None (a work to wait on with async_op=True), not the sum: "
+                 "all-reduce the partial, then use that tensor itself, which now holds the sum")
+
+
+def _explain_none(failure) -> str | None:
+    """The hint for a TypeError about None raised on the learner's line that calls dist.all_reduce: its result, None,
+    used as the sum (`dist.all_reduce(partial) + linear.bias`)."""
+    if getattr(failure.exception, "kind", None) != "TypeError" or \
+            "NoneType" not in (getattr(failure.exception, "message", "") or ""):
+        return None
+    head = (getattr(failure, "details", "") or "").split("The above exception was the direct cause")[0]
+    frames = [frame for frame in parse_frames(head) if library_of(frame["file"]) is None]
+    return _RETURNS_NONE if frames and "all_reduce(" in "\n".join(frames[-1]["text"]) else None
 
 
 def _explain_shapes(failure, in_features: int, out_features: int, rank: int, world_size: int) -> str | None:
@@ -395,11 +418,12 @@ def _reduced_with(got: torch.Tensor, own: torch.Tensor, parts: list[torch.Tensor
 
 
 def _row_hint(got, rank, world_size, expected, partials, bias, calls: list, columns: list, width: int,
-              seen: list = ()) -> str:
+              seen: list = (), right_elsewhere: list = ()) -> str:
     """The likely mistake behind a wrong output on `rank`: a result right to a lower precision only (`seen`: (what,
     dtype) of the products and collectives it ran, `_lost_precision`), a known wrong sum, or (`columns`: [rank] -> the
     columns of linear.weight its first product used, `_columns_of`; `width`: a rank's input features) a rank that
-    multiplied by other columns than its own."""
+    multiplied by other columns than its own. `right_elsewhere`: the ranks whose output is right (a sum without the
+    bias on a rank, beside a right one, is a bias added on some ranks only)."""
     lost = _lost_precision(got, expected, seen)
     if lost:
         return (f"the output is linear(x) to a few digits only: {lost}; the result was turned back into "
@@ -414,7 +438,10 @@ def _row_hint(got, rank, world_size, expected, partials, bias, calls: list, colu
         (expected + (world_size - 1) * bias,
          f"the bias is in the sum {world_size} times: every rank added it before the all-reduce. Add the bias "
          "once, after dist.all_reduce"),
-        (total, "the bias is missing: the row-parallel layer keeps the whole bias and adds it once, after the "
+        (total, f"the bias is missing here, but rank {right_elsewhere[0]}'s output has it: after dist.all_reduce "
+                "every rank holds the summed partials and returns the full output, so every rank adds the bias to "
+                "the sum (once, after the all-reduce), not one rank only" if right_elsewhere else
+                "the bias is missing: the row-parallel layer keeps the whole bias and adds it once, after the "
                 "all-reduce"),
         (partials[rank] + bias, f"this is rank {rank}'s own partial sum plus the bias: {own}"),
         (partials[rank], f"this is rank {rank}'s own partial sum: dist.all_reduce it (SUM over ranks), then add "
@@ -423,9 +450,14 @@ def _row_hint(got, rank, world_size, expected, partials, bias, calls: list, colu
                                     "ReduceOp.AVG): the full output is their SUM, dist.all_reduce's default op, with "
                                     "no division"),
     ]
-    for value, hint in candidates:
-        if torch.allclose(got, value, atol=1e-5, rtol=1e-5):
-            return hint
+    matched = next((index for index, (value, _) in enumerate(candidates)
+                    if torch.allclose(got, value, atol=1e-5, rtol=1e-5)), None)
+    if "reduce" in calls and "all_reduce" not in calls and matched in (None, 2, 3):   # not a sum, or its own partial
+        return ("dist.reduce ran: it delivers the sum to one rank, dst, only, and leaves the other ranks' tensors "
+                "undefined (their own partial, or a partial sum). Every rank returns the full output: "
+                "dist.all_reduce the partial, then add the bias")
+    if matched is not None:
+        return candidates[matched][1]
     reduced = _reduced_with(got, partials[rank], partials, added=bias)
     if reduced:
         return (f"this is the element-wise {reduced} of the partial sums, plus the bias: the full output is their "
@@ -466,17 +498,19 @@ def check_row_parallel_forward(row_parallel_forward, timeout: float = 30.0) -> N
     refuse_written_split(row_parallel_forward, name, "world_size, the argument (one piece per rank)")
     refuse_written_divisor(row_parallel_forward, name, "the input features", "world_size, the argument",
                            divided=("features", "weight"))
-    passed(judge_row(name, run_row_answers((row_parallel_forward,), timeout, name)[0]))
+    passed(judge_row(name, run_row_answers((row_parallel_forward,), timeout, name)[0],
+                     _returns_a_call_result(row_parallel_forward, "all_reduce")))
 
 
-def judge_row(name: str, results: dict[int, list[list[dict]]]) -> str:
+def judge_row(name: str, results: dict[int, list[list[dict]]], returns_call: bool = False) -> str:
     """Feedback for one row_parallel_forward answer's results ({world size: [rank] -> [layer] -> record},
     `run_row_answers`), 2 ranks first, then 3 (saying that 2 were right): for each, the outputs of its first layer,
     then the calls it made (a right output from gathered inputs is not row parallelism), the caller's layer, the
     widths its products summed over, then the outputs of its further layers; raise CheckFailed, or return the ✓
-    text."""
+    text. `returns_call`: `_returns_a_call_result` of the answer, evidence for an output of None."""
     judge_in_order([(size, results[size]) for size in ROW_RUNS],
-                   lambda size, records: _judge_row_size(name, size, records, results), _second_run_note)
+                   lambda size, records: _judge_row_size(name, size, records, results, returns_call),
+                   _second_run_note)
     runs = [f"{' and '.join(_layer(*shape) for shape in layers)} on {size} ranks" for size, layers in ROW_RUNS.items()]
     return (f"{name}: every rank returns linear(x) from its share of the input features and one all-reduce, for "
             f"{', then '.join(runs)}")
@@ -489,9 +523,11 @@ def _wrong_ranks(world_size: int, records: list) -> list[int]:
             if layers is not None and not _right_output(layers[0]["out"], *ROW_RUNS[world_size][0])]
 
 
-def _judge_row_size(name: str, world_size: int, records: list[list[dict]], everything: dict) -> None:
+def _judge_row_size(name: str, world_size: int, records: list[list[dict]], everything: dict,
+                    returns_call: bool = False) -> None:
     """CheckFailed at the first thing one world size's records ([rank] -> [layer] -> `_row_layer`'s record) get
-    wrong; `everything`: every world size's, for what a later run showed of the answer's send/recv."""
+    wrong; `everything`: every world size's, for what a later run showed of the answer's send/recv; `returns_call`:
+    whether the answer returns what a dist call returned (`_returns_a_call_result`)."""
     layers = ROW_RUNS[world_size]
     in_features, out_features = layers[0]
     linear, x = _linear(in_features, out_features), _row_input(in_features)
@@ -506,15 +542,18 @@ def _judge_row_size(name: str, world_size: int, records: list[list[dict]], every
     for rank in range(world_size):
         got = records[rank][0]["out"]
         if not torch.is_tensor(got) or got.shape != expected.shape:
+            none = f"\nHint: {_RETURNS_NONE}." if got is None and returns_call else ""
             raise CheckFailed(f"rank {rank}: {name} returned {describe(got)}{for_layer}; expected the full output, a "
                               f"tensor of shape {tuple(expected.shape)} (every rank returns all {out_features} output "
-                              "features).")
+                              f"features).{none}")
         _judge_row_dtype(rank, name, got, expected, for_layer)
         if torch.allclose(got, expected, atol=1e-5, rtol=1e-5):
             continue
+        right_elsewhere = [other for other in range(world_size) if other != rank and
+                           _right_output(records[other][0]["out"], in_features, out_features)]
         hint = _row_hint(got, rank, world_size, expected, partials, bias, records[rank][0]["calls"],
                          [per_rank[0].get("columns") for per_rank in records], in_features // world_size,
-                         records[rank][0].get("seen", []))
+                         records[rank][0].get("seen", []), right_elsewhere)
         raise CheckFailed(f"{_mismatch(rank, 'output', got, expected, layer)}.\nHint: {hint}.")
     for rank in range(world_size):
         calls = records[rank][0]["calls"]
@@ -743,12 +782,19 @@ def check_copy_to_model_parallel_region(function_class, timeout: float = 30.0) -
 def returns_a_call_result(function_class) -> bool:
     """Whether the class's backward returns what a dist call returned (`return dist.all_reduce(g)`, or a name bound
     to such a call): evidence for a gradient of None, since dist.all_reduce works in place and returns None."""
+    return _returns_a_call_result(getattr(function_class, "backward", None))
+
+
+def _returns_a_call_result(function, call: str | None = None) -> bool:
+    """Whether `function` returns what a dist call returned (`return dist.all_reduce(g)`, or a name bound to such a
+    call); `call`: only a call of that function of dist counts."""
     try:
-        tree = ast.parse(textwrap.dedent(inspect.getsource(function_class.backward)))
+        tree = ast.parse(textwrap.dedent(inspect.getsource(function)))
     except (OSError, TypeError, SyntaxError, AttributeError):
         return False
     def is_dist_call(node) -> bool:
-        return isinstance(node, ast.Call) and ast.unparse(node.func).split(".")[0] == "dist"
+        return (isinstance(node, ast.Call) and ast.unparse(node.func).split(".")[0] == "dist" and
+                (call is None or ast.unparse(node.func).split(".")[-1] == call))
 
     bound = {target.id for node in ast.walk(tree) if isinstance(node, ast.Assign) and is_dist_call(node.value)
              for target in node.targets if isinstance(target, ast.Name)}

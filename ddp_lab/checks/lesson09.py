@@ -295,11 +295,18 @@ def _zero1_one(rank: int, zero1_init, zero1_step) -> dict:
         return all_reduce
 
     gathers: list = []   # [work, waited] of this step's gathers with async_op=True (the updated shards into p)
+    written: list = []   # (its name, whether an output is a parameter's storage) for each of this step's gathers
 
     def watching_gather(original):
         def gather(*args, **kwargs):
+            given = call_arguments(original, args, kwargs) or {}
+            outputs = given.get("tensor_list", given.get("output_tensor", given.get("tensor")))
+            outputs = [outputs] if torch.is_tensor(outputs) else list(outputs or [])
+            storages = {p.untyped_storage().data_ptr() for p in params}
+            written.append((getattr(original, "__name__", "all_gather"), any(
+                torch.is_tensor(output) and output.untyped_storage().data_ptr() in storages for output in outputs)))
             work = original(*args, **kwargs)
-            if (call_arguments(original, args, kwargs) or {}).get("async_op") and work is not None:
+            if given.get("async_op") and work is not None:
                 entry = [work, False]
                 gathers.append(entry)
                 requests.watch(work, lambda entry=entry: entry.__setitem__(1, True))
@@ -316,6 +323,7 @@ def _zero1_one(rank: int, zero1_init, zero1_step) -> dict:
         reduced.update(grads=set(), waited_on=set(), other=False, unwaited=None)
         pending.clear()
         gathers.clear()
+        written.clear()
         with watching_requests() as requests, replacing_dist_calls({"all_reduce": watching_all_reduce, **{
                 name: watching_gather for name in ("all_gather", "all_gather_into_tensor", "broadcast")}}):
             call_case(zero1_step, f"zero1_step(params, shards, optimizer) on rank {rank} of {world_size}, step {step}",
@@ -330,7 +338,9 @@ def _zero1_one(rank: int, zero1_init, zero1_step) -> dict:
                         "stepped": bool(at_step),
                         "shard_grads": at_step[0] if at_step else [_grad_copy(s) for s in shards],
                         "adam_values": optimizer_state_bytes(optimizer) // 4, "optimizer": kind, "lr": lrs,
-                        "world_size": world_size, "unwaited_gathers": unwaited_gathers})
+                        "world_size": world_size, "unwaited_gathers": unwaited_gathers,
+                        "gathered_elsewhere": sorted({name for name, _ in written})
+                        if written and not any(into for _, into in written) else []})
         for work, _ in gathers:   # the next step starts after this one's gathers
             work.wait()
         if any(p.shape != old.shape for p, old in zip(params, before)):
@@ -597,6 +607,11 @@ def _params_hint(value: torch.Tensor, want: torch.Tensor, before: torch.Tensor, 
         return (f"the parameters {state} when zero1_step returned: a collective called with async_op=True "
                 "returned a work that was never waited for, and its values arrive only when you call .wait() on it: "
                 "wait for it before zero1_step returns.")
+    if _close(value, before) and got.get("gathered_elsewhere"):
+        called = " and ".join(f"dist.{name}" for name in got["gathered_elsewhere"])
+        return (f"the parameters did not change, though zero1_step called {called}: it writes into the tensors it "
+                "is given (new ones from torch.empty_like, slices of p.grad, a copy), and none of them was p's. "
+                "Gather into views of p, list(p.detach().view(-1).chunk(world_size)), or copy what arrived into p.")
     if _close(value, before):
         return ("the parameters did not change: after optimizer.step() all-gather the updated shards into p "
                 "(the optimizer only updated the shards).")
