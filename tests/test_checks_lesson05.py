@@ -270,7 +270,8 @@ def test_shard_indices_accepts_right_answers(capsys):
     # no global random state moved: the generator kept between calls is named, not the global random state
     (one_generator_kept_across_calls,
      r"^two calls with the same arguments gave different indices; .* No global random state changed in the calls: "
-     r"something kept from one call to the next drew the next permutation .*\nHint: make a new "
+     r"the permutation came from a generator the arguments do not seed, one kept from one call to the next .*"
+     r"\nHint: make a new "
      r"torch\.Generator\(\)\.manual_seed\(seed \+ epoch\) in every call"),
     # the right indices in another order: sorted, not another shuffle (random.shuffle, numpy or another seed)
     (sorted_shards,

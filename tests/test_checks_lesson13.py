@@ -457,9 +457,9 @@ model_states_only.__name__, a_reserve_of_5_percent.__name__ = "model_states_only
 
 @pytest.mark.parametrize("answer, feedback", [
     (keeping_the_best_across_calls(), r"(?s)^llama3-70b on 8 x 8 A100 40GB .*: dp32 tp2 pp1 z3 mb2x1 sp does not "
-                                      r"fit: .*\nHint: best_kept_across_calls returned the very Strategy object it "
-                                      r"returned for gpt3-175b on 8 x 8 H200 \(64 GPUs\), global batch 64: a plan "
-                                      r"kept from an earlier call"),
+                                      r"fit: .*\nHint: .*\nAlso: best_kept_across_calls returned the very Strategy "
+                                      r"object it returned for gpt3-175b on 8 x 8 H200 \(64 GPUs\), global batch 64\. If "
+                                      r"the best plan so far lives outside the function"),
     (every_strategy_refused, r"(?s)^(?!.*it tried fits this run)every_strategy_refused raised AttributeError: "
                              r"'NoneType' object has no attribute 'strategy'.*\nHint: your search ended without a plan "
                              r"\(None\): none of the candidates it tried passed its tests.*or every candidate raised a "
@@ -472,8 +472,8 @@ model_states_only.__name__, a_reserve_of_5_percent.__name__ = "model_states_only
                              r"needs 90.7% of the GPU's memory.*or with a share of it of your own"),
 ])
 def test_choose_plan_names_only_the_mistake_its_evidence_shows(answer, feedback):
-    """Each answer here made another mistake than the one its evidence looked like before: a plan kept across calls
-    (not a memory test), a search whose every Strategy the planner refused (not one that found no plan that fits),
-    memory tests other than Plan.fits (not one that never asked)."""
+    """Each answer here made a mistake other than the one a first look at its result suggests: a plan kept across
+    calls (said beside the memory hint), a search whose every Strategy the planner refused (not one that found no
+    plan that fits), memory tests other than Plan.fits (not one that never asked)."""
     with pytest.raises(CheckFailed, match=feedback):
         check_choose_plan(answer)

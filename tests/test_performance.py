@@ -7,6 +7,9 @@ the tests then check what it returned. Formulas and pure helpers are tested in-p
 
 from __future__ import annotations
 
+import threading
+import time
+
 import pytest
 import torch
 import torch.distributed as dist
@@ -69,6 +72,21 @@ def _rank_work(rank: int) -> dict:
             dist.broadcast_object_list([{"step": rank}], src=0)
         out[f"outermost {outermost_only}"] = seen
 
+    # outermost_only is per thread: a collective another thread calls while this one waits inside a watched barrier
+    # (a comm hook's callback thread beside the main thread) is still passed on. Rank 1 waits in the barrier for rank
+    # 0, which enters it 1.5 s late; meanwhile both ranks' second threads all-reduce over a group of their own.
+    pair = dist.new_group([0, 1])
+    seen = []
+    with watching_collectives({"barrier": (0, "group"), "all_reduce": (0, "tensor")},
+                              lambda name, _: seen.append(name), outermost_only=True):
+        thread = threading.Thread(target=lambda: (time.sleep(0.2), dist.all_reduce(torch.ones(1), group=pair)))
+        thread.start()
+        if rank == 0:
+            time.sleep(1.5)
+        dist.barrier()
+        thread.join()
+    out["beside a barrier"] = seen
+
     events = []
     model = DDP(_model(), bucket_cap_mb=0.01)
     model.register_comm_hook(None, comm_hooks.timed_hook(default_hooks.allreduce_hook, events))
@@ -127,6 +145,7 @@ def test_watching_only_the_outermost_calls_counts_each_as_the_answer_made_it(ran
     (lesson 16's check counts what a replica hands over this way)."""
     assert ranks[0]["outermost False"][0] == "broadcast_object_list" and "broadcast" in ranks[0]["outermost False"]
     assert ranks[0]["outermost True"] == ["broadcast_object_list"]
+    assert ranks[1]["beside a barrier"] == ["all_reduce"]      # the other thread's call, made inside rank 1's barrier
 
 
 def test_timed_hook_records_every_bucket_of_the_layout_ddp_builds(ranks):

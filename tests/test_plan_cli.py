@@ -984,7 +984,7 @@ def test_dp_shard_alone_sets_what_the_search_tries_and_each_plan_gets_one_row_at
     """--dp-shard alone is the search's, as --cp is: none leaves HSDP out, a size tries only it; the default tries
     shard groups of whole nodes. The table shows each HSDP plan once, at its fastest shard size (report.
     fold_shard_sizes): on 16 nodes Llama 3 8B's dp128 ZeRO-3 plan predicts within 1 % at four shard sizes, which
-    filled four of the first five rows."""
+    would fill four of the first five rows."""
     flags = ("--model", "llama3-8b", "--cluster", "h100-sxm", "--nodes", "16")
     (code, default, err), (_, none, _), (_, sixteen, _), (_, three, _) = plan_on_each(
         [flags, flags + ("--dp-shard", "none"), flags + ("--dp-shard", "16"), flags + ("--dp-shard", "3")])

@@ -235,7 +235,7 @@ def test_the_held_aside_h100_runs_of_nvidia_stacks_all_come_out_slow_and_the_oth
     both ways (six slow by 8-19 %, the 13B runs fast, median 10.6 %); the A100 and GB200 runs within 16 % either
     way."""
     aside = [r for r in outcomes if r.split == ASIDE]
-    nvidia = [r.error for r in aside if r.run.gpu == "h100-sxm" and r.run.source.startswith(("NVIDIA", "mlcommons"))]
+    nvidia = [r.error for r in aside if r.run.gpu == "h100-sxm" and held_out.nvidia_stack(r.run)]
     olmo = [r.error for r in aside if r.run.source.startswith("allenai/OLMo-core")]
     maxtext = [r.error for r in aside if r.run.source.startswith("AI-Hypercomputer/maxtext")]
     others = [r.error for r in aside if r.run.gpu != "h100-sxm"]
@@ -243,8 +243,8 @@ def test_the_held_aside_h100_runs_of_nvidia_stacks_all_come_out_slow_and_the_oth
     assert len(maxtext) == 5 and -0.08 < maxtext[0] < -0.07 and all(0.07 < error < 0.2 for error in maxtext[1:])
     assert max(maxtext) == maxtext[-1], maxtext                           # docs: "the most on 16 VMs"
     jax_toolbox = [r.error for r in aside if r.run.source.startswith("NVIDIA/JAX-Toolbox")]
-    others_of_nvidia = [r.error for r in aside if r.run.gpu == "h100-sxm" and r.run.source.startswith(("NVIDIA",
-                        "mlcommons")) and not r.run.source.startswith("NVIDIA/JAX-Toolbox")]
+    others_of_nvidia = [r.error for r in aside if r.run.gpu == "h100-sxm" and held_out.nvidia_stack(r.run)
+                        and not r.run.source.startswith("NVIDIA/JAX-Toolbox")]
     assert len(nvidia) == 29 and all(-0.36 < error < -0.10 for error in others_of_nvidia), sorted(nvidia)
     assert len(jax_toolbox) == 1 and -0.10 < jax_toolbox[0] < -0.09, jax_toolbox
     assert len(olmo) == 8 and min(olmo) < -0.15 and max(olmo) > 0.15, sorted(olmo)

@@ -169,7 +169,7 @@ def _batch_rows(part: torch.Tensor, tensor: torch.Tensor) -> list[int] | None:
     return None if any(len(at) == 0 for at in found) else [int(at[0]) for at in found]
 
 
-def _compare_scatter(got, tensors, n, case, reads_n_as_a_size=lambda: True) -> None:
+def _compare_scatter(got, tensors, n, case, reads_n_as_a_size) -> None:
     """CheckFailed where got is not torch.chunk's chunks of `tensors` grouped by device. `reads_n_as_a_size()`:
     whether the answer returns torch.split's chunks of n rows in every case (asked only where this one does)."""
     expected = list(zip(*(torch.chunk(t, n) for t in tensors)))

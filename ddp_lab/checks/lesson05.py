@@ -142,10 +142,11 @@ def _not_reproducible(global_state: torch.Tensor, python_state, numpy_state) -> 
     if changed:
         return (f"{said}\nHint: use torch.Generator().manual_seed(seed + epoch) and torch.randperm(n, generator=g), "
                 f"not the global random state ({' and '.join(changed)} changed in the calls).")
-    return (f"{said} No global random state changed in the calls: something kept from one call to the next drew "
-            "the next permutation (a generator made once, outside the function or as a default argument).\nHint: "
-            "make a new torch.Generator().manual_seed(seed + epoch) in every call, so that the indices follow from "
-            "the arguments alone.")
+    return (f"{said} No global random state changed in the calls: the permutation came from a generator the "
+            "arguments do not seed, one kept from one call to the next (made once, outside the function or as a "
+            "default argument) or one seeded from fresh entropy (numpy.random.default_rng() without a seed, "
+            "torch.Generator().seed()).\nHint: make a new torch.Generator().manual_seed(seed + epoch) in every call, "
+            "so that the indices follow from the arguments alone.")
 
 
 def _numpy_random_state():

@@ -222,13 +222,12 @@ def check_choose_plan(choose_plan) -> None:
         except CheckFailed as failure:
             if earlier is None:
                 raise
-            # the same object for another run: the answer kept it from an earlier call or returns a fixed one
-            statement = str(failure).split("\nHint: ")[0]
-            raise CheckFailed(f"{statement}\nHint: {name} returned the very Strategy object it returned for "
-                              f"{earlier}: a plan kept from an earlier call (the best plan so far in a variable "
-                              "outside the function: a global, a default argument) or fixed in the code, not one "
-                              "chosen for this run. Start each call's search afresh (best = None inside the "
-                              "function) and build a new Strategy for every candidate.") from None
+            # the same object for another run: kept from an earlier call, fixed in the code, or a prebuilt candidate
+            # (Strategy is frozen: reusing one is no mistake in itself), so it is said beside the failure's own hint
+            raise CheckFailed(f"{failure}\nAlso: {name} returned the very Strategy object it returned for "
+                              f"{earlier}. If the best plan so far lives outside the function (a global, a default "
+                              "argument) or is fixed in the code, this run never chose it: start each call's search "
+                              "afresh (best = None inside the function).") from None
     passed(f"{name}: a plan that fits, uses every GPU, keeps TP inside a node and is within "
            f"{TOLERANCE:.0%} of the best predicted throughput, for all {len(_scenarios())} models and clusters")
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import threading
 import weakref
 from typing import Callable, Iterator, NamedTuple
 
@@ -97,8 +98,8 @@ def watching_collectives(arguments: dict[str, tuple[int, str]], on_call: Callabl
         arguments: {collective name: (position, keyword)} of the argument that holds what this
             rank sends (a tensor, or a list of tensors for the list forms).
         on_call: called with the collective's name and that argument; calls without it are not passed on.
-        outermost_only: pass on only calls made outside another watched call (dist.send runs isend, and
-            broadcast_object_list runs broadcast: each is then counted once, as the answer made it).
+        outermost_only: pass on only calls made outside another watched call of the same thread (dist.send
+            runs isend, and broadcast_object_list runs broadcast: each is then counted once, as the answer made it).
 
     Example:
         >>> seen = []
@@ -110,19 +111,21 @@ def watching_collectives(arguments: dict[str, tuple[int, str]], on_call: Callabl
     Introduced in notebooks/08-tensor-parallelism.ipynb (under `count_collectives`); lesson 11's
     `ddp_lab.instruments.comm_hooks.ByteCounter` watches DDP comm hooks with it.
     """
-    inside: list[bool] = []   # one entry per watched call running now
+    running = threading.local()   # per thread: how many watched calls it is inside now (a comm hook's callback
+    # thread calls collectives of its own while the main thread may be inside one)
 
     def watched(name, position, keyword):
         def wrap(original):
             def call(*args, **kwargs):
                 sent = args[position] if len(args) > position else kwargs.get(keyword)
-                if sent is not None and not (outermost_only and inside):
+                depth = getattr(running, "depth", 0)
+                if sent is not None and not (outermost_only and depth):
                     on_call(name, sent)
-                inside.append(True)
+                running.depth = depth + 1
                 try:
                     return original(*args, **kwargs)
                 finally:
-                    inside.pop()
+                    running.depth = depth
             call.__name__ = name
             return call
         return wrap

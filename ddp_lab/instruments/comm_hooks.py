@@ -6,8 +6,9 @@ own all-reduce (no hook) runs in C++, out of Python's sight, so to count the unc
 baseline register torch's `allreduce_hook`, which does exactly the same in Python.
 
 Bytes are counted by wrapping `torch.distributed`'s collectives inside the rank: what a rank
-*hands* to a collective per step (its payload). A ring all-reduce then puts 2 (W - 1) / W times
-that on the rank's link.
+*hands* to a collective per step (its payload; for a reduce_scatter, the shard it gets back: `COUNTED`).
+A ring all-reduce then puts 2 (W - 1) / W times that on the rank's link. all_to_all and scatter are not
+counted.
 
 Introduced in notebooks/11-performance-and-scaling.ipynb.
 """

@@ -58,16 +58,22 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         if args.overlap_slowdown is not None:
             cluster = cluster.with_(overlap_slowdown=args.overlap_slowdown)
         check_number("node_link_gbps", args.node_link_gbps)
+        link_note = ""
         if args.node_link_gbps is not None:
             cluster = cluster.with_(inter_node_bandwidth=args.node_link_gbps * 1e9 / 8)
+            link_note = (f"note: each GPU's link to other nodes: {args.node_link_gbps:g} Gb/s (--node-link-gbps)"
+                         + ("; on one node nothing crosses it" if cluster.nodes == 1 else "") + "\n")
         cluster = cli_fit.given_efficiency(cross_region(cluster, args), args)
         args.precision = args.precision or ("bf16" if "bf16" in cluster.gpu.peak_flops else "fp16")
         if args.fp32_grads and args.precision == "fp32":
             raise ValueError("--fp32-grads keeps fp32 gradients under bf16/fp16 mixed precision; with --precision fp32 "
                              "they are fp32 already: drop one of them")
         reserve = MEMORY_RESERVE if args.memory_reserve is None else args.memory_reserve
-        no_effect = (_early_stop_changes_nothing(model) if args.checkpoint_early_stop else "") + _ffn_note(model, args)
-        given = {name: getattr(args, name) for name in STRATEGY_FLAGS if getattr(args, name) not in (None, "none")}
+        no_effect = (link_note + (_early_stop_changes_nothing(model) if args.checkpoint_early_stop else "")
+                     + _ffn_note(model, args))
+        given = {name: getattr(args, name) for name in STRATEGY_FLAGS if getattr(args, name) is not None}
+        if given.get("dp_shard") == "none":     # --dp-shard none: no HSDP, the Strategy's default
+            del given["dp_shard"]
         one_plan = bool(one_plan_flags(args))
         cli_fit.check_flags(args, one_plan)
         _check_splits(model, cluster, args, given)
@@ -218,8 +224,9 @@ def _search_report(model, cluster, args, reserve: float, seq_source: str | None 
         if options[name] and not any(getattr(s, name) for s in tried):
             note += f"note: {flag_name(name)} applies to no plan of this search (none has {FITS[name]}); drop it\n"
     if isinstance(args.dp_shard, int) and not any(s.dp_shard for s in tried):
-        note += (f"note: --dp-shard {args.dp_shard} applies to no plan of this search (none is a ZeRO-3 plan across "
-                 f"nodes whose dp it divides, with shard groups that divide a node or are whole nodes); drop it\n")
+        note += (f"note: --dp-shard {args.dp_shard} applies to no plan of this search (hybrid sharding needs a dense "
+                 f"model, a ZeRO-3 plan across nodes whose dp it divides, and shard groups that divide a node and a "
+                 f"region or are whole ones); drop it\n")
     header = search_header(model, cluster, global_batch, args.precision, len(tried), len(fitting), reserve,
                            options["attention"], flash_kernel=options["flash_kernel"],
                            cp={s.cp for s in tried}, ep={s.ep for s in tried},
@@ -260,8 +267,8 @@ def _strategy(model, cluster, args, given: dict) -> tuple[Strategy, str]:
                         checkpoint_early_stop=args.checkpoint_early_stop and early_stop_can_skip_last_gemm(model),
                         **{**given, "grad_accum": given.get("grad_accum", 1)})
     check(model, strategy.with_(grad_accum=strategy.pp),   # the micro-batches are checked below, with the batch
-          gpus=cluster.gpus, gpus_per_node=cluster.gpus_per_node,
-          tp_across_nodes=args.tp_across_nodes)       # dp x tp x pp = GPUs before any batch arithmetic
+          gpus=cluster.gpus, gpus_per_node=cluster.gpus_per_node, tp_across_nodes=args.tp_across_nodes,
+          region_gpus=cluster.region_gpus)            # dp x tp x pp = GPUs before any batch arithmetic
     replica = strategy.dp * strategy.micro_batch      # sequences one micro-batch step takes over all replicas
     split = f"dp x micro-batch = {strategy.dp} x {strategy.micro_batch} = {replica}"
     if "grad_accum" in given:

@@ -32,8 +32,9 @@ Sources:
                 Cloud A3 VMs, 8 H100 80GB each), with the Nvm.sh scripts and MaxText code of the same commit; added
                 after the planner's mechanics and constants were fixed
     mlperf      mlcommons/training_results_v4.0 (commit 6fe9543, 2024-06-11): NVIDIA's closed-division GPT-3 175B
-                submissions (Eos and Eos-dfw, DGX H100, NeMo 24.04), each with the config_DGXH100_*.sh, config_common.sh,
-                config_fp8.sh and conf/*.yaml of NVIDIA/benchmarks/gpt3/implementations/nemo and its result log;
+                submissions (Eos and Eos-dfw, DGX H100, NeMo 24.04), each with the config_DGXH100_*.sh,
+                config_common.sh, config_fp8.sh and conf/*.yaml of NVIDIA/benchmarks/gpt3/implementations/nemo and
+                its result log;
                 added after the planner's mechanics and constants were fixed
 Which rows: all three of NVIDIA's MLPerf Training v4.0 GPT-3 submissions, each its result_0.txt (the first of its
 runs): the tokens of all its training blocks over their summed durations (block_start to block_stop; the
@@ -141,8 +142,8 @@ H100_NETWORK = "; the network is not stated: the h100-sxm preset's (DGX H100, 8 
 MLPERF = ("mlcommons/training_results_v4.0 NVIDIA/results/{}/gpt3/result_0.txt (commit 6fe9543): the training "
           "blocks' tokens over their summed durations")
 MLPERF_NOTE = ("; config_common.sh, config_fp8.sh and conf/custom.yaml: distributed_fused_adam (ZeRO-1) with "
-               "overlapped gradient and parameter sync, 200 MB buckets (not modelled: the planner's are Megatron-Core's "
-               "default), bf16 gradient sync, no recomputation, sequence parallelism, TP communication overlapped "
+               "overlapped gradient and parameter sync, 200 MB buckets (not modelled: the planner's are "
+               "Megatron-Core's default), bf16 gradient sync, no recomputation, sequence parallelism, TP communication overlapped "
                "(userbuffers), Transformer Engine FP8 (hybrid, delayed scaling) with FP8 parameters (fp8_params: not "
                "modelled), dropout 0, LayerNorm1p (as LayerNorm); the SentencePiece tokenizer's vocabulary is not "
                "stated: GPT-2's 50,257 assumed; Eos's DGX H100 nodes (8 x 400 Gb/s InfiniBand): the h100-sxm preset")
@@ -236,7 +237,7 @@ TP_OVERLAP = dict(sequence_parallel=True, tp_comm_overlap=True)
 
 
 def _tokens_per_gpu(total: float, gpus: int) -> float:
-    """The source's tokens per second for all its GPUs, per GPU."""
+    """Tokens per second for all a run's GPUs (the source's figure, or the one its log gives), per GPU."""
     return total / gpus
 
 
@@ -284,19 +285,21 @@ RUNS: list[HeldOutRun] = [
           (", FP8", "FP8", dict(precision="fp8"), 2048, 4096, 64, 1407485))],
     # ---- dense, H100, TP 4, FP8 (MLPerf Training v4.0) -------------------------------------------------------------
     *[HeldOutRun(f"MLPerf GPT-3 175B TP 4 x PP {pp}, {gpus:,} H100s, FP8", MLPERF.format(system) +
-                 f"; {gpus:,} GPUs, GBS {dp * micro_batch * grad_accum:,}",
+                 f"; {gpus:,} GPUs, GBS {gbs:,}",
                  {**GPT3_175B, "dropout": False},
                  dict(dp=dp, tp=4, pp=pp, micro_batch=micro_batch, grad_accum=grad_accum, schedule="interleaved",
                       virtual_stages=virtual, precision="fp8", **TP_OVERLAP, **NEMO),
                  "h100-sxm", "tokens_per_gpu", _tokens_per_gpu(tokens / seconds, gpus),
                  f"{config}: TP 4, PP {pp}, interleaved {virtual}, micro-batch {micro_batch}" +
-                 (", CUDA graphs of each layer (LAYER_CUDA_GRAPH=1, not modelled)" if gpus > 512 else "") + MLPERF_NOTE)
-      for system, config, gpus, pp, virtual, dp, micro_batch, grad_accum, tokens, seconds in (
-          ("eos_n64_ngc24.04_nemo", "config_DGXH100_64x8x128x4x8_mbs2.sh", 512, 8, 4, 16, 2, 72,
+                 (", CUDA graphs of each layer (LAYER_CUDA_GRAPH=1, not modelled)" if gpus > 512 else
+                  "; its MINIBS=128 (GBS 2,048) was overridden at launch: the log's GBS 2,304 and gradient "
+                  "accumulation 72 are planned") + MLPERF_NOTE)
+      for system, config, gpus, pp, virtual, dp, micro_batch, grad_accum, gbs, tokens, seconds in (
+          ("eos_n64_ngc24.04_nemo", "config_DGXH100_64x8x128x4x8_mbs2.sh", 512, 8, 4, 16, 2, 72, 2304,
            1_245_708_288, 2878.141),
-          ("eos-dfw_n1344_ngc24.04_nemo", "config_DGXH100_1344x8x6x4x6_mbs1_cg.sh", 10752, 6, 8, 448, 1, 6,
+          ("eos-dfw_n1344_ngc24.04_nemo", "config_DGXH100_1344x8x6x4x6_mbs1_cg.sh", 10752, 6, 8, 448, 1, 6, 2688,
            1_211_105_280, 202.980),
-          ("eos-dfw_n1452_ngc24.04_nemo", "config_DGXH100_1452x8x6x4x6_mbs1_cg.sh", 11616, 6, 8, 484, 1, 6,
+          ("eos-dfw_n1452_ngc24.04_nemo", "config_DGXH100_1452x8x6x4x6_mbs1_cg.sh", 11616, 6, 8, 484, 1, 6, 2904,
            1_231_110_144, 191.316))],
     # ---- data-parallel (TP 2, FSDP), H100 (dgxc v25.04.01) -----------------------------------------------------
     *[HeldOutRun(f"DGXC Nemotron-4 15B TP 2, {gpus:,} H100s{label}", DGXC_2504.format("nemotron/README.md") +

@@ -69,6 +69,19 @@ def family(run: HeldOutRun) -> str:
                    precision=strategy.get("precision", "bf16"))
 
 
+def nvidia_stack(run: HeldOutRun) -> bool:
+    """Whether a run ran NVIDIA's own software: its source is one of NVIDIA's repositories (NeMo, Megatron, MaxText
+    on NVIDIA's containers, Automodel) or NVIDIA's submission to MLPerf (NVIDIA/results in mlcommons' repositories).
+
+    Example:
+        >>> [nvidia_stack(run) for run in held_aside_runs.RUNS if run.name.startswith(("MLPerf", "OLMo"))][:4]
+        [True, True, True, False]
+    """
+    repository, *rest = run.source.split()
+    return repository.startswith("NVIDIA") or (repository.startswith("mlcommons/")
+                                               and bool(rest) and rest[0].startswith("NVIDIA/"))
+
+
 def plan_family(model: Transformer, cluster: ClusterSpec, strategy: Strategy) -> str:
     """The family a plan belongs to, by the same rules: which held-out runs say how far to trust it (`family_line`).
 

@@ -115,7 +115,7 @@ def fold_shard_sizes(rows) -> list[tuple]:
         >>> len(hsdp) == len(set(hsdp)) > 0
         True
 
-    Introduced in notebooks/13-plan-your-training-run.ipynb.
+    The command line's table (cli.py); notebooks/13-plan-your-training-run.ipynb introduces the search it folds.
     """
     seen, kept = set(), []
     for plan, stages in rows:
