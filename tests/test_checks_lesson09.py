@@ -263,14 +263,9 @@ def never_gathers(params, shards, optimizer):
 
 
 def gathers_into_a_new_list(params, shards, optimizer):
-    rank, world_size = dist.get_rank(), dist.get_world_size()
-    for p, s in zip(params, shards):
-        dist.all_reduce(p.grad)
-        p.grad /= world_size
-        s.grad = p.grad.reshape(-1).chunk(world_size)[rank]
-    optimizer.step()
+    _reduce_and_step(params, shards, optimizer)
     for s in shards:
-        gathered = [torch.empty_like(s) for _ in range(world_size)]
+        gathered = [torch.empty_like(s) for _ in range(dist.get_world_size())]
         dist.all_gather(gathered, s.detach())          # every shard arrives, in tensors p never reads
 
 
