@@ -62,6 +62,11 @@ def pick_returns_whether_nccl(gpus, nprocs_per_node, nccl_available):
     return nccl_available and gpus > 0 and gpus >= nprocs_per_node
 
 
+def pick_gpus_a_multiple(gpus, nprocs_per_node, nccl_available):
+    """Wrong: NCCL only where the GPUs split evenly among the processes (6 GPUs for 4 processes can run it too)."""
+    return "nccl" if nccl_available and gpus > 0 and gpus % nprocs_per_node == 0 else "gloo"
+
+
 def pick_returns_the_device(gpus, nprocs_per_node, nccl_available):
     """Wrong: the device type instead of the backend."""
     return "cuda" if nccl_available and gpus > 0 and gpus >= nprocs_per_node else "cpu"
@@ -81,6 +86,7 @@ def test_pick_backend_accepts_the_right_answer(answer, capsys):
     (pick_any_gpu, r"gpus=1, nprocs_per_node=2, nccl_available=True\) returned 'nccl'.*refuses two ranks on one GPU"),
     (pick_ignores_build, r"nccl_available=False\) returned 'nccl'.*torch without NCCL"),
     (pick_when_built, r"gpus=0, nprocs_per_node=4, nccl_available=True\) returned 'nccl'.*no GPU to run it on"),
+    (pick_gpus_a_multiple, r"gpus=6, nprocs_per_node=4, nccl_available=True\) returned 'gloo'.*no multiple"),
     (pick_not_written, r"pick_backend is not written yet.*NCCL needs NCCL built in"),
     # a result of the wrong kind is named as such, not with the first machine's reason for gloo
     (pick_without_a_return_for_gloo, r"^pick_backend\(gpus=0, nprocs_per_node=2, nccl_available=False\) returned "
@@ -707,6 +713,15 @@ def setup_tcp_port_written(backend):
     return me
 
 
+def setup_file_init_method(backend):
+    """Wrong: a file:// init_method, which ignores the address torchrun set (and a reused file keeps the ranks
+    waiting): refused when init_process_group is called, not left to hang."""
+    me = torchruns_numbers()
+    dist.init_process_group(backend, init_method="file:///tmp/ddp_lab_sharedfile", rank=me["rank"],
+                            world_size=me["world_size"])
+    return me
+
+
 def setup_rank_as_a_float(backend):
     """Wrong: the rank read as a float, which compares equal to the int (0.0 == 0)."""
     dist.init_process_group(backend)
@@ -741,6 +756,9 @@ def setup_timeout_in_seconds(backend):
     (setup_tcp_port_written, r"^rank \d: in setup_from_env, init_process_group got "
                              r"init_method='tcp://127.0.0.1:29517', but torchrun set MASTER_ADDR=127.0.0.1 and "
                              r"MASTER_PORT=\d+\.\nHint: torchrun chooses"),
+    (setup_file_init_method, r"^rank \d: in setup_from_env, init_process_group got "
+                             r"init_method='file:///tmp/ddp_lab_sharedfile', a file .* MASTER_ADDR and MASTER_PORT .*"
+                             r"\nHint: torchrun chooses where the job's processes meet"),
 ])
 def test_setup_from_env_names_the_mistake(wrong, feedback):
     with pytest.raises(CheckFailed, match=f"(?s){feedback}"):

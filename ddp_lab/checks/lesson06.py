@@ -48,7 +48,8 @@ _BACKEND_CASES = [
     ((0, 2, False), "gloo", "no GPU: CPU tensors need gloo"),
     ((0, 4, True), "gloo", "a CUDA build of torch on a machine without GPUs has NCCL, but no GPU to run it on"),
     ((4, 4, True), "nccl", "one GPU per process and NCCL built in: NCCL"),
-    ((8, 4, True), "nccl", "more GPUs than processes is fine: each process still has its own GPU"),
+    ((6, 4, True), "nccl", "more GPUs than processes is fine, a count that is no multiple of the processes' too: "
+                           "each process still has its own GPU"),
     ((1, 2, True), "gloo", "NCCL refuses two ranks on one GPU; with fewer GPUs than processes use gloo"),
     ((4, 4, False), "gloo", "GPUs but a torch without NCCL (e.g. a CPU build or macOS): gloo"),
 ]
@@ -491,7 +492,8 @@ _KEYS = ("rank", "local_rank", "world_size")
 
 class GroupArgumentsRefused(ValueError):
     """Raised in a rank of lesson 06's setup check when the answer passes init_process_group a world size, a rank or a
-    tcp:// address that is not torchrun's, or a timeout that is not a datetime.timedelta (args: the message, the hint).
+    tcp:// address that is not torchrun's, a file:// init_method, or a timeout that is not a datetime.timedelta (args:
+    the message, the hint).
     Left to gloo, a rank not below its world size fails on one rank while another waits for a peer that never comes."""
 
     def __str__(self) -> str:
@@ -535,8 +537,9 @@ class AddressOverwritten(RuntimeError):
 def _checked_arguments(init_process_group, record: dict, changed: set = frozenset()):
     """init_process_group, refusing (AddressOverwritten) to run once MASTER_ADDR or MASTER_PORT are in `changed`
     (the variables the answer gave a value other than torchrun's, filled as it runs), and (GroupArgumentsRefused) a
-    world_size or rank that differs from torchrun's, a tcp:// init_method other than MASTER_ADDR:MASTER_PORT, or a
-    timeout that is not a datetime.timedelta (rendezvous.check_timeout). In `record`: whether a backend was given
+    world_size or rank that differs from torchrun's, a tcp:// init_method other than MASTER_ADDR:MASTER_PORT, a file://
+    one (it bypasses torchrun's address, and a reused file keeps the ranks waiting), or a timeout that is not a
+    datetime.timedelta (rendezvous.check_timeout). In `record`: whether a backend was given
     ("backend_given") and, once init_process_group returned, "created"."""
     signature = inspect.signature(init_process_group)
 
@@ -555,6 +558,11 @@ def _checked_arguments(init_process_group, record: dict, changed: set = frozense
                                             hint)
         address, method = _store_address(given.get("init_method")), given.get("init_method")
         torchruns = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
+        if isinstance(method, str) and method.startswith("file:"):
+            raise GroupArgumentsRefused(f"init_process_group got init_method={method!r}, a file the processes meet "
+                                        "at, but torchrun set where they meet in MASTER_ADDR and MASTER_PORT (a file "
+                                        "is seen by the processes of one node only, unless the nodes share a "
+                                        "filesystem)", INIT_METHOD_HINT)
         if address is not None and address != torchruns:
             raise GroupArgumentsRefused(f"init_process_group got init_method={method!r}, but torchrun set "
                                         f"MASTER_ADDR={torchruns[0]} and MASTER_PORT={torchruns[1]}", INIT_METHOD_HINT)
