@@ -19,9 +19,7 @@ Introduced in notebooks/08-tensor-parallelism.ipynb.
 from __future__ import annotations
 
 import ast
-import inspect
 import re
-import textwrap
 
 import torch
 import torch.nn as nn
@@ -32,7 +30,8 @@ from ddp_lab.checks import CheckFailed, passed
 from ddp_lab.checks.common import (FORBIDDEN, POINT_TO_POINT, answer_of, call_case, describe, ensure_written,
                                    first_mismatch, groups_of, judge_in_order, library_of, package_answer_used,
                                    parse_frames, refuse_written_divisor, refuse_written_split, run_answers_on_ranks,
-                                   run_on_ranks, torch_arguments, two_numbers, watching_calls, with_a_note)
+                                   run_on_ranks, source_tree, torch_arguments, two_numbers, watching_calls,
+                                   with_a_note)
 from ddp_lab.course.tensor_parallel.communications import (CopyToModelParallelRegion, copy_to_model_parallel_region,
                                                            reduce_from_model_parallel_region)
 from ddp_lab.instruments.collectives import replacing_dist_calls
@@ -788,10 +787,10 @@ def returns_a_call_result(function_class) -> bool:
 def _returns_a_call_result(function, call: str | None = None) -> bool:
     """Whether `function` returns what a dist call returned (`return dist.all_reduce(g)`, or a name bound to such a
     call); `call`: only a call of that function of dist counts."""
-    try:
-        tree = ast.parse(textwrap.dedent(inspect.getsource(function)))
-    except (OSError, TypeError, SyntaxError, AttributeError):
+    tree = source_tree(function)
+    if tree is None:
         return False
+
     def is_dist_call(node) -> bool:
         return (isinstance(node, ast.Call) and ast.unparse(node.func).split(".")[0] == "dist" and
                 (call is None or ast.unparse(node.func).split(".")[-1] == call))
