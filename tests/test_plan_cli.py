@@ -560,6 +560,12 @@ def test_every_bad_model_flag_exits_2_with_one_line(tmp_path):
          ["--matmul-efficiency is a share of peak", "got 1.5"]),
         (("--model", "llama3-8b", "--cluster", "h100-sxm", "--dp", "8", "--matmul-efficiency", "0.6",
           "--measured-tokens-per-gpu", "9000"), ["give one of them"]),
+        (("--model", "llama3-8b", "--cluster", "h100-sxm", "--kernel-rate", "--matmul-efficiency", "0.6"),
+         ["--kernel-rate and --matmul-efficiency each set the matmul efficiency", "give one of them"]),
+        (("--model", "llama3-8b", "--cluster", "h100-sxm", "--dp", "8", "--kernel-rate",
+          "--measured-tokens-per-gpu", "9000"), ["--kernel-rate sets one", "give one of them"]),
+        (("--model", "llama3-8b", "--cluster", "b200", "--kernel-rate"),
+         ["no kernel rate for B200", "only Hopper", "--measured-tokens-per-gpu"]),
         (("--model", "mixtral-8x7b", "--cluster", "h100-sxm", "--dp", "8", "--ep", "8", "--recompute", "op"),
          ["modelled for torchtitan's dense blocks only", "mixture-of-experts model",
           "choose full, selective or no recomputation"]),
@@ -949,6 +955,22 @@ def test_a_measured_run_fits_the_gemm_constant_and_other_layouts_are_planned_wit
     step = re.compile(r"^  1 .*?(\d+\.\d+)\s+[\d,]+\s+[\d.]+%\s+best$", re.M)
     assert float(step.search(faster).group(1)) < float(step.search(calibrated).group(1))
     assert f"(with the calibrated matmul efficiency, 0.54, not the {fitted:.3f} used here)" in faster
+
+
+def test_kernel_rate_plans_the_matmuls_at_the_timed_kernels_rate(capsys):
+    """--kernel-rate: the same plan at 0.73 of peak (the H100's timed kernels) is faster than at the calibrated 0.54,
+    and the accuracy lines say which efficiency was used."""
+    from ddp_lab.__main__ import main
+
+    one = ["plan", *LLAMA_8B, "--dp", "8", "--zero", "3", "--micro-batch", "2"]
+    assert main(one) == 0
+    calibrated = capsys.readouterr().out
+    assert main([*one, "--kernel-rate"]) == 0
+    kernels = capsys.readouterr().out
+    total = re.compile(r"^    total\s+([0-9.]+)$", re.M)                  # the step time's total, seconds
+    assert float(total.search(kernels).group(1)) < 0.9 * float(total.search(calibrated).group(1))
+    assert "(with the calibrated matmul efficiency, 0.54, not the 0.730 used here)" in kernels
+    assert "not the 0.730" not in calibrated
 
 
 def test_gpus_per_node_plans_a_job_on_part_of_each_node():

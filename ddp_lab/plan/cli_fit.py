@@ -1,8 +1,9 @@
-"""The command line's fit to a run you measured: --measured-tokens-per-gpu and --matmul-efficiency.
+"""The command line's fit to a run you measured: --measured-tokens-per-gpu and --matmul-efficiency; --kernel-rate.
 
 `python -m ddp_lab plan` (cli.py) with a whole strategy and `--measured-tokens-per-gpu N` finds the matmul
 efficiency at which the planner reproduces that run (ddp_lab.course.plan.fit_to_run) and prints the plan with it;
-`--matmul-efficiency E` then plans or searches other layouts of the same stack with that efficiency.
+`--matmul-efficiency E` then plans or searches other layouts of the same stack with that efficiency. `--kernel-rate`
+plans at the efficiency the GPU's kernels were timed at (fit_to_run.at_kernel_rate), for stacks that run near it.
 
 Not used in a lesson: docs/planner.md, "Asking it"; the planner is introduced in
 notebooks/13-plan-your-training-run.ipynb.
@@ -10,7 +11,8 @@ notebooks/13-plan-your-training-run.ipynb.
 
 from __future__ import annotations
 
-from ddp_lab.course.plan.fit_to_run import HIGHEST, LOWEST, matmul_efficiency_for, with_matmul_efficiency
+from ddp_lab.course.plan.fit_to_run import (HIGHEST, LOWEST, at_kernel_rate, matmul_efficiency_for,
+                                            with_matmul_efficiency)
 from ddp_lab.plan import cli_flags    # a module: cli_flags imports this one for its flags
 
 # The fastest bf16 GEMM timed on an H100 SXM for this planner, on the planner's scale (cuBLAS at k = 2048 ran at
@@ -29,6 +31,10 @@ def add_arguments(parser) -> None:
     fit.add_argument("--matmul-efficiency", dest="matmul_efficiency", type=float, metavar="E",
                      help=f"the GPUs' matmuls at this share of peak instead of the calibrated one (a fitted value "
                           f"from --measured-tokens-per-gpu; {LOWEST:g} < E <= {HIGHEST:g})")
+    fit.add_argument("--kernel-rate", dest="kernel_rate", action="store_true",
+                     help="the matmuls at the rate the GPU's kernels were timed at alone (H100/H200: 0.73 of peak, "
+                          "not the calibrated 0.54 of a PyTorch stack), for a stack that keeps the GPUs busy between "
+                          "kernels, such as NVIDIA's NeMo and Megatron recipes")
 
 
 def check_flags(args, strategy_given: bool) -> None:
@@ -38,6 +44,9 @@ def check_flags(args, strategy_given: bool) -> None:
                          f"got {args.matmul_efficiency:g}")
     if args.measured_tokens_per_gpu is None:
         return
+    if args.kernel_rate:
+        raise ValueError("--measured-tokens-per-gpu finds the matmul efficiency; --kernel-rate sets one: "
+                         "give one of them")
     cli_flags.check_number("measured_tokens_per_gpu", args.measured_tokens_per_gpu)
     if args.matmul_efficiency is not None:
         raise ValueError("--measured-tokens-per-gpu finds the matmul efficiency; --matmul-efficiency sets one: "
@@ -48,7 +57,11 @@ def check_flags(args, strategy_given: bool) -> None:
 
 
 def given_efficiency(cluster, args):
-    """The cluster with --matmul-efficiency applied (unchanged without it)."""
+    """The cluster with --matmul-efficiency or --kernel-rate applied (unchanged without them)."""
+    if args.kernel_rate and args.matmul_efficiency is not None:
+        raise ValueError("--kernel-rate and --matmul-efficiency each set the matmul efficiency: give one of them")
+    if args.kernel_rate:
+        return at_kernel_rate(cluster)
     if args.matmul_efficiency is None:
         return cluster
     return with_matmul_efficiency(cluster, args.matmul_efficiency)

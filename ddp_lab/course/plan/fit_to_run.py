@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from ddp_lab.course.plan.generation_constants import KERNEL_GEMM_EFFICIENCY, kernel_efficiency_of
 from ddp_lab.course.plan.steptime import step_time
 
 LOWEST, HIGHEST = 0.05, 1.0     # the efficiencies searched: 5 % of peak to all of it
@@ -28,6 +29,26 @@ LOWEST, HIGHEST = 0.05, 1.0     # the efficiencies searched: 5 % of peak to all 
 def with_matmul_efficiency(cluster, efficiency: float):
     """The cluster with its GPUs' matmuls at `efficiency` of peak instead of their generation's constant."""
     return cluster.with_(gpu=replace(cluster.gpu, matmul_efficiency=efficiency))
+
+
+def at_kernel_rate(cluster):
+    """The cluster with its GPUs' matmuls at their kernels' timed rate (generation_constants.KERNEL_GEMM_EFFICIENCY)
+    instead of the calibrated one, for a stack that keeps the GPUs busy between kernels (NVIDIA's NeMo and Megatron
+    recipes). A generation whose kernels were not timed raises a ValueError saying so.
+
+    Example:
+        >>> from ddp_lab.course.plan.cluster_spec import ClusterSpec
+        >>> at_kernel_rate(ClusterSpec.preset("h100-sxm")).gpu.matmul_efficiency
+        0.73
+
+    Introduced in notebooks/13-plan-your-training-run.ipynb.
+    """
+    efficiency = kernel_efficiency_of(cluster.gpu.generation)
+    if efficiency is None:
+        timed = ", ".join(g.capitalize() for g in KERNEL_GEMM_EFFICIENCY)
+        raise ValueError(f"no kernel rate for {cluster.gpu.name}: its generation's kernels were not timed (only "
+                         f"{timed}); plan at the calibrated rate, or fit one of your runs (--measured-tokens-per-gpu)")
+    return with_matmul_efficiency(cluster, efficiency)
 
 
 def matmul_efficiency_for(model, cluster, strategy, step_seconds: float) -> float:

@@ -1,6 +1,7 @@
 """The planner's constants per GPU generation: the GEMMs' share of peak and flash attention's, and their sources.
 
-Two numbers per generation, each set on the published runs named beside it:
+Two numbers per generation, each set on the published runs named beside it, and a third where a generation's kernels
+were timed alone (KERNEL_GEMM_EFFICIENCY, below):
     GEMM_EFFICIENCY              the fraction of peak the matmuls sustain inside a training step, absorbing what
                                  the model leaves out (kernel launch gaps, wave quantisation, the GEMMs' own
                                  epilogues, imperfect overlap of the optimizer and collectives, host-side time). It
@@ -66,6 +67,17 @@ FLASH_ATTENTION_UTILIZATION = {
     "ampere": 0.31,   # per-model slopes 0.30-0.34 (7 models, 125M-13B)
     "hopper": 0.17,   # per-model slopes 0.17-0.19 (5 models, 760M-13B)
 }
+# The GEMM efficiency at the kernels' own rate, per generation whose kernels were timed (`kernel_efficiency_of`): the
+# value at which the planner's layer_seconds equals one layer's forward and backward timed alone, median over the 15
+# timed layers (ddp_lab/plan/measured/h100-sxm-kernels.json, tools/gpu_kernels.py: an H100 SXM, PyTorch 2.11, the
+# layer of each H100 calibration run's shape, its GEMMs cuBLAS's and its attention PyTorch's FlashAttention-2), by
+# bisection, rounded to 2 digits (tests/test_plan_published.py). No training run sets it. At GEMM_EFFICIENCY's 0.54
+# the planner's layer takes 1.18-1.32 x the timed one: that constant also charges what MosaicML's PyTorch steps spent
+# between and around their kernels. A stack that keeps the GPU busy from one kernel to the next (fused kernels,
+# CUDA graphs, communication overlapped: NVIDIA's NeMo and Megatron recipes) runs nearer the kernels' rate; the
+# planner takes it with `fit_to_run.at_kernel_rate` (the CLI's --kernel-rate). Generations without timed kernels
+# have none: Blackwell's is not borrowed from Hopper's, unlike its calibrated constants.
+KERNEL_GEMM_EFFICIENCY = {"hopper": 0.73}
 FLASH_PRECISIONS = ("bf16", "fp16")   # FlashAttention-2's kernels; fp32 attention runs at the GEMM rate
 # Turing (T4) has no published run with a stated configuration in the validation set: it borrows
 # Ampere's constant, unchecked (treat T4 step times as rough). Blackwell (B200, GB200) has no calibration run
@@ -102,6 +114,18 @@ def is_calibrated(generation: str) -> bool:
 def flash_share_of(generation: str) -> float | None:
     """Flash attention's share of peak for a generation (its own, or the one it borrows), None without a kernel."""
     return FLASH_ATTENTION_UTILIZATION.get(constants_generation(generation))
+
+
+def kernel_efficiency_of(generation: str) -> float | None:
+    """The GEMM efficiency at a generation's timed kernel rate (KERNEL_GEMM_EFFICIENCY), None where none was timed.
+
+    Example:
+        >>> kernel_efficiency_of("hopper") > efficiency_of("hopper"), kernel_efficiency_of("blackwell")
+        (True, None)
+
+    Introduced in notebooks/13-plan-your-training-run.ipynb.
+    """
+    return KERNEL_GEMM_EFFICIENCY.get(generation)
 
 
 def efficiency_of(generation: str) -> float:
