@@ -1,7 +1,10 @@
 """Published training runs kept aside while the planner is modelled: the held-aside set (held_out.py scores it).
 
 These runs come from sources that neither the planner's calibration set (published.py) nor the development runs
-(held_out_runs.py) use. They were chosen and written down before the planner predicted any of them, and they are
+(held_out_runs.py) use. They came in two sets: FIRST_SET, predicted and looked at from 2026-11 to 2026-12-06, and
+SECOND_SET, chosen and written down on 2026-12-06 after the kernel rate (fit_to_run.at_kernel_rate) was added
+and before the planner predicted any of them; the first set's runs that the kernel rate changes are development runs
+since (held_out.py). They were chosen and written down before the planner predicted any of them, and they are
 kept aside while it is modelled: their errors are looked at once, at the end (held_out.py says what moves a run to
 the development part). Each run is recorded as its source states it: the model shape, the parallel layout, the batch
 and micro-batch, the sequence, the GPUs, the precision and the published figure; each run's `source` ends with the
@@ -36,11 +39,58 @@ Sources:
                 config_common.sh, config_fp8.sh and conf/*.yaml of NVIDIA/benchmarks/gpt3/implementations/nemo and
                 its result log;
                 added after the planner's mechanics and constants were fixed
+    Second set (added after the planner's mechanics and constants, the kernel rate among them, were fixed):
+    mlperf-v3   mlcommons/training_results_v3.0 (commit 63e326c, 2023-08-10; results uploaded in 9f08e30, 2023-06-19)
+                and mlcommons/training_results_v3.1 (commit d06288b, 2025-01-14; results uploaded in f33f944,
+                2023-11-07, the GPT-3 files unchanged since but for the Dockerfile's JET line): NVIDIA's closed-division
+                GPT-3 175B submissions, all on DGX H100 (8 x 400 Gb/s InfiniBand per node): v3.0 on 64 and 96 nodes
+                (NeMo v1.17.0 on PyTorch 23.04, Transformer Engine release_v0.8, flash-attn 1.x), v3.1 on Eos (64, 96
+                nodes) and Eos-dfw (512 to 1,344 nodes; NeMo bd0b818 on r1.20.0, PyTorch 23.09, Transformer Engine
+                09ba842, flash-attn 2.0.8), each with the config_DGXH100_*.sh of its node count, config_common.sh,
+                config_fp8.sh (v3.0's config_tp_h100.sh, run_and_time.sh and conf/megatron_gpt_config.yaml; v3.1's
+                conf/custom.yaml and conf/optim/distributed_fused_adam.yaml) of
+                NVIDIA/benchmarks/gpt3/implementations/pytorch, the Dockerfile and requirements.txt, and its result log
+    mlperf-4.1  mlcommons/training_results_v4.1 (results commit 8821c70, 2024-11-13; repository HEAD b87b9e3): NVIDIA's
+                closed-division GPT-3 175B submissions on Eos (DGX H100, NeMo 24.09), each with the config_DGXH100_*.sh
+                its README-<system>.md names, config_common.sh, config_fp8.sh, conf/custom.yaml and
+                conf/optim/distributed_fused_adam.yaml, and its result log
+    mlperf-5.1  mlcommons/training_results_v5.1 (results commit 4da2d1c, 2025-11-05; repository HEAD 441d65f): NVIDIA's
+                closed-division Llama 3.1 8B pretraining submissions on Tyche (GB200 NVL72, NeMo 25.09), each with the
+                config_GB200_*_8b.sh its README-<system>.md names, the config_common*.sh, conf/custom.yaml and
+                pretrain.py of NVIDIA/benchmarks/llama31_8b/implementations/nemo, and its result log
+    internlm    InternLM/InternLM doc/en/train_performance.md, "Throughput Measurement" (TGS, tokens per GPU per second,
+                InternLM-7B on nvidia_a100-sxm4-80gb nodes linked by 4 x 100 Gb RoCE), written at commit fa7337b
+                (2023-07-06) and read at c18bec9 (2023-07-08), with the configs/7B_sft.py, train.py and internlm/
+                (model, hybrid ZeRO optimizer) of c18bec9: InternLM's own trainer, flash-attn 1.0.8 layers with
+                Megatron-style column/row tensor parallelism
+    mega-llama  alibaba/Megatron-LLaMA README.md (commit d2e05b8, 2023-09-04: Megatron-LM with Alibaba's
+                OverlappedDistributedOptimizer), the LLaMA-13b table (32 A100 80GB), with the
+                examples/LLaMA/LLaMA_13_slurm.sh and megatron/ code of the same commit
+    llm.c       karpathy/llm.c scripts/run_gpt2_1558M.sh (commit c6efd90, 2024-07-02): the step time its header comment
+                gives for 8 H100 80GB SXM in one node, with the train_gpt2.cu, llmc/zero.cuh and Makefile of the same
+                commit (hand-written C/CUDA on cuBLASLt and cuDNN, MPI + NCCL; no framework)
+    torchao     pytorch/ao torchao/float8/README.md (commit 8c81863ba, 2025-03-12), "Training benchmarks": torchtitan
+                0.0.2 on 8 H100s, launched by benchmarks/float8/training/float8_training_benchmark.sh and parsed by
+                parse_torchtitan_logs.py of the same commit; the table names no torchtitan commit, so its llama3_8b.toml
+                and config defaults are read at torchtitan 54ef42221 (2025-03-12, version 0.0.2); the stack is
+                torchtitan's (which the development runs use), this table and its configuration (batch 1 per GPU) are
+                not
 Which rows: all three of NVIDIA's MLPerf Training v4.0 GPT-3 submissions, each its result_0.txt (the first of its
 runs): the tokens of all its training blocks over their summed durations (block_start to block_stop; the
 evaluations between them left out), the global batch and gradient accumulation as the log states them;
 all eight of OLMo-core's table; JAX-Toolbox's MaxText table (its one row); MaxText's A3 table, all five
 rows (the four past one VM added once the planner modelled HSDP, hybrid_shard.py, and before they were predicted).
+Second set: all nine of NVIDIA's MLPerf Training v3.0 (two) and v3.1 (seven) GPT-3 submissions, each its
+result_0.txt read as v4.0's (v3.0's log times one block for the whole run with the evaluations inside it: there the
+block's duration less its evaluations, eval_start to eval_stop, over the tokens it logs, trained_samples), TP, PP,
+virtual stages and micro-batch from the config of the log's node count (the logs name no config; each round ships
+one per count); NVIDIA's own closed-division LLM pretraining submissions of MLPerf Training v4.1, v5.0 and v5.1 on a
+GPU with a preset, read as v4.0's, the layout from the config its README-<system>.md names, the smallest and the
+largest GPU count where a round has many of one benchmark on one GPU (only v5.0's 405B H100 runs, left out below):
+v4.1's two GPT-3 H100 submissions and v5.1's two FP8 Llama 3.1 8B GB200 submissions; of InternLM's table, the (tp=2,
+zero1=-1) row at its smallest and largest GPU counts (8 and 1,024), as the dgxc columns; Megatron-LLaMA's LLaMA-13b
+table, its Megatron-LLaMA column; llm.c, the one run script whose comment gives an H100 step time; torchao, the H100
+table's bfloat16 row and its "tensorwise with float8 all-gather" row.
 Which columns: of each dgxc table, its smallest GPU count and, where the table reaches it, 2,048 GPUs (the end of
 its weak scaling; MaxText's 2,048-GPU columns, HSDP, added once the planner modelled it and before they were
 predicted); of the GB200 tables, which stop at 512, the smallest. A column whose configuration (model, GPU, parallel
@@ -57,6 +107,14 @@ asks for (held_out.nvlink_segment: 128 GPUs as 2 racks of 64; v25.05.04's script
 the rule was written after the planner had predicted these runs under both placements, so their errors say less
 than the others').
 
+The second set adds: the attention kernel Transformer Engine ran where it had no cuDNN attention (release_v0.8) or
+preferred the flash-attn package the image installs (commit 09ba842) is that package's, and FlashAttention 1.x
+(flash_attn_unpadded_func) is planned as the FlashAttention-2 class (no FA1 kernel is modelled); a recomputation
+that recomputes no matmul (Megatron-LLaMA's "selective" with flash attention, InternLM's
+dropout_selective_checkpoint) is planned as none; an optimizer that keeps only each rank's shard of the gradients
+and reduce-scatters them from every micro-batch's backward (Megatron-LLaMA's OverlappedDistributedOptimizer) is
+ZeRO-2; a source that says only "H100" ran 80 GB SXM parts (as OLMo-core's); torchtitan's default gradient reduction
+in fp32 is planned as fp32_grads.
 Runs left out, and why: the tables of the Nemotron-4 15B and 340B reports (arXiv:2402.16819, 2406.11704), MegaScale
 (arXiv:2402.15627), FP8-LM (arXiv:2310.18313), FlashAttention-2's end-to-end table (arXiv:2307.08691) and "MoE
 Parallel Folding" (arXiv:2504.14960): no text of them could be read here, only abstracts and second-hand summaries.
@@ -85,6 +143,28 @@ FLOP count its MFU uses (its data set could not be read here). AI-Hypercomputer/
 "example of an entry in the logs" each, not a result stated for the recipe's configuration (the A3 Mega Llama 2 7B
 README's MFU, 0.514 from 503.384 TFLOP/s of 989, is the arithmetic of another README's 508.371).
 
+Second set, left out: MLPerf v3.0's NVIDIA+CoreWeave and v3.1's Azure+NVIDIA GPT-3 submissions (joint, under other
+submitters, on other systems) and every result_1.txt onward (one run per submission, as v4.0's); v4.1's 11,616-GPU
+GPT-3 log (v4.0's published again) and its 64-B200 "Preview" (its config_common_blackwell.sh is in no round's
+repository); all of v5.0's Llama 3.1 405B submissions (126 layers on PP 8 x VP 8 with the embedding and loss counted
+as layers: uneven stages under interleaving, not expressible; the GB200 logs also lack the block stops the method
+reads); every v5.1 Llama 3.1 405B submission and the 8-GPU 8B ones (NVFP4 block scaling, not the planner's
+per-tensor FP8) and its GB300 runs (no preset); other organisations' submissions on NVIDIA systems (not read).
+BigScience's BLOOM-176B (published.py's source) and its prequel topology tables (the same run's tuning);
+BigScience's other runs (V100s; tr8-104B's A100 note gives only a range); GPT-NeoX-20B, OPT-175B and GLM-130B (the
+figure is in a paper or logbook that could not be read here, or the micro-batch, recomputation and stage split are
+not stated); Megatron-DeepSpeed's examples (V100s, or no batch or layout); NeMo-Framework-Launcher's A100 tables (no
+batch or layout; held_out_runs.py's repository); Megatron-LLaMA's 256/512-GPU table (model not named) and its
+DeepSpeed column; InternLM's (tp=2, zero1=4) row (optimizer sharded within groups of 4: not expressible), its tp=1
+rows (another family) and its "FLOPS Testing" tables. lingua (evaluations only); picotron (MFU without a
+configuration); nanotron (nothing beyond the SVG above); SmolLM3 (its configuration is stated, its throughput only
+in third-party copies); llm.c's discussion #677 (third-party copies only); litgpt (TinyLlama's A100 figure);
+allenai/OLMo and megablocks (no throughput); gpt-neox's H100 ablations (images); DeepSpeed-Domino (an example log,
+GPU not said) and DeepSpeed's blogs (images); INTELLECT-1 (an MFU range over wide-area links, no per-configuration
+table readable); torchao's float8nocompile tables (model and batch not named, GPU counts inconsistent), its MoE,
+MI300X and B200 tables (no preset or MXFP8) and its rowwise FP8 row (the planner's FP8 is per tensor); nanochat
+(Muon, its own block); fms-fsdp (the IBM blog's table, published.py's); ColossalAI, NousResearch, Zyphra (no H100
+configuration and figure found).
 Read by held_out.py, whose table notebooks/13-plan-your-training-run.ipynb prints (docs/planner.md, "Held-out
 validation").
 """
@@ -429,5 +509,266 @@ FIRST_SET: list[HeldOutRun] = [
 ]
 
 # ---- the second set: written down before the planner predicted any of them (module docstring) -------------------
-SECOND_SET: list[HeldOutRun] = []
+# ---- sources and what they leave unstated (v3.x; v4.0's MLPERF / MLPERF_NOTE are another commit and stack) ------
+# v3.0 logs one training block for the whole run (block_start at the epoch start, block_stop at its end, the
+# evaluations inside it; custom_callbacks.py on_train_epoch_start/end): its duration less those evaluations
+MLPERF_V30 = ("mlcommons/training_results_v3.0 NVIDIA/results/{}/gpt3/result_0.txt (commit 63e326c): the run's "
+              "one training block's tokens (trained_samples) over its duration less the evaluations inside it")
+MLPERF_V31 = ("mlcommons/training_results_v3.1 NVIDIA/results/{}/gpt3/result_0.txt (commit d06288b): the training "
+              "blocks' tokens over their summed durations")
+MLPERF_V30_NOTE = ("; config_common.sh, config_fp8.sh, config_tp_h100.sh, run_and_time.sh and "
+                   "conf/megatron_gpt_config.yaml (NeMo v1.17.0_pt_23.04, Transformer Engine release_v0.8): "
+                   "distributed_fused_adam (ZeRO-1) with overlapped gradient and parameter sync, 100 MB buckets (not "
+                   "modelled: the planner's are Megatron-Core's default), bf16 gradient sync, no recomputation "
+                   "(ACT_CKPT_GRANULARITY=null), sequence parallelism, TP communication overlapped (userbuffers), "
+                   "Transformer Engine FP8 (hybrid, delayed scaling), dropout 0, LayerNorm1p (as LayerNorm); "
+                   "attention: Transformer Engine v0.8's DotProductAttention runs the flash-attn package (its only "
+                   "other path is unfused) through flash_attn_unpadded_func, which only flash-attn 1.x has "
+                   "(FlashAttention-1; requirements.txt pins 1.0.5 since commit 8a4f4ad, after the runs): planned "
+                   "as the FlashAttention-2 class (flash_kernel fa2), FlashAttention-1's lower rate not modelled; the "
+                   "SentencePiece tokenizer's vocabulary is not stated: GPT-2's 50,257 assumed (padding to 128 not "
+                   "modelled); DGX H100 nodes (systems/dgxh100_n*_nemo.json: 8 x 400 Gb/s InfiniBand): the "
+                   "h100-sxm preset")
+MLPERF_V31_NOTE = ("; config_common.sh, config_fp8.sh, conf/custom.yaml and conf/optim/distributed_fused_adam.yaml "
+                   "(NeMo bd0b818 on r1.20.0, PyTorch 23.09, Transformer Engine 09ba842): distributed_fused_adam "
+                   "(ZeRO-1) with overlapped gradient and parameter sync, 100 MB buckets (not modelled), bf16 "
+                   "gradient sync, no recomputation, sequence parallelism, TP communication overlapped "
+                   "(userbuffers; its atomic-GEMM reduce-scatter, NVTE_UB_ATOMIC_GEMM_RS=1, not modelled), "
+                   "Transformer Engine FP8 (hybrid, delayed scaling; asynchronous amax reduction not modelled), "
+                   "dropout 0, LayerNorm1p (as LayerNorm); attention: that Transformer Engine prefers flash-attn to "
+                   "its cuDNN fused attention, and the Dockerfile installs flash-attn 2.0.8 (NVTE_FLASH_ATTN=0 is "
+                   "commented out in config_common.sh): FlashAttention-2 (flash_kernel fa2); the SentencePiece "
+                   "tokenizer's vocabulary is not stated: GPT-2's 50,257 assumed; Eos and Eos-dfw DGX H100 nodes "
+                   "(systems/*.json: 8 x 400 Gb/s InfiniBand for compute): the h100-sxm preset")
+# NeMo's settings as the v4.0 rows (ZeRO-1, overlapped parameter gather), but the flash-attn kernel, not cuDNN's
+NEMO_FLASH_ATTN = {**NEMO, "flash_kernel": "fa2"}
+
+# ---- model shapes ----------------------------------------------------------------------------------------------
+# GPT-3 175B as the v4.0 MLPerf rows (conf/custom.yaml of each v4.1 implementation: 96 layers, hidden 12,288, 96
+# heads, FFN 4 x hidden, sequence 2,048, hidden and attention dropout 0.0): held_out_runs.GPT3_175B without dropout.
+# Llama 3.1 8B: pretrain.py builds NeMo's Llama31Config8B at encoder_seq_length 8,192 (conf/custom.yaml) with the
+# Llama 3.1 8B tokenizer (data_scripts/download_8b.sh; mlcommons/training small_llm_pretraining/nemo/README.md at
+# 2b94434: 32 layers, hidden 4,096, 32 heads, 8 kv heads, FFN 14,336, SwiGLU, RMSNorm, context 8,192): the
+# llama3-8b preset (vocabulary 128,256, the tokenizer's; the reference's table rounds it to "128,000").
+
+# ---- sources and what they leave unstated ------------------------------------------------------------------------
+MLPERF41 = ("mlcommons/training_results_v4.1 NVIDIA/results/{}/gpt3/result_0.txt (commit 8821c70, 2024-11-13; "
+            "repository HEAD b87b9e3): the training blocks' tokens over their summed durations")
+MLPERF41_NOTE = ("; config_common.sh, config_fp8.sh, conf/custom.yaml and conf/optim/distributed_fused_adam.yaml of "
+                 "that implementation: distributed_fused_adam (ZeRO-1) with overlapped gradient and parameter sync, "
+                 "{bucket} MB buckets (BUCKET_CAP_MB; not modelled: the planner's are Megatron-Core's default), bf16 "
+                 "gradient sync, no recomputation (ACT_CKPT_* unset), sequence parallelism, TP communication "
+                 "overlapped (userbuffers), Transformer Engine FP8 (hybrid, delayed scaling: amax history 1,024, "
+                 "max) with FP8 parameters (fp8_params: not modelled), the embedding's weight gradients deferred "
+                 "(WGRAD_DEFERRAL_LIMIT 65: not modelled), no CUDA graphs, dropout 0, LayerNorm1p (as LayerNorm); "
+                 "the SentencePiece tokenizer's vocabulary is not stated: GPT-2's 50,257 assumed (as the v4.0 rows); "
+                 "Eos's DGX H100 nodes (the system JSON: 8 x ConnectX-7 400 Gb/s InfiniBand): the h100-sxm preset")
+MLPERF51 = ("mlcommons/training_results_v5.1 NVIDIA/results/{}/llama31_8b/result_0.txt (commit 4da2d1c, 2025-11-05; "
+            "repository HEAD 441d65f): the training blocks' tokens over their summed durations")
+MLPERF51_NOTE = ("NVIDIA/benchmarks/llama31_8b/implementations/nemo/{config} (the config README-{system}.md names), "
+                 "with config_common.sh, config_common_cg.sh, config_common_8b.sh, conf/custom.yaml and pretrain.py: "
+                 "{layout}; Megatron's distributed optimizer (ZeRO-1) with overlapped gradient reduce and parameter "
+                 "gather, gradients reduced in bf16 (grad_reduce_in_fp32=False), bucket_size 768,000,000 "
+                 "(BUCKET_SIZE) and FP8 parameter gather (not modelled); FP8 = Transformer Engine's 'tensorwise' "
+                 "recipe (per-tensor current scaling, HYBRID format): the planner's FP8; attention in bf16 "
+                 "(NVTE_DPA_FP8_RECIPE F16, FP8_DPA unset) through Transformer Engine; no recomputation "
+                 "(ACT_CKPT_* unset); full-iteration CUDA graphs (FULL_CUDA_GRAPH=1), {fuser}fused QKV-RoPE and "
+                 "NVIDIA's TP-PP-DP rank mapping (not modelled); GB200 NVL72 trays of 4 GPUs (DGXNGPU=4; system "
+                 "JSON: 4 x ConnectX-7 400 Gb/s per tray), the job placed in NVLink segments of SEGMENT={segment} "
+                 "trays = {segment_gpus} GPUs per rack, as held_out.nvlink_segment places it")
+
+# ---- model shapes (the configs the sources run) ------------------------------------------------------------------
+# InternLM-7B as InternLM trains it (configs/7B_sft.py and internlm/model/ at commit c18bec9): 32 layers, hidden
+# 4096, 32 heads, MLP_RATIO 8/3 -> SwiGLU FeedForward of int(4096 x 8/3) = 10,922 rounded up to a multiple of 256
+# (linear.py, multiple_of=256) = 11,008, RMSNorm, rotary, no MLP biases but a bias on the QKV projection (and on the
+# output projection: multi_head_attention.py, not modelled), untied output head, dropout 0 (the layer's defaults),
+# vocabulary 103,168, sequence 2,048
+INTERNLM_7B = dict(name="internlm-7b", layers=32, hidden=4096, heads=32, vocab=103168, seq_len=2048, ffn=11008,
+                   **{**LLAMA, "qkv_bias": True})
+# LLaMA-13B as Megatron-LLaMA's example runs it (examples/LLaMA/LLaMA_13_slurm.sh at d2e05b8): 40 layers, hidden
+# 5120, 40 heads, SwiGLU FFN 13,824, RMSNorm, rotary, no biases, untied lm_head (--causal-lm), sequence 2,048;
+# the script at that commit leaves Megatron's default dropouts (0.1; "Disable dropout" came later, 3850347); the
+# tokenizer is a placeholder: LLaMA's 32,000 assumed (--make-vocab-size-divisible-by 1: no padding)
+MEGATRON_LLAMA_13B = dict(name="llama-13b", layers=40, hidden=5120, heads=40, vocab=32000, seq_len=2048, ffn=13824,
+                          **{**LLAMA, "dropout": True})
+
+# ---- sources and what they leave unstated --------------------------------------------------------------------------
+INTERNLM = ("InternLM/InternLM doc/en/train_performance.md (commit c18bec9, 2023-07-08, as in InternLM/InternEvo's "
+            "history; the table unchanged since fa7337b, 2023-07-06), 'Throughput Measurement' table, '(tp=2, "
+            "zero1=-1)' row, {gpus} GPUs column: {tgs} TGS (tokens per GPU per second) on nvidia_a100-sxm4-80gb; "
+            "{gpus:,} GPUs, GBS {gbs:,}")
+INTERNLM_NOTE = ("the doc's tp=2 column: micro_num 4, micro_bsz 4, seq_len 2,048, pack_sample_into_one=False, "
+                 "checkpoint=False, bf16; zero1=-1 shards the optimizer states over all data-parallel ranks (ZeRO-1: "
+                 "hybrid_zero_optim.py reduces each gradient bucket, in bf16, to its owner on the last micro-batch "
+                 "only, overlapped with backward, and broadcasts the updated weights after the step); TP by "
+                 "InternLM's flash-attn-based column/row-parallel layers with sequence_parallel=False and no overlap; "
+                 "dropout_selective_checkpoint recomputes only dropout and the norms (no matmul): planned as no "
+                 "recomputation; TGS = packed positions (micro_num x micro_bsz x 2,048 per data-parallel rank, "
+                 "train.py) over GPUs and step time: the planner's tokens per GPU; pack_sample_into_one=False packs "
+                 "micro_bsz samples into each 8,192-token row and attends within each sample (flash-attn's varlen "
+                 "kernel), so attention is over samples up to 2,048 tokens, not whole rows (the data set is not "
+                 "stated; without a train_folder the config falls back to RandomDataset, samples of 12 to 2,048 "
+                 "tokens): the planner charges full 2,048-token causal attention; the repository pins flash-attention "
+                 "1.0.8 (third_party/flash-attention at d2f4324): planned as the FlashAttention-2 class (no FA1 "
+                 "kernel modelled); the output projection's bias not modelled; inter-machine bandwidth 4 x 100 Gb "
+                 "RoCE per node (the doc): 50 Gb/s per GPU")
+INTERNLM_LINKS = dict(inter_node_bandwidth=4 * 100e9 / 8 / 8)   # 4 x 100 Gb/s RoCE per 8-GPU node, in bytes/s per GPU
+
+MEGATRON_LLAMA = ("alibaba/Megatron-LLaMA README.md (commit d2e05b8, 2023-09-04), LLaMA-13b table, 'Megatron-LLaMA' "
+                  "column: training cost 40.3 hours for 10 billion tokens on four 8xA100-80GB (Training Model TFLOPS "
+                  "180; global batch 2,048 by the table's note); 32 GPUs, GBS 2,048")
+MEGATRON_LLAMA_NOTE = ("the table gives no parallel layout: taken from examples/LLaMA/LLaMA_13_slurm.sh at d2e05b8, "
+                       "the LLaMA-13B script whose GLOBAL_BATCH_SIZE=2048 is the table's (assumed to be the table's "
+                       "run; its SBATCH line and WORLD_SIZE are placeholders): TP 2, PP 1, micro-batch 4, sequence "
+                       "2,048, sequence parallelism, bf16, --use-flash-attn (flash_attn_unpadded_func: FlashAttention "
+                       "1.x, planned as the FlashAttention-2 class), --recompute-granularity selective, which with "
+                       "flash attention recomputes nothing (transformer.py checkpoints core attention only on the "
+                       "non-flash path): planned as no recomputation; --overlapped-distributed-optimizer "
+                       "(overlapped_dist_optimizer.py): fp32 gradients (bf16 forces "
+                       "accumulate_allreduce_grads_in_fp32) reduce-scattered bucket by bucket from backward hooks of "
+                       "every micro-batch, on a side stream, into partitioned gradient and optimizer shards (ZeRO-2; "
+                       "32 reduce-scatters per step), the weights all-gathered after the step (its overlap with "
+                       "forward came at 25306de, 2023-10-09, after the table); --causal-lm's lm_head is a plain torch "
+                       "Linear, computed whole on both TP ranks (not modelled); dropout 0.1 (the defaults, see the "
+                       "model); the figure: 10e9 tokens / (40.3 h x 3,600 s) / 32 GPUs, the table's cost rounded to "
+                       "0.1 h; the 13B table's network is not stated: the a100-80gb preset's (the README's "
+                       "256/512-GPU table names 4 x 200 Gb/s RDMA per 8-GPU node)")
+
+# ---- model shapes (the configs the sources run) ------------------------------------------------------------------
+# GPT-2 1558M as llm.c builds it (karpathy/llm.c train_gpt2.cu at c6efd90, gpt_build_from_descriptor, "d48": 48
+# layers, channels 1600, 25 heads, max_seq_len 1024, padded_vocab_size 50304 "padded to 128": the embedding and the
+# classifier are allocated and multiplied at 50,304): GPT-2 blocks (LayerNorm with biases, GELU MLP of 4 x 1600,
+# biases on every Linear, learned positions, the output layer tied to the token embedding), no dropout in llm.c
+GPT2_1558M_LLMC = dict(name="gpt2-1558m", layers=48, hidden=1600, heads=25, vocab=50304, seq_len=1024,
+                       dropout=False)
+
+# ---- sources and what they leave unstated --------------------------------------------------------------------------
+LLMC_1558M = ("karpathy/llm.c scripts/run_gpt2_1558M.sh (commit c6efd90, 2024-07-02), header comment: 'on 8X H100 "
+              "80GB SXM ($28/hr) steps in 2.80s/iter' at 1,048,576 tokens per step; 8 GPUs, GBS 1,024")
+LLMC_1558M_NOTE = ("the script's flags at that commit: mpirun -np 8 (one node), -b 16 (sequences per GPU per "
+                   "micro-step), -t 1024, -d 1048576 (total batch in tokens: grad_accum 1,048,576 / (16 x 1,024 x "
+                   "8) = 8), -r 0 (no recomputation), -z 1 (ZeRO-1: llmc/zero.cuh reduce-scatters the gradients in "
+                   "bf16, ncclFloatX, per layer in backward on the last micro-step, and gathers the updated "
+                   "weights), -e d48, -ge 1 (GELU fused into the cuBLASLt matmul epilogue: not modelled); make "
+                   "train_gpt2cu USE_CUDNN=1 (cuDNN flash attention, flash_kernel cudnn) with the Makefile's "
+                   "default PRECISION=BF16, fp32 master weights (use_master_weights=1, the default) and fp32 AdamW "
+                   "state; the fused classifier that never stores the logits is not modelled; the comment's next "
+                   "line multiplies by 2.7 s, not 2.80 s (2.80 taken, as stated for the step); whether the figure "
+                   "leaves out the evaluations every 250 steps (-v 250, -h 1) is not stated")
+TORCHAO_F8 = ("pytorch/ao torchao/float8/README.md (commit 8c81863ba, 2025-03-12), 'Training benchmarks', Llama3-8b "
+              "'{}' row: {} median tokens/second; 8 GPUs, GBS 8")
+TORCHAO_F8_NOTE = ("the README: torchtitan 0.0.2 ('Single-node training on 8xH100 GPUs', batch size 1, sequence "
+                   "length 8192, 100 steps, torch.compile, FSDP2, per-op SAC; pytorch 2.7.0a0+gitb98af95, torchao "
+                   "0.10.0+git890e0ac8) launched by benchmarks/float8/training/float8_training_benchmark.sh of "
+                   "that commit (torchtitan's torchtitan/models/llama/train_configs/llama3_8b.toml with "
+                   "--training.batch_size=1 --training.compile{}); the figure is the median over steps 2-100 of "
+                   "the 'tps' torchtitan logs, tokens per second per device (parse_torchtitan_logs.py; "
+                   "torchtitan's components/metrics.py); the torchtitan commit is not stated: the toml and "
+                   "defaults read at 54ef42221 (2025-03-12, version 0.0.2): FSDP over the 8 GPUs "
+                   "(data_parallel_shard_degree -1), resharding after forward but for the last block (ZeRO-3), "
+                   "bf16 parameters, gradients reduced in fp32 (mixed_precision_reduce default float32: "
+                   "fp32_grads), selective_ac_option 'op' (recompute='op'), the Llama 3 tokenizer's 128,256 "
+                   "vocabulary; attention: PyTorch's SDPA, the FlashAttention-2 class by the held-aside rule; "
+                   "which H100s is not stated: 80 GB SXM assumed, the h100-sxm preset (the OLMo-core rule; "
+                   "torchtitan's own benchmarks name 96 GB HBM2e H100s at 500 W, h100-hbm2e); torch.compile "
+                   "(fusion not modelled)")
+TORCHAO_F8_TENSORWISE = ("; float8 'tensorwise with float8 all-gather' = torchao Float8Linear with dynamic "
+                         "tensorwise scaling (the planner's FP8), FSDP2 gathering the weights in float8 "
+                         "(enable_fsdp_float8_all_gather, precompute_float8_dynamic_scale_for_fsdp: the halved "
+                         "gather is not modelled) and force_recompute_fp8_weight_in_bwd; the output layer "
+                         "stays bf16 (torchtitan's float8 converter skips it)")
+
+SECOND_SET: list[HeldOutRun] = [
+    # ---- dense, H100, TP 4 x PP 8, FP8 (MLPerf Training v3.0 and v3.1) -----------------------------------------
+    *[HeldOutRun(f"MLPerf {round_} GPT-3 175B TP 4 x PP 8, {gpus:,} H100s, FP8",
+                 (MLPERF_V30 if round_ == "v3.0" else MLPERF_V31).format(system) + f"; {gpus:,} GPUs, GBS {gbs:,}",
+                 {**GPT3_175B, "dropout": False},
+                 dict(dp=dp, tp=4, pp=8, micro_batch=1, grad_accum=grad_accum, schedule="interleaved",
+                      virtual_stages=12, precision="fp8", **TP_OVERLAP, **NEMO_FLASH_ATTN),
+                 "h100-sxm", "tokens_per_gpu", _tokens_per_gpu(tokens / seconds, gpus),
+                 f"{config}: TP 4, PP 8, interleaved 12 ("
+                 + ("config_common.sh's INTERLEAVED_PIPELINE" if round_ == "v3.0" else "conf/custom.yaml's default")
+                 + "), micro-batch 1"
+                 + ("; its MINIBS=192 (GBS 3,072) was overridden at launch: the log's GBS 2,048 and gradient "
+                    "accumulation 128 are planned" if (round_, gpus) == ("v3.1", 512) else "")
+                 + (MLPERF_V30_NOTE if round_ == "v3.0" else MLPERF_V31_NOTE))
+      for round_, system, config, gpus, dp, grad_accum, gbs, tokens, seconds in (
+          ("v3.0", "dgxh100_n64_nemo", "config_DGXH100_64x8x128x4x8_mbs1.sh", 512, 16, 128, 2048,
+           1_207_959_552, 3856.423 - 365.276),
+          ("v3.0", "dgxh100_n96_nemo", "config_DGXH100_96x8x128x4x8_mbs1.sh", 768, 24, 128, 3072,
+           1_207_959_552, 2580.563 - 246.320),
+          ("v3.1", "eos_n64_ngc23.09_nemo", "config_DGXH100_64x8x192x4x8_mbs1.sh", 512, 16, 128, 2048,
+           1_207_959_552, 3187.509),
+          ("v3.1", "eos_n96_ngc23.09_nemo", "config_DGXH100_96x8x128x4x8_mbs1.sh", 768, 24, 128, 3072,
+           1_258_291_200, 2221.956),
+          ("v3.1", "eos-dfw_n512_ngc23.09_nemo", "config_DGXH100_512x8x16x4x8_mbs1.sh", 4096, 128, 16, 2048,
+           1_207_959_552, 469.905),
+          ("v3.1", "eos-dfw_n768_ngc23.09_nemo", "config_DGXH100_768x8x16x4x8_mbs1.sh", 6144, 192, 16, 3072,
+           1_258_291_200, 328.343),
+          ("v3.1", "eos-dfw_n1024_ngc23.09_nemo", "config_DGXH100_1024x8x16x4x8_mbs1.sh", 8192, 256, 16, 4096,
+           1_308_622_848, 257.493),
+          ("v3.1", "eos-dfw_n1280_ngc23.09_nemo", "config_DGXH100_1280x8x8x4x8_mbs1.sh", 10240, 320, 8, 2560,
+           1_205_862_400, 219.492),
+          ("v3.1", "eos-dfw_n1344_ngc23.09_nemo", "config_DGXH100_1344x8x8x4x8_mbs1.sh", 10752, 336, 8, 2688,
+           1_211_105_280, 211.046))],
+    # ---- dense, H100, TP 4, FP8 (MLPerf Training v4.1) -------------------------------------------------------------
+    *[HeldOutRun(f"MLPerf v4.1 GPT-3 175B TP 4 x PP 8, {gpus:,} H100s, FP8", MLPERF41.format(system) +
+                 f"; {gpus:,} GPUs, GBS {gbs:,}",
+                 {**GPT3_175B, "dropout": False},
+                 dict(dp=dp, tp=4, pp=8, micro_batch=2, grad_accum=grad_accum, schedule="interleaved",
+                      virtual_stages=6, precision="fp8", **TP_OVERLAP, **NEMO),
+                 "h100-sxm", "tokens_per_gpu", _tokens_per_gpu(tokens / seconds, gpus),
+                 f"NVIDIA/benchmarks/gpt3/implementations/{system}/{config} (the config README-{system}.md names): "
+                 f"TP 4, PP 8, interleaved 6 (INTERLEAVED_PIPELINE=6), micro-batch 2, MINIBS {minibs} (GBS "
+                 f"{gbs:,}, gradient accumulation {grad_accum}, as the log states)" + extra +
+                 MLPERF41_NOTE.format(bucket=bucket))
+      for system, config, gpus, dp, grad_accum, minibs, gbs, bucket, extra, tokens, seconds in (
+          ("eos_n32_ngc24.09_nemo", "config_DGXH100_32x8x256x4x8_mbs2.sh", 256, 8, 128, 256, 2048, 125,
+           "", 1_258_291_200, 5523.979),
+          ("eos_n64_ngc24.09_nemo", "config_DGXH100_64x8x128x4x8_mbs2.sh", 512, 16, 64, 128, 2048, 200,
+           ", VBOOST_VALUE=1 (nvidia-smi boost slider: not modelled)", 1_207_959_552, 2746.995))],
+    # ---- context parallel, GB200, FP8 (MLPerf Training v5.1) -------------------------------------------------------
+    HeldOutRun("MLPerf v5.1 Llama 3.1 8B CP 2, 72 GB200s, FP8", MLPERF51.format("tyche_ngpu72_ngc25.09_nemo") +
+               "; 72 GPUs, GBS 36", _llama3("llama3-8b"),
+               dict(dp=36, cp=2, micro_batch=1, grad_accum=1, precision="fp8", **NEMO),
+               "gb200", "tokens_per_gpu", _tokens_per_gpu(172_368 * 8192 / 810.277, 72),
+               MLPERF51_NOTE.format(config="config_GB200_18x4x1xtp1pp1cp2_8b.sh",
+                                    system="tyche_ngpu72_ngc25.09_nemo",
+                                    layout="TP 1 (no sequence parallelism, no TP overlap), PP 1, CP 2, micro-batch 1, "
+                                           "MINIBS 1 (GBS 36, gradient accumulation 1, as the log states)",
+                                    fuser="TE's op fuser (USE_TE_OPS=True), ", segment=18, segment_gpus=72)),
+    HeldOutRun("MLPerf v5.1 Llama 3.1 8B TP 2 x CP 4, 512 GB200s, FP8",
+               MLPERF51.format("tyche_ngpu512_ngc25.09_nemo") + "; 512 GPUs, GBS 64", _llama3("llama3-8b"),
+               dict(dp=64, tp=2, cp=4, micro_batch=1, grad_accum=1, precision="fp8", **TP_OVERLAP, **NEMO),
+               "gb200", "tokens_per_gpu", _tokens_per_gpu(221_184 * 8192 / 312.117, 512),
+               MLPERF51_NOTE.format(config="config_GB200_128x4x1xtp2pp1cp4_8b.sh",
+                                    system="tyche_ngpu512_ngc25.09_nemo",
+                                    layout="TP 2 with sequence parallelism and userbuffers TP overlap "
+                                           "(TP_COMM_OVERLAP=True), PP 1, CP 4, micro-batch 1, MINIBS 1 (GBS 64, "
+                                           "gradient accumulation 1, as the log states); USE_TE_OPS=False",
+                                    fuser="", segment=16, segment_gpus=64)),
+    # ---- dense, Megatron-style, A100: TP 2 (InternLM) ------------------------------------------------------------
+    *[HeldOutRun(f"InternLM 7B TP 2, {gpus:,} A100s", INTERNLM.format(gpus=gpus, tgs=tgs, gbs=gpus // 2 * 16),
+                 INTERNLM_7B, dict(dp=gpus // 2, tp=2, zero=1, micro_batch=4, grad_accum=4),
+                 "a100-80gb", "tokens_per_gpu", tgs, INTERNLM_NOTE, INTERNLM_LINKS)
+      for gpus, tgs in ((8, 3822), (1024, 2785))],
+    # ---- dense, Megatron-style, A100: TP 2 (Megatron-LLaMA) -------------------------------------------------------
+    HeldOutRun("Megatron-LLaMA 13B TP 2, 32 A100s", MEGATRON_LLAMA, MEGATRON_LLAMA_13B,
+               dict(dp=16, tp=2, zero=2, micro_batch=4, grad_accum=32, sequence_parallel=True, fp32_grads=True),
+               "a100-80gb", "tokens_per_gpu", _tokens_per_gpu(10e9 / (40.3 * 3600), 32), MEGATRON_LLAMA_NOTE),
+    # ---- data-parallel (ZeRO-1), H100, hand-written CUDA (llm.c) -----------------------------------------------------
+    HeldOutRun("llm.c GPT-2 1558M ZeRO-1, 8 H100s", LLMC_1558M, GPT2_1558M_LLMC,
+               dict(dp=8, zero=1, micro_batch=16, grad_accum=8, **TE), "h100-sxm", "tokens_per_gpu",
+               _tokens_per_gpu(1_048_576 / 2.80, 8), LLMC_1558M_NOTE),
+    # ---- FSDP, H100, torchtitan run by torchao (bf16 and FP8) -------------------------------------------------------
+    *[HeldOutRun(f"torchao Llama 3 8B FSDP, 8 H100s{label}", TORCHAO_F8.format(row, tps), _llama3("llama3-8b"),
+                 dict(dp=8, zero=3, micro_batch=1, grad_accum=1, recompute="op", fp32_grads=True, **precision),
+                 "h100-sxm", "tokens_per_gpu", tps, TORCHAO_F8_NOTE.format(flags) + extra)
+      for label, row, precision, tps, flags, extra in (
+          ("", "none (bfloat16)", {}, 6150, "", ""),
+          (", Float8", "tensorwise with float8 all-gather", dict(precision="fp8"), 7689.5,
+           " --model.converters=float8 --float8.enable_fsdp_float8_all_gather "
+           "--float8.precompute_float8_dynamic_scale_for_fsdp --float8.force_recompute_fp8_weight_in_bwd",
+           TORCHAO_F8_TENSORWISE))],
+]
 RUNS: list[HeldOutRun] = FIRST_SET + SECOND_SET
