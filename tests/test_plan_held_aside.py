@@ -15,7 +15,7 @@ import pytest
 from ddp_lab.course.plan.strategy import check
 from ddp_lab.plan import held_out_runs, published
 from ddp_lab.plan.held_aside_runs import RUNS
-from ddp_lab.plan.held_out import FAMILIES, build, family, missing, predict
+from ddp_lab.plan.held_out import ASIDE_NAMES, FAMILIES, build, family, missing, predict
 from ddp_lab.plan.held_out_runs import METRICS
 
 # "N GPUs, GBS B": what each source's table states, written into the run's source
@@ -27,34 +27,10 @@ USED_DOCUMENTS = ("torchtitan", "Megatron-Bridge", "performance_summary.md", "Ne
 # The families the held-aside runs must cover: those the development runs miss most (docs/planner.md)
 NEW_FAMILIES = {"moe-coarse", "moe-fine", "b200", "long-context", "fp8", "dense-h100-tp"}
 
-# Each held-aside run's prediction (5 significant digits), as `held_out.predict` gives it: the planner's state the
-# held-aside errors in docs/planner.md were measured on.
+# Each prediction of the held-aside part (5 significant digits), as `held_out.predict` gives it: the planner's state
+# the held-aside errors in docs/planner.md were measured on. The first set's runs planned at the kernel rate are
+# development runs (held_out.ASIDE_NAMES) and are not pinned.
 PREDICTED = {
-    'DGXC Llama 3.1 8B CP 2, 8 H100s': 8334.0,
-    'DGXC Llama 3.1 70B TP 4 x PP 4 x CP 2, 64 H100s': 952.0,
-    'DGXC Llama 3.1 70B TP 4 x PP 4 x CP 2, 2,048 H100s': 950.37,
-    'DGXC Llama 3.1 70B TP 4 x PP 8, 2,048 H100s, FP8': 1190.5,
-    'DGXC Nemotron-4 340B TP 8 x PP 8, 256 H100s': 197.4,
-    'DGXC Nemotron-4 340B TP 8 x PP 8, 2,048 H100s': 194.17,
-    'DGXC Nemotron-4 340B TP 8 x PP 8, 256 H100s, FP8': 262.09,
-    'DGXC Nemotron-4 340B TP 8 x PP 8, 2,048 H100s, FP8': 255.69,
-    'DGXC GPT-3 175B TP 4 x PP 8, 128 H100s': 436.17,
-    'DGXC GPT-3 175B TP 4 x PP 8, 2,048 H100s': 433.75,
-    'DGXC GPT-3 175B TP 4 x PP 8, 2,048 H100s, FP8': 576.98,
-    'DGXC Nemotron-4 15B TP 2, 16 H100s': 5124.5,
-    'DGXC Nemotron-4 15B TP 2, 2,048 H100s': 5010.9,
-    'DGXC Nemotron-4 15B TP 2, 16 H100s, FP8': 6843.9,
-    'DGXC Nemotron-4 15B TP 2, 2,048 H100s, FP8': 6642.8,
-    'DGXC MaxText Llama 3 70B FSDP, 128 H100s': 783.43,
-    'DGXC MaxText Llama 3 70B FSDP, 128 H100s, FP8': 1168.4,
-    'DGXC MaxText Llama 3 70B HSDP 128 x 16, 2,048 H100s': 782.89,
-    'DGXC MaxText Llama 3 70B HSDP 128 x 16, 2,048 H100s, FP8': 1167.2,
-    'DGXC Grok-1 314B TP 4 x PP 8 x CP 2 x EP 8, 512 H100s': 757.53,
-    'DGXC Grok-1 314B TP 4 x PP 8 x CP 2 x EP 8, 512 H100s, FP8': 1011.2,
-    'Automodel Qwen3-30B-A3B FSDP x EP 8, 8 H100s': 9627.6,
-    'Automodel gpt-oss-20b FSDP x EP 8, 8 H100s': 11094.0,
-    'Automodel gpt-oss-120b FSDP x EP 64, 64 H100s': 6054.6,
-    'Automodel Llama 3.1 70B FSDP 32 x CP 2, 64 H100s': 730.17,
     'DGXC Nemotron-4 340B TP 8 x PP 4, 128 GB200s': 538.66,
     'DGXC Nemotron-4 340B TP 8 x PP 4, 128 GB200s, FP8': 726.17,
     'DGXC Grok-1 314B TP 4 x EP 8, 128 GB200s': 2214.9,
@@ -69,15 +45,30 @@ PREDICTED = {
     'OLMo-core 8B Llama, 8 H100s, FP8': 11379.0,
     'OLMo-core 13B, 8 H100s': 4806.1,
     'OLMo-core 13B, 8 H100s, FP8': 6573.3,
-    'JAX-Toolbox MaxText Llama 2 7B FSDP, 8 H100s': 10251.0,
     'MaxText A3 Llama 2 7B FSDP, 8 H100s': 10418.0,
     'MaxText A3 Llama 2 7B HSDP 8 x 2, 16 H100s': 10363.0,
     'MaxText A3 Llama 2 7B HSDP 8 x 4, 32 H100s': 10334.0,
     'MaxText A3 Llama 2 7B HSDP 8 x 8, 64 H100s': 10316.0,
     'MaxText A3 Llama 2 7B HSDP 8 x 16, 128 H100s': 10301.0,
-    'MLPerf GPT-3 175B TP 4 x PP 8, 512 H100s, FP8': 633.17,
-    'MLPerf GPT-3 175B TP 4 x PP 6, 10,752 H100s, FP8': 402.47,
-    'MLPerf GPT-3 175B TP 4 x PP 6, 11,616 H100s, FP8': 421.85,
+    'MLPerf v3.0 GPT-3 175B TP 4 x PP 8, 512 H100s, FP8': 681.65,
+    'MLPerf v3.0 GPT-3 175B TP 4 x PP 8, 768 H100s, FP8': 681.33,
+    'MLPerf v3.1 GPT-3 175B TP 4 x PP 8, 512 H100s, FP8': 681.65,
+    'MLPerf v3.1 GPT-3 175B TP 4 x PP 8, 768 H100s, FP8': 681.33,
+    'MLPerf v3.1 GPT-3 175B TP 4 x PP 8, 4,096 H100s, FP8': 595.15,
+    'MLPerf v3.1 GPT-3 175B TP 4 x PP 8, 6,144 H100s, FP8': 589.3,
+    'MLPerf v3.1 GPT-3 175B TP 4 x PP 8, 8,192 H100s, FP8': 583.63,
+    'MLPerf v3.1 GPT-3 175B TP 4 x PP 8, 10,240 H100s, FP8': 495.63,
+    'MLPerf v3.1 GPT-3 175B TP 4 x PP 8, 10,752 H100s, FP8': 493.63,
+    'MLPerf v4.1 GPT-3 175B TP 4 x PP 8, 256 H100s, FP8': 793.17,
+    'MLPerf v4.1 GPT-3 175B TP 4 x PP 8, 512 H100s, FP8': 782.01,
+    'MLPerf v5.1 Llama 3.1 8B CP 2, 72 GB200s, FP8': 24841.0,
+    'MLPerf v5.1 Llama 3.1 8B TP 2 x CP 4, 512 GB200s, FP8': 5063.0,
+    'InternLM 7B TP 2, 8 A100s': 4124.3,
+    'InternLM 7B TP 2, 1,024 A100s': 3749.0,
+    'Megatron-LLaMA 13B TP 2, 32 A100s': 2261.0,
+    'llm.c GPT-2 1558M ZeRO-1, 8 H100s': 43867.0,
+    'torchao Llama 3 8B FSDP, 8 H100s': 6423.3,
+    'torchao Llama 3 8B FSDP, 8 H100s, Float8': 8249.6,
 }
 
 
@@ -146,6 +137,7 @@ def test_the_planner_still_predicts_every_held_aside_run_as_it_did():
     made with those runs' errors in view moves them to the development part (held_out.py's rule); one decided
     without them (a mechanism found wrong on other models, from the frameworks' code) updates the pins here, in a
     commit that says so."""
-    assert set(PREDICTED) == {run.name for run in RUNS}
+    assert set(PREDICTED) == ASIDE_NAMES and len(PREDICTED) == 38
     for run in RUNS:
-        assert predict(run) == pytest.approx(PREDICTED[run.name], rel=1e-4), run.name
+        if run.name in ASIDE_NAMES:
+            assert predict(run) == pytest.approx(PREDICTED[run.name], rel=1e-4), run.name

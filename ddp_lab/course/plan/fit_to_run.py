@@ -1,9 +1,10 @@
 """Fit the planner's one GEMM constant to a step you measured: the matmul efficiency that reproduces it.
 
 The planner's step time rests on one calibrated number per GPU generation, the share of peak the matmuls
-sustain (`generation_constants.GEMM_EFFICIENCY`), set on one published run. That run's software is not yours: on
-the held-aside runs (docs/planner.md, "Held-out validation") every H100 run of NVIDIA's stacks came out slower
-than it ran. A bias of one stack on one GPU is what one measurement of your own removes: time a few steps of one
+sustain (`generation_constants.GEMM_EFFICIENCY`), set on one published run. That run's software is not yours: at
+that constant every held-out H100 run of NVIDIA's stacks (docs/planner.md, "Held-out validation") came out slower
+than it ran; `at_kernel_rate` plans such stacks at the rate the GPU's kernels were timed at instead. A bias of one
+stack on one GPU is what one measurement of your own removes: time a few steps of one
 layout, find the efficiency at which the planner gives that step time, then compare other layouts of the same
 model, stack and cluster with it (a fit on another model carries that model's misses: fitted on OLMo-core's 1B
 run, its 13B runs come out far too fast). The rest of the model (communication, bubbles, memory-bound kernels at
