@@ -33,7 +33,7 @@ BOTH = [*RUNS, *held_aside_runs.RUNS]
 
 ROOT = Path(__file__).resolve().parents[1]
 # Families whose held-aside median met the goal when last measured (docs/planner.md, "Held-out validation").
-MEETS_GOAL = {"b200", "fsdp"}
+MEETS_GOAL = {"b200", "fsdp", "dense-a100", "dense-h100-tp", "fp8"}
 
 
 @pytest.fixture(scope="module")
@@ -178,11 +178,17 @@ def test_family_median_within_the_goal(outcomes, key):
         pytest.fail(f"{FAMILIES[key]} now meets the goal (median {row.median:.1%}): add it to MEETS_GOAL")
 
 
-@pytest.mark.xfail(strict=True, reason="held-aside median 15.9 % over 48 runs on 2026-12-06 (goal 10 %)")
 def test_overall_median_within_the_goal(outcomes):
+    """On the held-aside part: median error at most 10 %, and no family with runs beyond 15 %."""
     total = overall(outcomes)
     print(total)
     assert total["median"] <= GOAL_MEDIAN and not total["families_over_goal"]
+
+
+@pytest.mark.xfail(strict=True, reason="no held-aside run of MoE (coarse, fine-grained), long sequences or Llama 3 "
+                                       "405B since the first set's NVIDIA H100 runs moved to development (2026-12-06)")
+def test_every_family_is_judged_on_held_aside_runs(outcomes):
+    assert not overall(outcomes)["families_without_runs"]
 
 
 def test_docs_show_what_held_out_prints(outcomes):
@@ -205,10 +211,12 @@ def test_readme_quotes_the_held_out_medians(outcomes):
             assert f"{row.median:.1%}" in bullet, f"README's bullet lacks {FAMILIES[row.family]}'s {row.median:.1%}"
 
 
-def test_one_measured_run_per_stack_fits_its_own_figure_and_brings_the_rest_closer():
-    """held_out_fit.py: each group's first run, fitted, reproduces its published figure; over all groups the others
-    come closer in the median than with the calibrated constant (not in every group); docs/planner.md shows the table
-    the module prints."""
+def test_one_measured_run_per_stack_fits_its_own_figure_and_helps_only_at_other_scales_of_the_same_model():
+    """held_out_fit.py: each group's first run, fitted, reproduces its published figure. With NVIDIA's stacks on
+    Hopper planned at the kernel rate, the fit no longer brings the other runs closer in the median: it helps where
+    the group is one model and one code at other scales (MLPerf's GPT-3 rounds) and hurts where it carries one
+    model's misses to others (DGX Cloud's tables, Automodel, OLMo-core, MaxText's A3 runs); docs/planner.md shows
+    the table the module prints."""
     fitted = held_out_fit.fitted_groups()
     assert fitted and all(len(group.runs) >= 1 for group in fitted)
     for group in fitted:
@@ -218,21 +226,21 @@ def test_one_measured_run_per_stack_fits_its_own_figure_and_brings_the_rest_clos
             step_time(model, with_matmul_efficiency(cluster, group.efficiency), strategy).total
         assert held_out.predict(first) * ratio == pytest.approx(first.published, rel=1e-6), group.fitted_on
     total = held_out_fit.summary(fitted)
-    assert total["fitted"] < total["calibrated"] - 0.02 and total["runs"] == sum(len(g.runs) for g in fitted)
+    assert total["fitted"] > total["calibrated"] + 0.02 and total["runs"] == sum(len(g.runs) for g in fitted)
     assert held_out_fit.markdown_table(fitted) in (ROOT / "docs" / "planner.md").read_text()
-    # what docs/planner.md says of the groups: the gain is the DGX Cloud H100 group's; its fit sits at the fastest
-    # GEMM timed on an H100 (on the planner's scale), Automodel's far above it; the groups already close get worse,
-    # OLMo-core's and MaxText's A3 most (OLMo-core fitted on its 1B run, above the ceiling: its 7B-13B runs come out
-    # 12-47 % too fast)
     by_group = {(group.source, group.gpu): (group, held_out_fit.summary([group])) for group in fitted}
-    dgxc, dgxc_total = by_group[("NVIDIA/dgxc-benchmarking", "h100-sxm")]
-    assert dgxc_total["fitted"] < 0.6 * dgxc_total["calibrated"]
-    automodel, automodel_total = by_group[("NVIDIA-NeMo/Automodel", "h100-sxm")]
-    assert abs(automodel_total["fitted"] - automodel_total["calibrated"]) < 0.01
-    assert abs(dgxc.efficiency - HOPPER_GEMM_CEILING) < 0.005 and automodel.efficiency > HOPPER_GEMM_CEILING + 0.15
-    for key in (("NVIDIA/dgxc-benchmarking", "gb200"), ("Dao-AILab/flash-attention", "a100-80gb"),
+    for key in (("mlcommons/training_results_v3.1", "h100-sxm"), ("mlcommons/training_results_v4.1", "h100-sxm"),
+                ("mlcommons/training_results_v4.0", "h100-sxm")):
+        assert by_group[key][1]["fitted"] < by_group[key][1]["calibrated"], key
+    for key in (("NVIDIA/dgxc-benchmarking", "h100-sxm"), ("NVIDIA-NeMo/Automodel", "h100-sxm"),
+                ("NVIDIA/dgxc-benchmarking", "gb200"), ("Dao-AILab/flash-attention", "a100-80gb"),
                 ("allenai/OLMo-core", "h100-sxm"), ("AI-Hypercomputer/maxtext", "h100-sxm")):
         assert by_group[key][1]["fitted"] > by_group[key][1]["calibrated"], key
+    # docs/planner.md: DGX Cloud's fit sits at the fastest GEMM timed on an H100 (on the planner's scale),
+    # Automodel's far above it; OLMo-core fitted on its 1B run: its 13B runs come out 36-47 % too fast
+    dgxc, automodel = by_group[("NVIDIA/dgxc-benchmarking", "h100-sxm")][0], by_group[("NVIDIA-NeMo/Automodel",
+                                                                                       "h100-sxm")][0]
+    assert abs(dgxc.efficiency - HOPPER_GEMM_CEILING) < 0.005 and automodel.efficiency > HOPPER_GEMM_CEILING + 0.15
     olmo, olmo_total = by_group[("allenai/OLMo-core", "h100-sxm")]
     assert olmo.efficiency > HOPPER_GEMM_CEILING and olmo_total["fitted"] > olmo_total["calibrated"] + 0.05
     thirteen = [fitted for name, _, fitted in olmo.runs if name.startswith("OLMo-core 13B")]

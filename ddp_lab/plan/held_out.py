@@ -258,13 +258,15 @@ def by_family(outcomes=None, split: str = ASIDE) -> list[FamilyError]:
 
 
 def overall(outcomes=None, split: str = ASIDE) -> dict:
-    """All predicted runs of `split`: how many, how many skipped, median |error|, families over the goal."""
+    """All predicted runs of `split`: how many, how many skipped, median |error|, families over the goal, and the
+    families with no predicted run there (the goal cannot judge them)."""
     outcomes = results() if outcomes is None else outcomes
     errors = [abs(r.error) for r in outcomes if r.split == split and r.error is not None]
     families = by_family(outcomes, split)
     return {"runs": len(errors), "skipped": sum(f.skipped for f in families),
             "median": statistics.median(errors) if errors else None,
-            "families_over_goal": [f.family for f in families if f.median is not None and f.median > GOAL_FAMILY]}
+            "families_over_goal": [f.family for f in families if f.median is not None and f.median > GOAL_FAMILY],
+            "families_without_runs": [f.family for f in families if f.median is None]}
 
 
 def _runs_text(row: FamilyError) -> str:
@@ -305,8 +307,8 @@ def family_line(key: str, outcomes=None) -> str:
     runs' figures, then the development runs'.
 
     Example:
-        >>> family_line("moe-coarse")                     # doctest: +ELLIPSIS
-        'held aside, MoE, 8 experts top-2: ...; development: 1 run, median ...'
+        >>> family_line("dense-a100")                     # doctest: +ELLIPSIS
+        'held aside, dense, Megatron-style, A100: 3 published runs, median error ...; development: 2 runs, median ...'
 
     Introduced in notebooks/13-plan-your-training-run.ipynb.
     """
@@ -336,8 +338,10 @@ def markdown_tables(outcomes=None) -> str:
         lines.append(f"| {FAMILIES[row.family]} | " + " | ".join(cells) + " |")
     aside, development = overall(outcomes, ASIDE), overall(outcomes, DEVELOPMENT)
     over = ", ".join(FAMILIES[f] for f in aside["families_over_goal"]) or "none"
+    unjudged = "; ".join(FAMILIES[f] for f in aside["families_without_runs"]) or "none"
     lines += ["", f"Held aside: {aside['runs']} runs predicted, median absolute error {_median_text(aside)} (goal "
-              f"{GOAL_MEDIAN:.0%}); families with a median beyond {GOAL_FAMILY:.0%}: {over}. Development: "
+              f"{GOAL_MEDIAN:.0%}); families with a median beyond {GOAL_FAMILY:.0%}: {over}; families without a "
+              f"held-aside run: {unjudged}. Development: "
               f"{development['runs']} runs, median absolute error {_median_text(development)}. "
               f"{aside['skipped'] + development['skipped']} runs wait for features not in the planner yet.", "",
               "| run | family | split | GPUs | published | predicted | error |", "|---|---|---|---:|---:|---:|---:|"]
