@@ -151,6 +151,30 @@ def test_uneven_stages_llama3_126_layers_on_16():
         Strategy(pp=2, first_stage_layers=3)
 
 
+def test_interleaved_uneven_stages_are_the_first_and_last_virtual_stage():
+    """Interleaved, first/last_stage_layers are the first and the last virtual stage's layers (Megatron-Core's
+    embedding and loss counted as a layer each in the split): 126 layers on 8 x 8 virtual stages as 1 + 2 x 62 + 1,
+    so the pipeline's first and last GPU hold 15 layers and the others 16. The step runs at a middle stage's pace,
+    16 layers without the head: a little faster than 128 layers split evenly, whose last stage adds the head; the first
+    stage's
+    activations in flight are its 15 layers' share of the interleaved formula; a split the middle virtual stages
+    cannot share is refused."""
+    strategy = Strategy(dp=16, tp=8, pp=8, cp=2, virtual_stages=8, schedule="interleaved", grad_accum=16,
+                        sequence_parallel=True, first_stage_layers=1, last_stage_layers=1)
+    assert pipeline_stages.stage_layers(LLAMA3_405B, strategy) == [15] + [16] * 6 + [15]
+    assert strategy.label().endswith("L1/1")
+    even = Strategy(**{**strategy.__dict__, "first_stage_layers": None, "last_stage_layers": None})
+    padded = LLAMA3_405B.with_(layers=128)
+    uneven_time, even_time = step_time(LLAMA3_405B, H100, strategy), step_time(padded, H100, even)
+    assert uneven_time.compute < even_time.compute < 1.05 * uneven_time.compute
+    first_stage = stage_activation_bytes(LLAMA3_405B, strategy, 0)        # 15 x 8 (1 + 7/64) layers' worth
+    assert first_stage == pytest.approx(stage_activation_bytes(padded, even, 0) * 15 / 16, rel=0.01)
+    with pytest.raises(ValueError, match="the 62 middle virtual stages cannot share equally"):
+        check(LLAMA3_405B, strategy.with_(first_stage_layers=2), gpus=2048)
+    with pytest.raises(ValueError, match="the 14 middle stages cannot share equally"):
+        check(LLAMA3_405B, _llama3_8k(first_stage_layers=6), gpus=8192)
+
+
 # ---- 5. DiLoCo outer sync and a cross-region link ------------------------------------------------------------------
 def test_diloco_int8_every_100_steps_sends_400x_less_than_data_parallel_fp32():
     """INTELLECT-1 (Jaghouar et al. 2024, arXiv:2412.01152, abstract): DiLoCo and an int8 all-reduce of the

@@ -168,7 +168,8 @@ def layers_in_flight(model, strategy, stage: int = 0) -> float:
     m x L/p. 1F1B: stage i holds min(p - i, m) micro-batches of its L/p layers, so stage 0 holds
     L layers' worth for any p (Narayanan et al. 2021, Sec. 2.2.1; Korthikanti Sec. 4.2.3).
     Interleaved with v chunks per stage: L (1 + (p - 1)/(p v)) on stage 0 (Korthikanti Sec. 4.2.3).
-    Uneven stages (pipeline_stages): the stage's own layers times its micro-batches in flight.
+    Uneven stages (pipeline_stages): the stage's own layers times its micro-batches in flight (interleaved: stage
+    0's own layers in place of L/p).
     """
     p, m, L = strategy.pp, strategy.grad_accum, model.layers
     if p == 1:
@@ -177,5 +178,6 @@ def layers_in_flight(model, strategy, stage: int = 0) -> float:
     if strategy.schedule == "gpipe":
         return per_stage * m
     if strategy.schedule == "interleaved":
-        return L * (1 + (p - 1) / (p * strategy.virtual_stages)) if stage == 0 else per_stage * min(p - stage, m)
+        return p * per_stage * (1 + (p - 1) / (p * strategy.virtual_stages)) if stage == 0 \
+            else per_stage * min(p - stage, m)
     return per_stage * min(p - stage, m)

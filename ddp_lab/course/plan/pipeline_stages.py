@@ -7,7 +7,12 @@ Megatron-LM's `--decoder-first-pipeline-num-layers` and `--decoder-last-pipeline
 Llama 3 405B's 126 layers on 16 stages, "one Transformer layer less on the first and the last
 stage" (Llama Team 2024, arXiv:2407.21783, Sec. 3.3.2): 7 + 14 x 8 + 7. The middle stages share
 the rest equally. `Strategy(first_stage_layers=7, last_stage_layers=7)`; the CLI's
-`--first-stage-layers`, `--last-stage-layers`.
+`--first-stage-layers`, `--last-stage-layers`. Interleaved (virtual_stages v > 1), the two fields are the first
+and the last *virtual* stage's layers, and the other p v - 2 virtual stages share the rest equally: Megatron-Core's
+--account-for-embedding-in-pipeline-split and --account-for-loss-in-pipeline-split count the embedding and the
+loss as a layer each, so NVIDIA's MLPerf Training v5.0 Llama 3.1 405B runs put 126 layers on 8 x 8 virtual stages
+as 1 + 2 x 62 + 1 (`Strategy(pp=8, virtual_stages=8, first_stage_layers=1, last_stage_layers=1)`): the first and
+the last GPU of the pipeline hold 15 layers, the others 16.
 
 Introduced in notebooks/13-plan-your-training-run.ipynb.
 """
@@ -26,12 +31,10 @@ def check_fields(strategy) -> None:
         value = getattr(strategy, name)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
             raise ValueError(f"Strategy.{name} must be None (an equal share) or an integer >= 1, got {value!r}")
-    if uneven(strategy) and strategy.pp < 3:
+    if uneven(strategy) and strategy.pp * strategy.virtual_stages < 3:
         raise ValueError(f"first_stage_layers/last_stage_layers set a first and a last stage apart from the middle "
-                         f"ones, which needs pp >= 3, got pp={strategy.pp}: use pp >= 3 or equal stages")
-    if uneven(strategy) and strategy.virtual_stages > 1:
-        raise ValueError("uneven first and last stages are modelled without interleaving: use virtual_stages=1 "
-                         "or equal stages")
+                         f"ones, which needs pp >= 3 (or virtual stages), got pp={strategy.pp}: use pp >= 3 or equal "
+                         f"stages")
 
 
 def check(model, strategy) -> None:
@@ -40,16 +43,21 @@ def check(model, strategy) -> None:
         raise ValueError(f"uneven pipeline stages are modelled for dense models; {model.name} has experts: "
                          f"drop first_stage_layers/last_stage_layers (--first-stage-layers/--last-stage-layers)")
     first, last = _ends(model, strategy)
-    middle = model.layers - first - last
-    if middle < strategy.pp - 2 or middle % (strategy.pp - 2):
+    middle, stages = model.layers - first - last, _chunks(strategy) - 2
+    kind = "virtual stages" if strategy.virtual_stages > 1 else "stages"
+    if middle < stages or middle % stages:
         raise ValueError(f"{model.layers} layers minus the first stage's {first} and the last stage's {last} leave "
-                         f"{middle}, which the {strategy.pp - 2} middle stages cannot share equally: choose first and "
-                         f"last stage layers so that {model.layers} - first - last is a positive multiple of "
-                         f"{strategy.pp - 2}")
+                         f"{middle}, which the {stages} middle {kind} cannot share equally: choose first and "
+                         f"last stage layers so that {model.layers} - first - last is a positive multiple of {stages}")
+
+
+def _chunks(strategy) -> int:
+    """The pipeline's model chunks: pp stages, each of virtual_stages chunks when interleaved."""
+    return strategy.pp * strategy.virtual_stages
 
 
 def _ends(model, strategy) -> tuple[int, int]:
-    share = model.layers // strategy.pp
+    share = model.layers // _chunks(strategy)
     first = share if strategy.first_stage_layers is None else strategy.first_stage_layers
     last = share if strategy.last_stage_layers is None else strategy.last_stage_layers
     return first, last
@@ -65,14 +73,20 @@ def stage_layers(model, strategy) -> list[int]:
         >>> counts = stage_layers(llama, Strategy(pp=16, first_stage_layers=7, last_stage_layers=7))
         >>> counts[:3], counts[-1], sum(counts)
         ([7, 8, 8], 7, 126)
+        >>> stage_layers(llama, Strategy(pp=8, virtual_stages=8, schedule="interleaved", first_stage_layers=1,
+        ...                              last_stage_layers=1))             # 1 + 2 x 62 + 1 virtual stages' layers
+        [15, 16, 16, 16, 16, 16, 16, 15]
 
     Introduced in notebooks/13-plan-your-training-run.ipynb.
     """
-    p = strategy.pp
+    p, v = strategy.pp, strategy.virtual_stages
     if not uneven(strategy):
         return [model.layers // p] * p
     first, last = _ends(model, strategy)
-    return [first] + [(model.layers - first - last) // (p - 2)] * (p - 2) + [last]
+    chunk = (model.layers - first - last) // (p * v - 2)        # a middle (virtual) stage's layers
+    if p == 1:
+        return [first + last + (v - 2) * chunk]
+    return [first + (v - 1) * chunk] + [v * chunk] * (p - 2) + [last + (v - 1) * chunk]
 
 
 def first_layer(model, strategy, stage: int) -> int:
