@@ -144,8 +144,8 @@ BAD_INPUT = [
     ((*LLAMA_8B, "--tp", "2", "--cp", "auto"), ["--cp auto searches cp", "--tp chose one plan"]),
     ((*LLAMA_8B, "--tp", "4", "--pp", "2", "--cp", "4"), ["--tp 4 x --pp 2 x --cp 4 = 32 does not divide"]),
     (("--params", "7B", "--ep", "2"), ["drop --ep"]),
-    ((*LLAMA_8B, "--node-link-gbps", "0"), ["--node-link-gbps must be a positive number, got 0"]),
-    ((*LLAMA_8B, "--node-link-gbps", "nan"), ["--node-link-gbps must be a positive number, got nan"]),
+    ((*LLAMA_8B, "--node-link-gbps", "0"), ["--node-link-gbps must be a positive finite number, got 0"]),
+    ((*LLAMA_8B, "--node-link-gbps", "nan"), ["--node-link-gbps must be a positive finite number, got nan"]),
     (("--params", "7B", "--node-link-gbps", "100"), ["drop --node-link-gbps"]),
     # hybrid sharding: a size, auto (the search's) or none
     ((*LLAMA_8B, "--dp-shard", "0"), ["--dp-shard must be a positive int, auto or none, got 0"]),
@@ -159,11 +159,11 @@ BAD_INPUT = [
     ((*LLAMA_8B, "--nodes", "2", "--region-nodes", "1", "--cross-region-latency-ms", "inf"),
      ["--cross-region-latency-ms must be a finite number >= 0, got inf"]),
     ((*LLAMA_8B, "--nodes", "2", "--region-nodes", "1", "--cross-region-gbps", "inf"),
-     ["--cross-region-gbps must be a positive number, got inf"]),
+     ["--cross-region-gbps must be a positive finite number, got inf"]),
     ((*LLAMA_8B, "--nodes", "2", "--region-nodes", "1", "--cross-region-gbps", "nan"),
-     ["--cross-region-gbps must be a positive number, got nan"]),
+     ["--cross-region-gbps must be a positive finite number, got nan"]),
     ((*LLAMA_8B, "--nodes", "2", "--region-nodes", "1", "--cross-region-gbps", "0"),
-     ["--cross-region-gbps must be a positive number, got 0"]),
+     ["--cross-region-gbps must be a positive finite number, got 0"]),
 ]
 
 # Runs `python -m ddp_lab`'s main() on each argv of json argv[1] in one interpreter (a subprocess per case costs an
@@ -553,9 +553,9 @@ def test_every_bad_model_flag_exits_2_with_one_line(tmp_path):
         (("--model", "llama3-8b", "--cluster", "h100-sxm", "--dp", "8", "--measured-tokens-per-gpu", "900000"),
          ["faster than the planner gives this plan with every matmul at peak", "check that the flags describe"]),
         (("--model", "llama3-8b", "--cluster", "h100-sxm", "--dp", "8", "--measured-tokens-per-gpu", "-5"),
-         ["--measured-tokens-per-gpu must be a positive number"]),
+         ["--measured-tokens-per-gpu must be a positive finite number"]),
         (("--model", "llama3-8b", "--cluster", "h100-sxm", "--dp", "8", "--measured-tokens-per-gpu", "nan"),
-         ["--measured-tokens-per-gpu must be a positive number", "got nan"]),
+         ["--measured-tokens-per-gpu must be a positive finite number", "got nan"]),
         (("--model", "llama3-8b", "--cluster", "h100-sxm", "--matmul-efficiency", "1.5"),
          ["--matmul-efficiency is a share of peak", "got 1.5"]),
         (("--model", "llama3-8b", "--cluster", "h100-sxm", "--dp", "8", "--matmul-efficiency", "0.6",

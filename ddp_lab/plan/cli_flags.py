@@ -275,7 +275,7 @@ def check_number(name: str, value: float | None, zero_allowed: bool = False) -> 
     """Refuse a float flag's value that is not a finite positive number (>= 0 where zero is allowed): argparse's
     float() reads nan and inf, which no count, rate or time is."""
     if value is not None and (not math.isfinite(value) or value < 0 or (value == 0 and not zero_allowed)):
-        wanted = "a finite number >= 0" if zero_allowed else "a positive number"
+        wanted = "a finite number >= 0" if zero_allowed else "a positive finite number"
         raise ValueError(f"{flag_name(name)} must be {wanted}, got {value:g}")
 
 
