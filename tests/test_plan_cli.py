@@ -969,8 +969,8 @@ def test_kernel_rate_plans_the_matmuls_at_the_timed_kernels_rate(capsys):
     kernels = capsys.readouterr().out
     total = re.compile(r"^    total\s+([0-9.]+)$", re.M)                  # the step time's total, seconds
     assert float(total.search(kernels).group(1)) < 0.9 * float(total.search(calibrated).group(1))
-    assert "(with the calibrated matmul efficiency, 0.54, not the 0.730 used here)" in kernels
-    assert "not the 0.730" not in calibrated
+    assert "(with the calibrated matmul efficiency, 0.54; here the kernel rate, 0.73: the held-out runs of NVIDIA's stacks were planned at it)" in kernels
+    assert "kernel rate" not in calibrated
 
 
 def test_gpus_per_node_plans_a_job_on_part_of_each_node():

@@ -2,16 +2,18 @@
 
 These runs come from sources that neither the planner's calibration set (published.py) nor the development runs
 (held_out_runs.py) use. They came in two sets: FIRST_SET, predicted and looked at from 2026-11 to 2026-12-06, and
-SECOND_SET, chosen and written down on 2026-12-06 after the kernel rate (fit_to_run.at_kernel_rate) was added
-and before the planner predicted any of them; the first set's runs that the kernel rate changes are development runs
-since (held_out.py). They were chosen and written down before the planner predicted any of them, and they are
-kept aside while it is modelled: their errors are looked at once, at the end (held_out.py says what moves a run to
-the development part). Each run is recorded as its source states it: the model shape, the parallel layout, the batch
-and micro-batch, the sequence, the GPUs, the precision and the published figure; each run's `source` ends with the
-GPU count and global batch its source gives ("N GPUs, GBS B"; where it gives no GPU count, the one planned, and says
-so). A setting the table leaves out is read from the configuration the same source ships for that run (named in the
-note); what neither states is assumed by the rules below, never chosen to bring a prediction closer. Where a source
-gives tokens per second for all its GPUs, `published` is that figure over the GPU count, written as the division.
+SECOND_SET, chosen and written down on 2026-12-06 after the kernel rate (fit_to_run.at_kernel_rate) was added and
+before the planner predicted any of them; the first set's runs that the kernel rate changes are development runs
+since (held_out.py). THIRD_SET was written down after uneven stages under interleaving were modelled
+(pipeline_stages.py), before the planner predicted its runs. Every set was chosen and written down before the
+planner predicted any of its runs, and they are kept aside while it is modelled: their errors are looked at once, at
+the end (held_out.py says what moves a run to the development part). Each run is recorded as its source states it:
+the model shape, the parallel layout, the batch and micro-batch, the sequence, the GPUs, the precision and the
+published figure; each run's `source` ends with the GPU count and global batch its source gives ("N GPUs, GBS B";
+where it gives no GPU count, the one planned, and says so). A setting the table leaves out is read from the
+configuration the same source ships for that run (named in the note); what neither states is assumed by the rules
+below, never chosen to bring a prediction closer. Where a source gives tokens per second for all its GPUs,
+`published` is that figure over the GPU count, written as the division.
 
 Sources:
     dgxc        NVIDIA/dgxc-benchmarking (NVIDIA's DGX Cloud benchmarking recipes), the "Expected Performance"
@@ -75,6 +77,16 @@ Sources:
                 and config defaults are read at torchtitan 54ef42221 (2025-03-12, version 0.0.2); the stack is
                 torchtitan's (which the development runs use), this table and its configuration (batch 1 per GPU) are
                 not
+    Third set:
+    mlperf-5.0  mlcommons/training_results_v5.0 (commit 0fdc28f, 2025-05-30, the repository's only commit): NVIDIA's
+                closed-division Llama 3.1 405B pretraining submissions on Eos-dfw (DGX H100 nodes, 8 x ConnectX-7 NDR
+                400 Gb/s InfiniBand per node; NeMo v2.2.0 on PyTorch 25.01 with Megatron-Core core_r0.11.0), each with
+                the config_DGXH100_*.sh its README-<system>.md names, config_common.sh, conf/custom.yaml,
+                conf/tp_overlap/h100tp8mbs1.yaml, pretrain.py and the Dockerfile of
+                NVIDIA/benchmarks/llama31_405b/implementations/<system>, and its result log; the model's vocabulary from
+                the reference's "Model details" table (mlcommons/training
+                large_language_model_pretraining/nemo/README.md at 637c82f); the uneven stages read in Megatron-LM's
+                transformer_block.py at the tag core_r0.11.0 (7c00175)
 Which rows: all three of NVIDIA's MLPerf Training v4.0 GPT-3 submissions, each its result_0.txt (the first of its
 runs): the tokens of all its training blocks over their summed durations (block_start to block_stop; the
 evaluations between them left out), the global batch and gradient accumulation as the log states them;
@@ -91,6 +103,14 @@ v4.1's two GPT-3 H100 submissions and v5.1's two FP8 Llama 3.1 8B GB200 submissi
 zero1=-1) row at its smallest and largest GPU counts (8 and 1,024), as the dgxc columns; Megatron-LLaMA's LLaMA-13b
 table, its Megatron-LLaMA column; llm.c, the one run script whose comment gives an H100 step time; torchao, the H100
 table's bfloat16 row and its "tensorwise with float8 all-gather" row.
+Third set: NVIDIA's closed-division Llama 3.1 405B pretraining submissions of MLPerf Training v5.0 on H100 (five, on
+512 to 8,192 GPUs), the smallest and the largest GPU count, each its result_0.txt read as v4.0's (these logs give
+the running sample count at block_start and block_stop, so a block's tokens are its steps times the global batch);
+126 layers on PP 8 x VP 8 with the embedding and the loss counted as a layer each (ASYM_PP_EMBED, ASYM_PP_LOSS:
+Megatron-Core's account_for_embedding_in_pipeline_split and account_for_loss_in_pipeline_split), planned as
+first_stage_layers = last_stage_layers = 1 (the first and last virtual stage's layers). Left out: the three H100
+submissions between those two; the two GB200 ones (each log has six block_start, one block_stop and no evaluation:
+the blocks cannot be timed); IBM+CoreWeave+NVIDIA's (another submitter).
 Which columns: of each dgxc table, its smallest GPU count and, where the table reaches it, 2,048 GPUs (the end of
 its weak scaling; MaxText's 2,048-GPU columns, HSDP, added once the planner modelled it and before they were
 predicted); of the GB200 tables, which stop at 512, the smallest. A column whose configuration (model, GPU, parallel
@@ -771,4 +791,56 @@ SECOND_SET: list[HeldOutRun] = [
            "--float8.precompute_float8_dynamic_scale_for_fsdp --float8.force_recompute_fp8_weight_in_bwd",
            TORCHAO_F8_TENSORWISE))],
 ]
-RUNS: list[HeldOutRun] = FIRST_SET + SECOND_SET
+
+# ---- the third set: written down before the planner predicted any of them (module docstring) ----------------
+# ---- model shapes (the configs the sources run) ------------------------------------------------------------------
+# Llama 3.1 405B as the v5.0 submissions build it: pretrain.py's Llama31Config405B (NeMo v2.2.0, the Dockerfile's
+# NEMO_REVISION: 126 layers, hidden 16,384, FFN 53,248, 128 heads, 8 query groups, SwiGLU, RMSNorm, RoPE, no biases,
+# untied output, dropout 0) at conf/custom.yaml's encoder_seq_length 8,192 (num_layers 126, OVERWRITTEN_NUM_LAYERS
+# unset): the llama3-405b preset, but for the vocabulary: the benchmark swaps Llama 3's tokenizer for the Mixtral
+# 8x22B one (README.md 3.3.2), "Vocab size 32,000" in the reference's "Model details" table (mlcommons/training
+# large_language_model_pretraining/nemo/README.md at 637c82f, 2025-03-18); NeMo pads it to a multiple of 128 x TP
+# (32,768; padding not modelled, as the other NeMo rows)
+MLPERF_LLAMA31_405B = _llama3("llama3-405b", vocab=32000)
+
+# ---- sources and what they leave unstated ------------------------------------------------------------------------
+MLPERF50 = ("mlcommons/training_results_v5.0 NVIDIA/results/{}/llama31_405b/result_0.txt (commit 0fdc28f, "
+            "2025-05-30, the repository's one commit): the training blocks' tokens over their summed durations")
+MLPERF50_NOTE = ("; config_common.sh, conf/custom.yaml, pretrain.py and the Dockerfile of that implementation (NeMo "
+                 "v2.2.0, Megatron-Core core_r0.11.0, PyTorch 25.01): ASYM_PP_EMBED=True and ASYM_PP_LOSS=True "
+                 "(account_for_embedding/loss_in_pipeline_split: the embedding and the loss each counted as a layer, "
+                 "128 slots over 8 x 8 virtual stages of 2, so the first and the last virtual stage build 1 layer, "
+                 "the other 62 build 2: first/last_stage_layers 1); Megatron's distributed optimizer (ZeRO-1) with "
+                 "overlapped gradient reduce and parameter gather (also with the optimizer step), gradients reduced "
+                 "in bf16 (grad_reduce_in_fp32=False), bucket_size 200 parameters (custom.yaml's default: a bucket "
+                 "per parameter tensor; not modelled) and FP8 parameters (FP8_PARAMS: not modelled); FP8 = "
+                 "Transformer Engine delayed per-tensor scaling (FP8=True, FP8_HYBRID unset: the E4M3 format "
+                 "forward and backward, amax history 1, most_recent; Megatron-Core 0.11 has only TEDelayedScaling): "
+                 "the planner's FP8; no recomputation (ACT_CKPT_* unset); no CUDA graphs (LAYER_CUDA_GRAPH, "
+                 "MCORE_CUDA_GRAPH unset); sequence parallelism (SEQ_PARALLEL default True) and userbuffers TP "
+                 "overlap (TP_COMM_OVERLAP=True, conf/tp_overlap/h100tp8mbs1.yaml); pipeline send/receive overlapped "
+                 "(overlap_p2p_comm); the embedding's weight gradients deferred (WGRAD_DEFERRAL_LIMIT 50: not "
+                 "modelled); attention: Transformer Engine's (NVTE_FUSED_ATTN left at its default), context "
+                 "parallelism its own; DGX H100 nodes (systems/eos-dfw_n*_ngc25.01_nemo.json: H100-SXM5-80GB, NVLink "
+                 "Gen4 900 GB/s, 8 x ConnectX-7 IB NDR 400 Gb/s): the h100-sxm preset")
+
+THIRD_SET: list[HeldOutRun] = [
+    # ---- dense, H100, TP 8 x PP 8 (interleaved 8, uneven ends) x CP 2, FP8 (MLPerf Training v5.0) ------------------
+    *[HeldOutRun(f"MLPerf v5.0 Llama 3.1 405B TP 8 x PP 8 x CP 2, {gpus:,} H100s, FP8", MLPERF50.format(system) +
+                 f"; {gpus:,} GPUs, GBS {gbs:,}",
+                 MLPERF_LLAMA31_405B,
+                 dict(dp=dp, tp=8, pp=8, cp=2, micro_batch=1, grad_accum=grad_accum, schedule="interleaved",
+                      virtual_stages=8, first_stage_layers=1, last_stage_layers=1, precision="fp8", **TP_OVERLAP,
+                      **NEMO),
+                 "h100-sxm", "tokens_per_gpu", _tokens_per_gpu(tokens / seconds, gpus),
+                 f"NVIDIA/benchmarks/llama31_405b/implementations/{system}/{config} (the config "
+                 f"README-{system}.md names): TP 8, PP 8, interleaved 8 (INTERLEAVED_PIPELINE=8), CP 2, micro-batch "
+                 f"1, MINIBS {grad_accum} (GBS = MINIBS x {gpus:,} // (8 x 8 x 2) = {gbs:,}, gradient accumulation "
+                 f"{grad_accum}, as the log states); {blocks} blocks of {steps} steps" + MLPERF50_NOTE)
+      for system, config, gpus, dp, grad_accum, gbs, blocks, steps, tokens, seconds in (
+          ("eos-dfw_n64_ngc25.01_nemo", "config_DGXH100_64x8x288xtp8pp8cp2.sh", 512, 4, 288, 1152, 6, 40,
+           276_480 * 8192, 13242.069),
+          ("eos-dfw_n1024_ngc25.01_nemo", "config_DGXH100_1024x8x24xtp8pp8cp2.sh", 8192, 64, 24, 1536, 7, 30,
+           322_560 * 8192, 1103.634))],
+]
+RUNS: list[HeldOutRun] = FIRST_SET + SECOND_SET + THIRD_SET

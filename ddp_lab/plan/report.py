@@ -5,7 +5,7 @@ Introduced in notebooks/13-plan-your-training-run.ipynb.
 
 from __future__ import annotations
 
-from ddp_lab.course.plan.generation_constants import efficiency_of
+from ddp_lab.course.plan.generation_constants import efficiency_of, kernel_efficiency_of
 from ddp_lab.course.plan.memory import model_state_bytes
 from ddp_lab.course.plan.overlap import OVERLAP_SLOWDOWN
 from ddp_lab.course.plan.search import MEMORY_RESERVE, percent_text
@@ -304,8 +304,13 @@ def accuracy_text(cluster, plans=()) -> str:
     if cluster.overlap_slowdown != OVERLAP_SLOWDOWN:
         lines.append(f"          (with the default overlap slowdown, {OVERLAP_SLOWDOWN}, not the "
                      f"{cluster.overlap_slowdown} given here)")
-    if cluster.gpu.memory_bandwidth is not None and cluster.gpu.matmul_efficiency != efficiency_of(cluster.gpu.generation):
-        lines.append(f"          (with the calibrated matmul efficiency, {efficiency_of(cluster.gpu.generation):.2f}, "
+    calibrated = efficiency_of(cluster.gpu.generation)
+    if cluster.gpu.memory_bandwidth is not None and cluster.gpu.matmul_efficiency == kernel_efficiency_of(
+            cluster.gpu.generation):
+        lines.append(f"          (with the calibrated matmul efficiency, {calibrated:.2f}; here the kernel rate, "
+                     f"{cluster.gpu.matmul_efficiency:.2f}: the held-out runs of NVIDIA's stacks were planned at it)")
+    elif cluster.gpu.memory_bandwidth is not None and cluster.gpu.matmul_efficiency != calibrated:
+        lines.append(f"          (with the calibrated matmul efficiency, {calibrated:.2f}, "
                      f"not the {cluster.gpu.matmul_efficiency:.3f} used here)")
     return "\n".join(lines + _held_out_lines(cluster, plans))
 
