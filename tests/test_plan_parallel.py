@@ -9,6 +9,7 @@ of its effect and, where a paper states one, the published number. Last, the ari
 million nodes does, counted in Python lines.
 """
 
+import dataclasses
 import sys
 
 import pytest
@@ -84,7 +85,7 @@ def test_tp_comm_overlap_hides_all_but_a_chunk_and_needs_sequence_parallelism():
     assert chunked_exposed(2.0, 1.0, 8) == pytest.approx(2 / 8 + 1.0 * 7 / 8)
     llama = Transformer.preset("llama3-70b")
     plain = Strategy(dp=8, tp=8, zero=1, grad_accum=16, sequence_parallel=True)
-    cluster = ClusterSpec.preset("h100-sxm", nodes=8)
+    cluster = ClusterSpec.preset("h100-sxm", nodes=16)
     before, after = step_time(llama, cluster, plain), step_time(llama, cluster, plain.with_(tp_comm_overlap=True))
     assert after.tp_comm < 0.5 * before.tp_comm and after.total < before.total
     assert after.overlap_slowdown > before.overlap_slowdown                  # hiding is not free
@@ -167,12 +168,31 @@ def test_interleaved_uneven_stages_are_the_first_and_last_virtual_stage():
     padded = LLAMA3_405B.with_(layers=128)
     uneven_time, even_time = step_time(LLAMA3_405B, H100, strategy), step_time(padded, H100, even)
     assert uneven_time.compute < even_time.compute < 1.05 * uneven_time.compute
+    assert uneven_time.cp_comm == pytest.approx(even_time.cp_comm)      # the ring over the fullest stage's 16 layers
     first_stage = stage_activation_bytes(LLAMA3_405B, strategy, 0)        # 15 x 8 (1 + 7/64) layers' worth
     assert first_stage == pytest.approx(stage_activation_bytes(padded, even, 0) * 15 / 16, rel=0.01)
     with pytest.raises(ValueError, match="the 62 middle virtual stages cannot share equally"):
         check(LLAMA3_405B, strategy.with_(first_stage_layers=2), gpus=2048)
     with pytest.raises(ValueError, match="the 14 middle stages cannot share equally"):
         check(LLAMA3_405B, _llama3_8k(first_stage_layers=6), gpus=8192)
+
+
+def test_uneven_stages_with_experts_count_each_stages_own_moe_layers():
+    """A MoE model on uneven stages: each stage's MoE layers are those among its own consecutive layers, so a model
+    whose first layer is dense has one MoE layer fewer on stage 0 only; the expert compute follows the fullest
+    stage. 94 layers (Qwen3-235B-A22B's count) on 8 x 4 virtual stages with the embedding and loss counted as
+    layers: 2 + 3 x 30 + 2."""
+    qwen = Transformer.preset("mixtral-8x7b").with_(layers=94)
+    strategy = Strategy(dp=8, tp=2, pp=8, ep=8, virtual_stages=4, schedule="interleaved", first_stage_layers=2,
+                        last_stage_layers=2, sequence_parallel=True, grad_accum=64)
+    check(qwen, strategy, gpus=128)
+    assert pipeline_stages.stage_layers(qwen, strategy) == [11] + [12] * 6 + [11]
+    assert [experts.stage_moe_layers(qwen, strategy, s) for s in range(8)] == [11] + [12] * 6 + [11]
+    first_dense = qwen.with_(moe=dataclasses.replace(qwen.moe, dense_layers=1))
+    assert [experts.stage_moe_layers(first_dense, strategy, s) for s in (0, 1, 7)] == [10, 12, 11]
+    cluster = ClusterSpec.preset("h100-sxm", nodes=16)
+    per_layer = sum(expert_compute.layer_compute_change(qwen, strategy, cluster.gpu))
+    assert expert_compute.seconds_per_micro_batch(qwen, cluster, strategy) == pytest.approx(12 * per_layer)
 
 
 # ---- 5. DiLoCo outer sync and a cross-region link ------------------------------------------------------------------

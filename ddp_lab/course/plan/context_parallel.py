@@ -40,6 +40,7 @@ notebooks/13-plan-your-training-run.ipynb uses this module.
 from __future__ import annotations
 
 from ddp_lab.course.context_parallel.costs import kv_block_bytes as _kv_block_bytes
+from ddp_lab.course.plan import pipeline_stages
 from ddp_lab.course.plan.collectives import collective_time
 from ddp_lab.course.plan.efficiency import attention_backward_factor, attention_seconds
 
@@ -132,5 +133,5 @@ def ring_time(model, cluster, strategy) -> tuple[float, float]:
         hidden = work * step_compute if cluster.overlap_dp_comm else 0.0
         every += (cp - 1) * send
         exposed += (cp - 1) * max(0.0, send - hidden)
-    layers = strategy.grad_accum * model.layers // strategy.pp
+    layers = strategy.grad_accum * max(pipeline_stages.stage_layers(model, strategy))   # the fullest stage's
     return layers * every, layers * exposed

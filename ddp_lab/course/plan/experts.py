@@ -39,7 +39,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ddp_lab.course.plan import expert_tp
+from ddp_lab.course.plan import expert_tp, pipeline_stages
 from ddp_lab.course.plan.collectives import collective_time
 
 
@@ -173,11 +173,12 @@ def is_moe_layer(model, index: int) -> bool:
 
 
 def stage_moe_layers(model, strategy, stage: int) -> int:
-    """MoE layers among pipeline stage `stage`'s layers (stages hold layers // pp consecutive layers)."""
+    """MoE layers among pipeline stage `stage`'s layers (consecutive layers, as many as
+    pipeline_stages.stage_layers gives the stage)."""
     if model.moe is None:
         return 0
-    per_stage = model.layers // strategy.pp
-    first, end = stage * per_stage, (stage + 1) * per_stage
+    first = pipeline_stages.first_layer(model, strategy, stage)
+    end = first + pipeline_stages.stage_layers(model, strategy)[stage]
     return max(0, end - max(first, model.moe.dense_layers))   # layers from dense_layers on are MoE layers
 
 
@@ -262,7 +263,8 @@ def activation_change(model, strategy, stage: int) -> float:
     inner = per_width * ((moe.top_k + moe.shared_experts) * moe.expert_ffn - model.ffn_) / t
     around = (2 * moe.top_k * model.hidden * e + 4 * moe.experts) / (t if strategy.sequence_parallel else 1)
     tokens = strategy.micro_batch * model.seq_len
-    return tokens * (inner + around) * stage_moe_layers(model, strategy, stage) / (model.layers // strategy.pp)
+    held = pipeline_stages.stage_layers(model, strategy)[stage]
+    return tokens * (inner + around) * stage_moe_layers(model, strategy, stage) / held
 
 
 # ---- FLOPs -----------------------------------------------------------------------------------------

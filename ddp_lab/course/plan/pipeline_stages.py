@@ -39,9 +39,6 @@ def check_fields(strategy) -> None:
 
 def check(model, strategy) -> None:
     """Raise ValueError (saying how to fix it) unless the middle stages can share the remaining layers equally."""
-    if model.moe is not None:
-        raise ValueError(f"uneven pipeline stages are modelled for dense models; {model.name} has experts: "
-                         f"drop first_stage_layers/last_stage_layers (--first-stage-layers/--last-stage-layers)")
     first, last = _ends(model, strategy)
     middle, stages = model.layers - first - last, _chunks(strategy) - 2
     kind = "virtual stages" if strategy.virtual_stages > 1 else "stages"
