@@ -14,7 +14,8 @@ import sys
 
 import pytest
 
-from ddp_lab.course.plan import dp_sync, expert_compute, expert_tp, experts, hybrid_shard, outer_sync, pipeline_stages
+from ddp_lab.course.plan import (activations, dp_sync, expert_compute, expert_tp, experts, hybrid_shard, outer_sync,
+                                 pipeline_stages)
 from ddp_lab.course.plan import search as search_module
 from ddp_lab.course.plan.activations import head_activation_bytes, layer_activation_bytes
 from ddp_lab.course.plan.cluster_spec import ClusterSpec
@@ -156,9 +157,8 @@ def test_interleaved_uneven_stages_are_the_first_and_last_virtual_stage():
     """Interleaved, first/last_stage_layers are the first and the last virtual stage's layers (Megatron-Core's
     embedding and loss counted as a layer each in the split): 126 layers on 8 x 8 virtual stages as 1 + 2 x 62 + 1,
     so the pipeline's first and last GPU hold 15 layers and the others 16. The step runs at a middle stage's pace,
-    16 layers without the head: a little faster than 128 layers split evenly, whose last stage adds the head; the first
-    stage's
-    activations in flight are its 15 layers' share of the interleaved formula; a split the middle virtual stages
+    16 layers without the head: a little faster than 128 layers split evenly, whose last stage adds the head. The
+    activations in flight follow Megatron-LM's interleaved warm-up chunk by chunk; a split the middle virtual stages
     cannot share is refused."""
     strategy = Strategy(dp=16, tp=8, pp=8, cp=2, virtual_stages=8, schedule="interleaved", grad_accum=16,
                         sequence_parallel=True, first_stage_layers=1, last_stage_layers=1)
@@ -169,8 +169,12 @@ def test_interleaved_uneven_stages_are_the_first_and_last_virtual_stage():
     uneven_time, even_time = step_time(LLAMA3_405B, H100, strategy), step_time(padded, H100, even)
     assert uneven_time.compute < even_time.compute < 1.05 * uneven_time.compute
     assert uneven_time.cp_comm == pytest.approx(even_time.cp_comm)      # the ring over the fullest stage's 16 layers
-    first_stage = stage_activation_bytes(LLAMA3_405B, strategy, 0)        # 15 x 8 (1 + 7/64) layers' worth
-    assert first_stage == pytest.approx(stage_activation_bytes(padded, even, 0) * 15 / 16, rel=0.01)
+    # Megatron-LM's interleaved warm-up: stage i runs 2 (p - i - 1) + (v - 1) p + 1 chunk-forwards before its
+    # first backward, p micro-batches per chunk in turn. Even chunks, stage 0: L (1 + (p - 1)/(p v)) = 142 of 128
+    # layers (Korthikanti Sec. 4.2.3); uneven, stage 0 runs its 1-layer chunk 15 times (127) and stage 1 peaks (138)
+    assert [activations.layers_in_flight(padded, even, i) for i in (0, 1, 7)] == [142, 138, 114]
+    assert [activations.layers_in_flight(LLAMA3_405B, strategy, i) for i in (0, 1, 7)] == [127, 138, 113]
+    assert pipeline_stages.chunk_layers(LLAMA3_405B, strategy, 7) == [2] * 7 + [1]
     with pytest.raises(ValueError, match="the 62 middle virtual stages cannot share equally"):
         check(LLAMA3_405B, strategy.with_(first_stage_layers=2), gpus=2048)
     with pytest.raises(ValueError, match="the 14 middle stages cannot share equally"):

@@ -167,17 +167,22 @@ def layers_in_flight(model, strategy, stage: int = 0) -> float:
     micro-batch before the next). GPipe: every micro-batch's forward before any backward,
     m x L/p. 1F1B: stage i holds min(p - i, m) micro-batches of its L/p layers, so stage 0 holds
     L layers' worth for any p (Narayanan et al. 2021, Sec. 2.2.1; Korthikanti Sec. 4.2.3).
-    Interleaved with v chunks per stage: L (1 + (p - 1)/(p v)) on stage 0 (Korthikanti Sec. 4.2.3).
-    Uneven stages (pipeline_stages): the stage's own layers times its micro-batches in flight (interleaved: stage
-    0's own layers in place of L/p).
+    Interleaved with v chunks per stage, Megatron-LM's schedule: stage i runs 2 (p - i - 1) + (v - 1) p warm-up
+    forwards of a chunk and one more before its first backward (at most the step's m v), taking its chunks in
+    turn for p micro-batches each; it holds the layers of each of those chunk-forwards. On stage 0 with equal
+    chunks that is L (1 + (p - 1)/(p v)) (Korthikanti Sec. 4.2.3); every stage holds nearly L layers' worth.
+    Uneven stages (pipeline_stages): the stage's own layers (interleaved: its own chunks' layers, the first and
+    the last virtual stage their own numbers).
     """
     p, m, L = strategy.pp, strategy.grad_accum, model.layers
     if p == 1:
         return float(L)
+    if strategy.schedule == "interleaved":
+        v = strategy.virtual_stages
+        chunks = pipeline_stages.chunk_layers(model, strategy, stage)
+        forwards = min(2 * (p - stage - 1) + (v - 1) * p + 1, m * v)
+        return float(sum(chunks[(k // p) % v] for k in range(forwards)))
     per_stage = pipeline_stages.stage_layers(model, strategy)[stage] if pipeline_stages.uneven(strategy) else L / p
     if strategy.schedule == "gpipe":
         return per_stage * m
-    if strategy.schedule == "interleaved":
-        return p * per_stage * (1 + (p - 1) / (p * strategy.virtual_stages)) if stage == 0 \
-            else per_stage * min(p - stage, m)
     return per_stage * min(p - stage, m)

@@ -86,6 +86,31 @@ def stage_layers(model, strategy) -> list[int]:
     return [first + (v - 1) * chunk] + [v * chunk] * (p - 2) + [last + (v - 1) * chunk]
 
 
+def chunk_layers(model, strategy, stage: int) -> list[int]:
+    """Layers of each of stage `stage`'s virtual_stages model chunks, in the order the stage holds them: chunk c of
+    stage i is the pipeline's virtual stage c p + i (Megatron-LM's numbering), so the first virtual stage is stage
+    0's first chunk and the last one stage p - 1's last.
+
+    Example:
+        >>> from ddp_lab.course.plan.model import Transformer
+        >>> from ddp_lab.course.plan.strategy import Strategy
+        >>> uneven = Strategy(pp=8, virtual_stages=8, schedule="interleaved", first_stage_layers=1, last_stage_layers=1)
+        >>> chunk_layers(Transformer.preset("llama3-405b"), uneven, 0)
+        [1, 2, 2, 2, 2, 2, 2, 2]
+    """
+    p, v = strategy.pp, strategy.virtual_stages
+    if not uneven(strategy):
+        return [model.layers // (p * v)] * v
+    first, last = _ends(model, strategy)
+    chunk = (model.layers - first - last) // (p * v - 2)
+    layers = [chunk] * v
+    if stage == 0:
+        layers[0] = first
+    if stage == p - 1:
+        layers[-1] = last
+    return layers
+
+
 def first_layer(model, strategy, stage: int) -> int:
     """Index (0-based) of stage `stage`'s first layer."""
     return sum(stage_layers(model, strategy)[:stage])
