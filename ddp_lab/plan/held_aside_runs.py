@@ -1,11 +1,12 @@
 """Published training runs kept aside while the planner is modelled: the held-aside set (held_out.py scores it).
 
 These runs come from sources that neither the planner's calibration set (published.py) nor the development runs
-(held_out_runs.py) use. They came in two sets: FIRST_SET, predicted and looked at from 2026-11 to 2026-12-06, and
+(held_out_runs.py) use. They came in four sets: FIRST_SET, predicted and looked at from 2026-11 to 2026-12-06, and
 SECOND_SET, chosen and written down on 2026-12-06 after the kernel rate (fit_to_run.at_kernel_rate) was added and
 before the planner predicted any of them; the first set's runs that the kernel rate changes are development runs
 since (held_out.py). THIRD_SET was written down after uneven stages under interleaving were modelled
-(pipeline_stages.py), before the planner predicted its runs. Every set was chosen and written down before the
+(pipeline_stages.py), before the planner predicted its runs. FOURTH_SET was written down after uneven stages were
+modelled for MoE models too, before the planner predicted its runs. Every set was chosen and written down before the
 planner predicted any of its runs, and they are kept aside while it is modelled: their errors are looked at once, at
 the end (held_out.py says what moves a run to the development part). Each run is recorded as its source states it:
 the model shape, the parallel layout, the batch and micro-batch, the sequence, the GPUs, the precision and the
@@ -87,6 +88,16 @@ Sources:
                 the reference's "Model details" table (mlcommons/training
                 large_language_model_pretraining/nemo/README.md at 637c82f); the uneven stages read in Megatron-LM's
                 transformer_block.py at the tag core_r0.11.0 (7c00175)
+    Fourth set:
+    modelzoo    yanring/Megatron-MoE-ModelZoo (the Megatron-Core MoE team's benchmark scripts),
+                examples/qwen3/readme.md, "Performance Results" (256 H100s, NVLink 4, InfiniBand 8 x 50 GB/s per node;
+                Qwen3-235B-A22B, BF16), written at commit 8017e11 (2025-05-27) and unchanged since (moved to
+                best_practice/qwen3/readme.md at 38ce2ed), with the examples/qwen3/run_235b.sh, sbatch_benchmarking.sh,
+                runtime_configs/benchmarking/{common,runtime}.conf, model_configs/benchmarking/Qwen3-235B-A22B.yaml and
+                dockers/Dockerfile of 8017e11: Megatron-LM (pretrain_gpt.py, Megatron-Core) with Transformer Engine
+                release_v2.2 and DeepEP on nvcr.io/nvidia/pytorch:25.02-py3; each row names its Megatron-LM code: main
+                at 1e057005 or the branch moe_dev at f3e6c5 (not in NVIDIA/Megatron-LM's public history: its defaults
+                and stage split read at 1e057005)
 Which rows: all three of NVIDIA's MLPerf Training v4.0 GPT-3 submissions, each its result_0.txt (the first of its
 runs): the tokens of all its training blocks over their summed durations (block_start to block_stop; the
 evaluations between them left out), the global batch and gradient accumulation as the log states them;
@@ -111,6 +122,16 @@ Megatron-Core's account_for_embedding_in_pipeline_split and account_for_loss_in_
 first_stage_layers = last_stage_layers = 1 (the first and last virtual stage's layers). Left out: the three H100
 submissions between those two; the two GB200 ones (each log has six block_start, one block_stop and no evaluation:
 the blocks cannot be timed); IBM+CoreWeave+NVIDIA's (another submitter).
+Fourth set: of ModelZoo's Qwen3 H100 table, the Qwen3-235B-A22B rows the planner expresses as stated: the
+"Cross-node EP strategy" row without "+1f1b overlap" (TP 2, EP 32, PP 8, VPP 4, DP 16) and the TP 4 x EP 8 x PP 8 x
+VPP 4 row, each its step time as tokens per second per GPU (GBS 2,048 x 4,096 / step time / 256); 94 layers with the
+embedding and the loss counted as a layer each (96 / (8 x 4) = 3 per virtual stage), planned as first_stage_layers =
+last_stage_layers = 2. Left out: the "+1f1b overlap" row (the all-to-all overlapped with another micro-batch's
+compute: not modelled), the FSDP row (its table says TP 2, DP 128, its launch script TP 1), the PP 32 x VPP 3 row
+(one slot per virtual stage: the end stages would hold no layer), the Qwen3-Next-80B-A3B row (linear-attention
+layers), the long-context table (TFLOPS only, and its "moe" recompute module recomputes the expert GEMMs), the GB200
+and GB300 tables (MXFP8 but for one BF16 GB200 row, which gives TFLOPS without a step time, names no Megatron-LM
+commit and runs CUDA graphs and HybridEP).
 Which columns: of each dgxc table, its smallest GPU count and, where the table reaches it, 2,048 GPUs (the end of
 its weak scaling; MaxText's 2,048-GPU columns, HSDP, added once the planner modelled it and before they were
 predicted); of the GB200 tables, which stop at 512, the smallest. A column whose configuration (model, GPU, parallel
@@ -843,4 +864,66 @@ THIRD_SET: list[HeldOutRun] = [
           ("eos-dfw_n1024_ngc25.01_nemo", "config_DGXH100_1024x8x24xtp8pp8cp2.sh", 8192, 64, 24, 1536, 7, 30,
            322_560 * 8192, 1103.634))],
 ]
-RUNS: list[HeldOutRun] = FIRST_SET + SECOND_SET + THIRD_SET
+
+# ---- the fourth set: written down before the planner predicted any of them (module docstring) ---------------
+# ---- model shape ------------------------------------------------------------------------------------------------
+# Qwen3-235B-A22B as the ModelZoo builds it (model_configs/benchmarking/Qwen3-235B-A22B.yaml at 8017e11): 94 layers,
+# hidden 4096, FFN 12288 (--ffn-hidden-size; every layer is MoE, --moe-layer-freq left at 1), 64 heads of 128
+# (--kv-channels), 4 query groups, --qk-layernorm, RMSNorm, SwiGLU, RoPE, no biases, untied output, dropout 0;
+# 128 experts of 1536, top-8; vocabulary: Megatron pads len(tokenizer) of Qwen/Qwen3-235B-A22B up to a multiple of
+# --make-vocab-size-divisible-by 1187 x TP (2,374 or 4,748), which gives 151,936 (= 1187 x 128) at TP 2 and 4
+QWEN3_235B_A22B = dict(name="qwen3-235b-a22b", layers=94, hidden=4096, heads=64, kv_heads=4, vocab=151936,
+                       seq_len=4096, ffn=12288, head_size=128, qk_norm=True,
+                       moe=dict(experts=128, top_k=8, expert_ffn=1536), **LLAMA)
+
+# ---- source and what it leaves unstated ---------------------------------------------------------------------------
+MODELZOO = ("yanring/Megatron-MoE-ModelZoo examples/qwen3/readme.md (commit 8017e11, 2025-05-27; the table unchanged "
+            "since, at best_practice/qwen3/readme.md from 38ce2ed), 'Performance Results' (256 H100 GPUs, NVLink 4, "
+            "InfiniBand 8 x 50 GB/s), {row} row: step time {step} s; 256 GPUs, GBS 2,048")
+MODELZOO_NOTE = ("the table gives TP, CP, EP, PP, EDP, ETP, VPP, DP, MBS, GBS, GA, recomputation, dispatcher, BF16, "
+                 "sequence 4,096 and the step time; the rest from examples/qwen3/run_235b.sh (its launch line for "
+                 "this row), sbatch_benchmarking.sh, runtime_configs/benchmarking/*.conf and "
+                 "model_configs/benchmarking/Qwen3-235B-A22B.yaml at 8017e11: Megatron-LM pretrain_gpt.py with "
+                 "Transformer Engine (--transformer-impl transformer_engine; attention backend left at auto: TE's "
+                 "cuDNN attention, held_out_runs.TE), distributed optimizer (ZeRO-1) with --overlap-grad-reduce and "
+                 "--overlap-param-gather, sequence parallelism, no --tp-comm-overlap (added to the bf16 launch only "
+                 "on 2025-12-16, b09773a), --bf16 without --grad-reduce-in-bf16: gradients accumulated and reduced "
+                 "in fp32 (arguments.py at Megatron-LM 1e057005: fp32_grads); 94 layers with "
+                 "--account-for-embedding-in-pipeline-split and --account-for-loss-in-pipeline-split (runtime.conf "
+                 "NUM_LAYERS 96, --num-layers-per-virtual-pipeline-stage 96 / PP 8 / VPP 4 = 3): 32 virtual stages "
+                 "of 3, the first and the last holding 2 layers with the embedding or the loss "
+                 "(transformer_block.get_num_layers_to_build at 1e057005): first/last_stage_layers 2; "
+                 "--moe-router-force-load-balancing (balanced routing, as the planner assumes), dropless, grouped "
+                 "GEMM, DeepEP (flex dispatcher), permute fusion and an fp32 router (not modelled); "
+                 "--log-params-norm and --log-num-zeros-in-grad on every step (log interval 1) and manual GC every "
+                 "5 steps (not modelled); pipeline send/receive overlapped (Megatron's overlap_p2p_comm default: "
+                 "not modelled); the launch fine-tunes (--finetune, a checkpoint loaded), the same step; the "
+                 "network is the table's (8 x 400 Gb/s per node): the h100-sxm preset; container: "
+                 "dockers/Dockerfile at 8017e11 (nvcr.io/nvidia/pytorch:25.02-py3, Transformer Engine "
+                 "release_v2.2, DeepEP, grouped_gemm v1.1.4), assumed to be the runs'")
+
+MODELZOO_H100 = dict(zero=1, micro_batch=1, schedule="interleaved", virtual_stages=4, first_stage_layers=2,
+                     last_stage_layers=2, sequence_parallel=True, fp32_grads=True, overlap_param_gather=True, **TE)
+
+FOURTH_SET: list[HeldOutRun] = [
+    # ---- mixture of experts, fine-grained: 128 experts, top-8, 94 layers on PP 8 x VP 4 (uneven ends), H100 ------
+    HeldOutRun("Megatron-MoE-ModelZoo Qwen3-235B-A22B TP 2 x EP 32 x PP 8, 256 H100s",
+               MODELZOO.format(row="'Cross-node EP strategy', DeepEP (without '+1f1b overlap')", step="19.7"),
+               QWEN3_235B_A22B,
+               dict(dp=16, tp=2, pp=8, ep=32, expert_tp=1, grad_accum=128, **MODELZOO_H100),
+               "h100-sxm", "tokens_per_gpu", 2048 * 4096 / 19.7 / 256,
+               "Megatron-LM branch moe_dev at f3e6c5 (the table's Code column; not in NVIDIA/Megatron-LM's public "
+               "history: the split and defaults read at main 1e057005, 2025-05-24); TP 2, ETP 1, EP 32 over the "
+               "TP 2 x DP 16 ranks (EDP 1), GA 128; recomputation 'norm, act' (--recompute-granularity selective "
+               "--recompute-modules moe_act layernorm: the norms and the experts' activation, no matmul) planned "
+               "as none by the rule; " + MODELZOO_NOTE),
+    HeldOutRun("Megatron-MoE-ModelZoo Qwen3-235B-A22B TP 4 x EP 8 x PP 8, 256 H100s",
+               MODELZOO.format(row="'Intra-node EP strategy', DeepEP, TP 4 x EP 8 x PP 8 x VPP 4", step="29.0"),
+               QWEN3_235B_A22B,
+               dict(dp=8, tp=4, pp=8, ep=8, expert_tp=1, grad_accum=256, **MODELZOO_H100),
+               "h100-sxm", "tokens_per_gpu", 2048 * 4096 / 29.0 / 256,
+               "Megatron-LM main at 1e057005 (the table's Code column); TP 4, ETP 1, EP 8 over the TP 4 x DP 8 "
+               "ranks (EDP 4), GA 256; no recomputation (the table's column empty, the launch line sets none); "
+               "--moe-router-aux-loss-fusion (not modelled); " + MODELZOO_NOTE),
+]
+RUNS: list[HeldOutRun] = FIRST_SET + SECOND_SET + THIRD_SET + FOURTH_SET
