@@ -18,7 +18,7 @@ import pytest
 
 from ddp_lab.course.plan.cluster_spec import ClusterSpec
 from ddp_lab.course.plan.efficiency import layer_seconds
-from ddp_lab.course.plan.fit_to_run import with_matmul_efficiency
+from ddp_lab.course.plan.fit_to_run import at_kernel_rate, with_matmul_efficiency
 from ddp_lab.course.plan.model import Transformer
 from ddp_lab.course.plan.steptime import step_time
 from ddp_lab.course.plan.strategy import Strategy
@@ -178,6 +178,8 @@ def test_family_median_within_the_goal(outcomes, key):
         pytest.fail(f"{FAMILIES[key]} now meets the goal (median {row.median:.1%}): add it to MEETS_GOAL")
 
 
+@pytest.mark.xfail(strict=True, reason="fine-grained MoE's held-aside median 43.2 % over 2 runs (goal 15 %), "
+                                       "2026-12-06; the part's median 7.6 % meets its 10 %")
 def test_overall_median_within_the_goal(outcomes):
     """On the held-aside part: median error at most 10 %, and no family with runs beyond 15 %."""
     total = overall(outcomes)
@@ -185,8 +187,8 @@ def test_overall_median_within_the_goal(outcomes):
     assert total["median"] <= GOAL_MEDIAN and not total["families_over_goal"]
 
 
-@pytest.mark.xfail(strict=True, reason="no held-aside run of MoE (coarse, fine-grained) since the first set's NVIDIA "
-                                       "H100 runs moved to development (2026-12-06), nor of Llama 3 405B on 8K+ GPUs")
+@pytest.mark.xfail(strict=True, reason="no held-aside run of coarse MoE since the first set's NVIDIA H100 runs moved "
+                                       "to development (2026-12-06), nor of Llama 3 405B on 8K+ GPUs")
 def test_every_family_is_judged_on_held_aside_runs(outcomes):
     assert not overall(outcomes)["families_without_runs"]
 
@@ -251,6 +253,22 @@ def test_every_held_aside_source_begins_with_its_repository():
     """held_out_fit.group_key reads the repository off the source's first word."""
     for run in held_aside_runs.RUNS:
         assert re.fullmatch(r"[\w.-]+/[\w.-]+", held_out_fit.group_key(run)[0]), run.source
+
+
+def test_a_plan_is_scored_on_the_runs_at_its_own_rate(outcomes):
+    """A plan at the calibrated constants is scored on every held-out run at them; one at the kernel rate on the runs
+    as the rule plans them (the outcomes the tables show). The dense H100 TP 4-8 family's held-aside runs are all
+    NVIDIA's: 7.5 % as planned, 19.8 % at the calibrated constant, the figure a default plan states."""
+    h100s = ClusterSpec.preset("h100-sxm", nodes=8)
+    calibrated, words = held_out.at_plans_rate(h100s)
+    assert words == "at the calibrated rate"
+    assert all(r.predicted == held_out.predict(r.run, kernel_rate=False) for r in calibrated[:5] if r.error is not None)
+    kernel, words = held_out.at_plans_rate(at_kernel_rate(h100s))
+    assert words == "NVIDIA's stacks at the kernel rate" and [r.error for r in kernel] == [r.error for r in outcomes]
+    row = {name: next(r for r in by_family(o) if r.family == "dense-h100-tp") for name, o in
+           (("calibrated", calibrated), ("kernel", kernel))}
+    assert (round(row["kernel"].median, 3), round(row["calibrated"].median, 3)) == (0.075, 0.198)
+    assert held_out.at_plans_rate(ClusterSpec.preset("a100-80gb"))[1] == "at the calibrated rate"
 
 
 def test_the_first_sets_h100_runs_of_nvidia_stacks_came_out_slow_at_the_calibrated_rate(outcomes):

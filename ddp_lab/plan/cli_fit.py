@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from ddp_lab.course.plan.fit_to_run import (HIGHEST, LOWEST, at_kernel_rate, matmul_efficiency_for,
                                             with_matmul_efficiency)
+from ddp_lab.course.plan.generation_constants import GEMM_EFFICIENCY, KERNEL_GEMM_EFFICIENCY
 from ddp_lab.plan import cli_flags    # a module: cli_flags imports this one for its flags
 
 # The fastest bf16 GEMM timed on an H100 SXM for this planner, on the planner's scale (cuBLAS at k = 2048 ran at
@@ -32,9 +33,10 @@ def add_arguments(parser) -> None:
                      help=f"the GPUs' matmuls at this share of peak instead of the calibrated one (a fitted value "
                           f"from --measured-tokens-per-gpu; {LOWEST:g} < E <= {HIGHEST:g})")
     fit.add_argument("--kernel-rate", dest="kernel_rate", action="store_true",
-                     help="the matmuls at the rate the GPU's kernels were timed at alone (H100/H200: 0.73 of peak, "
-                          "not the calibrated 0.54 of a PyTorch stack), for a stack that keeps the GPUs busy between "
-                          "kernels, such as NVIDIA's NeMo and Megatron recipes")
+                     help=f"the matmuls at the rate the GPU's kernels were timed at alone (Hopper: "
+                          f"{KERNEL_GEMM_EFFICIENCY['hopper']:g} of peak, not the calibrated "
+                          f"{GEMM_EFFICIENCY['hopper']:g} of a PyTorch stack), for a stack that keeps the GPUs busy "
+                          f"between kernels, such as NVIDIA's NeMo and Megatron recipes")
 
 
 def check_flags(args, strategy_given: bool) -> None:

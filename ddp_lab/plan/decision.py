@@ -62,7 +62,7 @@ def stated_error(cluster, best=None) -> tuple[float, str]:
         source = f"the planner's median error on {errors['runs']} published {family_name(runs[0])} runs"
     if best is not None:
         family = held_out.plan_family(best.model, cluster, best.strategy)
-        outcomes = held_out.results()
+        outcomes = held_out.at_plans_rate(cluster)[0]        # scored at the rate the plan runs at
         for split in (held_out.ASIDE, held_out.DEVELOPMENT):
             row = next(r for r in held_out.by_family(outcomes, split) if r.family == family)
             if row.runs:

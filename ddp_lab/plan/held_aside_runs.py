@@ -188,24 +188,24 @@ Second set, left out: MLPerf v3.0's NVIDIA+CoreWeave and v3.1's Azure+NVIDIA GPT
 submitters, on other systems) and every result_1.txt onward (one run per submission, as v4.0's); v4.1's 11,616-GPU
 GPT-3 log (v4.0's published again) and its 64-B200 "Preview" (its config_common_blackwell.sh is in no round's
 repository); all of v5.0's Llama 3.1 405B submissions (126 layers on PP 8 x VP 8 with the embedding and loss counted
-as layers: uneven stages under interleaving, not expressible; the GB200 logs also lack the block stops the method
-reads); every v5.1 Llama 3.1 405B submission and the 8-GPU 8B ones (NVFP4 block scaling, not the planner's
-per-tensor FP8) and its GB300 runs (no preset); other organisations' submissions on NVIDIA systems (not read).
-BigScience's BLOOM-176B (published.py's source) and its prequel topology tables (the same run's tuning);
-BigScience's other runs (V100s; tr8-104B's A100 note gives only a range); GPT-NeoX-20B, OPT-175B and GLM-130B (the
-figure is in a paper or logbook that could not be read here, or the micro-batch, recomputation and stage split are
-not stated); Megatron-DeepSpeed's examples (V100s, or no batch or layout); NeMo-Framework-Launcher's A100 tables (no
-batch or layout; held_out_runs.py's repository); Megatron-LLaMA's 256/512-GPU table (model not named) and its
-DeepSpeed column; InternLM's (tp=2, zero1=4) row (optimizer sharded within groups of 4: not expressible), its tp=1
-rows (another family) and its "FLOPS Testing" tables. lingua (evaluations only); picotron (MFU without a
-configuration); nanotron (nothing beyond the SVG above); SmolLM3 (its configuration is stated, its throughput only
-in third-party copies); llm.c's discussion #677 (third-party copies only); litgpt (TinyLlama's A100 figure);
-allenai/OLMo and megablocks (no throughput); gpt-neox's H100 ablations (images); DeepSpeed-Domino (an example log,
-GPU not said) and DeepSpeed's blogs (images); INTELLECT-1 (an MFU range over wide-area links, no per-configuration
-table readable); torchao's float8nocompile tables (model and batch not named, GPU counts inconsistent), its MoE,
-MI300X and B200 tables (no preset or MXFP8) and its rowwise FP8 row (the planner's FP8 is per tensor); nanochat
-(Muon, its own block); fms-fsdp (the IBM blog's table, published.py's); ColossalAI, NousResearch, Zyphra (no H100
-configuration and figure found).
+as layers: uneven stages under interleaving, not expressible then, and two of them are the third set's; the GB200
+logs also lack the block stops the method reads); every v5.1 Llama 3.1 405B submission and the 8-GPU 8B ones (NVFP4
+block scaling, not the planner's per-tensor FP8) and its GB300 runs (no preset); other organisations' submissions on
+NVIDIA systems (not read). BigScience's BLOOM-176B (published.py's source) and its prequel topology tables (the same
+run's tuning); BigScience's other runs (V100s; tr8-104B's A100 note gives only a range); GPT-NeoX-20B, OPT-175B and
+GLM-130B (the figure is in a paper or logbook that could not be read here, or the micro-batch, recomputation and
+stage split are not stated); Megatron-DeepSpeed's examples (V100s, or no batch or layout); NeMo-Framework-Launcher's
+A100 tables (no batch or layout; held_out_runs.py's repository); Megatron-LLaMA's 256/512-GPU table (model not
+named) and its DeepSpeed column; InternLM's (tp=2, zero1=4) row (optimizer sharded within groups of 4: not
+expressible), its tp=1 rows (another family) and its "FLOPS Testing" tables. lingua (evaluations only); picotron
+(MFU without a configuration); nanotron (nothing beyond the SVG above); SmolLM3 (its configuration is stated, its
+throughput only in third-party copies); llm.c's discussion #677 (third-party copies only); litgpt (TinyLlama's A100
+figure); allenai/OLMo and megablocks (no throughput); gpt-neox's H100 ablations (images); DeepSpeed-Domino (an
+example log, GPU not said) and DeepSpeed's blogs (images); INTELLECT-1 (an MFU range over wide-area links, no
+per-configuration table readable); torchao's float8nocompile tables (model and batch not named, GPU counts
+inconsistent), its MoE, MI300X and B200 tables (no preset or MXFP8) and its rowwise FP8 row (the planner's FP8 is
+per tensor); nanochat (Muon, its own block); fms-fsdp (the IBM blog's table, published.py's); ColossalAI,
+NousResearch, Zyphra (no H100 configuration and figure found).
 Read by held_out.py, whose table notebooks/13-plan-your-training-run.ipynb prints (docs/planner.md, "Held-out
 validation").
 """

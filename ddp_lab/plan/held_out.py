@@ -34,6 +34,7 @@ Introduced in notebooks/13-plan-your-training-run.ipynb.
 
 from __future__ import annotations
 
+import functools
 import statistics
 from dataclasses import dataclass, fields
 
@@ -258,8 +259,9 @@ class Result:
     skipped: str = ""
 
 
-def results(runs=None) -> list[Result]:
-    """Every run of both parts predicted with the planner as it is now (or skipped, saying which features it lacks)."""
+def results(runs=None, kernel_rate: bool | None = None) -> list[Result]:
+    """Every run of both parts predicted with the planner as it is now (or skipped, saying which features it lacks);
+    `kernel_rate` as `build` takes it (None: the rule, runs_at_kernel_rate)."""
     out = []
     for run in [*RUNS, *held_aside_runs.RUNS] if runs is None else runs:
         split = ASIDE if run.name in ASIDE_NAMES else DEVELOPMENT
@@ -267,9 +269,30 @@ def results(runs=None) -> list[Result]:
         if gaps:
             out.append(Result(run, family(run), split, None, None, "needs " + ", ".join(gaps)))
             continue
-        predicted = predict(run)
+        predicted = predict(run, kernel_rate)
         out.append(Result(run, family(run), split, predicted, predicted / run.published - 1))
     return out
+
+
+@functools.lru_cache(maxsize=2)
+def _results_at(kernel_rate: bool | None) -> tuple:
+    return tuple(results(kernel_rate=kernel_rate))
+
+
+def at_plans_rate(cluster) -> tuple[list[Result], str]:
+    """The held-out outcomes that score a plan on `cluster`, and the words that say which: planned as the rule plans
+    them (NVIDIA's stacks on Hopper at the kernel rate) when the cluster's GPUs run at their kernel rate
+    (--kernel-rate), else every run at the calibrated constants, as the plan is.
+
+    Example:
+        >>> h100s = ClusterSpec.preset("h100-sxm", nodes=8)
+        >>> at_plans_rate(h100s)[1]
+        'at the calibrated rate'
+    """
+    kernel = kernel_efficiency_of(cluster.gpu.generation)
+    if kernel is not None and cluster.gpu.matmul_efficiency == kernel:
+        return list(_results_at(None)), "NVIDIA's stacks at the kernel rate"
+    return list(_results_at(False)), "at the calibrated rate"
 
 
 @dataclass(frozen=True)
@@ -348,7 +371,7 @@ def accuracy_by_family(outcomes=None) -> str:
     return "\n".join(lines)
 
 
-def family_line(key: str, outcomes=None) -> str:
+def family_line(key: str, outcomes=None, rate: str = "") -> str:
     """One family's accuracy as a line of text, e.g. for the family `plan_family` gives a plan: the held-aside
     runs' figures, then the development runs'.
 
@@ -366,7 +389,8 @@ def family_line(key: str, outcomes=None) -> str:
                 f"worst {row.worst:+.1%}"
     else:
         aside = "no published run yet"
-    return f"held aside, {FAMILIES[key]}: {aside}; development: {_runs_text(seen)}"
+    at = f" ({rate})" if rate and any(runs_at_kernel_rate(r.run) for r in outcomes if r.family == key) else ""
+    return f"held aside, {FAMILIES[key]}{at}: {aside}; development: {_runs_text(seen)}"
 
 
 def markdown_tables(outcomes=None) -> str:

@@ -57,17 +57,38 @@ def groups(runs=None) -> dict:
     return out
 
 
+def unfittable(runs=None) -> dict:
+    """The groups whose first run no matmul efficiency reproduces (`fit_to_run.matmul_efficiency_for` refuses it: the
+    planner's step outside the matmuls is already longer than the published step), each with the reason."""
+    out = {}
+    for key, members in groups(runs).items():
+        if len(members) >= 2:
+            try:
+                _fit(members[0])
+            except ValueError as error:
+                out[key] = str(error)
+    return out
+
+
+def _fit(first) -> float:
+    model, cluster, strategy = build(first)
+    published_seconds = step_time(model, cluster, strategy).total * predict(first) / first.published
+    return matmul_efficiency_for(model, cluster, strategy, published_seconds)
+
+
 def fitted_groups(runs=None) -> list[FittedGroup]:
     """Every group of two runs or more: fitted on its first, the rest predicted with the calibrated constant and
-    with the fitted one (predicted / published - 1)."""
+    with the fitted one (predicted / published - 1). A group whose first run cannot be fitted (`unfittable`) is left
+    out."""
     out = []
     for (source, gpu), members in groups(runs).items():
         if len(members) < 2:
             continue
         first = members[0]
-        model, cluster, strategy = build(first)
-        published_seconds = step_time(model, cluster, strategy).total * predict(first) / first.published
-        efficiency = matmul_efficiency_for(model, cluster, strategy, published_seconds)
+        try:
+            efficiency = _fit(first)
+        except ValueError:
+            continue
         rows = []
         for run in members[1:]:
             model, cluster, strategy = build(run)
@@ -103,6 +124,8 @@ def markdown_table(fitted=None) -> str:
         one = summary([group])
         lines.append(f"| {group.source}, {group.gpu} | {one['runs']} | {one['calibrated']:.1%} | {one['fitted']:.1%} |")
     total = summary(fitted)
+    for (source, gpu), reason in unfittable().items():
+        lines += ["", f"Not fitted: {source}, {gpu}: {reason.split(':')[0]}."]
     lines += ["", f"{total['runs']} runs of held_aside_runs.py predicted: median error {total['calibrated']:.1%} as "
                   f"the planner plans them (its calibrated constants; NVIDIA's stacks on Hopper at the kernel rate), "
                   f"{total['fitted']:.1%} fitted to one run of the same source and GPU (a workflow chosen after the "

@@ -319,7 +319,8 @@ def _held_out_lines(cluster, plans) -> list[str]:
     """The planner's error on published runs it was never fitted on (both parts) for each family among `plans`."""
     from ddp_lab.plan import held_out    # imported here: see accuracy_text
     families = dict.fromkeys(held_out.plan_family(plan.model, cluster, plan.strategy) for plan in plans)
-    return [f"          {held_out.family_line(family)}" for family in families]
+    outcomes, rate = held_out.at_plans_rate(cluster)
+    return [f"          {held_out.family_line(family, outcomes, rate)}" for family in families]
 
 
 def _sequence_lines(runs, plans, family) -> list[str]:

@@ -76,7 +76,8 @@ FLASH_ATTENTION_UTILIZATION = {
 # between and around their kernels. A stack that keeps the GPU busy from one kernel to the next (fused kernels,
 # CUDA graphs, communication overlapped: NVIDIA's NeMo and Megatron recipes) runs nearer the kernels' rate; the
 # planner takes it with `fit_to_run.at_kernel_rate` (the CLI's --kernel-rate). Generations without timed kernels
-# have none: Blackwell's is not borrowed from Hopper's, unlike its calibrated constants.
+# have none: Blackwell's is not borrowed from Hopper's, unlike its calibrated constants. Every Hopper preset takes it,
+# H200 and the 500 W HBM2e H100 too, though only the 700 W H100 SXM was timed.
 KERNEL_GEMM_EFFICIENCY = {"hopper": 0.73}
 FLASH_PRECISIONS = ("bf16", "fp16")   # FlashAttention-2's kernels; fp32 attention runs at the GEMM rate
 # Turing (T4) has no published run with a stated configuration in the validation set: it borrows

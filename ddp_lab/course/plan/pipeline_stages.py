@@ -33,8 +33,8 @@ def check_fields(strategy) -> None:
             raise ValueError(f"Strategy.{name} must be None (an equal share) or an integer >= 1, got {value!r}")
     if uneven(strategy) and strategy.pp * strategy.virtual_stages < 3:
         raise ValueError(f"first_stage_layers/last_stage_layers set a first and a last stage apart from the middle "
-                         f"ones, which needs pp >= 3 (or virtual stages), got pp={strategy.pp}: use pp >= 3 or equal "
-                         f"stages")
+                         f"ones, which needs pp >= 3 (or interleaving: virtual_stages > 1), got pp={strategy.pp}: use "
+                         f"pp >= 3, virtual stages, or equal stages")
 
 
 def check(model, strategy) -> None:
@@ -42,8 +42,9 @@ def check(model, strategy) -> None:
     first, last = _ends(model, strategy)
     middle, stages = model.layers - first - last, _chunks(strategy) - 2
     kind = "virtual stages" if strategy.virtual_stages > 1 else "stages"
+    stage = "virtual stage" if strategy.virtual_stages > 1 else "stage"
     if middle < stages or middle % stages:
-        raise ValueError(f"{model.layers} layers minus the first stage's {first} and the last stage's {last} leave "
+        raise ValueError(f"{model.layers} layers minus the first {stage}'s {first} and the last {stage}'s {last} leave "
                          f"{middle}, which the {stages} middle {kind} cannot share equally: choose first and "
                          f"last stage layers so that {model.layers} - first - last is a positive multiple of {stages}")
 
