@@ -264,7 +264,7 @@ FIELD_MESSAGES = {
     "first_stage_layers": (("--model", "llama3-8b", "--cluster", "h100-sxm", "--nodes", "4", "--pp", "2",
                             "--first-stage-layers", "5", "--last-stage-layers", "5"),
                            ["--first-stage-layers/--last-stage-layers set a first and a last stage", "got --pp 2",
-                            "use --pp >= 3, virtual stages, or equal stages"], ["first_stage_layers", "pp="]),
+                            "use --pp >= 3, more virtual stages, or equal stages"], ["first_stage_layers", "pp="]),
     "tp_across_nodes": (("--model", "gpt2-small", "--cluster", "h100-sxm", "--nodes", "3", "--tp", "12"),
                         ["on the inter-node link (--tp-across-nodes)"], ["tp_across_nodes", "tp="]),
     "region_nodes": ((*LLAMA_8B, "--nodes", "4", "--region-nodes", "3"),
@@ -771,8 +771,9 @@ def test_every_plan_says_how_far_to_trust_it(capsys):
     sequences than the scored runs' gets the planner's errors on MosaicML's sequence sweep (8K: within 7.3 % without
     recomputation, 15 % either way with it), or beyond the sweep's 64K is called less certain; another overlap
     slowdown than the one those figures hold for is said; a T4, which no run it was calibrated on is on, is called
-    rough; last,
-    both held-out parts' errors of each family among the plans shown (tests/test_plan_held_out.py checks the figures)."""
+    rough; last, both held-out parts' errors of each family among the plans shown, scored at the plan's rate, and
+    for a plan at the calibrated rate what NVIDIA's stacks in the family miss by at --kernel-rate
+    (tests/test_plan_held_out.py checks the figures)."""
     from ddp_lab.__main__ import main
     from ddp_lab.plan.published import RUNS, summary
 
@@ -787,8 +788,9 @@ def test_every_plan_says_how_far_to_trust_it(capsys):
         """The lines before the held-out figures, which end every answer: one line per family of the plans shown."""
         assert main(["plan", *argv]) == 0
         lines = capsys.readouterr().out.rstrip("\n").splitlines()
-        held_out = [line for line in lines if line.startswith("          held aside, ")]
+        held_out = [line for line in lines if line.startswith(("          held aside, ", "          (its "))]
         assert held_out and lines[-len(held_out):] == held_out and len(set(held_out)) == len(held_out)
+        assert all(line.startswith("          held aside, ") for line in held_out[::2] if "(its " not in line)
         return lines[:-len(held_out)][-count:]
 
     sweep_h100 = ["          8,192-token sequences: on MosaicML's H100 runs at 4K-64K tokens (they set attention's rate)",

@@ -149,7 +149,7 @@ def test_uneven_stages_llama3_126_layers_on_16():
     assert step_time(LLAMA3_405B, H100, strategy).total < even_last.total
     with pytest.raises(ValueError, match="cannot share equally"):
         check(LLAMA3_405B, strategy.with_(first_stage_layers=6), gpus=8192)
-    with pytest.raises(ValueError, match="needs pp >= 3"):
+    with pytest.raises(ValueError, match=r"needs pp x virtual_stages >= 3, got pp=2 x virtual_stages=1"):
         Strategy(pp=2, first_stage_layers=3)
 
 
@@ -169,12 +169,16 @@ def test_interleaved_uneven_stages_are_the_first_and_last_virtual_stage():
     uneven_time, even_time = step_time(LLAMA3_405B, H100, strategy), step_time(padded, H100, even)
     assert uneven_time.compute < even_time.compute < 1.05 * uneven_time.compute
     assert uneven_time.cp_comm == pytest.approx(even_time.cp_comm)      # the ring over the fullest stage's 16 layers
-    # Megatron-LM's interleaved warm-up: stage i runs 2 (p - i - 1) + (v - 1) p + 1 chunk-forwards before its
-    # first backward, p micro-batches per chunk in turn. Even chunks, stage 0: L (1 + (p - 1)/(p v)) = 142 of 128
-    # layers (Korthikanti Sec. 4.2.3); uneven, stage 0 runs its 1-layer chunk 15 times (127) and stage 1 peaks (138)
+    # Megatron-LM's interleaved schedule: stage i runs 2 (p - i - 1) + (v - 1) p warm-up chunk-forwards, p
+    # micro-batches per chunk in turn, then a forward and a backward at a time. Even chunks, stage 0: L (1 + (p -
+    # 1)/(p v)) = 142 of 128 layers (Korthikanti Sec. 4.2.3); uneven, stage 0 runs its 1-layer chunk 15 times
+    # (127) and stage 1 peaks (138); on 2 x 2 stages of 1 + 62 + 62 + 1, stage 1 holds three of its 62-layer chunk
     assert [activations.layers_in_flight(padded, even, i) for i in (0, 1, 7)] == [142, 138, 114]
-    assert [activations.layers_in_flight(LLAMA3_405B, strategy, i) for i in (0, 1, 7)] == [127, 138, 113]
+    assert [activations.layers_in_flight(LLAMA3_405B, strategy, i) for i in (0, 1, 7)] == [127, 138, 114]
     assert pipeline_stages.chunk_layers(LLAMA3_405B, strategy, 7) == [2] * 7 + [1]
+    two = Strategy(pp=2, virtual_stages=2, schedule="interleaved", first_stage_layers=1, last_stage_layers=1,
+                   grad_accum=16)
+    assert [activations.layers_in_flight(LLAMA3_405B, two, i) for i in (0, 1)] == [127, 186]
     with pytest.raises(ValueError, match="the 62 middle virtual stages cannot share equally"):
         check(LLAMA3_405B, strategy.with_(first_stage_layers=2), gpus=2048)
     with pytest.raises(ValueError, match="the 14 middle stages cannot share equally"):
@@ -182,21 +186,26 @@ def test_interleaved_uneven_stages_are_the_first_and_last_virtual_stage():
 
 
 def test_uneven_stages_with_experts_count_each_stages_own_moe_layers():
-    """A MoE model on uneven stages: each stage's MoE layers are those among its own consecutive layers, so a model
+    """A MoE model on uneven stages: each stage's MoE layers are those among its own layers, so a model
     whose first layer is dense has one MoE layer fewer on stage 0 only; the expert compute follows the fullest
     stage. 94 layers (Qwen3-235B-A22B's count) on 8 x 4 virtual stages with the embedding and loss counted as
     layers: 2 + 3 x 30 + 2."""
-    qwen = Transformer.preset("mixtral-8x7b").with_(layers=94)
+    moe94 = Transformer.preset("mixtral-8x7b").with_(layers=94)
     strategy = Strategy(dp=8, tp=2, pp=8, ep=8, virtual_stages=4, schedule="interleaved", first_stage_layers=2,
                         last_stage_layers=2, sequence_parallel=True, grad_accum=64)
-    check(qwen, strategy, gpus=128)
-    assert pipeline_stages.stage_layers(qwen, strategy) == [11] + [12] * 6 + [11]
-    assert [experts.stage_moe_layers(qwen, strategy, s) for s in range(8)] == [11] + [12] * 6 + [11]
-    first_dense = qwen.with_(moe=dataclasses.replace(qwen.moe, dense_layers=1))
+    check(moe94, strategy, gpus=128)
+    assert pipeline_stages.stage_layers(moe94, strategy) == [11] + [12] * 6 + [11]
+    assert [experts.stage_moe_layers(moe94, strategy, s) for s in range(8)] == [11] + [12] * 6 + [11]
+    first_dense = moe94.with_(moe=dataclasses.replace(moe94.moe, dense_layers=1))
     assert [experts.stage_moe_layers(first_dense, strategy, s) for s in (0, 1, 7)] == [10, 12, 11]
+    # interleaved, stage i holds virtual stages i, p + i, ...: three dense layers are stage 0's first chunk (2) and
+    # the first layer of stage 1's (Megatron-LM's placement), not stage 0's alone
+    three_dense = moe94.with_(moe=dataclasses.replace(moe94.moe, dense_layers=3))
+    assert pipeline_stages.stage_layer_indices(moe94, strategy, 1)[:4] == [2, 3, 4, 26]
+    assert [experts.stage_moe_layers(three_dense, strategy, s) for s in (0, 1, 2)] == [9, 11, 12]
     cluster = ClusterSpec.preset("h100-sxm", nodes=16)
-    per_layer = sum(expert_compute.layer_compute_change(qwen, strategy, cluster.gpu))
-    assert expert_compute.seconds_per_micro_batch(qwen, cluster, strategy) == pytest.approx(12 * per_layer)
+    per_layer = sum(expert_compute.layer_compute_change(moe94, strategy, cluster.gpu))
+    assert expert_compute.seconds_per_micro_batch(moe94, cluster, strategy) == pytest.approx(12 * per_layer)
 
 
 # ---- 5. DiLoCo outer sync and a cross-region link ------------------------------------------------------------------

@@ -45,8 +45,9 @@ def stated_error(cluster, best=None) -> tuple[float, str]:
     The larger of two medians: the published runs' on the cluster's GPU generation, which the
     planner's constants were set or checked on (`accuracy_text` prints the same figure; for a GPU
     no published run checks, all of them), and, for the family of the `best` plan, that of the runs
-    it was never fitted on (`ddp_lab.plan.held_out`): the held-aside part's, the fairer estimate of its
-    error, or the development part's where no held-aside run is of that family.
+    it was never fitted on (`ddp_lab.plan.held_out`), scored at the rate the plan runs at
+    (`held_out.at_plans_rate`): the held-aside part's, the fairer estimate of its error, or the
+    development part's where no held-aside run is of that family.
     """
     # lazy: see report.accuracy_text (published imports ddp_lab.plan)
     from ddp_lab.plan import held_out

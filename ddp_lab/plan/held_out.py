@@ -282,7 +282,8 @@ def _results_at(kernel_rate: bool | None) -> tuple:
 def at_plans_rate(cluster) -> tuple[list[Result], str]:
     """The held-out outcomes that score a plan on `cluster`, and the words that say which: planned as the rule plans
     them (NVIDIA's stacks on Hopper at the kernel rate) when the cluster's GPUs run at their kernel rate
-    (--kernel-rate), else every run at the calibrated constants, as the plan is.
+    (--kernel-rate), else every run at the calibrated constants (a plan at a fitted or given efficiency too: no
+    held-out run was planned at it).
 
     Example:
         >>> h100s = ClusterSpec.preset("h100-sxm", nodes=8)
@@ -371,9 +372,26 @@ def accuracy_by_family(outcomes=None) -> str:
     return "\n".join(lines)
 
 
+def kernel_rate_line(key: str) -> str:
+    """For a plan at the calibrated constants: what the family's held-aside runs of NVIDIA's stacks on Hopper miss
+    by at the kernel rate (--kernel-rate), or '' where the family has none.
+
+    Example:
+        >>> kernel_rate_line("dense-h100-tp")                  # doctest: +ELLIPSIS
+        "its 11 held-aside runs of NVIDIA's stacks at --kernel-rate: median error 7.5%, worst ..."
+    """
+    errors = [r.error for r in _results_at(None) if r.family == key and r.split == ASIDE and r.error is not None
+              and runs_at_kernel_rate(r.run)]
+    if not errors:
+        return ""
+    return (f"its {len(errors)} held-aside run{'s' if len(errors) > 1 else ''} of NVIDIA's stacks at --kernel-rate: "
+            f"median error {statistics.median(map(abs, errors)):.1%}, worst {max(errors, key=abs):+.1%}")
+
+
 def family_line(key: str, outcomes=None, rate: str = "") -> str:
     """One family's accuracy as a line of text, e.g. for the family `plan_family` gives a plan: the held-aside
-    runs' figures, then the development runs'.
+    runs' figures, then the development runs'; `rate` (`at_plans_rate`'s words) is said after the family's name
+    where some of its runs are NVIDIA's stacks on Hopper, whose rate it changes.
 
     Example:
         >>> family_line("dense-a100")                     # doctest: +ELLIPSIS

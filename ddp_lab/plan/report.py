@@ -320,7 +320,12 @@ def _held_out_lines(cluster, plans) -> list[str]:
     from ddp_lab.plan import held_out    # imported here: see accuracy_text
     families = dict.fromkeys(held_out.plan_family(plan.model, cluster, plan.strategy) for plan in plans)
     outcomes, rate = held_out.at_plans_rate(cluster)
-    return [f"          {held_out.family_line(family, outcomes, rate)}" for family in families]
+    lines = []
+    for family in families:
+        lines.append(f"          {held_out.family_line(family, outcomes, rate)}")
+        if rate == "at the calibrated rate" and held_out.kernel_rate_line(family):
+            lines.append(f"          ({held_out.kernel_rate_line(family)})")
+    return lines
 
 
 def _sequence_lines(runs, plans, family) -> list[str]:

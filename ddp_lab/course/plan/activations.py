@@ -160,6 +160,37 @@ def micro_batches_in_flight(strategy, stage: int = 0) -> int:
     return m if strategy.schedule == "gpipe" else min(p - stage, m)
 
 
+def interleaved_layers_in_flight(chunks: list[int], p: int, m: int, stage: int) -> float:
+    """The most layer-micro-batches stage `stage` of an interleaved pipeline holds over a step, its `chunks` (the
+    layers of each of its v model chunks) given: Megatron-LM's schedule runs 2 (p - stage - 1) + (v - 1) p warm-up
+    chunk-forwards (at most the step's m v), taking its chunks in turn for p micro-batches each, then one forward
+    and one backward at a time, the backwards taking the chunks in the reverse order. With equal chunks the peak
+    is just before the first backward; with uneven ones a smaller chunk's backward can free less than the next
+    forward adds, so the peak is searched over the steady phase, whose additions and removals repeat every p v
+    steps (each chunk p times in both).
+
+    Example:
+        >>> interleaved_layers_in_flight([16, 16], p=4, m=8, stage=0)         # L (1 + (p - 1)/(p v)) = 128 x 11/8
+        176.0
+        >>> interleaved_layers_in_flight([62, 1], p=2, m=16, stage=1)         # three of its 62-layer chunk at once
+        186.0
+    """
+    v = len(chunks)
+    total = m * v
+    warmup = min(2 * (p - stage - 1) + (v - 1) * p, total)
+    forward = [chunks[(k // p) % v] for k in range(min(total, warmup + p * v))]
+    backward = [chunks[v - 1 - (k // p) % v] for k in range(min(total, p * v))]
+    held = sum(forward[:warmup])
+    if warmup == total:
+        return float(held)
+    peak = 0
+    for i in range(min(total - warmup, p * v)):
+        held += forward[warmup + i]
+        peak = max(peak, held)
+        held -= backward[i]
+    return float(peak)
+
+
 def layers_in_flight(model, strategy, stage: int = 0) -> float:
     """Layer-micro-batches whose activations pipeline stage `stage` holds at its peak (lesson 07).
 
@@ -167,10 +198,8 @@ def layers_in_flight(model, strategy, stage: int = 0) -> float:
     micro-batch before the next). GPipe: every micro-batch's forward before any backward,
     m x L/p. 1F1B: stage i holds min(p - i, m) micro-batches of its L/p layers, so stage 0 holds
     L layers' worth for any p (Narayanan et al. 2021, Sec. 2.2.1; Korthikanti Sec. 4.2.3).
-    Interleaved with v chunks per stage, Megatron-LM's schedule: stage i runs 2 (p - i - 1) + (v - 1) p warm-up
-    forwards of a chunk and one more before its first backward (at most the step's m v), taking its chunks in
-    turn for p micro-batches each; it holds the layers of each of those chunk-forwards. On stage 0 with equal
-    chunks that is L (1 + (p - 1)/(p v)) (Korthikanti Sec. 4.2.3); every stage holds nearly L layers' worth.
+    Interleaved with v chunks per stage, Megatron-LM's schedule (`interleaved_layers_in_flight`): from L (1 + (p -
+    1)/(p v)) on stage 0 (Korthikanti Sec. 4.2.3) down to L ((v - 1) p + 1)/(p v) on the last, with equal chunks.
     Uneven stages (pipeline_stages): the stage's own layers (interleaved: its own chunks' layers, the first and
     the last virtual stage their own numbers).
     """
@@ -178,10 +207,7 @@ def layers_in_flight(model, strategy, stage: int = 0) -> float:
     if p == 1:
         return float(L)
     if strategy.schedule == "interleaved":
-        v = strategy.virtual_stages
-        chunks = pipeline_stages.chunk_layers(model, strategy, stage)
-        forwards = min(2 * (p - stage - 1) + (v - 1) * p + 1, m * v)
-        return float(sum(chunks[(k // p) % v] for k in range(forwards)))
+        return interleaved_layers_in_flight(pipeline_stages.chunk_layers(model, strategy, stage), p, m, stage)
     per_stage = pipeline_stages.stage_layers(model, strategy)[stage] if pipeline_stages.uneven(strategy) else L / p
     if strategy.schedule == "gpipe":
         return per_stage * m

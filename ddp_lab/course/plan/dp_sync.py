@@ -177,13 +177,13 @@ def gradient_buckets(model, cluster, strategy, stage: int, kind: str, per_parame
         return [share * seconds[-1]] + seconds[-2::-1] + [(1 - share) * seconds[-1]]
     head = round(share * units[-1])
     dense = [head] + units[-2::-1] + [units[-1] - head]
-    first = pipeline_stages.first_layer(model, strategy, stage)
+    indices = pipeline_stages.stage_layer_indices(model, strategy, stage)
     routed = experts.expert_units(model, strategy, stage)
     if strategy.fsdp_unit == "model":                  # one bucket holds the experts too
         expert = [0] * (len(dense) - 1) + [sum(routed)]
     else:
         by_layer = iter(routed)
-        expert = [next(by_layer) if model.moe is not None and experts.is_moe_layer(model, first + k) else 0
+        expert = [next(by_layer) if model.moe is not None and experts.is_moe_layer(model, indices[k]) else 0
                   for k in range(len(units) - 1)]
         expert = [0] + expert[::-1] + [0]
     size = bucket_parameters(strategy, stage)
@@ -215,12 +215,11 @@ def fsdp_units(model, strategy, stage: int) -> list[int]:
     total = stage_parameters(model, strategy, stage) - experts.stage_expert_parameters(model, strategy, stage)
     if strategy.fsdp_unit == "model":
         return [total]
-    first = pipeline_stages.first_layer(model, strategy, stage)
     dense = layer_parameters_per_rank(model, strategy.tp)
     # a MoE layer's replicated part: + router + shared experts - the dense FFN (its routed experts: experts.expert_units)
     replicated = experts.layer_change_per_rank(model, strategy)[0] if model.moe is not None else 0
     units = [dense + (replicated if experts.is_moe_layer(model, i) else 0)
-             for i in range(first, first + pipeline_stages.stage_layers(model, strategy)[stage])]
+             for i in pipeline_stages.stage_layer_indices(model, strategy, stage)]
     return units + [total - sum(units)]
 
 
@@ -245,8 +244,7 @@ def gathered_unit_bytes(model, strategy, stage: int) -> list[int]:
     saved = w - gathered_parameter_bytes(strategy)         # 1 byte per linear weight under FP8, else 0
     if saved == 0:
         return [w * unit for unit in units]
-    first = pipeline_stages.first_layer(model, strategy, stage)
-    layers = range(first, first + pipeline_stages.stage_layers(model, strategy)[stage])
+    layers = pipeline_stages.stage_layer_indices(model, strategy, stage)
     dense = layer_parameters_per_rank(model, strategy.tp)
     replicated = experts.layer_change_per_rank(model, strategy)[0] if model.moe is not None else 0
     linear = [dense + (replicated if experts.is_moe_layer(model, i) else 0)
@@ -276,10 +274,9 @@ def layer_work(model, strategy, stage: int, layer, tp_seconds, moe_change=(0.0, 
 
     The compute the data-parallel timelines hide communication behind (`zero3_exposed`, `zero12_exposed`).
     """
-    first = pipeline_stages.first_layer(model, strategy, stage)
     again = 1 if strategy.recompute == "full" else 0
     forward, backward = [], []
-    for index in range(first, first + pipeline_stages.stage_layers(model, strategy)[stage]):
+    for index in pipeline_stages.stage_layer_indices(model, strategy, stage):
         extra = moe_change if model.moe is not None and experts.is_moe_layer(model, index) else (0.0, 0.0)
         forward.append(layer.forward + tp_seconds[0] + extra[0])
         backward.append(layer.backward + layer.recompute + tp_seconds[1] + extra[1] + again * extra[0])
@@ -354,9 +351,9 @@ def unit_seconds(model, cluster, strategy, stage: int, kind: str, per_parameter:
         routed = sum(expert_bytes)
         return [seconds[0] + (slower * collective_time(kind, routed, cluster, expert_group) if routed else 0.0)]
     moe = iter(expert_bytes)
-    first = pipeline_stages.first_layer(model, strategy, stage)
+    indices = pipeline_stages.stage_layer_indices(model, strategy, stage)
     for k in range(len(units) - 1):
-        if model.moe is not None and experts.is_moe_layer(model, first + k):
+        if model.moe is not None and experts.is_moe_layer(model, indices[k]):
             seconds[k] += slower * collective_time(kind, next(moe), cluster, expert_group)
     return seconds
 

@@ -173,13 +173,11 @@ def is_moe_layer(model, index: int) -> bool:
 
 
 def stage_moe_layers(model, strategy, stage: int) -> int:
-    """MoE layers among pipeline stage `stage`'s layers (consecutive layers, as many as
-    pipeline_stages.stage_layers gives the stage)."""
+    """MoE layers among pipeline stage `stage`'s layers (pipeline_stages.stage_layer_indices: consecutive, or its
+    chunks' when interleaved; layers from dense_layers on are MoE layers)."""
     if model.moe is None:
         return 0
-    first = pipeline_stages.first_layer(model, strategy, stage)
-    end = first + pipeline_stages.stage_layers(model, strategy)[stage]
-    return max(0, end - max(first, model.moe.dense_layers))   # layers from dense_layers on are MoE layers
+    return sum(index >= model.moe.dense_layers for index in pipeline_stages.stage_layer_indices(model, strategy, stage))
 
 
 def layer_change_per_rank(model, strategy) -> tuple[int, int]:

@@ -27,6 +27,10 @@ from ddp_lab.course.plan.steptime import step_time
 LOWEST, HIGHEST = 0.05, 1.0     # the efficiencies searched: 5 % of peak to all of it
 
 
+class NoEfficiencyFits(ValueError):
+    """A measured step no matmul efficiency in (LOWEST, HIGHEST] reproduces (`matmul_efficiency_for`)."""
+
+
 def with_matmul_efficiency(cluster, efficiency: float):
     """The cluster with its GPUs' matmuls at `efficiency` of peak instead of their generation's constant."""
     return cluster.with_(gpu=replace(cluster.gpu, matmul_efficiency=efficiency))
@@ -75,13 +79,14 @@ def matmul_efficiency_for(model, cluster, strategy, step_seconds: float) -> floa
         return step_time(model, with_matmul_efficiency(cluster, efficiency), strategy).total
 
     if step_seconds < seconds(HIGHEST):
-        raise ValueError(f"the measured step ({step_seconds:.4g} s) is faster than the planner gives this plan with "
-                         f"every matmul at peak ({seconds(HIGHEST):.4g} s): check that the flags describe the run "
-                         f"(precision, recomputation, flash kernel, overlap options, the GPU preset)")
+        raise NoEfficiencyFits(f"the measured step ({step_seconds:.4g} s) is faster than the planner gives this plan "
+                               f"with every matmul at peak ({seconds(HIGHEST):.4g} s): check that the flags describe "
+                               f"the run (precision, recomputation, flash kernel, overlap options, the GPU preset)")
     if step_seconds > seconds(LOWEST):
-        raise ValueError(f"the measured step ({step_seconds:.4g} s) is slower than the planner gives this plan with "
-                         f"its matmuls at {LOWEST:.0%} of peak ({seconds(LOWEST):.4g} s): the run waits on something "
-                         f"the planner does not count (input pipeline, host, stragglers); fix that first")
+        raise NoEfficiencyFits(f"the measured step ({step_seconds:.4g} s) is slower than the planner gives this plan "
+                               f"with its matmuls at {LOWEST:.0%} of peak ({seconds(LOWEST):.4g} s): the run waits on "
+                               f"something the planner does not count (input pipeline, host, stragglers); fix that "
+                               f"first")
     low, high = LOWEST, HIGHEST
     for _ in range(40):
         middle = (low + high) / 2

@@ -33,8 +33,8 @@ def check_fields(strategy) -> None:
             raise ValueError(f"Strategy.{name} must be None (an equal share) or an integer >= 1, got {value!r}")
     if uneven(strategy) and strategy.pp * strategy.virtual_stages < 3:
         raise ValueError(f"first_stage_layers/last_stage_layers set a first and a last stage apart from the middle "
-                         f"ones, which needs pp >= 3 (or interleaving: virtual_stages > 1), got pp={strategy.pp}: use "
-                         f"pp >= 3, virtual stages, or equal stages")
+                         f"ones, which needs pp x virtual_stages >= 3, got pp={strategy.pp} x virtual_stages="
+                         f"{strategy.virtual_stages}: use pp >= 3, more virtual stages, or equal stages")
 
 
 def check(model, strategy) -> None:
@@ -115,6 +115,30 @@ def chunk_layers(model, strategy, stage: int) -> list[int]:
 def first_layer(model, strategy, stage: int) -> int:
     """Index (0-based) of stage `stage`'s first layer."""
     return sum(stage_layers(model, strategy)[:stage])
+
+
+def stage_layer_indices(model, strategy, stage: int) -> list[int]:
+    """The (0-based) indices of the layers stage `stage` holds: consecutive, or, interleaved, those of its chunks,
+    chunk c being the pipeline's virtual stage c p + stage (`chunk_layers`).
+
+    Example:
+        >>> from ddp_lab.course.plan.model import Transformer
+        >>> from ddp_lab.course.plan.strategy import Strategy
+        >>> stage_layer_indices(Transformer.preset("llama3-8b"), Strategy(pp=4, virtual_stages=2,
+        ...                                                                schedule="interleaved"), 1)
+        [4, 5, 6, 7, 20, 21, 22, 23]
+    """
+    p, v = strategy.pp, strategy.virtual_stages
+    if v == 1 or p == 1:
+        first = first_layer(model, strategy, stage)
+        return list(range(first, first + stage_layers(model, strategy)[stage]))
+    sizes = [chunk_layers(model, strategy, s) for s in range(p)]       # sizes[s][c]: virtual stage c p + s
+    order = [sizes[g % p][g // p] for g in range(p * v)]              # virtual stages in model order
+    indices = []
+    for c in range(v):
+        start = sum(order[:c * p + stage])
+        indices += range(start, start + sizes[stage][c])
+    return indices
 
 
 def stages_to_check(strategy, model=None) -> list[int]:
