@@ -65,6 +65,16 @@ def press_stop_when(*ready, after: float = 0.0) -> None:
     threading.Thread(target=press, daemon=True).start()
 
 
+@pytest.fixture(autouse=True)
+def _stop_button_reaches_the_notebook():
+    """The stop button is SIGINT turned into a KeyboardInterrupt, as a Jupyter kernel has it. A test runner started
+    in the background (`make test &`) inherits SIGINT as ignored, and then `_thread.interrupt_main` (what
+    `press_stop_when` presses) does nothing: each test here gets Python's own handler, and what was there back."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
 def there(folder) -> tuple[str, ...]:
     """The paths each of 2 ranks creates with `open(f"{folder}/{rank}", "w").close()` (`press_stop_when`)."""
     return tuple(os.path.join(str(folder), str(rank)) for rank in range(2))
