@@ -206,6 +206,12 @@ per-configuration table readable); torchao's float8nocompile tables (model and b
 inconsistent), its MoE, MI300X and B200 tables (no preset or MXFP8) and its rowwise FP8 row (the planner's FP8 is
 per tensor); nanochat (Muon, its own block); fms-fsdp (the IBM blog's table, published.py's); ColossalAI,
 NousResearch, Zyphra (no H100 configuration and figure found).
+Examined for the later sets and not used: KempnerForge's MoE benchmark (8 H200s: every expert padded to the busiest
+one and tokens routed in a Python loop, which the planner does not express; its 64-expert rows' token counts do not
+add up); EasyContext's long-sequence table (DeepSpeed ZeRO-3 with the optimizer and parameters offloaded to the
+CPU); Fast-LLM's README (an "expected" throughput); dgxc-benchmarking's releases (no coarse-MoE table but Grok-1's;
+the v24.05 Mixtral recipe its CHANGELOG names is not in the repository's history, and was LoRA fine-tuning);
+Automodel's table at its latest version (its MoE rows since 8d9bfb9 are Nemotron V3's, with Mamba layers).
 Read by held_out.py, whose table notebooks/13-plan-your-training-run.ipynb prints (docs/planner.md, "Held-out
 validation").
 """
