@@ -41,7 +41,7 @@ from dataclasses import dataclass, fields
 from ddp_lab.course.plan import strategy as strategy_module
 from ddp_lab.course.plan.cluster_spec import ClusterSpec
 from ddp_lab.course.plan.experts import MoE
-from ddp_lab.course.plan.fit_to_run import at_kernel_rate
+from ddp_lab.course.plan.fit_to_run import at_kernel_rate, is_at_kernel_rate
 from ddp_lab.course.plan.generation_constants import kernel_efficiency_of
 from ddp_lab.course.plan.model import Transformer
 from ddp_lab.course.plan.steptime import step_flops, step_time
@@ -274,6 +274,9 @@ def results(runs=None, kernel_rate: bool | None = None) -> list[Result]:
     return out
 
 
+AT_CALIBRATED_RATE = "at the calibrated rate"      # at_plans_rate's words for every run at the calibrated constants
+
+
 @functools.lru_cache(maxsize=2)
 def _results_at(kernel_rate: bool | None) -> tuple:
     return tuple(results(kernel_rate=kernel_rate))
@@ -290,10 +293,9 @@ def at_plans_rate(cluster) -> tuple[list[Result], str]:
         >>> at_plans_rate(h100s)[1]
         'at the calibrated rate'
     """
-    kernel = kernel_efficiency_of(cluster.gpu.generation)
-    if kernel is not None and cluster.gpu.matmul_efficiency == kernel:
+    if is_at_kernel_rate(cluster):
         return list(_results_at(None)), "NVIDIA's stacks at the kernel rate"
-    return list(_results_at(False)), "at the calibrated rate"
+    return list(_results_at(False)), AT_CALIBRATED_RATE
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ notebooks/13-plan-your-training-run.ipynb.
 
 from __future__ import annotations
 
+import functools
 import statistics
 from dataclasses import dataclass
 
@@ -57,24 +58,36 @@ def groups(runs=None) -> dict:
     return out
 
 
-def unfittable(runs=None) -> dict:
-    """The groups whose first run no matmul efficiency reproduces (`fit_to_run.matmul_efficiency_for` refuses it:
-    the planner's step with every matmul at peak is longer than the published step, or at 5 % of peak shorter), each
-    with the reason."""
+def _fits(runs=None) -> dict:
+    """Every group of two runs or more: (its runs, the efficiency fitted on its first, or the NoEfficiencyFits with
+    which `fit_to_run.matmul_efficiency_for` refused it); held_aside_runs.RUNS' fitted once (`_all_fits`)."""
+    return _all_fits() if runs is None else _fit_groups(runs)
+
+
+@functools.lru_cache(maxsize=1)
+def _all_fits() -> dict:
+    return _fit_groups(held_aside_runs.RUNS)
+
+
+def _fit_groups(runs) -> dict:
     out = {}
     for key, members in groups(runs).items():
-        if len(members) >= 2:
-            try:
-                _fit(members[0])
-            except NoEfficiencyFits as error:
-                out[key] = str(error)
+        if len(members) < 2:
+            continue
+        first = members[0]
+        model, cluster, strategy = build(first)
+        published_seconds = step_time(model, cluster, strategy).total * predict(first) / first.published
+        try:
+            out[key] = members, matmul_efficiency_for(model, cluster, strategy, published_seconds)
+        except NoEfficiencyFits as error:
+            out[key] = members, error
     return out
 
 
-def _fit(first) -> float:
-    model, cluster, strategy = build(first)
-    published_seconds = step_time(model, cluster, strategy).total * predict(first) / first.published
-    return matmul_efficiency_for(model, cluster, strategy, published_seconds)
+def unfittable(runs=None) -> dict:
+    """The groups whose first run no matmul efficiency reproduces (the planner's step with every matmul at peak is
+    longer than the published step, or at 5 % of peak shorter), each with the reason."""
+    return {key: str(fit) for key, (_, fit) in _fits(runs).items() if isinstance(fit, NoEfficiencyFits)}
 
 
 def fitted_groups(runs=None) -> list[FittedGroup]:
@@ -82,13 +95,8 @@ def fitted_groups(runs=None) -> list[FittedGroup]:
     with the fitted one (predicted / published - 1). A group whose first run cannot be fitted (`unfittable`) is left
     out."""
     out = []
-    for (source, gpu), members in groups(runs).items():
-        if len(members) < 2:
-            continue
-        first = members[0]
-        try:
-            efficiency = _fit(first)
-        except NoEfficiencyFits:
+    for (source, gpu), (members, efficiency) in _fits(runs).items():
+        if isinstance(efficiency, NoEfficiencyFits):
             continue
         rows = []
         for run in members[1:]:
@@ -97,7 +105,7 @@ def fitted_groups(runs=None) -> list[FittedGroup]:
             fitted = calibrated * step_time(model, cluster, strategy).total / \
                 step_time(model, with_matmul_efficiency(cluster, efficiency), strategy).total
             rows.append((run.name, calibrated / run.published - 1, fitted / run.published - 1))
-        out.append(FittedGroup(source, gpu, first.name, efficiency, rows))
+        out.append(FittedGroup(source, gpu, members[0].name, efficiency, rows))
     return out
 
 

@@ -5,7 +5,8 @@ Introduced in notebooks/13-plan-your-training-run.ipynb.
 
 from __future__ import annotations
 
-from ddp_lab.course.plan.generation_constants import efficiency_of, kernel_efficiency_of
+from ddp_lab.course.plan.fit_to_run import is_at_kernel_rate
+from ddp_lab.course.plan.generation_constants import efficiency_of
 from ddp_lab.course.plan.memory import model_state_bytes
 from ddp_lab.course.plan.overlap import OVERLAP_SLOWDOWN
 from ddp_lab.course.plan.search import MEMORY_RESERVE, percent_text
@@ -305,8 +306,7 @@ def accuracy_text(cluster, plans=()) -> str:
         lines.append(f"          (with the default overlap slowdown, {OVERLAP_SLOWDOWN}, not the "
                      f"{cluster.overlap_slowdown} given here)")
     calibrated = efficiency_of(cluster.gpu.generation)
-    if cluster.gpu.memory_bandwidth is not None and cluster.gpu.matmul_efficiency == kernel_efficiency_of(
-            cluster.gpu.generation):
+    if cluster.gpu.memory_bandwidth is not None and is_at_kernel_rate(cluster):
         lines.append(f"          (with the calibrated matmul efficiency, {calibrated:.2f}; here the kernel rate, "
                      f"{cluster.gpu.matmul_efficiency:.2f}: the held-out runs of NVIDIA's stacks were planned at it)")
     elif cluster.gpu.memory_bandwidth is not None and cluster.gpu.matmul_efficiency != calibrated:
@@ -323,8 +323,9 @@ def _held_out_lines(cluster, plans) -> list[str]:
     lines = []
     for family in families:
         lines.append(f"          {held_out.family_line(family, outcomes, rate)}")
-        if rate == "at the calibrated rate" and held_out.kernel_rate_line(family):
-            lines.append(f"          ({held_out.kernel_rate_line(family)})")
+        at_kernels = held_out.kernel_rate_line(family) if rate == held_out.AT_CALIBRATED_RATE else ""
+        if at_kernels:
+            lines.append(f"          ({at_kernels})")
     return lines
 
 

@@ -56,6 +56,18 @@ def at_kernel_rate(cluster):
     return with_matmul_efficiency(cluster, efficiency)
 
 
+def is_at_kernel_rate(cluster) -> bool:
+    """Whether the cluster's GPUs run their matmuls at their generation's kernel rate (`at_kernel_rate`).
+
+    Example:
+        >>> from ddp_lab.course.plan.cluster_spec import ClusterSpec
+        >>> h100s = ClusterSpec.preset("h100-sxm")
+        >>> is_at_kernel_rate(h100s), is_at_kernel_rate(at_kernel_rate(h100s))
+        (False, True)
+    """
+    return cluster.gpu.matmul_efficiency == kernel_efficiency_of(cluster.gpu.generation)
+
+
 def matmul_efficiency_for(model, cluster, strategy, step_seconds: float) -> float:
     """The matmul efficiency at which the planner's step time for `strategy` is `step_seconds` (bisection).
 

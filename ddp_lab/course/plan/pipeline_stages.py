@@ -77,14 +77,9 @@ def stage_layers(model, strategy) -> list[int]:
 
     Introduced in notebooks/13-plan-your-training-run.ipynb.
     """
-    p, v = strategy.pp, strategy.virtual_stages
     if not uneven(strategy):
-        return [model.layers // p] * p
-    first, last = _ends(model, strategy)
-    chunk = (model.layers - first - last) // (p * v - 2)        # a middle (virtual) stage's layers
-    if p == 1:
-        return [first + last + (v - 2) * chunk]
-    return [first + (v - 1) * chunk] + [v * chunk] * (p - 2) + [last + (v - 1) * chunk]
+        return [model.layers // strategy.pp] * strategy.pp
+    return [sum(chunk_layers(model, strategy, stage)) for stage in range(strategy.pp)]
 
 
 def chunk_layers(model, strategy, stage: int) -> list[int]:
@@ -103,8 +98,7 @@ def chunk_layers(model, strategy, stage: int) -> list[int]:
     if not uneven(strategy):
         return [model.layers // (p * v)] * v
     first, last = _ends(model, strategy)
-    chunk = (model.layers - first - last) // (p * v - 2)
-    layers = [chunk] * v
+    layers = [(model.layers - first - last) // (p * v - 2)] * v      # a middle (virtual) stage's layers
     if stage == 0:
         layers[0] = first
     if stage == p - 1:
@@ -112,14 +106,9 @@ def chunk_layers(model, strategy, stage: int) -> list[int]:
     return layers
 
 
-def first_layer(model, strategy, stage: int) -> int:
-    """Index (0-based) of stage `stage`'s first layer."""
-    return sum(stage_layers(model, strategy)[:stage])
-
-
 def stage_layer_indices(model, strategy, stage: int) -> list[int]:
-    """The (0-based) indices of the layers stage `stage` holds: consecutive, or, interleaved, those of its chunks,
-    chunk c being the pipeline's virtual stage c p + stage (`chunk_layers`).
+    """The (0-based) indices of the layers stage `stage` holds: those of its chunks, chunk c being the pipeline's
+    virtual stage c p + stage (`chunk_layers`; without interleaving, one chunk of consecutive layers).
 
     Example:
         >>> from ddp_lab.course.plan.model import Transformer
@@ -129,9 +118,6 @@ def stage_layer_indices(model, strategy, stage: int) -> list[int]:
         [4, 5, 6, 7, 20, 21, 22, 23]
     """
     p, v = strategy.pp, strategy.virtual_stages
-    if v == 1 or p == 1:
-        first = first_layer(model, strategy, stage)
-        return list(range(first, first + stage_layers(model, strategy)[stage]))
     sizes = [chunk_layers(model, strategy, s) for s in range(p)]       # sizes[s][c]: virtual stage c p + s
     order = [sizes[g % p][g // p] for g in range(p * v)]              # virtual stages in model order
     indices = []
