@@ -61,12 +61,16 @@ def test_no_held_out_run_is_in_the_fitted_set():
 
 
 def test_the_split_is_what_the_docstring_says(outcomes):
-    """The development runs are held_out_runs.RUNS and the first held-aside set's runs the kernel rate changed
-    (held_out.MOVED_TO_DEVELOPMENT: its rule was written with their errors in view); the held-aside part is the rest
+    """The development runs are held_out_runs.RUNS, the first held-aside set's runs the kernel rate changed (its rule
+    was written with their errors in view) and the fourth set's (looked at before the per-node dispatch was modelled):
+    held_out.MOVED_TO_DEVELOPMENT; the held-aside part is the rest
     of held_aside_runs.RUNS, every later set among them. No run is in both, and no held-aside run is named in
     the planner's library or in the other tests (a check of one would look at its error)."""
     moved = held_out.MOVED_TO_DEVELOPMENT          # frozen by name: a later rule never moves them back
-    assert len(moved) == 29 and moved <= {run.name for run in held_aside_runs.FIRST_SET}
+    assert len(held_out.MOVED_BY_KERNEL_RATE) == 29
+    assert held_out.MOVED_BY_KERNEL_RATE <= {run.name for run in held_aside_runs.FIRST_SET}
+    assert held_out.MOVED_BY_PER_NODE_DISPATCH == {run.name for run in held_aside_runs.FOURTH_SET}
+    assert moved == held_out.MOVED_BY_KERNEL_RATE | held_out.MOVED_BY_PER_NODE_DISPATCH
     assert {run.name for run in held_aside_runs.FIRST_SET if held_out.runs_at_kernel_rate(run)} <= moved
     assert {r.run.name for r in outcomes if r.split == DEVELOPMENT} == {run.name for run in RUNS} | moved
     assert {r.run.name for r in outcomes if r.split == ASIDE} == {run.name for run in held_aside_runs.RUNS} - moved
@@ -276,7 +280,7 @@ def test_the_first_sets_h100_runs_of_nvidia_stacks_came_out_slow_at_the_calibrat
     0.54 every H100 run of NVIDIA's stacks (DGX Cloud's NeMo and MaxText recipes, NeMo Automodel, JAX-Toolbox's
     MaxText, NVIDIA's MLPerf Training v4.0 submissions on NeMo) came out slower than it ran, 10-35 % but for
     JAX-Toolbox's one-node run (9.8 %): one bias, not scatter. At the kernel rate (0.73) the same 29 runs miss by a
-    median of 7.4 %, both ways (-20.9 % to +16.8 %); they are development runs now. Of the first set's runs that stay
+    median of 7.2 %, both ways (-20.9 % to +16.8 %; 7.4 % before the per-node MoE dispatch); they are development runs now. Of the first set's runs that stay
     aside: MaxText's own one-node run 7.6 % slow, its runs on 2-16 VMs (HSDP) 7-20 % fast; OLMo-core's PyTorch FSDP
     runs on H100s miss both ways (six slow by 8-19 %, the 13B runs fast, median 10.6 %); the A100 and GB200 runs
     within 16 % either way."""
@@ -289,7 +293,7 @@ def test_the_first_sets_h100_runs_of_nvidia_stacks_came_out_slow_at_the_calibrat
     assert all(-0.36 < calibrated[r.run.name] < -0.10 for r in moved if not r.run.source.startswith("NVIDIA/JAX")), \
         sorted(calibrated.values())
     kernel = [r.error for r in moved]
-    assert round(statistics.median(map(abs, kernel)), 3) == 0.074
+    assert round(statistics.median(map(abs, kernel)), 3) == 0.072
     assert (round(min(kernel), 3), round(max(kernel), 3)) == (-0.209, 0.168)
     aside = [r for r in outcomes if r.split == ASIDE and r.run.name in first]
     olmo = [r.error for r in aside if r.run.source.startswith("allenai/OLMo-core")]

@@ -209,7 +209,7 @@ def _search_report(model, cluster, args, reserve: float, seq_source: str | None 
     note = "" if args.global_batch else _default_batch_note(model, cluster, global_batch)
     options = {"precision": args.precision, "tp_across_nodes": args.tp_across_nodes, "cp": args.cp or 1,
                "ep": args.ep, "attention": args.attention or "flash", "fp32_grads": args.fp32_grads,
-               "flash_kernel": args.flash_kernel or "fa2",
+               "flash_kernel": args.flash_kernel or "fa2", "moe_dispatch": args.moe_dispatch or "all-to-all",
                "checkpoint_early_stop": args.checkpoint_early_stop,
                "dp_shard": {None: "auto", "none": None}.get(args.dp_shard, args.dp_shard),
                **{name: bool(getattr(args, name)) for name in SEARCH_WIDE}}
@@ -263,7 +263,7 @@ def _strategy(model, cluster, args, given: dict) -> tuple[Strategy, str]:
         raise ValueError(f"--checkpoint-early-stop describes how full recomputation runs; this plan has --recompute "
                          f"{given.get('recompute', 'none')}: add --recompute full or drop --checkpoint-early-stop")
     strategy = Strategy(precision=args.precision, attention=args.attention or "flash", fp32_grads=args.fp32_grads,
-                        flash_kernel=args.flash_kernel or "fa2",
+                        flash_kernel=args.flash_kernel or "fa2", moe_dispatch=args.moe_dispatch or "all-to-all",
                         checkpoint_early_stop=args.checkpoint_early_stop and early_stop_can_skip_last_gemm(model),
                         **{**given, "grad_accum": given.get("grad_accum", 1)})
     check(model, strategy.with_(grad_accum=strategy.pp),   # the micro-batches are checked below, with the batch

@@ -16,7 +16,7 @@ from ddp_lab.course.plan.cluster_spec import PRESET_NAMES, ClusterSpec
 from ddp_lab.course.plan.model import LARGEST, PRESETS, size_text
 from ddp_lab.course.plan.overlap import OVERLAP_SLOWDOWN
 from ddp_lab.course.plan.search import MEMORY_RESERVE
-from ddp_lab.course.plan.strategy import ATTENTION, FSDP_UNITS, PRECISIONS, RECOMPUTE
+from ddp_lab.course.plan.strategy import ATTENTION, MOE_DISPATCHES, FSDP_UNITS, PRECISIONS, RECOMPUTE
 from ddp_lab.plan import cli_fit
 from ddp_lab.plan.cli_plot import PLOTTED, check_plot_file
 
@@ -36,7 +36,7 @@ SPLIT_FLAGS = ("cp", "ep")     # a number (the plan's or every searched plan's) 
 # The library's fields that a flag here sets: its messages name them (`ep=8`, `drop overlap_param_gather`), and
 # in_flags writes each as its flag. The model's shape fields are mapped only where the shape flags built the model.
 STRATEGY_FIELDS = (*STRATEGY_FLAGS, *SPLIT_FLAGS, "precision", "attention", "flash_kernel", "fp32_grads",
-                   "checkpoint_early_stop", "gpus_per_node", "region_nodes")
+                   "checkpoint_early_stop", "gpus_per_node", "region_nodes", "moe_dispatch")
 # The library's advice that names no field, with the flag that follows it (the library's words, the CLI's words).
 ADVICE_FLAGS = (("train on shorter sequences", "train on shorter sequences (--seq-len)"),
                 (" (or moe=None: a dense model)", ""),
@@ -173,6 +173,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="expert-parallel size of a mixture-of-experts model (lesson 14): of the dp x cp ranks, how "
                           "many split the experts (divides the experts and dp x cp). With no other strategy flag the "
                           "search uses it for every plan; auto searches it (the default for a model with experts)")
+    how.add_argument("--moe-dispatch", dest="moe_dispatch", choices=MOE_DISPATCHES,
+                     help="how a mixture-of-experts model's tokens reach experts on other nodes: all-to-all "
+                          "(NCCL's, the default: one copy per expert crosses the network) or per-node (DeepEP, "
+                          "HybridEP: one copy per node, forwarded over NVLink there); every plan's")
     how.add_argument("--expert-tp", dest="expert_tp", type=int, metavar="N",
                      help="the routed experts' own tensor-parallel size, dividing --tp (Megatron-Core's "
                           "--expert-tensor-parallel-size; default --tp): --expert-tp 1 leaves tp x cp x dp ranks for "

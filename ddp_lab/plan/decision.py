@@ -126,6 +126,10 @@ def assumptions_text(plans, chosen: bool) -> str:
     if plan.model.moe is not None:
         parts.append("balanced routing: each expert gets its share of the tokens (no capacity padding, no "
                      "dropped tokens)")
+        parts.append({"all-to-all": "tokens reach experts on other nodes by NCCL's all-to-all, a copy per expert "
+                                    "(--moe-dispatch per-node: DeepEP, HybridEP)",
+                      "per-node": "tokens reach experts on other nodes a copy per node, forwarded over NVLink "
+                                  "there (DeepEP, HybridEP; --moe-dispatch)"}[plan.strategy.moe_dispatch])
     parts.append(f"{percent_text(plan.reserve)} of each GPU's memory kept for what is not counted (CUDA context, "
                  f"NCCL buffers, fragmentation; --memory-reserve)")
     return "assumes: " + ";\n         ".join(parts)

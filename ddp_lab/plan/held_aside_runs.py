@@ -281,7 +281,8 @@ GB200_NOTE = ("; GB200 NVL72 trays of 4 GPUs (launch.sh GPUS_PER_NODE=4), the jo
 NEMOTRON_NOTE = "; RoPE on half of each head and LayerNorm1p are Nemotron's (not modelled)"
 AUTOMODEL = "NVIDIA-NeMo/Automodel docs/performance-summary.md (commit {}), Pre-Training Performance, DGX-H100 BF16"
 AUTOMODEL_MOE = ("examples/benchmark/configs/{}.yaml at 8d9bfb9: mock data, the fake balanced gate (balanced routing, "
-                 "as the planner assumes), DeepEP dispatch and TE linears (not modelled), torch.optim.Adam; "
+                 "as the planner assumes), DeepEP dispatch (moe_dispatch per-node), TE linears (not modelled), "
+                 "torch.optim.Adam; "
                  "parallelizer.apply_fsdp: the routed experts outside FSDP (EP = DP), gradients reduced in fp32")
 FLASH_ATTN = ("Dao-AILab/flash-attention training/README.md (commit 0b037c2), 'Training speed', {} row: 8 x A100 80GB "
               "SXM4 in one node, batch 1M tokens")
@@ -472,21 +473,21 @@ FIRST_SET: list[HeldOutRun] = [
     HeldOutRun("Automodel Qwen3-30B-A3B FSDP x EP 8, 8 H100s", AUTOMODEL.format("8d9bfb9") + ", 'Qwen3 MoE 30B' row; "
                "8 GPUs, GBS 512", QWEN3_30B_A3B,
                dict(dp=8, ep=8, zero=2, micro_batch=4, grad_accum=16, recompute="full", checkpoint_early_stop=True,
-                    fp32_grads=True, **TE), "h100-sxm", "tokens_per_gpu", 12040,
+                    fp32_grads=True, moe_dispatch="per-node", **TE), "h100-sxm", "tokens_per_gpu", 12040,
                AUTOMODEL_MOE.format("qwen3_moe_30b_te_deepep") + "; FSDP2 without resharding after forward (ZeRO-2); "
                "each block in PyTorch's non-reentrant checkpoint (full recomputation, early stop); TE attention; "
                "enable_fsdp_optimization (not modelled)"),
     HeldOutRun("Automodel gpt-oss-20b FSDP x EP 8, 8 H100s", AUTOMODEL.format("8d9bfb9") + ", 'GPT-OSS 20B' row; "
                "8 GPUs, GBS 256", GPT_OSS_20B,
                dict(dp=8, ep=8, zero=2, micro_batch=2, grad_accum=16, recompute="full", checkpoint_early_stop=True,
-                    fp32_grads=True), "h100-sxm", "tokens_per_gpu", 13058,
+                    fp32_grads=True, moe_dispatch="per-node"), "h100-sxm", "tokens_per_gpu", 13058,
                AUTOMODEL_MOE.format("gptoss_20b_te_deepep") + "; the table prints EP '-', the config sets ep_size 8; "
                "FSDP2 without resharding after forward (ZeRO-2); each block in PyTorch's non-reentrant checkpoint "
                "(full recomputation, early stop); FlexAttention; the sliding-window half of the layers and the "
                "attention sinks are charged full attention"),
     HeldOutRun("Automodel gpt-oss-120b FSDP x EP 64, 64 H100s", AUTOMODEL.format("8d9bfb9") + ", 'GPT-OSS 120B' row; "
                "64 GPUs, GBS 512", GPT_OSS_120B,
-               dict(dp=64, ep=64, zero=3, micro_batch=2, grad_accum=4, fp32_grads=True),
+               dict(dp=64, ep=64, zero=3, micro_batch=2, grad_accum=4, fp32_grads=True, moe_dispatch="per-node"),
                "h100-sxm", "tokens_per_gpu", 7626,
                AUTOMODEL_MOE.format("gptoss_120b_te_deepep") + "; the table prints EP '-', the config sets ep_size "
                "64; FSDP2 resharding after forward (ZeRO-3), no activation checkpointing; FlexAttention; the "
@@ -900,7 +901,8 @@ MODELZOO_NOTE = ("the table gives TP, CP, EP, PP, EDP, ETP, VPP, DP, MBS, GBS, G
                  "of 3, the first and the last holding 2 layers with the embedding or the loss "
                  "(transformer_block.get_num_layers_to_build at 1e057005): first/last_stage_layers 2; "
                  "--moe-router-force-load-balancing (balanced routing, as the planner assumes), dropless, grouped "
-                 "GEMM, DeepEP (flex dispatcher), permute fusion and an fp32 router (not modelled); "
+                 "GEMM, DeepEP (flex dispatcher: moe_dispatch per-node), permute fusion and an fp32 router (not "
+                 "modelled); "
                  "--log-params-norm and --log-num-zeros-in-grad on every step (log interval 1) and manual GC every "
                  "5 steps (not modelled); pipeline send/receive overlapped (Megatron's overlap_p2p_comm default: "
                  "not modelled); the launch fine-tunes (--finetune, a checkpoint loaded), the same step; the "
@@ -909,7 +911,8 @@ MODELZOO_NOTE = ("the table gives TP, CP, EP, PP, EDP, ETP, VPP, DP, MBS, GBS, G
                  "release_v2.2, DeepEP, grouped_gemm v1.1.4), assumed to be the runs'")
 
 MODELZOO_H100 = dict(zero=1, micro_batch=1, schedule="interleaved", virtual_stages=4, first_stage_layers=2,
-                     last_stage_layers=2, sequence_parallel=True, fp32_grads=True, overlap_param_gather=True, **TE)
+                     last_stage_layers=2, sequence_parallel=True, fp32_grads=True, overlap_param_gather=True,
+                     moe_dispatch="per-node", **TE)
 
 FOURTH_SET: list[HeldOutRun] = [
     # ---- mixture of experts, fine-grained: 128 experts, top-8, 94 layers on PP 8 x VP 4 (uneven ends), H100 ------

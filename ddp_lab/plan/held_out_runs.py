@@ -228,9 +228,10 @@ RUNS: list[HeldOutRun] = [
     # ---- mixture of experts, fine-grained: 64-128 experts, top-4/8 ---------------------------------------------
     HeldOutRun("Megatron-Bridge Qwen3-30B-A3B EP 16, 16 H100s, FP8", f"{MEGATRON_BRIDGE}, '26.04.01 NeMo Container', "
                "Qwen3_30B_a3B, DGX-H100 FP8", QWEN3_30B_A3B,
-               dict(dp=16, ep=16, zero=1, micro_batch=1, grad_accum=64, precision="fp8", **TE),
+               dict(dp=16, ep=16, zero=1, micro_batch=1, grad_accum=64, precision="fp8", moe_dispatch="per-node", **TE),
                "h100-sxm", "tokens_per_gpu", 8960,
-               "recipe perf_recipes/qwen/h100/qwen3_moe.py (fp8cs): no recomputation, HybridEP flex dispatcher, "
+               "recipe perf_recipes/qwen/h100/qwen3_moe.py (fp8cs): no recomputation, HybridEP flex dispatcher "
+               "(moe_dispatch per-node), "
                "routing forced to balance, dropless (the table's note); distributed optimizer assumed"),
     HeldOutRun("Megatron-Bridge Qwen3-30B-A3B EP 8 x PP 2, 16 H100s, FP8",
                f"{MEGATRON_BRIDGE}, '25.11 NeMo Container', DGX-H100, Qwen3_30B_a3B FP8-CS", QWEN3_30B_A3B,

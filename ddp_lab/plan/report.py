@@ -22,6 +22,8 @@ LEGEND = ("strategy: dpN tpN ppN = data-, tensor-, pipeline-parallel sizes; zN =
 FOLDED_LEGEND = ("          z0-2 = ZeRO stages 0 to 2 give identical numbers (at dp1 there is nothing to shard);\n"
                  "          the row shows the lowest.")
 SPLIT_LEGEND = "          cpN = context-parallel size (lesson 15); epN = expert-parallel size (lesson 14)."
+PER_NODE_LEGEND = ("          per-node = MoE tokens cross the network once per node, not once per expert "
+                   "(--moe-dispatch).")
 FP8_LEGEND = ("          MFU under fp8 counts against the bf16 peak (torchtitan's convention): FP8 matmuls can take\n"
               "          it past 100%.")
 EARLY_STOP_LEGEND = ("          full-es = full recomputation by PyTorch's non-reentrant checkpoint: it stops before the "
@@ -65,6 +67,7 @@ def table(plans, stages=None, tie: float | None = None) -> str:
                      + (f" {versus_best(plan, plans[0], tie):>10}" if tie is not None else ""))
     folded = [FOLDED_LEGEND] if any(len(zero) > 1 for zero in stages) else []
     split = [SPLIT_LEGEND] if any(plan.strategy.cp > 1 or plan.strategy.ep > 1 for plan in plans) else []
+    split += [PER_NODE_LEGEND] if any(plan.strategy.moe_dispatch == "per-node" for plan in plans) else []
     early = [EARLY_STOP_LEGEND] if any(plan.strategy.checkpoint_early_stop for plan in plans) else []
     fp8 = [FP8_LEGEND] if any(plan.strategy.precision == "fp8" for plan in plans) else []
     overlap = ([OVERLAP_LEGEND] if any(plan.strategy.tp_comm_overlap or plan.strategy.overlap_param_gather

@@ -30,6 +30,10 @@ tokens x top_k x h values in each (tokens: b s / cp, divided by tp with sequence
 ranks each dispatch their slice of the sequence), costed with lesson 02's alpha-beta model on the
 links the ep group spans (collectives.py). Assumed: balanced routing, the auxiliary loss's aim (no
 capacity-factor padding, no dropped tokens), and no overlap of the all-to-all with compute.
+An ep group across nodes sends a token's copies for a node's experts over the network one by one with NCCL's
+all-to-all (moe_dispatch "all-to-all"); DeepEP and NVIDIA's HybridEP send one copy per destination node, which the
+GPU of the same index there forwards over NVLink ("per-node"; DeepSeek-V3 technical report, arXiv:2412.19437,
+Sec. 3.2.2): `dispatch_seconds`.
 
 Lesson 14 (notebooks/14-mixture-of-experts.ipynb) introduces the MoE layer and expert parallelism;
 the planner of notebooks/13-plan-your-training-run.ipynb uses this module.
@@ -40,7 +44,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ddp_lab.course.plan import expert_tp, pipeline_stages
-from ddp_lab.course.plan.collectives import collective_time
+from ddp_lab.course.plan.collectives import collective_time, spans_regions
 
 
 @dataclass(frozen=True)
@@ -146,6 +150,10 @@ def check(model, strategy) -> None:
         if strategy.expert_tp is not None:
             raise ValueError(f"expert_tp={strategy.expert_tp} splits a mixture-of-experts model's experts, but "
                              f"{model.name} is dense: drop expert_tp")
+        if strategy.moe_dispatch != "all-to-all":
+            raise ValueError(f"moe_dispatch={strategy.moe_dispatch!r} says how a mixture-of-experts model's tokens "
+                             f"reach their experts, but {model.name} is dense (no tokens are dispatched): drop "
+                             f"moe_dispatch")
         return
     if moe.experts % strategy.ep:
         valid = [d for d in range(1, moe.experts + 1) if not moe.experts % d and not (strategy.dp * strategy.cp) % d]
@@ -311,16 +319,70 @@ def dispatch_bytes(model, strategy) -> int:
     return tokens * model.moe.top_k * model.hidden * (2 if strategy.mixed else 4)
 
 
+def remote_nodes_per_token(model, nodes: float) -> float:
+    """Other nodes a token's top_k experts sit on, on average, with the experts spread evenly over `nodes` nodes.
+
+    Balanced routing taken as each token choosing a uniformly random set of top_k of the E experts: a node holding
+    m = E / nodes of them is missed with probability C(E - m, top_k) / C(E, top_k), so a token reaches
+    (nodes - 1)(1 - that) nodes besides its own; never more than top_k (nodes - 1) / nodes, NCCL's copies.
+
+    Example:
+        >>> from ddp_lab.course.plan.model import Transformer
+        >>> moe = Transformer.preset("deepseek-moe-16b")            # 64 routed experts, top 6
+        >>> round(remote_nodes_per_token(moe, 2), 3), round(remote_nodes_per_token(moe, 4), 2)   # NCCL: 3, 4.5
+        (0.988, 2.51)
+
+    Introduced in notebooks/14-mixture-of-experts.ipynb.
+    """
+    experts_, top_k = model.moe.experts, model.moe.top_k
+    on_a_node = experts_ / nodes
+    missed = 1.0
+    for i in range(top_k):                 # C(E - m, k) / C(E, k) as a product, for any m
+        missed *= max(0.0, (experts_ - on_a_node - i) / (experts_ - i))
+    return (nodes - 1) * (1 - missed)
+
+
+def dispatch_seconds(model, cluster, strategy) -> float:
+    """Seconds of one all-to-all of one MoE layer and micro-batch (dispatch or combine, either pass).
+
+    "all-to-all" (NCCL's): `dispatch_bytes` over the ep group (collectives.collective_time: over nodes the share
+    for other nodes' ranks crosses the network while the node's own share moves over NVLink). "per-node" (DeepEP,
+    HybridEP) over nodes: a token crosses the network once for each other node its experts are on
+    (`remote_nodes_per_token`: about 1 copy where NCCL sends top_k / 2 over 2 nodes), to the GPU of its own index
+    there, which forwards it over NVLink to the experts' GPUs; the network's and NVLink's shares run at once, the
+    slower sets the time. Within one node (or across regions) both are NCCL's all-to-all.
+
+    Example:
+        >>> from ddp_lab.course.plan.cluster_spec import ClusterSpec
+        >>> from ddp_lab.course.plan.model import Transformer
+        >>> from ddp_lab.course.plan.strategy import Strategy
+        >>> moe, two_nodes = Transformer.preset("deepseek-moe-16b"), ClusterSpec.preset("h100-sxm", nodes=2)
+        >>> nccl = dispatch_seconds(moe, two_nodes, Strategy(dp=16, ep=16))
+        >>> round(dispatch_seconds(moe, two_nodes, Strategy(dp=16, ep=16, moe_dispatch="per-node")) / nccl, 2)
+        0.42
+
+    Introduced in notebooks/14-mixture-of-experts.ipynb.
+    """
+    group, nbytes = expert_tp.group(strategy, "ep"), dispatch_bytes(model, strategy)
+    if (strategy.moe_dispatch == "all-to-all" or not group.spans_nodes(cluster.gpus_per_node)
+            or spans_regions(cluster, group)):
+        return collective_time("all_to_all", nbytes, cluster, group)
+    _, most = group.ranks_in_a_node(cluster.gpus_per_node)
+    across = nbytes * remote_nodes_per_token(model, group.size / most) / model.moe.top_k / cluster.inter_node_bandwidth
+    inside = nbytes * (most - 1) / most / cluster.intra_node_bandwidth     # the copies forwarded at their node
+    return collective_time("all_to_all", 0, cluster, group) + max(across, inside)   # latency, then the bytes
+
+
 def all_to_all_time(model, cluster, strategy) -> float:
     """Seconds per step of expert parallelism's all-to-alls on the most loaded pipeline stage (not overlapped).
 
     Per MoE layer and micro-batch: dispatch and combine forward, both again backward (and the
     forward's two again under full recomputation), each `dispatch_bytes` from every rank over the
-    ep group. 0 without experts or with ep = 1 (the tokens stay on their rank).
+    ep group (`dispatch_seconds`). 0 without experts or with ep = 1 (the tokens stay on their rank).
     """
     if model.moe is None or strategy.ep == 1:
         return 0.0
     per_layer = 4 + (2 if strategy.recompute == "full" else 0)
-    one = collective_time("all_to_all", dispatch_bytes(model, strategy), cluster, expert_tp.group(strategy, "ep"))
+    one = dispatch_seconds(model, cluster, strategy)
     layers = max(stage_moe_layers(model, strategy, stage) for stage in range(strategy.pp))   # the slowest stage
     return strategy.grad_accum * layers * per_layer * one

@@ -91,7 +91,7 @@ def candidates(model, cluster, global_batch: int, micro_batches=(1, 2, 4, 8), ze
                tp_across_nodes: bool = False, cp=(1,), ep=None, virtual_stages=(1, 2), attention: str = "flash",
                fp32_grads: bool = False, checkpoint_early_stop: bool = False, flash_kernel: str = "fa2",
                sequence_parallel: bool = False, tp_comm_overlap: bool = False, overlap_param_gather: bool = False,
-               dp_shard="auto"):
+               dp_shard="auto", moe_dispatch: str = "all-to-all"):
     """Every valid Strategy: dp*tp*pp*cp = GPUs, tp divides the heads (and kv heads) and the GPUs of a
     node (unless tp_across_nodes), pp divides the layers, dp*micro_batch divides global_batch.
     Sequence parallelism is tried on and off whenever tp > 1; with pp > 1 the 1F1B schedule and
@@ -103,7 +103,8 @@ def candidates(model, cluster, global_batch: int, micro_batches=(1, 2, 4, 8), ze
     left off for a model whose dropout or experts make that checkpoint re-run the whole layer). flash_kernel:
     the kernel every plan's flash attention runs (Strategy.flash_kernel, attention_kernels.py).
     The framework's options, on every plan they apply to: sequence_parallel (then tried only on, wherever
-    tp > 1), tp_comm_overlap (plans with tp > 1 and sequence parallelism), overlap_param_gather (ZeRO 1 and 2).
+    tp > 1), tp_comm_overlap (plans with tp > 1 and sequence parallelism), overlap_param_gather (ZeRO 1 and 2),
+    moe_dispatch (how MoE tokens reach their experts, Strategy.moe_dispatch: plans of a model with experts).
 
     cp, ep: the context- and expert-parallel sizes to try, an int, a tuple, or "auto" (every size
     that fits: cp with 2 x cp chunks of the sequence, ep dividing the experts and dp x cp). cp
@@ -147,7 +148,8 @@ def candidates(model, cluster, global_batch: int, micro_batches=(1, 2, 4, 8), ze
                                         flash_kernel=flash_kernel,
                                         checkpoint_early_stop=checkpoint_early_stop and rc == "full",
                                         tp_comm_overlap=tp_comm_overlap and sp,
-                                        overlap_param_gather=overlap_param_gather and stage in (1, 2))
+                                        overlap_param_gather=overlap_param_gather and stage in (1, 2),
+                                        moe_dispatch=moe_dispatch if model.moe is not None else "all-to-all")
                         shards = hybrid_shard.searched_sizes(model, cluster, base, dp_shard) if stage == 3 else []
                         for schedule in [base] + [base.with_(schedule="interleaved", virtual_stages=v)
                                                   for v in virtual_stages

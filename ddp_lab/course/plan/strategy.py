@@ -22,6 +22,7 @@ SCHEDULES = ("gpipe", "1f1b", "interleaved")
 RECOMPUTE = ("none", "selective", "full", "op")
 FSDP_UNITS = ("layer", "model")
 ATTENTION = ("flash", "eager")
+MOE_DISPATCHES = ("all-to-all", "per-node")   # how a MoE layer's tokens reach their experts (experts.py)
 
 
 # the fields that hold a count (None allowed for the last four)
@@ -83,6 +84,9 @@ class Strategy:
     flash_kernel: str = "fa2"     # which kernel runs flash attention: "fa2" (FlashAttention-2; PyTorch's SDPA to
                                   # 2.8) or "cudnn" (Transformer Engine on Hopper+, PyTorch's SDPA on H100/H200/
                                   # B200 in later builds, FlashAttention-3's class): attention_kernels.py
+    moe_dispatch: str = "all-to-all"   # MoE tokens to experts on other nodes: "all-to-all" (NCCL's: a copy per
+                                       # expert crosses the network) or "per-node" (DeepEP, HybridEP: a copy per
+                                       # node, then NVLink; experts.dispatch_seconds)
 
     def __post_init__(self) -> None:
         for field in INTEGER_FIELDS:     # numpy's integers (a loop over np.arange) are kept as Python's
@@ -98,7 +102,7 @@ class Strategy:
             raise ValueError(f"Strategy.zero must be 0 (DDP), 1, 2 or 3 (FSDP full sharding), got {self.zero!r}")
         for field, allowed in (("schedule", SCHEDULES), ("recompute", RECOMPUTE), ("precision", PRECISIONS),
                                ("fsdp_unit", FSDP_UNITS), ("attention", ATTENTION),
-                               ("flash_kernel", FLASH_KERNELS)):
+                               ("flash_kernel", FLASH_KERNELS), ("moe_dispatch", MOE_DISPATCHES)):
             if getattr(self, field) not in allowed:
                 raise ValueError(f"Strategy.{field} must be one of {allowed}, got {getattr(self, field)!r}")
         if self.sequence_parallel and self.tp == 1:
@@ -181,6 +185,8 @@ class Strategy:
             parts.append(self.flash_kernel)
         if self.fp32_grads:
             parts.append("g32")
+        if self.moe_dispatch != "all-to-all":
+            parts.append(self.moe_dispatch)
         if self.tp_comm_overlap:
             parts.append("tpo")
         if self.overlap_param_gather:
