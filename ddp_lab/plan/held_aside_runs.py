@@ -1,19 +1,21 @@
 """Published training runs kept aside while the planner is modelled: the held-aside set (held_out.py scores it).
 
 These runs come from sources that neither the planner's calibration set (published.py) nor the development runs
-(held_out_runs.py) use. They came in four sets: FIRST_SET, predicted and looked at from 2026-11 to 2026-12-06, and
+(held_out_runs.py) use. They came in five sets: FIRST_SET, predicted and looked at from 2026-11 to 2026-12-06, and
 SECOND_SET, chosen and written down on 2026-12-06 after the kernel rate (fit_to_run.at_kernel_rate) was added and
 before the planner predicted any of them; the first set's runs that the kernel rate changes are development runs
 since (held_out.py). THIRD_SET was written down after uneven stages under interleaving were modelled
 (pipeline_stages.py), before the planner predicted its runs. FOURTH_SET was written down after uneven stages were
-modelled for MoE models too, before the planner predicted its runs. Every set was chosen and written down before the
-planner predicted any of its runs, and they are kept aside while it is modelled: their errors are looked at once, at
-the end (held_out.py says what moves a run to the development part). Each run is recorded as its source states it:
-the model shape, the parallel layout, the batch and micro-batch, the sequence, the GPUs, the precision and the
-published figure; each run's `source` ends with the GPU count and global batch its source gives ("N GPUs, GBS B";
-where it gives no GPU count, the one planned, and says so). A setting the table leaves out is read from the
-configuration the same source ships for that run (named in the note); what neither states is assumed by the rules
-below, never chosen to bring a prediction closer. Where a source gives tokens per second for all its GPUs,
+modelled for MoE models too, before the planner predicted its runs (its runs are development runs since the per-node
+MoE dispatch was modelled with their errors seen: held_out.py). FIFTH_SET was written down after MLPerf Training
+v6.0's gpt_oss_20b results were surveyed, before the planner predicted its runs. Every set was chosen and written
+down before the planner predicted any of its runs, and they are kept aside while it is modelled: their errors are
+looked at once, at the end (held_out.py says what moves a run to the development part). Each run is recorded as
+its source states it: the model shape, the parallel layout, the batch and micro-batch, the sequence, the GPUs, the
+precision and the published figure; each run's `source` ends with the GPU count and global batch its source gives
+("N GPUs, GBS B"; where it gives no GPU count, the one planned, and says so). A setting the table leaves out is read
+from the configuration the same source ships for that run (named in the note); what neither states is assumed by the
+rules below, never chosen to bring a prediction closer. Where a source gives tokens per second for all its GPUs,
 `published` is that figure over the GPU count, written as the division.
 
 Sources:
@@ -98,6 +100,17 @@ Sources:
                 release_v2.2 and DeepEP on nvcr.io/nvidia/pytorch:25.02-py3; each row names its Megatron-LM code: main
                 at 1e057005 or the branch moe_dev at f3e6c5 (not in NVIDIA/Megatron-LM's public history: its defaults
                 and stage split read at 1e057005)
+    Fifth set:
+    mlperf-6.0  mlcommons/training_results_v6.0, read in its copy Richardyu114/training_results_v6.0 (commit
+                eabf23a; mlcommons' own repository could not be read here): Cisco's closed-division gpt-oss-20b
+                pretraining submissions on Zeus (H100-SXM5-80GB nodes, 8 x ConnectX-8 400 Gb/s RoCE per node,
+                rail-optimized; systems/Zeus_{8,16}xH100_SXM_80GB.json), each with the config_DGXH100_*.sh of its
+                node count, config_common.sh, conf/gpt_oss.yaml, conf/tp_overlap/h100tp2mbs1.yaml, pretrain.py and
+                the Dockerfile (nvcr.io/nvidia/pytorch:26.04-py3, Megatron-Bridge 4b4b5c9 with Megatron-Core
+                2436e3d, a Transformer Engine fork at branch pad_weight_scale_inv, DeepEP hybrid-ep 34152ae) of
+                Cisco/benchmarks/gpt_oss_20b/nemo, and its result log; the benchmark's sequence and data (Llama 3.1
+                tokenization of C4) from the reference (mlcommons/training gpt_oss_20b/primus/README.md at 275b232)
+
 Which rows: all three of NVIDIA's MLPerf Training v4.0 GPT-3 submissions, each its result_0.txt (the first of its
 runs): the tokens of all its training blocks over their summed durations (block_start to block_stop; the
 evaluations between them left out), the global batch and gradient accumulation as the log states them;
@@ -132,6 +145,21 @@ compute: not modelled), the FSDP row (its table says TP 2, DP 128, its launch sc
 layers), the long-context table (TFLOPS only, and its "moe" recompute module recomputes the expert GEMMs), the GB200
 and GB300 tables (MXFP8 but for one BF16 GB200 row, which gives TFLOPS without a step time, names no Megatron-LM
 commit and runs CUDA graphs and HybridEP).
+Fifth set: of MLPerf Training v6.0's gpt_oss_20b submissions (every organisation's folder in the copy), those
+on a GPU with a preset (h100-sxm, h200, b200, gb200), in a precision the planner expresses (BF16, or FP8 with
+one scale per tensor), whose config and first result log are in the copy; per submitter and GPU type the
+smallest and the largest GPU count: Cisco's two H100 submissions (64 and 128 GPUs, TP 2 x EP 4, FP8 delayed
+scaling), each its result_1.txt (Cisco numbers its logs from 1: the first of its runs) read as v4.0's (these
+logs give each block's sample count and its last step, so a block's tokens are its steps times the global
+batch times 8,192), the global batch and gradient accumulation as the log states them; the model is
+gpt-oss-20b's layer at the benchmark's sequence (8,192) and vocabulary (128,256), MLPERF_GPT_OSS_20B. Left
+out: every other gpt_oss_20b submission: those on B200 and GB200 (NVIDIA's tyche-hsg, Dell, QCT, CoreWeave,
+Lambda, Supermicro) all run MXFP8 (block scaling, not the planner's per-tensor FP8; NVIDIA's configs named by
+its READMEs are not in the copy); those on B300 and GB300 (NVIDIA's theia, Dell, HPE, GigaComputing,
+Supermicro, QCT, Lambda, Nebius, Oracle, Inventec, ASUSTeK, Cisco's C880A) have no preset and run MXFP8;
+AMD's MI350X and MI355X (Cisco's and Oracle's Primus submissions) have no preset; no H200 submission of
+gpt_oss_20b was found; every result_2.txt onward (one run per submission).
+
 Which columns: of each dgxc table, its smallest GPU count and, where the table reaches it, 2,048 GPUs (the end of
 its weak scaling; MaxText's 2,048-GPU columns, HSDP, added once the planner modelled it and before they were
 predicted); of the GB200 tables, which stop at 512, the smallest. A column whose configuration (model, GPU, parallel
@@ -935,4 +963,84 @@ FOURTH_SET: list[HeldOutRun] = [
                "ranks (EDP 4), GA 256; no recomputation (the table's column empty, the launch line sets none); "
                "--moe-router-aux-loss-fusion (not modelled); " + MODELZOO_NOTE),
 ]
-RUNS: list[HeldOutRun] = FIRST_SET + SECOND_SET + THIRD_SET + FOURTH_SET
+# ---- the fifth set: written down before the planner predicted any of them (module docstring) -----------------
+# ---- model shape --------------------------------------------------------------------------------------------------
+# gpt-oss-20b as the v6.0 submissions build it: pretrain.py's GPTModelProvider (Cisco/benchmarks/gpt_oss_20b/nemo at
+# eabf23a): 24 layers (OVERWRITTEN_NUM_LAYERS 24), hidden 2880, 64 heads of 64 (kv_channels), 8 query groups, FFN
+# and expert FFN 2880, 32 experts, top-4, every layer MoE, RMSNorm, gated linear unit, biases (ADD_BIAS_LINEAR unset:
+# conf/gpt_oss.yaml's True), untied output, dropout 0: GPT_OSS_20B's layer, but for the sequence and the vocabulary:
+# encoder_seq_length 8,192 (conf/gpt_oss.yaml's default, ENCODER_SEQ_LENGTH unset; the log's max_sequence_length
+# 8192; the reference's "Sequence Length 8192") and vocab_size=128,256 set in pretrain.py (the Llama 3.1 tokenizer:
+# the reference downloads the llama-3-1-8b-preprocessed-c4-dataset), not openai/gpt-oss-20b's 201,088
+MLPERF_GPT_OSS_20B = {**GPT_OSS_20B, "name": "gpt-oss-20b-mlperf", "vocab": 128256, "seq_len": 8192}
+
+# ---- source and what it leaves unstated -------------------------------------------------------------------------
+MLPERF60 = ("mlcommons/training_results_v6.0 Cisco/results/{}/gpt_oss_20b/result_1.txt (read in the copy "
+            "Richardyu114/training_results_v6.0, commit eabf23a): the training blocks' tokens over their summed "
+            "durations")
+MLPERF60_NOTE = ("; config_common.sh, conf/gpt_oss.yaml, conf/tp_overlap/h100tp2mbs1.yaml, pretrain.py and the "
+                 "Dockerfile of Cisco/benchmarks/gpt_oss_20b/nemo (PyTorch 26.04, Megatron-Bridge 4b4b5c9, "
+                 "Megatron-Core 2436e3d, a Transformer Engine fork, DeepEP hybrid-ep 34152ae): TP 2 with sequence "
+                 "parallelism and userbuffers TP overlap (TP_COMM_OVERLAP=True, h100tp2mbs1.yaml), PP 1, CP 1, EP 4, "
+                 "expert TP 1 (EXPERT_TENSOR_PARALLEL=1; pretrain.py sets etp = 1), micro-batch 1, MINIBS 1 (GBS = "
+                 "MINIBS x GPUs / TP, gradient accumulation 1, as the log states); Megatron's distributed optimizer "
+                 "(ZeRO-1) with overlapped gradient reduce and parameter gather, gradients reduced in bf16 "
+                 "(grad_reduce_in_fp32=False), BUCKET_SIZE 768,000,000 and FP8 parameter gather (FP8_PARAM_GATHER, "
+                 "FP8_PARAMS: not modelled); FP8 = Transformer Engine delayed scaling (FP8_RECIPE=delayed, "
+                 "FP8_HYBRID: E4M3 forward, E5M2 backward, amax history 1,024, max), one scale per tensor: the "
+                 "planner's FP8; attention in bf16 (FP8_DPA unset) through Transformer Engine, held_out_runs.TE; no "
+                 "recomputation (RECOMPUTE_MODULES, ACT_CKPT_* unset); not modelled: CUDA graphs of the attention, "
+                 "router and MoE preprocessing (MCORE_CUDA_GRAPH=1, CUDA_GRAPH_SCOPE 'attn moe_router "
+                 "moe_preprocess'), the DeepEP flex dispatcher, grouped GEMM, permute and router fusion, the "
+                 "expert all-to-all overlapped with deferred weight-gradient GEMMs (MOE_EP_A2A_OVERLAP=True: "
+                 "overlap_moe_expert_parallel_comm and delay_wgrad_compute; with one micro-batch per step its "
+                 "effect is not stated), fused QKV-RoPE, Transformer Engine's fused cross-entropy, the custom "
+                 "embedding op (embedding_lib), manual GC every 10 steps (GC_TRAIN=10); routing is learned, not "
+                 "forced balanced (MOE_ROUTER_LOAD_BALANCING_TYPE and MOE_ROUTER_FORCE_LOAD_BALANCING unset: "
+                 "'none', False) with an expert capacity factor of 1.25 and no padding to capacity "
+                 "(MOE_EXPERT_CAPACITY_FACTOR=1.25, MOE_PAD_EXPERT_INPUT_TO_CAPACITY=False: tokens past 1.25 x an "
+                 "expert's balanced share dropped), where the planner charges every expert its balanced share; "
+                 "every second layer attends to a window of 128 tokens (window_size (127, 0), "
+                 "window_attn_skip_freq 2) with learned softmax offsets per head (softmax_type 'learnable': the "
+                 "attention sinks), charged full attention; gpt-oss's clamped GLU (quick-GELU, clamp 7, offset 1) "
+                 "planned as SwiGLU; RoPE (position_embedding_type rope: the yarn_* settings pretrain.py passes are "
+                 "unused); the logs name no config: the config of the log's node "
+                 "count, its GBS and warmup steps (config_DGXH100_{8,16}x8x1xtp2pp1cp1ep4.sh; no README in "
+                 "Cisco's folder names one); the logs cite line numbers of pretrain.py revisions other than the "
+                 "published one (its settings read as published); nodes: systems/Zeus_*xH100_SXM_80GB.json "
+                 "(H100-SXM5-80GB, NVLink 4 900 GB/s, 8 x ConnectX-8 400 Gb/s RoCE per node, rail-optimized): the "
+                 "h100-sxm preset")
+
+FIFTH_SET: list[HeldOutRun] = [
+    # ---- mixture of experts, fine-grained: 32 experts, top-4, TP 2 x EP 4, H100, FP8 (MLPerf Training v6.0) -------
+    *[HeldOutRun(f"MLPerf v6.0 gpt-oss-20b TP 2 x EP 4, {gpus:,} H100s, FP8", MLPERF60.format(system) +
+                 f"; {gpus:,} GPUs, GBS {gbs:,}",
+                 MLPERF_GPT_OSS_20B,
+                 dict(dp=gpus // 2, tp=2, ep=4, expert_tp=1, micro_batch=1, grad_accum=1, precision="fp8",
+                      **TP_OVERLAP, **NEMO),
+                 "h100-sxm", "tokens_per_gpu", _tokens_per_gpu(tokens / seconds, gpus),
+                 f"Cisco/benchmarks/gpt_oss_20b/nemo/{config} (DGXNNODES {gpus // 8}: MINIBS 1 x {gpus:,} // 2 = GBS "
+                 f"{gbs:,}, LR_WARMUP_STEPS {warmup} as the log's opt_learning_rate_warmup_steps); EP 4 over the TP 2 "
+                 f"x DP {gpus // 2} ranks (expert data parallel {gpus // 4}); {blocks} blocks of {steps} steps "
+                 f"(VAL_CHECK_INTERVAL {steps}), the first {first} s against about {rest} s for each of the others "
+                 f"(most of the difference in its first 32 steps; not stated why: kept, as every block)"
+                 + MLPERF60_NOTE)
+      for system, config, gpus, gbs, warmup, blocks, steps, first, rest, tokens, seconds in (
+          ("Zeus_8xH100_SXM_80GB", "config_DGXH100_8x8x1xtp2pp1cp1ep4.sh", 64, 32, 512, 19, 384, "265.9", "163",
+           233_472 * 8192, 3202.556),
+          ("Zeus_16xH100_SXM_80GB", "config_DGXH100_16x8x1xtp2pp1cp1ep4.sh", 128, 64, 32, 24, 192, "167.1", "79.5",
+           294_912 * 8192, 1995.159))],
+]
+# The arithmetic (each block's duration is its block_stop less its block_start, in the log's time_ms; the
+# evaluations between blocks left out):
+#   64 GPUs:  19 blocks x 384 steps = 7,296 steps x GBS 32 = 233,472 sequences x 8,192 = 1,912,602,624 tokens over
+#             3,202.556 s (blocks of 265.872, 159.298, 162.166, 162.882, 163.237, 163.444, 163.485, 163.481, 163.520,
+#             163.605, 163.495, 163.635, 163.551, 163.623, 163.523, 163.480, 163.425, 163.418, 163.416 s; first
+#             block_start 1778762085656, last block_stop 1778765353839) = 597,211.3 tokens/s = 9,331.4 per GPU
+#   128 GPUs: 24 blocks x 192 steps = 4,608 steps x GBS 64 = 294,912 sequences x 8,192 = 2,415,919,104 tokens over
+#             1,995.159 s (blocks of 167.060, 77.022, 78.311, 78.828, 79.194, 79.381, 79.489, 79.622, 79.624, 79.653,
+#             79.684, 79.748, 79.777, 79.790, 79.734, 79.758, 79.783, 79.791, 79.810, 79.847, 79.802, 79.832, 79.812,
+#             79.807 s; first block_start 1778822290912, last block_stop 1778824330162) = 1,210,890.5 tokens/s =
+#             9,460.1 per GPU
+
+RUNS: list[HeldOutRun] = FIRST_SET + SECOND_SET + THIRD_SET + FOURTH_SET + FIFTH_SET

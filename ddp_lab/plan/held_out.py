@@ -58,7 +58,7 @@ FAMILIES = {
     "llama3-405b": "Llama 3 405B, 8K-16K H100s",
     "long-context": "context parallel / long sequences, H100",
     "moe-coarse": "MoE, 8 experts top-2",
-    "moe-fine": "MoE, 64-128 experts top-4/8",
+    "moe-fine": "MoE, 32-128 experts top-4/8",
     "fp8": "FP8, data-parallel, H100/H200",
     "b200": "Blackwell: B200, GB200",
 }
@@ -76,22 +76,24 @@ def family(run: HeldOutRun) -> str:
                    precision=strategy.get("precision", "bf16"))
 
 
-# Repositories outside NVIDIA's organisations whose runs ran NVIDIA's software (`nvidia_stack`): the Megatron-Core
-# MoE team's benchmark scripts, Megatron-LM and Transformer Engine on NVIDIA's PyTorch container (its Dockerfile).
-NVIDIA_SOFTWARE_ELSEWHERE = ("yanring/Megatron-MoE-ModelZoo",)
+# Sources outside NVIDIA's organisations whose runs ran NVIDIA's software (`nvidia_stack`), by how their `source`
+# begins: the Megatron-Core MoE team's benchmark scripts (Megatron-LM and Transformer Engine on NVIDIA's PyTorch
+# container, its Dockerfile); Cisco's MLPerf v6.0 submissions (NVIDIA's gpt_oss_20b implementation, its files under
+# NVIDIA's copyright: Megatron-Bridge, Megatron-Core and Transformer Engine on NVIDIA's PyTorch 26.04 container).
+NVIDIA_SOFTWARE_ELSEWHERE = ("yanring/Megatron-MoE-ModelZoo", "mlcommons/training_results_v6.0 Cisco/")
 
 
 def nvidia_stack(run: HeldOutRun) -> bool:
     """Whether a run ran NVIDIA's own software: its source is one of NVIDIA's repositories (NeMo, Megatron, MaxText
     on NVIDIA's containers, Automodel), NVIDIA's submission to MLPerf (NVIDIA/results in mlcommons' repositories) or
-    a repository of NVIDIA_SOFTWARE_ELSEWHERE.
+    a source NVIDIA_SOFTWARE_ELSEWHERE names.
 
     Example:
         >>> [nvidia_stack(run) for run in held_aside_runs.RUNS if run.name.startswith(("MLPerf", "OLMo"))][:4]
         [True, True, True, False]
     """
     repository, *rest = run.source.split()
-    return (repository.startswith("NVIDIA") or repository in NVIDIA_SOFTWARE_ELSEWHERE
+    return (repository.startswith("NVIDIA") or run.source.startswith(NVIDIA_SOFTWARE_ELSEWHERE)
             or (repository.startswith("mlcommons/") and bool(rest) and rest[0].startswith("NVIDIA/")))
 
 
