@@ -990,12 +990,12 @@ MLPERF60_NOTE = ("; config_common.sh, conf/gpt_oss.yaml, conf/tp_overlap/h100tp2
                  "FP8_HYBRID: E4M3 forward, E5M2 backward, amax history 1,024, max), one scale per tensor: the "
                  "planner's FP8; attention in bf16 (FP8_DPA unset) through Transformer Engine, held_out_runs.TE; no "
                  "recomputation (RECOMPUTE_MODULES, ACT_CKPT_* unset); not modelled: CUDA graphs of the attention, "
-                 "router and MoE preprocessing (MCORE_CUDA_GRAPH=1, CUDA_GRAPH_SCOPE 'attn moe_router "
-                 "moe_preprocess'), the DeepEP flex dispatcher, grouped GEMM, permute and router fusion, the "
-                 "expert all-to-all overlapped with deferred weight-gradient GEMMs (MOE_EP_A2A_OVERLAP=True: "
+                 "router and MoE preprocessing (CUDA_GRAPH_IMPLEMENTATION transformer_engine, CUDA_GRAPH_SCOPE "
+                 "'attn moe_router moe_preprocess'), the DeepEP flex dispatcher (moe_dispatch per-node; its ep "
+                 "group is within a node), grouped GEMM, permute and router fusion, the expert all-to-all overlapped with deferred weight-gradient GEMMs (MOE_EP_A2A_OVERLAP=True: "
                  "overlap_moe_expert_parallel_comm and delay_wgrad_compute; with one micro-batch per step its "
-                 "effect is not stated), fused QKV-RoPE, Transformer Engine's fused cross-entropy, the custom "
-                 "embedding op (embedding_lib), manual GC every 10 steps (GC_TRAIN=10); routing is learned, not "
+                 "effect is not stated), fused QKV-RoPE, Transformer Engine's fused cross-entropy, the embedding "
+                 "op the Dockerfile builds (embedding_lib, not in the folder), manual GC every 10 steps (GC_TRAIN=10); routing is learned, not "
                  "forced balanced (MOE_ROUTER_LOAD_BALANCING_TYPE and MOE_ROUTER_FORCE_LOAD_BALANCING unset: "
                  "'none', False) with an expert capacity factor of 1.25 and no padding to capacity "
                  "(MOE_EXPERT_CAPACITY_FACTOR=1.25, MOE_PAD_EXPERT_INPUT_TO_CAPACITY=False: tokens past 1.25 x an "
@@ -1017,7 +1017,7 @@ FIFTH_SET: list[HeldOutRun] = [
                  f"; {gpus:,} GPUs, GBS {gbs:,}",
                  MLPERF_GPT_OSS_20B,
                  dict(dp=gpus // 2, tp=2, ep=4, expert_tp=1, micro_batch=1, grad_accum=1, precision="fp8",
-                      **TP_OVERLAP, **NEMO),
+                      moe_dispatch="per-node", **TP_OVERLAP, **NEMO),
                  "h100-sxm", "tokens_per_gpu", _tokens_per_gpu(tokens / seconds, gpus),
                  f"Cisco/benchmarks/gpt_oss_20b/nemo/{config} (DGXNNODES {gpus // 8}: MINIBS 1 x {gpus:,} // 2 = GBS "
                  f"{gbs:,}, LR_WARMUP_STEPS {warmup} as the log's opt_learning_rate_warmup_steps); EP 4 over the TP 2 "
