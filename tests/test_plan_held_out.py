@@ -182,8 +182,8 @@ def test_family_median_within_the_goal(outcomes, key):
         pytest.fail(f"{FAMILIES[key]} now meets the goal (median {row.median:.1%}): add it to MEETS_GOAL")
 
 
-@pytest.mark.xfail(strict=True, reason="fine-grained MoE's held-aside median 43.2 % over 2 runs (goal 15 %), "
-                                       "2026-12-06; the part's median 7.6 % meets its 10 %")
+@pytest.mark.xfail(strict=True, reason="fine-grained MoE's held-aside median 39.1 % over MLPerf v6.0's 2 runs (goal "
+                                       "15 %), 2026-12-06; the part's median 7.6 % meets its 10 %")
 def test_overall_median_within_the_goal(outcomes):
     """On the held-aside part: median error at most 10 %, and no family with runs beyond 15 %."""
     total = overall(outcomes)
