@@ -250,6 +250,9 @@ FIELD_MESSAGES = {
     "zero": ((*LLAMA_8B, "--dp", "8", "--overlap-param-gather"), ["--zero 0 has no such gather"], ["zero=0"]),
     "ep": (("--model", "mixtral-8x7b", "--cluster", "h100-sxm", "--nodes", "2", "--ep", "8", "--replicas", "4",
             "--sync-every", "10"), ["--ep 8 does not divide a replica's dp x cp", "a smaller --ep"], ["ep=8"]),
+    "moe_dispatch": ((*LLAMA_8B, "--moe-dispatch", "per-node"),
+                     ["--moe-dispatch per-node says how a mixture-of-experts model's tokens", "drop --moe-dispatch"],
+                     ["moe_dispatch", "dispatch="]),
     "expert_tp": (("--model", "mixtral-8x7b", "--cluster", "h100-sxm", "--tp", "4", "--expert-tp", "3"),
                   ["--expert-tp 3 does not divide --tp 4", "use --expert-tp in [1, 2, 4]"], ["expert_tp", "tp="]),
     "sync_precision": ((*LLAMA_8B, "--sync-precision", "int8"),
@@ -294,6 +297,22 @@ def test_a_library_message_names_flags_not_fields(field, field_messages_said):
         assert words in err, err
     for words in unsaid:
         assert words not in err, err
+
+
+def test_a_search_enumerates_its_candidates_once(monkeypatch, capsys):
+    """The header's counts and the ranking come from one enumeration of the candidates (search takes the list)."""
+    import ddp_lab.course.plan.search as search_module
+    import ddp_lab.plan.cli as cli_module
+    from ddp_lab.__main__ import main
+    calls, enumerate_them = [], search_module.candidates
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return enumerate_them(*args, **kwargs)
+    monkeypatch.setattr(search_module, "candidates", counted)
+    monkeypatch.setattr(cli_module, "candidates", counted)
+    assert main(["plan", "--model", "llama3-8b", "--cluster", "h100-sxm", "--nodes", "2", "--top", "2"]) == 0
+    assert "plans tried" in capsys.readouterr().out and len(calls) == 1
 
 
 def test_a_default_batch_raised_to_one_sequence_per_gpu_is_said():

@@ -216,7 +216,7 @@ def _search_report(model, cluster, args, reserve: float, seq_source: str | None 
     if args.virtual_stages is not None:
         options["virtual_stages"] = (1, args.virtual_stages)
     tried = list(candidates(model, cluster, global_batch, **options))
-    fitting = search(model, cluster, top=None, global_batch=global_batch, reserve=reserve, **options)
+    fitting = search(model, cluster, top=None, global_batch=global_batch, reserve=reserve, strategies=tried, **options)
     folded = fold_shard_sizes(fold_zero_stages(fitting))
     rows = folded[:args.top or 10]
     applied = tuple(flag_name(name) for name in SEARCH_WIDE if options[name])

@@ -120,6 +120,7 @@ def candidates(model, cluster, global_batch: int, micro_batches=(1, 2, 4, 8), ze
         >>> any(s.virtual_stages == 2 for s in plans), any(s.recompute == "selective" for s in plans)
         (True, False)
     """
+    experts.check(model, Strategy(moe_dispatch=moe_dispatch))   # a dispatch for a model with no experts: refused
     if precision is None:
         precision = "bf16" if "bf16" in cluster.gpu.peak_flops else "fp16"
     if attention == "flash":
@@ -149,7 +150,7 @@ def candidates(model, cluster, global_batch: int, micro_batches=(1, 2, 4, 8), ze
                                         checkpoint_early_stop=checkpoint_early_stop and rc == "full",
                                         tp_comm_overlap=tp_comm_overlap and sp,
                                         overlap_param_gather=overlap_param_gather and stage in (1, 2),
-                                        moe_dispatch=moe_dispatch if model.moe is not None else "all-to-all")
+                                        moe_dispatch=moe_dispatch)
                         shards = hybrid_shard.searched_sizes(model, cluster, base, dp_shard) if stage == 3 else []
                         for schedule in [base] + [base.with_(schedule="interleaved", virtual_stages=v)
                                                   for v in virtual_stages
@@ -205,7 +206,7 @@ def nearest_multiple(value: int, step: int) -> int:
 
 
 def search(model, cluster, top: int | None = 10, global_batch: int | None = None,
-           reserve: float = MEMORY_RESERVE, **options) -> list[Plan]:
+           reserve: float = MEMORY_RESERVE, strategies=None, **options) -> list[Plan]:
     """Plans that fit GPU memory, fastest first (ties: less memory first).
 
     Args:
@@ -213,6 +214,8 @@ def search(model, cluster, top: int | None = 10, global_batch: int | None = None
         top: how many plans to return (None: all that fit).
         global_batch: sequences per step; default 4M tokens (2**22 / seq_len, at least one per GPU).
         reserve: share of each GPU's memory kept free (MEMORY_RESERVE).
+        strategies: the strategies to evaluate, where the caller has enumerated them already (the command line
+            counts them for its header); default `candidates(model, cluster, global_batch, **options)`.
         options: passed to `candidates` (micro_batches, zero, recompute, precision, tp_across_nodes, cp, ep,
             virtual_stages, attention, fp32_grads, dp_shard: None leaves out the hybrid-sharded plans).
 
@@ -230,8 +233,9 @@ def search(model, cluster, top: int | None = 10, global_batch: int | None = None
     """
     if global_batch is None:
         global_batch = default_global_batch(model, cluster)
-    plans = [evaluate(model, cluster, s, options.get("tp_across_nodes", False), reserve)
-             for s in candidates(model, cluster, global_batch, **options)]
+    if strategies is None:
+        strategies = candidates(model, cluster, global_batch, **options)
+    plans = [evaluate(model, cluster, s, options.get("tp_across_nodes", False), reserve) for s in strategies]
     if not plans:
         asked = "".join(f", {name}={options[name]}" for name in ("cp", "ep") if options.get(name) not in (None, 1, (1,)))
         raise ValueError(f"no valid strategy for {model.name} on {cluster.gpus} GPUs with global batch {global_batch}"
