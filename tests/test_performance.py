@@ -60,6 +60,8 @@ def _rank_work(rank: int) -> dict:
         dist.broadcast(tensor=torch.ones(5, dtype=torch.float16), src=0)
         dist.all_gather([torch.empty(2) for _ in range(2)], torch.ones(2))
         dist.all_gather_into_tensor(torch.empty(4, dtype=torch.int8), input_tensor=torch.ones(2, dtype=torch.int8))
+        dist.all_to_all_single(torch.empty(4), torch.ones(4))
+        dist.scatter(torch.empty(3), scatter_list=[torch.ones(3), torch.ones(3)] if rank == 0 else None, src=0)
     out["calls"] = counter.take()
     out["after"] = counter.take()
     out["restored"] = dist.all_reduce is original
@@ -132,10 +134,12 @@ def test_hook_bytes_equal_their_formulas(ranks):
 
 def test_byte_counter_sees_every_counted_collective_and_restores_torch(ranks):
     calls = ranks[0]["calls"]
-    assert [(c.name, c.dtype, c.numel, c.nbytes) for c in calls] == [
-        ("all_reduce", torch.float32, 3, 12), ("broadcast", torch.float16, 5, 10),
-        ("all_gather", torch.float32, 2, 8), ("all_gather_into_tensor", torch.int8, 2, 2)]
-    assert comm_hooks.total_bytes(calls) == 32
+    both = [("all_reduce", torch.float32, 3, 12), ("broadcast", torch.float16, 5, 10),
+            ("all_gather", torch.float32, 2, 8), ("all_gather_into_tensor", torch.int8, 2, 2),
+            ("all_to_all_single", torch.float32, 4, 16)]
+    assert [(c.name, c.dtype, c.numel, c.nbytes) for c in calls] == both + [("scatter", torch.float32, 3, 12)] * 2
+    assert comm_hooks.total_bytes(calls) == 72
+    assert [(c.name, c.dtype, c.numel, c.nbytes) for c in ranks[1]["calls"]] == both   # scatter: rank 1 sends nothing
     assert ranks[0]["after"] == []
     assert ranks[0]["restored"]
 

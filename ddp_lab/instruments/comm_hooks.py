@@ -7,8 +7,9 @@ baseline register torch's `allreduce_hook`, which does exactly the same in Pytho
 
 Bytes are counted by wrapping `torch.distributed`'s collectives inside the rank: what a rank
 *hands* to a collective per step (its payload; for a reduce_scatter, the shard it gets back: `COUNTED`).
-A ring all-reduce then puts 2 (W - 1) / W times that on the rank's link. all_to_all and scatter are not
-counted.
+A ring all-reduce then puts 2 (W - 1) / W times that on the rank's link. An all_to_all counts every chunk a rank
+hands in (its own chunk, which stays, among them), a scatter the list its source hands out (the other ranks send
+nothing).
 
 Introduced in notebooks/11-performance-and-scaling.ipynb.
 """
@@ -33,7 +34,8 @@ COUNTED = {"all_reduce": (0, "tensor"), "all_gather": (1, "tensor"),
            "all_gather_into_tensor": (1, "input_tensor"), "all_gather_single": (1, "input_tensor"),
            "broadcast": (0, "tensor"), "reduce": (0, "tensor"), "gather": (0, "tensor"),
            "reduce_scatter": (0, "output"), "reduce_scatter_tensor": (0, "output"),
-           "reduce_scatter_single": (0, "output")}
+           "reduce_scatter_single": (0, "output"), "all_to_all": (1, "input_tensor_list"),
+           "all_to_all_single": (1, "input"), "scatter": (1, "scatter_list")}
 
 
 class ByteCounter:
