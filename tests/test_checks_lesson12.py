@@ -682,6 +682,39 @@ def test_an_epoch_length_computed_for_two_ranks_is_refused_before_any_rank_start
         check_restartable(answer)
 
 
+def epoch_of_the_whole_dataset(rank, directory, total_steps, step_fn):
+    """The epoch length from the sampler's whole dataset: every rank counts 6 batches where it gets 3, and the loop,
+    out of batches at position 3, waits for the rest of an epoch that never comes."""
+    model, optimizer, sampler = _setup(rank)
+    path = os.path.join(directory, f"rank-{rank}.pt")
+    step = _load(path, model, optimizer) if os.path.exists(path) else 0
+    per_epoch = len(sampler.dataset) // BATCH
+    while step < total_steps:
+        epoch, position = divmod(step, per_epoch)
+        sampler.set_epoch(epoch)
+        for batch in torch.tensor(list(sampler)).split(BATCH)[position:]:
+            if step == total_steps:
+                break
+            step_fn(step, model, optimizer, X[batch], Y[batch])
+            step += 1
+            _save(path, model, optimizer, step)
+            dist.barrier()
+
+
+def test_an_epoch_counted_from_the_whole_dataset_is_refused_before_any_rank_starts(monkeypatch):
+    """len(sampler.dataset) counts every rank's batches: the run would spin until the check's timeout (60 s) before
+    saying anything; read from the source, it is named at once."""
+    monkeypatch.setattr(lesson12, "launch", None)          # starting ranks would raise TypeError
+    monkeypatch.setattr(lesson12, "run_on_ranks", None)
+    with pytest.raises(CheckFailed, match=r"^epoch_of_the_whole_dataset divides a step count by per_epoch, which "
+                                          r"counts the batches of the whole dataset \(`per_epoch = len\(sampler\."
+                                          r"dataset\) // BATCH`, then `epoch, position = divmod\(step, per_epoch\)`\)"
+                                          r": the sampler hands each rank only its share.*\nHint: count the batches "
+                                          r"of an epoch from the sampler itself \(len\(sampler\) and BATCH\)\.$"):
+        check_restartable(epoch_of_the_whole_dataset)
+    assert lesson12.whole_dataset_divisor(train, ("step",), ("total",)) is None    # the right answer: len(sampler)
+
+
 @pytest.mark.parametrize("answer, feedback", [
     (three_batches_an_epoch_written, r"^three_batches_an_epoch_written divides a step count by 3, a number written in "
                                      r"the code \(`per_epoch = 3`, then `epoch, position = divmod\(step, "

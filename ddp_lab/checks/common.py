@@ -547,6 +547,45 @@ def computed_divisor(fn, divided: tuple[str, ...], ignored: tuple[str, ...] = ()
     return None
 
 
+def whole_dataset_divisor(fn, divided: tuple[str, ...], ignored: tuple[str, ...] = ()) -> tuple[str, str] | None:
+    """(the divisor as written, the statement) of the first division in fn's source of a name or attribute named by
+    `divided` (and none of `ignored`) by an expression that counts a whole dataset through a sampler or loader,
+    `len(<something>.dataset)`, directly or through a name fn binds once (`per_epoch = len(sampler.dataset) //
+    BATCH`); None where none is, or there is no source to read. A DistributedSampler hands each rank its share of
+    the dataset (lesson 12): counting the whole one makes each rank wait for batches it never gets."""
+    try:
+        source = textwrap.dedent(inspect.getsource(fn))
+        tree = ast.parse(source)
+    except (OSError, TypeError, SyntaxError, IndentationError):
+        return None
+    bound = _bound_once(tree)
+
+    def counts_the_dataset(node, depth: int = 0) -> bool:
+        for inner in ast.walk(node):
+            if (isinstance(inner, ast.Call) and ast.unparse(inner.func) == "len" and len(inner.args) == 1
+                    and isinstance(inner.args[0], ast.Attribute) and inner.args[0].attr == "dataset"):
+                return True
+            if isinstance(inner, ast.Name) and inner.id in bound and depth < 20 \
+                    and counts_the_dataset(bound[inner.id][0], depth + 1):
+                return True
+        return False
+
+    for node in sorted((node for node in ast.walk(tree) if hasattr(node, "lineno")),
+                       key=lambda node: (node.lineno, node.col_offset)):
+        for dividend, divisor, multiplies in _divisions(node):
+            text = ast.unparse(dividend)
+            if multiplies or not isinstance(dividend, (ast.Name, ast.Attribute)) \
+                    or not any(word in text for word in divided) or any(word in text for word in ignored):
+                continue
+            if counts_the_dataset(divisor):
+                statement = ast.get_source_segment(source, _statement_of(tree, node))
+                names = [inner.id for inner in ast.walk(divisor) if isinstance(inner, ast.Name) and inner.id in bound]
+                if names:
+                    statement = f"{ast.get_source_segment(source, bound[names[0]][1])}`, then `{statement}"
+                return ast.unparse(divisor), statement
+    return None
+
+
 _ARITHMETIC = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
                ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod}
 _CONSTANT_CALLS = {"int": int, "round": round, "abs": abs, "math.ceil": math.ceil, "math.floor": math.floor,

@@ -62,7 +62,7 @@ import torch.nn.functional as F
 
 from ddp_lab.checks import CheckFailed, passed
 from ddp_lab.checks.common import (call_case, ensure_written, failure_message, refuse_written_divisor, run_on_ranks,
-                                   source_tree)
+                                   source_tree, whole_dataset_divisor)
 from ddp_lab.launcher.errors import LaunchError, LaunchTimeout, RankCrashed
 from ddp_lab.launcher.launch import launch
 
@@ -687,6 +687,12 @@ def check_restartable(train, timeout: float = 60.0) -> None:
     refuse_written_divisor(train, name, "a step count", "the batches of an epoch, counted from the sampler "
                            "(len(sampler) and BATCH), which the number of ranks decides", divided=("step",),
                            ignored=("total",), computed=True)
+    whole = whole_dataset_divisor(train, ("step",), ("total",))
+    if whole is not None:
+        raise CheckFailed(f"{name} divides a step count by {whole[0]}, which counts the batches of the whole "
+                          f"dataset (`{whole[1]}`): the sampler hands each rank only its share, so each rank would "
+                          f"wait for batches it never gets.\nHint: count the batches of an epoch from the sampler "
+                          f"itself (len(sampler) and BATCH).")
     with tempfile.TemporaryDirectory(prefix="ddp_lab-check12-") as root:
         never, killed = os.path.join(root, "uninterrupted"), os.path.join(root, "killed")
         os.makedirs(never)
