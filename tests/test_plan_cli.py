@@ -299,6 +299,22 @@ def test_a_library_message_names_flags_not_fields(field, field_messages_said):
         assert words not in err, err
 
 
+def test_a_plan_says_how_its_tokens_cross_nodes_only_where_its_experts_span_nodes():
+    """The dispatch is an assumption of a plan whose ep group spans nodes (NCCL's all-to-all unless --moe-dispatch
+    says per-node); inside one node both dispatches cost the same, and the plan does not mention it."""
+    moe = ("--model", "deepseek-moe-16b", "--cluster", "h100-sxm")
+    across, per_node, inside = plan_on_each([
+        (*moe, "--nodes", "2", "--dp", "16", "--ep", "16"),
+        (*moe, "--nodes", "2", "--dp", "16", "--ep", "16", "--moe-dispatch", "per-node"),
+        (*moe, "--nodes", "2", "--dp", "16", "--ep", "8")])
+    assert across[0] == per_node[0] == inside[0] == 0, (across[2], per_node[2], inside[2])
+    assert "by NCCL's all-to-all, a copy per expert (--moe-dispatch per-node: DeepEP, HybridEP)" in across[1]
+    assert "a copy per node, forwarded over NVLink there" in per_node[1]
+    assert "tokens reach experts on other nodes" not in inside[1]
+    step = [float(re.findall(r"total\s+([\d.]+)", out)[-1]) for _, out, _ in (across, per_node)]   # step time's
+    assert step[1] < step[0]
+
+
 def test_a_search_enumerates_its_candidates_once(monkeypatch, capsys):
     """The header's counts and the ranking come from one enumeration of the candidates (search takes the list)."""
     import ddp_lab.course.plan.search as search_module
