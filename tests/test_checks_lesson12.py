@@ -683,22 +683,12 @@ def test_an_epoch_length_computed_for_two_ranks_is_refused_before_any_rank_start
 
 
 def epoch_of_the_whole_dataset(rank, directory, total_steps, step_fn):
-    """The epoch length from the sampler's whole dataset: every rank counts 6 batches where it gets 3, and the loop,
-    out of batches at position 3, waits for the rest of an epoch that never comes."""
+    """The epoch length from the sampler's whole dataset: every rank counts 6 batches where it gets 3, and a loop
+    over an epoch's batches from `position` waits, out of batches at position 3, for the rest that never come."""
     model, optimizer, sampler = _setup(rank)
-    path = os.path.join(directory, f"rank-{rank}.pt")
-    step = _load(path, model, optimizer) if os.path.exists(path) else 0
     per_epoch = len(sampler.dataset) // BATCH
-    while step < total_steps:
+    for step in range(total_steps):
         epoch, position = divmod(step, per_epoch)
-        sampler.set_epoch(epoch)
-        for batch in torch.tensor(list(sampler)).split(BATCH)[position:]:
-            if step == total_steps:
-                break
-            step_fn(step, model, optimizer, X[batch], Y[batch])
-            step += 1
-            _save(path, model, optimizer, step)
-            dist.barrier()
 
 
 def test_an_epoch_counted_from_the_whole_dataset_is_refused_before_any_rank_starts(monkeypatch):

@@ -490,11 +490,10 @@ def computed_divisor(fn, divided: tuple[str, ...], ignored: tuple[str, ...] = ()
     through names fn binds once (`per_epoch = len(X) // (BATCH * 2)`, `world_size = 2`); None where none is, or any
     part is fn's argument, a name bound more than once, an attribute or another call (len(sampler), mesh.size(0)),
     or there is no source to read. A bare number is `numeric_divisor`'s."""
-    try:
-        source = textwrap.dedent(inspect.getsource(fn))
-        tree = ast.parse(source)
-    except (OSError, TypeError, SyntaxError, IndentationError):
+    read = _source_and_tree(fn)
+    if read is None:
         return None
+    source, tree = read
     bound = _bound_once(tree)
     own = {node.id for node in ast.walk(tree) if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store)} | \
         {node.arg for node in ast.walk(tree) if isinstance(node, ast.arg)}
@@ -528,22 +527,10 @@ def computed_divisor(fn, divided: tuple[str, ...], ignored: tuple[str, ...] = ()
                 return None if inner is None else _CONSTANT_CALLS[called](inner)
         return None
 
-    for node in sorted((node for node in ast.walk(tree) if hasattr(node, "lineno")),
-                       key=lambda node: (node.lineno, node.col_offset)):
-        for dividend, divisor, multiplies in _divisions(node):
-            text = ast.unparse(dividend)
-            # the count itself divided (`step // per_epoch`, `divmod(step, per_epoch)`), not an expression of it
-            # (`step * BATCH * world_size // len(X)` has the ranks in it; `100 * step / len(X)` is a percentage)
-            if multiplies or _is_number(divisor) or not isinstance(dividend, (ast.Name, ast.Attribute)) \
-                    or not any(word in text for word in divided) or any(word in text for word in ignored):
-                continue
-            value = value_of(divisor)
-            if value is not None:
-                statement = ast.get_source_segment(source, _statement_of(tree, node))
-                names = [inner.id for inner in ast.walk(divisor) if isinstance(inner, ast.Name) and inner.id in bound]
-                if names:   # the count came through a name: quote where it was computed too
-                    statement = f"{ast.get_source_segment(source, bound[names[0]][1])}`, then `{statement}"
-                return ast.unparse(divisor), value, statement
+    for node, divisor in _count_divisions(tree, divided, ignored):
+        value = value_of(divisor)
+        if value is not None:
+            return ast.unparse(divisor), value, _quoted_division(source, tree, bound, node, divisor)
     return None
 
 
@@ -553,11 +540,10 @@ def whole_dataset_divisor(fn, divided: tuple[str, ...], ignored: tuple[str, ...]
     `len(<something>.dataset)`, directly or through a name fn binds once (`per_epoch = len(sampler.dataset) //
     BATCH`); None where none is, or there is no source to read. A DistributedSampler hands each rank its share of
     the dataset (lesson 12): counting the whole one makes each rank wait for batches it never gets."""
-    try:
-        source = textwrap.dedent(inspect.getsource(fn))
-        tree = ast.parse(source)
-    except (OSError, TypeError, SyntaxError, IndentationError):
+    read = _source_and_tree(fn)
+    if read is None:
         return None
+    source, tree = read
     bound = _bound_once(tree)
 
     def counts_the_dataset(node, depth: int = 0) -> bool:
@@ -570,20 +556,44 @@ def whole_dataset_divisor(fn, divided: tuple[str, ...], ignored: tuple[str, ...]
                 return True
         return False
 
+    for node, divisor in _count_divisions(tree, divided, ignored):
+        if counts_the_dataset(divisor):
+            return ast.unparse(divisor), _quoted_division(source, tree, bound, node, divisor)
+    return None
+
+
+def _source_and_tree(fn) -> tuple[str, ast.AST] | None:
+    """fn's source, dedented, and its syntax tree; None where there is no source to read."""
+    try:
+        source = textwrap.dedent(inspect.getsource(fn))
+        return source, ast.parse(source)
+    except (OSError, TypeError, SyntaxError, IndentationError):
+        return None
+
+
+def _count_divisions(tree, divided: tuple[str, ...], ignored: tuple[str, ...]):
+    """(node, divisor) of each division in `tree`, in source order, of the count itself, named by `divided` and none
+    of `ignored` (`step // per_epoch`, `divmod(step, per_epoch)`), by something other than a bare number; not of an
+    expression of it (`step * BATCH * world_size // len(X)` has the ranks in it; `100 * step / len(X)` is a
+    percentage)."""
     for node in sorted((node for node in ast.walk(tree) if hasattr(node, "lineno")),
                        key=lambda node: (node.lineno, node.col_offset)):
         for dividend, divisor, multiplies in _divisions(node):
             text = ast.unparse(dividend)
-            if multiplies or not isinstance(dividend, (ast.Name, ast.Attribute)) \
+            if multiplies or _is_number(divisor) or not isinstance(dividend, (ast.Name, ast.Attribute)) \
                     or not any(word in text for word in divided) or any(word in text for word in ignored):
                 continue
-            if counts_the_dataset(divisor):
-                statement = ast.get_source_segment(source, _statement_of(tree, node))
-                names = [inner.id for inner in ast.walk(divisor) if isinstance(inner, ast.Name) and inner.id in bound]
-                if names:
-                    statement = f"{ast.get_source_segment(source, bound[names[0]][1])}`, then `{statement}"
-                return ast.unparse(divisor), statement
-    return None
+            yield node, divisor
+
+
+def _quoted_division(source: str, tree, bound: dict, node, divisor) -> str:
+    """The statement that divides, for a message; where the divisor came through a name fn binds once, the statement
+    that computed it first (`per_epoch = ...`, then `epoch, position = divmod(step, per_epoch)`)."""
+    statement = ast.get_source_segment(source, _statement_of(tree, node))
+    names = [inner.id for inner in ast.walk(divisor) if isinstance(inner, ast.Name) and inner.id in bound]
+    if names:
+        statement = f"{ast.get_source_segment(source, bound[names[0]][1])}`, then `{statement}"
+    return statement
 
 
 _ARITHMETIC = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
