@@ -702,7 +702,31 @@ def test_an_epoch_counted_from_the_whole_dataset_is_refused_before_any_rank_star
                                           r": the sampler hands each rank only its share.*\nHint: count the batches "
                                           r"of an epoch from the sampler itself \(len\(sampler\) and BATCH\)\.$"):
         check_restartable(epoch_of_the_whole_dataset)
-    assert lesson12.whole_dataset_divisor(train, ("step",), ("total",)) is None    # the right answer: len(sampler)
+
+
+def test_the_whole_dataset_reader_leaves_a_ranks_share_alone():
+    """A rank's batches counted from the sampler, or from the whole dataset over the number of ranks, are right."""
+    def from_the_sampler(rank, directory, total_steps, step_fn):
+        model, optimizer, sampler = _setup(rank)
+        per_epoch = len(sampler) // BATCH
+        for step in range(total_steps):
+            epoch, position = divmod(step, per_epoch)
+
+    def over_the_ranks(rank, directory, total_steps, step_fn):
+        model, optimizer, sampler = _setup(rank)
+        per_epoch = len(sampler.dataset) // (BATCH * dist.get_world_size())
+        for step in range(total_steps):
+            epoch, position = divmod(step, per_epoch)
+
+    def over_a_named_world_size(rank, directory, total_steps, step_fn):
+        model, optimizer, sampler = _setup(rank)
+        world_size = dist.get_world_size()
+        batches = len(sampler.dataset) // world_size
+        for step in range(total_steps):
+            epoch = step // (batches // BATCH)
+    for right in (from_the_sampler, over_the_ranks, over_a_named_world_size):
+        assert lesson12.whole_dataset_divisor(right, ("step",), ("total",)) is None, right.__name__
+    assert lesson12.whole_dataset_divisor(epoch_of_the_whole_dataset, ("step",), ("total",)) is not None
 
 
 @pytest.mark.parametrize("answer, feedback", [

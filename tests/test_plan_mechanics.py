@@ -120,6 +120,20 @@ def test_per_node_dispatch_follows_megatron_cores_published_hybridep_and_all_to_
             == experts.dispatch_seconds(model, one_node, Strategy(dp=8, ep=8)))
 
 
+def test_per_node_dispatch_charges_the_network_for_an_ep_group_that_straddles_two_nodes():
+    """On GB200's 72-GPU NVLink domains ep 16 groups do not tile the nodes: ranks 64-79 sit 8 and 8 in two of them,
+    and that group's tokens cross the network (the slowest group sets the pace), so a slower network slows the
+    per-node dispatch too; it stays below NCCL's, which sends a copy per expert."""
+    moe = Transformer.preset("deepseek-moe-16b")
+    gb200 = ClusterSpec.preset("gb200", nodes=2)
+    strategy = Strategy(dp=144, ep=16, moe_dispatch="per-node")
+    assert experts.dispatch_crosses_nodes(gb200, strategy)
+    per_node = experts.dispatch_seconds(moe, gb200, strategy)
+    slower = experts.dispatch_seconds(moe, gb200.with_(inter_node_bandwidth=gb200.inter_node_bandwidth / 2), strategy)
+    assert per_node < slower < 2 * per_node
+    assert per_node < experts.dispatch_seconds(moe, gb200, strategy.with_(moe_dispatch="all-to-all"))
+
+
 def test_per_node_dispatch_is_refused_for_a_dense_model_and_shortens_the_step_of_ep_across_nodes():
     """moe_dispatch names how a MoE model's tokens travel: a dense model has none to dispatch (one line, the fix);
     on ep 16 over two nodes per-node dispatch cuts the step's all-to-all time and nothing else."""

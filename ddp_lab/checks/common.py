@@ -538,8 +538,10 @@ def whole_dataset_divisor(fn, divided: tuple[str, ...], ignored: tuple[str, ...]
     """(the divisor as written, the statement) of the first division in fn's source of a name or attribute named by
     `divided` (and none of `ignored`) by an expression that counts a whole dataset through a sampler or loader,
     `len(<something>.dataset)`, directly or through a name fn binds once (`per_epoch = len(sampler.dataset) //
-    BATCH`); None where none is, or there is no source to read. A DistributedSampler hands each rank its share of
-    the dataset (lesson 12): counting the whole one makes each rank wait for batches it never gets."""
+    BATCH`), and names no number of ranks (`world_size`, `get_world_size()`, `num_replicas`: dividing the whole
+    dataset by them is a rank's share); None where none is, or there is no source to read. A DistributedSampler hands
+    each rank its share of the dataset (lesson 12): counting the whole one makes each rank wait for batches it never
+    gets."""
     read = _source_and_tree(fn)
     if read is None:
         return None
@@ -556,10 +558,19 @@ def whole_dataset_divisor(fn, divided: tuple[str, ...], ignored: tuple[str, ...]
                 return True
         return False
 
+    def names_the_ranks(node, depth: int = 0) -> bool:
+        text = ast.unparse(node)
+        return any(word in text for word in _RANK_COUNTS) or any(
+            isinstance(inner, ast.Name) and inner.id in bound and depth < 20
+            and names_the_ranks(bound[inner.id][0], depth + 1) for inner in ast.walk(node))
+
     for node, divisor in _count_divisions(tree, divided, ignored):
-        if counts_the_dataset(divisor):
+        if counts_the_dataset(divisor) and not names_the_ranks(divisor):
             return ast.unparse(divisor), _quoted_division(source, tree, bound, node, divisor)
     return None
+
+
+_RANK_COUNTS = ("world_size", "num_replicas", "get_world_size")   # what a rank's share of a dataset is divided by
 
 
 def _source_and_tree(fn) -> tuple[str, ast.AST] | None:

@@ -80,6 +80,9 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         if one_plan:
             given.update({name: getattr(args, name) for name in SPLIT_FLAGS if getattr(args, name) is not None})
             strategy, note = _strategy(model, cluster, args, given)
+            if strategy.moe_dispatch != "all-to-all" and not experts.dispatch_crosses_nodes(cluster, strategy):
+                note += (f"note: --moe-dispatch {strategy.moe_dispatch} changes nothing for this plan: its ep group "
+                         f"does not cross nodes\n")
             cluster, fit_note = cli_fit.fitted(model, cluster, strategy, args)
             plan = evaluate(model, cluster, strategy, args.tp_across_nodes, reserve)
             print(fit_note + no_effect + note + regions_note(model, cluster, strategy) + breakdown(plan, seq_source))
@@ -220,9 +223,14 @@ def _search_report(model, cluster, args, reserve: float, seq_source: str | None 
     folded = fold_shard_sizes(fold_zero_stages(fitting))
     rows = folded[:args.top or 10]
     applied = tuple(flag_name(name) for name in SEARCH_WIDE if options[name])
+    if any(s.moe_dispatch != "all-to-all" for s in tried):      # put only where an ep group crosses nodes
+        applied += (f"--moe-dispatch {options['moe_dispatch']}",)
     for name in SEARCH_WIDE:   # given, but no plan tried fits it (one GPU a node: no tp > 1)
         if options[name] and not any(getattr(s, name) for s in tried):
             note += f"note: {flag_name(name)} applies to no plan of this search (none has {FITS[name]}); drop it\n"
+    if options["moe_dispatch"] != "all-to-all" and not any(s.moe_dispatch != "all-to-all" for s in tried):
+        note += (f"note: --moe-dispatch {options['moe_dispatch']} applies to no plan of this search (none has an ep "
+                 f"group across nodes); drop it\n")
     if isinstance(args.dp_shard, int) and not any(s.dp_shard for s in tried):
         note += (f"note: --dp-shard {args.dp_shard} applies to no plan of this search (hybrid sharding needs a dense "
                  f"model, a ZeRO-3 plan across nodes whose dp it divides, and shard groups that divide a node and a "

@@ -16,7 +16,7 @@ from ddp_lab.course.plan.cluster_spec import PRESET_NAMES, ClusterSpec
 from ddp_lab.course.plan.model import LARGEST, PRESETS, size_text
 from ddp_lab.course.plan.overlap import OVERLAP_SLOWDOWN
 from ddp_lab.course.plan.search import MEMORY_RESERVE
-from ddp_lab.course.plan.strategy import ATTENTION, MOE_DISPATCHES, FSDP_UNITS, PRECISIONS, RECOMPUTE
+from ddp_lab.course.plan.strategy import ATTENTION, FSDP_UNITS, MOE_DISPATCHES, PRECISIONS, RECOMPUTE
 from ddp_lab.plan import cli_fit
 from ddp_lab.plan.cli_plot import PLOTTED, check_plot_file
 

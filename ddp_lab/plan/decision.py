@@ -9,7 +9,7 @@ Introduced in notebooks/13-plan-your-training-run.ipynb.
 
 from __future__ import annotations
 
-from ddp_lab.course.plan import expert_tp
+from ddp_lab.course.plan.experts import dispatch_crosses_nodes
 from ddp_lab.course.plan.search import percent_text
 
 GB = 1e9
@@ -127,11 +127,12 @@ def assumptions_text(plans, chosen: bool) -> str:
     if plan.model.moe is not None:
         parts.append("balanced routing: each expert gets its share of the tokens (no capacity padding, no "
                      "dropped tokens)")
-        if any(expert_tp.group(p.strategy, "ep").spans_nodes(p.cluster.gpus_per_node) for p in plans):
+        crossing = [p.strategy.moe_dispatch for p in plans if dispatch_crosses_nodes(p.cluster, p.strategy)]
+        if crossing:
             parts.append({"all-to-all": "tokens reach experts on other nodes by NCCL's all-to-all, a copy per "
                                         "expert (--moe-dispatch per-node: DeepEP, HybridEP)",
                           "per-node": "tokens reach experts on other nodes a copy per node, forwarded over NVLink "
-                                      "there (DeepEP, HybridEP; --moe-dispatch)"}[plan.strategy.moe_dispatch])
+                                      "there (DeepEP, HybridEP; --moe-dispatch)"}[crossing[0]])
     parts.append(f"{percent_text(plan.reserve)} of each GPU's memory kept for what is not counted (CUDA context, "
                  f"NCCL buffers, fragmentation; --memory-reserve)")
     return "assumes: " + ";\n         ".join(parts)

@@ -101,8 +101,8 @@ Sources:
                 at 1e057005 or the branch moe_dev at f3e6c5 (not in NVIDIA/Megatron-LM's public history: its defaults
                 and stage split read at 1e057005)
     Fifth set:
-    mlperf-6.0  mlcommons/training_results_v6.0, read in its copy Richardyu114/training_results_v6.0 (commit
-                eabf23a; mlcommons' own repository could not be read here): Cisco's closed-division gpt-oss-20b
+    mlperf-6.0  mlcommons/training_results_v6.0, as the copy Richardyu114/training_results_v6.0 holds it (commit
+                eabf23a; every file named here read there): Cisco's closed-division gpt-oss-20b
                 pretraining submissions on Zeus (H100-SXM5-80GB nodes, 8 x ConnectX-8 400 Gb/s RoCE per node,
                 rail-optimized; systems/Zeus_{8,16}xH100_SXM_80GB.json), each with the config_DGXH100_*.sh of its
                 node count, config_common.sh, conf/gpt_oss.yaml, conf/tp_overlap/h100tp2mbs1.yaml, pretrain.py and

@@ -57,8 +57,8 @@ FAMILIES = {
     "dense-h100-tp": "dense, H100, TP 4-8",
     "llama3-405b": "Llama 3 405B, 8K-16K H100s",
     "long-context": "context parallel / long sequences, H100",
-    "moe-coarse": "MoE, 8 experts top-2",
-    "moe-fine": "MoE, 32-128 experts top-4/8",
+    "moe-coarse": "MoE, up to 16 experts (coarse)",
+    "moe-fine": "MoE, more than 16 experts (fine-grained)",
     "fp8": "FP8, data-parallel, H100/H200",
     "b200": "Blackwell: B200, GB200",
 }

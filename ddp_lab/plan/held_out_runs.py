@@ -225,7 +225,7 @@ RUNS: list[HeldOutRun] = [
                "4,096, dropless all-to-all, BF16, 64 H100s, 8 x 400 Gb/s per node) side by side, not as one row: "
                "assumed to be one run; recomputation and optimizer sharding not stated (none; distributed optimizer "
                "assumed); Megatron-LM's model-FLOPs formula"),
-    # ---- mixture of experts, fine-grained: 32-128 experts, top-4/8 ---------------------------------------------
+    # ---- mixture of experts, fine-grained: more than 16 experts (32-128 here), top-4/8 -------------------------
     HeldOutRun("Megatron-Bridge Qwen3-30B-A3B EP 16, 16 H100s, FP8", f"{MEGATRON_BRIDGE}, '26.04.01 NeMo Container', "
                "Qwen3_30B_a3B, DGX-H100 FP8", QWEN3_30B_A3B,
                dict(dp=16, ep=16, zero=1, micro_batch=1, grad_accum=64, precision="fp8", moe_dispatch="per-node", **TE),

@@ -332,7 +332,7 @@ def remote_nodes_per_token(model, nodes: float) -> float:
         >>> round(remote_nodes_per_token(moe, 2), 3), round(remote_nodes_per_token(moe, 4), 2)   # NCCL: 3, 4.5
         (0.988, 2.51)
 
-    Introduced in notebooks/14-mixture-of-experts.ipynb.
+    Used by the planner (notebooks/13-plan-your-training-run.ipynb); docs/planner.md describes it.
     """
     experts_, top_k = model.moe.experts, model.moe.top_k
     on_a_node = experts_ / nodes
@@ -340,6 +340,24 @@ def remote_nodes_per_token(model, nodes: float) -> float:
     for i in range(top_k):                 # C(E - m, k) / C(E, k) as a product, for any m
         missed *= max(0.0, (experts_ - on_a_node - i) / (experts_ - i))
     return (nodes - 1) * (1 - missed)
+
+
+def dispatch_crosses_nodes(cluster, strategy) -> bool:
+    """Whether a MoE layer's tokens cross the network to reach their experts: an ep group (of ep > 1) that spans
+    nodes inside one region. Only then does `moe_dispatch` change anything (`dispatch_seconds`).
+
+    Example:
+        >>> from ddp_lab.course.plan.cluster_spec import ClusterSpec
+        >>> from ddp_lab.course.plan.strategy import Strategy
+        >>> two_nodes = ClusterSpec.preset("h100-sxm", nodes=2)
+        >>> [dispatch_crosses_nodes(two_nodes, Strategy(dp=16, ep=ep)) for ep in (16, 8)]
+        [True, False]
+
+    Used by the planner (notebooks/13-plan-your-training-run.ipynb); docs/planner.md describes it.
+    """
+    group = expert_tp.group(strategy, "ep")
+    return (strategy.ep > 1 and group.spans_nodes(cluster.gpus_per_node)
+            and not spans_regions(cluster, group))
 
 
 def dispatch_seconds(model, cluster, strategy) -> float:
@@ -361,14 +379,14 @@ def dispatch_seconds(model, cluster, strategy) -> float:
         >>> round(dispatch_seconds(moe, two_nodes, Strategy(dp=16, ep=16, moe_dispatch="per-node")) / nccl, 2)
         0.42
 
-    Introduced in notebooks/14-mixture-of-experts.ipynb.
+    Used by the planner (notebooks/13-plan-your-training-run.ipynb); docs/planner.md describes it.
     """
     group, nbytes = expert_tp.group(strategy, "ep"), dispatch_bytes(model, strategy)
-    if (strategy.moe_dispatch == "all-to-all" or not group.spans_nodes(cluster.gpus_per_node)
-            or spans_regions(cluster, group)):
+    if strategy.moe_dispatch == "all-to-all" or not dispatch_crosses_nodes(cluster, strategy):
         return collective_time("all_to_all", nbytes, cluster, group)
-    _, most = group.ranks_in_a_node(cluster.gpus_per_node)
-    across = nbytes * remote_nodes_per_token(model, group.size / most) / model.moe.top_k / cluster.inter_node_bandwidth
+    fewest, most = group.ranks_in_a_node(cluster.gpus_per_node)   # the group over most nodes sets the pace
+    nodes = group.size / fewest
+    across = nbytes * remote_nodes_per_token(model, nodes) / model.moe.top_k / cluster.inter_node_bandwidth
     inside = nbytes * (most - 1) / most / cluster.intra_node_bandwidth     # the copies forwarded at their node
     return collective_time("all_to_all", 0, cluster, group) + max(across, inside)   # latency, then the bytes
 

@@ -104,7 +104,7 @@ def candidates(model, cluster, global_batch: int, micro_batches=(1, 2, 4, 8), ze
     the kernel every plan's flash attention runs (Strategy.flash_kernel, attention_kernels.py).
     The framework's options, on every plan they apply to: sequence_parallel (then tried only on, wherever
     tp > 1), tp_comm_overlap (plans with tp > 1 and sequence parallelism), overlap_param_gather (ZeRO 1 and 2),
-    moe_dispatch (how MoE tokens reach their experts, Strategy.moe_dispatch: plans of a model with experts).
+    moe_dispatch (how MoE tokens reach their experts, Strategy.moe_dispatch: plans whose ep group spans nodes).
 
     cp, ep: the context- and expert-parallel sizes to try, an int, a tuple, or "auto" (every size
     that fits: cp with 2 x cp chunks of the sequence, ep dividing the experts and dp x cp). cp
@@ -149,8 +149,9 @@ def candidates(model, cluster, global_batch: int, micro_batches=(1, 2, 4, 8), ze
                                         flash_kernel=flash_kernel,
                                         checkpoint_early_stop=checkpoint_early_stop and rc == "full",
                                         tp_comm_overlap=tp_comm_overlap and sp,
-                                        overlap_param_gather=overlap_param_gather and stage in (1, 2),
-                                        moe_dispatch=moe_dispatch)
+                                        overlap_param_gather=overlap_param_gather and stage in (1, 2))
+                        if moe_dispatch != "all-to-all" and experts.dispatch_crosses_nodes(cluster, base):
+                            base = base.with_(moe_dispatch=moe_dispatch)    # where it changes something
                         shards = hybrid_shard.searched_sizes(model, cluster, base, dp_shard) if stage == 3 else []
                         for schedule in [base] + [base.with_(schedule="interleaved", virtual_stages=v)
                                                   for v in virtual_stages
