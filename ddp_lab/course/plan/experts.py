@@ -332,7 +332,7 @@ def remote_nodes_per_token(model, nodes: float) -> float:
         >>> round(remote_nodes_per_token(moe, 2), 3), round(remote_nodes_per_token(moe, 4), 2)   # NCCL: 3, 4.5
         (0.988, 2.51)
 
-    Used by the planner (notebooks/13-plan-your-training-run.ipynb); docs/planner.md describes it.
+    Introduced in notebooks/14-mixture-of-experts.ipynb ("One copy per node").
     """
     experts_, top_k = model.moe.experts, model.moe.top_k
     on_a_node = experts_ / nodes
@@ -379,7 +379,7 @@ def dispatch_seconds(model, cluster, strategy) -> float:
         >>> round(dispatch_seconds(moe, two_nodes, Strategy(dp=16, ep=16, moe_dispatch="per-node")) / nccl, 2)
         0.42
 
-    Used by the planner (notebooks/13-plan-your-training-run.ipynb); docs/planner.md describes it.
+    Introduced in notebooks/14-mixture-of-experts.ipynb ("One copy per node").
     """
     group, nbytes = expert_tp.group(strategy, "ep"), dispatch_bytes(model, strategy)
     if strategy.moe_dispatch == "all-to-all" or not dispatch_crosses_nodes(cluster, strategy):
