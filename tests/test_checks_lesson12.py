@@ -705,7 +705,8 @@ def test_an_epoch_counted_from_the_whole_dataset_is_refused_before_any_rank_star
 
 
 def test_the_whole_dataset_reader_leaves_a_ranks_share_alone():
-    """A rank's batches counted from the sampler, or from the whole dataset over the number of ranks, are right."""
+    """A rank's batches counted from the sampler, or from the whole dataset over the number of ranks, are right; the
+    whole dataset times the ranks, or with the ranks named beside it, is not."""
     def from_the_sampler(rank, directory, total_steps, step_fn):
         model, optimizer, sampler = _setup(rank)
         per_epoch = len(sampler) // BATCH
@@ -724,9 +725,30 @@ def test_the_whole_dataset_reader_leaves_a_ranks_share_alone():
         batches = len(sampler.dataset) // world_size
         for step in range(total_steps):
             epoch = step // (batches // BATCH)
-    for right in (from_the_sampler, over_the_ranks, over_a_named_world_size):
+
+    def over_a_constant_world_size(rank, directory, total_steps, step_fn):      # a notebook's WORLD_SIZE
+        model, optimizer, sampler = _setup(rank)
+        per_epoch = len(sampler.dataset) // (BATCH * WORLD_SIZE)     # read, never run
+        for step in range(total_steps):
+            epoch, position = divmod(step, per_epoch)
+
+    def times_the_ranks(rank, directory, total_steps, step_fn):            # wrong: more batches, not fewer
+        model, optimizer, sampler = _setup(rank)
+        per_epoch = len(sampler.dataset) * dist.get_world_size() // BATCH
+        for step in range(total_steps):
+            epoch, position = divmod(step, per_epoch)
+
+    def ranks_named_beside(rank, directory, total_steps, step_fn):         # wrong: the ranks named, not divided by
+        model, optimizer, sampler = _setup(rank)
+        world_size = dist.get_world_size()
+        per_epoch = len(sampler.dataset) // BATCH + 0 * world_size
+        for step in range(total_steps):
+            epoch, position = divmod(step, per_epoch)
+
+    for right in (from_the_sampler, over_the_ranks, over_a_named_world_size, over_a_constant_world_size):
         assert lesson12.whole_dataset_divisor(right, ("step",), ("total",)) is None, right.__name__
-    assert lesson12.whole_dataset_divisor(epoch_of_the_whole_dataset, ("step",), ("total",)) is not None
+    for wrong in (epoch_of_the_whole_dataset, times_the_ranks, ranks_named_beside):
+        assert lesson12.whole_dataset_divisor(wrong, ("step",), ("total",)) is not None, wrong.__name__
 
 
 @pytest.mark.parametrize("answer, feedback", [

@@ -281,9 +281,9 @@ def test_the_first_sets_h100_runs_of_nvidia_stacks_came_out_slow_at_the_calibrat
     MaxText, NVIDIA's MLPerf Training v4.0 submissions on NeMo) came out slower than it ran, 10-35 % but for
     JAX-Toolbox's one-node run (9.8 %): one bias, not scatter. At the kernel rate (0.73) the same 29 runs miss by a
     median of 7.2 %, both ways (-20.9 % to +16.8 %; 7.4 % before the per-node MoE dispatch); they are development
-    runs now. Of the first set's runs that stay aside: MaxText's own one-node run 7.6 % slow, its runs on 2-16 VMs (HSDP) 7-20 % fast; OLMo-core's PyTorch FSDP
-    runs on H100s miss both ways (six slow by 8-19 %, the 13B runs fast, median 10.6 %); the A100 and GB200 runs
-    within 16 % either way."""
+    runs now. Of the first set's runs that stay aside: MaxText's own one-node run 7.6 % slow, its runs on 2-16 VMs
+    (HSDP) 7-20 % fast; OLMo-core's PyTorch FSDP runs on H100s miss both ways (six slow by 8-19 %, the 13B runs
+    fast, median 10.6 %); the A100 and GB200 runs within 16 % either way."""
     first = {run.name for run in held_aside_runs.FIRST_SET}
     moved = [r for r in outcomes if r.run.name in first and held_out.runs_at_kernel_rate(r.run)]
     calibrated = {r.run.name: held_out.predict(r.run, kernel_rate=False) / r.run.published - 1 for r in moved}

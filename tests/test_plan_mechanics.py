@@ -8,8 +8,9 @@ import statistics
 import pytest
 import torch
 
-from ddp_lab.course.plan import expert_compute, experts, tp_overlap
+from ddp_lab.course.plan import expert_compute, expert_tp, experts, tp_overlap
 from ddp_lab.course.plan.cluster_spec import GPU, ClusterSpec, GiB
+from ddp_lab.course.plan.collectives import collective_time
 from ddp_lab.course.plan.efficiency import TILE_K, attention_seconds, gemm_seconds, layer_matmul_flops, layer_seconds
 from ddp_lab.course.plan.generation_constants import efficiency_of, is_calibrated
 from ddp_lab.course.plan.op_checkpoint import kept_bytes, recomputed_matmuls
@@ -120,18 +121,27 @@ def test_per_node_dispatch_follows_megatron_cores_published_hybridep_and_all_to_
             == experts.dispatch_seconds(model, one_node, Strategy(dp=8, ep=8)))
 
 
-def test_per_node_dispatch_charges_the_network_for_an_ep_group_that_straddles_two_nodes():
-    """On GB200's 72-GPU NVLink domains ep 16 groups do not tile the nodes: ranks 64-79 sit 8 and 8 in two of them,
-    and that group's tokens cross the network (the slowest group sets the pace), so a slower network slows the
-    per-node dispatch too; it stays below NCCL's, which sends a copy per expert."""
+def test_per_node_dispatch_prices_ep_groups_that_straddle_nodes_by_the_nodes_each_touches():
+    """On GB200's 72-GPU NVLink domains ep groups do not tile the nodes. Ep 16 on 144 GPUs: ranks 64-79 sit 8 and 8
+    in two domains, so their tokens cross the network, and a slower network slows the dispatch. Ep 32 on 288 GPUs:
+    every group touches at most two domains (8 + 24, 16 + 16, 24 + 8, or one), so a token crosses the network at most
+    once: the dispatch costs no more than one copy of every token on the network, or the NVLink forwarding."""
     moe = Transformer.preset("deepseek-moe-16b")
     gb200 = ClusterSpec.preset("gb200", nodes=2)
     strategy = Strategy(dp=144, ep=16, moe_dispatch="per-node")
     assert experts.dispatch_crosses_nodes(gb200, strategy)
     per_node = experts.dispatch_seconds(moe, gb200, strategy)
     slower = experts.dispatch_seconds(moe, gb200.with_(inter_node_bandwidth=gb200.inter_node_bandwidth / 2), strategy)
-    assert per_node < slower < 2 * per_node
-    assert per_node < experts.dispatch_seconds(moe, gb200, strategy.with_(moe_dispatch="all-to-all"))
+    assert per_node < slower < experts.dispatch_seconds(moe, gb200.with_(inter_node_bandwidth=gb200.inter_node_bandwidth
+                                                                         / 2), strategy.with_(moe_dispatch="all-to-all"))
+
+    four = ClusterSpec.preset("gb200", nodes=4)
+    wide = Strategy(dp=288, ep=32, moe_dispatch="per-node")
+    group = expert_tp.group(wide, "ep")
+    assert max(len(counts) for counts in group.node_counts(72)) == 2
+    nbytes, latency = experts.dispatch_bytes(moe, wide), collective_time("all_to_all", 0, four, group)
+    once = latency + max(nbytes / moe.moe.top_k / four.inter_node_bandwidth, nbytes * 31 / 32 / four.intra_node_bandwidth)
+    assert latency < experts.dispatch_seconds(moe, four, wide) <= once * (1 + 1e-12)
 
 
 def test_per_node_dispatch_is_refused_for_a_dense_model_and_shortens_the_step_of_ep_across_nodes():

@@ -538,8 +538,8 @@ def whole_dataset_divisor(fn, divided: tuple[str, ...], ignored: tuple[str, ...]
     """(the divisor as written, the statement) of the first division in fn's source of a name or attribute named by
     `divided` (and none of `ignored`) by an expression that counts a whole dataset through a sampler or loader,
     `len(<something>.dataset)`, directly or through a name fn binds once (`per_epoch = len(sampler.dataset) //
-    BATCH`), and names no number of ranks (`world_size`, `get_world_size()`, `num_replicas`: dividing the whole
-    dataset by them is a rank's share); None where none is, or there is no source to read. A DistributedSampler hands
+    BATCH`), and does not divide by a number of ranks (`world_size`, `get_world_size()`, `num_replicas`, any case:
+    the whole dataset over them is a rank's share); None where none is, or there is no source to read. A DistributedSampler hands
     each rank its share of the dataset (lesson 12): counting the whole one makes each rank wait for batches it never
     gets."""
     read = _source_and_tree(fn)
@@ -559,13 +559,21 @@ def whole_dataset_divisor(fn, divided: tuple[str, ...], ignored: tuple[str, ...]
         return False
 
     def names_the_ranks(node, depth: int = 0) -> bool:
-        text = ast.unparse(node)
+        """Whether node, or a name in it bound once, names a number of ranks (any case: WORLD_SIZE too)."""
+        text = ast.unparse(node).lower()
         return any(word in text for word in _RANK_COUNTS) or any(
             isinstance(inner, ast.Name) and inner.id in bound and depth < 20
             and names_the_ranks(bound[inner.id][0], depth + 1) for inner in ast.walk(node))
 
+    def divides_by_the_ranks(node, depth: int = 0) -> bool:
+        """Whether node, or a name in it bound once, divides by a number of ranks (on the right of / or //)."""
+        return any(isinstance(inner, ast.BinOp) and isinstance(inner.op, (ast.Div, ast.FloorDiv))
+                   and names_the_ranks(inner.right) for inner in ast.walk(node)) or any(
+            isinstance(inner, ast.Name) and inner.id in bound and depth < 20
+            and divides_by_the_ranks(bound[inner.id][0], depth + 1) for inner in ast.walk(node))
+
     for node, divisor in _count_divisions(tree, divided, ignored):
-        if counts_the_dataset(divisor) and not names_the_ranks(divisor):
+        if counts_the_dataset(divisor) and not divides_by_the_ranks(divisor):
             return ast.unparse(divisor), _quoted_division(source, tree, bound, node, divisor)
     return None
 

@@ -74,6 +74,21 @@ class Group:
         world = self.size * self.stride if self.world is None else self.world
         return _ranks_in_a_node(self.size, self.stride, world, gpus_per_node)
 
+    def node_counts(self, gpus_per_node: int) -> list[tuple[int, ...]]:
+        """Each way one group of this axis lies over nodes: its ranks in each node it touches, in node order (a
+        group's experts on each node, lesson 14's per-node dispatch).
+
+        Example:
+            >>> Group(16).node_counts(8), Group(4, 8).node_counts(8)
+            ([(8, 8)], [(1, 1, 1, 1)])
+            >>> Group(32, world=288).node_counts(72)      # 72-GPU nodes: groups of 32 split 8 + 24, 16 + 16, ...
+            [(8, 24), (16, 16), (24, 8), (32,)]
+        """
+        if not self.spans_nodes(gpus_per_node):
+            return [(self.size,)]
+        world = self.size * self.stride if self.world is None else self.world
+        return _node_counts(self.size, self.stride, world, gpus_per_node)
+
 
 @functools.lru_cache(maxsize=4096)
 def _ranks_in_a_node(size: int, stride: int, world: int, gpus_per_node: int) -> tuple[int, int]:
@@ -97,6 +112,20 @@ def _ranks_in_a_node(size: int, stride: int, world: int, gpus_per_node: int) -> 
         for offset in range(stride):
             counts.update(_ranks_per_node(start + offset, stride, size, gpus_per_node))
     return min(counts), max(counts)
+
+
+@functools.lru_cache(maxsize=4096)
+def _node_counts(size: int, stride: int, world: int, gpus_per_node: int) -> list[tuple[int, ...]]:
+    """`Group.node_counts` of a group that spans nodes: the distinct per-node counts of the groups of one period of
+    blocks on nodes (as `_ranks_in_a_node` walks them), longest first."""
+    block = size * stride
+    period = min(world, math.lcm(block, gpus_per_node))
+    ways = set()
+    for start in range(0, period, block):
+        for offset in range(stride):
+            nodes = [(start + offset + k * stride) // gpus_per_node for k in range(size)]
+            ways.add(tuple(nodes.count(node) for node in sorted(set(nodes))))
+    return sorted(ways, key=lambda counts: (-len(counts), counts))
 
 
 def _ranks_per_node(first: int, stride: int, size: int, gpus_per_node: int) -> set[int]:

@@ -18,7 +18,7 @@ import argparse
 import os
 import sys
 
-from ddp_lab.course.plan import context_parallel, experts
+from ddp_lab.course.plan import context_parallel, expert_tp, experts
 from ddp_lab.course.plan.cluster_spec import ClusterSpec
 from ddp_lab.course.plan.efficiency import early_stop_can_skip_last_gemm
 from ddp_lab.course.plan.hf_config import position_key
@@ -81,8 +81,11 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             given.update({name: getattr(args, name) for name in SPLIT_FLAGS if getattr(args, name) is not None})
             strategy, note = _strategy(model, cluster, args, given)
             if strategy.moe_dispatch != "all-to-all" and not experts.dispatch_crosses_nodes(cluster, strategy):
+                where = ("crosses nodes only between regions"
+                         if expert_tp.group(strategy, "ep").spans_nodes(cluster.gpus_per_node) else "stays in one node")
                 note += (f"note: --moe-dispatch {strategy.moe_dispatch} changes nothing for this plan: its ep group "
-                         f"does not cross nodes\n")
+                         f"{where}\n")
+                strategy = strategy.with_(moe_dispatch="all-to-all")
             cluster, fit_note = cli_fit.fitted(model, cluster, strategy, args)
             plan = evaluate(model, cluster, strategy, args.tp_across_nodes, reserve)
             print(fit_note + no_effect + note + regions_note(model, cluster, strategy) + breakdown(plan, seq_source))
@@ -229,8 +232,8 @@ def _search_report(model, cluster, args, reserve: float, seq_source: str | None 
         if options[name] and not any(getattr(s, name) for s in tried):
             note += f"note: {flag_name(name)} applies to no plan of this search (none has {FITS[name]}); drop it\n"
     if options["moe_dispatch"] != "all-to-all" and not any(s.moe_dispatch != "all-to-all" for s in tried):
-        note += (f"note: --moe-dispatch {options['moe_dispatch']} applies to no plan of this search (none has an ep "
-                 f"group across nodes); drop it\n")
+        note += (f"note: --moe-dispatch {options['moe_dispatch']} applies to no plan of this search (no ep group "
+                 f"crosses nodes inside a region); drop it\n")
     if isinstance(args.dp_shard, int) and not any(s.dp_shard for s in tried):
         note += (f"note: --dp-shard {args.dp_shard} applies to no plan of this search (hybrid sharding needs a dense "
                  f"model, a ZeRO-3 plan across nodes whose dp it divides, and shard groups that divide a node and a "

@@ -334,12 +334,17 @@ def remote_nodes_per_token(model, nodes: float) -> float:
 
     Introduced in notebooks/14-mixture-of-experts.ipynb ("One copy per node").
     """
+    return (nodes - 1) * _reaches(model, 1 / nodes)
+
+
+def _reaches(model, share: float) -> float:
+    """The chance that a token's top_k experts include one of a `share` of the experts (balanced, random routing):
+    1 - C(E - m, top_k) / C(E, top_k) for m = share x E, written as a product so that m need not be whole."""
     experts_, top_k = model.moe.experts, model.moe.top_k
-    on_a_node = experts_ / nodes
     missed = 1.0
-    for i in range(top_k):                 # C(E - m, k) / C(E, k) as a product, for any m
-        missed *= max(0.0, (experts_ - on_a_node - i) / (experts_ - i))
-    return (nodes - 1) * (1 - missed)
+    for i in range(top_k):
+        missed *= max(0.0, (experts_ - share * experts_ - i) / (experts_ - i))
+    return 1 - missed
 
 
 def dispatch_crosses_nodes(cluster, strategy) -> bool:
@@ -384,9 +389,11 @@ def dispatch_seconds(model, cluster, strategy) -> float:
     group, nbytes = expert_tp.group(strategy, "ep"), dispatch_bytes(model, strategy)
     if strategy.moe_dispatch == "all-to-all" or not dispatch_crosses_nodes(cluster, strategy):
         return collective_time("all_to_all", nbytes, cluster, group)
-    fewest, most = group.ranks_in_a_node(cluster.gpus_per_node)   # the group over most nodes sets the pace
-    nodes = group.size / fewest
-    across = nbytes * remote_nodes_per_token(model, nodes) / model.moe.top_k / cluster.inter_node_bandwidth
+    ways = group.node_counts(cluster.gpus_per_node)   # each group's experts per node: the busiest sender sets the pace
+    copies = max(sum(_reaches(model, count / group.size) for other, count in enumerate(counts) if other != node)
+                 for counts in ways for node in range(len(counts)))
+    most = max(max(counts) for counts in ways)
+    across = nbytes * copies / model.moe.top_k / cluster.inter_node_bandwidth
     inside = nbytes * (most - 1) / most / cluster.intra_node_bandwidth     # the copies forwarded at their node
     return collective_time("all_to_all", 0, cluster, group) + max(across, inside)   # latency, then the bytes
 
