@@ -539,9 +539,9 @@ def whole_dataset_divisor(fn, divided: tuple[str, ...], ignored: tuple[str, ...]
     `divided` (and none of `ignored`) by an expression that counts a whole dataset through a sampler or loader,
     `len(<something>.dataset)`, directly or through a name fn binds once (`per_epoch = len(sampler.dataset) //
     BATCH`), and does not divide by a number of ranks (`world_size`, `get_world_size()`, `num_replicas`, any case:
-    the whole dataset over them is a rank's share); None where none is, or there is no source to read. A DistributedSampler hands
-    each rank its share of the dataset (lesson 12): counting the whole one makes each rank wait for batches it never
-    gets."""
+    the whole dataset over them is a rank's share); None where none is, or there is no source to read. A
+    DistributedSampler hands each rank its share of the dataset (lesson 12): counting the whole one makes each rank
+    wait for batches it never gets."""
     read = _source_and_tree(fn)
     if read is None:
         return None
