@@ -146,6 +146,8 @@ BAD_INPUT = [
     (("--params", "7B", "--ep", "2"), ["drop --ep"]),
     ((*LLAMA_8B, "--node-link-gbps", "0"), ["--node-link-gbps must be a positive finite number, got 0"]),
     ((*LLAMA_8B, "--node-link-gbps", "nan"), ["--node-link-gbps must be a positive finite number, got nan"]),
+    ((*LLAMA_8B, "--nodes", "2", "--node-link-gbps", "1e-300"),
+     ["--node-link-gbps must be at least 0.001, got 1e-300: is the unit Gb/s?"]),
     (("--params", "7B", "--node-link-gbps", "100"), ["drop --node-link-gbps"]),
     # hybrid sharding: a size, auto (the search's) or none
     ((*LLAMA_8B, "--dp-shard", "0"), ["--dp-shard must be a positive int, auto or none, got 0"]),
@@ -164,6 +166,8 @@ BAD_INPUT = [
      ["--cross-region-gbps must be a positive finite number, got nan"]),
     ((*LLAMA_8B, "--nodes", "2", "--region-nodes", "1", "--cross-region-gbps", "0"),
      ["--cross-region-gbps must be a positive finite number, got 0"]),
+    ((*LLAMA_8B, "--nodes", "2", "--region-nodes", "1", "--cross-region-gbps", "0.0001"),
+     ["--cross-region-gbps must be at least 0.001, got 0.0001: is the unit Gb/s?"]),
 ]
 
 # Runs `python -m ddp_lab`'s main() on each argv of json argv[1] in one interpreter (a subprocess per case costs an

@@ -27,8 +27,8 @@ from ddp_lab.course.plan.search import (DEFAULT_TOKENS_PER_BATCH, MEMORY_RESERVE
                                         evaluate, nearest_multiple, search)
 from ddp_lab.course.plan.strategy import Strategy, check, divisors
 from ddp_lab.plan import cli_fit
-from ddp_lab.plan.cli_flags import (SEARCH_WIDE, SHAPE_FLAGS, SPLIT_FLAGS, STRATEGY_FLAGS, OneLineErrors,
-                                    add_arguments, check_flags, check_number, flag_name, in_flags,
+from ddp_lab.plan.cli_flags import (SEARCH_WIDE, SHAPE_FLAGS, SLOWEST_LINK_GBPS, SPLIT_FLAGS, STRATEGY_FLAGS,
+                                    OneLineErrors, add_arguments, check_flags, check_number, flag_name, in_flags,
                                     one_plan_flags)
 
 # what a plan needs for each of a framework's flags a search applies (search.candidates)
@@ -57,7 +57,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         cluster = ClusterSpec.preset(args.cluster, nodes=args.nodes or 1, gpus_per_node=args.gpus_per_node)
         if args.overlap_slowdown is not None:
             cluster = cluster.with_(overlap_slowdown=args.overlap_slowdown)
-        check_number("node_link_gbps", args.node_link_gbps)
+        check_number("node_link_gbps", args.node_link_gbps, at_least=SLOWEST_LINK_GBPS)
         link_note = ""
         if args.node_link_gbps is not None:
             cluster = cluster.with_(inter_node_bandwidth=args.node_link_gbps * 1e9 / 8)

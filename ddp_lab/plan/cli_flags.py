@@ -110,8 +110,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="each GPU's network link to other nodes, Gb/s each way (NCCL drives one NIC per GPU; "
                             "default the preset's: " + ", ".join(
                                 f"{name} {ClusterSpec.preset(name).inter_node_bandwidth * 8 / 1e9:g}"
-                                for name in PRESET_NAMES) + "). A cloud VM whose 8 GPUs share 4 NICs of 200 Gb/s "
-                            "has 100")
+                                for name in PRESET_NAMES) + "; at least 0.001). A cloud VM whose 8 GPUs share 4 NICs "
+                            "of 200 Gb/s has 100")
     where.add_argument("--memory-reserve", dest="memory_reserve", type=float,
                        help=f"share of each GPU's memory a plan may not use, kept for the CUDA context, NCCL and "
                             f"fragmentation (default {MEMORY_RESERVE:g}; 0 <= value < 1)")
@@ -122,7 +122,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     where.add_argument("--region-nodes", dest="region_nodes", type=int, metavar="N",
                        help="a cross-region link: the nodes form regions of N consecutive nodes (data centres)")
     where.add_argument("--cross-region-gbps", dest="cross_region_gbps", type=float, metavar="GBPS",
-                       help="the link between regions, Gb/s each way per region (default 100)")
+                       help="the link between regions, Gb/s each way per region (default 100; at least 0.001)")
     where.add_argument("--cross-region-latency-ms", dest="cross_region_latency_ms", type=float, metavar="MS",
                        help="its latency in ms (default 50)")
     where.add_argument("--params", help="short form: a parameter count such as 7.5B or 125M; prints per-GPU "
@@ -275,12 +275,19 @@ def flag_name(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
-def check_number(name: str, value: float | None, zero_allowed: bool = False) -> None:
-    """Refuse a float flag's value that is not a finite positive number (>= 0 where zero is allowed): argparse's
-    float() reads nan and inf, which no count, rate or time is."""
+# The slowest link a plan is made for, in Gb/s: 1 Mb/s, a thousandth of a slow office link. Below it a value is
+# taken for a slip of the unit (a step time of 10^300 s helps no one).
+SLOWEST_LINK_GBPS = 1e-3
+
+
+def check_number(name: str, value: float | None, zero_allowed: bool = False, at_least: float | None = None) -> None:
+    """Refuse a float flag's value that is not a finite positive number (>= 0 where zero is allowed; >= at_least
+    where that is given): argparse's float() reads nan and inf, which no count, rate or time is."""
     if value is not None and (not math.isfinite(value) or value < 0 or (value == 0 and not zero_allowed)):
         wanted = "a finite number >= 0" if zero_allowed else "a positive finite number"
         raise ValueError(f"{flag_name(name)} must be {wanted}, got {value:g}")
+    if value is not None and at_least is not None and value < at_least:
+        raise ValueError(f"{flag_name(name)} must be at least {at_least:g}, got {value:g}: is the unit Gb/s?")
 
 
 def in_flags(message: str, args, fields=STRATEGY_FIELDS) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from ddp_lab.course.plan import outer_sync
 from ddp_lab.course.plan.collectives import axes_across_regions, spans_regions
-from ddp_lab.plan.cli_flags import check_number
+from ddp_lab.plan.cli_flags import SLOWEST_LINK_GBPS, check_number
 
 
 def regions_note(model, cluster, strategy) -> str:
@@ -39,7 +39,7 @@ def cross_region(cluster, args):
                              "--region-nodes N (nodes per region)")
         return cluster
     changes = {"region_nodes": args.region_nodes}
-    check_number("cross_region_gbps", args.cross_region_gbps)
+    check_number("cross_region_gbps", args.cross_region_gbps, at_least=SLOWEST_LINK_GBPS)
     check_number("cross_region_latency_ms", args.cross_region_latency_ms, zero_allowed=True)
     if args.cross_region_gbps is not None:
         changes["cross_region_bandwidth"] = args.cross_region_gbps * 1e9 / 8
