@@ -63,6 +63,14 @@ def _rank_work(rank: int) -> dict:
         dist.all_to_all_single(torch.empty(4), torch.ones(4))
         dist.scatter(torch.empty(3), scatter_list=[torch.ones(3), torch.ones(3)] if rank == 0 else None, src=0)
     out["calls"] = counter.take()
+    # the list form of all_to_all: gloo runs it from torch 2.13 (equal sizes), and refuses it before
+    with counter.counting():
+        try:
+            dist.all_to_all([torch.empty(2) for _ in range(2)], [torch.ones(2), torch.ones(2)])
+            out["list all_to_all"] = counter.take()
+        except (RuntimeError, NotImplementedError):     # c10's "ProcessGroupGloo does not support alltoall"
+            out["list all_to_all"] = None
+            counter.take()
     out["after"] = counter.take()
     out["restored"] = dist.all_reduce is original
 
@@ -140,6 +148,10 @@ def test_byte_counter_sees_every_counted_collective_and_restores_torch(ranks):
     assert [(c.name, c.dtype, c.numel, c.nbytes) for c in calls] == both + [("scatter", torch.float32, 3, 12)] * 2
     assert comm_hooks.total_bytes(calls) == 72
     assert [(c.name, c.dtype, c.numel, c.nbytes) for c in ranks[1]["calls"]] == both   # scatter: rank 1 sends nothing
+    listed = ranks[0]["list all_to_all"]
+    assert (listed is not None) == (torch.__version__ >= "2.13")   # gloo's list all_to_all: torch 2.13 on
+    if listed is not None:                              # every chunk handed in, this rank's own among them
+        assert [(c.name, c.numel, c.nbytes) for c in listed] == [("all_to_all", 2, 8)] * 2
     assert ranks[0]["after"] == []
     assert ranks[0]["restored"]
 
