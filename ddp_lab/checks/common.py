@@ -548,34 +548,31 @@ def whole_dataset_divisor(fn, divided: tuple[str, ...], ignored: tuple[str, ...]
     source, tree = read
     bound = _bound_once(tree)
 
-    def counts_the_dataset(node, depth: int = 0) -> bool:
-        for inner in ast.walk(node):
-            if (isinstance(inner, ast.Call) and ast.unparse(inner.func) == "len" and len(inner.args) == 1
-                    and isinstance(inner.args[0], ast.Attribute) and inner.args[0].attr == "dataset"):
-                return True
-            if isinstance(inner, ast.Name) and inner.id in bound and depth < 20 \
-                    and counts_the_dataset(bound[inner.id][0], depth + 1):
-                return True
-        return False
+    def counts_the_dataset(node) -> bool:
+        return any(isinstance(inner, ast.Call) and ast.unparse(inner.func) == "len" and len(inner.args) == 1
+                   and isinstance(inner.args[0], ast.Attribute) and inner.args[0].attr == "dataset"
+                   for part in _through_names(node, bound) for inner in ast.walk(part))
 
-    def names_the_ranks(node, depth: int = 0) -> bool:
-        """Whether node, or a name in it bound once, names a number of ranks (any case: WORLD_SIZE too)."""
-        text = ast.unparse(node).lower()
-        return any(word in text for word in _RANK_COUNTS) or any(
-            isinstance(inner, ast.Name) and inner.id in bound and depth < 20
-            and names_the_ranks(bound[inner.id][0], depth + 1) for inner in ast.walk(node))
-
-    def divides_by_the_ranks(node, depth: int = 0) -> bool:
-        """Whether node, or a name in it bound once, divides by a number of ranks (on the right of / or //)."""
+    def divides_by_the_ranks(node) -> bool:      # a number of ranks on the right of / or //, in any case
         return any(isinstance(inner, ast.BinOp) and isinstance(inner.op, (ast.Div, ast.FloorDiv))
-                   and names_the_ranks(inner.right) for inner in ast.walk(node)) or any(
-            isinstance(inner, ast.Name) and inner.id in bound and depth < 20
-            and divides_by_the_ranks(bound[inner.id][0], depth + 1) for inner in ast.walk(node))
+                   and any(word in ast.unparse(right).lower() for right in _through_names(inner.right, bound)
+                           for word in _RANK_COUNTS)
+                   for part in _through_names(node, bound) for inner in ast.walk(part))
 
     for node, divisor in _count_divisions(tree, divided, ignored):
         if counts_the_dataset(divisor) and not divides_by_the_ranks(divisor):
             return ast.unparse(divisor), _quoted_division(source, tree, bound, node, divisor)
     return None
+
+
+def _through_names(node, bound: dict, depth: int = 0):
+    """node, then the value of each name in it that fn binds once (`_bound_once`), and theirs in turn: what the
+    expression is computed from."""
+    yield node
+    if depth < 20:
+        for inner in ast.walk(node):
+            if isinstance(inner, ast.Name) and inner.id in bound:
+                yield from _through_names(bound[inner.id][0], bound, depth + 1)
 
 
 _RANK_COUNTS = ("world_size", "num_replicas", "get_world_size")   # what a rank's share of a dataset is divided by

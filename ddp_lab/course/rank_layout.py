@@ -58,7 +58,7 @@ class Group:
             (False, True, False)
         """
         block = self.size * self.stride
-        world = block if self.world is None else self.world
+        world = self._ranks
         return self.size > 1 and (block > gpus_per_node or (world > gpus_per_node and gpus_per_node % block != 0))
 
     def ranks_in_a_node(self, gpus_per_node: int) -> tuple[int, int]:
@@ -71,8 +71,7 @@ class Group:
         """
         if not self.spans_nodes(gpus_per_node):
             return self.size, self.size
-        world = self.size * self.stride if self.world is None else self.world
-        return _ranks_in_a_node(self.size, self.stride, world, gpus_per_node)
+        return _ranks_in_a_node(self.size, self.stride, self._ranks, gpus_per_node)
 
     def node_counts(self, gpus_per_node: int) -> list[tuple[int, ...]]:
         """Each way one group of this axis lies over nodes: its ranks in each node it touches, in node order (a
@@ -86,8 +85,12 @@ class Group:
         """
         if not self.spans_nodes(gpus_per_node):
             return [(self.size,)]
-        world = self.size * self.stride if self.world is None else self.world
-        return _node_counts(self.size, self.stride, world, gpus_per_node)
+        return _node_counts(self.size, self.stride, self._ranks, gpus_per_node)
+
+    @property
+    def _ranks(self) -> int:
+        """The job's ranks: `world`, or one block of the axis's groups where it is not given."""
+        return self.size * self.stride if self.world is None else self.world
 
 
 @functools.lru_cache(maxsize=4096)
@@ -105,26 +108,29 @@ def _ranks_in_a_node(size: int, stride: int, world: int, gpus_per_node: int) -> 
     """
     if stride >= gpus_per_node:
         return 1, 1           # neighbours a node or more apart: each rank alone in its node
-    block = size * stride
-    period = min(world, math.lcm(block, gpus_per_node))   # the pattern of blocks on nodes repeats after it
     counts = set()
-    for start in range(0, period, block):
-        for offset in range(stride):
-            counts.update(_ranks_per_node(start + offset, stride, size, gpus_per_node))
+    for first in _first_ranks(size, stride, world, gpus_per_node):
+        counts.update(_ranks_per_node(first, stride, size, gpus_per_node))
     return min(counts), max(counts)
+
+
+def _first_ranks(size: int, stride: int, world: int, gpus_per_node: int) -> list[int]:
+    """The first ranks of the groups of one period of blocks on nodes: the groups tile the ranks in blocks of size x
+    stride, `stride` groups a block, and the pattern of blocks on nodes repeats every lcm(block, gpus_per_node)
+    ranks (or the job ends first)."""
+    block = size * stride
+    period = min(world, math.lcm(block, gpus_per_node))
+    return [start + offset for start in range(0, period, block) for offset in range(stride)]
 
 
 @functools.lru_cache(maxsize=4096)
 def _node_counts(size: int, stride: int, world: int, gpus_per_node: int) -> list[tuple[int, ...]]:
     """`Group.node_counts` of a group that spans nodes: the distinct per-node counts of the groups of one period of
     blocks on nodes (as `_ranks_in_a_node` walks them), longest first."""
-    block = size * stride
-    period = min(world, math.lcm(block, gpus_per_node))
     ways = set()
-    for start in range(0, period, block):
-        for offset in range(stride):
-            nodes = [(start + offset + k * stride) // gpus_per_node for k in range(size)]
-            ways.add(tuple(nodes.count(node) for node in sorted(set(nodes))))
+    for first in _first_ranks(size, stride, world, gpus_per_node):
+        nodes = [(first + k * stride) // gpus_per_node for k in range(size)]
+        ways.add(tuple(nodes.count(node) for node in sorted(set(nodes))))
     return sorted(ways, key=lambda counts: (-len(counts), counts))
 
 

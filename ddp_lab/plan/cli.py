@@ -226,12 +226,13 @@ def _search_report(model, cluster, args, reserve: float, seq_source: str | None 
     folded = fold_shard_sizes(fold_zero_stages(fitting))
     rows = folded[:args.top or 10]
     applied = tuple(flag_name(name) for name in SEARCH_WIDE if options[name])
-    if any(s.moe_dispatch != "all-to-all" for s in tried):      # put only where an ep group crosses nodes
+    dispatched = any(s.moe_dispatch != "all-to-all" for s in tried)   # put only where an ep group crosses nodes
+    if dispatched:
         applied += (f"--moe-dispatch {options['moe_dispatch']}",)
     for name in SEARCH_WIDE:   # given, but no plan tried fits it (one GPU a node: no tp > 1)
         if options[name] and not any(getattr(s, name) for s in tried):
             note += f"note: {flag_name(name)} applies to no plan of this search (none has {FITS[name]}); drop it\n"
-    if options["moe_dispatch"] != "all-to-all" and not any(s.moe_dispatch != "all-to-all" for s in tried):
+    if options["moe_dispatch"] != "all-to-all" and not dispatched:
         note += (f"note: --moe-dispatch {options['moe_dispatch']} applies to no plan of this search (no ep group "
                  f"crosses nodes inside a region); drop it\n")
     if isinstance(args.dp_shard, int) and not any(s.dp_shard for s in tried):
