@@ -555,8 +555,8 @@ ZERO1_MISTAKES = [   # answers that return (not raise): they run one after the o
                                           r"not change, though zero1_step called dist\.all_gather: it writes into the "
                                           r"tensors it is given .*none of them was p's\. Gather into views of p"),
     # whether the gathered values arrived by the time the step returned (by luck) or not, the work never waited for
-    (zero1_init, gathers_without_waiting, r"(?s)^rank 0 of 2, step 0: .*a collective called with async_op=True "
-                                          r"returned a work that was never waited for"),
+    (zero1_init, gathers_without_waiting, r"(?s)^rank 0 of 2, step 0: .*(a collective|an all-gather) called with "
+                                          r"async_op=True returned a work that was never waited for"),
     # the sum arrives before the step or not: either way the message names the async all_reduce not waited for
     (zero1_init, waits_after_the_step, ASYNC_NOT_WAITED),
     (zero1_init, sleeps_instead_of_waiting, ASYNC_NOT_WAITED),
