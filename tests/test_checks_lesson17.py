@@ -864,8 +864,59 @@ def step_guards_the_division(params, optimizer, scale, max_norm):
     return True
 
 
+def step_reads_the_ratio_with_item(params, optimizer, scale, max_norm):
+    """Right: the ratio of a tensor norm and max_norm read out as a number (.item()), then compared with 1."""
+    _unscale(params, scale)
+    if _agreed_inf(params):
+        return False
+    squares = sum(p.grad.pow(2).sum() for p in params).reshape(1)
+    dist.all_reduce(squares)
+    total_norm = squares.sqrt()
+    if (total_norm / max_norm).item() > 1.0:
+        for p in params:
+            p.grad.mul_(max_norm / (total_norm.item() + 1e-6))
+    optimizer.step()
+    return True
+
+
+def step_reads_the_ratio_with_float(params, optimizer, scale, max_norm):
+    """Right: the same ratio read out with float(), then compared with 1."""
+    _unscale(params, scale)
+    if _agreed_inf(params):
+        return False
+    squares = sum(p.grad.pow(2).sum() for p in params).reshape(1)
+    dist.all_reduce(squares)
+    total_norm = squares.sqrt()
+    if float(total_norm / max_norm) > 1:
+        for p in params:
+            p.grad.mul_(max_norm / (total_norm.item() + 1e-6))
+    optimizer.step()
+    return True
+
+
+def clips_at_a_written_norm_read_with_float(params, optimizer, scale, max_norm):
+    """Wrong: the norm (not a ratio) read out with float() and compared with a 1.0 written in."""
+    grads = [p.grad for p in params]
+    for grad in grads:
+        grad.div_(scale)
+    norm = torch.sqrt(sum(g.pow(2).sum() for g in grads))
+    if float(norm) > 1.0:
+        for grad in grads:
+            grad.mul_(max_norm / norm)
+    optimizer.step()
+    return True
+
+
+def test_a_written_bound_is_refused_through_a_number_read_out(monkeypatch):
+    monkeypatch.setattr(lesson17, "run_on_ranks", None)   # starting ranks would raise TypeError
+    with pytest.raises(CheckFailed, match=r"compares the norm with 1\.0, a number written in the code "
+                                          r"\(`float\(norm\) > 1\.0`\)"):
+        lesson17.check_unscale_clip_and_step(clips_at_a_written_norm_read_with_float)
+
+
 @pytest.mark.parametrize("answer", [step_tests_the_ratio_inline, step_tests_the_coefficient_inline,
-                                    step_tests_a_named_ratio, step_guards_the_division])
+                                    step_tests_a_named_ratio, step_guards_the_division,
+                                    step_reads_the_ratio_with_item, step_reads_the_ratio_with_float])
 def test_a_ratio_compared_with_one_is_no_written_bound(monkeypatch, answer):
     monkeypatch.setattr(lesson17, "run_on_ranks", _ranks_would_start)   # the source rules let it through
     with pytest.raises(_RanksWouldStart):

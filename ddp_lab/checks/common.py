@@ -715,9 +715,26 @@ def _compared_number(node, words: tuple[str, ...]) -> str | None:
 
 
 def _is_ratio(node) -> bool:
-    """Whether node divides one quantity by another (neither written as a number), or names such a ratio."""
+    """Whether node divides one quantity by another (neither written as a number), or names such a ratio, also as a
+    number read out of a tensor (`float(norm / max_norm)`, `(norm / max_norm).item()`: `_unwrapped`)."""
+    node = _unwrapped(node)
     return getattr(node, "ratio", False) or (isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div)
                                               and not _is_number(node.left) and not _is_number(node.right))
+
+
+NUMBER_READERS = ("item", "float", "double")     # a tensor's methods that give its value, unchanged, as a number
+
+
+def _unwrapped(node):
+    """What `float(...)`, `(...).item()`, `.float()` or `.double()` read the value of (repeatedly), else node."""
+    while isinstance(node, ast.Call) and not node.keywords:
+        if isinstance(node.func, ast.Name) and node.func.id == "float" and len(node.args) == 1:
+            node = node.args[0]
+        elif isinstance(node.func, ast.Attribute) and node.func.attr in NUMBER_READERS and not node.args:
+            node = node.func.value
+        else:
+            break
+    return node
 
 
 def _is_number(node) -> bool:
