@@ -31,14 +31,17 @@ SCALER_HINTS = ("decided per rank", "never divided by the scale", "divides into 
                 "must be skipped on every rank", "the package's own answer", "finds inf but not NaN",
                 "not by this case's scale", "clipped to norm 1", "capped at max_norm",
                 "look at every parameter's gradient", "was outvoted", "finds NaN but not inf",
-                "the squared norm was compared with max_norm", "used the squared norm (the all-reduced sum")
+                "the squared norm was compared with max_norm", "used the squared norm (the all-reduced sum",
+                "divided by the scale twice", "clipping coefficient is upside down", "the norm left out the bias",
+                "the step was taken by hand", "optimizer.step() was never called")
 FP8_HINTS = ("gradients take e5m2", "weights and activations take e4m3", "wrong dimension",
              "keep the reduced dimension", "inverted", "x.max() misses", "other format's largest", "one scale per row",
              "one scale for the whole",
              "the package's own answer", "wrong way round", "is another FP8 format", "is a Python float",
              "keep the scale in float32", "use amax", "compute x * scale in float32", "were divided by the scale",
              "clamped to ±448, the largest value of torch.float8_e4m3fn", "before it was scaled",
-             "from the mean of |x|")
+             "from the mean of |x|", "changed the tensor it was given", "every row got the whole tensor's scale",
+             "torch.float16's largest value", "rounded down to a power of two")
 
 
 def _fails_with_only(message: str, expected: str, hints: tuple) -> None:
@@ -381,6 +384,82 @@ def step_clips_by_the_squared_norm(params, optimizer, scale, max_norm):
     return True
 
 
+def step_unscales_twice(params, optimizer, scale, max_norm):
+    _unscale(params, scale)
+    if _agreed_inf(params):
+        return False
+    grads = [p.grad.div_(scale) for p in params]                # "unscale" once more before the norm
+    squares = sum(g.pow(2).sum() for g in grads).reshape(1)
+    dist.all_reduce(squares)
+    norm = squares.sqrt().item()
+    if norm > max_norm:
+        for g in grads:
+            g.mul_(max_norm / (norm + 1e-6))
+    optimizer.step()
+    return True
+
+
+def _inverted_clip(params, max_norm, always):
+    squares = sum(p.grad.pow(2).sum() for p in params).reshape(1)
+    dist.all_reduce(squares)
+    norm = squares.sqrt().item()
+    if always or norm > max_norm:
+        for p in params:
+            p.grad.mul_(norm / max_norm)                             # the coefficient upside down
+
+
+def step_inverts_the_coefficient(params, optimizer, scale, max_norm):
+    _unscale(params, scale)
+    if _agreed_inf(params):
+        return False
+    _inverted_clip(params, max_norm, always=False)
+    optimizer.step()
+    return True
+
+
+def step_always_applies_an_inverted_coefficient(params, optimizer, scale, max_norm):
+    _unscale(params, scale)
+    if _agreed_inf(params):
+        return False
+    _inverted_clip(params, max_norm, always=True)
+    optimizer.step()
+    return True
+
+
+def step_norm_of_the_weights_only(params, optimizer, scale, max_norm):
+    _unscale(params, scale)
+    if _agreed_inf(params):
+        return False
+    squares = params[0].grad.pow(2).sum().reshape(1)           # the bias left out of the norm
+    dist.all_reduce(squares)
+    norm = squares.sqrt().item()
+    if norm > max_norm:
+        for p in params:
+            p.grad.mul_(max_norm / (norm + 1e-6))
+    optimizer.step()
+    return True
+
+
+def step_by_hand(params, optimizer, scale, max_norm):
+    _unscale(params, scale)
+    if _agreed_inf(params):
+        return False
+    _clip(params, max_norm)
+    lr = optimizer.param_groups[0]["lr"]
+    with torch.no_grad():
+        for p in params:
+            p.sub_(lr * p.grad)                                    # SGD's rule by hand: its weight decay left out
+    return True
+
+
+def step_never_steps(params, optimizer, scale, max_norm):
+    _unscale(params, scale)
+    if _agreed_inf(params):
+        return False
+    _clip(params, max_norm)
+    return True                                                    # no optimizer.step()
+
+
 def step_with_the_package(params, optimizer, scale, max_norm):
     return AgreedLossScaler(scale=scale).unscale_clip_and_step(params, optimizer, max_norm)
 
@@ -414,7 +493,14 @@ SCALER_MISTAKES = [
     # (the source shows which way: one cause named, not the other)
     (step_found_inf_by_min, "was outvoted"), (step_all_finite_by_max, "was outvoted"),
     (step_found_inf_from_rank_0, "was outvoted"), (step_tests_for_nan_only, "finds NaN but not inf"),
-    (step_clips_the_weight_only, "(SGD, lr 1: the parameters minus the unscaled, clipped gradient)"),
+    (step_clips_the_weight_only, "(SGD, lr 1, weight decay 0.05: the parameters less lr times the unscaled, "
+                                 "clipped gradient plus weight decay times the parameters)"),
+    (step_unscales_twice, "divided by the scale twice"),
+    (step_inverts_the_coefficient, "clipping coefficient is upside down"),
+    (step_always_applies_an_inverted_coefficient, "clipping coefficient is upside down"),
+    (step_norm_of_the_weights_only, "the norm left out the bias"),
+    (step_by_hand, "the step was taken by hand"),
+    (step_never_steps, "optimizer.step() was never called"),
     # right where the norm and its square are on the same side of max_norm: the third case has them apart
     (step_compares_the_squared_norm, "the squared norm was compared with max_norm"),
     (step_clips_by_the_squared_norm, "used the squared norm (the all-reduced sum"),
@@ -661,6 +747,34 @@ def fp8_scale_from_the_mean(x, role, rowwise):
     return _cast(x, _format(role), x.abs().mean(dim=-1, keepdim=True) if rowwise else x.abs().mean())
 
 
+def fp8_scales_x_in_place(x, role, rowwise):
+    dtype = _format(role)
+    scale = torch.finfo(dtype).max / (x.abs().amax(dim=-1, keepdim=True) if rowwise else x.abs().amax())
+    return x.mul_(scale).to(dtype), scale                          # the caller's x scaled too
+
+
+def fp8_rows_share_the_tensors_scale(x, role, rowwise):
+    dtype = _format(role)
+    scale = torch.finfo(dtype).max / x.abs().amax()
+    if rowwise:
+        scale = scale.expand(x.shape[0], 1)                        # the shape asked for, one value for every row
+    return (x * scale).to(dtype), scale
+
+
+def fp8_float16_max_for_gradients(x, role, rowwise):
+    dtype = _format(role)
+    largest = torch.finfo(torch.float16).max if role == "gradient" else torch.finfo(dtype).max
+    scale = largest / (x.abs().amax(dim=-1, keepdim=True) if rowwise else x.abs().amax())
+    return (x * scale).to(dtype), scale
+
+
+def fp8_power_of_two_scale(x, role, rowwise):
+    dtype = _format(role)
+    amax = x.abs().amax(dim=-1, keepdim=True) if rowwise else x.abs().amax()
+    scale = torch.exp2(torch.floor(torch.log2(torch.finfo(dtype).max / amax)))
+    return (x * scale).to(dtype), scale
+
+
 def fp8_rounded_to_integers(x, role, rowwise):
     dtype = _format(role)
     scale = torch.finfo(dtype).max / (x.abs().amax(dim=-1, keepdim=True) if rowwise else x.abs().amax())
@@ -669,6 +783,10 @@ def fp8_rounded_to_integers(x, role, rowwise):
 
 @pytest.mark.parametrize("answer, expected", [
     (fp8_divides_by_the_scale, "were divided by the scale"),
+    (fp8_scales_x_in_place, "changed the tensor it was given"),
+    (fp8_rows_share_the_tensors_scale, "every row got the whole tensor's scale"),
+    (fp8_float16_max_for_gradients, "torch.float16's largest value"),
+    (fp8_power_of_two_scale, "rounded down to a power of two"),
     (fp8_clamped_to_e4m3_range, "clamped to ±448, the largest value of torch.float8_e4m3fn"),
     (fp8_cast_then_scaled_in_float32, "before it was scaled"),
     (fp8_scale_from_the_mean, "from the mean of |x|"),

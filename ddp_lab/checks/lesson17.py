@@ -11,10 +11,11 @@ its square over it (so a squared norm compared with max_norm shows),
 once with a NaN in every rank's weight, once in every rank's bias, once with an inf in rank 1's weight
 only (so an overflow test that skips a parameter, or that finds inf but not NaN, shows as such: the
 inf and one NaN share a parameter; an overflow agreed so that rank 1's alone is outvoted skips the NaNs, found
-on every rank, and steps on the inf). Each wrong result is
+on every rank, and steps on the inf). The optimizer is SGD with weight decay, so a step taken by hand instead of
+optimizer.step() shows. Each wrong result is
 compared with what each likely mistake gives, and a wrong step is shown at the first element that differs. The
 FP8 cast is a plain function, checked in
-this process on a tensor whose outlier row holds a negative largest value,
+this process on a tensor whose outlier row holds a negative largest value (and which it must leave as it was),
 with rows != columns, so a scale over the wrong dimension, or a max without abs, shows; values wrong under a right
 scale are shown at the first element that differs (named where they are what dividing by the scale, clamping to the
 other format's range, or casting before scaling gives); an error it raises
@@ -42,6 +43,9 @@ from ddp_lab.course.low_precision import fp8, loss_scaling
 
 WORLD = 2
 MAX_NORM, LR = 1.5, 1.0            # max_norm is neither 1 (the clipping coefficient's cap) nor 2 (the scales' ratio)
+# The optimizer is SGD with weight decay, so a step taken by hand (p -= lr * p.grad) instead of optimizer.step()
+# shows: it moves each parameter by WEIGHT_DECAY * lr * p less than the optimizer's own rule does
+WEIGHT_DECAY = 0.05
 SHARD_ROWS, COLS = 3, 4            # each rank: a (3, 4) weight shard and a (3,) bias shard
 # Norms of each rank's shard of the *true* gradient, per case: in "clipped", rank 0's alone is under MAX_NORM; in
 # NEAR, the global norm (1.36) is under MAX_NORM and its square (1.85) over it, so that a squared norm compared with
@@ -99,7 +103,7 @@ def _scaler_runner(rank: int, answer) -> dict:
             params[0].grad[2, 1] = float("nan")
         if case == "NaN in every bias":
             params[1].grad[0] = float("nan")
-        optimizer = torch.optim.SGD(params, lr=LR)
+        optimizer = torch.optim.SGD(params, lr=LR, weight_decay=WEIGHT_DECAY)
         stepped = None
         with watching_calls(SCALER_ANSWERS) as called_here:
             stepped = call_case(answer, f"the case '{case}' (scale {scale:g}, max_norm {MAX_NORM:g})", params,
@@ -118,7 +122,7 @@ def check_unscale_clip_and_step(unscale_clip_and_step, timeout: float = 30.0) ->
     """Check `unscale_clip_and_step(params, optimizer, scale, max_norm) -> bool` on 2 gloo ranks.
 
     Each rank's `params` are its shard of the model (a (3, 4) weight and a (3,) bias) whose `.grad` holds
-    `scale` times the true gradient; `optimizer` is SGD with lr 1. Cases: a gradient whose global norm is
+    `scale` times the true gradient; `optimizer` is SGD with lr 1 and weight decay 0.05. Cases: a gradient whose global norm is
     under max_norm (a plain step); one over it (every shard scaled by max_norm / global norm), at another
     scale; one under max_norm whose square is over it (a plain step); a NaN in every shard's weight, then in
     every shard's bias, and an inf in rank 1's weight only (no rank may step). max_norm is 1.5.
@@ -154,17 +158,22 @@ def _scaler_hang_hint(calls: set, places: dict) -> str | None:
             "rank takes the same path.")
 
 
-def _stepped_by(case: str, rank: int, coefficient: float) -> list[torch.Tensor]:
-    return [p - LR * coefficient * g for p, g in zip(_start_params(rank), _true_grads(case, rank))]
+def _stepped_by(case: str, rank: int, coefficient: float, weight_decay: float = WEIGHT_DECAY) -> list[torch.Tensor]:
+    """This rank's parameters after SGD's step with `coefficient` times the true gradient (torch's SGD adds
+    weight_decay * p to the gradient it steps with)."""
+    return [p - LR * (coefficient * g + weight_decay * p) for p, g in zip(_start_params(rank), _true_grads(case, rank))]
 
 
 def _norm(case: str, how: str = "global") -> list[float]:
-    """Per rank, the norm a clipping rule used: the global one, each shard's own, or the shards' norms added."""
+    """Per rank, the norm a clipping rule used: the global one, each shard's own, the shards' norms added, or the
+    global norm of the weights alone ("weights": the bias left out)."""
     local = list(SHARD_NORMS[case])
     if how == "local":
         return local
     if how == "added":
         return [sum(local)] * WORLD
+    if how == "weights":
+        return [sum(_true_grads(case, rank)[0].pow(2).sum().item() for rank in range(WORLD)) ** 0.5] * WORLD
     return [sum(n * n for n in local) ** 0.5] * WORLD
 
 
@@ -173,8 +182,10 @@ def _coefficient(norm: float, threshold: float = MAX_NORM) -> float:
 
 
 def _step_mistakes(case: str, division: str | None = None) -> list:
-    """(per-rank gradient coefficients, hint) a likely mistake gives in this case. `division`: a line of the answer
-    that divides a gradient into a new tensor (`division_into_a_new_tensor`), evidence for why p.grad kept the scale."""
+    """(per-rank gradient coefficients, hint[, weight decay]) a likely mistake gives in this case: the parameters it
+    leaves are `_stepped_by` those (the weight decay the step applied, where it is not the optimizer's: 0 for a step
+    taken by hand or none at all). `division`: a line of the answer that divides a gradient into a new tensor
+    (`division_into_a_new_tensor`), evidence for why p.grad kept the scale."""
     global_norm = _norm(case)
     never_divided = ("the gradients were never divided by the scale: the optimizer stepped with scale times the true "
                      "gradient. Unscale (grad / scale) first." if division is None else
@@ -217,6 +228,23 @@ def _step_mistakes(case: str, division: str | None = None) -> list:
         ([min(MAX_NORM, MAX_NORM / (n + 1e-6)) for n in global_norm],
          f"the clipping coefficient was capped at max_norm ({MAX_NORM:g}), not at 1: min(1, max_norm / norm) "
          "scales a gradient down, never up."),
+        ([_coefficient(n / scale) / scale for n in global_norm],
+         "the gradients were divided by the scale twice: the step was the true gradient divided by the scale "
+         "again. Divide p.grad by the scale once (in place), then use it as it is."),
+        *[([n / MAX_NORM if always or n > MAX_NORM else 1.0 for n in global_norm],
+           f"the clipping coefficient is upside down: norm / max_norm ({global_norm[0] / MAX_NORM:.3g} here) "
+           "grows a gradient that is over max_norm (or shrinks one under it); clipping multiplies by "
+           "max_norm / norm, which is under 1 exactly when the norm is over max_norm.") for always in (False, True)],
+        ([_coefficient(n) for n in _norm(case, "weights")],
+         "the norm left out the bias: the gradient norm that clipping compares with max_norm is over every "
+         "parameter's gradient (here each shard's weight and bias), its squares summed over all of them."),
+        ([_coefficient(n) for n in global_norm],
+         f"the parameters moved by lr times the clipped gradient alone, but the optimizer is SGD with weight decay "
+         f"({WEIGHT_DECAY:g}): the step was taken by hand. Call optimizer.step(), which applies the optimizer's own "
+         "rule (its learning rate, weight decay, momentum) to the unscaled, clipped p.grad.", 0.0),
+        ([0.0] * WORLD,
+         "the parameters did not move although no rank overflowed: optimizer.step() was never called. After "
+         "unscaling and clipping, step the optimizer and return True.", 0.0),
     ]
 
 
@@ -370,11 +398,12 @@ def _judge_step(name: str, case: str, got: list, division: str | None = None) ->
     where = (f"no overflow, gradient norm {'over' if case == 'clipped' else 'under'} max_norm ({case}, scale "
              f"{CASE_SCALES[case]:g}, max_norm {MAX_NORM:g}): rank {rank}'s "
              f"{_first_difference_of_params(got[rank]['params'], want[rank])}")
-    for coefficients, hint in _step_mistakes(case, division):
-        mistaken = [_stepped_by(case, r, coefficients[r]) for r in range(WORLD)]
+    for coefficients, hint, *weight_decay in _step_mistakes(case, division):
+        mistaken = [_stepped_by(case, r, coefficients[r], *weight_decay) for r in range(WORLD)]
         if all(_matches(result["params"], mistaken[r]) for r, result in enumerate(got)):
             raise CheckFailed(f"{where}.\nHint: {hint}")
-    raise CheckFailed(f"{where} (SGD, lr 1: the parameters minus the unscaled, clipped gradient).")
+    raise CheckFailed(f"{where} (SGD, lr {LR:g}, weight decay {WEIGHT_DECAY:g}: the parameters less lr times the "
+                      "unscaled, clipped gradient plus weight decay times the parameters).")
 
 
 # --- to_fp8 ----------------------------------------------------------------------------------
@@ -436,18 +465,35 @@ def check_to_fp8(to_fp8) -> None:
     x = _fp8_input()
     for role, rowwise in FP8_CASES:
         case = _case_name(role, rowwise)
+        given = x.clone()
         try:
             with watching_calls(FP8_ANSWERS) as called:
-                result = to_fp8(x.clone(), role, rowwise)
+                result = to_fp8(given, role, rowwise)
         except Exception as error:
             raise answer_raised(name, error, case, _fp8_error_hint(error)) from None
         if called:
             raise package_answer_used(name, called)
+        _refuse_changed_input(name, case, x, given)
         if not (isinstance(result, (tuple, list)) and len(result) == 2 and all(map(torch.is_tensor, result))):
             raise CheckFailed(f"{case}: {name} returned {describe(result)}; expected a pair of tensors (x_fp8, scale)."
                               + _pair_hint(result))
         _judge_fp8(name, case, x, role, rowwise, *result)
     passed(f"{name}: e4m3 for weights and activations, e5m2 for gradients, scaled by amax per tensor and per row")
+
+
+def _refuse_changed_input(name: str, case: str, x: torch.Tensor, given: torch.Tensor) -> None:
+    """CheckFailed if to_fp8 changed the tensor it was given (an in-place x.mul_, x *= scale)."""
+    if given.shape == x.shape and given.dtype == x.dtype and torch.equal(given, x):
+        return
+    if given.shape != x.shape or given.dtype != x.dtype:
+        what = f"it is now {describe(given)}"
+    else:
+        index = first_mismatch(given, x, atol=0.0, rtol=0.0)
+        where = ", ".join(map(str, index))
+        what = f"x[{where}] is now {given[index].item():.6g}, was {x[index].item():.6g}"
+    raise CheckFailed(f"{case}: {name} changed the tensor it was given ({what}).\nHint: an in-place operation on x "
+                      "(x.mul_(scale), x *= scale) scales the caller's own tensor, the weights or activations it "
+                      "goes on using in higher precision: compute x * scale into a new tensor.")
 
 
 def _pair_hint(result) -> str:
@@ -590,4 +636,16 @@ def _scale_hint(x: torch.Tensor, dtype: torch.dtype, rowwise: bool, scale: torch
     if torch.allclose(scale, fp8.fp8_max(other) / amax, rtol=1e-5):
         return (f"the scale used the other format's largest value ({fp8.fp8_max(other):g}); {dtype} goes up to "
                 f"{largest:g} (torch.finfo(dtype).max).")
+    wide = next((d for d in (torch.float16, torch.bfloat16)
+                 if torch.allclose(scale, torch.finfo(d).max / amax, rtol=1e-5)), None)
+    if wide is not None:
+        return (f"the scale used {wide}'s largest value ({torch.finfo(wide).max:g}), not the FP8 format's: {dtype} "
+                f"goes up to {largest:g} (torch.finfo({dtype}).max), so x * scale overflows it.")
+    if rowwise and torch.allclose(scale, largest / x.abs().amax().expand_as(scale), rtol=1e-5):
+        return ("every row got the whole tensor's scale (fp8_max over the tensor's amax): rowwise=True asks for "
+                "each row's own, from that row's amax, x.abs().amax(dim=-1, keepdim=True).")
+    if torch.equal(scale, torch.exp2(torch.floor(torch.log2(largest / amax)))):
+        return ("the scale was rounded down to a power of two (2^k <= fp8_max / amax). Some FP8 recipes do that, "
+                "so that scaling loses no bits; this exercise asks for fp8_max / amax itself, which maps amax onto "
+                "the format's largest value.")
     return "scale = torch.finfo(dtype).max / amax, with amax = max(|x|) over the tensor or each row."
