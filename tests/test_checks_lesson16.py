@@ -9,7 +9,10 @@ timeout (a hang can only be proven by waiting for it).
 
 from __future__ import annotations
 
+import io
+import os
 import re
+import tempfile
 
 import pytest
 import torch
@@ -30,7 +33,8 @@ DILOCO_HINTS = ("wrong sign", "summed, not averaged", "starts again every round"
                 "ended with the weights it started from", "θ_global is the model's own parameters",
                 "not zero in the first round", "θ_global never moved", "called no collective",
                 "Δ to one rank (dist.reduce)", "LocalSGD's step", "the outer SGD has no momentum",
-                "inside the loop over parameters", "no training reached the final weights")
+                "inside the loop over parameters", "no training reached the final weights",
+                "A test made at the top of the loop", "crossed in 16 bits")
 ZERO_DELTA = ("pseudo-gradient your replicas all-reduced was zero, so the outer step had nothing to apply. θ_global − "
               "θ_local is zero when θ_global is the model's own parameters")
 RECOVER_HINTS = ("sent from rank 0, the recovering one", "sent from rank 1, the recovering one",
@@ -38,7 +42,8 @@ RECOVER_HINTS = ("sent from rank 0, the recovering one", "sent from rank 1, the 
                  "kept its stale weights", "momentum did not",
                  "package's own answer", "the source rank never joined the broadcast",
                  "the optimizer's state must be keyed by its parameters", "no momentum_buffer yet",
-                 "broadcast_object_list fills the list you pass in place")
+                 "broadcast_object_list fills the list you pass in place", "read a state from a file",
+                 "broadcast_object_list was given a dict")
 
 
 def _diloco(model, batches, inner_steps, sign=1.0, mean=True, reset_outer=False, average_inner=False,
@@ -146,6 +151,45 @@ def _over_two_written(g, delta, written):
         g.grad = delta
 
 
+def _outer_step(global_params, model, outer, wire=torch.float32, clear_first=False):
+    """The right outer step but for `wire`, the dtype Δ is all-reduced in, and `clear_first`: outer.zero_grad()
+    between setting θ_global's .grad and outer.step() (which then finds no .grad)."""
+    with torch.no_grad():
+        for g, p in zip(global_params, model.parameters()):
+            delta = (g - p).to(wire)
+            dist.all_reduce(delta)
+            g.grad = delta.float() / dist.get_world_size()
+        if clear_first:
+            outer.zero_grad()
+        outer.step()
+        outer.zero_grad()
+        for g, p in zip(global_params, model.parameters()):
+            p.copy_(g)
+
+
+def _written_diloco(wire=torch.float32, clear_first=False, at_the_top=False):
+    """A DiLoCo answer written out (not `_diloco`'s flags): `_outer_step`'s mistakes, or `at_the_top`: the sync
+    tested at the top of the loop, before the batch's inner step (`step > 0 and step % inner_steps == 0`)."""
+    def train_diloco(model, batches, inner_steps):
+        inner = torch.optim.AdamW(model.parameters(), lr=0.01)
+        global_params = [p.detach().clone() for p in model.parameters()]
+        outer = torch.optim.SGD(global_params, lr=0.7, momentum=0.9, nesterov=True)
+        for step, (x, y) in enumerate(batches):
+            if at_the_top and step > 0 and step % inner_steps == 0:
+                _outer_step(global_params, model, outer)
+            inner.zero_grad()
+            F.mse_loss(model(x), y).backward()
+            inner.step()
+            if not at_the_top and (step + 1) % inner_steps == 0:
+                _outer_step(global_params, model, outer, wire, clear_first)
+    return train_diloco
+
+
+SYNCED_AT_THE_TOP = _written_diloco(at_the_top=True)
+CLEARED_BEFORE_THE_STEP = _written_diloco(clear_first=True)
+BFLOAT16_WIRE = _written_diloco(wire=torch.bfloat16)
+
+
 ZERO_FROM_START = ("pseudo-gradient your replicas all-reduced was zero, so the outer step had nothing to apply, and "
                    "rank 0 ended with the weights it started from: Δ = θ_global − θ_local is zero when it is taken "
                    "once the model has been reset to θ_global, or against tensors that are the model's own")
@@ -191,11 +235,22 @@ DILOCO_ANSWERS = [({}, None), ({"sign": -1.0}, "wrong sign"), ({"mean": False}, 
                   ({"step_per_param": True}, "the outer step ran inside the loop over parameters"),
                   # a body of `...`: nothing sent and nothing trained, not 'each took its outer step alone'
                   ({"noop": True}, "rank 0 ended with the weights it started from, and no replica called a "
-                                   "collective: no training reached the final weights")]
+                                   "collective: no training reached the final weights"),
+                  # written out: the right loop, then its outer step tested at the top of the loop; zero_grad()
+                  # between setting θ_global's .grad and the step; Δ all-reduced in bfloat16
+                  (_written_diloco(), None),
+                  (SYNCED_AT_THE_TOP, "ran the outer step after batch 4 of 8, where inner_steps=4 puts it after "
+                                      "batches 4 and 8: the last round never synced. A test made at the top of the "
+                                      "loop"),
+                  (CLEARED_BEFORE_THE_STEP, "θ_global never moved"),
+                  (BFLOAT16_WIRE, "crossed in 16 bits")]
 
 
 def _run_diloco_answers(rank: int) -> list:
     def answer(flags):
+        if callable(flags):                 # an answer written out
+            return flags
+
         def train_diloco(model, batches, inner_steps):
             return _diloco(model, batches, inner_steps, **flags)
         return train_diloco
@@ -253,6 +308,14 @@ def test_diloco_steps_counted_from_zero_are_named_not_a_period(diloco_results, f
     message = _diloco_failure(diloco_results, from_zero=from_zero)
     assert "Count batches from 1, or sync when (step + 1) % inner_steps == 0" in message, message
     assert "the period is the argument inner_steps" not in message and "every 5 batches" not in message, message
+
+
+def test_diloco_never_moved_names_a_grad_cleared_before_the_step(diloco_results):
+    index = next(i for i, (answer, _) in enumerate(DILOCO_ANSWERS) if answer is CLEARED_BEFORE_THE_STEP)
+    with pytest.raises(CheckFailed) as failure:
+        judge_diloco("answer", diloco_results[index])
+    message = str(failure.value)
+    assert "before anything clears that .grad (zero_grad() sets every .grad to None" in message, message
 
 
 @pytest.mark.parametrize("flags", [{"reset_first": True}, {"anchor": "state_dict"}])
@@ -362,11 +425,67 @@ def recover_never_loads(model, optimizer, source_rank):
     dist.broadcast_object_list([{"model": model.state_dict()}], src=source_rank)
 
 
+def recover_from_a_file(model, optimizer, source_rank):
+    """Wrong: the source saves its state to a file, the others read it (between barriers): nothing crosses the
+    group but the barriers, though the weights come out right."""
+    path = os.path.join(tempfile.gettempdir(), f"ddp-lab-recover-{os.getppid()}-{source_rank}.pt")
+    if dist.get_rank() == source_rank:
+        torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict()}, path)
+    dist.barrier()
+    if dist.get_rank() != source_rank:
+        state = torch.load(path)
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+    dist.barrier()
+
+
+def recover_from_a_broadcast_path(model, optimizer, source_rank):
+    """Wrong: only where the source saved its state crosses the group; every rank reads the state from the file."""
+    box = [None]
+    if dist.get_rank() == source_rank:
+        box = [os.path.join(tempfile.gettempdir(), f"ddp-lab-peer-{os.getppid()}-{source_rank}.pt")]
+        torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict()}, box[0])
+    dist.broadcast_object_list(box, src=source_rank)
+    state = torch.load(box[0])
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+
+
+def recover_through_a_buffer(model, optimizer, source_rank):
+    """Right: the source's state saved into bytes in memory, sent as a uint8 tensor, read back with torch.load from
+    a buffer (no file)."""
+    size = torch.zeros(1, dtype=torch.int64)
+    if dist.get_rank() == source_rank:
+        buffer = io.BytesIO()
+        torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict()}, buffer)
+        data = torch.frombuffer(bytearray(buffer.getvalue()), dtype=torch.uint8)
+        size[0] = data.numel()
+    dist.broadcast(size, src=source_rank)
+    if dist.get_rank() != source_rank:
+        data = torch.empty(int(size[0]), dtype=torch.uint8)
+    dist.broadcast(data, src=source_rank)
+    state = torch.load(io.BytesIO(data.numpy().tobytes()))
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+
+
+def recover_with_a_dict(model, optimizer, source_rank):
+    """Wrong: broadcast_object_list given the dict of states: only its keys cross, each rank loads its own state."""
+    state = {"model": model.state_dict(), "optimizer": optimizer.state_dict()}
+    dist.broadcast_object_list(state, src=source_rank)
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+
+
 # answers written out (their source is read for evidence, `lesson16.list_display_broadcast`), run in the same launch
 RECOVER_WRITTEN = [(recover_loads_the_name_bound_before,
                     "kept its stale weights, and `dist.broadcast_object_list([state], src=source_rank)` passes a list "
                     "written in the call: broadcast_object_list fills the list you pass in place"),
-                   (recover_never_loads, "kept its stale weights: it must load what the healthy peer sent")]
+                   (recover_never_loads, "kept its stale weights: it must load what the healthy peer sent"),
+                   (recover_from_a_file, "rank 0 returning, source_rank=1: rank 0 read a state from a file"),
+                   (recover_from_a_broadcast_path, "rank 0 returning, source_rank=1: rank 0 read a state from a file"),
+                   (recover_with_a_dict, "kept its stale weights, and broadcast_object_list was given a dict"),
+                   (recover_through_a_buffer, None)]
 
 
 def _run_recover_answers(rank: int) -> list:
@@ -397,9 +516,14 @@ def test_recovery_names_each_mistake_and_only_it(recover_results, index, capsys)
 
 
 @pytest.mark.parametrize("index", range(len(RECOVER_WRITTEN)), ids=[a.__name__ for a, _ in RECOVER_WRITTEN])
-def test_recovery_names_a_list_display_only_where_something_else_is_loaded(recover_results, index):
+def test_recovery_answers_written_out_are_named_by_their_evidence(recover_results, index):
+    """A list display named only where something else is loaded; a state read from a file refused, one read back
+    from bytes that came over the group passed; a dict given to broadcast_object_list named."""
     answer, expected = RECOVER_WRITTEN[index]
     results = recover_results[len(RECOVER_ANSWERS) + index]
+    if expected is None:
+        judge_recovery(answer.__name__, results, list_display_broadcast(answer))
+        return
     _fails_with_only(lambda name, r: judge_recovery(name, r, list_display_broadcast(answer)), results,
                      RECOVER_HINTS, expected)
 

@@ -11,11 +11,12 @@ every rank's final parameters are compared with one process simulating the repli
 result with what each likely mistake gives (pseudo-gradient's sign, a sum for a mean, a mean over 2
 written in, the outer momentum reset each round, the inner AdamW state averaged or made
 anew, plain momentum for Nesterov or none, the replicas left at their local weights or moved to their average
-(LocalSGD), the outer step inside the loop over parameters, the steps counted from 0, another period) or with what
-the replicas sent (a pseudo-gradient of zeros: θ_global never kept apart
+(LocalSGD), the outer step inside the loop over parameters, the steps counted from 0 or the sync tested at the top
+of the loop, another period) or with what the replicas sent (a pseudo-gradient of zeros: θ_global never kept apart
 from the model, Δ taken once the model was reset to θ_global or against the model's own tensors; zeros from
 the second round on: the first reset made the model share θ_global's memory; θ_global never stepped though
-Δ was not zero; nothing sent at all, or nothing sent and nothing trained). What each replica hands to any
+Δ was not zero, its .grad set on the model or cleared before the step; nothing sent at all, or nothing sent and
+nothing trained; half the bytes, a 16-bit wire). What each replica hands to any
 collective or send is counted: one pseudo-gradient per round, nothing else. Recovery
 runs on 3 ranks three times: rank 0 returning with stale weights and no optimizer state while rank 1 is
 the source, then rank 1 returning while rank 2 is, then rank 2 while rank 0 is, so an answer that fixes
@@ -25,7 +26,8 @@ tensor of how many bytes): a rank that skips a broadcast, calls another collecti
 another size, is named at once instead of hanging (or gloo aborting). An optimizer that cannot take one more
 step after recovery (its state keyed by numbers, not parameters) fails with a line, not a traceback; a returning
 rank that kept its stale weights where the answer passes a list display to broadcast_object_list is told where
-what arrived went.
+what arrived went, and where it passes a dict, that only its keys crossed. A state read from a file (torch.load of a
+path) is refused, however right the weights: the exercise sends the peer's state over the group.
 
 Introduced in notebooks/16-communicate-less.ipynb.
 """
@@ -33,6 +35,8 @@ Introduced in notebooks/16-communicate-less.ipynb.
 from __future__ import annotations
 
 import ast
+import contextlib
+import os
 
 import torch
 import torch.distributed as dist
@@ -121,7 +125,7 @@ def simulate_diloco(sign: float = 1.0, mean: bool = True, reset_outer: bool = Fa
             inner[rank].zero_grad()
             F.mse_loss(model(data[rank][step][0]), data[rank][step][1]).backward()
             inner[rank].step()
-        if not (FROM_ZERO[from_zero](step, period) if from_zero else (step + 1) % period == 0):
+        if not (FROM_ZERO[from_zero](step, period, inner_steps * rounds) if from_zero else (step + 1) % period == 0):
             continue
         with torch.no_grad():
             if reset_outer:
@@ -150,9 +154,13 @@ def simulate_diloco(sign: float = 1.0, mean: bool = True, reset_outer: bool = Fa
 
 
 # the steps counted from 0 (the enumerate index) against inner_steps: the outer step after batches 1, H + 1, ...
-# (`step % inner_steps == 0`), or after H + 1, 2H + 1, ... (`step > 0 and ...`); either misses the last round's sync
-FROM_ZERO = {"every": lambda step, period: step % period == 0,
-             "after the first": lambda step, period: step > 0 and step % period == 0}
+# (`step % inner_steps == 0`), or after H + 1, 2H + 1, ... (`step > 0 and ...`), or that second test made at the
+# top of the loop, before the batch's inner step: after batches H, 2H, ..., all but the last (the loop ends before a
+# test could follow batch R * H); each misses the last round's sync. Each takes (0-based step, period, batches).
+TOP_OF_THE_LOOP = "at the top of the loop"
+FROM_ZERO = {"every": lambda step, period, batches: step % period == 0,
+             "after the first": lambda step, period, batches: step > 0 and step % period == 0,
+             TOP_OF_THE_LOOP: lambda step, period, batches: (step + 1) % period == 0 and step + 1 < batches}
 
 DILOCO_MISTAKES = (
     ({"sign": -1.0}, "the pseudo-gradient has the wrong sign: it is θ_global − θ_local (the outer optimizer "
@@ -321,11 +329,17 @@ def _period_hint(got: list, rank: int, case: tuple[int, int], replicas: int = RE
     from_zero = next((way for way in FROM_ZERO
                       if _same(got, simulate_diloco(case=case, replicas=replicas, from_zero=way)[rank])), None)
     if from_zero is not None:
-        synced = [step + 1 for step in range(batches) if FROM_ZERO[from_zero](step, inner_steps)]
+        synced = [step + 1 for step in range(batches) if FROM_ZERO[from_zero](step, inner_steps, batches)]
         wanted = list(range(inner_steps, batches + 1, inner_steps))
-        return (f"your replicas ran the outer step after batch{'es' if len(synced) > 1 else ''} "
-                f"{_listed(synced)} of {batches}, where inner_steps={inner_steps} puts it after batches "
-                f"{_listed(wanted)}: the steps were counted from 0 (the index enumerate gives) against inner_steps, "
+        ran = (f"your replicas ran the outer step after batch{'es' if len(synced) > 1 else ''} "
+               f"{_listed(synced)} of {batches}, where inner_steps={inner_steps} puts it after batches "
+               f"{_listed(wanted)}")
+        if from_zero == TOP_OF_THE_LOOP:
+            return (f"{ran}: the last round never synced. A test made at the top of the loop, before the batch's "
+                    "inner step (step > 0 and step % inner_steps == 0), runs the outer step for the round before, "
+                    "so after the last batch no test comes. Take the outer step after the inner step, when "
+                    "(step + 1) % inner_steps == 0")
+        return (f"{ran}: the steps were counted from 0 (the index enumerate gives) against inner_steps, "
                 "so the last round never synced. Count batches from 1, or sync when (step + 1) % inner_steps == 0")
     period = next((p for p in range(1, inner_steps * rounds + 1)
                    if p != inner_steps and _same(got, simulate_diloco(case=case, period=p, replicas=replicas)[rank])),
@@ -414,8 +428,9 @@ def _never_moved_hint(results, got: list, rank: int) -> str | None:
         return None
     return (f"θ_global never moved: rank {rank}'s parameters are the starting weights, though the pseudo-gradients "
             "your replicas all-reduced were not zero. An optimizer steps only the parameters it was made over that "
-            "have a .grad: set the averaged Δ as the .grad of θ_global's tensors (the outer SGD's), not of the "
-            "model's parameters, and call the outer optimizer's step()")
+            "have a .grad when its step() runs: set the averaged Δ as the .grad of θ_global's tensors (the outer "
+            "SGD's), not of the model's parameters, and call the outer optimizer's step() before anything clears "
+            "that .grad (zero_grad() sets every .grad to None: call it after the step, or before setting .grad)")
 
 
 def _traffic_hint(sent: list, inner_steps: int = INNER_STEPS, rounds: int = ROUNDS) -> str | None:
@@ -442,6 +457,10 @@ def _traffic_hint(sent: list, inner_steps: int = INNER_STEPS, rounds: int = ROUN
     if total > per_round:
         return (f"your replicas sent {total} bytes, more than one pseudo-gradient ({per_round // rounds} bytes) "
                 "per round")
+    if names == {"all_reduce"} and 2 * total == per_round:
+        return ("your replicas sent half a model's worth per round: the pseudo-gradient crossed in 16 bits "
+                "(bfloat16 or float16). That saves half the bytes, at the cost of rounding Δ; this exercise's DiLoCo "
+                "all-reduces it in float32, as one process's would be, so that the two agree")
     return None
 
 
@@ -487,12 +506,15 @@ def _agree(case: int, call: int, src: int, apart: list, nbytes: int = -1) -> Non
     agree_or_stop((case, call, src, nbytes), apart, describe)
 
 
-def _paired_collectives(case: list, apart: list):
+def _paired_collectives(case: list, apart: list, dicts: list | None = None):
     """Inside a rank: before each collective of PAIRED over every rank that the answer calls (not one it calls
     inside another), the ranks agree on it (`_agree`, case[0] the case's index), so ranks that skip a collective or
     call another one, or the same one with a tensor of another size, raise CollectivesApart together instead of
-    waiting for each other (or gloo aborting)."""
+    waiting for each other (or gloo aborting). `dicts` gets the case's index wherever broadcast_object_list is
+    passed a dict (it sends a list's items, and a dict's are its keys)."""
     def before(name: str, given: dict) -> None:
+        if name == "broadcast_object_list" and isinstance(given.get("object_list"), dict) and dicts is not None:
+            dicts.append(case[0])
         src = given.get("src", given.get("group_src"))
         tensor = given.get(SIZED.get(name, ""))
         nbytes = tensor.numel() * tensor.element_size() if torch.is_tensor(tensor) else -1
@@ -501,10 +523,31 @@ def _paired_collectives(case: list, apart: list):
     return agreeing_collectives(PAIRED, before)
 
 
+@contextlib.contextmanager
+def _watching_file_loads(loads: list, case: list):
+    """For the duration, torch.load notes in `loads` each (case index, path) it is given a path (str or os.PathLike)
+    to read, not a buffer: a state read from a file, not received (`torch.load(io.BytesIO(...))` of bytes that came
+    over the group is no file)."""
+    load = torch.load
+
+    def noting(f, *args, **kwargs):
+        if isinstance(f, (str, os.PathLike)):
+            loads.append((case[0], os.fspath(f)))
+        return load(f, *args, **kwargs)
+
+    torch.load = noting
+    try:
+        yield
+    finally:
+        torch.load = load
+
+
 def _recover_runner(rank: int, recover) -> dict:
     """Every case of RECOVERY_CASES in turn on this rank: {"cases": [per case: params, stepped, momentum], "called",
-    "apart": None, or (case index, every rank's (case, call, src)) where the ranks' collectives did not pair up}."""
-    cases, called, apart, current = [], [], [], [0]
+    "apart": None, or (case index, every rank's (case, call, src)) where the ranks' collectives did not pair up,
+    "file_loads": [(case index, path)] of the states read from a file (`_watching_file_loads`), "dicts": the case
+    indices where broadcast_object_list was given a dict}."""
+    cases, called, apart, current, loads, dicts = [], [], [], [0], [], []
     for index, (returning, source) in enumerate(RECOVERY_CASES):
         current[0] = index
         if rank == returning:                             # stale weights, an optimizer without state
@@ -514,17 +557,19 @@ def _recover_runner(rank: int, recover) -> dict:
             model, optimizer = _healthy_replica()
         case = f"running on rank {rank} of {dist.get_world_size()} (rank {returning} returning), source_rank={source}"
         try:
-            with watching_calls(RECOVER_ANSWERS) as called_here, _paired_collectives(current, apart):
+            with watching_calls(RECOVER_ANSWERS) as called_here, _paired_collectives(current, apart, dicts), \
+                    _watching_file_loads(loads, current):
                 call_case(recover, case, model, optimizer, source)
             called.extend(called_here)
             _agree(index, RETURNED, -1, apart)            # a rank that skipped a collective meets the others here
         except (CaseFailed, CollectivesApart) as failure:
             if not apart or (isinstance(failure, CaseFailed) and failure.kind != "CollectivesApart"):
                 raise
-            return {"cases": cases, "called": called, "apart": (index, apart[-1])}
+            return {"cases": cases, "called": called, "apart": (index, apart[-1]), "file_loads": loads,
+                    "dicts": dicts}
         after = [p.detach().clone() for p in model.parameters()]
         cases.append({"params": after, **_stepped(model, optimizer)})
-    return {"cases": cases, "called": called, "apart": None}
+    return {"cases": cases, "called": called, "apart": None, "file_loads": loads, "dicts": dicts}
 
 
 def _stepped(model, optimizer) -> dict:
@@ -646,6 +691,21 @@ def list_display_broadcast(fn) -> str | None:
     return ast.unparse(min(found, key=lambda node: (node.lineno, node.col_offset)))
 
 
+def _refuse_file_loads(name: str, results) -> None:
+    """CheckFailed where a rank read the state from a file (torch.load of a path) during recovery: however right the
+    weights it ended with, they did not come from the peer's memory over the group."""
+    for rank, result in enumerate(results):
+        for index, path in result.get("file_loads", ())[:1]:
+            returning, source = RECOVERY_CASES[index]
+            raise CheckFailed(
+                f"rank {returning} returning, source_rank={source}: rank {rank} read a state from a file "
+                f"(torch.load({path!r})) inside {name}, where the peer's state is sent over the process group.\n"
+                "Hint: a replica that comes back takes the state a healthy peer holds in memory, sent with a "
+                "collective (broadcast_object_list of the state dicts, or a broadcast of each tensor): a file on "
+                "disk is only as new as its last save, and on a cluster it sits on one machine's disk, where other "
+                "ranks may not reach it. Send the state itself, not where it was saved.")
+
+
 def judge_recovery(name: str, results, list_display: str | None = None) -> None:
     """Compare every rank's state after recovery with the healthy state, case by case; CheckFailed naming the
     mistake. `results`: `_recover_runner`'s, one per rank. `list_display`: a broadcast_object_list call of the answer
@@ -657,6 +717,7 @@ def judge_recovery(name: str, results, list_display: str | None = None) -> None:
     apart = next((r["apart"] for r in results if r.get("apart")), None)
     if apart:
         _apart_feedback(name, apart)
+    _refuse_file_loads(name, results)
     healthy_model, healthy_optimizer = _healthy_replica()
     healthy = [p.detach().clone() for p in healthy_model.parameters()]
     healthy_next = _one_more_step(healthy_model, healthy_optimizer)
@@ -673,7 +734,13 @@ def judge_recovery(name: str, results, list_display: str | None = None) -> None:
         for rank, result in enumerate(got):
             if same(result["params"], healthy):
                 continue
-            if same(result["params"], stale) and list_display:
+            if same(result["params"], stale) and any(index in r.get("dicts", ()) for r in results):
+                hint = (f"rank {rank}, the recovering replica, kept its stale weights, and broadcast_object_list was "
+                        "given a dict: it sends the items of the list it is passed, and a dict's items are its keys, "
+                        "so only the key strings crossed (stored in the receivers' dict under 0, 1, ...), and what "
+                        "each rank then loaded was its own state. Pass a list holding the state, objects = [state], "
+                        "and load objects[0] after the call")
+            elif same(result["params"], stale) and list_display:
                 hint = (f"rank {rank}, the recovering replica, kept its stale weights, and `{list_display}` passes a "
                         "list written in the call: broadcast_object_list fills the list you pass in place, so what "
                         "arrived went into a list that no name holds, and what was loaded is not it. Keep the list in "
