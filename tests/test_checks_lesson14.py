@@ -17,6 +17,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.distributed as dist
+import torch.distributed._functional_collectives as funcol
 
 from ddp_lab.checks import CheckFailed
 from ddp_lab.checks import lesson14
@@ -559,6 +560,28 @@ def return_rows_of_4_values(expert_output, dispatched, token_index, gates, x, gr
     return x.index_add(0, token_index, back[dispatched.order.argsort()] * gates.unsqueeze(-1))
 
 
+def combine_into_x(expert_output, dispatched, token_index, gates, x, group=None):
+    rows = _back(expert_output, dispatched)[dispatched.order.argsort()]
+    return x.index_add_(0, token_index, rows * gates.unsqueeze(-1))      # the caller's x, added into in place
+
+
+def sorted_again_by_a_scatter(expert_output, dispatched, token_index, gates, x, group=None):
+    back = _back(expert_output, dispatched)
+    rows = torch.empty_like(back)
+    rows[dispatched.order.argsort()] = back        # a scatter through the inverse: back[order] again
+    return x.index_add(0, token_index, rows * gates.unsqueeze(-1))
+
+
+def gates_sorted_rows_not(expert_output, dispatched, token_index, gates, x, group=None):
+    rows = _back(expert_output, dispatched)[dispatched.order.argsort()]
+    return x.index_add(0, token_index, rows * gates[dispatched.order].unsqueeze(-1))
+
+
+def no_return_trip(expert_output, dispatched, token_index, gates, x, group=None):
+    rows = expert_output[dispatched.order.argsort()]        # the rows other ranks sent, never sent back
+    return x.index_add(0, token_index, rows * gates.unsqueeze(-1))
+
+
 COMBINE_ANSWERS = {
     combine: None,
     library_combine: PACKAGE_ANSWER.format(name="combine", called="combine"),
@@ -571,9 +594,15 @@ COMBINE_ANSWERS = {
     residual_forgotten: r"(?s)rank 0, token 0: got .*the residual is missing",
     assigned_not_added: r"(?s)rank 0, token 0: got .*got only one expert's output.*index_add",
     sort_not_undone: r"(?s)rank 0, token \d: got .*undo the sort with the inverse of dispatched.order",
-    sorted_twice: r"(?s)rank 0, token \d: got .*back\[order\] applies the permutation a second time",
+    sorted_twice: r"(?s)rank 0, token \d: got .*the permutation was applied a second time instead of undone, as "
+                  r"back\[order\] does",
     gates_paired_with_sorted_rows: r"(?s)rank 0, token 0: got .*with another row's gate: .*Undo the sort before "
-                                   r"weighting, or weight the returned rows by gates\[dispatched\.order\]",
+                                   r"weighting, or weight the returned rows, still sorted, by "
+                                   r"gates\[dispatched\.order\]",
+    combine_into_x: r"(?s)^rank 0: combine_into_x changed the x it was given \(the tokens, the residual\)\.\nHint: an "
+                    r"in-place operation on x",
+    gates_sorted_rows_not: r"(?s)rank 0, token 0: got .*with another row's gate: the rows were put back in token "
+                           r"order, where row i's gate is gates\[i\] as it is",
     return_splits_both_received: r"(?s)rank 0, all_to_all_single call 1: output_split_sizes=.*Hint: on the return "
                                  r"trip each rank sends back the expert outputs of the rows it received",
     return_buffer_sized_like_input: r"(?s)rank 0, all_to_all_single call 1: output_split_sizes=\[2, 2, 3\] add up to "
@@ -587,8 +616,40 @@ COMBINE_ANSWERS = {
 
 @pytest.fixture(scope="module")
 def combine_results():
-    answers = (*COMBINE_ANSWERS, added_at_repeated_indices)
+    answers = (*COMBINE_ANSWERS, added_at_repeated_indices, sorted_again_by_a_scatter)
     return dict(zip(answers, lesson14.run_combine_answers(answers)))
+
+
+def test_combine_names_a_return_trip_never_made():
+    # the rows other ranks sent, unsorted as if they were this rank's own: an IndexError where their numbers differ
+    # (a launch of its own: an answer that raises ends its launch)
+    with pytest.raises(CheckFailed, match=r"(?s)^rank \d: no_return_trip raised IndexError: .*Hint: this rank had "
+                                          r"called no collective when it raised\. expert_output holds the outputs of "
+                                          r"the rows OTHER ranks sent this one"):
+        lesson14.check_combine(no_return_trip)
+
+
+def splits_of_the_wrong_dimension_functional(expert_output, dispatched, token_index, gates, x, group=None):
+    """Wrong: the return trip made by torch's functional all_to_all_single (which dist's guards do not see), its
+    output splits summed over the wrong dimension, so torch raises inside it."""
+    back = funcol.all_to_all_single(expert_output, dispatched.sent_counts.tolist(),
+                                    dispatched.received_counts.sum(dim=0).tolist(), dist.group.WORLD).wait()
+    return x.index_add(0, token_index, back[dispatched.order.argsort()] * gates.unsqueeze(-1))
+
+
+def test_a_functional_all_to_all_counts_as_a_collective_called():
+    with pytest.raises(CheckFailed, match=r"(?s)splits_of_the_wrong_dimension_functional raised RuntimeError inside "
+                                          r"torch") as failure:
+        lesson14.check_combine(splits_of_the_wrong_dimension_functional, timeout=10)
+    assert "had called no collective" not in str(failure.value), failure.value
+
+
+def test_combine_names_a_scatter_through_the_inverse_with_the_gather(combine_results):
+    # rows[order.argsort()] = back gives sorted_twice's values (back[order]): one hint names both forms
+    with pytest.raises(CheckFailed, match=r"(?s)rank 0, token \d: got .*as back\[order\] does \(and the same as "
+                                          r"scattering through the inverse, rows\[order\.argsort\(\)\] = back\).*"
+                                          r"or scatter with the order itself, rows\[order\] = back"):
+        lesson14.judge_combine(sorted_again_by_a_scatter.__name__, combine_results[sorted_again_by_a_scatter])
 
 
 def test_combine_names_an_add_at_repeated_indices_with_the_assignment(combine_results):
@@ -686,6 +747,13 @@ def loops_over_written_counts(replicated, expert, dp_group):
         dist.all_reduce(expert[i].grad, group=dp_group)
 
 
+def experts_reduced_twice(replicated, expert, dp_group):
+    for p in expert:
+        dist.all_reduce(p.grad, group=dp_group)
+    for p in [*replicated, *expert]:              # then everything over all ranks, the experts a second time
+        dist.all_reduce(p.grad)
+
+
 REDUCE_ANSWERS = {
     reduce_gradients: None,
     experts_reduced_as_copies: r"(?s)rank 0, expert parameter 0.*dist\.all_reduce ran, but not on this p\.grad: it "
@@ -708,6 +776,7 @@ REDUCE_ANSWERS = {
                                r"call's numbers",
     reduces_the_parameters: r"(?s)^rank 0, replicated parameter 0: got .*Hint: dist\.all_reduce ran on the parameter "
                             r"itself, not on its gradient",
+    experts_reduced_twice: r"(?s)^rank 0, expert parameter 0: got .*Hint: this p\.grad was all-reduced 2 times",
 }
 
 
@@ -830,3 +899,4 @@ def test_an_all_reduce_still_in_flight_is_named_though_the_values_look_like_a_st
     with pytest.raises(CheckFailed, match=rf"rank 0, replicated parameter {shorter}: got .*\nHint: dist\.all_reduce "
                                           r"was started on this p\.grad \(async_op=True\), but its result was read"):
         lesson14.judge_reduce("reduce_gradients", late)
+

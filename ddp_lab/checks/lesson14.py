@@ -4,27 +4,29 @@
     ddp_lab.checks.lesson14.check_combine(combine)
     ddp_lab.checks.lesson14.check_reduce_gradients(reduce_gradients)
 
-The first two run the answer on 3 gloo ranks with 6 experts (2 per rank) and token counts
-chosen so that every rank sends and receives a different number of rows (and one rank has no row
-for the last expert, where counts taken without minlength come out short), then, in the same
-launch, with 3 experts (1 per rank) and rows of 3 values instead of 4, so that a number of experts,
-of experts per rank or of values per row written in the code fails (and one rank has no row for
-the last rank's expert, where its rows counted per owning rank without minlength come out short).
-They guard every `all_to_all_single` (`ddp_lab.checks.split_guard`): split sizes that do not fit
-together are reported on every rank at once, with what was passed and what the peers send,
-instead of a hang or a crash, and split sizes that fit but are tensors or floats (torch takes
-lists of ints) are named as such. The third runs on 4 ranks laid out (dp=2, ep=2), with three
-replicated parameters and two expert ones (a loop over both lists at once misses one), then with
-four and three of other shapes. A hang ends at the timeout with a hint. An answer that calls the package's
-own dispatch or combine is refused. Each function's first call is judged first; a failure in the
-second says what changed. `run_*_answers` runs several answers in one launch and `judge_*` turns
-one answer's results into feedback: the checks are the two in a row, tests batch answers.
+The first two run the answer on 3 gloo ranks with 6 experts (2 per rank) and token counts chosen so that every rank
+sends and receives a different number of rows (and one rank has no row for the last expert, where counts taken
+without minlength come out short), then, in the same launch, with 3 experts (1 per rank) and rows of 3 values
+instead of 4, so that a number of experts, of experts per rank or of values per row written in the code fails (and
+one rank has no row for the last rank's expert, where its rows counted per owning rank without minlength come out
+short). They guard every `all_to_all_single` (`ddp_lab.checks.split_guard`): split sizes that do not fit together
+are reported on every rank at once, with what was passed and what the peers send, instead of a hang or a crash, and
+split sizes that fit but are tensors or floats (torch takes lists of ints) are named as such. Combine must leave the
+x it is given as it was (an in-place add into the residual breaks backward in training), and a combine that raised
+before calling any collective (torch's functional all-to-all included) is told where its expert outputs belong. The
+third runs on 4 ranks laid out (dp=2, ep=2), with three replicated parameters and two expert ones (a loop over both
+lists at once misses one), then with four and three of other shapes; a gradient all-reduced more than once is named.
+A hang ends at the timeout with a hint. An answer that calls the package's own dispatch or combine is refused. Each
+function's first call is judged first; a failure in the second says what changed. `run_*_answers` runs several
+answers in one launch and `judge_*` turns one answer's results into feedback: the checks are the two in a row, tests
+batch answers.
 
 Introduced in notebooks/14-mixture-of-experts.ipynb.
 """
 
 from __future__ import annotations
 
+import contextlib
 import re
 from typing import NamedTuple
 
@@ -125,6 +127,10 @@ SPLITS_HINT = ("input_split_sizes[j] is how many rows you send to rank j (your r
                "owning rank); output_split_sizes[j] how many rank j sends you, which only rank j knows: it is what "
                "the counts exchange told you.")
 
+RETURN_TRIP_RULE = ("expert_output holds the outputs of the rows OTHER ranks sent this one, in the order they "
+                    "arrived: they go back to the ranks they came from first, with an all_to_all_single whose split "
+                    "lists are the dispatch's swapped (output_split_sizes = dispatched.sent_counts); only then is "
+                    "each row one of your tokens'")
 RETURN_SPLITS_HINT = ("on the return trip each rank sends back the expert outputs of the rows it received: "
                       "input_split_sizes[j] is how many rows rank j sent you (dispatched.received_counts summed over "
                       "your experts, row j), output_split_sizes[j] how many you sent rank j (dispatched.sent_counts), "
@@ -190,23 +196,59 @@ def _refused_split_types(refused: list):
     return replacing_dist_calls({"all_to_all_single": make})
 
 
-def _run_guarded(fn, case: str, *args, answers: tuple = ()) -> dict:
+class RaisedBeforeAnyCollective(CaseFailed):
+    """The answer raised on a rank that had called no collective in that call, where it must send rows back
+    (combine). A CaseFailed of its own class, so it pickles back as one."""
+
+
+FUNCTIONAL_ALL_TO_ALLS = ("all_to_all_single", "all_to_all_single_autograd")
+
+
+@contextlib.contextmanager
+def _watching_functional_all_to_alls(seen: list):
+    """For the duration, torch's functional all-to-alls (torch.distributed._functional_collectives, which the
+    guards of dist's own do not see) note their name in `seen` when called."""
+    from torch.distributed import _functional_collectives as functional
+    originals = {name: getattr(functional, name) for name in FUNCTIONAL_ALL_TO_ALLS if hasattr(functional, name)}
+
+    def noting(name, original):
+        def call(*args, **kwargs):
+            seen.append(name)
+            return original(*args, **kwargs)
+        return call
+
+    for name, original in originals.items():
+        setattr(functional, name, noting(name, original))
+    try:
+        yield
+    finally:
+        for name, original in originals.items():
+            setattr(functional, name, original)
+
+
+def _run_guarded(fn, case: str, *args, answers: tuple = (), returns_rows: bool = False) -> dict:
     """Call the answer with its all-to-alls guarded and its other collectives listed; SplitMismatch and
     SplitSizesRefused are results.
 
     `answers`: the package's own answers to the exercise; those the answer called are listed ("called").
+    `returns_rows`: the answer must send rows back (combine): an error raised before it called any collective is
+    raised as RaisedBeforeAnyCollective.
     """
     others: list[tuple[int, str]] = []
     refused: list[dict] = []
     value, error = None, None
+    functional: list[str] = []
     with guarded_all_to_all() as calls, _refused_split_types(refused), torch.no_grad(), \
             watching_collectives({name: (0, "tensor") for name in OTHER_COLLECTIVES},
                                  lambda name, sent: others.append((len(calls), name))), \
-            watching_calls(answers) as called:
+            _watching_functional_all_to_alls(functional), watching_calls(answers) as called:
         try:
             value, error = _plain(call_case(fn, case, *args)), None
         except CaseFailed as failure:
             if failure.kind not in ("SplitMismatch", "SplitSizesRefused"):   # raised on every rank together
+                if returns_rows and not calls and not others and not functional:
+                    raise RaisedBeforeAnyCollective(failure.case, failure.kind, failure.message,
+                                                    failure.name) from failure.__cause__
                 raise
             value, error = None, failure.message
     return {"value": value, "error": error, "calls": calls, "others": others, "called": list(called),
@@ -285,6 +327,8 @@ def _dtype_hint(text: str) -> str:
 def _explain(failure) -> str | None:
     """The hint for a rank that raised, from its exception's own message, or None: the traceback holds the check's
     own frames too (the guard's code names split sizes whatever went wrong)."""
+    if isinstance(failure.exception, RaisedBeforeAnyCollective):
+        return ("this rank had called no collective when it raised. " + RETURN_TRIP_RULE + ".")
     text = str(failure.exception)
     size = _INVALID_SIZE.search(text)
     case, cases = _failed_case(failure)
@@ -613,9 +657,11 @@ def _combine_runner(rank: int, answers: tuple) -> list[list[dict]]:
     for answer in answers:
         results.append([])
         for case, (expert_output, sent, token_index, gates, x) in zip(COMBINE_CASES, inputs):
+            given_x = x.clone()
             results[-1].append(_run_guarded(answer, f"combining on rank {rank}, {case.describe()}",
                                             expert_output.clone(), sent, token_index.clone(), gates.clone(),
-                                            x.clone(), answers=COMBINE_ANSWERS))
+                                            given_x, answers=COMBINE_ANSWERS, returns_rows=True))
+            results[-1][-1]["x changed"] = not torch.equal(given_x, x)
     return results
 
 
@@ -646,8 +692,11 @@ def _combine_candidates(rank: int, case: Case = COMBINE_CASES[0]) -> dict:
         "not unsorted": x.index_add(0, token_index, g * back),
         "sorted again": x.index_add(0, token_index, g * back[order]),
         "gates in sorted order": x.index_add(0, token_index, g[order.argsort()] * outputs),   # (back * g)[inverse]
+        "gates sorted, rows not": x.index_add(0, token_index, g[order] * outputs),   # back[inverse] * g[order]
         "dropped": dropped,
     }
+
+
 
 
 COMBINE_HINTS = {
@@ -659,12 +708,18 @@ COMBINE_HINTS = {
                     "every row, so the rows of one token sum"),
     "not unsorted": ("the rows come back in the order you sent them, sorted by expert: undo the sort with the "
                      "inverse of dispatched.order (row order[j] is back[j]) before adding them to their tokens"),
-    "sorted again": ("back[order] applies the permutation a second time instead of undoing it: row order[j] of "
-                     "the tokens is back[j], so index with the inverse, order.argsort()"),
+    "sorted again": ("the permutation was applied a second time instead of undone, as back[order] does (and the same "
+                     "as scattering through the inverse, rows[order.argsort()] = back): row order[j] of the tokens is "
+                     "back[j], so gather with the inverse, back[order.argsort()], or scatter with the order itself, "
+                     "rows[order] = back"),
     "gates in sorted order": ("each row went to its token, but with another row's gate: gates[i] belongs to row i in "
                               "the order you dispatched them, and the returned rows are sorted by expert (the j-th is "
-                              "row dispatched.order[j]). Undo the sort before weighting, or weight the returned rows "
-                              "by gates[dispatched.order]"),
+                              "row dispatched.order[j]). Undo the sort before weighting, or weight the returned rows, "
+                              "still sorted, by gates[dispatched.order]"),
+    "gates sorted, rows not": ("each row went to its token, but with another row's gate: the rows were put back in "
+                               "token order, where row i's gate is gates[i] as it is; gates[dispatched.order] is the "
+                               "gates in the sorted order the rows came back in. Weight the unsorted rows by gates "
+                               "itself"),
 }
 
 
@@ -699,6 +754,13 @@ def _judge_combine_call(name: str, results: list[dict], case: Case) -> str:
             hint = RETURN_SPLITS_HINT
         raise CheckFailed(f"rank {rank}, all_to_all_single call {len(results[rank]['calls'])}: {call.problem}.\n"
                           f"Hint: {hint}")
+    changed = next((rank for rank, result in enumerate(results) if result.get("x changed")), None)
+    if changed is not None:
+        raise CheckFailed(f"rank {changed}: {name} changed the x it was given (the tokens, the residual).\nHint: an "
+                          "in-place operation on x (x.index_add_, x += ...) overwrites the layer's input, which "
+                          "autograd keeps for the router and the layers before it: in training, backward then fails "
+                          "(\"modified by an inplace operation\"), or index_add_ refuses a leaf that requires grad. "
+                          "Add into a new tensor: x.index_add(...) without the underscore returns one.")
     for rank, result in enumerate(results):
         got, candidates = result["value"], _combine_candidates(rank, case)
         right = candidates["right"]
@@ -804,6 +866,8 @@ def _reduce_call(rank: int, answer, case: Params, dp_group) -> dict:
     result = {"replicated": [p.grad.clone() for p in replicated], "expert": [p.grad.clone() for p in expert],
               "reduced": {what: [pointer in reduced for pointer in pointers]
                           for what, pointers in storages.items()},
+              "times reduced": {what: [reduced.count(pointer) for pointer in pointers]
+                                for what, pointers in storages.items()},
               "in_flight": {what: [pointer in in_flight for pointer in pointers]
                             for what, pointers in storages.items()},
               "never waited": {what: [pointer in never_waited for pointer in pointers]
@@ -900,6 +964,11 @@ def _judge_reduce_call(name: str, results: list[dict], case: Params) -> None:
                 elif part == 0 and torch.allclose(got, over_dp[0][i], atol=1e-5):
                     hint = ("the replicated parameters were summed over dp_group only: every rank holds them and "
                             "each saw other tokens, so sum over all ranks (the default group)")
+                elif result.get("times reduced", {}).get(what, [1] * (i + 1))[i] > 1:
+                    times = result["times reduced"][what][i]
+                    hint = (f"this p.grad was all-reduced {times} times: each all-reduce sums into the tensor in "
+                            "place, so the next one sums the sums. Reduce each gradient once: the replicated ones "
+                            "over all ranks, the experts' over dp_group")
                 else:
                     hint = "replicated: SUM over all ranks; experts: SUM over dp_group"
                 raise CheckFailed(f"rank {rank}, {what} parameter {i}: got {_first(got)}, expected {_first(want[i])}.\n"
