@@ -29,13 +29,17 @@ DEADLOCK_TIMEOUT = 2.0  # seconds after every rank entered the answer (start-up 
 COMBINE_HINTS = ("added as they are", "averaged", "weights are swapped", "is the larger of the two",
                  "lse were added", "never exponentiate an lse on its own", "safe only where lse_a >= lse_b",
                  "safe only where lse_b >= lse_a", "unsqueeze(-1)", "the third block", "the package's own answer",
-                 "the pair is the wrong way round", "return torch tensors", "lacks the maximum m")
+                 "the pair is the wrong way round", "return torch tensors", "lacks the maximum m",
+                 "lse returned is lse_a unchanged", "the weights made from it", "the weights are upside down",
+                 "out_b was added without its weight")
 RING_HINTS = ("later ranks were attended", "applied to every block: it belongs", "and no block was skipped",
               "without the causal triangle", "no causal mask at all", "(rank + t) mod", "never reached your queries",
               "last pass is not needed", "travel the other way round the ring", "the package's own answer",
               "the outputs of ranks 0, 1 differ from one process's", "the queries went out too",
               "diagonal must stay visible, a query attends to itself", "read before its data arrived",
-              "rank 0 attended to no block", "the blocks that arrived were never attended to", "was never waited for")
+              "rank 0 attended to no block", "the blocks that arrived were never attended to", "was never waited for",
+              "the test is the wrong way round", "the block that arrived at the last step", "started as out = 0",
+              "received into the tensor an isend was still sending", "blocks of keys and values, where the ring")
 ZIGZAG_HINTS = ("not in sequence order", "unbalanced", "pairing is reversed", "numbered 0 to",
                 "at every world size tried", "held by exactly one rank", "the package's own answer",
                 "not its own pair: rank 1 holds [2, 3], the pair of rank 2; rank 2 holds [1, 4], the pair of rank 1")
@@ -145,6 +149,26 @@ def combine_in_numpy(out_a, lse_a, out_b, lse_b):
     return out.numpy(), lse.numpy()
 
 
+def combine_returns_lse_a(out_a, lse_a, out_b, lse_b):
+    lse = torch.logaddexp(lse_a, lse_b)
+    return torch.exp(lse_a - lse).unsqueeze(-1) * out_a + torch.exp(lse_b - lse).unsqueeze(-1) * out_b, lse_a
+
+
+def combine_weighs_by_the_max(out_a, lse_a, out_b, lse_b):
+    lse = torch.maximum(lse_a, lse_b)              # "stable": the larger lse as the total, in the weights too
+    return torch.exp(lse_a - lse).unsqueeze(-1) * out_a + torch.exp(lse_b - lse).unsqueeze(-1) * out_b, lse
+
+
+def combine_weights_upside_down(out_a, lse_a, out_b, lse_b):
+    lse = torch.logaddexp(lse_a, lse_b)
+    return torch.exp(lse - lse_a).unsqueeze(-1) * out_a + torch.exp(lse - lse_b).unsqueeze(-1) * out_b, lse
+
+
+def combine_new_block_unweighted(out_a, lse_a, out_b, lse_b):
+    lse = torch.logaddexp(lse_a, lse_b)
+    return torch.exp(lse_a - lse).unsqueeze(-1) * out_a + out_b, lse      # only the running result rescaled
+
+
 def combine_stub(out_a, lse_a, out_b, lse_b):
     raise NotImplementedError("weigh each output by its share")
 
@@ -165,6 +189,10 @@ def combine_stub(out_a, lse_a, out_b, lse_b):
     (combine_with_one_maximum, "or both of a row's weights underflowed to 0 (one maximum for the whole tensor"),
     (combine_pair_reversed, "the pair is the wrong way round"),
     (combine_in_numpy, "return torch tensors"),
+    (combine_returns_lse_a, "lse returned is lse_a unchanged"),
+    (combine_weighs_by_the_max, "the weights made from it"),
+    (combine_weights_upside_down, "the weights are upside down"),
+    (combine_new_block_unweighted, "out_b was added without its weight"),
 ])
 def test_combine_names_each_mistake_and_only_it(answer, expected):
     _raises_only(check_combine, answer, COMBINE_HINTS, expected)
@@ -210,7 +238,7 @@ def test_combine_stub_says_not_written():
 def make_ring(*, skip_future=True, mask=lambda rank, source: rank == source, source_of=None, blocking=False,
               passes=None, send_to=+1, recv_from=-1, steps=None, wrap=True, package=False, dtype=None,
               traffic=None, send_q=False, hide_diagonal=False, skip_own=False, order=None, half_buffer=False,
-              keep_own=False, receives_waited=True):
+              keep_own=False, receives_waited=True, attends=None, zero_start=False, buffers_made_once=False):
     """A ring attention answer with one mistake switched on (the defaults give the right answer). `dtype`: the
     output returned in that dtype. `traffic`: q, k and v cast to that dtype first (what travels), the output cast
     back to float32. `send_q`: q sent round the ring with k and v (never used: each rank keeps its own).
@@ -220,7 +248,10 @@ def make_ring(*, skip_future=True, mask=lambda rank, source: rank == source, sou
     (irecv and its .wait(), then isend), "isend first" (`dist.isend(...).wait()`, then irecv): all deadlock.
     `half_buffer`: receive buffers of one head (half a block): gloo aborts the rank. `keep_own`: the received blocks
     never taken as k and v (the rank's own at every step). `receives_waited=False`: the sends waited for, the
-    irecvs never (their requests kept, so that none is freed early)."""
+    irecvs never (their requests kept, so that none is freed early). `attends(rank, source)`: which blocks are
+    attended, in place of the causal rule. `zero_start`: the running result starts as out = 0, lse = 0.
+    `buffers_made_once`: the receive buffers made once before the loop, so from the second step on k is the buffer
+    received into while it is sent."""
 
     def ring_attention(q, k, v):
         if traffic is not None:
@@ -230,14 +261,21 @@ def make_ring(*, skip_future=True, mask=lambda rank, source: rank == source, sou
             return packaged(q, k, v)
         rank, world_size = dist.get_rank(), dist.get_world_size()
         state, never_waited = None, []
+        if zero_start:
+            state = (torch.zeros_like(q), torch.zeros(q.shape[:-1]))
+        made_once = (torch.empty_like(k), torch.empty_like(v))
         for step in range(world_size if steps is None else steps):
             source = (rank - step) % world_size if source_of is None else source_of(rank, step, world_size)
-            if (source < rank if skip_own else source <= rank) or not skip_future:
+            if attends is not None:
+                attended = attends(rank, source)
+            else:
+                attended = (source < rank if skip_own else source <= rank) or not skip_future
+            if attended:
                 partial = (_block_hiding_the_diagonal(q, k, v) if hide_diagonal and source == rank else
                            block_attention(q, k, v, causal=mask(rank, source)))
                 state = partial if state is None else combine(*state, *partial)
             if step < (world_size - 1 if passes is None else passes):
-                received_k, received_v = torch.empty_like(k), torch.empty_like(v)
+                received_k, received_v = made_once if buffers_made_once else (torch.empty_like(k), torch.empty_like(v))
                 if half_buffer:
                     received_k, received_v = torch.empty_like(k[:, :1]), torch.empty_like(v[:, :1])
                 peers = (rank + 1) % world_size, (rank - 1) % world_size
@@ -316,6 +354,14 @@ RING_MISTAKES = [
     (dict(skip_own=True), "rank 0 attended to no block"),
     # the receive buffers never taken as k and v: every step attends to the rank's own block again
     (dict(keep_own=True), "the blocks that arrived were never attended to"),
+    # the blocks of later ranks attended, earlier ones skipped; the loop one step short (its last block never
+    # attended); the running result started from zeros; receive buffers made once (sent and received into at once)
+    (dict(attends=lambda rank, source: source >= rank), "the test is the wrong way round"),
+    (dict(steps=2), "the block that arrived at the last step"),
+    (dict(zero_start=True), "started as out = 0"),
+    (dict(buffers_made_once=True), "received into the tensor an isend was still sending"),
+    # one step too many, sending at every step: no rule gives its outputs; the hops it sent are said too
+    (dict(steps=4, passes=4), "blocks of keys and values, where the ring"),
 ]
 
 
@@ -343,6 +389,13 @@ def mistaken_rings() -> list:
 def test_ring_names_each_mistake_and_only_it(mistaken_rings, index):
     expected = RING_MISTAKES[index][1]
     _raises_only(lambda results: _judge_ring("ring_attention", results), mistaken_rings[index], RING_HINTS, expected)
+
+
+def test_ring_says_the_blocks_sent_where_no_rule_gives_the_outputs(mistaken_rings):
+    index = next(i for i, (mistake, _) in enumerate(RING_MISTAKES) if mistake.get("passes") == 4)
+    with pytest.raises(CheckFailed, match=r"fold each partial result in with combine; and rank 1 sent 8 blocks of keys "
+                                          r"and values, where the ring sends 4: k and v, 2 hops"):
+        _judge_ring("ring_attention", mistaken_rings[index])
 
 
 @pytest.mark.parametrize("index", range(len(RING_DTYPES)), ids=[str(dtype) for dtype, _ in RING_DTYPES])

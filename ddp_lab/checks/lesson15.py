@@ -4,16 +4,15 @@
     ddp_lab.checks.lesson15.check_ring_attention(ring_attention)
     ddp_lab.checks.lesson15.check_zigzag_chunks(zigzag_chunks)
 
-The combine and the zig-zag assignment are plain functions, checked in this process. The ring
-runs on 3 gloo ranks (a middle rank exists, and a peer or block off by one shows) with a short
-timeout, so a deadlocked ring ends with a message instead of a hang; each rank logs its sends and
-receives (`p2p_log`), so that message says which order of calls deadlocked, and a rank that gloo
-aborts for a receive buffer too small is named as such; after a run that returned, an irecv the
-log shows never waited for is refused, right values or not (whether its block had arrived was a
-matter of timing); every rank's output is
-compared with one process, and a wrong one with what each likely mistake would give. An
-answer that calls the package's own `combine`, ring attention or `zigzag_chunks` is refused
-(the ring exercise calls `combine` as a tool).
+The combine and the zig-zag assignment are plain functions, checked in this process. The ring runs on 3 gloo ranks
+(a middle rank exists, and a peer or block off by one shows) with a short timeout, so a deadlocked ring ends with a
+message instead of a hang; each rank logs its sends and receives (`p2p_log`), so that message says which order of
+calls deadlocked, and a rank that gloo aborts for a receive buffer too small is named as such; after a run that
+returned, an irecv the log shows never waited for is refused, right values or not (whether its block had arrived was
+a matter of timing), and so is a receive into a tensor that a send still in flight sends from (or a send of one
+still being received into); every rank's output is compared with one process, and a wrong one with what each likely
+mistake would give (and where none does, with the blocks each rank sent). An answer that calls the package's own
+`combine`, ring attention or `zigzag_chunks` is refused (the ring exercise calls `combine` as a tool).
 
 Introduced in notebooks/15-long-sequences.ipynb.
 """
@@ -35,7 +34,7 @@ from ddp_lab.checks.common import (answer_raised, call_case, describe, ensure_wr
                                    gloo_size_abort, only_point_to_point, package_answer_used, refuse_written_modulus,
                                    stuck_line, timeout_message, watching_calls)
 from ddp_lab.checks.p2p_log import (RECEIVES, SENDS, Call, calls_never_waited, crashed_in, log_path,
-                                   logging_point_to_point, read_log)
+                                   logging_point_to_point, read_log, watching_point_to_point)
 from ddp_lab.course.context_parallel import layout, ring
 from ddp_lab.course.context_parallel.layout import block_entries
 from ddp_lab.course.context_parallel.online_softmax import block_attention, combine
@@ -113,7 +112,27 @@ def _combine_hints(parts) -> list:
         (right_out, right_lse - torch.maximum(lse_a, lse_b),
          "the output is right, but the combined lse lacks the maximum m taken out before exponentiating: "
          "log(exp(lse_a - m) + exp(lse_b - m)) is the lse minus m, so add m back (or use torch.logaddexp)"),
+        *[(right_out, kept, f"the output is right, but the lse returned is {name} unchanged: return the combined "
+                            "lse, log(exp(lse_a) + exp(lse_b)) (torch.logaddexp), or the next combine weighs this "
+                            "result as one block") for kept, name in ((lse_a, "lse_a"), (lse_b, "lse_b"))],
+        (_weighed(parts, torch.maximum(lse_a, lse_b)), torch.maximum(lse_a, lse_b),
+         "the combined lse was taken as the larger of the two and the weights made from it: exp(lse_x - max) do "
+         "not add up to 1 (the larger block's is exactly 1), so the output is not normalised. The combined lse is "
+         "log(exp(lse_a) + exp(lse_b)) (torch.logaddexp); the weights exp(lse_x - lse) then add up to 1"),
+        (torch.exp(right_lse - lse_a).unsqueeze(-1) * out_a + torch.exp(right_lse - lse_b).unsqueeze(-1) * out_b,
+         None, "the weights are upside down: exp(lse - lse_x) is 1 over block x's share of the total (at least 1); "
+               "weigh each partial output by exp(lse_x - lse), its share"),
+        *[(weight_a * out_a + out_b if kept == "out_b" else out_a + weight_b * out_b, None,
+           f"{kept} was added without its weight: each partial output is normalised over its own keys, so both "
+           "take their share of the total, exp(lse_x - lse), the new block as well as the running result")
+          for kept in ("out_b", "out_a")],
     ]
+
+
+def _weighed(parts, lse) -> torch.Tensor:
+    """The first two partial outputs weighed by exp(lse_x - lse) for a given combined `lse`."""
+    (out_a, lse_a), (out_b, lse_b) = parts[:2]
+    return torch.exp(lse_a - lse).unsqueeze(-1) * out_a + torch.exp(lse_b - lse).unsqueeze(-1) * out_b
 
 
 def check_combine(combine_partial_attention) -> None:
@@ -278,6 +297,28 @@ def _counting_sends(sent: list):
     return replacing_dist_calls({"send": make, "isend": make})
 
 
+@contextlib.contextmanager
+def _watching_buffers_in_flight(clashes: list):
+    """Inside a rank: note in `clashes` (the first time) an isend or irecv made on a tensor whose storage an earlier
+    irecv or isend still in flight (its request not yet waited for) uses the other way: a receive into what is being
+    sent, or a send of what is being received. Which bytes go out is then a matter of timing."""
+    in_flight: dict[int, tuple[str, int]] = {}    # the watched call's number -> (op, its tensor's storage)
+    count = [0]
+
+    def watch(op, tensor, peer):
+        count[0] += 1                              # numbered as watching_point_to_point numbers them
+        if op not in ("isend", "irecv") or not torch.is_tensor(tensor):
+            return
+        storage = tensor.untyped_storage().data_ptr()
+        other = next((earlier for earlier, kept in in_flight.values() if kept == storage and earlier != op), None)
+        if other is not None and not clashes:
+            clashes.append((other, op))
+        in_flight[count[0]] = (op, storage)
+
+    with watching_point_to_point(watch, lambda number: in_flight.pop(number, None)):
+        yield
+
+
 def _ring_runner(rank: int, ring_attention, log_directory: str | None = None) -> dict:
     """Run the answer on this rank; with `log_directory`, its sends and receives are logged to a file there
     (`p2p_log.logging_point_to_point`), which the check reads back after a hang or a crash."""
@@ -286,20 +327,25 @@ def _ring_runner(rank: int, ring_attention, log_directory: str | None = None) ->
     case = (f"running on rank {rank} of {world_size} with q, k, v of shape {tuple(q.shape)} "
             "(this rank's contiguous block of the sequence)")
     sent: list = []
+    clashes: list = []
     out = None
     logged = (logging_point_to_point(log_path(log_directory, rank)) if log_directory is not None
               else contextlib.nullcontext())
     with torch.no_grad(), only_point_to_point(), logged, _counting_sends(sent), \
-            watching_calls(RING_ANSWERS) as called:
+            _watching_buffers_in_flight(clashes), watching_calls(RING_ANSWERS) as called:
         out = call_case(ring_attention, case, q, k, v)
     steps = sorted({(dst - rank) % world_size for _, _, dst, _ in sent if isinstance(dst, int)})
     return {"out": out.detach().clone() if torch.is_tensor(out) else out, "sent": sum(n for n, _, _, _ in sent),
             "sent_bytes": sum(size for _, size, _, _ in sent), "steps": steps, "called": list(called),
-            "sent_q": any(pointer == q.data_ptr() for _, _, _, pointer in sent)}
+            "sent_q": any(pointer == q.data_ptr() for _, _, _, pointer in sent),
+            "clash": clashes[0] if clashes else None}
 
 
-def _simulated(rank: int, believed_source, attends, masks, direction: int = +1) -> torch.Tensor:
-    """Rank `rank`'s output when it takes the block held at step t for rank believed_source(rank, t)'s.
+def _simulated(rank: int, believed_source, attends, masks, direction: int = +1, steps: int = RING_SIZE,
+               zero_start: bool = False) -> torch.Tensor:
+    """Rank `rank`'s output when it takes the block held at step t for rank believed_source(rank, t)'s, over `steps`
+    steps (one too few leaves out the block that arrived last), from no partial result or, `zero_start`, from
+    out = 0 and lse = 0 (a block of weight e^0 in every denominator).
 
     The block really held at step t started on rank (rank - t) mod N (blocks sent to rank + 1; direction -1:
     to rank - 1, so rank (rank + t) mod N; direction 0: the received blocks never used, so the rank's own at every
@@ -307,8 +353,8 @@ def _simulated(rank: int, believed_source, attends, masks, direction: int = +1) 
     for which blocks to use and where to put the triangle.
     """
     q, k, v = (t.chunk(RING_SIZE, dim=-2) for t in _ring_inputs())
-    state = None
-    for step in range(RING_SIZE):
+    state = (torch.zeros_like(q[rank]), torch.zeros(q[rank].shape[:-1])) if zero_start else None
+    for step in range(steps):
         held, source = (rank - direction * step) % RING_SIZE, believed_source(rank, step)
         if attends(rank, source):
             partial = block_attention(q[rank], k[held], v[held], causal=masks(rank, source))
@@ -342,6 +388,17 @@ def _ring_mistakes() -> list:
         ((came_from, lambda r, s: s == r, lambda r, s: True),
          "only your own block was attended to: the other ranks' keys and values never reached your queries; "
          "pass them around the ring for world_size - 1 steps"),
+        ((came_from, lambda r, s: s >= r, lambda r, s: r == s),
+         "the blocks of ranks after yours were attended to and those before yours skipped: the test is the wrong "
+         "way round. With a causal mask every key of an earlier rank's block (source < rank) is in the past of your "
+         "queries, every key of a later one in their future: attend when source <= rank"),
+        ((came_from, lambda r, s: s <= r, lambda r, s: r == s, {"steps": RING_SIZE - 1}),
+         f"the block that arrived at the last step was never attended to: a ring of {RING_SIZE} makes "
+         f"{RING_SIZE - 1} hops but attends at {RING_SIZE} steps, your own block first and then each block that "
+         "arrives; the loop runs world_size steps and sends at all but the last"),
+        ((came_from, lambda r, s: s <= r, lambda r, s: r == s, {"zero_start": True}),
+         "the running result started as out = 0 with lse = 0, and combine counts that as a block of weight "
+         "exp(0) = 1 in every row's denominator: start from the first partial result (or from lse = -inf)"),
     ]
 
 
@@ -515,9 +572,11 @@ def check_ring_attention(ring_attention, timeout: float = 30.0) -> None:
     _judge_ring(name, results, logs)
 
 
-def _every_rank_as(results, *rule, direction: int = +1) -> bool:
-    """Whether every rank returned what `_simulated` gives for it under `rule`: a mistake is named only then."""
-    return all(_close(results[rank]["out"], _simulated(rank, *rule, direction=direction)) for rank in range(RING_SIZE))
+def _every_rank_as(results, *rule, direction: int = +1, **how) -> bool:
+    """Whether every rank returned what `_simulated` gives for it under `rule` (and `how`, its steps or zero start): a
+    mistake is named only then."""
+    return all(_close(results[rank]["out"], _simulated(rank, *rule, direction=direction, **how))
+               for rank in range(RING_SIZE))
 
 
 def _diagonal_hidden(results) -> bool:
@@ -579,6 +638,21 @@ def _judge_ring(name: str, results, logs: dict | None = None) -> None:
                           "once, and its buffer holds the keys or values only once the request's .wait() has "
                           "returned, so whether they had arrived when the rank attended to them depends on timing. "
                           "Keep the request each dist.irecv returns and call .wait() on it before using its buffer.")
+    clash = next(((rank, result["clash"]) for rank, result in enumerate(results) if result.get("clash")), None)
+    if clash is not None:
+        rank, (_, later) = clash
+        wrong = next((r for r in range(RING_SIZE) if not _close(results[r]["out"], expected[r])), None)
+        said = ("every rank's output came out right in this run, by luck" if wrong is None else
+                f"rank {wrong}'s output differs from one process's causal attention")
+        what = ("an irecv received into the tensor an isend was still sending" if later == "irecv" else
+                "an isend sent the tensor an irecv was still receiving into")
+        raise CheckFailed(f"rank {rank}: {what} (its request not yet waited for): {said}.\nHint: while a block is "
+                          "being sent, the tensor it is sent from must stay as it is: whether the receive overwrote it "
+                          "before it went out depends on timing. Receive into a new buffer (torch.empty_like(k)), and "
+                          "make it the next step's k only once both requests have finished (a buffer made once and "
+                          "reused is the one being sent from the second step on).")
+    block = BATCH * HEADS * ROWS * DIM   # values in a key or value block
+    want = 2 * (RING_SIZE - 1) * block
     for rank in range(RING_SIZE):
         got = results[rank]["out"]
         if not torch.is_tensor(got) or got.shape != expected[rank].shape:
@@ -618,14 +692,17 @@ def _judge_ring(name: str, results, logs: dict | None = None) -> None:
                     "each irecv before using its buffer")
         else:
             wrong = [r for r in range(RING_SIZE) if not _close(results[r]["out"], expected[r])]
-            hint = next((text for rule, text in _ring_mistakes() if _every_rank_as(results, *rule)),
-                        f"the outputs of rank{'s' if len(wrong) > 1 else ''} {', '.join(map(str, wrong))} differ "
-                        "from one process's. At step t you hold the keys and values of rank (rank - t) mod world_size: "
-                        "attend to them fully if that rank is before yours, with the causal triangle if it is yours, "
-                        "not at all if it is after; fold each partial result in with combine")
+            hint = next((text for rule, text in _ring_mistakes()
+                         if _every_rank_as(results, *rule[:3], **(rule[3] if len(rule) > 3 else {}))), None)
+            if hint is None:
+                hint = (f"the outputs of rank{'s' if len(wrong) > 1 else ''} {', '.join(map(str, wrong))} differ "
+                        "from one process's. At step t you hold the keys and values of rank (rank - t) mod "
+                        "world_size: attend to them fully if that rank is before yours, with the causal triangle if "
+                        "it is yours, not at all if it is after; fold each partial result in with combine")
+                if results[rank]["sent"] != want:
+                    hint += (f"; and rank {rank} sent {results[rank]['sent'] / block:g} blocks of keys and values, "
+                             f"where the ring sends {2 * (RING_SIZE - 1)}: k and v, {RING_SIZE - 1} hops")
         raise CheckFailed(f"{where}.\nHint: {hint}.")
-    block = BATCH * HEADS * ROWS * DIM   # values in a key or value block
-    want = 2 * (RING_SIZE - 1) * block
     for rank in range(RING_SIZE):
         sent = results[rank]["sent"]
         if sent != want:
