@@ -167,3 +167,13 @@ def test_a_request_counts_as_waited_for_only_when_it_was():
     that polled once and read the result while it was still on its way was taken as waiting (and then passed)."""
     for polled in run_on_ranks(_polls_and_takes_the_future, (), 2, 60, "watching_requests"):
         assert polled in ([2], [2, 0]), polled   # is_completed() counts once it answers True
+
+
+def test_how_it_changed_names_the_first_element_changed_or_nothing():
+    from ddp_lab.checks.common import how_it_changed
+    original = torch.tensor([[1.0, 2.0], [3.0, -200.0]])
+    assert how_it_changed(original.clone(), original) is None
+    scaled = original.clone()
+    scaled[1, 1] *= 2.24
+    assert how_it_changed(scaled, original) == "x[1, 1] is now -448, was -200"
+    assert how_it_changed(original[0], original).startswith("x is now a tensor of shape (2,)")

@@ -599,8 +599,8 @@ COMBINE_ANSWERS = {
     gates_paired_with_sorted_rows: r"(?s)rank 0, token 0: got .*with another row's gate: .*Undo the sort before "
                                    r"weighting, or weight the returned rows, still sorted, by "
                                    r"gates\[dispatched\.order\]",
-    combine_into_x: r"(?s)^rank 0: combine_into_x changed the x it was given \(the tokens, the residual\)\.\nHint: an "
-                    r"in-place operation on x",
+    combine_into_x: r"(?s)^rank 0: combine_into_x changed the x it was given, the tokens and residual \(x\[0, 0\] is "
+                    r"now \S+, was \S+\)\.\nHint: an in-place operation on x",
     gates_sorted_rows_not: r"(?s)rank 0, token 0: got .*with another row's gate: the rows were put back in token "
                            r"order, where row i's gate is gates\[i\] as it is",
     return_splits_both_received: r"(?s)rank 0, all_to_all_single call 1: output_split_sizes=.*Hint: on the return "

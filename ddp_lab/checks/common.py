@@ -1203,6 +1203,19 @@ def first_mismatch(got: torch.Tensor, expected: torch.Tensor, atol: float = 1e-5
     return tuple(int(i) for i in bad.nonzero()[0])
 
 
+def how_it_changed(given: torch.Tensor, original: torch.Tensor, name: str = "x") -> str | None:
+    """None where an answer left the tensor it was given as it was (`given`, against a copy kept before the call),
+    else what changed: 'x[2, 3] is now 1.5, was -200', or its new shape or dtype. Lessons 14 and 17 refuse an answer
+    that scales or adds into its input in place."""
+    if given.shape != original.shape or given.dtype != original.dtype:
+        return f"{name} is now {describe(given)}"
+    index = first_mismatch(given, original, atol=0.0, rtol=0.0)
+    if index is None:
+        return None
+    shown, was = two_numbers(given[index].item(), original[index].item())
+    return f"{name}[{', '.join(map(str, index))}] is now {shown}, was {was}"
+
+
 def two_numbers(got: float, want: float) -> tuple[str, str]:
     """got and want with 6 significant digits, or as many more as it takes for them to read differently (a message
     must never say 'got 0.2, expected 0.2'; lessons 07 and 13)."""

@@ -34,8 +34,8 @@ import torch
 import torch.distributed as dist
 
 from ddp_lab.checks import CheckFailed, passed
-from ddp_lab.checks.common import (CaseFailed, call_case, describe, ensure_written, held_in, package_answer_used,
-                                   refuse_written_divisor, refuse_written_shape, right_by_luck,
+from ddp_lab.checks.common import (CaseFailed, call_case, describe, ensure_written, held_in, how_it_changed,
+                                   package_answer_used, refuse_written_divisor, refuse_written_shape, right_by_luck,
                                    run_answers_on_ranks, watching_calls)
 from ddp_lab.checks.split_guard import guarded_all_to_all
 from ddp_lab.course.expert_parallel import combine as reference_combine
@@ -661,7 +661,7 @@ def _combine_runner(rank: int, answers: tuple) -> list[list[dict]]:
             results[-1].append(_run_guarded(answer, f"combining on rank {rank}, {case.describe()}",
                                             expert_output.clone(), sent, token_index.clone(), gates.clone(),
                                             given_x, answers=COMBINE_ANSWERS, returns_rows=True))
-            results[-1][-1]["x changed"] = not torch.equal(given_x, x)
+            results[-1][-1]["x changed"] = how_it_changed(given_x, x)
     return results
 
 
@@ -756,7 +756,8 @@ def _judge_combine_call(name: str, results: list[dict], case: Case) -> str:
                           f"Hint: {hint}")
     changed = next((rank for rank, result in enumerate(results) if result.get("x changed")), None)
     if changed is not None:
-        raise CheckFailed(f"rank {changed}: {name} changed the x it was given (the tokens, the residual).\nHint: an "
+        raise CheckFailed(f"rank {changed}: {name} changed the x it was given, the tokens and residual "
+                          f"({results[changed]['x changed']}).\nHint: an "
                           "in-place operation on x (x.index_add_, x += ...) overwrites the layer's input, which "
                           "autograd keeps for the router and the layers before it: in training, backward then fails "
                           "(\"modified by an inplace operation\"), or index_add_ refuses a leaf that requires grad. "

@@ -37,8 +37,8 @@ import torch.nn as nn
 
 from ddp_lab.checks import CheckFailed, passed
 from ddp_lab.checks.common import (answer_raised, call_case, describe, division_into_a_new_tensor, ensure_written,
-                                   first_mismatch, package_answer_used, refuse_written_bound, refuse_written_divisor,
-                                   run_on_ranks, source_tree, two_numbers, watching_calls)
+                                   first_mismatch, how_it_changed, package_answer_used, refuse_written_bound,
+                                   refuse_written_divisor, run_on_ranks, source_tree, two_numbers, watching_calls)
 from ddp_lab.course.low_precision import fp8, loss_scaling
 
 WORLD = 2
@@ -483,17 +483,11 @@ def check_to_fp8(to_fp8) -> None:
 
 def _refuse_changed_input(name: str, case: str, x: torch.Tensor, given: torch.Tensor) -> None:
     """CheckFailed if to_fp8 changed the tensor it was given (an in-place x.mul_, x *= scale)."""
-    if given.shape == x.shape and given.dtype == x.dtype and torch.equal(given, x):
-        return
-    if given.shape != x.shape or given.dtype != x.dtype:
-        what = f"it is now {describe(given)}"
-    else:
-        index = first_mismatch(given, x, atol=0.0, rtol=0.0)
-        where = ", ".join(map(str, index))
-        what = f"x[{where}] is now {given[index].item():.6g}, was {x[index].item():.6g}"
-    raise CheckFailed(f"{case}: {name} changed the tensor it was given ({what}).\nHint: an in-place operation on x "
-                      "(x.mul_(scale), x *= scale) scales the caller's own tensor, the weights or activations it "
-                      "goes on using in higher precision: compute x * scale into a new tensor.")
+    changed = how_it_changed(given, x)
+    if changed is not None:
+        raise CheckFailed(f"{case}: {name} changed the tensor it was given ({changed}).\nHint: an in-place operation "
+                          "on x (x.mul_(scale), x *= scale) scales the caller's own tensor, the weights or activations "
+                          "it goes on using in higher precision: compute x * scale into a new tensor.")
 
 
 def _pair_hint(result) -> str:
