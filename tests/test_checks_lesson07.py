@@ -38,7 +38,8 @@ FIRST_RUN_TIMEOUT = 10.0
 def make_stage_answer(*, scale=True, blocking=False, grad_peer=-1, warmup=None, mark_input=True, wait_now=False,
                       grad_divisor=1, zero_each=False, return_undivided=False, last_rank=None, microbatches=None,
                       drop_handles=False, irecv_unwaited=False, recv_any_source=False, batched=False,
-                      divide_by=None, summed_errors=False, return_sum=False, forward_sends_kept=False):
+                      divide_by=None, summed_errors=False, return_sum=False, forward_sends_kept=False,
+                      one_buffer=False, keep_detached=False):
     """A 1F1B stage with one mistake switched on (the defaults give the right answer). `wait_now`: each isend's
     .wait() right after it starts, a blocking send in disguise. `zero_each`: the stage's gradients zeroed before
     every micro-batch's backward. `return_undivided`: backward on the divided loss, the undivided one returned.
@@ -49,13 +50,16 @@ def make_stage_answer(*, scale=True, blocking=False, grad_peer=-1, warmup=None, 
     loss is divided by instead of m. `summed_errors`: the squared errors summed, not averaged. `return_sum`: the
     last stage returns the sum of its losses, a tensor of no dimension, instead of their list. `forward_sends_kept`:
     the handles of the sends to rank + 1 kept but never waited for (each is delivered all the same: the gradient
-    received back for that micro-batch follows it), those of the sends to rank - 1 waited for."""
+    received back for that micro-batch follows it), those of the sends to rank - 1 waited for. `one_buffer`: every
+    activation received into one buffer made once (the next receive overwrites what a held micro-batch saved).
+    `keep_detached`: the detached output (what is sent) kept for backward."""
 
     def one_f_one_b_stage(stage, inputs, targets):
         rank, world_size = dist.get_rank(), dist.get_world_size()
         first, last = rank == 0, rank == (world_size - 1 if last_rank is None else last_rank)
         m, shape = len(inputs) if microbatches is None else microbatches, inputs[0].shape
         saved, sends, losses, kept = {}, [], [], []
+        buffer = torch.empty(inputs[0].shape)
 
         def send(tensor, dst):
             if batched:
@@ -86,7 +90,7 @@ def make_stage_answer(*, scale=True, blocking=False, grad_peer=-1, warmup=None, 
             if first:
                 x = inputs[i]
             else:
-                x = torch.empty(shape)
+                x = buffer if one_buffer else torch.empty(shape)
                 receive(x, rank - 1)
                 if mark_input:
                     x.requires_grad_()
@@ -97,6 +101,8 @@ def make_stage_answer(*, scale=True, blocking=False, grad_peer=-1, warmup=None, 
                 losses.append((undivided if return_undivided else out).detach())
             else:
                 send(out.detach(), rank + 1)
+                if keep_detached:
+                    out = out.detach()
             saved[i] = (x, out)
 
         def backward(i):
@@ -221,6 +227,9 @@ STAGE_MISTAKES = [   # answers that return: they run one after the other in one 
                                     r"dropped, so another run can lose the message and hang\.\nHint: keep every "
                                     r"handle dist\.isend returns \(a list\) and call \.wait\(\) on each before the "
                                     r"function returns\.$"),
+    # one receive buffer for every micro-batch: the next receive overwrites what a held micro-batch saved
+    (dict(one_buffer=True), r"(?s)^rank 1 \(stage 1\), gradient of the weight.*Hint: two micro-batches this stage held "
+                            r"at once were given the same input tensor"),
     # a warm-up written for 3 stages: right on the first run, one too many on the second, which says so
     (dict(warmup=lambda m, r, w: 2 - r), r"(?s)^the stages held .*: stage 0 held 3, stage 1 held 2; 1F1B on 2 stages "
                                          r"with 3 micro-batches holds 2, 1 .*\nOn 3 stages with 4 micro-batches \(the "
@@ -317,6 +326,13 @@ def test_a_raise_in_the_first_run_is_not_said_to_follow_a_right_one():
         check_one_f_one_b_stage(make_stage_answer(mark_input=False), timeout=DEADLOCK_TIMEOUT)
     message = str(failure.value)
     assert "3-stage pipeline" in message and "first run" not in message, message
+
+
+def test_one_f_one_b_names_a_detached_output_kept_for_backward():
+    with pytest.raises(CheckFailed, match=r"(?s)raised RuntimeError inside torch: element 0 of tensors does not "
+                                          r"require grad.*Hint: backward ran on a tensor with no graph behind it: the "
+                                          r"stage's output was detached"):
+        check_one_f_one_b_stage(make_stage_answer(keep_detached=True))
 
 
 def test_one_f_one_b_rejects_a_none_sent():
@@ -569,6 +585,40 @@ def gaps_between_own_spans(spans):
     return gaps / (len({s.rank for s in spans}) * makespan)
 
 
+def _ranks_and_microbatches(spans):
+    p = len({s.rank for s in spans})
+    return p, sum(1 for s in spans if s.rank == 0 and s.row == "forward")
+
+
+def closed_form(spans):
+    p, m = _ranks_and_microbatches(spans)
+    return (p - 1) / (m + p - 1)
+
+
+def bubble_over_microbatches(spans):
+    p, m = _ranks_and_microbatches(spans)
+    return (p - 1) / m
+
+
+def window_from_zero(spans):
+    ranks = len({s.rank for s in spans})
+    return 1 - sum(s.end - s.start for s in spans) / (ranks * max(s.end for s in spans))
+
+
+def ranks_as_the_largest(spans):
+    window = max(s.end for s in spans) - min(s.start for s in spans)
+    return 1 - sum(s.end - s.start for s in spans) / (max(s.rank for s in spans) * window)
+
+
+def time_when_no_rank_worked(spans):
+    reached, covered = float("-inf"), 0.0
+    for span in sorted(spans, key=lambda s: s.start):
+        if span.end > reached:
+            covered += span.end - max(span.start, reached)
+            reached = span.end
+    return 1 - covered / (max(s.end for s in spans) - min(s.start for s in spans))
+
+
 def blank_idle(spans):
     raise NotImplementedError("one window for every rank")
 
@@ -605,6 +655,15 @@ def test_idle_fraction_accepts_the_right_answer(capsys):
                           r"to 3 decimals"),
     (as_text, r"^GPipe on 2 stages with 4 micro-batches \(ideal times\): as_text returned str '0\.\d+'; expected a "
               r"float"),
+    # right on the ideal timelines, off on the measured ones
+    (closed_form, r"(?s)^two ranks with measured-looking times: got 0\.5, .*Hint: that is \(p - 1\) / \(m \+ p - 1\), "
+                  r"the bubble of an ideal pipeline"),
+    (bubble_over_microbatches, r"(?s)^GPipe on 2 stages.*got 0\.25, expected 0\.2\.\nHint: that is \(p - 1\) / m"),
+    (window_from_zero, r"(?s)^two ranks with measured-looking times: .*Hint: the window was taken to start at 0"),
+    (ranks_as_the_largest, r"(?s)^GPipe on 2 stages.*got -0\.6, .*Hint: the number of ranks was taken as the largest "
+                           r"rank number \(1\)"),
+    (time_when_no_rank_worked, r"(?s)^GPipe on 2 stages.*got 0, .*Hint: this is the share of the window in which no "
+                               r"rank was working"),
 ])
 def test_idle_fraction_rejects_wrong_answers(answer, feedback):
     with pytest.raises(CheckFailed, match=feedback):

@@ -395,6 +395,20 @@ def test_row_parallel_forward_names_wrong_outputs(answer, feedback, row_results)
         lesson08.judge_row(answer.__name__, row_results[answer], lesson08._returns_a_call_result(answer, "all_reduce"))
 
 
+def shard_width_from_out_features(x_local, linear, rank, world_size):
+    k = linear.out_features // world_size                # the width of the wrong dimension
+    partial = x_local @ linear.weight[:, rank * k:(rank + 1) * k].T
+    dist.all_reduce(partial)
+    return partial + linear.bias
+
+
+def weight_read_as_in_by_out(x_local, linear, rank, world_size):
+    k = x_local.shape[-1]
+    partial = x_local @ linear.weight[rank * k:(rank + 1) * k, :]      # rows, as if the weight were (in, out)
+    dist.all_reduce(partial)
+    return partial + linear.bias
+
+
 @pytest.mark.parametrize("answer, feedback", [   # each raises on the ranks, which ends its launch: one launch each
     (rows_instead_of_columns, r"(?s)rank \d: rows_instead_of_columns raised RuntimeError: (mm: )?mat1.*Hint: the "
                               r"weight you multiplied by is 8x3: 3 of the 6 ROWS.*COLUMNS of linear.weight itself "
@@ -410,6 +424,13 @@ def test_row_parallel_forward_names_wrong_outputs(answer, feedback, row_results)
                              r"x_local already is this rank's part of the input \(4 of the 8 features\): you split it "
                              r"again"),
     (row_stub, r"row_stub is not written yet: it raised NotImplementedError"),
+    # the first layer, nn.Linear(8, 6): a shard 6 / 2 = 3 columns wide; a block of the weight's rows, untransposed
+    (shard_width_from_out_features, r"(?s)^rank \d: shard_width_from_out_features raised RuntimeError: .*\(15x4 and "
+                                    r"3x6\).*Hint: x_local has 4 features, but the shard of linear.weight you "
+                                    r"multiplied it by has 3 columns, out_features / world_size \(6 / 2\)"),
+    (weight_read_as_in_by_out, r"(?s)^rank 1: weight_read_as_in_by_out raised RuntimeError: .*\(15x4 and 2x8\).*Hint: "
+                               r"the matrix you multiplied by has 8 columns, all of linear.weight's input features, "
+                               r"and 2 rows: a block of linear.weight's ROWS"),
     (adds_all_reduces_result, r"(?s)^rank \d: adds_all_reduces_result raised TypeError: unsupported operand "
                               r"type\(s\) for \+: 'NoneType' and 'Parameter'.*\nHint: dist\.all_reduce works in place "
                               r"and returns None \(a work to wait on with async_op=True\), not the sum"),

@@ -5,9 +5,11 @@
 
 The first runs the answer on 3 gloo ranks (a 3-stage pipeline with 4 micro-batches), then, in the
 same launch, on 2 of them (2 stages, 3 micro-batches), so that a count written for the first
-run fails the second; a short timeout ends a deadlock with a message instead of a hang. The
-second is a plain function of timestamps (an answer that calls the package's own
-`idle_fraction` is refused).
+run fails the second; a short timeout ends a deadlock with a message instead of a hang. The stage it is given
+notes the micro-batches it holds, and two of them given one input tensor (a receive buffer reused while its earlier
+activation is saved for a backward). The second is a plain function of timestamps, judged on ideal and
+measured-looking timelines, a wrong value named where one mistake gives it on every case (an answer that calls the
+package's own `idle_fraction` is refused).
 
 Introduced in notebooks/07-pipeline-parallelism.ipynb.
 """
@@ -73,12 +75,16 @@ def _batch(case: Case) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 class _CountingStage(nn.Module):
-    """Wraps a stage; counts the micro-batches whose activations it holds (forward done, backward not started)."""
+    """Wraps a stage; counts the micro-batches whose activations it holds (forward done, backward not started), and
+    notes (`shared_input`) a forward given the very tensor another held micro-batch's forward was given: a receive
+    buffer reused while the activation received into it before is still saved for a backward."""
 
     def __init__(self, inner: nn.Module):
         super().__init__()
         self.inner = inner
         self.live = self.peak = self.forwards = 0
+        self.held_inputs: list[int] = []   # data_ptr of the input of each micro-batch held
+        self.shared_input = False
 
     def forward(self, x):
         out = self.inner(x)
@@ -86,11 +92,16 @@ class _CountingStage(nn.Module):
         if out.requires_grad:
             self.live += 1
             self.peak = max(self.peak, self.live)
-            out.register_hook(self._backward_started)  # runs when d loss / d out is known
+            pointer = x.data_ptr()
+            self.shared_input = self.shared_input or pointer in self.held_inputs
+            self.held_inputs.append(pointer)
+            out.register_hook(lambda grad: self._backward_started(grad, pointer))   # runs when d loss / d out is known
         return out
 
-    def _backward_started(self, grad):
+    def _backward_started(self, grad, pointer: int):
         self.live -= 1
+        if pointer in self.held_inputs:
+            self.held_inputs.remove(pointer)
         return grad
 
 
@@ -105,7 +116,7 @@ def _stage_runner(rank: int, one_f_one_b_stage, log_directory: str, case: Case) 
     losses, odd = _losses(returned)
     logged = read_log(log_path(log_directory, rank))
     return {"grads": [None if p.grad is None else p.grad.clone() for p in stage.parameters()],
-            "losses": losses, "peak": stage.peak, "forwards": stage.forwards,
+            "losses": losses, "peak": stage.peak, "forwards": stage.forwards, "shared_input": stage.shared_input,
             "wrong_peers": non_neighbour_calls({rank: logged}, case.stages) if logged is not None else [],
             "never_waited": calls_never_waited(rank, logged[0]) if logged is not None else [],
             **({"returned": odd} if odd else {})}
@@ -152,6 +163,10 @@ def _explain(failure) -> str | None:
                 "received: None until backward has run through the stage, and None for an x not marked "
                 "x.requires_grad_() before the stage ran on it (and a stage's output, which is no leaf, keeps no "
                 ".grad).")
+    if "does not require grad and does not have a grad_fn" in message:
+        return ("backward ran on a tensor with no graph behind it: the stage's output was detached (out.detach(), "
+                "what one sends) or computed under torch.no_grad(), and the stage has parameters, so its own output "
+                "has a grad_fn. Keep the output as the stage's forward returned it for that micro-batch's backward.")
     if "Pair is not connected" in message:
         return (f"gloo's 'Pair is not connected' means a rank sent to or received from itself: a send or recv names "
                 f"this rank instead of a neighbour stage. {PEERS}.")
@@ -297,9 +312,10 @@ def _send_evidence(logs, places: dict) -> str | None:
     return None
 
 
-def _compare_grads(rank: int, got: list, want: list, last_alone: list, case: Case) -> None:
+def _compare_grads(rank: int, got: list, want: list, last_alone: list, case: Case, shared_input: bool = False) -> None:
     """CheckFailed at the first gradient of this stage that differs from one process's (`want`); `last_alone`: the
-    gradients of the last micro-batch alone (`_reference(case, last_only=True)`), evidence of zeroed gradients."""
+    gradients of the last micro-batch alone (`_reference(case, last_only=True)`), evidence of zeroed gradients;
+    `shared_input`: two micro-batches held at once were given one tensor (`_CountingStage`)."""
     names = ["weight", "bias"]
     m = case.microbatches
     for name, g, w in zip(names, got, want):
@@ -317,6 +333,11 @@ def _compare_grads(rank: int, got: list, want: list, last_alone: list, case: Cas
         elif torch.allclose(g, w / m, atol=1e-7, rtol=1e-5):
             hint = (f"it is the right gradient divided by {m}: divide the loss by the number of "
                     "micro-batches once, on the last stage only")
+        elif shared_input:
+            hint = ("two micro-batches this stage held at once were given the same input tensor: the receive for the "
+                    "later one wrote into the buffer holding the earlier one's activation, which its backward still "
+                    "needs (a layer saves its input to compute its weight's gradient). Receive each micro-batch's "
+                    "activation into a new tensor (torch.empty(...) per receive)")
         elif all(a is not None and torch.allclose(a, b, atol=1e-7, rtol=1e-5) for a, b in zip(got, last_alone)):
             hint = ("it is the gradient of the last micro-batch alone: the earlier micro-batches' gradients were "
                     "dropped (zero_grad, or .grad set to None or replaced, between micro-batches). A stage's .grad "
@@ -449,7 +470,8 @@ def _judge_case(case: Case, results: list[dict]) -> None:
     _, last_alone = _reference(case, last_only=True)
     # gradients flow back from the last stage: the first wrong one from the end is where it starts
     for rank in reversed(range(stages)):
-        _compare_grads(rank, results[rank]["grads"], ref_grads[rank], last_alone[rank], case)
+        _compare_grads(rank, results[rank]["grads"], ref_grads[rank], last_alone[rank], case,
+                       results[rank].get("shared_input", False))
     _refuse_requests_never_waited(case, results)
     peaks = [results[rank]["peak"] for rank in range(stages)]
     limits = [min(stages - rank, m) for rank in range(stages)]
@@ -539,7 +561,27 @@ def _wrong_answers(spans: list[Span]) -> dict[object, tuple[float, str]]:
     starts_last = max(spans, key=lambda s: s.start)
     ends_first = min(spans, key=lambda s: s.end)
     earliest_start, latest_end = min(s.start for s in spans), max(s.end for s in spans)
+    p, m = len(ranks), sum(1 for s in spans if s.rank == ranks[0] and s.row == "forward")   # stages, micro-batches
     return {
+        "closed form": ((p - 1) / (m + p - 1),
+                        "that is (p - 1) / (m + p - 1), the bubble of an ideal pipeline (every step the same length, "
+                        "no gaps); measured spans have neither, so measure from them: idle = 1 - busy / (ranks x "
+                        "makespan), the window from the earliest start to the latest end"),
+        "bubble over m": ((p - 1) / m,
+                          "that is (p - 1) / m, the bubble's time against the micro-batches' time alone; as a share of "
+                          "the whole window it is (p - 1) / (m + p - 1), and from measured spans idle = 1 - busy / "
+                          "(ranks x makespan)"),
+        "window from 0": (1.0 - busy / (len(ranks) * latest_end),
+                          f"the window was taken to start at 0, the latest end ({latest_end:g}) alone: the ideal "
+                          f"timelines start at 0, measured clocks do not (here at {earliest_start:g}). The window runs "
+                          "from the earliest start to the latest end"),
+        "union": (1.0 - _union(spans) / makespan,
+                  "this is the share of the window in which no rank was working; the idle fraction counts every "
+                  "rank's idle time, the busy time of all ranks against ranks x makespan (a rank waiting while "
+                  "another works is idle too)"),
+        **({"largest rank": (1.0 - busy / (max(ranks) * makespan),
+                             f"the number of ranks was taken as the largest rank number ({max(ranks)}), but ranks "
+                             f"count from 0: there are {len(ranks)} (the distinct s.rank)")} if max(ranks) > 0 else {}),
         "busy": (1.0 - right, "this is the busy fraction: the idle fraction is 1 - busy / (ranks x makespan)"),
         "percentage": (100 * right, "this is a percentage: return a fraction between 0 and 1"),
         "own windows": (1.0 - busy / own,
@@ -580,6 +622,16 @@ def _wrong_answers(spans: list[Span]) -> dict[object, tuple[float, str]]:
                          "earlier or end later: take the earliest start and the latest end over the spans of every "
                          "rank") for r in ranks},
     }
+
+
+def _union(spans: list[Span]) -> float:
+    """The length of time in which at least one span runs."""
+    total, reached = 0.0, float("-inf")
+    for span in sorted(spans, key=lambda s: s.start):
+        if span.end > reached:
+            total += span.end - max(span.start, reached)
+            reached = span.end
+    return total
 
 
 def _hint(answers: list[tuple[float, list[Span]]]) -> str:

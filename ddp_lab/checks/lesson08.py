@@ -375,9 +375,20 @@ def _explain_shapes(failure, in_features: int, out_features: int, rank: int, wor
         return (f"the weight you multiplied by is the whole {out_features}x{in_features} linear.weight, but x_local "
                 f"holds only {local_in} of its {in_features} input features: cut out the rank's part of the weight "
                 "that meets those features")
+    if int(shapes.group(2)) == local_in and weight[1] == in_features and weight[0] < local_in:
+        return (f"the matrix you multiplied by has {in_features} columns, all of linear.weight's input features, and "
+                f"{weight[0]} rows: a block of linear.weight's ROWS (its out_features), used as if linear.weight were "
+                f"(in_features, out_features); on this rank the block runs past its {out_features} rows. nn.Linear "
+                "stores (out_features, in_features) and computes x @ weight.T: take this rank's block of COLUMNS, "
+                "linear.weight[:, rank * k:(rank + 1) * k], and multiply by its transpose")
     if int(shapes.group(2)) != local_in or weight[1] != out_features:
         return None
     # x_local as it is, times a shard of the wrong width
+    if weight[0] == local_out and local_out != local_in:
+        return (f"x_local has {local_in} features, but the shard of linear.weight you multiplied it by has "
+                f"{weight[0]} columns, out_features / world_size ({out_features} / {world_size}): a row-parallel layer "
+                "splits linear.weight's columns, the input features, so each rank's shard is in_features / "
+                f"world_size = {local_in} columns wide")
     if world_size == WORLD_SIZE and layer != ROW_LAYERS[0]:   # after a first layer that ran
         first = ROW_LAYERS[0]
         width = f", the width for {_layer(*first)}, the check's first layer" if weight[0] == first[0] // WORLD_SIZE \
