@@ -496,6 +496,28 @@ def sleeps_instead_of_waiting(params, shards, optimizer):
         dist.all_gather(list(p.detach().view(-1).chunk(world_size)), s.detach())
 
 
+def divides_while_the_sum_is_in_flight(params, shards, optimizer):
+    """Wrong: each all-reduce started (async_op=True), p.grad divided at once, while its sum is still arriving; every
+    work waited for before the step. What the sum holds varies from run to run."""
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    works = []
+    for p, s in zip(params, shards):
+        works.append(dist.all_reduce(p.grad, async_op=True))
+        p.grad /= world_size
+        s.grad = p.grad.reshape(-1).chunk(world_size)[rank]
+    for work in works:
+        work.wait()
+    optimizer.step()
+    for p, s in zip(params, shards):
+        dist.all_gather(list(p.detach().view(-1).chunk(world_size)), s.detach())
+
+
+def view_shards(params, rank, world_size):
+    """Wrong: each shard a detached view into p (no clone): its values are right, it shares p's memory."""
+    shards = [p.detach().reshape(-1).chunk(world_size)[rank].requires_grad_() for p in params]
+    return shards, torch.optim.Adam(shards, lr=0.01)
+
+
 ZERO1_RIGHT_STEPS = (   # the solution's all-reduce-then-slice is proven by nbval of solutions/09-zero-and-fsdp.ipynb
     zero1_step_reduce_scatter, zero1_step_zeroes_its_grads, zero1_step_zeroes_its_grads_in_place,
     zero1_step_average_op, zero1_step_divides_the_slice, zero1_step_async, gathers_and_waits)
@@ -512,6 +534,12 @@ def test_zero1_accepts_right_steps(step, zero1_results):
 ASYNC_NOT_WAITED = (r"(?s)^rank 0 of 2, step 0: .*dist.all_reduce\(p.grad, async_op=True\).*\.wait\(\) (on the work "
                     r"it returns before reading p.grad|before optimizer\.step\(\) reads the gradient)")
 ZERO1_MISTAKES = [   # answers that return (not raise): they run one after the other in one launch of 2 ranks
+    # the division runs while the sum is arriving: refused from the gradient's version, whatever its values
+    (zero1_init, divides_while_the_sum_is_in_flight, r"(?s)^rank \d of 2, step 0: the gradient of '0.weight' was "
+                                                     r"changed in place \(a division\?\) after its "
+                                                     r"dist.all_reduce\(\.\.\., async_op=True\) started"),
+    (view_shards, zero1_step, r"(?s)^rank 0: view_shards's shard of '0.weight' is .*Hint: its values are right, but "
+                              r"it is a view into p's own memory"),
     (zero1_init, averages_twice, r"(?s)rank 0 of 2, step 0: the gradient of the shard of '0.weight'.*the gradients "
                                  r"were "
                                  r"averaged twice"),

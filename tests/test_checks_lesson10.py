@@ -286,6 +286,21 @@ def reduces_then_broadcasts(model, mesh):             # right: dist.reduce, whic
         grad.div_(mesh["dp"].size())
 
 
+def reduces_to_the_first_row(model, mesh):
+    group, first = mesh["dp"].get_group(), dist.get_global_rank(mesh["dp"].get_group(), 0)
+    for p in model.parameters():
+        grad = p.grad.to_local()
+        dist.reduce(grad, dst=first, group=group)     # the sum on the first row's rank only
+        grad.div_(mesh["dp"].size())
+
+
+def reduces_the_weights_with_autograd_on(model, mesh):
+    for p in model.parameters():
+        weight = p.to_local()                         # the weights' shard, which autograd tracks
+        dist.all_reduce(weight, group=mesh["dp"].get_group())
+        weight.div_(mesh["dp"].size())
+
+
 def reduces_the_weights(model, mesh):
     for p in model.parameters():
         weight = p.to_local()                         # the parameter's shard, not its gradient's
@@ -366,6 +381,8 @@ AVERAGE_MISTAKES = [
                        r"across the rows were broadcasts"),
     (reduces_the_weights, r"(?s)^rank 0, 0.weight.grad.*row 0's own gradient: dist.all_reduce ran on 0.weight's "
                           r"values \(the weights, the same on every row\), not on its gradient"),
+    (reduces_to_the_first_row, r"(?s)^rank \d, 0.weight.grad.*Hint: your answer's collective across the rows was "
+                               r"dist.reduce, which leaves the sum on its dst rank only"),
     # the groups the answer built: the check names what they hold
     (groups_miss_the_last_row, r"(?s)^rank 0: collectives run by groups_miss_the_last_row: 4 × all_reduce on other\."
                                r"\nHint: your answer reduced over the ranks \[0, 2\], part of a column only: the dp "
@@ -404,6 +421,14 @@ def test_average_gradients_accepts_right_answers_by_other_routes(answer, average
     then a broadcast."""
     assert lesson10.judge_average_gradients(answer.__name__, average_gradients_results[answer]).startswith(
         f"{answer.__name__}: every rank's gradients equal one process")
+
+
+def test_average_gradients_names_the_weights_changed_in_place_under_autograd():
+    # without torch.no_grad(), p.to_local() is a view autograd tracks: the in-place division raises inside torch
+    with pytest.raises(CheckFailed, match=r"(?s)raised RuntimeError.*_ToTorchTensor is a view and is being modified "
+                                          r"inplace.*Hint: the tensor changed in place is what to_local\(\) gave of a "
+                                          r"parameter, p\.to_local\(\), the weights"):
+        lesson10.check_average_gradients(reduces_the_weights_with_autograd_on)
 
 
 def test_average_gradients_stub_says_not_written_before_any_rank_starts(monkeypatch):

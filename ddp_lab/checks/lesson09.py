@@ -194,6 +194,8 @@ def _zero1_init_verdict(rank: int, world_size: int, model: nn.Module, params: li
                 or not torch.equal(shard.detach(), want)):
             return {"bad_shard": (name, describe(shard), tuple(p.shape), tuple(want.shape),
                                   _shard_mistake(shard, p, chunks, rank, world_size))}
+        if shard.untyped_storage().data_ptr() == p.untyped_storage().data_ptr():
+            return {"bad_shard": (name, describe(shard), tuple(p.shape), tuple(want.shape), "view")}
     # a parameter of an odd size: chunk splits it 3 + 2, a floor split (numel // world_size) loses its last element
     odd = torch.nn.Parameter(torch.arange(5.0))
     odd_returned = call_case(zero1_init, f"zero1_init([a parameter of 5 elements], rank={rank}, "
@@ -290,7 +292,13 @@ def _zero1_one(rank: int, zero1_init, zero1_step) -> dict:
             work = original(*args, **kwargs)
             if torch.is_tensor(tensor) and index is not None and work is not None:
                 pending.append((index, work))
-                requests.watch(work, lambda index=index: waited(index))
+                version = tensor._version
+
+                def on_wait(index=index, tensor=tensor, version=version):
+                    if tensor._version != version:   # written to (a division?) while its sum was in flight
+                        reduced["changed_in_flight"].add(index)
+                    waited(index)
+                requests.watch(work, on_wait)
             return work
         return all_reduce
 
@@ -320,7 +328,7 @@ def _zero1_one(rank: int, zero1_init, zero1_step) -> dict:
         before = [p.detach().clone() for p in params]
         local = [p.grad.detach().clone() for p in params]
         at_step.clear()
-        reduced.update(grads=set(), waited_on=set(), other=False, unwaited=None)
+        reduced.update(grads=set(), waited_on=set(), other=False, unwaited=None, changed_in_flight=set())
         pending.clear()
         gathers.clear()
         written.clear()
@@ -457,6 +465,9 @@ def _judge_world(name: str, init_name: str, results: list[dict], division: str |
                     "slices or gathers" if kind == "padded" else
                     f"it holds chunk {kind.split()[1]}, rank {kind.split()[1]}'s: take chunk rank, the argument "
                     f"zero1_init is given ({rank} here)" if kind.startswith("chunk ") else
+                    "its values are right, but it is a view into p's own memory (detach() and reshape() share it): "
+                    "the shard is the optimizer's fp32 master copy, kept apart from the parameter, which in mixed "
+                    "precision is not fp32 at all. Take a copy, .clone() (then requires_grad_())" if kind == "view" else
                     f"it is {kind.split()[1]}: the shards are fp32, as the parameters and their gradients are "
                     "(clone() keeps the dtype)" if kind.startswith("dtype ") else
                     "each shard is this rank's chunk of the flattened parameter, an independent copy")
@@ -466,6 +477,14 @@ def _judge_world(name: str, init_name: str, results: list[dict], division: str |
     names = [n for n, _ in _model().named_parameters()]
     n_params = sum(p.numel() for p in _model().parameters())
     for step in range(STEPS):
+        for rank in range(world_size):   # a sum read while it was still arriving: wrong or right by timing alone
+            changed = sorted(results[rank]["records"][step]["all_reduced"].get("changed_in_flight", ()))
+            if changed:
+                raise CheckFailed(f"rank {rank} of {world_size}, step {step}: the gradient of {names[changed[0]]!r} "
+                                  "was changed in place (a division?) after its dist.all_reduce(..., async_op=True) "
+                                  "started and before its work was waited for: what the sum holds then depends on "
+                                  "timing, so its values are wrong in some runs and right in others.\nHint: wait for "
+                                  "the work (work.wait()) before touching the tensor it sums: divide after the wait.")
         # every rank's shard gradients and optimizer first, then every rank's parameters: a wrong gradient on one
         # rank also spoils the shard it sends to the others, and the gradient names the mistake
         for rank in range(world_size):

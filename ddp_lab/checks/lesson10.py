@@ -345,7 +345,18 @@ def _explain(failure) -> str | None:
     """The hint for a rank whose answer raised: a DeviceMesh passed as a collective's group, a 2-D mesh's
     get_group() without its dimension, or a collective given a DTensor; None for anything else."""
     return (_explain_mesh_as_group(failure) or _explain_get_group_without_a_dimension(failure)
-            or _explain_collective_on_a_dtensor(failure))
+            or _explain_collective_on_a_dtensor(failure) or _explain_weights_modified(failure))
+
+
+def _explain_weights_modified(failure) -> str | None:
+    """The hint for autograd's refusal of an in-place change to what to_local() gave of a tensor that requires grad:
+    a parameter (the weights), not its gradient, whose local shard autograd does not track."""
+    if "_ToTorchTensor is a view and is being modified inplace" not in (getattr(failure.exception, "message", "")
+                                                                        or ""):
+        return None
+    return ("the tensor changed in place is what to_local() gave of a parameter, p.to_local(), the weights, which "
+            "autograd tracks (hence its advice to clone): the gradient to average is p.grad, and its local shard, "
+            "p.grad.to_local(), is what to all-reduce over the dp group and divide in place.")
 
 
 def _explain_get_group_without_a_dimension(failure) -> str | None:
@@ -493,6 +504,10 @@ def judge_average_gradients(name: str, results: list[dict], division: str | None
             elif torch.allclose(got, want_sum / TP_SIZE, atol=1e-6, rtol=1e-5):
                 hint = (f"this is the sum divided by the tp size ({TP_SIZE}), the size of a row: the {DP_SIZE} ranks "
                         "of a column took part, so divide by the dp size, mesh['dp'].size().")
+            elif "reduce" in dp_ops and "all_reduce" not in dp_ops:
+                hint = ("your answer's collective across the rows was dist.reduce, which leaves the sum on its dst "
+                        "rank only; every rank steps its own copy with the gradient, so each needs the mean: "
+                        "dist.all_reduce over the mesh's dp group, then divide by the dp size.")
             elif from_row is not None and dp_ops == {"broadcast"}:
                 hint = (f"this is row {from_row}'s gradient: your answer's only collectives across the rows were "
                         "broadcasts, and a broadcast copies one rank's tensor to the others, summing nothing. Sum each "
