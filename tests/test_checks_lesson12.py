@@ -41,11 +41,11 @@ def make_model():
     return nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Dropout(0.25), nn.Linear(8, 1))
 
 
-def _setup(rank):
+def _setup(rank, same_seed=False):
     model = make_model()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     sampler = DistributedSampler(range(len(X)), num_replicas=dist.get_world_size(), rank=rank, seed=SEED)
-    torch.manual_seed(SEED + rank)
+    torch.manual_seed(SEED if same_seed else SEED + rank)
     return model, optimizer, sampler
 
 
@@ -74,8 +74,8 @@ def _load(path, model, optimizer) -> int:
 def _restartable(rank, directory, total_steps, step_fn, keep=("model", "optimizer", "rng"), resume=True,
                  restore_epoch=True, shared=False, set_epoch=True, once_per_epoch=False, elsewhere=None,
                  write=atomic_save, numbered=False, reset_position=True, later_epoch_offset=0, every=1,
-                 oldest=False, resume_at=None, rank_0_only=()):
-    model, optimizer, sampler = _setup(rank)
+                 oldest=False, resume_at=None, rank_0_only=(), same_seed=False):
+    model, optimizer, sampler = _setup(rank, same_seed)
     path = os.path.join(elsewhere or directory, "checkpoint.pt" if shared else f"rank-{rank}.pt")
     number = "{:06d}" if oldest else "{}"   # zero-padded where the first name in sorted order is taken
     if numbered:   # a file per step, named by the steps done; the latest taken as the last name in sorted order
@@ -140,6 +140,16 @@ def restarts_the_epoch_from_zero(rank, directory, total_steps, step_fn):
 def rank_zero_saves_for_everyone(rank, directory, total_steps, step_fn):
     """Lesson 05's pattern, one file written by rank 0: but the RNG state in it is rank 0's."""
     _restartable(rank, directory, total_steps, step_fn, shared=True)
+
+
+def seeds_every_rank_alike(rank, directory, total_steps, step_fn):
+    """torch.manual_seed(SEED) on every rank: resumes right, but every rank draws the same dropout masks."""
+    _restartable(rank, directory, total_steps, step_fn, same_seed=True)
+
+
+def rank_zero_saves_with_one_seed(rank, directory, total_steps, step_fn):
+    """Rank 0's one file for everyone, made to fit by seeding every rank alike: resumes right, one dropout stream."""
+    _restartable(rank, directory, total_steps, step_fn, shared=True, same_seed=True)
 
 
 def saves_in_place(rank, directory, total_steps, step_fn):
@@ -529,6 +539,10 @@ def test_the_blank_stub_is_named_without_starting_ranks():
                         r"at step 0.*model.load_state_dict"),
     (rank_zero_saves_for_everyone, r"(?s)rank 1, step 11: rank 1 resumed with the other rank's RNG state.*each rank "
                                    r"must save its own RNG state"),
+    (seeds_every_rank_alike, r"^ranks 0 and 1 entered step 0 of the uninterrupted run with the same random number "
+                             r"generator state"),
+    (rank_zero_saves_with_one_seed, r"^ranks 0 and 1 entered step 0 of the uninterrupted run with the same random "
+                                    r"number generator state"),
     (never_loads, r"(?s)rank 0: after the crash never_loads started again from step 0, although the killed run "
                   r"saved \['rank-0\.pt', 'rank-1\.pt'\].*load the checkpoint"),
     (restarts_the_epoch_from_zero, r"(?s)rank 0 trained step 11 \(epoch 3\) on the batch of step 2, epoch 0's: the "

@@ -282,6 +282,13 @@ def _wrong_schemes(locals_: list[torch.Tensor]) -> list[tuple[list[torch.Tensor]
                    "127 // world_size int8 levels, and {}. The scale must cover every rank's values: all-reduce it "
                    "with op=dist.ReduceOp.MAX")
         schemes += wrapped_and_clamped(scale, mistake, "their sums wrap around past 127")
+    mean = max(g.abs().mean() for g in locals_)   # the scale from the mean |value|, all-reduced with MAX
+    if 0 < mean < shared:
+        mistake = (f"these are the values a scale from the mean |value| gives ({float(mean):.3g}, the largest over the "
+                   f"ranks), not from the largest |value| ({float(shared):.3g}): every value beyond the mean then takes "
+                   "more than 127 // world_size int8 levels, and {}. The scale is the largest |value|, "
+                   "buffer.abs().max(), all-reduced with op=dist.ReduceOp.MAX")
+        schemes += wrapped_and_clamped(mean, mistake, "their sums wrap around past 127")
     signed = max(g.max() for g in locals_)   # the scale taken without abs(), all-reduced with MAX
     if 0 < signed < shared:
         mistake = (f"these are the values a scale taken without abs() gives: the largest value over the ranks "

@@ -521,6 +521,11 @@ def _check_uninterrupted(runs: list[list[dict]]) -> None:
             raise CheckFailed(f"rank {rank}: the uninterrupted run called step_fn with steps {steps}; expected "
                               f"0, 1, ..., {TOTAL_STEPS - 1}, each once, in order.\nHint: count the steps over "
                               "all epochs (the global step) and stop at total_steps.")
+    if len(runs) > 1 and runs[0] and runs[1] and torch.equal(runs[0][0]["rng"], runs[1][0]["rng"]):
+        raise CheckFailed("ranks 0 and 1 entered step 0 of the uninterrupted run with the same random number "
+                          "generator state, so every step gives them the same dropout masks, where train_plain's "
+                          "ranks each draw their own.\nHint: seed each rank with torch.manual_seed(SEED + rank) before "
+                          "the first step, as train_plain does, and on resume restore this rank's own RNG state.")
     for rank, records in enumerate(runs):   # a run that never reshuffles resumes "right", but is not train_plain's run
         batches = [r["x"] for r in records]
         if all(torch.equal(batches[step], batches[step % STEPS_PER_EPOCH]) for step in range(TOTAL_STEPS)):
