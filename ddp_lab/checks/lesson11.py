@@ -283,19 +283,20 @@ def _wrong_schemes(locals_: list[torch.Tensor]) -> list[tuple[list[torch.Tensor]
                    "with op=dist.ReduceOp.MAX")
         schemes += wrapped_and_clamped(scale, mistake, "their sums wrap around past 127")
     mean = max(g.abs().mean() for g in locals_)   # the scale from the mean |value|, all-reduced with MAX
-    if 0 < mean < shared:
-        mistake = (f"these are the values a scale from the mean |value| gives ({float(mean):.3g}, the largest over the "
-                   f"ranks), not from the largest |value| ({float(shared):.3g}): every value beyond the mean then takes "
-                   "more than 127 // world_size int8 levels, and {}. The scale is the largest |value|, "
-                   "buffer.abs().max(), all-reduced with op=dist.ReduceOp.MAX")
-        schemes += wrapped_and_clamped(mean, mistake, "their sums wrap around past 127")
-    signed = max(g.max() for g in locals_)   # the scale taken without abs(), all-reduced with MAX
-    if 0 < signed < shared:
-        mistake = (f"these are the values a scale taken without abs() gives: the largest value over the ranks "
-                   f"({float(signed):.3g}), not the largest |value| ({float(shared):.3g}). The values further below "
-                   "zero than the bucket's largest positive value then take more than 127 // world_size int8 "
-                   "levels, and {}. Take the max of buffer.abs()")
-        schemes += wrapped_and_clamped(signed, mistake, "sums of them wrap around past -128")
+    signed = max(g.max() for g in locals_)        # the scale taken without abs(), all-reduced with MAX
+    too_small = [
+        (mean, f"these are the values a scale from the mean |value| gives ({float(mean):.3g}, the largest over the "
+               f"ranks), not from the largest |value| ({float(shared):.3g}): every value beyond the mean then takes "
+               "more than 127 // world_size int8 levels, and {}. The scale is the largest |value|, buffer.abs().max(), "
+               "all-reduced with op=dist.ReduceOp.MAX", "their sums wrap around past 127"),
+        (signed, f"these are the values a scale taken without abs() gives: the largest value over the ranks "
+                 f"({float(signed):.3g}), not the largest |value| ({float(shared):.3g}). The values further below "
+                 "zero than the bucket's largest positive value then take more than 127 // world_size int8 levels, "
+                 "and {}. Take the max of buffer.abs()", "sums of them wrap around past -128"),
+    ]
+    for scale, mistake, wrapped in too_small:
+        if 0 < scale < shared:
+            schemes += wrapped_and_clamped(scale, mistake, wrapped)
     for written in sorted(set(WORLD_SIZES) - {world_size}):   # the levels of another world size, the mean over this
         levels = LEVELS // written
         consequence = (f"sums of {world_size} of them reach {levels * world_size} and wrap around past 127"
