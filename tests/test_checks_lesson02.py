@@ -905,6 +905,13 @@ def mean_reversed(tensor):
     return torch.cat(list(reversed(all_reduce_mean(tensor).split(sizes))))
 
 
+def mean_joined_from_own_entry(tensor):
+    """Wrong: concatenates the gathered entries starting from this rank's own (rank 0's result is right)."""
+    world_size, rank = dist.get_world_size(), dist.get_rank()
+    pieces = all_reduce_mean(tensor).split([len(c) for c in tensor.tensor_split(world_size)])
+    return torch.cat([pieces[(rank + k) % world_size] for k in range(world_size)])
+
+
 def mean_pads_to_four(tensor):
     """Wrong: pads every reduced chunk to 4 elements, a size written as a number (the largest chunk of 12 and of 10
     elements on 3 ranks), not the largest chunk of this tensor."""
@@ -986,6 +993,10 @@ MEAN_RETURNING = {   # wrong answers that return: one launch for all of them
                       r"sizes other than tensor_split's \[4, 3, 3\] \(tensor\.chunk's are \[4, 4, 2\]\)",
     mean_reversed: r"(?s)Hint: every chunk is right but in the wrong place \(position 0 holds chunk 2, position 2 "
                    r"holds chunk 0\): entry k of ring_all_gather's list is rank k's chunk; concatenate",
+    # rank 1's result is shifted by one, as the lesson's layout shifts every rank's; rank 0's is right here
+    mean_joined_from_own_entry: r"(?s)^rank 1, tensor of 12 .*Hint: every chunk is right but in the wrong place .*: the "
+                                r"entries were joined starting from this rank's own \(entry 1\), where rank 0's "
+                                r"result, which starts from entry 0, is right",
     mean_pads_by_four: r"(?s)rank 0, tensor of 16 elements.*got a tensor of shape \(12,\).*\nHint: every entry holds "
                        r"only the first 4 elements of its chunk .* 4 is the largest chunk of 12 and of 10 "
                        r"elements, which passed",

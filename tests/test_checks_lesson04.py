@@ -178,11 +178,20 @@ def reduces_to_rank_zero(model):
         p.grad /= dist.get_world_size()
 
 
+def divides_by_the_number_of_parameters(model):
+    params = list(model.parameters())
+    for p in params:
+        dist.all_reduce(p.grad)
+        p.grad /= len(params)                         # the parameters counted, where the ranks belong
+
+
 AVERAGE_ANSWERS = {   # all return (none raises or hangs): they run one after the other in one launch
     average_gradients: None,
     reduce_op_avg: None,           # gloo in this torch supports ReduceOp.AVG: also right
     divides_before_the_all_reduce: None,
     flat_buffer_copied_back: None,
+    divides_by_the_number_of_parameters: r"(?s)this is the sum over the 3 ranks divided by \d+, the number of "
+                                         r"parameters \(len\(params\)\)",
     averages_then_divides: r"(?s)this is the mean divided by 3 once more: the world size was divided out twice "
                            r"\(divide once, after a SUM; after ReduceOp\.AVG, which already gives the mean, not at "
                            r"all\)",

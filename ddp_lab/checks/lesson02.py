@@ -977,13 +977,22 @@ def _compare_mean(got, total, own, rank, size, world_size, earlier=()) -> None:
                 "rank order.")
     elif _permuted(got, mean, sizes):
         moved = _permuted(got, mean, sizes)
-        shifted = all(_close(piece, mean.split(sizes)[(k + 1) % world_size]) for k, piece in
-                      enumerate(got.split(sizes)) if len(piece) == sizes[(k + 1) % world_size])
-        hint = (f"every chunk is right but in the wrong place ({moved}): entry k of ring_all_gather's list is "
-                "what rank k sent, so rank k must own chunk k after the reduce-scatter (exercise 1's layout, not "
-                "the lesson's chunk (k + 1) % N)." if shifted else
-                f"every chunk is right but in the wrong place ({moved}): entry k of ring_all_gather's list is "
-                "rank k's chunk; concatenate the entries in list order.")
+
+        def rotated_by(shift: int) -> bool:
+            return all(_close(piece, mean.split(sizes)[(k + shift) % world_size]) for k, piece in
+                       enumerate(got.split(sizes)) if len(piece) == sizes[(k + shift) % world_size])
+        if rank > 0 and rotated_by(rank):   # the ranks before this one were judged right: no layout shifts them all
+            hint = (f"every chunk is right but in the wrong place ({moved}): the entries were joined starting from "
+                    f"this rank's own (entry {rank}), where rank 0's result, which starts from entry 0, is right. "
+                    "Entry k of ring_all_gather's list is rank k's chunk: concatenate the entries in list order, "
+                    "from entry 0, on every rank.")
+        elif rotated_by(1):
+            hint = (f"every chunk is right but in the wrong place ({moved}): entry k of ring_all_gather's list is "
+                    "what rank k sent, so rank k must own chunk k after the reduce-scatter (exercise 1's layout, "
+                    "not the lesson's chunk (k + 1) % N).")
+        else:
+            hint = (f"every chunk is right but in the wrong place ({moved}): entry k of ring_all_gather's list is "
+                    "rank k's chunk; concatenate the entries in list order.")
     elif _close(got, mean / world_size):
         hint = f"this is the mean divided by the world size again: divide the sum by {world_size} once."
     elif got.shape == mean.shape and _close(got, torch.cat([torch.nn.functional.pad(c, (0, max(sizes) - len(c)))

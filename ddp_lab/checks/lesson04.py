@@ -188,6 +188,10 @@ def _average_hint(got, mean, local: list, result: dict, index: int, rank: int, d
         if torch.allclose(got, mean * size / divisor, atol=1e-6):
             return (f"this is the sum over the {size} ranks divided by {divisor}: divide by dist.get_world_size(), "
                     "not by a number fixed in the code")
+    count = len(result["grad_reduced"])   # the model's parameters
+    if count not in (1, size) and torch.allclose(got, mean * size / count, atol=1e-6):
+        return (f"this is the sum over the {size} ranks divided by {count}, the number of parameters (len(params)): "
+                "the mean is over the ranks, so divide by dist.get_world_size()")
     if torch.allclose(got, mean / size, atol=1e-7):
         return (f"this is the mean divided by {size} once more: the world size was divided out twice "
                 "(divide once, after a SUM; after ReduceOp.AVG, which already gives the mean, not at all)")
