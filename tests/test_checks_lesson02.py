@@ -994,8 +994,8 @@ MEAN_RETURNING = {   # wrong answers that return: one launch for all of them
     mean_reversed: r"(?s)Hint: every chunk is right but in the wrong place \(position 0 holds chunk 2, position 2 "
                    r"holds chunk 0\): entry k of ring_all_gather's list is rank k's chunk; concatenate",
     # rank 1's result is shifted by one, as the lesson's layout shifts every rank's; rank 0's is right here
-    mean_joined_from_own_entry: r"(?s)^rank 1, tensor of 12 .*Hint: every chunk is right but in the wrong place .*: the "
-                                r"entries were joined starting from this rank's own \(entry 1\), where rank 0's "
+    mean_joined_from_own_entry: r"(?s)^rank 1, tensor of 12 .*Hint: every chunk is right but in the wrong place .*: "
+                                r"the entries were joined starting from this rank's own \(entry 1\), where rank 0's "
                                 r"result, which starts from entry 0, is right",
     mean_pads_by_four: r"(?s)rank 0, tensor of 16 elements.*got a tensor of shape \(12,\).*\nHint: every entry holds "
                        r"only the first 4 elements of its chunk .* 4 is the largest chunk of 12 and of 10 "
