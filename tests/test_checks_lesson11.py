@@ -515,8 +515,8 @@ WRONG_ANSWERS = {   # all return: they run one after the other in one launch (wi
     scale_from_rank_0: r"(?s)^on 2 ranks: step 0, rank 0, .*Hint: every rank used one scale, but one smaller than "
                        r"another rank's largest \|value\|.*their sums wrap around past 127",
     scale_reduced_with_min: r"(?s)^on 2 ranks: step 0, rank 0, .*Hint: every rank used one scale, but one smaller than",
-    scale_from_the_mean: r"(?s)^on 2 ranks: step 0, rank 0, .*Hint: these are the values a scale from the mean \|value\| "
-                         r"gives",
+    scale_from_the_mean: r"(?s)^on 2 ranks: step 0, rank 0, .*Hint: these are the values a scale from the mean "
+                         r"\|value\| gives",
     # a world size written in one place only: the hint says which, not the levels where the division was written
     mean_written_for_two: r"(?s)^on 3 ranks: step 0, rank 0, .*Hint: the values are 3/2 of the mean over the 3 ranks "
                           r"wherever their sums fit in int8: each rank quantised to this group's 127 // 3 = 42 levels, "

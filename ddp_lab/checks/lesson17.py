@@ -122,10 +122,10 @@ def check_unscale_clip_and_step(unscale_clip_and_step, timeout: float = 30.0) ->
     """Check `unscale_clip_and_step(params, optimizer, scale, max_norm) -> bool` on 2 gloo ranks.
 
     Each rank's `params` are its shard of the model (a (3, 4) weight and a (3,) bias) whose `.grad` holds
-    `scale` times the true gradient; `optimizer` is SGD with lr 1 and weight decay 0.05. Cases: a gradient whose global norm is
-    under max_norm (a plain step); one over it (every shard scaled by max_norm / global norm), at another
-    scale; one under max_norm whose square is over it (a plain step); a NaN in every shard's weight, then in
-    every shard's bias, and an inf in rank 1's weight only (no rank may step). max_norm is 1.5.
+    `scale` times the true gradient; `optimizer` is SGD with lr 1 and weight decay 0.05. Cases: a gradient
+    whose global norm is under max_norm (a plain step); one over it (every shard scaled by max_norm / global
+    norm), at another scale; one under max_norm whose square is over it (a plain step); a NaN in every shard's
+    weight, then in every shard's bias, and an inf in rank 1's weight only (no rank may step). max_norm is 1.5.
 
     Introduced in notebooks/17-compile-and-low-precision.ipynb.
     """
