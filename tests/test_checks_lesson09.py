@@ -512,6 +512,22 @@ def divides_while_the_sum_is_in_flight(params, shards, optimizer):
         dist.all_gather(list(p.detach().view(-1).chunk(world_size)), s.detach())
 
 
+def zero1_step_waits_again(params, shards, optimizer):
+    """Right: each all-reduce waited for, then divided; every work waited for (and polled) once more at the end."""
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    works = [dist.all_reduce(p.grad, async_op=True) for p in params]
+    for work, p, s in zip(works, params, shards):
+        work.wait()
+        p.grad /= world_size
+        s.grad = p.grad.reshape(-1).chunk(world_size)[rank]
+    optimizer.step()
+    for p, s in zip(params, shards):
+        dist.all_gather(list(p.detach().view(-1).chunk(world_size)), s.detach())
+    assert all(work.is_completed() for work in works)
+    for work in works:
+        work.wait()
+
+
 def view_shards(params, rank, world_size):
     """Wrong: each shard a detached view into p (no clone): its values are right, it shares p's memory."""
     shards = [p.detach().reshape(-1).chunk(world_size)[rank].requires_grad_() for p in params]
@@ -520,7 +536,7 @@ def view_shards(params, rank, world_size):
 
 ZERO1_RIGHT_STEPS = (   # the solution's all-reduce-then-slice is proven by nbval of solutions/09-zero-and-fsdp.ipynb
     zero1_step_reduce_scatter, zero1_step_zeroes_its_grads, zero1_step_zeroes_its_grads_in_place,
-    zero1_step_average_op, zero1_step_divides_the_slice, zero1_step_async, gathers_and_waits)
+    zero1_step_average_op, zero1_step_divides_the_slice, zero1_step_async, gathers_and_waits, zero1_step_waits_again)
 
 
 @pytest.mark.parametrize("step", ZERO1_RIGHT_STEPS, ids=[step.__name__ for step in ZERO1_RIGHT_STEPS])

@@ -423,6 +423,23 @@ def test_average_gradients_accepts_right_answers_by_other_routes(answer, average
         f"{answer.__name__}: every rank's gradients equal one process")
 
 
+def reduces_to_one_row_broadcasts_from_another(model, mesh):
+    group = mesh["dp"].get_group()
+    first, last = dist.get_global_rank(group, 0), dist.get_global_rank(group, mesh["dp"].size() - 1)
+    for p in model.parameters():
+        grad = p.grad.to_local()
+        dist.reduce(grad, dst=first, group=group)
+        dist.broadcast(grad, src=last, group=group)   # from a rank that did not get the sum
+        grad.div_(mesh["dp"].size())
+
+
+def test_a_reduce_followed_by_a_broadcast_is_not_told_to_all_reduce():
+    # reduce + broadcast is a right route (reduces_then_broadcasts): the reduce hint is for a reduce alone
+    with pytest.raises(CheckFailed) as failure:
+        lesson10.check_average_gradients(reduces_to_one_row_broadcasts_from_another)
+    assert "your answer's collective across the rows was dist.reduce" not in str(failure.value), failure.value
+
+
 def test_average_gradients_names_the_weights_changed_in_place_under_autograd():
     # without torch.no_grad(), p.to_local() is a view autograd tracks: the in-place division raises inside torch
     with pytest.raises(CheckFailed, match=r"(?s)raised RuntimeError.*_ToTorchTensor is a view and is being modified "

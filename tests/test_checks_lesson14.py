@@ -624,9 +624,20 @@ def test_combine_names_a_return_trip_never_made():
     # the rows other ranks sent, unsorted as if they were this rank's own: an IndexError where their numbers differ
     # (a launch of its own: an answer that raises ends its launch)
     with pytest.raises(CheckFailed, match=r"(?s)^rank \d: no_return_trip raised IndexError: .*Hint: this rank had "
-                                          r"called no collective when it raised\. expert_output holds the outputs of "
-                                          r"the rows OTHER ranks sent this one"):
+                                          r"called no collective when it raised, on the sizes of its rows\. "
+                                          r"expert_output holds the outputs of the rows OTHER ranks sent this one"):
         lesson14.check_combine(no_return_trip)
+
+
+def combine_with_a_misspelt_field(expert_output, dispatched, token_index, gates, x, group=None):
+    counts = dispatched.sent_count.tolist()         # no such field: an AttributeError before any collective
+    return x
+
+
+def test_an_error_before_any_collective_that_is_no_size_error_gets_no_return_trip_hint():
+    with pytest.raises(CheckFailed, match=r"(?s)raised AttributeError") as failure:
+        lesson14.check_combine(combine_with_a_misspelt_field)
+    assert "had called no collective" not in str(failure.value), failure.value
 
 
 def splits_of_the_wrong_dimension_functional(expert_output, dispatched, token_index, gates, x, group=None):
@@ -899,4 +910,3 @@ def test_an_all_reduce_still_in_flight_is_named_though_the_values_look_like_a_st
     with pytest.raises(CheckFailed, match=rf"rank 0, replicated parameter {shorter}: got .*\nHint: dist\.all_reduce "
                                           r"was started on this p\.grad \(async_op=True\), but its result was read"):
         lesson14.judge_reduce("reduce_gradients", late)
-

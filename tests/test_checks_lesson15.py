@@ -39,7 +39,8 @@ RING_HINTS = ("later ranks were attended", "applied to every block: it belongs",
               "diagonal must stay visible, a query attends to itself", "read before its data arrived",
               "rank 0 attended to no block", "the blocks that arrived were never attended to", "was never waited for",
               "the test is the wrong way round", "the block that arrived at the last step", "started as out = 0",
-              "received into the tensor an isend was still sending", "blocks of keys and values, where the ring")
+              "received into the tensor an isend was still sending", "blocks of keys and values, where the ring",
+              "sent the tensor an irecv was still receiving into")
 ZIGZAG_HINTS = ("not in sequence order", "unbalanced", "pairing is reversed", "numbered 0 to",
                 "at every world size tried", "held by exactly one rank", "the package's own answer",
                 "not its own pair: rank 1 holds [2, 3], the pair of rank 2; rank 2 holds [1, 4], the pair of rank 1")
@@ -238,7 +239,8 @@ def test_combine_stub_says_not_written():
 def make_ring(*, skip_future=True, mask=lambda rank, source: rank == source, source_of=None, blocking=False,
               passes=None, send_to=+1, recv_from=-1, steps=None, wrap=True, package=False, dtype=None,
               traffic=None, send_q=False, hide_diagonal=False, skip_own=False, order=None, half_buffer=False,
-              keep_own=False, receives_waited=True, attends=None, zero_start=False, buffers_made_once=False):
+              keep_own=False, receives_waited=True, attends=None, zero_start=False, buffers_made_once=False,
+              sends_what_it_receives=False):
     """A ring attention answer with one mistake switched on (the defaults give the right answer). `dtype`: the
     output returned in that dtype. `traffic`: q, k and v cast to that dtype first (what travels), the output cast
     back to float32. `send_q`: q sent round the ring with k and v (never used: each rank keeps its own).
@@ -251,7 +253,8 @@ def make_ring(*, skip_future=True, mask=lambda rank, source: rank == source, sou
     irecvs never (their requests kept, so that none is freed early). `attends(rank, source)`: which blocks are
     attended, in place of the causal rule. `zero_start`: the running result starts as out = 0, lse = 0.
     `buffers_made_once`: the receive buffers made once before the loop, so from the second step on k is the buffer
-    received into while it is sent."""
+    received into while it is sent. `sends_what_it_receives`: the receives posted first, into k and v themselves,
+    then k and v sent while they arrive."""
 
     def ring_attention(q, k, v):
         if traffic is not None:
@@ -276,6 +279,13 @@ def make_ring(*, skip_future=True, mask=lambda rank, source: rank == source, sou
                 state = partial if state is None else combine(*state, *partial)
             if step < (world_size - 1 if passes is None else passes):
                 received_k, received_v = made_once if buffers_made_once else (torch.empty_like(k), torch.empty_like(v))
+                if sends_what_it_receives:
+                    k, v = k.clone(), v.clone()
+                    works = [dist.irecv(k, src=(rank - 1) % world_size), dist.irecv(v, src=(rank - 1) % world_size),
+                             dist.isend(k, dst=(rank + 1) % world_size), dist.isend(v, dst=(rank + 1) % world_size)]
+                    for work in works:
+                        work.wait()
+                    continue
                 if half_buffer:
                     received_k, received_v = torch.empty_like(k[:, :1]), torch.empty_like(v[:, :1])
                 peers = (rank + 1) % world_size, (rank - 1) % world_size
@@ -360,6 +370,7 @@ RING_MISTAKES = [
     (dict(steps=2), "the block that arrived at the last step"),
     (dict(zero_start=True), "started as out = 0"),
     (dict(buffers_made_once=True), "received into the tensor an isend was still sending"),
+    (dict(sends_what_it_receives=True), "sent the tensor an irecv was still receiving into"),
     # one step too many, sending at every step: no rule gives its outputs; the hops it sent are said too
     (dict(steps=4, passes=4), "blocks of keys and values, where the ring"),
 ]
@@ -466,6 +477,33 @@ def ring_of_batched_transfers(q, k, v):
                 work.wait()
             k, v = received_k, received_v
     return state[0]
+
+
+def ring_double_buffered_in_one_tensor(q, k, v):
+    """Right: one tensor holds two buffers; each step sends from one half and receives into the other."""
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    buffers = torch.empty(2, 2, *k.shape)
+    buffers[0, 0], buffers[0, 1] = k, v
+    state = None
+    for step in range(world_size):
+        current, following = buffers[step % 2], buffers[(step + 1) % 2]
+        source = (rank - step) % world_size
+        if source <= rank:
+            partial = block_attention(q, current[0], current[1], causal=source == rank)
+            state = partial if state is None else combine(*state, *partial)
+        if step < world_size - 1:
+            works = [dist.isend(current[0], dst=(rank + 1) % world_size),
+                     dist.isend(current[1], dst=(rank + 1) % world_size),
+                     dist.irecv(following[0], src=(rank - 1) % world_size),
+                     dist.irecv(following[1], src=(rank - 1) % world_size)]
+            for work in works:
+                work.wait()
+    return state[0]
+
+
+def test_a_ring_double_buffered_in_one_tensor_passes(capsys):
+    check_ring_attention(ring_double_buffered_in_one_tensor)
+    assert "✓ ring_double_buffered_in_one_tensor" in capsys.readouterr().out
 
 
 def test_a_ring_of_batched_transfers_passes(capsys):

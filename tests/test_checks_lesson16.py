@@ -243,7 +243,9 @@ DILOCO_ANSWERS = [({}, None), ({"sign": -1.0}, "wrong sign"), ({"mean": False}, 
                                       "batches 4 and 8: the last round never synced. A test made at the top of the "
                                       "loop"),
                   (CLEARED_BEFORE_THE_STEP, "θ_global never moved"),
-                  (BFLOAT16_WIRE, "crossed in 16 bits")]
+                  (BFLOAT16_WIRE, "crossed in 16 bits"),
+                  # two mistakes at once, one sync of two in float32: half the bytes, but no 16-bit wire
+                  ({"from_zero": "after", "sign": -1.0}, "each round: H inner AdamW steps, then Δ")]
 
 
 def _run_diloco_answers(rank: int) -> list:
@@ -437,6 +439,37 @@ def recover_from_a_file(model, optimizer, source_rank):
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
     dist.barrier()
+    if dist.get_rank() == source_rank:
+        os.remove(path)
+
+
+def recover_through_an_open_file(model, optimizer, source_rank):
+    """Wrong: as recover_from_a_file, the file read through an open file object, not its path."""
+    path = os.path.join(tempfile.gettempdir(), f"ddp-lab-handle-{os.getppid()}-{source_rank}.pt")
+    if dist.get_rank() == source_rank:
+        torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict()}, path)
+    dist.barrier()
+    if dist.get_rank() != source_rank:
+        with open(path, "rb") as file:
+            state = torch.load(file)
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+    dist.barrier()
+    if dist.get_rank() == source_rank:
+        os.remove(path)
+
+
+def recover_through_a_file_of_its_own(model, optimizer, source_rank):
+    """Right: the state comes over the group (broadcast_object_list); each rank writes what arrived to a file of its
+    own and loads it from there."""
+    box = [{"model": model.state_dict(), "optimizer": optimizer.state_dict()}]
+    dist.broadcast_object_list(box, src=source_rank)
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "state.pt")
+        torch.save(box[0], path)
+        state = torch.load(path)
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
 
 
 def recover_from_a_broadcast_path(model, optimizer, source_rank):
@@ -449,6 +482,9 @@ def recover_from_a_broadcast_path(model, optimizer, source_rank):
     state = torch.load(box[0])
     model.load_state_dict(state["model"])
     optimizer.load_state_dict(state["optimizer"])
+    dist.barrier()
+    if dist.get_rank() == source_rank:
+        os.remove(box[0])
 
 
 def recover_through_a_buffer(model, optimizer, source_rank):
@@ -485,7 +521,9 @@ RECOVER_WRITTEN = [(recover_loads_the_name_bound_before,
                    (recover_from_a_file, "rank 0 returning, source_rank=1: rank 0 read a state from a file"),
                    (recover_from_a_broadcast_path, "rank 0 returning, source_rank=1: rank 0 read a state from a file"),
                    (recover_with_a_dict, "kept its stale weights, and broadcast_object_list was given a dict"),
-                   (recover_through_a_buffer, None)]
+                   (recover_through_an_open_file, "rank 0 returning, source_rank=1: rank 0 read a state from a file "
+                                                  "rank 1 had saved"),
+                   (recover_through_a_buffer, None), (recover_through_a_file_of_its_own, None)]
 
 
 def _run_recover_answers(rank: int) -> list:
@@ -517,8 +555,9 @@ def test_recovery_names_each_mistake_and_only_it(recover_results, index, capsys)
 
 @pytest.mark.parametrize("index", range(len(RECOVER_WRITTEN)), ids=[a.__name__ for a, _ in RECOVER_WRITTEN])
 def test_recovery_answers_written_out_are_named_by_their_evidence(recover_results, index):
-    """A list display named only where something else is loaded; a state read from a file refused, one read back
-    from bytes that came over the group passed; a dict given to broadcast_object_list named."""
+    """A list display named only where something else is loaded; a state read from a file another rank saved refused
+    (by path or through an open file), one read back from bytes that came over the group passed (from a buffer or a
+    file of the rank's own); a dict given to broadcast_object_list named."""
     answer, expected = RECOVER_WRITTEN[index]
     results = recover_results[len(RECOVER_ANSWERS) + index]
     if expected is None:

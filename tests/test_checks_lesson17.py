@@ -460,6 +460,23 @@ def step_never_steps(params, optimizer, scale, max_norm):
     return True                                                    # no optimizer.step()
 
 
+def step_clears_before_stepping(params, optimizer, scale, max_norm):
+    _unscale(params, scale)
+    if _agreed_inf(params):
+        return False
+    _clip(params, max_norm)
+    optimizer.zero_grad()                                          # every .grad None: the step skips them all
+    optimizer.step()
+    return True
+
+
+def test_parameters_that_did_not_move_name_both_causes():
+    """A step that found every .grad cleared leaves the parameters as a step never called does: both are named."""
+    with pytest.raises(CheckFailed, match=r"(?s)optimizer\.step\(\) was never called, or found no gradient to step "
+                                          r"with \(optimizer\.zero_grad\(\) before the step"):
+        lesson17.check_unscale_clip_and_step(step_clears_before_stepping)
+
+
 def step_with_the_package(params, optimizer, scale, max_norm):
     return AgreedLossScaler(scale=scale).unscale_clip_and_step(params, optimizer, max_norm)
 

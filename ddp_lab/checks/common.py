@@ -722,7 +722,7 @@ def _is_ratio(node) -> bool:
                                               and not _is_number(node.left) and not _is_number(node.right))
 
 
-NUMBER_READERS = ("item", "float", "double")     # a tensor's methods that give its value, unchanged, as a number
+NUMBER_READERS = ("item", "float", "double")     # a tensor's methods that keep its value: .item() as a number
 
 
 def _unwrapped(node):
@@ -1209,9 +1209,10 @@ def how_it_changed(given: torch.Tensor, original: torch.Tensor, name: str = "x")
     that scales or adds into its input in place."""
     if given.shape != original.shape or given.dtype != original.dtype:
         return f"{name} is now {describe(given)}"
-    index = first_mismatch(given, original, atol=0.0, rtol=0.0)
-    if index is None:
+    same = (given == original) | (given.isnan() & original.isnan())   # a NaN left as it was is no change
+    if bool(same.all()):
         return None
+    index = tuple(int(i) for i in (~same).nonzero()[0])
     shown, was = two_numbers(given[index].item(), original[index].item())
     return f"{name}[{', '.join(map(str, index))}] is now {shown}, was {was}"
 

@@ -379,8 +379,8 @@ def _explain_shapes(failure, in_features: int, out_features: int, rank: int, wor
         return (f"the matrix you multiplied by has {in_features} columns, all of linear.weight's input features, and "
                 f"{weight[0]} rows: a block of linear.weight's ROWS (its out_features), used as if linear.weight were "
                 f"(in_features, out_features); on this rank the block runs past its {out_features} rows. nn.Linear "
-                "stores (out_features, in_features) and computes x @ weight.T: take this rank's block of COLUMNS, "
-                "linear.weight[:, rank * k:(rank + 1) * k], and multiply by its transpose")
+                "stores (out_features, in_features) and computes x @ weight.T: take this rank's block of COLUMNS "
+                "(in_features / world_size of them, along dim=1) and multiply x_local by its transpose")
     if int(shapes.group(2)) != local_in or weight[1] != out_features:
         return None
     # x_local as it is, times a shard of the wrong width

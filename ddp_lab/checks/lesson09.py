@@ -292,11 +292,12 @@ def _zero1_one(rank: int, zero1_init, zero1_step) -> dict:
             work = original(*args, **kwargs)
             if torch.is_tensor(tensor) and index is not None and work is not None:
                 pending.append((index, work))
-                version = tensor._version
+                version, first = tensor._version, [True]
 
-                def on_wait(index=index, tensor=tensor, version=version):
-                    if tensor._version != version:   # written to (a division?) while its sum was in flight
+                def on_wait(index=index, tensor=tensor, version=version, first=first):
+                    if first[0] and tensor._version != version:   # changed before the first wait: mid-sum
                         reduced["changed_in_flight"].add(index)
+                    first[0] = False
                     waited(index)
                 requests.watch(work, on_wait)
             return work

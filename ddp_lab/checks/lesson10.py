@@ -504,7 +504,7 @@ def judge_average_gradients(name: str, results: list[dict], division: str | None
             elif torch.allclose(got, want_sum / TP_SIZE, atol=1e-6, rtol=1e-5):
                 hint = (f"this is the sum divided by the tp size ({TP_SIZE}), the size of a row: the {DP_SIZE} ranks "
                         "of a column took part, so divide by the dp size, mesh['dp'].size().")
-            elif "reduce" in dp_ops and "all_reduce" not in dp_ops:
+            elif dp_ops == {"reduce"}:
                 hint = ("your answer's collective across the rows was dist.reduce, which leaves the sum on its dst "
                         "rank only; every rank steps its own copy with the gradient, so each needs the mean: "
                         "dist.all_reduce over the mesh's dp group, then divide by the dp size.")

@@ -197,8 +197,12 @@ def _refused_split_types(refused: list):
 
 
 class RaisedBeforeAnyCollective(CaseFailed):
-    """The answer raised on a rank that had called no collective in that call, where it must send rows back
-    (combine). A CaseFailed of its own class, so it pickles back as one."""
+    """The answer raised an IndexError, or a RuntimeError about sizes or shapes, on a rank that had called no
+    collective in that call, where it must send rows back (combine): the rows it indexed or added were those other
+    ranks sent it. A CaseFailed of its own class, so it pickles back as one."""
+
+
+_SIZE_WORDS = re.compile(r"size|shape|index", re.IGNORECASE)
 
 
 FUNCTIONAL_ALL_TO_ALLS = ("all_to_all_single", "all_to_all_single_autograd")
@@ -246,7 +250,9 @@ def _run_guarded(fn, case: str, *args, answers: tuple = (), returns_rows: bool =
             value, error = _plain(call_case(fn, case, *args)), None
         except CaseFailed as failure:
             if failure.kind not in ("SplitMismatch", "SplitSizesRefused"):   # raised on every rank together
-                if returns_rows and not calls and not others and not functional:
+                if returns_rows and not calls and not others and not functional and (
+                        failure.kind == "IndexError" or
+                        (failure.kind == "RuntimeError" and _SIZE_WORDS.search(failure.message))):
                     raise RaisedBeforeAnyCollective(failure.case, failure.kind, failure.message,
                                                     failure.name) from failure.__cause__
                 raise
@@ -327,8 +333,6 @@ def _dtype_hint(text: str) -> str:
 def _explain(failure) -> str | None:
     """The hint for a rank that raised, from its exception's own message, or None: the traceback holds the check's
     own frames too (the guard's code names split sizes whatever went wrong)."""
-    if isinstance(failure.exception, RaisedBeforeAnyCollective):
-        return ("this rank had called no collective when it raised. " + RETURN_TRIP_RULE + ".")
     text = str(failure.exception)
     size = _INVALID_SIZE.search(text)
     case, cases = _failed_case(failure)
@@ -357,6 +361,9 @@ def _explain(failure) -> str | None:
         return ("gloo's dist.all_to_all (a list of tensors) takes blocks of one shape only, and this rank's blocks "
                 "(one per destination) have different numbers of rows: send them with one "
                 "dist.all_to_all_single(output, input, output_split_sizes, input_split_sizes).")
+    if isinstance(failure.exception, RaisedBeforeAnyCollective):
+        return ("this rank had called no collective when it raised, on the sizes of its rows. "
+                + RETURN_TRIP_RULE + ".")
     return None
 
 
@@ -695,8 +702,6 @@ def _combine_candidates(rank: int, case: Case = COMBINE_CASES[0]) -> dict:
         "gates sorted, rows not": x.index_add(0, token_index, g[order] * outputs),   # back[inverse] * g[order]
         "dropped": dropped,
     }
-
-
 
 
 COMBINE_HINTS = {

@@ -297,23 +297,32 @@ def _counting_sends(sent: list):
     return replacing_dist_calls({"send": make, "isend": make})
 
 
+def _bytes_of(tensor: torch.Tensor) -> tuple[int, int]:
+    """The addresses [first, past the last) of the bytes a tensor's elements occupy (a view's, within its storage)."""
+    start = tensor.data_ptr()
+    span = sum((size - 1) * stride for size, stride in zip(tensor.shape, tensor.stride()) if size > 0)
+    return start, start + (span + 1) * tensor.element_size() if tensor.numel() else start
+
+
 @contextlib.contextmanager
 def _watching_buffers_in_flight(clashes: list):
-    """Inside a rank: note in `clashes` (the first time) an isend or irecv made on a tensor whose storage an earlier
-    irecv or isend still in flight (its request not yet waited for) uses the other way: a receive into what is being
-    sent, or a send of what is being received. Which bytes go out is then a matter of timing."""
-    in_flight: dict[int, tuple[str, int]] = {}    # the watched call's number -> (op, its tensor's storage)
+    """Inside a rank: note in `clashes` (the first time) an isend or irecv made on a tensor whose bytes overlap those
+    of an earlier irecv or isend still in flight (its request not yet waited for) used the other way: a receive into
+    what is being sent, or a send of what is being received. Which bytes go out is then a matter of timing. Halves of
+    one buffer, one sent and one received into, do not overlap."""
+    in_flight: dict[int, tuple[str, tuple[int, int]]] = {}    # the watched call's number -> (op, its bytes)
     count = [0]
 
     def watch(op, tensor, peer):
         count[0] += 1                              # numbered as watching_point_to_point numbers them
         if op not in ("isend", "irecv") or not torch.is_tensor(tensor):
             return
-        storage = tensor.untyped_storage().data_ptr()
-        other = next((earlier for earlier, kept in in_flight.values() if kept == storage and earlier != op), None)
+        first, past = _bytes_of(tensor)
+        other = next((earlier for earlier, (start, end) in in_flight.values()
+                      if earlier != op and start < past and first < end), None)
         if other is not None and not clashes:
             clashes.append((other, op))
-        in_flight[count[0]] = (op, storage)
+        in_flight[count[0]] = (op, (first, past))
 
     with watching_point_to_point(watch, lambda number: in_flight.pop(number, None)):
         yield
@@ -366,29 +375,29 @@ def _ring_mistakes() -> list:
     came_from = lambda rank, step: (rank - step) % RING_SIZE          # noqa: E731 (a rule table)
     off_by_one = lambda rank, step: (rank + step) % RING_SIZE         # noqa: E731
     return [
-        ((came_from, lambda r, s: True, lambda r, s: r == s),
+        ((came_from, lambda r, s: True, lambda r, s: r == s, {}),
          "keys from later ranks were attended to: with a causal mask a block from a rank after yours (source > "
          "rank) lies wholly in the future of your queries, so skip it (where the ring wraps around, rank - t is "
          "negative: take the source as (rank - t) % world_size, or a later rank's block passes a source <= rank "
          "test)"),
-        ((came_from, lambda r, s: s <= r, lambda r, s: True),
+        ((came_from, lambda r, s: s <= r, lambda r, s: True, {}),
          "the causal triangle was applied to every block: it belongs only on the diagonal block (your own, source "
          "== rank); every key of an earlier rank's block is in the past of all your queries"),
-        ((came_from, lambda r, s: True, lambda r, s: True),
+        ((came_from, lambda r, s: True, lambda r, s: True, {}),
          "the causal triangle was applied to every block, and no block was skipped: mask only your own block "
          "(source == rank), attend fully to earlier ranks' blocks, skip later ones"),
-        ((came_from, lambda r, s: s <= r, lambda r, s: False),
+        ((came_from, lambda r, s: s <= r, lambda r, s: False, {}),
          "your own block was attended to without the causal triangle: on the diagonal block, query i may see key "
          "j only for j <= i (block_attention(..., causal=True))"),
-        ((came_from, lambda r, s: True, lambda r, s: False),
+        ((came_from, lambda r, s: True, lambda r, s: False, {}),
          "no causal mask at all: this is bidirectional attention; skip later ranks' blocks and mask your own"),
-        ((off_by_one, lambda r, s: s <= r, lambda r, s: r == s),
+        ((off_by_one, lambda r, s: s <= r, lambda r, s: r == s, {}),
          f"the block you hold at step t was taken to come from rank (rank + t) mod {RING_SIZE}: blocks travel to "
          "rank + 1, so at step t you hold the keys that started on rank (rank - t) mod world_size"),
-        ((came_from, lambda r, s: s == r, lambda r, s: True),
+        ((came_from, lambda r, s: s == r, lambda r, s: True, {}),
          "only your own block was attended to: the other ranks' keys and values never reached your queries; "
          "pass them around the ring for world_size - 1 steps"),
-        ((came_from, lambda r, s: s >= r, lambda r, s: r == s),
+        ((came_from, lambda r, s: s >= r, lambda r, s: r == s, {}),
          "the blocks of ranks after yours were attended to and those before yours skipped: the test is the wrong "
          "way round. With a causal mask every key of an earlier rank's block (source < rank) is in the past of your "
          "queries, every key of a later one in their future: attend when source <= rank"),
@@ -572,6 +581,13 @@ def check_ring_attention(ring_attention, timeout: float = 30.0) -> None:
     _judge_ring(name, results, logs)
 
 
+def _outputs_said(results, expected) -> str:
+    """What a run whose transfers were timing-dependent shows: the first rank whose output is wrong, or luck."""
+    wrong = next((rank for rank in range(RING_SIZE) if not _close(results[rank]["out"], expected[rank])), None)
+    return ("every rank's output came out right in this run, by luck" if wrong is None else
+            f"rank {wrong}'s output differs from one process's causal attention")
+
+
 def _every_rank_as(results, *rule, direction: int = +1, **how) -> bool:
     """Whether every rank returned what `_simulated` gives for it under `rule` (and `how`, its steps or zero start): a
     mistake is named only then."""
@@ -630,9 +646,7 @@ def _judge_ring(name: str, results, logs: dict | None = None) -> None:
     never_waited = [said for rank, (calls, _) in sorted((logs or {}).items())
                     for said in calls_never_waited(rank, calls, ("irecv",))]
     if never_waited:
-        wrong = next((rank for rank in range(RING_SIZE) if not _close(results[rank]["out"], expected[rank])), None)
-        said = ("every rank's output came out right in this run, by luck" if wrong is None else
-                f"rank {wrong}'s output differs from one process's causal attention")
+        said = _outputs_said(results, expected)
         more = f" (and {len(never_waited) - 1} more)" if len(never_waited) > 1 else ""
         raise CheckFailed(f"{never_waited[0]}{more} was never waited for: {said}.\nHint: dist.irecv returns at "
                           "once, and its buffer holds the keys or values only once the request's .wait() has "
@@ -641,9 +655,7 @@ def _judge_ring(name: str, results, logs: dict | None = None) -> None:
     clash = next(((rank, result["clash"]) for rank, result in enumerate(results) if result.get("clash")), None)
     if clash is not None:
         rank, (_, later) = clash
-        wrong = next((r for r in range(RING_SIZE) if not _close(results[r]["out"], expected[r])), None)
-        said = ("every rank's output came out right in this run, by luck" if wrong is None else
-                f"rank {wrong}'s output differs from one process's causal attention")
+        said = _outputs_said(results, expected)
         what = ("an irecv received into the tensor an isend was still sending" if later == "irecv" else
                 "an isend sent the tensor an irecv was still receiving into")
         raise CheckFailed(f"rank {rank}: {what} (its request not yet waited for): {said}.\nHint: while a block is "
@@ -692,8 +704,8 @@ def _judge_ring(name: str, results, logs: dict | None = None) -> None:
                     "each irecv before using its buffer")
         else:
             wrong = [r for r in range(RING_SIZE) if not _close(results[r]["out"], expected[r])]
-            hint = next((text for rule, text in _ring_mistakes()
-                         if _every_rank_as(results, *rule[:3], **(rule[3] if len(rule) > 3 else {}))), None)
+            hint = next((text for (*rule, how), text in _ring_mistakes() if _every_rank_as(results, *rule, **how)),
+                        None)
             if hint is None:
                 hint = (f"the outputs of rank{'s' if len(wrong) > 1 else ''} {', '.join(map(str, wrong))} differ "
                         "from one process's. At step t you hold the keys and values of rank (rank - t) mod "

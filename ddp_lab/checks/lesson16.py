@@ -203,16 +203,17 @@ def _diloco_case(rank: int, train_diloco, inner_steps: int, rounds: int) -> dict
     model, sent = make_model(), []
     case = (f"running on rank {rank} of {dist.get_world_size()} with {rounds * inner_steps} batches and "
             f"inner_steps={inner_steps}")
-    zeros = []                                     # per all_reduce: whether all it sent was zero
+    zeros, wire = [], set()                        # per all_reduce: whether all it sent was zero; its dtypes
 
     def seen(name, what):
         sent.append((name, _nbytes(what)))
         if name == "all_reduce":
             zeros.append(_all_zero(what))
+            wire.update(t.dtype for t in (what if isinstance(what, (list, tuple)) else [what]) if torch.is_tensor(t))
     with watching_collectives(SEEN, seen, outermost_only=True), watching_calls(DILOCO_ANSWERS) as called:
         call_case(train_diloco, case, model, replica_batches(rank, rounds * inner_steps), inner_steps)
     return {"params": [p.detach().clone() for p in model.parameters()], "sent": sent, "zeros": zeros,
-            "called": list(called)}
+            "wire": wire, "called": list(called)}
 
 
 def _nbytes(what) -> int:
@@ -289,7 +290,7 @@ def _judge_diloco_case(name: str, case: tuple[int, int], results: list[dict], re
                 (text for flags, text in DILOCO_MISTAKES
                  if _same(got, simulate_diloco(**flags, case=case, replicas=replicas)[rank])), None)
         if hint is None:
-            hint = _traffic_hint(results[rank]["sent"], inner_steps, rounds) or (
+            hint = _traffic_hint(results[rank]["sent"], inner_steps, rounds, results[rank].get("wire")) or (
                 "each round: H inner AdamW steps, then Δ = θ_global − θ_local averaged over the replicas "
                 "(all_reduce, divided by the world size) as the .grad of θ_global, one step of SGD(lr=0.7, "
                 "momentum=0.9, nesterov=True) made once, and θ_global copied into the model")
@@ -298,7 +299,7 @@ def _judge_diloco_case(name: str, case: tuple[int, int], results: list[dict], re
     for rank, result in enumerate(results):
         sent = sum(nbytes for _, nbytes in result["sent"])
         if sent != per_round * rounds:
-            hint = (_traffic_hint(result["sent"], inner_steps, rounds)
+            hint = (_traffic_hint(result["sent"], inner_steps, rounds, result.get("wire"))
                     or "all-reduce each pseudo-gradient once per round, nothing else")
             raise CheckFailed(f"{replicas} replicas, {rounds * inner_steps} batches, inner_steps={inner_steps}: rank "
                               f"{rank} handed {sent} bytes to collectives over {rounds} rounds; DiLoCo sends one "
@@ -433,11 +434,11 @@ def _never_moved_hint(results, got: list, rank: int) -> str | None:
             "that .grad (zero_grad() sets every .grad to None: call it after the step, or before setting .grad)")
 
 
-def _traffic_hint(sent: list, inner_steps: int = INNER_STEPS, rounds: int = ROUNDS) -> str | None:
+def _traffic_hint(sent: list, inner_steps: int = INNER_STEPS, rounds: int = ROUNDS, wire=None) -> str | None:
     """A hint only where the bytes show it: nothing sent is each replica stepping alone; three models per round are
     the pseudo-gradient plus AdamW's two moments; a model per inner step (and maybe the pseudo-gradient) is an
     all-reduce inside the inner loop; a reduce and a broadcast of a model each round, θ_global stepped on one rank
-    and sent back."""
+    and sent back; half a model a round, every all-reduced tensor 16-bit (`wire`, their dtypes), a 16-bit wire."""
     if not sent:
         return ("your replicas called no collective, so none heard of the others' training. DiLoCo averages Δ over "
                 "the replicas every round: dist.all_reduce it (a sum), then divide by the world size")
@@ -457,7 +458,7 @@ def _traffic_hint(sent: list, inner_steps: int = INNER_STEPS, rounds: int = ROUN
     if total > per_round:
         return (f"your replicas sent {total} bytes, more than one pseudo-gradient ({per_round // rounds} bytes) "
                 "per round")
-    if names == {"all_reduce"} and 2 * total == per_round:
+    if names == {"all_reduce"} and wire and wire <= {torch.float16, torch.bfloat16} and 2 * total == per_round:
         return ("your replicas sent half a model's worth per round: the pseudo-gradient crossed in 16 bits "
                 "(bfloat16 or float16). That saves half the bytes, at the cost of rounding Δ; this exercise's DiLoCo "
                 "all-reduces it in float32, as one process's would be, so that the two agree")
@@ -523,31 +524,44 @@ def _paired_collectives(case: list, apart: list, dicts: list | None = None):
     return agreeing_collectives(PAIRED, before)
 
 
+def _file_of(f) -> str | None:
+    """The file torch.save or torch.load is given: a path (str or os.PathLike), or an open file's name; None for a
+    buffer in memory (io.BytesIO)."""
+    if isinstance(f, (str, os.PathLike)):
+        return os.path.realpath(os.fspath(f))
+    name = getattr(f, "name", None)
+    return os.path.realpath(name) if isinstance(name, str) else None
+
+
 @contextlib.contextmanager
-def _watching_file_loads(loads: list, case: list):
-    """For the duration, torch.load notes in `loads` each (case index, path) it is given a path (str or os.PathLike)
-    to read, not a buffer: a state read from a file, not received (`torch.load(io.BytesIO(...))` of bytes that came
-    over the group is no file)."""
-    load = torch.load
+def _watching_files(saved: list, loaded: list, case: list):
+    """For the duration, torch.save and torch.load note in `saved` and `loaded` each (case index, file) they write or
+    read: a path or an open file (`_file_of`), not a buffer in memory."""
+    save, load = torch.save, torch.load
 
-    def noting(f, *args, **kwargs):
-        if isinstance(f, (str, os.PathLike)):
-            loads.append((case[0], os.fspath(f)))
-        return load(f, *args, **kwargs)
+    def noting(original, into):
+        def call(*args, **kwargs):
+            f = args[1] if original is save and len(args) > 1 else args[0] if original is load and args else \
+                kwargs.get("f")
+            file = _file_of(f)
+            if file is not None:
+                into.append((case[0], file))
+            return original(*args, **kwargs)
+        return call
 
-    torch.load = noting
+    torch.save, torch.load = noting(save, saved), noting(load, loaded)
     try:
         yield
     finally:
-        torch.load = load
+        torch.save, torch.load = save, load
 
 
 def _recover_runner(rank: int, recover) -> dict:
     """Every case of RECOVERY_CASES in turn on this rank: {"cases": [per case: params, stepped, momentum], "called",
     "apart": None, or (case index, every rank's (case, call, src)) where the ranks' collectives did not pair up,
-    "file_loads": [(case index, path)] of the states read from a file (`_watching_file_loads`), "dicts": the case
-    indices where broadcast_object_list was given a dict}."""
-    cases, called, apart, current, loads, dicts = [], [], [], [0], [], []
+    "saved"/"loaded": [(case index, file)] written or read with torch.save/torch.load (`_watching_files`), "dicts":
+    the case indices where broadcast_object_list was given a dict}."""
+    cases, called, apart, current, saved, loaded, dicts = [], [], [], [0], [], [], []
     for index, (returning, source) in enumerate(RECOVERY_CASES):
         current[0] = index
         if rank == returning:                             # stale weights, an optimizer without state
@@ -558,18 +572,18 @@ def _recover_runner(rank: int, recover) -> dict:
         case = f"running on rank {rank} of {dist.get_world_size()} (rank {returning} returning), source_rank={source}"
         try:
             with watching_calls(RECOVER_ANSWERS) as called_here, _paired_collectives(current, apart, dicts), \
-                    _watching_file_loads(loads, current):
+                    _watching_files(saved, loaded, current):
                 call_case(recover, case, model, optimizer, source)
             called.extend(called_here)
             _agree(index, RETURNED, -1, apart)            # a rank that skipped a collective meets the others here
         except (CaseFailed, CollectivesApart) as failure:
             if not apart or (isinstance(failure, CaseFailed) and failure.kind != "CollectivesApart"):
                 raise
-            return {"cases": cases, "called": called, "apart": (index, apart[-1]), "file_loads": loads,
+            return {"cases": cases, "called": called, "apart": (index, apart[-1]), "saved": saved, "loaded": loaded,
                     "dicts": dicts}
         after = [p.detach().clone() for p in model.parameters()]
         cases.append({"params": after, **_stepped(model, optimizer)})
-    return {"cases": cases, "called": called, "apart": None, "file_loads": loads, "dicts": dicts}
+    return {"cases": cases, "called": called, "apart": None, "saved": saved, "loaded": loaded, "dicts": dicts}
 
 
 def _stepped(model, optimizer) -> dict:
@@ -692,14 +706,19 @@ def list_display_broadcast(fn) -> str | None:
 
 
 def _refuse_file_loads(name: str, results) -> None:
-    """CheckFailed where a rank read the state from a file (torch.load of a path) during recovery: however right the
-    weights it ended with, they did not come from the peer's memory over the group."""
+    """CheckFailed where a rank read, with torch.load, a file another rank wrote with torch.save during recovery:
+    however right the weights it ended with, they did not come from the peer's memory over the group (a file a rank
+    wrote itself, of bytes that came over the group, is its own business)."""
+    writers = {file: rank for rank, result in enumerate(results) for _, file in result.get("saved", ())}
     for rank, result in enumerate(results):
-        for index, path in result.get("file_loads", ())[:1]:
+        for index, path in result.get("loaded", ()):
+            if writers.get(path, rank) == rank:
+                continue
             returning, source = RECOVERY_CASES[index]
             raise CheckFailed(
-                f"rank {returning} returning, source_rank={source}: rank {rank} read a state from a file "
-                f"(torch.load({path!r})) inside {name}, where the peer's state is sent over the process group.\n"
+                f"rank {returning} returning, source_rank={source}: rank {rank} read a state from a file rank "
+                f"{writers[path]} had saved ({path!r}) inside {name}, where the peer's state is sent over the process "
+                "group.\n"
                 "Hint: a replica that comes back takes the state a healthy peer holds in memory, sent with a "
                 "collective (broadcast_object_list of the state dicts, or a broadcast of each tensor): a file on "
                 "disk is only as new as its last save, and on a cluster it sits on one machine's disk, where other "

@@ -243,8 +243,9 @@ def _step_mistakes(case: str, division: str | None = None) -> list:
          f"({WEIGHT_DECAY:g}): the step was taken by hand. Call optimizer.step(), which applies the optimizer's own "
          "rule (its learning rate, weight decay, momentum) to the unscaled, clipped p.grad.", 0.0),
         ([0.0] * WORLD,
-         "the parameters did not move although no rank overflowed: optimizer.step() was never called. After "
-         "unscaling and clipping, step the optimizer and return True.", 0.0),
+         "the parameters did not move although no rank overflowed: optimizer.step() was never called, or found no "
+         "gradient to step with (optimizer.zero_grad() before the step sets every .grad to None). After unscaling "
+         "and clipping, step the optimizer, then clear the gradients, and return True.", 0.0),
     ]
 
 
