@@ -427,36 +427,32 @@ def recover_never_loads(model, optimizer, source_rank):
     dist.broadcast_object_list([{"model": model.state_dict()}], src=source_rank)
 
 
-def recover_from_a_file(model, optimizer, source_rank):
-    """Wrong: the source saves its state to a file, the others read it (between barriers): nothing crosses the
-    group but the barriers, though the weights come out right."""
-    path = os.path.join(tempfile.gettempdir(), f"ddp-lab-recover-{os.getppid()}-{source_rank}.pt")
+def _from_a_saved_file(model, optimizer, source_rank, name, open_it=False):
+    """Wrong: the source saves its state to a file, the others read it (between barriers), by its path or through an
+    open file: nothing crosses the group but the barriers, though the weights come out right."""
+    path = os.path.join(tempfile.gettempdir(), f"ddp-lab-{name}-{os.getppid()}-{source_rank}.pt")
     if dist.get_rank() == source_rank:
         torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict()}, path)
     dist.barrier()
     if dist.get_rank() != source_rank:
-        state = torch.load(path)
+        if open_it:
+            with open(path, "rb") as file:
+                state = torch.load(file)
+        else:
+            state = torch.load(path)
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
     dist.barrier()
     if dist.get_rank() == source_rank:
         os.remove(path)
+
+
+def recover_from_a_file(model, optimizer, source_rank):
+    _from_a_saved_file(model, optimizer, source_rank, "recover")
 
 
 def recover_through_an_open_file(model, optimizer, source_rank):
-    """Wrong: as recover_from_a_file, the file read through an open file object, not its path."""
-    path = os.path.join(tempfile.gettempdir(), f"ddp-lab-handle-{os.getppid()}-{source_rank}.pt")
-    if dist.get_rank() == source_rank:
-        torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict()}, path)
-    dist.barrier()
-    if dist.get_rank() != source_rank:
-        with open(path, "rb") as file:
-            state = torch.load(file)
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-    dist.barrier()
-    if dist.get_rank() == source_rank:
-        os.remove(path)
+    _from_a_saved_file(model, optimizer, source_rank, "handle", open_it=True)
 
 
 def recover_through_a_file_of_its_own(model, optimizer, source_rank):

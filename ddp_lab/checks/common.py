@@ -1203,6 +1203,16 @@ def first_mismatch(got: torch.Tensor, expected: torch.Tensor, atol: float = 1e-5
     return tuple(int(i) for i in bad.nonzero()[0])
 
 
+def path_of(f) -> str | None:
+    """The absolute path that `f` (a path, or a file object opened on one) names, else None (a buffer, a file
+    descriptor, bytes). Lesson 12's check follows checkpoints by it, lesson 16's the files a recovery reads."""
+    try:
+        path = os.fspath(f if isinstance(f, (str, os.PathLike)) else getattr(f, "name", None))
+    except TypeError:
+        return None
+    return os.path.abspath(path) if isinstance(path, str) else None
+
+
 def how_it_changed(given: torch.Tensor, original: torch.Tensor, name: str = "x") -> str | None:
     """None where an answer left the tensor it was given as it was (`given`, against a copy kept before the call),
     else what changed: 'x[2, 3] is now 1.5, was -200', or its new shape or dtype. Lessons 14 and 17 refuse an answer

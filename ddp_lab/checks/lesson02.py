@@ -33,7 +33,7 @@ from ddp_lab.checks import CheckFailed, passed
 from ddp_lab.checks.common import (CaseFailed, call_case, describe, ensure_written, first_mismatch, gloo_size_abort,
                                    only_point_to_point, refuse_written_modulus, run_answers_on_ranks, run_on_ranks,
                                    source_tree)
-from ddp_lab.checks.p2p_log import (RECEIVES, SENDS, Call, log_path, logging_point_to_point, read_log,
+from ddp_lab.checks.p2p_log import (RECEIVES, SENDS, Call, log_path, logging_point_to_point, memory_span, read_log,
                                     receives_never_waited, watching_point_to_point)
 
 WORLD_SIZE = 3
@@ -76,7 +76,7 @@ def _recording_receives(receive_buffers: list[list], requests: list[dict] | None
             receive_buffers[-1].append(tensor.data_ptr() if torch.is_tensor(tensor) else None)
         elif sends is not None and op in SENDS:
             sends[-1].append((peer, tensor.data_ptr() if torch.is_tensor(tensor) else None))
-        span = _memory_of(tensor)
+        span = memory_span(tensor)
         ordinal = len(receive_buffers[-1]) if op in RECEIVES else len(sends[-1]) if sends is not None else 0
         if overlaps is not None and span is not None:
             for call, (other, other_ordinal, other_span) in in_flight.items():
@@ -94,13 +94,6 @@ def _recording_receives(receive_buffers: list[list], requests: list[dict] | None
         in_flight.pop(call, None)
 
     return watching_point_to_point(record, waited if requests is not None else None)
-
-
-def _memory_of(tensor) -> tuple[int, int] | None:
-    """(first byte, byte after the last) of the memory a contiguous tensor's elements take; None for anything else."""
-    if not torch.is_tensor(tensor) or not tensor.numel() or not tensor.is_contiguous():
-        return None
-    return tensor.data_ptr(), tensor.data_ptr() + tensor.numel() * tensor.element_size()
 
 
 def _overlap_text(op: str, ordinal: int, earlier: str, earlier_ordinal: int) -> str:

@@ -61,8 +61,8 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from ddp_lab.checks import CheckFailed, passed
-from ddp_lab.checks.common import (call_case, ensure_written, failure_message, refuse_written_divisor, run_on_ranks,
-                                   source_tree, whole_dataset_divisor)
+from ddp_lab.checks.common import (call_case, ensure_written, failure_message, path_of, refuse_written_divisor,
+                                   run_on_ranks, source_tree, whole_dataset_divisor)
 from ddp_lab.launcher.errors import LaunchError, LaunchTimeout, RankCrashed
 from ddp_lab.launcher.launch import launch
 
@@ -97,16 +97,6 @@ class _Apart(BaseException):
     def __init__(self, starts: list[int]):
         super().__init__(starts)
         self.starts = starts
-
-
-def _path(f) -> str | None:
-    """The absolute path that `f` (a path, or a file object opened on one) names, else None (a buffer, a file
-    descriptor, bytes)."""
-    try:
-        path = os.fspath(f if isinstance(f, (str, os.PathLike)) else getattr(f, "name", None))
-    except TypeError:
-        return None
-    return os.path.abspath(path) if isinstance(path, str) else None
 
 
 def _copying() -> str | None:
@@ -155,7 +145,7 @@ def _train_runner(rank: int, train, directory: str, total_steps: int, crash_at: 
         records.append(record)
 
     def note(kind: str, f, **details) -> None:
-        path = _path(f)
+        path = path_of(f)
         if path is not None:
             events.append({"kind": kind, "path": path, "call": call["call"], "done": len(records) - call["before"],
                            **details})
@@ -173,7 +163,7 @@ def _train_runner(rank: int, train, directory: str, total_steps: int, crash_at: 
     def renaming(original):
         def call_it(src, dst, *args, **kwargs):
             result = original(src, dst, *args, **kwargs)
-            published, held = _path(dst), {}
+            published, held = path_of(dst), {}
             if published and os.path.islink(published):
                 held = {"target": os.path.basename(readlink(published))}
             elif published and os.path.isfile(published):
@@ -185,7 +175,7 @@ def _train_runner(rank: int, train, directory: str, total_steps: int, crash_at: 
 
     def through_link(file) -> str | None:
         """The file that the path `file` names resolves to, where its last part is a symlink, else None."""
-        path = _path(file)
+        path = path_of(file)
         if path is None:
             return None
         parent = realpath(os.path.dirname(path))
@@ -196,7 +186,7 @@ def _train_runner(rank: int, train, directory: str, total_steps: int, crash_at: 
     def resolving(original):
         def call_it(path, *args, **kwargs):
             result = original(path, *args, **kwargs)
-            if isinstance(result, str) and _path(path) not in (None, os.path.abspath(result)):
+            if isinstance(result, str) and path_of(path) not in (None, os.path.abspath(result)):
                 note("resolve", path, target=os.path.basename(result))
             return result
         return call_it
@@ -213,9 +203,9 @@ def _train_runner(rank: int, train, directory: str, total_steps: int, crash_at: 
         if real is not None:   # a read through a symlink: the link resolved, then the file it names read
             note("resolve", file, target=os.path.basename(real))
             file = real
-        if len(records) == call["before"] and os.path.isfile(_path(file) or ""):   # before the call's first step
+        if len(records) == call["before"] and os.path.isfile(path_of(file) or ""):   # before the call's first step
             try:
-                with opening(_path(file), "rb") as again:
+                with opening(path_of(file), "rb") as again:
                     content = again.read(_CONTENT)
             except OSError:
                 content = b""

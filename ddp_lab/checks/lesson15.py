@@ -34,7 +34,7 @@ from ddp_lab.checks.common import (answer_raised, call_case, describe, ensure_wr
                                    gloo_size_abort, only_point_to_point, package_answer_used, refuse_written_modulus,
                                    stuck_line, timeout_message, watching_calls)
 from ddp_lab.checks.p2p_log import (RECEIVES, SENDS, Call, calls_never_waited, crashed_in, log_path,
-                                   logging_point_to_point, read_log, watching_point_to_point)
+                                   logging_point_to_point, memory_span, read_log, watching_point_to_point)
 from ddp_lab.course.context_parallel import layout, ring
 from ddp_lab.course.context_parallel.layout import block_entries
 from ddp_lab.course.context_parallel.online_softmax import block_attention, combine
@@ -297,32 +297,26 @@ def _counting_sends(sent: list):
     return replacing_dist_calls({"send": make, "isend": make})
 
 
-def _bytes_of(tensor: torch.Tensor) -> tuple[int, int]:
-    """The addresses [first, past the last) of the bytes a tensor's elements occupy (a view's, within its storage)."""
-    start = tensor.data_ptr()
-    span = sum((size - 1) * stride for size, stride in zip(tensor.shape, tensor.stride()) if size > 0)
-    return start, start + (span + 1) * tensor.element_size() if tensor.numel() else start
-
-
 @contextlib.contextmanager
 def _watching_buffers_in_flight(clashes: list):
     """Inside a rank: note in `clashes` (the first time) an isend or irecv made on a tensor whose bytes overlap those
     of an earlier irecv or isend still in flight (its request not yet waited for) used the other way: a receive into
-    what is being sent, or a send of what is being received. Which bytes go out is then a matter of timing. Halves of
-    one buffer, one sent and one received into, do not overlap."""
+    what is being sent, or a send of what is being received (their bytes: p2p_log.memory_span, as lesson 02's check
+    compares them). Which bytes go out is then a matter of timing. Halves of one buffer, one sent and one received
+    into, do not overlap."""
     in_flight: dict[int, tuple[str, tuple[int, int]]] = {}    # the watched call's number -> (op, its bytes)
     count = [0]
 
     def watch(op, tensor, peer):
         count[0] += 1                              # numbered as watching_point_to_point numbers them
-        if op not in ("isend", "irecv") or not torch.is_tensor(tensor):
+        span = memory_span(tensor)
+        if op not in ("isend", "irecv") or span is None:
             return
-        first, past = _bytes_of(tensor)
         other = next((earlier for earlier, (start, end) in in_flight.values()
-                      if earlier != op and start < past and first < end), None)
+                      if earlier != op and start < span[1] and span[0] < end), None)
         if other is not None and not clashes:
             clashes.append((other, op))
-        in_flight[count[0]] = (op, (first, past))
+        in_flight[count[0]] = (op, span)
 
     with watching_point_to_point(watch, lambda number: in_flight.pop(number, None)):
         yield

@@ -45,8 +45,8 @@ from torch import nn
 
 from ddp_lab.checks import CheckFailed, passed
 from ddp_lab.checks.common import (CaseFailed, CollectivesApart, agree_or_stop, agreeing_collectives, call_case,
-                                   ensure_written, groups_of, refuse_written_divisor, run_on_ranks, source_tree,
-                                   watching_calls)
+                                   ensure_written, groups_of, path_of, refuse_written_divisor, run_on_ranks,
+                                   source_tree, watching_calls)
 from ddp_lab.course.communicate_less import diloco, quorum
 from ddp_lab.instruments.collectives import watching_collectives
 
@@ -524,26 +524,17 @@ def _paired_collectives(case: list, apart: list, dicts: list | None = None):
     return agreeing_collectives(PAIRED, before)
 
 
-def _file_of(f) -> str | None:
-    """The file torch.save or torch.load is given: a path (str or os.PathLike), or an open file's name; None for a
-    buffer in memory (io.BytesIO)."""
-    if isinstance(f, (str, os.PathLike)):
-        return os.path.realpath(os.fspath(f))
-    name = getattr(f, "name", None)
-    return os.path.realpath(name) if isinstance(name, str) else None
-
-
 @contextlib.contextmanager
 def _watching_files(saved: list, loaded: list, case: list):
     """For the duration, torch.save and torch.load note in `saved` and `loaded` each (case index, file) they write or
-    read: a path or an open file (`_file_of`), not a buffer in memory."""
+    read: a path or an open file (`path_of`), not a buffer in memory."""
     save, load = torch.save, torch.load
 
     def noting(original, into):
         def call(*args, **kwargs):
             f = args[1] if original is save and len(args) > 1 else args[0] if original is load and args else \
                 kwargs.get("f")
-            file = _file_of(f)
+            file = path_of(f)
             if file is not None:
                 into.append((case[0], file))
             return original(*args, **kwargs)

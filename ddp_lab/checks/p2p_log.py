@@ -45,6 +45,15 @@ class Call:
     waited: bool = True
 
 
+def memory_span(tensor) -> tuple[int, int] | None:
+    """(first byte, byte after the last) of the memory a contiguous tensor's elements take; None for anything else.
+    Two requests in flight whose spans overlap, one of them a receive, make what is sent or received a matter of
+    timing (lessons 02 and 15 refuse it)."""
+    if not torch.is_tensor(tensor) or not tensor.numel() or not tensor.is_contiguous():
+        return None
+    return tensor.data_ptr(), tensor.data_ptr() + tensor.numel() * tensor.element_size()
+
+
 def log_path(directory: str, rank: int) -> str:
     """The file rank `rank` logs its calls to."""
     return os.path.join(directory, f"rank-{rank}.p2p")
