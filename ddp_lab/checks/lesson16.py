@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import ast
 import contextlib
-import os
 
 import torch
 import torch.distributed as dist
