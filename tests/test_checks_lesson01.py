@@ -69,6 +69,14 @@ def memory_in_floats(n_params, n_activations, world_size, strategy):
     return {k: v / 1 for k, v in memory_per_device(n_params, n_activations, world_size, strategy).items()}   # / not //
 
 
+def memory_in_gigabytes(n_params, n_activations, world_size, strategy):
+    return {k: v / 1e9 for k, v in memory_per_device(n_params, n_activations, world_size, strategy).items()}
+
+
+def memory_in_whole_mebibytes(n_params, n_activations, world_size, strategy):
+    return {k: v // 2**20 for k, v in memory_per_device(n_params, n_activations, world_size, strategy).items()}
+
+
 def memory_single_divided_too(n_params, n_activations, world_size, strategy):
     """Wrong: divides by world_size under 'single' too, which is one device."""
     result = memory_per_device(n_params, n_activations, world_size, strategy)
@@ -154,6 +162,11 @@ def test_memory_accepts_the_right_answer(capsys):
                                    r"Hint: that is the number of activations values: return bytes"),
     (memory_missing_key, r"should return a dict with keys \['params', 'grads', 'optimizer', 'activations'\]"),
     (memory_in_floats, r"\['params'\] is 4800000\.0, a float; bytes are whole numbers\.\nHint: return ints"),
+    # the units named, not the float (GB) or the generic hint (MiB, rounded down)
+    (memory_in_gigabytes, r"strategy='single'\): expected \{.*\}, got \{'params': 0\.0048, .*\}: every component is "
+                          r"the expected bytes in GB\.\nHint: return bytes, as ints"),
+    (memory_in_whole_mebibytes, r"strategy='single'\): expected .*: every component is the expected bytes in MB or "
+                                r"MiB\.\n"),
     (memory_single_divided_too, r"strategy='single'\)\['params'\]: expected 4_800_000 bytes, got 1_600_000\.\n"
                                 r"Hint: 'single' is one device, and it holds all the params; this value is that "
                                 r"divided by world_size \(3\), which counts the devices of the other strategies"),
@@ -366,6 +379,15 @@ def dp_divides_twice(model, x, y):
         p.grad /= dist.get_world_size()
 
 
+def dp_divides_on_rank_0(model, x, y):
+    """Wrong: the shares already add up to the mean; rank 0 alone divides the sum by world_size again."""
+    _share_backward(model, x, y)
+    for p in model.parameters():
+        dist.all_reduce(p.grad)
+        if dist.get_rank() == 0:
+            p.grad /= dist.get_world_size()
+
+
 def dp_sums_the_losses(model, x, y):
     """Wrong: reduction='sum' and no division by the batch size."""
     x_shard, y_shard = _shard(x, y)
@@ -556,6 +578,10 @@ DP_MISTAKES = [
                           r"2\.weight\.grad\. Every parameter's gradient needs the sum"),
     (dp_divides_twice, r"batch of 8 samples, rank 0, .*\nHint: this is 1/2 of the right gradient \(1/world_size\): "
                        r"every element is off by the same factor"),
+    # rank 1 is right: the hint says so, not that the shares must be weighted (they are)
+    (dp_divides_on_rank_0, r"^batch of 8 samples, rank 0, .*\nHint: this is 1/2 of the right gradient \(1/world_size\)"
+                           r": every element is off by the same factor, so only a scale is wrong; rank 1 ends with "
+                           r"the right gradient, so the factor comes from a step rank 0 takes and it does not"),
     (dp_sums_the_losses, r"batch of 8 samples, rank 0, .*\nHint: this is 8x the right gradient \(the batch size, "
                          r"len\(x\)\)"),
     (dp_integer_share, r"batch of 8 samples, rank 0, .*\nHint: this gradient is 0 everywhere"),

@@ -243,6 +243,12 @@ def device_from_rank_mod_the_node_size(backend):
     return torch.device("cuda", local_rank), {"device_ids": [local_rank]}
 
 
+def device_as_a_string(backend):
+    """Wrong: the device named by a string, which the training function after the exercise asks its .type."""
+    local_rank = int(os.environ["LOCAL_RANK"])
+    return (f"cuda:{local_rank}", {"device_ids": [local_rank]}) if backend == "nccl" else ("cpu", {})
+
+
 def device_and_ddp_kwargs_as_a_list(backend):
     """Right too: a list of the two unpacks as the tuple does (`device, ddp_kwargs = ...`)."""
     return list(device_and_ddp_kwargs(backend))
@@ -265,6 +271,8 @@ def test_device_and_ddp_kwargs_accepts_the_right_answer(answer, capsys):
     (device_ids_strings, r"device_ids=\['2'\] \(strings\).*int\(os.environ\['LOCAL_RANK'\]\)"),
     (gpu_for_gloo, r"\('gloo'\) chose cuda:2, expected cpu"),
     (returns_only_device, r"expected a pair \(device, ddp_kwargs\)"),
+    (device_as_a_string, r"^device_and_ddp_kwargs\('gloo'\) returned the device as 'cpu', a str, not a torch.device: "
+                         r".*\(device.type\).*Hint: return torch.device\('cpu'\) instead"),
     # right as global rank 6 on a node of 4, wrong as global rank 29 on a node of 8
     (device_from_rank_mod_4, r"^device_and_ddp_kwargs\('nccl'\) chose cuda:1 \(as global rank 29 = local rank 5 on "
                              r"node 3, 8 processes per node\), expected cuda:5; as global rank 6 = local rank 2 on "
@@ -459,6 +467,12 @@ def setup_local_from_rank(backend):
     return {"rank": rank, "local_rank": rank, "world_size": int(os.environ["WORLD_SIZE"])}
 
 
+def setup_local_from_the_node(backend):
+    """Wrong: local_rank read from GROUP_RANK, the node's index (1 on the second node, as RANK there)."""
+    info = setup_from_env(backend)
+    return {**info, "local_rank": int(os.environ.get("GROUP_RANK", 0))}
+
+
 def setup_strings(backend):
     """Wrong: returns the environment strings."""
     dist.init_process_group(backend)
@@ -524,6 +538,13 @@ def setup_world_size_written(backend):
     return setup_reads_only(backend)
 
 
+def setup_world_size_written_as_2(backend):
+    """Wrong: the check's world size written in the code, where its ranks cannot see it."""
+    rank, local_rank = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
+    dist.init_process_group(backend, rank=rank, world_size=2)
+    return {"rank": rank, "local_rank": local_rank, "world_size": 2}
+
+
 def setup_sets_the_master(backend):
     """Wrong: writes MASTER_ADDR in the code (works on one machine, not on two)."""
     os.environ["MASTER_ADDR"] = "127.0.0.1"
@@ -564,6 +585,10 @@ def setup_not_written(backend):
 @pytest.mark.parametrize("wrong, feedback", [
     (setup_reads_only, r"rank 0: after setup_from_env\('gloo'\) there is no process group.*init_process_group"),
     (setup_local_from_rank, r"rank 1: local_rank = 1, expected 0.*LOCAL_RANK is the rank on this node"),
+    # the hint names both variables that hold 1 there, not RANK alone (the answer read GROUP_RANK)
+    (setup_local_from_the_node, r"^rank 1: local_rank = 1, expected 0 \(two nodes, one process each\)\.\nHint: "
+                                r"LOCAL_RANK is the rank on this node \(0 on both nodes here\); on rank 1 the global "
+                                r"rank \(RANK\) and the node's index \(GROUP_RANK\) are 1"),
     (setup_local_rank_zero, r"^rank 1: local_rank = 0, expected 1 \(one node of two processes\)\.\nHint: LOCAL_RANK "
                             r"is the rank on this node \(here 0 and 1, on the one node\)"),
     (setup_strings, r"rank 0: rank is '0', a string.*int\(os.environ\['RANK'\]\)"),
@@ -586,6 +611,8 @@ def setup_not_written(backend):
                            r"the environment holds strings: pass int\(os.environ\['WORLD_SIZE'\]\)"),
     (setup_world_size_written, r"^rank \d: in setup_from_env, init_process_group got world_size=4, but WORLD_SIZE is "
                                r"2\.\nHint: world_size counts the processes of ALL nodes"),
+    (setup_world_size_written_as_2, r"^setup_from_env writes the world size as 2 \(world_size=2\): this check's 2 "
+                                    r"ranks cannot tell it from WORLD_SIZE.*Hint: .*int\(os.environ\['WORLD_SIZE'\]\)"),
     (setup_rank_from_local_rank, r"^rank 1: in setup_from_env, init_process_group got rank=0, but RANK is 1\.\nHint: "
                                  r"0 is this process's index on its node \(LOCAL_RANK"),
 ])

@@ -582,6 +582,23 @@ def test_a_hang_is_stopped_after_30_s(monkeypatch):
     assert timeouts == [30.0]
 
 
+def skips_a_bucket_of_its_own_zeros(process_group, bucket):   # returns early where this rank's bucket is all zeros
+    buffer = bucket.buffer()
+    if buffer.abs().max() == 0:
+        return _done(buffer)
+    return _int8_mean(buffer, _shared_scale(buffer))
+
+
+def test_a_rank_that_skips_its_collectives_on_its_own_zeros_is_named():
+    # the fifth pass zeroes the last rank's buckets alone: it returns early, the others wait in the scale's all_reduce
+    # until the check stops them (a right hook is done long before: 12 s, not the 30 a first run in a kernel needs)
+    with pytest.raises(CheckFailed, match=r"(?s)^on 3 ranks, step 4: every bucket held only zeros on rank 2 alone, .*"
+                                          r"ranks 0, 1 waited inside skips_a_bucket_of_its_own_zeros until the check "
+                                          r"stopped them after 12 s, while rank 2 had gone on.*Hint: make the same "
+                                          r"collective calls on every rank"):
+        check_int8_hook(skips_a_bucket_of_its_own_zeros, timeout=12)
+
+
 def _stack(*frames):
     """A stuck rank's stack as fault handlers write it, innermost frame first."""
     lines = "".join(f'  File "{file}", line 1 in {fn}\n' for file, fn in frames)

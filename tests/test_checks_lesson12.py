@@ -74,7 +74,7 @@ def _load(path, model, optimizer) -> int:
 def _restartable(rank, directory, total_steps, step_fn, keep=("model", "optimizer", "rng"), resume=True,
                  restore_epoch=True, shared=False, set_epoch=True, once_per_epoch=False, elsewhere=None,
                  write=atomic_save, numbered=False, reset_position=True, later_epoch_offset=0, every=1,
-                 oldest=False, resume_at=None, rank_0_only=(), same_seed=False):
+                 oldest=False, resume_at=None, rank_0_only=(), same_seed=False, barrier="after"):
     model, optimizer, sampler = _setup(rank, same_seed)
     path = os.path.join(elsewhere or directory, "checkpoint.pt" if shared else f"rank-{rank}.pt")
     number = "{:06d}" if oldest else "{}"   # zero-padded where the first name in sorted order is taken
@@ -101,9 +101,12 @@ def _restartable(rank, directory, total_steps, step_fn, keep=("model", "optimize
             if numbered:
                 path = os.path.join(directory, f"rank-{rank}-step-{number.format(step)}.pt")
             saves = not (shared or "save" in rank_0_only) or rank == 0
+            if barrier == "before":
+                dist.barrier()
             if saves and (not once_per_epoch or step % per_epoch == 0) and step % every == 0:
                 _save(path, model, optimizer, step, keep, write)
-            dist.barrier()
+            if barrier == "after":
+                dist.barrier()
         restore_epoch = True  # the mistake below only concerns the epoch the run resumes in
         offset = later_epoch_offset if resumed else 0
         epoch += 1
@@ -520,6 +523,31 @@ def test_names_ranks_that_resume_at_different_steps(answer, read):
     with pytest.raises(CheckFailed, match=rf"(?s)^after the crash the ranks resumed at different steps: rank 0 at "
                                           rf"step 11, having read \['{read}'\]; rank 1 at step 0, having read no "
                                           r"file.*Hint: every rank must load a checkpoint at the start"):
+        check_restartable(answer, timeout=20)
+
+
+def saves_without_a_barrier(rank, directory, total_steps, step_fn):
+    """A file per rank, atomically, but no rank waits for the others' saves: only step_fn's all-reduce pairs them."""
+    _restartable(rank, directory, total_steps, step_fn, barrier=None)
+
+
+def waits_before_saving(rank, directory, total_steps, step_fn):
+    """The barrier before the save: every rank has finished the step, but none waits for the others' checkpoints."""
+    _restartable(rank, directory, total_steps, step_fn, barrier="before")
+
+
+def rank_zero_saves_for_everyone_without_a_barrier(rank, directory, total_steps, step_fn):
+    """One file, written by rank 0 alone, and nobody waits for it."""
+    _restartable(rank, directory, total_steps, step_fn, shared=True, barrier=None)
+
+
+@pytest.mark.parametrize("answer", [saves_without_a_barrier, waits_before_saving,
+                                    rank_zero_saves_for_everyone_without_a_barrier])
+def test_names_a_rank_that_goes_on_before_every_checkpoint_is_complete(answer):
+    # rank 0's save after step 10 is slow; rank 1 starts step 11 meanwhile and is killed, so rank 0 dies mid-save
+    with pytest.raises(CheckFailed, match=r"(?s)^rank 1 was killed at the start of step 11 while rank 0 was still "
+                                          r"saving after step 10 .*Hint: after the save, dist.barrier\(\) on every "
+                                          r"rank"):
         check_restartable(answer, timeout=20)
 
 

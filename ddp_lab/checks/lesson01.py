@@ -69,6 +69,11 @@ def check_memory_per_device(fn) -> None:
             if odd:
                 raise CheckFailed(f"{call}[{odd[0]!r}] is {describe(got[odd[0]])}; expected a whole number of "
                                   "bytes.")
+            unit = _unit_of(got, expected)
+            if unit is not None:
+                raise CheckFailed(f"{call}: expected {expected}, got {got}: every component is the expected bytes "
+                                  f"in {unit}.\nHint: return bytes, as ints; leave any conversion to {unit} to "
+                                  "what prints them.")
             floats = [c for c in COMPONENTS if isinstance(got[c], float)]
             if floats:
                 raise CheckFailed(f"{call}[{floats[0]!r}] is {got[floats[0]]!r}, a float; bytes are whole numbers.\n"
@@ -87,6 +92,18 @@ def check_memory_per_device(fn) -> None:
                     raise CheckFailed(f"{call}[{component!r}]: expected {expected[component]:_} bytes, "
                                       f"got {got[component]:_}.\nHint: {hint}")
     passed(f"{name} matches the reference for {', '.join(STRATEGIES)} on {len(MEMORY_CASES)} model sizes")
+
+
+_UNITS = {"kB": 10**3, "MB": 10**6, "GB": 10**9, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30}
+
+
+def _unit_of(got: dict, expected: dict) -> str | None:
+    """The units (kB, MB, GB, KiB, MiB, GiB) in which every component of `got` is the expected bytes, as a fraction
+    or rounded down to a whole number ("MB or MiB" where whole numbers fit both); None where there is none."""
+    units = [unit for unit, size in _UNITS.items()
+             if all(isinstance(got[c], numbers.Real) and not isinstance(got[c], bool)
+                    and 0 <= expected[c] - got[c] * size < size * (1 + 1e-9) for c in COMPONENTS)]
+    return " or ".join(units) or None
 
 
 def _raised_hint(error: Exception, strategy: str) -> str | None:
@@ -583,9 +600,11 @@ def _compare_grad(got, want, pname, position, rank, batch, world_size, shards, r
         named = {world_size: "world_size", 1 / world_size: "1/world_size", len(x): "the batch size, len(x)",
                  1 / len(x): "1/len(x)"}
         equals = next((f" ({what})" for value, what in named.items() if abs(ratio - value) < 1e-4 * ratio), "")
+        remedy = (f"rank {others[0]} ends with the right gradient, so the factor comes from a step rank {rank} "
+                  "takes and it does not (one under a condition on the rank)" if others else
+                  "each rank's loss times len(shard) / len(x), summed over the ranks, gives the batch's mean")
         hint = (f"this is {times_of(ratio)} the right gradient{equals}: every element is off by the same factor, "
-                "so only a scale is wrong. Each rank's loss times len(shard) / len(x), summed over the ranks, "
-                "gives the batch's mean.")
+                f"so only a scale is wrong; {remedy}.")
     elif others:
         hint = (f"rank {others[0]} ends with the right gradient, rank {rank} does not: every rank must end "
                 "with the gradient of the whole batch.")

@@ -97,11 +97,19 @@ def _environment(**values: str):
 
 
 def _as_device(value, case: str) -> torch.device:
+    """The device of the pair an answer returned; anything but a torch.device is refused: the training function
+    after the exercise reads its .type, which a string such as 'cuda:2' does not have."""
+    if isinstance(value, torch.device):
+        return value
     try:
-        return torch.device(value)
+        named = torch.device(value)
     except (TypeError, RuntimeError) as error:
         raise CheckFailed(f"{case}: the device {value!r} is not a torch.device ({error}).\n"
                           "Hint: return torch.device('cpu') or torch.device('cuda', local_rank).") from None
+    raise CheckFailed(f"{case} returned the device as {value!r}, a {type(value).__name__}, not a torch.device: "
+                      "DDP and .to() take either, but the training function below asks the device its type "
+                      f"(device.type), which a {type(value).__name__} does not have.\nHint: return "
+                      f"torch.device({str(named)!r}) instead, e.g. torch.device('cuda', local_rank).") from None
 
 
 def _unpack(result, case: str):
@@ -654,6 +662,11 @@ def check_setup_from_env(setup_from_env, timeout: float = 30.0) -> None:
         raise CheckFailed(f"{what} passes {chosen} to init_process_group instead of its backend argument.\n"
                           "Hint: the caller chooses the backend (this check asks for 'gloo', the script's pick_backend "
                           "may say 'nccl' on a GPU node): pass the parameter on, init_process_group(backend, ...).")
+    written = _written_world_size(setup_from_env, 2)
+    if written is not None:
+        raise CheckFailed(f"{what} writes the world size as 2 ({written}): this check's 2 ranks cannot tell it from "
+                          "WORLD_SIZE, but the same train.py runs on any number of processes.\nHint: read it from "
+                          "the environment, int(os.environ['WORLD_SIZE']), as torchrun sets it for the whole job.")
     kept = _environment_fallbacks(setup_from_env)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", category=LaunchWarning)
@@ -711,6 +724,27 @@ def _environment_fallbacks(fn) -> set:
                 if key in ("MASTER_ADDR", "MASTER_PORT"):
                     values.setdefault(key, []).append(node.value)
     return {key for key, assigned in values.items() if all(key in _environment_reads(value, {}) for value in assigned)}
+
+
+def _written_world_size(fn, world_size: int) -> str | None:
+    """Where fn's own source gives the world size as the number `world_size`, the check's, written in the code:
+    `world_size=2` to a call (init_process_group), or a "world_size" entry of a dict literal (another number fails
+    on the ranks, against WORLD_SIZE). The check's ranks cannot tell it from WORLD_SIZE's value; None where there is
+    none, or no source to read."""
+    function = _source_function(fn)
+    if function is None:
+        return None
+    for node in ast.walk(function):
+        written = []
+        if isinstance(node, ast.Call):
+            written = [keyword.value for keyword in node.keywords if keyword.arg == "world_size"]
+        elif isinstance(node, ast.Dict):
+            written = [value for key, value in zip(node.keys, node.values)
+                       if isinstance(key, ast.Constant) and key.value == "world_size"]
+        for value in written:
+            if isinstance(value, ast.Constant) and type(value.value) is int and value.value == world_size:
+                return ast.unparse(node) if isinstance(node, ast.Dict) else f"world_size={value.value}"
+    return None
 
 
 def _hard_coded_backend(fn) -> str | None:
@@ -784,8 +818,9 @@ def _check_rank(what: str, rank: int, state: dict, kept: set, one_node: bool = F
             hint = {"local_rank": ("LOCAL_RANK is the rank on this node (here 0 and 1, on the one node); it is "
                                    "0 on both ranks only when each has a node of its own, as in this check's "
                                    "first run. Read os.environ['LOCAL_RANK']." if one_node else
-                                   "LOCAL_RANK is the rank on this node (0 on both nodes here); RANK runs over "
-                                   "all nodes. Read os.environ['LOCAL_RANK']."),
+                                   "LOCAL_RANK is the rank on this node (0 on both nodes here); on rank 1 the "
+                                   "global rank (RANK) and the node's index (GROUP_RANK) are 1. Read "
+                                   "os.environ['LOCAL_RANK']."),
                     "rank": "read os.environ['RANK'], the global rank torchrun gave this process.",
                     "world_size": "read os.environ['WORLD_SIZE'], the number of processes on all nodes."}[key]
             raise CheckFailed(f"rank {rank}: {key} = {got!r}, expected {expected[key]} ({_LAYOUT[one_node]})."

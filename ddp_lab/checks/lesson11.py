@@ -3,7 +3,7 @@
     ddp_lab.checks.lesson11.check_int8_hook(int8_hook)
 
 The check registers the hook on a DDP model on 3 gloo ranks, then on 2 (one launch: the default
-group is set up for 3 ranks, destroyed, and set up again for ranks 0 and 1), runs four backward
+group is set up for 3 ranks, destroyed, and set up again for ranks 0 and 1), runs five backward
 passes each time (DDP's first step uses one bucket, the others the two it rebuilt), counts the
 bytes the hook hands to collectives, and compares every averaged gradient with the mean of the
 ranks' own gradients, within int8 rounding. The third pass writes the same positive value first in
@@ -11,8 +11,10 @@ each bucket on every rank, the largest |value| over the ranks: each rank's int8 
 most its share of the range allows, and a share that rounds it above 127 // world_size makes the
 sum overflow (127 / 2 = 63.5 levels round it to 64, and 64 + 64 wraps to -128). In the fourth every bucket
 holds only zeros on every rank (scale 0): a hook that casts the NaN of 0 / 0 to int8 fails, though this CPU
-turns it into 0. It judges 2 ranks first, then 3: a share of the int8 range written for one world size fails
-on the other.
+turns it into 0. In the fifth every bucket holds only zeros on the last rank alone: a hook that decides
+from its own bucket to skip the collectives (a return when it holds only zeros) leaves the other ranks
+waiting, and is told so when the check stops them. It judges 2 ranks first, then 3: a share of the int8
+range written for one world size fails on the other.
 
 Introduced in notebooks/11-performance-and-scaling.ipynb.
 """
@@ -44,10 +46,11 @@ BUCKET_CAP_MB = 0.002  # two buckets after DDP's rebuild, for this small model
 LEVELS = 127  # int8 values -127 .. 127: W ranks get 127 // W whole levels each, so that their sum fits
 TOO_MANY_LEVELS = (128, 255, 256)   # the mistaken level counts that the hints name: int8's -128 .. 127, uint8's 255
 MOST_BYTES_PER_VALUE = 1.2  # one int8 per value, plus a few bytes per bucket for the scale
-STEPS = 4
+STEPS = 5
 SHARED_MAX_STEP = 2   # the pass whose buckets start with the largest |value| over the ranks, on every rank
 SHARED_MAX = 1.0      # that value, above every |gradient| of this model and data (at most 0.8)
 ZERO_STEP = 3         # the pass whose buckets are all zeros on every rank: the scale is 0 (step 1's guard)
+ONE_RANK_ZERO_STEP = 4   # the pass whose buckets are all zeros on the last rank only: the scale is not 0
 INTEGER_DTYPES = (torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64)
 
 
@@ -110,19 +113,17 @@ def _checked(hook, rank: int, answers: list, step: list, names: dict):
             # the same value on every rank, the bucket's largest |value| over the ranks, so exactly the scale: on 2
             # ranks 127 // 2 levels give 63 + 63, but 127 / 2 levels 64 + 64 (63.5, rounded half to even), past 127
             buffer[0] = SHARED_MAX
-        if step[0] == ZERO_STEP:
+        if step[0] == ZERO_STEP or (step[0] == ONE_RANK_ZERO_STEP and rank == world_size - 1):
             buffer.zero_()
         record = {"step": step[0], "bucket": bucket.index(), "local": buffer.detach().clone(),
                   "params": [(names[id(p)], p.numel()) for p in bucket.parameters()], "non_finite_casts": []}
         watching = _NonFiniteToInteger(record["non_finite_casts"]) if step[0] == ZERO_STEP else nullcontext()
-        with watching:
-            result = call_case(hook, f"averaging bucket {bucket.index()} on rank {rank} of {world_size}", state,
-                               bucket)
+        calling = _while_one_rank_holds_zeros if step[0] == ONE_RANK_ZERO_STEP else _call_and_wait
+        result, value = calling(hook, f"averaging bucket {bucket.index()} on rank {rank} of {world_size}", state,
+                                bucket, watching)
         # torch.futures.Future, or the torch._C.Future that .then() and get_future() return
         record.update(future=isinstance(result, torch._C.Future), bucket_shape=shape,
                       own_future=isinstance(result, torch.futures.Future))
-        value = (_wait_for_an_own_future(result) if record["own_future"] and not result.done() else
-                 result.wait() if record["future"] else result)
         record.update(_describe_value(value))
         if record["kind"] == "list":
             value = value[0]
@@ -134,6 +135,20 @@ def _checked(hook, rank: int, answers: list, step: list, names: dict):
         return future
 
     return checked
+
+
+def _call_and_wait(hook, case: str, state, bucket, watching) -> tuple:
+    """(what the hook returned, the value it stands for: the future's once it completes)."""
+    with watching:
+        result = call_case(hook, case, state, bucket)
+    value = (_wait_for_an_own_future(result) if isinstance(result, torch.futures.Future) and not result.done() else
+             result.wait() if isinstance(result, torch._C.Future) else result)
+    return result, value
+
+
+def _while_one_rank_holds_zeros(hook, case: str, state, bucket, watching) -> tuple:
+    """`_call_and_wait` in the ONE_RANK_ZERO_STEP pass, under a name a hang's stacks show (`_went_on_alone`)."""
+    return _call_and_wait(hook, case, state, bucket, watching)
 
 
 def _wait_for_an_own_future(future):
@@ -537,9 +552,10 @@ def check_int8_hook(int8_hook, timeout: float = 30.0) -> None:
     each bucket is the largest |value| over the ranks, the same on every rank, so levels that round
     it above 127 // world_size overflow (127 / 2 = 63.5 rounds to 64, and 64 + 64 wraps to -128); a
     share of the int8 range written for one world size fails on the other. In the fourth every bucket holds
-    only zeros: casting 0 / 0's NaN to int8 (no guard on the scale) fails. A hook that hangs is stopped `timeout`
-    seconds after every rank started the check's runs: a right hook takes well under a second, 3 to 7 s the first
-    time in a kernel on a busy 2-core machine (DDP's constructor imports torch._dynamo on every rank).
+    only zeros: casting 0 / 0's NaN to int8 (no guard on the scale) fails; in the fifth only the last rank's
+    buckets do: a hook that skips its collectives there leaves the others waiting. A hook that hangs is stopped
+    `timeout` seconds after every rank started the check's runs: a right hook takes well under a second, 3 to 7 s
+    the first time in a kernel on a busy 2-core machine (DDP's constructor imports torch._dynamo on every rank).
 
     Introduced in notebooks/11-performance-and-scaling.ipynb.
     """
@@ -562,7 +578,7 @@ def run_hook_answers(hooks: tuple, timeout: float = 60.0, name: str = "int8_hook
         results = launch(_hook_answers_runner, args=(tuple(hooks),), nprocs=max(WORLD_SIZES), backend="gloo",
                          timeout=timeout, init_process_group=False)
     except LaunchTimeout as error:   # the stuck ranks' stacks are read here, so not through run_on_ranks
-        raise CheckFailed(_never_completed(error, name, timeout) or
+        raise CheckFailed(_never_completed(error, name, timeout) or _went_on_alone(error, name, timeout) or
                           timeout_message(error, name, timeout, _hang_hint)) from None
     except LaunchError as error:
         raise CheckFailed(failure_message(error, name, _explain_crash)) from None
@@ -582,6 +598,22 @@ def _never_completed(error, name: str, timeout: float) -> str | None:
             f"{ranks}, and it never got one: the check waits for it, as DDP does, and stopped the ranks after "
             f"{timeout:g} s.\nHint: a future you make holds a value only once future.set_result(...) is called: "
             "set the decompressed average, future.set_result(buffer), before returning the future, on every rank.")
+
+
+def _went_on_alone(error, name: str, timeout: float) -> str | None:
+    """The message for a hang in the ONE_RANK_ZERO_STEP pass where every rank but the last, whose buckets held only
+    zeros, is stuck in the hook (`_while_one_rank_holds_zeros` in its stack), else None."""
+    inside = sorted(rank for rank, failure in error.failures.items()
+                    if failure.kind == "timeout" and f" in {_while_one_rank_holds_zeros.__name__}" in failure.details)
+    if not inside or inside != list(range(len(inside))):
+        return None
+    alone, waiting = len(inside), ", ".join(map(str, inside))
+    return (f"on {alone + 1} ranks, step {ONE_RANK_ZERO_STEP}: every bucket held only zeros on rank {alone} alone, "
+            f"and there the ranks stopped: rank{'s' * (len(inside) > 1)} {waiting} waited inside {name} until the "
+            f"check stopped {'them' if len(inside) > 1 else 'it'} after {timeout:g} s, while rank {alone} had gone "
+            "on: its hook made fewer collective calls than theirs (none, where it returned early).\nHint: make the "
+            "same collective calls on every rank, whatever this rank's own values: decide from what every rank "
+            "shares (the scale after its all_reduce), never from this rank's bucket alone.")
 
 
 def _hang_hint(calls: set) -> str | None:

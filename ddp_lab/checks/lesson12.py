@@ -8,10 +8,14 @@ run that never stopped ends. The check supplies `step_fn`, which does one data-p
 training step and records what the step started from (parameters, momentum, RNG state, the
 batch); it runs `train` three times on 2 gloo ranks: with rank 1 killed (SIGKILL) at the
 start of step CRASH_AT, once more in the same folder, as torchrun would restart it, and once
-uninterrupted. The restarted run is stopped a second time, on both ranks at the start of step
-RESTART_AT (an exception out of step_fn, so nothing after the step's start runs), and its
-train called again in the same folder: a resume at a step number written in the code
-(`step = 11`) resumes right once only. The first record of the resumed run that differs from
+uninterrupted. In the killed run rank 0's first write after step CRASH_AT - 1 waits up to
+SLOW_SAVE seconds, a slow disk: where rank 1 meanwhile starts step CRASH_AT (no barrier after
+the save, or one before it) and is killed, rank 0 dies before that write, as torchrun stopping
+every rank would stop it mid-save, and the answer is told to wait for every rank's save. The
+restarted run is stopped a second time, on both ranks at the start of step RESTART_AT (an
+exception out of step_fn, so nothing after the step's start runs), and its train called
+again in the same folder: a resume at a step number written in the code (`step = 11`)
+resumes right once only. The first record of the resumed run that differs from
 the uninterrupted run's names the piece of state the checkpoint lost; ranks that resume at
 different steps (one from a checkpoint, another from none) are told so at the restart's first
 step, before their all-reduces pair different steps.
@@ -32,7 +36,7 @@ pointer was published before the file it names was complete. Not chosen so, it i
 where its name was written more than once (a torn write destroys the checkpoint the name held
 before), and also where it was written once (the restart found it by listing the folder, say).
 A file written once under a new name and published after the write, or slots written in turn
-while the pointer names another, are safe. The kill here never lands mid-write, a real one may.
+while the pointer names another, are safe. The kills here never land mid-write, a real one may.
 The crash comes after 11 checkpoints, so that a restart that takes the last file name in sorted
 order ('step-9' after 'step-11') resumes too early, and is told why; so is one that resumes
 from an older file when a newer one of the same name but its number exists. An answer that
@@ -53,6 +57,7 @@ import re
 import signal
 import sys
 import tempfile
+import time
 import weakref
 from collections import Counter
 
@@ -72,6 +77,7 @@ CRASH_AT = 11         # epoch 3, third batch: mid-epoch, not the first epoch, an
                       # step numbers written in names no longer sort as text sorts them ('10' < '9')
 RESTART_AT = 13       # the restarted run's second stop: epoch 4, second batch, after the resumed run began epoch 4
 STEPS_PER_EPOCH = 3   # the exercise's data: 24 samples, 2 ranks, batches of 4
+SLOW_SAVE = 1.0       # seconds: how long rank 0's first write after step CRASH_AT - 1 waits in the killed run
 _CONTENT = 4096       # the bytes kept of a file the restart reads: a pointer's content, a checkpoint's start
 
 
@@ -99,6 +105,14 @@ class _Apart(BaseException):
         self.starts = starts
 
 
+KILLED, STOPPED_SAVING = "rank-1-killed", "rank-0-stopped-saving"   # the killed run's marks (`_train_runner`)
+
+
+def _mark(folder: str, name: str) -> None:
+    """Leave the empty file `name` in `folder`, through os.open, which the check does not watch."""
+    os.close(os.open(os.path.join(folder, name), os.O_CREAT | os.O_WRONLY))
+
+
 def _copying() -> str | None:
     """The shutil function the learner called (shutil.copyfile, copy, copy2, move) when the open() being watched is
     one of its, else None."""
@@ -109,21 +123,29 @@ def _copying() -> str | None:
 
 
 def _train_runner(rank: int, train, directory: str, total_steps: int, crash_at: int | None,
-                  restart_at: int | None) -> dict:
+                  restart_at: int | None, marks: str | None = None) -> dict:
     """On every rank: run the learner's train with a recording step_fn; rank 1 dies at `crash_at`; every rank stops
     train at `restart_at` and calls it again. {"records": one per step, "events": the files train wrote, renamed, read
     and resolved (os.readlink, os.path.realpath), in order, "stopped": whether the stop came}. Each record and event
     holds `call` (0; 1 after the stop at `restart_at`), each event `done` (the steps its call had done). A read before
     the first step of a call holds `content`, the file's first _CONTENT bytes; a resolve holds `target`, the name the
     link points to (its last part); a torch.save into a file object that a watched open() opened holds `opened`.
-    Where the ranks start the restart at different steps, it stops there and holds `starts`, each rank's first step."""
+    Where the ranks start the restart at different steps, it stops there and holds `starts`, each rank's first step.
+    In the killed run (`marks`: a folder of the check's own, outside `directory`) rank 0's disk is slow once: its
+    first write after step crash_at - 1 waits up to SLOW_SAVE s, and where rank 1 meanwhile reached step crash_at
+    and was killed (it leaves the file KILLED in `marks`), rank 0 dies before the write, as torchrun, stopping every
+    rank, would stop it mid-save (it leaves STOPPED_SAVING first)."""
     records: list[dict] = []
     events: list[dict] = []
     call = {"call": 0, "before": 0}   # which call of train, and the records before it
     opened = weakref.WeakSet()        # the file objects open() opened for writing
 
+    slow_write = {"due": marks is not None and rank == 0}
+
     def step_fn(step, model, optimizer, x, y):
         if crash_at is not None and rank == 1 and step == crash_at:
+            if marks is not None:
+                _mark(marks, KILLED)
             os.kill(os.getpid(), signal.SIGKILL)  # like the out-of-memory killer: no exception, no cleanup
         if restart_at is not None and call["call"] == 0 and not records:   # the restart's first step, on every rank
             starts = torch.zeros(dist.get_world_size(), dtype=torch.int64)
@@ -153,7 +175,20 @@ def _train_runner(rank: int, train, directory: str, total_steps: int, crash_at: 
     save, replace, rename, opening = torch.save, os.replace, os.rename, builtins.open
     readlink, realpath = os.readlink, os.path.realpath
 
+    def slow_disk() -> None:
+        """Rank 0's first write after step crash_at - 1 of the killed run: wait for rank 1's kill, or SLOW_SAVE s."""
+        if not slow_write["due"] or len(records) != crash_at:
+            return
+        slow_write["due"] = False
+        deadline = time.monotonic() + SLOW_SAVE
+        while time.monotonic() < deadline:
+            if os.path.exists(os.path.join(marks, KILLED)):
+                _mark(marks, STOPPED_SAVING)
+                os.kill(os.getpid(), signal.SIGKILL)
+            time.sleep(0.005)
+
     def recording_save(obj, f, *args, **kwargs):
+        slow_disk()
         if isinstance(f, (str, os.PathLike)):
             note("write", f, how="torch.save")
         else:
@@ -192,8 +227,10 @@ def _train_runner(rank: int, train, directory: str, total_steps: int, crash_at: 
         return call_it
 
     def watching_open(file, *args, **kwargs):
-        handle = opening(file, *args, **kwargs)
         mode = str(args[0] if args else kwargs.get("mode", "r"))
+        if set(mode) & set("wax+"):
+            slow_disk()   # before the file is opened: a kill there leaves it as it was
+        handle = opening(file, *args, **kwargs)
         if set(mode) & set("wax+"):
             copy = _copying()
             opened.add(handle)
@@ -234,13 +271,23 @@ def _train_runner(rank: int, train, directory: str, total_steps: int, crash_at: 
     return {"records": records, "events": events, "stopped": call["call"] == 1}
 
 
-def _killed_run(train, directory: str, timeout: float, name: str) -> None:
-    """The run in which rank 1 is killed at CRASH_AT: it must end with exactly that crash."""
+def _killed_run(train, directory: str, marks: str, timeout: float, name: str) -> None:
+    """The run in which rank 1 is killed at CRASH_AT: it must end with exactly that crash, and rank 0 must not have
+    been stopped mid-save (`_train_runner`'s slow disk: rank 1 went on before every rank's checkpoint was complete)."""
 
     try:
-        launch(_train_runner, args=(train, directory, TOTAL_STEPS, CRASH_AT, None), nprocs=WORLD_SIZE,
+        launch(_train_runner, args=(train, directory, TOTAL_STEPS, CRASH_AT, None, marks), nprocs=WORLD_SIZE,
                backend="gloo", timeout=timeout)
     except RankCrashed as error:
+        if os.path.exists(os.path.join(marks, STOPPED_SAVING)):
+            raise CheckFailed(
+                f"rank 1 was killed at the start of step {CRASH_AT} while rank 0 was still saving after step "
+                f"{CRASH_AT - 1} (the check made that write wait up to {SLOW_SAVE:g} s, as a slow disk would): "
+                f"rank 1 had started step {CRASH_AT} without waiting for rank 0's checkpoint. torchrun stops every "
+                "rank when one dies, so rank 0 died mid-save: the restart would find an older checkpoint on rank 0 "
+                "than on rank 1 (ranks resuming at different steps), or lose the step.\nHint: after the save, "
+                "dist.barrier() on every rank, so that no rank starts the next step before every rank's "
+                "checkpoint is complete.") from None
         if error.first_rank == 1:
             return
         raise CheckFailed(failure_message(error, name)) from None
@@ -672,8 +719,9 @@ def check_restartable(train, timeout: float = 60.0) -> None:
     again in the killed run's folder (the restart, stopped once more at the start of step
     RESTART_AT and called again), and uninterrupted in a folder of its own (the reference). The
     resumed run must start at step CRASH_AT and again at RESTART_AT, every step must start from
-    exactly the uninterrupted run's parameters, momentum, RNG state and batch, and the files
-    the restart reads must be written atomically.
+    exactly the uninterrupted run's parameters, momentum, RNG state and batch, the files
+    the restart reads must be written atomically, and no rank may start step CRASH_AT before
+    rank 0's save after step CRASH_AT - 1 is done (the killed run slows that one write).
 
     Introduced in notebooks/12-debugging-and-fault-tolerance.ipynb.
     """
@@ -690,9 +738,10 @@ def check_restartable(train, timeout: float = 60.0) -> None:
                           f"itself (len(sampler) and BATCH).")
     with tempfile.TemporaryDirectory(prefix="ddp_lab-check12-") as root:
         never, killed = os.path.join(root, "uninterrupted"), os.path.join(root, "killed")
-        os.makedirs(never)
-        os.makedirs(killed)
-        _killed_run(train, killed, timeout, name)
+        marks = os.path.join(root, "marks")
+        for folder in (never, killed, marks):
+            os.makedirs(folder)
+        _killed_run(train, killed, marks, timeout, name)
         saved = sorted(os.listdir(killed))
         restarted = run_on_ranks(_train_runner, (train, killed, TOTAL_STEPS, None, RESTART_AT), WORLD_SIZE, timeout,
                                  name)
