@@ -1,14 +1,16 @@
 """Published training runs kept aside while the planner is modelled: the held-aside set (held_out.py scores it).
 
 These runs come from sources that neither the planner's calibration set (published.py) nor the development runs
-(held_out_runs.py) use. They came in five sets: FIRST_SET, predicted and looked at from 2026-11 to 2026-12-06, and
+(held_out_runs.py) use. They came in six sets: FIRST_SET, predicted and looked at from 2026-11 to 2026-12-06, and
 SECOND_SET, chosen and written down on 2026-12-06 after the kernel rate (fit_to_run.at_kernel_rate) was added and
 before the planner predicted any of them; the first set's runs that the kernel rate changes are development runs
 since (held_out.py). THIRD_SET was written down after uneven stages under interleaving were modelled
 (pipeline_stages.py), before the planner predicted its runs. FOURTH_SET was written down after uneven stages were
 modelled for MoE models too, before the planner predicted its runs (its runs are development runs since the per-node
 MoE dispatch was modelled with their errors seen: held_out.py). FIFTH_SET was written down after MLPerf Training
-v6.0's gpt_oss_20b results were surveyed, before the planner predicted its runs. Every set was chosen and written
+v6.0's gpt_oss_20b results were surveyed, before the planner predicted its runs. SIXTH_SET (NVIDIA's skills
+repository's BF16 Qwen3-30B-A3B run) was written down after a search for MoE runs from sources not used yet, before
+the planner predicted it. Every set was chosen and written
 down before the planner predicted any of its runs, and they are kept aside while it is modelled: their errors are
 looked at once, at the end (held_out.py says what moves a run to the development part). Each run is recorded as
 its source states it: the model shape, the parallel layout, the batch and micro-batch, the sequence, the GPUs, the
@@ -110,6 +112,12 @@ Sources:
                 2436e3d, a Transformer Engine fork at branch pad_weight_scale_inv, DeepEP hybrid-ep 34152ae) of
                 Cisco/benchmarks/gpt_oss_20b/nemo, and its result log; the benchmark's sequence and data (Llama 3.1
                 tokenization of C4) from the reference (mlcommons/training gpt_oss_20b/primus/README.md at 275b232)
+    Sixth set:
+    nvidia-skills  NVIDIA/skills (commit 7149a88, 2026-08-20; the files last changed at eeeff9d, 2026-08-11): the
+                Megatron-Bridge MoE performance skills' measured A/B of EP overlap on Qwen3-30B-A3B, 16 H100s, BF16
+                (skills/nemo-mbridge-perf-moe-comm-overlap/SKILL.md, and card.yaml of
+                skills/nemo-mbridge-perf-moe-hardware-configs), the row without overlap; not a release table: a
+                controlled comparison with its steady window (iterations 5-20) stated
 
 Which rows: all three of NVIDIA's MLPerf Training v4.0 GPT-3 submissions, each its result_0.txt (the first of its
 runs): the tokens of all its training blocks over their summed durations (block_start to block_stop; the
@@ -1045,4 +1053,26 @@ FIFTH_SET: list[HeldOutRun] = [
 #             79.807 s; first block_start 1778822290912, last block_stop 1778824330162) = 1,210,890.5 tokens/s =
 #             9,460.1 per GPU
 
-RUNS: list[HeldOutRun] = FIRST_SET + SECOND_SET + THIRD_SET + FOURTH_SET + FIFTH_SET
+# ---- the sixth set: written down before the planner predicted it (module docstring) ------------------------------
+NVIDIA_SKILLS = ("NVIDIA/skills skills/nemo-mbridge-perf-moe-comm-overlap/SKILL.md (commit 7149a88, 2026-08-20), "
+                 "'Measured Evidence', 'HybridEP production-shape validation' table, 'EP overlap off' row (2026-07-25, "
+                 "iterations 5-20: 24.7138 s a step, 244.039 model TFLOPS/GPU); the same run in "
+                 "skills/nemo-mbridge-perf-moe-hardware-configs/card.yaml, qwen3_30b_h100_16's earlier_overlap_ab")
+
+SIXTH_SET: list[HeldOutRun] = [
+    # ---- mixture of experts, fine-grained: 128 experts, top-8, EP 16, H100, BF16 ------------------------------------
+    HeldOutRun("NVIDIA skills Qwen3-30B-A3B EP 16, 16 H100s", NVIDIA_SKILLS + "; 16 GPUs, GBS 1,024", QWEN3_30B_A3B,
+               dict(dp=16, ep=16, zero=1, micro_batch=1, grad_accum=64, moe_dispatch="per-node", **TE),
+               "h100-sxm", "tokens_per_gpu", 1024 * 4096 / 24.7138 / 16,
+               "stated: 16 H100s, BF16, sequence 4,096, TP 1, PP 1, CP 1, EP 16, MBS 1, GBS 1,024 (so DP 16, GA 64), "
+               "forced-balanced routing, the HybridEP dispatcher (moe_dispatch per-node: its ep group spans the two "
+               "nodes), Transformer Engine CUDA graphs of the MoE router and preprocessing only (not modelled), "
+               "no EP overlap, no delayed weight gradients; rank-0 peak allocated memory 62.166 GiB (a later "
+               "configuration's). Not stated: the recomputation (none assumed, as the FP8 run of the same layout "
+               "in held_out_runs, whose recipe sets none), the optimizer (Megatron's distributed optimizer, ZeRO-1, "
+               "assumed), the H100 variant and links (the h100-sxm preset), the Megatron-Bridge version. The same "
+               "layout as held_out_runs' Megatron-Bridge Qwen3-30B-A3B EP 16 run, a development run: another "
+               "measurement, in BF16, not FP8, months later"),
+]
+
+RUNS: list[HeldOutRun] = FIRST_SET + SECOND_SET + THIRD_SET + FOURTH_SET + FIFTH_SET + SIXTH_SET
