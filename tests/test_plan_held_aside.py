@@ -73,6 +73,7 @@ PREDICTED = {
     'MLPerf v5.0 Llama 3.1 405B TP 8 x PP 8 x CP 2, 8,192 H100s, FP8': 296.56,
     'MLPerf v6.0 gpt-oss-20b TP 2 x EP 4, 64 H100s, FP8': 13244.0,
     'MLPerf v6.0 gpt-oss-20b TP 2 x EP 4, 128 H100s, FP8': 12893.0,
+    'NVIDIA skills Qwen3-30B-A3B EP 16, 16 H100s': 12701.0,
 }
 
 
@@ -141,7 +142,7 @@ def test_the_planner_still_predicts_every_held_aside_run_as_it_did():
     made with those runs' errors in view moves them to the development part (held_out.py's rule); one decided
     without them (a mechanism found wrong on other models, from the frameworks' code) updates the pins here, in a
     commit that says so."""
-    assert set(PREDICTED) == ASIDE_NAMES and len(PREDICTED) == 42
+    assert set(PREDICTED) == ASIDE_NAMES and len(PREDICTED) == 43
     for run in RUNS:
         if run.name in ASIDE_NAMES:
             assert predict(run) == pytest.approx(PREDICTED[run.name], rel=1e-4), run.name
