@@ -248,6 +248,13 @@ add up); EasyContext's long-sequence table (DeepSpeed ZeRO-3 with the optimizer 
 CPU); Fast-LLM's README (an "expected" throughput); dgxc-benchmarking's releases (no coarse-MoE table but Grok-1's;
 the v24.05 Mixtral recipe its CHANGELOG names is not in the repository's history, and was LoRA fine-tuning);
 Automodel's table at its latest version (its MoE rows since 8d9bfb9 are Nemotron V3's, with Mamba layers).
+Examined for the sixth set and not used: NVIDIA/skills' rows with EP overlap (the all-to-all overlapped with
+compute, not modelled), its card rows given as rounded figures ("~210" TFLOPS) and its "smoke" and "directional"
+all-to-all runs; FlagOpen/FlagPerf's Mixtral 8x7B on 32 H100s (training/nvidia/mixtral_8x7B-megatron/README.md at
+68d2944f: its table says EP 1, the script of the same day --expert-model-parallel-size 8, which data parallelism 2
+cannot hold: a table and script that disagree, left out as the ModelZoo's FSDP row), its 8-layer Mixtral proxy on
+A100-40GB (no preset; no framework version) and its 8-expert "qwen1.5_14B_MoE" on A800s (no preset);
+alibaba/Pai-Megatron-Patch's Qwen3-235B-A22B tuning guide (H800s, the precision not stated).
 Read by held_out.py, whose table notebooks/13-plan-your-training-run.ipynb prints (docs/planner.md, "Held-out
 validation").
 """
