@@ -1077,3 +1077,33 @@ def test_a_ring_taken_modulo_a_written_world_size_is_refused_before_any_rank_sta
                                           r"\(`send, recv = \(rank - step\) % 3, \(rank - step - 1\) % 3`\)\.\n"
                                           r"Hint: take it modulo the world size, dist\.get_world_size\(\)"):
         check_ring_reduce_scatter(rs_world_written)
+
+
+def rs_world_size_less_one_written(tensor):
+    """Wrong: the ring's indices with world_size - 1 written as 2 (the check's 3 ranks): (rank + 2 - step) equals
+    (rank - 1 - step) modulo 3 only."""
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    chunks = list(torch.tensor_split(tensor, world_size))
+    for step in range(world_size - 1):
+        _ring_step(chunks, (rank + 2 - step) % world_size, (rank + 1 - step) % world_size)
+    return chunks[rank]
+
+
+def test_an_answer_right_on_3_ranks_only_is_run_again_on_4_and_told_so():
+    assert lesson02.SECOND_WORLD_SIZE == 4
+    with pytest.raises(CheckFailed, match=r"(?s)^rs_world_size_less_one_written is right on 3 ranks, but not on 4, the "
+                                          r"check's second run: something in it holds on 3 ranks only, such as a "
+                                          r"number written for them \(2 for world_size - 1, 3 for world_size\)\. On 4 "
+                                          r"ranks: .*rank 0"):
+        check_ring_reduce_scatter(rs_world_size_less_one_written)
+
+
+def mean_divided_by_3(tensor):
+    """Wrong: the sum divided by 3, the check's world size written in."""
+    return all_reduce_mean(tensor, divide=False) / 3
+
+
+def test_a_mean_over_a_written_world_size_is_told_on_the_second_run():
+    with pytest.raises(CheckFailed, match=r"(?s)^mean_divided_by_3 is right on 3 ranks, but not on 4, the check's "
+                                          r"second run: .*On 4 ranks: rank 0, "):
+        check_all_reduce_mean(mean_divided_by_3)

@@ -4,7 +4,9 @@
     ddp_lab.checks.lesson02.check_ring_all_gather(ring_all_gather)
     ddp_lab.checks.lesson02.check_all_reduce_mean(all_reduce_mean)
 
-Each runs the answer on 3 gloo ranks (so sizes 10, 7, 2, 16 do not divide evenly), with every
+Each runs the answer on 3 gloo ranks (so sizes 10, 7, 2, 16 do not divide evenly), then, where it
+is right there, on 4 (a world size written into the answer as a number, world_size - 1 as 2, say,
+holds on 3 ranks only), with every
 collective disabled inside the ranks while the answer runs, and a short timeout that turns
 a deadlock into a message. The expected results come from the library itself: before the
 answer runs, every rank calls `dist.all_reduce` on the same inputs. The ring checks log each
@@ -37,6 +39,7 @@ from ddp_lab.checks.p2p_log import (RECEIVES, SENDS, Call, log_path, logging_poi
                                     receives_never_waited, watching_point_to_point)
 
 WORLD_SIZE = 3
+SECOND_WORLD_SIZE = 4   # an answer right on WORLD_SIZE ranks runs again on 4: a number written for 3 ranks shows
 # 12 divides by 3; the others do not; 2 < world size. 16's chunks (6, 5, 5) are larger than any other size's: a
 # buffer or a padding of a size written as a number (4, the largest chunk of 12 and of 10) fits the others only.
 REDUCE_SIZES = (12, 10, 7, 2, 16)
@@ -334,7 +337,8 @@ def check_ring_reduce_scatter(ring_reduce_scatter, world_size: int = WORLD_SIZE,
     `ring_reduce_scatter(tensor)` runs on every rank with that rank's 1-D tensor and must
     return the SUM over ranks of chunk `rank` of `tensor.tensor_split(world_size)` (only that
     chunk), using only send/recv (isend/irecv). The expected value is `dist.all_reduce` of
-    the same inputs, cut the same way.
+    the same inputs, cut the same way. Right on `world_size` ranks (3), it runs again on
+    SECOND_WORLD_SIZE (4): what holds on 3 ranks only fails there.
 
     Introduced in notebooks/02-collectives.ipynb.
     """
@@ -346,13 +350,34 @@ def check_ring_reduce_scatter(ring_reduce_scatter, world_size: int = WORLD_SIZE,
                 "of 4, 3, 3). What rank r sends in step s, rank r + 1 must receive in step s: the send "
                 "index of rank r must equal the recv index of rank r + 1.")
     splits = _splits_by_size(ring_reduce_scatter)
-    with tempfile.TemporaryDirectory(prefix="ddp_lab-check02-") as logs:
-        results = run_on_ranks(_reduce_runner, (ring_reduce_scatter, REDUCE_SIZES, world_size, "reduce-scattering",
-                                                logs), world_size, timeout, name,
-                               explain=lambda failure: _explain_reduce_scatter(failure, world_size, logs, mismatch,
-                                                                               splits),
-                               timeout_hint=_hang_hint(logs, REDUCE_SIZES, world_size))
-    passed(judge_reduce_scatter(name, results, world_size))
+
+    def judged(ranks: int) -> str:
+        with tempfile.TemporaryDirectory(prefix="ddp_lab-check02-") as logs:
+            results = run_on_ranks(_reduce_runner, (ring_reduce_scatter, REDUCE_SIZES, ranks, "reduce-scattering",
+                                                    logs), ranks, timeout, name,
+                                   explain=lambda failure: _explain_reduce_scatter(failure, ranks, logs, mismatch,
+                                                                                   splits),
+                                   timeout_hint=_hang_hint(logs, REDUCE_SIZES, ranks))
+        return judge_reduce_scatter(name, results, ranks)
+
+    passed(_on_two_world_sizes(name, judged, world_size))
+
+
+def _on_two_world_sizes(name: str, judged, world_size: int) -> str:
+    """The ✓ line of `judged(ranks)` (a run on `ranks` ranks and its judgement, CheckFailed naming a mistake) on
+    `world_size` ranks, and, where that is WORLD_SIZE and the answer is right there, on SECOND_WORLD_SIZE as well:
+    the line then names both; a failure on the second only says what holds on 3 ranks alone."""
+    line = judged(world_size)
+    if world_size != WORLD_SIZE:
+        return line
+    try:
+        judged(SECOND_WORLD_SIZE)
+    except CheckFailed as failure:
+        raise CheckFailed(f"{name} is right on {world_size} ranks, but not on {SECOND_WORLD_SIZE}, the check's second "
+                          f"run: something in it holds on {world_size} ranks only, such as a number written for "
+                          f"them ({world_size - 1} for world_size - 1, {world_size} for world_size). On "
+                          f"{SECOND_WORLD_SIZE} ranks: {failure}") from None
+    return line.replace(f"on {world_size} ranks", f"on {world_size} and on {SECOND_WORLD_SIZE} ranks", 1)
 
 
 def _splits_by_size(fn) -> bool:
@@ -720,16 +745,22 @@ def _partial(got, chunks, rank, world_size) -> tuple[int, ...] | None:
 def check_ring_all_gather(ring_all_gather, world_size: int = WORLD_SIZE, timeout: float = 20.0) -> None:
     """Check a hand-built all-gather: `ring_all_gather(tensor)` returns a list whose entry k is rank k's tensor.
 
+    On 3 ranks, then, where it is right there, on SECOND_WORLD_SIZE (4).
+
     Introduced in notebooks/02-collectives.ipynb.
     """
     ensure_written(ring_all_gather)
     name = getattr(ring_all_gather, "__name__", "ring_all_gather")
     refuse_written_modulus(ring_all_gather, name, "the world size, dist.get_world_size()")
-    with tempfile.TemporaryDirectory(prefix="ddp_lab-check02-") as logs:
-        results = run_on_ranks(_all_gather_runner, (ring_all_gather, GATHER_SIZES, world_size, logs),
-                               world_size, timeout, name, timeout_hint=_hang_hint(logs, GATHER_SIZES, world_size),
-                               explain=lambda failure: _explain_all_gather(failure, world_size, logs))
-    passed(judge_all_gather(name, results, world_size))
+
+    def judged(ranks: int) -> str:
+        with tempfile.TemporaryDirectory(prefix="ddp_lab-check02-") as logs:
+            results = run_on_ranks(_all_gather_runner, (ring_all_gather, GATHER_SIZES, ranks, logs),
+                                   ranks, timeout, name, timeout_hint=_hang_hint(logs, GATHER_SIZES, ranks),
+                                   explain=lambda failure: _explain_all_gather(failure, ranks, logs))
+        return judge_all_gather(name, results, ranks)
+
+    passed(_on_two_world_sizes(name, judged, world_size))
 
 
 def _explain_all_gather(failure, world_size: int, log_directory: str) -> str | None:
@@ -866,7 +897,7 @@ def check_all_reduce_mean(all_reduce_mean, world_size: int = WORLD_SIZE, timeout
     It runs on every rank with that rank's 1-D tensor and must return what
     `dist.all_reduce(tensor); tensor / world_size` gives, for sizes that do and do not divide
     by the world size, using only send/recv (the exercise composes the reduce-scatter and the
-    all-gather built before it).
+    all-gather built before it); on 3 ranks, then, where it is right there, on SECOND_WORLD_SIZE (4).
 
     Introduced in notebooks/02-collectives.ipynb.
     """
@@ -878,11 +909,15 @@ def check_all_reduce_mean(all_reduce_mean, world_size: int = WORLD_SIZE, timeout
                 "ring_all_gather receives into buffers shaped like this rank's own tensor: pad every reduced "
                 "chunk with zeros to the largest chunk's size before ring_all_gather, and cut entry k back to "
                 "chunk k's size afterwards.")
-    results = run_on_ranks(_reduce_runner, (all_reduce_mean, REDUCE_SIZES, world_size, "averaging"),
-                           world_size, timeout, name,
-                           explain=lambda failure: (_explain_chunking(failure, world_size, mismatch)
-                                                    or _larger_chunks_hint(failure, world_size)))
-    passed(judge_all_reduce_mean(name, results, world_size))
+
+    def judged(ranks: int) -> str:
+        results = run_on_ranks(_reduce_runner, (all_reduce_mean, REDUCE_SIZES, ranks, "averaging"),
+                               ranks, timeout, name,
+                               explain=lambda failure: (_explain_chunking(failure, ranks, mismatch)
+                                                        or _larger_chunks_hint(failure, ranks)))
+        return judge_all_reduce_mean(name, results, ranks)
+
+    passed(_on_two_world_sizes(name, judged, world_size))
 
 
 def _larger_chunks_hint(failure, world_size: int) -> str | None:
