@@ -711,7 +711,7 @@ def gather_receives_into_what_it_sends(tensor):
 def gather_into_views_of_one_buffer(tensor):
     """Right: the entries are views of one flat buffer, received into in place."""
     rank, world_size = dist.get_rank(), dist.get_world_size()
-    gathered = list(torch.empty(world_size * len(tensor)).split(len(tensor)))
+    gathered = list(torch.empty(world_size * len(tensor), dtype=tensor.dtype).split(len(tensor)))
     gathered[rank].copy_(tensor)
     for step in range(world_size - 1):
         request = dist.isend(gathered[(rank - step) % world_size], (rank + 1) % world_size)
@@ -971,7 +971,7 @@ def mean_padded_past_the_largest_chunk(tensor):
     world_size = dist.get_world_size()
     sizes = [len(c) for c in tensor.tensor_split(world_size)]
     mine = ring_reduce_scatter(tensor)[dist.get_rank()]
-    padded = torch.zeros(len(tensor) // world_size + 1)
+    padded = torch.zeros(len(tensor) // world_size + 1, dtype=tensor.dtype)
     padded[:len(mine)] = mine
     return torch.cat([piece[:size] for piece, size in zip(_gather(padded), sizes)]) / world_size
 
@@ -1107,3 +1107,43 @@ def test_a_mean_over_a_written_world_size_is_told_on_the_second_run():
     with pytest.raises(CheckFailed, match=r"(?s)^mean_divided_by_3 is right on 3 ranks, but not on 4, the check's "
                                           r"second run: .*On 4 ranks: rank 0, "):
         check_all_reduce_mean(mean_divided_by_3)
+
+
+def rs_buffers_in_the_default_dtype(tensor):
+    """Wrong: receive buffers made with torch.zeros(n): float32 whatever the tensor is (right on float32 only)."""
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    chunks = list(torch.tensor_split(tensor, world_size))
+    for step in range(world_size - 1):
+        send, recv = (rank - step - 1) % world_size, (rank - step - 2) % world_size
+        incoming = torch.zeros(len(chunks[recv]))
+        request = dist.isend(chunks[send].clone(), (rank + 1) % world_size)
+        dist.recv(incoming, (rank - 1) % world_size)
+        request.wait()
+        chunks[recv] = chunks[recv] + incoming
+    return chunks[rank]
+
+
+def gather_buffers_in_the_default_dtype(tensor):
+    """Wrong: the gathered list made with torch.zeros(n): float32 whatever the tensor is."""
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    gathered = [torch.zeros(tensor.numel()) for _ in range(world_size)]
+    gathered[rank] = tensor.clone()
+    for step in range(world_size - 1):
+        send_index, recv_index = (rank - step) % world_size, (rank - step - 1) % world_size
+        request = dist.isend(gathered[send_index], (rank + 1) % world_size)
+        dist.recv(gathered[recv_index], (rank - 1) % world_size)
+        request.wait()
+    return gathered
+
+
+@pytest.mark.parametrize("check, answer, case", [
+    (check_ring_reduce_scatter, rs_buffers_in_the_default_dtype, "reduce-scattering a tensor of 11 elements"),
+    (check_ring_all_gather, gather_buffers_in_the_default_dtype, "gathering tensors of 5 elements")])
+def test_a_receive_buffer_in_the_default_dtype_is_named_on_the_float64_case(check, answer, case):
+    # right on the float32 cases; the float64 case's receive is stopped before it starts, on every rank
+    with pytest.raises(CheckFailed, match=rf"(?s)^rank \d: {answer.__name__} raised ReceiveDtypeRefused: a recv into a "
+                                          rf"buffer of \d float32 values, torch's default dtype, while the tensor "
+                                          rf"given is float64 and this rank's last send was float64: .*\nwhile {case} "
+                                          rf"\(float64\) on 3 ranks\..*\nHint: a receive buffer must hold what its "
+                                          rf"peer sends, in the tensor's own dtype"):
+        check(answer)

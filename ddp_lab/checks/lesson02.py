@@ -5,15 +5,15 @@
     ddp_lab.checks.lesson02.check_all_reduce_mean(all_reduce_mean)
 
 Each runs the answer on 3 gloo ranks (so sizes 10, 7, 2, 16 do not divide evenly), then, where it
-is right there, on 4 (a world size written into the answer as a number, world_size - 1 as 2, say,
-holds on 3 ranks only), with every
-collective disabled inside the ranks while the answer runs, and a short timeout that turns
-a deadlock into a message. The expected results come from the library itself: before the
-answer runs, every rank calls `dist.all_reduce` on the same inputs. The ring checks log each
-send and receive a rank makes (its peer and its size, `ddp_lab.checks.p2p_log`), one folder
-per case, so that a hang or a crash is explained from what the ranks did. Every check runs on 3
-ranks, so a ring taken modulo a number written in the code (`% 3`) is refused from the source,
-before any rank starts.
+is right there, on 4: a world size written into the answer as a number (world_size - 1 as 2, say)
+holds on 3 ranks only. The last case of each check is float64, the others float32: a receive
+buffer made in torch's default dtype is stopped before it receives (ReceiveDtypeRefused). Every
+collective is disabled inside the ranks while the answer runs, and a short timeout turns a
+deadlock into a message. The expected results come from the library itself: before the answer
+runs, every rank calls `dist.all_reduce` on the same inputs. The ring checks log each send and
+receive a rank makes (its peer and its size, `ddp_lab.checks.p2p_log`), one folder per case, so
+that a hang or a crash is explained from what the ranks did. A ring taken modulo a number written
+in the code (`% 3`) is refused from the source, before any rank starts.
 
 Introduced in notebooks/02-collectives.ipynb.
 """
@@ -42,14 +42,30 @@ WORLD_SIZE = 3
 SECOND_WORLD_SIZE = 4   # an answer right on WORLD_SIZE ranks runs again on 4: a number written for 3 ranks shows
 # 12 divides by 3; the others do not; 2 < world size. 16's chunks (6, 5, 5) are larger than any other size's: a
 # buffer or a padding of a size written as a number (4, the largest chunk of 12 and of 10) fits the others only.
-REDUCE_SIZES = (12, 10, 7, 2, 16)
-GATHER_SIZES = (4, 1, 6)   # 6 > 4: a receive buffer of a size written as a number (4) fits 4 and 1 only
+# The last case of each is float64 (FLOAT64_SIZES), the others float32: a receive buffer made in torch's default
+# dtype (torch.zeros(n)) fits float32 only, as gradients in bf16 would show on a real run.
+REDUCE_SIZES = (12, 10, 7, 2, 16, 11)
+GATHER_SIZES = (4, 1, 6, 5)   # 6 > 4: a receive buffer of a size written as a number (4) fits 4 and 1 only
+FLOAT64_SIZES = (11, 5)
 
 
 def rank_input(rank: int, size: int) -> torch.Tensor:
-    """The tensor rank `rank` starts with in the checks (the same in the notebook and the ranks)."""
+    """The tensor rank `rank` starts with in the checks (the same in the notebook and the ranks): float64 for the
+    sizes of FLOAT64_SIZES, float32 for the others."""
     generator = torch.Generator().manual_seed(1000 * size + rank)
-    return torch.randn(size, generator=generator)
+    return torch.randn(size, generator=generator, dtype=torch.float64 if size in FLOAT64_SIZES else torch.float32)
+
+
+def sizes_text(sizes) -> str:
+    """The sizes of a check's cases as its messages name them: '12, 10, 7, 2, 16 and 11 in float64'."""
+    plain = [str(size) for size in sizes if size not in FLOAT64_SIZES]
+    double = [str(size) for size in sizes if size in FLOAT64_SIZES]
+    return ", ".join(plain) + (f" and {', '.join(double)} in float64" if double else "")
+
+
+class ReceiveDtypeRefused(RuntimeError):
+    """Raised inside a rank (`_recording_receives`) before a receive into a buffer of torch's default dtype while the
+    case's tensor is of another: the message a peer sends holds more bytes than the buffer (gloo aborts)."""
 
 
 def chunk_sizes(size: int, world_size: int) -> list[int]:
@@ -57,24 +73,46 @@ def chunk_sizes(size: int, world_size: int) -> list[int]:
     return [len(chunk) for chunk in torch.empty(size).tensor_split(world_size)]
 
 
+def _dtype_text(tensor: torch.Tensor) -> str:
+    """' (float64)' for a case's tensor of another dtype than torch's default, else ''."""
+    return "" if tensor.dtype == torch.get_default_dtype() else f" ({str(tensor.dtype).removeprefix('torch.')})"
+
+
 def _returned(value):
     return value.detach().clone() if torch.is_tensor(value) else value
 
 
 def _recording_receives(receive_buffers: list[list], requests: list[dict] | None = None,
-                        sends: list[list] | None = None, overlaps: list[list] | None = None):
+                        sends: list[list] | None = None, overlaps: list[list] | None = None,
+                        dtypes: list | None = None):
     """Inside a rank: append the buffer address (data_ptr; None: no tensor) of every recv/irecv the answer makes to
     receive_buffers[-1], with `requests`, {call number: 'isend' or 'irecv'} of every request the answer started
     and has not waited for to requests[-1], with `sends`, (peer, address of the tensor sent) of every send/isend
     to sends[-1], and with `overlaps` (and `requests` and `sends`), (call number of the earlier request, what
     happened) to overlaps[-1] for every receive into, or send of, memory that an isend or irecv not yet waited for
-    is still sending or receiving into, at least one of the two a receive (a context manager)."""
+    is still sending or receiving into, at least one of the two a receive (a context manager). With `dtypes`, the
+    dtype of each case's tensor (dtypes[-1] for the current one): a receive into a buffer of torch's default dtype,
+    in a case whose tensor is of another, when this rank's last send in the case was of that other dtype, raises
+    ReceiveDtypeRefused before it starts (the peers, doing the same, send more bytes than the buffer holds); a rank
+    that sends what it receives, both in the default dtype, is left to the judges (its result's dtype)."""
     started: dict[int, dict] = {}
+    last_sent: dict[int, torch.dtype] = {}   # case index -> the dtype of this rank's last send in it
     in_flight: dict[int, tuple[str, int, tuple[int, int]]] = {}   # call number -> (op, its ordinal, its memory)
     number = [0]
 
     def record(op, tensor, peer):
         number[0] += 1
+        case = len(receive_buffers) - 1
+        if op in SENDS and torch.is_tensor(tensor):
+            last_sent[case] = tensor.dtype
+        if op in RECEIVES and dtypes and torch.is_tensor(tensor) and tensor.dtype != dtypes[-1] \
+                and tensor.dtype == torch.get_default_dtype() and last_sent.get(case) == dtypes[-1]:
+            given, made = (str(dtype).removeprefix("torch.") for dtype in (dtypes[-1], tensor.dtype))
+            width = torch.empty(0, dtype=dtypes[-1]).element_size()
+            raise ReceiveDtypeRefused(f"a {op} into a buffer of {tensor.numel()} {made} values, torch's default "
+                                      f"dtype, while the tensor given is {given} and this rank's last send was {given}: "
+                                      f"its peers, doing the same, send {width} bytes per value into a buffer of "
+                                      f"{tensor.element_size()} (gloo aborts such a receive)")
         if op in RECEIVES:
             receive_buffers[-1].append(tensor.data_ptr() if torch.is_tensor(tensor) else None)
         elif sends is not None and op in SENDS:
@@ -164,18 +202,20 @@ def _reduce_runner(rank: int, fn, sizes, world_size: int, verb: str, log_directo
         total = rank_input(rank, size)
         dist.all_reduce(total)  # SUM over ranks, computed by torch.distributed itself
         references.append(total)
-    outputs, receives, requests, changed, sends, input_sent, overlaps = [], [], [], [], [], [], []
-    with only_point_to_point(), _recording_receives(receives, requests, sends, overlaps):
+    outputs, receives, requests, changed, sends, input_sent, overlaps, dtypes = [], [], [], [], [], [], [], []
+    with only_point_to_point(), _recording_receives(receives, requests, sends, overlaps, dtypes):
         for size in sizes:
             receives.append([])
             requests.append({})
             sends.append([])
             overlaps.append([])
             given = rank_input(rank, size)
+            dtypes.append(given.dtype)
             start = given.untyped_storage().data_ptr()
             end = start + given.untyped_storage().nbytes()
             with _logging_case(log_directory, size, rank):
-                out = call_case(fn, f"{verb} a tensor of {size} elements on {world_size} ranks", given)
+                out = call_case(fn, f"{verb} a tensor of {size} elements{_dtype_text(given)} on {world_size} ranks",
+                                given)
             outputs.append(_returned(out))
             changed.append(not torch.equal(given, rank_input(rank, size)))   # the caller's tensor, written into
             input_sent.append([step for step, (_, address) in enumerate(sends[-1])
@@ -189,16 +229,18 @@ def _all_gather_runner(rank: int, fn, sizes, world_size: int, log_directory: str
     """On one rank: the answer for every size; what it returned, how often it received, which receive (1-based)
     wrote into the storage of each entry (None: none did), the rank's own entry's among them, the peer of every
     send, and the memory used while a request was still using it. With a `log_directory`, as `_reduce_runner`."""
-    outputs, receives, entry_receives, requests, sends, overlaps = [], [], [], [], [], []
-    with only_point_to_point(), _recording_receives(receives, requests, sends, overlaps):
+    outputs, receives, entry_receives, requests, sends, overlaps, dtypes = [], [], [], [], [], [], []
+    with only_point_to_point(), _recording_receives(receives, requests, sends, overlaps, dtypes):
         for size in sizes:
             receives.append([])
             requests.append({})
             sends.append([])
             overlaps.append([])
+            given = rank_input(rank, size)
+            dtypes.append(given.dtype)
             with _logging_case(log_directory, size, rank):
-                out = call_case(fn, f"gathering tensors of {size} elements on {world_size} ranks",
-                                rank_input(rank, size).clone())
+                out = call_case(fn, f"gathering tensors of {size} elements{_dtype_text(given)} on {world_size} ranks",
+                                given.clone())
             entries = out if isinstance(out, (list, tuple)) else []
             addresses = [entry.data_ptr() if torch.is_tensor(entry) and entry.numel() else None for entry in entries]
             entry_receives.append([next((number for number, buffer in enumerate(receives[-1], 1)
@@ -355,12 +397,23 @@ def check_ring_reduce_scatter(ring_reduce_scatter, world_size: int = WORLD_SIZE,
         with tempfile.TemporaryDirectory(prefix="ddp_lab-check02-") as logs:
             results = run_on_ranks(_reduce_runner, (ring_reduce_scatter, REDUCE_SIZES, ranks, "reduce-scattering",
                                                     logs), ranks, timeout, name,
-                                   explain=lambda failure: _explain_reduce_scatter(failure, ranks, logs, mismatch,
-                                                                                   splits),
+                                   explain=lambda failure: (_receive_dtype_hint(failure) or _explain_reduce_scatter(
+                                       failure, ranks, logs, mismatch, splits)),
                                    timeout_hint=_hang_hint(logs, REDUCE_SIZES, ranks))
         return judge_reduce_scatter(name, results, ranks)
 
     passed(_on_two_world_sizes(name, judged, world_size))
+
+
+def _receive_dtype_hint(failure) -> str | None:
+    """The hint for a rank stopped before a receive into a buffer of torch's default dtype (ReceiveDtypeRefused,
+    raised by `_recording_receives` inside the answer, so a CaseFailed of that kind); else None."""
+    exception = failure.exception
+    if not (isinstance(exception, CaseFailed) and exception.kind == ReceiveDtypeRefused.__name__):
+        return None
+    return ("a receive buffer must hold what its peer sends, in the tensor's own dtype: make it like the chunk it "
+            "stands for (torch.empty_like(chunk), or dtype=tensor.dtype); torch.zeros(n) and torch.empty(n) are "
+            "float32 whatever the tensor is.")
 
 
 def _on_two_world_sizes(name: str, judged, world_size: int) -> str:
@@ -617,7 +670,7 @@ def judge_reduce_scatter(name: str, results: list, world_size: int = WORLD_SIZE)
                               "(.clone()): a chunk cut from the caller's tensor is a view of it, and adding into "
                               "the view writes into the caller's tensor.")
     return (f"{name} gives rank r the sum of chunk r, like dist.reduce_scatter, on {world_size} ranks for "
-            f"sizes {', '.join(map(str, REDUCE_SIZES))}, using only send/recv")
+            f"sizes {sizes_text(REDUCE_SIZES)}, using only send/recv")
 
 
 def _compare_reduce_scatter(got, expected, inputs, rank, size, world_size, receives, input_sent=()) -> None:
@@ -757,7 +810,8 @@ def check_ring_all_gather(ring_all_gather, world_size: int = WORLD_SIZE, timeout
         with tempfile.TemporaryDirectory(prefix="ddp_lab-check02-") as logs:
             results = run_on_ranks(_all_gather_runner, (ring_all_gather, GATHER_SIZES, ranks, logs),
                                    ranks, timeout, name, timeout_hint=_hang_hint(logs, GATHER_SIZES, ranks),
-                                   explain=lambda failure: _explain_all_gather(failure, ranks, logs))
+                                   explain=lambda failure: (_receive_dtype_hint(failure)
+                                                            or _explain_all_gather(failure, ranks, logs)))
         return judge_all_gather(name, results, ranks)
 
     passed(_on_two_world_sizes(name, judged, world_size))
@@ -831,7 +885,7 @@ def _compare_gather(got, inputs, rank, size, world_size, own_slot_receive=None, 
         if not torch.is_tensor(entry) or entry.shape != expected.shape:
             raise CheckFailed(f"{where}: entry {source} should be rank {source}'s tensor of shape "
                               f"{tuple(expected.shape)}, got {describe(entry)}.")
-        index = first_mismatch(entry.float(), expected, atol=0, rtol=0)
+        index = first_mismatch(entry.float(), expected.float(), atol=0, rtol=0)
         if index is None and entry.dtype != expected.dtype:
             raise CheckFailed(f"{where}: entry {source} holds rank {source}'s values, but as {entry.dtype}; expected "
                               f"{expected.dtype}, the dtype of the tensors given.\nHint: dist.all_gather returns the "
@@ -841,7 +895,7 @@ def _compare_gather(got, inputs, rank, size, world_size, own_slot_receive=None, 
             continue
         message = (f"{where}: entry {source}, element {index[0]}: expected {expected[index].item():.6f} "
                    f"(rank {source}'s value), got {entry[index].item():.6f}.")
-        holder = [k for k, t in enumerate(inputs) if torch.equal(entry.float(), t)]
+        holder = [k for k, t in enumerate(inputs) if torch.equal(entry.float(), t.float())]
         received = [got[k] for k in range(world_size) if k != rank]
         left, right = (rank - 1) % world_size, (rank + 1) % world_size
         holders = [next((k for k, t in enumerate(inputs) if _same_tensor(held, t)), None) for held in got]
@@ -863,7 +917,7 @@ def _compare_gather(got, inputs, rank, size, world_size, own_slot_receive=None, 
         elif source == rank:
             hint = (f"your own slot, entry {rank}, does not hold your tensor: put it there before the ring starts "
                     "(the ring only brings the other ranks' tensors).")
-        elif all(torch.equal(t.float(), inputs[left]) for t in received) and world_size > 2:
+        elif all(torch.equal(t.float(), inputs[left].float()) for t in received) and world_size > 2:
             hint = (f"every entry this rank received holds rank {left}'s tensor, its left neighbour's own: each "
                     "rank sent its own tensor in every step. Pass on the tensor that arrived in the step before.")
         elif filled_by and not entry.any() and all(t.any() for t in inputs):
@@ -913,7 +967,8 @@ def check_all_reduce_mean(all_reduce_mean, world_size: int = WORLD_SIZE, timeout
     def judged(ranks: int) -> str:
         results = run_on_ranks(_reduce_runner, (all_reduce_mean, REDUCE_SIZES, ranks, "averaging"),
                                ranks, timeout, name,
-                               explain=lambda failure: (_explain_chunking(failure, ranks, mismatch)
+                               explain=lambda failure: (_receive_dtype_hint(failure)
+                                                        or _explain_chunking(failure, ranks, mismatch)
                                                         or _larger_chunks_hint(failure, ranks)))
         return judge_all_reduce_mean(name, results, ranks)
 
@@ -950,7 +1005,7 @@ def judge_all_reduce_mean(name: str, results: list, world_size: int = WORLD_SIZE
             _judged_with_requests(results[rank], case, size, rank, lambda: _compare_mean(
                 results[rank]["outputs"][case], total, inputs[rank], rank, size, world_size, REDUCE_SIZES[:case]))
     return (f"{name} equals dist.all_reduce / world_size on {world_size} ranks for sizes "
-            f"{', '.join(map(str, REDUCE_SIZES))}, using only send/recv")
+            f"{sizes_text(REDUCE_SIZES)}, using only send/recv")
 
 
 def _compare_mean(got, total, own, rank, size, world_size, earlier=()) -> None:
