@@ -77,6 +77,10 @@ def memory_in_whole_mebibytes(n_params, n_activations, world_size, strategy):
     return {k: v // 2**20 for k, v in memory_per_device(n_params, n_activations, world_size, strategy).items()}
 
 
+def memory_all_zeros(n_params, n_activations, world_size, strategy):
+    return {"params": 0, "grads": 0, "optimizer": 0, "activations": 0}   # a placeholder left in
+
+
 def memory_single_divided_too(n_params, n_activations, world_size, strategy):
     """Wrong: divides by world_size under 'single' too, which is one device."""
     result = memory_per_device(n_params, n_activations, world_size, strategy)
@@ -167,6 +171,8 @@ def test_memory_accepts_the_right_answer(capsys):
                           r"the expected bytes in GB\.\nHint: return bytes, as ints"),
     (memory_in_whole_mebibytes, r"strategy='single'\): expected .*: every component is the expected bytes in MB or "
                                 r"MiB\.\n"),
+    # zeros are no unit: the first component is compared, as before units were named
+    (memory_all_zeros, r"strategy='single'\)\['params'\]: expected 4_800_000 bytes, got 0\.\n"),
     (memory_single_divided_too, r"strategy='single'\)\['params'\]: expected 4_800_000 bytes, got 1_600_000\.\n"
                                 r"Hint: 'single' is one device, and it holds all the params; this value is that "
                                 r"divided by world_size \(3\), which counts the devices of the other strategies"),
@@ -581,7 +587,8 @@ DP_MISTAKES = [
     # rank 1 is right: the hint says so, not that the shares must be weighted (they are)
     (dp_divides_on_rank_0, r"^batch of 8 samples, rank 0, .*\nHint: this is 1/2 of the right gradient \(1/world_size\)"
                            r": every element is off by the same factor, so only a scale is wrong; rank 1 ends with "
-                           r"the right gradient, so the factor comes from a step rank 0 takes and it does not"),
+                           r"the right gradient, so the factor comes from a step one of the two takes and the other "
+                           r"does not"),
     (dp_sums_the_losses, r"batch of 8 samples, rank 0, .*\nHint: this is 8x the right gradient \(the batch size, "
                          r"len\(x\)\)"),
     (dp_integer_share, r"batch of 8 samples, rank 0, .*\nHint: this gradient is 0 everywhere"),

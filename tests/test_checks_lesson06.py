@@ -272,7 +272,7 @@ def test_device_and_ddp_kwargs_accepts_the_right_answer(answer, capsys):
     (gpu_for_gloo, r"\('gloo'\) chose cuda:2, expected cpu"),
     (returns_only_device, r"expected a pair \(device, ddp_kwargs\)"),
     (device_as_a_string, r"^device_and_ddp_kwargs\('gloo'\) returned the device as 'cpu', a str, not a torch.device: "
-                         r".*\(device.type\).*Hint: return torch.device\('cpu'\) instead"),
+                         r".*\(device.type\).*Hint: return a torch.device, not its name: torch.device\('cpu'\)\.$"),
     # right as global rank 6 on a node of 4, wrong as global rank 29 on a node of 8
     (device_from_rank_mod_4, r"^device_and_ddp_kwargs\('nccl'\) chose cuda:1 \(as global rank 29 = local rank 5 on "
                              r"node 3, 8 processes per node\), expected cuda:5; as global rank 6 = local rank 2 on "
@@ -545,6 +545,15 @@ def setup_world_size_written_as_2(backend):
     return {"rank": rank, "local_rank": local_rank, "world_size": 2}
 
 
+NPROCS = 2   # as the lesson's notebook names its rank count
+
+
+def setup_world_size_from_the_notebooks_count(backend):
+    """Wrong: the world size from the notebook's NPROCS, 2 for the check's ranks only."""
+    dist.init_process_group(backend, rank=int(os.environ["RANK"]), world_size=NPROCS)
+    return {"rank": int(os.environ["RANK"]), "local_rank": int(os.environ["LOCAL_RANK"]), "world_size": NPROCS}
+
+
 def setup_sets_the_master(backend):
     """Wrong: writes MASTER_ADDR in the code (works on one machine, not on two)."""
     os.environ["MASTER_ADDR"] = "127.0.0.1"
@@ -613,6 +622,7 @@ def setup_not_written(backend):
                                r"2\.\nHint: world_size counts the processes of ALL nodes"),
     (setup_world_size_written_as_2, r"^setup_from_env writes the world size as 2 \(world_size=2\): this check's 2 "
                                     r"ranks cannot tell it from WORLD_SIZE.*Hint: .*int\(os.environ\['WORLD_SIZE'\]\)"),
+    (setup_world_size_from_the_notebooks_count, r"^setup_from_env writes the world size as 2 \(world_size=NPROCS\)"),
     (setup_rank_from_local_rank, r"^rank 1: in setup_from_env, init_process_group got rank=0, but RANK is 1\.\nHint: "
                                  r"0 is this process's index on its node \(LOCAL_RANK"),
 ])

@@ -599,6 +599,23 @@ def test_a_rank_that_skips_its_collectives_on_its_own_zeros_is_named():
         check_int8_hook(skips_a_bucket_of_its_own_zeros, timeout=12)
 
 
+def skips_the_int8_all_reduce_on_its_own_zeros(process_group, bucket):   # the scale shared, then a return on zeros
+    buffer = bucket.buffer()
+    scale = _shared_scale(buffer).clamp_min(torch.finfo(torch.float32).tiny)
+    if buffer.abs().max() == 0:
+        return _done(buffer)
+    return _int8_mean(buffer, scale)
+
+
+def test_a_rank_whose_skipped_collective_makes_gloo_abort_is_told_it_skipped_on_its_own_zeros():
+    # the last rank's next all_reduce (its next bucket's scale) meets the others' int8 sum: gloo aborts a rank
+    with pytest.raises(CheckFailed, match=r"(?s)gloo aborted the rank: \d+ bytes arrived in a collective whose buffer "
+                                          r"holds \d+, .* It happened in step 4, where every bucket held only zeros on "
+                                          r"the last rank alone: the ranks' hooks made different collective calls "
+                                          r"there\."):
+        check_int8_hook(skips_the_int8_all_reduce_on_its_own_zeros)
+
+
 def _stack(*frames):
     """A stuck rank's stack as fault handlers write it, innermost frame first."""
     lines = "".join(f'  File "{file}", line 1 in {fn}\n' for file, fn in frames)

@@ -74,7 +74,7 @@ def _load(path, model, optimizer) -> int:
 def _restartable(rank, directory, total_steps, step_fn, keep=("model", "optimizer", "rng"), resume=True,
                  restore_epoch=True, shared=False, set_epoch=True, once_per_epoch=False, elsewhere=None,
                  write=atomic_save, numbered=False, reset_position=True, later_epoch_offset=0, every=1,
-                 oldest=False, resume_at=None, rank_0_only=(), same_seed=False, barrier="after"):
+                 oldest=False, resume_at=None, rank_0_only=(), same_seed=False, barrier="after", log=None):
     model, optimizer, sampler = _setup(rank, same_seed)
     path = os.path.join(elsewhere or directory, "checkpoint.pt" if shared else f"rank-{rank}.pt")
     number = "{:06d}" if oldest else "{}"   # zero-padded where the first name in sorted order is taken
@@ -107,6 +107,9 @@ def _restartable(rank, directory, total_steps, step_fn, keep=("model", "optimize
                 _save(path, model, optimizer, step, keep, write)
             if barrier == "after":
                 dist.barrier()
+            if log is not None and rank == 0:   # a line of progress, written after every rank's checkpoint
+                with open(os.path.join(directory, log), "a") as progress:
+                    progress.write(f"step {step} saved\n")
         restore_epoch = True  # the mistake below only concerns the epoch the run resumes in
         offset = later_epoch_offset if resumed else 0
         epoch += 1
@@ -546,9 +549,30 @@ def rank_zero_saves_for_everyone_without_a_barrier(rank, directory, total_steps,
 def test_names_a_rank_that_goes_on_before_every_checkpoint_is_complete(answer):
     # rank 0's save after step 10 is slow; rank 1 starts step 11 meanwhile and is killed, so rank 0 dies mid-save
     with pytest.raises(CheckFailed, match=r"(?s)^rank 1 was killed at the start of step 11 while rank 0 was still "
-                                          r"saving after step 10 .*Hint: after the save, dist.barrier\(\) on every "
-                                          r"rank"):
+                                          r"saving '[^']+' after step 10 .*Hint: after the save, dist.barrier\(\) "
+                                          r"on every rank"):
         check_restartable(answer, timeout=20)
+
+
+_SAVE_AS_IMPORTED = torch.save   # the function itself: a call through this name is not one the check sees
+
+
+def _save_through_an_imported_name(state, path):
+    """An atomic save whose torch.save the check does not see (`from torch import save` in a learner's code)."""
+    _SAVE_AS_IMPORTED(state, f"{path}.tmp")
+    os.replace(f"{path}.tmp", path)
+
+
+def logs_its_progress_after_the_barrier(rank, directory, total_steps, step_fn):
+    """Right: a checkpoint per rank, saved atomically through an imported name, then the barrier; then rank 0
+    appends a line to a log (a write after every rank's checkpoint is complete, not a checkpoint's)."""
+    _restartable(rank, directory, total_steps, step_fn, write=_save_through_an_imported_name, log="progress.log")
+
+
+def test_accepts_a_write_after_the_barrier_that_is_no_checkpoint():
+    # the check slows rank 0's first torch.save into a file after step 10, not its next write of any kind: the log
+    # line after the barrier is no save rank 1 should have waited for (it was taken for one, and refused)
+    check_restartable(logs_its_progress_after_the_barrier)   # raises CheckFailed where it would refuse it
 
 
 def test_the_blank_stub_is_named_without_starting_ranks():

@@ -99,7 +99,10 @@ _UNITS = {"kB": 10**3, "MB": 10**6, "GB": 10**9, "KiB": 2**10, "MiB": 2**20, "Gi
 
 def _unit_of(got: dict, expected: dict) -> str | None:
     """The units (kB, MB, GB, KiB, MiB, GiB) in which every component of `got` is the expected bytes, as a fraction
-    or rounded down to a whole number ("MB or MiB" where whole numbers fit both); None where there is none."""
+    or rounded down to a whole number ("MB or MiB" where whole numbers fit both); None where there is none, or where
+    every component is 0 (what a placeholder returns says nothing of units)."""
+    if not any(isinstance(got[c], numbers.Real) and got[c] for c in COMPONENTS):
+        return None
     units = [unit for unit, size in _UNITS.items()
              if all(isinstance(got[c], numbers.Real) and not isinstance(got[c], bool)
                     and 0 <= expected[c] - got[c] * size < size * (1 + 1e-9) for c in COMPONENTS)]
@@ -600,8 +603,8 @@ def _compare_grad(got, want, pname, position, rank, batch, world_size, shards, r
         named = {world_size: "world_size", 1 / world_size: "1/world_size", len(x): "the batch size, len(x)",
                  1 / len(x): "1/len(x)"}
         equals = next((f" ({what})" for value, what in named.items() if abs(ratio - value) < 1e-4 * ratio), "")
-        remedy = (f"rank {others[0]} ends with the right gradient, so the factor comes from a step rank {rank} "
-                  "takes and it does not (one under a condition on the rank)" if others else
+        remedy = (f"rank {others[0]} ends with the right gradient, so the factor comes from a step one of the two "
+                  "takes and the other does not (one under a condition on the rank)" if others else
                   "each rank's loss times len(shard) / len(x), summed over the ranks, gives the batch's mean")
         hint = (f"this is {times_of(ratio)} the right gradient{equals}: every element is off by the same factor, "
                 f"so only a scale is wrong; {remedy}.")

@@ -106,10 +106,11 @@ def _as_device(value, case: str) -> torch.device:
     except (TypeError, RuntimeError) as error:
         raise CheckFailed(f"{case}: the device {value!r} is not a torch.device ({error}).\n"
                           "Hint: return torch.device('cpu') or torch.device('cuda', local_rank).") from None
+    example = "torch.device('cpu')" if named.type == "cpu" else "torch.device('cuda', local_rank)"
     raise CheckFailed(f"{case} returned the device as {value!r}, a {type(value).__name__}, not a torch.device: "
                       "DDP and .to() take either, but the training function below asks the device its type "
-                      f"(device.type), which a {type(value).__name__} does not have.\nHint: return "
-                      f"torch.device({str(named)!r}) instead, e.g. torch.device('cuda', local_rank).") from None
+                      f"(device.type), which a {type(value).__name__} does not have.\nHint: return a torch.device, "
+                      f"not its name: {example}.") from None
 
 
 def _unpack(result, case: str):
@@ -728,12 +729,23 @@ def _environment_fallbacks(fn) -> set:
 
 def _written_world_size(fn, world_size: int) -> str | None:
     """Where fn's own source gives the world size as the number `world_size`, the check's, written in the code:
-    `world_size=2` to a call (init_process_group), or a "world_size" entry of a dict literal (another number fails
-    on the ranks, against WORLD_SIZE). The check's ranks cannot tell it from WORLD_SIZE's value; None where there is
-    none, or no source to read."""
+    `world_size=2` to a call (init_process_group), or a "world_size" entry of a dict literal, as the number or as a
+    name bound to it (in fn, or in its module: the notebook's `NPROCS = 2`); another number fails on the ranks,
+    against WORLD_SIZE. The check's ranks cannot tell it from WORLD_SIZE's value; None where there is none, or no
+    source to read."""
     function = _source_function(fn)
     if function is None:
         return None
+    # names bound to the number: in fn's own code (`WORLD = 2`), or, bound nowhere in fn, in its module (`NPROCS = 2`)
+    assigned = {target.id: node.value for node in ast.walk(function) if isinstance(node, ast.Assign)
+                for target in node.targets if isinstance(target, ast.Name)}
+    module = getattr(fn, "__globals__", {})
+
+    def the_number(value) -> bool:
+        if isinstance(value, ast.Name):
+            value = assigned.get(value.id, ast.Constant(module.get(value.id)))
+        return isinstance(value, ast.Constant) and type(value.value) is int and value.value == world_size
+
     for node in ast.walk(function):
         written = []
         if isinstance(node, ast.Call):
@@ -742,8 +754,8 @@ def _written_world_size(fn, world_size: int) -> str | None:
             written = [value for key, value in zip(node.keys, node.values)
                        if isinstance(key, ast.Constant) and key.value == "world_size"]
         for value in written:
-            if isinstance(value, ast.Constant) and type(value.value) is int and value.value == world_size:
-                return ast.unparse(node) if isinstance(node, ast.Dict) else f"world_size={value.value}"
+            if the_number(value):
+                return ast.unparse(node) if isinstance(node, ast.Dict) else f"world_size={ast.unparse(value)}"
     return None
 
 

@@ -634,10 +634,15 @@ def _explain_crash(failure) -> str | None:
     if not sizes:
         return None
     arrived, room = sizes
-    return (f"gloo aborted the rank: {arrived} bytes arrived in a collective whose buffer holds {room}, so its "
-            "peers were in other calls, or in the same call with a tensor of another size. Every rank's hook "
-            "must make the same collective calls, in the same order, with tensors of the same size and dtype: none "
-            "under a condition on the rank (the scale's all_reduce included).")
+    aborted = (f"gloo aborted the rank: {arrived} bytes arrived in a collective whose buffer holds {room}, so its "
+               "peers were in other calls, or in the same call with a tensor of another size.")
+    if f" in {_while_one_rank_holds_zeros.__name__}" in failure.details:
+        return (f"{aborted} It happened in step {ONE_RANK_ZERO_STEP}, where every bucket held only zeros on the last "
+                "rank alone: the ranks' hooks made different collective calls there. Make the same collective calls "
+                "on every rank, whatever this rank's own values: decide from what every rank shares (the scale "
+                "after its all_reduce), never from this rank's bucket alone.")
+    return (f"{aborted} Every rank's hook must make the same collective calls, in the same order, with tensors of "
+            "the same size and dtype: none under a condition on the rank (the scale's all_reduce included).")
 
 
 def judge_int8_hook(name: str, results: dict[int, list[dict]]) -> str:

@@ -8,8 +8,8 @@ run that never stopped ends. The check supplies `step_fn`, which does one data-p
 training step and records what the step started from (parameters, momentum, RNG state, the
 batch); it runs `train` three times on 2 gloo ranks: with rank 1 killed (SIGKILL) at the
 start of step CRASH_AT, once more in the same folder, as torchrun would restart it, and once
-uninterrupted. In the killed run rank 0's first write after step CRASH_AT - 1 waits up to
-SLOW_SAVE seconds, a slow disk: where rank 1 meanwhile starts step CRASH_AT (no barrier after
+uninterrupted. In the killed run rank 0's first torch.save into a file after step CRASH_AT - 1
+waits up to SLOW_SAVE seconds, a slow disk: where rank 1 meanwhile starts step CRASH_AT (no barrier after
 the save, or one before it) and is killed, rank 0 dies before that write, as torchrun stopping
 every rank would stop it mid-save, and the answer is told to wait for every rank's save. The
 restarted run is stopped a second time, on both ranks at the start of step RESTART_AT (an
@@ -77,7 +77,7 @@ CRASH_AT = 11         # epoch 3, third batch: mid-epoch, not the first epoch, an
                       # step numbers written in names no longer sort as text sorts them ('10' < '9')
 RESTART_AT = 13       # the restarted run's second stop: epoch 4, second batch, after the resumed run began epoch 4
 STEPS_PER_EPOCH = 3   # the exercise's data: 24 samples, 2 ranks, batches of 4
-SLOW_SAVE = 1.0       # seconds: how long rank 0's first write after step CRASH_AT - 1 waits in the killed run
+SLOW_SAVE = 1.0       # seconds: how long rank 0's first torch.save after step CRASH_AT - 1 waits in the killed run
 _CONTENT = 4096       # the bytes kept of a file the restart reads: a pointer's content, a checkpoint's start
 
 
@@ -132,9 +132,9 @@ def _train_runner(rank: int, train, directory: str, total_steps: int, crash_at: 
     link points to (its last part); a torch.save into a file object that a watched open() opened holds `opened`.
     Where the ranks start the restart at different steps, it stops there and holds `starts`, each rank's first step.
     In the killed run (`marks`: a folder of the check's own, outside `directory`) rank 0's disk is slow once: its
-    first write after step crash_at - 1 waits up to SLOW_SAVE s, and where rank 1 meanwhile reached step crash_at
-    and was killed (it leaves the file KILLED in `marks`), rank 0 dies before the write, as torchrun, stopping every
-    rank, would stop it mid-save (it leaves STOPPED_SAVING first)."""
+    first torch.save into a file after step crash_at - 1 waits up to SLOW_SAVE s, and where rank 1 meanwhile reached
+    step crash_at and was killed (it leaves the file KILLED in `marks`), rank 0 dies before the write, as torchrun,
+    stopping every rank, would stop it mid-save (it leaves STOPPED_SAVING first, holding the file's name)."""
     records: list[dict] = []
     events: list[dict] = []
     call = {"call": 0, "before": 0}   # which call of train, and the records before it
@@ -175,20 +175,24 @@ def _train_runner(rank: int, train, directory: str, total_steps: int, crash_at: 
     save, replace, rename, opening = torch.save, os.replace, os.rename, builtins.open
     readlink, realpath = os.readlink, os.path.realpath
 
-    def slow_disk() -> None:
-        """Rank 0's first write after step crash_at - 1 of the killed run: wait for rank 1's kill, or SLOW_SAVE s."""
-        if not slow_write["due"] or len(records) != crash_at:
+    def slow_disk(f) -> None:
+        """Rank 0's first torch.save into a file (a path, or a file a watched open() opened for writing; not the
+        in-memory pickling of all_gather_object) after step crash_at - 1 of the killed run: wait for rank 1's kill,
+        or SLOW_SAVE s. Where the kill comes first, leave the file's name in STOPPED_SAVING and die."""
+        if not slow_write["due"] or len(records) != crash_at or not (isinstance(f, (str, os.PathLike))
+                                                                     or f in opened):
             return
         slow_write["due"] = False
         deadline = time.monotonic() + SLOW_SAVE
         while time.monotonic() < deadline:
             if os.path.exists(os.path.join(marks, KILLED)):
-                _mark(marks, STOPPED_SAVING)
+                with opening(os.path.join(marks, STOPPED_SAVING), "w") as mark:
+                    mark.write(os.path.basename(path_of(f) or "?"))
                 os.kill(os.getpid(), signal.SIGKILL)
             time.sleep(0.005)
 
     def recording_save(obj, f, *args, **kwargs):
-        slow_disk()
+        slow_disk(f)
         if isinstance(f, (str, os.PathLike)):
             note("write", f, how="torch.save")
         else:
@@ -228,8 +232,6 @@ def _train_runner(rank: int, train, directory: str, total_steps: int, crash_at: 
 
     def watching_open(file, *args, **kwargs):
         mode = str(args[0] if args else kwargs.get("mode", "r"))
-        if set(mode) & set("wax+"):
-            slow_disk()   # before the file is opened: a kill there leaves it as it was
         handle = opening(file, *args, **kwargs)
         if set(mode) & set("wax+"):
             copy = _copying()
@@ -279,13 +281,16 @@ def _killed_run(train, directory: str, marks: str, timeout: float, name: str) ->
         launch(_train_runner, args=(train, directory, TOTAL_STEPS, CRASH_AT, None, marks), nprocs=WORLD_SIZE,
                backend="gloo", timeout=timeout)
     except RankCrashed as error:
-        if os.path.exists(os.path.join(marks, STOPPED_SAVING)):
+        stopped = os.path.join(marks, STOPPED_SAVING)
+        if os.path.exists(stopped):
+            with open(stopped) as mark:
+                saving = mark.read()
             raise CheckFailed(
-                f"rank 1 was killed at the start of step {CRASH_AT} while rank 0 was still saving after step "
-                f"{CRASH_AT - 1} (the check made that write wait up to {SLOW_SAVE:g} s, as a slow disk would): "
-                f"rank 1 had started step {CRASH_AT} without waiting for rank 0's checkpoint. torchrun stops every "
-                "rank when one dies, so rank 0 died mid-save: the restart would find an older checkpoint on rank 0 "
-                "than on rank 1 (ranks resuming at different steps), or lose the step.\nHint: after the save, "
+                f"rank 1 was killed at the start of step {CRASH_AT} while rank 0 was still saving {saving!r} after "
+                f"step {CRASH_AT - 1} (the check made that torch.save wait up to {SLOW_SAVE:g} s, as a slow disk "
+                f"would): rank 1 had started step {CRASH_AT} without waiting for rank 0's checkpoint. torchrun stops "
+                "every rank when one dies, so rank 0 died mid-save: the restart would find an older checkpoint on rank "
+                "0 than on rank 1 (ranks resuming at different steps), or lose the step.\nHint: after the save, "
                 "dist.barrier() on every rank, so that no rank starts the next step before every rank's "
                 "checkpoint is complete.") from None
         if error.first_rank == 1:
@@ -721,7 +726,7 @@ def check_restartable(train, timeout: float = 60.0) -> None:
     resumed run must start at step CRASH_AT and again at RESTART_AT, every step must start from
     exactly the uninterrupted run's parameters, momentum, RNG state and batch, the files
     the restart reads must be written atomically, and no rank may start step CRASH_AT before
-    rank 0's save after step CRASH_AT - 1 is done (the killed run slows that one write).
+    rank 0's save after step CRASH_AT - 1 is done (the killed run slows that one torch.save).
 
     Introduced in notebooks/12-debugging-and-fault-tolerance.ipynb.
     """
