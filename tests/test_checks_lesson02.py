@@ -26,10 +26,11 @@ from ddp_lab.launcher.launch import launch
 DEADLOCK_TIMEOUT = 3.0   # seconds after every rank entered the answer (start-up has its own allowance)
 
 
-def _ring_step(chunks, send_index, recv_index, add=True):
-    """One ring step: send chunks[send_index] to the right, receive from the left into recv_index."""
+def _ring_step(chunks, send_index, recv_index, add=True, buffer=torch.empty_like):
+    """One ring step: send chunks[send_index] to the right, receive from the left into recv_index (into
+    `buffer(chunk)`, a tensor like the chunk)."""
     rank, world_size = dist.get_rank(), dist.get_world_size()
-    incoming = torch.empty_like(chunks[recv_index])
+    incoming = buffer(chunks[recv_index])
     request = dist.isend(chunks[send_index].clone(), (rank + 1) % world_size)
     dist.recv(incoming, (rank - 1) % world_size)
     request.wait()
@@ -38,12 +39,12 @@ def _ring_step(chunks, send_index, recv_index, add=True):
 
 # --- exercise 1: ring reduce-scatter ---------------------------------------------------------
 
-def ring_reduce_scatter(tensor, steps=None, shift=1, split=torch.tensor_split):
+def ring_reduce_scatter(tensor, steps=None, shift=1, split=torch.tensor_split, buffer=torch.empty_like):
     """Right answer (shift=1, steps=N-1); the knobs make the wrong answers below."""
     rank, world_size = dist.get_rank(), dist.get_world_size()
     chunks = list(split(tensor, world_size))
     for step in range(world_size - 1 if steps is None else steps):
-        _ring_step(chunks, (rank - step - shift) % world_size, (rank - step - shift - 1) % world_size)
+        _ring_step(chunks, (rank - step - shift) % world_size, (rank - step - shift - 1) % world_size, buffer=buffer)
     return chunks
 
 
@@ -468,10 +469,11 @@ def test_the_reference_is_what_dist_reduce_scatter_gives():
 
 # --- ring all-gather ---------------------------------------------------------------------
 
-def ring_all_gather(tensor):
-    """Right answer: pass each tensor one hop to the right, world_size - 1 times."""
+def ring_all_gather(tensor, buffer=torch.empty_like):
+    """Right answer: pass each tensor one hop to the right, world_size - 1 times (`buffer(tensor)`: each entry's
+    buffer, a tensor like it)."""
     rank, world_size = dist.get_rank(), dist.get_world_size()
-    gathered = [torch.empty_like(tensor) for _ in range(world_size)]
+    gathered = [buffer(tensor) for _ in range(world_size)]
     gathered[rank] = tensor.clone()
     for step in range(world_size - 1):
         send_index, recv_index = (rank - step) % world_size, (rank - step - 1) % world_size
@@ -1111,29 +1113,12 @@ def test_a_mean_over_a_written_world_size_is_told_on_the_second_run():
 
 def rs_buffers_in_the_default_dtype(tensor):
     """Wrong: receive buffers made with torch.zeros(n): float32 whatever the tensor is (right on float32 only)."""
-    rank, world_size = dist.get_rank(), dist.get_world_size()
-    chunks = list(torch.tensor_split(tensor, world_size))
-    for step in range(world_size - 1):
-        send, recv = (rank - step - 1) % world_size, (rank - step - 2) % world_size
-        incoming = torch.zeros(len(chunks[recv]))
-        request = dist.isend(chunks[send].clone(), (rank + 1) % world_size)
-        dist.recv(incoming, (rank - 1) % world_size)
-        request.wait()
-        chunks[recv] = chunks[recv] + incoming
-    return chunks[rank]
+    return ring_reduce_scatter(tensor, buffer=lambda chunk: torch.zeros(len(chunk)))[dist.get_rank()]
 
 
 def gather_buffers_in_the_default_dtype(tensor):
     """Wrong: the gathered list made with torch.zeros(n): float32 whatever the tensor is."""
-    rank, world_size = dist.get_rank(), dist.get_world_size()
-    gathered = [torch.zeros(tensor.numel()) for _ in range(world_size)]
-    gathered[rank] = tensor.clone()
-    for step in range(world_size - 1):
-        send_index, recv_index = (rank - step) % world_size, (rank - step - 1) % world_size
-        request = dist.isend(gathered[send_index], (rank + 1) % world_size)
-        dist.recv(gathered[recv_index], (rank - 1) % world_size)
-        request.wait()
-    return gathered
+    return ring_all_gather(tensor, buffer=lambda given: torch.zeros(given.numel()))
 
 
 @pytest.mark.parametrize("check, answer, case", [
