@@ -1121,14 +1121,50 @@ def gather_buffers_in_the_default_dtype(tensor):
     return ring_all_gather(tensor, buffer=lambda given: torch.zeros(given.numel()))
 
 
+def rs_buffers_in_the_default_dtype_received_first(tensor):
+    """Wrong, as above, with each step's irecv posted before its isend."""
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    chunks = list(torch.tensor_split(tensor, world_size))
+    for step in range(world_size - 1):
+        send, recv = (rank - step - 1) % world_size, (rank - step - 2) % world_size
+        incoming = torch.zeros(len(chunks[recv]))
+        arriving = dist.irecv(incoming, (rank - 1) % world_size)
+        dist.isend(chunks[send].clone(), (rank + 1) % world_size).wait()
+        arriving.wait()
+        chunks[recv] = chunks[recv] + incoming
+    return chunks[rank]
+
+
 @pytest.mark.parametrize("check, answer, case", [
-    (check_ring_reduce_scatter, rs_buffers_in_the_default_dtype, "reduce-scattering a tensor of 11 elements"),
-    (check_ring_all_gather, gather_buffers_in_the_default_dtype, "gathering tensors of 5 elements")])
+    (check_ring_reduce_scatter, rs_buffers_in_the_default_dtype, 11),
+    (check_ring_reduce_scatter, rs_buffers_in_the_default_dtype_received_first, 11),
+    (check_ring_all_gather, gather_buffers_in_the_default_dtype, 5)])
 def test_a_receive_buffer_in_the_default_dtype_is_named_on_the_float64_case(check, answer, case):
-    # right on the float32 cases; the float64 case's receive is stopped before it starts, on every rank
-    with pytest.raises(CheckFailed, match=rf"(?s)^rank \d: {answer.__name__} raised ReceiveDtypeRefused: a recv into a "
-                                          rf"buffer of \d float32 values, torch's default dtype, while the tensor "
-                                          rf"given is float64 and this rank's last send was float64: .*\nwhile {case} "
-                                          rf"\(float64\) on 3 ranks\..*\nHint: a receive buffer must hold what its "
-                                          rf"peer sends, in the tensor's own dtype"):
+    # right on the float32 cases; in the float64 case a message twice its buffer's bytes makes gloo abort the rank,
+    # and the bytes name the dtype, not the chunk (the element counts are right)
+    with pytest.raises(CheckFailed, match=rf"(?s)^rank \d failed while running {answer.__name__}: died with signal "
+                                          rf"SIGABRT.*\nWhat the ranks did: in the case of {case} elements in float64, "
+                                          rf"(\d+) bytes arrived in a receive whose buffer holds \d+: (\d) float64 "
+                                          rf"values sent into a buffer of \2 float32 ones, and gloo aborted the rank\."
+                                          rf"\nHint: a receive buffer must hold what its peer sends, in the tensor's "
+                                          rf"own dtype"):
         check(answer)
+
+
+def mean_counting_the_ranks_in_float32(tensor):
+    """Right: a float32 counter passed once round the ring (every rank but 0 receives first) beside the float64
+    sums: a receive in torch's default dtype that fits what its peer sends."""
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    count = torch.zeros(1)
+    if rank == 0:
+        dist.send(count + 1, (rank + 1) % world_size)
+        dist.recv(count, (rank - 1) % world_size)
+    else:
+        dist.recv(count, (rank - 1) % world_size)
+        dist.send(count + 1, (rank + 1) % world_size)
+    return all_reduce_mean(tensor)
+
+
+def test_a_float32_message_beside_the_float64_case_is_no_mistake(capsys):
+    check_all_reduce_mean(mean_counting_the_ranks_in_float32)
+    assert capsys.readouterr().out.startswith("✓ mean_counting_the_ranks_in_float32 equals dist.all_reduce")

@@ -7,13 +7,14 @@
 Each runs the answer on 3 gloo ranks (so sizes 10, 7, 2, 16 do not divide evenly), then, where it
 is right there, on 4: a world size written into the answer as a number (world_size - 1 as 2, say)
 holds on 3 ranks only. The last case of each check is float64, the others float32: a receive
-buffer made in torch's default dtype is stopped before it receives (ReceiveDtypeRefused). Every
-collective is disabled inside the ranks while the answer runs, and a short timeout turns a
-deadlock into a message. The expected results come from the library itself: before the answer
-runs, every rank calls `dist.all_reduce` on the same inputs. The ring checks log each send and
-receive a rank makes (its peer and its size, `ddp_lab.checks.p2p_log`), one folder per case, so
-that a hang or a crash is explained from what the ranks did. A ring taken modulo a number written
-in the code (`% 3`) is refused from the source, before any rank starts.
+buffer made in torch's default dtype gets a float64 message twice its size, gloo aborts the rank,
+and the bytes it reports name the dtype (`_dtype_abort_hint`). Every collective is disabled
+inside the ranks while the answer runs, and a short timeout turns a deadlock into a message. The
+expected results come from the library itself: before the answer runs, every rank calls
+`dist.all_reduce` on the same inputs. The checks log each send and receive a rank makes (its peer
+and its size, `ddp_lab.checks.p2p_log`), one folder per case, so that a hang or a crash is
+explained from what the ranks did. A ring taken modulo a number written in the code (`% 3`) is
+refused from the source, before any rank starts.
 
 Introduced in notebooks/02-collectives.ipynb.
 """
@@ -63,11 +64,6 @@ def sizes_text(sizes) -> str:
     return ", ".join(plain) + (f" and {', '.join(double)} in float64" if double else "")
 
 
-class ReceiveDtypeRefused(RuntimeError):
-    """Raised inside a rank (`_recording_receives`) before a receive into a buffer of torch's default dtype while the
-    case's tensor is of another: the message a peer sends holds more bytes than the buffer (gloo aborts)."""
-
-
 def chunk_sizes(size: int, world_size: int) -> list[int]:
     """Element counts of `tensor.tensor_split(world_size)` for a tensor of `size` elements."""
     return [len(chunk) for chunk in torch.empty(size).tensor_split(world_size)]
@@ -83,36 +79,19 @@ def _returned(value):
 
 
 def _recording_receives(receive_buffers: list[list], requests: list[dict] | None = None,
-                        sends: list[list] | None = None, overlaps: list[list] | None = None,
-                        dtypes: list | None = None):
+                        sends: list[list] | None = None, overlaps: list[list] | None = None):
     """Inside a rank: append the buffer address (data_ptr; None: no tensor) of every recv/irecv the answer makes to
     receive_buffers[-1], with `requests`, {call number: 'isend' or 'irecv'} of every request the answer started
     and has not waited for to requests[-1], with `sends`, (peer, address of the tensor sent) of every send/isend
     to sends[-1], and with `overlaps` (and `requests` and `sends`), (call number of the earlier request, what
     happened) to overlaps[-1] for every receive into, or send of, memory that an isend or irecv not yet waited for
-    is still sending or receiving into, at least one of the two a receive (a context manager). With `dtypes`, the
-    dtype of each case's tensor (dtypes[-1] for the current one): a receive into a buffer of torch's default dtype,
-    in a case whose tensor is of another, when this rank's last send in the case was of that other dtype, raises
-    ReceiveDtypeRefused before it starts (the peers, doing the same, send more bytes than the buffer holds); a rank
-    that sends what it receives, both in the default dtype, is left to the judges (its result's dtype)."""
+    is still sending or receiving into, at least one of the two a receive (a context manager)."""
     started: dict[int, dict] = {}
-    last_sent: dict[int, torch.dtype] = {}   # case index -> the dtype of this rank's last send in it
     in_flight: dict[int, tuple[str, int, tuple[int, int]]] = {}   # call number -> (op, its ordinal, its memory)
     number = [0]
 
     def record(op, tensor, peer):
         number[0] += 1
-        case = len(receive_buffers) - 1
-        if op in SENDS and torch.is_tensor(tensor):
-            last_sent[case] = tensor.dtype
-        if op in RECEIVES and dtypes and torch.is_tensor(tensor) and tensor.dtype != dtypes[-1] \
-                and tensor.dtype == torch.get_default_dtype() and last_sent.get(case) == dtypes[-1]:
-            given, made = (str(dtype).removeprefix("torch.") for dtype in (dtypes[-1], tensor.dtype))
-            width = torch.empty(0, dtype=dtypes[-1]).element_size()
-            raise ReceiveDtypeRefused(f"a {op} into a buffer of {tensor.numel()} {made} values, torch's default "
-                                      f"dtype, while the tensor given is {given} and this rank's last send was {given}: "
-                                      f"its peers, doing the same, send {width} bytes per value into a buffer of "
-                                      f"{tensor.element_size()} (gloo aborts such a receive)")
         if op in RECEIVES:
             receive_buffers[-1].append(tensor.data_ptr() if torch.is_tensor(tensor) else None)
         elif sends is not None and op in SENDS:
@@ -202,15 +181,14 @@ def _reduce_runner(rank: int, fn, sizes, world_size: int, verb: str, log_directo
         total = rank_input(rank, size)
         dist.all_reduce(total)  # SUM over ranks, computed by torch.distributed itself
         references.append(total)
-    outputs, receives, requests, changed, sends, input_sent, overlaps, dtypes = [], [], [], [], [], [], [], []
-    with only_point_to_point(), _recording_receives(receives, requests, sends, overlaps, dtypes):
+    outputs, receives, requests, changed, sends, input_sent, overlaps = [], [], [], [], [], [], []
+    with only_point_to_point(), _recording_receives(receives, requests, sends, overlaps):
         for size in sizes:
             receives.append([])
             requests.append({})
             sends.append([])
             overlaps.append([])
             given = rank_input(rank, size)
-            dtypes.append(given.dtype)
             start = given.untyped_storage().data_ptr()
             end = start + given.untyped_storage().nbytes()
             with _logging_case(log_directory, size, rank):
@@ -229,15 +207,14 @@ def _all_gather_runner(rank: int, fn, sizes, world_size: int, log_directory: str
     """On one rank: the answer for every size; what it returned, how often it received, which receive (1-based)
     wrote into the storage of each entry (None: none did), the rank's own entry's among them, the peer of every
     send, and the memory used while a request was still using it. With a `log_directory`, as `_reduce_runner`."""
-    outputs, receives, entry_receives, requests, sends, overlaps, dtypes = [], [], [], [], [], [], []
-    with only_point_to_point(), _recording_receives(receives, requests, sends, overlaps, dtypes):
+    outputs, receives, entry_receives, requests, sends, overlaps = [], [], [], [], [], []
+    with only_point_to_point(), _recording_receives(receives, requests, sends, overlaps):
         for size in sizes:
             receives.append([])
             requests.append({})
             sends.append([])
             overlaps.append([])
             given = rank_input(rank, size)
-            dtypes.append(given.dtype)
             with _logging_case(log_directory, size, rank):
                 out = call_case(fn, f"gathering tensors of {size} elements{_dtype_text(given)} on {world_size} ranks",
                                 given.clone())
@@ -397,23 +374,32 @@ def check_ring_reduce_scatter(ring_reduce_scatter, world_size: int = WORLD_SIZE,
         with tempfile.TemporaryDirectory(prefix="ddp_lab-check02-") as logs:
             results = run_on_ranks(_reduce_runner, (ring_reduce_scatter, REDUCE_SIZES, ranks, "reduce-scattering",
                                                     logs), ranks, timeout, name,
-                                   explain=lambda failure: (_receive_dtype_hint(failure) or _explain_reduce_scatter(
-                                       failure, ranks, logs, mismatch, splits)),
+                                   explain=lambda failure: (_dtype_abort_hint(failure, logs, REDUCE_SIZES, ranks)
+                                                            or _explain_reduce_scatter(failure, ranks, logs, mismatch,
+                                                                                       splits)),
                                    timeout_hint=_hang_hint(logs, REDUCE_SIZES, ranks))
         return judge_reduce_scatter(name, results, ranks)
 
     passed(_on_two_world_sizes(name, judged, world_size))
 
 
-def _receive_dtype_hint(failure) -> str | None:
-    """The hint for a rank stopped before a receive into a buffer of torch's default dtype (ReceiveDtypeRefused,
-    raised by `_recording_receives` inside the answer, so a CaseFailed of that kind); else None."""
-    exception = failure.exception
-    if not (isinstance(exception, CaseFailed) and exception.kind == ReceiveDtypeRefused.__name__):
+def _dtype_abort_hint(failure, log_directory: str, sizes, world_size: int) -> str | None:
+    """What the ranks did and the hint, where gloo aborted the failing rank in a float64 case (its last case begun,
+    from the logs) because a message of n float64 values arrived in a buffer of n float32 ones: twice the bytes,
+    n one of the case's chunk or tensor sizes and n / 2 none (so not half a chunk of float64); else None."""
+    abort = gloo_size_abort(failure.details or "") if failure.kind == "crashed" else None
+    begun = [size for size in sizes if size in _read_cases(log_directory, sizes, world_size)[failure.rank]]
+    if abort is None or not begun or begun[-1] not in FLOAT64_SIZES:
         return None
-    return ("a receive buffer must hold what its peer sends, in the tensor's own dtype: make it like the chunk it "
-            "stands for (torch.empty_like(chunk), or dtype=tensor.dtype); torch.zeros(n) and torch.empty(n) are "
-            "float32 whatever the tensor is.")
+    size, (arrived, room) = begun[-1], abort
+    counts = set(chunk_sizes(size, world_size)) | {size}
+    if arrived != 2 * room or room % 4 or room // 4 not in counts or (room % 8 == 0 and room // 8 in counts):
+        return None
+    return (f"What the ranks did: in the case of {size} elements in float64, {arrived} bytes arrived in a receive "
+            f"whose buffer holds {room}: {room // 4} float64 values sent into a buffer of {room // 4} float32 "
+            "ones, and gloo aborted the rank.\nHint: a receive buffer must hold what its peer sends, in the tensor's "
+            "own dtype: make it like the tensor (torch.empty_like, or dtype=tensor.dtype); torch.zeros(n) and "
+            "torch.empty(n) are float32 whatever the tensor is.")
 
 
 def _on_two_world_sizes(name: str, judged, world_size: int) -> str:
@@ -810,7 +796,7 @@ def check_ring_all_gather(ring_all_gather, world_size: int = WORLD_SIZE, timeout
         with tempfile.TemporaryDirectory(prefix="ddp_lab-check02-") as logs:
             results = run_on_ranks(_all_gather_runner, (ring_all_gather, GATHER_SIZES, ranks, logs),
                                    ranks, timeout, name, timeout_hint=_hang_hint(logs, GATHER_SIZES, ranks),
-                                   explain=lambda failure: (_receive_dtype_hint(failure)
+                                   explain=lambda failure: (_dtype_abort_hint(failure, logs, GATHER_SIZES, ranks)
                                                             or _explain_all_gather(failure, ranks, logs)))
         return judge_all_gather(name, results, ranks)
 
@@ -965,11 +951,12 @@ def check_all_reduce_mean(all_reduce_mean, world_size: int = WORLD_SIZE, timeout
                 "chunk k's size afterwards.")
 
     def judged(ranks: int) -> str:
-        results = run_on_ranks(_reduce_runner, (all_reduce_mean, REDUCE_SIZES, ranks, "averaging"),
-                               ranks, timeout, name,
-                               explain=lambda failure: (_receive_dtype_hint(failure)
-                                                        or _explain_chunking(failure, ranks, mismatch)
-                                                        or _larger_chunks_hint(failure, ranks)))
+        with tempfile.TemporaryDirectory(prefix="ddp_lab-check02-") as logs:
+            results = run_on_ranks(_reduce_runner, (all_reduce_mean, REDUCE_SIZES, ranks, "averaging", logs),
+                                   ranks, timeout, name,
+                                   explain=lambda failure: (_dtype_abort_hint(failure, logs, REDUCE_SIZES, ranks)
+                                                            or _explain_chunking(failure, ranks, mismatch)
+                                                            or _larger_chunks_hint(failure, ranks)))
         return judge_all_reduce_mean(name, results, ranks)
 
     passed(_on_two_world_sizes(name, judged, world_size))
