@@ -546,6 +546,19 @@ def setup_world_size_written_as_2(backend):
 
 
 NPROCS = 2   # as the lesson's notebook names its rank count
+world_size = 2   # a global of the same name as a right answer's local (a notebook may hold one)
+
+
+def setup_world_size_unpacked(backend):
+    """Right: the world size unpacked from the environment into a local name the module also holds."""
+    rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    dist.init_process_group(backend, rank=rank, world_size=world_size)
+    return {"rank": rank, "local_rank": int(os.environ["LOCAL_RANK"]), "world_size": world_size}
+
+
+def test_a_local_world_size_is_not_the_modules(capsys):
+    check_setup_from_env(setup_world_size_unpacked)
+    assert capsys.readouterr().out.startswith("✓ setup_from_env")
 
 
 def setup_world_size_from_the_notebooks_count(backend):

@@ -736,14 +736,17 @@ def _written_world_size(fn, world_size: int) -> str | None:
     function = _source_function(fn)
     if function is None:
         return None
-    # names bound to the number: in fn's own code (`WORLD = 2`), or, bound nowhere in fn, in its module (`NPROCS = 2`)
+    # names bound to the number: in fn's own code (`WORLD = 2`), or, bound nowhere in fn, in its module (`NPROCS = 2`);
+    # a name fn binds otherwise (a parameter, `rank, world_size = ...`, a loop) is its own, whatever the module holds
     assigned = {target.id: node.value for node in ast.walk(function) if isinstance(node, ast.Assign)
                 for target in node.targets if isinstance(target, ast.Name)}
+    local = {node.id for node in ast.walk(function) if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store)}
+    local |= {argument.arg for argument in ast.walk(function) if isinstance(argument, ast.arg)}
     module = getattr(fn, "__globals__", {})
 
     def the_number(value) -> bool:
         if isinstance(value, ast.Name):
-            value = assigned.get(value.id, ast.Constant(module.get(value.id)))
+            value = (assigned.get(value.id) if value.id in local else ast.Constant(module.get(value.id)))
         return isinstance(value, ast.Constant) and type(value.value) is int and value.value == world_size
 
     for node in ast.walk(function):
