@@ -369,18 +369,10 @@ def check_ring_reduce_scatter(ring_reduce_scatter, world_size: int = WORLD_SIZE,
                 "of 4, 3, 3). What rank r sends in step s, rank r + 1 must receive in step s: the send "
                 "index of rank r must equal the recv index of rank r + 1.")
     splits = _splits_by_size(ring_reduce_scatter)
-
-    def judged(ranks: int) -> str:
-        with tempfile.TemporaryDirectory(prefix="ddp_lab-check02-") as logs:
-            results = run_on_ranks(_reduce_runner, (ring_reduce_scatter, REDUCE_SIZES, ranks, "reduce-scattering",
-                                                    logs), ranks, timeout, name,
-                                   explain=lambda failure: (_dtype_abort_hint(failure, logs, REDUCE_SIZES, ranks)
-                                                            or _explain_reduce_scatter(failure, ranks, logs, mismatch,
-                                                                                       splits)),
-                                   timeout_hint=_hang_hint(logs, REDUCE_SIZES, ranks))
-        return judge_reduce_scatter(name, results, ranks)
-
-    passed(_on_two_world_sizes(name, judged, world_size))
+    passed(_on_two_world_sizes(name, world_size, timeout, _reduce_runner, ring_reduce_scatter, REDUCE_SIZES,
+                               ("reduce-scattering",), judge_reduce_scatter,
+                               lambda failure, ranks, logs: _explain_reduce_scatter(failure, ranks, logs, mismatch,
+                                                                                    splits)))
 
 
 def _dtype_abort_hint(failure, log_directory: str, sizes, world_size: int) -> str | None:
@@ -402,15 +394,29 @@ def _dtype_abort_hint(failure, log_directory: str, sizes, world_size: int) -> st
             "torch.empty(n) are float32 whatever the tensor is.")
 
 
-def _on_two_world_sizes(name: str, judged, world_size: int) -> str:
-    """The ✓ line of `judged(ranks)` (a run on `ranks` ranks and its judgement, CheckFailed naming a mistake) on
-    `world_size` ranks, and, where that is WORLD_SIZE and the answer is right there, on SECOND_WORLD_SIZE as well:
-    the line then names both; a failure on the second only says what holds on 3 ranks alone."""
-    line = judged(world_size)
+def _judged_on(ranks: int, name: str, timeout: float, runner, answer, sizes, runner_args: tuple, judge, explain,
+               hang: bool = True) -> str:
+    """The ✓ line of one run of `runner(rank, answer, sizes, ranks, *runner_args, log folder)` on `ranks` ranks,
+    judged by `judge(name, results, ranks)`, or CheckFailed naming the mistake: a failure explained by
+    `_dtype_abort_hint`, else by `explain(failure, ranks, log folder)`; a hang by `_hang_hint` (with `hang`) or
+    run_on_ranks' default."""
+    with tempfile.TemporaryDirectory(prefix="ddp_lab-check02-") as logs:
+        results = run_on_ranks(runner, (answer, sizes, ranks, *runner_args, logs), ranks, timeout, name,
+                               explain=lambda failure: (_dtype_abort_hint(failure, logs, sizes, ranks)
+                                                        or explain(failure, ranks, logs)),
+                               timeout_hint=_hang_hint(logs, sizes, ranks) if hang else None)
+    return judge(name, results, ranks)
+
+
+def _on_two_world_sizes(name: str, world_size: int, timeout: float, *run, **options) -> str:
+    """The ✓ line of `_judged_on(ranks, name, timeout, *run, **options)` on `world_size` ranks, and, where that is
+    WORLD_SIZE and the answer is right there, on SECOND_WORLD_SIZE as well: the line then names both; a failure on
+    the second only says what holds on 3 ranks alone."""
+    line = _judged_on(world_size, name, timeout, *run, **options)
     if world_size != WORLD_SIZE:
         return line
     try:
-        judged(SECOND_WORLD_SIZE)
+        _judged_on(SECOND_WORLD_SIZE, name, timeout, *run, **options)
     except CheckFailed as failure:
         raise CheckFailed(f"{name} is right on {world_size} ranks, but not on {SECOND_WORLD_SIZE}, the check's second "
                           f"run: something in it holds on {world_size} ranks only, such as a number written for "
@@ -792,15 +798,8 @@ def check_ring_all_gather(ring_all_gather, world_size: int = WORLD_SIZE, timeout
     name = getattr(ring_all_gather, "__name__", "ring_all_gather")
     refuse_written_modulus(ring_all_gather, name, "the world size, dist.get_world_size()")
 
-    def judged(ranks: int) -> str:
-        with tempfile.TemporaryDirectory(prefix="ddp_lab-check02-") as logs:
-            results = run_on_ranks(_all_gather_runner, (ring_all_gather, GATHER_SIZES, ranks, logs),
-                                   ranks, timeout, name, timeout_hint=_hang_hint(logs, GATHER_SIZES, ranks),
-                                   explain=lambda failure: (_dtype_abort_hint(failure, logs, GATHER_SIZES, ranks)
-                                                            or _explain_all_gather(failure, ranks, logs)))
-        return judge_all_gather(name, results, ranks)
-
-    passed(_on_two_world_sizes(name, judged, world_size))
+    passed(_on_two_world_sizes(name, world_size, timeout, _all_gather_runner, ring_all_gather, GATHER_SIZES, (),
+                               judge_all_gather, _explain_all_gather))
 
 
 def _explain_all_gather(failure, world_size: int, log_directory: str) -> str | None:
@@ -950,16 +949,10 @@ def check_all_reduce_mean(all_reduce_mean, world_size: int = WORLD_SIZE, timeout
                 "chunk with zeros to the largest chunk's size before ring_all_gather, and cut entry k back to "
                 "chunk k's size afterwards.")
 
-    def judged(ranks: int) -> str:
-        with tempfile.TemporaryDirectory(prefix="ddp_lab-check02-") as logs:
-            results = run_on_ranks(_reduce_runner, (all_reduce_mean, REDUCE_SIZES, ranks, "averaging", logs),
-                                   ranks, timeout, name,
-                                   explain=lambda failure: (_dtype_abort_hint(failure, logs, REDUCE_SIZES, ranks)
-                                                            or _explain_chunking(failure, ranks, mismatch)
-                                                            or _larger_chunks_hint(failure, ranks)))
-        return judge_all_reduce_mean(name, results, ranks)
-
-    passed(_on_two_world_sizes(name, judged, world_size))
+    passed(_on_two_world_sizes(name, world_size, timeout, _reduce_runner, all_reduce_mean, REDUCE_SIZES,
+                               ("averaging",), judge_all_reduce_mean,
+                               lambda failure, ranks, logs: (_explain_chunking(failure, ranks, mismatch)
+                                                             or _larger_chunks_hint(failure, ranks)), hang=False))
 
 
 def _larger_chunks_hint(failure, world_size: int) -> str | None:

@@ -600,20 +600,28 @@ def _never_completed(error, name: str, timeout: float) -> str | None:
             "set the decompressed average, future.set_result(buffer), before returning the future, on every rank.")
 
 
+_SHARED_DECISION = ("make the same collective calls on every rank, whatever this rank's own values: decide from what "
+                    "every rank shares (the scale after its all_reduce), never from this rank's bucket alone.")
+
+
+def _in_the_one_rank_zero_pass(failure) -> bool:
+    """Whether a stuck or aborted rank's stack shows the ONE_RANK_ZERO_STEP pass (`_while_one_rank_holds_zeros`)."""
+    return f" in {_while_one_rank_holds_zeros.__name__}" in (failure.details or "")
+
+
 def _went_on_alone(error, name: str, timeout: float) -> str | None:
     """The message for a hang in the ONE_RANK_ZERO_STEP pass where every rank but the last, whose buckets held only
     zeros, is stuck in the hook (`_while_one_rank_holds_zeros` in its stack), else None."""
     inside = sorted(rank for rank, failure in error.failures.items()
-                    if failure.kind == "timeout" and f" in {_while_one_rank_holds_zeros.__name__}" in failure.details)
+                    if failure.kind == "timeout" and _in_the_one_rank_zero_pass(failure))
     if not inside or inside != list(range(len(inside))):
         return None
     alone, waiting = len(inside), ", ".join(map(str, inside))
     return (f"on {alone + 1} ranks, step {ONE_RANK_ZERO_STEP}: every bucket held only zeros on rank {alone} alone, "
             f"and there the ranks stopped: rank{'s' * (len(inside) > 1)} {waiting} waited inside {name} until the "
             f"check stopped {'them' if len(inside) > 1 else 'it'} after {timeout:g} s, while rank {alone} had gone "
-            "on: its hook made fewer collective calls than theirs (none, where it returned early).\nHint: make the "
-            "same collective calls on every rank, whatever this rank's own values: decide from what every rank "
-            "shares (the scale after its all_reduce), never from this rank's bucket alone.")
+            f"on: its hook made fewer collective calls than theirs (none, where it returned early).\nHint: "
+            f"{_SHARED_DECISION}")
 
 
 def _hang_hint(calls: set) -> str | None:
@@ -636,11 +644,10 @@ def _explain_crash(failure) -> str | None:
     arrived, room = sizes
     aborted = (f"gloo aborted the rank: {arrived} bytes arrived in a collective whose buffer holds {room}, so its "
                "peers were in other calls, or in the same call with a tensor of another size.")
-    if f" in {_while_one_rank_holds_zeros.__name__}" in failure.details:
+    if _in_the_one_rank_zero_pass(failure):
         return (f"{aborted} It happened in step {ONE_RANK_ZERO_STEP}, where every bucket held only zeros on the last "
-                "rank alone: the ranks' hooks made different collective calls there. Make the same collective calls "
-                "on every rank, whatever this rank's own values: decide from what every rank shares (the scale "
-                "after its all_reduce), never from this rank's bucket alone.")
+                f"rank alone: the ranks' hooks made different collective calls there. {_SHARED_DECISION[0].upper()}"
+                f"{_SHARED_DECISION[1:]}")
     return (f"{aborted} Every rank's hook must make the same collective calls, in the same order, with tensors of "
             "the same size and dtype: none under a condition on the rank (the scale's all_reduce included).")
 

@@ -108,9 +108,14 @@ class _Apart(BaseException):
 KILLED, STOPPED_SAVING = "rank-1-killed", "rank-0-stopped-saving"   # the killed run's marks (`_train_runner`)
 
 
-def _mark(folder: str, name: str) -> None:
-    """Leave the empty file `name` in `folder`, through os.open, which the check does not watch."""
-    os.close(os.open(os.path.join(folder, name), os.O_CREAT | os.O_WRONLY))
+def _mark(folder: str, name: str, text: str = "") -> None:
+    """Leave the file `name`, holding `text`, in `folder`, through os.open and os.write, which the check does not
+    watch."""
+    descriptor = os.open(os.path.join(folder, name), os.O_CREAT | os.O_WRONLY)
+    try:
+        os.write(descriptor, text.encode())
+    finally:
+        os.close(descriptor)
 
 
 def _copying() -> str | None:
@@ -144,8 +149,7 @@ def _train_runner(rank: int, train, directory: str, total_steps: int, crash_at: 
 
     def step_fn(step, model, optimizer, x, y):
         if crash_at is not None and rank == 1 and step == crash_at:
-            if marks is not None:
-                _mark(marks, KILLED)
+            _mark(marks, KILLED)   # the killed run is the one run with a crash_at, and it has `marks`
             os.kill(os.getpid(), signal.SIGKILL)  # like the out-of-memory killer: no exception, no cleanup
         if restart_at is not None and call["call"] == 0 and not records:   # the restart's first step, on every rank
             starts = torch.zeros(dist.get_world_size(), dtype=torch.int64)
@@ -186,8 +190,7 @@ def _train_runner(rank: int, train, directory: str, total_steps: int, crash_at: 
         deadline = time.monotonic() + SLOW_SAVE
         while time.monotonic() < deadline:
             if os.path.exists(os.path.join(marks, KILLED)):
-                with opening(os.path.join(marks, STOPPED_SAVING), "w") as mark:
-                    mark.write(os.path.basename(path_of(f) or "?"))
+                _mark(marks, STOPPED_SAVING, os.path.basename(path_of(f) or "?"))
                 os.kill(os.getpid(), signal.SIGKILL)
             time.sleep(0.005)
 
@@ -231,8 +234,8 @@ def _train_runner(rank: int, train, directory: str, total_steps: int, crash_at: 
         return call_it
 
     def watching_open(file, *args, **kwargs):
-        mode = str(args[0] if args else kwargs.get("mode", "r"))
         handle = opening(file, *args, **kwargs)
+        mode = str(args[0] if args else kwargs.get("mode", "r"))
         if set(mode) & set("wax+"):
             copy = _copying()
             opened.add(handle)
