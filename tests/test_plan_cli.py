@@ -127,6 +127,10 @@ BAD_INPUT = [
                                                      "shorter sequences do not help: add nodes"]),
     (("--model", "llama3-8b", "--seq-len", "1048576", "--cluster", "h100-sxm"),
      ["add nodes", "or train on shorter sequences (--seq-len)"]),
+    # too long for any plan without context parallelism, not with it: the search with --cp auto is offered
+    (("--model", "llama3-70b", "--seq-len", "262144", "--cluster", "h100-sxm", "--nodes", "4"),
+     ["needs 78.9 GB per GPU; split each sequence over GPUs (--cp auto: 29 plans fit, the fastest dp2 tp1 cp16 pp1 "
+      "z3 mb1x16 full at 70.8 GB), add nodes"]),
     ((*LLAMA_8B, "--micro-batch", "two"), ["--micro-batch", "invalid int value"]),
     ((*LLAMA_8B, "--bogus"), ["python -m ddp_lab plan: error: unrecognized arguments: --bogus (python -m ddp_lab "
                               "plan --help lists its flags)"]),
@@ -1097,3 +1101,18 @@ def test_fp8_plans_say_their_mfu_counts_against_the_bf16_peak():
     assert code == 0, err
     assert "MFU under fp8 counts against the bf16 peak" in fp8 and "MFU under fp8" not in bf16
 
+
+
+def test_the_context_parallel_plan_a_failed_search_offers_is_what_that_search_finds(capsys):
+    """No plan of Llama 3 70B at 262,144 tokens fits 32 H100s without cp; the message names how many fit with
+    --cp auto and the fastest, and that search, run, prints the same count and plan first."""
+    from ddp_lab.__main__ import main
+    asked = ["plan", "--model", "llama3-70b", "--seq-len", "262144", "--cluster", "h100-sxm", "--nodes", "4"]
+    with pytest.raises(SystemExit):
+        main(asked)
+    offered = re.search(r"--cp auto: (\d+) plans fit, the fastest (.+?) at ([\d.]+) GB", capsys.readouterr().err)
+    assert offered, "no context-parallel plan offered"
+    assert main([*asked, "--cp", "auto", "--top", "1"]) == 0
+    out = capsys.readouterr().out
+    assert f"; {offered[1]} fit in 90%" in out
+    assert re.search(rf"^\s+1 {re.escape(offered[2])}\s+{re.escape(offered[3])}\s", out, re.M), out

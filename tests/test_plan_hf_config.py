@@ -11,6 +11,7 @@ Pure Python, in process: no subprocess, no torch.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -19,6 +20,7 @@ import pytest
 from ddp_lab.course.plan.hf_config import transformer_from_hf_config
 from ddp_lab.course.plan.model import Transformer
 from ddp_lab.plan.cli import main
+from ddp_lab.plan.decision import model_text
 from ddp_lab.plan.model_files import read_hf_config
 
 CONFIGS = Path(__file__).resolve().parent / "hf_configs"
@@ -83,7 +85,12 @@ def test_what_each_family_builds_beyond_its_keys():
     assert moe3.head_size == 128 and moe3.q_dim == 4096 != moe3.hidden                   # 32 heads of 128 on 2048
     # attention weights: W_q and W_o are 2048 x 4096, W_k and W_v 2048 x 512 (a wrong head width gives 12.6M)
     assert moe3.attention_matmul_parameters() == 2 * 2048 * 4096 + 2 * 2048 * 512
-    assert model("Qwen1.5-MoE-A2.7B").moe.shared_experts == 4                              # 5632 / 1408
+    qwen_moe = model("Qwen1.5-MoE-A2.7B")
+    assert qwen_moe.moe.shared_experts == 4 and qwen_moe.moe.shared_gate                      # 5632 / 1408, gated
+    ungated = qwen_moe.with_(moe=dataclasses.replace(qwen_moe.moe, shared_gate=False))
+    assert qwen_moe.parameters() - ungated.parameters() == 24 * 2048                      # a 2048 x 1 gate a layer
+    assert qwen_moe.active_parameters() - ungated.active_parameters() == 24 * 2048
+    assert not model("deepseek-moe-16b-base").moe.shared_gate                              # DeepSeekMoE: none
     assert model("deepseek-moe-16b-base").moe.dense_layers == 1
     only = {**config("Qwen3-30B-A3B"), "mlp_only_layers": [0, 1]}
     assert transformer_from_hf_config(only).moe.dense_layers == 2
@@ -97,10 +104,11 @@ def test_the_training_length_replaces_max_position_embeddings():
 
 
 REFUSED = [   # (config, the words the one line must hold)
-    (config("DeepSeek-V2-Lite"), ["kv_lora_rank = 512", "multi-head latent attention"]),
+    (config("DeepSeek-V2-Lite"), ["kv_lora_rank = 512", "multi-head latent attention", "cannot plan this model"]),
     (config("Mistral-7B-v0.1"), ["sliding_window = 4,096", "32,768 tokens planned", "--seq-len 4096"]),
     ({**config("Meta-Llama-3-8B"), "num_dense_layers": 2}, ["num_dense_layers = 2", "does not read"]),
-    ({**config("Meta-Llama-3-8B"), "model_type": "gemma"}, ["model_type = 'gemma'", "shape flags"]),
+    ({**config("Meta-Llama-3-8B"), "model_type": "gemma"},
+     ["model_type = 'gemma'", "if its blocks are the Llama family's", "shape flags", "if not, the planner cannot"]),
     ({**config("Mixtral-8x7B-v0.1"), "num_experts_per_tok": None}, ["num_experts_per_tok"]),
     ({**config("Qwen3-30B-A3B"), "decoder_sparse_step": 2}, ["decoder_sparse_step = 2", "every 2 layers"]),
     ({**config("Qwen3-30B-A3B"), "mlp_only_layers": [3, 7]}, ["mlp_only_layers = [3, 7]", "first ones"]),
@@ -124,6 +132,16 @@ def test_what_the_planner_cannot_express_is_refused_in_one_line_naming_the_key(c
         transformer_from_hf_config(content, seq_len=None)
     message = str(refused.value)
     assert "\n" not in message and all(word in message for word in words), message
+
+
+def test_the_training_length_is_bounded_by_a_learned_position_table():
+    """GPT-2's learned positions end at n_positions: a longer --seq-len would plan a bigger table than the model has;
+    RoPE has no table (Qwen2.5 past its max_position_embeddings is planned)."""
+    with pytest.raises(ValueError, match=r"^n_positions = 1,024: the model's learned position table ends there, so "
+                                         r"it cannot take 4,096-token sequences; plan --seq-len 1024 or less$"):
+        transformer_from_hf_config(GPT2_SMALL, seq_len=4096)
+    assert transformer_from_hf_config(GPT2_SMALL, seq_len=1024).seq_len == 1024
+    assert model("Qwen2.5-7B", seq_len=262144).seq_len == 262144
 
 
 
@@ -152,6 +170,12 @@ def test_the_cli_prints_the_count_and_where_the_sequence_length_came_from(capsys
     assert ("model: 46.7B parameters, 12.9B active per token (8 experts, top 2); 4,096-token sequences (--seq-len)"
             in out.splitlines())
     assert "balanced routing" in out
+
+
+def test_the_model_line_names_a_shared_expert_as_its_family_builds_it():
+    """DeepSeekMoE's two shared experts are two; Qwen-MoE's one gated shared expert four experts wide is one."""
+    assert "(64 experts, top 6 + 2 shared, first 1 layer dense)" in model_text(model("deepseek-moe-16b-base"))
+    assert "(60 experts, top 4 + a gated shared expert 4 experts wide)" in model_text(model("Qwen1.5-MoE-A2.7B"))
 
 
 def test_the_sequence_note_names_the_key_the_length_came_from(tmp_path, capsys):

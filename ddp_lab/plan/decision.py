@@ -99,11 +99,10 @@ def model_text(model, seq_source: str | None = None) -> str:
     line = f"model: {count_text(model.parameters())} parameters"
     if model.moe is not None:
         moe = model.moe
-        shared = f" + {moe.shared_experts} shared" if moe.shared_experts else ""
         dense = f", first {moe.dense_layers} layer{'s' if moe.dense_layers > 1 else ''} dense" \
             if moe.dense_layers else ""
         line += (f", {count_text(model.active_parameters())} active per token ({moe.experts} experts, "
-                 f"top {moe.top_k}{shared}{dense})")
+                 f"top {moe.top_k}{moe.shared_text()}{dense})")
     if model.head_size is not None:
         line += f", heads of {model.head_dim}"
     if seq_source and seq_source.startswith("planned at"):    # a note of its own: the length is a guess

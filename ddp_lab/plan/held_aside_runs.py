@@ -255,6 +255,12 @@ all-to-all runs; FlagOpen/FlagPerf's Mixtral 8x7B on 32 H100s (training/nvidia/m
 cannot hold: a table and script that disagree, left out as the ModelZoo's FSDP row), its 8-layer Mixtral proxy on
 A100-40GB (no preset; no framework version) and its 8-expert "qwen1.5_14B_MoE" on A800s (no preset);
 alibaba/Pai-Megatron-Patch's Qwen3-235B-A22B tuning guide (H800s, the precision not stated).
+Examined after the sixth set and not used: xiao-hu/torchtitan's qwen3_30b_moe_experiments.md (Qwen3-30B-A3B on 8
+H200s, December 2025: each figure is one log line at step 10 of a compiled run, the first interval it times, with
+routing ten steps old, and the precision is not stated) and mlfoundations/open_lm's MOE.md (8 experts on A100s of
+an unstated size: MegaBlocks' dropping experts at capacity factor 1.25, every second layer, 4 x h GELU experts
+beside SwiGLU dense layers, batch not stated). veScale's Mixtral examples, awsome-distributed-training's NeMo
+copies and Tutel's README give no training throughput of a full model.
 Read by held_out.py, whose table notebooks/13-plan-your-training-run.ipynb prints (docs/planner.md, "Held-out
 validation").
 """

@@ -239,8 +239,7 @@ def _split_lines(plan) -> list[str]:
     model, strategy, lines = plan.model, plan.strategy, []
     if model.moe is not None:
         moe = model.moe
-        shared = f" + {moe.shared_experts} shared" if moe.shared_experts else ""
-        lines.append(f"  mixture of experts: {moe.experts} experts (top {moe.top_k}{shared}) "
+        lines.append(f"  mixture of experts: {moe.experts} experts (top {moe.top_k}{moe.shared_text()}) "
                      f"over ep={strategy.ep}: {moe.experts // strategy.ep} per GPU"
                      + (f", each split expert_tp={strategy.expert_tp} ways" if strategy.expert_tp is not None else ""))
     if strategy.cp > 1:

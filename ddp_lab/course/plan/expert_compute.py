@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from ddp_lab.course.plan import expert_tp
 from ddp_lab.course.plan.efficiency import gemm_seconds
-from ddp_lab.course.plan.experts import forward_flops_change, stage_moe_layers
+from ddp_lab.course.plan.experts import forward_flops_change, router_parameters, stage_moe_layers
 from ddp_lab.course.plan.precision import cast_bytes, compute_precision, linear_rate
 
 # Expert matmuls run as grouped GEMMs (one GEMM per local expert, launched together: MegaBlocks, Gale et al. 2023,
@@ -73,7 +73,7 @@ def router_seconds(model, strategy, gpu) -> tuple[float, float]:
     experts_, top_k, h = model.moe.experts, model.moe.top_k, model.hidden
     tokens = strategy.micro_batch * model.seq_len / strategy.cp / (strategy.tp if strategy.sequence_parallel else 1)
     rate = gpu.achieved_flops(compute_precision(strategy))
-    flops = 2 * tokens * h * experts_
+    flops = 2 * tokens * router_parameters(model)      # h x E, and a shared_gate's column
     softmax = tokens * (3 * 4 * experts_ + 12 * top_k) / gpu.memory_bandwidth
     forward = gemm_seconds(flops, h, rate) + softmax
     backward = gemm_seconds(flops, experts_, rate) + flops / rate + tokens * 3 * 4 * experts_ / gpu.memory_bandwidth

@@ -3,12 +3,14 @@
 A mixture-of-experts (MoE) layer replaces the FFN by `experts` FFNs of inner size `expert_ffn`,
 a router (a hidden x experts matrix, no bias) that sends each token to its `top_k` experts, and
 optionally `shared_experts` FFNs of the same size that every token passes through (DeepSeekMoE,
-Dai et al. 2024, arXiv:2401.06066, Sec. 3.2). The first `dense_layers` layers keep a dense FFN of
+Dai et al. 2024, arXiv:2401.06066, Sec. 3.2; Qwen-MoE's one shared expert k times as wide counts as k,
+and its `shared_gate`, a hidden x 1 matrix whose sigmoid scales that expert's output, is counted with the
+router). The first `dense_layers` layers keep a dense FFN of
 the model's `ffn` size (DeepSeekMoE 16B replaces every FFN but the first: "first_k_dense_replace"
 in its config.json). Per MoE layer, with P_e = (ups + 1) h f_e the parameters of one expert
 (ups = 2 for SwiGLU, 1 for GeLU; plus biases where the model has them):
-    parameters   h E (router) + (E + shared) P_e
-    active       h E (router) + (top_k + shared) P_e      what one token multiplies by
+    parameters   h (E + g) (router) + (E + shared) P_e     g = 1 with a shared_gate, else 0
+    active       h (E + g) (router) + (top_k + shared) P_e      what one token multiplies by
 The model's total is its dense count with every MoE layer's FFN swapped for that; the active
 count leaves out the E - top_k routed experts a token skips in each MoE layer.
 
@@ -53,7 +55,7 @@ class MoE:
 
     Example:
         >>> MoE(experts=8, top_k=2, expert_ffn=14336)          # Mixtral 8x7B's layers
-        MoE(experts=8, top_k=2, expert_ffn=14336, shared_experts=0, dense_layers=0)
+        MoE(experts=8, top_k=2, expert_ffn=14336, shared_experts=0, dense_layers=0, shared_gate=False)
 
     Introduced in notebooks/14-mixture-of-experts.ipynb.
     """
@@ -63,6 +65,7 @@ class MoE:
     expert_ffn: int               # inner size of one expert's FFN
     shared_experts: int = 0       # experts of the same size every token passes through (DeepSeekMoE)
     dense_layers: int = 0         # the first layers keep a dense FFN of the model's `ffn` size
+    shared_gate: bool = False     # a hidden x 1 gate scales the shared experts' output (Qwen-MoE)
 
     def __post_init__(self) -> None:
         for field in ("experts", "top_k", "expert_ffn"):
@@ -75,6 +78,18 @@ class MoE:
                 raise ValueError(f"MoE.{field} must be an integer >= 0, got {value!r}")
         if self.top_k > self.experts:
             raise ValueError(f"MoE.top_k={self.top_k} is more than the {self.experts} experts a token can go to")
+        if not isinstance(self.shared_gate, bool) or (self.shared_gate and not self.shared_experts):
+            raise ValueError(f"MoE.shared_gate={self.shared_gate!r}: True or False, and True only with "
+                             f"shared_experts >= 1 (it gates their output)")
+
+    def shared_text(self) -> str:
+        """The shared experts as a plan's model line names them: ' + 2 shared' (DeepSeekMoE), ' + a gated shared
+        expert 4 experts wide' (Qwen-MoE), '' without any."""
+        if not self.shared_experts:
+            return ""
+        if not self.shared_gate:
+            return f" + {self.shared_experts} shared"
+        return " + a gated shared expert" + (f" {self.shared_experts} experts wide" if self.shared_experts > 1 else "")
 
 
 def check_layers(model) -> None:
@@ -107,8 +122,8 @@ def moe_layers(model) -> int:
 
 
 def router_parameters(model) -> int:
-    """The router of one MoE layer: a hidden x experts matrix."""
-    return model.hidden * model.moe.experts
+    """The router of one MoE layer: a hidden x experts matrix (one column more with a shared_gate)."""
+    return model.hidden * (model.moe.experts + model.moe.shared_gate)
 
 
 def moe_ffn_parameters(model) -> int:
@@ -294,7 +309,7 @@ def forward_flops_change(model) -> int:
         return 0
     ups = 2 if model.ffn_kind == "swiglu" else 1
     per_ffn = (ups + 1) * model.hidden                 # matmul parameters per unit of FFN width
-    active = model.hidden * moe.experts + per_ffn * moe.expert_ffn * (moe.top_k + moe.shared_experts)
+    active = router_parameters(model) + per_ffn * moe.expert_ffn * (moe.top_k + moe.shared_experts)
     return moe_layers(model) * 2 * model.seq_len * (active - per_ffn * model.ffn_)
 
 

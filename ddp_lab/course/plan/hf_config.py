@@ -28,11 +28,11 @@ Mixture of experts (experts.MoE, lesson 14):
     expert_ffn    moe_intermediate_size, required for Qwen-MoE and DeepSeek (Mixtral: intermediate_size, its experts
                   are full-size FFNs)
     shared        n_shared_experts (DeepSeek); shared_expert_intermediate_size / moe_intermediate_size (Qwen-MoE:
-                  one shared expert k times as wide is k experts' parameters and FLOPs)
+                  one shared expert k times as wide is k experts' parameters and FLOPs, and its code's hidden x 1
+                  gate on that expert's output is MoE.shared_gate)
     dense_layers  first_k_dense_replace (DeepSeek); mlp_only_layers when it lists the first layers (Qwen-MoE);
                   a dense layer's FFN is intermediate_size wide
-Qwen-MoE's hidden x 1 gate on its shared expert (hidden parameters a layer, 2,048 in Qwen1.5-MoE-A2.7B's
-14.3B) is left out. Refused, one line naming the key: what the planner cannot express (multi-head latent
+Refused, one line naming the key: what the planner cannot express (multi-head latent
 attention's kv_lora_rank and q_lora_rank, DeepSeek-V3's multi-token prediction, MoE layers that are not
 the last ones, a sliding window shorter than the planned sequence, PretrainedConfig's cross-attention and
 pruned heads), a model_type of another family (its code may build what its config does not say), expert keys in
@@ -133,7 +133,8 @@ SHAPE_WORDS = ("expert", "lora", "layer", "head", "dim", "size", "num_", "n_", "
 def transformer_from_hf_config(config: dict, name: str = "hf-model", seq_len: int | None = None) -> Transformer:
     """The `Transformer` a Hugging Face config dict describes (mapping in the module docstring).
 
-    `seq_len`: the sequence length to plan, which is then all the config needs to say about length;
+    `seq_len`: the sequence length to plan, which is then all the config needs to say about length (but a model
+    with learned positions, GPT-2's, is refused past its table's n_positions; RoPE has no table);
     None plans `max_position_embeddings` (or n_positions, max_sequence_length: the longest the model
     takes, often far longer than the length it was trained at) and refuses a config without one.
     Raises ValueError naming the key that is missing, malformed, contradicted or not modelled.
@@ -153,7 +154,13 @@ def transformer_from_hf_config(config: dict, name: str = "hf-model", seq_len: in
     family = _family(config)
     shape = {}
     for field, keys in FIELDS.items():
-        if field == "seq_len" and seq_len is not None:   # the training length given: the position limit is not read
+        if field == "seq_len" and seq_len is not None:   # the training length given: the position limit is read
+            learned = FAMILIES[family]["position"] == "learned"   # only where it bounds a table of positions
+            found = _one_value(config, keys, field, LARGEST[field]) if learned else None
+            if found is not None and seq_len > found:
+                raise ValueError(f"{position_key(config)} = {found:,}: the model's learned position table ends "
+                                 f"there, so it cannot take {seq_len:,}-token sequences; plan --seq-len {found} or "
+                                 f"less")
             shape[field] = seq_len
             continue
         found = _one_value(config, keys, field, LARGEST[field])
@@ -183,12 +190,13 @@ def _family(config: dict) -> str:
     read here; with no model_type, "gpt2" if it names its shape with GPT-2's keys, else "llama"."""
     for key, meaning in NOT_MODELLED.items():
         if _set(config.get(key)):
-            raise ValueError(f"{key} = {config[key]!r}: {meaning}")
+            raise ValueError(f"{key} = {config[key]!r}: {meaning}; the planner cannot plan this model")
     family = config.get("model_type")   # before single keys: removing a key would not make another family readable
     if family is not None and (not isinstance(family, str) or family not in FAMILIES):
         raise ValueError(f"model_type = {family!r}: not a family the planner reads ({', '.join(FAMILIES)}); its "
-                         f"code may build what config.json does not say (a gated FFN, biases, extra norms): "
-                         f"describe the model with the shape flags")
+                         f"code may build what config.json does not say (a gated FFN, biases, extra norms): if its "
+                         f"blocks are the Llama family's (a gated FFN, RMSNorm, RoPE, no experts, full attention), "
+                         f"describe the model with the shape flags; if not, the planner cannot plan it")
     for key, value in config.items():
         if key not in KNOWN and _set(value) and any(word in key.lower() for word in SHAPE_WORDS):
             raise ValueError(f"{key} = {value!r}: the planner does not read {key}, and its name says it may change "
@@ -274,7 +282,8 @@ def _experts(config: dict, ffn: int, layers: int, family: str = "mixtral") -> Mo
     expert_ffn = _positive_int(config, "moe_intermediate_size", LARGEST["ffn"]) \
         if config.get("moe_intermediate_size") is not None else ffn
     shared = _whole(config, "n_shared_experts")
-    if config.get("shared_expert_intermediate_size"):
+    gated = bool(config.get("shared_expert_intermediate_size"))   # Qwen2MoeSparseMoeBlock's shared_expert_gate
+    if gated:
         width = _positive_int(config, "shared_expert_intermediate_size", LARGEST["ffn"])
         if width % expert_ffn:
             raise ValueError(f"shared_expert_intermediate_size = {width} is not a multiple of the experts' "
@@ -293,7 +302,7 @@ def _experts(config: dict, ffn: int, layers: int, family: str = "mixtral") -> Mo
         dense = len(only)
     if dense >= layers:
         raise ValueError(f"{dense} dense layers of {layers}: no layer is left for the experts")
-    return MoE(experts, top_k, expert_ffn, shared_experts=shared, dense_layers=dense)
+    return MoE(experts, top_k, expert_ffn, shared_experts=shared, dense_layers=dense, shared_gate=gated)
 
 
 def _bias(config: dict) -> bool:

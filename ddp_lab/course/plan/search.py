@@ -206,6 +206,16 @@ def nearest_multiple(value: int, step: int) -> int:
     return below if below >= step and value - below <= below + step - value else below + step
 
 
+def _fitting_with_context_parallel(model, cluster, global_batch, reserve, options) -> list:
+    """The plans that fit once cp is searched too, fastest first, where the search left cp out (cp 1): what a search
+    in which no plan fits because of the activations offers next (empty where cp was searched or none fits)."""
+    if options.get("cp", (1,)) not in (1, (1,)):
+        return []
+    plans = [evaluate(model, cluster, s, options.get("tp_across_nodes", False), reserve)
+             for s in candidates(model, cluster, global_batch, **{**options, "cp": "auto"}) if s.cp > 1]
+    return sorted((p for p in plans if p.fits), key=lambda p: (-p.tokens_per_second, p.memory.total))
+
+
 def search(model, cluster, top: int | None = 10, global_batch: int | None = None,
            reserve: float = MEMORY_RESERVE, strategies=None, **options) -> list[Plan]:
     """Plans that fit GPU memory, fastest first (ties: less memory first).
@@ -249,6 +259,11 @@ def search(model, cluster, top: int | None = 10, global_batch: int | None = None
         states = min(p.memory.total - p.memory.activations for p in plans)
         if states <= cluster.gpu.memory * (1 - reserve):
             advice = "add nodes, use GPUs with more memory, or train on shorter sequences"
+            split = _fitting_with_context_parallel(model, cluster, global_batch, reserve, options)
+            if split:
+                advice = (f"split each sequence over GPUs (cp='auto': {len(split)} plan{'s' if len(split) > 1 else ''}"
+                          f" fit, the fastest {split[0].strategy.label()} at {split[0].memory.total / 1e9:.1f} GB), "
+                          + advice)
         else:
             advice = (f"even without activations the smallest needs {states / 1e9:.1f} GB, so shorter sequences do "
                       f"not help: add nodes or use GPUs with more memory")
