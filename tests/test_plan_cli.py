@@ -1116,3 +1116,22 @@ def test_the_context_parallel_plan_a_failed_search_offers_is_what_that_search_fi
     out = capsys.readouterr().out
     assert f"; {offered[1]} fit in 90%" in out
     assert re.search(rf"^\s+1 {re.escape(offered[2])}\s+{re.escape(offered[3])}\s", out, re.M), out
+
+
+def test_a_moe_plan_on_blackwell_is_trusted_as_far_as_both_its_families_say(capsys):
+    """A Mixtral plan on B200s is in the Blackwell family and the coarse-MoE one: the accuracy lines give both, and
+    the tie band is the larger median of the two (each family's held-aside part, else its development part)."""
+    from ddp_lab.__main__ import main
+    from ddp_lab.plan import ClusterSpec, held_out
+    assert main(["plan", "--model", "mixtral-8x7b", "--cluster", "b200", "--nodes", "8", "--seq-len", "4096",
+                 "--top", "3"]) == 0
+    out = capsys.readouterr().out
+    for key in ("b200", "moe-coarse"):
+        assert f"held aside, {held_out.FAMILIES[key]}" in out, key
+    outcomes = held_out.at_plans_rate(ClusterSpec.preset("b200", nodes=8))[0]     # scored at the plan's rate
+    medians = []
+    for key in ("b200", "moe-coarse"):
+        aside, seen = (next(r for r in held_out.by_family(outcomes, split) if r.family == key)
+                       for split in (held_out.ASIDE, held_out.DEVELOPMENT))
+        medians.append((aside if aside.runs else seen).median)
+    assert re.search(rf"^ties: \d+ more plans within {max(medians):.1%} of the best", out, re.M), out

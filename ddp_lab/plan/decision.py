@@ -43,12 +43,13 @@ def ties_text(plans, tie: float, source: str) -> str:
 def stated_error(cluster, best=None) -> tuple[float, str]:
     """The error the planner states for plans on `cluster`: (share, where it comes from), for marking ties.
 
-    The larger of two medians: the published runs' on the cluster's GPU generation, which the
+    The largest of these medians: the published runs' on the cluster's GPU generation, which the
     planner's constants were set or checked on (`accuracy_text` prints the same figure; for a GPU
-    no published run checks, all of them), and, for the family of the `best` plan, that of the runs
-    it was never fitted on (`ddp_lab.plan.held_out`), scored at the rate the plan runs at
-    (`held_out.at_plans_rate`): the held-aside part's, the fairer estimate of its error, or the
-    development part's where no held-aside run is of that family.
+    no published run checks, all of them), and, for each family the `best` plan is in
+    (`held_out.plan_families`: a MoE plan on B200s is in two), that of the runs it was never fitted
+    on (`ddp_lab.plan.held_out`), scored at the rate the plan runs at (`held_out.at_plans_rate`): the
+    held-aside part's, the fairer estimate of its error, or the development part's where no
+    held-aside run is of that family.
     """
     # lazy: see report.accuracy_text (published imports ddp_lab.plan)
     from ddp_lab.plan import held_out
@@ -63,16 +64,18 @@ def stated_error(cluster, best=None) -> tuple[float, str]:
         error = errors["median"]
         source = f"the planner's median error on {errors['runs']} published {family_name(runs[0])} runs"
     if best is not None:
-        family = held_out.plan_family(best.model, cluster, best.strategy)
+        families = held_out.plan_families(best.model, cluster, best.strategy)
         outcomes = held_out.at_plans_rate(cluster)[0]        # scored at the rate the plan runs at
-        for split in (held_out.ASIDE, held_out.DEVELOPMENT):
-            row = next(r for r in held_out.by_family(outcomes, split) if r.family == family)
-            if row.runs:
-                break
-        if row.median is not None and row.median > error:
-            part = "held-aside" if split == held_out.ASIDE else "development"
-            runs_text = f"{row.runs} {part} published run{'s' if row.runs > 1 else ''}"
-            error, source = row.median, f"the planner's median error on {runs_text} of its family"
+        for family in families:
+            for split in (held_out.ASIDE, held_out.DEVELOPMENT):
+                row = next(r for r in held_out.by_family(outcomes, split) if r.family == family)
+                if row.runs:
+                    break
+            if row.median is not None and row.median > error:
+                part = "held-aside" if split == held_out.ASIDE else "development"
+                runs_text = f"{row.runs} {part} published run{'s' if row.runs > 1 else ''}"
+                whose = "its family" if len(families) == 1 else f"its family {held_out.FAMILIES[family]}"
+                error, source = row.median, f"the planner's median error on {runs_text} of {whose}"
     return error, source
 
 

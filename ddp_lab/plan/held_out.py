@@ -24,7 +24,8 @@ Families, the first rule that matches: a B200 or GB200 run; mixture of experts w
 more ("fine-grained"); Llama 3 405B on 8,192 GPUs or more without context parallelism; context parallelism
 or sequences of 32K tokens or more; TP of 4 or more on H100s (or H200s); TP or PP on A100s; FP8; the rest
 (FSDP/data-parallel, and TP 1-2 with any PP on H100s).
-`plan_family` puts a plan in one the same way, so the CLI can say how far its family's runs trust it.
+`plan_families` puts a plan in every family whose rule it meets, the first as a run's, so the CLI can say how far
+each family's runs trust it.
 
 A run naming a planner feature not there yet (a Strategy or Transformer field, the "fp8" precision, a GPU
 preset) is skipped and the table says which; a run whose features exist is predicted, and an error in
@@ -157,36 +158,40 @@ MOVED_TO_DEVELOPMENT = MOVED_BY_KERNEL_RATE | MOVED_BY_PER_NODE_DISPATCH
 ASIDE_NAMES = {run.name for run in held_aside_runs.RUNS} - MOVED_TO_DEVELOPMENT
 
 
-def plan_family(model: Transformer, cluster: ClusterSpec, strategy: Strategy) -> str:
-    """The family a plan belongs to, by the same rules: which held-out runs say how far to trust it (`family_line`).
+def plan_families(model: Transformer, cluster: ClusterSpec, strategy: Strategy) -> list[str]:
+    """Every family whose rule a plan meets, in the rules' order: the first is the family its run would be in, the
+    others say how far to trust it too (a MoE plan on B200s is both a Blackwell plan and a MoE plan). Which held-out
+    runs say how far to trust it (`family_line`; `decision.stated_error` takes the largest of their medians).
 
     Example:
-        >>> h100s = ClusterSpec.preset("h100-sxm", nodes=8)
-        >>> plan_family(Transformer.preset("llama3-70b"), h100s, Strategy(dp=16, tp=4))
-        'dense-h100-tp'
+        >>> h100s, b200s = ClusterSpec.preset("h100-sxm", nodes=8), ClusterSpec.preset("b200", nodes=8)
+        >>> plan_families(Transformer.preset("llama3-70b"), h100s, Strategy(dp=16, tp=4))
+        ['dense-h100-tp']
+        >>> plan_families(Transformer.preset("mixtral-8x7b").with_(seq_len=4096), b200s, Strategy(dp=64, ep=8))
+        ['b200', 'moe-coarse']
 
     Introduced in notebooks/13-plan-your-training-run.ipynb.
     """
-    return _family(cluster.gpu.name.lower().replace(" ", "-"), model.moe.experts if model.moe else 0, model.name,
-                   model.seq_len, strategy.dp, strategy.tp, strategy.pp, strategy.cp, strategy.precision)
+    return _families(cluster.gpu.name.lower().replace(" ", "-"), model.moe.experts if model.moe else 0, model.name,
+                     model.seq_len, strategy.dp, strategy.tp, strategy.pp, strategy.cp, strategy.precision)
 
 
-def _family(gpu, experts, model_name, seq_len, dp, tp, pp, cp, precision) -> str:
-    if gpu.startswith(("b200", "gb200")):
-        return "b200"
-    if experts:
-        return "moe-coarse" if experts <= 16 else "moe-fine"
-    if model_name.startswith("llama3-405b") and dp * tp * pp * cp >= 8192 and cp == 1:
-        return "llama3-405b"
-    if cp > 1 or seq_len >= 32768:
-        return "long-context"
-    if tp >= 4 and gpu.startswith(("h100", "h200")):
-        return "dense-h100-tp"
-    if gpu.startswith("a100") and tp * pp > 1:
-        return "dense-a100"
-    if precision == "fp8":
-        return "fp8"
-    return "fsdp"
+def _family(*shape, **named) -> str:
+    """A run's one family: the first rule it meets (`_families`)."""
+    return _families(*shape, **named)[0]
+
+
+def _families(gpu, experts, model_name, seq_len, dp, tp, pp, cp, precision) -> list[str]:
+    """The families whose rules a run or plan of this shape meets, in the rules' order ("fsdp" where none does)."""
+    rules = {"b200": gpu.startswith(("b200", "gb200")),
+             "moe-coarse": 0 < experts <= 16,
+             "moe-fine": experts > 16,
+             "llama3-405b": model_name.startswith("llama3-405b") and dp * tp * pp * cp >= 8192 and cp == 1,
+             "long-context": cp > 1 or seq_len >= 32768,
+             "dense-h100-tp": not experts and tp >= 4 and gpu.startswith(("h100", "h200")),
+             "dense-a100": not experts and gpu.startswith("a100") and tp * pp > 1,
+             "fp8": not experts and precision == "fp8" and tp < 4 and gpu.startswith(("h100", "h200"))}
+    return [key for key, met in rules.items() if met] or ["fsdp"]
 
 
 def missing(run: HeldOutRun) -> list[str]:
@@ -401,7 +406,7 @@ def kernel_rate_line(key: str) -> str:
 
 
 def family_line(key: str, outcomes=None, rate: str = "") -> str:
-    """One family's accuracy as a line of text, e.g. for the family `plan_family` gives a plan: the held-aside
+    """One family's accuracy as a line of text, e.g. for a family `plan_families` gives a plan: the held-aside
     runs' figures, then the development runs'; `rate` (`at_plans_rate`'s words) is said after the family's name
     where some of its runs are NVIDIA's stacks on Hopper, whose rate it changes.
 

@@ -320,7 +320,8 @@ def accuracy_text(cluster, plans=()) -> str:
 def _held_out_lines(cluster, plans) -> list[str]:
     """The planner's error on published runs it was never fitted on (both parts) for each family among `plans`."""
     from ddp_lab.plan import held_out    # imported here: see accuracy_text
-    families = dict.fromkeys(held_out.plan_family(plan.model, cluster, plan.strategy) for plan in plans)
+    families = dict.fromkeys(family for plan in plans
+                             for family in held_out.plan_families(plan.model, cluster, plan.strategy))
     outcomes, rate = held_out.at_plans_rate(cluster)
     lines = []
     for family in families:
