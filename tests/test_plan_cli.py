@@ -37,6 +37,14 @@ def test_short_form_fp32():
     result = plan("--params", "1B", "--precision", "fp32")
     assert result.returncode == 0, result.stderr
     assert gb(result.stdout, "total") == pytest.approx(16.0)      # 4 + 4 + 8 bytes per parameter
+    assert "fp32 Adam (4 + 4 + 8 bytes/param)" in result.stdout
+
+
+def test_short_form_names_the_bytes_it_counts_with_fp32_gradients():
+    result = plan("--params", "1B", "--fp32-grads")
+    assert result.returncode == 0, result.stderr
+    assert "mixed-precision Adam (2 + 4 + 12 bytes/param)" in result.stdout
+    assert gb(result.stdout, "total") == pytest.approx(18.0)      # 2 + 4 + 12 bytes per parameter
 
 
 def test_search_table():
@@ -107,7 +115,8 @@ BAD_INPUT = [
     (("--params", "0"), ["--params '0' is less than 1: a count must be at least 1"]),
     # a precision the GPU has no peak for: the one it has, as a flag (was Python calls and "fp16 on a T4")
     (("--model", "llama3-8b", "--cluster", "a100-80gb", "--precision", "fp8"),
-     ["A100 80GB has no fp8 peak", "train in one of those (--precision bf16)"]),
+     ["A100 80GB has no fp8 peak", "Hopper: h100-sxm, h100-hbm2e, h200, b200, gb200",
+      "train in one of those (--precision bf16)"]),
     (("--model", "llama3-8b", "--cluster", "t4", "--precision", "bf16"),
      ["T4 has no bf16 peak", "train in one of those (--precision fp16)"]),
     ((*LLAMA_8B, "--global-batch", "7", "--zero", "1"), ["--global-batch 7", "use --global-batch 8"]),
@@ -152,6 +161,13 @@ BAD_INPUT = [
     ((*LLAMA_8B, "--node-link-gbps", "nan"), ["--node-link-gbps must be a positive finite number, got nan"]),
     ((*LLAMA_8B, "--nodes", "2", "--node-link-gbps", "1e-300"),
      ["--node-link-gbps must be at least 0.001, got 1e-300: is the unit Gb/s?"]),
+    ((*LLAMA_8B, "--nodes", "2", "--region-nodes", "1", "--cross-region-latency-ms", "1e9"),
+     ["--cross-region-latency-ms must be at most 10000, got 1e+09: is the unit ms?"]),
+    # a tp the node refuses is offered the sizes every tp rule allows (96 heads, 72 GPUs a node: not 9, 18, 36, 72)
+    (("--model", "gpt3-175b", "--cluster", "gb200", "--nodes", "2", "--tp", "16"),
+     ["--tp 16 does not divide the 72 GPUs of one node", "use --tp in [1, 2, 3, 4, 6, 8, 12, 24]"]),
+    (("--model", "gpt3-175b", "--cluster", "gb200", "--nodes", "2", "--tp", "9"),
+     ["--tp 9 does not divide heads=96", "use --tp in [1, 2, 3, 4, 6, 8, 12, 24]"]),
     (("--params", "7B", "--node-link-gbps", "100"), ["drop --node-link-gbps"]),
     # hybrid sharding: a size, auto (the search's) or none
     ((*LLAMA_8B, "--dp-shard", "0"), ["--dp-shard must be a positive int, auto or none, got 0"]),
@@ -256,8 +272,14 @@ FIELD_MESSAGES = {
                              ["--overlap-param-gather overlaps", "--zero 3 has no such gather",
                               "use --zero 1 or 2, or drop --overlap-param-gather"], ["overlap_param_gather", "zero="]),
     "zero": ((*LLAMA_8B, "--dp", "8", "--overlap-param-gather"), ["--zero 0 has no such gather"], ["zero=0"]),
-    "ep": (("--model", "mixtral-8x7b", "--cluster", "h100-sxm", "--nodes", "2", "--ep", "8", "--replicas", "4",
-            "--sync-every", "10"), ["--ep 8 does not divide a replica's dp x cp", "a smaller --ep"], ["ep=8"]),
+    "ep": (("--model", "mixtral-8x7b", "--cluster", "h100-sxm", "--nodes", "2", "--dp", "16", "--ep", "8",
+            "--replicas", "4", "--sync-every", "10"), ["--ep 8 does not divide a replica's dp x cp", "a smaller --ep"],
+           ["ep=8"]),
+    # the same asked of a search: no plan's dp holds 4 replicas of whole ep groups
+    "ep_searched": (("--model", "mixtral-8x7b", "--cluster", "h100-sxm", "--nodes", "2", "--ep", "8", "--replicas",
+                     "4", "--sync-every", "10"),
+                    ["--replicas 4 fits no plan", "(dp here: 8, 16), and its dp x cp whole ep groups",
+                     "use --replicas in [2], or a smaller --ep"], ["ep=8", "replicas="]),
     "moe_dispatch": ((*LLAMA_8B, "--moe-dispatch", "per-node"),
                      ["--moe-dispatch per-node says how a mixture-of-experts model's tokens", "drop --moe-dispatch"],
                      ["moe_dispatch", "dispatch="]),
@@ -270,8 +292,11 @@ FIELD_MESSAGES = {
     "sync_every": ((*LLAMA_8B, "--sync-every", "4", "--replicas", "1"),
                    ["--sync-every 4 describes an outer sync", "but --replicas 1", "or drop --sync-every"],
                    ["sync_every", "sync_precision", "--sync-precision"]),
-    "replicas": ((*LLAMA_8B, "--sync-every", "4", "--replicas", "3"),
+    "replicas": ((*LLAMA_8B, "--dp", "8", "--sync-every", "4", "--replicas", "3"),
                  ["--replicas 3 does not divide --dp 8", "use --replicas in [1, 2, 4, 8]"], ["replicas=", "dp="]),
+    "replicas_searched": ((*LLAMA_8B, "--sync-every", "4", "--replicas", "3"),
+                          ["--replicas 3 fits no plan", "(dp here: 1, 2, 4, 8); use --replicas in [2, 4, 8]"],
+                          ["replicas=", "ep groups"]),
     "first_stage_layers": (("--model", "llama3-8b", "--cluster", "h100-sxm", "--nodes", "4", "--pp", "2",
                             "--first-stage-layers", "5", "--last-stage-layers", "5"),
                            ["--first-stage-layers/--last-stage-layers set a first and a last stage", "got --pp 2",
@@ -1135,3 +1160,51 @@ def test_a_moe_plan_on_blackwell_is_trusted_as_far_as_both_its_families_say(caps
                        for split in (held_out.ASIDE, held_out.DEVELOPMENT))
         medians.append((aside if aside.runs else seen).median)
     assert re.search(rf"^ties: \d+ more plans within {max(medians):.1%} of the best", out, re.M), out
+
+
+def test_the_outer_sync_alone_is_searched_on_every_plan(capsys):
+    """--sync-every (and --replicas) without other strategy flags: a search whose every plan syncs so, each dp rank a
+    replica unless --replicas says; the header says so, and every row shown fits."""
+    from ddp_lab.__main__ import main
+    assert main(["plan", "--model", "llama3-70b", "--cluster", "h100-sxm", "--nodes", "16", "--seq-len", "4096",
+                 "--sync-every", "50", "--top", "5"]) == 0
+    out = capsys.readouterr().out
+    assert "--sync-every 50 (each dp rank a replica) on every plan it fits" in out
+    rows = [line.split() for line in out.splitlines() if re.match(r"\s+\d+ dp", line)]
+    assert len(rows) == 5
+    for row in rows:
+        dp = int(row[1][2:])
+        assert f"r{dp}/50" in row and float(row[row.index(f"r{dp}/50") + 2]) >= 0, row    # margin >= 0: it fits
+    assert main(["plan", "--model", "llama3-8b", "--cluster", "h100-sxm", "--nodes", "4", "--seq-len", "4096",
+                 "--replicas", "4", "--sync-every", "20", "--sync-precision", "int8", "--top", "3"]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if re.match(r"\s+\d+ dp", line)]
+    assert len(rows) == 3 and all(" r4/20-int8 " in row for row in rows), rows
+
+
+def test_a_search_across_regions_says_its_plans_pay_for_the_link(capsys):
+    from ddp_lab.__main__ import main
+    assert main(["plan", "--model", "llama3-8b", "--cluster", "h100-sxm", "--nodes", "4", "--seq-len", "4096",
+                 "--region-nodes", "2", "--cross-region-gbps", "40", "--top", "2"]) == 0
+    assert capsys.readouterr().out.startswith("note: regions of 2 node(s) joined by a 40 Gb/s link (50 ms one way): "
+                                              "every plan is charged for what its groups send across it\n")
+
+
+def test_a_breakdown_shows_the_tp_communication_its_overlap_hides_and_fp8_mfus_peak(capsys):
+    """With --tp-comm-overlap the overlap slowdown also counts TP's hidden part: the breakdown shows it, as it shows
+    DP's; an fp8 plan's MFU says which peak it is of."""
+    from ddp_lab.__main__ import main
+    plan70b = ["plan", "--model", "llama3-70b", "--cluster", "h100-sxm", "--nodes", "8", "--tp", "4", "--pp", "4",
+               "--dp", "4", "--zero", "1", "--sequence-parallel", "--recompute", "full", "--seq-len", "8192"]
+    assert main(plan70b) == 0
+    plain = capsys.readouterr().out
+    assert main([*plan70b, "--tp-comm-overlap", "--precision", "fp8"]) == 0
+    out = capsys.readouterr().out
+
+    def seconds(text: str, label: str) -> float:
+        return float(re.search(rf"^\s+{re.escape(label)}\s+([\d.]+)", text, re.M)[1])
+    hidden = float(re.search(r"TP communication \(total\)\s+[\d.]+\s+\(([\d.]+) hidden beside the GEMMs", out)[1])
+    assert "TP communication (total)" not in plain
+    assert seconds(out, "TP communication (total)") == pytest.approx(seconds(plain, "TP communication"), abs=2e-3)
+    assert seconds(out, "TP communication") + hidden == pytest.approx(seconds(out, "TP communication (total)"),
+                                                                      abs=2e-3)
+    assert re.search(r"MFU [\d.]+% \(of the bf16 peak", out) and "(of the bf16 peak" not in plain

@@ -27,7 +27,7 @@ from ddp_lab.course.plan.search import (DEFAULT_TOKENS_PER_BATCH, MEMORY_RESERVE
                                         evaluate, nearest_multiple, search)
 from ddp_lab.course.plan.strategy import Strategy, check, divisors
 from ddp_lab.plan import cli_fit
-from ddp_lab.plan.cli_flags import (SEARCH_WIDE, SHAPE_FLAGS, SLOWEST_LINK_GBPS, SPLIT_FLAGS, STRATEGY_FLAGS,
+from ddp_lab.plan.cli_flags import (OUTER_SYNC, SEARCH_WIDE, SHAPE_FLAGS, SLOWEST_LINK_GBPS, SPLIT_FLAGS, STRATEGY_FLAGS,
                                     OneLineErrors, add_arguments, check_flags, check_number, flag_name, in_flags,
                                     one_plan_flags)
 
@@ -35,7 +35,7 @@ from ddp_lab.plan.cli_flags import (SEARCH_WIDE, SHAPE_FLAGS, SLOWEST_LINK_GBPS,
 FITS = {"sequence_parallel": "tp > 1", "tp_comm_overlap": "tp > 1 with sequence parallelism",
         "overlap_param_gather": "ZeRO 1 or 2"}
 from ddp_lab.plan.cli_plot import draw
-from ddp_lab.plan.cli_regions import cross_region, regions_note
+from ddp_lab.plan.cli_regions import cross_region, regions_note, search_regions_note
 from ddp_lab.plan.model_files import read_config, read_hf_config
 from ddp_lab.plan.decision import assumptions_text, stated_error, ties_text
 from ddp_lab.plan.report import (accuracy_text, breakdown, fold_shard_sizes, fold_zero_stages, model_states_text,
@@ -212,13 +212,17 @@ def _search_report(model, cluster, args, reserve: float, seq_source: str | None 
     """The search's header (what was searched, how many plans fit), its fastest distinct plans with the margin and
     ties, what they assume and how far to trust them; and the plans printed."""
     global_batch = args.global_batch or default_global_batch(model, cluster)
-    note = "" if args.global_batch else _default_batch_note(model, cluster, global_batch)
+    note = ("" if args.global_batch else _default_batch_note(model, cluster, global_batch)) \
+        + search_regions_note(cluster)
     options = {"precision": args.precision, "tp_across_nodes": args.tp_across_nodes, "cp": args.cp or 1,
                "ep": args.ep, "attention": args.attention or "flash", "fp32_grads": args.fp32_grads,
                "flash_kernel": args.flash_kernel or "fa2", "moe_dispatch": args.moe_dispatch or "all-to-all",
                "checkpoint_early_stop": args.checkpoint_early_stop,
                "dp_shard": {None: "auto", "none": None}.get(args.dp_shard, args.dp_shard),
                **{name: bool(getattr(args, name)) for name in SEARCH_WIDE}}
+    if any(getattr(args, name) is not None for name in OUTER_SYNC):   # every plan's outer sync, as one plan's
+        options.update(sync_every=args.sync_every or 1, sync_precision=args.sync_precision or "fp32",
+                       replicas=args.replicas if args.replicas or args.sync_every else 1)
     if args.virtual_stages is not None:
         options["virtual_stages"] = (1, args.virtual_stages)
     tried = list(candidates(model, cluster, global_batch, **options))
@@ -226,6 +230,10 @@ def _search_report(model, cluster, args, reserve: float, seq_source: str | None 
     folded = fold_shard_sizes(fold_zero_stages(fitting))
     rows = folded[:args.top or 10]
     applied = tuple(flag_name(name) for name in SEARCH_WIDE if options[name])
+    if options.get("replicas", 1) != 1:
+        outer = " ".join(f"{flag_name(name)} {getattr(args, name)}" for name in OUTER_SYNC
+                         if getattr(args, name) is not None)
+        applied += (outer + (" (each dp rank a replica)" if options["replicas"] is None else ""),)
     dispatched = any(s.moe_dispatch != "all-to-all" for s in tried)   # put only where an ep group crosses nodes
     if dispatched:
         applied += (f"--moe-dispatch {options['moe_dispatch']}",)

@@ -26,6 +26,9 @@ STRATEGY_FLAGS = ("dp", "tp", "pp", "zero", "micro_batch", "grad_accum", "recomp
 # a framework's options that a search applies to every plan they fit (search.candidates); with other strategy flags
 # they are that one plan's
 SEARCH_WIDE = ("sequence_parallel", "tp_comm_overlap", "overlap_param_gather")
+# the DiLoCo outer sync (lesson 16): alone, the search puts it on every plan (each dp rank a replica unless --replicas
+# says); with other strategy flags it is that one plan's
+OUTER_SYNC = ("sync_every", "replicas", "sync_precision")
 SHAPE_FLAGS = ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "seq_len")
 NEEDED_SHAPE = ("layers", "hidden", "heads", "ffn", "vocab", "seq_len")   # without --model or --hf-config
 POSITIVE_INTS = ("nodes", "gpus_per_node", "dp", "tp", "pp", "micro_batch", "grad_accum", "global_batch", "top",
@@ -278,16 +281,21 @@ def flag_name(name: str) -> str:
 # The slowest link a plan is made for, in Gb/s: 1 Mb/s, a thousandth of a slow office link. Below it a value is
 # taken for a slip of the unit (a step time of 10^300 s helps no one).
 SLOWEST_LINK_GBPS = 1e-3
+# the slowest link between regions: a one-way latency of 10 s, some 40 times a geostationary satellite hop's
+SLOWEST_LATENCY_MS = 1e4
 
 
-def check_number(name: str, value: float | None, zero_allowed: bool = False, at_least: float | None = None) -> None:
-    """Refuse a float flag's value that is not a finite positive number (>= 0 where zero is allowed; >= at_least
-    where that is given): argparse's float() reads nan and inf, which no count, rate or time is."""
+def check_number(name: str, value: float | None, zero_allowed: bool = False, at_least: float | None = None,
+                 at_most: float | None = None, unit: str = "Gb/s") -> None:
+    """Refuse a float flag's value that is not a finite positive number (>= 0 where zero is allowed; between at_least
+    and at_most where they are given, whose message asks whether the flag's `unit` was meant): argparse's float()
+    reads nan and inf, which no count, rate or time is."""
     if value is not None and (not math.isfinite(value) or value < 0 or (value == 0 and not zero_allowed)):
         wanted = "a finite number >= 0" if zero_allowed else "a positive finite number"
         raise ValueError(f"{flag_name(name)} must be {wanted}, got {value:g}")
-    if value is not None and at_least is not None and value < at_least:
-        raise ValueError(f"{flag_name(name)} must be at least {at_least:g}, got {value:g}: is the unit Gb/s?")
+    for bound, out in ((at_least, "at least"), (at_most, "at most")):
+        if value is not None and bound is not None and (value < bound if out == "at least" else value > bound):
+            raise ValueError(f"{flag_name(name)} must be {out} {bound:g}, got {value:g}: is the unit {unit}?")
 
 
 def in_flags(message: str, args, fields=STRATEGY_FIELDS) -> str:
@@ -331,10 +339,10 @@ def given_flags(args, names) -> list[str]:
 
 
 def one_plan_flags(args) -> list[str]:
-    """The strategy flags given that choose one plan (none: a search; --virtual-stages, --dp-shard and SEARCH_WIDE's
-    alone are the search's, on every plan they fit)."""
+    """The strategy flags given that choose one plan (none: a search; --virtual-stages, --dp-shard, SEARCH_WIDE's and
+    OUTER_SYNC's alone are the search's, on every plan they fit)."""
     return given_flags(args, [name for name in STRATEGY_FLAGS
-                              if name not in ("virtual_stages", "dp_shard", *SEARCH_WIDE)])
+                              if name not in ("virtual_stages", "dp_shard", *SEARCH_WIDE, *OUTER_SYNC)])
 
 
 def check_flags(args) -> None:

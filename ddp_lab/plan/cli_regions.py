@@ -10,7 +10,20 @@ from __future__ import annotations
 
 from ddp_lab.course.plan import outer_sync
 from ddp_lab.course.plan.collectives import axes_across_regions, spans_regions
-from ddp_lab.plan.cli_flags import SLOWEST_LINK_GBPS, check_number
+from ddp_lab.plan.cli_flags import SLOWEST_LATENCY_MS, SLOWEST_LINK_GBPS, check_number
+
+
+def _regions_text(cluster) -> str:
+    return (f"note: regions of {cluster.region_nodes} node(s) joined by a {cluster.cross_region_bandwidth * 8 / 1e9:g} "
+            f"Gb/s link")
+
+
+def search_regions_note(cluster) -> str:
+    """A search's note that its plans are charged for the link between regions (regions_note names one plan's)."""
+    if cluster.region_nodes is None:
+        return ""
+    return (f"{_regions_text(cluster)} ({cluster.cross_region_latency * 1e3:g} ms one way): every plan is charged "
+            f"for what its groups send across it\n")
 
 
 def regions_note(model, cluster, strategy) -> str:
@@ -20,8 +33,7 @@ def regions_note(model, cluster, strategy) -> str:
         axes = [f"{axis} groups" for axis in axes_across_regions(cluster, outer_sync.inner_strategy(strategy).layout)]
         if strategy.replicas > 1 and spans_regions(cluster, outer_sync.outer_group(strategy)):
             axes.append("the DiLoCo replicas' outer sync")
-        notes += (f"note: regions of {cluster.region_nodes} node(s) joined by a "
-                  f"{cluster.cross_region_bandwidth * 8 / 1e9:g} Gb/s link; across it: {', '.join(axes) or 'nothing'}\n")
+        notes += f"{_regions_text(cluster)}; across it: {', '.join(axes) or 'nothing'}\n"
     if strategy.replicas > 1:
         seconds = outer_sync.seconds_per_step(model, cluster, strategy)
         every = "step" if strategy.sync_every == 1 else f"{strategy.sync_every} steps"
@@ -40,7 +52,8 @@ def cross_region(cluster, args):
         return cluster
     changes = {"region_nodes": args.region_nodes}
     check_number("cross_region_gbps", args.cross_region_gbps, at_least=SLOWEST_LINK_GBPS)
-    check_number("cross_region_latency_ms", args.cross_region_latency_ms, zero_allowed=True)
+    check_number("cross_region_latency_ms", args.cross_region_latency_ms, zero_allowed=True,
+                 at_most=SLOWEST_LATENCY_MS, unit="ms")
     if args.cross_region_gbps is not None:
         changes["cross_region_bandwidth"] = args.cross_region_gbps * 1e9 / 8
     if args.cross_region_latency_ms is not None:

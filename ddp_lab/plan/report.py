@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from ddp_lab.course.plan.fit_to_run import is_at_kernel_rate
 from ddp_lab.course.plan.generation_constants import efficiency_of
-from ddp_lab.course.plan.memory import model_state_bytes
+from ddp_lab.course.plan.memory import bytes_per_parameter, model_state_bytes
 from ddp_lab.course.plan.overlap import OVERLAP_SLOWDOWN
 from ddp_lab.course.plan.search import MEMORY_RESERVE, percent_text
 from ddp_lab.plan.decision import family_name, model_text, versus_best
@@ -227,10 +227,14 @@ def breakdown(plan, seq_source: str | None = None) -> str:
     # of it compute hides, and how close it comes to being exposed (lessons 05 and 09 overlap it).
     lines.append(f"  {'DP communication (total)':<28}{t.dp_comm:>9.3f}  "
                  f"({t.dp_comm - t.dp_comm_exposed:.3f} hidden under compute: only the overlap slowdown counts)")
+    if strategy.tp_comm_overlap:   # TP's all-reduces in chunks beside the GEMMs (tp_overlap.py)
+        lines.append(f"  {'TP communication (total)':<28}{t.tp_comm + t.tp_comm_hidden:>9.3f}  "
+                     f"({t.tp_comm_hidden:.3f} hidden beside the GEMMs: only the overlap slowdown counts)")
     if strategy.cp > 1:   # the ring's sends, of which each ring step's attention hides what it can (lesson 15)
         lines.append(f"  {'CP ring (total)':<28}{t.cp_comm:>9.3f}  "
                      f"({t.cp_comm - t.cp_comm_exposed:.3f} hidden under attention: only the overlap slowdown counts)")
-    lines.append(f"  tokens/s {plan.tokens_per_second:,.0f}   MFU {plan.mfu:.1%}")
+    peak = " (of the bf16 peak, torchtitan's convention for fp8)" if strategy.precision == "fp8" else ""
+    lines.append(f"  tokens/s {plan.tokens_per_second:,.0f}   MFU {plan.mfu:.1%}{peak}")
     return "\n".join(lines)
 
 
@@ -251,7 +255,8 @@ def _split_lines(plan) -> list[str]:
 def model_states_text(params: int, strategy) -> str:
     """The short form's answer: per-GPU weights, gradients, optimizer state and their total in GB."""
     m = model_state_bytes(params, strategy)
-    adam = "mixed-precision Adam (2 + 2 + 12 bytes/param)" if strategy.mixed else "fp32 Adam (4 + 4 + 8 bytes/param)"
+    adam = f"{'mixed-precision' if strategy.mixed else 'fp32'} Adam " \
+           f"({' + '.join(map(str, bytes_per_parameter(strategy)))} bytes/param)"
     lines = [f"{params / 1e9:g}B parameters, dp={strategy.dp}, ZeRO-{strategy.zero}, {adam}; per GPU:"]
     for name, label in (("params", "parameters"), ("grads", "gradients"), ("optimizer", "optimizer")):
         lines.append(f"  {label:<12}{getattr(m, name) / GB:>10.2f} GB")

@@ -55,7 +55,8 @@ class GPU:
     def flops(self, precision: str) -> float:
         """Peak FLOP/s for `precision` ("bf16", "fp16", "fp32", "fp8"); a ValueError names the ones it has."""
         if precision not in self.peak_flops:
-            hint = " (FP8 tensor cores start with Hopper: h100-sxm, h200, b200, gb200)" if precision == "fp8" else ""
+            with_fp8 = ", ".join(name for name, gpu in GPU_PRESETS.items() if "fp8" in gpu.peak_flops)
+            hint = f" (FP8 tensor cores start with Hopper: {with_fp8})" if precision == "fp8" else ""
             instead = next(p for p in ("bf16", "fp16", "fp32") if p in self.peak_flops)
             raise ValueError(f"{self.name} has no {precision} peak in its spec ({', '.join(self.peak_flops)}){hint}: "
                              f"train in one of those (precision='{instead}')")

@@ -91,7 +91,8 @@ def candidates(model, cluster, global_batch: int, micro_batches=(1, 2, 4, 8), ze
                tp_across_nodes: bool = False, cp=(1,), ep=None, virtual_stages=(1, 2), attention: str = "flash",
                fp32_grads: bool = False, checkpoint_early_stop: bool = False, flash_kernel: str = "fa2",
                sequence_parallel: bool = False, tp_comm_overlap: bool = False, overlap_param_gather: bool = False,
-               dp_shard="auto", moe_dispatch: str = "all-to-all"):
+               dp_shard="auto", moe_dispatch: str = "all-to-all", sync_every: int = 1, replicas: int | None = None,
+               sync_precision: str = "fp32"):
     """Every valid Strategy: dp*tp*pp*cp = GPUs, tp divides the heads (and kv heads) and the GPUs of a
     node (unless tp_across_nodes), pp divides the layers, dp*micro_batch divides global_batch.
     Sequence parallelism is tried on and off whenever tp > 1; with pp > 1 the 1F1B schedule and
@@ -112,6 +113,10 @@ def candidates(model, cluster, global_batch: int, micro_batches=(1, 2, 4, 8), ze
     dp_shard: beside each ZeRO-3 plan, its hybrid-sharded variants (HSDP, hybrid_shard.py) with these shard-group
     sizes, an int, a tuple, "auto" (the default: `hybrid_shard.searched_sizes`, shard groups of whole nodes) or None
     (none).
+    sync_every, replicas, sync_precision: a DiLoCo-style outer sync on every plan (Strategy's fields, outer_sync.py,
+    lesson 16): `replicas` of the dp ranks (None: every dp rank one, each replica then its tp x pp x cp GPUs, and
+    plans with dp 1 left out) sync every `sync_every` steps; the plans whose dp (or a replica's dp x cp, for ep)
+    `replicas` does not divide are left out, and so are hybrid-sharded ones.
 
     Example:
         >>> from ddp_lab.course.plan.cluster_spec import ClusterSpec
@@ -152,7 +157,14 @@ def candidates(model, cluster, global_batch: int, micro_batches=(1, 2, 4, 8), ze
                                         overlap_param_gather=overlap_param_gather and stage in (1, 2))
                         if moe_dispatch != "all-to-all" and experts.dispatch_crosses_nodes(cluster, base):
                             base = base.with_(moe_dispatch=moe_dispatch)    # where it changes something
-                        shards = hybrid_shard.searched_sizes(model, cluster, base, dp_shard) if stage == 3 else []
+                        outer = (sync_every, replicas, sync_precision) != (1, None, "fp32")
+                        if outer:
+                            count = dp if replicas is None else replicas
+                            if dp % count or (dp // count * cp_size) % ep_size or (replicas is None and dp == 1):
+                                continue
+                            base = base.with_(replicas=count, sync_every=sync_every, sync_precision=sync_precision)
+                        shards = hybrid_shard.searched_sizes(model, cluster, base, dp_shard) \
+                            if stage == 3 and not outer else []
                         for schedule in [base] + [base.with_(schedule="interleaved", virtual_stages=v)
                                                   for v in virtual_stages
                                                   if v > 1 and pp > 1 and not model.layers % (pp * v)
@@ -248,6 +260,18 @@ def search(model, cluster, top: int | None = 10, global_batch: int | None = None
         strategies = candidates(model, cluster, global_batch, **options)
     plans = [evaluate(model, cluster, s, options.get("tp_across_nodes", False), reserve) for s in strategies]
     if not plans:
+        outer = {name: options.pop(name) for name in ("sync_every", "replicas", "sync_precision") if name in options}
+        if outer.get("replicas") not in (None, 1):     # plans exist without the outer sync: its replicas rule them out
+            inner = list(candidates(model, cluster, global_batch, **options))
+            if inner:
+                fitting = sorted({r for s in inner for r in divisors(s.dp)
+                                  if r > 1 and not (s.dp // r * s.cp) % s.ep})
+                dps = ", ".join(map(str, sorted({s.dp for s in inner})))
+                split = any(s.ep > 1 for s in inner)
+                raise ValueError(f"replicas={outer['replicas']} fits no plan: each DiLoCo replica holds dp / replicas "
+                                 f"of a plan's data-parallel ranks (dp here: {dps})"
+                                 + (", and its dp x cp whole ep groups" if split else "")
+                                 + f"; use replicas in {fitting}" + (", or a smaller ep" if split else ""))
         asked = "".join(f", {name}={options[name]}" for name in ("cp", "ep") if options.get(name) not in (None, 1, (1,)))
         raise ValueError(f"no valid strategy for {model.name} on {cluster.gpus} GPUs with global batch {global_batch}"
                          f"{asked}: choose a global batch divisible by the number of GPUs"

@@ -125,6 +125,7 @@ class TimeBreakdown:
     cp_comm: float = 0.0          # the ring's sends before overlap; not part of total (as dp_comm)
     overlap_slowdown: float = 0.0  # compute slowed by the communication it hides (overlap.overlap_slowdown)
     outer_sync: float = 0.0       # DiLoCo replicas' pseudo-gradient all-reduce, per step (1/H of one; outer_sync.py)
+    tp_comm_hidden: float = 0.0   # TP communication chunked beside the GEMMs (tp_comm_overlap); not part of total
 
     @property
     def total(self) -> float:
@@ -262,7 +263,7 @@ def step_time(model, cluster, strategy) -> TimeBreakdown:
                          pp_comm=pp_comm, ep_comm=experts.all_to_all_time(model, cluster, strategy),
                          cp_comm_exposed=ring_exposed, cp_comm=ring,
                          overlap_slowdown=overlap_slowdown(hidden, cluster.overlap_slowdown),
-                         outer_sync=outer_sync.seconds_per_step(model, cluster, strategy))
+                         outer_sync=outer_sync.seconds_per_step(model, cluster, strategy), tp_comm_hidden=tp_hidden)
 
 
 def _activation_bytes(model, strategy) -> int:

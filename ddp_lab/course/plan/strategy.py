@@ -222,7 +222,10 @@ def check(model, strategy: Strategy, gpus: int | None = None, gpus_per_node: int
         raise ValueError(f"{'*'.join(names)} = {sizes} = {strategy.gpus} but the "
                          f"cluster has {gpus} GPUs: choose {', '.join(names)} whose product is {gpus}")
     hybrid_shard.check(model, strategy, gpus_per_node, region_gpus)
-    whole_heads = divisors(_gcd(model.heads, model.kv_heads_))
+    # the tp sizes every tp rule below allows (heads, kv heads, FFN, experts, the node), which each message offers
+    in_node = gpus_per_node is not None and not tp_across_nodes
+    whole_heads = [d for d in divisors(_gcd(model.heads, model.kv_heads_))
+                   if not model.ffn_ % d and experts.splits_for_tp(model, d) and not (in_node and gpus_per_node % d)]
     if model.heads % strategy.tp:
         raise ValueError(f"tp={strategy.tp} does not divide heads={model.heads} of {model.name}: each "
                          f"tensor-parallel rank owns whole heads; use tp in {whole_heads}")
@@ -233,7 +236,7 @@ def check(model, strategy: Strategy, gpus: int | None = None, gpus_per_node: int
                          f"heads): each tensor-parallel rank owns whole kv heads; use tp in {whole_heads}")
     if model.ffn_ % strategy.tp:
         raise ValueError(f"tp={strategy.tp} does not divide the FFN size {model.ffn_} of {model.name}; "
-                         f"use tp in {divisors(_gcd(model.ffn_, model.heads))[:8]}")
+                         f"use tp in {whole_heads}")
     stages = strategy.pp * strategy.virtual_stages
     if pipeline_stages.uneven(strategy):
         pipeline_stages.check(model, strategy)      # first/last stage given: the rest split evenly
@@ -251,12 +254,12 @@ def check(model, strategy: Strategy, gpus: int | None = None, gpus_per_node: int
     op_checkpoint.check(model, strategy)      # per-op checkpointing: bias-free dense SwiGLU blocks only
     experts.check(model, strategy)            # ep splits whole experts of a MoE model (lesson 14)
     context_parallel.check(model, strategy)   # cp: 2 x cp equal chunks of the sequence (lesson 15)
-    if gpus_per_node is not None and gpus_per_node % strategy.tp and not tp_across_nodes:
+    if in_node and gpus_per_node % strategy.tp:
         # tp ranks are consecutive (rank_layout): a tp that does not divide the node puts some groups across two
         where = "is larger than the" if strategy.tp > gpus_per_node else "does not divide the"
         raise ValueError(f"tp={strategy.tp} {where} {gpus_per_node} GPUs of one node, so some tensor-parallel group "
                          f"spans nodes: tensor parallelism communicates in every layer and belongs on the fast "
-                         f"intra-node link; use tp in {divisors(gpus_per_node)}, or ask to cost it on the inter-node "
+                         f"intra-node link; use tp in {whole_heads}, or ask to cost it on the inter-node "
                          f"link (tp_across_nodes=True; --tp-across-nodes on the command line)")
 
 
