@@ -149,8 +149,23 @@ def test_uneven_stages_llama3_126_layers_on_16():
     assert step_time(LLAMA3_405B, H100, strategy).total < even_last.total
     with pytest.raises(ValueError, match="cannot share equally"):
         check(LLAMA3_405B, strategy.with_(first_stage_layers=6), gpus=8192)
-    with pytest.raises(ValueError, match=r"needs pp x virtual_stages >= 3, got pp=2 x virtual_stages=1"):
-        Strategy(pp=2, first_stage_layers=3)
+    with pytest.raises(ValueError, match=r"needs pp >= 2, got pp=1"):
+        Strategy(first_stage_layers=3)
+
+
+def test_two_uneven_stages_give_the_rest_to_the_stage_not_given():
+    """pp 2 has no middle stage: the stage not given holds the rest (Megatron-LM's rule), two given must add up to
+    the layers; the label says 'rest', and a lighter first stage (it holds the most micro-batches in flight) moves
+    the pace to the last one."""
+    llama = Transformer.preset("llama3-8b")                     # 32 layers
+    first = Strategy(dp=4, pp=2, grad_accum=8, first_stage_layers=14)
+    assert pipeline_stages.stage_layers(llama, first) == [14, 18] and first.label().endswith("L14/rest")
+    assert pipeline_stages.stage_layers(llama, Strategy(dp=4, pp=2, grad_accum=8, last_stage_layers=15)) == [17, 15]
+    check(llama, first.with_(last_stage_layers=18), gpus=8)
+    with pytest.raises(ValueError, match=r"two stages hold 32 layers.*put 15 and 15 on them: give one of them"):
+        check(llama, first.with_(first_stage_layers=15, last_stage_layers=15), gpus=8)
+    with pytest.raises(ValueError, match=r"put 32 and 0 on them"):
+        check(llama, first.with_(first_stage_layers=32), gpus=8)
 
 
 def test_interleaved_uneven_stages_are_the_first_and_last_virtual_stage():

@@ -12,7 +12,8 @@ and the last *virtual* stage's layers, and the other p v - 2 virtual stages shar
 --account-for-embedding-in-pipeline-split and --account-for-loss-in-pipeline-split count the embedding and the
 loss as a layer each, so NVIDIA's MLPerf Training v5.0 Llama 3.1 405B runs put 126 layers on 8 x 8 virtual stages
 as 1 + 2 x 62 + 1 (`Strategy(pp=8, virtual_stages=8, first_stage_layers=1, last_stage_layers=1)`): the first and
-the last GPU of the pipeline hold 15 layers, the others 16.
+the last GPU of the pipeline hold 15 layers, the others 16. With two stages (pp 2) there is no middle: the stage
+not given holds the rest (Megatron-LM's rule), and two given must add up to the layers.
 
 Introduced in notebooks/13-plan-your-training-run.ipynb.
 """
@@ -31,16 +32,21 @@ def check_fields(strategy) -> None:
         value = getattr(strategy, name)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
             raise ValueError(f"Strategy.{name} must be None (an equal share) or an integer >= 1, got {value!r}")
-    if uneven(strategy) and strategy.pp * strategy.virtual_stages < 3:
-        raise ValueError(f"first_stage_layers/last_stage_layers set a first and a last stage apart from the middle "
-                         f"ones, which needs pp x virtual_stages >= 3, got pp={strategy.pp} x virtual_stages="
-                         f"{strategy.virtual_stages}: use pp >= 3, more virtual stages, or equal stages")
+    if uneven(strategy) and strategy.pp * strategy.virtual_stages < 2:
+        raise ValueError(f"first_stage_layers/last_stage_layers set a first and a last pipeline stage, which needs "
+                         f"pp >= 2, got pp={strategy.pp}: use pp >= 2, or drop them")
 
 
 def check(model, strategy) -> None:
     """Raise ValueError (saying how to fix it) unless the middle stages can share the remaining layers equally."""
     first, last = _ends(model, strategy)
     middle, stages = model.layers - first - last, _chunks(strategy) - 2
+    if stages == 0:       # two stages, no middle: the one not given holds the rest
+        if middle or first < 1 or last < 1:
+            raise ValueError(f"two stages hold {model.layers} layers, and these first and last stage layers would "
+                             f"put {first} and {last} on them: give one of them (the other holds the rest) or two "
+                             f"that add up to {model.layers}, each at least 1")
+        return
     kind = "virtual stages" if strategy.virtual_stages > 1 else "stages"
     stage = "virtual stage" if strategy.virtual_stages > 1 else "stage"
     if middle < stages or middle % stages:
@@ -55,10 +61,12 @@ def _chunks(strategy) -> int:
 
 
 def _ends(model, strategy) -> tuple[int, int]:
+    """(first, last) stage's layers: as given, else an equal share; with two stages, the one not given the rest."""
     share = model.layers // _chunks(strategy)
-    first = share if strategy.first_stage_layers is None else strategy.first_stage_layers
-    last = share if strategy.last_stage_layers is None else strategy.last_stage_layers
-    return first, last
+    first, last = strategy.first_stage_layers, strategy.last_stage_layers
+    if _chunks(strategy) == 2:
+        return (model.layers - last if first is None else first), (model.layers - first if last is None else last)
+    return (share if first is None else first), (share if last is None else last)
 
 
 def stage_layers(model, strategy) -> list[int]:
@@ -98,7 +106,7 @@ def chunk_layers(model, strategy, stage: int) -> list[int]:
     if not uneven(strategy):
         return [model.layers // (p * v)] * v
     first, last = _ends(model, strategy)
-    layers = [(model.layers - first - last) // (p * v - 2)] * v      # a middle (virtual) stage's layers
+    layers = [(model.layers - first - last) // max(1, p * v - 2)] * v      # a middle (virtual) stage's layers
     if stage == 0:
         layers[0] = first
     if stage == p - 1:
@@ -154,7 +162,9 @@ def stages_to_check(strategy, model=None) -> list[int]:
 
 
 def describe(strategy) -> str:
-    """'7/7' for a strategy's label: the first and the last stage's layers ('=' where an equal share)."""
-    first = "=" if strategy.first_stage_layers is None else str(strategy.first_stage_layers)
-    last = "=" if strategy.last_stage_layers is None else str(strategy.last_stage_layers)
+    """'7/7' for a strategy's label: the first and the last stage's layers ('=' where an equal share; with two
+    stages 'rest', the layers the other leaves)."""
+    unset = "rest" if _chunks(strategy) == 2 else "="
+    first = unset if strategy.first_stage_layers is None else str(strategy.first_stage_layers)
+    last = unset if strategy.last_stage_layers is None else str(strategy.last_stage_layers)
     return f"{first}/{last}"
