@@ -279,7 +279,8 @@ FIELD_MESSAGES = {
     "ep_searched": (("--model", "mixtral-8x7b", "--cluster", "h100-sxm", "--nodes", "2", "--ep", "8", "--replicas",
                      "4", "--sync-every", "10"),
                     ["--replicas 4 fits no plan", "(dp here: 8, 16), and its dp x cp whole ep groups",
-                     "use --replicas in [2], or a smaller --ep"], ["ep=8", "replicas="]),
+                     "use --replicas in [2] (each divides", "fit in memory), or a smaller --ep"],
+                    ["ep=8", "replicas="]),
     "moe_dispatch": ((*LLAMA_8B, "--moe-dispatch", "per-node"),
                      ["--moe-dispatch per-node says how a mixture-of-experts model's tokens", "drop --moe-dispatch"],
                      ["moe_dispatch", "dispatch="]),
@@ -295,7 +296,8 @@ FIELD_MESSAGES = {
     "replicas": ((*LLAMA_8B, "--dp", "8", "--sync-every", "4", "--replicas", "3"),
                  ["--replicas 3 does not divide --dp 8", "use --replicas in [1, 2, 4, 8]"], ["replicas=", "dp="]),
     "replicas_searched": ((*LLAMA_8B, "--sync-every", "4", "--replicas", "3"),
-                          ["--replicas 3 fits no plan", "(dp here: 1, 2, 4, 8); use --replicas in [2, 4, 8]"],
+                          ["--replicas 3 fits no plan", "(dp here: 1, 2, 4, 8); use --replicas in [2, 4, 8] (each "
+                           "divides some plan's dp; more replicas", "so fewer of them fit in memory)"],
                           ["replicas=", "ep groups"]),
     "first_stage_layers": (("--model", "llama3-8b", "--cluster", "h100-sxm", "--nodes", "4", "--dp", "32",
                             "--first-stage-layers", "5"),
@@ -1171,14 +1173,52 @@ def test_the_outer_sync_alone_is_searched_on_every_plan(capsys):
     out = capsys.readouterr().out
     assert "--sync-every 50 (each dp rank a replica) on every plan it fits" in out
     rows = [line.split() for line in out.splitlines() if re.match(r"\s+\d+ dp", line)]
-    assert len(rows) == 5
-    for row in rows:
-        dp = int(row[1][2:])
-        assert f"r{dp}/50" in row and float(row[row.index(f"r{dp}/50") + 2]) >= 0, row    # margin >= 0: it fits
+    assert len(rows) == 5 and all(f"r{row[1][2:]}/50" in row for row in rows), rows     # dpN: rN/50
     assert main(["plan", "--model", "llama3-8b", "--cluster", "h100-sxm", "--nodes", "4", "--seq-len", "4096",
                  "--replicas", "4", "--sync-every", "20", "--sync-precision", "int8", "--top", "3"]) == 0
     rows = [line for line in capsys.readouterr().out.splitlines() if re.match(r"\s+\d+ dp", line)]
     assert len(rows) == 3 and all(" r4/20-int8 " in row for row in rows), rows
+    # every step (H = 1) is an outer sync too: replicas that all-reduce each step, as the one plan has them
+    assert main(["plan", "--model", "llama3-8b", "--cluster", "h100-sxm", "--seq-len", "4096", "--sync-every", "1",
+                 "--top", "2"]) == 0
+    rows = [line.split() for line in capsys.readouterr().out.splitlines() if re.match(r"\s+\d+ dp", line)]
+    assert len(rows) == 2 and all(f"r{row[1][2:]}/1" in row for row in rows), rows
+
+
+OUTER_SYNC_SAID = {   # an outer-sync search that cannot be made, and what it says
+    "no_dp": (("--model", "llama3-8b", "--cluster", "h100-sxm", "--gpus-per-node", "1", "--seq-len", "4096",
+               "--sync-every", "4"),
+              ["each dp rank a DiLoCo replica fits no plan", "(dp here: 1)", "no plan has two data-parallel ranks"]),
+    "ep_inside": (("--model", "mixtral-8x7b", "--cluster", "h100-sxm", "--nodes", "4", "--seq-len", "4096",
+                   "--sync-every", "10", "--ep", "8"),
+                  ["each dp rank a DiLoCo replica fits no plan", "whole ep groups", "use --replicas in [2, 4]",
+                   "or a smaller --ep"]),
+    "memory": ((*LLAMA_8B, "--sync-every", "4", "--replicas", "8"),
+               ["no plan for llama3-8b fits", "r8/4", "use fewer DiLoCo replicas"]),
+}
+
+
+@pytest.mark.parametrize("case", OUTER_SYNC_SAID)
+def test_an_outer_sync_search_that_cannot_be_made_says_why(case):
+    args, said = OUTER_SYNC_SAID[case]
+    (code, out, err), = plan_on_each([args])
+    assert code == 2 and out == "" and len(err.splitlines()) == 1, err
+    assert all(words in err for words in said), err
+    assert "global batch" not in err, err           # not the batch's fault
+
+
+def test_an_outer_sync_search_names_what_it_leaves_out(capsys):
+    """Each dp rank a replica leaves no expert-parallel group inside one, and HSDP is not modelled inside replicas:
+    the search says so instead of dropping them silently (or blaming the shard size)."""
+    from ddp_lab.__main__ import main
+    assert main(["plan", "--model", "deepseek-moe-16b", "--cluster", "h100-sxm", "--nodes", "2", "--sync-every", "10",
+                 "--top", "2"]) == 0
+    assert capsys.readouterr().out.startswith("note: with each dp rank a DiLoCo replica, a replica holds one dp rank "
+                                              "and no expert-parallel group (ep 1 only)")
+    assert main(["plan", "--model", "llama3-70b", "--cluster", "h100-sxm", "--nodes", "16", "--seq-len", "4096",
+                 "--sync-every", "50", "--replicas", "2", "--dp-shard", "8", "--top", "2"]) == 0
+    assert capsys.readouterr().out.startswith("note: --dp-shard 8 applies to no plan of this search: the planner does "
+                                              "not model HSDP inside DiLoCo replicas; drop it\n")
 
 
 def test_a_search_across_regions_says_its_plans_pay_for_the_link(capsys):

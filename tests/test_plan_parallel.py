@@ -512,3 +512,16 @@ def test_the_arithmetic_over_ranks_does_not_grow_with_the_cluster():
             assert 1 <= fewest <= most <= min(group.size, 8), (degrees, axis)
     hsdp = Strategy(dp=gpus // 2, tp=2, zero=3, dp_shard=4)            # shard groups of one node, replicas across
     assert _lines_run(2_000, hybrid_shard.replicate_group(hsdp).ranks_in_a_node, 8)[0] == (1, 1)
+
+
+def test_a_diloco_replicas_pipeline_stays_inside_the_replica():
+    """A DiLoCo replica is a block of GPUs of its own: its pipeline stages send to each other inside it, so where
+    regions hold whole replicas nothing of the pipeline crosses the slow link (the note and the step time agree)."""
+    llama = Transformer.preset("llama3-70b").with_(seq_len=4096)
+    strategy = Strategy(dp=4, tp=8, pp=4, micro_batch=8, grad_accum=8, sequence_parallel=True, recompute="full",
+                        sync_every=50, replicas=4)
+    nodes = ClusterSpec.preset("h100-sxm", nodes=16)
+    regions = nodes.with_(region_nodes=8)
+    inner = outer_sync.inner_strategy(strategy)
+    assert not spans_regions(regions, inner.layout.group("pp"))
+    assert step_time(llama, regions, strategy).pp_comm == pytest.approx(step_time(llama, nodes, strategy).pp_comm)

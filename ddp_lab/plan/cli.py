@@ -23,13 +23,14 @@ from ddp_lab.course.plan.cluster_spec import ClusterSpec
 from ddp_lab.course.plan.efficiency import early_stop_can_skip_last_gemm
 from ddp_lab.course.plan.hf_config import position_key
 from ddp_lab.course.plan.model import PRESETS, Transformer, parse_count
+from ddp_lab.course.plan.outer_sync import EACH_DP_RANK
 from ddp_lab.course.plan.search import (DEFAULT_TOKENS_PER_BATCH, MEMORY_RESERVE, candidates, default_global_batch,
                                         evaluate, nearest_multiple, search)
 from ddp_lab.course.plan.strategy import Strategy, check, divisors
 from ddp_lab.plan import cli_fit
-from ddp_lab.plan.cli_flags import (OUTER_SYNC, SEARCH_WIDE, SHAPE_FLAGS, SLOWEST_LINK_GBPS, SPLIT_FLAGS, STRATEGY_FLAGS,
-                                    OneLineErrors, add_arguments, check_flags, check_number, flag_name, in_flags,
-                                    one_plan_flags)
+from ddp_lab.plan.cli_flags import (OUTER_SYNC, SEARCH_WIDE, SHAPE_FLAGS, SLOWEST_LINK_GBPS, SPLIT_FLAGS,
+                                    STRATEGY_FLAGS, OneLineErrors, add_arguments, check_flags, check_number, flag_name,
+                                    in_flags, one_plan_flags)
 
 # what a plan needs for each of a framework's flags a search applies (search.candidates)
 FITS = {"sequence_parallel": "tp > 1", "tp_comm_overlap": "tp > 1 with sequence parallelism",
@@ -221,8 +222,9 @@ def _search_report(model, cluster, args, reserve: float, seq_source: str | None 
                "dp_shard": {None: "auto", "none": None}.get(args.dp_shard, args.dp_shard),
                **{name: bool(getattr(args, name)) for name in SEARCH_WIDE}}
     if any(getattr(args, name) is not None for name in OUTER_SYNC):   # every plan's outer sync, as one plan's
+        each = EACH_DP_RANK if args.sync_every is not None else 1          # _strategy's default: dp replicas
         options.update(sync_every=args.sync_every or 1, sync_precision=args.sync_precision or "fp32",
-                       replicas=args.replicas if args.replicas or args.sync_every else 1)
+                       replicas=args.replicas or each)
     if args.virtual_stages is not None:
         options["virtual_stages"] = (1, args.virtual_stages)
     tried = list(candidates(model, cluster, global_batch, **options))
@@ -233,7 +235,10 @@ def _search_report(model, cluster, args, reserve: float, seq_source: str | None 
     if options.get("replicas", 1) != 1:
         outer = " ".join(f"{flag_name(name)} {getattr(args, name)}" for name in OUTER_SYNC
                          if getattr(args, name) is not None)
-        applied += (outer + (" (each dp rank a replica)" if options["replicas"] is None else ""),)
+        applied += (outer + (" (each dp rank a replica)" if options["replicas"] == EACH_DP_RANK else ""),)
+        if options["replicas"] == EACH_DP_RANK and model.moe is not None:
+            note += ("note: with each dp rank a DiLoCo replica, a replica holds one dp rank and no expert-parallel "
+                     "group (ep 1 only); --replicas R keeps dp / R ranks in each, for ep\n")
     dispatched = any(s.moe_dispatch != "all-to-all" for s in tried)   # put only where an ep group crosses nodes
     if dispatched:
         applied += (f"--moe-dispatch {options['moe_dispatch']}",)
@@ -243,7 +248,10 @@ def _search_report(model, cluster, args, reserve: float, seq_source: str | None 
     if options["moe_dispatch"] != "all-to-all" and not dispatched:
         note += (f"note: --moe-dispatch {options['moe_dispatch']} applies to no plan of this search (no ep group "
                  f"crosses nodes inside a region); drop it\n")
-    if isinstance(args.dp_shard, int) and not any(s.dp_shard for s in tried):
+    if isinstance(args.dp_shard, int) and options.get("replicas", 1) != 1:
+        note += (f"note: --dp-shard {args.dp_shard} applies to no plan of this search: the planner does not model "
+                 f"HSDP inside DiLoCo replicas; drop it\n")
+    elif isinstance(args.dp_shard, int) and not any(s.dp_shard for s in tried):
         note += (f"note: --dp-shard {args.dp_shard} applies to no plan of this search (hybrid sharding needs a dense "
                  f"model, a ZeRO-3 plan across nodes whose dp it divides, and shard groups that divide a node and a "
                  f"region or are whole ones); drop it\n")

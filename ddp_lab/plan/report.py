@@ -19,7 +19,8 @@ LEGEND = ("strategy: dpN tpN ppN = data-, tensor-, pipeline-parallel sizes; zN =
           "          eager = attention not fused (flash otherwise; cudnn = cuDNN's flash kernel); g32 = fp32\n"
           "          gradients. GB = 10^9 bytes;\n"
           "          margin = GB per GPU left under the usable line (the GPU's memory less the reserve).")
-FOLDED_LEGEND = ("          z0-2 = ZeRO stages 0 to 2 give identical numbers (at dp1 there is nothing to shard);\n"
+FOLDED_LEGEND = ("          z0-2 = ZeRO stages 0 to 2 give identical numbers (with one data-parallel rank, or one in\n"
+                 "          each DiLoCo replica, there is nothing to shard);\n"
                  "          the row shows the lowest.")
 SPLIT_LEGEND = "          cpN = context-parallel size (lesson 15); epN = expert-parallel size (lesson 14)."
 PER_NODE_LEGEND = ("          per-node = MoE tokens cross the network once per node, not once per expert "

@@ -195,8 +195,9 @@ def _family(config: dict) -> str:
     if family is not None and (not isinstance(family, str) or family not in FAMILIES):
         raise ValueError(f"model_type = {family!r}: not a family the planner reads ({', '.join(FAMILIES)}); its "
                          f"code may build what config.json does not say (a gated FFN, biases, extra norms): if its "
-                         f"blocks are the Llama family's (a gated FFN, RMSNorm, RoPE, no experts, full attention), "
-                         f"describe the model with the shape flags; if not, the planner cannot plan it")
+                         f"blocks are what the shape flags build (a gated FFN, RMSNorm, RoPE, no biases, untied "
+                         f"embeddings, no experts, full attention), describe the model with them; if not, the planner "
+                         f"does not model it")
     for key, value in config.items():
         if key not in KNOWN and _set(value) and any(word in key.lower() for word in SHAPE_WORDS):
             raise ValueError(f"{key} = {value!r}: the planner does not read {key}, and its name says it may change "

@@ -41,6 +41,20 @@ SYNC_BYTES = {"fp32": 4, "bf16": 2, "int8": 1}    # bytes of one pseudo-gradient
 OUTER_STATE_BYTES = 4 + 4                          # fp32 global parameters + fp32 Nesterov momentum
 
 
+EACH_DP_RANK = "each"   # replicas: every data-parallel rank its own replica (search.candidates; the CLI's default)
+
+
+def holds(dp: int, cp: int, ep: int, replicas: int) -> bool:
+    """Whether `replicas` DiLoCo replicas can split a plan of this dp, cp and ep: they divide dp, and each replica's
+    dp x cp holds whole ep groups (expert parallelism stays inside one replica). check_fields says which rule fails.
+
+    Example:
+        >>> holds(16, 1, 8, 2), holds(16, 1, 8, 4), holds(8, 1, 1, 3)
+        (True, False, False)
+    """
+    return not dp % replicas and not (dp // replicas * cp) % ep
+
+
 def check_fields(strategy) -> None:
     """The outer sync's own rules (Strategy.__post_init__)."""
     if strategy.sync_precision not in SYNC_BYTES:

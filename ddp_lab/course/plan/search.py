@@ -8,7 +8,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
-from ddp_lab.course.plan import context_parallel, experts, hybrid_shard
+from ddp_lab.course.plan import context_parallel, experts, hybrid_shard, outer_sync
 from ddp_lab.course.plan.efficiency import early_stop_can_skip_last_gemm
 from ddp_lab.course.plan.memory import MemoryBreakdown, memory
 from ddp_lab.course.plan.steptime import TimeBreakdown, mfu, step_time, tokens_per_second
@@ -91,7 +91,7 @@ def candidates(model, cluster, global_batch: int, micro_batches=(1, 2, 4, 8), ze
                tp_across_nodes: bool = False, cp=(1,), ep=None, virtual_stages=(1, 2), attention: str = "flash",
                fp32_grads: bool = False, checkpoint_early_stop: bool = False, flash_kernel: str = "fa2",
                sequence_parallel: bool = False, tp_comm_overlap: bool = False, overlap_param_gather: bool = False,
-               dp_shard="auto", moe_dispatch: str = "all-to-all", sync_every: int = 1, replicas: int | None = None,
+               dp_shard="auto", moe_dispatch: str = "all-to-all", sync_every: int = 1, replicas=1,
                sync_precision: str = "fp32"):
     """Every valid Strategy: dp*tp*pp*cp = GPUs, tp divides the heads (and kv heads) and the GPUs of a
     node (unless tp_across_nodes), pp divides the layers, dp*micro_batch divides global_batch.
@@ -114,9 +114,9 @@ def candidates(model, cluster, global_batch: int, micro_batches=(1, 2, 4, 8), ze
     sizes, an int, a tuple, "auto" (the default: `hybrid_shard.searched_sizes`, shard groups of whole nodes) or None
     (none).
     sync_every, replicas, sync_precision: a DiLoCo-style outer sync on every plan (Strategy's fields, outer_sync.py,
-    lesson 16): `replicas` of the dp ranks (None: every dp rank one, each replica then its tp x pp x cp GPUs, and
-    plans with dp 1 left out) sync every `sync_every` steps; the plans whose dp (or a replica's dp x cp, for ep)
-    `replicas` does not divide are left out, and so are hybrid-sharded ones.
+    lesson 16): `replicas` of the dp ranks (outer_sync.EACH_DP_RANK: every dp rank one, each replica then its
+    tp x pp x cp GPUs, and plans with dp 1 left out) sync every `sync_every` steps; the plans `replicas` cannot split
+    (outer_sync.holds) are left out, and hybrid sharding is not tried (hybrid_shard.searched_sizes).
 
     Example:
         >>> from ddp_lab.course.plan.cluster_spec import ClusterSpec
@@ -131,6 +131,7 @@ def candidates(model, cluster, global_batch: int, micro_batches=(1, 2, 4, 8), ze
     if attention == "flash":
         recompute = tuple(rc for rc in recompute if rc != "selective")
     checkpoint_early_stop = checkpoint_early_stop and early_stop_can_skip_last_gemm(model)
+    outer = (sync_every, replicas, sync_precision) != (1, 1, "fp32")
     gpus = cluster.gpus
     for tp in divisors(gpus):
         if ((cluster.gpus_per_node % tp and not tp_across_nodes) or model.heads % tp or model.kv_heads_ % tp
@@ -157,14 +158,12 @@ def candidates(model, cluster, global_batch: int, micro_batches=(1, 2, 4, 8), ze
                                         overlap_param_gather=overlap_param_gather and stage in (1, 2))
                         if moe_dispatch != "all-to-all" and experts.dispatch_crosses_nodes(cluster, base):
                             base = base.with_(moe_dispatch=moe_dispatch)    # where it changes something
-                        outer = (sync_every, replicas, sync_precision) != (1, None, "fp32")
                         if outer:
-                            count = dp if replicas is None else replicas
-                            if dp % count or (dp // count * cp_size) % ep_size or (replicas is None and dp == 1):
+                            count = dp if replicas == outer_sync.EACH_DP_RANK else replicas
+                            if not outer_sync.holds(dp, cp_size, ep_size, count) or (count == 1 and replicas != 1):
                                 continue
                             base = base.with_(replicas=count, sync_every=sync_every, sync_precision=sync_precision)
-                        shards = hybrid_shard.searched_sizes(model, cluster, base, dp_shard) \
-                            if stage == 3 and not outer else []
+                        shards = hybrid_shard.searched_sizes(model, cluster, base, dp_shard) if stage == 3 else []
                         for schedule in [base] + [base.with_(schedule="interleaved", virtual_stages=v)
                                                   for v in virtual_stages
                                                   if v > 1 and pp > 1 and not model.layers % (pp * v)
@@ -228,6 +227,21 @@ def _fitting_with_context_parallel(model, cluster, global_batch, reserve, option
     return sorted((p for p in plans if p.fits), key=lambda p: (-p.tokens_per_second, p.memory.total))
 
 
+def _replicas_fit_no_plan(replicas, inner: list) -> str:
+    """Why DiLoCo `replicas` (a count, or outer_sync.EACH_DP_RANK) split none of the plans `inner` (the search's
+    without an outer sync), with the counts that split some of them (outer_sync.holds)."""
+    dps = ", ".join(map(str, sorted({s.dp for s in inner})))
+    split = any(s.ep > 1 for s in inner)
+    asked = "each dp rank a DiLoCo replica" if replicas == outer_sync.EACH_DP_RANK else f"replicas={replicas}"
+    fitting = sorted({r for s in inner for r in divisors(s.dp) if r > 1 and outer_sync.holds(s.dp, s.cp, s.ep, r)})
+    instead = (f"use replicas in {fitting} (each divides some plan's dp; more replicas leave fewer ranks to shard "
+               f"each replica's state, so fewer of them fit in memory)" if fitting else
+               "no plan has two data-parallel ranks to make replicas of: use more GPUs, or drop the outer sync")
+    return (f"{asked} fits no plan: each replica holds dp / replicas of a plan's data-parallel ranks (dp here: {dps})"
+            + (", and its dp x cp whole ep groups" if split else "") + f"; {instead}"
+            + (", or a smaller ep" if split and fitting else ""))
+
+
 def search(model, cluster, top: int | None = 10, global_batch: int | None = None,
            reserve: float = MEMORY_RESERVE, strategies=None, **options) -> list[Plan]:
     """Plans that fit GPU memory, fastest first (ties: less memory first).
@@ -260,18 +274,12 @@ def search(model, cluster, top: int | None = 10, global_batch: int | None = None
         strategies = candidates(model, cluster, global_batch, **options)
     plans = [evaluate(model, cluster, s, options.get("tp_across_nodes", False), reserve) for s in strategies]
     if not plans:
-        outer = {name: options.pop(name) for name in ("sync_every", "replicas", "sync_precision") if name in options}
-        if outer.get("replicas") not in (None, 1):     # plans exist without the outer sync: its replicas rule them out
-            inner = list(candidates(model, cluster, global_batch, **options))
+        replicas = options.get("replicas", 1)
+        if replicas != 1:     # plans exist without the outer sync: its replicas rule them out
+            inner = list(candidates(model, cluster, global_batch,
+                                    **{**options, "replicas": 1, "sync_every": 1, "sync_precision": "fp32"}))
             if inner:
-                fitting = sorted({r for s in inner for r in divisors(s.dp)
-                                  if r > 1 and not (s.dp // r * s.cp) % s.ep})
-                dps = ", ".join(map(str, sorted({s.dp for s in inner})))
-                split = any(s.ep > 1 for s in inner)
-                raise ValueError(f"replicas={outer['replicas']} fits no plan: each DiLoCo replica holds dp / replicas "
-                                 f"of a plan's data-parallel ranks (dp here: {dps})"
-                                 + (", and its dp x cp whole ep groups" if split else "")
-                                 + f"; use replicas in {fitting}" + (", or a smaller ep" if split else ""))
+                raise ValueError(_replicas_fit_no_plan(replicas, inner))
         asked = "".join(f", {name}={options[name]}" for name in ("cp", "ep") if options.get(name) not in (None, 1, (1,)))
         raise ValueError(f"no valid strategy for {model.name} on {cluster.gpus} GPUs with global batch {global_batch}"
                          f"{asked}: choose a global batch divisible by the number of GPUs"
@@ -291,6 +299,8 @@ def search(model, cluster, top: int | None = 10, global_batch: int | None = None
         else:
             advice = (f"even without activations the smallest needs {states / 1e9:.1f} GB, so shorter sequences do "
                       f"not help: add nodes or use GPUs with more memory")
+        if any(p.strategy.replicas > 1 for p in plans):   # a replica shards its state over its own dp ranks only
+            advice = f"use fewer DiLoCo replicas (each shards its model state over dp / replicas ranks); {advice}"
         raise ValueError(f"no plan for {model.name} fits {cluster.gpus} x {cluster.gpu.name} "
                          f"({cluster.gpu.memory / 1e9:.0f} GB each, {percent_text(1 - reserve)} usable): the smallest, "
                          f"{smallest.strategy.label()}, needs {smallest.memory.total / 1e9:.1f} GB per GPU; {advice}")

@@ -234,9 +234,10 @@ def step_time(model, cluster, strategy) -> TimeBreakdown:
     tp_hidden = m * stage_layers * max(0.0, tp_all - tp_forward - tp_backward)
     tp_comm = m * (stage_layers * (tp_forward + tp_backward) + vocab_tp)
     pp_comm = 0.0
-    if p > 1:   # each micro-batch crosses every stage boundary forward and backward, v times when interleaved
+    if p > 1:   # each micro-batch crosses every stage boundary forward and backward, v times when interleaved;
+        # a DiLoCo replica is a block of GPUs of its own, whose stages are among its GPUs (outer_sync.inner_strategy)
         pp_comm = 2 * m * v * collective_time("send", _activation_bytes(model, strategy) / t, cluster,
-                                              strategy.layout.group("pp"))
+                                              outer_sync.inner_strategy(strategy).layout.group("pp"))
 
     dp_comm = dp_communication(model, cluster, inner)
     replicate = hybrid_shard.replicate_seconds(model, cluster, strategy)   # HSDP: across nodes, not on TP's link
