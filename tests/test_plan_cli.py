@@ -1248,3 +1248,14 @@ def test_a_breakdown_shows_the_tp_communication_its_overlap_hides_and_fp8_mfus_p
     assert seconds(out, "TP communication") + hidden == pytest.approx(seconds(out, "TP communication (total)"),
                                                                       abs=2e-3)
     assert re.search(r"MFU [\d.]+% \(of the bf16 peak", out) and "(of the bf16 peak" not in plain
+
+
+def test_a_t4_plan_names_the_attention_kernel_that_runs_there(capsys):
+    """FlashAttention-2 needs Ampere or newer: on a T4 the header and the breakdown name SDPA's memory-efficient
+    kernel (the same memory), not a kernel that cannot run there; an A100's stays 'flash attention'."""
+    from ddp_lab.__main__ import main
+    for extra in (["--top", "1"], ["--dp", "4"]):
+        assert main(["plan", "--model", "gpt2-small", "--cluster", "t4", *extra]) == 0
+        assert "flash attention (on a T4: SDPA's memory-efficient kernel, the same memory)" in capsys.readouterr().out
+    assert main(["plan", "--model", "gpt2-small", "--cluster", "a100-80gb", "--top", "1"]) == 0
+    assert "fp16, flash attention\n" in capsys.readouterr().out.replace("bf16", "fp16")

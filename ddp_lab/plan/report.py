@@ -164,7 +164,7 @@ def search_header(model, cluster, global_batch: int, precision: str, tried: int,
     others = [flag for flag in applied if flag != "--sequence-parallel"]
     on_every = f"; {', '.join(others)} on every plan {'it fits' if len(others) == 1 else 'they fit'}" if others else ""
     return (f"{model.name} on {where}, global batch {global_batch} sequences x {model.seq_len} tokens, {precision}, "
-            f"{attention_text(attention, flash_kernel)}\n{model_text(model, seq_source)}\n"
+            f"{attention_text(attention, flash_kernel, cluster.gpu.generation)}\n{model_text(model, seq_source)}\n"
             f"{tried} plans tried (dp x tp x pp, ZeRO 0-3, micro-batch, recomputation, {sequence}"
             f"{', interleaving' if interleaved else ''}{splits}{on_every}); {fitting} fit in "
             f"{percent_text(1 - reserve)} of each GPU's {cluster.gpu.memory / GB:.1f} GB (memory reserve "
@@ -183,8 +183,12 @@ def _stages_text(stages) -> str:
     return "z" + ",".join(map(str, stages))
 
 
-def attention_text(attention: str, flash_kernel: str) -> str:
-    """How a plan's attention is named in the output: "flash attention", "flash attention (cudnn kernel)"."""
+def attention_text(attention: str, flash_kernel: str, generation: str = "") -> str:
+    """How a plan's attention is named in the output: "flash attention", "flash attention (cudnn kernel)"; on a
+    Turing GPU (a T4), where FlashAttention-2 does not run (it needs Ampere or newer), PyTorch's SDPA runs its
+    memory-efficient kernel, which keeps no s x s scores either: the planner's memory for "flash" holds."""
+    if attention == "flash" and generation == "turing":
+        return "flash attention (on a T4: SDPA's memory-efficient kernel, the same memory)"
     kernel = "" if attention != "flash" or flash_kernel == "fa2" else f" ({flash_kernel} kernel)"
     return f"{attention} attention{kernel}"
 
@@ -199,7 +203,8 @@ def breakdown(plan, seq_source: str | None = None) -> str:
     m, t, strategy = plan.memory, plan.time, plan.strategy
     lines = [f"{plan.model.name} on {plan.cluster.name or plan.cluster.gpus} GPUs: {strategy.label()}",
              f"  global batch {strategy.global_batch} sequences x {plan.model.seq_len} tokens, "
-             f"precision {strategy.precision}, {attention_text(strategy.attention, strategy.flash_kernel)}",
+             f"precision {strategy.precision}, "
+             f"{attention_text(strategy.attention, strategy.flash_kernel, plan.cluster.gpu.generation)}",
              *("  " + line for line in model_text(plan.model, seq_source).splitlines())]
     lines += _split_lines(plan)
     lines.append("  memory per GPU (GB)")
