@@ -59,7 +59,7 @@ def breakdown(plans, top: int = 5):
     mem_ax.axvline(shown[0].usable_memory / 1e9, color="k", linestyle=":", linewidth=1,
                    label=f"a plan may use {shown[0].usable_memory / gpu.memory:.0%}")
     mem_ax.set_xlabel("memory per GPU (GB)")
-    _legend(mem_ax)
+    _legend(mem_ax, columns=2)   # its GPU line's label is long: three columns ran under the step-time panel
     mem_ax.set_title("memory per GPU: the plans that fit stay left of the dotted line" if len(shown) > 1 else
                      "memory per GPU: a plan that fits stays left of the dotted line", fontsize=9)
     time_parts = TIME_PARTS + tuple(part for part in SPLIT_TIME_PARTS if any(getattr(p.time, part[0]) for p in shown))
@@ -81,5 +81,6 @@ def _stack(ax, labels, columns, parts):
     ax.grid(True, axis="x", alpha=0.3)
 
 
-def _legend(ax) -> None:
-    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=3, frameon=False)
+def _legend(ax, columns: int = 3) -> None:
+    """The panel's key below it, centred; `columns` few enough that it stays under its own panel."""
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=columns, frameon=False)
