@@ -161,6 +161,8 @@ BAD_INPUT = [
     ((*LLAMA_8B, "--node-link-gbps", "nan"), ["--node-link-gbps must be a positive finite number, got nan"]),
     ((*LLAMA_8B, "--nodes", "2", "--node-link-gbps", "1e-300"),
      ["--node-link-gbps must be at least 0.001, got 1e-300: is the unit Gb/s?"]),
+    (("--model", "gpt2-small", "--cluster", "t4", "--flash-kernel", "cudnn"),
+     ["--flash-kernel cudnn on a T4: cuDNN's fused flash attention needs Ampere or newer", "keep --flash-kernel fa2"]),
     ((*LLAMA_8B, "--nodes", "2", "--region-nodes", "1", "--cross-region-latency-ms", "1e9"),
      ["--cross-region-latency-ms must be at most 10000, got 1e+09: is the unit ms?"]),
     # a tp the node refuses is offered the sizes every tp rule allows (96 heads, 72 GPUs a node: not 9, 18, 36, 72)
@@ -1183,18 +1185,32 @@ def test_the_outer_sync_alone_is_searched_on_every_plan(capsys):
                  "--top", "2"]) == 0
     rows = [line.split() for line in capsys.readouterr().out.splitlines() if re.match(r"\s+\d+ dp", line)]
     assert len(rows) == 2 and all(f"r{row[1][2:]}/1" in row for row in rows), rows
+    # the library's search: an outer sync asked for without replicas has each dp rank one, as the command line does
+    from ddp_lab.plan import ClusterSpec, Transformer, search
+    best = search(Transformer.preset("llama3-8b").with_(seq_len=4096), ClusterSpec.preset("h100-sxm"), top=3,
+                  sync_every=100)
+    assert all(p.strategy.replicas == p.strategy.dp > 1 and p.strategy.sync_every == 100 for p in best), best
 
 
 OUTER_SYNC_SAID = {   # an outer-sync search that cannot be made, and what it says
     "no_dp": (("--model", "llama3-8b", "--cluster", "h100-sxm", "--gpus-per-node", "1", "--seq-len", "4096",
                "--sync-every", "4"),
-              ["each dp rank a DiLoCo replica fits no plan", "(dp here: 1)", "no plan has two data-parallel ranks"]),
+              ["each dp rank a DiLoCo replica fits no plan", "(dp here: 1)", "no plan has two data-parallel ranks",
+               "on 1 GPU ("]),
+    "cp_takes_the_gpus": ((*LLAMA_8B, "--seq-len", "65536", "--cp", "8", "--sync-every", "10"),
+                          ["no plan has two data-parallel ranks to make replicas of on 8 GPUs",
+                           "split the model over fewer of them"]),
+    "odd_batch": (("--model", "gpt2-small", "--cluster", "h100-sxm", "--sync-every", "10", "--global-batch", "7"),
+                  ["the global batch, 7 sequences, splits over no dp of 2 or more", "more factors of two"]),
     "ep_inside": (("--model", "mixtral-8x7b", "--cluster", "h100-sxm", "--nodes", "4", "--seq-len", "4096",
                    "--sync-every", "10", "--ep", "8"),
                   ["each dp rank a DiLoCo replica fits no plan", "whole ep groups", "use --replicas in [2, 4]",
                    "or a smaller --ep"]),
     "memory": ((*LLAMA_8B, "--sync-every", "4", "--replicas", "8"),
                ["no plan for llama3-8b fits", "r8/4", "use fewer DiLoCo replicas"]),
+    # the fewest replicas, 2, already: fewer is no outer sync, which fits 36 plans here
+    "memory_at_two": (("--model", "llama3-70b", "--cluster", "h100-sxm", "--nodes", "2", "--sync-every", "100"),
+                      ["r2/100", "with 2 DiLoCo replicas, the fewest", "without the outer sync 36 plans fit"]),
 }
 
 
@@ -1204,7 +1220,8 @@ def test_an_outer_sync_search_that_cannot_be_made_says_why(case):
     (code, out, err), = plan_on_each([args])
     assert code == 2 and out == "" and len(err.splitlines()) == 1, err
     assert all(words in err for words in said), err
-    assert "global batch" not in err, err           # not the batch's fault
+    assert ("global batch" in err) == (case == "odd_batch"), err     # the batch named only where it is at fault
+    assert "use fewer DiLoCo replicas" not in err or case == "memory", err
 
 
 def test_an_outer_sync_search_names_what_it_leaves_out(capsys):
@@ -1213,8 +1230,8 @@ def test_an_outer_sync_search_names_what_it_leaves_out(capsys):
     from ddp_lab.__main__ import main
     assert main(["plan", "--model", "deepseek-moe-16b", "--cluster", "h100-sxm", "--nodes", "2", "--sync-every", "10",
                  "--top", "2"]) == 0
-    assert capsys.readouterr().out.startswith("note: with each dp rank a DiLoCo replica, a replica holds one dp rank "
-                                              "and no expert-parallel group (ep 1 only)")
+    assert capsys.readouterr().out.startswith("note: with each dp rank a DiLoCo replica, a replica holds one dp rank, "
+                                              "so its expert-parallel groups are at most its cp ranks")
     assert main(["plan", "--model", "llama3-70b", "--cluster", "h100-sxm", "--nodes", "16", "--seq-len", "4096",
                  "--sync-every", "50", "--replicas", "2", "--dp-shard", "8", "--top", "2"]) == 0
     assert capsys.readouterr().out.startswith("note: --dp-shard 8 applies to no plan of this search: the planner does "

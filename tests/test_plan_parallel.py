@@ -24,6 +24,7 @@ from ddp_lab.course.plan.memory import memory, stage_activation_bytes, stage_sta
 from ddp_lab.course.plan.model import Transformer
 from ddp_lab.course.plan.overlap import bucketed_exposed, chunked_exposed, prefetched_exposed
 from ddp_lab.course.plan.steptime import step_time
+from ddp_lab.plan.cli_regions import regions_note
 from ddp_lab.course.plan.strategy import Strategy, check, divisors
 from ddp_lab.course import rank_layout
 from ddp_lab.course.rank_layout import Group
@@ -155,12 +156,14 @@ def test_uneven_stages_llama3_126_layers_on_16():
 
 def test_two_uneven_stages_give_the_rest_to_the_stage_not_given():
     """pp 2 has no middle stage: the stage not given holds the rest (Megatron-LM's rule), two given must add up to
-    the layers; the label says 'rest', and a lighter first stage (it holds the most micro-batches in flight) moves
-    the pace to the last one."""
+    the layers; the label says 'rest'. The fuller stage sets the pace, and the last one also runs the head: 18 + 14
+    is faster than 14 + 18."""
     llama = Transformer.preset("llama3-8b")                     # 32 layers
     first = Strategy(dp=4, pp=2, grad_accum=8, first_stage_layers=14)
+    last = Strategy(dp=4, pp=2, grad_accum=8, last_stage_layers=14)
     assert pipeline_stages.stage_layers(llama, first) == [14, 18] and first.label().endswith("L14/rest")
-    assert pipeline_stages.stage_layers(llama, Strategy(dp=4, pp=2, grad_accum=8, last_stage_layers=15)) == [17, 15]
+    assert pipeline_stages.stage_layers(llama, last) == [18, 14] and last.label().endswith("Lrest/14")
+    assert step_time(llama, H100, last).compute < step_time(llama, H100, first).compute
     check(llama, first.with_(last_stage_layers=18), gpus=8)
     with pytest.raises(ValueError, match=r"two stages hold 32 layers.*put 15 and 15 on them: give one of them"):
         check(llama, first.with_(first_stage_layers=15, last_stage_layers=15), gpus=8)
@@ -514,14 +517,20 @@ def test_the_arithmetic_over_ranks_does_not_grow_with_the_cluster():
     assert _lines_run(2_000, hybrid_shard.replicate_group(hsdp).ranks_in_a_node, 8)[0] == (1, 1)
 
 
-def test_a_diloco_replicas_pipeline_stays_inside_the_replica():
-    """A DiLoCo replica is a block of GPUs of its own: its pipeline stages send to each other inside it, so where
-    regions hold whole replicas nothing of the pipeline crosses the slow link (the note and the step time agree)."""
+def test_a_diloco_replica_is_a_block_of_gpus_whose_pipeline_stays_inside_it():
+    """A DiLoCo replica is a block of GPUs of its own: its pipeline stages send to each other inside it, and the
+    outer sync runs between blocks. With one replica per region the pipeline's sends never cross the slow link and
+    the outer sync always does (the step time and the region note agree)."""
     llama = Transformer.preset("llama3-70b").with_(seq_len=4096)
-    strategy = Strategy(dp=4, tp=8, pp=4, micro_batch=8, grad_accum=8, sequence_parallel=True, recompute="full",
-                        sync_every=50, replicas=4)
-    nodes = ClusterSpec.preset("h100-sxm", nodes=16)
-    regions = nodes.with_(region_nodes=8)
+    strategy = Strategy(dp=4, tp=8, pp=2, micro_batch=8, grad_accum=8, sequence_parallel=True, recompute="full",
+                        zero=1, sync_every=100, replicas=2)
+    nodes = ClusterSpec.preset("h100-sxm", nodes=8)
+    regions = nodes.with_(region_nodes=4)                       # 32 GPUs a region, 32 a replica
     inner = outer_sync.inner_strategy(strategy)
     assert not spans_regions(regions, inner.layout.group("pp"))
-    assert step_time(llama, regions, strategy).pp_comm == pytest.approx(step_time(llama, nodes, strategy).pp_comm)
+    assert spans_regions(regions, outer_sync.outer_group(strategy))
+    assert outer_sync.outer_group(strategy).stride == 32
+    apart, together = step_time(llama, regions, strategy), step_time(llama, nodes, strategy)
+    assert apart.pp_comm == pytest.approx(together.pp_comm)
+    assert apart.outer_sync > 10 * together.outer_sync         # the slow link, once every 100 steps
+    assert "across it: the DiLoCo replicas' outer sync" in regions_note(llama, regions, strategy)

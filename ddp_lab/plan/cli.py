@@ -237,8 +237,9 @@ def _search_report(model, cluster, args, reserve: float, seq_source: str | None 
                          if getattr(args, name) is not None)
         applied += (outer + (" (each dp rank a replica)" if options["replicas"] == EACH_DP_RANK else ""),)
         if options["replicas"] == EACH_DP_RANK and model.moe is not None:
-            note += ("note: with each dp rank a DiLoCo replica, a replica holds one dp rank and no expert-parallel "
-                     "group (ep 1 only); --replicas R keeps dp / R ranks in each, for ep\n")
+            note += ("note: with each dp rank a DiLoCo replica, a replica holds one dp rank, so its expert-parallel "
+                     "groups are at most its cp ranks (ep 1 without context parallelism); --replicas R keeps dp / R "
+                     "ranks in each, for ep\n")
     dispatched = any(s.moe_dispatch != "all-to-all" for s in tried)   # put only where an ep group crosses nodes
     if dispatched:
         applied += (f"--moe-dispatch {options['moe_dispatch']}",)

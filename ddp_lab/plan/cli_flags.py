@@ -206,10 +206,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                           "--overlap-param-gather) instead of after the optimizer; in a search, on every plan with "
                           "ZeRO 1 or 2")
     how.add_argument("--first-stage-layers", dest="first_stage_layers", type=int, metavar="N",
-                     help="uneven pipeline: layers of the first stage (the middle stages share the rest, with "
-                          "--pp 2 the last stage holds it; interleaved: of the first virtual stage)")
+                     help="uneven pipeline: layers of the first stage (the middle stages share the rest; with "
+                          "--pp 2 and no interleaving, the last stage holds it; interleaved: of the first virtual "
+                          "stage)")
     how.add_argument("--last-stage-layers", dest="last_stage_layers", type=int, metavar="N",
-                     help="uneven pipeline: layers of the last stage (Llama 3 405B: 126 layers on 16 stages, 7 and 7)")
+                     help="uneven pipeline: layers of the last stage (Llama 3 405B: 126 layers on 16 stages, 7 and "
+                          "7; with --pp 2 and no interleaving, the first stage holds the rest)")
     how.add_argument("--sync-every", dest="sync_every", type=int, metavar="H",
                      help="DiLoCo-style outer sync: replicas exchange pseudo-gradients once every H steps (with "
                           "--replicas R, default every dp rank a replica)")

@@ -59,13 +59,24 @@ def kernel_speedup(generation: str, kernel: str) -> float:
     Hopper's).
 
     Example:
-        >>> kernel_speedup("hopper", "cudnn"), kernel_speedup("hopper", "fa2"), kernel_speedup("turing", "cudnn")
+        >>> kernel_speedup("hopper", "cudnn"), kernel_speedup("hopper", "fa2"), kernel_speedup("turing", "fa2")
         (1.7, 1.0, 1.0)
 
-    A generation without a published comparison (Turing) keeps FlashAttention-2's rate.
+    On Turing (a T4) neither kernel runs: PyTorch's SDPA runs its memory-efficient kernel there, planned at the
+    "fa2" rate (report.attention_text names it), and "cudnn" is refused (cuDNN's fused flash attention needs Ampere
+    or newer).
 
     Introduced in notebooks/13-plan-your-training-run.ipynb (the `--flash-kernel` flag; docs/planner.md).
     """
+    check(generation, kernel)
     if kernel == "fa2":
         return 1.0
     return CUDNN_SPEEDUP.get(generation, 1.0)
+
+
+def check(generation: str, kernel: str) -> None:
+    """Refuse a kernel that does not run on the generation: cuDNN's fused flash attention on Turing (a T4)."""
+    if kernel == "cudnn" and generation == "turing":
+        raise ValueError("flash_kernel='cudnn' on a T4: cuDNN's fused flash attention needs Ampere or newer, and "
+                         "PyTorch's SDPA runs its memory-efficient kernel there, which the planner prices as 'fa2': "
+                         "keep flash_kernel='fa2'")

@@ -65,6 +65,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ddp_lab.course.plan import attention_kernels
 from ddp_lab.course.plan.activations import replicated_share
 from ddp_lab.course.plan.attention_kernels import kernel_speedup
 from ddp_lab.course.plan.generation_constants import FLASH_PRECISIONS, constants_generation
@@ -163,6 +164,7 @@ def attention_seconds(flops: float, gpu, strategy) -> float:
 
     Introduced in notebooks/13-plan-your-training-run.ipynb.
     """
+    attention_kernels.check(gpu.generation, strategy.flash_kernel)   # a kernel the GPU cannot run: refused
     precision = compute_precision(strategy)          # FP8 training keeps attention in bf16 (precision.py)
     flash = strategy.attention == "flash" and precision in FLASH_PRECISIONS
     utilization = gpu.flash_attention_share if flash else None

@@ -14,14 +14,16 @@ all-reduce taking a median of 103-469 s over internet links) depends on the link
 takes as given (`--cross-region-gbps`; lesson 16 compares the two).
 
 The planner's view, `Strategy(dp=..., replicas=R, sync_every=H, sync_precision=...)`:
-    inner   the dp ranks split into R replicas of dp / R consecutive dp ranks; inside a replica
-            everything is as before (ZeRO over dp / R x cp ranks, gradients reduced every step),
-            `inner_strategy`;
+    inner   the dp ranks split into R replicas of dp / R dp ranks, each replica a block of
+            GPUs / R consecutive ranks of its own (the replicas outermost, as DiLoCo's run in clusters of
+            their own), laid out inside as a plan of dp / R is (its tp, cp, dp and pp groups among its
+            GPUs); inside a replica everything is as before (ZeRO over dp / R x cp ranks, gradients
+            reduced every step), `inner_strategy`;
     outer   every H steps each rank all-reduces the pseudo-gradient of the parameters whose
             optimizer state it holds (its ZeRO shard; all of its stage's with ZeRO 0) with the
-            ranks holding the same shard in the other replicas (`outer_group`: R ranks,
-            tp x cp x dp / R apart), blocking (INTELLECT-1 synchronised blocking); the step time
-            carries 1/H of it (`TimeBreakdown.outer_sync`);
+            ranks holding the same shard in the other replicas (`outer_group`: R ranks, a replica's
+            GPUs apart), blocking (INTELLECT-1 synchronised blocking); the step time carries 1/H of
+            it (`TimeBreakdown.outer_sync`);
     memory  the outer optimizer keeps, for the same parameters, the fp32 global copy theta_global
             and its Nesterov momentum: 8 bytes per parameter (`outer_state_bytes`; INTELLECT-1
             keeps them in CPU memory, which the planner does not model: it counts them on the GPU).
@@ -56,7 +58,7 @@ def holds(dp: int, cp: int, ep: int, replicas: int) -> bool:
 
 
 def check_fields(strategy) -> None:
-    """The outer sync's own rules (Strategy.__post_init__)."""
+    """The outer sync's own rules (Strategy.__post_init__): `holds`' two, each with its message, and the others."""
     if strategy.sync_precision not in SYNC_BYTES:
         raise ValueError(f"Strategy.sync_precision must be one of {tuple(SYNC_BYTES)}, got {strategy.sync_precision!r}")
     if strategy.dp % strategy.replicas:
@@ -86,8 +88,15 @@ def inner_strategy(strategy):
 
 
 def outer_group(strategy) -> Group:
-    """The ranks that hold the same shard in every replica: replicas ranks, tp x cp x dp / replicas apart."""
-    return Group(strategy.replicas, strategy.tp * strategy.cp * (strategy.dp // strategy.replicas), world=strategy.gpus)
+    """The ranks that hold the same shard in every replica: replicas ranks, one replica's GPUs (gpus / replicas)
+    apart, since each replica is a block of consecutive ranks (the module docstring).
+
+    Example:
+        >>> from ddp_lab.course.plan.strategy import Strategy
+        >>> outer_group(Strategy(dp=4, tp=8, pp=2, replicas=2, sync_every=100)).stride   # 32 GPUs a replica
+        32
+    """
+    return Group(strategy.replicas, strategy.gpus // strategy.replicas, world=strategy.gpus)
 
 
 def synced_parameters(model, strategy) -> int:

@@ -38,7 +38,8 @@ def check_fields(strategy) -> None:
 
 
 def check(model, strategy) -> None:
-    """Raise ValueError (saying how to fix it) unless the middle stages can share the remaining layers equally."""
+    """Raise ValueError (saying how to fix it) unless the middle stages can share the remaining layers equally, or,
+    with two stages and no middle, the two hold all the layers, at least one each."""
     first, last = _ends(model, strategy)
     middle, stages = model.layers - first - last, _chunks(strategy) - 2
     if stages == 0:       # two stages, no middle: the one not given holds the rest

@@ -91,7 +91,7 @@ def candidates(model, cluster, global_batch: int, micro_batches=(1, 2, 4, 8), ze
                tp_across_nodes: bool = False, cp=(1,), ep=None, virtual_stages=(1, 2), attention: str = "flash",
                fp32_grads: bool = False, checkpoint_early_stop: bool = False, flash_kernel: str = "fa2",
                sequence_parallel: bool = False, tp_comm_overlap: bool = False, overlap_param_gather: bool = False,
-               dp_shard="auto", moe_dispatch: str = "all-to-all", sync_every: int = 1, replicas=1,
+               dp_shard="auto", moe_dispatch: str = "all-to-all", sync_every: int = 1, replicas=None,
                sync_precision: str = "fp32"):
     """Every valid Strategy: dp*tp*pp*cp = GPUs, tp divides the heads (and kv heads) and the GPUs of a
     node (unless tp_across_nodes), pp divides the layers, dp*micro_batch divides global_batch.
@@ -115,7 +115,8 @@ def candidates(model, cluster, global_batch: int, micro_batches=(1, 2, 4, 8), ze
     (none).
     sync_every, replicas, sync_precision: a DiLoCo-style outer sync on every plan (Strategy's fields, outer_sync.py,
     lesson 16): `replicas` of the dp ranks (outer_sync.EACH_DP_RANK: every dp rank one, each replica then its
-    tp x pp x cp GPUs, and plans with dp 1 left out) sync every `sync_every` steps; the plans `replicas` cannot split
+    tp x pp x cp GPUs, and plans with dp 1 left out; None, the default: that where sync_every or sync_precision asks
+    for an outer sync, else none) sync every `sync_every` steps; the plans `replicas` cannot split
     (outer_sync.holds) are left out, and hybrid sharding is not tried (hybrid_shard.searched_sizes).
 
     Example:
@@ -131,6 +132,12 @@ def candidates(model, cluster, global_batch: int, micro_batches=(1, 2, 4, 8), ze
     if attention == "flash":
         recompute = tuple(rc for rc in recompute if rc != "selective")
     checkpoint_early_stop = checkpoint_early_stop and early_stop_can_skip_last_gemm(model)
+    if replicas is None:
+        replicas = 1 if (sync_every, sync_precision) == (1, "fp32") else outer_sync.EACH_DP_RANK
+    if replicas != outer_sync.EACH_DP_RANK and (isinstance(replicas, bool) or not isinstance(replicas, int)
+                                                 or replicas < 1):
+        raise ValueError(f"replicas={replicas!r}: a number of DiLoCo replicas >= 1, or {outer_sync.EACH_DP_RANK!r} "
+                         f"(each dp rank one)")
     outer = (sync_every, replicas, sync_precision) != (1, 1, "fp32")
     gpus = cluster.gpus
     for tp in divisors(gpus):
@@ -227,16 +234,34 @@ def _fitting_with_context_parallel(model, cluster, global_batch, reserve, option
     return sorted((p for p in plans if p.fits), key=lambda p: (-p.tokens_per_second, p.memory.total))
 
 
-def _replicas_fit_no_plan(replicas, inner: list) -> str:
-    """Why DiLoCo `replicas` (a count, or outer_sync.EACH_DP_RANK) split none of the plans `inner` (the search's
-    without an outer sync), with the counts that split some of them (outer_sync.holds)."""
+def _without_outer_sync(model, cluster, global_batch: int, options: dict) -> list:
+    """The search's candidates without its outer sync (empty where it asks for none)."""
+    if options.get("replicas") in (None, 1) and (options.get("sync_every", 1), options.get("sync_precision", "fp32")) \
+            == (1, "fp32"):
+        return []
+    return list(candidates(model, cluster, global_batch,
+                           **{**options, "replicas": 1, "sync_every": 1, "sync_precision": "fp32"}))
+
+
+def _replicas_fit_no_plan(model, cluster, global_batch: int, options: dict, inner: list) -> str:
+    """Why the DiLoCo replicas `options` ask for (a count, or outer_sync.EACH_DP_RANK; None: each dp rank) split
+    none of the plans `inner` (the search's without an outer sync), with the counts that split some of them
+    (outer_sync.holds), or what keeps every plan at one data-parallel rank."""
+    replicas = options.get("replicas")
     dps = ", ".join(map(str, sorted({s.dp for s in inner})))
     split = any(s.ep > 1 for s in inner)
-    asked = "each dp rank a DiLoCo replica" if replicas == outer_sync.EACH_DP_RANK else f"replicas={replicas}"
+    asked = f"replicas={replicas}" if isinstance(replicas, int) else "each dp rank a DiLoCo replica"
     fitting = sorted({r for s in inner for r in divisors(s.dp) if r > 1 and outer_sync.holds(s.dp, s.cp, s.ep, r)})
-    instead = (f"use replicas in {fitting} (each divides some plan's dp; more replicas leave fewer ranks to shard "
-               f"each replica's state, so fewer of them fit in memory)" if fitting else
-               "no plan has two data-parallel ranks to make replicas of: use more GPUs, or drop the outer sync")
+    if fitting:
+        instead = (f"use replicas in {fitting} (each divides some plan's dp; more replicas leave fewer ranks to "
+                   f"shard each replica's state, so fewer of them fit in memory)")
+    elif any(s.dp > 1 for s in _without_outer_sync(model, cluster, cluster.gpus * 2 ** 10, options)):
+        instead = (f"the global batch, {global_batch} sequences, splits over no dp of 2 or more (dp x micro-batch "
+                   f"divides it): use one with more factors of two, or drop the outer sync")
+    else:
+        instead = (f"no plan has two data-parallel ranks to make replicas of on {cluster.gpus} "
+                   f"GPU{'s' if cluster.gpus > 1 else ''} (dp x tp x pp x cp = GPUs): use more GPUs, split the model "
+                   f"over fewer of them, or drop the outer sync")
     return (f"{asked} fits no plan: each replica holds dp / replicas of a plan's data-parallel ranks (dp here: {dps})"
             + (", and its dp x cp whole ep groups" if split else "") + f"; {instead}"
             + (", or a smaller ep" if split and fitting else ""))
@@ -274,12 +299,9 @@ def search(model, cluster, top: int | None = 10, global_batch: int | None = None
         strategies = candidates(model, cluster, global_batch, **options)
     plans = [evaluate(model, cluster, s, options.get("tp_across_nodes", False), reserve) for s in strategies]
     if not plans:
-        replicas = options.get("replicas", 1)
-        if replicas != 1:     # plans exist without the outer sync: its replicas rule them out
-            inner = list(candidates(model, cluster, global_batch,
-                                    **{**options, "replicas": 1, "sync_every": 1, "sync_precision": "fp32"}))
-            if inner:
-                raise ValueError(_replicas_fit_no_plan(replicas, inner))
+        inner = _without_outer_sync(model, cluster, global_batch, options)
+        if inner:     # plans exist without the outer sync: its replicas rule them out
+            raise ValueError(_replicas_fit_no_plan(model, cluster, global_batch, options, inner))
         asked = "".join(f", {name}={options[name]}" for name in ("cp", "ep") if options.get(name) not in (None, 1, (1,)))
         raise ValueError(f"no valid strategy for {model.name} on {cluster.gpus} GPUs with global batch {global_batch}"
                          f"{asked}: choose a global batch divisible by the number of GPUs"
@@ -299,8 +321,16 @@ def search(model, cluster, top: int | None = 10, global_batch: int | None = None
         else:
             advice = (f"even without activations the smallest needs {states / 1e9:.1f} GB, so shorter sequences do "
                       f"not help: add nodes or use GPUs with more memory")
-        if any(p.strategy.replicas > 1 for p in plans):   # a replica shards its state over its own dp ranks only
+        fewest = min(p.strategy.replicas for p in plans)
+        if fewest > 2:   # a replica shards its state over its own dp ranks only
             advice = f"use fewer DiLoCo replicas (each shards its model state over dp / replicas ranks); {advice}"
+        elif fewest == 2:
+            alone = [p for p in (evaluate(model, cluster, s, options.get("tp_across_nodes", False), reserve)
+                                 for s in _without_outer_sync(model, cluster, global_batch, options)) if p.fits]
+            if alone:
+                advice = (f"with 2 DiLoCo replicas, the fewest, each replica shards its model state over half the "
+                          f"dp ranks: without the outer sync {len(alone)} plan{'s' if len(alone) > 1 else ''} fit; "
+                          f"{advice}")
         raise ValueError(f"no plan for {model.name} fits {cluster.gpus} x {cluster.gpu.name} "
                          f"({cluster.gpu.memory / 1e9:.0f} GB each, {percent_text(1 - reserve)} usable): the smallest, "
                          f"{smallest.strategy.label()}, needs {smallest.memory.total / 1e9:.1f} GB per GPU; {advice}")
