@@ -163,6 +163,10 @@ BAD_INPUT = [
      ["--node-link-gbps must be at least 0.001, got 1e-300: is the unit Gb/s?"]),
     (("--model", "gpt2-small", "--cluster", "t4", "--flash-kernel", "cudnn"),
      ["--flash-kernel cudnn on a T4: cuDNN's fused flash attention needs Ampere or newer", "keep --flash-kernel fa2"]),
+    # a replica of 12 GPUs would straddle 8-GPU nodes (and 16-GPU regions): costed as the first, it would be wrong
+    ((*LLAMA_8B, "--nodes", "6", "--seq-len", "4096", "--dp", "12", "--tp", "2", "--pp", "2", "--zero", "1",
+      "--sync-every", "10", "--replicas", "4", "--region-nodes", "2"),
+     ["--replicas 4: replicas of gpus / replicas = 12 GPUs would straddle the 8-GPU nodes"]),
     ((*LLAMA_8B, "--nodes", "2", "--region-nodes", "1", "--cross-region-latency-ms", "1e9"),
      ["--cross-region-latency-ms must be at most 10000, got 1e+09: is the unit ms?"]),
     # a tp the node refuses is offered the sizes every tp rule allows (96 heads, 72 GPUs a node: not 9, 18, 36, 72)
@@ -288,7 +292,7 @@ FIELD_MESSAGES = {
                      ["moe_dispatch", "dispatch="]),
     "expert_tp": (("--model", "mixtral-8x7b", "--cluster", "h100-sxm", "--tp", "4", "--expert-tp", "3"),
                   ["--expert-tp 3 does not divide --tp 4", "use --expert-tp in [1, 2, 4]"], ["expert_tp", "tp="]),
-    "sync_precision": ((*LLAMA_8B, "--sync-precision", "int8"),
+    "sync_precision": ((*LLAMA_8B, "--dp", "8", "--replicas", "1", "--sync-precision", "int8"),
                        ["--sync-precision int8 describes an outer sync", "set --replicas to",
                         "or drop --sync-precision"],
                        ["sync_precision", "sync_every", "--sync-every", "replicas="]),
@@ -309,9 +313,6 @@ FIELD_MESSAGES = {
                         ["on the inter-node link (--tp-across-nodes)"], ["tp_across_nodes", "tp="]),
     "region_nodes": ((*LLAMA_8B, "--nodes", "4", "--region-nodes", "3"),
                      ["--region-nodes 3 must divide the 4 nodes", "use --region-nodes in [1, 2, 4]"], ["region_nodes"]),
-    "sync_precision_alone": ((*LLAMA_8B, "--dp", "8", "--sync-precision", "int8"),
-                             ["set --replicas to the number of replicas (a divisor of dp), or drop --sync-precision"],
-                             ["(--replicas;", "sync_precision"]),
     "gpus_per_node": ((*LLAMA_8B, "--gpus-per-node", "9"),
                       ["--gpus-per-node 9: a h100-sxm node holds 8 GPUs", "leave --gpus-per-node unset"],
                       ["gpus_per_node"]),
@@ -1185,6 +1186,11 @@ def test_the_outer_sync_alone_is_searched_on_every_plan(capsys):
                  "--top", "2"]) == 0
     rows = [line.split() for line in capsys.readouterr().out.splitlines() if re.match(r"\s+\d+ dp", line)]
     assert len(rows) == 2 and all(f"r{row[1][2:]}/1" in row for row in rows), rows
+    # so is a pseudo-gradient precision alone, as one plan with --dp has it
+    assert main(["plan", "--model", "llama3-8b", "--cluster", "h100-sxm", "--seq-len", "4096", "--sync-precision",
+                 "int8", "--top", "2"]) == 0
+    rows = [line.split() for line in capsys.readouterr().out.splitlines() if re.match(r"\s+\d+ dp", line)]
+    assert len(rows) == 2 and all(f"r{row[1][2:]}/1-int8" in row for row in rows), rows
     # the library's search: an outer sync asked for without replicas has each dp rank one, as the command line does
     from ddp_lab.plan import ClusterSpec, Transformer, search
     best = search(Transformer.preset("llama3-8b").with_(seq_len=4096), ClusterSpec.preset("h100-sxm"), top=3,
@@ -1195,22 +1201,32 @@ def test_the_outer_sync_alone_is_searched_on_every_plan(capsys):
 OUTER_SYNC_SAID = {   # an outer-sync search that cannot be made, and what it says
     "no_dp": (("--model", "llama3-8b", "--cluster", "h100-sxm", "--gpus-per-node", "1", "--seq-len", "4096",
                "--sync-every", "4"),
-              ["each dp rank a DiLoCo replica fits no plan", "(dp here: 1)", "no plan has two data-parallel ranks",
-               "on 1 GPU ("]),
+              ["each dp rank a DiLoCo replica fits no plan", "(dp here: 1)",
+               "one GPU has no data-parallel ranks to make replicas of: use more GPUs, or drop the outer sync"]),
     "cp_takes_the_gpus": ((*LLAMA_8B, "--seq-len", "65536", "--cp", "8", "--sync-every", "10"),
                           ["no plan has two data-parallel ranks to make replicas of on 8 GPUs",
-                           "split the model over fewer of them"]),
+                           "use a smaller --cp than 8"]),
     "odd_batch": (("--model", "gpt2-small", "--cluster", "h100-sxm", "--sync-every", "10", "--global-batch", "7"),
-                  ["the global batch, 7 sequences, splits over no dp of 2 or more", "more factors of two"]),
+                  ["the global batch, 7 sequences, splits over no dp of 2 or more",
+                   "use a multiple of a dp these GPUs allow (2, 4, 8)"]),
+    "three_a_node": (("--model", "gpt2-small", "--cluster", "h100-sxm", "--gpus-per-node", "3", "--sync-every", "10",
+                      "--global-batch", "64"), ["use a multiple of a dp these GPUs allow (3)"]),
+    "straddling": ((*LLAMA_8B, "--nodes", "6", "--seq-len", "4096", "--sync-every", "10", "--replicas", "4",
+                    "--region-nodes", "2"),
+                   ["--replicas 4 fits no plan", "use --replicas in [3, 6, 12, 24, 48]"]),
     "ep_inside": (("--model", "mixtral-8x7b", "--cluster", "h100-sxm", "--nodes", "4", "--seq-len", "4096",
                    "--sync-every", "10", "--ep", "8"),
                   ["each dp rank a DiLoCo replica fits no plan", "whole ep groups", "use --replicas in [2, 4]",
                    "or a smaller --ep"]),
     "memory": ((*LLAMA_8B, "--sync-every", "4", "--replicas", "8"),
-               ["no plan for llama3-8b fits", "r8/4", "use fewer DiLoCo replicas"]),
+               ["no plan for llama3-8b fits", "r8/4", "with --replicas 2 (each shards its model state over dp / "
+                "replicas ranks) 181 plans fit"]),
     # the fewest replicas, 2, already: fewer is no outer sync, which fits 36 plans here
     "memory_at_two": (("--model", "llama3-70b", "--cluster", "h100-sxm", "--nodes", "2", "--sync-every", "100"),
-                      ["r2/100", "with 2 DiLoCo replicas, the fewest", "without the outer sync 36 plans fit"]),
+                      ["r2/100", "without the outer sync 36 plans fit"]),
+    # nothing fits with fewer replicas or without them: no such advice
+    "memory_anyway": (("--model", "llama3-70b", "--cluster", "h100-sxm", "--sync-every", "10", "--replicas", "4"),
+                      ["no plan for llama3-70b fits", "r4/10", "add nodes or use GPUs with more memory"]),
 }
 
 
@@ -1220,8 +1236,9 @@ def test_an_outer_sync_search_that_cannot_be_made_says_why(case):
     (code, out, err), = plan_on_each([args])
     assert code == 2 and out == "" and len(err.splitlines()) == 1, err
     assert all(words in err for words in said), err
-    assert ("global batch" in err) == (case == "odd_batch"), err     # the batch named only where it is at fault
-    assert "use fewer DiLoCo replicas" not in err or case == "memory", err
+    assert ("global batch" in err) == (case in ("odd_batch", "three_a_node")), err   # only where it is at fault
+    assert ("plans fit" in err) == (case in ("memory", "memory_at_two")), err        # fewer replicas, or none
+    assert "fewer DiLoCo replicas" not in err, err                  # advised only with a count that fits
 
 
 def test_an_outer_sync_search_names_what_it_leaves_out(capsys):
@@ -1276,3 +1293,17 @@ def test_a_t4_plan_names_the_attention_kernel_that_runs_there(capsys):
         assert "flash attention (on a T4: SDPA's memory-efficient kernel, the same memory)" in capsys.readouterr().out
     assert main(["plan", "--model", "gpt2-small", "--cluster", "a100-80gb", "--top", "1"]) == 0
     assert "fp16, flash attention\n" in capsys.readouterr().out.replace("bf16", "fp16")
+
+
+def test_the_region_note_names_an_expert_parallel_group_that_crosses_the_link(capsys):
+    """An ep group across two one-node regions sends its all-to-all over the slow link: the note says so, as the
+    step time charges it."""
+    from ddp_lab.__main__ import main
+    plan_moe = ["plan", "--model", "mixtral-8x7b", "--cluster", "h100-sxm", "--nodes", "2", "--seq-len", "4096",
+                "--dp", "8", "--tp", "2", "--ep", "8", "--micro-batch", "1", "--zero", "1", "--recompute", "full"]
+    assert main(plan_moe) == 0
+    alone = float(re.search(r"EP all-to-all\s+([\d.]+)", capsys.readouterr().out)[1])
+    assert main([*plan_moe, "--region-nodes", "1", "--cross-region-gbps", "10"]) == 0
+    out = capsys.readouterr().out
+    assert "across it: dp groups, ep groups (the MoE all-to-all)" in out
+    assert float(re.search(r"EP all-to-all\s+([\d.]+)", out)[1]) > 10 * alone

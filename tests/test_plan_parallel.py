@@ -24,11 +24,11 @@ from ddp_lab.course.plan.memory import memory, stage_activation_bytes, stage_sta
 from ddp_lab.course.plan.model import Transformer
 from ddp_lab.course.plan.overlap import bucketed_exposed, chunked_exposed, prefetched_exposed
 from ddp_lab.course.plan.steptime import step_time
-from ddp_lab.plan.cli_regions import regions_note
 from ddp_lab.course.plan.strategy import Strategy, check, divisors
 from ddp_lab.course import rank_layout
 from ddp_lab.course.rank_layout import Group
 from ddp_lab.plan.cli import main
+from ddp_lab.plan.cli_regions import regions_note
 
 GiB = 2**30
 LLAMA3_405B = Transformer.preset("llama3-405b").with_(seq_len=8192)     # 126 layers

@@ -23,7 +23,7 @@ from ddp_lab.course.plan.cluster_spec import ClusterSpec
 from ddp_lab.course.plan.efficiency import early_stop_can_skip_last_gemm
 from ddp_lab.course.plan.hf_config import position_key
 from ddp_lab.course.plan.model import PRESETS, Transformer, parse_count
-from ddp_lab.course.plan.outer_sync import EACH_DP_RANK
+from ddp_lab.course.plan.outer_sync import outer_sync_asked
 from ddp_lab.course.plan.search import (DEFAULT_TOKENS_PER_BATCH, MEMORY_RESERVE, candidates, default_global_batch,
                                         evaluate, nearest_multiple, search)
 from ddp_lab.course.plan.strategy import Strategy, check, divisors
@@ -222,9 +222,8 @@ def _search_report(model, cluster, args, reserve: float, seq_source: str | None 
                "dp_shard": {None: "auto", "none": None}.get(args.dp_shard, args.dp_shard),
                **{name: bool(getattr(args, name)) for name in SEARCH_WIDE}}
     if any(getattr(args, name) is not None for name in OUTER_SYNC):   # every plan's outer sync, as one plan's
-        each = EACH_DP_RANK if args.sync_every is not None else 1          # _strategy's default: dp replicas
-        options.update(sync_every=args.sync_every or 1, sync_precision=args.sync_precision or "fp32",
-                       replicas=args.replicas or each)
+        options.update(sync_every=args.sync_every, sync_precision=args.sync_precision,
+                       replicas=args.replicas)                            # None: candidates' default (outer_sync)
     if args.virtual_stages is not None:
         options["virtual_stages"] = (1, args.virtual_stages)
     tried = list(candidates(model, cluster, global_batch, **options))
@@ -232,11 +231,13 @@ def _search_report(model, cluster, args, reserve: float, seq_source: str | None 
     folded = fold_shard_sizes(fold_zero_stages(fitting))
     rows = folded[:args.top or 10]
     applied = tuple(flag_name(name) for name in SEARCH_WIDE if options[name])
-    if options.get("replicas", 1) != 1:
+    outer_on = "replicas" in options and (options["replicas"] not in (None, 1)
+                                          or outer_sync_asked(args.sync_every, args.sync_precision))
+    if outer_on:
         outer = " ".join(f"{flag_name(name)} {getattr(args, name)}" for name in OUTER_SYNC
                          if getattr(args, name) is not None)
-        applied += (outer + (" (each dp rank a replica)" if options["replicas"] == EACH_DP_RANK else ""),)
-        if options["replicas"] == EACH_DP_RANK and model.moe is not None:
+        applied += (outer + (" (each dp rank a replica)" if options["replicas"] is None else ""),)
+        if options["replicas"] is None and model.moe is not None:
             note += ("note: with each dp rank a DiLoCo replica, a replica holds one dp rank, so its expert-parallel "
                      "groups are at most its cp ranks (ep 1 without context parallelism); --replicas R keeps dp / R "
                      "ranks in each, for ep\n")
@@ -249,7 +250,7 @@ def _search_report(model, cluster, args, reserve: float, seq_source: str | None 
     if options["moe_dispatch"] != "all-to-all" and not dispatched:
         note += (f"note: --moe-dispatch {options['moe_dispatch']} applies to no plan of this search (no ep group "
                  f"crosses nodes inside a region); drop it\n")
-    if isinstance(args.dp_shard, int) and options.get("replicas", 1) != 1:
+    if isinstance(args.dp_shard, int) and outer_on:
         note += (f"note: --dp-shard {args.dp_shard} applies to no plan of this search: the planner does not model "
                  f"HSDP inside DiLoCo replicas; drop it\n")
     elif isinstance(args.dp_shard, int) and not any(s.dp_shard for s in tried):
@@ -283,7 +284,7 @@ def _strategy(model, cluster, args, given: dict) -> tuple[Strategy, str]:
         given["dp"] = cluster.gpus // (tp * pp * cp)
     given.setdefault("micro_batch", 1)
     given["sequence_parallel"] = bool(given.get("sequence_parallel", False))
-    if "sync_every" in given:
+    if outer_sync_asked(given.get("sync_every"), given.get("sync_precision")):
         given.setdefault("replicas", given["dp"])      # every dp rank a DiLoCo replica unless --replicas says
 
     if given.get("virtual_stages", 1) > 1:

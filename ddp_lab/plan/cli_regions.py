@@ -8,7 +8,7 @@ Introduced in notebooks/13-plan-your-training-run.ipynb.
 
 from __future__ import annotations
 
-from ddp_lab.course.plan import outer_sync
+from ddp_lab.course.plan import expert_tp, outer_sync
 from ddp_lab.course.plan.collectives import axes_across_regions, spans_regions
 from ddp_lab.plan.cli_flags import SLOWEST_LATENCY_MS, SLOWEST_LINK_GBPS, check_number
 
@@ -31,6 +31,8 @@ def regions_note(model, cluster, strategy) -> str:
     notes = ""
     if cluster.region_nodes is not None:
         axes = [f"{axis} groups" for axis in axes_across_regions(cluster, outer_sync.inner_strategy(strategy).layout)]
+        if strategy.ep > 1 and spans_regions(cluster, expert_tp.group(strategy, "ep")):   # the all-to-all's group
+            axes.append("ep groups (the MoE all-to-all)")
         if strategy.replicas > 1 and spans_regions(cluster, outer_sync.outer_group(strategy)):
             axes.append("the DiLoCo replicas' outer sync")
         notes += f"{_regions_text(cluster)}; across it: {', '.join(axes) or 'nothing'}\n"

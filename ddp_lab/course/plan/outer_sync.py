@@ -57,6 +57,38 @@ def holds(dp: int, cp: int, ep: int, replicas: int) -> bool:
     return not dp % replicas and not (dp // replicas * cp) % ep
 
 
+def outer_sync_asked(sync_every: int | None = None, sync_precision: str | None = None) -> bool:
+    """Whether an outer sync is asked for: sync_every or sync_precision given (None: not given; sync_every=1 asks for
+    replicas that sync every step). Then `replicas` not given means each dp rank one: the command line's and
+    search.candidates' default, EACH_DP_RANK."""
+    return sync_every is not None or sync_precision is not None
+
+
+def straddled(strategy, gpus_per_node: int | None = None, region_gpus: int | None = None) -> str | None:
+    """Why the replicas' blocks of gpus / replicas GPUs straddle a node's or a region's boundary (None if none does).
+
+    The planner costs every replica's groups as the first replica's (`inner_strategy`), so a replica that some
+    boundary cuts and the first does not would be costed on the faster link; a block must divide the unit or be
+    whole units, as HSDP's shard groups (hybrid_shard.check).
+
+    Example:
+        >>> from ddp_lab.course.plan.strategy import Strategy
+        >>> "12 GPUs would straddle the 8-GPU nodes" in straddled(Strategy(dp=48, replicas=4, sync_every=10), 8, 16)
+        True
+        >>> straddled(Strategy(dp=48, replicas=3, sync_every=10), 8, 16) is None         # 16 GPUs: one region each
+        True
+    """
+    if strategy.replicas == 1:
+        return None
+    block = strategy.gpus // strategy.replicas
+    for unit, gpus in (("node", gpus_per_node), ("region", region_gpus)):
+        if gpus and strategy.gpus > gpus and gpus % block and block % gpus:
+            return (f"replicas={strategy.replicas}: replicas of gpus / replicas = {block} GPUs would straddle the "
+                    f"{gpus}-GPU {unit}s; choose replicas so that a replica's GPUs divide {gpus} or are a multiple "
+                    f"of it")
+    return None
+
+
 def check_fields(strategy) -> None:
     """The outer sync's own rules (Strategy.__post_init__): `holds`' two, each with its message, and the others."""
     if strategy.sync_precision not in SYNC_BYTES:

@@ -91,8 +91,8 @@ def candidates(model, cluster, global_batch: int, micro_batches=(1, 2, 4, 8), ze
                tp_across_nodes: bool = False, cp=(1,), ep=None, virtual_stages=(1, 2), attention: str = "flash",
                fp32_grads: bool = False, checkpoint_early_stop: bool = False, flash_kernel: str = "fa2",
                sequence_parallel: bool = False, tp_comm_overlap: bool = False, overlap_param_gather: bool = False,
-               dp_shard="auto", moe_dispatch: str = "all-to-all", sync_every: int = 1, replicas=None,
-               sync_precision: str = "fp32"):
+               dp_shard="auto", moe_dispatch: str = "all-to-all", sync_every: int | None = None, replicas=None,
+               sync_precision: str | None = None):
     """Every valid Strategy: dp*tp*pp*cp = GPUs, tp divides the heads (and kv heads) and the GPUs of a
     node (unless tp_across_nodes), pp divides the layers, dp*micro_batch divides global_batch.
     Sequence parallelism is tried on and off whenever tp > 1; with pp > 1 the 1F1B schedule and
@@ -116,7 +116,8 @@ def candidates(model, cluster, global_batch: int, micro_batches=(1, 2, 4, 8), ze
     sync_every, replicas, sync_precision: a DiLoCo-style outer sync on every plan (Strategy's fields, outer_sync.py,
     lesson 16): `replicas` of the dp ranks (outer_sync.EACH_DP_RANK: every dp rank one, each replica then its
     tp x pp x cp GPUs, and plans with dp 1 left out; None, the default: that where sync_every or sync_precision asks
-    for an outer sync, else none) sync every `sync_every` steps; the plans `replicas` cannot split
+    for an outer sync, else none) sync every `sync_every` steps (None: not asked; 1 when replicas are given), at
+    `sync_precision` (None: not asked; fp32); the plans `replicas` cannot split
     (outer_sync.holds) are left out, and hybrid sharding is not tried (hybrid_shard.searched_sizes).
 
     Example:
@@ -133,7 +134,8 @@ def candidates(model, cluster, global_batch: int, micro_batches=(1, 2, 4, 8), ze
         recompute = tuple(rc for rc in recompute if rc != "selective")
     checkpoint_early_stop = checkpoint_early_stop and early_stop_can_skip_last_gemm(model)
     if replicas is None:
-        replicas = 1 if (sync_every, sync_precision) == (1, "fp32") else outer_sync.EACH_DP_RANK
+        replicas = outer_sync.EACH_DP_RANK if outer_sync.outer_sync_asked(sync_every, sync_precision) else 1
+    sync_every, sync_precision = sync_every or 1, sync_precision or "fp32"
     if replicas != outer_sync.EACH_DP_RANK and (isinstance(replicas, bool) or not isinstance(replicas, int)
                                                  or replicas < 1):
         raise ValueError(f"replicas={replicas!r}: a number of DiLoCo replicas >= 1, or {outer_sync.EACH_DP_RANK!r} "
@@ -170,6 +172,8 @@ def candidates(model, cluster, global_batch: int, micro_batches=(1, 2, 4, 8), ze
                             if not outer_sync.holds(dp, cp_size, ep_size, count) or (count == 1 and replicas != 1):
                                 continue
                             base = base.with_(replicas=count, sync_every=sync_every, sync_precision=sync_precision)
+                            if outer_sync.straddled(base, cluster.gpus_per_node, cluster.region_gpus):
+                                continue
                         shards = hybrid_shard.searched_sizes(model, cluster, base, dp_shard) if stage == 3 else []
                         for schedule in [base] + [base.with_(schedule="interleaved", virtual_stages=v)
                                                   for v in virtual_stages
@@ -236,11 +240,30 @@ def _fitting_with_context_parallel(model, cluster, global_batch, reserve, option
 
 def _without_outer_sync(model, cluster, global_batch: int, options: dict) -> list:
     """The search's candidates without its outer sync (empty where it asks for none)."""
-    if options.get("replicas") in (None, 1) and (options.get("sync_every", 1), options.get("sync_precision", "fp32")) \
-            == (1, "fp32"):
+    if options.get("replicas") in (None, 1) and not outer_sync.outer_sync_asked(options.get("sync_every"),
+                                                                                options.get("sync_precision")):
         return []
     return list(candidates(model, cluster, global_batch,
-                           **{**options, "replicas": 1, "sync_every": 1, "sync_precision": "fp32"}))
+                           **{**options, "replicas": 1, "sync_every": None, "sync_precision": None}))
+
+
+def _fewer_replicas_that_fit(model, cluster, global_batch: int, reserve: float, options: dict, plans) -> str:
+    """Advice for a search with DiLoCo replicas in which no plan fits: the fewest replicas under which some plan
+    fits (each replica shards its model state over its own dp / replicas ranks), or how many plans fit without the
+    outer sync; empty where neither fits any."""
+    fewest = min(p.strategy.replicas for p in plans)
+    tp_across = options.get("tp_across_nodes", False)
+    for count in range(2, fewest):
+        fitting = [p for p in (evaluate(model, cluster, s, tp_across, reserve) for s in
+                               candidates(model, cluster, global_batch, **{**options, "replicas": count})) if p.fits]
+        if fitting:
+            return (f"with replicas={count} (each shards its model state over dp / replicas ranks) "
+                    f"{len(fitting)} plan{'s' if len(fitting) > 1 else ''} fit")
+    alone = [p for p in (evaluate(model, cluster, s, tp_across, reserve)
+                         for s in _without_outer_sync(model, cluster, global_batch, options)) if p.fits]
+    if alone:
+        return f"without the outer sync {len(alone)} plan{'s' if len(alone) > 1 else ''} fit"
+    return ""
 
 
 def _replicas_fit_no_plan(model, cluster, global_batch: int, options: dict, inner: list) -> str:
@@ -251,17 +274,29 @@ def _replicas_fit_no_plan(model, cluster, global_batch: int, options: dict, inne
     dps = ", ".join(map(str, sorted({s.dp for s in inner})))
     split = any(s.ep > 1 for s in inner)
     asked = f"replicas={replicas}" if isinstance(replicas, int) else "each dp rank a DiLoCo replica"
-    fitting = sorted({r for s in inner for r in divisors(s.dp) if r > 1 and outer_sync.holds(s.dp, s.cp, s.ep, r)})
+    def splits(s, r):
+        return outer_sync.holds(s.dp, s.cp, s.ep, r) and not outer_sync.straddled(
+            s.with_(replicas=r, sync_every=2, dp_shard=None), cluster.gpus_per_node, cluster.region_gpus)
+    fitting = sorted({r for s in inner for r in divisors(s.dp) if r > 1 and splits(s, r)})
+    structural = {s.dp for s in _without_outer_sync(model, cluster, cluster.gpus * 2 ** 10 * 3 ** 4 * 5 ** 2 * 7,
+                                                    options) if s.dp > 1}
     if fitting:
         instead = (f"use replicas in {fitting} (each divides some plan's dp; more replicas leave fewer ranks to "
                    f"shard each replica's state, so fewer of them fit in memory)")
-    elif any(s.dp > 1 for s in _without_outer_sync(model, cluster, cluster.gpus * 2 ** 10, options)):
+    elif any(s.dp > 1 for s in inner):
+        instead = ("no replica count splits a plan's dp without straddling a node or region: choose replicas whose "
+                   "GPUs divide a node (a region) or are whole ones, or drop the outer sync")
+    elif structural:
         instead = (f"the global batch, {global_batch} sequences, splits over no dp of 2 or more (dp x micro-batch "
-                   f"divides it): use one with more factors of two, or drop the outer sync")
+                   f"divides it): use a multiple of a dp these GPUs allow ({', '.join(map(str, sorted(structural)))}), "
+                   f"or drop the outer sync")
+    elif cluster.gpus == 1:
+        instead = "one GPU has no data-parallel ranks to make replicas of: use more GPUs, or drop the outer sync"
     else:
-        instead = (f"no plan has two data-parallel ranks to make replicas of on {cluster.gpus} "
-                   f"GPU{'s' if cluster.gpus > 1 else ''} (dp x tp x pp x cp = GPUs): use more GPUs, split the model "
-                   f"over fewer of them, or drop the outer sync")
+        cp = options.get("cp", 1)
+        smaller = f"a smaller cp than {cp}" if isinstance(cp, int) and cp > 1 else "fewer GPUs for each model copy"
+        instead = (f"no plan has two data-parallel ranks to make replicas of on {cluster.gpus} GPUs (dp x tp x pp x "
+                   f"cp = GPUs): use {smaller}, more GPUs, or drop the outer sync")
     return (f"{asked} fits no plan: each replica holds dp / replicas of a plan's data-parallel ranks (dp here: {dps})"
             + (", and its dp x cp whole ep groups" if split else "") + f"; {instead}"
             + (", or a smaller ep" if split and fitting else ""))
@@ -321,16 +356,10 @@ def search(model, cluster, top: int | None = 10, global_batch: int | None = None
         else:
             advice = (f"even without activations the smallest needs {states / 1e9:.1f} GB, so shorter sequences do "
                       f"not help: add nodes or use GPUs with more memory")
-        fewest = min(p.strategy.replicas for p in plans)
-        if fewest > 2:   # a replica shards its state over its own dp ranks only
-            advice = f"use fewer DiLoCo replicas (each shards its model state over dp / replicas ranks); {advice}"
-        elif fewest == 2:
-            alone = [p for p in (evaluate(model, cluster, s, options.get("tp_across_nodes", False), reserve)
-                                 for s in _without_outer_sync(model, cluster, global_batch, options)) if p.fits]
-            if alone:
-                advice = (f"with 2 DiLoCo replicas, the fewest, each replica shards its model state over half the "
-                          f"dp ranks: without the outer sync {len(alone)} plan{'s' if len(alone) > 1 else ''} fit; "
-                          f"{advice}")
+        if any(p.strategy.replicas > 1 for p in plans):   # a replica shards its state over its own dp ranks only
+            fewer = _fewer_replicas_that_fit(model, cluster, global_batch, reserve, options, plans)
+            if fewer:
+                advice = f"{fewer}; {advice}"
         raise ValueError(f"no plan for {model.name} fits {cluster.gpus} x {cluster.gpu.name} "
                          f"({cluster.gpu.memory / 1e9:.0f} GB each, {percent_text(1 - reserve)} usable): the smallest, "
                          f"{smallest.strategy.label()}, needs {smallest.memory.total / 1e9:.1f} GB per GPU; {advice}")

@@ -222,6 +222,9 @@ def check(model, strategy: Strategy, gpus: int | None = None, gpus_per_node: int
         raise ValueError(f"{'*'.join(names)} = {sizes} = {strategy.gpus} but the "
                          f"cluster has {gpus} GPUs: choose {', '.join(names)} whose product is {gpus}")
     hybrid_shard.check(model, strategy, gpus_per_node, region_gpus)
+    straddling = outer_sync.straddled(strategy, gpus_per_node, region_gpus)   # a replica cut by a node or region
+    if straddling:
+        raise ValueError(straddling)
     # the tp sizes every tp rule below allows (heads, kv heads, FFN, experts, the node), which each message offers
     in_node = gpus_per_node is not None and not tp_across_nodes
     whole_heads = [d for d in divisors(_gcd(model.heads, model.kv_heads_))
