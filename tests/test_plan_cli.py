@@ -303,7 +303,8 @@ FIELD_MESSAGES = {
                  ["--replicas 3 does not divide --dp 8", "use --replicas in [1, 2, 4, 8]"], ["replicas=", "dp="]),
     "replicas_searched": ((*LLAMA_8B, "--sync-every", "4", "--replicas", "3"),
                           ["--replicas 3 fits no plan", "(dp here: 1, 2, 4, 8); use --replicas in [2, 4, 8] (each "
-                           "divides some plan's dp; more replicas", "so fewer of them fit in memory)"],
+                           "divides some plan's dp into replicas that no node or region boundary cuts; more replicas",
+                           "so fewer of them fit in memory)"],
                           ["replicas=", "ep groups"]),
     "first_stage_layers": (("--model", "llama3-8b", "--cluster", "h100-sxm", "--nodes", "4", "--dp", "32",
                             "--first-stage-layers", "5"),

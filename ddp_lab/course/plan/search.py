@@ -274,21 +274,25 @@ def _replicas_fit_no_plan(model, cluster, global_batch: int, options: dict, inne
     dps = ", ".join(map(str, sorted({s.dp for s in inner})))
     split = any(s.ep > 1 for s in inner)
     asked = f"replicas={replicas}" if isinstance(replicas, int) else "each dp rank a DiLoCo replica"
+
     def splits(s, r):
         return outer_sync.holds(s.dp, s.cp, s.ep, r) and not outer_sync.straddled(
             s.with_(replicas=r, sync_every=2, dp_shard=None), cluster.gpus_per_node, cluster.region_gpus)
     fitting = sorted({r for s in inner for r in divisors(s.dp) if r > 1 and splits(s, r)})
-    structural = {s.dp for s in _without_outer_sync(model, cluster, cluster.gpus * 2 ** 10 * 3 ** 4 * 5 ** 2 * 7,
-                                                    options) if s.dp > 1}
+    # the dp sizes these GPUs allow with a global batch of many factors: what an odd batch rules out
+    structural = [] if any(s.dp > 1 for s in inner) else sorted(
+        {s.dp for s in _without_outer_sync(model, cluster, cluster.gpus * 2 ** 10 * 3 ** 4 * 5 ** 2 * 7, options)
+         if s.dp > 1})
     if fitting:
-        instead = (f"use replicas in {fitting} (each divides some plan's dp; more replicas leave fewer ranks to "
-                   f"shard each replica's state, so fewer of them fit in memory)")
+        instead = (f"use replicas in {fitting} (each divides some plan's dp into replicas that no node or region "
+                   f"boundary cuts; more replicas leave fewer ranks to shard each replica's state, so fewer of them "
+                   f"fit in memory)")
     elif any(s.dp > 1 for s in inner):
         instead = ("no replica count splits a plan's dp without straddling a node or region: choose replicas whose "
                    "GPUs divide a node (a region) or are whole ones, or drop the outer sync")
     elif structural:
         instead = (f"the global batch, {global_batch} sequences, splits over no dp of 2 or more (dp x micro-batch "
-                   f"divides it): use a multiple of a dp these GPUs allow ({', '.join(map(str, sorted(structural)))}), "
+                   f"divides it): use a multiple of a dp these GPUs allow ({', '.join(map(str, structural))}), "
                    f"or drop the outer sync")
     elif cluster.gpus == 1:
         instead = "one GPU has no data-parallel ranks to make replicas of: use more GPUs, or drop the outer sync"
