@@ -166,7 +166,7 @@ BAD_INPUT = [
     # a replica of 12 GPUs would straddle 8-GPU nodes (and 16-GPU regions): costed as the first, it would be wrong
     ((*LLAMA_8B, "--nodes", "6", "--seq-len", "4096", "--dp", "12", "--tp", "2", "--pp", "2", "--zero", "1",
       "--sync-every", "10", "--replicas", "4", "--region-nodes", "2"),
-     ["--replicas 4: replicas of gpus / replicas = 12 GPUs would straddle the 8-GPU nodes"]),
+     ["--replicas 4: replicas of 12 GPUs each would straddle the 8-GPU nodes", "use --replicas in [3, 6, 12]"]),
     ((*LLAMA_8B, "--nodes", "2", "--region-nodes", "1", "--cross-region-latency-ms", "1e9"),
      ["--cross-region-latency-ms must be at most 10000, got 1e+09: is the unit ms?"]),
     # a tp the node refuses is offered the sizes every tp rule allows (96 heads, 72 GPUs a node: not 9, 18, 36, 72)
@@ -1214,7 +1214,11 @@ OUTER_SYNC_SAID = {   # an outer-sync search that cannot be made, and what it sa
                       "--global-batch", "64"), ["use a multiple of a dp these GPUs allow (3)"]),
     "straddling": ((*LLAMA_8B, "--nodes", "6", "--seq-len", "4096", "--sync-every", "10", "--replicas", "4",
                     "--region-nodes", "2"),
-                   ["--replicas 4 fits no plan", "use --replicas in [3, 6, 12, 24, 48]"]),
+                   ["--replicas 4: replicas of 12 GPUs each would straddle the 8-GPU nodes",
+                    "use --replicas in [3, 6, 12, 24, 48]"]),
+    "batch_and_boundaries": (("--model", "gpt2-small", "--cluster", "h100-sxm", "--nodes", "3", "--global-batch", "2",
+                              "--sync-every", "10"),
+                             ["with this global batch (2 sequences", "use a global batch that splits over more"]),
     "ep_inside": (("--model", "mixtral-8x7b", "--cluster", "h100-sxm", "--nodes", "4", "--seq-len", "4096",
                    "--sync-every", "10", "--ep", "8"),
                   ["each dp rank a DiLoCo replica fits no plan", "whole ep groups", "use --replicas in [2, 4]",
@@ -1237,9 +1241,8 @@ def test_an_outer_sync_search_that_cannot_be_made_says_why(case):
     (code, out, err), = plan_on_each([args])
     assert code == 2 and out == "" and len(err.splitlines()) == 1, err
     assert all(words in err for words in said), err
-    assert ("global batch" in err) == (case in ("odd_batch", "three_a_node")), err   # only where it is at fault
+    assert ("global batch" in err) == (case in ("odd_batch", "three_a_node", "batch_and_boundaries")), err
     assert ("plans fit" in err) == (case in ("memory", "memory_at_two")), err        # fewer replicas, or none
-    assert "fewer DiLoCo replicas" not in err, err                  # advised only with a count that fits
 
 
 def test_an_outer_sync_search_names_what_it_leaves_out(capsys):
@@ -1308,3 +1311,14 @@ def test_the_region_note_names_an_expert_parallel_group_that_crosses_the_link(ca
     out = capsys.readouterr().out
     assert "across it: dp groups, ep groups (the MoE all-to-all)" in out
     assert float(re.search(r"EP all-to-all\s+([\d.]+)", out)[1]) > 10 * alone
+
+
+def test_the_library_search_refuses_outer_sync_values_no_plan_can_have():
+    """sync_every and sync_precision given to the library's search are checked as Strategy checks them, not taken
+    for their defaults."""
+    from ddp_lab.plan import ClusterSpec, Transformer, search
+    llama, h100s = Transformer.preset("llama3-8b").with_(seq_len=4096), ClusterSpec.preset("h100-sxm")
+    with pytest.raises(ValueError, match=r"sync_every must be an integer >= 1, got 0"):
+        search(llama, h100s, sync_every=0)
+    with pytest.raises(ValueError, match=r"sync_precision must be one of"):
+        search(llama, h100s, sync_precision="")

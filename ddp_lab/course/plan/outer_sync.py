@@ -73,19 +73,29 @@ def straddled(strategy, gpus_per_node: int | None = None, region_gpus: int | Non
 
     Example:
         >>> from ddp_lab.course.plan.strategy import Strategy
-        >>> "12 GPUs would straddle the 8-GPU nodes" in straddled(Strategy(dp=48, replicas=4, sync_every=10), 8, 16)
-        True
+        >>> straddled(Strategy(dp=48, replicas=4, sync_every=10), 8, 16)   # 12 GPUs a replica
+        'replicas=4: replicas of 12 GPUs each would straddle the 8-GPU nodes (the planner costs every replica as the first); use replicas in [3, 6, 12, 24, 48]'
         >>> straddled(Strategy(dp=48, replicas=3, sync_every=10), 8, 16) is None         # 16 GPUs: one region each
         True
     """
-    if strategy.replicas == 1:
+    cut = _cut_by(strategy.gpus, strategy.replicas, gpus_per_node, region_gpus)
+    if cut is None:
         return None
-    block = strategy.gpus // strategy.replicas
-    for unit, gpus in (("node", gpus_per_node), ("region", region_gpus)):
-        if gpus and strategy.gpus > gpus and gpus % block and block % gpus:
-            return (f"replicas={strategy.replicas}: replicas of gpus / replicas = {block} GPUs would straddle the "
-                    f"{gpus}-GPU {unit}s; choose replicas so that a replica's GPUs divide {gpus} or are a multiple "
-                    f"of it")
+    whole = [r for r in range(2, strategy.dp + 1) if holds(strategy.dp, strategy.cp, strategy.ep, r)
+             and _cut_by(strategy.gpus, r, gpus_per_node, region_gpus) is None]
+    return (f"replicas={strategy.replicas}: replicas of {strategy.gpus // strategy.replicas} GPUs each would straddle "
+            f"the {cut} (the planner costs every replica as the first)"
+            + (f"; use replicas in {whole}" if whole else "; no replica count of this plan's dp avoids it"))
+
+
+def _cut_by(gpus: int, replicas: int, gpus_per_node: int | None, region_gpus: int | None) -> str | None:
+    """The boundary ('8-GPU nodes', '16-GPU regions') that blocks of gpus / replicas GPUs straddle, or None."""
+    if replicas == 1:
+        return None
+    block = gpus // replicas
+    for unit, size in (("node", gpus_per_node), ("region", region_gpus)):
+        if size and gpus > size and size % block and block % size:
+            return f"{size}-GPU {unit}s"
     return None
 
 

@@ -117,8 +117,9 @@ def candidates(model, cluster, global_batch: int, micro_batches=(1, 2, 4, 8), ze
     lesson 16): `replicas` of the dp ranks (outer_sync.EACH_DP_RANK: every dp rank one, each replica then its
     tp x pp x cp GPUs, and plans with dp 1 left out; None, the default: that where sync_every or sync_precision asks
     for an outer sync, else none) sync every `sync_every` steps (None: not asked; 1 when replicas are given), at
-    `sync_precision` (None: not asked; fp32); the plans `replicas` cannot split
-    (outer_sync.holds) are left out, and hybrid sharding is not tried (hybrid_shard.searched_sizes).
+    `sync_precision` (None: not asked; fp32); the plans `replicas` cannot split (outer_sync.holds) or whose
+    replicas a node or region boundary would cut (outer_sync.straddled) are left out, and hybrid sharding is not
+    tried (hybrid_shard.searched_sizes).
 
     Example:
         >>> from ddp_lab.course.plan.cluster_spec import ClusterSpec
@@ -135,7 +136,8 @@ def candidates(model, cluster, global_batch: int, micro_batches=(1, 2, 4, 8), ze
     checkpoint_early_stop = checkpoint_early_stop and early_stop_can_skip_last_gemm(model)
     if replicas is None:
         replicas = outer_sync.EACH_DP_RANK if outer_sync.outer_sync_asked(sync_every, sync_precision) else 1
-    sync_every, sync_precision = sync_every or 1, sync_precision or "fp32"
+    sync_every = 1 if sync_every is None else sync_every                  # Strategy refuses a bad value
+    sync_precision = "fp32" if sync_precision is None else sync_precision
     if replicas != outer_sync.EACH_DP_RANK and (isinstance(replicas, bool) or not isinstance(replicas, int)
                                                  or replicas < 1):
         raise ValueError(f"replicas={replicas!r}: a number of DiLoCo replicas >= 1, or {outer_sync.EACH_DP_RANK!r} "
@@ -248,12 +250,12 @@ def _without_outer_sync(model, cluster, global_batch: int, options: dict) -> lis
 
 
 def _fewer_replicas_that_fit(model, cluster, global_batch: int, reserve: float, options: dict, plans) -> str:
-    """Advice for a search with DiLoCo replicas in which no plan fits: the fewest replicas under which some plan
-    fits (each replica shards its model state over its own dp / replicas ranks), or how many plans fit without the
-    outer sync; empty where neither fits any."""
+    """Advice for a search with DiLoCo replicas in which no plan fits: the most replicas, fewer than asked, under
+    which some plan fits (each replica shards its model state over its own dp / replicas ranks), or how many plans
+    fit without the outer sync; empty where neither fits any."""
     fewest = min(p.strategy.replicas for p in plans)
     tp_across = options.get("tp_across_nodes", False)
-    for count in range(2, fewest):
+    for count in reversed([r for r in divisors(cluster.gpus) if 1 < r < fewest]):   # the nearest count first
         fitting = [p for p in (evaluate(model, cluster, s, tp_across, reserve) for s in
                                candidates(model, cluster, global_batch, **{**options, "replicas": count})) if p.fits]
         if fitting:
@@ -268,8 +270,9 @@ def _fewer_replicas_that_fit(model, cluster, global_batch: int, reserve: float, 
 
 def _replicas_fit_no_plan(model, cluster, global_batch: int, options: dict, inner: list) -> str:
     """Why the DiLoCo replicas `options` ask for (a count, or outer_sync.EACH_DP_RANK; None: each dp rank) split
-    none of the plans `inner` (the search's without an outer sync), with the counts that split some of them
-    (outer_sync.holds), or what keeps every plan at one data-parallel rank."""
+    none of the plans `inner` (the search's without an outer sync): a count whose blocks a node or region boundary
+    would cut (outer_sync.straddled), else the counts that split some of them (outer_sync.holds, not straddling),
+    or what keeps every plan at one data-parallel rank or its replicas across a boundary."""
     replicas = options.get("replicas")
     dps = ", ".join(map(str, sorted({s.dp for s in inner})))
     split = any(s.ep > 1 for s in inner)
@@ -283,13 +286,18 @@ def _replicas_fit_no_plan(model, cluster, global_batch: int, options: dict, inne
     structural = [] if any(s.dp > 1 for s in inner) else sorted(
         {s.dp for s in _without_outer_sync(model, cluster, cluster.gpus * 2 ** 10 * 3 ** 4 * 5 ** 2 * 7, options)
          if s.dp > 1})
+    held = [s for s in inner if isinstance(replicas, int) and outer_sync.holds(s.dp, s.cp, s.ep, replicas)]
+    if held:     # the count splits some plan's dp, but its blocks straddle a boundary
+        return outer_sync.straddled(held[0].with_(replicas=replicas, sync_every=2, dp_shard=None),
+                                    cluster.gpus_per_node, cluster.region_gpus)
     if fitting:
         instead = (f"use replicas in {fitting} (each divides some plan's dp into replicas that no node or region "
                    f"boundary cuts; more replicas leave fewer ranks to shard each replica's state, so fewer of them "
                    f"fit in memory)")
     elif any(s.dp > 1 for s in inner):
-        instead = ("no replica count splits a plan's dp without straddling a node or region: choose replicas whose "
-                   "GPUs divide a node (a region) or are whole ones, or drop the outer sync")
+        instead = (f"with this global batch ({global_batch} sequences: dp x micro-batch divides it) no replica count "
+                   f"splits a plan's dp into blocks that no node or region boundary cuts: use a global batch that "
+                   f"splits over more data-parallel ranks, or drop the outer sync")
     elif structural:
         instead = (f"the global batch, {global_batch} sequences, splits over no dp of 2 or more (dp x micro-batch "
                    f"divides it): use a multiple of a dp these GPUs allow ({', '.join(map(str, structural))}), "
