@@ -231,8 +231,7 @@ def _search_report(model, cluster, args, reserve: float, seq_source: str | None 
     folded = fold_shard_sizes(fold_zero_stages(fitting))
     rows = folded[:args.top or 10]
     applied = tuple(flag_name(name) for name in SEARCH_WIDE if options[name])
-    outer_on = "replicas" in options and (options["replicas"] not in (None, 1)
-                                          or outer_sync_asked(args.sync_every, args.sync_precision))
+    outer_on = args.replicas not in (None, 1) or outer_sync_asked(args.sync_every, args.sync_precision)
     if outer_on:
         outer = " ".join(f"{flag_name(name)} {getattr(args, name)}" for name in OUTER_SYNC
                          if getattr(args, name) is not None)

@@ -57,6 +57,19 @@ def spans_regions(cluster, group: Group) -> bool:
     return region is not None and group.spans_nodes(region)
 
 
+def block_cut(block: int, gpus: int, gpus_per_node: int | None, region_gpus: int | None) -> tuple[str, int] | None:
+    """The boundary, (unit, GPUs in it), that blocks of `block` consecutive ranks out of `gpus` straddle, or None: a
+    block must divide the unit or be whole units. The planner costs such blocks (HSDP's shard groups, DiLoCo's
+    replicas) as the first, which a cut elsewhere would make wrong.
+
+    Example:
+        >>> block_cut(12, 48, 8, 16), block_cut(16, 48, 8, 16), block_cut(4, 48, 8, 16)
+        (('node', 8), None, None)
+    """
+    return next(((unit, size) for unit, size in (("node", gpus_per_node), ("region", region_gpus))
+                 if size and gpus > size and size % block and block % size), None)
+
+
 def axes_across_regions(cluster, layout) -> list[str]:
     """The parallel axes whose groups cross the link between regions (empty for a cluster of one region).
 

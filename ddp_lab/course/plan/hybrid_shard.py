@@ -23,7 +23,7 @@ The planner: notebooks/13-plan-your-training-run.ipynb (no lesson runs HSDP itse
 from __future__ import annotations
 
 from ddp_lab.course.plan import outer_sync, pipeline_stages
-from ddp_lab.course.plan.collectives import collective_time
+from ddp_lab.course.plan.collectives import block_cut, collective_time
 from ddp_lab.course.rank_layout import Group
 
 
@@ -58,11 +58,12 @@ def check(model, strategy, gpus_per_node: int | None = None, region_gpus: int | 
         raise ValueError(f"dp_shard={strategy.dp_shard} with {model.name}'s experts: the planner models hybrid "
                          "sharding (HSDP) for dense models only; drop dp_shard")
     block = strategy.dp_shard * strategy.tp * strategy.cp
-    for unit, gpus in (("node", gpus_per_node), ("region", region_gpus)):
-        if gpus and strategy.gpus > gpus and gpus % block and block % gpus:
-            raise ValueError(f"dp_shard={strategy.dp_shard}: shard groups of dp_shard x tp x cp = {block} ranks "
-                             f"would straddle the {gpus}-GPU {unit}s; choose dp_shard so that dp_shard x tp x cp "
-                             f"divides {gpus} or is a multiple of it")
+    cut = block_cut(block, strategy.gpus, gpus_per_node, region_gpus)
+    if cut:
+        unit, gpus = cut
+        raise ValueError(f"dp_shard={strategy.dp_shard}: shard groups of dp_shard x tp x cp = {block} ranks "
+                         f"would straddle the {gpus}-GPU {unit}s; choose dp_shard so that dp_shard x tp x cp "
+                         f"divides {gpus} or is a multiple of it")
 
 
 # Shard groups of this many nodes are what a search tries ("auto"): one node (torchtitan's and MaxText's usual HSDP)

@@ -36,7 +36,7 @@ Introduced in notebooks/16-communicate-less.ipynb (the planner itself: notebooks
 from __future__ import annotations
 
 from ddp_lab.course.plan import pipeline_stages
-from ddp_lab.course.plan.collectives import collective_time
+from ddp_lab.course.plan.collectives import block_cut, collective_time
 from ddp_lab.course.rank_layout import Group
 
 SYNC_BYTES = {"fp32": 4, "bf16": 2, "int8": 1}    # bytes of one pseudo-gradient value on the wire
@@ -78,25 +78,19 @@ def straddled(strategy, gpus_per_node: int | None = None, region_gpus: int | Non
         >>> straddled(Strategy(dp=48, replicas=3, sync_every=10), 8, 16) is None         # 16 GPUs: one region each
         True
     """
-    cut = _cut_by(strategy.gpus, strategy.replicas, gpus_per_node, region_gpus)
+    cut = cuts(strategy.gpus, strategy.replicas, gpus_per_node, region_gpus)
     if cut is None:
         return None
     whole = [r for r in range(2, strategy.dp + 1) if holds(strategy.dp, strategy.cp, strategy.ep, r)
-             and _cut_by(strategy.gpus, r, gpus_per_node, region_gpus) is None]
+             and cuts(strategy.gpus, r, gpus_per_node, region_gpus) is None]
     return (f"replicas={strategy.replicas}: replicas of {strategy.gpus // strategy.replicas} GPUs each would straddle "
-            f"the {cut} (the planner costs every replica as the first)"
+            f"the {cut[1]}-GPU {cut[0]}s (the planner costs every replica as the first)"
             + (f"; use replicas in {whole}" if whole else "; no replica count of this plan's dp avoids it"))
 
 
-def _cut_by(gpus: int, replicas: int, gpus_per_node: int | None, region_gpus: int | None) -> str | None:
-    """The boundary ('8-GPU nodes', '16-GPU regions') that blocks of gpus / replicas GPUs straddle, or None."""
-    if replicas == 1:
-        return None
-    block = gpus // replicas
-    for unit, size in (("node", gpus_per_node), ("region", region_gpus)):
-        if size and gpus > size and size % block and block % size:
-            return f"{size}-GPU {unit}s"
-    return None
+def cuts(gpus: int, replicas: int, gpus_per_node: int | None, region_gpus: int | None) -> tuple[str, int] | None:
+    """The boundary that `replicas` blocks of gpus / replicas GPUs straddle (collectives.block_cut), or None."""
+    return None if replicas == 1 else block_cut(gpus // replicas, gpus, gpus_per_node, region_gpus)
 
 
 def check_fields(strategy) -> None:

@@ -134,15 +134,16 @@ def candidates(model, cluster, global_batch: int, micro_batches=(1, 2, 4, 8), ze
     if attention == "flash":
         recompute = tuple(rc for rc in recompute if rc != "selective")
     checkpoint_early_stop = checkpoint_early_stop and early_stop_can_skip_last_gemm(model)
+    asked = outer_sync.outer_sync_asked(sync_every, sync_precision)
     if replicas is None:
-        replicas = outer_sync.EACH_DP_RANK if outer_sync.outer_sync_asked(sync_every, sync_precision) else 1
+        replicas = outer_sync.EACH_DP_RANK if asked else 1
     sync_every = 1 if sync_every is None else sync_every                  # Strategy refuses a bad value
     sync_precision = "fp32" if sync_precision is None else sync_precision
     if replicas != outer_sync.EACH_DP_RANK and (isinstance(replicas, bool) or not isinstance(replicas, int)
                                                  or replicas < 1):
         raise ValueError(f"replicas={replicas!r}: a number of DiLoCo replicas >= 1, or {outer_sync.EACH_DP_RANK!r} "
                          f"(each dp rank one)")
-    outer = (sync_every, replicas, sync_precision) != (1, 1, "fp32")
+    outer = asked or replicas != 1
     gpus = cluster.gpus
     for tp in divisors(gpus):
         if ((cluster.gpus_per_node % tp and not tp_across_nodes) or model.heads % tp or model.kv_heads_ % tp
@@ -230,14 +231,19 @@ def nearest_multiple(value: int, step: int) -> int:
     return below if below >= step and value - below <= below + step - value else below + step
 
 
+def _fitting(model, cluster, strategies, options: dict, reserve: float) -> list:
+    """Those of `strategies` that fit, as plans, fastest first (search's order)."""
+    plans = (evaluate(model, cluster, s, options.get("tp_across_nodes", False), reserve) for s in strategies)
+    return sorted((p for p in plans if p.fits), key=lambda p: (-p.tokens_per_second, p.memory.total))
+
+
 def _fitting_with_context_parallel(model, cluster, global_batch, reserve, options) -> list:
     """The plans that fit once cp is searched too, fastest first, where the search left cp out (cp 1): what a search
     in which no plan fits because of the activations offers next (empty where cp was searched or none fits)."""
     if options.get("cp", (1,)) not in (1, (1,)):
         return []
-    plans = [evaluate(model, cluster, s, options.get("tp_across_nodes", False), reserve)
-             for s in candidates(model, cluster, global_batch, **{**options, "cp": "auto"}) if s.cp > 1]
-    return sorted((p for p in plans if p.fits), key=lambda p: (-p.tokens_per_second, p.memory.total))
+    split = (s for s in candidates(model, cluster, global_batch, **{**options, "cp": "auto"}) if s.cp > 1)
+    return _fitting(model, cluster, split, options, reserve)
 
 
 def _without_outer_sync(model, cluster, global_batch: int, options: dict) -> list:
@@ -254,15 +260,13 @@ def _fewer_replicas_that_fit(model, cluster, global_batch: int, reserve: float, 
     which some plan fits (each replica shards its model state over its own dp / replicas ranks), or how many plans
     fit without the outer sync; empty where neither fits any."""
     fewest = min(p.strategy.replicas for p in plans)
-    tp_across = options.get("tp_across_nodes", False)
     for count in reversed([r for r in divisors(cluster.gpus) if 1 < r < fewest]):   # the nearest count first
-        fitting = [p for p in (evaluate(model, cluster, s, tp_across, reserve) for s in
-                               candidates(model, cluster, global_batch, **{**options, "replicas": count})) if p.fits]
+        fitting = _fitting(model, cluster, candidates(model, cluster, global_batch, **{**options, "replicas": count}),
+                           options, reserve)
         if fitting:
             return (f"with replicas={count} (each shards its model state over dp / replicas ranks) "
                     f"{len(fitting)} plan{'s' if len(fitting) > 1 else ''} fit")
-    alone = [p for p in (evaluate(model, cluster, s, tp_across, reserve)
-                         for s in _without_outer_sync(model, cluster, global_batch, options)) if p.fits]
+    alone = _fitting(model, cluster, _without_outer_sync(model, cluster, global_batch, options), options, reserve)
     if alone:
         return f"without the outer sync {len(alone)} plan{'s' if len(alone) > 1 else ''} fit"
     return ""
@@ -279,16 +283,16 @@ def _replicas_fit_no_plan(model, cluster, global_batch: int, options: dict, inne
     asked = f"replicas={replicas}" if isinstance(replicas, int) else "each dp rank a DiLoCo replica"
 
     def splits(s, r):
-        return outer_sync.holds(s.dp, s.cp, s.ep, r) and not outer_sync.straddled(
-            s.with_(replicas=r, sync_every=2, dp_shard=None), cluster.gpus_per_node, cluster.region_gpus)
+        return (outer_sync.holds(s.dp, s.cp, s.ep, r)
+                and outer_sync.cuts(s.gpus, r, cluster.gpus_per_node, cluster.region_gpus) is None)
     fitting = sorted({r for s in inner for r in divisors(s.dp) if r > 1 and splits(s, r)})
-    # the dp sizes these GPUs allow with a global batch of many factors: what an odd batch rules out
+    # the dp sizes these GPUs allow with a global batch of one sequence a GPU (every dp divides it at micro-batch
+    # 1): what an odd batch rules out
     structural = [] if any(s.dp > 1 for s in inner) else sorted(
-        {s.dp for s in _without_outer_sync(model, cluster, cluster.gpus * 2 ** 10 * 3 ** 4 * 5 ** 2 * 7, options)
-         if s.dp > 1})
+        {s.dp for s in _without_outer_sync(model, cluster, cluster.gpus, options) if s.dp > 1})
     held = [s for s in inner if isinstance(replicas, int) and outer_sync.holds(s.dp, s.cp, s.ep, replicas)]
     if held:     # the count splits some plan's dp, but its blocks straddle a boundary
-        return outer_sync.straddled(held[0].with_(replicas=replicas, sync_every=2, dp_shard=None),
+        return outer_sync.straddled(held[0].with_(replicas=replicas, dp_shard=None),
                                     cluster.gpus_per_node, cluster.region_gpus)
     if fitting:
         instead = (f"use replicas in {fitting} (each divides some plan's dp into replicas that no node or region "
