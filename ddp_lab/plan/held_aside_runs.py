@@ -10,7 +10,8 @@ modelled for MoE models too, before the planner predicted its runs (its runs are
 MoE dispatch was modelled with their errors seen: held_out.py). FIFTH_SET was written down after MLPerf Training
 v6.0's gpt_oss_20b results were surveyed, before the planner predicted its runs. SIXTH_SET (NVIDIA's skills
 repository's BF16 Qwen3-30B-A3B run) was written down after a search for MoE runs from sources not used yet, before
-the planner predicted it. Every set was chosen and written
+the planner predicted it, and SEVENTH_SET (the MoE rows of the NeMo Framework user guide's performance pages) after
+another such search, before the planner predicted it. Every set was chosen and written
 down before the planner predicted any of its runs, and they are kept aside while it is modelled: their errors are
 looked at once, at the end (held_out.py says what moves a run to the development part). Each run is recorded as
 its source states it: the model shape, the parallel layout, the batch and micro-batch, the sequence, the GPUs, the
@@ -119,6 +120,18 @@ Sources:
                 skills/nemo-mbridge-perf-moe-hardware-configs), the row without overlap; not a release table: a
                 controlled comparison with its steady window (iterations 5-20) stated
 
+    Seventh set:
+    nemo-docs   the NVIDIA NeMo Framework user guide's "Performance Summary" pages on docs.nvidia.com
+                (nemo-framework/user-guide/latest/performance/), three versions as read here: "Container:
+                NeMo 25.02, System: DGX-B200" (performance_summary.html), "Container: NeMo 25.04, System: DGX-GB200"
+                (archive/25.04-performance-summary.html) and "Container: NeMo 25.07, System: DGX-GB200"
+                (performance-summary.html), each table's FP8 pre-training rows; with the recommended model configs,
+                recipes and performance scripts of NVIDIA/NeMo at the tags r2.3.0 (ca0af5e, the 25.04 release; 25.02's
+                r2.2.0 has no scripts/performance) and r2.4.0. The NeMo repository's own
+                docs/source/performance/performance_summary.md, which held_out_runs.py uses, stops at 24.07 and has no
+                MoE row: these pages are later tables of the same series, and no configuration of held_out_runs is
+                repeated
+
 Which rows: all three of NVIDIA's MLPerf Training v4.0 GPT-3 submissions, each its result_0.txt (the first of its
 runs): the tokens of all its training blocks over their summed durations (block_start to block_stop; the
 evaluations between them left out), the global batch and gradient accumulation as the log states them;
@@ -167,6 +180,21 @@ its READMEs are not in the copy); those on B300 and GB300 (NVIDIA's theia, Dell,
 Supermicro, QCT, Lambda, Nebius, Oracle, Inventec, ASUSTeK, Cisco's C880A) have no preset and run MXFP8;
 AMD's MI350X and MI355X (Cisco's and Oracle's Primus submissions) have no preset; no H200 submission of
 gpt_oss_20b was found; every result_2.txt onward (one run per submission).
+
+Seventh set: of the three pages, the rows of a mixture-of-experts model the planner expresses, on a GPU with a
+preset, whose configuration a configuration file of the same release or, for 25.02 (whose release has none), the
+next states: Mixtral-8x7B on 64 B200s (25.02) and on 64 GB200s (25.04), and Mixtral-8x22B at 65,536 tokens on 256
+B200s (25.02), each planned as the table and that file give it. Left out: Mixtral-8x22B on 256 GB200s (25.04; no
+configuration file of r2.3.0 or r2.4.0 has the row, and the table prints its global batch and micro-batch swapped);
+LLAMA4-Scout-LLM on 64 GB200s (25.07: its figure is given twice, "13783 (10717)", and the legend of the figure in
+parentheses is past what could be read here; its vocabulary is 200,000 or 202,048 by a flag the table does not
+give); LLAMA4-Maverick-LLM (experts in every second layer); the DGX-H100 sections (past what could be
+read here). Examined for the seventh set and not used: NousResearch's torchtitan DeepEP README (Qwen3-30B-A3B on 8-128
+B200s: a 20-step compiled run logged every 10 steps, and its two TFLOPS figures for the same run disagree); the
+26.02 section of Megatron-Bridge's performance-summary-archive.md (the development runs' source); OLMoE's paper and
+repository, OLMo-core's README at every version, torchtitan's benchmarks and model READMEs, Megatron-LM's MoE README
+of 2026 and the Megatron-Core MoE report (arXiv:2603.07685; its abstract only): no MoE training throughput with its
+configuration that could be read here.
 
 Which columns: of each dgxc table, its smallest GPU count and, where the table reaches it, 2,048 GPUs (the end of
 its weak scaling; MaxText's 2,048-GPU columns, HSDP, added once the planner modelled it and before they were
@@ -285,6 +313,11 @@ GROK1_314B = dict(name="grok1-314b", layers=64, hidden=6144, heads=48, kv_heads=
                   ffn=32768, moe=dict(experts=8, top_k=2, expert_ffn=32768), **LLAMA)
 # gpt-oss-20b (openai/gpt-oss-20b config.json): gpt-oss-120b's layer with 24 layers and 32 experts, 4 per token
 GPT_OSS_20B = {**GPT_OSS_120B, "name": "gpt-oss-20b", "layers": 24, "moe": dict(experts=32, top_k=4, expert_ffn=2880)}
+# Mixtral 8x22B as NeMo runs it (nemo/collections/llm/gpt/model/mixtral.py at r2.3.0, MixtralConfig8x22B: 56 layers,
+# hidden 6144, 48 heads, 8 kv heads (MixtralConfig), FFN 16384, 8 experts, top-2; the Mixtral-8x22B-v0.1 tokenizer,
+# 32,768), at the table's 65,536 tokens
+MIXTRAL_8X22B = dict(name="mixtral-8x22b", layers=56, hidden=6144, heads=48, kv_heads=8, vocab=32768, seq_len=65536,
+                     ffn=16384, moe=dict(experts=8, top_k=2, expert_ffn=16384), **LLAMA)
 # GPT-3 sizes of flash-attention's training configs (transformers.GPT2Config: learned positions, tied embeddings,
 # dropout 0.1, GPT-2 vocabulary); the 2.7B with heads of 128 (gpt3-2.7B-flash-hdim128.yaml)
 GPT3_1B3 = dict(name="gpt3-1.3b", layers=24, hidden=2048, heads=16, vocab=50257, seq_len=2048)
@@ -1088,4 +1121,57 @@ SIXTH_SET: list[HeldOutRun] = [
                "measurement, in BF16, not FP8, months later"),
 ]
 
-RUNS: list[HeldOutRun] = FIRST_SET + SECOND_SET + THIRD_SET + FOURTH_SET + FIFTH_SET + SIXTH_SET
+# ---- the seventh set: written down before the planner predicted any of them (module docstring) ----------------
+NEMO_DOCS = ("NVIDIA NeMo Framework user guide, docs.nvidia.com/nemo-framework/user-guide/latest/performance/{}, "
+             "'Container: NeMo {}, System: {}' pre-training table, the {} row")
+NEMO_DOCS_NOTE = ("stated: FP8 ({}), the table's GPUs, global batch, micro-batch, sequence, TP, PP, CP, VP, EP and "
+                  "gradient accumulation; the configuration file of NeMo {} (scripts/performance/recommended_model_"
+                  "configs/model_configs_{}.csv at the tag r2.3.0, ca0af5e: {}) gives the same and {}; the recipe "
+                  "(nemo/collections/llm/recipes/{}.py, pretrain_performance_optimizations, and scripts/performance/"
+                  "utils.py's set_primary_perf_configs at r2.3.0): Megatron's distributed optimizer (ZeRO-1) with "
+                  "the gradient reduce and parameter gather overlapped, gradients reduced in bf16, the alltoall "
+                  "dispatcher, MegatronTokenDropCallback (capacity factor 1 with every expert padded to its capacity: "
+                  "each expert computes its balanced share), sequence parallelism where TP > 1 and no TP "
+                  "communication overlap (MegatronCommOverlapCallback's default at r2.3.0), Transformer Engine "
+                  "attention; the tokenizer mistralai/{} (scripts/performance/llm/pretrain_{}.py). Not stated: the "
+                  "NeMo commit of the run (a container tag), the links and the placement (the {} preset{}), the "
+                  "steps timed")
+MIXTRAL_8X7B_4K = {"preset": "mixtral-8x7b", "seq_len": 4096}
+
+SEVENTH_SET: list[HeldOutRun] = [
+    # ---- mixture of experts, coarse: 8 experts, top-2, EP 8, Blackwell, FP8 (NeMo's user guide) ------------------
+    *[HeldOutRun(f"NeMo docs Mixtral 8x7B EP 8, 64 {gpu.upper()}s, FP8",
+                 NEMO_DOCS.format(page, container, system, "Mixtral-8x7B") + f": {published:,} tokens/s/GPU; 64 GPUs, "
+                 f"GBS 256", MIXTRAL_8X7B_4K,
+                 dict(dp=64, ep=8, micro_batch=2, grad_accum=2, precision="fp8", **NEMO),
+                 gpu, "tokens_per_gpu", published,
+                 NEMO_DOCS_NOTE.format(scaling, release, gpu, f"pre_train,mixtral,8x7b,{gpu},fp8,{csv}",
+                                       "CUDA graphs on (not modelled), no recomputation", "mixtral_8x7b",
+                                       "Mixtral-8x7B-v0.1 (32,000)", "mixtral_8x7b", gpu, placement) + extra)
+      for gpu, page, container, system, published, scaling, release, csv, placement, extra in (
+          ("b200", "performance_summary.html", "25.02", "DGX-B200", 15457,
+           "per tensor: the page says FP8, the configuration's default recipe is delayed scaling", "25.04, the next "
+           "release (25.02's NeMo has no such file)", "64,4096,1,1,1,8,1,2,256", ": 8 nodes of 8",
+           "; the table's configuration is read from the next release's file"),
+          ("gb200", "archive/25.04-performance-summary.html", "25.04", "DGX-GB200", 19275,
+           "'per-tensor FP8 quantization using the scaling factors calculated in the current step'", "25.04",
+           "64.0,4096.0,1.0,1.0,1.0,8.0,1.0,2.0,256.0", ": held_out.nvlink_segment's one rack of 64", ""))],
+    # ---- mixture of experts, coarse, at 65,536 tokens: TP 2 x PP 4 (VP 14) x CP 8 x EP 8, B200, FP8 ---------------
+    HeldOutRun("NeMo docs Mixtral 8x22B TP 2 x PP 4 x CP 8 x EP 8, 256 B200s, FP8",
+               NEMO_DOCS.format("performance_summary.html", "25.02", "DGX-B200", "Mixtral-8x22B") + ": 2,232 "
+               "tokens/s/GPU; 256 GPUs, GBS 64",
+               MIXTRAL_8X22B,
+               dict(dp=4, tp=2, pp=4, cp=8, ep=8, expert_tp=1, micro_batch=1, grad_accum=16, sequence_parallel=True,
+                    schedule="interleaved", virtual_stages=14, precision="fp8", **NEMO),
+               "b200", "tokens_per_gpu", 2232,
+               NEMO_DOCS_NOTE.format("per tensor: the page says FP8, the configuration's default recipe is delayed "
+                                     "scaling", "25.04, the next release (25.02's NeMo has no such file)", "b200",
+                                     "pre_train,mixtral,8x22b,b200,fp8,256,65536,2,4,8,8,14,1,64,1", "ETP 1, no CUDA "
+                                     "graphs, no recomputation", "mixtral_8x22b", "Mixtral-8x22B-v0.1 (32,768)",
+                                     "mixtral_8x22b", "b200", ": 32 nodes of 8")
+               + "; the table prints GBS 1 and MBS 64, swapped: its GA 16 over DP 256 / (2 x 4 x 8) = 4 gives GBS "
+               "64 of MBS 1, as the configuration file; 56 layers on PP 4 x VP 14, one a virtual stage (NeMo 2.3 "
+               "counts no embedding or loss as a layer)"),
+]
+
+RUNS: list[HeldOutRun] = FIRST_SET + SECOND_SET + THIRD_SET + FOURTH_SET + FIFTH_SET + SIXTH_SET + SEVENTH_SET

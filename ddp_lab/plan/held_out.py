@@ -20,12 +20,13 @@ kernel rate (fit_to_run.at_kernel_rate), the rest at the calibrated constants. T
                  predictions, so a change that moves one fails until it is examined under this rule.
 The goal, judged on the held-aside part: a median absolute error of at most 10 %, and no family's median beyond 15 %.
 
-Families, the first rule that matches: a B200 or GB200 run; mixture of experts with at most 16 experts ("coarse") or
-more ("fine-grained"); Llama 3 405B on 8,192 GPUs or more without context parallelism; context parallelism
+Families, by their rules in this order: a B200 or GB200 run; mixture of experts with at most 16 experts ("coarse")
+or more ("fine-grained"); Llama 3 405B on 8,192 GPUs or more without context parallelism; context parallelism
 or sequences of 32K tokens or more; TP of 4 or more on H100s (or H200s); TP or PP on A100s; FP8; the rest
-(FSDP/data-parallel, and TP 1-2 with any PP on H100s).
-`plan_families` puts a plan in every family whose rule it meets, the first as a run's, so the CLI can say how far
-each family's runs trust it.
+(FSDP/data-parallel, and TP 1-2 with any PP on H100s), where no other rule matches. A run counts in every family
+whose rule it meets (`run_families`; a Mixtral run on B200s is a Blackwell run and a coarse-MoE run), as a plan
+does (`plan_families`, which the CLI's trust lines read); the tables list it under the first, and each part's
+overall median counts it once.
 
 A run naming a planner feature not there yet (a Strategy or Transformer field, the "fp8" precision, a GPU
 preset) is skipped and the table says which; a run whose features exist is predicted, and an error in
@@ -67,14 +68,25 @@ GOAL_MEDIAN, GOAL_FAMILY = 0.10, 0.15
 
 
 def family(run: HeldOutRun) -> str:
-    """The run's family, by the module docstring's rules (read from the run as written, built or not)."""
+    """The run's first family (`run_families`), the one the tables list it under."""
+    return run_families(run)[0]
+
+
+def run_families(run: HeldOutRun) -> list[str]:
+    """Every family whose rule the run meets, in the rules' order (module docstring; read from the run as written,
+    built or not).
+
+    Example:
+        >>> [run_families(run) for run in held_aside_runs.RUNS if run.name.startswith("DGXC Grok-1")][:1]
+        [['b200', 'moe-coarse']]
+    """
     model, strategy = run.model, run.strategy
     moe = model.get("moe") or (Transformer.preset(model["preset"]).moe if "preset" in model else None)
     experts = moe["experts"] if isinstance(moe, dict) else (moe.experts if moe else 0)
     seq_len = model.get("seq_len") or Transformer.preset(model["preset"]).seq_len
-    return _family(run.gpu, experts, model.get("preset", model.get("name", "")), seq_len,
-                   **{axis: strategy.get(axis, 1) for axis in ("dp", "tp", "pp", "cp")},
-                   precision=strategy.get("precision", "bf16"))
+    return _families(run.gpu, experts, model.get("preset", model.get("name", "")), seq_len,
+                     **{axis: strategy.get(axis, 1) for axis in ("dp", "tp", "pp", "cp")},
+                     precision=strategy.get("precision", "bf16"))
 
 
 # Sources outside NVIDIA's organisations whose runs ran NVIDIA's software (`nvidia_stack`), by how their `source`
@@ -176,11 +188,6 @@ def plan_families(model: Transformer, cluster: ClusterSpec, strategy: Strategy) 
                      model.seq_len, strategy.dp, strategy.tp, strategy.pp, strategy.cp, strategy.precision)
 
 
-def _family(*shape, **named) -> str:
-    """A run's one family: the first rule it meets (`_families`)."""
-    return _families(*shape, **named)[0]
-
-
 def _families(gpu, experts, model_name, seq_len, dp, tp, pp, cp, precision) -> list[str]:
     """The families whose rules a run or plan of this shape meets, in the rules' order ("fsdp" where none does)."""
     rules = {"b200": gpu.startswith(("b200", "gb200")),
@@ -264,14 +271,19 @@ def predict(run: HeldOutRun, kernel_rate: bool | None = None) -> float:
 
 @dataclass(frozen=True)
 class Result:
-    """One run's outcome: predicted and error (predicted / published - 1), or why it was skipped."""
+    """One run's outcome: predicted and error (predicted / published - 1), or why it was skipped; its families
+    (`run_families`), the first the one the tables list it under."""
 
     run: HeldOutRun
-    family: str
+    families: tuple[str, ...]
     split: str                   # ASIDE or DEVELOPMENT
     predicted: float | None
     error: float | None
     skipped: str = ""
+
+    @property
+    def family(self) -> str:
+        return self.families[0]
 
 
 def results(runs=None, kernel_rate: bool | None = None) -> list[Result]:
@@ -282,10 +294,10 @@ def results(runs=None, kernel_rate: bool | None = None) -> list[Result]:
         split = ASIDE if run.name in ASIDE_NAMES else DEVELOPMENT
         gaps = missing(run)
         if gaps:
-            out.append(Result(run, family(run), split, None, None, "needs " + ", ".join(gaps)))
+            out.append(Result(run, tuple(run_families(run)), split, None, None, "needs " + ", ".join(gaps)))
             continue
         predicted = predict(run, kernel_rate)
-        out.append(Result(run, family(run), split, predicted, predicted / run.published - 1))
+        out.append(Result(run, tuple(run_families(run)), split, predicted, predicted / run.published - 1))
     return out
 
 
@@ -325,7 +337,8 @@ class FamilyError:
 
 
 def by_family(outcomes=None, split: str = ASIDE) -> list[FamilyError]:
-    """Per family (FAMILIES order), over the runs of `split`: count, skipped, median |error|, worst signed error.
+    """Per family (FAMILIES order), over the runs of `split` in it (a run counts in each of its families): count,
+    skipped, median |error|, worst signed error.
 
     Example:
         >>> [f.family for f in by_family()][:2]
@@ -336,7 +349,7 @@ def by_family(outcomes=None, split: str = ASIDE) -> list[FamilyError]:
     outcomes = results() if outcomes is None else outcomes
     rows = []
     for key in FAMILIES:
-        mine = [r for r in outcomes if r.family == key and r.split == split]
+        mine = [r for r in outcomes if key in r.families and r.split == split]
         errors = [r.error for r in mine if r.error is not None]
         rows.append(FamilyError(key, len(errors), len(mine) - len(errors),
                                 statistics.median(abs(e) for e in errors) if errors else None,
@@ -345,12 +358,12 @@ def by_family(outcomes=None, split: str = ASIDE) -> list[FamilyError]:
 
 
 def overall(outcomes=None, split: str = ASIDE) -> dict:
-    """All predicted runs of `split`: how many, how many skipped, median |error|, families over the goal, and the
-    families with no predicted run there (the goal cannot judge them)."""
+    """All predicted runs of `split`, each once: how many, how many skipped, median |error|, families over the goal,
+    and the families with no predicted run there (the goal cannot judge them)."""
     outcomes = results() if outcomes is None else outcomes
     errors = [abs(r.error) for r in outcomes if r.split == split and r.error is not None]
     families = by_family(outcomes, split)
-    return {"runs": len(errors), "skipped": sum(f.skipped for f in families),
+    return {"runs": len(errors), "skipped": sum(1 for r in outcomes if r.split == split and r.error is None),
             "median": statistics.median(errors) if errors else None,
             "families_over_goal": [f.family for f in families if f.median is not None and f.median > GOAL_FAMILY],
             "families_without_runs": [f.family for f in families if f.median is None]}
@@ -397,7 +410,7 @@ def kernel_rate_line(key: str) -> str:
         >>> kernel_rate_line("dense-h100-tp")                  # doctest: +ELLIPSIS
         "its 11 held-aside runs of NVIDIA's stacks at --kernel-rate: median error 7.5%, worst ..."
     """
-    errors = [r.error for r in _results_at(None) if r.family == key and r.split == ASIDE and r.error is not None
+    errors = [r.error for r in _results_at(None) if key in r.families and r.split == ASIDE and r.error is not None
               and runs_at_kernel_rate(r.run)]
     if not errors:
         return ""
@@ -424,7 +437,7 @@ def family_line(key: str, outcomes=None, rate: str = "") -> str:
                 f"worst {row.worst:+.1%}"
     else:
         aside = "no published run yet"
-    at = f" ({rate})" if rate and any(runs_at_kernel_rate(r.run) for r in outcomes if r.family == key) else ""
+    at = f" ({rate})" if rate and any(runs_at_kernel_rate(r.run) for r in outcomes if key in r.families) else ""
     return f"held aside, {FAMILIES[key]}{at}: {aside}; development: {_runs_text(seen)}"
 
 
@@ -460,7 +473,8 @@ def markdown_tables(outcomes=None) -> str:
         else:
             predicted = f"{r.predicted:.1%}" if r.run.metric == "mfu" else f"{r.predicted:,.0f}"
             error = f"{r.error:+.1%}"
-        lines.append(f"| {r.run.name} | {FAMILIES[r.family]} | {r.split} | {gpus:,} {r.run.gpu} | {shown} {unit} | "
+        families = "; ".join(FAMILIES[key] for key in r.families)
+        lines.append(f"| {r.run.name} | {families} | {r.split} | {gpus:,} {r.run.gpu} | {shown} {unit} | "
                      f"{predicted} | {error} |")
     return "\n".join(lines)
 
