@@ -389,7 +389,8 @@ def test_a_default_batch_raised_to_one_sequence_per_gpu_is_said():
     assert one.startswith(raised) and "mb1x1" in one
     assert three.startswith("note: global batch 192, the multiple of dp x micro-batch = 64 x 3 = 192 nearest the "
                             "default 64 (one sequence per GPU: 4M tokens / seq_len = 32 sequences would leave")
-    assert "note:" not in given                               # --global-batch given: nothing to say
+    assert not [line for line in given.splitlines() if line.startswith("note:")      # --global-batch given: nothing
+                and not line.startswith("note: context parallelism was not searched")]   # to say of the batch
     assert "raised to one sequence per GPU where that is more" in " ".join(helped.split())
     assert "the multiple of the GPU count nearest 4M tokens / seq_len" in " ".join(helped.split())
 
@@ -473,7 +474,8 @@ def test_search_with_experts_and_a_plan_with_context_parallelism():
     --cp shows the tokens per GPU and the ring's time, all of it and the part attention does not hide."""
     result = plan("--model", "mixtral-8x7b", "--cluster", "h100-sxm", "--nodes", "2", "--ep", "8", "--top", "3")
     assert result.returncode == 0, result.stderr
-    assert "sequence parallel, interleaving, ep 8);" in result.stdout.splitlines()[2]
+    assert "sequence parallel, interleaving, ep 8);" in next(line for line in result.stdout.splitlines()
+                                                            if "plans tried" in line)
     rows = [line for line in result.stdout.splitlines() if re.match(r"\s+\d+ dp", line)]
     assert len(rows) == 3 and all(" ep8 " in row for row in rows)
     assert "epN = expert-parallel size" in result.stdout
@@ -1346,3 +1348,26 @@ def test_an_outer_sync_without_sync_every_is_said_to_sync_every_step(capsys):
         assert out.startswith(note) and "add --sync-every H" in out.splitlines()[0], flags
     assert main(["plan", *LLAMA_8B, "--nodes", "4", "--dp", "32", "--replicas", "4", "--sync-every", "10"]) == 0
     assert note not in capsys.readouterr().out
+
+
+def test_a_long_sequence_search_without_cp_says_what_cp_would_give(capsys):
+    """At 32K tokens or more a search that leaves cp out says how much faster the fastest plan with cp is (the plan a
+    --cp auto search puts first), and how many such plans fit; with --cp given, or at 8K tokens, it says nothing."""
+    from ddp_lab.__main__ import main
+    long = ["plan", *LLAMA_8B, "--nodes", "4", "--seq-len", "131072", "--top", "1"]
+    assert main(long) == 0
+    out = capsys.readouterr().out
+    note = re.match(r"note: context parallelism was not searched \(--cp auto searches it\): with it the fastest plan "
+                    r"is (.+) at ([\d,]+) tokens/s, ([\d.]+)% faster than the best below \((\d+) such plans fit\)\n",
+                    out)
+    assert note, out
+    best = [line.split() for line in out.splitlines() if re.match(r"\s+\d+ dp", line)][0]
+    assert main(long + ["--cp", "auto"]) == 0
+    searched = capsys.readouterr().out
+    first = [line for line in searched.splitlines() if re.match(r"\s+\d+ dp", line)][0]
+    assert note.group(1) in first and note.group(2) in first.split()
+    assert float(note.group(3)) == pytest.approx(100 * (int(note.group(2).replace(",", "")) /
+                                                        int(best[-3].replace(",", "")) - 1), abs=0.06)
+    assert "context parallelism was not searched" not in searched
+    assert main(["plan", *LLAMA_8B, "--nodes", "4", "--top", "1"]) == 0            # 8,192 tokens
+    assert "context parallelism was not searched" not in capsys.readouterr().out

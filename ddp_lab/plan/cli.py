@@ -24,7 +24,7 @@ from ddp_lab.course.plan.efficiency import early_stop_can_skip_last_gemm
 from ddp_lab.course.plan.hf_config import position_key
 from ddp_lab.course.plan.model import PRESETS, Transformer, parse_count
 from ddp_lab.course.plan.search import (DEFAULT_TOKENS_PER_BATCH, MEMORY_RESERVE, candidates, default_global_batch,
-                                        evaluate, nearest_multiple, search)
+                                        evaluate, faster_with_context_parallel, nearest_multiple, search)
 from ddp_lab.course.plan.strategy import Strategy, check, divisors
 from ddp_lab.plan import cli_fit
 from ddp_lab.plan.cli_flags import (OUTER_SYNC, SEARCH_WIDE, SHAPE_FLAGS, SLOWEST_LINK_GBPS, SPLIT_FLAGS,
@@ -270,6 +270,13 @@ def _search_report(model, cluster, args, reserve: float, seq_source: str | None 
                            seq_source=seq_source, interleaved=any(s.virtual_stages > 1 for s in tried),
                            applied=applied, dp_shard={s.dp_shard for s in tried})
     plans = [plan for plan, _ in rows]
+    if plans and args.cp is None:
+        split = faster_with_context_parallel(model, cluster, global_batch, reserve, options, plans[0])
+        if split:
+            note += (f"note: context parallelism was not searched (--cp auto searches it): with it the fastest plan "
+                     f"is {split[0].strategy.label()} at {split[0].tokens_per_second:,.0f} tokens/s, "
+                     f"{split[0].tokens_per_second / plans[0].tokens_per_second - 1:.1%} faster than the best below "
+                     f"({len(split)} such plan{'s' if len(split) > 1 else ''} fit)\n")
     tie, source = stated_error(cluster, plans[0] if plans else None)
     report = "\n".join([header, table(plans, stages=[zero for _, zero in rows], tie=tie),
                         ties_text([plan for plan, _ in folded], tie, source), assumptions_text(plans, chosen=True),

@@ -43,6 +43,7 @@ from dataclasses import dataclass, fields
 
 from ddp_lab.course.plan import strategy as strategy_module
 from ddp_lab.course.plan.cluster_spec import ClusterSpec
+from ddp_lab.course.plan.context_parallel import LONG_SEQUENCE
 from ddp_lab.course.plan.experts import MoE
 from ddp_lab.course.plan.fit_to_run import at_kernel_rate, is_at_kernel_rate
 from ddp_lab.course.plan.generation_constants import kernel_efficiency_of
@@ -194,7 +195,7 @@ def _families(gpu, experts, model_name, seq_len, dp, tp, pp, cp, precision) -> l
              "moe-coarse": 0 < experts <= 16,
              "moe-fine": experts > 16,
              "llama3-405b": model_name.startswith("llama3-405b") and dp * tp * pp * cp >= 8192 and cp == 1,
-             "long-context": (cp > 1 or seq_len >= 32768) and gpu.startswith(("h100", "h200")),
+             "long-context": (cp > 1 or seq_len >= LONG_SEQUENCE) and gpu.startswith(("h100", "h200")),
              "dense-h100-tp": not experts and tp >= 4 and gpu.startswith(("h100", "h200")),
              "dense-a100": not experts and gpu.startswith("a100") and tp * pp > 1,
              "fp8": not experts and precision == "fp8" and tp < 4 and gpu.startswith(("h100", "h200"))}

@@ -44,6 +44,11 @@ from ddp_lab.course.plan import pipeline_stages
 from ddp_lab.course.plan.collectives import collective_time
 from ddp_lab.course.plan.efficiency import attention_backward_factor, attention_seconds
 
+# Sequences this long or longer are "long": where published runs split them over GPUs (Llama 3's long-context
+# stage, torchtitan's and NeMo's CP tables start at 32K), so a search that leaves cp out says what it would give
+# (search.faster_with_context_parallel), and the held-out runs' long-sequence family begins here.
+LONG_SEQUENCE = 32_768
+
 
 def splits_sequence(model, cp: int) -> bool:
     """True if cp = 1, or the sequence splits into 2 x cp equal chunks (the balanced causal layout)."""

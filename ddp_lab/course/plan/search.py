@@ -246,6 +246,25 @@ def _fitting_with_context_parallel(model, cluster, global_batch, reserve, option
     return _fitting(model, cluster, split, options, reserve)
 
 
+def faster_with_context_parallel(model, cluster, global_batch: int, reserve: float, options: dict, best) -> list:
+    """Where a search left cp out (cp 1) and its sequences are long (context_parallel.LONG_SEQUENCE tokens or more),
+    the plans with cp > 1 that fit and run faster than `best` (the search's fastest plan), fastest first; empty
+    otherwise. What `--cp auto` would add, for the command line to say.
+
+    Example:
+        >>> from ddp_lab.course.plan.cluster_spec import ClusterSpec
+        >>> from ddp_lab.course.plan.model import Transformer
+        >>> model, h100s = Transformer.preset("llama3-8b").with_(seq_len=131072), ClusterSpec.preset("h100-sxm", nodes=4)
+        >>> best = search(model, h100s, top=1)[0]
+        >>> faster_with_context_parallel(model, h100s, 32, MEMORY_RESERVE, {}, best)[0].strategy.cp
+        16
+    """
+    if model.seq_len < context_parallel.LONG_SEQUENCE or best is None:
+        return []
+    return [p for p in _fitting_with_context_parallel(model, cluster, global_batch, reserve, options)
+            if p.tokens_per_second > best.tokens_per_second]
+
+
 def _without_outer_sync(model, cluster, global_batch: int, options: dict) -> list:
     """The search's candidates without its outer sync (empty where it asks for none)."""
     if options.get("replicas") in (None, 1) and not outer_sync.outer_sync_asked(options.get("sync_every"),
