@@ -373,3 +373,18 @@ def test_per_node_dispatch_moved_the_runs_that_send_experts_across_nodes_both_wa
         "Automodel gpt-oss-120b FSDP x EP 64, 64 H100s": (-0.124, -0.065),
         "Megatron-MoE-ModelZoo Qwen3-235B-A22B TP 2 x EP 32 x PP 8, 256 H100s": (-0.254, 0.002),
         "NVIDIA skills Qwen3-30B-A3B EP 16, 16 H100s": (-0.252, 0.197)}
+
+
+def test_a_family_whose_held_aside_runs_all_missed_one_way_says_which(outcomes):
+    """The trust line says when every held-aside run of a family (two or more) missed the same way: fine-grained MoE
+    ran slower than planned (read the plan's speed as an upper bound), NVIDIA's dense H100 TP runs faster than
+    planned at the calibrated constant; a family whose runs missed both ways (FSDP) says neither."""
+    assert "each ran slower than planned" in held_out.family_line("moe-fine", outcomes)
+    calibrated = held_out.at_plans_rate(ClusterSpec.preset("h100-sxm", nodes=8))[0]
+    assert "each ran faster than planned" in held_out.family_line("dense-h100-tp", calibrated)
+    assert "than planned" not in held_out.family_line("dense-h100-tp", outcomes)    # at the kernel rate, both ways
+    assert "than planned" not in held_out.family_line("fsdp", outcomes)
+    for key, sign in (("moe-fine", 1), ("dense-h100-tp", -1)):
+        source = outcomes if sign > 0 else calibrated
+        errors = [r.error for r in source if key in r.families and r.split == ASIDE and r.error is not None]
+        assert len(errors) >= 2 and all(e * sign > 0 for e in errors), key

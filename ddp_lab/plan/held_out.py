@@ -435,11 +435,20 @@ def family_line(key: str, outcomes=None, rate: str = "") -> str:
     seen = next(r for r in by_family(outcomes, DEVELOPMENT) if r.family == key)
     if row.runs:
         aside = f"{row.runs} published run{'s' if row.runs > 1 else ''}, median error {row.median:.1%}, " \
-                f"worst {row.worst:+.1%}"
+                f"worst {row.worst:+.1%}" + _one_way(key, outcomes)
     else:
         aside = "no published run yet"
     at = f" ({rate})" if rate and any(runs_at_kernel_rate(r.run) for r in outcomes if key in r.families) else ""
     return f"held aside, {FAMILIES[key]}{at}: {aside}; development: {_runs_text(seen)}"
+
+
+def _one_way(key: str, outcomes) -> str:
+    """', each ran slower than planned' where every held-aside run of the family (two or more) missed the same way
+    (error > 0: the planner's throughput was above the run's), ', each ran faster than planned' the other way, or ''."""
+    errors = [r.error for r in outcomes if key in r.families and r.split == ASIDE and r.error is not None]
+    if len(errors) < 2 or not (all(e > 0 for e in errors) or all(e < 0 for e in errors)):
+        return ""
+    return f", each ran {'slower' if errors[0] > 0 else 'faster'} than planned"
 
 
 def markdown_tables(outcomes=None) -> str:
