@@ -144,7 +144,8 @@ def test_by_family_reports_count_median_and_worst(outcomes, split):
     rows = {row.family: row for row in by_family(outcomes, split)}
     assert list(rows) == list(FAMILIES)
     for key, row in rows.items():
-        errors = sorted(abs(r.error) for r in outcomes if key in r.families and r.split == split and r.error is not None)
+        errors = sorted(abs(r.error) for r in outcomes
+                        if key in r.families and r.split == split and r.error is not None)
         assert row.runs == len(errors)
         if errors:
             middle = len(errors) // 2
@@ -262,7 +263,7 @@ def test_every_held_aside_source_begins_with_its_repository():
 def test_a_plan_is_scored_on_the_runs_at_its_own_rate(outcomes):
     """A plan at the calibrated constants is scored on every held-out run at them; one at the kernel rate on the runs
     as the rule plans them (the outcomes the tables show). The dense H100 TP 4-8 family's held-aside runs are all
-    NVIDIA's: 5.9 % as planned, 19.7 % at the calibrated constant, the figure a default plan states."""
+    NVIDIA's: 7.5 % as planned, 19.8 % at the calibrated constant, the figure a default plan states."""
     h100s = ClusterSpec.preset("h100-sxm", nodes=8)
     calibrated, words = held_out.at_plans_rate(h100s)
     assert words == "at the calibrated rate"
@@ -271,7 +272,7 @@ def test_a_plan_is_scored_on_the_runs_at_its_own_rate(outcomes):
     assert words == "NVIDIA's stacks at the kernel rate" and [r.error for r in kernel] == [r.error for r in outcomes]
     row = {name: next(r for r in by_family(o) if r.family == "dense-h100-tp") for name, o in
            (("calibrated", calibrated), ("kernel", kernel))}
-    assert (round(row["kernel"].median, 3), round(row["calibrated"].median, 3)) == (0.059, 0.197)
+    assert (round(row["kernel"].median, 3), round(row["calibrated"].median, 3)) == (0.075, 0.198)
     assert held_out.at_plans_rate(ClusterSpec.preset("a100-80gb"))[1] == "at the calibrated rate"
 
 

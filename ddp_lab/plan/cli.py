@@ -187,10 +187,15 @@ def _early_stop_changes_nothing(model) -> str:
             f"PyTorch's checkpoint re-runs the whole layer: --checkpoint-early-stop changes nothing\n")
 
 
+def _outer_sync_on(args) -> bool:
+    """Whether the flags ask for DiLoCo replicas: --replicas above 1, or --sync-every or --sync-precision."""
+    return args.replicas not in (None, 1) or outer_sync.outer_sync_asked(args.sync_every, args.sync_precision)
+
+
 def _sync_every_note(args) -> str:
     """A note when an outer sync is asked for without --sync-every: its replicas then sync every step (sync_every 1),
     which sends each step what data parallelism sends, at the precision given."""
-    if args.sync_every is not None or (args.sync_precision is None and args.replicas in (None, 1)):
+    if args.sync_every is not None or not _outer_sync_on(args):
         return ""
     return ("note: without --sync-every the DiLoCo replicas sync every step (H = 1), as often as data parallelism "
             "does; DiLoCo syncs every H steps (INTELLECT-1: H = 100): add --sync-every H\n")
@@ -239,7 +244,7 @@ def _search_report(model, cluster, args, reserve: float, seq_source: str | None 
     folded = fold_shard_sizes(fold_zero_stages(fitting))
     rows = folded[:args.top or 10]
     applied = tuple(flag_name(name) for name in SEARCH_WIDE if options[name])
-    outer_on = args.replicas not in (None, 1) or outer_sync.outer_sync_asked(args.sync_every, args.sync_precision)
+    outer_on = _outer_sync_on(args)
     if outer_on:
         outer = " ".join(f"{flag_name(name)} {getattr(args, name)}" for name in OUTER_SYNC
                          if getattr(args, name) is not None)
@@ -270,14 +275,15 @@ def _search_report(model, cluster, args, reserve: float, seq_source: str | None 
                            seq_source=seq_source, interleaved=any(s.virtual_stages > 1 for s in tried),
                            applied=applied, dp_shard={s.dp_shard for s in tried})
     plans = [plan for plan, _ in rows]
+    tie, source = stated_error(cluster, plans[0] if plans else None)
     if plans and args.cp is None:
         split = faster_with_context_parallel(model, cluster, global_batch, reserve, options, plans[0])
-        if split:
+        gain = split[0].tokens_per_second / plans[0].tokens_per_second - 1 if split else 0.0
+        if gain > tie:     # a plan within the planner's stated error of the best is a tie, not worth a note
+            count = len(fold_shard_sizes(fold_zero_stages(split)))
             note += (f"note: context parallelism was not searched (--cp auto searches it): with it the fastest plan "
-                     f"is {split[0].strategy.label()} at {split[0].tokens_per_second:,.0f} tokens/s, "
-                     f"{split[0].tokens_per_second / plans[0].tokens_per_second - 1:.1%} faster than the best below "
-                     f"({len(split)} such plan{'s' if len(split) > 1 else ''} fit)\n")
-    tie, source = stated_error(cluster, plans[0] if plans else None)
+                     f"is {split[0].strategy.label()} at {split[0].tokens_per_second:,.0f} tokens/s, {gain:.1%} "
+                     f"faster than the best below ({count} such plan{'s' if count > 1 else ''} fit)\n")
     report = "\n".join([header, table(plans, stages=[zero for _, zero in rows], tie=tie),
                         ties_text([plan for plan, _ in folded], tie, source), assumptions_text(plans, chosen=True),
                         accuracy_text(cluster, plans)])
@@ -301,7 +307,8 @@ def _strategy(model, cluster, args, given: dict) -> tuple[Strategy, str]:
     if "replicas" in given:                            # the counts a refusal names: those this cluster does not cut
         ep = given.get("ep", 1)
         outer_sync.check_count(given["dp"], cp, ep if isinstance(ep, int) else 1, given["replicas"],
-                               given["dp"] * tp * pp * cp, cluster.gpus_per_node, cluster.region_gpus)
+                               given["dp"] * tp * pp * cp, cluster.gpus_per_node, cluster.region_gpus,
+                               synced=outer_sync.outer_sync_asked(given.get("sync_every"), given.get("sync_precision")))
     if outer_sync.outer_sync_asked(given.get("sync_every"), given.get("sync_precision")):
         given.setdefault("replicas", given["dp"])      # every dp rank a DiLoCo replica unless --replicas says
 

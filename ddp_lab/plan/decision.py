@@ -47,7 +47,8 @@ def stated_error(cluster, best=None) -> tuple[float, str]:
     planner's constants were set or checked on (`accuracy_text` prints the same figure; for a GPU
     no published run checks, all of them), and, for each family the `best` plan is in
     (`held_out.plan_families`: a MoE plan on B200s is in two), that of the runs it was never fitted
-    on (`ddp_lab.plan.held_out`), scored at the rate the plan runs at (`held_out.at_plans_rate`): the
+    on (`ddp_lab.plan.held_out`), scored at the rate the plan runs at (`held_out.at_plans_rate`), those
+    on the plan's GPU generation where the family has any (`held_out.for_generation`): the
     held-aside part's, the fairer estimate of its error, or the development part's where no
     held-aside run is of that family.
     """
@@ -65,8 +66,9 @@ def stated_error(cluster, best=None) -> tuple[float, str]:
         source = f"the planner's median error on {errors['runs']} published {family_name(runs[0])} runs"
     if best is not None:
         families = held_out.plan_families(best.model, cluster, best.strategy)
-        outcomes = held_out.at_plans_rate(cluster)[0]        # scored at the rate the plan runs at
+        everyone = held_out.at_plans_rate(cluster)[0]        # scored at the rate the plan runs at
         for family in families:
+            outcomes = held_out.for_generation(family, everyone, cluster.gpu.generation)[0]   # its GPUs' where any
             for split in (held_out.ASIDE, held_out.DEVELOPMENT):
                 row = next(r for r in held_out.by_family(outcomes, split) if r.family == family)
                 if row.runs:

@@ -1,7 +1,7 @@
 """Published training runs kept aside while the planner is modelled: the held-aside set (held_out.py scores it).
 
 These runs come from sources that neither the planner's calibration set (published.py) nor the development runs
-(held_out_runs.py) use. They came in six sets: FIRST_SET, predicted and looked at from 2026-11 to 2026-12-06, and
+(held_out_runs.py) use. They came in seven sets: FIRST_SET, predicted and looked at from 2026-11 to 2026-12-06, and
 SECOND_SET, chosen and written down on 2026-12-06 after the kernel rate (fit_to_run.at_kernel_rate) was added and
 before the planner predicted any of them; the first set's runs that the kernel rate changes are development runs
 since (held_out.py). THIRD_SET was written down after uneven stages under interleaving were modelled
@@ -126,8 +126,8 @@ Sources:
                 NeMo 25.02, System: DGX-B200" (performance_summary.html), "Container: NeMo 25.04, System: DGX-GB200"
                 (archive/25.04-performance-summary.html) and "Container: NeMo 25.07, System: DGX-GB200"
                 (performance-summary.html), each table's FP8 pre-training rows; with the recommended model configs,
-                recipes and performance scripts of NVIDIA/NeMo at the tags r2.3.0 (ca0af5e, the 25.04 release; 25.02's
-                r2.2.0 has no scripts/performance) and r2.4.0. The NeMo repository's own
+                recipes and performance scripts of NVIDIA/NeMo at the tag of each release: r2.2.0 (132f217,
+                25.02; scripts/llm/performance/), r2.3.0 (ca0af5e, 25.04) and r2.4.0 (25.07; scripts/performance/). The NeMo repository's own
                 docs/source/performance/performance_summary.md, which held_out_runs.py uses, stops at 24.07 and has no
                 MoE row: these pages are later tables of the same series, and no configuration of held_out_runs is
                 repeated
@@ -182,19 +182,19 @@ AMD's MI350X and MI355X (Cisco's and Oracle's Primus submissions) have no preset
 gpt_oss_20b was found; every result_2.txt onward (one run per submission).
 
 Seventh set: of the three pages, the rows of a mixture-of-experts model the planner expresses, on a GPU with a
-preset, whose configuration a configuration file of the same release or, for 25.02 (whose release has none), the
-next states: Mixtral-8x7B on 64 B200s (25.02) and on 64 GB200s (25.04), and Mixtral-8x22B at 65,536 tokens on 256
-B200s (25.02), each planned as the table and that file give it. Left out: Mixtral-8x22B on 256 GB200s (25.04; no
-configuration file of r2.3.0 or r2.4.0 has the row, and the table prints its global batch and micro-batch swapped);
-LLAMA4-Scout-LLM on 64 GB200s (25.07: its figure is given twice, "13783 (10717)", and the legend of the figure in
-parentheses is past what could be read here; its vocabulary is 200,000 or 202,048 by a flag the table does not
-give); LLAMA4-Maverick-LLM (experts in every second layer); the DGX-H100 sections (past what could be
-read here). Examined for the seventh set and not used: NousResearch's torchtitan DeepEP README (Qwen3-30B-A3B on 8-128
-B200s: a 20-step compiled run logged every 10 steps, and its two TFLOPS figures for the same run disagree); the
-26.02 section of Megatron-Bridge's performance-summary-archive.md (the development runs' source); OLMoE's paper and
-repository, OLMo-core's README at every version, torchtitan's benchmarks and model READMEs, Megatron-LM's MoE README
-of 2026 and the Megatron-Core MoE report (arXiv:2603.07685; its abstract only): no MoE training throughput with its
-configuration that could be read here.
+preset, whose configuration the same release's configuration file states: Mixtral-8x7B on 64 B200s (25.02) and on 64
+GB200s (25.04), and Mixtral-8x22B at 65,536 tokens on 256 B200s (25.02), each planned as the table and that file
+give it. Left out: Mixtral-8x22B on 256 GB200s (25.04; no configuration file of r2.3.0 or r2.4.0 has the row, and
+the table prints its global batch and micro-batch swapped); LLAMA4-Scout-LLM on 64 GB200s (25.07: its figure is
+given twice, "13783 (10717)", and the legend of the figure in parentheses is past what could be read here; its
+vocabulary is 200,000 or 202,048 by a flag the table does not give); LLAMA4-Maverick-LLM (experts in every second
+layer); the DGX-H100 sections (past what could be read here). Examined for the seventh set and not used:
+NousResearch's torchtitan DeepEP README (Qwen3-30B-A3B on 8-128 B200s: a 20-step compiled run logged every 10 steps,
+and its two TFLOPS figures for the same run disagree); the 26.02 section of Megatron-Bridge's
+performance-summary-archive.md (the development runs' source); OLMoE's paper and repository, OLMo-core's README at
+every version, torchtitan's benchmarks and model READMEs, Megatron-LM's MoE README of 2026 and the Megatron-Core MoE
+report (arXiv:2603.07685; its abstract only): no MoE training throughput with its configuration that could be read
+here.
 
 Which columns: of each dgxc table, its smallest GPU count and, where the table reaches it, 2,048 GPUs (the end of
 its weak scaling; MaxText's 2,048-GPU columns, HSDP, added once the planner modelled it and before they were
@@ -1124,18 +1124,22 @@ SIXTH_SET: list[HeldOutRun] = [
 # ---- the seventh set: written down before the planner predicted any of them (module docstring) ----------------
 NEMO_DOCS = ("docs.nvidia.com/nemo-framework user-guide/latest/performance/{} (NVIDIA's NeMo Framework user guide), "
              "'Container: NeMo {}, System: {}' pre-training table, the {} row")
+# What the release's files add (NVIDIA/NeMo at the release's tag: 25.02 is r2.2.0, 132f217, its performance scripts
+# in scripts/llm/performance/; 25.04 is r2.3.0, ca0af5e, in scripts/performance/): the recommended model configs'
+# row, the performance script and the recipe
 NEMO_DOCS_NOTE = ("stated: FP8 ({}), the table's GPUs, global batch, micro-batch, sequence, TP, PP, CP, VP, EP and "
-                  "gradient accumulation; the configuration file of NeMo {} (scripts/performance/recommended_model_"
-                  "configs/model_configs_{}.csv at the tag r2.3.0, ca0af5e: {}) gives the same and {}; the recipe "
-                  "(nemo/collections/llm/recipes/{}.py, pretrain_performance_optimizations, and scripts/performance/"
-                  "utils.py's set_primary_perf_configs at r2.3.0): Megatron's distributed optimizer (ZeRO-1) with "
-                  "the gradient reduce and parameter gather overlapped, gradients reduced in bf16, the alltoall "
-                  "dispatcher, MegatronTokenDropCallback (capacity factor 1 with every expert padded to its capacity: "
-                  "each expert computes its balanced share), sequence parallelism where TP > 1 and no TP "
-                  "communication overlap (MegatronCommOverlapCallback's default at r2.3.0), Transformer Engine "
-                  "attention; the tokenizer mistralai/{} (scripts/performance/llm/pretrain_{}.py). Not stated: the "
-                  "NeMo commit of the run (a container tag), the links and the placement (the {} preset{}), the "
+                  "gradient accumulation; the release's configuration file (NeMo {}: {}recommended_model_configs/"
+                  "model_configs_{}.csv, '{}') gives the same; {}; the recipe (nemo/collections/llm/recipes/{}.py, "
+                  "pretrain_performance_optimizations, and the performance scripts' set_primary_perf_configs): "
+                  "Megatron's distributed optimizer (ZeRO-1) with the gradient reduce and parameter gather "
+                  "overlapped, gradients reduced in bf16, the alltoall dispatcher, MegatronTokenDropCallback (capacity "
+                  "factor 1 with every expert padded to its capacity: each expert computes its balanced share), "
+                  "sequence parallelism where TP > 1 and no TP communication overlap (MegatronCommOverlapCallback's "
+                  "default), no recomputation, Transformer Engine attention; the tokenizer mistralai/{}. Not stated: "
+                  "the NeMo commit of the run (a container tag), the links and the placement (the {} preset{}), the "
                   "steps timed")
+R22, R23 = ("25.02, r2.2.0", "scripts/llm/performance/"), ("25.04, r2.3.0", "scripts/performance/")
+DELAYED = "per tensor: the page says FP8, the release's script asks for bf16_with_fp8_mixed, delayed scaling"
 MIXTRAL_8X7B_4K = {"preset": "mixtral-8x7b", "seq_len": 4096}
 
 SEVENTH_SET: list[HeldOutRun] = [
@@ -1145,17 +1149,16 @@ SEVENTH_SET: list[HeldOutRun] = [
                  f"GBS 256", MIXTRAL_8X7B_4K,
                  dict(dp=64, ep=8, micro_batch=2, grad_accum=2, precision="fp8", **NEMO),
                  gpu, "tokens_per_gpu", published,
-                 NEMO_DOCS_NOTE.format(scaling, release, gpu, f"pre_train,mixtral,8x7b,{gpu},fp8,{csv}",
-                                       "CUDA graphs on (not modelled), no recomputation", "mixtral_8x7b",
-                                       "Mixtral-8x7B-v0.1 (32,000)", "mixtral_8x7b", gpu, placement) + extra)
-      for gpu, page, container, system, published, scaling, release, csv, placement, extra in (
-          ("b200", "performance_summary.html", "25.02", "DGX-B200", 15457,
-           "per tensor: the page says FP8, the configuration's default recipe is delayed scaling", "25.04, the next "
-           "release (25.02's NeMo has no such file)", "64,4096,1,1,1,8,1,2,256", ": 8 nodes of 8",
-           "; the table's configuration is read from the next release's file"),
+                 NEMO_DOCS_NOTE.format(scaling, *release, gpu, row, graphs, "mixtral_8x7b",
+                                       "Mixtral-8x7B-v0.1 (32,000)", gpu, placement))
+      for gpu, page, container, system, published, scaling, release, row, graphs, placement in (
+          ("b200", "performance_summary.html", "25.02", "DGX-B200", 15457, DELAYED, R22,
+           "pre_train,mixtral,8x7b,b200,fp8,64.0,4096.0,1.0,1.0,1.0,64.0,8.0,,1.0,2.0,256.0",
+           "CUDA graphs on (pretrain_mixtral_8x7b.py turns them on for B200s; not modelled)", ": 8 nodes of 8"),
           ("gb200", "archive/25.04-performance-summary.html", "25.04", "DGX-GB200", 19275,
-           "'per-tensor FP8 quantization using the scaling factors calculated in the current step'", "25.04",
-           "64.0,4096.0,1.0,1.0,1.0,8.0,1.0,2.0,256.0", ": held_out.nvlink_segment's one rack of 64", ""))],
+           "'per-tensor FP8 quantization using the scaling factors calculated in the current step'", R23,
+           "pre_train,mixtral,8x7b,gb200,fp8,64.0,4096.0,1.0,1.0,1.0,8.0,1.0,2.0,256.0,,1,0,0,0,",
+           "CUDA graphs on (its cuda_graphs column; not modelled)", ": held_out.nvlink_segment's one rack of 64"))],
     # ---- mixture of experts, coarse, at 65,536 tokens: TP 2 x PP 4 (VP 14) x CP 8 x EP 8, B200, FP8 ---------------
     HeldOutRun("NeMo docs Mixtral 8x22B TP 2 x PP 4 x CP 8 x EP 8, 256 B200s, FP8",
                NEMO_DOCS.format("performance_summary.html", "25.02", "DGX-B200", "Mixtral-8x22B") + ": 2,232 "
@@ -1164,13 +1167,12 @@ SEVENTH_SET: list[HeldOutRun] = [
                dict(dp=4, tp=2, pp=4, cp=8, ep=8, expert_tp=1, micro_batch=1, grad_accum=16, sequence_parallel=True,
                     schedule="interleaved", virtual_stages=14, precision="fp8", **NEMO),
                "b200", "tokens_per_gpu", 2232,
-               NEMO_DOCS_NOTE.format("per tensor: the page says FP8, the configuration's default recipe is delayed "
-                                     "scaling", "25.04, the next release (25.02's NeMo has no such file)", "b200",
-                                     "pre_train,mixtral,8x22b,b200,fp8,256,65536,2,4,8,8,14,1,64,1", "ETP 1, no CUDA "
-                                     "graphs, no recomputation", "mixtral_8x22b", "Mixtral-8x22B-v0.1 (32,768)",
-                                     "mixtral_8x22b", "b200", ": 32 nodes of 8")
+               NEMO_DOCS_NOTE.format(DELAYED, *R22, "b200",
+                                     "pre_train,mixtral,8x22b,b200,fp8,256.0,65536.0,2.0,4.0,8.0,4.0,8.0,1.0,14.0,1.0,"
+                                     "64.0,1.0", "no CUDA graphs (pretrain_mixtral_8x22b.py leaves them off)",
+                                     "mixtral_8x22b", "Mixtral-8x22B-v0.1 (32,768)", "b200", ": 32 nodes of 8")
                + "; the table prints GBS 1 and MBS 64, swapped: its GA 16 over DP 256 / (2 x 4 x 8) = 4 gives GBS "
-               "64 of MBS 1, as the configuration file; 56 layers on PP 4 x VP 14, one a virtual stage (NeMo 2.3 "
+               "64 of MBS 1, as the configuration file; 56 layers on PP 4 x VP 14, one a virtual stage (NeMo 2.2 "
                "counts no embedding or loss as a layer)"),
 ]
 

@@ -20,13 +20,15 @@ kernel rate (fit_to_run.at_kernel_rate), the rest at the calibrated constants. T
                  predictions, so a change that moves one fails until it is examined under this rule.
 The goal, judged on the held-aside part: a median absolute error of at most 10 %, and no family's median beyond 15 %.
 
-Families, by their rules in this order: a B200 or GB200 run; mixture of experts with at most 16 experts ("coarse")
-or more ("fine-grained"); Llama 3 405B on 8,192 GPUs or more without context parallelism; context parallelism
-or sequences of 32K tokens or more on H100s (or H200s); TP of 4 or more on H100s (or H200s); TP or PP on A100s; FP8; the rest
-(FSDP/data-parallel, and TP 1-2 with any PP on H100s), where no other rule matches. A run counts in every family
-whose rule it meets (`run_families`; a Mixtral run on B200s is a Blackwell run and a coarse-MoE run), as a plan
-does (`plan_families`, which the CLI's trust lines read); the tables list it under the first, and each part's
-overall median counts it once.
+Families: one of GPUs, a B200 or GB200 run; and the workload's, by their rules in this order: mixture of experts
+with at most 16 experts ("coarse") or more ("fine-grained"); Llama 3 405B on 8,192 GPUs or more without context
+parallelism; context parallelism or sequences of 32K tokens or more; TP of 4 or more on H100s (or H200s); TP or PP
+on A100s; FP8 on H100s (or H200s); the rest (FSDP/data-parallel, and TP 1-2 with any PP on H100s) for a run on other
+GPUs that meets none. A run counts in its GPUs' family and in the first workload family whose rule it meets
+(`run_families`: a Mixtral run on B200s is a Blackwell run and a coarse-MoE run; a run with context parallelism
+and TP 8 on H100s a long-sequence one only), and each part's overall median counts it once. A plan is trusted as
+far as every family whose rule it meets says (`plan_families`), each family's runs on the plan's GPU generation
+where it has any (`for_generation`).
 
 A run naming a planner feature not there yet (a Strategy or Transformer field, the "fp8" precision, a GPU
 preset) is skipped and the table says which; a run whose features exist is predicted, and an error in
@@ -59,7 +61,7 @@ FAMILIES = {
     "fsdp": "FSDP/data-parallel, A100/H100; H100 TP 1-2",
     "dense-h100-tp": "dense, H100, TP 4-8",
     "llama3-405b": "Llama 3 405B, 8K-16K H100s",
-    "long-context": "context parallel / long sequences, H100",
+    "long-context": "context parallel / long sequences",
     "moe-coarse": "MoE, up to 16 experts (coarse)",
     "moe-fine": "MoE, more than 16 experts (fine-grained)",
     "fp8": "FP8, data-parallel, H100/H200",
@@ -69,13 +71,13 @@ GOAL_MEDIAN, GOAL_FAMILY = 0.10, 0.15
 
 
 def family(run: HeldOutRun) -> str:
-    """The run's first family (`run_families`), the one the tables list it under."""
+    """The run's first family (`run_families`)."""
     return run_families(run)[0]
 
 
 def run_families(run: HeldOutRun) -> list[str]:
-    """Every family whose rule the run meets, in the rules' order (module docstring; read from the run as written,
-    built or not).
+    """The families a run counts in: its GPUs' (Blackwell) and the first workload family whose rule it meets (module
+    docstring; read from the run as written, built or not).
 
     Example:
         >>> [run_families(run) for run in held_aside_runs.RUNS if run.name.endswith("EP 8, 128 GB200s")]
@@ -85,9 +87,10 @@ def run_families(run: HeldOutRun) -> list[str]:
     moe = model.get("moe") or (Transformer.preset(model["preset"]).moe if "preset" in model else None)
     experts = moe["experts"] if isinstance(moe, dict) else (moe.experts if moe else 0)
     seq_len = model.get("seq_len") or Transformer.preset(model["preset"]).seq_len
-    return _families(run.gpu, experts, model.get("preset", model.get("name", "")), seq_len,
-                     **{axis: strategy.get(axis, 1) for axis in ("dp", "tp", "pp", "cp")},
-                     precision=strategy.get("precision", "bf16"))
+    met = _families(run.gpu, experts, model.get("preset", model.get("name", "")), seq_len,
+                    **{axis: strategy.get(axis, 1) for axis in ("dp", "tp", "pp", "cp")},
+                    precision=strategy.get("precision", "bf16"))
+    return [key for key in met if key in GPU_FAMILIES] + [key for key in met if key not in GPU_FAMILIES][:1]
 
 
 # Sources outside NVIDIA's organisations whose runs ran NVIDIA's software (`nvidia_stack`), by how their `source`
@@ -172,9 +175,10 @@ ASIDE_NAMES = {run.name for run in held_aside_runs.RUNS} - MOVED_TO_DEVELOPMENT
 
 
 def plan_families(model: Transformer, cluster: ClusterSpec, strategy: Strategy) -> list[str]:
-    """Every family whose rule a plan meets, in the rules' order: the first is the family its run would be in, the
-    others say how far to trust it too (a MoE plan on B200s is both a Blackwell plan and a MoE plan). Which held-out
-    runs say how far to trust it (`family_line`; `decision.stated_error` takes the largest of their medians).
+    """Every family whose rule a plan meets, in the rules' order: those a run of it would count in (`run_families`),
+    and any other workload family whose rule it meets (a dense TP 8 plan with context parallelism on H100s is also
+    a dense TP plan), each saying how far to trust it (`family_line`; `decision.stated_error` takes the largest of
+    their medians).
 
     Example:
         >>> h100s, b200s = ClusterSpec.preset("h100-sxm", nodes=8), ClusterSpec.preset("b200", nodes=8)
@@ -189,17 +193,21 @@ def plan_families(model: Transformer, cluster: ClusterSpec, strategy: Strategy) 
                      model.seq_len, strategy.dp, strategy.tp, strategy.pp, strategy.cp, strategy.precision)
 
 
+GPU_FAMILIES = ("b200",)     # the families of a GPU generation; the others are of a workload (module docstring)
+
+
 def _families(gpu, experts, model_name, seq_len, dp, tp, pp, cp, precision) -> list[str]:
-    """The families whose rules a run or plan of this shape meets, in the rules' order ("fsdp" where none does)."""
+    """The families whose rules a run or plan of this shape meets, in the rules' order ("fsdp" where none does and
+    the GPUs are not Blackwell)."""
     rules = {"b200": gpu.startswith(("b200", "gb200")),
              "moe-coarse": 0 < experts <= 16,
              "moe-fine": experts > 16,
              "llama3-405b": model_name.startswith("llama3-405b") and dp * tp * pp * cp >= 8192 and cp == 1,
-             "long-context": (cp > 1 or seq_len >= LONG_SEQUENCE) and gpu.startswith(("h100", "h200")),
+             "long-context": cp > 1 or seq_len >= LONG_SEQUENCE,
              "dense-h100-tp": not experts and tp >= 4 and gpu.startswith(("h100", "h200")),
              "dense-a100": not experts and gpu.startswith("a100") and tp * pp > 1,
              "fp8": not experts and precision == "fp8" and tp < 4 and gpu.startswith(("h100", "h200"))}
-    return [key for key, met in rules.items() if met] or ["fsdp"]
+    return [key for key, holds in rules.items() if holds] or ["fsdp"]
 
 
 def missing(run: HeldOutRun) -> list[str]:
@@ -409,7 +417,7 @@ def kernel_rate_line(key: str) -> str:
 
     Example:
         >>> kernel_rate_line("dense-h100-tp")                  # doctest: +ELLIPSIS
-        "its 13 held-aside runs of NVIDIA's stacks at --kernel-rate: median error 5.9%, worst ..."
+        "its 11 held-aside runs of NVIDIA's stacks at --kernel-rate: median error 7.5%, worst ..."
     """
     errors = [r.error for r in _results_at(None) if key in r.families and r.split == ASIDE and r.error is not None
               and runs_at_kernel_rate(r.run)]
@@ -419,10 +427,12 @@ def kernel_rate_line(key: str) -> str:
             f"median error {statistics.median(map(abs, errors)):.1%}, worst {max(errors, key=abs):+.1%}")
 
 
-def family_line(key: str, outcomes=None, rate: str = "") -> str:
+def family_line(key: str, outcomes=None, rate: str = "", generation: str | None = None) -> str:
     """One family's accuracy as a line of text, e.g. for a family `plan_families` gives a plan: the held-aside
     runs' figures, then the development runs'; `rate` (`at_plans_rate`'s words) is said after the family's name
-    where some of its runs are NVIDIA's stacks on Hopper, whose rate it changes.
+    where some of its runs are NVIDIA's stacks on Hopper, whose rate it changes. With a plan's GPU `generation`,
+    only the family's runs on it where it has any (`for_generation`), saying so, and how many held-aside runs on
+    other GPUs are left out; else the GPUs the runs scored ran on.
 
     Example:
         >>> family_line("dense-a100")                     # doctest: +ELLIPSIS
@@ -431,6 +441,17 @@ def family_line(key: str, outcomes=None, rate: str = "") -> str:
     Introduced in notebooks/13-plan-your-training-run.ipynb.
     """
     outcomes = results() if outcomes is None else outcomes
+    where = ""
+    if generation is not None:
+        everyone = outcomes
+        outcomes, gpus = for_generation(key, outcomes, generation)
+        others = sum(1 for r in everyone if key in r.families and r.split == ASIDE and r.error is not None
+                     and generation_of(r.run.gpu) != generation)
+        if gpus:
+            where = f", none on {generation.capitalize()} GPUs (its runs: {gpus})"
+        elif others:
+            where = (f", its runs on {generation.capitalize()} GPUs ({others} held-aside run{'s' if others > 1 else ''}"
+                     f" on other GPUs left out)")
     row = next(r for r in by_family(outcomes, ASIDE) if r.family == key)
     seen = next(r for r in by_family(outcomes, DEVELOPMENT) if r.family == key)
     if row.runs:
@@ -439,7 +460,31 @@ def family_line(key: str, outcomes=None, rate: str = "") -> str:
     else:
         aside = "no published run yet"
     at = f" ({rate})" if rate and any(runs_at_kernel_rate(r.run) for r in outcomes if key in r.families) else ""
-    return f"held aside, {FAMILIES[key]}{at}: {aside}; development: {_runs_text(seen)}"
+    return f"held aside, {FAMILIES[key]}{at}{where}: {aside}; development: {_runs_text(seen)}"
+
+
+def generation_of(gpu: str) -> str:
+    """The GPU generation of a run's GPU preset ("hopper" for "h100-sxm")."""
+    return ClusterSpec.preset(gpu).gpu.generation
+
+
+def for_generation(key: str, outcomes, generation: str) -> tuple[list, str]:
+    """The family's outcomes that say how far to trust a plan on GPUs of `generation`: its runs on that generation
+    where it has any (held aside or in development), else all of them; and, for the latter, the GPUs they ran on
+    ('' when they are the plan's).
+
+    Example:
+        >>> runs, where = for_generation("moe-coarse", results(), "hopper")
+        >>> sorted({r.run.gpu for r in runs}), where
+        (['h100-sxm'], '')
+        >>> for_generation("long-context", results(), "ampere")[1]
+        'gb200, h100-hbm2e, h100-sxm'
+    """
+    mine = [r for r in outcomes if key in r.families]
+    same = [r for r in mine if generation_of(r.run.gpu) == generation]
+    if same or not mine:
+        return same, ""
+    return mine, ", ".join(sorted({r.run.gpu for r in mine}))
 
 
 def _one_way(key: str, outcomes) -> str:

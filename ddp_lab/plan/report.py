@@ -336,7 +336,7 @@ def _held_out_lines(cluster, plans) -> list[str]:
     outcomes, rate = held_out.at_plans_rate(cluster)
     lines = []
     for family in families:
-        lines.append(f"          {held_out.family_line(family, outcomes, rate)}")
+        lines.append(f"          {held_out.family_line(family, outcomes, rate, cluster.gpu.generation)}")
         at_kernels = held_out.kernel_rate_line(family) if rate == held_out.AT_CALIBRATED_RATE else ""
         if at_kernels:
             lines.append(f"          ({at_kernels})")

@@ -100,20 +100,26 @@ def uncut_counts(dp: int, cp: int, ep: int, gpus: int, gpus_per_node: int | None
 
 
 def check_count(dp: int, cp: int, ep: int, replicas: int, gpus: int, gpus_per_node: int | None = None,
-                region_gpus: int | None = None) -> None:
-    """Refuse a replica count that does not divide dp, naming the counts that do and that no node or region boundary
-    cuts: check_fields' rule where the cluster is known (the command line asks before it builds the Strategy;
+                region_gpus: int | None = None, synced: bool = False) -> None:
+    """Refuse a replica count that does not divide dp, naming the counts that do, hold whole ep groups and that no
+    node or region boundary cuts (1 too, unless `synced`: sync_every or sync_precision given, which one replica
+    refuses): check_fields' rule where the cluster is known (the command line asks before it builds the Strategy;
     check_fields, knowing no cluster, names every divisor).
 
     Example:
-        >>> check_count(48, 1, 1, 5, 48, 8)
+        >>> check_count(48, 1, 1, 5, 48, 8, synced=True)
         Traceback (most recent call last):
         ...
-        ValueError: replicas=5 does not divide dp=48: each DiLoCo replica holds dp / replicas data-parallel ranks; use replicas in [1, 2, 3, 6, 12, 24, 48]
+        ValueError: replicas=5 does not divide dp=48: ... use replicas in [2, 3, 6, 12, 24, 48]
     """
-    if replicas >= 1 and dp % replicas:
-        raise ValueError(_not_dividing(replicas, dp, [1] + uncut_counts(dp, cp, ep, gpus, gpus_per_node,
-                                                                        region_gpus)))
+    if replicas < 1 or not dp % replicas:
+        return
+    counts = ([] if synced else [1]) + uncut_counts(dp, cp, ep, gpus, gpus_per_node, region_gpus)
+    if counts:
+        raise ValueError(_not_dividing(replicas, dp, counts))
+    raise ValueError(f"replicas={replicas} does not divide dp={dp}, and no count of two or more replicas splits this "
+                     f"plan: each replica's dp x cp must hold whole ep={ep} groups, in blocks no node or region "
+                     f"boundary cuts; use a smaller ep, or drop sync_every and sync_precision")
 
 
 def _not_dividing(replicas: int, dp: int, counts: list[int]) -> str:

@@ -254,7 +254,8 @@ def faster_with_context_parallel(model, cluster, global_batch: int, reserve: flo
     Example:
         >>> from ddp_lab.course.plan.cluster_spec import ClusterSpec
         >>> from ddp_lab.course.plan.model import Transformer
-        >>> model, h100s = Transformer.preset("llama3-8b").with_(seq_len=131072), ClusterSpec.preset("h100-sxm", nodes=4)
+        >>> model = Transformer.preset("llama3-8b").with_(seq_len=131072)
+        >>> h100s = ClusterSpec.preset("h100-sxm", nodes=4)
         >>> best = search(model, h100s, top=1)[0]
         >>> faster_with_context_parallel(model, h100s, 32, MEMORY_RESERVE, {}, best)[0].strategy.cp
         16
@@ -301,10 +302,9 @@ def _replicas_fit_no_plan(model, cluster, global_batch: int, options: dict, inne
     split = any(s.ep > 1 for s in inner)
     asked = f"replicas={replicas}" if isinstance(replicas, int) else "each dp rank a DiLoCo replica"
 
-    def splits(s, r):
-        return (outer_sync.holds(s.dp, s.cp, s.ep, r)
-                and outer_sync.cuts(s.gpus, r, cluster.gpus_per_node, cluster.region_gpus) is None)
-    fitting = sorted({r for s in inner for r in divisors(s.dp) if r > 1 and splits(s, r)})
+    fitting = sorted({r for s in inner
+                      for r in outer_sync.uncut_counts(s.dp, s.cp, s.ep, s.gpus, cluster.gpus_per_node,
+                                                       cluster.region_gpus)})
     # the dp sizes these GPUs allow with a global batch of one sequence a GPU (every dp divides it at micro-batch
     # 1): what an odd batch rules out
     structural = [] if any(s.dp > 1 for s in inner) else sorted(
