@@ -129,13 +129,25 @@ def test_the_families_follow_the_docstrings_rules():
     assert family(run(gpu="a100-80gb", pp=2)) == "dense-a100"
     assert family(run(precision="fp8")) == "fp8"
     assert family(run(dp=8, zero=3)) == "fsdp"
+    # a Blackwell run counts in the Blackwell family and its first workload family; any other run in the latter
+    mixtral = {"preset": "mixtral-8x7b", "seq_len": 4096}
+    assert held_out.run_families(dataclasses.replace(run(gpu="b200", cp=2), model=mixtral)) == ["b200", "moe-coarse"]
+    assert held_out.run_families(run(gpu="gb200", cp=2)) == ["b200", "long-context"]
+    assert held_out.run_families(run(gpu="b200", dp=8, zero=3)) == ["b200"]
+    assert held_out.run_families(run(cp=2, tp=8)) == ["long-context"]            # not dense TP too
+    assert held_out.run_families(run(cp=2, precision="fp8")) == ["long-context"]  # not FP8 data-parallel too
+    assert held_out.run_families(run(gpu="a100-80gb", cp=2)) == ["long-context"]
+    # a plan is in every family whose rule it meets
+    assert held_out.plan_families(*held_out.build(run(cp=2, tp=8))) == ["long-context", "dense-h100-tp"]
 
 
-def test_a_plan_falls_in_the_family_its_run_does():
-    """plan_families' first (for the CLI: which runs say how far to trust a plan) and family (for the runs) agree."""
+def test_a_plan_falls_in_the_families_its_run_does():
+    """plan_families (for the CLI: which runs say how far to trust a plan) begins with the families a run of it
+    counts in (run_families, for the tables)."""
     for run in BOTH:
         if not missing(run):
-            assert held_out.plan_families(*held_out.build(run))[0] == family(run), run.name
+            counted = held_out.run_families(run)
+            assert held_out.plan_families(*held_out.build(run))[:len(counted)] == counted, run.name
 
 
 @pytest.mark.parametrize("split", [ASIDE, DEVELOPMENT])
@@ -233,6 +245,7 @@ def test_one_measured_run_per_stack_fits_its_own_figure_and_helps_only_at_other_
             step_time(model, with_matmul_efficiency(cluster, group.efficiency), strategy).total
         assert held_out.predict(first) * ratio == pytest.approx(first.published, rel=1e-6), group.fitted_on
     total = held_out_fit.summary(fitted)
+    # the fit does not bring the runs closer in the median (9.3 % against 7.4 % as planned)
     assert total["fitted"] > total["calibrated"] and total["runs"] == sum(len(g.runs) for g in fitted)
     assert held_out_fit.markdown_table(fitted) in (ROOT / "docs" / "planner.md").read_text()
     by_group = {(group.source, group.gpu): (group, held_out_fit.summary([group])) for group in fitted}

@@ -171,8 +171,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     how.add_argument("--cp", type=parallel_size, metavar="N|auto",
                      help="context-parallel size: ranks that split each sequence (lesson 15; the sequence must "
                           "split into 2 x cp chunks). With no other strategy flag the search uses it for every plan; "
-                          "auto searches it (default 1; at 32K tokens or more a search without it says what auto "
-                          "would give)")
+                          "auto searches it (default 1; at 32K tokens or more a search without it says when auto "
+                          "finds a plan faster than the best beyond the planner's error)")
     how.add_argument("--ep", type=parallel_size, metavar="N|auto",
                      help="expert-parallel size of a mixture-of-experts model (lesson 14): of the dp x cp ranks, how "
                           "many split the experts (divides the experts and dp x cp). With no other strategy flag the "
