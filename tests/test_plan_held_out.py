@@ -402,3 +402,17 @@ def test_a_family_whose_held_aside_runs_all_missed_one_way_says_which(outcomes):
         source = outcomes if sign > 0 else calibrated
         errors = [r.error for r in source if key in r.families and r.split == ASIDE and r.error is not None]
         assert len(errors) >= 2 and all(e * sign > 0 for e in errors), key
+
+
+def test_a_family_with_a_run_on_a_gpu_without_a_preset_still_scores_plans():
+    """A run naming a GPU with no preset is skipped (`missing`); scoping a family's runs to a plan's GPU generation
+    passes over it instead of failing."""
+    odd = dataclasses.replace(held_aside_runs.RUNS[0], gpu="mi300x")
+    outcomes = held_out.results([odd, *held_aside_runs.RUNS[1:3]])
+    assert outcomes[0].skipped == "needs the mi300x GPU preset" and held_out.generation_of("mi300x") is None
+    key = outcomes[0].families[0]
+    hopper = [r for r in outcomes if key in r.families and r.run.gpu.startswith("h100")]
+    assert hopper                                            # the family has runs on the plan's generation
+    runs, _ = held_out.for_generation(key, outcomes, "hopper")
+    assert runs == hopper                                    # the run without a preset is not one of them
+    assert held_out.family_line(key, outcomes, "", "ampere").startswith("held aside, ")

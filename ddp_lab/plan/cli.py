@@ -304,12 +304,12 @@ def _strategy(model, cluster, args, given: dict) -> tuple[Strategy, str]:
         given["dp"] = cluster.gpus // (tp * pp * cp)
     given.setdefault("micro_batch", 1)
     given["sequence_parallel"] = bool(given.get("sequence_parallel", False))
-    if "replicas" in given:                            # the counts a refusal names: those this cluster does not cut
-        ep = given.get("ep", 1)
+    synced = outer_sync.outer_sync_asked(given.get("sync_every"), given.get("sync_precision"))
+    if "replicas" in given and given["dp"] * tp * pp * cp == cluster.gpus:   # else the GPU count is refused first
+        ep = given.get("ep", 1)                        # the counts a refusal names: those this cluster does not cut
         outer_sync.check_count(given["dp"], cp, ep if isinstance(ep, int) else 1, given["replicas"],
-                               given["dp"] * tp * pp * cp, cluster.gpus_per_node, cluster.region_gpus,
-                               synced=outer_sync.outer_sync_asked(given.get("sync_every"), given.get("sync_precision")))
-    if outer_sync.outer_sync_asked(given.get("sync_every"), given.get("sync_precision")):
+                               cluster.gpus, cluster.gpus_per_node, cluster.region_gpus, synced=synced)
+    if synced:
         given.setdefault("replicas", given["dp"])      # every dp rank a DiLoCo replica unless --replicas says
 
     if given.get("virtual_stages", 1) > 1:

@@ -68,7 +68,7 @@ def stated_error(cluster, best=None) -> tuple[float, str]:
         families = held_out.plan_families(best.model, cluster, best.strategy)
         everyone = held_out.at_plans_rate(cluster)[0]        # scored at the rate the plan runs at
         for family in families:
-            outcomes = held_out.for_generation(family, everyone, cluster.gpu.generation)[0]   # its GPUs' where any
+            outcomes, where = held_out.for_generation(family, everyone, cluster.gpu.generation)   # its GPUs' if any
             for split in (held_out.ASIDE, held_out.DEVELOPMENT):
                 row = next(r for r in held_out.by_family(outcomes, split) if r.family == family)
                 if row.runs:
@@ -77,7 +77,8 @@ def stated_error(cluster, best=None) -> tuple[float, str]:
                 part = "held-aside" if split == held_out.ASIDE else "development"
                 runs_text = f"{row.runs} {part} published run{'s' if row.runs > 1 else ''}"
                 whose = "its family" if len(families) == 1 else f"its family {held_out.FAMILIES[family]}"
-                error, source = row.median, f"the planner's median error on {runs_text} of {whose}"
+                error, source = (row.median, f"the planner's median error on {runs_text} of {whose}"
+                                 + (f", {where}" if where else ""))
     return error, source
 
 

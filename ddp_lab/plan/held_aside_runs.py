@@ -127,7 +127,8 @@ Sources:
                 (archive/25.04-performance-summary.html) and "Container: NeMo 25.07, System: DGX-GB200"
                 (performance-summary.html), each table's FP8 pre-training rows; with the recommended model configs,
                 recipes and performance scripts of NVIDIA/NeMo at the tag of each release: r2.2.0 (132f217,
-                25.02; scripts/llm/performance/), r2.3.0 (ca0af5e, 25.04) and r2.4.0 (25.07; scripts/performance/). The NeMo repository's own
+                25.02; scripts/llm/performance/), r2.3.0 (ca0af5e, 25.04) and r2.4.0 (25.07;
+                scripts/performance/). The NeMo repository's own
                 docs/source/performance/performance_summary.md, which held_out_runs.py uses, stops at 24.07 and has no
                 MoE row: these pages are later tables of the same series, and no configuration of held_out_runs is
                 repeated

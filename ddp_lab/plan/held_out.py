@@ -20,11 +20,12 @@ kernel rate (fit_to_run.at_kernel_rate), the rest at the calibrated constants. T
                  predictions, so a change that moves one fails until it is examined under this rule.
 The goal, judged on the held-aside part: a median absolute error of at most 10 %, and no family's median beyond 15 %.
 
-Families: one of GPUs, a B200 or GB200 run; and the workload's, by their rules in this order: mixture of experts
-with at most 16 experts ("coarse") or more ("fine-grained"); Llama 3 405B on 8,192 GPUs or more without context
-parallelism; context parallelism or sequences of 32K tokens or more; TP of 4 or more on H100s (or H200s); TP or PP
-on A100s; FP8 on H100s (or H200s); the rest (FSDP/data-parallel, and TP 1-2 with any PP on H100s) for a run on other
-GPUs that meets none. A run counts in its GPUs' family and in the first workload family whose rule it meets
+Families (the exact conditions: `_families`): a family of GPUs, B200 and GB200 runs; and families of workloads, by
+their rules in this order: mixture of experts with at most 16 experts ("coarse") or more ("fine-grained"); Llama 3
+405B on 8,192 GPUs or more without context parallelism; context parallelism or sequences of 32K tokens or more; a
+dense model with TP of 4 or more on H100s (or H200s); a dense model with TP or PP on A100s; a dense model in FP8
+with TP under 4 on H100s (or H200s); the rest (FSDP/data-parallel, and TP 1-2 with any PP on H100s) for a run on
+other GPUs that meets none. A run counts in its GPUs' family and in the first workload family whose rule it meets
 (`run_families`: a Mixtral run on B200s is a Blackwell run and a coarse-MoE run; a run with context parallelism
 and TP 8 on H100s a long-sequence one only), and each part's overall median counts it once. A plan is trusted as
 far as every family whose rule it meets says (`plan_families`), each family's runs on the plan's GPU generation
@@ -280,8 +281,8 @@ def predict(run: HeldOutRun, kernel_rate: bool | None = None) -> float:
 
 @dataclass(frozen=True)
 class Result:
-    """One run's outcome: predicted and error (predicted / published - 1), or why it was skipped; its families
-    (`run_families`), the first the one the tables list it under."""
+    """One run's outcome: predicted and error (predicted / published - 1), or why it was skipped; the families it
+    counts in (`run_families`)."""
 
     run: HeldOutRun
     families: tuple[str, ...]
@@ -443,48 +444,51 @@ def family_line(key: str, outcomes=None, rate: str = "", generation: str | None 
     outcomes = results() if outcomes is None else outcomes
     where = ""
     if generation is not None:
-        everyone = outcomes
-        outcomes, gpus = for_generation(key, outcomes, generation)
-        others = sum(1 for r in everyone if key in r.families and r.split == ASIDE and r.error is not None
-                     and generation_of(r.run.gpu) != generation)
-        if gpus:
-            where = f", none on {generation.capitalize()} GPUs (its runs: {gpus})"
-        elif others:
-            where = (f", its runs on {generation.capitalize()} GPUs ({others} held-aside run{'s' if others > 1 else ''}"
-                     f" on other GPUs left out)")
+        outcomes, where = for_generation(key, outcomes, generation)
+    scoped = where.startswith("on ")          # only the runs on the plan's generation
     row = next(r for r in by_family(outcomes, ASIDE) if r.family == key)
     seen = next(r for r in by_family(outcomes, DEVELOPMENT) if r.family == key)
     if row.runs:
         aside = f"{row.runs} published run{'s' if row.runs > 1 else ''}, median error {row.median:.1%}, " \
                 f"worst {row.worst:+.1%}" + _one_way(key, outcomes)
     else:
-        aside = "no published run yet"
+        aside = "none on these GPUs" if scoped else "no published run yet"
+    development = _runs_text(seen) if seen.runs or not scoped else "none on these GPUs"
     at = f" ({rate})" if rate and any(runs_at_kernel_rate(r.run) for r in outcomes if key in r.families) else ""
-    return f"held aside, {FAMILIES[key]}{at}{where}: {aside}; development: {_runs_text(seen)}"
+    return f"held aside, {FAMILIES[key]}{at}{', ' + where if where else ''}: {aside}; development: {development}"
 
 
-def generation_of(gpu: str) -> str:
-    """The GPU generation of a run's GPU preset ("hopper" for "h100-sxm")."""
-    return ClusterSpec.preset(gpu).gpu.generation
+def generation_of(gpu: str) -> str | None:
+    """The GPU generation of a run's GPU preset ("hopper" for "h100-sxm"); None for a GPU with no preset (its run is
+    skipped: `missing`)."""
+    try:
+        return ClusterSpec.preset(gpu).gpu.generation
+    except KeyError:
+        return None
 
 
 def for_generation(key: str, outcomes, generation: str) -> tuple[list, str]:
     """The family's outcomes that say how far to trust a plan on GPUs of `generation`: its runs on that generation
-    where it has any (held aside or in development), else all of them; and, for the latter, the GPUs they ran on
-    ('' when they are the plan's).
+    where it has any (held aside or in development), else all of them; and the words that say which, for the
+    accuracy line and the tie band's source ('' where every run of the family is on that generation).
 
     Example:
         >>> runs, where = for_generation("moe-coarse", results(), "hopper")
         >>> sorted({r.run.gpu for r in runs}), where
-        (['h100-sxm'], '')
+        (['h100-sxm'], 'on Hopper GPUs (5 held-aside runs on other GPUs left out)')
         >>> for_generation("long-context", results(), "ampere")[1]
-        'gb200, h100-hbm2e, h100-sxm'
+        'none on Ampere GPUs (its runs are on gb200, h100-hbm2e, h100-sxm)'
     """
     mine = [r for r in outcomes if key in r.families]
     same = [r for r in mine if generation_of(r.run.gpu) == generation]
-    if same or not mine:
-        return same, ""
-    return mine, ", ".join(sorted({r.run.gpu for r in mine}))
+    name = f"{generation.capitalize()} GPUs"
+    if not same:
+        return mine, f"none on {name} (its runs are on {', '.join(sorted({r.run.gpu for r in mine}))})" if mine else ""
+    left = [r for r in mine if r not in same and r.error is not None]
+    counts = [f"{n} {part} run{'s' if n > 1 else ''}" for part, n in
+              (("held-aside", sum(r.split == ASIDE for r in left)), ("development", sum(r.split == DEVELOPMENT
+                                                                                        for r in left))) if n]
+    return same, f"on {name} ({' and '.join(counts)} on other GPUs left out)" if counts else ""
 
 
 def _one_way(key: str, outcomes) -> str:
@@ -517,7 +521,7 @@ def markdown_tables(outcomes=None) -> str:
               f"held-aside run: {unjudged}. Development: "
               f"{development['runs']} runs, median absolute error {_median_text(development)}. "
               f"{aside['skipped'] + development['skipped']} runs wait for features not in the planner yet.", "",
-              "| run | family | split | GPUs | published | predicted | error |", "|---|---|---|---:|---:|---:|---:|"]
+              "| run | families | split | GPUs | published | predicted | error |", "|---|---|---|---:|---:|---:|---:|"]
     for r in sorted(outcomes, key=lambda r: r.split != ASIDE):
         gpus = r.run.strategy.get("dp", 1) * r.run.strategy.get("tp", 1) * r.run.strategy.get("pp", 1) \
             * r.run.strategy.get("cp", 1)

@@ -6,7 +6,7 @@ Introduced in notebooks/13-plan-your-training-run.ipynb.
 from __future__ import annotations
 
 from ddp_lab.course.plan.fit_to_run import is_at_kernel_rate
-from ddp_lab.course.plan.generation_constants import efficiency_of
+from ddp_lab.course.plan.generation_constants import efficiency_of, kernel_efficiency_of
 from ddp_lab.course.plan.memory import bytes_per_parameter, model_state_bytes
 from ddp_lab.course.plan.overlap import OVERLAP_SLOWDOWN
 from ddp_lab.course.plan.search import MEMORY_RESERVE, percent_text
@@ -337,7 +337,8 @@ def _held_out_lines(cluster, plans) -> list[str]:
     lines = []
     for family in families:
         lines.append(f"          {held_out.family_line(family, outcomes, rate, cluster.gpu.generation)}")
-        at_kernels = held_out.kernel_rate_line(family) if rate == held_out.AT_CALIBRATED_RATE else ""
+        at_kernels = held_out.kernel_rate_line(family) if (rate == held_out.AT_CALIBRATED_RATE and kernel_efficiency_of(
+            cluster.gpu.generation) is not None) else ""      # only where --kernel-rate applies
         if at_kernels:
             lines.append(f"          ({at_kernels})")
     return lines

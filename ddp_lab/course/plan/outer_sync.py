@@ -117,9 +117,13 @@ def check_count(dp: int, cp: int, ep: int, replicas: int, gpus: int, gpus_per_no
     counts = ([] if synced else [1]) + uncut_counts(dp, cp, ep, gpus, gpus_per_node, region_gpus)
     if counts:
         raise ValueError(_not_dividing(replicas, dp, counts))
+    if any(holds(dp, cp, ep, r) for r in range(2, dp + 1)):     # some count splits dp, but every one cuts a unit
+        why = "every count that divides it makes replicas that a node or region boundary cuts"
+    else:
+        why = f"no replica of dp / replicas x cp = {dp} / replicas x {cp} ranks would hold whole ep={ep} groups"
     raise ValueError(f"replicas={replicas} does not divide dp={dp}, and no count of two or more replicas splits this "
-                     f"plan: each replica's dp x cp must hold whole ep={ep} groups, in blocks no node or region "
-                     f"boundary cuts; use a smaller ep, or drop sync_every and sync_precision")
+                     f"plan: {why}; drop replicas={replicas} and sync_every (sync_precision) for no outer sync, or "
+                     f"change the plan")
 
 
 def _not_dividing(replicas: int, dp: int, counts: list[int]) -> str:
@@ -136,9 +140,10 @@ def check_fields(strategy) -> None:
     """The outer sync's own rules (Strategy.__post_init__): `holds`' two, each with its message, and the others."""
     if strategy.sync_precision not in SYNC_BYTES:
         raise ValueError(f"Strategy.sync_precision must be one of {tuple(SYNC_BYTES)}, got {strategy.sync_precision!r}")
-    if strategy.dp % strategy.replicas:
+    if strategy.dp % strategy.replicas:       # one replica refuses an outer sync's fields (below): not offered then
+        synced = strategy.sync_every > 1 or strategy.sync_precision != "fp32"
         raise ValueError(_not_dividing(strategy.replicas, strategy.dp,
-                                       [d for d in range(1, strategy.dp + 1) if strategy.dp % d == 0]))
+                                       [d for d in range(1 + synced, strategy.dp + 1) if strategy.dp % d == 0]))
     if strategy.replicas == 1 and (strategy.sync_every > 1 or strategy.sync_precision != "fp32"):
         raise ValueError(f"sync_every={strategy.sync_every} (sync_precision={strategy.sync_precision!r}) describes an "
                          f"outer sync between DiLoCo replicas, but replicas=1: set replicas to the number of replicas "
