@@ -1186,8 +1186,8 @@ def test_a_moe_plan_is_trusted_as_far_as_its_families_runs_on_its_gpus_say(capsy
     for gpu, model, moe in (("b200", "mixtral-8x7b", "moe-coarse"), ("b200", "deepseek-moe-16b", "moe-fine"),
                             ("h100-sxm", "mixtral-8x7b", "moe-coarse")):
         cluster = ClusterSpec.preset(gpu, nodes=8)
-        assert main(["plan", "--model", model, "--cluster", gpu, "--nodes", "8", "--seq-len", "4096",
-                     "--top", "3"]) == 0
+        assert main(["plan", "--model", model, "--cluster", gpu, "--nodes", "8", "--seq-len", "4096", "--ep", "8",
+                     "--top", "3"]) == 0                # --ep 8: a search a fifth as long, the same families
         out = capsys.readouterr().out
         everyone = held_out.at_plans_rate(cluster)[0]     # scored at the plan's rate
         medians = [stated_error(cluster)[0]]            # the generation's, without a plan
@@ -1417,7 +1417,7 @@ def test_a_plans_trust_lines_say_which_runs_of_its_family_they_leave_out(capsys)
     GPUs and which GPUs its runs are on; the --kernel-rate line is printed only where that flag applies (Hopper)."""
     from ddp_lab.__main__ import main
     assert main(["plan", "--model", "mixtral-8x7b", "--cluster", "b200", "--nodes", "8", "--seq-len", "4096",
-                 "--top", "1"]) == 0
+                 "--ep", "8", "--top", "1"]) == 0
     out = capsys.readouterr().out
     assert ("held aside, MoE, up to 16 experts (coarse), on Blackwell GPUs (3 development runs on other GPUs left "
             "out): 5 published runs") in out and "; development: none on these GPUs" in out
