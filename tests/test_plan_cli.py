@@ -316,6 +316,9 @@ FIELD_MESSAGES = {
                     ["--replicas 3 does not divide --dp 8, and no count of two or more replicas splits this plan",
                      "whole --ep 8 groups", "drop --replicas 3 and --sync-every for no outer sync, or change the plan"],
                     ["replicas=", "ep=", "in []", "--sync-precision"]),
+    # a dp that does not fill the cluster is refused before any replica count is offered for it
+    "replicas_gpus": ((*LLAMA_8B, "--nodes", "2", "--dp", "12", "--sync-every", "4", "--replicas", "5"),
+                      ["dp*tp*pp = 12*1*1 = 12 but the cluster has 16 GPUs"], ["--replicas", "replicas="]),
     # dense: the counts that divide dp 2 make replicas of 20 GPUs, which 8-GPU nodes cut; ep is not the cause
     "replicas_cut": (("--model", "llama3-70b", "--cluster", "h100-sxm", "--nodes", "5", "--tp", "4", "--pp", "5",
                       "--dp", "2", "--sync-every", "4", "--replicas", "3"),

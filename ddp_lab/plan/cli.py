@@ -25,7 +25,7 @@ from ddp_lab.course.plan.hf_config import position_key
 from ddp_lab.course.plan.model import PRESETS, Transformer, parse_count
 from ddp_lab.course.plan.search import (DEFAULT_TOKENS_PER_BATCH, MEMORY_RESERVE, candidates, default_global_batch,
                                         evaluate, faster_with_context_parallel, nearest_multiple, search)
-from ddp_lab.course.plan.strategy import Strategy, check, divisors
+from ddp_lab.course.plan.strategy import Strategy, check, check_gpu_count, divisors
 from ddp_lab.plan import cli_fit
 from ddp_lab.plan.cli_flags import (OUTER_SYNC, SEARCH_WIDE, SHAPE_FLAGS, SLOWEST_LINK_GBPS, SPLIT_FLAGS,
                                     STRATEGY_FLAGS, OneLineErrors, add_arguments, check_flags, check_number, flag_name,
@@ -305,8 +305,9 @@ def _strategy(model, cluster, args, given: dict) -> tuple[Strategy, str]:
     given.setdefault("micro_batch", 1)
     given["sequence_parallel"] = bool(given.get("sequence_parallel", False))
     synced = outer_sync.outer_sync_asked(given.get("sync_every"), given.get("sync_precision"))
-    if "replicas" in given and given["dp"] * tp * pp * cp == cluster.gpus:   # else the GPU count is refused first
-        ep = given.get("ep", 1)                        # the counts a refusal names: those this cluster does not cut
+    if "replicas" in given:          # the GPU count first, then the replica counts a refusal names: those this
+        check_gpu_count(given["dp"], tp, pp, cp, cluster.gpus)      # cluster does not cut (before the Strategy's own)
+        ep = given.get("ep", 1)
         outer_sync.check_count(given["dp"], cp, ep if isinstance(ep, int) else 1, given["replicas"],
                                cluster.gpus, cluster.gpus_per_node, cluster.region_gpus, synced=synced)
     if synced:

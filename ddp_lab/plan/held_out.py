@@ -479,12 +479,12 @@ def for_generation(key: str, outcomes, generation: str) -> tuple[list, str]:
         >>> for_generation("long-context", results(), "ampere")[1]
         'none on Ampere GPUs (its runs are on gb200, h100-hbm2e, h100-sxm)'
     """
-    mine = [r for r in outcomes if key in r.families]
+    mine = [r for r in outcomes if key in r.families and r.error is not None]     # not the runs skipped
     same = [r for r in mine if generation_of(r.run.gpu) == generation]
     name = f"{generation.capitalize()} GPUs"
     if not same:
         return mine, f"none on {name} (its runs are on {', '.join(sorted({r.run.gpu for r in mine}))})" if mine else ""
-    left = [r for r in mine if r not in same and r.error is not None]
+    left = [r for r in mine if r not in same]
     counts = [f"{n} {part} run{'s' if n > 1 else ''}" for part, n in
               (("held-aside", sum(r.split == ASIDE for r in left)), ("development", sum(r.split == DEVELOPMENT
                                                                                         for r in left))) if n]

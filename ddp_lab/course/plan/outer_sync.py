@@ -118,9 +118,12 @@ def check_count(dp: int, cp: int, ep: int, replicas: int, gpus: int, gpus_per_no
     if counts:
         raise ValueError(_not_dividing(replicas, dp, counts))
     if any(holds(dp, cp, ep, r) for r in range(2, dp + 1)):     # some count splits dp, but every one cuts a unit
-        why = "every count that divides it makes replicas that a node or region boundary cuts"
+        which = "divides it" if ep == 1 else f"divides it into replicas of whole ep={ep} groups"
+        why = f"every count that {which} makes replicas that a node or region boundary cuts"
     else:
-        why = f"no replica of dp / replicas x cp = {dp} / replicas x {cp} ranks would hold whole ep={ep} groups"
+        fewest = next(r for r in range(2, dp + 1) if not dp % r) if dp > 1 else 1
+        why = (f"no replica would hold whole ep={ep} groups (the fewest, {fewest} replicas, hold {dp // fewest * cp} "
+               f"dp x cp ranks each)")
     raise ValueError(f"replicas={replicas} does not divide dp={dp}, and no count of two or more replicas splits this "
                      f"plan: {why}; drop replicas={replicas} and sync_every (sync_precision) for no outer sync, or "
                      f"change the plan")

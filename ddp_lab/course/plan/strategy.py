@@ -216,11 +216,7 @@ def check(model, strategy: Strategy, gpus: int | None = None, gpus_per_node: int
 
     Introduced in notebooks/13-plan-your-training-run.ipynb.
     """
-    if gpus is not None and strategy.gpus != gpus:
-        names = ["dp", "tp", "pp"] + (["cp"] if strategy.cp > 1 else [])
-        sizes = "*".join(str(getattr(strategy, name)) for name in names)
-        raise ValueError(f"{'*'.join(names)} = {sizes} = {strategy.gpus} but the "
-                         f"cluster has {gpus} GPUs: choose {', '.join(names)} whose product is {gpus}")
+    check_gpu_count(strategy.dp, strategy.tp, strategy.pp, strategy.cp, gpus)
     hybrid_shard.check(model, strategy, gpus_per_node, region_gpus)
     straddling = outer_sync.straddled(strategy, gpus_per_node, region_gpus)   # a replica cut by a node or region
     if straddling:
@@ -264,6 +260,15 @@ def check(model, strategy: Strategy, gpus: int | None = None, gpus_per_node: int
                          f"spans nodes: tensor parallelism communicates in every layer and belongs on the fast "
                          f"intra-node link; use tp in {whole_heads}, or ask to cost it on the inter-node "
                          f"link (tp_across_nodes=True; --tp-across-nodes on the command line)")
+
+
+def check_gpu_count(dp: int, tp: int, pp: int, cp: int, gpus: int | None) -> None:
+    """check's first rule, dp x tp x pp x cp = gpus, on the sizes alone (the command line asks it before building a
+    Strategy, whose own field rules would speak first)."""
+    if gpus is not None and dp * tp * pp * cp != gpus:
+        sizes = {"dp": dp, "tp": tp, "pp": pp, **({"cp": cp} if cp > 1 else {})}
+        raise ValueError(f"{'*'.join(sizes)} = {'*'.join(map(str, sizes.values()))} = {dp * tp * pp * cp} but the "
+                         f"cluster has {gpus} GPUs: choose {', '.join(sizes)} whose product is {gpus}")
 
 
 def _check_communication(strategy: Strategy) -> None:
