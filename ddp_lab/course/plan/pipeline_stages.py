@@ -20,6 +20,8 @@ Introduced in notebooks/13-plan-your-training-run.ipynb.
 
 from __future__ import annotations
 
+import functools
+
 
 def uneven(strategy) -> bool:
     """True if the strategy gives the first or the last stage its own number of layers."""
@@ -126,6 +128,12 @@ def stage_layer_indices(model, strategy, stage: int) -> list[int]:
         ...                                                                schedule="interleaved"), 1)
         [4, 5, 6, 7, 20, 21, 22, 23]
     """
+    return list(_stage_layer_indices(model, strategy, stage))
+
+
+@functools.lru_cache(maxsize=4096)
+def _stage_layer_indices(model, strategy, stage: int) -> tuple[int, ...]:
+    """stage_layer_indices, kept for the plans a search evaluates (each asks for every stage's layers many times)."""
     p, v = strategy.pp, strategy.virtual_stages
     sizes = [chunk_layers(model, strategy, s) for s in range(p)]       # sizes[s][c]: virtual stage c p + s
     order = [sizes[g % p][g // p] for g in range(p * v)]              # virtual stages in model order
@@ -133,7 +141,7 @@ def stage_layer_indices(model, strategy, stage: int) -> list[int]:
     for c in range(v):
         start = sum(order[:c * p + stage])
         indices += range(start, start + sizes[stage][c])
-    return indices
+    return tuple(indices)
 
 
 def stages_to_check(strategy, model=None) -> list[int]:
