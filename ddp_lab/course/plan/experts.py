@@ -43,6 +43,8 @@ the planner of notebooks/13-plan-your-training-run.ipynb uses this module.
 
 from __future__ import annotations
 
+import functools
+
 from dataclasses import dataclass
 
 from ddp_lab.course.plan import expert_tp, pipeline_stages
@@ -195,6 +197,7 @@ def is_moe_layer(model, index: int) -> bool:
     return model.moe is not None and index >= model.moe.dense_layers
 
 
+@functools.lru_cache(maxsize=4096)     # a search asks for it many times a plan, with the same model and strategy
 def stage_moe_layers(model, strategy, stage: int) -> int:
     """MoE layers among pipeline stage `stage`'s layers (pipeline_stages.stage_layer_indices: consecutive, or its
     chunks' when interleaved; layers from dense_layers on are MoE layers)."""
