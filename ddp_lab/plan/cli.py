@@ -187,15 +187,10 @@ def _early_stop_changes_nothing(model) -> str:
             f"PyTorch's checkpoint re-runs the whole layer: --checkpoint-early-stop changes nothing\n")
 
 
-def _outer_sync_on(args) -> bool:
-    """Whether the flags ask for DiLoCo replicas: --replicas above 1, or --sync-every or --sync-precision."""
-    return args.replicas not in (None, 1) or outer_sync.outer_sync_asked(args.sync_every, args.sync_precision)
-
-
 def _sync_every_note(args) -> str:
     """A note when an outer sync is asked for without --sync-every: its replicas then sync every step (sync_every 1),
     which sends each step what data parallelism sends, at the precision given."""
-    if args.sync_every is not None or not _outer_sync_on(args):
+    if args.sync_every is not None or not outer_sync.outer_sync_on(args.replicas, args.sync_every, args.sync_precision):
         return ""
     return ("note: without --sync-every the DiLoCo replicas sync every step (H = 1), as often as data parallelism "
             "does; DiLoCo syncs every H steps (INTELLECT-1: H = 100): add --sync-every H\n")
@@ -244,7 +239,7 @@ def _search_report(model, cluster, args, reserve: float, seq_source: str | None 
     folded = fold_shard_sizes(fold_zero_stages(fitting))
     rows = folded[:args.top or 10]
     applied = tuple(flag_name(name) for name in SEARCH_WIDE if options[name])
-    outer_on = _outer_sync_on(args)
+    outer_on = outer_sync.outer_sync_on(args.replicas, args.sync_every, args.sync_precision)
     if outer_on:
         outer = " ".join(f"{flag_name(name)} {getattr(args, name)}" for name in OUTER_SYNC
                          if getattr(args, name) is not None)

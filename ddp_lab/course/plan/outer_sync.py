@@ -64,6 +64,12 @@ def outer_sync_asked(sync_every: int | None = None, sync_precision: str | None =
     return sync_every is not None or sync_precision is not None
 
 
+def outer_sync_on(replicas=None, sync_every: int | None = None, sync_precision: str | None = None) -> bool:
+    """Whether these DiLoCo fields, as given (None: not given), make replicas: a count above 1 (or EACH_DP_RANK), or
+    an outer sync asked for (`outer_sync_asked`). The command line's flags and search.candidates' options alike."""
+    return replicas not in (None, 1) or outer_sync_asked(sync_every, sync_precision)
+
+
 def straddled(strategy, gpus_per_node: int | None = None, region_gpus: int | None = None) -> str | None:
     """Why the replicas' blocks of gpus / replicas GPUs straddle a node's or a region's boundary (None if none does).
 
@@ -143,11 +149,11 @@ def check_fields(strategy) -> None:
     """The outer sync's own rules (Strategy.__post_init__): `holds`' two, each with its message, and the others."""
     if strategy.sync_precision not in SYNC_BYTES:
         raise ValueError(f"Strategy.sync_precision must be one of {tuple(SYNC_BYTES)}, got {strategy.sync_precision!r}")
-    if strategy.dp % strategy.replicas:       # one replica refuses an outer sync's fields (below): not offered then
-        synced = strategy.sync_every > 1 or strategy.sync_precision != "fp32"
+    synced = strategy.sync_every > 1 or strategy.sync_precision != "fp32"     # fields one replica refuses (below)
+    if strategy.dp % strategy.replicas:       # 1 is not offered then
         raise ValueError(_not_dividing(strategy.replicas, strategy.dp,
                                        [d for d in range(1 + synced, strategy.dp + 1) if strategy.dp % d == 0]))
-    if strategy.replicas == 1 and (strategy.sync_every > 1 or strategy.sync_precision != "fp32"):
+    if strategy.replicas == 1 and synced:
         raise ValueError(f"sync_every={strategy.sync_every} (sync_precision={strategy.sync_precision!r}) describes an "
                          f"outer sync between DiLoCo replicas, but replicas=1: set replicas to the number of replicas "
                          f"(a divisor of dp), or drop sync_every and sync_precision")

@@ -134,16 +134,15 @@ def candidates(model, cluster, global_batch: int, micro_batches=(1, 2, 4, 8), ze
     if attention == "flash":
         recompute = tuple(rc for rc in recompute if rc != "selective")
     checkpoint_early_stop = checkpoint_early_stop and early_stop_can_skip_last_gemm(model)
-    asked = outer_sync.outer_sync_asked(sync_every, sync_precision)
+    outer = outer_sync.outer_sync_on(replicas, sync_every, sync_precision)
     if replicas is None:
-        replicas = outer_sync.EACH_DP_RANK if asked else 1
+        replicas = outer_sync.EACH_DP_RANK if outer else 1
     sync_every = 1 if sync_every is None else sync_every                  # Strategy refuses a bad value
     sync_precision = "fp32" if sync_precision is None else sync_precision
     if replicas != outer_sync.EACH_DP_RANK and (isinstance(replicas, bool) or not isinstance(replicas, int)
                                                  or replicas < 1):
         raise ValueError(f"replicas={replicas!r}: a number of DiLoCo replicas >= 1, or {outer_sync.EACH_DP_RANK!r} "
                          f"(each dp rank one)")
-    outer = asked or replicas != 1
     gpus = cluster.gpus
     for tp in divisors(gpus):
         if ((cluster.gpus_per_node % tp and not tp_across_nodes) or model.heads % tp or model.kv_heads_ % tp
@@ -268,8 +267,7 @@ def faster_with_context_parallel(model, cluster, global_batch: int, reserve: flo
 
 def _without_outer_sync(model, cluster, global_batch: int, options: dict) -> list:
     """The search's candidates without its outer sync (empty where it asks for none)."""
-    if options.get("replicas") in (None, 1) and not outer_sync.outer_sync_asked(options.get("sync_every"),
-                                                                                options.get("sync_precision")):
+    if not outer_sync.outer_sync_on(*(options.get(name) for name in ("replicas", "sync_every", "sync_precision"))):
         return []
     return list(candidates(model, cluster, global_batch,
                            **{**options, "replicas": 1, "sync_every": None, "sync_precision": None}))
