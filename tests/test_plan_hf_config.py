@@ -4,7 +4,7 @@ tests/hf_configs/<model>/config.json are the models' public config.json files on
 hub (huggingface.co/<org>/<model>/blob/main/config.json), typed in as published:
     meta-llama/Meta-Llama-3-8B, mistralai/Mixtral-8x7B-v0.1, mistralai/Mistral-7B-v0.1, Qwen/Qwen2.5-7B,
     Qwen/Qwen3-8B, Qwen/Qwen3-30B-A3B, Qwen/Qwen1.5-MoE-A2.7B, deepseek-ai/deepseek-moe-16b-base,
-    deepseek-ai/DeepSeek-V2-Lite.
+    deepseek-ai/DeepSeek-V2-Lite, deepseek-ai/DeepSeek-R1 (DeepSeek-V3's architecture and shape).
 The parameter counts they must give are the publishers' (model cards and papers, cited per case).
 Pure Python, in process: no subprocess, no torch.
 """
@@ -48,7 +48,7 @@ PUBLISHED = [
 
 def within_last_digit(count: int, published: str) -> bool:
     """`count` within one unit of the published figure's last digit: 3.353B is '3.3' (the card truncates)."""
-    unit = 10 ** -len(published.split(".")[1])
+    unit = 10 ** -len(published.split(".")[1]) if "." in published else 1
     return abs(count / 1e9 - float(published)) < unit
 
 
@@ -96,6 +96,35 @@ def test_what_each_family_builds_beyond_its_keys():
     assert transformer_from_hf_config(only).moe.dense_layers == 2
 
 
+def without_mtp(name: str) -> dict:
+    """A config with its multi-token-prediction key removed: what the planner's refusal tells the user to plan."""
+    return {key: value for key, value in config(name).items() if key != "num_nextn_predict_layers"}
+
+
+def test_latent_attention_configs_read_to_their_published_counts():
+    """DeepSeek-V2-Lite (arXiv:2405.04434, Appendix B: 15.7B total, 2.4B activated) and DeepSeek-V3's shape
+    (arXiv:2412.19437, Sec. 1: 671B total, 37B activated), to the published last digit. DeepSeek counts a token's
+    activated parameters without the input embedding table (a lookup, not a multiply); the planner's
+    active_parameters keeps it, so it is taken off here. V3's 671B also leaves out the 14B multi-token-prediction
+    module, which the planner is told to drop with the key."""
+    lite = model("DeepSeek-V2-Lite")
+    v3 = transformer_from_hf_config(without_mtp("DeepSeek-R1"), seq_len=4096)
+    for read, total, active in ((lite, "15.7", "2.4"), (v3, "671", "37")):
+        assert within_last_digit(read.parameters(), total), read.parameters()
+        assert within_last_digit(read.active_parameters() - read.vocab * read.hidden, active), read.active_parameters()
+    assert lite.latent.q_rank is None and v3.latent.q_rank == 1536 and v3.latent.kv_rank == 512
+    # one V3 layer's attention: W_DQ 7168 x 1536, W_UQ 1536 x 128 (128 + 64), W_DKV 7168 x (512 + 64),
+    # W_UKV 512 x 128 (128 + 128), W_O 128 x 128 x 7168, and the two latent norms (1536 + 512)
+    matrices = 7168 * 1536 + 1536 * 128 * 192 + 7168 * 576 + 512 * 128 * 256 + 128 * 128 * 7168
+    assert v3.attention_matmul_parameters() == matrices == 187_105_280
+    assert v3.attention_parameters() == matrices + 1536 + 512
+    # V2-Lite has no query latent: W_Q is 2048 x 16 x 192
+    assert lite.attention_matmul_parameters() == 2048 * 16 * 192 + 2048 * 576 + 512 * 16 * 256 + 16 * 128 * 2048
+    # head_dim written by newer transformers versions (= qk_rope_head_dim, for RoPE) is not a head's width
+    assert transformer_from_hf_config({**config("DeepSeek-V2-Lite"), "head_dim": 64}).with_(name=lite.name) == lite
+    assert "latent attention (kv rank 512, q rank 1536)" in model_text(v3)
+
+
 def test_the_training_length_replaces_max_position_embeddings():
     assert model("Qwen2.5-7B").seq_len == 131072
     assert model("Qwen2.5-7B", seq_len=8192).seq_len == 8192
@@ -104,7 +133,12 @@ def test_the_training_length_replaces_max_position_embeddings():
 
 
 REFUSED = [   # (config, the words the one line must hold)
-    (config("DeepSeek-V2-Lite"), ["kv_lora_rank = 512", "multi-head latent attention", "cannot plan this model"]),
+    (config("DeepSeek-R1"), ["num_nextn_predict_layers = 1", "multi-token prediction", "remove the key"]),
+    ({**config("Meta-Llama-3-8B"), "kv_lora_rank": 512}, ["kv_lora_rank = 512", "model_type = 'llama'",
+                                                          "latent attention is built by"]),
+    ({key: value for key, value in config("DeepSeek-V2-Lite").items() if key != "v_head_dim"},
+     ["kv_lora_rank = 512", "no v_head_dim"]),
+    ({**config("DeepSeek-V2-Lite"), "kv_lora_rank": None, "q_lora_rank": 1536}, ["q_lora_rank = 1536 without"]),
     (config("Mistral-7B-v0.1"), ["sliding_window = 4,096", "32,768 tokens planned", "--seq-len 4096"]),
     ({**config("Meta-Llama-3-8B"), "num_dense_layers": 2}, ["num_dense_layers = 2", "does not read"]),
     ({**config("Meta-Llama-3-8B"), "model_type": "gemma"},

@@ -26,6 +26,15 @@ def test_parameter_count_equals_the_planners(shape):
     assert count(build(shape)) == shape.parameters()
 
 
+def test_shapes_the_reference_decoder_does_not_build_are_refused_before_anything_is_built():
+    from ddp_lab.course.plan.experts import MoE
+    from ddp_lab.course.plan.latent_attention import LatentAttention
+    for shape, word in ((LLAMA.with_(moe=MoE(4, 2, 32)), "has moe"), (LLAMA.with_(kv_heads=None, latent=LatentAttention(
+            16, nope_dim=8, rope_dim=8, v_dim=8)), "has latent")):
+        with pytest.raises(ValueError, match=word):
+            build(shape)
+
+
 @pytest.mark.parametrize("shape", [GPT, LLAMA], ids=lambda m: m.name)
 def test_pipeline_stages_hold_what_the_planner_says(shape):
     strategy = Strategy(pp=2)

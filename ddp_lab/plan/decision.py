@@ -111,6 +111,8 @@ def model_text(model, seq_source: str | None = None) -> str:
                  f"top {moe.top_k}{moe.shared_text()}{dense})")
     if model.head_size is not None:
         line += f", heads of {model.head_dim}"
+    if model.latent is not None:
+        line += f", {model.latent.text()}"
     if seq_source and seq_source.startswith("planned at"):    # a note of its own: the length is a guess
         return f"{line}; {model.seq_len:,}-token sequences\nnote: {seq_source}"
     return f"{line}; {model.seq_len:,}-token sequences" + (f" ({seq_source})" if seq_source else "")

@@ -290,6 +290,16 @@ routing ten steps old, and the precision is not stated) and mlfoundations/open_l
 an unstated size: MegaBlocks' dropping experts at capacity factor 1.25, every second layer, 4 x h GELU experts
 beside SwiGLU dense layers, batch not stated). veScale's Mixtral examples, awsome-distributed-training's NeMo
 copies and Tutel's README give no training throughput of a full model.
+Examined once the planner modelled multi-head latent attention, and not used (no row was predicted): dgxc's
+DeepSeek-V3 tables (v25.05 to v25.05.05: 512 and 1,024 H100s, 128 to 512 GB200s, BF16) train with the
+multi-token-prediction module (the recipe's use_mtp default, one layer), which the planner does not model, and
+drop tokens at capacity factor 1.0; its later releases print only "Example output" lines. Megatron-Bridge's 25.09
+DeepSeek-V3 rows (H100, B200, GB200) print no precision column (the FP8 recipe is not stated) and two disagree with
+the launch configuration of the same commit; its 25.11 rows without MTP are on GB300 (no preset) or take their
+settings from a test branch. NeMo Automodel's DeepSeek-V3 and Kimi K2 rows (256 and 1,024 H100s) split 61 layers
+over pipeline x virtual stages automatically ("layers_per_stage: 2"), with the embedding's and the loss's place not
+stated, and their table is the development runs' source; its GB200 figure is a comment in a configuration file. The
+PyTorch blog's DeepSeek-V3 on B200s with torchtitan: its layout and batch could not be read here.
 Read by held_out.py, whose table notebooks/13-plan-your-training-run.ipynb prints (docs/planner.md, "Held-out
 validation").
 """

@@ -18,7 +18,8 @@ selective recomputation drops the scores; full recomputation keeps only the laye
     TP + SP + selective     sbh 34/t
     full recomputation      2 sbh (2 sbh/t with SP: the checkpointed layer input is the sequence-split tensor)
 This module sums the terms one by one, so it also covers what the paper's GPT shape fixes:
-grouped-query attention (K, V are 2 s b d_kv each), an FFN of size f (GeLU: 2 tensors of sbf;
+grouped-query attention (K, V are 2 s b d_kv each), latent attention (K and V of their own widths, and the
+latents every tensor-parallel rank keeps whole, latent_attention.py), an FFN of size f (GeLU: 2 tensors of sbf;
 SwiGLU: 4 - gate, up, SiLU(gate), their product - as PyTorch autograd saves them), no dropout
 (no masks, one score tensor of 2as^2b), and fp32 values (4 bytes; masks stay 1 byte).
 
@@ -35,7 +36,7 @@ Introduced in notebooks/13-plan-your-training-run.ipynb.
 
 from __future__ import annotations
 
-from ddp_lab.course.plan import op_checkpoint, pipeline_stages
+from ddp_lab.course.plan import latent_attention, op_checkpoint, pipeline_stages
 
 
 def value_bytes(strategy) -> int:
@@ -73,7 +74,13 @@ def layer_activation_bytes(model, strategy) -> int:
     if strategy.recompute == "selective":
         scores = 0
     outside_split = t if strategy.sequence_parallel else 1
-    return outside // outside_split + inside // t + scores // t
+    whole = latent_bytes(model, strategy)     # in `outside`, but no split divides it
+    return (outside - whole) // outside_split + whole + inside // t + scores // t
+
+
+def latent_bytes(model, strategy) -> int:
+    """Bytes of latent attention's saved latents per layer and micro-batch, whole on every rank (0 without it)."""
+    return model.seq_len * strategy.micro_batch * value_bytes(strategy) * latent_attention.saved_latent_values(model)
 
 
 def layer_parts(model, strategy) -> tuple[int, int, int]:
@@ -85,11 +92,12 @@ def layer_parts(model, strategy) -> tuple[int, int, int]:
     s, b, h, a = model.seq_len, strategy.micro_batch, model.hidden, model.heads
     e = value_bytes(strategy)
     mask = 1 if model.dropout else 0
-    # around the parallel matmuls: 2 norm inputs, QKV input, attention dropout mask, fc1 input, FFN dropout mask
-    outside = s * b * h * (2 * e + e + mask + e + mask)
-    # between column- and row-parallel matmuls: Q, K, V, out-proj input (d_q wide: heads x head_dim), FFN activations
+    # around the parallel matmuls: 2 norm inputs, QKV input, attention dropout mask, fc1 input, FFN dropout mask;
+    # latent attention's latents (replicated, as these)
+    outside = s * b * h * (2 * e + e + mask + e + mask) + latent_bytes(model, strategy)
+    # between column- and row-parallel matmuls: Q, K, V, out-proj input (d_o wide: heads x value head), FFN activations
     ffn_saved = (4 if model.ffn_kind == "swiglu" else 2) * e * model.ffn_
-    inside = s * b * (e * model.q_dim + 2 * e * model.kv_dim + e * model.q_dim + ffn_saved)
+    inside = s * b * (e * (model.q_dim + model.kv_dim + model.v_dim + model.o_dim) + ffn_saved)
     if strategy.attention == "flash":
         # fused attention: one fp32 log-sum-exp per head and token instead of the s x s scores
         return outside, inside + 4 * a * s * b, 0

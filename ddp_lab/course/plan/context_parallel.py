@@ -84,8 +84,9 @@ def attention_blocks_per_rank(cp: int, balanced: bool = True) -> list[float]:
 def causal_attention_flops(model, strategy) -> float:
     """Forward FLOPs of one layer's attention scores and weighted values, per micro-batch, on one rank, causal.
 
-    QK^T and the weighted sum over V cost 2 x 2 s^2 d_q per sequence with every score entry; the
-    causal mask leaves half: 2 b s^2 d_q, shared by the tp x cp ranks (balanced).
+    QK^T and the weighted sum over V cost 2 s^2 (d_q + d_v) per sequence with every score entry (d_v = d_q but with
+    latent attention's narrower values); the causal mask leaves half: b s^2 (d_q + d_v) (2 b s^2 d_q but with latent
+    attention), shared by the tp x cp ranks (balanced).
 
     Example:
         >>> from ddp_lab.course.plan.model import Transformer
@@ -96,7 +97,7 @@ def causal_attention_flops(model, strategy) -> float:
 
     Introduced in notebooks/15-long-sequences.ipynb.
     """
-    return 2 * strategy.micro_batch * model.seq_len ** 2 * model.q_dim / (strategy.cp * strategy.tp)
+    return strategy.micro_batch * model.seq_len ** 2 * (model.q_dim + model.o_dim) / (strategy.cp * strategy.tp)
 
 
 def kv_block_bytes(model, strategy) -> int:
@@ -112,7 +113,8 @@ def kv_block_bytes(model, strategy) -> int:
     Introduced in notebooks/15-long-sequences.ipynb.
     """
     # lesson 15's formula (one home): every key/value head this rank holds counted as one "head" of kv_dim / tp features
-    return _kv_block_bytes(b=strategy.micro_batch, h=1, s=model.seq_len, d=model.kv_dim // strategy.tp,
+    # (latent attention's keys and values differ in width: their mean, so that K and V together are counted whole)
+    return _kv_block_bytes(b=strategy.micro_batch, h=1, s=model.seq_len, d=(model.kv_dim + model.v_dim) // (2 * strategy.tp),
                           world_size=strategy.cp, element=2 if strategy.mixed else 4)
 
 

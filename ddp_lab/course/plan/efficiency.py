@@ -65,7 +65,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ddp_lab.course.plan import attention_kernels
+from ddp_lab.course.plan import attention_kernels, latent_attention
 from ddp_lab.course.plan.activations import replicated_share
 from ddp_lab.course.plan.attention_kernels import kernel_speedup
 from ddp_lab.course.plan.generation_constants import FLASH_PRECISIONS, constants_generation
@@ -99,14 +99,16 @@ class WorkSeconds:
 def layer_matmul_flops(model, strategy) -> tuple[float, float]:
     """(weight-GEMM FLOPs, attention-core FLOPs) of one layer's forward, per micro-batch, on one TP rank.
 
-    The attention core is counted in full (4 b s^2 d_q / t, the papers' convention; d_q = heads x head_dim = h
-    unless the model's head_size says otherwise); the caller
-    halves it for causal flash attention.
+    The attention core is counted in full (2 b s^2 (d_q + d_v) / t, the papers' convention 4 b s^2 h / t; d_q = heads
+    x head_dim = h unless the model's head_size says otherwise, d_v = d_q unless latent attention's values are
+    narrower); the caller halves it for causal flash attention. Latent attention's down-projections run whole on
+    every rank (latent_attention.replicated_matmul_parameters).
     """
-    h, q, f, s, b, t = model.hidden, model.q_dim, model.ffn_, model.seq_len, strategy.micro_batch, strategy.tp
+    h, f, s, b, t = model.hidden, model.ffn_, model.seq_len, strategy.micro_batch, strategy.tp
     ups = 2 if model.ffn_kind == "swiglu" else 1
-    matmul_params = model.attention_matmul_parameters() + (ups + 1) * h * f
-    return 2 * b * s * matmul_params / t, 4 * b * s * s * q / t
+    replicated = latent_attention.replicated_matmul_parameters(model)
+    split = model.attention_matmul_parameters() - replicated + (ups + 1) * h * f
+    return 2 * b * s * (split / t + replicated), 2 * b * s * s * (model.q_dim + model.o_dim) / t
 
 
 def layer_gemms(model, strategy) -> list[tuple[float, int, int]]:
@@ -120,6 +122,9 @@ def layer_gemms(model, strategy) -> list[tuple[float, int, int]]:
     tokens = strategy.micro_batch * model.seq_len
     ups = 2 if model.ffn_kind == "swiglu" else 1
     qkv = (q + 2 * kv) // t
+    if model.latent is not None:       # latent attention's down- and up-projections and output projection
+        return latent_attention.gemms(model, strategy) + [(2 * tokens * h * ups * (f // t), h, f // t),
+                                                          ffn_down_gemm(model, strategy)]
     return [(2 * tokens * h * qkv, h, qkv),                       # Q, K, V
             (2 * tokens * (q // t) * h, q // t, h),               # attention output projection
             (2 * tokens * h * ups * (f // t), h, f // t),         # FFN up (and gate)

@@ -32,8 +32,13 @@ Mixture of experts (experts.MoE, lesson 14):
                   gate on that expert's output is MoE.shared_gate)
     dense_layers  first_k_dense_replace (DeepSeek); mlp_only_layers when it lists the first layers (Qwen-MoE);
                   a dense layer's FFN is intermediate_size wide
-Refused, one line naming the key: what the planner cannot express (multi-head latent
-attention's kv_lora_rank and q_lora_rank, DeepSeek-V3's multi-token prediction, MoE layers that are not
+Multi-head latent attention (latent_attention.LatentAttention; model_type deepseek_v2, deepseek_v3, kimi_k2):
+    kv_rank       kv_lora_rank
+    q_rank        q_lora_rank                    (null: queries at full rank, DeepSeek-V2-Lite)
+    head widths   qk_nope_head_dim, qk_rope_head_dim, v_head_dim (all three required); head_dim, which these
+                  families' code sets to qk_rope_head_dim for RoPE, is not a head's width and is not read
+Refused, one line naming the key: what the planner cannot express (latent attention in a family whose code does
+not build it, DeepSeek-V3's multi-token prediction, MoE layers that are not
 the last ones, a sliding window shorter than the planned sequence, PretrainedConfig's cross-attention and
 pruned heads), a model_type of another family (its code may build what its config does not say), expert keys in
 a config of a dense family (LlamaConfig keeps num_experts and builds the dense model), and any
@@ -48,6 +53,7 @@ Introduced in notebooks/13-plan-your-training-run.ipynb (experts: notebooks/14-m
 from __future__ import annotations
 
 from ddp_lab.course.plan.experts import MoE
+from ddp_lab.course.plan.latent_attention import LatentAttention
 from ddp_lab.course.plan.model import LARGEST, Transformer, size_text
 
 FIELDS = {   # planner field: the config.json keys that may hold it; two that are both set must agree
@@ -64,26 +70,31 @@ GPT2_KEYS = ("n_layer", "n_embd", "n_head", "n_positions", "n_inner")   # GPT-2'
 # up_proj and down_proj: 3 matrices, whatever activation hidden_act names; GPT2MLP has c_fc and c_proj.
 LLAMA_CODE = {"ffn_kind": "swiglu", "norm": "rmsnorm", "position": "rope"}
 FAMILIES = {"llama": LLAMA_CODE, "mistral": LLAMA_CODE, "mixtral": LLAMA_CODE, "deepseek": LLAMA_CODE,
+            "deepseek_v2": LLAMA_CODE, "deepseek_v3": LLAMA_CODE, "kimi_k2": LLAMA_CODE,
             "gpt2": {"ffn_kind": "gelu", "norm": "layernorm", "position": "learned"},   # and biases everywhere
             "qwen2": {**LLAMA_CODE, "qkv_bias": True}, "qwen2_moe": {**LLAMA_CODE, "qkv_bias": True},
             "qwen3": {**LLAMA_CODE, "qk_norm": True}, "qwen3_moe": {**LLAMA_CODE, "qk_norm": True}}
 # model_type: tie_word_embeddings when config.json leaves it out, the default of the family's config class.
 # transformers' LlamaConfig, MistralConfig, MixtralConfig, Qwen2Config, Qwen3Config, Qwen2MoeConfig,
-# Qwen3MoeConfig and DeepSeek's DeepseekConfig (configuration_deepseek.py, with its checkpoints) set False;
+# Qwen3MoeConfig, DeepSeek's DeepseekConfig (configuration_deepseek.py, with its checkpoints), DeepseekV2Config,
+# DeepseekV3Config and Kimi K2's (a DeepseekV3Config copy) set False;
 # GPT2Config sets none, so PretrainedConfig's True holds.
-TIED_BY_DEFAULT = {"llama": False, "mistral": False, "mixtral": False, "deepseek": False, "gpt2": True,
+TIED_BY_DEFAULT = {"llama": False, "mistral": False, "mixtral": False, "deepseek": False, "deepseek_v2": False,
+                   "deepseek_v3": False, "kimi_k2": False, "gpt2": True,
                    "qwen2": False, "qwen2_moe": False, "qwen3": False, "qwen3_moe": False}
 EXPERT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts")
 DENSE_FAMILIES = {"llama", "mistral", "qwen2", "qwen3", "gpt2"}   # model_types whose code has no experts
 # model_types whose experts are moe_intermediate_size wide (Mixtral's are intermediate_size wide, full FFNs)
-EXPERT_WIDTH_FAMILIES = {"deepseek", "qwen2_moe", "qwen3_moe"}
+EXPERT_WIDTH_FAMILIES = {"deepseek", "deepseek_v2", "deepseek_v3", "kimi_k2", "qwen2_moe", "qwen3_moe"}
+# model_types whose attention is multi-head latent attention, and the config.json keys of its sizes
+LATENT_FAMILIES = {"deepseek_v2", "deepseek_v3", "kimi_k2"}
+LATENT_KEYS = {"kv_rank": "kv_lora_rank", "q_rank": "q_lora_rank", "nope_dim": "qk_nope_head_dim",
+               "rope_dim": "qk_rope_head_dim", "v_dim": "v_head_dim"}
 DROPOUT_KEYS = ("attention_dropout", "hidden_dropout", "resid_pdrop", "attn_pdrop", "embd_pdrop")
 NOT_MODELLED = {   # key: what it means, refused when set (not null, 0, false or empty)
-    "kv_lora_rank": "multi-head latent attention (DeepSeek-V2/V3: keys and values through a low-rank "
-                    "projection), which the planner does not model (it models multi-head and grouped-query attention)",
-    "q_lora_rank": "multi-head latent attention's low-rank queries (DeepSeek-V2/V3), which the planner does not model",
     "num_nextn_predict_layers": "multi-token prediction modules (DeepSeek-V3) beyond the decoder's layers, "
-                                "which the planner does not model",
+                                "which the planner does not model; to plan the decoder trained without them, remove "
+                                "the key from a copy of the file",
     "add_cross_attention": "cross-attention on an encoder's output in every block (GPT-2's code adds it), "
                            "which the planner does not model",
     "pruned_heads": "attention heads removed from some layers, which the planner does not model",
@@ -113,6 +124,7 @@ PRETRAINED_CONFIG_KEYS = {
 # Keys read above, PretrainedConfig's, or the families' own known to change neither parameters nor FLOPs
 # (initialisation, RoPE's base and scaling, router loss weights, routing normalisation, inference switches).
 KNOWN = {*(k for keys in FIELDS.values() for k in keys), *FFN_KEYS, *EXPERT_KEYS, *DROPOUT_KEYS, *NOT_MODELLED,
+         *LATENT_KEYS.values(),
          *PRETRAINED_CONFIG_KEYS,
          "num_key_value_heads", "head_dim", "tie_word_embeddings", "hidden_act",
          "activation_function", "rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon", "attention_bias", "mlp_bias",
@@ -121,6 +133,7 @@ KNOWN = {*(k for keys in FIELDS.values() for k in keys), *FFN_KEYS, *EXPERT_KEYS
          "use_sliding_window", "max_window_layers", "layer_types", "model_type", "n_ctx",
          "rope_theta", "rope_scaling", "rope_parameters", "original_max_position_embeddings", "pretraining_tp",
          "initializer_range", "use_cache", "use_mrope",
+         "quantization_config",     # how a checkpoint's weights are stored; a plan's precision is its own (--precision)
          "output_router_logits", "router_aux_loss_coef", "aux_loss_alpha", "seq_aux", "norm_topk_prob",
          "scoring_func", "topk_method", "n_group", "topk_group", "routed_scaling_factor", "ep_size",
          "summary_type", "summary_use_proj", "summary_activation", "summary_proj_to_labels", "summary_first_dropout",
@@ -174,7 +187,8 @@ def transformer_from_hf_config(config: dict, name: str = "hf-model", seq_len: in
     kv_heads = _positive_int(config, "num_key_value_heads", LARGEST["kv_heads"]) \
         if config.get("num_key_value_heads") is not None else shape["heads"]
     ffn = _one_value(config, FFN_KEYS, "ffn", LARGEST["ffn"]) or 4 * shape["hidden"]
-    head_size = _head_size(config, shape)
+    latent = _latent(config, family)
+    head_size = None if latent else _head_size(config, shape)
     if shape["heads"] % kv_heads:
         raise ValueError(f"num_key_value_heads = {kv_heads} does not divide num_attention_heads = {shape['heads']}")
     _check_attention_span(config, shape["seq_len"], shape["layers"])
@@ -182,7 +196,8 @@ def transformer_from_hf_config(config: dict, name: str = "hf-model", seq_len: in
                        bias=True if family == "gpt2" else _bias(config),
                        tied_embeddings=_true_or_false(config, "tie_word_embeddings", TIED_BY_DEFAULT[family]),
                        dropout=any(_number(config, key, default=0) > 0 for key in DROPOUT_KEYS),
-                       moe=_experts(config, ffn, shape["layers"], family), **FAMILIES[family], **shape)
+                       moe=_experts(config, ffn, shape["layers"], family), latent=latent, **FAMILIES[family],
+                       **shape)
 
 
 def _family(config: dict) -> str:
@@ -190,7 +205,8 @@ def _family(config: dict) -> str:
     read here; with no model_type, "gpt2" if it names its shape with GPT-2's keys, else "llama"."""
     for key, meaning in NOT_MODELLED.items():
         if _set(config.get(key)):
-            raise ValueError(f"{key} = {config[key]!r}: {meaning}; the planner cannot plan this model")
+            fix = "" if "remove the key" in meaning else "; the planner cannot plan this model"
+            raise ValueError(f"{key} = {config[key]!r}: {meaning}{fix}")
     family = config.get("model_type")   # before single keys: removing a key would not make another family readable
     if family is not None and (not isinstance(family, str) or family not in FAMILIES):
         raise ValueError(f"model_type = {family!r}: not a family the planner reads ({', '.join(FAMILIES)}); its "
@@ -237,6 +253,28 @@ def _head_size(config: dict, shape: dict) -> int | None:
                              f"(and no head_dim says how wide a head is)")
         return None
     return head_dim
+
+
+def _latent(config: dict, family: str) -> LatentAttention | None:
+    """The LatentAttention the latent keys describe (module docstring), or None without kv_lora_rank; refused in a
+    family whose code builds no latent attention, or without one of the head widths."""
+    if not _set(config.get("kv_lora_rank")):
+        if _set(config.get("q_lora_rank")):
+            raise ValueError(f"q_lora_rank = {config['q_lora_rank']!r} without kv_lora_rank: latent attention needs "
+                             f"both (q_lora_rank null: queries at full rank)")
+        return None
+    if family not in LATENT_FAMILIES:
+        raise ValueError(f"kv_lora_rank = {config['kv_lora_rank']!r} in a model_type = {family!r} config: multi-head "
+                         f"latent attention is built by the {', '.join(sorted(LATENT_FAMILIES))} families' code; "
+                         f"give one of those model_types, or remove the key from a copy of the file")
+    missing = [key for key in LATENT_KEYS.values() if key != "q_lora_rank" and config.get(key) is None]
+    if missing:
+        raise ValueError(f"kv_lora_rank = {config['kv_lora_rank']!r} but no {' or '.join(missing)}: a latent-attention "
+                         f"config gives its heads' widths there")
+    sizes = {field: _positive_int(config, key, LARGEST["hidden"]) for field, key in LATENT_KEYS.items()
+             if field not in ("q_rank", "rope_dim")}
+    q_rank = _positive_int(config, "q_lora_rank", LARGEST["hidden"]) if _set(config.get("q_lora_rank")) else None
+    return LatentAttention(q_rank=q_rank, rope_dim=_whole(config, "qk_rope_head_dim"), **sizes)
 
 
 def _check_attention_span(config: dict, seq_len: int, layers: int) -> None:

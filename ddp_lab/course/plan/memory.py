@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ddp_lab.course.plan import expert_tp, experts, hybrid_shard, outer_sync, pipeline_stages
+from ddp_lab.course.plan import expert_tp, experts, hybrid_shard, latent_attention, outer_sync, pipeline_stages
 from ddp_lab.course.plan.activations import (embedding_activation_bytes, head_activation_bytes, layer_activation_bytes,
                                      layers_in_flight, micro_batches_in_flight)
 from ddp_lab.course.plan.precision import gathered_parameter_bytes, state_precision
@@ -154,8 +154,10 @@ def layer_parameters_per_rank(model, tp: int) -> int:
         True
     """
     h, q, kv, f = model.hidden, model.q_dim, model.kv_dim, model.ffn_
+    # latent attention: its down-projections and latent norms are whole on every rank (latent_attention.py)
+    count = layer_matmul_parameters_per_rank(model, tp) + 2 * model.norm_parameters() \
+        + latent_attention.norm_parameters(model)
     ups = 2 if model.ffn_kind == "swiglu" else 1
-    count = (model.attention_matmul_parameters() + (ups + 1) * h * f) // tp + 2 * model.norm_parameters()
     if model.bias:
         count += (q + 2 * kv + ups * f) // tp + 2 * h   # column-parallel biases split; row-parallel replicated
     elif model.qkv_bias:
@@ -176,8 +178,15 @@ def layer_other_parameters(model, tp: int, moe_layer: bool = False) -> int:
         >>> layer_other_parameters(Transformer.preset("gpt2-small"), 1) == 13 * 768   # 4 norm, 9 bias vectors of h
         True
     """
-    other = layer_parameters_per_rank(model, tp) - model.layer_matmul_parameters() // tp
+    other = layer_parameters_per_rank(model, tp) - layer_matmul_parameters_per_rank(model, tp)
     return other + (experts.router_parameters(model) if moe_layer else 0)
+
+
+def layer_matmul_parameters_per_rank(model, tp: int) -> int:
+    """Weights of one dense layer's matrices on one of `tp` ranks: split by tp, but latent attention's
+    down-projections, which every rank holds whole."""
+    replicated = latent_attention.replicated_matmul_parameters(model)
+    return (model.layer_matmul_parameters() - replicated) // tp + replicated
 
 
 def stage_activation_bytes(model, strategy: Strategy, stage: int = 0) -> int:

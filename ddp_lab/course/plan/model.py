@@ -14,7 +14,9 @@ Around the layers: token embedding V*h, a learned position table s*h ("learned";
 "rope"), one final norm, and an output head V*h unless tied to the embedding.
 A mixture-of-experts model (`moe=MoE(...)`, experts.py, lesson 14) swaps the FFN of its MoE layers
 for a router and experts; `parameters()` counts every expert, `active_parameters()` the ones a
-token uses.
+token uses. Multi-head latent attention (`latent=LatentAttention(...)`, latent_attention.py: DeepSeek-V2/V3)
+swaps the Q, K, V projections for low-rank ones: heads of nope_dim + rope_dim for queries and keys (head_dim,
+so d_q = d_kv = heads * head_dim) and of v_dim for values (d_v = heads * v_dim, what the output projection reads).
 
 Introduced in notebooks/13-plan-your-training-run.ipynb.
 """
@@ -24,8 +26,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, fields, replace
 
-from ddp_lab.course.plan import experts
+from ddp_lab.course.plan import experts, latent_attention
 from ddp_lab.course.plan.experts import MoE
+from ddp_lab.course.plan.latent_attention import LatentAttention
 
 FFN_KINDS = ("gelu", "swiglu")
 NORMS = ("layernorm", "rmsnorm")
@@ -73,6 +76,7 @@ class Transformer:
     head_size: int | None = None  # width of one attention head; None -> hidden / heads (Qwen3-30B-A3B: 128 on 2048 / 32)
     qkv_bias: bool = False        # biases on the Q, K and V projections only (Qwen2; `bias` puts them everywhere)
     qk_norm: bool = False         # an RMSNorm over each query and key head (Qwen3, OLMo 2)
+    latent: LatentAttention | None = None   # multi-head latent attention (DeepSeek-V2/V3): latent_attention.py
 
     def __post_init__(self) -> None:
         for field in ("layers", "hidden", "heads", "vocab", "seq_len"):
@@ -87,7 +91,7 @@ class Transformer:
                                            or not 1 <= self.head_size <= self.hidden):
             raise ValueError(f"Transformer.head_size must be an integer from 1 to hidden={self.hidden} (or None: "
                              f"hidden / heads), got {self.head_size!r}")
-        if self.hidden % self.heads and self.head_size is None:
+        if self.hidden % self.heads and self.head_size is None and self.latent is None:
             raise ValueError(f"hidden={self.hidden} is not divisible by heads={self.heads}: "
                              f"choose heads that divide hidden (head size = hidden / heads), or give head_size")
         if self.heads % self.kv_heads_:
@@ -100,6 +104,7 @@ class Transformer:
             raise ValueError(f"Transformer.moe must be a MoE(experts=..., top_k=..., expert_ffn=...) or None, "
                              f"got {self.moe!r}")
         experts.check_layers(self)    # a MoE model keeps at least one layer with experts
+        latent_attention.check(self)  # latent attention sets its own head widths, has no biases or head norms
 
     def __repr__(self) -> str:
         # `moe` shows only when set: a dense model prints as it did before experts existed (lesson 13 prints one)
@@ -119,8 +124,22 @@ class Transformer:
 
     @property
     def head_dim(self) -> int:
-        """Width of one attention head: head_size if given, else hidden / heads."""
+        """Width of one query or key head: head_size if given, nope_dim + rope_dim with latent attention, else
+        hidden / heads."""
+        if self.latent is not None:
+            return self.latent.nope_dim + self.latent.rope_dim
         return self.hidden // self.heads if self.head_size is None else self.head_size
+
+    @property
+    def v_dim(self) -> int:
+        """Width of the V projection: kv_heads * the value head's width (v_dim with latent attention, else head_dim)."""
+        return self.kv_heads_ * (self.head_dim if self.latent is None else self.latent.v_dim)
+
+    @property
+    def o_dim(self) -> int:
+        """Width of the attention output, the output projection's input: heads * the value head's width (= q_dim
+        unless latent attention's values are narrower than its queries)."""
+        return self.q_dim if self.latent is None else self.heads * self.latent.v_dim
 
     @property
     def q_dim(self) -> int:
@@ -129,7 +148,7 @@ class Transformer:
 
     @property
     def kv_dim(self) -> int:
-        """Width of the K (and V) projection: kv_heads * head_dim."""
+        """Width of the K projection (and of V, but with latent attention: v_dim): kv_heads * head_dim."""
         return self.kv_heads_ * self.head_dim
 
     def norm_parameters(self) -> int:
@@ -139,8 +158,11 @@ class Transformer:
     def attention_matmul_parameters(self) -> int:
         """Weights of one layer's attention matrices: W_q and W_o (h x d_q each), W_k and W_v (h x d_kv each).
 
-        What a token is multiplied by in attention (its FLOPs are 2 per weight); 4h² for multi-head attention.
+        What a token is multiplied by in attention (its FLOPs are 2 per weight); 4h² for multi-head attention;
+        latent attention's low-rank projections with latent_attention.matmul_parameters.
         """
+        if self.latent is not None:
+            return latent_attention.matmul_parameters(self)
         h, q, kv = self.hidden, self.q_dim, self.kv_dim
         return 2 * h * q + 2 * h * kv
 
@@ -157,7 +179,8 @@ class Transformer:
     def attention_parameters(self) -> int:
         h, q, kv = self.hidden, self.q_dim, self.kv_dim
         biases = (q + 2 * kv + h) if self.bias else (q + 2 * kv) if self.qkv_bias else 0
-        return self.attention_matmul_parameters() + biases + (2 * self.head_dim if self.qk_norm else 0)
+        return (self.attention_matmul_parameters() + biases + (2 * self.head_dim if self.qk_norm else 0)
+                + latent_attention.norm_parameters(self))
 
     def ffn_parameters(self) -> int:
         h, f = self.hidden, self.ffn_
@@ -265,8 +288,8 @@ PRESETS: dict[str, Transformer] = {
     "deepseek-moe-16b": _mixture("deepseek-moe-16b", 28, 2048, 16, 16, 10944, 102400, 4096,
                                  MoE(64, 6, 1408, shared_experts=2, dense_layers=1)),
     # Qwen3-30B-A3B (32 heads of 128 on a hidden size of 2048, a norm on every query and key head) is read from
-    # its config.json (hf_config.py: head_size, qk_norm). Not expressible: DeepSeek-V3 (multi-head latent
-    # attention's low-rank query and key/value projections, and a multi-token-prediction module outside the 671B).
+    # its config.json (hf_config.py: head_size, qk_norm); DeepSeek-V2/V3 likewise (latent attention), planned without
+    # DeepSeek-V3's multi-token-prediction module, which is not modelled.
     # Megatron-LM weak-scaling models (Narayanan et al. 2021, Table 1)
     "megatron-1.7b": _megatron("megatron-1.7b", 24, 2304, 24),
     "megatron-18b": _megatron("megatron-18b", 40, 6144, 48),
@@ -275,7 +298,7 @@ PRESETS: dict[str, Transformer] = {
 }
 
 # Fields shown by repr only when set (a dense Llama-style model prints as it did before they existed).
-OPTIONAL_FIELDS = {"moe": None, "head_size": None, "qkv_bias": False, "qk_norm": False}
+OPTIONAL_FIELDS = {"moe": None, "head_size": None, "qkv_bias": False, "qk_norm": False, "latent": None}
 
 _SUFFIX = {"": 1, "K": 10**3, "M": 10**6, "B": 10**9, "G": 10**9, "T": 10**12}
 

@@ -31,7 +31,7 @@ parallelism the two reduce-scatters' outputs (h/tp wide each).
 
 The save list counts aten.mm calls, so the rule holds for blocks whose linears have no bias (a biased linear
 calls aten.addmm, not on the list), a SwiGLU FFN (the order above) and no dropout (torchtitan's Llama, Mistral
-and Qwen blocks): `check` refuses other models, and mixture-of-experts blocks, in one line; `check_fields`
+and Qwen blocks): `check` refuses other models, and mixture-of-experts and latent-attention blocks, in one line; `check_fields`
 refuses eager attention (there is no flash kernel whose output to keep).
 
 Introduced in notebooks/13-plan-your-training-run.ipynb (the `--recompute op` flag; docs/planner.md).
@@ -68,6 +68,10 @@ def check(model, strategy) -> None:
     if model.moe is not None:
         raise ValueError(f"recomputation 'op' is modelled for torchtitan's dense blocks only; "
                          f"{model.name} is a mixture-of-experts model: choose full, selective or no recomputation")
+    if model.latent is not None:
+        raise ValueError(f"recomputation 'op' is modelled for blocks with Q, K, V and output matmuls in that order; "
+                         f"{model.name} has latent attention (more matmuls, in another order): choose full, selective "
+                         f"or no recomputation")
     differs = [what for what, present in (("a GeLU FFN", model.ffn_kind != "swiglu"), ("biases", model.bias),
                                           ("biases on Q, K and V", model.qkv_bias and not model.bias),
                                           ("dropout", model.dropout)) if present]

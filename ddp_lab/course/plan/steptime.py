@@ -3,7 +3,8 @@
 FLOPs (Narayanan et al. 2021, arXiv:2104.04473, Sec. 5.1 / Appendix). A matmul (m x k) @ (k x n)
 costs 2mkn FLOPs. Per sequence of s tokens a layer's forward pass multiplies by every weight
 matrix once (2 s P_matmul FLOPs, P_matmul = 12h^2 for GPT) and computes the scores QK^T and the
-weighted values (2 x 2 s^2 d_q, d_q = heads x head_dim = h unless head_size is given); the head adds 2 s h V. Backward costs twice the forward. So,
+weighted values (2 s^2 (d_q + d_v): d_q = heads x head_dim = h unless head_size is given, d_v = d_q but with latent
+attention's narrower values); the head adds 2 s h V. Backward costs twice the forward. So,
 for B sequences, l layers and a GPT shape,
     F = 72 B s l h^2 (1 + s/(6h) + V/(12 l h))       without recomputation (= "model FLOPs")
     F = 96 B s l h^2 (1 + s/(6h) + V/(16 l h))       full recomputation (one more layer forward)
@@ -134,10 +135,11 @@ class TimeBreakdown:
 
 
 def layer_forward_flops(model) -> int:
-    """Forward FLOPs of one dense layer for one sequence: 2 s P_matmul + 4 s^2 d_q (24 s h^2 + 4 s^2 h for GPT).
+    """Forward FLOPs of one dense layer for one sequence: 2 s P_matmul + 2 s^2 (d_q + d_v) (24 s h^2 + 4 s^2 h for GPT).
 
-    d_q = heads x head_dim, the width QK^T and the weighted values run at (= h unless head_size says otherwise:
-    Qwen3-30B-A3B's 32 heads of 128 on a hidden size of 2048 give 4096). A MoE layer's differ by 2 s x (active MoE
+    d_q = heads x head_dim, the width QK^T runs at (= h unless head_size says otherwise: Qwen3-30B-A3B's 32 heads
+    of 128 on a hidden size of 2048 give 4096), d_v = model.o_dim the width of the weighted values (= d_q but with
+    latent attention: DeepSeek-V3's 128 heads of 192 and 128). A MoE layer's differ by 2 s x (active MoE
     matmul parameters - the dense FFN's): experts.forward_flops_change.
 
     Example:
@@ -147,7 +149,7 @@ def layer_forward_flops(model) -> int:
         True
     """
     s = model.seq_len
-    return 2 * s * model.layer_matmul_parameters() + 4 * s * s * model.q_dim
+    return 2 * s * model.layer_matmul_parameters() + 2 * s * s * (model.q_dim + model.o_dim)
 
 
 def step_flops(model, strategy, hardware: bool = True) -> int:
@@ -179,7 +181,7 @@ def step_flops(model, strategy, hardware: bool = True) -> int:
         if recompute_skips_last_gemm(model, strategy):     # the FFN down projection (ffn_down_gemm) not re-run
             per_sequence -= model.layers * 2 * model.seq_len * model.ffn_ * model.hidden
     elif hardware and strategy.recompute == "selective" and strategy.attention == "eager":
-        per_sequence += model.layers * 4 * model.seq_len ** 2 * model.q_dim
+        per_sequence += model.layers * 2 * model.seq_len ** 2 * (model.q_dim + model.o_dim)
     elif hardware and strategy.recompute == "op":      # the matmuls per-op checkpointing re-runs (op_checkpoint.py)
         rank = recomputed_flops(model, strategy)    # one TP rank, one micro-batch
         per_sequence += model.layers * rank * strategy.tp // strategy.micro_batch
