@@ -21,7 +21,8 @@ The saved latents (the up-projections' inputs and the norms' inputs) are likewis
 whole along the sequence with sequence parallelism too (the down-projections run on the gathered sequence).
 
 Not modelled: the weight absorption inference uses (training runs the unabsorbed form above), YaRN's
-scaling (no parameters), DeepSeek-V3's multi-token-prediction modules (refused by hf_config.py).
+scaling (no parameters), the all-reduce over the tensor-parallel ranks of the down-projections' gradients (about
+15M values a DeepSeek-V3 layer), DeepSeek-V3's multi-token-prediction modules (refused by hf_config.py).
 
 No lesson teaches it; the planner of notebooks/13-plan-your-training-run.ipynb uses this module through
 model.Transformer(latent=...) and `--hf-config` (docs/planner.md).
