@@ -96,19 +96,19 @@ def test_what_each_family_builds_beyond_its_keys():
     assert transformer_from_hf_config(only).moe.dense_layers == 2
 
 
-def without_mtp(name: str) -> dict:
-    """A config with its multi-token-prediction key removed: what the planner's refusal tells the user to plan."""
-    return {key: value for key, value in config(name).items() if key != "num_nextn_predict_layers"}
-
-
 def test_latent_attention_configs_read_to_their_published_counts():
     """DeepSeek-V2-Lite (arXiv:2405.04434, Appendix B: 15.7B total, 2.4B activated) and DeepSeek-V3's shape
     (arXiv:2412.19437, Sec. 1: 671B total, 37B activated), to the published last digit. DeepSeek counts a token's
     activated parameters without the input embedding table (a lookup, not a multiply); the planner's
-    active_parameters keeps it, so it is taken off here. V3's 671B also leaves out the 14B multi-token-prediction
-    module, which the planner is told to drop with the key."""
+    active_parameters keeps it, so it is taken off here. V3's 671B leaves out its multi-token-prediction module:
+    with it, Hugging Face's copy holds 685B (DeepSeek-V3 README: "671B of the Main Model weights and 14B of the
+    Multi-Token Prediction (MTP) Module weights"), the module's file counting the shared embedding and output
+    head again."""
     lite = model("DeepSeek-V2-Lite")
-    v3 = transformer_from_hf_config(without_mtp("DeepSeek-R1"), seq_len=4096)
+    with_module = transformer_from_hf_config(config("DeepSeek-R1"), seq_len=4096)
+    v3 = with_module.with_(mtp_layers=0)
+    assert with_module.mtp_layers == 1 and lite.mtp_layers == 0
+    assert within_last_digit(with_module.parameters() + 2 * v3.vocab * v3.hidden, "685")
     for read, total, active in ((lite, "15.7", "2.4"), (v3, "671", "37")):
         assert within_last_digit(read.parameters(), total), read.parameters()
         assert within_last_digit(read.active_parameters() - read.vocab * read.hidden, active), read.active_parameters()
@@ -133,7 +133,8 @@ def test_the_training_length_replaces_max_position_embeddings():
 
 
 REFUSED = [   # (config, the words the one line must hold)
-    (config("DeepSeek-R1"), ["num_nextn_predict_layers = 1", "multi-token prediction", "remove the key"]),
+    ({**config("Meta-Llama-3-8B"), "num_nextn_predict_layers": 1}, ["num_nextn_predict_layers = 1",
+                                                                     "model_type = 'llama'", "multi-token"]),
     ({**config("Meta-Llama-3-8B"), "kv_lora_rank": 512}, ["kv_lora_rank = 512", "model_type = 'llama'",
                                                           "latent attention is built by"]),
     ({key: value for key, value in config("DeepSeek-V2-Lite").items() if key != "v_head_dim"},

@@ -137,7 +137,7 @@ def _model(args) -> Transformer:
         model = base.with_(**shape)
     except ValueError as error:     # the library's rule; the shape flags changed its fields
         raise ValueError(in_flags(str(error), args, SHAPE_FLAGS)) from None
-    if "ffn" in changes and experts.moe_layers(model) == model.layers:
+    if "ffn" in changes and model.moe is not None and model.moe.dense_layers == 0:
         raise ValueError(f"--ffn sets the FFN of dense layers, and {model.name} has none: each of its {model.layers} "
                          f"layers holds {model.moe.experts} experts of FFN size {model.moe.expert_ffn} instead, so "
                          f"--ffn would change nothing; drop it (no flag sets the experts' size: a config.json read "

@@ -9,6 +9,7 @@ Introduced in notebooks/13-plan-your-training-run.ipynb.
 
 from __future__ import annotations
 
+from ddp_lab.course.plan import multi_token
 from ddp_lab.course.plan.experts import dispatch_crosses_nodes
 from ddp_lab.course.plan.search import percent_text
 
@@ -113,6 +114,7 @@ def model_text(model, seq_source: str | None = None) -> str:
         line += f", heads of {model.head_dim}"
     if model.latent is not None:
         line += f", {model.latent.text()}"
+    line += multi_token.text(model)
     if seq_source and seq_source.startswith("planned at"):    # a note of its own: the length is a guess
         return f"{line}; {model.seq_len:,}-token sequences\nnote: {seq_source}"
     return f"{line}; {model.seq_len:,}-token sequences" + (f" ({seq_source})" if seq_source else "")

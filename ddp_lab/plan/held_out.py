@@ -48,6 +48,7 @@ from ddp_lab.course.plan import strategy as strategy_module
 from ddp_lab.course.plan.cluster_spec import ClusterSpec
 from ddp_lab.course.plan.context_parallel import LONG_SEQUENCE
 from ddp_lab.course.plan.experts import MoE
+from ddp_lab.course.plan.latent_attention import LatentAttention
 from ddp_lab.course.plan.fit_to_run import at_kernel_rate, is_at_kernel_rate
 from ddp_lab.course.plan.generation_constants import kernel_efficiency_of
 from ddp_lab.course.plan.model import Transformer
@@ -234,9 +235,9 @@ def build(run: HeldOutRun, kernel_rate: bool | None = None) -> tuple[Transformer
     """The planner's model, cluster and strategy for `run` (its features must exist: see `missing`); its GPUs at the
     kernel rate where `runs_at_kernel_rate` says so (kernel_rate=None), or as `kernel_rate` says."""
     shape = dict(run.model)
-    moe = shape.pop("moe", None)
-    if isinstance(moe, dict):
-        shape["moe"] = MoE(**moe)
+    for field, kind in (("moe", MoE), ("latent", LatentAttention)):   # written as dicts of their fields
+        if isinstance(shape.get(field), dict):
+            shape[field] = kind(**shape[field])
     model = Transformer.preset(shape.pop("preset")).with_(**shape) if "preset" in shape else Transformer(**shape)
     strategy = Strategy(**run.strategy)
     per_node = nvlink_segment(run.gpu, strategy.gpus)

@@ -137,12 +137,13 @@ def head_activation_bytes(model, strategy) -> int:
 
     Final norm input 2sbh and head input 2sbh (divided by t with sequence parallelism), and the
     logits kept in fp32 for the cross-entropy, 4sbV/t (vocab-parallel): with SP the paper's
-    4sbh/t (1 + V/h). Only one micro-batch's head is alive at a time.
+    4sbh/t (1 + V/h). Only one micro-batch's head is alive at a time. Each multi-token-prediction module
+    (multi_token.py) keeps as much again for its pass through the head, and its projection's 2h-wide input.
     """
     s, b, h, t = model.seq_len, strategy.micro_batch, model.hidden, strategy.tp
     e = value_bytes(strategy)
     around = 2 * e * s * b * h // (t if strategy.sequence_parallel else 1)
-    return around + 4 * s * b * (-(-model.vocab // t))
+    return (1 + model.mtp_layers) * (around + 4 * s * b * (-(-model.vocab // t))) + model.mtp_layers * e * s * b * 2 * h
 
 
 def embedding_activation_bytes(model, strategy) -> int:
@@ -213,10 +214,11 @@ def layers_in_flight(model, strategy, stage: int = 0) -> float:
     """
     p, m, L = strategy.pp, strategy.grad_accum, model.layers
     if p == 1:
-        return float(L)
+        return float(L + model.mtp_layers)      # and the multi-token-prediction modules' layers (multi_token.py)
     if strategy.schedule == "interleaved":
         return interleaved_layers_in_flight(pipeline_stages.chunk_layers(model, strategy, stage), p, m, stage)
-    per_stage = pipeline_stages.stage_layers(model, strategy)[stage] if pipeline_stages.uneven(strategy) else L / p
+    per_stage = pipeline_stages.stage_layers(model, strategy)[stage] if pipeline_stages.uneven(strategy) else \
+        L / p + (model.mtp_layers if stage == p - 1 else 0)
     if strategy.schedule == "gpipe":
         return per_stage * m
     return per_stage * min(p - stage, m)

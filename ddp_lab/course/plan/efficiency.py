@@ -65,7 +65,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ddp_lab.course.plan import attention_kernels, latent_attention
+from ddp_lab.course.plan import attention_kernels, latent_attention, multi_token
 from ddp_lab.course.plan.activations import replicated_share
 from ddp_lab.course.plan.attention_kernels import kernel_speedup
 from ddp_lab.course.plan.generation_constants import FLASH_PRECISIONS, constants_generation
@@ -274,19 +274,25 @@ def head_seconds(model, strategy, gpu) -> WorkSeconds:
     """Seconds of the output layer (final norm, vocab-parallel head, cross-entropy) for one micro-batch.
 
     GEMM 2 b s h V / t forward, twice that backward; the final norm, the logits' cast to fp32 and the
-    log-softmax move the bytes of `traffic.head_ops` at the HBM bandwidth.
+    log-softmax move the bytes of `traffic.head_ops` at the HBM bandwidth. Each multi-token-prediction module
+    (multi_token.py) runs it once more, after its 2h x h projection (a GEMM over 2h).
     """
-    gemm = 2 * strategy.micro_batch * model.seq_len * model.hidden * -(-model.vocab // strategy.tp)
+    passes = 1 + model.mtp_layers
+    projection = multi_token.projection_flops(model, strategy)
+    gemm = passes * 2 * strategy.micro_batch * model.seq_len * model.hidden * -(-model.vocab // strategy.tp)
     precision = compute_precision(strategy)           # the output head stays bf16 under FP8 (precision.py)
     if gpu.memory_bandwidth is None:
         scale = _flat_scale(model, strategy, gpu)
-        return WorkSeconds(gemm / gpu.achieved_flops(precision) * scale,
-                           2 * gemm / gpu.achieved_flops(precision) * scale)
+        return WorkSeconds((gemm + projection) / gpu.achieved_flops(precision) * scale,
+                           2 * (gemm + projection) / gpu.achieved_flops(precision) * scale)
     rate = gpu.achieved_flops(precision)
     moved_forward, moved_backward, _ = rank_bytes(head_ops(model, strategy), strategy)
-    vocab = -(-model.vocab // strategy.tp)
-    return WorkSeconds(gemm_seconds(gemm, model.hidden, rate) + moved_forward / gpu.memory_bandwidth,
-                       gemm_seconds(gemm, vocab, rate) + gemm / rate + moved_backward / gpu.memory_bandwidth)
+    vocab, h = -(-model.vocab // strategy.tp), model.hidden
+    mtp_forward = gemm_seconds(projection, 2 * h, rate) if projection else 0.0
+    mtp_backward = gemm_seconds(projection, h // strategy.tp, rate) + projection / rate if projection else 0.0
+    return WorkSeconds(gemm_seconds(gemm, h, rate) + passes * moved_forward / gpu.memory_bandwidth + mtp_forward,
+                       gemm_seconds(gemm, vocab, rate) + gemm / rate + passes * moved_backward / gpu.memory_bandwidth
+                       + mtp_backward)
 
 
 def _flat_scale(model, strategy, gpu) -> float:

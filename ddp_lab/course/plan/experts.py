@@ -119,8 +119,9 @@ def expert_parameters(model) -> int:
 
 
 def moe_layers(model) -> int:
-    """How many layers are MoE layers (0 for a dense model)."""
-    return 0 if model.moe is None else max(0, model.layers - model.moe.dense_layers)
+    """How many layers are MoE layers (0 for a dense model): the decoder's after its dense ones, and each
+    multi-token-prediction module's (multi_token.py: a layer of the decoder's last kind)."""
+    return 0 if model.moe is None else max(0, model.layers - model.moe.dense_layers) + model.mtp_layers
 
 
 def router_parameters(model) -> int:

@@ -37,8 +37,10 @@ Multi-head latent attention (latent_attention.LatentAttention; model_type deepse
     q_rank        q_lora_rank                    (null: queries at full rank, DeepSeek-V2-Lite)
     head widths   qk_nope_head_dim, qk_rope_head_dim, v_head_dim (all three required); head_dim, which these
                   families' code sets to qk_rope_head_dim for RoPE, is not a head's width and is not read
+    mtp_layers    num_nextn_predict_layers       (DeepSeek-V3's multi-token-prediction modules, multi_token.py; a
+                  copy of the file without the key plans training without them)
 Refused, one line naming the key: what the planner cannot express (latent attention in a family whose code does
-not build it, DeepSeek-V3's multi-token prediction, MoE layers that are not
+not build it, MoE layers that are not
 the last ones, a sliding window shorter than the planned sequence, PretrainedConfig's cross-attention and
 pruned heads), a model_type of another family (its code may build what its config does not say), expert keys in
 a config of a dense family (LlamaConfig keeps num_experts and builds the dense model), and any
@@ -92,9 +94,6 @@ LATENT_KEYS = {"kv_rank": "kv_lora_rank", "q_rank": "q_lora_rank", "nope_dim": "
                "rope_dim": "qk_rope_head_dim", "v_dim": "v_head_dim"}
 DROPOUT_KEYS = ("attention_dropout", "hidden_dropout", "resid_pdrop", "attn_pdrop", "embd_pdrop")
 NOT_MODELLED = {   # key: what it means, refused when set (not null, 0, false or empty)
-    "num_nextn_predict_layers": "multi-token prediction modules (DeepSeek-V3) beyond the decoder's layers, "
-                                "which the planner does not model; to plan the decoder trained without them, remove "
-                                "the key from a copy of the file",
     "add_cross_attention": "cross-attention on an encoder's output in every block (GPT-2's code adds it), "
                            "which the planner does not model",
     "pruned_heads": "attention heads removed from some layers, which the planner does not model",
@@ -124,7 +123,7 @@ PRETRAINED_CONFIG_KEYS = {
 # Keys read above, PretrainedConfig's, or the families' own known to change neither parameters nor FLOPs
 # (initialisation, RoPE's base and scaling, router loss weights, routing normalisation, inference switches).
 KNOWN = {*(k for keys in FIELDS.values() for k in keys), *FFN_KEYS, *EXPERT_KEYS, *DROPOUT_KEYS, *NOT_MODELLED,
-         *LATENT_KEYS.values(),
+         *LATENT_KEYS.values(), "num_nextn_predict_layers",
          *PRETRAINED_CONFIG_KEYS,
          "num_key_value_heads", "head_dim", "tie_word_embeddings", "hidden_act",
          "activation_function", "rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon", "attention_bias", "mlp_bias",
@@ -196,8 +195,8 @@ def transformer_from_hf_config(config: dict, name: str = "hf-model", seq_len: in
                        bias=True if family == "gpt2" else _bias(config),
                        tied_embeddings=_true_or_false(config, "tie_word_embeddings", TIED_BY_DEFAULT[family]),
                        dropout=any(_number(config, key, default=0) > 0 for key in DROPOUT_KEYS),
-                       moe=_experts(config, ffn, shape["layers"], family), latent=latent, **FAMILIES[family],
-                       **shape)
+                       moe=_experts(config, ffn, shape["layers"], family), latent=latent,
+                       mtp_layers=_prediction_modules(config, family), **FAMILIES[family], **shape)
 
 
 def _family(config: dict) -> str:
@@ -205,8 +204,7 @@ def _family(config: dict) -> str:
     read here; with no model_type, "gpt2" if it names its shape with GPT-2's keys, else "llama"."""
     for key, meaning in NOT_MODELLED.items():
         if _set(config.get(key)):
-            fix = "" if "remove the key" in meaning else "; the planner cannot plan this model"
-            raise ValueError(f"{key} = {config[key]!r}: {meaning}{fix}")
+            raise ValueError(f"{key} = {config[key]!r}: {meaning}; the planner cannot plan this model")
     family = config.get("model_type")   # before single keys: removing a key would not make another family readable
     if family is not None and (not isinstance(family, str) or family not in FAMILIES):
         raise ValueError(f"model_type = {family!r}: not a family the planner reads ({', '.join(FAMILIES)}); its "
@@ -275,6 +273,17 @@ def _latent(config: dict, family: str) -> LatentAttention | None:
              if field not in ("q_rank", "rope_dim")}
     q_rank = _positive_int(config, "q_lora_rank", LARGEST["hidden"]) if _set(config.get("q_lora_rank")) else None
     return LatentAttention(q_rank=q_rank, rope_dim=_whole(config, "qk_rope_head_dim"), **sizes)
+
+
+def _prediction_modules(config: dict, family: str) -> int:
+    """num_nextn_predict_layers (0 if absent): multi-token-prediction modules, which only the latent-attention
+    families' code builds (refused elsewhere, where the key would be read but never built)."""
+    modules = _whole(config, "num_nextn_predict_layers")
+    if modules and family not in LATENT_FAMILIES:
+        raise ValueError(f"num_nextn_predict_layers = {modules} in a model_type = {family!r} config: multi-token "
+                         f"prediction is built by the {', '.join(sorted(LATENT_FAMILIES))} families' code; remove the "
+                         f"key from a copy of the file")
+    return modules
 
 
 def _check_attention_span(config: dict, seq_len: int, layers: int) -> None:

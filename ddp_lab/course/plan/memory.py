@@ -20,7 +20,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ddp_lab.course.plan import expert_tp, experts, hybrid_shard, latent_attention, outer_sync, pipeline_stages
+from ddp_lab.course.plan import (expert_tp, experts, hybrid_shard, latent_attention, multi_token, outer_sync,
+                                 pipeline_stages)
 from ddp_lab.course.plan.activations import (embedding_activation_bytes, head_activation_bytes, layer_activation_bytes,
                                      layers_in_flight, micro_batches_in_flight)
 from ddp_lab.course.plan.precision import gathered_parameter_bytes, state_precision
@@ -138,6 +139,7 @@ def stage_parameters(model, strategy: Strategy, stage: int) -> int:
         count += model.norm_parameters()
         if not model.tied_embeddings or not first:
             count += vocab_rows
+        count += multi_token.last_stage_parameters(model, strategy)   # projections, norms, an embedding copy
     return count
 
 

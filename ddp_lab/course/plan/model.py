@@ -17,6 +17,8 @@ for a router and experts; `parameters()` counts every expert, `active_parameters
 token uses. Multi-head latent attention (`latent=LatentAttention(...)`, latent_attention.py: DeepSeek-V2/V3)
 swaps the Q, K, V projections for low-rank ones: heads of nope_dim + rope_dim for queries and keys (head_dim,
 so d_q = d_kv = heads * head_dim) and of v_dim for values (d_v = heads * v_dim, what the output projection reads).
+Multi-token prediction (`mtp_layers`, multi_token.py: DeepSeek-V3) adds modules of one layer each after the decoder:
+`parameters()` counts them (their layers as layers, and each module's 2h x h projection and norms).
 
 Introduced in notebooks/13-plan-your-training-run.ipynb.
 """
@@ -26,7 +28,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, fields, replace
 
-from ddp_lab.course.plan import experts, latent_attention
+from ddp_lab.course.plan import experts, latent_attention, multi_token
 from ddp_lab.course.plan.experts import MoE
 from ddp_lab.course.plan.latent_attention import LatentAttention
 
@@ -77,6 +79,7 @@ class Transformer:
     qkv_bias: bool = False        # biases on the Q, K and V projections only (Qwen2; `bias` puts them everywhere)
     qk_norm: bool = False         # an RMSNorm over each query and key head (Qwen3, OLMo 2)
     latent: LatentAttention | None = None   # multi-head latent attention (DeepSeek-V2/V3): latent_attention.py
+    mtp_layers: int = 0           # multi-token-prediction modules after the decoder (DeepSeek-V3: 1): multi_token.py
 
     def __post_init__(self) -> None:
         for field in ("layers", "hidden", "heads", "vocab", "seq_len"):
@@ -105,6 +108,7 @@ class Transformer:
                              f"got {self.moe!r}")
         experts.check_layers(self)    # a MoE model keeps at least one layer with experts
         latent_attention.check(self)  # latent attention sets its own head widths, has no biases or head norms
+        multi_token.check(self)       # 0 or more whole modules
 
     def __repr__(self) -> str:
         # `moe` shows only when set: a dense model prints as it did before experts existed (lesson 13 prints one)
@@ -215,8 +219,8 @@ class Transformer:
 
         Introduced in notebooks/13-plan-your-training-run.ipynb.
         """
-        return (self.layers * self.layer_parameters() + experts.parameter_change(self)
-                + self.embedding_parameters() + self.head_parameters())
+        return ((self.layers + self.mtp_layers) * self.layer_parameters() + experts.parameter_change(self)
+                + multi_token.parameter_change(self) + self.embedding_parameters() + self.head_parameters())
 
     def active_parameters(self) -> int:
         """Parameters a token is multiplied by: parameters() less the routed experts it skips (MoE).
@@ -298,7 +302,8 @@ PRESETS: dict[str, Transformer] = {
 }
 
 # Fields shown by repr only when set (a dense Llama-style model prints as it did before they existed).
-OPTIONAL_FIELDS = {"moe": None, "head_size": None, "qkv_bias": False, "qk_norm": False, "latent": None}
+OPTIONAL_FIELDS = {"moe": None, "head_size": None, "qkv_bias": False, "qk_norm": False, "latent": None,
+                   "mtp_layers": 0}
 
 _SUFFIX = {"": 1, "K": 10**3, "M": 10**6, "B": 10**9, "G": 10**9, "T": 10**12}
 

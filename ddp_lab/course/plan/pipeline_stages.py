@@ -13,7 +13,9 @@ and the last *virtual* stage's layers, and the other p v - 2 virtual stages shar
 loss as a layer each, so NVIDIA's MLPerf Training v5.0 Llama 3.1 405B runs put 126 layers on 8 x 8 virtual stages
 as 1 + 2 x 62 + 1 (`Strategy(pp=8, virtual_stages=8, first_stage_layers=1, last_stage_layers=1)`): the first and
 the last GPU of the pipeline hold 15 layers, the others 16. With two stages (pp 2) there is no middle: the stage
-not given holds the rest (Megatron-LM's rule), and two given must add up to the layers.
+not given holds the rest (Megatron-LM's rule), and two given must add up to the layers. A model's
+multi-token-prediction modules (multi_token.py) add their layers to the last stage, after its own: Megatron-Core's
+placement (`first_stage_layers`, `last_stage_layers` and the checks count the decoder's layers only).
 
 Introduced in notebooks/13-plan-your-training-run.ipynb.
 """
@@ -89,7 +91,7 @@ def stage_layers(model, strategy) -> list[int]:
     Introduced in notebooks/13-plan-your-training-run.ipynb.
     """
     if not uneven(strategy):
-        return [model.layers // strategy.pp] * strategy.pp
+        return [model.layers // strategy.pp] * (strategy.pp - 1) + [model.layers // strategy.pp + model.mtp_layers]
     return [sum(chunk_layers(model, strategy, stage)) for stage in range(strategy.pp)]
 
 
@@ -107,13 +109,16 @@ def chunk_layers(model, strategy, stage: int) -> list[int]:
     """
     p, v = strategy.pp, strategy.virtual_stages
     if not uneven(strategy):
-        return [model.layers // (p * v)] * v
-    first, last = _ends(model, strategy)
-    layers = [(model.layers - first - last) // max(1, p * v - 2)] * v      # a middle (virtual) stage's layers
-    if stage == 0:
-        layers[0] = first
+        layers = [model.layers // (p * v)] * v
+    else:
+        first, last = _ends(model, strategy)
+        layers = [(model.layers - first - last) // max(1, p * v - 2)] * v      # a middle (virtual) stage's layers
+        if stage == 0:
+            layers[0] = first
+        if stage == p - 1:
+            layers[-1] = last
     if stage == p - 1:
-        layers[-1] = last
+        layers[-1] += model.mtp_layers       # the multi-token-prediction modules' layers, after the last one
     return layers
 
 

@@ -173,18 +173,21 @@ def step_flops(model, strategy, hardware: bool = True) -> int:
     Introduced in notebooks/13-plan-your-training-run.ipynb.
     """
     layer = layer_forward_flops(model)
-    layers = model.layers * layer + experts.forward_flops_change(model)   # a MoE model: the experts a token uses
-    head = 2 * model.seq_len * model.hidden * model.vocab
+    count = model.layers + model.mtp_layers        # and each multi-token-prediction module's layer (multi_token.py)
+    layers = count * layer + experts.forward_flops_change(model)   # a MoE model: the experts a token uses
+    # the output head, once more per multi-token-prediction module, after its 2h x h projection
+    head = (1 + model.mtp_layers) * 2 * model.seq_len * model.hidden * model.vocab \
+        + model.mtp_layers * 2 * model.seq_len * 2 * model.hidden ** 2
     per_sequence = 3 * (layers + head)
     if hardware and strategy.recompute == "full":
         per_sequence += layers
         if recompute_skips_last_gemm(model, strategy):     # the FFN down projection (ffn_down_gemm) not re-run
-            per_sequence -= model.layers * 2 * model.seq_len * model.ffn_ * model.hidden
+            per_sequence -= count * 2 * model.seq_len * model.ffn_ * model.hidden
     elif hardware and strategy.recompute == "selective" and strategy.attention == "eager":
-        per_sequence += model.layers * 2 * model.seq_len ** 2 * (model.q_dim + model.o_dim)
+        per_sequence += count * 2 * model.seq_len ** 2 * (model.q_dim + model.o_dim)
     elif hardware and strategy.recompute == "op":      # the matmuls per-op checkpointing re-runs (op_checkpoint.py)
         rank = recomputed_flops(model, strategy)    # one TP rank, one micro-batch
-        per_sequence += model.layers * rank * strategy.tp // strategy.micro_batch
+        per_sequence += count * rank * strategy.tp // strategy.micro_batch
     return strategy.global_batch * per_sequence
 
 
@@ -216,7 +219,7 @@ def step_time(model, cluster, strategy) -> TimeBreakdown:
         stage_layers, has_head = max(((n, i == p - 1) for i, n in enumerate(counts)),
                                      key=lambda stage: stage[0] * per_layer + (head.total + vocab_tp) * stage[1])
     else:
-        stage_layers, has_head = -(-model.layers // p), True
+        stage_layers, has_head = -(-model.layers // p) + model.mtp_layers, True   # the last stage: + MTP layers
     # DiLoCo replicas: the per-step sync stays inside one replica; HSDP: ZeRO-3 inside one shard group, whose
     # gradient shards are then all-reduced across the groups (hybrid_shard.py)
     inner = hybrid_shard.zero_group_strategy(strategy)
@@ -307,7 +310,9 @@ def vocab_parallel_communication(model, cluster, strategy) -> float:
     The first stage all-reduces its vocab-parallel embedding's output (b s h values); the last
     stage all-reduces the gradient of the head's input (b s h) and, in the cross-entropy over
     vocab-parallel logits, three fp32 values per token (Megatron-LM's
-    `vocab_parallel_cross_entropy`). With pp > 1 they sit on different stages: the last one's count.
+    `vocab_parallel_cross_entropy`). With pp > 1 they sit on different stages: the last one's count. Each
+    multi-token-prediction module (multi_token.py) looks up the tokens ahead and runs the head again on the last
+    stage: one more embedding all-reduce, head-input gradient and cross-entropy.
     ddp_lab.plan.reference issues exactly these (13 all-reduces per step for 2 layers with tp = 2).
 
     Introduced in notebooks/13-plan-your-training-run.ipynb.
@@ -318,7 +323,7 @@ def vocab_parallel_communication(model, cluster, strategy) -> float:
     tokens = strategy.micro_batch * model.seq_len // strategy.cp
     hidden = collective_time("all_reduce", tokens * model.hidden * value_bytes(strategy), cluster, group)
     loss = 3 * collective_time("all_reduce", tokens * 4, cluster, group)
-    return (1 if strategy.pp > 1 else 2) * hidden + loss
+    return (1 if strategy.pp > 1 else 2) * hidden + loss + model.mtp_layers * (2 * hidden + loss)
 
 
 def tokens_per_second(model, strategy, time: TimeBreakdown) -> float:
