@@ -11,7 +11,9 @@ MoE dispatch was modelled with their errors seen: held_out.py). FIFTH_SET was wr
 v6.0's gpt_oss_20b results were surveyed, before the planner predicted its runs. SIXTH_SET (NVIDIA's skills
 repository's BF16 Qwen3-30B-A3B run) was written down after a search for MoE runs from sources not used yet, before
 the planner predicted it, and SEVENTH_SET (the MoE rows of the NeMo Framework user guide's performance pages) after
-another such search, before the planner predicted it. Every set was chosen and written
+another such search, before the planner predicted it. EIGHTH_SET (dgxc's DeepSeek-V3 table) was written down after
+the planner modelled multi-head latent attention and multi-token prediction, before it predicted the set's GB200
+run; its H100 run had been planned once by then (held_out.SEEN_BEFORE_WRITTEN_DOWN: a development run). Every set was chosen and written
 down before the planner predicted any of its runs, and they are kept aside while it is modelled: their errors are
 looked at once, at the end (held_out.py says what moves a run to the development part). Each run is recorded as
 its source states it: the model shape, the parallel layout, the batch and micro-batch, the sequence, the GPUs, the
@@ -26,7 +28,8 @@ Sources:
                 tables of release v25.04.01 (commit 85380ff, H100s: NeMo 25.02.01's recipes at NeMo commit
                 d2b2155, NeMo 24.12's launcher for GPT-3, MaxText 25.01) and, for what that release lacks
                 (GB200s; Grok-1 with its expert tensor-parallel size given), release v25.05.04 (commit 1f6d9f4,
-                NeMo 25.04.00's recipes at NeMo commit 6f2c6fd); the launch scripts and configs of those commits
+                NeMo 25.04.00's recipes at NeMo commit 6f2c6fd; DeepSeek-V3: NeMo 25.04.01's at NeMo commit
+                7a8f1cc); the launch scripts and configs of those commits
     automodel   NVIDIA-NeMo/Automodel docs/performance-summary.md, "Pre-Training Performance", DGX-H100 BF16, at
                 commit 8d9bfb9 (2025-10-08; the Llama 3.1 70B row at commit 2013a4d, 2026-04-10), with the
                 examples/benchmark/configs/*.yaml (and examples/llm_pretrain/) of the same commits
@@ -290,15 +293,21 @@ routing ten steps old, and the precision is not stated) and mlfoundations/open_l
 an unstated size: MegaBlocks' dropping experts at capacity factor 1.25, every second layer, 4 x h GELU experts
 beside SwiGLU dense layers, batch not stated). veScale's Mixtral examples, awsome-distributed-training's NeMo
 copies and Tutel's README give no training throughput of a full model.
-Examined once the planner modelled multi-head latent attention, and not used (no row was predicted): dgxc's
-DeepSeek-V3 tables (v25.05 to v25.05.05: 512 and 1,024 H100s, 128 to 512 GB200s, BF16) train with the
-multi-token-prediction module (the recipe's use_mtp default, one layer), which the planner does not model, and
-drop tokens at capacity factor 1.0; its later releases print only "Example output" lines. Megatron-Bridge's 25.09
-DeepSeek-V3 rows (H100, B200, GB200) print no precision column (the FP8 recipe is not stated) and two disagree with
-the launch configuration of the same commit; its 25.11 rows without MTP are on GB300 (no preset) or take their
-settings from a test branch. NeMo Automodel's DeepSeek-V3 and Kimi K2 rows (256 and 1,024 H100s) split 61 layers
-over pipeline x virtual stages automatically ("layers_per_stage: 2"), with the embedding's and the loss's place not
-stated, and their table is the development runs' source; its GB200 figure is a comment in a configuration file. The
+Eighth set: of dgxc v25.05.04's DeepSeek-V3 table (deepseek_v3/pretraining/README.md, BF16 only: "FP8 recipe is not
+currently supported"), by the column rule below: the smallest H100 column (512 GPUs; the table stops at 1,024) and
+the smallest GB200 column (128). Each planned as the table, launch.sh (TP 2, ETP 1, VP 1, MBS 1, GBS GPUs x 8;
+recompute modules mla_up_proj on H100s, core_attn on GB200s) and NeMo's pretrain_deepseek_v3.py at 7a8f1cc give it:
+the first and last stages 64 / PP - 1 and 64 / PP - 2 decoder layers, one multi-token-prediction module (the
+recipe's use_mtp default), the all-to-all dispatcher, MegatronTokenDropCallback's capacity factor 1 with padding
+(each expert computes its balanced share, as planned), no TP communication overlap (the recipe's callback); a
+partial recomputation is planned as the setting nearest in the matmuls it recomputes (core_attn: none; mla_up_proj,
+the up-projections' ninth of a layer's active matmuls: none), so both as "selective", which recomputes no matmul.
+Examined once the planner modelled multi-head latent attention and not used: dgxc's later releases (only "Example
+output" lines). Megatron-Bridge's 25.09 DeepSeek-V3 rows (H100, B200, GB200) print no precision column (the FP8
+recipe is not stated) and two disagree with the launch configuration of the same commit; its 25.11 rows without
+MTP are on GB300 (no preset) or take their settings from a test branch. NeMo Automodel's DeepSeek-V3 and Kimi K2
+rows (256 and 1,024 H100s) split 61 layers over pipeline x virtual stages automatically ("layers_per_stage: 2"),
+with the embedding's and the loss's place not stated; its GB200 figure is a comment in a configuration file. The
 PyTorch blog's DeepSeek-V3 on B200s with torchtitan: its layout and batch could not be read here.
 Read by held_out.py, whose table notebooks/13-plan-your-training-run.ipynb prints (docs/planner.md, "Held-out
 validation").
@@ -322,6 +331,12 @@ NEMOTRON4_340B = dict(name="nemotron4-340b", layers=96, hidden=18432, heads=96, 
 # layers, hidden 6144, 48 heads, 8 kv heads, FFN 32768, 8 experts, top-2; the Llama 3 tokenizer, 128,256)
 GROK1_314B = dict(name="grok1-314b", layers=64, hidden=6144, heads=48, kv_heads=8, vocab=128256, seq_len=8192,
                   ffn=32768, moe=dict(experts=8, top_k=2, expert_ffn=32768), **LLAMA)
+# DeepSeek-V3 as NeMo 25.04.01 builds it (DeepSeekV3Config; deepseek-ai/DeepSeek-V3's config.json): 61 layers, the
+# first 3 dense (FFN 18,432), hidden 7168, 128 heads of latent attention (kv rank 512, q rank 1536, 128 + 64 / 128),
+# 256 experts of 2048 and 1 shared, top-8, vocabulary 129,280, untied; pretrain_recipe's one MTP module
+DEEPSEEK_V3 = dict(name="deepseek-v3", layers=61, hidden=7168, heads=128, vocab=129280, seq_len=4096, ffn=18432,
+                   moe=dict(experts=256, top_k=8, expert_ffn=2048, shared_experts=1, dense_layers=3),
+                   latent=dict(kv_rank=512, q_rank=1536), mtp_layers=1, **LLAMA)
 # gpt-oss-20b (openai/gpt-oss-20b config.json): gpt-oss-120b's layer with 24 layers and 32 experts, 4 per token
 GPT_OSS_20B = {**GPT_OSS_120B, "name": "gpt-oss-20b", "layers": 24, "moe": dict(experts=32, top_k=4, expert_ffn=2880)}
 # Mixtral 8x22B as NeMo runs it (nemo/collections/llm/gpt/model/mixtral.py at r2.3.0, MixtralConfig8x22B: 56 layers,
@@ -1187,4 +1202,29 @@ SEVENTH_SET: list[HeldOutRun] = [
                "counts no embedding or loss as a layer)"),
 ]
 
-RUNS: list[HeldOutRun] = FIRST_SET + SECOND_SET + THIRD_SET + FOURTH_SET + FIFTH_SET + SIXTH_SET + SEVENTH_SET
+DEEPSEEK_NOTE = ("launch.sh and NeMo's scripts/performance/llm/pretrain_deepseek_v3.py at 7a8f1cc (the eighth set's "
+                 "rules in the module docstring): first/last stage {} / {} decoder layers, one MTP module, capacity "
+                 "factor 1 with padding (each expert computes its balanced share), recompute_modules {} planned as "
+                 "selective (no matmul recomputed), all-to-all dispatcher, no TP overlap, sequence parallelism (the "
+                 "DeepSeek trainer's default), distributed optimizer with overlapped gradient reduce and parameter "
+                 "gather, TE attention; CUDA graphs off (recommended_model_configs' cuda_graphs 0)")
+
+EIGHTH_SET: list[HeldOutRun] = [
+    # ---- mixture of experts, fine-grained, latent attention: DeepSeek-V3, BF16 (dgxc v25.05.04) --------------------
+    HeldOutRun("DGXC DeepSeek-V3 TP 2 x PP 8 x EP 64, 512 H100s", DGXC_2505.format("deepseek_v3/pretraining/README.md")
+               + ", 'Deepseek V3 BF16 H100' table, 512x H100 column; 512 GPUs, GBS 4,096", DEEPSEEK_V3,
+               dict(dp=32, tp=2, pp=8, ep=64, expert_tp=1, micro_batch=1, grad_accum=128, first_stage_layers=7,
+                    last_stage_layers=6, recompute="selective", sequence_parallel=True, **NEMO),
+               "h100-sxm", "tokens_per_gpu", _tokens_per_gpu(342755.90, 512),
+               DEEPSEEK_NOTE.format(7, 6, "mla_up_proj") + H100_NETWORK),
+    HeldOutRun("DGXC DeepSeek-V3 TP 2 x PP 4 x EP 32, 128 GB200s", DGXC_2505.format("deepseek_v3/pretraining/README.md")
+               + ", 'Deepseek V3 BF16 GB200' table, 128x GB200 column; 128 GPUs, GBS 1,024", DEEPSEEK_V3,
+               dict(dp=16, tp=2, pp=4, ep=32, expert_tp=1, micro_batch=1, grad_accum=64, first_stage_layers=15,
+                    last_stage_layers=14, recompute="selective", sequence_parallel=True, **NEMO),
+               "gb200", "tokens_per_gpu", _tokens_per_gpu(122755.33, 128),
+               DEEPSEEK_NOTE.format(15, 14, "core_attn") + "; GB200 NVL72 trays of 4 GPUs (launch.sh GPUS_PER_NODE=4), "
+               "the job's placement on racks not stated (held_out.nvlink_segment's 2 racks of 64)"),
+]
+
+RUNS: list[HeldOutRun] = (FIRST_SET + SECOND_SET + THIRD_SET + FOURTH_SET + FIFTH_SET + SIXTH_SET + SEVENTH_SET
+                          + EIGHTH_SET)

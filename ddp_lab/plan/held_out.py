@@ -8,7 +8,8 @@ per-op checkpointing) come from kernel-level measurements, datasheets and the fr
 kernel rate (fit_to_run.at_kernel_rate), the rest at the calibrated constants. The runs fall in two parts:
     development  held_out_runs.RUNS and MOVED_TO_DEVELOPMENT (the first held-aside set's runs the kernel rate
                  changed: its rule was written with their errors in view; the fourth set's, looked at before the
-                 per-node MoE dispatch was modelled): their errors guided which mechanics the planner models (not
+                 per-node MoE dispatch was modelled; the eighth set's H100 run, planned once before the set was
+                 written down): their errors guided which mechanics the planner models (not
                  any constant's value); reported, not the goal's test.
     held aside   the rest of held_aside_runs.RUNS (its sets, each written down before the planner predicted it):
                  from sources the development runs do not use, each configuration as its
@@ -171,7 +172,11 @@ MOVED_BY_PER_NODE_DISPATCH = frozenset({
     'Megatron-MoE-ModelZoo Qwen3-235B-A22B TP 2 x EP 32 x PP 8, 256 H100s',
     'Megatron-MoE-ModelZoo Qwen3-235B-A22B TP 4 x EP 8 x PP 8, 256 H100s',
 })
-MOVED_TO_DEVELOPMENT = MOVED_BY_KERNEL_RATE | MOVED_BY_PER_NODE_DISPATCH
+# The eighth set's H100 run: its configuration was planned once from the command line (49.1 s a step against the
+# published 48.9 s, seen) while multi-token prediction was being checked, before the set was written down, so it
+# was never blind: a development run from the start.
+SEEN_BEFORE_WRITTEN_DOWN = frozenset({'DGXC DeepSeek-V3 TP 2 x PP 8 x EP 64, 512 H100s'})
+MOVED_TO_DEVELOPMENT = MOVED_BY_KERNEL_RATE | MOVED_BY_PER_NODE_DISPATCH | SEEN_BEFORE_WRITTEN_DOWN
 # The held-aside part: every run of held_aside_runs.RUNS but those.
 ASIDE_NAMES = {run.name for run in held_aside_runs.RUNS} - MOVED_TO_DEVELOPMENT
 
