@@ -565,6 +565,26 @@ def test_a_model_of_your_own_from_a_config_file_or_shape_flags(tmp_path):
     assert part("gradients") == pytest.approx(2 * part("parameters"), abs=0.01)     # fp32 gradients
 
 
+def test_deepseek_v3s_config_plans_with_its_prediction_module_and_without_it():
+    """DeepSeek-V3's shape (DeepSeek-R1's config.json): latent attention and one multi-token-prediction module are
+    named on the model line; --mtp-layers 0 plans the 671B decoder alone, whose last stage (6 layers and the head, not
+    7 and the head twice) then no longer sets the pace."""
+    config = str(Path(__file__).resolve().parent / "hf_configs" / "DeepSeek-R1" / "config.json")
+    flags = ("--hf-config", config, "--seq-len", "4096", "--cluster", "h100-sxm", "--nodes", "64", "--dp", "32",
+             "--tp", "2", "--pp", "8", "--ep", "64", "--expert-tp", "1", "--zero", "1", "--micro-batch", "1",
+             "--global-batch", "4096", "--first-stage-layers", "7", "--last-stage-layers", "6", "--sequence-parallel")
+    with_module, without = plan(*flags), plan(*flags, "--mtp-layers", "0")
+    assert with_module.returncode == without.returncode == 0, with_module.stderr + without.stderr
+    latent = "latent attention (kv rank 512, q rank 1536)"
+    assert f"  model: 683B parameters, 38.2B active per token (256 experts, top 8 + 1 shared, first 3 layers dense), " \
+           f"{latent}, 1 multi-token-prediction module;" in with_module.stdout
+    assert f"  model: 671B parameters, 37.6B active per token (256 experts, top 8 + 1 shared, first 3 layers dense), " \
+           f"{latent}; 4,096-token sequences" in without.stdout
+    def step(output):
+        return float(re.search(r"^\s+total\s+([0-9.]+)$", output, re.M).group(1))
+    assert step(without.stdout) < step(with_module.stdout)
+
+
 def test_shape_flags_change_a_preset():
     """--seq-len on a preset: the default batch stays 4M tokens, now in 4096-token sequences."""
     result = plan("--model", "llama3-8b", "--seq-len", "4096", "--cluster", "h100-sxm", "--zero", "1")
@@ -635,6 +655,8 @@ def test_every_bad_model_flag_exits_2_with_one_line(tmp_path):
         (("--model", "llama3-8b", "--hidden", "4100", "--cluster", "h100-sxm"), ["--hidden 4100", "--heads 32"]),
         (("--model", "llama3-8b", "--kv-heads", "5", "--cluster", "h100-sxm"), ["--kv-heads 5", "[1, 2, 4, 8, 16, 32]"]),
         (("--model", "llama3-8b", "--seq-len", "0", "--cluster", "h100-sxm"), ["--seq-len must be a positive int"]),
+        (("--model", "llama3-8b", "--mtp-layers", "-1", "--cluster", "h100-sxm"), ["--mtp-layers", "0 (none) or more"]),
+        (("--model", "llama3-8b", "--mtp-layers", "65", "--cluster", "h100-sxm"), ["--mtp-layers 65", "at most 64"]),
         (("--model", "llama3-8b", "--cluster", "h100-sxm", "--memory-reserve", "1.5"), ["--memory-reserve", "[0, 1)"]),
         (("--model", "llama3-8b", "--cluster", "h100-sxm", "--memory-reserve", "-0.1"), ["--memory-reserve"]),
         (("--model", "llama3-8b", "--cluster", "h100-sxm", "--memory-reserve", "0.999"), ["0.1% usable"]),  # not "0%"

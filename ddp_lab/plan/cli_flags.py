@@ -11,6 +11,7 @@ import difflib
 import math
 import re
 
+from ddp_lab.course.plan import multi_token
 from ddp_lab.course.plan.attention_kernels import FLASH_KERNELS
 from ddp_lab.course.plan.cluster_spec import PRESET_NAMES, ClusterSpec
 from ddp_lab.course.plan.model import LARGEST, PRESETS, size_text
@@ -29,11 +30,11 @@ SEARCH_WIDE = ("sequence_parallel", "tp_comm_overlap", "overlap_param_gather")
 # the DiLoCo outer sync (lesson 16): alone, the search puts it on every plan (each dp rank a replica unless --replicas
 # says); with other strategy flags it is that one plan's
 OUTER_SYNC = ("sync_every", "replicas", "sync_precision")
-SHAPE_FLAGS = ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "seq_len")
+SHAPE_FLAGS = ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "seq_len", "mtp_layers")
 NEEDED_SHAPE = ("layers", "hidden", "heads", "ffn", "vocab", "seq_len")   # without --model or --hf-config
 POSITIVE_INTS = ("nodes", "gpus_per_node", "dp", "tp", "pp", "micro_batch", "grad_accum", "global_batch", "top",
                  "virtual_stages", "first_stage_layers", "last_stage_layers", "sync_every", "replicas", "region_nodes",
-                 "expert_tp", *SHAPE_FLAGS)
+                 "expert_tp", *(name for name in SHAPE_FLAGS if name != "mtp_layers"))
 SHORT_FORM_FLAGS = ("params", "dp", "zero", "precision", "fp32_grads")     # all that --params reads
 SPLIT_FLAGS = ("cp", "ep")     # a number (the plan's or every searched plan's) or "auto" (searched)
 # The library's fields that a flag here sets: its messages name them (`ep=8`, `drop overlap_param_gather`), and
@@ -102,6 +103,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     shape.add_argument("--ffn", type=int, help="FFN inner size")
     shape.add_argument("--vocab", type=int, help="vocabulary size")
     shape.add_argument("--seq-len", dest="seq_len", type=int, help="tokens per training sequence")
+    shape.add_argument("--mtp-layers", dest="mtp_layers", type=int, metavar="N",
+                       help="multi-token-prediction modules after the decoder (DeepSeek-V3's config: 1; 0 plans "
+                            "training without them)")
     where = parser.add_argument_group("where")
     where.add_argument("--cluster", type=str.lower, choices=PRESET_NAMES, metavar="CLUSTER",
                        help="a cluster preset (GPU type, GPUs per node): " + ", ".join(
@@ -355,7 +359,9 @@ def check_flags(args) -> None:
         value = getattr(args, name)
         if value is not None and value < 1:
             raise ValueError(f"{flag_name(name)} must be a positive int, got {value}")
-    for name, largest in (*LARGEST.items(), ("nodes", LARGEST_NODES)):
+    if args.mtp_layers is not None and args.mtp_layers < 0:
+        raise ValueError(f"--mtp-layers counts modules: 0 (none) or more, got {args.mtp_layers}")
+    for name, largest in (*LARGEST.items(), ("nodes", LARGEST_NODES), ("mtp_layers", multi_token.LARGEST)):
         value = getattr(args, name)
         if value is not None and value > largest:
             raise ValueError(f"{flag_name(name)} {size_text(value)} is more than the planner models: "
