@@ -154,6 +154,23 @@ def test_uneven_stages_llama3_126_layers_on_16():
         Strategy(first_stage_layers=3)
 
 
+def test_a_search_tries_fewer_layers_at_the_ends_where_pp_does_not_divide_them():
+    """DeepSeek-V3's 61 layers (prime): the search once tried only pp 1 for it; it now tries every pp with the
+    middle stages full and the first and the last sharing the rest (pipeline_stages.fewer_at_the_ends: NVIDIA's
+    recipe's 7 + 6 x 8 + 6 on 8 stages), and pipelines that divide the layers stay even."""
+    shape = Transformer("61-layers", 61, 1024, 8, 32000, 1024, ffn_kind="swiglu", norm="rmsnorm", bias=False,
+                        position="rope", tied_embeddings=False, dropout=False)
+    tried = list(search_module.candidates(shape, ClusterSpec.preset("h100-sxm", nodes=2), 64, zero=(1,),
+                                          micro_batches=(1,), recompute=("none",)))
+    ends = {(s.pp, s.first_stage_layers, s.last_stage_layers) for s in tried}
+    assert {(1, None, None), (2, 31, 30), (4, 15, 14), (8, 7, 6), (16, 3, 2)} == ends
+    for s in tried:
+        check(shape, s, gpus=16)                    # each a plan the planner takes
+    even = {(s.pp, s.first_stage_layers) for s in search_module.candidates(LLAMA3_405B.with_(layers=64), ClusterSpec.preset(
+        "h100-sxm", nodes=2), 64, zero=(1,), micro_batches=(1,), recompute=("none",))}
+    assert even == {(pp, None) for pp in (1, 2, 4, 8, 16)}
+
+
 def test_two_uneven_stages_give_the_rest_to_the_stage_not_given():
     """pp 2 has no middle stage: the stage not given holds the rest (Megatron-LM's rule), two given must add up to
     the layers; the label says 'rest'. The fuller stage sets the pace, and the last one also runs the head: 18 + 14

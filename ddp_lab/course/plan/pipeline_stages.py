@@ -60,6 +60,26 @@ def check(model, strategy) -> None:
                          f"last stage layers so that {model.layers} - first - last is a positive multiple of {stages}")
 
 
+def fewer_at_the_ends(layers: int, pp: int) -> tuple[int, int] | None:
+    """(first, last) stage layers for `layers` on pp stages when pp does not divide them: the middle stages hold
+    ceil(layers / pp) each, the first and the last share the rest (the first the larger half), each at least 1 and
+    at most a middle stage's; None where no such split exists (or pp < 2). It gives the published layouts: Llama 3
+    405B's 126 layers on 16 stages, 7 + 14 x 8 + 7 (arXiv:2407.21783, Sec. 3.3.2), and NVIDIA's DeepSeek-V3 recipe's
+    61 on 16, 8 and 4 (3 + 14 x 4 + 2, 7 + 6 x 8 + 6, 15 + 2 x 16 + 14: dgxc-benchmarking v25.05.04). The search
+    tries it for every pp that does not divide the layers.
+
+    Example:
+        >>> fewer_at_the_ends(126, 16), fewer_at_the_ends(61, 8), fewer_at_the_ends(61, 2), fewer_at_the_ends(10, 8)
+        ((7, 7), (7, 6), (31, 30), None)
+    """
+    if pp < 2:
+        return None
+    middle = -(-layers // pp)
+    rest = layers - middle * (pp - 2)
+    first, last = -(-rest // 2), rest // 2
+    return (first, last) if 1 <= last and first <= middle else None
+
+
 def _chunks(strategy) -> int:
     """The pipeline's model chunks: pp stages, each of virtual_stages chunks when interleaved."""
     return strategy.pp * strategy.virtual_stages

@@ -8,7 +8,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
-from ddp_lab.course.plan import context_parallel, experts, hybrid_shard, outer_sync
+from ddp_lab.course.plan import context_parallel, experts, hybrid_shard, outer_sync, pipeline_stages
 from ddp_lab.course.plan.efficiency import early_stop_can_skip_last_gemm
 from ddp_lab.course.plan.memory import MemoryBreakdown, memory
 from ddp_lab.course.plan.steptime import TimeBreakdown, mfu, step_time, tokens_per_second
@@ -152,8 +152,12 @@ def candidates(model, cluster, global_batch: int, micro_batches=(1, 2, 4, 8), ze
             if not context_parallel.splits_sequence(model, cp_size):
                 continue
             for pp in divisors(gpus // (tp * cp_size)):
+                ends = {}         # pp does not divide the layers: fewer on the first and the last stage, if it can
                 if model.layers % pp:
-                    continue
+                    split = pipeline_stages.fewer_at_the_ends(model.layers, pp)
+                    if split is None:
+                        continue
+                    ends = dict(first_stage_layers=split[0], last_stage_layers=split[1])
                 dp = gpus // (tp * cp_size * pp)
                 for ep_size in _expert_parallel_sizes(model, ep, dp * cp_size):
                     for stage, mb, rc, sp in itertools.product(zero, micro_batches, recompute, (False, True)):
@@ -166,7 +170,7 @@ def candidates(model, cluster, global_batch: int, micro_batches=(1, 2, 4, 8), ze
                                         flash_kernel=flash_kernel,
                                         checkpoint_early_stop=checkpoint_early_stop and rc == "full",
                                         tp_comm_overlap=tp_comm_overlap and sp,
-                                        overlap_param_gather=overlap_param_gather and stage in (1, 2))
+                                        overlap_param_gather=overlap_param_gather and stage in (1, 2), **ends)
                         if moe_dispatch != "all-to-all" and experts.dispatch_crosses_nodes(cluster, base):
                             base = base.with_(moe_dispatch=moe_dispatch)    # where it changes something
                         if outer:
