@@ -209,7 +209,8 @@ def test_nothing_fits_says_what_to_change():
 
 @pytest.mark.parametrize("strategy, gpus, message", [
     (Strategy(dp=4, tp=3), 12, r"does not divide heads=32 .* use tp in \[1, 2, 4, 8\]"),
-    (Strategy(dp=2, pp=3, tp=2), 12, r"does not divide layers=32 .* use pp 1, 2, 4, 8, 16 or 32$"),
+    (Strategy(dp=2, pp=3, tp=2), 12, r"does not divide layers=32 .* use pp 1, 2, 4, 8, 16 or 32, or give the first "
+                                     r"and the last stage their own: first_stage_layers=11 last_stage_layers=10$"),
     (Strategy(dp=2), 8, "cluster has 8 GPUs"),
 ])
 def test_invalid_strategies_say_the_fix(strategy, gpus, message):

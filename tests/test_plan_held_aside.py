@@ -77,7 +77,7 @@ PREDICTED = {
     'NeMo docs Mixtral 8x7B EP 8, 64 B200s, FP8': 16044.0,
     'NeMo docs Mixtral 8x7B EP 8, 64 GB200s, FP8': 20452.0,
     'NeMo docs Mixtral 8x22B TP 2 x PP 4 x CP 8 x EP 8, 256 B200s, FP8': 2289.2,
-    'DGXC DeepSeek-V3 TP 2 x PP 4 x EP 32, 128 GB200s': 2811.3,
+    'DGXC DeepSeek-V3 TP 2 x PP 4 x EP 32, 128 GB200s': 2861.2,
 }
 
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from ddp_lab.course.plan import activations, context_parallel, efficiency, memory, steptime, traffic
+from ddp_lab.course.plan import activations, context_parallel, efficiency, memory, steptime, tp_overlap, traffic
+from ddp_lab.course.plan.cluster_spec import ClusterSpec
 from ddp_lab.course.plan.latent_attention import LatentAttention
 from ddp_lab.course.plan.model import Transformer
 from ddp_lab.course.plan.strategy import Strategy
@@ -31,7 +32,8 @@ def test_a_layers_forward_flops_are_its_matrices_and_two_score_widths():
 
 
 def test_tensor_parallel_ranks_split_the_up_projections_and_repeat_the_down_projections():
-    """Megatron-Core's default MLA spec: the down-projections are plain (duplicated) linears on every TP rank."""
+    """Megatron-Core's default MLA spec: the down-projections are plain (duplicated) linears on every TP rank, run
+    on the whole sequence, or with sequence parallelism on the rank's s/tp tokens."""
     tp = 8
     norms = 2 * H + 1536 + 512                                     # two layer norms and the two latent norms
     assert memory.layer_parameters_per_rank(V3_LAYER, tp) == DOWN + (UP_AND_OUT + FFN) // tp + norms
@@ -42,12 +44,16 @@ def test_tensor_parallel_ranks_split_the_up_projections_and_repeat_the_down_proj
     assert core == pytest.approx(2 * S * S * A * (192 + 128) / tp)
     listed = efficiency.layer_gemms(V3_LAYER, Strategy(tp=tp))
     assert sum(flops for flops, _, _ in listed) == pytest.approx(gemm)
-    assert [k for _, k, _ in listed[:5]] == [H, 1536, H, 512, A * 128 // tp]    # each GEMM's reduction width
+    assert [k for _, k, _ in listed[:5]] == [H, H, 1536, 512, A * 128 // tp]    # downs, ups, out: reduction widths
+    gemm_sp, _ = efficiency.layer_matmul_flops(V3_LAYER, Strategy(tp=tp, sequence_parallel=True))
+    assert gemm_sp == pytest.approx(2 * S * (DOWN + UP_AND_OUT + FFN) / tp)
+    listed_sp = efficiency.layer_gemms(V3_LAYER, Strategy(tp=tp, sequence_parallel=True))
+    assert sum(flops for flops, _, _ in listed_sp) == pytest.approx(gemm_sp)
 
 
 def test_saved_tensors_split_by_tp_but_the_latents():
     """Q and K of a 192 width, V and the output of 128, per head (split by tp); the two latents before and after
-    their norms and the shared RoPE key on every rank, whole along the sequence even with sequence parallelism."""
+    their norms and the shared RoPE key on every rank, as the norms' inputs: split only by sequence parallelism."""
     tp, e = 8, 2
     latents = S * e * (2 * (1536 + 512) + 64)
     per_head = S * e * A * (192 + 192 + 128 + 128)
@@ -58,7 +64,8 @@ def test_saved_tensors_split_by_tp_but_the_latents():
     expected = around + latents + (per_head + ffn + log_sum_exp) // tp
     assert activations.layer_activation_bytes(V3_LAYER, plain) == expected
     split = Strategy(tp=tp, sequence_parallel=True)
-    assert activations.layer_activation_bytes(V3_LAYER, split) == around // tp + latents + (per_head + ffn + log_sum_exp) // tp
+    assert activations.layer_activation_bytes(V3_LAYER, split) == (around + latents) // tp + (per_head + ffn
+                                                                                            + log_sum_exp) // tp
 
 
 def test_context_parallel_ring_sends_keys_and_values_of_their_own_widths():
@@ -69,12 +76,32 @@ def test_context_parallel_ring_sends_keys_and_values_of_their_own_widths():
     assert context_parallel.causal_attention_flops(model, strategy) == 32768 ** 2 * A * (192 + 128) / 8
 
 
-def test_memory_bound_kernels_rotate_only_the_rope_parts_and_norm_the_latents_on_every_rank():
+def test_memory_bound_kernels_rotate_only_the_rope_parts_and_norm_the_latents_where_the_norms_run():
     tp, e = 4, 2
     ops = {op.name: op for op in traffic.layer_ops(V3_LAYER, Strategy(tp=tp))}
     assert ops["RoPE"].forward == S * 2 * e * (A * 64 + 64)        # every head's RoPE query part and one key
     assert ops["latent norms"].forward == S * 2 * e * (1536 + 512)
-    assert ops["latent norms"].split(Strategy(tp=tp, sequence_parallel=True)) == 1
+    assert ops["latent norms"].split(Strategy(tp=tp)) == 1
+    assert ops["latent norms"].split(Strategy(tp=tp, sequence_parallel=True)) == tp
+
+
+def test_the_collective_in_front_of_attention_carries_the_latents():
+    """Per layer, in all-reduces of b s h: without sequence parallelism 2 forward (the g after attention and the FFN)
+    and 1 + r backward (the f in front of the FFN, and the latents' in front of attention); with it 1.5 + r / 2 each
+    way (three half-rings of b s h and one of the latents); r = (1536 + 512 + 64) / 7168. With --tp-comm-overlap the
+    exposed part is less than the whole, and a latent-attention layer plans (it once failed to unpack its GEMMs)."""
+    cluster = ClusterSpec.preset("h100-sxm")
+    r = (1536 + 512 + 64) / H
+    plain, sp = Strategy(tp=8), Strategy(tp=8, sequence_parallel=True)
+    one = steptime._tp_all_reduce(V3_LAYER, cluster, plain)
+    assert steptime.layer_tp_communication(V3_LAYER, cluster, plain) == pytest.approx((2 * one, (1 + r) * one))
+    assert steptime.layer_tp_communication(V3_LAYER, cluster, sp) == pytest.approx(((1.5 + r / 2) * one,) * 2)
+    dense = V3_LAYER.with_(latent=None, heads=56, kv_heads=8)
+    assert steptime.layer_tp_communication(dense, cluster, sp) == pytest.approx((2 * one, 2 * one))
+    overlapped = sp.with_(tp_comm_overlap=True)
+    forward, backward = tp_overlap.layer_exposed(V3_LAYER, cluster, overlapped, one)
+    assert 0 < forward < (1.5 + r / 2) * one and 0 < backward < (1.5 + r / 2) * one
+    assert steptime.step_time(V3_LAYER, cluster, overlapped).tp_comm_hidden > 0
 
 
 def test_what_contradicts_latent_attention_is_refused_in_one_line():

@@ -30,7 +30,7 @@ def test_shapes_the_reference_decoder_does_not_build_are_refused_before_anything
     from ddp_lab.course.plan.experts import MoE
     from ddp_lab.course.plan.latent_attention import LatentAttention
     for shape, word in ((LLAMA.with_(moe=MoE(4, 2, 32)), "has moe"), (LLAMA.with_(kv_heads=None, latent=LatentAttention(
-            16, nope_dim=8, rope_dim=8, v_dim=8)), "has latent")):
+            16, nope_dim=8, rope_dim=8, v_dim=8)), "has latent"), (LLAMA.with_(mtp_layers=1), "has mtp_layers")):
         with pytest.raises(ValueError, match=word):
             build(shape)
 

@@ -90,8 +90,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     what.add_argument("--hf-config", dest="hf_config", metavar="PATH",
                       help="a Hugging Face config.json of the Llama, Mistral/Mixtral, Qwen2/Qwen3 (and -MoE), "
                            "DeepSeekMoE, DeepSeek-V2/V3 (latent attention) or GPT-2 family, with experts and "
-                           "head_dim; keys the planner cannot express (a sliding window, multi-token prediction) are "
-                           "refused. Planned at its "
+                           "head_dim; keys the planner cannot express (a sliding window) are refused. Planned at its "
                            "max_position_embeddings unless --seq-len says the length you will train")
     shape = parser.add_argument_group("model shape: change --model's or --hf-config's, or give all but --kv-heads "
                                       "for a Llama-style model of your own (SwiGLU, RMSNorm, RoPE, no biases, untied)")

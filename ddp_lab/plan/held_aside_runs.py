@@ -14,7 +14,8 @@ the planner predicted it, and SEVENTH_SET (the MoE rows of the NeMo Framework us
 another such search, before the planner predicted it. EIGHTH_SET (dgxc's DeepSeek-V3 table) was written down after
 the planner modelled multi-head latent attention and multi-token prediction, before it predicted the set's GB200
 run; its H100 run had been planned once by then (held_out.SEEN_BEFORE_WRITTEN_DOWN: a development run). Every set was chosen and written
-down before the planner predicted any of its runs, and they are kept aside while it is modelled: their errors are
+down before the planner predicted any of its runs (but for the eighth set's H100 run), and they are kept aside
+while it is modelled: their errors are
 looked at once, at the end (held_out.py says what moves a run to the development part). Each run is recorded as
 its source states it: the model shape, the parallel layout, the batch and micro-batch, the sequence, the GPUs, the
 precision and the published figure; each run's `source` ends with the GPU count and global batch its source gives
@@ -308,7 +309,11 @@ recipe is not stated) and two disagree with the launch configuration of the same
 MTP are on GB300 (no preset) or take their settings from a test branch. NeMo Automodel's DeepSeek-V3 and Kimi K2
 rows (256 and 1,024 H100s) split 61 layers over pipeline x virtual stages automatically ("layers_per_stage: 2"),
 with the embedding's and the loss's place not stated; its GB200 figure is a comment in a configuration file. The
-PyTorch blog's DeepSeek-V3 on B200s with torchtitan: its layout and batch could not be read here.
+PyTorch blog's DeepSeek-V3 on B200s with torchtitan: the text available states no layout or batch. dgxc's table
+was first examined when latent attention was modelled and set aside then: the planner had no multi-token
+prediction yet, and its token dropping was taken for a reason too; the capacity factor 1 with padding it drops at is
+the rule the first set's Grok-1 runs were planned by (each expert computes its balanced share), so the eighth set
+plans it so.
 Read by held_out.py, whose table notebooks/13-plan-your-training-run.ipynb prints (docs/planner.md, "Held-out
 validation").
 """

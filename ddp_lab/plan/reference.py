@@ -268,9 +268,10 @@ def build(model, dtype: torch.dtype = torch.float32, dropout: float | None = Non
     if model.layers % stages:
         raise ValueError(f"layers={model.layers} must divide into {stages} equal pipeline stages")
     built = [field for field in ("moe", "latent") if getattr(model, field, None) is not None]
+    built += ["mtp_layers"] if getattr(model, "mtp_layers", 0) else []
     if built:
         raise ValueError(f"{model.name} has {' and '.join(built)}: the reference decoder builds dense blocks with "
-                         f"multi-head or grouped-query attention only")
+                         f"multi-head or grouped-query attention only, and no multi-token-prediction module")
     t, _ = group_size_and_rank(tp_group)
     if model.heads % t or model.kv_heads_ % t or model.ffn_ % t:
         raise ValueError(f"tp={t} must divide heads={model.heads}, kv_heads={model.kv_heads_} and "

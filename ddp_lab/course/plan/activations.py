@@ -19,7 +19,8 @@ selective recomputation drops the scores; full recomputation keeps only the laye
     full recomputation      2 sbh (2 sbh/t with SP: the checkpointed layer input is the sequence-split tensor)
 This module sums the terms one by one, so it also covers what the paper's GPT shape fixes:
 grouped-query attention (K, V are 2 s b d_kv each), latent attention (K and V of their own widths, and the
-latents every tensor-parallel rank keeps whole, latent_attention.py), an FFN of size f (GeLU: 2 tensors of sbf;
+latents, kept around the parallel matmuls as the norms' inputs are: latent_attention.py), an FFN of size f (GeLU: 2
+tensors of sbf;
 SwiGLU: 4 - gate, up, SiLU(gate), their product - as PyTorch autograd saves them), no dropout
 (no masks, one score tensor of 2as^2b), and fp32 values (4 bytes; masks stay 1 byte).
 
@@ -74,13 +75,7 @@ def layer_activation_bytes(model, strategy) -> int:
     if strategy.recompute == "selective":
         scores = 0
     outside_split = t if strategy.sequence_parallel else 1
-    whole = latent_bytes(model, strategy)     # in `outside`, but no split divides it
-    return (outside - whole) // outside_split + whole + inside // t + scores // t
-
-
-def latent_bytes(model, strategy) -> int:
-    """Bytes of latent attention's saved latents per layer and micro-batch, whole on every rank (0 without it)."""
-    return model.seq_len * strategy.micro_batch * value_bytes(strategy) * latent_attention.saved_latent_values(model)
+    return outside // outside_split + inside // t + scores // t
 
 
 def layer_parts(model, strategy) -> tuple[int, int, int]:
@@ -93,8 +88,8 @@ def layer_parts(model, strategy) -> tuple[int, int, int]:
     e = value_bytes(strategy)
     mask = 1 if model.dropout else 0
     # around the parallel matmuls: 2 norm inputs, QKV input, attention dropout mask, fc1 input, FFN dropout mask;
-    # latent attention's latents (replicated, as these)
-    outside = s * b * h * (2 * e + e + mask + e + mask) + latent_bytes(model, strategy)
+    # latent attention's latents (replicated, as these, and split by sequence parallelism)
+    outside = s * b * (h * (2 * e + e + mask + e + mask) + e * latent_attention.saved_latent_values(model))
     # between column- and row-parallel matmuls: Q, K, V, out-proj input (d_o wide: heads x value head), FFN activations
     ffn_saved = (4 if model.ffn_kind == "swiglu" else 2) * e * model.ffn_
     inside = s * b * (e * (model.q_dim + model.kv_dim + model.v_dim + model.o_dim) + ffn_saved)
@@ -143,7 +138,8 @@ def head_activation_bytes(model, strategy) -> int:
     s, b, h, t = model.seq_len, strategy.micro_batch, model.hidden, strategy.tp
     e = value_bytes(strategy)
     around = 2 * e * s * b * h // (t if strategy.sequence_parallel else 1)
-    return (1 + model.mtp_layers) * (around + 4 * s * b * (-(-model.vocab // t))) + model.mtp_layers * e * s * b * 2 * h
+    projection_input = e * s * b * 2 * h // (t if strategy.sequence_parallel else 1)    # split as `around` is
+    return (1 + model.mtp_layers) * (around + 4 * s * b * (-(-model.vocab // t))) + model.mtp_layers * projection_input
 
 
 def embedding_activation_bytes(model, strategy) -> int:

@@ -101,14 +101,15 @@ def layer_matmul_flops(model, strategy) -> tuple[float, float]:
 
     The attention core is counted in full (2 b s^2 (d_q + d_v) / t, the papers' convention 4 b s^2 h / t; d_q = heads
     x head_dim = h unless the model's head_size says otherwise, d_v = d_q unless latent attention's values are
-    narrower); the caller halves it for causal flash attention. Latent attention's down-projections run whole on
-    every rank (latent_attention.replicated_matmul_parameters).
+    narrower); the caller halves it for causal flash attention. Latent attention's down-projections are whole on
+    every rank, run on its s/tp tokens with sequence parallelism (latent_attention.py).
     """
     h, f, s, b, t = model.hidden, model.ffn_, model.seq_len, strategy.micro_batch, strategy.tp
     ups = 2 if model.ffn_kind == "swiglu" else 1
     replicated = latent_attention.replicated_matmul_parameters(model)
     split = model.attention_matmul_parameters() - replicated + (ups + 1) * h * f
-    return 2 * b * s * (split / t + replicated), 2 * b * s * s * (model.q_dim + model.o_dim) / t
+    down = replicated / (t if strategy.sequence_parallel else 1)
+    return 2 * b * s * (split / t + down), 2 * b * s * s * (model.q_dim + model.o_dim) / t
 
 
 def layer_gemms(model, strategy) -> list[tuple[float, int, int]]:
@@ -118,17 +119,23 @@ def layer_gemms(model, strategy) -> list[tuple[float, int, int]]:
     and FFN down over h/t and f/t (Megatron's split, lesson 08); each input gradient reduces over
     the forward's output width. The weight gradient reduces over the b s tokens (long: no tile cost).
     """
-    h, q, kv, f, t = model.hidden, model.q_dim, model.kv_dim, model.ffn_, strategy.tp
+    h, f, t = model.hidden, model.ffn_, strategy.tp
     tokens = strategy.micro_batch * model.seq_len
     ups = 2 if model.ffn_kind == "swiglu" else 1
+    downs, column, out = attention_gemms(model, strategy)
+    return [*downs, *column, out, (2 * tokens * h * ups * (f // t), h, f // t), ffn_down_gemm(model, strategy)]
+
+
+def attention_gemms(model, strategy) -> tuple[list, list, tuple[float, int, int]]:
+    """The attention's weight GEMMs on one TP rank, as layer_gemms lists them: (those before its tensor-parallel
+    input: latent attention's down-projections, none otherwise; the column-parallel ones after it: Q, K, V, or the
+    up-projections; the row-parallel output projection)."""
+    if model.latent is not None:
+        return latent_attention.gemms(model, strategy)
+    h, q, kv, t = model.hidden, model.q_dim, model.kv_dim, strategy.tp
+    tokens = strategy.micro_batch * model.seq_len
     qkv = (q + 2 * kv) // t
-    if model.latent is not None:       # latent attention's down- and up-projections and output projection
-        return latent_attention.gemms(model, strategy) + [(2 * tokens * h * ups * (f // t), h, f // t),
-                                                          ffn_down_gemm(model, strategy)]
-    return [(2 * tokens * h * qkv, h, qkv),                       # Q, K, V
-            (2 * tokens * (q // t) * h, q // t, h),               # attention output projection
-            (2 * tokens * h * ups * (f // t), h, f // t),         # FFN up (and gate)
-            ffn_down_gemm(model, strategy)]
+    return [], [(2 * tokens * h * qkv, h, qkv)], (2 * tokens * (q // t) * h, q // t, h)
 
 
 def ffn_down_gemm(model, strategy) -> tuple[float, int, int]:

@@ -14,15 +14,18 @@ r_q = q_rank and r_kv = kv_rank (the config.json keys in brackets):
 So a layer's attention matrices hold h r_q + r_q a (d_n + d_r) + h (r_kv + d_r) + r_kv a (d_n + d_v) + a d_v h
 weights (DeepSeek-V3: 187,105,280 of them a layer), and two RMSNorm weights of r_q and r_kv.
 Tensor parallelism splits the up-projections by heads (column-parallel) and the output projection
-(row-parallel) as Megatron does the dense Q, K, V and out; the two down-projections are small and every
-tensor-parallel rank runs them whole (Megatron-Core's default MLA layer spec builds them as plain
-`linear()`s, not split), so their weights, FLOPs and outputs are on every rank: `replicated_matmul_parameters`.
-The saved latents (the up-projections' inputs and the norms' inputs) are likewise whole on every rank, and
-whole along the sequence with sequence parallelism too (the down-projections run on the gathered sequence).
+(row-parallel) as Megatron does the dense Q, K, V and out; the two down-projections are small, and every
+tensor-parallel rank holds them whole (Megatron-Core's default MLA layer spec builds them as plain `linear()`s,
+not split): `replicated_matmul_parameters`. They run where the layer norm runs: on the whole sequence on every
+rank, or with sequence parallelism on the rank's s/tp tokens, whose latents are then all-gathered for the
+up-projections. So their FLOPs, the latents and the latents' norms are what a layer norm's are: repeated on
+every rank, split by sequence parallelism (the "around" tensors of activations.py). And the tensor-parallel
+collective in front of attention carries the latents, r_q + r_kv + d_r values a token (h + r_kv + d_r without a
+query latent: W_Q takes the hidden state), not h: `tp_input_share`, DeepSeek-V3's 2,112 / 7,168.
 
 Not modelled: the weight absorption inference uses (training runs the unabsorbed form above), YaRN's
 scaling (no parameters), the all-reduce over the tensor-parallel ranks of the down-projections' gradients (about
-15M values a DeepSeek-V3 layer), DeepSeek-V3's multi-token-prediction modules (refused by hf_config.py).
+15M values a DeepSeek-V3 layer).
 
 No lesson teaches it; the planner of notebooks/13-plan-your-training-run.ipynb uses this module through
 model.Transformer(latent=...) and `--hf-config` (docs/planner.md).
@@ -115,22 +118,33 @@ def norm_parameters(model) -> int:
     return 0 if latent is None else (latent.q_rank or 0) + latent.kv_rank
 
 
-def gemms(model, strategy) -> list[tuple[float, int, int]]:
-    """The attention's weight GEMMs on one tensor-parallel rank: (forward FLOPs, forward k, input-gradient k) each,
-    as efficiency.layer_gemms lists a dense layer's."""
+def gemms(model, strategy) -> tuple[list, list, tuple[float, int, int]]:
+    """The attention's weight GEMMs on one tensor-parallel rank, each (forward FLOPs, forward k, input-gradient k)
+    as efficiency.layer_gemms lists a dense layer's: (the down-projections, on the rank's s/tp tokens with sequence
+    parallelism; the GEMMs after the tensor-parallel input, the up-projections or W_Q; the output projection)."""
     latent, h, a, t = model.latent, model.hidden, model.heads, strategy.tp
     tokens = strategy.micro_batch * model.seq_len
+    local = tokens // (t if strategy.sequence_parallel else 1)     # where the down-projections run
     qk_width = a * (latent.nope_dim + latent.rope_dim) // t
     kv_width = a * (latent.nope_dim + latent.v_dim) // t
     down_kv = latent.kv_rank + latent.rope_dim
+    downs = [(2 * local * h * down_kv, h, down_kv)]
+    column = [(2 * tokens * latent.kv_rank * kv_width, latent.kv_rank, kv_width)]
     if latent.q_rank:
-        queries = [(2 * tokens * h * latent.q_rank, h, latent.q_rank),
-                   (2 * tokens * latent.q_rank * qk_width, latent.q_rank, qk_width)]
+        downs.insert(0, (2 * local * h * latent.q_rank, h, latent.q_rank))
+        column.insert(0, (2 * tokens * latent.q_rank * qk_width, latent.q_rank, qk_width))
     else:
-        queries = [(2 * tokens * h * qk_width, h, qk_width)]
-    return queries + [(2 * tokens * h * down_kv, h, down_kv),
-                      (2 * tokens * latent.kv_rank * kv_width, latent.kv_rank, kv_width),
-                      (2 * tokens * (a * latent.v_dim // t) * h, a * latent.v_dim // t, h)]
+        column.insert(0, (2 * tokens * h * qk_width, h, qk_width))
+    return downs, column, (2 * tokens * (a * latent.v_dim // t) * h, a * latent.v_dim // t, h)
+
+
+def tp_input_share(model) -> float:
+    """The width of the tensor-parallel collective in front of attention over h (module docstring): the latents,
+    r_q + r_kv + d_r (h + r_kv + d_r without a query latent); 1 without latent attention."""
+    latent = model.latent
+    if latent is None:
+        return 1.0
+    return ((latent.q_rank or model.hidden) + latent.kv_rank + latent.rope_dim) / model.hidden
 
 
 def rope_width(model) -> int:
@@ -139,8 +153,9 @@ def rope_width(model) -> int:
 
 
 def saved_latent_values(model) -> int:
-    """Values per token a layer keeps for backward beyond a multi-head layer's Q, K, V and output, on every
-    tensor-parallel rank whole: the two latents before and after their norms, and the shared RoPE key."""
+    """Values per token a layer keeps for backward beyond a multi-head layer's Q, K, V and output, repeated on every
+    tensor-parallel rank unless sequence parallelism splits them: the two latents before and after their norms, and
+    the shared RoPE key."""
     latent = model.latent
     if latent is None:
         return 0

@@ -292,8 +292,8 @@ PRESETS: dict[str, Transformer] = {
     "deepseek-moe-16b": _mixture("deepseek-moe-16b", 28, 2048, 16, 16, 10944, 102400, 4096,
                                  MoE(64, 6, 1408, shared_experts=2, dense_layers=1)),
     # Qwen3-30B-A3B (32 heads of 128 on a hidden size of 2048, a norm on every query and key head) is read from
-    # its config.json (hf_config.py: head_size, qk_norm); DeepSeek-V2/V3 likewise (latent attention), planned without
-    # DeepSeek-V3's multi-token-prediction module, which is not modelled.
+    # its config.json (hf_config.py: head_size, qk_norm); DeepSeek-V2/V3 likewise (latent attention, and V3's
+    # multi-token-prediction module: mtp_layers).
     # Megatron-LM weak-scaling models (Narayanan et al. 2021, Table 1)
     "megatron-1.7b": _megatron("megatron-1.7b", 24, 2304, 24),
     "megatron-18b": _megatron("megatron-18b", 40, 6144, 48),

@@ -15,7 +15,8 @@ memory, compute, experts, all-to-alls and gradient sync are any layer's; this mo
 the projection and norms, the head's second pass (its GEMM, bytes and vocab-parallel all-reduces) and the
 embedding copy. Not modelled: each depth's sequence being k tokens shorter (Megatron-Core rolls the tokens and
 keeps s), the norms' bytes (3 h values a token against a layer's hundreds), the sync of the embedding copy's
-gradients with the first stage's.
+gradients with the first stage's, the projection's own tensor-parallel collectives (its output gathered, its
+input's gradient reduced).
 
 No lesson teaches it; the planner of notebooks/13-plan-your-training-run.ipynb uses this module through
 model.Transformer(mtp_layers=...) and `--hf-config` (num_nextn_predict_layers; docs/planner.md).

@@ -85,8 +85,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ddp_lab.course.plan import (context_parallel, expert_compute, experts, hybrid_shard, op_checkpoint, outer_sync,
-                                 pipeline_stages, tp_overlap)
+from ddp_lab.course.plan import (context_parallel, expert_compute, experts, hybrid_shard, latent_attention,
+                                 op_checkpoint, outer_sync, pipeline_stages, tp_overlap)
 from ddp_lab.course.plan.activations import value_bytes
 from ddp_lab.course.plan.collectives import collective_time
 from ddp_lab.course.plan.efficiency import head_seconds, layer_seconds, recompute_skips_last_gemm
@@ -291,12 +291,18 @@ def layer_tp_communication(model, cluster, strategy) -> tuple[float, float]:
     leaves out what follows it: the second all-reduce (1 again, not 2), with sequence parallelism
     the last reduce-scatter, half a ring (1.5 again). Per-op checkpointing re-runs one all-reduce's
     worth (op_checkpoint.recomputed_tp_collectives: the two all-gathers, or the first all-reduce).
+    Latent attention's collective in front of attention carries its latents, a share r of b s h
+    (latent_attention.tp_input_share): the backward all-reduce there, or with sequence parallelism the
+    all-gather forward and the reduce-scatter backward, costs r of one.
     """
     one = _tp_all_reduce(model, cluster, strategy)
-    again = 2.0 if strategy.recompute == "full" else op_checkpoint.recomputed_tp_collectives(strategy)
+    r = latent_attention.tp_input_share(model)
+    forward = (1.5 + r / 2) if strategy.sequence_parallel else 2.0
+    backward = (1.5 + r / 2) if strategy.sequence_parallel else 1.0 + r
+    again = forward if strategy.recompute == "full" else op_checkpoint.recomputed_tp_collectives(strategy)
     if recompute_skips_last_gemm(model, strategy):
         again -= 0.5 if strategy.sequence_parallel else 1.0
-    return 2 * one, (2 + again) * one
+    return forward * one, (backward + again) * one
 
 
 def _tp_all_reduce(model, cluster, strategy) -> float:

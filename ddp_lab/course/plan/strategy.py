@@ -241,8 +241,12 @@ def check(model, strategy: Strategy, gpus: int | None = None, gpus_per_node: int
         pipeline_stages.check(model, strategy)      # first/last stage given: the rest split evenly
     elif model.layers % stages:
         if strategy.virtual_stages == 1:
+            split = pipeline_stages.fewer_at_the_ends(model.layers, strategy.pp)
+            ends = (f", or give the first and the last stage their own: first_stage_layers={split[0]} "
+                    f"last_stage_layers={split[1]}") if split else ""
             raise ValueError(f"pp={strategy.pp} does not divide layers={model.layers} of {model.name}: "
-                             f"stages must hold equal numbers of layers; use pp {_one_of(divisors(model.layers))}")
+                             f"stages must hold equal numbers of layers; use pp {_one_of(divisors(model.layers))}"
+                             + ends)
         fitting = divisors(model.layers // strategy.pp) if not model.layers % strategy.pp else [1]
         raise ValueError(f"pp x virtual stages = {strategy.pp} x {strategy.virtual_stages} = {stages} does not divide "
                          f"layers={model.layers} of {model.name}: every virtual stage holds the same number of layers; "

@@ -5,6 +5,7 @@ f and g (lesson 08) is an all-gather before a column-parallel GEMM and a reduce-
 row-parallel one: per layer and micro-batch, forward,
     all-gather  -> QKV GEMM              reduce-scatter <- attention output GEMM
     all-gather  -> FFN up (gate) GEMM    reduce-scatter <- FFN down GEMM
+(latent attention's first all-gather carries its latents, beside its up-projections: latent_attention.py)
 and backward the mirror image: the all-gather of the output gradient before the row-parallel
 GEMMs' input gradient, the reduce-scatter of the column-parallel GEMMs' input gradient beside their
 weight gradient. Without overlap each waits for the other (steptime's tp_comm). With
@@ -24,7 +25,9 @@ Introduced in notebooks/13-plan-your-training-run.ipynb.
 
 from __future__ import annotations
 
-from ddp_lab.course.plan.efficiency import gemm_seconds, layer_gemms, recompute_skips_last_gemm, recomputed_gemm_seconds
+from ddp_lab.course.plan import latent_attention
+from ddp_lab.course.plan.efficiency import (attention_gemms, gemm_seconds, layer_gemms, recompute_skips_last_gemm,
+                                            recomputed_gemm_seconds)
 from ddp_lab.course.plan.op_checkpoint import recomputed_tp_collectives
 from ddp_lab.course.plan.overlap import chunked_exposed
 
@@ -51,15 +54,19 @@ def layer_exposed(model, cluster, strategy, one: float) -> tuple[float, float]:
     """
     rate = cluster.gpu.achieved_flops(strategy.precision)
     half = one / 2
-    qkv, out, up, down = layer_gemms(model, strategy)
-    forward_gemms = [gemm_seconds(flops, k, rate) for flops, k, _ in (qkv, out, up, down)]
-    weight_grads = [flops / rate for flops, _, _ in (qkv, up)]                  # beside the reduce-scatters
+    _, column, out = attention_gemms(model, strategy)       # the GEMMs beside the attention's collectives
+    *_, up, down = layer_gemms(model, strategy)
+    first = half * latent_attention.tp_input_share(model)   # the all-gather in front of attention (latents: less)
+    sizes = (first, half, half, half)
+    forward_gemms = [sum(gemm_seconds(flops, k, rate) for flops, k, _ in column),
+                     *(gemm_seconds(flops, k, rate) for flops, k, _ in (out, up, down))]
+    weight_grads = [sum(flops for flops, _, _ in column) / rate, up[0] / rate]     # beside the reduce-scatters
     input_grads = [gemm_seconds(flops, k_grad, rate) for flops, _, k_grad in (out, down)]   # beside the all-gathers
     t = strategy.tp
-    forward_each = [chunked_exposed(half, gemm, t) for gemm in forward_gemms]
+    forward_each = [chunked_exposed(size, gemm, t) for size, gemm in zip(sizes, forward_gemms)]
     forward = sum(forward_each)
-    backward = (sum(max(0.0, half - gemm) for gemm in weight_grads)                     # bulk
-                + sum(chunked_exposed(half, gemm, t) for gemm in input_grads))           # pipelined
+    backward = (sum(max(0.0, size - gemm) for size, gemm in zip((first, half), weight_grads))     # bulk
+                + sum(chunked_exposed(half, gemm, t) for gemm in input_grads))                   # pipelined
     if strategy.recompute == "full":
         backward += forward - (forward_each[3] if recompute_skips_last_gemm(model, strategy) else 0.0)
     elif recomputed_tp_collectives(strategy):    # per-op checkpointing re-runs the all-gathers before QKV and FFN up,

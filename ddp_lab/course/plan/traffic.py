@@ -22,7 +22,7 @@ V = vocabulary; "read" and "written" in bytes:
     dropout (x 2)           around   e h / (e + m) h               (e + m) h / e h
     residual add (x 2)      around   2 e h / e h                   2 e h / e h (the skip's and the
                                                                    branch's gradients summed)
-    latent norms            whole    e r / e r                     2 x 2 e r / e r   (latent attention: r =
+    latent norms            around   e r / e r                     2 x 2 e r / e r   (latent attention: r =
                                                                    q_rank + kv_rank; RoPE then rotates
                                                                    (a + 1) rope_dim values, not d_q + d_kv)
     output layer, on the last pipeline stage (per token; vocab-parallel: V / t per rank)
@@ -33,8 +33,8 @@ V = vocabulary; "read" and "written" in bytes:
 
 "around" rows work on the whole b s h tensor on every tensor-parallel rank (split by t only with
 sequence parallelism), "inside" and "scores" rows on the rank's heads and FFN slice (split by t):
-Korthikanti et al. 2022's (arXiv:2205.05198) split of the saved activations, activations.py; "whole" rows on
-latent attention's latents, which every rank computes for the whole sequence (latent_attention.py).
+Korthikanti et al. 2022's (arXiv:2205.05198) split of the saved activations, activations.py (latent attention's
+latents are "around" tensors: latent_attention.py).
 Left out, each below 1 % of a row: biases (added in the GEMMs' epilogues: cuBLASLt, Megatron's
 fused bias-GeLU), the norms' per-token statistics (4-8 bytes against 2 e h), the loss itself.
 Fused attention (FlashAttention, the default) moves no s x s tensor: its Q, K, V and output pass
@@ -62,7 +62,7 @@ class OpBytes:
     """One memory-bound kernel of the op table: where it runs and its bytes per micro-batch, before any split.
 
     place: "around" (every TP rank repeats it unless sequence parallelism splits it), "inside" or
-    "scores" (split by t), "head" (vocab-parallel: split by t), "whole" (every TP rank repeats it).
+    "scores" (split by t), "head" (vocab-parallel: split by t).
 
     Introduced in notebooks/13-plan-your-training-run.ipynb.
     """
@@ -76,7 +76,7 @@ class OpBytes:
         """How many ways tensor (and sequence) parallelism divide this op's bytes on one rank."""
         if self.place == "around":
             return strategy.tp if strategy.sequence_parallel else 1
-        return 1 if self.place == "whole" else strategy.tp
+        return strategy.tp
 
 
 def layer_ops(model, strategy) -> list[OpBytes]:
@@ -102,7 +102,7 @@ def layer_ops(model, strategy) -> list[OpBytes]:
     ops = [norm, norm]
     if model.latent is not None:      # an RMSNorm on each latent
         r = latent_attention.norm_parameters(model)
-        ops.append(op("latent norms", "whole", e * r + e * r, 4 * e * r + e * r))
+        ops.append(op("latent norms", "around", e * r + e * r, 4 * e * r + e * r))
     if model.position == "rope":
         width = model.q_dim + kv if model.latent is None else latent_attention.rope_width(model)   # rotates Q and K
         ops.append(op("RoPE", "inside", 2 * e * width, 2 * e * width))
