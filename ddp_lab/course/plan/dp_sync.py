@@ -32,6 +32,8 @@ Introduced in notebooks/13-plan-your-training-run.ipynb.
 
 from __future__ import annotations
 
+import functools
+
 from ddp_lab.course.plan import expert_tp, experts, pipeline_stages
 from ddp_lab.course.plan.collectives import collective_time
 from ddp_lab.course.plan.memory import (bytes_per_parameter, layer_other_parameters, layer_parameters_per_rank,
@@ -170,11 +172,24 @@ def gradient_buckets(model, cluster, strategy, stage: int, kind: str, per_parame
         >>> sum(s > 0 for s in seconds)                   # 512M buckets: the head, then three layers at a time
         12
     """
-    units = fsdp_units(model, strategy, stage)
-    share = _head_share(model, strategy, stage)
     if strategy.zero == 2:
+        share = _head_share(model, strategy, stage)
         seconds = unit_seconds(model, cluster, strategy, stage, kind, per_parameter, slower)
         return [share * seconds[-1]] + seconds[-2::-1] + [(1 - share) * seconds[-1]]
+    seconds = []
+    for closing, group in zip(_closing_buckets(model, strategy, stage),
+                              (strategy.layout.group("dp_cp"), expert_tp.group(strategy, "edp"))):
+        once = {p: slower * collective_time(kind, per_parameter * p, cluster, group) for p in set(closing) if p}
+        seconds.append([once.get(p, 0.0) for p in closing])
+    return [a + b for a, b in zip(*seconds)]
+
+
+@functools.lru_cache(maxsize=4096)     # a plan's evaluation asks for them several times (kinds, stretches)
+def _closing_buckets(model, strategy, stage: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """ZeRO 0-1's buckets on stage `stage` in backward order (gradient_buckets): the parameters each piece's bucket
+    holds when that piece completes it (0: none), for the dense parameters and for the routed experts."""
+    units = fsdp_units(model, strategy, stage)
+    share = _head_share(model, strategy, stage)
     head = round(share * units[-1])
     dense = [head] + units[-2::-1] + [units[-1] - head]
     indices = pipeline_stages.stage_layer_indices(model, strategy, stage)
@@ -187,12 +202,7 @@ def gradient_buckets(model, cluster, strategy, stage: int, kind: str, per_parame
                   for k in range(len(units) - 1)]
         expert = [0] + expert[::-1] + [0]
     size = bucket_parameters(strategy, stage)
-    seconds = []
-    for params, group in ((dense, strategy.layout.group("dp_cp")), (expert, expert_tp.group(strategy, "edp"))):
-        closing = close_buckets(params, size)
-        once = {p: slower * collective_time(kind, per_parameter * p, cluster, group) for p in set(closing) if p}
-        seconds.append([once.get(p, 0.0) for p in closing])
-    return [a + b for a, b in zip(*seconds)]
+    return tuple(close_buckets(dense, size)), tuple(close_buckets(expert, size))
 
 
 def fsdp_units(model, strategy, stage: int) -> list[int]:
@@ -212,15 +222,21 @@ def fsdp_units(model, strategy, stage: int) -> list[int]:
 
     Introduced in notebooks/13-plan-your-training-run.ipynb.
     """
+    return list(_fsdp_units(model, strategy, stage))
+
+
+@functools.lru_cache(maxsize=4096)     # a plan's evaluation asks for each stage's units many times
+def _fsdp_units(model, strategy, stage: int) -> tuple[int, ...]:
+    """fsdp_units, kept for the plans a search evaluates."""
     total = stage_parameters(model, strategy, stage) - experts.stage_expert_parameters(model, strategy, stage)
     if strategy.fsdp_unit == "model":
-        return [total]
+        return (total,)
     dense = layer_parameters_per_rank(model, strategy.tp)
     # a MoE layer's replicated part: + router + shared experts - the dense FFN (its routed experts: experts.expert_units)
     replicated = experts.layer_change_per_rank(model, strategy)[0] if model.moe is not None else 0
     units = [dense + (replicated if experts.is_moe_layer(model, i) else 0)
              for i in pipeline_stages.stage_layer_indices(model, strategy, stage)]
-    return units + [total - sum(units)]
+    return (*units, total - sum(units))
 
 
 def gathered_unit_bytes(model, strategy, stage: int) -> list[int]:
@@ -351,10 +367,11 @@ def unit_seconds(model, cluster, strategy, stage: int, kind: str, per_parameter:
         routed = sum(expert_bytes)
         return [seconds[0] + (slower * collective_time(kind, routed, cluster, expert_group) if routed else 0.0)]
     moe = iter(expert_bytes)
+    routed = {size: slower * collective_time(kind, size, cluster, expert_group) for size in set(expert_bytes)}
     indices = pipeline_stages.stage_layer_indices(model, strategy, stage)
     for k in range(len(units) - 1):
         if model.moe is not None and experts.is_moe_layer(model, indices[k]):
-            seconds[k] += slower * collective_time(kind, next(moe), cluster, expert_group)
+            seconds[k] += routed[next(moe)]
     return seconds
 
 
