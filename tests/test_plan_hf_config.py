@@ -70,10 +70,13 @@ def test_llama3_8b_and_mixtral_within_one_percent():
 
 
 def test_the_presets_are_their_config_files_exactly():
-    """The Llama 3 8B, Mixtral and DeepSeekMoE presets cite these config.json files: the same shape, the same count."""
+    """The Llama 3 8B, Mixtral, DeepSeekMoE and DeepSeek-V3 presets cite these config.json files: the same shape, the
+    same count."""
     for name, preset in (("Meta-Llama-3-8B", "llama3-8b"), ("Mixtral-8x7B-v0.1", "mixtral-8x7b"),
                          ("deepseek-moe-16b-base", "deepseek-moe-16b")):
         assert model(name).with_(name=preset) == Transformer.preset(preset), name
+    v3 = transformer_from_hf_config(config("DeepSeek-R1"), name="deepseek-v3", seq_len=4096)   # its 4K pre-training
+    assert v3 == Transformer.preset("deepseek-v3")
 
 
 def test_what_each_family_builds_beyond_its_keys():

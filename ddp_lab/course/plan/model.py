@@ -291,9 +291,16 @@ PRESETS: dict[str, Transformer] = {
     # 2,828,650,496 active ("around 2.8B")
     "deepseek-moe-16b": _mixture("deepseek-moe-16b", 28, 2048, 16, 16, 10944, 102400, 4096,
                                  MoE(64, 6, 1408, shared_experts=2, dense_layers=1)),
+    # DeepSeek-V3 (DeepSeek-AI 2024, arXiv:2412.19437, Sec. 4.2; config.json of deepseek-ai/DeepSeek-V3 and -R1: 61
+    # layers, the first 3 dense with FFN 18432, hidden 7168, 128 heads of latent attention (kv rank 512, q rank 1536,
+    # query/key heads of 128 + 64, value heads of 128), 256 routed experts of 2048 and 1 shared, 8 per token,
+    # vocab 129280, 4K pre-training sequences, one multi-token-prediction module): 682.6B parameters, 671,026,404,352
+    # without the module (the report's "671B", which leaves the module out)
+    "deepseek-v3": replace(_mixture("deepseek-v3", 61, 7168, 128, 128, 18432, 129280, 4096,
+                                    MoE(256, 8, 2048, shared_experts=1, dense_layers=3)),
+                           latent=LatentAttention(512, 1536), mtp_layers=1),
     # Qwen3-30B-A3B (32 heads of 128 on a hidden size of 2048, a norm on every query and key head) is read from
-    # its config.json (hf_config.py: head_size, qk_norm); DeepSeek-V2/V3 likewise (latent attention, and V3's
-    # multi-token-prediction module: mtp_layers).
+    # its config.json (hf_config.py: head_size, qk_norm).
     # Megatron-LM weak-scaling models (Narayanan et al. 2021, Table 1)
     "megatron-1.7b": _megatron("megatron-1.7b", 24, 2304, 24),
     "megatron-18b": _megatron("megatron-18b", 40, 6144, 48),
