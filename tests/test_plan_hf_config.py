@@ -100,8 +100,9 @@ def test_what_each_family_builds_beyond_its_keys():
 
 
 def test_latent_attention_configs_read_to_their_published_counts():
-    """DeepSeek-V2-Lite (arXiv:2405.04434, Appendix B: 15.7B total, 2.4B activated) and DeepSeek-V3's shape
-    (arXiv:2412.19437, Sec. 1: 671B total, 37B activated), to the published last digit. DeepSeek counts a token's
+    """DeepSeek-V2-Lite (arXiv:2405.04434, Appendix B: 15.7B total, 2.4B activated) and DeepSeek-V3's shape, read
+    from DeepSeek-R1's config.json (the same architecture and shape; arXiv:2412.19437, Sec. 1: 671B total, 37B
+    activated), to the published last digit. DeepSeek counts a token's
     activated parameters without the input embedding table (a lookup, not a multiply); the planner's
     active_parameters keeps it, so it is taken off here. V3's 671B leaves out its multi-token-prediction module:
     with it, Hugging Face's copy holds 685B (DeepSeek-V3 README: "671B of the Main Model weights and 14B of the

@@ -96,6 +96,11 @@ def test_the_collective_in_front_of_attention_carries_the_latents():
     one = steptime._tp_all_reduce(V3_LAYER, cluster, plain)
     assert steptime.layer_tp_communication(V3_LAYER, cluster, plain) == pytest.approx((2 * one, (1 + r) * one))
     assert steptime.layer_tp_communication(V3_LAYER, cluster, sp) == pytest.approx(((1.5 + r / 2) * one,) * 2)
+    # full recomputation runs the forward's collectives again in backward: + 2, or + (1.5 + r / 2)
+    assert steptime.layer_tp_communication(V3_LAYER, cluster, plain.with_(recompute="full")) == pytest.approx(
+        (2 * one, (3 + r) * one))
+    assert steptime.layer_tp_communication(V3_LAYER, cluster, sp.with_(recompute="full")) == pytest.approx(
+        ((1.5 + r / 2) * one, (3 + r) * one))
     dense = V3_LAYER.with_(latent=None, heads=56, kv_heads=8)
     assert steptime.layer_tp_communication(dense, cluster, sp) == pytest.approx((2 * one, 2 * one))
     overlapped = sp.with_(tp_comm_overlap=True)

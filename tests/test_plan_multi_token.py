@@ -64,6 +64,9 @@ def test_the_head_keeps_its_activations_once_more_and_the_projection_input():
     e = 2
     plain = activations.head_activation_bytes(PLAIN, strategy)
     assert activations.head_activation_bytes(MTP, strategy) == 2 * plain + e * S * 2 * H
+    split = Strategy(tp=2, sequence_parallel=True)         # the projection's input split as the norms' inputs are
+    assert activations.head_activation_bytes(MTP, split) == 2 * activations.head_activation_bytes(PLAIN, split) \
+        + e * S * 2 * H // 2
     one_f_one_b = Strategy(pp=2, grad_accum=4)
     assert activations.layers_in_flight(MTP, one_f_one_b, 1) == activations.layers_in_flight(PLAIN, one_f_one_b, 1) + 1
 

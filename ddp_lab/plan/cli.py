@@ -18,7 +18,7 @@ import argparse
 import os
 import sys
 
-from ddp_lab.course.plan import context_parallel, expert_tp, experts, outer_sync
+from ddp_lab.course.plan import context_parallel, expert_tp, experts, outer_sync, pipeline_stages
 from ddp_lab.course.plan.cluster_spec import ClusterSpec
 from ddp_lab.course.plan.efficiency import early_stop_can_skip_last_gemm
 from ddp_lab.course.plan.hf_config import position_key
@@ -383,7 +383,8 @@ def _no_dp_fills(model, cluster, tp: int, pp: int, tp_across_nodes: bool, cp: in
     max_tp = cluster.gpus if tp_across_nodes else cluster.gpus_per_node
     valid_tp = [d for d in divisors(cluster.gpus) if d <= max_tp and not model.heads % d
                 and not model.kv_heads_ % d and not model.ffn_ % d]
-    valid_pp = [d for d in divisors(cluster.gpus) if not model.layers % d]
+    valid_pp = [d for d in divisors(cluster.gpus)     # equal stages, or fewer layers on the first and last
+                if not model.layers % d or pipeline_stages.fewer_at_the_ends(model.layers, d)]
     product, flags = f"--tp {tp} x --pp {pp}", "--tp and --pp"
     if cp > 1:
         product, flags = f"{product} x --cp {cp}", "--tp, --pp and --cp"

@@ -257,8 +257,12 @@ def layer_seconds(model, strategy, gpu) -> WorkSeconds:
     forward_gemms = sum(gemm_seconds(flops, k, rate) for flops, k, _ in gemms)
     backward_gemms = sum(gemm_seconds(flops, k_grad, rate) + flops / rate for flops, _, k_grad in gemms)
     moved_forward, moved_backward, moved_again = rank_bytes(layer_ops(model, strategy), strategy, strategy.recompute)
+    # FP8's scaling and casts (0 otherwise), on each GEMM's tokens: latent attention's down-projections (the list's
+    # first) run on s/tp of them with sequence parallelism
     tokens = strategy.micro_batch * model.seq_len
-    casts = [cast_bytes(tokens, k, n, strategy) for _, k, n in gemms]     # FP8's scaling and casts; 0 otherwise
+    downs = len(attention_gemms(model, strategy)[0])
+    local = tokens // (strategy.tp if strategy.sequence_parallel else 1)
+    casts = [cast_bytes(local if i < downs else tokens, k, n, strategy) for i, (_, k, n) in enumerate(gemms)]
     moved_forward += sum(forward_cast for forward_cast, _ in casts)
     moved_backward += sum(backward_cast for _, backward_cast in casts)
     forward = forward_gemms + attention_seconds(core_forward, gpu, strategy) + moved_forward / bandwidth

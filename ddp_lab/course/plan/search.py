@@ -94,7 +94,9 @@ def candidates(model, cluster, global_batch: int, micro_batches=(1, 2, 4, 8), ze
                dp_shard="auto", moe_dispatch: str = "all-to-all", sync_every: int | None = None, replicas=None,
                sync_precision: str | None = None):
     """Every valid Strategy: dp*tp*pp*cp = GPUs, tp divides the heads (and kv heads) and the GPUs of a
-    node (unless tp_across_nodes), pp divides the layers, dp*micro_batch divides global_batch.
+    node (unless tp_across_nodes), dp*micro_batch divides global_batch; a pp that divides the layers splits
+    them equally, any other pp with fewer on the first and the last stage (pipeline_stages.fewer_at_the_ends, never
+    interleaved), where such a split exists.
     Sequence parallelism is tried on and off whenever tp > 1; with pp > 1 the 1F1B schedule and
     the interleaved one with each of `virtual_stages` > 1 that divides the layers per stage (and
     whose micro-batches divide by pp). With flash attention selective recomputation is not tried:

@@ -247,10 +247,16 @@ def check(model, strategy: Strategy, gpus: int | None = None, gpus_per_node: int
             raise ValueError(f"pp={strategy.pp} does not divide layers={model.layers} of {model.name}: "
                              f"stages must hold equal numbers of layers; use pp {_one_of(divisors(model.layers))}"
                              + ends)
-        fitting = divisors(model.layers // strategy.pp) if not model.layers % strategy.pp else [1]
+        split = pipeline_stages.fewer_at_the_ends(model.layers, stages)
+        ends = (f"give the first and the last virtual stage their own: first_stage_layers={split[0]} "
+                f"last_stage_layers={split[1]}") if split else ""
+        if model.layers % strategy.pp:     # no number of virtual stages splits them equally
+            fix = f"use pp {_one_of(divisors(model.layers))}" + (f", or {ends}" if ends else "")
+        else:
+            fix = f"use virtual stages {_one_of(divisors(model.layers // strategy.pp))}" + (f", or {ends}" if ends else "")
         raise ValueError(f"pp x virtual stages = {strategy.pp} x {strategy.virtual_stages} = {stages} does not divide "
                          f"layers={model.layers} of {model.name}: every virtual stage holds the same number of layers; "
-                         f"use virtual stages {_one_of(fitting)}")
+                         + fix)
     if strategy.pp > 1 and strategy.schedule == "interleaved" and strategy.grad_accum % strategy.pp:
         raise ValueError(f"the interleaved schedule needs micro-batches ({strategy.grad_accum}) divisible by "
                          f"pp={strategy.pp} (Narayanan et al. 2021); change grad_accum")
