@@ -302,19 +302,22 @@ FIELD_MESSAGES = {
                    ["--sync-every 4 describes an outer sync", "but --replicas 1", "or drop --sync-every"],
                    ["sync_every", "sync_precision", "--sync-precision"]),
     "replicas": ((*LLAMA_8B, "--dp", "8", "--sync-every", "4", "--replicas", "3"),
-                 ["--replicas 3 does not divide --dp 8", "use --replicas in [2, 4, 8]"], ["replicas=", "dp="]),
+                 ["--replicas 3 does not divide the 8 data-parallel ranks", "use --replicas in [2, 4, 8]"],
+                 ["replicas=", "dp="]),
     # on 6 nodes only the divisors of dp whose replicas no node boundary cuts are offered (not 4, 8, 16); 1 only
     # where no outer-sync flag is given (one replica refuses them)
     "replicas_nodes": ((*LLAMA_8B, "--nodes", "6", "--dp", "48", "--sync-every", "4", "--replicas", "5"),
-                       ["--replicas 5 does not divide --dp 48", "use --replicas in [2, 3, 6, 12, 24, 48]"],
+                       ["--replicas 5 does not divide the 48 data-parallel ranks", "use --replicas in [2, 3, 6, 12, 24, 48]"],
                        ["replicas=", "dp=", "[1,"]),
     "replicas_alone": ((*LLAMA_8B, "--nodes", "6", "--dp", "48", "--replicas", "5"),
-                       ["--replicas 5 does not divide --dp 48", "use --replicas in [1, 2, 3, 6, 12, 24, 48]"],
+                       ["--replicas 5 does not divide the 48 data-parallel ranks",
+                        "use --replicas in [1, 2, 3, 6, 12, 24, 48]"],
                        ["replicas=", "dp="]),
     # every divisor of dp 8 leaves a replica without a whole ep 8 group: no count to offer, so the fix is named
     "replicas_ep": (("--model", "mixtral-8x7b", "--cluster", "h100-sxm", "--seq-len", "4096", "--dp", "8", "--ep", "8",
                      "--sync-every", "4", "--replicas", "3"),
-                    ["--replicas 3 does not divide --dp 8, and no count of two or more replicas splits this plan",
+                    ["--replicas 3 does not divide the 8 data-parallel ranks, and no count of two or more replicas "
+                     "splits this plan",
                      "whole --ep 8 groups", "drop --replicas 3 and --sync-every for no outer sync, or change the plan"],
                     ["replicas=", "ep=", "in []", "--sync-precision"]),
     # a dp that does not fill the cluster is refused before any replica count is offered for it

@@ -116,7 +116,7 @@ def check_count(dp: int, cp: int, ep: int, replicas: int, gpus: int, gpus_per_no
         >>> check_count(48, 1, 1, 5, 48, 8, synced=True)
         Traceback (most recent call last):
         ...
-        ValueError: replicas=5 does not divide dp=48: ... use replicas in [2, 3, 6, 12, 24, 48]
+        ValueError: replicas=5 does not divide the 48 data-parallel ranks: ... use replicas in [2, 3, 6, 12, 24, 48]
     """
     if replicas < 1 or not dp % replicas:
         return
@@ -130,14 +130,16 @@ def check_count(dp: int, cp: int, ep: int, replicas: int, gpus: int, gpus_per_no
         fewest = next(r for r in range(2, dp + 1) if not dp % r) if dp > 1 else 1
         why = (f"no replica would hold whole ep={ep} groups (the fewest, {fewest} replicas, hold {dp // fewest * cp} "
                f"dp x cp ranks each)")
-    raise ValueError(f"replicas={replicas} does not divide dp={dp}, and no count of two or more replicas splits this "
+    raise ValueError(f"replicas={replicas} does not divide the {dp} data-parallel ranks, and no count of two or more "
+                     f"replicas splits this "
                      f"plan: {why}; drop replicas={replicas} and sync_every (sync_precision) for no outer sync, or "
                      f"change the plan")
 
 
 def _not_dividing(replicas: int, dp: int, counts: list[int]) -> str:
-    return (f"replicas={replicas} does not divide dp={dp}: each DiLoCo replica holds dp / replicas data-parallel "
-            f"ranks; use replicas in {counts}")
+    # the data-parallel size in words, not as dp=N: a command line that did not give --dp reads no flag it did not type
+    return (f"replicas={replicas} does not divide the {dp} data-parallel ranks: each DiLoCo replica holds dp / replicas "
+            f"data-parallel ranks; use replicas in {counts}")
 
 
 def cuts(gpus: int, replicas: int, gpus_per_node: int | None, region_gpus: int | None) -> tuple[str, int] | None:
