@@ -108,7 +108,7 @@ def layer_matmul_flops(model, strategy) -> tuple[float, float]:
     ups = 2 if model.ffn_kind == "swiglu" else 1
     replicated = latent_attention.replicated_matmul_parameters(model)
     split = model.attention_matmul_parameters() - replicated + (ups + 1) * h * f
-    down = replicated / (t if strategy.sequence_parallel else 1)
+    down = replicated / latent_attention.down_projection_split(strategy)
     return 2 * b * s * (split / t + down), 2 * b * s * s * (model.q_dim + model.o_dim) / t
 
 
@@ -119,11 +119,16 @@ def layer_gemms(model, strategy) -> list[tuple[float, int, int]]:
     and FFN down over h/t and f/t (Megatron's split, lesson 08); each input gradient reduces over
     the forward's output width. The weight gradient reduces over the b s tokens (long: no tile cost).
     """
+    downs, column, out = attention_gemms(model, strategy)
+    return [*downs, *column, out, *ffn_gemms(model, strategy)]
+
+
+def ffn_gemms(model, strategy) -> list[tuple[float, int, int]]:
+    """The FFN's two GEMMs on one TP rank, as layer_gemms lists them: the up (and gate) projection, then the down."""
     h, f, t = model.hidden, model.ffn_, strategy.tp
     tokens = strategy.micro_batch * model.seq_len
     ups = 2 if model.ffn_kind == "swiglu" else 1
-    downs, column, out = attention_gemms(model, strategy)
-    return [*downs, *column, out, (2 * tokens * h * ups * (f // t), h, f // t), ffn_down_gemm(model, strategy)]
+    return [(2 * tokens * h * ups * (f // t), h, f // t), ffn_down_gemm(model, strategy)]
 
 
 def attention_gemms(model, strategy) -> tuple[list, list, tuple[float, int, int]]:
@@ -257,11 +262,11 @@ def layer_seconds(model, strategy, gpu) -> WorkSeconds:
     forward_gemms = sum(gemm_seconds(flops, k, rate) for flops, k, _ in gemms)
     backward_gemms = sum(gemm_seconds(flops, k_grad, rate) + flops / rate for flops, _, k_grad in gemms)
     moved_forward, moved_backward, moved_again = rank_bytes(layer_ops(model, strategy), strategy, strategy.recompute)
-    # FP8's scaling and casts (0 otherwise), on each GEMM's tokens: latent attention's down-projections (the list's
-    # first) run on s/tp of them with sequence parallelism
+    # FP8's scaling and casts (0 otherwise), on each GEMM's tokens: latent attention's down-projections run on s/tp of
+    # them with sequence parallelism
     tokens = strategy.micro_batch * model.seq_len
-    downs = len(attention_gemms(model, strategy)[0])
-    local = tokens // (strategy.tp if strategy.sequence_parallel else 1)
+    local = tokens // latent_attention.down_projection_split(strategy)
+    downs = latent_attention.down_projections(model)                    # the list's first GEMMs
     casts = [cast_bytes(local if i < downs else tokens, k, n, strategy) for i, (_, k, n) in enumerate(gemms)]
     moved_forward += sum(forward_cast for forward_cast, _ in casts)
     moved_backward += sum(backward_cast for _, backward_cast in casts)
@@ -299,8 +304,8 @@ def head_seconds(model, strategy, gpu) -> WorkSeconds:
     rate = gpu.achieved_flops(precision)
     moved_forward, moved_backward, _ = rank_bytes(head_ops(model, strategy), strategy)
     vocab, h = -(-model.vocab // strategy.tp), model.hidden
-    mtp_forward = gemm_seconds(projection, 2 * h, rate) if projection else 0.0
-    mtp_backward = gemm_seconds(projection, h // strategy.tp, rate) + projection / rate if projection else 0.0
+    mtp_forward = gemm_seconds(projection, 2 * h, rate)                  # 0 without multi-token prediction
+    mtp_backward = gemm_seconds(projection, h // strategy.tp, rate) + projection / rate
     return WorkSeconds(gemm_seconds(gemm, h, rate) + passes * moved_forward / gpu.memory_bandwidth + mtp_forward,
                        gemm_seconds(gemm, vocab, rate) + gemm / rate + passes * moved_backward / gpu.memory_bandwidth
                        + mtp_backward)

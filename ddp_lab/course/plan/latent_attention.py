@@ -124,7 +124,7 @@ def gemms(model, strategy) -> tuple[list, list, tuple[float, int, int]]:
     parallelism; the GEMMs after the tensor-parallel input, the up-projections or W_Q; the output projection)."""
     latent, h, a, t = model.latent, model.hidden, model.heads, strategy.tp
     tokens = strategy.micro_batch * model.seq_len
-    local = tokens // (t if strategy.sequence_parallel else 1)     # where the down-projections run
+    local = tokens // down_projection_split(strategy)              # where the down-projections run
     qk_width = a * (latent.nope_dim + latent.rope_dim) // t
     kv_width = a * (latent.nope_dim + latent.v_dim) // t
     down_kv = latent.kv_rank + latent.rope_dim
@@ -136,6 +136,18 @@ def gemms(model, strategy) -> tuple[list, list, tuple[float, int, int]]:
     else:
         column.insert(0, (2 * tokens * h * qk_width, h, qk_width))
     return downs, column, (2 * tokens * (a * latent.v_dim // t) * h, a * latent.v_dim // t, h)
+
+
+def down_projections(model) -> int:
+    """How many down-projection GEMMs a layer runs: 2 (W_DQ, W_DKV), 1 without a query latent, 0 without latent
+    attention; `gemms` lists them first."""
+    return 0 if model.latent is None else 1 + (model.latent.q_rank is not None)
+
+
+def down_projection_split(strategy) -> int:
+    """How many ways the down-projections' tokens are split: as a layer norm's (tp with sequence parallelism, else
+    none; module docstring)."""
+    return strategy.tp if strategy.sequence_parallel else 1
 
 
 def tp_input_share(model) -> float:

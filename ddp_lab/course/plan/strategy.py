@@ -241,22 +241,16 @@ def check(model, strategy: Strategy, gpus: int | None = None, gpus_per_node: int
         pipeline_stages.check(model, strategy)      # first/last stage given: the rest split evenly
     elif model.layers % stages:
         if strategy.virtual_stages == 1:
-            split = pipeline_stages.fewer_at_the_ends(model.layers, strategy.pp)
-            ends = (f", or give the first and the last stage their own: first_stage_layers={split[0]} "
-                    f"last_stage_layers={split[1]}") if split else ""
             raise ValueError(f"pp={strategy.pp} does not divide layers={model.layers} of {model.name}: "
                              f"stages must hold equal numbers of layers; use pp {_one_of(divisors(model.layers))}"
-                             + ends)
-        split = pipeline_stages.fewer_at_the_ends(model.layers, stages)
-        ends = (f"give the first and the last virtual stage their own: first_stage_layers={split[0]} "
-                f"last_stage_layers={split[1]}") if split else ""
+                             + _ends_advice(model.layers, stages, "stage"))
         if model.layers % strategy.pp:     # no number of virtual stages splits them equally
-            fix = f"use pp {_one_of(divisors(model.layers))}" + (f", or {ends}" if ends else "")
+            fix = f"use pp {_one_of(divisors(model.layers))}"
         else:
-            fix = f"use virtual stages {_one_of(divisors(model.layers // strategy.pp))}" + (f", or {ends}" if ends else "")
+            fix = f"use virtual stages {_one_of(divisors(model.layers // strategy.pp))}"
         raise ValueError(f"pp x virtual stages = {strategy.pp} x {strategy.virtual_stages} = {stages} does not divide "
                          f"layers={model.layers} of {model.name}: every virtual stage holds the same number of layers; "
-                         + fix)
+                         + fix + _ends_advice(model.layers, stages, "virtual stage"))
     if strategy.pp > 1 and strategy.schedule == "interleaved" and strategy.grad_accum % strategy.pp:
         raise ValueError(f"the interleaved schedule needs micro-batches ({strategy.grad_accum}) divisible by "
                          f"pp={strategy.pp} (Narayanan et al. 2021); change grad_accum")
@@ -270,6 +264,14 @@ def check(model, strategy: Strategy, gpus: int | None = None, gpus_per_node: int
                          f"spans nodes: tensor parallelism communicates in every layer and belongs on the fast "
                          f"intra-node link; use tp in {whole_heads}, or ask to cost it on the inter-node "
                          f"link (tp_across_nodes=True; --tp-across-nodes on the command line)")
+
+
+def _ends_advice(layers: int, stages: int, what: str) -> str:
+    """', or give the first and the last <what> their own: first_stage_layers=.. last_stage_layers=..' where
+    pipeline_stages.fewer_at_the_ends splits `layers` over `stages` (model) stages, else ''."""
+    split = pipeline_stages.fewer_at_the_ends(layers, stages)
+    return (f", or give the first and the last {what} their own: first_stage_layers={split[0]} "
+            f"last_stage_layers={split[1]}") if split else ""
 
 
 def check_gpu_count(dp: int, tp: int, pp: int, cp: int, gpus: int | None) -> None:

@@ -26,7 +26,7 @@ Introduced in notebooks/13-plan-your-training-run.ipynb.
 from __future__ import annotations
 
 from ddp_lab.course.plan import latent_attention
-from ddp_lab.course.plan.efficiency import (attention_gemms, gemm_seconds, layer_gemms, recompute_skips_last_gemm,
+from ddp_lab.course.plan.efficiency import (attention_gemms, ffn_gemms, gemm_seconds, recompute_skips_last_gemm,
                                             recomputed_gemm_seconds)
 from ddp_lab.course.plan.op_checkpoint import recomputed_tp_collectives
 from ddp_lab.course.plan.overlap import chunked_exposed
@@ -55,7 +55,7 @@ def layer_exposed(model, cluster, strategy, one: float) -> tuple[float, float]:
     rate = cluster.gpu.achieved_flops(strategy.precision)
     half = one / 2
     _, column, out = attention_gemms(model, strategy)       # the GEMMs beside the attention's collectives
-    *_, up, down = layer_gemms(model, strategy)
+    up, down = ffn_gemms(model, strategy)
     first = half * latent_attention.tp_input_share(model)   # the all-gather in front of attention (latents: less)
     sizes = (first, half, half, half)
     forward_gemms = [sum(gemm_seconds(flops, k, rate) for flops, k, _ in column),
