@@ -261,10 +261,7 @@ def _latent(config: dict, family: str) -> LatentAttention | None:
             raise ValueError(f"q_lora_rank = {config['q_lora_rank']!r} without kv_lora_rank: latent attention needs "
                              f"both (q_lora_rank null: queries at full rank)")
         return None
-    if family not in LATENT_FAMILIES:
-        raise ValueError(f"kv_lora_rank = {config['kv_lora_rank']!r} in a model_type = {family!r} config: multi-head "
-                         f"latent attention is built by the {', '.join(sorted(LATENT_FAMILIES))} families' code; "
-                         f"give one of those model_types, or remove the key from a copy of the file")
+    _latent_family_only(config, "kv_lora_rank", family, "multi-head latent attention")
     missing = [key for key in LATENT_KEYS.values() if key != "q_lora_rank" and config.get(key) is None]
     if missing:
         raise ValueError(f"kv_lora_rank = {config['kv_lora_rank']!r} but no {' or '.join(missing)}: a latent-attention "
@@ -279,11 +276,17 @@ def _prediction_modules(config: dict, family: str) -> int:
     """num_nextn_predict_layers (0 if absent): multi-token-prediction modules, which only the latent-attention
     families' code builds (refused elsewhere, where the key would be read but never built)."""
     modules = _whole(config, "num_nextn_predict_layers")
-    if modules and family not in LATENT_FAMILIES:
-        raise ValueError(f"num_nextn_predict_layers = {modules} in a model_type = {family!r} config: multi-token "
-                         f"prediction is built by the {', '.join(sorted(LATENT_FAMILIES))} families' code; remove the "
-                         f"key from a copy of the file")
+    if modules:
+        _latent_family_only(config, "num_nextn_predict_layers", family, "multi-token prediction")
     return modules
+
+
+def _latent_family_only(config: dict, key: str, family: str, what: str) -> None:
+    """Refuse `key` (set) in a config whose family's code does not build `what` (only LATENT_FAMILIES' does)."""
+    if family not in LATENT_FAMILIES:
+        raise ValueError(f"{key} = {config[key]!r} in a model_type = {family!r} config: {what} is built by the "
+                         f"{', '.join(sorted(LATENT_FAMILIES))} families' code; give one of those model_types, or "
+                         f"remove the key from a copy of the file")
 
 
 def _check_attention_span(config: dict, seq_len: int, layers: int) -> None:
