@@ -195,6 +195,28 @@ def test_fp8_speed_up_and_memory_against_torchtitans_published_llama3_8b_run():
     assert abs(saved - (76.8 / 77.0 - 1)) < 0.01
 
 
+def test_mxfp8_runs_at_the_fp8_rate_on_blackwell_only_and_casts_without_an_amax_pass():
+    """MXFP8 (precision.py): one 1-byte scale per 32 values, applied by Blackwell's tensor cores at the FP8 rate; no
+    amax pass, both copies from one read: its casts move 4.06 bytes per value where per-tensor FP8's move 8 (a
+    dynamic cast and a transposed copy), so on a B200 it is faster than per-tensor FP8 by the casts alone, and
+    slower than twice bf16. States, activations and ZeRO-3's gathers stay bf16's; Hopper refuses it in one line."""
+    llama, b200 = Transformer.preset("llama3-8b"), ClusterSpec.preset("b200")
+    bf16, fp8 = Strategy(dp=8, zero=1, micro_batch=2), Strategy(dp=8, zero=1, micro_batch=2, precision="fp8")
+    mx = fp8.with_(precision="mxfp8")
+    assert "mxfp8" in PRECISIONS and state_precision("mxfp8") == compute_precision(mx) == "bf16"
+    tokens, k, n = 8192, 4096, 14336
+    forward, backward = cast_bytes(tokens, k, n, mx)
+    assert (forward, backward) == (4.0625 * (tokens * k + k * n), 4.0625 * tokens * n)
+    assert sum(cast_bytes(tokens, k, n, fp8)) == 8 * (tokens * k + tokens * n + k * n)
+    assert memory(llama, mx) == memory(llama, fp8) == memory(llama, bf16)
+    assert gathered_parameter_bytes(mx.with_(zero=3)) == 2 and gathered_parameter_bytes(fp8.with_(zero=3)) == 1
+    times = [step_time(llama, b200, strategy) for strategy in (bf16, fp8, mx)]
+    assert times[0].total > times[1].total > times[2].total > times[0].total / 2
+    with pytest.raises(ValueError, match=r"block-scaled FP8 tensor cores start with Blackwell: b200, gb200; "
+                                         r"Hopper's FP8 scales per tensor: precision='fp8'"):
+        step_time(llama, H100, mx)
+
+
 # ---- Blackwell ---------------------------------------------------------------------------------------
 
 def test_blackwell_presets_come_from_the_datasheets_and_say_they_are_uncalibrated():

@@ -197,8 +197,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                           "each ZeRO-3 plan; auto (the default) shard groups of 1, 2, 4, 8 or 16 whole nodes, none "
                           "no HSDP")
     how.add_argument("--precision", choices=PRECISIONS, default=None,
-                     help="bf16/fp16 mixed-precision Adam (2+2+12 bytes/param) or fp32 Adam (4+4+8); "
-                          "default bf16 (fp16 on a GPU without bf16, e.g. t4)")
+                     help="bf16/fp16 mixed-precision Adam (2+2+12 bytes/param) or fp32 Adam (4+4+8); fp8: the "
+                          "linear GEMMs in FP8 with one scale per tensor, mxfp8: one per 32 values (Blackwell only), "
+                          "states as bf16; default bf16 (fp16 on a GPU without bf16, e.g. t4)")
     how.add_argument("--fp32-grads", dest="fp32_grads", action="store_true",
                      help="mixed precision with fp32 gradient accumulation and reduction (Megatron-LM, Llama 3): "
                           "2+4+12 bytes/param")

@@ -9,6 +9,7 @@ from ddp_lab.course.plan.fit_to_run import is_at_kernel_rate
 from ddp_lab.course.plan.generation_constants import efficiency_of, kernel_efficiency_of
 from ddp_lab.course.plan.memory import bytes_per_parameter, model_state_bytes
 from ddp_lab.course.plan.overlap import OVERLAP_SLOWDOWN
+from ddp_lab.course.plan.precision import fp8_matmuls
 from ddp_lab.course.plan.search import MEMORY_RESERVE, percent_text
 from ddp_lab.plan.decision import family_name, model_text, versus_best
 
@@ -70,7 +71,7 @@ def table(plans, stages=None, tie: float | None = None) -> str:
     split = [SPLIT_LEGEND] if any(plan.strategy.cp > 1 or plan.strategy.ep > 1 for plan in plans) else []
     split += [PER_NODE_LEGEND] if any(plan.strategy.moe_dispatch == "per-node" for plan in plans) else []
     early = [EARLY_STOP_LEGEND] if any(plan.strategy.checkpoint_early_stop for plan in plans) else []
-    fp8 = [FP8_LEGEND] if any(plan.strategy.precision == "fp8" for plan in plans) else []
+    fp8 = [FP8_LEGEND] if any(fp8_matmuls(plan.strategy) for plan in plans) else []
     overlap = ([OVERLAP_LEGEND] if any(plan.strategy.tp_comm_overlap or plan.strategy.overlap_param_gather
                                        for plan in plans) else [])
     hybrid = [HSDP_LEGEND] if any(plan.strategy.dp_shard is not None for plan in plans) else []
@@ -239,7 +240,7 @@ def breakdown(plan, seq_source: str | None = None) -> str:
     if strategy.cp > 1:   # the ring's sends, of which each ring step's attention hides what it can (lesson 15)
         lines.append(f"  {'CP ring (total)':<28}{t.cp_comm:>9.3f}  "
                      f"({t.cp_comm - t.cp_comm_exposed:.3f} hidden under attention: only the overlap slowdown counts)")
-    peak = " (of the bf16 peak, torchtitan's convention for fp8)" if strategy.precision == "fp8" else ""
+    peak = " (of the bf16 peak, torchtitan's convention for fp8)" if fp8_matmuls(strategy) else ""
     lines.append(f"  tokens/s {plan.tokens_per_second:,.0f}   MFU {plan.mfu:.1%}{peak}")
     return "\n".join(lines)
 

@@ -32,7 +32,7 @@ class GPU:
 
     name: str
     memory: int
-    peak_flops: dict = field(default_factory=dict)   # {"bf16": ..., "fp16": ..., "fp32": ..., "fp8": ...} dense FLOP/s
+    peak_flops: dict = field(default_factory=dict)   # {"bf16", "fp16", "fp32", "fp8", "mxfp8"}: dense FLOP/s
     matmul_efficiency: float | None = None   # None: the generation's calibrated GEMM_EFFICIENCY
     memory_bandwidth: float | None = None    # HBM bytes/s (spec sheet); None (CPU ranks): no roofline, see efficiency.py
     generation: str = ""                     # "ampere", "hopper", "turing", "blackwell": picks the calibrated efficiency
@@ -53,10 +53,12 @@ class GPU:
             object.__setattr__(self, "flash_attention_share", flash_share_of(self.generation))
 
     def flops(self, precision: str) -> float:
-        """Peak FLOP/s for `precision` ("bf16", "fp16", "fp32", "fp8"); a ValueError names the ones it has."""
+        """Peak FLOP/s for `precision` ("bf16", "fp16", "fp32", "fp8", "mxfp8"); a ValueError names the ones it has."""
         if precision not in self.peak_flops:
-            with_fp8 = ", ".join(name for name, gpu in GPU_PRESETS.items() if "fp8" in gpu.peak_flops)
-            hint = f" (FP8 tensor cores start with Hopper: {with_fp8})" if precision == "fp8" else ""
+            having = ", ".join(name for name, gpu in GPU_PRESETS.items() if precision in gpu.peak_flops)
+            hint = {"fp8": f" (FP8 tensor cores start with Hopper: {having})",
+                    "mxfp8": f" (block-scaled FP8 tensor cores start with Blackwell: {having}; Hopper's FP8 scales "
+                             f"per tensor: precision='fp8')"}.get(precision, "")
             instead = next(p for p in ("bf16", "fp16", "fp32") if p in self.peak_flops)
             raise ValueError(f"{self.name} has no {precision} peak in its spec ({', '.join(self.peak_flops)}){hint}: "
                              f"train in one of those (precision='{instead}')")
@@ -103,11 +105,13 @@ GPU_PRESETS: dict[str, GPU] = {
     # NVIDIA DGX B200 datasheet / HGX B200 specifications, per GPU (the system's figures over 8): FP8 72 PFLOPS with
     # sparsity = 4.5 dense per GPU, BF16/FP16 2.25 dense, FP32 600 TFLOPS / 8 = 75; 1,440 GB HBM3e at 64 TB/s = 180 GB
     # at 8 TB/s. Uncalibrated: its GEMM efficiency and flash share are Hopper's (generation_constants.is_calibrated).
-    "b200": GPU("B200", 180 * GiB, {"bf16": 2.25e15, "fp16": 2.25e15, "fp32": 75e12, "fp8": 4.5e15},
+    # Blackwell's tensor cores run block-scaled FP8 (MXFP8, precision.py) at the FP8 rate (the datasheets list one FP8
+    # figure; Transformer Engine: "native hardware acceleration on Blackwell GPUs").
+    "b200": GPU("B200", 180 * GiB, {"bf16": 2.25e15, "fp16": 2.25e15, "fp32": 75e12, "fp8": 4.5e15, "mxfp8": 4.5e15},
                 memory_bandwidth=8e12, generation="blackwell"),
     # NVIDIA GB200 NVL72 specifications, per GPU (the rack's figures over 72): FP8 720 PFLOPS with sparsity = 5 dense,
     # BF16/FP16 360 = 2.5 dense, FP32 5,760 TFLOPS = 80; 13.4 TB HBM3e at 576 TB/s = 186 GB at 8 TB/s. Uncalibrated.
-    "gb200": GPU("GB200", 186 * GiB, {"bf16": 2.5e15, "fp16": 2.5e15, "fp32": 80e12, "fp8": 5e15},
+    "gb200": GPU("GB200", 186 * GiB, {"bf16": 2.5e15, "fp16": 2.5e15, "fp32": 80e12, "fp8": 5e15, "mxfp8": 5e15},
                  memory_bandwidth=8e12, generation="blackwell"),
 }
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from ddp_lab.course.plan import expert_tp
 from ddp_lab.course.plan.efficiency import gemm_seconds
 from ddp_lab.course.plan.experts import forward_flops_change, router_parameters, stage_moe_layers
-from ddp_lab.course.plan.precision import cast_bytes, compute_precision, linear_rate
+from ddp_lab.course.plan.precision import cast_bytes, compute_precision, fp8_matmuls, linear_rate
 
 # Expert matmuls run as grouped GEMMs (one GEMM per local expert, launched together: MegaBlocks, Gale et al. 2023,
 # arXiv:2211.15841, Sec. 5; Megatron-Core's --moe-grouped-gemm; DeepGEMM's "m-grouped" kernels). Each expert's GEMM
@@ -49,7 +49,7 @@ def _ffn_seconds(tokens: float, width: int, groups: int, model, strategy, gpu, s
     """(forward, backward) seconds of `groups` FFNs of inner size `width` (this rank's split), `tokens` each."""
     ups = 2 if model.ffn_kind == "swiglu" else 1
     h, rate, bandwidth = model.hidden, linear_rate(gpu, strategy), gpu.memory_bandwidth
-    weight_bytes = 1 if strategy.precision == "fp8" else (2 if strategy.mixed else 4)
+    weight_bytes = 1 if fp8_matmuls(strategy) else (2 if strategy.mixed else 4)
     forward = backward = 0.0
     for k, n in ((h, ups * width), (width, h)):                      # (tokens, h) @ (h, ups f); (tokens, f) @ (f, h)
         flops = 2 * tokens * k * n
