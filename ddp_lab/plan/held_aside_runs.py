@@ -13,8 +13,11 @@ repository's BF16 Qwen3-30B-A3B run) was written down after a search for MoE run
 the planner predicted it, and SEVENTH_SET (the MoE rows of the NeMo Framework user guide's performance pages) after
 another such search, before the planner predicted it. EIGHTH_SET (dgxc's DeepSeek-V3 table) was written down after
 the planner modelled multi-head latent attention and multi-token prediction, before it predicted the set's GB200
-run; its H100 run had been planned once by then (held_out.SEEN_BEFORE_WRITTEN_DOWN: a development run). Every set was chosen and written
-down before the planner predicted any of its runs (but for the eighth set's H100 run), and they are kept aside
+run; its H100 run had been planned once by then (held_out.SEEN_BEFORE_WRITTEN_DOWN: a development run). NINTH_SET
+(the fine-grained MoE rows of Megatron-Bridge's 26.08 table, MXFP8 on GB200s) was written down after the planner
+learned MXFP8 (precision.py), before it predicted the set; its Qwen3-30B-A3B run had been planned once by then (a
+development run, as the eighth set's H100 run). Every set was chosen and written down before the planner predicted
+any of its runs (but for those two), and they are kept aside
 while it is modelled: their errors are
 looked at once, at the end (held_out.py says what moves a run to the development part). Each run is recorded as
 its source states it: the model shape, the parallel layout, the batch and micro-batch, the sequence, the GPUs, the
@@ -137,6 +140,16 @@ Sources:
                 MoE row: these pages are later tables of the same series, and no configuration of held_out_runs is
                 repeated
 
+    Ninth set:
+    mbridge-2608  NVIDIA-NeMo/Megatron-Bridge docs/performance-summary.md, "26.08 NeMo Container", Pre-Training
+                Performance (last changed at 4ab94dfad, 2026-08-11; read at 067f987df, 2026-08-22), its DGX-GB200
+                MXFP8 rows of models with more than 16 experts (DeepSeekV3, GPT OSS 120B, Qwen3_30B_a3B,
+                Qwen3_235B_a22B), each with the performance recipe the page names (src/megatron/bridge/perf_recipes/,
+                the function scripts/performance's launcher picks: {model}_pretrain_{N}gpu_gb200_fp8mx_config) at
+                067f987df. The archive of the same page (performance-summary-archive.md: earlier releases, other
+                recipes) is the source of development runs (held_out_runs.MEGATRON_BRIDGE): a later release of a
+                source used before, not a new source
+
 Which rows: all three of NVIDIA's MLPerf Training v4.0 GPT-3 submissions, each its result_0.txt (the first of its
 runs): the tokens of all its training blocks over their summed durations (block_start to block_stop; the
 evaluations between them left out), the global batch and gradient accumulation as the log states them;
@@ -230,8 +243,9 @@ Runs left out, and why: the tables of the Nemotron-4 15B and 340B reports (arXiv
 Parallel Folding" (arXiv:2504.14960): no text of them could be read here, only abstracts and second-hand summaries.
 Megatron-LM's README (its model table and scaling results are images) and its MoE README after v0.8 (the 468 TFLOPS
 "as of MCore v0.9" stands beside the v0.8 mapping of held_out_runs' Mixtral run: the same configuration again).
-Megatron-Bridge docs/performance-summary.md (26.08): every row MXFP8 or NVFP4 (block scaling; the planner's FP8 is
-per tensor). yanring/Megatron-MoE-ModelZoo: Qwen3-235B-A22B's 94 layers on 8 or 32 pipeline stages with virtual
+Megatron-Bridge docs/performance-summary.md (26.08), but for the ninth set's rows: its GB300 rows (no preset), its
+NVFP4 rows (no such precision), DeepSeekV4 Flash (an architecture not modelled) and the Nemotron 3 rows (Mamba
+layers). yanring/Megatron-MoE-ModelZoo: Qwen3-235B-A22B's 94 layers on 8 or 32 pipeline stages with virtual
 stages (uneven, not expressible), its FSDP row's table (TP 2, DP 128) disagrees with its launch script (TP 1), and
 Mixtral 8x22B's "around 445/465 TFLOPS" are rounded expectations in a script comment. dgxc: Llama 3.1 405B (126
 layers on PP 8 x VP 8, uneven under interleaving) and its 8/30/62-layer proxies; DeepSeek-V3 (multi-head latent
@@ -1231,5 +1245,68 @@ EIGHTH_SET: list[HeldOutRun] = [
                "the job's placement on racks not stated (held_out.nvlink_segment's 2 racks of 64)"),
 ]
 
+# ---- the ninth set: written down before the planner predicted any of them (module docstring) ------------------
+MBRIDGE_2608 = ("NVIDIA-NeMo/Megatron-Bridge docs/performance-summary.md (last changed at 4ab94dfad, 2026-08-11; read "
+                "at 067f987df), '26.08 NeMo Container', Pre-Training Performance, 'Model: {}', DGX-GB200 MXFP8 row: "
+                "{:,} tokens/s/GPU; {} GPUs, GBS {:,}")
+MBRIDGE_2608_NOTE = ("src/megatron/bridge/perf_recipes/{recipe} at 067f987df ({function}): Transformer Engine's MXFP8 "
+                     "recipe (fp8_recipe 'mxfp8', FP8 parameters and their all-gather: not modelled), distributed "
+                     "optimizer (ZeRO-1) with overlapped gradient reduce and parameter gather, gradients reduced in "
+                     "bf16, HybridEP flex dispatcher (moe_dispatch per-node), routing forced to balance and dropless "
+                     "(the page's note), expert-parallel all-to-alls overlapped with the other micro-batch's compute "
+                     "(overlap_moe_expert_parallel_comm, delay_wgrad_compute: not modelled, planned exposed), "
+                     "full-iteration CUDA graphs, fused router and permutation, paged stashing (not modelled), TE "
+                     "attention; {rest}; mock data; GB200 NVL72 trays of 4 GPUs, placed by held_out.nvlink_segment")
+MBRIDGE_GB200 = dict(zero=1, overlap_param_gather=True, precision="mxfp8", moe_dispatch="per-node", **TE)
+
+NINTH_SET: list[HeldOutRun] = [
+    # ---- mixture of experts, fine-grained, MXFP8, GB200 (Megatron-Bridge 26.08) ---------------------------------
+    HeldOutRun("Megatron-Bridge 26.08 DeepSeek-V3 PP 4 x VP 4 x EP 64, 256 GB200s, MXFP8",
+               MBRIDGE_2608.format("DeepSeekV3", 4912, 256, 4096), DEEPSEEK_V3,
+               dict(dp=64, pp=4, ep=64, expert_tp=1, micro_batch=1, grad_accum=64, schedule="interleaved",
+                    virtual_stages=4, first_stage_layers=4, last_stage_layers=1, recompute="selective",
+                    **MBRIDGE_GB200),
+               "gb200", "tokens_per_gpu", 4912,
+               MBRIDGE_2608_NOTE.format(
+                   recipe="deepseek/gb200/deepseek_v3.py", function="deepseek_v3_pretrain_256gpu_gb200_fp8mx_config",
+                   rest="recompute_modules ['mla_up_proj'] planned as selective (the eighth set's rule); the layout "
+                        "set_deepseek_v3_pipeline_model_parallel_layout gives PP 4 x VP 4: [embedding + 4 decoder "
+                        "layers], 14 x [4], [1 + the MTP module + loss], so the first and the last virtual stage "
+                        "hold 4 and 1 decoder layers, the MTP module on the last stage; mtp_num_layers 1; the "
+                        "precision-aware optimizer's bf16 moments and gradients (not modelled); vocabulary 129,280 "
+                        "(make_vocab_size_divisible_by 1280 leaves it)")),
+    HeldOutRun("Megatron-Bridge 26.08 gpt-oss-120b EP 64, 64 GB200s, MXFP8",
+               MBRIDGE_2608.format("GPT OSS 120B", 28672, 64, 1280), GPT_OSS_120B,
+               dict(dp=64, ep=64, expert_tp=1, micro_batch=4, grad_accum=5, **MBRIDGE_GB200),
+               "gb200", "tokens_per_gpu", 28672,
+               MBRIDGE_2608_NOTE.format(
+                   recipe="gpt_oss/gb200/gpt_oss.py", function="gpt_oss_120b_pretrain_64gpu_gb200_fp8mx_config",
+                   rest="recompute_modules set to [] (no recomputation); FP8 attention (fp8_dot_product_attention: "
+                        "not modelled, the planner's attention runs in bf16); the sliding-window half of the layers "
+                        "and the sinks are charged full attention; the vocabulary from the Hugging Face config "
+                        "(201,088)")),
+    HeldOutRun("Megatron-Bridge 26.08 Qwen3-30B-A3B EP 8, 8 GB200s, MXFP8",
+               MBRIDGE_2608.format("Qwen3_30B_a3B", 39936, 8, 512), QWEN3_30B_A3B,
+               dict(dp=8, ep=8, expert_tp=1, micro_batch=4, grad_accum=16, **MBRIDGE_GB200),
+               "gb200", "tokens_per_gpu", 39936,
+               MBRIDGE_2608_NOTE.format(
+                   recipe="qwen/gb200/qwen3_moe.py", function="qwen3_30b_a3b_pretrain_8gpu_gb200_fp8mx_config",
+                   rest="no recomputation (the recipe sets recompute_granularity None); FP8 attention "
+                        "(fp8_dot_product_attention: not modelled); TP overlap asked but off at TP 1; the "
+                        "vocabulary from the Hugging Face config (151,936)")),
+    HeldOutRun("Megatron-Bridge 26.08 Qwen3-235B-A22B PP 8 x VP 3 x EP 32, 256 GB200s, MXFP8",
+               MBRIDGE_2608.format("Qwen3_235B_a22B", 7280, 256, 8192), QWEN3_235B_A22B,
+               dict(dp=32, pp=8, ep=32, expert_tp=1, micro_batch=1, grad_accum=256, schedule="interleaved",
+                    virtual_stages=3, first_stage_layers=3, last_stage_layers=3, **MBRIDGE_GB200),
+               "gb200", "tokens_per_gpu", 7280,
+               MBRIDGE_2608_NOTE.format(
+                   recipe="qwen/gb200/qwen3_moe.py", function="qwen3_235b_a22b_pretrain_256gpu_gb200_fp8mx_config",
+                   rest="no recomputation; FP8 attention (fp8_dot_product_attention: not modelled); 94 layers on PP 8 "
+                        "x VP 3 with account_for_embedding_in_pipeline_split and account_for_loss_in_pipeline_split "
+                        "(no layout given): 96 over 24 virtual stages of 4, the first and the last holding 3 decoder "
+                        "layers beside the embedding or the loss; the vocabulary from the Hugging Face config "
+                        "(151,936)")),
+]
+
 RUNS: list[HeldOutRun] = (FIRST_SET + SECOND_SET + THIRD_SET + FOURTH_SET + FIFTH_SET + SIXTH_SET + SEVENTH_SET
-                          + EIGHTH_SET)
+                          + EIGHTH_SET + NINTH_SET)
