@@ -334,6 +334,7 @@ validation").
 
 from __future__ import annotations
 
+from ddp_lab.course.plan.strategy import Strategy
 from ddp_lab.plan.held_out_runs import (GPT3_175B, GPT_OSS_120B, LLAMA, LLAMA2_7B, QWEN3_30B_A3B, TE, HeldOutRun,
                                         _llama3)
 
@@ -1259,53 +1260,50 @@ MBRIDGE_2608_NOTE = ("src/megatron/bridge/perf_recipes/{recipe} at 067f987df ({f
                      "attention; {rest}; mock data; GB200 NVL72 trays of 4 GPUs, placed by held_out.nvlink_segment")
 MBRIDGE_GB200 = dict(zero=1, overlap_param_gather=True, precision="mxfp8", moe_dispatch="per-node", **TE)
 
+
+def _mbridge_2608(name, table_model, published, gbs, model, strategy, recipe, function, rest) -> HeldOutRun:
+    """One GB200 MXFP8 row of Megatron-Bridge's 26.08 table: its figure written once, in the source and as published."""
+    return HeldOutRun(name, MBRIDGE_2608.format(table_model, published, Strategy(**strategy).gpus, gbs), model,
+                      {**strategy, **MBRIDGE_GB200}, "gb200", "tokens_per_gpu", published,
+                      MBRIDGE_2608_NOTE.format(recipe=recipe, function=function, rest=rest))
+
+
 NINTH_SET: list[HeldOutRun] = [
     # ---- mixture of experts, fine-grained, MXFP8, GB200 (Megatron-Bridge 26.08) ---------------------------------
-    HeldOutRun("Megatron-Bridge 26.08 DeepSeek-V3 PP 4 x VP 4 x EP 64, 256 GB200s, MXFP8",
-               MBRIDGE_2608.format("DeepSeekV3", 4912, 256, 4096), DEEPSEEK_V3,
-               dict(dp=64, pp=4, ep=64, expert_tp=1, micro_batch=1, grad_accum=64, schedule="interleaved",
-                    virtual_stages=4, first_stage_layers=4, last_stage_layers=1, recompute="selective",
-                    **MBRIDGE_GB200),
-               "gb200", "tokens_per_gpu", 4912,
-               MBRIDGE_2608_NOTE.format(
-                   recipe="deepseek/gb200/deepseek_v3.py", function="deepseek_v3_pretrain_256gpu_gb200_fp8mx_config",
-                   rest="recompute_modules ['mla_up_proj'] planned as selective (the eighth set's rule); the layout "
-                        "set_deepseek_v3_pipeline_model_parallel_layout gives PP 4 x VP 4: [embedding + 4 decoder "
-                        "layers], 14 x [4], [1 + the MTP module + loss], so the first and the last virtual stage "
-                        "hold 4 and 1 decoder layers, the MTP module on the last stage; mtp_num_layers 1; the "
-                        "precision-aware optimizer's bf16 moments and gradients (not modelled); vocabulary 129,280 "
-                        "(make_vocab_size_divisible_by 1280 leaves it)")),
-    HeldOutRun("Megatron-Bridge 26.08 gpt-oss-120b EP 64, 64 GB200s, MXFP8",
-               MBRIDGE_2608.format("GPT OSS 120B", 28672, 64, 1280), GPT_OSS_120B,
-               dict(dp=64, ep=64, expert_tp=1, micro_batch=4, grad_accum=5, **MBRIDGE_GB200),
-               "gb200", "tokens_per_gpu", 28672,
-               MBRIDGE_2608_NOTE.format(
-                   recipe="gpt_oss/gb200/gpt_oss.py", function="gpt_oss_120b_pretrain_64gpu_gb200_fp8mx_config",
-                   rest="recompute_modules set to [] (no recomputation); FP8 attention (fp8_dot_product_attention: "
-                        "not modelled, the planner's attention runs in bf16); the sliding-window half of the layers "
-                        "and the sinks are charged full attention; the vocabulary from the Hugging Face config "
-                        "(201,088)")),
-    HeldOutRun("Megatron-Bridge 26.08 Qwen3-30B-A3B EP 8, 8 GB200s, MXFP8",
-               MBRIDGE_2608.format("Qwen3_30B_a3B", 39936, 8, 512), QWEN3_30B_A3B,
-               dict(dp=8, ep=8, expert_tp=1, micro_batch=4, grad_accum=16, **MBRIDGE_GB200),
-               "gb200", "tokens_per_gpu", 39936,
-               MBRIDGE_2608_NOTE.format(
-                   recipe="qwen/gb200/qwen3_moe.py", function="qwen3_30b_a3b_pretrain_8gpu_gb200_fp8mx_config",
-                   rest="no recomputation (the recipe sets recompute_granularity None); FP8 attention "
-                        "(fp8_dot_product_attention: not modelled); TP overlap asked but off at TP 1; the "
-                        "vocabulary from the Hugging Face config (151,936)")),
-    HeldOutRun("Megatron-Bridge 26.08 Qwen3-235B-A22B PP 8 x VP 3 x EP 32, 256 GB200s, MXFP8",
-               MBRIDGE_2608.format("Qwen3_235B_a22B", 7280, 256, 8192), QWEN3_235B_A22B,
-               dict(dp=32, pp=8, ep=32, expert_tp=1, micro_batch=1, grad_accum=256, schedule="interleaved",
-                    virtual_stages=3, first_stage_layers=3, last_stage_layers=3, **MBRIDGE_GB200),
-               "gb200", "tokens_per_gpu", 7280,
-               MBRIDGE_2608_NOTE.format(
-                   recipe="qwen/gb200/qwen3_moe.py", function="qwen3_235b_a22b_pretrain_256gpu_gb200_fp8mx_config",
-                   rest="no recomputation; FP8 attention (fp8_dot_product_attention: not modelled); 94 layers on PP 8 "
-                        "x VP 3 with account_for_embedding_in_pipeline_split and account_for_loss_in_pipeline_split "
-                        "(no layout given): 96 over 24 virtual stages of 4, the first and the last holding 3 decoder "
-                        "layers beside the embedding or the loss; the vocabulary from the Hugging Face config "
-                        "(151,936)")),
+    _mbridge_2608("Megatron-Bridge 26.08 DeepSeek-V3 PP 4 x VP 4 x EP 64, 256 GB200s, MXFP8", "DeepSeekV3", 4912, 4096,
+                  DEEPSEEK_V3, dict(dp=64, pp=4, ep=64, expert_tp=1, micro_batch=1, grad_accum=64,
+                                    schedule="interleaved", virtual_stages=4, first_stage_layers=4,
+                                    last_stage_layers=1, recompute="selective"),
+                  "deepseek/gb200/deepseek_v3.py", "deepseek_v3_pretrain_256gpu_gb200_fp8mx_config",
+                  "recompute_modules ['mla_up_proj'] planned as selective (the eighth set's rule); the layout "
+                  "set_deepseek_v3_pipeline_model_parallel_layout gives PP 4 x VP 4: [embedding + 4 decoder "
+                  "layers], 14 x [4], [1 + the MTP module + loss], so the first and the last virtual stage "
+                  "hold 4 and 1 decoder layers, the MTP module on the last stage; mtp_num_layers 1; the "
+                  "precision-aware optimizer's bf16 moments and gradients (not modelled); vocabulary 129,280 "
+                  "(make_vocab_size_divisible_by 1280 leaves it)"),
+    _mbridge_2608("Megatron-Bridge 26.08 gpt-oss-120b EP 64, 64 GB200s, MXFP8", "GPT OSS 120B", 28672, 1280,
+                  GPT_OSS_120B, dict(dp=64, ep=64, expert_tp=1, micro_batch=4, grad_accum=5),
+                  "gpt_oss/gb200/gpt_oss.py", "gpt_oss_120b_pretrain_64gpu_gb200_fp8mx_config",
+                  "recompute_modules set to [] (no recomputation); FP8 attention (fp8_dot_product_attention: "
+                  "not modelled, the planner's attention runs in bf16); the sliding-window half of the layers "
+                  "and the sinks are charged full attention; the vocabulary from the Hugging Face config "
+                  "(201,088)"),
+    _mbridge_2608("Megatron-Bridge 26.08 Qwen3-30B-A3B EP 8, 8 GB200s, MXFP8", "Qwen3_30B_a3B", 39936, 512,
+                  QWEN3_30B_A3B, dict(dp=8, ep=8, expert_tp=1, micro_batch=4, grad_accum=16),
+                  "qwen/gb200/qwen3_moe.py", "qwen3_30b_a3b_pretrain_8gpu_gb200_fp8mx_config",
+                  "no recomputation (the recipe sets recompute_granularity None); FP8 attention "
+                  "(fp8_dot_product_attention: not modelled); TP overlap asked but off at TP 1; the "
+                  "vocabulary from the Hugging Face config (151,936)"),
+    _mbridge_2608("Megatron-Bridge 26.08 Qwen3-235B-A22B PP 8 x VP 3 x EP 32, 256 GB200s, MXFP8", "Qwen3_235B_a22B",
+                  7280, 8192, QWEN3_235B_A22B,
+                  dict(dp=32, pp=8, ep=32, expert_tp=1, micro_batch=1, grad_accum=256, schedule="interleaved",
+                       virtual_stages=3, first_stage_layers=3, last_stage_layers=3),
+                  "qwen/gb200/qwen3_moe.py", "qwen3_235b_a22b_pretrain_256gpu_gb200_fp8mx_config",
+                  "no recomputation; FP8 attention (fp8_dot_product_attention: not modelled); 94 layers on PP 8 "
+                  "x VP 3 with account_for_embedding_in_pipeline_split and account_for_loss_in_pipeline_split "
+                  "(no layout given): 96 over 24 virtual stages of 4, the first and the last holding 3 decoder "
+                  "layers beside the embedding or the loss; the vocabulary from the Hugging Face config "
+                  "(151,936)"),
 ]
 
 RUNS: list[HeldOutRun] = (FIRST_SET + SECOND_SET + THIRD_SET + FOURTH_SET + FIFTH_SET + SIXTH_SET + SEVENTH_SET
