@@ -63,8 +63,9 @@ def test_no_held_out_run_is_in_the_fitted_set():
 def test_the_split_is_what_the_docstring_says(outcomes):
     """The development runs are held_out_runs.RUNS, the first held-aside set's runs the kernel rate changed (its rule
     was written with their errors in view), the fourth set's (looked at before the per-node dispatch was modelled) and
-    the eighth set's H100 run and the ninth set's Qwen3-30B-A3B run (each planned before its set was written down):
-    held_out.MOVED_TO_DEVELOPMENT; the held-aside part is the rest
+    the eighth set's H100 run and the ninth set's Qwen3-30B-A3B run (each planned before its set was written down)
+    and the whole ninth set (its layouts stand in the development runs' source): held_out.MOVED_TO_DEVELOPMENT; the
+    held-aside part is the rest
     of held_aside_runs.RUNS, every later set among them. No run is in both, and no held-aside run is named in
     the planner's library or in the other tests (a check of one would look at its error)."""
     moved = held_out.MOVED_TO_DEVELOPMENT          # frozen by name: a later rule never moves them back
@@ -73,8 +74,10 @@ def test_the_split_is_what_the_docstring_says(outcomes):
     assert held_out.MOVED_BY_PER_NODE_DISPATCH == {run.name for run in held_aside_runs.FOURTH_SET}
     # the eighth set's H100 run: planned once by hand before the set was written down (never blind)
     assert held_out.SEEN_BEFORE_WRITTEN_DOWN == {held_aside_runs.EIGHTH_SET[0].name, held_aside_runs.NINTH_SET[2].name}
+    # the ninth set: its four layouts stand in the development runs' own source document at figures within 3 %
+    assert held_out.REPEATS_DEVELOPMENT_SOURCE == {run.name for run in held_aside_runs.NINTH_SET}
     assert moved == (held_out.MOVED_BY_KERNEL_RATE | held_out.MOVED_BY_PER_NODE_DISPATCH
-                     | held_out.SEEN_BEFORE_WRITTEN_DOWN)
+                     | held_out.SEEN_BEFORE_WRITTEN_DOWN | held_out.REPEATS_DEVELOPMENT_SOURCE)
     assert {run.name for run in held_aside_runs.FIRST_SET if held_out.runs_at_kernel_rate(run)} <= moved
     assert {r.run.name for r in outcomes if r.split == DEVELOPMENT} == {run.name for run in RUNS} | moved
     assert {r.run.name for r in outcomes if r.split == ASIDE} == {run.name for run in held_aside_runs.RUNS} - moved
@@ -237,7 +240,8 @@ def test_readme_quotes_the_held_out_medians(outcomes):
 def test_one_measured_run_per_stack_fits_its_own_figure_and_helps_only_at_other_scales_of_the_same_model():
     """held_out_fit.py: each group's first run, fitted, reproduces its published figure. With NVIDIA's stacks on
     Hopper planned at the kernel rate, the fit no longer brings the other runs closer in the median: it helps where
-    the group is one model and one code at other scales (MLPerf's GPT-3 rounds) and hurts where it carries one
+    the group is one model and one code at other scales (MLPerf's GPT-3 rounds), or one release of one code
+    (Megatron-Bridge's 26.08 GB200 rows, the two Qwen3 runs), and hurts where it carries one
     model's misses to others (DGX Cloud's tables, Automodel, OLMo-core, MaxText's A3 runs); docs/planner.md shows
     the table the module prints."""
     fitted = held_out_fit.fitted_groups()
@@ -249,12 +253,12 @@ def test_one_measured_run_per_stack_fits_its_own_figure_and_helps_only_at_other_
             step_time(model, with_matmul_efficiency(cluster, group.efficiency), strategy).total
         assert held_out.predict(first) * ratio == pytest.approx(first.published, rel=1e-6), group.fitted_on
     total = held_out_fit.summary(fitted)
-    # the fit does not bring the runs closer in the median (9.3 % against 7.4 % as planned)
+    # the fit does not bring the runs closer in the median (10.3 % against 7.6 % as planned)
     assert total["fitted"] > total["calibrated"] and total["runs"] == sum(len(g.runs) for g in fitted)
     assert held_out_fit.markdown_table(fitted) in (ROOT / "docs" / "planner.md").read_text()
     by_group = {(group.source, group.gpu): (group, held_out_fit.summary([group])) for group in fitted}
     for key in (("mlcommons/training_results_v3.1", "h100-sxm"), ("mlcommons/training_results_v4.1", "h100-sxm"),
-                ("mlcommons/training_results_v4.0", "h100-sxm")):
+                ("mlcommons/training_results_v4.0", "h100-sxm"), ("NVIDIA-NeMo/Megatron-Bridge", "gb200")):
         assert by_group[key][1]["fitted"] < by_group[key][1]["calibrated"], key
     for key in (("NVIDIA/dgxc-benchmarking", "h100-sxm"), ("NVIDIA-NeMo/Automodel", "h100-sxm"),
                 ("NVIDIA/dgxc-benchmarking", "gb200"), ("Dao-AILab/flash-attention", "a100-80gb"),
@@ -395,19 +399,16 @@ def test_per_node_dispatch_moved_the_runs_that_send_experts_across_nodes_both_wa
 
 def test_a_family_whose_held_aside_runs_all_missed_one_way_says_which(outcomes):
     """The trust line says when every held-aside run of a family (two or more) missed the same way: fine-grained MoE
-    on Hopper ran slower than planned (read the plan's speed as an upper bound), NVIDIA's dense H100 TP runs faster
-    than planned at the calibrated constant; a family whose runs missed both ways (FSDP; fine-grained MoE over all
-    GPUs, whose Blackwell runs missed both ways) says neither."""
-    assert "each ran slower than planned" in held_out.family_line("moe-fine", outcomes, generation="hopper")
-    assert "than planned" not in held_out.family_line("moe-fine", outcomes)
+    ran slower than planned (read the plan's speed as an upper bound), NVIDIA's dense H100 TP runs faster than
+    planned at the calibrated constant; a family whose runs missed both ways (FSDP) says neither."""
+    assert "each ran slower than planned" in held_out.family_line("moe-fine", outcomes)
     calibrated = held_out.at_plans_rate(ClusterSpec.preset("h100-sxm", nodes=8))[0]
     assert "each ran faster than planned" in held_out.family_line("dense-h100-tp", calibrated)
     assert "than planned" not in held_out.family_line("dense-h100-tp", outcomes)    # at the kernel rate, both ways
     assert "than planned" not in held_out.family_line("fsdp", outcomes)
     for key, sign in (("moe-fine", 1), ("dense-h100-tp", -1)):
         source = outcomes if sign > 0 else calibrated
-        errors = [r.error for r in source if key in r.families and r.split == ASIDE and r.error is not None
-                  and r.run.gpu.startswith("h100")]
+        errors = [r.error for r in source if key in r.families and r.split == ASIDE and r.error is not None]
         assert len(errors) >= 2 and all(e * sign > 0 for e in errors), key
 
 

@@ -212,9 +212,11 @@ def test_mxfp8_runs_at_the_fp8_rate_on_blackwell_only_and_casts_without_an_amax_
     assert gathered_parameter_bytes(mx.with_(zero=3)) == 2 and gathered_parameter_bytes(fp8.with_(zero=3)) == 1
     times = [step_time(llama, b200, strategy) for strategy in (bf16, fp8, mx)]
     assert times[0].total > times[1].total > times[2].total > times[0].total / 2
-    with pytest.raises(ValueError, match=r"block-scaled FP8 tensor cores start with Blackwell: b200, gb200; "
-                                         r"Hopper's FP8 scales per tensor: precision='fp8'"):
+    with pytest.raises(ValueError, match=r"block-scaled FP8 tensor cores start with Blackwell: b200, gb200\): "
+                                         r"train in one of those \(precision='fp8'\)"):
         step_time(llama, H100, mx)
+    with pytest.raises(ValueError, match=r"Blackwell: b200, gb200\): train in one of those \(precision='bf16'\)"):
+        step_time(llama, ClusterSpec.preset("a100-80gb"), mx)
 
 
 # ---- Blackwell ---------------------------------------------------------------------------------------

@@ -11,7 +11,8 @@ tables docs/planner.md shows.
 It is not a blind test: the workflow was chosen after the first held-aside set's errors of NVIDIA's stacks (every
 H100 run slow at the calibrated constant) were seen, so it is reported beside the held-aside figures, never as them.
 The runs are predicted as held_out.build plans them (NVIDIA's stacks on Hopper at the kernel rate), and against that
-one measured run helps where its group is one model and one code at other scales (MLPerf's GPT-3 rounds) and hurts
+one measured run helps where its group is one model and one code at other scales (MLPerf's GPT-3 rounds) or one
+release of one code (Megatron-Bridge's 26.08 GB200 rows, though not for all of its models) and hurts
 where it carries one model's misses to other models. A group is a repository,
 not always one software stack (NVIDIA's DGX Cloud tables hold NeMo/Megatron-Core and MaxText runs), and a fitted
 efficiency above the fastest GEMM timed on that GPU (cli_fit.HOPPER_GEMM_CEILING) is a lumped correction for the

@@ -240,7 +240,7 @@ def breakdown(plan, seq_source: str | None = None) -> str:
     if strategy.cp > 1:   # the ring's sends, of which each ring step's attention hides what it can (lesson 15)
         lines.append(f"  {'CP ring (total)':<28}{t.cp_comm:>9.3f}  "
                      f"({t.cp_comm - t.cp_comm_exposed:.3f} hidden under attention: only the overlap slowdown counts)")
-    peak = " (of the bf16 peak, torchtitan's convention for fp8)" if fp8_matmuls(strategy) else ""
+    peak = " (of the bf16 peak, torchtitan's convention for FP8)" if fp8_matmuls(strategy) else ""
     lines.append(f"  tokens/s {plan.tokens_per_second:,.0f}   MFU {plan.mfu:.1%}{peak}")
     return "\n".join(lines)
 

@@ -57,9 +57,10 @@ class GPU:
         if precision not in self.peak_flops:
             having = ", ".join(name for name, gpu in GPU_PRESETS.items() if precision in gpu.peak_flops)
             hint = {"fp8": f" (FP8 tensor cores start with Hopper: {having})",
-                    "mxfp8": f" (block-scaled FP8 tensor cores start with Blackwell: {having}; Hopper's FP8 scales "
-                             f"per tensor: precision='fp8')"}.get(precision, "")
-            instead = next(p for p in ("bf16", "fp16", "fp32") if p in self.peak_flops)
+                    "mxfp8": f" (block-scaled FP8 tensor cores start with Blackwell: {having})"}.get(precision, "")
+            # MXFP8 on a GPU with FP8 tensor cores: its per-tensor FP8 is the nearest it runs
+            instead = next(p for p in (("fp8",) if precision == "mxfp8" else ()) + ("bf16", "fp16", "fp32")
+                           if p in self.peak_flops)
             raise ValueError(f"{self.name} has no {precision} peak in its spec ({', '.join(self.peak_flops)}){hint}: "
                              f"train in one of those (precision='{instead}')")
         return self.peak_flops[precision]

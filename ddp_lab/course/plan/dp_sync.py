@@ -240,9 +240,10 @@ def _fsdp_units(model, strategy, stage: int) -> tuple[int, ...]:
 
 
 def gathered_unit_bytes(model, strategy, stage: int) -> list[int]:
-    """Bytes each `fsdp_units` unit's ZeRO-3 all-gather moves: 16-bit weights, FP8 linear weights at 1 byte each.
+    """Bytes each `fsdp_units` unit's ZeRO-3 all-gather moves: 16-bit weights, per-tensor FP8 linear weights at 1 byte.
 
-    Under FP8 with ZeRO-3 (precision.gathered_parameter_bytes: FSDP2's float8 all-gather) a layer's matrices travel
+    Under per-tensor FP8 with ZeRO-3 (precision.gathered_parameter_bytes: FSDP2's float8 all-gather; MXFP8's weights
+    travel in bf16) a layer's matrices travel
     in FP8 and its norms, biases and router (`memory.layer_other_parameters`) in bf16; the root (embeddings, final
     norm, output head) stays bf16.
 
@@ -271,7 +272,7 @@ def gathered_unit_bytes(model, strategy, stage: int) -> list[int]:
 
 
 def gathered_expert_bytes(model, strategy, stage: int) -> list[int]:
-    """Bytes each `experts.expert_units` unit's ZeRO-3 all-gather moves: the experts' matrices, 1 byte each under FP8."""
+    """Bytes each `experts.expert_units` unit's ZeRO-3 all-gather moves: the experts' matrices, 1 byte each under per-tensor FP8."""
     return [gathered_parameter_bytes(strategy) * unit for unit in experts.expert_units(model, strategy, stage)]
 
 
@@ -351,7 +352,7 @@ def unit_seconds(model, cluster, strategy, stage: int, kind: str, per_parameter:
 
     Dense units over the dp x cp ranks; a MoE layer's routed experts with their layer, over the ranks holding
     them (the edp group); each stretched by `slower` (overlap.stretch). ZeRO-3's gathers move
-    `gathered_unit_bytes` (FP8 linear weights at 1 byte), whatever `per_parameter` says.
+    `gathered_unit_bytes` (per-tensor FP8 linear weights at 1 byte), whatever `per_parameter` says.
     """
     group, expert_group = strategy.layout.group("dp_cp"), expert_tp.group(strategy, "edp")
     units = fsdp_units(model, strategy, stage)

@@ -215,8 +215,8 @@ def memory(model, strategy: Strategy) -> MemoryBreakdown:
     (`stage_state_bytes`: over dp x cp, experts over dp x cp / ep), its layers' activations (`layers_in_flight` layer-equivalents of
     Korthikanti et al.'s per-layer bytes; the first stage holds the most micro-batches), and on
     the last stage the head's activations. Buffers: under ZeRO-3 one layer's gathered weights
-    twice (the current layer and the prefetched next, FSDP's default; under FP8 its linear weights
-    gathered at 1 byte each, precision.gathered_parameter_bytes) plus its unsharded gradients
+    twice (the current layer and the prefetched next, FSDP's default; under per-tensor FP8 its linear
+    weights gathered at 1 byte each, precision.gathered_parameter_bytes) plus its unsharded gradients
     before the reduce-scatter; with fsdp_unit="model" (one unit) the whole stage's gathered weights
     and unsharded gradients. The stages checked are the first, the last, with uneven stages the
     second, and for a MoE model with dense first layers the first stages with experts

@@ -32,7 +32,10 @@ refuses it), at the FP8 rate; and, the blocks being one-dimensional, the transpo
 quantized from the bf16 tensor with scales of its own, not transposed from the FP8 one. Its casts therefore need no
 amax pass: one read of the bf16 tensor writes both copies with their scales (`MX_CAST_BYTES`: 2 + 2 x 33/32
 bytes per value), the input's and the weight's in forward, the output gradient's in backward (`cast_bytes`). Its
-weights are all-gathered in bf16 under ZeRO-3 (no FP8 all-gather is modelled for it).
+weights are all-gathered in bf16 under ZeRO-3 (no FP8 all-gather is modelled for it). Two approximations, both
+also per-tensor FP8's: the weight's cast is charged every micro-batch, where Transformer Engine keeps a weight's
+quantized copies across a step's micro-batches (under 1 % of a step in the layouts checked); and FP8's GEMM
+efficiency relative to bf16 (`FP8_GEMM_RELATIVE_EFFICIENCY`, measured on Hopper) is applied on Blackwell too.
 
 Checked against torchtitan's published FP8 run (benchmarks/llama3_h100_202412_torchtitan.md, Table 1: Llama 3.1 8B
 on 8 H100s, FSDP + torch.compile 6,667 tokens/s per GPU, + Float8 8,532, memory 77.0 -> 76.8 GiB) in
