@@ -1,7 +1,7 @@
 """Published training runs kept aside while the planner is modelled: the held-aside set (held_out.py scores it).
 
 These runs come from sources that neither the planner's calibration set (published.py) nor the development runs
-(held_out_runs.py) use. They came in nine sets: FIRST_SET, predicted and looked at from 2026-11 to 2026-12-06, and
+(held_out_runs.py) use. They came in ten sets: FIRST_SET, predicted and looked at from 2026-11 to 2026-12-06, and
 SECOND_SET, chosen and written down on 2026-12-06 after the kernel rate (fit_to_run.at_kernel_rate) was added and
 before the planner predicted any of them; the first set's runs that the kernel rate changes are development runs
 since (held_out.py). THIRD_SET was written down after uneven stages under interleaving were modelled
@@ -17,8 +17,10 @@ run; its H100 run had been planned once by then (held_out.SEEN_BEFORE_WRITTEN_DO
 (the fine-grained MoE rows of Megatron-Bridge's 26.08 table, MXFP8 on GB200s) was written down after the planner
 learned MXFP8 (precision.py), before it predicted the set; its Qwen3-30B-A3B run had been planned once by then. Once
 predicted, the set was found to repeat the development runs' source (below): all its runs are development runs
-(held_out.REPEATS_DEVELOPMENT_SOURCE). Every set was chosen and written down before the planner predicted any of
-its runs (but for the eighth set's H100 run and the ninth set's Qwen3-30B-A3B run), and they are kept aside
+(held_out.REPEATS_DEVELOPMENT_SOURCE). TENTH_SET (MLPerf Training v6.0's gpt_oss_20b submissions on B200s in
+MXFP8) was written down after that, by the fifth set's rules, before the planner predicted it. Every set was chosen
+and written down before the planner predicted any of its runs (but for the eighth set's H100 run and the ninth
+set's Qwen3-30B-A3B run), and they are kept aside
 while it is modelled: their errors are
 looked at once, at the end (held_out.py says what moves a run to the development part). Each run is recorded as
 its source states it: the model shape, the parallel layout, the batch and micro-batch, the sequence, the GPUs, the
@@ -152,6 +154,11 @@ Sources:
                 holds the same four layouts in its 26.06 and 26.06.01 tables at figures within 3 % of these
                 (but for one gpt-oss-120b row), and the gpt-oss-120b layout is a development run's in BF16; the
                 set counts in the development part
+
+    Tenth set:
+    mlperf-v6.0-b200  as the fifth set's source (mlcommons/training_results_v6.0 in the copy
+                Richardyu114/training_results_v6.0, commit eabf23a), its gpt_oss_20b submissions on B200s, which
+                run MXFP8
 
 Which rows: all three of NVIDIA's MLPerf Training v4.0 GPT-3 submissions, each its result_0.txt (the first of its
 runs): the tokens of all its training blocks over their summed durations (block_start to block_stop; the
@@ -1311,5 +1318,54 @@ NINTH_SET: list[HeldOutRun] = [
                   "(151,936)"),
 ]
 
+# ---- the tenth set: written down before the planner predicted any of them (module docstring) -----------------
+# Which runs, by the fifth set's rules (per submitter and GPU type the smallest and the largest GPU count, each its
+# first result log, the blocks' tokens over their summed durations): of the gpt_oss_20b submissions on B200 and GB200
+# GPUs, now that MXFP8 is expressible, those whose configuration the copy states. Each is one node of 8 B200s, TP 1,
+# PP 1, CP 1, EP 1, micro-batch 2, global batch 16. Left out: NVIDIA's two GB200 submissions (8 and 72 GPUs: the
+# configs its READMEs name are not in its folder, only same-named files of other submitters), CoreWeave's 64 B200s
+# (its log's global batch, 64, contradicts its config's CP 2 x MINIBS 1 on 64 GPUs, 32) and Netweb's 8 B200s (the
+# copy holds no config for that system and its log has no configuration dump). Where a stored config contradicts its
+# log (Dell's names EP 2 and scoped CUDA graphs), the log's configuration dump, the run's own record, is taken.
+MLPERF60_B200 = ("mlcommons/training_results_v6.0 {}/results/{}/gpt_oss_20b/{} (read in the copy "
+                 "Richardyu114/training_results_v6.0, commit eabf23a): the training blocks' tokens over their summed "
+                 "durations; 8 GPUs, GBS 16")
+MLPERF60_B200_NOTE = ("the log's configuration dump (DLPAL {}): TP 1, PP 1, CP 1, EP 1, expert TP 1, micro-batch 2, "
+                      "global batch 16 (gradient accumulation 1), sequence 8,192, vocabulary 128,256, 24 layers "
+                      "(MLPERF_GPT_OSS_20B); Transformer Engine MXFP8 (fp8_recipe 'mxfp8', E4M3, FP8 parameters and "
+                      "their gather: not modelled), attention in bf16 (fp8_dot_product_attention unset), "
+                      "recompute_modules ['core_attn'] planned as selective (the eighth set's rule: no matmul "
+                      "recomputed); Megatron's distributed optimizer (ZeRO-1) with overlapped gradient reduce and "
+                      "parameter gather, gradients reduced in bf16 (grad_reduce_in_fp32=False, use_megatron_fsdp="
+                      "False); full-iteration CUDA graphs (cuda_graph_impl 'local', full_iteration: not modelled); no "
+                      "TP or EP overlap; the sliding-window half of the layers and the sinks charged full attention; "
+                      "{} blocks of 768 steps, the first {} s against about {} s for each of the others; the b200 "
+                      "preset (B200-SXM-180GB, one node of 8){}")
+
+TENTH_SET: list[HeldOutRun] = [
+    # ---- mixture of experts, fine-grained: 32 experts, top-4, DP 8 on 8 B200s, MXFP8 (MLPerf Training v6.0) -----------
+    *[HeldOutRun(f"MLPerf v6.0 gpt-oss-20b DP 8, 8 B200s, MXFP8 ({submitter})",
+                 MLPERF60_B200.format(submitter, system, result), MLPERF_GPT_OSS_20B,
+                 dict(dp=8, micro_batch=2, grad_accum=1, precision="mxfp8", recompute="selective", **NEMO),
+                 "b200", "tokens_per_gpu", _tokens_per_gpu(196_608 * 8192 / seconds, 8),
+                 MLPERF60_B200_NOTE.format(dlpal, blocks, first, rest, note))
+      for submitter, system, result, dlpal, blocks, first, rest, seconds, note in (
+          ("Dell", "1xXE9780Lx8B200-SXM-180GB", "result_0.txt", "XE9780LSPB200_1x8x2xtp1pp1cp1ep1_mxfp8", 16, "354.0",
+           "348", 5571.446, "; the stored config_DGXB200_1x8x2xtp1pp1cp1ep2_mxfp8.sh (EP 2, scoped CUDA graphs) is "
+           "not what the log ran"),
+          ("Lambda", "b200_n1_ngc25.09_nemo", "result_1.txt (the folder's first; it has no result_0)",
+           "DGXB200_1x8x2xtp1pp1cp1ep1_mxfp8", 16, "386.9", "348", 5605.960,
+           "; 39.5 s of CUDA-graph capture in the first block (kept, as every block)"),
+          ("Supermicro", "SYS-A22GA-NBRT-8xB200_SXM", "result_01.txt (the folder's first)",
+           "DGXB200_1x8x2xtp1pp1cp1ep1_mxfp8", 16, "367.2", "353.5", 5669.218, ""))],
+]
+# The arithmetic (each block's duration is its block_stop less its block_start, in the log's time_ms; the samples are
+# (block_stop step - block_start step) x 16, which the logged samples_count confirms): 16 blocks x 768 steps = 12,288
+# steps x GBS 16 = 196,608 sequences x 8,192 = 1,610,612,736 tokens in each run, over
+#   Dell        5,571.446 s = 289,083.4 tokens/s = 36,135.4 per GPU
+#   Lambda      5,605.960 s (first block_start 1778343666267, last block_stop 1778349397605) = 287,303.6 tokens/s =
+#               35,913.0 per GPU
+#   Supermicro  5,669.218 s = 284,097.9 tokens/s = 35,512.2 per GPU
+
 RUNS: list[HeldOutRun] = (FIRST_SET + SECOND_SET + THIRD_SET + FOURTH_SET + FIFTH_SET + SIXTH_SET + SEVENTH_SET
-                          + EIGHTH_SET + NINTH_SET)
+                          + EIGHTH_SET + NINTH_SET + TENTH_SET)
