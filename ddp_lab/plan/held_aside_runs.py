@@ -1,7 +1,7 @@
 """Published training runs kept aside while the planner is modelled: the held-aside set (held_out.py scores it).
 
 These runs come from sources that neither the planner's calibration set (published.py) nor the development runs
-(held_out_runs.py) use. They came in ten sets: FIRST_SET, predicted and looked at from 2026-11 to 2026-12-06, and
+(held_out_runs.py) use. They came in eleven sets: FIRST_SET, predicted and looked at from 2026-11 to 2026-12-06, and
 SECOND_SET, chosen and written down on 2026-12-06 after the kernel rate (fit_to_run.at_kernel_rate) was added and
 before the planner predicted any of them; the first set's runs that the kernel rate changes are development runs
 since (held_out.py). THIRD_SET was written down after uneven stages under interleaving were modelled
@@ -18,7 +18,9 @@ run; its H100 run had been planned once by then (held_out.SEEN_BEFORE_WRITTEN_DO
 learned MXFP8 (precision.py), before it predicted the set; its Qwen3-30B-A3B run had been planned once by then. Once
 predicted, the set was found to repeat the development runs' source (below): all its runs are development runs
 (held_out.REPEATS_DEVELOPMENT_SOURCE). TENTH_SET (MLPerf Training v6.0's gpt_oss_20b submissions on B200s in
-MXFP8) was written down after that, by the fifth set's rules, before the planner predicted it. Every set was chosen
+MXFP8) was written down after that, by the fifth set's rules, before the planner predicted it, and ELEVENTH_SET (the
+same round's DeepSeek-V3 submissions on GB200s) after it had been predicted, by the same rules, before the planner
+predicted any of its runs. Every set was chosen
 and written down before the planner predicted any of its runs (but for the eighth set's H100 run and the ninth
 set's Qwen3-30B-A3B run), and they are kept aside
 while it is modelled: their errors are
@@ -159,6 +161,9 @@ Sources:
     mlperf-v6.0-b200  as the fifth set's source (mlcommons/training_results_v6.0 in the copy
                 Richardyu114/training_results_v6.0, commit eabf23a), its gpt_oss_20b submissions on B200s, which
                 run MXFP8
+
+    Eleventh set:
+    mlperf-v6.0-dsv3  the same copy, its deepseekv3_671b submissions on GB200s (MXFP8)
 
 Which rows: all three of NVIDIA's MLPerf Training v4.0 GPT-3 submissions, each its result_0.txt (the first of its
 runs): the tokens of all its training blocks over their summed durations (block_start to block_stop; the
@@ -1343,7 +1348,7 @@ MLPERF60_B200_NOTE = ("the log's configuration dump (DLPAL {}): TP 1, PP 1, CP 1
                       "preset (B200-SXM-180GB, one node of 8){}")
 
 TENTH_SET: list[HeldOutRun] = [
-    # ---- mixture of experts, fine-grained: 32 experts, top-4, DP 8 on 8 B200s, MXFP8 (MLPerf Training v6.0) -----------
+    # ---- mixture of experts, fine-grained: 32 experts, top-4, DP 8 on 8 B200s, MXFP8 (MLPerf Training v6.0) -------
     *[HeldOutRun(f"MLPerf v6.0 gpt-oss-20b DP 8, 8 B200s, MXFP8 ({submitter})",
                  MLPERF60_B200.format(submitter, system, result), MLPERF_GPT_OSS_20B,
                  dict(dp=8, micro_batch=2, grad_accum=1, precision="mxfp8", recompute="selective", **NEMO),
@@ -1367,5 +1372,64 @@ TENTH_SET: list[HeldOutRun] = [
 #               35,913.0 per GPU
 #   Supermicro  5,669.218 s = 284,097.9 tokens/s = 35,512.2 per GPU
 
+# ---- the eleventh set: written down before the planner predicted any of them (module docstring) ---------------
+# Which runs, by the fifth set's rules: of MLPerf Training v6.0's deepseekv3_671b submissions on B200 and GB200 GPUs
+# (none on B200), per submitter the smallest and the largest GPU count: NVIDIA's 512 and 8,192 GB200s and Google's
+# 256 (its one count). The GB300 submissions (NVIDIA's theia, CoreWeave's) have no preset.
+MLPERF60_DSV3 = ("mlcommons/training_results_v6.0 {}/results/{}/deepseekv3_671b/result_0.txt (read in the copy "
+                 "Richardyu114/training_results_v6.0, commit eabf23a): the training blocks' tokens over their summed "
+                 "durations; {:,} GPUs, GBS {:,}")
+MLPERF60_DSV3_NOTE = ("{config} ({where}): TP 2 with sequence parallelism (pretrain.py: TP > 1), PP 4 x VP 4 with the "
+                      "layout 'Et*4|(t*4|)*14tmL' (the first virtual stage the embedding and 4 decoder layers, 14 of "
+                      "4, the last 1 with the MTP module and the loss: first/last_stage_layers 4 / 1), EP 32, expert "
+                      "TP 1, CP 1, micro-batch 1 (conf/model/671b.yaml), global batch MINIBS {minibs} x DP {dp:,}; "
+                      "the model as Google's log prints it (MLAModelProvider: 61 layers, the first 3 dense, 256 "
+                      "experts of 2,048 and 1 shared, top-8, latent attention 512 / 1,536, one MTP module, "
+                      "vocabulary 129,280, untied; the closed division's model, so NVIDIA's too, whose logs print "
+                      "no configuration): DEEPSEEK_V3; Transformer Engine MXFP8 with FP8 parameters and their gather "
+                      "(not modelled) and FP8 attention (FP8_DPA: not modelled, the planner's attention runs in "
+                      "bf16); RECOMPUTE_MODULES 'mlp', which recomputes only the 3 dense layers' MLP "
+                      "(Megatron-Core's transformer_layer.py skips MoE layers), planned as selective by the eighth "
+                      "set's rule; the flex dispatcher with HybridEP (moe_dispatch per-node); the all-to-alls "
+                      "overlapped with another micro-batch's compute (OVERLAP_MOE_EXPERT_PARALLEL_COMM, "
+                      "DELAY_WGRAD_COMPUTE: not modelled, planned exposed); full-iteration and optimizer CUDA graphs "
+                      "(not modelled); Megatron's distributed optimizer (ZeRO-1) with overlapped gradient reduce and "
+                      "parameter gather, gradients reduced in bf16; no TP overlap; GB200 NVL72 trays of 4 GPUs placed "
+                      "by held_out.nvlink_segment (racks of 64); {blocks} blocks of one step each (evaluation after "
+                      "every step, left out), {spread}")
+
+ELEVENTH_SET: list[HeldOutRun] = [
+    # ---- mixture of experts, fine-grained, latent attention: DeepSeek-V3 on GB200s, MXFP8 (MLPerf v6.0) ---------
+    *[HeldOutRun(f"MLPerf v6.0 DeepSeek-V3 TP 2 x PP 4 x VP 4 x EP 32, {gpus:,} GB200s, MXFP8 ({submitter})",
+                 MLPERF60_DSV3.format(submitter, system, gpus, minibs * gpus // 8), DEEPSEEK_V3,
+                 dict(dp=gpus // 8, tp=2, pp=4, ep=32, expert_tp=1, micro_batch=1, grad_accum=minibs,
+                      schedule="interleaved", virtual_stages=4, first_stage_layers=4, last_stage_layers=1,
+                      recompute="selective", sequence_parallel=True, precision="mxfp8", moe_dispatch="per-node",
+                      **NEMO),
+                 "gb200", "tokens_per_gpu", _tokens_per_gpu(737_280 * 4096 / seconds, gpus),
+                 MLPERF60_DSV3_NOTE.format(config=config, where=where, minibs=minibs, dp=gpus // 8, blocks=blocks,
+                                           spread=spread))
+      for submitter, system, gpus, minibs, config, where, blocks, seconds, spread in (
+          ("NVIDIA", "tyche-hsg_ngpu512_ngc26.04_nemo", 512, 240,
+           "config_GB200_128x4x240xtp2pp4ep32cp1_mxfp8_full_cg.sh",
+           "NVIDIA/benchmarks/deepseekv3_671b/implementations/tyche-hsg_ngpu512_ngc26.04_nemo, named by its README, "
+           "with the config_common.sh and config_common_mxfp8.sh it sources", 48, 1503.863,
+           "the first and the third 38.3 s and 39.2 s, the rest 30.7-32.1 s"),
+          ("NVIDIA", "tyche-hsg_ngpu8192_ngc26.04_nemo", 8192, 16,
+           "config_GB200_2048x4x16xtp2pp4ep32cp1_mxfp8_full_cg.sh",
+           "its implementation folder, named by its README; the common files as the 512-GPU folder's", 45, 162.011,
+           "3.45-4.66 s each"),
+          ("Google", "gb200_nvl72_n64_ngc26.04_nemo", 256, 480, "config_GB200_64x4x480xtp2pp4ep32cp1_mxfp8_full_cg.sh",
+           "Google/benchmarks/deepseekv3_671b/implementations/gb200_megatron_bridge, named by the log's DLPAL line; "
+           "the log's configuration dump gives the same settings", 48, 2872.388,
+           "the first and the third 64.9 s and 67.6 s, the rest 59.1-60.5 s"))],
+]
+# The arithmetic (each block is one step, block_start to block_stop in the log's time_ms; its samples are the step's
+# global batch, and the blocks' total equals run_stop's samples_count, 737,280, in each run): 737,280 sequences x
+# 4,096 = 3,019,898,880 tokens over
+#   NVIDIA 512    48 blocks x GBS 15,360, 1,503.863 s = 2,008,094.4 tokens/s = 3,922.1 per GPU
+#   NVIDIA 8,192  45 blocks x GBS 16,384, 162.011 s = 18,640,085.4 tokens/s = 2,275.4 per GPU
+#   Google 256    48 blocks x GBS 15,360, 2,872.388 s = 1,051,354.8 tokens/s = 4,106.9 per GPU
+
 RUNS: list[HeldOutRun] = (FIRST_SET + SECOND_SET + THIRD_SET + FOURTH_SET + FIFTH_SET + SIXTH_SET + SEVENTH_SET
-                          + EIGHTH_SET + NINTH_SET + TENTH_SET)
+                          + EIGHTH_SET + NINTH_SET + TENTH_SET + ELEVENTH_SET)
