@@ -303,7 +303,8 @@ figure); allenai/OLMo and megablocks (no throughput); gpt-neox's H100 ablations 
 example log, GPU not said) and DeepSpeed's blogs (images); INTELLECT-1 (an MFU range over wide-area links, no
 per-configuration table readable); torchao's float8nocompile tables (model and batch not named, GPU counts
 inconsistent), its MoE, MI300X and B200 tables (no preset, or MXFP8, not modelled then) and its rowwise FP8 row
-(the planner's FP8 scales per tensor or per 32-value block); nanochat (Muon, its own block); fms-fsdp (the IBM blog's table, published.py's); ColossalAI,
+(the planner's FP8 scales per tensor or per 32-value block); nanochat (Muon, its own block); fms-fsdp (the IBM
+blog's table, published.py's); ColossalAI,
 NousResearch, Zyphra (no H100 configuration and figure found).
 Examined for the later sets and not used: KempnerForge's MoE benchmark (8 H200s: every expert padded to the busiest
 one and tokens routed in a Python loop, which the planner does not express; its 64-expert rows' token counts do not
