@@ -253,7 +253,7 @@ def test_one_measured_run_per_stack_fits_its_own_figure_and_helps_only_at_other_
             step_time(model, with_matmul_efficiency(cluster, group.efficiency), strategy).total
         assert held_out.predict(first) * ratio == pytest.approx(first.published, rel=1e-6), group.fitted_on
     total = held_out_fit.summary(fitted)
-    # the fit does not bring the runs closer in the median (8.7 % against 7.6 % as planned)
+    # the fit does not bring the runs closer in the median (8.7 % against 7.9 % as planned)
     assert total["fitted"] > total["calibrated"] and total["runs"] == sum(len(g.runs) for g in fitted)
     assert held_out_fit.markdown_table(fitted) in (ROOT / "docs" / "planner.md").read_text()
     by_group = {(group.source, group.gpu): (group, held_out_fit.summary([group])) for group in fitted}
@@ -399,16 +399,19 @@ def test_per_node_dispatch_moved_the_runs_that_send_experts_across_nodes_both_wa
 
 def test_a_family_whose_held_aside_runs_all_missed_one_way_says_which(outcomes):
     """The trust line says when every held-aside run of a family (two or more) missed the same way: fine-grained MoE
-    ran slower than planned (read the plan's speed as an upper bound), NVIDIA's dense H100 TP runs faster than
-    planned at the calibrated constant; a family whose runs missed both ways (FSDP) says neither."""
-    assert "each ran slower than planned" in held_out.family_line("moe-fine", outcomes)
+    on Hopper ran slower than planned (read the plan's speed as an upper bound), NVIDIA's dense H100 TP runs faster
+    than planned at the calibrated constant; a family whose runs missed both ways (FSDP; fine-grained MoE over all
+    GPUs, whose GB200 runs of MLPerf's DeepSeek-V3 missed both ways) says neither."""
+    assert "each ran slower than planned" in held_out.family_line("moe-fine", outcomes, generation="hopper")
+    assert "than planned" not in held_out.family_line("moe-fine", outcomes)
     calibrated = held_out.at_plans_rate(ClusterSpec.preset("h100-sxm", nodes=8))[0]
     assert "each ran faster than planned" in held_out.family_line("dense-h100-tp", calibrated)
     assert "than planned" not in held_out.family_line("dense-h100-tp", outcomes)    # at the kernel rate, both ways
     assert "than planned" not in held_out.family_line("fsdp", outcomes)
     for key, sign in (("moe-fine", 1), ("dense-h100-tp", -1)):
         source = outcomes if sign > 0 else calibrated
-        errors = [r.error for r in source if key in r.families and r.split == ASIDE and r.error is not None]
+        errors = [r.error for r in source if key in r.families and r.split == ASIDE and r.error is not None
+                  and r.run.gpu.startswith("h100")]
         assert len(errors) >= 2 and all(e * sign > 0 for e in errors), key
 
 
