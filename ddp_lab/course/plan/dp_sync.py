@@ -272,7 +272,8 @@ def gathered_unit_bytes(model, strategy, stage: int) -> list[int]:
 
 
 def gathered_expert_bytes(model, strategy, stage: int) -> list[int]:
-    """Bytes each `experts.expert_units` unit's ZeRO-3 all-gather moves: the experts' matrices, 1 byte each under per-tensor FP8."""
+    """Bytes each `experts.expert_units` unit's ZeRO-3 all-gather moves: the experts' matrices, 1 byte each under
+    per-tensor FP8."""
     return [gathered_parameter_bytes(strategy) * unit for unit in experts.expert_units(model, strategy, stage)]
 
 

@@ -60,7 +60,8 @@ class Strategy:
     sequence_parallel: bool = False
     recompute: str = "none"       # "none", "selective" (attention core only), "full" (whole layer), "op" (torchtitan's
                                   # per-op policy: every second matmul, op_checkpoint.py)
-    precision: str = "bf16"       # "bf16"/"fp16": mixed precision, "fp32": everything in fp32, "fp8"/"mxfp8": linear GEMMs in FP8 (precision.py)
+    precision: str = "bf16"       # "bf16"/"fp16": mixed precision, "fp32": everything in fp32, "fp8"/"mxfp8": linear
+                                  # GEMMs in FP8 (precision.py)
     fsdp_unit: str = "layer"      # ZeRO-3: "layer" (one FSDP unit per layer + the root, lesson 09) or "model"
     attention: str = "flash"      # "flash": fused kernel, no s x s scores kept (Dao et al. 2022); "eager": Korthikanti's
     fp32_grads: bool = False      # mixed precision with fp32 gradients (Megatron-LM's main_grad, Llama 3): 4 bytes, not 2
