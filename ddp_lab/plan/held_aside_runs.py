@@ -19,14 +19,12 @@ learned MXFP8 (precision.py), before it predicted the set; its Qwen3-30B-A3B run
 predicted, the set was found to repeat the development runs' source (below): all its runs are development runs
 (held_out.REPEATS_DEVELOPMENT_SOURCE). TENTH_SET (MLPerf Training v6.0's gpt_oss_20b submissions on B200s in
 MXFP8) was written down after that, by the fifth set's rules, before the planner predicted it, and ELEVENTH_SET (the
-same round's DeepSeek-V3 submissions on GB200s) after it had been predicted, by the same rules, before the planner
-predicted any of its runs. Every set was chosen
-and written down before the planner predicted any of its runs (but for the eighth set's H100 run and the ninth
-set's Qwen3-30B-A3B run), and they are kept aside
-while it is modelled: their errors are
-looked at once, at the end (held_out.py says what moves a run to the development part). Each run is recorded as
-its source states it: the model shape, the parallel layout, the batch and micro-batch, the sequence, the GPUs, the
-precision and the published figure; each run's `source` ends with the GPU count and global batch its source gives
+same round's DeepSeek-V3 submissions on GB200s) after the tenth had been predicted, by the same rules, before the
+planner predicted any of its runs. Every set was chosen and written down before the planner predicted any of its
+runs (but for the eighth set's H100 run and the ninth set's Qwen3-30B-A3B run), and they are kept aside while it is
+modelled: their errors are looked at once, at the end (held_out.py says what moves a run to the development part).
+Each run is recorded as its source states it: the model shape, the parallel layout, the batch and micro-batch, the
+sequence, the GPUs, the precision and the published figure; each run's `source` ends with the GPU count and global batch its source gives
 ("N GPUs, GBS B"; where it gives no GPU count, the one planned, and says so). A setting the table leaves out is read
 from the configuration the same source ships for that run (named in the note); what neither states is assumed by the
 rules below, never chosen to bring a prediction closer. Where a source gives tokens per second for all its GPUs,
@@ -1339,9 +1337,9 @@ MLPERF60_B200 = ("mlcommons/training_results_v6.0 {}/results/{}/gpt_oss_20b/{} (
 MLPERF60_B200_NOTE = ("the log's configuration dump (DLPAL {}): TP 1, PP 1, CP 1, EP 1, expert TP 1, micro-batch 2, "
                       "global batch 16 (gradient accumulation 1), sequence 8,192, vocabulary 128,256, 24 layers "
                       "(MLPERF_GPT_OSS_20B); Transformer Engine MXFP8 (fp8_recipe 'mxfp8', E4M3, FP8 parameters and "
-                      "their gather: not modelled), attention in bf16 (fp8_dot_product_attention unset), "
-                      "recompute_modules ['core_attn'] planned as selective (the eighth set's rule: no matmul "
-                      "recomputed); Megatron's distributed optimizer (ZeRO-1) with overlapped gradient reduce and "
+                      "their gather: not modelled), attention in bf16 (fp8_dot_product_attention unset), no "
+                      "recomputation (recompute_granularity None; the dump's recompute_modules ['core_attn'] is "
+                      "Megatron-Core's default, inert without it); Megatron's distributed optimizer (ZeRO-1) with overlapped gradient reduce and "
                       "parameter gather, gradients reduced in bf16 (grad_reduce_in_fp32=False, use_megatron_fsdp="
                       "False); full-iteration CUDA graphs (cuda_graph_impl 'local', full_iteration: not modelled); no "
                       "TP or EP overlap; the sliding-window half of the layers and the sinks charged full attention; "
@@ -1352,7 +1350,7 @@ TENTH_SET: list[HeldOutRun] = [
     # ---- mixture of experts, fine-grained: 32 experts, top-4, DP 8 on 8 B200s, MXFP8 (MLPerf Training v6.0) -------
     *[HeldOutRun(f"MLPerf v6.0 gpt-oss-20b DP 8, 8 B200s, MXFP8 ({submitter})",
                  MLPERF60_B200.format(submitter, system, result), MLPERF_GPT_OSS_20B,
-                 dict(dp=8, micro_batch=2, grad_accum=1, precision="mxfp8", recompute="selective", **NEMO),
+                 dict(dp=8, micro_batch=2, grad_accum=1, precision="mxfp8", **NEMO),
                  "b200", "tokens_per_gpu", _tokens_per_gpu(196_608 * 8192 / seconds, 8),
                  MLPERF60_B200_NOTE.format(dlpal, blocks, first, rest, note))
       for submitter, system, result, dlpal, blocks, first, rest, seconds, note in (
@@ -1387,15 +1385,17 @@ MLPERF60_DSV3_NOTE = ("{config} ({where}): TP 2 with sequence parallelism (pretr
                       "the model as Google's log prints it (MLAModelProvider: 61 layers, the first 3 dense, 256 "
                       "experts of 2,048 and 1 shared, top-8, latent attention 512 / 1,536, one MTP module, "
                       "vocabulary 129,280, untied; the closed division's model, so NVIDIA's too, whose logs print "
-                      "no configuration): DEEPSEEK_V3; Transformer Engine MXFP8 with FP8 parameters and their gather "
+                      "only their parallel sizes, which agree): DEEPSEEK_V3; Transformer Engine MXFP8 with FP8 parameters and their gather "
                       "(not modelled) and FP8 attention (FP8_DPA: not modelled, the planner's attention runs in "
                       "bf16); RECOMPUTE_MODULES 'mlp', which recomputes only the 3 dense layers' MLP "
-                      "(Megatron-Core's transformer_layer.py skips MoE layers), planned as selective by the eighth "
-                      "set's rule; the flex dispatcher with HybridEP (moe_dispatch per-node); the all-to-alls "
+                      "(Megatron-Core's transformer_layer.py skips MoE layers: about 3 % of the forward matmuls), "
+                      "planned as selective by the eighth set's rule; routing not forced to balance (real data, "
+                      "the sequence auxiliary loss; planned balanced); the flex dispatcher with HybridEP (moe_dispatch per-node); the all-to-alls "
                       "overlapped with another micro-batch's compute (OVERLAP_MOE_EXPERT_PARALLEL_COMM, "
-                      "DELAY_WGRAD_COMPUTE: not modelled, planned exposed); full-iteration and optimizer CUDA graphs "
-                      "(not modelled); Megatron's distributed optimizer (ZeRO-1) with overlapped gradient reduce and "
-                      "parameter gather, gradients reduced in bf16; no TP overlap; GB200 NVL72 trays of 4 GPUs placed "
+                      "DELAY_WGRAD_COMPUTE: not modelled, planned exposed); full-iteration and optimizer CUDA graphs, "
+                      "paged stashing, pipeline sends overlapped (overlap_p2p_comm) and the precision-aware "
+                      "optimizer's bf16 moments (not modelled); Megatron's distributed optimizer (ZeRO-1) with "
+                      "overlapped gradient reduce and parameter gather, gradients reduced in bf16; no TP overlap; GB200 NVL72 trays of 4 GPUs placed "
                       "by held_out.nvlink_segment (racks of 64); {blocks} blocks of one step each (evaluation after "
                       "every step, left out), {spread}")
 
