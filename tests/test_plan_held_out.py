@@ -141,6 +141,8 @@ def test_the_families_follow_the_docstrings_rules():
     assert held_out.run_families(dataclasses.replace(run(gpu="b200", cp=2), model=mixtral)) == ["b200", "moe-coarse"]
     assert held_out.run_families(run(gpu="gb200", cp=2)) == ["b200", "long-context"]
     assert held_out.run_families(run(gpu="b200", dp=8, zero=3)) == ["b200"]
+    assert held_out.run_families(dataclasses.replace(run(gpu="gb300", tp=2), model=mixtral)) == ["b200", "moe-coarse"]
+    assert held_out.run_families(run(gpu="b300", dp=8)) == ["b200"]             # Blackwell Ultra is Blackwell
     assert held_out.run_families(run(cp=2, tp=8)) == ["long-context"]            # not dense TP too
     assert held_out.run_families(run(cp=2, precision="fp8")) == ["long-context"]  # not FP8 data-parallel too
     assert held_out.run_families(run(gpu="a100-80gb", cp=2)) == ["long-context"]

@@ -212,10 +212,11 @@ def test_mxfp8_runs_at_the_fp8_rate_on_blackwell_only_and_casts_without_an_amax_
     assert gathered_parameter_bytes(mx.with_(zero=3)) == 2 and gathered_parameter_bytes(fp8.with_(zero=3)) == 1
     times = [step_time(llama, b200, strategy) for strategy in (bf16, fp8, mx)]
     assert times[0].total > times[1].total > times[2].total > times[0].total / 2
-    with pytest.raises(ValueError, match=r"block-scaled FP8 tensor cores start with Blackwell: b200, gb200\): "
-                                         r"train in one of those \(precision='fp8'\)"):
+    with pytest.raises(ValueError, match=r"block-scaled FP8 tensor cores start with Blackwell: b200, gb200, b300, "
+                                         r"gb300\): train in one of those \(precision='fp8'\)"):
         step_time(llama, H100, mx)
-    with pytest.raises(ValueError, match=r"Blackwell: b200, gb200\): train in one of those \(precision='bf16'\)"):
+    with pytest.raises(ValueError, match=r"Blackwell: b200, gb200, b300, gb300\): train in one of those "
+                                         r"\(precision='bf16'\)"):
         step_time(llama, ClusterSpec.preset("a100-80gb"), mx)
 
 
@@ -233,6 +234,13 @@ def test_blackwell_presets_come_from_the_datasheets_and_say_they_are_uncalibrate
     faster = step_time(llama, H100, strategy).total / step_time(llama, ClusterSpec.preset("b200"), strategy).total
     assert 1.5 < faster < b200.flops("bf16") / H100.gpu.flops("bf16")      # compute 2.3x, HBM 2.4x, links 2x
     assert TILE_K == 128
+    # Blackwell Ultra (HGX B300, GB300 NVL72): the rates of B200 and GB200, more memory, an 800 Gb/s NIC per GPU
+    b300, gb300 = ClusterSpec.preset("b300"), ClusterSpec.preset("gb300")
+    assert b300.gpu.peak_flops == b200.peak_flops and gb300.gpu.peak_flops == gb200.peak_flops
+    assert (b300.gpu.memory, gb300.gpu.memory) == (270 * GiB, 284_208 * 2**20)   # as NVIDIA's MLPerf systems give them
+    assert (b300.gpus_per_node, gb300.gpus_per_node) == (8, 72)
+    assert b300.inter_node_bandwidth == gb300.inter_node_bandwidth == 2 * ClusterSpec.preset("b200").inter_node_bandwidth
+    assert b300.gpu.generation == gb300.gpu.generation == "blackwell"
 
 
 # ---- head_dim other than hidden / heads, and FP8's all-gather ----------------------------------------

@@ -23,12 +23,12 @@ kernel rate (fit_to_run.at_kernel_rate), the rest at the calibrated constants. T
                  predictions, so a change that moves one fails until it is examined under this rule.
 The goal, judged on the held-aside part: a median absolute error of at most 10 %, and no family's median beyond 15 %.
 
-Families (the exact conditions: `_families`): a family of GPUs, B200 and GB200 runs; and families of workloads, by
-their rules in this order: mixture of experts with at most 16 experts ("coarse") or more ("fine-grained"); Llama 3
-405B on 8,192 GPUs or more without context parallelism; context parallelism or sequences of 32K tokens or more; a
-dense model with TP of 4 or more on H100s (or H200s); a dense model with TP or PP on A100s; a dense model in FP8
-with TP under 4 on H100s (or H200s); the rest (FSDP/data-parallel, and TP 1-2 with any PP on H100s) for a run on
-other GPUs that meets none. A run counts in its GPUs' family and in the first workload family whose rule it meets
+Families (the exact conditions: `_families`): a family of GPUs, Blackwell's B200, GB200, B300 and GB300 runs; and
+families of workloads, by their rules in this order: mixture of experts with at most 16 experts ("coarse") or more
+("fine-grained"); Llama 3 405B on 8,192 GPUs or more without context parallelism; context parallelism or sequences
+of 32K tokens or more; a dense model with TP of 4 or more on H100s (or H200s); a dense model with TP or PP on A100s;
+a dense model in FP8 with TP under 4 on H100s (or H200s); the rest (FSDP/data-parallel, and TP 1-2 with any PP on
+H100s) for a run on other GPUs that meets none. A run counts in its GPUs' family and in the first workload family whose rule it meets
 (`run_families`: a Mixtral run on B200s is a Blackwell run and a coarse-MoE run; a run with context parallelism
 and TP 8 on H100s a long-sequence one only), and each part's overall median counts it once. A plan is trusted as
 far as every family whose rule it meets says (`plan_families`), each family's runs on the plan's GPU generation
@@ -70,7 +70,7 @@ FAMILIES = {
     "moe-coarse": "MoE, up to 16 experts (coarse)",
     "moe-fine": "MoE, more than 16 experts (fine-grained)",
     "fp8": "FP8, data-parallel, H100/H200",
-    "b200": "Blackwell: B200, GB200",
+    "b200": "Blackwell: B200, GB200, B300, GB300",
 }
 GOAL_MEDIAN, GOAL_FAMILY = 0.10, 0.15
 
@@ -218,7 +218,7 @@ GPU_FAMILIES = ("b200",)     # the families of a GPU generation; the others are 
 def _families(gpu, experts, model_name, seq_len, dp, tp, pp, cp, precision) -> list[str]:
     """The families whose rules a run or plan of this shape meets, in the rules' order ("fsdp" where none does and
     the GPUs are not Blackwell)."""
-    rules = {"b200": gpu.startswith(("b200", "gb200")),
+    rules = {"b200": gpu.startswith(("b200", "gb200", "b300", "gb300")),
              "moe-coarse": 0 < experts <= 16,
              "moe-fine": experts > 16,
              "llama3-405b": model_name.startswith("llama3-405b") and dp * tp * pp * cp >= 8192 and cp == 1,
@@ -264,7 +264,7 @@ def build(run: HeldOutRun, kernel_rate: bool | None = None) -> tuple[Transformer
     return model, at_kernel_rate(cluster) if kernel_rate else cluster, strategy
 
 
-TRAY_GPUS = {"gb200": 4}   # presets whose node is a rack-scale NVLink domain of trays: GPUs in one tray
+TRAY_GPUS = {"gb200": 4, "gb300": 4}   # presets whose node is a rack-scale NVLink domain of trays: GPUs in one tray
 
 
 def nvlink_segment(gpu: str, gpus: int) -> int:
@@ -273,7 +273,8 @@ def nvlink_segment(gpu: str, gpus: int) -> int:
     On GB200 NVL72 racks (18 trays of 4 GPUs) NVIDIA's benchmark launcher asks Slurm for segments of the
     greatest divisor of the job's tray count that fits in one rack (dgxc-benchmarking's llmb-run, since its
     v26.02 release: `_compute_segment_size`, "for powers of 2 this is min(num_nodes, 16)"), so a job of 128
-    GPUs runs as 2 racks of 64, not 72 + 56. The held-out runs place their GB200 jobs by that rule.
+    GPUs runs as 2 racks of 64, not 72 + 56. The held-out runs place their GB200 and GB300 (the same racks) jobs by
+    that rule.
 
     Example:
         >>> nvlink_segment("gb200", 128), nvlink_segment("gb200", 144), nvlink_segment("h100-sxm", 128)

@@ -114,6 +114,19 @@ GPU_PRESETS: dict[str, GPU] = {
     # BF16/FP16 360 = 2.5 dense, FP32 5,760 TFLOPS = 80; 13.4 TB HBM3e at 576 TB/s = 186 GB at 8 TB/s. Uncalibrated.
     "gb200": GPU("GB200", 186 * GiB, {"bf16": 2.5e15, "fp16": 2.5e15, "fp32": 80e12, "fp8": 5e15, "mxfp8": 5e15},
                  memory_bandwidth=8e12, generation="blackwell"),
+    # Blackwell Ultra. NVIDIA HGX B300 specifications, per GPU (the board's figures over 8): FP8 72 PFLOPS with
+    # sparsity = 4.5 dense, BF16/FP16 36 = 2.25 dense, FP32 600 TFLOPS = 75: B200's rates (its gains, dense FP4 and
+    # twice the softmax exponent rate, are not modelled); HBM3e at 8 TB/s. Memory: 270 GB, as NVIDIA's MLPerf
+    # systems name the part (B300-SXM-270GB; the board's "up to 2.3 TB" counts 288 GB stacks). Uncalibrated.
+    "b300": GPU("B300", 270 * GiB, {"bf16": 2.25e15, "fp16": 2.25e15, "fp32": 75e12, "fp8": 4.5e15, "mxfp8": 4.5e15},
+                memory_bandwidth=8e12, generation="blackwell"),
+    # NVIDIA GB300 NVL72 specifications, per GPU (the rack's figures over 72): FP8 720 PFLOPS with sparsity = 5 dense,
+    # BF16/FP16 360 = 2.5 dense, FP32 80 TFLOPS: GB200's rates; 576 TB/s = 8 TB/s. Memory: 284,208 MiB, as NVIDIA's
+    # MLPerf Training v6.0 system description gives it (Theia, GB300 NVL72; the rack's "up to" total counts 288 GB
+    # stacks). Uncalibrated.
+    "gb300": GPU("GB300", 284_208 * 2**20, {"bf16": 2.5e15, "fp16": 2.5e15, "fp32": 80e12, "fp8": 5e15,
+                                             "mxfp8": 5e15},
+                 memory_bandwidth=8e12, generation="blackwell"),
 }
 
 # (GPU, GPUs per node, intra-node B/s per GPU per direction, inter-node B/s per GPU per direction)
@@ -133,6 +146,10 @@ _LINKS = {
     # GB200 NVL72: one NVLink 5 domain of 72 GPUs (130 TB/s / 72 = 1.8 TB/s bidirectional each); racks joined by
     # 400 Gb/s per GPU (ConnectX-7, the NVL72 reference design's compute fabric)
     "gb200": ("gb200", 72, 900e9, 400e9 / 8),
+    # HGX B300: NVLink 5 as B200; one ConnectX-8 of 800 Gb/s per GPU (the board's 1.6 TB/s of networking)
+    "b300": ("b300", 8, 900e9, 800e9 / 8),
+    # GB300 NVL72: the NVLink 5 domain of GB200 NVL72; one ConnectX-8 of 800 Gb/s per GPU (72 in the rack)
+    "gb300": ("gb300", 72, 900e9, 800e9 / 8),
 }
 
 

@@ -81,9 +81,9 @@ FLASH_ATTENTION_UTILIZATION = {
 KERNEL_GEMM_EFFICIENCY = {"hopper": 0.73}
 FLASH_PRECISIONS = ("bf16", "fp16")   # FlashAttention-2's kernels; fp32 attention runs at the GEMM rate
 # Turing (T4) has no published run with a stated configuration in the validation set: it borrows
-# Ampere's constant, unchecked (treat T4 step times as rough). Blackwell (B200, GB200) has no calibration run
-# either: it borrows Hopper's GEMM efficiency and flash share (the same kernels' software generation), unchecked;
-# `is_calibrated` says so, and a plan on such a GPU should say its step time is uncalibrated.
+# Ampere's constant, unchecked (treat T4 step times as rough). Blackwell (B200, GB200, B300, GB300) has no
+# calibration run either: it borrows Hopper's GEMM efficiency and flash share (the same kernels' software
+# generation), unchecked; `is_calibrated` says so, and a plan on such a GPU should say its step time is uncalibrated.
 UNCALIBRATED_FALLBACK = "ampere"
 BORROWED_GENERATION = {"blackwell": "hopper"}   # uncalibrated generations that borrow another's constants
 
