@@ -1,7 +1,7 @@
 """Published training runs kept aside while the planner is modelled: the held-aside set (held_out.py scores it).
 
 These runs come from sources that neither the planner's calibration set (published.py) nor the development runs
-(held_out_runs.py) use. They came in eleven sets: FIRST_SET, predicted and looked at from 2026-11 to 2026-12-06, and
+(held_out_runs.py) use. They came in twelve sets: FIRST_SET, predicted and looked at from 2026-11 to 2026-12-06, and
 SECOND_SET, chosen and written down on 2026-12-06 after the kernel rate (fit_to_run.at_kernel_rate) was added and
 before the planner predicted any of them; the first set's runs that the kernel rate changes are development runs
 since (held_out.py). THIRD_SET was written down after uneven stages under interleaving were modelled
@@ -20,7 +20,9 @@ predicted, the set was found to repeat the development runs' source (below): all
 (held_out.REPEATS_DEVELOPMENT_SOURCE). TENTH_SET (MLPerf Training v6.0's gpt_oss_20b submissions on B200s in
 MXFP8) was written down after that, by the fifth set's rules, before the planner predicted it, and ELEVENTH_SET (the
 same round's DeepSeek-V3 submissions on GB200s) after the tenth had been predicted, by the same rules, before the
-planner predicted any of its runs. Every set was chosen and written down before the planner predicted any of its
+planner predicted any of its runs. TWELFTH_SET (the same round's LLM submissions on B300s and GB300s: gpt-oss-20b
+and DeepSeek-V3, in MXFP8) was written down after the planner was given B300 and GB300 presets from their
+datasheets, by the same rules, before it predicted any of its runs. Every set was chosen and written down before the planner predicted any of its
 runs (but for the eighth set's H100 run and the ninth set's Qwen3-30B-A3B run), and they are kept aside while it is
 modelled: their errors are looked at once, at the end (held_out.py says what moves a run to the development part).
 Each run is recorded as its source states it: the model shape, the parallel layout, the batch and micro-batch, the
@@ -163,6 +165,10 @@ Sources:
     Eleventh set:
     mlperf-v6.0-dsv3  the same copy, its deepseekv3_671b submissions on GB200s (MXFP8)
 
+    Twelfth set:
+    mlperf-v6.0-ultra  the same copy, its gpt_oss_20b, deepseekv3_671b, llama31_405b and llama31_8b submissions on
+                B300s and GB300s (Blackwell Ultra), each with its systems description where the copy holds one
+
 Which rows: all three of NVIDIA's MLPerf Training v4.0 GPT-3 submissions, each its result_0.txt (the first of its
 runs): the tokens of all its training blocks over their summed durations (block_start to block_stop; the
 evaluations between them left out), the global batch and gradient accumulation as the log states them;
@@ -257,9 +263,9 @@ Runs left out, and why: the tables of the Nemotron-4 15B and 340B reports (arXiv
 Parallel Folding" (arXiv:2504.14960): no text of them could be read here, only abstracts and second-hand summaries.
 Megatron-LM's README (its model table and scaling results are images) and its MoE README after v0.8 (the 468 TFLOPS
 "as of MCore v0.9" stands beside the v0.8 mapping of held_out_runs' Mixtral run: the same configuration again).
-Megatron-Bridge docs/performance-summary.md (26.08), but for the ninth set's rows: its GB300 rows (no preset), its
-NVFP4 rows (no such precision), DeepSeekV4 Flash (an architecture not modelled) and the Nemotron 3 rows (Mamba
-layers). yanring/Megatron-MoE-ModelZoo: Qwen3-235B-A22B's 94 layers on 8 or 32 pipeline stages with virtual
+Megatron-Bridge docs/performance-summary.md (26.08), but for the ninth set's rows: its GB300 rows (no preset then;
+since it, still out: the development runs' document series, as the ninth set was found to be), its NVFP4 rows (no
+such precision), DeepSeekV4 Flash (an architecture not modelled) and the Nemotron 3 rows (Mamba layers). yanring/Megatron-MoE-ModelZoo: Qwen3-235B-A22B's 94 layers on 8 or 32 pipeline stages with virtual
 stages (uneven, not expressible), its FSDP row's table (TP 2, DP 128) disagrees with its launch script (TP 1), and
 Mixtral 8x22B's "around 445/465 TFLOPS" are rounded expectations in a script comment. dgxc: Llama 3.1 405B (126
 layers on PP 8 x VP 8, uneven under interleaving) and its 8/30/62-layer proxies; DeepSeek-V3 (multi-head latent
@@ -1432,5 +1438,173 @@ ELEVENTH_SET: list[HeldOutRun] = [
 #   NVIDIA 8,192  45 blocks x GBS 16,384, 162.011 s = 18,640,085.4 tokens/s = 2,275.4 per GPU
 #   Google 256    48 blocks x GBS 15,360, 2,872.388 s = 1,051,354.8 tokens/s = 4,106.9 per GPU
 
+# ---- the twelfth set: written down before the planner predicted any of them (module docstring) ---------------
+# Which runs, by the fifth set's rules, now that B300 and GB300 have presets: of MLPerf Training v6.0's LLM
+# pretraining submissions on B300 and GB300 GPUs (gpt_oss_20b, deepseekv3_671b, llama31_405b, llama31_8b), per
+# submitter, benchmark and GPU type the smallest and the largest GPU count (where several systems share a count, the
+# first folder in the copy's order), each its first result log, kept where the copy states its configuration (the
+# config its README names; where no README names one, a config named for the system or in a folder named for it; or
+# the log's configuration dump, which is taken where it contradicts a stored config) in a precision the planner
+# expresses. Left out: every llama31_405b and llama31_8b run picked (NVFP4, not modelled, but for Dell's three and
+# NVIDIA's 512-GPU llama31_8b runs, whose configs are not in the copy and whose logs print no configuration); of the
+# gpt_oss_20b runs picked (every one MXFP8), those whose logs print no configuration and for which the copy holds no
+# config: Dell's 4 and 64 GB300s, GigaComputing's 72 GB300s and 8 B300s, NVIDIA's 8 GB300s (its README's config is
+# not in the copy), QCT's 8 B300s and 8 GB300s (the same) and Nebius's 8 GB300s.
+MLPERF60_DSV3_GB300_NOTE = (
+    "{config} ({where}): TP 1, PP 4 x VP 4 with the layout 'Et*4|(t*4|)*14tmL' (first/last_stage_layers 4 / 1, as "
+    "the eleventh set's), EP 32, expert TP 1, CP 1, micro-batch 1 (conf/model/671b.yaml), global batch MINIBS "
+    "{minibs} x DP {dp:,}; the model as the eleventh set's (DEEPSEEK_V3); Transformer Engine MXFP8 with FP8 "
+    "parameters and their gather and FP8 attention and output projection (FP8_DPA, FP8_OUTPUT_PROJ: not modelled); "
+    "no recomputation (RECOMPUTE_MODULES empty); routing not forced to balance (planned balanced); the flex "
+    "dispatcher with HybridEP (moe_dispatch per-node); the all-to-alls overlapped with another micro-batch's compute "
+    "(OVERLAP_MOE_EXPERT_PARALLEL_COMM, DELAY_WGRAD_COMPUTE: not modelled, planned exposed); full-iteration and "
+    "optimizer CUDA graphs, paged stashing and the precision-aware optimizer (not modelled); Megatron's distributed "
+    "optimizer (ZeRO-1) with overlapped gradient reduce and parameter gather, gradients reduced in bf16 as the "
+    "eleventh set's reading of the same implementation; GB300 NVL72 trays of 4 GPUs placed by "
+    "held_out.nvlink_segment (racks of 64; the configs set SEGMENT 16, 16 trays); {blocks} blocks of one step each "
+    "(evaluation after every step, left out), {spread}")
+
+MLPERF60_ULTRA = ("mlcommons/training_results_v6.0 {}/results/{}/gpt_oss_20b/{} (read in the copy "
+                  "Richardyu114/training_results_v6.0, commit eabf23a): the training blocks' tokens over their summed "
+                  "durations; {:,} GPUs, GBS {:,}")
+MLPERF60_ULTRA_NOTE = (
+    "{config}: TP {tp}{sp}, PP 1, CP {cp}, EP {ep}, expert TP 1 (pretrain.py sets it), micro-batch {mbs}, global "
+    "batch {gbs} (gradient accumulation 1), sequence 8,192, vocabulary 128,256, 24 layers (MLPERF_GPT_OSS_20B); "
+    "Transformer Engine MXFP8 (fp8_recipe 'mxfp8', E4M3), attention in bf16, no recomputation; Megatron's "
+    "distributed optimizer (ZeRO-1) with overlapped gradient reduce and parameter gather, gradients reduced in bf16 "
+    "(pretrain.py); full-iteration CUDA graphs (not modelled); the flex dispatcher with HybridEP where EP > 1 "
+    "(moe_dispatch per-node); no TP or EP overlap; routing learned, not forced to balance (planned balanced); the "
+    "sliding-window half of the layers and the sinks charged full attention; {blocks} blocks of {steps} steps, "
+    "{spread}")
+
+TWELFTH_SET: list[HeldOutRun] = [
+    # ---- mixture of experts, fine-grained, latent attention: DeepSeek-V3 on GB300s, MXFP8 (MLPerf v6.0) ---------
+    *[HeldOutRun(f"MLPerf v6.0 DeepSeek-V3 PP 4 x VP 4 x EP 32, {gpus:,} GB300s, MXFP8 ({submitter})",
+                 MLPERF60_DSV3.format(submitter, system, gpus, minibs * gpus // 4), DEEPSEEK_V3,
+                 dict(dp=gpus // 4, pp=4, ep=32, expert_tp=1, micro_batch=1, grad_accum=minibs,
+                      schedule="interleaved", virtual_stages=4, first_stage_layers=4, last_stage_layers=1,
+                      precision="mxfp8", moe_dispatch="per-node", **NEMO),
+                 "gb300", "tokens_per_gpu", _tokens_per_gpu(samples * 4096 / seconds, gpus),
+                 MLPERF60_DSV3_GB300_NOTE.format(config=config, where=where, minibs=minibs, dp=gpus // 4,
+                                                 blocks=blocks, spread=spread))
+      for submitter, system, gpus, minibs, config, where, blocks, samples, seconds, spread in (
+          ("NVIDIA", "theia_ngpu256_ngc26.04_nemo", 256, 240, "config_GB300_64x4x240xtp1pp4ep32cp1_mxfp8_full_cg.sh",
+           "named by its README; the file is in NVIDIA's theia_ngpu512_ngc26.04_nemo folder, not its own (the copy "
+           "in tyche-hsg_ngpu8192_ngc26.04_nemo differs by one commented-out line), with the config_common.sh and "
+           "config_common_mxfp8.sh of tyche-hsg_ngpu512_ngc26.04_nemo, the only ones in NVIDIA's folders", 50,
+           768_000, 1975.111, "the first 40.4 s, the rest 38.9-41.2 s"),
+          ("NVIDIA", "theia_ngpu512_ngc26.04_nemo", 512, 120, "config_GB300_128x4x120xtp1pp4ep32cp1_mxfp8_full_cg.sh",
+           "its implementation folder, named by its README; the common files as the 256-GPU run's", 50, 768_000,
+           1011.685, "the first 20.7 s, the rest 19.9-21.2 s"),
+          ("CoreWeave", "CoreWeave_GB300_512x4", 2048, 32, "config_GB300_512x4x32xtp1pp4ep32cp1_mxfp8_full_cg.sh",
+           "CoreWeave/benchmarks/deepseekv3_671b/implementations/CoreWeave_GB300_512x4, the system's one config "
+           "(no README), as its systems description's notes (MXFP8, TP 1, PP 4, VP 4, EP 32) and its log's global "
+           "batch and accumulation say", 46, 753_664, 295.370,
+           "the first 6.4 s, the second and third 8.4 s and 10.5 s, the rest 6.1-7.0 s"),
+          ("CoreWeave", "CoreWeave_GB300_2048x4", 8192, 8, "config_GB300_2048x4x8xtp1pp4ep32cp1_mxfp8_full_cg.sh",
+           "CoreWeave/benchmarks/deepseekv3_671b/implementations/CoreWeave_GB300_2048x4, as the 2,048-GPU run's", 45,
+           737_280, 87.318, "the first 1.9 s, the second and third 3.5 s and 6.9 s, the rest 1.7-2.0 s"))],
+    # ---- mixture of experts, fine-grained: gpt-oss-20b on B300s and GB300s, MXFP8 (MLPerf v6.0) ----------------
+    *[HeldOutRun(f"MLPerf v6.0 gpt-oss-20b {layout}, {gpus:,} {gpu.upper()}s, MXFP8 ({submitter})",
+                 MLPERF60_ULTRA.format(submitter, system, result, gpus, gbs), MLPERF_GPT_OSS_20B,
+                 dict(dp=gpus // (tp * cp), tp=tp, cp=cp, micro_batch=mbs, grad_accum=1, precision="mxfp8",
+                      **(dict(sequence_parallel=True) if tp > 1 else {}),
+                      **(dict(ep=ep, expert_tp=1, moe_dispatch="per-node") if ep > 1 else {}), **NEMO),
+                 gpu, "tokens_per_gpu", _tokens_per_gpu(samples * 8192 / seconds, gpus),
+                 MLPERF60_ULTRA_NOTE.format(config=config, tp=tp, sp=" with sequence parallelism" if tp > 1 else "",
+                                            cp=cp, ep=ep, mbs=mbs, gbs=gbs, blocks=blocks, steps=steps,
+                                            spread=spread))
+      for submitter, system, result, gpus, gpu, tp, cp, ep, mbs, gbs, blocks, steps, samples, seconds, layout, config,
+      spread in (
+          ("Cisco", "1xC880A_M8-8xB300-SXM-288GB", "result_0.txt", 8, "b300", 1, 1, 1, 3, 24, 16, 512, 196_608,
+           4598.151, "DP 8", "the log's configuration dump (DLPAL c880a_1x8x3xtp1pp1cp1ep1_mxfp8; the stored "
+           "config_c880a_2x8x3xtp1pp1cp1ep1_mxfp8.sh, two nodes, is not what the log ran)",
+           "the first 285.5 s, the rest 287.2-287.8 s"),
+          ("Dell", "1xXE9780Lx8B300-SXM-270GB", "result_0.txt", 8, "b300", 1, 1, 1, 3, 24, 16, 512, 196_608, 4642.927,
+           "DP 8", "the log's configuration dump (DLPAL XE9780L_B300_1x8x3xtp1pp1cp1ep1_mxfp8; of two systems at 8 "
+           "GPUs the first in the copy's order)", "the first 291.4 s, the rest 289.7-290.5 s"),
+          ("Dell", "2xXE9780x8B300-SXM-270GB", "result_0.txt", 16, "b300", 1, 1, 1, 3, 48, 10, 512, 245_760, 2937.921,
+           "DP 16", "the log's configuration dump (DLPAL XE9780_B300_2x8x3xtp1pp1cp1ep1_mxfp8, the stored config's "
+           "name)", "the first 294.4 s, the rest 293.3-294.0 s"),
+          ("HPE", "HPE-Compute-XD690-B300-SXM6-288GB_n1_ngc26.04", "result_1.txt (the folder's first)", 8, "b300", 1,
+           1, 1, 3, 24, 17, 512, 208_896, 4967.044, "DP 8", "the log's configuration dump (DLPAL "
+           "DGXB300_1x8x3xtp1pp1cp1ep1_mxfp8; the stored config_XD690_2x8x3xtp1pp1cp1ep1_mxfp8_g2.sh, two nodes, "
+           "is not what the log ran)", "the first 290.7 s, the rest 291.9-292.5 s"),
+          ("HPE", "HPE-GB300-ngpu8_ngc26.04", "result_1.txt (the folder's first)", 8, "gb300", 1, 1, 1, 3, 24, 17, 512,
+           208_896, 4266.463, "DP 8", "the log's configuration dump (DLPAL GB300_2x4x3xtp1pp1cp1ep1_mxfp8)",
+           "the first 250.5 s, the rest 250.7-251.2 s"),
+          ("HPE", "HPE-GB300-ngpu32_ngc26.04", "result_1.txt (the folder's first)", 32, "gb300", 1, 1, 1, 2, 64, 9,
+           512, 294_912, 1621.817, "DP 32", "the log's configuration dump (DLPAL GB300_8x4x2xtp1pp1cp1ep1_mxfp8, the "
+           "stored config's name)", "the first 179.8 s, the rest 180.0-180.7 s"),
+          ("Inventec", "P9000IG7_ngc26.04_nemo", "result_0.txt", 8, "b300", 1, 1, 1, 3, 24, 17, 512, 208_896, 4904.033,
+           "DP 8", "config_P9000IG7_1x8x3xtp1pp1cp1ep1_mxfp8.sh, named by its README (the log prints no "
+           "configuration; the config_common*.sh it sources are not in the copy: what they may set is read at "
+           "conf/gpt_oss.yaml's defaults)", "the first 287.1 s, the rest 288.1-288.9 s"),
+          ("Lambda", "gb300_n18_ngc25.09_nemo", "result_1.txt (the folder's first)", 72, "gb300", 1, 2, 4, 1, 36, 19,
+           341, 233_244, 1047.480, "CP 2 x EP 4", "the log's configuration dump (DLPAL "
+           "GB300_18x4x1xtp1pp1cp2ep4_mxfp8, the stored config's name; the copy holds no systems description: the "
+           "GPUs as the log prints them, 18 nodes of 4 GB300s)", "the first 56.1 s, the rest 54.5-55.4 s"),
+          ("NVIDIA", "theia_ngpu512_ngc26.04_nemo", "result_0.txt", 512, "gb300", 2, 4, 8, 1, 64, 24, 192, 294_912,
+           418.190, "TP 2 x CP 4 x EP 8", "config_GB300_128x4x1xtp2pp1cp4ep8.sh, named by its README (the log "
+           "prints no configuration; the config_common*.sh it sources are not in the copy: what they may set is "
+           "read at conf/gpt_oss.yaml's defaults, TP overlap off among them)", "the first 17.8 s, the rest "
+           "17.1-17.8 s"),
+          ("Oracle", "8GPU.GB300.4.NVL72", "result_0.txt", 8, "gb300", 1, 1, 1, 3, 24, 16, 512, 196_608, 4097.248,
+           "DP 8", "the log's configuration dump (DLPAL GB300_2x4x3xtp1pp1cp1ep1_mxfp8)",
+           "the first 292.1 s (a 37.9 s first step), the eleventh 274.3 s, the rest 251.9-252.5 s"),
+          ("QCT", "D75U-1U_ngpu64", "result_0.txt", 64, "gb300", 1, 2, 4, 1, 32, 22, 341, 240_064, 1231.623,
+           "CP 2 x EP 4", "config_D75U-1U_16x4x1xtp1pp1cp2ep4_mxfp8.sh, named by its README (the log prints no "
+           "configuration; the config_common*.sh it sources are not in the copy: what they may set is read at "
+           "conf/gpt_oss.yaml's defaults)", "the first 57.2 s, the rest 55.3-56.4 s"),
+          ("Supermicro", "AS-4126GS-NB3RT-LCC-8xB300_SXM", "result_01.txt (the folder's first)", 8, "b300", 1, 1, 1, 3,
+           24, 17, 512, 208_896, 4858.018, "DP 8", "the log's configuration dump (DLPAL "
+           "AS-4126GS-NB3RT-LCC_1x8x3xtp1pp1cp1ep1_mxfp8; of three systems at 8 GPUs the first in the copy's "
+           "order)", "the first 286.5 s, the rest 285.3-286.0 s"),
+          ("Supermicro", "ARS-121GL-NB3", "result_0.txt", 72, "gb300", 1, 2, 4, 1, 36, 19, 341, 233_244, 1035.562,
+           "CP 2 x EP 4", "the log's configuration dump (DLPAL GB300_18x4x1xtp1pp1cp2ep4_mxfp8)",
+           "the first 55.3 s, the rest 53.6-55.0 s"),
+          ("ASUSTeK", "XA_NB3I_E12", "result_1.txt (the folder's first)", 8, "b300", 1, 1, 1, 3, 24, 17, 512, 208_896,
+           4886.166, "DP 8", "config_XA_NB3I_E12.sh, named for the system (ASUSTeK/benchmarks/gpt-oss/implementations/"
+           "pytorch; no README names a config, the log prints none; the config_common*.sh and Data_gpt.sh it sources "
+           "are not in the copy: what they may set is read at conf/gpt_oss.yaml's defaults)",
+           "the first 288.7 s, the rest 287.1-287.6 s"),
+          ("Nebius", "nebius_b300_n1", "result_01.txt (the folder's first)", 8, "b300", 1, 1, 1, 3, 24, 17, 512,
+           208_896, 4811.430, "DP 8", "configs/nebius_b300_n1/config_DGXB300_1x8x3xtp1pp1cp1ep1_mxfp8.sh, in the "
+           "folder named for the system (no README names a config, the log prints none; the config_common*.sh it "
+           "sources are not in the copy: what they may set is read at conf/gpt_oss.yaml's defaults)",
+           "the first 287.1 s, the rest 282.4-283.0 s"),
+          ("Nebius", "nebius_b300_n8", "result_01.txt (the folder's first)", 64, "b300", 1, 2, 4, 1, 32, 19, 384,
+           233_472, 1402.369, "CP 2 x EP 4", "configs/nebius_b300_n8/config_DGXB300_8x8x1xtp1pp1cp2ep4_mxfp8.sh, as "
+           "the 8-GPU run's", "the first 149.1 s (a 29.1 s first step and a slow warm-up), the rest 68.3-76.7 s"),
+          ("Nebius", "nebius_gb300_n18", "result_01.txt (the folder's first)", 72, "gb300", 1, 2, 4, 1, 36, 19, 341,
+           233_244, 1039.794, "CP 2 x EP 4", "configs/nebius_gb300_n18/config_GB300_18x4x1xtp1pp1cp2ep4_mxfp8.sh, as "
+           "the 8-GPU run's", "the first 55.7 s, the rest 53.9-55.1 s"))],
+]
+# The arithmetic (each block is one step, block_start to block_stop in the log's time_ms; its samples are the step's
+# global batch, and the blocks' total equals run_stop's samples_count in each run), x 4,096 tokens:
+#   NVIDIA 256       50 blocks x GBS 15,360 = 768,000 sequences, 1,975.111 s = 1,592,684.2 tokens/s = 6,221.4 per GPU
+#   NVIDIA 512       50 blocks x GBS 15,360 = 768,000 sequences, 1,011.685 s = 3,109,394.7 tokens/s = 6,073.0 per GPU
+#   CoreWeave 2,048  46 blocks x GBS 16,384 = 753,664 sequences, 295.370 s = 10,451,324.6 tokens/s = 5,103.2 per GPU
+#   CoreWeave 8,192  45 blocks x GBS 16,384 = 737,280 sequences, 87.318 s = 34,585,067.0 tokens/s = 4,221.8 per GPU
+# and for gpt_oss_20b (blocks of 512 steps, 341 at CP 2, 192 on 512 GPUs; each block's samples its steps x GBS, as
+# its samples_count says), x 8,192 tokens, per GPU:
+#   Cisco 8 B300s        16 x 512 x 24 = 196,608 sequences over 4,598.151 s = 43,784.2
+#   Dell 8 B300s         16 x 512 x 24 = 196,608 over 4,642.927 s = 43,362.0
+#   Dell 16 B300s        10 x 512 x 48 = 245,760 over 2,937.921 s = 42,829.3
+#   HPE 8 B300s          17 x 512 x 24 = 208,896 over 4,967.044 s = 43,065.8
+#   HPE 8 GB300s         17 x 512 x 24 = 208,896 over 4,266.463 s = 50,137.4
+#   HPE 32 GB300s        9 x 512 x 64 = 294,912 over 1,621.817 s = 46,551.2
+#   Inventec 8 B300s     17 x 512 x 24 = 208,896 over 4,904.033 s = 43,619.1
+#   Lambda 72 GB300s     19 x 341 x 36 = 233,244 over 1,047.480 s = 25,335.1
+#   NVIDIA 512 GB300s    24 x 192 x 64 = 294,912 over 418.190 s = 11,283.4
+#   Oracle 8 GB300s      16 x 512 x 24 = 196,608 over 4,097.248 s = 49,137.0
+#   QCT 64 GB300s        22 x 341 x 32 = 240,064 over 1,231.623 s = 24,949.3
+#   Supermicro 8 B300s   17 x 512 x 24 = 208,896 over 4,858.018 s = 44,032.3
+#   Supermicro 72 GB300s 19 x 341 x 36 = 233,244 over 1,035.562 s = 25,626.6
+#   ASUSTeK 8 B300s      17 x 512 x 24 = 208,896 over 4,886.166 s = 43,778.6
+#   Nebius 8 B300s       17 x 512 x 24 = 208,896 over 4,811.430 s = 44,458.6
+#   Nebius 64 B300s      19 x 384 x 32 = 233,472 over 1,402.369 s = 21,310.0
+#   Nebius 72 GB300s     19 x 341 x 36 = 233,244 over 1,039.794 s = 25,522.3
+
 RUNS: list[HeldOutRun] = (FIRST_SET + SECOND_SET + THIRD_SET + FOURTH_SET + FIFTH_SET + SIXTH_SET + SEVENTH_SET
-                          + EIGHTH_SET + NINTH_SET + TENTH_SET + ELEVENTH_SET)
+                          + EIGHTH_SET + NINTH_SET + TENTH_SET + ELEVENTH_SET + TWELFTH_SET)
