@@ -94,7 +94,7 @@ PREDICTED = {
     'MLPerf v6.0 gpt-oss-20b DP 16, 16 B300s, MXFP8 (Dell)': 41700.0,
     'MLPerf v6.0 gpt-oss-20b DP 8, 8 B300s, MXFP8 (HPE)': 41814.0,
     'MLPerf v6.0 gpt-oss-20b DP 8, 8 GB300s, MXFP8 (HPE)': 45494.0,
-    'MLPerf v6.0 gpt-oss-20b DP 32, 32 GB300s, MXFP8 (HPE)': 43852.0,
+    'MLPerf v6.0 gpt-oss-20b CP 2 x EP 4, 72 GB300s, MXFP8 (HPE)': 38090.0,
     'MLPerf v6.0 gpt-oss-20b DP 8, 8 B300s, MXFP8 (Inventec)': 41814.0,
     'MLPerf v6.0 gpt-oss-20b CP 2 x EP 4, 72 GB300s, MXFP8 (Lambda)': 38090.0,
     'MLPerf v6.0 gpt-oss-20b TP 2 x CP 4 x EP 8, 512 GB300s, MXFP8 (NVIDIA)': 11579.0,
