@@ -1205,8 +1205,9 @@ def test_the_context_parallel_plan_a_failed_search_offers_is_what_that_search_fi
 def test_a_moe_plan_is_trusted_as_far_as_its_families_runs_on_its_gpus_say(capsys):
     """A MoE plan on B200s is in the Blackwell family and a MoE one: the accuracy lines give both, and the tie band
     is the largest of the GPU generation's median and the two families' (each family's runs on the plan's GPU
-    generation where it has any: its held-aside part, else its development part): for DeepSeekMoE 16B the
-    fine-grained family's, for Mixtral the larger of the others. On H100s a Mixtral plan is trusted as far as the
+    generation where it has any, and of those the runs that split the experts across GPUs as the plan does: its
+    held-aside part, else its development part): for DeepSeekMoE 16B the fine-grained family's, for Mixtral the
+    larger of the others. On H100s a Mixtral plan is trusted as far as the
     coarse family's H100 runs say (all development runs; its held-aside runs are on Blackwell GPUs), not further."""
     from ddp_lab.__main__ import main
     from ddp_lab.plan import ClusterSpec, held_out
@@ -1223,7 +1224,7 @@ def test_a_moe_plan_is_trusted_as_far_as_its_families_runs_on_its_gpus_say(capsy
         for key in held_out.plan_families(*held_out.build(held_out.HeldOutRun(
                 "x", "x", {"preset": model, "seq_len": 4096}, {"dp": 64, "ep": 8}, gpu, "tokens_per_gpu", 1, "x"))):
             assert f"held aside, {held_out.FAMILIES[key]}" in out, key
-            outcomes = held_out.for_generation(key, everyone, cluster.gpu.generation)[0]
+            outcomes = held_out.for_plan(key, everyone, cluster.gpu.generation, split_experts=True)[0]   # --ep 8
             aside, seen = (next(r for r in held_out.by_family(outcomes, split) if r.family == key)
                            for split in (held_out.ASIDE, held_out.DEVELOPMENT))
             medians.append((aside if aside.runs else seen).median)

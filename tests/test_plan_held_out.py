@@ -33,7 +33,7 @@ BOTH = [*RUNS, *held_aside_runs.RUNS]
 
 ROOT = Path(__file__).resolve().parents[1]
 # Families whose held-aside median met the goal when last measured (docs/planner.md, "Held-out validation").
-MEETS_GOAL = {"b200", "fsdp", "dense-a100", "dense-h100-tp", "fp8", "long-context", "moe-coarse"}
+MEETS_GOAL = {"b200", "fsdp", "dense-a100", "dense-h100-tp", "fp8", "long-context", "moe-coarse", "moe-fine"}
 
 
 @pytest.fixture(scope="module")
@@ -175,10 +175,12 @@ def test_by_family_reports_count_median_and_worst(outcomes, split):
     text = held_out.accuracy_by_family(outcomes)
     print(text)
     lines = text.splitlines()
-    assert len(lines) == 1 + len(FAMILIES)
+    placements = [line for line in lines if line.startswith("    ")]     # a MoE family's runs by expert placement
+    assert len(lines) == 1 + len(FAMILIES) + len(placements) and len(placements) == 2
+    assert all(any(words in line for words in held_out.PLACEMENTS.values()) for line in placements)
     assert lines[0].startswith("held aside (no part of the planner chosen on them): ")
     part = "aside: " if split == ASIDE else "development: "
-    for line, row in zip(lines[1:], by_family(outcomes, split)):
+    for line, row in zip([line for line in lines[1:] if line not in placements], by_family(outcomes, split)):
         assert FAMILIES[row.family] in line
         shown = line[line.index(part):]
         assert shown.startswith(part + (f"{row.runs} run" if row.runs else "no run predicted yet"))
@@ -204,13 +206,40 @@ def test_family_median_within_the_goal(outcomes, key):
         pytest.fail(f"{FAMILIES[key]} now meets the goal (median {row.median:.1%}): add it to MEETS_GOAL")
 
 
-@pytest.mark.xfail(strict=True, reason="fine-grained MoE's held-aside median 16.4 % over 10 runs (goal 15 %), "
-                                       "2026-12-06; the part's median 7.9 % meets its 10 %")
 def test_overall_median_within_the_goal(outcomes):
-    """On the held-aside part: median error at most 10 %, and no family with runs beyond 15 %."""
+    """On the held-aside part: median error at most 10 %, and no family with runs beyond 15 % (met since the twelfth
+    set; the fine-grained family only as a whole: see the test below)."""
     total = overall(outcomes)
     print(total)
     assert total["median"] <= GOAL_MEDIAN and not total["families_over_goal"]
+
+
+@pytest.mark.xfail(strict=True, reason="fine-grained MoE with expert parallelism: held-aside median 35.0 % over 18 "
+                                       "runs, both ways (2026-12-06); its runs with every expert on each GPU 5.0 %")
+def test_fine_grained_moe_with_expert_parallelism_within_the_family_goal(outcomes):
+    """What a MoE plan at scale is: its runs with expert parallelism, which pay for the tokens' journey."""
+    rows = {(key, placed): row for key, placed, row in held_out.by_placement(outcomes)}
+    assert rows["moe-fine", True].median <= GOAL_FAMILY
+
+
+def test_the_fine_grained_family_meets_its_goal_only_through_its_runs_without_expert_parallelism(outcomes):
+    """The family's two placements part its runs; those with every expert on each GPU (where no token leaves its GPU)
+    meet the goal, those with expert parallelism do not, and the docs' placement table and README say both."""
+    rows = {(key, placed): row for key, placed, row in held_out.by_placement(outcomes)}
+    family_row = next(r for r in by_family(outcomes) if r.family == "moe-fine")
+    assert rows["moe-fine", True].runs + rows["moe-fine", False].runs == family_row.runs
+    assert rows["moe-fine", False].median <= GOAL_FAMILY < rows["moe-fine", True].median
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    for placed in (True, False):
+        assert f"{rows['moe-fine', placed].median:.1%}" in readme
+    # a plan with expert parallelism on Blackwell GPUs is scored on the family's runs with it there
+    runs, where = held_out.for_plan("moe-fine", outcomes, "blackwell", split_experts=True)
+    assert runs and all(held_out.splits_experts(r.run.strategy) and r.run.gpu.endswith(("b200", "b300"))
+                        for r in runs)
+    assert "with expert parallelism (" in where and "with every expert on each GPU left out" in where
+    alike = [r for r in runs if r.split == ASIDE]
+    page = " ".join((ROOT / "docs" / "planner.md").read_text().split())
+    assert f"states the {100 * statistics.median(abs(r.error) for r in alike):.1f} % of its {len(alike)} such" in page
 
 
 @pytest.mark.xfail(strict=True, reason="no held-aside run of Llama 3 405B on 8K+ GPUs without context parallelism "
@@ -240,12 +269,12 @@ def test_readme_quotes_the_held_out_medians(outcomes):
 
 
 def test_one_measured_run_per_stack_fits_its_own_figure_and_helps_only_at_other_scales_of_the_same_model():
-    """held_out_fit.py: each group's first run, fitted, reproduces its published figure. With NVIDIA's stacks on
-    Hopper planned at the kernel rate, the fit no longer brings the other runs closer in the median: it helps where
-    the group is one model and one code at other scales (MLPerf's GPT-3 rounds), or one release of one code
-    (Megatron-Bridge's 26.08 GB200 rows, the two Qwen3 runs), and hurts where it carries one
-    model's misses to others (DGX Cloud's tables, Automodel, OLMo-core, MaxText's A3 runs); docs/planner.md shows
-    the table the module prints."""
+    """held_out_fit.py: each group's first run, fitted, reproduces its published figure. The fit brings the other
+    runs closer in the median (7.6 % to 6.6 %) only through the groups of one model and one code at other scales or
+    on other machines (MLPerf's GPT-3 rounds, v6.0's gpt-oss-20b on B300s: one configuration on eight submitters'
+    machines), or one release of one code (Megatron-Bridge's 26.08 GB200 rows, the two Qwen3 runs), and hurts
+    where it carries one model's misses to others (DGX Cloud's tables, Automodel, OLMo-core, MaxText's A3 runs);
+    docs/planner.md shows the table the module prints."""
     fitted = held_out_fit.fitted_groups()
     assert fitted and all(len(group.runs) >= 1 for group in fitted)
     for group in fitted:
@@ -255,12 +284,13 @@ def test_one_measured_run_per_stack_fits_its_own_figure_and_helps_only_at_other_
             step_time(model, with_matmul_efficiency(cluster, group.efficiency), strategy).total
         assert held_out.predict(first) * ratio == pytest.approx(first.published, rel=1e-6), group.fitted_on
     total = held_out_fit.summary(fitted)
-    # the fit does not bring the runs closer in the median (8.7 % against 7.9 % as planned)
-    assert total["fitted"] > total["calibrated"] and total["runs"] == sum(len(g.runs) for g in fitted)
+    # the fit brings the runs closer in the median (6.6 % against 7.6 % as planned)
+    assert total["fitted"] < total["calibrated"] and total["runs"] == sum(len(g.runs) for g in fitted)
     assert held_out_fit.markdown_table(fitted) in (ROOT / "docs" / "planner.md").read_text()
     by_group = {(group.source, group.gpu): (group, held_out_fit.summary([group])) for group in fitted}
     for key in (("mlcommons/training_results_v3.1", "h100-sxm"), ("mlcommons/training_results_v4.1", "h100-sxm"),
-                ("mlcommons/training_results_v4.0", "h100-sxm"), ("NVIDIA-NeMo/Megatron-Bridge", "gb200")):
+                ("mlcommons/training_results_v4.0", "h100-sxm"), ("NVIDIA-NeMo/Megatron-Bridge", "gb200"),
+                ("mlcommons/training_results_v6.0", "b300")):
         assert by_group[key][1]["fitted"] < by_group[key][1]["calibrated"], key
     for key in (("NVIDIA/dgxc-benchmarking", "h100-sxm"), ("NVIDIA-NeMo/Automodel", "h100-sxm"),
                 ("NVIDIA/dgxc-benchmarking", "gb200"), ("Dao-AILab/flash-attention", "a100-80gb"),

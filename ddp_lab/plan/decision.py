@@ -49,7 +49,8 @@ def stated_error(cluster, best=None) -> tuple[float, str]:
     no published run checks, all of them), and, for each family the `best` plan is in
     (`held_out.plan_families`: a MoE plan on B200s is in two), that of the runs it was never fitted
     on (`ddp_lab.plan.held_out`), scored at the rate the plan runs at (`held_out.at_plans_rate`), those
-    on the plan's GPU generation where the family has any (`held_out.for_generation`): the
+    on the plan's GPU generation where the family has any, and of a mixture-of-experts family
+    those placing the experts as the plan does where it has any (`held_out.for_plan`): the
     held-aside part's, the fairer estimate of its error, or the development part's where no
     held-aside run is of that family.
     """
@@ -69,7 +70,8 @@ def stated_error(cluster, best=None) -> tuple[float, str]:
         families = held_out.plan_families(best.model, cluster, best.strategy)
         everyone = held_out.at_plans_rate(cluster)[0]        # scored at the rate the plan runs at
         for family in families:
-            outcomes, where = held_out.for_generation(family, everyone, cluster.gpu.generation)   # its GPUs' if any
+            outcomes, where = held_out.for_plan(family, everyone, cluster.gpu.generation,      # its GPUs' if any,
+                                                best.strategy.ep > 1)                        # its expert placing
             for split in (held_out.ASIDE, held_out.DEVELOPMENT):
                 row = next(r for r in held_out.by_family(outcomes, split) if r.family == family)
                 if row.runs:

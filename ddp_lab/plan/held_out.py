@@ -32,7 +32,8 @@ H100s) for a run on other GPUs that meets none. A run counts in its GPUs' family
 (`run_families`: a Mixtral run on B200s is a Blackwell run and a coarse-MoE run; a run with context parallelism
 and TP 8 on H100s a long-sequence one only), and each part's overall median counts it once. A plan is trusted as
 far as every family whose rule it meets says (`plan_families`), each family's runs on the plan's GPU generation
-where it has any (`for_generation`).
+where it has any, and a mixture-of-experts family's runs that place the experts as the plan does (split across GPUs
+or not) where it has any (`for_plan`).
 
 A run naming a planner feature not there yet (a Strategy or Transformer field, the "fp8" precision, a GPU
 preset) is skipped and the table says which; a run whose features exist is predicted, and an error in
@@ -386,6 +387,37 @@ def by_family(outcomes=None, split: str = ASIDE) -> list[FamilyError]:
     return rows
 
 
+PLACEMENTS = {True: "with expert parallelism (ep > 1)", False: "every expert on each GPU (ep 1)"}
+
+
+def by_placement(outcomes=None, split: str = ASIDE) -> list[tuple[str, bool, FamilyError]]:
+    """Each mixture-of-experts family's runs of `split` by where the experts sit (`splits_experts`): (family, split
+    across GPUs, the errors as `by_family` gives them). A family's median can hide that its runs with expert
+    parallelism miss far more than those without, which never move a token between GPUs.
+
+    Example:
+        >>> [(key, split) for key, split, _ in by_placement()][:2]
+        [('moe-coarse', True), ('moe-coarse', False)]
+    """
+    outcomes = results() if outcomes is None else outcomes
+    rows = []
+    for key in MOE_FAMILIES:
+        for placed in (True, False):
+            mine = [r for r in outcomes if key in r.families and splits_experts(r.run.strategy) == placed]
+            row = next(row for row in by_family(mine, split) if row.family == key)
+            rows.append((key, placed, row))
+    return rows
+
+
+def _placements_shown(outcomes) -> list[tuple]:
+    """`by_placement`'s rows of both parts, (family, split across GPUs, held aside, development), for the families
+    with runs in both placements (a family whose runs all sit one way says nothing more than its own row)."""
+    both = [(key, placed, aside, seen) for (key, placed, aside), (_, _, seen) in
+            zip(by_placement(outcomes, ASIDE), by_placement(outcomes, DEVELOPMENT))]
+    placed_runs = {(key, placed): aside.runs + seen.runs for key, placed, aside, seen in both}
+    return [row for row in both if placed_runs[row[0], True] and placed_runs[row[0], False]]
+
+
 def overall(outcomes=None, split: str = ASIDE) -> dict:
     """All predicted runs of `split`, each once: how many, how many skipped, median |error|, families over the goal,
     and the families with no predicted run there (the goal cannot judge them)."""
@@ -428,6 +460,9 @@ def accuracy_by_family(outcomes=None) -> str:
         skipped = row.skipped + seen.skipped
         lines.append(f"  {FAMILIES[row.family]:<{width}}  aside: {_runs_text(row)}; development: {_runs_text(seen)}"
                      + (f" ({skipped} skipped)" if skipped else ""))
+        for _, placed, part, seen_part in (shown for shown in _placements_shown(outcomes) if shown[0] == row.family):
+            lines.append(f"  {'  ' + PLACEMENTS[placed]:<{width}}  aside: {_runs_text(part)}; "
+                         f"development: {_runs_text(seen_part)}")
     return "\n".join(lines)
 
 
@@ -447,12 +482,14 @@ def kernel_rate_line(key: str) -> str:
             f"median error {statistics.median(map(abs, errors)):.1%}, worst {max(errors, key=abs):+.1%}")
 
 
-def family_line(key: str, outcomes=None, rate: str = "", generation: str | None = None) -> str:
+def family_line(key: str, outcomes=None, rate: str = "", generation: str | None = None,
+                split_experts: bool | None = None) -> str:
     """One family's accuracy as a line of text, e.g. for a family `plan_families` gives a plan: the held-aside
     runs' figures, then the development runs'; `rate` (`at_plans_rate`'s words) is said after the family's name
     where some of its runs are NVIDIA's stacks on Hopper, whose rate it changes. With a plan's GPU `generation`,
-    only the family's runs on it where it has any (`for_generation`), saying so, and how many held-aside runs on
-    other GPUs are left out; else the GPUs the runs scored ran on.
+    only the family's runs on it where it has any, and of a mixture-of-experts family those placing the experts as
+    the plan does (`split_experts`) where it has any (`for_plan`), saying so, and how many held-aside runs are left
+    out; else the GPUs the runs scored ran on.
 
     Example:
         >>> family_line("dense-a100")                     # doctest: +ELLIPSIS
@@ -463,7 +500,7 @@ def family_line(key: str, outcomes=None, rate: str = "", generation: str | None 
     outcomes = results() if outcomes is None else outcomes
     where = ""
     if generation is not None:
-        outcomes, where = for_generation(key, outcomes, generation)
+        outcomes, where = for_plan(key, outcomes, generation, split_experts)
     scoped = where.startswith("on ")          # only the runs on the plan's generation
     row = next(r for r in by_family(outcomes, ASIDE) if r.family == key)
     seen = next(r for r in by_family(outcomes, DEVELOPMENT) if r.family == key)
@@ -503,11 +540,47 @@ def for_generation(key: str, outcomes, generation: str) -> tuple[list, str]:
     name = f"{generation.capitalize()} GPUs"
     if not same:
         return mine, f"none on {name} (its runs are on {', '.join(sorted({r.run.gpu for r in mine}))})" if mine else ""
-    left = [r for r in mine if r not in same]
-    counts = [f"{n} {part} run{'s' if n > 1 else ''}" for part, n in
-              (("held-aside", sum(r.split == ASIDE for r in left)), ("development", sum(r.split == DEVELOPMENT
-                                                                                        for r in left))) if n]
-    return same, f"on {name} ({' and '.join(counts)} on other GPUs left out)" if counts else ""
+    counts = _counts_text([r for r in mine if r not in same])
+    return same, f"on {name} ({counts} on other GPUs left out)" if counts else ""
+
+
+def _counts_text(left) -> str:
+    """'3 held-aside and 9 development runs' for the outcomes `left` (out of a family's line), '' for none."""
+    return " and ".join(f"{n} {part} run{'s' if n > 1 else ''}" for part, n in
+                        (("held-aside", sum(r.split == ASIDE for r in left)),
+                         ("development", sum(r.split == DEVELOPMENT for r in left))) if n)
+
+
+MOE_FAMILIES = ("moe-coarse", "moe-fine")   # the workload families whose plans may or may not split the experts
+
+
+def splits_experts(strategy: dict) -> bool:
+    """Whether a run's strategy (as written: a dict) splits the experts across GPUs (ep > 1): each token then travels
+    to its experts' GPUs and back; at ep 1 every GPU holds every expert and no token leaves it."""
+    return strategy.get("ep", 1) > 1
+
+
+def for_plan(key: str, outcomes, generation: str, split_experts: bool | None = None) -> tuple[list, str]:
+    """The family's outcomes that say how far to trust a plan: `for_generation`'s, and of a mixture-of-experts family
+    those that place the experts as the plan does (`split_experts`: ep > 1, or every expert on each GPU) where it
+    has any, with the words that say which and how many were left out. A fine-grained plan with expert parallelism
+    is thereby scored on runs that pay for the tokens' journey, not on data-parallel runs that never do.
+
+    Example:
+        >>> runs, where = for_plan("moe-fine", results(), "blackwell", split_experts=True)
+        >>> all(splits_experts(r.run.strategy) for r in runs), where     # doctest: +ELLIPSIS
+        (True, 'on Blackwell GPUs (...), with expert parallelism (... with every expert on each GPU left out)')
+    """
+    runs, where = for_generation(key, outcomes, generation)
+    if split_experts is None or key not in MOE_FAMILIES:
+        return runs, where
+    alike = [r for r in runs if splits_experts(r.run.strategy) == split_experts]
+    if not alike or len(alike) == len(runs):
+        return runs, where
+    counts = _counts_text([r for r in runs if r not in alike])
+    words = (f"with expert parallelism ({counts} with every expert on each GPU left out)" if split_experts else
+             f"every expert on each GPU ({counts} with expert parallelism left out)")
+    return alike, f"{where}, {words}" if where else words
 
 
 def _one_way(key: str, outcomes) -> str:
@@ -540,7 +613,15 @@ def markdown_tables(outcomes=None) -> str:
               f"held-aside run: {unjudged}. Development: "
               f"{development['runs']} runs, median absolute error {_median_text(development)}. "
               f"{aside['skipped'] + development['skipped']} runs wait for features not in the planner yet.", "",
-              "| run | families | split | GPUs | published | predicted | error |", "|---|---|---|---:|---:|---:|---:|"]
+              "| mixture of experts, by where the experts sit | held aside: runs | median error | worst | "
+              "development: runs | median error | worst |", "|---|---:|---:|---:|---:|---:|---:|"]
+    for key, placed, row, seen in _placements_shown(outcomes):
+        cells = []
+        for part in (row, seen):
+            cells += [f"{part.runs}", "-" if part.median is None else f"{part.median:.1%}",
+                      "-" if part.worst is None else f"{part.worst:+.1%}"]
+        lines.append(f"| {FAMILIES[key]}, {PLACEMENTS[placed]} | " + " | ".join(cells) + " |")
+    lines += ["", "| run | families | split | GPUs | published | predicted | error |", "|---|---|---|---:|---:|---:|---:|"]
     for r in sorted(outcomes, key=lambda r: r.split != ASIDE):
         gpus = r.run.strategy.get("dp", 1) * r.run.strategy.get("tp", 1) * r.run.strategy.get("pp", 1) \
             * r.run.strategy.get("cp", 1)

@@ -332,12 +332,14 @@ def accuracy_text(cluster, plans=()) -> str:
 def _held_out_lines(cluster, plans) -> list[str]:
     """The planner's error on published runs it was never fitted on (both parts) for each family among `plans`."""
     from ddp_lab.plan import held_out    # imported here: see accuracy_text
-    families = dict.fromkeys(family for plan in plans
-                             for family in held_out.plan_families(plan.model, cluster, plan.strategy))
+    families = {}          # each family, and whether the first plan in it splits its experts (ep > 1)
+    for plan in plans:
+        for family in held_out.plan_families(plan.model, cluster, plan.strategy):
+            families.setdefault(family, plan.strategy.ep > 1)
     outcomes, rate = held_out.at_plans_rate(cluster)
     lines = []
-    for family in families:
-        lines.append(f"          {held_out.family_line(family, outcomes, rate, cluster.gpu.generation)}")
+    for family, split_experts in families.items():
+        lines.append(f"          {held_out.family_line(family, outcomes, rate, cluster.gpu.generation, split_experts)}")
         at_kernels = held_out.kernel_rate_line(family) if (rate == held_out.AT_CALIBRATED_RATE and kernel_efficiency_of(
             cluster.gpu.generation) is not None) else ""      # only where --kernel-rate applies
         if at_kernels:
