@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from pathlib import Path
 
 import pytest
 
@@ -82,13 +83,6 @@ PREDICTED = {
     'MLPerf v6.0 gpt-oss-20b DP 8, 8 B200s, MXFP8 (Dell)': 40178.0,
     'MLPerf v6.0 gpt-oss-20b DP 8, 8 B200s, MXFP8 (Lambda)': 40178.0,
     'MLPerf v6.0 gpt-oss-20b DP 8, 8 B200s, MXFP8 (Supermicro)': 40178.0,
-    'MLPerf v6.0 DeepSeek-V3 TP 2 x PP 4 x VP 4 x EP 32, 512 GB200s, MXFP8 (NVIDIA)': 3612.8,
-    'MLPerf v6.0 DeepSeek-V3 TP 2 x PP 4 x VP 4 x EP 32, 8,192 GB200s, MXFP8 (NVIDIA)': 3234.9,
-    'MLPerf v6.0 DeepSeek-V3 TP 2 x PP 4 x VP 4 x EP 32, 256 GB200s, MXFP8 (Google)': 3627.1,
-    'MLPerf v6.0 DeepSeek-V3 PP 4 x VP 4 x EP 32, 256 GB300s, MXFP8 (NVIDIA)': 4117.9,
-    'MLPerf v6.0 DeepSeek-V3 PP 4 x VP 4 x EP 32, 512 GB300s, MXFP8 (NVIDIA)': 4103.1,
-    'MLPerf v6.0 DeepSeek-V3 PP 4 x VP 4 x EP 32, 2,048 GB300s, MXFP8 (CoreWeave)': 4009.6,
-    'MLPerf v6.0 DeepSeek-V3 PP 4 x VP 4 x EP 32, 8,192 GB300s, MXFP8 (CoreWeave)': 3581.0,
     'MLPerf v6.0 gpt-oss-20b DP 8, 8 B300s, MXFP8 (Cisco)': 41814.0,
     'MLPerf v6.0 gpt-oss-20b DP 8, 8 B300s, MXFP8 (Dell)': 41814.0,
     'MLPerf v6.0 gpt-oss-20b DP 16, 16 B300s, MXFP8 (Dell)': 41700.0,
@@ -181,7 +175,7 @@ def test_the_planner_still_predicts_every_held_aside_run_as_it_did():
     made with those runs' errors in view moves them to the development part (held_out.py's rule); one decided
     without them (a mechanism found wrong on other models, from the frameworks' code) updates the pins here, in a
     commit that says so."""
-    assert set(PREDICTED) == ASIDE_NAMES and len(PREDICTED) == 74
+    assert set(PREDICTED) == ASIDE_NAMES and len(PREDICTED) == 67
     for run in RUNS:
         if run.name in ASIDE_NAMES:
             assert predict(run) == pytest.approx(PREDICTED[run.name], rel=1e-4), run.name
@@ -198,3 +192,24 @@ def test_the_fifth_sets_all_to_all_stays_in_a_node_so_the_time_the_planner_misse
         ran = strategy.global_batch * model.seq_len / (run.published * strategy.gpus)
         missed = (ran - planned.total) / (strategy.grad_accum * model.layers)
         assert planned.ep_comm < 0.06 * planned.total and 0.004 < missed < 0.006, run.name
+
+
+def test_ep_overlaps_gain_on_the_one_published_ab_is_an_upper_bound():
+    """The sixth set's source measured its Qwen3-30B-A3B layout with and without Megatron-Core's combined 1F1B:
+    24.71 s and 20.99 s a step, 1.18x, 37 % of the communication hidden. The planner, given the same run with
+    ep_overlap, gives a larger gain and hides nearly all of its all-to-all time; docs/planner.md quotes both. With one
+    micro-batch per step (the fifth set's runs, which set the overlap) nothing pairs, and the plan is unchanged."""
+    from ddp_lab.course.plan.steptime import step_time
+    from ddp_lab.plan.held_aside_runs import FIFTH_SET, SIXTH_SET
+    model, cluster, strategy = build(SIXTH_SET[0])
+    assert not strategy.ep_overlap                                     # the row without it, held aside
+    off, on = step_time(model, cluster, strategy), step_time(model, cluster, strategy.with_(ep_overlap=True))
+    gain, hidden = off.total / on.total, on.ep_comm_hidden / (on.ep_comm + on.ep_comm_hidden)
+    assert on.ep_comm + on.ep_comm_hidden == pytest.approx(off.ep_comm) and gain > 24.7138 / 20.99 and hidden > 0.37
+    page = " ".join((Path(__file__).resolve().parents[1] / "docs" / "planner.md").read_text().split())
+    assert (f"the planner gives {off.total:.2f} s and {on.total:.2f} s, {gain:.2f}×, hiding {100 * hidden:.0f} % of "
+            f"its all-to-all time") in page
+    for run in FIFTH_SET:
+        model, cluster, strategy = build(run)
+        assert strategy.ep_overlap and strategy.grad_accum == 1
+        assert step_time(model, cluster, strategy) == step_time(model, cluster, strategy.with_(ep_overlap=False))

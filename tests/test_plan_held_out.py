@@ -64,8 +64,9 @@ def test_the_split_is_what_the_docstring_says(outcomes):
     """The development runs are held_out_runs.RUNS, the first held-aside set's runs the kernel rate changed (its rule
     was written with their errors in view), the fourth set's (looked at before the per-node dispatch was modelled) and
     the eighth set's H100 run and the ninth set's Qwen3-30B-A3B run (each planned before its set was written down)
-    and the whole ninth set (its layouts stand in the development runs' source): held_out.MOVED_TO_DEVELOPMENT; the
-    held-aside part is the rest
+    and the whole ninth set (its layouts stand in the development runs' source), and MLPerf v6.0's DeepSeek-V3 runs of
+    the eleventh and twelfth sets (looked at before the all-to-alls' overlap was modelled):
+    held_out.MOVED_TO_DEVELOPMENT; the held-aside part is the rest
     of held_aside_runs.RUNS, every later set among them. No run is in both, and no held-aside run is named in
     the planner's library or in the other tests (a check of one would look at its error)."""
     moved = held_out.MOVED_TO_DEVELOPMENT          # frozen by name: a later rule never moves them back
@@ -76,8 +77,13 @@ def test_the_split_is_what_the_docstring_says(outcomes):
     assert held_out.SEEN_BEFORE_WRITTEN_DOWN == {held_aside_runs.EIGHTH_SET[0].name, held_aside_runs.NINTH_SET[2].name}
     # the ninth set: its four layouts stand in the development runs' own source document at figures within 3 %
     assert held_out.REPEATS_DEVELOPMENT_SOURCE == {run.name for run in held_aside_runs.NINTH_SET}
+    # MLPerf v6.0's DeepSeek-V3 runs: the all-to-alls' overlap they run was modelled after their errors were seen
+    assert held_out.MOVED_BY_EP_OVERLAP == {run.name for run in (*held_aside_runs.ELEVENTH_SET,
+                                                                 *held_aside_runs.TWELFTH_SET)
+                                            if run.model["name"] == "deepseek-v3"}
     assert moved == (held_out.MOVED_BY_KERNEL_RATE | held_out.MOVED_BY_PER_NODE_DISPATCH
-                     | held_out.SEEN_BEFORE_WRITTEN_DOWN | held_out.REPEATS_DEVELOPMENT_SOURCE)
+                     | held_out.SEEN_BEFORE_WRITTEN_DOWN | held_out.REPEATS_DEVELOPMENT_SOURCE
+                     | held_out.MOVED_BY_EP_OVERLAP)
     assert {run.name for run in held_aside_runs.FIRST_SET if held_out.runs_at_kernel_rate(run)} <= moved
     assert {r.run.name for r in outcomes if r.split == DEVELOPMENT} == {run.name for run in RUNS} | moved
     assert {r.run.name for r in outcomes if r.split == ASIDE} == {run.name for run in held_aside_runs.RUNS} - moved
@@ -214,8 +220,9 @@ def test_overall_median_within_the_goal(outcomes):
     assert total["median"] <= GOAL_MEDIAN and not total["families_over_goal"]
 
 
-@pytest.mark.xfail(strict=True, reason="fine-grained MoE with expert parallelism: held-aside median 35.0 % over 18 "
-                                       "runs, both ways (2026-12-06); its runs with every expert on each GPU 5.0 %")
+@pytest.mark.xfail(strict=True, reason="fine-grained MoE with expert parallelism: held-aside median 47.9 % over 11 "
+                                       "runs, all but one slower than planned (2026-12-06); every expert on each GPU "
+                                       "5.0 %")
 def test_fine_grained_moe_with_expert_parallelism_within_the_family_goal(outcomes):
     """What a MoE plan at scale is: its runs with expert parallelism, which pay for the tokens' journey."""
     rows = {(key, placed): row for key, placed, row in held_out.by_placement(outcomes)}
@@ -230,13 +237,17 @@ def test_the_fine_grained_family_meets_its_goal_only_through_its_runs_without_ex
     assert rows["moe-fine", True].runs + rows["moe-fine", False].runs == family_row.runs
     assert rows["moe-fine", False].median <= GOAL_FAMILY < rows["moe-fine", True].median
     readme = " ".join((ROOT / "README.md").read_text().split())
-    for placed in (True, False):
-        assert f"{rows['moe-fine', placed].median:.1%}" in readme
+    for placed in (True, False):      # each as a figure of its own, not the tail of another ("5.0%" in "35.0%")
+        figure = f"{rows['moe-fine', placed].median:.1%}"
+        assert re.search(r"(?<![\d.])" + re.escape(figure), readme), figure
     # a plan with expert parallelism on Blackwell GPUs is scored on the family's runs with it there
     runs, where = held_out.for_plan("moe-fine", outcomes, "blackwell", split_experts=True)
     assert runs and all(held_out.splits_experts(r.run.strategy) and r.run.gpu.endswith(("b200", "b300"))
                         for r in runs)
-    assert "with expert parallelism (" in where and "with every expert on each GPU left out" in where
+    assert where.endswith(f", {held_out.PLACEMENTS[True]} (13 held-aside runs placed otherwise left out)"), where
+    # and one with every expert on each GPU on the family's runs placed so, its development part none of them
+    line = held_out.family_line("moe-fine", outcomes, "", "blackwell", split_experts=False)
+    assert f"{held_out.PLACEMENTS[False]} (" in line and line.endswith("development: none so placed on these GPUs")
     alike = [r for r in runs if r.split == ASIDE]
     page = " ".join((ROOT / "docs" / "planner.md").read_text().split())
     assert f"states the {100 * statistics.median(abs(r.error) for r in alike):.1f} % of its {len(alike)} such" in page
@@ -269,12 +280,11 @@ def test_readme_quotes_the_held_out_medians(outcomes):
 
 
 def test_one_measured_run_per_stack_fits_its_own_figure_and_helps_only_at_other_scales_of_the_same_model():
-    """held_out_fit.py: each group's first run, fitted, reproduces its published figure. The fit brings the other
-    runs closer in the median (7.6 % to 6.6 %) only through the groups of one model and one code at other scales or
-    on other machines (MLPerf's GPT-3 rounds, v6.0's gpt-oss-20b on B300s: one configuration on eight submitters'
-    machines), or one release of one code (Megatron-Bridge's 26.08 GB200 rows, the two Qwen3 runs), and hurts
-    where it carries one model's misses to others (DGX Cloud's tables, Automodel, OLMo-core, MaxText's A3 runs);
-    docs/planner.md shows the table the module prints."""
+    """held_out_fit.py: each group's first run, fitted, reproduces its published figure. The fit does not bring the
+    other runs closer in the median: it helps where the group is one model and one code at other scales or on other
+    machines (MLPerf's GPT-3 rounds; v6.0's gpt-oss-20b on B300s, one configuration on seven submitters' machines),
+    and hurts where it carries one model's misses to others (DGX Cloud's tables, Automodel, OLMo-core, MaxText's A3
+    runs, Megatron-Bridge's 26.08 GB200 rows); docs/planner.md shows the table the module prints."""
     fitted = held_out_fit.fitted_groups()
     assert fitted and all(len(group.runs) >= 1 for group in fitted)
     for group in fitted:
@@ -284,17 +294,17 @@ def test_one_measured_run_per_stack_fits_its_own_figure_and_helps_only_at_other_
             step_time(model, with_matmul_efficiency(cluster, group.efficiency), strategy).total
         assert held_out.predict(first) * ratio == pytest.approx(first.published, rel=1e-6), group.fitted_on
     total = held_out_fit.summary(fitted)
-    # the fit brings the runs closer in the median (6.6 % against 7.6 % as planned)
-    assert total["fitted"] < total["calibrated"] and total["runs"] == sum(len(g.runs) for g in fitted)
+    # the fit does not bring the runs closer in the median (10.5 % against 7.6 % as planned)
+    assert total["fitted"] > total["calibrated"] and total["runs"] == sum(len(g.runs) for g in fitted)
     assert held_out_fit.markdown_table(fitted) in (ROOT / "docs" / "planner.md").read_text()
     by_group = {(group.source, group.gpu): (group, held_out_fit.summary([group])) for group in fitted}
     for key in (("mlcommons/training_results_v3.1", "h100-sxm"), ("mlcommons/training_results_v4.1", "h100-sxm"),
-                ("mlcommons/training_results_v4.0", "h100-sxm"), ("NVIDIA-NeMo/Megatron-Bridge", "gb200"),
-                ("mlcommons/training_results_v6.0", "b300")):
+                ("mlcommons/training_results_v4.0", "h100-sxm"), ("mlcommons/training_results_v6.0", "b300")):
         assert by_group[key][1]["fitted"] < by_group[key][1]["calibrated"], key
     for key in (("NVIDIA/dgxc-benchmarking", "h100-sxm"), ("NVIDIA-NeMo/Automodel", "h100-sxm"),
                 ("NVIDIA/dgxc-benchmarking", "gb200"), ("Dao-AILab/flash-attention", "a100-80gb"),
-                ("allenai/OLMo-core", "h100-sxm"), ("AI-Hypercomputer/maxtext", "h100-sxm")):
+                ("allenai/OLMo-core", "h100-sxm"), ("AI-Hypercomputer/maxtext", "h100-sxm"),
+                ("NVIDIA-NeMo/Megatron-Bridge", "gb200")):
         assert by_group[key][1]["fitted"] > by_group[key][1]["calibrated"], key
     # docs/planner.md: DGX Cloud's fit sits at the fastest GEMM timed on an H100 (on the planner's scale),
     # Automodel's far above it; OLMo-core fitted on its 1B run: its 13B runs come out 36-47 % too fast

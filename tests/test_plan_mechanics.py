@@ -237,7 +237,7 @@ def test_blackwell_presets_come_from_the_datasheets_and_say_they_are_uncalibrate
     # Blackwell Ultra (HGX B300, GB300 NVL72): the rates of B200 and GB200, more memory, an 800 Gb/s NIC per GPU
     b300, gb300 = ClusterSpec.preset("b300"), ClusterSpec.preset("gb300")
     assert b300.gpu.peak_flops == b200.peak_flops and gb300.gpu.peak_flops == gb200.peak_flops
-    assert (b300.gpu.memory, gb300.gpu.memory) == (270 * GiB, 284_208 * 2**20)   # as NVIDIA's MLPerf systems give them
+    assert (b300.gpu.memory, gb300.gpu.memory) == (275_040 * 2**20, 284_208 * 2**20)   # as MLPerf's systems give them
     assert (b300.gpus_per_node, gb300.gpus_per_node) == (8, 72)
     assert b300.inter_node_bandwidth == gb300.inter_node_bandwidth == 2 * ClusterSpec.preset("b200").inter_node_bandwidth
     assert b300.gpu.generation == gb300.gpu.generation == "blackwell"
@@ -404,3 +404,34 @@ def test_per_op_checkpointing_recomputes_what_pytorch_recomputes_under_torchtita
     planned = recomputed_matmuls(shape, Strategy(recompute="op"))
     assert [name for name, *_ in planned] == ["k", "out", "up"]
     assert counted[True] - counted[False] == sum(flops for _, flops, _, _ in planned)
+
+
+# ---- expert parallelism's all-to-alls beside another micro-batch's compute (ep_overlap.py) ----------------------
+
+def test_ep_overlap_hides_each_pass_behind_the_other_and_only_where_passes_pair():
+    """Combined 1F1B: a paired layer leaves exposed only what the other pass's compute does not cover; the passes that
+    run alone (one of m without a pipeline) and full recomputation's second forward keep theirs; nothing hides on CPU
+    ranks; Megatron's own rules (ep > 1; the interleaved schedule where pp > 1) refuse the rest in one line."""
+    moe = Transformer.preset("deepseek-moe-16b").with_(seq_len=4096)
+    h100s = ClusterSpec.preset("h100-sxm", nodes=2)
+    plain = Strategy(dp=16, ep=16, zero=1, micro_batch=1, grad_accum=32)
+    off, on = step_time(moe, h100s, plain), step_time(moe, h100s, plain.with_(ep_overlap=True))
+    assert on.ep_comm + on.ep_comm_hidden == pytest.approx(off.ep_comm) and on.ep_comm < off.ep_comm / 4
+    assert on.total < off.total and on.overlap_slowdown > off.overlap_slowdown      # the hidden part is not free
+    # one micro-batch: nothing pairs, nothing hides
+    single = plain.with_(grad_accum=1)
+    assert step_time(moe, h100s, single.with_(ep_overlap=True)) == step_time(moe, h100s, single)
+    # full recomputation: its forward's all-to-alls again, alone (2 of each layer's 6)
+    full = plain.with_(recompute="full")
+    hidden_full = step_time(moe, h100s, full.with_(ep_overlap=True)).ep_comm_hidden
+    assert hidden_full == pytest.approx(on.ep_comm_hidden, rel=1e-9)
+    assert step_time(moe, h100s, full.with_(ep_overlap=True)).ep_comm == pytest.approx(
+        step_time(moe, h100s, full).ep_comm - hidden_full)
+    # on CPU ranks (gloo) collectives do not run beside compute
+    cpu = h100s.with_(overlap_dp_comm=False)
+    assert step_time(moe, cpu, plain.with_(ep_overlap=True)).ep_comm_hidden == 0.0
+    with pytest.raises(ValueError, match=r"^ep_overlap=True hides .* with ep=1 .*: set ep > 1, or drop ep_overlap$"):
+        Strategy(dp=16, ep_overlap=True)
+    with pytest.raises(ValueError, match=r"^ep_overlap=True with pp=2 needs the interleaved schedule"):
+        Strategy(dp=8, pp=2, ep=8, grad_accum=8, ep_overlap=True)
+    assert Strategy(dp=8, pp=2, ep=8, grad_accum=8, schedule="interleaved", virtual_stages=2, ep_overlap=True).ep_overlap

@@ -23,10 +23,11 @@ from ddp_lab.plan.cli_plot import PLOTTED, check_plot_file
 
 STRATEGY_FLAGS = ("dp", "tp", "pp", "zero", "micro_batch", "grad_accum", "recompute", "sequence_parallel",
                   "fsdp_unit", "virtual_stages", "tp_comm_overlap", "overlap_param_gather", "first_stage_layers",
-                  "last_stage_layers", "sync_every", "replicas", "sync_precision", "expert_tp", "dp_shard")
+                  "last_stage_layers", "sync_every", "replicas", "sync_precision", "expert_tp", "dp_shard",
+                  "ep_overlap")
 # a framework's options that a search applies to every plan they fit (search.candidates); with other strategy flags
 # they are that one plan's
-SEARCH_WIDE = ("sequence_parallel", "tp_comm_overlap", "overlap_param_gather")
+SEARCH_WIDE = ("sequence_parallel", "tp_comm_overlap", "overlap_param_gather", "ep_overlap")
 # the DiLoCo outer sync (lesson 16): alone, the search puts it on every plan (each dp rank a replica unless --replicas
 # says); with other strategy flags it is that one plan's
 OUTER_SYNC = ("sync_every", "replicas", "sync_precision")
@@ -207,6 +208,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="run sequence parallelism's all-gathers/reduce-scatters in chunks beside the GEMMs "
                           "(Megatron-LM's --tp-comm-overlap; needs --sequence-parallel; in a search, on every plan "
                           "with tp > 1 and sequence parallelism)")
+    how.add_argument("--ep-overlap", dest="ep_overlap", action="store_true", default=None,
+                     help="run one micro-batch's MoE all-to-alls beside another's compute (Megatron-Core's "
+                          "--overlap-moe-expert-parallel-comm, combined 1F1B; needs --ep > 1, and --virtual-stages "
+                          "where --pp > 1; in a search, on every plan it fits)")
     how.add_argument("--overlap-param-gather", dest="overlap_param_gather", action="store_true", default=None,
                      help="ZeRO-1/2: gather the updated weights beside the next forward (Megatron-LM's "
                           "--overlap-param-gather) instead of after the optimizer; in a search, on every plan with "

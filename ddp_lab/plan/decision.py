@@ -41,7 +41,7 @@ def ties_text(plans, tie: float, source: str) -> str:
             f"{roomiest.margin / GB:.1f} GB")
 
 
-def stated_error(cluster, best=None) -> tuple[float, str]:
+def stated_error(cluster, best=None, shown=()) -> tuple[float, str]:
     """The error the planner states for plans on `cluster`: (share, where it comes from), for marking ties.
 
     The largest of these medians: the published runs' on the cluster's GPU generation, which the
@@ -50,7 +50,8 @@ def stated_error(cluster, best=None) -> tuple[float, str]:
     (`held_out.plan_families`: a MoE plan on B200s is in two), that of the runs it was never fitted
     on (`ddp_lab.plan.held_out`), scored at the rate the plan runs at (`held_out.at_plans_rate`), those
     on the plan's GPU generation where the family has any, and of a mixture-of-experts family
-    those placing the experts as the plan does where it has any (`held_out.for_plan`): the
+    those placing the experts as the plan does where it has any (`held_out.for_plan`; with the
+    plans `shown` beside it, each placement among them: `held_out.plan_scopes`): the
     held-aside part's, the fairer estimate of its error, or the development part's where no
     held-aside run is of that family.
     """
@@ -69,9 +70,10 @@ def stated_error(cluster, best=None) -> tuple[float, str]:
     if best is not None:
         families = held_out.plan_families(best.model, cluster, best.strategy)
         everyone = held_out.at_plans_rate(cluster)[0]        # scored at the rate the plan runs at
-        for family in families:
+        scopes = [scope for scope in held_out.plan_scopes([best, *shown], cluster) if scope[0] in families]
+        for family, placement in scopes:
             outcomes, where = held_out.for_plan(family, everyone, cluster.gpu.generation,      # its GPUs' if any,
-                                                best.strategy.ep > 1)                        # its expert placing
+                                                placement)                                   # each expert placing
             for split in (held_out.ASIDE, held_out.DEVELOPMENT):
                 row = next(r for r in held_out.by_family(outcomes, split) if r.family == family)
                 if row.runs:

@@ -22,9 +22,10 @@ MXFP8) was written down after that, by the fifth set's rules, before the planner
 same round's DeepSeek-V3 submissions on GB200s) after the tenth had been predicted, by the same rules, before the
 planner predicted any of its runs. TWELFTH_SET (the same round's LLM submissions on B300s and GB300s: gpt-oss-20b
 and DeepSeek-V3, in MXFP8) was written down after the planner was given B300 and GB300 presets from their
-datasheets, by the same rules, before it predicted any of its runs. Every set was chosen and written down before the planner predicted any of its
-runs (but for the eighth set's H100 run and the ninth set's Qwen3-30B-A3B run), and they are kept aside while it is
-modelled: their errors are looked at once, at the end (held_out.py says what moves a run to the development part).
+datasheets, by the same rules, before it predicted any of its runs; a review found one run picked against the rules
+(HPE's 32 GB300s for its 72, predicted once by then) and the right one took its place before it was predicted.
+Every set was chosen and written down before the planner predicted any of its runs (but for the eighth set's H100
+run and the ninth set's Qwen3-30B-A3B run), and they are kept aside while it is modelled: their errors are looked at once, at the end (held_out.py says what moves a run to the development part).
 Each run is recorded as its source states it: the model shape, the parallel layout, the batch and micro-batch, the
 sequence, the GPUs, the precision and the published figure; each run's `source` ends with the GPU count and global batch its source gives
 ("N GPUs, GBS B"; where it gives no GPU count, the one planned, and says so). A setting the table leaves out is read
@@ -265,8 +266,9 @@ Megatron-LM's README (its model table and scaling results are images) and its Mo
 "as of MCore v0.9" stands beside the v0.8 mapping of held_out_runs' Mixtral run: the same configuration again).
 Megatron-Bridge docs/performance-summary.md (26.08), but for the ninth set's rows: its GB300 rows (no preset then;
 since it, still out: the development runs' document series, as the ninth set was found to be), its NVFP4 rows (no
-such precision), DeepSeekV4 Flash (an architecture not modelled) and the Nemotron 3 rows (Mamba layers). yanring/Megatron-MoE-ModelZoo: Qwen3-235B-A22B's 94 layers on 8 or 32 pipeline stages with virtual
-stages (uneven, not expressible), its FSDP row's table (TP 2, DP 128) disagrees with its launch script (TP 1), and
+such precision), DeepSeekV4 Flash (an architecture not modelled) and the Nemotron 3 rows (Mamba layers).
+yanring/Megatron-MoE-ModelZoo: Qwen3-235B-A22B's 94 layers on 8 or 32 pipeline stages with virtual stages (uneven,
+not expressible), its FSDP row's table (TP 2, DP 128) disagrees with its launch script (TP 1), and
 Mixtral 8x22B's "around 445/465 TFLOPS" are rounded expectations in a script comment. dgxc: Llama 3.1 405B (126
 layers on PP 8 x VP 8, uneven under interleaving) and its 8/30/62-layer proxies; DeepSeek-V3 (multi-head latent
 attention); Llama 4 Maverick (experts in every second layer); Nemotron-H (Mamba layers); the Grok-1 tables of
@@ -1114,7 +1116,8 @@ MLPERF60_NOTE = ("; config_common.sh, conf/gpt_oss.yaml, conf/tp_overlap/h100tp2
                  "'attn moe_router moe_preprocess'), the DeepEP flex dispatcher (moe_dispatch per-node; its ep "
                  "group is within a node), grouped GEMM, permute and router fusion, the expert all-to-all "
                  "overlapped with deferred weight-gradient GEMMs (MOE_EP_A2A_OVERLAP=True: "
-                 "overlap_moe_expert_parallel_comm and delay_wgrad_compute; with one micro-batch per step its "
+                 "overlap_moe_expert_parallel_comm, ep_overlap, and delay_wgrad_compute, not modelled; with one "
+                 "micro-batch per step, nothing to pair, its "
                  "effect is not stated), fused QKV-RoPE, Transformer Engine's fused cross-entropy, the embedding "
                  "op the Dockerfile builds (embedding_lib, not in the folder), manual GC every 10 steps (GC_TRAIN=10); "
                  "routing is learned, not "
@@ -1139,7 +1142,7 @@ FIFTH_SET: list[HeldOutRun] = [
                  f"; {gpus:,} GPUs, GBS {gbs:,}",
                  MLPERF_GPT_OSS_20B,
                  dict(dp=gpus // 2, tp=2, ep=4, expert_tp=1, micro_batch=1, grad_accum=1, precision="fp8",
-                      moe_dispatch="per-node", **TP_OVERLAP, **NEMO),
+                      moe_dispatch="per-node", ep_overlap=True, **TP_OVERLAP, **NEMO),
                  "h100-sxm", "tokens_per_gpu", _tokens_per_gpu(tokens / seconds, gpus),
                  f"Cisco/benchmarks/gpt_oss_20b/nemo/{config} (DGXNNODES {gpus // 8}: MINIBS 1 x {gpus:,} // 2 = GBS "
                  f"{gbs:,}, LR_WARMUP_STEPS {warmup} as the log's opt_learning_rate_warmup_steps); EP 4 over the TP 2 "
@@ -1275,10 +1278,11 @@ MBRIDGE_2608_NOTE = ("src/megatron/bridge/perf_recipes/{recipe} at 067f987df ({f
                      "optimizer (ZeRO-1) with overlapped gradient reduce and parameter gather, gradients reduced in "
                      "bf16, HybridEP flex dispatcher (moe_dispatch per-node), routing forced to balance and dropless "
                      "(the page's note), expert-parallel all-to-alls overlapped with the other micro-batch's compute "
-                     "(overlap_moe_expert_parallel_comm, delay_wgrad_compute: not modelled, planned exposed), "
+                     "(overlap_moe_expert_parallel_comm: ep_overlap; delay_wgrad_compute: not modelled), "
                      "full-iteration CUDA graphs, fused router and permutation, paged stashing (not modelled), TE "
                      "attention; {rest}; mock data; GB200 NVL72 trays of 4 GPUs, placed by held_out.nvlink_segment")
-MBRIDGE_GB200 = dict(zero=1, overlap_param_gather=True, precision="mxfp8", moe_dispatch="per-node", **TE)
+MBRIDGE_GB200 = dict(zero=1, overlap_param_gather=True, precision="mxfp8", moe_dispatch="per-node", ep_overlap=True,
+                     **TE)
 
 
 def _mbridge_2608(name, table_model, published, gpus, gbs, model, strategy, recipe, function, rest) -> HeldOutRun:
@@ -1397,8 +1401,8 @@ MLPERF60_DSV3_NOTE = ("{config} ({where}): TP 2 with sequence parallelism (pretr
                       "(Megatron-Core's transformer_layer.py skips MoE layers: about 3 % of the forward matmuls), "
                       "planned as selective by the eighth set's rule; routing not forced to balance (real data, "
                       "the sequence auxiliary loss; planned balanced); the flex dispatcher with HybridEP (moe_dispatch per-node); the all-to-alls "
-                      "overlapped with another micro-batch's compute (OVERLAP_MOE_EXPERT_PARALLEL_COMM, "
-                      "DELAY_WGRAD_COMPUTE: not modelled, planned exposed); full-iteration and optimizer CUDA graphs, "
+                      "overlapped with another micro-batch's compute (OVERLAP_MOE_EXPERT_PARALLEL_COMM: ep_overlap; "
+                      "DELAY_WGRAD_COMPUTE: not modelled); full-iteration and optimizer CUDA graphs, "
                       "paged stashing, pipeline sends overlapped (overlap_p2p_comm) and the precision-aware "
                       "optimizer's bf16 moments (not modelled); Megatron's distributed optimizer (ZeRO-1) with "
                       "overlapped gradient reduce and parameter gather, gradients reduced in bf16; no TP overlap; GB200 NVL72 trays of 4 GPUs placed "
@@ -1412,7 +1416,7 @@ ELEVENTH_SET: list[HeldOutRun] = [
                  dict(dp=gpus // 8, tp=2, pp=4, ep=32, expert_tp=1, micro_batch=1, grad_accum=minibs,
                       schedule="interleaved", virtual_stages=4, first_stage_layers=4, last_stage_layers=1,
                       recompute="selective", sequence_parallel=True, precision="mxfp8", moe_dispatch="per-node",
-                      **NEMO),
+                      ep_overlap=True, **NEMO),
                  "gb200", "tokens_per_gpu", _tokens_per_gpu(737_280 * 4096 / seconds, gpus),
                  MLPERF60_DSV3_NOTE.format(config=config, where=where, minibs=minibs, dp=gpus // 8, blocks=blocks,
                                            spread=spread))
@@ -1460,7 +1464,7 @@ MLPERF60_DSV3_GB300_NOTE = (
     "parameters and their gather and FP8 attention and output projection (FP8_DPA, FP8_OUTPUT_PROJ: not modelled); "
     "no recomputation (RECOMPUTE_MODULES empty); routing not forced to balance (planned balanced); the flex "
     "dispatcher with HybridEP (moe_dispatch per-node); the all-to-alls overlapped with another micro-batch's compute "
-    "(OVERLAP_MOE_EXPERT_PARALLEL_COMM, DELAY_WGRAD_COMPUTE: not modelled, planned exposed); full-iteration and "
+    "(OVERLAP_MOE_EXPERT_PARALLEL_COMM: ep_overlap; DELAY_WGRAD_COMPUTE: not modelled); full-iteration and "
     "optimizer CUDA graphs, paged stashing and the precision-aware optimizer (not modelled); Megatron's distributed "
     "optimizer (ZeRO-1) with overlapped gradient reduce and parameter gather, gradients reduced in bf16 as the "
     "eleventh set's reading of the same implementation; GB300 NVL72 trays of 4 GPUs placed by "
@@ -1486,7 +1490,7 @@ TWELFTH_SET: list[HeldOutRun] = [
                  MLPERF60_DSV3.format(submitter, system, gpus, minibs * gpus // 4), DEEPSEEK_V3,
                  dict(dp=gpus // 4, pp=4, ep=32, expert_tp=1, micro_batch=1, grad_accum=minibs,
                       schedule="interleaved", virtual_stages=4, first_stage_layers=4, last_stage_layers=1,
-                      precision="mxfp8", moe_dispatch="per-node", **NEMO),
+                      precision="mxfp8", moe_dispatch="per-node", ep_overlap=True, **NEMO),
                  "gb300", "tokens_per_gpu", _tokens_per_gpu(samples * 4096 / seconds, gpus),
                  MLPERF60_DSV3_GB300_NOTE.format(config=config, where=where, minibs=minibs, dp=gpus // 4,
                                                  blocks=blocks, spread=spread))
@@ -1592,8 +1596,8 @@ TWELFTH_SET: list[HeldOutRun] = [
 #   NVIDIA 512       50 blocks x GBS 15,360 = 768,000 sequences, 1,011.685 s = 3,109,394.7 tokens/s = 6,073.0 per GPU
 #   CoreWeave 2,048  46 blocks x GBS 16,384 = 753,664 sequences, 295.370 s = 10,451,324.6 tokens/s = 5,103.2 per GPU
 #   CoreWeave 8,192  45 blocks x GBS 16,384 = 737,280 sequences, 87.318 s = 34,585,067.0 tokens/s = 4,221.8 per GPU
-# and for gpt_oss_20b (blocks of 512 steps, 341 or 384 at CP 2, 192 on 512 GPUs; each block's samples its steps x GBS, as
-# its samples_count says), x 8,192 tokens, per GPU:
+# and for gpt_oss_20b (blocks of 512 steps, 341 or 384 at CP 2, 192 on 512 GPUs; each block's samples its steps x
+# GBS, as its samples_count says), x 8,192 tokens, per GPU:
 #   Cisco 8 B300s        16 x 512 x 24 = 196,608 sequences over 4,598.151 s = 43,784.2
 #   Dell 8 B300s         16 x 512 x 24 = 196,608 over 4,642.927 s = 43,362.0
 #   Dell 16 B300s        10 x 512 x 48 = 245,760 over 2,937.921 s = 42,829.3

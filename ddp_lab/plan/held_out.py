@@ -10,9 +10,9 @@ kernel rate (fit_to_run.at_kernel_rate), the rest at the calibrated constants. T
                  changed: its rule was written with their errors in view; the fourth set's, looked at before the
                  per-node MoE dispatch was modelled; the eighth set's H100 run and the ninth set's Qwen3-30B-A3B
                  run, each planned once before its set was written down; the ninth set, whose layouts the
-                 development runs' own source document holds): their errors guided which mechanics the planner
-                 models (not
-                 any constant's value); reported, not the goal's test.
+                 development runs' own source document holds; MLPerf v6.0's DeepSeek-V3 runs of the eleventh and
+                 twelfth sets, looked at before the all-to-alls' overlap was modelled): their errors guided which
+                 mechanics the planner models (not any constant's value); reported, not the goal's test.
     held aside   the rest of held_aside_runs.RUNS (its sets, each written down before the planner predicted it):
                  from sources the development runs do not use, each configuration as its
                  source states it (held_aside_runs.py's rules for what a source leaves unstated); no mechanism or
@@ -28,9 +28,9 @@ families of workloads, by their rules in this order: mixture of experts with at 
 ("fine-grained"); Llama 3 405B on 8,192 GPUs or more without context parallelism; context parallelism or sequences
 of 32K tokens or more; a dense model with TP of 4 or more on H100s (or H200s); a dense model with TP or PP on A100s;
 a dense model in FP8 with TP under 4 on H100s (or H200s); the rest (FSDP/data-parallel, and TP 1-2 with any PP on
-H100s) for a run on other GPUs that meets none. A run counts in its GPUs' family and in the first workload family whose rule it meets
-(`run_families`: a Mixtral run on B200s is a Blackwell run and a coarse-MoE run; a run with context parallelism
-and TP 8 on H100s a long-sequence one only), and each part's overall median counts it once. A plan is trusted as
+H100s) for a run on other GPUs that meets none. A run counts in its GPUs' family and in the first workload family
+whose rule it meets (`run_families`: a Mixtral run on B200s is a Blackwell run and a coarse-MoE run; a run with
+context parallelism and TP 8 on H100s a long-sequence one only), and each part's overall median counts it once. A plan is trusted as
 far as every family whose rule it meets says (`plan_families`), each family's runs on the plan's GPU generation
 where it has any, and a mixture-of-experts family's runs that place the experts as the plan does (split across GPUs
 or not) where it has any (`for_plan`).
@@ -183,13 +183,18 @@ MOVED_BY_PER_NODE_DISPATCH = frozenset({
 # --precision mxfp8 was checked, before the set was written down: a development run from the start too.
 SEEN_BEFORE_WRITTEN_DOWN = frozenset({'DGXC DeepSeek-V3 TP 2 x PP 8 x EP 64, 512 H100s',
                                       'Megatron-Bridge 26.08 Qwen3-30B-A3B EP 8, 8 GB200s, MXFP8'})
+# MLPerf v6.0's DeepSeek-V3 runs on GB200s and GB300s (the eleventh set, and the twelfth's DeepSeek-V3 runs): they
+# overlap the all-to-alls with another micro-batch's compute, which the planner modelled (ep_overlap.py) after their
+# errors were seen (both ways on GB200s, faster than planned on GB300s): development runs since.
+MOVED_BY_EP_OVERLAP = frozenset(run.name for run in (*held_aside_runs.ELEVENTH_SET, *held_aside_runs.TWELFTH_SET)
+                                if run.strategy.get("ep_overlap"))
 # The ninth set (Megatron-Bridge's 26.08 GB200 MXFP8 rows), found after it was predicted not to be independent of
 # the development runs: the development runs' source document, performance-summary-archive.md at the same commit,
 # holds the same four layouts in its 26.06 and 26.06.01 tables at figures within 3 % of these (all but gpt-oss-120b's
 # 26.06.01 row, 18,304), and its gpt-oss-120b layout is a development run's in BF16: development runs too.
 REPEATS_DEVELOPMENT_SOURCE = frozenset(run.name for run in held_aside_runs.NINTH_SET)
 MOVED_TO_DEVELOPMENT = (MOVED_BY_KERNEL_RATE | MOVED_BY_PER_NODE_DISPATCH | SEEN_BEFORE_WRITTEN_DOWN
-                        | REPEATS_DEVELOPMENT_SOURCE)
+                        | REPEATS_DEVELOPMENT_SOURCE | MOVED_BY_EP_OVERLAP)
 # The held-aside part: every run of held_aside_runs.RUNS but those.
 ASIDE_NAMES = {run.name for run in held_aside_runs.RUNS} - MOVED_TO_DEVELOPMENT
 
@@ -214,6 +219,28 @@ def plan_families(model: Transformer, cluster: ClusterSpec, strategy: Strategy) 
 
 
 GPU_FAMILIES = ("b200",)     # the families of a GPU generation; the others are of a workload (module docstring)
+
+
+def plan_scopes(plans, cluster) -> list[tuple[str, bool | None]]:
+    """Each (family, placement) the plans on `cluster` are scored in: every family `plan_families` gives a plan,
+    with, for a mixture-of-experts family, whether that plan splits its experts across GPUs (`splits_experts`; None
+    for the other families, whose runs are not told apart so), in the plans' order, each once. A table whose plans
+    place the experts both ways is scored both ways.
+
+    Example:
+        >>> from types import SimpleNamespace as Plan
+        >>> moe = Transformer.preset("deepseek-moe-16b").with_(seq_len=4096)
+        >>> plans = [Plan(model=moe, strategy=Strategy(dp=64, ep=8)), Plan(model=moe, strategy=Strategy(dp=64))]
+        >>> plan_scopes(plans, ClusterSpec.preset("b200", nodes=8))
+        [('b200', None), ('moe-fine', True), ('moe-fine', False)]
+    """
+    scopes = []
+    for plan in plans:
+        for key in plan_families(plan.model, cluster, plan.strategy):
+            scope = (key, splits_experts(plan.strategy) if key in MOE_FAMILIES else None)
+            if scope not in scopes:
+                scopes.append(scope)
+    return scopes
 
 
 def _families(gpu, experts, model_name, seq_len, dp, tp, pp, cp, precision) -> list[str]:
@@ -387,6 +414,7 @@ def by_family(outcomes=None, split: str = ASIDE) -> list[FamilyError]:
     return rows
 
 
+# Where a MoE run's experts sit (`splits_experts`: split across GPUs or not), as the tables and lines name it
 PLACEMENTS = {True: "with expert parallelism (ep > 1)", False: "every expert on each GPU (ep 1)"}
 
 
@@ -488,8 +516,8 @@ def family_line(key: str, outcomes=None, rate: str = "", generation: str | None 
     runs' figures, then the development runs'; `rate` (`at_plans_rate`'s words) is said after the family's name
     where some of its runs are NVIDIA's stacks on Hopper, whose rate it changes. With a plan's GPU `generation`,
     only the family's runs on it where it has any, and of a mixture-of-experts family those placing the experts as
-    the plan does (`split_experts`) where it has any (`for_plan`), saying so, and how many held-aside runs are left
-    out; else the GPUs the runs scored ran on.
+    the plan does (`split_experts`) where it has any (`for_plan`), saying so, and how many runs of either part are
+    left out; else the GPUs the runs scored ran on. A part with no run left after that says which scoping emptied it.
 
     Example:
         >>> family_line("dense-a100")                     # doctest: +ELLIPSIS
@@ -501,15 +529,18 @@ def family_line(key: str, outcomes=None, rate: str = "", generation: str | None 
     where = ""
     if generation is not None:
         outcomes, where = for_plan(key, outcomes, generation, split_experts)
-    scoped = where.startswith("on ")          # only the runs on the plan's generation
+    on_gpus = where.startswith("on ")          # only the runs on the plan's generation
+    placed = any(f"{words} (" in where for words in PLACEMENTS.values())    # only those placing experts so
+    empty = {(True, False): "none on these GPUs", (False, True): "none placed so",
+             (True, True): "none so placed on these GPUs"}.get((on_gpus, placed))
     row = next(r for r in by_family(outcomes, ASIDE) if r.family == key)
     seen = next(r for r in by_family(outcomes, DEVELOPMENT) if r.family == key)
     if row.runs:
         aside = f"{row.runs} published run{'s' if row.runs > 1 else ''}, median error {row.median:.1%}, " \
                 f"worst {row.worst:+.1%}" + _one_way(key, outcomes)
     else:
-        aside = "none on these GPUs" if scoped else "no published run yet"
-    development = _runs_text(seen) if seen.runs or not scoped else "none on these GPUs"
+        aside = empty or "no published run yet"
+    development = _runs_text(seen) if seen.runs or not empty else empty
     at = f" ({rate})" if rate and any(runs_at_kernel_rate(r.run) for r in outcomes if key in r.families) else ""
     return f"held aside, {FAMILIES[key]}{at}{', ' + where if where else ''}: {aside}; development: {development}"
 
@@ -554,10 +585,10 @@ def _counts_text(left) -> str:
 MOE_FAMILIES = ("moe-coarse", "moe-fine")   # the workload families whose plans may or may not split the experts
 
 
-def splits_experts(strategy: dict) -> bool:
-    """Whether a run's strategy (as written: a dict) splits the experts across GPUs (ep > 1): each token then travels
-    to its experts' GPUs and back; at ep 1 every GPU holds every expert and no token leaves it."""
-    return strategy.get("ep", 1) > 1
+def splits_experts(strategy) -> bool:
+    """Whether a strategy (a Strategy, or a run's as written: a dict) splits the experts across GPUs (ep > 1): each
+    token then travels to its experts' GPUs and back; at ep 1 every GPU holds every expert and no token leaves it."""
+    return (strategy.get("ep", 1) if isinstance(strategy, dict) else strategy.ep) > 1
 
 
 def for_plan(key: str, outcomes, generation: str, split_experts: bool | None = None) -> tuple[list, str]:
@@ -569,17 +600,19 @@ def for_plan(key: str, outcomes, generation: str, split_experts: bool | None = N
     Example:
         >>> runs, where = for_plan("moe-fine", results(), "blackwell", split_experts=True)
         >>> all(splits_experts(r.run.strategy) for r in runs), where     # doctest: +ELLIPSIS
-        (True, 'on Blackwell GPUs (...), with expert parallelism (... with every expert on each GPU left out)')
+        (True, 'on Blackwell GPUs (...), with expert parallelism (ep > 1) (... placed otherwise left out)')
     """
     runs, where = for_generation(key, outcomes, generation)
     if split_experts is None or key not in MOE_FAMILIES:
         return runs, where
     alike = [r for r in runs if splits_experts(r.run.strategy) == split_experts]
-    if not alike or len(alike) == len(runs):
+    if len(alike) == len(runs):
         return runs, where
+    if not alike:     # the family has no run placed so: all of them, saying so
+        words = f"none {PLACEMENTS[split_experts]}: its runs placed otherwise"
+        return runs, f"{where}, {words}" if where else words
     counts = _counts_text([r for r in runs if r not in alike])
-    words = (f"with expert parallelism ({counts} with every expert on each GPU left out)" if split_experts else
-             f"every expert on each GPU ({counts} with expert parallelism left out)")
+    words = f"{PLACEMENTS[split_experts]} ({counts} placed otherwise left out)"
     return alike, f"{where}, {words}" if where else words
 
 
@@ -621,7 +654,10 @@ def markdown_tables(outcomes=None) -> str:
             cells += [f"{part.runs}", "-" if part.median is None else f"{part.median:.1%}",
                       "-" if part.worst is None else f"{part.worst:+.1%}"]
         lines.append(f"| {FAMILIES[key]}, {PLACEMENTS[placed]} | " + " | ".join(cells) + " |")
-    lines += ["", "| run | families | split | GPUs | published | predicted | error |", "|---|---|---|---:|---:|---:|---:|"]
+    if lines[-1] == "|---|---:|---:|---:|---:|---:|---:|":     # no family with runs placed both ways
+        lines = lines[:-3]
+    lines += ["", "| run | families | split | GPUs | published | predicted | error |",
+              "|---|---|---|---:|---:|---:|---:|"]
     for r in sorted(outcomes, key=lambda r: r.split != ASIDE):
         gpus = r.run.strategy.get("dp", 1) * r.run.strategy.get("tp", 1) * r.run.strategy.get("pp", 1) \
             * r.run.strategy.get("cp", 1)

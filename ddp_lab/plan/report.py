@@ -31,7 +31,8 @@ FP8_LEGEND = ("          MFU under fp8 counts against the bf16 peak (torchtitan'
 EARLY_STOP_LEGEND = ("          full-es = full recomputation by PyTorch's non-reentrant checkpoint: it stops before the "
                      "FFN's down projection.")
 OVERLAP_LEGEND = ("          tpo = TP communication in chunks beside the GEMMs (--tp-comm-overlap); opg = ZeRO-1/2's "
-                  "weight gather beside the next forward (--overlap-param-gather).")
+                  "weight gather beside the next forward (--overlap-param-gather);\n"
+                  "          epo = MoE all-to-alls beside another micro-batch's compute (--ep-overlap).")
 HSDP_LEGEND = ("          hsdpN = hybrid sharding (HSDP): ZeRO-3 inside groups of N dp ranks, the groups replicas\n"
                "          that all-reduce their gradient shards; a search shows the fastest N of each plan\n"
                "          (--dp-shard N with the plan's flags prices another).")
@@ -73,6 +74,7 @@ def table(plans, stages=None, tie: float | None = None) -> str:
     early = [EARLY_STOP_LEGEND] if any(plan.strategy.checkpoint_early_stop for plan in plans) else []
     fp8 = [FP8_LEGEND] if any(fp8_matmuls(plan.strategy) for plan in plans) else []
     overlap = ([OVERLAP_LEGEND] if any(plan.strategy.tp_comm_overlap or plan.strategy.overlap_param_gather
+                                       or plan.strategy.ep_overlap
                                        for plan in plans) else [])
     hybrid = [HSDP_LEGEND] if any(plan.strategy.dp_shard is not None for plan in plans) else []
     return "\n".join(lines + [LEGEND] + folded + split + hybrid + early + fp8 + overlap)
@@ -221,7 +223,7 @@ def breakdown(plan, seq_source: str | None = None) -> str:
     parts = [("compute", "compute"), ("tp_comm", "TP communication"), ("bubble", "pipeline bubble"),
              ("pp_comm", "PP communication"), ("dp_comm_exposed", "exposed DP communication")]
     if plan.model.moe is not None:
-        parts.append(("ep_comm", "EP all-to-all"))
+        parts.append(("ep_comm", "exposed EP all-to-all" if strategy.ep_overlap else "EP all-to-all"))
     if strategy.cp > 1:
         parts.append(("cp_comm_exposed", "exposed CP ring (K/V)"))
     if strategy.replicas > 1:   # DiLoCo replicas' pseudo-gradient all-reduce, per step
@@ -237,6 +239,9 @@ def breakdown(plan, seq_source: str | None = None) -> str:
     if strategy.tp_comm_overlap:   # TP's all-reduces in chunks beside the GEMMs (tp_overlap.py)
         lines.append(f"  {'TP communication (total)':<28}{t.tp_comm + t.tp_comm_hidden:>9.3f}  "
                      f"({t.tp_comm_hidden:.3f} hidden beside the GEMMs: only the overlap slowdown counts)")
+    if strategy.ep_overlap:   # all-to-alls beside another micro-batch's compute (ep_overlap.py)
+        lines.append(f"  {'EP all-to-all (total)':<28}{t.ep_comm + t.ep_comm_hidden:>9.3f}  "
+                     f"({t.ep_comm_hidden:.3f} hidden beside another micro-batch: only the overlap slowdown counts)")
     if strategy.cp > 1:   # the ring's sends, of which each ring step's attention hides what it can (lesson 15)
         lines.append(f"  {'CP ring (total)':<28}{t.cp_comm:>9.3f}  "
                      f"({t.cp_comm - t.cp_comm_exposed:.3f} hidden under attention: only the overlap slowdown counts)")
@@ -332,16 +337,14 @@ def accuracy_text(cluster, plans=()) -> str:
 def _held_out_lines(cluster, plans) -> list[str]:
     """The planner's error on published runs it was never fitted on (both parts) for each family among `plans`."""
     from ddp_lab.plan import held_out    # imported here: see accuracy_text
-    families = {}          # each family, and whether the first plan in it splits its experts (ep > 1)
-    for plan in plans:
-        for family in held_out.plan_families(plan.model, cluster, plan.strategy):
-            families.setdefault(family, plan.strategy.ep > 1)
+    shown = dict.fromkeys(held_out.plan_scopes(plans, cluster))     # (family, where its plans put the experts)
     outcomes, rate = held_out.at_plans_rate(cluster)
-    lines = []
-    for family, split_experts in families.items():
-        lines.append(f"          {held_out.family_line(family, outcomes, rate, cluster.gpu.generation, split_experts)}")
+    lines, said = [], set()
+    for family, placement in shown:
+        lines.append(f"          {held_out.family_line(family, outcomes, rate, cluster.gpu.generation, placement)}")
         at_kernels = held_out.kernel_rate_line(family) if (rate == held_out.AT_CALIBRATED_RATE and kernel_efficiency_of(
-            cluster.gpu.generation) is not None) else ""      # only where --kernel-rate applies
+            cluster.gpu.generation) is not None and family not in said) else ""      # only where --kernel-rate applies
+        said.add(family)
         if at_kernels:
             lines.append(f"          ({at_kernels})")
     return lines

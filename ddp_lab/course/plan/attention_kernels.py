@@ -34,11 +34,10 @@ How much faster, published (bf16):
         one whose per-op checkpointing re-ran the cuDNN attention in backward (op_checkpoint.py), so not a ratio
         the planner can be checked on.
 The planner takes the lower end of the training-shape range, 1.7x on Hopper (inside FlashAttention-3's
-1.5-2.0x), and 0.82x on Ampere. Datacenter Blackwell (B200, GB200, the planner's "blackwell") has no published
-kernel ratio here: it borrows Hopper's, as it borrows Hopper's other constants
+1.5-2.0x), and 0.82x on Ampere. Datacenter Blackwell (B200, GB200, B300, GB300: the planner's "blackwell") has no
+published kernel ratio here: it borrows Hopper's, as it borrows Hopper's other constants
 (`generation_constants.constants_generation`), unchecked (torchtitan's B200 step above says only that cuDNN is the
-faster there); the workstation Blackwell's
-0.88x is another chip, which the planner does not model. The speed-up multiplies the flash share of peak the
+faster there); the workstation Blackwell's 0.88x is another chip, which the planner does not model. The speed-up multiplies the flash share of peak the
 attention core runs at inside a training step; nothing here was fitted to a training run.
 
 Introduced in notebooks/13-plan-your-training-run.ipynb (the `--flash-kernel` flag; docs/planner.md).

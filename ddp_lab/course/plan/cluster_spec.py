@@ -116,9 +116,11 @@ GPU_PRESETS: dict[str, GPU] = {
                  memory_bandwidth=8e12, generation="blackwell"),
     # Blackwell Ultra. NVIDIA HGX B300 specifications, per GPU (the board's figures over 8): FP8 72 PFLOPS with
     # sparsity = 4.5 dense, BF16/FP16 36 = 2.25 dense, FP32 600 TFLOPS = 75: B200's rates (its gains, dense FP4 and
-    # twice the softmax exponent rate, are not modelled); HBM3e at 8 TB/s. Memory: 270 GB, as NVIDIA's MLPerf
-    # systems name the part (B300-SXM-270GB; the board's "up to 2.3 TB" counts 288 GB stacks). Uncalibrated.
-    "b300": GPU("B300", 270 * GiB, {"bf16": 2.25e15, "fp16": 2.25e15, "fp32": 75e12, "fp8": 4.5e15, "mxfp8": 4.5e15},
+    # twice the softmax exponent rate, are not modelled); HBM3e at 8 TB/s. Memory: 275,040 MiB, as the MLPerf
+    # Training v6.0 system descriptions and logs of B300-SXM-270GB nodes give it (the board's "up to 2.3 TB" counts
+    # 288 GB stacks). Uncalibrated.
+    "b300": GPU("B300", 275_040 * 2**20, {"bf16": 2.25e15, "fp16": 2.25e15, "fp32": 75e12, "fp8": 4.5e15,
+                                           "mxfp8": 4.5e15},
                 memory_bandwidth=8e12, generation="blackwell"),
     # NVIDIA GB300 NVL72 specifications, per GPU (the rack's figures over 72): FP8 720 PFLOPS with sparsity = 5 dense,
     # BF16/FP16 360 = 2.5 dense, FP32 80 TFLOPS: GB200's rates; 576 TB/s = 8 TB/s. Memory: 284,208 MiB, as NVIDIA's

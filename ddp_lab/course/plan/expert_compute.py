@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from ddp_lab.course.plan import expert_tp
 from ddp_lab.course.plan.efficiency import gemm_seconds
-from ddp_lab.course.plan.experts import forward_flops_change, router_parameters, stage_moe_layers
+from ddp_lab.course.plan.experts import busiest_stage_moe_layers, forward_flops_change, router_parameters
 from ddp_lab.course.plan.precision import cast_bytes, compute_precision, fp8_matmuls, linear_rate
 
 # Expert matmuls run as grouped GEMMs (one GEMM per local expert, launched together: MegaBlocks, Gale et al. 2023,
@@ -132,5 +132,5 @@ def seconds_per_micro_batch(model, cluster, strategy, layer_change: tuple[float,
         share = strategy.tp * strategy.pp * strategy.cp
         return strategy.micro_batch * change * passes / share / gpu.achieved_flops(strategy.precision)
     forward, backward = layer_compute_change(model, strategy, gpu) if layer_change is None else layer_change
-    layers = max(stage_moe_layers(model, strategy, stage) for stage in range(strategy.pp))
+    layers = busiest_stage_moe_layers(model, strategy)
     return layers * (forward * (2 if strategy.recompute == "full" else 1) + backward)

@@ -428,5 +428,9 @@ def all_to_all_time(model, cluster, strategy) -> float:
         return 0.0
     per_layer = 4 + (2 if strategy.recompute == "full" else 0)
     one = dispatch_seconds(model, cluster, strategy)
-    layers = max(stage_moe_layers(model, strategy, stage) for stage in range(strategy.pp))   # the slowest stage
-    return strategy.grad_accum * layers * per_layer * one
+    return strategy.grad_accum * busiest_stage_moe_layers(model, strategy) * per_layer * one
+
+
+def busiest_stage_moe_layers(model, strategy) -> int:
+    """MoE layers on the pipeline stage holding the most of them: the stage whose experts set the step's pace."""
+    return max(stage_moe_layers(model, strategy, stage) for stage in range(strategy.pp))

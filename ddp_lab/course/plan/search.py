@@ -92,7 +92,7 @@ def candidates(model, cluster, global_batch: int, micro_batches=(1, 2, 4, 8), ze
                fp32_grads: bool = False, checkpoint_early_stop: bool = False, flash_kernel: str = "fa2",
                sequence_parallel: bool = False, tp_comm_overlap: bool = False, overlap_param_gather: bool = False,
                dp_shard="auto", moe_dispatch: str = "all-to-all", sync_every: int | None = None, replicas=None,
-               sync_precision: str | None = None):
+               sync_precision: str | None = None, ep_overlap: bool = False):
     """Every valid Strategy: dp*tp*pp*cp = GPUs, tp divides the heads (and kv heads) and the GPUs of a
     node (unless tp_across_nodes), dp*micro_batch divides global_batch; a pp that divides the layers splits
     them equally, any other pp with fewer on the first and the last stage (pipeline_stages.fewer_at_the_ends, never
@@ -107,7 +107,8 @@ def candidates(model, cluster, global_batch: int, micro_batches=(1, 2, 4, 8), ze
     the kernel every plan's flash attention runs (Strategy.flash_kernel, attention_kernels.py).
     The framework's options, on every plan they apply to: sequence_parallel (then tried only on, wherever
     tp > 1), tp_comm_overlap (plans with tp > 1 and sequence parallelism), overlap_param_gather (ZeRO 1 and 2),
-    moe_dispatch (how MoE tokens reach their experts, Strategy.moe_dispatch: plans whose ep group spans nodes).
+    moe_dispatch (how MoE tokens reach their experts, Strategy.moe_dispatch: plans whose ep group spans nodes),
+    ep_overlap (the all-to-alls beside another micro-batch's compute: plans with ep > 1, interleaved where pp > 1).
 
     cp, ep: the context- and expert-parallel sizes to try, an int, a tuple, or "auto" (every size
     that fits: cp with 2 x cp chunks of the sequence, ep dividing the experts and dp x cp). cp
@@ -187,6 +188,8 @@ def candidates(model, cluster, global_batch: int, micro_batches=(1, 2, 4, 8), ze
                                                   for v in virtual_stages
                                                   if v > 1 and pp > 1 and not model.layers % (pp * v)
                                                   and not accum % pp]:
+                            if ep_overlap and ep_size > 1 and (pp == 1 or schedule.schedule == "interleaved"):
+                                schedule = schedule.with_(ep_overlap=True)
                             yield schedule
                             yield from (schedule.with_(dp_shard=size) for size in shards)
 

@@ -69,7 +69,9 @@ Time (seconds per step), on the rank that finishes last:
                 slower, so every second of DP or CP communication that compute hides adds 0.189 s.
                 Not on CPU ranks (gloo does not overlap).
     ep_comm     expert parallelism's all-to-alls, 4 per MoE layer and micro-batch, not overlapped
-                (experts.py, lesson 14). Expert gradients sync over their own, smaller group.
+                (experts.py, lesson 14), unless ep_overlap runs them beside another micro-batch's
+                compute (ep_overlap.py: what stays exposed). Expert gradients sync over their own,
+                smaller group.
     cp_comm     context parallelism's ring of key/value blocks, each send beside one ring step's
                 causal attention; only its exposed part is in the total, and the overlap slowdown
                 of the part attention hides (context_parallel.py, lesson 15). With cp ranks a
@@ -85,7 +87,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ddp_lab.course.plan import (context_parallel, expert_compute, experts, hybrid_shard, latent_attention,
+from ddp_lab.course.plan import (context_parallel, ep_overlap, expert_compute, experts, hybrid_shard, latent_attention,
                                  op_checkpoint, outer_sync, pipeline_stages, tp_overlap)
 from ddp_lab.course.plan.activations import value_bytes
 from ddp_lab.course.plan.collectives import collective_time
@@ -121,12 +123,13 @@ class TimeBreakdown:
     dp_comm_exposed: float
     dp_comm: float                # before overlap; not part of total (its hidden part: overlap_slowdown)
     pp_comm: float = 0.0
-    ep_comm: float = 0.0          # expert parallelism's all-to-alls (not overlapped)
+    ep_comm: float = 0.0          # expert parallelism's all-to-alls, exposed (all of them unless ep_overlap)
     cp_comm_exposed: float = 0.0  # the part of the context-parallel ring compute does not hide
     cp_comm: float = 0.0          # the ring's sends before overlap; not part of total (as dp_comm)
     overlap_slowdown: float = 0.0  # compute slowed by the communication it hides (overlap.overlap_slowdown)
     outer_sync: float = 0.0       # DiLoCo replicas' pseudo-gradient all-reduce, per step (1/H of one; outer_sync.py)
     tp_comm_hidden: float = 0.0   # TP communication chunked beside the GEMMs (tp_comm_overlap); not part of total
+    ep_comm_hidden: float = 0.0   # all-to-alls beside another micro-batch's compute (ep_overlap); not part of total
 
     @property
     def total(self) -> float:
@@ -264,12 +267,13 @@ def step_time(model, cluster, strategy) -> TimeBreakdown:
     dp_comm += replicate
     if cluster.overlap_dp_comm:
         hidden_dp = max(0.0, dp_comm - exposed)
-    hidden = hidden_dp + max(0.0, ring - ring_exposed) + tp_hidden
+    ep_exposed, ep_hidden = ep_overlap.step_seconds(model, cluster, strategy, layer, moe_change)   # all exposed unless
+    hidden = hidden_dp + max(0.0, ring - ring_exposed) + tp_hidden + ep_hidden                # ep_overlap hides some
     return TimeBreakdown(compute=compute, tp_comm=tp_comm, bubble=bubble, dp_comm_exposed=exposed, dp_comm=dp_comm,
-                         pp_comm=pp_comm, ep_comm=experts.all_to_all_time(model, cluster, strategy),
-                         cp_comm_exposed=ring_exposed, cp_comm=ring,
+                         pp_comm=pp_comm, ep_comm=ep_exposed, cp_comm_exposed=ring_exposed, cp_comm=ring,
                          overlap_slowdown=overlap_slowdown(hidden, cluster.overlap_slowdown),
-                         outer_sync=outer_sync.seconds_per_step(model, cluster, strategy), tp_comm_hidden=tp_hidden)
+                         outer_sync=outer_sync.seconds_per_step(model, cluster, strategy), tp_comm_hidden=tp_hidden,
+                         ep_comm_hidden=ep_hidden)
 
 
 def _activation_bytes(model, strategy) -> int:

@@ -88,6 +88,8 @@ class Strategy:
     moe_dispatch: str = "all-to-all"   # MoE tokens to experts on other nodes: "all-to-all" (NCCL's: a copy per
                                        # expert crosses the network) or "per-node" (DeepEP, HybridEP: a copy per
                                        # node, then NVLink; experts.dispatch_seconds)
+    ep_overlap: bool = False      # expert parallelism's all-to-alls of one micro-batch run beside another's compute
+                                  # (Megatron-Core's combined 1F1B, --overlap-moe-expert-parallel-comm; ep_overlap.py)
 
     def __post_init__(self) -> None:
         for field in INTEGER_FIELDS:     # numpy's integers (a loop over np.arange) are kept as Python's
@@ -190,6 +192,8 @@ class Strategy:
             parts.append(self.moe_dispatch)
         if self.tp_comm_overlap:
             parts.append("tpo")
+        if self.ep_overlap:
+            parts.append("epo")
         if self.overlap_param_gather:
             parts.append("opg")
         if self.first_stage_layers is not None or self.last_stage_layers is not None:
@@ -285,7 +289,7 @@ def check_gpu_count(dp: int, tp: int, pp: int, cp: int, gpus: int | None) -> Non
 
 
 def _check_communication(strategy: Strategy) -> None:
-    """The communication options' own rules (tp_comm_overlap, overlap_param_gather, the outer sync)."""
+    """The communication options' own rules (tp_comm_overlap, overlap_param_gather, ep_overlap, the outer sync)."""
     if strategy.tp_comm_overlap and not strategy.sequence_parallel:
         raise ValueError("tp_comm_overlap=True overlaps sequence parallelism's all-gathers and reduce-scatters with "
                          "the GEMMs beside them (Megatron-LM asks for --sequence-parallel with --tp-comm-overlap): "
@@ -294,6 +298,13 @@ def _check_communication(strategy: Strategy) -> None:
         raise ValueError(f"overlap_param_gather=True overlaps ZeRO-1/2's all-gather of the updated weights with the "
                          f"next forward; zero={strategy.zero} has no such gather (ZeRO-3 gathers unit by unit "
                          f"anyway): use zero=1 or 2, or drop overlap_param_gather")
+    if strategy.ep_overlap and strategy.ep == 1:
+        raise ValueError("ep_overlap=True hides expert parallelism's all-to-alls behind another micro-batch's compute; "
+                         "with ep=1 every GPU holds every expert and there are none: set ep > 1, or drop ep_overlap")
+    if strategy.ep_overlap and strategy.pp > 1 and strategy.schedule != "interleaved":
+        raise ValueError(f"ep_overlap=True with pp={strategy.pp} needs the interleaved schedule (Megatron-Bridge "
+                         f"asks for a virtual pipeline size with --overlap-moe-expert-parallel-comm when pp > 1): use "
+                         f"the interleaved schedule (virtual_stages > 1), or drop ep_overlap")
     outer_sync.check_fields(strategy)
 
 
