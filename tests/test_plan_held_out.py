@@ -221,7 +221,7 @@ def test_overall_median_within_the_goal(outcomes):
 
 
 @pytest.mark.xfail(strict=True, reason="fine-grained MoE with expert parallelism: held-aside median 47.9 % over 11 "
-                                       "runs, all but one slower than planned (2026-12-06); every expert on each GPU "
+                                       "runs, every one slower than planned (2026-12-06); every expert on each GPU "
                                        "5.0 %")
 def test_fine_grained_moe_with_expert_parallelism_within_the_family_goal(outcomes):
     """What a MoE plan at scale is: its runs with expert parallelism, which pay for the tokens' journey."""

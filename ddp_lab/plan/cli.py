@@ -33,7 +33,7 @@ from ddp_lab.plan.cli_flags import (OUTER_SYNC, SEARCH_WIDE, SHAPE_FLAGS, SLOWES
 
 # what a plan needs for each of a framework's flags a search applies (search.candidates)
 FITS = {"sequence_parallel": "tp > 1", "tp_comm_overlap": "tp > 1 with sequence parallelism",
-        "overlap_param_gather": "ZeRO 1 or 2", "ep_overlap": "ep > 1, interleaved where pp > 1"}
+        "overlap_param_gather": "ZeRO 1 or 2", "ep_overlap": "ep > 1, interleaved where pp > 1, no full recomputation"}
 from ddp_lab.plan.cli_plot import draw
 from ddp_lab.plan.cli_regions import cross_region, regions_note, search_regions_note
 from ddp_lab.plan.model_files import read_config, read_hf_config
@@ -270,7 +270,7 @@ def _search_report(model, cluster, args, reserve: float, seq_source: str | None 
                            seq_source=seq_source, interleaved=any(s.virtual_stages > 1 for s in tried),
                            applied=applied, dp_shard={s.dp_shard for s in tried})
     plans = [plan for plan, _ in rows]
-    tie, source = stated_error(cluster, plans[0] if plans else None, plans)
+    tie, source = stated_error(cluster, plans[0] if plans else None, [plan for plan, _ in folded])
     if plans and args.cp is None:
         split = faster_with_context_parallel(model, cluster, global_batch, reserve, options, plans[0])
         gain = split[0].tokens_per_second / plans[0].tokens_per_second - 1 if split else 0.0

@@ -211,7 +211,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     how.add_argument("--ep-overlap", dest="ep_overlap", action="store_true", default=None,
                      help="run one micro-batch's MoE all-to-alls beside another's compute (Megatron-Core's "
                           "--overlap-moe-expert-parallel-comm, combined 1F1B; needs --ep > 1, and --virtual-stages "
-                          "where --pp > 1; in a search, on every plan it fits)")
+                          "where --pp > 1; not with --recompute full; in a search, on every plan it fits)")
     how.add_argument("--overlap-param-gather", dest="overlap_param_gather", action="store_true", default=None,
                      help="ZeRO-1/2: gather the updated weights beside the next forward (Megatron-LM's "
                           "--overlap-param-gather) instead of after the optimizer; in a search, on every plan with "

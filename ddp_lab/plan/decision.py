@@ -41,7 +41,7 @@ def ties_text(plans, tie: float, source: str) -> str:
             f"{roomiest.margin / GB:.1f} GB")
 
 
-def stated_error(cluster, best=None, shown=()) -> tuple[float, str]:
+def stated_error(cluster, best=None, fitting=()) -> tuple[float, str]:
     """The error the planner states for plans on `cluster`: (share, where it comes from), for marking ties.
 
     The largest of these medians: the published runs' on the cluster's GPU generation, which the
@@ -50,10 +50,12 @@ def stated_error(cluster, best=None, shown=()) -> tuple[float, str]:
     (`held_out.plan_families`: a MoE plan on B200s is in two), that of the runs it was never fitted
     on (`ddp_lab.plan.held_out`), scored at the rate the plan runs at (`held_out.at_plans_rate`), those
     on the plan's GPU generation where the family has any, and of a mixture-of-experts family
-    those placing the experts as the plan does where it has any (`held_out.for_plan`; with the
-    plans `shown` beside it, each placement among them: `held_out.plan_scopes`): the
+    those placing the experts as the plan does where it has any (`held_out.for_plan`): the
     held-aside part's, the fairer estimate of its error, or the development part's where no
-    held-aside run is of that family.
+    held-aside run is of that family. Where other `fitting` plans within that error of the best
+    place the experts another way (`held_out.plan_scopes`), their placement's error counts too, and
+    so on until no new placement comes within it: the band does not depend on how many rows a
+    table shows.
     """
     # lazy: see report.accuracy_text (published imports ddp_lab.plan)
     from ddp_lab.plan import held_out
@@ -67,11 +69,19 @@ def stated_error(cluster, best=None, shown=()) -> tuple[float, str]:
         errors = summary(runs)
         error = errors["median"]
         source = f"the planner's median error on {errors['runs']} published {family_name(runs[0])} runs"
-    if best is not None:
-        families = held_out.plan_families(best.model, cluster, best.strategy)
-        everyone = held_out.at_plans_rate(cluster)[0]        # scored at the rate the plan runs at
-        scopes = [scope for scope in held_out.plan_scopes([best, *shown], cluster) if scope[0] in families]
+    if best is None:
+        return error, source
+    families = held_out.plan_families(best.model, cluster, best.strategy)
+    everyone = held_out.at_plans_rate(cluster)[0]        # scored at the rate the plan runs at
+    scored = set()
+    while True:
+        tied = [plan for plan in fitting if plan.tokens_per_second >= best.tokens_per_second * (1 - error)]
+        scopes = [scope for scope in held_out.plan_scopes([best, *tied], cluster)
+                  if scope[0] in families and scope not in scored]
+        if not scopes:
+            return error, source
         for family, placement in scopes:
+            scored.add((family, placement))
             outcomes, where = held_out.for_plan(family, everyone, cluster.gpu.generation,      # its GPUs' if any,
                                                 placement)                                   # each expert placing
             for split in (held_out.ASIDE, held_out.DEVELOPMENT):
@@ -84,7 +94,6 @@ def stated_error(cluster, best=None, shown=()) -> tuple[float, str]:
                 whose = "its family" if len(families) == 1 else f"its family {held_out.FAMILIES[family]}"
                 error, source = (row.median, f"the planner's median error on {runs_text} of {whose}"
                                  + (f", {where}" if where else ""))
-    return error, source
 
 
 def count_text(count: int) -> str:

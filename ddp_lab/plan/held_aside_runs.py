@@ -25,9 +25,11 @@ and DeepSeek-V3, in MXFP8) was written down after the planner was given B300 and
 datasheets, by the same rules, before it predicted any of its runs; a review found one run picked against the rules
 (HPE's 32 GB300s for its 72, predicted once by then) and the right one took its place before it was predicted.
 Every set was chosen and written down before the planner predicted any of its runs (but for the eighth set's H100
-run and the ninth set's Qwen3-30B-A3B run), and they are kept aside while it is modelled: their errors are looked at once, at the end (held_out.py says what moves a run to the development part).
+run and the ninth set's Qwen3-30B-A3B run), and they are kept aside while it is modelled: their errors are looked
+at once, at the end (held_out.py says what moves a run to the development part).
 Each run is recorded as its source states it: the model shape, the parallel layout, the batch and micro-batch, the
-sequence, the GPUs, the precision and the published figure; each run's `source` ends with the GPU count and global batch its source gives
+sequence, the GPUs, the precision and the published figure; each run's `source` ends with the GPU count and global
+batch its source gives
 ("N GPUs, GBS B"; where it gives no GPU count, the one planned, and says so). A setting the table leaves out is read
 from the configuration the same source ships for that run (named in the note); what neither states is assumed by the
 rules below, never chosen to bring a prediction closer. Where a source gives tokens per second for all its GPUs,

@@ -186,8 +186,15 @@ SEEN_BEFORE_WRITTEN_DOWN = frozenset({'DGXC DeepSeek-V3 TP 2 x PP 8 x EP 64, 512
 # MLPerf v6.0's DeepSeek-V3 runs on GB200s and GB300s (the eleventh set, and the twelfth's DeepSeek-V3 runs): they
 # overlap the all-to-alls with another micro-batch's compute, which the planner modelled (ep_overlap.py) after their
 # errors were seen (both ways on GB200s, faster than planned on GB300s): development runs since.
-MOVED_BY_EP_OVERLAP = frozenset(run.name for run in (*held_aside_runs.ELEVENTH_SET, *held_aside_runs.TWELFTH_SET)
-                                if run.strategy.get("ep_overlap"))
+MOVED_BY_EP_OVERLAP = frozenset({
+    'MLPerf v6.0 DeepSeek-V3 TP 2 x PP 4 x VP 4 x EP 32, 512 GB200s, MXFP8 (NVIDIA)',
+    'MLPerf v6.0 DeepSeek-V3 TP 2 x PP 4 x VP 4 x EP 32, 8,192 GB200s, MXFP8 (NVIDIA)',
+    'MLPerf v6.0 DeepSeek-V3 TP 2 x PP 4 x VP 4 x EP 32, 256 GB200s, MXFP8 (Google)',
+    'MLPerf v6.0 DeepSeek-V3 PP 4 x VP 4 x EP 32, 256 GB300s, MXFP8 (NVIDIA)',
+    'MLPerf v6.0 DeepSeek-V3 PP 4 x VP 4 x EP 32, 512 GB300s, MXFP8 (NVIDIA)',
+    'MLPerf v6.0 DeepSeek-V3 PP 4 x VP 4 x EP 32, 2,048 GB300s, MXFP8 (CoreWeave)',
+    'MLPerf v6.0 DeepSeek-V3 PP 4 x VP 4 x EP 32, 8,192 GB300s, MXFP8 (CoreWeave)',
+})
 # The ninth set (Megatron-Bridge's 26.08 GB200 MXFP8 rows), found after it was predicted not to be independent of
 # the development runs: the development runs' source document, performance-summary-archive.md at the same commit,
 # holds the same four layouts in its 26.06 and 26.06.01 tables at figures within 3 % of these (all but gpt-oss-120b's
@@ -415,7 +422,7 @@ def by_family(outcomes=None, split: str = ASIDE) -> list[FamilyError]:
 
 
 # Where a MoE run's experts sit (`splits_experts`: split across GPUs or not), as the tables and lines name it
-PLACEMENTS = {True: "with expert parallelism (ep > 1)", False: "every expert on each GPU (ep 1)"}
+PLACEMENTS = {True: "with expert parallelism (ep > 1)", False: "with every expert on each GPU (ep 1)"}
 
 
 def by_placement(outcomes=None, split: str = ASIDE) -> list[tuple[str, bool, FamilyError]]:
@@ -609,7 +616,7 @@ def for_plan(key: str, outcomes, generation: str, split_experts: bool | None = N
     if len(alike) == len(runs):
         return runs, where
     if not alike:     # the family has no run placed so: all of them, saying so
-        words = f"none {PLACEMENTS[split_experts]}: its runs placed otherwise"
+        words = f"no run {PLACEMENTS[split_experts]}, so its runs placed otherwise"
         return runs, f"{where}, {words}" if where else words
     counts = _counts_text([r for r in runs if r not in alike])
     words = f"{PLACEMENTS[split_experts]} ({counts} placed otherwise left out)"

@@ -31,8 +31,8 @@ FP8_LEGEND = ("          MFU under fp8 counts against the bf16 peak (torchtitan'
 EARLY_STOP_LEGEND = ("          full-es = full recomputation by PyTorch's non-reentrant checkpoint: it stops before the "
                      "FFN's down projection.")
 OVERLAP_LEGEND = ("          tpo = TP communication in chunks beside the GEMMs (--tp-comm-overlap); opg = ZeRO-1/2's "
-                  "weight gather beside the next forward (--overlap-param-gather);\n"
-                  "          epo = MoE all-to-alls beside another micro-batch's compute (--ep-overlap).")
+                  "weight gather beside the next forward (--overlap-param-gather).")
+EP_OVERLAP_LEGEND = "          epo = MoE all-to-alls beside another micro-batch's compute (--ep-overlap)."
 HSDP_LEGEND = ("          hsdpN = hybrid sharding (HSDP): ZeRO-3 inside groups of N dp ranks, the groups replicas\n"
                "          that all-reduce their gradient shards; a search shows the fastest N of each plan\n"
                "          (--dp-shard N with the plan's flags prices another).")
@@ -74,8 +74,8 @@ def table(plans, stages=None, tie: float | None = None) -> str:
     early = [EARLY_STOP_LEGEND] if any(plan.strategy.checkpoint_early_stop for plan in plans) else []
     fp8 = [FP8_LEGEND] if any(fp8_matmuls(plan.strategy) for plan in plans) else []
     overlap = ([OVERLAP_LEGEND] if any(plan.strategy.tp_comm_overlap or plan.strategy.overlap_param_gather
-                                       or plan.strategy.ep_overlap
                                        for plan in plans) else [])
+    overlap += [EP_OVERLAP_LEGEND] if any(plan.strategy.ep_overlap for plan in plans) else []
     hybrid = [HSDP_LEGEND] if any(plan.strategy.dp_shard is not None for plan in plans) else []
     return "\n".join(lines + [LEGEND] + folded + split + hybrid + early + fp8 + overlap)
 

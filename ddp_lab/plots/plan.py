@@ -14,6 +14,7 @@ TIME_PARTS = (("compute", "compute"), ("tp_comm", "TP comm."), ("bubble", "pipel
               ("pp_comm", "PP comm."), ("dp_comm_exposed", "exposed DP comm."))
 # drawn only when a plan shown has them (experts, context parallelism: lessons 14, 15; hidden communication on GPUs;
 # DiLoCo replicas' outer sync: lesson 16)
+# (ep_comm is the all-to-alls' exposed part: all of them unless ep_overlap hides some)
 SPLIT_TIME_PARTS = (("ep_comm", "EP all-to-all"), ("cp_comm_exposed", "exposed CP ring"),
                     ("overlap_slowdown", "overlap slowdown"), ("outer_sync", "outer sync (DiLoCo)"))
 # One colour per meaning, never reused across the two panels (matplotlib's tab20: a dark and a light shade of

@@ -15,14 +15,16 @@ A_f and A_b the layer's forward and backward all-to-alls (dispatch and combine, 
 F and B its forward and backward compute with its experts (efficiency.layer_seconds plus
 expert_compute.layer_compute_change). Only micro-batches of the schedule's steady phase pair. Without
 pipelining the first forward and the last backward run alone, one of m; on the interleaved pipeline (which
-Megatron-Bridge requires for this overlap when pp > 1) the first stage's warm-up forwards and cool-down
-backwards do, 2(p - 1) + (v - 1)p of its m v chunks (Megatron-Core's warm-up count for rank 0). Those run
-their all-to-alls exposed, and so does the forward's second run under full recomputation. The hidden seconds
-slow the compute beside them by the overlap slowdown, as every hidden collective does (overlap.py); on CPU
-ranks (`ClusterSpec.overlap_dp_comm=False`) nothing hides. Not modelled: delay_wgrad_compute (the expert
+Megatron-Core requires for this overlap when pp > 1) the first stage's warm-up forwards and cool-down
+backwards do, 2(p - 1) + (v - 1)p + 1 of its m v chunks (Megatron-Core's warm-up count for rank 0, and the
+one extra forward it schedules under this overlap so that every 1F1B pair is independent); those run their
+all-to-alls exposed. The busiest stage's MoE layers are taken with the first stage's share of lone passes. The
+hidden seconds slow the compute beside them by the overlap slowdown, as every hidden collective does
+(overlap.py); on CPU ranks (`ClusterSpec.overlap_dp_comm=False`) nothing hides. Megatron-Core refuses the overlap
+under full recomputation and for an fp32 model (Strategy's checks). Not modelled: delay_wgrad_compute (the expert
 weight-gradient GEMMs moved to cover the backward's combine) and the SMs the dispatcher's kernels take.
 
-Introduced in notebooks/14-mixture-of-experts.ipynb (expert parallelism; the overlap is a planner option).
+Introduced in notebooks/13-plan-your-training-run.ipynb (the planner; expert parallelism is lesson 14's).
 """
 
 from __future__ import annotations
@@ -32,17 +34,18 @@ from ddp_lab.course.plan import experts
 
 def unpaired_share(strategy) -> float:
     """The share of a stage's micro-batch passes that run alone, their all-to-alls exposed: one of m without
-    pipelining, the first stage's warm-up chunks (2(p - 1) + (v - 1)p) of its m v on the interleaved pipeline.
+    pipelining, the first stage's warm-up chunks (2(p - 1) + (v - 1)p + 1) of its m v on the interleaved pipeline.
 
     Example:
         >>> from ddp_lab.course.plan.strategy import Strategy
         >>> unpaired_share(Strategy(dp=8, ep=8, grad_accum=4))
         0.25
-        >>> unpaired_share(Strategy(dp=8, pp=4, ep=8, grad_accum=240, schedule="interleaved", virtual_stages=4))
-        0.01875
+        >>> round(unpaired_share(Strategy(dp=8, pp=4, ep=8, grad_accum=240, schedule="interleaved",
+        ...                               virtual_stages=4)), 6)               # 19 of 960
+        0.019792
     """
     p, v, m = strategy.pp, strategy.virtual_stages, strategy.grad_accum
-    warmup = 1 if p == 1 else 2 * (p - 1) + (v - 1) * p
+    warmup = 1 if p == 1 else 2 * (p - 1) + (v - 1) * p + 1
     return min(1.0, warmup / (m * v))
 
 
@@ -76,7 +79,5 @@ def step_seconds(model, cluster, strategy, layer, moe_change: tuple[float, float
     alone = forward_a2a + backward_a2a
     unpaired = unpaired_share(strategy)
     per_layer = unpaired * alone + (1 - unpaired) * paired
-    passes = strategy.grad_accum * experts.busiest_stage_moe_layers(model, strategy)   # layer passes per step
-    again = total - passes * alone                 # full recomputation's forward all-to-alls, run again alone
-    exposed = passes * per_layer + again
+    exposed = strategy.grad_accum * experts.busiest_stage_moe_layers(model, strategy) * per_layer
     return exposed, total - exposed

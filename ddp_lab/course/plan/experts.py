@@ -31,7 +31,8 @@ per MoE layer and micro-batch, 6 with full recomputation (it repeats the forward
 tokens x top_k x h values in each (tokens: b s / cp, divided by tp with sequence parallelism, whose
 ranks each dispatch their slice of the sequence), costed with lesson 02's alpha-beta model on the
 links the ep group spans (collectives.py). Assumed: balanced routing, the auxiliary loss's aim (no
-capacity-factor padding, no dropped tokens), and no overlap of the all-to-all with compute.
+capacity-factor padding, no dropped tokens), and the all-to-all exposed, unless ep_overlap runs it beside another
+micro-batch's compute (ep_overlap.py).
 An ep group across nodes sends a token's copies for a node's experts over the network one by one with NCCL's
 all-to-all (moe_dispatch "all-to-all"); DeepEP and NVIDIA's HybridEP send one copy per destination node, which the
 GPU of the same index there forwards over NVLink ("per-node"; DeepSeek-V3 technical report, arXiv:2412.19437,
@@ -172,7 +173,13 @@ def check(model, strategy) -> None:
             raise ValueError(f"moe_dispatch={strategy.moe_dispatch!r} says how a mixture-of-experts model's tokens "
                              f"reach their experts, but {model.name} is dense (no tokens are dispatched): drop "
                              f"moe_dispatch")
+        if strategy.ep_overlap:
+            raise ValueError(f"ep_overlap=True hides a mixture-of-experts model's all-to-alls, but {model.name} is "
+                             f"dense (no tokens are dispatched): drop ep_overlap")
         return
+    if strategy.ep_overlap and strategy.ep == 1:
+        raise ValueError("ep_overlap=True hides expert parallelism's all-to-alls behind another micro-batch's compute; "
+                         "with ep=1 every GPU holds every expert and there are none: set ep > 1, or drop ep_overlap")
     if moe.experts % strategy.ep:
         valid = [d for d in range(1, moe.experts + 1) if not moe.experts % d and not (strategy.dp * strategy.cp) % d]
         raise ValueError(f"ep={strategy.ep} does not divide the {moe.experts} experts of {model.name}: each "
@@ -418,7 +425,8 @@ def dispatch_seconds(model, cluster, strategy) -> float:
 
 
 def all_to_all_time(model, cluster, strategy) -> float:
-    """Seconds per step of expert parallelism's all-to-alls on the most loaded pipeline stage (not overlapped).
+    """Seconds per step of expert parallelism's all-to-alls on the most loaded pipeline stage, all of them (what
+    ep_overlap.step_seconds leaves exposed of them is steptime's ep_comm).
 
     Per MoE layer and micro-batch: dispatch and combine forward, both again backward (and the
     forward's two again under full recomputation), each `dispatch_bytes` from every rank over the

@@ -108,7 +108,8 @@ def candidates(model, cluster, global_batch: int, micro_batches=(1, 2, 4, 8), ze
     The framework's options, on every plan they apply to: sequence_parallel (then tried only on, wherever
     tp > 1), tp_comm_overlap (plans with tp > 1 and sequence parallelism), overlap_param_gather (ZeRO 1 and 2),
     moe_dispatch (how MoE tokens reach their experts, Strategy.moe_dispatch: plans whose ep group spans nodes),
-    ep_overlap (the all-to-alls beside another micro-batch's compute: plans with ep > 1, interleaved where pp > 1).
+    ep_overlap (the all-to-alls beside another micro-batch's compute: plans with ep > 1, interleaved where pp > 1,
+    without full recomputation).
 
     cp, ep: the context- and expert-parallel sizes to try, an int, a tuple, or "auto" (every size
     that fits: cp with 2 x cp chunks of the sequence, ep dividing the experts and dp x cp). cp
@@ -188,7 +189,8 @@ def candidates(model, cluster, global_batch: int, micro_batches=(1, 2, 4, 8), ze
                                                   for v in virtual_stages
                                                   if v > 1 and pp > 1 and not model.layers % (pp * v)
                                                   and not accum % pp]:
-                            if ep_overlap and ep_size > 1 and (pp == 1 or schedule.schedule == "interleaved"):
+                            if (ep_overlap and ep_size > 1 and (pp == 1 or schedule.schedule == "interleaved")
+                                    and rc != "full" and precision != "fp32"):     # Megatron-Core's own rules
                                 schedule = schedule.with_(ep_overlap=True)
                             yield schedule
                             yield from (schedule.with_(dp_shard=size) for size in shards)

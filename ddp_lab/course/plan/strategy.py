@@ -298,13 +298,20 @@ def _check_communication(strategy: Strategy) -> None:
         raise ValueError(f"overlap_param_gather=True overlaps ZeRO-1/2's all-gather of the updated weights with the "
                          f"next forward; zero={strategy.zero} has no such gather (ZeRO-3 gathers unit by unit "
                          f"anyway): use zero=1 or 2, or drop overlap_param_gather")
-    if strategy.ep_overlap and strategy.ep == 1:
-        raise ValueError("ep_overlap=True hides expert parallelism's all-to-alls behind another micro-batch's compute; "
-                         "with ep=1 every GPU holds every expert and there are none: set ep > 1, or drop ep_overlap")
+    # Megatron-Core's own rules for the overlap (TransformerConfig; Megatron-Bridge's comm-overlap checks the same);
+    # ep > 1 is checked with the model (experts.check)
+    if strategy.ep_overlap and strategy.recompute == "full":
+        raise ValueError("ep_overlap=True with recompute='full': Megatron-Core refuses the all-to-all overlap under "
+                         "full recomputation ('disable full recomputation when enabling "
+                         "overlap_moe_expert_parallel_comm'): use recompute='selective' or 'none', or drop ep_overlap")
+    if strategy.ep_overlap and strategy.precision == "fp32":
+        raise ValueError("ep_overlap=True needs a bf16 or fp16 model (Megatron-Core: 'overlap_moe_expert_parallel_comm "
+                         "is only supported with bf16 or fp16 model'), and precision='fp32' is neither: train in "
+                         "precision='bf16', or drop ep_overlap")
     if strategy.ep_overlap and strategy.pp > 1 and strategy.schedule != "interleaved":
-        raise ValueError(f"ep_overlap=True with pp={strategy.pp} needs the interleaved schedule (Megatron-Bridge "
-                         f"asks for a virtual pipeline size with --overlap-moe-expert-parallel-comm when pp > 1): use "
-                         f"the interleaved schedule (virtual_stages > 1), or drop ep_overlap")
+        raise ValueError(f"ep_overlap=True with pp={strategy.pp} needs the interleaved schedule (Megatron-Core asks "
+                         f"for a virtual pipeline size with --overlap-moe-expert-parallel-comm when pp > 1): use the "
+                         f"interleaved schedule (virtual_stages > 1), or drop ep_overlap")
     outer_sync.check_fields(strategy)
 
 
