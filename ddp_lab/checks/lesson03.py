@@ -258,7 +258,9 @@ def _same(got, expected) -> bool:
 # --- a DataParallel training step -------------------------------------------------------
 
 BARRIER_SECONDS = 5.0
-STAGGER_SECONDS = 0.05   # after the barrier, chunk k's replica waits (its place in _finishing_order) x this
+TURN_SECONDS = 2.0       # after the barrier, chunk k's replica waits at most this long for its turn to finish
+# (its place in _finishing_order: the replicas before it have returned), so the order holds on a loaded machine
+_turn = threading.Condition()
 # A thread the answer starts runs its target only once the answer waits for its threads (a join, or a replica's forward
 # in the calling thread) or this long after its start: a thread that reads the loop's index when it runs (a lambda
 # made in the loop) then reads it after the loop has moved on, every time, not only when the machine is slow.
@@ -320,9 +322,13 @@ class _Recorder(nn.Module):
                 _barrier[0].abort()
             _barrier[0].wait()
             if index >= 0:   # a fixed finishing order, not the chunks': gathering must not depend on it
-                time.sleep(STAGGER_SECONDS * _finishing_order(len(_chunks)).index(index))
+                place = _finishing_order(len(_chunks)).index(index)
+                with _turn:
+                    _turn.wait_for(lambda: len(_finished) >= place, timeout=TURN_SECONDS)
             out = self.net(x)
-            _finished.append(index)
+            with _turn:
+                _finished.append(index)
+                _turn.notify_all()
             return out
         return self.net(x)
 
