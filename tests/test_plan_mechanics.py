@@ -239,7 +239,8 @@ def test_blackwell_presets_come_from_the_datasheets_and_say_they_are_uncalibrate
     assert b300.gpu.peak_flops == b200.peak_flops and gb300.gpu.peak_flops == gb200.peak_flops
     assert (b300.gpu.memory, gb300.gpu.memory) == (275_040 * 2**20, 284_208 * 2**20)   # as MLPerf's systems give them
     assert (b300.gpus_per_node, gb300.gpus_per_node) == (8, 72)
-    assert b300.inter_node_bandwidth == gb300.inter_node_bandwidth == 2 * ClusterSpec.preset("b200").inter_node_bandwidth
+    b200_link = ClusterSpec.preset("b200").inter_node_bandwidth
+    assert b300.inter_node_bandwidth == gb300.inter_node_bandwidth == 2 * b200_link
     assert b300.gpu.generation == gb300.gpu.generation == "blackwell"
 
 
@@ -434,4 +435,5 @@ def test_ep_overlap_hides_each_pass_behind_the_other_and_only_where_passes_pair(
         plain.with_(precision="fp32", ep_overlap=True)
     with pytest.raises(ValueError, match=r"^ep_overlap=True with pp=2 needs the interleaved schedule"):
         Strategy(dp=8, pp=2, ep=8, grad_accum=8, ep_overlap=True)
-    assert Strategy(dp=8, pp=2, ep=8, grad_accum=8, schedule="interleaved", virtual_stages=2, ep_overlap=True).ep_overlap
+    interleaved = Strategy(dp=8, pp=2, ep=8, grad_accum=8, schedule="interleaved", virtual_stages=2, ep_overlap=True)
+    assert interleaved.ep_overlap

@@ -30,10 +30,10 @@ of 32K tokens or more; a dense model with TP of 4 or more on H100s (or H200s); a
 a dense model in FP8 with TP under 4 on H100s (or H200s); the rest (FSDP/data-parallel, and TP 1-2 with any PP on
 H100s) for a run on other GPUs that meets none. A run counts in its GPUs' family and in the first workload family
 whose rule it meets (`run_families`: a Mixtral run on B200s is a Blackwell run and a coarse-MoE run; a run with
-context parallelism and TP 8 on H100s a long-sequence one only), and each part's overall median counts it once. A plan is trusted as
-far as every family whose rule it meets says (`plan_families`), each family's runs on the plan's GPU generation
-where it has any, and a mixture-of-experts family's runs that place the experts as the plan does (split across GPUs
-or not) where it has any (`for_plan`).
+context parallelism and TP 8 on H100s a long-sequence one only), and each part's overall median counts it once. A
+plan is trusted as far as every family whose rule it meets says (`plan_families`), each family's runs on the plan's
+GPU generation where it has any, and a mixture-of-experts family's runs that place the experts as the plan does
+(split across GPUs or not) where it has any (`for_plan`).
 
 A run naming a planner feature not there yet (a Strategy or Transformer field, the "fp8" precision, a GPU
 preset) is skipped and the table says which; a run whose features exist is predicted, and an error in

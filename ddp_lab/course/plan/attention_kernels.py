@@ -38,7 +38,8 @@ The planner takes the lower end of the training-shape range, 1.7x on Hopper (ins
 published kernel ratio here: it borrows Hopper's, as it borrows Hopper's other constants
 (`generation_constants.constants_generation`), unchecked (torchtitan's B200 step above says only that cuDNN is the
 faster there); the workstation Blackwell's 0.88x is another chip, which the planner does not model. The speed-up
-multiplies the flash share of peak the attention core runs at inside a training step; nothing here was fitted to a training run.
+multiplies the flash share of peak the attention core runs at inside a training step; nothing here was fitted to
+a training run.
 
 Introduced in notebooks/13-plan-your-training-run.ipynb (the `--flash-kernel` flag; docs/planner.md).
 """
