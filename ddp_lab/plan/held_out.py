@@ -533,11 +533,12 @@ def family_line(key: str, outcomes=None, rate: str = "", generation: str | None 
     Introduced in notebooks/13-plan-your-training-run.ipynb.
     """
     outcomes = results() if outcomes is None else outcomes
-    where = ""
+    where, placed = "", False
     if generation is not None:
+        on_generation = for_generation(key, outcomes, generation)[0]
         outcomes, where = for_plan(key, outcomes, generation, split_experts)
+        placed = len(outcomes) < len(on_generation)     # only those placing the experts so
     on_gpus = where.startswith("on ")          # only the runs on the plan's generation
-    placed = any(f"{words} (" in where for words in PLACEMENTS.values())    # only those placing experts so
     empty = {(True, False): "none on these GPUs", (False, True): "none placed so",
              (True, True): "none so placed on these GPUs"}.get((on_gpus, placed))
     row = next(r for r in by_family(outcomes, ASIDE) if r.family == key)
@@ -652,17 +653,17 @@ def markdown_tables(outcomes=None) -> str:
               f"{GOAL_MEDIAN:.0%}); families with a median beyond {GOAL_FAMILY:.0%}: {over}; families without a "
               f"held-aside run: {unjudged}. Development: "
               f"{development['runs']} runs, median absolute error {_median_text(development)}. "
-              f"{aside['skipped'] + development['skipped']} runs wait for features not in the planner yet.", "",
-              "| mixture of experts, by where the experts sit | held aside: runs | median error | worst | "
-              "development: runs | median error | worst |", "|---|---:|---:|---:|---:|---:|---:|"]
-    for key, placed, row, seen in _placements_shown(outcomes):
+              f"{aside['skipped'] + development['skipped']} runs wait for features not in the planner yet."]
+    placements = _placements_shown(outcomes)       # none where no family has runs placed both ways
+    if placements:
+        lines += ["", "| mixture of experts, by where the experts sit | held aside: runs | median error | worst | "
+                  "development: runs | median error | worst |", "|---|---:|---:|---:|---:|---:|---:|"]
+    for key, placed, row, seen in placements:
         cells = []
         for part in (row, seen):
             cells += [f"{part.runs}", "-" if part.median is None else f"{part.median:.1%}",
                       "-" if part.worst is None else f"{part.worst:+.1%}"]
         lines.append(f"| {FAMILIES[key]}, {PLACEMENTS[placed]} | " + " | ".join(cells) + " |")
-    if lines[-1] == "|---|---:|---:|---:|---:|---:|---:|":     # no family with runs placed both ways
-        lines = lines[:-3]
     lines += ["", "| run | families | split | GPUs | published | predicted | error |",
               "|---|---|---|---:|---:|---:|---:|"]
     for r in sorted(outcomes, key=lambda r: r.split != ASIDE):
