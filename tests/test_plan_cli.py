@@ -148,6 +148,10 @@ BAD_INPUT = [
     ((*LLAMA_8B, "--micro-bach", "2"), ["unrecognized arguments: --micro-bach 2; did you mean --micro-batch?"]),
     # expert- and context-parallel sizes
     ((*LLAMA_8B, "--ep", "2"), ["--ep 2 needs a mixture-of-experts model", "mixtral-8x7b"]),
+    (("--model", "mixtral-8x7b", "--cluster", "h100-sxm", "--expert-imbalance", "0.5"),
+     ["--expert-imbalance must be a number >= 1, got 0.5", "1: balanced routing"]),
+    (("--model", "mixtral-8x7b", "--cluster", "h100-sxm", "--expert-imbalance", "inf"),
+     ["--expert-imbalance must be a number >= 1, got inf"]),
     (("--model", "mixtral-8x7b", "--cluster", "h100-sxm", "--ep", "3"), ["--ep 3 must divide the 8 experts",
                                                                           "--ep in [1, 2, 4, 8]"]),
     (("--model", "mixtral-8x7b", "--cluster", "h100-sxm", "--tp", "2", "--ep", "8"),
@@ -292,6 +296,9 @@ FIELD_MESSAGES = {
     "moe_dispatch": ((*LLAMA_8B, "--moe-dispatch", "per-node"),
                      ["--moe-dispatch per-node says how a mixture-of-experts model's tokens", "drop --moe-dispatch"],
                      ["moe_dispatch", "dispatch="]),
+    "expert_imbalance": ((*LLAMA_8B, "--expert-imbalance", "1.5"),
+                         ["--expert-imbalance 1.5 says how unevenly a mixture-of-experts model routes",
+                          "llama3-8b is dense", "drop --expert-imbalance"], ["expert_imbalance", "imbalance="]),
     "expert_tp": (("--model", "mixtral-8x7b", "--cluster", "h100-sxm", "--tp", "4", "--expert-tp", "3"),
                   ["--expert-tp 3 does not divide --tp 4", "use --expert-tp in [1, 2, 4]"], ["expert_tp", "tp="]),
     "sync_precision": ((*LLAMA_8B, "--dp", "8", "--replicas", "1", "--sync-precision", "int8"),
@@ -380,6 +387,24 @@ def test_a_plan_says_how_its_tokens_cross_nodes_only_where_its_experts_span_node
     assert "tokens reach experts on other nodes" not in inside[1]
     step = [float(re.findall(r"total\s+([\d.]+)", out)[-1]) for _, out, _ in (across, per_node)]   # step time's
     assert step[1] < step[0]
+
+
+def test_uneven_routing_is_said_where_it_applies_and_noted_where_it_changes_nothing():
+    """--expert-imbalance: a search names it in its header and assumptions where plans split the experts (and its
+    step times grow); a plan with --ep 1 gets a note that it changes nothing, and its numbers are the balanced ones."""
+    moe = ("--model", "mixtral-8x7b", "--seq-len", "4096", "--cluster", "h100-sxm", "--nodes", "2")
+    split, balanced, local, local_balanced = plan_on_each([
+        (*moe, "--ep", "8", "--top", "1", "--expert-imbalance", "1.5"), (*moe, "--ep", "8", "--top", "1"),
+        (*moe, "--dp", "8", "--tp", "2", "--zero", "1", "--expert-imbalance", "1.5"),
+        (*moe, "--dp", "8", "--tp", "2", "--zero", "1")])
+    assert split[0] == balanced[0] == local[0] == local_balanced[0] == 0, (split[2], local[2])
+    assert "--expert-imbalance 1.5 on every plan it fits" in split[1]
+    assert "the busiest expert-parallel rank gets 1.5 times a balanced share of the tokens" in split[1]
+    assert "balanced routing: each expert gets its share" in balanced[1]
+    step = [float(out.split("\n  1 ")[1].split("\n")[0].split()[-4]) for _, out, _ in (split, balanced)]  # step s
+    assert step[0] > step[1]
+    assert local[1].startswith("note: --expert-imbalance 1.5 changes nothing for this plan: with --ep 1")
+    assert local[1].split("\n", 1)[1] == local_balanced[1]
 
 
 def test_a_search_enumerates_its_candidates_once(monkeypatch, capsys):

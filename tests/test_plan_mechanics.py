@@ -437,3 +437,54 @@ def test_ep_overlap_hides_each_pass_behind_the_other_and_only_where_passes_pair(
         Strategy(dp=8, pp=2, ep=8, grad_accum=8, ep_overlap=True)
     interleaved = Strategy(dp=8, pp=2, ep=8, grad_accum=8, schedule="interleaved", virtual_stages=2, ep_overlap=True)
     assert interleaved.ep_overlap
+
+
+# ---- uneven routing: the busiest expert-parallel rank sets the pace (experts.busiest_rank_load) ----------------
+
+def test_uneven_routing_slows_split_experts_only_and_in_each_of_its_three_places():
+    """--expert-imbalance X: with ep > 1 the busiest rank multiplies X times a balanced share of the tokens, sends and
+    receives X times the bytes and keeps X times the routed activations; with ep 1 nothing changes (each GPU holds
+    every expert). The balanced default is what every earlier plan was."""
+    moe = Transformer.preset("mixtral-8x7b").with_(seq_len=4096)
+    h100s = ClusterSpec.preset("h100-sxm", nodes=8)
+    split = Strategy(dp=32, tp=2, ep=8, zero=1, micro_batch=1, grad_accum=4, sequence_parallel=True)
+    uneven = split.with_(expert_imbalance=1.5)
+    assert experts.busiest_rank_load(split) == 1.0 and experts.busiest_rank_load(uneven) == 1.5
+    assert expert_compute.tokens_per_expert(moe, uneven) == 1.5 * expert_compute.tokens_per_expert(moe, split)
+    # the all-to-all's bytes: its latency term stays, so it grows by less than 1.5 and more than 1.4 here
+    ratio = experts.dispatch_seconds(moe, h100s, uneven) / experts.dispatch_seconds(moe, h100s, split)
+    assert 1.4 < ratio < 1.5
+    routed = (experts.activation_change(moe, uneven, 0) - experts.activation_change(moe, split, 0))
+    assert routed > 0 and memory(moe, uneven).total > memory(moe, split).total
+    before, after = step_time(moe, h100s, split), step_time(moe, h100s, uneven)
+    assert after.compute > before.compute and after.ep_comm > before.ep_comm and after.total > before.total
+    # every expert on each GPU: the same plan, to the bit
+    local = split.with_(dp=32, ep=1)
+    assert step_time(moe, h100s, local) == step_time(moe, h100s, local.with_(expert_imbalance=1.5))
+    assert memory(moe, local) == memory(moe, local.with_(expert_imbalance=1.5))
+
+
+def test_uneven_routing_is_refused_in_one_line_where_it_means_nothing():
+    """A number >= 1 (finite), and only for a model with experts: the library's own words, with the fix."""
+    for bad in (0.5, float("nan"), float("inf"), True, "2"):
+        with pytest.raises(ValueError, match=r"^expert_imbalance must be a number >= 1, got .*: the busiest "):
+            Strategy(expert_imbalance=bad)
+    with pytest.raises(ValueError, match=r"^expert_imbalance=1.5 says how unevenly .* but llama3-8b is dense .*: "
+                                         r"drop expert_imbalance$"):
+        check(Transformer.preset("llama3-8b"), Strategy(dp=8, expert_imbalance=1.5))
+
+
+def test_a_search_under_uneven_routing_puts_it_on_split_experts_and_can_prefer_ep_1():
+    """The search puts the imbalance on every plan with ep > 1 (a property of the run's routing, not of a layout);
+    Mixtral on 64 H100s: its fastest plan splits the experts when routing is balanced, and keeps every expert on
+    each GPU when the busiest rank gets twice its share."""
+    from ddp_lab.course.plan.search import candidates, search
+    moe = Transformer.preset("mixtral-8x7b").with_(seq_len=4096)
+    h100s = ClusterSpec.preset("h100-sxm", nodes=8)
+    tried = list(candidates(moe, h100s, 1024, expert_imbalance=2.0))
+    assert {s.expert_imbalance for s in tried if s.ep > 1} == {2.0} and {s.expert_imbalance for s in tried
+                                                                         if s.ep == 1} == {1.0}
+    balanced, uneven = (search(moe, h100s, top=1, global_batch=1024, expert_imbalance=x)[0] for x in (1.0, 2.0))
+    assert balanced.strategy.ep > 1 and uneven.strategy.ep == 1
+    with pytest.raises(ValueError, match=r"^expert_imbalance=1.5 says how unevenly .* llama3-8b is dense"):
+        list(candidates(Transformer.preset("llama3-8b"), h100s, 1024, expert_imbalance=1.5))

@@ -86,6 +86,9 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
                 note += (f"note: --moe-dispatch {strategy.moe_dispatch} changes nothing for this plan: its ep group "
                          f"{where}\n")
                 strategy = strategy.with_(moe_dispatch="all-to-all")
+            if strategy.expert_imbalance != 1 and strategy.ep == 1:
+                note += (f"note: --expert-imbalance {strategy.expert_imbalance:g} changes nothing for this plan: with "
+                         f"--ep 1 every GPU holds every expert, so uneven routing leaves each GPU's work as it is\n")
             cluster, fit_note = cli_fit.fitted(model, cluster, strategy, args)
             plan = evaluate(model, cluster, strategy, args.tp_across_nodes, reserve)
             print(fit_note + no_effect + note + regions_note(model, cluster, strategy) + breakdown(plan, seq_source))
@@ -226,6 +229,7 @@ def _search_report(model, cluster, args, reserve: float, seq_source: str | None 
     options = {"precision": args.precision, "tp_across_nodes": args.tp_across_nodes, "cp": args.cp or 1,
                "ep": args.ep, "attention": args.attention or "flash", "fp32_grads": args.fp32_grads,
                "flash_kernel": args.flash_kernel or "fa2", "moe_dispatch": args.moe_dispatch or "all-to-all",
+               "expert_imbalance": 1.0 if args.expert_imbalance is None else args.expert_imbalance,
                "checkpoint_early_stop": args.checkpoint_early_stop,
                "dp_shard": {None: "auto", "none": None}.get(args.dp_shard, args.dp_shard),
                **{name: bool(getattr(args, name)) for name in SEARCH_WIDE}}
@@ -251,9 +255,15 @@ def _search_report(model, cluster, args, reserve: float, seq_source: str | None 
     dispatched = any(s.moe_dispatch != "all-to-all" for s in tried)   # put only where an ep group crosses nodes
     if dispatched:
         applied += (f"--moe-dispatch {options['moe_dispatch']}",)
+    if options["expert_imbalance"] != 1 and any(s.ep > 1 for s in tried):
+        applied += (f"--expert-imbalance {options['expert_imbalance']:g}",)
     for name in SEARCH_WIDE:   # given, but no plan tried fits it (one GPU a node: no tp > 1)
         if options[name] and not any(getattr(s, name) for s in tried):
             note += f"note: {flag_name(name)} applies to no plan of this search (none has {FITS[name]}); drop it\n"
+    if options["expert_imbalance"] != 1 and not any(s.ep > 1 for s in tried):
+        note += (f"note: --expert-imbalance {options['expert_imbalance']:g} applies to no plan of this search (none "
+                 f"has ep > 1: with every expert on each GPU uneven routing leaves each GPU's work as it is); drop "
+                 f"it\n")
     if options["moe_dispatch"] != "all-to-all" and not dispatched:
         note += (f"note: --moe-dispatch {options['moe_dispatch']} applies to no plan of this search (no ep group "
                  f"crosses nodes inside a region); drop it\n")
@@ -315,6 +325,7 @@ def _strategy(model, cluster, args, given: dict) -> tuple[Strategy, str]:
                          f"{given.get('recompute', 'none')}: add --recompute full or drop --checkpoint-early-stop")
     strategy = Strategy(precision=args.precision, attention=args.attention or "flash", fp32_grads=args.fp32_grads,
                         flash_kernel=args.flash_kernel or "fa2", moe_dispatch=args.moe_dispatch or "all-to-all",
+                        expert_imbalance=1.0 if args.expert_imbalance is None else args.expert_imbalance,
                         checkpoint_early_stop=args.checkpoint_early_stop and early_stop_can_skip_last_gemm(model),
                         **{**given, "grad_accum": given.get("grad_accum", 1)})
     check(model, strategy.with_(grad_accum=strategy.pp),   # the micro-batches are checked below, with the batch

@@ -41,7 +41,7 @@ SPLIT_FLAGS = ("cp", "ep")     # a number (the plan's or every searched plan's) 
 # The library's fields that a flag here sets: its messages name them (`ep=8`, `drop overlap_param_gather`), and
 # in_flags writes each as its flag. The model's shape fields are mapped only where the shape flags built the model.
 STRATEGY_FIELDS = (*STRATEGY_FLAGS, *SPLIT_FLAGS, "precision", "attention", "flash_kernel", "fp32_grads",
-                   "checkpoint_early_stop", "gpus_per_node", "region_nodes", "moe_dispatch")
+                   "checkpoint_early_stop", "gpus_per_node", "region_nodes", "moe_dispatch", "expert_imbalance")
 # The library's advice that names no field, with the flag that follows it (the library's words, the CLI's words).
 ADVICE_FLAGS = (("train on shorter sequences", "train on shorter sequences (--seq-len)"),
                 (" (or moe=None: a dense model)", ""),
@@ -212,6 +212,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="run one micro-batch's MoE all-to-alls beside another's compute (Megatron-Core's "
                           "--overlap-moe-expert-parallel-comm, combined 1F1B; needs --ep > 1, and --virtual-stages "
                           "where --pp > 1; not with --recompute full; in a search, on every plan it fits)")
+    how.add_argument("--expert-imbalance", dest="expert_imbalance", type=float, metavar="X",
+                     help="uneven routing of a mixture-of-experts model: the busiest expert-parallel rank gets X "
+                          "times a balanced share of the tokens (default 1, balanced). It slows that rank's experts "
+                          "and all-to-alls and grows their activations, on plans with --ep > 1; with every expert on "
+                          "each GPU it changes nothing. Read it from your run's tokens per expert")
     how.add_argument("--overlap-param-gather", dest="overlap_param_gather", action="store_true", default=None,
                      help="ZeRO-1/2: gather the updated weights beside the next forward (Megatron-LM's "
                           "--overlap-param-gather) instead of after the optimizer; in a search, on every plan with "

@@ -134,7 +134,7 @@ def model_text(model, seq_source: str | None = None) -> str:
 
 
 def assumptions_text(plans, chosen: bool) -> str:
-    """What the numbers above rest on: the micro-batch and recomputation, balanced routing, what memory leaves out.
+    """What the numbers above rest on: the micro-batch and recomputation, the routing, what memory leaves out.
 
     `chosen`: True when a search chose the micro-batch and recomputation (each row shows its own),
     False for one plan given by the flags (its values, and the flags that change them).
@@ -147,8 +147,16 @@ def assumptions_text(plans, chosen: bool) -> str:
         s = plan.strategy
         parts = [f"micro-batch {s.micro_batch} (--micro-batch), recomputation {s.recompute} (--recompute)"]
     if plan.model.moe is not None:
-        parts.append("balanced routing: each expert gets its share of the tokens (no capacity padding, no "
-                     "dropped tokens)")
+        split = [p.strategy.expert_imbalance for p in plans if p.strategy.ep > 1]
+        if not split:
+            parts.append("every expert on each GPU (ep 1): however unevenly the router spreads the tokens, each GPU "
+                         "multiplies its own tokens' share (no capacity padding, no dropped tokens)")
+        elif max(split) > 1:
+            parts.append(f"uneven routing: where ep > 1 the busiest expert-parallel rank gets {max(split):g} times a "
+                         f"balanced share of the tokens (--expert-imbalance; no capacity padding, no dropped tokens)")
+        else:
+            parts.append("balanced routing: each expert gets its share of the tokens (no capacity padding, no "
+                         "dropped tokens; --expert-imbalance says how uneven it is)")
         crossing = [p.strategy.moe_dispatch for p in plans if dispatch_crosses_nodes(p.cluster, p.strategy)]
         if crossing:
             parts.append({"all-to-all": "tokens reach experts on other nodes by NCCL's all-to-all, a copy per "

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from ddp_lab.course.plan import expert_tp
 from ddp_lab.course.plan.efficiency import gemm_seconds
-from ddp_lab.course.plan.experts import busiest_stage_moe_layers, forward_flops_change, router_parameters
+from ddp_lab.course.plan.experts import (busiest_rank_load, busiest_stage_moe_layers, forward_flops_change,
+                                         router_parameters)
 from ddp_lab.course.plan.precision import cast_bytes, compute_precision, fp8_matmuls, linear_rate
 
 # Expert matmuls run as grouped GEMMs (one GEMM per local expert, launched together: MegaBlocks, Gale et al. 2023,
@@ -30,7 +31,8 @@ WEIGHT_READS_BACKWARD = 2   # the input gradient reads W, the weight gradient wr
 
 
 def tokens_per_expert(model, strategy) -> float:
-    """Tokens each local expert multiplies per micro-batch (balanced routing): b s / cp x top_k x ep / E (x etp / tp).
+    """Tokens each local expert multiplies per micro-batch: b s / cp x top_k x ep / E (x etp / tp) with balanced
+    routing, times experts.busiest_rank_load on the busiest expert-parallel rank, whose experts set the pace.
 
     Example:
         >>> from ddp_lab.course.plan.model import Transformer
@@ -42,7 +44,8 @@ def tokens_per_expert(model, strategy) -> float:
     """
     moe = model.moe
     share = expert_tp.size(strategy) / strategy.tp     # expert_tp below tp: tp / etp expert groups share the tokens
-    return strategy.micro_batch * model.seq_len / strategy.cp * moe.top_k * strategy.ep / moe.experts * share
+    balanced = strategy.micro_batch * model.seq_len / strategy.cp * moe.top_k * strategy.ep / moe.experts * share
+    return balanced * busiest_rank_load(strategy)
 
 
 def _ffn_seconds(tokens: float, width: int, groups: int, model, strategy, gpu, stream_weights: bool) -> tuple:

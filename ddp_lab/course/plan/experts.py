@@ -30,9 +30,10 @@ and brings the results back (combine); backward sends the gradients both ways ag
 per MoE layer and micro-batch, 6 with full recomputation (it repeats the forward). A rank sends
 tokens x top_k x h values in each (tokens: b s / cp, divided by tp with sequence parallelism, whose
 ranks each dispatch their slice of the sequence), costed with lesson 02's alpha-beta model on the
-links the ep group spans (collectives.py). Assumed: balanced routing, the auxiliary loss's aim (no
-capacity-factor padding, no dropped tokens), and the all-to-all exposed, unless ep_overlap runs it beside another
-micro-batch's compute (ep_overlap.py).
+links the ep group spans (collectives.py). Assumed: no capacity-factor padding, no dropped tokens (dropless
+routing), and the all-to-all exposed, unless ep_overlap runs it beside another micro-batch's compute (ep_overlap.py).
+Routing is balanced, the auxiliary loss's aim, unless the strategy's `expert_imbalance` says how many times a
+balanced share of the tokens the busiest expert-parallel rank gets (`busiest_rank_load`).
 An ep group across nodes sends a token's copies for a node's experts over the network one by one with NCCL's
 all-to-all (moe_dispatch "all-to-all"); DeepEP and NVIDIA's HybridEP send one copy per destination node, which the
 GPU of the same index there forwards over NVLink ("per-node"; DeepSeek-V3 technical report, arXiv:2412.19437,
@@ -45,7 +46,8 @@ the planner of notebooks/13-plan-your-training-run.ipynb uses this module.
 from __future__ import annotations
 
 import functools
-
+import math
+import numbers
 from dataclasses import dataclass
 
 from ddp_lab.course.plan import expert_tp, pipeline_stages
@@ -157,6 +159,41 @@ def active_parameters(model) -> int:
     return model.parameters() - skipped
 
 
+# ---- uneven routing --------------------------------------------------------------------------------
+
+def check_imbalance(value) -> None:
+    """Raise ValueError (saying the fix) unless `value` can be a Strategy's expert_imbalance: a finite number >= 1."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) or value < 1:
+        raise ValueError(f"expert_imbalance must be a number >= 1, got {value!r}: the busiest expert-parallel "
+                         f"rank's routed tokens over a balanced share (1: balanced routing; 1.5: half as many again)")
+
+
+def busiest_rank_load(strategy) -> float:
+    """How many times a balanced share of the routed tokens the busiest expert-parallel rank gets: the strategy's
+    expert_imbalance where the experts are split (ep > 1), else 1.
+
+    A dropless MoE layer waits for its slowest rank twice: each all-to-all ends when the rank receiving the most
+    tokens (dispatch) and sending the most back (combine) is done, and the combine cannot start before that rank's
+    grouped GEMMs have run over all of its tokens. So with ep > 1 the busiest rank's share sets the experts' compute
+    (expert_compute.tokens_per_expert), the all-to-all's bytes (`dispatch_seconds`) and the experts' saved
+    activations (`activation_change`). With every expert on each GPU (ep = 1) the routing moves work between
+    experts on the same GPU, whose total stays that of a balanced share: nothing changes (the grouped GEMM's smaller
+    and larger experts are not told apart). One number for every ep > 1 a search tries: how much the busiest rank's
+    share grows as a rank holds fewer experts depends on which experts the router favours, which the planner cannot
+    know.
+
+    Example:
+        >>> from ddp_lab.course.plan.strategy import Strategy
+        >>> busiest_rank_load(Strategy(dp=8, ep=8, expert_imbalance=1.5)), busiest_rank_load(Strategy(dp=8, ep=1,
+        ...                                                                                     expert_imbalance=1.5))
+        (1.5, 1.0)
+
+    Introduced in notebooks/14-mixture-of-experts.ipynb (the planner's --expert-imbalance:
+    notebooks/13-plan-your-training-run.ipynb).
+    """
+    return float(strategy.expert_imbalance) if strategy.ep > 1 else 1.0
+
+
 # ---- what one rank holds --------------------------------------------------------------------------
 
 def check(model, strategy) -> None:
@@ -176,6 +213,10 @@ def check(model, strategy) -> None:
         if strategy.ep_overlap:
             raise ValueError(f"ep_overlap=True hides a mixture-of-experts model's all-to-alls, but {model.name} is "
                              f"dense (no tokens are dispatched): drop ep_overlap")
+        if strategy.expert_imbalance != 1:
+            raise ValueError(f"expert_imbalance={strategy.expert_imbalance:g} says how unevenly a mixture-of-experts "
+                             f"model routes its tokens, but {model.name} is dense (no tokens are routed): drop "
+                             f"expert_imbalance")
         return
     if strategy.ep_overlap and strategy.ep == 1:
         raise ValueError("ep_overlap=True hides expert parallelism's all-to-alls behind another micro-batch's compute; "
@@ -285,15 +326,18 @@ def activation_change(model, strategy, stage: int) -> float:
     DeepSeek compute the softmax in fp32), the top_k copies of the hidden state dispatched to the
     experts and the top_k expert outputs the combine weighs (2 top_k h values: split by tp only with
     sequence parallelism, like the tensors around the parallel matmuls). Averaged over the stage's
-    layers (dense layers change nothing); 0 with full recomputation (only the layer input is kept).
+    layers (dense layers change nothing); 0 with full recomputation (only the layer input is kept). The routed
+    experts' tensors and the dispatched copies are the busiest expert-parallel rank's (`busiest_rank_load`): dropless
+    routing keeps every token it gets.
     """
     if model.moe is None or strategy.recompute == "full" or stage_moe_layers(model, strategy, stage) == 0:
         return 0.0
     moe, t = model.moe, strategy.tp
     e = 2 if strategy.mixed else 4
     per_width = (4 if model.ffn_kind == "swiglu" else 2) * e
-    inner = per_width * ((moe.top_k + moe.shared_experts) * moe.expert_ffn - model.ffn_) / t
-    around = (2 * moe.top_k * model.hidden * e + 4 * moe.experts) / (t if strategy.sequence_parallel else 1)
+    routed = moe.top_k * busiest_rank_load(strategy)
+    inner = per_width * ((routed + moe.shared_experts) * moe.expert_ffn - model.ffn_) / t
+    around = (2 * routed * model.hidden * e + 4 * moe.experts) / (t if strategy.sequence_parallel else 1)
     tokens = strategy.micro_batch * model.seq_len
     held = pipeline_stages.stage_layers(model, strategy)[stage]
     return tokens * (inner + around) * stage_moe_layers(model, strategy, stage) / held
@@ -399,7 +443,8 @@ def dispatch_seconds(model, cluster, strategy) -> float:
     HybridEP) over nodes: a token crosses the network once for each other node its experts are on
     (`remote_nodes_per_token`: about 1 copy where NCCL sends top_k / 2 over 2 nodes), to the GPU of its own index
     there, which forwards it over NVLink to the experts' GPUs; the network's and NVLink's shares run at once, the
-    slower sets the time. Within one node (or across regions) both are NCCL's all-to-all.
+    slower sets the time. Within one node (or across regions) both are NCCL's all-to-all. The bytes are the busiest
+    rank's (`busiest_rank_load`): it receives that share in the dispatch and sends it back in the combine.
 
     Example:
         >>> from ddp_lab.course.plan.cluster_spec import ClusterSpec
@@ -412,7 +457,7 @@ def dispatch_seconds(model, cluster, strategy) -> float:
 
     Introduced in notebooks/14-mixture-of-experts.ipynb ("One copy per node").
     """
-    group, nbytes = expert_tp.group(strategy, "ep"), dispatch_bytes(model, strategy)
+    group, nbytes = expert_tp.group(strategy, "ep"), dispatch_bytes(model, strategy) * busiest_rank_load(strategy)
     if strategy.moe_dispatch == "all-to-all" or not dispatch_crosses_nodes(cluster, strategy):
         return collective_time("all_to_all", nbytes, cluster, group)
     ways = group.node_counts(cluster.gpus_per_node)   # each group's experts per node: the busiest sender sets the pace

@@ -92,7 +92,7 @@ def candidates(model, cluster, global_batch: int, micro_batches=(1, 2, 4, 8), ze
                fp32_grads: bool = False, checkpoint_early_stop: bool = False, flash_kernel: str = "fa2",
                sequence_parallel: bool = False, tp_comm_overlap: bool = False, overlap_param_gather: bool = False,
                dp_shard="auto", moe_dispatch: str = "all-to-all", sync_every: int | None = None, replicas=None,
-               sync_precision: str | None = None, ep_overlap: bool = False):
+               sync_precision: str | None = None, ep_overlap: bool = False, expert_imbalance: float = 1.0):
     """Every valid Strategy: dp*tp*pp*cp = GPUs, tp divides the heads (and kv heads) and the GPUs of a
     node (unless tp_across_nodes), dp*micro_batch divides global_batch; a pp that divides the layers splits
     them equally, any other pp with fewer on the first and the last stage (pipeline_stages.fewer_at_the_ends, never
@@ -109,7 +109,8 @@ def candidates(model, cluster, global_batch: int, micro_batches=(1, 2, 4, 8), ze
     tp > 1), tp_comm_overlap (plans with tp > 1 and sequence parallelism), overlap_param_gather (ZeRO 1 and 2),
     moe_dispatch (how MoE tokens reach their experts, Strategy.moe_dispatch: plans whose ep group spans nodes),
     ep_overlap (the all-to-alls beside another micro-batch's compute: plans with ep > 1, interleaved where pp > 1,
-    without full recomputation).
+    without full recomputation). expert_imbalance (the busiest expert-parallel rank's routed tokens over a balanced
+    share, a property of the run's routing, not of its layout): on every plan with ep > 1 (experts.busiest_rank_load).
 
     cp, ep: the context- and expert-parallel sizes to try, an int, a tuple, or "auto" (every size
     that fits: cp with 2 x cp chunks of the sequence, ep dividing the experts and dp x cp). cp
@@ -132,7 +133,8 @@ def candidates(model, cluster, global_batch: int, micro_batches=(1, 2, 4, 8), ze
         >>> any(s.virtual_stages == 2 for s in plans), any(s.recompute == "selective" for s in plans)
         (True, False)
     """
-    experts.check(model, Strategy(moe_dispatch=moe_dispatch))   # a dispatch for a model with no experts: refused
+    # a dispatch or an imbalance for a model with no experts: refused
+    experts.check(model, Strategy(moe_dispatch=moe_dispatch, expert_imbalance=expert_imbalance))
     if precision is None:
         precision = "bf16" if "bf16" in cluster.gpu.peak_flops else "fp16"
     if attention == "flash":
@@ -174,7 +176,8 @@ def candidates(model, cluster, global_batch: int, micro_batches=(1, 2, 4, 8), ze
                                         flash_kernel=flash_kernel,
                                         checkpoint_early_stop=checkpoint_early_stop and rc == "full",
                                         tp_comm_overlap=tp_comm_overlap and sp,
-                                        overlap_param_gather=overlap_param_gather and stage in (1, 2), **ends)
+                                        overlap_param_gather=overlap_param_gather and stage in (1, 2),
+                                        expert_imbalance=expert_imbalance if ep_size > 1 else 1.0, **ends)
                         if moe_dispatch != "all-to-all" and experts.dispatch_crosses_nodes(cluster, base):
                             base = base.with_(moe_dispatch=moe_dispatch)    # where it changes something
                         if outer:

@@ -90,6 +90,8 @@ class Strategy:
                                        # node, then NVLink; experts.dispatch_seconds)
     ep_overlap: bool = False      # expert parallelism's all-to-alls of one micro-batch run beside another's compute
                                   # (Megatron-Core's combined 1F1B, --overlap-moe-expert-parallel-comm; ep_overlap.py)
+    expert_imbalance: float = 1.0   # routed tokens on the busiest expert-parallel rank over a balanced share
+                                    # (1: balanced routing); what it slows: experts.busiest_rank_load
 
     def __post_init__(self) -> None:
         for field in INTEGER_FIELDS:     # numpy's integers (a loop over np.arange) are kept as Python's
@@ -108,6 +110,7 @@ class Strategy:
                                ("flash_kernel", FLASH_KERNELS), ("moe_dispatch", MOE_DISPATCHES)):
             if getattr(self, field) not in allowed:
                 raise ValueError(f"Strategy.{field} must be one of {allowed}, got {getattr(self, field)!r}")
+        experts.check_imbalance(self.expert_imbalance)
         if self.sequence_parallel and self.tp == 1:
             raise ValueError("sequence_parallel=True needs tp > 1: sequence parallelism splits the "
                              "LayerNorm/dropout activations across the tensor-parallel group")
