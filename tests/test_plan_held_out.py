@@ -481,3 +481,40 @@ def test_the_docs_quote_the_runs_moved_by_the_overlap_as_planned_now(outcomes):
     for r in moved + ninth:
         assert r.run.strategy.get("ep_overlap")
         assert f"{100 * r.error:+.1f} %".replace("-", "−") in page, r.run.name
+
+
+def test_the_docs_give_the_imbalance_each_expert_parallel_run_would_need(outcomes):
+    """docs/planner.md lists, per group of held-aside runs that split the experts, the routing imbalance that would
+    explain its error (held_out.implied_imbalance), and the error left at the 1.25 cap the H100 gpt-oss runs' expert
+    capacity factor sets: each figure as the code computes it now. The planner itself plans every run balanced."""
+    page = " ".join((ROOT / "docs" / "planner.md").read_text().split())
+    split = [r for r in outcomes if r.split == ASIDE and r.predicted is not None
+             and held_out.splits_experts(r.run.strategy)]
+    assert all("expert_imbalance" not in r.run.strategy for r in outcomes)
+
+    def span(runs) -> str:
+        values = sorted(held_out.implied_imbalance(r.run) for r in runs)
+        assert values and None not in values
+        return f"{values[0]:.2f}" if values[0] == values[-1] else f"{values[0]:.2f}-{values[-1]:.2f}"
+
+    def named(*words, gpu=None):
+        runs = [r for r in split if all(w in r.run.name for w in words) and (gpu is None or r.run.gpu == gpu)]
+        assert runs, words
+        return runs
+    coarse = [r for r in split if "moe-coarse" in r.families and held_out.implied_imbalance(r.run) is not None]
+    groups = {"coarse MoE runs (8 experts, top-2) the planner puts faster than they ran: ": coarse,
+              "Qwen3-30B-A3B on 16 H100s: ": named("NVIDIA skills Qwen3-30B-A3B"),
+              "gpt-oss-20b at CP 2 × EP 4: ": named("gpt-oss-20b CP 2 x EP 4", gpu="gb300"),
+              "on GB300s and ": named("gpt-oss-20b CP 2 x EP 4", gpu="b300"),
+              "TP 2 × CP 4 × EP 8 on 512 GB300s (receive buffers of 7 shares): ": named("TP 2 x CP 4 x EP 8"),
+              "TP 2 × EP 4 on H100s: ": named("gpt-oss-20b TP 2 x EP 4"),
+              "DeepSeek-V3 on 128 GB200s: ": named("DGXC DeepSeek-V3")}
+    for words, runs in groups.items():
+        assert f"{words}{span(runs)}" in page, words
+    fine = {r.run.name for r in split if "moe-fine" in r.families}
+    assert fine == {r.run.name for runs in groups.values() for r in runs if "moe-fine" in r.families}  # none left out
+    capped = []
+    for r in named("gpt-oss-20b TP 2 x EP 4"):
+        at_cap = dataclasses.replace(r.run, strategy={**r.run.strategy, "expert_imbalance": 1.25})
+        capped.append(f"{100 * (held_out.predict(at_cap) / r.run.published - 1):+.1f} %")
+    assert f"at 1.25 the planner is still {' and '.join(capped)}" in page

@@ -599,6 +599,35 @@ def splits_experts(strategy) -> bool:
     return (strategy.get("ep", 1) if isinstance(strategy, dict) else strategy.ep) > 1
 
 
+def implied_imbalance(run: HeldOutRun, largest: float = 8.0) -> float | None:
+    """The routing imbalance (Strategy.expert_imbalance) at which the planner's figure for a run with its experts
+    split (ep > 1) meets the published one, to 0.01: a diagnosis of an error, not a measurement and not a constant
+    of the planner, which plans every run balanced. None where the planner is already at or below the published
+    figure balanced; `largest` where even that imbalance leaves it above (bisection over 1 to `largest`).
+
+    Example:
+        >>> run = next(r for r in held_aside_runs.RUNS if r.name.startswith("NVIDIA skills Qwen3-30B-A3B"))
+        >>> implied_imbalance(run)
+        1.49
+    """
+    if not splits_experts(run.strategy):
+        raise ValueError(f"{run.name} keeps every expert on each GPU (ep 1): routing imbalance changes none of its "
+                         f"GPUs' work, so no imbalance explains its error")
+
+    def predicted(imbalance: float) -> float:
+        return predict(HeldOutRun(**{**{f.name: getattr(run, f.name) for f in fields(run)},
+                                     "strategy": {**run.strategy, "expert_imbalance": imbalance}}))
+    if predicted(1.0) <= run.published:
+        return None
+    if predicted(largest) > run.published:
+        return largest
+    low, high = 1.0, largest
+    while high - low > 0.001:
+        middle = (low + high) / 2
+        low, high = (middle, high) if predicted(middle) > run.published else (low, middle)
+    return round(high, 2)
+
+
 def for_plan(key: str, outcomes, generation: str, split_experts: bool | None = None) -> tuple[list, str]:
     """The family's outcomes that say how far to trust a plan: `for_generation`'s, and of a mixture-of-experts family
     those that place the experts as the plan does (`split_experts`: ep > 1, or every expert on each GPU) where it
