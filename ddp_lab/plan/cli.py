@@ -229,7 +229,7 @@ def _search_report(model, cluster, args, reserve: float, seq_source: str | None 
     options = {"precision": args.precision, "tp_across_nodes": args.tp_across_nodes, "cp": args.cp or 1,
                "ep": args.ep, "attention": args.attention or "flash", "fp32_grads": args.fp32_grads,
                "flash_kernel": args.flash_kernel or "fa2", "moe_dispatch": args.moe_dispatch or "all-to-all",
-               "expert_imbalance": 1.0 if args.expert_imbalance is None else args.expert_imbalance,
+               "expert_imbalance": args.expert_imbalance,
                "checkpoint_early_stop": args.checkpoint_early_stop,
                "dp_shard": {None: "auto", "none": None}.get(args.dp_shard, args.dp_shard),
                **{name: bool(getattr(args, name)) for name in SEARCH_WIDE}}
@@ -325,7 +325,7 @@ def _strategy(model, cluster, args, given: dict) -> tuple[Strategy, str]:
                          f"{given.get('recompute', 'none')}: add --recompute full or drop --checkpoint-early-stop")
     strategy = Strategy(precision=args.precision, attention=args.attention or "flash", fp32_grads=args.fp32_grads,
                         flash_kernel=args.flash_kernel or "fa2", moe_dispatch=args.moe_dispatch or "all-to-all",
-                        expert_imbalance=1.0 if args.expert_imbalance is None else args.expert_imbalance,
+                        expert_imbalance=args.expert_imbalance,
                         checkpoint_early_stop=args.checkpoint_early_stop and early_stop_can_skip_last_gemm(model),
                         **{**given, "grad_accum": given.get("grad_accum", 1)})
     check(model, strategy.with_(grad_accum=strategy.pp),   # the micro-batches are checked below, with the batch

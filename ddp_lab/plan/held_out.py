@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import functools
 import statistics
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 
 from ddp_lab.course.plan import strategy as strategy_module
 from ddp_lab.course.plan.cluster_spec import ClusterSpec
@@ -615,8 +615,7 @@ def implied_imbalance(run: HeldOutRun, largest: float = 8.0) -> float | None:
                          f"GPUs' work, so no imbalance explains its error")
 
     def predicted(imbalance: float) -> float:
-        return predict(HeldOutRun(**{**{f.name: getattr(run, f.name) for f in fields(run)},
-                                     "strategy": {**run.strategy, "expert_imbalance": imbalance}}))
+        return predict(replace(run, strategy={**run.strategy, "expert_imbalance": imbalance}))
     if predicted(1.0) <= run.published:
         return None
     if predicted(largest) > run.published:
