@@ -65,6 +65,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
                          + ("; on one node nothing crosses it" if cluster.nodes == 1 else "") + "\n")
         cluster = cli_fit.given_efficiency(cross_region(cluster, args), args)
         args.precision = args.precision or ("bf16" if "bf16" in cluster.gpu.peak_flops else "fp16")
+        args.expert_imbalance = 1.0 if args.expert_imbalance is None else args.expert_imbalance   # balanced
         if args.fp32_grads and args.precision == "fp32":
             raise ValueError("--fp32-grads keeps fp32 gradients under bf16/fp16 mixed precision; with --precision fp32 "
                              "they are fp32 already: drop one of them")

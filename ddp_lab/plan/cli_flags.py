@@ -212,7 +212,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="run one micro-batch's MoE all-to-alls beside another's compute (Megatron-Core's "
                           "--overlap-moe-expert-parallel-comm, combined 1F1B; needs --ep > 1, and --virtual-stages "
                           "where --pp > 1; not with --recompute full; in a search, on every plan it fits)")
-    how.add_argument("--expert-imbalance", dest="expert_imbalance", type=float, default=1.0, metavar="X",
+    how.add_argument("--expert-imbalance", dest="expert_imbalance", type=float, metavar="X",
                      help="uneven routing of a mixture-of-experts model: the busiest expert-parallel rank gets X "
                           "times a balanced share of the tokens (default 1, balanced). It slows that rank's experts "
                           "and all-to-alls and grows their activations, on plans with --ep > 1; with every expert on "
