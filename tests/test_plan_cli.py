@@ -393,18 +393,22 @@ def test_uneven_routing_is_said_where_it_applies_and_noted_where_it_changes_noth
     """--expert-imbalance: a search names it in its header and assumptions where plans split the experts (and its
     step times grow); a plan with --ep 1 gets a note that it changes nothing, and its numbers are the balanced ones."""
     moe = ("--model", "mixtral-8x7b", "--seq-len", "4096", "--cluster", "h100-sxm", "--nodes", "2")
-    split, balanced, local, local_balanced = plan_on_each([
+    split, balanced, local, local_balanced, unshown = plan_on_each([
         (*moe, "--ep", "8", "--top", "1", "--expert-imbalance", "1.5"), (*moe, "--ep", "8", "--top", "1"),
         (*moe, "--dp", "8", "--tp", "2", "--zero", "1", "--expert-imbalance", "1.5"),
-        (*moe, "--dp", "8", "--tp", "2", "--zero", "1")])
-    assert split[0] == balanced[0] == local[0] == local_balanced[0] == 0, (split[2], local[2])
+        (*moe, "--dp", "8", "--tp", "2", "--zero", "1"),
+        (*moe, "--nodes", "8", "--global-batch", "1024", "--top", "1", "--expert-imbalance", "2")])
+    assert split[0] == balanced[0] == local[0] == local_balanced[0] == unshown[0] == 0, (split[2], local[2])
     assert "--expert-imbalance 1.5 on every plan it fits" in split[1]
     assert "the busiest expert-parallel rank gets 1.5 times a balanced share of the tokens" in split[1]
     assert "balanced routing: each expert gets its share" in balanced[1]
     step = [float(out.split("\n  1 ")[1].split("\n")[0].split()[-4]) for _, out, _ in (split, balanced)]  # step s
     assert step[0] > step[1]
-    assert local[1].startswith("note: --expert-imbalance 1.5 changes nothing for this plan: with --ep 1")
+    assert local[1].startswith("note: --expert-imbalance 1.5 changes nothing for this plan: with ep 1")
     assert local[1].split("\n", 1)[1] == local_balanced[1]
+    # a search whose best plans keep every expert on each GPU still says the imbalance that slowed the others
+    assert " ep8 " not in unshown[1].split("\n  1 ")[1].split("\n")[0]
+    assert "--expert-imbalance 2 slowed the plans with ep > 1, none shown" in unshown[1]
 
 
 def test_a_search_enumerates_its_candidates_once(monkeypatch, capsys):

@@ -454,8 +454,12 @@ def test_uneven_routing_slows_split_experts_only_and_in_each_of_its_three_places
     # the all-to-all's bytes: its latency term stays, so it grows by less than 1.5 and more than 1.4 here
     ratio = experts.dispatch_seconds(moe, h100s, uneven) / experts.dispatch_seconds(moe, h100s, split)
     assert 1.4 < ratio < 1.5
-    routed = (experts.activation_change(moe, uneven, 0) - experts.activation_change(moe, split, 0))
-    assert routed > 0 and memory(moe, uneven).total > memory(moe, split).total
+    # saved for backward: the rows the busiest rank's experts multiply (their inner tensors, the copies dispatched
+    # to them) grow by half; the outputs the combine weighs come back to each token's own rank, a balanced share
+    grown = experts.activation_change(moe, uneven, 0) - experts.activation_change(moe, split, 0)
+    tokens, k, h, f = 4096, moe.moe.top_k, moe.hidden, moe.moe.expert_ffn
+    assert grown == pytest.approx(tokens * 0.5 * k * (4 * 2 * f / 2 + h * 2 / 2))     # bf16, swiglu, tp 2 with sp
+    assert memory(moe, uneven).total > memory(moe, split).total
     before, after = step_time(moe, h100s, split), step_time(moe, h100s, uneven)
     assert after.compute > before.compute and after.ep_comm > before.ep_comm and after.total > before.total
     # CPU ranks (no HBM figure: the FLOP count at the measured rate): the routed experts' FLOPs again, X - 1 times
@@ -482,16 +486,17 @@ def test_uneven_routing_is_refused_in_one_line_where_it_means_nothing():
 
 def test_a_search_under_uneven_routing_puts_it_on_split_experts_and_can_prefer_ep_1():
     """The search puts the imbalance on every plan with ep > 1 (a property of the run's routing, not of a layout);
-    Mixtral on 64 H100s: its fastest plan splits the experts when routing is balanced, and keeps every expert on
-    each GPU when the busiest rank gets twice its share."""
+    Mixtral on 64 H100s at 4,096-token sequences: its fastest plan splits the experts when routing is balanced or the
+    busiest rank gets 1.1 times its share, and keeps every expert on each GPU from 1.15 times."""
     from ddp_lab.course.plan.search import candidates, search
     moe = Transformer.preset("mixtral-8x7b").with_(seq_len=4096)
     h100s = ClusterSpec.preset("h100-sxm", nodes=8)
     tried = list(candidates(moe, h100s, 1024, expert_imbalance=2.0))
     assert {s.expert_imbalance for s in tried if s.ep > 1} == {2.0} and {s.expert_imbalance for s in tried
                                                                          if s.ep == 1} == {1.0}
-    balanced, uneven = (search(moe, h100s, top=1, global_batch=1024, expert_imbalance=x)[0] for x in (1.0, 2.0))
-    assert balanced.strategy.ep > 1 and uneven.strategy.ep == 1
+    balanced, slight, uneven = (search(moe, h100s, top=1, global_batch=1024, expert_imbalance=x)[0]
+                                for x in (1.0, 1.1, 1.15))
+    assert balanced.strategy.ep > 1 and slight.strategy.ep > 1 and uneven.strategy.ep == 1   # docs/planner.md: 1.15
     # lesson 14 times these two plans, balanced and at its skewed router's imbalance
     assert (balanced.strategy.label(), uneven.strategy.label()) == ("dp32 tp1 pp2 ep8 z1 mb1x32 v2",
                                                                     "dp8 tp2 pp4 z1 mb2x64 sp")

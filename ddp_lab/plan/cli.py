@@ -89,7 +89,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
                 strategy = strategy.with_(moe_dispatch="all-to-all")
             if strategy.expert_imbalance != 1 and strategy.ep == 1:
                 note += (f"note: --expert-imbalance {strategy.expert_imbalance:g} changes nothing for this plan: with "
-                         f"--ep 1 every GPU holds every expert, so uneven routing leaves each GPU's work as it is\n")
+                         f"ep 1 every GPU holds every expert, so uneven routing leaves each GPU's work as it is\n")
             cluster, fit_note = cli_fit.fitted(model, cluster, strategy, args)
             plan = evaluate(model, cluster, strategy, args.tp_across_nodes, reserve)
             print(fit_note + no_effect + note + regions_note(model, cluster, strategy) + breakdown(plan, seq_source))
@@ -291,7 +291,8 @@ def _search_report(model, cluster, args, reserve: float, seq_source: str | None 
                      f"is {split[0].strategy.label()} at {split[0].tokens_per_second:,.0f} tokens/s, {gain:.1%} "
                      f"faster than the best below ({count} such plan{'s' if count > 1 else ''} fit)\n")
     report = "\n".join([header, table(plans, stages=[zero for _, zero in rows], tie=tie),
-                        ties_text([plan for plan, _ in folded], tie, source), assumptions_text(plans, chosen=True),
+                        ties_text([plan for plan, _ in folded], tie, source),
+                        assumptions_text(plans, chosen=True, expert_imbalance=options["expert_imbalance"]),
                         accuracy_text(cluster, plans)])
     return note + report, plans
 

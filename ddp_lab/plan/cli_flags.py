@@ -216,7 +216,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="uneven routing of a mixture-of-experts model: the busiest expert-parallel rank gets X "
                           "times a balanced share of the tokens (default 1, balanced). It slows that rank's experts "
                           "and all-to-alls and grows their activations, on plans with --ep > 1; with every expert on "
-                          "each GPU it changes nothing. Read it from your run's tokens per expert")
+                          "each GPU it changes nothing. From a run: each expert-parallel rank's tokens (its experts' "
+                          "summed), the largest over the mean")
     how.add_argument("--overlap-param-gather", dest="overlap_param_gather", action="store_true", default=None,
                      help="ZeRO-1/2: gather the updated weights beside the next forward (Megatron-LM's "
                           "--overlap-param-gather) instead of after the optimizer; in a search, on every plan with "

@@ -133,11 +133,12 @@ def model_text(model, seq_source: str | None = None) -> str:
     return f"{line}; {model.seq_len:,}-token sequences" + (f" ({seq_source})" if seq_source else "")
 
 
-def assumptions_text(plans, chosen: bool) -> str:
+def assumptions_text(plans, chosen: bool, expert_imbalance: float = 1.0) -> str:
     """What the numbers above rest on: the micro-batch and recomputation, the routing, what memory leaves out.
 
     `chosen`: True when a search chose the micro-batch and recomputation (each row shows its own),
-    False for one plan given by the flags (its values, and the flags that change them).
+    False for one plan given by the flags (its values, and the flags that change them). `expert_imbalance`: the
+    search's (--expert-imbalance), said even where no plan shown splits the experts it slowed.
     """
     plan = plans[0]
     if chosen:
@@ -148,11 +149,14 @@ def assumptions_text(plans, chosen: bool) -> str:
         parts = [f"micro-batch {s.micro_batch} (--micro-batch), recomputation {s.recompute} (--recompute)"]
     if plan.model.moe is not None:
         split = [p.strategy.expert_imbalance for p in plans if p.strategy.ep > 1]
+        asked = max([expert_imbalance, *split])
         if not split:
             parts.append("every expert on each GPU (ep 1): however unevenly the router spreads the tokens, each GPU "
-                         "multiplies its own tokens' share (no capacity padding, no dropped tokens)")
-        elif max(split) > 1:
-            parts.append(f"uneven routing: where ep > 1 the busiest expert-parallel rank gets {max(split):g} times a "
+                         "multiplies its own tokens' share (no capacity padding, no dropped tokens)"
+                         + (f"; --expert-imbalance {asked:g} slowed the plans with ep > 1, none shown" if asked > 1
+                            else ""))
+        elif asked > 1:
+            parts.append(f"uneven routing: where ep > 1 the busiest expert-parallel rank gets {asked:g} times a "
                          f"balanced share of the tokens (--expert-imbalance; no capacity padding, no dropped tokens)")
         else:
             parts.append("balanced routing: each expert gets its share of the tokens (no capacity padding, no "

@@ -603,7 +603,7 @@ def implied_imbalance(run: HeldOutRun, largest: float = 8.0) -> float | None:
     """The routing imbalance (Strategy.expert_imbalance) at which the planner's figure for a run with its experts
     split (ep > 1) meets the published one, to 0.01: a diagnosis of an error, not a measurement and not a constant
     of the planner, which plans every run balanced. None where the planner is already at or below the published
-    figure balanced; `largest` where even that imbalance leaves it above (bisection over 1 to `largest`).
+    figure balanced; `largest` where the root is there or beyond it (bisection over 1 to `largest`).
 
     Example:
         >>> run = next(r for r in held_aside_runs.RUNS if r.name.startswith("NVIDIA skills Qwen3-30B-A3B"))

@@ -135,7 +135,9 @@ def seconds_per_micro_batch(model, cluster, strategy, layer_change: tuple[float,
     """
     if model.moe is None:
         return 0.0
-    change = forward_flops_change(model) + (busiest_rank_load(strategy) - 1) * routed_forward_flops(model)
+    change = forward_flops_change(model)
+    if busiest_rank_load(strategy) != 1:         # the busiest rank's extra share of the routed experts' FLOPs
+        change += (busiest_rank_load(strategy) - 1) * routed_forward_flops(model)
     passes = 3 + (1 if strategy.recompute == "full" else 0)
     gpu = cluster.gpu
     if gpu.memory_bandwidth is None:

@@ -188,8 +188,7 @@ def busiest_rank_load(strategy) -> float:
         ...                                                                                     expert_imbalance=1.5))
         (1.5, 1.0)
 
-    Introduced in notebooks/14-mixture-of-experts.ipynb (the planner's --expert-imbalance:
-    notebooks/13-plan-your-training-run.ipynb).
+    Introduced in notebooks/14-mixture-of-experts.ipynb ("Uneven routing in the planner"; docs/planner.md).
     """
     return float(strategy.expert_imbalance) if strategy.ep > 1 else 1.0
 
@@ -327,17 +326,18 @@ def activation_change(model, strategy, stage: int) -> float:
     experts and the top_k expert outputs the combine weighs (2 top_k h values: split by tp only with
     sequence parallelism, like the tensors around the parallel matmuls). Averaged over the stage's
     layers (dense layers change nothing); 0 with full recomputation (only the layer input is kept). The routed
-    experts' tensors and the dispatched copies are the busiest expert-parallel rank's (`busiest_rank_load`): dropless
-    routing keeps every token it gets.
+    experts' tensors and the copies dispatched to them are the busiest expert-parallel rank's (`busiest_rank_load`
+    times a balanced share: dropless routing keeps every token it gets); the outputs the combine weighs come back to
+    each token's own rank, a balanced share.
     """
     if model.moe is None or strategy.recompute == "full" or stage_moe_layers(model, strategy, stage) == 0:
         return 0.0
     moe, t = model.moe, strategy.tp
     e = 2 if strategy.mixed else 4
     per_width = (4 if model.ffn_kind == "swiglu" else 2) * e
-    routed = moe.top_k * busiest_rank_load(strategy)
-    inner = per_width * ((routed + moe.shared_experts) * moe.expert_ffn - model.ffn_) / t
-    around = (2 * routed * model.hidden * e + 4 * moe.experts) / (t if strategy.sequence_parallel else 1)
+    received = moe.top_k * busiest_rank_load(strategy)           # the rows this rank's experts multiply
+    inner = per_width * ((received + moe.shared_experts) * moe.expert_ffn - model.ffn_) / t
+    around = ((received + moe.top_k) * model.hidden * e + 4 * moe.experts) / (t if strategy.sequence_parallel else 1)
     tokens = strategy.micro_batch * model.seq_len
     held = pipeline_stages.stage_layers(model, strategy)[stage]
     return tokens * (inner + around) * stage_moe_layers(model, strategy, stage) / held

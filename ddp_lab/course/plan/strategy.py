@@ -171,7 +171,9 @@ class Strategy:
         (full recomputation that stops early: PyTorch's non-reentrant checkpoint), 'tpo' (TP communication
         overlapped), 'opg' (ZeRO-1/2 parameter gather overlapped), 'L7/7' (the first and last pipeline stages' layers),
         'r14/100-int8' (14 DiLoCo replicas synced every 100 steps, int8 pseudo-gradients), 'hsdp8' (ZeRO-3 inside
-        groups of 8 dp ranks, replicated across them), 'per-node' (MoE tokens dispatched once per node).
+        groups of 8 dp ranks, replicated across them), 'per-node' (MoE tokens dispatched once per node). Not named:
+        expert_imbalance, a property of the run's routing rather than of its layout, which a search puts on every plan
+        with ep > 1 and the command line says in its header and its assumptions.
         """
         parts = [f"dp{self.dp}", f"tp{self.tp}"] + ([f"cp{self.cp}"] if self.cp > 1 else []) + [f"pp{self.pp}"]
         parts += [f"ep{self.ep}"] if self.ep > 1 else []
