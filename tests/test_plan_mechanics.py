@@ -466,7 +466,7 @@ def test_uneven_routing_slows_split_experts_only_and_in_each_of_its_three_places
     cpu = ClusterSpec(gpu=GPU("CPU", 16 * GiB, {"fp32": 1e11, "bf16": 1e11}), nodes=1, gpus_per_node=64)
     extra = expert_compute.seconds_per_micro_batch(moe, cpu, uneven) - expert_compute.seconds_per_micro_batch(
         moe, cpu, split)
-    routed = expert_compute.routed_forward_flops(moe) * 3 / split.tp / cpu.gpu.achieved_flops("bf16")  # fwd + bwd
+    routed = experts.routed_forward_flops(moe) * 3 / split.tp / cpu.gpu.achieved_flops("bf16")  # fwd + bwd
     assert extra == pytest.approx(0.5 * routed)
     # every expert on each GPU: the same plan, to the bit
     local = split.with_(dp=32, ep=1)

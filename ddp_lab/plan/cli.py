@@ -256,12 +256,14 @@ def _search_report(model, cluster, args, reserve: float, seq_source: str | None 
     dispatched = any(s.moe_dispatch != "all-to-all" for s in tried)   # put only where an ep group crosses nodes
     if dispatched:
         applied += (f"--moe-dispatch {options['moe_dispatch']}",)
-    if options["expert_imbalance"] != 1 and any(s.ep > 1 for s in tried):
+    uneven = options["expert_imbalance"] != 1
+    splits_experts = any(s.ep > 1 for s in tried)
+    if uneven and splits_experts:
         applied += (f"--expert-imbalance {options['expert_imbalance']:g}",)
     for name in SEARCH_WIDE:   # given, but no plan tried fits it (one GPU a node: no tp > 1)
         if options[name] and not any(getattr(s, name) for s in tried):
             note += f"note: {flag_name(name)} applies to no plan of this search (none has {FITS[name]}); drop it\n"
-    if options["expert_imbalance"] != 1 and not any(s.ep > 1 for s in tried):
+    if uneven and not splits_experts:
         note += (f"note: --expert-imbalance {options['expert_imbalance']:g} applies to no plan of this search (none "
                  f"has ep > 1: with every expert on each GPU uneven routing leaves each GPU's work as it is); drop "
                  f"it\n")

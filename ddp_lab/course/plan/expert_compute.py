@@ -11,7 +11,7 @@ from __future__ import annotations
 from ddp_lab.course.plan import expert_tp
 from ddp_lab.course.plan.efficiency import gemm_seconds
 from ddp_lab.course.plan.experts import (busiest_rank_load, busiest_stage_moe_layers, forward_flops_change,
-                                         moe_layers, router_parameters)
+                                         router_parameters, routed_forward_flops)
 from ddp_lab.course.plan.precision import cast_bytes, compute_precision, fp8_matmuls, linear_rate
 
 # Expert matmuls run as grouped GEMMs (one GEMM per local expert, launched together: MegaBlocks, Gale et al. 2023,
@@ -116,12 +116,6 @@ def layer_compute_change(model, strategy, gpu) -> tuple[float, float]:
     return tuple(routed[i] + shared[i] + router[i] + permutation[i] - dense[i] for i in range(2))
 
 
-def routed_forward_flops(model) -> int:
-    """Forward FLOPs per sequence of the routed experts alone: 2 s x top_k x (ups + 1) h f_e per MoE layer."""
-    ups = 2 if model.ffn_kind == "swiglu" else 1
-    return moe_layers(model) * 2 * model.seq_len * model.moe.top_k * (ups + 1) * model.hidden * model.moe.expert_ffn
-
-
 def seconds_per_micro_batch(model, cluster, strategy, layer_change: tuple[float, float] | None = None) -> float:
     """Seconds per micro-batch the MoE layers add to (or take from) a dense stage's compute on one GPU.
 
@@ -135,9 +129,9 @@ def seconds_per_micro_batch(model, cluster, strategy, layer_change: tuple[float,
     """
     if model.moe is None:
         return 0.0
-    change = forward_flops_change(model)
-    if busiest_rank_load(strategy) != 1:         # the busiest rank's extra share of the routed experts' FLOPs
-        change += (busiest_rank_load(strategy) - 1) * routed_forward_flops(model)
+    change, load = forward_flops_change(model), busiest_rank_load(strategy)
+    if load != 1:                                # the busiest rank's extra share of the routed experts' FLOPs
+        change += (load - 1) * routed_forward_flops(model)
     passes = 3 + (1 if strategy.recompute == "full" else 0)
     gpu = cluster.gpu
     if gpu.memory_bandwidth is None:

@@ -362,10 +362,21 @@ def forward_flops_change(model) -> int:
     moe = model.moe
     if moe is None:
         return 0
-    ups = 2 if model.ffn_kind == "swiglu" else 1
-    per_ffn = (ups + 1) * model.hidden                 # matmul parameters per unit of FFN width
-    active = router_parameters(model) + per_ffn * moe.expert_ffn * (moe.top_k + moe.shared_experts)
-    return moe_layers(model) * 2 * model.seq_len * (active - per_ffn * model.ffn_)
+    per_ffn = _matmul_parameters_per_width(model)
+    others = router_parameters(model) + per_ffn * (moe.expert_ffn * moe.shared_experts - model.ffn_)
+    return routed_forward_flops(model) + moe_layers(model) * 2 * model.seq_len * others
+
+
+def routed_forward_flops(model) -> int:
+    """Forward FLOPs per sequence of the routed experts alone: 2 s x top_k x (ups + 1) h f_e per MoE layer (the part
+    of `forward_flops_change` that the busiest expert-parallel rank does busiest_rank_load times)."""
+    per_expert = _matmul_parameters_per_width(model) * model.moe.expert_ffn
+    return moe_layers(model) * 2 * model.seq_len * model.moe.top_k * per_expert
+
+
+def _matmul_parameters_per_width(model) -> int:
+    """An FFN's matmul parameters per unit of its width: (ups + 1) h, ups = 2 for SwiGLU, 1 for GeLU."""
+    return (3 if model.ffn_kind == "swiglu" else 2) * model.hidden
 
 
 # ---- the all-to-all -------------------------------------------------------------------------------
