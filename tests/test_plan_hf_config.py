@@ -5,6 +5,7 @@ hub (huggingface.co/<org>/<model>/blob/main/config.json), typed in as published:
     meta-llama/Meta-Llama-3-8B, mistralai/Mixtral-8x7B-v0.1, mistralai/Mistral-7B-v0.1, Qwen/Qwen2.5-7B,
     Qwen/Qwen3-8B, Qwen/Qwen3-30B-A3B, Qwen/Qwen1.5-MoE-A2.7B, deepseek-ai/deepseek-moe-16b-base,
     deepseek-ai/DeepSeek-V2-Lite, deepseek-ai/DeepSeek-R1 (DeepSeek-V3's architecture and shape).
+gpt-oss's shape (openai/gpt-oss-20b and -120b config.json: the keys that shape the model) is written below (GPT_OSS).
 The parameter counts they must give are the publishers' (model cards and papers, cited per case).
 Pure Python, in process: no subprocess, no torch.
 """
@@ -17,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from ddp_lab.course.plan import sliding_window
 from ddp_lab.course.plan.hf_config import transformer_from_hf_config
 from ddp_lab.course.plan.model import Transformer
 from ddp_lab.plan.cli import main
@@ -132,8 +134,9 @@ def test_latent_attention_configs_read_to_their_published_counts():
 def test_the_training_length_replaces_max_position_embeddings():
     assert model("Qwen2.5-7B").seq_len == 131072
     assert model("Qwen2.5-7B", seq_len=8192).seq_len == 8192
-    # Mistral 7B's 4,096-token window: refused at its 32K maximum, read at the window's length
+    # Mistral 7B's 4,096-token window on every layer: at its 32K maximum the layers attend to the window
     assert model("Mistral-7B-v0.1", seq_len=4096).parameters() == pytest.approx(7.24e9, rel=0.01)   # model card: 7.24B
+    assert sliding_window.windowed(model("Mistral-7B-v0.1")) == 32
 
 
 REFUSED = [   # (config, the words the one line must hold)
@@ -144,7 +147,8 @@ REFUSED = [   # (config, the words the one line must hold)
     ({key: value for key, value in config("DeepSeek-V2-Lite").items() if key != "v_head_dim"},
      ["kv_lora_rank = 512", "no v_head_dim"]),
     ({**config("DeepSeek-V2-Lite"), "kv_lora_rank": None, "q_lora_rank": 1536}, ["q_lora_rank = 1536 without"]),
-    (config("Mistral-7B-v0.1"), ["sliding_window = 4,096", "32,768 tokens planned", "--seq-len 4096"]),
+    ({**config("Meta-Llama-3-8B"), "sliding_window": 1024, "layer_types": ["chunked_attention"] * 32},
+     ["layer_types: 32 of 32 layers are 'chunked_attention'", "full_attention and sliding_attention"]),
     ({**config("Meta-Llama-3-8B"), "num_dense_layers": 2}, ["num_dense_layers = 2", "does not read"]),
     ({**config("Meta-Llama-3-8B"), "model_type": "gemma"},
      ["model_type = 'gemma'", "if its blocks are what the shape flags build", "untied embeddings",
@@ -153,7 +157,8 @@ REFUSED = [   # (config, the words the one line must hold)
     ({**config("Qwen3-30B-A3B"), "decoder_sparse_step": 2}, ["decoder_sparse_step = 2", "every 2 layers"]),
     ({**config("Qwen3-30B-A3B"), "mlp_only_layers": [3, 7]}, ["mlp_only_layers = [3, 7]", "first ones"]),
     ({**config("Qwen1.5-MoE-A2.7B"), "shared_expert_intermediate_size": 5000}, ["shared_expert_intermediate_size"]),
-    ({**config("Meta-Llama-3-8B"), "layer_types": ["sliding_attention", "full_attention"] * 16}, ["layer_types"]),
+    ({**config("Meta-Llama-3-8B"), "layer_types": ["sliding_attention", "full_attention"] * 16},
+     ["layer_types: 16 layers are 'sliding_attention'", "no sliding_window"]),
     ({**config("Meta-Llama-3-8B"), "attention_bias": True, "mlp_bias": False}, ["attention_bias = true"]),
     ({**config("Meta-Llama-3-8B"), "layer_types": ["full_attention"] * 30}, ["layer_types = 30 entries", "32 layers"]),
     ({**config("Meta-Llama-3-8B"), "n_layer": 12}, ["num_hidden_layers = 32 and n_layer = 12", "disagree"]),
@@ -186,12 +191,47 @@ def test_the_training_length_is_bounded_by_a_learned_position_table():
 
 
 def test_a_family_the_planner_does_not_read_is_named_before_its_keys():
-    """gpt-oss's config (model_type gpt_oss) also has experts_per_token, a key no family read here has: the one line
-    names the family, as removing the key would not make the file readable."""
-    gpt_oss_like = {**config("Mixtral-8x7B-v0.1"), "model_type": "gpt_oss", "experts_per_token": 2}
-    with pytest.raises(ValueError, match=r"^model_type = 'gpt_oss': not a family the planner reads") as refused:
-        transformer_from_hf_config(gpt_oss_like, seq_len=4096)
-    assert "experts_per_token" not in str(refused.value)
+    """Llama 4's text config (model_type llama4_text) has interleave_moe_layer_step, a key no family read here has: the
+    one line names the family, as removing the key would not make the file readable."""
+    llama4_like = {**config("Mixtral-8x7B-v0.1"), "model_type": "llama4_text", "interleave_moe_layer_step": 2}
+    with pytest.raises(ValueError, match=r"^model_type = 'llama4_text': not a family the planner reads") as refused:
+        transformer_from_hf_config(llama4_like, seq_len=4096)
+    assert "interleave_moe_layer_step" not in str(refused.value)
+
+
+# openai/gpt-oss-20b's config.json, the keys that shape the model: every second layer attends to a 128-token window
+# (layer_types starts with sliding_attention), biases on attention (attention_bias; its code adds them to the experts
+# and the router too), experts as wide as intermediate_size, and the top-k under two names
+GPT_OSS = {"model_type": "gpt_oss", "num_hidden_layers": 24, "hidden_size": 2880, "num_attention_heads": 64,
+           "num_key_value_heads": 8, "head_dim": 64, "intermediate_size": 2880, "num_local_experts": 32,
+           "num_experts_per_tok": 4, "experts_per_token": 4, "vocab_size": 201088, "max_position_embeddings": 131072,
+           "sliding_window": 128, "layer_types": ["sliding_attention", "full_attention"] * 12,
+           "attention_bias": True, "tie_word_embeddings": False, "hidden_act": "silu", "swiglu_limit": 7.0,
+           "rope_theta": 150000, "initial_context_length": 4096, "router_aux_loss_coef": 0.9}
+GPT_OSS_120B = {**GPT_OSS, "num_hidden_layers": 36, "num_local_experts": 128,
+                "layer_types": ["sliding_attention", "full_attention"] * 18}
+
+
+def test_sliding_windows_are_read_with_the_layers_they_window():
+    """gpt-oss: 12 of its 24 layers (18 of 36) at a 128-token window; its model card's 20.9B and 116.8B total
+    parameters, and its 3.6B and 5.1B active ones once the embedding table (201,088 x 2,880) is left out, as the
+    card's counts are. Qwen2.5's file carries a window it does not use (use_sliding_window false); a Qwen file that
+    uses one windows the layers from max_window_layers on. Every line names the window."""
+    small, large = transformer_from_hf_config(GPT_OSS, seq_len=8192), transformer_from_hf_config(GPT_OSS_120B, seq_len=8192)
+    assert (small.window, small.windowed_layers, large.windowed_layers) == (128, 12, 18)
+    table = 201088 * 2880
+    assert [round(m.parameters() / 1e9, 1) for m in (small, large)] == [20.9, 116.8]
+    assert [round((m.active_parameters() - table) / 1e9, 1) for m in (small, large)] == [3.6, 5.1]
+    assert "a 128-token sliding window in 12 of 24 layers" in model_text(small)
+    assert model("Qwen2.5-7B").window is None
+    qwen = transformer_from_hf_config({**config("Qwen2.5-7B"), "use_sliding_window": True, "max_window_layers": 20},
+                                      seq_len=262144)
+    assert (qwen.window, sliding_window.windowed(qwen)) == (131072, 8)
+    # a window as long as the planned sequence is full attention: said, and costed as such
+    assert "(no shorter than the 4,096 tokens planned: full)" in model_text(model("Mistral-7B-v0.1", seq_len=4096))
+    with pytest.raises(ValueError, match=r"num_experts_per_tok = 4 and experts_per_token = 2 both give"):
+        transformer_from_hf_config({**GPT_OSS, "experts_per_token": 2}, seq_len=4096)
+
 
 def test_the_cli_prints_the_count_and_where_the_sequence_length_came_from(capsys):
     """Every search and plan says the parameters read (so a misread file shows) and, for a config,

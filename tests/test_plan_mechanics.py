@@ -502,3 +502,34 @@ def test_a_search_under_uneven_routing_puts_it_on_split_experts_and_can_prefer_e
                                                                     "dp8 tp2 pp4 z1 mb2x64 sp")
     with pytest.raises(ValueError, match=r"^expert_imbalance=1.5 says how unevenly .* llama3-8b is dense"):
         list(candidates(Transformer.preset("llama3-8b"), h100s, 1024, expert_imbalance=1.5))
+
+
+def test_a_sliding_window_shortens_flash_attention_by_the_tiles_it_skips_and_eager_not_at_all():
+    """A windowed layer's flash kernel visits the tiles of 128 keys that hold part of its band (sliding_window.py):
+    at gpt-oss's 128-token window and 8,192 tokens, 127 of the 2,080 tiles a causal layer visits. Its forward
+    attention shrinks by that share; eager attention computes every score and gains nothing; a window as long as
+    the sequence changes nothing, to the bit. The model-FLOP count takes the window's keys in the windowed layers."""
+    full = Transformer("oss", 24, 2880, 64, vocab=201088, seq_len=8192, kv_heads=8, head_size=64, ffn_kind="swiglu",
+                       norm="rmsnorm", position="rope")
+    every = full.with_(window=128)                          # every layer windowed
+    half = full.with_(window=128, windowed_layers=12)
+    h100, flash, eager = GPU.preset("h100-sxm"), Strategy(), Strategy(attention="eager")
+    core = layer_matmul_flops(full, flash)[1] / 2           # a causal layer's forward attention FLOPs
+    saved = layer_seconds(full, flash, h100).forward - layer_seconds(every, flash, h100).forward
+    assert saved == pytest.approx(attention_seconds(core * (1 - 127 / 2080), h100, flash), rel=1e-12)
+    assert layer_seconds(half, flash, h100).forward == pytest.approx(
+        (layer_seconds(full, flash, h100).forward + layer_seconds(every, flash, h100).forward) / 2, rel=1e-12)
+    assert layer_seconds(every, eager, h100) == layer_seconds(full, eager, h100)
+    assert layer_seconds(full.with_(window=8192), flash, h100) == layer_seconds(full, flash, h100)
+    attention = 2 * 8192 * (full.q_dim + full.o_dim)
+    assert layer_forward_flops(half) - layer_forward_flops(full) == attention * (128 - 8192) * 12 // 24
+
+
+def test_a_window_needs_a_positive_length_and_counts_whole_layers():
+    shape = dict(name="t", layers=4, hidden=256, heads=4, vocab=512, seq_len=1024)
+    for bad, words in ((dict(window=0), "Transformer.window must be a positive"),
+                       (dict(windowed_layers=2), "without a window"),
+                       (dict(window=64, windowed_layers=5), "from 0 to layers=4")):
+        with pytest.raises(ValueError, match=words):
+            Transformer(**shape, **bad)
+    assert "window=64" in repr(Transformer(**shape, window=64)) and "window" not in repr(Transformer(**shape))

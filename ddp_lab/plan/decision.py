@@ -9,7 +9,7 @@ Introduced in notebooks/13-plan-your-training-run.ipynb.
 
 from __future__ import annotations
 
-from ddp_lab.course.plan import multi_token
+from ddp_lab.course.plan import multi_token, sliding_window
 from ddp_lab.course.plan.experts import dispatch_crosses_nodes
 from ddp_lab.course.plan.search import percent_text
 
@@ -128,6 +128,8 @@ def model_text(model, seq_source: str | None = None) -> str:
     if model.latent is not None:
         line += f", {model.latent.text()}"
     line += multi_token.text(model)
+    if model.window is not None:
+        line += f", {sliding_window.describe(model)}"
     if seq_source and seq_source.startswith("planned at"):    # a note of its own: the length is a guess
         return f"{line}; {model.seq_len:,}-token sequences\nnote: {seq_source}"
     return f"{line}; {model.seq_len:,}-token sequences" + (f" ({seq_source})" if seq_source else "")

@@ -382,7 +382,8 @@ DEEPSEEK_V3 = dict(name="deepseek-v3", layers=61, hidden=7168, heads=128, vocab=
                    moe=dict(experts=256, top_k=8, expert_ffn=2048, shared_experts=1, dense_layers=3),
                    latent=dict(kv_rank=512, q_rank=1536), mtp_layers=1, **LLAMA)
 # gpt-oss-20b (openai/gpt-oss-20b config.json): gpt-oss-120b's layer with 24 layers and 32 experts, 4 per token
-GPT_OSS_20B = {**GPT_OSS_120B, "name": "gpt-oss-20b", "layers": 24, "moe": dict(experts=32, top_k=4, expert_ffn=2880)}
+GPT_OSS_20B = {**GPT_OSS_120B, "name": "gpt-oss-20b", "layers": 24, "windowed_layers": 12,
+               "moe": dict(experts=32, top_k=4, expert_ffn=2880)}
 # Mixtral 8x22B as NeMo runs it (nemo/collections/llm/gpt/model/mixtral.py at r2.3.0, MixtralConfig8x22B: 56 layers,
 # hidden 6144, 48 heads, 8 kv heads (MixtralConfig), FFN 16384, 8 experts, top-2; the Mixtral-8x22B-v0.1 tokenizer,
 # 32,768), at the table's 65,536 tokens
@@ -635,15 +636,15 @@ FIRST_SET: list[HeldOutRun] = [
                     fp32_grads=True, moe_dispatch="per-node"), "h100-sxm", "tokens_per_gpu", 13058,
                AUTOMODEL_MOE.format("gptoss_20b_te_deepep") + "; the table prints EP '-', the config sets ep_size 8; "
                "FSDP2 without resharding after forward (ZeRO-2); each block in PyTorch's non-reentrant checkpoint "
-               "(full recomputation, early stop); FlexAttention; the sliding-window half of the layers and the "
-               "attention sinks are charged full attention"),
+               "(full recomputation, early stop); FlexAttention; the sliding-window half of the layers at its "
+               "window, the attention sinks not modelled"),
     HeldOutRun("Automodel gpt-oss-120b FSDP x EP 64, 64 H100s", AUTOMODEL.format("8d9bfb9") + ", 'GPT-OSS 120B' row; "
                "64 GPUs, GBS 512", GPT_OSS_120B,
                dict(dp=64, ep=64, zero=3, micro_batch=2, grad_accum=4, fp32_grads=True, moe_dispatch="per-node"),
                "h100-sxm", "tokens_per_gpu", 7626,
                AUTOMODEL_MOE.format("gptoss_120b_te_deepep") + "; the table prints EP '-', the config sets ep_size "
                "64; FSDP2 resharding after forward (ZeRO-3), no activation checkpointing; FlexAttention; the "
-               "sliding-window half of the layers and the attention sinks are charged full attention"),
+               "sliding-window half of the layers at its window, the attention sinks not modelled"),
     # ---- context parallel with FSDP, H100 (Automodel) ------------------------------------------------------------
     HeldOutRun("Automodel Llama 3.1 70B FSDP 32 x CP 2, 64 H100s", AUTOMODEL.format("2013a4d") + ", 'Llama3 70B' row; "
                "64 GPUs, GBS 128", _llama3("llama3-70b"),
@@ -1128,8 +1129,8 @@ MLPERF60_NOTE = ("; config_common.sh, conf/gpt_oss.yaml, conf/tp_overlap/h100tp2
                  "(MOE_EXPERT_CAPACITY_FACTOR=1.25, MOE_PAD_EXPERT_INPUT_TO_CAPACITY=False: tokens past 1.25 x an "
                  "expert's balanced share dropped), where the planner charges every expert its balanced share; "
                  "every second layer attends to a window of 128 tokens (window_size (127, 0), "
-                 "window_attn_skip_freq 2) with learned softmax offsets per head (softmax_type 'learnable': the "
-                 "attention sinks), charged full attention; gpt-oss's clamped GLU (quick-GELU, clamp 7, offset 1) "
+                 "window_attn_skip_freq 2: planned with its window, sliding_window.py) with learned softmax offsets per "
+                 "head (softmax_type 'learnable': the attention sinks, not modelled); gpt-oss's clamped GLU (quick-GELU, clamp 7, offset 1) "
                  "planned as SwiGLU; RoPE (position_embedding_type rope: the yarn_* settings pretrain.py passes are "
                  "unused); the logs name no config: the config of the log's node "
                  "count, its GBS and warmup steps (config_DGXH100_{8,16}x8x1xtp2pp1cp1ep4.sh; no README in "
@@ -1314,7 +1315,7 @@ NINTH_SET: list[HeldOutRun] = [
                   "gpt_oss/gb200/gpt_oss.py", "gpt_oss_120b_pretrain_64gpu_gb200_fp8mx_config",
                   "recompute_modules set to [] (no recomputation); FP8 attention (fp8_dot_product_attention: "
                   "not modelled, the planner's attention runs in bf16); the sliding-window half of the layers "
-                  "and the sinks are charged full attention; the vocabulary from the Hugging Face config "
+                  "at its window, the sinks not modelled; the vocabulary from the Hugging Face config "
                   "(201,088)"),
     _mbridge_2608("Megatron-Bridge 26.08 Qwen3-30B-A3B EP 8, 8 GB200s, MXFP8", "Qwen3_30B_a3B", 39936, 8, 512,
                   QWEN3_30B_A3B, dict(dp=8, ep=8, expert_tp=1, micro_batch=4, grad_accum=16),
@@ -1354,7 +1355,7 @@ MLPERF60_B200_NOTE = ("the log's configuration dump (DLPAL {}): TP 1, PP 1, CP 1
                       "Megatron-Core's default, inert without it); Megatron's distributed optimizer (ZeRO-1) with overlapped gradient reduce and "
                       "parameter gather, gradients reduced in bf16 (grad_reduce_in_fp32=False, use_megatron_fsdp="
                       "False); full-iteration CUDA graphs (cuda_graph_impl 'local', full_iteration: not modelled); no "
-                      "TP or EP overlap; the sliding-window half of the layers and the sinks charged full attention; "
+                      "TP or EP overlap; the sliding-window half of the layers at its window, the sinks not modelled; "
                       "{} blocks of 768 steps, the first {} s against about {} s for each of the others; the b200 "
                       "preset (B200-SXM-180GB, one node of 8){}")
 
@@ -1483,7 +1484,7 @@ MLPERF60_ULTRA_NOTE = (
     "distributed optimizer (ZeRO-1) with overlapped gradient reduce and parameter gather, gradients reduced in bf16 "
     "(pretrain.py); full-iteration CUDA graphs (not modelled); the flex dispatcher with HybridEP where EP > 1 "
     "(moe_dispatch per-node); no TP or EP overlap; routing learned, not forced to balance (planned balanced); the "
-    "sliding-window half of the layers and the sinks charged full attention; {blocks} blocks of {steps} steps, "
+    "sliding-window half of the layers at its window, the sinks not modelled; {blocks} blocks of {steps} steps, "
     "{spread}")
 
 TWELFTH_SET: list[HeldOutRun] = [

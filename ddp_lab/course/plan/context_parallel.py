@@ -40,7 +40,7 @@ notebooks/13-plan-your-training-run.ipynb uses this module.
 from __future__ import annotations
 
 from ddp_lab.course.context_parallel.costs import kv_block_bytes as _kv_block_bytes
-from ddp_lab.course.plan import pipeline_stages
+from ddp_lab.course.plan import pipeline_stages, sliding_window
 from ddp_lab.course.plan.collectives import collective_time
 from ddp_lab.course.plan.efficiency import attention_backward_factor, attention_seconds
 
@@ -132,6 +132,8 @@ def ring_time(model, cluster, strategy) -> tuple[float, float]:
     group = strategy.layout.group("cp")
     block = kv_block_bytes(model, strategy)
     step_compute = attention_seconds(causal_attention_flops(model, strategy) / cp, cluster.gpu, strategy)
+    if strategy.attention == "flash":     # a sliding window's kernels skip tiles; the ring sends every block still
+        step_compute *= sliding_window.flash_block_share(model)
     passes = [(1, 1)] * (2 if strategy.recompute == "full" else 1) + [(2, attention_backward_factor(strategy))]
     # (blocks sent, compute relative to one forward step) per pass
     every, exposed = 0.0, 0.0

@@ -65,7 +65,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ddp_lab.course.plan import attention_kernels, latent_attention, multi_token
+from ddp_lab.course.plan import attention_kernels, latent_attention, multi_token, sliding_window
 from ddp_lab.course.plan.activations import replicated_share
 from ddp_lab.course.plan.attention_kernels import kernel_speedup
 from ddp_lab.course.plan.generation_constants import FLASH_PRECISIONS, constants_generation
@@ -253,8 +253,8 @@ def layer_seconds(model, strategy, gpu) -> WorkSeconds:
         return _flat_layer_seconds(model, strategy, gpu, gemm, core)
     rate = linear_rate(gpu, strategy)                 # the linear GEMMs: FP8's peak under precision="fp8"
     bandwidth = gpu.memory_bandwidth
-    if strategy.attention == "flash":
-        core_forward = core / 2                                      # causal blocks skipped
+    if strategy.attention == "flash":      # causal tiles skipped, and those outside a sliding window (sliding_window.py)
+        core_forward = core / 2 * sliding_window.flash_block_share(model)
     else:
         core_forward = core
     core_backward = attention_backward_factor(strategy) * core_forward

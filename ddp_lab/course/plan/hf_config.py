@@ -1,7 +1,7 @@
 """A model of your own: a Hugging Face `config.json`, already read into a dict, as a planner `Transformer`.
 
 Hugging Face Transformers stores a model's shape in `config.json`. Decoder-only models of the
-Llama family (Llama, Mistral, Mixtral, Qwen2/Qwen3 and their MoE versions, DeepSeekMoE) name it
+Llama family (Llama, Mistral, Mixtral, Qwen2/Qwen3 and their MoE versions, DeepSeekMoE, gpt-oss) name it
 the same way, GPT-2 its own way:
     family        model_type; absent: GPT-2 if the shape has GPT-2's names (n_layer, n_embd, ...), else Llama
     layers        num_hidden_layers              (GPT-2: n_layer)
@@ -21,10 +21,13 @@ the same way, GPT-2 its own way:
     qk_norm       Qwen3: an RMSNorm on every query and key head (its code has it; its config does not say)
     positions     the family's code: GPT-2 a learned table; the Llama family RoPE (no parameters)
     dropout       any of attention_dropout, hidden_dropout, resid_pdrop, attn_pdrop, embd_pdrop > 0
+    window        sliding_window, unless use_sliding_window is false (sliding_window.py); the layers it windows:
+                  layer_types' sliding_attention entries (full_attention the others), else those from
+                  max_window_layers on (Qwen families), else every layer (Mistral)
 Two keys for one quantity (n_layer and num_hidden_layers) must agree; a layer_types list has one entry a layer.
 Mixture of experts (experts.MoE, lesson 14):
     experts       num_local_experts (Mixtral), num_experts (Qwen-MoE), n_routed_experts (DeepSeek)
-    top_k         num_experts_per_tok
+    top_k         num_experts_per_tok            (gpt-oss: experts_per_token too; the two must agree)
     expert_ffn    moe_intermediate_size, required for Qwen-MoE and DeepSeek (Mixtral: intermediate_size, its experts
                   are full-size FFNs)
     shared        n_shared_experts (DeepSeek); shared_expert_intermediate_size / moe_intermediate_size (Qwen-MoE:
@@ -41,7 +44,7 @@ Multi-head latent attention (latent_attention.LatentAttention; model_type deepse
                   copy of the file without the key plans training without them)
 Refused, one line naming the key: what the planner cannot express (latent attention in a family whose code does
 not build it, MoE layers that are not
-the last ones, a sliding window shorter than the planned sequence, PretrainedConfig's cross-attention and
+the last ones, layer_types other than full and sliding attention, PretrainedConfig's cross-attention and
 pruned heads), a model_type of another family (its code may build what its config does not say), expert keys in
 a config of a dense family (LlamaConfig keeps num_experts and builds the dense model), and any
 key the planner does not read whose name says it may shape the model (SHAPE_WORDS) and whose value is set;
@@ -75,7 +78,8 @@ FAMILIES = {"llama": LLAMA_CODE, "mistral": LLAMA_CODE, "mixtral": LLAMA_CODE, "
             "deepseek_v2": LLAMA_CODE, "deepseek_v3": LLAMA_CODE, "kimi_k2": LLAMA_CODE,
             "gpt2": {"ffn_kind": "gelu", "norm": "layernorm", "position": "learned"},   # and biases everywhere
             "qwen2": {**LLAMA_CODE, "qkv_bias": True}, "qwen2_moe": {**LLAMA_CODE, "qkv_bias": True},
-            "qwen3": {**LLAMA_CODE, "qk_norm": True}, "qwen3_moe": {**LLAMA_CODE, "qk_norm": True}}
+            "qwen3": {**LLAMA_CODE, "qk_norm": True}, "qwen3_moe": {**LLAMA_CODE, "qk_norm": True},
+            "gpt_oss": LLAMA_CODE}
 # model_type: tie_word_embeddings when config.json leaves it out, the default of the family's config class.
 # transformers' LlamaConfig, MistralConfig, MixtralConfig, Qwen2Config, Qwen3Config, Qwen2MoeConfig,
 # Qwen3MoeConfig, DeepSeek's DeepseekConfig (configuration_deepseek.py, with its checkpoints), DeepseekV2Config,
@@ -83,8 +87,9 @@ FAMILIES = {"llama": LLAMA_CODE, "mistral": LLAMA_CODE, "mixtral": LLAMA_CODE, "
 # GPT2Config sets none, so PretrainedConfig's True holds.
 TIED_BY_DEFAULT = {"llama": False, "mistral": False, "mixtral": False, "deepseek": False, "deepseek_v2": False,
                    "deepseek_v3": False, "kimi_k2": False, "gpt2": True,
-                   "qwen2": False, "qwen2_moe": False, "qwen3": False, "qwen3_moe": False}
+                   "qwen2": False, "qwen2_moe": False, "qwen3": False, "qwen3_moe": False, "gpt_oss": False}
 EXPERT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts")
+TOP_K_KEYS = ("num_experts_per_tok", "experts_per_token")   # gpt-oss's files give both
 DENSE_FAMILIES = {"llama", "mistral", "qwen2", "qwen3", "gpt2"}   # model_types whose code has no experts
 # model_types whose experts are moe_intermediate_size wide (Mixtral's are intermediate_size wide, full FFNs)
 EXPERT_WIDTH_FAMILIES = {"deepseek", "deepseek_v2", "deepseek_v3", "kimi_k2", "qwen2_moe", "qwen3_moe"}
@@ -92,6 +97,10 @@ EXPERT_WIDTH_FAMILIES = {"deepseek", "deepseek_v2", "deepseek_v3", "kimi_k2", "q
 LATENT_FAMILIES = {"deepseek_v2", "deepseek_v3", "kimi_k2"}
 LATENT_KEYS = {"kv_rank": "kv_lora_rank", "q_rank": "q_lora_rank", "nope_dim": "qk_nope_head_dim",
                "rope_dim": "qk_rope_head_dim", "v_dim": "v_head_dim"}
+# layer_types' kinds the planner models (sliding_window.py), and the families whose code windows the layers from
+# max_window_layers on when layer_types is absent (Qwen2's and Qwen3's decoder layers)
+ATTENTION_KINDS = ("full_attention", "sliding_attention")
+WINDOW_FROM_LAYER = {"qwen2", "qwen2_moe", "qwen3", "qwen3_moe"}
 DROPOUT_KEYS = ("attention_dropout", "hidden_dropout", "resid_pdrop", "attn_pdrop", "embd_pdrop")
 NOT_MODELLED = {   # key: what it means, refused when set (not null, 0, false or empty)
     "add_cross_attention": "cross-attention on an encoder's output in every block (GPT-2's code adds it), "
@@ -127,7 +136,7 @@ KNOWN = {*(k for keys in FIELDS.values() for k in keys), *FFN_KEYS, *EXPERT_KEYS
          *PRETRAINED_CONFIG_KEYS,
          "num_key_value_heads", "head_dim", "tie_word_embeddings", "hidden_act",
          "activation_function", "rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon", "attention_bias", "mlp_bias",
-         "num_experts_per_tok", "moe_intermediate_size", "n_shared_experts", "shared_expert_intermediate_size",
+         *TOP_K_KEYS, "moe_intermediate_size", "n_shared_experts", "shared_expert_intermediate_size",
          "first_k_dense_replace", "mlp_only_layers", "decoder_sparse_step", "moe_layer_freq", "sliding_window",
          "use_sliding_window", "max_window_layers", "layer_types", "model_type", "n_ctx",
          "rope_theta", "rope_scaling", "rope_parameters", "original_max_position_embeddings", "pretraining_tp",
@@ -190,8 +199,8 @@ def transformer_from_hf_config(config: dict, name: str = "hf-model", seq_len: in
     head_size = None if latent else _head_size(config, shape)
     if shape["heads"] % kv_heads:
         raise ValueError(f"num_key_value_heads = {kv_heads} does not divide num_attention_heads = {shape['heads']}")
-    _check_attention_span(config, shape["seq_len"], shape["layers"])
-    return Transformer(name, ffn=ffn, kv_heads=kv_heads, head_size=head_size,
+    window, windowed_layers = _window(config, family, shape["layers"])
+    return Transformer(name, window=window, windowed_layers=windowed_layers, ffn=ffn, kv_heads=kv_heads, head_size=head_size,
                        bias=True if family == "gpt2" else _bias(config),
                        tied_embeddings=_true_or_false(config, "tie_word_embeddings", TIED_BY_DEFAULT[family]),
                        dropout=any(_number(config, key, default=0) > 0 for key in DROPOUT_KEYS),
@@ -289,25 +298,40 @@ def _latent_family_only(config: dict, key: str, family: str, what: str) -> None:
                          f"remove the key from a copy of the file")
 
 
-def _check_attention_span(config: dict, seq_len: int, layers: int) -> None:
-    """Refuse attention that does not see the whole planned sequence: the planner costs full causal attention."""
+def _window(config: dict, family: str, layers: int) -> tuple[int | None, int | None]:
+    """(window, windowed layers) for Transformer (sliding_window.py), (None, None) with full attention everywhere.
+
+    sliding_window gives the window unless use_sliding_window is false (Qwen2's files carry one they do not use);
+    layer_types says which layers use it (sliding_attention; full_attention the others), else max_window_layers
+    (the Qwen families: the layers from that index on) or every layer (Mistral). Another attention kind in
+    layer_types (chunked, linear) is refused, as a sliding_attention layer without a window.
+    """
     window = config.get("sliding_window")
-    if window is not None and config.get("use_sliding_window", True) is not False:
+    if not _set(window) or config.get("use_sliding_window", True) is False:
+        window = None
+    else:
         window = _positive_int(config, "sliding_window", LARGEST["seq_len"])
-        if window < seq_len:
-            raise ValueError(f"sliding_window = {window:,} is shorter than the {seq_len:,} tokens planned: windowed "
-                             f"attention is not modelled; plan --seq-len {window} or less")
     kinds = config.get("layer_types")
-    if not _set(kinds):   # null or empty: unset, as every other key
-        return
-    if not isinstance(kinds, list) or len(kinds) != layers:
-        count = f"{len(kinds)} entries" if isinstance(kinds, list) else repr(kinds)
-        raise ValueError(f"layer_types = {count} for {layers} layers: it gives one attention kind a layer; "
-                         f"correct it or remove it from a copy of the file")
-    windowed = [kind for kind in kinds if kind != "full_attention"]
-    if windowed:
-        raise ValueError(f"layer_types: {len(windowed)} of {len(kinds)} layers are {windowed[0]!r}, not "
-                         f"full_attention: layers that attend to a window are not modelled")
+    if _set(kinds):   # null or empty: unset, as every other key
+        if not isinstance(kinds, list) or len(kinds) != layers:
+            count = f"{len(kinds)} entries" if isinstance(kinds, list) else repr(kinds)
+            raise ValueError(f"layer_types = {count} for {layers} layers: it gives one attention kind a layer; "
+                             f"correct it or remove it from a copy of the file")
+        other = [kind for kind in kinds if kind not in ATTENTION_KINDS]
+        if other:
+            raise ValueError(f"layer_types: {len(other)} of {len(kinds)} layers are {other[0]!r}: the planner models "
+                             f"{' and '.join(ATTENTION_KINDS)} layers")
+        count = kinds.count("sliding_attention")
+        if count and window is None:
+            raise ValueError(f"layer_types: {count} layers are 'sliding_attention' but no sliding_window gives the "
+                             f"window (or use_sliding_window is false): give it in a copy of the file")
+        return (window, count) if count else (None, None)
+    if window is None:
+        return None, None
+    first = config.get("max_window_layers")
+    if family in WINDOW_FROM_LAYER and first is not None:
+        return window, layers - min(_whole(config, "max_window_layers"), layers)
+    return window, None
 
 
 def _experts(config: dict, ffn: int, layers: int, family: str = "mixtral") -> MoE | None:
@@ -322,10 +346,10 @@ def _experts(config: dict, ffn: int, layers: int, family: str = "mixtral") -> Mo
                          f"dense model and never reads {key}; remove it from a copy of the file, or give the "
                          f"mixture-of-experts family's model_type ({moe_families})")
     experts = _positive_int(config, key, 10**6)
-    if config.get("num_experts_per_tok") is None:
+    top_k = _one_value(config, TOP_K_KEYS, "experts per token", experts)
+    if top_k is None:
         raise ValueError(f"{key} = {experts} but no num_experts_per_tok: a mixture-of-experts config says there how "
                          f"many experts each token goes to")
-    top_k = _positive_int(config, "num_experts_per_tok", experts)
     if config.get("moe_intermediate_size") is None and family in EXPERT_WIDTH_FAMILIES:
         raise ValueError(f"model_type = {family!r} takes its experts' width from moe_intermediate_size, which this "
                          f"file does not give (that family's code then uses a default of its own, not "

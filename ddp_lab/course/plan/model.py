@@ -19,6 +19,8 @@ swaps the Q, K, V projections for low-rank ones: heads of nope_dim + rope_dim fo
 so d_q = d_kv = heads * head_dim) and of v_dim for values (d_v = heads * v_dim, what the output projection reads).
 Multi-token prediction (`mtp_layers`, multi_token.py: DeepSeek-V3) adds modules of one layer each after the decoder:
 `parameters()` counts them (their layers as layers, and each module's 2h x h projection and norms).
+Sliding-window attention (`window`, `windowed_layers`, sliding_window.py: gpt-oss, Mistral 7B v0.1) adds no
+parameters; it changes what attention computes.
 
 Introduced in notebooks/13-plan-your-training-run.ipynb.
 """
@@ -28,7 +30,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, fields, replace
 
-from ddp_lab.course.plan import experts, latent_attention, multi_token
+from ddp_lab.course.plan import experts, latent_attention, multi_token, sliding_window
 from ddp_lab.course.plan.experts import MoE
 from ddp_lab.course.plan.latent_attention import LatentAttention
 
@@ -80,6 +82,8 @@ class Transformer:
     qk_norm: bool = False         # an RMSNorm over each query and key head (Qwen3, OLMo 2)
     latent: LatentAttention | None = None   # multi-head latent attention (DeepSeek-V2/V3): latent_attention.py
     mtp_layers: int = 0           # multi-token-prediction modules after the decoder (DeepSeek-V3: 1): multi_token.py
+    window: int | None = None     # keys a windowed layer's query attends to (gpt-oss: 128): sliding_window.py
+    windowed_layers: int | None = None   # how many layers attend to that window (None: all; gpt-oss-20b: 12 of 24)
 
     def __post_init__(self) -> None:
         for field in ("layers", "hidden", "heads", "vocab", "seq_len"):
@@ -109,6 +113,7 @@ class Transformer:
         experts.check_layers(self)    # a MoE model keeps at least one layer with experts
         latent_attention.check(self)  # latent attention sets its own head widths, has no biases or head norms
         multi_token.check(self)       # 0 or more whole modules
+        sliding_window.check(self)    # a positive window, and windowed layers only with one
 
     def __repr__(self) -> str:
         # `moe` shows only when set: a dense model prints as it did before experts existed (lesson 13 prints one)
@@ -310,7 +315,7 @@ PRESETS: dict[str, Transformer] = {
 
 # Fields shown by repr only when set (a dense Llama-style model prints as it did before they existed).
 OPTIONAL_FIELDS = {"moe": None, "head_size": None, "qkv_bias": False, "qk_norm": False, "latent": None,
-                   "mtp_layers": 0}
+                   "mtp_layers": 0, "window": None, "windowed_layers": None}
 
 _SUFFIX = {"": 1, "K": 10**3, "M": 10**6, "B": 10**9, "G": 10**9, "T": 10**12}
 

@@ -98,6 +98,7 @@ from ddp_lab.course.plan.op_checkpoint import recomputed_flops
 from ddp_lab.course.plan.optimizer_step import optimizer_parameters, optimizer_seconds
 from ddp_lab.course.plan.overlap import overlap_slowdown, stretch
 from ddp_lab.course.plan.precision import compute_precision   # MFU of an FP8 run: against the bf16 peak
+from ddp_lab.course.plan.sliding_window import attended_keys
 
 
 @dataclass(frozen=True)
@@ -140,6 +141,9 @@ class TimeBreakdown:
 def layer_forward_flops(model) -> int:
     """Forward FLOPs of one dense layer for one sequence: 2 s P_matmul + 2 s^2 (d_q + d_v) (24 s h^2 + 4 s^2 h for GPT).
 
+    A model with a sliding window counts s x the mean keys a query may see over its layers instead of s^2
+    (sliding_window.attended_keys: the window in a windowed layer).
+
     d_q = heads x head_dim, the width QK^T runs at (= h unless head_size says otherwise: Qwen3-30B-A3B's 32 heads
     of 128 on a hidden size of 2048 give 4096), d_v = model.o_dim the width of the weighted values (= d_q but with
     latent attention: DeepSeek-V3's 128 heads of 192 and 128). A MoE layer's differ by 2 s x (active MoE
@@ -152,7 +156,7 @@ def layer_forward_flops(model) -> int:
         True
     """
     s = model.seq_len
-    return 2 * s * model.layer_matmul_parameters() + 2 * s * s * (model.q_dim + model.o_dim)
+    return 2 * s * model.layer_matmul_parameters() + 2 * s * attended_keys(model) * (model.q_dim + model.o_dim)
 
 
 def step_flops(model, strategy, hardware: bool = True) -> int:
