@@ -73,33 +73,33 @@ PREDICTED = {
     'torchao Llama 3 8B FSDP, 8 H100s, Float8': 8249.6,
     'MLPerf v5.0 Llama 3.1 405B TP 8 x PP 8 x CP 2, 512 H100s, FP8': 328.84,
     'MLPerf v5.0 Llama 3.1 405B TP 8 x PP 8 x CP 2, 8,192 H100s, FP8': 296.56,
-    'MLPerf v6.0 gpt-oss-20b TP 2 x EP 4, 64 H100s, FP8': 13244.0,
-    'MLPerf v6.0 gpt-oss-20b TP 2 x EP 4, 128 H100s, FP8': 12893.0,
+    'MLPerf v6.0 gpt-oss-20b TP 2 x EP 4, 64 H100s, FP8': 14640.0,
+    'MLPerf v6.0 gpt-oss-20b TP 2 x EP 4, 128 H100s, FP8': 14083.0,
     'NVIDIA skills Qwen3-30B-A3B EP 16, 16 H100s': 12701.0,
     'NeMo docs Mixtral 8x7B EP 8, 64 B200s, FP8': 16044.0,
     'NeMo docs Mixtral 8x7B EP 8, 64 GB200s, FP8': 20452.0,
     'NeMo docs Mixtral 8x22B TP 2 x PP 4 x CP 8 x EP 8, 256 B200s, FP8': 2289.2,
     'DGXC DeepSeek-V3 TP 2 x PP 4 x EP 32, 128 GB200s': 2861.2,
-    'MLPerf v6.0 gpt-oss-20b DP 8, 8 B200s, MXFP8 (Dell)': 40178.0,
-    'MLPerf v6.0 gpt-oss-20b DP 8, 8 B200s, MXFP8 (Lambda)': 40178.0,
-    'MLPerf v6.0 gpt-oss-20b DP 8, 8 B200s, MXFP8 (Supermicro)': 40178.0,
-    'MLPerf v6.0 gpt-oss-20b DP 8, 8 B300s, MXFP8 (Cisco)': 41814.0,
-    'MLPerf v6.0 gpt-oss-20b DP 8, 8 B300s, MXFP8 (Dell)': 41814.0,
-    'MLPerf v6.0 gpt-oss-20b DP 16, 16 B300s, MXFP8 (Dell)': 41700.0,
-    'MLPerf v6.0 gpt-oss-20b DP 8, 8 B300s, MXFP8 (HPE)': 41814.0,
-    'MLPerf v6.0 gpt-oss-20b DP 8, 8 GB300s, MXFP8 (HPE)': 45494.0,
-    'MLPerf v6.0 gpt-oss-20b CP 2 x EP 4, 72 GB300s, MXFP8 (HPE)': 38090.0,
-    'MLPerf v6.0 gpt-oss-20b DP 8, 8 B300s, MXFP8 (Inventec)': 41814.0,
-    'MLPerf v6.0 gpt-oss-20b CP 2 x EP 4, 72 GB300s, MXFP8 (Lambda)': 38090.0,
-    'MLPerf v6.0 gpt-oss-20b TP 2 x CP 4 x EP 8, 512 GB300s, MXFP8 (NVIDIA)': 11579.0,
-    'MLPerf v6.0 gpt-oss-20b DP 8, 8 GB300s, MXFP8 (Oracle)': 45494.0,
-    'MLPerf v6.0 gpt-oss-20b CP 2 x EP 4, 64 GB300s, MXFP8 (QCT)': 38236.0,
-    'MLPerf v6.0 gpt-oss-20b DP 8, 8 B300s, MXFP8 (Supermicro)': 41814.0,
-    'MLPerf v6.0 gpt-oss-20b CP 2 x EP 4, 72 GB300s, MXFP8 (Supermicro)': 38090.0,
-    'MLPerf v6.0 gpt-oss-20b DP 8, 8 B300s, MXFP8 (ASUSTeK)': 41814.0,
-    'MLPerf v6.0 gpt-oss-20b DP 8, 8 B300s, MXFP8 (Nebius)': 41814.0,
-    'MLPerf v6.0 gpt-oss-20b CP 2 x EP 4, 64 B300s, MXFP8 (Nebius)': 25901.0,
-    'MLPerf v6.0 gpt-oss-20b CP 2 x EP 4, 72 GB300s, MXFP8 (Nebius)': 38090.0,
+    'MLPerf v6.0 gpt-oss-20b DP 8, 8 B200s, MXFP8 (Dell)': 48033.0,
+    'MLPerf v6.0 gpt-oss-20b DP 8, 8 B200s, MXFP8 (Lambda)': 48033.0,
+    'MLPerf v6.0 gpt-oss-20b DP 8, 8 B200s, MXFP8 (Supermicro)': 48033.0,
+    'MLPerf v6.0 gpt-oss-20b DP 8, 8 B300s, MXFP8 (Cisco)': 50390.0,
+    'MLPerf v6.0 gpt-oss-20b DP 8, 8 B300s, MXFP8 (Dell)': 50390.0,
+    'MLPerf v6.0 gpt-oss-20b DP 16, 16 B300s, MXFP8 (Dell)': 50224.0,
+    'MLPerf v6.0 gpt-oss-20b DP 8, 8 B300s, MXFP8 (HPE)': 50390.0,
+    'MLPerf v6.0 gpt-oss-20b DP 8, 8 GB300s, MXFP8 (HPE)': 54591.0,
+    'MLPerf v6.0 gpt-oss-20b CP 2 x EP 4, 72 GB300s, MXFP8 (HPE)': 44266.0,
+    'MLPerf v6.0 gpt-oss-20b DP 8, 8 B300s, MXFP8 (Inventec)': 50390.0,
+    'MLPerf v6.0 gpt-oss-20b CP 2 x EP 4, 72 GB300s, MXFP8 (Lambda)': 44266.0,
+    'MLPerf v6.0 gpt-oss-20b TP 2 x CP 4 x EP 8, 512 GB300s, MXFP8 (NVIDIA)': 11672.0,
+    'MLPerf v6.0 gpt-oss-20b DP 8, 8 GB300s, MXFP8 (Oracle)': 54591.0,
+    'MLPerf v6.0 gpt-oss-20b CP 2 x EP 4, 64 GB300s, MXFP8 (QCT)': 44463.0,
+    'MLPerf v6.0 gpt-oss-20b DP 8, 8 B300s, MXFP8 (Supermicro)': 50390.0,
+    'MLPerf v6.0 gpt-oss-20b CP 2 x EP 4, 72 GB300s, MXFP8 (Supermicro)': 44266.0,
+    'MLPerf v6.0 gpt-oss-20b DP 8, 8 B300s, MXFP8 (ASUSTeK)': 50390.0,
+    'MLPerf v6.0 gpt-oss-20b DP 8, 8 B300s, MXFP8 (Nebius)': 50390.0,
+    'MLPerf v6.0 gpt-oss-20b CP 2 x EP 4, 64 B300s, MXFP8 (Nebius)': 26539.0,
+    'MLPerf v6.0 gpt-oss-20b CP 2 x EP 4, 72 GB300s, MXFP8 (Nebius)': 44266.0,
 }
 
 
@@ -182,8 +182,8 @@ def test_the_planner_still_predicts_every_held_aside_run_as_it_did():
 
 
 def test_the_fifth_sets_all_to_all_stays_in_a_node_so_the_time_the_planner_misses_is_in_the_layers():
-    """MLPerf v6.0's gpt-oss-20b (EP 4 inside each node) ran about 40 % slower than planned: the planned all-to-all
-    is under 6 % of the planned step, and the time missed is 4-6 ms per layer and micro-batch (docs/planner.md)."""
+    """MLPerf v6.0's gpt-oss-20b (EP 4 inside each node) ran about 50 % slower than planned: the planned all-to-all
+    is under 6 % of the planned step, and the time missed is 5-7 ms per layer and micro-batch (docs/planner.md)."""
     from ddp_lab.course.plan.steptime import step_time
     from ddp_lab.plan.held_aside_runs import FIFTH_SET
     for run in FIFTH_SET:
@@ -191,7 +191,7 @@ def test_the_fifth_sets_all_to_all_stays_in_a_node_so_the_time_the_planner_misse
         planned = step_time(model, cluster, strategy)
         ran = strategy.global_batch * model.seq_len / (run.published * strategy.gpus)
         missed = (ran - planned.total) / (strategy.grad_accum * model.layers)
-        assert planned.ep_comm < 0.06 * planned.total and 0.004 < missed < 0.006, run.name
+        assert planned.ep_comm < 0.06 * planned.total and 0.005 < missed < 0.007, run.name
 
 
 def test_ep_overlaps_gain_on_the_one_published_ab_is_an_upper_bound():

@@ -33,7 +33,7 @@ BOTH = [*RUNS, *held_aside_runs.RUNS]
 
 ROOT = Path(__file__).resolve().parents[1]
 # Families whose held-aside median met the goal when last measured (docs/planner.md, "Held-out validation").
-MEETS_GOAL = {"b200", "fsdp", "dense-a100", "dense-h100-tp", "fp8", "long-context", "moe-coarse", "moe-fine"}
+MEETS_GOAL = {"fsdp", "dense-a100", "dense-h100-tp", "fp8", "long-context", "moe-coarse"}
 
 
 @pytest.fixture(scope="module")
@@ -212,30 +212,33 @@ def test_family_median_within_the_goal(outcomes, key):
         pytest.fail(f"{FAMILIES[key]} now meets the goal (median {row.median:.1%}): add it to MEETS_GOAL")
 
 
+@pytest.mark.xfail(strict=True, reason="held-aside median 10.1 %, fine-grained MoE 22.1 % and Blackwell 15.3 %, since "
+                                       "sliding-window attention was modelled (2026-12-07): gpt-oss's runs, right "
+                                       "before only through attention charged in full, all run slower than planned")
 def test_overall_median_within_the_goal(outcomes):
-    """On the held-aside part: median error at most 10 %, and no family with runs beyond 15 % (met since the twelfth
-    set; the fine-grained family only as a whole: see the test below)."""
+    """On the held-aside part: median error at most 10 %, and no family with runs beyond 15 % (met from the twelfth
+    set until gpt-oss's sliding windows were modelled)."""
     total = overall(outcomes)
     print(total)
     assert total["median"] <= GOAL_MEDIAN and not total["families_over_goal"]
 
 
-@pytest.mark.xfail(strict=True, reason="fine-grained MoE with expert parallelism: held-aside median 47.9 % over 11 "
-                                       "runs, every one slower than planned (2026-12-06); every expert on each GPU "
-                                       "5.0 %")
+@pytest.mark.xfail(strict=True, reason="fine-grained MoE with expert parallelism: held-aside median 71.9 % over 11 "
+                                       "runs, every one slower than planned (2026-12-07); every expert on each GPU "
+                                       "15.5 %")
 def test_fine_grained_moe_with_expert_parallelism_within_the_family_goal(outcomes):
     """What a MoE plan at scale is: its runs with expert parallelism, which pay for the tokens' journey."""
     rows = {(key, placed): row for key, placed, row in held_out.by_placement(outcomes)}
     assert rows["moe-fine", True].median <= GOAL_FAMILY
 
 
-def test_the_fine_grained_family_meets_its_goal_only_through_its_runs_without_expert_parallelism(outcomes):
+def test_the_fine_grained_familys_runs_with_expert_parallelism_miss_most(outcomes):
     """The family's two placements part its runs; those with every expert on each GPU (where no token leaves its GPU)
-    meet the goal, those with expert parallelism do not, and the docs' placement table and README say both."""
+    miss least, those with expert parallelism most, and the docs' placement table and README say both."""
     rows = {(key, placed): row for key, placed, row in held_out.by_placement(outcomes)}
     family_row = next(r for r in by_family(outcomes) if r.family == "moe-fine")
     assert rows["moe-fine", True].runs + rows["moe-fine", False].runs == family_row.runs
-    assert rows["moe-fine", False].median <= GOAL_FAMILY < rows["moe-fine", True].median
+    assert rows["moe-fine", False].median < rows["moe-fine", True].median
     readme = " ".join((ROOT / "README.md").read_text().split())
     for placed in (True, False):      # each as a figure of its own, not the tail of another ("5.0%" in "35.0%")
         figure = f"{rows['moe-fine', placed].median:.1%}"
@@ -343,8 +346,9 @@ def test_the_first_sets_h100_runs_of_nvidia_stacks_came_out_slow_at_the_calibrat
     """What docs/planner.md, README, lesson 13 and fit_to_run.py say of the first held-aside set: at the calibrated
     0.54 every H100 run of NVIDIA's stacks (DGX Cloud's NeMo and MaxText recipes, NeMo Automodel, JAX-Toolbox's
     MaxText, NVIDIA's MLPerf Training v4.0 submissions on NeMo) came out slower than it ran, 10-35 % but for
-    JAX-Toolbox's one-node run (9.8 %): one bias, not scatter. At the kernel rate (0.73) the same 29 runs miss by a
-    median of 7.2 %, both ways (-20.9 % to +16.8 %; 7.4 % before the per-node MoE dispatch); they are development
+    JAX-Toolbox's one-node run (9.8 %) and Automodel's two gpt-oss runs (5.0 %, 9.3 %, half their layers windowed):
+    one bias, not scatter. At the kernel rate (0.73) the same 29 runs miss by a median of 7.4 %, both ways (-20.9 %
+    to +16.8 %); they are development
     runs now. Of the first set's runs that stay aside: MaxText's own one-node run 7.6 % slow, its runs on 2-16 VMs
     (HSDP) 7-20 % fast; OLMo-core's PyTorch FSDP runs on H100s miss both ways (six slow by 8-19 %, the 13B runs
     fast, median 10.6 %); the A100 and GB200 runs within 16 % either way."""
@@ -352,12 +356,14 @@ def test_the_first_sets_h100_runs_of_nvidia_stacks_came_out_slow_at_the_calibrat
     moved = [r for r in outcomes if r.run.name in first and held_out.runs_at_kernel_rate(r.run)]
     calibrated = {r.run.name: held_out.predict(r.run, kernel_rate=False) / r.run.published - 1 for r in moved}
     jax_toolbox = [calibrated[r.run.name] for r in moved if r.run.source.startswith("NVIDIA/JAX-Toolbox")]
+    gpt_oss = sorted(calibrated[r.run.name] for r in moved if "gpt-oss" in r.run.name)
     assert len(moved) == 29 and all(r.split == DEVELOPMENT and r.run.gpu == "h100-sxm" for r in moved)
     assert len(jax_toolbox) == 1 and -0.10 < jax_toolbox[0] < -0.09, jax_toolbox
-    assert all(-0.36 < calibrated[r.run.name] < -0.10 for r in moved if not r.run.source.startswith("NVIDIA/JAX")), \
-        sorted(calibrated.values())
+    assert [round(error, 3) for error in gpt_oss] == [-0.093, -0.050]
+    assert all(-0.36 < calibrated[r.run.name] < -0.10 for r in moved
+               if not r.run.source.startswith("NVIDIA/JAX") and "gpt-oss" not in r.run.name), sorted(calibrated.values())
     kernel = [r.error for r in moved]
-    assert round(statistics.median(map(abs, kernel)), 3) == 0.072
+    assert round(statistics.median(map(abs, kernel)), 3) == 0.074
     assert (round(min(kernel), 3), round(max(kernel), 3)) == (-0.209, 0.168)
     aside = [r for r in outcomes if r.split == ASIDE and r.run.name in first]
     olmo = [r.error for r in aside if r.run.source.startswith("allenai/OLMo-core")]
@@ -419,7 +425,7 @@ def test_olmo_core_with_cudnn_attention_where_its_nightly_may_have_run_it(outcom
 def test_per_node_dispatch_moved_the_runs_that_send_experts_across_nodes_both_ways():
     """The runs that state DeepEP or HybridEP plan with the per-node dispatch (experts.dispatch_seconds); with their
     ep groups across nodes it moved three development runs: the ModelZoo's Qwen3-235B on TP 2 x EP 32 from -25.4 %
-    to +0.2 % and Automodel's gpt-oss-120b on EP 64 from -12.4 % to -6.5 %, but Megatron-Bridge's Qwen3-30B-A3B on
+    to +0.2 % and Automodel's gpt-oss-120b on EP 64 from -5.5 % to +1.5 %, but Megatron-Bridge's Qwen3-30B-A3B on
     EP 16 over two nodes from -9.5 % to +46.8 % (docs/planner.md). The sixth held-aside set's Qwen3-30B-A3B, the same
     layout in BF16 (written down after), would be -25.2 % with NCCL's all-to-all and is +19.7 % with the HybridEP
     its source states. Every other run stays where it was."""
@@ -434,18 +440,18 @@ def test_per_node_dispatch_moved_the_runs_that_send_experts_across_nodes_both_wa
                 changed[run.name] = (before, after)
     assert changed == {
         "Megatron-Bridge Qwen3-30B-A3B EP 16, 16 H100s, FP8": (-0.095, 0.468),
-        "Automodel gpt-oss-120b FSDP x EP 64, 64 H100s": (-0.124, -0.065),
+        "Automodel gpt-oss-120b FSDP x EP 64, 64 H100s": (-0.055, 0.015),
         "Megatron-MoE-ModelZoo Qwen3-235B-A22B TP 2 x EP 32 x PP 8, 256 H100s": (-0.254, 0.002),
         "NVIDIA skills Qwen3-30B-A3B EP 16, 16 H100s": (-0.252, 0.197)}
 
 
 def test_a_family_whose_held_aside_runs_all_missed_one_way_says_which(outcomes):
     """The trust line says when every held-aside run of a family (two or more) missed the same way: fine-grained MoE
-    on Hopper ran slower than planned (read the plan's speed as an upper bound), NVIDIA's dense H100 TP runs faster
-    than planned at the calibrated constant; a family whose runs missed both ways (FSDP; fine-grained MoE over all
-    GPUs, whose GB200 runs of MLPerf's DeepSeek-V3 missed both ways) says neither."""
+    ran slower than planned, on Hopper and on every GPU (read the plan's speed as an upper bound), NVIDIA's dense
+    H100 TP runs faster than planned at the calibrated constant; a family whose runs missed both ways (FSDP; dense
+    H100 TP at the kernel rate) says neither."""
     assert "each ran slower than planned" in held_out.family_line("moe-fine", outcomes, generation="hopper")
-    assert "than planned" not in held_out.family_line("moe-fine", outcomes)
+    assert "each ran slower than planned" in held_out.family_line("moe-fine", outcomes)
     calibrated = held_out.at_plans_rate(ClusterSpec.preset("h100-sxm", nodes=8))[0]
     assert "each ran faster than planned" in held_out.family_line("dense-h100-tp", calibrated)
     assert "than planned" not in held_out.family_line("dense-h100-tp", outcomes)    # at the kernel rate, both ways
@@ -519,10 +525,11 @@ def test_the_docs_give_the_imbalance_each_expert_parallel_run_would_need(outcome
     assert f"sizes the buffers at 7 shares): {span(named('TP 2 x CP 4 x EP 8'))}, a large X for a small error" in page
     fine = {r.run.name for r in split if "moe-fine" in r.families}
     assert fine == {r.run.name for runs in groups.values() for r in runs if "moe-fine" in r.families}  # none left out
-    # the sentence after the list: fine-grained MoE meets the goal with every expert on each GPU, not split
-    assert "fine-grained MoE meets it with every expert on each GPU, not with its experts split" in page
+    # the sentence after the list: fine-grained MoE meets the goal in neither placement
     placed = {split_: row.median for key, split_, row in held_out.by_placement(outcomes) if key == "moe-fine"}
-    assert placed[False] <= GOAL_FAMILY < placed[True]
+    assert GOAL_FAMILY < placed[False] < placed[True]
+    assert (f"fine-grained MoE meets it in neither placement, {100 * placed[False]:.1f} % with every expert on each "
+            f"GPU and {100 * placed[True]:.1f} % with its experts split") in page
     capped = []
     for r in named("gpt-oss-20b TP 2 x EP 4"):
         at_cap = dataclasses.replace(r.run, strategy={**r.run.strategy, "expert_imbalance": 1.25})

@@ -31,11 +31,12 @@ SEARCH_WIDE = ("sequence_parallel", "tp_comm_overlap", "overlap_param_gather", "
 # the DiLoCo outer sync (lesson 16): alone, the search puts it on every plan (each dp rank a replica unless --replicas
 # says); with other strategy flags it is that one plan's
 OUTER_SYNC = ("sync_every", "replicas", "sync_precision")
-SHAPE_FLAGS = ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "seq_len", "mtp_layers")
+SHAPE_FLAGS = ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "seq_len", "mtp_layers", "window",
+               "windowed_layers")
 NEEDED_SHAPE = ("layers", "hidden", "heads", "ffn", "vocab", "seq_len")   # without --model or --hf-config
 POSITIVE_INTS = ("nodes", "gpus_per_node", "dp", "tp", "pp", "micro_batch", "grad_accum", "global_batch", "top",
                  "virtual_stages", "first_stage_layers", "last_stage_layers", "sync_every", "replicas", "region_nodes",
-                 "expert_tp", *(name for name in SHAPE_FLAGS if name != "mtp_layers"))
+                 "expert_tp", *(name for name in SHAPE_FLAGS if name not in ("mtp_layers", "windowed_layers")))
 SHORT_FORM_FLAGS = ("params", "dp", "zero", "precision", "fp32_grads")     # all that --params reads
 SPLIT_FLAGS = ("cp", "ep")     # a number (the plan's or every searched plan's) or "auto" (searched)
 # The library's fields that a flag here sets: its messages name them (`ep=8`, `drop overlap_param_gather`), and
@@ -90,8 +91,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                       help=f"a model preset: {', '.join(PRESETS)}")
     what.add_argument("--hf-config", dest="hf_config", metavar="PATH",
                       help="a Hugging Face config.json of the Llama, Mistral/Mixtral, Qwen2/Qwen3 (and -MoE), "
-                           "DeepSeekMoE, DeepSeek-V2/V3 (latent attention) or GPT-2 family, with experts and "
-                           "head_dim; keys the planner cannot express (a sliding window) are refused. Planned at its "
+                           "DeepSeekMoE, DeepSeek-V2/V3 (latent attention), gpt-oss or GPT-2 family, with experts, "
+                           "head_dim and sliding windows; keys the planner cannot express (another attention kind) "
+                           "are refused. Planned at its "
                            "max_position_embeddings unless --seq-len says the length you will train")
     shape = parser.add_argument_group("model shape: change --model's or --hf-config's, or give all but --kv-heads "
                                       "for a Llama-style model of your own (SwiGLU, RMSNorm, RoPE, no biases, untied)")
@@ -106,6 +108,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     shape.add_argument("--mtp-layers", dest="mtp_layers", type=int, metavar="N",
                        help="multi-token-prediction modules after the decoder (DeepSeek-V3's config: 1; 0 plans "
                             "training without them)")
+    shape.add_argument("--window", type=int, metavar="W",
+                       help="sliding-window attention: the tokens a windowed layer attends to (gpt-oss: 128)")
+    shape.add_argument("--windowed-layers", dest="windowed_layers", type=int, metavar="N",
+                       help="how many layers attend to --window (default every layer; gpt-oss-20b: 12 of 24)")
     where = parser.add_argument_group("where")
     where.add_argument("--cluster", type=str.lower, choices=PRESET_NAMES, metavar="CLUSTER",
                        help="a cluster preset (GPU type, GPUs per node): " + ", ".join(
