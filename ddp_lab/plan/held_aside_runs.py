@@ -1,7 +1,7 @@
 """Published training runs kept aside while the planner is modelled: the held-aside set (held_out.py scores it).
 
 These runs come from sources that neither the planner's calibration set (published.py) nor the development runs
-(held_out_runs.py) use. They came in twelve sets: FIRST_SET, predicted and looked at from 2026-11 to 2026-12-06, and
+(held_out_runs.py) use. They came in thirteen sets: FIRST_SET, predicted and looked at from 2026-11 to 2026-12-06, and
 SECOND_SET, chosen and written down on 2026-12-06 after the kernel rate (fit_to_run.at_kernel_rate) was added and
 before the planner predicted any of them; the first set's runs that the kernel rate changes are development runs
 since (held_out.py). THIRD_SET was written down after uneven stages under interleaving were modelled
@@ -24,6 +24,10 @@ planner predicted any of its runs. TWELFTH_SET (the same round's LLM submissions
 and DeepSeek-V3, in MXFP8) was written down after the planner was given B300 and GB300 presets from their
 datasheets, by the same rules, before it predicted any of its runs; a review found one run picked against the rules
 (HPE's 32 GB300s for its 72, predicted once by then) and the right one took its place before it was predicted.
+THIRTEENTH_SET (the MoE recipe index of Megatron-LM's dev branch, examples/moe_recipes: Qwen3-30B-A3B,
+Qwen3-235B-A22B and DeepSeek-V3 from H100s to GB300s, BF16 and MXFP8) was written down after a search for MoE runs
+from sources not used yet, before the planner predicted any of its runs; its figures are Megatron's TFLOP/s,
+turned into tokens per second with the FLOP count of the code that logs them.
 Every set was chosen and written down before the planner predicted any of its runs (but for the eighth set's H100
 run and the ninth set's Qwen3-30B-A3B run), and they are kept aside while it is modelled: their errors are looked
 at once, at the end (held_out.py says what moves a run to the development part).
@@ -171,6 +175,18 @@ Sources:
     Twelfth set:
     mlperf-v6.0-ultra  the same copy, its gpt_oss_20b, deepseekv3_671b, llama31_405b and llama31_8b submissions on
                 B300s and GB300s (Blackwell Ultra), each with its systems description where the copy holds one
+
+    Thirteenth set:
+    mcore-moe-recipes  NVIDIA/Megatron-LM examples/moe_recipes/README.md (branch dev), "Recipe Index", its
+                "Median TFLOP/s/GPU" column, written at commit e5ad09802d (2026-06-15, PR #5289, "Add MoE recipe
+                performance summary": figures "from curated benchmark sources") and unchanged for these rows at
+                9c5258f109 (2026-08-11, PR #6335, which adds a DeepSeek-V4-Pro row and changes the V4-Flash figure);
+                each row with the YAML it links in the same folder (DEPENDENCIES: the PyTorch image and Dockerfile;
+                ENV_VARS; ARGS: every Megatron-LM argument) at e5ad09802d (between it and 9c5258f109 the YAMLs of
+                these rows change only in the yq checksum lines of their Dockerfiles), and
+                megatron/training/training.py (num_floating_point_operations), arguments.py and
+                megatron/core/tokenizers of e5ad09802d for what the figure counts; the Qwen3-30B-A3B recipes were
+                added at 7b9593be8e (2026-05-28, PR #5012)
 
 Which rows: all three of NVIDIA's MLPerf Training v4.0 GPT-3 submissions, each its result_0.txt (the first of its
 runs): the tokens of all its training blocks over their summed durations (block_start to block_stop; the
@@ -353,6 +369,39 @@ was first examined when latent attention was modelled and set aside then: the pl
 prediction yet, and its token dropping was taken for a reason too; the capacity factor 1 with padding it drops at is
 the rule the first set's Grok-1 runs were planned by (each expert computes its balanced share), so the eighth set
 plans it so.
+Thirteenth set: of the "Recipe Index" of Megatron-LM's examples/moe_recipes/README.md as merged at e5ad09802d (PR
+#5289), every row with a figure whose YAML the planner expresses as stated: a model it builds, a GPU with a preset,
+BF16 or MXFP8, a pipeline split it expresses, and nothing kept in host memory (optimizer states, activations, a
+paged-stash spill buffer); the all-to-alls overlapped with another micro-batch's compute are planned as ep_overlap,
+and what the planner does not model at the kernel level (CUDA graphs, paged stashing in GPU memory, deferred weight
+gradients, FP8 parameter gather, the precision-aware optimizer's bf16 moments, fused operators) is noted, as the
+ninth to twelfth sets note it. Ten rows: Qwen3-30B-A3B H100 BF16 (32 GPUs, EP 8), GB200 BF16, GB200 MXFP8
+partial CG and GB200 MXFP8 paged stash (16 GPUs, EP 16); Qwen3-235B-A22B B200 MXFP8 (128, TP 2 x PP 4 x VP 12 x EP 16), B300 MXFP8 partial CG (128, TP 2 x EP 16), GB200 MXFP8 partial
+CG (128, EP 64) and GB300 MXFP8 full CG with paged stash (128, EP 64); DeepSeek-V3 B200 MXFP8 (256, PP 8 x VP 2 x
+EP 32) and GB300 MXFP8 (256, PP 4 x VP 4 x EP 64). The column ("Median TFLOP/s/GPU") is Megatron's
+--log-throughput figure (every YAML sets log_throughput), whose count (num_floating_point_operations in
+megatron/training/training.py at e5ad09802d) halves the attention scores for the causal mask, where the planner's
+model FLOPs count them whole: each figure is turned into tokens per second per GPU with that count for the row's
+YAML, vocabulary padded as the code pads it, written as the division (MEGATRON_*_FLOPS_PER_TOKEN). Left out:
+Qwen3-235B-A22B H100 BF16 (TP 2 x PP 8 x VP 4 x EP 32 on 256 H100s: the layout of the fourth set's
+ModelZoo run, a development run from the same team; a configuration either part has is not repeated, as the
+dgxc columns' rule says); Qwen3-30B-A3B H100 FP8 (fp8_recipe blockwise: 1 x 128 and 128 x 128 blocks, neither the planner's one scale per
+tensor nor its 32-value MXFP8 blocks); Qwen3-235B-A22B GB200 MXFP8 full CG with paged stash (its
+moe_paged_stash_buffer_size_factor_cpu 0.8 gives the stash a pinned host buffer to spill to: host memory, not
+modelled, and how much spilled is not stated); DeepSeek-V3 GB200 MXFP8 (offload_optimizer_states and
+fine_grained_activation_offloading: offload to the CPU, not modelled); DeepSeek-V3 H100 BF16 and FP8 (no figure:
+PR #5289 leaves them "pending accuracy review"; the FP8 one is blockwise too); DeepSeek-V4-Flash (an architecture
+not modelled, as Megatron-Bridge's DeepSeekV4 Flash row). The later figures of the open PR #5728 (2026-07-09:
+"measured from the matching Megatron Bridge recipes", the median of iterations 30-45) are not the published
+figures and are noted only; they say the figures may come from Megatron-Bridge's recipes, the development runs'
+source series, which the merged README does not say (if found so, the set moves as the ninth did). Examined and not used: Megatron-LM's DeepSeek-V3 GB200 optimization guide
+(docs/discussions/deepseek-v3-gb200-optimization/deepseek-v3-gb200-optimization.md, added at 402bc50b1c, edited at
+eb0783b6d3, removed at 3c1b98efdc as a "draft being updated"; its reproduce guide is still in the tree): its
+13-row table ends at 970.01 TFLOPS/GPU on 256 GB200s, TP 1 x PP 8 x VP 4 x EP 32, GBS 2,048, in the layout
+'Et|(tt|)*30L': the first virtual stage the embedding and 1 decoder layer, 30 of 2, and the last the loss alone,
+with no decoder layer, which last_stage_layers (an integer >= 1: pipeline_stages.check_fields; the third and
+fourth sets' ASYM_PP_EMBED / ASYM_PP_LOSS splits plan an end stage that holds the embedding or the loss beside at
+least 1 layer) cannot express; and its authors withdrew the text.
 Read by held_out.py, whose table notebooks/13-plan-your-training-run.ipynb prints (docs/planner.md, "Held-out
 validation").
 """
@@ -1619,5 +1668,256 @@ TWELFTH_SET: list[HeldOutRun] = [
 #   Nebius 64 B300s      19 x 384 x 32 = 233,472 over 1,402.369 s = 21,310.0
 #   Nebius 72 GB300s     19 x 341 x 36 = 233,244 over 1,039.794 s = 25,522.3
 
+# ---- the thirteenth set: written down before the planner predicted any of them (module docstring) --------------
+# What the figure counts: Megatron's num_floating_point_operations at e5ad09802d (transformer_flops, the BSHD path:
+# mock data, no packing), per token of the global batch, forward + backward = 3 x 2 x each matmul's m n k:
+#   routed experts 6 h (moe_ffn x topk x 3) per MoE layer (SwiGLU: 3 matrices), shared experts 6 h (shared x 3),
+#   dense MLPs 6 h (ffn x 3); attention projections 6 (h (q + k + v) + q h) (GQA) or MLA's lora/rope/o-proj terms;
+#   the scores 6 x s x q / 2 x 2 per layer ("/ 2  # causal mask"; QK^T and the weighted values; MLA:
+#   6 s (n (qk + rope) + n v) / 2); the logits 6 h V_padded x (1 + MTP modules); an MTP module adds its layer
+#   (a MoE layer when the last layer is one) and 6 (3 h + 2 h^2) for its norms and projection; no router, norm
+#   (qk-norm included) or recomputation term. So the planner's model FLOPs (steptime.step_flops: the scores counted
+#   whole) differ from it, and the published figure is tokens per second per GPU = TFLOP/s/GPU x 1e12 / this count.
+# The vocabulary: HuggingFaceTokenizer's vocab_size is len(tokenizer) (megatron/core/tokenizers/text/libraries/
+# huggingface_tokenizer.py), padded up to a multiple of make_vocab_size_divisible_by x TP (build_tokenizer.py,
+# vocab_size_with_padding; padded_vocab_size unset, pad_vocab_size True). Qwen/Qwen3-*'s tokenizer: 151,669 tokens
+# as commonly given (151,643 + 26 added; not read here, the hub is out of reach; its config.json's vocab_size is
+# 151,936): 1,187 x 128 = 151,936 at TP 1 (multiple 1,187) and at TP 2 (2,374 x 64) for any length from 150,750
+# (149,563 at TP 2) to 151,936, so the exact length does not matter; unsloth/DeepSeek-V3 (its length not read here;
+# DeepSeek-V3's config.json vocab_size is 129,280): 3,232 x 40 = 129,280 for any length from 126,049 to 129,280. The
+# models are built at these padded sizes (QWEN3_30B_A3B, QWEN3_235B_A22B and DEEPSEEK_V3 already have them).
+# Qwen3-30B-A3B (48 layers, all MoE; h 2,048; 32 heads of 128, 4 query groups; 128 experts of 768, top-8; s 4,096):
+#   routed 10,871,635,968 + projections 5,435,817,984 + logits 1,866,989,568 + scores 4,831,838,208
+MEGATRON_QWEN3_30B_A3B_FLOPS_PER_TOKEN = (6 * 2048 * (768 * 8 * 3) * 48 + 6 * (2048 * (4096 + 2 * 512) + 4096 * 2048) * 48
+                                          + 6 * 2048 * 151936 + 4096 * 6 * 4096 * 48)          # 23,006,281,728
+# Qwen3-235B-A22B (94 layers, all MoE; h 4,096; 64 heads of 128, 4 query groups; 128 experts of 1,536, top-8):
+#   routed 85,161,148,416 + projections 40,214,986,752 + logits 3,733,979,136 + scores 18,924,699,648
+MEGATRON_QWEN3_235B_A22B_FLOPS_PER_TOKEN = (6 * 4096 * (1536 * 8 * 3) * 94
+                                            + 6 * (4096 * (8192 + 2 * 512) + 8192 * 4096) * 94
+                                            + 6 * 4096 * 151936 + 4096 * 6 * 8192 * 94)        # 148,034,813,952
+# DeepSeek-V3 (61 layers, moe_layer_freq ([0]*3+[1]*58), mtp_num_layers 1: 62 attention layers, 3 dense MLPs of
+# 18,432 and 59 MoE ones with 256 experts of 2,048 (top-8) and a shared expert of 2,048; MLA: 128 heads, q_lora 1,536,
+# kv_lora 512, qk 128 + rope 64, v 128; h 7,168):
+#   MLPs 147,446,562,816 + attention projections 69,603,926,016 + scores 31,205,621,760 + MTP norms/projection
+#   616,691,712 + logits (twice: the MTP module's too) 11,120,148,480
+MEGATRON_DEEPSEEK_V3_FLOPS_PER_TOKEN = (
+    6 * 7168 * (18432 * 3 * 3 + (2048 * 8 * 3 + 2048 * 3) * 59)
+    + 6 * (1536 * (7168 + 128 * 192 + 1) + 512 * (7168 + 128 * 256 + 1) + 7168 * 64 + 128 * 128 * 7168) * 62
+    + 4096 * 3 * (128 * 192 + 128 * 128) * 62 + 6 * (3 * 7168 + 2 * 7168 ** 2) + 6 * 7168 * 129280 * 2)  # 259,992,950,784
+
+MCORE_RECIPES = ("NVIDIA/Megatron-LM examples/moe_recipes/README.md (branch dev, commit e5ad09802d, 2026-06-15, PR "
+                 "#5289; the row unchanged at 9c5258f109, 2026-08-11), 'Recipe Index', {model} '{recipe}' row "
+                 "({yaml}): median {tflops} TFLOP/s/GPU (Megatron's --log-throughput count), as tokens/s/GPU; "
+                 "{gpus:,} GPUs, GBS {gbs:,}")
+MCORE_RECIPES_NOTE = (
+    "examples/moe_recipes/{yaml} at e5ad09802d ({image}): {layout}; mock data, "
+    "moe_router_force_load_balancing (balanced routing, as planned), dropless, the flex dispatcher with {backend} "
+    "(moe_dispatch per-node), grouped GEMM, permute and router fusion, an fp32 router, Transformer Engine's fused "
+    "cross-entropy (not modelled); Megatron's distributed optimizer (ZeRO-1){dp_overlap}; --bf16 without "
+    "--grad-reduce-in-bf16 (main_grads_dtype fp32): gradients accumulated and reduced in fp32 (arguments.py at "
+    "e5ad09802d: fp32_grads); {precision}; {recompute}; {rest}; attention through Transformer Engine "
+    "(NVTE_FUSED_ATTN=1; use_flash_attn is inert at e5ad09802d; held_out_runs.TE); manual GC every {gc} steps, "
+    "log_interval 1{logging}{ckpt} (not modelled). The figure is "
+    "Megatron's TFLOP/s, turned into tokens per second per GPU with its own count for this YAML ({flops}; the "
+    "arithmetic below THIRTEENTH_SET). Not stated: the Megatron-LM commit measured (PR #5289: figures 'from curated "
+    "benchmark sources'; the recipes name none), the steps the median is over, {placement}")
+LOGS_NORMS = ", log_params_norm and log_num_zeros_in_grad on every step"
+FINETUNE = ", a checkpoint loaded (finetune) before the timed steps"
+DP_OVERLAPPED = " with the gradient reduce and the parameter gather overlapped (overlap_grad_reduce, overlap_param_gather)"
+DP_NOT_OVERLAPPED = (", overlap_grad_reduce and overlap_param_gather unset (Megatron's default False): the parameter "
+                     "gather after the step is exposed (planned: overlap_param_gather off) and so is the reduce-scatter "
+                     "of the non-expert gradients after the last backward, which the planner overlaps with that "
+                     "backward (not modelled; the experts' gradients are on no data-parallel group: EP {ep} x EDP 1)")
+GB200_PLACED = "the NVL72 trays' placement on racks (held_out.nvlink_segment: {})"
+MXFP8 = ("Transformer Engine MXFP8 (fp8_recipe 'mxfp8', e4m3; bf16 parameters: no fp8_param_gather; attention in "
+         "bf16)")
+MXFP8_PARAMS = ("Transformer Engine MXFP8 (fp8_recipe 'mxfp8', e4m3) with FP8 parameters gathered in FP8 "
+                "(fp8_param_gather, reuse_grad_buf_for_mxfp8_param_ag: not modelled) and the precision-aware "
+                "optimizer's bf16 moments (not modelled); attention in bf16")
+EP_OVERLAP = ("the expert-parallel all-to-alls overlapped with another micro-batch's compute "
+              "(overlap_moe_expert_parallel_comm: ep_overlap; delay_wgrad_compute: not modelled)")
+PARTIAL_CG = "Transformer Engine CUDA graphs of the {} of each layer (cuda_graph_impl transformer_engine{}: not modelled)"
+PAGED_STASH = ("full-iteration CUDA graphs (cuda_graph_impl local, cuda_graph_scope full_iteration) with the paged "
+               "stash of the expert activations in GPU memory (moe_paged_stash, page 64, buffer factor {cuda} on the "
+               "GPU and no host buffer) and a capacity of {cap} x the balanced share per expert-parallel rank "
+               "(moe_expert_rank_capacity_factor: with forced balancing nothing is dropped), Transformer Engine's op "
+               "fuser and the CuTe DSL fused grouped MLP (NVTE_CUTEDSL_FUSED_GROUPED_MLP=1): not modelled")
+
+# Strategy parts the recipes share: the distributed optimizer, fp32 gradients, the flex dispatcher, TE attention
+RECIPE = dict(zero=1, fp32_grads=True, moe_dispatch="per-node", **TE)
+RECIPE_OVERLAPPED = {**RECIPE, "overlap_param_gather": True}     # = NEMO's settings and fp32_grads, per-node dispatch
+
+
+def _mcore_recipe(name, model_name, recipe, yaml, tflops, gpus, gbs, model, strategy, gpu, flops, flops_text,
+                  **note) -> HeldOutRun:
+    """One row of Megatron-LM's MoE recipe index: its TFLOP/s written once, in the source and in `published`, where
+    it is turned into tokens per second per GPU with Megatron's own count for the row's YAML."""
+    return HeldOutRun(name, MCORE_RECIPES.format(model=model_name, recipe=recipe, yaml=yaml, tflops=tflops, gpus=gpus,
+                                                 gbs=gbs),
+                      model, strategy, gpu, "tokens_per_gpu", tflops * 1e12 / flops,
+                      MCORE_RECIPES_NOTE.format(yaml=yaml, flops=flops_text, **note))
+
+
+Q30_FLOPS = "MEGATRON_QWEN3_30B_A3B_FLOPS_PER_TOKEN, 23,006,281,728 a token"
+Q235_FLOPS = "MEGATRON_QWEN3_235B_A22B_FLOPS_PER_TOKEN, 148,034,813,952 a token"
+DSV3_FLOPS = "MEGATRON_DEEPSEEK_V3_FLOPS_PER_TOKEN, 259,992,950,784 a token"
+Q30_STACK = ("nvcr.io/nvidia/pytorch:26.03-py3, Transformer Engine release_v2.14, DeepEP's hybrid-ep branch at {}{}")
+Q30_LAYOUT = ("TP 1, PP 1, CP 1, EP {ep}, expert TP 1 (sequence_parallel asked for but dropped at TP 1: arguments.py), "
+              "micro-batch {mbs}, GBS {gbs} (DP {dp}, gradient accumulation {ga}), sequence 4,096, QWEN3_30B_A3B at "
+              "its padded vocabulary 151,936 (make_vocab_size_divisible_by 1187)")
+Q235_LAYOUT = ("TP {tp}{sp}, {pp}, CP 1, EP {ep}, expert TP 1, micro-batch {mbs}, GBS {gbs:,} (DP {dp}, gradient "
+               "accumulation {ga}), sequence 4,096, QWEN3_235B_A22B (the fourth set's shape; vocabulary 151,936, "
+               "make_vocab_size_divisible_by 1187)")
+DSV3_LAYOUT = ("TP 1, PP {pp} with the layout 'Et*4|(tttt|)*14tmL' ({vp} virtual stages: the first the embedding "
+               "and 4 decoder layers, 14 of 4, the last 1 with the MTP module and the loss: first/last_stage_layers "
+               "4 / 1, as the eleventh set's), EP {ep}, expert TP 1, CP 1, micro-batch 1, GBS {gbs:,} (DP {dp}, "
+               "gradient accumulation {ga}), sequence 4,096; the model as DEEPSEEK_V3 (61 layers, the first 3 "
+               "dense, 256 experts of 2,048 and 1 shared, top-8 with group-limited sigmoid routing, latent "
+               "attention 512 / 1,536, one MTP module, vocabulary 129,280 = make_vocab_size_divisible_by 3232 x 40)")
+
+THIRTEENTH_SET: list[HeldOutRun] = [
+    # ---- mixture of experts, fine-grained: Qwen3-30B-A3B (128 experts, top-8), H100 and GB200 -----------------------
+    _mcore_recipe("Megatron-LM recipe Qwen3-30B-A3B EP 8, 32 H100s", "Qwen3-30B-A3B", "H100 BF16",
+                  "qwen3_30b/h100/bf16_32GPU_TP1PP1EP8.yaml", 234.1, 32, 256, QWEN3_30B_A3B,
+                  dict(dp=32, ep=8, expert_tp=1, micro_batch=1, grad_accum=8, **RECIPE_OVERLAPPED), "h100-sxm",
+                  MEGATRON_QWEN3_30B_A3B_FLOPS_PER_TOKEN, Q30_FLOPS,
+                  image=Q30_STACK.format("cf78085", ", flash-attn (FlashAttention-2) installed"),
+                  layout=Q30_LAYOUT.format(ep=8, mbs=1, gbs=256, dp=32, ga=8) + "; EP 8 inside a node, EDP 4",
+                  backend="HybridEP", dp_overlap=DP_OVERLAPPED, precision="BF16", recompute="no recomputation",
+                  rest="no CUDA graphs, no EP overlap; CUDA_DEVICE_MAX_CONNECTIONS 1, cuDNN norms (not modelled)",
+                  gc=5, logging=LOGS_NORMS, ckpt=FINETUNE,
+                  placement="the H100 variant and the network (the h100-sxm preset's: 4 DGX H100 nodes, 8 x 400 Gb/s "
+                            "each)"),
+    *[_mcore_recipe(f"Megatron-LM recipe Qwen3-30B-A3B EP 16, 16 GB200s{label}", "Qwen3-30B-A3B", recipe, yaml, tflops,
+                    16, 512, QWEN3_30B_A3B,
+                    dict(dp=16, ep=16, expert_tp=1, micro_batch=4, grad_accum=8, **precision, **RECIPE), "gb200",
+                    MEGATRON_QWEN3_30B_A3B_FLOPS_PER_TOKEN, Q30_FLOPS,
+                    image=Q30_STACK.format("7febc6e", ", flash-attn-4 4.0.0b4 installed (which kernel Transformer "
+                                                      "Engine chose on Blackwell is not stated)"),
+                    layout=Q30_LAYOUT.format(ep=16, mbs=4, gbs=512, dp=16, ga=8), backend="HybridEP",
+                    dp_overlap=DP_NOT_OVERLAPPED.format(ep=16), precision=precision_text,
+                    recompute="no recomputation", rest=rest, gc=5, logging=LOGS_NORMS, ckpt=FINETUNE,
+                    placement=GB200_PLACED.format("16 GPUs, 4 trays, in one rack's NVLink domain"))
+      for label, recipe, yaml, tflops, precision, precision_text, rest in (
+          ("", "GB200 BF16", "qwen3_30b/gb200/bf16_16GPU_TP1PP1EP16.yaml", 528, {}, "BF16",
+           "no CUDA graphs, no EP overlap; cuDNN norms (not modelled)"),
+          (", MXFP8", "GB200 MXFP8 partial CG", "qwen3_30b/gb200/mxfp8_16GPU_TP1PP1EP16_partial_cg.yaml", 514,
+           dict(precision="mxfp8"), MXFP8,
+           PARTIAL_CG.format("attention, router and MoE preprocessing", " through the deprecated external_cuda_graph")
+           + "; no EP overlap"),
+          (", MXFP8, paged stash", "GB200 MXFP8 paged stash", "qwen3_30b/gb200/mxfp8_16GPU_TP1PP1EP16_paged_stash.yaml",
+           646.8, dict(precision="mxfp8"), MXFP8,
+           PAGED_STASH.format(cuda=1.1, cap=1.5) + "; no EP overlap"))],
+    # ---- mixture of experts, fine-grained: Qwen3-235B-A22B (128 experts, top-8), H100 to GB300 -------------------
+    _mcore_recipe("Megatron-LM recipe Qwen3-235B-A22B TP 2 x PP 4 x VP 12 x EP 16, 128 B200s, MXFP8",
+                  "Qwen3-235B-A22B", "B200 MXFP8", "qwen3_235b/b200/mxfp8_128GPU_TP2PP4EP16.yaml", 633.9, 128, 3072,
+                  QWEN3_235B_A22B,
+                  dict(dp=16, tp=2, pp=4, ep=16, expert_tp=1, micro_batch=3, grad_accum=64, schedule="interleaved",
+                       virtual_stages=12, first_stage_layers=1, last_stage_layers=1, sequence_parallel=True,
+                       precision="mxfp8", ep_overlap=True, **RECIPE_OVERLAPPED), "b200",
+                  MEGATRON_QWEN3_235B_A22B_FLOPS_PER_TOKEN, Q235_FLOPS,
+                  image=Q30_STACK.format("7febc6e", " (the b300-torch2603 image, built for sm100a and sm103a)"),
+                  layout=Q235_LAYOUT.format(tp=2, sp=" with sequence parallelism (no TP overlap)",
+                                            pp="PP 4 x VP 12 (num_layers_per_virtual_pipeline_stage 2 with "
+                                               "account_for_embedding/loss_in_pipeline_split: 96 / 4 / 2; the first "
+                                               "and the last of the 48 virtual stages hold 1 decoder layer beside "
+                                               "the embedding or the loss: first/last_stage_layers 1)", ep=16,
+                                            mbs=3, gbs=3072, dp=16, ga=64)
+                         + "; EP 16 over the TP 2 x DP 16 ranks (EDP 2)",
+                  backend="DeepEP (moe_deepep_num_sms 20)", dp_overlap=DP_OVERLAPPED, precision=MXFP8_PARAMS,
+                  recompute="no recomputation",
+                  rest=EP_OVERLAP + "; pipeline sends overlapped (overlap_p2p_comm), router padding for quantization "
+                       "(not modelled); no CUDA graphs",
+                  gc=5, logging=LOGS_NORMS, ckpt=FINETUNE, placement="the network (the b200 preset's: 16 DGX B200 nodes)"),
+    _mcore_recipe("Megatron-LM recipe Qwen3-235B-A22B TP 2 x EP 16, 128 B300s, MXFP8", "Qwen3-235B-A22B",
+                  "B300 MXFP8 partial CG", "qwen3_235b/b300/mxfp8_128GPU_TP2PP1EP16_partial_cg.yaml", 922.6, 128,
+                  9216, QWEN3_235B_A22B,
+                  dict(dp=64, tp=2, ep=16, expert_tp=1, micro_batch=3, grad_accum=48, sequence_parallel=True,
+                       precision="mxfp8", ep_overlap=True, **RECIPE_OVERLAPPED), "b300",
+                  MEGATRON_QWEN3_235B_A22B_FLOPS_PER_TOKEN, Q235_FLOPS,
+                  image=Q30_STACK.format("7febc6e", " (the b300-torch2603 image)"),
+                  layout=Q235_LAYOUT.format(tp=2, sp=" with sequence parallelism (no TP overlap)", pp="PP 1", ep=16,
+                                            mbs=3, gbs=9216, dp=64, ga=48)
+                         + "; EP 16 over the TP 2 x DP 64 ranks (EDP 8), spanning 2 nodes of 8",
+                  backend="HybridEP (moe_hybridep_num_sms 32)", dp_overlap=DP_OVERLAPPED, precision=MXFP8_PARAMS,
+                  recompute="no recomputation",
+                  rest=EP_OVERLAP + "; " + PARTIAL_CG.format("attention and router", ", 2 warm-up steps"),
+                  gc=5, logging=LOGS_NORMS, ckpt=FINETUNE, placement="the network (the b300 preset's: 16 HGX B300 nodes)"),
+    *[_mcore_recipe(f"Megatron-LM recipe Qwen3-235B-A22B EP 64, 128 {gpu.upper()}s, MXFP8{label}", "Qwen3-235B-A22B",
+                    recipe, yaml, tflops, 128, 8192, QWEN3_235B_A22B,
+                    dict(dp=128, ep=64, expert_tp=1, micro_batch=1, grad_accum=64, precision="mxfp8",
+                         ep_overlap=True, **RECIPE_OVERLAPPED), gpu,
+                    MEGATRON_QWEN3_235B_A22B_FLOPS_PER_TOKEN, Q235_FLOPS, image=image,
+                    layout=Q235_LAYOUT.format(tp=1, sp="", pp="PP 1", ep=64, mbs=1, gbs=8192, dp=128, ga=64)
+                           + "; EP 64 over the DP 128 ranks (EDP 2)",
+                    backend="HybridEP (moe_hybridep_num_sms 32; USE_MNNVL=1)", dp_overlap=DP_OVERLAPPED,
+                    precision=MXFP8_PARAMS, recompute="no recomputation", rest=EP_OVERLAP + "; " + rest, gc=5,
+                    logging=LOGS_NORMS, ckpt=FINETUNE,
+                    placement=GB200_PLACED.format("2 racks of 64" + placement))
+      for gpu, label, recipe, yaml, tflops, image, rest, placement in (
+          ("gb200", "", "GB200 MXFP8 partial CG", "qwen3_235b/gb200/mxfp8_128GPU_TP1PP1EP64_partial_cg_overlap.yaml",
+           1018, Q30_STACK.format("7febc6e", ""),
+           PARTIAL_CG.format("attention, router and MoE preprocessing", ", 2 warm-up steps") + "; router padding for "
+           "quantization, HybridEP chunking and layer-norm SM margins (not modelled); NVTE_CPU_OFFLOAD_V1=1 is set "
+           "but no offload argument (nothing offloaded)",
+           ", which the YAML's NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN 64 and NVLINK_DOMAIN_SIZE 72 agree with"),
+          ("gb300", ", paged stash", "GB300 MXFP8 full CG",
+           "qwen3_235b/gb300/mxfp8_128GPU_TP1PP1EP64_paged_stash_full_cg.yaml", 1323.1,
+           "nvcr.io/nvidia/pytorch:26.04-py3, the gb200-gb300-2604-te215 image: Transformer Engine main at v2.15, "
+           "DeepEP d28bd67",
+           PAGED_STASH.format(cuda=1.0, cap=1.2) + "; router padding for quantization and layer-norm SM margins "
+           "(not modelled); NVTE_CPU_OFFLOAD_V1=1 is set but no offload argument; train_iters 20 (the median is of at "
+           "most 20 steps, CUDA-graph warm-up and capture among them)", ""))],
+    # ---- mixture of experts, fine-grained, latent attention: DeepSeek-V3, B200 and GB300, MXFP8 -------------------
+    *[_mcore_recipe(f"Megatron-LM recipe DeepSeek-V3 PP {pp} x VP {vp} x EP {ep}, 256 {gpu.upper()}s, MXFP8",
+                    "DeepSeek-V3", recipe, yaml, tflops, 256, gbs, DEEPSEEK_V3,
+                    dict(dp=256 // pp, pp=pp, ep=ep, expert_tp=1, micro_batch=1, grad_accum=gbs // (256 // pp),
+                         schedule="interleaved", virtual_stages=vp, first_stage_layers=4, last_stage_layers=1,
+                         precision="mxfp8", ep_overlap=True, **recompute, **RECIPE_OVERLAPPED), gpu,
+                    MEGATRON_DEEPSEEK_V3_FLOPS_PER_TOKEN, DSV3_FLOPS, image=image,
+                    layout=DSV3_LAYOUT.format(pp=pp, vp=pp * vp, ep=ep, gbs=gbs, dp=256 // pp,
+                                              ga=gbs // (256 // pp)),
+                    backend=backend, dp_overlap=DP_OVERLAPPED, precision=MXFP8_PARAMS, recompute=recompute_text,
+                    rest=EP_OVERLAP + "; " + rest, gc=10, logging="", ckpt="",
+                    placement=placement)
+      for gpu, recipe, yaml, tflops, pp, vp, ep, gbs, recompute, recompute_text, backend, image, rest, placement in (
+          ("b200", "B200 MXFP8", "deepseek_v3/b200/mxfp8_256GPU_TP1PP8EP32.yaml", 776.7, 8, 2, 32, 2048,
+           dict(recompute="selective"),
+           "recompute_modules mla_up_proj and mlp (the up-projections, and the MLP of the 3 dense layers only: "
+           "Megatron-Core skips MoE layers), planned as selective by the eighth set's rule",
+           "DeepEP (moe_deepep_num_sms 24)", Q30_STACK.format("7febc6e", " (the b300-torch2603 image)"),
+           "no CUDA graphs; router padding for quantization and layer-norm SM margins (not modelled)",
+           "the network (the b200 preset's: 32 DGX B200 nodes; EP 32 spans 4 of them)"),
+          ("gb300", "GB300 MXFP8", "deepseek_v3/gb300/mxfp8_256GPU_TP1PP4EP64.yaml", 1357.7, 4, 4, 64, 8192, {},
+           "no recomputation", "HybridEP (moe_hybridep_num_sms 32; USE_MNNVL=1)",
+           "nvcr.io/nvidia/pytorch:26.03-py3, the gb200-gb300-2604 image: Transformer Engine at the Dockerfile's "
+           "TE_COMMIT, flash-attn-4 4.0.0b10, DeepEP 1b8f467",
+           PARTIAL_CG.format("attention, router and MoE preprocessing", ", 1 warm-up step") + "; router padding for "
+           "quantization, HybridEP staging and layer-norm SM margins (not modelled)",
+           GB200_PLACED.format("4 racks of 64, as the YAML's NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN 64 says; the "
+                               "GB300 racks are the same") ))],
+]
+# The arithmetic (tokens per second per GPU = the README's median TFLOP/s/GPU x 1e12 / Megatron's FLOPs per token for
+# the row's YAML; the FLOPs per token above; the median of TFLOP/s is the count over the median step time, the count
+# being the same every step):
+#   Qwen3-30B-A3B    (23,006,281,728 a token)   H100 BF16                234.1 -> 10,175.5
+#                                               GB200 BF16               528   -> 22,950.3
+#                                               GB200 MXFP8 partial CG   514   -> 22,341.7
+#                                               GB200 MXFP8 paged stash  646.8 -> 28,114.1
+#   Qwen3-235B-A22B  (148,034,813,952 a token)  B200 MXFP8               633.9 ->  4,282.1
+#                                               B300 MXFP8 partial CG    922.6 ->  6,232.3
+#                                               GB200 MXFP8 partial CG  1018   ->  6,876.8
+#                                               GB300 MXFP8 full CG     1323.1 ->  8,937.8
+#   DeepSeek-V3      (259,992,950,784 a token)  B200 MXFP8               776.7 ->  2,987.4
+#                                               GB300 MXFP8             1357.7 ->  5,222.1
+# The count checked against Megatron-Bridge's own tokens/s (its model cards use the same formula): Megatron-Bridge
+# PR #5720 (Qwen3-30B-A3B, GB300) gives 1,030.070 TFLOP/s/GPU and 44,773.361 tokens/s/GPU, 23.006 x 10^9 a token;
+# PR #5722 (Qwen3-235B-A22B, GB300) 1,300.440 and 8,784.492, 148.04 x 10^9. The causal halving is in the function at
+# 6b6fb956a7 (2026-05-21) and 9c5258f109 (2026-08-11) as at e5ad09802d. Not published figures (noted only): the open
+# PR #5728 (2026-07-09) would replace the Qwen3 figures with Megatron-Bridge measurements (iterations 30-45):
+# Qwen3-30B-A3B H100 BF16 240.5, GB200 BF16 504.2, MXFP8 partial CG 480.3, paged stash 598.1; Qwen3-235B-A22B
+# GB200 MXFP8 partial CG 876.2, GB300 full CG 1396.1 (and the left-out GB200 full CG 1208.3, FP8
+# blockwise 242.9).
+
 RUNS: list[HeldOutRun] = (FIRST_SET + SECOND_SET + THIRD_SET + FOURTH_SET + FIFTH_SET + SIXTH_SET + SEVENTH_SET
-                          + EIGHTH_SET + NINTH_SET + TENTH_SET + ELEVENTH_SET + TWELFTH_SET)
+                          + EIGHTH_SET + NINTH_SET + TENTH_SET + ELEVENTH_SET + TWELFTH_SET + THIRTEENTH_SET)
