@@ -224,6 +224,7 @@ def test_sliding_windows_are_read_with_the_layers_they_window():
     assert [round((m.active_parameters() - table) / 1e9, 1) for m in (small, large)] == [3.6, 5.1]
     assert "a 128-token sliding window in 12 of 24 layers" in model_text(small)
     assert model("Qwen2.5-7B").window is None
+    assert transformer_from_hf_config(without("Qwen2.5-7B", "use_sliding_window")).window is None   # the class default
     qwen = transformer_from_hf_config({**config("Qwen2.5-7B"), "use_sliding_window": True, "max_window_layers": 20},
                                       seq_len=262144)
     assert (qwen.window, sliding_window.windowed(qwen)) == (131072, 8)

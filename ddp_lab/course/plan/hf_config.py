@@ -21,7 +21,8 @@ the same way, GPT-2 its own way:
     qk_norm       Qwen3: an RMSNorm on every query and key head (its code has it; its config does not say)
     positions     the family's code: GPT-2 a learned table; the Llama family RoPE (no parameters)
     dropout       any of attention_dropout, hidden_dropout, resid_pdrop, attn_pdrop, embd_pdrop > 0
-    window        sliding_window, unless use_sliding_window is false (sliding_window.py); the layers it windows:
+    window        sliding_window, unless use_sliding_window is false (in the Qwen families unless it is true: their
+                  config classes' default; sliding_window.py); the layers it windows:
                   layer_types' sliding_attention entries (full_attention the others), else those from
                   max_window_layers on (Qwen families), else every layer (Mistral)
 Two keys for one quantity (n_layer and num_hidden_layers) must agree; a layer_types list has one entry a layer.
@@ -200,7 +201,8 @@ def transformer_from_hf_config(config: dict, name: str = "hf-model", seq_len: in
     if shape["heads"] % kv_heads:
         raise ValueError(f"num_key_value_heads = {kv_heads} does not divide num_attention_heads = {shape['heads']}")
     window, windowed_layers = _window(config, family, shape["layers"])
-    return Transformer(name, window=window, windowed_layers=windowed_layers, ffn=ffn, kv_heads=kv_heads, head_size=head_size,
+    return Transformer(name, window=window, windowed_layers=windowed_layers, ffn=ffn, kv_heads=kv_heads,
+                       head_size=head_size,
                        bias=True if family == "gpt2" else _bias(config),
                        tied_embeddings=_true_or_false(config, "tie_word_embeddings", TIED_BY_DEFAULT[family]),
                        dropout=any(_number(config, key, default=0) > 0 for key in DROPOUT_KEYS),
@@ -301,13 +303,14 @@ def _latent_family_only(config: dict, key: str, family: str, what: str) -> None:
 def _window(config: dict, family: str, layers: int) -> tuple[int | None, int | None]:
     """(window, windowed layers) for Transformer (sliding_window.py), (None, None) with full attention everywhere.
 
-    sliding_window gives the window unless use_sliding_window is false (Qwen2's files carry one they do not use);
+    sliding_window gives the window unless use_sliding_window is false (Qwen2's files carry one they do not use; in
+    the Qwen families, whose config classes default it to false, unless it is true);
     layer_types says which layers use it (sliding_attention; full_attention the others), else max_window_layers
     (the Qwen families: the layers from that index on) or every layer (Mistral). Another attention kind in
     layer_types (chunked, linear) is refused, as a sliding_attention layer without a window.
     """
     window = config.get("sliding_window")
-    if not _set(window) or config.get("use_sliding_window", True) is False:
+    if not _set(window) or not _true_or_false(config, "use_sliding_window", family not in WINDOW_FROM_LAYER):
         window = None
     else:
         window = _positive_int(config, "sliding_window", LARGEST["seq_len"])

@@ -51,7 +51,8 @@ def check(model) -> None:
 
 
 def windowed(model) -> int:
-    """Layers whose window is shorter than the planned sequence (0: none; a window of seq_len or more is full attention).
+    """Layers whose window is shorter than the planned sequence (0: none; a window of seq_len or more is full
+    attention).
 
     Example:
         >>> from ddp_lab.course.plan.model import Transformer
