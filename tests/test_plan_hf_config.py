@@ -147,7 +147,7 @@ REFUSED = [   # (config, the words the one line must hold)
     ({key: value for key, value in config("DeepSeek-V2-Lite").items() if key != "v_head_dim"},
      ["kv_lora_rank = 512", "no v_head_dim"]),
     ({**config("DeepSeek-V2-Lite"), "kv_lora_rank": None, "q_lora_rank": 1536}, ["q_lora_rank = 1536 without"]),
-    ({**config("Meta-Llama-3-8B"), "sliding_window": 1024, "layer_types": ["chunked_attention"] * 32},
+    ({**config("Mistral-7B-v0.1"), "layer_types": ["chunked_attention"] * 32},
      ["layer_types: 32 of 32 layers are 'chunked_attention'", "full_attention and sliding_attention"]),
     ({**config("Meta-Llama-3-8B"), "num_dense_layers": 2}, ["num_dense_layers = 2", "does not read"]),
     ({**config("Meta-Llama-3-8B"), "model_type": "gemma"},
@@ -159,6 +159,8 @@ REFUSED = [   # (config, the words the one line must hold)
     ({**config("Qwen1.5-MoE-A2.7B"), "shared_expert_intermediate_size": 5000}, ["shared_expert_intermediate_size"]),
     ({**config("Meta-Llama-3-8B"), "layer_types": ["sliding_attention", "full_attention"] * 16},
      ["layer_types: 16 layers are 'sliding_attention'", "no sliding_window"]),
+    ({**config("Meta-Llama-3-8B"), "sliding_window": 4096},
+     ["sliding_window = 4096 in a model_type = 'llama' config", "gpt_oss, mistral, mixtral"]),
     ({**config("Meta-Llama-3-8B"), "attention_bias": True, "mlp_bias": False}, ["attention_bias = true"]),
     ({**config("Meta-Llama-3-8B"), "layer_types": ["full_attention"] * 30}, ["layer_types = 30 entries", "32 layers"]),
     ({**config("Meta-Llama-3-8B"), "n_layer": 12}, ["num_hidden_layers = 32 and n_layer = 12", "disagree"]),
@@ -228,6 +230,8 @@ def test_sliding_windows_are_read_with_the_layers_they_window():
     qwen = transformer_from_hf_config({**config("Qwen2.5-7B"), "use_sliding_window": True, "max_window_layers": 20},
                                       seq_len=262144)
     assert (qwen.window, sliding_window.windowed(qwen)) == (131072, 8)
+    every_full = {**config("Qwen2.5-7B"), "use_sliding_window": True, "max_window_layers": 28}    # no layer windowed
+    assert transformer_from_hf_config(every_full, seq_len=262144).window is None
     # a window as long as the planned sequence is full attention: said, and costed as such
     assert "(no shorter than the 4,096 tokens planned: full)" in model_text(model("Mistral-7B-v0.1", seq_len=4096))
     with pytest.raises(ValueError, match=r"num_experts_per_tok = 4 and experts_per_token = 2 both give"):

@@ -3,6 +3,7 @@
 Each mechanism's direction, and one published number per mechanism, its error printed (pure Python, well under 2 s).
 """
 
+import dataclasses
 import statistics
 
 import pytest
@@ -527,9 +528,29 @@ def test_a_sliding_window_shortens_flash_attention_by_the_tiles_it_skips_and_eag
 
 def test_a_window_needs_a_positive_length_and_counts_whole_layers():
     shape = dict(name="t", layers=4, hidden=256, heads=4, vocab=512, seq_len=1024)
-    for bad, words in ((dict(window=0), "Transformer.window must be a positive"),
-                       (dict(windowed_layers=2), "without a window"),
+    for bad, words in ((dict(window=0), "window=0: a window is a positive number of tokens"),
+                       (dict(windowed_layers=2), "windowed_layers=2 without a window"),
                        (dict(window=64, windowed_layers=5), "from 0 to layers=4")):
         with pytest.raises(ValueError, match=words):
             Transformer(**shape, **bad)
     assert "window=64" in repr(Transformer(**shape, window=64)) and "window" not in repr(Transformer(**shape))
+
+
+def test_a_windowed_layer_hides_less_of_the_context_parallel_traffic_and_eager_flops_count_every_score():
+    """Context parallelism sends a windowed layer's key/value blocks as a full layer's, behind far less attention:
+    the same bytes, more of them exposed. Eager attention's hardware FLOPs count every score, window or not; the
+    model-FLOP count (MFU's) takes the window's keys. A window in no layer says so."""
+    from ddp_lab.course.plan.context_parallel import ring_time
+    from ddp_lab.course.plan.sliding_window import describe
+    from ddp_lab.course.plan.steptime import step_flops
+    full = Transformer("oss", 24, 2880, 64, vocab=201088, seq_len=32768, kv_heads=8, head_size=64, ffn_kind="swiglu",
+                       norm="rmsnorm", position="rope")
+    half = full.with_(window=128, windowed_layers=12)
+    h100s, plan = ClusterSpec.preset("h100-sxm", nodes=1), Strategy(dp=4, cp=2, grad_accum=4)
+    slow = dataclasses.replace(h100s, intra_node_bandwidth=h100s.intra_node_bandwidth / 20)  # a link 20x slower
+    (sent_full, shown_full), (sent_half, shown_half) = ring_time(full, slow, plan), ring_time(half, slow, plan)
+    assert sent_half == sent_full and shown_half > shown_full == 0.0       # the full layers hide all of theirs
+    eager = Strategy(attention="eager", grad_accum=4)
+    assert step_flops(half, eager) == step_flops(full, eager)
+    assert step_flops(half, eager, hardware=False) < step_flops(full, eager, hardware=False)
+    assert describe(full.with_(window=128, windowed_layers=0)).endswith("in none of its 24 layers (full attention)")

@@ -378,6 +378,8 @@ def check_flags(args) -> None:
             raise ValueError(f"{flag_name(name)} must be a positive int, got {value}")
     if args.mtp_layers is not None and args.mtp_layers < 0:
         raise ValueError(f"--mtp-layers counts modules: 0 (none) or more, got {args.mtp_layers}")
+    if args.windowed_layers is not None and args.windowed_layers < 0:
+        raise ValueError(f"--windowed-layers counts layers: 0 (none) or more, got {args.windowed_layers}")
     for name, largest in (*LARGEST.items(), ("nodes", LARGEST_NODES), ("mtp_layers", multi_token.LARGEST)):
         value = getattr(args, name)
         if value is not None and value > largest:

@@ -1680,10 +1680,9 @@ TWELFTH_SET: list[HeldOutRun] = [
 #   whole) differ from it, and the published figure is tokens per second per GPU = TFLOP/s/GPU x 1e12 / this count.
 # The vocabulary: HuggingFaceTokenizer's vocab_size is len(tokenizer) (megatron/core/tokenizers/text/libraries/
 # huggingface_tokenizer.py), padded up to a multiple of make_vocab_size_divisible_by x TP (build_tokenizer.py,
-# vocab_size_with_padding; padded_vocab_size unset, pad_vocab_size True). Qwen/Qwen3-*'s tokenizer: 151,669 tokens
-# as commonly given (151,643 + 26 added; not read here, the hub is out of reach; its config.json's vocab_size is
-# 151,936): 1,187 x 128 = 151,936 at TP 1 (multiple 1,187) and at TP 2 (2,374 x 64) for any length from 150,750
-# (149,563 at TP 2) to 151,936, so the exact length does not matter; unsloth/DeepSeek-V3 (its length not read here;
+# vocab_size_with_padding; padded_vocab_size unset, pad_vocab_size True). Qwen/Qwen3-*'s tokenizer (its config.json's
+# vocab_size is 151,936): 1,187 x 128 = 151,936 at TP 1 (multiple 1,187) and at TP 2 (2,374 x 64) for any length from 150,750
+# (149,563 at TP 2) to 151,936, so the tokenizer's exact length does not matter; unsloth/DeepSeek-V3 (likewise;
 # DeepSeek-V3's config.json vocab_size is 129,280): 3,232 x 40 = 129,280 for any length from 126,049 to 129,280. The
 # models are built at these padded sizes (QWEN3_30B_A3B, QWEN3_235B_A22B and DEEPSEEK_V3 already have them).
 # Qwen3-30B-A3B (48 layers, all MoE; h 2,048; 32 heads of 128, 4 query groups; 128 experts of 768, top-8; s 4,096):

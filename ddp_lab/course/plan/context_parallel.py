@@ -132,15 +132,17 @@ def ring_time(model, cluster, strategy) -> tuple[float, float]:
     group = strategy.layout.group("cp")
     block = kv_block_bytes(model, strategy)
     step_compute = attention_seconds(causal_attention_flops(model, strategy) / cp, cluster.gpu, strategy)
-    if strategy.attention == "flash":     # a sliding window's kernels skip tiles; the ring sends every block still
-        step_compute *= sliding_window.flash_block_share(model)
+    # a sliding window's flash kernels skip tiles, and the layers' blocks are sent all the same: the full and the
+    # windowed layers each hide their sends behind their own attention (sliding_window.tile_shares)
+    shares = sliding_window.tile_shares(model) if strategy.attention == "flash" else ((1.0, 1.0),)
     passes = [(1, 1)] * (2 if strategy.recompute == "full" else 1) + [(2, attention_backward_factor(strategy))]
     # (blocks sent, compute relative to one forward step) per pass
     every, exposed = 0.0, 0.0
     for blocks, work in passes:
         send = collective_time("send", blocks * block, cluster, group)
-        hidden = work * step_compute if cluster.overlap_dp_comm else 0.0
         every += (cp - 1) * send
-        exposed += (cp - 1) * max(0.0, send - hidden)
+        for tiles, part in shares:
+            hidden = work * step_compute * tiles if cluster.overlap_dp_comm else 0.0
+            exposed += part * (cp - 1) * max(0.0, send - hidden)
     layers = strategy.grad_accum * max(pipeline_stages.stage_layers(model, strategy))   # the fullest stage's
     return layers * every, layers * exposed

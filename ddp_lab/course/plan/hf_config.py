@@ -102,6 +102,7 @@ LATENT_KEYS = {"kv_rank": "kv_lora_rank", "q_rank": "q_lora_rank", "nope_dim": "
 # max_window_layers on when layer_types is absent (Qwen2's and Qwen3's decoder layers)
 ATTENTION_KINDS = ("full_attention", "sliding_attention")
 WINDOW_FROM_LAYER = {"qwen2", "qwen2_moe", "qwen3", "qwen3_moe"}
+WINDOW_FAMILIES = {"mistral", "mixtral", "gpt_oss", *WINDOW_FROM_LAYER}   # model_types whose code reads sliding_window
 DROPOUT_KEYS = ("attention_dropout", "hidden_dropout", "resid_pdrop", "attn_pdrop", "embd_pdrop")
 NOT_MODELLED = {   # key: what it means, refused when set (not null, 0, false or empty)
     "add_cross_attention": "cross-attention on an encoder's output in every block (GPT-2's code adds it), "
@@ -307,9 +308,14 @@ def _window(config: dict, family: str, layers: int) -> tuple[int | None, int | N
     the Qwen families, whose config classes default it to false, unless it is true);
     layer_types says which layers use it (sliding_attention; full_attention the others), else max_window_layers
     (the Qwen families: the layers from that index on) or every layer (Mistral). Another attention kind in
-    layer_types (chunked, linear) is refused, as a sliding_attention layer without a window.
+    layer_types (chunked, linear) is refused, as a sliding_attention layer without a window and a window in a family
+    whose code reads none (WINDOW_FAMILIES).
     """
     window = config.get("sliding_window")
+    if _set(window) and family not in WINDOW_FAMILIES:
+        raise ValueError(f"sliding_window = {window!r} in a model_type = {family!r} config: the planner reads windows in "
+                         f"the {', '.join(sorted(WINDOW_FAMILIES))} families, whose code uses them; remove the key from "
+                         f"a copy of the file, or give one of those model_types")
     if not _set(window) or not _true_or_false(config, "use_sliding_window", family not in WINDOW_FROM_LAYER):
         window = None
     else:
@@ -333,7 +339,8 @@ def _window(config: dict, family: str, layers: int) -> tuple[int | None, int | N
         return None, None
     first = config.get("max_window_layers")
     if family in WINDOW_FROM_LAYER and first is not None:
-        return window, layers - min(_whole(config, "max_window_layers"), layers)
+        count = layers - min(_whole(config, "max_window_layers"), layers)
+        return (window, count) if count else (None, None)
     return window, None
 
 

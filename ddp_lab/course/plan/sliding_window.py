@@ -14,14 +14,18 @@ What it costs, by mechanism:
                     causal layer visits, whatever the tokens inside them. The planner scales flash attention's
                     forward, backward and recomputation by that share (efficiency.layer_seconds).
     eager attention computes every score and masks it afterwards: a window saves nothing.
-    model FLOPs     counted as the papers count a full layer, every query against the keys it may see with no causal
-                    halving (2 s^2 (d_q + d_v) a full layer, Narayanan et al. 2021), so a windowed layer's are 2 s x
-                    window x (d_q + d_v): `attended_keys` is the mean over the layers, what MFU divides by.
+    model FLOPs     a full layer's as the papers count them, every score of the s x s matrix, the causal mask's empty
+                    half too (2 s^2 (d_q + d_v), Narayanan et al. 2021); a windowed layer's its band's, 2 s x window
+                    x (d_q + d_v): `attended_keys` is the mean over the layers, what MFU divides by. Hardware FLOPs
+                    of eager attention count every score either way (steptime.step_flops).
     memory          flash attention saves no score matrix either way; eager attention's scores are s x s either way.
 The planner charges every pipeline stage the model's mean: with stages of an odd number of layers in an alternating
-model, a stage may hold one windowed layer more than its share, which it does not see. Context parallelism's ring
-sends its key and value blocks as for full attention (context_parallel.ring_time), with less attention to hide them
-behind.
+model, a stage may hold one windowed layer more than its share, which it does not see. Context parallelism: Transformer
+Engine runs sliding windows only with its all-gather or all-to-all context parallelism, not the ring; the planner
+costs every context-parallel layer as its ring (context_parallel.ring_time: about the all-gather's bytes, each send
+beside a step's attention), the full and the windowed layers each behind their own attention (`tile_shares`), so a
+windowed layer, with little attention, hides little of its traffic. Whether Transformer Engine's gather hides behind
+anything is not modelled.
 
 Introduced in notebooks/13-plan-your-training-run.ipynb.
 """
@@ -38,16 +42,15 @@ def check(model) -> None:
     0..layers, or a count without a window (Transformer.__post_init__ calls it)."""
     window, count = model.window, model.windowed_layers
     if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window < 1):
-        raise ValueError(f"Transformer.window must be a positive number of tokens (or None: full attention), "
-                         f"got {window!r}")
+        raise ValueError(f"window={window!r}: a window is a positive number of tokens (None: full attention)")
     if count is None:
         return
     if window is None:
-        raise ValueError(f"Transformer.windowed_layers = {count!r} without a window: give window= too, or leave "
-                         f"windowed_layers out")
+        raise ValueError(f"windowed_layers={count!r} without a window: set window to the tokens each windowed layer "
+                         f"attends to, or leave windowed_layers out")
     if isinstance(count, bool) or not isinstance(count, int) or not 0 <= count <= model.layers:
-        raise ValueError(f"Transformer.windowed_layers must be a whole number from 0 to layers={model.layers} (or "
-                         f"None: every layer), got {count!r}")
+        raise ValueError(f"windowed_layers={count!r}: a count of layers from 0 to layers={model.layers}; without "
+                         f"windowed_layers every layer attends to the window")
 
 
 def windowed(model) -> int:
@@ -72,6 +75,24 @@ def _tiles(seq_len: int, window: int) -> int:
     return sum(q - max(0, q * KEY_BLOCK - window + 1) // KEY_BLOCK + 1 for q in range(blocks))
 
 
+def tile_shares(model) -> tuple[tuple[float, float], ...]:
+    """(share of a causal layer's flash tiles a layer visits, share of the layers) for the full and the windowed
+    layers: ((1.0, 1.0),) without a window shorter than the sequence.
+
+    Example:
+        >>> from ddp_lab.course.plan.model import Transformer
+        >>> oss = Transformer("t", 24, 2880, 64, vocab=201088, seq_len=8192, window=128, windowed_layers=12)
+        >>> [(round(tiles, 4), part) for tiles, part in tile_shares(oss)]
+        [(1.0, 0.5), (0.0611, 0.5)]
+    """
+    count = windowed(model)
+    if not count:
+        return ((1.0, 1.0),)
+    ratio = _tiles(model.seq_len, model.window) / _tiles(model.seq_len, model.seq_len)
+    return tuple((tiles, part) for tiles, part in ((1.0, (model.layers - count) / model.layers),
+                                                   (ratio, count / model.layers)) if part)
+
+
 def flash_block_share(model) -> float:
     """The share of a causal layer's flash-attention tiles the model's layers visit, on average over its layers
     (1.0: no window shorter than the sequence).
@@ -83,26 +104,24 @@ def flash_block_share(model) -> float:
         >>> round(flash_block_share(oss), 4) == round((12 + 12 * 127 / 2080) / 24, 4)
         True
     """
-    count = windowed(model)
-    if not count:
-        return 1.0
-    ratio = _tiles(model.seq_len, model.window) / _tiles(model.seq_len, model.seq_len)
-    return (model.layers - count + count * ratio) / model.layers
+    return sum(tiles * part for tiles, part in tile_shares(model))
 
 
-def attended_keys(model) -> float:
+def attended_keys(model) -> int | float:
     """Keys per query in the model-FLOP count, on average over the layers: seq_len for a full layer (the papers'
-    convention, no causal halving), the window for a windowed one.
+    convention, which counts every score of the s x s matrix, the causal mask's empty half too), the window for a
+    windowed one (the band's scores). An integer without a window, so the count stays exact.
 
     Example:
         >>> from ddp_lab.course.plan.model import Transformer
         >>> oss = Transformer("t", 24, 2880, 64, vocab=201088, seq_len=8192, window=128, windowed_layers=12)
         >>> attended_keys(oss), attended_keys(oss.with_(window=None, windowed_layers=None))
-        (4160.0, 8192.0)
+        (4160.0, 8192)
     """
     count = windowed(model)
-    return (model.seq_len * (model.layers - count) + model.window * count) / model.layers if count else \
-        float(model.seq_len)
+    if not count:
+        return model.seq_len
+    return (model.seq_len * (model.layers - count) + model.window * count) / model.layers
 
 
 def describe(model) -> str:
@@ -116,5 +135,7 @@ def describe(model) -> str:
     if model.window is None:
         return ""
     count = model.layers if model.windowed_layers is None else model.windowed_layers
+    if count == 0:
+        return f"a {model.window:,}-token sliding window in none of its {model.layers} layers (full attention)"
     text = f"a {model.window:,}-token sliding window in {count} of {model.layers} layers"
     return text if windowed(model) else text + f" (no shorter than the {model.seq_len:,} tokens planned: full)"

@@ -186,6 +186,10 @@ def step_flops(model, strategy, hardware: bool = True) -> int:
     head = (1 + model.mtp_layers) * 2 * model.seq_len * model.hidden * model.vocab \
         + model.mtp_layers * 2 * model.seq_len * 2 * model.hidden ** 2
     per_sequence = 3 * (layers + head)
+    if hardware and strategy.attention == "eager":     # eager attention computes every score, windowed or not
+        passes = 3 + (strategy.recompute == "full")
+        per_sequence += passes * count * 2 * model.seq_len * (model.seq_len - attended_keys(model)) \
+            * (model.q_dim + model.o_dim)
     if hardware and strategy.recompute == "full":
         per_sequence += layers
         if recompute_skips_last_gemm(model, strategy):     # the FFN down projection (ffn_down_gemm) not re-run
