@@ -225,6 +225,8 @@ def test_sliding_windows_are_read_with_the_layers_they_window():
     assert [round(m.parameters() / 1e9, 1) for m in (small, large)] == [20.9, 116.8]
     assert [round((m.active_parameters() - table) / 1e9, 1) for m in (small, large)] == [3.6, 5.1]
     assert "a 128-token sliding window in 12 of 24 layers" in model_text(small)
+    for read, preset in ((small, "gpt-oss-20b"), (large, "gpt-oss-120b")):     # the presets are the files' shapes
+        assert read.with_(name=preset, seq_len=4096) == Transformer.preset(preset)
     assert model("Qwen2.5-7B").window is None
     assert transformer_from_hf_config(without("Qwen2.5-7B", "use_sliding_window")).window is None   # the class default
     qwen = transformer_from_hf_config({**config("Qwen2.5-7B"), "use_sliding_window": True, "max_window_layers": 20},

@@ -304,6 +304,15 @@ PRESETS: dict[str, Transformer] = {
     "deepseek-v3": replace(_mixture("deepseek-v3", 61, 7168, 128, 128, 18432, 129280, 4096,
                                     MoE(256, 8, 2048, shared_experts=1, dense_layers=3)),
                            latent=LatentAttention(512, 1536), mtp_layers=1),
+    # gpt-oss-20b / -120b (OpenAI 2025, arXiv:2508.10925; config.json of openai/gpt-oss-20b and -120b: 24 / 36 layers,
+    # hidden 2880, 64 heads of 64 (head_dim), 8 kv heads, 32 / 128 experts of 2880, 4 per token, biases on attention,
+    # experts and router, vocab 201088, every second layer attending to a 128-token window (layer_types, from the
+    # first), sequences of 4,096: initial_context_length, max_position_embeddings 131,072 with YaRN): 20.9B and
+    # 116.8B total (the model card's)
+    "gpt-oss-20b": replace(_mixture("gpt-oss-20b", 24, 2880, 64, 8, 2880, 201088, 4096, MoE(32, 4, 2880)),
+                           head_size=64, bias=True, window=128, windowed_layers=12),
+    "gpt-oss-120b": replace(_mixture("gpt-oss-120b", 36, 2880, 64, 8, 2880, 201088, 4096, MoE(128, 4, 2880)),
+                            head_size=64, bias=True, window=128, windowed_layers=18),
     # Qwen3-30B-A3B (32 heads of 128 on a hidden size of 2048, a norm on every query and key head) is read from
     # its config.json (hf_config.py: head_size, qk_norm).
     # Megatron-LM weak-scaling models (Narayanan et al. 2021, Table 1)
