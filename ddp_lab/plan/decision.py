@@ -128,8 +128,8 @@ def model_text(model, seq_source: str | None = None) -> str:
     if model.latent is not None:
         line += f", {model.latent.text()}"
     line += multi_token.text(model)
-    if model.window is not None:
-        line += f", {sliding_window.describe(model)}"
+    window = sliding_window.describe(model)
+    line += f", {window}" if window else ""
     if seq_source and seq_source.startswith("planned at"):    # a note of its own: the length is a guess
         return f"{line}; {model.seq_len:,}-token sequences\nnote: {seq_source}"
     return f"{line}; {model.seq_len:,}-token sequences" + (f" ({seq_source})" if seq_source else "")

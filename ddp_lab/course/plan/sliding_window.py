@@ -32,6 +32,8 @@ Introduced in notebooks/13-plan-your-training-run.ipynb.
 
 from __future__ import annotations
 
+import functools
+
 KEY_BLOCK = 128   # keys per tile: FlashAttention-2's forward for heads of 64 (128 x 128 tiles,
                   # csrc/flash_attn/src/flash_fwd_launch_template.h) and FlashAttention-3's (192 queries x 128 keys,
                   # hopper/flash_fwd_launch_template.h); the planner takes square tiles of 128
@@ -65,9 +67,15 @@ def windowed(model) -> int:
     """
     if model.window is None or model.window >= model.seq_len:
         return 0
+    return _given_layers(model)
+
+
+def _given_layers(model) -> int:
+    """The layers the model gives its window, however long the sequence (windowed_layers; None: every layer)."""
     return model.layers if model.windowed_layers is None else model.windowed_layers
 
 
+@functools.lru_cache(maxsize=256)     # a search asks for the same lengths for every plan it tries
 def _tiles(seq_len: int, window: int) -> int:
     """Tiles a flash kernel visits for one head of one sequence: for each block of queries, the key blocks from
     the one holding its first query's oldest key to its own (window >= seq_len: every causal tile)."""
@@ -134,7 +142,7 @@ def describe(model) -> str:
     """
     if model.window is None:
         return ""
-    count = model.layers if model.windowed_layers is None else model.windowed_layers
+    count = _given_layers(model)
     if count == 0:
         return f"a {model.window:,}-token sliding window in none of its {model.layers} layers (full attention)"
     text = f"a {model.window:,}-token sliding window in {count} of {model.layers} layers"
