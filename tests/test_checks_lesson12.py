@@ -26,6 +26,7 @@ from ddp_lab.checks import lesson12
 from ddp_lab.checks.common import computed_divisor, numeric_divisor
 from ddp_lab.checks.lesson12 import check_restartable
 from ddp_lab.course.fault_tolerance.checkpoint import atomic_save, capture_rng, restore_rng
+from ddp_lab.launcher.launch import launch
 
 # The right answers are proven once, by nbval of solutions/12-*.ipynb (its check cells store ✓):
 # this file tries the wrong ones and the cases the solution does not cover.
@@ -101,11 +102,11 @@ def _restartable(rank, directory, total_steps, step_fn, keep=("model", "optimize
             if numbered:
                 path = os.path.join(directory, f"rank-{rank}-step-{number.format(step)}.pt")
             saves = not (shared or "save" in rank_0_only) or rank == 0
-            if barrier == "before":
+            if barrier == "before" or (barrier == "rank 0 before" and rank == 0):
                 dist.barrier()
             if saves and (not once_per_epoch or step % per_epoch == 0) and step % every == 0:
                 _save(path, model, optimizer, step, keep, write)
-            if barrier == "after":
+            if barrier == "after" or (barrier == "rank 0 before" and rank != 0):
                 dist.barrier()
             if log is not None and rank == 0:   # a line of progress, written after every rank's checkpoint
                 with open(os.path.join(directory, log), "a") as progress:
@@ -544,14 +545,46 @@ def rank_zero_saves_for_everyone_without_a_barrier(rank, directory, total_steps,
     _restartable(rank, directory, total_steps, step_fn, shared=True, barrier=None)
 
 
+def rank_zero_waits_before_saving_rank_one_after(rank, directory, total_steps, step_fn):
+    """One barrier a step on every rank, but rank 0's comes before its save: rank 1's barrier after its own save
+    pairs with it, and rank 1 goes on while rank 0 saves. Rank 1 waits in a collective during rank 0's slow save,
+    one that rank 0 had already entered, so the check's wait must not end there."""
+    _restartable(rank, directory, total_steps, step_fn, barrier="rank 0 before")
+
+
 @pytest.mark.parametrize("answer", [saves_without_a_barrier, waits_before_saving,
-                                    rank_zero_saves_for_everyone_without_a_barrier])
+                                    rank_zero_saves_for_everyone_without_a_barrier,
+                                    rank_zero_waits_before_saving_rank_one_after])
 def test_names_a_rank_that_goes_on_before_every_checkpoint_is_complete(answer):
     # rank 0's save after step 10 is slow; rank 1 starts step 11 meanwhile and is killed, so rank 0 dies mid-save
     with pytest.raises(CheckFailed, match=r"(?s)^rank 1 was killed at the start of step 11 while rank 0 was still "
                                           r"saving '[^']+' after step 10 .*Hint: after the save, dist.barrier\(\) "
                                           r"on every rank"):
         check_restartable(answer, timeout=20)
+
+
+def _count_collectives(rank):
+    """On each rank: the outermost collective calls `_counting` counts, with what it passes to on_entry."""
+    collectives, entries = {"entered": 0, "depth": 0, "other group": False}, []
+    barrier, all_gather_object = (lesson12._counting(getattr(dist, name), collectives,
+                                                     lambda n, async_op: entries.append((n, async_op)))
+                                  for name in ("barrier", "all_gather_object"))
+    barrier()
+    gathered = [None, None]
+    all_gather_object(gathered, rank)   # runs all_gather and others inside: counted once
+    barrier(async_op=True).wait()
+    default_group_only = not collectives["other group"]
+    barrier(group=dist.new_group([0, 1]))
+    return entries, default_group_only, collectives["other group"], gathered
+
+
+def test_the_slow_disk_counts_each_outermost_collective_and_notes_another_group():
+    # the killed run's slow save ends early only where rank 1 waits in a collective rank 0 has not entered yet:
+    # that needs both ranks' counts to agree call for call (test_names_a_rank_that_goes_on_... checks the rule)
+    for entries, default_group_only, other_group, gathered in launch(_count_collectives, nprocs=2, backend="gloo",
+                                                                      timeout=30):
+        assert entries == [(1, False), (2, False), (3, True), (4, False)]
+        assert default_group_only and other_group and gathered == [0, 1]
 
 
 _SAVE_AS_IMPORTED = torch.save   # the function itself: a call through this name is not one the check sees

@@ -11,7 +11,10 @@ start of step CRASH_AT, once more in the same folder, as torchrun would restart 
 uninterrupted. In the killed run rank 0's first torch.save into a file after step CRASH_AT - 1
 waits up to SLOW_SAVE seconds, a slow disk: where rank 1 meanwhile starts step CRASH_AT (no barrier after
 the save, or one before it) and is killed, rank 0 dies before that write, as torchrun stopping
-every rank would stop it mid-save, and the answer is told to wait for every rank's save. The
+every rank would stop it mid-save, and the answer is told to wait for every rank's save. The wait ends
+early where rank 1 is blocked in a collective that only rank 0's next one can complete (rank 1 waits in its n-th
+collective call of torch.distributed, on the default group and not async, while rank 0 has made fewer than n: its
+barrier after the save, say), since rank 1 cannot then start step CRASH_AT before the save is done. The
 restarted run is stopped a second time, on both ranks at the start of step RESTART_AT (an
 exception out of step_fn, so nothing after the step's start runs), and its train called
 again in the same folder: a resume at a step number written in the code (`step = 11`)
@@ -51,6 +54,8 @@ from __future__ import annotations
 
 import ast
 import builtins
+import functools
+import inspect
 import io
 import os
 import re
@@ -78,6 +83,12 @@ CRASH_AT = 11         # epoch 3, third batch: mid-epoch, not the first epoch, an
 RESTART_AT = 13       # the restarted run's second stop: epoch 4, second batch, after the resumed run began epoch 4
 STEPS_PER_EPOCH = 3   # the exercise's data: 24 samples, 2 ranks, batches of 4
 SLOW_SAVE = 1.0       # seconds: how long rank 0's first torch.save after step CRASH_AT - 1 waits in the killed run
+# The collectives counted for the killed run's slow disk (`_train_runner`), where torch has them: those every rank
+# of the group must enter, in the same order, for any to return. Point-to-point sends and receives are not counted.
+COLLECTIVES = ("barrier", "monitored_barrier", "all_reduce", "broadcast", "reduce", "all_gather",
+               "all_gather_into_tensor", "reduce_scatter", "reduce_scatter_tensor", "gather", "scatter", "all_to_all",
+               "all_to_all_single", "all_gather_object", "broadcast_object_list", "gather_object",
+               "scatter_object_list")
 _CONTENT = 4096       # the bytes kept of a file the restart reads: a pointer's content, a checkpoint's start
 
 
@@ -106,6 +117,40 @@ class _Apart(BaseException):
 
 
 KILLED, STOPPED_SAVING = "rank-1-killed", "rank-0-stopped-saving"   # the killed run's marks (`_train_runner`)
+WAITS = "rank-1-waits-in-collective-"   # + n: rank 1 entered its n-th counted collective after step CRASH_AT - 1
+
+
+def _rank_1_waits_beyond(marks: str, entered: int) -> bool:
+    """Whether rank 1 left a WAITS mark for a collective past the `entered` calls rank 0 has made: one that rank 0
+    has not yet entered, so rank 1 cannot return from it while rank 0 is saving."""
+    return any(name.startswith(WAITS) and int(name[len(WAITS):]) > entered for name in os.listdir(marks))
+
+
+def _counting(original, collectives: dict, on_entry):
+    """torch.distributed's collective `original`, counting its outermost calls in `collectives` ("entered"; "other
+    group" set where a call names a group other than the default one) and calling on_entry(n, async_op) with the
+    n-th call's number before it runs. Calls made inside another counted call (all_gather_object's all_gather) are
+    not counted again."""
+    signature = inspect.signature(original)
+
+    @functools.wraps(original)
+    def call_it(*args, **kwargs):
+        if collectives["depth"]:
+            return original(*args, **kwargs)
+        try:
+            arguments = signature.bind(*args, **kwargs).arguments
+        except TypeError:
+            return original(*args, **kwargs)   # torch says what was wrong
+        if arguments.get("group") not in (None, dist.group.WORLD):
+            collectives["other group"] = True
+        collectives["entered"] += 1
+        on_entry(collectives["entered"], bool(arguments.get("async_op")))
+        collectives["depth"] += 1
+        try:
+            return original(*args, **kwargs)
+        finally:
+            collectives["depth"] -= 1
+    return call_it
 
 
 def _mark(folder: str, name: str, text: str = "") -> None:
@@ -139,13 +184,24 @@ def _train_runner(rank: int, train, directory: str, total_steps: int, crash_at: 
     In the killed run (`marks`: a folder of the check's own, outside `directory`) rank 0's disk is slow once: its
     first torch.save into a file after step crash_at - 1 waits up to SLOW_SAVE s, and where rank 1 meanwhile reached
     step crash_at and was killed (it leaves the file KILLED in `marks`), rank 0 dies before the write, as torchrun,
-    stopping every rank, would stop it mid-save (it leaves STOPPED_SAVING first, holding the file's name)."""
+    stopping every rank, would stop it mid-save (it leaves STOPPED_SAVING first, holding the file's name). The wait
+    ends, and the save goes on, where rank 1 entered a collective after step crash_at - 1 (leaving WAITS + its
+    number) that rank 0 has not entered: on the default group, not async, past rank 0's count (`_counting`). Rank 0's
+    calls all returned before its save, so that one needs rank 0's next call. Where either rank named another group,
+    the wait is not cut short."""
     records: list[dict] = []
     events: list[dict] = []
     call = {"call": 0, "before": 0}   # which call of train, and the records before it
     opened = weakref.WeakSet()        # the file objects open() opened for writing
 
     slow_write = {"due": marks is not None and rank == 0}
+    collectives = {"entered": 0, "depth": 0, "other group": False}
+
+    def waits(entered: int, async_op: bool) -> None:
+        """On rank 1 of the killed run, after step crash_at - 1: leave WAITS + the call's number in `marks`."""
+        if marks is not None and rank == 1 and len(records) == crash_at and not async_op \
+                and not collectives["other group"]:
+            _mark(marks, f"{WAITS}{entered}")
 
     def step_fn(step, model, optimizer, x, y):
         if crash_at is not None and rank == 1 and step == crash_at:
@@ -192,6 +248,8 @@ def _train_runner(rank: int, train, directory: str, total_steps: int, crash_at: 
             if os.path.exists(os.path.join(marks, KILLED)):
                 _mark(marks, STOPPED_SAVING, os.path.basename(path_of(f) or "?"))
                 os.kill(os.getpid(), signal.SIGKILL)
+            if not collectives["other group"] and _rank_1_waits_beyond(marks, collectives["entered"]):
+                return
             time.sleep(0.005)
 
     def recording_save(obj, f, *args, **kwargs):
@@ -256,6 +314,9 @@ def _train_runner(rank: int, train, directory: str, total_steps: int, crash_at: 
             note("read", file)
         return handle
 
+    originals = {name: getattr(dist, name) for name in COLLECTIVES if hasattr(dist, name)}
+    for name, original in originals.items():
+        setattr(dist, name, _counting(original, collectives, waits))
     torch.save, os.replace, os.rename = recording_save, renaming(replace), renaming(rename)
     os.readlink, os.path.realpath = resolving(readlink), resolving(realpath)
     builtins.open = io.open = watching_open
@@ -270,6 +331,8 @@ def _train_runner(rank: int, train, directory: str, total_steps: int, crash_at: 
         except _Apart as apart:
             return {"records": records, "events": events, "stopped": False, "starts": apart.starts}
     finally:
+        for name, original in originals.items():
+            setattr(dist, name, original)
         torch.save, os.replace, os.rename = save, replace, rename
         os.readlink, os.path.realpath = readlink, realpath
         builtins.open = io.open = opening
