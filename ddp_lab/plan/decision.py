@@ -12,6 +12,7 @@ from __future__ import annotations
 from ddp_lab.course.plan import multi_token, sliding_window
 from ddp_lab.course.plan.experts import dispatch_crosses_nodes
 from ddp_lab.course.plan.search import percent_text
+from ddp_lab.plan import held_out
 
 GB = 1e9
 
@@ -136,7 +137,8 @@ def model_text(model, seq_source: str | None = None) -> str:
 
 
 def assumptions_text(plans, chosen: bool, expert_imbalance: float = 1.0) -> str:
-    """What the numbers above rest on: the micro-batch and recomputation, the routing, what memory leaves out.
+    """What the numbers above rest on: the micro-batch and recomputation, the routing, host-side time (fine-grained
+    MoE), what memory leaves out.
 
     `chosen`: True when a search chose the micro-batch and recomputation (each row shows its own),
     False for one plan given by the flags (its values, and the flags that change them). `expert_imbalance`: the
@@ -163,6 +165,11 @@ def assumptions_text(plans, chosen: bool, expert_imbalance: float = 1.0) -> str:
         else:
             parts.append("balanced routing: each expert gets its share of the tokens (no capacity padding, no "
                          "dropped tokens; --expert-imbalance says how uneven it is)")
+        if "moe-fine" in held_out.plan_families(plan.model, plan.cluster, plan.strategy):
+            parts.append("the GPU never waits for the CPU's kernel launches (host-side time is not counted; a "
+                         "fine-grained MoE's many small kernels can make it wait: Megatron-LM's Qwen3-30B-A3B on 16 "
+                         f"GB200s ran {held_out.whole_step_graph_gain():.0%} faster with the whole step in CUDA graphs "
+                         "than with part of each layer, where the planner gives both one figure)")
         crossing = [p.strategy.moe_dispatch for p in plans if dispatch_crosses_nodes(p.cluster, p.strategy)]
         if crossing:
             parts.append({"all-to-all": "tokens reach experts on other nodes by NCCL's all-to-all, a copy per "
