@@ -19,8 +19,10 @@ from pathlib import Path
 import pytest
 
 from ddp_lab.course.plan import sliding_window
+from ddp_lab.course.plan.experts import MoE
 from ddp_lab.course.plan.hf_config import transformer_from_hf_config
 from ddp_lab.course.plan.model import Transformer
+from ddp_lab.plan import held_aside_runs, held_out_runs
 from ddp_lab.plan.cli import main
 from ddp_lab.plan.decision import model_text
 from ddp_lab.plan.model_files import read_hf_config
@@ -72,13 +74,24 @@ def test_llama3_8b_and_mixtral_within_one_percent():
 
 
 def test_the_presets_are_their_config_files_exactly():
-    """The Llama 3 8B, Mixtral, DeepSeekMoE and DeepSeek-V3 presets cite these config.json files: the same shape, the
-    same count."""
+    """The Llama 3 8B, Mixtral, DeepSeekMoE, DeepSeek-V3 and Qwen3-30B-A3B presets cite these config.json files: the
+    same shape, the same count. Qwen3-235B-A22B, whose file is not kept here, is Qwen3-30B-A3B's family at the sizes
+    its preset's comment gives: the model card's 235B total and 22B activated, and the shape the held-out runs of
+    it were planned with."""
     for name, preset in (("Meta-Llama-3-8B", "llama3-8b"), ("Mixtral-8x7B-v0.1", "mixtral-8x7b"),
                          ("deepseek-moe-16b-base", "deepseek-moe-16b")):
         assert model(name).with_(name=preset) == Transformer.preset(preset), name
     v3 = transformer_from_hf_config(config("DeepSeek-R1"), name="deepseek-v3", seq_len=4096)   # its 4K pre-training
     assert v3 == Transformer.preset("deepseek-v3")
+    qwen3 = model("Qwen3-30B-A3B", seq_len=4096).with_(name="qwen3-30b-a3b")    # its pre-training length, not 40,960
+    assert qwen3 == Transformer.preset("qwen3-30b-a3b")
+    large = Transformer.preset("qwen3-235b-a22b")
+    assert within_last_digit(large.parameters(), "235") and within_last_digit(large.active_parameters(), "22")
+    assert dataclasses.replace(qwen3, name=large.name, layers=94, hidden=4096, heads=64, ffn=12288,
+                               moe=dataclasses.replace(qwen3.moe, expert_ffn=1536)) == large
+    for shape, preset in ((held_out_runs.QWEN3_30B_A3B, qwen3), (held_aside_runs.QWEN3_235B_A22B, large)):
+        written = {**shape, "moe": MoE(**shape["moe"])}
+        assert Transformer(**written) == preset, preset.name
 
 
 def test_what_each_family_builds_beyond_its_keys():

@@ -313,8 +313,15 @@ PRESETS: dict[str, Transformer] = {
                            head_size=64, bias=True, window=128, windowed_layers=12),
     "gpt-oss-120b": replace(_mixture("gpt-oss-120b", 36, 2880, 64, 8, 2880, 201088, 4096, MoE(128, 4, 2880)),
                             head_size=64, bias=True, window=128, windowed_layers=18),
-    # Qwen3-30B-A3B (32 heads of 128 on a hidden size of 2048, a norm on every query and key head) is read from
-    # its config.json (hf_config.py: head_size, qk_norm).
+    # Qwen3-30B-A3B / -235B-A22B (Qwen Team 2025, arXiv:2505.09388; config.json of Qwen/Qwen3-30B-A3B and
+    # -235B-A22B: 48 / 94 layers, hidden 2048 / 4096, 32 / 64 query heads of 128 (head_dim) and 4 kv heads, a norm
+    # on each query and key head, 128 experts of 768 / 1536 in every layer, 8 per token, no shared expert, vocab
+    # 151936, embeddings not tied; pre-trained on 4,096-token sequences before its long-context stage): 30.5B /
+    # 235.1B total, 3.35B / 22.2B active (the model cards' 30.5B and 3.3B, 235B and 22B)
+    "qwen3-30b-a3b": replace(_mixture("qwen3-30b-a3b", 48, 2048, 32, 4, 6144, 151936, 4096, MoE(128, 8, 768)),
+                             head_size=128, qk_norm=True),
+    "qwen3-235b-a22b": replace(_mixture("qwen3-235b-a22b", 94, 4096, 64, 4, 12288, 151936, 4096,
+                                        MoE(128, 8, 1536)), head_size=128, qk_norm=True),
     # Megatron-LM weak-scaling models (Narayanan et al. 2021, Table 1)
     "megatron-1.7b": _megatron("megatron-1.7b", 24, 2304, 24),
     "megatron-18b": _megatron("megatron-18b", 40, 6144, 48),
