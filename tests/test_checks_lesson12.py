@@ -14,6 +14,8 @@ import math
 import os
 import shutil
 import tempfile
+import threading
+import time
 
 import pytest
 import torch
@@ -545,6 +547,20 @@ def rank_zero_saves_for_everyone_without_a_barrier(rank, directory, total_steps,
     _restartable(rank, directory, total_steps, step_fn, shared=True, barrier=None)
 
 
+def _save_in_a_thread(state, path):
+    """atomic_save started on a thread of its own and not waited for; on rank 0, after step 10, other work (a slow
+    log line) follows, longer than STILL_WAITING: rank 1 waits that long in its barrier while rank 0's save runs."""
+    threading.Thread(target=atomic_save, args=(state, path)).start()
+    if dist.get_rank() == 0 and state["step"] == lesson12.CRASH_AT:
+        time.sleep(3 * lesson12.STILL_WAITING)
+
+
+def saves_in_a_thread_it_does_not_wait_for(rank, directory, total_steps, step_fn):
+    """The barrier after the save, but the save runs on a thread nobody joins: the barrier waits for no checkpoint.
+    Rank 0's main thread reaches its barrier while the save is still writing, so rank 1 goes on."""
+    _restartable(rank, directory, total_steps, step_fn, write=_save_in_a_thread)
+
+
 def rank_zero_waits_before_saving_rank_one_after(rank, directory, total_steps, step_fn):
     """One barrier a step on every rank, but rank 0's comes before its save: rank 1's barrier after its own save
     pairs with it, and rank 1 goes on while rank 0 saves. Rank 1 waits in a collective during rank 0's slow save,
@@ -554,7 +570,8 @@ def rank_zero_waits_before_saving_rank_one_after(rank, directory, total_steps, s
 
 @pytest.mark.parametrize("answer", [saves_without_a_barrier, waits_before_saving,
                                     rank_zero_saves_for_everyone_without_a_barrier,
-                                    rank_zero_waits_before_saving_rank_one_after])
+                                    rank_zero_waits_before_saving_rank_one_after,
+                                    saves_in_a_thread_it_does_not_wait_for])
 def test_names_a_rank_that_goes_on_before_every_checkpoint_is_complete(answer):
     # rank 0's save after step 10 is slow; rank 1 starts step 11 meanwhile and is killed, so rank 0 dies mid-save
     with pytest.raises(CheckFailed, match=r"(?s)^rank 1 was killed at the start of step 11 while rank 0 was still "
@@ -564,27 +581,43 @@ def test_names_a_rank_that_goes_on_before_every_checkpoint_is_complete(answer):
 
 
 def _count_collectives(rank):
-    """On each rank: the outermost collective calls `_counting` counts, with what it passes to on_entry."""
-    collectives, entries = {"entered": 0, "depth": 0, "other group": False}, []
+    """On each rank: the collective calls `_counting` numbers, with what it passes to on_entry and on_exit."""
+    collectives, seen = {"entered": 0, "lock": threading.Lock(), "other group": False}, []
     barrier, all_gather_object = (lesson12._counting(getattr(dist, name), collectives,
-                                                     lambda n, async_op: entries.append((n, async_op)))
+                                                     lambda n, async_op: seen.append(("in", n, async_op)),
+                                                     lambda n: seen.append(("out", n)))
                                   for name in ("barrier", "all_gather_object"))
     barrier()
     gathered = [None, None]
-    all_gather_object(gathered, rank)   # runs all_gather and others inside: counted once
+    all_gather_object(gathered, rank)   # its inner collectives are torch's own functions: one call here
     barrier(async_op=True).wait()
     default_group_only = not collectives["other group"]
     barrier(group=dist.new_group([0, 1]))
-    return entries, default_group_only, collectives["other group"], gathered
+    return seen, default_group_only, collectives["other group"], gathered
 
 
-def test_the_slow_disk_counts_each_outermost_collective_and_notes_another_group():
+def test_the_slow_disk_numbers_each_collective_call_and_notes_another_group():
     # the killed run's slow save ends early only where rank 1 waits in a collective rank 0 has not entered yet:
-    # that needs both ranks' counts to agree call for call (test_names_a_rank_that_goes_on_... checks the rule)
-    for entries, default_group_only, other_group, gathered in launch(_count_collectives, nprocs=2, backend="gloo",
-                                                                      timeout=30):
-        assert entries == [(1, False), (2, False), (3, True), (4, False)]
+    # that needs both ranks' numbers to agree call for call (test_names_a_rank_that_goes_on_... checks the rule)
+    for seen, default_group_only, other_group, gathered in launch(_count_collectives, nprocs=2, backend="gloo",
+                                                                   timeout=30):
+        assert seen == [("in", 1, False), ("out", 1), ("in", 2, False), ("out", 2), ("in", 3, True), ("out", 3),
+                        ("in", 4, False), ("out", 4)]
         assert default_group_only and other_group and gathered == [0, 1]
+
+
+def test_a_right_answers_slow_save_goes_on_once_rank_1_waits_in_its_barrier():
+    # what makes a right answer's check quick: rank 0's save did not wait SLOW_SAVE s, because rank 1 waited in its
+    # barrier after the save (its call number past rank 0's count, with no LEFT mark) for STILL_WAITING s
+    with tempfile.TemporaryDirectory() as root:
+        killed, marks = os.path.join(root, "killed"), os.path.join(root, "marks")
+        os.makedirs(killed), os.makedirs(marks)
+        lesson12._killed_run(train, killed, marks, 30, "train")
+        with open(os.path.join(marks, lesson12.WENT_ON)) as went_on:
+            number = went_on.read()
+        names = os.listdir(marks)
+        assert f"{lesson12.WAITS}{number}" in names and lesson12.KILLED in names
+        assert lesson12.STOPPED_SAVING not in names
 
 
 _SAVE_AS_IMPORTED = torch.save   # the function itself: a call through this name is not one the check sees

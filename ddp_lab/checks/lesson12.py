@@ -12,10 +12,10 @@ uninterrupted. In the killed run rank 0's first torch.save into a file after ste
 waits up to SLOW_SAVE seconds, a slow disk: where rank 1 meanwhile starts step CRASH_AT (no barrier after
 the save, or one before it) and is killed, rank 0 dies before that write, as torchrun stopping
 every rank would stop it mid-save, and the answer is told to wait for every rank's save. The wait ends
-early where rank 1 is blocked in a collective that only rank 0's next one can complete (rank 1 waits in its n-th
-collective call of torch.distributed, on the default group and not async, while rank 0 has made fewer than n: its
-barrier after the save, say), since rank 1 cannot then start step CRASH_AT before the save is done. The
-restarted run is stopped a second time, on both ranks at the start of step RESTART_AT (an
+early where rank 1 has stayed STILL_WAITING seconds in a collective that only rank 0's next call can complete (its
+n-th call of torch.distributed's collectives, on the default group and not async, while rank 0, saving on its only
+thread, has made fewer than n: its barrier after the save, say), since rank 1 cannot then start step CRASH_AT
+before the save is done; both ranks are taken to make the same calls in the same order. The restarted run is stopped a second time, on both ranks at the start of step RESTART_AT (an
 exception out of step_fn, so nothing after the step's start runs), and its train called
 again in the same folder: a resume at a step number written in the code (`step = 11`)
 resumes right once only. The first record of the resumed run that differs from
@@ -62,6 +62,7 @@ import re
 import signal
 import sys
 import tempfile
+import threading
 import time
 import weakref
 from collections import Counter
@@ -118,38 +119,43 @@ class _Apart(BaseException):
 
 KILLED, STOPPED_SAVING = "rank-1-killed", "rank-0-stopped-saving"   # the killed run's marks (`_train_runner`)
 WAITS = "rank-1-waits-in-collective-"   # + n: rank 1 entered its n-th counted collective after step CRASH_AT - 1
+LEFT = "rank-1-left-collective-"        # + n: that call returned or raised
+WENT_ON = "rank-0-saved-while-rank-1-waited"   # rank 0's slow save went on early, holding rank 1's call's number
+STILL_WAITING = 0.1   # seconds rank 1 must stay in such a call before rank 0's slow save goes on
 
 
-def _rank_1_waits_beyond(marks: str, entered: int) -> bool:
-    """Whether rank 1 left a WAITS mark for a collective past the `entered` calls rank 0 has made: one that rank 0
-    has not yet entered, so rank 1 cannot return from it while rank 0 is saving."""
-    return any(name.startswith(WAITS) and int(name[len(WAITS):]) > entered for name in os.listdir(marks))
+def _rank_1_waits_beyond(marks: str, entered: int) -> int | None:
+    """The number of the collective rank 1 is in (a WAITS mark without its LEFT mark) where it is past the `entered`
+    calls rank 0 has made, one that rank 0 has not entered yet; else None."""
+    names = set(os.listdir(marks))
+    waiting = [int(name[len(WAITS):]) for name in names
+               if name.startswith(WAITS) and LEFT + name[len(WAITS):] not in names]
+    return max((n for n in waiting if n > entered), default=None)
 
 
-def _counting(original, collectives: dict, on_entry):
-    """torch.distributed's collective `original`, counting its outermost calls in `collectives` ("entered"; "other
-    group" set where a call names a group other than the default one) and calling on_entry(n, async_op) with the
-    n-th call's number before it runs. Calls made inside another counted call (all_gather_object's all_gather) are
-    not counted again."""
+def _counting(original, collectives: dict, on_entry, on_exit):
+    """torch.distributed's collective `original`, numbering its calls in `collectives` ("entered", under "lock";
+    "other group" set where a call names a group other than the default one): on_entry(n, async_op) before the n-th
+    call runs, on_exit(n) once it returned or raised. The object collectives' inner collectives are torch's own
+    module-level functions, not these attributes: each call of all_gather_object is one call here."""
     signature = inspect.signature(original)
 
     @functools.wraps(original)
     def call_it(*args, **kwargs):
-        if collectives["depth"]:
-            return original(*args, **kwargs)
         try:
             arguments = signature.bind(*args, **kwargs).arguments
         except TypeError:
             return original(*args, **kwargs)   # torch says what was wrong
-        if arguments.get("group") not in (None, dist.group.WORLD):
-            collectives["other group"] = True
-        collectives["entered"] += 1
-        on_entry(collectives["entered"], bool(arguments.get("async_op")))
-        collectives["depth"] += 1
+        with collectives["lock"]:
+            if arguments.get("group") not in (None, dist.group.WORLD):
+                collectives["other group"] = True
+            collectives["entered"] += 1
+            number = collectives["entered"]
+        on_entry(number, bool(arguments.get("async_op")))
         try:
             return original(*args, **kwargs)
         finally:
-            collectives["depth"] -= 1
+            on_exit(number)
     return call_it
 
 
@@ -185,23 +191,33 @@ def _train_runner(rank: int, train, directory: str, total_steps: int, crash_at: 
     first torch.save into a file after step crash_at - 1 waits up to SLOW_SAVE s, and where rank 1 meanwhile reached
     step crash_at and was killed (it leaves the file KILLED in `marks`), rank 0 dies before the write, as torchrun,
     stopping every rank, would stop it mid-save (it leaves STOPPED_SAVING first, holding the file's name). The wait
-    ends, and the save goes on, where rank 1 entered a collective after step crash_at - 1 (leaving WAITS + its
-    number) that rank 0 has not entered: on the default group, not async, past rank 0's count (`_counting`). Rank 0's
-    calls all returned before its save, so that one needs rank 0's next call. Where either rank named another group,
-    the wait is not cut short."""
+    ends, and the save goes on (leaving WENT_ON), where rank 1 has stayed STILL_WAITING s in a collective it entered
+    from its main thread after step crash_at - 1 (WAITS + its number, and no LEFT + that number) past rank 0's count
+    of calls (`_counting`), on the default group, not async. Rank 0 saves on its main thread, its only thread, so
+    every call it made returned before the save: that one waits for rank 0's next call, and rank 1 cannot start step
+    crash_at before the save is done. This holds where both ranks make the same calls in the same order (collectives
+    called through other names are not counted). Where either rank named another group, or rank 0 saves on another
+    thread or beside one, the wait is not cut short."""
     records: list[dict] = []
     events: list[dict] = []
     call = {"call": 0, "before": 0}   # which call of train, and the records before it
     opened = weakref.WeakSet()        # the file objects open() opened for writing
 
     slow_write = {"due": marks is not None and rank == 0}
-    collectives = {"entered": 0, "depth": 0, "other group": False}
+    collectives = {"entered": 0, "lock": threading.Lock(), "other group": False, "marked": set()}
 
-    def waits(entered: int, async_op: bool) -> None:
-        """On rank 1 of the killed run, after step crash_at - 1: leave WAITS + the call's number in `marks`."""
+    def waits(number: int, async_op: bool) -> None:
+        """On rank 1 of the killed run, after step crash_at - 1, in its main thread: leave WAITS + the call's number
+        in `marks`."""
         if marks is not None and rank == 1 and len(records) == crash_at and not async_op \
-                and not collectives["other group"]:
-            _mark(marks, f"{WAITS}{entered}")
+                and not collectives["other group"] and threading.current_thread() is threading.main_thread():
+            collectives["marked"].add(number)
+            _mark(marks, f"{WAITS}{number}")
+
+    def leaves(number: int) -> None:
+        """Rank 1's marked call `number` returned or raised: leave LEFT + its number."""
+        if number in collectives["marked"]:
+            _mark(marks, f"{LEFT}{number}")
 
     def step_fn(step, model, optimizer, x, y):
         if crash_at is not None and rank == 1 and step == crash_at:
@@ -244,11 +260,17 @@ def _train_runner(rank: int, train, directory: str, total_steps: int, crash_at: 
             return
         slow_write["due"] = False
         deadline = time.monotonic() + SLOW_SAVE
+        seen = None   # (the number of the call rank 1 waits in, since when)
         while time.monotonic() < deadline:
             if os.path.exists(os.path.join(marks, KILLED)):
                 _mark(marks, STOPPED_SAVING, os.path.basename(path_of(f) or "?"))
                 os.kill(os.getpid(), signal.SIGKILL)
-            if not collectives["other group"] and _rank_1_waits_beyond(marks, collectives["entered"]):
+            alone = threading.current_thread() is threading.main_thread() and threading.active_count() == 1
+            waiting = _rank_1_waits_beyond(marks, collectives["entered"]) \
+                if alone and not collectives["other group"] else None
+            seen = None if waiting is None else seen if seen and seen[0] == waiting else (waiting, time.monotonic())
+            if seen and time.monotonic() - seen[1] >= STILL_WAITING:
+                _mark(marks, WENT_ON, str(waiting))
                 return
             time.sleep(0.005)
 
@@ -316,7 +338,7 @@ def _train_runner(rank: int, train, directory: str, total_steps: int, crash_at: 
 
     originals = {name: getattr(dist, name) for name in COLLECTIVES if hasattr(dist, name)}
     for name, original in originals.items():
-        setattr(dist, name, _counting(original, collectives, waits))
+        setattr(dist, name, _counting(original, collectives, waits, leaves))
     torch.save, os.replace, os.rename = recording_save, renaming(replace), renaming(rename)
     os.readlink, os.path.realpath = resolving(readlink), resolving(realpath)
     builtins.open = io.open = watching_open

@@ -137,8 +137,8 @@ def model_text(model, seq_source: str | None = None) -> str:
 
 
 def assumptions_text(plans, chosen: bool, expert_imbalance: float = 1.0) -> str:
-    """What the numbers above rest on: the micro-batch and recomputation, the routing, host-side time (fine-grained
-    MoE), what memory leaves out.
+    """What the numbers above rest on: the micro-batch and recomputation, the routing, the stack's host-side time and
+    fusion (fine-grained MoE), what memory leaves out.
 
     `chosen`: True when a search chose the micro-batch and recomputation (each row shows its own),
     False for one plan given by the flags (its values, and the flags that change them). `expert_imbalance`: the
@@ -166,10 +166,11 @@ def assumptions_text(plans, chosen: bool, expert_imbalance: float = 1.0) -> str:
             parts.append("balanced routing: each expert gets its share of the tokens (no capacity padding, no "
                          "dropped tokens; --expert-imbalance says how uneven it is)")
         if "moe-fine" in held_out.plan_families(plan.model, plan.cluster, plan.strategy):
-            parts.append("the GPU never waits for the CPU's kernel launches (host-side time is not counted; a "
-                         "fine-grained MoE's many small kernels can make it wait: Megatron-LM's Qwen3-30B-A3B on 16 "
-                         f"GB200s ran {held_out.whole_step_graph_gain():.0%} faster with the whole step in CUDA graphs "
-                         "than with part of each layer, where the planner gives both one figure)")
+            parts.append("host-side time (the CPU launching kernels) and kernel fusion only as in the runs that set "
+                         "the matmul rate, which a fine-grained MoE's many small kernels make matter more: Megatron-LM's "
+                         f"two MXFP8 recipes of one Qwen3-30B-A3B layout on 16 GB200s ran {held_out.stack_gap():.0%} "
+                         "apart (the faster with the whole step in CUDA graphs, a fused grouped MLP and a paged stash), "
+                         "where the planner gives both one figure")
         crossing = [p.strategy.moe_dispatch for p in plans if dispatch_crosses_nodes(p.cluster, p.strategy)]
         if crossing:
             parts.append({"all-to-all": "tokens reach experts on other nodes by NCCL's all-to-all, a copy per "
