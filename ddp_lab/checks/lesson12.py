@@ -15,8 +15,9 @@ every rank would stop it mid-save, and the answer is told to wait for every rank
 early where rank 1 has stayed STILL_WAITING seconds in a collective that only rank 0's next call can complete (its
 n-th call of torch.distributed's collectives, on the default group and not async, while rank 0, saving on its only
 thread, has made fewer than n: its barrier after the save, say), since rank 1 cannot then start step CRASH_AT
-before the save is done; both ranks are taken to make the same calls in the same order. The restarted run is stopped a second time, on both ranks at the start of step RESTART_AT (an
-exception out of step_fn, so nothing after the step's start runs), and its train called
+before the save is done; both ranks are taken to make the same calls in the same order. The restarted run is
+stopped a second time, on both ranks at the start of step RESTART_AT (an exception out of step_fn, so nothing after
+the step's start runs), and its train called
 again in the same folder: a resume at a step number written in the code (`step = 11`)
 resumes right once only. The first record of the resumed run that differs from
 the uninterrupted run's names the piece of state the checkpoint lost; ranks that resume at
@@ -268,8 +269,11 @@ def _train_runner(rank: int, train, directory: str, total_steps: int, crash_at: 
             alone = threading.current_thread() is threading.main_thread() and threading.active_count() == 1
             waiting = _rank_1_waits_beyond(marks, collectives["entered"]) \
                 if alone and not collectives["other group"] else None
-            seen = None if waiting is None else seen if seen and seen[0] == waiting else (waiting, time.monotonic())
-            if seen and time.monotonic() - seen[1] >= STILL_WAITING:
+            if waiting is None:
+                seen = None
+            elif seen is None or seen[0] != waiting:
+                seen = (waiting, time.monotonic())
+            elif time.monotonic() - seen[1] >= STILL_WAITING:
                 _mark(marks, WENT_ON, str(waiting))
                 return
             time.sleep(0.005)
