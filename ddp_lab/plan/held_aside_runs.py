@@ -1,7 +1,7 @@
 """Published training runs kept aside while the planner is modelled: the held-aside set (held_out.py scores it).
 
 These runs come from sources that neither the planner's calibration set (published.py) nor the development runs
-(held_out_runs.py) use. They came in thirteen sets: FIRST_SET, predicted and looked at from 2026-11 to 2026-12-06, and
+(held_out_runs.py) use. They came in fourteen sets: FIRST_SET, predicted and looked at from 2026-11 to 2026-12-06, and
 SECOND_SET, chosen and written down on 2026-12-06 after the kernel rate (fit_to_run.at_kernel_rate) was added and
 before the planner predicted any of them; the first set's runs that the kernel rate changes are development runs
 since (held_out.py). THIRD_SET was written down after uneven stages under interleaving were modelled
@@ -27,7 +27,9 @@ datasheets, by the same rules, before it predicted any of its runs; a review fou
 THIRTEENTH_SET (the MoE recipe index of Megatron-LM's dev branch, examples/moe_recipes: Qwen3-30B-A3B,
 Qwen3-235B-A22B and DeepSeek-V3 from H100s to GB300s, BF16 and MXFP8) was written down after a search for MoE runs
 from sources not used yet, before the planner predicted any of its runs; its figures are Megatron's TFLOP/s,
-turned into tokens per second with the FLOP count of the code that logs them.
+turned into tokens per second with the FLOP count of the code that logs them. FOURTEENTH_SET (MLPerf Training v5.0
+and v5.1's LLM pretraining submissions on H200s, by any submitter) was written down after the thirteenth set had been
+predicted, when no held-aside run was on H200s, before the planner predicted any of its runs.
 Every set was chosen and written down before the planner predicted any of its runs (but for the eighth set's H100
 run and the ninth set's Qwen3-30B-A3B run), and they are kept aside while it is modelled: their errors are looked
 at once, at the end (held_out.py says what moves a run to the development part).
@@ -188,6 +190,12 @@ Sources:
                 megatron/core/tokenizers of e5ad09802d for what the figure counts; the Qwen3-30B-A3B recipes were
                 added at 7b9593be8e (2026-05-28, PR #5012)
 
+    Fourteenth set:
+    mlperf-h200  mlcommons/training_results_v5.0 (commit 0fdc28f) and v5.1 (results commit 4da2d1c, repository HEAD
+                441d65f): the closed-division llama31_405b and llama31_8b submissions on H200s (Nebius on 64 and 128
+                nodes in v5.0, HPE on 8 nodes in v5.1), each with the config, config_common*.sh, conf/custom.yaml,
+                pretrain.py and Dockerfile of its implementation folder, its systems/<system>.json and its result log
+
 Which rows: all three of NVIDIA's MLPerf Training v4.0 GPT-3 submissions, each its result_0.txt (the first of its
 runs): the tokens of all its training blocks over their summed durations (block_start to block_stop; the
 evaluations between them left out), the global batch and gradient accumulation as the log states them;
@@ -257,6 +265,17 @@ Which columns: of each dgxc table, its smallest GPU count and, where the table r
 its weak scaling; MaxText's 2,048-GPU columns, HSDP, added once the planner modelled it and before they were
 predicted); of the GB200 tables, which stop at 512, the smallest. A column whose configuration (model, GPU, parallel
 sizes, precision) held_out_runs.RUNS already has is not repeated.
+
+Fourteenth set: every closed-division LLM pretraining submission (llama31_8b, llama31_405b) on H200 GPUs in MLPerf
+Training v5.0 and v5.1, by any submitter, found by every results folder of those two benchmarks and by every
+systems/*.json whose accelerator is an H200: Nebius's 405B on 64 and 128 nodes in v5.0 and HPE's 8B on 8 nodes in
+v5.1, each log read as the third set read v5.0's 405B logs and as the v5.1 8B entries read theirs. None of these
+folders has a result_0.txt: each numbers its logs from 1, so its result_1.txt, the first of its runs, is read, as the
+fifth set read Cisco's. Left out: v5.1's two Nebius 405B submissions, which are v5.0's two published again (their logs
+are the same git blobs, the runs of 2025-04-30; their implementation folders are v5.0's file for file; their system
+descriptions differ only in name and a power note), as the second set left out v4.1's 11,616-GPU GPT-3 log. HPE's
+nodes carry both 400 Gb/s InfiniBand and 200 Gb/s Slingshot adapters, and which one NCCL ran on is not stated: the
+h200 preset's 400 Gb/s per GPU is planned, as the rules below take the GPU preset's links where a source gives none.
 
 Rules for what a source leaves unstated (as held_out_runs.py): NeMo's distributed optimizer is ZeRO-1; FSDP that
 does not reshard after forward is ZeRO-2, FSDP that does is ZeRO-3; a partial recomputation is planned as the
@@ -1918,5 +1937,96 @@ THIRTEENTH_SET: list[HeldOutRun] = [
 # GB200 MXFP8 partial CG 876.2, GB300 full CG 1396.1 (and the left-out GB200 full CG 1208.3, FP8
 # blockwise 242.9).
 
+# ---- the fourteenth set: written down before the planner predicted any of them (module docstring) -------------
+# ---- sources and what they leave unstated ------------------------------------------------------------------------
+MLPERF50_H200 = ("mlcommons/training_results_v5.0 Nebius/results/{}/llama31_405b/result_1.txt (commit 0fdc28f, "
+                 "2025-05-30, the repository's one commit; the folder's first log, it has no result_0): the training "
+                 "blocks' tokens over their summed durations")
+MLPERF50_H200_NOTE = (
+    "; the implementation is NVIDIA's v5.0 llama31_405b one file for file (Dockerfile, conf/custom.yaml, "
+    "pretrain.py and conf/tp_overlap/h100tp4mbs1.yaml the same git blobs as NVIDIA/benchmarks/llama31_405b/"
+    "implementations/eos-dfw_n64_ngc25.01_nemo's; config_common.sh differs only in leaving NCCL_NVLS_ENABLE=0 "
+    "commented out, the README exporting NCCL_NVLS_ENABLE=1: NVLink SHARP, not modelled): NeMo v2.2.0, Megatron-Core "
+    "core_r0.11.0, PyTorch 25.01 (Dockerfile); ASYM_PP_EMBED=True and ASYM_PP_LOSS=True (the embedding and the loss "
+    "each counted as a layer: 128 slots over 8 x 8 virtual stages of 2, so the first and the last virtual stage "
+    "build 1 layer, the other 62 build 2: first/last_stage_layers 1); Megatron's distributed optimizer (ZeRO-1) "
+    "with overlapped gradient reduce and parameter gather (also with the optimizer step), gradients reduced in bf16 "
+    "(grad_reduce_in_fp32=False), FP8 parameters and their gather (FP8_PARAMS: not modelled), DDP buckets of "
+    "134,217,728 (the log's DistributedDataParallelConfig; the dump's bucket_size 200: not modelled); FP8 = "
+    "Transformer Engine delayed per-tensor scaling (FP8=True, FP8_HYBRID unset: E4M3 forward and backward, amax "
+    "history 1, most_recent; the log: fp8_recipe delayed, {'fp8': 'e4m3'}): the planner's FP8; no recomputation "
+    "(ACT_CKPT_* unset); no CUDA graphs (MCORE_CUDA_GRAPH, LAYER_CUDA_GRAPH unset); sequence parallelism "
+    "(SEQ_PARALLEL default True) and userbuffers TP overlap (TP_COMM_OVERLAP=True; conf/tp_overlap/h100tp4mbs1.yaml "
+    "by custom.yaml's ${GPU_ARCH,h}100tp4mbs1, GPU_ARCH unset; its proj_fprop atomic GEMM: not modelled); pipeline "
+    "send/receive overlapped (overlap_p2p_comm); the embedding's weight gradients deferred (WGRAD_DEFERRAL_LIMIT 50: "
+    "not modelled); attention: Transformer Engine's, context parallelism its own; the vocabulary padded to 32,256 "
+    "(the log; padding not modelled); the log's configuration dump gives the same layout; H200-SXM5-141GB nodes "
+    "(systems/{system}.json: 8 per node, NVLink Gen4 900 GB/s + NVSwitch Gen3, 8 x ConnectX-7 IB NDR 400 Gb/s): the "
+    "h200 preset's links (8 GPUs per node, 400 Gb/s per GPU across nodes)")
+
+MLPERF51_H200 = ("mlcommons/training_results_v5.1 HPE/results/HPE-Cray-XD670-H200-SXM5-141GB_n8_25.09/llama31_8b/"
+                 "result_1.txt (commit 4da2d1c, 2025-11-05; repository HEAD 441d65f; the folder's first log, it has "
+                 "no result_0): the training blocks' tokens over their summed durations")
+MLPERF51_H200_NOTE = (
+    "HPE/benchmarks/llama3_8b/implementations/nemo-x86_64/config_XD670_8x8x1xtp1pp1cp2_8b.sh (no README-<system>.md; "
+    "the implementation's README.md names only NVIDIA's example configs and the naming rule config_<SYSTEM>_<NODES>x"
+    "<GPUS/NODE>x<BATCH/GPU>xtpXppYcpZ.sh, by which this is the folder's one 8-node config; the log's DLPAL line names "
+    "XD670_8x8x1xtp1pp1cp2_8b-trial), with config_common.sh, config_common_8b.sh, config_common_cg.sh and "
+    "config_common_fp8attn.sh: TP 1 (no sequence parallelism, no TP overlap), PP 1, CP 2, micro-batch 1, MINIBS 1 "
+    "(GBS 1 x 64 // 2 = 32, gradient accumulation 1, as the log states); where the stored files and the log's "
+    "configuration dump disagree the dump, the run's own record, is taken: the stored config_common_fp8attn.sh sets "
+    "FP8_DPA=True, but the run's dump has no fp8_dot_product_attention key and its model config prints "
+    "fp8_dot_product_attention=False (attention in bf16, as the planner's), and no fused_single_qkv_rope, fp4 or "
+    "fp4_recipe key (the stored conf/custom.yaml is later than the run's); Megatron's distributed optimizer (ZeRO-1) "
+    "with overlapped gradient reduce and parameter gather, gradients reduced in bf16 (grad_reduce_in_fp32=False), "
+    "FP8 parameters and their gather (fp8_param=True, fp8_param_gather: not modelled), DDP buckets of 134,217,728 "
+    "(the log; not modelled); FP8 = Transformer Engine's 'tensorwise' recipe (per-tensor current scaling, HYBRID "
+    "format: FP8_RECIPE, FP8_HYBRID): the planner's FP8; no recomputation (ACT_CKPT_* unset; recompute_granularity "
+    "None); full-iteration CUDA graphs (FULL_CUDA_GRAPH=1, MCORE_CUDA_GRAPH=1: cuda_graph_scope full_iteration), TE's "
+    "op fuser (USE_TE_OPS=True), TE cross-entropy fusion and NVIDIA's TP-PP-DP rank mapping (TP_PP_DP_MAPPING=True) "
+    "(not modelled); 32 layers, hidden 4,096, FFN 14,336, 32 heads, 8 query groups, vocabulary 128,256 unpadded, "
+    "sequence 8,192 (the log): the llama3-8b preset; image nvcr.io/nvidia/pytorch:25.08-py3 with Transformer Engine "
+    "c47f329, NeMo eddf23f and Megatron-Core 4cd81e8 (the stored Dockerfile; the log's container is dated "
+    "2025-09-08); 24 blocks of 256 steps (VAL_CHECK_INTERVAL 256), the first 89.3 s, the rest 90.5-90.7 s; HPE Cray "
+    "XD670 nodes (systems/HPE-Cray-XD670-H200-SXM5-141GB_n8_25.09.json: 8 H200-SXM5-141GB, 8x 4th Gen NVLink 900 "
+    "GB/s, 8x InfiniBand NDR/Ethernet 400Gb adapters beside 8x Slingshot 200Gb Ethernet NICs, which fabric NCCL ran "
+    "on not stated): the h200 preset's links (8 GPUs per node, 400 Gb/s per GPU across nodes)")
+
+FOURTEENTH_SET: list[HeldOutRun] = [
+    # ---- dense, H200, TP 4 x PP 8 (interleaved 8, uneven ends) x CP 2, FP8 (MLPerf Training v5.0, Nebius) ----------
+    *[HeldOutRun(f"MLPerf v5.0 Llama 3.1 405B TP 4 x PP 8 x CP 2, {gpus:,} H200s, FP8 (Nebius)",
+                 MLPERF50_H200.format(system) + f"; {gpus:,} GPUs, GBS {gbs:,}",
+                 MLPERF_LLAMA31_405B,
+                 dict(dp=dp, tp=4, pp=8, cp=2, micro_batch=1, grad_accum=grad_accum, schedule="interleaved",
+                      virtual_stages=8, first_stage_layers=1, last_stage_layers=1, precision="fp8", **TP_OVERLAP,
+                      **NEMO),
+                 "h200", "tokens_per_gpu", _tokens_per_gpu(tokens / seconds, gpus),
+                 f"Nebius/benchmarks/llama31_405b/implementations/{system}/{config} (the config "
+                 f"README-{system}.md names): TP 4, PP 8, interleaved 8 (INTERLEAVED_PIPELINE=8), CP 2, micro-batch "
+                 f"1, MINIBS {grad_accum} (GBS = MINIBS x {gpus:,} // (4 x 8 x 2) = {gbs:,}, gradient accumulation "
+                 f"{grad_accum}, as the log states; the config's comment 'DGXNNODES*MINIBS/16' is TP 8's and gives "
+                 f"{gpus // 8 * grad_accum // 16:,}, not what ran); {blocks} blocks of {steps} steps "
+                 f"(val_check_interval {steps}), {spread}" + MLPERF50_H200_NOTE.replace("{system}", system))
+      for system, config, gpus, dp, grad_accum, gbs, blocks, steps, spread, tokens, seconds in (
+          ("nebius_soperator_8xH200_n64_ngc25.01_nemo", "config_DGXH200_64x8x144xtp4pp8cp2.sh", 512, 8, 144, 1152,
+           6, 40, "the first 2,035.8 s, the rest 1,997.9-2,016.5 s", 276_480 * 8192, 12056.695),
+          ("nebius_soperator_8xH200_n128_ngc25.01_nemo", "config_DGXH200_128x8x72xtp4pp8cp2.sh", 1024, 16, 72, 1152,
+           6, 40, "the first 1,047.2 s, the rest 1,013.8-1,021.9 s", 276_480 * 8192, 6134.562))],
+    # ---- dense, H200, CP 2, FP8 (MLPerf Training v5.1, HPE) ----------------------------------------------------------
+    HeldOutRun("MLPerf v5.1 Llama 3.1 8B CP 2, 64 H200s, FP8 (HPE)", MLPERF51_H200 + "; 64 GPUs, GBS 32",
+               _llama3("llama3-8b"),
+               dict(dp=32, cp=2, micro_batch=1, grad_accum=1, precision="fp8", **NEMO),
+               "h200", "tokens_per_gpu", _tokens_per_gpu(196_608 * 8192 / 2173.115, 64),
+               MLPERF51_H200_NOTE),
+]
+# The arithmetic (each block's duration is its block_stop less its block_start, in the log's time_ms):
+#   Nebius 512    6 blocks x 40 steps x GBS 1,152 = 276,480 sequences x 8,192 = 2,264,924,160 tokens over
+#                 12,056.695 s = 187,856.1 tokens/s = 366.91 per GPU
+#   Nebius 1,024  the same 276,480 sequences over 6,134.562 s = 369,207.2 tokens/s = 360.55 per GPU
+#   HPE 64        24 blocks x 256 steps x GBS 32 = 196,608 sequences x 8,192 = 1,610,612,736 tokens over
+#                 2,173.115 s = 741,153.9 tokens/s = 11,580.53 per GPU
+# (each total equals the log's run_stop samples_count: 276,480 and 196,608)
+
 RUNS: list[HeldOutRun] = (FIRST_SET + SECOND_SET + THIRD_SET + FOURTH_SET + FIFTH_SET + SIXTH_SET + SEVENTH_SET
-                          + EIGHTH_SET + NINTH_SET + TENTH_SET + ELEVENTH_SET + TWELFTH_SET + THIRTEENTH_SET)
+                          + EIGHTH_SET + NINTH_SET + TENTH_SET + ELEVENTH_SET + TWELFTH_SET + THIRTEENTH_SET
+                          + FOURTEENTH_SET)
