@@ -110,6 +110,9 @@ PREDICTED = {
     'Megatron-LM recipe Qwen3-235B-A22B EP 64, 128 GB300s, MXFP8, paged stash': 8480.2,
     'Megatron-LM recipe DeepSeek-V3 PP 8 x VP 2 x EP 32, 256 B200s, MXFP8': 2769.4,
     'Megatron-LM recipe DeepSeek-V3 PP 4 x VP 4 x EP 64, 256 GB300s, MXFP8': 4744.5,
+    'MLPerf v5.0 Llama 3.1 405B TP 4 x PP 8 x CP 2, 512 H200s, FP8 (Nebius)': 289.27,
+    'MLPerf v5.0 Llama 3.1 405B TP 4 x PP 8 x CP 2, 1,024 H200s, FP8 (Nebius)': 286.67,
+    'MLPerf v5.1 Llama 3.1 8B CP 2, 64 H200s, FP8 (HPE)': 10530.0,
 }
 
 
@@ -185,7 +188,7 @@ def test_the_planner_still_predicts_every_held_aside_run_as_it_did():
     made with those runs' errors in view moves them to the development part (held_out.py's rule); one decided
     without them (a mechanism found wrong on other models, from the frameworks' code) updates the pins here, in a
     commit that says so."""
-    assert set(PREDICTED) == ASIDE_NAMES and len(PREDICTED) == 77
+    assert set(PREDICTED) == ASIDE_NAMES and len(PREDICTED) == 80
     for run in RUNS:
         if run.name in ASIDE_NAMES:
             assert predict(run) == pytest.approx(PREDICTED[run.name], rel=1e-4), run.name
