@@ -276,7 +276,12 @@ def test_readme_quotes_the_held_out_medians(outcomes):
     aside, development = overall(outcomes, ASIDE), overall(outcomes, DEVELOPMENT)
     assert f"{aside['runs']} published runs" in bullet and f"median error {aside['median']:.1%}" in bullet
     assert f"{development['runs']} runs" in bullet and f"median error {development['median']:.1%}" in bullet
-    assert f"median error {held_out_fit.summary()['fitted']:.1%}" in bullet
+    fit = held_out_fit.summary()
+    assert f"median error {fit['fitted']:.1%}, against {fit['calibrated']:.1%} as planned" in bullet
+    later = held_out.ASIDE_NAMES - {run.name for run in held_aside_runs.FIRST_SET}
+    assert f"({len(later)} written down before it predicted any)" in bullet
+    h200 = min(r.error for r in outcomes if r.run.gpu == "h200" and r.split == ASIDE)
+    assert f"Llama 3.1 405B on H200s {h200:.0%}" in bullet
     for row in by_family(outcomes, ASIDE):
         if row.runs:
             assert f"{row.median:.1%}" in bullet, f"README's bullet lacks {FAMILIES[row.family]}'s {row.median:.1%}"
@@ -335,7 +340,7 @@ def test_a_plan_is_scored_on_the_runs_at_its_own_rate(outcomes):
     assert words == "at the calibrated rate"
     assert all(r.predicted == held_out.predict(r.run, kernel_rate=False) for r in calibrated[:5] if r.error is not None)
     kernel, words = held_out.at_plans_rate(at_kernel_rate(h100s))
-    assert words == "NVIDIA's stacks at the kernel rate" and [r.error for r in kernel] == [r.error for r in outcomes]
+    assert words == "NVIDIA's stacks at the kernel rate, other runs at the calibrated rate" and [r.error for r in kernel] == [r.error for r in outcomes]
     row = {name: next(r for r in by_family(o) if r.family == "dense-h100-tp") for name, o in
            (("calibrated", calibrated), ("kernel", kernel))}
     assert (round(row["kernel"].median, 3), round(row["calibrated"].median, 3)) == (0.075, 0.198)
@@ -580,6 +585,7 @@ def test_the_docs_give_the_fourteenth_sets_figures_as_the_code_computes_them(out
     names = [run.name for run in held_aside_runs.FOURTEENTH_SET]
     rows = [next(r for r in outcomes if r.run.name == name) for name in names]
     assert all(r.split == ASIDE and r.run.gpu == "h200" and not held_out.runs_at_kernel_rate(r.run) for r in rows)
+    assert all(r.error < 0 for r in rows)      # each faster than planned
     def percent(error):
         return f"{100 * error:+.1f} %".replace("-", "\N{MINUS SIGN}")
     calibrated = ", ".join(percent(r.error) for r in rows[:-1]) + f" and {percent(rows[-1].error)}"

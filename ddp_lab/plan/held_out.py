@@ -385,7 +385,7 @@ def at_plans_rate(cluster) -> tuple[list[Result], str]:
         'at the calibrated rate'
     """
     if is_at_kernel_rate(cluster):
-        return list(_results_at(None)), "NVIDIA's stacks at the kernel rate"
+        return list(_results_at(None)), "NVIDIA's stacks at the kernel rate, other runs at the calibrated rate"
     return list(_results_at(False)), AT_CALIBRATED_RATE
 
 
