@@ -1051,6 +1051,11 @@ SECOND_SET: list[HeldOutRun] = [
 # large_language_model_pretraining/nemo/README.md at 637c82f, 2025-03-18); NeMo pads it to a multiple of 128 x TP
 # (32,768; padding not modelled, as the other NeMo rows)
 MLPERF_LLAMA31_405B = _llama3("llama3-405b", vocab=32000)
+# The layout every MLPerf Llama 3.1 405B submission read here runs, beside its dp, tp and gradient accumulation:
+# PP 8 interleaved 8 with the embedding and the loss counted as a layer each (first/last_stage_layers 1), CP 2,
+# micro-batch 1, FP8, sequence parallelism with userbuffers TP overlap, NeMo's optimizer settings (MLPERF50_NOTE)
+MLPERF_405B_LAYOUT = dict(pp=8, cp=2, micro_batch=1, schedule="interleaved", virtual_stages=8, first_stage_layers=1,
+                          last_stage_layers=1, precision="fp8", **TP_OVERLAP, **NEMO)
 
 # ---- sources and what they leave unstated ------------------------------------------------------------------------
 MLPERF50 = ("mlcommons/training_results_v5.0 NVIDIA/results/{}/llama31_405b/result_0.txt (commit 0fdc28f, "
@@ -1078,9 +1083,7 @@ THIRD_SET: list[HeldOutRun] = [
     *[HeldOutRun(f"MLPerf v5.0 Llama 3.1 405B TP 8 x PP 8 x CP 2, {gpus:,} H100s, FP8", MLPERF50.format(system) +
                  f"; {gpus:,} GPUs, GBS {gbs:,}",
                  MLPERF_LLAMA31_405B,
-                 dict(dp=dp, tp=8, pp=8, cp=2, micro_batch=1, grad_accum=grad_accum, schedule="interleaved",
-                      virtual_stages=8, first_stage_layers=1, last_stage_layers=1, precision="fp8", **TP_OVERLAP,
-                      **NEMO),
+                 dict(dp=dp, tp=8, grad_accum=grad_accum, **MLPERF_405B_LAYOUT),
                  "h100-sxm", "tokens_per_gpu", _tokens_per_gpu(tokens / seconds, gpus),
                  f"NVIDIA/benchmarks/llama31_405b/implementations/{system}/{config} (the config "
                  f"README-{system}.md names): TP 8, PP 8, interleaved 8 (INTERLEAVED_PIPELINE=8), CP 2, micro-batch "
@@ -1997,9 +2000,7 @@ FOURTEENTH_SET: list[HeldOutRun] = [
     *[HeldOutRun(f"MLPerf v5.0 Llama 3.1 405B TP 4 x PP 8 x CP 2, {gpus:,} H200s, FP8 (Nebius)",
                  MLPERF50_H200.format(system) + f"; {gpus:,} GPUs, GBS {gbs:,}",
                  MLPERF_LLAMA31_405B,
-                 dict(dp=dp, tp=4, pp=8, cp=2, micro_batch=1, grad_accum=grad_accum, schedule="interleaved",
-                      virtual_stages=8, first_stage_layers=1, last_stage_layers=1, precision="fp8", **TP_OVERLAP,
-                      **NEMO),
+                 dict(dp=dp, tp=4, grad_accum=grad_accum, **MLPERF_405B_LAYOUT),
                  "h200", "tokens_per_gpu", _tokens_per_gpu(tokens / seconds, gpus),
                  f"Nebius/benchmarks/llama31_405b/implementations/{system}/{config} (the config "
                  f"README-{system}.md names): TP 4, PP 8, interleaved 8 (INTERLEAVED_PIPELINE=8), CP 2, micro-batch "
