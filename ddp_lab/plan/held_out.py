@@ -464,7 +464,8 @@ def stack_gap() -> float:
     activations in a paged stash; the slower captures the attention, router and preprocessing of each layer. The
     planner gives both one figure: host-side time (the CPU launching kernels) and kernel fusion count only as in the
     runs that set its matmul rate (generation_constants.GEMM_EFFICIENCY), and a fine-grained MoE's many small
-    kernels make both matter more.
+    kernels make both matter more. A fine-grained MoE plan's assumptions quote it (decision.assumptions_text), as
+    notebooks/13-plan-your-training-run.ipynb does.
 
     Example:
         >>> f"{stack_gap():.0%}"
