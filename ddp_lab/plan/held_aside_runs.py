@@ -2028,6 +2028,10 @@ FOURTEENTH_SET: list[HeldOutRun] = [
 #                 2,173.115 s = 741,153.9 tokens/s = 11,580.53 per GPU
 # (each total equals the log's run_stop samples_count: 276,480 and 196,608)
 
+# The runs of the sets from the fifteenth on that an organisation other than NVIDIA ran on NVIDIA's implementation of
+# the benchmark (held_out.nvidia_stack: NVIDIA's software, whatever the submitter); none before that set.
+NVIDIA_CODE_BY_OTHERS: frozenset[str] = frozenset()
+
 RUNS: list[HeldOutRun] = (FIRST_SET + SECOND_SET + THIRD_SET + FOURTH_SET + FIFTH_SET + SIXTH_SET + SEVENTH_SET
                           + EIGHTH_SET + NINTH_SET + TENTH_SET + ELEVENTH_SET + TWELFTH_SET + THIRTEENTH_SET
                           + FOURTEENTH_SET)
