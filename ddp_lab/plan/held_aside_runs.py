@@ -1,7 +1,7 @@
 """Published training runs kept aside while the planner is modelled: the held-aside set (held_out.py scores it).
 
 These runs come from sources that neither the planner's calibration set (published.py) nor the development runs
-(held_out_runs.py) use. They came in fourteen sets: FIRST_SET, predicted and looked at from 2026-11 to 2026-12-06, and
+(held_out_runs.py) use. They came in fifteen sets: FIRST_SET, predicted and looked at from 2026-11 to 2026-12-06, and
 SECOND_SET, chosen and written down on 2026-12-06 after the kernel rate (fit_to_run.at_kernel_rate) was added and
 before the planner predicted any of them; the first set's runs that the kernel rate changes are development runs
 since (held_out.py). THIRD_SET was written down after uneven stages under interleaving were modelled
@@ -30,6 +30,9 @@ from sources not used yet, before the planner predicted any of its runs; its fig
 turned into tokens per second with the FLOP count of the code that logs them. FOURTEENTH_SET (MLPerf Training v5.0
 and v5.1's LLM pretraining submissions on H200s, by any submitter) was written down after the thirteenth set had been
 predicted, when no held-aside run was on H200s, before the planner predicted any of its runs.
+FIFTEENTH_SET (the rest of MLPerf Training v5.0 and v5.1's LLM pretraining submissions, by any submitter, on a GPU
+with a preset and in a precision the planner expresses) was written down after the fourteenth set had been predicted,
+by a rule fixed before any of its logs was read, before the planner predicted any of its runs.
 Every set was chosen and written down before the planner predicted any of its runs (but for the eighth set's H100
 run and the ninth set's Qwen3-30B-A3B run), and they are kept aside while it is modelled: their errors are looked
 at once, at the end (held_out.py says what moves a run to the development part).
@@ -196,6 +199,17 @@ Sources:
                 nodes in v5.0, HPE on 8 nodes in v5.1), each with the config, config_common*.sh, conf/custom.yaml,
                 pretrain.py and Dockerfile of its implementation folder, its systems/<system>.json and its result log
 
+    Fifteenth set:
+    mlperf-llm  mlcommons/training_results_v5.0 (commit 0fdc28f) and v5.1 (results commit 4da2d1c, repository HEAD
+                441d65f; between them only two system descriptions, two READMEs, a supplemental PDF and a folder's
+                name, Datacrunch to Verda, change): every results folder of llama31_8b and llama31_405b and every
+                systems/*.json; for each submission its first result log (with the configuration dump where the log
+                prints one), the README-<system>.md where there is one, the config it names (else the one named for
+                the system or the node count) and the config_common*.sh that config sources; for the runs kept also
+                conf/custom.yaml, pretrain.py, custom_callbacks.py and the Dockerfile of the implementation folder,
+                compared blob by blob with NVIDIA's implementation of the same benchmark and round, and its
+                systems/<system>.json
+
 Which rows: all three of NVIDIA's MLPerf Training v4.0 GPT-3 submissions, each its result_0.txt (the first of its
 runs): the tokens of all its training blocks over their summed durations (block_start to block_stop; the
 evaluations between them left out), the global batch and gradient accumulation as the log states them;
@@ -276,6 +290,45 @@ are the same git blobs, the runs of 2025-04-30; their implementation folders are
 descriptions differ only in name and a power note), as the second set left out v4.1's 11,616-GPU GPT-3 log. HPE's
 nodes carry both 400 Gb/s InfiniBand and 200 Gb/s Slingshot adapters, and which one NCCL ran on is not stated: the
 h200 preset's 400 Gb/s per GPU is planned, as the rules below take the GPU preset's links where a source gives none.
+
+Fifteenth set: by a rule fixed before any of its logs was read, every closed-division llama31_8b and llama31_405b
+submission of MLPerf Training v5.0 and v5.1, by any submitter, not in a set yet, on a GPU with a preset (h100-sxm,
+h200, b200, gb200, b300, gb300), in a precision the planner expresses (BF16; FP8 with one scale per tensor; MXFP8),
+whose first result log (result_0.txt, or result_1.txt where a folder numbers from 1) is timed as v4.0's, the global
+batch and gradient accumulation as the log states them; then per submitter, round, benchmark and GPU type the
+smallest and the largest GPU count (the fifth set's rule; where two share a count, the results folder that sorts
+first). A run's precision and settings are read from its log's configuration dump where the log prints one (fp8,
+fp8_recipe, fp4), else from the config its README-<system>.md names or, where none names one, the config named for
+its system or node count, and whether that config sources config_common_fp4.sh. Fourteen runs, all FP8 with one
+scale per tensor (none is BF16 or MXFP8): Llama 3.1 8B on Cisco's 64 and 128 H100s (delayed scaling; DP 64, and
+TP 2), Dell's 16 B200s, Oracle's 64, the University of Florida's 8 and 256 and Verda's 64 (Transformer Engine's
+per-tensor current scaling, 'tensorwise', as all the others), Dell's and Supermicro's 8 B300s, Lambda's 72 GB300s
+and NVIDIA's 72 and 512 (Theia: the second set's GB200 configs, byte for byte, on GB300); Llama 3.1 405B on the
+University of Florida's 256 and 448 B200s (TP 4 x PP 8 x VP 8 x CP 2 with the third set's uneven ends, without TP
+overlap). Cisco's logs give the running sample count as v5.0's do (a block's samples: the next eval_start's count
+less its block_start's); the v5.1 405B logs' first block runs to the first evaluation (448 and 285 steps) and is
+timed with the rest. NVIDIA_CODE_BY_OTHERS names the runs of other organisations whose implementation is NVIDIA's
+v5.1 code (the git blobs compared: Dell's, the University of Florida's and Verda's; Oracle's and Supermicro's
+folders ship no code, so they are not named, though their logs record NVIDIA's pretrain.py). Left out:
+NVFP4 (not modelled): NVIDIA's v5.1 8B runs on 8 GB200s and 8 GB300s and all four of its v5.1 405B runs (their
+READMEs name *_fp4.sh configs, which source config_common_fp4.sh), Dell's 8 B200s and Lenovo's three (SR680aV3 and
+SR780aV3 on B200s, SR680aV4 on B300s: the config named for the systems sources config_common_fp4.sh, the logs print
+no configuration), Nebius's 8, 16 and 32 B200s and 8 B300s, Oracle's 8 B200s and Supermicro's two 8-B200 systems
+(their logs' dumps: fp4 true, fp4_recipe nvfp4); no preset: AMD's MI350X and MI355X and the MI350X and MI355X
+submissions of Cisco, Dell, GigaComputing and Supermicro; untimeable: NVIDIA's v5.0 405B runs on 256 and 512 GB200s
+(six block_start, one block_stop, no evaluation: the third set's reason); precision not determinable:
+IBM+CoreWeave+NVIDIA's five v5.0 405B runs on 512 to 2,496 GB200s (their logs can be timed, but every config
+sources config_common_blackwell.sh, which is in neither round's repository, the FP8 recipe is a setting it could
+change and the logs print no configuration: as the second set left out v4.1's B200 Preview); between the smallest
+and the largest: NVIDIA's v5.0 405B runs on 2,048, 2,432 and 2,560 H100s and the University of Florida's 8B runs on
+16 to 128 B200s; a count shared: Dell's 2xXE9685L system (16 B200s, FP8; 2xXE9680L sorts first); already in a set:
+NVIDIA's v5.0 405B runs on 512 and 8,192 H100s (third), its v5.1 8B runs on 72 and 512 GB200s (second), Nebius's
+v5.0 and HPE's v5.1 H200 runs (fourteenth); published again: Nebius's v5.1 H200 runs (the fourteenth set's reason;
+no other llama31 log of either round repeats a git blob); every result log after the first. Links: where a
+systems description states them they are the preset's (Cisco's 8 x 400 Gb/s per node; the GB300 trays' 4 x 800
+Gb/s); Oracle's (RoCE), the University of Florida's (InfiniBand) and Verda's ('100GbE InfiniBand', no adapter count)
+give no per-GPU rate, and the b200 preset's is planned; Lambda's GB300 job, whose files do not state its segment,
+is placed by held_out.nvlink_segment (one rack of 72).
 
 Rules for what a source leaves unstated (as held_out_runs.py): NeMo's distributed optimizer is ZeRO-1; FSDP that
 does not reshard after forward is ZeRO-2, FSDP that does is ZeRO-3; a partial recomputation is planned as the
@@ -2028,10 +2081,324 @@ FOURTEENTH_SET: list[HeldOutRun] = [
 #                 2,173.115 s = 741,153.9 tokens/s = 11,580.53 per GPU
 # (each total equals the log's run_stop samples_count: 276,480 and 196,608)
 
-# The runs of the sets from the fifteenth on that an organisation other than NVIDIA ran on NVIDIA's implementation of
-# the benchmark (held_out.nvidia_stack: NVIDIA's software, whatever the submitter); none before that set.
-NVIDIA_CODE_BY_OTHERS: frozenset[str] = frozenset()
+# ---- the fifteenth set: written down before the planner predicted any of them (module docstring) ---------------
+# Which runs (the rule fixed before any log was read): every closed-division llama31_8b and llama31_405b submission of
+# MLPerf Training v5.0 and v5.1, by any submitter, not in a set yet, on a GPU with a preset, in a precision the planner
+# expresses, whose first result log the method times; then per submitter, round, benchmark and GPU type the smallest
+# and the largest GPU count (where two share a count, the results folder that sorts first). What each run's note
+# says of its settings is read from the log's configuration dump where the log prints one (the run's own record,
+# taken where stored files disagree), else from the config its README-<system>.md names or, where none names one,
+# the config named for its system or node count.
+# ---- sources and what they leave unstated ------------------------------------------------------------------------
+MLPERF51_RUN = ("mlcommons/training_results_v5.1 {}/results/{}/{}/{} (results commit 4da2d1c, 2025-11-05; repository "
+                "HEAD 441d65f{}): the training blocks' tokens over their summed durations")
+# NVIDIA's v5.1 Llama 3.1 8B code as the other organisations run it (NVIDIA_CODE_BY_OTHERS below): what is common
+MLPERF51_8B_NOTE = (
+    "{where}: {layout}; NVIDIA's v5.1 Llama 3.1 8B implementation (pretrain.py builds NeMo's Llama31Config8B: 32 "
+    "layers at conf/custom.yaml's 8,192 tokens, the Llama 3.1 tokenizer's 128,256: the llama3-8b preset); Megatron's "
+    "distributed optimizer (ZeRO-1) with overlapped gradient reduce and parameter gather, gradients reduced in bf16 "
+    "(grad_reduce_in_fp32=False), FP8 parameters and their gather (fp8_param_gather: not modelled), DDP buckets of "
+    "{bucket} (not modelled); FP8 = Transformer Engine's 'tensorwise' recipe (per-tensor current scaling, {fmt}): the "
+    "planner's FP8; attention in bf16 (fp8_dot_product_attention false); no recomputation "
+    "(activations_checkpoint_granularity null); {graphs}, TE's op fuser, fused QKV-RoPE, TE cross-entropy fusion and "
+    "NVIDIA's TP-PP-DP rank mapping (not modelled); {blocks}; {system}")
+FP8_HYBRID_FMT = "HYBRID format: E4M3 forward, E5M2 backward"
+FULL_CG = "full-iteration CUDA graphs (cuda_graph_scope full_iteration)"
+B200_LINKS = "the b200 preset's links (8 GPUs per node, 400 Gb/s per GPU across nodes)"
+MLPERF51_GB300_NOTE = MLPERF51_NOTE.replace(
+    "GB200 NVL72 trays of 4 GPUs (DGXNGPU=4; system JSON: 4 x ConnectX-7 400 Gb/s per tray)",
+    "GB300 NVL72 trays of 4 GPUs (DGXNGPU=4; systems/{system}.json: 4 x ConnectX-8 IB XDR 800 Gb/s per tray, NVLink "
+    "Gen5 1,800 GB/s + NVSwitch Gen5: the gb300 preset's links)") + (
+    "; {config} is the GB200 config of the same name byte for byte (the same git blob as the second set's), "
+    "{blocks}{platform}")
+MLPERF51_CISCO_NOTE = (
+    "Cisco/benchmarks/llama31_8b/implementations/nemo/{config} (no README-<system>.md names one: the folder's only "
+    "one, README-eos-dfw_n64_ngc25.01_nemo.md, is NVIDIA's v5.0 Llama 3.1 405B one; this is the folder's config of the "
+    "log's node count, whose MINIBS 1 gives the log's GBS 64), with config_common.sh, conf/custom.yaml and "
+    "pretrain.py: "
+    "{layout}; Cisco's own implementation (from NVIDIA's v5.0 Llama 3.1 405B one; the Dockerfile: "
+    "nvcr.io/nvidia/pytorch:25.01-py3 with Transformer Engine v2.5, NeMo v2.4.0 and Megatron-Core core_v0.13.1): "
+    "pretrain.py builds NeMo's Llama31Config8B (32 layers at custom.yaml's 8,192 tokens: the llama3-8b preset) on "
+    "Megatron's DDP with the distributed optimizer (ZeRO-1; custom.yaml's fsdp keys are read by nothing in "
+    "pretrain.py) with overlapped gradient reduce and parameter gather (also with the optimizer step, "
+    "OVERLAP_PARAM_GATHER_WITH_OPTIM_STEP=True), gradients reduced in bf16 (grad_reduce_in_fp32=False), FP8 "
+    "parameters (FP8_PARAMS: not modelled) and bucket_size 64 (custom.yaml's default, BUCKET_SIZE unset; the "
+    "config's BUCKET_CAP_MB=125 is read by nothing: not modelled); FP8 = Transformer Engine delayed per-tensor scaling "
+    "(FP8=True, FP8_HYBRID unset: pretrain.py's fp8 'e4m3', E4M3 forward and backward; custom.yaml's fp8_recipe "
+    "default 'delayed', amax history 1, most_recent): the planner's FP8; no recomputation (ACT_CKPT_* unset); no CUDA "
+    "graphs (MCORE_CUDA_GRAPH=False); attention: Transformer Engine's; NCCL_NVLS_ENABLE=0; the log prints no "
+    "configuration and gives the running sample count at each block (a block's samples: the next eval_start's count "
+    "less its block_start's), {blocks}; H100-SXM5-80GB nodes (systems/{system}.json: 8 per node, NVLink Gen4 900 GB/s "
+    "+ NVSwitch Gen3, 8 x ConnectX-7 400 Gb/s for compute on a Cisco Silicon One G200 Ethernet fabric): the h100-sxm "
+    "preset's links")
+MLPERF51_LAMBDA_NOTE = (
+    "the log's configuration dump (DLPAL GB300_18x4x1xtp1pp1cp2_8b; Lambda/benchmarks/llama31_8b/implementations/"
+    "gb300_0922/config_GB300_18x4x1xtp1pp1cp2_8b.sh, the folder's one config, only sources "
+    "config_GB200_18x4x1xtp1pp1cp2_8b.sh, which is not in Lambda's folder): TP 1 (no sequence parallelism, no TP "
+    "overlap), PP 1, CP 2, micro-batch 1, GBS 36 (DP 36, gradient accumulation 1, as the log states); Lambda's copy of "
+    "an earlier state of NVIDIA's v5.1 implementation (pretrain.py without the FP8_DPA hook and without passing "
+    "bucket_size, conf/custom.yaml and the Dockerfile differ from NVIDIA's: Transformer Engine from a fork at "
+    "d5919e1, NeMo and Megatron-Core 25.09-alpha; the log's container nvcr.io/nvdlfwea/mlperftv51/"
+    "llama31_8b-arm:20250922): Llama31Config8B, 32 layers at 8,192 tokens, vocabulary 128,256: the llama3-8b preset; "
+    "Megatron's distributed optimizer (ZeRO-1) with overlapped gradient reduce and parameter gather, gradients "
+    "reduced in bf16, FP8 parameters and their gather (not modelled), DDP buckets of 134,217,728 (the log's "
+    "DistributedDataParallelConfig; the dump's bucket_size 200 is not passed on: not modelled); FP8 = Transformer "
+    "Engine's 'tensorwise' recipe (per-tensor current scaling; fp8_hybrid false, Lambda's config_common_8b.sh lacking "
+    "NVIDIA's FP8_HYBRID=True: E4M3 forward and backward): the planner's FP8; attention in bf16 (the log: "
+    "fp8_dot_product_attention=False); no recomputation; full-iteration CUDA graphs, TE's op fuser, fused QKV-RoPE, "
+    "TE cross-entropy fusion and NVIDIA's TP-PP-DP rank mapping (not modelled); 15 blocks of 342 steps, the first "
+    "55.3 s, the rest 55.6-55.9 s; GB300 NVL72 trays of 4 GPUs (18 nodes of 4; systems/gb300_n18_ngc25.04_nemo.json "
+    "at 441d65f, corrected after the results commit: 4 x ConnectX-8 IB XDR 800 Gb/s per tray, NVLink Gen5 1,800 GB/s "
+    "+ NVSwitch Gen5: the gb300 preset's links); the segment is not stated in Lambda's files (NVIDIA's "
+    "config_GB200_18x4x1xtp1pp1cp2_8b.sh sets SEGMENT=18): the 72 GPUs as one rack, as held_out.nvlink_segment "
+    "places them")
+MLPERF51_405B_B200_NOTE = (
+    "University-of-Florida/benchmarks/llama31_405b/implementations/hpg.dgxb200x8/{config} (the config of its node "
+    "count; the folder's README points to b200_nemo, whose pretrain.py, conf/custom.yaml, custom_callbacks.py and "
+    "Dockerfile are NVIDIA's v5.1 ones and whose config_common.sh, config_common_405b.sh and config_common_cg.sh it "
+    "sources; the log prints no configuration): TP "
+    "4, PP 8, interleaved 8 (INTERLEAVED_PIPELINE=8), CP 2, micro-batch 1, MINIBS 144 (GBS = 144 x {gpus} // (4 x 8 "
+    "x 2) = {gbs:,}, DP {dp}, gradient accumulation 144, as the log states); ASYM_PP_EMBED=True and ASYM_PP_LOSS=True "
+    "(the embedding and the loss each counted as a layer: 128 slots over 8 x 8 virtual stages of 2, first/last_"
+    "stage_layers 1); the model Llama31Config405B at 126 layers and 8,192 tokens with the Mixtral 8x22B tokenizer "
+    "(the implementation's README, 3.3.2: MLPERF_LLAMA31_405B); sequence parallelism (SEQ_PARALLEL default True) but "
+    "no TP overlap (the config's TP_COMM_OVERLAP=True is commented out; custom.yaml's default False); Megatron's "
+    "distributed optimizer (ZeRO-1) with overlapped gradient reduce and parameter gather, gradients reduced in bf16, "
+    "FP8 parameter gather (FP8_PARAM_GATHER: not modelled), DDP buckets of 134,217,728 (custom.yaml's default: not "
+    "modelled); FP8 = Transformer Engine's 'tensorwise' recipe (FP8_RECIPE in config_common.sh, per-tensor current "
+    "scaling; FP8_HYBRID unset: E4M3 forward and backward): the planner's FP8; attention in bf16 (FP8_DPA unset); no "
+    "recomputation; full-iteration CUDA graphs (FULL_CUDA_GRAPH=1, MCORE_CUDA_GRAPH=1) and NVIDIA's TP-PP-DP rank "
+    "mapping (not modelled); pipeline send/receive overlapped (overlap_p2p_comm); the timed region resumes from Meta's "
+    "BF16 checkpoint (the README, 3.3.3); {blocks}; DGX B200 nodes (systems/hpg.dgxb200x8.n{nodes}.json: 8 "
+    "B200-SXM-180GB, 18 x 5th Gen NVLink, InfiniBand of unstated rate): " + B200_LINKS)
+
+FIFTEENTH_SET: list[HeldOutRun] = [
+    # ---- dense, H100, DP 64 and TP 2, FP8 (MLPerf Training v5.1, Cisco) --------------------------------------------
+    *[HeldOutRun(f"MLPerf v5.1 Llama 3.1 8B {label}, {gpus} H100s, FP8 (Cisco)",
+                 MLPERF51_RUN.format("Cisco", system, "llama31_8b", "result_0.txt", "") + f"; {gpus} GPUs, GBS 64",
+                 _llama3("llama3-8b"),
+                 dict(dp=64, micro_batch=1, grad_accum=1, precision="fp8", **tp, **NEMO),
+                 "h100-sxm", "tokens_per_gpu", _tokens_per_gpu(samples * 8192 / seconds, gpus),
+                 MLPERF51_CISCO_NOTE.format(config=config, layout=layout, blocks=blocks, system=system))
+      for system, config, gpus, label, tp, layout, blocks, samples, seconds in (
+          ("hpf_n8", "config_DGXH100_8x8x1xtp1pp1cp1.sh", 64, "DP 64", {},
+           "TP 1, PP 1, CP 1, micro-batch 1 (GBS 64, DP 64, gradient accumulation 1, as the log states)",
+           "10 blocks of 21,888 samples (342 steps), the first 252.9 s, the rest 252.9-258.8 s but one of 302.9 s",
+           218_880, 2591.741),
+          ("hpf_n16", "config_DGXH100_16x8x1xtp2pp1cp1.sh", 128, "TP 2", dict(tp=2, **TP_OVERLAP),
+           "TP 2 with sequence parallelism (SEQ_PARALLEL default True) and userbuffers TP overlap "
+           "(TP_COMM_OVERLAP=True, conf/tp_overlap/h100tp2mbs1.yaml: bulk and ring-exchange), PP 1, CP 1, "
+           "micro-batch 1 (GBS 64, DP 64, "
+           "gradient accumulation 1, as the log states)",
+           "18 blocks of 12,288 samples (192 steps), the first 99.5 s, the rest 99.6-106.4 s but one of 152.1 s",
+           221_184, 1871.872))],
+    # ---- dense, B200, DP and CP 2, FP8 (MLPerf Training v5.1: Dell, Oracle, University of Florida, Verda) ---------
+    HeldOutRun("MLPerf v5.1 Llama 3.1 8B DP 16, 16 B200s, FP8 (Dell)",
+               MLPERF51_RUN.format("Dell", "2xXE9680Lx8B200-SXM-180GB", "llama31_8b", "result_0.txt", "") +
+               "; 16 GPUs, GBS 32", _llama3("llama3-8b"),
+               dict(dp=16, micro_batch=2, grad_accum=1, precision="fp8", **NEMO),
+               "b200", "tokens_per_gpu", _tokens_per_gpu(196_608 * 8192 / 3649.489, 16),
+               MLPERF51_8B_NOTE.format(
+                   where="the log's configuration dump (DLPAL 2xXE9680Lx8B200-SXM-280GB_2x8x2xtp1pp1cp1_8b: "
+                         "Dell/benchmarks/llama31_8b/implementations/nemo/"
+                         "config_2xXE9680Lx8B200-SXM-180GB_2x8x2xtp1pp1cp1_8b.sh, the config named for the system; no "
+                         "README-<system>.md names one)",
+                   layout="TP 1, PP 1, CP 1, micro-batch 2, GBS 32 (DP 16, gradient accumulation 1, as the log states)",
+                   bucket="768,000,000", fmt=FP8_HYBRID_FMT, graphs=FULL_CG,
+                   blocks="8 blocks of 768 steps, the first 451.7 s, the rest 455.3-459.5 s",
+                   system="2 Dell PowerEdge XE9680L nodes of 8 B200-SXM-180GB (systems/2xXE9680Lx8B200-SXM-180GB.json: "
+                          "NVLink Gen5; no network stated): " + B200_LINKS)),
+    HeldOutRun("MLPerf v5.1 Llama 3.1 8B CP 2, 64 B200s, FP8 (Oracle)",
+               MLPERF51_RUN.format("Oracle", "8xBM.GPU.B200.8", "llama31_8b", "result_0.txt", "") +
+               "; 64 GPUs, GBS 32", _llama3("llama3-8b"),
+               dict(dp=32, cp=2, micro_batch=1, grad_accum=1, precision="fp8", **NEMO),
+               "b200", "tokens_per_gpu", _tokens_per_gpu(184_320 * 8192 / 1105.263, 64),
+               MLPERF51_8B_NOTE.format(
+                   where="the log's configuration dump (DLPAL DGXB200_8x8x1xtp1pp1cp2_8b: Oracle/benchmarks/llama31_8b/"
+                         "config_DGXB200_8x8x1xtp1pp1cp2_8b.sh, which the folder's run_llama31-8b.sh sources; Oracle's "
+                         "folder ships configs and launch scripts, not the code, and the log's container is a local "
+                         "image, llama3_8b_20251008.sqsh)",
+                   layout="TP 1, PP 1, CP 2, micro-batch 1, GBS 32 (DP 32, gradient accumulation 1, as the log states)",
+                   bucket="768,000,000", fmt=FP8_HYBRID_FMT, graphs=FULL_CG,
+                   blocks="15 blocks of 384 steps, the first 72.2 s, the rest 73.5-73.9 s",
+                   system="8 Oracle BM.GPU.B200.8 nodes (systems/8xBM.GPU.B200.8.json: NVLink Gen5, RoCE v2 of "
+                          "unstated rate): " + B200_LINKS)),
+    *[HeldOutRun(f"MLPerf v5.1 Llama 3.1 8B {label}, {gpus} B200s, FP8 (University of Florida)",
+                 MLPERF51_RUN.format("University-of-Florida", f"hpg.dgxb200x8.n{nodes}", "llama31_8b", "result_0.txt",
+                                     "") + f"; {gpus} GPUs, GBS {gbs}", _llama3("llama3-8b"),
+                 dict(dp=gpus // cp, micro_batch=mbs, grad_accum=1, precision="fp8", **NEMO,
+                      **(dict(cp=cp) if cp > 1 else {})),
+                 "b200", "tokens_per_gpu", _tokens_per_gpu(samples * 8192 / seconds, gpus),
+                 MLPERF51_8B_NOTE.format(
+                     where=f"University-of-Florida/benchmarks/llama31_8b/implementations/hpg.dgxb200x8/{config} (the "
+                           "config of its node count; the folder's README points to b200_nemo, whose config_common.sh "
+                           "(FP8_RECIPE tensorwise), config_common_8b.sh (FP8_HYBRID, USE_TE_OPS, FUSED_QKV_ROPE, no "
+                           "BUCKET_SIZE) and config_common_cg.sh it sources; the log prints no configuration)",
+                     layout=f"TP 1, PP 1, CP {cp}, micro-batch {mbs}, MINIBS {mbs} (GBS {gbs}, DP {gpus // cp}, "
+                            "gradient accumulation 1, as the log states)",
+                     bucket="134,217,728 (custom.yaml's default)", fmt=FP8_HYBRID_FMT,
+                     graphs="full-iteration CUDA graphs (FULL_CUDA_GRAPH=1, MCORE_CUDA_GRAPH=1)", blocks=blocks,
+                     system=f"DGX B200 nodes (systems/hpg.dgxb200x8.n{nodes}.json: 8 B200-SXM-180GB, 18 x 5th Gen "
+                            "NVLink, InfiniBand of unstated rate): " + B200_LINKS))
+      for nodes, gpus, label, config, cp, mbs, gbs, blocks, samples, seconds in (
+          (1, 8, "DP 8", "config_DGXB200_1x8x2xtp1pp1cp1_8b.sh", 1, 2, 16,
+           "13 blocks of 768 steps, the first 413.8 s, the rest 417.8-418.4 s", 159_744, 5432.326),
+          (32, 256, "CP 2", "config_DGXB200_32x8x1xtp1pp1cp2_8b.sh", 2, 1, 128,
+           "7 blocks of 384 steps, the first 84.5 s, the rest 85.3-85.6 s", 344_064, 597.408))],
+    HeldOutRun("MLPerf v5.1 Llama 3.1 8B CP 2, 64 B200s, FP8 (Verda)",
+               MLPERF51_RUN.format("Verda", "b200_8x8_ngc25.09", "llama31_8b", "result_0.txt",
+                                   "; under Datacrunch/ at the results commit, renamed Verda/ since, the log's blob "
+                                   "unchanged") + "; 64 GPUs, GBS 32", _llama3("llama3-8b"),
+               dict(dp=32, cp=2, micro_batch=1, grad_accum=1, precision="fp8", **NEMO),
+               "b200", "tokens_per_gpu", _tokens_per_gpu(184_320 * 8192 / 1106.758, 64),
+               MLPERF51_8B_NOTE.format(
+                   where="the log's configuration dump (DLPAL DGXB200_8x8x1xtp1pp1cp2_8b: Verda/benchmarks/llama31_8b/"
+                         "implementations/b200_8x8_ngc25.09/config_DGXB200_8x8x1xtp1pp1cp2_8b.sh; the container "
+                         "nvcr.io/nvdlfwea/mlperftv51/llama31_8b-amd:20251006, the systems description's sw_notes)",
+                   layout="TP 1, PP 1, CP 2, micro-batch 1, GBS 32 (DP 32, gradient accumulation 1, as the log states)",
+                   bucket="134,217,728", fmt=FP8_HYBRID_FMT, graphs=FULL_CG,
+                   blocks="15 blocks of 384 steps, the first 73.7 s, the rest 73.5-74.4 s",
+                   system="8 nodes of 8 B200-SXM-180GB (systems/b200_8x8_ngc25.09.json: 'NVLink', '100GbE InfiniBand' "
+                          "with no adapter count, so no per-GPU rate): " + B200_LINKS)),
+    # ---- dense, B200, TP 4 x PP 8 (interleaved 8, uneven ends) x CP 2, FP8 (MLPerf v5.1, University of Florida) ---
+    *[HeldOutRun(f"MLPerf v5.1 Llama 3.1 405B TP 4 x PP 8 x CP 2, {gpus} B200s, FP8 (University of Florida)",
+                 MLPERF51_RUN.format("University-of-Florida", f"hpg.dgxb200x8.n{nodes}", "llama31_405b",
+                                     "result_0.txt", "") + f"; {gpus} GPUs, GBS {gbs:,}",
+                 MLPERF_LLAMA31_405B,
+                 dict(dp=dp, tp=4, grad_accum=144, **{**MLPERF_405B_LAYOUT, "tp_comm_overlap": False}),
+                 "b200", "tokens_per_gpu", _tokens_per_gpu(samples * 8192 / seconds, gpus),
+                 MLPERF51_405B_B200_NOTE.format(config=config, gpus=gpus, gbs=gbs, dp=dp, blocks=blocks, nodes=nodes))
+      for nodes, gpus, dp, gbs, config, blocks, samples, seconds in (
+          (32, 256, 4, 576, "config_DGXB200_32x8x144xtp4pp8cp2_cg.sh",
+           "3 blocks of 448, 32 and 20 steps (the first evaluation after 258,048 samples, then every 18,432), "
+           "12,426.8 s, 883.6 s and 552.2 s (27.6-27.7 s a step in each)", 288_000, 13862.640),
+          (56, 448, 7, 1008, "config_DGXB200_56x8x144xtp4pp8cp2_cg.sh",
+           "2 blocks of 285 and 19 steps (the first evaluation after 287,280 samples), 7,971.7 s and 532.0 s (28.0 s "
+           "a step in each)", 306_432, 8503.687))],
+    # ---- dense, B300, DP 8, FP8 (MLPerf Training v5.1: Dell, Supermicro) -------------------------------------------
+    HeldOutRun("MLPerf v5.1 Llama 3.1 8B DP 8, 8 B300s, FP8 (Dell)",
+               MLPERF51_RUN.format("Dell", "1xXE9780x8B300-SXM-270GB", "llama31_8b", "result_0.txt", "") +
+               "; 8 GPUs, GBS 16", _llama3("llama3-8b"),
+               dict(dp=8, micro_batch=2, grad_accum=1, precision="fp8", **NEMO),
+               "b300", "tokens_per_gpu", _tokens_per_gpu(159_744 * 8192 / 5471.312, 8),
+               MLPERF51_8B_NOTE.format(
+                   where="the log's configuration dump (DLPAL XE9780x8B300-SXM-280GB_1x8x2xtp1pp1cp1_8b: "
+                         "Dell/benchmarks/llama31_8b/implementations/nemo/config_XE9780x8B300-SXM-270GB_1x8x2xtp1pp1cp1"
+                         "_8b.sh, the config named for the system)",
+                   layout="TP 1, PP 1, CP 1, micro-batch 2, GBS 16 (DP 8, gradient accumulation 1, as the log states)",
+                   bucket="134,217,728 (the dump; the stored config_common_8b.sh sets 768,000,000)",
+                   fmt=FP8_HYBRID_FMT, graphs=FULL_CG,
+                   blocks="13 blocks of 768 steps, the first 416.2 s, the rest 420.8-421.4 s",
+                   system="one Dell PowerEdge XE9780 node of 8 B300-SXM-270GB (systems/1xXE9780x8B300-SXM-270GB.json, "
+                          "275,040 MiB each): the b300 preset")),
+    HeldOutRun("MLPerf v5.1 Llama 3.1 8B DP 8, 8 B300s, FP8 (Supermicro)",
+               MLPERF51_RUN.format("Supermicro", "AS-8126GS-NB3RT", "llama31_8b",
+                                   "result_1.txt (the folder's first; it has no result_0)", "") + "; 8 GPUs, GBS 16",
+               _llama3("llama3-8b"),
+               dict(dp=8, micro_batch=2, grad_accum=1, precision="fp8", **NEMO),
+               "b300", "tokens_per_gpu", _tokens_per_gpu(159_744 * 8192 / 5498.479, 8),
+               MLPERF51_8B_NOTE.format(
+                   where="the log's configuration dump (DLPAL DGXB200_1x8x2xtp1pp1cp1_8b: Supermicro/benchmarks/"
+                         "llama31_8b/implementations/AS-8126GS-NB3RT/config_DGXB200_1x8x2xtp1pp1cp1_8b.sh, in the "
+                         "folder named for the system, which ships configs, not the code; the container "
+                         "nvcr.io/nvdlfwea/mlperftv51/llama31_8b-amd:20251006)",
+                   layout="TP 1, PP 1, CP 1, micro-batch 2, GBS 16 (DP 8, gradient accumulation 1, as the log states)",
+                   bucket="134,217,728", fmt=FP8_HYBRID_FMT,
+                   graphs="no CUDA graphs (the config's FULL_CUDA_GRAPH=0 and MCORE_CUDA_GRAPH=0; the dump's "
+                          "enable_cuda_graph 0; NCCL over NVLink only, NCCL_IB_DISABLE=1)",
+                   blocks="13 blocks of 768 steps, the first 417.8 s, the rest 422.5-423.7 s",
+                   system="one Supermicro AS-8126GS-NB3RT node of 8 B300-SXM-270GB (systems/AS-8126GS-NB3RT.json: "
+                          "NVLink Gen5 1,800 GB/s + NVSwitch Gen5): the b300 preset")),
+    # ---- dense, GB300, CP 2 and TP 2 x CP 4, FP8 (MLPerf Training v5.1: Lambda, NVIDIA) ---------------------------
+    HeldOutRun("MLPerf v5.1 Llama 3.1 8B CP 2, 72 GB300s, FP8 (Lambda)",
+               MLPERF51_RUN.format("Lambda", "gb300_n18_ngc25.04_nemo", "llama31_8b",
+                                   "result_1.txt (the folder's first; it has no result_0)", "") + "; 72 GPUs, GBS 36",
+               _llama3("llama3-8b"),
+               dict(dp=36, cp=2, micro_batch=1, grad_accum=1, precision="fp8", **NEMO),
+               "gb300", "tokens_per_gpu", _tokens_per_gpu(184_680 * 8192 / 836.132, 72),
+               MLPERF51_LAMBDA_NOTE),
+    HeldOutRun("MLPerf v5.1 Llama 3.1 8B CP 2, 72 GB300s, FP8 (NVIDIA)", MLPERF51.format("theia_ngpu72_ngc25.09_nemo") +
+               "; 72 GPUs, GBS 36", _llama3("llama3-8b"),
+               dict(dp=36, cp=2, micro_batch=1, grad_accum=1, precision="fp8", **NEMO),
+               "gb300", "tokens_per_gpu", _tokens_per_gpu(184_680 * 8192 / 757.625, 72),
+               MLPERF51_GB300_NOTE.format(config="config_GB300_18x4x1xtp1pp1cp2_8b.sh",
+                                          system="theia_ngpu72_ngc25.09_nemo",
+                                          layout="TP 1 (no sequence parallelism, no TP overlap), PP 1, CP 2, "
+                                                 "micro-batch 1, MINIBS 1 (GBS 36, gradient accumulation 1, as the log "
+                                                 "states)",
+                                          fuser="TE's op fuser (USE_TE_OPS=True), ", segment=18, segment_gpus=72,
+                                          blocks="15 blocks of 342 steps, the first 50.0 s, the rest 50.4-50.6 s",
+                                          platform="")),
+    HeldOutRun("MLPerf v5.1 Llama 3.1 8B TP 2 x CP 4, 512 GB300s, FP8 (NVIDIA)",
+               MLPERF51.format("theia_ngpu512_ngc25.09_nemo") + "; 512 GPUs, GBS 64", _llama3("llama3-8b"),
+               dict(dp=64, tp=2, cp=4, micro_batch=1, grad_accum=1, precision="fp8", **TP_OVERLAP, **NEMO),
+               "gb300", "tokens_per_gpu", _tokens_per_gpu(221_184 * 8192 / 299.058, 512),
+               MLPERF51_GB300_NOTE.format(config="config_GB300_128x4x1xtp2pp1cp4_8b.sh",
+                                          system="theia_ngpu512_ngc25.09_nemo",
+                                          layout="TP 2 with sequence parallelism and userbuffers TP overlap "
+                                                 "(TP_COMM_OVERLAP=True), PP 1, CP 4, micro-batch 1, MINIBS 1 (GBS 64, "
+                                                 "gradient accumulation 1, as the log states); USE_TE_OPS=False",
+                                          fuser="", segment=16, segment_gpus=64,
+                                          blocks="18 blocks of 192 steps, the first 16.6 s, the rest 16.6-16.7 s",
+                                          platform="; the log's platform string says '128xNVIDIA GB200', its systems "
+                                                   "description GB300")),
+]
+# The arithmetic (each block's duration is its block_stop less its block_start, in the log's time_ms; a block's
+# samples are its steps times the GBS, or for Cisco's logs, which give no step, the next eval_start's samples_count
+# less its block_start's), x 8,192 tokens:
+#   Cisco 64 H100s        10 x 21,888 = 218,880 sequences = 1,793,064,960 tokens over 2,591.741 s = 691,838.0 tokens/s
+#                         = 10,809.97 per GPU
+#   Cisco 128 H100s       18 x 12,288 = 221,184 = 1,811,939,328 tokens over 1,871.872 s = 967,982.5 = 7,562.36 per GPU
+#   Dell 16 B200s         8 x 768 steps x 32 = 196,608 = 1,610,612,736 over 3,649.489 s = 441,325.5 = 27,582.85 per GPU
+#   Oracle 64 B200s       15 x 384 x 32 = 184,320 = 1,509,949,440 over 1,105.263 s = 1,366,144.9 = 21,346.01 per GPU
+#   UF 8 B200s            13 x 768 x 16 = 159,744 = 1,308,622,848 over 5,432.326 s = 240,895.5 = 30,111.94 per GPU
+#   UF 256 B200s          7 x 384 x 128 = 344,064 = 2,818,572,288 over 597.408 s = 4,718,002.2 = 18,429.70 per GPU
+#   Verda 64 B200s        15 x 384 x 32 = 184,320 = 1,509,949,440 over 1,106.758 s = 1,364,299.5 = 21,317.18 per GPU
+#   UF 405B 256 B200s     (448 + 32 + 20) x 576 = 288,000 = 2,359,296,000 over 13,862.640 s = 170,191.0 = 664.81 per GPU
+#   UF 405B 448 B200s     (285 + 19) x 1,008 = 306,432 = 2,510,290,944 over 8,503.687 s = 295,200.3 = 658.93 per GPU
+#   Dell 8 B300s          13 x 768 x 16 = 159,744 = 1,308,622,848 over 5,471.312 s = 239,179.0 = 29,897.37 per GPU
+#   Supermicro 8 B300s    13 x 768 x 16 = 159,744 = 1,308,622,848 over 5,498.479 s = 237,997.2 = 29,749.66 per GPU
+#   Lambda 72 GB300s      15 x 342 x 36 = 184,680 = 1,512,898,560 over 836.132 s = 1,809,401.6 = 25,130.58 per GPU
+#   NVIDIA 72 GB300s      15 x 342 x 36 = 184,680 = 1,512,898,560 over 757.625 s = 1,996,896.3 = 27,734.67 per GPU
+#   NVIDIA 512 GB300s     18 x 192 x 64 = 221,184 = 1,811,939,328 over 299.058 s = 6,058,822.5 = 11,833.64 per GPU
+# (each total equals the log's run_stop samples_count)
+
+# The set's runs submitted by another organisation whose implementation is NVIDIA's code of the same round (the planner
+# plans them at NVIDIA's kernel rate). Decided by the git blobs of each implementation folder against
+# NVIDIA/benchmarks/llama31_8b/implementations/nemo of v5.1 (NVIDIA's llama31_405b folders of v5.1 hold the same
+# pretrain.py, 981ecee, and conf/custom.yaml, 9944ba9):
+#   Dell (Dell/benchmarks/llama31_8b/implementations/nemo, both runs): pretrain.py, conf/custom.yaml,
+#     conf/llama31_config_custom.yaml, custom_callbacks.py, run.sub, run_and_time.sh, te.patch and requirements.txt
+#     identical; the Dockerfile differs (cbabd8c against 5e0faba) only in building no NCCL v2.28.3-1 from source and
+#     recording no GIT_COMMIT_ID (the same base image and Transformer Engine, NeMo and Megatron-Core revisions);
+#     config_common.sh lacks GPU_ARCH=gb200
+#   University of Florida (llama31_8b and llama31_405b implementations/b200_nemo, all four runs): pretrain.py,
+#     conf/custom.yaml, custom_callbacks.py and the Dockerfile identical; config_common.sh and config_common_8b.sh
+#     differ (no NVTE_DPA_FP8_RECIPE, NVTE_DPA_FP8DS_REDUCE_AMAX, GPU_ARCH, BUCKET_SIZE lines)
+#   Verda (b200_8x8_ngc25.09): pretrain.py, conf/custom.yaml, custom_callbacks.py and the Dockerfile identical;
+#     config_common*.sh differ (as the University of Florida's, and NVTE_DPA_FP8DS_REDUCE_AMAX in
+#     config_common_fp8attn.sh)
+#   Oracle (Oracle/benchmarks/llama31_8b) and Supermicro (implementations/AS-8126GS-NB3RT): the folders ship configs
+#     and launch scripts only (run.sub identical, Oracle's run_and_time.sh identical), no pretrain.py, YAML, callbacks
+#     or Dockerfile to compare; their logs' MLLOG records carry pretrain.py's line numbers 566, 601 and 750 and
+#     custom_callbacks.py's 480, as NVIDIA's own v5.1 logs do (Lambda's 561, 595, 744; Cisco's 544, 576, 720 and 312),
+#     and Supermicro's container is NVIDIA's nvcr.io/nvdlfwea/mlperftv51/llama31_8b-amd:20251006; not in it all the
+#     same: the rule (held_out.nvidia_stack) reads the folder's files, and these have none (on Blackwell GPUs, which
+#     have no kernel rate, the name would change no plan)
+# Not in it: Lambda (custom_callbacks.py identical; pretrain.py, conf/custom.yaml and the Dockerfile differ: an
+# earlier state of NVIDIA's code, Transformer Engine from a fork at d5919e1, NeMo and Megatron-Core 25.09-alpha) and
+# Cisco (pretrain.py, conf/custom.yaml, custom_callbacks.py, the Dockerfile all differ: its own implementation from
+# NVIDIA's v5.0 one, on Transformer Engine v2.5, NeMo v2.4.0, Megatron-Core core_v0.13.1).
+NVIDIA_CODE_BY_OTHERS: frozenset[str] = frozenset({
+    "MLPerf v5.1 Llama 3.1 8B DP 16, 16 B200s, FP8 (Dell)",
+    "MLPerf v5.1 Llama 3.1 8B DP 8, 8 B300s, FP8 (Dell)",
+    "MLPerf v5.1 Llama 3.1 8B DP 8, 8 B200s, FP8 (University of Florida)",
+    "MLPerf v5.1 Llama 3.1 8B CP 2, 256 B200s, FP8 (University of Florida)",
+    "MLPerf v5.1 Llama 3.1 405B TP 4 x PP 8 x CP 2, 256 B200s, FP8 (University of Florida)",
+    "MLPerf v5.1 Llama 3.1 405B TP 4 x PP 8 x CP 2, 448 B200s, FP8 (University of Florida)",
+    "MLPerf v5.1 Llama 3.1 8B CP 2, 64 B200s, FP8 (Verda)",
+})
 
 RUNS: list[HeldOutRun] = (FIRST_SET + SECOND_SET + THIRD_SET + FOURTH_SET + FIFTH_SET + SIXTH_SET + SEVENTH_SET
                           + EIGHTH_SET + NINTH_SET + TENTH_SET + ELEVENTH_SET + TWELFTH_SET + THIRTEENTH_SET
-                          + FOURTEENTH_SET)
+                          + FOURTEENTH_SET + FIFTEENTH_SET)
