@@ -1498,5 +1498,5 @@ def test_a_plans_trust_lines_say_which_runs_of_its_family_they_leave_out(capsys)
     assert main(["plan", *("--model", "llama3-8b", "--cluster", "a100-80gb"), "--nodes", "4", "--seq-len", "65536",
                  "--cp", "2", "--top", "1"]) == 0
     out = capsys.readouterr().out
-    assert "none on Ampere GPUs (its runs are on gb200, h100-hbm2e, h100-sxm, h200)" in out and "--kernel-rate" not in out
+    assert "none on Ampere GPUs (its runs are on b200, gb200, gb300, h100-hbm2e, h100-sxm, h200)" in out and "--kernel-rate" not in out
     assert re.search(r"^ties: .*, none on Ampere GPUs \(its runs are on", out, re.M), out

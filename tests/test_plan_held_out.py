@@ -10,6 +10,7 @@ cannot be met (or lost) unseen. Pure Python, well under a second.
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 import statistics
 from pathlib import Path
@@ -17,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from ddp_lab.course.plan.cluster_spec import ClusterSpec
+from ddp_lab.course.plan import dp_sync
 from ddp_lab.course.plan.efficiency import layer_seconds
 from ddp_lab.course.plan.fit_to_run import at_kernel_rate, with_matmul_efficiency
 from ddp_lab.course.plan.model import Transformer
@@ -288,9 +290,10 @@ def test_readme_quotes_the_held_out_medians(outcomes):
 
 
 def test_one_measured_run_per_stack_fits_its_own_figure_and_helps_only_at_other_scales_of_the_same_model():
-    """held_out_fit.py: each group's first run, fitted, reproduces its published figure. The fit does not bring the
-    other runs closer in the median: it helps where the group is one model and one code at other scales or on other
-    machines (MLPerf's GPT-3 rounds; v6.0's gpt-oss-20b on B300s, one configuration on seven submitters' machines),
+    """held_out_fit.py: each group's first run, fitted, reproduces its published figure. The fit brings the other
+    runs closer in the median where the group is one model and one code at other scales or on other machines
+    (MLPerf's GPT-3 rounds; v6.0's gpt-oss-20b on B300s, one configuration on seven submitters' machines; v5.1's
+    Llama 3.1 on B200s and B300s), not across a miss outside the matmuls (Cisco's H100s, from DP 64 to TP 2),
     and hurts where it carries one model's misses to others (DGX Cloud's tables, Automodel, OLMo-core, MaxText's A3
     runs, Megatron-Bridge's 26.08 GB200 rows); docs/planner.md shows the table the module prints."""
     fitted = held_out_fit.fitted_groups()
@@ -302,17 +305,19 @@ def test_one_measured_run_per_stack_fits_its_own_figure_and_helps_only_at_other_
             step_time(model, with_matmul_efficiency(cluster, group.efficiency), strategy).total
         assert held_out.predict(first) * ratio == pytest.approx(first.published, rel=1e-6), group.fitted_on
     total = held_out_fit.summary(fitted)
-    # the fit does not bring the runs closer in the median (10.5 % against 10.3 % as planned)
-    assert total["fitted"] > total["calibrated"] and total["runs"] == sum(len(g.runs) for g in fitted)
+    # the fit brings the runs closer in the median (9.3 % against 10.8 % as planned), through the groups of one
+    # model and one code
+    assert total["fitted"] < total["calibrated"] and total["runs"] == sum(len(g.runs) for g in fitted)
     assert held_out_fit.markdown_table(fitted) in (ROOT / "docs" / "planner.md").read_text()
     by_group = {(group.source, group.gpu): (group, held_out_fit.summary([group])) for group in fitted}
     for key in (("mlcommons/training_results_v3.1", "h100-sxm"), ("mlcommons/training_results_v4.1", "h100-sxm"),
-                ("mlcommons/training_results_v4.0", "h100-sxm"), ("mlcommons/training_results_v6.0", "b300")):
+                ("mlcommons/training_results_v4.0", "h100-sxm"), ("mlcommons/training_results_v6.0", "b300"),
+                ("mlcommons/training_results_v5.1", "b200"), ("mlcommons/training_results_v5.1", "b300")):
         assert by_group[key][1]["fitted"] < by_group[key][1]["calibrated"], key
     for key in (("NVIDIA/dgxc-benchmarking", "h100-sxm"), ("NVIDIA-NeMo/Automodel", "h100-sxm"),
                 ("NVIDIA/dgxc-benchmarking", "gb200"), ("Dao-AILab/flash-attention", "a100-80gb"),
                 ("allenai/OLMo-core", "h100-sxm"), ("AI-Hypercomputer/maxtext", "h100-sxm"),
-                ("NVIDIA-NeMo/Megatron-Bridge", "gb200")):
+                ("NVIDIA-NeMo/Megatron-Bridge", "gb200"), ("mlcommons/training_results_v5.1", "h100-sxm")):
         assert by_group[key][1]["fitted"] > by_group[key][1]["calibrated"], key
     # docs/planner.md: DGX Cloud's fit sits at the fastest GEMM timed on an H100 (on the planner's scale),
     # Automodel's far above it; OLMo-core fitted on its 1B run: its 13B runs come out 36-47 % too fast
@@ -595,3 +600,62 @@ def test_the_docs_give_the_fourteenth_sets_figures_as_the_code_computes_them(out
     third = [r for r in outcomes if r.run.name in {run.name for run in held_aside_runs.THIRD_SET}]
     assert all(held_out.runs_at_kernel_rate(r.run) for r in third)
     assert f"(the third set: {percent(third[0].error)} and {percent(third[1].error)})" in page
+
+
+def test_the_docs_give_the_fifteenth_sets_figures_as_the_code_computes_them(outcomes):
+    """MLPerf's remaining Llama 3.1 submissions, predicted once: every figure docs/planner.md gives for them, by GPU
+    in the set's order, and their median; none is planned at the kernel rate (Cisco's H100 runs are its own code,
+    the rest are on Blackwell GPUs)."""
+    page = " ".join((ROOT / "docs" / "planner.md").read_text().split())
+    names = [run.name for run in held_aside_runs.FIFTEENTH_SET]
+    rows = [next(r for r in outcomes if r.run.name == name) for name in names]
+    assert all(r.split == ASIDE and not held_out.runs_at_kernel_rate(r.run) for r in rows)
+    def percent(error):
+        return f"{100 * error:+.1f} %".replace("-", "\N{MINUS SIGN}")
+    def listed(errors):
+        return ", ".join(map(percent, errors[:-1])) + f" and {percent(errors[-1])}"
+    by_gpu = {gpu: [r.error for r in rows if r.run.gpu == gpu] for gpu in ("h100-sxm", "b200", "b300", "gb300")}
+    dense_8b = [r.error for r in rows if r.run.gpu == "b200" and "8B" in r.run.name]
+    b200_405b = [r.error for r in rows if r.run.gpu == "b200" and "405B" in r.run.name]
+    assert len(dense_8b) + len(b200_405b) == len(by_gpu["b200"]) and sum(map(len, by_gpu.values())) == len(rows)
+    median = statistics.median(abs(r.error) for r in rows)
+    blackwell = sorted(abs(r.error) for r in rows if r.run.gpu != "h100-sxm" and r.error < 0)
+    assert len(blackwell) == len(rows) - 2 and 0.01 <= blackwell[0] and blackwell[-2] <= 0.25 < blackwell[-1]
+    assert "Every Blackwell run ran faster than planned, by 1-25 % but for one" in page
+    cells = json.loads((ROOT / "notebooks" / "13-plan-your-training-run.ipynb").read_text())["cells"]
+    lesson = " ".join(" ".join("".join(cell["source"]) for cell in cells).split())
+    second = next(r.error for r in outcomes if r.run.name == "MLPerf v5.1 Llama 3.1 8B TP 2 x CP 4, 512 GB200s, FP8")
+    assert (f"by 1-25 % but for one on 512 GB300s, which misses by {100 * rows[-1].error:.0f} % as the second set's on "
+            f"512 GB200s does by {100 * second:.0f} %") in lesson
+    assert (f"on H100s {listed(by_gpu['h100-sxm'])} (DP 64, and TP 2), on B200s {listed(dense_8b)} (Llama 3.1 8B) "
+            f"and {listed(b200_405b)} (405B), on B300s {listed(by_gpu['b300'])}, on GB300s {listed(by_gpu['gb300'])}; "
+            f"median {100 * median:.1f} %") in page
+
+
+def test_the_fifteenth_sets_largest_miss_is_the_rings_latency_term_in_the_gradient_sync():
+    """docs/planner.md: for Llama 3.1 8B at TP 2 x CP 4 on 512 GB300s the planner's gradient sync over the 256 ranks
+    of dp x cp (32 of them in each 64-GPU rack) takes 0.19 s against 0.04 s of compute, 0.17 s of it the ring's
+    latency term, where the published step took 0.09 s."""
+    run = next(run for run in held_aside_runs.FIFTEENTH_SET if run.name.endswith("512 GB300s, FP8 (NVIDIA)"))
+    model, cluster, strategy = held_out.build(run)
+    page = " ".join((ROOT / "docs" / "planner.md").read_text().split())
+    planned = step_time(model, cluster, strategy)
+    silent = step_time(model, dataclasses.replace(cluster, inter_node_latency=0.0, intra_node_latency=0.0), strategy)
+    assert strategy.dp * strategy.cp == 256 and cluster.gpus_per_node // strategy.tp == 32
+    assert round(planned.dp_comm, 2) == 0.19 and round(planned.compute, 2) == 0.04
+    assert round(planned.dp_comm - silent.dp_comm, 2) == 0.17
+    step = strategy.global_batch * model.seq_len / (run.published * strategy.gpus)
+    assert round(step, 2) == 0.09 and planned.total > 2 * step
+    # NCCL's cost model (src/graph/tuning.cc) charges the network's latency only to a ring's hops between nodes: of
+    # the N - 1 hops of a reduce-scatter or an all-gather over 8 racks, 7; the other 248 at NVLink's
+    ranks, racks = strategy.dp * strategy.cp, strategy.gpus // cluster.gpus_per_node
+    assert (racks, cluster.inter_node_latency, cluster.intra_node_latency) == (8, 10e-6, 5e-6)
+    assert len(dp_sync.gradient_buckets(model, cluster, strategy, 0, "reduce_scatter", 2)) == 34
+    assert "over 34 buckets" in page
+    as_nccl = ((racks - 1) * cluster.inter_node_latency + (ranks - racks) * cluster.intra_node_latency) / \
+        ((ranks - 1) * cluster.inter_node_latency)
+    assert silent.dp_comm + as_nccl * (planned.dp_comm - silent.dp_comm) > step    # the sync alone, still longer
+    assert ("256 ranks of dp × cp takes 0.19 s against 0.04 s of compute, and 0.17 s of it is the ring's latency "
+            "term") in page and "ranks sit 32 to a rack" in page and "(the step took 0.09 s)" in page
+    assert ("(the 248 hops inside racks at the planner's NVLink 5 µs), the sync alone would still outlast the "
+            "step") in page

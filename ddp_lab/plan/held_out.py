@@ -603,7 +603,7 @@ def for_generation(key: str, outcomes, generation: str) -> tuple[list, str]:
         >>> sorted({r.run.gpu for r in runs}), where
         (['h100-sxm'], 'on Hopper GPUs (5 held-aside runs on other GPUs left out)')
         >>> for_generation("long-context", results(), "ampere")[1]
-        'none on Ampere GPUs (its runs are on gb200, h100-hbm2e, h100-sxm, h200)'
+        'none on Ampere GPUs (its runs are on b200, gb200, gb300, h100-hbm2e, h100-sxm, h200)'
     """
     mine = [r for r in outcomes if key in r.families and r.error is not None]     # not the runs skipped
     same = [r for r in mine if generation_of(r.run.gpu) == generation]
