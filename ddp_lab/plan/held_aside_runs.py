@@ -1,7 +1,7 @@
 """Published training runs kept aside while the planner is modelled: the held-aside set (held_out.py scores it).
 
 These runs come from sources that neither the planner's calibration set (published.py) nor the development runs
-(held_out_runs.py) use. They came in fifteen sets: FIRST_SET, predicted and looked at from 2026-11 to 2026-12-06, and
+(held_out_runs.py) use. They came in sixteen sets: FIRST_SET, predicted and looked at from 2026-11 to 2026-12-06, and
 SECOND_SET, chosen and written down on 2026-12-06 after the kernel rate (fit_to_run.at_kernel_rate) was added and
 before the planner predicted any of them; the first set's runs that the kernel rate changes are development runs
 since (held_out.py). THIRD_SET was written down after uneven stages under interleaving were modelled
@@ -32,6 +32,9 @@ and v5.1's LLM pretraining submissions on H200s, by any submitter) was written d
 predicted, when no held-aside run was on H200s, before the planner predicted any of its runs.
 FIFTEENTH_SET (the rest of MLPerf Training v5.0 and v5.1's LLM pretraining submissions, by any submitter, on a GPU
 with a preset and in a precision the planner expresses) was written down after the fourteenth set had been predicted,
+by a rule fixed before any of its logs was read, before the planner predicted any of its runs.
+SIXTEENTH_SET (MLPerf Training v3.0 to v4.1's GPT-3 175B submissions by organisations other than NVIDIA alone, on a
+GPU with a preset and in a precision the planner expresses) was written down after the fifteenth had been predicted,
 by a rule fixed before any of its logs was read, before the planner predicted any of its runs.
 Every set was chosen and written down before the planner predicted any of its runs (but for the eighth set's H100
 run and the ninth set's Qwen3-30B-A3B run), and they are kept aside while it is modelled: their errors are looked
@@ -210,6 +213,16 @@ Sources:
                 compared blob by blob with NVIDIA's implementation of the same benchmark and round, and its
                 systems/<system>.json
 
+    Sixteenth set:
+    mlperf-gpt3  mlcommons/training_results_v3.0 (commit 63e326c; results uploaded in 9f08e30, 2023-06-19), v3.1
+                (commit d06288b; results uploaded in f33f944, 2023-11-07), v4.0 (commit 6fe9543; results pushed in
+                62f111b, 2024-06-11) and v4.1 (results commit 8821c70, repository HEAD b87b9e3): every results folder
+                of gpt3 and the systems/*.json of its submitters; for each submission of another organisation its
+                first result log (with the configuration dump where the log prints one), the config of its node
+                count with the config_common.sh and config_fp8.sh it sources, its systems/<system>.json, and its
+                implementation folder compared blob by blob with NVIDIA's GPT-3 folder of the same round; the git
+                blobs of every gpt3 result log of the four rounds, compared for logs published again
+
 Which rows: all three of NVIDIA's MLPerf Training v4.0 GPT-3 submissions, each its result_0.txt (the first of its
 runs): the tokens of all its training blocks over their summed durations (block_start to block_stop; the
 evaluations between them left out), the global batch and gradient accumulation as the log states them;
@@ -332,6 +345,33 @@ systems description states them they are the preset's (Cisco's 8 x 400 Gb/s per 
 Gb/s); Oracle's (RoCE), the University of Florida's (InfiniBand) and Verda's ('100GbE InfiniBand', no adapter count)
 give no per-GPU rate, and the b200 preset's is planned; Lambda's GB300 job, whose files do not state its segment,
 is placed by held_out.nvlink_segment (one rack of 72).
+
+Sixteenth set: by a rule fixed before any of its logs was read, every closed-division GPT-3 175B (gpt3) submission
+of MLPerf Training v3.0, v3.1, v4.0 and v4.1 by an organisation other than NVIDIA alone (joint submissions such as
+NVIDIA+CoreWeave's and Azure+NVIDIA's included; NVIDIA's own are the first and second sets'), on a GPU with a preset,
+in a precision the planner expresses (BF16; FP8 with one scale per tensor), whose first result log (result_0.txt, or
+the log numbered 1 where a folder numbers from 1) is timed as the earlier MLPerf GPT-3 sets time theirs (v3.0's one
+block less the evaluations inside it, as the second set; later rounds' blocks summed, as v4.0's), the global batch
+and gradient accumulation as the log states them; then per submitter, round and GPU type the smallest and the
+largest GPU count (where two share a count, the results folder that sorts first). The layout is read from the config
+of the log's node count, as the second set reads NVIDIA's configs of the same round, and from the log's configuration
+dump where it prints one (v4.0's and v4.1's). Six runs, all TP 4 x PP 8 on H100s in FP8 with delayed scaling:
+NVIDIA+CoreWeave's v3.0 runs on 768 and 3,584 GPUs (NVIDIA's v3.0 configs: interleaved 12, micro-batch 1),
+Azure+NVIDIA's v3.1 run on 10,752 (interleaved 12, micro-batch 1), Sustainable Metal Cloud's v4.0 run on 512
+(interleaved 12, micro-batch 2) and Oracle's v4.1 runs on 1,536 and 3,072 (interleaved 4, micro-batch 2).
+NVIDIA_CODE_BY_OTHERS names CoreWeave's runs (NVIDIA's v3.0 folder file for file), Sustainable Metal Cloud's and
+Oracle's (their model and training code NVIDIA's git blobs of the round; Oracle's folders hold no conf/, whose values
+the logs' dumps give); Azure's folder is NVIDIA's v3.1 code with its comments taken out (other blobs) and builds
+another Transformer Engine revision: not named. Sustainable Metal Cloud's folder names its logs after the job and
+numbers them 1 to 3: the one numbered 1 is read, though the one numbered 2 (another job) started first (0.02 %
+slower). Left out: no preset: Intel-HabanaLabs' Gaudi2 submissions (v3.0, v3.1, v4.0) and Google's TPU v5e, v5p
+and Trillium ones (v3.1, v4.0, v4.1); between the smallest and the largest: NVIDIA+CoreWeave's v3.0 run on 1,536
+GPUs; a count shared, and published again: Sustainable Metal Cloud's smc-ac-power and smc-dc-power folders (512
+GPUs each; their three logs are the smc folder's git blobs, and smc sorts first); NVIDIA's own submissions of the
+four rounds (the first and second sets'); every result log after the first. No other gpt3 log of the four rounds
+repeats a git blob of another round's or of NVIDIA's. Links: CoreWeave's and Azure's descriptions state 8 x 400 Gb/s
+InfiniBand per node (the preset's); Sustainable Metal Cloud's ('Infiniband NDR', no adapter count) and Oracle's
+(RoCE v2) give no per-GPU rate, and the h100-sxm preset's is planned.
 
 Rules for what a source leaves unstated (as held_out_runs.py): NeMo's distributed optimizer is ZeRO-1; FSDP that
 does not reshard after forward is ZeRO-2, FSDP that does is ZeRO-3; a partial recomputation is planned as the
@@ -2400,8 +2440,167 @@ NVIDIA_CODE_BY_OTHERS: frozenset[str] = frozenset({
     "MLPerf v5.1 Llama 3.1 405B TP 4 x PP 8 x CP 2, 256 B200s, FP8 (University of Florida)",
     "MLPerf v5.1 Llama 3.1 405B TP 4 x PP 8 x CP 2, 448 B200s, FP8 (University of Florida)",
     "MLPerf v5.1 Llama 3.1 8B CP 2, 64 B200s, FP8 (Verda)",
+}) | frozenset({
+    # The sixteenth set's runs (below) decided by the same rule: each implementation folder's files against NVIDIA's
+    # GPT-3 folder of the same round, blob by blob (git ls-tree).
+    #   NVIDIA+CoreWeave v3.0 (NVIDIA_CoreWeave/benchmarks/gpt3/implementations/pytorch, both runs): every file the
+    #     same blob as NVIDIA/benchmarks/gpt3/implementations/pytorch's (megatron_gpt_pretraining_custom.py,
+    #     custom_callbacks.py, custom_optimizer.py, custom_schedulers.py, unified_checkpointing.py, dist_checkpointing/,
+    #     conf/megatron_gpt_config.yaml, the tp_overlap YAMLs, config_common.sh, config_fp8.sh, config_tp_h100.sh, the
+    #     four config_DGXH100_*.sh, run.sub, run_and_time.sh, requirements.txt and the Dockerfile, at the results
+    #     commit 9f08e30 and at HEAD, 8a4f4ad having changed both requirements.txt alike) but README.md (one link)
+    "MLPerf v3.0 GPT-3 175B TP 4 x PP 8, 768 H100s, FP8 (CoreWeave)",
+    "MLPerf v3.0 GPT-3 175B TP 4 x PP 8, 3,584 H100s, FP8 (CoreWeave)",
+    #   Sustainable Metal Cloud v4.0 (smc/benchmarks/gpt3/implementations/nemo, the folder of the log's config):
+    #     megatron_gpt_pretraining_custom.py, custom_callbacks.py, custom_optimizer.py, custom_schedulers.py,
+    #     unified_checkpointing.py, mlperf_logger.py, dist_checkpointing/, conf/ (custom.yaml, the optim, nccl and
+    #     tp_overlap YAMLs), config_common.sh, config_fp8.sh, requirements.txt and run_and_time.sh the same blobs as
+    #     NVIDIA/benchmarks/gpt3/implementations/nemo's (and its eos* folders'); the Dockerfile differs in naming the
+    #     same revisions otherwise (Transformer Engine 9e4091e, the commit of NVIDIA's v1.6rc1; the branches
+    #     r2.0.0.rc0.beta and core_r0.7.0.beta where NVIDIA's names the tags v2.0.0.rc0.beta and core_v0.7.0.beta)
+    #     and an apex comment, run.sub in SMC's cluster hooks, README.md, and the configs are SMC's own
+    #     (config_SMCH100_*.sh); the log's container is NVIDIA's early-access nvdlfwea+mlperfv40+gpt3+20240505
+    "MLPerf v4.0 GPT-3 175B TP 4 x PP 8, 512 H100s, FP8 (Sustainable Metal Cloud)",
+    #   Oracle v4.1 (Oracle/benchmarks/gpt3/DGXH100_*_mbs2, five folders of the same blobs): megatron_gpt_pretraining_
+    #     custom.py, custom_callbacks.py, mlperf_logger.py, requirements.txt, run_and_time.sh, config_fp8.sh and
+    #     README.md the same blobs as NVIDIA/benchmarks/gpt3/implementations/eos_n64_ngc24.09_nemo's (and eos_n32's);
+    #     the Dockerfile differs only in its base image's registry (nvcr.io/nvdlfwea/pytorch:24.09-py3, NVIDIA's
+    #     early-access copy of nvcr.io/nvidia/pytorch:24.09-py3), config_common.sh in a SHARP line commented out and
+    #     an appended NCCL/UCX block for RoCE, run.sub and the checkpoint-conversion script differ, and the configs are
+    #     Oracle's (v4.0's interleaving 4, no deferred embedding gradients); the folders hold no conf/ (custom.yaml
+    #     is configuration, not code: its values are read from the logs' dumps), so the code the folder ships is
+    #     NVIDIA's
+    "MLPerf v4.1 GPT-3 175B TP 4 x PP 8, 1,536 H100s, FP8 (Oracle)",
+    "MLPerf v4.1 GPT-3 175B TP 4 x PP 8, 3,072 H100s, FP8 (Oracle)",
+    # Not in it: Azure+NVIDIA v3.1 (Azure+NVIDIA/benchmarks/gpt3/implementations/pytorch): conf/*.yaml,
+    # custom_schedulers.py, mlperf_logger.py, requirements.txt and part of dist_checkpointing/ the same blobs, but
+    # megatron_gpt_pretraining_custom.py, custom_callbacks.py, custom_optimizer.py, unified_checkpointing.py and
+    # dist_checkpointing's mapping.py, serialization.py and three strategies differ from NVIDIA's v3.1 files (NVIDIA's
+    # with their comments taken out: no line of code differs), and the Dockerfile builds another Transformer Engine
+    # (4ee8e8e, where NVIDIA's builds 09ba842); the rule reads git blobs, and these are not NVIDIA's.
 })
+
+# ---- the sixteenth set: written down before the planner predicted any of them (module docstring) ---------------
+# Which runs (the rule fixed before any log was read): every closed-division GPT-3 175B submission (gpt3) of MLPerf
+# Training v3.0, v3.1, v4.0 and v4.1 by an organisation other than NVIDIA alone (joint submissions included), on a GPU
+# with a preset, in a precision the planner expresses, whose first result log the earlier MLPerf GPT-3 sets' method
+# times; then per submitter, round and GPU type the smallest and the largest GPU count (where two share a count, the
+# results folder that sorts first). Layout from the config of the log's node count (read as the second set reads
+# NVIDIA's configs of the same round) or, where the log prints its configuration, from that dump.
+# ---- sources and what they leave unstated ------------------------------------------------------------------------
+MLPERF_V30_OTHER = ("mlcommons/training_results_v3.0 NVIDIA_CoreWeave/results/{}/gpt3/result_0.txt (commit 63e326c; "
+                    "results uploaded in 9f08e30, 2023-06-19): the run's one training block's tokens (trained_samples) "
+                    "over its duration less the evaluations inside it")
+MLPERF_V31_AZURE = ("mlcommons/training_results_v3.1 Azure+NVIDIA/results/ND_H100_v5_n1344_pytorch/gpt3/result_0.txt "
+                    "(commit d06288b; results uploaded in f33f944, 2023-11-07): the training blocks' tokens over their "
+                    "summed durations")
+MLPERF_V40_SMC = ("mlcommons/training_results_v4.0 smc/results/64xSMC-H100-SXM-80GB/gpt3/"
+                  "result_5849-240518014016374832336_1.txt (commit 6fe9543; results pushed in 62f111b, 2024-06-11; the "
+                  "folder numbers its logs 1 to 3 after the job: the one numbered 1, 'trial 1 of 3'): the training "
+                  "blocks' tokens over their summed durations")
+MLPERF_V41_ORACLE = ("mlcommons/training_results_v4.1 Oracle/results/{}/gpt3/result_0.txt (results commit 8821c70, "
+                     "2024-11-13; repository HEAD b87b9e3): the training blocks' tokens over their summed durations")
+COREWEAVE_NOTE = (
+    "NVIDIA_CoreWeave/benchmarks/gpt3/implementations/pytorch/{config} (the config of the log's node count; the "
+    "folder is NVIDIA's v3.0 implementation file for file, README.md aside: NVIDIA_CODE_BY_OTHERS): TP 4, PP 8, "
+    "interleaved 12 (config_common.sh's INTERLEAVED_PIPELINE), micro-batch 1, MINIBS {minibs} (GBS {gbs:,}, DP {dp}, "
+    "gradient accumulation {grad_accum}, as the log states); {blocks}" + MLPERF_V30_NOTE.replace(
+        "DGX H100 nodes (systems/dgxh100_n*_nemo.json: 8 x 400 Gb/s InfiniBand): the h100-sxm preset",
+        "CoreWeave's HGX H100 nodes (systems/{system}.json: 8 H100-SXM5-80GB, NVLink Gen4 900 GB/s + NVSwitch Gen3, "
+        "8 x ConnectX-7 InfiniBand NDR 400 Gb/s for compute): the h100-sxm preset's links"))
+AZURE_NOTE = (
+    "Azure+NVIDIA/benchmarks/gpt3/implementations/pytorch/config_DGXH100_1344x8x8x4x8_mbs1.sh (the folder's one "
+    "config, of the log's node count): TP 4, PP 8, interleaved 12 (conf/custom.yaml's default, the same blob as "
+    "NVIDIA's), micro-batch 1, MINIBS 8 (GBS 2,688, DP 336, gradient accumulation 8, as the log states); 22 blocks "
+    "of 55,050,240 tokens, the first 10.353 s, the rest 9.640-10.307 s; NVIDIA's v3.1 implementation with its "
+    "comments taken out (not the same git blobs: not in NVIDIA_CODE_BY_OTHERS)" + MLPERF_V31_NOTE.replace(
+        "Transformer Engine 09ba842)",
+        "Transformer Engine 4ee8e8e, the Dockerfile's TE_REVISION, where NVIDIA's names 09ba842: 15 commits later "
+        "on the same userbuffers work, transformer_engine/pytorch/attention.py unchanged between them)").replace(
+        "Eos and Eos-dfw DGX H100 nodes (systems/*.json: 8 x 400 Gb/s InfiniBand for compute): the h100-sxm preset",
+        "Azure ND H100 v5 VMs (systems/ND_H100_v5_n1344_pytorch.json: 8 H100-SXM-80GB, NVLink 4.0, 8 x Quantum-2 "
+        "ConnectX-7 400 Gb/s InfiniBand): the h100-sxm preset's links"))
+SMC_NOTE = (
+    "the log's configuration dump (DLPAL SMCH100_64x8x128x4x8: smc/benchmarks/gpt3/implementations/nemo/"
+    "config_SMCH100_64x8x128x4x8.sh, which, unlike NVIDIA's config_DGXH100_64x8x128x4x8_mbs2.sh, sets no "
+    "INTERLEAVED_PIPELINE): TP 4, PP 8, interleaved 12 (conf/custom.yaml's default), micro-batch 2 "
+    "(config_common.sh), MINIBS 128 (GBS 2,048, DP 16, gradient accumulation 64, as the log states), sequence "
+    "parallelism, ub_tp_comm_overlap; NVIDIA's v4.0 implementation (NVIDIA_CODE_BY_OTHERS) in NVIDIA's early-access "
+    "container (nvdlfwea+mlperfv40+gpt3+20240505); 24 blocks of 50,331,648 tokens, 129.0-129.4 s each; the run "
+    "numbered 2 (job 5848) started before it: 3,100.509 s for the same tokens, 0.02 % slower" + MLPERF_NOTE.replace(
+        "Eos's DGX H100 nodes (8 x 400 Gb/s InfiniBand): the h100-sxm preset",
+        "SMC's immersion-cooled nodes of 8 H100-SXM5-80GB (systems/64xSMC-H100-SXM-80GB.json: NVLink Gen4 900 GB/s + "
+        "NVSwitch Gen3, 'Infiniband NDR' with no adapter count or rate): the h100-sxm preset's links"))
+ORACLE_NOTE = (
+    "the log's configuration dump (Oracle/benchmarks/gpt3/DGXH100_384x8x32x4x8_mbs2/{config}, the config of its node "
+    "count): TP 4, PP 8, interleaved 4 (INTERLEAVED_PIPELINE=4, v4.0's value; NVIDIA's v4.1 configs set 6), "
+    "micro-batch 2, MINIBS {minibs} (GBS 3,072, DP {dp}, gradient accumulation {grad_accum}, as the log states); "
+    "NVIDIA's v4.1 implementation (NVIDIA_CODE_BY_OTHERS; the log's container a local gpt3-20240923.sqsh): "
+    "distributed_fused_adam (ZeRO-1) with overlapped gradient and parameter sync, 200 MB buckets (bucket_cap_mb; not "
+    "modelled), bf16 gradient sync, no recomputation (activations_checkpoint_granularity null), sequence "
+    "parallelism, TP communication overlapped (userbuffers), Transformer Engine FP8 (hybrid, delayed scaling: amax "
+    "history 1,024, max) with FP8 parameters (fp8_params: not modelled), the embedding's weight gradients not "
+    "deferred (defer_embedding_wgrad_compute false), no CUDA graphs, Transformer Engine attention "
+    "(use_flash_attention false), dropout 0, LayerNorm1p (as LayerNorm); the SentencePiece tokenizer's vocabulary is "
+    "not stated: GPT-2's 50,257 assumed (as the v4.0 rows); {blocks}; Oracle BM.GPU.H100.8 nodes "
+    "(systems/{system}.json: 8 H100-SXM5-80GB, NVLink Gen4 900 GB/s + NVSwitch Gen3, RoCE v2 of unstated per-GPU "
+    "rate; config_common.sh's NCCL_IB_HCA names 16 adapters): the h100-sxm preset's links")
+
+SIXTEENTH_SET: list[HeldOutRun] = [
+    # ---- dense, H100, TP 4 x PP 8, FP8 (MLPerf Training v3.0, NVIDIA+CoreWeave) --------------------------------------
+    *[HeldOutRun(f"MLPerf v3.0 GPT-3 175B TP 4 x PP 8, {gpus:,} H100s, FP8 (CoreWeave)",
+                 MLPERF_V30_OTHER.format(system) + f"; {gpus:,} GPUs, GBS {gbs:,}",
+                 {**GPT3_175B, "dropout": False},
+                 dict(dp=dp, tp=4, pp=8, micro_batch=1, grad_accum=grad_accum, schedule="interleaved",
+                      virtual_stages=12, precision="fp8", **TP_OVERLAP, **NEMO_FLASH_ATTN),
+                 "h100-sxm", "tokens_per_gpu", _tokens_per_gpu(tokens / seconds, gpus),
+                 COREWEAVE_NOTE.format(config=config, minibs=minibs, gbs=gbs, dp=dp, grad_accum=grad_accum,
+                                       blocks=blocks, system=system))
+      for system, config, gpus, dp, minibs, grad_accum, gbs, blocks, tokens, seconds in (
+          ("coreweave_hgxh100_n96_ngc23.04_pytorch", "config_DGXH100_96x8x128x4x8_mbs1.sh", 768, 24, 128, 128, 3072,
+           "one block of 2,736.266 s holding 25 evaluations of 261.687 s in all", 1_258_291_200, 2736.266 - 261.687),
+          ("coreweave_hgxh100_n448_ngc23.04_pytorch", "config_DGXH100_448x8x24x4x8_mbs1.sh", 3584, 112, 24, 24, 2688,
+           "one block of 654.298 s holding 22 evaluations of 74.382 s in all", 1_211_105_280, 654.298 - 74.382))],
+    # ---- dense, H100, TP 4 x PP 8, FP8 (MLPerf Training v3.1, Azure+NVIDIA) -----------------------------------------
+    HeldOutRun("MLPerf v3.1 GPT-3 175B TP 4 x PP 8, 10,752 H100s, FP8 (Azure)",
+               MLPERF_V31_AZURE + "; 10,752 GPUs, GBS 2,688", {**GPT3_175B, "dropout": False},
+               dict(dp=336, tp=4, pp=8, micro_batch=1, grad_accum=8, schedule="interleaved", virtual_stages=12,
+                    precision="fp8", **TP_OVERLAP, **NEMO_FLASH_ATTN),
+               "h100-sxm", "tokens_per_gpu", _tokens_per_gpu(1_211_105_280 / 216.375, 10752), AZURE_NOTE),
+    # ---- dense, H100, TP 4 x PP 8, FP8 (MLPerf Training v4.0, Sustainable Metal Cloud) ------------------------------
+    HeldOutRun("MLPerf v4.0 GPT-3 175B TP 4 x PP 8, 512 H100s, FP8 (Sustainable Metal Cloud)",
+               MLPERF_V40_SMC + "; 512 GPUs, GBS 2,048", {**GPT3_175B, "dropout": False},
+               dict(dp=16, tp=4, pp=8, micro_batch=2, grad_accum=64, schedule="interleaved", virtual_stages=12,
+                    precision="fp8", **TP_OVERLAP, **NEMO),
+               "h100-sxm", "tokens_per_gpu", _tokens_per_gpu(1_207_959_552 / 3099.982, 512), SMC_NOTE),
+    # ---- dense, H100, TP 4 x PP 8, FP8 (MLPerf Training v4.1, Oracle) ------------------------------------------------
+    *[HeldOutRun(f"MLPerf v4.1 GPT-3 175B TP 4 x PP 8, {gpus:,} H100s, FP8 (Oracle)",
+                 MLPERF_V41_ORACLE.format(system) + f"; {gpus:,} GPUs, GBS 3,072",
+                 {**GPT3_175B, "dropout": False},
+                 dict(dp=dp, tp=4, pp=8, micro_batch=2, grad_accum=grad_accum, schedule="interleaved",
+                      virtual_stages=4, precision="fp8", **TP_OVERLAP, **NEMO),
+                 "h100-sxm", "tokens_per_gpu", _tokens_per_gpu(tokens / seconds, gpus),
+                 ORACLE_NOTE.format(config=config, minibs=minibs, dp=dp, grad_accum=grad_accum, blocks=blocks,
+                                    system=system))
+      for system, config, gpus, dp, minibs, grad_accum, blocks, tokens, seconds in (
+          ("1536xBM.GPU.H100.8", "config_DGXH100_192x8x64x4x8_mbs2.sh", 1536, 48, 64, 32,
+           "26 blocks of 50,331,648 tokens, 41.7-41.9 s each", 1_308_622_848, 1086.615),
+          ("3072xBM.GPU.H100.8", "config_DGXH100_384x8x32x4x8_mbs2.sh", 3072, 96, 32, 16,
+           "25 blocks of 50,331,648 tokens, the first 22.731 s, the rest 22.466-27.859 s", 1_258_291_200, 643.758))],
+]
+# The arithmetic (durations from the log's time_ms: v3.0's one block_stop less its block_start, less each of its
+# eval_stop - eval_start; later rounds' every block_stop less its block_start, summed), tokens as the log counts
+# them (trained_samples; each later log's blocks' epoch_count summed gives the same total):
+#   CoreWeave 768 H100s     1,258,291,200 tokens over 2,736.266 - 261.687 = 2,474.579 s = 508,487.0 tokens/s
+#                           = 662.09 per GPU
+#   CoreWeave 3,584 H100s   1,211,105,280 over 654.298 - 74.382 = 579.916 s = 2,088,415.0 = 582.71 per GPU
+#   Azure 10,752 H100s      22 x 55,050,240 = 1,211,105,280 over 216.375 s = 5,597,251.4 = 520.58 per GPU
+#   SMC 512 H100s           24 x 50,331,648 = 1,207,959,552 over 3,099.982 s = 389,666.6 = 761.07 per GPU
+#   Oracle 1,536 H100s      26 x 50,331,648 = 1,308,622,848 over 1,086.615 s = 1,204,311.4 = 784.06 per GPU
+#   Oracle 3,072 H100s      25 x 50,331,648 = 1,258,291,200 over 643.758 s = 1,954,602.8 = 636.26 per GPU
+# (each total equals the log's trained_samples; the method gives the second set's NVIDIA v3.0 and v3.1 figures
+# from their logs, 3,856.423 - 365.276 s and 211.046 s among them)
 
 RUNS: list[HeldOutRun] = (FIRST_SET + SECOND_SET + THIRD_SET + FOURTH_SET + FIFTH_SET + SIXTH_SET + SEVENTH_SET
                           + EIGHTH_SET + NINTH_SET + TENTH_SET + ELEVENTH_SET + TWELFTH_SET + THIRTEENTH_SET
-                          + FOURTEENTH_SET + FIFTEENTH_SET)
+                          + FOURTEENTH_SET + FIFTEENTH_SET + SIXTEENTH_SET)
