@@ -310,6 +310,14 @@ def test_one_measured_run_per_stack_fits_its_own_figure_and_helps_only_at_other_
     assert total["fitted"] < total["calibrated"] and total["runs"] == sum(len(g.runs) for g in fitted)
     assert held_out_fit.markdown_table(fitted) in (ROOT / "docs" / "planner.md").read_text()
     by_group = {(group.source, group.gpu): (group, held_out_fit.summary([group])) for group in fitted}
+    page = " ".join((ROOT / "docs" / "planner.md").read_text().split())
+    def pair(summary):
+        return f"{100 * summary['calibrated']:.1f} % to {100 * summary['fitted']:.1f} %"
+    assert (f"helps in the median ({100 * total['calibrated']:.1f} % as planned, {100 * total['fitted']:.1f} % "
+            "fitted)") in page
+    for round_, gpu in (("v5.1", "b200"), ("v5.1", "b300"), ("v3.1", "h100-sxm"), ("v3.0", "h100-sxm"),
+                        ("v4.0", "h100-sxm"), ("v4.1", "h100-sxm")):
+        assert pair(by_group[(f"mlcommons/training_results_{round_}", gpu)][1]) in page, (round_, gpu)
     for key in (("mlcommons/training_results_v3.1", "h100-sxm"), ("mlcommons/training_results_v4.1", "h100-sxm"),
                 ("mlcommons/training_results_v4.0", "h100-sxm"), ("mlcommons/training_results_v6.0", "b300"),
                 ("mlcommons/training_results_v5.1", "b200"), ("mlcommons/training_results_v5.1", "b300")):
@@ -339,7 +347,8 @@ def test_every_held_aside_source_begins_with_its_repository():
 def test_a_plan_is_scored_on_the_runs_at_its_own_rate(outcomes):
     """A plan at the calibrated constants is scored on every held-out run at them; one at the kernel rate on the runs
     as the rule plans them (the outcomes the tables show). The dense H100 TP 4-8 family's held-aside runs are all
-    NVIDIA's: 7.5 % as planned, 19.8 % at the calibrated constant, the figure a default plan states."""
+    NVIDIA's code, and all but Azure's (its files not NVIDIA's git blobs) are planned as NVIDIA's stacks: 7.4 % as
+    planned, 19.6 % at the calibrated constant, the figure a default plan states."""
     h100s = ClusterSpec.preset("h100-sxm", nodes=8)
     calibrated, words = held_out.at_plans_rate(h100s)
     assert words == "at the calibrated rate"
@@ -348,7 +357,7 @@ def test_a_plan_is_scored_on_the_runs_at_its_own_rate(outcomes):
     assert words == "NVIDIA's stacks at the kernel rate, other runs at the calibrated rate" and [r.error for r in kernel] == [r.error for r in outcomes]
     row = {name: next(r for r in by_family(o) if r.family == "dense-h100-tp") for name, o in
            (("calibrated", calibrated), ("kernel", kernel))}
-    assert (round(row["kernel"].median, 3), round(row["calibrated"].median, 3)) == (0.075, 0.198)
+    assert (round(row["kernel"].median, 3), round(row["calibrated"].median, 3)) == (0.074, 0.196)
     assert held_out.at_plans_rate(ClusterSpec.preset("a100-80gb"))[1] == "at the calibrated rate"
 
 
@@ -650,7 +659,10 @@ def test_the_fifteenth_sets_largest_miss_is_the_rings_latency_term_in_the_gradie
     # the N - 1 hops of a reduce-scatter or an all-gather over 8 racks, 7; the other 248 at NVLink's
     ranks, racks = strategy.dp * strategy.cp, strategy.gpus // cluster.gpus_per_node
     assert (racks, cluster.inter_node_latency, cluster.intra_node_latency) == (8, 10e-6, 5e-6)
-    assert len(dp_sync.gradient_buckets(model, cluster, strategy, 0, "reduce_scatter", 2)) == 34
+    buckets = dp_sync.gradient_buckets(model, cluster, strategy, 0, "reduce_scatter", 2)
+    assert sum(seconds > 0 for seconds in buckets) == 34
+    # every hop at the network's latency: N - 1 hops of each reduce-scatter and all-gather, per bucket
+    assert planned.dp_comm - silent.dp_comm == pytest.approx(2 * 34 * (ranks - 1) * cluster.inter_node_latency)
     assert "over 34 buckets" in page
     as_nccl = ((racks - 1) * cluster.inter_node_latency + (ranks - racks) * cluster.intra_node_latency) / \
         ((ranks - 1) * cluster.inter_node_latency)
@@ -659,3 +671,26 @@ def test_the_fifteenth_sets_largest_miss_is_the_rings_latency_term_in_the_gradie
             "term") in page and "ranks sit 32 to a rack" in page and "(the step took 0.09 s)" in page
     assert ("(the 248 hops inside racks at the planner's NVLink 5 µs), the sync alone would still outlast the "
             "step") in page
+
+
+def test_the_docs_give_the_sixteenth_sets_figures_as_the_code_computes_them(outcomes):
+    """Other organisations' MLPerf GPT-3 runs, predicted once: those of NVIDIA's implementation by the files
+    (held_aside_runs.NVIDIA_CODE_BY_OTHERS) at the kernel rate, Azure's (the same code with its comments taken out,
+    other git blobs) at the calibrated rate; and what the kernel rate would have given Azure's."""
+    page = " ".join((ROOT / "docs" / "planner.md").read_text().split())
+    rows = [next(r for r in outcomes if r.run.name == run.name) for run in held_aside_runs.SIXTEENTH_SET]
+    at_kernel = [r for r in rows if held_out.runs_at_kernel_rate(r.run)]
+    assert all(r.split == ASIDE for r in rows) and len(at_kernel) == 5
+    assert {r.run.name for r in at_kernel} <= held_aside_runs.NVIDIA_CODE_BY_OTHERS
+    (azure,) = [r for r in rows if r not in at_kernel]
+    def percent(error):
+        return f"{100 * error:+.1f} %".replace("-", "\N{MINUS SIGN}")
+    e = [percent(r.error) for r in rows]
+    assert (f"Predicted once: {e[0]} and {e[1]} (CoreWeave), {e[2]} (Azure), {e[3]} (Sustainable Metal Cloud), {e[4]} "
+            f"and {e[5]} (Oracle).") in page and "Azure" in azure.run.name
+    assert min(r.error for r in at_kernel) < 0 < max(r.error for r in at_kernel)     # both ways
+    second = [r.error for r in outcomes if r.run.name in {run.name for run in held_aside_runs.SECOND_SET}
+              and "GPT-3" in r.run.name]
+    assert f"(the second set: {percent(min(second))} to {percent(max(second))})" in page
+    kernel = held_out.predict(azure.run, kernel_rate=True) / azure.run.published - 1
+    assert f"Azure's, at the kernel rate, would come out {percent(kernel)}" in page

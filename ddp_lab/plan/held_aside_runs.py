@@ -36,16 +36,16 @@ by a rule fixed before any of its logs was read, before the planner predicted an
 SIXTEENTH_SET (MLPerf Training v3.0 to v4.1's GPT-3 175B submissions by organisations other than NVIDIA alone, on a
 GPU with a preset and in a precision the planner expresses) was written down after the fifteenth had been predicted,
 by a rule fixed before any of its logs was read, before the planner predicted any of its runs.
-Every set was chosen and written down before the planner predicted any of its runs (but for the eighth set's H100
-run and the ninth set's Qwen3-30B-A3B run), and they are kept aside while it is modelled: their errors are looked
-at once, at the end (held_out.py says what moves a run to the development part).
-Each run is recorded as its source states it: the model shape, the parallel layout, the batch and micro-batch, the
-sequence, the GPUs, the precision and the published figure; each run's `source` ends with the GPU count and global
-batch its source gives
-("N GPUs, GBS B"; where it gives no GPU count, the one planned, and says so). A setting the table leaves out is read
-from the configuration the same source ships for that run (named in the note); what neither states is assumed by the
-rules below, never chosen to bring a prediction closer. Where a source gives tokens per second for all its GPUs,
-`published` is that figure over the GPU count, written as the division.
+Every set was chosen and written down before the planner predicted any of its runs (but for the eighth set's H100 run
+and the ninth set's Qwen3-30B-A3B run; the twelfth set's and the fifteenth set's run that replaced a run taken
+against the rules were written down after the rest of their set was predicted, and before they were), and they are
+kept aside while it is modelled: their errors are looked at once, at the end (held_out.py says what moves a run to
+the development part). Each run is recorded as its source states it: the model shape, the parallel layout, the batch
+and micro-batch, the sequence, the GPUs, the precision and the published figure; each run's `source` ends with the
+GPU count and global batch its source gives ("N GPUs, GBS B"; where it gives no GPU count, the one planned, and says
+so). A setting the table leaves out is read from the configuration the same source ships for that run (named in the
+note); what neither states is assumed by the rules below, never chosen to bring a prediction closer. Where a source
+gives tokens per second for all its GPUs, `published` is that figure over the GPU count, written as the division.
 
 Sources:
     dgxc        NVIDIA/dgxc-benchmarking (NVIDIA's DGX Cloud benchmarking recipes), the "Expected Performance"
@@ -305,46 +305,49 @@ nodes carry both 400 Gb/s InfiniBand and 200 Gb/s Slingshot adapters, and which 
 h200 preset's 400 Gb/s per GPU is planned, as the rules below take the GPU preset's links where a source gives none.
 
 Fifteenth set: by a rule fixed before any of its logs was read, every closed-division llama31_8b and llama31_405b
-submission of MLPerf Training v5.0 and v5.1, by any submitter, not in a set yet, on a GPU with a preset (h100-sxm,
-h200, b200, gb200, b300, gb300), in a precision the planner expresses (BF16; FP8 with one scale per tensor; MXFP8),
-whose first result log (result_0.txt, or result_1.txt where a folder numbers from 1) is timed as v4.0's, the global
-batch and gradient accumulation as the log states them; then per submitter, round, benchmark and GPU type the
-smallest and the largest GPU count (the fifth set's rule; where two share a count, the results folder that sorts
-first). A run's precision and settings are read from its log's configuration dump where the log prints one (fp8,
-fp8_recipe, fp4), else from the config its README-<system>.md names or, where none names one, the config named for
-its system or node count, and whether that config sources config_common_fp4.sh. Fourteen runs, all FP8 with one
-scale per tensor (none is BF16 or MXFP8): Llama 3.1 8B on Cisco's 64 and 128 H100s (delayed scaling; DP 64, and
-TP 2), Dell's 16 B200s, Oracle's 64, the University of Florida's 16 and 256 and Verda's 64 (Transformer Engine's
-per-tensor current scaling, 'tensorwise', as all the others), Dell's and Supermicro's 8 B300s, Lambda's 72 GB300s
-and NVIDIA's 72 and 512 (Theia: the second set's GB200 configs, byte for byte, on GB300); Llama 3.1 405B on the
-University of Florida's 256 and 448 B200s (TP 4 x PP 8 x VP 8 x CP 2 with the third set's uneven ends, without TP
-overlap). Cisco's logs give the running sample count as v5.0's do (a block's samples: the next eval_start's count
-less its block_start's); the v5.1 405B logs' first block runs to the first evaluation (448 and 285 steps) and is
-timed with the rest. NVIDIA_CODE_BY_OTHERS names the runs of other organisations whose implementation is NVIDIA's
-v5.1 code (the git blobs compared: Dell's, the University of Florida's and Verda's; Oracle's and Supermicro's
-folders ship no code, so they are not named, though their logs record NVIDIA's pretrain.py). Left out:
-NVFP4 (not modelled): NVIDIA's v5.1 8B runs on 8 GB200s and 8 GB300s and all four of its v5.1 405B runs (their
-READMEs name *_fp4.sh configs, which source config_common_fp4.sh), Dell's 8 B200s and Lenovo's three (SR680aV3 and
-SR780aV3 on B200s, SR680aV4 on B300s: the config named for the systems sources config_common_fp4.sh, the logs print
-no configuration), Nebius's 8, 16 and 32 B200s and 8 B300s, Oracle's 8 B200s and Supermicro's two 8-B200 systems
-(their logs' dumps: fp4 true, fp4_recipe nvfp4); no preset: AMD's MI350X and MI355X and the MI350X and MI355X
-submissions of Cisco, Dell, GigaComputing and Supermicro; untimeable: NVIDIA's v5.0 405B runs on 256 and 512 GB200s
-(six block_start, one block_stop, no evaluation: the third set's reason); precision not determinable:
-IBM+CoreWeave+NVIDIA's five v5.0 405B runs on 512 to 2,496 GB200s (their logs can be timed, but every config
-sources config_common_blackwell.sh, which is in neither round's repository, the FP8 recipe is a setting it could
-change and the logs print no configuration: as the second set left out v4.1's B200 Preview); between the smallest
-and the largest: NVIDIA's v5.0 405B runs on 2,048, 2,432 and 2,560 H100s and the University of Florida's 8B runs on
-32 to 128 B200s; a configuration the development part has (the rule of the dgxc columns below): the University of
-Florida's 8B run on 8 B200s (DP 8, FP8: Megatron-Bridge's Llama 3 8B on 8 B200s), which the set first took as that
-submitter's smallest; the test that enforces the rule found it once the set was predicted, and its 16-B200 run, the
-smallest the rule admits, took its place before it was predicted (as the twelfth set's); a count shared: Dell's 2xXE9685L system (16 B200s, FP8; 2xXE9680L sorts first); already in a set:
-NVIDIA's v5.0 405B runs on 512 and 8,192 H100s (third), its v5.1 8B runs on 72 and 512 GB200s (second), Nebius's
-v5.0 and HPE's v5.1 H200 runs (fourteenth); published again: Nebius's v5.1 H200 runs (the fourteenth set's reason;
-no other llama31 log of either round repeats a git blob); every result log after the first. Links: where a
-systems description states them they are the preset's (Cisco's 8 x 400 Gb/s per node; the GB300 trays' 4 x 800
-Gb/s); Oracle's (RoCE), the University of Florida's (InfiniBand) and Verda's ('100GbE InfiniBand', no adapter count)
-give no per-GPU rate, and the b200 preset's is planned; Lambda's GB300 job, whose files do not state its segment,
-is placed by held_out.nvlink_segment (one rack of 72).
+submission of MLPerf Training v5.0 and v5.1, by any submitter, on a GPU with a preset (h100-sxm, h200, b200, gb200,
+b300, gb300), in a precision the planner expresses (BF16; FP8 with one scale per tensor; MXFP8), whose first result
+log (result_0.txt, or result_1.txt where a folder numbers from 1) is timed as v4.0's, the global batch and gradient
+accumulation as the log states them, and whose configuration no development run has; then per submitter, round,
+benchmark and GPU type the smallest and the largest GPU count (the fifth set's rule; where two share a count, the
+results folder that sorts first); and of those, the runs not in a set yet (the order the set was drawn in, as a
+review of it found: the filters first, the extremes next, the runs already held aside last). A run's precision and
+settings are read from its log's configuration dump where the log prints one (fp8, fp8_recipe, fp4), else from the
+config its README-<system>.md names or, where none names one, the config named for its system or node count, and
+whether that config sources config_common_fp4.sh. Fourteen runs, all FP8 with one scale per tensor (none is BF16 or
+MXFP8): Llama 3.1 8B on Cisco's 64 and 128 H100s (delayed scaling; DP 64, and TP 2), Dell's 16 B200s, Oracle's 64,
+the University of Florida's 16 and 256 and Verda's 64 (Transformer Engine's per-tensor current scaling, 'tensorwise',
+as all the others), Dell's and Supermicro's 8 B300s, Lambda's 72 GB300s and NVIDIA's 72 and 512 (Theia: the second
+set's GB200 configs, byte for byte, on GB300); Llama 3.1 405B on the University of Florida's 256 and 448 B200s (TP 4
+x PP 8 x VP 8 x CP 2 with the third set's uneven ends, without TP overlap). Cisco's logs give the running sample
+count as v5.0's do (a block's samples: the next eval_start's count less its block_start's); the v5.1 405B logs' first
+block runs to the first evaluation (448 and 285 steps) and is timed with the rest. NVIDIA_CODE_BY_OTHERS names the
+runs of other organisations whose implementation is NVIDIA's v5.1 code (the git blobs compared: Dell's, the
+University of Florida's and Verda's; the folders of Oracle's run and Supermicro's ship configs, not code, so they are
+not named, though their logs record NVIDIA's pretrain.py and Supermicro's Blackwell_llama31_8b folder, which holds no
+config for this system, is NVIDIA's code). Left out: NVFP4 (not modelled): NVIDIA's v5.1 8B runs on 8 GB200s and 8
+GB300s and all four of its v5.1 405B runs (their READMEs name *_fp4.sh configs, which source config_common_fp4.sh),
+Dell's 8 B200s and Lenovo's three (SR680aV3 and SR780aV3 on B200s, SR680aV4 on B300s: the config named for the
+systems sources config_common_fp4.sh, the logs print no configuration), Nebius's 8, 16 and 32 B200s and 8 B300s,
+Oracle's 8 B200s and Supermicro's two 8-B200 systems (their logs' dumps: fp4 true, fp4_recipe nvfp4); no preset:
+AMD's MI350X and MI355X and the MI350X and MI355X submissions of Cisco, Dell, GigaComputing and Supermicro;
+untimeable: NVIDIA's v5.0 405B runs on 256 and 512 GB200s (six block_start, one block_stop, no evaluation: the third
+set's reason); precision not determinable: IBM+CoreWeave+NVIDIA's five v5.0 405B runs on 512 to 2,496 GB200s (their
+logs can be timed, but every config sources config_common_blackwell.sh, which is in neither round's repository, the
+FP8 recipe is a setting it could change and the logs print no configuration: as the second set left out v4.1's B200
+Preview); between the smallest and the largest: NVIDIA's v5.0 405B runs on 2,048, 2,432 and 2,560 H100s and the
+University of Florida's 8B runs on 32 to 128 B200s; a configuration the development part has (the rule of the dgxc
+columns below): the University of Florida's 8B run on 8 B200s (DP 8, FP8: Megatron-Bridge's Llama 3 8B on 8 B200s),
+which the set first took as that submitter's smallest; the test that enforces the rule found it once the set was
+predicted, and its 16-B200 run, the smallest the rule admits, took its place before it was predicted (as the twelfth
+set's); a count shared: Dell's 2xXE9685L system (16 B200s, FP8; 2xXE9680L sorts first); already in a set: NVIDIA's
+v5.0 405B runs on 512 and 8,192 H100s (third), its v5.1 8B runs on 72 and 512 GB200s (second), Nebius's v5.0 and
+HPE's v5.1 H200 runs (fourteenth); published again: Nebius's v5.1 H200 runs (the fourteenth set's reason; no other
+llama31 log of either round repeats a git blob); every result log after the first. Links: where a systems description
+states them they are the preset's (Cisco's 8 x 400 Gb/s per node; the GB300 trays' 4 x 800 Gb/s); Dell's two B200
+nodes (no network stated), Oracle's (RoCE), the University of Florida's (InfiniBand) and Verda's ('100GbE
+InfiniBand', no adapter count) give no per-GPU rate, and the b200 preset's is planned; Lambda's GB300 job, whose
+files do not state its segment, is placed by held_out.nvlink_segment (one rack of 72).
 
 Sixteenth set: by a rule fixed before any of its logs was read, every closed-division GPT-3 175B (gpt3) submission
 of MLPerf Training v3.0, v3.1, v4.0 and v4.1 by an organisation other than NVIDIA alone (joint submissions such as
@@ -2126,9 +2129,10 @@ FOURTEENTH_SET: list[HeldOutRun] = [
 
 # ---- the fifteenth set: written down before the planner predicted any of them (module docstring) ---------------
 # Which runs (the rule fixed before any log was read): every closed-division llama31_8b and llama31_405b submission of
-# MLPerf Training v5.0 and v5.1, by any submitter, not in a set yet, on a GPU with a preset, in a precision the planner
-# expresses, whose first result log the method times; then per submitter, round, benchmark and GPU type the smallest
-# and the largest GPU count (where two share a count, the results folder that sorts first). What each run's note
+# MLPerf Training v5.0 and v5.1, by any submitter, on a GPU with a preset, in a precision the planner expresses, whose
+# first result log the method times and whose configuration no development run has; then per submitter, round,
+# benchmark and GPU type the smallest and the largest GPU count (where two share a count, the results folder that sorts
+# first); of those, the runs not in a set yet. What each run's note
 # says of its settings is read from the log's configuration dump where the log prints one (the run's own record,
 # taken where stored files disagree), else from the config its README-<system>.md names or, where none names one,
 # the config named for its system or node count.
@@ -2371,7 +2375,8 @@ FIFTEENTH_SET: list[HeldOutRun] = [
                                                  "states)",
                                           fuser="TE's op fuser (USE_TE_OPS=True), ", segment=18, segment_gpus=72,
                                           blocks="15 blocks of 342 steps, the first 50.0 s, the rest 50.4-50.6 s",
-                                          platform="")),
+                                          platform="; the log's platform string says '18xNVIDIA GB200', its systems "
+                                                   "description GB300")),
     HeldOutRun("MLPerf v5.1 Llama 3.1 8B TP 2 x CP 4, 512 GB300s, FP8 (NVIDIA)",
                MLPERF51.format("theia_ngpu512_ngc25.09_nemo") + "; 512 GPUs, GBS 64", _llama3("llama3-8b"),
                dict(dp=64, tp=2, cp=4, micro_batch=1, grad_accum=1, precision="fp8", **TP_OVERLAP, **NEMO),
@@ -2425,9 +2430,11 @@ FIFTEENTH_SET: list[HeldOutRun] = [
 #     and launch scripts only (run.sub identical, Oracle's run_and_time.sh identical), no pretrain.py, YAML, callbacks
 #     or Dockerfile to compare; their logs' MLLOG records carry pretrain.py's line numbers 566, 601 and 750 and
 #     custom_callbacks.py's 480, as NVIDIA's own v5.1 logs do (Lambda's 561, 595, 744; Cisco's 544, 576, 720 and 312),
-#     and Supermicro's container is NVIDIA's nvcr.io/nvdlfwea/mlperftv51/llama31_8b-amd:20251006; not in it all the
-#     same: the rule (held_out.nvidia_stack) reads the folder's files, and these have none (on Blackwell GPUs, which
-#     have no kernel rate, the name would change no plan)
+#     and Supermicro's container is NVIDIA's nvcr.io/nvdlfwea/mlperftv51/llama31_8b-amd:20251006; Supermicro's other
+#     folder, implementations/Blackwell_llama31_8b, holds NVIDIA's pretrain.py (981ecee), conf/custom.yaml (9944ba9),
+#     custom_callbacks.py (725aa3d), run.sub and run_and_time.sh (its Dockerfile differs) but no config for this
+#     system; not in it all the same: the rule (held_out.nvidia_stack) reads the run's own folder, and it has no code
+#     (on Blackwell GPUs, which have no kernel rate, the name would change no plan)
 # Not in it: Lambda (custom_callbacks.py identical; pretrain.py, conf/custom.yaml and the Dockerfile differ: an
 # earlier state of NVIDIA's code, Transformer Engine from a fork at d5919e1, NeMo and Megatron-Core 25.09-alpha) and
 # Cisco (pretrain.py, conf/custom.yaml, custom_callbacks.py, the Dockerfile all differ: its own implementation from

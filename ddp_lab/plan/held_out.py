@@ -538,7 +538,7 @@ def kernel_rate_line(key: str) -> str:
 
     Example:
         >>> kernel_rate_line("dense-h100-tp")                  # doctest: +ELLIPSIS
-        "its 11 held-aside runs of NVIDIA's stacks at --kernel-rate: median error 7.5%, worst ..."
+        "its 16 held-aside runs of NVIDIA's stacks at --kernel-rate: median error 6.7%, worst ..."
     """
     errors = [r.error for r in _results_at(None) if key in r.families and r.split == ASIDE and r.error is not None
               and runs_at_kernel_rate(r.run)]
