@@ -2219,6 +2219,30 @@ MLPERF51_405B_B200_NOTE = (
     "BF16 checkpoint (the README, 3.3.3); {blocks}; DGX B200 nodes (systems/hpg.dgxb200x8.n{nodes}.json: 8 "
     "B200-SXM-180GB, 18 x 5th Gen NVLink, InfiniBand of unstated rate): " + B200_LINKS)
 
+
+def _8b_layout(gpus: int, cp: int, micro_batch: int) -> str:
+    """The layout words of a fifteenth-set Llama 3.1 8B run (TP 1, PP 1, gradient accumulation 1)."""
+    dp = gpus // cp
+    return (f"TP 1, PP 1, CP {cp}, micro-batch {micro_batch}, GBS {dp * micro_batch} (DP {dp}, gradient accumulation "
+            "1, as the log states)")
+
+
+def _mlperf51_8b(submitter: str, folder: str, system: str, gpu: str, gpus: int, cp: int, micro_batch: int,
+                 samples: int, seconds: float, note: str, log: str = "result_0.txt", moved: str = "") -> HeldOutRun:
+    """Another organisation's Llama 3.1 8B submission of MLPerf Training v5.1 as the fifteenth set records it: FP8,
+    TP 1, PP 1 and gradient accumulation 1 (so the GBS is DP x micro-batch), its log <folder>/results/<system>/
+    llama31_8b/<log>, `samples` sequences of 8,192 tokens over `seconds` of training blocks, and its note."""
+    dp = gpus // cp
+    return HeldOutRun(f"MLPerf v5.1 Llama 3.1 8B {f'CP {cp}' if cp > 1 else f'DP {dp}'}, {gpus} {gpu.upper()}s, FP8 "
+                      f"({submitter})",
+                      MLPERF51_RUN.format(folder, system, "llama31_8b", log, moved) +
+                      f"; {gpus} GPUs, GBS {dp * micro_batch}",
+                      _llama3("llama3-8b"),
+                      dict(dp=dp, micro_batch=micro_batch, grad_accum=1, precision="fp8", **NEMO,
+                           **({"cp": cp} if cp > 1 else {})),
+                      gpu, "tokens_per_gpu", _tokens_per_gpu(samples * 8192 / seconds, gpus), note)
+
+
 FIFTEENTH_SET: list[HeldOutRun] = [
     # ---- dense, H100, DP 64 and TP 2, FP8 (MLPerf Training v5.1, Cisco) --------------------------------------------
     *[HeldOutRun(f"MLPerf v5.1 Llama 3.1 8B {label}, {gpus} H100s, FP8 (Cisco)",
@@ -2240,73 +2264,55 @@ FIFTEENTH_SET: list[HeldOutRun] = [
            "18 blocks of 12,288 samples (192 steps), the first 99.5 s, the rest 99.6-106.4 s but one of 152.1 s",
            221_184, 1871.872))],
     # ---- dense, B200, DP and CP 2, FP8 (MLPerf Training v5.1: Dell, Oracle, University of Florida, Verda) ---------
-    HeldOutRun("MLPerf v5.1 Llama 3.1 8B DP 16, 16 B200s, FP8 (Dell)",
-               MLPERF51_RUN.format("Dell", "2xXE9680Lx8B200-SXM-180GB", "llama31_8b", "result_0.txt", "") +
-               "; 16 GPUs, GBS 32", _llama3("llama3-8b"),
-               dict(dp=16, micro_batch=2, grad_accum=1, precision="fp8", **NEMO),
-               "b200", "tokens_per_gpu", _tokens_per_gpu(196_608 * 8192 / 3649.489, 16),
-               MLPERF51_8B_NOTE.format(
-                   where="the log's configuration dump (DLPAL 2xXE9680Lx8B200-SXM-280GB_2x8x2xtp1pp1cp1_8b: "
-                         "Dell/benchmarks/llama31_8b/implementations/nemo/"
-                         "config_2xXE9680Lx8B200-SXM-180GB_2x8x2xtp1pp1cp1_8b.sh, the config named for the system; no "
-                         "README-<system>.md names one)",
-                   layout="TP 1, PP 1, CP 1, micro-batch 2, GBS 32 (DP 16, gradient accumulation 1, as the log states)",
-                   bucket="768,000,000", fmt=FP8_HYBRID_FMT, graphs=FULL_CG,
-                   blocks="8 blocks of 768 steps, the first 451.7 s, the rest 455.3-459.5 s",
-                   system="2 Dell PowerEdge XE9680L nodes of 8 B200-SXM-180GB (systems/2xXE9680Lx8B200-SXM-180GB.json: "
-                          "NVLink Gen5; no network stated): " + B200_LINKS)),
-    HeldOutRun("MLPerf v5.1 Llama 3.1 8B CP 2, 64 B200s, FP8 (Oracle)",
-               MLPERF51_RUN.format("Oracle", "8xBM.GPU.B200.8", "llama31_8b", "result_0.txt", "") +
-               "; 64 GPUs, GBS 32", _llama3("llama3-8b"),
-               dict(dp=32, cp=2, micro_batch=1, grad_accum=1, precision="fp8", **NEMO),
-               "b200", "tokens_per_gpu", _tokens_per_gpu(184_320 * 8192 / 1105.263, 64),
-               MLPERF51_8B_NOTE.format(
-                   where="the log's configuration dump (DLPAL DGXB200_8x8x1xtp1pp1cp2_8b: Oracle/benchmarks/llama31_8b/"
-                         "config_DGXB200_8x8x1xtp1pp1cp2_8b.sh, which the folder's run_llama31-8b.sh sources; Oracle's "
-                         "folder ships configs and launch scripts, not the code, and the log's container is a local "
-                         "image, llama3_8b_20251008.sqsh)",
-                   layout="TP 1, PP 1, CP 2, micro-batch 1, GBS 32 (DP 32, gradient accumulation 1, as the log states)",
-                   bucket="768,000,000", fmt=FP8_HYBRID_FMT, graphs=FULL_CG,
-                   blocks="15 blocks of 384 steps, the first 72.2 s, the rest 73.5-73.9 s",
-                   system="8 Oracle BM.GPU.B200.8 nodes (systems/8xBM.GPU.B200.8.json: NVLink Gen5, RoCE v2 of "
-                          "unstated rate): " + B200_LINKS)),
-    *[HeldOutRun(f"MLPerf v5.1 Llama 3.1 8B {label}, {gpus} B200s, FP8 (University of Florida)",
-                 MLPERF51_RUN.format("University-of-Florida", f"hpg.dgxb200x8.n{nodes}", "llama31_8b", "result_0.txt",
-                                     "") + f"; {gpus} GPUs, GBS {gbs}", _llama3("llama3-8b"),
-                 dict(dp=gpus // cp, micro_batch=mbs, grad_accum=1, precision="fp8", **NEMO,
-                      **(dict(cp=cp) if cp > 1 else {})),
-                 "b200", "tokens_per_gpu", _tokens_per_gpu(samples * 8192 / seconds, gpus),
+    _mlperf51_8b("Dell", "Dell", "2xXE9680Lx8B200-SXM-180GB", "b200", 16, 1, 2, 196_608, 3649.489,
                  MLPERF51_8B_NOTE.format(
-                     where=f"University-of-Florida/benchmarks/llama31_8b/implementations/hpg.dgxb200x8/{config} (the "
-                           "config of its node count; the folder's README points to b200_nemo, whose config_common.sh "
-                           "(FP8_RECIPE tensorwise), config_common_8b.sh (FP8_HYBRID, USE_TE_OPS, FUSED_QKV_ROPE, no "
-                           "BUCKET_SIZE) and config_common_cg.sh it sources; the log prints no configuration)",
-                     layout=f"TP 1, PP 1, CP {cp}, micro-batch {mbs}, MINIBS {mbs} (GBS {gbs}, DP {gpus // cp}, "
-                            "gradient accumulation 1, as the log states)",
-                     bucket="134,217,728 (custom.yaml's default)", fmt=FP8_HYBRID_FMT,
-                     graphs="full-iteration CUDA graphs (FULL_CUDA_GRAPH=1, MCORE_CUDA_GRAPH=1)", blocks=blocks,
-                     system=f"DGX B200 nodes (systems/hpg.dgxb200x8.n{nodes}.json: 8 B200-SXM-180GB, 18 x 5th Gen "
-                            "NVLink, InfiniBand of unstated rate): " + B200_LINKS))
-      for nodes, gpus, label, config, cp, mbs, gbs, blocks, samples, seconds in (
-          (2, 16, "DP 16", "config_DGXB200_2x8x2xtp1pp1cp1_8b.sh", 1, 2, 32,
+                     where="the log's configuration dump (DLPAL 2xXE9680Lx8B200-SXM-280GB_2x8x2xtp1pp1cp1_8b: "
+                           "Dell/benchmarks/llama31_8b/implementations/nemo/"
+                           "config_2xXE9680Lx8B200-SXM-180GB_2x8x2xtp1pp1cp1_8b.sh, the config named for the system; "
+                           "no README-<system>.md names one)",
+                     layout=_8b_layout(16, 1, 2), bucket="768,000,000", fmt=FP8_HYBRID_FMT, graphs=FULL_CG,
+                     blocks="8 blocks of 768 steps, the first 451.7 s, the rest 455.3-459.5 s",
+                     system="2 Dell PowerEdge XE9680L nodes of 8 B200-SXM-180GB (systems/2xXE9680Lx8B200-SXM-180GB."
+                            "json: NVLink Gen5; no network stated): " + B200_LINKS)),
+    _mlperf51_8b("Oracle", "Oracle", "8xBM.GPU.B200.8", "b200", 64, 2, 1, 184_320, 1105.263,
+                 MLPERF51_8B_NOTE.format(
+                     where="the log's configuration dump (DLPAL DGXB200_8x8x1xtp1pp1cp2_8b: Oracle/benchmarks/"
+                           "llama31_8b/config_DGXB200_8x8x1xtp1pp1cp2_8b.sh, which the folder's run_llama31-8b.sh "
+                           "sources; Oracle's folder ships configs and launch scripts, not the code, and the log's "
+                           "container is a local image, llama3_8b_20251008.sqsh)",
+                     layout=_8b_layout(64, 2, 1), bucket="768,000,000", fmt=FP8_HYBRID_FMT, graphs=FULL_CG,
+                     blocks="15 blocks of 384 steps, the first 72.2 s, the rest 73.5-73.9 s",
+                     system="8 Oracle BM.GPU.B200.8 nodes (systems/8xBM.GPU.B200.8.json: NVLink Gen5, RoCE v2 of "
+                            "unstated rate): " + B200_LINKS)),
+    *[_mlperf51_8b("University of Florida", "University-of-Florida", f"hpg.dgxb200x8.n{nodes}", "b200", gpus, cp,
+                   micro_batch, samples, seconds,
+                   MLPERF51_8B_NOTE.format(
+                       where=f"University-of-Florida/benchmarks/llama31_8b/implementations/hpg.dgxb200x8/{config} "
+                             "(the config of its node count; the folder's README points to b200_nemo, whose "
+                             "config_common.sh (FP8_RECIPE tensorwise), config_common_8b.sh (FP8_HYBRID, USE_TE_OPS, "
+                             "FUSED_QKV_ROPE, no BUCKET_SIZE) and config_common_cg.sh it sources; the log prints no "
+                             "configuration)",
+                       layout=_8b_layout(gpus, cp, micro_batch), bucket="134,217,728 (custom.yaml's default)",
+                       fmt=FP8_HYBRID_FMT, graphs="full-iteration CUDA graphs (FULL_CUDA_GRAPH=1, MCORE_CUDA_GRAPH=1)",
+                       blocks=blocks,
+                       system=f"DGX B200 nodes (systems/hpg.dgxb200x8.n{nodes}.json: 8 B200-SXM-180GB, 18 x 5th Gen "
+                              "NVLink, InfiniBand of unstated rate): " + B200_LINKS))
+      for nodes, gpus, config, cp, micro_batch, blocks, samples, seconds in (
+          (2, 16, "config_DGXB200_2x8x2xtp1pp1cp1_8b.sh", 1, 2,
            "8 blocks of 768 steps, the first 434.5 s, the rest 439.1-439.8 s", 196_608, 3511.077),
-          (32, 256, "CP 2", "config_DGXB200_32x8x1xtp1pp1cp2_8b.sh", 2, 1, 128,
+          (32, 256, "config_DGXB200_32x8x1xtp1pp1cp2_8b.sh", 2, 1,
            "7 blocks of 384 steps, the first 84.5 s, the rest 85.3-85.6 s", 344_064, 597.408))],
-    HeldOutRun("MLPerf v5.1 Llama 3.1 8B CP 2, 64 B200s, FP8 (Verda)",
-               MLPERF51_RUN.format("Verda", "b200_8x8_ngc25.09", "llama31_8b", "result_0.txt",
-                                   "; under Datacrunch/ at the results commit, renamed Verda/ since, the log's blob "
-                                   "unchanged") + "; 64 GPUs, GBS 32", _llama3("llama3-8b"),
-               dict(dp=32, cp=2, micro_batch=1, grad_accum=1, precision="fp8", **NEMO),
-               "b200", "tokens_per_gpu", _tokens_per_gpu(184_320 * 8192 / 1106.758, 64),
-               MLPERF51_8B_NOTE.format(
-                   where="the log's configuration dump (DLPAL DGXB200_8x8x1xtp1pp1cp2_8b: Verda/benchmarks/llama31_8b/"
-                         "implementations/b200_8x8_ngc25.09/config_DGXB200_8x8x1xtp1pp1cp2_8b.sh; the container "
-                         "nvcr.io/nvdlfwea/mlperftv51/llama31_8b-amd:20251006, the systems description's sw_notes)",
-                   layout="TP 1, PP 1, CP 2, micro-batch 1, GBS 32 (DP 32, gradient accumulation 1, as the log states)",
-                   bucket="134,217,728", fmt=FP8_HYBRID_FMT, graphs=FULL_CG,
-                   blocks="15 blocks of 384 steps, the first 73.7 s, the rest 73.5-74.4 s",
-                   system="8 nodes of 8 B200-SXM-180GB (systems/b200_8x8_ngc25.09.json: 'NVLink', '100GbE InfiniBand' "
-                          "with no adapter count, so no per-GPU rate): " + B200_LINKS)),
+    _mlperf51_8b("Verda", "Verda", "b200_8x8_ngc25.09", "b200", 64, 2, 1, 184_320, 1106.758,
+                 MLPERF51_8B_NOTE.format(
+                     where="the log's configuration dump (DLPAL DGXB200_8x8x1xtp1pp1cp2_8b: Verda/benchmarks/"
+                           "llama31_8b/implementations/b200_8x8_ngc25.09/config_DGXB200_8x8x1xtp1pp1cp2_8b.sh; the "
+                           "container nvcr.io/nvdlfwea/mlperftv51/llama31_8b-amd:20251006, the systems description's "
+                           "sw_notes)",
+                     layout=_8b_layout(64, 2, 1), bucket="134,217,728", fmt=FP8_HYBRID_FMT, graphs=FULL_CG,
+                     blocks="15 blocks of 384 steps, the first 73.7 s, the rest 73.5-74.4 s",
+                     system="8 nodes of 8 B200-SXM-180GB (systems/b200_8x8_ngc25.09.json: 'NVLink', '100GbE "
+                            "InfiniBand' with no adapter count, so no per-GPU rate): " + B200_LINKS),
+                 moved="; under Datacrunch/ at the results commit, renamed Verda/ since, the log's blob unchanged"),
     # ---- dense, B200, TP 4 x PP 8 (interleaved 8, uneven ends) x CP 2, FP8 (MLPerf v5.1, University of Florida) ---
     *[HeldOutRun(f"MLPerf v5.1 Llama 3.1 405B TP 4 x PP 8 x CP 2, {gpus} B200s, FP8 (University of Florida)",
                  MLPERF51_RUN.format("University-of-Florida", f"hpg.dgxb200x8.n{nodes}", "llama31_405b",
@@ -2323,47 +2329,33 @@ FIFTEENTH_SET: list[HeldOutRun] = [
            "2 blocks of 285 and 19 steps (the first evaluation after 287,280 samples), 7,971.7 s and 532.0 s (28.0 s "
            "a step in each)", 306_432, 8503.687))],
     # ---- dense, B300, DP 8, FP8 (MLPerf Training v5.1: Dell, Supermicro) -------------------------------------------
-    HeldOutRun("MLPerf v5.1 Llama 3.1 8B DP 8, 8 B300s, FP8 (Dell)",
-               MLPERF51_RUN.format("Dell", "1xXE9780x8B300-SXM-270GB", "llama31_8b", "result_0.txt", "") +
-               "; 8 GPUs, GBS 16", _llama3("llama3-8b"),
-               dict(dp=8, micro_batch=2, grad_accum=1, precision="fp8", **NEMO),
-               "b300", "tokens_per_gpu", _tokens_per_gpu(159_744 * 8192 / 5471.312, 8),
-               MLPERF51_8B_NOTE.format(
-                   where="the log's configuration dump (DLPAL XE9780x8B300-SXM-280GB_1x8x2xtp1pp1cp1_8b: "
-                         "Dell/benchmarks/llama31_8b/implementations/nemo/config_XE9780x8B300-SXM-270GB_1x8x2xtp1pp1cp1"
-                         "_8b.sh, the config named for the system)",
-                   layout="TP 1, PP 1, CP 1, micro-batch 2, GBS 16 (DP 8, gradient accumulation 1, as the log states)",
-                   bucket="134,217,728 (the dump; the stored config_common_8b.sh sets 768,000,000)",
-                   fmt=FP8_HYBRID_FMT, graphs=FULL_CG,
-                   blocks="13 blocks of 768 steps, the first 416.2 s, the rest 420.8-421.4 s",
-                   system="one Dell PowerEdge XE9780 node of 8 B300-SXM-270GB (systems/1xXE9780x8B300-SXM-270GB.json, "
-                          "275,040 MiB each): the b300 preset")),
-    HeldOutRun("MLPerf v5.1 Llama 3.1 8B DP 8, 8 B300s, FP8 (Supermicro)",
-               MLPERF51_RUN.format("Supermicro", "AS-8126GS-NB3RT", "llama31_8b",
-                                   "result_1.txt (the folder's first; it has no result_0)", "") + "; 8 GPUs, GBS 16",
-               _llama3("llama3-8b"),
-               dict(dp=8, micro_batch=2, grad_accum=1, precision="fp8", **NEMO),
-               "b300", "tokens_per_gpu", _tokens_per_gpu(159_744 * 8192 / 5498.479, 8),
-               MLPERF51_8B_NOTE.format(
-                   where="the log's configuration dump (DLPAL DGXB200_1x8x2xtp1pp1cp1_8b: Supermicro/benchmarks/"
-                         "llama31_8b/implementations/AS-8126GS-NB3RT/config_DGXB200_1x8x2xtp1pp1cp1_8b.sh, in the "
-                         "folder named for the system, which ships configs, not the code; the container "
-                         "nvcr.io/nvdlfwea/mlperftv51/llama31_8b-amd:20251006)",
-                   layout="TP 1, PP 1, CP 1, micro-batch 2, GBS 16 (DP 8, gradient accumulation 1, as the log states)",
-                   bucket="134,217,728", fmt=FP8_HYBRID_FMT,
-                   graphs="no CUDA graphs (the config's FULL_CUDA_GRAPH=0 and MCORE_CUDA_GRAPH=0; the dump's "
-                          "enable_cuda_graph 0; NCCL over NVLink only, NCCL_IB_DISABLE=1)",
-                   blocks="13 blocks of 768 steps, the first 417.8 s, the rest 422.5-423.7 s",
-                   system="one Supermicro AS-8126GS-NB3RT node of 8 B300-SXM-270GB (systems/AS-8126GS-NB3RT.json: "
-                          "NVLink Gen5 1,800 GB/s + NVSwitch Gen5): the b300 preset")),
+    _mlperf51_8b("Dell", "Dell", "1xXE9780x8B300-SXM-270GB", "b300", 8, 1, 2, 159_744, 5471.312,
+                 MLPERF51_8B_NOTE.format(
+                     where="the log's configuration dump (DLPAL XE9780x8B300-SXM-280GB_1x8x2xtp1pp1cp1_8b: "
+                           "Dell/benchmarks/llama31_8b/implementations/nemo/config_XE9780x8B300-SXM-270GB_1x8x2xtp1pp1"
+                           "cp1_8b.sh, the config named for the system)",
+                     layout=_8b_layout(8, 1, 2), bucket="134,217,728 (the dump; the stored config_common_8b.sh sets "
+                                                         "768,000,000)",
+                     fmt=FP8_HYBRID_FMT, graphs=FULL_CG,
+                     blocks="13 blocks of 768 steps, the first 416.2 s, the rest 420.8-421.4 s",
+                     system="one Dell PowerEdge XE9780 node of 8 B300-SXM-270GB (systems/1xXE9780x8B300-SXM-270GB."
+                            "json, 275,040 MiB each): the b300 preset")),
+    _mlperf51_8b("Supermicro", "Supermicro", "AS-8126GS-NB3RT", "b300", 8, 1, 2, 159_744, 5498.479,
+                 MLPERF51_8B_NOTE.format(
+                     where="the log's configuration dump (DLPAL DGXB200_1x8x2xtp1pp1cp1_8b: Supermicro/benchmarks/"
+                           "llama31_8b/implementations/AS-8126GS-NB3RT/config_DGXB200_1x8x2xtp1pp1cp1_8b.sh, in the "
+                           "folder named for the system, which ships configs, not the code; the container "
+                           "nvcr.io/nvdlfwea/mlperftv51/llama31_8b-amd:20251006)",
+                     layout=_8b_layout(8, 1, 2), bucket="134,217,728", fmt=FP8_HYBRID_FMT,
+                     graphs="no CUDA graphs (the config's FULL_CUDA_GRAPH=0 and MCORE_CUDA_GRAPH=0; the dump's "
+                            "enable_cuda_graph 0; NCCL over NVLink only, NCCL_IB_DISABLE=1)",
+                     blocks="13 blocks of 768 steps, the first 417.8 s, the rest 422.5-423.7 s",
+                     system="one Supermicro AS-8126GS-NB3RT node of 8 B300-SXM-270GB (systems/AS-8126GS-NB3RT.json: "
+                            "NVLink Gen5 1,800 GB/s + NVSwitch Gen5): the b300 preset"),
+                 log="result_1.txt (the folder's first; it has no result_0)"),
     # ---- dense, GB300, CP 2 and TP 2 x CP 4, FP8 (MLPerf Training v5.1: Lambda, NVIDIA) ---------------------------
-    HeldOutRun("MLPerf v5.1 Llama 3.1 8B CP 2, 72 GB300s, FP8 (Lambda)",
-               MLPERF51_RUN.format("Lambda", "gb300_n18_ngc25.04_nemo", "llama31_8b",
-                                   "result_1.txt (the folder's first; it has no result_0)", "") + "; 72 GPUs, GBS 36",
-               _llama3("llama3-8b"),
-               dict(dp=36, cp=2, micro_batch=1, grad_accum=1, precision="fp8", **NEMO),
-               "gb300", "tokens_per_gpu", _tokens_per_gpu(184_680 * 8192 / 836.132, 72),
-               MLPERF51_LAMBDA_NOTE),
+    _mlperf51_8b("Lambda", "Lambda", "gb300_n18_ngc25.04_nemo", "gb300", 72, 2, 1, 184_680, 836.132,
+                 MLPERF51_LAMBDA_NOTE, log="result_1.txt (the folder's first; it has no result_0)"),
     HeldOutRun("MLPerf v5.1 Llama 3.1 8B CP 2, 72 GB300s, FP8 (NVIDIA)", MLPERF51.format("theia_ngpu72_ngc25.09_nemo") +
                "; 72 GPUs, GBS 36", _llama3("llama3-8b"),
                dict(dp=36, cp=2, micro_batch=1, grad_accum=1, precision="fp8", **NEMO),
