@@ -349,32 +349,34 @@ nodes (no network stated), Oracle's (RoCE), the University of Florida's (InfiniB
 InfiniBand', no adapter count) give no per-GPU rate, and the b200 preset's is planned; Lambda's GB300 job, whose
 files do not state its segment, is placed by held_out.nvlink_segment (one rack of 72).
 
-Sixteenth set: by a rule fixed before any of its logs was read, every closed-division GPT-3 175B (gpt3) submission
-of MLPerf Training v3.0, v3.1, v4.0 and v4.1 by an organisation other than NVIDIA alone (joint submissions such as
+Sixteenth set: by a rule fixed before any of its logs was read, every closed-division GPT-3 175B (gpt3) submission of
+MLPerf Training v3.0, v3.1, v4.0 and v4.1 by an organisation other than NVIDIA alone (joint submissions such as
 NVIDIA+CoreWeave's and Azure+NVIDIA's included; NVIDIA's own are the first and second sets'), on a GPU with a preset,
 in a precision the planner expresses (BF16; FP8 with one scale per tensor), whose first result log (result_0.txt, or
 the log numbered 1 where a folder numbers from 1) is timed as the earlier MLPerf GPT-3 sets time theirs (v3.0's one
 block less the evaluations inside it, as the second set; later rounds' blocks summed, as v4.0's), the global batch
-and gradient accumulation as the log states them; then per submitter, round and GPU type the smallest and the
-largest GPU count (where two share a count, the results folder that sorts first). The layout is read from the config
-of the log's node count, as the second set reads NVIDIA's configs of the same round, and from the log's configuration
-dump where it prints one (v4.0's and v4.1's). Six runs, all TP 4 x PP 8 on H100s in FP8 with delayed scaling:
-NVIDIA+CoreWeave's v3.0 runs on 768 and 3,584 GPUs (NVIDIA's v3.0 configs: interleaved 12, micro-batch 1),
-Azure+NVIDIA's v3.1 run on 10,752 (interleaved 12, micro-batch 1), Sustainable Metal Cloud's v4.0 run on 512
-(interleaved 12, micro-batch 2) and Oracle's v4.1 runs on 1,536 and 3,072 (interleaved 4, micro-batch 2).
-NVIDIA_CODE_BY_OTHERS names CoreWeave's runs (NVIDIA's v3.0 folder file for file), Sustainable Metal Cloud's and
-Oracle's (their model and training code NVIDIA's git blobs of the round; Oracle's folders hold no conf/, whose values
-the logs' dumps give); Azure's folder is NVIDIA's v3.1 code with its comments taken out (other blobs) and builds
-another Transformer Engine revision: not named. Sustainable Metal Cloud's folder names its logs after the job and
-numbers them 1 to 3: the one numbered 1 is read, though the one numbered 2 (another job) started first (0.02 %
-slower). Left out: no preset: Intel-HabanaLabs' Gaudi2 submissions (v3.0, v3.1, v4.0) and Google's TPU v5e, v5p
-and Trillium ones (v3.1, v4.0, v4.1); between the smallest and the largest: NVIDIA+CoreWeave's v3.0 run on 1,536
-GPUs; a count shared, and published again: Sustainable Metal Cloud's smc-ac-power and smc-dc-power folders (512
-GPUs each; their three logs are the smc folder's git blobs, and smc sorts first); NVIDIA's own submissions of the
-four rounds (the first and second sets'); every result log after the first. No other gpt3 log of the four rounds
-repeats a git blob of another round's or of NVIDIA's. Links: CoreWeave's and Azure's descriptions state 8 x 400 Gb/s
-InfiniBand per node (the preset's); Sustainable Metal Cloud's ('Infiniband NDR', no adapter count) and Oracle's
-(RoCE v2) give no per-GPU rate, and the h100-sxm preset's is planned.
+and gradient accumulation as the log states them, and whose configuration no development run has (the file's rule);
+then per submitter, round and GPU type the smallest and the largest GPU count (where two share a count, the results
+folder that sorts first). The layout is read from the config of the log's node count, as the second set reads
+NVIDIA's configs of the same round, and from the log's configuration dump where it prints one (v4.0's and v4.1's).
+Six runs, all TP 4 x PP 8 on H100s in FP8 with delayed scaling: NVIDIA+CoreWeave's v3.0 runs on 768 and 3,584 GPUs
+(NVIDIA's v3.0 configs: interleaved 12, micro-batch 1), Azure+NVIDIA's v3.1 run on 10,752 (interleaved 12,
+micro-batch 1), Sustainable Metal Cloud's v4.0 run on 512 (interleaved 12, micro-batch 2) and Oracle's v4.1 runs on
+1,536 and 3,072 (interleaved 4, micro-batch 2). NVIDIA_CODE_BY_OTHERS names CoreWeave's runs (NVIDIA's v3.0 folder
+file for file), Sustainable Metal Cloud's and Oracle's (their Python files NVIDIA's git blobs of the round; Oracle's
+folders hold no conf/, and the configuration its logs print is an earlier state of NVIDIA's v4.1 one, four keys
+short: the code was compared, as the rule was read when the set was written down); Azure's folder is NVIDIA's v3.1
+code with its TODO comments taken out (other blobs) and builds another Transformer Engine revision: not named.
+Sustainable Metal Cloud's folder names its logs after the job and numbers them 1 to 3: the one numbered 1 is read,
+though the one numbered 2 (another job) started first (0.02 % slower). Left out: no preset: Intel-HabanaLabs' Gaudi2
+submissions (v3.0, v3.1, v4.0) and Google's TPU v5e, v5p and Trillium ones (v3.1, v4.0, v4.1); between the smallest
+and the largest: NVIDIA+CoreWeave's v3.0 run on 1,536 GPUs; a count shared, and published again: Sustainable Metal
+Cloud's smc-ac-power and smc-dc-power folders (512 GPUs each; their three logs are the smc folder's git blobs, and
+smc sorts first); NVIDIA's own submissions of the four rounds (the first and second sets'); every result log after
+the first. No other gpt3 log of the four rounds repeats a git blob of another round's or of NVIDIA's, nor another
+organisation's run_start. Links: CoreWeave's and Azure's descriptions state 8 x 400 Gb/s InfiniBand per node (the
+preset's); Sustainable Metal Cloud's ('Infiniband NDR', no adapter count) and Oracle's (RoCE v2) give no per-GPU
+rate, and the h100-sxm preset's is planned.
 
 Rules for what a source leaves unstated (as held_out_runs.py): NeMo's distributed optimizer is ZeRO-1; FSDP that
 does not reshard after forward is ZeRO-2, FSDP that does is ZeRO-3; a partial recomputation is planned as the
@@ -2454,10 +2456,10 @@ NVIDIA_CODE_BY_OTHERS: frozenset[str] = frozenset({
     #     megatron_gpt_pretraining_custom.py, custom_callbacks.py, custom_optimizer.py, custom_schedulers.py,
     #     unified_checkpointing.py, mlperf_logger.py, dist_checkpointing/, conf/ (custom.yaml, the optim, nccl and
     #     tp_overlap YAMLs), config_common.sh, config_fp8.sh, requirements.txt and run_and_time.sh the same blobs as
-    #     NVIDIA/benchmarks/gpt3/implementations/nemo's (and its eos* folders'); the Dockerfile differs in naming the
+    #     NVIDIA/benchmarks/gpt3/implementations/nemo's; the Dockerfile differs in naming the
     #     same revisions otherwise (Transformer Engine 9e4091e, the commit of NVIDIA's v1.6rc1; the branches
     #     r2.0.0.rc0.beta and core_r0.7.0.beta where NVIDIA's names the tags v2.0.0.rc0.beta and core_v0.7.0.beta)
-    #     and an apex comment, run.sub in SMC's cluster hooks, README.md, and the configs are SMC's own
+    #     and in three comments, run.sub in SMC's cluster hooks, README.md, and the configs are SMC's own
     #     (config_SMCH100_*.sh); the log's container is NVIDIA's early-access nvdlfwea+mlperfv40+gpt3+20240505
     "MLPerf v4.0 GPT-3 175B TP 4 x PP 8, 512 H100s, FP8 (Sustainable Metal Cloud)",
     #   Oracle v4.1 (Oracle/benchmarks/gpt3/DGXH100_*_mbs2, five folders of the same blobs): megatron_gpt_pretraining_
@@ -2466,16 +2468,20 @@ NVIDIA_CODE_BY_OTHERS: frozenset[str] = frozenset({
     #     the Dockerfile differs only in its base image's registry (nvcr.io/nvdlfwea/pytorch:24.09-py3, NVIDIA's
     #     early-access copy of nvcr.io/nvidia/pytorch:24.09-py3), config_common.sh in a SHARP line commented out and
     #     an appended NCCL/UCX block for RoCE, run.sub and the checkpoint-conversion script differ, and the configs are
-    #     Oracle's (v4.0's interleaving 4, no deferred embedding gradients); the folders hold no conf/ (custom.yaml
-    #     is configuration, not code: its values are read from the logs' dumps), so the code the folder ships is
-    #     NVIDIA's
+    #     Oracle's (v4.0's interleaving 4, no deferred embedding gradients); the folders hold no conf/, so the rule
+    #     was read, when the set was written down and before it was predicted, as comparing the folder's code, its
+    #     Python files, which are NVIDIA's; the configuration that ran was not NVIDIA's v4.1 conf/custom.yaml as it
+    #     stands: the logs' resolved configuration lacks four keys it defines (wgrad_deferral_limit,
+    #     tp_only_amax_red, cross_entropy_loss_fusion, deterministic_mode), an earlier state of it (docs/planner.md
+    #     gives both runs' figures at the calibrated rate too)
     "MLPerf v4.1 GPT-3 175B TP 4 x PP 8, 1,536 H100s, FP8 (Oracle)",
     "MLPerf v4.1 GPT-3 175B TP 4 x PP 8, 3,072 H100s, FP8 (Oracle)",
-    # Not in it: Azure+NVIDIA v3.1 (Azure+NVIDIA/benchmarks/gpt3/implementations/pytorch): conf/*.yaml,
+    # Not in it: Azure+NVIDIA v3.1 (Azure+NVIDIA/benchmarks/gpt3/implementations/pytorch): the conf/*.yaml NVIDIA's
+    # folder has,
     # custom_schedulers.py, mlperf_logger.py, requirements.txt and part of dist_checkpointing/ the same blobs, but
     # megatron_gpt_pretraining_custom.py, custom_callbacks.py, custom_optimizer.py, unified_checkpointing.py and
     # dist_checkpointing's mapping.py, serialization.py and three strategies differ from NVIDIA's v3.1 files (NVIDIA's
-    # with their comments taken out: no line of code differs), and the Dockerfile builds another Transformer Engine
+    # with their TODO comments taken out: no line of code differs), and the Dockerfile builds another Transformer Engine
     # (4ee8e8e, where NVIDIA's builds 09ba842); the rule reads git blobs, and these are not NVIDIA's.
 })
 
@@ -2512,13 +2518,15 @@ AZURE_NOTE = (
     "config, of the log's node count): TP 4, PP 8, interleaved 12 (conf/custom.yaml's default, the same blob as "
     "NVIDIA's), micro-batch 1, MINIBS 8 (GBS 2,688, DP 336, gradient accumulation 8, as the log states); 22 blocks "
     "of 55,050,240 tokens, the first 10.353 s, the rest 9.640-10.307 s; NVIDIA's v3.1 implementation with its "
-    "comments taken out (not the same git blobs: not in NVIDIA_CODE_BY_OTHERS)" + MLPERF_V31_NOTE.replace(
+    "TODO comments taken out (not the same git blobs: not in NVIDIA_CODE_BY_OTHERS)" + MLPERF_V31_NOTE.replace(
         "Transformer Engine 09ba842)",
         "Transformer Engine 4ee8e8e, the Dockerfile's TE_REVISION, where NVIDIA's names 09ba842: 15 commits later "
         "on the same userbuffers work, transformer_engine/pytorch/attention.py unchanged between them)").replace(
         "Eos and Eos-dfw DGX H100 nodes (systems/*.json: 8 x 400 Gb/s InfiniBand for compute): the h100-sxm preset",
         "Azure ND H100 v5 VMs (systems/ND_H100_v5_n1344_pytorch.json: 8 H100-SXM-80GB, NVLink 4.0, 8 x Quantum-2 "
-        "ConnectX-7 400 Gb/s InfiniBand): the h100-sxm preset's links"))
+        "ConnectX-7 400 Gb/s InfiniBand): the h100-sxm preset's links").replace(
+        "(NVTE_FLASH_ATTN=0 is commented out in config_common.sh)",
+        "(Azure's config_common.sh sets no NVTE_FLASH_ATTN)"))
 SMC_NOTE = (
     "the log's configuration dump (DLPAL SMCH100_64x8x128x4x8: smc/benchmarks/gpt3/implementations/nemo/"
     "config_SMCH100_64x8x128x4x8.sh, which, unlike NVIDIA's config_DGXH100_64x8x128x4x8_mbs2.sh, sets no "
@@ -2531,10 +2539,12 @@ SMC_NOTE = (
         "SMC's immersion-cooled nodes of 8 H100-SXM5-80GB (systems/64xSMC-H100-SXM-80GB.json: NVLink Gen4 900 GB/s + "
         "NVSwitch Gen3, 'Infiniband NDR' with no adapter count or rate): the h100-sxm preset's links"))
 ORACLE_NOTE = (
-    "the log's configuration dump (Oracle/benchmarks/gpt3/DGXH100_384x8x32x4x8_mbs2/{config}, the config of its node "
-    "count): TP 4, PP 8, interleaved 4 (INTERLEAVED_PIPELINE=4, v4.0's value; NVIDIA's v4.1 configs set 6), "
+    "the log's configuration dump (Oracle/benchmarks/gpt3/DGXH100_*_mbs2/{config}, the config of its node count, in "
+    "any of the five folders, which hold the same blobs): TP 4, PP 8, interleaved 4 (INTERLEAVED_PIPELINE=4, v4.0's "
+    "value; NVIDIA's v4.1 configs set 6), "
     "micro-batch 2, MINIBS {minibs} (GBS 3,072, DP {dp}, gradient accumulation {grad_accum}, as the log states); "
-    "NVIDIA's v4.1 implementation (NVIDIA_CODE_BY_OTHERS; the log's container a local gpt3-20240923.sqsh): "
+    "NVIDIA's v4.1 training script and callbacks (NVIDIA_CODE_BY_OTHERS) with an earlier state of its configuration "
+    "(the dump lacks four keys of NVIDIA's v4.1 conf/custom.yaml; the log's container a local gpt3-20240923.sqsh): "
     "distributed_fused_adam (ZeRO-1) with overlapped gradient and parameter sync, 200 MB buckets (bucket_cap_mb; not "
     "modelled), bf16 gradient sync, no recomputation (activations_checkpoint_granularity null), sequence "
     "parallelism, TP communication overlapped (userbuffers), Transformer Engine FP8 (hybrid, delayed scaling: amax "
