@@ -106,8 +106,9 @@ def run_families(run: HeldOutRun) -> list[str]:
 NVIDIA_SOFTWARE_ELSEWHERE = ("yanring/Megatron-MoE-ModelZoo", "mlcommons/training_results_v6.0 Cisco/")
 # From the fifteenth set on (rule written down on 2026-12-07, before that set's logs were read), another
 # organisation's run of NVIDIA's implementation is NVIDIA's software whatever its submitter: a set names such runs in
-# held_aside_runs.NVIDIA_CODE_BY_OTHERS, decided from the files (its implementation folder's model and training code
-# the same git blobs as NVIDIA's folder for the benchmark in the same round), not from the run's error. The sets
+# held_aside_runs.NVIDIA_CODE_BY_OTHERS, decided from the files (its implementation folder's model and training code,
+# its Python files, the same git blobs as NVIDIA's folder for the benchmark in the same round; a folder without them
+# is not named, and its configuration files do not decide), not from the run's error. The sets
 # before it keep the rule they were predicted by: only the sources above (the fourteenth set's H200 runs, NVIDIA's
 # code by Nebius and HPE, stay at the calibrated rate; docs/planner.md).
 
