@@ -1,7 +1,7 @@
 """Published training runs kept aside while the planner is modelled: the held-aside set (held_out.py scores it).
 
 These runs come from sources that neither the planner's calibration set (published.py) nor the development runs
-(held_out_runs.py) use. They came in sixteen sets: FIRST_SET, predicted and looked at from 2026-11 to 2026-12-06, and
+(held_out_runs.py) use. They came in seventeen sets: FIRST_SET, predicted and looked at from 2026-11 to 2026-12-06, and
 SECOND_SET, chosen and written down on 2026-12-06 after the kernel rate (fit_to_run.at_kernel_rate) was added and
 before the planner predicted any of them; the first set's runs that the kernel rate changes are development runs
 since (held_out.py). THIRD_SET was written down after uneven stages under interleaving were modelled
@@ -36,6 +36,10 @@ by a rule fixed before any of its logs was read, before the planner predicted an
 SIXTEENTH_SET (MLPerf Training v3.0 to v4.1's GPT-3 175B submissions by organisations other than NVIDIA alone, on a
 GPU with a preset and in a precision the planner expresses) was written down after the fifteenth had been predicted,
 by a rule fixed before any of its logs was read, before the planner predicted any of its runs.
+SEVENTEENTH_SET (MLPerf Training v6.0's Llama 3.1 8B and 405B submissions, by any submitter, on a GPU with a preset
+that no earlier set read for them, H100, H200, B200 or GB200, in a precision the planner expresses) was written down
+after the sixteenth had been predicted, by a rule fixed before any of its logs was read, before the planner predicted
+any of its runs.
 Every set was chosen and written down before the planner predicted any of its runs (but for the eighth set's H100 run
 and the ninth set's Qwen3-30B-A3B run; the twelfth set's and the fifteenth set's run that replaced a run taken
 against the rules were written down after the rest of their set was predicted, and before they were), and they are
@@ -223,6 +227,14 @@ Sources:
                 implementation folder compared blob by blob with NVIDIA's GPT-3 folder of the same round; the git
                 blobs of every gpt3 result log of the four rounds, compared for logs published again
 
+    Seventeenth set:
+    mlperf-v6.0-llama  the fifth set's copy (mlcommons/training_results_v6.0 in Richardyu114/training_results_v6.0,
+                commit eabf23a): every results folder of llama31_8b and llama31_405b and every systems/*.json; for
+                each submission its first result log (with the configuration dump where the log prints one), the
+                README and config that name its precision where the copy has them and the config_common*.sh they
+                source where it has those; for the runs kept the implementation folder's files (config_common.sh,
+                the configs, pretrain.py, the Dockerfile) and systems/<system>.json
+
 Which rows: all three of NVIDIA's MLPerf Training v4.0 GPT-3 submissions, each its result_0.txt (the first of its
 runs): the tokens of all its training blocks over their summed durations (block_start to block_stop; the
 evaluations between them left out), the global batch and gradient accumulation as the log states them;
@@ -377,6 +389,41 @@ the first. No other gpt3 log of the four rounds repeats a git blob of another ro
 organisation's run_start. Links: CoreWeave's and Azure's descriptions state 8 x 400 Gb/s InfiniBand per node (the
 preset's); Sustainable Metal Cloud's ('Infiniband NDR', no adapter count) and Oracle's (RoCE v2) give no per-GPU
 rate, and the h100-sxm preset's is planned.
+
+Seventeenth set: by a rule fixed before any of its logs was read, every closed-division llama31_8b and llama31_405b
+submission of MLPerf Training v6.0 (the fifth set's copy), by any submitter, on a GPU with a preset that no earlier set
+read for these benchmarks (h100-sxm, h200, b200, gb200; the twelfth set read B300 and GB300), in a precision the
+planner expresses (BF16; FP8 with one scale per tensor; MXFP8), whose first result log (result_0.txt, or the folder's
+first where it numbers otherwise) is timed as the earlier MLPerf sets time theirs, the global batch and gradient
+accumulation as the log states them, and whose configuration no development run has; then per submitter, benchmark
+and GPU type the smallest and the largest GPU count (where two share a count, the results folder that sorts first);
+of those, the runs not in a set yet. A run's precision is read as the fifteenth set reads it (the log's dump where it
+prints one, else the config its README names or the one named for its system or node count, and whether that config
+sources config_common_fp4.sh); NVFP4 runs are left out, and so are runs whose precision the copy does not determine,
+as the twelfth set did. Three runs, all Llama 3.1 8B, all Cisco's, all FP8 with one scale per tensor: 64 and 128 H100s
+(TP 2 with sequence parallelism and TP overlap, DP 32 and 64; Transformer Engine delayed scaling; Cisco's own NeMo 2
+implementation; the folders number their logs from 1) and 16 H200s (DP 16; Transformer Engine's 'tensorwise' current
+scaling; NVIDIA's v6.0 container; gradient accumulation 2, as Megatron's 'constant 2' micro-batches and GBS 32 over
+DP 16 give it, where the log's gradient_accumulation_steps line says 4.0, the stored one-node config's). The 128-H100
+run has the layout of the fifteenth set's v5.1 run on Cisco's 128 H100s (another round and software stack; the rule
+compares with the development runs only). NVIDIA_CODE_BY_OTHERS names none of them: Cisco's H100 folder is its own
+code, its H200 folder holds configs and no code, and NVIDIA's own v6.0 llama31_8b folder in the copy holds no
+pretrain.py, conf/custom.yaml or callbacks to compare with. Left out: NVFP4 (not modelled): Dell's 8 B200s, HPE's 8 and
+16 B200s and 8, 16 and 32 GB200s, Lambda's 8 B200s and Supermicro's two 8-B200 systems (their logs' dumps: fp4 'e2m1',
+or fp4 true with fp4_recipe nvfp4), CoreWeave's 64 B200s (the folder's one file, submit_8b.sh, sources
+config_DGXB200_8x8x1xtp1pp1cp1_8b_fp4.sh; the log prints no configuration) and Azure's 405B run on 2,048 GB200s (its
+config sources NVIDIA's config_GB200_640x4x24xtp4pp8cp2_cg_fp4.sh, which sources config_common_fp4.sh); precision not
+determinable: NVIDIA's 8B run on 1,024 GB200s (tyche-hsg; its log can be timed, and its README names
+config_GB200_256x4x1xtp4pp1cp4_8b.sh, which is in the copy, but the FP8 recipe is set in the config_common*.sh it
+sources, which are not, and the log prints no configuration: FP8 with one scale per tensor or MXFP8 cannot be told, as
+the fifteenth set's IBM+CoreWeave+NVIDIA runs); no preset: Dell's 8-GPU H200 NVL nodes (XE7740 and XE7745: the PCIe
+card at 600 W, not the SXM part the h200 preset describes) and the AMD GPUs' submissions; a GPU the twelfth set read:
+every B300 and GB300 folder (Cisco's C880A, Dell's, GigaComputing's, QCT's, NVIDIA's Theia and CoreWeave's GB300 405B
+run among them); not a submission: NVIDIA/benchmarks/llama31_8b/implementations/H200_SXM_1node_nemo, added at later
+commits of the copy by its owner; every result log after the first. Krai's and Fujitsu's H200 folders hold
+llama2_70b_lora only. No run between the smallest and the largest, none already in a set, none repeating a development
+configuration. Links: Cisco's descriptions state 8 x 400 Gb/s per node (ConnectX-8 RoCE on the H100s, BlueField-3 on
+the H200s): the presets'.
 
 Rules for what a source leaves unstated (as held_out_runs.py): NeMo's distributed optimizer is ZeRO-1; FSDP that
 does not reshard after forward is ZeRO-2, FSDP that does is ZeRO-3; a partial recomputation is planned as the
@@ -2610,6 +2657,98 @@ SIXTEENTH_SET: list[HeldOutRun] = [
 # (each total equals the log's trained_samples; the method gives the second set's NVIDIA v3.0 and v3.1 figures
 # from their logs, 3,856.423 - 365.276 s and 211.046 s among them)
 
+# ---- the seventeenth set: written down before the planner predicted any of them (module docstring) -------------
+# Which runs (the rule fixed before any log was read): every closed-division llama31_8b and llama31_405b submission of
+# MLPerf Training v6.0, by any submitter, on a GPU with a preset that no earlier set read for these benchmarks
+# (h100-sxm, h200, b200, gb200; the twelfth set read B300 and GB300), in a precision the planner expresses (BF16; FP8
+# with one scale per tensor; MXFP8), whose first result log the earlier MLPerf sets' method times and whose
+# configuration no development run has; then per submitter, benchmark and GPU type the smallest and the largest GPU
+# count (where two share a count, the results folder that sorts first); of those, the runs not in a set yet. NVFP4
+# runs, and runs whose precision the copy does not determine (no config in it and no dump in the log), left out.
+# ---- sources and what they leave unstated ------------------------------------------------------------------------
+MLPERF60_8B = ("mlcommons/training_results_v6.0 Cisco/results/{}/llama31_8b/{} (read in the copy "
+               "Richardyu114/training_results_v6.0, commit eabf23a): the training blocks' tokens over their summed "
+               "durations")
+MLPERF60_CISCO_H100_NOTE = (
+    "Cisco/benchmarks/llama31_8b/nemo/{config} (the logs name no config and the folder has no README: the config of "
+    "the log's node count{config_more}), with the folder's config_common.sh, pretrain.py and Dockerfile: TP 2 with "
+    "sequence parallelism (SEQ_PARALLEL=True) and userbuffers TP overlap (TP_COMM_OVERLAP=True), PP 1, CP 1, "
+    "micro-batch 1, MINIBS 1 (GBS {gbs}, DP {dp}, gradient accumulation 1, as the log states); Cisco's own "
+    "implementation, as its v5.1 one (pretrain.py on NeMo 2's MegatronStrategy builds NeMo's Llama31Config8B: 32 "
+    "layers at 8,192 tokens, vocabulary 128,256: the llama3-8b preset; the Dockerfile: "
+    "nvcr.io/nvidia/pytorch:25.08-py3 with Transformer Engine c47f329 and one cherry-picked commit, NeMo eddf23f, "
+    "Megatron-Core 4cd81e8, NCCL v2.28.3-1; the "
+    "folder in the copy lacks the conf/, custom_callbacks.py and requirements.txt the Dockerfile and pretrain.py "
+    "use); Megatron's distributed optimizer (ZeRO-1) with overlapped gradient reduce and parameter gather (not with "
+    "the optimizer step: OVERLAP_PARAM_GATHER_WITH_OPTIM_STEP=False), gradients reduced in bf16 (pretrain.py: "
+    "grad_reduce_in_fp32=False), FP8 parameters and their gather (FP8_PARAMS, FP8_PARAM_GATHER: not modelled), DDP "
+    "buckets as conf/custom.yaml sets them (not in the copy; the config's BUCKET_CAP_MB=125: not modelled); FP8 = "
+    "Transformer Engine delayed scaling (FP8_RECIPE=delayed, FP8_HYBRID=True: E4M3 forward, E5M2 backward; amax "
+    "history 1,024, max), one scale per tensor: the planner's FP8; attention in bf16 (FP8_DPA=False); no "
+    "recomputation (no ACT_CKPT_* or RECOMPUTE_* setting in the configs); full-iteration CUDA graphs "
+    "(FULL_CUDA_GRAPH=1, MCORE_CUDA_GRAPH=1), fused QKV-RoPE, TE cross-entropy fusion and the TP-PP-DP rank mapping "
+    "(TP_PP_DP_MAPPING=True) (not modelled); no TE op fuser (USE_TE_OPS=False); NCCL_NVLS_ENABLE=0; the log prints no "
+    "configuration and gives the running sample count at each block (a block's samples: the next eval_start's count "
+    "less its block_start's), {blocks}; nodes: systems/{system}.json (H100-SXM5-80GB, NVLink 4.0 900 GB/s via "
+    "NVSwitch, 8 x ConnectX-8 400 Gb/s RDMA over Ethernet per node, rail-optimized, one NIC per GPU): the h100-sxm "
+    "preset's links")
+MLPERF60_CISCO_H200_NOTE = (
+    "the log's configuration dump (DLPAL C885A_H200_2x8x1xtp1pp1cp1_8b; Cisco/benchmarks/llama31_8b/implementations/"
+    "nemo/config_C885A_H200_2x8x1xtp1pp1cp1_8b.sh, the config of that name, is stored with DGXNNODES=1 and MINIBS 4 "
+    "and sources config_common*.sh files that are not in the copy; the folder holds configs and run.sub, no code; the "
+    "log's container is NVIDIA's nvcr.io/nvdlfwea/mlperftv60/llama31_8b-amd:20260428, whose Megatron-Bridge builds "
+    "Llama31ModelProvider8B): TP 1, PP 1, CP 1, micro-batch 1, GBS 32 (DP 16; Megatron's 'setting number of "
+    "microbatches to constant 2': gradient accumulation 2, where the log's gradient_accumulation_steps says 4.0, the "
+    "stored one-node config's 32 / 8); 32 layers at 8,192 tokens, vocabulary 128,256: the llama3-8b preset; Megatron's "
+    "distributed optimizer (ZeRO-1) with overlapped gradient reduce and parameter gather (not with the optimizer "
+    "step), gradients reduced in bf16 (grad_reduce_in_fp32=False), FP8 parameters and their gather (fp8_param, "
+    "fp8_param_gather: not modelled), DDP buckets of 768,000,000 (not modelled; the dump's "
+    "data_parallel_sharding_strategy 'optim_grads_params' is inert with use_megatron_fsdp False); FP8 = Transformer "
+    "Engine's 'tensorwise' recipe (per-tensor current scaling; fp8 'hybrid': E4M3 forward, E5M2 backward): the "
+    "planner's FP8; attention in bf16 (fp8_dot_product_attention False); no recomputation (recompute_modules "
+    "['core_attn'] with no recompute granularity set: inert); full-iteration CUDA graphs, TE's op fuser, fused "
+    "QKV-RoPE and TE cross-entropy fusion (not modelled); 23 blocks of 256 steps, the first 302.0 s, the rest "
+    "302.2-302.7 s; 2 Cisco UCS C885A nodes of 8 H200-SXM5-141GB (systems/2xC885A_M8-8xH200-SXM-141GB.json: NVLink "
+    "Gen4 900 GB/s + NVSwitch Gen3, 8 x BlueField-3 B3140 DPU at 400 Gb/s per node): the h200 preset's links")
+
+SEVENTEENTH_SET: list[HeldOutRun] = [
+    # ---- dense, H100, TP 2, FP8 (MLPerf Training v6.0, Cisco) -------------------------------------------------------
+    *[HeldOutRun(f"MLPerf v6.0 Llama 3.1 8B TP 2, {gpus} H100s, FP8 (Cisco)",
+                 MLPERF60_8B.format(system, "result_1.txt (the folder's first; it has no result_0)") +
+                 f"; {gpus} GPUs, GBS {gpus // 2}",
+                 _llama3("llama3-8b"),
+                 dict(dp=gpus // 2, tp=2, micro_batch=1, grad_accum=1, precision="fp8", **TP_OVERLAP, **NEMO),
+                 "h100-sxm", "tokens_per_gpu", _tokens_per_gpu(samples * 8192 / seconds, gpus),
+                 MLPERF60_CISCO_H100_NOTE.format(config=config, config_more=config_more, gbs=gpus // 2,
+                                                 dp=gpus // 2, blocks=blocks, system=system))
+      for system, config, config_more, gpus, blocks, samples, seconds in (
+          ("Zeus_8xH100_SXM_80GB", "config_DGXH100_8x8x36xtp8pp8cp2.sh",
+           " (DGXNNODES=8; its name's tp8pp8cp2 is not its content; its VAL_CHECK_INTERVAL=384 is not the log's "
+           "evaluation every 256 steps: the layout and batch are the config's, as the log's GBS 32 confirms)", 64,
+           "22 blocks of 8,192 samples (256 steps), the first 89.2 s, the rest 89.8-90.0 s", 180_224, 1976.764),
+          ("Zeus_16xH100_SXM_80GB", "config_DGXH100_16x8x36xtp8pp8cp2.sh",
+           ", which sources the 8-node one and sets DGXNNODES=16, VAL_CHECK_INTERVAL=192 and LR 0.0007", 128,
+           "18 blocks of 12,288 samples (192 steps), the first 66.8 s, the rest 67.4-67.6 s", 221_184, 1214.198))],
+    # ---- dense, H200, DP 16, FP8 (MLPerf Training v6.0, Cisco) -------------------------------------------------------
+    HeldOutRun("MLPerf v6.0 Llama 3.1 8B DP 16, 16 H200s, FP8 (Cisco)",
+               MLPERF60_8B.format("2xC885A_M8-8xH200-SXM-141GB", "result_0.txt") + "; 16 GPUs, GBS 32",
+               _llama3("llama3-8b"),
+               dict(dp=16, micro_batch=1, grad_accum=2, precision="fp8", **NEMO),
+               "h200", "tokens_per_gpu", _tokens_per_gpu(188_416 * 8192 / 6954.771, 16), MLPERF60_CISCO_H200_NOTE),
+]
+# The arithmetic (each block's duration is its block_stop less its block_start, in the log's time_ms; a block's
+# samples are the next eval_start's samples_count less its block_start's, or its steps times the GBS), x 8,192 tokens:
+#   Cisco 64 H100s     22 x 8,192 = 180,224 sequences = 1,476,395,008 tokens over 1,976.764 s = 746,874.7 tokens/s
+#                      = 11,669.92 per GPU
+#   Cisco 128 H100s    18 x 12,288 = 221,184 = 1,811,939,328 over 1,214.198 s = 1,492,293.1 = 11,658.54 per GPU
+#   Cisco 16 H200s     23 x 256 steps x 32 = 188,416 = 1,543,503,872 over 6,954.771 s = 221,934.5 = 13,870.91 per GPU
+# (each total equals the log's run_stop samples_count; each Cisco H100 block's logged throughput, samples per second,
+# is its samples over its duration to within 0.01)
+# NVIDIA_CODE_BY_OTHERS: none of the set's runs. Cisco's H100 folder (Cisco/benchmarks/llama31_8b/nemo) is its own code
+# (pretrain.py on NeMo 2's MegatronStrategy, its own Dockerfile); its H200 folder (implementations/nemo) holds configs
+# and run.sub, no code; and NVIDIA's v6.0 llama31_8b folder in the copy holds a Dockerfile and configs but no
+# pretrain.py, conf/custom.yaml or callbacks to compare with (the copy's index gives no git blob hashes).
+
 RUNS: list[HeldOutRun] = (FIRST_SET + SECOND_SET + THIRD_SET + FOURTH_SET + FIFTH_SET + SIXTH_SET + SEVENTH_SET
                           + EIGHTH_SET + NINTH_SET + TENTH_SET + ELEVENTH_SET + TWELFTH_SET + THIRTEENTH_SET
-                          + FOURTEENTH_SET + FIFTEENTH_SET + SIXTEENTH_SET)
+                          + FOURTEENTH_SET + FIFTEENTH_SET + SIXTEENTH_SET + SEVENTEENTH_SET)
