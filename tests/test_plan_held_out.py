@@ -311,10 +311,16 @@ def test_one_measured_run_per_stack_fits_its_own_figure_and_helps_only_at_other_
     assert held_out_fit.markdown_table(fitted) in (ROOT / "docs" / "planner.md").read_text()
     by_group = {(group.source, group.gpu): (group, held_out_fit.summary([group])) for group in fitted}
     page = " ".join((ROOT / "docs" / "planner.md").read_text().split())
+    def percent_of(error):
+        return f"{100 * error:+.1f} %".replace("-", "\N{MINUS SIGN}")
     def pair(summary):
         return f"{100 * summary['calibrated']:.1f} % to {100 * summary['fitted']:.1f} %"
     assert (f"helps in the median ({100 * total['calibrated']:.1f} % as planned, {100 * total['fitted']:.1f} % "
             "fitted)") in page
+    v60_h100 = by_group[("mlcommons/training_results_v6.0", "h100-sxm")][0]
+    cisco = [(planned, fitted) for name, planned, fitted in v60_h100.runs if "Llama" in name]
+    assert len(cisco) == 2 and (f"({percent_of(cisco[0][0])} and {percent_of(cisco[1][0])} to "
+                                f"{percent_of(cisco[0][1])} and {percent_of(cisco[1][1])})") in page
     for round_, gpu in (("v5.1", "b200"), ("v5.1", "b300"), ("v3.1", "h100-sxm"), ("v3.0", "h100-sxm"),
                         ("v4.0", "h100-sxm"), ("v4.1", "h100-sxm")):
         assert pair(by_group[(f"mlcommons/training_results_{round_}", gpu)][1]) in page, (round_, gpu)
@@ -696,3 +702,21 @@ def test_the_docs_give_the_sixteenth_sets_figures_as_the_code_computes_them(outc
     oracle = [held_out.predict(r.run, kernel_rate=False) / r.run.published - 1 for r in rows if "Oracle" in r.run.name]
     assert (f"Azure's, at the kernel rate, would come out {percent(kernel)}, and Oracle's, at the calibrated rate, "
             f"{percent(oracle[0])} and {percent(oracle[1])}, each worked out after the prediction") in page
+
+
+def test_the_docs_give_the_seventeenth_sets_figures_as_the_code_computes_them(outcomes):
+    """Cisco's MLPerf v6.0 Llama 3.1 8B runs, predicted once at the kernel rate, which NVIDIA_SOFTWARE_ELSEWHERE gives
+    every Cisco v6.0 submission by its source (not NVIDIA_CODE_BY_OTHERS: Cisco's Llama code is its own); and what
+    the calibrated rate, which the files would have given them, makes of them."""
+    page = " ".join((ROOT / "docs" / "planner.md").read_text().split())
+    rows = [next(r for r in outcomes if r.run.name == run.name) for run in held_aside_runs.SEVENTEENTH_SET]
+    assert len(rows) == 3 and all(r.split == ASIDE and "(Cisco)" in r.run.name for r in rows)
+    assert all(held_out.runs_at_kernel_rate(r.run) and r.run.name not in held_aside_runs.NVIDIA_CODE_BY_OTHERS
+               and r.run.source.startswith(held_out.NVIDIA_SOFTWARE_ELSEWHERE) for r in rows)
+    def percent(error):
+        return f"{100 * error:+.1f} %".replace("-", "\N{MINUS SIGN}")
+    def listed(errors):
+        return f"{percent(errors[0])}, {percent(errors[1])} and {percent(errors[2])}"
+    calibrated = [held_out.predict(r.run, kernel_rate=False) / r.run.published - 1 for r in rows]
+    assert f"Predicted once: {listed([r.error for r in rows])}." in page
+    assert f"where they would come out {listed(calibrated)}." in page
