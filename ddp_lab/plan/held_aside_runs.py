@@ -39,17 +39,19 @@ by a rule fixed before any of its logs was read, before the planner predicted an
 SEVENTEENTH_SET (MLPerf Training v6.0's Llama 3.1 8B and 405B submissions, by any submitter, on a GPU with a preset
 that no earlier set read for them, H100, H200, B200 or GB200, in a precision the planner expresses) was written down
 after the sixteenth had been predicted, by a rule fixed before any of its logs was read, before the planner predicted
-any of its runs.
-Every set was chosen and written down before the planner predicted any of its runs (but for the eighth set's H100 run
-and the ninth set's Qwen3-30B-A3B run; the twelfth set's and the fifteenth set's run that replaced a run taken
-against the rules were written down after the rest of their set was predicted, and before they were), and they are
-kept aside while it is modelled: their errors are looked at once, at the end (held_out.py says what moves a run to
-the development part). Each run is recorded as its source states it: the model shape, the parallel layout, the batch
-and micro-batch, the sequence, the GPUs, the precision and the published figure; each run's `source` ends with the
-GPU count and global batch its source gives ("N GPUs, GBS B"; where it gives no GPU count, the one planned, and says
-so). A setting the table leaves out is read from the configuration the same source ships for that run (named in the
-note); what neither states is assumed by the rules below, never chosen to bring a prediction closer. Where a source
-gives tokens per second for all its GPUs, `published` is that figure over the GPU count, written as the division.
+any of its runs; a review found a run the rule admits that the survey had missed (SCITIX's 64 B200s), written down
+after the rest of the set was predicted and before it was predicted.
+Every set was chosen and written down before the planner predicted any of its runs (but for the eighth set's H100
+run and the ninth set's Qwen3-30B-A3B run; the twelfth set's and the fifteenth set's run that replaced a run taken
+against the rules, and the seventeenth set's run that its survey missed, were written down after the rest of their
+set was predicted, and before they were), and they are kept aside while it is modelled: their errors are looked at
+once, at the end (held_out.py says what moves a run to the development part). Each run is recorded as its source
+states it: the model shape, the parallel layout, the batch and micro-batch, the sequence, the GPUs, the precision
+and the published figure; each run's `source` ends with the GPU count and global batch its source gives ("N GPUs,
+GBS B"; where it gives no GPU count, the one planned, and says so). A setting the table leaves out is read from the
+configuration the same source ships for that run (named in the note); what neither states is assumed by the rules
+below, never chosen to bring a prediction closer. Where a source gives tokens per second for all its GPUs,
+`published` is that figure over the GPU count, written as the division.
 
 Sources:
     dgxc        NVIDIA/dgxc-benchmarking (NVIDIA's DGX Cloud benchmarking recipes), the "Expected Performance"
@@ -395,35 +397,44 @@ submission of MLPerf Training v6.0 (the fifth set's copy), by any submitter, on 
 read for these benchmarks (h100-sxm, h200, b200, gb200; the twelfth set read B300 and GB300), in a precision the
 planner expresses (BF16; FP8 with one scale per tensor; MXFP8), whose first result log (result_0.txt, or the folder's
 first where it numbers otherwise) is timed as the earlier MLPerf sets time theirs, the global batch and gradient
-accumulation as the log states them, and whose configuration no development run has; then per submitter, benchmark
-and GPU type the smallest and the largest GPU count (where two share a count, the results folder that sorts first);
-of those, the runs not in a set yet. A run's precision is read as the fifteenth set reads it (the log's dump where it
+accumulation as the log states them, and whose configuration no development run has; then per submitter, benchmark and
+GPU type the smallest and the largest GPU count (where two share a count, the results folder that sorts first); of
+those, the runs not in a set yet. A run's precision is read as the fifteenth set reads it (the log's dump where it
 prints one, else the config its README names or the one named for its system or node count, and whether that config
-sources config_common_fp4.sh); NVFP4 runs are left out, and so are runs whose precision the copy does not determine,
-as the twelfth set did. Three runs, all Llama 3.1 8B, all Cisco's, all FP8 with one scale per tensor: 64 and 128 H100s
-(TP 2 with sequence parallelism and TP overlap, DP 32 and 64; Transformer Engine delayed scaling; Cisco's own NeMo 2
+sources config_common_fp4.sh); NVFP4 runs are left out, and so are runs whose precision the copy does not determine, as
+the twelfth set did. Four runs, all Llama 3.1 8B, all FP8 with one scale per tensor: Cisco's 64 and 128 H100s (TP 2
+with sequence parallelism and TP overlap, DP 32 and 64; Transformer Engine delayed scaling; Cisco's own NeMo 2
 implementation; the folders number their logs from 1) and 16 H200s (DP 16; Transformer Engine's 'tensorwise' current
-scaling; NVIDIA's v6.0 container; gradient accumulation 2, as Megatron's 'constant 2' micro-batches and GBS 32 over
-DP 16 give it, where the log's gradient_accumulation_steps line says 4.0, the stored one-node config's). The 128-H100
-run has the layout of the fifteenth set's v5.1 run on Cisco's 128 H100s (another round and software stack; the rule
-compares with the development runs only). NVIDIA_CODE_BY_OTHERS names none of them: Cisco's H100 folder is its own
-code, its H200 folder holds configs and no code, and NVIDIA's own v6.0 llama31_8b folder in the copy holds no
-pretrain.py, conf/custom.yaml or callbacks to compare with. Left out: NVFP4 (not modelled): Dell's 8 B200s, HPE's 8 and
-16 B200s and 8, 16 and 32 GB200s, Lambda's 8 B200s and Supermicro's two 8-B200 systems (their logs' dumps: fp4 'e2m1',
-or fp4 true with fp4_recipe nvfp4), CoreWeave's 64 B200s (the folder's one file, submit_8b.sh, sources
-config_DGXB200_8x8x1xtp1pp1cp1_8b_fp4.sh; the log prints no configuration) and Azure's 405B run on 2,048 GB200s (its
-config sources NVIDIA's config_GB200_640x4x24xtp4pp8cp2_cg_fp4.sh, which sources config_common_fp4.sh); precision not
-determinable: NVIDIA's 8B run on 1,024 GB200s (tyche-hsg; its log can be timed, and its README names
-config_GB200_256x4x1xtp4pp1cp4_8b.sh, which is in the copy, but the FP8 recipe is set in the config_common*.sh it
-sources, which are not, and the log prints no configuration: FP8 with one scale per tensor or MXFP8 cannot be told, as
-the fifteenth set's IBM+CoreWeave+NVIDIA runs); no preset: Dell's 8-GPU H200 NVL nodes (XE7740 and XE7745: the PCIe
-card at 600 W, not the SXM part the h200 preset describes) and the AMD GPUs' submissions; a GPU the twelfth set read:
-every B300 and GB300 folder (Cisco's C880A, Dell's, GigaComputing's, QCT's, NVIDIA's Theia and CoreWeave's GB300 405B
-run among them); not a submission: NVIDIA/benchmarks/llama31_8b/implementations/H200_SXM_1node_nemo, added at later
-commits of the copy by its owner; every result log after the first. Krai's and Fujitsu's H200 folders hold
-llama2_70b_lora only. No run between the smallest and the largest, none already in a set, none repeating a development
-configuration. Links: Cisco's descriptions state 8 x 400 Gb/s per node (ConnectX-8 RoCE on the H100s, BlueField-3 on
-the H200s): the presets'.
+scaling; NVIDIA's v6.0 code, by its log; gradient accumulation 2, as Megatron's 'constant 2' micro-batches and GBS 32
+over DP 16 give it, where the log's gradient_accumulation_steps line says 4.0, the stored one-node config's), and
+SCITIX's 64 B200s (CP 2, DP 32; 'tensorwise' current scaling, by the log's dump). SCITIX's run on 64 B200s, which the
+first survey missed, was found by a review once the set was predicted and written down before it was predicted. The
+128-H100 run has the layout of the fifteenth set's v5.1 run on Cisco's 128 H100s, and the 64-B200 run that of Oracle's
+and Verda's v5.1 runs on 64 B200s (another round and software stack; the rule compares with the development runs only).
+NVIDIA_CODE_BY_OTHERS names none of them: Cisco's H100 folder is its own NeMo 2 code; its H200 run's code, by its log,
+is NVIDIA's v6.0 code (NVIDIA's container nvcr.io/nvdlfwea/mlperftv60/llama31_8b-amd:20260428 and its
+/workspace/llm/pretrain.py, which builds Megatron-Bridge's Llama31ModelProvider8B), but its folder
+(implementations/nemo) holds configs and run.sub and no code, so it is not named, as the fifteenth set's Oracle and
+Supermicro folders; SCITIX's folder holds a README, configs and launch scripts and no Python file, so it is not named
+either; and among the files that could be read here NVIDIA's own v6.0 llama31_8b folder holds no pretrain.py,
+conf/custom.yaml or callbacks to compare with. Left out: NVFP4 (not modelled): Dell's 8 B200s, HPE's 8 and 16 B200s and
+8, 16 and 32 GB200s, Lambda's 8 B200s and Supermicro's two 8-B200 systems (their logs' dumps: fp4 'e2m1', or fp4 true
+with fp4_recipe nvfp4) and Azure's 405B run on 2,048 GB200s (its config sources NVIDIA's
+config_GB200_640x4x24xtp4pp8cp2_cg_fp4.sh, which sources config_common_fp4.sh); precision not determinable: CoreWeave's
+64 B200s (the folder's one file, submit_8b.sh, sources config_DGXB200_8x8x1xtp1pp1cp1_8b_fp4.sh, which is not in the
+copy, and the log prints no configuration: only a file name says FP4) and NVIDIA's 8B run on 1,024 GB200s (tyche-hsg;
+its log can be timed, and its README names config_GB200_256x4x1xtp4pp1cp4_8b.sh, which is in the copy, but the FP8
+recipe is set in the config_common*.sh it sources, which are not, and the log prints no configuration: FP8 with one
+scale per tensor or MXFP8 cannot be told, as the fifteenth set's IBM+CoreWeave+NVIDIA runs); no preset: Dell's 8-GPU
+H200 NVL nodes (XE7740 and XE7745: the PCIe card at 600 W, not the SXM part the h200 preset describes), TTA's 8 RTX PRO
+6000 Blackwell Server Edition GPUs (RTX6000Pro_8x96GB) and the AMD GPUs' submissions; a GPU the twelfth set read: every
+B300 and GB300 folder (Cisco's C880A, Dell's, GigaComputing's, QCT's, NVIDIA's Theia and CoreWeave's GB300 405B run
+among them); not a submission: NVIDIA/benchmarks/llama31_8b/implementations/H200_SXM_1node_nemo, added at later commits
+of the copy by its owner; every result log after the first. Krai's and Fujitsu's H200 folders hold llama2_70b_lora
+only, and Netweb_Technologies_India_LTD's folder gpt_oss_20b and llama2_70b_lora only. No run between the smallest and
+the largest, none already in a set, none repeating a development configuration. Links: Cisco's descriptions state 8 x
+400 Gb/s per node (ConnectX-8 RoCE on the H100s, BlueField-3 on the H200s): the presets'; SCITIX's ('InfiniBand', no
+adapter count) gives no per-GPU rate, and the b200 preset's is planned.
 
 Rules for what a source leaves unstated (as held_out_runs.py): NeMo's distributed optimizer is ZeRO-1; FSDP that
 does not reshard after forward is ZeRO-2, FSDP that does is ZeRO-3; a partial recomputation is planned as the
@@ -2675,41 +2686,68 @@ MLPERF60_CISCO_H100_NOTE = (
     "sequence parallelism (SEQ_PARALLEL=True) and userbuffers TP overlap (TP_COMM_OVERLAP=True), PP 1, CP 1, "
     "micro-batch 1, MINIBS 1 (GBS {gbs}, DP {dp}, gradient accumulation 1, as the log states); Cisco's own "
     "implementation, as its v5.1 one (pretrain.py on NeMo 2's MegatronStrategy builds NeMo's Llama31Config8B: 32 "
-    "layers at 8,192 tokens, vocabulary 128,256: the llama3-8b preset; the Dockerfile: "
-    "nvcr.io/nvidia/pytorch:25.08-py3 with Transformer Engine c47f329 and one cherry-picked commit, NeMo eddf23f, "
-    "Megatron-Core 4cd81e8, NCCL v2.28.3-1; the "
-    "folder in the copy lacks the conf/, custom_callbacks.py and requirements.txt the Dockerfile and pretrain.py "
-    "use); Megatron's distributed optimizer (ZeRO-1) with overlapped gradient reduce and parameter gather (not with "
-    "the optimizer step: OVERLAP_PARAM_GATHER_WITH_OPTIM_STEP=False), gradients reduced in bf16 (pretrain.py: "
-    "grad_reduce_in_fp32=False), FP8 parameters and their gather (FP8_PARAMS, FP8_PARAM_GATHER: not modelled), DDP "
-    "buckets as conf/custom.yaml sets them (not in the copy; the config's BUCKET_CAP_MB=125: not modelled); FP8 = "
-    "Transformer Engine delayed scaling (FP8_RECIPE=delayed, FP8_HYBRID=True: E4M3 forward, E5M2 backward; amax "
-    "history 1,024, max), one scale per tensor: the planner's FP8; attention in bf16 (FP8_DPA=False); no "
-    "recomputation (no ACT_CKPT_* or RECOMPUTE_* setting in the configs); full-iteration CUDA graphs "
-    "(FULL_CUDA_GRAPH=1, MCORE_CUDA_GRAPH=1), fused QKV-RoPE, TE cross-entropy fusion and the TP-PP-DP rank mapping "
-    "(TP_PP_DP_MAPPING=True) (not modelled); no TE op fuser (USE_TE_OPS=False); NCCL_NVLS_ENABLE=0; the log prints no "
-    "configuration and gives the running sample count at each block (a block's samples: the next eval_start's count "
-    "less its block_start's), {blocks}; nodes: systems/{system}.json (H100-SXM5-80GB, NVLink 4.0 900 GB/s via "
-    "NVSwitch, 8 x ConnectX-8 400 Gb/s RDMA over Ethernet per node, rail-optimized, one NIC per GPU): the h100-sxm "
-    "preset's links")
+    "layers at 8,192 tokens, vocabulary 128,256: the llama3-8b preset; the Dockerfile: nvcr.io/nvidia/"
+    "pytorch:25.08-py3 with Transformer Engine c47f329 and one cherry-picked commit, NeMo eddf23f, Megatron-Core "
+    "4cd81e8, NCCL v2.28.3-1; the folder in the copy lacks the conf/, custom_callbacks.py and requirements.txt the "
+    "Dockerfile and pretrain.py use; the two logs name different lines of pretrain.py and custom_callbacks.py, "
+    "init_start at line 792 and tracked_stats at 480 in the 64-GPU log, 782 and 470 in the 128-GPU one: they ran two "
+    "revisions of the code, and the stored pretrain.py is at most one of them); Megatron's distributed optimizer "
+    "(ZeRO-1) with overlapped gradient reduce and parameter gather (not with the optimizer step: "
+    "OVERLAP_PARAM_GATHER_WITH_OPTIM_STEP=False), gradients reduced in bf16 (pretrain.py: grad_reduce_in_fp32=False), "
+    "FP8 parameters and their gather (FP8_PARAMS, FP8_PARAM_GATHER: not modelled), DDP buckets as conf/custom.yaml "
+    "sets them (not in the copy; the config's BUCKET_CAP_MB=125: not modelled); FP8 = Transformer Engine delayed "
+    "scaling (FP8_RECIPE=delayed, FP8_HYBRID=True: E4M3 forward, E5M2 backward; amax history 1,024, max), one scale "
+    "per tensor: the planner's FP8; attention in bf16 (FP8_DPA=False); no recomputation (no ACT_CKPT_* or RECOMPUTE_* "
+    "setting in the configs); full-iteration CUDA graphs (FULL_CUDA_GRAPH=1, MCORE_CUDA_GRAPH=1), fused QKV-RoPE, TE "
+    "cross-entropy fusion and the TP-PP-DP rank mapping (TP_PP_DP_MAPPING=True) (not modelled); no TE op fuser "
+    "(USE_TE_OPS=False); NCCL_NVLS_ENABLE=0; the log prints no configuration and gives the running sample count at "
+    "each block (a block's samples: the next eval_start's count less its block_start's), {blocks}; nodes: systems/"
+    "{system}.json (H100-SXM5-80GB, NVLink 4.0 900 GB/s via NVSwitch, 8 x ConnectX-8 400 Gb/s RDMA over Ethernet per "
+    "node, rail-optimized, one NIC per GPU): the h100-sxm preset's links")
 MLPERF60_CISCO_H200_NOTE = (
     "the log's configuration dump (DLPAL C885A_H200_2x8x1xtp1pp1cp1_8b; Cisco/benchmarks/llama31_8b/implementations/"
     "nemo/config_C885A_H200_2x8x1xtp1pp1cp1_8b.sh, the config of that name, is stored with DGXNNODES=1 and MINIBS 4 "
-    "and sources config_common*.sh files that are not in the copy; the folder holds configs and run.sub, no code; the "
-    "log's container is NVIDIA's nvcr.io/nvdlfwea/mlperftv60/llama31_8b-amd:20260428, whose Megatron-Bridge builds "
-    "Llama31ModelProvider8B): TP 1, PP 1, CP 1, micro-batch 1, GBS 32 (DP 16; Megatron's 'setting number of "
-    "microbatches to constant 2': gradient accumulation 2, where the log's gradient_accumulation_steps says 4.0, the "
-    "stored one-node config's 32 / 8); 32 layers at 8,192 tokens, vocabulary 128,256: the llama3-8b preset; Megatron's "
-    "distributed optimizer (ZeRO-1) with overlapped gradient reduce and parameter gather (not with the optimizer "
-    "step), gradients reduced in bf16 (grad_reduce_in_fp32=False), FP8 parameters and their gather (fp8_param, "
-    "fp8_param_gather: not modelled), DDP buckets of 768,000,000 (not modelled; the dump's "
-    "data_parallel_sharding_strategy 'optim_grads_params' is inert with use_megatron_fsdp False); FP8 = Transformer "
-    "Engine's 'tensorwise' recipe (per-tensor current scaling; fp8 'hybrid': E4M3 forward, E5M2 backward): the "
-    "planner's FP8; attention in bf16 (fp8_dot_product_attention False); no recomputation (recompute_modules "
-    "['core_attn'] with no recompute granularity set: inert); full-iteration CUDA graphs, TE's op fuser, fused "
-    "QKV-RoPE and TE cross-entropy fusion (not modelled); 23 blocks of 256 steps, the first 302.0 s, the rest "
-    "302.2-302.7 s; 2 Cisco UCS C885A nodes of 8 H200-SXM5-141GB (systems/2xC885A_M8-8xH200-SXM-141GB.json: NVLink "
-    "Gen4 900 GB/s + NVSwitch Gen3, 8 x BlueField-3 B3140 DPU at 400 Gb/s per node): the h200 preset's links")
+    "and sources config_common*.sh files that are not in the copy; the folder holds configs and run.sub, no code; by "
+    "its log the code is NVIDIA's v6.0 code: NVIDIA's container nvcr.io/nvdlfwea/mlperftv60/llama31_8b-amd:20260428 "
+    "and its /workspace/llm/pretrain.py, which builds Megatron-Bridge's Llama31ModelProvider8B): TP 1, PP 1, CP 1, "
+    "micro-batch 1, GBS 32 (DP 16; Megatron's 'setting number of microbatches to constant 2': gradient accumulation 2, "
+    "where the log's gradient_accumulation_steps says 4.0, the stored one-node config's 32 / 8); 32 layers at 8,192 "
+    "tokens, vocabulary 128,256: the llama3-8b preset; Megatron's distributed optimizer (ZeRO-1) with overlapped "
+    "gradient reduce and parameter gather (not with the optimizer step), gradients reduced in bf16 "
+    "(grad_reduce_in_fp32=False), FP8 parameters and their gather (fp8_param, fp8_param_gather: not modelled), DDP "
+    "buckets of 768,000,000 (not modelled; the dump's data_parallel_sharding_strategy 'optim_grads_params' is inert "
+    "with use_megatron_fsdp False); FP8 = Transformer Engine's 'tensorwise' recipe (per-tensor current scaling; fp8 "
+    "'hybrid': E4M3 forward, E5M2 backward): the planner's FP8; attention in bf16 (fp8_dot_product_attention False); "
+    "no recomputation (recompute_modules ['core_attn'] with no recompute granularity set: inert); full-iteration CUDA "
+    "graphs, TE's op fuser, fused QKV-RoPE and TE cross-entropy fusion (not modelled); 23 blocks of 256 steps, the "
+    "first 302.0 s, the rest 302.2-302.7 s; 2 Cisco UCS C885A nodes of 8 H200-SXM5-141GB (systems/"
+    "2xC885A_M8-8xH200-SXM-141GB.json: NVLink Gen4 900 GB/s + NVSwitch Gen3, 8 x BlueField-3 B3140 DPU at 400 Gb/s per "
+    "node): the h200 preset's links")
+
+# Another submitter's run, found by a review once the rest of the set was predicted (module docstring)
+MLPERF60_8B_RUN = ("mlcommons/training_results_v6.0 {}/results/{}/llama31_8b/{} (read in the copy "
+                   "Richardyu114/training_results_v6.0, commit eabf23a): the training blocks' tokens over their summed "
+                   "durations")
+MLPERF60_SCITIX_NOTE = (
+    "the log's configuration dump (SCITIX/benchmarks/llama31_8b/implementations/scitix.b200x8.n8/"
+    "config_B200_8x8x1xtp1pp1cp2_8b.sh, the folder's one config, whose CP 2, MINIBS 1, LR 0.0009, 160 warm-up steps "
+    "and evaluation every 384 steps the dump repeats, sources config_common.sh (FP8=True, FP8_RECIPE=tensorwise), "
+    "config_common_8b.sh (FP8_HYBRID, USE_TE_OPS, FUSED_QKV_ROPE, BUCKET_SIZE=768000000) and config_common_cg.sh, "
+    "which is not in the folder, and no config_common_fp4.sh; the folder holds a README, configs, a Kubernetes MPIJob "
+    "and launch scripts, no code; the log records /workspace/llm/pretrain.py, custom_callbacks.py and NeMo's "
+    "MegatronStrategy; the systems description: PyTorch NVIDIA Release 25.09, NCCL v2.28.3-1): "
+    + _8b_layout(64, 2, 1) +
+    "; 32 layers at 8,192 tokens, vocabulary 128,256 (the log: padded vocab_size 128256): the llama3-8b preset; "
+    "Megatron's distributed optimizer (ZeRO-1) with overlapped gradient reduce and parameter gather (not with the "
+    "optimizer step), gradients reduced in bf16 (the log's DistributedDataParallelConfig: grad_reduce_in_fp32=False), "
+    "FP8 parameter gather (fp8_param_gather: not modelled), DDP buckets of 768,000,000 (not modelled); FP8 = "
+    "Transformer Engine's 'tensorwise' recipe (per-tensor current scaling; fp8 true, fp8_hybrid true: E4M3 forward, "
+    "E5M2 backward; fp4 false): the planner's FP8; attention in bf16 (fp8_dot_product_attention false); no "
+    "recomputation (activations_checkpoint_granularity null); no sequence parallelism or TP overlap; full-iteration "
+    "CUDA graphs, TE's op fuser, fused QKV-RoPE, TE cross-entropy fusion and the TP-PP-DP rank mapping (not modelled); "
+    "15 blocks of 384 steps, the first 72.9 s, the rest 73.5-74.4 s; 8 nodes of 8 B200-SXM-180GB (systems/"
+    "scitix.b200x8.n8.json: 18 x 5th Gen NVLink, 'InfiniBand' with no adapter count, so no per-GPU rate): "
+    + B200_LINKS)
 
 SEVENTEENTH_SET: list[HeldOutRun] = [
     # ---- dense, H100, TP 2, FP8 (MLPerf Training v6.0, Cisco) -------------------------------------------------------
@@ -2723,9 +2761,10 @@ SEVENTEENTH_SET: list[HeldOutRun] = [
                                                  dp=gpus // 2, blocks=blocks, system=system))
       for system, config, config_more, gpus, blocks, samples, seconds in (
           ("Zeus_8xH100_SXM_80GB", "config_DGXH100_8x8x36xtp8pp8cp2.sh",
-           " (DGXNNODES=8; its name's tp8pp8cp2 is not its content; its VAL_CHECK_INTERVAL=384 is not the log's "
-           "evaluation every 256 steps: the layout and batch are the config's, as the log's GBS 32 confirms)", 64,
-           "22 blocks of 8,192 samples (256 steps), the first 89.2 s, the rest 89.8-90.0 s", 180_224, 1976.764),
+           " (DGXNNODES=8; its name's tp8pp8cp2 is not its content; the log evaluates every 256 steps where its "
+           "VAL_CHECK_INTERVAL says 384: the layout and batch are the stored config's, and the log's GBS 32 agrees "
+           "with them without confirming the layout, as CP 2 x DP 32 would give GBS 32 too)", 64,
+           "22 blocks of 8,192 samples (256 steps), the first 89.2 s, the rest 89.7-90.0 s", 180_224, 1976.764),
           ("Zeus_16xH100_SXM_80GB", "config_DGXH100_16x8x36xtp8pp8cp2.sh",
            ", which sources the 8-node one and sets DGXNNODES=16, VAL_CHECK_INTERVAL=192 and LR 0.0007", 128,
            "18 blocks of 12,288 samples (192 steps), the first 66.8 s, the rest 67.4-67.6 s", 221_184, 1214.198))],
@@ -2735,6 +2774,12 @@ SEVENTEENTH_SET: list[HeldOutRun] = [
                _llama3("llama3-8b"),
                dict(dp=16, micro_batch=1, grad_accum=2, precision="fp8", **NEMO),
                "h200", "tokens_per_gpu", _tokens_per_gpu(188_416 * 8192 / 6954.771, 16), MLPERF60_CISCO_H200_NOTE),
+    # ---- dense, B200, CP 2, FP8 (MLPerf Training v6.0, SCITIX; written down after the rest was predicted) ----------
+    HeldOutRun("MLPerf v6.0 Llama 3.1 8B CP 2, 64 B200s, FP8 (SCITIX)",
+               MLPERF60_8B_RUN.format("SCITIX", "scitix.b200x8.n8", "result_0.txt") + "; 64 GPUs, GBS 32",
+               _llama3("llama3-8b"),
+               dict(dp=32, micro_batch=1, grad_accum=1, precision="fp8", **NEMO, cp=2),
+               "b200", "tokens_per_gpu", _tokens_per_gpu(184_320 * 8192 / 1108.647, 64), MLPERF60_SCITIX_NOTE),
 ]
 # The arithmetic (each block's duration is its block_stop less its block_start, in the log's time_ms; a block's
 # samples are the next eval_start's samples_count less its block_start's, or its steps times the GBS), x 8,192 tokens:
@@ -2742,12 +2787,21 @@ SEVENTEENTH_SET: list[HeldOutRun] = [
 #                      = 11,669.92 per GPU
 #   Cisco 128 H100s    18 x 12,288 = 221,184 = 1,811,939,328 over 1,214.198 s = 1,492,293.1 = 11,658.54 per GPU
 #   Cisco 16 H200s     23 x 256 steps x 32 = 188,416 = 1,543,503,872 over 6,954.771 s = 221,934.5 = 13,870.91 per GPU
+#   SCITIX 64 B200s    15 x 384 steps x 32 = 184,320 = 1,509,949,440 over 1,108.647 s = 1,361,974.9 = 21,280.86 per GPU
+#                      (blocks of 72.895, 73.530, 73.883, 73.947, 73.856, 74.136, 73.929, 74.380, 73.970, 73.928,
+#                      73.988, 74.015, 74.154, 74.033 and 74.003 s)
 # (each total equals the log's run_stop samples_count; each Cisco H100 block's logged throughput, samples per second,
-# is its samples over its duration to within 0.01)
+# is its samples over its duration to within 0.01; each SCITIX block's logged mean train_step_time times its 384 steps
+# is its duration to within 0.002 s)
 # NVIDIA_CODE_BY_OTHERS: none of the set's runs. Cisco's H100 folder (Cisco/benchmarks/llama31_8b/nemo) is its own code
-# (pretrain.py on NeMo 2's MegatronStrategy, its own Dockerfile); its H200 folder (implementations/nemo) holds configs
-# and run.sub, no code; and NVIDIA's v6.0 llama31_8b folder in the copy holds a Dockerfile and configs but no
-# pretrain.py, conf/custom.yaml or callbacks to compare with (the copy's index gives no git blob hashes).
+# (pretrain.py on NeMo 2's MegatronStrategy, its own Dockerfile). Cisco's H200 run's code, by its log, is NVIDIA's v6.0
+# code (NVIDIA's container nvcr.io/nvdlfwea/mlperftv60/llama31_8b-amd:20260428, /workspace/llm/pretrain.py building
+# Megatron-Bridge's Llama31ModelProvider8B), but its folder (implementations/nemo) holds configs and run.sub, no code,
+# so it is not named (as the fifteenth set's Oracle and Supermicro folders). SCITIX's folder
+# (implementations/scitix.b200x8.n8) holds README.md, configs, config_common*.sh, a Kubernetes MPIJob and launch
+# scripts, no Python file: not named either (on B200s, which have no kernel rate, the name would change no plan). Among
+# the files that could be read here, NVIDIA's v6.0 llama31_8b folder holds a Dockerfile and configs but no pretrain.py,
+# conf/custom.yaml or callbacks to compare with (files are compared by their text here).
 
 RUNS: list[HeldOutRun] = (FIRST_SET + SECOND_SET + THIRD_SET + FOURTH_SET + FIFTH_SET + SIXTH_SET + SEVENTH_SET
                           + EIGHTH_SET + NINTH_SET + TENTH_SET + ELEVENTH_SET + TWELFTH_SET + THIRTEENTH_SET
