@@ -393,47 +393,47 @@ preset's); Sustainable Metal Cloud's ('Infiniband NDR', no adapter count) and Or
 rate, and the h100-sxm preset's is planned.
 
 Seventeenth set: by a rule fixed before any of its logs was read, every closed-division llama31_8b and llama31_405b
-submission of MLPerf Training v6.0 (the fifth set's copy), by any submitter, on a GPU with a preset that no earlier set
-read for these benchmarks (h100-sxm, h200, b200, gb200; the twelfth set read B300 and GB300), in a precision the
+submission of MLPerf Training v6.0 (the fifth set's copy), by any submitter, on a GPU with a preset that no earlier
+set read for these benchmarks (h100-sxm, h200, b200, gb200; the twelfth set read B300 and GB300), in a precision the
 planner expresses (BF16; FP8 with one scale per tensor; MXFP8), whose first result log (result_0.txt, or the folder's
 first where it numbers otherwise) is timed as the earlier MLPerf sets time theirs, the global batch and gradient
-accumulation as the log states them, and whose configuration no development run has; then per submitter, benchmark and
-GPU type the smallest and the largest GPU count (where two share a count, the results folder that sorts first); of
-those, the runs not in a set yet. A run's precision is read as the fifteenth set reads it (the log's dump where it
+accumulation as the log states them, and whose configuration no development run has; then per submitter, benchmark
+and GPU type the smallest and the largest GPU count (where two share a count, the results folder that sorts first);
+of those, the runs not in a set yet. A run's precision is read as the fifteenth set reads it (the log's dump where it
 prints one, else the config its README names or the one named for its system or node count, and whether that config
-sources config_common_fp4.sh); NVFP4 runs are left out, and so are runs whose precision the copy does not determine, as
-the twelfth set did. Four runs, all Llama 3.1 8B, all FP8 with one scale per tensor: Cisco's 64 and 128 H100s (TP 2
-with sequence parallelism and TP overlap, DP 32 and 64; Transformer Engine delayed scaling; Cisco's own NeMo 2
+sources config_common_fp4.sh); NVFP4 runs are left out, and so are runs whose precision the copy does not determine,
+as the twelfth set did. Four runs, all Llama 3.1 8B, all FP8 with one scale per tensor: Cisco's 64 and 128 H100s (TP
+2 with sequence parallelism and TP overlap, DP 32 and 64; Transformer Engine delayed scaling; Cisco's own NeMo 2
 implementation; the folders number their logs from 1) and 16 H200s (DP 16; Transformer Engine's 'tensorwise' current
 scaling; NVIDIA's v6.0 code, by its log; gradient accumulation 2, as Megatron's 'constant 2' micro-batches and GBS 32
 over DP 16 give it, where the log's gradient_accumulation_steps line says 4.0, the stored one-node config's), and
 SCITIX's 64 B200s (CP 2, DP 32; 'tensorwise' current scaling, by the log's dump). SCITIX's run on 64 B200s, which the
 first survey missed, was found by a review once the set was predicted and written down before it was predicted. The
-128-H100 run has the layout of the fifteenth set's v5.1 run on Cisco's 128 H100s, and the 64-B200 run that of Oracle's
-and Verda's v5.1 runs on 64 B200s (another round and software stack; the rule compares with the development runs only).
-NVIDIA_CODE_BY_OTHERS names none of them: Cisco's H100 folder is its own NeMo 2 code; its H200 run's code, by its log,
-is NVIDIA's v6.0 code (NVIDIA's container nvcr.io/nvdlfwea/mlperftv60/llama31_8b-amd:20260428 and its
-/workspace/llm/pretrain.py, which builds Megatron-Bridge's Llama31ModelProvider8B), but its folder
+128-H100 run has the layout of the fifteenth set's v5.1 run on Cisco's 128 H100s, and the 64-B200 run that of
+Oracle's and Verda's v5.1 runs on 64 B200s (another round and software stack; the rule compares with the development
+runs only). NVIDIA_CODE_BY_OTHERS names none of them: Cisco's H100 folder is its own NeMo 2 code; its H200 run's
+code, by its log, is NVIDIA's v6.0 code (NVIDIA's container nvcr.io/nvdlfwea/mlperftv60/llama31_8b-amd:20260428 and
+its /workspace/llm/pretrain.py, which builds Megatron-Bridge's Llama31ModelProvider8B), but its folder
 (implementations/nemo) holds configs and run.sub and no code, so it is not named, as the fifteenth set's Oracle and
 Supermicro folders; SCITIX's folder holds a README, configs and launch scripts and no Python file, so it is not named
-either; and among the files that could be read here NVIDIA's own v6.0 llama31_8b folder holds no pretrain.py,
-conf/custom.yaml or callbacks to compare with. Left out: NVFP4 (not modelled): Dell's 8 B200s, HPE's 8 and 16 B200s and
-8, 16 and 32 GB200s, Lambda's 8 B200s and Supermicro's two 8-B200 systems (their logs' dumps: fp4 'e2m1', or fp4 true
-with fp4_recipe nvfp4) and Azure's 405B run on 2,048 GB200s (its config sources NVIDIA's
-config_GB200_640x4x24xtp4pp8cp2_cg_fp4.sh, which sources config_common_fp4.sh); precision not determinable: CoreWeave's
-64 B200s (the folder's one file, submit_8b.sh, sources config_DGXB200_8x8x1xtp1pp1cp1_8b_fp4.sh, which is not in the
-copy, and the log prints no configuration: only a file name says FP4) and NVIDIA's 8B run on 1,024 GB200s (tyche-hsg;
-its log can be timed, and its README names config_GB200_256x4x1xtp4pp1cp4_8b.sh, which is in the copy, but the FP8
-recipe is set in the config_common*.sh it sources, which are not, and the log prints no configuration: FP8 with one
-scale per tensor or MXFP8 cannot be told, as the fifteenth set's IBM+CoreWeave+NVIDIA runs); no preset: Dell's 8-GPU
-H200 NVL nodes (XE7740 and XE7745: the PCIe card at 600 W, not the SXM part the h200 preset describes), TTA's 8 RTX PRO
-6000 Blackwell Server Edition GPUs (RTX6000Pro_8x96GB) and the AMD GPUs' submissions; a GPU the twelfth set read: every
-B300 and GB300 folder (Cisco's C880A, Dell's, GigaComputing's, QCT's, NVIDIA's Theia and CoreWeave's GB300 405B run
-among them); not a submission: NVIDIA/benchmarks/llama31_8b/implementations/H200_SXM_1node_nemo, added at later commits
-of the copy by its owner; every result log after the first. Krai's and Fujitsu's H200 folders hold llama2_70b_lora
-only, and Netweb_Technologies_India_LTD's folder gpt_oss_20b and llama2_70b_lora only. No run between the smallest and
-the largest, none already in a set, none repeating a development configuration. Links: Cisco's descriptions state 8 x
-400 Gb/s per node (ConnectX-8 RoCE on the H100s, BlueField-3 on the H200s): the presets'; SCITIX's ('InfiniBand', no
+either; and in the copy NVIDIA's own v6.0 llama31_8b folder holds no pretrain.py, conf/custom.yaml or callbacks to
+compare with. Left out: NVFP4 (not modelled): Dell's 8 B200s, HPE's 8 and 16 B200s and 8, 16 and 32 GB200s, Lambda's
+8 B200s and Supermicro's two 8-B200 systems (their logs' dumps: fp4 'e2m1', or fp4 true with fp4_recipe nvfp4) and
+Azure's 405B run on 2,048 GB200s (its config sources NVIDIA's config_GB200_640x4x24xtp4pp8cp2_cg_fp4.sh, which
+sources config_common_fp4.sh); precision not determinable: CoreWeave's 64 B200s (the folder's one file, submit_8b.sh,
+sources config_DGXB200_8x8x1xtp1pp1cp1_8b_fp4.sh, which is not in the copy, and the log prints no configuration: only
+a file name says FP4) and NVIDIA's 8B run on 1,024 GB200s (tyche-hsg; its log can be timed, and its README names
+config_GB200_256x4x1xtp4pp1cp4_8b.sh, which is in the copy, but the FP8 recipe is set in the config_common*.sh it
+sources, which are not, and the log prints no configuration: FP8 with one scale per tensor or MXFP8 cannot be told,
+as the fifteenth set's IBM+CoreWeave+NVIDIA runs); no preset: Dell's 8-GPU H200 NVL nodes (XE7740 and XE7745: the
+PCIe card at 600 W, not the SXM part the h200 preset describes), TTA's 8 RTX PRO 6000 Blackwell Server Edition GPUs
+(RTX6000Pro_8x96GB) and the AMD GPUs' submissions; a GPU the twelfth set read: every B300 and GB300 folder (Cisco's
+C880A, Dell's, GigaComputing's, QCT's, NVIDIA's Theia and CoreWeave's GB300 405B run among them); not a submission:
+NVIDIA/benchmarks/llama31_8b/implementations/H200_SXM_1node_nemo, added at later commits of the copy by its owner;
+every result log after the first. Krai's and Fujitsu's H200 folders hold llama2_70b_lora only, and
+Netweb_Technologies_India_LTD's folder gpt_oss_20b and llama2_70b_lora only. No run between the smallest and the
+largest, none already in a set, none repeating a development configuration. Links: Cisco's descriptions state 8 x 400
+Gb/s per node (ConnectX-8 RoCE on the H100s, BlueField-3 on the H200s): the presets'; SCITIX's ('InfiniBand', no
 adapter count) gives no per-GPU rate, and the b200 preset's is planned.
 
 Rules for what a source leaves unstated (as held_out_runs.py): NeMo's distributed optimizer is ZeRO-1; FSDP that
@@ -2799,9 +2799,9 @@ SEVENTEENTH_SET: list[HeldOutRun] = [
 # Megatron-Bridge's Llama31ModelProvider8B), but its folder (implementations/nemo) holds configs and run.sub, no code,
 # so it is not named (as the fifteenth set's Oracle and Supermicro folders). SCITIX's folder
 # (implementations/scitix.b200x8.n8) holds README.md, configs, config_common*.sh, a Kubernetes MPIJob and launch
-# scripts, no Python file: not named either (on B200s, which have no kernel rate, the name would change no plan). Among
-# the files that could be read here, NVIDIA's v6.0 llama31_8b folder holds a Dockerfile and configs but no pretrain.py,
-# conf/custom.yaml or callbacks to compare with (files are compared by their text here).
+# scripts, no Python file: not named either (on B200s, which have no kernel rate, the name would change no plan). In the
+# copy read (Richardyu114/training_results_v6.0 at eabf23a), NVIDIA's v6.0 llama31_8b folder holds a Dockerfile and
+# configs but no pretrain.py, conf/custom.yaml or callbacks to compare with (the copy's files compared by their text).
 
 RUNS: list[HeldOutRun] = (FIRST_SET + SECOND_SET + THIRD_SET + FOURTH_SET + FIFTH_SET + SIXTH_SET + SEVENTH_SET
                           + EIGHTH_SET + NINTH_SET + TENTH_SET + ELEVENTH_SET + TWELFTH_SET + THIRTEENTH_SET

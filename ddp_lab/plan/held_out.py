@@ -103,8 +103,8 @@ def run_families(run: HeldOutRun) -> list[str]:
 # begins: the Megatron-Core MoE team's benchmark scripts (Megatron-LM and Transformer Engine on NVIDIA's PyTorch
 # container, its Dockerfile); Cisco's MLPerf v6.0 submissions (written for its gpt_oss_20b ones, NVIDIA's
 # implementation, its files under NVIDIA's copyright: Megatron-Bridge, Megatron-Core and Transformer Engine on NVIDIA's
-# PyTorch 26.04 container; the prefix names all of them, the seventeenth set's Llama 3.1 runs too, one of them
-# Cisco's own code: the rule as written, docs/planner.md).
+# PyTorch 26.04 container; the prefix names all of them, the seventeenth set's Llama 3.1 runs too, its H100 ones
+# from a folder of Cisco's own code: the rule as written, docs/planner.md).
 NVIDIA_SOFTWARE_ELSEWHERE = ("yanring/Megatron-MoE-ModelZoo", "mlcommons/training_results_v6.0 Cisco/")
 # From the fifteenth set on (rule written down on 2026-12-07, before that set's logs were read), another
 # organisation's run of NVIDIA's implementation is NVIDIA's software whatever its submitter: a set names such runs in
