@@ -1005,6 +1005,36 @@ MLPERF51_NOTE = ("NVIDIA/benchmarks/llama31_8b/implementations/nemo/{config} (th
                  "JSON: 4 x ConnectX-7 400 Gb/s per tray), the job placed in NVLink segments of SEGMENT={segment} "
                  "trays = {segment_gpus} GPUs per rack, as held_out.nvlink_segment places it")
 
+# NVIDIA's two multi-rack Llama 3.1 8B layouts of MLPerf Training v5.1, by GPU count: run on GB200s (the second set)
+# and, with the same configs byte for byte, on GB300s (the fifteenth set)
+NVIDIA51_8B_LAYOUTS = {
+    72: dict(label="CP 2", config="config_{}_18x4x1xtp1pp1cp2_8b.sh", gbs=36,
+             strategy=dict(dp=36, cp=2, micro_batch=1, grad_accum=1, precision="fp8", **NEMO),
+             layout="TP 1 (no sequence parallelism, no TP overlap), PP 1, CP 2, micro-batch 1, MINIBS 1 (GBS 36, "
+                    "gradient accumulation 1, as the log states)",
+             fuser="TE's op fuser (USE_TE_OPS=True), ", segment=18, segment_gpus=72),
+    512: dict(label="TP 2 x CP 4", config="config_{}_128x4x1xtp2pp1cp4_8b.sh", gbs=64,
+              strategy=dict(dp=64, tp=2, cp=4, micro_batch=1, grad_accum=1, precision="fp8", **TP_OVERLAP, **NEMO),
+              layout="TP 2 with sequence parallelism and userbuffers TP overlap (TP_COMM_OVERLAP=True), PP 1, CP 4, "
+                     "micro-batch 1, MINIBS 1 (GBS 64, gradient accumulation 1, as the log states); USE_TE_OPS=False",
+              fuser="", segment=16, segment_gpus=64),
+}
+
+
+def _nvidia51_8b(system: str, gpu: str, gpus: int, samples: int, seconds: float, submitter: str = "",
+                 note: str = MLPERF51_NOTE, **more: str) -> HeldOutRun:
+    """One of NVIDIA's multi-rack Llama 3.1 8B submissions of MLPerf Training v5.1 (NVIDIA51_8B_LAYOUTS[gpus]) on
+    `gpu`: its results folder `system`, `samples` sequences of 8,192 tokens over `seconds` of training blocks, and
+    its note (`note` filled with the layout's words and `more`)."""
+    layout = NVIDIA51_8B_LAYOUTS[gpus]
+    return HeldOutRun(f"MLPerf v5.1 Llama 3.1 8B {layout['label']}, {gpus} {gpu.upper()}s, FP8{submitter}",
+                      MLPERF51.format(system) + f"; {gpus} GPUs, GBS {layout['gbs']}", _llama3("llama3-8b"),
+                      dict(layout["strategy"]), gpu, "tokens_per_gpu", _tokens_per_gpu(samples * 8192 / seconds, gpus),
+                      note.format(config=layout["config"].format(gpu.upper()), system=system, layout=layout["layout"],
+                                  fuser=layout["fuser"], segment=layout["segment"],
+                                  segment_gpus=layout["segment_gpus"], **more))
+
+
 # ---- model shapes (the configs the sources run) ------------------------------------------------------------------
 # InternLM-7B as InternLM trains it (configs/7B_sft.py and internlm/model/ at commit c18bec9): 32 layers, hidden
 # 4096, 32 heads, MLP_RATIO 8/3 -> SwiGLU FeedForward of int(4096 x 8/3) = 10,922 rounded up to a multiple of 256
@@ -1156,25 +1186,8 @@ SECOND_SET: list[HeldOutRun] = [
           ("eos_n64_ngc24.09_nemo", "config_DGXH100_64x8x128x4x8_mbs2.sh", 512, 16, 64, 128, 2048, 200,
            ", VBOOST_VALUE=1 (nvidia-smi boost slider: not modelled)", 1_207_959_552, 2746.995))],
     # ---- context parallel, GB200, FP8 (MLPerf Training v5.1) -------------------------------------------------------
-    HeldOutRun("MLPerf v5.1 Llama 3.1 8B CP 2, 72 GB200s, FP8", MLPERF51.format("tyche_ngpu72_ngc25.09_nemo") +
-               "; 72 GPUs, GBS 36", _llama3("llama3-8b"),
-               dict(dp=36, cp=2, micro_batch=1, grad_accum=1, precision="fp8", **NEMO),
-               "gb200", "tokens_per_gpu", _tokens_per_gpu(172_368 * 8192 / 810.277, 72),
-               MLPERF51_NOTE.format(config="config_GB200_18x4x1xtp1pp1cp2_8b.sh",
-                                    system="tyche_ngpu72_ngc25.09_nemo",
-                                    layout="TP 1 (no sequence parallelism, no TP overlap), PP 1, CP 2, micro-batch 1, "
-                                           "MINIBS 1 (GBS 36, gradient accumulation 1, as the log states)",
-                                    fuser="TE's op fuser (USE_TE_OPS=True), ", segment=18, segment_gpus=72)),
-    HeldOutRun("MLPerf v5.1 Llama 3.1 8B TP 2 x CP 4, 512 GB200s, FP8",
-               MLPERF51.format("tyche_ngpu512_ngc25.09_nemo") + "; 512 GPUs, GBS 64", _llama3("llama3-8b"),
-               dict(dp=64, tp=2, cp=4, micro_batch=1, grad_accum=1, precision="fp8", **TP_OVERLAP, **NEMO),
-               "gb200", "tokens_per_gpu", _tokens_per_gpu(221_184 * 8192 / 312.117, 512),
-               MLPERF51_NOTE.format(config="config_GB200_128x4x1xtp2pp1cp4_8b.sh",
-                                    system="tyche_ngpu512_ngc25.09_nemo",
-                                    layout="TP 2 with sequence parallelism and userbuffers TP overlap "
-                                           "(TP_COMM_OVERLAP=True), PP 1, CP 4, micro-batch 1, MINIBS 1 (GBS 64, "
-                                           "gradient accumulation 1, as the log states); USE_TE_OPS=False",
-                                    fuser="", segment=16, segment_gpus=64)),
+    _nvidia51_8b("tyche_ngpu72_ngc25.09_nemo", "gb200", 72, 172_368, 810.277),
+    _nvidia51_8b("tyche_ngpu512_ngc25.09_nemo", "gb200", 512, 221_184, 312.117),
     # ---- dense, Megatron-style, A100: TP 2 (InternLM) ------------------------------------------------------------
     *[HeldOutRun(f"InternLM 7B TP 2, {gpus:,} A100s", INTERNLM.format(gpus=gpus, tgs=tgs, gbs=gpus // 2 * 16),
                  INTERNLM_7B, dict(dp=gpus // 2, tp=2, zero=1, micro_batch=4, grad_accum=4),
@@ -2287,15 +2300,19 @@ def _8b_layout(gpus: int, cp: int, micro_batch: int) -> str:
             "1, as the log states)")
 
 
-def _mlperf51_8b(submitter: str, folder: str, system: str, gpu: str, gpus: int, cp: int, micro_batch: int,
-                 samples: int, seconds: float, note: str, log: str = "result_0.txt", moved: str = "") -> HeldOutRun:
+def _mlperf51_8b(submitter: str, folder: str, results: str, gpu: str, gpus: int, cp: int, micro_batch: int,
+                 samples: int, seconds: float, note: str | None = None, log: str = "result_0.txt", moved: str = "",
+                 graphs: str = FULL_CG, **settings: str) -> HeldOutRun:
     """Another organisation's Llama 3.1 8B submission of MLPerf Training v5.1 as the fifteenth set records it: FP8,
-    TP 1, PP 1 and gradient accumulation 1 (so the GBS is DP x micro-batch), its log <folder>/results/<system>/
-    llama31_8b/<log>, `samples` sequences of 8,192 tokens over `seconds` of training blocks, and its note."""
+    TP 1, PP 1 and gradient accumulation 1 (so the GBS is DP x micro-batch), its log <folder>/results/<results>/
+    llama31_8b/<log>, `samples` sequences of 8,192 tokens over `seconds` of training blocks, and its note: `note`, or
+    MLPERF51_8B_NOTE with the layout, the HYBRID format, `graphs` and `settings` (where, bucket, blocks, system)."""
+    note = note or MLPERF51_8B_NOTE.format(layout=_8b_layout(gpus, cp, micro_batch), fmt=FP8_HYBRID_FMT,
+                                           graphs=graphs, **settings)
     dp = gpus // cp
     return HeldOutRun(f"MLPerf v5.1 Llama 3.1 8B {f'CP {cp}' if cp > 1 else f'DP {dp}'}, {gpus} {gpu.upper()}s, FP8 "
                       f"({submitter})",
-                      MLPERF51_RUN.format(folder, system, "llama31_8b", log, moved) +
+                      MLPERF51_RUN.format(folder, results, "llama31_8b", log, moved) +
                       f"; {gpus} GPUs, GBS {dp * micro_batch}",
                       _llama3("llama3-8b"),
                       dict(dp=dp, micro_batch=micro_batch, grad_accum=1, precision="fp8", **NEMO,
@@ -2325,53 +2342,46 @@ FIFTEENTH_SET: list[HeldOutRun] = [
            221_184, 1871.872))],
     # ---- dense, B200, DP and CP 2, FP8 (MLPerf Training v5.1: Dell, Oracle, University of Florida, Verda) ---------
     _mlperf51_8b("Dell", "Dell", "2xXE9680Lx8B200-SXM-180GB", "b200", 16, 1, 2, 196_608, 3649.489,
-                 MLPERF51_8B_NOTE.format(
-                     where="the log's configuration dump (DLPAL 2xXE9680Lx8B200-SXM-280GB_2x8x2xtp1pp1cp1_8b: "
-                           "Dell/benchmarks/llama31_8b/implementations/nemo/"
-                           "config_2xXE9680Lx8B200-SXM-180GB_2x8x2xtp1pp1cp1_8b.sh, the config named for the system; "
-                           "no README-<system>.md names one)",
-                     layout=_8b_layout(16, 1, 2), bucket="768,000,000", fmt=FP8_HYBRID_FMT, graphs=FULL_CG,
-                     blocks="8 blocks of 768 steps, the first 451.7 s, the rest 455.3-459.5 s",
-                     system="2 Dell PowerEdge XE9680L nodes of 8 B200-SXM-180GB (systems/2xXE9680Lx8B200-SXM-180GB."
-                            "json: NVLink Gen5; no network stated): " + B200_LINKS)),
+                 where="the log's configuration dump (DLPAL 2xXE9680Lx8B200-SXM-280GB_2x8x2xtp1pp1cp1_8b: "
+                       "Dell/benchmarks/llama31_8b/implementations/nemo/"
+                       "config_2xXE9680Lx8B200-SXM-180GB_2x8x2xtp1pp1cp1_8b.sh, the config named for the system; "
+                       "no README-<system>.md names one)",
+                 bucket="768,000,000", blocks="8 blocks of 768 steps, the first 451.7 s, the rest 455.3-459.5 s",
+                 system="2 Dell PowerEdge XE9680L nodes of 8 B200-SXM-180GB (systems/2xXE9680Lx8B200-SXM-180GB."
+                        "json: NVLink Gen5; no network stated): " + B200_LINKS),
     _mlperf51_8b("Oracle", "Oracle", "8xBM.GPU.B200.8", "b200", 64, 2, 1, 184_320, 1105.263,
-                 MLPERF51_8B_NOTE.format(
-                     where="the log's configuration dump (DLPAL DGXB200_8x8x1xtp1pp1cp2_8b: Oracle/benchmarks/"
-                           "llama31_8b/config_DGXB200_8x8x1xtp1pp1cp2_8b.sh, which the folder's run_llama31-8b.sh "
-                           "sources; Oracle's folder ships configs and launch scripts, not the code, and the log's "
-                           "container is a local image, llama3_8b_20251008.sqsh)",
-                     layout=_8b_layout(64, 2, 1), bucket="768,000,000", fmt=FP8_HYBRID_FMT, graphs=FULL_CG,
-                     blocks="15 blocks of 384 steps, the first 72.2 s, the rest 73.5-73.9 s",
-                     system="8 Oracle BM.GPU.B200.8 nodes (systems/8xBM.GPU.B200.8.json: NVLink Gen5, RoCE v2 of "
-                            "unstated rate): " + B200_LINKS)),
+                 where="the log's configuration dump (DLPAL DGXB200_8x8x1xtp1pp1cp2_8b: Oracle/benchmarks/"
+                       "llama31_8b/config_DGXB200_8x8x1xtp1pp1cp2_8b.sh, which the folder's run_llama31-8b.sh "
+                       "sources; Oracle's folder ships configs and launch scripts, not the code, and the log's "
+                       "container is a local image, llama3_8b_20251008.sqsh)",
+                 bucket="768,000,000", blocks="15 blocks of 384 steps, the first 72.2 s, the rest 73.5-73.9 s",
+                 system="8 Oracle BM.GPU.B200.8 nodes (systems/8xBM.GPU.B200.8.json: NVLink Gen5, RoCE v2 of "
+                        "unstated rate): " + B200_LINKS),
     *[_mlperf51_8b("University of Florida", "University-of-Florida", f"hpg.dgxb200x8.n{nodes}", "b200", gpus, cp,
                    micro_batch, samples, seconds,
-                   MLPERF51_8B_NOTE.format(
-                       where=f"University-of-Florida/benchmarks/llama31_8b/implementations/hpg.dgxb200x8/{config} "
-                             "(the config of its node count; the folder's README points to b200_nemo, whose "
-                             "config_common.sh (FP8_RECIPE tensorwise), config_common_8b.sh (FP8_HYBRID, USE_TE_OPS, "
-                             "FUSED_QKV_ROPE, no BUCKET_SIZE) and config_common_cg.sh it sources; the log prints no "
-                             "configuration)",
-                       layout=_8b_layout(gpus, cp, micro_batch), bucket="134,217,728 (custom.yaml's default)",
-                       fmt=FP8_HYBRID_FMT, graphs="full-iteration CUDA graphs (FULL_CUDA_GRAPH=1, MCORE_CUDA_GRAPH=1)",
-                       blocks=blocks,
-                       system=f"DGX B200 nodes (systems/hpg.dgxb200x8.n{nodes}.json: 8 B200-SXM-180GB, 18 x 5th Gen "
-                              "NVLink, InfiniBand of unstated rate): " + B200_LINKS))
+                   where=f"University-of-Florida/benchmarks/llama31_8b/implementations/hpg.dgxb200x8/{config} "
+                         "(the config of its node count; the folder's README points to b200_nemo, whose "
+                         "config_common.sh (FP8_RECIPE tensorwise), config_common_8b.sh (FP8_HYBRID, USE_TE_OPS, "
+                         "FUSED_QKV_ROPE, no BUCKET_SIZE) and config_common_cg.sh it sources; the log prints no "
+                         "configuration)",
+                   bucket="134,217,728 (custom.yaml's default)",
+                   graphs="full-iteration CUDA graphs (FULL_CUDA_GRAPH=1, MCORE_CUDA_GRAPH=1)",
+                   blocks=blocks,
+                   system=f"DGX B200 nodes (systems/hpg.dgxb200x8.n{nodes}.json: 8 B200-SXM-180GB, 18 x 5th Gen "
+                          "NVLink, InfiniBand of unstated rate): " + B200_LINKS)
       for nodes, gpus, config, cp, micro_batch, blocks, samples, seconds in (
           (2, 16, "config_DGXB200_2x8x2xtp1pp1cp1_8b.sh", 1, 2,
            "8 blocks of 768 steps, the first 434.5 s, the rest 439.1-439.8 s", 196_608, 3511.077),
           (32, 256, "config_DGXB200_32x8x1xtp1pp1cp2_8b.sh", 2, 1,
            "7 blocks of 384 steps, the first 84.5 s, the rest 85.3-85.6 s", 344_064, 597.408))],
     _mlperf51_8b("Verda", "Verda", "b200_8x8_ngc25.09", "b200", 64, 2, 1, 184_320, 1106.758,
-                 MLPERF51_8B_NOTE.format(
-                     where="the log's configuration dump (DLPAL DGXB200_8x8x1xtp1pp1cp2_8b: Verda/benchmarks/"
-                           "llama31_8b/implementations/b200_8x8_ngc25.09/config_DGXB200_8x8x1xtp1pp1cp2_8b.sh; the "
-                           "container nvcr.io/nvdlfwea/mlperftv51/llama31_8b-amd:20251006, the systems description's "
-                           "sw_notes)",
-                     layout=_8b_layout(64, 2, 1), bucket="134,217,728", fmt=FP8_HYBRID_FMT, graphs=FULL_CG,
-                     blocks="15 blocks of 384 steps, the first 73.7 s, the rest 73.5-74.4 s",
-                     system="8 nodes of 8 B200-SXM-180GB (systems/b200_8x8_ngc25.09.json: 'NVLink', '100GbE "
-                            "InfiniBand' with no adapter count, so no per-GPU rate): " + B200_LINKS),
+                 where="the log's configuration dump (DLPAL DGXB200_8x8x1xtp1pp1cp2_8b: Verda/benchmarks/"
+                       "llama31_8b/implementations/b200_8x8_ngc25.09/config_DGXB200_8x8x1xtp1pp1cp2_8b.sh; the "
+                       "container nvcr.io/nvdlfwea/mlperftv51/llama31_8b-amd:20251006, the systems description's "
+                       "sw_notes)",
+                 bucket="134,217,728", blocks="15 blocks of 384 steps, the first 73.7 s, the rest 73.5-74.4 s",
+                 system="8 nodes of 8 B200-SXM-180GB (systems/b200_8x8_ngc25.09.json: 'NVLink', '100GbE "
+                        "InfiniBand' with no adapter count, so no per-GPU rate): " + B200_LINKS,
                  moved="; under Datacrunch/ at the results commit, renamed Verda/ since, the log's blob unchanged"),
     # ---- dense, B200, TP 4 x PP 8 (interleaved 8, uneven ends) x CP 2, FP8 (MLPerf v5.1, University of Florida) ---
     *[HeldOutRun(f"MLPerf v5.1 Llama 3.1 405B TP 4 x PP 8 x CP 2, {gpus} B200s, FP8 (University of Florida)",
@@ -2390,58 +2400,37 @@ FIFTEENTH_SET: list[HeldOutRun] = [
            "a step in each)", 306_432, 8503.687))],
     # ---- dense, B300, DP 8, FP8 (MLPerf Training v5.1: Dell, Supermicro) -------------------------------------------
     _mlperf51_8b("Dell", "Dell", "1xXE9780x8B300-SXM-270GB", "b300", 8, 1, 2, 159_744, 5471.312,
-                 MLPERF51_8B_NOTE.format(
-                     where="the log's configuration dump (DLPAL XE9780x8B300-SXM-280GB_1x8x2xtp1pp1cp1_8b: "
-                           "Dell/benchmarks/llama31_8b/implementations/nemo/config_XE9780x8B300-SXM-270GB_1x8x2xtp1pp1"
-                           "cp1_8b.sh, the config named for the system)",
-                     layout=_8b_layout(8, 1, 2), bucket="134,217,728 (the dump; the stored config_common_8b.sh sets "
-                                                         "768,000,000)",
-                     fmt=FP8_HYBRID_FMT, graphs=FULL_CG,
-                     blocks="13 blocks of 768 steps, the first 416.2 s, the rest 420.8-421.4 s",
-                     system="one Dell PowerEdge XE9780 node of 8 B300-SXM-270GB (systems/1xXE9780x8B300-SXM-270GB."
-                            "json, 275,040 MiB each): the b300 preset")),
+                 where="the log's configuration dump (DLPAL XE9780x8B300-SXM-280GB_1x8x2xtp1pp1cp1_8b: "
+                       "Dell/benchmarks/llama31_8b/implementations/nemo/config_XE9780x8B300-SXM-270GB_1x8x2xtp1pp1"
+                       "cp1_8b.sh, the config named for the system)",
+                 bucket="134,217,728 (the dump; the stored config_common_8b.sh sets "
+                                                     "768,000,000)",
+                 blocks="13 blocks of 768 steps, the first 416.2 s, the rest 420.8-421.4 s",
+                 system="one Dell PowerEdge XE9780 node of 8 B300-SXM-270GB (systems/1xXE9780x8B300-SXM-270GB."
+                        "json, 275,040 MiB each): the b300 preset"),
     _mlperf51_8b("Supermicro", "Supermicro", "AS-8126GS-NB3RT", "b300", 8, 1, 2, 159_744, 5498.479,
-                 MLPERF51_8B_NOTE.format(
-                     where="the log's configuration dump (DLPAL DGXB200_1x8x2xtp1pp1cp1_8b: Supermicro/benchmarks/"
-                           "llama31_8b/implementations/AS-8126GS-NB3RT/config_DGXB200_1x8x2xtp1pp1cp1_8b.sh, in the "
-                           "folder named for the system, which ships configs, not the code; the container "
-                           "nvcr.io/nvdlfwea/mlperftv51/llama31_8b-amd:20251006)",
-                     layout=_8b_layout(8, 1, 2), bucket="134,217,728", fmt=FP8_HYBRID_FMT,
-                     graphs="no CUDA graphs (the config's FULL_CUDA_GRAPH=0 and MCORE_CUDA_GRAPH=0; the dump's "
-                            "enable_cuda_graph 0; NCCL over NVLink only, NCCL_IB_DISABLE=1)",
-                     blocks="13 blocks of 768 steps, the first 417.8 s, the rest 422.5-423.7 s",
-                     system="one Supermicro AS-8126GS-NB3RT node of 8 B300-SXM-270GB (systems/AS-8126GS-NB3RT.json: "
-                            "NVLink Gen5 1,800 GB/s + NVSwitch Gen5): the b300 preset"),
+                 where="the log's configuration dump (DLPAL DGXB200_1x8x2xtp1pp1cp1_8b: Supermicro/benchmarks/"
+                       "llama31_8b/implementations/AS-8126GS-NB3RT/config_DGXB200_1x8x2xtp1pp1cp1_8b.sh, in the "
+                       "folder named for the system, which ships configs, not the code; the container "
+                       "nvcr.io/nvdlfwea/mlperftv51/llama31_8b-amd:20251006)",
+                 bucket="134,217,728",
+                 graphs="no CUDA graphs (the config's FULL_CUDA_GRAPH=0 and MCORE_CUDA_GRAPH=0; the dump's "
+                        "enable_cuda_graph 0; NCCL over NVLink only, NCCL_IB_DISABLE=1)",
+                 blocks="13 blocks of 768 steps, the first 417.8 s, the rest 422.5-423.7 s",
+                 system="one Supermicro AS-8126GS-NB3RT node of 8 B300-SXM-270GB (systems/AS-8126GS-NB3RT.json: "
+                        "NVLink Gen5 1,800 GB/s + NVSwitch Gen5): the b300 preset",
                  log="result_1.txt (the folder's first; it has no result_0)"),
     # ---- dense, GB300, CP 2 and TP 2 x CP 4, FP8 (MLPerf Training v5.1: Lambda, NVIDIA) ---------------------------
     _mlperf51_8b("Lambda", "Lambda", "gb300_n18_ngc25.04_nemo", "gb300", 72, 2, 1, 184_680, 836.132,
                  MLPERF51_LAMBDA_NOTE, log="result_1.txt (the folder's first; it has no result_0)"),
-    HeldOutRun("MLPerf v5.1 Llama 3.1 8B CP 2, 72 GB300s, FP8 (NVIDIA)", MLPERF51.format("theia_ngpu72_ngc25.09_nemo") +
-               "; 72 GPUs, GBS 36", _llama3("llama3-8b"),
-               dict(dp=36, cp=2, micro_batch=1, grad_accum=1, precision="fp8", **NEMO),
-               "gb300", "tokens_per_gpu", _tokens_per_gpu(184_680 * 8192 / 757.625, 72),
-               MLPERF51_GB300_NOTE.format(config="config_GB300_18x4x1xtp1pp1cp2_8b.sh",
-                                          system="theia_ngpu72_ngc25.09_nemo",
-                                          layout="TP 1 (no sequence parallelism, no TP overlap), PP 1, CP 2, "
-                                                 "micro-batch 1, MINIBS 1 (GBS 36, gradient accumulation 1, as the log "
-                                                 "states)",
-                                          fuser="TE's op fuser (USE_TE_OPS=True), ", segment=18, segment_gpus=72,
-                                          blocks="15 blocks of 342 steps, the first 50.0 s, the rest 50.4-50.6 s",
-                                          platform="; the log's platform string says '18xNVIDIA GB200', its systems "
-                                                   "description GB300")),
-    HeldOutRun("MLPerf v5.1 Llama 3.1 8B TP 2 x CP 4, 512 GB300s, FP8 (NVIDIA)",
-               MLPERF51.format("theia_ngpu512_ngc25.09_nemo") + "; 512 GPUs, GBS 64", _llama3("llama3-8b"),
-               dict(dp=64, tp=2, cp=4, micro_batch=1, grad_accum=1, precision="fp8", **TP_OVERLAP, **NEMO),
-               "gb300", "tokens_per_gpu", _tokens_per_gpu(221_184 * 8192 / 299.058, 512),
-               MLPERF51_GB300_NOTE.format(config="config_GB300_128x4x1xtp2pp1cp4_8b.sh",
-                                          system="theia_ngpu512_ngc25.09_nemo",
-                                          layout="TP 2 with sequence parallelism and userbuffers TP overlap "
-                                                 "(TP_COMM_OVERLAP=True), PP 1, CP 4, micro-batch 1, MINIBS 1 (GBS 64, "
-                                                 "gradient accumulation 1, as the log states); USE_TE_OPS=False",
-                                          fuser="", segment=16, segment_gpus=64,
-                                          blocks="18 blocks of 192 steps, the first 16.6 s, the rest 16.6-16.7 s",
-                                          platform="; the log's platform string says '128xNVIDIA GB200', its systems "
-                                                   "description GB300")),
+    *[_nvidia51_8b(system, "gb300", gpus, samples, seconds, " (NVIDIA)", MLPERF51_GB300_NOTE, blocks=blocks,
+                   platform=f"; the log's platform string says '{gpus // 4}xNVIDIA GB200', its systems "
+                            "description GB300")
+      for system, gpus, samples, seconds, blocks in (
+          ("theia_ngpu72_ngc25.09_nemo", 72, 184_680, 757.625,
+           "15 blocks of 342 steps, the first 50.0 s, the rest 50.4-50.6 s"),
+          ("theia_ngpu512_ngc25.09_nemo", 512, 221_184, 299.058,
+           "18 blocks of 192 steps, the first 16.6 s, the rest 16.6-16.7 s"))],
 ]
 # The arithmetic (each block's duration is its block_stop less its block_start, in the log's time_ms; a block's
 # samples are its steps times the GBS, or for Cisco's logs, which give no step, the next eval_start's samples_count
