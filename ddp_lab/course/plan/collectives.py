@@ -7,6 +7,11 @@ bandwidth of the NICs its GPUs in one node drive together: `link`), a group insi
 and a group that spans regions (data centres joined by a slow link: `ClusterSpec.region_nodes`) on
 its share of that link.
 
+The latency of a ring collective is the sum over the hops one chunk travels, each at its own link's latency
+(`ring_latency`): NCCL pipelines its rings chunk by chunk, and a ring crosses each node's edge once, so of the
+N - 1 hops of a reduce-scatter or all-gather over n nodes only n - 1 cross the network, the rest NVLink. An
+all-to-all (pairwise exchange) and a send keep every step at the slowest link's latency.
+
 When the cluster carries fitted per-collective (alpha, beta) - `calibrate.this_machine()`, gloo
 on this machine, fitted to what each collective adds to a step when issued right after
 compute (ddp_lab.plan.calibrate) - those are used instead: lesson 02's single ping-pong fit predicts gloo's
@@ -120,7 +125,54 @@ def collective_time(kind: str, nbytes: float, cluster, group: Group) -> float:
     steps, share = ring_steps(kind, size)
     if kind == "all_to_all" and group.spans_nodes(cluster.gpus_per_node) and not spans_regions(cluster, group):
         return steps * alpha + _all_to_all_bandwidth_term(nbytes, cluster, group)
-    return steps * alpha + share * nbytes * beta
+    latency = ring_latency(kind, cluster, group) if kind in RING_KINDS else steps * alpha
+    return latency + share * nbytes * beta
+
+
+RING_KINDS = ("all_reduce", "reduce_scatter", "all_gather")
+
+
+def ring_latency(kind: str, cluster, group: Group) -> float:
+    """Seconds of a ring collective's latency term over `group`: the hops one chunk travels, each at its link's latency.
+
+    A chunk of a reduce-scatter or all-gather over N ranks travels N - 1 hops, an all-reduce's 2(N - 1) (lesson
+    02's ring, `ring_steps`). NCCL lays a ring through each node's GPUs in turn, so a group over n nodes crosses
+    the network on n - 1 of them (2(n - 1) for an all-reduce) and NVLink on the rest; of those network hops, a
+    group over r regions crosses the link between regions on r - 1 (2(r - 1)). NCCL pipelines the chunks, so the
+    latencies add hop by hop rather than each step waiting for the ring's slowest link: its own cost model says
+    so (NVIDIA/nccl src/graph/tuning.cc, ncclTopoTuneModel: a ring's latency is `(nsteps - nInterSteps) *
+    intraLat + nInterSteps * interLat`, with nInterSteps = nNodes - 1, or 2 (nNodes - 1) for an all-reduce).
+    The per-hop latencies are the cluster's (`intra_node_latency`, `inter_node_latency`, `cross_region_latency`),
+    not NCCL's tuning constants (a base latency per call, per-protocol hop latencies), which it keeps to choose
+    an algorithm.
+
+    Example:
+        >>> from ddp_lab.course.plan.cluster_spec import ClusterSpec
+        >>> c = ClusterSpec.preset("h100-sxm", nodes=4)
+        >>> [round(ring_latency("reduce_scatter", c, g) * 1e6) for g in (Group(8), Group(32), Group(4, stride=8))]
+        [35, 170, 30]
+
+    Of the 32-GPU group's 31 hops 3 cross the network (10 us each) and 28 NVLink (5 us); the one-GPU-per-node
+    group's 3 hops all cross the network.
+
+    Introduced in notebooks/13-plan-your-training-run.ipynb.
+    """
+    steps, _ = ring_steps(kind, max(group.size, 2))
+    passes = 2 if kind == "all_reduce" else 1
+    nodes = _units_spanned(group, cluster.gpus_per_node)
+    regions = _units_spanned(group, getattr(cluster, "region_gpus", None))
+    between_nodes = passes * (nodes - 1)
+    between_regions = passes * (regions - 1)
+    region_latency = max(cluster.inter_node_latency, cluster.cross_region_latency)
+    return ((steps - between_nodes) * cluster.intra_node_latency
+            + (between_nodes - between_regions) * cluster.inter_node_latency + between_regions * region_latency)
+
+
+def _units_spanned(group: Group, unit_gpus: int | None) -> int:
+    """The most units (nodes of `unit_gpus` GPUs, or regions) one group of the axis touches; 1 for no unit."""
+    if not unit_gpus or not group.spans_nodes(unit_gpus):
+        return 1
+    return max(len(counts) for counts in group.node_counts(unit_gpus))
 
 
 def _all_to_all_bandwidth_term(nbytes: float, cluster, group: Group) -> float:
