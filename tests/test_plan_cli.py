@@ -1196,13 +1196,14 @@ def test_dp_shard_alone_sets_what_the_search_tries_and_each_plan_gets_one_row_at
 def test_node_link_gbps_sets_each_gpus_link_to_other_nodes():
     """--node-link-gbps replaces the preset's network (400 Gb/s per H100): ZeRO-3 over 16 nodes moves its gathers and
     reduce-scatters across nodes at a quarter of the rate on 100 Gb/s, so the same plan's data-parallel communication
-    takes more than twice as long there (each collective's latency and its steps inside a node do not slow), and the
-    search's best plan changes (tensor parallelism keeps more of the traffic inside a node)."""
+    takes more than twice as long there (each collective's latency and its steps inside a node do not slow); on 50 Gb/s
+    the search's best plan changes (tensor parallelism keeps more of the traffic inside a node; on 100 Gb/s the two
+    plans tie, 0.3 % apart)."""
     flags = ("--model", "llama3-8b", "--cluster", "h100-sxm", "--nodes", "16")
     one = ("--dp", "128", "--zero", "3", "--grad-accum", "4")
     (code, fast, err), (_, slow, _), (_, fast_search, _), (_, slow_search, _) = plan_on_each(
         [flags + one, flags + one + ("--node-link-gbps", "100"), flags + ("--top", "1"),
-         flags + ("--top", "1", "--node-link-gbps", "100")])
+         flags + ("--top", "1", "--node-link-gbps", "50")])
     assert code == 0, err
 
     def dp_seconds(text):

@@ -67,7 +67,8 @@ def test_the_split_is_what_the_docstring_says(outcomes):
     was written with their errors in view), the fourth set's (looked at before the per-node dispatch was modelled) and
     the eighth set's H100 run and the ninth set's Qwen3-30B-A3B run (each planned before its set was written down)
     and the whole ninth set (its layouts stand in the development runs' source), and MLPerf v6.0's DeepSeek-V3 runs of
-    the eleventh and twelfth sets (looked at before the all-to-alls' overlap was modelled):
+    the eleventh and twelfth sets (looked at before the all-to-alls' overlap was modelled), and NVIDIA's Llama 3.1 8B
+    runs at TP 2 x CP 4 on 512 GPUs of the second and fifteenth sets (their misses led to a ring's per-hop latency):
     held_out.MOVED_TO_DEVELOPMENT; the held-aside part is the rest
     of held_aside_runs.RUNS, every later set among them. No run is in both, and no held-aside run is named in
     the planner's library or in the other tests (a check of one would look at its error)."""
@@ -83,9 +84,13 @@ def test_the_split_is_what_the_docstring_says(outcomes):
     assert held_out.MOVED_BY_EP_OVERLAP == {run.name for run in (*held_aside_runs.ELEVENTH_SET,
                                                                  *held_aside_runs.TWELFTH_SET)
                                             if run.model["name"] == "deepseek-v3"}
+    # the 8B runs at TP 2 x CP 4 on 512 GPUs: their misses were traced to the ring's latency before it was modelled by hop
+    assert held_out.MOVED_BY_RING_LATENCY == {run.name for run in (*held_aside_runs.SECOND_SET,
+                                                                   *held_aside_runs.FIFTEENTH_SET)
+                                              if run.strategy.get("tp") == 2 and run.strategy.get("cp") == 4}
     assert moved == (held_out.MOVED_BY_KERNEL_RATE | held_out.MOVED_BY_PER_NODE_DISPATCH
                      | held_out.SEEN_BEFORE_WRITTEN_DOWN | held_out.REPEATS_DEVELOPMENT_SOURCE
-                     | held_out.MOVED_BY_EP_OVERLAP)
+                     | held_out.MOVED_BY_EP_OVERLAP | held_out.MOVED_BY_RING_LATENCY)
     assert {run.name for run in held_aside_runs.FIRST_SET if held_out.runs_at_kernel_rate(run)} <= moved
     assert {r.run.name for r in outcomes if r.split == DEVELOPMENT} == {run.name for run in RUNS} | moved
     assert {r.run.name for r in outcomes if r.split == ASIDE} == {run.name for run in held_aside_runs.RUNS} - moved
@@ -287,12 +292,15 @@ def test_readme_quotes_the_held_out_medians(outcomes):
     tp = [r.error for r in outcomes if r.split == ASIDE and "dense-h100-tp" in r.families]
     assert all("GPT-3" in r.run.name for r in outcomes if r.split == ASIDE and "dense-h100-tp" in r.families)
     assert f"(MLPerf's GPT-3 on 256-10,752 H100s, {min(tp):.1%} to {max(tp):+.1%})" in bullet
-    at_512 = [r.error for r in outcomes
-              if r.split == ASIDE and r.run.name.startswith("MLPerf v5.1 Llama 3.1 8B TP 2 x CP 4")]
-    assert f"on 512 GB200s and GB300s {at_512[0]:.0%}, {at_512[1]:.0%}" in bullet
     dense = sorted(r.error for r in outcomes if r.split == ASIDE and "b200" in r.families
                    and r.run.name.startswith("MLPerf") and "Llama 3.1" in r.run.name)
-    assert f"(MLPerf's other dense runs {dense[-1]:+.0%} to {dense[2]:.0%})" in bullet and set(dense[:2]) == set(at_512)
+    assert f"Blackwell {by_family(outcomes, ASIDE)[-1].median:.1%} (MLPerf's dense runs {dense[-1]:+.0%} to " \
+           f"{dense[0]:.0%})" in bullet
+    split = sorted(r.error for r in outcomes if r.split == ASIDE and r.run.name.startswith("MLPerf v6.0 gpt-oss-20b")
+                   and held_out.splits_experts(r.run.strategy))
+    assert f"(gpt-oss-20b {split[0]:+.0%} to {split[-1]:+.0%} on H100s, B300s and GB300s;" in bullet
+    assert {r.run.gpu for r in outcomes if r.split == ASIDE and r.run.name.startswith("MLPerf v6.0 gpt-oss-20b")
+            and held_out.splits_experts(r.run.strategy)} == {"h100-sxm", "b300", "gb300"}
     for row in by_family(outcomes, ASIDE):
         if row.runs:
             assert f"{row.median:.1%}" in bullet, f"README's bullet lacks {FAMILIES[row.family]}'s {row.median:.1%}"
@@ -361,8 +369,8 @@ def test_every_held_aside_source_begins_with_its_repository():
 def test_a_plan_is_scored_on_the_runs_at_its_own_rate(outcomes):
     """A plan at the calibrated constants is scored on every held-out run at them; one at the kernel rate on the runs
     as the rule plans them (the outcomes the tables show). The dense H100 TP 4-8 family's held-aside runs are all
-    NVIDIA's code, and all but Azure's (its files not NVIDIA's git blobs) are planned as NVIDIA's stacks: 7.4 % as
-    planned, 19.6 % at the calibrated constant, the figure a default plan states."""
+    NVIDIA's code, and all but Azure's (its files not NVIDIA's git blobs) are planned as NVIDIA's stacks: 5.5 % as
+    planned, 19.0 % at the calibrated constant, the figure a default plan states."""
     h100s = ClusterSpec.preset("h100-sxm", nodes=8)
     calibrated, words = held_out.at_plans_rate(h100s)
     assert words == "at the calibrated rate"
@@ -371,7 +379,7 @@ def test_a_plan_is_scored_on_the_runs_at_its_own_rate(outcomes):
     assert words == "NVIDIA's stacks at the kernel rate, other runs at the calibrated rate" and [r.error for r in kernel] == [r.error for r in outcomes]
     row = {name: next(r for r in by_family(o) if r.family == "dense-h100-tp") for name, o in
            (("calibrated", calibrated), ("kernel", kernel))}
-    assert (round(row["kernel"].median, 3), round(row["calibrated"].median, 3)) == (0.074, 0.196)
+    assert (round(row["kernel"].median, 3), round(row["calibrated"].median, 3)) == (0.055, 0.190)
     assert held_out.at_plans_rate(ClusterSpec.preset("a100-80gb"))[1] == "at the calibrated rate"
 
 
@@ -379,9 +387,9 @@ def test_the_first_sets_h100_runs_of_nvidia_stacks_came_out_slow_at_the_calibrat
     """What docs/planner.md, README, lesson 13 and fit_to_run.py say of the first held-aside set: at the calibrated
     0.54 every H100 run of NVIDIA's stacks (DGX Cloud's NeMo and MaxText recipes, NeMo Automodel, JAX-Toolbox's
     MaxText, NVIDIA's MLPerf Training v4.0 submissions on NeMo) came out slower than it ran, 10-35 % but for
-    JAX-Toolbox's one-node run (9.8 %) and Automodel's two gpt-oss runs (5.0 %, 9.3 %, half their layers windowed):
-    one bias, not scatter. At the kernel rate (0.73) the same 29 runs miss by a median of 7.4 %, both ways (-20.9 %
-    to +16.8 %); they are development
+    JAX-Toolbox's one-node run (9.8 %) and Automodel's two gpt-oss runs (5.0 %, 8.8 %, half their layers windowed):
+    one bias, not scatter. At the kernel rate (0.73) the same 29 runs miss by a median of 7.4 %, both ways (-20.7 %
+    to +16.9 %); they are development
     runs now. Of the first set's runs that stay aside: MaxText's own one-node run 7.6 % slow, its runs on 2-16 VMs
     (HSDP) 7-20 % fast; OLMo-core's PyTorch FSDP runs on H100s miss both ways (six slow by 8-19 %, the 13B runs
     fast, median 10.6 %); the A100 and GB200 runs within 16 % either way."""
@@ -392,12 +400,12 @@ def test_the_first_sets_h100_runs_of_nvidia_stacks_came_out_slow_at_the_calibrat
     gpt_oss = sorted(calibrated[r.run.name] for r in moved if "gpt-oss" in r.run.name)
     assert len(moved) == 29 and all(r.split == DEVELOPMENT and r.run.gpu == "h100-sxm" for r in moved)
     assert len(jax_toolbox) == 1 and -0.10 < jax_toolbox[0] < -0.09, jax_toolbox
-    assert [round(error, 3) for error in gpt_oss] == [-0.093, -0.050]
+    assert [round(error, 3) for error in gpt_oss] == [-0.088, -0.050]
     assert all(-0.36 < calibrated[r.run.name] < -0.10 for r in moved
                if not r.run.source.startswith("NVIDIA/JAX") and "gpt-oss" not in r.run.name), sorted(calibrated.values())
     kernel = [r.error for r in moved]
     assert round(statistics.median(map(abs, kernel)), 3) == 0.074
-    assert (round(min(kernel), 3), round(max(kernel), 3)) == (-0.209, 0.168)
+    assert (round(min(kernel), 3), round(max(kernel), 3)) == (-0.207, 0.169)
     aside = [r for r in outcomes if r.split == ASIDE and r.run.name in first]
     olmo = [r.error for r in aside if r.run.source.startswith("allenai/OLMo-core")]
     maxtext = [r.error for r in aside if r.run.source.startswith("AI-Hypercomputer/maxtext")]
@@ -458,11 +466,11 @@ def test_olmo_core_with_cudnn_attention_where_its_nightly_may_have_run_it(outcom
 def test_per_node_dispatch_moved_the_runs_that_send_experts_across_nodes_both_ways():
     """The runs that state DeepEP or HybridEP plan with the per-node dispatch (experts.dispatch_seconds); with their
     ep groups across nodes it moved three development runs: the ModelZoo's Qwen3-235B on TP 2 x EP 32 from -25.4 %
-    to +0.2 % and Automodel's gpt-oss-120b on EP 64 from -5.5 % to +1.5 %, but Megatron-Bridge's Qwen3-30B-A3B on
-    EP 16 over two nodes from -9.5 % to +46.8 % (docs/planner.md). The sixth held-aside set's Qwen3-30B-A3B, the same
-    layout in BF16 (written down after), would be -25.2 % with NCCL's all-to-all and is +19.7 % with the HybridEP
+    to +0.2 % and Automodel's gpt-oss-120b on EP 64 from -4.9 % to +2.2 %, but Megatron-Bridge's Qwen3-30B-A3B on
+    EP 16 over two nodes from -9.4 % to +46.8 % (docs/planner.md). The sixth held-aside set's Qwen3-30B-A3B, the same
+    layout in BF16 (written down after), would be -25.2 % with NCCL's all-to-all and is +19.8 % with the HybridEP
     its source states; so the thirteenth set's three runs whose ep groups span HGX nodes (-28.4 %, -9.9 % and -43.3 %
-    against +33.9 %, +15.4 % and -7.3 %). Every other run stays where it was."""
+    against +33.9 %, +15.5 % and -7.3 %). Every other run stays where it was."""
     def error(run, dispatch):
         moved = dataclasses.replace(run, strategy={**run.strategy, "moe_dispatch": dispatch})
         return round(held_out.predict(moved) / run.published - 1, 3)
@@ -473,12 +481,12 @@ def test_per_node_dispatch_moved_the_runs_that_send_experts_across_nodes_both_wa
             if before != after:
                 changed[run.name] = (before, after)
     assert changed == {
-        "Megatron-Bridge Qwen3-30B-A3B EP 16, 16 H100s, FP8": (-0.095, 0.468),
-        "Automodel gpt-oss-120b FSDP x EP 64, 64 H100s": (-0.055, 0.015),
+        "Megatron-Bridge Qwen3-30B-A3B EP 16, 16 H100s, FP8": (-0.094, 0.468),
+        "Automodel gpt-oss-120b FSDP x EP 64, 64 H100s": (-0.049, 0.022),
         "Megatron-MoE-ModelZoo Qwen3-235B-A22B TP 2 x EP 32 x PP 8, 256 H100s": (-0.254, 0.002),
-        "NVIDIA skills Qwen3-30B-A3B EP 16, 16 H100s": (-0.252, 0.197),
+        "NVIDIA skills Qwen3-30B-A3B EP 16, 16 H100s": (-0.252, 0.198),
         "Megatron-LM recipe Qwen3-235B-A22B TP 2 x PP 4 x VP 12 x EP 16, 128 B200s, MXFP8": (-0.284, 0.339),
-        "Megatron-LM recipe Qwen3-235B-A22B TP 2 x EP 16, 128 B300s, MXFP8": (-0.099, 0.154),
+        "Megatron-LM recipe Qwen3-235B-A22B TP 2 x EP 16, 128 B300s, MXFP8": (-0.099, 0.155),
         "Megatron-LM recipe DeepSeek-V3 PP 8 x VP 2 x EP 32, 256 B200s, MXFP8": (-0.433, -0.073)}
 
 
@@ -553,13 +561,13 @@ def test_the_docs_give_the_imbalance_each_expert_parallel_run_would_need(outcome
               "Qwen3-30B-A3B on 16 H100s ({}): ": named("NVIDIA skills Qwen3-30B-A3B"),
               "gpt-oss-20b at CP 2 × EP 4 on GB300s ({}): ": named("gpt-oss-20b CP 2 x EP 4", gpu="gb300"),
               "and on B300s ({}): ": named("gpt-oss-20b CP 2 x EP 4", gpu="b300"),
-              "TP 2 × CP 4 × EP 8 on 512 GB300s ({}, within the goal; ": named("TP 2 x CP 4 x EP 8"),
+              "TP 2 × CP 4 × EP 8 on 512 GB300s ({}; ": named("TP 2 x CP 4 x EP 8"),
               "TP 2 × EP 4 on H100s ({}): ": named("gpt-oss-20b TP 2 x EP 4"),
               "DeepSeek-V3 on 128 GB200s ({}): ": named("DGXC DeepSeek-V3")}
     for words, runs in groups.items():       # the error as planned, then (but for one, below) the X that closes it
         said = words.format(errors(runs))
         assert (said if said.endswith("; ") else said + span(runs)) in page, said
-    assert f"sizes the buffers at 7 shares): {span(named('TP 2 x CP 4 x EP 8'))}, a large X for a small error" in page
+    assert f"buffers at 7 shares): {span(named('TP 2 x CP 4 x EP 8'))}, a large X for its error" in page
     # Megatron-LM's recipe index forces balanced routing: no X, its errors both ways
     recipes = [r for r in split if r.run.name.startswith("Megatron-LM recipe")]
     slow, fast = [r for r in recipes if r.error > 0], [r for r in recipes if r.error <= 0]
@@ -581,6 +589,90 @@ def test_the_docs_give_the_imbalance_each_expert_parallel_run_would_need(outcome
     assert f"at 1.25 the planner is still {' and '.join(capped)}" in page
 
 
+# The figures runs were predicted at, once, as docs/planner.md records them (held_out.predict at the commit that wrote
+# each set down, pinned then in tests/test_plan_held_aside.py): the record of a prediction, not the planner's figure
+# now. Every run of the fourteenth to seventeenth sets, and the earlier sets' runs the ring's per-hop latency moved by
+# half a point or more. A later change decided without their errors moves a pin, never this record; the runs it moved
+# by half a point or more are named with both figures in the paragraph on that change
+# (test_the_ring_latencys_moves_are_what_the_docs_say).
+PREDICTED_ONCE = {
+    "MLPerf v3.1 GPT-3 175B TP 4 x PP 8, 4,096 H100s, FP8": -0.052,
+    "MLPerf v3.1 GPT-3 175B TP 4 x PP 8, 6,144 H100s, FP8": -0.055,
+    "MLPerf v3.1 GPT-3 175B TP 4 x PP 8, 8,192 H100s, FP8": -0.059,
+    "MLPerf v3.1 GPT-3 175B TP 4 x PP 8, 10,240 H100s, FP8": -0.076,
+    "MLPerf v3.1 GPT-3 175B TP 4 x PP 8, 10,752 H100s, FP8": -0.075,
+    "MLPerf v5.1 Llama 3.1 8B TP 2 x CP 4, 512 GB200s, FP8": -0.553,
+    "InternLM 7B TP 2, 1,024 A100s": 0.346,
+    "MLPerf v6.0 gpt-oss-20b TP 2 x EP 4, 64 H100s, FP8": 0.569,
+    "MLPerf v6.0 gpt-oss-20b TP 2 x EP 4, 128 H100s, FP8": 0.489,
+    "NeMo docs Mixtral 8x7B EP 8, 64 B200s, FP8": 0.038,
+    "MLPerf v6.0 gpt-oss-20b TP 2 x CP 4 x EP 8, 512 GB300s, MXFP8 (NVIDIA)": 0.030,
+    "MLPerf v6.0 gpt-oss-20b CP 2 x EP 4, 64 B300s, MXFP8 (Nebius)": 0.245,
+    "MLPerf v5.0 Llama 3.1 405B TP 4 x PP 8 x CP 2, 512 H200s, FP8 (Nebius)": -0.212,
+    "MLPerf v5.0 Llama 3.1 405B TP 4 x PP 8 x CP 2, 1,024 H200s, FP8 (Nebius)": -0.205,
+    "MLPerf v5.1 Llama 3.1 8B CP 2, 64 H200s, FP8 (HPE)": -0.091,
+    "MLPerf v5.1 Llama 3.1 8B DP 64, 64 H100s, FP8 (Cisco)": -0.025,
+    "MLPerf v5.1 Llama 3.1 8B TP 2, 128 H100s, FP8 (Cisco)": 0.289,
+    "MLPerf v5.1 Llama 3.1 8B DP 16, 16 B200s, FP8 (Dell)": -0.113,
+    "MLPerf v5.1 Llama 3.1 8B CP 2, 64 B200s, FP8 (Oracle)": -0.045,
+    "MLPerf v5.1 Llama 3.1 8B DP 16, 16 B200s, FP8 (University of Florida)": -0.146,
+    "MLPerf v5.1 Llama 3.1 8B CP 2, 256 B200s, FP8 (University of Florida)": -0.248,
+    "MLPerf v5.1 Llama 3.1 8B CP 2, 64 B200s, FP8 (Verda)": -0.043,
+    "MLPerf v5.1 Llama 3.1 405B TP 4 x PP 8 x CP 2, 256 B200s, FP8 (University of Florida)": -0.118,
+    "MLPerf v5.1 Llama 3.1 405B TP 4 x PP 8 x CP 2, 448 B200s, FP8 (University of Florida)": -0.111,
+    "MLPerf v5.1 Llama 3.1 8B DP 8, 8 B300s, FP8 (Dell)": -0.167,
+    "MLPerf v5.1 Llama 3.1 8B DP 8, 8 B300s, FP8 (Supermicro)": -0.163,
+    "MLPerf v5.1 Llama 3.1 8B CP 2, 72 GB300s, FP8 (Lambda)": -0.012,
+    "MLPerf v5.1 Llama 3.1 8B CP 2, 72 GB300s, FP8 (NVIDIA)": -0.104,
+    "MLPerf v5.1 Llama 3.1 8B TP 2 x CP 4, 512 GB300s, FP8 (NVIDIA)": -0.572,
+    "MLPerf v3.0 GPT-3 175B TP 4 x PP 8, 768 H100s, FP8 (CoreWeave)": 0.029,
+    "MLPerf v3.0 GPT-3 175B TP 4 x PP 8, 3,584 H100s, FP8 (CoreWeave)": 0.074,
+    "MLPerf v3.1 GPT-3 175B TP 4 x PP 8, 10,752 H100s, FP8 (Azure)": -0.174,
+    "MLPerf v4.0 GPT-3 175B TP 4 x PP 8, 512 H100s, FP8 (Sustainable Metal Cloud)": -0.002,
+    "MLPerf v4.1 GPT-3 175B TP 4 x PP 8, 1,536 H100s, FP8 (Oracle)": -0.035,
+    "MLPerf v4.1 GPT-3 175B TP 4 x PP 8, 3,072 H100s, FP8 (Oracle)": 0.105,
+    "MLPerf v6.0 Llama 3.1 8B TP 2, 64 H100s, FP8 (Cisco)": -0.027,
+    "MLPerf v6.0 Llama 3.1 8B TP 2, 128 H100s, FP8 (Cisco)": -0.039,
+    "MLPerf v6.0 Llama 3.1 8B DP 16, 16 H200s, FP8 (Cisco)": -0.040,
+    "MLPerf v6.0 Llama 3.1 8B CP 2, 64 B200s, FP8 (SCITIX)": -0.042,
+}
+
+
+def percent(error) -> str:
+    """An error as docs/planner.md writes it in prose: one decimal, a true minus sign."""
+    return f"{100 * error:+.1f} %".replace("-", "\N{MINUS SIGN}")
+
+
+def test_the_ring_latencys_moves_are_what_the_docs_say(outcomes):
+    """docs/planner.md's paragraph on the ring's per-hop latency (collectives.ring_latency): the two runs whose misses
+    led to it moved to the development part, at their figures now; each held-aside run it moved by half a point or
+    more, from its figure predicted once to its figure now; the held-aside median with and without the two."""
+    page = " ".join((ROOT / "docs" / "planner.md").read_text().split())
+    start = page.index("Then a ring's latency came to be counted hop by hop")
+    paragraph = page[start:page.index("The fine-grained family's held-aside median is now", start)]
+    now = {r.run.name: r for r in outcomes}
+    moved = sorted(held_out.MOVED_BY_RING_LATENCY)
+    assert all(now[name].split == DEVELOPMENT for name in moved)
+    assert (f"now at {percent(now[moved[0]].error)} and {percent(now[moved[1]].error)}") in paragraph
+    aside = [name for name, once in PREDICTED_ONCE.items()
+             if name not in held_out.MOVED_BY_RING_LATENCY and abs(round(now[name].error, 3) - once) > 0.0045]
+    assert len(aside) == 21 and "it moved 21 by half a point or more" in paragraph
+    for name in aside:
+        assert now[name].split == ASIDE, name
+        assert percent(PREDICTED_ONCE[name]) in paragraph and percent(now[name].error) in paragraph, name
+    split = [r.error for r in outcomes if r.split == ASIDE and r.run.name.startswith("MLPerf v6.0 gpt-oss-20b")
+             and held_out.splits_experts(r.run.strategy)]
+    assert f"the other gpt-oss-20b runs with their experts split do ({percent(min(split))} to {percent(max(split))})" \
+        in paragraph
+    with_them = statistics.median(abs(r.error) for r in outcomes
+                                  if r.split == ASIDE or r.run.name in held_out.MOVED_BY_RING_LATENCY)
+    aside_now = overall(outcomes, ASIDE)
+    assert (f"from 10.5 % over 104 runs to {100 * aside_now['median']:.1f} % over {aside_now['runs']} "
+            f"({100 * with_them:.1f} % had the two runs stayed aside)") in paragraph
+    assert f"the calibration set's median (below) from 4.1 % to {100 * published.summary()['median']:.1f} %" \
+        in paragraph
+
+
 def test_the_docs_give_the_thirteenth_sets_figures_as_the_code_computes_them(outcomes):
     """Megatron-LM's recipe index, predicted once: its median error, and what two recipes of one layout (Qwen3-30B-A3B
     on 16 GB200s) show that a layout-level plan cannot see: the whole step in CUDA graphs ran faster than the partial
@@ -588,7 +680,8 @@ def test_the_docs_give_the_thirteenth_sets_figures_as_the_code_computes_them(out
     page = " ".join((ROOT / "docs" / "planner.md").read_text().split())
     rows = [r for r in outcomes if r.run.name in {run.name for run in held_aside_runs.THIRTEENTH_SET}]
     assert len(rows) == 10 and all(r.split == ASIDE for r in rows)
-    assert f"median {100 * statistics.median(abs(r.error) for r in rows):.1f} %" in page
+    assert "with the whole step in CUDA graphs); median 22.3 %" in page          # predicted once
+    assert abs(statistics.median(abs(r.error) for r in rows) - 0.223) < 0.005       # within half a point since
     bf16, partial, stashed = (next(r for r in rows if r.run.name.endswith(end)) for end in
                               ("EP 16, 16 GB200s", "16 GB200s, MXFP8", "MXFP8, paged stash"))
     assert partial.predicted == stashed.predicted
@@ -614,10 +707,9 @@ def test_the_docs_give_the_fourteenth_sets_figures_as_the_code_computes_them(out
     rows = [next(r for r in outcomes if r.run.name == name) for name in names]
     assert all(r.split == ASIDE and r.run.gpu == "h200" and not held_out.runs_at_kernel_rate(r.run) for r in rows)
     assert all(r.error < 0 for r in rows)      # each faster than planned
-    def percent(error):
-        return f"{100 * error:+.1f} %".replace("-", "\N{MINUS SIGN}")
-    calibrated = ", ".join(percent(r.error) for r in rows[:-1]) + f" and {percent(rows[-1].error)}"
-    assert f"predicted once: {calibrated}, each faster than planned" in page
+    once = [PREDICTED_ONCE[r.run.name] for r in rows]                                    # the record
+    assert f"predicted once: {percent(once[0])}, {percent(once[1])} and {percent(once[2])}, each faster than planned" \
+        in page
     kernel = [held_out.predict(run, kernel_rate=True) / run.published - 1 for run in held_aside_runs.FOURTEENTH_SET]
     assert f"would come out {', '.join(map(percent, kernel[:-1]))} and {percent(kernel[-1])}" in page
     third = [r for r in outcomes if r.run.name in {run.name for run in held_aside_runs.THIRD_SET}]
@@ -632,11 +724,11 @@ def test_the_docs_give_the_fifteenth_sets_figures_as_the_code_computes_them(outc
     page = " ".join((ROOT / "docs" / "planner.md").read_text().split())
     names = [run.name for run in held_aside_runs.FIFTEENTH_SET]
     rows = [next(r for r in outcomes if r.run.name == name) for name in names]
-    assert all(r.split == ASIDE and not held_out.runs_at_kernel_rate(r.run) for r in rows)
-    def percent(error):
-        return f"{100 * error:+.1f} %".replace("-", "\N{MINUS SIGN}")
+    assert all((r.split == ASIDE or r.run.name in held_out.MOVED_BY_RING_LATENCY)
+               and not held_out.runs_at_kernel_rate(r.run) for r in rows)
     def listed(errors):
         return ", ".join(map(percent, errors[:-1])) + f" and {percent(errors[-1])}"
+    rows = [dataclasses.replace(r, error=PREDICTED_ONCE[r.run.name]) for r in rows]           # as predicted once
     by_gpu = {gpu: [r.error for r in rows if r.run.gpu == gpu] for gpu in ("h100-sxm", "b200", "b300", "gb300")}
     dense_8b = [r.error for r in rows if r.run.gpu == "b200" and "8B" in r.run.name]
     b200_405b = [r.error for r in rows if r.run.gpu == "b200" and "405B" in r.run.name]
@@ -647,9 +739,11 @@ def test_the_docs_give_the_fifteenth_sets_figures_as_the_code_computes_them(outc
     assert "Every Blackwell run ran faster than planned, by 1-25 % but for one" in page
     cells = json.loads((ROOT / "notebooks" / "13-plan-your-training-run.ipynb").read_text())["cells"]
     lesson = " ".join(" ".join("".join(cell["source"]) for cell in cells).split())
-    second = next(r.error for r in outcomes if r.run.name == "MLPerf v5.1 Llama 3.1 8B TP 2 x CP 4, 512 GB200s, FP8")
-    assert (f"by 1-25 % but for one on 512 GB300s, which misses by {100 * rows[-1].error:.0f} % as the second set's on "
-            f"512 GB200s does by {100 * second:.0f} %") in lesson
+    second = "MLPerf v5.1 Llama 3.1 8B TP 2 x CP 4, 512 GB200s, FP8"
+    assert (f"by 1-25 % but for one on 512 GB300s, which missed by {100 * rows[-1].error:.0f} % as the second set's on "
+            f"512 GB200s did by {100 * PREDICTED_ONCE[second]:.0f} %") in lesson
+    now = {r.run.name: r.error for r in outcomes if r.run.name in held_out.MOVED_BY_RING_LATENCY}
+    assert f"they miss by {100 * now[rows[-1].run.name]:.0f} % and {100 * now[second]:.0f} %" in lesson
     assert (f"on H100s {listed(by_gpu['h100-sxm'])} (DP 64, and TP 2), on B200s {listed(dense_8b)} (Llama 3.1 8B) "
             f"and {listed(b200_405b)} (405B), on B300s {listed(by_gpu['b300'])}, on GB300s {listed(by_gpu['gb300'])}; "
             f"median {100 * median:.1f} %") in page
@@ -657,34 +751,37 @@ def test_the_docs_give_the_fifteenth_sets_figures_as_the_code_computes_them(outc
 
 def test_the_fifteenth_sets_largest_miss_is_the_rings_latency_term_in_the_gradient_sync():
     """docs/planner.md: for Llama 3.1 8B at TP 2 x CP 4 on 512 GB300s the planner's gradient sync over the 256 ranks
-    of dp x cp (32 of them in each 64-GPU rack) takes 0.19 s against 0.04 s of compute, 0.17 s of it the ring's
-    latency term, where the published step took 0.09 s."""
+    of dp x cp (32 of them in each 64-GPU rack) took 0.19 s against 0.04 s of compute, 0.17 s of it the ring's
+    latency term with every hop at the network's latency, where the published step took 0.09 s. Counted hop by hop
+    since (collectives.ring_latency: the network's latency on the 7 hops between racks, NVLink's on the other 248),
+    the sync takes 0.11 s, still longer than that step."""
     run = next(run for run in held_aside_runs.FIFTEENTH_SET if run.name.endswith("512 GB300s, FP8 (NVIDIA)"))
     model, cluster, strategy = held_out.build(run)
     page = " ".join((ROOT / "docs" / "planner.md").read_text().split())
     planned = step_time(model, cluster, strategy)
     silent = step_time(model, dataclasses.replace(cluster, inter_node_latency=0.0, intra_node_latency=0.0), strategy)
+    # every hop at the network's latency, as the planner charged it when the set was predicted: the NVLink hops too
+    flat = step_time(model, dataclasses.replace(cluster, intra_node_latency=cluster.inter_node_latency), strategy)
     assert strategy.dp * strategy.cp == 256 and cluster.gpus_per_node // strategy.tp == 32
-    assert round(planned.dp_comm, 2) == 0.19 and round(planned.compute, 2) == 0.04
-    assert round(planned.dp_comm - silent.dp_comm, 2) == 0.17
+    assert round(flat.dp_comm, 2) == 0.19 and round(planned.compute, 2) == 0.04
+    assert round(flat.dp_comm - silent.dp_comm, 2) == 0.17
     step = strategy.global_batch * model.seq_len / (run.published * strategy.gpus)
-    assert round(step, 2) == 0.09 and planned.total > 2 * step
-    # NCCL's cost model (src/graph/tuning.cc) charges the network's latency only to a ring's hops between nodes: of
-    # the N - 1 hops of a reduce-scatter or an all-gather over 8 racks, 7; the other 248 at NVLink's
+    assert round(step, 2) == 0.09
     ranks, racks = strategy.dp * strategy.cp, strategy.gpus // cluster.gpus_per_node
     assert (racks, cluster.inter_node_latency, cluster.intra_node_latency) == (8, 10e-6, 5e-6)
     buckets = dp_sync.gradient_buckets(model, cluster, strategy, 0, "reduce_scatter", 2)
     assert sum(seconds > 0 for seconds in buckets) == 34
-    # every hop at the network's latency: N - 1 hops of each reduce-scatter and all-gather, per bucket
-    assert planned.dp_comm - silent.dp_comm == pytest.approx(2 * 34 * (ranks - 1) * cluster.inter_node_latency)
+    # then: N - 1 hops of each reduce-scatter and all-gather, per bucket, each at the network's latency
+    assert flat.dp_comm - silent.dp_comm == pytest.approx(2 * 34 * (ranks - 1) * cluster.inter_node_latency)
+    # now: 7 hops between racks at the network's latency, the other 248 at NVLink's (NCCL's src/graph/tuning.cc)
+    hops = (racks - 1) * cluster.inter_node_latency + (ranks - racks) * cluster.intra_node_latency
+    assert planned.dp_comm - silent.dp_comm == pytest.approx(2 * 34 * hops)
+    assert round(planned.dp_comm, 2) == 0.11 and planned.dp_comm > step          # the sync alone, still longer
     assert "over 34 buckets" in page
-    as_nccl = ((racks - 1) * cluster.inter_node_latency + (ranks - racks) * cluster.intra_node_latency) / \
-        ((ranks - 1) * cluster.inter_node_latency)
-    assert silent.dp_comm + as_nccl * (planned.dp_comm - silent.dp_comm) > step    # the sync alone, still longer
-    assert ("256 ranks of dp × cp takes 0.19 s against 0.04 s of compute, and 0.17 s of it is the ring's latency "
+    assert ("256 ranks of dp × cp took 0.19 s against 0.04 s of compute, and 0.17 s of it was the ring's latency "
             "term") in page and "ranks sit 32 to a rack" in page and "(the step took 0.09 s)" in page
-    assert ("(the 248 hops inside racks at the planner's NVLink 5 µs), the sync alone would still outlast the "
-            "step") in page
+    assert ("(the 248 hops inside racks at the planner's NVLink 5 µs), the sync alone takes 0.11 s and would still "
+            "outlast the step") in page
 
 
 def test_the_docs_give_the_sixteenth_sets_figures_as_the_code_computes_them(outcomes):
@@ -697,9 +794,7 @@ def test_the_docs_give_the_sixteenth_sets_figures_as_the_code_computes_them(outc
     assert all(r.split == ASIDE for r in rows) and len(at_kernel) == 5
     assert {r.run.name for r in at_kernel} <= held_aside_runs.NVIDIA_CODE_BY_OTHERS
     (azure,) = [r for r in rows if r not in at_kernel]
-    def percent(error):
-        return f"{100 * error:+.1f} %".replace("-", "\N{MINUS SIGN}")
-    e = [percent(r.error) for r in rows]
+    e = [percent(PREDICTED_ONCE[r.run.name]) for r in rows]                                    # the record
     assert (f"Predicted once: {e[0]} and {e[1]} (CoreWeave), {e[2]} (Azure), {e[3]} (Sustainable Metal Cloud), {e[4]} "
             f"and {e[5]} (Oracle).") in page and "Azure" in azure.run.name
     assert min(r.error for r in at_kernel) < 0 < max(r.error for r in at_kernel)     # both ways
@@ -726,12 +821,11 @@ def test_the_docs_give_the_seventeenth_sets_figures_as_the_code_computes_them(ou
     assert len(cisco) == 3 and all(r.split == ASIDE for r in rows)
     assert all(held_out.runs_at_kernel_rate(r.run) and r.run.name not in held_aside_runs.NVIDIA_CODE_BY_OTHERS
                and r.run.source.startswith(held_out.NVIDIA_SOFTWARE_ELSEWHERE) for r in cisco)
-    def percent(error):
-        return f"{100 * error:+.1f} %".replace("-", "\N{MINUS SIGN}")
     def listed(errors):
         return f"{percent(errors[0])}, {percent(errors[1])} and {percent(errors[2])}"
     calibrated = [held_out.predict(r.run, kernel_rate=False) / r.run.published - 1 for r in cisco]
-    assert f"Predicted once: {listed([r.error for r in cisco])} (Cisco) and {percent(scitix.error)} (SCITIX)." in page
+    once = [PREDICTED_ONCE[r.run.name] for r in cisco]                                        # the record
+    assert f"Predicted once: {listed(once)} (Cisco) and {percent(PREDICTED_ONCE[scitix.run.name])} (SCITIX)." in page
     alike = [r for r in outcomes if r.run.name.startswith("MLPerf v5.1 Llama 3.1 8B CP 2, 64 B200s")]
     assert len(alike) == 2 and all(r.predicted == scitix.predicted for r in alike)   # "their figure fixed its"
     assert "its layout is that of Oracle's and Verda's v5.1 runs in the fifteenth set, so their figure fixed its" in page

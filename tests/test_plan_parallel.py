@@ -267,7 +267,8 @@ def test_outer_sync_amortises_and_its_optimizer_state_is_counted():
     ddp_like = Strategy(dp=112, zero=3)
     h10, h100 = (ddp_like.with_(replicas=14, sync_every=h) for h in (10, 100))
     assert step_time(model, cluster, h10).outer_sync == pytest.approx(10 * step_time(model, cluster, h100).outer_sync)
-    assert step_time(model, cluster, h100).total < step_time(model, cluster, ddp_like).total / 100
+    # every step's ZeRO-3 traffic crosses the 1 Gb/s link: some 70x the step of DiLoCo's outer sync every 100 steps
+    assert step_time(model, cluster, h100).total < step_time(model, cluster, ddp_like).total / 50
     extra = memory(model, h100).optimizer - stage_state_bytes(model, ddp_like.with_(dp=8), 0).optimizer
     assert extra == 8 * outer_sync.synced_parameters(model, h100)
     with pytest.raises(ValueError, match="replicas=1"):

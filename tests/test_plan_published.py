@@ -191,7 +191,7 @@ def test_flash_attention_runs_at_the_rate_the_published_sequence_sweep_shows():
     assert len(plain) == 32 and max(map(abs, plain)) < 0.075
     # MosaicML's steps ran MPT's Triton FlashAttention (the submit script's default attn_impl); A100 runs on
     # PyTorch's FlashAttention-2 without recomputation agree with the sweep's number too.
-    for name, at_paper, now in (("torchtitan Llama 2 13B", 0.068, 0.014), ("IBM Llama 2 7B 128xA100", 0.085, 0.024)):
+    for name, at_paper, now in (("torchtitan Llama 2 13B", 0.071, 0.016), ("IBM Llama 2 7B 128xA100", 0.091, 0.030)):
         run = next(r for r in RUNS if r.name == name)
         assert run.strategy.recompute == "none" and run.strategy.attention == "flash"
         assert (round(error(published.with_flash_share(run, 0.50)), 3), round(error(run), 3)) == (at_paper, now)
@@ -271,7 +271,7 @@ def test_what_the_planner_still_misses_on_h100s_is_outside_the_bare_layer():
     everywhere because its calibrated constant charges per FLOP what a step spends outside the layer's kernels;
     recomputation adds FLOPs, so it adds that charge too. Over the predicted runs, one per measured shape, the
     ratio and the run's error correlate at r = -0.69 (within the runs without recomputation -0.71, within those
-    with it -0.78; over all 22 predicted H100 runs, shapes shared, -0.47; before early stop -0.92 and -0.85: the
+    with it -0.78; over all 22 predicted H100 runs, shapes shared, -0.48; before early stop -0.92 and -0.85: the
     part of the error the bare layer explained was mostly the missing early stop). The timed backward also added
     the parameters' gradients into .grad (about 1-4 % of a layer, most at micro-batch 2-3).
     docs/planner.md ("Where it misses, and why") quotes these numbers."""
@@ -301,7 +301,7 @@ def test_what_the_planner_still_misses_on_h100s_is_outside_the_bare_layer():
     assert r([n for n in predicted if by_name[n].strategy.recompute == "none"]) == -0.71
     assert r([n for n in predicted if by_name[n].strategy.recompute == "full"]) == -0.78
     everyone = [r_.name for r_ in h100 if r_.name != CALIBRATION["hopper"]]
-    assert len(everyone) == 22 and r(everyone) == -0.47
+    assert len(everyone) == 22 and r(everyone) == -0.48
 
 
 def test_the_kernel_rate_is_where_the_planners_layer_takes_the_timed_layers_time():
@@ -349,7 +349,8 @@ def test_the_overlap_slowdown_is_the_published_average_and_the_result_is_not_tun
     """overlap.OVERLAP_SLOWDOWN is arXiv:2507.03114's average (18.9 %), not fitted. The validation median with
     hiding free (0), at that average and at the paper's maximum (40 %), each with the GEMM constants re-set on
     their calibration runs as the rule says: the median target (8 %) is met at all three since attention runs at
-    the rate the sequence sweep shows (5.7 % with hiding free, 4.1 % at the average, 4.9 % at the maximum; before the
+    the rate the sequence sweep shows (5.8 % with hiding free, 4.5 % at the average, 4.9 % at the maximum; while a
+    ring charged the network's latency on every hop: 5.7 %, 4.1 %, 4.9 %; before the
     planner knew PyTorch's checkpoint stops early: 5.9 %, 5.5 %, 5.3 %; with the H100 kernel's 0.23 and
     FlashAttention-2's published 0.50: 7.3 %, 6.6 %, 6.4 %; before H100 attention was measured: 8.4 %, 7.3 % and
     7.8 %), so the average is kept because it is the published one, not for what it does to the median. docs/planner.md
@@ -364,7 +365,7 @@ def test_the_overlap_slowdown_is_the_published_average_and_the_result_is_not_tun
         runs = [dataclasses.replace(r, cluster=r.cluster.with_(gpu=dataclasses.replace(
                     r.cluster.gpu, matmul_efficiency=constants[r.cluster.gpu.generation]))) for r in runs]
         medians[slowdown] = round(summary(runs)["median"], 3)
-    assert medians == {0.0: 0.057, 0.189: 0.041, 0.40: 0.049}
+    assert medians == {0.0: 0.058, 0.189: 0.045, 0.40: 0.049}
 
 
 # Runs the model misses by more than 20 %, each with the bound it reaches and what it leaves out.
@@ -448,11 +449,12 @@ def test_validation_set_and_its_errors():
     """At least 30 predicted runs from 6 sources on 2 GPU generations, FSDP at several scales, H100s; the
     median and largest absolute error reached, and the misses beyond 20 % are the named ones.
 
-    The targets are a median of at most 8 % and no run beyond 20 %: the median is met (4.1 %), the largest
+    The targets are a median of at most 8 % and no run beyond 20 %: the median is met (4.5 %; 4.1 % while a ring
+    charged the network's latency on every hop, not only between nodes: collectives.ring_latency), the largest
     error is not (29.0 %, MT-NLG's 420 nodes; every run but MT-NLG's three is within 16 %: MosaicML's 760M on 8
-    H100s +16.0 %). It was 5.5 % when full recomputation re-ran the whole layer in every run: PyTorch's
+    H100s +16.0 %). It would be 5.8 % if full recomputation re-ran the whole layer in every run: PyTorch's
     non-reentrant checkpoint, which torchtitan, IBM's fms-fsdp and llm-foundry's benchmarks on PyTorch 2.1 use, stops
-    before the FFN's down projection (Strategy.checkpoint_early_stop; 3.9 % had MosaicML's runs re-run the whole
+    before the FFN's down projection (Strategy.checkpoint_early_stop; 4.2 % had MosaicML's runs re-run the whole
     layer). It was 6.6 % (and
     that 760M run +20.2 %) with flash attention at the kernels' rates (A100 0.50,
     FlashAttention-2's paper; H100 0.23, timed alone) instead of the rates MosaicML's sequence sweep shows inside a
@@ -464,14 +466,14 @@ def test_validation_set_and_its_errors():
     table and in lesson 13."""
     result = summary()
     assert result["runs"] >= 30 and result["sources"] >= 6
-    assert (round(result["median"], 3), round(result["max"], 3)) == (0.041, 0.29)
+    assert (round(result["median"], 3), round(result["max"], 3)) == (0.045, 0.29)
     stops_early = {r.source for r in RUNS if r.strategy.checkpoint_early_stop}
     assert stops_early == {"mosaicml", "torchtitan", "ibm"}          # Megatron-LM, DeepSpeed: the whole layer
     assert [r.name for r in RUNS if r.strategy.recompute == "full" and not r.strategy.checkpoint_early_stop
             and r.source == "mosaicml"] == ["MPT-70b 64xA100", "MPT-70b 32xA100"]      # before PyTorch 2.1
     whole_layer = [published.with_checkpoint_early_stop(r, False) for r in RUNS]
     mosaic_whole = [published.with_checkpoint_early_stop(r, False) if r.source == "mosaicml" else r for r in RUNS]
-    assert (round(summary(whole_layer)["median"], 3), round(summary(mosaic_whole)["median"], 3)) == (0.055, 0.039)
+    assert (round(summary(whole_layer)["median"], 3), round(summary(mosaic_whole)["median"], 3)) == (0.058, 0.042)
     assert {r.cluster.gpu.generation for r in RUNS} >= {"ampere", "hopper"}
     fsdp = {(r.model.parameters() // 10**9, r.strategy.gpus) for r in RUNS if r.strategy.zero == 3}
     assert len({size for size, _ in fsdp}) >= 5 and len({gpus for _, gpus in fsdp}) >= 4

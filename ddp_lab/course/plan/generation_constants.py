@@ -62,7 +62,7 @@ CALIBRATION_RUNS = {
 # flash_attn_triton.py), as the MPT yamls do, and whose sweep.sh does not override it. So the kernels above are
 # other kernels, and their gap to these rates is not only what a step costs a kernel. Runs on PyTorch's own
 # FlashAttention-2 (SDPA) agree with the same number where they do not recompute: torchtitan's Llama 2 13B on 64
-# A100s +6.8 % -> +1.4 %, IBM's Llama 2 7B on 128 A100s +8.5 % -> +2.4 % (50 % -> 31 %; tests/test_plan_published.py).
+# A100s +7.1 % -> +1.6 %, IBM's Llama 2 7B on 128 A100s +9.1 % -> +3.0 % (50 % -> 31 %; tests/test_plan_published.py).
 FLASH_ATTENTION_UTILIZATION = {
     "ampere": 0.31,   # per-model slopes 0.30-0.34 (7 models, 125M-13B)
     "hopper": 0.17,   # per-model slopes 0.17-0.19 (5 models, 760M-13B)
