@@ -54,6 +54,24 @@ def test_stage_parameters_add_up():
     assert stage_parameters(tied, Strategy(), 0) == tied.parameters()
 
 
+def test_ring_latency_adds_each_hops_own_link():
+    """collectives.ring_latency: of a reduce-scatter's N - 1 hops over n nodes, n - 1 at the network's latency (NCCL's
+    ring cost model), the rest at NVLink's; of those between nodes, r - 1 between r regions at that link's latency;
+    an all-reduce twice over; a group whose block straddles a node boundary (cp 3 on 8-GPU nodes) crosses it once."""
+    from ddp_lab.course.plan.collectives import ring_latency
+    nvlink, network, regions_apart = 5e-6, 10e-6, 0.05
+    sites = ClusterSpec.preset("h100-sxm", nodes=4).with_(region_nodes=2)         # 2 regions of 2 nodes
+    assert (sites.intra_node_latency, sites.inter_node_latency, sites.cross_region_latency) == (nvlink, network,
+                                                                                                regions_apart)
+    assert ring_latency("reduce_scatter", sites, Group(32)) == pytest.approx(28 * nvlink + 2 * network + regions_apart)
+    assert ring_latency("all_reduce", sites, Group(32)) == pytest.approx(2 * (28 * nvlink + 2 * network + regions_apart))
+    assert ring_latency("all_gather", sites, Group(4, stride=8)) == pytest.approx(2 * network + regions_apart)
+    assert ring_latency("all_gather", sites, Group(8)) == pytest.approx(7 * nvlink)                # inside a node
+    one_site = ClusterSpec.preset("h100-sxm", nodes=6)
+    assert ring_latency("reduce_scatter", one_site, Group(3, world=48)) == pytest.approx(nvlink + network)
+    assert ring_latency("reduce_scatter", one_site, Group(3, world=3)) == pytest.approx(2 * nvlink)
+
+
 def test_tensor_parallel_shards():
     """tp = 2 on GPT-2: matrices, column biases and the vocab halve; norms and row biases do not."""
     gpt = Transformer.preset("gpt2-small")
@@ -238,8 +256,9 @@ def test_tp_beyond_a_node_is_refused_unless_asked():
         evaluate(model, cluster, Strategy(tp=16))
     across = evaluate(model, cluster, Strategy(tp=16, recompute="full"), tp_across_nodes=True)
     inside = evaluate(model, cluster, Strategy(tp=8, dp=2, recompute="full"))
-    # across nodes: 8 NICs x 50 GB/s per node instead of NVLink's 450 GB/s, and a ring of 15 hops (2 of them over the
-    # network at 10 us, 13 over NVLink at 5) instead of 7 at 5 us
+    # across nodes: 8 NICs x 50 GB/s per node instead of NVLink's 450 GB/s, and an all-reduce of 30 hops (2 of them over
+    # the network at 10 us, 28 over NVLink at 5) instead of 14 at 5 us (the step 1.49 x, where 15 hops all at 10 us
+    # made it over 1.5 x)
     assert across.time.tp_comm > 1.4 * inside.time.tp_comm
 
 

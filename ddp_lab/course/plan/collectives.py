@@ -8,9 +8,9 @@ and a group that spans regions (data centres joined by a slow link: `ClusterSpec
 its share of that link.
 
 The latency of a ring collective is the sum over the hops one chunk travels, each at its own link's latency
-(`ring_latency`): NCCL pipelines its rings chunk by chunk, and a ring crosses each node's edge once, so of the
-N - 1 hops of a reduce-scatter or all-gather over n nodes only n - 1 cross the network, the rest NVLink. An
-all-to-all (pairwise exchange) and a send keep every step at the slowest link's latency.
+(`ring_latency`): NCCL pipelines its rings chunk by chunk and lays a ring through each node's GPUs in turn, and its
+cost model counts n - 1 of the N - 1 hops of a reduce-scatter or all-gather over n nodes as crossing the network, the
+rest NVLink. An all-to-all (pairwise exchange) and a send keep every step at the slowest link's latency.
 
 When the cluster carries fitted per-collective (alpha, beta) - `calibrate.this_machine()`, gloo
 on this machine, fitted to what each collective adds to a step when issued right after
@@ -136,15 +136,16 @@ def ring_latency(kind: str, cluster, group: Group) -> float:
     """Seconds of a ring collective's latency term over `group`: the hops one chunk travels, each at its link's latency.
 
     A chunk of a reduce-scatter or all-gather over N ranks travels N - 1 hops, an all-reduce's 2(N - 1) (lesson
-    02's ring, `ring_steps`). NCCL lays a ring through each node's GPUs in turn, so a group over n nodes crosses
-    the network on n - 1 of them (2(n - 1) for an all-reduce) and NVLink on the rest; of those network hops, a
-    group over r regions crosses the link between regions on r - 1 (2(r - 1)). NCCL pipelines the chunks, so the
-    latencies add hop by hop rather than each step waiting for the ring's slowest link: its own cost model says
-    so (NVIDIA/nccl src/graph/tuning.cc, ncclTopoTuneModel: a ring's latency is `(nsteps - nInterSteps) *
-    intraLat + nInterSteps * interLat`, with nInterSteps = nNodes - 1, or 2 (nNodes - 1) for an all-reduce).
-    The per-hop latencies are the cluster's (`intra_node_latency`, `inter_node_latency`, `cross_region_latency`),
-    not NCCL's tuning constants (a base latency per call, per-protocol hop latencies), which it keeps to choose
-    an algorithm.
+    02's ring, `ring_steps`). NCCL lays a ring through each node's GPUs in turn and pipelines the chunks, so the
+    latencies add hop by hop rather than each step waiting for the ring's slowest link, and its cost model counts
+    n - 1 of those hops (2(n - 1) for an all-reduce) as crossing the network for a group over n nodes, the rest as
+    NVLink's (NVIDIA/nccl src/graph/tuning.cc, ncclTopoTuneModel: a ring's latency is `(nsteps - nInterSteps) *
+    intraLat + nInterSteps * interLat`, with nInterSteps = nNodes - 1, or 2 (nNodes - 1) for an all-reduce; a
+    chunk that starts mid-node crosses n boundaries, one more, which the model leaves out). Of the network hops, a
+    group over r regions crosses the link between regions on r - 1 (2(r - 1)). The per-hop latencies are the
+    cluster's (`intra_node_latency`, `inter_node_latency`, `cross_region_latency`), not NCCL's tuning constants
+    (a base latency per call, per-protocol hop latencies, and an NVLink hop's latency raised to the network's
+    per-step overhead once a ring spans nodes), which it keeps to choose an algorithm.
 
     Example:
         >>> from ddp_lab.course.plan.cluster_spec import ClusterSpec
