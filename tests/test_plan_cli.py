@@ -919,6 +919,9 @@ def test_trust_by_family_is_what_the_published_runs_say():
                    "FSDP / ZeRO-3 dense, data-parallel (MosaicML, torchtitan, IBM)",
                    "FSDP / ZeRO-3 dense, data-parallel, up to 3B and 30-70B (MosaicML, IBM)"):
         assert expected[family] in flat, family
+    mid = sorted(error(r) for r in fsdp_h100_mid)                 # the 5 known to be off, in README and the docs' list
+    assert f"predicted {100 * mid[0]:.0f}-{100 * mid[-1]:.0f}% too fast" in flat
+    assert f"**H100 runs at 7-13B** (+{100 * mid[0]:.0f} % to +{100 * mid[-1]:.0f} %)" in page
     assert f"17 runs, {expected['FSDP / ZeRO-3 dense, data-parallel, up to 3B and 30-70B (MosaicML, IBM)']}, and " \
            f"MPT-760M on 8 GPUs {error(outlier):+.1%}" in flat   # the validated H100 runs: not the 5 known to be off
 
