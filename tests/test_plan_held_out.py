@@ -62,6 +62,11 @@ def test_no_held_out_run_is_in_the_fitted_set():
             assert (model.name, strategy.gpus, round(run.published)) not in fitted, run.name
 
 
+def percent(error) -> str:
+    """An error as docs/planner.md writes it in prose: one decimal, a true minus sign."""
+    return f"{100 * error:+.1f} %".replace("-", "\N{MINUS SIGN}")
+
+
 def test_the_split_is_what_the_docstring_says(outcomes):
     """The development runs are held_out_runs.RUNS, the first held-aside set's runs the kernel rate changed (its rule
     was written with their errors in view), the fourth set's (looked at before the per-node dispatch was modelled) and
@@ -327,16 +332,14 @@ def test_one_measured_run_per_stack_fits_its_own_figure_and_helps_only_at_other_
     assert held_out_fit.markdown_table(fitted) in (ROOT / "docs" / "planner.md").read_text()
     by_group = {(group.source, group.gpu): (group, held_out_fit.summary([group])) for group in fitted}
     page = " ".join((ROOT / "docs" / "planner.md").read_text().split())
-    def percent_of(error):
-        return f"{100 * error:+.1f} %".replace("-", "\N{MINUS SIGN}")
     def pair(summary):
         return f"{100 * summary['calibrated']:.1f} % to {100 * summary['fitted']:.1f} %"
     assert (f"helps in the median ({100 * total['calibrated']:.1f} % as planned, {100 * total['fitted']:.1f} % "
             "fitted)") in page
     v60_h100 = by_group[("mlcommons/training_results_v6.0", "h100-sxm")][0]
     cisco = [(planned, fitted) for name, planned, fitted in v60_h100.runs if "Llama" in name]
-    assert len(cisco) == 2 and (f"({percent_of(cisco[0][0])} and {percent_of(cisco[1][0])} to "
-                                f"{percent_of(cisco[0][1])} and {percent_of(cisco[1][1])})") in page
+    assert len(cisco) == 2 and (f"({percent(cisco[0][0])} and {percent(cisco[1][0])} to "
+                                f"{percent(cisco[0][1])} and {percent(cisco[1][1])})") in page
     for round_, gpu in (("v5.1", "b200"), ("v5.1", "b300"), ("v3.1", "h100-sxm"), ("v3.0", "h100-sxm"),
                         ("v4.0", "h100-sxm"), ("v4.1", "h100-sxm")):
         assert pair(by_group[(f"mlcommons/training_results_{round_}", gpu)][1]) in page, (round_, gpu)
@@ -531,7 +534,7 @@ def test_the_docs_quote_the_runs_moved_by_the_overlap_as_planned_now(outcomes):
     assert len(moved) == 7 and len(ninth) == 4 and all(r.split == DEVELOPMENT for r in moved + ninth)
     for r in moved + ninth:
         assert r.run.strategy.get("ep_overlap")
-        assert f"{100 * r.error:+.1f} %".replace("-", "−") in page, r.run.name
+        assert percent(r.error) in page, r.run.name
 
 
 def test_the_docs_give_the_imbalance_each_expert_parallel_run_would_need(outcomes):
@@ -637,11 +640,6 @@ BEFORE_RING_LATENCY = {
     "MLPerf v6.0 Llama 3.1 8B DP 16, 16 H200s, FP8 (Cisco)": -0.040,
     "MLPerf v6.0 Llama 3.1 8B CP 2, 64 B200s, FP8 (SCITIX)": -0.042,
 }
-
-
-def percent(error) -> str:
-    """An error as docs/planner.md writes it in prose: one decimal, a true minus sign."""
-    return f"{100 * error:+.1f} %".replace("-", "\N{MINUS SIGN}")
 
 
 def test_the_ring_latencys_moves_are_what_the_docs_say(outcomes):

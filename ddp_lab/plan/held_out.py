@@ -12,8 +12,9 @@ kernel rate (fit_to_run.at_kernel_rate), the rest at the calibrated constants. T
                  run, each planned once before its set was written down; the ninth set, whose layouts the
                  development runs' own source document holds; MLPerf v6.0's DeepSeek-V3 runs of the eleventh and
                  twelfth sets, looked at before the all-to-alls' overlap was modelled; NVIDIA's Llama 3.1 8B runs
-                 at TP 2 x CP 4 on 512 GB200s and GB300s, whose misses led to a ring's per-hop latency): their errors guided which
-                 mechanics the planner models (not any constant's value); reported, not the goal's test.
+                 at TP 2 x CP 4 on 512 GB200s and GB300s, whose misses led to a ring's per-hop latency): their
+                 errors guided which mechanics the planner models (not any constant's value); reported, not the
+                 goal's test.
     held aside   the rest of held_aside_runs.RUNS (its sets, each written down before the planner predicted it):
                  from sources the development runs do not use, each configuration as its
                  source states it (held_aside_runs.py's rules for what a source leaves unstated); no mechanism or
