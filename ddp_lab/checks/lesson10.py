@@ -348,11 +348,15 @@ def _explain(failure) -> str | None:
             or _explain_collective_on_a_dtensor(failure) or _explain_weights_modified(failure))
 
 
+_WEIGHTS_MODIFIED = re.compile(r"_ToTorchTensor(Backward)? is a view and is being modified inplace")
+
+
 def _explain_weights_modified(failure) -> str | None:
     """The hint for autograd's refusal of an in-place change to what to_local() gave of a tensor that requires grad:
-    a parameter (the weights), not its gradient, whose local shard autograd does not track."""
-    if "_ToTorchTensor is a view and is being modified inplace" not in (getattr(failure.exception, "message", "")
-                                                                        or ""):
+    a parameter (the weights), not its gradient, whose local shard autograd does not track. Autograd names the view's
+    creator by its backward node, which torch 2.8 calls _ToTorchTensorBackward and 2.13 on _ToTorchTensor
+    (`_WEIGHTS_MODIFIED` reads both)."""
+    if not _WEIGHTS_MODIFIED.search(getattr(failure.exception, "message", "") or ""):
         return None
     return ("the tensor changed in place is what to_local() gave of a parameter, p.to_local(), the weights, which "
             "autograd tracks (hence its advice to clone): the gradient to average is p.grad, and its local shard, "
