@@ -1,7 +1,7 @@
 """Published training runs kept aside while the planner is modelled: the held-aside set (held_out.py scores it).
 
 These runs come from sources that neither the planner's calibration set (published.py) nor the development runs
-(held_out_runs.py) use. They came in seventeen sets: FIRST_SET, predicted and looked at from 2026-11 to 2026-12-06, and
+(held_out_runs.py) use. They came in eighteen sets: FIRST_SET, predicted and looked at from 2026-11 to 2026-12-06, and
 SECOND_SET, chosen and written down on 2026-12-06 after the kernel rate (fit_to_run.at_kernel_rate) was added and
 before the planner predicted any of them; the first set's runs that the kernel rate changes are development runs
 since (held_out.py). THIRD_SET was written down after uneven stages under interleaving were modelled
@@ -41,6 +41,13 @@ that no earlier set read for them, H100, H200, B200 or GB200, in a precision the
 after the sixteenth had been predicted, by a rule fixed before any of its logs was read, before the planner predicted
 any of its runs; a review found a run the rule admits that the survey had missed (SCITIX's 64 B200s), written down
 after the rest of the set was predicted and before it was predicted.
+EIGHTEENTH_SET (the bounded pretraining runs of Megatron-Bridge's model verification cards: Qwen3-8B, gpt-oss-20b and
+gpt-oss-120b on H100s in BF16) was written down after the seventeenth had been predicted, by a rule fixed before any of
+its figures was compared with a prediction, before the planner predicted any of its runs. Megatron-Bridge is the
+framework of development runs too (its performance summary's tables); the cards are another document, and their
+pretrain items run the functional recipes (recipes/*), not the performance recipes (perf_recipes/*) whose figures
+the summary publishes, as the thirteenth set's recipe index is another document than the Megatron-LM MoE README the
+development runs read.
 Every set was chosen and written down before the planner predicted any of its runs (but for the eighth set's H100
 run and the ninth set's Qwen3-30B-A3B run; the twelfth set's and the fifteenth set's run that replaced a run taken
 against the rules, and the seventeenth set's run that its survey missed, were written down after the rest of their
@@ -236,6 +243,12 @@ Sources:
                 README and config that name its precision where the copy has them and the config_common*.sh they
                 source where it has those; for the runs kept the implementation folder's files (config_common.sh,
                 the configs, pretrain.py, the Dockerfile) and systems/<system>.json
+
+    Eighteenth set:
+    mb-cards    NVIDIA-NeMo/Megatron-Bridge examples/model_verification_cards/*/card.yaml (commit 067f987df,
+                2026-08-22): every card's items with a figure; for the runs kept, the recipe its command names
+                (src/megatron/bridge/recipes/, with recipes/common.py and recipes/utils/environment_utils.py) at the
+                Bridge commit the item or card names
 
 Which rows: all three of NVIDIA's MLPerf Training v4.0 GPT-3 submissions, each its result_0.txt (the first of its
 runs): the tokens of all its training blocks over their summed durations (block_start to block_stop; the
@@ -2792,6 +2805,97 @@ SEVENTEENTH_SET: list[HeldOutRun] = [
 # copy read (Richardyu114/training_results_v6.0 at eabf23a), NVIDIA's v6.0 llama31_8b folder holds a Dockerfile and
 # configs but no pretrain.py, conf/custom.yaml or callbacks to compare with (the copy's files compared by their text).
 
+# ---- the eighteenth set: written down before the planner predicted any of them (module docstring) --------------
+# Which runs (the rule fixed before any figure was compared with a prediction): of Megatron-Bridge's model verification
+# cards (examples/model_verification_cards/*/card.yaml at 067f987df, 2026-08-22), each card's `pretrain` item (the
+# bounded 100-step pretraining run of the card's functional recipe) on a GPU with a preset, for a model the planner
+# expresses as the recipe builds it, whose configuration (model, GPUs, parallel sizes, precision) no earlier run has.
+# ---- model shape ---------------------------------------------------------------------------------------------------
+# Qwen3-8B (Qwen/Qwen3-8B config.json, tests/hf_configs/Qwen3-8B): 36 layers, hidden 4096, 32 heads of 128 (head_dim),
+# 8 kv heads, SwiGLU FFN 12,288, RMSNorm on queries and keys, vocabulary 151,936, untied
+QWEN3_8B = dict(name="qwen3-8b", layers=36, hidden=4096, heads=32, kv_heads=8, vocab=151936, seq_len=4096, ffn=12288,
+                head_size=128, qk_norm=True, **LLAMA)
+# ---- source and what it leaves unstated -----------------------------------------------------------------------------
+MB_CARD = ("NVIDIA-NeMo/Megatron-Bridge examples/model_verification_cards/{}/card.yaml (commit 067f987df, "
+           "2026-08-22), items.pretrain.H100: last_10_steps_tokens_per_second_per_gpu_avg")
+MB_CARD_NOTE = (
+    "the card's command (scripts/training/train.sh --recipe {recipe} --mode pretrain --seq_length 4096 --max_steps "
+    "100 on {nodes} nodes of 8 H100s, the recipe at Megatron-Bridge {commit}): {layout}; the model built from the "
+    "Hugging Face config by the recipe's AutoBridge provider (the run's SentencePiece tokenizer does not resize its "
+    "vocabulary: setup keeps a provider's vocabulary as padded, as the Moonlight recipe's comment of the same "
+    "repository says); Megatron's distributed optimizer (ZeRO-1) with overlapped gradient reduce and parameter "
+    "gather, {grads}; no recomputation; Transformer Engine with attention_backend unset (its fused cuDNN attention "
+    "on H100s); no CUDA graphs (cuda_graph_impl 'none'); {more}; not modelled: per-step NaN and large-gradient checks "
+    "(ddp.check_for_nan_in_grad, check_for_large_grads, rerun_state_machine.check_for_nan_in_loss), a log line every "
+    "step, manual garbage collection every 100 steps (the 100th is among the ten timed), the checkpoints saved at "
+    "steps 50 and 100; the card's figure is the mean of the last ten of the 100 steps (its step time and TFLOPS "
+    "agree with it: {check}); the card calls its functional figures sanity checks, not tuned performance (a "
+    "recipe not tuned for speed is planned as it is set, like any other); 'H100' only: 80 GB SXM parts, the "
+    "h100-sxm preset and its links")
+MOE_MORE = ("the all-to-all token dispatcher (moe_token_dispatcher_type 'alltoall'; the recipe does not apply the flex "
+            "backend it names), no expert-parallel overlap, grouped GEMM and permute fusion, routing learned from "
+            "scratch, not forced balanced (moe_router_force_load_balancing false: planned balanced, as the rules "
+            "say), dropless; every second layer attends to a window of 128 tokens (planned with its window), the "
+            "attention sinks not modelled; gpt-oss's clamped GLU planned as SwiGLU; per-token loss "
+            "(calculate_per_token_loss) and the native cross-entropy, not modelled; no TP communication overlap "
+            "(comm_overlap unset)")
+
+EIGHTEENTH_SET: list[HeldOutRun] = [
+    # ---- dense, H100, data-parallel, BF16 (Megatron-Bridge model verification) ------------------------------------
+    HeldOutRun("Megatron-Bridge verification Qwen3-8B DP 16, 16 H100s", MB_CARD.format("qwen3-8b") +
+               "; 16 GPUs, GBS 1,024", QWEN3_8B,
+               dict(dp=16, micro_batch=1, grad_accum=64, **NEMO),
+               "h100-sxm", "tokens_per_gpu", 10456.348,
+               MB_CARD_NOTE.format(
+                   recipe="qwen3_8b_pretrain_16gpu_h100_bf16_config", nodes=2, commit="619cc20 (the item's)",
+                   layout="TP 1, PP 1, CP 1, DP 16, micro-batch 1, GBS 1,024 (gradient accumulation 64), sequence "
+                          "4,096, BF16 (bf16_mixed)",
+                   grads="gradients reduced in bf16 (grad_reduce_in_fp32 False), the precision-aware optimizer "
+                         "with fp32 main parameters, gradients and moments",
+                   more="TE's fused cross-entropy",
+                   check="1,024 x 4,096 tokens / 25.07032 s / 16 = 10,456.3")),
+    # ---- mixture of experts, fine-grained, H100, BF16 (Megatron-Bridge model verification) --------------------------
+    HeldOutRun("Megatron-Bridge verification gpt-oss-20b TP 2 x PP 4 x EP 4, 16 H100s", MB_CARD.format("gpt-oss-20b") +
+               "; 16 GPUs, GBS 512", GPT_OSS_20B,
+               dict(dp=2, tp=2, pp=4, ep=4, expert_tp=1, micro_batch=1, grad_accum=256, sequence_parallel=True,
+                    fp32_grads=True, **NEMO),
+               "h100-sxm", "tokens_per_gpu", 5851.199,
+               MB_CARD_NOTE.format(
+                   recipe="gpt_oss_20b_pretrain_16gpu_h100_bf16_config", nodes=2,
+                   commit="6799f09 (the card's; the item names none)",
+                   layout="TP 2 with sequence parallelism, PP 4 (6 layers a stage: the embedding and the loss not "
+                          "counted as layers), 1F1B without virtual stages, EP 4 with expert TP 1 over the TP 2 x DP 2 "
+                          "ranks, CP 1, micro-batch 1, GBS 512 (DP 2, gradient accumulation 256), sequence 4,096, BF16",
+                   grads="gradients reduced in fp32 (grad_reduce_in_fp32 True)",
+                   more=MOE_MORE,
+                   check="512 x 4,096 / 22.40088 s / 16 = 5,851.2")),
+    HeldOutRun("Megatron-Bridge verification gpt-oss-120b TP 2 x PP 4 x EP 16, 64 H100s",
+               MB_CARD.format("gpt-oss-120b") + "; 64 GPUs, GBS 512", GPT_OSS_120B,
+               dict(dp=8, tp=2, pp=4, ep=16, expert_tp=1, micro_batch=1, grad_accum=64, sequence_parallel=True,
+                    fp32_grads=True, **NEMO),
+               "h100-sxm", "tokens_per_gpu", 1966.285,
+               MB_CARD_NOTE.format(
+                   recipe="gpt_oss_120b_pretrain_config (gpt_oss_120b_pretrain_64gpu_h100_bf16_config)", nodes=8,
+                   commit="a8038f6 (the card's; the item names none)",
+                   layout="TP 2 with sequence parallelism, PP 4 (9 layers a stage), 1F1B without virtual stages, EP "
+                          "16 with expert TP 1 over the TP 2 x DP 8 ranks, CP 1, micro-batch 1, GBS 512 (DP 8, "
+                          "gradient accumulation 64), sequence 4,096, BF16",
+                   grads="gradients reduced in fp32 (grad_reduce_in_fp32 True)",
+                   more=MOE_MORE,
+                   check="512 x 4,096 / 16.66493 s / 64 = 1,966.3")),
+]
+# Left out: each card's pretrain_performance and pretrain_weak_scaling items (the tuned performance recipes,
+# perf_recipes/*, whose figures Megatron-Bridge's performance summary publishes: the development runs' document series);
+# sft and sft_long_context (packed fine-tuning sequences, not modelled), peft (LoRA) and checkpoint_resume (the pretrain
+# item's configuration again, resumed); Qwen3-30B-A3B's pretrain items (EP 16 on 16 H100s in BF16: the sixth set's
+# configuration; EP 8 on 8 GB200s in MXFP8: the ninth set's); Moonlight-16B-A3B (its shape is its Hugging Face
+# config's, not readable here, and the repository's model page contradicts the card on its vocabulary); Qwen3.6-35B-A3B
+# and Qwen3.8-27B (Qwen3_5*ForConditionalGeneration), GLM-5 and GLM-5.2 (GlmMoeDsaForCausalLM: sparse attention),
+# DeepSeek-V4-Flash and the Nemotron 3 models (Mamba layers): architectures the planner does not express; Gemma 4
+# 26B-A4B, DeepSeek-V3, Qwen3-235B-A22B, Kimi K3, MiniMax M3, Step-3.5-Flash and K-EXAONE 2 (no pretrain item with a
+# figure).
+
 RUNS: list[HeldOutRun] = (FIRST_SET + SECOND_SET + THIRD_SET + FOURTH_SET + FIFTH_SET + SIXTH_SET + SEVENTH_SET
                           + EIGHTH_SET + NINTH_SET + TENTH_SET + ELEVENTH_SET + TWELFTH_SET + THIRTEENTH_SET
-                          + FOURTEENTH_SET + FIFTEENTH_SET + SIXTEENTH_SET + SEVENTEENTH_SET)
+                          + FOURTEENTH_SET + FIFTEENTH_SET + SIXTEENTH_SET + SEVENTEENTH_SET
+                          + EIGHTEENTH_SET)
