@@ -23,7 +23,8 @@ from ddp_lab.plan.held_out_runs import METRICS
 # "N GPUs, GBS B": what each source's table states, written into the run's source
 STATED = re.compile(r"(\d[\d,]*) GPUs, GBS (\d[\d,]*)")
 # The documents the other two sets take their figures from (the source lists of published.py and held_out_runs.py);
-# Megatron-Bridge's are its performance summaries (performance-summary.md and its archive), not its other documents
+# Megatron-Bridge's are the tables of its performance-summary-archive.md (the development runs') and
+# performance-summary.md (the ninth set's, moved to development), not its other documents
 USED_DOCUMENTS = ("torchtitan", "Megatron-Bridge docs/performance-summary", "performance_summary.md", "NeMo-Framework-Launcher",
                   "megatron/core/transformer/moe/README.md", "llm-foundry", "maximizing-training", "tr11-176B",
                   "arXiv:2407.21783", "arXiv:2104.04473", "arXiv:2205.05198", "arXiv:2201.11990")

@@ -44,10 +44,11 @@ after the rest of the set was predicted and before it was predicted.
 EIGHTEENTH_SET (the bounded pretraining runs of Megatron-Bridge's model verification cards: Qwen3-8B, gpt-oss-20b and
 gpt-oss-120b on H100s in BF16) was written down after the seventeenth had been predicted, by a rule fixed before any of
 its figures was compared with a prediction, before the planner predicted any of its runs. Megatron-Bridge is the
-framework of development runs too (its performance summary's tables); the cards are another document, and their
-pretrain items run the functional recipes (recipes/*), not the performance recipes (perf_recipes/*) whose figures
-the summary publishes, as the thirteenth set's recipe index is another document than the Megatron-LM MoE README the
-development runs read.
+framework of development runs too (the tables of its performance-summary-archive.md) and of the ninth set (its
+performance-summary.md); the cards are another document of the repository, and their pretrain items run its
+functional recipes (recipes/*), not the performance recipes (perf_recipes/*) whose figures those tables publish. So
+the rule reads documents, as it did for the thirteenth set (Megatron-LM's recipe index, where the development runs
+read its MoE README).
 Every set was chosen and written down before the planner predicted any of its runs (but for the eighth set's H100
 run and the ninth set's Qwen3-30B-A3B run; the twelfth set's and the fifteenth set's run that replaced a run taken
 against the rules, and the seventeenth set's run that its survey missed, were written down after the rest of their
@@ -247,8 +248,8 @@ Sources:
     Eighteenth set:
     mb-cards    NVIDIA-NeMo/Megatron-Bridge examples/model_verification_cards/*/card.yaml (commit 067f987df,
                 2026-08-22): every card's items with a figure; for the runs kept, the recipe its command names
-                (src/megatron/bridge/recipes/, with recipes/common.py and recipes/utils/environment_utils.py) at the
-                Bridge commit the item or card names
+                (src/megatron/bridge/recipes/, with recipes/common.py and recipes/utils/environment_utils.py) and
+                training/setup.py (the vocabulary) at the Bridge commit the item or card names
 
 Which rows: all three of NVIDIA's MLPerf Training v4.0 GPT-3 submissions, each its result_0.txt (the first of its
 runs): the tokens of all its training blocks over their summed durations (block_start to block_stop; the
@@ -2821,9 +2822,7 @@ MB_CARD = ("NVIDIA-NeMo/Megatron-Bridge examples/model_verification_cards/{}/car
 MB_CARD_NOTE = (
     "the card's command (scripts/training/train.sh --recipe {recipe} --mode pretrain --seq_length 4096 --max_steps "
     "100 on {nodes} nodes of 8 H100s, the recipe at Megatron-Bridge {commit}): {layout}; the model built from the "
-    "Hugging Face config by the recipe's AutoBridge provider (the run's SentencePiece tokenizer does not resize its "
-    "vocabulary: setup keeps a provider's vocabulary as padded, as the Moonlight recipe's comment of the same "
-    "repository says); Megatron's distributed optimizer (ZeRO-1) with overlapped gradient reduce and parameter "
+    "Hugging Face config by the recipe's AutoBridge provider, {vocab}; Megatron's distributed optimizer (ZeRO-1) with overlapped gradient reduce and parameter "
     "gather, {grads}; no recomputation; Transformer Engine with attention_backend unset (its fused cuDNN attention "
     "on H100s); no CUDA graphs (cuda_graph_impl 'none'); {more}; not modelled: per-step NaN and large-gradient checks "
     "(ddp.check_for_nan_in_grad, check_for_large_grads, rerun_state_machine.check_for_nan_in_loss), a log line every "
@@ -2832,6 +2831,12 @@ MB_CARD_NOTE = (
     "agree with it: {check}); the card calls its functional figures sanity checks, not tuned performance (a "
     "recipe not tuned for speed is planned as it is set, like any other); 'H100' only: 80 GB SXM parts, the "
     "h100-sxm preset and its links")
+GPT_OSS_CARD_VOCAB = (
+    "its vocabulary replaced by the tokenizer's: from-scratch pretraining recipes set "
+    "TokenizerConfig(use_tokenizer_vocab_size=True) (recipes/common.py's _pretrain_common, since af17edf52, "
+    "2026-07-28), and training/setup.py's _validate_and_set_vocab_size then takes the tokenizer's size; the run's "
+    "RP2 data is tokenized with Llama's SentencePiece tokenizer (token IDs 0-31,999, as the DeepSeek-V4-Flash card of "
+    "the same cards says), so 32,000, already a multiple of the padding divisor times TP")
 MOE_MORE = ("the all-to-all token dispatcher (moe_token_dispatcher_type 'alltoall'; the recipe does not apply the flex "
             "backend it names), no expert-parallel overlap, grouped GEMM and permute fusion, routing learned from "
             "scratch, not forced balanced (moe_router_force_load_balancing false: planned balanced, as the rules "
@@ -2852,11 +2857,14 @@ EIGHTEENTH_SET: list[HeldOutRun] = [
                           "4,096, BF16 (bf16_mixed)",
                    grads="gradients reduced in bf16 (grad_reduce_in_fp32 False), the precision-aware optimizer "
                          "with fp32 main parameters, gradients and moments",
+                   vocab=("its vocabulary of 151,936 kept (training/setup.py's _validate_and_set_vocab_size at that "
+                          "commit keeps a model vocabulary at least the tokenizer's; the run's RP2 data is tokenized "
+                          "with Llama's SentencePiece tokenizer of 32,000)"),
                    more="TE's fused cross-entropy",
                    check="1,024 x 4,096 tokens / 25.07032 s / 16 = 10,456.3")),
     # ---- mixture of experts, fine-grained, H100, BF16 (Megatron-Bridge model verification) --------------------------
     HeldOutRun("Megatron-Bridge verification gpt-oss-20b TP 2 x PP 4 x EP 4, 16 H100s", MB_CARD.format("gpt-oss-20b") +
-               "; 16 GPUs, GBS 512", GPT_OSS_20B,
+               "; 16 GPUs, GBS 512", {**GPT_OSS_20B, "vocab": 32000},
                dict(dp=2, tp=2, pp=4, ep=4, expert_tp=1, micro_batch=1, grad_accum=256, sequence_parallel=True,
                     fp32_grads=True, **NEMO),
                "h100-sxm", "tokens_per_gpu", 5851.199,
@@ -2867,10 +2875,11 @@ EIGHTEENTH_SET: list[HeldOutRun] = [
                           "counted as layers), 1F1B without virtual stages, EP 4 with expert TP 1 over the TP 2 x DP 2 "
                           "ranks, CP 1, micro-batch 1, GBS 512 (DP 2, gradient accumulation 256), sequence 4,096, BF16",
                    grads="gradients reduced in fp32 (grad_reduce_in_fp32 True)",
+                   vocab=GPT_OSS_CARD_VOCAB,
                    more=MOE_MORE,
                    check="512 x 4,096 / 22.40088 s / 16 = 5,851.2")),
     HeldOutRun("Megatron-Bridge verification gpt-oss-120b TP 2 x PP 4 x EP 16, 64 H100s",
-               MB_CARD.format("gpt-oss-120b") + "; 64 GPUs, GBS 512", GPT_OSS_120B,
+               MB_CARD.format("gpt-oss-120b") + "; 64 GPUs, GBS 512", {**GPT_OSS_120B, "vocab": 32000},
                dict(dp=8, tp=2, pp=4, ep=16, expert_tp=1, micro_batch=1, grad_accum=64, sequence_parallel=True,
                     fp32_grads=True, **NEMO),
                "h100-sxm", "tokens_per_gpu", 1966.285,
@@ -2881,6 +2890,7 @@ EIGHTEENTH_SET: list[HeldOutRun] = [
                           "16 with expert TP 1 over the TP 2 x DP 8 ranks, CP 1, micro-batch 1, GBS 512 (DP 8, "
                           "gradient accumulation 64), sequence 4,096, BF16",
                    grads="gradients reduced in fp32 (grad_reduce_in_fp32 True)",
+                   vocab=GPT_OSS_CARD_VOCAB,
                    more=MOE_MORE,
                    check="512 x 4,096 / 16.66493 s / 64 = 1,966.3")),
 ]
@@ -2891,9 +2901,10 @@ EIGHTEENTH_SET: list[HeldOutRun] = [
 # configuration; EP 8 on 8 GB200s in MXFP8: the ninth set's); Moonlight-16B-A3B (its shape is its Hugging Face
 # config's, not readable here, and the repository's model page contradicts the card on its vocabulary); Qwen3.6-35B-A3B
 # and Qwen3.8-27B (Qwen3_5*ForConditionalGeneration), GLM-5 and GLM-5.2 (GlmMoeDsaForCausalLM: sparse attention),
-# DeepSeek-V4-Flash and the Nemotron 3 models (Mamba layers): architectures the planner does not express; Gemma 4
-# 26B-A4B, DeepSeek-V3, Qwen3-235B-A22B, Kimi K3, MiniMax M3, Step-3.5-Flash and K-EXAONE 2 (no pretrain item with a
-# figure).
+# DeepSeek-V4-Flash (its hybrid attention, DSv4HybridAttention) and the Nemotron 3 and 3.5 models, Nemotron 3.5
+# Lightning's pretrain_fsdp item too (Mamba layers): architectures the planner does not express; Gemma 3 4B (its
+# pretrain item unsupported, no figure), Gemma 4 26B-A4B, DeepSeek-V3, Qwen3-235B-A22B, Kimi K3, MiniMax M3,
+# Step-3.5-Flash and K-EXAONE 2 (no pretrain item with a figure).
 
 RUNS: list[HeldOutRun] = (FIRST_SET + SECOND_SET + THIRD_SET + FOURTH_SET + FIFTH_SET + SIXTH_SET + SEVENTH_SET
                           + EIGHTH_SET + NINTH_SET + TENTH_SET + ELEVENTH_SET + TWELFTH_SET + THIRTEENTH_SET
