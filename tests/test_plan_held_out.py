@@ -306,6 +306,9 @@ def test_readme_quotes_the_held_out_medians(outcomes):
     assert f"(gpt-oss-20b {split[0]:+.0%} to {split[-1]:+.0%} on H100s, B300s and GB300s;" in bullet
     assert {r.run.gpu for r in outcomes if r.split == ASIDE and r.run.name.startswith("MLPerf v6.0 gpt-oss-20b")
             and held_out.splits_experts(r.run.strategy)} == {"h100-sxm", "b300", "gb300"}
+    untuned = sorted(r.error for r in outcomes if r.split == ASIDE
+                     and r.run.name.startswith("Megatron-Bridge verification gpt-oss"))
+    assert len(untuned) == 2 and f"untuned gpt-oss recipes {untuned[0]:+.0%} and {untuned[1]:+.0%};" in bullet
     for row in by_family(outcomes, ASIDE):
         if row.runs:
             assert f"{row.median:.1%}" in bullet, f"README's bullet lacks {FAMILIES[row.family]}'s {row.median:.1%}"
@@ -566,11 +569,17 @@ def test_the_docs_give_the_imbalance_each_expert_parallel_run_would_need(outcome
               "and on B300s ({}): ": named("gpt-oss-20b CP 2 x EP 4", gpu="b300"),
               "TP 2 × CP 4 × EP 8 on 512 GB300s ({}; ": named("TP 2 x CP 4 x EP 8"),
               "TP 2 × EP 4 on H100s ({}): ": named("gpt-oss-20b TP 2 x EP 4"),
-              "DeepSeek-V3 on 128 GB200s ({}): ": named("DGXC DeepSeek-V3")}
+              "DeepSeek-V3 on 128 GB200s ({}): ": named("DGXC DeepSeek-V3"),
+              "verification runs of gpt-oss on H100s (the eighteenth set; {}): ": named("Megatron-Bridge verification")}
     for words, runs in groups.items():       # the error as planned, then (but for one, below) the X that closes it
         said = words.format(errors(runs))
         assert (said if said.endswith("; ") else said + span(runs)) in page, said
     assert f"buffers at 7 shares): {span(named('TP 2 x CP 4 x EP 8'))}, a large X for its error" in page
+    (small,) = named("Megatron-Bridge verification gpt-oss-20b")         # more than all the tokens on one rank
+    ep = small.run.strategy["ep"]
+    assert held_out.implied_imbalance(small.run) > ep
+    assert (f"gpt-oss-20b's {held_out.implied_imbalance(small.run):.2f} is beyond the {ep} that its EP {ep} allows "
+            f"(every token routed to one rank's experts), so uneven routing cannot explain it") in page
     # Megatron-LM's recipe index forces balanced routing: no X, its errors both ways
     recipes = [r for r in split if r.run.name.startswith("Megatron-LM recipe")]
     slow, fast = [r for r in recipes if r.error > 0], [r for r in recipes if r.error <= 0]
@@ -663,9 +672,11 @@ def test_the_ring_latencys_moves_are_what_the_docs_say(outcomes):
              and held_out.splits_experts(r.run.strategy)]
     assert f"the other gpt-oss-20b runs with their experts split do ({percent(min(split))} to {percent(max(split))})" \
         in paragraph
-    with_them = statistics.median(abs(r.error) for r in outcomes
+    later = {run.name for run in held_aside_runs.EIGHTEENTH_SET}      # written down after the change: not in its record
+    then = [r for r in outcomes if r.run.name not in later]
+    with_them = statistics.median(abs(r.error) for r in then
                                   if r.split == ASIDE or r.run.name in held_out.MOVED_BY_RING_LATENCY)
-    aside_now = overall(outcomes, ASIDE)
+    aside_now = overall(then, ASIDE)
     assert (f"from 10.5 % over 104 runs to {100 * aside_now['median']:.1f} % over {aside_now['runs']} "
             f"({100 * with_them:.1f} % had the two runs stayed aside)") in paragraph
     assert f"the calibration set's median (below) from 4.1 % to {100 * published.summary()['median']:.1f} %" \
@@ -810,6 +821,28 @@ def test_the_docs_give_the_sixteenth_sets_figures_as_the_code_computes_them(outc
     assert (f"Azure's, at the kernel rate, would come out {percent(kernel)}, and Oracle's, at the calibrated rate, "
             f"{percent(oracle[0])} and {percent(oracle[1])}, each worked out after the prediction") in page
 
+
+def test_the_docs_give_the_eighteenth_sets_figures_as_the_code_computes_them(outcomes):
+    """Megatron-Bridge's verification runs, predicted once: Qwen3-8B near its figure, the two untuned gpt-oss recipes
+    several times slower than planned; and the fine-grained family's medians with them, as the paragraph after it
+    gives them."""
+    page = " ".join((ROOT / "docs" / "planner.md").read_text().split())
+    rows = [next(r for r in outcomes if r.run.name == run.name) for run in held_aside_runs.EIGHTEENTH_SET]
+    assert len(rows) == 3 and all(r.split == ASIDE for r in rows)
+    qwen, small, large = rows
+    assert "Qwen3-8B" in qwen.run.name and "gpt-oss-20b" in small.run.name and "gpt-oss-120b" in large.run.name
+    assert (f"Predicted once: {percent(qwen.error)} (Qwen3-8B), {percent(small.error)} and {percent(large.error)} "
+            f"(gpt-oss-20b and gpt-oss-120b): those two ran {1 + small.error:.1f} and {1 + large.error:.1f} times "
+            f"slower than planned") in page
+    assert all(r.run.model["vocab"] == 32000 for r in (small, large))
+    placed = {split_: row for key, split_, row in held_out.by_placement(outcomes) if key == "moe-fine"}
+    family_row = next(r for r in by_family(outcomes) if r.family == "moe-fine")
+    split = [r.error for r in outcomes if r.split == ASIDE and "moe-fine" in r.families
+             and held_out.splits_experts(r.run.strategy)]
+    assert (f"The fine-grained family's held-aside median is now {100 * family_row.median:.1f} % over "
+            f"{family_row.runs} runs") in page
+    assert (f"the {placed[True].runs} with expert parallelism by {100 * placed[True].median:.1f} % "
+            f"({percent(min(split))} to {percent(max(split))})") in page
 
 def test_the_docs_give_the_seventeenth_sets_figures_as_the_code_computes_them(outcomes):
     """MLPerf v6.0's Llama 3.1 runs on H100s to GB200s, predicted once: Cisco's at the kernel rate, which
