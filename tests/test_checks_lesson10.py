@@ -448,6 +448,24 @@ def test_average_gradients_names_the_weights_changed_in_place_under_autograd():
         lesson10.check_average_gradients(reduces_the_weights_with_autograd_on)
 
 
+
+@pytest.mark.parametrize("creator", ["_ToTorchTensorBackward", "_ToTorchTensor"])   # torch 2.8's name; 2.13's on
+def test_the_weights_hint_reads_autograds_error_in_either_wording(creator):
+    """The hint reads autograd's error as torch 2.8 words it and as 2.13 on do (the run above gives the installed one's),
+    and stays silent on another in-place error."""
+    from ddp_lab.checks.common import CaseFailed
+    from ddp_lab.launcher.errors import RankFailure
+
+    def failure(message):
+        return RankFailure(1, "raised", "raised RuntimeError", details=f"RuntimeError: {message}",
+                           exception=CaseFailed("averaging the gradients", "RuntimeError", message))
+    said = (f"Output 0 of {creator} is a view and is being modified inplace. This view was created inside a custom "
+            f"Function (or because an input was returned as-is) and the autograd logic to handle view+inplace would "
+            f"override the custom backward associated with the custom Function, leading to incorrect gradients.")
+    assert lesson10._explain(failure(said)).startswith("the tensor changed in place is what to_local() gave")
+    other = "a leaf Variable that requires grad is being used in an in-place operation."
+    assert lesson10._explain(failure(other)) is None
+
 def test_average_gradients_stub_says_not_written_before_any_rank_starts(monkeypatch):
     monkeypatch.setattr(lesson10, "run_answers_on_ranks", None)   # starting ranks would raise TypeError
     with pytest.raises(CheckFailed, match=r"^average_stub is not written yet: it raised NotImplementedError"):

@@ -43,7 +43,9 @@ any of its runs; a review found a run the rule admits that the survey had missed
 after the rest of the set was predicted and before it was predicted.
 EIGHTEENTH_SET (the bounded pretraining runs of Megatron-Bridge's model verification cards: Qwen3-8B, gpt-oss-20b and
 gpt-oss-120b on H100s in BF16) was written down after the seventeenth had been predicted, by a rule fixed before any of
-its figures was compared with a prediction, before the planner predicted any of its runs. Megatron-Bridge is the
+its figures was compared with a prediction, before the planner predicted any of its runs (a review of the set
+against the recipes, before the prediction, corrected the gpt-oss runs' vocabulary to the tokenizer's, which their
+recipes' commits train at). Megatron-Bridge is the
 framework of development runs too (the tables of its performance-summary-archive.md) and of the ninth set (its
 performance-summary.md); the cards are another document of the repository, and their pretrain items run its
 functional recipes (recipes/*), not the performance recipes (perf_recipes/*) whose figures those tables publish. So
@@ -2898,13 +2900,13 @@ EIGHTEENTH_SET: list[HeldOutRun] = [
 # perf_recipes/*, whose figures Megatron-Bridge's performance summary publishes: the development runs' document series);
 # sft and sft_long_context (packed fine-tuning sequences, not modelled), peft (LoRA) and checkpoint_resume (the pretrain
 # item's configuration again, resumed); Qwen3-30B-A3B's pretrain items (EP 16 on 16 H100s in BF16: the sixth set's
-# configuration; EP 8 on 8 GB200s in MXFP8: the ninth set's); Moonlight-16B-A3B (its shape is its Hugging Face
-# config's, not readable here, and the repository's model page contradicts the card on its vocabulary); Qwen3.6-35B-A3B
-# and Qwen3.8-27B (Qwen3_5*ForConditionalGeneration), GLM-5 and GLM-5.2 (GlmMoeDsaForCausalLM: sparse attention),
-# DeepSeek-V4-Flash (its hybrid attention, DSv4HybridAttention) and the Nemotron 3 and 3.5 models, Nemotron 3.5
-# Lightning's pretrain_fsdp item too (Mamba layers): architectures the planner does not express; Gemma 3 4B (its
-# pretrain item unsupported, no figure), Gemma 4 26B-A4B, DeepSeek-V3, Qwen3-235B-A22B, Kimi K3, MiniMax M3,
-# Step-3.5-Flash and K-EXAONE 2 (no pretrain item with a figure).
+# configuration; EP 8 on 8 GB200s in MXFP8: the ninth set's); Moonlight-16B-A3B (neither the card nor its recipe states
+# its shape, which the recipe builds from the Hugging Face config, and the repository's model page contradicts the card
+# on its vocabulary); Qwen3.6-35B-A3B and Qwen3.8-27B (Qwen3_5*ForConditionalGeneration), GLM-5 and GLM-5.2
+# (GlmMoeDsaForCausalLM: sparse attention), DeepSeek-V4-Flash (its hybrid attention, DSv4HybridAttention) and the
+# Nemotron 3 and 3.5 models, Nemotron 3.5 Lightning's pretrain_fsdp item too (Mamba layers): architectures the planner
+# does not express; Gemma 3 4B (its pretrain item unsupported, no figure), Gemma 4 26B-A4B, DeepSeek-V3,
+# Qwen3-235B-A22B, Kimi K3, MiniMax M3, Step-3.5-Flash and K-EXAONE 2 (no pretrain item with a figure).
 
 RUNS: list[HeldOutRun] = (FIRST_SET + SECOND_SET + THIRD_SET + FOURTH_SET + FIFTH_SET + SIXTH_SET + SEVENTH_SET
                           + EIGHTH_SET + NINTH_SET + TENTH_SET + ELEVENTH_SET + TWELFTH_SET + THIRTEENTH_SET
