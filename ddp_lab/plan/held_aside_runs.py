@@ -2865,36 +2865,24 @@ EIGHTEENTH_SET: list[HeldOutRun] = [
                    more="TE's fused cross-entropy",
                    check="1,024 x 4,096 tokens / 25.07032 s / 16 = 10,456.3")),
     # ---- mixture of experts, fine-grained, H100, BF16 (Megatron-Bridge model verification) --------------------------
-    HeldOutRun("Megatron-Bridge verification gpt-oss-20b TP 2 x PP 4 x EP 4, 16 H100s", MB_CARD.format("gpt-oss-20b") +
-               "; 16 GPUs, GBS 512", {**GPT_OSS_20B, "vocab": 32000},
-               dict(dp=2, tp=2, pp=4, ep=4, expert_tp=1, micro_batch=1, grad_accum=256, sequence_parallel=True,
-                    fp32_grads=True, **NEMO),
-               "h100-sxm", "tokens_per_gpu", 5851.199,
-               MB_CARD_NOTE.format(
-                   recipe="gpt_oss_20b_pretrain_16gpu_h100_bf16_config", nodes=2,
-                   commit="6799f09 (the card's; the item names none)",
-                   layout="TP 2 with sequence parallelism, PP 4 (6 layers a stage: the embedding and the loss not "
-                          "counted as layers), 1F1B without virtual stages, EP 4 with expert TP 1 over the TP 2 x DP 2 "
-                          "ranks, CP 1, micro-batch 1, GBS 512 (DP 2, gradient accumulation 256), sequence 4,096, BF16",
-                   grads="gradients reduced in fp32 (grad_reduce_in_fp32 True)",
-                   vocab=GPT_OSS_CARD_VOCAB,
-                   more=MOE_MORE,
-                   check="512 x 4,096 / 22.40088 s / 16 = 5,851.2")),
-    HeldOutRun("Megatron-Bridge verification gpt-oss-120b TP 2 x PP 4 x EP 16, 64 H100s",
-               MB_CARD.format("gpt-oss-120b") + "; 64 GPUs, GBS 512", {**GPT_OSS_120B, "vocab": 32000},
-               dict(dp=8, tp=2, pp=4, ep=16, expert_tp=1, micro_batch=1, grad_accum=64, sequence_parallel=True,
-                    fp32_grads=True, **NEMO),
-               "h100-sxm", "tokens_per_gpu", 1966.285,
-               MB_CARD_NOTE.format(
-                   recipe="gpt_oss_120b_pretrain_config (gpt_oss_120b_pretrain_64gpu_h100_bf16_config)", nodes=8,
-                   commit="a8038f6 (the card's; the item names none)",
-                   layout="TP 2 with sequence parallelism, PP 4 (9 layers a stage), 1F1B without virtual stages, EP "
-                          "16 with expert TP 1 over the TP 2 x DP 8 ranks, CP 1, micro-batch 1, GBS 512 (DP 8, "
-                          "gradient accumulation 64), sequence 4,096, BF16",
-                   grads="gradients reduced in fp32 (grad_reduce_in_fp32 True)",
-                   vocab=GPT_OSS_CARD_VOCAB,
-                   more=MOE_MORE,
-                   check="512 x 4,096 / 16.66493 s / 64 = 1,966.3")),
+    *[HeldOutRun(f"Megatron-Bridge verification {size} TP 2 x PP 4 x EP {ep}, {gpus} H100s",
+                 MB_CARD.format(size) + f"; {gpus} GPUs, GBS 512", {**model, "vocab": 32000},
+                 dict(dp=gpus // 8, tp=2, pp=4, ep=ep, expert_tp=1, micro_batch=1, grad_accum=512 // (gpus // 8),
+                      sequence_parallel=True, fp32_grads=True, **NEMO),
+                 "h100-sxm", "tokens_per_gpu", published,
+                 MB_CARD_NOTE.format(
+                     recipe=recipe, nodes=gpus // 8, commit=f"{commit} (the card's; the item names none)",
+                     layout=f"TP 2 with sequence parallelism, PP 4 ({stage}), 1F1B without virtual stages, EP {ep} "
+                            f"with expert TP 1 over the TP 2 x DP {gpus // 8} ranks, CP 1, micro-batch 1, GBS 512 (DP "
+                            f"{gpus // 8}, gradient accumulation {512 // (gpus // 8)}), sequence 4,096, BF16",
+                     grads="gradients reduced in fp32 (grad_reduce_in_fp32 True)", vocab=GPT_OSS_CARD_VOCAB,
+                     more=MOE_MORE, check=f"512 x 4,096 / {seconds} s / {gpus} = {published:,.1f}"))
+      for size, model, gpus, ep, recipe, commit, stage, published, seconds in (
+          ("gpt-oss-20b", GPT_OSS_20B, 16, 4, "gpt_oss_20b_pretrain_16gpu_h100_bf16_config", "6799f09",
+           "6 layers a stage: the embedding and the loss not counted as layers", 5851.199, "22.40088"),
+          ("gpt-oss-120b", GPT_OSS_120B, 64, 16,
+           "gpt_oss_120b_pretrain_config (gpt_oss_120b_pretrain_64gpu_h100_bf16_config)", "a8038f6",
+           "9 layers a stage", 1966.285, "16.66493"))],
 ]
 # Left out: each card's pretrain_performance and pretrain_weak_scaling items (the tuned performance recipes,
 # perf_recipes/*, whose figures Megatron-Bridge's performance summary publishes: the development runs' document series);
