@@ -26,7 +26,8 @@ STATED = re.compile(r"(\d[\d,]*) GPUs, GBS (\d[\d,]*)")
 # Megatron-Bridge's are the tables of its performance-summary-archive.md (the development runs') and
 # performance-summary.md (the ninth set's, moved to development), not its other documents
 USED_DOCUMENTS = ("torchtitan", "Megatron-Bridge docs/performance-summary", "performance_summary.md",
-                  "NeMo-Framework-Launcher", "megatron/core/transformer/moe/README.md", "llm-foundry", "maximizing-training", "tr11-176B",
+                  "NeMo-Framework-Launcher", "megatron/core/transformer/moe/README.md", "llm-foundry",
+                  "maximizing-training", "tr11-176B",
                   "arXiv:2407.21783", "arXiv:2104.04473", "arXiv:2205.05198", "arXiv:2201.11990")
 # The families the held-aside runs must cover: those the development runs miss most (docs/planner.md)
 NEW_FAMILIES = {"moe-coarse", "moe-fine", "b200", "long-context", "fp8", "dense-h100-tp"}

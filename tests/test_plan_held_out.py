@@ -67,6 +67,13 @@ def percent(error) -> str:
     return f"{100 * error:+.1f} %".replace("-", "\N{MINUS SIGN}")
 
 
+def mlperf_gpt_oss_split(outcomes) -> list:
+    """The held-aside outcomes of MLPerf v6.0's gpt-oss-20b runs that split the experts (ep > 1), as README and the
+    docs quote them apart from other sources' gpt-oss runs."""
+    return [r for r in outcomes if r.split == ASIDE and r.run.name.startswith("MLPerf v6.0 gpt-oss-20b")
+            and held_out.splits_experts(r.run.strategy)]
+
+
 def test_the_split_is_what_the_docstring_says(outcomes):
     """The development runs are held_out_runs.RUNS, the first held-aside set's runs the kernel rate changed (its rule
     was written with their errors in view), the fourth set's (looked at before the per-node dispatch was modelled) and
@@ -301,11 +308,9 @@ def test_readme_quotes_the_held_out_medians(outcomes):
                    and r.run.name.startswith("MLPerf") and "Llama 3.1" in r.run.name)
     assert f"Blackwell {by_family(outcomes, ASIDE)[-1].median:.1%} (MLPerf's dense runs {dense[-1]:+.0%} to " \
            f"{dense[0]:.0%})" in bullet
-    split = sorted(r.error for r in outcomes if r.split == ASIDE and r.run.name.startswith("MLPerf v6.0 gpt-oss-20b")
-                   and held_out.splits_experts(r.run.strategy))
+    split = sorted(r.error for r in mlperf_gpt_oss_split(outcomes))
     assert f"(MLPerf's gpt-oss-20b {split[0]:+.0%} to {split[-1]:+.0%} on H100s, B300s and GB300s;" in bullet
-    assert {r.run.gpu for r in outcomes if r.split == ASIDE and r.run.name.startswith("MLPerf v6.0 gpt-oss-20b")
-            and held_out.splits_experts(r.run.strategy)} == {"h100-sxm", "b300", "gb300"}
+    assert {r.run.gpu for r in mlperf_gpt_oss_split(outcomes)} == {"h100-sxm", "b300", "gb300"}
     untuned = sorted(r.error for r in outcomes if r.split == ASIDE
                      and r.run.name.startswith("Megatron-Bridge verification gpt-oss"))
     assert len(untuned) == 2 and f"untuned gpt-oss recipes {untuned[0]:+.0%} and {untuned[1]:+.0%};" in bullet
@@ -672,10 +677,9 @@ def test_the_ring_latencys_moves_are_what_the_docs_say(outcomes):
     for name in aside:
         assert now[name].split == ASIDE, name
         assert percent(BEFORE_RING_LATENCY[name]) in paragraph and percent(now[name].error) in paragraph, name
-    split = [r.error for r in outcomes if r.split == ASIDE and r.run.name.startswith("MLPerf v6.0 gpt-oss-20b")
-             and held_out.splits_experts(r.run.strategy)]
-    assert f"MLPerf's other gpt-oss-20b runs with their experts split do ({percent(min(split))} to {percent(max(split))})" \
-        in paragraph
+    split = [r.error for r in mlperf_gpt_oss_split(outcomes)]
+    assert (f"MLPerf's other gpt-oss-20b runs with their experts split do ({percent(min(split))} to "
+            f"{percent(max(split))})") in paragraph
     later = {run.name for run in held_aside_runs.EIGHTEENTH_SET}      # written down after the change: not in its record
     then = [r for r in outcomes if r.run.name not in later]
     with_them = statistics.median(abs(r.error) for r in then
