@@ -54,10 +54,11 @@ read its MoE README).
 NINETEENTH_SET (the "Long Context" table of the Megatron-Core MoE team's ModelZoo: Qwen3-235B-A22B at 16K to 128K tokens
 on 256 H100s, TP 4 with CP 1 to 8, BF16) was written down after the eighteenth had been predicted, by a rule fixed
 before any of its figures was compared with a prediction, before the planner predicted any of its runs. Its readme is
-the one whose 4K table the fourth set read, whose runs are development runs since; the table was measured later, on
-other layouts, and no error of its runs had been seen (as the sets that read MLPerf v6.0's copy after some of its runs
-had moved). Its figures are Megatron's TFLOP/s, turned into tokens per second with the FLOP count of the code that
-logs them, as the thirteenth set's.
+the one whose 4K table the fourth set read, whose runs are development runs since; the table was measured later, at
+longer sequences (its 16K row on the fourth set's TP 4 x EP 8 x PP 8 layout), and no error of its runs had been seen
+(as the sets that read MLPerf v6.0's copy after some of its runs had moved). The fourth set had left it out for its
+TFLOP/s-only figures and its recomputation of the MoE layer; the first is turned into tokens per second with the FLOP
+count of the code that logs them, as the thirteenth set's, the second planned by the rule for partial recomputation.
 Every set was chosen and written down before the planner predicted any of its runs (but for the eighth set's H100
 run and the ninth set's Qwen3-30B-A3B run; the twelfth set's and the fifteenth set's run that replaced a run taken
 against the rules, and the seventeenth set's run that its survey missed, were written down after the rest of their
@@ -265,7 +266,8 @@ Sources:
                 Context" (H100s, NVLink 4, InfiniBand 8 x 50 GB/s; Qwen3-235B-A22B, DeepEP, bf16), with the
                 sbatch_benchmarking.sh, runtime_configs/benchmarking/{common,runtime}.conf,
                 model_configs/benchmarking/Qwen3-235B-A22B.yaml and dockers/Dockerfile of the same commit, and
-                Megatron-LM's megatron/training/training.py (num_floating_point_operations) at d4194b7448
+                Megatron-LM's megatron/training/training.py (num_floating_point_operations) at d4194b7448 (main),
+                d9153a50ce and ee14b5b8c8 (dev) and 3df200905e (main)
 
 Which rows: all three of NVIDIA's MLPerf Training v4.0 GPT-3 submissions, each its result_0.txt (the first of its
 runs): the tokens of all its training blocks over their summed durations (block_start to block_stop; the
@@ -298,7 +300,8 @@ embedding and the loss counted as a layer each (96 / (8 x 4) = 3 per virtual sta
 last_stage_layers = 2. Left out: the "+1f1b overlap" row (the all-to-all overlapped with another micro-batch's
 compute: not modelled), the FSDP row (its table says TP 2, DP 128, its launch script TP 1), the PP 32 x VPP 3 row
 (one slot per virtual stage: the end stages would hold no layer), the Qwen3-Next-80B-A3B row (linear-attention
-layers), the long-context table (TFLOPS only, and its "moe" recompute module recomputes the expert GEMMs), the GB200
+layers), the long-context table (TFLOPS only, and its "moe" recompute module recomputes the expert GEMMs: the
+nineteenth set since, by later rules), the GB200
 and GB300 tables (MXFP8, not modelled then, but for one BF16 GB200 row, which gives TFLOPS without a step time,
 names no Megatron-LM commit and runs CUDA graphs and HybridEP).
 Fifth set: of MLPerf Training v6.0's gpt_oss_20b submissions (every organisation's folder in the copy), those
@@ -2913,28 +2916,38 @@ EIGHTEENTH_SET: list[HeldOutRun] = [
 # ---- the nineteenth set: written down before the planner predicted any of them (module docstring) --------------
 # Which runs (the rule fixed before any figure was compared with a prediction): of the "Long Context" table that
 # yanring/Megatron-MoE-ModelZoo added to its Qwen3 best-practice readme at b0b92ff (2025-11-04;
-# best_practice/Qwen3/readme.md, unchanged since at best_practice/qwen3/readme.md), every row, each by its
+# best_practice/Qwen3/readme.md; the table unchanged since, at best_practice/qwen3/readme.md), every row, each by its
 # forced-balance figure: the planner assumes balanced routing, and the dropless figure beside it depends on how
 # unevenly the router sent tokens in the timed steps, which the table does not state. The readme is the one whose 4K
 # table the fourth set read (development runs since the per-node dispatch was modelled with their errors seen); this
-# table was measured five months later, on other layouts (TP 4 with CP 1 to 8, 16K to 128K tokens), and its errors
-# were not seen: as the later sets that read MLPerf v6.0's copy after some of its runs had moved to development.
+# table was measured five months later, at 16K to 128K tokens with TP 4 and CP 1 to 8 (its 16K row on the fourth
+# set's TP 4 x EP 8 x PP 8 layout, with another sequence, batch and recomputation), and its errors were not seen: as
+# the later sets that read MLPerf v6.0's copy after some of its runs had moved to development. The fourth set left
+# this table out for two reasons, each settled since by a rule: it gives TFLOP/s only (turned into tokens per second
+# with the logging code's own count, as the thirteenth set's), and its "moe" recomputation re-runs the expert GEMMs
+# (planned by the rule for partial recomputation, MODELZOO_LONG_NOTE).
 # What the figure counts: Megatron's num_floating_point_operations (transformer_flops, the GQA path) at d4194b7448
 # (main, 2025-11-03, the last commit before the table; the scores' causal half counted since 8873b55d6a, 2025-03-06),
-# per token at sequence s: the thirteenth set's count for Qwen3-235B-A22B with its scores term at s instead of 4,096
+# the same for this model at the commits the runs can have used (the launch passes --moe-flex-dispatcher-backend,
+# which main has only from 3df200905e, 2025-11-18, and the dev branch from d9153a50ce, 2025-10-21: the count is the
+# same at both and at dev's ee14b5b8c8, whose rewritten GQA formula gives the same values), per token at sequence s: the thirteenth set's count for Qwen3-235B-A22B with its scores term at s instead of 4,096
 # (routed 85,161,148,416 + projections 40,214,986,752 + logits 3,733,979,136 + scores s x 6 x 8,192 x 94; the
 # vocabulary 151,936 at TP 4 too: 1,187 x 4 x 32)
 MEGATRON_QWEN3_235B_A22B_FLOPS_PER_TOKEN_AT = {
     s: (6 * 4096 * (1536 * 8 * 3) * 94 + 6 * (4096 * (8192 + 2 * 512) + 8192 * 4096) * 94 + 6 * 4096 * 151936
         + s * 6 * 8192 * 94)
     for s in (16384, 32768, 65536, 131072)}      # 204,808,912,896 / 280,507,711,488 / 431,905,308,672 / 734,700,503,040
-# The recomputation rule's measure for the MoE layer's recomputation (MODELZOO_LONG_NOTE): the experts' and the router's
-# multiply-adds per token in a layer's forward (8 x 3 x 4,096 x 1,536 + 4,096 x 128) over all its matmuls' (those, the
-# attention projections 4,096 x (8,192 + 2 x 512) + 8,192 x 4,096, and the scores' causal half: s x 8,192), in %
-def moe_recompute_share(seq: int, with_scores: bool = True) -> float:
+# The rule for a partial recomputation, applied to the MoE layer's (MODELZOO_LONG_NOTE): the setting nearest in the
+# matmuls it recomputes, each setting's recomputed matmuls counted as multiply-adds per token in a layer's forward.
+# The "moe" module recomputes the experts' and the router's (8 x 3 x 4,096 x 1,536 + 4,096 x 128); "none" recomputes
+# none; "full" the whole layer's: those, the attention projections (4,096 x (8,192 + 2 x 512) + 8,192 x 4,096) and the
+# scores (their causal half, s x 8,192, which the attention kernel computes again in a full recomputation).
+def moe_recompute_distances(seq: int) -> tuple[int, int]:
+    """(to "none", to "full"): how many multiply-adds per token and layer the MoE layer's recomputation differs by
+    from each setting's at sequence `seq`."""
     experts = 8 * 3 * 4096 * 1536 + 4096 * 128
-    rest = 4096 * (8192 + 2 * 512) + 8192 * 4096 + (seq * 8192 if with_scores else 0)
-    return round(100 * experts / (experts + rest), 1)
+    rest = 4096 * (8192 + 2 * 512) + 8192 * 4096 + seq * 8192
+    return experts, rest
 
 
 MODELZOO_LONG = ("yanring/Megatron-MoE-ModelZoo best_practice/Qwen3/readme.md (commit b0b92ff, 2025-11-04; unchanged "
@@ -2944,7 +2957,7 @@ MODELZOO_LONG = ("yanring/Megatron-MoE-ModelZoo best_practice/Qwen3/readme.md (c
 MODELZOO_LONG_NOTE = (
     "the table gives the sequence, 32 nodes, TP, CP, GBS and the TFLOP/s; its command line (NNODES=32 "
     "OPTIMIZER_OFFLOAD=0 A2A_OVERLAP=0 MODEL=Qwen3-235B-A22B PP=8 VPP=4 TP=4 EP=8 CP={cp} GBS=256 SEQ_LEN={seq} PR=bf16 "
-    "sbatch_benchmarking.sh --recompute-granularity selective --recompute-modules layernorm moe) and "
+    "bash sbatch_benchmarking.sh --recompute-granularity selective --recompute-modules layernorm moe) and "
     "sbatch_benchmarking.sh, runtime_configs/benchmarking/*.conf and model_configs/benchmarking/Qwen3-235B-A22B.yaml at "
     "b0b92ff the rest: TP 4 with sequence parallelism, CP {cp} (Transformer Engine's ring attention, cp_comm_type "
     "p2p by default), PP 8 x VPP 4 (--num-virtual-stages-per-pipeline-rank 4; 94 layers with "
@@ -2956,17 +2969,20 @@ MODELZOO_LONG_NOTE = (
     "figure (balanced routing, as planned), dropless, grouped GEMM, DeepEP (the flex dispatcher: moe_dispatch "
     "per-node), permute and router fusion, an fp32 router and TE's fused cross-entropy (not modelled); no EP overlap "
     "(A2A_OVERLAP=0), no TP communication overlap, no CUDA graphs; recomputation of the norms (no matmul) and of the "
-    "MoE layer (its router and experts, and with them its dispatch and combine), which the planner does not express: "
-    "planned by the rule as the setting nearest in the matmul work it recomputes, counted in a layer's forward "
-    "matmuls with the attention scores (the causal half the kernel computes): the experts and router are {share} % "
-    "of it at this length, nearer none than the whole layer, so none (without the scores they are {without} %, and "
-    "the rule would give full); --log-params-norm and --log-num-zeros-in-grad on every step, manual GC every 5 steps, "
-    "a checkpoint loaded (--finetune) (not modelled); the network the table's (8 x 400 Gb/s per node): the h100-sxm "
-    "preset; container: dockers/Dockerfile at b0b92ff (nvcr.io/nvidia/pytorch:25.06-py3, cuDNN 9.11, Transformer "
-    "Engine 07afda98, DeepEP a84a248), assumed to be the runs'. The figure is Megatron's TFLOP/s, turned into tokens "
-    "per second per GPU with its own count at this length (MEGATRON_QWEN3_235B_A22B_FLOPS_PER_TOKEN_AT[{seq}] = "
-    "{flops:,}). Not stated: the Megatron-LM commit measured (the table names none; the count is the same at every "
-    "main commit from 8873b55d6a to d4194b7448 for this model) and the steps the figure is over")
+    "MoE layer (its router and experts, and with them DeepEP's dispatch and combine), which the planner does not "
+    "express: planned by the rule as the setting nearest in the matmuls it recomputes, counted in multiply-adds per "
+    "token and layer (moe_recompute_distances): it recomputes {to_none:,} more than none and {to_full:,} fewer than "
+    "the whole layer (whose recomputation runs the attention scores again), so none, the first time the scores decide "
+    "(without them the whole layer would be nearer); the dispatch and combine run again (not modelled); "
+    "--log-params-norm and --log-num-zeros-in-grad on every step, manual GC every 5 steps, a checkpoint loaded "
+    "(--finetune), pipeline send/receive overlapped (Megatron's overlap_p2p_comm default) (not modelled); the "
+    "network the table's (8 x 400 Gb/s per node): the h100-sxm preset; container: dockers/Dockerfile at b0b92ff "
+    "(nvcr.io/nvidia/pytorch:25.06-py3, cuDNN 9.11, DeepEP a84a248), but Transformer Engine later than its 07afda98: "
+    "the readme's selective recomputation needs Transformer Engine PR #2125 (93a67af81, 2025-09-16), which that "
+    "commit lacks. The figure is Megatron's TFLOP/s, turned into tokens per second per GPU with its own count at this "
+    "length (MEGATRON_QWEN3_235B_A22B_FLOPS_PER_TOKEN_AT[{seq}] = {flops:,}). Not stated: the Megatron-LM commit "
+    "measured (the table names none; the launch's --moe-flex-dispatcher-backend needs dev from d9153a50ce or main from "
+    "3df200905e, where the count is the same) and the steps the figure is over")
 
 NINETEENTH_SET: list[HeldOutRun] = [
     # ---- mixture of experts, fine-grained, long sequences: Qwen3-235B-A22B at 16K-128K tokens on 256 H100s ----------
@@ -2975,12 +2991,13 @@ NINETEENTH_SET: list[HeldOutRun] = [
                MODELZOO_LONG.format(seq=seq, tflops=tflops), {**QWEN3_235B_A22B, "seq_len": seq},
                dict(dp=8 // cp, tp=4, pp=8, cp=cp, ep=8, expert_tp=1, grad_accum=32 * cp, **MODELZOO_H100),
                "h100-sxm", "tokens_per_gpu", tflops * 1e12 / MEGATRON_QWEN3_235B_A22B_FLOPS_PER_TOKEN_AT[seq],
-               MODELZOO_LONG_NOTE.format(cp=cp, seq=seq, dp=8 // cp, ga=32 * cp, share=moe_recompute_share(seq),
-                                         without=moe_recompute_share(seq, with_scores=False),
+               MODELZOO_LONG_NOTE.format(cp=cp, seq=seq, dp=8 // cp, ga=32 * cp,
+                                         to_none=moe_recompute_distances(seq)[0],
+                                         to_full=moe_recompute_distances(seq)[1],
                                          flops=MEGATRON_QWEN3_235B_A22B_FLOPS_PER_TOKEN_AT[seq]))
     for seq, cp, tflops in ((16384, 1, 295), (32768, 2, 335), (65536, 4, 368), (131072, 8, 389))]
-# Left out: the table's dropless figures (above); the readme's GB200 and GB300 tables (020b813, 2026-03-10) are not
-# part of this set.
+# Left out: the table's dropless figures (above). Not part of this set: the readme's GB200 and GB300 tables (020b813,
+# 2026-03-10) and the GB200 128K row added at 798dfb5 (2026-05-13).
 
 RUNS: list[HeldOutRun] = (FIRST_SET + SECOND_SET + THIRD_SET + FOURTH_SET + FIFTH_SET + SIXTH_SET + SEVENTH_SET
                           + EIGHTH_SET + NINTH_SET + TENTH_SET + ELEVENTH_SET + TWELFTH_SET + THIRTEENTH_SET
