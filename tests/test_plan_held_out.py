@@ -296,7 +296,7 @@ def test_readme_quotes_the_held_out_medians(outcomes):
     assert f"{aside['runs']} published runs" in bullet and f"median error {aside['median']:.1%}" in bullet
     assert f"{development['runs']} runs" in bullet and f"median error {development['median']:.1%}" in bullet
     fit = held_out_fit.summary()
-    assert f"median error {fit['fitted']:.1%}, against {fit['calibrated']:.1%} as planned" in bullet
+    assert f"median error {fit['fitted']:.1%}, against {fit['calibrated']:.1%} as planned." in bullet
     later = held_out.ASIDE_NAMES - {run.name for run in held_aside_runs.FIRST_SET}
     assert f"({len(later)} written down before it predicted any)" in bullet
     h200 = min(r.error for r in outcomes if r.run.gpu == "h200" and r.split == ASIDE)
@@ -314,6 +314,8 @@ def test_readme_quotes_the_held_out_medians(outcomes):
     untuned = sorted(r.error for r in outcomes if r.split == ASIDE
                      and r.run.name.startswith("Megatron-Bridge verification gpt-oss"))
     assert len(untuned) == 2 and f"untuned gpt-oss recipes {untuned[0]:+.0%} and {untuned[1]:+.0%};" in bullet
+    long = sorted(r.error for r in outcomes if r.run.name in {run.name for run in held_aside_runs.NINETEENTH_SET})
+    assert len(long) == 4 and f"Qwen3-235B-A22B at 16K-128K tokens on H100s {long[-1]:.0%} to {long[0]:.0%};" in bullet
     for row in by_family(outcomes, ASIDE):
         if row.runs:
             assert f"{row.median:.1%}" in bullet, f"README's bullet lacks {FAMILIES[row.family]}'s {row.median:.1%}"
@@ -335,15 +337,18 @@ def test_one_measured_run_per_stack_fits_its_own_figure_and_helps_only_at_other_
             step_time(model, with_matmul_efficiency(cluster, group.efficiency), strategy).total
         assert held_out.predict(first) * ratio == pytest.approx(first.published, rel=1e-6), group.fitted_on
     total = held_out_fit.summary(fitted)
-    # the fit brings the runs closer in the median (9.7 % against 10.4 % as planned), through the groups of one code
-    assert total["fitted"] < total["calibrated"] and total["runs"] == sum(len(g.runs) for g in fitted)
+    # over all groups the fit leaves the median where it was (10.6 % either way): it helps in some groups, hurts in
+    # others (below); the docs' verb follows the figures
+    assert total["runs"] == sum(len(g.runs) for g in fitted)
     assert held_out_fit.markdown_table(fitted) in (ROOT / "docs" / "planner.md").read_text()
     by_group = {(group.source, group.gpu): (group, held_out_fit.summary([group])) for group in fitted}
     page = " ".join((ROOT / "docs" / "planner.md").read_text().split())
     def pair(summary):
         return f"{100 * summary['calibrated']:.1f} % to {100 * summary['fitted']:.1f} %"
-    assert (f"helps in the median ({100 * total['calibrated']:.1f} % as planned, {100 * total['fitted']:.1f} % "
-            "fitted)") in page
+    planned, fitted_median = (f"{100 * total[key]:.1f}" for key in ("calibrated", "fitted"))
+    verb = ("leaves the median where it was" if planned == fitted_median else
+            "helps in the median" if total["fitted"] < total["calibrated"] else "hurts the median")
+    assert f"{verb} ({planned} % as planned, {fitted_median} % fitted)" in page
     v60_h100 = by_group[("mlcommons/training_results_v6.0", "h100-sxm")][0]
     cisco = [(planned, fitted) for name, planned, fitted in v60_h100.runs if "Llama" in name]
     assert len(cisco) == 2 and (f"({percent(cisco[0][0])} and {percent(cisco[1][0])} to "
@@ -506,20 +511,26 @@ def test_per_node_dispatch_moved_the_runs_that_send_experts_across_nodes_both_wa
 
 
 def test_a_family_whose_held_aside_runs_all_missed_one_way_says_which(outcomes):
-    """The trust line says when every held-aside run of a family (two or more) missed the same way: fine-grained MoE
-    on Hopper ran slower than planned (read the plan's speed as an upper bound), NVIDIA's dense H100 TP runs faster
-    than planned at the calibrated constant; a family whose runs missed both ways (FSDP; fine-grained MoE over all
-    GPUs, whose thirteenth-set DeepSeek-V3 runs on B200s and GB300s came out faster) says neither."""
-    assert "each ran slower than planned" in held_out.family_line("moe-fine", outcomes, generation="hopper")
+    """The trust line says when every held-aside run of a family (two or more) missed the same way: dense A100 runs
+    with TP ran slower than planned (read the plan's speed as an upper bound), NVIDIA's dense H100 TP runs faster
+    than planned at the calibrated constant; a family whose runs missed both ways says neither: FSDP; fine-grained MoE
+    over all GPUs (the thirteenth set's DeepSeek-V3 runs on B200s and GB300s came out faster) and on Hopper GPUs
+    (the nineteenth set's runs at 16K-128K tokens came out faster, the family's others there slower)."""
+    assert "each ran slower than planned" in held_out.family_line("dense-a100", outcomes, generation="ampere")
+    assert "than planned" not in held_out.family_line("moe-fine", outcomes, generation="hopper")
     assert "than planned" not in held_out.family_line("moe-fine", outcomes)
+    long = {run.name for run in held_aside_runs.NINETEENTH_SET}
+    hopper = [r.error for r in outcomes if "moe-fine" in r.families and r.split == ASIDE and r.error is not None
+              and held_out.generation_of(r.run.gpu) == "hopper"]
+    assert all(r.error < 0 for r in outcomes if r.run.name in long) and max(hopper) > 0
     calibrated = held_out.at_plans_rate(ClusterSpec.preset("h100-sxm", nodes=8))[0]
     assert "each ran faster than planned" in held_out.family_line("dense-h100-tp", calibrated)
     assert "than planned" not in held_out.family_line("dense-h100-tp", outcomes)    # at the kernel rate, both ways
     assert "than planned" not in held_out.family_line("fsdp", outcomes)
-    for key, sign in (("moe-fine", 1), ("dense-h100-tp", -1)):
+    for key, sign, generation in (("dense-a100", 1, "ampere"), ("dense-h100-tp", -1, "hopper")):
         source = outcomes if sign > 0 else calibrated
         errors = [r.error for r in source if key in r.families and r.split == ASIDE and r.error is not None
-                  and held_out.generation_of(r.run.gpu) == "hopper"]
+                  and held_out.generation_of(r.run.gpu) == generation]
         assert len(errors) >= 2 and all(e * sign > 0 for e in errors), key
 
 
@@ -595,8 +606,12 @@ def test_the_docs_give_the_imbalance_each_expert_parallel_run_would_need(outcome
     assert len(recipes) == 10 and all(held_out.implied_imbalance(r.run) is None for r in fast)
     assert (f"Megatron-LM's recipe index (the thirteenth set), which forces balanced routing, so that no imbalance "
             f"explains it: {errors(slow)} for {len(slow)} runs, {errors(fast)} for {len(fast)}") in page
+    long = [r for r in split if r.run.name in {run.name for run in held_aside_runs.NINETEENTH_SET}]
+    assert len(long) == 4 and all(r.error < 0 and held_out.implied_imbalance(r.run) is None for r in long)
+    assert (f"the ModelZoo's Qwen3-235B-A22B at 16K to 128K tokens on H100s (the nineteenth set), routing forced to "
+            f"balance too: {errors(long)}, each faster than planned, which no imbalance explains") in page
     fine = {r.run.name for r in split if "moe-fine" in r.families}
-    assert fine == {r.run.name for runs in (*groups.values(), recipes) for r in runs
+    assert fine == {r.run.name for runs in (*groups.values(), recipes, long) for r in runs
                     if "moe-fine" in r.families}                                                   # none left out
     # the sentence after the list: fine-grained MoE meets the goal in neither placement
     placed = {split_: row.median for key, split_, row in held_out.by_placement(outcomes) if key == "moe-fine"}
@@ -680,7 +695,8 @@ def test_the_ring_latencys_moves_are_what_the_docs_say(outcomes):
     split = [r.error for r in mlperf_gpt_oss_split(outcomes)]
     assert (f"MLPerf's other gpt-oss-20b runs with their experts split do ({percent(min(split))} to "
             f"{percent(max(split))})") in paragraph
-    later = {run.name for run in held_aside_runs.EIGHTEENTH_SET}      # written down after the change: not in its record
+    later = {run.name for run in held_aside_runs.EIGHTEENTH_SET + held_aside_runs.NINETEENTH_SET}   # written down after
+    # the change: not in its record
     then = [r for r in outcomes if r.run.name not in later]
     with_them = statistics.median(abs(r.error) for r in then
                                   if r.split == ASIDE or r.run.name in held_out.MOVED_BY_RING_LATENCY)
@@ -832,8 +848,7 @@ def test_the_docs_give_the_sixteenth_sets_figures_as_the_code_computes_them(outc
 
 def test_the_docs_give_the_eighteenth_sets_figures_as_the_code_computes_them(outcomes):
     """Megatron-Bridge's verification runs, predicted once: Qwen3-8B near its figure, the two untuned gpt-oss recipes
-    several times slower than planned; and the fine-grained family's medians with them, as the paragraph after it
-    gives them."""
+    several times slower than planned."""
     page = " ".join((ROOT / "docs" / "planner.md").read_text().split())
     rows = [next(r for r in outcomes if r.run.name == run.name) for run in held_aside_runs.EIGHTEENTH_SET]
     assert len(rows) == 3 and all(r.split == ASIDE for r in rows)
@@ -843,6 +858,47 @@ def test_the_docs_give_the_eighteenth_sets_figures_as_the_code_computes_them(out
             f"(gpt-oss-20b and gpt-oss-120b): those two ran {1 + small.error:.1f} and {1 + large.error:.1f} times "
             f"slower than planned") in page
     assert all(r.run.model["vocab"] == 32000 for r in (small, large))
+
+
+def test_the_docs_give_the_nineteenth_sets_figures_as_the_code_computes_them(outcomes):
+    """The ModelZoo's Qwen3-235B-A22B at 16K-128K tokens on H100s, predicted once: faster than planned, the more so the
+    longer the sequence; the planner's compute alone against the published step (what it overcharges grows with the
+    sequence); the development part's long-sequence H100 runs that miss the same way; and the fine-grained family's
+    medians with the set, as the paragraph after it gives them."""
+    page = " ".join((ROOT / "docs" / "planner.md").read_text().split())
+    rows = [next(r for r in outcomes if r.run.name == run.name) for run in held_aside_runs.NINETEENTH_SET]
+    assert len(rows) == 4 and all(r.split == ASIDE for r in rows)
+    errors = [r.error for r in rows]
+    assert errors == sorted(errors, reverse=True) and max(errors) < 0         # longer sequence, larger miss
+    assert "Predicted once: " + ", ".join(percent(e) for e in errors[:3]) + f" and {percent(errors[3])}" in page
+    ratios = []
+    for r in rows:
+        model, cluster, strategy = held_out.build(r.run)
+        gpus = strategy.dp * strategy.tp * strategy.pp * strategy.cp
+        published_step = strategy.dp * strategy.grad_accum * model.seq_len / (r.run.published * gpus)
+        ratios.append(step_time(model, cluster, strategy).compute / published_step)
+    assert ratios == sorted(ratios) and ratios[0] < 1 < ratios[1]
+    assert ("The planner's compute alone comes to " + ", ".join(f"{x:.2f}" for x in ratios[:3])
+            + f" and {ratios[3]:.2f} times the published step") in page
+    # lesson 13's account: from 32K tokens on, attention (the scores' share of Megatron's count) is most of the work
+    counts = held_aside_runs.MEGATRON_QWEN3_235B_A22B_FLOPS_PER_TOKEN_AT
+    scores = {s: s * 6 * 8192 * 94 / count for s, count in counts.items()}
+    assert scores[16384] < 0.5 < min(scores[s] for s in (32768, 65536, 131072))
+    cells = json.loads((ROOT / "notebooks" / "13-plan-your-training-run.ipynb").read_text())["cells"]
+    lesson = " ".join(" ".join("".join(cell["source"]) for cell in cells).split())
+    assert (f"ran {round(-100 * max(errors))}-{round(-100 * min(errors))} % faster than planned, the more so the "
+            "longer the sequence: from 32K tokens on, attention is most of the work, and the planner's compute alone "
+            "outlasts the published step") in lesson
+    for r in rows:                                    # the published step as the run states it: GBS 256 of s tokens
+        assert "GBS 256" in r.run.source and r.run.strategy["dp"] * r.run.strategy["grad_accum"] == 256
+    dev_long = [r.error for r in outcomes if r.split == DEVELOPMENT and r.error is not None
+                and r.run.gpu.startswith("h100") and held_out.build(r.run)[0].seq_len >= 32768]
+    assert len(dev_long) == 5 and max(dev_long) < 0
+    assert f"(torchtitan's Llama 3.1 8B at 32K-256K tokens and Llama 3 405B at 128K: {percent(min(dev_long))} to " \
+           f"{percent(max(dev_long))})" in page
+    before = [r for r in outcomes if r.split == ASIDE and held_out.generation_of(r.run.gpu) == "hopper"
+              and r.run.strategy.get("cp", 1) > 1 and r.run.name not in {row.run.name for row in rows}]
+    assert before and all(held_out.build(r.run)[0].seq_len == 8192 for r in before)
     placed = {split_: row for key, split_, row in held_out.by_placement(outcomes) if key == "moe-fine"}
     family_row = next(r for r in by_family(outcomes) if r.family == "moe-fine")
     split = [r.error for r in outcomes if r.split == ASIDE and "moe-fine" in r.families
@@ -851,6 +907,11 @@ def test_the_docs_give_the_eighteenth_sets_figures_as_the_code_computes_them(out
             f"{family_row.runs} runs") in page
     assert (f"the {placed[True].runs} with expert parallelism by {100 * placed[True].median:.1f} % "
             f"({percent(min(split))} to {percent(max(split))})") in page
+    hopper = [r.error for r in outcomes if r.split == ASIDE and "moe-fine" in r.families
+              and held_out.generation_of(r.run.gpu) == "hopper" and r.run.name not in {row.run.name for row in rows}]
+    assert min(hopper) > 0                  # before this set, every fine-grained run on Hopper ran slower than planned
+    assert (f"the nineteenth set's runs were {round(-100 * max(errors))}-{round(-100 * min(errors))} % faster than "
+            f"planned") in page
 
 
 def test_the_docs_give_the_seventeenth_sets_figures_as_the_code_computes_them(outcomes):
