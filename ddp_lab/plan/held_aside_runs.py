@@ -2930,7 +2930,8 @@ EIGHTEENTH_SET: list[HeldOutRun] = [
 # (main, 2025-11-03, the last commit before the table; the scores' causal half counted since 8873b55d6a, 2025-03-06),
 # the same for this model at the commits the runs can have used (the launch passes --moe-flex-dispatcher-backend,
 # which main has only from 3df200905e, 2025-11-18, and the dev branch from d9153a50ce, 2025-10-21: the count is the
-# same at both and at dev's ee14b5b8c8, whose rewritten GQA formula gives the same values), per token at sequence s: the thirteenth set's count for Qwen3-235B-A22B with its scores term at s instead of 4,096
+# same at both and at dev's ee14b5b8c8, whose rewritten GQA formula gives the same values), per token at sequence s:
+# the thirteenth set's count for Qwen3-235B-A22B with its scores term at s instead of 4,096
 # (routed 85,161,148,416 + projections 40,214,986,752 + logits 3,733,979,136 + scores s x 6 x 8,192 x 94; the
 # vocabulary 151,936 at TP 4 too: 1,187 x 4 x 32)
 MEGATRON_QWEN3_235B_A22B_FLOPS_PER_TOKEN_AT = {
