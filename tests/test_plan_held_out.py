@@ -979,3 +979,34 @@ def test_the_docs_give_the_seventeenth_sets_figures_as_the_code_computes_them(ou
     assert (v51.strategy, v51.gpu) == (v60.strategy, v60.gpu)
     assert held_out.predict(v51, kernel_rate=False) == held_out.predict(v60, kernel_rate=False)
     assert f"ran {100 * (v60.published / v51.published - 1):.0f} % faster in v6.0 than in v5.1" in page
+
+
+def test_a_long_sequence_plan_is_told_what_the_long_runs_of_its_gpus_did(outcomes):
+    """A plan at 32K tokens or more gets a line on both held-out parts' runs at such lengths on its GPU generation,
+    whatever their family (held_out.long_sequence_line): on Hopper every one of them ran faster than planned, at the
+    plan's rate; a shorter plan, or a generation with no such run, gets no such line; docs/planner.md says so."""
+    from types import SimpleNamespace as Plan
+    from ddp_lab.plan.report import accuracy_text
+    h100s = ClusterSpec.preset("h100-sxm", nodes=1)
+    long = [r for r in outcomes if r.error is not None and held_out.generation_of(r.run.gpu) == "hopper"
+            and held_out.run_seq_len(r.run) >= 32768]
+    aside = sorted(r.error for r in long if r.split == ASIDE)
+    development = sorted(r.error for r in long if r.split == DEVELOPMENT)
+    assert len(aside) == 3 and len(development) == 5 and max(aside + development) < 0
+    line = held_out.long_sequence_line(outcomes, "hopper", "NVIDIA's stacks at the kernel rate")
+    assert line == (f"at 32,768 tokens or more on Hopper GPUs, any family (NVIDIA's stacks at the kernel rate): held "
+                    f"aside, 3 published runs, {aside[0]:+.1%} to {aside[-1]:+.1%}, each ran faster than planned; "
+                    f"development, 5 runs, {development[0]:+.1%} to {development[-1]:+.1%}, each ran faster than "
+                    f"planned")
+    assert held_out.long_sequence_line(outcomes, "ampere") == ""
+    model = Transformer.preset("llama3-8b")
+    plan_at = {s: Plan(model=model.with_(seq_len=s), strategy=Strategy(dp=1, cp=8)) for s in (32768, 16384)}
+    calibrated, words = held_out.at_plans_rate(h100s)
+    said = accuracy_text(h100s, [plan_at[32768]])
+    assert held_out.long_sequence_line(calibrated, "hopper", words) in said and "32,768 tokens or more" in said
+    assert "tokens or more on" not in accuracy_text(h100s, [plan_at[16384]])
+    page = " ".join((ROOT / "docs" / "planner.md").read_text().split())
+    assert ("whatever their family (`held_out.long_sequence_line`: on Hopper GPUs each of them ran faster than "
+            "planned, so there a long-sequence plan's throughput is a floor, not a ceiling)") in page
+    assert all(r.error < 0 for r in calibrated if r.error is not None and held_out.generation_of(r.run.gpu) == "hopper"
+               and held_out.run_seq_len(r.run) >= 32768)

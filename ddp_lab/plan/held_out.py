@@ -94,11 +94,15 @@ def run_families(run: HeldOutRun) -> list[str]:
     model, strategy = run.model, run.strategy
     moe = model.get("moe") or (Transformer.preset(model["preset"]).moe if "preset" in model else None)
     experts = moe["experts"] if isinstance(moe, dict) else (moe.experts if moe else 0)
-    seq_len = model.get("seq_len") or Transformer.preset(model["preset"]).seq_len
-    met = _families(run.gpu, experts, model.get("preset", model.get("name", "")), seq_len,
+    met = _families(run.gpu, experts, model.get("preset", model.get("name", "")), run_seq_len(run),
                     **{axis: strategy.get(axis, 1) for axis in ("dp", "tp", "pp", "cp")},
                     precision=strategy.get("precision", "bf16"))
     return [key for key in met if key in GPU_FAMILIES] + [key for key in met if key not in GPU_FAMILIES][:1]
+
+
+def run_seq_len(run: HeldOutRun) -> int:
+    """The sequence a run trains on, as written: its model's seq_len, or its preset's."""
+    return run.model.get("seq_len") or Transformer.preset(run.model["preset"]).seq_len
 
 
 # Sources outside NVIDIA's organisations whose runs ran NVIDIA's software (`nvidia_stack`), by how their `source`
@@ -698,10 +702,45 @@ def for_plan(key: str, outcomes, generation: str, split_experts: bool | None = N
 def _one_way(key: str, outcomes) -> str:
     """', each ran slower than planned' where every held-aside run of the family (two or more) missed the same way
     (error > 0: the planner's throughput was above the run's), ', each ran faster than planned' the other way, or ''."""
-    errors = [r.error for r in outcomes if key in r.families and r.split == ASIDE and r.error is not None]
+    return _same_way([r.error for r in outcomes if key in r.families and r.split == ASIDE and r.error is not None])
+
+
+def _same_way(errors) -> str:
+    """', each ran slower (faster) than planned' where every one of two or more errors is positive (negative), or ''."""
     if len(errors) < 2 or not (all(e > 0 for e in errors) or all(e < 0 for e in errors)):
         return ""
     return f", each ran {'slower' if errors[0] > 0 else 'faster'} than planned"
+
+
+def long_sequence_line(outcomes, generation: str, rate: str = "") -> str:
+    """What the published runs never fitted on say of a plan at LONG_SEQUENCE tokens or more on GPUs of `generation`:
+    each part's runs at such lengths on that generation, whatever their family (a family's line scores a plan on its
+    runs, most of them at 2-8K tokens, while at 32K or more attention is most of a step's work), their range, and the
+    way they missed where every run of a part missed the same way; '' where no run is that long there. `rate`
+    (`at_plans_rate`'s words) is said where some of the runs are NVIDIA's stacks on Hopper, whose rate it changes.
+
+    Example:
+        >>> long_sequence_line(results(), "ampere")
+        ''
+        >>> long_sequence_line(results(), "hopper")          # doctest: +ELLIPSIS
+        'at 32,768 tokens or more on Hopper GPUs, any family: held aside, 3 published runs, ...; development, 5 runs, ...'
+
+    Introduced in notebooks/13-plan-your-training-run.ipynb (the accuracy lines of `python -m ddp_lab plan`).
+    """
+    long = [r for r in outcomes if r.error is not None and generation_of(r.run.gpu) == generation
+            and run_seq_len(r.run) >= LONG_SEQUENCE]
+    if not long:
+        return ""
+
+    def part(split: str, noun: str) -> str:
+        errors = sorted(r.error for r in long if r.split == split)
+        if not errors:
+            return "none"
+        span = f"{errors[0]:+.1%}" if len(errors) == 1 else f"{errors[0]:+.1%} to {errors[-1]:+.1%}"
+        return f"{len(errors)} {noun}{'s' if len(errors) > 1 else ''}, {span}{_same_way(errors)}"
+    at = f" ({rate})" if rate and any(runs_at_kernel_rate(r.run) for r in long) else ""
+    return (f"at {LONG_SEQUENCE:,} tokens or more on {generation.capitalize()} GPUs, any family{at}: held aside, "
+            f"{part(ASIDE, 'published run')}; development, {part(DEVELOPMENT, 'run')}")
 
 
 def markdown_tables(outcomes=None) -> str:

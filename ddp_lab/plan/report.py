@@ -286,10 +286,12 @@ def accuracy_text(cluster, plans=()) -> str:
     held-out lines, which score such plans. A generation none of them is on (a T4, a GB200) is called rough (the
     held-out lines below may still score its family). A plan for longer sequences than the scored runs train on is
     told how the planner did on MosaicML's sequence sweep of the generation (which its attention rate comes from),
-    or, beyond the sweep's longest, that no published run checks it. The figures hold for the planner's defaults: a
+    or, beyond the sweep's longest, that the plans are less certain. The figures hold for the planner's defaults: a
     cluster given another overlap slowdown (--overlap-slowdown) is told so. Last, for each family among `plans`
     (ddp_lab.plan.held_out's rules), the planner's error on the published runs of that family it was never fitted
-    on: the held-aside part's, then the development part's (ddp_lab.plan.held_out).
+    on: the held-aside part's, then the development part's (ddp_lab.plan.held_out); and for plans at 32K tokens or
+    more, both parts' runs at such lengths on the cluster's GPU generation, whatever their family
+    (`held_out.long_sequence_line`).
 
     Example:
         >>> from ddp_lab.plan import ClusterSpec
@@ -347,6 +349,10 @@ def _held_out_lines(cluster, plans) -> list[str]:
         said.add(family)
         if at_kernels:
             lines.append(f"          ({at_kernels})")
+    if max((plan.model.seq_len for plan in plans), default=0) >= held_out.LONG_SEQUENCE:
+        long = held_out.long_sequence_line(outcomes, cluster.gpu.generation, rate)
+        if long:
+            lines.append(f"          {long}")
     return lines
 
 
