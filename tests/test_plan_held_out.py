@@ -62,6 +62,17 @@ def test_no_held_out_run_is_in_the_fitted_set():
             assert (model.name, strategy.gpus, round(run.published)) not in fitted, run.name
 
 
+def planner_page() -> str:
+    """docs/planner.md with its whitespace runs made single spaces, as its prose is quoted."""
+    return " ".join((ROOT / "docs" / "planner.md").read_text().split())
+
+
+def lesson_13_text() -> str:
+    """Lesson 13's cell sources, joined and with whitespace runs made single spaces."""
+    cells = json.loads((ROOT / "notebooks" / "13-plan-your-training-run.ipynb").read_text())["cells"]
+    return " ".join(" ".join("".join(cell["source"]) for cell in cells).split())
+
+
 def percent(error) -> str:
     """An error as docs/planner.md writes it in prose: one decimal, a true minus sign."""
     return f"{100 * error:+.1f} %".replace("-", "\N{MINUS SIGN}")
@@ -271,7 +282,7 @@ def test_the_fine_grained_familys_runs_with_expert_parallelism_miss_most(outcome
     line = held_out.family_line("moe-fine", outcomes, "", "blackwell", split_experts=False)
     assert f"{held_out.PLACEMENTS[False]} (" in line and line.endswith("development: none so placed on these GPUs")
     alike = [r for r in runs if r.split == ASIDE]
-    page = " ".join((ROOT / "docs" / "planner.md").read_text().split())
+    page = planner_page()
     assert f"states the {100 * statistics.median(abs(r.error) for r in alike):.1f} % of its {len(alike)} such" in page
 
 
@@ -345,7 +356,7 @@ def test_one_measured_run_per_stack_fits_its_own_figure_and_helps_only_at_other_
     assert total["runs"] == sum(len(g.runs) for g in fitted)
     assert held_out_fit.markdown_table(fitted) in (ROOT / "docs" / "planner.md").read_text()
     by_group = {(group.source, group.gpu): (group, held_out_fit.summary([group])) for group in fitted}
-    page = " ".join((ROOT / "docs" / "planner.md").read_text().split())
+    page = planner_page()
     def pair(summary):
         return f"{100 * summary['calibrated']:.1f} % to {100 * summary['fitted']:.1f} %"
     planned, fitted_median = (f"{100 * total[key]:.1f}" for key in ("calibrated", "fitted"))
@@ -554,7 +565,7 @@ def test_a_family_with_a_run_on_a_gpu_without_a_preset_still_scores_plans():
 def test_the_docs_quote_the_runs_moved_by_the_overlap_as_planned_now(outcomes):
     """docs/planner.md gives MLPerf's DeepSeek-V3 runs, moved to development once --ep-overlap was modelled, at their
     errors with the overlap, and the ninth set's with it too: each figure as the code plans it now."""
-    page = " ".join((ROOT / "docs" / "planner.md").read_text().split())
+    page = planner_page()
     moved = [r for r in outcomes if r.run.name in held_out.MOVED_BY_EP_OVERLAP]
     ninth = [r for r in outcomes if r.run.name in held_out.REPEATS_DEVELOPMENT_SOURCE]
     assert len(moved) == 7 and len(ninth) == 4 and all(r.split == DEVELOPMENT for r in moved + ninth)
@@ -567,7 +578,7 @@ def test_the_docs_give_the_imbalance_each_expert_parallel_run_would_need(outcome
     """docs/planner.md lists, per group of held-aside runs that split the experts, the routing imbalance that would
     explain its error (held_out.implied_imbalance), and the error left at the 1.25 cap the H100 gpt-oss runs' expert
     capacity factor sets: each figure as the code computes it now. The planner itself plans every run balanced."""
-    page = " ".join((ROOT / "docs" / "planner.md").read_text().split())
+    page = planner_page()
     split = [r for r in outcomes if r.split == ASIDE and r.predicted is not None
              and held_out.splits_experts(r.run.strategy)]
     assert all("expert_imbalance" not in r.run.strategy for r in outcomes)
@@ -682,7 +693,7 @@ def test_the_ring_latencys_moves_are_what_the_docs_say(outcomes):
     """docs/planner.md's paragraph on the ring's per-hop latency (collectives.ring_latency): the two runs whose misses
     led to it moved to the development part, at their figures now; each held-aside run it moved by half a point or
     more, from its figure predicted once to its figure now; the held-aside median with and without the two."""
-    page = " ".join((ROOT / "docs" / "planner.md").read_text().split())
+    page = planner_page()
     start = page.index("Then a ring's latency came to be counted hop by hop")
     paragraph = page[start:page.index("The *eighteenth* set", start)]
     now = {r.run.name: r for r in outcomes}
@@ -714,7 +725,7 @@ def test_the_docs_give_the_thirteenth_sets_figures_as_the_code_computes_them(out
     """Megatron-LM's recipe index, predicted once: its median error, and what two recipes of one layout (Qwen3-30B-A3B
     on 16 GB200s) show that a layout-level plan cannot see: the whole step in CUDA graphs ran faster than the partial
     graphs by a quarter where the planner gives both one figure, and MXFP8 slower than BF16 where it gives it more."""
-    page = " ".join((ROOT / "docs" / "planner.md").read_text().split())
+    page = planner_page()
     rows = [r for r in outcomes if r.run.name in {run.name for run in held_aside_runs.THIRTEENTH_SET}]
     assert len(rows) == 10 and all(r.split == ASIDE for r in rows)
     assert "with the whole step in CUDA graphs); median 22.3 %" in page          # predicted once
@@ -739,7 +750,7 @@ def test_the_docs_give_the_fourteenth_sets_figures_as_the_code_computes_them(out
     """MLPerf's H200 runs of other submitters, predicted once at the calibrated rate (the rule as written: they are
     not NVIDIA's stack by `nvidia_stack`), and what the kernel rate that NVIDIA's own H100 runs of the same 405B code
     get would have given them."""
-    page = " ".join((ROOT / "docs" / "planner.md").read_text().split())
+    page = planner_page()
     names = [run.name for run in held_aside_runs.FOURTEENTH_SET]
     rows = [next(r for r in outcomes if r.run.name == name) for name in names]
     assert all(r.split == ASIDE and r.run.gpu == "h200" and not held_out.runs_at_kernel_rate(r.run) for r in rows)
@@ -758,7 +769,7 @@ def test_the_docs_give_the_fifteenth_sets_figures_as_the_code_computes_them(outc
     """MLPerf's remaining Llama 3.1 submissions, predicted once: every figure docs/planner.md gives for them, by GPU
     in the set's order, and their median; none is planned at the kernel rate (Cisco's H100 runs are its own code,
     the rest are on Blackwell GPUs)."""
-    page = " ".join((ROOT / "docs" / "planner.md").read_text().split())
+    page = planner_page()
     names = [run.name for run in held_aside_runs.FIFTEENTH_SET]
     rows = [next(r for r in outcomes if r.run.name == name) for name in names]
     assert all((r.split == ASIDE or r.run.name in held_out.MOVED_BY_RING_LATENCY)
@@ -774,8 +785,7 @@ def test_the_docs_give_the_fifteenth_sets_figures_as_the_code_computes_them(outc
     blackwell = sorted(abs(r.error) for r in rows if r.run.gpu != "h100-sxm" and r.error < 0)
     assert len(blackwell) == len(rows) - 2 and 0.01 <= blackwell[0] and blackwell[-2] <= 0.25 < blackwell[-1]
     assert "Every Blackwell run ran faster than planned, by 1-25 % but for one" in page
-    cells = json.loads((ROOT / "notebooks" / "13-plan-your-training-run.ipynb").read_text())["cells"]
-    lesson = " ".join(" ".join("".join(cell["source"]) for cell in cells).split())
+    lesson = lesson_13_text()
     second = "MLPerf v5.1 Llama 3.1 8B TP 2 x CP 4, 512 GB200s, FP8"
     cp2 = [r for r in rows if r.run.gpu == "b200" and r.run.name.startswith("MLPerf v5.1 Llama 3.1 8B CP 2,")]
     then, now_ = sorted(-r.error for r in cp2), sorted(next(o.error for o in outcomes if o.run.name == r.run.name)
@@ -799,7 +809,7 @@ def test_the_fifteenth_sets_largest_miss_is_the_rings_latency_term_in_the_gradie
     the sync takes 0.11 s, still longer than that step."""
     run = next(run for run in held_aside_runs.FIFTEENTH_SET if run.name.endswith("512 GB300s, FP8 (NVIDIA)"))
     model, cluster, strategy = held_out.build(run)
-    page = " ".join((ROOT / "docs" / "planner.md").read_text().split())
+    page = planner_page()
     planned = step_time(model, cluster, strategy)
     silent = step_time(model, dataclasses.replace(cluster, inter_node_latency=0.0, intra_node_latency=0.0), strategy)
     # every hop at the network's latency, as the planner charged it when the set was predicted: the NVLink hops too
@@ -830,7 +840,7 @@ def test_the_docs_give_the_sixteenth_sets_figures_as_the_code_computes_them(outc
     """Other organisations' MLPerf GPT-3 runs, predicted once: those of NVIDIA's implementation by the files
     (held_aside_runs.NVIDIA_CODE_BY_OTHERS) at the kernel rate, Azure's (the same code with its comments taken out,
     other git blobs) at the calibrated rate; and what the kernel rate would have given Azure's."""
-    page = " ".join((ROOT / "docs" / "planner.md").read_text().split())
+    page = planner_page()
     rows = [next(r for r in outcomes if r.run.name == run.name) for run in held_aside_runs.SIXTEENTH_SET]
     at_kernel = [r for r in rows if held_out.runs_at_kernel_rate(r.run)]
     assert all(r.split == ASIDE for r in rows) and len(at_kernel) == 5
@@ -852,7 +862,7 @@ def test_the_docs_give_the_sixteenth_sets_figures_as_the_code_computes_them(outc
 def test_the_docs_give_the_eighteenth_sets_figures_as_the_code_computes_them(outcomes):
     """Megatron-Bridge's verification runs, predicted once: Qwen3-8B near its figure, the two untuned gpt-oss recipes
     several times slower than planned."""
-    page = " ".join((ROOT / "docs" / "planner.md").read_text().split())
+    page = planner_page()
     rows = [next(r for r in outcomes if r.run.name == run.name) for run in held_aside_runs.EIGHTEENTH_SET]
     assert len(rows) == 3 and all(r.split == ASIDE for r in rows)
     qwen, small, large = rows
@@ -868,7 +878,7 @@ def test_the_docs_give_the_nineteenth_sets_figures_as_the_code_computes_them(out
     longer the sequence; the planner's compute alone against the published step (what it overcharges grows with the
     sequence); the development part's long-sequence H100 runs that miss the same way; and the fine-grained family's
     medians with the set, as the paragraph after it gives them."""
-    page = " ".join((ROOT / "docs" / "planner.md").read_text().split())
+    page = planner_page()
     rows = [next(r for r in outcomes if r.run.name == run.name) for run in held_aside_runs.NINETEENTH_SET]
     assert len(rows) == 4 and all(r.split == ASIDE for r in rows)
     errors = [r.error for r in rows]
@@ -887,27 +897,26 @@ def test_the_docs_give_the_nineteenth_sets_figures_as_the_code_computes_them(out
             "ring can account for the miss there") in page
     # the MoE layer's recomputation, planned by the rule as the nearer setting: none
     for r in rows:
-        to_none, to_full = held_aside_runs.moe_recompute_distances(held_out.build(r.run)[0].seq_len)
+        to_none, to_full = held_aside_runs.moe_recompute_distances(held_out.run_seq_len(r.run))
         assert to_none < to_full and r.run.strategy.get("recompute", "none") == "none"
     # lesson 13's account: from 32K tokens on, attention (the scores' share of Megatron's count) is most of the work
     counts = held_aside_runs.MEGATRON_QWEN3_235B_A22B_FLOPS_PER_TOKEN_AT
     scores = {s: s * 6 * 8192 * 94 / count for s, count in counts.items()}
     assert scores[16384] < 0.5 < min(scores[s] for s in (32768, 65536, 131072))
-    cells = json.loads((ROOT / "notebooks" / "13-plan-your-training-run.ipynb").read_text())["cells"]
-    lesson = " ".join(" ".join("".join(cell["source"]) for cell in cells).split())
+    lesson = lesson_13_text()
     assert (f"ran {round(-100 * max(errors))}-{round(-100 * min(errors))} % faster than planned, the more so the "
             "longer the sequence: from 32K tokens on, attention is most of the work, and the planner's compute alone "
             "outlasts the published step") in lesson
     for r in rows:                                    # the published step as the run states it: GBS 256 of s tokens
         assert "GBS 256" in r.run.source and r.run.strategy["dp"] * r.run.strategy["grad_accum"] == 256
     dev_long = [r.error for r in outcomes if r.split == DEVELOPMENT and r.error is not None
-                and r.run.gpu.startswith("h100") and held_out.build(r.run)[0].seq_len >= 32768]
+                and r.run.gpu.startswith("h100") and held_out.run_seq_len(r.run) >= 32768]
     assert len(dev_long) == 5 and max(dev_long) < 0
     assert f"(torchtitan's Llama 3.1 8B at 32K-256K tokens and the Llama 3 paper's 405B at 128K: " \
            f"{percent(min(dev_long))} to {percent(max(dev_long))})" in page
     before = [r for r in outcomes if r.split == ASIDE and held_out.generation_of(r.run.gpu) == "hopper"
               and r.run.strategy.get("cp", 1) > 1 and r.run.name not in {row.run.name for row in rows}]
-    assert before and all(held_out.build(r.run)[0].seq_len == 8192 for r in before)
+    assert before and all(held_out.run_seq_len(r.run) == 8192 for r in before)
     assert "every held-aside context-parallel run on Hopper GPUs before this set was at 8,192 tokens" in page
     assert (f"its runs at 32K-128K tokens on H100s, which count in that family, not in context parallelism's, miss by "
             f"{percent(min(errors))} to {percent(sorted(errors)[-2])})") in page
@@ -925,7 +934,7 @@ def test_the_docs_give_the_nineteenth_sets_figures_as_the_code_computes_them(out
     assert min(r.error for r in hopper) > 0       # before this set, each fine-grained run on Hopper ran slower than planned
     assert "the first held-aside fine-grained MoE runs on H100s that ran faster than planned" in page
     # and they ran at 4K-8K tokens: the upper-bound advice is limited to those
-    assert {held_out.build(r.run)[0].seq_len for r in hopper} <= {4096, 8192}
+    assert {held_out.run_seq_len(r.run) for r in hopper} <= {4096, 8192}
     assert "read the planner's throughput as an upper bound at 4K-8K tokens" in page
     assert (f"the nineteenth set's runs were {round(-100 * max(errors))}-{round(-100 * min(errors))} % faster than "
             f"planned") in page
@@ -954,9 +963,8 @@ def test_the_docs_give_the_seventeenth_sets_figures_as_the_code_computes_them(ou
     NVIDIA_SOFTWARE_ELSEWHERE gives every Cisco v6.0 submission by its source (not NVIDIA_CODE_BY_OTHERS: by the files
     neither of its folders is NVIDIA's code), with what the calibrated rate makes of them; SCITIX's; and the one layout
     Cisco ran in v5.1 and v6.0, which the planner gives one figure."""
-    page = " ".join((ROOT / "docs" / "planner.md").read_text().split())
-    cells = json.loads((ROOT / "notebooks" / "13-plan-your-training-run.ipynb").read_text())["cells"]
-    lesson = " ".join(" ".join("".join(cell["source"]) for cell in cells).split())
+    page = planner_page()
+    lesson = lesson_13_text()
     rows = [next(r for r in outcomes if r.run.name == run.name) for run in held_aside_runs.SEVENTEENTH_SET]
     cisco = [r for r in rows if "(Cisco)" in r.run.name]
     (scitix,) = [r for r in rows if "(SCITIX)" in r.run.name]
@@ -988,8 +996,10 @@ def test_a_long_sequence_plan_is_told_what_the_long_runs_of_its_gpus_did(outcome
     from types import SimpleNamespace as Plan
     from ddp_lab.plan.report import accuracy_text
     h100s = ClusterSpec.preset("h100-sxm", nodes=1)
-    long = [r for r in outcomes if r.error is not None and held_out.generation_of(r.run.gpu) == "hopper"
-            and held_out.run_seq_len(r.run) >= 32768]
+    def long_on_hopper(results):
+        return [r for r in results if r.error is not None and held_out.generation_of(r.run.gpu) == "hopper"
+                and held_out.run_seq_len(r.run) >= 32768]
+    long = long_on_hopper(outcomes)
     aside = sorted(r.error for r in long if r.split == ASIDE)
     development = sorted(r.error for r in long if r.split == DEVELOPMENT)
     assert len(aside) == 3 and len(development) == 5 and max(aside + development) < 0
@@ -1005,8 +1015,7 @@ def test_a_long_sequence_plan_is_told_what_the_long_runs_of_its_gpus_did(outcome
     said = accuracy_text(h100s, [plan_at[32768]])
     assert held_out.long_sequence_line(calibrated, "hopper", words) in said and "32,768 tokens or more" in said
     assert "tokens or more on" not in accuracy_text(h100s, [plan_at[16384]])
-    page = " ".join((ROOT / "docs" / "planner.md").read_text().split())
+    page = planner_page()
     assert ("whatever their family (`held_out.long_sequence_line`: on Hopper GPUs each of them ran faster than "
             "planned, so there a long-sequence plan's throughput is a floor, not a ceiling)") in page
-    assert all(r.error < 0 for r in calibrated if r.error is not None and held_out.generation_of(r.run.gpu) == "hopper"
-               and held_out.run_seq_len(r.run) >= 32768)
+    assert all(r.error < 0 for r in long_on_hopper(calibrated))

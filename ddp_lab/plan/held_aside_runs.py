@@ -1918,9 +1918,13 @@ MEGATRON_QWEN3_30B_A3B_FLOPS_PER_TOKEN = (6 * 2048 * (768 * 8 * 3) * 48 + 6 * (2
                                           + 6 * 2048 * 151936 + 4096 * 6 * 4096 * 48)          # 23,006,281,728
 # Qwen3-235B-A22B (94 layers, all MoE; h 4,096; 64 heads of 128, 4 query groups; 128 experts of 1,536, top-8):
 #   routed 85,161,148,416 + projections 40,214,986,752 + logits 3,733,979,136 + scores 18,924,699,648
-MEGATRON_QWEN3_235B_A22B_FLOPS_PER_TOKEN = (6 * 4096 * (1536 * 8 * 3) * 94
-                                            + 6 * (4096 * (8192 + 2 * 512) + 8192 * 4096) * 94
-                                            + 6 * 4096 * 151936 + 4096 * 6 * 8192 * 94)        # 148,034,813,952
+def megatron_qwen3_235b_a22b_flops_per_token(seq: int) -> int:
+    """Megatron's count per token for Qwen3-235B-A22B at sequence `seq` (the terms above; the scores' grow with it)."""
+    return (6 * 4096 * (1536 * 8 * 3) * 94 + 6 * (4096 * (8192 + 2 * 512) + 8192 * 4096) * 94
+            + 6 * 4096 * 151936 + seq * 6 * 8192 * 94)
+
+
+MEGATRON_QWEN3_235B_A22B_FLOPS_PER_TOKEN = megatron_qwen3_235b_a22b_flops_per_token(4096)      # 148,034,813,952
 # DeepSeek-V3 (61 layers, moe_layer_freq ([0]*3+[1]*58), mtp_num_layers 1: 62 attention layers, 3 dense MLPs of
 # 18,432 and 59 MoE ones with 256 experts of 2,048 (top-8) and a shared expert of 2,048; MLA: 128 heads, q_lora 1,536,
 # kv_lora 512, qk 128 + rope 64, v 128; h 7,168):
@@ -2934,10 +2938,9 @@ EIGHTEENTH_SET: list[HeldOutRun] = [
 # the thirteenth set's count for Qwen3-235B-A22B with its scores term at s instead of 4,096
 # (routed 85,161,148,416 + projections 40,214,986,752 + logits 3,733,979,136 + scores s x 6 x 8,192 x 94; the
 # vocabulary 151,936 at TP 4 too: 1,187 x 4 x 32)
-MEGATRON_QWEN3_235B_A22B_FLOPS_PER_TOKEN_AT = {
-    s: (6 * 4096 * (1536 * 8 * 3) * 94 + 6 * (4096 * (8192 + 2 * 512) + 8192 * 4096) * 94 + 6 * 4096 * 151936
-        + s * 6 * 8192 * 94)
-    for s in (16384, 32768, 65536, 131072)}      # 204,808,912,896 / 280,507,711,488 / 431,905,308,672 / 734,700,503,040
+MEGATRON_QWEN3_235B_A22B_FLOPS_PER_TOKEN_AT = {s: megatron_qwen3_235b_a22b_flops_per_token(s)
+                                               for s in (16384, 32768, 65536, 131072)}
+# 204,808,912,896 / 280,507,711,488 / 431,905,308,672 / 734,700,503,040
 # The rule for a partial recomputation, applied to the MoE layer's (MODELZOO_LONG_NOTE): the setting nearest in the
 # matmuls it recomputes, each setting's recomputed matmuls counted as multiply-adds per token in a layer's forward.
 # The "moe" module recomputes the experts' and the router's (8 x 3 x 4,096 x 1,536 + 4,096 x 128); "none" recomputes
