@@ -21,6 +21,7 @@ from ddp_lab.course.plan.cluster_spec import ClusterSpec
 from ddp_lab.course.plan import dp_sync
 from ddp_lab.course.plan.efficiency import layer_seconds
 from ddp_lab.course.plan.fit_to_run import at_kernel_rate, with_matmul_efficiency
+from ddp_lab.course.plan.generation_constants import GEMM_EFFICIENCY, KERNEL_GEMM_EFFICIENCY
 from ddp_lab.course.plan.model import Transformer
 from ddp_lab.course.plan.steptime import step_time
 from ddp_lab.course.plan.strategy import Strategy
@@ -35,7 +36,7 @@ BOTH = [*RUNS, *held_aside_runs.RUNS]
 
 ROOT = Path(__file__).resolve().parents[1]
 # Families whose held-aside median met the goal when last measured (docs/planner.md, "Held-out validation").
-MEETS_GOAL = {"fsdp", "dense-a100", "dense-h100-tp", "fp8", "long-context", "moe-coarse"}
+MEETS_GOAL = {"fsdp", "dense-a100", "dense-h100-tp", "fp8", "long-context", "moe-coarse", "b200"}
 
 
 @pytest.fixture(scope="module")
@@ -126,16 +127,19 @@ def test_the_split_is_what_the_docstring_says(outcomes):
 
 def test_the_kernel_rate_rule_is_nvidias_stacks_on_hopper():
     """runs_at_kernel_rate: NVIDIA's software on an H100 or H200 (the generation whose kernels were timed), and no
-    other run; build plans those at 0.73 of peak and, asked, any run at either rate."""
+    other run; build plans those at the kernel rate (0.74 of peak, KERNEL_GEMM_EFFICIENCY) and, asked, any run at
+    either rate (the calibrated one 0.55, GEMM_EFFICIENCY)."""
+    kernel_rate, calibrated_rate = KERNEL_GEMM_EFFICIENCY["hopper"], GEMM_EFFICIENCY["hopper"]
+    assert (kernel_rate, calibrated_rate) == (0.74, 0.55)
     hopper = {"h100-sxm", "h100-hbm2e", "h200"}
     for run in BOTH:
         assert held_out.runs_at_kernel_rate(run) == (held_out.nvidia_stack(run) and run.gpu in hopper), run.name
         if not missing(run):
             kernel = held_out.runs_at_kernel_rate(run)
-            assert (held_out.build(run)[1].gpu.matmul_efficiency == 0.73) == kernel, run.name
+            assert (held_out.build(run)[1].gpu.matmul_efficiency == kernel_rate) == kernel, run.name
     assert sum(held_out.runs_at_kernel_rate(run) and run.gpu == "h100-sxm" for run in RUNS) == 10
     nemo = next(run for run in RUNS if run.name.startswith("NeMo GPT-3 175B"))
-    assert held_out.build(nemo, kernel_rate=False)[1].gpu.matmul_efficiency == 0.54
+    assert held_out.build(nemo, kernel_rate=False)[1].gpu.matmul_efficiency == calibrated_rate
     assert held_out.predict(nemo, kernel_rate=False) < held_out.predict(nemo)
 
 
@@ -242,10 +246,11 @@ def test_family_median_within_the_goal(outcomes, key):
         pytest.fail(f"{FAMILIES[key]} now meets the goal (median {row.median:.1%}): add it to MEETS_GOAL")
 
 
-@pytest.mark.xfail(strict=True, reason="the held-aside median is above 10 %, and fine-grained MoE and Blackwell "
-                                       "are beyond 15 % (2026-12-07): once gpt-oss's sliding windows were modelled "
-                                       "its runs all ran slower than planned, as most of the thirteenth set's did "
-                                       "(docs/planner.md gives the figures)")
+@pytest.mark.xfail(strict=True, reason="fine-grained MoE is beyond 15 % (2026-12-07; the held-aside median is "
+                                       "within 10 % since flash attention's rate follows the kernels' sequence and "
+                                       "head width): once gpt-oss's sliding windows were modelled its runs all ran "
+                                       "slower than planned, as most of the thirteenth set's did (docs/planner.md "
+                                       "gives the figures)")
 def test_overall_median_within_the_goal(outcomes):
     """On the held-aside part: median error at most 10 %, and no family with runs beyond 15 % (met from the twelfth
     set until gpt-oss's sliding windows were modelled)."""
@@ -340,8 +345,9 @@ def test_one_measured_run_per_stack_fits_its_own_figure_and_helps_only_at_other_
     runs closer in the median where the group is one model and one code at other scales or on other machines
     (MLPerf's GPT-3 rounds; v6.0's gpt-oss-20b on B300s, one configuration on seven submitters' machines; v5.1's
     Llama 3.1 on B200s and B300s), not across a miss outside the matmuls (Cisco's H100s, from DP 64 to TP 2),
-    and hurts where it carries one model's misses to others (DGX Cloud's tables, Automodel, OLMo-core, MaxText's A3
-    runs, Megatron-Bridge's 26.08 GB200 rows); docs/planner.md shows the table the module prints."""
+    and hurts where it carries one model's misses to others (DGX Cloud's tables, OLMo-core, MaxText's A3 runs,
+    Megatron-Bridge's 26.08 GB200 rows); Automodel's group is left out, its first run faster than the planner gives it
+    with every matmul at peak. docs/planner.md shows the table the module prints."""
     fitted = held_out_fit.fitted_groups()
     assert fitted and all(len(group.runs) >= 1 for group in fitted)
     for group in fitted:
@@ -378,20 +384,28 @@ def test_one_measured_run_per_stack_fits_its_own_figure_and_helps_only_at_other_
     # Megatron-Bridge's verification runs: fitted on Qwen3-8B, carried to the untuned gpt-oss recipes
     cards = by_group[("NVIDIA-NeMo/Megatron-Bridge", "h100-sxm")]
     assert "Qwen3-8B" in cards[0].fitted_on and f"it helps, by little ({pair(cards[1])})" in page
-    for key in (("NVIDIA/dgxc-benchmarking", "h100-sxm"), ("NVIDIA-NeMo/Automodel", "h100-sxm"),
+    for key in (("NVIDIA/dgxc-benchmarking", "h100-sxm"),
                 ("NVIDIA/dgxc-benchmarking", "gb200"), ("Dao-AILab/flash-attention", "a100-80gb"),
                 ("allenai/OLMo-core", "h100-sxm"), ("AI-Hypercomputer/maxtext", "h100-sxm"),
                 ("NVIDIA-NeMo/Megatron-Bridge", "gb200"), ("mlcommons/training_results_v5.1", "h100-sxm")):
         assert by_group[key][1]["fitted"] > by_group[key][1]["calibrated"], key
-    # docs/planner.md: DGX Cloud's fit sits at the fastest GEMM timed on an H100 (on the planner's scale),
-    # Automodel's far above it; OLMo-core fitted on its 1B run: its 13B runs come out 36-47 % too fast
-    dgxc, automodel = by_group[("NVIDIA/dgxc-benchmarking", "h100-sxm")][0], by_group[("NVIDIA-NeMo/Automodel",
-                                                                                       "h100-sxm")][0]
-    assert abs(dgxc.efficiency - HOPPER_GEMM_CEILING) < 0.005 and automodel.efficiency > HOPPER_GEMM_CEILING + 0.15
+    # Automodel's first run ran faster than the planner gives it with every matmul at peak: no efficiency fits it
+    automodel = held_out_fit.unfittable()[("NVIDIA-NeMo/Automodel", "h100-sxm")]
+    assert ("NVIDIA-NeMo/Automodel", "h100-sxm") not in by_group and "faster than the planner gives this plan with " \
+        "every matmul at peak" in automodel
+    assert ("Automodel's group is left out: its first run, Qwen3-30B-A3B on 8 H100s, ran faster than the planner "
+            "gives it with every matmul at peak, so no efficiency reproduces it") in page
+    assert held_out_fit.groups()[("NVIDIA-NeMo/Automodel", "h100-sxm")][0].name.startswith("Automodel Qwen3-30B-A3B")
+    # docs/planner.md: DGX Cloud's fit sits just above the fastest GEMM timed on an H100 (on the planner's scale),
+    # OLMo-core's further above it; OLMo-core fitted on its 1B run: its 13B runs come out 38-47 % too fast
+    dgxc = by_group[("NVIDIA/dgxc-benchmarking", "h100-sxm")][0]
+    assert HOPPER_GEMM_CEILING < dgxc.efficiency < HOPPER_GEMM_CEILING + 0.02
     olmo, olmo_total = by_group[("allenai/OLMo-core", "h100-sxm")]
-    assert olmo.efficiency > HOPPER_GEMM_CEILING and olmo_total["fitted"] > olmo_total["calibrated"] + 0.05
+    assert olmo.efficiency > dgxc.efficiency and olmo_total["fitted"] > olmo_total["calibrated"] + 0.05
+    assert (f"Cloud H100 fit ({dgxc.efficiency:.3f}) sits just above the fastest GEMM timed on an H100, read on the "
+            f"planner's scale ({HOPPER_GEMM_CEILING}), and OLMo-core's ({olmo.efficiency:.3f}) further above it") in page
     thirteen = [fitted for name, _, fitted in olmo.runs if name.startswith("OLMo-core 13B")]
-    assert len(thirteen) == 2 and all(0.35 < error < 0.48 for error in thirteen), thirteen   # docs: "36-47 %"
+    assert len(thirteen) == 2 and all(0.37 < error < 0.48 for error in thirteen), thirteen   # docs: "38-47 %"
 
 
 def test_every_held_aside_source_begins_with_its_repository():
@@ -404,7 +418,7 @@ def test_a_plan_is_scored_on_the_runs_at_its_own_rate(outcomes):
     """A plan at the calibrated constants is scored on every held-out run at them; one at the kernel rate on the runs
     as the rule plans them (the outcomes the tables show). The dense H100 TP 4-8 family's held-aside runs are all
     NVIDIA's code, and all but Azure's (its files not NVIDIA's git blobs) are planned as NVIDIA's stacks: 5.5 % as
-    planned, 19.0 % at the calibrated constant, the figure a default plan states."""
+    planned, 18.3 % at the calibrated constant, the figure a default plan states."""
     h100s = ClusterSpec.preset("h100-sxm", nodes=8)
     calibrated, words = held_out.at_plans_rate(h100s)
     assert words == "at the calibrated rate"
@@ -413,58 +427,61 @@ def test_a_plan_is_scored_on_the_runs_at_its_own_rate(outcomes):
     assert words == "NVIDIA's stacks at the kernel rate, other runs at the calibrated rate" and [r.error for r in kernel] == [r.error for r in outcomes]
     row = {name: next(r for r in by_family(o) if r.family == "dense-h100-tp") for name, o in
            (("calibrated", calibrated), ("kernel", kernel))}
-    assert (round(row["kernel"].median, 3), round(row["calibrated"].median, 3)) == (0.055, 0.190)
+    assert (round(row["kernel"].median, 3), round(row["calibrated"].median, 3)) == (0.055, 0.183)
     assert held_out.at_plans_rate(ClusterSpec.preset("a100-80gb"))[1] == "at the calibrated rate"
 
 
 def test_the_first_sets_h100_runs_of_nvidia_stacks_came_out_slow_at_the_calibrated_rate(outcomes):
     """What docs/planner.md, README, lesson 13 and fit_to_run.py say of the first held-aside set: at the calibrated
-    0.54 every H100 run of NVIDIA's stacks (DGX Cloud's NeMo and MaxText recipes, NeMo Automodel, JAX-Toolbox's
-    MaxText, NVIDIA's MLPerf Training v4.0 submissions on NeMo) came out slower than it ran, 10-35 % but for
-    JAX-Toolbox's one-node run (9.8 %) and Automodel's two gpt-oss runs (5.0 %, 8.8 %, half their layers windowed):
-    one bias, not scatter. At the kernel rate (0.73) the same 29 runs miss by a median of 7.4 %, both ways (-20.7 %
-    to +16.9 %); they are development
-    runs now. Of the first set's runs that stay aside: MaxText's own one-node run 7.6 % slow, its runs on 2-16 VMs
-    (HSDP) 7-20 % fast; OLMo-core's PyTorch FSDP runs on H100s miss both ways (six slow by 8-19 %, the 13B runs
-    fast, median 10.6 %); the A100 and GB200 runs within 16 % either way."""
+    0.55 every H100 run of NVIDIA's stacks (DGX Cloud's NeMo and MaxText recipes, NeMo Automodel, JAX-Toolbox's
+    MaxText, NVIDIA's MLPerf Training v4.0 submissions on NeMo) came out slower than it ran, 10-34 % but for
+    JAX-Toolbox's one-node run and DGX Cloud's GPT-3 175B on 2,048 H100s (8.9 % each) and Automodel's two gpt-oss
+    runs (6.2 %, 9.5 %, half their layers windowed): one bias, not scatter. At the kernel rate (0.74) the same 29
+    runs miss by a median of 7.8 %, both ways (-20.0 % to +17.8 %); they are development
+    runs now. Of the first set's runs that stay aside: MaxText's own one-node run 6.7 % slow, its runs on 2-16 VMs
+    (HSDP) 8-21 % fast; OLMo-core's PyTorch FSDP runs on H100s miss both ways (six slow by 8-19 %, the 13B runs
+    fast, median 10.2 %); the A100 and GB200 runs within 17 % either way."""
     first = {run.name for run in held_aside_runs.FIRST_SET}
     moved = [r for r in outcomes if r.run.name in first and held_out.runs_at_kernel_rate(r.run)]
     calibrated = {r.run.name: held_out.predict(r.run, kernel_rate=False) / r.run.published - 1 for r in moved}
+    gpt3_2048 = "DGXC GPT-3 175B TP 4 x PP 8, 2,048 H100s"
     jax_toolbox = [calibrated[r.run.name] for r in moved if r.run.source.startswith("NVIDIA/JAX-Toolbox")]
     gpt_oss = sorted(calibrated[r.run.name] for r in moved if "gpt-oss" in r.run.name)
     assert len(moved) == 29 and all(r.split == DEVELOPMENT and r.run.gpu == "h100-sxm" for r in moved)
-    assert len(jax_toolbox) == 1 and -0.10 < jax_toolbox[0] < -0.09, jax_toolbox
-    assert [round(error, 3) for error in gpt_oss] == [-0.088, -0.050]
-    assert all(-0.36 < calibrated[r.run.name] < -0.10 for r in moved
-               if not r.run.source.startswith("NVIDIA/JAX") and "gpt-oss" not in r.run.name), sorted(calibrated.values())
+    assert len(jax_toolbox) == 1 and round(jax_toolbox[0], 3) == round(calibrated[gpt3_2048], 3) == -0.089, \
+        (jax_toolbox, calibrated[gpt3_2048])
+    assert [round(error, 3) for error in gpt_oss] == [-0.095, -0.062]
+    assert all(-0.35 < calibrated[r.run.name] < -0.10 for r in moved
+               if not r.run.source.startswith("NVIDIA/JAX") and "gpt-oss" not in r.run.name
+               and r.run.name != gpt3_2048), sorted(calibrated.values())
     kernel = [r.error for r in moved]
-    assert round(statistics.median(map(abs, kernel)), 3) == 0.074
-    assert (round(min(kernel), 3), round(max(kernel), 3)) == (-0.207, 0.169)
+    assert round(statistics.median(map(abs, kernel)), 3) == 0.078
+    assert (round(min(kernel), 3), round(max(kernel), 3)) == (-0.200, 0.178)
     aside = [r for r in outcomes if r.split == ASIDE and r.run.name in first]
     olmo = [r.error for r in aside if r.run.source.startswith("allenai/OLMo-core")]
     maxtext = [r.error for r in aside if r.run.source.startswith("AI-Hypercomputer/maxtext")]
     others = [r.error for r in aside if r.run.gpu != "h100-sxm"]
     assert len(olmo) + len(maxtext) + len(others) == len(aside)
-    assert len(maxtext) == 5 and -0.08 < maxtext[0] < -0.07 and all(0.07 < error < 0.2 for error in maxtext[1:])
+    assert len(maxtext) == 5 and -0.07 < maxtext[0] < -0.06 and all(0.08 < error < 0.22 for error in maxtext[1:])
     assert max(maxtext) == maxtext[-1], maxtext                           # docs: "the most on 16 VMs"
     assert len(olmo) == 8 and min(olmo) < -0.15 and max(olmo) > 0.15, sorted(olmo)
     assert sum(error < 0 for error in olmo) == 6 and all(-0.20 < error < -0.08 for error in olmo if error < 0)
     assert all(r.error > 0 for r in aside if r.run.name.startswith("OLMo-core 13B"))
-    assert statistics.median(abs(error) for error in olmo) < 0.11, sorted(olmo)
-    assert len(others) == 6 and all(abs(error) < 0.16 for error in others), sorted(others)
+    assert round(statistics.median(abs(error) for error in olmo), 3) == 0.102, sorted(olmo)
+    assert len(others) == 6 and all(abs(error) < 0.17 for error in others), sorted(others)
 
 
 def test_the_h100_bias_shows_in_development_too_and_not_in_the_memory_bound_work(outcomes):
     """docs/planner.md ("Where these runs miss"): at the calibrated rate the dense NeMo and Megatron-Bridge H100
-    development rows came out 11-28 % slow, as the first held-aside set's did; at the kernel rate -12.9 % to +4.1 %.
+    development rows came out 11-27 % slow, as the first held-aside set's did; at the kernel rate -12.3 % to +3.6 %.
     The memory-bound traffic the planner charges is 2-5 % of an H100 layer's time for those layouts, too little for
     kernel fusion to explain the bias."""
     dense = [r for r in outcomes if r.split == DEVELOPMENT and r.run.gpu == "h100-sxm"
              and r.run.name.startswith(("NeMo", "Megatron-Bridge Llama"))]
     calibrated = [held_out.predict(r.run, kernel_rate=False) / r.run.published - 1 for r in dense]
-    assert len(dense) == 6 and all(-0.28 < error < -0.10 for error in calibrated), sorted(calibrated)
+    assert len(dense) == 6 and all(-0.27 < error < -0.10 for error in calibrated), sorted(calibrated)
     kernel = [r.error for r in dense]
-    assert (round(min(kernel), 3), round(max(kernel), 3)) == (-0.129, 0.041), sorted(kernel)
+    assert (round(min(kernel), 3), round(max(kernel), 3)) == (-0.123, 0.036), sorted(kernel)
     h100 = ClusterSpec.preset("h100-sxm").gpu
 
     def memory_bound_share(model, strategy):
@@ -478,7 +495,7 @@ def test_the_h100_bias_shows_in_development_too_and_not_in_the_memory_bound_work
 
 def test_olmo_core_with_cudnn_attention_where_its_nightly_may_have_run_it(outcomes):
     """docs/planner.md ("Where these runs miss"): OLMo-core's rows on the 2.6 nightly planned with cuDNN's attention
-    instead of the rule's FlashAttention-2 class give -10.3 % to +32.0 %, median 7.1 % (all eight with cuDNN's: 4.7 %);
+    instead of the rule's FlashAttention-2 class give -9.9 % to +32.8 %, median 6.9 % (all eight with cuDNN's: 4.8 %);
     a sensitivity worked out after the held-aside errors were seen, not the held-aside score (those stay pinned)."""
     olmo = [r.run for r in outcomes if r.run.source.startswith("allenai/OLMo-core")]
 
@@ -492,19 +509,19 @@ def test_olmo_core_with_cudnn_attention_where_its_nightly_may_have_run_it(outcom
 
     assert sorted({nightly(run) for run in olmo}) == ["2.5.0.dev20240826", "2.6.0.dev20241009"]
     on_26 = [error(run, nightly(run).startswith("2.6")) for run in olmo]
-    assert (round(min(on_26), 3), round(max(on_26), 3)) == (-0.103, 0.320), sorted(on_26)
-    assert round(statistics.median(map(abs, on_26)), 3) == 0.071
-    assert round(statistics.median(abs(error(run, True)) for run in olmo), 3) == 0.047
+    assert (round(min(on_26), 3), round(max(on_26), 3)) == (-0.099, 0.328), sorted(on_26)
+    assert round(statistics.median(map(abs, on_26)), 3) == 0.069
+    assert round(statistics.median(abs(error(run, True)) for run in olmo), 3) == 0.048
 
 
 def test_per_node_dispatch_moved_the_runs_that_send_experts_across_nodes_both_ways():
     """The runs that state DeepEP or HybridEP plan with the per-node dispatch (experts.dispatch_seconds); with their
     ep groups across nodes it moved three development runs: the ModelZoo's Qwen3-235B on TP 2 x EP 32 from -25.4 %
-    to +0.2 % and Automodel's gpt-oss-120b on EP 64 from -4.9 % to +2.2 %, but Megatron-Bridge's Qwen3-30B-A3B on
-    EP 16 over two nodes from -9.4 % to +46.8 % (docs/planner.md). The sixth held-aside set's Qwen3-30B-A3B, the same
-    layout in BF16 (written down after), would be -25.2 % with NCCL's all-to-all and is +19.8 % with the HybridEP
-    its source states; so the thirteenth set's three runs whose ep groups span HGX nodes (-28.4 %, -9.9 % and -43.3 %
-    against +33.9 %, +15.5 % and -7.3 %). Every other run stays where it was."""
+    to +0.2 % and Automodel's gpt-oss-120b on EP 64 from -6.0 % to +0.8 %, but Megatron-Bridge's Qwen3-30B-A3B on
+    EP 16 over two nodes from -9.8 % to +45.9 % (docs/planner.md). The sixth held-aside set's Qwen3-30B-A3B, the same
+    layout in BF16 (written down after), would be -25.4 % with NCCL's all-to-all and is +19.2 % with the HybridEP
+    its source states; so the thirteenth set's three runs whose ep groups span HGX nodes (-28.4 %, -9.9 % and -43.2 %
+    against +34.0 %, +15.4 % and -6.9 %). Every other run stays where it was."""
     def error(run, dispatch):
         moved = dataclasses.replace(run, strategy={**run.strategy, "moe_dispatch": dispatch})
         return round(held_out.predict(moved) / run.published - 1, 3)
@@ -515,13 +532,13 @@ def test_per_node_dispatch_moved_the_runs_that_send_experts_across_nodes_both_wa
             if before != after:
                 changed[run.name] = (before, after)
     assert changed == {
-        "Megatron-Bridge Qwen3-30B-A3B EP 16, 16 H100s, FP8": (-0.094, 0.468),
-        "Automodel gpt-oss-120b FSDP x EP 64, 64 H100s": (-0.049, 0.022),
+        "Megatron-Bridge Qwen3-30B-A3B EP 16, 16 H100s, FP8": (-0.098, 0.459),
+        "Automodel gpt-oss-120b FSDP x EP 64, 64 H100s": (-0.060, 0.008),
         "Megatron-MoE-ModelZoo Qwen3-235B-A22B TP 2 x EP 32 x PP 8, 256 H100s": (-0.254, 0.002),
-        "NVIDIA skills Qwen3-30B-A3B EP 16, 16 H100s": (-0.252, 0.198),
-        "Megatron-LM recipe Qwen3-235B-A22B TP 2 x PP 4 x VP 12 x EP 16, 128 B200s, MXFP8": (-0.284, 0.339),
-        "Megatron-LM recipe Qwen3-235B-A22B TP 2 x EP 16, 128 B300s, MXFP8": (-0.099, 0.155),
-        "Megatron-LM recipe DeepSeek-V3 PP 8 x VP 2 x EP 32, 256 B200s, MXFP8": (-0.433, -0.073)}
+        "NVIDIA skills Qwen3-30B-A3B EP 16, 16 H100s": (-0.254, 0.192),
+        "Megatron-LM recipe Qwen3-235B-A22B TP 2 x PP 4 x VP 12 x EP 16, 128 B200s, MXFP8": (-0.284, 0.340),
+        "Megatron-LM recipe Qwen3-235B-A22B TP 2 x EP 16, 128 B300s, MXFP8": (-0.099, 0.154),
+        "Megatron-LM recipe DeepSeek-V3 PP 8 x VP 2 x EP 32, 256 B200s, MXFP8": (-0.432, -0.069)}
 
 
 def test_a_family_whose_held_aside_runs_all_missed_one_way_says_which(outcomes):
@@ -627,11 +644,11 @@ def test_the_docs_give_the_imbalance_each_expert_parallel_run_would_need(outcome
     fine = {r.run.name for r in split if "moe-fine" in r.families}
     assert fine == {r.run.name for runs in (*groups.values(), recipes, long) for r in runs
                     if "moe-fine" in r.families}                                                   # none left out
-    # the sentence after the list: fine-grained MoE meets the goal in neither placement
+    # the sentence after the list: fine-grained MoE meets the goal with every expert on each GPU, not with them split
     placed = {split_: row.median for key, split_, row in held_out.by_placement(outcomes) if key == "moe-fine"}
-    assert GOAL_FAMILY < placed[False] < placed[True]
-    assert (f"fine-grained MoE meets it in neither placement, {100 * placed[False]:.1f} % with every expert on each "
-            f"GPU and {100 * placed[True]:.1f} % with its experts split") in page
+    assert placed[False] <= GOAL_FAMILY < placed[True]
+    assert (f"fine-grained MoE meets it with every expert on each GPU, {100 * placed[False]:.1f} %, and not with its "
+            f"experts split, {100 * placed[True]:.1f} %") in page
     capped = []
     for r in named("gpt-oss-20b TP 2 x EP 4"):
         at_cap = dataclasses.replace(r.run, strategy={**r.run.strategy, "expert_imbalance": 1.25})
@@ -644,8 +661,8 @@ def test_the_docs_give_the_imbalance_each_expert_parallel_run_would_need(outcome
 # seventeenth sets, and of the second and seventh sets below, it is the figure the run was predicted at once (their pins
 # had not moved since); gpt-oss-20b's runs had been moved since by the sliding windows (+41.9 %, +36.3 %, +2.6 % and
 # +21.5 % when predicted). Every run of those sets, and every earlier run the change moved by half a point or more as
-# printed (one decimal), found by comparing all held-aside pins before and after it; they are named with both figures in
-# the paragraph on that change (test_the_ring_latencys_moves_are_what_the_docs_say).
+# printed (one decimal), found by comparing all held-aside pins before and after it (AFTER_RING_LATENCY, below); they are
+# named with both figures in the paragraph on that change (test_the_ring_latencys_moves_are_what_the_docs_say).
 BEFORE_RING_LATENCY = {
     "MLPerf v3.1 GPT-3 175B TP 4 x PP 8, 4,096 H100s, FP8": -0.052,
     "MLPerf v3.1 GPT-3 175B TP 4 x PP 8, 6,144 H100s, FP8": -0.055,
@@ -689,10 +706,41 @@ BEFORE_RING_LATENCY = {
 }
 
 
+# Each held-aside run's figure just after the ring's latency came to be counted hop by hop, for the 21 it moved by half
+# a point or more as printed (one decimal): the pins of tests/test_plan_held_aside.py then, as docs/planner.md records
+# them in the paragraph on that change ("from ... to ..."). Later changes move some of them; the paragraph gives those
+# runs' figures now after the record.
+AFTER_RING_LATENCY = {
+    "MLPerf v3.1 GPT-3 175B TP 4 x PP 8, 4,096 H100s, FP8": -0.047,
+    "MLPerf v3.1 GPT-3 175B TP 4 x PP 8, 6,144 H100s, FP8": -0.048,
+    "MLPerf v3.1 GPT-3 175B TP 4 x PP 8, 8,192 H100s, FP8": -0.050,
+    "MLPerf v3.1 GPT-3 175B TP 4 x PP 8, 10,240 H100s, FP8": -0.057,
+    "MLPerf v3.1 GPT-3 175B TP 4 x PP 8, 10,752 H100s, FP8": -0.055,
+    "InternLM 7B TP 2, 1,024 A100s": 0.351,
+    "MLPerf v6.0 gpt-oss-20b TP 2 x EP 4, 64 H100s, FP8": 0.584,
+    "MLPerf v6.0 gpt-oss-20b TP 2 x EP 4, 128 H100s, FP8": 0.521,
+    "NeMo docs Mixtral 8x7B EP 8, 64 B200s, FP8": 0.044,
+    "MLPerf v6.0 gpt-oss-20b TP 2 x CP 4 x EP 8, 512 GB300s, MXFP8 (NVIDIA)": 0.519,
+    "MLPerf v6.0 gpt-oss-20b CP 2 x EP 4, 64 B300s, MXFP8 (Nebius)": 0.327,
+    "MLPerf v5.1 Llama 3.1 8B CP 2, 64 H200s, FP8 (HPE)": -0.080,
+    "MLPerf v5.1 Llama 3.1 8B DP 64, 64 H100s, FP8 (Cisco)": -0.019,
+    "MLPerf v5.1 Llama 3.1 8B TP 2, 128 H100s, FP8 (Cisco)": 0.301,
+    "MLPerf v5.1 Llama 3.1 8B CP 2, 64 B200s, FP8 (Oracle)": 0.008,
+    "MLPerf v5.1 Llama 3.1 8B CP 2, 256 B200s, FP8 (University of Florida)": -0.052,
+    "MLPerf v5.1 Llama 3.1 8B CP 2, 64 B200s, FP8 (Verda)": 0.009,
+    "MLPerf v3.1 GPT-3 175B TP 4 x PP 8, 10,752 H100s, FP8 (Azure)": -0.159,
+    "MLPerf v6.0 Llama 3.1 8B TP 2, 64 H100s, FP8 (Cisco)": -0.021,
+    "MLPerf v6.0 Llama 3.1 8B TP 2, 128 H100s, FP8 (Cisco)": -0.029,
+    "MLPerf v6.0 Llama 3.1 8B CP 2, 64 B200s, FP8 (SCITIX)": 0.011,
+}
+
+
 def test_the_ring_latencys_moves_are_what_the_docs_say(outcomes):
     """docs/planner.md's paragraph on the ring's per-hop latency (collectives.ring_latency): the two runs whose misses
     led to it moved to the development part, at their figures now; each held-aside run it moved by half a point or
-    more, from its figure predicted once to its figure now; the held-aside median with and without the two."""
+    more, from its figure predicted once to its figure after the change, and, where a later change (flash attention's
+    rate by the kernels' sequence and head width) moved it as printed, its figure now; the held-aside median and the
+    calibration set's, as the change left them and now."""
     page = planner_page()
     start = page.index("Then a ring's latency came to be counted hop by hop")
     paragraph = page[start:page.index("The *eighteenth* set", start)]
@@ -701,11 +749,17 @@ def test_the_ring_latencys_moves_are_what_the_docs_say(outcomes):
     assert all(now[name].split == DEVELOPMENT for name in moved)
     assert (f"now at {percent(now[moved[0]].error)} and {percent(now[moved[1]].error)}") in paragraph
     aside = [name for name, once in BEFORE_RING_LATENCY.items()
-             if name not in held_out.MOVED_BY_RING_LATENCY and abs(round(now[name].error, 3) - once) > 0.0045]
-    assert len(aside) == 21 and "it moved 21 by half a point or more" in paragraph
+             if name not in held_out.MOVED_BY_RING_LATENCY and abs(AFTER_RING_LATENCY.get(name, once) - once) > 0.0045]
+    assert aside == list(AFTER_RING_LATENCY) and len(aside) == 21 and "it moved 21 by half a point or more" in paragraph
+    since = paragraph[paragraph.index("Since flash attention's rate follows the kernels' sequence and head width"):]
+    moved_since = []
     for name in aside:
         assert now[name].split == ASIDE, name
-        assert percent(BEFORE_RING_LATENCY[name]) in paragraph and percent(now[name].error) in paragraph, name
+        assert percent(BEFORE_RING_LATENCY[name]) in paragraph and percent(AFTER_RING_LATENCY[name]) in paragraph, name
+        if percent(now[name].error) != percent(AFTER_RING_LATENCY[name]):
+            moved_since.append(name)
+            assert percent(now[name].error) in since, name
+    assert len(moved_since) == 10 and "of those 21 Azure's" in since
     split = [r.error for r in mlperf_gpt_oss_split(outcomes)]
     assert (f"MLPerf's other gpt-oss-20b runs with their experts split do ({percent(min(split))} to "
             f"{percent(max(split))})") in paragraph
@@ -715,10 +769,11 @@ def test_the_ring_latencys_moves_are_what_the_docs_say(outcomes):
     with_them = statistics.median(abs(r.error) for r in then
                                   if r.split == ASIDE or r.run.name in held_out.MOVED_BY_RING_LATENCY)
     aside_now = overall(then, ASIDE)
-    assert (f"from 10.5 % over 104 runs to {100 * aside_now['median']:.1f} % over {aside_now['runs']} "
-            f"({100 * with_them:.1f} % had the two runs stayed aside)") in paragraph
-    assert f"the calibration set's median (below) from 4.1 % to {100 * published.summary()['median']:.1f} %" \
-        in paragraph
+    assert ("from 10.5 % over 104 runs to 10.4 % over 102 (10.6 % had the two runs stayed aside)") in paragraph
+    assert "the calibration set's median (below) from 4.1 % to 4.5 %" in paragraph                   # the record
+    assert aside_now["runs"] == 102
+    assert (f"the median of those 102 held-aside runs is {100 * aside_now['median']:.1f} % ({100 * with_them:.1f} % "
+            f"had the two stayed aside), the calibration set's {100 * published.summary()['median']:.1f} %") in since
 
 
 def test_the_docs_give_the_thirteenth_sets_figures_as_the_code_computes_them(outcomes):
@@ -758,6 +813,8 @@ def test_the_docs_give_the_fourteenth_sets_figures_as_the_code_computes_them(out
     once = [BEFORE_RING_LATENCY[r.run.name] for r in rows]                                    # the record
     assert f"predicted once: {percent(once[0])}, {percent(once[1])} and {percent(once[2])}, each faster than planned" \
         in page
+    assert (f"each faster than planned ({percent(rows[0].error)}, {percent(rows[1].error)} and {percent(rows[2].error)} "
+            f"since flash attention's rate follows the kernels' sequence and head width)") in page              # now
     kernel = [held_out.predict(run, kernel_rate=True) / run.published - 1 for run in held_aside_runs.FOURTEENTH_SET]
     assert f"would come out {', '.join(map(percent, kernel[:-1]))} and {percent(kernel[-1])}" in page
     third = [r for r in outcomes if r.run.name in {run.name for run in held_aside_runs.THIRD_SET}]
@@ -848,7 +905,10 @@ def test_the_docs_give_the_sixteenth_sets_figures_as_the_code_computes_them(outc
     (azure,) = [r for r in rows if r not in at_kernel]
     e = [percent(BEFORE_RING_LATENCY[r.run.name]) for r in rows]                                    # the record
     assert (f"Predicted once: {e[0]} and {e[1]} (CoreWeave), {e[2]} (Azure), {e[3]} (Sustainable Metal Cloud), {e[4]} "
-            f"and {e[5]} (Oracle).") in page and "Azure" in azure.run.name
+            f"and {e[5]} (Oracle);") in page and "Azure" in azure.run.name
+    n = [percent(r.error) for r in rows]                                                                    # now
+    assert (f"(Oracle); {n[0]} and {n[1]}, {n[2]}, {n[3]}, {n[4]} and {n[5]} since flash attention's rate follows the "
+            f"kernels' sequence and head width.") in page
     assert min(r.error for r in at_kernel) < 0 < max(r.error for r in at_kernel)     # both ways
     second = [r.error for r in outcomes if r.run.name in {run.name for run in held_aside_runs.SECOND_SET}
               and "GPT-3" in r.run.name]
@@ -860,30 +920,37 @@ def test_the_docs_give_the_sixteenth_sets_figures_as_the_code_computes_them(outc
 
 
 def test_the_docs_give_the_eighteenth_sets_figures_as_the_code_computes_them(outcomes):
-    """Megatron-Bridge's verification runs, predicted once: Qwen3-8B near its figure, the two untuned gpt-oss recipes
-    several times slower than planned."""
+    """Megatron-Bridge's verification runs, predicted once (+10.0 %, +219.3 % and +332.2 %): Qwen3-8B near its figure,
+    the two untuned gpt-oss recipes several times slower than planned; and their figures now, since flash attention's
+    rate follows the kernels' sequence and head width."""
     page = planner_page()
     rows = [next(r for r in outcomes if r.run.name == run.name) for run in held_aside_runs.EIGHTEENTH_SET]
     assert len(rows) == 3 and all(r.split == ASIDE for r in rows)
     qwen, small, large = rows
     assert "Qwen3-8B" in qwen.run.name and "gpt-oss-20b" in small.run.name and "gpt-oss-120b" in large.run.name
-    assert (f"Predicted once: {percent(qwen.error)} (Qwen3-8B), {percent(small.error)} and {percent(large.error)} "
-            f"(gpt-oss-20b and gpt-oss-120b): those two ran {1 + small.error:.1f} and {1 + large.error:.1f} times "
-            f"slower than planned") in page
+    assert ("Predicted once: +10.0 % (Qwen3-8B), +219.3 % and +332.2 % (gpt-oss-20b and gpt-oss-120b): those two ran "
+            "3.2 and 4.3 times slower than planned") in page                                          # the record
+    assert (f"slower than planned ({percent(qwen.error)}, {percent(small.error)} and {percent(large.error)} since flash "
+            f"attention's rate follows the kernels' sequence and head width)") in page                 # now
+    assert qwen.error < 0.11 and small.error > 2 and large.error > 3           # still several times slower
     assert all(r.run.model["vocab"] == 32000 for r in (small, large))
 
 
 def test_the_docs_give_the_nineteenth_sets_figures_as_the_code_computes_them(outcomes):
-    """The ModelZoo's Qwen3-235B-A22B at 16K-128K tokens on H100s, predicted once: faster than planned, the more so the
-    longer the sequence; the planner's compute alone against the published step (what it overcharges grows with the
-    sequence); the development part's long-sequence H100 runs that miss the same way; and the fine-grained family's
-    medians with the set, as the paragraph after it gives them."""
+    """The ModelZoo's Qwen3-235B-A22B at 16K-128K tokens on H100s, predicted once (-5.0 %, -18.3 %, -29.1 % and
+    -35.3 %) and as planned now: faster than planned, the more so the longer the sequence; the planner's compute
+    alone against the published step (what it overcharges grows with the sequence); the development part's
+    long-sequence H100 runs that miss the same way; and the fine-grained family's medians with the set, as the
+    paragraph after it gives them."""
     page = planner_page()
     rows = [next(r for r in outcomes if r.run.name == run.name) for run in held_aside_runs.NINETEENTH_SET]
     assert len(rows) == 4 and all(r.split == ASIDE for r in rows)
     errors = [r.error for r in rows]
     assert errors == sorted(errors, reverse=True) and max(errors) < 0         # longer sequence, larger miss
-    assert "Predicted once: " + ", ".join(percent(e) for e in errors[:3]) + f" and {percent(errors[3])}" in page
+    assert "Predicted once: −5.0 %, −18.3 %, −29.1 % and −35.3 % (" in page                  # the record
+    assert ("(" + ", ".join(percent(e) for e in errors[:3]) + f" and {percent(errors[3])} since flash attention's rate "
+            "follows the kernels' sequence and head width, `attention_kernels.shape_factor`), the first held-aside "
+            "fine-grained MoE runs on H100s that ran faster than planned") in page                         # now
     ratios = []
     for r in rows:
         model, cluster, strategy = held_out.build(r.run)
@@ -949,12 +1016,13 @@ def test_the_docs_give_the_nineteenth_sets_figures_as_the_code_computes_them(out
         return ordered[len(ordered) // 2].run.name
     assert len(split_runs) == 27 and len(blackwell) == 17 and median_run(split_runs) == median_run(blackwell)
     assert "(the same figure as the 27 runs' above: one run is the median of both)" in page
-    # lesson 13's summary: the held-aside median and the fine-grained family's by placement, most of the split runs
-    # slower than planned
+    # lesson 13's summary: the held-aside median, and the fine-grained family's, whole and by placement, most of the
+    # split runs slower than planned
     aside = overall(outcomes, ASIDE)
-    assert f"the median error is about {100 * aside['median']:.1f} % (the goal is 10 %)" in lesson
-    assert (f"by a median of {100 * placed[False].median:.1f} % with every expert on each GPU and "
-            f"{100 * placed[True].median:.1f} % with expert parallelism, most of them slower than planned") in lesson
+    assert f"the median error is {100 * aside['median']:.1f} % (the goal is 10 %)" in lesson
+    assert (f"by a median of {100 * family_row.median:.1f} % (the goal for a family is 15 %): "
+            f"{100 * placed[False].median:.1f} % with every expert on each GPU and {100 * placed[True].median:.1f} % "
+            f"with expert parallelism, most of them slower than planned") in lesson
     assert sum(e > 0 for e in split) > len(split) / 2
 
 
@@ -975,7 +1043,10 @@ def test_the_docs_give_the_seventeenth_sets_figures_as_the_code_computes_them(ou
         return f"{percent(errors[0])}, {percent(errors[1])} and {percent(errors[2])}"
     calibrated = [held_out.predict(r.run, kernel_rate=False) / r.run.published - 1 for r in cisco]
     once = [BEFORE_RING_LATENCY[r.run.name] for r in cisco]                                        # the record
-    assert f"Predicted once: {listed(once)} (Cisco) and {percent(BEFORE_RING_LATENCY[scitix.run.name])} (SCITIX)." in page
+    assert f"Predicted once: {listed(once)} (Cisco) and {percent(BEFORE_RING_LATENCY[scitix.run.name])} (SCITIX);" in page
+    assert (f"(SCITIX); {percent(cisco[0].error)}, {percent(cisco[1].error)}, {percent(cisco[2].error)} and "
+            f"{percent(scitix.error)} since flash attention's rate follows the kernels' sequence and head width.") \
+        in page                                                                                            # now
     alike = [r for r in outcomes if r.run.name.startswith("MLPerf v5.1 Llama 3.1 8B CP 2, 64 B200s")]
     assert len(alike) == 2 and all(r.predicted == scitix.predicted for r in alike)   # "their figure fixed its"
     assert "its layout is that of Oracle's and Verda's v5.1 runs in the fifteenth set, so their figure fixed its" in page

@@ -168,7 +168,8 @@ def test_flash_attention_runs_at_the_rate_the_published_sequence_sweep_shows():
     Both are below what the kernels reach alone (FlashAttention-2's paper: 50-73 % of an A100; PyTorch's
     FlashAttention-2 timed on an H100 at the H100 runs' shapes: median 0.23, next test); with those numbers the
     sweep's long rows come out up to 56 % (A100) and 29 % (H100) too fast, with these the rows without
-    recomputation are within 7.3 %."""
+    recomputation are within 6.9 %. The H100 rows are fitted with attention_kernels.shape_factor in: the share is
+    the kernels' plateau (16K tokens and more, heads of 128)."""
     fits = sequence_sweep.attention_share_fits()
     for generation, expected, models in (("ampere", 0.31, 7), ("hopper", 0.17, 5)):
         mine = [f for f in fits if f.generation == generation]
@@ -188,7 +189,7 @@ def test_flash_attention_runs_at_the_rate_the_published_sequence_sweep_shows():
 
     assert worst_long_row_at({"ampere": 0.50, "hopper": 0.23}) == {"ampere": 0.56, "hopper": 0.29}
     plain = [error(r) for r in sequence_sweep.SEQUENCE_SWEEP if r.strategy.recompute == "none"]
-    assert len(plain) == 32 and max(map(abs, plain)) < 0.075
+    assert len(plain) == 32 and max(map(abs, plain)) < 0.07
     # MosaicML's steps ran MPT's Triton FlashAttention (the submit script's default attn_impl); A100 runs on
     # PyTorch's FlashAttention-2 without recomputation agree with the sweep's number too.
     for name, at_paper, now in (("torchtitan Llama 2 13B", 0.071, 0.016), ("IBM Llama 2 7B 128xA100", 0.091, 0.030)):
@@ -198,29 +199,29 @@ def test_flash_attention_runs_at_the_rate_the_published_sequence_sweep_shows():
 
 
 def test_the_sweep_follows_sequence_length_and_charges_recomputation_too_much():
-    """The planner on the 59 sweep rows: median error 3.6 %; without recomputation within 7.3 % from 4K to 32K-64K
+    """The planner on the 59 sweep rows: median error 3.7 %; without recomputation within 6.9 % from 4K to 32K-64K
     tokens (the attention rate came from these rows, the rest of the step did not); with full recomputation
-    slow, median -7.4 %, down to -10.4 %, except MPT-30B with micro-batch 1: at 8K +29 % (A100) and +22 % (H100), at
-    4K -0.4 % and +5.1 %. The
-    fits say the same: their time outside attention is 0.89-0.92 x the planner's for the models that recompute (the
-    planner charges 8-12 % too much there), 0.98-1.11 x for those that do not (AttentionFit.other). Before the planner
+    slow, median -6.9 %, down to -10.4 %, except MPT-30B with micro-batch 1: at 8K +29 % (A100) and +24 % (H100), at
+    4K -0.4 % and +6.0 %. The
+    fits say the same: their time outside attention is 0.89-0.93 x the planner's for the models that recompute (the
+    planner charges 7-12 % too much there), 0.98-1.11 x for those that do not (AttentionFit.other). Before the planner
     knew that PyTorch's non-reentrant checkpoint stops before the FFN's down projection (Strategy.checkpoint_early_stop:
     these rows' sweep.sh names PyTorch 2.1.0 and the MPT yamls ask for the non-reentrant checkpoint, published.py) the
-    recomputing rows were -9.7 % (median) and the fits 0.82-0.85 x: early stop explains a little under half of the
-    fits' over-charge (1.18-1.22 x -> 1.09-1.12 x), a quarter of the rows' median error. The H100 layer test below
+    recomputing rows were -9.5 % (median) and the fits 0.82-0.86 x: early stop explains about half of the
+    fits' over-charge (1.16-1.22 x -> 1.08-1.12 x), a quarter of the rows' median error. The H100 layer test below
     finds the rest in the bare layer too."""
     sweep = sequence_sweep.SEQUENCE_SWEEP
-    assert len(sweep) == 59 and round(statistics.median(abs(error(r)) for r in sweep), 3) == 0.036
+    assert len(sweep) == 59 and round(statistics.median(abs(error(r)) for r in sweep), 3) == 0.037
     full = [error(r) for r in sweep if r.strategy.recompute == "full"]
     assert all(r.strategy.checkpoint_early_stop for r in sweep if r.strategy.recompute == "full")
-    assert round(statistics.median(full), 3) == -0.074 and round(min(full), 3) == -0.104
+    assert round(statistics.median(full), 3) == -0.069 and round(min(full), 3) == -0.104
     assert {r.name for r in sweep if r.strategy.recompute == "full" and error(r) > -0.01} == \
         {"MPT-30b 8K 8xA100", "MPT-30b 8K 8xH100", "MPT-30b 4K 8xA100", "MPT-30b 4K 8xH100"}
     fits = sequence_sweep.attention_share_fits()
-    assert all(0.89 <= f.other <= 0.93 for f in fits if f.recompute == "full")
-    assert all(0.98 <= f.other <= 1.11 for f in fits if f.recompute == "none")
+    assert all(0.89 <= f.other <= 0.935 for f in fits if f.recompute == "full")
+    assert all(0.975 <= f.other <= 1.11 for f in fits if f.recompute == "none")
     whole_layer = [published.with_checkpoint_early_stop(r, False) for r in sweep if r.strategy.recompute == "full"]
-    assert round(statistics.median(error(r) for r in whole_layer), 3) == -0.097
+    assert round(statistics.median(error(r) for r in whole_layer), 3) == -0.095
 
 
 def test_pytorchs_flash_kernel_alone_runs_faster_on_an_h100_than_inside_the_published_steps():
@@ -265,13 +266,13 @@ def test_what_the_planner_still_misses_on_h100s_is_outside_the_bare_layer():
     """One layer of each H100 run's shape, timed alone on an H100 (forward and backward, with
     torch.utils.checkpoint(use_reentrant=False) on PyTorch 2.11 where the run recomputed), against the planner's
     layer_seconds for it: the planner's layer takes 1.18-1.29 x the measured one without recomputation and
-    1.22-1.32 x with full recomputation (1.29 at the calibration run, MPT-7B). The timed checkpoint stopped early:
+    1.21-1.31 x with full recomputation (1.29 at the calibration run, MPT-7B). The timed checkpoint stopped early:
     before the planner knew (Strategy.checkpoint_early_stop), charging the FFN's down projection again, the
     recomputing layers were 1.30-1.42 x, apart from the rest. The planner's layer is slower than the bare one
     everywhere because its calibrated constant charges per FLOP what a step spends outside the layer's kernels;
     recomputation adds FLOPs, so it adds that charge too. Over the predicted runs, one per measured shape, the
-    ratio and the run's error correlate at r = -0.69 (within the runs without recomputation -0.71, within those
-    with it -0.78; over all 22 predicted H100 runs, shapes shared, -0.48; before early stop -0.92 and -0.85: the
+    ratio and the run's error correlate at r = -0.62 (within the runs without recomputation -0.79, within those
+    with it -0.79; over all 22 predicted H100 runs, shapes shared, -0.41; before early stop -0.92 and -0.85: the
     part of the error the bare layer explained was mostly the missing early stop). The timed backward also added
     the parameters' gradients into .grad (about 1-4 % of a layer, most at micro-batch 2-3).
     docs/planner.md ("Where it misses, and why") quotes these numbers."""
@@ -289,7 +290,7 @@ def test_what_the_planner_still_misses_on_h100s_is_outside_the_bare_layer():
     full = [ratio[name] for name in named if by_name[name].strategy.recompute == "full"]
     assert len(plain) + len(full) == len(named) == 15
     assert (round(min(plain), 2), round(max(plain), 2)) == (1.18, 1.29)
-    assert (round(min(full), 2), round(max(full), 2)) == (1.22, 1.32)
+    assert (round(min(full), 2), round(max(full), 2)) == (1.21, 1.31)
     assert all(by_name[name].strategy.checkpoint_early_stop for name in named if by_name[name].strategy.recompute == "full")
     assert round(ratio[CALIBRATION["hopper"]], 2) == 1.29
 
@@ -297,47 +298,86 @@ def test_what_the_planner_still_misses_on_h100s_is_outside_the_bare_layer():
         return round(statistics.correlation([ratio[n] for n in names], [error(by_name[n]) for n in names]), 2)
 
     predicted = [name for name in named if name != CALIBRATION["hopper"]]
-    assert len(predicted) == 14 and r(predicted) == -0.69
-    assert r([n for n in predicted if by_name[n].strategy.recompute == "none"]) == -0.71
-    assert r([n for n in predicted if by_name[n].strategy.recompute == "full"]) == -0.78
+    assert len(predicted) == 14 and r(predicted) == -0.62
+    assert r([n for n in predicted if by_name[n].strategy.recompute == "none"]) == -0.79
+    assert r([n for n in predicted if by_name[n].strategy.recompute == "full"]) == -0.79
     everyone = [r_.name for r_ in h100 if r_.name != CALIBRATION["hopper"]]
-    assert len(everyone) == 22 and r(everyone) == -0.48
+    assert len(everyone) == 22 and r(everyone) == -0.41
+
+
+def timed_layer_ratios(efficiency: float) -> list[float]:
+    """The planner's layer_seconds over each of the 15 timed H100 layers, at a matmul efficiency."""
+    from ddp_lab.course.plan.efficiency import layer_seconds
+
+    data = json.loads(H100_KERNELS.read_text())
+    by_name = {r.name: r for r in RUNS}
+    out = []
+    for row in data["layer"]:
+        run = by_name[row["run"]]
+        gpu = dataclasses.replace(run.cluster.gpu, matmul_efficiency=efficiency)
+        out.append(layer_seconds(run.model, run.strategy, gpu).total / row["measured_seconds"])
+    return out
+
+
+def kernel_rate_fit() -> float:
+    """The matmul efficiency at which the median timed layer takes the planner's time (bisection)."""
+    low, high = 0.3, 1.0                        # the median ratio falls as the efficiency rises
+    for _ in range(40):
+        middle = (low + high) / 2
+        low, high = (middle, high) if statistics.median(timed_layer_ratios(middle)) > 1 else (low, middle)
+    return low
 
 
 def test_the_kernel_rate_is_where_the_planners_layer_takes_the_timed_layers_time():
     """KERNEL_GEMM_EFFICIENCY["hopper"] is the matmul efficiency at which the planner's layer_seconds equals the timed
     layer, median over the 15 timed H100 layers (bisection, rounded to 2 digits): no training run sets it. At the
-    calibrated 0.54 the median planner layer is 1.26 x the timed one; at 0.73 every timed layer is within 6 %."""
-    from ddp_lab.course.plan.efficiency import layer_seconds
+    calibrated 0.55 the median planner layer is 1.27 x the timed one; at 0.74 every timed layer is within 8 %."""
     from ddp_lab.course.plan.generation_constants import KERNEL_GEMM_EFFICIENCY, kernel_efficiency_of
 
-    data = json.loads(H100_KERNELS.read_text())
-    by_name = {r.name: r for r in RUNS}
-
-    def ratios(efficiency):
-        out = []
-        for row in data["layer"]:
-            run = by_name[row["run"]]
-            gpu = dataclasses.replace(run.cluster.gpu, matmul_efficiency=efficiency)
-            out.append(layer_seconds(run.model, run.strategy, gpu).total / row["measured_seconds"])
-        return out
-
-    low, high = 0.3, 1.0                        # the median ratio falls as the efficiency rises
-    for _ in range(40):
-        middle = (low + high) / 2
-        low, high = (middle, high) if statistics.median(ratios(middle)) > 1 else (low, middle)
-    assert len(data["layer"]) == 15
-    assert round(low, 2) == KERNEL_GEMM_EFFICIENCY["hopper"] == kernel_efficiency_of("hopper") == 0.73
-    assert round(statistics.median(ratios(GEMM_EFFICIENCY["hopper"])), 2) == 1.26
-    assert max(abs(r - 1) for r in ratios(0.73)) < 0.06
+    assert len(json.loads(H100_KERNELS.read_text())["layer"]) == 15
+    assert round(kernel_rate_fit(), 2) == KERNEL_GEMM_EFFICIENCY["hopper"] == kernel_efficiency_of("hopper") == 0.74
+    assert round(statistics.median(timed_layer_ratios(GEMM_EFFICIENCY["hopper"])), 2) == 1.27
+    assert max(abs(r - 1) for r in timed_layer_ratios(0.74)) < 0.08
     assert kernel_efficiency_of("blackwell") is None and kernel_efficiency_of("ampere") is None
 
 
+def test_attentions_shape_moved_the_h100_constants_and_barely_the_sweep(monkeypatch):
+    """attention_kernels.shape_factor, as docs/planner.md states it: forward and backward together, both kernels at
+    0.96 of their 16K-token rate at 4K, 0.90 at 2K, about 0.8 at 1K; heads of 64 at 0.90 (FlashAttention-2) and 0.80
+    (cuDNN). With it the H100 calibration run (2,048 tokens) spends more of its step in attention, so its matmuls
+    must run faster: 0.54 -> 0.55, the
+    timed layers' kernel rate 0.73 -> 0.74; the sweep's fitted H100 share stays 0.17 and its median error goes from
+    3.6 % to 3.7 % (its rows start at 4K tokens)."""
+    from ddp_lab.course.plan import efficiency
+    from ddp_lab.course.plan.attention_kernels import shape_factor
+
+    page = " ".join((Path(__file__).resolve().parents[1] / "docs" / "planner.md").read_text().split())
+    length = {kernel: [round(shape_factor("hopper", kernel, s, 128), 2) for s in (4096, 2048, 1024)]
+              for kernel in ("fa2", "cudnn")}
+    assert length == {"fa2": [0.96, 0.9, 0.8], "cudnn": [0.97, 0.9, 0.78]}
+    assert "both reach 0.96 of their 16K rate at 4K, 0.90 at 2K, about 0.8 at 1K" in page      # 0.965 for cuDNN
+    heads = [round(shape_factor("hopper", kernel, 16384, 64), 2) for kernel in ("fa2", "cudnn")]
+    assert heads == [0.9, 0.8] and "a head of 64 runs at 0.90 (FlashAttention-2) or 0.80 (cuDNN)" in page
+    sweep = sequence_sweep.SEQUENCE_SWEEP
+    now = (calibrated_efficiency("hopper"), round(kernel_rate_fit(), 2), round(sequence_sweep.attention_share("hopper"), 2),
+           round(statistics.median(abs(error(r)) for r in sweep), 3))
+    monkeypatch.setattr(efficiency, "shape_factor", lambda *shape: 1.0)
+    before = (calibrated_efficiency("hopper"), round(kernel_rate_fit(), 2))
+    monkeypatch.setitem(GEMM_EFFICIENCY, "hopper", before[0])            # the sweep as it was planned then
+    runs = [dataclasses.replace(r, cluster=r.cluster.with_(gpu=dataclasses.replace(r.cluster.gpu,
+            matmul_efficiency=before[0]))) if r.cluster.gpu.generation == "hopper" else r for r in sweep]
+    before_sweep = round(statistics.median(abs(error(r)) for r in runs), 3)
+    assert (now, before, before_sweep) == ((0.55, 0.74, 0.17, 0.037), (0.54, 0.73), 0.036)
+    assert "(H100 0.17 still) and its median error goes from 3.6 % to 3.7 %" in page
+    assert ("this moved the H100 constant from 0.54 to 0.55, and the timed layers' kernel rate from 0.73 to 0.74"
+            in page)
+
+
 def test_a_generation_without_timed_kernels_has_no_kernel_rate():
-    """at_kernel_rate raises one line naming the generations that have one; on an H100 it sets 0.73."""
+    """at_kernel_rate raises one line naming the generations that have one; on an H100 it sets 0.74."""
     from ddp_lab.course.plan.fit_to_run import at_kernel_rate
 
-    assert at_kernel_rate(ClusterSpec.preset("h200")).gpu.matmul_efficiency == 0.73
+    assert at_kernel_rate(ClusterSpec.preset("h200")).gpu.matmul_efficiency == 0.74
     for name in ("b200", "a100-80gb"):
         with pytest.raises(ValueError, match=r"^no kernel rate for .*: its generation's kernels were not timed "
                                              r"\(only Hopper\)") as caught:
@@ -349,8 +389,8 @@ def test_the_overlap_slowdown_is_the_published_average_and_the_result_is_not_tun
     """overlap.OVERLAP_SLOWDOWN is arXiv:2507.03114's average (18.9 %), not fitted. The validation median with
     hiding free (0), at that average and at the paper's maximum (40 %), each with the GEMM constants re-set on
     their calibration runs as the rule says: the median target (8 %) is met at all three since attention runs at
-    the rate the sequence sweep shows (5.8 % with hiding free, 4.5 % at the average, 4.9 % at the maximum; while a
-    ring charged the network's latency on every hop: 5.7 %, 4.1 %, 4.9 %; before the
+    the rate the sequence sweep shows (5.2 % with hiding free, 4.1 % at the average, 4.5 % at the maximum; before
+    attention's rate followed the kernels' sequence and head width: 5.8 %, 4.5 %, 4.9 %; while a ring charged the network's latency on every hop: 5.7 %, 4.1 %, 4.9 %; before the
     planner knew PyTorch's checkpoint stops early: 5.9 %, 5.5 %, 5.3 %; with the H100 kernel's 0.23 and
     FlashAttention-2's published 0.50: 7.3 %, 6.6 %, 6.4 %; before H100 attention was measured: 8.4 %, 7.3 % and
     7.8 %), so the average is kept because it is the published one, not for what it does to the median. docs/planner.md
@@ -365,7 +405,7 @@ def test_the_overlap_slowdown_is_the_published_average_and_the_result_is_not_tun
         runs = [dataclasses.replace(r, cluster=r.cluster.with_(gpu=dataclasses.replace(
                     r.cluster.gpu, matmul_efficiency=constants[r.cluster.gpu.generation]))) for r in runs]
         medians[slowdown] = round(summary(runs)["median"], 3)
-    assert medians == {0.0: 0.058, 0.189: 0.045, 0.40: 0.049}
+    assert medians == {0.0: 0.052, 0.189: 0.041, 0.40: 0.045}
 
 
 # Runs the model misses by more than 20 %, each with the bound it reaches and what it leaves out.
@@ -449,12 +489,12 @@ def test_validation_set_and_its_errors():
     """At least 30 predicted runs from 6 sources on 2 GPU generations, FSDP at several scales, H100s; the
     median and largest absolute error reached, and the misses beyond 20 % are the named ones.
 
-    The targets are a median of at most 8 % and no run beyond 20 %: the median is met (4.5 %; 4.1 % while a ring
-    charged the network's latency on every hop, not only between nodes: collectives.ring_latency), the largest
-    error is not (29.0 %, MT-NLG's 420 nodes; every run but MT-NLG's three is within 16 %: MosaicML's 760M on 8
-    H100s +16.0 %). It would be 5.8 % if full recomputation re-ran the whole layer in every run: PyTorch's
+    The targets are a median of at most 8 % and no run beyond 20 %: the median is met (4.1 %; 4.5 % before flash
+    attention's rate followed the kernels' sequence and head width, attention_kernels.shape_factor), the largest
+    error is not (29.0 %, MT-NLG's 420 nodes; every run but MT-NLG's three is within 16 %: IBM's Llama 2 7B on 96
+    H100s +15.2 %). It would be 5.1 % if full recomputation re-ran the whole layer in every run: PyTorch's
     non-reentrant checkpoint, which torchtitan, IBM's fms-fsdp and llm-foundry's benchmarks on PyTorch 2.1 use, stops
-    before the FFN's down projection (Strategy.checkpoint_early_stop; 4.2 % had MosaicML's runs re-run the whole
+    before the FFN's down projection (Strategy.checkpoint_early_stop; 3.9 % had MosaicML's runs re-run the whole
     layer). It was 6.6 % (and
     that 760M run +20.2 %) with flash attention at the kernels' rates (A100 0.50,
     FlashAttention-2's paper; H100 0.23, timed alone) instead of the rates MosaicML's sequence sweep shows inside a
@@ -466,14 +506,14 @@ def test_validation_set_and_its_errors():
     table and in lesson 13."""
     result = summary()
     assert result["runs"] >= 30 and result["sources"] >= 6
-    assert (round(result["median"], 3), round(result["max"], 3)) == (0.045, 0.29)
+    assert (round(result["median"], 3), round(result["max"], 3)) == (0.041, 0.29)
     stops_early = {r.source for r in RUNS if r.strategy.checkpoint_early_stop}
     assert stops_early == {"mosaicml", "torchtitan", "ibm"}          # Megatron-LM, DeepSpeed: the whole layer
     assert [r.name for r in RUNS if r.strategy.recompute == "full" and not r.strategy.checkpoint_early_stop
             and r.source == "mosaicml"] == ["MPT-70b 64xA100", "MPT-70b 32xA100"]      # before PyTorch 2.1
     whole_layer = [published.with_checkpoint_early_stop(r, False) for r in RUNS]
     mosaic_whole = [published.with_checkpoint_early_stop(r, False) if r.source == "mosaicml" else r for r in RUNS]
-    assert (round(summary(whole_layer)["median"], 3), round(summary(mosaic_whole)["median"], 3)) == (0.058, 0.042)
+    assert (round(summary(whole_layer)["median"], 3), round(summary(mosaic_whole)["median"], 3)) == (0.051, 0.039)
     assert {r.cluster.gpu.generation for r in RUNS} >= {"ampere", "hopper"}
     fsdp = {(r.model.parameters() // 10**9, r.strategy.gpus) for r in RUNS if r.strategy.zero == 3}
     assert len({size for size, _ in fsdp}) >= 5 and len({gpus for _, gpus in fsdp}) >= 4
@@ -561,11 +601,11 @@ def test_llama3_405b_long_context_stage_fits_an_h100():
 
 def test_llama3_405b_moves_with_its_unstated_interleaving():
     """Why Llama 3 405B is listed but not scored (lesson 13, docs/planner.md): Table 4 does not state the pipeline's
-    interleaving depth, and the prediction moves from -43 % (none) to -29 % (8 virtual stages of one layer) on
-    8,192 GPUs, -52 % to -28 % on 16,384."""
+    interleaving depth, and the prediction moves from -43 % (none) to -28 % (8 virtual stages of one layer) on
+    8,192 GPUs, -52 % to -27 % on 16,384."""
     llama3 = [run for run in RUNS if run.source == "llama3"]
     assert [run.scored for run in llama3] == [False, False]
-    for run, expected in zip(llama3, [(-0.43, -0.29), (-0.52, -0.28)]):
+    for run, expected in zip(llama3, [(-0.43, -0.28), (-0.52, -0.27)]):
         errors = [error(dataclasses.replace(run, strategy=dataclasses.replace(
                       run.strategy, virtual_stages=v, schedule="interleaved" if v > 1 else "1f1b"))) for v in (1, 8)]
         assert tuple(round(e, 2) for e in errors) == expected, (run.name, errors)
@@ -581,18 +621,20 @@ def _mosaic_and_ibm_errors(recompute: str, early_stop: bool = True) -> list[floa
 
 def test_the_published_set_and_what_recomputation_is_charged():
     """56 runs from 7 sources, 52 of them predicted, from 6 (Llama 3 405B's two are not scored, the two calibration runs
-    set constants). MosaicML's and IBM's runs by recomputation, as lesson 13 prints them: without it -2 % to +16 %;
-    full recomputation charged as PyTorch's checkpoint runs it (early stop) -9 % to +7 %, charged the whole layer
-    -15 % to -1 %, every run slow. Nor is what the runs without recomputation miss a fixed cost per step: MosaicML's,
-    in seconds per step (measured minus predicted), from 0.12 s slow to 0.21 s fast."""
+    set constants). MosaicML's and IBM's runs by recomputation, as lesson 13 prints them: without it -2 % to +15 %;
+    full recomputation charged as PyTorch's checkpoint runs it (early stop) -9 % to +8 %, charged the whole layer
+    -14 % to +0.5 %, every run slow but MPT-70B on 32 H100s. Nor is what the runs without recomputation miss a fixed
+    cost per step: MosaicML's, in seconds per step (measured minus predicted), from 0.12 s slow to 0.20 s fast."""
     assert len(RUNS) == 56 and len({run.source for run in RUNS}) == 7
     result = summary()
     assert (result["runs"], result["sources"]) == (52, 6)
     plain, full = _mosaic_and_ibm_errors("none"), _mosaic_and_ibm_errors("full")
     whole_layer = _mosaic_and_ibm_errors("full", early_stop=False)
-    assert -0.03 < min(plain) and max(plain) < 0.17
-    assert -0.10 < min(full) and max(full) < 0.08
-    assert -0.16 < min(whole_layer) and max(whole_layer) < 0
+    assert -0.03 < min(plain) and max(plain) < 0.16
+    assert -0.09 < min(full) and max(full) < 0.085
+    assert -0.15 < min(whole_layer) and max(whole_layer) < 0.005
+    assert [r.name for r in published.predictions() if r.source in ("mosaicml", "ibm") and r.strategy.recompute == "full"
+            and error(published.with_checkpoint_early_stop(r, False)) > 0] == ["MPT-70b 32xH100"]
 
     def missed_seconds(run):
         tokens = run.strategy.global_batch * run.model.seq_len / run.strategy.gpus       # per GPU and step
@@ -600,19 +642,19 @@ def test_the_published_set_and_what_recomputation_is_charged():
 
     gaps = sorted(missed_seconds(run) for run in published.predictions()
                   if run.source == "mosaicml" and run.strategy.recompute == "none")
-    assert gaps[0] < -0.1 and gaps[-1] > 0.2
+    assert gaps[0] < -0.1 and 0.195 < gaps[-1] < 0.205
 
 
 def test_the_runs_lesson_13_names_where_the_planner_is_approximate():
     """MT-NLG's 530B on 280 nodes ran 23 % below Megatron-LM's own 530B run of the same shape (126 against 163
     TFLOP/s per GPU); MosaicML's 760M on 8 H100s published 8 % below the same model on 16 H100s per GPU, which the
-    planner predicts alike (+16 %); IBM's Llama 2 7B on 96 H100s moves FSDP traffic more than half as long as its
+    planner predicts alike (+14 %); IBM's Llama 2 7B on 96 H100s moves FSDP traffic more than half as long as its
     compute and hides all but a tenth of it, predicted 10-20 % fast."""
     by_name = {run.name: run for run in RUNS}
     mt_nlg, megatron_530b = by_name["MT-NLG 530B 280 nodes"], by_name["Megatron 529.6B"]
     assert round(1 - mt_nlg.published / megatron_530b.published, 2) == 0.23
     mpt8, mpt16 = by_name["MPT-760m 8xH100"], by_name["MPT-760m 16xH100"]
-    assert (round(mpt8.published / mpt16.published - 1, 2), round(error(mpt8), 2)) == (-0.08, 0.16)
+    assert (round(mpt8.published / mpt16.published - 1, 2), round(error(mpt8), 2)) == (-0.08, 0.14)
     ibm = by_name["IBM Llama 2 7B 96xH100"]
     t = step_time(ibm.model, ibm.cluster, ibm.strategy)
     assert t.dp_comm > 0.5 * t.compute and t.dp_comm_exposed < 0.1 * t.dp_comm and 0.1 < error(ibm) < 0.2

@@ -554,7 +554,7 @@ def kernel_rate_line(key: str) -> str:
 
     Example:
         >>> kernel_rate_line("dense-h100-tp")                  # doctest: +ELLIPSIS
-        "its 16 held-aside runs of NVIDIA's stacks at --kernel-rate: median error 5.3%, worst ..."
+        "its 16 held-aside runs of NVIDIA's stacks at --kernel-rate: median error 5.2%, worst ..."
     """
     errors = [r.error for r in _results_at(None) if key in r.families and r.split == ASIDE and r.error is not None
               and runs_at_kernel_rate(r.run)]
@@ -655,7 +655,7 @@ def implied_imbalance(run: HeldOutRun, largest: float = 8.0) -> float | None:
     Example:
         >>> run = next(r for r in held_aside_runs.RUNS if r.name.startswith("NVIDIA skills Qwen3-30B-A3B"))
         >>> implied_imbalance(run)
-        1.49
+        1.48
     """
     if not splits_experts(run.strategy):
         raise ValueError(f"{run.name} keeps every expert on each GPU (ep 1): routing imbalance changes none of its "

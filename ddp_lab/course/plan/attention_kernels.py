@@ -41,15 +41,90 @@ faster there); the workstation Blackwell's 0.88x is another chip, which the plan
 multiplies the flash share of peak the attention core runs at inside a training step; nothing here was fitted to
 a training run.
 
+How the rate depends on the shape (`shape_factor`), published (bf16, one H100 80GB SXM5, batch x sequence 16K
+tokens, hidden 2,048): Shah et al. 2024 (arXiv:2407.08608), Figure 5 (forward) and Figure 6 (backward), the
+FlashAttention-2 and cuDNN bars at 512 to 16K tokens. A kernel reaches its plateau by 4-8K tokens: forward and
+backward together, at 4K they run at 0.96 and 0.97 of their 16K rate, at 2K at 0.90, at 1K at about 0.8, at 512
+at about 0.6 (a short sequence gives each query tile few key tiles to loop over, and the causal mask's diagonal
+tiles a larger part). A head of 64 runs at 0.90 (FlashAttention-2) and 0.80 (cuDNN) of a head of 128's rate at
+16K: the softmax's exponentials, one per score whatever the head's width, weigh more against its multiply-adds
+(the paper's Sec. 3.1). The planner's share of peak (`generation_constants.FLASH_ATTENTION_UTILIZATION`, fitted
+on MosaicML's 4K-64K rows with this factor in) is the plateau's at a head of 128; the factor scales it for the
+sequence a kernel call sees (a rank's sequence, seq_len / cp with context parallelism) and the head's width.
+Where the figures taken here stop, the factor holds their last value: 1.0 from 16K on (MosaicML's sweep agrees:
+its per-model residuals stay within 2 % out to 64K), the 512-token value below 512 (a sliding window's short
+reach is not priced: its tiles are counted, sliding_window.py), 1.0 for heads wider than 128 (the backward bars
+taken are at 64 and 128). Hopper's tables; Blackwell borrows them with Hopper's other constants; Ampere has no
+table here (FlashAttention-2's paper measures the A100 only in figures whose values are not taken here) and
+keeps a flat rate: its factor is 1.0.
+
 Introduced in notebooks/13-plan-your-training-run.ipynb (the `--flash-kernel` flag; docs/planner.md).
 """
 
 from __future__ import annotations
 
+import math
+
 FLASH_KERNELS = ("fa2", "cudnn")
 
 # cuDNN's fused flash attention over FlashAttention-2, per GPU generation (module docstring's sources).
 CUDNN_SPEEDUP = {"hopper": 1.7, "ampere": 0.82}
+
+
+# Shah et al. 2024 (FlashAttention-3, arXiv:2407.08608), bf16 TFLOP/s on an H100 80GB SXM5 as the bars are labelled:
+# Figure 5's causal forward and Figure 6's backward at a head of 128, each at SEQUENCES; Figure 5's non-causal
+# forward and Figure 6's backward at 16K for heads of 64 and 128 (the causal forward at 64 is not in the figure).
+SEQUENCES = (512, 1024, 2048, 4096, 8192, 16384)
+HOPPER_KERNEL_TFLOPS = {
+    "fa2": {"forward": (191, 260, 298, 319, 333, 335), "backward": (214, 260, 291, 310, 318, 322),
+            "head_64": (324, 291), "head_128": (370, 322)},
+    "cudnn": {"forward": (315, 410, 484, 518, 529, 539), "backward": (305, 408, 465, 499, 518, 516),
+              "head_64": (413, 433), "head_128": (595, 516)},
+}
+BACKWARD_FACTOR = 2.5          # a flash backward's FLOPs over its forward's (efficiency.attention_backward_factor)
+
+
+def _step_rate(forward: float, backward: float) -> float:
+    """The rate of one forward and its backward together: FLOPs 1 + 2.5 over the seconds they take."""
+    return (1 + BACKWARD_FACTOR) / (1 / forward + BACKWARD_FACTOR / backward)
+
+
+def _length_factors(kernel: str) -> tuple[float, ...]:
+    table = HOPPER_KERNEL_TFLOPS[kernel]
+    rates = [_step_rate(f, b) for f, b in zip(table["forward"], table["backward"])]
+    return tuple(rate / rates[-1] for rate in rates)
+
+
+def _head_64_factor(kernel: str) -> float:
+    table = HOPPER_KERNEL_TFLOPS[kernel]
+    return _step_rate(*table["head_64"]) / _step_rate(*table["head_128"])
+
+
+def shape_factor(generation: str, kernel: str, seq_len: int, head_dim: int) -> float:
+    """A flash kernel's rate at a call's sequence and head width over its rate at 16K tokens and a head of 128.
+
+    `generation` is the one whose constants apply (`generation_constants.constants_generation`); `seq_len` is the
+    sequence one kernel call sees (seq_len / cp under context parallelism). Interpolated in log2 of the sequence
+    and of the head width between the published points; held at the last point outside them (module docstring).
+
+    Example:
+        >>> [round(shape_factor("hopper", "fa2", s, 128), 2) for s in (1024, 2048, 4096, 32768)]
+        [0.8, 0.9, 0.96, 1.0]
+        >>> round(shape_factor("hopper", "cudnn", 8192, 64), 2), shape_factor("ampere", "fa2", 512, 64)
+        (0.79, 1.0)
+
+    Introduced in notebooks/13-plan-your-training-run.ipynb (docs/planner.md).
+    """
+    if generation != "hopper":
+        return 1.0
+    lengths = _length_factors(kernel)
+    x = min(max(math.log2(seq_len), math.log2(SEQUENCES[0])), math.log2(SEQUENCES[-1]))
+    i = min(int(x - math.log2(SEQUENCES[0])), len(SEQUENCES) - 2)
+    along = x - math.log2(SEQUENCES[i])
+    length = lengths[i] + (lengths[i + 1] - lengths[i]) * along
+    width = min(max(math.log2(head_dim), 6.0), 7.0) - 6.0       # 0 at a head of 64, 1 at 128 and wider
+    head = _head_64_factor(kernel) + (1 - _head_64_factor(kernel)) * width
+    return length * head
 
 
 def kernel_speedup(generation: str, kernel: str) -> float:

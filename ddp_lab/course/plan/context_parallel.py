@@ -131,7 +131,7 @@ def ring_time(model, cluster, strategy) -> tuple[float, float]:
         return 0.0, 0.0
     group = strategy.layout.group("cp")
     block = kv_block_bytes(model, strategy)
-    step_compute = attention_seconds(causal_attention_flops(model, strategy) / cp, cluster.gpu, strategy)
+    step_compute = attention_seconds(causal_attention_flops(model, strategy) / cp, cluster.gpu, strategy, model)
     # a sliding window's flash kernels skip tiles, and the layers' blocks are sent all the same: the full and the
     # windowed layers each hide their sends behind their own attention (sliding_window.tile_shares)
     shares = sliding_window.tile_shares(model) if strategy.attention == "flash" else ((1.0, 1.0),)

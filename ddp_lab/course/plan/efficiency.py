@@ -67,7 +67,7 @@ from dataclasses import dataclass
 
 from ddp_lab.course.plan import attention_kernels, latent_attention, multi_token, sliding_window
 from ddp_lab.course.plan.activations import replicated_share
-from ddp_lab.course.plan.attention_kernels import kernel_speedup
+from ddp_lab.course.plan.attention_kernels import kernel_speedup, shape_factor
 from ddp_lab.course.plan.generation_constants import FLASH_PRECISIONS, constants_generation
 from ddp_lab.course.plan.op_checkpoint import recomputed_flops, recomputed_matmuls
 from ddp_lab.course.plan.precision import cast_bytes, compute_precision, linear_rate
@@ -163,21 +163,23 @@ def attention_backward_factor(strategy) -> float:
     return 2.5 if strategy.attention == "flash" else 2.0
 
 
-def attention_seconds(flops: float, gpu, strategy) -> float:
-    """Seconds of `flops` of the attention core (Q K^T and the weighted V) on `gpu` for `strategy`.
+def attention_seconds(flops: float, gpu, strategy, model) -> float:
+    """Seconds of `flops` of `model`'s attention core (Q K^T and the weighted V) on `gpu` for `strategy`.
 
     Eager attention's cores are batched GEMMs: the calibrated GEMM rate. Flash attention in bf16
     or fp16 runs at the GPU's flash share of peak (`GPU.flash_attention_share`: its generation's
     `FLASH_ATTENTION_UTILIZATION` unless the GPU carries its own) where it has one, otherwise at
     the GEMM rate; a kernel faster than FlashAttention-2 (`Strategy.flash_kernel`) multiplies that
-    share by its published speed-up (attention_kernels.py).
+    share by its published speed-up, and the sequence one kernel call sees (a rank's seq_len / cp)
+    and the head's width scale it as the kernel's published rates do (attention_kernels.shape_factor).
 
     Example:
         >>> from ddp_lab.course.plan.cluster_spec import GPU
+        >>> from ddp_lab.course.plan.model import Transformer
         >>> from ddp_lab.course.plan.strategy import Strategy
-        >>> h100 = GPU.preset("h100-sxm")
-        >>> round(attention_seconds(989e12, h100, Strategy()), 2)     # 17 % of 989 TFLOP/s
-        5.88
+        >>> h100, llama = GPU.preset("h100-sxm"), Transformer.preset("llama3-8b")   # 8,192 tokens, heads of 128
+        >>> round(attention_seconds(989e12, h100, Strategy(), llama), 2)     # 17 % of 989 TFLOP/s, x 0.99 at 8K
+        5.94
 
     Introduced in notebooks/13-plan-your-training-run.ipynb.
     """
@@ -187,8 +189,9 @@ def attention_seconds(flops: float, gpu, strategy) -> float:
     utilization = gpu.flash_attention_share if flash else None
     if utilization is None:
         return flops / gpu.achieved_flops(precision)
-    return flops / (gpu.flops(precision) * utilization * kernel_speedup(constants_generation(gpu.generation),
-                                                                     strategy.flash_kernel))
+    generation = constants_generation(gpu.generation)
+    shape = shape_factor(generation, strategy.flash_kernel, model.seq_len // strategy.cp, model.head_dim)
+    return flops / (gpu.flops(precision) * utilization * kernel_speedup(generation, strategy.flash_kernel) * shape)
 
 
 def gemm_seconds(flops: float, k: int, rate: float) -> float:
@@ -270,15 +273,15 @@ def layer_seconds(model, strategy, gpu) -> WorkSeconds:
     casts = [cast_bytes(local if i < downs else tokens, k, n, strategy) for i, (_, k, n) in enumerate(gemms)]
     moved_forward += sum(forward_cast for forward_cast, _ in casts)
     moved_backward += sum(backward_cast for _, backward_cast in casts)
-    forward = forward_gemms + attention_seconds(core_forward, gpu, strategy) + moved_forward / bandwidth
-    backward = backward_gemms + attention_seconds(core_backward, gpu, strategy) + moved_backward / bandwidth
+    forward = forward_gemms + attention_seconds(core_forward, gpu, strategy, model) + moved_forward / bandwidth
+    backward = backward_gemms + attention_seconds(core_backward, gpu, strategy, model) + moved_backward / bandwidth
     if strategy.recompute == "full":
         recompute = forward
         if recompute_skips_last_gemm(model, strategy):
             down_flops, down_k, _ = ffn_down_gemm(model, strategy)
             recompute -= gemm_seconds(down_flops, down_k, rate)
     elif strategy.recompute == "selective" and strategy.attention == "eager":
-        recompute = attention_seconds(core_forward, gpu, strategy) + moved_again / bandwidth
+        recompute = attention_seconds(core_forward, gpu, strategy, model) + moved_again / bandwidth
     elif strategy.recompute == "op":                 # every second matmul and the elementwise ops (op_checkpoint.py)
         recompute = sum(recomputed_gemm_seconds(model, strategy, rate).values()) + moved_again / bandwidth
     else:

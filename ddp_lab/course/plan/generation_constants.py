@@ -31,8 +31,9 @@ GEMM_EFFICIENCY = {
     "ampere": 0.68,
     # MosaicML llm-foundry, scripts/train/benchmarking/README.md, table "H100 80GB BF16", MPT-7B row at
     # sequence 2048 on 8 GPUs: FSDP FULL_SHARD, micro-batch 6, no activation checkpointing, flash
-    # attention, 10,643 tokens/s per GPU (published.py's "MPT-7b 8xH100").
-    "hopper": 0.54,
+    # attention, 10,643 tokens/s per GPU (published.py's "MPT-7b 8xH100"); its attention priced at 2,048 tokens'
+    # kernel rate (attention_kernels.shape_factor: 0.90 of the plateau), which leaves the GEMMs less of the step.
+    "hopper": 0.55,
 }
 CALIBRATION_RUNS = {
     "ampere": "Narayanan et al. 2021, Table 1, 18.4B (TP 8, 256 A100 80GB): 135 TFLOP/s per GPU",
@@ -46,7 +47,9 @@ CALIBRATION_RUNS = {
 # work outside attention stays put while its attention grows with the sequence, so the slope of time per token
 # against attention FLOPs is attention's cost in those steps, as a share of peak; fitted per model
 # (sequence_sweep.attention_share_fits: least squares with one free scale per model for the rest of the step, residuals
-# within 2 %), the median over 7 models on A100s and 5 on H100s, rounded. So this is a second number per
+# within 2 %), the median over 7 models on A100s and 5 on H100s, rounded; with each row's attention scaled by the
+# published kernels' rate at its sequence and head width (attention_kernels.shape_factor), so the share is the one
+# at the kernels' plateau (16K tokens and more, heads of 128). So this is a second number per
 # generation fitted to published runs, beside GEMM_EFFICIENCY's one calibration run: it is set by how throughput
 # falls with length, not by any run's level, and none of the sweep's rows is scored (the scored MosaicML runs are
 # the same tables' 2,048-token rows, of the same models: not independent of it in source, only in rows). It also
@@ -71,14 +74,14 @@ FLASH_ATTENTION_UTILIZATION = {
 # value at which the planner's layer_seconds equals one layer's forward and backward timed alone, median over the 15
 # timed layers (ddp_lab/plan/measured/h100-sxm-kernels.json, tools/gpu_kernels.py: an H100 SXM, PyTorch 2.11, the
 # layer of each H100 calibration run's shape, its GEMMs cuBLAS's and its attention PyTorch's FlashAttention-2), by
-# bisection, rounded to 2 digits (tests/test_plan_published.py). No training run sets it. At GEMM_EFFICIENCY's 0.54
-# the planner's layer takes 1.18-1.32 x the timed one: that constant also charges what MosaicML's PyTorch steps spent
+# bisection, rounded to 2 digits (tests/test_plan_published.py). No training run sets it. At GEMM_EFFICIENCY's 0.55
+# the planner's layer takes 1.18-1.31 x the timed one: that constant also charges what MosaicML's PyTorch steps spent
 # between and around their kernels. A stack that keeps the GPU busy from one kernel to the next (fused kernels,
 # CUDA graphs, communication overlapped: NVIDIA's NeMo and Megatron recipes) runs nearer the kernels' rate; the
 # planner takes it with `fit_to_run.at_kernel_rate` (the CLI's --kernel-rate). Generations without timed kernels
 # have none: Blackwell's is not borrowed from Hopper's, unlike its calibrated constants. Every Hopper preset takes it,
 # H200 and the 500 W HBM2e H100 too, though only the 700 W H100 SXM was timed.
-KERNEL_GEMM_EFFICIENCY = {"hopper": 0.73}
+KERNEL_GEMM_EFFICIENCY = {"hopper": 0.74}
 FLASH_PRECISIONS = ("bf16", "fp16")   # FlashAttention-2's kernels; fp32 attention runs at the GEMM rate
 # Turing (T4) has no published run with a stated configuration in the validation set: it borrows
 # Ampere's constant, unchecked (treat T4 step times as rough). Blackwell (B200, GB200, B300, GB300) has no

@@ -271,7 +271,7 @@ def faster_with_context_parallel(model, cluster, global_batch: int, reserve: flo
         >>> h100s = ClusterSpec.preset("h100-sxm", nodes=4)
         >>> best = search(model, h100s, top=1)[0]
         >>> faster_with_context_parallel(model, h100s, 32, MEMORY_RESERVE, {}, best)[0].strategy.cp
-        16
+        8
     """
     if model.seq_len < context_parallel.LONG_SEQUENCE or best is None:
         return []
