@@ -539,6 +539,12 @@ def test_search_with_experts_and_a_plan_with_context_parallelism():
     exposed = float(re.search(r"exposed CP ring \(K/V\)\s+([0-9.]+)", result.stdout).group(1))
     total, hidden = map(float, re.search(r"CP ring \(total\)\s+([0-9.]+)\s+\(([0-9.]+) hidden", result.stdout).groups())
     assert 0 < exposed < total and total == pytest.approx(exposed + hidden, abs=0.002)
+    # docs/planner.md's example (no recomputation flag) and the share of its ring it says is exposed
+    result = plan(*LLAMA_8B, "--nodes", "4", "--tp", "8", "--cp", "4", "--zero", "1", "--sequence-parallel")
+    exposed = float(re.search(r"exposed CP ring \(K/V\)\s+([0-9.]+)", result.stdout).group(1))
+    total = float(re.search(r"CP ring \(total\)\s+([0-9.]+)", result.stdout).group(1))
+    page = " ".join((Path(__file__).resolve().parents[1] / "docs" / "planner.md").read_text().split())
+    assert f"block, so {100 * exposed / total:.0f} % of the ring is exposed" in page
 
 
 def test_help_explains_each_flag():

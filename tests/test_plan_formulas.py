@@ -744,7 +744,7 @@ def test_flash_attention_runs_at_its_own_share_of_peak_not_the_gemm_constant():
     """Flash attention's seconds come from its own share of peak (A100 31 %, H100 17 %: the rates MosaicML's
     sequence-length sweep shows inside training steps, test_plan_published.py), so they do not move with the
     calibrated GEMM constant; eager attention's batched GEMMs do. On both the kernel is slower than the GEMMs
-    (17 % against 54 % of an H100's peak, 31 % against 68 % of an A100's). A GPU can carry its own share
+    (17 % against 55 % of an H100's peak, 31 % against 68 % of an A100's). A GPU can carry its own share
     (GPU.flash_attention_share). Where FlashAttention-2 has no kernel (Turing, fp32) the core runs at the GEMM
     rate."""
     import dataclasses

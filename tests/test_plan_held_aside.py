@@ -76,38 +76,38 @@ PREDICTED = {
     'InternLM 7B TP 2, 8 A100s': 4124.3,
     'InternLM 7B TP 2, 1,024 A100s': 3762.2,
     'Megatron-LLaMA 13B TP 2, 32 A100s': 2261.8,
-    'llm.c GPT-2 1558M ZeRO-1, 8 H100s': 42313.0,
+    'llm.c GPT-2 1558M ZeRO-1, 8 H100s': 42355.0,
     'torchao Llama 3 8B FSDP, 8 H100s': 6475.4,
     'torchao Llama 3 8B FSDP, 8 H100s, Float8': 8287.2,
     'MLPerf v5.0 Llama 3.1 405B TP 8 x PP 8 x CP 2, 512 H100s, FP8': 330.05,
     'MLPerf v5.0 Llama 3.1 405B TP 8 x PP 8 x CP 2, 8,192 H100s, FP8': 297.55,
-    'MLPerf v6.0 gpt-oss-20b TP 2 x EP 4, 64 H100s, FP8': 14375.0,
-    'MLPerf v6.0 gpt-oss-20b TP 2 x EP 4, 128 H100s, FP8': 14027.0,
+    'MLPerf v6.0 gpt-oss-20b TP 2 x EP 4, 64 H100s, FP8': 14391.0,
+    'MLPerf v6.0 gpt-oss-20b TP 2 x EP 4, 128 H100s, FP8': 14043.0,
     'NVIDIA skills Qwen3-30B-A3B EP 16, 16 H100s': 12646.0,
     'NeMo docs Mixtral 8x7B EP 8, 64 B200s, FP8': 16246.0,
     'NeMo docs Mixtral 8x7B EP 8, 64 GB200s, FP8': 20626.0,
     'NeMo docs Mixtral 8x22B TP 2 x PP 4 x CP 8 x EP 8, 256 B200s, FP8': 2297.7,
     'DGXC DeepSeek-V3 TP 2 x PP 4 x EP 32, 128 GB200s': 2876.8,
-    'MLPerf v6.0 gpt-oss-20b DP 8, 8 B200s, MXFP8 (Dell)': 45840.0,
-    'MLPerf v6.0 gpt-oss-20b DP 8, 8 B200s, MXFP8 (Lambda)': 45840.0,
-    'MLPerf v6.0 gpt-oss-20b DP 8, 8 B200s, MXFP8 (Supermicro)': 45840.0,
-    'MLPerf v6.0 gpt-oss-20b DP 8, 8 B300s, MXFP8 (Cisco)': 47980.0,
-    'MLPerf v6.0 gpt-oss-20b DP 8, 8 B300s, MXFP8 (Dell)': 47980.0,
-    'MLPerf v6.0 gpt-oss-20b DP 16, 16 B300s, MXFP8 (Dell)': 47955.0,
-    'MLPerf v6.0 gpt-oss-20b DP 8, 8 B300s, MXFP8 (HPE)': 47980.0,
-    'MLPerf v6.0 gpt-oss-20b DP 8, 8 GB300s, MXFP8 (HPE)': 52043.0,
-    'MLPerf v6.0 gpt-oss-20b CP 2 x EP 4, 72 GB300s, MXFP8 (HPE)': 42264.0,
-    'MLPerf v6.0 gpt-oss-20b DP 8, 8 B300s, MXFP8 (Inventec)': 47980.0,
-    'MLPerf v6.0 gpt-oss-20b CP 2 x EP 4, 72 GB300s, MXFP8 (Lambda)': 42264.0,
-    'MLPerf v6.0 gpt-oss-20b TP 2 x CP 4 x EP 8, 512 GB300s, MXFP8 (NVIDIA)': 17079.0,
-    'MLPerf v6.0 gpt-oss-20b DP 8, 8 GB300s, MXFP8 (Oracle)': 52043.0,
-    'MLPerf v6.0 gpt-oss-20b CP 2 x EP 4, 64 GB300s, MXFP8 (QCT)': 42444.0,
-    'MLPerf v6.0 gpt-oss-20b DP 8, 8 B300s, MXFP8 (Supermicro)': 47980.0,
-    'MLPerf v6.0 gpt-oss-20b CP 2 x EP 4, 72 GB300s, MXFP8 (Supermicro)': 42264.0,
-    'MLPerf v6.0 gpt-oss-20b DP 8, 8 B300s, MXFP8 (ASUSTeK)': 47980.0,
-    'MLPerf v6.0 gpt-oss-20b DP 8, 8 B300s, MXFP8 (Nebius)': 47980.0,
-    'MLPerf v6.0 gpt-oss-20b CP 2 x EP 4, 64 B300s, MXFP8 (Nebius)': 28105.0,
-    'MLPerf v6.0 gpt-oss-20b CP 2 x EP 4, 72 GB300s, MXFP8 (Nebius)': 42264.0,
+    'MLPerf v6.0 gpt-oss-20b DP 8, 8 B200s, MXFP8 (Dell)': 45932.0,
+    'MLPerf v6.0 gpt-oss-20b DP 8, 8 B200s, MXFP8 (Lambda)': 45932.0,
+    'MLPerf v6.0 gpt-oss-20b DP 8, 8 B200s, MXFP8 (Supermicro)': 45932.0,
+    'MLPerf v6.0 gpt-oss-20b DP 8, 8 B300s, MXFP8 (Cisco)': 48081.0,
+    'MLPerf v6.0 gpt-oss-20b DP 8, 8 B300s, MXFP8 (Dell)': 48081.0,
+    'MLPerf v6.0 gpt-oss-20b DP 16, 16 B300s, MXFP8 (Dell)': 48056.0,
+    'MLPerf v6.0 gpt-oss-20b DP 8, 8 B300s, MXFP8 (HPE)': 48081.0,
+    'MLPerf v6.0 gpt-oss-20b DP 8, 8 GB300s, MXFP8 (HPE)': 52149.0,
+    'MLPerf v6.0 gpt-oss-20b CP 2 x EP 4, 72 GB300s, MXFP8 (HPE)': 42336.0,
+    'MLPerf v6.0 gpt-oss-20b DP 8, 8 B300s, MXFP8 (Inventec)': 48081.0,
+    'MLPerf v6.0 gpt-oss-20b CP 2 x EP 4, 72 GB300s, MXFP8 (Lambda)': 42336.0,
+    'MLPerf v6.0 gpt-oss-20b TP 2 x CP 4 x EP 8, 512 GB300s, MXFP8 (NVIDIA)': 17081.0,
+    'MLPerf v6.0 gpt-oss-20b DP 8, 8 GB300s, MXFP8 (Oracle)': 52149.0,
+    'MLPerf v6.0 gpt-oss-20b CP 2 x EP 4, 64 GB300s, MXFP8 (QCT)': 42517.0,
+    'MLPerf v6.0 gpt-oss-20b DP 8, 8 B300s, MXFP8 (Supermicro)': 48081.0,
+    'MLPerf v6.0 gpt-oss-20b CP 2 x EP 4, 72 GB300s, MXFP8 (Supermicro)': 42336.0,
+    'MLPerf v6.0 gpt-oss-20b DP 8, 8 B300s, MXFP8 (ASUSTeK)': 48081.0,
+    'MLPerf v6.0 gpt-oss-20b DP 8, 8 B300s, MXFP8 (Nebius)': 48081.0,
+    'MLPerf v6.0 gpt-oss-20b CP 2 x EP 4, 64 B300s, MXFP8 (Nebius)': 28113.0,
+    'MLPerf v6.0 gpt-oss-20b CP 2 x EP 4, 72 GB300s, MXFP8 (Nebius)': 42336.0,
     'Megatron-LM recipe Qwen3-30B-A3B EP 8, 32 H100s': 13032.0,
     'Megatron-LM recipe Qwen3-30B-A3B EP 16, 16 GB200s': 30002.0,
     'Megatron-LM recipe Qwen3-30B-A3B EP 16, 16 GB200s, MXFP8': 34013.0,
@@ -145,8 +145,8 @@ PREDICTED = {
     'MLPerf v6.0 Llama 3.1 8B DP 16, 16 H200s, FP8 (Cisco)': 13410.0,
     'MLPerf v6.0 Llama 3.1 8B CP 2, 64 B200s, FP8 (SCITIX)': 21506.0,
     'Megatron-Bridge verification Qwen3-8B DP 16, 16 H100s': 11548.0,
-    'Megatron-Bridge verification gpt-oss-20b TP 2 x PP 4 x EP 4, 16 H100s': 18248.0,
-    'Megatron-Bridge verification gpt-oss-120b TP 2 x PP 4 x EP 16, 64 H100s': 8357.3,
+    'Megatron-Bridge verification gpt-oss-20b TP 2 x PP 4 x EP 4, 16 H100s': 18266.0,
+    'Megatron-Bridge verification gpt-oss-120b TP 2 x PP 4 x EP 16, 64 H100s': 8363.2,
     'Megatron-MoE-ModelZoo Qwen3-235B-A22B TP 4 x EP 8 x PP 8, 256 H100s, 16,384 tokens': 1374.1,
     'Megatron-MoE-ModelZoo Qwen3-235B-A22B TP 4 x CP 2 x EP 8 x PP 8, 256 H100s, 32,768 tokens': 978.01,
     'Megatron-MoE-ModelZoo Qwen3-235B-A22B TP 4 x CP 4 x EP 8 x PP 8, 256 H100s, 65,536 tokens': 605.44,
@@ -279,8 +279,8 @@ def test_nvidia_code_by_others_names_only_runs_of_the_sets_written_after_its_rul
 def test_the_median_crossed_its_goal_through_attentions_shape_mostly_its_head_width(monkeypatch):
     """The held-aside median met its goal (10 %) when flash attention's rate came to follow the published kernels'
     sequence and head width (attention_kernels.shape_factor), decided from FlashAttention-3's figures after these
-    runs' errors had been seen: 9.6 % with it, 10.4 % with the sequence part alone (heads priced at 128's rate), 10.7 %
-    before (no factor, the H100 constants then: GEMM 0.54, kernel rate 0.73). Blackwell's median: 10.5 %, 15.5 % and
+    runs' errors had been seen: 9.8 % with it, 10.4 % with the sequence part alone (heads priced at 128's rate), 10.7 %
+    before (no factor, the H100 constants then: GEMM 0.54, kernel rate 0.73). Blackwell's median: 10.7 %, 15.5 % and
     15.1 %. The head-width part moves gpt-oss's runs (heads of 64) most. README and docs/planner.md say so. The state
     before is computed in a fresh interpreter: the GPU presets take their constants when the planner is imported."""
     import subprocess
@@ -304,15 +304,16 @@ def test_the_median_crossed_its_goal_through_attentions_shape_mostly_its_head_wi
         "print(sum(abs(predict(run) / test_plan_held_aside.PREDICTED[run.name] - 1) > 1e-4 for run in RUNS\n"
         "          if run.name in ASIDE_NAMES))")],
         capture_output=True, text=True, check=True, cwd=Path(__file__).parent).stdout.split()
-    assert (now, by_sequence, tuple(map(float, before[:2]))) == ((0.096, 0.105), (0.104, 0.155), (0.107, 0.151))
+    assert (now, by_sequence, tuple(map(float, before[:2]))) == ((0.098, 0.107), (0.104, 0.155), (0.107, 0.151))
     assert int(before[2]) == 104 and len(PREDICTED) == 109                  # the pins the change moved
     page = " ".join((Path(__file__).resolve().parents[1] / "docs" / "planner.md").read_text().split())
-    assert ("moved 104 of the 109 and took the median across its goal: 10.7 % before, 9.6 % with it, 10.4 % with its "
-            "sequence part alone (Blackwell's median 15.1 %, 10.5 % and 15.5 %)") in page
+    assert ("moved 104 of the 109 and took the median across its goal: 10.7 % before, 9.8 % with it, 10.4 % with its "
+            "sequence part alone (Blackwell's median 15.1 %, 10.7 % and 15.5 %)") in page
     root = Path(__file__).resolve().parents[1]
     readme = " ".join((root / "README.md").read_text().split())
-    assert ("median error 9.6% against a goal of 10%, met once attention's rate followed the kernels' published curves "
-            "by sequence and head width (gpt-oss's heads of 64 moved most; by sequence alone 10.4%)") in readme
+    assert ("median error 9.8% against a goal of 10%, met only since attention's rate follows the kernels' published "
+            "curves by sequence and head width, a change made after these errors were seen (gpt-oss's heads of 64 moved "
+            "most; by sequence alone 10.4%), so not a blind prediction.") in readme
 
 
 def _aside_and_blackwell_medians() -> tuple[float, float]:

@@ -436,7 +436,7 @@ def test_the_first_sets_h100_runs_of_nvidia_stacks_came_out_slow_at_the_calibrat
     0.55 every H100 run of NVIDIA's stacks (DGX Cloud's NeMo and MaxText recipes, NeMo Automodel, JAX-Toolbox's
     MaxText, NVIDIA's MLPerf Training v4.0 submissions on NeMo) came out slower than it ran, 10-34 % but for
     JAX-Toolbox's one-node run and DGX Cloud's GPT-3 175B on 2,048 H100s (8.9 % each) and Automodel's two gpt-oss
-    runs (6.2 %, 9.5 %, half their layers windowed): one bias, not scatter. At the kernel rate (0.74) the same 29
+    runs (6.1 %, 9.5 %, half their layers windowed): one bias, not scatter. At the kernel rate (0.74) the same 29
     runs miss by a median of 7.8 %, both ways (-20.0 % to +17.8 %); they are development
     runs now. Of the first set's runs that stay aside: MaxText's own one-node run 6.7 % slow, its runs on 2-16 VMs
     (HSDP) 8-21 % fast; OLMo-core's PyTorch FSDP runs on H100s miss both ways (six slow by 8-19 %, the 13B runs
@@ -450,7 +450,7 @@ def test_the_first_sets_h100_runs_of_nvidia_stacks_came_out_slow_at_the_calibrat
     assert len(moved) == 29 and all(r.split == DEVELOPMENT and r.run.gpu == "h100-sxm" for r in moved)
     assert len(jax_toolbox) == 1 and round(jax_toolbox[0], 3) == round(calibrated[gpt3_2048], 3) == -0.089, \
         (jax_toolbox, calibrated[gpt3_2048])
-    assert [round(error, 3) for error in gpt_oss] == [-0.095, -0.062]
+    assert [round(error, 3) for error in gpt_oss] == [-0.095, -0.061]
     assert all(-0.35 < calibrated[r.run.name] < -0.10 for r in moved
                if not r.run.source.startswith("NVIDIA/JAX") and "gpt-oss" not in r.run.name
                and r.run.name != gpt3_2048), sorted(calibrated.values())
@@ -517,7 +517,7 @@ def test_olmo_core_with_cudnn_attention_where_its_nightly_may_have_run_it(outcom
 def test_per_node_dispatch_moved_the_runs_that_send_experts_across_nodes_both_ways():
     """The runs that state DeepEP or HybridEP plan with the per-node dispatch (experts.dispatch_seconds); with their
     ep groups across nodes it moved three development runs: the ModelZoo's Qwen3-235B on TP 2 x EP 32 from -25.4 %
-    to +0.2 % and Automodel's gpt-oss-120b on EP 64 from -6.0 % to +0.8 %, but Megatron-Bridge's Qwen3-30B-A3B on
+    to +0.2 % and Automodel's gpt-oss-120b on EP 64 from -6.0 % to +0.9 %, but Megatron-Bridge's Qwen3-30B-A3B on
     EP 16 over two nodes from -9.8 % to +45.9 % (docs/planner.md). The sixth held-aside set's Qwen3-30B-A3B, the same
     layout in BF16 (written down after), would be -25.4 % with NCCL's all-to-all and is +19.2 % with the HybridEP
     its source states; so the thirteenth set's three runs whose ep groups span HGX nodes (-28.4 %, -9.9 % and -43.2 %
@@ -533,7 +533,7 @@ def test_per_node_dispatch_moved_the_runs_that_send_experts_across_nodes_both_wa
                 changed[run.name] = (before, after)
     assert changed == {
         "Megatron-Bridge Qwen3-30B-A3B EP 16, 16 H100s, FP8": (-0.098, 0.459),
-        "Automodel gpt-oss-120b FSDP x EP 64, 64 H100s": (-0.060, 0.008),
+        "Automodel gpt-oss-120b FSDP x EP 64, 64 H100s": (-0.060, 0.009),
         "Megatron-MoE-ModelZoo Qwen3-235B-A22B TP 2 x EP 32 x PP 8, 256 H100s": (-0.254, 0.002),
         "NVIDIA skills Qwen3-30B-A3B EP 16, 16 H100s": (-0.254, 0.192),
         "Megatron-LM recipe Qwen3-235B-A22B TP 2 x PP 4 x VP 12 x EP 16, 128 B200s, MXFP8": (-0.284, 0.340),
@@ -761,8 +761,9 @@ def test_the_ring_latencys_moves_are_what_the_docs_say(outcomes):
             assert percent(now[name].error) in since, name
     assert len(moved_since) == 10 and "of those 21 Azure's" in since
     split = [r.error for r in mlperf_gpt_oss_split(outcomes)]
-    assert (f"MLPerf's other gpt-oss-20b runs with their experts split do ({percent(min(split))} to "
-            f"{percent(max(split))})") in paragraph
+    assert "MLPerf's other gpt-oss-20b runs with their experts split do (+32.7 % to +78.2 %)" in paragraph   # the record
+    assert (f"MLPerf's gpt-oss-20b runs with their experts split at {percent(min(split))} to {percent(max(split))}"
+            in since)
     # the sets written down after the change are not in its record
     later = {run.name for run in held_aside_runs.EIGHTEENTH_SET + held_aside_runs.NINETEENTH_SET}
     then = [r for r in outcomes if r.run.name not in later]
@@ -841,7 +842,7 @@ def test_the_docs_give_the_fifteenth_sets_figures_as_the_code_computes_them(outc
     median = statistics.median(abs(r.error) for r in rows)
     blackwell = sorted(abs(r.error) for r in rows if r.run.gpu != "h100-sxm" and r.error < 0)
     assert len(blackwell) == len(rows) - 2 and 0.01 <= blackwell[0] and blackwell[-2] <= 0.25 < blackwell[-1]
-    assert "Every Blackwell run ran faster than planned, by 1-25 % but for one" in page
+    assert "As predicted once, every Blackwell run ran faster than planned, by 1-25 % but for one" in page
     lesson = lesson_13_text()
     second = "MLPerf v5.1 Llama 3.1 8B TP 2 x CP 4, 512 GB200s, FP8"
     cp2 = [r for r in rows if r.run.gpu == "b200" and r.run.name.startswith("MLPerf v5.1 Llama 3.1 8B CP 2,")]

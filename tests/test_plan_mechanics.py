@@ -324,6 +324,13 @@ def test_the_flash_rate_follows_the_published_kernels_sequence_and_head_width():
         assert shape_factor("hopper", kernel, 16384, 256) == 1.0 and shape_factor("ampere", kernel, 1024, 64) == 1.0
     assert (round(shape_factor("hopper", "fa2", 16384, 64), 2), round(shape_factor("hopper", "cudnn", 16384, 64), 2)) \
         == (0.9, 0.8)
+    # between the published points: linear in log2 of the sequence and of the head's width
+    import math
+    two, four, head_64 = (shape_factor("hopper", "fa2", s, d) for s, d in ((2048, 128), (4096, 128), (16384, 64)))
+    assert shape_factor("hopper", "fa2", 3072, 128) == pytest.approx(two + (four - two) * math.log2(1.5))
+    assert shape_factor("hopper", "fa2", 16384, 96) == pytest.approx(head_64 + (1 - head_64) * math.log2(1.5))
+    assert shape_factor("hopper", "fa2", 3072, 96) == pytest.approx(shape_factor("hopper", "fa2", 3072, 128)
+                                                                    * shape_factor("hopper", "fa2", 16384, 96))
     llama, h100 = Transformer.preset("llama3-8b").with_(seq_len=65536), GPU.preset("h100-sxm")
     one_rank = attention_seconds(1e15, h100, Strategy(), llama.with_(seq_len=2048))
     assert attention_seconds(1e15, h100, Strategy(cp=32), llama) == pytest.approx(one_rank)      # 65,536 / 32 tokens

@@ -19,9 +19,11 @@ kernel rate (fit_to_run.at_kernel_rate), the rest at the calibrated constants. T
                  from sources the development runs do not use, each configuration as its
                  source states it (held_aside_runs.py's rules for what a source leaves unstated); no mechanism or
                  constant of the planner is chosen on their errors. A run moves from here to development once
-                 the planner is changed after looking at its error, never back; a change decided without their
-                 errors (a mechanism read from a framework's code, a defect in the planner's own arithmetic)
-                 updates their pins instead, in a commit that says so. tests/test_plan_held_aside.py pins their
+                 the planner is changed because of its error (a run whose miss led to the change), never back; a
+                 change decided without their errors guiding it (a mechanism read from a framework's code or
+                 from kernel measurements, a defect in the planner's own arithmetic), its effect on them computed
+                 only once it is made, updates their pins instead, in a commit that says so, and docs/planner.md
+                 says where such a change moved the goal's figures. tests/test_plan_held_aside.py pins their
                  predictions, so a change that moves one fails until it is examined under this rule.
 The goal, judged on the held-aside part: a median absolute error of at most 10 %, and no family's median beyond 15 %.
 

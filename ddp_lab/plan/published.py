@@ -49,8 +49,8 @@ Sources:
                TP 8, PP 16, 8192 or 16384 H100s, 16M tokens per batch of 8192-token sequences: 430
                and 400 TFLOP/s per GPU (BF16 MFU 43 % and 41 %: model FLOPs, no recomputation).
                Listed, not scored: the paper uses an interleaved schedule without giving its depth,
-               and the prediction moves from -43 % (no interleaving) to -29 % (8 virtual stages of one
-               layer each) on 8,192 GPUs, from -52 % to -28 % on 16,384 (16 micro-batches for 16 stages)
+               and the prediction moves from -43 % (no interleaving) to -28 % (8 virtual stages of one
+               layer each) on 8,192 GPUs, from -52 % to -27 % on 16,384 (16 micro-batches for 16 stages)
 
 Introduced in notebooks/13-plan-your-training-run.ipynb.
 """

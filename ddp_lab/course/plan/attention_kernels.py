@@ -42,8 +42,8 @@ multiplies the flash share of peak the attention core runs at inside a training 
 a training run.
 
 How the rate depends on the shape (`shape_factor`), published (bf16, one H100 80GB SXM5, batch x sequence 16K
-tokens, hidden 2,048): Shah et al. 2024 (arXiv:2407.08608), Figure 5 (forward) and Figure 6 (backward), the
-FlashAttention-2 and cuDNN bars at 512 to 16K tokens. A kernel reaches its plateau by 4-8K tokens: forward and
+tokens, hidden 2,048): Shah et al. 2024 (arXiv:2407.08608), Figure 5 (forward, with the causal mask) and Figure 6
+(backward, given without it), the FlashAttention-2 and cuDNN bars at 512 to 16K tokens. A kernel reaches its plateau by 4-8K tokens: forward and
 backward together, at 4K they run at 0.96 and 0.97 of their 16K rate, at 2K at 0.90, at 1K at about 0.8, at 512
 at about 0.6 (a short sequence gives each query tile few key tiles to loop over, and the causal mask's diagonal
 tiles a larger part). A head of 64 runs at 0.90 (FlashAttention-2) and 0.80 (cuDNN) of a head of 128's rate at
@@ -72,21 +72,23 @@ CUDNN_SPEEDUP = {"hopper": 1.7, "ampere": 0.82}
 
 
 # Shah et al. 2024 (FlashAttention-3, arXiv:2407.08608), bf16 TFLOP/s on an H100 80GB SXM5 as the bars are labelled:
-# Figure 5's causal forward and Figure 6's backward at a head of 128, each at SEQUENCES; Figure 5's non-causal
-# forward and Figure 6's backward at 16K for heads of 64 and 128 (the causal forward at 64 is not in the figure).
+# Figure 5's causal forward and Figure 6's backward (which the figure gives without the causal mask) at SEQUENCES,
+# heads of 128; and both at 16K tokens for heads of 64.
 SEQUENCES = (512, 1024, 2048, 4096, 8192, 16384)
 HOPPER_KERNEL_TFLOPS = {
     "fa2": {"forward": (191, 260, 298, 319, 333, 335), "backward": (214, 260, 291, 310, 318, 322),
-            "head_64": (324, 291), "head_128": (370, 322)},
+            "head_64": (299, 291)},
     "cudnn": {"forward": (315, 410, 484, 518, 529, 539), "backward": (305, 408, 465, 499, 518, 516),
-              "head_64": (413, 433), "head_128": (595, 516)},
+              "head_64": (388, 433)},
 }
-BACKWARD_FACTOR = 2.5          # a flash backward's FLOPs over its forward's (efficiency.attention_backward_factor)
+# A flash backward's FLOPs over its forward's: Q K^T is recomputed, 5 matmuls of s^2 d instead of 4 (Dao 2023,
+# arXiv:2307.08691); efficiency.attention_backward_factor returns it for flash attention.
+FLASH_BACKWARD_FACTOR = 2.5
 
 
 def _step_rate(forward: float, backward: float) -> float:
     """The rate of one forward and its backward together: FLOPs 1 + 2.5 over the seconds they take."""
-    return (1 + BACKWARD_FACTOR) / (1 / forward + BACKWARD_FACTOR / backward)
+    return (1 + FLASH_BACKWARD_FACTOR) / (1 / forward + FLASH_BACKWARD_FACTOR / backward)
 
 
 def _length_factors(kernel: str) -> tuple[float, ...]:
@@ -97,7 +99,7 @@ def _length_factors(kernel: str) -> tuple[float, ...]:
 
 def _head_64_factor(kernel: str) -> float:
     table = HOPPER_KERNEL_TFLOPS[kernel]
-    return _step_rate(*table["head_64"]) / _step_rate(*table["head_128"])
+    return _step_rate(*table["head_64"]) / _step_rate(table["forward"][-1], table["backward"][-1])
 
 
 def shape_factor(generation: str, kernel: str, seq_len: int, head_dim: int) -> float:
@@ -111,7 +113,7 @@ def shape_factor(generation: str, kernel: str, seq_len: int, head_dim: int) -> f
         >>> [round(shape_factor("hopper", "fa2", s, 128), 2) for s in (1024, 2048, 4096, 32768)]
         [0.8, 0.9, 0.96, 1.0]
         >>> round(shape_factor("hopper", "cudnn", 8192, 64), 2), shape_factor("ampere", "fa2", 512, 64)
-        (0.79, 1.0)
+        (0.8, 1.0)
 
     Introduced in notebooks/13-plan-your-training-run.ipynb (docs/planner.md).
     """

@@ -32,8 +32,10 @@ expert_compute.py. Attention by kind:
             50-73 % of an A100's peak (its paper), 35 % of an H100's (FlashAttention-3's abstract,
             shapes not given: it does not use Hopper's asynchronous tensor cores and TMA), 19-27 %
             in the causal training shapes of the H100 runs the planner is checked on (timed:
-            tools/gpu_kernels.py). That matters most where attention is most of the work: small
-            models, long sequences (lesson 15).
+            tools/gpu_kernels.py). That share is the kernels' plateau (long sequences, heads of 128);
+            shorter sequences per kernel call and narrower heads run slower, as the published kernels
+            do (attention_kernels.shape_factor). That matters most where attention is most of the
+            work: small models, long sequences (lesson 15).
 Recomputation repeats forward work in backward: "full" the whole layer's forward; "selective"
 (eager only) the attention core and its softmax/dropout traffic; with flash there is nothing
 left to recompute selectively. How much of the forward "full" repeats depends on who recomputes
@@ -156,11 +158,11 @@ def ffn_down_gemm(model, strategy) -> tuple[float, int, int]:
 
 def attention_backward_factor(strategy) -> float:
     """Backward FLOPs of the attention core over its forward's: 2 eager (dQ, dK, dV from saved scores), 2.5 flash
-    (Q K^T recomputed: 5 matmuls of s^2 d instead of 4; Dao 2023, arXiv:2307.08691).
+    (attention_kernels.FLASH_BACKWARD_FACTOR: Q K^T recomputed).
 
     Introduced in notebooks/13-plan-your-training-run.ipynb.
     """
-    return 2.5 if strategy.attention == "flash" else 2.0
+    return attention_kernels.FLASH_BACKWARD_FACTOR if strategy.attention == "flash" else 2.0
 
 
 def attention_seconds(flops: float, gpu, strategy, model) -> float:

@@ -13,8 +13,10 @@ were timed alone (KERNEL_GEMM_EFFICIENCY, below):
                                  why"). It is set once per generation, on ONE published run (`CALIBRATION_RUNS`),
                                  by tests/test_plan_published.py::test_calibration_run (bisection, rounded to 2
                                  digits); every other published run is a prediction (docs/planner.md).
-    FLASH_ATTENTION_UTILIZATION  flash attention's share of peak inside a training step, read off the slope of a
-                                 published sequence-length sweep, not off any run's throughput level (below).
+    FLASH_ATTENTION_UTILIZATION  flash attention's share of peak inside a training step at the kernels' plateau
+                                 (long sequences, heads of 128; attention_kernels.shape_factor scales it for
+                                 others), read off the slope of a published sequence-length sweep, not off any
+                                 run's throughput level (below).
 Generations without a calibration run borrow another's constants (`BORROWED_GENERATION`, `constants_generation`,
 `is_calibrated`); efficiency.py turns them into seconds.
 
@@ -39,8 +41,8 @@ CALIBRATION_RUNS = {
     "ampere": "Narayanan et al. 2021, Table 1, 18.4B (TP 8, 256 A100 80GB): 135 TFLOP/s per GPU",
     "hopper": "MosaicML llm-foundry benchmarks, H100 80GB BF16, MPT-7B, seq 2048, 8 GPUs: 10,643 tokens/s per GPU",
 }
-# Flash attention's share of the GPU's dense bf16/fp16 peak inside a training step, fwd and bwd alike
-# (`attention_seconds`). A generation without an entry, and fp32 (no FlashAttention-2 kernel), run the attention
+# Flash attention's share of the GPU's dense bf16/fp16 peak inside a training step, fwd and bwd alike, at the
+# kernels' plateau (`attention_seconds` scales it by attention_kernels.shape_factor). A generation without an entry, and fp32 (no FlashAttention-2 kernel), run the attention
 # core at the GEMM rate (a T4 has no FlashAttention-2 kernel: PyTorch's SDPA takes its memory-efficient kernel).
 # Source, both generations: MosaicML's llm-foundry benchmark tables (scripts/train/benchmarking/README.md), the
 # same models on 8 GPUs at 4K-64K tokens (ddp_lab.plan.sequence_sweep.SEQUENCE_SWEEP). Along one model's rows a token's
