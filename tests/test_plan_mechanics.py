@@ -290,10 +290,10 @@ def test_a_cudnn_flash_kernel_speeds_up_the_attention_core_only():
     """attention_kernels.py: cuDNN's kernel runs the flash core 1.7x faster on Hopper (published kernel ratios),
     0.82x on an A100; the GEMMs, and FlashAttention-2's default, do not change."""
     llama = Transformer.preset("llama3-8b").with_(seq_len=8192)
+    long = llama.with_(seq_len=16384)              # at the kernels' plateau their shapes' rates agree (shape_factor)
+    fa2, cudnn = Strategy(), Strategy(flash_kernel="cudnn")
     for preset, speedup in (("h100-sxm", 1.7), ("a100-80gb", 0.82)):
         gpu = GPU.preset(preset)
-        fa2, cudnn = Strategy(), Strategy(flash_kernel="cudnn")
-        long = llama.with_(seq_len=16384)          # at the kernels' plateau their shapes' rates agree (shape_factor)
         assert attention_seconds(1e15, gpu, fa2, long) / attention_seconds(1e15, gpu, cudnn, long) \
             == pytest.approx(speedup)
     b200 = GPU.preset("b200")    # datacenter Blackwell borrows Hopper's (generation_constants.constants_generation)
@@ -335,6 +335,9 @@ def test_the_flash_rate_follows_the_published_kernels_sequence_and_head_width():
     one_rank = attention_seconds(1e15, h100, Strategy(), llama.with_(seq_len=2048))
     assert attention_seconds(1e15, h100, Strategy(cp=32), llama) == pytest.approx(one_rank)      # 65,536 / 32 tokens
     assert attention_seconds(1e15, h100, Strategy(), llama) == pytest.approx(one_rank * 0.9, rel=1e-3)
+    b200, short = GPU.preset("b200"), llama.with_(seq_len=2048)         # Blackwell borrows Hopper's tables
+    assert attention_seconds(1e15, b200, Strategy(), short) / attention_seconds(1e15, b200, Strategy(), llama) == \
+        pytest.approx(1 / shape_factor("hopper", "fa2", 2048, 128))
 
 
 @pytest.mark.parametrize("differs, named", [(dict(ffn_kind="gelu", ffn=4 * 4096), "a GeLU FFN"),

@@ -56,13 +56,18 @@ its per-model residuals stay within 2 % out to 64K), the 512-token value below 5
 reach is not priced: its tiles are counted, sliding_window.py), 1.0 for heads wider than 128 (the backward bars
 taken are at 64 and 128). Hopper's tables; Blackwell borrows them with Hopper's other constants; Ampere has no
 table here (FlashAttention-2's paper measures the A100 only in figures whose values are not taken here) and
-keeps a flat rate: its factor is 1.0.
+keeps a flat rate: its factor is 1.0. Left out: the backward figure has no causal mask, whose diagonal tiles may
+cost a short backward more than the factor says; and the benchmark's shapes keep every SM busy (16K tokens a
+call), where a rank with few heads and one short sequence may not. An H100 timed here agrees on the head's width:
+PyTorch's FlashAttention-2 at 2,048 tokens ran MPT-125M's and 350M's heads of 64 at 0.89 of the MPT models' heads
+of 128 (ddp_lab/plan/measured/h100-sxm-kernels.json; tests/test_plan_published.py), against the figures' 0.90.
 
 Introduced in notebooks/13-plan-your-training-run.ipynb (the `--flash-kernel` flag; docs/planner.md).
 """
 
 from __future__ import annotations
 
+import functools
 import math
 
 FLASH_KERNELS = ("fa2", "cudnn")
@@ -81,6 +86,8 @@ HOPPER_KERNEL_TFLOPS = {
     "cudnn": {"forward": (315, 410, 484, 518, 529, 539), "backward": (305, 408, 465, 499, 518, 516),
               "head_64": (388, 433)},
 }
+# The generations with a published table here (`constants_generation` maps Blackwell to Hopper's); others are flat.
+KERNEL_TFLOPS = {"hopper": HOPPER_KERNEL_TFLOPS}
 # A flash backward's FLOPs over its forward's: Q K^T is recomputed, 5 matmuls of s^2 d instead of 4 (Dao 2023,
 # arXiv:2307.08691); efficiency.attention_backward_factor returns it for flash attention.
 FLASH_BACKWARD_FACTOR = 2.5
@@ -91,14 +98,16 @@ def _step_rate(forward: float, backward: float) -> float:
     return (1 + FLASH_BACKWARD_FACTOR) / (1 / forward + FLASH_BACKWARD_FACTOR / backward)
 
 
-def _length_factors(kernel: str) -> tuple[float, ...]:
-    table = HOPPER_KERNEL_TFLOPS[kernel]
+@functools.cache
+def _length_factors(generation: str, kernel: str) -> tuple[float, ...]:
+    table = KERNEL_TFLOPS[generation][kernel]
     rates = [_step_rate(f, b) for f, b in zip(table["forward"], table["backward"])]
     return tuple(rate / rates[-1] for rate in rates)
 
 
-def _head_64_factor(kernel: str) -> float:
-    table = HOPPER_KERNEL_TFLOPS[kernel]
+@functools.cache
+def _head_64_factor(generation: str, kernel: str) -> float:
+    table = KERNEL_TFLOPS[generation][kernel]
     return _step_rate(*table["head_64"]) / _step_rate(table["forward"][-1], table["backward"][-1])
 
 
@@ -117,15 +126,15 @@ def shape_factor(generation: str, kernel: str, seq_len: int, head_dim: int) -> f
 
     Introduced in notebooks/13-plan-your-training-run.ipynb (docs/planner.md).
     """
-    if generation != "hopper":
+    if generation not in KERNEL_TFLOPS:
         return 1.0
-    lengths = _length_factors(kernel)
-    x = min(max(math.log2(seq_len), math.log2(SEQUENCES[0])), math.log2(SEQUENCES[-1]))
+    lengths = _length_factors(generation, kernel)
+    x = min(max(math.log2(max(seq_len, 1)), math.log2(SEQUENCES[0])), math.log2(SEQUENCES[-1]))
     i = min(int(x - math.log2(SEQUENCES[0])), len(SEQUENCES) - 2)
     along = x - math.log2(SEQUENCES[i])
     length = lengths[i] + (lengths[i + 1] - lengths[i]) * along
-    width = min(max(math.log2(head_dim), 6.0), 7.0) - 6.0       # 0 at a head of 64, 1 at 128 and wider
-    head = _head_64_factor(kernel) + (1 - _head_64_factor(kernel)) * width
+    width = min(max(math.log2(max(head_dim, 1)), 6.0), 7.0) - 6.0       # 0 at a head of 64 or less, 1 at 128 or more
+    head = _head_64_factor(generation, kernel) + (1 - _head_64_factor(generation, kernel)) * width
     return length * head
 
 

@@ -42,7 +42,8 @@ class GPU:
     # runs its matmuls at the measured rate and spends the rest outside them, 0.55-0.7 here).
     # 0 for the GPU presets: there efficiency.py counts the elementwise work from the bytes it moves.
     elementwise_share: float = 0.0
-    # Flash attention's share of peak (generation_constants.FLASH_ATTENTION_UTILIZATION): None takes the generation's;
+    # Flash attention's share of peak at the kernels' plateau (generation_constants.FLASH_ATTENTION_UTILIZATION; long
+    # sequences, heads of 128: attention_kernels.shape_factor scales it for others): None takes the generation's;
     # a generation without one (and CPU ranks) runs the attention core at the GEMM rate.
     flash_attention_share: float | None = None
 
