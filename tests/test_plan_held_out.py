@@ -955,8 +955,7 @@ def test_the_docs_give_the_nineteenth_sets_figures_as_the_code_computes_them(out
     ratios = []
     for r in rows:
         model, cluster, strategy = held_out.build(r.run)
-        gpus = strategy.dp * strategy.tp * strategy.pp * strategy.cp
-        published_step = strategy.dp * strategy.grad_accum * model.seq_len / (r.run.published * gpus)
+        published_step = strategy.dp * strategy.grad_accum * model.seq_len / (r.run.published * strategy.gpus)
         ratios.append(step_time(model, cluster, strategy).compute / published_step)
     assert ratios == sorted(ratios) and ratios[0] < 1 < ratios[1]
     assert ("The planner's compute alone comes to " + ", ".join(f"{x:.2f}" for x in ratios[:3])
@@ -969,7 +968,7 @@ def test_the_docs_give_the_nineteenth_sets_figures_as_the_code_computes_them(out
         assert to_none < to_full and r.run.strategy.get("recompute", "none") == "none"
     # lesson 13's account: from 32K tokens on, attention (the scores' share of Megatron's count) is most of the work
     counts = held_aside_runs.MEGATRON_QWEN3_235B_A22B_FLOPS_PER_TOKEN_AT
-    scores = {s: s * 6 * 8192 * 94 / count for s, count in counts.items()}
+    scores = {s: 6 * 94 * held_aside_runs.qwen3_235b_a22b_layer_macs(s)[2] / count for s, count in counts.items()}
     assert scores[16384] < 0.5 < min(scores[s] for s in (32768, 65536, 131072))
     lesson = lesson_13_text()
     assert (f"ran {round(-100 * max(errors))}-{round(-100 * min(errors))} % faster than planned, the more so the "

@@ -365,6 +365,7 @@ def test_attentions_shape_moved_the_h100_constants_and_barely_the_sweep(monkeypa
     3.6 % to 3.7 % (its rows start at 4K tokens)."""
     from ddp_lab.course.plan import efficiency
     from ddp_lab.course.plan.attention_kernels import shape_factor
+    from ddp_lab.course.plan.fit_to_run import with_matmul_efficiency
 
     page = " ".join((Path(__file__).resolve().parents[1] / "docs" / "planner.md").read_text().split())
     length = {kernel: [round(shape_factor("hopper", kernel, s, 128), 2) for s in (4096, 2048, 1024)]
@@ -378,9 +379,8 @@ def test_attentions_shape_moved_the_h100_constants_and_barely_the_sweep(monkeypa
            round(statistics.median(abs(error(r)) for r in sweep), 3))
     monkeypatch.setattr(efficiency, "shape_factor", lambda *shape: 1.0)
     before = (calibrated_efficiency("hopper"), round(kernel_rate_fit(), 2))
-    monkeypatch.setitem(GEMM_EFFICIENCY, "hopper", before[0])            # the sweep as it was planned then
-    runs = [dataclasses.replace(r, cluster=r.cluster.with_(gpu=dataclasses.replace(r.cluster.gpu,
-            matmul_efficiency=before[0]))) if r.cluster.gpu.generation == "hopper" else r for r in sweep]
+    runs = [dataclasses.replace(r, cluster=with_matmul_efficiency(r.cluster, before[0]))     # the sweep as planned then
+            if r.cluster.gpu.generation == "hopper" else r for r in sweep]
     before_sweep = round(statistics.median(abs(error(r)) for r in runs), 3)
     assert (now, before, before_sweep) == ((0.55, 0.74, 0.17, 0.037), (0.54, 0.73), 0.036)
     assert "(H100 0.17 still) and its median error goes from 3.6 % to 3.7 %" in page

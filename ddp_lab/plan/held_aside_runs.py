@@ -1918,10 +1918,15 @@ MEGATRON_QWEN3_30B_A3B_FLOPS_PER_TOKEN = (6 * 2048 * (768 * 8 * 3) * 48 + 6 * (2
                                           + 6 * 2048 * 151936 + 4096 * 6 * 4096 * 48)          # 23,006,281,728
 # Qwen3-235B-A22B (94 layers, all MoE; h 4,096; 64 heads of 128, 4 query groups; 128 experts of 1,536, top-8):
 #   routed 85,161,148,416 + projections 40,214,986,752 + logits 3,733,979,136 + scores 18,924,699,648
+def qwen3_235b_a22b_layer_macs(seq: int) -> tuple[int, int, int]:
+    """One Qwen3-235B-A22B layer's forward multiply-adds per token at sequence `seq`: (the routed experts' matmuls,
+    the attention projections, the scores' causal half); Megatron's count and the recomputation rule both read them."""
+    return 8 * 3 * 4096 * 1536, 4096 * (8192 + 2 * 512) + 8192 * 4096, seq * 8192
+
+
 def megatron_qwen3_235b_a22b_flops_per_token(seq: int) -> int:
     """Megatron's count per token for Qwen3-235B-A22B at sequence `seq` (the terms above; the scores' grow with it)."""
-    return (6 * 4096 * (1536 * 8 * 3) * 94 + 6 * (4096 * (8192 + 2 * 512) + 8192 * 4096) * 94
-            + 6 * 4096 * 151936 + seq * 6 * 8192 * 94)
+    return 6 * 94 * sum(qwen3_235b_a22b_layer_macs(seq)) + 6 * 4096 * 151936
 
 
 MEGATRON_QWEN3_235B_A22B_FLOPS_PER_TOKEN = megatron_qwen3_235b_a22b_flops_per_token(4096)      # 148,034,813,952
@@ -2949,9 +2954,8 @@ MEGATRON_QWEN3_235B_A22B_FLOPS_PER_TOKEN_AT = {s: megatron_qwen3_235b_a22b_flops
 def moe_recompute_distances(seq: int) -> tuple[int, int]:
     """(to "none", to "full"): how many multiply-adds per token and layer the MoE layer's recomputation differs by
     from each setting's at sequence `seq`."""
-    experts = 8 * 3 * 4096 * 1536 + 4096 * 128
-    rest = 4096 * (8192 + 2 * 512) + 8192 * 4096 + seq * 8192
-    return experts, rest
+    experts, projections, scores = qwen3_235b_a22b_layer_macs(seq)
+    return experts + 4096 * 128, projections + scores          # the router (4,096 x 128) beside the experts
 
 
 MODELZOO_LONG = ("yanring/Megatron-MoE-ModelZoo best_practice/Qwen3/readme.md (commit b0b92ff, 2025-11-04; unchanged "

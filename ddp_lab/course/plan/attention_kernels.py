@@ -128,14 +128,13 @@ def shape_factor(generation: str, kernel: str, seq_len: int, head_dim: int) -> f
     """
     if generation not in KERNEL_TFLOPS:
         return 1.0
-    lengths = _length_factors(generation, kernel)
-    x = min(max(math.log2(max(seq_len, 1)), math.log2(SEQUENCES[0])), math.log2(SEQUENCES[-1]))
-    i = min(int(x - math.log2(SEQUENCES[0])), len(SEQUENCES) - 2)
-    along = x - math.log2(SEQUENCES[i])
-    length = lengths[i] + (lengths[i + 1] - lengths[i]) * along
+    lengths, narrow = _length_factors(generation, kernel), _head_64_factor(generation, kernel)
+    shortest = math.log2(SEQUENCES[0])           # SEQUENCES double from one point to the next: 1 apart in log2
+    x = min(max(math.log2(max(seq_len, 1)), shortest), math.log2(SEQUENCES[-1])) - shortest
+    i = min(int(x), len(SEQUENCES) - 2)
+    length = lengths[i] + (lengths[i + 1] - lengths[i]) * (x - i)
     width = min(max(math.log2(max(head_dim, 1)), 6.0), 7.0) - 6.0       # 0 at a head of 64 or less, 1 at 128 or more
-    head = _head_64_factor(generation, kernel) + (1 - _head_64_factor(generation, kernel)) * width
-    return length * head
+    return length * (narrow + (1 - narrow) * width)
 
 
 def kernel_speedup(generation: str, kernel: str) -> float:
