@@ -676,9 +676,9 @@ def dp_only_rank_0_reduces(model, x, y):
 def test_data_parallel_names_a_hang_in_a_collective_as_such():
     """A check without a hang hint of its own gets the collectives' hint, not the send/recv one of lesson 02."""
     with pytest.raises(CheckFailed) as failure:
-        check_data_parallel_backward(dp_only_rank_0_reduces, timeout=3)
+        check_data_parallel_backward(dp_only_rank_0_reduces, timeout=2)
     message = str(failure.value)
-    assert "did not finish within 3 s" in message and "rank 0 in dist.all_reduce" in message, message
+    assert "did not finish within 2 s" in message and "rank 0 in dist.all_reduce" in message, message
     assert "send needs a matching recv" not in message, message
     assert "\nHint: the ranks wait in collectives that do not pair up (dist.all_reduce)" in message, message
     assert "none may skip one (e.g. under `if rank == 0:`)" in message, message

@@ -21,7 +21,7 @@ from ddp_lab.checks.lesson06 import check_device_and_ddp_kwargs, check_pick_back
 # The right answers are proven once, by nbval of solutions/06-*.ipynb (its check cells store ✓):
 # this file tries the wrong ones and the cases the solution does not cover.
 
-DEADLOCK_TIMEOUT = 4.0   # seconds after every rank entered the answer (start-up has its own allowance)
+DEADLOCK_TIMEOUT = 2.0   # seconds after every rank entered the answer (start-up has its own allowance)
 
 
 # --- exercise 1: pick_backend -------------------------------------------------------------
@@ -667,7 +667,7 @@ def test_setup_from_env_names_a_modulo_by_the_gpu_count(monkeypatch):
 
 
 def test_setup_from_env_ends_a_deadlock_with_a_message():
-    with pytest.raises(CheckFailed, match=r"(?s)did not finish within 4 s.*Every rank must call init_process_group"):
+    with pytest.raises(CheckFailed, match=r"(?s)did not finish within 2 s.*Every rank must call init_process_group"):
         check_setup_from_env(setup_only_on_rank_0, timeout=DEADLOCK_TIMEOUT)
 
 

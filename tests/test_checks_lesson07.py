@@ -27,7 +27,7 @@ from ddp_lab.checks.lesson07 import CASES, MICROBATCHES, check_idle_fraction, ch
 from ddp_lab.checks.p2p_log import log_path
 from ddp_lab.course.pipeline_parallel.schedules import Span
 
-DEADLOCK_TIMEOUT = 3.0   # seconds after every rank entered the answer (start-up has its own allowance)
+DEADLOCK_TIMEOUT = 2.0   # seconds after every rank entered the answer (start-up has its own allowance)
 # for an answer whose first run must finish before the launch stops: the two groups' set-up and the 3-stage run
 # count in the timeout, and take seconds on a loaded 2-core machine
 FIRST_RUN_TIMEOUT = 10.0
@@ -363,7 +363,7 @@ def test_one_f_one_b_names_a_send_to_a_rank_that_is_not_a_neighbour():
 def test_one_f_one_b_says_who_waits_for_whom_when_the_order_is_wrong():
     # warm-up counts reversed (stage r runs r warm-up forwards): stage 0 waits for a gradient before sending
     # the activation stage 1 waits for; every peer is right, so the message blames the order, not the peers
-    with pytest.raises(CheckFailed, match=r"(?s)did not finish within 3 s.*rank 1 waits for message 2 from rank 0, "
+    with pytest.raises(CheckFailed, match=r"(?s)did not finish within 2 s.*rank 1 waits for message 2 from rank 0, "
                                           r"which has sent it 1 and itself waits for message 1 from rank 1.*"
                                           r"Every send and recv named a neighbour stage.*warm-up forwards"):
         check_one_f_one_b_stage(make_stage_answer(warmup=lambda m, r, w: r), timeout=DEADLOCK_TIMEOUT)
@@ -501,7 +501,7 @@ def test_a_receive_that_returned_is_not_named_as_the_wait(tmp_path):
 
 
 def test_one_f_one_b_ends_the_blocking_send_deadlock_with_a_hint():
-    with pytest.raises(CheckFailed, match=r"(?s)did not finish within 3 s.*in dist.send.*dist.isend.*\.wait\(\)"):
+    with pytest.raises(CheckFailed, match=r"(?s)did not finish within 2 s.*in dist.send.*dist.isend.*\.wait\(\)"):
         check_one_f_one_b_stage(make_stage_answer(blocking=True), timeout=DEADLOCK_TIMEOUT)
 
 

@@ -500,9 +500,9 @@ def test_row_parallel_forward_says_where_a_hang_with_send_and_recv_waits(calls, 
 
 
 def test_row_parallel_forward_stops_a_deadlock():
-    with pytest.raises(CheckFailed, match=r"(?s)did not finish within 4 s.*Stuck: rank 0 in dist.all_reduce.*"
+    with pytest.raises(CheckFailed, match=r"(?s)did not finish within 2 s.*Stuck: rank 0 in dist.all_reduce.*"
                                           r"not under `if rank == 0:`"):
-        check_row_parallel_forward(only_rank_0_reduces, timeout=4)
+        check_row_parallel_forward(only_rank_0_reduces, timeout=2)
 
 
 # --- CopyToModelParallelRegion ------------------------------------------------------------------

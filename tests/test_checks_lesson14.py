@@ -452,9 +452,9 @@ def rank_0_returns_early(rows, expert, num_experts, group=None):
 
 
 def test_dispatch_stops_a_deadlock():
-    with pytest.raises(CheckFailed, match=r"(?s)rank_0_returns_early did not finish within 3 s.*Stuck: rank 1 in "
+    with pytest.raises(CheckFailed, match=r"(?s)rank_0_returns_early did not finish within 2 s.*Stuck: rank 1 in "
                                           r"dist\.all_to_all_single.*every rank must call it"):
-        lesson14.check_dispatch(rank_0_returns_early, timeout=3)
+        lesson14.check_dispatch(rank_0_returns_early, timeout=2)
 
 
 def rows_through_all_to_all_of_lists(rows, expert, num_experts, group=None):
@@ -839,9 +839,9 @@ def experts_only_on_rank_0(replicated, expert, dp_group):
 
 def test_reduce_gradients_stops_a_deadlock():
     # the other ranks went on to the second call's first all-reduce
-    with pytest.raises(CheckFailed, match=r"(?s)experts_only_on_rank_0 did not finish within 3 s.*Stuck: rank 0 in "
+    with pytest.raises(CheckFailed, match=r"(?s)experts_only_on_rank_0 did not finish within 2 s.*Stuck: rank 0 in "
                                           r"dist\.all_reduce,.*every rank must all-reduce every gradient"):
-        lesson14.check_reduce_gradients(experts_only_on_rank_0, timeout=3)
+        lesson14.check_reduce_gradients(experts_only_on_rank_0, timeout=2)
 
 
 # --- stubs and feedback that names each mistake once ---------------------------------------------

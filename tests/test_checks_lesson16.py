@@ -25,7 +25,7 @@ from ddp_lab.checks.lesson16 import (DILOCO_RUNS, QUORUM, _diloco_runner, _recov
                                      check_train_diloco, judge_diloco, judge_recovery, list_display_broadcast)
 from ddp_lab.launcher.launch import launch
 
-DEADLOCK_TIMEOUT = 3.0   # the hint does not depend on where the ranks wait, so a short wait suffices
+DEADLOCK_TIMEOUT = 2.0   # the hint does not depend on where the ranks wait, so a short wait suffices
 DILOCO_HINTS = ("wrong sign", "summed, not averaged", "starts again every round", "inner AdamW state was averaged",
                 "made anew every round", "plain momentum", "keep their local weights", "package's own answer",
                 "a model's worth per inner step", "pseudo-gradient your replicas all-reduced was zero",

@@ -237,10 +237,10 @@ def busy_loop(rank):
 def test_rank_skips_a_collective(capsys):
     started = time.monotonic()
     with pytest.raises(ddp_lab.LaunchTimeout) as caught:
-        ddp_lab.launch(skips_the_all_reduce, nprocs=2, backend="gloo", timeout=3)   # from when both ranks entered fn
+        ddp_lab.launch(skips_the_all_reduce, nprocs=2, backend="gloo", timeout=2)   # from when both ranks entered fn
     assert time.monotonic() - started < 3 + 15  # watchdog + stack dump + teardown
     error, message = caught.value, str(caught.value)
-    assert message.startswith("rank(s) 0 of 2 still running after timeout=3s; stopped them.")
+    assert message.startswith("rank(s) 0 of 2 still running after timeout=2s; stopped them.")
     stack = message.split("--- rank 0 was still running; its Python stack ---")[1]
     assert "in all_reduce" in stack and "in skips_the_all_reduce" in stack
     assert "--- rank 1" not in message  # rank 1 returned: it is not blamed
@@ -264,9 +264,9 @@ def hangs_after_returning(rank):
 def test_rank_that_hangs_after_fn_returned(capsys):
     """The CI hang of lesson 05: fn returned, then a destructor blocked (pytorch/pytorch#56297)."""
     with pytest.raises(ddp_lab.LaunchTimeout) as caught:
-        ddp_lab.launch(hangs_after_returning, nprocs=2, backend="gloo", timeout=3)
+        ddp_lab.launch(hangs_after_returning, nprocs=2, backend="gloo", timeout=2)
     error, message = caught.value, str(caught.value)
-    assert message.startswith("rank(s) 0 of 2 still running after timeout=3s; stopped them.")
+    assert message.startswith("rank(s) 0 of 2 still running after timeout=2s; stopped them.")
     stack = message.split("--- rank 0 was still running; its Python stack ---")[1]
     assert "your function has returned and the rank is stuck before reporting" in stack
     assert "freeing its local variables blocked in C++ code" in message  # the hint
@@ -276,9 +276,9 @@ def test_rank_that_hangs_after_fn_returned(capsys):
 
 def test_busy_loop_without_collective(capsys):
     with pytest.raises(ddp_lab.LaunchTimeout) as caught:
-        ddp_lab.launch(busy_loop, nprocs=2, backend="gloo", timeout=3)   # from when both ranks entered fn
+        ddp_lab.launch(busy_loop, nprocs=2, backend="gloo", timeout=2)   # from when both ranks entered fn
     error, message = caught.value, str(caught.value)
-    assert message.startswith("rank(s) 0, 1 of 2 still running after timeout=3s; stopped them.")
+    assert message.startswith("rank(s) 0, 1 of 2 still running after timeout=2s; stopped them.")
     for rank in (0, 1):
         assert "in busy_loop" in error.failures[rank].details
     assert "in busy_loop" in message  # shown once; a rank with the same stack says "(same as rank 0)"

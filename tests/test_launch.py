@@ -238,8 +238,8 @@ def test_watchdog_reports_the_stack_of_a_hung_rank():
     """The stuck rank's stack, its current thread first: an idle helper thread, newer, came first in faulthandler's
     dump and pushed the frames that matter down. A thread all in the standard library or installed packages is one
     line; a thread running the rank's own code keeps its frames; paths read the same on every machine."""
-    with pytest.raises(LaunchTimeout, match=r"rank\(s\) 0 of 2 still running after timeout=3s") as caught:
-        ddp_lab.launch(skips_the_collective, nprocs=2, backend="gloo", timeout=3)
+    with pytest.raises(LaunchTimeout, match=r"rank\(s\) 0 of 2 still running after timeout=2s") as caught:
+        ddp_lab.launch(skips_the_collective, nprocs=2, backend="gloo", timeout=2)
     message = str(caught.value)
     assert "in skips_the_collective" in message and "in all_reduce" in message
     assert caught.value.failures[0].kind == "timeout"
@@ -252,24 +252,35 @@ def test_watchdog_reports_the_stack_of_a_hung_rank():
     assert sys.base_prefix not in stack and "_bootstrap" not in stack, stack   # how every thread starts: not shown
 
 
-def sleeps(rank):
+def sleeps(rank, folder):
+    import pathlib
     import time
 
     print(f"rank {rank} started", flush=True)
+    pathlib.Path(folder, f"rank-{rank}").touch()   # after its print: the test interrupts once both are there
     time.sleep(60)
 
 
-def test_keyboard_interrupt_kills_every_rank_and_keeps_output(capsys):
+def test_keyboard_interrupt_kills_every_rank_and_keeps_output(capsys, tmp_path):
     # A Jupyter kernel turns SIGINT into KeyboardInterrupt; a test runner started in the
     # background may have inherited SIGINT as ignored, so install the handler explicitly.
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    timer = threading.Timer(4.0, os.kill, args=(os.getpid(), signal.SIGINT))  # what Jupyter's stop button sends
-    timer.start()
+    stop = threading.Event()
+
+    def interrupt_once_both_ranks_printed():   # what Jupyter's stop button sends, once both ranks are asleep
+        while not stop.wait(0.05):
+            if all((tmp_path / f"rank-{rank}").exists() for rank in (0, 1)):
+                os.kill(os.getpid(), signal.SIGINT)
+                return
+
+    presser = threading.Thread(target=interrupt_once_both_ranks_printed, daemon=True)
+    presser.start()
     try:
         with pytest.raises(KeyboardInterrupt):
-            ddp_lab.launch(sleeps, nprocs=2, backend="gloo", timeout=60)
+            ddp_lab.launch(sleeps, args=(str(tmp_path),), nprocs=2, backend="gloo", timeout=60)
     finally:
-        timer.cancel()
+        stop.set()
+        presser.join()
         signal.signal(signal.SIGINT, previous)
     assert "[rank 0] rank 0 started\n[rank 1] rank 1 started\n" in capsys.readouterr().out
 
@@ -536,9 +547,9 @@ def test_a_launch_error_shows_in_a_notebook_as_short_wrapped_lines():
             dist.all_reduce(torch.ones(1))
 
     with pytest.raises(LaunchTimeout) as caught:
-        ddp_lab.launch(skips_a_collective, nprocs=2, backend="gloo", timeout=3)
+        ddp_lab.launch(skips_a_collective, nprocs=2, backend="gloo", timeout=2)
     shown = caught.value._render_traceback_()
-    assert shown[0].startswith("LaunchTimeout: rank(s) 0 of 2 still running after timeout=3s")
+    assert shown[0].startswith("LaunchTimeout: rank(s) 0 of 2 still running after timeout=2s")
     hint = next(line for line in str(caught.value).splitlines() if line.startswith("Hint:"))
     assert len(hint) > 100  # one long line in the message ...
     start = shown.index(next(line for line in shown if line.startswith("Hint:")))

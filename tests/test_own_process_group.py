@@ -335,13 +335,13 @@ def only_rank_0_reduces(rank, world_size):
 
 def test_the_watchdog_tells_a_rendezvous_from_a_collective():
     with pytest.raises(LaunchTimeout) as waiting_to_join:
-        ddp_lab.launch(only_rank_0_joins, args=(2, free_port()), nprocs=2, init_process_group=False, timeout=4)
+        ddp_lab.launch(only_rank_0_joins, args=(2, free_port()), nprocs=2, init_process_group=False, timeout=2)
     hint = waiting_to_join.value.hint
     assert "rank(s) 0 wait inside init_process_group for every rank to join" in hint
     assert "a rank that never calls init_process_group" in hint and "in a collective" not in hint
 
     with pytest.raises(LaunchTimeout) as waiting_in_all_reduce:
-        ddp_lab.launch(only_rank_0_reduces, args=(2,), nprocs=2, init_process_group=False, timeout=4)
+        ddp_lab.launch(only_rank_0_reduces, args=(2,), nprocs=2, init_process_group=False, timeout=2)
     hint = waiting_in_all_reduce.value.hint
     assert "rank(s) 0 wait in a collective" in hint and "another rank skipped" in hint
     assert "init_process_group" not in hint
