@@ -16,8 +16,9 @@ group by rewriting `item._nodeid`, which pytest 9 no longer reads.)
 
 `make test` uses `-n auto`, one worker per core this process may use (ddp_lab's own count:
 affinity and cgroup quota, which `taskset -c 0` and `docker --cpus` shrink; xdist's default
-counts the host's cores). On 2 cores a third worker is not faster: the machine is then fully
-busy and every rank waits for a core (docs/testing-and-ci.md has the measurement).
+counts the host's cores). On 2 cores a third worker gains little (5 % in
+alternating runs, less than the host's hour-to-hour drift) and makes every rank wait longer for a core
+(docs/testing-and-ci.md has the measurement).
 `make test JOBS=0` runs everything serially in one process, in collection order (for debugging).
 """
 
