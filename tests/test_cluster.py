@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import _thread
 import io
 import json
 import os
@@ -28,6 +27,8 @@ from ddp_lab.launcher.errors import CellSyntaxError, MagicUsageError
 from ddp_lab.launcher.workdir import LOCK_NAME
 from ddp_lab.launcher import channel, procstart
 
+from stop_button import press_stop_when
+
 
 def alive(pid: int) -> bool:
     try:
@@ -45,24 +46,6 @@ def wait_gone(pids, seconds: float = 5.0) -> list[int]:
 
 def rank_pids(cluster) -> list[int]:
     return [process.pid for process in cluster._group.processes]
-
-
-def press_stop_when(*ready, after: float = 0.0) -> None:
-    """Press the stop button (interrupt the main thread, as Jupyter's stop button interrupts the kernel) once every
-    one of `ready` is there: a path that exists (the ranks create it where the press should land) or a
-    threading.Event that is set; `after` seconds later. A timer instead pressed too early on a loaded machine. Not
-    pressed if they are not all there within 60 s (the test then fails on its own, and no stray KeyboardInterrupt
-    reaches a later test)."""
-    def press():
-        deadline = time.monotonic() + 60
-        while not all(mark.is_set() if isinstance(mark, threading.Event) else os.path.exists(mark) for mark in ready):
-            if time.monotonic() > deadline:
-                return
-            time.sleep(0.01)
-        time.sleep(after)
-        _thread.interrupt_main()
-
-    threading.Thread(target=press, daemon=True).start()
 
 
 @pytest.fixture(autouse=True)

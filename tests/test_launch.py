@@ -19,6 +19,7 @@ from ddp_lab import LaunchTimeout, LaunchWarning, RankCrashed, RankFailed, Resul
 from ddp_lab.hardware.machine import cpu_cores
 
 import forked_kernels
+from stop_button import press_stop_when
 
 
 def rank_children() -> list[psutil.Process]:
@@ -257,7 +258,7 @@ def sleeps(rank, folder):
     import time
 
     print(f"rank {rank} started", flush=True)
-    pathlib.Path(folder, f"rank-{rank}").touch()   # after its print: the test interrupts once both are there
+    pathlib.Path(folder, f"rank-{rank}").touch()   # after its print: the test presses stop once both are there
     time.sleep(60)
 
 
@@ -265,22 +266,11 @@ def test_keyboard_interrupt_kills_every_rank_and_keeps_output(capsys, tmp_path):
     # A Jupyter kernel turns SIGINT into KeyboardInterrupt; a test runner started in the
     # background may have inherited SIGINT as ignored, so install the handler explicitly.
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    stop = threading.Event()
-
-    def interrupt_once_both_ranks_printed():   # what Jupyter's stop button sends, once both ranks are asleep
-        while not stop.wait(0.05):
-            if all((tmp_path / f"rank-{rank}").exists() for rank in (0, 1)):
-                os.kill(os.getpid(), signal.SIGINT)
-                return
-
-    presser = threading.Thread(target=interrupt_once_both_ranks_printed, daemon=True)
-    presser.start()
+    press_stop_when(*(tmp_path / f"rank-{rank}" for rank in (0, 1)))   # once both ranks have printed
     try:
         with pytest.raises(KeyboardInterrupt):
             ddp_lab.launch(sleeps, args=(str(tmp_path),), nprocs=2, backend="gloo", timeout=60)
     finally:
-        stop.set()
-        presser.join()
         signal.signal(signal.SIGINT, previous)
     assert "[rank 0] rank 0 started\n[rank 1] rank 1 started\n" in capsys.readouterr().out
 

@@ -9,16 +9,23 @@ seconds.
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
+import statistics
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
+from ddp_lab.course.plan import efficiency
+from ddp_lab.course.plan.attention_kernels import shape_factor
 from ddp_lab.course.plan.strategy import check
-from ddp_lab.plan import held_out_runs, published
+from ddp_lab.launcher.procstart import with_package_on_path
+from ddp_lab.plan import held_aside_runs, held_out_runs, published
 from ddp_lab.plan.held_aside_runs import NINTH_SET, RUNS
-from ddp_lab.plan.held_out import (ASIDE_NAMES, FAMILIES, REPEATS_DEVELOPMENT_SOURCE, build, family, missing,
-                                   predict)
+from ddp_lab.plan.held_out import (ASIDE, ASIDE_NAMES, FAMILIES, REPEATS_DEVELOPMENT_SOURCE, build, family, missing,
+                                   overall, predict, results)
 from ddp_lab.plan.held_out_runs import METRICS
 
 # "N GPUs, GBS B": what each source's table states, written into the run's source
@@ -271,7 +278,6 @@ def test_nvidia_code_by_others_names_only_runs_of_the_sets_written_after_its_rul
     """held_out.nvidia_stack's rule for other organisations' runs of NVIDIA's implementation holds from the fifteenth
     set on: every name it lists is a run of those sets (a misspelt name would silently do nothing, and an earlier
     set's would change the rule that set was predicted by)."""
-    from ddp_lab.plan import held_aside_runs
     later = {run.name for run in held_aside_runs.FIFTEENTH_SET + held_aside_runs.SIXTEENTH_SET
              + held_aside_runs.SEVENTEENTH_SET}
     assert held_aside_runs.NVIDIA_CODE_BY_OTHERS and held_aside_runs.NVIDIA_CODE_BY_OTHERS <= later
@@ -284,18 +290,9 @@ def test_the_median_crossed_its_goal_through_attentions_shape_mostly_its_head_wi
     before (no factor, the H100 constants then: GEMM 0.54, kernel rate 0.73). Blackwell's median: 10.7 %, 15.5 % and
     15.1 %. The head-width part moves gpt-oss's runs (heads of 64) most. README and docs/planner.md say so. The state
     before is computed in a fresh interpreter: the GPU presets take their constants when the planner is imported."""
-    import subprocess
-    import sys
-
-    from ddp_lab.course.plan import efficiency
-    from ddp_lab.course.plan.attention_kernels import shape_factor
-
-    now = _aside_and_blackwell_medians()
-    import statistics
-
-    from ddp_lab.plan import held_aside_runs
-    from ddp_lab.plan.held_out import ASIDE, results
-    aside = [r for r in results() if r.split == ASIDE]
+    outcomes = results()
+    now = _aside_and_blackwell_medians(outcomes)
+    aside = [r for r in outcomes if r.split == ASIDE]
     others = [abs(r.error) for r in aside if "gpt-oss" not in r.run.name]
     first = {run.name for run in held_aside_runs.FIRST_SET}
     later = [abs(r.error) for r in aside if r.run.name not in first]
@@ -303,11 +300,8 @@ def test_the_median_crossed_its_goal_through_attentions_shape_mostly_its_head_wi
         (85, 0.080, 90, 0.1003)
     monkeypatch.setattr(efficiency, "shape_factor", lambda generation, kernel, seq_len, head_dim:
                         shape_factor(generation, kernel, seq_len, 128))
-    by_sequence = _aside_and_blackwell_medians()
-    import os
-    root, here = Path(__file__).resolve().parents[1], Path(__file__).resolve().parent
-    environment = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (str(root), str(here),
-                                                                              os.environ.get("PYTHONPATH"))))}
+    by_sequence = _aside_and_blackwell_medians(results())
+    root = Path(__file__).resolve().parents[1]
     state_before = subprocess.run([sys.executable, "-c", (
         "from ddp_lab.course.plan import efficiency, generation_constants as constants\n"
         "constants.GEMM_EFFICIENCY['hopper'], constants.KERNEL_GEMM_EFFICIENCY['hopper'] = 0.54, 0.73\n"
@@ -317,28 +311,26 @@ def test_the_median_crossed_its_goal_through_attentions_shape_mostly_its_head_wi
         "from ddp_lab.plan.held_out import ASIDE_NAMES, predict\n"
         "print(*test_plan_held_aside._aside_and_blackwell_medians())\n"
         "print(sum(abs(predict(run) / test_plan_held_aside.PREDICTED[run.name] - 1) > 1e-4 for run in RUNS\n"
-        "          if run.name in ASIDE_NAMES))")], capture_output=True, text=True, cwd=root, env=environment)
+        "          if run.name in ASIDE_NAMES))")], capture_output=True, text=True, cwd=Path(__file__).parent,
+        env=with_package_on_path(dict(os.environ)))     # -c: the working directory first on sys.path
     assert state_before.returncode == 0, state_before.stderr
     before = state_before.stdout.split()
     assert (now, by_sequence, tuple(map(float, before[:2]))) == ((0.098, 0.107), (0.104, 0.155), (0.107, 0.151))
     assert int(before[2]) == 104 and len(PREDICTED) == 109                  # the pins the change moved
-    page = " ".join((Path(__file__).resolve().parents[1] / "docs" / "planner.md").read_text().split())
+    page = " ".join((root / "docs" / "planner.md").read_text().split())
     assert ("Without gpt-oss's 24 held-aside runs the other 85 are at 8.0 %; the 90 runs of the sets written down after "
             "the kernel rate, alone, at 10.03 %, just over the goal.") in page
     assert ("moved 104 of the 109 and took the median across its goal: 10.7 % before, 9.8 % with it, 10.4 % with its "
             "sequence part alone (Blackwell's median 15.1 %, 10.7 % and 15.5 %)") in page
-    root = Path(__file__).resolve().parents[1]
     readme = " ".join((root / "README.md").read_text().split())
     assert ("median error 9.8% against a goal of 10%, met only since attention's rate follows the kernels' published "
             "curves by sequence and head width, a change made after these errors were seen (gpt-oss's heads of 64 moved "
             "most; by sequence alone 10.4%; the 90 later runs alone 10.03%), so not a blind prediction.") in readme
 
 
-def _aside_and_blackwell_medians() -> tuple[float, float]:
-    """The held-aside part's median |error| and its Blackwell family's, rounded to 3 digits."""
-    import statistics
-
-    from ddp_lab.plan.held_out import ASIDE, overall, results
-    outcomes = results()
+def _aside_and_blackwell_medians(outcomes=None) -> tuple[float, float]:
+    """The held-aside part's median |error| and its Blackwell family's, rounded to 3 digits, of `outcomes` (default:
+    the planner's results now)."""
+    outcomes = results() if outcomes is None else outcomes
     blackwell = [abs(r.error) for r in outcomes if r.split == ASIDE and "b200" in r.families]
     return round(overall(outcomes, ASIDE)["median"], 3), round(statistics.median(blackwell), 3)
