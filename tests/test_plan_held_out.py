@@ -436,8 +436,8 @@ def test_the_first_sets_h100_runs_of_nvidia_stacks_came_out_slow_at_the_calibrat
     0.55 every H100 run of NVIDIA's stacks (DGX Cloud's NeMo and MaxText recipes, NeMo Automodel, JAX-Toolbox's
     MaxText, NVIDIA's MLPerf Training v4.0 submissions on NeMo) came out slower than it ran, 10-34 % but for
     JAX-Toolbox's one-node run and DGX Cloud's GPT-3 175B on 2,048 H100s (8.9 % each) and Automodel's two gpt-oss
-    runs (6.1 %, 9.5 %, half their layers windowed): one bias, not scatter. At the kernel rate (0.74) the same 29
-    runs miss by a median of 7.8 %, both ways (-20.0 % to +17.8 %); they are development
+    runs (8.7 %, 11.1 %, half their layers windowed): one bias, not scatter. At the kernel rate (0.74) the same 29
+    runs miss by a median of 8.2 %, both ways (-20.0 % to +17.8 %); they are development
     runs now. Of the first set's runs that stay aside: MaxText's own one-node run 6.7 % slow, its runs on 2-16 VMs
     (HSDP) 8-21 % fast; OLMo-core's PyTorch FSDP runs on H100s miss both ways (six slow by 8-19 %, the 13B runs
     fast, median 10.2 %); the A100 and GB200 runs within 17 % either way."""
@@ -450,12 +450,12 @@ def test_the_first_sets_h100_runs_of_nvidia_stacks_came_out_slow_at_the_calibrat
     assert len(moved) == 29 and all(r.split == DEVELOPMENT and r.run.gpu == "h100-sxm" for r in moved)
     assert len(jax_toolbox) == 1 and round(jax_toolbox[0], 3) == round(calibrated[gpt3_2048], 3) == -0.089, \
         (jax_toolbox, calibrated[gpt3_2048])
-    assert [round(error, 3) for error in gpt_oss] == [-0.095, -0.061]
+    assert [round(error, 3) for error in gpt_oss] == [-0.111, -0.087]
     assert all(-0.35 < calibrated[r.run.name] < -0.10 for r in moved
                if not r.run.source.startswith("NVIDIA/JAX") and "gpt-oss" not in r.run.name
                and r.run.name != gpt3_2048), sorted(calibrated.values())
     kernel = [r.error for r in moved]
-    assert round(statistics.median(map(abs, kernel)), 3) == 0.078
+    assert round(statistics.median(map(abs, kernel)), 3) == 0.082
     assert (round(min(kernel), 3), round(max(kernel), 3)) == (-0.200, 0.178)
     aside = [r for r in outcomes if r.split == ASIDE and r.run.name in first]
     olmo = [r.error for r in aside if r.run.source.startswith("allenai/OLMo-core")]
@@ -517,7 +517,7 @@ def test_olmo_core_with_cudnn_attention_where_its_nightly_may_have_run_it(outcom
 def test_per_node_dispatch_moved_the_runs_that_send_experts_across_nodes_both_ways():
     """The runs that state DeepEP or HybridEP plan with the per-node dispatch (experts.dispatch_seconds); with their
     ep groups across nodes it moved three development runs: the ModelZoo's Qwen3-235B on TP 2 x EP 32 from -25.4 %
-    to +0.2 % and Automodel's gpt-oss-120b on EP 64 from -6.0 % to +0.9 %, but Megatron-Bridge's Qwen3-30B-A3B on
+    to +0.2 % and Automodel's gpt-oss-120b on EP 64 from -7.7 % to -1.1 %, but Megatron-Bridge's Qwen3-30B-A3B on
     EP 16 over two nodes from -9.8 % to +45.9 % (docs/planner.md). The sixth held-aside set's Qwen3-30B-A3B, the same
     layout in BF16 (written down after), would be -25.4 % with NCCL's all-to-all and is +19.2 % with the HybridEP
     its source states; so the thirteenth set's three runs whose ep groups span HGX nodes (-28.4 %, -9.9 % and -43.2 %
@@ -533,7 +533,7 @@ def test_per_node_dispatch_moved_the_runs_that_send_experts_across_nodes_both_wa
                 changed[run.name] = (before, after)
     assert changed == {
         "Megatron-Bridge Qwen3-30B-A3B EP 16, 16 H100s, FP8": (-0.098, 0.459),
-        "Automodel gpt-oss-120b FSDP x EP 64, 64 H100s": (-0.060, 0.009),
+        "Automodel gpt-oss-120b FSDP x EP 64, 64 H100s": (-0.077, -0.011),
         "Megatron-MoE-ModelZoo Qwen3-235B-A22B TP 2 x EP 32 x PP 8, 256 H100s": (-0.254, 0.002),
         "NVIDIA skills Qwen3-30B-A3B EP 16, 16 H100s": (-0.254, 0.192),
         "Megatron-LM recipe Qwen3-235B-A22B TP 2 x PP 4 x VP 12 x EP 16, 128 B200s, MXFP8": (-0.284, 0.340),
@@ -923,7 +923,7 @@ def test_the_docs_give_the_sixteenth_sets_figures_as_the_code_computes_them(outc
 def test_the_docs_give_the_eighteenth_sets_figures_as_the_code_computes_them(outcomes):
     """Megatron-Bridge's verification runs, predicted once (+10.0 %, +219.3 % and +332.2 %): Qwen3-8B near its figure,
     the two untuned gpt-oss recipes several times slower than planned; and their figures now, since flash attention's
-    rate follows the kernels' sequence and head width."""
+    rate follows the kernels' sequence and head width, and since a MoE layer's activations span its experts' widths."""
     page = planner_page()
     rows = [next(r for r in outcomes if r.run.name == run.name) for run in held_aside_runs.EIGHTEENTH_SET]
     assert len(rows) == 3 and all(r.split == ASIDE for r in rows)
@@ -931,8 +931,10 @@ def test_the_docs_give_the_eighteenth_sets_figures_as_the_code_computes_them(out
     assert "Qwen3-8B" in qwen.run.name and "gpt-oss-20b" in small.run.name and "gpt-oss-120b" in large.run.name
     assert ("Predicted once: +10.0 % (Qwen3-8B), +219.3 % and +332.2 % (gpt-oss-20b and gpt-oss-120b): those two ran "
             "3.2 and 4.3 times slower than planned") in page                                          # the record
-    assert (f"slower than planned ({percent(qwen.error)}, {percent(small.error)} and {percent(large.error)} since flash "
-            f"attention's rate follows the kernels' sequence and head width)") in page                 # now
+    assert ("slower than planned (+10.4 %, +212.2 % and +325.3 % since flash attention's rate follows the kernels' "
+            "sequence and head width; ") in page                                                         # the record
+    assert (f"; {percent(qwen.error)}, {percent(small.error)} and {percent(large.error)} since a MoE layer's activations "
+            f"span its experts' widths)") in page                                                         # now
     assert qwen.error < 0.11 and small.error > 2 and large.error > 3           # still several times slower
     assert all(r.run.model["vocab"] == 32000 for r in (small, large))
 
@@ -1024,6 +1026,22 @@ def test_the_docs_give_the_nineteenth_sets_figures_as_the_code_computes_them(out
             f"{100 * placed[False].median:.1f} % with every expert on each GPU and {100 * placed[True].median:.1f} % "
             f"with expert parallelism, most of them slower than planned") in lesson
     assert sum(e > 0 for e in split) > len(split) / 2
+    # its account of MLPerf's gpt-oss-20b runs, by placement, and of the coarse runs that judge that family now
+    def span(errors, scale=100) -> str:
+        return f"{scale * min(errors):.0f}-{scale * max(errors):.0f} %"
+    mlperf = [r for r in outcomes if r.split == ASIDE and r.run.name.startswith("MLPerf v6.0 gpt-oss-20b")]
+    together = [r.error for r in mlperf if not held_out.splits_experts(r.run.strategy)]
+    apart = [r.error for r in mlperf_gpt_oss_split(outcomes)]
+    h100 = [r.error for r in mlperf_gpt_oss_split(outcomes) if r.run.gpu == "h100-sxm"]
+    gb300 = [r.error for r in mlperf_gpt_oss_split(outcomes) if r.run.gpu == "gb300" and "CP 2 x EP 4" in r.run.name]
+    assert min(together + apart) > 0
+    assert (f"by {span(together)} with every expert on each GPU and by {span(apart)} with expert parallelism "
+            f"({span(h100)} on H100s, {span(gb300)} at CP 2 x EP 4 on GB300s)") in lesson
+    cards = sorted(1 + r.error for r in outcomes if r.run.name.startswith("Megatron-Bridge verification gpt-oss"))
+    assert f"ran {cards[0]:.1f} and {cards[1]:.1f} times slower than planned" in lesson
+    coarse = [abs(r.error) for r in outcomes if r.split == ASIDE and "moe-coarse" in r.families]
+    assert f"(Grok-1 and NeMo's Mixtral runs, {min(coarse):.1%}-{max(coarse):.1%} off)".replace("%-", "-") \
+        .replace("%", " %") in lesson
 
 
 def test_the_docs_give_the_seventeenth_sets_figures_as_the_code_computes_them(outcomes):

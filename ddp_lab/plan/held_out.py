@@ -657,7 +657,7 @@ def implied_imbalance(run: HeldOutRun, largest: float = 8.0) -> float | None:
     Example:
         >>> run = next(r for r in held_aside_runs.RUNS if r.name.startswith("NVIDIA skills Qwen3-30B-A3B"))
         >>> implied_imbalance(run)
-        1.48
+        1.45
     """
     if not splits_experts(run.strategy):
         raise ValueError(f"{run.name} keeps every expert on each GPU (ep 1): routing imbalance changes none of its "

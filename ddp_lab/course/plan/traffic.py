@@ -111,15 +111,34 @@ def layer_ops(model, strategy) -> list[OpBytes]:
         ops.append(op("softmax", "scores", 2 * e * scores, 3 * e * scores))
         if model.dropout:
             ops.append(op("attention dropout", "scores", (2 * e + m) * scores, (2 * e + m) * scores))
-    if model.ffn_kind == "swiglu":
-        ops.append(op("SwiGLU", "inside", 2 * e * f + 3 * e * f, 2 * 3 * e * f + 3 * e * f))
-    else:
-        ops.append(op("GeLU", "inside", 2 * e * f, 3 * e * f))
+    activation_forward, activation_backward = activation_bytes(model, strategy)
+    ops.append(op("SwiGLU" if model.ffn_kind == "swiglu" else "GeLU", "inside",
+                  activation_forward * f, activation_backward * f))
     if model.dropout:
         dropout = op("dropout", "around", (2 * e + m) * h, (2 * e + m) * h)
         ops += [dropout, dropout]
     residual = op("residual add", "around", 3 * e * h, 3 * e * h)
     return ops + [residual, residual]
+
+
+def activation_bytes(model, strategy) -> tuple[int, int]:
+    """(forward, backward) bytes the FFN's activation moves per token and unit of its inner width: the table's
+    "activation" rows, SwiGLU's 5 e and 9 e, GeLU's 2 e and 3 e. A dense layer's activation spans the FFN (f = ffn);
+    a MoE layer's spans every routed and shared expert a token's rows go through (expert_compute.py).
+
+    Example:
+        >>> from ddp_lab.course.plan.model import Transformer
+        >>> from ddp_lab.course.plan.strategy import Strategy
+        >>> activation_bytes(Transformer.preset("llama3-8b"), Strategy()), activation_bytes(
+        ...     Transformer.preset("gpt2-small"), Strategy())
+        ((10, 18), (4, 6))
+
+    Introduced in notebooks/13-plan-your-training-run.ipynb.
+    """
+    e = value_bytes(strategy)
+    if model.ffn_kind == "swiglu":            # SiLU: e / e; product: 2 e / e; backward twice the product's, SiLU's
+        return 2 * e + 3 * e, 2 * 3 * e + 3 * e
+    return 2 * e, 3 * e
 
 
 def head_ops(model, strategy) -> list[OpBytes]:
