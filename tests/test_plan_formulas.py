@@ -396,7 +396,7 @@ def test_dp_communication_hides_behind_the_whole_compute_of_moe_layers(zero, rec
     optimizer's. They took the dense layer's alone: Mixtral 8x7B on 256 H100s under ZeRO-3 exposed 2.04 s of DP
     communication where 0.98 s showed (0.56 s once a ring's latency counted network hops only between nodes, 0.58 s
     since flash attention's rate follows the kernels' sequence and head width: attention_kernels.shape_factor; 0.52 s
-    since a MoE layer's activations span its experts' widths: expert_compute.activation_seconds)."""
+    since a MoE layer's activations span its experts' widths: expert_compute.expert_activation_seconds)."""
     from ddp_lab.course.plan import expert_compute
     from ddp_lab.course.plan.dp_sync import layer_work
     from ddp_lab.course.plan.efficiency import head_seconds, layer_seconds

@@ -79,31 +79,42 @@ def test_fine_grained_experts_cost_more_than_their_flops_and_fewer_tokens_per_ex
     assert expert_compute.permutation_seconds(fine.with_(moe=experts.MoE(64, 2, 1408)), Strategy(dp=8), H100.gpu)[0] < moved[0]
 
 
-
 def test_a_moe_layers_activation_spans_the_experts_a_token_goes_through():
-    """The experts' SwiGLU moves traffic.activation_bytes per token and unit of width over the top_k routed experts'
-    widths (and the shared experts'), in place of the config's dense FFN width that efficiency.layer_seconds charged:
-    four times that width for gpt-oss, twice for Mixtral, the same for Qwen3's MoE models (docs/planner.md, "Expert
-    compute"). With ep 1 every rank's routed rows are its own tokens' top_k copies; the change is exact, by hand."""
-    from ddp_lab.course.plan.traffic import activation_bytes
+    """The experts' SwiGLU moves traffic.activation_function_bytes per token and unit of width over the top_k routed
+    experts' widths and the shared experts', in place of the config's dense FFN width that efficiency.layer_seconds
+    charged: four times that width for gpt-oss, twice for Mixtral, the same for Qwen3's MoE models (docs/planner.md,
+    "Expert compute"). Split as the dense FFN's activation is, by tp and the sequence by cp, whatever the expert TP
+    size or sequence parallelism: DeepSeek-V3, whose 8 routed and 1 shared experts of 2,048 span its dense 18,432,
+    adds nothing under any layout. By hand for gpt-oss and for DeepSeekMoE 16B (2 shared experts)."""
+    from ddp_lab.course.plan.traffic import activation_function_bytes
     ratios = {}
     for name in ("gpt-oss-20b", "mixtral-8x7b", "qwen3-30b-a3b", "qwen3-235b-a22b"):
         model = Transformer.preset(name)
         ratios[name] = (model.moe.top_k + model.moe.shared_experts) * model.moe.expert_ffn / model.ffn_
     assert ratios == {"gpt-oss-20b": 4, "mixtral-8x7b": 2, "qwen3-30b-a3b": 1, "qwen3-235b-a22b": 1}
-    model, strategy = Transformer.preset("gpt-oss-20b").with_(seq_len=4096), Strategy(dp=8, micro_batch=2)
-    tokens = 2 * 4096
-    forward, backward = activation_bytes(model, strategy)
+    bandwidth = H100.gpu.memory_bandwidth
+    strategy = Strategy(dp=8, micro_batch=2)
+    forward, backward = activation_function_bytes(Transformer.preset("gpt-oss-20b"), strategy)
     assert (forward, backward) == (10, 18)                                     # SwiGLU in bf16: 5 e and 9 e
-    widths = tokens * 4 * 2880 - tokens * 2880                                 # top_k expert widths less the FFN's
-    assert expert_compute.activation_seconds(model, strategy, H100.gpu) == pytest.approx(
-        (forward * widths / H100.gpu.memory_bandwidth, backward * widths / H100.gpu.memory_bandwidth), rel=1e-12)
+    for name, widths in (("gpt-oss-20b", 4 * 2880 - 2880), ("deepseek-moe-16b", (6 + 2) * 1408 - 10944)):
+        model = Transformer.preset(name).with_(seq_len=4096)
+        by_hand = 2 * 4096 * widths                                            # b s x the width change
+        assert expert_compute.expert_activation_seconds(model, strategy, H100.gpu) == pytest.approx(
+            (forward * by_hand / bandwidth, backward * by_hand / bandwidth), rel=1e-12), name
+        split = Strategy(dp=2, tp=2, cp=2, ep=2, micro_batch=2, sequence_parallel=True)
+        assert expert_compute.expert_activation_seconds(model, split, H100.gpu) == pytest.approx(
+            (forward * by_hand / 4 / bandwidth, backward * by_hand / 4 / bandwidth), rel=1e-12), name
     qwen = Transformer.preset("qwen3-30b-a3b").with_(seq_len=4096)
-    assert expert_compute.activation_seconds(qwen, strategy, H100.gpu) == (0.0, 0.0)
+    assert expert_compute.expert_activation_seconds(qwen, strategy, H100.gpu) == (0.0, 0.0)
+    deepseek = Transformer.preset("deepseek-v3")
+    for layout in (Strategy(dp=8, tp=4, cp=2, ep=8, sequence_parallel=True), Strategy(dp=16, tp=2, ep=16),
+                   Strategy(dp=4, tp=8, ep=4, expert_tp=2, sequence_parallel=True)):
+        assert expert_compute.expert_activation_seconds(deepseek, layout, H100.gpu) == (0.0, 0.0), layout
     # with the experts split the busiest rank's rows count: uneven routing moves its activation too
-    split = Strategy(dp=8, ep=8, micro_batch=2)
-    uneven = expert_compute.activation_seconds(model, split.with_(expert_imbalance=2.0), H100.gpu)
-    assert uneven[0] > expert_compute.activation_seconds(model, split, H100.gpu)[0] > 0
+    model, split = Transformer.preset("gpt-oss-20b").with_(seq_len=4096), Strategy(dp=8, ep=8, micro_batch=2)
+    uneven = expert_compute.expert_activation_seconds(model, split.with_(expert_imbalance=2.0), H100.gpu)
+    assert uneven[0] > expert_compute.expert_activation_seconds(model, split, H100.gpu)[0] > 0
+
 
 def test_a_model_with_experts_keeps_at_least_one_layer_for_them():
     """The first dense_layers layers are dense (experts.check_layers): as many as the model's layers or more would leave

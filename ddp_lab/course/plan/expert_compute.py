@@ -11,9 +11,9 @@ from __future__ import annotations
 from ddp_lab.course.plan import expert_tp
 from ddp_lab.course.plan.efficiency import gemm_seconds
 from ddp_lab.course.plan.experts import (busiest_rank_load, busiest_stage_moe_layers, forward_flops_change,
-                                         router_parameters, routed_forward_flops)
+                                         inner_width_change, router_parameters, routed_forward_flops)
 from ddp_lab.course.plan.precision import cast_bytes, compute_precision, fp8_matmuls, linear_rate
-from ddp_lab.course.plan.traffic import activation_bytes
+from ddp_lab.course.plan.traffic import activation_function_bytes
 
 # Expert matmuls run as grouped GEMMs (one GEMM per local expert, launched together: MegaBlocks, Gale et al. 2023,
 # arXiv:2211.15841, Sec. 5; Megatron-Core's --moe-grouped-gemm; DeepGEMM's "m-grouped" kernels). Each expert's GEMM
@@ -98,31 +98,29 @@ def permutation_seconds(model, strategy, gpu) -> tuple[float, float]:
     return 2 * (1 + top_k) * value, (2 * (1 + top_k) + top_k) * value
 
 
-def activation_seconds(model, strategy, gpu) -> tuple[float, float]:
+def expert_activation_seconds(model, strategy, gpu) -> tuple[float, float]:
     """(forward, backward) seconds of one MoE layer's expert activations (SwiGLU or GeLU) on one rank, over the
-    dense FFN's that efficiency.layer_seconds already charged: memory-bound, traffic.activation_bytes per token and
-    unit of width, on the rows each expert multiplies. The routed experts' rows are the busiest rank's
-    (`tokens_per_expert` x E/ep, each expert_ffn/etp wide), the shared experts' every token's (expert_ffn/tp each),
-    in place of the dense FFN's b s rows of ffn/tp. So a token routed to top_k experts moves top_k expert widths:
-    gpt-oss's 4 experts of 2,880 four times its config's FFN width of 2,880, Qwen3-30B-A3B's 8 of 768 as much as
-    its 6,144.
+    dense FFN's that efficiency.layer_seconds already charged: memory-bound, traffic.activation_function_bytes per
+    token and unit of width, over the width a token's routed and shared experts span beyond the dense FFN
+    (experts.inner_width_change, its routed part the busiest expert-parallel rank's), split as the dense FFN's
+    activation is: by tp, the sequence by cp. (The routed experts' rows on a rank, tokens_per_expert x E/ep, each
+    expert_ffn/etp wide, come to the same b s/cp x top_k x load x expert_ffn/tp.) So a token routed to top_k experts
+    moves top_k expert widths: gpt-oss's 4 experts of 2,880 four times its config's FFN width of 2,880, Qwen3-30B-A3B's
+    8 of 768 as much as its 6,144.
     """
-    moe, tp = model.moe, strategy.tp
     tokens = strategy.micro_batch * model.seq_len / strategy.cp
-    rows_by_width = (tokens_per_expert(model, strategy) * (moe.experts // strategy.ep)
-                     * (moe.expert_ffn // expert_tp.size(strategy))
-                     + tokens * moe.shared_experts * moe.expert_ffn // tp - tokens * model.ffn_ // tp)
-    forward, backward = activation_bytes(model, strategy)
-    return forward * rows_by_width / gpu.memory_bandwidth, backward * rows_by_width / gpu.memory_bandwidth
+    widths = tokens * inner_width_change(model, busiest_rank_load(strategy)) / strategy.tp
+    forward, backward = activation_function_bytes(model, strategy)
+    return forward * widths / gpu.memory_bandwidth, backward * widths / gpu.memory_bandwidth
 
 
 def layer_compute_change(model, strategy, gpu) -> tuple[float, float]:
     """(forward, backward) seconds one MoE layer adds on one rank over the dense FFN layer_seconds already charged.
 
     The MoE layer: E/ep routed experts' grouped GEMMs on `tokens_per_expert` tokens each (split by tp like the
-    dense FFN), the shared experts as one FFN over every token, their activations (`activation_seconds`: over the
-    dense FFN's), the router and the permutation; minus the dense FFN's GEMMs (and FP8 casts) that
-    efficiency.layer_seconds counted for this layer.
+    dense FFN), the shared experts as one FFN over every token, the routed and shared experts' activations
+    (`expert_activation_seconds`: over the dense FFN's), the router and the permutation; minus the dense FFN's
+    GEMMs (and FP8 casts) that efficiency.layer_seconds counted for this layer.
     """
     moe, tp = model.moe, strategy.tp
     tokens = strategy.micro_batch * model.seq_len / strategy.cp
@@ -133,7 +131,7 @@ def layer_compute_change(model, strategy, gpu) -> tuple[float, float]:
               if moe.shared_experts else (0.0, 0.0))
     dense = _ffn_seconds(tokens, model.ffn_ // tp, 1, model, strategy, gpu, stream_weights=False)
     router, permutation = router_seconds(model, strategy, gpu), permutation_seconds(model, strategy, gpu)
-    activation = activation_seconds(model, strategy, gpu)
+    activation = expert_activation_seconds(model, strategy, gpu)
     return tuple(routed[i] + shared[i] + activation[i] + router[i] + permutation[i] - dense[i] for i in range(2))
 
 

@@ -314,6 +314,28 @@ def expert_units(model, strategy, stage: int) -> list[int]:
     return [per_layer] * stage_moe_layers(model, strategy, stage)
 
 
+# ---- the experts' inner width ----------------------------------------------------------------------
+
+def inner_width_change(model, load: float = 1) -> float:
+    """Inner FFN width a token's MoE layer spans beyond the dense FFN's: (top_k x load + shared) x expert_ffn - ffn.
+
+    A token goes through its top_k routed experts and the shared ones, each expert_ffn wide, where a dense layer has
+    one FFN of width ffn; `load` scales the routed part for the busiest expert-parallel rank (busiest_rank_load). The
+    experts' FLOPs (`forward_flops_change`), saved tensors (`activation_change`) and activation function's traffic
+    (expert_compute.expert_activation_seconds) are this width's. gpt-oss's 4 experts of 2,880 span 3 x its FFN
+    width of 2,880 more; Qwen3-30B-A3B's 8 of 768, its 6,144, none.
+
+    Example:
+        >>> from ddp_lab.course.plan.model import Transformer
+        >>> [inner_width_change(Transformer.preset(name)) for name in ("gpt-oss-20b", "qwen3-30b-a3b", "mixtral-8x7b")]
+        [8640, 0, 14336]
+
+    Introduced in notebooks/14-mixture-of-experts.ipynb.
+    """
+    moe = model.moe
+    return (moe.top_k * load + moe.shared_experts) * moe.expert_ffn - model.ffn_
+
+
 # ---- activations ----------------------------------------------------------------------------------
 
 def activation_change(model, strategy, stage: int) -> float:
@@ -336,7 +358,7 @@ def activation_change(model, strategy, stage: int) -> float:
     e = 2 if strategy.mixed else 4
     per_width = (4 if model.ffn_kind == "swiglu" else 2) * e
     received = moe.top_k * busiest_rank_load(strategy)           # the rows this rank's experts multiply
-    inner = per_width * ((received + moe.shared_experts) * moe.expert_ffn - model.ffn_) / t
+    inner = per_width * inner_width_change(model, busiest_rank_load(strategy)) / t
     around = ((received + moe.top_k) * model.hidden * e + 4 * moe.experts) / (t if strategy.sequence_parallel else 1)
     tokens = strategy.micro_batch * model.seq_len
     held = pipeline_stages.stage_layers(model, strategy)[stage]
@@ -362,9 +384,8 @@ def forward_flops_change(model) -> int:
     moe = model.moe
     if moe is None:
         return 0
-    per_ffn = _matmul_parameters_per_width(model)
-    others = router_parameters(model) + per_ffn * (moe.expert_ffn * moe.shared_experts - model.ffn_)
-    return routed_forward_flops(model) + moe_layers(model) * 2 * model.seq_len * others
+    per_layer = router_parameters(model) + _matmul_parameters_per_width(model) * inner_width_change(model)
+    return moe_layers(model) * 2 * model.seq_len * per_layer
 
 
 def routed_forward_flops(model) -> int:

@@ -111,7 +111,7 @@ def layer_ops(model, strategy) -> list[OpBytes]:
         ops.append(op("softmax", "scores", 2 * e * scores, 3 * e * scores))
         if model.dropout:
             ops.append(op("attention dropout", "scores", (2 * e + m) * scores, (2 * e + m) * scores))
-    activation_forward, activation_backward = activation_bytes(model, strategy)
+    activation_forward, activation_backward = activation_function_bytes(model, strategy)
     ops.append(op("SwiGLU" if model.ffn_kind == "swiglu" else "GeLU", "inside",
                   activation_forward * f, activation_backward * f))
     if model.dropout:
@@ -121,15 +121,15 @@ def layer_ops(model, strategy) -> list[OpBytes]:
     return ops + [residual, residual]
 
 
-def activation_bytes(model, strategy) -> tuple[int, int]:
+def activation_function_bytes(model, strategy) -> tuple[int, int]:
     """(forward, backward) bytes the FFN's activation moves per token and unit of its inner width: the table's
     "activation" rows, SwiGLU's 5 e and 9 e, GeLU's 2 e and 3 e. A dense layer's activation spans the FFN (f = ffn);
-    a MoE layer's spans every routed and shared expert a token's rows go through (expert_compute.py).
+    a MoE layer's spans every routed and shared expert a token goes through (expert_compute.expert_activation_seconds).
 
     Example:
         >>> from ddp_lab.course.plan.model import Transformer
         >>> from ddp_lab.course.plan.strategy import Strategy
-        >>> activation_bytes(Transformer.preset("llama3-8b"), Strategy()), activation_bytes(
+        >>> activation_function_bytes(Transformer.preset("llama3-8b"), Strategy()), activation_function_bytes(
         ...     Transformer.preset("gpt2-small"), Strategy())
         ((10, 18), (4, 6))
 
