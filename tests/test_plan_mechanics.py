@@ -116,6 +116,19 @@ def test_a_moe_layers_activation_spans_the_experts_a_token_goes_through():
     assert uneven[0] > expert_compute.expert_activation_seconds(model, split, H100.gpu)[0] > 0
 
 
+
+def test_a_rank_permutes_the_tokens_it_routes_and_sends():
+    """With sequence parallelism each tensor-parallel rank routes, permutes and sends its s / tp slice
+    (experts.dispatched_tokens): the permutation's bytes, the router's and the all-to-all's shrink together with tp;
+    without it the tp ranks' copies are shared out among their tp / etp expert groups."""
+    model = Transformer.preset("qwen3-30b-a3b").with_(seq_len=4096)
+    one, two = Strategy(dp=8, ep=8), Strategy(dp=4, tp=2, ep=8, expert_tp=1, sequence_parallel=True)
+    for timed in (expert_compute.permutation_seconds, expert_compute.router_seconds):
+        assert timed(model, two, H100.gpu)[0] == pytest.approx(timed(model, one, H100.gpu)[0] / 2, rel=0.02), timed
+    assert experts.dispatch_bytes(model, two) * 2 == experts.dispatch_bytes(model, one)
+    assert experts.dispatched_tokens(model, two.with_(sequence_parallel=False)) == 4096 // 2         # etp / tp of them
+    assert experts.dispatched_tokens(model, Strategy(dp=4, tp=2, ep=4)) == 4096                      # etp = tp: all
+
 def test_a_model_with_experts_keeps_at_least_one_layer_for_them():
     """The first dense_layers layers are dense (experts.check_layers): as many as the model's layers or more would leave
     its experts in no layer, refused in one line by the model itself; one layer fewer is a model."""
@@ -570,7 +583,7 @@ def test_a_search_under_uneven_routing_puts_it_on_split_experts_and_can_prefer_e
     assert balanced.strategy.ep > 1 and slight.strategy.ep > 1 and uneven.strategy.ep == 1   # docs/planner.md: 1.15
     # lesson 14 times these two plans, balanced and at its skewed router's imbalance
     assert (balanced.strategy.label(), uneven.strategy.label()) == ("dp32 tp1 pp2 ep8 z1 mb1x32 v2",
-                                                                    "dp8 tp2 pp4 z1 mb2x64 sp")
+                                                                    "dp8 tp4 pp2 z1 mb4x32 sp")
     with pytest.raises(ValueError, match=r"^expert_imbalance=1.5 says how unevenly .* llama3-8b is dense"):
         list(candidates(Transformer.preset("llama3-8b"), h100s, 1024, expert_imbalance=1.5))
 

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from ddp_lab.course.plan import expert_tp
 from ddp_lab.course.plan.efficiency import gemm_seconds
-from ddp_lab.course.plan.experts import (busiest_rank_load, busiest_stage_moe_layers, forward_flops_change,
-                                         inner_width_change, router_parameters, routed_forward_flops)
+from ddp_lab.course.plan.experts import (busiest_rank_load, busiest_stage_moe_layers, dispatched_tokens,
+                                         forward_flops_change, inner_width_change, router_parameters,
+                                         routed_forward_flops)
 from ddp_lab.course.plan.precision import cast_bytes, compute_precision, fp8_matmuls, linear_rate
 from ddp_lab.course.plan.traffic import activation_function_bytes
 
@@ -87,12 +88,13 @@ def router_seconds(model, strategy, gpu) -> tuple[float, float]:
 def permutation_seconds(model, strategy, gpu) -> tuple[float, float]:
     """(forward, backward) seconds of sorting tokens to their experts and back on one rank: memory-bound copies.
 
-    Forward: permute reads the b s / cp tokens' hidden states and writes top_k copies, grouped by expert;
+    Forward: permute reads the hidden states of the tokens the rank routes (experts.dispatched_tokens: its b s / cp,
+    its s / tp slice of them with sequence parallelism, as the router's) and writes top_k copies, grouped by expert;
     unpermute reads the top_k expert outputs and writes their weighted sum: 2 (1 + top_k) values of h per token.
     Backward: the same copies for the gradients, and the gate weights' gradient reads the top_k expert outputs
     again: 2 (1 + top_k) + top_k. (Megatron-Core's `moe_permute`/`moe_unpermute`, torchtitan's token reorderer.)
     """
-    tokens = strategy.micro_batch * model.seq_len / strategy.cp
+    tokens = dispatched_tokens(model, strategy)
     value = tokens * model.hidden * (2 if strategy.mixed else 4) / gpu.memory_bandwidth
     top_k = model.moe.top_k
     return 2 * (1 + top_k) * value, (2 * (1 + top_k) + top_k) * value

@@ -402,8 +402,29 @@ def _matmul_parameters_per_width(model) -> int:
 
 # ---- the all-to-all -------------------------------------------------------------------------------
 
+def dispatched_tokens(model, strategy) -> int:
+    """Tokens one rank routes to the experts in one MoE layer and micro-batch: its b s / cp, split by tp with sequence
+    parallelism (each rank its s / tp slice); without it the tp ranks' copies of the tokens are shared out among their
+    tp / etp expert groups (expert_tp.py). The rows it permutes into top_k copies and sends (`dispatch_bytes`,
+    expert_compute.permutation_seconds).
+
+    Example:
+        >>> from ddp_lab.course.plan.model import Transformer
+        >>> from ddp_lab.course.plan.strategy import Strategy
+        >>> mixtral = Transformer.preset("mixtral-8x7b").with_(seq_len=4096)
+        >>> [dispatched_tokens(mixtral, Strategy(dp=4, tp=2, ep=8, expert_tp=1, sequence_parallel=sp)) for sp in (1, 0)]
+        [2048, 2048]
+
+    Introduced in notebooks/14-mixture-of-experts.ipynb.
+    """
+    tokens = strategy.micro_batch * model.seq_len // strategy.cp
+    if strategy.sequence_parallel:
+        return tokens // strategy.tp
+    return tokens * expert_tp.size(strategy) // strategy.tp
+
+
 def dispatch_bytes(model, strategy) -> int:
-    """Bytes one rank sends in one all-to-all of one MoE layer and micro-batch: tokens x top_k x h values.
+    """Bytes one rank sends in one all-to-all of one MoE layer and micro-batch: `dispatched_tokens` x top_k x h values.
 
     Example:
         >>> from ddp_lab.course.plan.model import Transformer
@@ -413,12 +434,7 @@ def dispatch_bytes(model, strategy) -> int:
 
     Introduced in notebooks/14-mixture-of-experts.ipynb.
     """
-    tokens = strategy.micro_batch * model.seq_len // strategy.cp
-    if strategy.sequence_parallel:
-        tokens //= strategy.tp
-    else:      # the tp ranks' copies of the tokens, shared out among their tp / etp expert groups (expert_tp.py)
-        tokens = tokens * expert_tp.size(strategy) // strategy.tp
-    return tokens * model.moe.top_k * model.hidden * (2 if strategy.mixed else 4)
+    return dispatched_tokens(model, strategy) * model.moe.top_k * model.hidden * (2 if strategy.mixed else 4)
 
 
 def remote_nodes_per_token(model, nodes: float) -> float:
