@@ -50,7 +50,7 @@ NEW_FAMILIES = {"moe-coarse", "moe-fine", "b200", "long-context", "fp8", "dense-
 # constants were re-set on their calibration runs with it: 104 of the 109; the runs stay aside, and docs/planner.md
 # keeps each set's first prediction beside its figure now. And again when a MoE layer's activations came to span its
 # experts' widths (expert_compute.expert_activation_seconds, a defect of the planner's own arithmetic): 29 of them;
-# and when a rank's permutation came to take only the tokens it routes (experts.dispatched_tokens): 15.
+# and when a rank's permutation came to take only the tokens it dispatches (experts.dispatched_tokens): 15.
 PREDICTED = {
     'DGXC Nemotron-4 340B TP 8 x PP 4, 128 GB200s': 546.51,
     'DGXC Nemotron-4 340B TP 8 x PP 4, 128 GB200s, FP8': 733.29,
@@ -355,11 +355,10 @@ def test_counting_the_experts_activations_moved_gpt_oss_mixtral_and_grok_runs_ea
             f"{100 * medians[0]:.1f} % with it (Blackwell's {100 * medians[1]:.1f} %)") in page
 
 
-
-def test_permuting_only_the_routed_tokens_moved_the_runs_with_tensor_parallel_experts_each_faster(monkeypatch):
-    """A rank permutes into top_k copies the tokens it routes (experts.dispatched_tokens: its s / tp slice with sequence
-    parallelism, as its router and its all-to-all take them); the permutation had taken the whole b s / cp on every
-    tensor-parallel rank. A defect of the planner's own arithmetic: the pins moved and the runs stay aside.
+def test_permuting_only_the_dispatched_tokens_moved_the_runs_with_tensor_parallelism_each_faster(monkeypatch):
+    """A rank permutes into top_k copies the tokens it dispatches (experts.dispatched_tokens: its s / tp slice with
+    sequence parallelism, as its router and its all-to-all take them); the permutation had taken the whole b s / cp on
+    every tensor-parallel rank. A defect of the planner's own arithmetic: the pins moved and the runs stay aside.
     docs/planner.md gives the runs it moved, by how much, and the medians with it."""
     outcomes = results()
     now, medians = {r.run.name: r.error for r in outcomes if r.split == ASIDE}, _aside_and_blackwell_medians(outcomes)
@@ -370,9 +369,10 @@ def test_permuting_only_the_routed_tokens_moved_the_runs_with_tensor_parallel_ex
     assert moved and all(step > 0 for step in moved.values())                         # each one planned faster
     assert all(next(run for run in RUNS if run.name == name).strategy.get("tp", 1) > 1 for name in moved)
     page = " ".join((Path(__file__).resolve().parents[1] / "docs" / "planner.md").read_text().split())
-    assert (f"moved {len(moved)} held-aside runs, those whose experts' layers run with tensor parallelism, each faster, "
+    assert (f"moved {len(moved)} held-aside runs, those with tensor parallelism (tp > 1), each faster, "
             f"by {100 * min(moved.values()):.1f} to {100 * max(moved.values()):.1f} points; the median is "
             f"{100 * medians[0]:.1f} % with it (Blackwell's {100 * medians[1]:.1f} %)") in page
+
 
 def _aside_and_blackwell_medians(outcomes=None) -> tuple[float, float]:
     """The held-aside part's median |error| and its Blackwell family's, rounded to 3 digits, of `outcomes` (default:

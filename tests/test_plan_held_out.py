@@ -938,7 +938,7 @@ def test_the_docs_give_the_moe_runs_figures_as_planned_now(outcomes):
 
     def span(errors) -> str:
         return f"{percent(min(errors))} to {percent(max(errors))}"
-    since = "since a MoE layer's activations span its experts' widths and it permutes only the tokens it routes"
+    since = "since a MoE layer's activations span its experts' widths and it permutes only the tokens it dispatches"
     seventh = [error[run.name] for run in held_aside_runs.SEVENTH_SET]
     assert f"{', '.join(percent(e) for e in seventh[:2])} and {percent(seventh[2])} {since}" in page
     b200 = named("MLPerf v6.0 gpt-oss-20b DP 8, 8 B200s")
@@ -959,11 +959,39 @@ def test_the_docs_give_the_moe_runs_figures_as_planned_now(outcomes):
     cp_ep = named("MLPerf v6.0 gpt-oss-20b CP 2 x EP 4")
     assert f"(MLPerf v6.0's gpt-oss-20b at CP 2 × EP 4, {100 * min(cp_ep):+.0f} % to {100 * max(cp_ep):+.0f} %;" in page
     assert f"and gpt-oss-120b {100 * error['Megatron-Bridge 26.08 gpt-oss-120b EP 64, 64 GB200s, MXFP8']:+.0f} %." in page
+    dgxc = [error[name] for name in ("DGXC DeepSeek-V3 TP 2 x PP 8 x EP 64, 512 H100s",
+                                     "DGXC DeepSeek-V3 TP 2 x PP 4 x EP 32, 128 GB200s")]
+    assert f"miss the same way: {percent(dgxc[0])} on 512 H100s, {percent(dgxc[1])} on 128 GB200s." in page
+    assert f", {percent(dgxc[1])} since a MoE layer permutes only the tokens it dispatches." in page     # eighth set
+    inside = error["Megatron-MoE-ModelZoo Qwen3-235B-A22B TP 4 x EP 8 x PP 8, 256 H100s"]
+    assert f"the ModelZoo's Qwen3-235B with its experts inside each node {percent(inside)})" in page
+    qwen_recipes = [e for name, e in error.items() if name.startswith("Megatron-LM recipe Qwen3") and e > 0]
+    assert (f"Megatron-LM's Qwen3 recipes {100 * min(qwen_recipes):+.0f} % to {100 * max(qwen_recipes):+.0f} %, its "
+            f"DeepSeek-V3") in page
+    gb200 = sorted(error[name] for name in held_out.MOVED_BY_EP_OVERLAP if "GB200s" in name)
+    assert (f"on GB200s {100 * gb200[0]:+.0f} % to {100 * gb200[1]:+.0f} %, but {100 * gb200[2]:+.0f} % on 8,192 "
+            f"GPUs") in page
+    # the one-run fit's figures for these groups (held_out_fit.py)
+    fitted = {(group.source, group.gpu): group for group in held_out_fit.fitted_groups()}
+    v60 = {gpu: {name: (planned, after) for name, planned, after in fitted["mlcommons/training_results_v6.0", gpu].runs}
+           for gpu in ("h100-sxm", "gb200", "gb300")}
+    oss_128 = v60["h100-sxm"]["MLPerf v6.0 gpt-oss-20b TP 2 x EP 4, 128 H100s, FP8"]
+    assert f"from {percent(oss_128[0])} to {percent(oss_128[1])};" in page
+    scale = v60["gb200"]["MLPerf v6.0 DeepSeek-V3 TP 2 x PP 4 x VP 4 x EP 32, 8,192 GB200s, MXFP8 (NVIDIA)"]
+    gb200_total = held_out_fit.summary([fitted["mlcommons/training_results_v6.0", "gb200"]])
+    assert (f"DeepSeek-V3 on GB200s ({100 * gb200_total['calibrated']:.1f} % to {100 * gb200_total['fitted']:.1f} %: "
+            f"fitted at 512 GPUs, the 8,192-GPU run still {percent(scale[1])},") in page
+    gb300_total = held_out_fit.summary([fitted["mlcommons/training_results_v6.0", "gb300"]])
+    assert f"gpt-oss-20b ({100 * gb300_total['calibrated']:.1f} % to {100 * gb300_total['fitted']:.1f} %, the" in page
+    dgxc_total = held_out_fit.summary([fitted["NVIDIA/dgxc-benchmarking", "h100-sxm"]])
+    assert (f"DGX Cloud's H100 tables ({100 * dgxc_total['calibrated']:.1f} % to {100 * dgxc_total['fitted']:.1f} %)"
+            in page)
 
 def test_the_docs_give_the_eighteenth_sets_figures_as_the_code_computes_them(outcomes):
     """Megatron-Bridge's verification runs, predicted once (+10.0 %, +219.3 % and +332.2 %): Qwen3-8B near its figure,
     the two untuned gpt-oss recipes several times slower than planned; and their figures now, since flash attention's
-    rate follows the kernels' sequence and head width, and since a MoE layer's activations span its experts' widths and it permutes only the tokens it routes."""
+    rate follows the kernels' sequence and head width, and since a MoE layer's activations span its experts' widths
+    and it permutes only the tokens it dispatches."""
     page = planner_page()
     rows = [next(r for r in outcomes if r.run.name == run.name) for run in held_aside_runs.EIGHTEENTH_SET]
     assert len(rows) == 3 and all(r.split == ASIDE for r in rows)
@@ -974,7 +1002,7 @@ def test_the_docs_give_the_eighteenth_sets_figures_as_the_code_computes_them(out
     assert ("slower than planned (+10.4 %, +212.2 % and +325.3 % since flash attention's rate follows the kernels' "
             "sequence and head width; ") in page                                                         # the record
     assert (f"; {percent(qwen.error)}, {percent(small.error)} and {percent(large.error)} since a MoE layer's activations "
-            f"span its experts' widths and it permutes only the tokens it routes)") in page                                                         # now
+            f"span its experts' widths and it permutes only the tokens it dispatches)") in page  # now
     assert qwen.error < 0.11 and small.error > 2 and large.error > 3           # still several times slower
     assert all(r.run.model["vocab"] == 32000 for r in (small, large))
 
@@ -994,7 +1022,7 @@ def test_the_docs_give_the_nineteenth_sets_figures_as_the_code_computes_them(out
     assert ("(−4.6 %, −18.1 %, −28.9 % and −35.2 % since flash attention's rate follows the kernels' sequence and head "
             "width, `attention_kernels.shape_factor`; ") in page                                        # the record
     assert ("; " + ", ".join(percent(e) for e in errors[:3]) + f" and {percent(errors[3])} since a MoE layer permutes "
-            "only the tokens it routes), the first held-aside fine-grained MoE runs on H100s that ran faster than "
+            "only the tokens it dispatches), the first held-aside fine-grained MoE runs on H100s that ran faster than "
             "planned") in page                                                                            # now
     ratios = []
     for r in rows:

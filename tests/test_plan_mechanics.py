@@ -116,8 +116,7 @@ def test_a_moe_layers_activation_spans_the_experts_a_token_goes_through():
     assert uneven[0] > expert_compute.expert_activation_seconds(model, split, H100.gpu)[0] > 0
 
 
-
-def test_a_rank_permutes_the_tokens_it_routes_and_sends():
+def test_a_rank_permutes_the_tokens_it_dispatches_and_sends():
     """With sequence parallelism each tensor-parallel rank routes, permutes and sends its s / tp slice
     (experts.dispatched_tokens): the permutation's bytes, the router's and the all-to-all's shrink together with tp;
     without it the tp ranks' copies are shared out among their tp / etp expert groups."""
@@ -128,6 +127,11 @@ def test_a_rank_permutes_the_tokens_it_routes_and_sends():
     assert experts.dispatch_bytes(model, two) * 2 == experts.dispatch_bytes(model, one)
     assert experts.dispatched_tokens(model, two.with_(sequence_parallel=False)) == 4096 // 2         # etp / tp of them
     assert experts.dispatched_tokens(model, Strategy(dp=4, tp=2, ep=4)) == 4096                      # etp = tp: all
+    default = Strategy(dp=4, tp=2, ep=4, sequence_parallel=True)            # Megatron-Core's default: etp = tp, with SP
+    assert experts.dispatched_tokens(model, default) == 4096 // 2
+    assert expert_compute.permutation_seconds(model, default, H100.gpu)[0] == pytest.approx(
+        expert_compute.permutation_seconds(model, one, H100.gpu)[0] / 2, rel=1e-12)
+
 
 def test_a_model_with_experts_keeps_at_least_one_layer_for_them():
     """The first dense_layers layers are dense (experts.check_layers): as many as the model's layers or more would leave

@@ -88,11 +88,13 @@ def router_seconds(model, strategy, gpu) -> tuple[float, float]:
 def permutation_seconds(model, strategy, gpu) -> tuple[float, float]:
     """(forward, backward) seconds of sorting tokens to their experts and back on one rank: memory-bound copies.
 
-    Forward: permute reads the hidden states of the tokens the rank routes (experts.dispatched_tokens: its b s / cp,
-    its s / tp slice of them with sequence parallelism, as the router's) and writes top_k copies, grouped by expert;
+    Forward: permute reads the hidden states of the tokens the rank dispatches (experts.dispatched_tokens: its
+    b s / cp, its s / tp slice of them with sequence parallelism) and writes top_k copies, grouped by expert;
     unpermute reads the top_k expert outputs and writes their weighted sum: 2 (1 + top_k) values of h per token.
     Backward: the same copies for the gradients, and the gate weights' gradient reads the top_k expert outputs
     again: 2 (1 + top_k) + top_k. (Megatron-Core's `moe_permute`/`moe_unpermute`, torchtitan's token reorderer.)
+    Left out: the second sort of the received rows by local expert that Megatron-Core's all-to-all dispatcher runs
+    when a rank holds several experts (and its reverse before the combine).
     """
     tokens = dispatched_tokens(model, strategy)
     value = tokens * model.hidden * (2 if strategy.mixed else 4) / gpu.memory_bandwidth

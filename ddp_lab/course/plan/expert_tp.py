@@ -18,9 +18,9 @@ The planner takes etp dividing tp; what it changes:
     memory      a rank holds E/ep experts, each split etp ways (experts.layer_change_per_rank), ZeRO over edp
     GEMMs       the routed experts' inner width f_e / etp; tokens per expert b s / cp x top_k x ep x etp / (E tp)
                 (expert_compute.tokens_per_expert); per rank the FLOPs are those of etp = tp
-    all-to-all  over the ep group (size ep, stride etp); without sequence parallelism the tp ranks' copies of the
-                tokens are shared out among their tp / etp expert groups, so each rank dispatches etp / tp of them
-                (experts.dispatch_bytes; with sequence parallelism each rank dispatches its s / tp slice anyway)
+    all-to-all  over the ep group (size ep, stride etp), of the tokens a rank dispatches (experts.dispatched_tokens,
+                which it also permutes): with sequence parallelism its s / tp slice, without it etp / tp of the
+                tokens, the tp ranks' copies shared out among their tp / etp expert groups
 
 Introduced in notebooks/14-mixture-of-experts.ipynb (the planner: notebooks/13-plan-your-training-run.ipynb).
 """

@@ -28,8 +28,8 @@ and the data-parallel gradient sync runs once over each group (steptime.dp_commu
 The all-to-all: each MoE layer sends every token's hidden state to its top_k experts (dispatch)
 and brings the results back (combine); backward sends the gradients both ways again: 4 all-to-alls
 per MoE layer and micro-batch, 6 with full recomputation (it repeats the forward). A rank sends
-tokens x top_k x h values in each (tokens: b s / cp, divided by tp with sequence parallelism, whose
-ranks each dispatch their slice of the sequence), costed with lesson 02's alpha-beta model on the
+tokens x top_k x h values in each (tokens: `dispatched_tokens`, the rank's slice of the sequence with sequence
+parallelism), costed with lesson 02's alpha-beta model on the
 links the ep group spans (collectives.py). Assumed: no capacity-factor padding, no dropped tokens (dropless
 routing), and the all-to-all exposed, unless ep_overlap runs it beside another micro-batch's compute (ep_overlap.py).
 Routing is balanced, the auxiliary loss's aim, unless the strategy's `expert_imbalance` says how many times a
@@ -403,10 +403,10 @@ def _matmul_parameters_per_width(model) -> int:
 # ---- the all-to-all -------------------------------------------------------------------------------
 
 def dispatched_tokens(model, strategy) -> int:
-    """Tokens one rank routes to the experts in one MoE layer and micro-batch: its b s / cp, split by tp with sequence
-    parallelism (each rank its s / tp slice); without it the tp ranks' copies of the tokens are shared out among their
-    tp / etp expert groups (expert_tp.py). The rows it permutes into top_k copies and sends (`dispatch_bytes`,
-    expert_compute.permutation_seconds).
+    """Tokens one rank dispatches to the experts in one MoE layer and micro-batch: its b s / cp, split by tp with
+    sequence parallelism (each rank its s / tp slice, the tokens its router sees); without it the tp ranks' copies of
+    the tokens, which each router sees whole, are shared out among their tp / etp expert groups (expert_tp.py). The
+    rows it permutes into top_k copies and sends (`dispatch_bytes`, expert_compute.permutation_seconds).
 
     Example:
         >>> from ddp_lab.course.plan.model import Transformer
