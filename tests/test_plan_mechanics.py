@@ -542,11 +542,16 @@ def test_uneven_routing_slows_split_experts_only_and_in_each_of_its_three_places
     # the all-to-all's bytes: its latency term stays, so it grows by less than 1.5 and more than 1.4 here
     ratio = experts.dispatch_seconds(moe, h100s, uneven) / experts.dispatch_seconds(moe, h100s, split)
     assert 1.4 < ratio < 1.5
-    # saved for backward: the rows the busiest rank's experts multiply (their inner tensors, the copies dispatched
-    # to them) grow by half; the outputs the combine weighs come back to each token's own rank, a balanced share
+    # saved for backward: the rows the busiest rank's experts multiply (their inner tensors, split by tp, and the
+    # copies dispatched to them, gathered over the expert tensor-parallel group: etp = tp here, so not split) grow by
+    # half; the outputs the combine weighs come back to each token's own rank, a balanced share
     grown = experts.activation_change(moe, uneven, 0) - experts.activation_change(moe, split, 0)
     tokens, k, h, f = 4096, moe.moe.top_k, moe.hidden, moe.moe.expert_ffn
-    assert grown == pytest.approx(tokens * 0.5 * k * (4 * 2 * f / 2 + h * 2 / 2))     # bf16, swiglu, tp 2 with sp
+    assert grown == pytest.approx(tokens * 0.5 * k * (4 * 2 * f / 2 + h * 2))          # bf16, swiglu, tp 2 with sp
+    folded = split.with_(expert_tp=1, ep=16)                     # etp 1: each rank multiplies its own s / tp slice
+    grown = experts.activation_change(moe, folded.with_(expert_imbalance=1.5), 0) - experts.activation_change(
+        moe, folded, 0)
+    assert grown == pytest.approx(tokens * 0.5 * k * (4 * 2 * f / 2 + h * 2 / 2))
     assert memory(moe, uneven).total > memory(moe, split).total
     before, after = step_time(moe, h100s, split), step_time(moe, h100s, uneven)
     assert after.compute > before.compute and after.ep_comm > before.ep_comm and after.total > before.total
@@ -587,7 +592,7 @@ def test_a_search_under_uneven_routing_puts_it_on_split_experts_and_can_prefer_e
     assert balanced.strategy.ep > 1 and slight.strategy.ep > 1 and uneven.strategy.ep == 1   # docs/planner.md: 1.15
     # lesson 14 times these two plans, balanced and at its skewed router's imbalance
     assert (balanced.strategy.label(), uneven.strategy.label()) == ("dp32 tp1 pp2 ep8 z1 mb1x32 v2",
-                                                                    "dp8 tp4 pp2 z1 mb4x32 sp")
+                                                                    "dp8 tp2 pp4 z1 mb2x64 sp")
     with pytest.raises(ValueError, match=r"^expert_imbalance=1.5 says how unevenly .* llama3-8b is dense"):
         list(candidates(Transformer.preset("llama3-8b"), h100s, 1024, expert_imbalance=1.5))
 

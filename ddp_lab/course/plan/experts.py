@@ -344,9 +344,11 @@ def activation_change(model, strategy, stage: int) -> float:
     Korthikanti et al.'s count (activations.py) keeps, per token, the FFN's inner tensors of width
     ffn (GeLU: 2, SwiGLU: 4 tensors, split by tp). A MoE layer keeps instead, per token, those of its
     top_k routed and its shared experts, plus the router's fp32 probabilities (4 E bytes: Mixtral and
-    DeepSeek compute the softmax in fp32), the top_k copies of the hidden state dispatched to the
-    experts and the top_k expert outputs the combine weighs (2 top_k h values: split by tp only with
-    sequence parallelism, like the tensors around the parallel matmuls). Averaged over the stage's
+    DeepSeek compute the softmax in fp32; split by tp with sequence parallelism, where each rank routes its s / tp
+    slice), the rows its experts multiply (top_k h values a token as expert_compute.tokens_per_expert counts them:
+    etp / tp of them, the tokens gathered over the expert tensor-parallel group after the all-to-all, the grouped
+    GEMM's saved input) and the top_k expert outputs the combine weighs for the tokens it dispatched
+    (`dispatched_tokens`: its s / tp slice with sequence parallelism). Averaged over the stage's
     layers (dense layers change nothing); 0 with full recomputation (only the layer input is kept). The routed
     experts' tensors and the copies dispatched to them are the busiest expert-parallel rank's (`busiest_rank_load`
     times a balanced share: dropless routing keeps every token it gets); the outputs the combine weighs come back to
@@ -357,10 +359,12 @@ def activation_change(model, strategy, stage: int) -> float:
     moe, t = model.moe, strategy.tp
     e = 2 if strategy.mixed else 4
     per_width = (4 if model.ffn_kind == "swiglu" else 2) * e
-    received = moe.top_k * busiest_rank_load(strategy)           # the rows this rank's experts multiply
     inner = per_width * inner_width_change(model, busiest_rank_load(strategy)) / t
-    around = ((received + moe.top_k) * model.hidden * e + 4 * moe.experts) / (t if strategy.sequence_parallel else 1)
     tokens = strategy.micro_batch * model.seq_len
+    received = moe.top_k * busiest_rank_load(strategy) * expert_tp.size(strategy) / t   # rows its experts multiply
+    combined = moe.top_k * dispatched_tokens(model, strategy) * strategy.cp / tokens     # outputs it weighs
+    router = 4 * moe.experts / (t if strategy.sequence_parallel else 1)
+    around = (received + combined) * model.hidden * e + router
     held = pipeline_stages.stage_layers(model, strategy)[stage]
     return tokens * (inner + around) * stage_moe_layers(model, strategy, stage) / held
 
