@@ -548,10 +548,19 @@ def test_uneven_routing_slows_split_experts_only_and_in_each_of_its_three_places
     grown = experts.activation_change(moe, uneven, 0) - experts.activation_change(moe, split, 0)
     tokens, k, h, f = 4096, moe.moe.top_k, moe.hidden, moe.moe.expert_ffn
     assert grown == pytest.approx(tokens * 0.5 * k * (4 * 2 * f / 2 + h * 2))          # bf16, swiglu, tp 2 with sp
-    folded = split.with_(expert_tp=1, ep=16)                     # etp 1: each rank multiplies its own s / tp slice
+    folded = split.with_(expert_tp=1)                 # etp 1: a rank's experts multiply a tp-th of the rows (s / tp)
+    check(moe, folded)
     grown = experts.activation_change(moe, folded.with_(expert_imbalance=1.5), 0) - experts.activation_change(
         moe, folded, 0)
     assert grown == pytest.approx(tokens * 0.5 * k * (4 * 2 * f / 2 + h * 2 / 2))
+    # the whole change by hand where every term differs: etp 1 < tp 2 without sequence parallelism (the rank
+    # dispatches etp / tp of the tokens and multiplies that share; the router sees every token)
+    plain = Strategy(dp=32, tp=2, ep=8, expert_tp=1, zero=1, micro_batch=1, grad_accum=4)
+    check(moe, plain)
+    e, E, dense_ffn = 2, moe.moe.experts, moe.ffn_
+    inner = 4 * e * ((k + 0) * f - dense_ffn) / 2
+    around = (k * 1 / 2 + k * 1 / 2) * h * e + 4 * E
+    assert experts.activation_change(moe, plain, 0) == pytest.approx(tokens * (inner + around))
     assert memory(moe, uneven).total > memory(moe, split).total
     before, after = step_time(moe, h100s, split), step_time(moe, h100s, uneven)
     assert after.compute > before.compute and after.ep_comm > before.ep_comm and after.total > before.total

@@ -345,10 +345,12 @@ def activation_change(model, strategy, stage: int) -> float:
     ffn (GeLU: 2, SwiGLU: 4 tensors, split by tp). A MoE layer keeps instead, per token, those of its
     top_k routed and its shared experts, plus the router's fp32 probabilities (4 E bytes: Mixtral and
     DeepSeek compute the softmax in fp32; split by tp with sequence parallelism, where each rank routes its s / tp
-    slice), the rows its experts multiply (top_k h values a token as expert_compute.tokens_per_expert counts them:
-    etp / tp of them, the tokens gathered over the expert tensor-parallel group after the all-to-all, the grouped
-    GEMM's saved input) and the top_k expert outputs the combine weighs for the tokens it dispatched
-    (`dispatched_tokens`: its s / tp slice with sequence parallelism). Averaged over the stage's
+    slice), the rows its experts multiply (top_k h values a token of the micro-batch, etp / tp of them, as
+    expert_compute.tokens_per_expert counts them: with sequence parallelism the rows received are gathered over the
+    expert tensor-parallel group after the all-to-all, and the grouped GEMM keeps that gathered input) and the top_k
+    expert outputs the combine weighs for the tokens it dispatched (`dispatched_tokens`: its s / tp slice with
+    sequence parallelism; Megatron-Core versions that weigh the experts' activations by the routing probabilities
+    instead keep no such outputs, so this term can overstate theirs). Averaged over the stage's
     layers (dense layers change nothing); 0 with full recomputation (only the layer input is kept). The routed
     experts' tensors and the copies dispatched to them are the busiest expert-parallel rank's (`busiest_rank_load`
     times a balanced share: dropless routing keeps every token it gets); the outputs the combine weighs come back to
