@@ -267,7 +267,7 @@ def test_ep_overlaps_gain_on_the_one_published_ab_is_an_upper_bound():
     off, on = step_time(model, cluster, strategy), step_time(model, cluster, strategy.with_(ep_overlap=True))
     gain, hidden = off.total / on.total, on.ep_comm_hidden / (on.ep_comm + on.ep_comm_hidden)
     assert on.ep_comm + on.ep_comm_hidden == pytest.approx(off.ep_comm) and gain > 24.7138 / 20.99 and hidden > 0.37
-    page = " ".join((Path(__file__).resolve().parents[1] / "docs" / "planner.md").read_text().split())
+    page = _planner_page()
     assert (f"the planner gives {off.total:.2f} s and {on.total:.2f} s, {gain:.2f}×, hiding {100 * hidden:.0f} % of "
             f"its all-to-all time") in page
     for run in FIFTH_SET:
@@ -341,18 +341,14 @@ def test_counting_the_experts_activations_moved_gpt_oss_mixtral_and_grok_runs_ea
     the config's dense FFN width until expert_compute.expert_activation_seconds (the memory count already took the experts'):
     a defect of the planner's own arithmetic, so the pins moved and the runs stay aside. docs/planner.md gives the
     runs it moved, by how much, and the medians with it."""
-    outcomes = results()
-    now, medians = {r.run.name: r.error for r in outcomes if r.split == ASIDE}, _aside_and_blackwell_medians(outcomes)
-    monkeypatch.setattr(expert_compute, "expert_activation_seconds", lambda model, strategy, gpu: (0.0, 0.0))
-    without = {r.run.name: r.error for r in results() if r.split == ASIDE}
-    moved = {name: without[name] - now[name] for name in now if abs(without[name] - now[name]) > 1e-9}
+    none = lambda model, strategy, gpu: (0.0, 0.0)                                   # the old count: no term
+    moved, medians = _moved_by_undoing(monkeypatch, "expert_activation_seconds", none)
+    moved = {name: -step for name, step in moved.items()}                          # points slower than before
     assert all(step > 0 for step in moved.values())                                  # each one slower than before
     assert all(any(model in name for model in ("gpt-oss", "Mixtral", "Grok-1")) for name in moved)
-    assert {name for name in now if "gpt-oss" in name} <= set(moved)
-    page = " ".join((Path(__file__).resolve().parents[1] / "docs" / "planner.md").read_text().split())
+    assert {run.name for run in RUNS if run.name in ASIDE_NAMES and "gpt-oss" in run.name} <= set(moved)
     assert (f"moved {len(moved)} held-aside runs (gpt-oss's, Mixtral's and Grok-1's), each slower, by "
-            f"{100 * min(moved.values()):.1f} to {100 * max(moved.values()):.1f} points; the median is "
-            f"{100 * medians[0]:.1f} % with it (Blackwell's {100 * medians[1]:.1f} %)") in page
+            f"{_points_and_medians(moved, medians)}") in _planner_page()
 
 
 def test_permuting_only_the_dispatched_tokens_moved_the_runs_with_tensor_parallelism_each_faster(monkeypatch):
@@ -360,18 +356,33 @@ def test_permuting_only_the_dispatched_tokens_moved_the_runs_with_tensor_paralle
     sequence parallelism, as its router and its all-to-all take them); the permutation had taken the whole b s / cp on
     every tensor-parallel rank. A defect of the planner's own arithmetic: the pins moved and the runs stay aside.
     docs/planner.md gives the runs it moved, by how much, and the medians with it."""
-    outcomes = results()
-    now, medians = {r.run.name: r.error for r in outcomes if r.split == ASIDE}, _aside_and_blackwell_medians(outcomes)
     whole = lambda model, strategy: strategy.micro_batch * model.seq_len // strategy.cp    # every rank, the old count
-    monkeypatch.setattr(expert_compute, "dispatched_tokens", whole)
-    before = {r.run.name: r.error for r in results() if r.split == ASIDE}
-    moved = {name: now[name] - before[name] for name in now if abs(before[name] - now[name]) > 1e-9}
+    moved, medians = _moved_by_undoing(monkeypatch, "dispatched_tokens", whole)
     assert moved and all(step > 0 for step in moved.values())                         # each one planned faster
     assert all(next(run for run in RUNS if run.name == name).strategy.get("tp", 1) > 1 for name in moved)
-    page = " ".join((Path(__file__).resolve().parents[1] / "docs" / "planner.md").read_text().split())
     assert (f"moved {len(moved)} held-aside runs, those with tensor parallelism (tp > 1), each faster, "
-            f"by {100 * min(moved.values()):.1f} to {100 * max(moved.values()):.1f} points; the median is "
-            f"{100 * medians[0]:.1f} % with it (Blackwell's {100 * medians[1]:.1f} %)") in page
+            f"by {_points_and_medians(moved, medians)}") in _planner_page()
+
+
+def _moved_by_undoing(monkeypatch, name: str, old) -> tuple[dict, tuple[float, float]]:
+    """The held-aside runs a fix of expert_compute moved: each one's error now less its error with `name` put back to
+    `old` (positive: planned faster now), and the held-aside and Blackwell medians now."""
+    outcomes = results()
+    now, medians = {r.run.name: r.error for r in outcomes if r.split == ASIDE}, _aside_and_blackwell_medians(outcomes)
+    monkeypatch.setattr(expert_compute, name, old)
+    before = {r.run.name: r.error for r in results() if r.split == ASIDE}
+    return {run: now[run] - before[run] for run in now if abs(before[run] - now[run]) > 1e-9}, medians
+
+
+def _points_and_medians(moved: dict, medians: tuple[float, float]) -> str:
+    """docs/planner.md's words for a fix's moves (in points, all one way) and the medians with it."""
+    return (f"{100 * min(moved.values()):.1f} to {100 * max(moved.values()):.1f} points; the median is "
+            f"{100 * medians[0]:.1f} % with it (Blackwell's {100 * medians[1]:.1f} %)")
+
+
+def _planner_page() -> str:
+    """docs/planner.md with whitespace runs made single spaces."""
+    return " ".join((Path(__file__).resolve().parents[1] / "docs" / "planner.md").read_text().split())
 
 
 def _aside_and_blackwell_medians(outcomes=None) -> tuple[float, float]:

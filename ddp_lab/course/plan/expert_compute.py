@@ -45,8 +45,8 @@ def tokens_per_expert(model, strategy) -> float:
     Introduced in notebooks/14-mixture-of-experts.ipynb.
     """
     moe = model.moe
-    share = expert_tp.size(strategy) / strategy.tp     # expert_tp below tp: tp / etp expert groups share the tokens
-    balanced = strategy.micro_batch * model.seq_len / strategy.cp * moe.top_k * strategy.ep / moe.experts * share
+    balanced = (strategy.micro_batch * model.seq_len / strategy.cp * moe.top_k * strategy.ep / moe.experts
+                * expert_tp.token_share(strategy))
     return balanced * busiest_rank_load(strategy)
 
 

@@ -35,6 +35,13 @@ def size(strategy) -> int:
     return strategy.tp if strategy.expert_tp is None else strategy.expert_tp
 
 
+def token_share(strategy) -> float:
+    """The share of its tensor-parallel group's tokens a rank's experts multiply: etp / tp (the tp / etp expert groups
+    of a tp group share the tokens out; with etp = tp, all of them). expert_compute.tokens_per_expert's rows and the
+    experts' saved inputs (experts.activation_change) are this share of the micro-batch's top_k copies."""
+    return size(strategy) / strategy.tp
+
+
 def grid(strategy) -> int:
     """Ranks of one pipeline stage the experts are laid out over, less their tensor split: tp x cp x dp / etp."""
     return strategy.tp * strategy.cp * strategy.dp // size(strategy)

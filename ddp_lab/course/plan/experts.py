@@ -363,7 +363,7 @@ def activation_change(model, strategy, stage: int) -> float:
     per_width = (4 if model.ffn_kind == "swiglu" else 2) * e
     inner = per_width * inner_width_change(model, busiest_rank_load(strategy)) / t
     tokens = strategy.micro_batch * model.seq_len
-    received = moe.top_k * busiest_rank_load(strategy) * expert_tp.size(strategy) / t   # rows its experts multiply
+    received = moe.top_k * busiest_rank_load(strategy) * expert_tp.token_share(strategy)  # rows its experts multiply
     combined = moe.top_k * dispatched_tokens(model, strategy) * strategy.cp / tokens     # outputs it weighs
     router = 4 * moe.experts / (t if strategy.sequence_parallel else 1)
     around = (received + combined) * model.hidden * e + router
