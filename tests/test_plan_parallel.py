@@ -11,11 +11,12 @@ million nodes does, counted in Python lines.
 
 import dataclasses
 import sys
+from pathlib import Path
 
 import pytest
 
 from ddp_lab.course.plan import (activations, dp_sync, expert_compute, expert_tp, experts, hybrid_shard, outer_sync,
-                                 pipeline_stages)
+                                 pipeline_stages, steptime, tp_overlap)
 from ddp_lab.course.plan import search as search_module
 from ddp_lab.course.plan.activations import head_activation_bytes, layer_activation_bytes
 from ddp_lab.course.plan.cluster_spec import ClusterSpec
@@ -428,6 +429,39 @@ def test_expert_tp_splits_the_experts_apart_from_attention_as_megatron_lays_them
             etp4.with_(**bad)
     with pytest.raises(ValueError, match="dense: drop expert_tp"):
         check(Transformer.preset("llama3-8b"), etp1.with_(ep=1))
+
+
+def test_a_moe_layers_tensor_parallel_collectives_are_its_experts_not_a_dense_ffns():
+    """With sequence parallelism a MoE layer runs no dense FFN's all-gather and reduce-scatter (unless shared experts
+    do), and experts split over an expert TP of 2 or more gather top_k copies of the tokens (Megatron-Core's all-to-all
+    dispatcher); docs/planner.md says so, with top_k for the presets it names."""
+    qwen, cluster = Transformer.preset("qwen3-30b-a3b").with_(seq_len=4096), ClusterSpec.preset("h100-sxm")
+    split = Strategy(dp=4, tp=2, ep=4, sequence_parallel=True, zero=1)          # expert TP 2, the attention's
+    whole = split.with_(ep=8, expert_tp=1)
+    dense = steptime.ffn_tp_communication(qwen, cluster, split)
+    assert steptime.moe_layer_tp_change(qwen, cluster, whole) == (-dense[0], -dense[1], 0.0)
+    # expert TP = TP: an all-gather and a reduce-scatter each way of top_k times the dense FFN's b s h values
+    b_s_h = 4096 * qwen.hidden * 2
+    gather = collective_time("all_gather", qwen.moe.top_k * b_s_h, cluster, Group(2, 1))
+    assert experts.expert_tp_gather_seconds(qwen, cluster, split) == pytest.approx(gather)
+    forward, backward, hidden = steptime.moe_layer_tp_change(qwen, cluster, split)
+    assert (forward, backward, hidden) == pytest.approx((2 * gather - dense[0], 2 * gather - dense[1], 0.0))
+    assert forward > 4 * dense[0]                                       # top_k = 8: far more than it saves
+    assert step_time(qwen, cluster, split).tp_comm > step_time(qwen, cluster, split.with_(expert_tp=1)).tp_comm
+    # shared experts keep the dense FFN's collectives; without sequence parallelism a dense layer's are charged
+    deepseek = Transformer.preset("deepseek-moe-16b").with_(seq_len=4096)
+    assert steptime.moe_layer_tp_change(deepseek, cluster, whole) == (0.0, 0.0, 0.0)
+    assert steptime.moe_layer_tp_change(qwen, cluster, whole.with_(sequence_parallel=False)) == (0.0, 0.0, 0.0)
+    # under tp_comm_overlap the FFN's exposed share goes, and its hidden share with it
+    overlapped = whole.with_(tp_comm_overlap=True)
+    exposed = tp_overlap.ffn_exposed(qwen, cluster, overlapped, steptime._tp_all_reduce(qwen, cluster, overlapped))
+    forward, backward, hidden = steptime.moe_layer_tp_change(qwen, cluster, overlapped)
+    assert (forward, backward) == (-exposed[0], -exposed[1]) and hidden == pytest.approx(sum(exposed) - sum(dense))
+    page = " ".join((Path(__file__).resolve().parents[1] / "docs" / "planner.md").read_text().split())
+    tops = {name: Transformer.preset(name).moe.top_k for name in ("qwen3-30b-a3b", "deepseek-v3", "mixtral-8x7b")}
+    assert tops == {"qwen3-30b-a3b": 8, "deepseek-v3": 8, "mixtral-8x7b": 2}
+    assert ("top_k times the bytes of the dense FFN's collectives (8 times for Qwen3's MoE models and DeepSeek-V3, "
+            "twice for Mixtral)") in page
 
 
 def test_the_cli_takes_expert_tp_and_refuses_a_bad_one_in_one_line(capsys):

@@ -21,6 +21,10 @@ The planner takes etp dividing tp; what it changes:
     all-to-all  over the ep group (size ep, stride etp), of the tokens a rank dispatches (experts.dispatched_tokens,
                 which it also permutes): with sequence parallelism its s / tp slice, without it etp / tp of the
                 tokens, the tp ranks' copies shared out among their tp / etp expert groups
+    gather      with sequence parallelism and etp > 1 the copies an etp group received are all-gathered over it
+                before the experts' GEMMs and reduce-scattered after them (experts.expert_tp_gather_seconds): top_k
+                x etp / tp times the bytes of a dense FFN's all-gather, which a MoE layer does not run unless it
+                has shared experts (steptime.moe_layer_tp_change)
 
 Introduced in notebooks/14-mixture-of-experts.ipynb (the planner: notebooks/13-plan-your-training-run.ipynb).
 """
@@ -48,7 +52,7 @@ def grid(strategy) -> int:
 
 
 def group(strategy, axis: str) -> Group:
-    """The "ep" or "edp" group of the expert grid (module docstring): its size and stride in global ranks.
+    """The "etp", "ep" or "edp" group of the expert grid (module docstring): its size and stride in global ranks.
 
     Example:
         >>> from ddp_lab.course.plan.strategy import Strategy
@@ -56,11 +60,13 @@ def group(strategy, axis: str) -> Group:
         (Group(size=8, stride=1), Group(size=2, stride=4))
     """
     etp, ep = size(strategy), strategy.ep
+    if axis == "etp":
+        return Group(etp, 1, world=strategy.gpus)
     if axis == "ep":
         return Group(ep, etp, world=strategy.gpus)
     if axis == "edp":
         return Group(grid(strategy) // ep, etp * ep, world=strategy.gpus)
-    raise ValueError(f"axis must be 'ep' or 'edp', got {axis!r}")
+    raise ValueError(f"axis must be 'etp', 'ep' or 'edp', got {axis!r}")
 
 
 def check_fields(strategy) -> None:

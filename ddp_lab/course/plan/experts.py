@@ -523,6 +523,40 @@ def dispatch_seconds(model, cluster, strategy) -> float:
     return collective_time("all_to_all", 0, cluster, group) + max(across, inside)   # latency, then the bytes
 
 
+def expert_tp_gather_seconds(model, cluster, strategy) -> float:
+    """Seconds of one all-gather of a MoE layer's dispatched copies over the expert tensor-parallel group (expert_tp.py),
+    per micro-batch; its reduce-scatter takes the same ring time.
+
+    Megatron-Core's all-to-all dispatcher (`MoEAlltoAllTokenDispatcher.dispatch_postprocess`): with sequence
+    parallelism each rank dispatches its own s / tp slice, so after the all-to-all the etp ranks that split the same
+    experts hold different tokens; they all-gather them before the experts' column-parallel GEMMs (etp x
+    `dispatch_bytes`, the busiest rank's share as in `dispatch_seconds`) and reduce-scatter the row-parallel GEMMs'
+    partial sums before the combine (`combine_preprocess`). Backward runs the mirror pair. 0 with etp = 1 or without
+    sequence parallelism (each rank then dispatches etp / tp of its group's tokens whole: `dispatched_tokens`).
+    Costed as a ring all-gather over the etp group (consecutive ranks); DeepEP and HybridEP send the same copies to
+    each of the etp ranks in their dispatch over the etp x ep ranks instead.
+
+    Example:
+        >>> from ddp_lab.course.plan.cluster_spec import ClusterSpec
+        >>> from ddp_lab.course.plan.model import Transformer
+        >>> from ddp_lab.course.plan.strategy import Strategy
+        >>> mixtral, h100s = Transformer.preset("mixtral-8x7b").with_(seq_len=4096), ClusterSpec.preset("h100-sxm")
+        >>> split = Strategy(dp=2, tp=4, ep=2, sequence_parallel=True)
+        >>> round(expert_tp_gather_seconds(mixtral, h100s, split) / expert_tp_gather_seconds(
+        ...     mixtral, h100s, split.with_(expert_tp=2, ep=4)), 2)      # top_k x etp / tp of the tokens, over etp
+        3.0
+        >>> expert_tp_gather_seconds(mixtral, h100s, split.with_(expert_tp=1, ep=8))
+        0.0
+
+    Introduced in notebooks/14-mixture-of-experts.ipynb (the planner: notebooks/13-plan-your-training-run.ipynb).
+    """
+    etp = expert_tp.size(strategy)
+    if model.moe is None or etp == 1 or not strategy.sequence_parallel:
+        return 0.0
+    nbytes = etp * dispatch_bytes(model, strategy) * busiest_rank_load(strategy)
+    return collective_time("all_gather", nbytes, cluster, expert_tp.group(strategy, "etp"))
+
+
 def all_to_all_time(model, cluster, strategy) -> float:
     """Seconds per step of expert parallelism's all-to-alls on the most loaded pipeline stage, all of them (what
     ep_overlap.step_seconds leaves exposed of them is steptime's ep_comm).

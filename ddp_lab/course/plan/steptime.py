@@ -37,7 +37,9 @@ Time (seconds per step), on the rank that finishes last:
                 logit, sum of exponentials; last stage). Not overlapped, unless tp_comm_overlap
                 (Megatron-LM's --tp-comm-overlap) runs each layer's collectives in chunks beside
                 their GEMMs: then only what tp_overlap.py finds exposed counts, and the part hidden
-                pays the overlap slowdown below.
+                pays the overlap slowdown below. A MoE layer with sequence parallelism runs no dense
+                FFN's collectives (unless shared experts do) and gathers the copies its experts
+                received over an expert TP of 2 or more (`moe_layer_tp_change`).
     pp_comm     2 m v sends of one micro-batch's activations (b s h / t values per GPU with the
                 scatter/gather of Narayanan Sec. 4.1), on the pp group's link. Not overlapped.
     dp_comm     ZeRO 0: all-reduce of the gradients; 1, 2: reduce-scatter + all-gather (the same
@@ -247,8 +249,13 @@ def step_time(model, cluster, strategy) -> TimeBreakdown:
     tp_all = tp_forward + tp_backward
     if strategy.tp_comm_overlap and cluster.overlap_dp_comm:     # chunked beside the GEMMs (tp_overlap.py)
         tp_forward, tp_backward = tp_overlap.layer_exposed(model, cluster, strategy, _tp_all_reduce(model, cluster, strategy))
-    tp_hidden = m * stage_layers * max(0.0, tp_all - tp_forward - tp_backward)
-    tp_comm = m * (stage_layers * (tp_forward + tp_backward) + vocab_tp)
+    # a MoE layer's TP collectives differ from a dense layer's: no dense FFN, the experts' own gather (per layer,
+    # backward without full recomputation's forward again, as moe_change)
+    moe_tp = moe_layer_tp_change(model, cluster, strategy)
+    moe_layers = experts.busiest_stage_moe_layers(model, strategy) if model.moe is not None else 0
+    moe_tp_all = moe_tp[0] * (2 if strategy.recompute == "full" else 1) + moe_tp[1]
+    tp_hidden = m * (stage_layers * max(0.0, tp_all - tp_forward - tp_backward) + moe_layers * moe_tp[2])
+    tp_comm = m * (stage_layers * (tp_forward + tp_backward) + vocab_tp + moe_layers * moe_tp_all)
     pp_comm = 0.0
     if p > 1:   # each micro-batch crosses every stage boundary forward and backward, v times when interleaved;
         # a DiLoCo replica is a block of GPUs of its own, whose stages are among its GPUs (outer_sync.inner_strategy)
@@ -259,14 +266,15 @@ def step_time(model, cluster, strategy) -> TimeBreakdown:
     replicate = hybrid_shard.replicate_seconds(model, cluster, strategy)   # HSDP: across nodes, not on TP's link
     slower = stretch(tp_all, layer.total, _dp_shares_tp_link(cluster, inner))   # TP holds the link, hidden or not
     moe_change = moe_change or (0.0, 0.0)
+    moe_work = (moe_change[0] + moe_tp[0], moe_change[1] + moe_tp[1])   # a MoE layer's, on the compute stream
     if not cluster.overlap_dp_comm:
         exposed = dp_comm + replicate
     elif strategy.zero == 3:
         exposed = m * zero3_exposed(model, cluster, inner, layer, head, (tp_forward, tp_backward), slower, vocab_tp,
-                                    moe_change, lambda stage: hybrid_shard.replicate_unit_seconds(model, cluster,
+                                    moe_work, lambda stage: hybrid_shard.replicate_unit_seconds(model, cluster,
                                                                                                   strategy, stage))
     else:
-        exposed = zero12_exposed(model, cluster, inner, layer, head, (tp_forward, tp_backward), slower, moe_change)
+        exposed = zero12_exposed(model, cluster, inner, layer, head, (tp_forward, tp_backward), slower, moe_work)
     ring, ring_exposed = context_parallel.ring_time(model, cluster, strategy)
     # hidden: the seconds the collectives run beside compute, DP's stretched by TP's share of their link as in `exposed`
     hidden_dp = 0.0
@@ -315,6 +323,55 @@ def layer_tp_communication(model, cluster, strategy) -> tuple[float, float]:
     if recompute_skips_last_gemm(model, strategy):
         again -= 0.5 if strategy.sequence_parallel else 1.0
     return forward * one, (backward + again) * one
+
+
+def moe_layer_tp_change(model, cluster, strategy) -> tuple[float, float, float]:
+    """(forward, backward, hidden) seconds by which one MoE layer's TP communication differs from a dense layer's
+    (`layer_tp_communication`), per micro-batch; backward without full recomputation's forward again, `hidden`: the
+    change in what tp_comm_overlap hides.
+
+    Megatron-Core's MoE layer with tp > 1 runs with sequence parallelism (it refuses to train without it): the router
+    and the dispatcher take the rank's own s / tp tokens, so the dense FFN's all-gather before the up projection and
+    reduce-scatter after the down projection are not run, unless shared experts, a dense FFN of their own, do
+    (`ffn_tp_communication`; under tp_comm_overlap, tp_overlap.ffn_exposed). The routed experts split etp > 1 ways
+    all-gather their dispatched copies after the all-to-all and reduce-scatter them before the combine, and the
+    mirror pair backward (experts.expert_tp_gather_seconds), not overlapped with the GEMMs. Without sequence
+    parallelism the layer's collectives are taken as a dense layer's.
+
+    Example:
+        >>> from ddp_lab.course.plan.cluster_spec import ClusterSpec
+        >>> from ddp_lab.course.plan.model import Transformer
+        >>> from ddp_lab.course.plan.strategy import Strategy
+        >>> mixtral, h100s = Transformer.preset("mixtral-8x7b").with_(seq_len=4096), ClusterSpec.preset("h100-sxm")
+        >>> split = Strategy(dp=2, tp=4, ep=2, sequence_parallel=True)
+        >>> dense = ffn_tp_communication(mixtral, h100s, split)
+        >>> forward, backward, _ = moe_layer_tp_change(mixtral, h100s, split.with_(expert_tp=1, ep=8))
+        >>> (forward, backward) == (-dense[0], -dense[1])    # etp = 1: no collective for the experts
+        True
+        >>> moe_layer_tp_change(mixtral, h100s, split)[0] > 0    # etp = 4: top_k = 2 copies gathered, not one
+        True
+    """
+    if model.moe is None or strategy.tp == 1 or not strategy.sequence_parallel:
+        return 0.0, 0.0, 0.0
+    forward = backward = hidden = 0.0
+    if not model.moe.shared_experts:
+        forward, backward = (-seconds for seconds in ffn_tp_communication(model, cluster, strategy))
+        if strategy.tp_comm_overlap and cluster.overlap_dp_comm:
+            exposed = tp_overlap.ffn_exposed(model, cluster, strategy, _tp_all_reduce(model, cluster, strategy))
+            again = 2 if strategy.recompute == "full" else 1
+            hidden = again * forward + backward + again * exposed[0] + exposed[1]   # minus the FFN's hidden seconds
+            forward, backward = -exposed[0], -exposed[1]
+    gather = experts.expert_tp_gather_seconds(model, cluster, strategy)
+    return forward + 2 * gather, backward + 2 * gather, hidden
+
+
+def ffn_tp_communication(model, cluster, strategy) -> tuple[float, float]:
+    """(forward, backward) seconds of the FFN's share of `layer_tp_communication` with sequence parallelism: the
+    all-gather before its up projection and the reduce-scatter after its down projection forward, the mirror pair
+    backward, and per-op checkpointing's all-gather again; without full recomputation's forward again (half a ring
+    each: one all-reduce's time forward and one backward)."""
+    one = _tp_all_reduce(model, cluster, strategy)
+    return one, (1.0 + op_checkpoint.recomputed_tp_collectives(strategy) / 2) * one
 
 
 def _tp_all_reduce(model, cluster, strategy) -> float:

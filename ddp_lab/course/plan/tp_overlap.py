@@ -52,24 +52,43 @@ def layer_exposed(model, cluster, strategy, one: float) -> tuple[float, float]:
         >>> forward < 1e-3 and backward < 1e-3     # without overlap: 2 ms each way (2 all-gathers + 2 reduce-scatters)
         True
     """
+    parts, last = _exposed_parts(model, cluster, strategy, one)
+    forward = sum(part[0] for part in parts.values())
+    backward = sum(part[1] for part in parts.values())
+    if strategy.recompute == "full":
+        backward += forward - (last if recompute_skips_last_gemm(model, strategy) else 0.0)
+    return forward, backward
+
+
+def ffn_exposed(model, cluster, strategy, one: float) -> tuple[float, float]:
+    """(forward, backward) exposed seconds of the FFN's share of `layer_exposed`: its all-gather before the up
+    projection and reduce-scatter after the down projection, and their mirror pair backward (with per-op
+    checkpointing's all-gather again), without full recomputation's forward again. What a MoE layer without shared
+    experts does not run (steptime.moe_layer_tp_change)."""
+    return _exposed_parts(model, cluster, strategy, one)[0]["ffn"]
+
+
+def _exposed_parts(model, cluster, strategy, one: float) -> tuple[dict, float]:
+    """The exposed seconds of one layer's TP collectives by block, {"attention": (forward, backward), "ffn": (...)},
+    backward without full recomputation's forward again; and the FFN's reduce-scatter's exposed forward seconds (what
+    a recomputation that stops early skips)."""
     rate = cluster.gpu.achieved_flops(strategy.precision)
     half = one / 2
     _, column, out = attention_gemms(model, strategy)       # the GEMMs beside the attention's collectives
     up, down = ffn_gemms(model, strategy)
     first = half * latent_attention.tp_input_share(model)   # the all-gather in front of attention (latents: less)
-    sizes = (first, half, half, half)
-    forward_gemms = [sum(gemm_seconds(flops, k, rate) for flops, k, _ in column),
-                     *(gemm_seconds(flops, k, rate) for flops, k, _ in (out, up, down))]
-    weight_grads = [sum(flops for flops, _, _ in column) / rate, up[0] / rate]     # beside the reduce-scatters
-    input_grads = [gemm_seconds(flops, k_grad, rate) for flops, _, k_grad in (out, down)]   # beside the all-gathers
     t = strategy.tp
-    forward_each = [chunked_exposed(size, gemm, t) for size, gemm in zip(sizes, forward_gemms)]
-    forward = sum(forward_each)
-    backward = (sum(max(0.0, size - gemm) for size, gemm in zip((first, half), weight_grads))     # bulk
-                + sum(chunked_exposed(half, gemm, t) for gemm in input_grads))                   # pipelined
-    if strategy.recompute == "full":
-        backward += forward - (forward_each[3] if recompute_skips_last_gemm(model, strategy) else 0.0)
-    elif recomputed_tp_collectives(strategy):    # per-op checkpointing re-runs the all-gathers before QKV and FFN up,
-        again = recomputed_gemm_seconds(model, strategy, rate)
-        backward += sum(chunked_exposed(half, again[name], t) for name in ("k", "up"))    # beside K and up, re-run
-    return forward, backward
+    forward_each = [chunked_exposed(first, sum(gemm_seconds(flops, k, rate) for flops, k, _ in column), t),
+                    *(chunked_exposed(half, gemm_seconds(flops, k, rate), t) for flops, k, _ in (out, up, down))]
+    # backward: the reduce-scatters of the column-parallel GEMMs' input gradients beside their weight gradients (bulk),
+    # the all-gathers of the output gradient before the row-parallel GEMMs' input gradients (pipelined)
+    weight_grads = (sum(flops for flops, _, _ in column) / rate, up[0] / rate)
+    input_grads = [gemm_seconds(flops, k_grad, rate) for flops, _, k_grad in (out, down)]
+    backward_each = [max(0.0, size - gemm) + chunked_exposed(half, input_grad, t)
+                     for size, gemm, input_grad in zip((first, half), weight_grads, input_grads)]
+    if recomputed_tp_collectives(strategy):    # per-op checkpointing re-runs the all-gathers before QKV and FFN up,
+        again = recomputed_gemm_seconds(model, strategy, rate)                        # beside K and up, re-run
+        backward_each = [each + chunked_exposed(half, again[name], t) for each, name in zip(backward_each, ("k", "up"))]
+    parts = {"attention": (forward_each[0] + forward_each[1], backward_each[0]),
+             "ffn": (forward_each[2] + forward_each[3], backward_each[1])}
+    return parts, forward_each[3]
