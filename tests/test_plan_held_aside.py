@@ -50,7 +50,8 @@ NEW_FAMILIES = {"moe-coarse", "moe-fine", "b200", "long-context", "fp8", "dense-
 # constants were re-set on their calibration runs with it: 104 of the 109; the runs stay aside, and docs/planner.md
 # keeps each set's first prediction beside its figure now. And again when a MoE layer's activations came to span its
 # experts' widths (expert_compute.expert_activation_seconds, a defect of the planner's own arithmetic): 29 of them;
-# and when a rank's permutation came to take only the tokens it dispatches (experts.dispatched_tokens): 15.
+# and when a rank's permutation came to take only the tokens it dispatches (experts.dispatched_tokens): 15; and when a
+# MoE layer came to run its own tensor-parallel collectives, not a dense FFN's (steptime.moe_layer_tp_change): 14.
 PREDICTED = {
     'DGXC Nemotron-4 340B TP 8 x PP 4, 128 GB200s': 546.51,
     'DGXC Nemotron-4 340B TP 8 x PP 4, 128 GB200s, FP8': 733.29,

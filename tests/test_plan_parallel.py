@@ -28,6 +28,7 @@ from ddp_lab.course.plan.steptime import step_time
 from ddp_lab.course.plan.strategy import Strategy, check, divisors
 from ddp_lab.course import rank_layout
 from ddp_lab.course.rank_layout import Group
+from ddp_lab.plan import held_aside_runs
 from ddp_lab.plan.cli import main
 from ddp_lab.plan.cli_regions import regions_note
 
@@ -462,6 +463,20 @@ def test_a_moe_layers_tensor_parallel_collectives_are_its_experts_not_a_dense_ff
     assert tops == {"qwen3-30b-a3b": 8, "deepseek-v3": 8, "mixtral-8x7b": 2}
     assert ("top_k times the bytes of the dense FFN's collectives (8 times for Qwen3's MoE models and DeepSeek-V3, "
             "twice for Mixtral)") in page
+    # a search tries MoE plans with tp > 1 under sequence parallelism only, with the experts split tp ways and whole
+    tried = list(search_module.candidates(qwen, cluster, 64, zero=(1,), micro_batches=(1,)))
+    assert all(s.sequence_parallel for s in tried if s.tp > 1)
+    assert {s.expert_tp for s in tried if s.tp > 1} == {None, 1} and {s.expert_tp for s in tried if s.tp == 1} == {None}
+    assert any(s.ep > s.dp * s.cp for s in tried)                          # etp1: ep out of tp x cp x dp
+    replicas = list(search_module.candidates(qwen, cluster, 64, zero=(1,), micro_batches=(1,), sync_every=10))
+    assert replicas and all(s.expert_tp is None for s in replicas)
+    assert ("and each both with the experts split tp ways and whole on each rank (`etp1`, ep then out of tp x cp x "
+            "dp), as Megatron-LM's recipes for fine-grained experts run them (with DiLoCo replicas only the "
+            "first)") in page
+    # Megatron-LM's recipes (the held-aside thirteenth set) keep each fine-grained expert whole on its rank
+    recipes = [run for run in held_aside_runs.THIRTEENTH_SET if run.strategy.get("tp", 1) > 1]
+    assert recipes and all(run.strategy["expert_tp"] == 1 for run in held_aside_runs.THIRTEENTH_SET)
+    assert "with expert TP 1, as Megatron-LM's recipes for fine-grained models set it, none" in page
 
 
 def test_the_cli_takes_expert_tp_and_refuses_a_bad_one_in_one_line(capsys):

@@ -195,7 +195,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     how.add_argument("--expert-tp", dest="expert_tp", type=int, metavar="N",
                      help="the routed experts' own tensor-parallel size, dividing --tp (Megatron-Core's "
                           "--expert-tensor-parallel-size; default --tp): --expert-tp 1 leaves tp x cp x dp ranks for "
-                          "--ep")
+                          "--ep; a search tries a MoE model's plans with tp > 1 at both")
     how.add_argument("--dp-shard", dest="dp_shard", type=shard_size, metavar="N|auto|none",
                      help="hybrid sharding (HSDP): ZeRO-3 inside groups of N data-parallel ranks, the groups "
                           "replicas that all-reduce their gradient shards (FSDP2 on a 2-D mesh, torchtitan's "

@@ -5,6 +5,7 @@ Introduced in notebooks/13-plan-your-training-run.ipynb.
 
 from __future__ import annotations
 
+from ddp_lab.course.plan import expert_tp
 from ddp_lab.course.plan.fit_to_run import is_at_kernel_rate
 from ddp_lab.course.plan.generation_constants import efficiency_of, kernel_efficiency_of
 from ddp_lab.course.plan.memory import bytes_per_parameter, model_state_bytes
@@ -24,6 +25,8 @@ FOLDED_LEGEND = ("          z0-2 = ZeRO stages 0 to 2 give identical numbers (wi
                  "          each DiLoCo replica, there is nothing to shard);\n"
                  "          the row shows the lowest.")
 SPLIT_LEGEND = "          cpN = context-parallel size (lesson 15); epN = expert-parallel size (lesson 14)."
+EXPERT_TP_LEGEND = ("          etpN = the routed experts' own tensor-parallel size (--expert-tp; etp1: each expert\n"
+                    "          whole on its rank, ep then out of tp x cp x dp).")
 PER_NODE_LEGEND = ("          per-node = MoE tokens cross the network once per node, not once per expert "
                    "(--moe-dispatch).")
 FP8_LEGEND = ("          MFU under fp8 counts against the bf16 peak (torchtitan's convention): FP8 matmuls can take\n"
@@ -70,6 +73,7 @@ def table(plans, stages=None, tie: float | None = None) -> str:
                      + (f" {versus_best(plan, plans[0], tie):>10}" if tie is not None else ""))
     folded = [FOLDED_LEGEND] if any(len(zero) > 1 for zero in stages) else []
     split = [SPLIT_LEGEND] if any(plan.strategy.cp > 1 or plan.strategy.ep > 1 for plan in plans) else []
+    split += [EXPERT_TP_LEGEND] if any(expert_tp.size(plan.strategy) != plan.strategy.tp for plan in plans) else []
     split += [PER_NODE_LEGEND] if any(plan.strategy.moe_dispatch == "per-node" for plan in plans) else []
     early = [EARLY_STOP_LEGEND] if any(plan.strategy.checkpoint_early_stop for plan in plans) else []
     fp8 = [FP8_LEGEND] if any(fp8_matmuls(plan.strategy) for plan in plans) else []

@@ -533,8 +533,10 @@ def expert_tp_gather_seconds(model, cluster, strategy) -> float:
     `dispatch_bytes`, the busiest rank's share as in `dispatch_seconds`) and reduce-scatter the row-parallel GEMMs'
     partial sums before the combine (`combine_preprocess`). Backward runs the mirror pair. 0 with etp = 1 or without
     sequence parallelism (each rank then dispatches etp / tp of its group's tokens whole: `dispatched_tokens`).
-    Costed as a ring all-gather over the etp group (consecutive ranks); DeepEP and HybridEP send the same copies to
-    each of the etp ranks in their dispatch over the etp x ep ranks instead.
+    Costed as a ring all-gather over the etp group (consecutive ranks), in the activations' precision; it stands in
+    for DeepEP's and HybridEP's dispatch, which sends the same copies to each of the etp ranks over the etp x ep
+    ranks. Not modelled: Megatron-Core reduce-scatters in the router probabilities' precision, twice the bytes with
+    --moe-router-dtype fp32.
 
     Example:
         >>> from ddp_lab.course.plan.cluster_spec import ClusterSpec

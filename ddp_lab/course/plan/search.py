@@ -92,12 +92,14 @@ def candidates(model, cluster, global_batch: int, micro_batches=(1, 2, 4, 8), ze
                fp32_grads: bool = False, checkpoint_early_stop: bool = False, flash_kernel: str = "fa2",
                sequence_parallel: bool = False, tp_comm_overlap: bool = False, overlap_param_gather: bool = False,
                dp_shard="auto", moe_dispatch: str = "all-to-all", sync_every: int | None = None, replicas=None,
-               sync_precision: str | None = None, ep_overlap: bool = False, expert_imbalance: float = 1.0):
+               sync_precision: str | None = None, ep_overlap: bool = False, expert_imbalance: float = 1.0,
+               expert_tp_one: bool = True):
     """Every valid Strategy: dp*tp*pp*cp = GPUs, tp divides the heads (and kv heads) and the GPUs of a
     node (unless tp_across_nodes), dp*micro_batch divides global_batch; a pp that divides the layers splits
     them equally, any other pp with fewer on the first and the last stage (pipeline_stages.fewer_at_the_ends, never
     interleaved), where such a split exists.
-    Sequence parallelism is tried on and off whenever tp > 1; with pp > 1 the 1F1B schedule and
+    Sequence parallelism is tried on and off whenever tp > 1 (only on for a mixture-of-experts model, which
+    Megatron-Core trains with tp > 1 only so: steptime.moe_layer_tp_change); with pp > 1 the 1F1B schedule and
     the interleaved one with each of `virtual_stages` > 1 that divides the layers per stage (and
     whose micro-batches divide by pp). With flash attention selective recomputation is not tried:
     it keeps what no recomputation keeps (activations.py). Precision: bf16 mixed precision where
@@ -115,6 +117,11 @@ def candidates(model, cluster, global_batch: int, micro_batches=(1, 2, 4, 8), ze
     cp, ep: the context- and expert-parallel sizes to try, an int, a tuple, or "auto" (every size
     that fits: cp with 2 x cp chunks of the sequence, ep dividing the experts and dp x cp). cp
     defaults to 1; ep to "auto" for a mixture-of-experts model (its main parallelism) and 1 otherwise.
+    expert_tp_one: with tp > 1, a mixture-of-experts model's plans are tried with the routed experts split tp ways
+    (the attention's, Megatron-Core's default) and, unless False, whole on each rank (Strategy.expert_tp = 1, as
+    Megatron-LM's recipes for fine-grained experts set it), ep then dividing the experts and tp x cp x dp
+    (expert_tp.py; their tensor-parallel collectives differ: steptime.moe_layer_tp_change); not with DiLoCo replicas,
+    whose ep groups stay inside a replica's dp x cp ranks (outer_sync.holds).
     dp_shard: beside each ZeRO-3 plan, its hybrid-sharded variants (HSDP, hybrid_shard.py) with these shard-group
     sizes, an int, a tuple, "auto" (the default: `hybrid_shard.searched_sizes`, shard groups of whole nodes) or None
     (none).
@@ -165,14 +172,15 @@ def candidates(model, cluster, global_batch: int, micro_batches=(1, 2, 4, 8), ze
                         continue
                     ends = dict(first_stage_layers=split[0], last_stage_layers=split[1])
                 dp = gpus // (tp * cp_size * pp)
-                for ep_size in _expert_parallel_sizes(model, ep, dp * cp_size):
+                for ep_size, etp in _expert_layouts(model, ep, tp, dp * cp_size, expert_tp_one and not outer):
                     for stage, mb, rc, sp in itertools.product(zero, micro_batches, recompute, (False, True)):
-                        if (sp and tp == 1) or global_batch % (dp * mb) or (sequence_parallel and tp > 1 and not sp):
+                        if ((sp and tp == 1) or global_batch % (dp * mb)
+                                or ((sequence_parallel or model.moe is not None) and tp > 1 and not sp)):
                             continue
                         accum = global_batch // (dp * mb)
                         base = Strategy(dp=dp, tp=tp, pp=pp, zero=stage, micro_batch=mb, grad_accum=accum,
                                         sequence_parallel=sp, recompute=rc, precision=precision, cp=cp_size,
-                                        ep=ep_size, attention=attention, fp32_grads=fp32_grads,
+                                        ep=ep_size, expert_tp=etp, attention=attention, fp32_grads=fp32_grads,
                                         flash_kernel=flash_kernel,
                                         checkpoint_early_stop=checkpoint_early_stop and rc == "full",
                                         tp_comm_overlap=tp_comm_overlap and sp,
@@ -205,6 +213,15 @@ def _sizes(wanted, possible: list[int]) -> list[int]:
         return possible
     wanted = (wanted,) if isinstance(wanted, int) else tuple(wanted)
     return [size for size in possible if size in wanted]
+
+
+def _expert_layouts(model, ep, tp: int, dp_cp: int, expert_tp_one: bool) -> list[tuple[int, int | None]]:
+    """(ep, expert_tp) pairs to try: the asked ep sizes with the experts split tp ways (expert_tp None), and for a
+    mixture-of-experts model with tp > 1 (unless `expert_tp_one` is False) those with them whole on each rank."""
+    layouts = [(size, None) for size in _expert_parallel_sizes(model, ep, dp_cp)]
+    if model.moe is not None and tp > 1 and expert_tp_one:
+        layouts += [(size, 1) for size in _expert_parallel_sizes(model, ep, tp * dp_cp)]
+    return layouts
 
 
 def _expert_parallel_sizes(model, ep, dp_cp: int) -> list[int]:
@@ -280,11 +297,12 @@ def faster_with_context_parallel(model, cluster, global_batch: int, reserve: flo
 
 
 def _without_outer_sync(model, cluster, global_batch: int, options: dict) -> list:
-    """The search's candidates without its outer sync (empty where it asks for none)."""
+    """The search's candidates without its outer sync (empty where it asks for none), in the layouts it tries with one
+    (the experts split tp ways: `candidates`' expert_tp_one)."""
     if not outer_sync.outer_sync_on(*(options.get(name) for name in ("replicas", "sync_every", "sync_precision"))):
         return []
-    return list(candidates(model, cluster, global_batch,
-                           **{**options, "replicas": 1, "sync_every": None, "sync_precision": None}))
+    return list(candidates(model, cluster, global_batch, **{**options, "replicas": 1, "sync_every": None,
+                                                            "sync_precision": None, "expert_tp_one": False}))
 
 
 def _fewer_replicas_that_fit(model, cluster, global_batch: int, reserve: float, options: dict, plans) -> str:

@@ -251,10 +251,10 @@ def step_time(model, cluster, strategy) -> TimeBreakdown:
         tp_forward, tp_backward = tp_overlap.layer_exposed(model, cluster, strategy, _tp_all_reduce(model, cluster, strategy))
     # a MoE layer's TP collectives differ from a dense layer's: no dense FFN, the experts' own gather (per layer,
     # backward without full recomputation's forward again, as moe_change)
-    moe_tp = moe_layer_tp_change(model, cluster, strategy)
-    moe_layers = experts.busiest_stage_moe_layers(model, strategy) if model.moe is not None else 0
-    moe_tp_all = moe_tp[0] * (2 if strategy.recompute == "full" else 1) + moe_tp[1]
-    tp_hidden = m * (stage_layers * max(0.0, tp_all - tp_forward - tp_backward) + moe_layers * moe_tp[2])
+    moe_tp_forward, moe_tp_backward, moe_tp_hidden = moe_layer_tp_change(model, cluster, strategy)
+    moe_layers = experts.busiest_stage_moe_layers(model, strategy)
+    moe_tp_all = moe_tp_forward * (2 if strategy.recompute == "full" else 1) + moe_tp_backward
+    tp_hidden = m * (stage_layers * max(0.0, tp_all - tp_forward - tp_backward) + moe_layers * moe_tp_hidden)
     tp_comm = m * (stage_layers * (tp_forward + tp_backward) + vocab_tp + moe_layers * moe_tp_all)
     pp_comm = 0.0
     if p > 1:   # each micro-batch crosses every stage boundary forward and backward, v times when interleaved;
@@ -266,7 +266,7 @@ def step_time(model, cluster, strategy) -> TimeBreakdown:
     replicate = hybrid_shard.replicate_seconds(model, cluster, strategy)   # HSDP: across nodes, not on TP's link
     slower = stretch(tp_all, layer.total, _dp_shares_tp_link(cluster, inner))   # TP holds the link, hidden or not
     moe_change = moe_change or (0.0, 0.0)
-    moe_work = (moe_change[0] + moe_tp[0], moe_change[1] + moe_tp[1])   # a MoE layer's, on the compute stream
+    moe_work = (moe_change[0] + moe_tp_forward, moe_change[1] + moe_tp_backward)   # a MoE layer's, compute stream
     if not cluster.overlap_dp_comm:
         exposed = dp_comm + replicate
     elif strategy.zero == 3:
@@ -350,6 +350,8 @@ def moe_layer_tp_change(model, cluster, strategy) -> tuple[float, float, float]:
         True
         >>> moe_layer_tp_change(mixtral, h100s, split)[0] > 0    # etp = 4: top_k = 2 copies gathered, not one
         True
+
+    Introduced in notebooks/14-mixture-of-experts.ipynb (the planner: notebooks/13-plan-your-training-run.ipynb).
     """
     if model.moe is None or strategy.tp == 1 or not strategy.sequence_parallel:
         return 0.0, 0.0, 0.0
@@ -358,8 +360,8 @@ def moe_layer_tp_change(model, cluster, strategy) -> tuple[float, float, float]:
         forward, backward = (-seconds for seconds in ffn_tp_communication(model, cluster, strategy))
         if strategy.tp_comm_overlap and cluster.overlap_dp_comm:
             exposed = tp_overlap.ffn_exposed(model, cluster, strategy, _tp_all_reduce(model, cluster, strategy))
-            again = 2 if strategy.recompute == "full" else 1
-            hidden = again * forward + backward + again * exposed[0] + exposed[1]   # minus the FFN's hidden seconds
+            forward_passes = 2 if strategy.recompute == "full" else 1
+            hidden = forward_passes * (forward + exposed[0]) + backward + exposed[1]   # minus the FFN's hidden seconds
             forward, backward = -exposed[0], -exposed[1]
     gather = experts.expert_tp_gather_seconds(model, cluster, strategy)
     return forward + 2 * gather, backward + 2 * gather, hidden
@@ -369,7 +371,10 @@ def ffn_tp_communication(model, cluster, strategy) -> tuple[float, float]:
     """(forward, backward) seconds of the FFN's share of `layer_tp_communication` with sequence parallelism: the
     all-gather before its up projection and the reduce-scatter after its down projection forward, the mirror pair
     backward, and per-op checkpointing's all-gather again; without full recomputation's forward again (half a ring
-    each: one all-reduce's time forward and one backward)."""
+    each: one all-reduce's time forward and one backward).
+
+    Introduced in notebooks/13-plan-your-training-run.ipynb.
+    """
     one = _tp_all_reduce(model, cluster, strategy)
     return one, (1.0 + op_checkpoint.recomputed_tp_collectives(strategy) / 2) * one
 

@@ -64,7 +64,10 @@ def ffn_exposed(model, cluster, strategy, one: float) -> tuple[float, float]:
     """(forward, backward) exposed seconds of the FFN's share of `layer_exposed`: its all-gather before the up
     projection and reduce-scatter after the down projection, and their mirror pair backward (with per-op
     checkpointing's all-gather again), without full recomputation's forward again. What a MoE layer without shared
-    experts does not run (steptime.moe_layer_tp_change)."""
+    experts does not run (steptime.moe_layer_tp_change).
+
+    Introduced in notebooks/13-plan-your-training-run.ipynb.
+    """
     return _exposed_parts(model, cluster, strategy, one)[0]["ffn"]
 
 
