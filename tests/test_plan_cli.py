@@ -395,8 +395,8 @@ def test_uneven_routing_is_said_where_it_applies_and_noted_where_it_changes_noth
     moe = ("--model", "mixtral-8x7b", "--seq-len", "4096", "--cluster", "h100-sxm", "--nodes", "2")
     split, balanced, local, local_balanced, unshown = plan_on_each([
         (*moe, "--ep", "8", "--top", "1", "--expert-imbalance", "1.5"), (*moe, "--ep", "8", "--top", "1"),
-        (*moe, "--dp", "8", "--tp", "2", "--zero", "1", "--expert-imbalance", "1.5"),
-        (*moe, "--dp", "8", "--tp", "2", "--zero", "1"),
+        (*moe, "--dp", "8", "--tp", "2", "--zero", "1", "--sequence-parallel", "--expert-imbalance", "1.5"),
+        (*moe, "--dp", "8", "--tp", "2", "--zero", "1", "--sequence-parallel"),
         (*moe, "--nodes", "8", "--global-batch", "1024", "--top", "1", "--expert-imbalance", "2")])
     assert split[0] == balanced[0] == local[0] == local_balanced[0] == unshown[0] == 0, (split[2], local[2])
     assert "--expert-imbalance 1.5 on every plan it fits" in split[1]

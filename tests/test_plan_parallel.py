@@ -470,19 +470,34 @@ def test_a_moe_layers_tensor_parallel_collectives_are_its_experts_not_a_dense_ff
     assert any(s.ep > s.dp * s.cp for s in tried)                          # etp1: ep out of tp x cp x dp
     replicas = list(search_module.candidates(qwen, cluster, 64, zero=(1,), micro_batches=(1,), sync_every=10))
     assert replicas and all(s.expert_tp is None for s in replicas)
-    assert ("and each both with the experts split tp ways and whole on each rank (`etp1`, ep then out of tp x cp x "
-            "dp), as Megatron-LM's recipes for fine-grained experts run them (with DiLoCo replicas only the "
-            "first)") in page
+    assert ("requires of a MoE layer under tensor parallelism (a plan without it is noted), and tries each with the "
+            "experts split tp ways and whole on each rank (`etp1`, ep then out of tp x cp x dp), as Megatron-LM's "
+            "recipes for fine-grained experts run them (with DiLoCo replicas only the first") in page
     # Megatron-LM's recipes (the held-aside thirteenth set) keep each fine-grained expert whole on its rank
     recipes = [run for run in held_aside_runs.THIRTEENTH_SET if run.strategy.get("tp", 1) > 1]
-    assert recipes and all(run.strategy["expert_tp"] == 1 for run in held_aside_runs.THIRTEENTH_SET)
+    assert recipes and all(run.strategy["expert_tp"] == 1 for run in recipes)
     assert "with expert TP 1, as Megatron-LM's recipes for fine-grained models set it, none" in page
 
 
 def test_the_cli_takes_expert_tp_and_refuses_a_bad_one_in_one_line(capsys):
     args = ["--model", "mixtral-8x7b", "--cluster", "h100-sxm", "--tp", "4", "--sequence-parallel", "--zero", "1"]
     assert main(args + ["--expert-tp", "1", "--ep", "8"]) == 0
-    assert "ep8 etp1" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "ep8 etp1" in out and "8 experts (top 2) over ep=8: 1 per GPU, each whole on its rank (expert_tp=1)" in out
+    assert "only with sequence parallelism" not in out
+    assert main([arg for arg in args if arg != "--sequence-parallel"]) == 0      # Megatron-Core would refuse it
+    assert ("note: Megatron-Core trains a MoE layer with tp > 1 only with sequence parallelism (--sequence-parallel); "
+            "without it this plan charges each MoE layer a dense layer's tensor-parallel collectives") in \
+        capsys.readouterr().out
+    # a search's table says what etp1 means, and --help that the search tries it
+    assert main(["--model", "mixtral-8x7b", "--cluster", "h100-sxm", "--nodes", "2", "--seq-len", "4096", "--ep", "8",
+                 "--top", "3"]) == 0
+    table = capsys.readouterr().out
+    assert " etp1 " in table and "etpN = the routed experts' own tensor-parallel size (--expert-tp; etp1: each expert" \
+        in table
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    assert "a search tries a MoE model's plans with tp > 1 at both" in " ".join(capsys.readouterr().out.split())
     with pytest.raises(SystemExit) as stop:
         main(args + ["--expert-tp", "3"])
     assert stop.value.code == 2 and "use --expert-tp in [1, 2, 4]" in capsys.readouterr().err.splitlines()[-1]

@@ -87,6 +87,10 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
                 note += (f"note: --moe-dispatch {strategy.moe_dispatch} changes nothing for this plan: its ep group "
                          f"{where}\n")
                 strategy = strategy.with_(moe_dispatch="all-to-all")
+            if experts.needs_sequence_parallel(model, strategy.tp) and not strategy.sequence_parallel:
+                note += ("note: Megatron-Core trains a MoE layer with tp > 1 only with sequence parallelism "
+                         "(--sequence-parallel); without it this plan charges each MoE layer a dense layer's "
+                         "tensor-parallel collectives\n")
             if strategy.expert_imbalance != 1 and strategy.ep == 1:
                 note += (f"note: --expert-imbalance {strategy.expert_imbalance:g} changes nothing for this plan: with "
                          f"ep 1 every GPU holds every expert, so uneven routing leaves each GPU's work as it is\n")

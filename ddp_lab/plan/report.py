@@ -261,7 +261,8 @@ def _split_lines(plan) -> list[str]:
         moe = model.moe
         lines.append(f"  mixture of experts: {moe.experts} experts (top {moe.top_k}{moe.shared_text()}) "
                      f"over ep={strategy.ep}: {moe.experts // strategy.ep} per GPU"
-                     + (f", each split expert_tp={strategy.expert_tp} ways" if strategy.expert_tp is not None else ""))
+                     + ("" if strategy.expert_tp is None else ", each whole on its rank (expert_tp=1)"
+                        if strategy.expert_tp == 1 else f", each split expert_tp={strategy.expert_tp} ways"))
     if strategy.cp > 1:
         lines.append(f"  context parallel: cp={strategy.cp} ranks share each sequence, "
                      f"{model.seq_len // strategy.cp} tokens per GPU")

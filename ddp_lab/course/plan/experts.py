@@ -235,6 +235,16 @@ def check(model, strategy) -> None:
                          f"{[d for d in range(1, strategy.tp + 1) if not strategy.tp % d and not moe.expert_ffn % d]}")
 
 
+def needs_sequence_parallel(model, tp: int) -> bool:
+    """True where Megatron-Core trains a MoE layer only with sequence parallelism: a model with experts and tp > 1
+    (`MoELayer.forward` raises otherwise in training). The search tries such plans only with it; a plan without it is
+    noted on the command line.
+
+    Introduced in notebooks/14-mixture-of-experts.ipynb (the planner: notebooks/13-plan-your-training-run.ipynb).
+    """
+    return model.moe is not None and tp > 1
+
+
 def splits_for_tp(model, tp: int) -> bool:
     """True if tp can split the experts (the dense model's own tp rules are strategy.check's)."""
     return model.moe is None or model.moe.expert_ffn % tp == 0

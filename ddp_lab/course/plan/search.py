@@ -115,13 +115,14 @@ def candidates(model, cluster, global_batch: int, micro_batches=(1, 2, 4, 8), ze
     share, a property of the run's routing, not of its layout): on every plan with ep > 1 (experts.busiest_rank_load).
 
     cp, ep: the context- and expert-parallel sizes to try, an int, a tuple, or "auto" (every size
-    that fits: cp with 2 x cp chunks of the sequence, ep dividing the experts and dp x cp). cp
+    that fits: cp with 2 x cp chunks of the sequence, ep dividing the experts and dp x cp, or tp x dp x cp with
+    each expert whole on its rank, below). cp
     defaults to 1; ep to "auto" for a mixture-of-experts model (its main parallelism) and 1 otherwise.
     expert_tp_one: with tp > 1, a mixture-of-experts model's plans are tried with the routed experts split tp ways
     (the attention's, Megatron-Core's default) and, unless False, whole on each rank (Strategy.expert_tp = 1, as
     Megatron-LM's recipes for fine-grained experts set it), ep then dividing the experts and tp x cp x dp
     (expert_tp.py; their tensor-parallel collectives differ: steptime.moe_layer_tp_change); not with DiLoCo replicas,
-    whose ep groups stay inside a replica's dp x cp ranks (outer_sync.holds).
+    whose ep groups the planner keeps inside a replica's dp x cp ranks (outer_sync.holds).
     dp_shard: beside each ZeRO-3 plan, its hybrid-sharded variants (HSDP, hybrid_shard.py) with these shard-group
     sizes, an int, a tuple, "auto" (the default: `hybrid_shard.searched_sizes`, shard groups of whole nodes) or None
     (none).
@@ -158,8 +159,8 @@ def candidates(model, cluster, global_batch: int, micro_batches=(1, 2, 4, 8), ze
                          f"(each dp rank one)")
     gpus = cluster.gpus
     for tp in divisors(gpus):
-        if ((cluster.gpus_per_node % tp and not tp_across_nodes) or model.heads % tp or model.kv_heads_ % tp
-                or model.ffn_ % tp or not experts.splits_for_tp(model, tp)):
+        if (cluster.gpus_per_node % tp and not tp_across_nodes) or model.heads % tp or model.kv_heads_ % tp \
+                or model.ffn_ % tp:
             continue
         for cp_size in _sizes(cp, divisors(gpus // tp)):
             if not context_parallel.splits_sequence(model, cp_size):
@@ -175,7 +176,8 @@ def candidates(model, cluster, global_batch: int, micro_batches=(1, 2, 4, 8), ze
                 for ep_size, etp in _expert_layouts(model, ep, tp, dp * cp_size, expert_tp_one and not outer):
                     for stage, mb, rc, sp in itertools.product(zero, micro_batches, recompute, (False, True)):
                         if ((sp and tp == 1) or global_batch % (dp * mb)
-                                or ((sequence_parallel or model.moe is not None) and tp > 1 and not sp)):
+                                or ((sequence_parallel and tp > 1 or experts.needs_sequence_parallel(model, tp))
+                                    and not sp)):
                             continue
                         accum = global_batch // (dp * mb)
                         base = Strategy(dp=dp, tp=tp, pp=pp, zero=stage, micro_batch=mb, grad_accum=accum,
@@ -216,19 +218,22 @@ def _sizes(wanted, possible: list[int]) -> list[int]:
 
 
 def _expert_layouts(model, ep, tp: int, dp_cp: int, expert_tp_one: bool) -> list[tuple[int, int | None]]:
-    """(ep, expert_tp) pairs to try: the asked ep sizes with the experts split tp ways (expert_tp None), and for a
-    mixture-of-experts model with tp > 1 (unless `expert_tp_one` is False) those with them whole on each rank."""
-    layouts = [(size, None) for size in _expert_parallel_sizes(model, ep, dp_cp)]
+    """(ep, expert_tp) pairs to try: the asked ep sizes with the experts split tp ways (expert_tp None) where tp
+    divides their FFN, and for a mixture-of-experts model with tp > 1 (unless `expert_tp_one` is False) those with
+    them whole on each rank, ep then out of the tp x dp x cp ranks."""
+    layouts = [(size, None) for size in _expert_parallel_sizes(model, ep, dp_cp)] \
+        if experts.splits_for_tp(model, tp) else []
     if model.moe is not None and tp > 1 and expert_tp_one:
         layouts += [(size, 1) for size in _expert_parallel_sizes(model, ep, tp * dp_cp)]
     return layouts
 
 
-def _expert_parallel_sizes(model, ep, dp_cp: int) -> list[int]:
-    """ep sizes to try: those asked for that divide dp x cp and the experts (1 for a dense model)."""
+def _expert_parallel_sizes(model, ep, ranks: int) -> list[int]:
+    """ep sizes to try: those asked for that divide `ranks` (the dp x cp ranks the experts are laid out over, or
+    tp x dp x cp with each expert whole on its rank) and the experts (1 for a dense model)."""
     if model.moe is None:
         return [1] if ep in (None, "auto") or 1 in _sizes(ep, [1]) else []
-    possible = [d for d in divisors(dp_cp) if model.moe.experts % d == 0]
+    possible = [d for d in divisors(ranks) if model.moe.experts % d == 0]
     return _sizes("auto" if ep is None else ep, possible)
 
 
