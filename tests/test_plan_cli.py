@@ -527,8 +527,8 @@ def test_search_with_experts_and_a_plan_with_context_parallelism():
     --cp shows the tokens per GPU and the ring's time, all of it and the part attention does not hide."""
     result = plan("--model", "mixtral-8x7b", "--cluster", "h100-sxm", "--nodes", "2", "--ep", "8", "--top", "3")
     assert result.returncode == 0, result.stderr
-    assert "sequence parallel, interleaving, ep 8);" in next(line for line in result.stdout.splitlines()
-                                                            if "plans tried" in line)
+    assert "sequence parallel, interleaving, ep 8, experts split tp ways or whole (etp1));" in next(
+        line for line in result.stdout.splitlines() if "plans tried" in line)
     rows = [line for line in result.stdout.splitlines() if re.match(r"\s+\d+ dp", line)]
     assert len(rows) == 3 and all(" ep8 " in row for row in rows)
     assert "epN = expert-parallel size" in result.stdout

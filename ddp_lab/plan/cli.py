@@ -285,7 +285,8 @@ def _search_report(model, cluster, args, reserve: float, seq_source: str | None 
                            options["attention"], flash_kernel=options["flash_kernel"],
                            cp={s.cp for s in tried}, ep={s.ep for s in tried},
                            seq_source=seq_source, interleaved=any(s.virtual_stages > 1 for s in tried),
-                           applied=applied, dp_shard={s.dp_shard for s in tried})
+                           applied=applied, dp_shard={s.dp_shard for s in tried},
+                           whole_experts=any(expert_tp.size(s) < s.tp for s in tried))
     plans = [plan for plan, _ in rows]
     tie, source = stated_error(cluster, plans[0] if plans else None, [plan for plan, _ in folded])
     if plans and args.cp is None:

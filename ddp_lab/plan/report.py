@@ -143,7 +143,7 @@ def fold_shard_sizes(rows) -> list[tuple]:
 def search_header(model, cluster, global_batch: int, precision: str, tried: int, fitting: int,
                   reserve: float = MEMORY_RESERVE, attention: str = "flash", cp=(1,), ep=(1,),
                   seq_source: str | None = None, flash_kernel: str = "fa2", interleaved: bool = True,
-                  applied: tuple[str, ...] = (), dp_shard=()) -> str:
+                  applied: tuple[str, ...] = (), dp_shard=(), whole_experts: bool = False) -> str:
     """What a search covered: model, GPUs, global batch, precision, parameters, plans tried and plans that fit.
 
     `cp`, `ep`: the context- and expert-parallel sizes the plans tried used, named when not just 1. `interleaved`:
@@ -151,7 +151,8 @@ def search_header(model, cluster, global_batch: int, precision: str, tried: int,
     schedule cannot take).
     `seq_source`: where the sequence length came from (`model_text`). `applied`: a framework's flags the search put
     on every plan they fit (cli_flags.SEARCH_WIDE), as the command line gave them. `dp_shard`: the HSDP shard-group
-    sizes the plans tried used (search.candidates), named when there are any.
+    sizes the plans tried used (search.candidates), named when there are any. `whole_experts`: whether plans with
+    tp > 1 were tried with each expert whole on its rank (expert_tp 1) beside the experts split tp ways.
 
     Example:
         >>> from ddp_lab.plan import ClusterSpec, Transformer
@@ -167,6 +168,7 @@ def search_header(model, cluster, global_batch: int, precision: str, tried: int,
                      if set(sizes) != {1})
     shards = sorted(set(dp_shard) - {None})
     splits += f", HSDP shard groups of {_sizes_text(shards)} dp ranks" if shards else ""
+    splits += ", experts split tp ways or whole (etp1)" if whole_experts else ""
     sequence = "sequence parallel" if "--sequence-parallel" not in applied else "sequence parallel wherever tp > 1"
     others = [flag for flag in applied if flag != "--sequence-parallel"]
     on_every = f"; {', '.join(others)} on every plan {'it fits' if len(others) == 1 else 'they fit'}" if others else ""
