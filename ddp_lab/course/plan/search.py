@@ -99,7 +99,7 @@ def candidates(model, cluster, global_batch: int, micro_batches=(1, 2, 4, 8), ze
     them equally, any other pp with fewer on the first and the last stage (pipeline_stages.fewer_at_the_ends, never
     interleaved), where such a split exists.
     Sequence parallelism is tried on and off whenever tp > 1 (only on for a mixture-of-experts model, which
-    Megatron-Core trains with tp > 1 only so: steptime.moe_layer_tp_change); with pp > 1 the 1F1B schedule and
+    Megatron-Core trains with tp > 1 only so: experts.needs_sequence_parallel); with pp > 1 the 1F1B schedule and
     the interleaved one with each of `virtual_stages` > 1 that divides the layers per stage (and
     whose micro-batches divide by pp). With flash attention selective recomputation is not tried:
     it keeps what no recomputation keeps (activations.py). Precision: bf16 mixed precision where
