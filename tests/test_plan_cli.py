@@ -373,20 +373,28 @@ def test_a_library_message_names_flags_not_fields(field, field_messages_said):
         assert words not in err, err
 
 
-def test_a_plan_says_how_its_tokens_cross_nodes_only_where_its_experts_span_nodes():
-    """The dispatch is an assumption of a plan whose ep group spans nodes (NCCL's all-to-all unless --moe-dispatch
-    says per-node); inside one node both dispatches cost the same, and the plan does not mention it."""
+def test_a_plan_says_how_its_tokens_reach_their_experts_only_where_the_dispatcher_changes_its_time():
+    """The dispatch is an assumption of a plan whose ep group spans nodes or whose ranks hold several experts each
+    (NCCL's all-to-all, its received rows sorted by expert, unless --moe-dispatch says per-node); with every expert
+    on each GPU (ep 1) no token is dispatched: the plan does not mention it, and --moe-dispatch gets a note."""
     moe = ("--model", "deepseek-moe-16b", "--cluster", "h100-sxm")
-    across, per_node, inside = plan_on_each([
+    across, per_node, inside, inside_per_node, local = plan_on_each([
         (*moe, "--nodes", "2", "--dp", "16", "--ep", "16"),
         (*moe, "--nodes", "2", "--dp", "16", "--ep", "16", "--moe-dispatch", "per-node"),
-        (*moe, "--nodes", "2", "--dp", "16", "--ep", "8")])
-    assert across[0] == per_node[0] == inside[0] == 0, (across[2], per_node[2], inside[2])
-    assert "by NCCL's all-to-all, a copy per expert (--moe-dispatch per-node: DeepEP, HybridEP)" in across[1]
-    assert "a copy per node, forwarded over NVLink there" in per_node[1]
-    assert "tokens reach experts on other nodes" not in inside[1]
-    step = [float(re.findall(r"total\s+([\d.]+)", out)[-1]) for _, out, _ in (across, per_node)]   # step time's
-    assert step[1] < step[0]
+        (*moe, "--nodes", "2", "--dp", "16", "--ep", "8"),
+        (*moe, "--nodes", "2", "--dp", "16", "--ep", "8", "--moe-dispatch", "per-node"),
+        (*moe, "--dp", "8", "--ep", "1", "--moe-dispatch", "per-node")])
+    assert all(run[0] == 0 for run in (across, per_node, inside, inside_per_node, local)), (across[2], local[2])
+    sorted_ = ("by NCCL's all-to-all, a copy per expert across nodes, the rows a rank receives sorted by its experts "
+               "(--moe-dispatch per-node: DeepEP, HybridEP)")
+    assert sorted_ in " ".join(across[1].split()) and sorted_ in " ".join(inside[1].split())
+    assert "a copy per node, forwarded over NVLink there, permuted on arrival" in " ".join(per_node[1].split())
+    assert "--moe-dispatch per-node changes nothing" not in inside_per_node[1]
+    assert "tokens reach" not in local[1]
+    assert ("note: --moe-dispatch per-node changes nothing for this plan: its ep group stays in one node and each rank "
+            "holds every expert") in local[1]
+    step = [float(re.findall(r"total\s+([\d.]+)", out)[-1]) for _, out, _ in (across, per_node, inside, inside_per_node)]
+    assert step[1] < step[0] and step[3] < step[2]       # fewer copies over the network; no sort after the all-to-all
 
 
 def test_uneven_routing_is_said_where_it_applies_and_noted_where_it_changes_nothing():

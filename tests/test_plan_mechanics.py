@@ -129,8 +129,17 @@ def test_a_rank_permutes_the_tokens_it_dispatches_and_sends():
     assert experts.dispatched_tokens(model, Strategy(dp=4, tp=2, ep=4)) == 4096                      # etp = tp: all
     default = Strategy(dp=4, tp=2, ep=4, sequence_parallel=True)            # Megatron-Core's default: etp = tp, with SP
     assert experts.dispatched_tokens(model, default) == 4096 // 2
-    assert expert_compute.permutation_seconds(model, default, H100.gpu)[0] == pytest.approx(
-        expert_compute.permutation_seconds(model, one, H100.gpu)[0] / 2, rel=1e-12)
+    per_node = dict(moe_dispatch="per-node")                                # the permutation alone, no sort after
+    assert expert_compute.permutation_seconds(model, default.with_(**per_node), H100.gpu)[0] == pytest.approx(
+        expert_compute.permutation_seconds(model, one.with_(**per_node), H100.gpu)[0] / 2, rel=1e-12)
+    # NCCL's all-to-all adds the sort of the received rows: the expert TP group's gathered rows, so as many at etp = tp
+    # = 2 as at tp 1 (4,096 x top_k), and none where each rank holds one expert
+    sort = {name: [t - p for t, p in zip(expert_compute.permutation_seconds(model, s, H100.gpu),
+                                         expert_compute.permutation_seconds(model, s.with_(**per_node), H100.gpu))]
+            for name, s in (("one", one), ("default", default), ("each its own", Strategy(dp=128, ep=128)))}
+    by_hand = 4 * 4096 * model.moe.top_k * model.hidden * 2 / H100.gpu.memory_bandwidth
+    assert sort["one"] == pytest.approx([by_hand, by_hand], rel=1e-12) and sort["default"] == pytest.approx(sort["one"])
+    assert sort["each its own"] == [0.0, 0.0]
 
 
 def test_a_model_with_experts_keeps_at_least_one_layer_for_them():
@@ -203,7 +212,9 @@ def test_per_node_dispatch_prices_ep_groups_that_straddle_nodes_by_the_nodes_eac
 
 def test_per_node_dispatch_is_refused_for_a_dense_model_and_shortens_the_step_of_ep_across_nodes():
     """moe_dispatch names how a MoE model's tokens travel: a dense model has none to dispatch (one line, the fix);
-    on ep 16 over two nodes per-node dispatch cuts the step's all-to-all time and nothing else."""
+    on ep 16 over two nodes per-node dispatch cuts the step's all-to-all time, and its compute only by the sort of the
+    received rows NCCL's all-to-all needs (experts.sorts_received_rows): 4 reads and writes of each received row a
+    layer, forward and backward."""
     with pytest.raises(ValueError, match=r"moe_dispatch='per-node' .* llama3-8b is dense .*: drop moe_dispatch"):
         check(Transformer.preset("llama3-8b"), Strategy(dp=8, moe_dispatch="per-node"), gpus=8)
     with pytest.raises(ValueError, match=r"Strategy.moe_dispatch must be one of"):
@@ -212,7 +223,9 @@ def test_per_node_dispatch_is_refused_for_a_dense_model_and_shortens_the_step_of
     nccl = step_time(moe, two_nodes, Strategy(dp=16, ep=16, zero=1, grad_accum=4))
     per_node = step_time(moe, two_nodes, Strategy(dp=16, ep=16, zero=1, grad_accum=4, moe_dispatch="per-node"))
     assert per_node.ep_comm < 0.5 * nccl.ep_comm
-    assert per_node.total - per_node.ep_comm == pytest.approx(nccl.total - nccl.ep_comm)
+    per_layer = 4 * 4096 * moe.moe.top_k * moe.hidden * 2 / two_nodes.gpu.memory_bandwidth  # b s top_k rows, bf16
+    sorts = 4 * experts.moe_layers(moe) * 2 * per_layer              # 4 micro-batches, forward and backward
+    assert (nccl.total - nccl.ep_comm) - (per_node.total - per_node.ep_comm) == pytest.approx(sorts, rel=1e-9)
 
 
 # ---- FP8 -------------------------------------------------------------------------------------------

@@ -81,11 +81,11 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         if one_plan:
             given.update({name: getattr(args, name) for name in SPLIT_FLAGS if getattr(args, name) is not None})
             strategy, note = _strategy(model, cluster, args, given)
-            if strategy.moe_dispatch != "all-to-all" and not experts.dispatch_crosses_nodes(cluster, strategy):
+            if strategy.moe_dispatch != "all-to-all" and not experts.dispatcher_matters(model, cluster, strategy):
                 where = ("crosses nodes only between regions"
                          if expert_tp.group(strategy, "ep").spans_nodes(cluster.gpus_per_node) else "stays in one node")
                 note += (f"note: --moe-dispatch {strategy.moe_dispatch} changes nothing for this plan: its ep group "
-                         f"{where}\n")
+                         f"{where} and each rank holds {'every expert' if strategy.ep == 1 else 'one expert'}\n")
                 strategy = strategy.with_(moe_dispatch="all-to-all")
             if experts.needs_sequence_parallel(model, strategy.tp) and not strategy.sequence_parallel:
                 note += ("note: Megatron-Core trains a MoE layer with tp > 1 only with sequence parallelism "

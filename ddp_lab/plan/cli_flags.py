@@ -189,9 +189,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                           "many split the experts (divides the experts and dp x cp). With no other strategy flag the "
                           "search uses it for every plan; auto searches it (the default for a model with experts)")
     how.add_argument("--moe-dispatch", dest="moe_dispatch", choices=MOE_DISPATCHES,
-                     help="how a mixture-of-experts model's tokens reach experts on other nodes: all-to-all "
-                          "(NCCL's, the default: one copy per expert crosses the network) or per-node (DeepEP, "
-                          "HybridEP: one copy per node, forwarded over NVLink there); every plan's")
+                     help="how a mixture-of-experts model's tokens reach their experts: all-to-all (NCCL's, the "
+                          "default: one copy per expert crosses the network, and a rank holding several experts "
+                          "sorts the rows it received by expert) or per-node (DeepEP, HybridEP: one copy per node, "
+                          "forwarded over NVLink there, permuted on arrival); every plan's")
     how.add_argument("--expert-tp", dest="expert_tp", type=int, metavar="N",
                      help="the routed experts' own tensor-parallel size, dividing --tp (Megatron-Core's "
                           "--expert-tensor-parallel-size; default --tp): --expert-tp 1 leaves tp x cp x dp ranks for "

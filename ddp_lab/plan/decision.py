@@ -10,7 +10,7 @@ Introduced in notebooks/13-plan-your-training-run.ipynb.
 from __future__ import annotations
 
 from ddp_lab.course.plan import multi_token, sliding_window
-from ddp_lab.course.plan.experts import dispatch_crosses_nodes
+from ddp_lab.course.plan.experts import dispatcher_matters
 from ddp_lab.course.plan.search import percent_text
 from ddp_lab.plan import held_out
 
@@ -171,12 +171,14 @@ def assumptions_text(plans, chosen: bool, expert_imbalance: float = 1.0) -> str:
                          f"two MXFP8 recipes of one Qwen3-30B-A3B layout on 16 GB200s ran {held_out.stack_gap():.0%} "
                          "apart (the faster with the whole step in CUDA graphs, a fused grouped MLP and a paged stash), "
                          "where the planner gives both one figure")
-        crossing = [p.strategy.moe_dispatch for p in plans if dispatch_crosses_nodes(p.cluster, p.strategy)]
-        if crossing:
-            parts.append({"all-to-all": "tokens reach experts on other nodes by NCCL's all-to-all, a copy per "
-                                        "expert (--moe-dispatch per-node: DeepEP, HybridEP)",
+        dispatched = [p.strategy.moe_dispatch for p in plans
+                      if dispatcher_matters(p.model, p.cluster, p.strategy)]
+        if dispatched:
+            parts.append({"all-to-all": "tokens reach their experts by NCCL's all-to-all, a copy per expert across "
+                                        "nodes, the rows a rank receives sorted by its experts (--moe-dispatch "
+                                        "per-node: DeepEP, HybridEP)",
                           "per-node": "tokens reach experts on other nodes a copy per node, forwarded over NVLink "
-                                      "there (DeepEP, HybridEP; --moe-dispatch)"}[crossing[0]])
+                                      "there, permuted on arrival (DeepEP, HybridEP; --moe-dispatch)"}[dispatched[0]])
     parts.append(f"{percent_text(plan.reserve)} of each GPU's memory kept for what is not counted (CUDA context, "
                  f"NCCL buffers, fragmentation; --memory-reserve)")
     return "assumes: " + ";\n         ".join(parts)

@@ -12,7 +12,7 @@ from ddp_lab.course.plan import expert_tp
 from ddp_lab.course.plan.efficiency import gemm_seconds
 from ddp_lab.course.plan.experts import (busiest_rank_load, busiest_stage_moe_layers, dispatched_tokens,
                                          forward_flops_change, inner_width_change, router_parameters,
-                                         routed_forward_flops)
+                                         routed_forward_flops, sorts_received_rows)
 from ddp_lab.course.plan.precision import cast_bytes, compute_precision, fp8_matmuls, linear_rate
 from ddp_lab.course.plan.traffic import activation_function_bytes
 
@@ -93,13 +93,16 @@ def permutation_seconds(model, strategy, gpu) -> tuple[float, float]:
     unpermute reads the top_k expert outputs and writes their weighted sum: 2 (1 + top_k) values of h per token.
     Backward: the same copies for the gradients, and the gate weights' gradient reads the top_k expert outputs
     again: 2 (1 + top_k) + top_k. (Megatron-Core's `moe_permute`/`moe_unpermute`, torchtitan's token reorderer.)
-    Left out: the second sort of the received rows by local expert that Megatron-Core's all-to-all dispatcher runs
-    when a rank holds several experts (and its reverse before the combine).
+    With NCCL's all-to-all a rank holding several experts then sorts the rows it received by local expert and back
+    before the combine (experts.sorts_received_rows): each sort reads and writes every received row
+    (tokens_per_expert x E/ep, the expert TP group's rows where they were gathered), forward and again backward.
     """
-    tokens = dispatched_tokens(model, strategy)
-    value = tokens * model.hidden * (2 if strategy.mixed else 4) / gpu.memory_bandwidth
+    width = model.hidden * (2 if strategy.mixed else 4) / gpu.memory_bandwidth
+    value = dispatched_tokens(model, strategy) * width
     top_k = model.moe.top_k
-    return 2 * (1 + top_k) * value, (2 * (1 + top_k) + top_k) * value
+    sorts = (4 * tokens_per_expert(model, strategy) * (model.moe.experts // strategy.ep) * width
+             if sorts_received_rows(model, strategy) else 0.0)
+    return 2 * (1 + top_k) * value + sorts, (2 * (1 + top_k) + top_k) * value + sorts
 
 
 def expert_activation_seconds(model, strategy, gpu) -> tuple[float, float]:

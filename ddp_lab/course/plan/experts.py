@@ -37,7 +37,8 @@ balanced share of the tokens the busiest expert-parallel rank gets (`busiest_ran
 An ep group across nodes sends a token's copies for a node's experts over the network one by one with NCCL's
 all-to-all (moe_dispatch "all-to-all"); DeepEP and NVIDIA's HybridEP send one copy per destination node, which the
 GPU of the same index there forwards over NVLink ("per-node"; DeepSeek-V3 technical report, arXiv:2412.19437,
-Sec. 3.2.2): `dispatch_seconds`.
+Sec. 3.2.2): `dispatch_seconds`. NCCL's all-to-all also leaves a rank holding several experts its rows to sort by
+expert, and back before the combine, which the per-node kernels spare (`sorts_received_rows`).
 
 Lesson 14 (notebooks/14-mixture-of-experts.ipynb) introduces the MoE layer and expert parallelism;
 the planner of notebooks/13-plan-your-training-run.ipynb uses this module.
@@ -497,6 +498,37 @@ def dispatch_crosses_nodes(cluster, strategy) -> bool:
     group = expert_tp.group(strategy, "ep")
     return (strategy.ep > 1 and group.spans_nodes(cluster.gpus_per_node)
             and not spans_regions(cluster, group))
+
+
+def sorts_received_rows(model, strategy) -> bool:
+    """Whether a rank sorts the rows an all-to-all brought it by local expert, and back before the combine: with
+    NCCL's all-to-all (moe_dispatch "all-to-all") and several experts on the rank (E / ep > 1), the rows arrive
+    grouped by the rank that sent them, each group by expert, and the grouped GEMM wants them by expert
+    (Megatron-Core's MoEAlltoAllTokenDispatcher, "Permutation 2": sort_chunks_by_idxs in dispatch_postprocess and
+    combine_preprocess; torchtitan's expert-parallel _permute). DeepEP and HybridEP ("per-node") send the tokens
+    unpermuted and permute them only on arrival, the one permutation expert_compute.permutation_seconds charges.
+    With ep = 1 no rows are received (Megatron-Core's dispatcher still copies them in their own order there; left out).
+
+    Example:
+        >>> from ddp_lab.course.plan.model import Transformer
+        >>> from ddp_lab.course.plan.strategy import Strategy
+        >>> qwen = Transformer.preset("qwen3-30b-a3b")                    # 128 experts
+        >>> [sorts_received_rows(qwen, s) for s in (Strategy(dp=8, ep=8), Strategy(dp=128, ep=128),
+        ...                                         Strategy(dp=8, ep=8, moe_dispatch="per-node"), Strategy(dp=8))]
+        [True, False, False, False]
+
+    Introduced in notebooks/14-mixture-of-experts.ipynb (the planner: notebooks/13-plan-your-training-run.ipynb).
+    """
+    return (model.moe is not None and strategy.ep > 1 and model.moe.experts // strategy.ep > 1
+            and strategy.moe_dispatch == "all-to-all")
+
+
+def dispatcher_matters(model, cluster, strategy) -> bool:
+    """Whether `moe_dispatch` changes a plan's time: the tokens cross nodes (`dispatch_crosses_nodes`) or a rank
+    holding several experts sorts what NCCL's all-to-all brought it (`sorts_received_rows` under "all-to-all").
+    The search sets a requested dispatcher only on such plans, so that the others read as the same plan."""
+    return dispatch_crosses_nodes(cluster, strategy) or sorts_received_rows(
+        model, strategy.with_(moe_dispatch="all-to-all"))
 
 
 def dispatch_seconds(model, cluster, strategy) -> float:

@@ -188,7 +188,7 @@ def candidates(model, cluster, global_batch: int, micro_batches=(1, 2, 4, 8), ze
                                         tp_comm_overlap=tp_comm_overlap and sp,
                                         overlap_param_gather=overlap_param_gather and stage in (1, 2),
                                         expert_imbalance=expert_imbalance if ep_size > 1 else 1.0, **ends)
-                        if moe_dispatch != "all-to-all" and experts.dispatch_crosses_nodes(cluster, base):
+                        if moe_dispatch != "all-to-all" and experts.dispatcher_matters(model, cluster, base):
                             base = base.with_(moe_dispatch=moe_dispatch)    # where it changes something
                         if outer:
                             count = dp if replicas == outer_sync.EACH_DP_RANK else replicas

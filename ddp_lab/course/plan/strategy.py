@@ -85,9 +85,10 @@ class Strategy:
     flash_kernel: str = "fa2"     # which kernel runs flash attention: "fa2" (FlashAttention-2; PyTorch's SDPA to
                                   # 2.8) or "cudnn" (Transformer Engine on Hopper+, PyTorch's SDPA on H100/H200/
                                   # B200 in later builds, FlashAttention-3's class): attention_kernels.py
-    moe_dispatch: str = "all-to-all"   # MoE tokens to experts on other nodes: "all-to-all" (NCCL's: a copy per
-                                       # expert crosses the network) or "per-node" (DeepEP, HybridEP: a copy per
-                                       # node, then NVLink; experts.dispatch_seconds)
+    moe_dispatch: str = "all-to-all"   # how MoE tokens reach their experts: "all-to-all" (NCCL's: a copy per
+                                       # expert crosses the network, the received rows then sorted by expert) or
+                                       # "per-node" (DeepEP, HybridEP: a copy per node, then NVLink, permuted on
+                                       # arrival; experts.dispatch_seconds, experts.sorts_received_rows)
     ep_overlap: bool = False      # expert parallelism's all-to-alls of one micro-batch run beside another's compute
                                   # (Megatron-Core's combined 1F1B, --overlap-moe-expert-parallel-comm; ep_overlap.py)
     expert_imbalance: float = 1.0   # routed tokens on the busiest expert-parallel rank over a balanced share
