@@ -374,27 +374,39 @@ def test_a_library_message_names_flags_not_fields(field, field_messages_said):
 
 
 def test_a_plan_says_how_its_tokens_reach_their_experts_only_where_the_dispatcher_changes_its_time():
-    """The dispatch is an assumption of a plan whose ep group spans nodes or whose ranks hold several experts each
-    (NCCL's all-to-all, its received rows sorted by expert, unless --moe-dispatch says per-node); with every expert
-    on each GPU (ep 1) no token is dispatched: the plan does not mention it, and --moe-dispatch gets a note."""
-    moe = ("--model", "deepseek-moe-16b", "--cluster", "h100-sxm")
-    across, per_node, inside, inside_per_node, local = plan_on_each([
+    """The dispatch is an assumption of a plan whose ep group spans nodes (a copy per expert or per node over the
+    network) or whose ranks hold several experts each (NCCL's all-to-all leaves the received rows to sort by expert;
+    DeepEP and HybridEP permute once on arrival), each part said where it holds. With every expert on each GPU
+    (ep 1) no token is dispatched: the plan does not mention it, and --moe-dispatch gets a note."""
+    moe = ("--model", "deepseek-moe-16b", "--cluster", "h100-sxm")           # 64 routed experts
+    across, per_node, inside, inside_per_node, one_each, local = plan_on_each([
         (*moe, "--nodes", "2", "--dp", "16", "--ep", "16"),
         (*moe, "--nodes", "2", "--dp", "16", "--ep", "16", "--moe-dispatch", "per-node"),
         (*moe, "--nodes", "2", "--dp", "16", "--ep", "8"),
         (*moe, "--nodes", "2", "--dp", "16", "--ep", "8", "--moe-dispatch", "per-node"),
+        (*moe, "--nodes", "8", "--dp", "64", "--ep", "64"),
         (*moe, "--dp", "8", "--ep", "1", "--moe-dispatch", "per-node")])
-    assert all(run[0] == 0 for run in (across, per_node, inside, inside_per_node, local)), (across[2], local[2])
-    sorted_ = ("by NCCL's all-to-all, a copy per expert across nodes, the rows a rank receives sorted by its experts "
-               "(--moe-dispatch per-node: DeepEP, HybridEP)")
-    assert sorted_ in " ".join(across[1].split()) and sorted_ in " ".join(inside[1].split())
-    assert "a copy per node, forwarded over NVLink there, permuted on arrival" in " ".join(per_node[1].split())
-    assert "--moe-dispatch per-node changes nothing" not in inside_per_node[1]
-    assert "tokens reach" not in local[1]
+    runs = (across, per_node, inside, inside_per_node, one_each, local)
+    assert all(run[0] == 0 for run in runs), [run[2] for run in runs]
+    said = [" ".join(run[1].split()) for run in runs]
+    nccl, hybrid = "tokens reach their experts by NCCL's all-to-all", "(--moe-dispatch per-node: DeepEP, HybridEP)"
+    assert (f"{nccl}, a copy per expert across nodes, the rows a rank receives sorted by its experts {hybrid}"
+            in said[0])
+    assert ("tokens reach their experts as DeepEP and HybridEP send them (--moe-dispatch per-node): a copy per node "
+            "across nodes, forwarded over NVLink there, permuted once on arrival") in said[1]
+    assert f"{nccl}, the rows a rank receives sorted by its experts {hybrid}" in said[2]       # inside a node
+    assert "(--moe-dispatch per-node): permuted once on arrival;" in said[3]
+    assert f"{nccl}, a copy per expert across nodes {hybrid}" in said[4]                       # one expert a rank
+    assert "--moe-dispatch per-node changes nothing" not in said[3] and "tokens reach" not in said[5]
     assert ("note: --moe-dispatch per-node changes nothing for this plan: its ep group stays in one node and each rank "
-            "holds every expert") in local[1]
-    step = [float(re.findall(r"total\s+([\d.]+)", out)[-1]) for _, out, _ in (across, per_node, inside, inside_per_node)]
+            "holds every expert") in said[5]
+    step = [float(re.findall(r"total\s+([\d.]+)", out)[-1]) for _, out, _ in runs[:4]]
     assert step[1] < step[0] and step[3] < step[2]       # fewer copies over the network; no sort after the all-to-all
+    # a search whose every plan keeps one expert a rank inside a node (a 72-GPU GB200 domain): it applies to none
+    code, out, err = plan_on_each([("--model", "mixtral-8x7b", "--seq-len", "4096", "--cluster", "gb200", "--ep", "8",
+                                    "--moe-dispatch", "per-node", "--top", "1")])[0]
+    assert code == 0 and ("note: --moe-dispatch per-node applies to no plan of this search (no ep group crosses nodes "
+                          "inside a region, and no plan with ep > 1 leaves a rank several experts); drop it") in out, err
 
 
 def test_uneven_routing_is_said_where_it_applies_and_noted_where_it_changes_nothing():

@@ -1012,7 +1012,8 @@ def test_the_docs_give_the_eighteenth_sets_figures_as_the_code_computes_them(out
     """Megatron-Bridge's verification runs, predicted once (+10.0 %, +219.3 % and +332.2 %): Qwen3-8B near its figure,
     the two untuned gpt-oss recipes several times slower than planned; and their figures now, since flash attention's
     rate follows the kernels' sequence and head width, and since a MoE layer's activations span its experts' widths
-    and it permutes only the tokens it dispatches and runs its experts' tensor-parallel collectives, not a dense FFN's."""
+    and it permutes only the tokens it dispatches and runs its experts' tensor-parallel collectives, not a dense FFN's,
+    and since a rank holding several experts sorts the rows NCCL's all-to-all brought it."""
     page = planner_page()
     rows = [next(r for r in outcomes if r.run.name == run.name) for run in held_aside_runs.EIGHTEENTH_SET]
     assert len(rows) == 3 and all(r.split == ASIDE for r in rows)

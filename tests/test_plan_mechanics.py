@@ -140,6 +140,13 @@ def test_a_rank_permutes_the_tokens_it_dispatches_and_sends():
     by_hand = 4 * 4096 * model.moe.top_k * model.hidden * 2 / H100.gpu.memory_bandwidth
     assert sort["one"] == pytest.approx([by_hand, by_hand], rel=1e-12) and sort["default"] == pytest.approx(sort["one"])
     assert sort["each its own"] == [0.0, 0.0]
+    # experts whole on their rank (etp 1 < tp 2): each rank receives the copies of its own s / tp tokens' share only;
+    # the busiest rank's share under uneven routing; a cp rank's s / cp
+    for strategy, share in ((Strategy(dp=4, tp=2, ep=8, expert_tp=1, sequence_parallel=True), 1 / 2),
+                            (one.with_(expert_imbalance=1.5), 1.5), (Strategy(dp=4, cp=2, ep=8), 1 / 2)):
+        moved = [t - p for t, p in zip(expert_compute.permutation_seconds(model, strategy, H100.gpu),
+                                       expert_compute.permutation_seconds(model, strategy.with_(**per_node), H100.gpu))]
+        assert moved == pytest.approx([by_hand * share] * 2, rel=1e-12), strategy
 
 
 def test_a_model_with_experts_keeps_at_least_one_layer_for_them():

@@ -257,7 +257,7 @@ def _search_report(model, cluster, args, reserve: float, seq_source: str | None 
             note += ("note: with each dp rank a DiLoCo replica, a replica holds one dp rank, so its expert-parallel "
                      "groups are at most its cp ranks (ep 1 without context parallelism); --replicas R keeps dp / R "
                      "ranks in each, for ep\n")
-    dispatched = any(s.moe_dispatch != "all-to-all" for s in tried)   # put only where an ep group crosses nodes
+    dispatched = any(s.moe_dispatch != "all-to-all" for s in tried)   # put only where it matters (dispatcher_matters)
     if dispatched:
         applied += (f"--moe-dispatch {options['moe_dispatch']}",)
     uneven = options["expert_imbalance"] != 1
@@ -273,7 +273,7 @@ def _search_report(model, cluster, args, reserve: float, seq_source: str | None 
                  f"it\n")
     if options["moe_dispatch"] != "all-to-all" and not dispatched:
         note += (f"note: --moe-dispatch {options['moe_dispatch']} applies to no plan of this search (no ep group "
-                 f"crosses nodes inside a region); drop it\n")
+                 f"crosses nodes inside a region, and no plan with ep > 1 leaves a rank several experts); drop it\n")
     if isinstance(args.dp_shard, int) and outer_on:
         note += (f"note: --dp-shard {args.dp_shard} applies to no plan of this search: the planner does not model "
                  f"HSDP inside DiLoCo replicas; drop it\n")

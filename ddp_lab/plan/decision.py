@@ -10,7 +10,7 @@ Introduced in notebooks/13-plan-your-training-run.ipynb.
 from __future__ import annotations
 
 from ddp_lab.course.plan import multi_token, sliding_window
-from ddp_lab.course.plan.experts import dispatcher_matters
+from ddp_lab.course.plan.experts import dispatch_crosses_nodes, dispatcher_matters, sorts_received_rows
 from ddp_lab.course.plan.search import percent_text
 from ddp_lab.plan import held_out
 
@@ -171,17 +171,29 @@ def assumptions_text(plans, chosen: bool, expert_imbalance: float = 1.0) -> str:
                          f"two MXFP8 recipes of one Qwen3-30B-A3B layout on 16 GB200s ran {held_out.stack_gap():.0%} "
                          "apart (the faster with the whole step in CUDA graphs, a fused grouped MLP and a paged stash), "
                          "where the planner gives both one figure")
-        dispatched = [p.strategy.moe_dispatch for p in plans
-                      if dispatcher_matters(p.model, p.cluster, p.strategy)]
+        dispatched = [p for p in plans if dispatcher_matters(p.model, p.cluster, p.strategy)]
         if dispatched:
-            parts.append({"all-to-all": "tokens reach their experts by NCCL's all-to-all, a copy per expert across "
-                                        "nodes, the rows a rank receives sorted by its experts (--moe-dispatch "
-                                        "per-node: DeepEP, HybridEP)",
-                          "per-node": "tokens reach experts on other nodes a copy per node, forwarded over NVLink "
-                                      "there, permuted on arrival (DeepEP, HybridEP; --moe-dispatch)"}[dispatched[0]])
+            parts.append(_dispatch_text(dispatched))
     parts.append(f"{percent_text(plan.reserve)} of each GPU's memory kept for what is not counted (CUDA context, "
                  f"NCCL buffers, fragmentation; --memory-reserve)")
     return "assumes: " + ";\n         ".join(parts)
+
+
+def _dispatch_text(plans) -> str:
+    """The `assumes:` line's words for how the plans' MoE tokens reach their experts (plans where the dispatcher
+    changes the time, all on one dispatcher): across nodes, where an ep group spans them; the sort of the received
+    rows by expert, where a rank holds several experts."""
+    across = any(dispatch_crosses_nodes(p.cluster, p.strategy) for p in plans)
+    sorts = any(sorts_received_rows(p.model, p.strategy.with_(moe_dispatch="all-to-all")) for p in plans)
+    if plans[0].strategy.moe_dispatch == "all-to-all":
+        words = ["tokens reach their experts by NCCL's all-to-all"]
+        words += [", a copy per expert across nodes"] if across else []
+        words += [", the rows a rank receives sorted by its experts"] if sorts else []
+        return "".join(words) + " (--moe-dispatch per-node: DeepEP, HybridEP)"
+    words = ["tokens reach their experts as DeepEP and HybridEP send them (--moe-dispatch per-node)"]
+    words += [": a copy per node across nodes, forwarded over NVLink there"] if across else []
+    words += [", " if across else ": ", "permuted once on arrival"] if sorts else []
+    return "".join(words)
 
 
 def family_name(run) -> str:

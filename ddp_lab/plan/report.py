@@ -27,8 +27,8 @@ FOLDED_LEGEND = ("          z0-2 = ZeRO stages 0 to 2 give identical numbers (wi
 SPLIT_LEGEND = "          cpN = context-parallel size (lesson 15); epN = expert-parallel size (lesson 14)."
 EXPERT_TP_LEGEND = ("          etpN = the routed experts' own tensor-parallel size (--expert-tp; etp1: each expert\n"
                     "          whole on its rank, ep then out of tp x cp x dp).")
-PER_NODE_LEGEND = ("          per-node = MoE tokens cross the network once per node, not once per expert "
-                   "(--moe-dispatch).")
+PER_NODE_LEGEND = ("          per-node = MoE tokens cross the network once per node, not once per expert, and\n"
+                   "          are permuted once on arrival, not sorted by expert again (--moe-dispatch).")
 FP8_LEGEND = ("          MFU under fp8 counts against the bf16 peak (torchtitan's convention): FP8 matmuls can take\n"
               "          it past 100%.")
 EARLY_STOP_LEGEND = ("          full-es = full recomputation by PyTorch's non-reentrant checkpoint: it stops before the "

@@ -484,7 +484,8 @@ def _reaches(model, share: float) -> float:
 
 def dispatch_crosses_nodes(cluster, strategy) -> bool:
     """Whether a MoE layer's tokens cross the network to reach their experts: an ep group (of ep > 1) that spans
-    nodes inside one region. Only then does `moe_dispatch` change anything (`dispatch_seconds`).
+    nodes inside one region. Only then does `moe_dispatch` change the all-to-all's time (`dispatch_seconds`); it
+    also changes the compute where a rank holds several experts (`sorts_received_rows`).
 
     Example:
         >>> from ddp_lab.course.plan.cluster_spec import ClusterSpec
@@ -505,9 +506,11 @@ def sorts_received_rows(model, strategy) -> bool:
     NCCL's all-to-all (moe_dispatch "all-to-all") and several experts on the rank (E / ep > 1), the rows arrive
     grouped by the rank that sent them, each group by expert, and the grouped GEMM wants them by expert
     (Megatron-Core's MoEAlltoAllTokenDispatcher, "Permutation 2": sort_chunks_by_idxs in dispatch_postprocess and
-    combine_preprocess; torchtitan's expert-parallel _permute). DeepEP and HybridEP ("per-node") send the tokens
-    unpermuted and permute them only on arrival, the one permutation expert_compute.permutation_seconds charges.
-    With ep = 1 no rows are received (Megatron-Core's dispatcher still copies them in their own order there; left out).
+    combine_preprocess, run where the rank holds more than one expert). DeepEP and HybridEP ("per-node") send the
+    tokens unpermuted and permute them only on arrival, the one permutation expert_compute.permutation_seconds
+    charges. Left out: with ep = 1 Megatron-Core's sort is a copy in the rows' own order (expert TP 1) or a reorder of
+    the expert TP group's gathered rows (expert TP > 1 with sequence parallelism); torchtitan's expert-parallel path
+    permutes the received rows whether a rank holds one expert or several.
 
     Example:
         >>> from ddp_lab.course.plan.model import Transformer
@@ -524,11 +527,24 @@ def sorts_received_rows(model, strategy) -> bool:
 
 
 def dispatcher_matters(model, cluster, strategy) -> bool:
-    """Whether `moe_dispatch` changes a plan's time: the tokens cross nodes (`dispatch_crosses_nodes`) or a rank
-    holding several experts sorts what NCCL's all-to-all brought it (`sorts_received_rows` under "all-to-all").
-    The search sets a requested dispatcher only on such plans, so that the others read as the same plan."""
-    return dispatch_crosses_nodes(cluster, strategy) or sorts_received_rows(
-        model, strategy.with_(moe_dispatch="all-to-all"))
+    """Whether `moe_dispatch` changes a plan's time: the tokens cross nodes (`dispatch_crosses_nodes`) or, on GPUs
+    (an HBM figure: the copies' time), a rank holding several experts sorts what NCCL's all-to-all brought it
+    (`sorts_received_rows` under "all-to-all"). The search sets a requested dispatcher only on such plans, so that
+    the others read as the same plan.
+
+    Example:
+        >>> from ddp_lab.course.plan.cluster_spec import ClusterSpec
+        >>> from ddp_lab.course.plan.model import Transformer
+        >>> from ddp_lab.course.plan.strategy import Strategy
+        >>> moe, node = Transformer.preset("deepseek-moe-16b"), ClusterSpec.preset("h100-sxm")   # 64 experts
+        >>> [dispatcher_matters(moe, node, Strategy(dp=8, ep=ep)) for ep in (8, 1)]
+        [True, False]
+
+    Used by the planner (notebooks/13-plan-your-training-run.ipynb); docs/planner.md describes it.
+    """
+    return dispatch_crosses_nodes(cluster, strategy) or (
+        cluster.gpu.memory_bandwidth is not None
+        and sorts_received_rows(model, strategy.with_(moe_dispatch="all-to-all")))
 
 
 def dispatch_seconds(model, cluster, strategy) -> float:

@@ -109,7 +109,8 @@ def candidates(model, cluster, global_batch: int, micro_batches=(1, 2, 4, 8), ze
     the kernel every plan's flash attention runs (Strategy.flash_kernel, attention_kernels.py).
     The framework's options, on every plan they apply to: sequence_parallel (then tried only on, wherever
     tp > 1), tp_comm_overlap (plans with tp > 1 and sequence parallelism), overlap_param_gather (ZeRO 1 and 2),
-    moe_dispatch (how MoE tokens reach their experts, Strategy.moe_dispatch: plans whose ep group spans nodes),
+    moe_dispatch (how MoE tokens reach their experts, Strategy.moe_dispatch: plans where it changes the time,
+    experts.dispatcher_matters),
     ep_overlap (the all-to-alls beside another micro-batch's compute: plans with ep > 1, interleaved where pp > 1,
     without full recomputation). expert_imbalance (the busiest expert-parallel rank's routed tokens over a balanced
     share, a property of the run's routing, not of its layout): on every plan with ep > 1 (experts.busiest_rank_load).
