@@ -135,7 +135,7 @@ def ring_time(model, cluster, strategy) -> tuple[float, float]:
     # a sliding window's flash kernels skip tiles, and the layers' blocks are sent all the same: the full and the
     # windowed layers each hide their sends behind their own attention (sliding_window.tile_shares)
     shares = sliding_window.tile_shares(model) if strategy.attention == "flash" else ((1.0, 1.0),)
-    passes = [(1, 1)] * (2 if strategy.recompute == "full" else 1) + [(2, attention_backward_factor(strategy))]
+    passes = [(1, 1)] * strategy.forward_runs + [(2, attention_backward_factor(strategy))]
     # (blocks sent, compute relative to one forward step) per pass
     every, exposed = 0.0, 0.0
     for blocks, work in passes:

@@ -165,4 +165,4 @@ def seconds_per_micro_batch(model, cluster, strategy, layer_change: tuple[float,
         return strategy.micro_batch * change * passes / share / gpu.achieved_flops(strategy.precision)
     forward, backward = layer_compute_change(model, strategy, gpu) if layer_change is None else layer_change
     layers = busiest_stage_moe_layers(model, strategy)
-    return layers * (forward * (2 if strategy.recompute == "full" else 1) + backward)
+    return layers * (forward * strategy.forward_runs + backward)

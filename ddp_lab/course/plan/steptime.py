@@ -253,7 +253,7 @@ def step_time(model, cluster, strategy) -> TimeBreakdown:
     # backward without full recomputation's forward again, as moe_change)
     moe_tp_forward, moe_tp_backward, moe_tp_hidden = moe_layer_tp_change(model, cluster, strategy)
     moe_layers = experts.busiest_stage_moe_layers(model, strategy)
-    moe_tp_all = moe_tp_forward * (2 if strategy.recompute == "full" else 1) + moe_tp_backward
+    moe_tp_all = moe_tp_forward * strategy.forward_runs + moe_tp_backward
     tp_hidden = m * (stage_layers * max(0.0, tp_all - tp_forward - tp_backward) + moe_layers * moe_tp_hidden)
     tp_comm = m * (stage_layers * (tp_forward + tp_backward) + vocab_tp + moe_layers * moe_tp_all)
     pp_comm = 0.0
@@ -360,8 +360,8 @@ def moe_layer_tp_change(model, cluster, strategy) -> tuple[float, float, float]:
         forward, backward = (-seconds for seconds in ffn_tp_communication(model, cluster, strategy))
         if strategy.tp_comm_overlap and cluster.overlap_dp_comm:
             exposed = tp_overlap.ffn_exposed(model, cluster, strategy, _tp_all_reduce(model, cluster, strategy))
-            forward_passes = 2 if strategy.recompute == "full" else 1
-            hidden = forward_passes * (forward + exposed[0]) + backward + exposed[1]   # minus the FFN's hidden seconds
+            # minus the FFN's hidden seconds
+            hidden = strategy.forward_runs * (forward + exposed[0]) + backward + exposed[1]
             forward, backward = -exposed[0], -exposed[1]
     gather = experts.expert_tp_gather_seconds(model, cluster, strategy)
     return forward + 2 * gather, backward + 2 * gather, hidden

@@ -156,6 +156,12 @@ class Strategy:
         return RankLayout(dp=self.dp, tp=self.tp, pp=self.pp, cp=self.cp, ep=ep)
 
     @property
+    def forward_runs(self) -> int:
+        """How many times a micro-batch's forward runs: 2 under full recomputation (again before its backward), else 1
+        (activations.py; notebooks/13-plan-your-training-run.ipynb)."""
+        return 2 if self.recompute == "full" else 1
+
+    @property
     def mixed(self) -> bool:
         """True for bf16/fp16 mixed precision (half-precision weights + fp32 master copy)."""
         return self.precision != "fp32"
